@@ -1,0 +1,426 @@
+"""Load the corpus (YAML) into SpecIR with a schema check; every error names file:line and the fix.
+
+Layer: engine. Layout under the corpus root::
+
+    dims.yaml   roles.yaml   quant/*.yaml   components/library/*.yaml   components/drafts/*.yaml
+    models/*.yaml   snapshots/*.yaml
+
+A draft component is visible only to a model whose spec lists it under ``drafts:``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.errors import SpecError, Where
+from engine.ir import (CacheSpec, ComponentSpec, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
+                       RoleInfo, Schedule, ScheduleRule, Snapshot, StackSpec, StoredTensor,
+                       VariantSpec)
+from engine.ops import GROWTHS
+from engine.yamlio import LineDict, LineList, load_yaml
+
+DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "corpus"
+SHARD_WORLDS = ("none", "tp", "ep", "cp", "dp")
+NODE_KINDS = ("op", "component", "slot", "repeat")
+
+
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    """Everything loaded: tables, schemes, components (library and drafts) and model specs."""
+
+    root: Path
+    dims: dict[str, DimInfo]
+    roles: dict[str, RoleInfo]
+    schemes: dict[str, QuantScheme]
+    components: dict[str, ComponentSpec]
+    drafts: dict[str, ComponentSpec]
+    models: dict[str, ModelSpec]
+
+    def component_for(self, model: ModelSpec, name: str, where: Where) -> ComponentSpec:
+        """Resolve a component name as seen from ``model`` (library, plus its listed drafts)."""
+        if name in self.components:
+            return self.components[name]
+        if name in self.drafts:
+            if name in model.drafts:
+                return self.drafts[name]
+            raise SpecError(where, f"component {name!r} is a draft",
+                            f"list it under drafts: in {model.where.file} to use it")
+        known = ", ".join(sorted(self.components))
+        raise SpecError(where, f"unknown component {name!r}", f"use one of: {known}")
+
+    def find_model(self, query: str) -> ModelSpec:
+        """A model by HF id, file stem, or a unique case-insensitive suffix of its id."""
+        if query in self.models:
+            return self.models[query]
+        wanted = query.lower().replace("--", "/")
+        hits = [m for m in self.models.values()
+                if m.model_id.lower() == wanted or m.model_id.lower().endswith("/" + wanted)
+                or m.model_id.lower().split("/")[-1].endswith(wanted)
+                or Path(m.where.file).stem.lower() == query.lower()]
+        exact = [m for m in hits if m.model_id.lower().split("/")[-1] == wanted.split("/")[-1]]
+        if len(exact) == 1:
+            return exact[0]
+        if len(hits) == 1:
+            return hits[0]
+        known = ", ".join(sorted(self.models))
+        if not hits:
+            raise SpecError(Where("<command line>"), f"unknown model {query!r}", f"known: {known}")
+        raise SpecError(Where("<command line>"), f"{query!r} matches several models",
+                        "one of: " + ", ".join(sorted(m.model_id for m in hits)))
+
+
+# -- small schema helpers ------------------------------------------------------------------------
+
+class _Reader:
+    """Schema checks on one YAML file, producing :class:`Where` values with lines."""
+
+    def __init__(self, path: Path, root: Path):
+        try:
+            self.display = str(path.relative_to(root.parent))
+        except ValueError:
+            self.display = str(path)
+        self.data = load_yaml(path, self.display)
+
+    def where(self, mapping: Any, field: str = "", key: str | None = None) -> Where:
+        line = 0
+        if isinstance(mapping, LineDict):
+            line = mapping.line_of(key) if key is not None else mapping.line
+        elif isinstance(mapping, LineList):
+            line = mapping.line
+        return Where(self.display, line, field)
+
+    def mapping(self, value: Any, field: str, parent: Any = None, key: str | None = None) -> LineDict:
+        if not isinstance(value, dict):
+            raise SpecError(self.where(parent, field, key), f"expected a mapping, got {_kind(value)}",
+                            "write `key: value` pairs here")
+        return value
+
+    def keys(self, mapping: LineDict, field: str, allowed: tuple, required: tuple = ()) -> None:
+        for key in mapping:
+            if key not in allowed:
+                raise SpecError(self.where(mapping, f"{field}.{key}" if field else str(key), key),
+                                f"unknown field {key!r}", "allowed: " + ", ".join(allowed))
+        for key in required:
+            if key not in mapping:
+                raise SpecError(self.where(mapping, field), f"missing field {key!r}",
+                                f"add `{key}:`")
+
+    def string(self, mapping: LineDict, key: str, field: str, default: str | None = None) -> str:
+        value = mapping.get(key, default)
+        if not isinstance(value, str):
+            raise SpecError(self.where(mapping, f"{field}.{key}" if field else key, key),
+                            f"expected a string, got {_kind(value)}")
+        return value
+
+    def names(self, value: Any, field: str, parent: Any, key: str) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            return (value,)
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise SpecError(self.where(parent, field, key), f"expected a name or list of names, got {_kind(value)}")
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", LineDict: "a mapping", list: "a list", LineList: "a list",
+            str: f"the string {value!r}", type(None): "nothing"}.get(type(value), repr(value))
+
+
+# -- tables --------------------------------------------------------------------------------------
+
+def _load_dims(root: Path) -> dict[str, DimInfo]:
+    reader = _Reader(root / "dims.yaml", root)
+    table = reader.mapping(reader.data, "dims")
+    out = {}
+    for name, row in table.items():
+        row = reader.mapping(row, name, table, name)
+        reader.keys(row, name, ("kind", "shard", "doc"), ("kind", "shard", "doc"))
+        shard = row["shard"]
+        if shard not in SHARD_WORLDS:
+            raise SpecError(reader.where(row, f"{name}.shard", "shard"), f"unknown world {shard!r}",
+                            "use one of: " + ", ".join(SHARD_WORLDS))
+        out[name] = DimInfo(name, row["kind"], shard, row["doc"])
+    return out
+
+
+def _load_roles(root: Path) -> dict[str, RoleInfo]:
+    reader = _Reader(root / "roles.yaml", root)
+    table = reader.mapping(reader.data, "roles")
+    return {name: RoleInfo(name, str(doc)) for name, doc in table.items()}
+
+
+def _load_scheme(path: Path, root: Path) -> QuantScheme:
+    reader = _Reader(path, root)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", ("scheme", "doc", "matrix", "vector_dtype"),
+                ("scheme", "doc", "matrix", "vector_dtype"))
+    tensors = []
+    for i, entry in enumerate(data["matrix"] or []):
+        entry = reader.mapping(entry, f"matrix[{i}]", data, "matrix")
+        reader.keys(entry, f"matrix[{i}]", ("key", "dtype", "shape"), ("key", "dtype", "shape"))
+        tensors.append(StoredTensor(entry["key"], entry["dtype"], tuple(entry["shape"])))
+    if data["scheme"] != path.stem:
+        raise SpecError(reader.where(data, "scheme", "scheme"),
+                        f"scheme name {data['scheme']!r} differs from its file name",
+                        f"name the file {data['scheme']}.yaml")
+    return QuantScheme(data["scheme"], data["doc"], tuple(tensors), data["vector_dtype"],
+                       reader.where(data))
+
+
+# -- graphs --------------------------------------------------------------------------------------
+
+_NODE_FIELDS = ("op", "component", "slot", "repeat", "in", "dims", "attrs", "with", "when",
+                "instances", "active", "stacked", "role", "module", "modules", "weight_axes",
+                "schedule", "template", "index_from", "shares", "doc")
+
+
+def _node(reader: _Reader, name: str, raw: Any, field: str, parent: LineDict,
+          roles: dict[str, RoleInfo]) -> NodeSpec:
+    raw = reader.mapping(raw, field, parent, name)
+    reader.keys(raw, field, _NODE_FIELDS)
+    kinds = [k for k in NODE_KINDS if k in raw]
+    where = reader.where(raw, field)
+    if len(kinds) != 1:
+        raise SpecError(where, f"node {name!r} must have exactly one of op/component/slot/repeat",
+                        "e.g. `q_proj: {op: linear, in: x, dims: {in: hidden, out: d_q}}`")
+    kind = kinds[0]
+    target = raw[kind]
+    schedule = None
+    if kind == "repeat":
+        schedule = _schedule(reader, raw, field)
+        target = str(target)
+    elif not isinstance(target, str):
+        raise SpecError(where.at(kind), f"expected a name, got {_kind(target)}")
+    role = raw.get("role")
+    if role is not None and role not in roles:
+        raise SpecError(reader.where(raw, f"{field}.role", "role"), f"unknown role {role!r}",
+                        "use one of: " + ", ".join(sorted(roles)) + " (or add it to corpus/roles.yaml)")
+    for key in ("dims", "attrs", "with", "modules", "weight_axes"):
+        if key in raw and not isinstance(raw[key], dict):
+            raise SpecError(reader.where(raw, f"{field}.{key}", key),
+                            f"expected a mapping, got {_kind(raw[key])}")
+    for axis, world in (raw.get("weight_axes") or {}).items():
+        if world not in SHARD_WORLDS:
+            raise SpecError(reader.where(raw["weight_axes"], f"{field}.weight_axes.{axis}", axis),
+                            f"unknown parallel world {world!r}", "use one of: " + ", ".join(SHARD_WORLDS))
+    return NodeSpec(
+        name=name, kind=kind, target=target, where=where,
+        inputs=reader.names(raw.get("in"), f"{field}.in", raw, "in"),
+        dims=raw.get("dims") or {}, attrs=raw.get("attrs") or {}, options=raw.get("with") or {},
+        when=raw.get("when"), instances=raw.get("instances"), active=raw.get("active"),
+        stacked=raw.get("stacked", False), role=role, module=raw.get("module"),
+        modules=raw.get("modules") or {}, weight_axes=raw.get("weight_axes") or {},
+        schedule=schedule, index_from=raw.get("index_from"), shares=raw.get("shares"))
+
+
+def _schedule(reader: _Reader, raw: LineDict, field: str) -> Schedule:
+    if "template" in raw:
+        return Schedule(rules=(ScheduleRule(reader.string(raw, "template", field)),))
+    sched = raw.get("schedule")
+    where = reader.where(raw, f"{field}.schedule", "schedule")
+    if isinstance(sched, list):
+        rules = []
+        for i, rule in enumerate(sched):
+            rule = reader.mapping(rule, f"{field}.schedule[{i}]", raw, "schedule")
+            reader.keys(rule, f"{field}.schedule[{i}]", ("template", "when"), ("template",))
+            rules.append(ScheduleRule(rule["template"], rule.get("when")))
+        return Schedule(rules=tuple(rules))
+    if isinstance(sched, dict):
+        reader.keys(sched, f"{field}.schedule", ("by", "map"), ("by", "map"))
+        return Schedule(by=sched["by"], mapping=dict(sched["map"]))
+    raise SpecError(where, "a repeat node needs `template:` or `schedule:`",
+                    "write `template: block`, a list of {template, when} rules, or "
+                    "`schedule: {by: config.layer_types, map: {...}}`")
+
+
+def _graph(reader: _Reader, raw: Any, field: str, parent: LineDict, roles) -> dict[str, NodeSpec]:
+    raw = reader.mapping(raw, field, parent, field.split(".")[-1])
+    return {name: _node(reader, name, node, f"{field}.{name}", raw, roles) for name, node in raw.items()}
+
+
+def _check_edges(graph: dict[str, NodeSpec], known: set[str], where: Where, extra: set[str] = frozenset()) -> None:
+    """Every `in:` names an input, an earlier/later node (DAG checked at walk time), or node.output."""
+    names = set(graph) | set(known) | set(extra)
+    for node in graph.values():
+        for ref in (a for r in node.inputs for a in r.split("|")):
+            if ref.split(".")[0] not in names:
+                raise SpecError(node.where.at("in"), f"`in: {ref}` names no node or input",
+                                "use one of: " + ", ".join(sorted(names)))
+
+
+def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec:
+    reader = _Reader(path, root)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", ("component", "role", "doc", "options", "inputs", "dims", "graph", "outputs",
+                           "cache", "decode_variant"), ("component", "role", "doc", "graph"))
+    name = reader.string(data, "component", "")
+    if name != path.stem:
+        raise SpecError(reader.where(data, "component", "component"),
+                        f"component name {name!r} differs from its file name", f"name the file {name}.yaml")
+    role = data["role"]
+    if role not in roles:
+        raise SpecError(reader.where(data, "role", "role"), f"unknown role {role!r}",
+                        "use one of: " + ", ".join(sorted(roles)) + " (or add it to corpus/roles.yaml)")
+    inputs = reader.names(data.get("inputs", ["x"]), "inputs", data, "inputs")
+    graph = _graph(reader, data["graph"], "graph", data, roles)
+    _check_edges(graph, set(inputs), reader.where(data, "graph"))
+    outputs = data.get("outputs") or {"out": list(graph)[-1]}
+    if isinstance(outputs, str):
+        outputs = {"out": outputs}
+    for out_name, node_name in outputs.items():
+        if node_name not in graph and node_name not in inputs:
+            raise SpecError(reader.where(data, f"outputs.{out_name}", "outputs"),
+                            f"output names no node {node_name!r}", "use one of: " + ", ".join(graph))
+    caches = []
+    for i, entry in enumerate(data.get("cache") or []):
+        field = f"cache[{i}]"
+        entry = reader.mapping(entry, field, data, "cache")
+        reader.keys(entry, field, ("name", "node", "kind", "growth", "window", "every"),
+                    ("name", "node", "kind", "growth"))
+        where = reader.where(entry, field)
+        if entry["node"] not in graph or graph[entry["node"]].target != "kv_cache":
+            raise SpecError(where.at("node"), f"cache entry names {entry['node']!r}, not a kv_cache node",
+                            "point it at a node with `op: kv_cache`")
+        if entry["growth"] not in GROWTHS:
+            raise SpecError(where.at("growth"), f"unknown growth {entry['growth']!r}",
+                            "use one of: " + ", ".join(GROWTHS))
+        if entry["growth"] == "window" and "window" not in entry:
+            raise SpecError(where, "a window-capped cache needs `window:`")
+        if entry["growth"] == "compressed" and "every" not in entry:
+            raise SpecError(where, "a compressed cache needs `every:` (tokens per entry)")
+        caches.append(CacheSpec(entry["name"], entry["node"], entry["kind"], entry["growth"], where,
+                                entry.get("window"), entry.get("every")))
+    for node in graph.values():
+        if node.target == "kv_cache" and node.kind == "op" and not any(c.node == node.name for c in caches):
+            raise SpecError(node.where, f"kv_cache node {node.name!r} has no `cache:` entry",
+                            "declare it under cache: with its kind and growth law")
+    variant = None
+    if "decode_variant" in data:
+        raw = reader.mapping(data["decode_variant"], "decode_variant", data, "decode_variant")
+        reader.keys(raw, "decode_variant", ("remove", "graph", "doc"), ("graph",))
+        vgraph = _graph(reader, raw["graph"], "decode_variant.graph", raw, roles)
+        remove = reader.names(raw.get("remove"), "decode_variant.remove", raw, "remove")
+        for gone in remove:
+            if gone not in graph:
+                raise SpecError(reader.where(raw, "decode_variant.remove", "remove"),
+                                f"removes {gone!r}, which is not in the graph")
+        _check_edges(vgraph, set(inputs) | set(graph), reader.where(raw))
+        variant = VariantSpec(remove, vgraph, reader.where(raw, "decode_variant"))
+    return ComponentSpec(name, role, str(data["doc"]), reader.where(data), dict(data.get("options") or {}),
+                         inputs, dict(data.get("dims") or {}), graph, dict(outputs), tuple(caches),
+                         variant, draft)
+
+
+# -- models --------------------------------------------------------------------------------------
+
+def _fill(reader: _Reader, raw: Any, field: str, parent: LineDict) -> Fill:
+    if isinstance(raw, str):
+        return Fill(raw, reader.where(parent, field))
+    raw = reader.mapping(raw, field, parent)
+    reader.keys(raw, field, ("component", "with", "dims", "modules", "slots", "module"), ("component",))
+    slots = {name: _fill(reader, sub, f"{field}.slots.{name}", raw["slots"])
+             for name, sub in (raw.get("slots") or {}).items()}
+    return Fill(raw["component"], reader.where(raw, field), dict(raw.get("with") or {}),
+                dict(raw.get("dims") or {}), dict(raw.get("modules") or {}), slots, raw.get("module"))
+
+
+def _load_snapshot(root: Path, name: str, where: Where) -> Snapshot:
+    path = root / "snapshots" / f"{name}.yaml"
+    if not path.exists():
+        raise SpecError(where, f"snapshot {name!r} not found at corpus/snapshots/{name}.yaml",
+                        "record the config fields the spec binds there (source + fields)")
+    reader = _Reader(path, root)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", ("source", "retrieved", "fields"), ("source", "fields"))
+    return Snapshot(str(data["source"]), reader.mapping(data["fields"], "fields", data, "fields"),
+                    reader.where(data))
+
+
+def _load_model(path: Path, root: Path, roles, schemes) -> ModelSpec:
+    reader = _Reader(path, root)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", ("model", "model_type", "family", "name", "notes", "snapshot", "dims",
+                           "max_context", "slots", "templates", "stacks", "quant_context", "drafts"),
+                ("model", "model_type", "family", "dims", "stacks", "max_context"))
+    model_id = reader.string(data, "model", "")
+    snapshot_name = data.get("snapshot", model_id.replace("/", "--"))
+    snapshot = _load_snapshot(root, snapshot_name, reader.where(data, "snapshot", "snapshot"))
+    declared_type = snapshot.fields.get("model_type")
+    if declared_type is not None and declared_type != data["model_type"]:
+        raise SpecError(reader.where(data, "model_type", "model_type"),
+                        f"model_type {data['model_type']!r} differs from the config's {declared_type!r}",
+                        f"write model_type: {declared_type}")
+    dims = reader.mapping(data["dims"], "dims", data, "dims")
+    slots = {name: _fill(reader, raw, f"slots.{name}", data["slots"])
+             for name, raw in (data.get("slots") or {}).items()}
+    templates = {name: _fill(reader, raw, f"templates.{name}", data["templates"])
+                 for name, raw in (data.get("templates") or {}).items()}
+    stacks = {}
+    raw_stacks = reader.mapping(data["stacks"], "stacks", data, "stacks")
+    if "main" not in raw_stacks:
+        raise SpecError(reader.where(data, "stacks", "stacks"), "no `main` stack",
+                        "declare stacks: {main: {inputs: {tokens: [batch, seq]}, graph: ...}}")
+    for name, raw in raw_stacks.items():
+        field = f"stacks.{name}"
+        raw = reader.mapping(raw, field, raw_stacks, name)
+        reader.keys(raw, field, ("inputs", "graph", "doc"), ("inputs", "graph"))
+        inputs = {k: tuple(v) for k, v in reader.mapping(raw["inputs"], f"{field}.inputs", raw, "inputs").items()}
+        graph = _graph(reader, raw["graph"], f"{field}.graph", raw, roles)
+        _check_edges(graph, set(inputs), reader.where(raw, field))
+        for node in graph.values():
+            if node.kind == "repeat":
+                rules = node.schedule.rules or ()
+                used = [r.template for r in rules] + list(node.schedule.mapping.values())
+                for template in used:
+                    if template not in templates:
+                        raise SpecError(node.where.at("schedule"), f"unknown template {template!r}",
+                                        "declare it under templates: (known: " + ", ".join(templates) + ")")
+        stacks[name] = StackSpec(name, inputs, graph, reader.where(raw, field))
+    quant = {}
+    raw_quant = data.get("quant_context") or {"default": "bf16"}
+    raw_quant = reader.mapping(raw_quant, "quant_context", data, "quant_context")
+    reader.keys(raw_quant, "quant_context", ("default", "overrides"), ("default",))
+    quant["*"] = raw_quant["default"]
+    for key, scheme in (raw_quant.get("overrides") or {}).items():
+        quant[key] = scheme
+    for key, scheme in quant.items():
+        if scheme not in schemes:
+            raise SpecError(reader.where(raw_quant, f"quant_context.{key}"), f"unknown quant scheme {scheme!r}",
+                            "use one of: " + ", ".join(sorted(schemes)) + " (or add corpus/quant/<name>.yaml)")
+        role = key.split(".")[0]
+        if key != "*" and role not in roles:
+            raise SpecError(reader.where(raw_quant, f"quant_context.overrides.{key}"), f"unknown role {role!r}",
+                            "use one of: " + ", ".join(sorted(roles)))
+    drafts = reader.names(data.get("drafts"), "drafts", data, "drafts")
+    return ModelSpec(model_id, data["model_type"], data["family"], str(data.get("name", model_id.split("/")[-1])),
+                     str(data.get("notes", "")), reader.where(data), dims, data["max_context"], slots,
+                     templates, stacks, quant, drafts, snapshot)
+
+
+def load_corpus(root: Path | str | None = None) -> Corpus:
+    """Read and schema-check the whole corpus. Raises :class:`SpecError` on the first problem."""
+    root = Path(root) if root else DEFAULT_ROOT
+    if not (root / "dims.yaml").exists():
+        raise SpecError(Where(str(root)), "not a corpus folder (no dims.yaml)",
+                        "pass --corpus pointing at the corpus/ directory")
+    dims = _load_dims(root)
+    roles = _load_roles(root)
+    schemes = {p.stem: _load_scheme(p, root) for p in sorted((root / "quant").glob("*.yaml"))}
+    components = {p.stem: _load_component(p, root, roles, False)
+                  for p in sorted((root / "components" / "library").glob("*.yaml"))}
+    drafts = {p.stem: _load_component(p, root, roles, True)
+              for p in sorted((root / "components" / "drafts").glob("*.yaml"))}
+    for name in drafts:
+        if name in components:
+            raise SpecError(drafts[name].where, f"draft {name!r} has the name of a library component",
+                            "rename the draft")
+    models: dict[str, ModelSpec] = {}
+    for path in sorted((root / "models").glob("*.yaml")):
+        model = _load_model(path, root, roles, schemes)
+        if model.model_id in models:
+            raise SpecError(model.where, f"model {model.model_id!r} is declared twice",
+                            f"also in {models[model.model_id].where.file}; keep one")
+        models[model.model_id] = model
+    return Corpus(root, dims, roles, schemes, components, drafts, models)

@@ -1,0 +1,631 @@
+"""The walk: SpecIR -> Analysis tables. One walk, two bindings (numbers or sympy formulas).
+
+Layer: engine. :func:`walk_model` expands a model's stacks, layer templates, slots and components
+into primitive node rows keyed by a stable uid, computing shapes (with per-axis maps), FLOPs,
+parameters and weight leaves for each, plus cache declarations. A layer template is walked once
+and carries its layer count as ``repeat``; an expert component carries ``instances`` (experts
+stored) and ``active`` (experts used per token). Whether values are numbers or formulas depends
+only on the :class:`Binding`; the code path is the same, so a formula evaluated at the numeric
+binding equals the number (tested for every node of every model).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import sympy
+
+from engine import expr, symbols
+from engine.corpus import Corpus
+from engine.errors import SpecError, Where
+from engine.ir import CacheSpec, ComponentSpec, Fill, ModelSpec, NodeSpec, StackSpec
+from engine.ops import OPS, Leaf, OpCall
+from engine.shapes import Axis, AxisMap, Tensor
+
+ONE = sympy.Integer(1)
+PHASES = frozenset({"prefill", "decode"})
+
+
+@dataclass(frozen=True, slots=True)
+class LeafRow:
+    """A weight leaf of a node: checkpoint ``key`` template, axes, kind, the role it is stored under."""
+
+    name: str
+    key: str
+    axes: tuple[Axis, ...]
+    kind: str
+    matrix: bool
+    role: str
+
+    @property
+    def numel(self) -> sympy.Expr:
+        return Tensor(self.axes).numel
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One primitive op instance in the program (per-instance values; multiply by the counts).
+
+    ``repeat`` multiplies FLOPs and parameters (layers); ``instances`` multiplies parameters only
+    (experts: the walk already routes all tokens through one expert instance, so its FLOPs cover
+    every expert); ``active`` is the per-token share of ``instances`` (top-k).
+    """
+
+    uid: str
+    name: str
+    op: str
+    stack: str
+    component_uid: str
+    component: str
+    role: str
+    phases: frozenset
+    inputs: tuple[str, ...]
+    in_shapes: tuple[Tensor, ...]
+    out: Tensor
+    axis_map: AxisMap
+    flops: sympy.Expr
+    params: sympy.Expr
+    leaves: tuple[LeafRow, ...]
+    repeat: sympy.Expr
+    instances: sympy.Expr
+    active: sympy.Expr
+    stacked: bool
+    weight_axes: Mapping[str, str]
+    shares: str | None
+    where: Where
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentRow:
+    """A component instance: its uid, name, role and counts; ``layers`` lists layer indices for templates."""
+
+    uid: str
+    component: str
+    role: str
+    stack: str
+    repeat: sympy.Expr
+    instances: sympy.Expr
+    active: sympy.Expr
+    template: str | None = None
+    layers: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRow:
+    """A cache entry at a kv_cache node: ``per_token`` elements per instance, growth law, counts."""
+
+    uid: str
+    node_uid: str
+    name: str
+    kind: str
+    growth: str
+    per_token: sympy.Expr
+    window: sympy.Expr | None
+    every: sympy.Expr | None
+    repeat: sympy.Expr
+    stack: str
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """The tables of one binding. ``values`` maps every dim name to its value in this binding."""
+
+    model_id: str
+    mode: str
+    rows: Mapping[str, NodeRow]
+    components: Mapping[str, ComponentRow]
+    caches: tuple[CacheRow, ...]
+    values: Mapping[str, sympy.Expr]
+    scenario: Mapping[str, sympy.Expr]
+    max_context: sympy.Expr
+    stacks: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """How dims are valued: ``numeric`` (config numbers) or ``symbolic`` (sympy symbols)."""
+
+    mode: str
+    scenario: Mapping[str, sympy.Expr] = field(default_factory=dict)
+
+    @property
+    def numeric(self) -> bool:
+        return self.mode == "numeric"
+
+
+@dataclass(slots=True)
+class _Scope:
+    """The lexical environment of one component instance during the walk."""
+
+    dims: dict[str, Any]
+    options: dict[str, Any]
+    slots: Mapping[str, Fill]
+    repeat: sympy.Expr
+    instances: sympy.Expr
+    active: sympy.Expr
+    stacked: bool
+    module: str
+    renames: Mapping[str, str]
+    role: str
+    component: str
+    uid: str
+    stack: str
+    phases: frozenset
+    where: Where
+
+
+class _Walker:
+    def __init__(self, corpus: Corpus, model: ModelSpec, binding: Binding):
+        self.corpus = corpus
+        self.model = model
+        self.binding = binding
+        self.rows: dict[str, NodeRow] = {}
+        self.components: dict[str, ComponentRow] = {}
+        self.caches: list[CacheRow] = []
+        self.values: dict[str, sympy.Expr] = {}
+        self.config_reads: set[tuple] = set()
+        scenario = {name: symbols.dim(name) for name in symbols.SCENARIO_DIMS}
+        scenario.update(binding.scenario)
+        self.scenario = scenario
+
+    # -- config and dims ------------------------------------------------------------------------
+    def config(self, path: tuple) -> Any:
+        value: Any = self.model.snapshot.fields
+        for key in path:
+            if isinstance(key, int):
+                if not isinstance(value, list) or key >= len(value):
+                    raise KeyError(key)
+                value = value[key]
+            else:
+                if not isinstance(value, dict) or key not in value:
+                    raise KeyError(key)
+                value = value[key]
+        self.config_reads.add(path)
+        return value
+
+    def model_dims(self) -> dict[str, Any]:
+        """Bind the model's dims: numbers from config, or one symbol per dim."""
+        spec = self.model
+        numeric: dict[str, Any] = {}
+        for name, text in spec.dims.items():
+            where = Where(spec.where.file, spec.dims.line_of(name), f"dims.{name}")
+            if name not in self.corpus.dims:
+                raise SpecError(where, f"dim {name!r} is not in the dims table",
+                                "add it to corpus/dims.yaml with its kind and shard world, or use a known dim")
+            value = self._eval(text, expr.Scope(numeric, self.config), where)
+            if not (isinstance(value, sympy.Integer) and value > 0):
+                raise SpecError(where, f"dim {name!r} evaluates to {value}, not a positive integer",
+                                "use // for integer division or check the config field")
+            numeric[name] = value
+        self.numeric_dims = numeric
+        if self.binding.numeric:
+            self.values.update(numeric)
+            return dict(numeric)
+        symbolic = {name: symbols.dim(name) for name in numeric}
+        self.values.update(symbolic)
+        return symbolic
+
+    def _eval(self, text: Any, scope: expr.Scope, where: Where) -> Any:
+        try:
+            return expr.evaluate(text, scope)
+        except expr.ExprError as exc:
+            raise SpecError(where, str(exc), exc.hint) from None
+
+    def names(self, scope: _Scope) -> dict[str, Any]:
+        names = dict(self.scenario)
+        names.update(scope.dims)
+        names.update({k: v for k, v in scope.options.items() if v is not None})
+        return names
+
+    # -- stacks -----------------------------------------------------------------------------------
+    def walk(self) -> Analysis:
+        dims = self.model_dims()
+        where = self.model.where
+        max_ctx = self._eval(self.model.max_context, expr.Scope(dims, self.config), where.at("max_context"))
+        for stack in self.model.stacks.values():
+            self.walk_stack(stack, dims)
+        return Analysis(self.model.model_id, self.binding.mode, self.rows, self.components,
+                        tuple(self.caches), dict(self.values), dict(self.scenario), max_ctx,
+                        tuple(self.model.stacks))
+
+    def walk_stack(self, stack: StackSpec, dims: dict[str, Any]) -> None:
+        scope = _Scope(dims=dims, options={}, slots=self.model.slots, repeat=ONE, instances=ONE,
+                       active=ONE, stacked=False, module="", renames={}, role="model",
+                       component=f"stack:{stack.name}", uid=stack.name, stack=stack.name,
+                       phases=PHASES, where=stack.where)
+        values = {}
+        for name, axes in stack.inputs.items():
+            tensor_axes = []
+            for axis in axes:
+                if axis not in scope.dims and axis not in self.scenario:
+                    raise SpecError(stack.where.at(f"inputs.{name}"), f"unknown dim {axis!r}",
+                                    "use batch, seq or a bound dim")
+                tensor_axes.append(Axis(axis, self.names(scope)[axis]))
+            values[name] = (Tensor(tuple(tensor_axes)), f"{stack.name}:{name}")
+        self.components[stack.name] = ComponentRow(stack.name, scope.component, "model", stack.name, ONE, ONE, ONE)
+        self.walk_graph(stack.graph, values, scope)
+
+    # -- graphs -----------------------------------------------------------------------------------
+    def walk_graph(self, graph: Mapping[str, NodeSpec], values: dict, scope: _Scope,
+                   fallback: Mapping | None = None, replaced: set | None = None) -> dict:
+        """Walk nodes in dependency order; ``values`` maps a name to (Tensor or dict, producer uid)."""
+        pending = dict(graph)
+        bypass: dict[str, str] = {}
+        while pending:
+            progressed = False
+            for name, node in list(pending.items()):
+                alternatives = [a for r in node.inputs for a in r.split("|")]
+                if any(a.split(".")[0] in pending for a in alternatives):
+                    continue
+                refs = [self._base(r, bypass) for r in alternatives]
+                if any(r not in values and r in pending for r in refs):
+                    continue
+                del pending[name]
+                progressed = True
+                if node.when is not None and not self._when(node, scope):
+                    if not node.inputs:
+                        raise SpecError(node.where.at("when"), "a node with no input cannot be switched off")
+                    bypass[name] = node.inputs[0]
+                    continue
+                inputs = [self.resolve(self._pick(r, graph, bypass), values, fallback, bypass, node)
+                          for r in node.inputs]
+                uid = f"{scope.uid}/{name}" + ("@decode" if replaced and name in replaced else "")
+                values[name] = (self.walk_node(node, inputs, scope, uid), uid)
+            if not progressed:
+                raise SpecError(next(iter(pending.values())).where, "the graph has a cycle",
+                                "nodes in a cycle: " + ", ".join(pending))
+        for name in bypass:
+            base = self._base(name, bypass)
+            if base in values:
+                values[name] = values[base]
+        return values
+
+    @staticmethod
+    def _pick(ref: str, graph: Mapping, bypass: Mapping[str, str]) -> str:
+        """``a|b``: the first alternative whose node is switched on (or is not a node here)."""
+        if "|" not in ref:
+            return ref
+        options = ref.split("|")
+        for option in options:
+            if option.split(".")[0] not in bypass:
+                return option
+        return options[-1]
+
+    @staticmethod
+    def _base(ref: str, bypass: Mapping[str, str]) -> str:
+        base = ref.split(".")[0]
+        while base in bypass:
+            base = bypass[base].split(".")[0]
+        return base
+
+    def resolve(self, ref: str, values: Mapping, fallback: Mapping | None, bypass: Mapping[str, str],
+                node: NodeSpec) -> tuple[Tensor, str]:
+        while ref.split(".")[0] in bypass:
+            ref = bypass[ref.split(".")[0]]
+        base, _, sub = ref.partition(".")
+        source = values if base in values else (fallback or {})
+        if base not in source:
+            raise SpecError(node.where.at("in"), f"`in: {ref}` names no node or input")
+        value, uid = source[base]
+        if isinstance(value, dict):
+            if not sub:
+                if len(value) != 1:
+                    raise SpecError(node.where.at("in"), f"{base!r} has several outputs",
+                                    "write one of: " + ", ".join(f"{base}.{k}" for k in value))
+                sub = next(iter(value))
+            if sub not in value:
+                raise SpecError(node.where.at("in"), f"{base!r} has no output {sub!r}",
+                                "use one of: " + ", ".join(value))
+            return value[sub]
+        if sub:
+            raise SpecError(node.where.at("in"), f"{base!r} has a single output; write `in: {base}`")
+        return value, uid
+
+    def _when(self, node: NodeSpec, scope: _Scope) -> bool:
+        value = self._eval(node.when, expr.Scope(scope.options), node.where.at("when"))
+        if not isinstance(value, bool):
+            raise SpecError(node.where.at("when"), "`when:` must be a condition on options",
+                            "e.g. `when: qk_norm` or `when: not fused_gate_up`")
+        return value
+
+    def walk_node(self, node: NodeSpec, inputs: list, scope: _Scope, uid: str) -> Any:
+        if node.kind == "op":
+            return self.walk_op(node, inputs, scope, uid)
+        if node.kind == "repeat":
+            return self.walk_repeat(node, inputs, scope, uid)
+        if node.kind == "slot":
+            fill = scope.slots.get(node.target)
+            if fill is None:
+                raise SpecError(node.where, f"slot {node.target!r} is not filled",
+                                f"add slots: {{{node.target}: <component>}} to {self.model.where.file}")
+            return self.walk_component(node, fill, inputs, scope, uid)
+        fill = Fill(node.target, node.where)
+        return self.walk_component(node, fill, inputs, scope, uid)
+
+    # -- ops ----------------------------------------------------------------------------------------
+    def walk_op(self, node: NodeSpec, inputs: list, scope: _Scope, uid: str) -> Tensor:
+        op = OPS.get(node.target)
+        if op is None:
+            raise SpecError(node.where.at("op"), f"unknown op {node.target!r}",
+                            "use one of: " + ", ".join(sorted(OPS)))
+        low, high = op.arity
+        if not low <= len(inputs) <= high:
+            raise SpecError(node.where.at("in"), f"op {op.name} takes {low}..{high} inputs, got {len(inputs)}")
+        names = self.names(scope)
+        dims, dim_names = {}, {}
+        cache = None
+        if node.target == "kv_cache":
+            cache = self._cache_decl(node, scope)
+        raw_dims = dict(node.dims)
+        growth = None
+        if cache is not None:
+            growth = cache.growth
+            if cache.window is not None:
+                window = self._attr(cache.window, scope, node, "cache.window")
+                if window is not None:
+                    raw_dims["window"] = cache.window
+                    growth = "window"
+            if cache.every is not None:
+                raw_dims["every"] = cache.every
+        for key, text in list(raw_dims.items()):
+            if isinstance(text, str) and text.startswith("$"):
+                text = self._attr(text, scope, node, f"dims.{key}")
+                if text is None:
+                    continue
+                if isinstance(text, sympy.Basic):
+                    dims[key] = text
+                    dim_names[key] = raw_dims[key][1:]
+                    continue
+            if key not in op.dims and key not in op.optional_dims:
+                raise SpecError(node.where.at(f"dims.{key}"), f"op {op.name} has no dim {key!r}",
+                                "its dims are: " + ", ".join(op.dims + op.optional_dims) if op.dims + op.optional_dims
+                                else f"op {op.name} takes no dims")
+            dims[key] = self._eval(text, expr.Scope(names), node.where.at(f"dims.{key}"))
+            dim_names[key] = text if isinstance(text, str) else str(text)
+        for key in op.dims:
+            if key not in dims:
+                raise SpecError(node.where.at("dims"), f"op {op.name} needs dim {key!r}",
+                                f"add dims: {{{key}: <expression>}}")
+        attrs = dict(op.attrs)
+        for key, value in node.attrs.items():
+            if key not in op.attrs:
+                raise SpecError(node.where.at(f"attrs.{key}"), f"op {op.name} has no attr {key!r}",
+                                "its attrs are: " + ", ".join(op.attrs) if op.attrs else f"op {op.name} takes no attrs")
+            attrs[key] = self._attr(value, scope, node, f"attrs.{key}")
+        if cache is not None:
+            attrs["growth"] = growth
+        tensors = tuple(t for t, _ in inputs)
+        call = OpCall(uid, node.where, dims, dim_names, attrs, tensors, self.scenario, self.binding.numeric)
+        out, axis_map = op.shape(call)
+        leaves = tuple(self._leaf(leaf, node, scope) for leaf in op.leaves(call))
+        if leaves and scope.phases == frozenset({"decode"}) and not node.shares:
+            raise SpecError(node.where, f"decode-only node {node.name!r} has weights but no `shares:`",
+                            "name the main-graph node whose weights it reads, e.g. `shares: kv_b_proj`")
+        row = NodeRow(uid=uid, name=node.name, op=op.name, stack=scope.stack, component_uid=scope.uid,
+                      component=scope.component, role=node.role or scope.role, phases=scope.phases,
+                      inputs=tuple(u for _, u in inputs), in_shapes=tensors, out=out, axis_map=axis_map,
+                      flops=op.flops(call, out), params=op.params(call), leaves=leaves,
+                      repeat=scope.repeat, instances=scope.instances, active=scope.active,
+                      stacked=scope.stacked, weight_axes=dict(node.weight_axes), shares=node.shares,
+                      where=node.where)
+        self.rows[uid] = row
+        if cache is not None:
+            per_token = tensors[0].numel / (self.scenario[symbols.BATCH] * self.scenario[symbols.SEQ])
+            self.caches.append(CacheRow(f"{scope.uid}#{cache.name}", uid, cache.name, cache.kind, growth,
+                                        sympy.simplify(per_token), dims.get("window"), dims.get("every"),
+                                        scope.repeat, scope.stack))
+        return out
+
+    def _cache_decl(self, node: NodeSpec, scope: _Scope) -> CacheSpec:
+        component = self._component_spec(scope)
+        for entry in component.cache if component else ():
+            if entry.node == node.name:
+                return entry
+        raise SpecError(node.where, f"kv_cache node {node.name!r} has no `cache:` entry")
+
+    def _component_spec(self, scope: _Scope) -> ComponentSpec | None:
+        name = scope.component
+        if name.startswith("stack:"):
+            return None
+        return self.corpus.component_for(self.model, name, scope.where)
+
+    def _attr(self, value: Any, scope: _Scope, node: NodeSpec, key: str) -> Any:
+        """A literal, or ``$option``: the value of the enclosing component's option."""
+        if isinstance(value, str) and value.startswith("$"):
+            option = value[1:]
+            if option not in scope.options:
+                raise SpecError(node.where.at(key), f"unknown option {option!r}",
+                                "declare it under options: in the component (known: "
+                                + ", ".join(scope.options) + ")")
+            return scope.options[option]
+        return value
+
+    def _leaf(self, leaf: Leaf, node: NodeSpec, scope: _Scope) -> LeafRow:
+        segment = scope.renames.get(node.name, node.name) if node.module is None else node.module
+        module = _join(scope.module, segment)
+        if scope.stacked:
+            key = module if leaf.name == "weight" else f"{module}_{leaf.name}"
+        else:
+            key = f"{module}.{leaf.name}"
+        return LeafRow(leaf.name, key, leaf.axes, leaf.kind, leaf.matrix, node.role or scope.role)
+
+    # -- components ---------------------------------------------------------------------------------
+    def walk_component(self, node: NodeSpec, fill: Fill, inputs: list, scope: _Scope, uid: str) -> Any:
+        spec = self.corpus.component_for(self.model, fill.component, fill.where)
+        names = self.names(scope)
+        given = {k: self._attr(v, scope, node, f"with.{k}") for k, v in node.options.items()}
+        options = self._options(spec, fill.options, names, fill.where)
+        options = self._options(spec, given, names, node.where, base=options)
+        stacked = self._attr(node.stacked, scope, node, "stacked")
+        dims = dict(scope.dims)
+        for source in (fill.dims, node.dims):
+            for key, text in source.items():
+                dims[key] = self._eval(text, expr.Scope(names), fill.where.at(f"dims.{key}"))
+        repeat = scope.repeat
+        instances, active = scope.instances, scope.active
+        if node.instances is not None:
+            count = self._eval(node.instances, expr.Scope(names), node.where.at("instances"))
+            instances = instances * count
+            active = active * (self._eval(node.active, expr.Scope(names), node.where.at("active"))
+                               if node.active is not None else count)
+        segment = fill.module if fill.module is not None else (
+            node.module if node.module is not None else scope.renames.get(node.name, node.name))
+        module = _join(scope.module, segment)
+        if node.instances is not None and not stacked:
+            module = _join(module, "{expert}")
+        slots = dict(scope.slots)
+        slots.update(fill.slots)
+        renames = {k.split(".", 1)[1]: v for k, v in scope.renames.items()
+                   if "." in k and k.split(".", 1)[0] == node.name}
+        renames.update(fill.modules)
+        renames.update(node.modules)
+        child = _Scope(dims=dims, options=options, slots=slots, repeat=repeat, instances=instances,
+                       active=active, stacked=scope.stacked or bool(stacked), module=module, renames=renames,
+                       role=node.role or spec.role, component=spec.name, uid=uid, stack=scope.stack,
+                       phases=scope.phases, where=spec.where)
+        child_names = self.names(child)
+        for key, text in spec.dims.items():
+            child.dims[key] = self._eval(text, expr.Scope(child_names), spec.where.at(f"dims.{key}"))
+            child_names[key] = child.dims[key]
+        if len(inputs) != len(spec.inputs):
+            raise SpecError(node.where.at("in"), f"component {spec.name} takes {len(spec.inputs)} inputs "
+                            f"({', '.join(spec.inputs)}), got {len(inputs)}")
+        self.components[uid] = ComponentRow(uid, spec.name, child.role, scope.stack, repeat, instances, active)
+        values = {name: value for name, value in zip(spec.inputs, inputs)}
+        main = self.walk_graph(spec.graph, dict(values), child)
+        outputs = {k: main[v] for k, v in spec.outputs.items()}  # a switched-off node aliases its input
+        if spec.decode_variant is not None and "decode" in scope.phases:
+            self._walk_decode(spec, values, main, child, outputs)
+        return outputs
+
+    def _walk_decode(self, spec: ComponentSpec, inputs: dict, main: dict, scope: _Scope, outputs: dict) -> None:
+        variant = spec.decode_variant
+        gone = set(variant.remove) | set(variant.graph)
+        prefill_only = scope.phases - {"decode"}
+        for name in gone:
+            uid = f"{scope.uid}/{name}"
+            for row_uid in [u for u in self.rows if u == uid or u.startswith(uid + "/")]:
+                self.rows[row_uid] = replace(self.rows[row_uid], phases=prefill_only)
+        kept = {k: v for k, v in main.items() if k not in gone}
+        for name, node in spec.graph.items():
+            if name in kept:
+                for ref in node.inputs:
+                    if ref.split(".")[0] in variant.remove and ref.split(".")[0] not in variant.graph:
+                        raise SpecError(variant.where, f"decode variant removes {ref!r} but {name!r} still reads it",
+                                        f"replace {ref!r} in decode_variant.graph or remove {name!r} too")
+        decode_scope = replace(scope, phases=frozenset({"decode"}) & scope.phases)
+        values = dict(inputs)
+        produced = self.walk_graph(variant.graph, values, decode_scope, fallback=kept,
+                                   replaced=set(spec.graph) & set(variant.graph))
+        for name in variant.graph:
+            if name in main and self.binding.numeric:
+                before, after = main[name][0], produced[name][0]
+                if isinstance(before, Tensor) and before.sizes != after.sizes:
+                    raise SpecError(variant.graph[name].where,
+                                    f"decode variant changes the shape of {name!r}: {before.sizes} -> {after.sizes}",
+                                    "a replaced node must keep its output shape")
+
+    def _options(self, spec: ComponentSpec, given: Mapping, names: dict, where: Where,
+                 base: dict | None = None) -> dict:
+        options = dict(base) if base is not None else {}
+        if base is None:
+            for key, default in spec.options.items():
+                options[key] = self._option_value(default, default, names, where.at(f"options.{key}"))
+        for key, value in given.items():
+            if key not in spec.options:
+                raise SpecError(where.at(f"with.{key}"), f"component {spec.name} has no option {key!r}",
+                                "its options are: " + ", ".join(spec.options) if spec.options
+                                else f"component {spec.name} takes no options")
+            options[key] = self._option_value(value, spec.options[key], names, where.at(f"with.{key}"))
+        return options
+
+    def _option_value(self, value: Any, default: Any, names: dict, where: Where) -> Any:
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(default, str) and isinstance(value, str):
+            return value
+        if isinstance(default, bool):
+            raise SpecError(where, f"expected true or false, got {value!r}")
+        return self._eval(value, expr.Scope(names), where)
+
+    # -- layer stacks --------------------------------------------------------------------------------
+    def walk_repeat(self, node: NodeSpec, inputs: list, scope: _Scope, uid: str) -> Any:
+        where = node.where
+        count_sym = self._eval(node.target, expr.Scope(self.names(scope)), where.at("repeat"))
+        count = self._eval(node.target, expr.Scope(self.numeric_dims), where.at("repeat"))
+        offset = 0
+        if node.index_from is not None:
+            offset = int(self._eval(node.index_from, expr.Scope(self.numeric_dims, self.config),
+                                    where.at("index_from")))
+        plan: dict[str, list[int]] = {}
+        for layer in range(int(count)):
+            plan.setdefault(self._template_for(node, layer), []).append(layer)
+        output = None
+        for template, layers in plan.items():
+            if len(plan) == 1:
+                repeat = count_sym
+            else:
+                name = f"{node.target}_{template}" if isinstance(node.target, str) else f"layers_{template}"
+                repeat = sympy.Integer(len(layers)) if self.binding.numeric else symbols.dim(name)
+                self.values[name] = repeat
+            fill = self.model.templates[template]
+            layer_scope = replace(scope, repeat=scope.repeat * repeat,
+                                  module=_join(_join(scope.module, node.module or node.name), "{layer}"))
+            template_uid = f"{uid}[{template}]"
+            result = self.walk_component(NodeSpec(node.name, "component", fill.component, where,
+                                                  module=""), fill, inputs, layer_scope, template_uid)
+            row = self.components[template_uid]
+            self.components[template_uid] = replace(row, template=template,
+                                                    layers=tuple(i + offset for i in layers))
+            if output is not None and self.binding.numeric:
+                before = _single(output)[0].sizes
+                after = _single(result)[0].sizes
+                if before != after:
+                    raise SpecError(where, f"templates of {node.name!r} produce different shapes",
+                                    "every layer template must map hidden to hidden")
+            output = result
+        if output is None:
+            raise SpecError(where, f"{node.name!r} repeats zero layers", "check the repeat count")
+        return output
+
+    def _template_for(self, node: NodeSpec, layer: int) -> str:
+        schedule = node.schedule
+        where = node.where.at("schedule")
+        if schedule.by is not None:
+            values = self._eval(schedule.by, expr.Scope({}, self.config), where.at("by"))
+            if not isinstance(values, list) or layer >= len(values):
+                raise SpecError(where.at("by"), f"{schedule.by} has no entry for layer {layer}",
+                                "the per-layer list must cover every repeated layer")
+            key = values[layer]
+            if key not in schedule.mapping:
+                raise SpecError(where.at("map"), f"layer {layer} is {key!r}, which the map does not cover",
+                                f"add `{key}: <template>` to the map")
+            return schedule.mapping[key]
+        for rule in schedule.rules:
+            if rule.when is None:
+                return rule.template
+            hit = self._eval(rule.when, expr.Scope({"layer": layer}, self.config), where.at("when"))
+            if not isinstance(hit, bool):
+                raise SpecError(where.at("when"), "schedule `when:` must be a condition")
+            if hit:
+                return rule.template
+        raise SpecError(where, f"no schedule rule matches layer {layer}",
+                        "end the list with a rule without `when:`")
+
+
+def _join(prefix: str, segment: str) -> str:
+    if not segment:
+        return prefix
+    return f"{prefix}.{segment}" if prefix else segment
+
+
+def _single(value: Any) -> tuple[Tensor, str]:
+    if isinstance(value, dict):
+        return next(iter(value.values()))
+    return value
+
+
+def walk_model(corpus: Corpus, model: ModelSpec, binding: Binding) -> Analysis:
+    """Evaluate ``model`` under ``binding`` into :class:`Analysis` tables."""
+    return _Walker(corpus, model, binding).walk()
