@@ -1,0 +1,126 @@
+"""The ``archledger`` command line.
+
+Layer: engine (the CLI of the engine half; the site half adds its own commands later).
+Every failure caused by input prints one line (``file:line: field: problem — hint``) on stderr
+and exits with status 2; nothing is written in that case.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import sympy
+
+from engine.errors import SpecError
+
+
+def _human(value: sympy.Expr, unit: str = "") -> str:
+    """1234567 -> '1.23 M' (decimal prefixes); exact integer kept alongside by callers."""
+    number = float(value)
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(number) >= scale:
+            return f"{number / scale:.2f} {prefix}{unit}"
+    return f"{number:g} {unit}".rstrip()
+
+
+def _formula(expr: sympy.Expr) -> str:
+    return str(expr)
+
+
+def _flatten(overview: dict) -> list[tuple[str, object]]:
+    rows = []
+    for key, value in overview.items():
+        if isinstance(value, dict):
+            rows.extend((f"{key}[{sub}]", q) for sub, q in value.items())
+        else:
+            rows.append((key, value))
+    return rows
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from engine.api import evaluate
+    ev = evaluate(args.model, args.corpus)
+    overview = ev.overview(args.kv_dtype)
+    if args.json:
+        out = {"model_id": ev.model.model_id, "family": ev.model.family, "kv_dtype": args.kv_dtype,
+               "bound": {k: int(v) for k, v in sorted(ev.bound.items())}}
+        for key, q in _flatten(overview):
+            out[key] = {"value": int(q.value), "formula": _formula(q.formula)}
+        json.dump(out, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{ev.model.display_name}  ({ev.model.model_id}, {ev.model.model_type})")
+    units = {"params": "", "checkpoint_bytes": "B", "kv": "B"}
+    for key, q in _flatten(overview):
+        unit = next((u for prefix, u in units.items() if key.startswith(prefix)), "")
+        print(f"  {key:44s} {int(q.value):>20,}  {_human(q.value, unit)}")
+        if args.formula:
+            print(f"  {'':44s} = {_formula(q.formula)}")
+    if args.formula:
+        print("  bound: " + ", ".join(f"{k}={int(v)}" for k, v in sorted(ev.bound.items())))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from engine.corpus import load_corpus
+    corpus = load_corpus(args.corpus)
+    for model in corpus.models.values():
+        print(f"{model.model_id:45s} {model.model_type:12s} {model.family}")
+    return 0
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from engine.corpus import load_corpus
+    from engine.snapshot import config_snapshot
+    corpus = load_corpus(args.corpus)
+    model = corpus.find_model(args.model)
+    text = config_snapshot(corpus, model, Path(args.config), f"hf:{model.model_id} config.json")
+    target = corpus.root / "snapshots" / (model.model_id.replace("/", "--") + ".yaml")
+    tmp = target.with_suffix(".yaml.tmp")
+    tmp.write_text(text)
+    tmp.replace(target)
+    print(f"wrote {target}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="archledger", description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", default=None, help="corpus folder (default: the repo's corpus/)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    show = sub.add_parser("show", help="overview of one model: params, checkpoint bytes, KV per token")
+    show.add_argument("model", help="HF id or a unique suffix, e.g. DeepSeek-V3")
+    show.add_argument("--formula", action="store_true", help="print the formula behind each number")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"], help="KV cache dtype")
+    show.set_defaults(func=cmd_show)
+
+    lst = sub.add_parser("list", help="the models in the corpus")
+    lst.set_defaults(func=cmd_list)
+
+    snap = sub.add_parser("snapshot", help="record the config fields a spec binds from a config.json")
+    snap.add_argument("model")
+    snap.add_argument("--config", required=True, help="path to the model's config.json")
+    snap.set_defaults(func=cmd_snapshot)
+
+    bench = sub.add_parser("bench", help="time loading and evaluating the corpus")
+    bench.add_argument("--repeat", type=int, default=3)
+    bench.set_defaults(func=lambda a: __import__("engine.bench", fromlist=["run"]).run(a))
+
+    build = sub.add_parser("build", help="evaluate every spec and write build/results/")
+    build.add_argument("--out", default="build", help="output folder (default: build)")
+    build.add_argument("--models", nargs="*", help="limit to these models")
+    build.set_defaults(func=lambda a: __import__("engine.build", fromlist=["run"]).run(a))
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except SpecError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""KV cache accounting from the walk's cache declarations and their growth laws.
+
+Layer: engine. A cache entry stores ``per_token`` elements per layer instance for each token it
+keeps; how many tokens it keeps at context length L is its growth law:
+
+* ``every_token``: L;   * ``window``: min(L, window);   * ``compressed``: floor(L / every);
+* ``state``: 1 (a fixed recurrent state per request).
+
+Nothing here is stored: every number is derived from the Analysis when asked.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import sympy
+
+from engine.evaluate import Analysis, CacheRow
+from engine import symbols
+
+#: Bytes per cached element by KV dtype.
+KV_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+
+
+def element_bytes(kv_dtype: str) -> int:
+    if kv_dtype not in KV_DTYPE_BYTES:
+        raise ValueError(f"unknown KV dtype {kv_dtype!r}; use one of {', '.join(KV_DTYPE_BYTES)}")
+    return KV_DTYPE_BYTES[kv_dtype]
+
+
+def tokens_kept(cache: CacheRow, length: sympy.Expr) -> sympy.Expr:
+    """Tokens (or entries) the cache holds at context ``length``, by its growth law."""
+    if cache.growth == "window":
+        return sympy.Min(length, cache.window)
+    if cache.growth == "compressed":
+        return sympy.floor(length / cache.every)
+    if cache.growth == "state":
+        return sympy.Integer(1)
+    return length
+
+
+def caches(analysis: Analysis, stack: str = "main") -> list[CacheRow]:
+    return [c for c in analysis.caches if c.stack == stack]
+
+
+def bytes_per_token(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> dict[str, sympy.Expr]:
+    """Per cache kind: bytes added per token while the cache grows (all layers)."""
+    out: dict[str, sympy.Expr] = defaultdict(lambda: sympy.Integer(0))
+    for cache in caches(analysis, stack):
+        if cache.growth != "state":
+            key = cache.kind if cache.growth == "every_token" else f"{cache.kind} ({cache.growth})"
+            out[key] += cache.per_token * cache.repeat * element_bytes(kv_dtype)
+    return dict(out)
+
+
+def growing_bytes_per_token(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> sympy.Expr:
+    """Bytes per token of the caches that grow with context without bound."""
+    return sum((c.per_token * c.repeat * element_bytes(kv_dtype)
+                for c in caches(analysis, stack) if c.growth == "every_token"), sympy.Integer(0))
+
+
+def fixed_bytes_per_request(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> sympy.Expr:
+    """Per request, window-capped caches at their full window and recurrent states."""
+    total = sympy.Integer(0)
+    for c in caches(analysis, stack):
+        if c.growth == "window":
+            total += c.window * c.per_token * c.repeat * element_bytes(kv_dtype)
+        elif c.growth == "state":
+            total += c.per_token * c.repeat * element_bytes(kv_dtype)
+    return total
+
+
+def bytes_per_request(analysis: Analysis, length: sympy.Expr | int | None = None,
+                      kv_dtype: str = "bf16", stack: str = "main") -> sympy.Expr:
+    """KV bytes one request holds at context ``length`` (a symbol ``length`` when omitted)."""
+    length = symbols.dim(symbols.LENGTH) if length is None else sympy.Integer(length) \
+        if isinstance(length, int) else length
+    return sum((tokens_kept(c, length) * c.per_token * c.repeat * element_bytes(kv_dtype)
+                for c in caches(analysis, stack)), sympy.Integer(0))

@@ -1,0 +1,113 @@
+"""Checkpoint storage: which tensors a spec's weights become on disk, their dtypes, shapes and bytes.
+
+Layer: engine. :func:`checkpoint_tensors` is the one place weight bytes are computed, from the
+walk's weight leaves (geometry) and the model's ``quant_context`` (format). Architecture never
+mentions dtypes; a quant scheme (``corpus/quant/*.yaml``) says what a matrix leaf becomes (a
+packed payload plus scale tensors) and which dtype vectors keep.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import reduce
+import operator
+
+import sympy
+
+from engine import expr
+from engine.corpus import Corpus
+from engine.errors import SpecError
+from engine.evaluate import Analysis, LeafRow, NodeRow
+from engine.ir import ModelSpec, QuantScheme
+
+#: Bytes per element of safetensors dtypes.
+DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
+               "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class TensorRow:
+    """One stored tensor (``count`` identical ones: one per layer and, unless stacked, per expert)."""
+
+    key: str
+    dtype: str
+    shape: tuple[sympy.Expr, ...]
+    count: sympy.Expr
+    uid: str
+    leaf: str
+    role: str
+    scheme: str
+    stack: str
+
+    @property
+    def numel(self) -> sympy.Expr:
+        return reduce(operator.mul, self.shape, sympy.Integer(1))
+
+    @property
+    def bytes(self) -> sympy.Expr:
+        """Bytes of one tensor."""
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+    @property
+    def total_bytes(self) -> sympy.Expr:
+        return self.bytes * self.count
+
+
+def scheme_for(model: ModelSpec, corpus: Corpus, leaf: LeafRow) -> QuantScheme:
+    """The quant scheme of a leaf: ``role.leaf`` override, then ``role``, then the default."""
+    for key in (f"{leaf.role}.{leaf.name}", leaf.role, "*"):
+        if key in model.quant:
+            return corpus.schemes[model.quant[key]]
+    raise AssertionError("quant_context always has a default")  # loader guarantees "*"
+
+
+def _stored(row: NodeRow, leaf: LeafRow, scheme: QuantScheme, numeric: bool) -> list[tuple[str, str, tuple]]:
+    sizes = tuple(a.size for a in leaf.axes)
+    lead = (row.instances,) if row.stacked else ()
+    if not leaf.matrix:
+        return [(leaf.key, scheme.vector_dtype, lead + sizes)]
+    *batch, rows, cols = sizes
+    module = leaf.key[: -len(".weight")] if leaf.key.endswith(".weight") else leaf.key
+    out = []
+    for tensor in scheme.matrix:
+        shape = []
+        for i, text in enumerate(tensor.shape):
+            value = expr.evaluate(text, expr.Scope({"rows": rows, "cols": cols}))
+            if numeric and not (value.is_integer or (value.is_number and value == int(value))):
+                raise SpecError(row.where, f"{scheme.name}: {tensor.key} axis {i} = {text} is {value} "
+                                f"for {leaf.key} (rows={rows}, cols={cols}), not an integer",
+                                "this scheme cannot store this matrix; pick another in quant_context")
+            shape.append(value)
+        key = tensor.key.format(weight=leaf.key, module=module)
+        out.append((key, tensor.dtype, lead + tuple(batch) + tuple(shape)))
+    return out
+
+
+def checkpoint_tensors(analysis: Analysis, model: ModelSpec, corpus: Corpus) -> list[TensorRow]:
+    """Every stored tensor of the model (all stacks), from the canonical (prefill) graph's leaves."""
+    numeric = analysis.mode == "numeric"
+    rows = []
+    for row in analysis.rows.values():
+        if "prefill" not in row.phases or row.shares:
+            continue
+        count = row.repeat * (sympy.Integer(1) if row.stacked else row.instances)
+        for leaf in row.leaves:
+            scheme = scheme_for(model, corpus, leaf)
+            for key, dtype, shape in _stored(row, leaf, scheme, numeric):
+                rows.append(TensorRow(key, dtype, shape, count, row.uid, leaf.name, leaf.role,
+                                      scheme.name, row.stack))
+    return rows
+
+
+def bytes_by_dtype(tensors: list[TensorRow], stack: str | None = None) -> dict[str, sympy.Expr]:
+    """Checkpoint bytes per dtype (optionally for one stack)."""
+    out: dict[str, sympy.Expr] = defaultdict(lambda: sympy.Integer(0))
+    for t in tensors:
+        if stack is None or t.stack == stack:
+            out[t.dtype] += t.total_bytes
+    return dict(sorted(out.items()))
+
+
+def tensor_count(tensors: list[TensorRow], stack: str | None = None) -> sympy.Expr:
+    """Number of stored tensors (optionally for one stack)."""
+    return sum((t.count for t in tensors if stack is None or t.stack == stack), sympy.Integer(0))
