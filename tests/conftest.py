@@ -1,0 +1,40 @@
+"""Shared fixtures: the corpus is loaded once and each model evaluated once per session."""
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import pytest
+
+from engine.api import Evaluation, evaluate_spec
+from engine.corpus import Corpus, load_corpus
+
+REPO = Path(__file__).resolve().parent.parent
+#: Published config.json files (outside the repo; CI has shared/ beside the checkout).
+HF_CONFIGS = Path(os.environ.get("ARCHLEDGER_HF_CONFIGS", REPO.parent / "shared" / "reference" / "hf_configs"))
+
+MODEL_IDS = sorted(p.stem.replace("--", "/", 1) for p in (REPO / "corpus" / "models").glob("*.yaml"))
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Corpus:
+    return load_corpus()
+
+
+@functools.lru_cache(maxsize=None)
+def _evaluation(model_id: str) -> Evaluation:
+    corpus = load_corpus()
+    return evaluate_spec(corpus, corpus.models[model_id])
+
+
+@pytest.fixture(scope="session")
+def evaluation():
+    """``evaluation(model_id)`` -> the model's Evaluation (cached for the session)."""
+    return _evaluation
+
+
+def hf_config_path(model_id: str) -> Path:
+    path = HF_CONFIGS / (model_id.replace("/", "--") + ".json")
+    assert path.exists(), f"published config missing: {path} (set ARCHLEDGER_HF_CONFIGS)"
+    return path

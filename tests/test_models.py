@@ -1,0 +1,244 @@
+"""Every corpus model against external facts: model cards, papers, published checkpoints.
+
+Expectations are written from the publishers' figures or derived here from the config by the
+papers' definitions — never read back from the engine.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import sympy
+
+from engine import kv, quantities, storage
+from tests.conftest import MODEL_IDS, hf_config_path
+
+GIB = 2**30
+
+
+def config(model_id: str) -> dict:
+    return json.loads(hf_config_path(model_id).read_text())
+
+
+def numbers(ev):
+    a = ev.numeric
+    tensors = storage.checkpoint_tensors(a, ev.model, ev.corpus)
+    return a, tensors
+
+
+# -- active parameters per token (MoE) -------------------------------------------------------------
+
+def test_deepseek_v3_active_params(evaluation):
+    """DeepSeek's weight documentation: 36.6B activated parameters (incl. 0.9B output head),
+    i.e. without the input embedding."""
+    a = evaluation("deepseek-ai/DeepSeek-V3").numeric
+    active = quantities.params_active(a) - quantities.params_embedding(a)
+    assert round(float(active) / 1e8) == 366
+    assert round(float(quantities.params_total(a)) / 1e9) == 671
+
+
+@pytest.mark.parametrize("model_id, total_b, active_b", [
+    ("openai/gpt-oss-120b", 116.83, 5.13),   # OpenAI model card (active excludes the embedding)
+    ("openai/gpt-oss-20b", 20.91, 3.61),
+])
+def test_gpt_oss_params_from_model_card(model_id, total_b, active_b, evaluation):
+    a = evaluation(model_id).numeric
+    assert round(float(quantities.params_total(a)) / 1e9, 2) == total_b
+    assert round(float(quantities.params_active(a) - quantities.params_embedding(a)) / 1e9, 2) == active_b
+
+
+def test_mixtral_params_from_announcement(evaluation):
+    """Mistral: 46.7B total parameters, 12.9B used per token."""
+    a = evaluation("mistralai/Mixtral-8x7B-v0.1").numeric
+    assert round(float(quantities.params_total(a)) / 1e9, 1) == 46.7
+    assert round(float(quantities.params_active(a)) / 1e9, 1) == 12.9
+
+
+@pytest.mark.parametrize("model_id, total_b, non_embedding_b", [
+    ("Qwen/Qwen3-8B", 8.2, 6.95), ("Qwen/Qwen3-32B", 32.8, 31.2),
+    ("Qwen/Qwen3-30B-A3B", 30.5, 29.9), ("Qwen/Qwen3-235B-A22B", 235, 234),
+])
+def test_qwen3_params_from_model_cards(model_id, total_b, non_embedding_b, evaluation):
+    """Qwen3 model cards: total and non-embedding (embedding and head excluded) parameters."""
+    a = evaluation(model_id).numeric
+    total = float(quantities.params_total(a)) / 1e9
+    non_embedding = total - float(quantities.params_embedding(a) + quantities.params_by_role(a, "lm_head")) / 1e9
+    digits = 2 if non_embedding_b == 6.95 else (0 if total_b == 235 else 1)
+    assert round(float(total), 1 if total_b != 235 else 0) == total_b
+    assert round(float(non_embedding), digits) == non_embedding_b
+
+
+@pytest.mark.parametrize("model_id, activated_b", [("Qwen/Qwen3-30B-A3B", 3.3), ("Qwen/Qwen3-235B-A22B", 22)])
+def test_qwen3_moe_activated(model_id, activated_b, evaluation):
+    """Qwen3 model cards: "3.3B activated" / "22B activated" (figures truncated, not rounded)."""
+    a = evaluation(model_id).numeric
+    scale = 10 if activated_b < 10 else 1
+    assert int(float(quantities.params_active(a)) / 1e9 * scale) / scale == activated_b
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_active_params_from_config(model_id, evaluation):
+    """Active = total - (n_experts - top_k) x per-expert params x MoE layers (gated MLP: 3 matrices)."""
+    c = config(model_id)
+    a = evaluation(model_id).numeric
+    n_experts = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts")
+    if not n_experts:
+        assert quantities.params_active(a) == quantities.params_total(a)
+        return
+    top_k = c["num_experts_per_tok"]
+    width = c.get("moe_intermediate_size") or c["intermediate_size"]
+    per_expert = 3 * c["hidden_size"] * width
+    if c["model_type"] == "gpt_oss":
+        per_expert += 2 * width + c["hidden_size"]   # gate_up and down biases
+    moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
+    expected = quantities.params_total(a) - (n_experts - top_k) * per_expert * moe_layers
+    assert quantities.params_active(a) == expected
+
+
+# -- checkpoint storage ------------------------------------------------------------------------------
+
+def test_llama_8b_checkpoint_matches_published_index(evaluation):
+    """Meta-Llama-3.1-8B: 291 tensors (9 per layer + embedding, norm, head), all BF16."""
+    a, tensors = numbers(evaluation("meta-llama/Meta-Llama-3.1-8B"))
+    assert storage.tensor_count(tensors) == 32 * 9 + 3
+    assert storage.bytes_by_dtype(tensors) == {"BF16": 2 * quantities.params_total(a)}
+
+
+@pytest.mark.parametrize("model_id, gib", [("openai/gpt-oss-120b", 60.8), ("openai/gpt-oss-20b", 12.8)])
+def test_gpt_oss_checkpoint_size_from_model_card(model_id, gib, evaluation):
+    """OpenAI's model card lists checkpoint sizes of 60.8 GiB and 12.8 GiB (MXFP4 experts)."""
+    _, tensors = numbers(evaluation(model_id))
+    assert round(float(sum(t.total_bytes for t in tensors)) / GIB, 1) == gib
+
+
+@pytest.mark.parametrize("model_id", ["openai/gpt-oss-120b", "openai/gpt-oss-20b"])
+def test_gpt_oss_mxfp4_layout(model_id, evaluation):
+    """Experts: uint8 blocks [E, rows, cols/32, 16] and E8M0 scales [E, rows, cols/32]; rest BF16."""
+    c = config(model_id)
+    _, tensors = numbers(evaluation(model_id))
+    e, h, f = c["num_local_experts"], c["hidden_size"], c["intermediate_size"]
+    by_key = {t.key: t for t in tensors}
+    layer = "model.layers.{layer}.mlp.experts."
+    assert by_key[layer + "gate_up_proj_blocks"].shape == (e, 2 * f, h // 32, 16)
+    assert by_key[layer + "gate_up_proj_scales"].shape == (e, 2 * f, h // 32)
+    assert by_key[layer + "down_proj_blocks"].shape == (e, h, f // 32, 16)
+    assert by_key[layer + "gate_up_proj_bias"].dtype == "BF16"
+    assert {t.dtype for t in tensors if "experts" not in t.key} == {"BF16"}
+    # 19 tensors per layer: attention 4 weights + 4 biases + sinks, 2 norms, router weight + bias,
+    # experts 2 x (blocks, scales, bias); plus embedding, final norm, head.
+    assert storage.tensor_count(tensors) == 19 * c["num_hidden_layers"] + 3
+
+
+def test_deepseek_v3_fp8_checkpoint(evaluation):
+    """FP8 E4M3 weights with float32 128x128 block inverse scales; 91,991 tensors.
+
+    The published repository's safetensors files total 688,586,727,753 bytes including their
+    JSON headers (about 130 bytes per tensor entry), so the tensor data must fall just below.
+    """
+    c = config("deepseek-ai/DeepSeek-V3")
+    _, tensors = numbers(evaluation("deepseek-ai/DeepSeek-V3"))
+    by_key = {t.key: t for t in tensors}
+    h, q = c["hidden_size"], c["q_lora_rank"]
+    q_a = "model.layers.{layer}.self_attn.q_a_proj.weight"
+    assert by_key[q_a].dtype == "F8_E4M3" and by_key[q_a].shape == (q, h)
+    scale = by_key[q_a + "_scale_inv"]
+    assert scale.dtype == "F32" and scale.shape == (-(-q // 128), -(-h // 128))
+    assert by_key["model.layers.{layer}.mlp.gate.weight"].dtype == "BF16"
+    assert by_key["model.layers.{layer}.mlp.gate.e_score_correction_bias"].dtype == "F32"
+    assert by_key["model.embed_tokens.weight"].dtype == "BF16"
+    assert by_key["model.layers.{layer}.eh_proj.weight"].dtype == "BF16"
+    # per dense layer: 5 MLA projections x (weight + scale) + 2 MLA norms + 3 MLP x 2 + 2 norms = 20
+    # per MoE layer: 12 + 2 norms + gate + bias + shared 3 x 2 + 256 experts x 6
+    # MTP layer: MoE layer + embed, enorm, hnorm, eh_proj, shared_head norm + head
+    e, dense = c["n_routed_experts"], c["first_k_dense_replace"]
+    moe_layer = 12 + 2 + 2 + 6 + 6 * e
+    expected = dense * 20 + (c["num_hidden_layers"] - dense) * moe_layer + (moe_layer + 6) + 3
+    assert storage.tensor_count(tensors) == expected == 91_991
+    data = sum(t.total_bytes for t in tensors)
+    header = 688_586_727_753 - data
+    assert 0 < header < expected * 200
+
+
+# -- KV cache ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model_id", [m for m in MODEL_IDS if "Llama" in m or "Qwen" in m or "Mixtral" in m])
+def test_gqa_kv_bytes_per_token(model_id, evaluation):
+    """GQA: keys and values, n_kv_heads x head_dim each, every layer, 2 bytes in BF16."""
+    c = config(model_id)
+    head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    expected = 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * head_dim * 2
+    a = evaluation(model_id).numeric
+    assert kv.bytes_per_token(a) == {"kv": expected}
+    assert kv.bytes_per_token(a, "fp8") == {"kv": expected // 2}
+    assert kv.bytes_per_request(a, 4096) == 4096 * expected
+
+
+def test_llama_8b_kv_is_128_kib_per_token(evaluation):
+    assert kv.growing_bytes_per_token(evaluation("meta-llama/Meta-Llama-3.1-8B").numeric) == 128 * 1024
+
+
+def test_deepseek_v3_mla_kv(evaluation):
+    """MLA caches (d_c + d_h^R) elements per token per layer (DeepSeek-V2 paper, Table 1),
+    independent of the head count: the latent and the shared rotary key."""
+    c = config("deepseek-ai/DeepSeek-V3")
+    a = evaluation("deepseek-ai/DeepSeek-V3").numeric
+    layers = c["num_hidden_layers"]
+    assert kv.bytes_per_token(a) == {"mla_latent": c["kv_lora_rank"] * layers * 2,
+                                     "mla_rope_key": c["qk_rope_head_dim"] * layers * 2}
+    assert kv.growing_bytes_per_token(a) == 70_272
+    assert kv.bytes_per_request(a, 128 * 1024) == 128 * 1024 * 70_272
+
+
+@pytest.mark.parametrize("model_id", ["openai/gpt-oss-20b", "openai/gpt-oss-120b"])
+def test_gpt_oss_window_capped_kv(model_id, evaluation):
+    """Full layers grow every token; sliding layers keep at most `sliding_window` tokens;
+    attention sinks are learned logits, not cache."""
+    c = config(model_id)
+    a = evaluation(model_id).numeric
+    per_layer_token = 2 * c["num_key_value_heads"] * c["head_dim"] * 2
+    full = c["layer_types"].count("full_attention")
+    sliding = c["layer_types"].count("sliding_attention")
+    window = c["sliding_window"]
+    assert kv.growing_bytes_per_token(a) == full * per_layer_token
+    assert kv.fixed_bytes_per_request(a) == sliding * window * per_layer_token
+    for length in (100, 128, 4096, 131072):
+        expected = (full * length + sliding * min(length, window)) * per_layer_token
+        assert kv.bytes_per_request(a, length) == expected
+
+
+# -- structure -----------------------------------------------------------------------------------------
+
+def test_deepseek_v3_layer_plan_and_mtp(evaluation):
+    """3 dense layers then 58 MoE layers; MTP stored as layer 61, reported outside the main stack."""
+    c = config("deepseek-ai/DeepSeek-V3")
+    a = evaluation("deepseek-ai/DeepSeek-V3").numeric
+    plans = {row.template: row.layers for row in a.components.values() if row.template}
+    assert plans["dense"] == tuple(range(c["first_k_dense_replace"]))
+    assert plans["moe"] == tuple(range(c["first_k_dense_replace"], c["num_hidden_layers"]))
+    assert plans["mtp"] == (c["num_hidden_layers"],)
+    h, v = c["hidden_size"], c["vocab_size"]
+    mtp = quantities.params_total(a, "mtp")
+    assert quantities.params_total(a, None) == quantities.params_total(a) + mtp
+    # MTP = one MoE decoder layer + own embedding and head + eh_proj (2h x h) + 3 norms (enorm, hnorm, head norm)
+    moe_rows = [r for r in a.rows.values() if r.stack == "main" and "[moe]" in r.uid and "prefill" in r.phases]
+    one_moe_layer = sum(r.params * r.instances for r in moe_rows)
+    assert mtp == one_moe_layer + 2 * v * h + 2 * h * h + 3 * h
+
+
+def test_mla_decode_uses_absorbed_variant(evaluation):
+    """Decode runs MLA as MQA over the latent: scores over kv_lora_rank + rope dims per head,
+    with kv_b_proj's halves applied per head (weights shared, not re-counted)."""
+    c = config("deepseek-ai/DeepSeek-V3")
+    a = evaluation("deepseek-ai/DeepSeek-V3").numeric
+    decode = quantities.phase_rows(a, "decode")
+    names = {r.name for r in decode}
+    assert "q_absorb" in names and "kv_b_proj" not in names
+    score = next(r for r in decode if r.op == "attention_score" and "[moe]" in r.uid)
+    heads, latent, rope = c["num_attention_heads"], c["kv_lora_rank"], c["qk_rope_head_dim"]
+    batch, ctx = sympy.Symbol("batch", integer=True, positive=True), sympy.Symbol("ctx", integer=True, positive=True)
+    one_token = score.flops.subs({sympy.Symbol("seq", integer=True, positive=True): 1})
+    assert sympy.expand(one_token - 2 * batch * heads * ctx * (latent + rope)) == 0
+    # the absorbed path owns no parameters of its own
+    assert quantities.params_total(a) == sum(
+        r.params * r.repeat * r.instances for r in a.rows.values()
+        if r.stack == "main" and "prefill" in r.phases)
