@@ -50,14 +50,11 @@ class Corpus:
         raise SpecError(where, f"unknown component {name!r}", f"use one of: {known}")
 
     def find_model(self, query: str) -> ModelSpec:
-        """A model by HF id, file stem, or a unique case-insensitive suffix of its id."""
+        """A model by HF id, file stem, or a case-insensitive part of its id that picks one model."""
         if query in self.models:
             return self.models[query]
         wanted = query.lower().replace("--", "/")
-        hits = [m for m in self.models.values()
-                if m.model_id.lower() == wanted or m.model_id.lower().endswith("/" + wanted)
-                or m.model_id.lower().split("/")[-1].endswith(wanted)
-                or Path(m.where.file).stem.lower() == query.lower()]
+        hits = [m for m in self.models.values() if wanted in m.model_id.lower()]
         exact = [m for m in hits if m.model_id.lower().split("/")[-1] == wanted.split("/")[-1]]
         if len(exact) == 1:
             return exact[0]
@@ -83,12 +80,14 @@ class _Reader:
         self.data = load_yaml(path, self.display)
 
     def where(self, mapping: Any, field: str = "", key: str | None = None) -> Where:
-        line = 0
+        """``field`` at ``mapping`` (or at its ``key``); sub-fields resolve to their own lines."""
+        line, node = 0, mapping
         if isinstance(mapping, LineDict):
             line = mapping.line_of(key) if key is not None else mapping.line
+            node = mapping.get(key) if key is not None else mapping
         elif isinstance(mapping, LineList):
             line = mapping.line
-        return Where(self.display, line, field)
+        return Where(self.display, line, field, node)
 
     def mapping(self, value: Any, field: str, parent: Any = None, key: str | None = None) -> LineDict:
         if not isinstance(value, dict):
@@ -217,7 +216,7 @@ def _node(reader: _Reader, name: str, raw: Any, field: str, parent: LineDict,
 
 def _schedule(reader: _Reader, raw: LineDict, field: str) -> Schedule:
     if "template" in raw:
-        return Schedule(rules=(ScheduleRule(reader.string(raw, "template", field)),))
+        return Schedule(rules=(ScheduleRule(reader.string(raw, "template", field), where=reader.where(raw, field)),))
     sched = raw.get("schedule")
     where = reader.where(raw, f"{field}.schedule", "schedule")
     if isinstance(sched, list):
@@ -225,7 +224,8 @@ def _schedule(reader: _Reader, raw: LineDict, field: str) -> Schedule:
         for i, rule in enumerate(sched):
             rule = reader.mapping(rule, f"{field}.schedule[{i}]", raw, "schedule")
             reader.keys(rule, f"{field}.schedule[{i}]", ("template", "when"), ("template",))
-            rules.append(ScheduleRule(rule["template"], rule.get("when")))
+            rules.append(ScheduleRule(rule["template"], rule.get("when"),
+                                      reader.where(rule, f"{field}.schedule[{i}]")))
         return Schedule(rules=tuple(rules))
     if isinstance(sched, dict):
         reader.keys(sched, f"{field}.schedule", ("by", "map"), ("by", "map"))
@@ -317,7 +317,7 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
 
 def _fill(reader: _Reader, raw: Any, field: str, parent: LineDict) -> Fill:
     if isinstance(raw, str):
-        return Fill(raw, reader.where(parent, field))
+        return Fill(raw, reader.where(parent, field, field.rsplit(".", 1)[-1]))
     raw = reader.mapping(raw, field, parent)
     reader.keys(raw, field, ("component", "with", "dims", "modules", "slots", "module"), ("component",))
     slots = {name: _fill(reader, sub, f"{field}.slots.{name}", raw["slots"])
@@ -371,11 +371,11 @@ def _load_model(path: Path, root: Path, roles, schemes) -> ModelSpec:
         _check_edges(graph, set(inputs), reader.where(raw, field))
         for node in graph.values():
             if node.kind == "repeat":
-                rules = node.schedule.rules or ()
-                used = [r.template for r in rules] + list(node.schedule.mapping.values())
-                for template in used:
+                used = [(r.template, r.where.at("template")) for r in node.schedule.rules]
+                used += [(t, node.where.at(f"schedule.map.{k}")) for k, t in node.schedule.mapping.items()]
+                for template, where in used:
                     if template not in templates:
-                        raise SpecError(node.where.at("schedule"), f"unknown template {template!r}",
+                        raise SpecError(where, f"unknown template {template!r}",
                                         "declare it under templates: (known: " + ", ".join(templates) + ")")
         stacks[name] = StackSpec(name, inputs, graph, reader.where(raw, field))
     quant = {}
@@ -383,15 +383,18 @@ def _load_model(path: Path, root: Path, roles, schemes) -> ModelSpec:
     raw_quant = reader.mapping(raw_quant, "quant_context", data, "quant_context")
     reader.keys(raw_quant, "quant_context", ("default", "overrides"), ("default",))
     quant["*"] = raw_quant["default"]
-    for key, scheme in (raw_quant.get("overrides") or {}).items():
+    quant_where = {"*": reader.where(raw_quant, "quant_context.default", "default")}
+    overrides = raw_quant.get("overrides") or {}
+    for key, scheme in overrides.items():
         quant[key] = scheme
+        quant_where[key] = reader.where(overrides, f"quant_context.overrides.{key}", key)
     for key, scheme in quant.items():
         if scheme not in schemes:
-            raise SpecError(reader.where(raw_quant, f"quant_context.{key}"), f"unknown quant scheme {scheme!r}",
+            raise SpecError(quant_where[key], f"unknown quant scheme {scheme!r}",
                             "use one of: " + ", ".join(sorted(schemes)) + " (or add corpus/quant/<name>.yaml)")
         role = key.split(".")[0]
         if key != "*" and role not in roles:
-            raise SpecError(reader.where(raw_quant, f"quant_context.overrides.{key}"), f"unknown role {role!r}",
+            raise SpecError(quant_where[key], f"unknown role {role!r}",
                             "use one of: " + ", ".join(sorted(roles)))
     drafts = reader.names(data.get("drafts"), "drafts", data, "drafts")
     return ModelSpec(model_id, data["model_type"], data["family"], str(data.get("name", model_id.split("/")[-1])),

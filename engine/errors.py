@@ -5,7 +5,9 @@ the CLI prints ``str(error)`` and exits non-zero, so the message must stand on i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field as _field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,15 +17,39 @@ class Where:
     file: str = "<unknown>"
     line: int = 0
     field: str = ""
+    #: The YAML mapping (or list) written at this place, when known: ``at()`` looks sub-fields up
+    #: in it so they point at their own line (a block-style node spans several lines).
+    node: Any = _field(default=None, compare=False, repr=False)
 
     def at(self, field: str, line: int | None = None) -> "Where":
-        """The same file, a sub-field (dotted), optionally a more precise line."""
+        """The same file, a sub-field (dotted, ``a.b``/``a[0].b``), at its own line when known."""
         joined = f"{self.field}.{field}" if self.field else field
-        return Where(self.file, self.line if line is None else line, joined)
+        found, node = self.line, self.node
+        for key, index in _path(field):
+            if not (hasattr(node, "line_of") and key in node):
+                node = None
+                break
+            found, node = node.line_of(key) or found, node[key]
+            if index is not None:
+                if not (isinstance(node, list) and index < len(node)):
+                    node = None
+                    break
+                node = node[index]
+                found = getattr(node, "line", 0) or found
+        return Where(self.file, found if line is None else line, joined, node)
 
     def __str__(self) -> str:
         loc = f"{self.file}:{self.line}" if self.line else self.file
         return f"{loc}: {self.field}" if self.field else loc
+
+
+def _path(field: str) -> list[tuple[str, int | None]]:
+    """'schedule[1].when' -> [('schedule', 1), ('when', None)]."""
+    out = []
+    for part in field.split("."):
+        match = re.fullmatch(r"(.*)\[(\d+)\]", part)
+        out.append((match[1], int(match[2])) if match else (part, None))
+    return out
 
 
 class SpecError(Exception):

@@ -323,7 +323,10 @@ class _Walker:
         return value, uid
 
     def _when(self, node: NodeSpec, scope: _Scope) -> bool:
-        value = self._eval(node.when, expr.Scope(scope.options), node.where.at("when"))
+        unknown = ("a node of a model's stack has no options to test; remove `when:`"
+                   if scope.component.startswith("stack:")
+                   else f"`when:` tests options; declare it under options: in {scope.where.file}")
+        value = self._eval(node.when, expr.Scope(scope.options, unknown=unknown), node.where.at("when"))
         if not isinstance(value, bool):
             raise SpecError(node.where.at("when"), "`when:` must be a condition on options",
                             "e.g. `when: qk_norm` or `when: not fused_gate_up`")
@@ -459,9 +462,9 @@ class _Walker:
         options = self._options(spec, given, names, node.where, base=options)
         stacked = self._attr(node.stacked, scope, node, "stacked")
         dims = dict(scope.dims)
-        for source in (fill.dims, node.dims):
+        for source, written in ((fill.dims, fill.where), (node.dims, node.where)):
             for key, text in source.items():
-                dims[key] = self._eval(text, expr.Scope(names), fill.where.at(f"dims.{key}"))
+                dims[key] = self._eval(text, expr.Scope(names), written.at(f"dims.{key}"))
         repeat = scope.repeat
         instances, active = scope.instances, scope.active
         if node.instances is not None:
@@ -605,9 +608,11 @@ class _Walker:
         for rule in schedule.rules:
             if rule.when is None:
                 return rule.template
-            hit = self._eval(rule.when, expr.Scope({"layer": layer}, self.config), where.at("when"))
+            hit = self._eval(rule.when, expr.Scope({"layer": layer}, self.config,
+                                                   "schedule conditions read `layer` and config.<field>"),
+                             rule.where.at("when"))
             if not isinstance(hit, bool):
-                raise SpecError(where.at("when"), "schedule `when:` must be a condition")
+                raise SpecError(rule.where.at("when"), "schedule `when:` must be a condition")
             if hit:
                 return rule.template
         raise SpecError(where, f"no schedule rule matches layer {layer}",

@@ -47,12 +47,16 @@ class Scope:
 
     names: Mapping[str, Any]
     config: Callable[[tuple], Any] | None = None
+    unknown: str = ""  # hint for an unknown name (default: bind it under dims:)
 
 
 def parse(text: Any) -> ast.expression:
     """Parse (not evaluate) an expression; raise :class:`ExprError` on syntax errors."""
     if not isinstance(text, str):
-        raise ExprError(f"expected an expression string, got {type(text).__name__}")
+        got = ("nothing" if text is None else "a list" if isinstance(text, list)
+               else "a mapping" if isinstance(text, dict) else type(text).__name__)
+        raise ExprError(f"expected a number or an expression, got {got}",
+                        "write e.g. 4096 or 'config.hidden_size // config.num_attention_heads'")
     if len(text) > MAX_LENGTH:
         raise ExprError(f"expression longer than {MAX_LENGTH} characters",
                         "split it into named dims")
@@ -141,9 +145,11 @@ class _Walker:
             return name == "True"
         if name not in self.scope.names:
             known = ", ".join(sorted(k for k in self.scope.names if not k.startswith("_")))
-            raise self.fail(f"unknown name {name!r}",
-                            f"bind it under dims: or use one of: {known}" if known
-                            else "bind it under dims:")
+            if self.scope.unknown:
+                hint = self.scope.unknown + (f" (in scope: {known})" if known else "")
+            else:
+                hint = f"bind it under dims: or use one of: {known}" if known else "bind it under dims:"
+            raise self.fail(f"unknown name {name!r}", hint)
         return _to_sympy(self.scope.names[name], f"name {name!r}")
 
     def _config_path(self, node: ast.AST) -> tuple | None:

@@ -55,6 +55,7 @@ class ScheduleRule:
 
     template: str
     when: Any = None
+    where: Where = field(default_factory=Where)  # the rule (or the node's `template:`), for error lines
 
 
 @dataclass(frozen=True, slots=True)

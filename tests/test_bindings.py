@@ -1,0 +1,70 @@
+"""One walk, two bindings: every formula, evaluated at the numeric binding, equals the number.
+
+For every node of every model: FLOPs, parameters, counts, output shape and weight leaves; for
+every cache entry its per-token size; and the model-level overview quantities.
+"""
+from __future__ import annotations
+
+import pytest
+import sympy
+
+from engine import symbols
+from tests.conftest import MODEL_IDS
+
+
+def _at(formula, bound: dict) -> sympy.Expr:
+    return sympy.expand(formula.xreplace(bound))
+
+
+def _same(formula, number, bound) -> bool:
+    return sympy.expand(_at(formula, bound) - number) == 0
+
+
+@pytest.fixture(scope="module")
+def bound_of():
+    def make(ev):
+        return {symbols.dim(k): v for k, v in ev.numeric.values.items()}
+    return make
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_every_node_formula_equals_number(model_id, evaluation, bound_of):
+    ev = evaluation(model_id)
+    bound = bound_of(ev)
+    assert ev.numeric.rows.keys() == ev.symbolic.rows.keys()
+    for uid, number in ev.numeric.rows.items():
+        formula = ev.symbolic.rows[uid]
+        for field in ("flops", "params", "repeat", "instances", "active"):
+            assert _same(getattr(formula, field), getattr(number, field), bound), (uid, field)
+        assert formula.out.names() == number.out.names(), uid
+        for f_axis, n_axis in zip(formula.out.axes, number.out.axes):
+            assert _same(f_axis.size, n_axis.size, bound), (uid, f_axis.name)
+        assert [leaf.key for leaf in formula.leaves] == [leaf.key for leaf in number.leaves]
+        for f_leaf, n_leaf in zip(formula.leaves, number.leaves):
+            assert _same(f_leaf.numel, n_leaf.numel, bound), (uid, f_leaf.key)
+        assert formula.phases == number.phases and formula.axis_map == number.axis_map
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_every_cache_and_overview_formula_equals_number(model_id, evaluation, bound_of):
+    ev = evaluation(model_id)
+    bound = bound_of(ev)
+    for f_cache, n_cache in zip(ev.symbolic.caches, ev.numeric.caches):
+        assert f_cache.uid == n_cache.uid
+        assert _same(f_cache.per_token, n_cache.per_token, bound)
+        assert _same(f_cache.repeat, n_cache.repeat, bound)
+    for key, quantity in ev.overview().items():
+        items = quantity.items() if isinstance(quantity, dict) else [(key, quantity)]
+        for name, q in items:
+            assert _same(q.formula, q.value, bound), name
+            assert not (q.value.free_symbols - {symbols.dim(d) for d in symbols.SCENARIO_DIMS}), name
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_formulas_are_in_dim_names(model_id, evaluation):
+    """Symbolic params mention only the spec's dims (no stray numbers standing in for dims)."""
+    ev = evaluation(model_id)
+    q = ev.overview()["params_total"]
+    names = {s.name for s in q.formula.free_symbols}
+    assert names <= set(ev.numeric.values), names - set(ev.numeric.values)
+    assert "hidden" in names

@@ -1,0 +1,105 @@
+"""Rule tests for primitive ops: exact shapes, axis maps and formulas (sympy), and geometry errors."""
+from __future__ import annotations
+
+import pytest
+import sympy
+
+from engine import symbols
+from engine.errors import SpecError, Where
+from engine.ops import OPS, OpCall
+from engine.shapes import Axis, Carried, Merged, New, Split, Tensor
+
+B, S, C = (symbols.dim(n) for n in (symbols.BATCH, symbols.SEQ, symbols.CTX))
+H, KV, D, HID, FF, W = (symbols.dim(n) for n in ("n_heads", "n_kv_heads", "d_head", "hidden", "d_ff", "window"))
+
+
+def call(op, inputs, dims=None, attrs=None, scenario=None, check=True):
+    dims = dims or {}
+    full_attrs = dict(OPS[op].attrs)
+    full_attrs.update(attrs or {})
+    scen = {symbols.BATCH: B, symbols.SEQ: S, symbols.CTX: C}
+    scen.update(scenario or {})
+    return OpCall("n", Where("t.yaml", 1), dims, {k: str(v) for k, v in dims.items()}, full_attrs,
+                  tuple(inputs), scen, check)
+
+
+def tensor(*axes):
+    return Tensor(tuple(Axis(str(a), a) for a in axes))
+
+
+def run(op, *args, **kw):
+    c = call(op, *args, **kw)
+    out, amap = OPS[op].shape(c)
+    return c, out, amap
+
+
+def test_linear_contracts_last_axis():
+    c, out, amap = run("linear", [tensor(B, S, HID)], {"in": HID, "out": FF}, {"bias": True})
+    assert out.sizes == (B, S, FF)
+    assert amap.outputs == (Carried(0, 0), Carried(0, 1), New()) and amap.contracted == ((0, 2),)
+    assert OPS["linear"].flops(c, out) == 2 * B * S * HID * FF + B * S * FF
+    assert OPS["linear"].params(c) == HID * FF + FF
+    assert [leaf.name for leaf in OPS["linear"].leaves(c)] == ["weight", "bias"]
+
+
+def test_linear_rejects_wrong_width():
+    with pytest.raises(SpecError, match="does not match in"):
+        run("linear", [Tensor((Axis("hidden", sympy.Integer(4096)),))], {"in": sympy.Integer(5120), "out": FF})
+
+
+def test_split_and_merge_heads_axis_maps():
+    _, out, amap = run("split_heads", [tensor(B, S, H * D)], {"heads": H, "head_dim": D})
+    assert out.sizes == (B, S, H, D)
+    assert amap.outputs[2:] == (Split(0, 2, 0, 2), Split(0, 2, 1, 2))
+    _, merged, mmap = run("merge_heads", [out])
+    assert merged.sizes == (B, S, H * D) and mmap.outputs[2] == Merged(0, (2, 3))
+
+
+def _brute_pairs(seq, ctx, window=None):
+    """Count (query, key) pairs by enumeration: queries at positions ctx-seq+1..ctx."""
+    total = 0
+    for q in range(ctx - seq + 1, ctx + 1):
+        for k in range(1, q + 1):
+            if window is None or q - k < window:
+                total += 1
+    return total
+
+
+@pytest.mark.parametrize("seq, ctx", [(7, 7), (1, 9), (3, 10), (16, 16)])
+@pytest.mark.parametrize("window", [None, 4])
+def test_attention_pairs_match_enumeration(seq, ctx, window):
+    attrs = {"mask": "sliding" if window else "causal"}
+    dims = {"window": sympy.Integer(window)} if window else {}
+    q, k = tensor(B, S, H, D), tensor(B, C, KV, D)
+    c, out, amap = run("attention_score", [q, k], dims, attrs,
+                       scenario={symbols.SEQ: sympy.Integer(seq), symbols.CTX: sympy.Integer(ctx)})
+    assert out.valid == B * H * _brute_pairs(seq, ctx, window)
+    assert OPS["attention_score"].flops(c, out) == 2 * B * H * D * _brute_pairs(seq, ctx, window)
+    assert amap.outputs == (Carried(0, 0), Carried(0, 2), Carried(0, 1), Carried(1, 1))
+
+
+def test_causal_prefill_formula():
+    c, out, _ = run("attention_score", [tensor(B, S, H, D), tensor(B, C, KV, D)])
+    prefill = out.valid.subs(C, S)
+    assert sympy.expand(prefill - B * H * S * (S + 1) / 2) == 0
+
+
+def test_qk_head_dim_mismatch_is_an_error():
+    q = Tensor((Axis("b", B), Axis("s", S), Axis("h", sympy.Integer(8)), Axis("d", sympy.Integer(128))))
+    k = Tensor((Axis("b", B), Axis("t", C), Axis("h", sympy.Integer(8)), Axis("d", sympy.Integer(64))))
+    with pytest.raises(SpecError, match="Q/K head dim mismatch"):
+        run("attention_score", [q, k])
+
+
+def test_kv_cache_window_caps_length():
+    x = Tensor((Axis("batch", B), Axis("seq", S), Axis("kv", KV), Axis("d", D)))
+    _, out, amap = run("kv_cache", [x], {"window": W}, {"growth": "window"})
+    assert out.axes[1].size == sympy.Min(C, W)
+    assert amap.outputs == (Carried(0, 0), New(), Carried(0, 2), Carried(0, 3))
+
+
+def test_every_op_is_documented_and_has_a_shape_kind():
+    kinds = {"preserve", "broadcast", "axis_replace", "axis_select", "axis_concat", "contract",
+             "permute", "source", "explicit"}
+    for name, op in OPS.items():
+        assert op.name == name and op.doc.strip() and op.shape_kind in kinds
