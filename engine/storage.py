@@ -70,15 +70,15 @@ def _stored(row: NodeRow, leaf: LeafRow, scheme: QuantScheme, numeric: bool) -> 
     module = leaf.key[: -len(".weight")] if leaf.key.endswith(".weight") else leaf.key
     out = []
     for tensor in scheme.matrix:
+        key = tensor.key.format(weight=leaf.key, module=module)
         shape = []
         for i, text in enumerate(tensor.shape):
             value = expr.evaluate(text, expr.Scope({"rows": rows, "cols": cols}))
             if numeric and not (value.is_integer or (value.is_number and value == int(value))):
-                raise SpecError(row.where, f"{scheme.name}: {tensor.key} axis {i} = {text} is {value} "
-                                f"for {leaf.key} (rows={rows}, cols={cols}), not an integer",
+                raise SpecError(row.where, f"{scheme.name} cannot store {leaf.key}: axis {i} of {key} "
+                                f"= {text} = {value} (rows={rows}, cols={cols}) is not an integer",
                                 "this scheme cannot store this matrix; pick another in quant_context")
             shape.append(value)
-        key = tensor.key.format(weight=leaf.key, module=module)
         out.append((key, tensor.dtype, lead + tuple(batch) + tuple(shape)))
     return out
 
