@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import expr, symbols
+from engine.dtypes import DTYPE_BYTES
 from engine.errors import SpecError, Where
 from engine.ir import (CacheSpec, ComponentSpec, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
                        RoleInfo, Schedule, ScheduleRule, Snapshot, StackSpec, StoredTensor,
@@ -109,7 +111,7 @@ class _Reader:
         value = mapping.get(key, default)
         if not isinstance(value, str):
             raise SpecError(self.where(mapping, f"{field}.{key}" if field else key, key),
-                            f"expected a string, got {_kind(value)}")
+                            f"expected a string, got {_kind(value)}", f"write `{key}: <name>`")
         return value
 
     def names(self, value: Any, field: str, parent: Any, key: str) -> tuple[str, ...]:
@@ -119,7 +121,13 @@ class _Reader:
             return (value,)
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return tuple(value)
-        raise SpecError(self.where(parent, field, key), f"expected a name or list of names, got {_kind(value)}")
+        if isinstance(value, list):
+            value = next(v for v in value if not isinstance(v, str))
+            got = f"a list containing {_kind(value)}"
+        else:
+            got = _kind(value)
+        raise SpecError(self.where(parent, field, key), f"expected a name or list of names, got {got}",
+                        f"write `{key}: name` or `{key}: [name, name]`")
 
 
 def _kind(value: Any) -> str:
@@ -150,6 +158,9 @@ def _load_roles(root: Path) -> dict[str, RoleInfo]:
     return {name: RoleInfo(name, str(doc)) for name, doc in table.items()}
 
 
+_MATRIX_AXES = {"rows": symbols.dim("rows"), "cols": symbols.dim("cols")}
+
+
 def _load_scheme(path: Path, root: Path) -> QuantScheme:
     reader = _Reader(path, root)
     data = reader.mapping(reader.data, "")
@@ -159,11 +170,30 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
     for i, entry in enumerate(data["matrix"] or []):
         entry = reader.mapping(entry, f"matrix[{i}]", data, "matrix")
         reader.keys(entry, f"matrix[{i}]", ("key", "dtype", "shape"), ("key", "dtype", "shape"))
+        try:
+            entry["key"].format(weight="w", module="m")
+        except (AttributeError, KeyError, IndexError, ValueError):
+            raise SpecError(reader.where(entry, f"matrix[{i}].key", "key"), f"bad key template {entry['key']!r}",
+                            'write "{weight}", "{weight}_scale" or "{module}.input_scale"') from None
+        where = reader.where(entry, f"matrix[{i}].shape", "shape")
+        if not isinstance(entry["shape"], list):
+            raise SpecError(where, f"expected a list, got {_kind(entry['shape'])}", "write shape: [rows, cols]")
+        for text in entry["shape"]:  # checked here so a bad scheme fails at load, not mid-build
+            try:
+                expr.evaluate(text, expr.Scope(_MATRIX_AXES, unknown="a scheme shape can use rows and cols"))
+            except expr.ExprError as exc:
+                raise SpecError(where, str(exc), exc.hint) from None
+        if entry["dtype"] not in DTYPE_BYTES:
+            raise SpecError(reader.where(entry, f"matrix[{i}].dtype", "dtype"), f"unknown dtype {entry['dtype']!r}",
+                            "use one of: " + ", ".join(DTYPE_BYTES))
         tensors.append(StoredTensor(entry["key"], entry["dtype"], tuple(entry["shape"])))
     if data["scheme"] != path.stem:
         raise SpecError(reader.where(data, "scheme", "scheme"),
                         f"scheme name {data['scheme']!r} differs from its file name",
                         f"name the file {data['scheme']}.yaml")
+    if data["vector_dtype"] not in DTYPE_BYTES:
+        raise SpecError(reader.where(data, "vector_dtype", "vector_dtype"), f"unknown dtype {data['vector_dtype']!r}",
+                        "use one of: " + ", ".join(DTYPE_BYTES))
     return QuantScheme(data["scheme"], data["doc"], tuple(tensors), data["vector_dtype"],
                        reader.where(data))
 
@@ -191,9 +221,9 @@ def _node(reader: _Reader, name: str, raw: Any, field: str, parent: LineDict,
         schedule = _schedule(reader, raw, field)
         target = str(target)
     elif not isinstance(target, str):
-        raise SpecError(where.at(kind), f"expected a name, got {_kind(target)}")
+        raise SpecError(where.at(kind), f"expected a name, got {_kind(target)}", f"write `{kind}: <name>`")
     role = raw.get("role")
-    if role is not None and role not in roles:
+    if role is not None and (not isinstance(role, str) or role not in roles):
         raise SpecError(reader.where(raw, f"{field}.role", "role"), f"unknown role {role!r}",
                         "use one of: " + ", ".join(sorted(roles)) + " (or add it to corpus/roles.yaml)")
     for key in ("dims", "attrs", "with", "modules", "weight_axes"):
@@ -260,7 +290,7 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
         raise SpecError(reader.where(data, "component", "component"),
                         f"component name {name!r} differs from its file name", f"name the file {name}.yaml")
     role = data["role"]
-    if role not in roles:
+    if not isinstance(role, str) or role not in roles:
         raise SpecError(reader.where(data, "role", "role"), f"unknown role {role!r}",
                         "use one of: " + ", ".join(sorted(roles)) + " (or add it to corpus/roles.yaml)")
     inputs = reader.names(data.get("inputs", ["x"]), "inputs", data, "inputs")

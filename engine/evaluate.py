@@ -223,6 +223,9 @@ class _Walker:
         dims = self.model_dims()
         where = self.model.where
         max_ctx = self._eval(self.model.max_context, expr.Scope(dims, self.config), where.at("max_context"))
+        if self.binding.numeric and not (isinstance(max_ctx, sympy.Integer) and max_ctx > 0):
+            raise SpecError(where.at("max_context"), f"max_context evaluates to {max_ctx!r}, not a positive integer",
+                            "write e.g. config.max_position_embeddings")
         for stack in self.model.stacks.values():
             self.walk_stack(stack, dims)
         return Analysis(self.model.model_id, self.binding.mode, self.rows, self.components,
@@ -238,7 +241,7 @@ class _Walker:
         for name, axes in stack.inputs.items():
             tensor_axes = []
             for axis in axes:
-                if axis not in scope.dims and axis not in self.scenario:
+                if not isinstance(axis, str) or (axis not in scope.dims and axis not in self.scenario):
                     raise SpecError(stack.where.at(f"inputs.{name}"), f"unknown dim {axis!r}",
                                     "use batch, seq or a bound dim")
                 tensor_axes.append(Axis(axis, self.names(scope)[axis]))
@@ -265,7 +268,8 @@ class _Walker:
                 progressed = True
                 if node.when is not None and not self._when(node, scope):
                     if not node.inputs:
-                        raise SpecError(node.where.at("when"), "a node with no input cannot be switched off")
+                        raise SpecError(node.where.at("when"), "a node with no input cannot be switched off",
+                                        "give it an `in:` (it then passes its first input through) or remove `when:`")
                     bypass[name] = node.inputs[0]
                     continue
                 inputs = [self.resolve(self._pick(r, graph, bypass), values, fallback, bypass, node)
@@ -354,7 +358,8 @@ class _Walker:
                             "use one of: " + ", ".join(sorted(OPS)))
         low, high = op.arity
         if not low <= len(inputs) <= high:
-            raise SpecError(node.where.at("in"), f"op {op.name} takes {low}..{high} inputs, got {len(inputs)}")
+            raise SpecError(node.where.at("in"), f"op {op.name} takes {low}..{high} inputs, got {len(inputs)}",
+                            "write `in: name`" if high == 1 else f"write `in: [a, b]` with {low}..{high} names")
         names = self.names(scope)
         dims, dim_names = {}, {}
         cache = None
@@ -493,7 +498,8 @@ class _Walker:
             child_names[key] = child.dims[key]
         if len(inputs) != len(spec.inputs):
             raise SpecError(node.where.at("in"), f"component {spec.name} takes {len(spec.inputs)} inputs "
-                            f"({', '.join(spec.inputs)}), got {len(inputs)}")
+                            f"({', '.join(spec.inputs)}), got {len(inputs)}",
+                            f"write `in: [...]` with {len(spec.inputs)} name(s), one per input")
         self.components[uid] = ComponentRow(uid, spec.name, child.role, scope.stack, repeat, instances, active)
         values = {name: value for name, value in zip(spec.inputs, inputs)}
         main = self.walk_graph(spec.graph, dict(values), child)
@@ -549,7 +555,7 @@ class _Walker:
         if isinstance(default, str) and isinstance(value, str):
             return value
         if isinstance(default, bool):
-            raise SpecError(where, f"expected true or false, got {value!r}")
+            raise SpecError(where, f"expected true or false, got {value!r}", "write true or false")
         return self._eval(value, expr.Scope(names), where)
 
     # -- layer stacks --------------------------------------------------------------------------------
@@ -601,7 +607,7 @@ class _Walker:
                 raise SpecError(where.at("by"), f"{schedule.by} has no entry for layer {layer}",
                                 "the per-layer list must cover every repeated layer")
             key = values[layer]
-            if key not in schedule.mapping:
+            if isinstance(key, (list, dict)) or key not in schedule.mapping:
                 raise SpecError(where.at("map"), f"layer {layer} is {key!r}, which the map does not cover",
                                 f"add `{key}: <template>` to the map")
             return schedule.mapping[key]

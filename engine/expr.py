@@ -27,6 +27,8 @@ import sympy
 
 MAX_LENGTH = 400
 _ALLOWED_CALLS = ("ceil", "floor", "min", "max", "len", "count")
+_GRAMMAR = ("only arithmetic, comparisons, names, config.<field> and "
+            + "/".join(_ALLOWED_CALLS) + " are allowed")
 
 
 class ExprError(ValueError):
@@ -114,14 +116,12 @@ class _Walker:
         self.text = text
 
     def fail(self, what: str, hint: str = "") -> ExprError:
-        return ExprError(f"{what} in expression {self.text!r}", hint)
+        return ExprError(f"{what} in expression {self.text!r}", hint or _GRAMMAR)
 
     def visit(self, node: ast.AST) -> Any:
         method = getattr(self, "visit_" + type(node).__name__, None)
         if method is None:
-            raise self.fail(f"'{type(node).__name__}' is not allowed",
-                            "only arithmetic, comparisons, names, config.<field> and "
-                            + "/".join(_ALLOWED_CALLS) + " are allowed")
+            raise self.fail(f"'{type(node).__name__}' is not allowed")
         return method(node)
 
     # -- leaves -------------------------------------------------------------------------------
@@ -161,7 +161,8 @@ class _Walker:
             if base is None:
                 return None
             if node.attr.startswith("_"):
-                raise self.fail(f"attribute {node.attr!r} is not allowed")
+                raise self.fail(f"attribute {node.attr!r} is not allowed",
+                                "read a config field by name: config.<field>")
             return base + (node.attr,)
         if isinstance(node, ast.Subscript):
             base = self._config_path(node.value)
@@ -170,7 +171,8 @@ class _Walker:
             index = node.slice
             if not (isinstance(index, ast.Constant) and isinstance(index.value, int)
                     and not isinstance(index.value, bool)):
-                raise self.fail("config subscripts must be integer literals")
+                raise self.fail("config subscripts must be integer literals",
+                                "write config.<list>[0], or count()/len() over the whole list")
             return base + (index.value,)
         return None
 

@@ -170,7 +170,18 @@ def _rope_flops(call, out):
     return 3 * x.computed * rotary / x.axes[-1].size
 
 
+def _known_fn(call, attr: str) -> None:
+    if call.attrs[attr] not in ACTIVATION_FLOPS:
+        raise call.fail(f"unknown activation {call.attrs[attr]!r}", "use one of: " + ", ".join(ACTIVATION_FLOPS))
+
+
+def _activation_shape(call):
+    _known_fn(call, "fn")
+    return _preserve(call)
+
+
 def _glu_shape(call):
+    _known_fn(call, "act")
     gate, up = call.inputs
     if gate.rank != up.rank:
         raise call.fail(f"gate {gate} and up {up} differ in rank")
@@ -387,7 +398,7 @@ OPS: dict[str, Op] = {
         "preserve", (1, 1), _preserve, _rope_flops, optional_dims=("rotary",)),
     "activation": Op(
         "activation", "Elementwise activation `fn` (FLOPs per element from ACTIVATION_FLOPS).",
-        "preserve", (1, 1), _preserve,
+        "preserve", (1, 1), _activation_shape,
         lambda c, out: ACTIVATION_FLOPS[c.attrs["fn"]] * c.inputs[0].computed,
         attrs={"fn": "silu"}),
     "glu": Op(

@@ -16,13 +16,11 @@ import sympy
 
 from engine import expr
 from engine.corpus import Corpus
+from engine.dtypes import DTYPE_BYTES
 from engine.errors import SpecError
 from engine.evaluate import Analysis, LeafRow, NodeRow
 from engine.ir import ModelSpec, QuantScheme
 
-#: Bytes per element of safetensors dtypes.
-DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
-               "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
 @dataclass(frozen=True, slots=True)

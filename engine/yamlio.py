@@ -40,6 +40,11 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
     out.key_lines = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key_node.value if isinstance(key_node, yaml.ScalarNode) else '[...]'!r} "
+                "is not a name (quote it if it is one)",
+                key_node.start_mark)
         if key in out:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark)

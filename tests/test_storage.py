@@ -68,3 +68,18 @@ def test_draft_components_are_private_to_their_spec(corpus):
     listed = dataclasses.replace(model, drafts=("swiglu_mlp",))
     analysis = walk_model(hidden, listed, Binding("numeric"))
     assert quantities.params_total(analysis) == 8_030_261_248
+
+
+def test_unknown_dtype_in_a_scheme_is_a_one_line_error(tmp_path, capsys):
+    """A scheme naming a dtype the engine does not know fails at load with the known ones."""
+    import shutil
+    from engine.cli import main
+    from tests.conftest import REPO
+    corpus_copy = tmp_path / "corpus"
+    shutil.copytree(REPO / "corpus", corpus_copy)
+    scheme = corpus_copy / "quant" / "bf16.yaml"
+    scheme.write_text(scheme.read_text().replace("dtype: BF16,", "dtype: BF16x,"))
+    assert main(["--corpus", str(corpus_copy), "build", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "quant/bf16.yaml:4" in err and "unknown dtype 'BF16x'" in err
+    assert "F8_E4M3" in err and not (tmp_path / "out" / "results").exists()
