@@ -15,7 +15,6 @@ from pathlib import Path
 
 import polars as pl
 
-from engine import kv, quantities, storage
 from engine.api import Evaluation, evaluate_spec
 from engine.corpus import Corpus, load_corpus
 from engine.errors import SpecError
@@ -68,19 +67,18 @@ def attention_kinds(ev: Evaluation) -> list[str]:
 
 
 def model_row(ev: Evaluation) -> dict:
-    a = ev.numeric
-    tensors = storage.checkpoint_tensors(a, ev.model, ev.corpus)
-    extra = sum((quantities.params_total(a, s) for s in a.stacks if s != "main"), 0)
+    """One models.parquet row, read from the same overview ``archledger show`` prints."""
+    overview = ev.overview()
+    value = {key: int(q.value) for key, q in overview.items() if not isinstance(q, dict)}
+    extra = sum(value[f"params_{stack}"] for stack in ev.numeric.stacks if stack != "main")
     return {
         "model_id": ev.model.model_id, "family": ev.model.family, "model_type": ev.model.model_type,
         "spec_hash": spec_hash(ev),
-        "params_total": int(quantities.params_total(a)), "params_active": int(quantities.params_active(a)),
-        "params_embedding": int(quantities.params_embedding(a)), "params_extra_stacks": int(extra),
-        "checkpoint_bytes": int(sum(t.total_bytes for t in tensors)),
-        "checkpoint_tensors": int(storage.tensor_count(tensors)),
-        "kv_bytes_per_token": int(kv.growing_bytes_per_token(a)),
-        "kv_fixed_bytes": int(kv.fixed_bytes_per_request(a)),
-        "max_context": int(a.max_context), "n_layers": int(quantities.n_layers(a)),
+        "params_total": value["params_total"], "params_active": value["params_active"],
+        "params_embedding": value["params_embedding"], "params_extra_stacks": extra,
+        "checkpoint_bytes": value["checkpoint_bytes"], "checkpoint_tensors": value["checkpoint_tensors"],
+        "kv_bytes_per_token": value["kv_bytes_per_token_growing"], "kv_fixed_bytes": value["kv_fixed_bytes"],
+        "max_context": value["max_context"], "n_layers": value["n_layers"],
         "attention_kinds": attention_kinds(ev),
     }
 

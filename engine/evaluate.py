@@ -272,7 +272,7 @@ class _Walker:
                                         "give it an `in:` (it then passes its first input through) or remove `when:`")
                     bypass[name] = node.inputs[0]
                     continue
-                inputs = [self.resolve(self._pick(r, graph, bypass), values, fallback, bypass, node)
+                inputs = [self.resolve(self._pick(r, bypass), values, fallback, bypass, node)
                           for r in node.inputs]
                 uid = f"{scope.uid}/{name}" + ("@decode" if replaced and name in replaced else "")
                 values[name] = (self.walk_node(node, inputs, scope, uid), uid)
@@ -286,7 +286,7 @@ class _Walker:
         return values
 
     @staticmethod
-    def _pick(ref: str, graph: Mapping, bypass: Mapping[str, str]) -> str:
+    def _pick(ref: str, bypass: Mapping[str, str]) -> str:
         """``a|b``: the first alternative whose node is switched on (or is not a node here)."""
         if "|" not in ref:
             return ref
