@@ -109,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--repeat", type=int, default=3)
     bench.set_defaults(func=lambda a: __import__("engine.bench", fromlist=["run"]).run(a))
 
+    from engine import deploy_cli
+    deploy_cli.add_parser(sub)
+
     build = sub.add_parser("build", help="evaluate every spec and write build/results/")
     build.add_argument("--out", default="build", help="output folder (default: build)")
     build.add_argument("--models", nargs="*", help="limit to these models")

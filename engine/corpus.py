@@ -25,6 +25,8 @@ from engine.yamlio import LineDict, LineList, load_yaml
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "corpus"
 SHARD_WORLDS = ("none", "tp", "ep", "cp", "dp")
 NODE_KINDS = ("op", "component", "slot", "repeat")
+#: Operand classes a quant scheme's matmuls run in (the GPU table maps them to native dtypes).
+COMPUTE_CLASSES = ("fp4", "fp8", "bf16")
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +166,11 @@ _MATRIX_AXES = {"rows": symbols.dim("rows"), "cols": symbols.dim("cols")}
 def _load_scheme(path: Path, root: Path) -> QuantScheme:
     reader = _Reader(path, root)
     data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("scheme", "doc", "matrix", "vector_dtype"),
-                ("scheme", "doc", "matrix", "vector_dtype"))
+    reader.keys(data, "", ("scheme", "doc", "matrix", "vector_dtype", "compute"),
+                ("scheme", "doc", "matrix", "vector_dtype", "compute"))
+    if data["compute"] not in COMPUTE_CLASSES:
+        raise SpecError(reader.where(data, "compute", "compute"), f"unknown compute class {data['compute']!r}",
+                        "use one of: " + ", ".join(COMPUTE_CLASSES))
     tensors = []
     for i, entry in enumerate(data["matrix"] or []):
         entry = reader.mapping(entry, f"matrix[{i}]", data, "matrix")
@@ -195,7 +200,7 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
         raise SpecError(reader.where(data, "vector_dtype", "vector_dtype"), f"unknown dtype {data['vector_dtype']!r}",
                         "use one of: " + ", ".join(DTYPE_BYTES))
     return QuantScheme(data["scheme"], data["doc"], tuple(tensors), data["vector_dtype"],
-                       reader.where(data))
+                       reader.where(data), data["compute"])
 
 
 # -- graphs --------------------------------------------------------------------------------------

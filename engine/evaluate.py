@@ -74,6 +74,8 @@ class NodeRow:
     weight_axes: Mapping[str, str]
     shares: str | None
     where: Where
+    #: The op's dim parameters -> the dim expression text they were bound to (axis names).
+    dim_names: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,7 +418,7 @@ class _Walker:
                       flops=op.flops(call, out), params=op.params(call), leaves=leaves,
                       repeat=scope.repeat, instances=scope.instances, active=scope.active,
                       stacked=scope.stacked, weight_axes=dict(node.weight_axes), shares=node.shares,
-                      where=node.where)
+                      where=node.where, dim_names=dim_names)
         self.rows[uid] = row
         if cache is not None:
             per_token = tensors[0].numel / (self.scenario[symbols.BATCH] * self.scenario[symbols.SEQ])

@@ -47,6 +47,9 @@ class QuantScheme:
     matrix: tuple[StoredTensor, ...]
     vector_dtype: str
     where: Where
+    #: The operand class a matmul on this format runs in (``bf16``, ``fp8``, ``fp4``); the GPU
+    #: table maps it to the nearest native dtype (FP4 weights run in FP8 or BF16 where FP4 isn't).
+    compute: str = "bf16"
 
 
 @dataclass(frozen=True, slots=True)

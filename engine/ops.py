@@ -97,6 +97,12 @@ class Op:
     dims: tuple[str, ...] = ()
     optional_dims: tuple[str, ...] = ()
     attrs: Mapping[str, Any] = field(default_factory=dict)
+    #: How placements cross the op (see engine/placement.py): ``axis_map`` (follow the per-axis
+    #: map), ``norm`` (axis_map, last axis must be whole), ``matmul``, ``rows`` (table lookup),
+    #: ``cache``, ``attention``, ``dispatch``, ``combine``.
+    placement: str = "axis_map"
+    #: A view moves no data: it costs nothing and its consumers read its source's storage.
+    view: bool = False
 
     def params(self, call: OpCall) -> sympy.Expr:
         """Parameter count: the parameter leaves' element counts (buffers excluded)."""
@@ -371,27 +377,27 @@ OPS: dict[str, Op] = {
     "embedding": Op(
         "embedding", "Table lookup: token ids -> rows of a [vocab, dim] matrix.",
         "source", (1, 1), _embedding_shape, dims=("vocab", "dim"),
-        leaves=lambda c: (Leaf("weight", (c.axis("vocab"), c.axis("dim")), matrix=True),)),
+        leaves=lambda c: (Leaf("weight", (c.axis("vocab"), c.axis("dim")), matrix=True),), placement="rows"),
     "linear": Op(
         "linear", "y = x W^T (+ b): contracts the last axis `in`, produces a new axis `out`.",
         "contract", (1, 1), _linear_shape, _linear_flops, _linear_leaves,
-        dims=("in", "out"), attrs={"bias": False}),
+        dims=("in", "out"), attrs={"bias": False}, placement="matmul"),
     "head_linear": Op(
         "head_linear", "Per-head matmul [.., heads, in] -> [.., heads, out] (MLA weight absorption).",
         "contract", (1, 1), _head_linear_shape,
         lambda c, out: 2 * _rows(c.inputs[0]) * c.dims["in"] * c.dims["out"],
         lambda c: (Leaf("weight", (c.axis("heads"), c.axis("out"), c.axis("in")), matrix=True),),
-        dims=("heads", "in", "out")),
+        dims=("heads", "in", "out"), placement="matmul"),
     "rmsnorm": Op(
         "rmsnorm", "RMS normalisation over the last axis with a learned scale (4 FLOPs/element).",
         "preserve", (1, 1), _norm_shape, lambda c, out: 4 * c.inputs[0].computed,
         lambda c: (Leaf("weight", (c.axis("dim"),)),) if c.attrs["weight"] else (),
-        dims=("dim",), attrs={"weight": True}),
+        dims=("dim",), attrs={"weight": True}, placement="norm"),
     "layernorm": Op(
         "layernorm", "Layer normalisation over the last axis with scale and bias (7 FLOPs/element).",
         "preserve", (1, 1), _norm_shape, lambda c, out: 7 * c.inputs[0].computed,
         lambda c: (Leaf("weight", (c.axis("dim"),)), Leaf("bias", (c.axis("dim"),))),
-        dims=("dim",)),
+        dims=("dim",), placement="norm"),
     "rope": Op(
         "rope", "Rotary position embedding on the first `rotary` features of the last axis "
         "(3 FLOPs per rotated element).",
@@ -412,29 +418,29 @@ OPS: dict[str, Op] = {
               "broadcast", (2, 2), _binary_shape, lambda c, out: out.computed),
     "split_heads": Op(
         "split_heads", "View [.., heads*head_dim] as [.., heads, head_dim].",
-        "axis_replace", (1, 1), _split_heads_shape, dims=("heads", "head_dim")),
+        "axis_replace", (1, 1), _split_heads_shape, dims=("heads", "head_dim"), view=True),
     "merge_heads": Op(
         "merge_heads", "View [.., heads, head_dim] as [.., heads*head_dim].",
-        "axis_replace", (1, 1), _merge_heads_shape, attrs={"name": ""}),
+        "axis_replace", (1, 1), _merge_heads_shape, attrs={"name": ""}, view=True),
     "slice": Op(
         "slice", "Take `size` features of the last axis (e.g. the rope part of a head).",
-        "axis_select", (1, 1), _slice_shape, dims=("size",)),
+        "axis_select", (1, 1), _slice_shape, dims=("size",), view=True),
     "concat": Op(
         "concat", "Concatenate inputs along the last axis; other axes must agree.",
         "axis_concat", (2, 8), _concat_shape, attrs={"name": ""}),
     "expand": Op(
         "expand", "Broadcast-view with a new axis of `size` at position `at` (no copy, no FLOPs).",
-        "explicit", (1, 1), _expand_shape, dims=("size",), attrs={"at": -2}),
+        "explicit", (1, 1), _expand_shape, dims=("size",), attrs={"at": -2}, view=True),
     "kv_cache": Op(
         "kv_cache", "Append this step's tokens to a cache and read the visible history; the "
         "component's `cache:` entry naming this node sets the growth law.",
         "axis_replace", (1, 1), _kv_cache_shape, optional_dims=("window", "every"),
-        attrs={"growth": "every_token"}),
+        attrs={"growth": "every_token"}, placement="cache"),
     "attention_score": Op(
         "attention_score", "q k^T per head over unmasked pairs; mask causal, sliding (window), "
         "chunked or bidirectional; key heads may be fewer than query heads (GQA/MQA).",
         "contract", (2, 2), _score_shape, _score_flops, optional_dims=("window",),
-        attrs={"mask": "causal"}),
+        attrs={"mask": "causal"}, placement="attention"),
     "softmax": Op(
         "softmax", "Softmax over the last axis (5 FLOPs per computed element); optional learned "
         "per-head sink logit.",
@@ -443,7 +449,7 @@ OPS: dict[str, Op] = {
     "attention_apply": Op(
         "attention_apply", "Probabilities x values per head: [b, h, s, t] x [b, t, kv, dv] -> "
         "[b, s, h, dv].",
-        "contract", (2, 2), _apply_shape, _apply_flops),
+        "contract", (2, 2), _apply_shape, _apply_flops, placement="attention"),
     "topk": Op(
         "topk", "Expert scores (softmax or sigmoid) and top-k selection; optional routing "
         "correction bias (a checkpoint buffer, not a parameter).",
@@ -452,9 +458,9 @@ OPS: dict[str, Op] = {
     "moe_dispatch": Op(
         "moe_dispatch", "Gather each token once per selected expert: [.., hidden] -> "
         "[routed = tokens x k, hidden].",
-        "explicit", (2, 2), _dispatch_shape),
+        "explicit", (2, 2), _dispatch_shape, placement="dispatch"),
     "moe_combine": Op(
         "moe_combine", "Weighted sum of each token's k expert outputs: [routed, hidden] -> "
         "[.., hidden] (2 FLOPs per routed element).",
-        "explicit", (2, 2), _combine_shape, lambda c, out: 2 * c.inputs[0].numel),
+        "explicit", (2, 2), _combine_shape, lambda c, out: 2 * c.inputs[0].numel, placement="combine"),
 }

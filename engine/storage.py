@@ -109,3 +109,15 @@ def bytes_by_dtype(tensors: list[TensorRow], stack: str | None = None) -> dict[s
 def tensor_count(tensors: list[TensorRow], stack: str | None = None) -> sympy.Expr:
     """Number of stored tensors (optionally for one stack)."""
     return sum((t.count for t in tensors if stack is None or t.stack == stack), sympy.Integer(0))
+
+
+def leaf_storage(row: NodeRow, leaf: LeafRow, model: ModelSpec, corpus: Corpus,
+                 numeric: bool) -> tuple[sympy.Expr, str]:
+    """Bytes of one instance of a leaf as stored (payload plus scale tensors), and the compute
+    class its matmuls run in. A stacked leaf's bytes are divided back to one expert's share."""
+    scheme = scheme_for(model, corpus, leaf)
+    total = sum((reduce(operator.mul, shape, sympy.Integer(1)) * DTYPE_BYTES[dtype]
+                 for _, dtype, shape in _stored(row, leaf, scheme, numeric)), sympy.Integer(0))
+    if row.stacked:
+        total = total / row.instances
+    return total, scheme.compute if leaf.matrix else "bf16"
