@@ -1,15 +1,23 @@
-"""``archledger bench``: time loading and evaluating the whole corpus (numeric + symbolic).
+"""``archledger bench``: time loading and evaluating the corpus, and deployment accounting.
 
 Layer: engine. Reports the best of ``--repeat`` runs for: loading + schema-checking the corpus,
-and per model the two walks plus the overview (params, checkpoint tensors, KV). Figures go in
-README; tests never assert timings.
+per model the two walks plus the overview (params, checkpoint tensors, KV), then deployment
+plans (placement + communication + fusion + compile, both bindings, both phases) and the
+vectorized evaluation of compiled plans over a batch x context grid (deployment points per
+second). Figures go in README; tests never assert timings.
 """
 from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from engine.api import evaluate_spec
 from engine.corpus import load_corpus
+
+#: (model, GPU, config) triples the deployment benchmark plans: a dense and an MLA MoE model.
+DEPLOY_CASES = (("meta-llama/Meta-Llama-3.1-70B", "H100", dict(tp=8)),
+                ("deepseek-ai/DeepSeek-V3", "H200", dict(tp=8, dp_attn=8, ep=8)))
 
 
 def run(args) -> int:
@@ -30,4 +38,29 @@ def run(args) -> int:
     total = min(load_times) + sum(best.values())
     print(f"whole corpus: {total:.2f} s; slowest model {max(best.values()):.2f} s "
           f"(target < 2 s per model); best of {repeat}")
+    _bench_deploy(corpus, repeat)
     return 0
+
+
+def _bench_deploy(corpus, repeat: int) -> None:
+    from engine.deploy import Options, plan
+    from engine.fusion import load_tables
+    from engine.hardware import load_gpus
+    from engine.parallel import ParallelConfig
+    gpus, table = load_gpus(), load_tables()["vllm"]
+    batch, ctx = np.meshgrid(np.arange(1, 257, dtype=float), np.linspace(1024, 131072, 400))
+    points = batch.size
+    for model_id, gpu, config in DEPLOY_CASES:
+        ev = evaluate_spec(corpus, corpus.models[model_id])
+        plan_times, eval_times = [], []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            built = plan(ev, gpus[gpu], ParallelConfig(**config), Options(framework="vllm"), table)
+            plan_times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            for phase, seq in (("prefill", ctx), ("decode", np.ones_like(ctx))):
+                built.evaluate(phase, batch.ravel(), seq.ravel(), ctx.ravel())
+            eval_times.append(time.perf_counter() - start)
+        rate = 2 * points / min(eval_times)
+        print(f"deploy {model_id} on {gpu} {ParallelConfig(**config).label()}: plan {min(plan_times) * 1000:.0f} ms; "
+              f"{rate:,.0f} deployment points/s vectorized ({2 * points:,} points, both phases)")

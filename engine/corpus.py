@@ -145,12 +145,16 @@ def _load_dims(root: Path) -> dict[str, DimInfo]:
     out = {}
     for name, row in table.items():
         row = reader.mapping(row, name, table, name)
-        reader.keys(row, name, ("kind", "shard", "doc"), ("kind", "shard", "doc"))
+        reader.keys(row, name, ("kind", "shard", "doc", "replicate"), ("kind", "shard", "doc"))
         shard = row["shard"]
         if shard not in SHARD_WORLDS:
             raise SpecError(reader.where(row, f"{name}.shard", "shard"), f"unknown world {shard!r}",
                             "use one of: " + ", ".join(SHARD_WORLDS))
-        out[name] = DimInfo(name, row["kind"], shard, row["doc"])
+        replicate = row.get("replicate", False)
+        if not isinstance(replicate, bool):
+            raise SpecError(reader.where(row, f"{name}.replicate", "replicate"), "expected true or false",
+                            "write `replicate: true` (KV heads) or leave it out")
+        out[name] = DimInfo(name, row["kind"], shard, row["doc"], replicate)
     return out
 
 

@@ -26,13 +26,15 @@ BOUNDS = ("compute", "memory", "comm")
 SCENARIO = tuple(symbols.dim(n) for n in symbols.SCENARIO_DIMS)
 
 
-def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
-    """Per device, all calls of the step: FLOPs, HBM bytes, link bytes (prefill logits: last token)."""
-    flops, traffic, comm = step.flops * step.repeat, step.total_bytes * step.repeat, step.comm_bytes * step.repeat
+def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Expr]:
+    """Per device, all calls of the step: FLOPs, HBM bytes (weights included), link bytes, and the
+    weight bytes among the HBM bytes (prefill logits: last token only)."""
+    totals = (step.flops * step.repeat, step.total_bytes * step.repeat, step.comm_bytes * step.repeat,
+              step.weight_bytes * step.repeat)
     if step.last_token:
         seq = symbols.dim(symbols.SEQ)
-        flops, traffic, comm = (e.subs(seq, 1) for e in (flops, traffic, comm))
-    return flops, traffic, comm
+        totals = tuple(e.subs(seq, 1) for e in totals)
+    return totals
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +48,17 @@ class CompiledProgram:
     fn: object
 
     def evaluate(self, batch, seq, ctx) -> dict[str, np.ndarray]:
-        """Arrays of shape (steps, points): flops, bytes, comm_bytes, t_compute, t_memory, t_comm, t_sol."""
+        """Arrays of shape (steps, points): flops, bytes, comm_bytes, weight_bytes, t_compute, t_memory,
+        t_comm, t_sol."""
         shape = np.broadcast(np.asarray(batch), np.asarray(seq), np.asarray(ctx)).shape
         raw = self.fn(*(np.broadcast_to(np.asarray(v, dtype=float), shape) for v in (batch, seq, ctx)))
-        flops, traffic, comm = (np.array([np.broadcast_to(np.asarray(v, dtype=float), shape) for v in part])
-                                for part in raw)
+        flops, traffic, comm, weights = (np.array([np.broadcast_to(np.asarray(v, dtype=float), shape)
+                                                   for v in part]) for part in raw)
         t_compute = flops / self.peaks[:, None] if flops.ndim == 2 else flops / self.peaks
         t_memory = traffic / self.hbm
         t_comm = comm / (self.links[:, None] if comm.ndim == 2 else self.links)
         t_sol = np.maximum(np.maximum(t_compute, t_memory), t_comm)
-        return {"flops": flops, "bytes": traffic, "comm_bytes": comm, "t_compute": t_compute,
+        return {"flops": flops, "bytes": traffic, "comm_bytes": comm, "weight_bytes": weights, "t_compute": t_compute,
                 "t_memory": t_memory, "t_comm": t_comm, "t_sol": t_sol}
 
 
@@ -69,7 +72,7 @@ def link_bandwidth(gpu: GPU, link: str) -> float:
 
 def compile_program(program: Program, gpu: GPU) -> CompiledProgram:
     totals = [step_totals(s) for s in program.steps]
-    columns = [[t[i] for t in totals] for i in range(3)]
+    columns = [[t[i] for t in totals] for i in range(4)]
     fn = sympy.lambdify(SCENARIO, columns, modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"],
                         cse=True)
     peaks = np.array([gpu.peak_flops(s.compute_dtype) for s in program.steps])

@@ -31,7 +31,7 @@ from engine.cost import CompiledProgram, bound_of, compile_program, intensity, s
 from engine.errors import SpecError, Where
 from engine.fusion import FusionTable, fuse, match
 from engine.hardware import GPU
-from engine.parallel import Mesh, ParallelConfig
+from engine.parallel import Mesh, ParallelConfig, enumerate_configs
 from engine.shapes import Tensor
 from engine.placement import ONE, ZERO, DeviceTypes, Layout, Placer, Program, Step, phase_rows
 
@@ -83,8 +83,8 @@ def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
                 continue
             seen.add((unit, group.name))
             count = int(ev.numeric.values[unit])
-            heads = dims_table[unit].kind == "heads"
-            if count % group.size and not (heads and group.size % count == 0):
+            replicable = dims_table[unit].replicate
+            if count % group.size and not (replicable and group.size % count == 0):
                 what = {"attn_tp": "attention TP (tp / dp_attn)", "moe_tp": "expert TP (tp / ep)"}.get(
                     group.name, group.name)
                 problems.append(f"{unit} = {count} is not divisible by {what} = {group.size}")
@@ -104,6 +104,19 @@ def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
             problems.append(f"Ulysses needs n_heads = {heads} divisible by attention TP x cp = "
                             f"{config.attn_tp * config.cp}")
     return problems
+
+
+def configs_for(ev: Evaluation, n_gpus: int, **limits) -> tuple[list[ParallelConfig], list[tuple]]:
+    """The legal configs of ``ev`` on ``n_gpus`` GPUs, and the rejected ones with their reasons."""
+    moe = any(r.role == "experts" for r in ev.numeric.rows.values())
+    legal, rejected = [], []
+    for config in enumerate_configs(n_gpus, moe=moe, **limits):
+        problems = check(ev, config)
+        if problems:
+            rejected.append((config, problems))
+        else:
+            legal.append(config)
+    return legal, rejected
 
 
 def _unit_dim(name: str, ev: Evaluation, dims_table) -> str | None:
@@ -350,23 +363,26 @@ class Deployment:
                 if step.view:
                     continue     # views move no data and launch no kernel
                 v = {k: _scalar(values[k][i]) for k in values}
-                f_sym, b_sym, c_sym = step_totals(sym)
+                f_sym, b_sym, c_sym, w_sym = step_totals(sym)
                 rows.append({
                     "op_uid": step.uid, "op_name": step.name, "op": step.op, "component": step.component,
                     "role": step.role, "kind": step.kind, "repeat": int(step.repeat) if step.repeat.is_number else None,
-                    "flops": v["flops"], "bytes": v["bytes"], "comm_bytes": v["comm_bytes"],
+                    "flops": v["flops"], "bytes": v["bytes"], "weight_bytes": v["weight_bytes"],
+                    "comm_bytes": v["comm_bytes"],
                     "intensity": intensity(v["flops"], v["bytes"]),
                     "t_compute_s": v["t_compute"], "t_memory_s": v["t_memory"], "t_comm_s": v["t_comm"],
                     "t_sol_s": v["t_sol"], "bound": bound_of(v["t_compute"], v["t_memory"], v["t_comm"]),
                     "link": step.link, "group": step.group, "compute_dtype": gpu.compute_dtype(step.compute_dtype),
                     "parts": list(step.parts),
                     "flops_formula": str(f_sym), "bytes_formula": str(b_sym), "comm_bytes_formula": str(c_sym),
+                    "weight_bytes_formula": str(w_sym),
                 })
             ops[phase] = rows
             t = {k: sum(r[k] for r in rows) for k in ("t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s")}
             phases[phase] = {"step_time_s": t["t_sol_s"], "compute_time_s": t["t_compute_s"],
                              "memory_time_s": t["t_memory_s"], "comm_time_s": t["t_comm_s"],
                              "flops": sum(r["flops"] for r in rows), "bytes": sum(r["bytes"] for r in rows),
+                             "weight_bytes": sum(r["weight_bytes"] for r in rows),
                              "comm_bytes": sum(r["comm_bytes"] for r in rows),
                              "bound": _phase_bound(rows)}
         summary = _capacity(plan, scenario, length)

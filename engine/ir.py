@@ -19,6 +19,9 @@ class DimInfo:
     kind: str
     shard: str
     doc: str
+    #: A parallel group larger than this dim's count keeps one unit per device and replicates
+    #: (KV heads under a TP group wider than the KV head count, as vLLM does).
+    replicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,7 +118,8 @@ class Mesh:
         c = config
 
         def deg(name: str, value: int) -> sympy.Expr:
-            return symbols.dim(name) if symbolic else sympy.Integer(value)
+            # a degree of 1 stays out of the formulas (it divides nothing)
+            return symbols.dim(name) if symbolic and value > 1 else sympy.Integer(value)
 
         tp, ep, dpa, cp = deg("tp", c.tp), deg("ep", c.ep), deg("dp_attn", c.dp_attn), deg("cp", c.cp)
         self.degrees = {"tp": tp, "ep": ep, "dp_attn": dpa, "cp": cp, "pp": deg("pp", c.pp), "dp": deg("dp", c.dp)}
@@ -141,7 +142,10 @@ class Mesh:
         if name is None:
             return None
         group = self.groups[name]
-        return group if group.size > 1 else None
+        if group.size == 1:
+            return None
+        # attention or expert TP spanning the whole TP group is just "tp"
+        return self.groups["tp"] if name in ("attn_tp", "moe_tp") and group == self.groups["tp"] else group
 
     def canonical(self, groups) -> tuple[Group, ...]:
         """Drop size-1 groups and merge groups that tile a larger one (``ep`` x ``moe_tp`` = ``tp``)."""
@@ -169,21 +173,12 @@ class Mesh:
         return "scale_up" if self.span(groups) <= self.domain else "scale_out"
 
 
-def sharded_worlds(rows) -> dict[str, set[str]]:
-    """World -> names of the unit dims that ops declare sharded on it (from weight_axes)."""
-    out: dict[str, set[str]] = {}
-    for row in rows:
-        for world in row.weight_axes.values():
-            out.setdefault(world, set())
-    return out
-
-
 def enumerate_configs(n_gpus: int, *, moe: bool, max_pp: int = 8, max_cp: int = 8,
                       cp_kinds=CP_KINDS, gpus_per_node: int | None = None):
     """Every config of ``n_gpus`` devices made of powers-of-two degrees (structure only).
 
-    Model-specific legality (heads, experts, layers divisible) is :func:`deploy.check` 's job; this
-    yields candidates whose degrees multiply up to ``n_gpus`` and nest correctly.
+    Model-specific legality (heads, experts, layers divisible) is :func:`engine.deploy.check`'s job;
+    this yields candidates whose degrees multiply up to ``n_gpus`` and nest correctly.
     """
     powers = [1 << i for i in range(0, 12) if (1 << i) <= n_gpus]
     for tp, pp, cp, dp in product(powers, repeat=4):

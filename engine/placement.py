@@ -142,7 +142,7 @@ class Placer:
 
     # -- sizes through a layout --------------------------------------------------------------------
     def unit(self, name: str) -> tuple[str, sympy.Expr] | None:
-        """The shardable dim inside an axis name (``n_kv_heads`` in ``n_kv_heads * d_head``)."""
+        """The replicable dim inside an axis name (``n_kv_heads`` in ``n_kv_heads * d_head``)."""
         if name not in self._units:
             found = None
             try:
@@ -152,7 +152,7 @@ class Placer:
             if isinstance(parsed, sympy.Expr):
                 shardable = [s.name for s in parsed.free_symbols
                              if s.name in self.dims_table and self.dims_table[s.name].shard != "none"]
-                if len(shardable) == 1:
+                if len(shardable) == 1 and self.dims_table[shardable[0]].replicate:
                     found = (shardable[0], self.a.values[shardable[0]])
             self._units[name] = found
         return self._units[name]

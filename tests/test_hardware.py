@@ -1,0 +1,116 @@
+"""The GPU table: every accelerator of the reference table, its figures, and clear errors."""
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from engine.deploy import Scenario
+from engine.errors import SpecError
+from engine.hardware import load_gpus
+
+from tests.conftest import HF_CONFIGS, REPO
+
+REFERENCE = HF_CONFIGS.parent / "gpus.md"
+# reference row name -> our GPU key(s) carrying it
+ROWS = {"A100 SXM": ["A100"], "H100 SXM": ["H100"], "H800 SXM": ["H800"], "H200": ["H200"], "B200": ["B200"],
+        "B300 / GB300": ["B300", "GB300-NVL72"], "Rubin": ["Rubin"], "MI300X": ["MI300X"],
+        "MI325X": ["MI325X"], "MI355X": ["MI355X"]}
+
+
+def _numbers(cell: str) -> list[float]:
+    return [float(x) for x in re.findall(r"\d+(?:\.\d+)?", cell.replace(",", ""))]
+
+
+def _reference_rows() -> dict[str, list[str]]:
+    assert REFERENCE.exists(), f"reference table missing: {REFERENCE}"
+    rows = {}
+    for line in REFERENCE.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[0] in ROWS:
+            rows[cells[0]] = cells
+    return rows
+
+
+def _figures(figure) -> set[float]:
+    return {figure.value} | ({figure.alt} if figure.alt is not None else set())
+
+
+def test_every_reference_gpu_and_gb200_nvl72_is_in_the_table():
+    gpus = load_gpus()
+    rows = _reference_rows()
+    assert set(rows) == set(ROWS)
+    for keys in ROWS.values():
+        assert set(keys) <= set(gpus)
+    assert gpus["GB200-NVL72"].scale_up_domain == 72 and gpus["GB200-NVL72"].arch == "sm_100"
+
+
+@pytest.mark.parametrize("row", sorted(ROWS))
+def test_figures_match_the_reference(row):
+    cells = _reference_rows()[row]
+    _, arch, bf16, fp8, fp4, hbm, bw, _link = cells
+    for key in ROWS[row]:
+        gpu = load_gpus()[key]
+        assert arch.split()[-1].lower() in (gpu.arch, gpu.arch.replace("_", "")) or gpu.arch == "rubin"
+        for cell, dtype in ((bf16, "bf16"), (fp8, "fp8"), (fp4, "fp4")):
+            published = _numbers(cell)
+            if cell.startswith("—"):
+                assert dtype not in gpu.peak or gpu.peak[dtype].estimate, (key, dtype)
+                continue
+            ours = _figures(gpu.peak[dtype])
+            # a range in the reference: both ends recorded (value and alt)
+            assert set(published) <= ours or ours & set(published) == ours, (key, dtype, published, ours)
+        assert set(_numbers(hbm)[:2]) & _figures(gpu.hbm), (key, hbm)
+        assert set(_numbers(bw)[:2]) & _figures(gpu.hbm_bw), (key, bw)
+
+
+def test_disagreeing_sources_record_both_values():
+    gpus = load_gpus()
+    assert (gpus["B200"].hbm.value, gpus["B200"].hbm.alt) == (180, 192)
+    assert gpus["H800"].scale_up.alt is not None and "DeepSeek" in gpus["H800"].scale_up.note
+    assert gpus["Rubin"].peak["bf16"].estimate
+
+
+def test_units_and_native_dtypes():
+    h100, a100, b200 = (load_gpus()[k] for k in ("H100", "A100", "B200"))
+    assert h100.hbm_bytes == 80e9 and h100.hbm_bytes_per_s == 3.35e12
+    assert h100.scale_up_bytes_per_s == 450e9                 # 900 GB/s both ways -> 450 one way
+    assert h100.peak_flops("fp8") == 1979e12
+    assert h100.compute_dtype("fp4") == "fp8" and a100.compute_dtype("fp8") == "bf16"
+    assert b200.compute_dtype("fp4") == "fp4"
+
+
+def test_adding_a_gpu_is_one_file(tmp_path):
+    for path in (REPO / "gpus").glob("*.yaml"):
+        shutil.copy(path, tmp_path)
+    text = (REPO / "gpus" / "h100-sxm.yaml").read_text()
+    (tmp_path / "h100-pcie.yaml").write_text(text.replace("gpu: H100", "gpu: H100-PCIe")
+                                             .replace("hbm_tb_s: 3.35", "hbm_tb_s: 2.0"))
+    gpus = load_gpus(tmp_path)
+    assert gpus["H100-PCIe"].hbm_bytes_per_s == 2.0e12
+    from engine.api import evaluate
+    from engine.deploy import plan
+    from engine.parallel import ParallelConfig
+    ev = evaluate("Llama-3.1-8B")
+    slow = plan(ev, gpus["H100-PCIe"], ParallelConfig()).at(Scenario(1, 1024, 16))
+    fast = plan(ev, gpus["H100"], ParallelConfig()).at(Scenario(1, 1024, 16))
+    assert slow.summary["tpot_s"] == pytest.approx(fast.summary["tpot_s"] * 3.35 / 2.0, rel=1e-3)
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (("hbm_tb_s: 3.35", "hbm_tb_s: -1"), "h100-sxm.yaml:11: hbm_tb_s: expected a positive number"),
+    (("peak_tflops: {bf16: 989, fp8: 1979}", "peak_tflops: {bf16: 989, int3: 5}"), "unknown dtype 'int3'"),
+    (("peak_tflops: {bf16: 989, fp8: 1979}", "peak_tflops: {fp8: 1979}"), "missing bf16"),
+    (("scale_up: {link: NVLink4, gb_s: 900, domain: 8}", "scale_up: {link: NVLink4, gb_s: 900, domain: many}"),
+     "expected a GPU count"),
+    (("arch: sm_90", "arch: sm_90\ncolour: green"), "unknown field 'colour'"),
+])
+def test_bad_gpu_files_fail_on_one_line(tmp_path, edit, needle):
+    text = (REPO / "gpus" / "h100-sxm.yaml").read_text()
+    assert edit[0] in text
+    (tmp_path / "h100-sxm.yaml").write_text(text.replace(*edit))
+    with pytest.raises(SpecError) as err:
+        load_gpus(tmp_path)
+    line = err.value.one_line()
+    assert needle in line and "\n" not in line and "h100-sxm.yaml:" in line
