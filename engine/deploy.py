@@ -12,8 +12,9 @@ Conventions (also on the methodology page):
 * prefill runs the whole prompt of ``batch`` requests (TTFT); decode produces one token for each of
   ``batch`` requests at the last context position ``input + output`` (TPOT, an upper bound over
   the generation); logits are computed for the last position only in prefill.
-* pipeline stages run one after another for a step (no micro-batch overlap): TTFT and TPOT are the
-  latency path through all stages, memory is that of the fullest stage.
+* pipeline: ``k = min(pp, batch)`` micro-batches are in flight; programs are evaluated at one
+  micro-batch, whose path through all stages is a decode round (TPOT); TTFT is that path times
+  ``(pp + k - 1) / pp``. Memory is that of the fullest stage. Only the main stack is deployed.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from engine.fusion import FusionTable, fuse, match
 from engine.hardware import GPU
 from engine.parallel import Mesh, ParallelConfig, enumerate_configs
 from engine.shapes import Tensor
-from engine.placement import ONE, ZERO, DeviceTypes, Layout, Placer, Program, Step, phase_rows
+from engine.placement import ZERO, DeviceTypes, Layout, Placer, Program, Step, phase_rows
 
 PHASES = ("prefill", "decode")
 ACT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
@@ -208,13 +209,13 @@ def _stage_of_layers(ev: Evaluation, pp: int) -> dict[str, list[int]]:
     return out
 
 
-def _stage_rows(program: Program, ev: Evaluation, pp: int, analysis) -> list[list[tuple[str, sympy.Expr]]]:
-    """Per stage: (row uid, layers of it on the stage) — numbers; non-layer rows go to the first
-    (embedding) or last (everything after the stack) stage."""
+def _stage_rows(stored: Mapping[str, sympy.Expr], ev: Evaluation, pp: int) -> list[list[tuple[str, sympy.Expr]]]:
+    """Per stage: (row uid, layers of it on the stage). Layers go to stages in order; rows outside
+    the layer stack go to the first (embedding) or the last (everything after the stack) stage."""
     per_template = _stage_of_layers(ev, pp)
     stages: list[list] = [[] for _ in range(pp)]
-    for uid in program.stored:
-        row = analysis.rows[uid]
+    for uid in stored:
+        row = ev.numeric.rows[uid]
         template = next((t for t in per_template if uid.startswith(t + "/")), None)
         if template is not None:
             for s, n in enumerate(per_template[template]):
@@ -225,10 +226,16 @@ def _stage_rows(program: Program, ev: Evaluation, pp: int, analysis) -> list[lis
     return stages
 
 
+def micro_batches(config: ParallelConfig, scenario: Scenario) -> int:
+    """Micro-batches in flight through the pipeline: one per stage, at most one per request."""
+    return max(1, min(config.pp, scenario.batch))
+
+
 def tokens_per_device(config: ParallelConfig, scenario: Scenario) -> dict[str, int]:
-    """Tokens one device works on per step, by phase (what fusion size limits are stated in)."""
-    prefill = scenario.batch * scenario.input_len / (config.dp_attn * config.cp)
-    return {"prefill": int(-(-prefill // 1)), "decode": -(-scenario.batch // config.dp_attn)}
+    """Tokens one device works on per kernel call, by phase (what fusion size limits are stated in)."""
+    batch = scenario.batch / micro_batches(config, scenario)
+    prefill = batch * scenario.input_len / (config.dp_attn * config.cp)
+    return {"prefill": int(-(-prefill // 1)), "decode": int(-(-batch // config.dp_attn))}
 
 
 def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Options(),
@@ -257,39 +264,28 @@ def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Op
     for phase in PHASES:
         built = []
         for analysis, symbolic in ((ev.numeric, False), (ev.symbolic, True)):
-            mesh = Mesh(config, domain, symbolic)
-            placer = Placer(analysis, mesh, phase, ev.corpus.dims, weights, types, decide)
-            program = placer.run(phase_rows(analysis, phase))
-            program = _with_pipeline(program, placer, config, analysis)
-            built.append((program, placer))
-        (num, num_placer), (sym, _) = built
-        unfused[phase], unfused_sym[phase] = num, sym
+            placer = Placer(analysis, Mesh(config, domain, symbolic), phase, ev.corpus.dims, weights, types, decide)
+            built.append((_with_pipeline(placer.run(phase_rows(analysis, phase)), placer), placer))
+        (num, num_placer), (sym, sym_placer) = built
+        unfused[phase], unfused_sym[phase], placers[phase] = num, sym, (num_placer, sym_placer)
         tokens = tokens_per_device(config, scenario)[phase] if scenario else None
         matches = match(num, fusion, gpu, config, phase, tokens) if fusion else []
         programs[phase], formulas[phase] = fuse(num, matches), fuse(sym, matches)
-        placers[phase] = num_placer
     compiled = {p: compile_program(programs[p], gpu) for p in PHASES}
-    # memory: the fullest pipeline stage
-    prefill = unfused["prefill"]
-    stages = _stage_rows(prefill, ev, config.pp, ev.numeric)
-    per_stage = [sum((prefill.stored[u] * n for u, n in rows), ZERO) for rows in stages]
+    # memory: the fullest pipeline stage (weights are stored as the prefill placement says)
+    stored, sym_stored = unfused["prefill"].stored, unfused_sym["prefill"].stored
+    stages = _stage_rows(stored, ev, config.pp)
+    per_stage = [sum((stored[u] * n for u, n in rows), ZERO) for rows in stages]
     worst = max(range(config.pp), key=lambda s: float(per_stage[s]))
-    sym_stored = formulas_stored(ev, config, options, domain, types, weights, decide)
     weight_formula = sum((sym_stored[u] * (n if config.pp > 1 else ev.symbolic.rows[u].repeat)
                           for u, n in stages[worst]), ZERO)
-    kv_dev = _kv_per_device(ev, unfused["decode"], placers["decode"], config, types, stages[worst])
+    kv_dev = _kv_per_device(ev, unfused["decode"], placers["decode"][0], types, stages[worst])
     return Plan(ev, gpu, config, options, programs, formulas, unfused, unfused_sym, compiled, float(per_stage[worst]),
                 weight_formula, kv_dev)
 
 
-def formulas_stored(ev, config, options, domain, types, weights, decide) -> dict[str, sympy.Expr]:
-    """Weight bytes stored per device per layer, as formulas (from the symbolic prefill placement)."""
-    placer = Placer(ev.symbolic, Mesh(config, domain, True), "prefill", ev.corpus.dims, weights, types, decide)
-    return placer.run(phase_rows(ev.symbolic, "prefill")).stored
-
-
-def _kv_per_device(ev: Evaluation, program: Program, placer: Placer, config: ParallelConfig,
-                   types: DeviceTypes, stage: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
+def _kv_per_device(ev: Evaluation, program: Program, placer: Placer, types: DeviceTypes,
+                   stage: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
     """Cache bytes one device holds for one request at context ``length`` (its stage's layers)."""
     total = ZERO
     for cache in kv.caches(ev.numeric):
@@ -313,21 +309,23 @@ def _layers_on_stage(ev: Evaluation, uid: str, stage: list[tuple[str, sympy.Expr
     return ZERO
 
 
-def _with_pipeline(program: Program, placer: Placer, config: ParallelConfig, analysis) -> Program:
-    """Add the stage-boundary send/recv of the carried hidden state (pp - 1 hops per step)."""
+def _with_pipeline(program: Program, placer: Placer) -> Program:
+    """Add the stage-boundary send/recv of the hidden state leaving the layer stack (pp - 1 hops)."""
+    config = placer.mesh.config
     if config.pp == 1:
         return program
-    hidden = next((s for s in program.steps if s.role == "norm" and s.component.startswith("stack:")), None)
-    if hidden is None:
+    steps = {s.uid: s for s in program.steps}
+    in_layers = {s.uid for s in program.steps if "[" in s.component_uid}   # template uids: layers[t]
+    after = next((s for s in program.steps if s.uid not in in_layers and s.kind != "input"
+                  and any(i in in_layers for i in s.inputs)), None)
+    if after is None:
         return program
-    source = program.steps[[s.uid for s in program.steps].index(hidden.inputs[0])] \
-        if hidden.inputs[0] in {s.uid for s in program.steps} else hidden
-    span = config.cp * config.tp * config.pp
-    link = "scale_up" if span <= placer.mesh.domain else "scale_out"
-    pp = placer.mesh.degrees["pp"]
-    step = Step(f"{source.uid}>send_recv[pp]", "send_recv(pp)", "send_recv", "comm", "pipeline", hidden.component,
-                hidden.component_uid, pp - 1, (source.uid,), ZERO, 2 * source.out_read, ZERO, source.out_read,
-                "bf16", source.layout, source.out, source.out_read, group="pp", link=link)
+    source = steps[next(i for i in after.inputs if i in in_layers)]
+    link = "scale_up" if config.cp * config.tp * config.pp <= placer.mesh.domain else "scale_out"
+    step = Step(f"{source.uid}>send_recv[pp]", "send_recv(pp)", "send_recv", "comm", "pipeline",
+                after.component, after.component_uid, placer.mesh.degrees["pp"] - 1, (source.uid,), ZERO,
+                2 * source.out_read, ZERO, source.out_read, "bf16", source.layout, source.out,
+                source.out_read, group="pp", link=link, written=source.out_read)
     return replace(program, steps=program.steps + (step,))
 
 
@@ -353,10 +351,11 @@ class Deployment:
                             "batch and input must be positive, output not negative")
         max_ctx = int(ev.numeric.max_context)
         length = scenario.input_len + scenario.output_len
+        k = micro_batches(config, scenario)
         phases, ops = {}, {}
         for phase in PHASES:
             point = scenario_point(phase, scenario.input_len, scenario.output_len)
-            values = plan.evaluate(phase, scenario.batch, point["seq"], point["ctx"])
+            values = plan.evaluate(phase, scenario.batch / k, point["seq"], point["ctx"])
             program, formulas = plan.programs[phase], plan.formulas[phase]
             rows = []
             for i, (step, sym) in enumerate(zip(program.steps, formulas.steps)):
@@ -387,7 +386,10 @@ class Deployment:
                              "bound": _phase_bound(rows)}
         summary = _capacity(plan, scenario, length)
         replica = config.tp * config.pp * config.cp
-        ttft, tpot = phases["prefill"]["step_time_s"], phases["decode"]["step_time_s"]
+        # one micro-batch's path through all stages is a decode round (every request gets a token);
+        # the last of k prefill micro-batches leaves the pipeline (pp + k - 1) stage-times in
+        ttft = phases["prefill"]["step_time_s"] * (config.pp + k - 1) / config.pp
+        tpot = phases["decode"]["step_time_s"]
         summary.update({
             "model_id": ev.model.model_id, "gpu": gpu.key, "n_gpus": config.n_gpus,
             "gpus_per_node": min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain),
@@ -395,7 +397,8 @@ class Deployment:
             "cp_kind": config.cp_kind if config.cp > 1 else "", "dp": config.dp,
             "framework": options.framework, "weight_format": options.weight_format,
             "kv_dtype": options.kv_dtype, "act_dtype": options.act_dtype,
-            "batch": scenario.batch, "input_len": scenario.input_len, "output_len": scenario.output_len,
+            "batch": scenario.batch, "micro_batches": k,
+            "input_len": scenario.input_len, "output_len": scenario.output_len,
             "ttft_s": ttft, "tpot_s": tpot,
             "prefill_tokens_per_s_per_gpu": scenario.batch * scenario.input_len / ttft / replica,
             "tokens_per_s_per_gpu": scenario.batch / tpot / replica,
@@ -420,20 +423,22 @@ def _capacity(plan: Plan, scenario: Scenario, length: int) -> dict[str, Any]:
     kv_request = float(kv.bytes_per_request(ev.numeric, length, options.kv_dtype))
     per_rank = -(-scenario.batch // config.dp_attn)      # requests on the fullest attention replica
     max_requests = config.dp_attn * floor(budget / kv_dev) if budget > 0 and kv_dev > 0 else 0
-    # prefill activations: the largest kernel working set of the prompt step, per request
-    one = plan.evaluate("prefill", config.dp_attn, scenario.input_len, scenario.input_len)["bytes"]
-    steps = plan.programs["prefill"].steps
-    act_per_request = max((_scalar(one[i]) / float(s.repeat) for i, s in enumerate(steps)
+    # prefill activations: the largest kernel working set (activations, no weights) of one
+    # request's prompt step; a replica holds one micro-batch's worth at a time
+    one = plan.evaluate("prefill", config.dp_attn, scenario.input_len, scenario.input_len)
+    act_per_request = max(((_scalar(one["bytes"][i]) - _scalar(one["weight_bytes"][i])) / float(s.repeat)
+                           for i, s in enumerate(plan.programs["prefill"].steps)
                            if s.kind != "comm" and float(s.repeat) > 0), default=0.0)
+    in_flight = -(-per_rank // micro_batches(config, scenario))
     max_prefill = config.dp_attn * floor(budget / (kv_dev_prompt + act_per_request)) if budget > 0 else 0
     decode_need = weights + per_rank * kv_dev
-    prefill_need = weights + per_rank * (kv_dev_prompt + act_per_request)
+    prefill_need = weights + per_rank * kv_dev_prompt + in_flight * act_per_request
     need = max(decode_need, prefill_need)
     return {
         "hbm_bytes_per_gpu": gpu.hbm_bytes, "usable_bytes_per_gpu": usable,
         "weight_bytes_per_gpu": weights, "kv_bytes_per_request": kv_request,
         "kv_bytes_per_request_per_gpu": kv_dev, "kv_budget_bytes_per_gpu": max(budget, 0.0),
-        "kv_bytes_per_gpu": per_rank * kv_dev, "activation_bytes_per_gpu": per_rank * act_per_request,
+        "kv_bytes_per_gpu": per_rank * kv_dev, "activation_bytes_per_gpu": in_flight * act_per_request,
         "max_concurrent_requests": max_requests, "max_prefill_batch": max_prefill,
         "fits": need <= usable, "shortfall_bytes": max(need - usable, 0.0),
     }
