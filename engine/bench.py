@@ -48,8 +48,9 @@ def _bench_deploy(corpus, repeat: int) -> None:
     from engine.hardware import load_gpus
     from engine.parallel import ParallelConfig
     gpus, table = load_gpus(), load_tables()["vllm"]
-    batch, ctx = np.meshgrid(np.arange(1, 257, dtype=float), np.linspace(1024, 131072, 400))
-    points = batch.size
+    # the grid as the build evaluates it: batch down a column, context along a row (broadcast)
+    batch, ctx = np.arange(1, 257, dtype=float)[:, None], np.linspace(1024, 131072, 400)[None, :]
+    points = batch.size * ctx.size
     for model_id, gpu, config in DEPLOY_CASES:
         ev = evaluate_spec(corpus, corpus.models[model_id])
         plan_times, eval_times = [], []
@@ -58,8 +59,8 @@ def _bench_deploy(corpus, repeat: int) -> None:
             built = plan(ev, gpus[gpu], ParallelConfig(**config), Options(framework="vllm"), table)
             plan_times.append(time.perf_counter() - start)
             start = time.perf_counter()
-            for phase, seq in (("prefill", ctx), ("decode", np.ones_like(ctx))):
-                built.evaluate(phase, batch.ravel(), seq.ravel(), ctx.ravel())
+            for phase, seq in (("prefill", ctx), ("decode", 1.0)):
+                built.evaluate(phase, batch, seq, ctx)["t_sol"].sum(axis=0)
             eval_times.append(time.perf_counter() - start)
         rate = 2 * points / min(eval_times)
         print(f"deploy {model_id} on {gpu} {ParallelConfig(**config).label()}: plan {min(plan_times) * 1000:.0f} ms; "

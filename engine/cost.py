@@ -1,8 +1,9 @@
 """Speed-of-light cost of a device program: per step compute, memory and link time; SOL = their max.
 
-Layer: engine. Steps hold per-device expressions in the scenario symbols; :func:`compile_program`
-turns a program into one numpy function evaluated over many scenario points at once (the grid
-build's vectorized path and the single point of ``archledger deploy`` use the same code).
+Layer: engine. Steps hold per-device expressions in the scenario symbols (and the KV element size);
+:func:`compile_program` turns a program into one numpy function evaluated over many scenario
+points at once (the grid build's vectorized path and the single point of ``archledger deploy``
+use the same code).
 
 * t_compute = FLOPs / peak of the operands' dtype on this GPU (next wider native dtype if needed)
 * t_memory  = (activation + cache + weight bytes) / HBM bandwidth
@@ -12,7 +13,6 @@ build's vectorized path and the single point of ``archledger deploy`` use the sa
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
@@ -23,7 +23,11 @@ from engine.hardware import GPU
 from engine.placement import Program, Step
 
 BOUNDS = ("compute", "memory", "comm")
-SCENARIO = tuple(symbols.dim(n) for n in symbols.SCENARIO_DIMS)
+#: Symbol for the bytes of one cache element: programs keep it free so one compiled program
+#: serves every KV dtype (bound at evaluation).
+KV_BYTES = symbols.dim("kv_bytes")
+ARGS = tuple(symbols.dim(n) for n in symbols.SCENARIO_DIMS) + (KV_BYTES,)
+_MODULES = [{"Min": np.minimum, "Max": np.maximum}, "numpy"]
 
 
 def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Expr]:
@@ -37,29 +41,50 @@ def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.E
     return totals
 
 
-@dataclass(frozen=True, slots=True)
 class CompiledProgram:
-    """A program's step totals as one vectorized function of (batch, seq, ctx)."""
+    """A program's per-step totals as one numpy function of (batch, seq, ctx, kv_bytes).
 
-    program: Program
-    peaks: np.ndarray       # FLOP/s per step
-    links: np.ndarray       # bytes/s per step (inf for steps without traffic)
-    hbm: float
-    fn: object
+    Compiled once per program (GPU-independent); a GPU only supplies the peaks, bandwidths and
+    links the times divide by. Inputs broadcast: ``batch`` of shape (n, 1) and ``ctx`` of shape
+    (1, m) evaluate the n x m grid, each sub-expression at the shape it depends on.
+    """
 
-    def evaluate(self, batch, seq, ctx) -> dict[str, np.ndarray]:
-        """Arrays of shape (steps, points): flops, bytes, comm_bytes, weight_bytes, t_compute, t_memory,
-        t_comm, t_sol."""
-        shape = np.broadcast(np.asarray(batch), np.asarray(seq), np.asarray(ctx)).shape
-        raw = self.fn(*(np.broadcast_to(np.asarray(v, dtype=float), shape) for v in (batch, seq, ctx)))
-        flops, traffic, comm, weights = (np.array([np.broadcast_to(np.asarray(v, dtype=float), shape)
-                                                   for v in part]) for part in raw)
-        t_compute = flops / self.peaks[:, None] if flops.ndim == 2 else flops / self.peaks
-        t_memory = traffic / self.hbm
-        t_comm = comm / (self.links[:, None] if comm.ndim == 2 else self.links)
-        t_sol = np.maximum(np.maximum(t_compute, t_memory), t_comm)
-        return {"flops": flops, "bytes": traffic, "comm_bytes": comm, "weight_bytes": weights, "t_compute": t_compute,
-                "t_memory": t_memory, "t_comm": t_comm, "t_sol": t_sol}
+    def __init__(self, program: Program):
+        self.program = program
+        totals = [step_totals(s) for s in program.steps]
+        self._fn = sympy.lambdify(ARGS, [[t[i] for t in totals] for i in range(3)], modules=_MODULES)
+        self._weights = [t[3] for t in totals]
+        self._weights_fn = None
+        self._rates: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}
+
+    def rates(self, gpu: GPU) -> tuple[np.ndarray, np.ndarray, float]:
+        """Per step: peak FLOP/s of its operand dtype and its link's bytes/s; and HBM bytes/s."""
+        if gpu.key not in self._rates:
+            steps = self.program.steps
+            self._rates[gpu.key] = (np.array([gpu.peak_flops(s.compute_dtype) for s in steps]),
+                                    np.array([link_bandwidth(gpu, s.link) for s in steps]),
+                                    gpu.hbm_bytes_per_s)
+        return self._rates[gpu.key]
+
+    def evaluate(self, gpu: GPU, batch, seq, ctx, kv_bytes, weights: bool = False) -> dict[str, np.ndarray]:
+        """Arrays of shape (steps, *broadcast shape): flops, bytes, comm_bytes, t_compute, t_memory,
+        t_comm, t_sol (and weight_bytes when asked)."""
+        args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
+        shape = np.broadcast_shapes(*(a.shape for a in args))
+        flops, traffic, comm = (np.stack([np.broadcast_to(np.asarray(v, dtype=float), shape) for v in part])
+                                for part in self._fn(*args))
+        peaks, links, hbm = self.rates(gpu)
+        expand = (slice(None),) + (None,) * len(shape)
+        t_compute, t_memory, t_comm = flops / peaks[expand], traffic / hbm, comm / links[expand]
+        out = {"flops": flops, "bytes": traffic, "comm_bytes": comm, "t_compute": t_compute,
+               "t_memory": t_memory, "t_comm": t_comm,
+               "t_sol": np.maximum(np.maximum(t_compute, t_memory), t_comm)}
+        if weights:
+            if self._weights_fn is None:
+                self._weights_fn = sympy.lambdify(ARGS, self._weights, modules=_MODULES)
+            out["weight_bytes"] = np.stack([np.broadcast_to(np.asarray(v, dtype=float), shape)
+                                            for v in self._weights_fn(*args)])
+        return out
 
 
 def link_bandwidth(gpu: GPU, link: str) -> float:
@@ -70,14 +95,8 @@ def link_bandwidth(gpu: GPU, link: str) -> float:
     return float("inf")
 
 
-def compile_program(program: Program, gpu: GPU) -> CompiledProgram:
-    totals = [step_totals(s) for s in program.steps]
-    columns = [[t[i] for t in totals] for i in range(4)]
-    fn = sympy.lambdify(SCENARIO, columns, modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"],
-                        cse=True)
-    peaks = np.array([gpu.peak_flops(s.compute_dtype) for s in program.steps])
-    links = np.array([link_bandwidth(gpu, s.link) for s in program.steps])
-    return CompiledProgram(program, peaks, links, gpu.hbm_bytes_per_s, fn)
+def compile_program(program: Program) -> CompiledProgram:
+    return CompiledProgram(program)
 
 
 def bound_of(t_compute: float, t_memory: float, t_comm: float) -> str:

@@ -1,10 +1,12 @@
-"""Deployment accounting: a model on GPUs under a parallel config -> memory, capacity, SOL times.
+"""Deployment plans: a model under a parallel config on a GPU type -> compiled device programs.
 
 Layer: engine. :func:`plan` does the structural work once per (model, GPU, config, options):
-placement propagation with communication insertion and fusion for prefill and decode, under the
-numeric binding (numbers in the scenario symbols) and the symbolic one (formulas over dims and
-parallel degrees), then compiles the numeric programs for vectorized evaluation. :meth:`Plan.at`
-evaluates a scenario point; the grid build calls :meth:`Plan.evaluate` with arrays.
+placement propagation with communication insertion (:func:`place`) and fusion for prefill and
+decode, under the numeric binding (numbers in the scenario symbols) and the symbolic one (formulas
+over dims and parallel degrees), then compiles the numeric programs for vectorized evaluation
+(:func:`build_structure`; GPU-free, so the grid build shares one structure between GPUs of the
+same arch and domain). :meth:`Plan.at` evaluates a scenario point (``engine/sol.py``); the grid
+build evaluates arrays of points with the same functions.
 
 Conventions (also on the methodology page):
 * ``batch`` is the number of requests one model replica (``tp * pp * cp`` GPUs) holds; ``dp``
@@ -20,15 +22,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from math import floor
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 import sympy
 
 from engine import kv, quantities, storage, symbols
 from engine.api import Evaluation
-from engine.cost import CompiledProgram, bound_of, compile_program, intensity, scenario_point, step_totals
+from engine.cost import KV_BYTES, CompiledProgram, compile_program
 from engine.errors import SpecError, Where
 from engine.fusion import FusionTable, fuse, match
 from engine.hardware import GPU
@@ -131,40 +132,6 @@ def _unit_dim(name: str, ev: Evaluation, dims_table) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-@dataclass
-class Plan:
-    """The structural result for one (model, GPU, config, options): programs and compiled costs."""
-
-    ev: Evaluation
-    gpu: GPU
-    config: ParallelConfig
-    options: Options
-    programs: dict[str, Program]          # numeric, after fusion
-    formulas: dict[str, Program]          # symbolic, same steps
-    unfused: dict[str, Program]           # numeric, before fusion
-    unfused_formulas: dict[str, Program]  # symbolic, before fusion
-    compiled: dict[str, CompiledProgram]
-    weight_bytes_per_gpu: float
-    weight_formula: sympy.Expr
-    kv_device_per_request: sympy.Expr    # bytes one device holds per request, in `length`
-    act_peak: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def model_id(self) -> str:
-        return self.ev.model.model_id
-
-    def evaluate(self, phase: str, batch, seq, ctx) -> dict[str, np.ndarray]:
-        return self.compiled[phase].evaluate(batch, seq, ctx)
-
-    def at(self, scenario: Scenario) -> "Deployment":
-        return Deployment.build(self, scenario)
-
-    def without_fusion(self) -> "Plan":
-        """The same plan with the programs as they were before fusion."""
-        compiled = {p: compile_program(self.unfused[p], self.gpu) for p in self.unfused}
-        return replace(self, programs=self.unfused, formulas=self.unfused_formulas, compiled=compiled)
-
-
 def _weights_fn(ev: Evaluation, options: Options):
     corpus, model = ev.corpus, ev.model
     override = None
@@ -226,16 +193,135 @@ def _stage_rows(stored: Mapping[str, sympy.Expr], ev: Evaluation, pp: int) -> li
     return stages
 
 
-def micro_batches(config: ParallelConfig, scenario: Scenario) -> int:
+def micro_batches(config: ParallelConfig, batch):
     """Micro-batches in flight through the pipeline: one per stage, at most one per request."""
-    return max(1, min(config.pp, scenario.batch))
+    return np.maximum(1, np.minimum(config.pp, batch))
 
 
 def tokens_per_device(config: ParallelConfig, scenario: Scenario) -> dict[str, int]:
     """Tokens one device works on per kernel call, by phase (what fusion size limits are stated in)."""
-    batch = scenario.batch / micro_batches(config, scenario)
+    batch = scenario.batch / int(micro_batches(config, scenario.batch))
     prefill = batch * scenario.input_len / (config.dp_attn * config.cp)
     return {"prefill": int(-(-prefill // 1)), "decode": int(-(-batch // config.dp_attn))}
+
+
+@dataclass
+class Structure:
+    """What a (model, config, options, fusion table, GPU arch and domain) compiles to, GPU-free:
+    the device programs of both phases (numeric, and symbolic for formulas), before and after
+    fusion, compiled for vectorized evaluation, with weights and KV per GPU."""
+
+    ev: Evaluation
+    config: ParallelConfig
+    options: Options
+    domain: int
+    programs: dict[str, Program]
+    formulas: dict[str, Program]
+    unfused: dict[str, Program]
+    unfused_formulas: dict[str, Program]
+    compiled: dict[str, CompiledProgram]
+    weight_bytes_per_gpu: float
+    weight_formula: sympy.Expr
+    kv_device_per_request: sympy.Expr        # in `length` and `kv_bytes`
+    matches: dict[str, list] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.kv_device_fn = sympy.lambdify((LENGTH, KV_BYTES), self.kv_device_per_request,
+                                           modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
+
+
+def validate_options(options: Options) -> None:
+    if options.kv_dtype not in kv.KV_DTYPE_BYTES:
+        raise SpecError(_where("--kv-dtype"), f"unknown KV dtype {options.kv_dtype!r}",
+                        "use one of: " + ", ".join(kv.KV_DTYPE_BYTES))
+    if options.act_dtype not in ACT_DTYPE_BYTES:
+        raise SpecError(_where("--act-dtype"), f"unknown activation dtype {options.act_dtype!r}",
+                        "use one of: " + ", ".join(ACT_DTYPE_BYTES))
+    if not 0 < options.hbm_fraction <= 1:
+        raise SpecError(_where("--hbm-fraction"), f"{options.hbm_fraction} is not in (0, 1]", "e.g. 0.9")
+
+
+def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options, symbolic: bool
+          ) -> dict[str, tuple[Program, Placer]]:
+    """Placement with communication, per phase, under one binding (no fusion)."""
+    types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
+    weights, decide = _weights_fn(ev, options), _decider(ev.bound)
+    analysis = ev.symbolic if symbolic else ev.numeric
+    out = {}
+    for phase in PHASES:
+        placer = Placer(analysis, Mesh(config, domain, symbolic), phase, ev.corpus.dims, weights, types, decide)
+        out[phase] = (_with_pipeline(placer.run(phase_rows(analysis, phase)), placer), placer)
+    return out
+
+
+def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, domain: int,
+                    fusion: FusionTable | None, gpu: GPU, tokens: Mapping[str, int | None],
+                    placed: tuple | None = None) -> Structure:
+    """Fuse (rules decided for ``gpu``'s arch and ``tokens`` per device) and compile placed programs.
+
+    ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options)."""
+    numeric, symbolic = placed or (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
+    programs, formulas, matches = {}, {}, {}
+    for phase in PHASES:
+        num, sym = numeric[phase][0], symbolic[phase][0]
+        found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
+        programs[phase], formulas[phase], matches[phase] = fuse(num, found), fuse(sym, found), found
+    # memory: the fullest pipeline stage (weights are stored as the prefill placement says)
+    stored = numeric["prefill"][0].stored
+    sym_stored = symbolic["prefill"][0].stored
+    stages = _stage_rows(stored, ev, config.pp)
+    per_stage = [sum((stored[u] * n for u, n in rows), ZERO) for rows in stages]
+    worst = max(range(config.pp), key=lambda s: float(per_stage[s]))
+    weight_formula = sum((sym_stored[u] * (n if config.pp > 1 else ev.symbolic.rows[u].repeat)
+                          for u, n in stages[worst]), ZERO)
+    kv_dev = _kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], stages[worst])
+    return Structure(ev, config, options, domain, programs, formulas,
+                     {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
+                     {p: compile_program(programs[p]) for p in PHASES}, float(per_stage[worst]),
+                     weight_formula, kv_dev, matches)
+
+
+@dataclass
+class Plan:
+    """A structure on one GPU type: what :meth:`at` and the grid build evaluate."""
+
+    structure: Structure
+    gpu: GPU
+    kv_dtype: str = ""                    # empty: the structure's options (KV size is a free symbol)
+
+    def __getattr__(self, name):          # programs, formulas, weights ... live on the structure
+        if name == "structure":
+            raise AttributeError(name)
+        return getattr(self.structure, name)
+
+    @property
+    def options(self) -> Options:
+        s = self.structure.options
+        return replace(s, kv_dtype=self.kv_dtype) if self.kv_dtype else s
+
+    @property
+    def model_id(self) -> str:
+        return self.structure.ev.model.model_id
+
+    @property
+    def kv_bytes(self) -> int:
+        return kv.KV_DTYPE_BYTES[self.options.kv_dtype]
+
+    def evaluate(self, phase: str, batch, seq, ctx, weights: bool = False) -> dict[str, np.ndarray]:
+        """Per-step arrays at (batch, seq, ctx) (broadcastable arrays) on this plan's GPU."""
+        return self.structure.compiled[phase].evaluate(self.gpu, batch, seq, ctx, self.kv_bytes, weights)
+
+    def at(self, scenario: Scenario):
+        """The deployment at one scenario point (summary, phase totals, per-op table)."""
+        from engine.sol import Deployment
+        return Deployment.build(self, scenario)
+
+    def without_fusion(self) -> "Plan":
+        """The same plan with the programs as they were before fusion."""
+        s = self.structure
+        unfused = replace(s, programs=s.unfused, formulas=s.unfused_formulas,
+                          compiled={p: compile_program(s.unfused[p]) for p in PHASES}, matches={})
+        return Plan(unfused, self.gpu, self.kv_dtype)
 
 
 def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Options(),
@@ -248,43 +334,12 @@ def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Op
     if problems:
         raise SpecError(_where("parallel config"), f"{config.label()} cannot run {ev.model.model_id}: "
                         + "; ".join(problems), "pick degrees that divide the model's heads, experts and layers")
-    if options.kv_dtype not in kv.KV_DTYPE_BYTES:
-        raise SpecError(_where("--kv-dtype"), f"unknown KV dtype {options.kv_dtype!r}",
-                        "use one of: " + ", ".join(kv.KV_DTYPE_BYTES))
-    if options.act_dtype not in ACT_DTYPE_BYTES:
-        raise SpecError(_where("--act-dtype"), f"unknown activation dtype {options.act_dtype!r}",
-                        "use one of: " + ", ".join(ACT_DTYPE_BYTES))
-    if not 0 < options.hbm_fraction <= 1:
-        raise SpecError(_where("--hbm-fraction"), f"{options.hbm_fraction} is not in (0, 1]", "e.g. 0.9")
+    validate_options(options)
     domain = min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain)
-    types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], kv.KV_DTYPE_BYTES[options.kv_dtype])
-    weights = _weights_fn(ev, options)
-    decide = _decider(ev.bound)
-    programs, formulas, unfused, unfused_sym, placers = {}, {}, {}, {}, {}
-    for phase in PHASES:
-        built = []
-        for analysis, symbolic in ((ev.numeric, False), (ev.symbolic, True)):
-            placer = Placer(analysis, Mesh(config, domain, symbolic), phase, ev.corpus.dims, weights, types, decide)
-            built.append((_with_pipeline(placer.run(phase_rows(analysis, phase)), placer), placer))
-        (num, num_placer), (sym, sym_placer) = built
-        unfused[phase], unfused_sym[phase], placers[phase] = num, sym, (num_placer, sym_placer)
-        tokens = tokens_per_device(config, scenario)[phase] if scenario else None
-        matches = match(num, fusion, gpu, config, phase, tokens) if fusion else []
-        programs[phase], formulas[phase] = fuse(num, matches), fuse(sym, matches)
-    compiled = {p: compile_program(programs[p], gpu) for p in PHASES}
-    # memory: the fullest pipeline stage (weights are stored as the prefill placement says)
-    stored, sym_stored = unfused["prefill"].stored, unfused_sym["prefill"].stored
-    stages = _stage_rows(stored, ev, config.pp)
-    per_stage = [sum((stored[u] * n for u, n in rows), ZERO) for rows in stages]
-    worst = max(range(config.pp), key=lambda s: float(per_stage[s]))
-    weight_formula = sum((sym_stored[u] * (n if config.pp > 1 else ev.symbolic.rows[u].repeat)
-                          for u, n in stages[worst]), ZERO)
-    kv_dev = _kv_per_device(ev, unfused["decode"], placers["decode"][0], types, stages[worst])
-    return Plan(ev, gpu, config, options, programs, formulas, unfused, unfused_sym, compiled, float(per_stage[worst]),
-                weight_formula, kv_dev)
+    tokens = tokens_per_device(config, scenario) if scenario else {}
+    return Plan(build_structure(ev, config, options, domain, fusion, gpu, tokens), gpu)
 
-
-def _kv_per_device(ev: Evaluation, program: Program, placer: Placer, types: DeviceTypes,
+def _kv_per_device(ev: Evaluation, program: Program, placer: Placer,
                    stage: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
     """Cache bytes one device holds for one request at context ``length`` (its stage's layers)."""
     total = ZERO
@@ -295,7 +350,7 @@ def _kv_per_device(ev: Evaluation, program: Program, placer: Placer, types: Devi
             continue
         split = placer.split(Tensor(row.out.axes[1:]), Layout(layout.shards[1:]))
         count = _layers_on_stage(ev, cache.node_uid, stage)
-        total += kv.tokens_kept(cache, LENGTH) * cache.per_token * types.kv_bytes / split * count
+        total += kv.tokens_kept(cache, LENGTH) * cache.per_token * KV_BYTES / split * count
     return total
 
 
@@ -327,118 +382,3 @@ def _with_pipeline(program: Program, placer: Placer) -> Program:
                 2 * source.out_read, ZERO, source.out_read, "bf16", source.layout, source.out,
                 source.out_read, group="pp", link=link, written=source.out_read)
     return replace(program, steps=program.steps + (step,))
-
-
-def _scalar(value) -> float:
-    return float(np.asarray(value).reshape(-1)[0])
-
-
-@dataclass
-class Deployment:
-    """One scenario point of a plan: the summary (Parquet field names) and per-phase op tables."""
-
-    plan: Plan
-    scenario: Scenario
-    summary: dict[str, Any]
-    phases: dict[str, dict[str, Any]]
-    ops: dict[str, list[dict[str, Any]]]
-
-    @staticmethod
-    def build(plan: Plan, scenario: Scenario) -> "Deployment":
-        ev, gpu, config, options = plan.ev, plan.gpu, plan.config, plan.options
-        if scenario.batch < 1 or scenario.input_len < 1 or scenario.output_len < 0:
-            raise SpecError(_where("--batch/--input/--output"), f"bad scenario {scenario}",
-                            "batch and input must be positive, output not negative")
-        max_ctx = int(ev.numeric.max_context)
-        length = scenario.input_len + scenario.output_len
-        k = micro_batches(config, scenario)
-        phases, ops = {}, {}
-        for phase in PHASES:
-            point = scenario_point(phase, scenario.input_len, scenario.output_len)
-            values = plan.evaluate(phase, scenario.batch / k, point["seq"], point["ctx"])
-            program, formulas = plan.programs[phase], plan.formulas[phase]
-            rows = []
-            for i, (step, sym) in enumerate(zip(program.steps, formulas.steps)):
-                if step.view:
-                    continue     # views move no data and launch no kernel
-                v = {k: _scalar(values[k][i]) for k in values}
-                f_sym, b_sym, c_sym, w_sym = step_totals(sym)
-                rows.append({
-                    "op_uid": step.uid, "op_name": step.name, "op": step.op, "component": step.component,
-                    "role": step.role, "kind": step.kind, "repeat": int(step.repeat) if step.repeat.is_number else None,
-                    "flops": v["flops"], "bytes": v["bytes"], "weight_bytes": v["weight_bytes"],
-                    "comm_bytes": v["comm_bytes"],
-                    "intensity": intensity(v["flops"], v["bytes"]),
-                    "t_compute_s": v["t_compute"], "t_memory_s": v["t_memory"], "t_comm_s": v["t_comm"],
-                    "t_sol_s": v["t_sol"], "bound": bound_of(v["t_compute"], v["t_memory"], v["t_comm"]),
-                    "link": step.link, "group": step.group, "compute_dtype": gpu.compute_dtype(step.compute_dtype),
-                    "parts": list(step.parts),
-                    "flops_formula": str(f_sym), "bytes_formula": str(b_sym), "comm_bytes_formula": str(c_sym),
-                    "weight_bytes_formula": str(w_sym),
-                })
-            ops[phase] = rows
-            t = {k: sum(r[k] for r in rows) for k in ("t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s")}
-            phases[phase] = {"step_time_s": t["t_sol_s"], "compute_time_s": t["t_compute_s"],
-                             "memory_time_s": t["t_memory_s"], "comm_time_s": t["t_comm_s"],
-                             "flops": sum(r["flops"] for r in rows), "bytes": sum(r["bytes"] for r in rows),
-                             "weight_bytes": sum(r["weight_bytes"] for r in rows),
-                             "comm_bytes": sum(r["comm_bytes"] for r in rows),
-                             "bound": _phase_bound(rows)}
-        summary = _capacity(plan, scenario, length)
-        replica = config.tp * config.pp * config.cp
-        # one micro-batch's path through all stages is a decode round (every request gets a token);
-        # the last of k prefill micro-batches leaves the pipeline (pp + k - 1) stage-times in
-        ttft = phases["prefill"]["step_time_s"] * (config.pp + k - 1) / config.pp
-        tpot = phases["decode"]["step_time_s"]
-        summary.update({
-            "model_id": ev.model.model_id, "gpu": gpu.key, "n_gpus": config.n_gpus,
-            "gpus_per_node": min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain),
-            "tp": config.tp, "ep": config.ep, "dp_attn": config.dp_attn, "pp": config.pp, "cp": config.cp,
-            "cp_kind": config.cp_kind if config.cp > 1 else "", "dp": config.dp,
-            "framework": options.framework, "weight_format": options.weight_format,
-            "kv_dtype": options.kv_dtype, "act_dtype": options.act_dtype,
-            "batch": scenario.batch, "micro_batches": k,
-            "input_len": scenario.input_len, "output_len": scenario.output_len,
-            "ttft_s": ttft, "tpot_s": tpot,
-            "prefill_tokens_per_s_per_gpu": scenario.batch * scenario.input_len / ttft / replica,
-            "tokens_per_s_per_gpu": scenario.batch / tpot / replica,
-            "extrapolated": length > max_ctx, "max_context": max_ctx,
-        })
-        return Deployment(plan, scenario, summary, phases, ops)
-
-
-def _phase_bound(rows) -> str:
-    totals = {b: sum(r["t_sol_s"] for r in rows if r["bound"] == b) for b in ("compute", "memory", "comm")}
-    return max(totals, key=totals.get)
-
-
-def _capacity(plan: Plan, scenario: Scenario, length: int) -> dict[str, Any]:
-    """Memory per GPU, KV budget and the requests that fit (per model replica)."""
-    ev, gpu, config, options = plan.ev, plan.gpu, plan.config, plan.options
-    usable = gpu.hbm_bytes * options.hbm_fraction
-    weights = plan.weight_bytes_per_gpu
-    budget = usable - weights
-    kv_dev = float(plan.kv_device_per_request.subs(LENGTH, length))
-    kv_dev_prompt = float(plan.kv_device_per_request.subs(LENGTH, scenario.input_len))
-    kv_request = float(kv.bytes_per_request(ev.numeric, length, options.kv_dtype))
-    per_rank = -(-scenario.batch // config.dp_attn)      # requests on the fullest attention replica
-    max_requests = config.dp_attn * floor(budget / kv_dev) if budget > 0 and kv_dev > 0 else 0
-    # prefill activations: the largest kernel working set (activations, no weights) of one
-    # request's prompt step; a replica holds one micro-batch's worth at a time
-    one = plan.evaluate("prefill", config.dp_attn, scenario.input_len, scenario.input_len)
-    act_per_request = max(((_scalar(one["bytes"][i]) - _scalar(one["weight_bytes"][i])) / float(s.repeat)
-                           for i, s in enumerate(plan.programs["prefill"].steps)
-                           if s.kind != "comm" and float(s.repeat) > 0), default=0.0)
-    in_flight = -(-per_rank // micro_batches(config, scenario))
-    max_prefill = config.dp_attn * floor(budget / (kv_dev_prompt + act_per_request)) if budget > 0 else 0
-    decode_need = weights + per_rank * kv_dev
-    prefill_need = weights + per_rank * kv_dev_prompt + in_flight * act_per_request
-    need = max(decode_need, prefill_need)
-    return {
-        "hbm_bytes_per_gpu": gpu.hbm_bytes, "usable_bytes_per_gpu": usable,
-        "weight_bytes_per_gpu": weights, "kv_bytes_per_request": kv_request,
-        "kv_bytes_per_request_per_gpu": kv_dev, "kv_budget_bytes_per_gpu": max(budget, 0.0),
-        "kv_bytes_per_gpu": per_rank * kv_dev, "activation_bytes_per_gpu": in_flight * act_per_request,
-        "max_concurrent_requests": max_requests, "max_prefill_batch": max_prefill,
-        "fits": need <= usable, "shortfall_bytes": max(need - usable, 0.0),
-    }

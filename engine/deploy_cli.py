@@ -112,6 +112,14 @@ def run(args: argparse.Namespace) -> int:
               "(fewer requests, more GPUs, or a narrower KV/weight dtype)")
     print(f"  TTFT {_time(s['ttft_s'])}   TPOT {_time(s['tpot_s'])}   "
           f"decode {s['tokens_per_s_per_gpu']:.4g} tok/s/GPU   prefill {s['prefill_tokens_per_s_per_gpu']:.4g} tok/s/GPU")
+    if args.formula:
+        c = d.plan.structure.config
+        bound = {k: int(v) for k, v in sorted(d.plan.structure.ev.bound.items())}
+        bound.update({k: getattr(c, k) for k in ("tp", "ep", "dp_attn", "pp", "cp") if getattr(c, k) > 1})
+        bound.update({"kv_bytes": d.plan.kv_bytes, "batch": s["batch"] / s["micro_batches"],
+                      "seq (prefill)": s["input_len"], "ctx (decode)": s["input_len"] + s["output_len"]})
+        print("  formulas bind: " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                              for k, v in bound.items()))
     tables = [("", d.ops)]
     if args.unfused and s["framework"] != "none":
         tables.append((" (unfused)", d.plan.without_fusion().at(d.scenario).ops))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
 import sympy
 
 from engine.evaluate import Analysis, CacheRow
@@ -76,3 +77,16 @@ def bytes_per_request(analysis: Analysis, length: sympy.Expr | int | None = None
         if isinstance(length, int) else length
     return sum((tokens_kept(c, length) * c.per_token * c.repeat * element_bytes(kv_dtype)
                 for c in caches(analysis, stack)), sympy.Integer(0))
+
+
+_COMPILED: dict[tuple, tuple] = {}
+
+
+def bytes_per_request_fn(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main"):
+    """:func:`bytes_per_request` compiled to a numpy function of the context length (cached)."""
+    key = (id(analysis), kv_dtype, stack)
+    if key not in _COMPILED:   # the analysis is kept alive beside its function so ids stay unique
+        fn = sympy.lambdify(symbols.dim(symbols.LENGTH), bytes_per_request(analysis, None, kv_dtype, stack),
+                            modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
+        _COMPILED[key] = (analysis, fn)
+    return _COMPILED[key][1]

@@ -45,6 +45,7 @@ def test_deploy_formula_shows_formulas_over_dims_and_degrees(capsys):
     out = capsys.readouterr().out
     assert "flops = 2*batch*d_head*hidden*n_heads*n_layers*seq/tp" in out
     assert "comm  = " in out
+    assert "formulas bind: " in out and "hidden=8192" in out and "tp=8" in out and "kv_bytes=2" in out
 
 
 def test_deploy_unfused_prints_both_programs(capsys):
