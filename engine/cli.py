@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="evaluate every spec and write build/results/")
     build.add_argument("--out", default="build", help="output folder (default: build)")
     build.add_argument("--models", nargs="*", help="limit to these models")
+    build.add_argument("--grid", default=None, help="grid YAML (default: corpus/grid.yaml)")
+    build.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.set_defaults(func=lambda a: __import__("engine.build", fromlist=["run"]).run(a))
 
     args = parser.parse_args(argv)

@@ -81,15 +81,18 @@ def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
                 continue
             name = row.dim_names[param]
             unit = _unit_dim(name, ev, dims_table)
-            if unit is None or (unit, group.name) in seen:
+            if unit is None:
                 continue
-            seen.add((unit, group.name))
-            count = int(ev.numeric.values[unit])
+            count = _unit_count(row, name, unit, ev.numeric.values)
+            if (unit, count, group.name) in seen:
+                continue
+            seen.add((unit, count, group.name))
             replicable = dims_table[unit].replicate
             if count % group.size and not (replicable and group.size % count == 0):
                 what = {"attn_tp": "attention TP (tp / dp_attn)", "moe_tp": "expert TP (tp / ep)"}.get(
                     group.name, group.name)
-                problems.append(f"{unit} = {count} is not divisible by {what} = {group.size}")
+                where = " (experts)" if region == "experts" else ""
+                problems.append(f"{unit}{where} = {count} is not divisible by {what} = {group.size}")
     experts = [r for r in rows if r.role == "experts" and r.instances != 1]
     if config.ep > 1 and not experts:
         problems.append(f"ep = {config.ep} but the model has no routed experts")
@@ -121,10 +124,21 @@ def configs_for(ev: Evaluation, n_gpus: int, **limits) -> tuple[list[ParallelCon
     return legal, rejected
 
 
+def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> int:
+    """How many units of ``unit`` an axis named ``name`` holds in this row (component-local
+    bindings such as an expert's ``d_ff: d_ff_expert`` keep the name but change the size)."""
+    from engine import expr as exprs
+    axis = next(a for axes in (row.out.axes, *(t.axes for t in row.in_shapes), *(l.axes for l in row.leaves))
+                for a in axes if a.name == name)
+    parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in {*values, unit}}))
+    per_unit = (parsed / symbols.dim(unit)).subs({symbols.dim(k): v for k, v in values.items()})
+    return int(axis.size / per_unit)
+
+
 def _unit_dim(name: str, ev: Evaluation, dims_table) -> str | None:
     from engine import expr as exprs
     try:
-        parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in ev.numeric.values}))
+        parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in {*ev.numeric.values, *dims_table}}))
     except exprs.ExprError:
         return None
     found = [s.name for s in getattr(parsed, "free_symbols", ()) if s.name in dims_table

@@ -61,6 +61,9 @@ class SpecError(Exception):
         self.hint = hint
         super().__init__(self.one_line())
 
+    def __reduce__(self):    # picklable, so an error in a build worker reaches the parent intact
+        return (type(self), (self.where, self.problem, self.hint))
+
     def one_line(self) -> str:
         text = f"{self.where}: {self.problem}"
         if self.hint:

@@ -82,11 +82,14 @@ def bytes_per_request(analysis: Analysis, length: sympy.Expr | int | None = None
 _COMPILED: dict[tuple, tuple] = {}
 
 
-def bytes_per_request_fn(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main"):
-    """:func:`bytes_per_request` compiled to a numpy function of the context length (cached)."""
-    key = (id(analysis), kv_dtype, stack)
+def elements_per_request_fn(analysis: Analysis, stack: str = "main"):
+    """Cache elements one request holds, as a numpy function of the context length (cached);
+    times the element size it is :func:`bytes_per_request`."""
+    key = (id(analysis), stack)
     if key not in _COMPILED:   # the analysis is kept alive beside its function so ids stay unique
-        fn = sympy.lambdify(symbols.dim(symbols.LENGTH), bytes_per_request(analysis, None, kv_dtype, stack),
+        elements = sum((tokens_kept(c, symbols.dim(symbols.LENGTH)) * c.per_token * c.repeat
+                        for c in caches(analysis, stack)), sympy.Integer(0))
+        fn = sympy.lambdify(symbols.dim(symbols.LENGTH), elements,
                             modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
         _COMPILED[key] = (analysis, fn)
     return _COMPILED[key][1]

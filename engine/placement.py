@@ -146,7 +146,7 @@ class Placer:
         if name not in self._units:
             found = None
             try:
-                parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in self.a.values}))
+                parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in {*self.a.values, *self.dims_table}}))
             except exprs.ExprError:
                 parsed = None
             if isinstance(parsed, sympy.Expr):

@@ -1,16 +1,18 @@
 """Speed-of-light results of a plan at scenario points: phase times, capacity, the deployment row.
 
-Layer: engine. :func:`summarize` is vectorized: ``batch``, ``input_len`` and ``output_len`` may be
-broadcastable arrays, and every field comes back as an array of their broadcast shape. The grid
-build calls it with whole sweeps; ``archledger deploy`` (:meth:`Deployment.build`) with one
-point, then adds the per-op table. Field names and units are those of the Parquet schema.
+Layer: engine. :func:`summarize` is vectorized: batch, lengths, KV element size and GPU may vary
+per point (broadcastable arrays), and every field comes back as an array of their broadcast shape.
+The grid build calls it once per structure with every point that shares it; ``archledger deploy``
+(:meth:`Deployment.build`) with one point, then adds the per-op table. Field names and units are
+those of the Parquet schema.
 
 * ``step_time_s`` of a phase = sum over its steps of SOL = max(t_compute, t_memory, t_comm);
   ``bound`` = the term whose steps take most of that time.
 * TTFT = prefill path x (pp + k - 1) / pp and TPOT = decode path, k = micro-batches in flight.
 * Capacity per GPU: usable = hbm_fraction x HBM; KV budget = usable - weights; requests =
-  dp_attn x floor(budget / KV per request per GPU); prefill also holds the largest kernel working
-  set of the prompt step per request in flight.
+  dp_attn x floor(budget / KV per request per GPU). A batch fits when every request's KV at the
+  last position plus one prompt's prefill working set (the largest kernel's activations) fit;
+  ``max_prefill_batch`` says how many prompts fit at once.
 """
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from engine import kv
-from engine.cost import BOUNDS, bound_of, intensity, step_totals
-from engine.deploy import PHASES, Plan, Scenario, _where, micro_batches
+from engine.cost import BOUNDS, step_totals
+from engine.deploy import PHASES, Plan, Scenario, Structure, _where, micro_batches
+from engine.hardware import GPU
 from engine.errors import SpecError
 
 
@@ -29,76 +32,87 @@ def _ceil_div(a, b):
     return -(-np.asarray(a) // b)
 
 
-def phase_times(plan: Plan, phase: str, batch, seq, ctx) -> dict[str, np.ndarray]:
+def phase_times(compiled, rates, batch, seq, ctx, kv_bytes) -> dict[str, np.ndarray]:
     """Phase totals over the broadcast shape of the inputs (times in seconds, bytes, FLOPs)."""
-    v = plan.evaluate(phase, batch, seq, ctx, weights=True)
-    terms = np.stack([v["t_compute"], v["t_memory"], v["t_comm"]])        # (3, steps, ...)
-    which = np.argmax(terms, axis=0)                                       # bound of each step
-    by_bound = np.stack([np.where(which == i, v["t_sol"], 0.0).sum(axis=0) for i in range(3)])
-    return {"step_time_s": v["t_sol"].sum(axis=0), "compute_time_s": v["t_compute"].sum(axis=0),
-            "memory_time_s": v["t_memory"].sum(axis=0), "comm_time_s": v["t_comm"].sum(axis=0),
-            "flops": v["flops"].sum(axis=0), "bytes": v["bytes"].sum(axis=0),
-            "weight_bytes": v["weight_bytes"].sum(axis=0), "comm_bytes": v["comm_bytes"].sum(axis=0),
-            "bound": np.asarray(BOUNDS)[np.argmax(by_bound, axis=0)]}
+    v = compiled.totals(rates, batch, seq, ctx, kv_bytes)
+    return {"step_time_s": v["t_sol"], "compute_time_s": v["t_compute"], "memory_time_s": v["t_memory"],
+            "comm_time_s": v["t_comm"], "flops": v["flops"], "bytes": v["bytes"],
+            "weight_bytes": v["weight_bytes"], "comm_bytes": v["comm_bytes"],
+            "bound": np.asarray(BOUNDS)[np.argmax(v["by_bound"], axis=0)]}
 
 
-def activation_per_request(plan: Plan, input_len) -> np.ndarray:
+def activation_per_request(structure: Structure, input_len, kv_bytes) -> np.ndarray:
     """Largest kernel working set (activations and caches, no weights) of one request's prompt step."""
-    config = plan.structure.config
+    compiled = structure.compiled["prefill"]
     inp = np.asarray(input_len, dtype=float)
-    v = plan.evaluate("prefill", config.dp_attn, inp, inp, weights=True)   # one request per replica
-    steps = plan.structure.programs["prefill"].steps
+    shape = np.broadcast_shapes(inp.shape, np.shape(kv_bytes))
+    args = [np.asarray(v, dtype=float) for v in (structure.config.dp_attn, inp, inp, kv_bytes)]  # 1 per replica
+    steps = compiled.program.steps
     keep = [i for i, s in enumerate(steps) if s.kind != "comm" and float(s.repeat) > 0]
     if not keep:
-        return np.zeros_like(inp)
-    repeat = np.array([float(steps[i].repeat) for i in keep]).reshape((-1,) + (1,) * inp.ndim)
-    return ((v["bytes"][keep] - v["weight_bytes"][keep]) / repeat).max(axis=0)
+        return np.zeros(shape)
+    traffic, weights = compiled.column(1, args, shape), compiled.column(3, args, shape)
+    repeat = np.array([float(steps[i].repeat) for i in keep]).reshape((-1,) + (1,) * len(shape))
+    return ((traffic[keep] - weights[keep]) / repeat).max(axis=0)
 
 
-def summarize(plan: Plan, batch, input_len, output_len) -> dict[str, Any]:
-    """Every deployment field at the broadcast of ``batch`` x ``input_len`` x ``output_len``."""
-    s, gpu, options = plan.structure, plan.gpu, plan.options
-    config, ev = s.config, s.ev
-    batch, input_len, output_len = (np.asarray(x) for x in (batch, input_len, output_len))
+def max_requests(structure: Structure, usable, length, kv_bytes) -> np.ndarray:
+    """Requests whose KV fits next to the weights at context ``length`` (per replica)."""
+    budget = np.asarray(usable) - structure.weight_bytes_per_gpu
+    kv_dev = np.asarray(structure.kv_device_fn(np.asarray(length, dtype=float), kv_bytes), dtype=float)
+    ok = (budget > 0) & (kv_dev > 0)
+    return np.where(ok, structure.config.dp_attn * np.floor(np.maximum(budget, 0) / np.where(kv_dev > 0, kv_dev, 1)),
+                    0).astype(np.int64)
+
+
+def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch, input_len, output_len,
+              hbm_fraction: float = 0.9) -> dict[str, Any]:
+    """Every numeric deployment field at the broadcast of the per-point arrays. Point ``i`` runs on
+    ``gpus[gpu_index[i]]`` with ``kv_bytes[i]`` per cache element; one call serves every GPU and
+    KV dtype that share a structure (the grid's batching)."""
+    config, ev = structure.config, structure.ev
+    batch, input_len, output_len, kv_bytes, gpu_index = (np.asarray(x) for x in
+                                                         (batch, input_len, output_len, kv_bytes, gpu_index))
     length = input_len + output_len
     k = micro_batches(config, batch)
-    prefill = phase_times(plan, "prefill", batch / k, input_len, input_len)
-    decode = phase_times(plan, "decode", batch / k, 1.0, length)
-    usable = gpu.hbm_bytes * options.hbm_fraction
-    weights = s.weight_bytes_per_gpu
+    rates = {p: structure.compiled[p].rates_for(gpus, gpu_index) for p in PHASES}
+    prefill = phase_times(structure.compiled["prefill"], rates["prefill"], batch / k, input_len, input_len, kv_bytes)
+    decode = phase_times(structure.compiled["decode"], rates["decode"], batch / k, 1.0, length, kv_bytes)
+    hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
+    usable = hbm * hbm_fraction
+    weights = structure.weight_bytes_per_gpu
     budget = usable - weights
-    kv_dev = np.asarray(s.kv_device_fn(length, plan.kv_bytes), dtype=float)
-    kv_dev_prompt = np.asarray(s.kv_device_fn(input_len, plan.kv_bytes), dtype=float)
+    kv_dev = np.asarray(structure.kv_device_fn(length, kv_bytes), dtype=float)
+    kv_dev_prompt = np.asarray(structure.kv_device_fn(input_len, kv_bytes), dtype=float)
     per_rank = _ceil_div(batch, config.dp_attn)           # requests on the fullest attention replica
-    act = activation_per_request(plan, input_len)
+    act = activation_per_request(structure, input_len, kv_bytes)
     in_flight = _ceil_div(per_rank, k)
-    positive = budget > 0
-    max_requests = np.where(positive & (kv_dev > 0),
-                            config.dp_attn * np.floor(np.maximum(budget, 0) / np.where(kv_dev > 0, kv_dev, 1)), 0)
-    max_prefill = np.where(positive, config.dp_attn * np.floor(np.maximum(budget, 0) / (kv_dev_prompt + act)), 0)
-    need = np.maximum(weights + per_rank * kv_dev, weights + per_rank * kv_dev_prompt + in_flight * act)
+    max_prefill = np.where(budget > 0, config.dp_attn * np.floor(np.maximum(budget, 0) / (kv_dev_prompt + act)), 0)
+    # serving: every request's KV at the last position, plus one prompt's prefill working set
+    # (frameworks prefill in chunks; how many prompts fit at once is max_prefill_batch)
+    need = weights + per_rank * kv_dev + act
     replica = config.tp * config.pp * config.cp
     ttft = prefill["step_time_s"] * (config.pp + k - 1) / config.pp
     tpot = decode["step_time_s"]
     max_ctx = int(ev.numeric.max_context)
-    shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape)
+    shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)
+    elements = kv.elements_per_request_fn(ev.numeric)
 
     def full(x):
         return np.broadcast_to(np.asarray(x), shape)
 
     return {
-        "model_id": ev.model.model_id, "gpu": gpu.key, "n_gpus": config.n_gpus,
-        "gpus_per_node": s.domain, "tp": config.tp, "ep": config.ep, "dp_attn": config.dp_attn,
-        "pp": config.pp, "cp": config.cp, "cp_kind": config.cp_kind if config.cp > 1 else "", "dp": config.dp,
-        "config": config.label(), "framework": options.framework, "weight_format": options.weight_format,
-        "kv_dtype": options.kv_dtype, "act_dtype": options.act_dtype,
+        "n_gpus": config.n_gpus, "gpus_per_node": structure.domain, "tp": config.tp, "ep": config.ep,
+        "dp_attn": config.dp_attn, "pp": config.pp, "cp": config.cp,
+        "cp_kind": config.cp_kind if config.cp > 1 else "", "dp": config.dp, "config": config.label(),
         "batch": full(batch), "micro_batches": full(k), "input_len": full(input_len),
         "output_len": full(output_len),
-        "hbm_bytes_per_gpu": gpu.hbm_bytes, "usable_bytes_per_gpu": usable, "weight_bytes_per_gpu": weights,
-        "kv_bytes_per_request": full(kv.bytes_per_request_fn(ev.numeric, options.kv_dtype)(length)),
-        "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": max(budget, 0.0),
+        "hbm_bytes_per_gpu": full(hbm), "usable_bytes_per_gpu": full(usable),
+        "weight_bytes_per_gpu": full(float(weights)),
+        "kv_bytes_per_request": full(np.asarray(elements(length), dtype=float) * kv_bytes),
+        "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(np.maximum(budget, 0.0)),
         "kv_bytes_per_gpu": full(per_rank * kv_dev), "activation_bytes_per_gpu": full(in_flight * act),
-        "max_concurrent_requests": full(max_requests.astype(np.int64)),
+        "max_concurrent_requests": full(max_requests(structure, usable, length, kv_bytes)),
         "max_prefill_batch": full(max_prefill.astype(np.int64)),
         "fits": full(need <= usable), "shortfall_bytes": full(np.maximum(need - usable, 0.0)),
         "ttft_s": full(ttft), "tpot_s": full(tpot),
@@ -108,6 +122,17 @@ def summarize(plan: Plan, batch, input_len, output_len) -> dict[str, Any]:
         "phases": {"prefill": {k2: full(v) for k2, v in prefill.items()},
                    "decode": {k2: full(v) for k2, v in decode.items()}},
     }
+
+
+def summarize_plan(plan: Plan, batch, input_len, output_len) -> dict[str, Any]:
+    """:func:`summarize` for one plan (one GPU, one KV dtype), with the plan's labels."""
+    options = plan.options
+    out = summarize(plan.structure, [plan.gpu], 0, plan.kv_bytes, batch, input_len, output_len,
+                    options.hbm_fraction)
+    out.update({"model_id": plan.model_id, "gpu": plan.gpu.key, "framework": options.framework,
+                "weight_format": options.weight_format, "kv_dtype": options.kv_dtype,
+                "act_dtype": options.act_dtype})
+    return out
 
 
 def _scalar(value) -> Any:
@@ -130,38 +155,79 @@ class Deployment:
         if scenario.batch < 1 or scenario.input_len < 1 or scenario.output_len < 0:
             raise SpecError(_where("--batch/--input/--output"), f"bad scenario {scenario}",
                             "batch and input must be positive, output not negative")
-        out = summarize(plan, scenario.batch, scenario.input_len, scenario.output_len)
+        out = summarize_plan(plan, scenario.batch, scenario.input_len, scenario.output_len)
         raw = out.pop("phases")
         phases = {p: {k: _scalar(v) for k, v in raw[p].items()} for p in PHASES}
         summary = {k: _scalar(v) for k, v in out.items()}
-        k = int(summary["micro_batches"])
-        ops = {p: op_rows(plan, p, scenario.batch / k, scenario) for p in PHASES}
+        ops = {p: op_rows(plan, p, scenario) for p in PHASES}
         return Deployment(plan, scenario, summary, phases, ops)
 
 
-def op_rows(plan: Plan, phase: str, batch: float, scenario: Scenario) -> list[dict[str, Any]]:
-    """The per-op SOL table of one phase at one point, each row with its formulas."""
+_TEXT: dict = {}
+
+
+def _text(expr) -> str:
+    """A formula as text; printing is slow and the same formula recurs across configs, GPUs and
+    frameworks (degrees are symbols), so each distinct formula is printed once per process."""
+    text = _TEXT.get(expr)
+    if text is None:
+        text = _TEXT[expr] = str(expr)
+    return text
+
+
+def _formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
+    """The four formulas of every step as text (cached on the structure: GPU- and point-free)."""
+    cache = structure.__dict__.setdefault("_formula_text", {})
+    if phase not in cache:
+        cache[phase] = [tuple(_text(e) for e in step_totals(sym)) for sym in structure.formulas[phase].steps]
+    return cache[phase]
+
+
+def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario]) -> dict[str, list]:
+    """The per-op SOL table of one phase at one or several points, as columns (Parquet names),
+    formulas included; several points are evaluated in one vectorized call, point-major.
+
+    Values are those of one pipeline micro-batch (the unit the phase totals are made of)."""
     from engine.cost import scenario_point
-    point = scenario_point(phase, scenario.input_len, scenario.output_len)
-    values = plan.evaluate(phase, batch, point["seq"], point["ctx"], weights=True)
-    program, formulas = plan.structure.programs[phase], plan.structure.formulas[phase]
-    rows = []
-    for i, (step, sym) in enumerate(zip(program.steps, formulas.steps)):
-        if step.view:
-            continue     # views move no data and launch no kernel
-        v = {key: float(np.asarray(values[key][i]).reshape(-1)[0]) for key in values}
-        f_sym, b_sym, c_sym, w_sym = step_totals(sym)
-        rows.append({
-            "op_uid": step.uid, "op_name": step.name, "op": step.op, "component": step.component,
-            "role": step.role, "kind": step.kind,
-            "repeat": int(step.repeat) if step.repeat.is_number else None,
-            "flops": v["flops"], "bytes": v["bytes"], "weight_bytes": v["weight_bytes"],
-            "comm_bytes": v["comm_bytes"], "intensity": intensity(v["flops"], v["bytes"]),
-            "t_compute_s": v["t_compute"], "t_memory_s": v["t_memory"], "t_comm_s": v["t_comm"],
-            "t_sol_s": v["t_sol"], "bound": bound_of(v["t_compute"], v["t_memory"], v["t_comm"]),
-            "link": step.link, "group": step.group,
-            "compute_dtype": plan.gpu.compute_dtype(step.compute_dtype), "parts": list(step.parts),
-            "flops_formula": str(f_sym), "bytes_formula": str(b_sym), "comm_bytes_formula": str(c_sym),
-            "weight_bytes_formula": str(w_sym),
-        })
-    return rows
+    s = plan.structure
+    points = scenario if isinstance(scenario, list) else [scenario]
+    batch = np.array([p.batch / int(micro_batches(s.config, p.batch)) for p in points], dtype=float)
+    where = [scenario_point(phase, p.input_len, p.output_len) for p in points]
+    seq = np.array([w["seq"] for w in where], dtype=float)
+    ctx = np.array([w["ctx"] for w in where], dtype=float)
+    values = plan.evaluate(phase, batch, seq, ctx, weights=True)
+    text = _formula_text(s, phase)
+    steps = s.programs[phase].steps
+    keep = [i for i, step in enumerate(steps) if not step.view]          # views launch nothing
+    v = {key: np.asarray(values[key])[keep].T.reshape(-1) for key in values}   # point-major
+    t = np.stack([v["t_compute"], v["t_memory"], v["t_comm"]])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        density = np.where(v["bytes"] > 0, v["flops"] / np.where(v["bytes"] > 0, v["bytes"], 1), np.inf)
+    n = len(points)
+
+    def per_step(fn) -> list:
+        return [fn(steps[i], i) for i in keep] * n
+
+    return {
+        "op_uid": per_step(lambda st, i: st.uid), "op_name": per_step(lambda st, i: st.name),
+        "op": per_step(lambda st, i: st.op), "component": per_step(lambda st, i: st.component),
+        "role": per_step(lambda st, i: st.role), "kind": per_step(lambda st, i: st.kind),
+        "repeat": per_step(lambda st, i: int(st.repeat) if st.repeat.is_number else None),
+        "flops": v["flops"].tolist(), "bytes": v["bytes"].tolist(), "weight_bytes": v["weight_bytes"].tolist(),
+        "comm_bytes": v["comm_bytes"].tolist(), "intensity": density.tolist(),
+        "t_compute_s": v["t_compute"].tolist(), "t_memory_s": v["t_memory"].tolist(),
+        "t_comm_s": v["t_comm"].tolist(), "t_sol_s": v["t_sol"].tolist(),
+        "bound": [BOUNDS[j] for j in np.argmax(t, axis=0)],
+        "link": per_step(lambda st, i: st.link), "group": per_step(lambda st, i: st.group),
+        "compute_dtype": per_step(lambda st, i: plan.gpu.compute_dtype(st.compute_dtype)),
+        "parts": per_step(lambda st, i: list(st.parts)),
+        "flops_formula": per_step(lambda st, i: text[i][0]), "bytes_formula": per_step(lambda st, i: text[i][1]),
+        "comm_bytes_formula": per_step(lambda st, i: text[i][2]),
+        "weight_bytes_formula": per_step(lambda st, i: text[i][3]),
+    }
+
+
+def op_rows(plan: Plan, phase: str, scenario: Scenario) -> list[dict[str, Any]]:
+    """:func:`op_rows_columns` as one dict per op."""
+    columns = op_rows_columns(plan, phase, scenario)
+    return [dict(zip(columns, values)) for values in zip(*columns.values())]

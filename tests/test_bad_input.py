@@ -259,6 +259,7 @@ CASES = {
 }
 
 #: Cases also run as "a failed rebuild keeps the previous results" (load, walk and YAML failures).
+SMALL_GRID = Path(__file__).parent / "data" / "grid_small.yaml"
 REBUILD_CASES = ("unknown-op", "shape-mismatch-linear-input", "yaml-unclosed-bracket",
                  "malicious-dim-in-model-spec")
 
@@ -367,13 +368,15 @@ def test_bad_input_is_one_line_with_place_and_fix(case, tmp_path, monkeypatch, c
 def test_failed_rebuild_keeps_previous_results(name, tmp_path, capsys):
     root = copy_corpus(tmp_path)
     out = tmp_path / "out"
-    code, stdout, stderr = run(root, "build", "--out", str(out), capsys=capsys)
+    args = ("build", "--out", str(out), "--quiet", "--grid", str(SMALL_GRID), "--models", CASES[name].model)
+    code, stdout, stderr = run(root, *args, capsys=capsys)
     assert code == 0 and stderr == "", stderr
     before = files_under(out)
-    assert set(before) == {"results/models.parquet"}
+    assert {"results/models.parquet", "results/manifest.json"} <= set(before)
+    assert any(f.startswith("results/deployments/") for f in before)
 
     break_file(root, CASES[name])
-    code, stdout, stderr = run(root, "build", "--out", str(out), capsys=capsys)
+    code, stdout, stderr = run(root, *args, capsys=capsys)
     assert code == 2 and stderr.startswith("error: corpus/")
     assert files_under(out) == before, "the previous results changed (or staging folders were left behind)"
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import polars as pl
 
@@ -56,11 +57,14 @@ def test_list_names_every_model(capsys, corpus):
 
 
 def test_build_writes_models_parquet_with_schema(tmp_path, corpus, capsys):
-    assert main(["build", "--out", str(tmp_path)]) == 0
+    grid = str(Path(__file__).parent / "data" / "grid_small.yaml")
+    assert main(["build", "--out", str(tmp_path), "--grid", grid, "--models", "gpt-oss-20b", "Qwen3-8B",
+                 "--quiet"]) == 0
+    assert "2 models evaluated, 0 reused" in capsys.readouterr().out
     frame = pl.read_parquet(tmp_path / "results" / "models.parquet")
     assert frame.columns == list(MODELS_SCHEMA)
     assert dict(frame.schema) == {k: v[0] for k, v in MODELS_SCHEMA.items()}
-    assert frame["model_id"].n_unique() == frame.height == len(corpus.models)
+    assert frame["model_id"].n_unique() == frame.height == 2
     row = frame.filter(pl.col("model_id") == "openai/gpt-oss-20b").row(0, named=True)
     assert row["params_total"] == 20_914_757_184
     assert row["kv_fixed_bytes"] > 0 and row["max_context"] == 131072
