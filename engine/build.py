@@ -235,6 +235,10 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
         folder = Path(staging) / table / f"model={slug(model_id)}"
         folder.mkdir(parents=True, exist_ok=True)
         _frame(columns, schema).write_parquet(folder / "part.parquet", statistics=True)
+    from engine.export import model_document
+    (Path(staging) / "models").mkdir(exist_ok=True)
+    (Path(staging) / "models" / f"{slug(model_id)}.json").write_text(
+        json.dumps(model_document(ev), separators=(",", ":")))
     return {"model_id": model_id, "deployments": len(deployments["model_id"]),
             "ops": len(ops["model_id"]), "points": points, "seconds": round(time.perf_counter() - started, 3)}
 
@@ -248,13 +252,19 @@ def _previous(final: Path) -> dict:
         return {}
 
 
+def _model_files(root: Path, model_id: str) -> list[Path]:
+    """A model's files under a results folder (partitions and its inspector document)."""
+    name = slug(model_id)
+    return [root / t / f"model={name}" / "part.parquet" for t in ("deployments", "ops")] + \
+        [root / "models" / f"{name}.json"]
+
+
 def _carry(previous: Path, staging: Path, model_id: str) -> bool:
-    """Hard-link (or copy) a model's partitions from the previous results; False if incomplete."""
-    sources = [previous / t / f"model={slug(model_id)}" / "part.parquet" for t in ("deployments", "ops")]
+    """Hard-link (or copy) a model's files from the previous results; False if incomplete."""
+    sources = _model_files(previous, model_id)
     if not all(p.exists() for p in sources):
         return False
-    for src in sources:
-        dst = staging / src.parent.parent.name / src.parent.name / src.name
+    for src, dst in zip(sources, _model_files(staging, model_id)):
         dst.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.link(src, dst)

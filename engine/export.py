@@ -1,0 +1,152 @@
+"""The per-model document the site's inspector reads: numbers with their formulas, the structure.
+
+Layer: engine -> build/results. ``build/results/models/<org--name>.json`` holds, for one model,
+everything a page shows that is not a Parquet row: the dims (spec symbol, value, config binding),
+the overview quantities, the component tree and every primitive op with shapes and per-op
+numbers at a stated reference scenario, and the cache entries. Every number is written beside its
+formula (sympy text over the spec's dims) and the node it comes from; pages display these, they
+never compute them. Reference scenario for per-op numbers: one request, a 4096-token prompt
+(prefill) and one token at 4096 context (decode), on one GPU, unfused, BF16 activations and KV.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import sympy
+
+from engine import kv, symbols
+from engine.api import Evaluation
+from engine.cost import KV_BYTES, step_totals
+
+REFERENCE = {"batch": 1, "prompt": 4096}
+
+
+def _q(value, formula) -> dict[str, Any]:
+    if isinstance(value, sympy.Basic):
+        number = int(value) if value.is_integer else float(value)
+    else:
+        number = value
+    return {"value": number, "formula": str(formula)}
+
+
+def _shape(tensor) -> list[str]:
+    return [a.name for a in tensor.axes]
+
+
+def _dims(ev: Evaluation) -> list[dict]:
+    out = []
+    model, table = ev.model, ev.corpus.dims
+    for name, value in ev.numeric.values.items():
+        info = table.get(name)
+        binding = model.dims.get(name)
+        out.append({"name": name, "value": int(value), "binding": str(binding) if binding is not None else "",
+                    "kind": info.kind if info else "layer_count", "shard": info.shard if info else "none",
+                    "doc": info.doc if info else "Layers of one layer template (from the per-layer schedule)."})
+    return out
+
+
+def _point(phase: str) -> dict:
+    seq = REFERENCE["prompt"] if phase == "prefill" else 1
+    return {symbols.dim("batch"): REFERENCE["batch"], symbols.dim("seq"): seq,
+            symbols.dim("ctx"): REFERENCE["prompt"], KV_BYTES: 2}
+
+
+def _reference_bytes(ev: Evaluation) -> dict[str, dict[str, float]]:
+    """Per row uid and phase: HBM bytes of the unfused single-GPU program at the reference point."""
+    from engine.deploy import Options, place
+    from engine.parallel import ParallelConfig
+    placed = place(ev, ParallelConfig(), 8, Options(), False)
+    out: dict[str, dict[str, float]] = {}
+    for phase, (program, _) in placed.items():
+        point = _point(phase)
+        for step in program.steps:
+            if step.kind == "compute":
+                total = step_totals(step)[1].subs(point)
+                out.setdefault(step.uid, {})[phase] = float(total / step.repeat.subs(point))
+    return out
+
+
+def model_document(ev: Evaluation) -> dict[str, Any]:
+    """The inspector's data for one model (see the module doc)."""
+    model = ev.model
+    overview = ev.overview()
+    flat = {}
+    for key, q in overview.items():
+        if isinstance(q, dict):
+            flat[key] = {sub: _q(v.value, v.formula) for sub, v in q.items()}
+        else:
+            flat[key] = _q(q.value, q.formula)
+    num, sym = ev.numeric, ev.symbolic
+    bytes_at = _reference_bytes(ev)
+    ops = []
+    for uid, row in num.rows.items():
+        srow = sym.rows[uid]
+        entry = {"uid": uid, "name": row.name, "op": row.op, "component_uid": row.component_uid,
+                 "component": row.component, "role": row.role, "stack": row.stack,
+                 "phases": sorted(row.phases), "inputs": list(row.inputs),
+                 "in_shapes": [_shape(t) for t in row.in_shapes], "out_shape": _shape(row.out),
+                 "out_sizes": [str(a.size) for a in row.out.axes],
+                 "params": _q(row.params, srow.params),
+                 "repeat": _q(row.repeat, srow.repeat), "instances": _q(row.instances, srow.instances),
+                 "active": _q(row.active, srow.active),
+                 "leaves": [{"key": l.key, "shape": [a.name for a in l.axes], "kind": l.kind} for l in row.leaves],
+                 "weight_axes": dict(row.weight_axes), "shares": row.shares or "",
+                 "line": row.where.line, "file": row.where.file}
+        for phase in ("prefill", "decode"):
+            if phase in row.phases:
+                point = _point(phase)
+                value = row.flops.subs(point)
+                entry[f"flops_{phase}"] = {"value": float(value), "formula": str(srow.flops)}
+                if uid in bytes_at and phase in bytes_at[uid]:
+                    traffic = bytes_at[uid][phase]
+                    entry[f"bytes_{phase}"] = traffic
+                    entry[f"intensity_{phase}"] = float(value) / traffic if traffic else None
+        ops.append(entry)
+    components = []
+    for uid, comp in num.components.items():
+        scomp = sym.components[uid]
+        parent = uid.rsplit("/", 1)[0] if "/" in uid else ""
+        inside = [u for u in num.rows if u.startswith(uid + "/")]
+        owned = [u for u in inside if "prefill" in num.rows[u].phases and not num.rows[u].shares]
+        params = sum((num.rows[u].params * num.rows[u].repeat * num.rows[u].instances for u in owned), sympy.Integer(0))
+        sparams = sum((sym.rows[u].params * sym.rows[u].repeat * sym.rows[u].instances for u in owned), sympy.Integer(0))
+        totals = {}
+        for phase in ("prefill", "decode"):
+            rows = [u for u in inside if phase in num.rows[u].phases]
+            point = _point(phase)
+            flops = sum((num.rows[u].flops * num.rows[u].repeat for u in rows), sympy.Integer(0))
+            sflops = sum((sym.rows[u].flops * sym.rows[u].repeat for u in rows), sympy.Integer(0))
+            traffic = sum(bytes_at.get(u, {}).get(phase, 0.0) * float(num.rows[u].repeat) for u in rows)
+            totals[f"flops_{phase}"] = {"value": float(flops.subs(point)), "formula": str(sflops)}
+            totals[f"bytes_{phase}"] = traffic
+        # one layer's worth: parameters per repeat, cache bytes per token (BF16) per repeat
+        per_layer = sum((num.rows[u].params * num.rows[u].instances for u in owned), sympy.Integer(0))
+        sper_layer = sum((sym.rows[u].params * sym.rows[u].instances for u in owned), sympy.Integer(0))
+        mine = [(c, sc) for c, sc in zip(num.caches, sym.caches) if c.node_uid.startswith(uid + "/")]
+        kv_layer = sum((c.per_token * 2 for c, _ in mine), sympy.Integer(0))
+        skv_layer = sum((sc.per_token * 2 for _, sc in mine), sympy.Integer(0))
+        components.append({"uid": uid, "component": comp.component, "role": comp.role, "stack": comp.stack,
+                           "parent": parent, "template": comp.template or "", "layers": list(comp.layers),
+                           "repeat": _q(comp.repeat, scomp.repeat), "instances": _q(comp.instances, scomp.instances),
+                           "active": _q(comp.active, scomp.active), "params": _q(params, sparams),
+                           "params_per_layer": _q(per_layer, sper_layer),
+                           "kv_bytes_per_token_per_layer": _q(kv_layer, skv_layer), **totals})
+    caches = []
+    for c, s in zip(num.caches, sym.caches):
+        caches.append({"uid": c.uid, "node": c.node_uid, "name": c.name, "kind": c.kind, "growth": c.growth,
+                       "stack": c.stack, "per_token": _q(c.per_token, s.per_token), "layers": _q(c.repeat, s.repeat),
+                       "window": _q(c.window, s.window) if c.window is not None else None,
+                       "bytes_per_token": _q(c.per_token * c.repeat * 2, s.per_token * s.repeat * 2)})
+    length = np.array([1024, 4096, 16384, 65536, 131072, 262144, 524288, 1048576], dtype=float)
+    per_request = kv.elements_per_request_fn(num)(length) * 2
+    return {
+        "model_id": model.model_id, "name": model.display_name, "family": model.family,
+        "model_type": model.model_type, "notes": model.notes or "", "spec_file": model.where.file,
+        "snapshot_source": model.snapshot.source, "max_context": int(num.max_context),
+        "dims": _dims(ev), "overview": flat, "components": components, "ops": ops, "caches": caches,
+        "kv_curve": {"context": length.astype(int).tolist(),
+                     "bytes_bf16": np.broadcast_to(per_request, length.shape).astype(float).tolist()},
+        "reference": {"batch": REFERENCE["batch"], "prompt": REFERENCE["prompt"], "gpus": 1,
+                      "activations": "bf16", "kv": "bf16", "fusion": "none"},
+    }

@@ -1,0 +1,79 @@
+"""Read build/results/ into what pages need: reshaping and selecting only, never computing a number.
+
+Layer: site_builder (reads build/results, imports no engine evaluation). Every value handed to a
+template comes from a Parquet row or a model document written by the build; functions here pick
+rows, group them and format labels. A "number" is passed as ``{"value", "formula", "node"}`` so
+the template can attach its formula tooltip.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+KEY = ["gpu", "n_gpus", "config", "framework", "kv_dtype"]
+
+
+def slug(model_id: str) -> str:
+    return model_id.replace("/", "--")
+
+
+@dataclass
+class Results:
+    root: Path
+    models: pl.DataFrame
+    documents: dict[str, dict]
+    deployments: pl.LazyFrame
+    ops: pl.LazyFrame
+
+    @staticmethod
+    def load(root: Path) -> "Results":
+        models = pl.read_parquet(root / "models.parquet")
+        documents = {mid: json.loads((root / "models" / f"{slug(mid)}.json").read_text())
+                     for mid in models["model_id"]}
+        deployments = pl.scan_parquet(str(root / "deployments" / "**" / "*.parquet"), hive_partitioning=True)
+        ops = pl.scan_parquet(str(root / "ops" / "**" / "*.parquet"), hive_partitioning=True)
+        return Results(root, models, documents, deployments, ops)
+
+
+def gallery_index(results: Results) -> list[dict[str, Any]]:
+    """One entry per model for the gallery's client-side search, filter and sort."""
+    out = []
+    for row in results.models.sort("model_id").iter_rows(named=True):
+        doc = results.documents[row["model_id"]]
+        out.append({
+            "model_id": row["model_id"], "slug": slug(row["model_id"]), "name": doc["name"],
+            "family": row["family"], "model_type": row["model_type"],
+            "params_total": row["params_total"], "params_active": row["params_active"],
+            "kv_bytes_per_token": row["kv_bytes_per_token"], "kv_fixed_bytes": row["kv_fixed_bytes"],
+            "max_context": row["max_context"], "n_layers": row["n_layers"],
+            "checkpoint_bytes": row["checkpoint_bytes"], "attention_kinds": list(row["attention_kinds"]),
+            "verified": row["verified"], "moe": row["params_active"] < row["params_total"],
+            "formulas": {k: doc["overview"][k]["formula"] for k in ("params_total", "params_active",
+                                                                      "kv_bytes_per_token_growing", "max_context")},
+        })
+    return out
+
+
+def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
+    """The model's deployment rows with the columns the deployment page uses."""
+    columns = ["gpu", "n_gpus", "config", "tp", "ep", "dp_attn", "pp", "framework", "kv_dtype", "phase", "batch",
+               "input_len", "output_len", "fits", "shortfall_bytes", "weight_bytes_per_gpu", "kv_bytes_per_request",
+               "kv_bytes_per_gpu", "usable_bytes_per_gpu", "max_concurrent_requests", "step_time_s",
+               "compute_time_s", "memory_time_s", "comm_time_s", "bound", "ttft_s", "tpot_s",
+               "tokens_per_s_per_gpu", "extrapolated"]
+    return results.deployments.filter(pl.col("model_id") == model_id).select(columns).collect()
+
+
+def deployment_options(rows: pl.DataFrame) -> list[dict[str, Any]]:
+    """The (GPU, GPU count, config, framework, KV dtype) combinations the build evaluated."""
+    combos = rows.select(KEY + ["tp", "ep", "dp_attn", "pp"]).unique().sort(["gpu", "n_gpus", "config", "framework",
+                                                                            "kv_dtype"])
+    return combos.to_dicts()
+
+
+def ops_rows(results: Results, model_id: str) -> pl.DataFrame:
+    return results.ops.filter(pl.col("model_id") == model_id).collect()

@@ -1,0 +1,415 @@
+"""Computation graphs and graph diffs as static inline SVG, laid out at build time.
+
+Layer: site_builder (imports only grandalf and the standard library).
+
+``render_svg(graph)`` lays a DAG out top to bottom with grandalf's Sugiyama layout and returns one
+``<svg class="graph" role="img">`` element; ``diff_graphs(a, b)`` pairs two graphs' nodes by id and
+returns their union plus a node-status map for ``render_svg(..., status=...)``.
+
+Invariants:
+- Deterministic: the same input gives a byte-identical SVG, in any process. Vertices and edges
+  reach grandalf in declaration order (never via a set), components are placed in order of their
+  first node, coordinates are printed rounded, element ids derive from a hash of the node/edge ids.
+- Escaped: every piece of caller text (ids, labels, details, badges, titles, hrefs) goes through
+  ``_esc``, which also drops characters XML 1.0 forbids; the result always parses as XML.
+- Accessible: the SVG and each node have a ``<title>`` (node titles keep the full, untruncated
+  detail); nodes are keyboard-focusable (``tabindex="0"``, or the ``<a>`` itself when linked);
+  diff status is never colour-only — each non-"same" node carries a text marker and a dash pattern.
+- Styling is by class (``node kind-*``, ``status-*``, ``node-label`` ...); the presentation
+  attributes emitted are defaults that any page CSS overrides, so the SVG also reads standalone.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Callable
+
+from grandalf.graphs import Edge, Vertex, graph_core
+from grandalf.layouts import SugiyamaLayout
+
+STATUSES = ("same", "changed", "only_a", "only_b")
+#: Text shown inside the node, so a diff reads without colour.
+STATUS_MARK = {"changed": "≠ changed", "only_a": "− only in A", "only_b": "+ only in B"}
+#: Distinct dash patterns per status (a second non-colour signal, also for edges).
+STATUS_DASH = {"changed": "6 3", "only_a": "2 3", "only_b": "9 3 2 3"}
+STATUS_STROKE = {"changed": "#b26b00", "only_a": "#b3261e", "only_b": "#1b7f3b"}
+KIND_FILL = {"op": "#ffffff", "component": "#eef3fb", "input": "#f2f2f2", "output": "#f2f2f2",
+             "cache": "#fdf6e3", "comm": "#f3eefb", "fused": "#eefbf3"}
+
+MARGIN = 20
+X_SPACE = 30          # between nodes in a layer
+Y_SPACE = 52          # between layers: room for an edge label in the gap
+COMPONENT_GAP = 40    # between disconnected components
+MAX_ROW_WIDTH = 1400  # wrap disconnected components onto a new row past this width
+DUMMY_W = 24          # width reserved for a long edge passing through a layer
+MIN_W, PAD = 90, 10
+LABEL_CH, DETAIL_CH, SMALL_CH = 7.0, 6.0, 6.0  # px per character at 12px / 10px fonts
+EDGE_CH = 5.4         # px per character of an edge label at 9px
+LINE, FIRST_BASELINE = 14, 19
+DETAIL_MAX = 56       # characters of detail shown; the <title> keeps all of it
+CACHE_LIP = 5         # height of the cylinder's top ellipse
+
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _esc(text: object) -> str:
+    """XML-escape for text and double-quoted attributes; drop characters XML 1.0 cannot hold."""
+    s = _XML_BAD.sub("", str(text))
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def _n(v: float) -> str:
+    """A coordinate, rounded so float noise never reaches the output."""
+    s = f"{v:.1f}"
+    return s[:-2] if s.endswith(".0") else s
+
+
+def _truncate(s: str, limit: int) -> str:
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+class _View:
+    """What grandalf needs on a vertex (w, h, then xy) or an edge (setpath)."""
+
+    def __init__(self, w: float = 0.0, h: float = 0.0):
+        self.w, self.h, self.xy, self.path = w, h, (0.0, 0.0), []
+
+    def setpath(self, pts):
+        self.path = [tuple(p) for p in pts]
+
+
+def _node_box(node: dict, status: str | None) -> tuple[float, float, list[tuple[str, str]]]:
+    """Width, height and the text lines (css class, text) below the label of one node."""
+    label, badge = node["label"], node["badge"]
+    lines = []
+    if node["detail"]:
+        lines.append(("node-detail", _truncate(node["detail"], DETAIL_MAX)))
+    if status in STATUS_MARK:
+        lines.append(("node-status", STATUS_MARK[status]))
+    badge_w = len(badge) * SMALL_CH + 8 if badge else 0
+    # the label is centred, so a badge at the right needs its width reserved on both sides
+    w = max(MIN_W, len(label) * LABEL_CH + 2 * badge_w + 2 * PAD,
+            *(len(t) * DETAIL_CH + 2 * PAD for _, t in lines))
+    h = FIRST_BASELINE + LINE * len(lines) + 9 + (CACHE_LIP if node["kind"] == "cache" else 0)
+    return w, h, lines
+
+
+def _normalize(graph: dict) -> tuple[list[dict], list[dict]]:
+    """Nodes with every field present, and edges deduplicated by (src, dst), first one wins."""
+    nodes, seen = [], set()
+    for raw in graph.get("nodes", []):
+        nid = str(raw["id"])
+        if nid in seen:
+            raise ValueError(f"duplicate node id {nid!r}")
+        seen.add(nid)
+        nodes.append({"id": nid, "label": str(raw.get("label") or nid), "kind": str(raw.get("kind") or "op"),
+                      "detail": str(raw.get("detail") or ""), "badge": str(raw.get("badge") or ""),
+                      "data": dict(raw.get("data") or {})})
+    edges, pairs = [], set()
+    for raw in graph.get("edges", []):
+        src, dst = str(raw["src"]), str(raw["dst"])
+        for end in (src, dst):
+            if end not in seen:
+                raise ValueError(f"edge {src!r} -> {dst!r} names unknown node {end!r}")
+        if (src, dst) not in pairs:
+            pairs.add((src, dst))
+            edges.append({**raw, "src": src, "dst": dst, "label": str(raw.get("label") or "")})
+    return nodes, edges
+
+
+def _components(nodes: list[dict], edges: list[dict]) -> list[list[str]]:
+    """Connected components (undirected), each in declaration order, ordered by first node."""
+    parent = {n["id"]: n["id"] for n in nodes}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for e in edges:
+        a, b = find(e["src"]), find(e["dst"])
+        if a != b:
+            parent[b] = a
+    groups: dict[str, list[str]] = {}
+    for n in nodes:
+        groups.setdefault(find(n["id"]), []).append(n["id"])
+    return list(groups.values())
+
+
+def _layout(nodes, edges, sizes):
+    """Top-left corner of every node and the geometry of every edge, in SVG px.
+
+    Edge geometry is (points, label anchor, is_loop); a component's bounding box covers its
+    nodes, its routes and its edge labels, so side-by-side components never overlap.
+    """
+    out_deg = {n["id"]: 0 for n in nodes}
+    in_deg = dict(out_deg)
+    for e in edges:
+        out_deg[e["src"]] += 1
+        in_deg[e["dst"]] += 1
+    pos: dict[str, tuple[float, float]] = {}
+    geoms: dict[tuple[str, str], tuple] = {}
+    cursor_x, row_y, row_bottom = float(MARGIN), float(MARGIN), float(MARGIN)
+    for comp in _components(nodes, edges):
+        members = set(comp)
+        comp_edges = [e for e in edges if e["src"] in members]
+        centres: dict[str, tuple[float, float]] = {comp[0]: (0.0, 0.0)}
+        routes: dict[tuple[str, str], list] = {}
+        if len(comp) > 1:
+            verts = {nid: Vertex(nid) for nid in comp}
+            for nid, v in verts.items():
+                v.view = _View(*sizes[nid])
+            gedges = []
+            for e in comp_edges:
+                if e["src"] != e["dst"]:
+                    ge = Edge(verts[e["src"]], verts[e["dst"]])
+                    ge.view = _View()
+                    gedges.append(((e["src"], e["dst"]), ge))
+            # graph_core rather than Graph: Graph gathers each component's edges in a set(),
+            # whose order follows object ids and would make the layout vary between runs.
+            core = graph_core(list(verts.values()), [ge for _, ge in gedges])
+            sug = SugiyamaLayout(core)
+            sug.xspace, sug.yspace = X_SPACE, Y_SPACE
+            sug.dw = DUMMY_W  # dummies inherit this width; keep long edges from hogging a layer
+            sug.init_all()  # cycles: grandalf reverses feedback edges internally
+            sug.draw(4)
+            centres = {nid: v.view.xy for nid, v in verts.items()}
+            routes = {key: ge.view.path for key, ge in gedges}
+        local = {n: (centres[n][0] - sizes[n][0] / 2, centres[n][1] - sizes[n][1] / 2) for n in comp}
+        cgeoms = {(e["src"], e["dst"]): _edge_geom(e, local, sizes, routes, out_deg, in_deg)
+                  for e in comp_edges}
+        xs = [local[n][0] for n in comp] + [local[n][0] + sizes[n][0] for n in comp]
+        ys = [local[n][1] for n in comp] + [local[n][1] + sizes[n][1] for n in comp]
+        for e in comp_edges:
+            pts, (lx, ly), _ = cgeoms[(e["src"], e["dst"])]
+            xs += [p[0] for p in pts]
+            ys += [p[1] for p in pts]
+            if e["label"]:
+                xs.append(lx + 5 + (len(e["label"]) + 2) * EDGE_CH)
+                ys += [ly - 7, ly + 5]
+        left, top = min(xs), min(ys)
+        width, height = max(xs) - left, max(ys) - top
+        if cursor_x > MARGIN and cursor_x + width > MAX_ROW_WIDTH:
+            cursor_x, row_y = float(MARGIN), row_bottom + COMPONENT_GAP
+        dx, dy = cursor_x - left, row_y - top
+        for n in comp:
+            pos[n] = (local[n][0] + dx, local[n][1] + dy)
+        for key, (pts, (lx, ly), loop) in cgeoms.items():
+            geoms[key] = ([(x + dx, y + dy) for x, y in pts], (lx + dx, ly + dy), loop)
+        cursor_x += width + COMPONENT_GAP
+        row_bottom = max(row_bottom, row_y + height)
+    return pos, geoms
+
+
+def _cubic(a, b, t):
+    """Point at t on the vertical-tangent cubic from a to b (the curve ``_path_d`` draws)."""
+    ym = (a[1] + b[1]) / 2
+    u = 1 - t
+    x = a[0] * u**3 + 3 * a[0] * u * u * t + 3 * b[0] * u * t * t + b[0] * t**3
+    y = a[1] * u**3 + 3 * ym * u * u * t + 3 * ym * u * t * t + b[1] * t**3
+    return x, y
+
+
+def _edge_geom(e, pos, sizes, routes, out_deg, in_deg):
+    """(points, label anchor, is_loop) for one edge, from node boxes and grandalf's route."""
+    src, dst = e["src"], e["dst"]
+    (sx, sy), (sw, sh) = pos[src], sizes[src]
+    (tx, ty), (tw, th) = pos[dst], sizes[dst]
+    if src == dst:  # a self-loop (should not occur): one cubic bulging out of the right side
+        x, y = sx + sw, sy + sh / 2
+        return [(x, y - 6), (x + 30, y - 20), (x + 30, y + 20), (x, y + 6)], (x + 24, y), True
+    inner = routes[(src, dst)][1:-1]  # grandalf's dummy points (its route is centre to centre)
+    down = ty + th / 2 > sy + sh / 2  # back edges of a cycle point upward
+    pts = [(sx + sw / 2, sy + sh if down else sy), *inner, (tx + tw / 2, ty if down else ty + th)]
+    # label where sibling edges have spread apart: near the target for a fan-out,
+    # near the source for a fan-in, else at the route's midpoint
+    if len(pts) == 2 and out_deg[src] > 1 and in_deg[dst] == 1:
+        label_at = _cubic(pts[0], pts[1], 0.72)
+    elif len(pts) == 2 and in_deg[dst] > 1 and out_deg[src] == 1:
+        label_at = _cubic(pts[0], pts[1], 0.28)
+    elif len(pts) % 2:
+        label_at = pts[len(pts) // 2]
+    else:
+        k = len(pts) // 2 - 1
+        label_at = _cubic(pts[k], pts[k + 1], 0.5)
+    return pts, label_at, False
+
+
+def _path_d(pts, loop: bool) -> str:
+    if loop:
+        return "M{},{} C{},{} {},{} {},{}".format(*(_n(c) for p in pts for c in p))
+    # one cubic per layer gap, tangents vertical at every point: smooth through the dummies
+    d = [f"M{_n(pts[0][0])},{_n(pts[0][1])}"]
+    for a, b in zip(pts, pts[1:]):
+        ym = _n((a[1] + b[1]) / 2)
+        d.append(f"C{_n(a[0])},{ym} {_n(b[0])},{ym} {_n(b[0])},{_n(b[1])}")
+    return " ".join(d)
+
+
+def _edge_svg(e, geom, status, pid) -> str:
+    src, dst = e["src"], e["dst"]
+    ends = (status.get(src), status.get(dst))
+    est = "only_a" if "only_a" in ends else "only_b" if "only_b" in ends else e.get("status")
+    est = est if est in STATUS_DASH else None
+    pts, (lx, ly), loop = geom
+    cls = "edge" + (f" status-{est}" if est else "")
+    dash = f' stroke-dasharray="{STATUS_DASH[est]}"' if est else ""
+    stroke = STATUS_STROKE.get(est, "#666")
+    out = [f'<g class="{cls}" data-src="{_esc(src)}" data-dst="{_esc(dst)}">',
+           f'<path d="{_path_d(pts, loop)}" fill="none" stroke="{stroke}" stroke-width="1.3"{dash} '
+           f'marker-end="url(#{pid}-arrow)"/>']
+    label = e["label"]
+    if label:
+        if est == "changed":
+            label = "≠ " + label
+        out.append(f'<text class="edge-label" x="{_n(lx + 5)}" y="{_n(ly + 3)}" font-size="9" fill="#444" '
+                   f'stroke="#fff" stroke-width="3" paint-order="stroke">{_esc(label)}</text>')
+    out.append("</g>")
+    return "".join(out)
+
+
+def _shape_svg(kind: str, w: float, h: float, fill: str, stroke: str, dash: str) -> str:
+    common = f'class="node-shape" fill="{fill}" stroke="{stroke}" stroke-width="1.3"{dash}'
+    if kind == "cache":  # a cylinder: caches hold state across steps, unlike ops
+        e = CACHE_LIP
+        return (f'<path {common} d="M0,{e} A{_n(w / 2)},{e} 0 0 1 {_n(w)},{e} V{_n(h - e)} '
+                f'A{_n(w / 2)},{e} 0 0 1 0,{_n(h - e)} Z M0,{e} A{_n(w / 2)},{e} 0 0 0 {_n(w)},{e}"/>')
+    rect = f'<rect {common} x="0" y="0" width="{_n(w)}" height="{_n(h)}" rx="6"/>'
+    if kind == "component":  # double border: a component can be drilled into
+        rect += (f'<rect class="node-inner" x="3" y="3" width="{_n(w - 6)}" height="{_n(h - 6)}" rx="4" '
+                 f'fill="none" stroke="{stroke}" stroke-width="0.8"{dash}/>')
+    return rect
+
+
+def _node_svg(node, xy, size, lines, st, href) -> str:
+    (x, y), (w, h) = xy, size
+    kind = re.sub(r"[^A-Za-z0-9_-]", "-", node["kind"])
+    cls = f"node kind-{kind}" + (f" status-{st}" if st else "")
+    # a linked node is focused through its <a>; a second tab stop on the <g> would be redundant
+    focus = "" if href else ' tabindex="0"'
+    tip = [node["label"] + (f" ({node['badge']})" if node["badge"] else "")]
+    if node["detail"]:
+        tip.append(node["detail"])
+    if st == "changed" and node["data"].get("a_detail") not in (None, node["detail"]):
+        tip.append(f"A: {node['data']['a_detail']}")
+    if st in STATUS_MARK:
+        tip.append(STATUS_MARK[st])
+    dash = f' stroke-dasharray="{STATUS_DASH[st]}"' if st in STATUS_DASH else ""
+    top = CACHE_LIP if node["kind"] == "cache" else 0
+    out = [f'<g class="{cls}" data-node="{_esc(node["id"])}" data-x="{_n(x)}" data-y="{_n(y)}" '
+           f'data-w="{_n(w)}" data-h="{_n(h)}"{focus} transform="translate({_n(x)},{_n(y)})">',
+           f"<title>{_esc(chr(10).join(tip))}</title>"]
+    if href:
+        out.append(f'<a href="{_esc(href)}">')
+    out.append(_shape_svg(node["kind"], w, h, KIND_FILL.get(node["kind"], "#ffffff"),
+                          STATUS_STROKE.get(st, "#555"), dash))
+    out.append(f'<text class="node-label" x="{_n(w / 2)}" y="{FIRST_BASELINE + top}" text-anchor="middle" '
+               f'font-size="12" fill="#111">{_esc(node["label"])}</text>')
+    if node["badge"]:
+        out.append(f'<text class="node-badge" x="{_n(w - 6)}" y="{FIRST_BASELINE + top}" text-anchor="end" '
+                   f'font-size="10" fill="#555">{_esc(node["badge"])}</text>')
+    for i, (tcls, text) in enumerate(lines, 1):
+        family = ' font-family="monospace"' if tcls == "node-detail" else ""
+        weight = ' font-weight="bold"' if tcls == "node-status" else ""
+        out.append(f'<text class="{tcls}" x="{_n(w / 2)}" y="{FIRST_BASELINE + top + LINE * i}" '
+                   f'text-anchor="middle" font-size="10" fill="#333"{family}{weight}>{_esc(text)}</text>')
+    if href:
+        out.append("</a>")
+    out.append("</g>")
+    return "".join(out)
+
+
+def render_svg(graph: dict, *, status: dict[str, str] | None = None, title: str = "",
+               link: Callable[[dict], str | None] | None = None) -> str:
+    """One standalone ``<svg>`` element drawing ``graph`` top to bottom.
+
+    ``status`` maps node id -> "same" | "changed" | "only_a" | "only_b" (see ``diff_graphs``);
+    ``link(node)`` may return a URL to wrap that node in ``<a href>`` (drill-down).
+    Raises ValueError on duplicate node ids, edges naming unknown nodes or unknown statuses.
+    """
+    status = dict(status or {})
+    for nid, st in status.items():
+        if st not in STATUSES:
+            raise ValueError(f"status of {nid!r} is {st!r}, not one of {STATUSES}")
+    nodes, edges = _normalize(graph)
+    boxes = {n["id"]: _node_box(n, status.get(n["id"])) for n in nodes}
+    sizes = {nid: (b[0], b[1]) for nid, b in boxes.items()}
+    pos, geoms = _layout(nodes, edges, sizes)
+
+    xs = [pos[n][0] + sizes[n][0] for n in pos]
+    ys = [pos[n][1] + sizes[n][1] for n in pos]
+    for e in edges:
+        pts, (lx, ly), _ = geoms[(e["src"], e["dst"])]
+        xs += [p[0] for p in pts] + ([lx + 5 + (len(e["label"]) + 2) * EDGE_CH] if e["label"] else [])
+        ys += [p[1] for p in pts]
+    width, height = max(xs, default=MARGIN) + MARGIN, max(ys, default=MARGIN) + MARGIN
+    # ids are unique per graph (several graphs share one HTML page) yet reproducible
+    key = "\n".join([title] + [n["id"] for n in nodes] + [f"{e['src']}\t{e['dst']}" for e in edges])
+    pid = "g" + hashlib.sha1(key.encode()).hexdigest()[:10]
+
+    name = title or "Computation graph"
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" role="img" '
+             f'aria-labelledby="{pid}-title" viewBox="0 0 {_n(width)} {_n(height)}" width="100%" '
+             f'style="max-width:{_n(width)}px" font-family="sans-serif" font-size="12">',
+             f'<title id="{pid}-title">{_esc(name)}</title>',
+             f"<desc>{len(nodes)} nodes, {len(edges)} edges</desc>",
+             f'<defs><marker id="{pid}-arrow" class="arrow" viewBox="0 0 10 10" refX="9" refY="5" '
+             f'markerWidth="7" markerHeight="7" orient="auto">'
+             f'<path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>']
+    # edges first so node boxes paint over edge ends
+    parts.extend(_edge_svg(e, geoms[(e["src"], e["dst"])], status, pid) for e in edges)
+    for n in nodes:
+        href = link(n) if link else None
+        parts.append(_node_svg(n, pos[n["id"]], sizes[n["id"]], boxes[n["id"]][2], status.get(n["id"]), href))
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def diff_graphs(a: dict, b: dict) -> tuple[dict, dict[str, str]]:
+    """Union of ``a`` and ``b`` with nodes paired by id, and each node's status.
+
+    Status: "same" (label, kind and detail equal), "changed" (the union node is b's, with a's
+    detail in ``data["a_detail"]`` and a's label in ``data["a_label"]`` when it differs),
+    "only_a", "only_b". Nodes: a's order, then b's extra nodes in b's order. Edges: all edges of
+    both, deduplicated by (src, dst), a's order first; each union edge also carries a
+    ``"status"`` ("same", "changed" when the labels differ — b's label is kept — "only_a",
+    "only_b") which ``render_svg`` draws for edges between nodes present in both graphs.
+    Inputs are not modified.
+    """
+    an, ae = _normalize(a)
+    bn, be = _normalize(b)
+    bmap = {n["id"]: n for n in bn}
+    amap = {n["id"]: n for n in an}
+    nodes, status = [], {}
+    for n in an:
+        other = bmap.get(n["id"])
+        if other is None:
+            nodes.append(n)
+            status[n["id"]] = "only_a"
+        elif all(n[k] == other[k] for k in ("label", "kind", "detail")):
+            nodes.append(other)
+            status[n["id"]] = "same"
+        else:
+            data = {**n["data"], **other["data"], "a_detail": n["detail"]}
+            if n["label"] != other["label"]:
+                data["a_label"] = n["label"]
+            nodes.append({**other, "data": data})
+            status[n["id"]] = "changed"
+    for n in bn:
+        if n["id"] not in amap:
+            nodes.append(n)
+            status[n["id"]] = "only_b"
+    bedge = {(e["src"], e["dst"]): e for e in be}
+    aedge = {(e["src"], e["dst"]) for e in ae}
+    edges = []
+    for e in ae:
+        other = bedge.get((e["src"], e["dst"]))
+        if other is None:
+            edges.append({**e, "status": "only_a"})
+        elif other["label"] == e["label"]:
+            edges.append({**other, "status": "same"})
+        else:
+            edges.append({**other, "status": "changed", "a_label": e["label"]})
+    edges.extend({**e, "status": "only_b"} for e in be if (e["src"], e["dst"]) not in aedge)
+    return {"nodes": nodes, "edges": edges}, status

@@ -1,0 +1,79 @@
+"""Structure graphs from a model document: one drawing per level (stack, block, component).
+
+Layer: site_builder. A level's nodes are its direct children — sub-components (drillable) and
+primitive ops — and an edge joins two children when an op inside one reads an op inside the other.
+Edges carry the producer's output axes. Nothing is computed beyond this regrouping of the walk's
+own rows and components.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+VIEW_OPS = {"split_heads", "merge_heads", "slice", "expand"}
+
+
+def _child_of(uid: str, parent: str) -> str | None:
+    """The direct child of ``parent`` that contains ``uid`` (the uid itself for a direct op)."""
+    if not uid.startswith(parent + "/"):
+        return None
+    rest = uid[len(parent) + 1:]
+    return parent + "/" + rest.split("/", 1)[0]
+
+
+def level_graph(doc: dict[str, Any], parent: str, phase: str = "prefill") -> dict[str, Any]:
+    """The graph of ``parent``'s children in ``phase`` (uids of components/ops as node ids)."""
+    comps = {c["uid"]: c for c in doc["components"]}
+    ops = [o for o in doc["ops"] if phase in o["phases"]]
+    nodes: dict[str, dict] = {}
+    for op in ops:
+        child = _child_of(op["uid"], parent)
+        if child is None or child in nodes:
+            continue
+        if child in comps:
+            c = comps[child]
+            badge = f"x{c['repeat']['value']}" if c["repeat"]["value"] != 1 else ""
+            if c["instances"]["value"] != 1:
+                badge = f"{c['instances']['value']} experts, {c['active']['value']} active"
+            nodes[child] = {"id": child, "label": child.rsplit("/", 1)[-1], "kind": "component",
+                            "detail": c["component"] + (f" [{c['template']}]" if c["template"] else ""),
+                            "badge": badge, "data": {"uid": child}}
+        else:
+            kind = "cache" if op["op"] == "kv_cache" else "op"
+            nodes[child] = {"id": child, "label": op["name"], "kind": kind,
+                            "detail": f"{op['op']}  [{', '.join(op['out_shape'])}]", "badge": "",
+                            "data": {"uid": child}}
+    edges, seen = [], set()
+    by_uid = {o["uid"]: o for o in doc["ops"]}
+    for op in ops:
+        dst = _child_of(op["uid"], parent)
+        if dst is None:
+            continue
+        for src_uid in op["inputs"]:
+            src = _child_of(src_uid, parent)
+            if src is None:        # from outside this level: an input of the component
+                src = "in:" + src_uid.rsplit("/", 1)[-1] if ":" not in src_uid else "in:" + src_uid.split(":")[-1]
+                if src not in nodes:
+                    nodes[src] = {"id": src, "label": src[3:], "kind": "input", "detail": "", "badge": "",
+                                  "data": {}}
+            if src == dst or (src, dst) in seen:
+                continue
+            seen.add((src, dst))
+            producer = by_uid.get(src_uid)
+            label = f"[{', '.join(producer['out_shape'])}]" if producer else ""
+            edges.append({"src": src, "dst": dst, "label": label})
+    return {"nodes": list(nodes.values()), "edges": edges}
+
+
+def levels(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every drawable level, outermost first: stacks, then components that have children."""
+    comps = doc["components"]
+    stacks = [c for c in comps if c["parent"] == ""]
+    out = []
+    for stack in stacks:
+        out.append({"uid": stack["uid"], "title": f"stack {stack['uid']}", "component": stack["component"],
+                    "depth": 0})
+    for c in comps:
+        if c["parent"]:
+            out.append({"uid": c["uid"], "title": c["uid"], "component": c["component"],
+                        "depth": c["uid"].count("/")})
+    return out

@@ -1,0 +1,348 @@
+"""Render build/site/ from build/results/: a pure function of the results, written atomically.
+
+Layer: site_builder. Pages (stable URLs): ``/`` gallery, ``/models/<org--name>/`` inspector,
+``/models/<org--name>/deploy/`` deployments (state in the query string), ``/compare/?a=&b=``,
+``/components/`` and ``/components/<name>/`` (with graph diffs under ``/components/diff/``),
+``/methodology/<page>/`` (Markdown, raw HTML off), ``/downloads/``. Client data under ``/data/``.
+Templates are autoescaped; numbers arrive with their formula; nothing here evaluates a spec.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import polars as pl
+from markdown_it import MarkdownIt
+
+from site_builder import charts, graphs
+from site_builder.data import Results, deployment_options, deployment_rows, gallery_index, ops_rows, slug
+from site_builder.graph_svg import diff_graphs, render_svg
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATES = REPO / "templates"
+STATIC = REPO / "static"
+DOCS = [("deployment", REPO / "docs" / "deployment.md", "Deployment accounting: SOL, KV, communication, fusion"),
+        ("results", REPO / "docs" / "results.md", "The Parquet tables"),
+        ("spec-language", REPO / "docs" / "spec-language.md", "The spec language"),
+        ("contributing", REPO / "CONTRIBUTING.md", "How to add a model, component, op, GPU or fusion rule")]
+OVERVIEW = [("params_total", "Parameters"), ("params_active", "Active per token"),
+            ("params_embedding", "Embedding"), ("n_layers", "Layers"), ("max_context", "Max context"),
+            ("checkpoint_bytes", "Checkpoint bytes"), ("checkpoint_tensors", "Checkpoint tensors"),
+            ("kv_bytes_per_token_growing", "KV per token (BF16)"), ("kv_fixed_bytes", "KV fixed per request")]
+COMPARE_INPUT = 4096
+
+
+# -- display filters (formatting only) -------------------------------------------------------------
+
+def si(value) -> str:
+    if value is None:
+        return "—"
+    value = float(value)
+    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {suffix}"
+    return f"{value:.3g}"
+
+
+def human_bytes(value) -> str:
+    if value is None:
+        return "—"
+    value = float(value)
+    for suffix, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {suffix}"
+    return f"{value:.0f} B"
+
+
+def tokens(value) -> str:
+    value = int(value)
+    return f"{value // 1024}K" if value % 1024 == 0 and value >= 1024 else f"{value:,}"
+
+
+def fmt(value, key: str) -> str:
+    if "bytes" in key:
+        return human_bytes(value)
+    if key == "max_context":
+        return tokens(value)
+    if key.startswith("params"):
+        return si(value)
+    return f"{value:,}" if isinstance(value, int) else si(value)
+
+
+def anchor(uid: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in uid)
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(si=si, bytes=human_bytes, tokens=tokens, fmt=fmt, anchor=anchor)
+    return env
+
+
+# -- writing ----------------------------------------------------------------------------------------
+
+class Site:
+    """Pages and files written under a staging folder."""
+
+    def __init__(self, folder: Path, env: jinja2.Environment):
+        self.folder = folder
+        self.env = env
+        self.pages: list[str] = []
+
+    def page(self, path: str, template: str, title: str, page_data: dict | None = None, **context) -> None:
+        depth = len(path.split("/")) if path else 0     # pages live at <path>/index.html
+        root = "../" * depth
+        html = self.env.get_template(template).render(
+            title=title, root=root, page_json=json.dumps(page_data or {}).replace("</", "<\\/"), **context)
+        target = self.folder / path / "index.html" if path else self.folder / "index.html"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(html)
+        self.pages.append(path)
+
+    def file(self, path: str, text: str) -> None:
+        target = self.folder / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+
+def _csv(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in row.items()})
+    return out.getvalue()
+
+
+def render_site(results_root: Path, out: Path) -> Path:
+    """Render every page into ``out/site`` (staged, then swapped in). Returns the site folder."""
+    results = Results.load(results_root)
+    env = environment()
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".site-", dir=out))
+    try:
+        site = Site(staging, env)
+        shutil.copytree(STATIC, staging / "static", ignore=shutil.ignore_patterns("README.md"))
+        _gallery(site, results)
+        for model_id in results.models["model_id"]:
+            _model(site, results, model_id)
+            _deploy(site, results, model_id)
+        _compare(site, results)
+        _components(site, results)
+        _methodology(site)
+        _downloads(site, results)
+        final = out / "site"
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=".old-", dir=out))
+            final.rename(old / "site")
+            staging.rename(final)
+            shutil.rmtree(old)
+        else:
+            staging.rename(final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out / "site"
+
+
+# -- pages ------------------------------------------------------------------------------------------
+
+def _gallery(site: Site, results: Results) -> None:
+    index = gallery_index(results)
+    site.file("data/index.json", json.dumps(index))
+    rows = [{k: v for k, v in m.items() if k != "formulas"} for m in index]
+    site.file("downloads/gallery.csv", _csv(rows))
+    families = sorted({m["family"] for m in index})
+    site.page("", "gallery.html", "Gallery", {"page": "gallery"}, models=index, families=families)
+
+
+def _model(site: Site, results: Results, model_id: str) -> None:
+    doc = results.documents[model_id]
+    name = slug(model_id)
+    row = results.models.filter(pl.col("model_id") == model_id).row(0, named=True)
+    levels = []
+    for level in graphs.levels(doc):
+        graph = graphs.level_graph(doc, level["uid"])
+        if not graph["nodes"]:
+            continue
+        svg = render_svg(graph, title=level["uid"],
+                         link=lambda node: f"#c-{anchor(node['data']['uid'])}" if node["kind"] == "component" else None)
+        name_svg = f"graphs/{anchor(level['uid'])}.svg"
+        site.file(f"models/{name}/{name_svg}", svg)
+        # the outermost drawing is inline; deeper ones load when their <details> opens (page weight)
+        levels.append({**level, "anchor": anchor(level["uid"]), "svg": svg if not levels else "", "src": name_svg})
+    site.file(f"data/models/{name}.json", json.dumps(doc))
+    op_rows = [{"uid": o["uid"], "op": o["op"], "out_shape": " x ".join(o["out_shape"]),
+                "params": o["params"]["value"], "params_formula": o["params"]["formula"],
+                "layers": o["repeat"]["value"],
+                "flops_prefill": o.get("flops_prefill", {}).get("value"),
+                "flops_prefill_formula": o.get("flops_prefill", {}).get("formula"),
+                "bytes_prefill": o.get("bytes_prefill"),
+                "flops_decode": o.get("flops_decode", {}).get("value"), "bytes_decode": o.get("bytes_decode")}
+               for o in doc["ops"]]
+    site.file(f"models/{name}/ops.csv", _csv(op_rows))
+    dims = {d["name"]: d["value"] for d in doc["dims"]}
+    site.page(f"models/{name}", "model.html", doc["name"], {"page": "model", "bound": dims},
+              doc=doc, row=row, slug=name, levels=levels, overview_keys=OVERVIEW)
+
+
+def _round(value):
+    """Four significant digits for display data (the Parquet downloads keep full precision)."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    return value
+
+
+def _table(frame: pl.DataFrame) -> dict:
+    return {"columns": frame.columns, "rows": [[_round(v) for v in row] for row in frame.rows()]}
+
+
+def _deploy(site: Site, results: Results, model_id: str) -> None:
+    doc = results.documents[model_id]
+    name = slug(model_id)
+    rows = deployment_rows(results, model_id)
+    options = deployment_options(rows)
+    # one record per point: the decode row, with the prefill row's bound beside it
+    key = ["gpu", "n_gpus", "config", "framework", "kv_dtype", "batch", "input_len", "output_len"]
+    decode = rows.filter(pl.col("phase") == "decode").drop("phase")
+    prefill = rows.filter(pl.col("phase") == "prefill").select(key + [pl.col("bound").alias("prefill_bound")])
+    points = decode.join(prefill, on=key, how="left").drop(["step_time_s", "compute_time_s", "memory_time_s",
+                                                              "comm_time_s", "tp", "ep", "dp_attn", "pp"])
+    for gpu, part in points.partition_by("gpu", as_dict=True).items():
+        gpu = gpu[0] if isinstance(gpu, tuple) else gpu
+        site.file(f"data/deploy/{name}/{gpu}.json", json.dumps(_table(part), separators=(",", ":")))
+        site.file(f"downloads/deployments/{name}/{gpu}.csv", part.write_csv())
+    # the GPU comparison: each evaluated combination's best decode throughput among points that fit
+    best = (decode.filter(pl.col("fits") & (pl.col("input_len") == COMPARE_INPUT))
+            .group_by(["gpu", "n_gpus", "config", "framework", "kv_dtype"])
+            .agg(pl.col("tokens_per_s_per_gpu").max().alias("best_tokens_per_s_per_gpu"),
+                 pl.col("batch").sort_by("tokens_per_s_per_gpu").last().alias("at_batch"))
+            .sort(["gpu", "n_gpus", "config"]))
+    # ... and each GPU type's best combination (one bar per GPU in the comparison chart)
+    per_gpu = (best.sort("best_tokens_per_s_per_gpu", descending=True)
+               .group_by(["gpu", "framework", "kv_dtype"], maintain_order=True).first())
+    site.file(f"data/deploy/{name}/index.json", json.dumps({"options": options, "best": best.to_dicts(),
+                                                             "best_per_gpu": per_gpu.to_dicts()}))
+    ops = ops_rows(results, model_id)
+    # strings that repeat across GPUs, configs and points (formulas, op uids) are sent once per model
+    formulas = sorted(set(ops["flops_formula"]) | set(ops["bytes_formula"]) | set(ops["comm_bytes_formula"]))
+    uids = sorted(set(ops["op_uid"]))
+    number, uid_number = {f: i for i, f in enumerate(formulas)}, {u: i for i, u in enumerate(uids)}
+    site.file(f"data/ops/{name}/strings.json", json.dumps({"formulas": formulas, "uids": uids}))
+    keep = ["n_gpus", "config", "framework", "kv_dtype", "phase", "batch", "input_len", "output_len",
+            "kind", "flops", "bytes", "comm_bytes", "t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s", "bound"]
+    for gpu, part in ops.partition_by("gpu", as_dict=True).items():
+        gpu = gpu[0] if isinstance(gpu, tuple) else gpu
+        table = _table(part.select(keep))
+        table["columns"] += ["uid", "f_flops", "f_bytes", "f_comm"]
+        for row, u, f, b, c in zip(table["rows"], part["op_uid"], part["flops_formula"], part["bytes_formula"],
+                                   part["comm_bytes_formula"]):
+            row += [uid_number[u], number[f], number[b], number[c]]
+        site.file(f"data/ops/{name}/{gpu}.json", json.dumps(table, separators=(",", ":")))
+    specs = charts.deployment_specs()
+    data = {"page": "deploy", "slug": name, "max_context": doc["max_context"], "specs": specs,
+            "kv_curve": doc["kv_curve"], "compare_input": COMPARE_INPUT,
+            "docs": {k: v[1] for k, v in _schema_docs().items()}}
+    site.page(f"models/{name}/deploy", "deploy.html", f"{doc['name']} deployments", data,
+              doc=doc, slug=name, compare_input=COMPARE_INPUT)
+
+
+def _schema_docs() -> dict:
+    """The Parquet column docs, shown as the definition behind each deployment number."""
+    from engine.build import DEPLOYMENTS_SCHEMA
+    return DEPLOYMENTS_SCHEMA
+
+
+def _compare(site: Site, results: Results) -> None:
+    index = gallery_index(results)
+    site.page("compare", "compare.html", "Compare", {"page": "compare"}, models=index)
+
+
+def _attention_instances(results: Results) -> dict[str, list[dict]]:
+    """Attention component instances per component name, across the corpus."""
+    uses: dict[str, list[dict]] = {}
+    for model_id, doc in results.documents.items():
+        for c in doc["components"]:
+            if c["role"] == "attention" and c["stack"] == "main":
+                uses.setdefault(c["component"], []).append({
+                    "slug": slug(model_id), "name": doc["name"], "uid": c["uid"], "doc": doc,
+                    "params": c["params_per_layer"], "layers": c["repeat"]["value"],
+                    "kv": c["kv_bytes_per_token_per_layer"]})
+    return uses
+
+
+def _components(site: Site, results: Results) -> None:
+    uses = _attention_instances(results)
+    names = sorted(uses)
+    items = []
+    for name in names:
+        first = uses[name][0]
+        graph = graphs.level_graph(first["doc"], first["uid"])
+        svg = render_svg(graph, title=f"{name} (as in {first['name']})")
+        others = [n for n in names if n != name]
+        diffs = [{"href": f"../diff/{name}--{o}/", "label": f"{name} vs {o}"} for o in others]
+        site.page(f"components/{name}", "component.html", name, {"page": "component"},
+                  doc=f"Drawn as instantiated in {first['name']} ({first['uid']}).", svg=svg,
+                  uses=[{k: v for k, v in u.items() if k != "doc"} for u in uses[name]], diffs=diffs, legend=False,
+                  a_name="", b_name="")
+        items.append({"href": f"{name}/", "label": name, "note": f"used by {len(uses[name])} layer templates"})
+    for a in names:
+        for b in names:
+            if a == b:
+                continue
+            ua, ub = uses[a][0], uses[b][0]
+            union, status = diff_graphs(_short(graphs.level_graph(ua["doc"], ua["uid"])),
+                                        _short(graphs.level_graph(ub["doc"], ub["uid"])))
+            svg = render_svg(union, status=status, title=f"{a} vs {b}")
+            site.page(f"components/diff/{a}--{b}", "component.html", f"{a} vs {b}", {"page": "diff"},
+                      doc=f"Nodes paired by their declared name: {a} as in {ua['name']}, {b} as in {ub['name']}.",
+                      svg=svg, uses=[], diffs=[], legend=True, a_name=a, b_name=b)
+            items.append({"href": f"diff/{a}--{b}/", "label": f"graph diff: {a} vs {b}", "note": ""})
+    site.page("components", "listing.html", "Components",
+              {"page": "components"}, items=items,
+              intro="The attention variants the corpus uses, drawn as instantiated, with where each is used and "
+                    "graph diffs between every pair.")
+
+
+def _short(graph: dict) -> dict:
+    """Node ids by declared name (the last uid segment), so two components pair node by node."""
+    rename = {n["id"]: n["id"].rsplit("/", 1)[-1] for n in graph["nodes"]}
+    nodes = [{**n, "id": rename[n["id"]]} for n in graph["nodes"]]
+    edges = [{**e, "src": rename.get(e["src"], e["src"]), "dst": rename.get(e["dst"], e["dst"])} for e in graph["edges"]]
+    return {"nodes": nodes, "edges": edges}
+
+
+def _methodology(site: Site) -> None:
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    items = []
+    for name, path, title in DOCS:
+        body = md.render(path.read_text())
+        site.page(f"methodology/{name}", "doc.html", title, {"page": "doc"}, body=body)
+        items.append({"href": f"{name}/", "label": title, "note": ""})
+    site.page("methodology", "listing.html", "Methodology", {"page": "methodology"}, items=items,
+              intro="How every number on this site is defined and computed, and how to add to the corpus.")
+
+
+def _downloads(site: Site, results: Results) -> None:
+    target = site.folder / "downloads"
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(results.root / "models.parquet", target / "models.parquet")
+    for table in ("deployments", "ops"):
+        shutil.copytree(results.root / table, target / table, dirs_exist_ok=True)
+    items = [{"href": "models.parquet", "label": "models.parquet", "note": "one row per model"},
+             {"href": "deployments/", "label": "deployments/", "note": "hive partitions per model: model=<org--name>/part.parquet"},
+             {"href": "ops/", "label": "ops/", "note": "per-op tables of the deployments the pages show"},
+             {"href": "gallery.csv", "label": "gallery.csv", "note": "the gallery table"}]
+    items += [{"href": f"deployments/{slug(m)}/", "label": f"deployments/{slug(m)}/<gpu>.csv",
+               "note": f"{m}: the deployment page's table, one CSV per GPU"} for m in results.models["model_id"]]
+    site.page("downloads", "listing.html", "Downloads", {"page": "downloads"}, items=items,
+              intro="The data behind every page. Schema and units: methodology / The Parquet tables.")

@@ -1,0 +1,100 @@
+"""``archledger screenshots``: full-page PNGs of the gallery, one model page and its deployments.
+
+Layer: site_builder. Serves the built site on 127.0.0.1 (``site_builder.serve.start``) and drives
+the system's Chromium through Playwright (``pip install -e '.[test]'``; Playwright never downloads
+a browser here: Debian's ``chromium`` is used, or the binary named by ``ARCHLEDGER_CHROMIUM``).
+Requests to any other host are blocked, so a screenshot shows exactly what the static site holds.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+#: Flags for a quiet, offline headless Chromium (no sandbox: CI runs as root in a container).
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+LOCAL_HOSTS = {"127.0.0.1"}
+VIEWPORT = {"width": 1280, "height": 900}
+
+
+def chromium_path() -> Path | None:
+    """The Chromium binary to drive: $ARCHLEDGER_CHROMIUM, /usr/bin/chromium, or `chromium` on PATH."""
+    for candidate in (os.environ.get("ARCHLEDGER_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                      shutil.which("chromium-browser")):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    return None
+
+
+def launch(playwright):
+    """Launch headless Chromium; raises RuntimeError with a one-line reason if there is none."""
+    path = chromium_path()
+    if path is None:
+        raise RuntimeError("no Chromium found (install Debian's `chromium`, or set ARCHLEDGER_CHROMIUM)")
+    return playwright.chromium.launch(executable_path=str(path), args=CHROMIUM_ARGS)
+
+
+def block_remote(context, blocked: list[str] | None = None) -> None:
+    """Abort every request whose host is not 127.0.0.1 (recorded in ``blocked`` when given)."""
+    def handle(route):
+        url = route.request.url
+        if urlsplit(url).hostname in LOCAL_HOSTS:
+            route.continue_()
+        else:
+            if blocked is not None:
+                blocked.append(url)
+            route.abort()
+    context.route("**/*", handle)
+
+
+def screenshots(site: Path, to: Path, model_slug: str) -> int:
+    """Save gallery.png, model.png and deploy.png (full page) under ``to``; 0 on success, 2 on error."""
+    site, to = Path(site), Path(to)
+    if not (site / "index.html").exists():
+        print(f"error: {site}: no site — run `archledger build` first", file=sys.stderr)
+        return 2
+    if not (site / "models" / model_slug / "index.html").exists():
+        print(f"error: {site}: no model page models/{model_slug}/ (pass --model <org--name>)", file=sys.stderr)
+        return 2
+    try:
+        from playwright.sync_api import Error as PlaywrightError, sync_playwright
+    except ImportError:
+        print("error: playwright is not installed (pip install -e '.[test]')", file=sys.stderr)
+        return 2
+    from site_builder.serve import start
+
+    to.mkdir(parents=True, exist_ok=True)
+    server, base = start(site)
+    shots = [("gallery", base, "#gallery tbody tr"),
+             ("model", f"{base}models/{model_slug}/", "details.level svg.graph"),
+             ("deploy", f"{base}models/{model_slug}/deploy/", "#chart-batch svg")]
+    try:
+        with sync_playwright() as p:
+            try:
+                browser = launch(p)
+            except (RuntimeError, PlaywrightError) as exc:
+                print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+                return 2
+            try:
+                context = browser.new_context(viewport=VIEWPORT)
+                block_remote(context)
+                page = context.new_page()
+                for name, url, ready in shots:
+                    page.goto(url, wait_until="networkidle")
+                    try:
+                        page.wait_for_selector(ready, state="attached", timeout=15_000)
+                        page.wait_for_timeout(300)  # let the last chart finish its transition
+                    except PlaywrightError:
+                        print(f"warning: {url}: {ready} did not appear; saving the page as it is", file=sys.stderr)
+                    target = to / f"{name}.png"
+                    page.screenshot(path=str(target), full_page=True)
+                    print(target)
+            finally:
+                browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    return 0

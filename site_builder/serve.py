@@ -1,0 +1,42 @@
+"""``archledger serve``: a local preview of build/site on 127.0.0.1 (never on other interfaces).
+
+Layer: site_builder. The standard library's threaded HTTP server with the MIME types the site
+needs (Parquet, JSON); what Netlify serves in production is the same folder (netlify.toml).
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import sys
+import threading
+from pathlib import Path
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                      ".parquet": "application/vnd.apache.parquet", ".json": "application/json",
+                      ".js": "text/javascript", ".csv": "text/csv", ".svg": "image/svg+xml"}
+
+    def log_message(self, format, *args):  # quiet: one line per request is noise in tests
+        pass
+
+
+def start(site: Path, port: int = 0) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """Serve ``site`` in a background thread; returns the server and its base URL."""
+    handler = functools.partial(Handler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def serve(site: Path, port: int) -> int:
+    if not (site / "index.html").exists():
+        print(f"error: {site}: no site — run `archledger build` first", file=sys.stderr)
+        return 2
+    server, url = start(site, port)
+    print(f"serving {site} at {url} (Ctrl-C to stop)")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.shutdown()
+    return 0

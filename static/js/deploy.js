@@ -1,0 +1,117 @@
+// Deployment explorer: the selection lives in the URL query; rows come from the build's JSON.
+(function () {
+  "use strict";
+  var page = window.ARCH_PAGE, root = document.querySelector("link[rel=stylesheet]").getAttribute("href").replace("static/css/site.css", "");
+  var base = root + "data/deploy/" + page.slug + "/", opsBase = root + "data/ops/" + page.slug + "/";
+  var form = document.getElementById("pick"), fmt = window.archFmt, cache = {}, index = null;
+  var params = new URLSearchParams(location.search);
+  function get(url) { if (!cache[url]) cache[url] = fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.json(); }); return cache[url]; }
+  function records(table) { return table.rows.map(function (r) { var o = {}; table.columns.forEach(function (c, i) { o[c] = r[i]; }); return o; }); }
+  function fill(select, values, current) {
+    select.textContent = "";
+    values.forEach(function (v) { var o = document.createElement("option"); o.value = String(v); o.textContent = String(v); select.appendChild(o); });
+    if (current !== null && values.map(String).indexOf(String(current)) >= 0) select.value = String(current);
+  }
+  function uniq(list) { var s = {}, out = []; list.forEach(function (v) { if (!s[v]) { s[v] = 1; out.push(v); } }); return out; }
+  function cfgLabel(o) { return o.n_gpus + "x " + o.config; }
+  function state() { var s = {}; ["gpu", "cfg", "fw", "kv", "input", "batch"].forEach(function (k) { s[k] = form.elements[k].value; }); return s; }
+  function sync() { var s = state(), q = new URLSearchParams(s); history.replaceState(null, "", "?" + q.toString()); return s; }
+  function row(label, value, text, doc) {
+    var dt = document.createElement("dt"); dt.textContent = label;
+    var dd = document.createElement("dd"); dd.appendChild(window.archNum(value, text, doc));
+    return [dt, dd];
+  }
+  function render(rows, s) {
+    var chosen = rows.filter(function (r) { return String(r.input_len) === s.input && String(r.batch) === s.batch; });
+    var dec = chosen[0];
+    var sum = document.getElementById("summary"); sum.textContent = "";
+    if (!dec) { sum.textContent = "No evaluated point for this prompt length and batch (the batch is over the KV capacity); pick another."; return; }
+    var docs = page.docs, dl = document.createElement("dl"); dl.className = "cards";
+    var items = [["Fits", dec.fits ? 1 : 0, dec.fits ? "yes" : "no — short by " + fmt.bytes(dec.shortfall_bytes) + " per GPU", docs.fits],
+      ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s], ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s],
+      ["Decode tokens/s per GPU", dec.tokens_per_s_per_gpu, dec.tokens_per_s_per_gpu.toPrecision(4), docs.tokens_per_s_per_gpu],
+      ["Max concurrent requests", dec.max_concurrent_requests, String(dec.max_concurrent_requests), docs.max_concurrent_requests],
+      ["Weights per GPU", dec.weight_bytes_per_gpu, fmt.bytes(dec.weight_bytes_per_gpu), docs.weight_bytes_per_gpu],
+      ["KV per request", dec.kv_bytes_per_request, fmt.bytes(dec.kv_bytes_per_request), docs.kv_bytes_per_request],
+      ["Decode bound", 0, dec.bound, docs.bound], ["Prefill bound", 0, dec.prefill_bound || "—", docs.bound]];
+    items.forEach(function (it) { var d = document.createElement("div"); row(it[0], it[1], it[2], it[3]).forEach(function (e) { d.appendChild(e); }); dl.appendChild(d); });
+    sum.appendChild(dl);
+    if (dec.extrapolated) { var w = document.createElement("p"); w.className = "warn"; w.textContent = "! Context past the model's maximum (" + page.max_context + " tokens): extrapolation."; sum.appendChild(w); }
+    var bar = document.getElementById("membar"), usable = dec.usable_bytes_per_gpu; bar.textContent = "";
+    [["weights", dec.weight_bytes_per_gpu], ["KV", dec.kv_bytes_per_gpu], ["free", Math.max(0, usable - dec.weight_bytes_per_gpu - dec.kv_bytes_per_gpu)]].forEach(function (p) {
+      var seg = document.createElement("div"); seg.className = "seg seg-" + p[0];
+      seg.style.width = Math.min(100, 100 * p[1] / usable) + "%"; seg.textContent = p[0] + " " + fmt.bytes(p[1]); bar.appendChild(seg);
+    });
+    bar.setAttribute("aria-label", "memory per GPU: weights " + fmt.bytes(dec.weight_bytes_per_gpu) + ", KV " + fmt.bytes(dec.kv_bytes_per_gpu) + " of " + fmt.bytes(usable) + " usable");
+  }
+  var strings = null;
+  function renderOps(ops, s, combo) {
+    var tbody = document.querySelector("#ops tbody"); tbody.textContent = "";
+    var mine = ops.filter(function (r) { return r.n_gpus === combo.n_gpus && r.config === combo.config && r.framework === s.fw && r.kv_dtype === s.kv && r.phase === "decode"; });
+    var F = (strings && strings.formulas) || [], U = (strings && strings.uids) || [];
+    mine.forEach(function (r) { r.op_uid = U[r.uid]; });
+    var points = uniq(mine.map(function (r) { return r.batch + "/" + r.input_len; }));
+    var want = s.batch + "/" + s.input, at = points.indexOf(want) >= 0 ? want : points[0];
+    var note = document.getElementById("ops-note");
+    if (!at) { note.textContent = "No per-op table was built for this selection."; return; }
+    note.textContent = "Decode, batch " + at.split("/")[0] + ", prompt " + at.split("/")[1] + " tokens" + (at === want ? "." : " (the per-op tables are built for the grid's page points; this is the nearest).");
+    mine.filter(function (r) { return r.batch + "/" + r.input_len === at; }).forEach(function (r) {
+      var tr = document.createElement("tr");
+      var cells = [[r.op_uid, null], [r.kind, null], [fmt.si(r.flops), F[r.f_flops]], [fmt.bytes(r.bytes), F[r.f_bytes]], [fmt.bytes(r.comm_bytes), r.comm_bytes ? F[r.f_comm] : null],
+        [fmt.time(r.t_compute_s), null], [fmt.time(r.t_memory_s), null], [fmt.time(r.t_comm_s), null], [fmt.time(r.t_sol_s), null], [r.bound, null]];
+      cells.forEach(function (c, i) { var td = document.createElement("td"); if (i >= 2 && i <= 8) td.className = "n";
+        if (c[1]) td.appendChild(window.archNum(0, c[0], c[1], r.op_uid)); else if (i === 0) { var code = document.createElement("code"); code.textContent = c[0]; td.appendChild(code); } else td.textContent = c[0];
+        tr.appendChild(td); });
+      if (r.kind === "comm") tr.className = "comm"; if (r.kind === "fused") tr.className = "fused";
+      tbody.appendChild(tr);
+    });
+  }
+  function chart(id, spec, datasets) {
+    if (!window.vegaEmbed) return;
+    // the build's spec names its datasets; this selection's rows fill them (top-level "datasets")
+    var filled = JSON.parse(JSON.stringify(spec));
+    filled.datasets = Object.assign({}, filled.datasets || {}, datasets);
+    window.vegaEmbed("#" + id, filled, { actions: false, renderer: "svg" })
+      .catch(function (e) { console.error("chart " + id + ": " + e); });
+  }
+  function update() {
+    var s = sync(), combo = index.options.filter(function (o) { return o.gpu === s.gpu && cfgLabel(o) === s.cfg && o.framework === s.fw && o.kv_dtype === s.kv; })[0];
+    if (!combo) return;
+    Promise.all([get(base + s.gpu + ".json"), get(opsBase + s.gpu + ".json").catch(function () { return { columns: [], rows: [] }; }),
+                 get(opsBase + "strings.json").catch(function () { return {}; })]).then(function (res) {
+      strings = res[2];
+      document.getElementById("dl-csv").href = root + "downloads/deployments/" + page.slug + "/" + s.gpu + ".csv";
+      document.getElementById("dl-json").href = base + s.gpu + ".json";
+      var rows = records(res[0]).filter(function (r) { return r.n_gpus === combo.n_gpus && r.config === combo.config && r.framework === s.fw && r.kv_dtype === s.kv; });
+      var inputs = uniq(rows.map(function (r) { return r.input_len; })).sort(function (a, b) { return a - b; });
+      fill(form.elements.input, inputs, s.input || params.get("input") || "4096");
+      if (!form.elements.input.value) form.elements.input.value = String(inputs[0]);
+      var batches = uniq(rows.filter(function (r) { return String(r.input_len) === form.elements.input.value; }).map(function (r) { return r.batch; })).sort(function (a, b) { return a - b; });
+      fill(form.elements.batch, batches, s.batch || params.get("batch"));
+      s = sync();
+      render(rows, s);
+      renderOps(records(res[1]), s, combo);
+      chart("chart-batch", page.specs.batch, { rows: rows });
+      var best = index.best_per_gpu.filter(function (b) { return b.framework === s.fw && b.kv_dtype === s.kv; }).map(function (b) { var o = Object.assign({}, b); o.label = b.gpu + " " + b.n_gpus + "x " + b.config; return o; });
+      chart("chart-gpus", page.specs.gpus, { best: best });
+      chart("chart-ep", page.specs.ep, { configs: index.best.filter(function (b) { return b.gpu === s.gpu && b.n_gpus === combo.n_gpus && b.framework === s.fw && b.kv_dtype === s.kv; }) });
+    }).catch(function (e) { console.error(e); document.getElementById("summary").textContent = "Could not load the data: " + e.message; });
+  }
+  get(base + "index.json").then(function (idx) {
+    index = idx;
+    var opts = idx.options;
+    fill(form.elements.gpu, uniq(opts.map(function (o) { return o.gpu; })), params.get("gpu") || "H200");
+    function refill() {
+      var g = form.elements.gpu.value, mine = opts.filter(function (o) { return o.gpu === g; });
+      fill(form.elements.cfg, uniq(mine.map(cfgLabel)), params.get("cfg"));
+      fill(form.elements.fw, uniq(mine.map(function (o) { return o.framework; })), params.get("fw") || "vllm");
+      fill(form.elements.kv, uniq(mine.map(function (o) { return o.kv_dtype; })), params.get("kv") || "bf16");
+    }
+    refill();
+    form.elements.gpu.addEventListener("change", function () { params = new URLSearchParams(); refill(); update(); });
+    ["cfg", "fw", "kv", "input", "batch"].forEach(function (k) { form.elements[k].addEventListener("change", function () { params = new URLSearchParams(location.search); update(); }); });
+    update();
+    var kv = page.kv_curve.context.map(function (c, i) { return { context: c, bytes_bf16: page.kv_curve.bytes_bf16[i], extrapolated: c > page.max_context }; });
+    chart("chart-kv", page.specs.kv, { kv: kv, limit: [{ max_context: page.max_context }] });
+  }).catch(function (e) { console.error(e); document.getElementById("summary").textContent = "Could not load the data: " + e.message; });
+})();

@@ -1,0 +1,61 @@
+// Formula tooltips: every .num carries its formula (data-f) and node (data-n); on hover or keyboard
+// focus the tooltip shows the formula, the values of the dims it names, and the node.
+(function () {
+  "use strict";
+  var data = {};
+  try { data = JSON.parse(document.getElementById("page-data").textContent || "{}"); } catch (e) { data = {}; }
+  window.ARCH_PAGE = data;
+  var tip = document.getElementById("tip");
+  function bound(formula) {
+    var dims = data.bound || {}, seen = {}, out = [];
+    (formula.match(/[A-Za-z_][A-Za-z_0-9]*/g) || []).forEach(function (name) {
+      if (Object.prototype.hasOwnProperty.call(dims, name) && !seen[name]) { seen[name] = 1; out.push(name + " = " + dims[name]); }
+    });
+    return out.join(", ");
+  }
+  function show(el) {
+    var f = el.getAttribute("data-f");
+    if (!f) return;
+    tip.textContent = "";
+    var code = document.createElement("code"); code.textContent = "= " + f; tip.appendChild(code);
+    var b = bound(f);
+    if (b) { var p = document.createElement("div"); p.className = "bound"; p.textContent = "where " + b; tip.appendChild(p); }
+    var n = el.getAttribute("data-n");
+    if (n) { var q = document.createElement("div"); q.className = "node"; q.textContent = "from " + n; tip.appendChild(q); }
+    var r = el.getBoundingClientRect();
+    tip.hidden = false;
+    tip.style.left = Math.max(4, Math.min(window.scrollX + r.left, window.scrollX + document.documentElement.clientWidth - tip.offsetWidth - 8)) + "px";
+    tip.style.top = (window.scrollY + r.bottom + 6) + "px";
+    el.setAttribute("aria-describedby", "tip");
+  }
+  function hide(el) { tip.hidden = true; if (el && el.removeAttribute) el.removeAttribute("aria-describedby"); }
+  document.addEventListener("mouseover", function (e) { var el = e.target.closest && e.target.closest(".num"); if (el) show(el); });
+  document.addEventListener("mouseout", function (e) { var el = e.target.closest && e.target.closest(".num"); if (el) hide(el); });
+  document.addEventListener("focusin", function (e) { if (e.target.classList && e.target.classList.contains("num")) show(e.target); });
+  document.addEventListener("focusout", function (e) { if (e.target.classList && e.target.classList.contains("num")) hide(e.target); });
+  document.addEventListener("keydown", function (e) { if (e.key === "Escape") hide(document.activeElement); });
+  // structure drawings below the first load when their <details> opens (keeps pages light)
+  Array.prototype.forEach.call(document.querySelectorAll("details.level"), function (d) {
+    d.addEventListener("toggle", function () {
+      var wrap = d.querySelector(".graph-wrap");
+      if (!d.open || !wrap || wrap.firstElementChild || !wrap.getAttribute("data-src")) return;
+      fetch(wrap.getAttribute("data-src")).then(function (r) { return r.text(); }).then(function (svg) {
+        wrap.innerHTML = svg;   // our own build output (escaped SVG), same origin
+      });
+    });
+  });
+  window.archNum = function (value, text, formula, node) {
+    var s = document.createElement("span");
+    s.className = "num"; s.tabIndex = 0; s.textContent = text;
+    if (formula) s.setAttribute("data-f", formula);
+    if (node) s.setAttribute("data-n", node);
+    return s;
+  };
+  window.archFmt = {
+    si: function (v) { if (v === null || v === undefined) return "—"; var a = Math.abs(v), u = [["T", 1e12], ["B", 1e9], ["M", 1e6], ["k", 1e3]];
+      for (var i = 0; i < u.length; i++) if (a >= u[i][1]) return (v / u[i][1]).toPrecision(3) + " " + u[i][0]; return Number(v).toPrecision(3); },
+    bytes: function (v) { if (v === null || v === undefined) return "—"; var a = Math.abs(v), u = [["TB", 1e12], ["GB", 1e9], ["MB", 1e6], ["kB", 1e3]];
+      for (var i = 0; i < u.length; i++) if (a >= u[i][1]) return (v / u[i][1]).toPrecision(3) + " " + u[i][0]; return Math.round(v) + " B"; },
+    time: function (s) { if (s >= 1) return s.toPrecision(3) + " s"; if (s >= 1e-3) return (s * 1e3).toPrecision(3) + " ms"; return (s * 1e6).toPrecision(3) + " µs"; }
+  };
+})();
