@@ -137,7 +137,8 @@ def model_document(ev: Evaluation) -> dict[str, Any]:
         caches.append({"uid": c.uid, "node": c.node_uid, "name": c.name, "kind": c.kind, "growth": c.growth,
                        "stack": c.stack, "per_token": _q(c.per_token, s.per_token), "layers": _q(c.repeat, s.repeat),
                        "window": _q(c.window, s.window) if c.window is not None else None,
-                       "bytes_per_token": _q(c.per_token * c.repeat * 2, s.per_token * s.repeat * 2)})
+                       "bytes_per_token": _q(c.per_token * c.repeat * 2, s.per_token * s.repeat * 2),
+                       "layer_bytes_per_token": _q(c.per_token * 2, s.per_token * 2)})
     length = np.array([1024, 4096, 16384, 65536, 131072, 262144, 524288, 1048576], dtype=float)
     per_request = kv.elements_per_request_fn(num)(length) * 2
     return {

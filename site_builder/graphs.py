@@ -23,6 +23,7 @@ def _child_of(uid: str, parent: str) -> str | None:
 def level_graph(doc: dict[str, Any], parent: str, phase: str = "prefill") -> dict[str, Any]:
     """The graph of ``parent``'s children in ``phase`` (uids of components/ops as node ids)."""
     comps = {c["uid"]: c for c in doc["components"]}
+    caches = {c["node"]: c for c in doc["caches"]}
     ops = [o for o in doc["ops"] if phase in o["phases"]]
     nodes: dict[str, dict] = {}
     for op in ops:
@@ -39,8 +40,12 @@ def level_graph(doc: dict[str, Any], parent: str, phase: str = "prefill") -> dic
                             "badge": badge, "data": {"uid": child}}
         else:
             kind = "cache" if op["op"] == "kv_cache" else "op"
+            badge = ""
+            if child in caches:   # what the cache writes per token (and every later step reads back)
+                c = caches[child]
+                badge = f"writes {c['layer_bytes_per_token']['value']} B/token ({c['growth']}), read back each step"
             nodes[child] = {"id": child, "label": op["name"], "kind": kind,
-                            "detail": f"{op['op']}  [{', '.join(op['out_shape'])}]", "badge": "",
+                            "detail": f"{op['op']}  [{', '.join(op['out_shape'])}]", "badge": badge,
                             "data": {"uid": child}}
     edges, seen = [], set()
     by_uid = {o["uid"]: o for o in doc["ops"]}
