@@ -5,7 +5,8 @@ evaluate, then write to a staging folder that replaces ``results/`` only when co
 or interrupted build leaves the previous results intact.
 
 Results (schemas: :data:`MODELS_SCHEMA`, :data:`DEPLOYMENTS_SCHEMA`, :data:`OPS_SCHEMA`, documented
-in docs/results.md): ``models.parquet``; ``deployments/model=<org--name>/part.parquet`` and
+in docs/results.md): ``models.parquet``; ``models/<org--name>.json`` (the inspector's document);
+``contracts.json`` (component variants under fixed contracts, always re-evaluated: it is small); ``deployments/model=<org--name>/part.parquet`` and
 ``ops/model=<org--name>/part.parquet`` (one hive partition per model, so
 ``pl.scan_parquet("build/results/deployments/**/*.parquet")`` reads the table); ``manifest.json``.
 
@@ -337,6 +338,8 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
                             "points": r["points"], "seconds": r["seconds"], "partition": slug(mid)}
             report.recomputed.append(mid)
             report.points += r["points"]
+        from engine.contract import evaluate_contracts
+        (staging / "contracts.json").write_text(json.dumps(evaluate_contracts(corpus), indent=1))
         ordered = [rows[s.model_id] for s in specs]
         _frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA).write_parquet(
             staging / "models.parquet")

@@ -101,7 +101,7 @@ def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
         if count % config.ep:
             problems.append(f"n_experts = {count} is not divisible by ep = {config.ep}")
     layers = int(quantities.n_layers(ev.numeric))
-    if config.pp > layers:
+    if layers and config.pp > layers:
         problems.append(f"pp = {config.pp} is more than the {layers} layers")
     if config.cp > 1 and config.cp_kind == "ulysses":
         heads = next((int(ev.numeric.values[u]) for u in ("n_heads",) if u in ev.numeric.values), None)

@@ -47,3 +47,27 @@ def deployment_specs() -> dict[str, dict]:
         x="max_context:Q", text=alt.value("max context"))
     kv = alt.layer(line, rule, label).properties(width="container", height=240)
     return {"batch": _spec(batch), "gpus": _spec(gpus), "ep": _spec(ep), "kv": _spec(kv)}
+
+
+def contract_specs(contract: dict) -> dict[str, dict]:
+    """KV growth and prefill time vs context for every variant of a contract (data embedded)."""
+    rows = []
+    for v in contract["variants"]:
+        for length, kv, prefill, decode in zip(contract["lengths"], v["kv_bytes_per_request"], v["prefill_s"],
+                                               v["decode_s"]):
+            rows.append({"variant": v["name"], "context": length, "kv_bytes": kv, "prefill_s": prefill,
+                         "decode_s": decode})
+    data = alt.Data(values=rows)
+    pick = alt.selection_point(fields=["variant"], bind="legend")
+
+    def line(field: str, title: str) -> dict:
+        return _spec(alt.Chart(data).mark_line(point=True).encode(
+            x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), title="context (tokens)"),
+            y=alt.Y(f"{field}:Q", title=title), color=alt.Color("variant:N", title="variant"),
+            strokeDash=alt.StrokeDash("variant:N", legend=None),
+            opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
+            tooltip=["variant:N", "context:Q", f"{field}:Q"]).add_params(pick)
+            .properties(width="container", height=260))
+    return {"kv": line("kv_bytes", "KV bytes per request (one layer)"),
+            "prefill": line("prefill_s", "prefill time, SOL (s)"),
+            "decode": line("decode_s", "decode step at this context, SOL (s)")}

@@ -65,6 +65,15 @@ def tokens(value) -> str:
     return f"{value // 1024}K" if value % 1024 == 0 and value >= 1024 else f"{value:,}"
 
 
+def seconds(value) -> str:
+    value = float(value)
+    if value >= 1:
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} µs"
+
+
 def fmt(value, key: str) -> str:
     if "bytes" in key:
         return human_bytes(value)
@@ -82,7 +91,7 @@ def anchor(uid: str) -> str:
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(si=si, bytes=human_bytes, tokens=tokens, fmt=fmt, anchor=anchor)
+    env.filters.update(si=si, bytes=human_bytes, tokens=tokens, fmt=fmt, anchor=anchor, seconds=seconds)
     return env
 
 
@@ -307,10 +316,12 @@ def _components(site: Site, results: Results) -> None:
                       doc=f"Nodes paired by their declared name: {a} as in {ua['name']}, {b} as in {ub['name']}.",
                       svg=svg, uses=[], diffs=[], legend=True, a_name=a, b_name=b)
             items.append({"href": f"diff/{a}--{b}/", "label": f"graph diff: {a} vs {b}", "note": ""})
-    site.page("components", "listing.html", "Components",
-              {"page": "components"}, items=items,
-              intro="The attention variants the corpus uses, drawn as instantiated, with where each is used and "
-                    "graph diffs between every pair.")
+    contracts = json.loads((results.root / "contracts.json").read_text()) if (results.root / "contracts.json").exists() else {}
+    specs = {slot: charts.contract_specs(c) for slot, c in contracts.items()}
+    site.page("components", "components.html", "Components", {"page": "components", "specs": specs},
+              items=items, contracts=contracts,
+              intro="The attention variants the corpus uses: side by side under one fixed contract, drawn as "
+                    "instantiated in the models, and graph diffs between every pair.")
 
 
 def _short(graph: dict) -> dict:

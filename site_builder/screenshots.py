@@ -21,9 +21,9 @@ VIEWPORT = {"width": 1280, "height": 900}
 
 
 def chromium_path() -> Path | None:
-    """The Chromium binary to drive: $ARCHLEDGER_CHROMIUM, /usr/bin/chromium, or `chromium` on PATH."""
+    """The Chromium binary to drive: $ARCHLEDGER_CHROMIUM, /usr/bin/chromium, or one on PATH."""
     for candidate in (os.environ.get("ARCHLEDGER_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                      shutil.which("chromium-browser")):
+                      shutil.which("chromium-browser"), shutil.which("google-chrome")):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return Path(candidate)
     return None
