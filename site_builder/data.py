@@ -42,7 +42,7 @@ class Results:
 def gallery_index(results: Results) -> list[dict[str, Any]]:
     """One entry per model for the gallery's client-side search, filter and sort."""
     out = []
-    for row in results.models.sort("model_id").iter_rows(named=True):
+    for row in results.models.sort(pl.col("model_id").str.to_lowercase()).iter_rows(named=True):
         doc = results.documents[row["model_id"]]
         out.append({
             "model_id": row["model_id"], "slug": slug(row["model_id"]), "name": doc["name"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -335,8 +336,15 @@ def _short(graph: dict) -> dict:
 def _methodology(site: Site) -> None:
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     items = []
+    pages = {path.name: name for name, path, _ in DOCS}
+
+    def relink(match: re.Match) -> str:
+        target = match.group(1).split("#")[0].rsplit("/", 1)[-1]
+        return f'href="../{pages[target]}/"' if target in pages else match.group(0)
+
     for name, path, title in DOCS:
-        body = md.render(path.read_text())
+        # links between the Markdown files point at their pages here
+        body = re.sub(r'href="([^"]+\.md(?:#[^"]*)?)"', relink, md.render(path.read_text()))
         site.page(f"methodology/{name}", "doc.html", title, {"page": "doc"}, body=body)
         items.append({"href": f"{name}/", "label": title, "note": ""})
     site.page("methodology", "listing.html", "Methodology", {"page": "methodology"}, items=items,
@@ -350,10 +358,14 @@ def _downloads(site: Site, results: Results) -> None:
     for table in ("deployments", "ops"):
         shutil.copytree(results.root / table, target / table, dirs_exist_ok=True)
     items = [{"href": "models.parquet", "label": "models.parquet", "note": "one row per model"},
-             {"href": "deployments/", "label": "deployments/", "note": "hive partitions per model: model=<org--name>/part.parquet"},
-             {"href": "ops/", "label": "ops/", "note": "per-op tables of the deployments the pages show"},
              {"href": "gallery.csv", "label": "gallery.csv", "note": "the gallery table"}]
-    items += [{"href": f"deployments/{slug(m)}/", "label": f"deployments/{slug(m)}/<gpu>.csv",
-               "note": f"{m}: the deployment page's table, one CSV per GPU"} for m in results.models["model_id"]]
+    # every file by name (a static host lists no folders)
+    for table, note in (("deployments", "deployment rows"), ("ops", "per-op tables")):
+        for path in sorted((target / table).glob("model=*/part.parquet")):
+            rel = path.relative_to(target).as_posix()
+            items.append({"href": rel, "label": rel, "note": f"{note} of {path.parent.name[6:]}"})
+    for path in sorted((target / "deployments").glob("*/*.csv")):
+        rel = path.relative_to(target).as_posix()
+        items.append({"href": rel, "label": rel, "note": "a deployment page's table for one GPU"})
     site.page("downloads", "listing.html", "Downloads", {"page": "downloads"}, items=items,
               intro="The data behind every page. Schema and units: methodology / The Parquet tables.")

@@ -18,7 +18,7 @@
   function sync() { var s = state(), q = new URLSearchParams(s); history.replaceState(null, "", "?" + q.toString()); return s; }
   function row(label, value, text, doc) {
     var dt = document.createElement("dt"); dt.textContent = label;
-    var dd = document.createElement("dd"); dd.appendChild(window.archNum(value, text, doc));
+    var dd = document.createElement("dd"); dd.appendChild(window.archNum(value, text, null, null, doc));
     return [dt, dd];
   }
   function render(rows, s) {

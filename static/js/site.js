@@ -14,11 +14,12 @@
     return out.join(", ");
   }
   function show(el) {
-    var f = el.getAttribute("data-f");
-    if (!f) return;
+    var f = el.getAttribute("data-f"), d = el.getAttribute("data-d");
+    if (!f && !d) return;
     tip.textContent = "";
-    var code = document.createElement("code"); code.textContent = "= " + f; tip.appendChild(code);
-    var b = bound(f);
+    if (!f) { var def = document.createElement("div"); def.textContent = "= " + d; tip.appendChild(def); }
+    else { var code = document.createElement("code"); code.textContent = "= " + f; tip.appendChild(code); }
+    var b = f ? bound(f) : "";
     if (b) { var p = document.createElement("div"); p.className = "bound"; p.textContent = "where " + b; tip.appendChild(p); }
     var n = el.getAttribute("data-n");
     if (n) { var q = document.createElement("div"); q.className = "node"; q.textContent = "from " + n; tip.appendChild(q); }
@@ -39,15 +40,27 @@
     d.addEventListener("toggle", function () {
       var wrap = d.querySelector(".graph-wrap");
       if (!d.open || !wrap || wrap.firstElementChild || !wrap.getAttribute("data-src")) return;
-      fetch(wrap.getAttribute("data-src")).then(function (r) { return r.text(); }).then(function (svg) {
-        wrap.innerHTML = svg;   // our own build output (escaped SVG), same origin
-      });
+      fetch(wrap.getAttribute("data-src")).then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
+        .then(function (svg) { wrap.innerHTML = svg; })   // our own build output (escaped SVG), same origin
+        .catch(function (e) { wrap.textContent = "Could not load this drawing (" + e.message + ")."; });
     });
   });
-  window.archNum = function (value, text, formula, node) {
+  // a link to a drawing (#c-...) opens its <details> (which loads the drawing)
+  function openTarget() {
+    var id = decodeURIComponent(location.hash.slice(1)), el = id && document.getElementById(id);
+    if (el && el.tagName === "DETAILS" && !el.open) { el.open = true; el.scrollIntoView(); }
+  }
+  window.addEventListener("hashchange", openTarget);
+  openTarget();
+  // forms here filter in place: Enter never navigates
+  Array.prototype.forEach.call(document.querySelectorAll("form.filters"), function (f) {
+    f.addEventListener("submit", function (e) { e.preventDefault(); });
+  });
+  window.archNum = function (value, text, formula, node, definition) {
     var s = document.createElement("span");
     s.className = "num"; s.tabIndex = 0; s.textContent = text;
     if (formula) s.setAttribute("data-f", formula);
+    if (definition) s.setAttribute("data-d", definition);
     if (node) s.setAttribute("data-n", node);
     return s;
   };
