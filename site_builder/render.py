@@ -359,6 +359,17 @@ def _downloads(site: Site, results: Results) -> None:
         shutil.copytree(results.root / table, target / table, dirs_exist_ok=True)
     items = [{"href": "models.parquet", "label": "models.parquet", "note": "one row per model"},
              {"href": "gallery.csv", "label": "gallery.csv", "note": "the gallery table"}]
+    if (results.root / "contracts.json").exists():
+        shutil.copy2(results.root / "contracts.json", target / "contracts.json")
+        contracts = json.loads((results.root / "contracts.json").read_text())
+        rows = [{"slot": slot, "variant": v["name"], "component": v["component"], "context": n,
+                 "params": v["params"]["value"], "kv_bytes_per_token": v["kv_bytes_per_token"]["value"],
+                 "kv_bytes_per_request": kv, "prefill_s": p, "decode_s": d}
+                for slot, c in contracts.items() for v in c["variants"]
+                for n, kv, p, d in zip(c["lengths"], v["kv_bytes_per_request"], v["prefill_s"], v["decode_s"])]
+        site.file("downloads/contracts.csv", _csv(rows))
+        items += [{"href": "contracts.json", "label": "contracts.json", "note": "the components page's contract table"},
+                  {"href": "contracts.csv", "label": "contracts.csv", "note": "the same, one row per variant and length"}]
     # every file by name (a static host lists no folders)
     for table, note in (("deployments", "deployment rows"), ("ops", "per-op tables")):
         for path in sorted((target / table).glob("model=*/part.parquet")):
