@@ -90,6 +90,7 @@ DEPLOYMENTS_SCHEMA = {
     "hbm_bytes_per_gpu": (pl.Float64, "HBM capacity per GPU (bytes)."),
     "usable_bytes_per_gpu": (pl.Float64, "HBM the deployment may use: 0.9 x capacity (bytes)."),
     "weight_bytes_per_gpu": (pl.Float64, "Weights stored on the fullest GPU (bytes)."),
+    "weight_bytes_per_gpu_formula": (pl.String, "Its formula over the spec's dims and the parallel degrees."),
     "kv_bytes_per_request": (pl.Float64, "KV cache of one request at input_len + output_len, all GPUs (bytes)."),
     "kv_bytes_per_request_per_gpu": (pl.Float64, "The share of one request's KV one GPU holds (bytes)."),
     "kv_budget_bytes_per_gpu": (pl.Float64, "Usable HBM minus weights (bytes)."),

@@ -130,6 +130,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
         n = len(index)
         total += n
         phases = out.pop("phases")
+        out["weight_bytes_per_gpu_formula"] = str(s.weight_formula)
         for phase in PHASES:
             deployments["model_id"].extend([ev.model.model_id] * n)
             deployments["gpu"].extend(points["gpu"])
@@ -140,7 +141,10 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
             for name, value in out.items():
                 if name == "max_context":
                     continue
-                deployments[name].extend(np.broadcast_to(value, (n,)).tolist())
+                if isinstance(value, str):
+                    deployments[name].extend([value] * n)
+                else:
+                    deployments[name].extend(np.broadcast_to(value, (n,)).tolist())
             for name in PHASE_FIELDS:
                 deployments[name].extend(np.asarray(phases[phase][name]).tolist())
 

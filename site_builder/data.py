@@ -61,6 +61,7 @@ def gallery_index(results: Results) -> list[dict[str, Any]]:
 def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
     """The model's deployment rows with the columns the deployment page uses."""
     columns = ["gpu", "n_gpus", "config", "tp", "ep", "dp_attn", "pp", "framework", "kv_dtype", "phase", "batch",
+               "weight_bytes_per_gpu_formula",
                "input_len", "output_len", "fits", "shortfall_bytes", "weight_bytes_per_gpu", "kv_bytes_per_request",
                "kv_bytes_per_gpu", "usable_bytes_per_gpu", "max_concurrent_requests", "step_time_s",
                "compute_time_s", "memory_time_s", "comm_time_s", "bound", "ttft_s", "tpot_s",
@@ -70,8 +71,8 @@ def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
 
 def deployment_options(rows: pl.DataFrame) -> list[dict[str, Any]]:
     """The (GPU, GPU count, config, framework, KV dtype) combinations the build evaluated."""
-    combos = rows.select(KEY + ["tp", "ep", "dp_attn", "pp"]).unique().sort(["gpu", "n_gpus", "config", "framework",
-                                                                            "kv_dtype"])
+    combos = rows.select(KEY + ["tp", "ep", "dp_attn", "pp", "weight_bytes_per_gpu_formula"]).unique().sort(
+        ["gpu", "n_gpus", "config", "framework", "kv_dtype"])
     return combos.to_dicts()
 
 

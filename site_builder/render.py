@@ -226,7 +226,8 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
     decode = rows.filter(pl.col("phase") == "decode").drop("phase")
     prefill = rows.filter(pl.col("phase") == "prefill").select(key + [pl.col("bound").alias("prefill_bound")])
     points = decode.join(prefill, on=key, how="left").drop(["step_time_s", "compute_time_s", "memory_time_s",
-                                                              "comm_time_s", "tp", "ep", "dp_attn", "pp"])
+                                                              "comm_time_s", "tp", "ep", "dp_attn", "pp",
+                                                              "weight_bytes_per_gpu_formula"])
     for gpu, part in points.partition_by("gpu", as_dict=True).items():
         gpu = gpu[0] if isinstance(gpu, tuple) else gpu
         site.file(f"data/deploy/{name}/{gpu}.json", json.dumps(_table(part), separators=(",", ":")))

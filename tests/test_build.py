@@ -114,6 +114,7 @@ def test_rows_agree_with_archledger_deploy(default_build, capsys):
                           "tpot_s", "tokens_per_s_per_gpu", "max_concurrent_requests", "fits", "extrapolated"):
                 assert row[field] == pytest.approx(cli["deployment"][field], rel=1e-9), (model, field)
             assert row["step_time_s"] == pytest.approx(cli["phases"][row["phase"]]["step_time_s"], rel=1e-9)
+            assert row["weight_bytes_per_gpu_formula"] and "hidden" in row["weight_bytes_per_gpu_formula"]
         if kv_dtype == "bf16" and (batch, inp, out) in load_grid().ops_points:
             mine = ops.filter(where & (pl.col("phase") == "decode"))
             theirs = {r["op_uid"]: r for r in cli["ops"]["decode"]}

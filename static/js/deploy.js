@@ -16,12 +16,12 @@
   function cfgLabel(o) { return o.n_gpus + "x " + o.config; }
   function state() { var s = {}; ["gpu", "cfg", "fw", "kv", "input", "batch"].forEach(function (k) { s[k] = form.elements[k].value; }); return s; }
   function sync() { var s = state(), q = new URLSearchParams(s); history.replaceState(null, "", "?" + q.toString()); return s; }
-  function row(label, value, text, doc) {
+  function row(label, value, text, doc, formula) {
     var dt = document.createElement("dt"); dt.textContent = label;
-    var dd = document.createElement("dd"); dd.appendChild(window.archNum(value, text, null, null, doc));
+    var dd = document.createElement("dd"); dd.appendChild(window.archNum(value, text, formula || null, null, formula ? null : doc));
     return [dt, dd];
   }
-  function render(rows, s) {
+  function render(rows, s, combo) {
     var chosen = rows.filter(function (r) { return String(r.input_len) === s.input && String(r.batch) === s.batch; });
     var dec = chosen[0];
     var sum = document.getElementById("summary"); sum.textContent = "";
@@ -31,10 +31,10 @@
       ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s], ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s],
       ["Decode tokens/s per GPU", dec.tokens_per_s_per_gpu, dec.tokens_per_s_per_gpu.toPrecision(4), docs.tokens_per_s_per_gpu],
       ["Max concurrent requests", dec.max_concurrent_requests, String(dec.max_concurrent_requests), docs.max_concurrent_requests],
-      ["Weights per GPU", dec.weight_bytes_per_gpu, fmt.bytes(dec.weight_bytes_per_gpu), docs.weight_bytes_per_gpu],
+      ["Weights per GPU", dec.weight_bytes_per_gpu, fmt.bytes(dec.weight_bytes_per_gpu), docs.weight_bytes_per_gpu, combo.weight_bytes_per_gpu_formula],
       ["KV per request", dec.kv_bytes_per_request, fmt.bytes(dec.kv_bytes_per_request), docs.kv_bytes_per_request],
       ["Decode bound", 0, dec.bound, docs.bound], ["Prefill bound", 0, dec.prefill_bound || "—", docs.bound]];
-    items.forEach(function (it) { var d = document.createElement("div"); row(it[0], it[1], it[2], it[3]).forEach(function (e) { d.appendChild(e); }); dl.appendChild(d); });
+    items.forEach(function (it) { var d = document.createElement("div"); row(it[0], it[1], it[2], it[3], it[4]).forEach(function (e) { d.appendChild(e); }); dl.appendChild(d); });
     sum.appendChild(dl);
     if (dec.extrapolated) { var w = document.createElement("p"); w.className = "warn"; w.textContent = "! Context past the model's maximum (" + page.max_context + " tokens): extrapolation."; sum.appendChild(w); }
     var bar = document.getElementById("membar"), usable = dec.usable_bytes_per_gpu; bar.textContent = "";
@@ -89,7 +89,7 @@
       var batches = uniq(rows.filter(function (r) { return String(r.input_len) === form.elements.input.value; }).map(function (r) { return r.batch; })).sort(function (a, b) { return a - b; });
       fill(form.elements.batch, batches, s.batch || params.get("batch"));
       s = sync();
-      render(rows, s);
+      render(rows, s, combo);
       renderOps(records(res[1]), s, combo);
       chart("chart-batch", page.specs.batch, { rows: rows });
       var best = index.best_per_gpu.filter(function (b) { return b.framework === s.fw && b.kv_dtype === s.kv; }).map(function (b) { var o = Object.assign({}, b); o.label = b.gpu + " " + b.n_gpus + "x " + b.config; return o; });
