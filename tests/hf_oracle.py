@@ -81,6 +81,16 @@ def load_hf_config(config_path: str | Path):
     for key in _STRIP_KEYS:
         data.pop(key, None)
     model_type = data.pop("model_type")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    if model_type not in CONFIG_MAPPING_NAMES:
+        # a checkpoint that ships its own code under a new model_type (Kimi-K2's kimi_k2) but
+        # declares a built-in architecture (DeepseekV3ForCausalLM): use that architecture's config
+        by_class = {cls: mt for mt, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
+        known = [by_class[a] for a in data.get("architectures", []) if a in by_class]
+        if not known:
+            raise ValueError(f"transformers knows neither model_type {model_type!r} nor its architectures")
+        model_type = known[0]
     return AutoConfig.for_model(model_type, **data)
 
 

@@ -242,3 +242,37 @@ def test_mla_decode_uses_absorbed_variant(evaluation):
     assert quantities.params_total(a) == sum(
         r.params * r.repeat * r.instances for r in a.rows.values()
         if r.stack == "main" and "prefill" in r.phases)
+
+
+# -- Kimi-K2: the DeepSeek-V3 components at other dims (YAML only) ------------------------------
+
+def test_kimi_k2_is_one_trillion_parameters_32b_active(evaluation):
+    """Moonshot's model card: 1T total parameters, 32B activated, 384 experts (8 selected),
+    MLA with 64 heads, 61 layers of which the first is dense."""
+    c = config("moonshotai/Kimi-K2-Instruct")
+    a = evaluation("moonshotai/Kimi-K2-Instruct").numeric
+    assert round(float(quantities.params_total(a)) / 1e12, 2) == 1.03
+    assert round(float(quantities.params_active(a)) / 1e9) == 33        # "32B activated" on the card
+    # the routed experts alone: 60 MoE layers x 384 experts x 3 matrices of hidden x moe_intermediate
+    moe_layers = c["num_hidden_layers"] - c["first_k_dense_replace"]
+    experts = moe_layers * c["n_routed_experts"] * 3 * c["hidden_size"] * c["moe_intermediate_size"]
+    assert quantities.params_by_role(a, "experts") == experts
+
+
+def test_kimi_k2_mla_kv_matches_deepseek_v3(evaluation):
+    """Same latent and rotary widths and layer count as DeepSeek-V3: the same 70,272 B/token,
+    whatever the head count (64 here, 128 there)."""
+    a = evaluation("moonshotai/Kimi-K2-Instruct").numeric
+    assert kv.growing_bytes_per_token(a) == 70_272 == \
+        kv.growing_bytes_per_token(evaluation("deepseek-ai/DeepSeek-V3").numeric)
+
+
+def test_kimi_k2_fp8_checkpoint_layout(evaluation):
+    """FP8 128x128 block scales like DeepSeek-V3; no MTP module (num_nextn_predict_layers = 0)."""
+    c = config("moonshotai/Kimi-K2-Instruct")
+    assert c["num_nextn_predict_layers"] == 0
+    _, tensors = numbers(evaluation("moonshotai/Kimi-K2-Instruct"))
+    e, dense = c["n_routed_experts"], c["first_k_dense_replace"]
+    moe_layer = 12 + 2 + 2 + 6 + 6 * e
+    assert storage.tensor_count(tensors) == dense * 20 + (c["num_hidden_layers"] - dense) * moe_layer + 3
+    assert not [t for t in tensors if "eh_proj" in t.key]
