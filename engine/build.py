@@ -309,8 +309,8 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         # (one line, nothing written), and its models.parquet row comes from this evaluation
         for mid in todo:
             rows[mid] = model_row(evaluate_spec(corpus, corpus.models[mid]), hashes[mid])
-        # the slowest models first (as last time), so the pool's tail is short
-        todo.sort(key=lambda m: -previous.get(m, {}).get("seconds", 0.0))
+        # the slowest models first (as last time; else the largest), so the pool's tail is short
+        todo.sort(key=lambda m: (-previous.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
         corpus_root = str(corpus.root)
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
         done = len(report.reused)
