@@ -202,7 +202,9 @@ def _model(site: Site, results: Results, model_id: str) -> None:
     site.file(f"models/{name}/ops.csv", _csv(op_rows))
     dims = {d["name"]: d["value"] for d in doc["dims"]}
     site.page(f"models/{name}", "model.html", doc["name"], {"page": "model", "bound": dims},
-              doc=doc, row=row, slug=name, levels=levels, overview_keys=OVERVIEW)
+              doc=doc, row=row, slug=name, levels=levels, overview_keys=OVERVIEW,
+              bytes_def="HBM bytes read and written at the reference point (one GPU, unfused, BF16): the op's "
+                        "inputs, outputs and weights, all layers")
 
 
 def _round(value):

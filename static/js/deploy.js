@@ -59,8 +59,12 @@
       var tr = document.createElement("tr");
       var cells = [[r.op_uid, null], [r.kind, null], [fmt.si(r.flops), F[r.f_flops]], [fmt.bytes(r.bytes), F[r.f_bytes]], [fmt.bytes(r.comm_bytes), r.comm_bytes ? F[r.f_comm] : null],
         [fmt.time(r.t_compute_s), null], [fmt.time(r.t_memory_s), null], [fmt.time(r.t_comm_s), null], [fmt.time(r.t_sol_s), null], [r.bound, null]];
+      var defs = [null, null, null, null, null, "FLOPs / peak of the operand dtype on this GPU", "bytes / HBM bandwidth",
+                  "link bytes / link bandwidth (scale-up or scale-out)", "max(compute, memory, comm)", null];
       cells.forEach(function (c, i) { var td = document.createElement("td"); if (i >= 2 && i <= 8) td.className = "n";
-        if (c[1]) td.appendChild(window.archNum(0, c[0], c[1], r.op_uid)); else if (i === 0) { var code = document.createElement("code"); code.textContent = c[0]; td.appendChild(code); } else td.textContent = c[0];
+        if (c[1]) td.appendChild(window.archNum(0, c[0], c[1], r.op_uid));
+        else if (defs[i]) td.appendChild(window.archNum(0, c[0], null, r.op_uid, defs[i]));
+        else if (i === 0) { var code = document.createElement("code"); code.textContent = c[0]; td.appendChild(code); } else td.textContent = c[0];
         tr.appendChild(td); });
       if (r.kind === "comm") tr.className = "comm"; if (r.kind === "fused") tr.className = "fused";
       tbody.appendChild(tr);
