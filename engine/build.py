@@ -349,7 +349,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
         report.deployment_rows = sum(e["deployments"] for e in entries.values())
         report.op_rows = sum(e["ops"] for e in entries.values())
-        _swap(staging, final, out)
+        swap_into_place(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -357,11 +357,12 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     return report
 
 
-def _swap(staging: Path, final: Path, out: Path) -> None:
-    """Replace ``final`` by ``staging`` with two renames (the old tree is removed afterwards)."""
+def swap_into_place(staging: Path, final: Path) -> None:
+    """Replace the folder ``final`` by ``staging`` with two renames (the old tree is removed
+    afterwards), so readers see the old tree or the new one, never a half-written one."""
     if final.exists():
-        old = Path(tempfile.mkdtemp(prefix=".old-", dir=out))
-        final.rename(old / "results")
+        old = Path(tempfile.mkdtemp(prefix=".old-", dir=final.parent))
+        final.rename(old / final.name)
         staging.rename(final)
         shutil.rmtree(old)
     else:

@@ -21,6 +21,7 @@ import jinja2
 import polars as pl
 from markdown_it import MarkdownIt
 
+from engine.build import swap_into_place
 from site_builder import charts, graphs
 from site_builder.data import Results, deployment_options, deployment_rows, gallery_index, ops_rows, slug
 from site_builder.graph_svg import diff_graphs, render_svg
@@ -150,14 +151,7 @@ def render_site(results_root: Path, out: Path) -> Path:
         _components(site, results)
         _methodology(site)
         _downloads(site, results)
-        final = out / "site"
-        if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=".old-", dir=out))
-            final.rename(old / "site")
-            staging.rename(final)
-            shutil.rmtree(old)
-        else:
-            staging.rename(final)
+        swap_into_place(staging, out / "site")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
