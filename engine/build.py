@@ -95,6 +95,7 @@ DEPLOYMENTS_SCHEMA = {
     "kv_bytes_per_request_per_gpu": (pl.Float64, "The share of one request's KV one GPU holds (bytes)."),
     "kv_budget_bytes_per_gpu": (pl.Float64, "Usable HBM minus weights (bytes)."),
     "kv_bytes_per_gpu": (pl.Float64, "KV held by the fullest GPU for this batch (bytes)."),
+    "free_bytes_per_gpu": (pl.Float64, "Usable HBM left after weights and this batch's KV (bytes, 0 if none)."),
     "activation_bytes_per_gpu": (pl.Float64, "Largest prefill kernel working set held at once (bytes)."),
     "max_concurrent_requests": (pl.Int64, "Requests whose KV fits at this context (per replica)."),
     "max_prefill_batch": (pl.Int64, "Prompts that can be prefilled at once (KV + activations)."),

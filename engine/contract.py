@@ -19,14 +19,11 @@ from engine.api import evaluate_spec
 from engine.corpus import Corpus, _load_model, _Reader
 from engine.deploy import Options, plan
 from engine.errors import SpecError
+from engine.export import quantity as _q
 from engine.fusion import load_tables
 from engine.hardware import load_gpus
 from engine.parallel import ParallelConfig
 from engine.sol import summarize
-
-
-def _q(value, formula) -> dict[str, Any]:
-    return {"value": int(value) if value.is_integer else float(value), "formula": str(formula)}
 
 
 def load_contract(folder: Path, corpus: Corpus) -> dict[str, Any]:

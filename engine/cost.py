@@ -156,15 +156,11 @@ def compile_program(program: Program) -> CompiledProgram:
     return CompiledProgram(program)
 
 
-def bound_of(t_compute: float, t_memory: float, t_comm: float) -> str:
-    """Which term bounds a step or a phase (ties go to the earlier term)."""
-    values = (t_compute, t_memory, t_comm)
-    return BOUNDS[int(np.argmax(values))]
-
-
-def intensity(flops: float, traffic: float) -> float:
-    """Arithmetic intensity in FLOP per HBM byte (inf when nothing is read)."""
-    return flops / traffic if traffic else float("inf")
+def intensity(flops, traffic):
+    """Arithmetic intensity in FLOP per HBM byte (inf where nothing is read); arrays or numbers."""
+    flops, traffic = np.asarray(flops, dtype=float), np.asarray(traffic, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(traffic > 0, flops / np.where(traffic > 0, traffic, 1.0), np.inf)
 
 
 def scenario_point(phase: str, input_len: int, output_len: int) -> Mapping[str, int]:

@@ -21,7 +21,7 @@ Conventions (also on the methodology page):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -35,7 +35,7 @@ from engine.fusion import FusionTable, fuse, match
 from engine.hardware import GPU
 from engine.parallel import Mesh, ParallelConfig, enumerate_configs
 from engine.shapes import Tensor
-from engine.placement import ZERO, DeviceTypes, Layout, Placer, Program, Step, phase_rows
+from engine.placement import ZERO, DeviceTypes, Layout, Placer, Program, Step, phase_rows, shard_unit
 
 PHASES = ("prefill", "decode")
 ACT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
@@ -80,7 +80,7 @@ def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
             if group is None:
                 continue
             name = row.dim_names[param]
-            unit = _unit_dim(name, ev, dims_table)
+            unit = shard_unit(name, dims_table)
             if unit is None:
                 continue
             count = _unit_count(row, name, unit, ev.numeric.values)
@@ -104,10 +104,12 @@ def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
     if layers and config.pp > layers:
         problems.append(f"pp = {config.pp} is more than the {layers} layers")
     if config.cp > 1 and config.cp_kind == "ulysses":
-        heads = next((int(ev.numeric.values[u]) for u in ("n_heads",) if u in ev.numeric.values), None)
-        if heads is not None and heads % (config.attn_tp * config.cp):
-            problems.append(f"Ulysses needs n_heads = {heads} divisible by attention TP x cp = "
-                            f"{config.attn_tp * config.cp}")
+        for dim, info in dims_table.items():   # query heads move to the sequence's GPUs
+            if info.kind == "heads" and not info.replicate and dim in ev.numeric.values:
+                heads = int(ev.numeric.values[dim])
+                if heads % (config.attn_tp * config.cp):
+                    problems.append(f"Ulysses needs {dim} = {heads} divisible by attention TP x cp = "
+                                    f"{config.attn_tp * config.cp}")
     return problems
 
 
@@ -133,17 +135,6 @@ def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> 
     parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in {*values, unit}}))
     per_unit = (parsed / symbols.dim(unit)).subs({symbols.dim(k): v for k, v in values.items()})
     return int(axis.size / per_unit)
-
-
-def _unit_dim(name: str, ev: Evaluation, dims_table) -> str | None:
-    from engine import expr as exprs
-    try:
-        parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in {*ev.numeric.values, *dims_table}}))
-    except exprs.ExprError:
-        return None
-    found = [s.name for s in getattr(parsed, "free_symbols", ()) if s.name in dims_table
-             and dims_table[s.name].shard != "none"]
-    return found[0] if len(found) == 1 else None
 
 
 def _weights_fn(ev: Evaluation, options: Options):
@@ -237,7 +228,6 @@ class Structure:
     weight_bytes_per_gpu: float
     weight_formula: sympy.Expr
     kv_device_per_request: sympy.Expr        # in `length` and `kv_bytes`
-    matches: dict[str, list] = field(default_factory=dict)
 
     def __post_init__(self):
         self.kv_device_fn = sympy.lambdify((LENGTH, KV_BYTES), self.kv_device_per_request,
@@ -275,11 +265,11 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
 
     ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options)."""
     numeric, symbolic = placed or (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
-    programs, formulas, matches = {}, {}, {}
+    programs, formulas = {}, {}
     for phase in PHASES:
         num, sym = numeric[phase][0], symbolic[phase][0]
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
-        programs[phase], formulas[phase], matches[phase] = fuse(num, found), fuse(sym, found), found
+        programs[phase], formulas[phase] = fuse(num, found), fuse(sym, found)
     # memory: the fullest pipeline stage (weights are stored as the prefill placement says)
     stored = numeric["prefill"][0].stored
     sym_stored = symbolic["prefill"][0].stored
@@ -292,7 +282,7 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
                      {p: compile_program(programs[p]) for p in PHASES}, float(per_stage[worst]),
-                     weight_formula, kv_dev, matches)
+                     weight_formula, kv_dev)
 
 
 @dataclass
@@ -334,7 +324,7 @@ class Plan:
         """The same plan with the programs as they were before fusion."""
         s = self.structure
         unfused = replace(s, programs=s.unfused, formulas=s.unfused_formulas,
-                          compiled={p: compile_program(s.unfused[p]) for p in PHASES}, matches={})
+                          compiled={p: compile_program(s.unfused[p]) for p in PHASES})
         return Plan(unfused, self.gpu, self.kv_dtype)
 
 
@@ -384,7 +374,8 @@ def _with_pipeline(program: Program, placer: Placer) -> Program:
     if config.pp == 1:
         return program
     steps = {s.uid: s for s in program.steps}
-    in_layers = {s.uid for s in program.steps if "[" in s.component_uid}   # template uids: layers[t]
+    templates = tuple(c.uid + "/" for c in placer.a.components.values() if c.template and c.stack == "main")
+    in_layers = {s.uid for s in program.steps if (s.component_uid + "/").startswith(templates)}
     after = next((s for s in program.steps if s.uid not in in_layers and s.kind != "input"
                   and any(i in in_layers for i in s.inputs)), None)
     if after is None:

@@ -17,12 +17,13 @@ import sympy
 
 from engine import kv, symbols
 from engine.api import Evaluation
-from engine.cost import KV_BYTES, step_totals
+from engine.cost import KV_BYTES, intensity, step_totals
 
 REFERENCE = {"batch": 1, "prompt": 4096}
 
 
-def _q(value, formula) -> dict[str, Any]:
+def quantity(value, formula) -> dict[str, Any]:
+    """A number beside its formula, as JSON (the shape every page number arrives in)."""
     if isinstance(value, sympy.Basic):
         number = int(value) if value.is_integer else float(value)
     else:
@@ -74,9 +75,9 @@ def model_document(ev: Evaluation) -> dict[str, Any]:
     flat = {}
     for key, q in overview.items():
         if isinstance(q, dict):
-            flat[key] = {sub: _q(v.value, v.formula) for sub, v in q.items()}
+            flat[key] = {sub: quantity(v.value, v.formula) for sub, v in q.items()}
         else:
-            flat[key] = _q(q.value, q.formula)
+            flat[key] = quantity(q.value, q.formula)
     num, sym = ev.numeric, ev.symbolic
     bytes_at = _reference_bytes(ev)
     ops = []
@@ -87,9 +88,9 @@ def model_document(ev: Evaluation) -> dict[str, Any]:
                  "phases": sorted(row.phases), "inputs": list(row.inputs),
                  "in_shapes": [_shape(t) for t in row.in_shapes], "out_shape": _shape(row.out),
                  "out_sizes": [str(a.size) for a in row.out.axes],
-                 "params": _q(row.params, srow.params),
-                 "repeat": _q(row.repeat, srow.repeat), "instances": _q(row.instances, srow.instances),
-                 "active": _q(row.active, srow.active),
+                 "params": quantity(row.params, srow.params),
+                 "repeat": quantity(row.repeat, srow.repeat), "instances": quantity(row.instances, srow.instances),
+                 "active": quantity(row.active, srow.active),
                  "leaves": [{"key": l.key, "shape": [a.name for a in l.axes], "kind": l.kind} for l in row.leaves],
                  "weight_axes": dict(row.weight_axes), "shares": row.shares or "",
                  "line": row.where.line, "file": row.where.file}
@@ -101,7 +102,7 @@ def model_document(ev: Evaluation) -> dict[str, Any]:
                 if uid in bytes_at and phase in bytes_at[uid]:
                     traffic = bytes_at[uid][phase]
                     entry[f"bytes_{phase}"] = traffic
-                    entry[f"intensity_{phase}"] = float(value) / traffic if traffic else None
+                    entry[f"intensity_{phase}"] = float(intensity(value, traffic)) if traffic else None
         ops.append(entry)
     components = []
     for uid, comp in num.components.items():
@@ -128,17 +129,17 @@ def model_document(ev: Evaluation) -> dict[str, Any]:
         skv_layer = sum((sc.per_token * 2 for _, sc in mine), sympy.Integer(0))
         components.append({"uid": uid, "component": comp.component, "role": comp.role, "stack": comp.stack,
                            "parent": parent, "template": comp.template or "", "layers": list(comp.layers),
-                           "repeat": _q(comp.repeat, scomp.repeat), "instances": _q(comp.instances, scomp.instances),
-                           "active": _q(comp.active, scomp.active), "params": _q(params, sparams),
-                           "params_per_layer": _q(per_layer, sper_layer),
-                           "kv_bytes_per_token_per_layer": _q(kv_layer, skv_layer), **totals})
+                           "repeat": quantity(comp.repeat, scomp.repeat), "instances": quantity(comp.instances, scomp.instances),
+                           "active": quantity(comp.active, scomp.active), "params": quantity(params, sparams),
+                           "params_per_layer": quantity(per_layer, sper_layer),
+                           "kv_bytes_per_token_per_layer": quantity(kv_layer, skv_layer), **totals})
     caches = []
     for c, s in zip(num.caches, sym.caches):
         caches.append({"uid": c.uid, "node": c.node_uid, "name": c.name, "kind": c.kind, "growth": c.growth,
-                       "stack": c.stack, "per_token": _q(c.per_token, s.per_token), "layers": _q(c.repeat, s.repeat),
-                       "window": _q(c.window, s.window) if c.window is not None else None,
-                       "bytes_per_token": _q(c.per_token * c.repeat * 2, s.per_token * s.repeat * 2),
-                       "layer_bytes_per_token": _q(c.per_token * 2, s.per_token * 2)})
+                       "stack": c.stack, "per_token": quantity(c.per_token, s.per_token), "layers": quantity(c.repeat, s.repeat),
+                       "window": quantity(c.window, s.window) if c.window is not None else None,
+                       "bytes_per_token": quantity(c.per_token * c.repeat * 2, s.per_token * s.repeat * 2),
+                       "layer_bytes_per_token": quantity(c.per_token * 2, s.per_token * 2)})
     length = np.array([1024, 4096, 16384, 65536, 131072, 262144, 524288, 1048576], dtype=float)
     per_request = kv.elements_per_request_fn(num)(length) * 2
     return {

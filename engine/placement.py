@@ -120,6 +120,17 @@ def _prod(values) -> sympy.Expr:
     return reduce(operator.mul, values, ONE)
 
 
+def shard_unit(name: str, dims_table: Mapping) -> str | None:
+    """The one shardable dim inside an axis name (``n_kv_heads`` in ``n_kv_heads * d_head``), or
+    None when the name is not an expression of dims or mentions several shardable ones."""
+    try:
+        parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in dims_table}))
+    except exprs.ExprError:
+        return None
+    found = [s.name for s in getattr(parsed, "free_symbols", ()) if dims_table[s.name].shard != "none"]
+    return found[0] if len(found) == 1 else None
+
+
 class Placer:
     """Propagates placements over one phase of an Analysis and emits the device program."""
 
@@ -144,17 +155,9 @@ class Placer:
     def unit(self, name: str) -> tuple[str, sympy.Expr] | None:
         """The replicable dim inside an axis name (``n_kv_heads`` in ``n_kv_heads * d_head``)."""
         if name not in self._units:
-            found = None
-            try:
-                parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in {*self.a.values, *self.dims_table}}))
-            except exprs.ExprError:
-                parsed = None
-            if isinstance(parsed, sympy.Expr):
-                shardable = [s.name for s in parsed.free_symbols
-                             if s.name in self.dims_table and self.dims_table[s.name].shard != "none"]
-                if len(shardable) == 1 and self.dims_table[shardable[0]].replicate:
-                    found = (shardable[0], self.a.values[shardable[0]])
-            self._units[name] = found
+            unit = shard_unit(name, self.dims_table)
+            replicable = unit is not None and self.dims_table[unit].replicate and unit in self.a.values
+            self._units[name] = (unit, self.a.values[unit]) if replicable else None
         return self._units[name]
 
     def factor(self, axis: Axis, groups: tuple[Group, ...]) -> sympy.Expr:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from engine import kv
-from engine.cost import BOUNDS, step_totals
+from engine.cost import BOUNDS, intensity, step_totals
 from engine.deploy import PHASES, Plan, Scenario, Structure, _where, micro_batches
 from engine.hardware import GPU
 from engine.errors import SpecError
@@ -112,6 +112,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         "kv_bytes_per_request": full(np.asarray(elements(length), dtype=float) * kv_bytes),
         "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(np.maximum(budget, 0.0)),
         "kv_bytes_per_gpu": full(per_rank * kv_dev), "activation_bytes_per_gpu": full(in_flight * act),
+        "free_bytes_per_gpu": full(np.maximum(usable - weights - per_rank * kv_dev, 0.0)),
         "max_concurrent_requests": full(max_requests(structure, usable, length, kv_bytes)),
         "max_prefill_batch": full(max_prefill.astype(np.int64)),
         "fits": full(need <= usable), "shortfall_bytes": full(np.maximum(need - usable, 0.0)),
@@ -201,8 +202,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario])
     keep = [i for i, step in enumerate(steps) if not step.view]          # views launch nothing
     v = {key: np.asarray(values[key])[keep].T.reshape(-1) for key in values}   # point-major
     t = np.stack([v["t_compute"], v["t_memory"], v["t_comm"]])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        density = np.where(v["bytes"] > 0, v["flops"] / np.where(v["bytes"] > 0, v["bytes"], 1), np.inf)
+    density = intensity(v["flops"], v["bytes"])
     n = len(points)
 
     def per_step(fn) -> list:

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-VIEW_OPS = {"split_heads", "merge_heads", "slice", "expand"}
-
-
 def _child_of(uid: str, parent: str) -> str | None:
     """The direct child of ``parent`` that contains ``uid`` (the uid itself for a direct op)."""
     if not uid.startswith(parent + "/"):

@@ -38,7 +38,7 @@
     sum.appendChild(dl);
     if (dec.extrapolated) { var w = document.createElement("p"); w.className = "warn"; w.textContent = "! Context past the model's maximum (" + page.max_context + " tokens): extrapolation."; sum.appendChild(w); }
     var bar = document.getElementById("membar"), usable = dec.usable_bytes_per_gpu; bar.textContent = "";
-    [["weights", dec.weight_bytes_per_gpu], ["KV", dec.kv_bytes_per_gpu], ["free", Math.max(0, usable - dec.weight_bytes_per_gpu - dec.kv_bytes_per_gpu)]].forEach(function (p) {
+    [["weights", dec.weight_bytes_per_gpu], ["KV", dec.kv_bytes_per_gpu], ["free", dec.free_bytes_per_gpu]].forEach(function (p) {
       var seg = document.createElement("div"); seg.className = "seg seg-" + p[0];
       seg.style.width = Math.min(100, 100 * p[1] / usable) + "%"; seg.textContent = p[0] + " " + fmt.bytes(p[1]); bar.appendChild(seg);
     });
