@@ -15,6 +15,11 @@ snapshot, the component library and its drafts, its quant schemes, the dims/role
 files, the fusion tables, the grid, the engine's source). A partition whose hash is unchanged is
 carried over from the previous results without evaluating anything; changed ones are recomputed,
 models in parallel processes.
+
+Verification: every changed spec is validated (:mod:`engine.validate`) before any grid work; a spec
+with guard errors is skipped with one log line and left out of every table (``manifest.json``
+lists it under ``skipped``). Published rows carry ``verified`` and the evidence they were checked
+against; the guard table travels in ``models/<org--name>.json``.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ import polars as pl
 from engine.api import Evaluation, evaluate_spec
 from engine.corpus import Corpus, load_corpus
 from engine.errors import SpecError
+from engine.validate import validate
 
 ENGINE = Path(__file__).resolve().parent
 SCHEMA_VERSION = 1
@@ -46,7 +52,8 @@ MODELS_SCHEMA = {
     "family": (pl.String, "Model family (Llama 3.1, Qwen3, DeepSeek-V3, ...)."),
     "model_type": (pl.String, "The config's model_type."),
     "spec_hash": (pl.String, "SHA-256 of everything the model's results depend on (the partition hash)."),
-    "verified": (pl.Boolean, "Whether the spec passed the verification guards (false until the guards run)."),
+    "verified": (pl.Boolean, "The spec passed every verification guard (always true: unverified specs are not published)."),
+    "verified_against": (pl.String, "Evidence the guards checked: 'checkpoint headers' or 'modeling code'."),
     "params_total": (pl.Int64, "Parameters of the main stack (buffers excluded)."),
     "params_active": (pl.Int64, "Parameters one token uses in the main stack (experts counted top_k times)."),
     "params_embedding": (pl.Int64, "Parameters of the input embedding table."),
@@ -153,6 +160,7 @@ class Report:
     results: Path
     recomputed: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
+    skipped: dict[str, list[str]] = field(default_factory=dict)   # model -> its guard errors
     deployment_rows: int = 0
     op_rows: int = 0
     points: int = 0
@@ -174,9 +182,10 @@ def _digest(paths, extra: bytes = b"") -> str:
 def shared_hash(corpus: Corpus, grid_path: Path, gpu_root: Path) -> str:
     """Everything every model's results depend on: tables, components, GPUs, fusion, grid, engine."""
     root = corpus.root
-    files = [root / "dims.yaml", root / "roles.yaml", grid_path, *sorted(gpu_root.glob("*.yaml")),
-             *sorted((root / "fusion").glob("*.yaml")), *sorted((root / "components" / "library").glob("*.yaml")),
-             *sorted(ENGINE.glob("*.py"))]
+    files = [root / "dims.yaml", root / "roles.yaml", root / "verification.yaml", grid_path,
+             *sorted(gpu_root.glob("*.yaml")), *sorted((root / "fusion").glob("*.yaml")),
+             *sorted((root / "components" / "library").glob("*.yaml")),
+             *sorted(ENGINE.glob("*.py")), *sorted((ENGINE / "guards").glob("*.py"))]
     return _digest(files, str(SCHEMA_VERSION).encode())
 
 
@@ -185,9 +194,18 @@ def model_hash(corpus: Corpus, model_id: str, shared: str) -> str:
     model = corpus.models[model_id]
     base = corpus.root.parent
     files = {base / model.where.file, base / model.snapshot.where.file}
+    files.update(p for p in evidence_files(corpus, model) if p.exists())
     files.update(base / corpus.drafts[d].where.file for d in model.drafts if d in corpus.drafts)
     files.update(base / corpus.schemes[s].where.file for s in set(model.quant.values()))
     return _digest(sorted(files, key=lambda p: (p.parent.name, p.name)), shared.encode())
+
+
+def evidence_files(corpus: Corpus, model) -> list[Path]:
+    """The model's tensor manifest and source snapshot (part of its hash: new evidence re-validates)."""
+    from engine.evidence import snapshot_name, source_path
+    from engine.manifest import manifest_path
+    name = snapshot_name(model)
+    return [manifest_path(corpus.root, name), source_path(corpus.root, name)]
 
 
 def slug(model_id: str) -> str:
@@ -205,14 +223,15 @@ def attention_kinds(ev: Evaluation) -> list[str]:
     return sorted(kinds)
 
 
-def model_row(ev: Evaluation, spec_hash: str = "") -> dict:
+def model_row(ev: Evaluation, spec_hash: str = "", verification: dict | None = None) -> dict:
     """One models.parquet row, read from the same overview ``archledger show`` prints."""
     overview = ev.overview()
     value = {key: int(q.value) for key, q in overview.items() if not isinstance(q, dict)}
     extra = sum(value[f"params_{stack}"] for stack in ev.numeric.stacks if stack != "main")
     return {
         "model_id": ev.model.model_id, "family": ev.model.family, "model_type": ev.model.model_type,
-        "spec_hash": spec_hash, "verified": False,
+        "spec_hash": spec_hash, "verified": bool(verification and verification["verified"]),
+        "verified_against": (verification or {}).get("evidence", ""),
         "params_total": value["params_total"], "params_active": value["params_active"],
         "params_embedding": value["params_embedding"], "params_extra_stacks": extra,
         "checkpoint_bytes": value["checkpoint_bytes"], "checkpoint_tensors": value["checkpoint_tensors"],
@@ -227,7 +246,7 @@ def _frame(columns: dict, schema: dict) -> pl.DataFrame:
 
 
 def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, gpu_root: str | None,
-                staging: str, spec_hash: str) -> dict:
+                staging: str, spec_hash: str, verification: dict | None = None) -> dict:
     """Evaluate one model over the grid; write its partitions under ``staging``. Returns counts."""
     from engine import grid_eval
     started = time.perf_counter()
@@ -241,7 +260,7 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
     from engine.export import model_document
     (Path(staging) / "models").mkdir(exist_ok=True)
     (Path(staging) / "models" / f"{slug(model_id)}.json").write_text(
-        json.dumps(model_document(ev), separators=(",", ":")))
+        json.dumps(model_document(ev, verification), separators=(",", ":")))
     return {"model_id": model_id, "deployments": len(deployments["model_id"]),
             "ops": len(ops["model_id"]), "points": points, "seconds": round(time.perf_counter() - started, 3)}
 
@@ -277,7 +296,7 @@ def _carry(previous: Path, staging: Path, model_id: str) -> bool:
 
 
 def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path: Path | None = None,
-          gpu_root: Path | None = None, jobs: int | None = None, progress=None) -> Report:
+          gpu_root: Path | None = None, jobs: int | None = None, progress=None, log=None) -> Report:
     """Evaluate (or carry over) every model's partitions, then swap ``out/results`` in atomically."""
     from engine.grid import DEFAULT, load_grid
     from engine.hardware import DEFAULT_ROOT as GPU_ROOT, load_gpus
@@ -308,8 +327,20 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
                 todo.append(mid)
         # every changed spec is walked here first: a broken one fails the build before any work
         # (one line, nothing written), and its models.parquet row comes from this evaluation
-        for mid in todo:
-            rows[mid] = model_row(evaluate_spec(corpus, corpus.models[mid]), hashes[mid])
+        checks = {}
+        for mid in list(todo):
+            ev = evaluate_spec(corpus, corpus.models[mid])
+            verdict = validate(corpus, corpus.models[mid], ev)
+            if not verdict.verified:
+                report.skipped[mid] = [f.one_line() for f in verdict.errors]
+                todo.remove(mid)
+                if log:
+                    log(f"skip {mid}: not verified ({len(verdict.errors)} guard errors; "
+                        f"run `archledger validate {mid}`)")
+                continue
+            checks[mid] = verdict.as_dict()
+            rows[mid] = model_row(ev, hashes[mid], checks[mid])
+        specs = [s for s in specs if s.model_id not in report.skipped]
         # the slowest models first (as last time; else the largest), so the pool's tail is short
         todo.sort(key=lambda m: (-previous.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
         corpus_root = str(corpus.root)
@@ -320,7 +351,8 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         results = []
         if jobs == 1:
             for mid in todo:
-                results.append(build_model(corpus_root, mid, str(grid_path), str(gpu_root), str(staging), hashes[mid]))
+                results.append(build_model(corpus_root, mid, str(grid_path), str(gpu_root), str(staging), hashes[mid],
+                                           checks[mid]))
                 done += 1
                 if progress:
                     progress(done, len(specs), sum(r["points"] for r in results), mid)
@@ -328,7 +360,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
             # spawn, not fork: a forked child inherits polars' thread pool mid-state and can hang
             with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
                 futures = [pool.submit(build_model, corpus_root, mid, str(grid_path), str(gpu_root), str(staging),
-                                       hashes[mid]) for mid in todo]
+                                       hashes[mid], checks[mid]) for mid in todo]
                 for future in as_completed(futures):
                     results.append(future.result())
                     done += 1
@@ -346,7 +378,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         _frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA).write_parquet(
             staging / "models.parquet")
         manifest = {"schema_version": SCHEMA_VERSION, "shared_hash": shared, "grid": str(grid_path),
-                    "models": {s.model_id: entries[s.model_id] for s in specs}}
+                    "models": {s.model_id: entries[s.model_id] for s in specs}, "skipped": report.skipped}
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
         report.deployment_rows = sum(e["deployments"] for e in entries.values())
         report.op_rows = sum(e["ops"] for e in entries.values())
@@ -386,7 +418,8 @@ def run(args) -> int:
     try:
         corpus = load_corpus(args.corpus)
         report = build(corpus, Path(args.out), args.models, getattr(args, "grid", None), None,
-                       getattr(args, "jobs", None), None if getattr(args, "quiet", False) else _progress_printer())
+                       getattr(args, "jobs", None), None if getattr(args, "quiet", False) else _progress_printer(),
+                       log=lambda line: print(line, file=sys.stderr))
     except SpecError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2

@@ -71,20 +71,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_snapshot(args: argparse.Namespace) -> int:
-    from engine.corpus import load_corpus
-    from engine.snapshot import config_snapshot
-    corpus = load_corpus(args.corpus)
-    model = corpus.find_model(args.model)
-    text = config_snapshot(corpus, model, Path(args.config), f"hf:{model.model_id} config.json")
-    target = corpus.root / "snapshots" / (model.model_id.replace("/", "--") + ".yaml")
-    tmp = target.with_suffix(".yaml.tmp")
-    tmp.write_text(text)
-    tmp.replace(target)
-    print(f"wrote {target}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="archledger", description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default=None, help="corpus folder (default: the repo's corpus/)")
@@ -100,10 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     lst = sub.add_parser("list", help="the models in the corpus")
     lst.set_defaults(func=cmd_list)
 
-    snap = sub.add_parser("snapshot", help="record the config fields a spec binds from a config.json")
-    snap.add_argument("model")
-    snap.add_argument("--config", required=True, help="path to the model's config.json")
-    snap.set_defaults(func=cmd_snapshot)
+    from engine import verify_cli
+    verify_cli.add_parsers(sub)
 
     bench = sub.add_parser("bench", help="time loading and evaluating the corpus")
     bench.add_argument("--repeat", type=int, default=3)

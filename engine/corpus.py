@@ -170,7 +170,7 @@ _MATRIX_AXES = {"rows": symbols.dim("rows"), "cols": symbols.dim("cols")}
 def _load_scheme(path: Path, root: Path) -> QuantScheme:
     reader = _Reader(path, root)
     data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("scheme", "doc", "matrix", "vector_dtype", "compute"),
+    reader.keys(data, "", ("scheme", "doc", "matrix", "vector_dtype", "compute", "hf"),
                 ("scheme", "doc", "matrix", "vector_dtype", "compute"))
     if data["compute"] not in COMPUTE_CLASSES:
         raise SpecError(reader.where(data, "compute", "compute"), f"unknown compute class {data['compute']!r}",
@@ -203,15 +203,16 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
     if data["vector_dtype"] not in DTYPE_BYTES:
         raise SpecError(reader.where(data, "vector_dtype", "vector_dtype"), f"unknown dtype {data['vector_dtype']!r}",
                         "use one of: " + ", ".join(DTYPE_BYTES))
+    hf = reader.mapping(data.get("hf") or {}, "hf", data, "hf")
     return QuantScheme(data["scheme"], data["doc"], tuple(tensors), data["vector_dtype"],
-                       reader.where(data), data["compute"])
+                       reader.where(data), data["compute"], dict(hf))
 
 
 # -- graphs --------------------------------------------------------------------------------------
 
 _NODE_FIELDS = ("op", "component", "slot", "repeat", "in", "dims", "attrs", "with", "when",
                 "instances", "active", "stacked", "role", "module", "modules", "weight_axes",
-                "schedule", "template", "index_from", "shares", "doc")
+                "schedule", "template", "index_from", "shares", "doc", "src")
 
 
 def _node(reader: _Reader, name: str, raw: Any, field: str, parent: LineDict,
@@ -250,7 +251,16 @@ def _node(reader: _Reader, name: str, raw: Any, field: str, parent: LineDict,
         when=raw.get("when"), instances=raw.get("instances"), active=raw.get("active"),
         stacked=raw.get("stacked", False), role=role, module=raw.get("module"),
         modules=raw.get("modules") or {}, weight_axes=raw.get("weight_axes") or {},
-        schedule=schedule, index_from=raw.get("index_from"), shares=raw.get("shares"))
+        schedule=schedule, index_from=raw.get("index_from"), shares=raw.get("shares"),
+        src=_src(reader, raw, field))
+
+
+def _src(reader: _Reader, raw: LineDict, field: str) -> str | None:
+    src = raw.get("src")
+    if src is not None and (not isinstance(src, str) or not src.strip()):
+        raise SpecError(reader.where(raw, f"{field}.src", "src"), f"expected a source excerpt, got {_kind(src)}",
+                        'quote a line of the forward source, e.g. src: "hidden_states = residual + hidden_states"')
+    return src
 
 
 def _schedule(reader: _Reader, raw: LineDict, field: str) -> Schedule:
@@ -365,8 +375,10 @@ def _fill(reader: _Reader, raw: Any, field: str, parent: LineDict) -> Fill:
                 dict(raw.get("dims") or {}), dict(raw.get("modules") or {}), slots, raw.get("module"))
 
 
-def _load_snapshot(root: Path, name: str, where: Where) -> Snapshot:
+def _load_snapshot(root: Path, name: str, where: Where, missing_ok: bool = False) -> Snapshot:
     path = root / "snapshots" / f"{name}.yaml"
+    if not path.exists() and missing_ok:   # `archledger snapshot` is about to record it
+        return Snapshot("", {}, Where(f"corpus/snapshots/{name}.yaml"))
     if not path.exists():
         raise SpecError(where, f"snapshot {name!r} not found at corpus/snapshots/{name}.yaml",
                         "record the config fields the spec binds there (source + fields)")
@@ -377,7 +389,7 @@ def _load_snapshot(root: Path, name: str, where: Where) -> Snapshot:
                     reader.where(data))
 
 
-def _load_model(path: Path, root: Path, roles, schemes) -> ModelSpec:
+def _load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool = False) -> ModelSpec:
     reader = _Reader(path, root)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("model", "model_type", "family", "name", "notes", "snapshot", "dims",
@@ -385,7 +397,7 @@ def _load_model(path: Path, root: Path, roles, schemes) -> ModelSpec:
                 ("model", "model_type", "family", "dims", "stacks", "max_context"))
     model_id = reader.string(data, "model", "")
     snapshot_name = data.get("snapshot", model_id.replace("/", "--"))
-    snapshot = _load_snapshot(root, snapshot_name, reader.where(data, "snapshot", "snapshot"))
+    snapshot = _load_snapshot(root, snapshot_name, reader.where(data, "snapshot", "snapshot"), missing_snapshot_ok)
     declared_type = snapshot.fields.get("model_type")
     if declared_type is not None and declared_type != data["model_type"]:
         raise SpecError(reader.where(data, "model_type", "model_type"),
@@ -441,8 +453,11 @@ def _load_model(path: Path, root: Path, roles, schemes) -> ModelSpec:
                      templates, stacks, quant, drafts, snapshot)
 
 
-def load_corpus(root: Path | str | None = None) -> Corpus:
-    """Read and schema-check the whole corpus. Raises :class:`SpecError` on the first problem."""
+def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = False) -> Corpus:
+    """Read and schema-check the whole corpus. Raises :class:`SpecError` on the first problem.
+
+    ``missing_snapshots_ok`` lets a model without its config snapshot load (with no fields), so
+    ``archledger snapshot`` can record the first one."""
     root = Path(root) if root else DEFAULT_ROOT
     if not (root / "dims.yaml").exists():
         raise SpecError(Where(str(root)), "not a corpus folder (no dims.yaml)",
@@ -460,7 +475,7 @@ def load_corpus(root: Path | str | None = None) -> Corpus:
                             "rename the draft")
     models: dict[str, ModelSpec] = {}
     for path in sorted((root / "models").glob("*.yaml")):
-        model = _load_model(path, root, roles, schemes)
+        model = _load_model(path, root, roles, schemes, missing_snapshots_ok)
         if model.model_id in models:
             raise SpecError(model.where, f"model {model.model_id!r} is declared twice",
                             f"also in {models[model.model_id].where.file}; keep one")

@@ -76,6 +76,10 @@ class NodeRow:
     where: Where
     #: The op's dim parameters -> the dim expression text they were bound to (axis names).
     dim_names: Mapping[str, str] = field(default_factory=dict)
+    #: The op's dim parameters -> their values in this binding (numbers, or formulas over dims).
+    dim_values: Mapping[str, sympy.Expr] = field(default_factory=dict)
+    #: A ``src:`` anchor: text the model's forward source must contain (the source guard).
+    src: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,7 +422,7 @@ class _Walker:
                       flops=op.flops(call, out), params=op.params(call), leaves=leaves,
                       repeat=scope.repeat, instances=scope.instances, active=scope.active,
                       stacked=scope.stacked, weight_axes=dict(node.weight_axes), shares=node.shares,
-                      where=node.where, dim_names=dim_names)
+                      where=node.where, dim_names=dim_names, dim_values=dict(dims), src=node.src)
         self.rows[uid] = row
         if cache is not None:
             per_token = tensors[0].numel / (self.scenario[symbols.BATCH] * self.scenario[symbols.SEQ])

@@ -68,8 +68,9 @@ def _reference_bytes(ev: Evaluation) -> dict[str, dict[str, float]]:
     return out
 
 
-def model_document(ev: Evaluation) -> dict[str, Any]:
-    """The inspector's data for one model (see the module doc)."""
+def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str, Any]:
+    """The inspector's data for one model (see the module doc); ``verification`` is the guard
+    report (:meth:`engine.validate.Report.as_dict`) shown as the page's guard table."""
     model = ev.model
     overview = ev.overview()
     flat = {}
@@ -151,4 +152,5 @@ def model_document(ev: Evaluation) -> dict[str, Any]:
                      "bytes_bf16": np.broadcast_to(per_request, length.shape).astype(float).tolist()},
         "reference": {"batch": REFERENCE["batch"], "prompt": REFERENCE["prompt"], "gpus": 1,
                       "activations": "bf16", "kv": "bf16", "fusion": "none"},
+        "verification": verification or {"verified": False, "evidence": "", "guards": []},
     }

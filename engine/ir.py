@@ -53,6 +53,9 @@ class QuantScheme:
     #: The operand class a matmul on this format runs in (``bf16``, ``fp8``, ``fp4``); the GPU
     #: table maps it to the nearest native dtype (FP4 weights run in FP8 or BF16 where FP4 isn't).
     compute: str = "bf16"
+    #: ``quantization_config`` keys (config.json) that identify this format in a published
+    #: checkpoint, e.g. ``{quant_method: fp8, weight_block_size: [128, 128]}``; empty for plain dtypes.
+    hf: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,8 @@ class NodeSpec:
     schedule: Schedule | None = None
     index_from: Any = None
     shares: str | None = None
+    #: Text the model's forward source contains where this node happens (checked by the source guard).
+    src: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -400,8 +400,9 @@ OPS: dict[str, Op] = {
         dims=("dim",), placement="norm"),
     "rope": Op(
         "rope", "Rotary position embedding on the first `rotary` features of the last axis "
-        "(3 FLOPs per rotated element).",
-        "preserve", (1, 1), _preserve, _rope_flops, optional_dims=("rotary",)),
+        "(3 FLOPs per rotated element); `theta` (base) and `scaling` (context-extension factor) "
+        "bind the config's RoPE settings so the structural guard can check them.",
+        "preserve", (1, 1), _preserve, _rope_flops, optional_dims=("rotary", "theta", "scaling")),
     "activation": Op(
         "activation", "Elementwise activation `fn` (FLOPs per element from ACTIVATION_FLOPS).",
         "preserve", (1, 1), _activation_shape,

@@ -32,6 +32,7 @@ STATIC = REPO / "static"
 DOCS = [("deployment", REPO / "docs" / "deployment.md", "Deployment accounting: SOL, KV, communication, fusion"),
         ("results", REPO / "docs" / "results.md", "The Parquet tables"),
         ("spec-language", REPO / "docs" / "spec-language.md", "The spec language"),
+        ("verification", REPO / "docs" / "verification.md", "Verification: guards and evidence"),
         ("contributing", REPO / "CONTRIBUTING.md", "How to add a model, component, op, GPU or fusion rule")]
 OVERVIEW = [("params_total", "Parameters"), ("params_active", "Active per token"),
             ("params_embedding", "Embedding"), ("n_layers", "Layers"), ("max_context", "Max context"),

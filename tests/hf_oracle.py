@@ -37,10 +37,6 @@ from pathlib import Path
 
 __all__ = ["HFReport", "hf_meta_report", "load_hf_config"]
 
-# Top-level config.json keys that must not reach the config class.
-_STRIP_KEYS = ("quantization_config", "auto_map")
-
-
 @dataclass(frozen=True)
 class HFReport:
     """What transformers builds for one config.json (see module docstring)."""
@@ -70,28 +66,13 @@ def _force_offline() -> None:
 def load_hf_config(config_path: str | Path):
     """Read ``config_path`` and return a transformers ``PretrainedConfig``.
 
-    The JSON is read directly (no ``from_pretrained``), ``quantization_config``
-    and ``auto_map`` are dropped, and the config class is picked from
-    ``model_type`` in transformers' built-in registry (never remote code).
+    The JSON is read directly (no ``from_pretrained``), ``quantization_config`` and ``auto_map``
+    are dropped, and the config class is picked from ``model_type`` in transformers' built-in
+    registry (never remote code); see :func:`engine.modeling_code.hf_config`.
     """
     _force_offline()
-    from transformers import AutoConfig
-
-    data = json.loads(Path(config_path).read_text())
-    for key in _STRIP_KEYS:
-        data.pop(key, None)
-    model_type = data.pop("model_type")
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    if model_type not in CONFIG_MAPPING_NAMES:
-        # a checkpoint that ships its own code under a new model_type (Kimi-K2's kimi_k2) but
-        # declares a built-in architecture (DeepseekV3ForCausalLM): use that architecture's config
-        by_class = {cls: mt for mt, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
-        known = [by_class[a] for a in data.get("architectures", []) if a in by_class]
-        if not known:
-            raise ValueError(f"transformers knows neither model_type {model_type!r} nor its architectures")
-        model_type = known[0]
-    return AutoConfig.for_model(model_type, **data)
+    from engine.modeling_code import hf_config
+    return hf_config(json.loads(Path(config_path).read_text()))
 
 
 @functools.lru_cache(maxsize=None)

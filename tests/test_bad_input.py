@@ -175,7 +175,7 @@ CASES = {
         LIB + "prenorm_block.yaml", "  self_attn:", "    self_attn:",
         "invalid YAML:", "check indentation, colons and quoting"),
     "yaml-unclosed-bracket": Bad(
-        LIB + "prenorm_block.yaml", "in: [x, self_attn]}", "in: [x, self_attn}",
+        LIB + "prenorm_block.yaml", "in: [x, self_attn],", "in: [x, self_attn,",
         "invalid YAML: expected ',' or ']'", "check indentation, colons and quoting"),
     "yaml-tab-indentation": Bad(
         LIB + "prenorm_block.yaml", "  self_attn:", "\tself_attn:",
@@ -188,7 +188,7 @@ CASES = {
         "invalid YAML: key 'null' is not a name", "quoting"),
     # -- component options ----------------------------------------------------------------------------
     "unknown-option-in-model-fill": Bad(
-        QWEN, "with: {qk_norm: true}", "with: {qk_nrom: true}",
+        QWEN, "with: {qk_norm: true,", "with: {qk_nrom: true,",
         "templates.block.slots.attention.with.qk_nrom: component gqa_attention has no option 'qk_nrom'",
         "its options are: qk_norm"),
     "unknown-option-in-block-style-fill": Bad(
@@ -203,7 +203,7 @@ CASES = {
         LIB + "gqa_attention.yaml", "attrs: {sinks: $sinks}", "attrs: {sinks: $sink}",
         "graph.probs.attrs.sinks: unknown option 'sink'", "sinks"),
     "flag-option-not-a-bool": Bad(
-        QWEN, "with: {qk_norm: true}", "with: {qk_norm: maybe}",
+        QWEN, "with: {qk_norm: true,", "with: {qk_norm: maybe,",
         "with.qk_norm: expected true or false, got 'maybe'", "write true or false"),
     # -- when: ----------------------------------------------------------------------------------------
     "when-names-unknown-option": Bad(

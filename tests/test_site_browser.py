@@ -571,3 +571,15 @@ def test_screenshots_command(built, tmp_path, capsys):
         data = png.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
         assert len(data) > 10_000, (png, len(data))
+
+
+def test_model_page_shows_the_guard_table(tab, base):
+    """The model page says what was checked and against which evidence."""
+    tab.goto(f"{base}models/{LLAMA}/")
+    assert "verified against modeling code" in tab.page.inner_text(".lede")
+    rows = tab.page.locator("#guards tbody tr")
+    assert rows.count() == 7
+    assert [rows.nth(i).locator("td").first.inner_text() for i in range(7)] == \
+        ["weight", "packing", "shape", "schedule", "structural", "axiom", "source"]
+    assert all(rows.nth(i).locator("td").nth(2).inner_text().startswith("pass") for i in range(7))
+    assert "modeling-code" in rows.first.locator("td").nth(1).inner_text()

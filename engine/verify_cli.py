@@ -1,0 +1,131 @@
+"""``archledger snapshot`` (record evidence) and ``archledger validate`` (run the guards).
+
+Layer: engine. Exit codes: 0 verified / written, 1 a model has guard errors, 2 bad input
+(a spec or evidence file that cannot be read; the one-line error names file, line and field).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine.errors import SpecError, Where
+
+
+def add_parsers(sub) -> None:
+    snap = sub.add_parser(
+        "snapshot", help="record a model's evidence: config fields, tensor manifest, forward source",
+        description="Record the evidence a spec is verified against. Default: everything from the "
+                    "Hugging Face Hub (safetensors headers by range requests, no weights). "
+                    "--checkpoint DIR reads a local checkpoint; --meta builds the transformers "
+                    "modeling code on the meta device (needs --config, offline); --config alone "
+                    "refreshes only the config fields.")
+    snap.add_argument("model", help="the model's HF id (its spec must be in corpus/models/)")
+    snap.add_argument("--config", help="config.json to read instead of the Hub's / the checkpoint's")
+    snap.add_argument("--checkpoint", help="local checkpoint directory (safetensors + config.json)")
+    snap.add_argument("--meta", action="store_true", help="manifest from the transformers modeling code")
+    snap.add_argument("--hub", action="store_true", help="read the Hub even when --config is given")
+    snap.add_argument("--revision", default=None, help="Hub branch, tag or commit (default: main)")
+    snap.add_argument("--endpoint", default=None, help="Hub endpoint (default: huggingface.co or HF_ENDPOINT)")
+    snap.set_defaults(func=cmd_snapshot)
+
+    val = sub.add_parser("validate", help="run the verification guards (exit 1 on errors)")
+    val.add_argument("models", nargs="*", help="models to check (default: all)")
+    val.add_argument("--json", action="store_true", help="structured output: guard, severity, node, message, hint")
+    val.set_defaults(func=cmd_validate)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from engine.corpus import load_corpus
+    from engine.validate import render_text, validate
+    corpus = load_corpus(args.corpus)
+    models = [corpus.find_model(m) for m in args.models] if args.models else list(corpus.models.values())
+    reports = [validate(corpus, m) for m in models]
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2))
+    else:
+        print("\n\n".join(render_text(r) for r in reports))
+    return 0 if all(r.verified for r in reports) else 1
+
+
+def _source_from_transformers(config: dict) -> tuple[str, dict, dict[str, str]] | None:
+    from engine import modeling_code
+    from engine.evidence import forward_excerpts
+    try:
+        label, text = modeling_code.modeling_source(config)
+    except (modeling_code.ModelingCodeError, ImportError, KeyError):
+        return None
+    return label, {"kind": "modeling-code", "file": label}, forward_excerpts(text)
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from engine import checkpoint_headers as headers
+    from engine import modeling_code
+    from engine.corpus import load_corpus
+    from engine.evidence import forward_excerpts
+    from engine.snapshot import manifest_from_scan, snapshot_files, write_atomic
+
+    corpus = load_corpus(args.corpus, missing_snapshots_ok=True)
+    model = corpus.find_model(args.model)
+    repo = model.model_id
+    where = Where("archledger snapshot")
+    manifest = source = None
+    try:
+        if args.checkpoint:
+            folder = Path(args.checkpoint)
+            config_path = Path(args.config) if args.config else folder / "config.json"
+            config = json.loads(config_path.read_text())
+            config_source = f"dir:{folder} config.json" if not args.config else f"{config_path}"
+            scan = headers.read_local(folder)
+            manifest = manifest_from_scan(scan, f"hf:{repo}")
+            own = sorted(folder.glob("modeling_*.py"))
+            if own:
+                source = (f"{folder.name}/{own[0].name}", {"kind": "checkpoint", "file": own[0].name},
+                          forward_excerpts(own[0].read_text()))
+            else:
+                source = _source_from_transformers(config)
+        elif args.meta:
+            if not args.config:
+                raise SpecError(where, "--meta needs --config", "pass the model's config.json")
+            config = json.loads(Path(args.config).read_text())
+            config_source = f"hf:{repo} config.json"
+            manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{repo}")
+            source = _source_from_transformers(config)
+        elif args.config and not args.hub:
+            config = json.loads(Path(args.config).read_text())
+            config_source = f"hf:{repo} config.json"
+        else:
+            kw = {"endpoint": args.endpoint}
+            config = json.loads(headers.hub_file_text(repo, "config.json", args.revision, **kw))
+            scan = headers.read_hub(repo, args.revision, **kw)
+            config_source = f"{scan.source} config.json"
+            manifest = manifest_from_scan(scan, f"hf:{repo}")
+            code = [f for f in headers.hub_file_names(repo, args.revision, **kw)
+                    if f.startswith("modeling_") and f.endswith(".py")]
+            if code:
+                text = headers.hub_file_text(repo, code[0], args.revision, **kw)
+                source = (f"{scan.source} {code[0]}", {"kind": "checkpoint", "file": code[0]},
+                          forward_excerpts(text))
+            else:
+                source = _source_from_transformers(config)
+    except headers.HeaderError as exc:
+        raise SpecError(where, str(exc)) from None
+    except modeling_code.ModelingCodeError as exc:
+        raise SpecError(where, str(exc)) from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SpecError(where, f"cannot read config.json: {exc}", "pass --config path/to/config.json") from None
+    files = snapshot_files(corpus, model, config, config_source, manifest, source)
+    write_atomic(files)
+    for path in files:
+        print(f"wrote {path}")
+    return 0
+
+
+def main(argv=None) -> int:  # pragma: no cover - convenience for python -m
+    from engine.cli import main as cli_main
+    return cli_main(argv)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
