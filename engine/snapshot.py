@@ -59,7 +59,6 @@ def config_snapshot(corpus: Corpus, model: ModelSpec, config_path: Path, source:
 def manifest_from_scan(scan, source: str) -> Manifest:
     """A manifest from safetensors headers (:mod:`engine.checkpoint_headers`)."""
     tensors = tuple(ManifestTensor(t.name, t.dtype, tuple(t.shape)) for t in scan.tensors)
-    kind, _, location = scan.source.partition(":")
     provenance = {"kind": "checkpoint-headers", "location": scan.source, "files": len(scan.files)}
     return Manifest(source, provenance, int(scan.total_bytes), tensors, ("*",))
 

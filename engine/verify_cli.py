@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from engine.errors import SpecError, Where
@@ -120,12 +119,3 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     for path in files:
         print(f"wrote {path}")
     return 0
-
-
-def main(argv=None) -> int:  # pragma: no cover - convenience for python -m
-    from engine.cli import main as cli_main
-    return cli_main(argv)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
