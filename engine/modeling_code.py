@@ -26,14 +26,10 @@ not part of transformers' causal-LM classes.
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-import sympy
-
-from engine import expr
 from engine.ir import QuantScheme
 from engine.manifest import Manifest, ManifestTensor
 
@@ -99,19 +95,14 @@ def _scheme_for(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> Quan
 
 
 def _stored(name: str, shape: tuple[int, ...], scheme: QuantScheme) -> list[ManifestTensor]:
-    """A quantized matrix as the scheme stores it (payload and scales), same rules as storage."""
-    if len(shape) >= 3:
+    """A quantized matrix as the scheme stores it (payload and scales): the spec's storage rule."""
+    from engine.storage import scheme_tensors
+    if len(shape) >= 3:   # [experts, in, out] (see the module docstring)
         lead, rows, cols = shape[:-2], shape[-1], shape[-2]
     else:
         lead, rows, cols = (), shape[0], shape[1]
-    module = name[: -len(".weight")] if name.endswith(".weight") else name
-    out = []
-    for tensor in scheme.matrix:
-        dims = tuple(int(expr.evaluate(t, expr.Scope({"rows": sympy.Integer(rows), "cols": sympy.Integer(cols)})))
-                     for t in tensor.shape)
-        out.append(ManifestTensor(tensor.key.format(weight=name, module=module), tensor.dtype,
-                                  tuple(lead) + dims))
-    return out
+    return [ManifestTensor(key, dtype, tuple(int(d) for d in dims))
+            for key, dtype, dims in scheme_tensors(name, lead, rows, cols, scheme)]
 
 
 def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], source: str) -> Manifest:
@@ -181,7 +172,3 @@ def _causal_lm_class(config: dict[str, Any]):
     from transformers import AutoModelForCausalLM
     cfg = hf_config(config)
     return AutoModelForCausalLM._model_mapping[type(cfg)]
-
-
-def load_config(path: Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text(encoding="utf-8"))

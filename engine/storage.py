@@ -59,26 +59,34 @@ def scheme_for(model: ModelSpec, corpus: Corpus, leaf: LeafRow) -> QuantScheme:
     raise AssertionError("quant_context always has a default")  # loader guarantees "*"
 
 
+def scheme_tensors(key: str, lead: tuple, rows, cols, scheme: QuantScheme,
+                   where=None) -> list[tuple[str, str, tuple]]:
+    """What ``scheme`` stores for one matrix ``key`` of ``rows x cols`` (after ``lead`` axes):
+    (key, dtype, shape) per stored tensor. Used by the spec's storage and by ``snapshot --meta``.
+    With ``where`` (numeric binding) a non-integer axis is a :class:`SpecError`."""
+    module = key[: -len(".weight")] if key.endswith(".weight") else key
+    out = []
+    for tensor in scheme.matrix:
+        name = tensor.key.format(weight=key, module=module)
+        shape = []
+        for i, text in enumerate(tensor.shape):
+            value = expr.evaluate(text, expr.Scope({"rows": sympy.sympify(rows), "cols": sympy.sympify(cols)}))
+            if where is not None and not (value.is_integer or (value.is_number and value == int(value))):
+                raise SpecError(where, f"{scheme.name} cannot store {key}: axis {i} of {name} "
+                                f"= {text} = {value} (rows={rows}, cols={cols}) is not an integer",
+                                "this scheme cannot store this matrix; pick another in quant_context")
+            shape.append(value)
+        out.append((name, tensor.dtype, tuple(lead) + tuple(shape)))
+    return out
+
+
 def _stored(row: NodeRow, leaf: LeafRow, scheme: QuantScheme, numeric: bool) -> list[tuple[str, str, tuple]]:
     sizes = tuple(a.size for a in leaf.axes)
     lead = (row.instances,) if row.stacked else ()
     if not leaf.matrix:
         return [(leaf.key, scheme.vector_dtype, lead + sizes)]
     *batch, rows, cols = sizes
-    module = leaf.key[: -len(".weight")] if leaf.key.endswith(".weight") else leaf.key
-    out = []
-    for tensor in scheme.matrix:
-        key = tensor.key.format(weight=leaf.key, module=module)
-        shape = []
-        for i, text in enumerate(tensor.shape):
-            value = expr.evaluate(text, expr.Scope({"rows": rows, "cols": cols}))
-            if numeric and not (value.is_integer or (value.is_number and value == int(value))):
-                raise SpecError(row.where, f"{scheme.name} cannot store {leaf.key}: axis {i} of {key} "
-                                f"= {text} = {value} (rows={rows}, cols={cols}) is not an integer",
-                                "this scheme cannot store this matrix; pick another in quant_context")
-            shape.append(value)
-        out.append((key, tensor.dtype, lead + tuple(batch) + tuple(shape)))
-    return out
+    return scheme_tensors(leaf.key, lead + tuple(batch), rows, cols, scheme, row.where if numeric else None)
 
 
 def checkpoint_tensors(analysis: Analysis, model: ModelSpec, corpus: Corpus) -> list[TensorRow]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from engine.dtypes import stored_bytes
 from engine.evidence import Registry
 from engine.guards import Context, Finding
 from engine.manifest import ManifestTensor, compress
@@ -57,7 +58,7 @@ def check(ctx: Context) -> list[Finding]:
         theirs = ctx.checkpoint.get(name)
         if theirs is None:
             invented[ours.uid].append(name)
-        elif ours.numel != theirs.numel or ours.numel * _size(ours.dtype) != theirs.nbytes:
+        elif ours.numel != theirs.numel or stored_bytes(ours.dtype, ours.numel) != theirs.nbytes:
             sized[ours.uid].append((ours, theirs))
     for uid, names in invented.items():
         out.append(Finding(NAME, "error", uid, f"{len(names)} tensor(s) the spec stores are not in the "
@@ -67,7 +68,7 @@ def check(ctx: Context) -> list[Finding]:
         ours, theirs = pairs[0]
         out.append(Finding(NAME, "error", uid, f"{len(pairs)} tensor(s) differ in size, e.g. {ours.name}: "
                            f"checkpoint {theirs.numel:,} elements / {theirs.nbytes:,} B, spec "
-                           f"{ours.numel:,} elements / {ours.numel * _size(ours.dtype):,} B",
+                           f"{ours.numel:,} elements / {stored_bytes(ours.dtype, ours.numel):,} B",
                            "check the dims bound to this op and its quant scheme"))
     other = [p for p in ctx.registry.other_modalities]
     unclaimed = [t for n, t in ctx.checkpoint.items() if n not in claimed]
@@ -91,7 +92,7 @@ def check(ctx: Context) -> list[Finding]:
     if listed != m.total_bytes:
         out.append(Finding(NAME, "error", "", f"the manifest's tensors add up to {listed:,} B but its "
                            f"shard total is {m.total_bytes:,} B", "regenerate the manifest"))
-    ours_total = sum(t.numel * _size(t.dtype) for owners in claimed.values() for t in owners[:1])
+    ours_total = sum(stored_bytes(t.dtype, t.numel) for owners in claimed.values() for t in owners[:1])
     modal_names = {t.name for t in modal}
     theirs_total = sum(t.nbytes for t in ctx.checkpoint.values() if t.name not in modal_names)
     if ours_total != theirs_total:
@@ -99,8 +100,3 @@ def check(ctx: Context) -> list[Finding]:
                            f"{theirs_total:,} B (language model tensors)",
                            "the per-tensor findings above say where"))
     return out
-
-
-def _size(dtype: str) -> int:
-    from engine.dtypes import DTYPE_BYTES
-    return DTYPE_BYTES[dtype]
