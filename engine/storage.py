@@ -70,7 +70,7 @@ def scheme_tensors(key: str, lead: tuple, rows, cols, scheme: QuantScheme,
         name = tensor.key.format(weight=key, module=module)
         shape = []
         for i, text in enumerate(tensor.shape):
-            value = expr.evaluate(text, expr.Scope({"rows": sympy.sympify(rows), "cols": sympy.sympify(cols)}))
+            value = expr.evaluate(text, expr.Scope({"rows": rows, "cols": cols}))
             if where is not None and not (value.is_integer or (value.is_number and value == int(value))):
                 raise SpecError(where, f"{scheme.name} cannot store {key}: axis {i} of {name} "
                                 f"= {text} = {value} (rows={rows}, cols={cols}) is not an integer",
