@@ -18,13 +18,17 @@ from engine.dtypes import DTYPE_BYTES
 from engine.errors import SpecError, Where
 from engine.ir import (CacheSpec, ComponentSpec, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
                        RoleInfo, Schedule, ScheduleRule, Snapshot, StackSpec, StoredTensor,
-                       VariantSpec)
+                       StreamSpec, VariantSpec)
 from engine.ops import GROWTHS
 from engine.yamlio import LineDict, LineList, load_yaml
 
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "corpus"
 SHARD_WORLDS = ("none", "tp", "ep", "cp", "dp")
-NODE_KINDS = ("op", "component", "slot", "repeat")
+NODE_KINDS = ("op", "component", "slot", "repeat", "reads")
+#: How a ``reads`` node takes a stream: internal streams give their ``value``; append streams
+#: give ``each`` reading layer its own element, ``all`` (the visible history as a new axis) or
+#: ``concat`` (the visible history joined along the last axis).
+TAKES = {"internal": ("value",), "append": ("each", "all", "concat")}
 #: Operand classes a quant scheme's matmuls run in (the GPU table maps them to native dtypes).
 COMPUTE_CLASSES = ("fp4", "fp8", "bf16")
 
@@ -212,7 +216,8 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
 
 _NODE_FIELDS = ("op", "component", "slot", "repeat", "in", "dims", "attrs", "with", "when",
                 "instances", "active", "stacked", "role", "module", "modules", "weight_axes",
-                "schedule", "template", "index_from", "shares", "doc", "src")
+                "schedule", "template", "index_from", "shares", "doc", "src", "stream_out", "take",
+                "streams")
 
 
 def _node(reader: _Reader, name: str, raw: Any, field: str, parent: LineDict,
@@ -222,16 +227,32 @@ def _node(reader: _Reader, name: str, raw: Any, field: str, parent: LineDict,
     kinds = [k for k in NODE_KINDS if k in raw]
     where = reader.where(raw, field)
     if len(kinds) != 1:
-        raise SpecError(where, f"node {name!r} must have exactly one of op/component/slot/repeat",
+        raise SpecError(where, f"node {name!r} must have exactly one of op/component/slot/repeat/reads",
                         "e.g. `q_proj: {op: linear, in: x, dims: {in: hidden, out: d_q}}`")
     kind = kinds[0]
     target = raw[kind]
     schedule = None
+    streams = {}
     if kind == "repeat":
         schedule = _schedule(reader, raw, field)
+        streams = _streams(reader, raw, field)
         target = str(target)
     elif not isinstance(target, str):
         raise SpecError(where.at(kind), f"expected a name, got {_kind(target)}", f"write `{kind}: <name>`")
+    if kind != "repeat" and "streams" in raw:
+        raise SpecError(reader.where(raw, f"{field}.streams", "streams"), "only a layer stack declares streams",
+                        "move `streams:` to the `repeat:` node of the stack")
+    if "take" in raw and kind != "reads":
+        raise SpecError(reader.where(raw, f"{field}.take", "take"), "`take:` belongs to a `reads:` node",
+                        "write e.g. `history: {reads: hidden_history, take: all}`")
+    for key in ("stream_out",):
+        if key in raw and (not isinstance(raw[key], str) or kind in ("repeat", "reads")):
+            raise SpecError(reader.where(raw, f"{field}.{key}", key),
+                            "`stream_out:` names a stream and goes on an op, component or slot node",
+                            "write `stream_out: <stream declared under the layer stack's streams:>`")
+    if kind == "reads" and "in" in raw:
+        raise SpecError(reader.where(raw, f"{field}.in", "in"), "a `reads:` node takes its value from the stream",
+                        "remove `in:`; the engine finds the stream's producer")
     role = raw.get("role")
     if role is not None and (not isinstance(role, str) or role not in roles):
         raise SpecError(reader.where(raw, f"{field}.role", "role"), f"unknown role {role!r}",
@@ -252,7 +273,52 @@ def _node(reader: _Reader, name: str, raw: Any, field: str, parent: LineDict,
         stacked=raw.get("stacked", False), role=role, module=raw.get("module"),
         modules=raw.get("modules") or {}, weight_axes=raw.get("weight_axes") or {},
         schedule=schedule, index_from=raw.get("index_from"), shares=raw.get("shares"),
-        src=_src(reader, raw, field))
+        src=_src(reader, raw, field), stream_out=raw.get("stream_out"),
+        take=raw.get("take", "value") if kind == "reads" else None, streams=streams)
+
+
+def _streams(reader: _Reader, raw: LineDict, field: str) -> dict[str, StreamSpec]:
+    """A layer stack's ``streams:``; exactly one is carried (the residual line has no default)."""
+    where = reader.where(raw, field)
+    if "streams" not in raw:
+        raise SpecError(where, "a layer stack declares the streams it carries",
+                        'add `streams: {hidden: {carries: true, src: "<the forward line that calls a layer>"}}`')
+    block = reader.mapping(raw["streams"], f"{field}.streams", raw, "streams")
+    out = {}
+    for name, entry in block.items():
+        at = f"{field}.streams.{name}"
+        entry = reader.mapping(entry, at, block, name)
+        reader.keys(entry, at, ("carries", "from", "after", "before", "count", "src", "doc"), ("src",))
+        src = _src(reader, entry, at)
+        here = reader.where(entry, at)
+        if entry.get("carries"):
+            extra = [k for k in ("from", "after", "before", "count") if k in entry]
+            if extra:
+                raise SpecError(here.at(extra[0]), f"carried stream {name!r} cannot have `{extra[0]}:`",
+                                "the carried stream is each layer's input and output; archive it with a "
+                                "separate append stream (`from: " + str(name) + "`)")
+            kind = "carried"
+        elif "from" in entry:
+            if ("after" in entry) + ("before" in entry) + ("count" in entry) != 1:
+                raise SpecError(here, f"append stream {name!r} needs exactly one of after/before/count",
+                                "`after:`/`before:` a condition on `layer` archives the carried stream; "
+                                "`count:` gives the number of elements a stack node holds")
+            kind = "append"
+        else:
+            for key in ("after", "before", "count"):
+                if key in entry:
+                    raise SpecError(here.at(key), f"`{key}:` needs `from:`",
+                                    "write `from: <carried stream or stack node>`")
+            kind = "internal"
+        out[name] = StreamSpec(str(name), kind, src, here, entry.get("from"), entry.get("after"),
+                               entry.get("before"), entry.get("count"))
+    carried = [s.name for s in out.values() if s.kind == "carried"]
+    if len(carried) != 1:
+        raise SpecError(reader.where(raw, f"{field}.streams", "streams"),
+                        f"a layer stack carries exactly one stream, found {len(carried)}"
+                        + (f" ({', '.join(carried)})" if carried else ""),
+                        "mark the residual line `carries: true` (hyper-connections widen it, they do not add one)")
+    return out
 
 
 def _src(reader: _Reader, raw: LineDict, field: str) -> str | None:
@@ -294,6 +360,14 @@ def _check_edges(graph: dict[str, NodeSpec], known: set[str], where: Where, extr
     names = set(graph) | set(known) | set(extra)
     for node in graph.values():
         for ref in (a for r in node.inputs for a in r.split("|")):
+            base, _, sub = ref.partition(".")
+            stack = base.split("[")[0]
+            if stack in graph and graph[stack].kind == "repeat" and (base != stack or sub.isdigit()):
+                raise SpecError(node.where.at("in"), f"`in: {ref}` reaches into the layer stack {stack!r}",
+                                f"a stack's value is its last layer's carried stream; to use an earlier "
+                                f"layer's value declare an append stream under {stack}.streams, e.g. "
+                                f"`h_i: {{from: hidden, after: \"layer == i\", src: ...}}`, and read it "
+                                f"with `{{reads: h_i, take: each}}`")
             if ref.split(".")[0] not in names:
                 raise SpecError(node.where.at("in"), f"`in: {ref}` names no node or input",
                                 "use one of: " + ", ".join(sorted(names)))

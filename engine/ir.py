@@ -101,6 +101,34 @@ class NodeSpec:
     shares: str | None = None
     #: Text the model's forward source contains where this node happens (checked by the source guard).
     src: str | None = None
+    #: Publish this node's value on the layer stack's internal stream of that name.
+    stream_out: str | None = None
+    #: A ``reads`` node: how it takes the stream (``value`` for internal streams; ``each``, ``all``
+    #: or ``concat`` for append streams).
+    take: str | None = None
+    #: A ``repeat`` node: its declared streams, in order.
+    streams: Mapping[str, "StreamSpec"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """A value that crosses layers of a layer stack, declared under the repeat node's ``streams:``.
+
+    ``carried``: the residual line, the template's input and output (exactly one per stack).
+    ``internal``: a node publishes with ``stream_out``, a later layer's ``reads`` node takes the
+    value of the latest earlier publication. ``append``: the value ``source`` (the carried stream,
+    or a stack node holding ``count`` elements) is archived after/before the layers matching
+    ``after`` / ``before``; readers take ``each``, ``all`` or ``concat``.
+    """
+
+    name: str
+    kind: str
+    src: str
+    where: Where
+    source: str | None = None
+    after: Any = None
+    before: Any = None
+    count: Any = None
 
 
 @dataclass(frozen=True, slots=True)

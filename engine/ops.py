@@ -369,6 +369,21 @@ def _combine_shape(call):
                         ((0, 0), (1, idx.rank - 1)))
 
 
+def _stream_read_shape(call):
+    x = call.inputs[0]
+    take = call.attrs["take"]
+    if take in ("value", "each"):
+        return x, AxisMap(carried_all(x))
+    n = call.dims.get("count")
+    if n is None:
+        raise call.fail(f"`take: {take}` needs the visible history length", "internal: the walk sets dims.count")
+    if take == "all":
+        out = Tensor(x.axes[:-1] + (Axis("history", n), x.axes[-1]))
+        return out, AxisMap(carried_all(x)[:-1] + (New(), Carried(0, x.rank - 1)))
+    out = Tensor(x.axes[:-1] + (Axis(f"{x.axes[-1].name}_history", n * x.axes[-1].size),))
+    return out, AxisMap(carried_all(x)[:-1] + (New(),))
+
+
 def _source_ids(call):
     raise call.fail("internal: source shapes come from the stack inputs")
 
@@ -460,6 +475,11 @@ OPS: dict[str, Op] = {
         "moe_dispatch", "Gather each token once per selected expert: [.., hidden] -> "
         "[routed = tokens x k, hidden].",
         "explicit", (2, 2), _dispatch_shape, placement="dispatch"),
+    "stream_read": Op(
+        "stream_read", "A layer reads a stream (engine.streams): an internal stream's value, one "
+        "archived element (`each`), the visible history as a new axis (`all`) or joined along the "
+        "last axis (`concat`). A view: its consumers read the producer's storage.",
+        "explicit", (1, 1), _stream_read_shape, optional_dims=("count",), attrs={"take": "value"}, view=True),
     "moe_combine": Op(
         "moe_combine", "Weighted sum of each token's k expert outputs: [routed, hidden] -> "
         "[.., hidden] (2 FLOPs per routed element).",

@@ -18,6 +18,8 @@ def anchors(ctx: Context) -> dict[str, str]:
     for uid, row in ctx.numeric.rows.items():
         if row.src and row.src not in out:
             out[row.src] = uid
+    for stream in ctx.numeric.streams:   # every stream names the forward line that carries it
+        out.setdefault(stream.src, stream.uid)
     return out
 
 
