@@ -214,7 +214,7 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
 
 # -- graphs --------------------------------------------------------------------------------------
 
-_NODE_FIELDS = ("op", "component", "slot", "repeat", "in", "dims", "attrs", "with", "when",
+_NODE_FIELDS = ("op", "component", "slot", "repeat", "reads", "in", "dims", "attrs", "with", "when",
                 "instances", "active", "stacked", "role", "module", "modules", "weight_axes",
                 "schedule", "template", "index_from", "shares", "doc", "src", "stream_out", "take",
                 "streams")

@@ -265,10 +265,14 @@ class _Walker:
 
     # -- graphs -----------------------------------------------------------------------------------
     def walk_graph(self, graph: Mapping[str, NodeSpec], values: dict, scope: _Scope,
-                   fallback: Mapping | None = None, replaced: set | None = None) -> dict:
-        """Walk nodes in dependency order; ``values`` maps a name to (Tensor or dict, producer uid)."""
+                   fallback: Mapping | None = None, replaced: set | None = None,
+                   switched_off: Mapping[str, str] | None = None) -> dict:
+        """Walk nodes in dependency order; ``values`` maps a name to (Tensor or dict, producer uid).
+
+        ``switched_off``: the main graph's switched-off nodes, so a decode variant's ``a|b`` picks
+        the same alternative the main graph did. The graph's own are left in ``self.last_off``."""
         pending = dict(graph)
-        bypass: dict[str, str] = {}
+        bypass: dict[str, str] = dict(switched_off or {})
         while pending:
             progressed = False
             for name, node in list(pending.items()):
@@ -281,6 +285,9 @@ class _Walker:
                 del pending[name]
                 progressed = True
                 if node.when is not None and not self._when(node, scope):
+                    if node.kind == "reads":
+                        bypass[name] = ""   # a switched-off reader has no value; `a|reader` skips it
+                        continue
                     if not node.inputs:
                         raise SpecError(node.where.at("when"), "a node with no input cannot be switched off",
                                         "give it an `in:` (it then passes its first input through) or remove `when:`")
@@ -299,6 +306,7 @@ class _Walker:
             base = self._base(name, bypass)
             if base in values:
                 values[name] = values[base]
+        self.last_off = bypass
         return values
 
     @staticmethod
@@ -321,8 +329,12 @@ class _Walker:
 
     def resolve(self, ref: str, values: Mapping, fallback: Mapping | None, bypass: Mapping[str, str],
                 node: NodeSpec) -> tuple[Tensor, str]:
+        written = ref
         while ref.split(".")[0] in bypass:
             ref = bypass[ref.split(".")[0]]
+        if not ref:
+            raise SpecError(node.where.at("in"), f"`in: {written}` is a stream reader switched off here",
+                            f"write `in: <node>|{written}` so the node is used where the reader is off")
         base, _, sub = ref.partition(".")
         source = values if base in values else (fallback or {})
         if base not in source:
@@ -521,12 +533,14 @@ class _Walker:
         self.components[uid] = ComponentRow(uid, spec.name, child.role, scope.stack, repeat, instances, active)
         values = {name: value for name, value in zip(spec.inputs, inputs)}
         main = self.walk_graph(spec.graph, dict(values), child)
+        off = self.last_off
         outputs = {k: main[v] for k, v in spec.outputs.items()}  # a switched-off node aliases its input
         if spec.decode_variant is not None and "decode" in scope.phases:
-            self._walk_decode(spec, values, main, child, outputs)
+            self._walk_decode(spec, values, main, child, off)
         return outputs
 
-    def _walk_decode(self, spec: ComponentSpec, inputs: dict, main: dict, scope: _Scope, outputs: dict) -> None:
+    def _walk_decode(self, spec: ComponentSpec, inputs: dict, main: dict, scope: _Scope,
+                     off: Mapping[str, str]) -> None:
         variant = spec.decode_variant
         gone = set(variant.remove) | set(variant.graph)
         prefill_only = scope.phases - {"decode"}
@@ -544,7 +558,8 @@ class _Walker:
         decode_scope = replace(scope, phases=frozenset({"decode"}) & scope.phases)
         values = dict(inputs)
         produced = self.walk_graph(variant.graph, values, decode_scope, fallback=kept,
-                                   replaced=set(spec.graph) & set(variant.graph))
+                                   replaced=set(spec.graph) & set(variant.graph),
+                                   switched_off={k: v for k, v in off.items() if k not in variant.graph})
         for name in variant.graph:
             if name in main and self.binding.numeric:
                 before, after = main[name][0], produced[name][0]

@@ -169,11 +169,13 @@ class _Walker:
             if base is None:
                 return None
             index = node.slice
-            if not (isinstance(index, ast.Constant) and isinstance(index.value, int)
-                    and not isinstance(index.value, bool)):
-                raise self.fail("config subscripts must be integer literals",
-                                "write config.<list>[0], or count()/len() over the whole list")
-            return base + (index.value,)
+            if isinstance(index, ast.Constant) and isinstance(index.value, int) and not isinstance(index.value, bool):
+                return base + (index.value,)
+            value = self.visit(index)   # e.g. config.indexer_types[layer] in a schedule condition
+            if not (isinstance(value, sympy.Integer) and value >= 0):
+                raise self.fail("config subscripts must be non-negative integers",
+                                "write config.<list>[0] or config.<list>[layer]")
+            return base + (int(value),)
         return None
 
     def _config(self, node: ast.AST) -> Any:

@@ -24,7 +24,7 @@ ZERO = sympy.Integer(0)
 
 #: FLOPs per element of elementwise functions.
 ACTIVATION_FLOPS = {"silu": 4, "gelu": 8, "gelu_tanh": 8, "relu": 1, "sigmoid": 3, "swiglu_oai": 8}
-MASKS = ("causal", "sliding", "chunked", "bidirectional")
+MASKS = ("causal", "sliding", "chunked", "bidirectional", "topk")
 GROWTHS = ("every_token", "window", "compressed", "state")
 
 
@@ -103,6 +103,8 @@ class Op:
     placement: str = "axis_map"
     #: A view moves no data: it costs nothing and its consumers read its source's storage.
     view: bool = False
+    #: A view of part of its source (a slice, gathered rows): consumers read only that part.
+    partial: bool = False
 
     def params(self, call: OpCall) -> sympy.Expr:
         """Parameter count: the parameter leaves' element counts (buffers excluded)."""
@@ -285,8 +287,10 @@ def _pairs(call) -> sympy.Expr:
     mask = call.attrs["mask"]
     if mask == "bidirectional":
         return seq * ctx
-    if mask in ("sliding", "chunked"):
-        window = call.dims["window"]
+    if mask in ("sliding", "chunked", "topk"):
+        # top-k sparse attention: query i attends min(i, k) selected keys, the same count as a
+        # sliding window of k (which keys differ, how many does not)
+        window = call.inputs[2].axes[-1].size if mask == "topk" else call.dims["window"]
 
         def total(n):
             m = sympy.Min(n, window)
@@ -300,7 +304,7 @@ def _pairs(call) -> sympy.Expr:
 def _score_shape(call):
     call.require_rank(0, 4, "query [batch, seq, heads, head_dim]")
     call.require_rank(1, 4, "key [batch, kv_len, kv_heads, head_dim]")
-    q, k = call.inputs
+    q, k = call.inputs[:2]
     call.require_equal(q.axes[-1].size, k.axes[-1].size, "Q/K head dim mismatch",
                        "queries and keys must have the same head dim")
     if call.check and q.axes[2].size.is_number and k.axes[2].size.is_number \
@@ -310,12 +314,43 @@ def _score_shape(call):
         raise call.fail(f"unknown mask {call.attrs['mask']!r}", "use one of " + ", ".join(MASKS))
     if call.attrs["mask"] in ("sliding", "chunked") and "window" not in call.dims:
         raise call.fail("a sliding or chunked mask needs dims: {window: ...}")
+    if (call.attrs["mask"] == "topk") != (len(call.inputs) == 3):
+        raise call.fail("a top-k mask takes the selected token indices as a third input",
+                        "write `in: [q, k, topk]` with `attrs: {mask: topk}`")
     b, s, h = q.axes[0], q.axes[1], q.axes[2]
     t = k.axes[1]
     valid = b.size * h.size * _pairs(call)
     out = Tensor((b, h, s, t), valid)
     return out, AxisMap((Carried(0, 0), Carried(0, 2), Carried(0, 1), Carried(1, 1)),
                         ((0, 3), (1, 3)))
+
+
+def _token_topk_shape(call):
+    x = call.inputs[0]
+    call.require_rank(0, 3, "index scores [batch, seq, kv_len]")
+    out = Tensor(x.axes[:-1] + (call.axis("k"),))
+    return out, AxisMap(carried_all(x)[:-1] + (New(),), ((0, x.rank - 1),))
+
+
+def _token_gather_shape(call):
+    cache, idx = call.inputs
+    if cache.rank < 3 or cache.axes[1].name != "kv_len":
+        raise call.fail(f"token_gather reads a cache [batch, kv_len, ...], got {cache}",
+                        "gather from a kv_cache node's output")
+    kept = Axis("kv_len", sympy.Min(cache.axes[1].size, idx.axes[-1].size))
+    out = Tensor((cache.axes[0], kept) + cache.axes[2:])
+    return out, AxisMap((Carried(0, 0), New()) + tuple(Carried(0, i) for i in range(2, cache.rank)))
+
+
+def _head_sum_shape(call):
+    call.require_rank(0, 4, "scores [batch, heads, seq, kv_len]")
+    call.require_rank(1, 3, "head weights [batch, seq, heads]")
+    scores, weights = call.inputs
+    call.require_equal(scores.axes[1].size, weights.axes[2].size, "weighted_head_sum heads")
+    b, h, s, t = scores.axes
+    valid = scores.computed / h.size
+    out = Tensor((b, s, t), valid)
+    return out, AxisMap((Carried(0, 0), Carried(0, 2), Carried(0, 3)), ((0, 1), (1, 2)))
 
 
 def _score_flops(call, out):
@@ -440,7 +475,7 @@ OPS: dict[str, Op] = {
         "axis_replace", (1, 1), _merge_heads_shape, attrs={"name": ""}, view=True),
     "slice": Op(
         "slice", "Take `size` features of the last axis (e.g. the rope part of a head).",
-        "axis_select", (1, 1), _slice_shape, dims=("size",), view=True),
+        "axis_select", (1, 1), _slice_shape, dims=("size",), view=True, partial=True),
     "concat": Op(
         "concat", "Concatenate inputs along the last axis; other axes must agree.",
         "axis_concat", (2, 8), _concat_shape, attrs={"name": ""}),
@@ -454,8 +489,9 @@ OPS: dict[str, Op] = {
         attrs={"growth": "every_token"}, placement="cache"),
     "attention_score": Op(
         "attention_score", "q k^T per head over unmasked pairs; mask causal, sliding (window), "
-        "chunked or bidirectional; key heads may be fewer than query heads (GQA/MQA).",
-        "contract", (2, 2), _score_shape, _score_flops, optional_dims=("window",),
+        "chunked, bidirectional, or topk (a third input holds the k selected tokens per query: "
+        "DSA); key heads may be fewer than query heads (GQA/MQA).",
+        "contract", (2, 3), _score_shape, _score_flops, optional_dims=("window",),
         attrs={"mask": "causal"}, placement="attention"),
     "softmax": Op(
         "softmax", "Softmax over the last axis (5 FLOPs per computed element); optional learned "
@@ -471,6 +507,18 @@ OPS: dict[str, Op] = {
         "correction bias (a checkpoint buffer, not a parameter).",
         "contract", (1, 1), _topk_shape, lambda c, out: 4 * c.inputs[0].computed, _topk_leaves,
         dims=("experts", "k"), attrs={"score": "softmax", "correction_bias": False}),
+    "weighted_head_sum": Op(
+        "weighted_head_sum", "Sum per-head scores with per-token head weights: [b, h, s, t] x "
+        "[b, s, h] -> [b, s, t] (2 FLOPs per computed score; DSA's indexer).",
+        "contract", (2, 2), _head_sum_shape, lambda c, out: 2 * c.inputs[0].computed),
+    "token_topk": Op(
+        "token_topk", "Select the k highest-scoring cached tokens per query: [b, s, kv_len] -> "
+        "[b, s, k] indices (1 FLOP per computed score).",
+        "contract", (1, 1), _token_topk_shape, lambda c, out: c.inputs[0].computed, dims=("k",)),
+    "token_gather": Op(
+        "token_gather", "The cache rows a query selected: [b, kv_len, ...] with [b, s, k] indices -> "
+        "[b, min(kv_len, k), ...]; a view whose consumers read only the selected rows.",
+        "explicit", (2, 2), _token_gather_shape, view=True, partial=True),
     "moe_dispatch": Op(
         "moe_dispatch", "Gather each token once per selected expert: [.., hidden] -> "
         "[routed = tokens x k, hidden].",

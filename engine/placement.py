@@ -227,11 +227,11 @@ class Placer:
     def emit(self, row: NodeRow, inputs: list[Step], layout: Layout, **kw) -> Step:
         """Record a compute step for ``row`` with output ``layout``."""
         op = OPS[row.op]
-        kv = row.op == "kv_cache"
+        kv = row.op in ("kv_cache", "token_gather")
         out_bytes = self.local(row.out, layout) * (self.types.kv_bytes if kv else self.types.act_bytes)
         if op.view:
             source = inputs[0].out_read if inputs else ZERO
-            read = out_bytes if row.op == "slice" else source
+            read = out_bytes if op.partial else source
             step = self._step(row, inputs, layout, ZERO, ZERO, ZERO, "bf16", read, view=True)
         else:
             flops = row.flops / self.split(row.out, layout) if row.flops != 0 else ZERO
@@ -449,7 +449,7 @@ class Placer:
         cp = self.mesh.world_group("cp", "default")
         ulysses = self.mesh.config.cp_kind == "ulysses"
         if row.op == "attention_score":
-            q, k = inputs
+            q, k, *selected = inputs   # top-k sparse attention also reads the selected indices
             if cp and cp in layout_of(q).shards[1] and cp in layout_of(k).shards[1]:
                 if ulysses:   # sequence -> heads for queries and keys, attention runs on whole sequences
                     q = self.reshard(q, _move(layout_of(q), cp, 1, 2), row)
@@ -458,7 +458,7 @@ class Placer:
                     k = self.ring_pass(k, row, cp)
             lq, lk = layout_of(q), layout_of(k)
             layout = Layout((lq.shards[0], lq.shards[2], lq.shards[1], lk.shards[1]))
-            self.emit(row, [q, k], layout)
+            self.emit(row, [q, k, *selected], layout)
         else:
             p, v = inputs
             lp, lv = layout_of(p), layout_of(v)

@@ -23,7 +23,8 @@ def evidence(ctx: Context) -> str:
 
 
 def layer_features(ctx: Context) -> dict[int, dict[str, bool]]:
-    """Per main-stack layer: ``moe`` (routes over experts) and ``window`` (window-capped cache)."""
+    """Per main-stack layer: ``moe`` (routes over experts), ``window`` (window-capped cache) and
+    ``indexer`` (runs its own token indexer: DSA's indexer-key cache)."""
     a = ctx.numeric
     out: dict[int, dict[str, bool]] = {}
     for uid, comp in a.components.items():
@@ -32,8 +33,9 @@ def layer_features(ctx: Context) -> dict[int, dict[str, bool]]:
         prefix = uid + "/"
         moe = any(r.role == "experts" for u, r in a.rows.items() if u.startswith(prefix))
         window = any(c.growth == "window" for c in a.caches if c.node_uid.startswith(prefix))
+        indexer = any(c.kind == "indexer_key" for c in a.caches if c.node_uid.startswith(prefix))
         for layer in comp.layers:
-            out[layer] = {"moe": moe, "window": window}
+            out[layer] = {"moe": moe, "window": window, "indexer": indexer}
     return out
 
 
