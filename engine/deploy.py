@@ -27,7 +27,7 @@ from typing import Mapping
 import numpy as np
 import sympy
 
-from engine import kv, quantities, storage, symbols
+from engine import kv, quantities, storage, streams as stream_rules, symbols
 from engine.api import Evaluation
 from engine.cost import KV_BYTES, CompiledProgram, compile_program
 from engine.errors import SpecError, Where
@@ -369,7 +369,8 @@ def _layers_on_stage(ev: Evaluation, uid: str, stage: list[tuple[str, sympy.Expr
 
 
 def _with_pipeline(program: Program, placer: Placer) -> Program:
-    """Add the stage-boundary send/recv of the hidden state leaving the layer stack (pp - 1 hops)."""
+    """Add the pipeline's send/recv steps: the carried hidden state leaving each stage (pp - 1
+    hops) and every stream value that crosses a stage boundary (engine.streams.stage_hops)."""
     config = placer.mesh.config
     if config.pp == 1:
         return program
@@ -380,10 +381,24 @@ def _with_pipeline(program: Program, placer: Placer) -> Program:
                   and any(i in in_layers for i in s.inputs)), None)
     if after is None:
         return program
-    source = steps[next(i for i in after.inputs if i in in_layers)]
     link = "scale_up" if config.cp * config.tp * config.pp <= placer.mesh.domain else "scale_out"
-    step = Step(f"{source.uid}>send_recv[pp]", "send_recv(pp)", "send_recv", "comm", "pipeline",
-                after.component, after.component_uid, placer.mesh.degrees["pp"] - 1, (source.uid,), ZERO,
-                2 * source.out_read, ZERO, source.out_read, "bf16", source.layout, source.out,
-                source.out_read, group="pp", link=link, written=source.out_read)
-    return replace(program, steps=program.steps + (step,))
+    sends = [(steps[next(i for i in after.inputs if i in in_layers)], placer.mesh.degrees["pp"] - 1, after)]
+    n_layers = _layer_count(placer)
+    for stream in placer.a.streams:
+        if stream.stack != "main" or not stream.pairs or stream.value_uids[0] not in steps:
+            continue
+        hops = stream_rules.stage_hops(stream, config.pp, n_layers)
+        if hops:
+            reader = steps[stream.value_uids[0]]
+            sends.append((reader, sympy.Integer(hops), reader))
+    added = tuple(Step(f"{source.uid}>send_recv[pp]", "send_recv(pp)", "send_recv", "comm", "pipeline",
+                       at.component, at.component_uid, hops, (source.uid,), ZERO, 2 * source.out_read, ZERO,
+                       source.out_read, "bf16", source.layout, source.out, source.out_read, group="pp",
+                       link=link, written=source.out_read)
+                  for source, hops, at in sends)
+    return replace(program, steps=program.steps + added)
+
+
+def _layer_count(placer: Placer) -> int:
+    """Main-stack layers, read off the template components (valid under either binding)."""
+    return sum(len(c.layers) for c in placer.a.components.values() if c.template and c.stack == "main")

@@ -534,7 +534,9 @@ class _Walker:
         values = {name: value for name, value in zip(spec.inputs, inputs)}
         main = self.walk_graph(spec.graph, dict(values), child)
         off = self.last_off
-        outputs = {k: main[v] for k, v in spec.outputs.items()}  # a switched-off node aliases its input
+        # a switched-off node aliases its input; a component's single output stands for it
+        outputs = {k: _single(main[v][0]) if isinstance(main[v][0], dict) and len(main[v][0]) == 1 else main[v]
+                   for k, v in spec.outputs.items()}
         if spec.decode_variant is not None and "decode" in scope.phases:
             self._walk_decode(spec, values, main, child, off)
         return outputs

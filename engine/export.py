@@ -141,6 +141,7 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                        "window": quantity(c.window, s.window) if c.window is not None else None,
                        "bytes_per_token": quantity(c.per_token * c.repeat * 2, s.per_token * s.repeat * 2),
                        "layer_bytes_per_token": quantity(c.per_token * 2, s.per_token * 2)})
+    streams = [_stream_entry(stream, num) for stream in num.streams]
     length = np.array([1024, 4096, 16384, 65536, 131072, 262144, 524288, 1048576], dtype=float)
     per_request = kv.elements_per_request_fn(num)(length) * 2
     return {
@@ -148,9 +149,48 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
         "model_type": model.model_type, "notes": model.notes or "", "spec_file": model.where.file,
         "snapshot_source": model.snapshot.source, "max_context": int(num.max_context),
         "dims": _dims(ev), "overview": flat, "components": components, "ops": ops, "caches": caches,
+        "streams": streams,
         "kv_curve": {"context": length.astype(int).tolist(),
                      "bytes_bf16": np.broadcast_to(per_request, length.shape).astype(float).tolist()},
         "reference": {"batch": REFERENCE["batch"], "prompt": REFERENCE["prompt"], "gpus": 1,
                       "activations": "bf16", "kv": "bf16", "fusion": "none"},
         "verification": verification or {"verified": False, "evidence": "", "guards": []},
     }
+
+
+def _layer_ranges(layers) -> str:
+    """``[0, 1, 2, 6, 10]`` -> ``"0-2, 6, 10"`` (how the page lists layers)."""
+    out, run = [], []
+    for layer in sorted(set(layers)):
+        if run and layer == run[-1] + 1:
+            run.append(layer)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [layer]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
+def _stream_entry(stream, num) -> dict[str, Any]:
+    """A stream with who produces and who reads it, and its cross-layer edges between layer groups."""
+    groups = [c for c in num.components.values() if c.template and c.stack == stream.stack]
+
+    def group_of(uid: str) -> str:
+        return next((c.uid for c in groups if uid.startswith(c.uid + "/")), uid)
+
+    edges: dict[tuple[str, str], list[int]] = {}
+    producer_node = {layer: uid for layer, uid in stream.producers}
+    for producer, reader, node in stream.pairs:
+        source = producer_node.get(producer, next(iter(producer_node.values()), ""))
+        edges.setdefault((group_of(source), group_of(node)), []).append(reader)
+    return {"uid": stream.uid, "name": stream.name, "kind": stream.kind, "stack": stream.stack,
+            "src": stream.src, "take": list(stream.take),
+            "producer_layers": _layer_ranges(l for l, _ in stream.producers if l >= 0),
+            "producer_nodes": sorted({u for _, u in stream.producers}),
+            "reader_layers": _layer_ranges(l for l, _ in stream.readers),
+            "reader_nodes": sorted({u for _, u in stream.readers}),
+            "pairs": len(stream.pairs),
+            "edges": [{"src": a, "dst": b, "layers": _layer_ranges(ls), "count": len(ls)}
+                      for (a, b), ls in edges.items()]}

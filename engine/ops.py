@@ -419,6 +419,15 @@ def _stream_read_shape(call):
     return out, AxisMap(carried_all(x)[:-1] + (New(),))
 
 
+def _depth_sum_shape(call):
+    x = call.inputs[0]
+    if x.rank < 3 or x.axes[-2].name != "history":
+        raise call.fail(f"depth_weighted_sum reads a history [.., history, dim], got {x}",
+                        "feed it a `reads: <append stream>, take: all` node")
+    out = Tensor(x.axes[:-2] + x.axes[-1:])
+    return out, AxisMap(carried_all(x)[:-2] + (Carried(0, x.rank - 1),), ((0, x.rank - 2),))
+
+
 def _source_ids(call):
     raise call.fail("internal: source shapes come from the stack inputs")
 
@@ -528,6 +537,12 @@ OPS: dict[str, Op] = {
         "archived element (`each`), the visible history as a new axis (`all`) or joined along the "
         "last axis (`concat`). A view: its consumers read the producer's storage.",
         "explicit", (1, 1), _stream_read_shape, optional_dims=("count",), attrs={"take": "value"}, view=True),
+    "depth_weighted_sum": Op(
+        "depth_weighted_sum", "Learned weighted sum over a layer history [.., history, dim] -> "
+        "[.., dim], one scalar weight per visible element (DenseFormer's depth-weighted average; "
+        "2 FLOPs per history element).",
+        "contract", (1, 1), _depth_sum_shape, lambda c, out: 2 * c.inputs[0].numel,
+        lambda c: (Leaf("weight", (c.inputs[0].axes[-2],)),)),
     "moe_combine": Op(
         "moe_combine", "Weighted sum of each token's k expert outputs: [routed, hidden] -> "
         "[.., hidden] (2 FLOPs per routed element).",

@@ -253,9 +253,10 @@ def _edge_svg(e, geom, status, pid) -> str:
     est = "only_a" if "only_a" in ends else "only_b" if "only_b" in ends else e.get("status")
     est = est if est in STATUS_DASH else None
     pts, (lx, ly), loop = geom
-    cls = "edge" + (f" status-{est}" if est else "")
-    dash = f' stroke-dasharray="{STATUS_DASH[est]}"' if est else ""
-    stroke = STATUS_STROKE.get(est, "#666")
+    stream = e.get("kind") == "stream"   # a cross-layer stream: its own dash and colour
+    cls = "edge" + (f" status-{est}" if est else "") + (" kind-stream" if stream else "")
+    dash = f' stroke-dasharray="{STATUS_DASH[est]}"' if est else (' stroke-dasharray="4 2"' if stream else "")
+    stroke = STATUS_STROKE.get(est, "#2a6fdb" if stream else "#666")
     out = [f'<g class="{cls}" data-src="{_esc(src)}" data-dst="{_esc(dst)}">',
            f'<path d="{_path_d(pts, loop)}" fill="none" stroke="{stroke}" stroke-width="1.3"{dash} '
            f'marker-end="url(#{pid}-arrow)"/>']

@@ -50,7 +50,7 @@ def level_graph(doc: dict[str, Any], parent: str, phase: str = "prefill") -> dic
         dst = _child_of(op["uid"], parent)
         if dst is None:
             continue
-        for src_uid in op["inputs"]:
+        for src_uid in ([] if op["op"] == "stream_read" else op["inputs"]):   # streams: drawn below
             src = _child_of(src_uid, parent)
             if src is None:        # from outside this level: an input of the component
                 src = "in:" + src_uid.rsplit("/", 1)[-1] if ":" not in src_uid else "in:" + src_uid.split(":")[-1]
@@ -63,6 +63,15 @@ def level_graph(doc: dict[str, Any], parent: str, phase: str = "prefill") -> dic
             producer = by_uid.get(src_uid)
             label = f"[{', '.join(producer['out_shape'])}]" if producer else ""
             edges.append({"src": src, "dst": dst, "label": label})
+    for stream in doc.get("streams", []):   # cross-layer edges: producing group -> reading group
+        for e in stream["edges"]:
+            src, dst = _child_of(e["src"], parent), _child_of(e["dst"], parent)
+            if src in nodes and dst in nodes and src != dst:
+                edges.append({"src": src, "dst": dst, "kind": "stream",
+                              "label": f"stream {stream['name']} (layers {e['layers']})"})
+            elif src in nodes and src == dst:   # a group that feeds its own later layers
+                nodes[src]["badge"] = (nodes[src]["badge"] + " " if nodes[src]["badge"] else "") + \
+                    f"stream {stream['name']} to later layers"
     return {"nodes": list(nodes.values()), "edges": edges}
 
 

@@ -43,7 +43,8 @@ def test_manifest_ranges_round_trip():
 
 # -- mutations ---------------------------------------------------------------------------------------
 
-def mutate(tmp_path: Path, edits: list[tuple[str, str, str]]) -> Path:
+def mutate(tmp_path: Path, edits: list[tuple[str, str, str]], extra: dict[str, str] | None = None) -> Path:
+    """A copy of the corpus with each ``old`` (occurring once) replaced, plus ``extra`` new files."""
     root = tmp_path / "corpus"
     shutil.copytree(CORPUS, root)
     for file, old, new in edits:
@@ -51,6 +52,8 @@ def mutate(tmp_path: Path, edits: list[tuple[str, str, str]]) -> Path:
         text = path.read_text()
         assert text.count(old) == 1, f"{file} should contain {old!r} once"
         path.write_text(text.replace(old, new))
+    for file, text in (extra or {}).items():
+        (root / file).write_text(text)
     return root
 
 

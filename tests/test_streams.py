@@ -1,0 +1,361 @@
+"""Streams and DeepSeek Sparse Attention: DeepSeek-V3.2, GLM-5, GLM-5.2.
+
+Expectations come from outside the engine: parameter counts of the transformers 5.24 modeling
+code built on the meta device from each published config.json, cache widths from the configs'
+definitions (MLA latent + rotary key per layer, one indexer key per indexer layer), the DSA
+paper's cost model (each query attends min(position, index_topk) keys), and GLM-5.2's
+indexer_types list for which layer feeds which.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import sympy
+
+from engine import kv, quantities, symbols
+from engine.api import evaluate_spec
+from engine.corpus import load_corpus
+from engine.deploy import Options, Scenario, place
+from engine.errors import SpecError
+from engine.parallel import ParallelConfig
+from engine.validate import validate
+from tests.conftest import REPO, hf_config_path
+from tests.test_guards import mutate
+
+V32, GLM5, GLM52 = "deepseek-ai/DeepSeek-V3.2", "zai-org/GLM-5", "zai-org/GLM-5.2"
+
+#: transformers 5.24 ``AutoModelForCausalLM.from_config`` on the meta device (no MTP: the HF
+#: classes drop the checkpoint's layer num_hidden_layers), ``sum(p.numel() for p in parameters())``.
+HF_PARAMS = {V32: 671_877_929_216, GLM5: 743_911_199_232, GLM52: 743_377_000_704}
+
+
+def config(model_id: str) -> dict:
+    return json.loads(hf_config_path(model_id).read_text())
+
+
+@pytest.mark.parametrize("model_id", sorted(HF_PARAMS))
+def test_dsa_params_equal_hf_modeling_code(model_id, evaluation):
+    assert int(quantities.params_total(evaluation(model_id).numeric)) == HF_PARAMS[model_id]
+
+
+def test_glm52_drops_57_indexers(evaluation):
+    """GLM-5.2 differs from GLM-5 only by the indexers of its shared layers (same dims)."""
+    c = config(GLM52)
+    indexer = (c["index_n_heads"] * c["index_head_dim"] * c["q_lora_rank"] + c["index_head_dim"] * c["hidden_size"]
+               + 2 * c["index_head_dim"] + c["index_n_heads"] * c["hidden_size"])   # wq_b, wk, k_norm, weights_proj
+    shared = c["indexer_types"].count("shared")
+    assert shared == 57
+    a5, a52 = evaluation(GLM5).numeric, evaluation(GLM52).numeric
+    assert int(quantities.params_total(a5) - quantities.params_total(a52)) == shared * indexer
+    shared_rows = [r for u, r in a52.rows.items() if u.startswith("main/layers[moe_shared]/")]
+    assert shared_rows and not any("indexer" in leaf.key for r in shared_rows for leaf in r.leaves)
+    assert not any(c.node_uid.startswith("main/layers[moe_shared]/") and c.kind == "indexer_key"
+                   for c in a52.caches)
+
+
+@pytest.mark.parametrize("model_id", [V32, GLM5, GLM52])
+@pytest.mark.parametrize("length", [4096, 131072, 1048576])
+def test_dsa_kv_bytes_per_request(model_id, length, evaluation):
+    """Per token: every layer caches the MLA latent (kv_lora_rank) and its rotary key
+    (qk_rope_head_dim); every layer that runs an indexer caches one index_head_dim key."""
+    c = config(model_id)
+    layers = c["num_hidden_layers"]
+    indexer_layers = c.get("indexer_types", ["full"] * layers).count("full")
+    per_token = {"mla_latent": layers * c["kv_lora_rank"] * 2, "mla_rope_key": layers * c["qk_rope_head_dim"] * 2,
+                 "indexer_key": indexer_layers * c["index_head_dim"] * 2}
+    a = evaluation(model_id).numeric
+    assert {k: int(v) for k, v in kv.bytes_per_token(a, "bf16").items()} == per_token
+    assert int(kv.bytes_per_request(a, length, "bf16")) == sum(per_token.values()) * length
+    # FP8 caches halve it
+    assert int(kv.bytes_per_request(a, length, "fp8")) == sum(per_token.values()) * length // 2
+
+
+def _at(expr, batch, seq, ctx):
+    return int(sympy.sympify(expr).subs({symbols.dim(symbols.BATCH): batch, symbols.dim(symbols.SEQ): seq,
+                                         symbols.dim(symbols.CTX): ctx}))
+
+
+def test_dsa_prefill_attention_grows_with_context_times_topk(evaluation):
+    """Past index_topk, sparse attention adds index_topk pairs per new query (linear in context);
+    the indexer that picks them scores every earlier token (quadratic, but 128-wide one-key)."""
+    c = config(V32)
+    k, heads = c["index_topk"], c["num_attention_heads"]
+    d_qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+    a = evaluation(V32).numeric
+    scores = a.rows["main/layers[moe]/self_attn/scores"]
+    index = a.rows["main/layers[moe]/self_attn/index_scores"]
+
+    def pairs(n):   # the paper's sparse pattern: query i attends min(i, k) keys
+        return k * (k + 1) // 2 + (n - k) * k if n > k else n * (n + 1) // 2
+
+    for n in (32768, 65536):
+        assert _at(scores.flops, 1, n, n) == 2 * heads * d_qk * pairs(n)
+    linear = _at(scores.flops, 1, 65536, 65536) - _at(scores.flops, 1, 32768, 32768)
+    assert linear == 2 * heads * d_qk * k * 32768
+    dense = evaluation("deepseek-ai/DeepSeek-V3").numeric.rows["main/layers[moe]/self_attn/scores"]
+    assert _at(dense.flops, 1, 65536, 65536) > 15 * _at(scores.flops, 1, 65536, 65536)
+    hi, di = c["index_n_heads"], c["index_head_dim"]
+    assert _at(index.flops, 1, 65536, 65536) == 2 * hi * di * 65536 * 65537 // 2
+
+
+def test_dsa_decode_reads_only_the_selected_rows(evaluation):
+    """Absorbed decode gathers index_topk latent rows; the indexer still reads every key."""
+    from engine.cost import KV_BYTES
+    c = config(V32)
+    plan = place(evaluation(V32), ParallelConfig(), 8, Options(), False)["decode"][0]
+    steps = {s.uid: s for s in plan.steps}
+    ctx = 131072
+    subs = {symbols.dim(symbols.BATCH): 1, symbols.dim(symbols.SEQ): 1, symbols.dim(symbols.CTX): ctx, KV_BYTES: 1}
+
+    def read(uid):
+        return int(sympy.sympify(steps[uid].out_read).subs(subs))
+
+    layer = "main/layers[moe]/self_attn/"
+    assert read(layer + "latent_rows") == c["index_topk"] * c["kv_lora_rank"]
+    assert read(layer + "rope_key_rows") == c["index_topk"] * c["qk_rope_head_dim"]
+    assert read(layer + "latent_cache") == ctx * c["kv_lora_rank"]
+    assert read(layer + "index_key_cache") == ctx * c["index_head_dim"]
+    assert steps[layer + "index_scores"].inputs[1] in (layer + "index_k_head", layer + "index_key_cache")
+
+
+def test_glm52_shared_layers_read_the_latest_full_layer(evaluation):
+    types = config(GLM52)["indexer_types"]
+    stream = next(s for s in evaluation(GLM52).numeric.streams if s.name == "index_topk")
+    expected = [(max(j for j in range(i) if types[j] == "full"), i) for i, t in enumerate(types) if t == "shared"]
+    assert [(p, r) for p, r, _ in stream.pairs] == expected
+    assert [l for l, _ in stream.producers] == [i for i, t in enumerate(types) if t == "full"]
+    assert stream.src == "prev_topk_indices=topk_indices"
+
+
+def test_glm52_stream_crossing_a_pipeline_stage_is_a_send_recv(evaluation):
+    """With pp stages, a shared layer on a later stage than its full layer receives the top-k."""
+    ev = evaluation(GLM52)
+    types = config(GLM52)["indexer_types"]
+    n = len(types)
+    for pp in (1, 2, 4):
+        steps = place(ev, ParallelConfig(tp=8, pp=pp), 8, Options(), False)["decode"][0].steps
+        sends = {s.uid: s for s in steps if s.op == "send_recv"}
+        stage = [min(pp - 1, i * pp // n) for i in range(n)]
+        crossings = {(j, b) for i, t in enumerate(types) if t == "shared"
+                     for j in [max(j for j in range(i) if types[j] == "full")]
+                     for b in range(stage[j], stage[i])}
+        stream_send = sends.get("main/layers[moe_shared]/self_attn/shared_topk>send_recv[pp]")
+        if not crossings:
+            assert stream_send is None and (pp > 1 or not sends)
+            continue
+        assert int(stream_send.repeat) == len(crossings)
+        topk = config(GLM52)["index_topk"]
+        assert sympy.simplify(stream_send.comm_bytes - topk * 2 * symbols.dim(symbols.BATCH)
+                              * symbols.dim(symbols.SEQ)) == 0
+
+
+def test_dsa_models_deploy_with_dp_attention_and_ep(evaluation):
+    """Per-device KV under DP attention: the MLA latent and indexer keys are whole per request and
+    each GPU holds only its replica's requests; EP splits the 256 experts."""
+    from engine.deploy import plan
+    from engine.hardware import load_gpus
+    c = config(V32)
+    per_token = c["num_hidden_layers"] * (c["kv_lora_rank"] + c["qk_rope_head_dim"] + c["index_head_dim"]) * 2
+    ev = evaluation(V32)
+    batch, prompt = 64, 4096
+    d = plan(ev, load_gpus()["H200"], ParallelConfig(tp=8, dp_attn=8, ep=8), Options(), None,
+             Scenario(batch, prompt, 256)).at(Scenario(batch, prompt, 256))
+    ctx = prompt + 256
+    assert d.summary["kv_bytes_per_request_per_gpu"] == per_token * ctx
+    assert d.summary["kv_bytes_per_gpu"] == batch / 8 * per_token * ctx
+
+
+# -- the stream language -------------------------------------------------------------------------------
+
+def evaluate_in(root: Path, model: str):
+    corpus = load_corpus(root)
+    return evaluate_spec(corpus, corpus.find_model(model))
+
+
+GLM52_FILE = "models/zai-org--GLM-5.2.yaml"
+
+
+def test_reader_without_producer(tmp_path):
+    root = mutate(tmp_path, [(GLM52_FILE, """          - {template: dense, when: "config.mlp_layer_types[layer] == 'dense'"}""",
+                              """          - {template: moe_shared, when: "layer == 0"}
+          - {template: dense, when: "config.mlp_layer_types[layer] == 'dense'"}""")])
+    with pytest.raises(SpecError) as err:
+        evaluate_in(root, GLM52)
+    assert "layer 0 (moe_shared) reads stream 'index_topk' but no earlier layer publishes it" in str(err.value)
+    assert "dsa_attention.yaml" in str(err.value) and "stream_out: index_topk" in str(err.value)
+
+
+def test_two_producers_in_one_layer(tmp_path):
+    root = mutate(tmp_path, [("components/library/dsa_attention.yaml",
+                              "index_sum: {op: weighted_head_sum, in: [index_relu, index_weights], when: indexer}",
+                              "index_sum: {op: weighted_head_sum, in: [index_relu, index_weights], when: indexer, "
+                              "stream_out: index_topk}")])
+    with pytest.raises(SpecError) as err:
+        evaluate_in(root, GLM52)
+    assert "stream 'index_topk' has two producers in template 'dense'" in str(err.value)
+    assert "index_sum" in str(err.value) and "selected" in str(err.value)
+
+
+def test_stream_src_not_in_the_source_snapshot(tmp_path):
+    root = mutate(tmp_path, [(GLM52_FILE, 'index_topk: {src: "prev_topk_indices=topk_indices"}',
+                              'index_topk: {src: "prev_topk_indices=reused_indices"}')])
+    corpus = load_corpus(root)
+    report = validate(corpus, corpus.find_model(GLM52))
+    errors = [f for f in report.errors if f.guard == "source"]
+    assert len(errors) == 1 and errors[0].node == "main/layers~index_topk"
+    assert "prev_topk_indices=reused_indices" in errors[0].message
+
+
+def test_undeclared_stream_and_missing_carried_stream(tmp_path):
+    root = mutate(tmp_path, [(GLM52_FILE, '          index_topk: {src: "prev_topk_indices=topk_indices"}\n', "")])
+    with pytest.raises(SpecError) as err:
+        evaluate_in(root, GLM52)
+    assert "stream 'index_topk' is not declared" in str(err.value)
+    llama = "models/meta-llama--Meta-Llama-3.1-8B.yaml"
+    root = mutate(tmp_path / "b", [(llama, ', streams: {hidden: {carries: true, src: "hidden_states = decoder_layer("}}', "")])
+    with pytest.raises(SpecError) as err:
+        load_corpus(root)
+    assert "a layer stack declares the streams it carries" in str(err.value)
+    assert "carries: true" in str(err.value)
+
+
+def test_reaching_into_a_stack_is_rejected_with_the_stream_form(tmp_path):
+    llama = "models/meta-llama--Meta-Llama-3.1-8B.yaml"
+    root = mutate(tmp_path, [(llama, "norm: {op: rmsnorm, in: layers,", "norm: {op: rmsnorm, in: layers.3,")])
+    with pytest.raises(SpecError) as err:
+        load_corpus(root)
+    message = str(err.value)
+    assert "meta-llama--Meta-Llama-3.1-8B.yaml" in message and "reaches into the layer stack 'layers'" in message
+    assert "from: hidden" in message and "take: each" in message
+
+
+# -- append streams on a toy model (Llama-3.1-8B dims) ---------------------------------------------------
+
+TOY = """model: test/toy-streams
+model_type: llama
+family: test
+snapshot: meta-llama--Meta-Llama-3.1-8B
+dims:
+  hidden: config.hidden_size
+  vocab: config.vocab_size
+  n_layers: config.num_hidden_layers
+  n_heads: config.num_attention_heads
+  n_kv_heads: config.num_key_value_heads
+  d_head: config.hidden_size // config.num_attention_heads
+  d_ff: config.intermediate_size
+max_context: config.max_position_embeddings
+drafts: [dwa_block, tap_block]
+templates:
+  block: {component: prenorm_block, slots: {attention: gqa_attention, ffn: swiglu_mlp}}
+  TEMPLATE
+stacks:
+  main:
+    inputs: {tokens: [batch, seq]}
+    graph:
+      embed_tokens: {op: embedding, in: tokens, dims: {vocab: vocab, dim: hidden}, role: embedding, module: model.embed_tokens}
+      layers:
+        repeat: n_layers
+        in: embed_tokens
+        module: model.layers
+        streams:
+          hidden: {carries: true, src: "hidden_states = decoder_layer("}
+          STREAM
+        schedule:
+          SCHEDULE
+      norm: {op: rmsnorm, in: layers, dims: {dim: hidden}, role: norm, module: model.norm}
+      lm_head: {op: linear, in: norm, dims: {in: hidden, out: vocab}, role: lm_head, module: lm_head}
+"""
+
+DWA = """component: dwa_block
+role: block
+doc: DenseFormer layer - its input is a learned depth-weighted average of every earlier layer input.
+inputs: [x]
+graph:
+  history: {reads: outputs, take: all}
+  dwa: {op: depth_weighted_sum, in: history}
+  block: {component: prenorm_block, in: dwa, module: ""}
+"""
+
+TAP = """component: tap_block
+role: block
+doc: DeepStack-style layer - adds one archived hidden state to its input.
+inputs: [x]
+graph:
+  tap: {reads: taps, take: each}
+  mixed: {op: add, in: [x, tap]}
+  block: {component: prenorm_block, in: mixed, module: ""}
+"""
+
+
+def toy(tmp_path: Path, template: str, stream: str, schedule: str) -> Path:
+    text = TOY.replace("TEMPLATE", template).replace("STREAM", stream).replace("SCHEDULE", schedule)
+    return mutate(tmp_path, [], {"models/test--toy-streams.yaml": text, "components/drafts/dwa_block.yaml": DWA,
+                                 "components/drafts/tap_block.yaml": TAP})
+
+
+def test_take_all_groups_layers_by_visible_history(tmp_path):
+    root = toy(tmp_path, "dwa: {component: dwa_block, slots: {attention: gqa_attention, ffn: swiglu_mlp}}",
+               'outputs: {from: hidden, before: "layer >= 0", src: "hidden_states = decoder_layer("}',
+               "- {template: dwa}")
+    ev = evaluate_in(root, "test/toy-streams")
+    a = ev.numeric
+    groups = sorted((c.uid, c.layers) for c in a.components.values() if c.template)
+    layers = 32
+    assert len(groups) == layers                      # layer i sees i + 1 archived inputs
+    assert ("main/layers[dwa:h1]", (0,)) in groups and ("main/layers[dwa:h32]", (31,)) in groups
+    dwa = sum(int(r.params * r.repeat) for r in a.rows.values() if r.op == "depth_weighted_sum")
+    assert dwa == layers * (layers + 1) // 2          # DenseFormer: one weight per (layer, earlier input)
+    base = evaluate_in(root, "meta-llama/Meta-Llama-3.1-8B").numeric
+    assert int(quantities.params_total(a)) == int(quantities.params_total(base)) + dwa
+    # symbolic = numeric, also across the history groups
+    subs = {symbols.dim(k): v for k, v in ev.bound.items()}
+    assert quantities.params_total(ev.symbolic).subs(subs) == quantities.params_total(a)
+    stream = next(s for s in a.streams if s.name == "outputs")
+    assert len(stream.pairs) == layers * (layers + 1) // 2 and stream.take == ("all",)
+
+
+def test_take_each_hands_one_element_per_reading_layer(tmp_path):
+    root = toy(tmp_path, "tapped: {component: tap_block, slots: {attention: gqa_attention, ffn: swiglu_mlp}}",
+               'taps: {from: hidden, after: "layer % 8 == 7", src: "hidden_states = decoder_layer("}',
+               '- {template: tapped, when: "layer % 8 == 0 and layer > 0"}\n          - {template: block}')
+    a = evaluate_in(root, "test/toy-streams").numeric
+    stream = next(s for s in a.streams if s.name == "taps")
+    assert [(p, r) for p, r, _ in stream.pairs] == [(7, 8), (15, 16), (23, 24)]
+    root = toy(tmp_path / "few", "tapped: {component: tap_block, slots: {attention: gqa_attention, ffn: swiglu_mlp}}",
+               'taps: {from: hidden, after: "layer % 8 == 7", src: "hidden_states = decoder_layer("}',
+               '- {template: tapped, when: "layer % 4 == 0 and layer > 0"}\n          - {template: block}')
+    with pytest.raises(SpecError) as err:
+        evaluate_in(root, "test/toy-streams")
+    assert "`take: each` on stream 'taps': 7 layers read it but it has 4 elements" in str(err.value)
+    assert "tap_block.yaml" in str(err.value)
+
+
+def test_take_each_of_an_element_archived_later_is_rejected(tmp_path):
+    root = toy(tmp_path, "tapped: {component: tap_block, slots: {attention: gqa_attention, ffn: swiglu_mlp}}",
+               'taps: {from: hidden, after: "layer % 8 == 7", src: "hidden_states = decoder_layer("}',
+               '- {template: tapped, when: "layer == 2 or layer == 3"}\n          - {template: block}')
+    with pytest.raises(SpecError) as err:
+        evaluate_in(root, "test/toy-streams")
+    assert "layer 2 takes element 0, which is archived after it runs" in str(err.value)
+
+
+def test_glm52_page_lists_streams_and_draws_cross_layer_edges(tmp_path):
+    """The model page says who produces and who reads each stream; the stack drawing joins the
+    producing layer groups to the reading one with stream edges."""
+    import re
+
+    from engine.build import build
+    from site_builder.render import render_site
+    build(load_corpus(), tmp_path, ["GLM-5.2"], REPO / "tests" / "data" / "grid_small.yaml", jobs=1)
+    page = (render_site(tmp_path / "results", tmp_path) / "models" / "zai-org--GLM-5.2" / "index.html").read_text()
+    section = page[page.index('<h2 id="streams">'):]
+    section = re.sub(r"<[^>]+>", " ", section[:section.index("</section>")])
+    types = config(GLM52)["indexer_types"]
+    assert "main/layers~index_topk" in section and "prev_topk_indices=topk_indices" in section
+    assert f"({types.count('shared')} reads)" in section
+    assert "layers 0-2, 6, 10," in section and "layers 3-5, 7-9," in section
+    edges = re.findall(r'class="edge kind-stream" data-src="([^"]+)" data-dst="([^"]+)"', page)
+    assert sorted(edges) == [("main/layers[dense]", "main/layers[moe_shared]"),
+                             ("main/layers[moe]", "main/layers[moe_shared]")]
