@@ -26,9 +26,10 @@ DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "corpus"
 SHARD_WORLDS = ("none", "tp", "ep", "cp", "dp")
 NODE_KINDS = ("op", "component", "slot", "repeat", "reads")
 #: How a ``reads`` node takes a stream: internal streams give their ``value``; append streams
-#: give ``each`` reading layer its own element, ``all`` (the visible history as a new axis) or
-#: ``concat`` (the visible history joined along the last axis).
-TAKES = {"internal": ("value",), "append": ("each", "all", "concat")}
+#: give the latest visible element (``value``: e.g. the token ids every layer may read), ``each``
+#: reading layer its own element, ``all`` (the visible history as a new axis) or ``concat`` (the
+#: visible history joined along the last axis).
+TAKES = {"internal": ("value",), "append": ("value", "each", "all", "concat")}
 #: Operand classes a quant scheme's matmuls run in (the GPU table maps them to native dtypes).
 COMPUTE_CLASSES = ("fp4", "fp8", "bf16")
 
@@ -299,10 +300,10 @@ def _streams(reader: _Reader, raw: LineDict, field: str) -> dict[str, StreamSpec
                                 "separate append stream (`from: " + str(name) + "`)")
             kind = "carried"
         elif "from" in entry:
-            if ("after" in entry) + ("before" in entry) + ("count" in entry) != 1:
-                raise SpecError(here, f"append stream {name!r} needs exactly one of after/before/count",
+            if ("after" in entry) + ("before" in entry) + ("count" in entry) > 1:
+                raise SpecError(here, f"append stream {name!r} takes one of after/before/count",
                                 "`after:`/`before:` a condition on `layer` archives the carried stream; "
-                                "`count:` gives the number of elements a stack node holds")
+                                "`count:` gives the number of elements a stack node holds (default 1)")
             kind = "append"
         else:
             for key in ("after", "before", "count"):

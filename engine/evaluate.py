@@ -446,7 +446,8 @@ class _Walker:
                       flops=op.flops(call, out), params=op.params(call), leaves=leaves,
                       repeat=scope.repeat, instances=scope.instances, active=scope.active,
                       stacked=scope.stacked, weight_axes=dict(node.weight_axes), shares=node.shares,
-                      where=node.where, dim_names=dim_names, dim_values=dict(dims), src=node.src)
+                      where=node.where, dim_names=dim_names, dim_values=dict(dims),
+                      src=self._attr(node.src, scope, node, "src") if node.src else None)
         self.rows[uid] = row
         if cache is not None:
             per_token = tensors[0].numel / (self.scenario[symbols.BATCH] * self.scenario[symbols.SEQ])
@@ -563,7 +564,7 @@ class _Walker:
                                    replaced=set(spec.graph) & set(variant.graph),
                                    switched_off={k: v for k, v in off.items() if k not in variant.graph})
         for name in variant.graph:
-            if name in main and self.binding.numeric:
+            if name in main and name in produced and self.binding.numeric:   # not switched off here
                 before, after = main[name][0], produced[name][0]
                 if isinstance(before, Tensor) and before.sizes != after.sizes:
                     raise SpecError(variant.graph[name].where,
@@ -839,6 +840,11 @@ class _LayerStreams:
                                     f"{layer} takes element {k}, which is archived after it runs",
                                     "archive the element earlier (`before:`/`after:`) or read it later")
             dims = {}
+        elif node.take == "value":
+            if stream_rules.visible(points, self.layers[0]) == 0:
+                raise SpecError(node.where.at("take"), f"layer {self.layers[0]} reads stream {spec.name!r} "
+                                "before any element is archived", "archive before this layer or read later")
+            dims = {}
         else:
             n = stream_rules.visible(points, self.layers[0])
             if n == 0:
@@ -885,7 +891,8 @@ class _LayerStreams:
             for layers, ruid, take, _ in readers:
                 for layer in layers:
                     seen = [math.floor(p) for p in points if p < layer]
-                    chosen = [seen[self.each_index[spec.name][layer]]] if take == "each" else seen
+                    chosen = ([seen[self.each_index[spec.name][layer]]] if take == "each"
+                              else seen[-1:] if take == "value" else seen)
                     pairs.extend((p, layer, ruid) for p in chosen)
             rows.append(StreamRow(uid, spec.name, "append", self.stack, spec.src, spec.where,
                                   tuple(dict.fromkeys(t for _, _, t, _ in readers)), producers,

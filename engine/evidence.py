@@ -100,7 +100,7 @@ def _registry(path: str, rel: str) -> Registry:
 
 
 #: Per-layer features the evaluation can state (see guards/schedule.py).
-FEATURES = ("moe", "window", "indexer")
+FEATURES = ("moe", "window", "indexer", "hash_routed")
 
 
 def registry(corpus_root: Path) -> Registry:

@@ -105,6 +105,17 @@ def _stored(name: str, shape: tuple[int, ...], scheme: QuantScheme) -> list[Mani
             for key, dtype, dims in scheme_tensors(name, lead, rows, cols, scheme)]
 
 
+def _expert_scheme(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> QuantScheme | None:
+    """The scheme of routed experts when the config declares their own storage (``expert_dtype``)."""
+    value = config.get("expert_dtype")
+    if value is None:
+        return None
+    for scheme in schemes.values():
+        if scheme.hf and dict(scheme.hf) == {"expert_dtype": value}:
+            return scheme
+    raise ModelingCodeError(f"no corpus quant scheme has `hf: {{expert_dtype: {value}}}` — add one to corpus/quant/")
+
+
 def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], source: str) -> Manifest:
     """The checkpoint manifest the modeling code implies for ``config`` (see module docstring)."""
     try:
@@ -122,34 +133,49 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
         if module is not None:
             skip.update(n for n, m in model.named_modules() if m is module)
     buffers = {name for name, _ in model.named_buffers()}
-    state = revert_weight_conversion(model, model.state_dict())
+    hf_state = model.state_dict()
+    hf_name = {id(t): n for n, t in hf_state.items()}   # a renamed tensor keeps its identity
+    state = revert_weight_conversion(model, hf_state)
     param_dtype = _TORCH_DTYPES[str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")]
     tied = getattr(model.config, "tie_word_embeddings", False)
     scheme = _scheme_for(config, schemes)
+    expert_scheme = _expert_scheme(config, schemes) or scheme
     not_convert = list((config.get("quantization_config") or {}).get("modules_to_not_convert") or [])
+    # modules transformers' own quantizer leaves unquantized because the checkpoint ships them so
+    unquantized = sorted(getattr(model, "_keep_in_fp32_modules", None) or ())
     tensors: list[ManifestTensor] = []
     for name, tensor in state.items():
-        module = name.rsplit(".", 1)[0]
+        original = hf_name.get(id(tensor), name)
+        module = original.rsplit(".", 1)[0]
         if tied and module in skip and module != _input_name(model):
             continue  # a tied head is not stored
         shape = tuple(int(d) for d in tensor.shape)
         dtype = _TORCH_DTYPES[str(tensor.dtype).removeprefix("torch.")]
-        if name not in buffers and tensor.dtype.is_floating_point:
-            dtype = param_dtype
-        in_experts = any(name.startswith(e + ".") for e in experts)
-        quantizable = ((module in linear and name.endswith(".weight"))
-                       or (in_experts and (name.endswith(".weight") or len(shape) >= 3)))
+        raw = not original.endswith((".weight", ".bias"))
+        if original not in buffers and tensor.dtype.is_floating_point and not (raw and dtype == "F32"):
+            dtype = param_dtype   # module weights in torch_dtype; raw float32 parameters stay F32
+        # a tensor without an in-memory original was split off a fused tensor by the revert:
+        # transformers fuses only expert weights that way (per-expert checkpoint tensors)
+        in_experts = any(original.startswith(e + ".") for e in experts) or (id(tensor) not in hf_name and bool(experts))
+        quantizable = ((module in linear and original.endswith(".weight"))
+                       or (in_experts and (original.endswith(".weight") or len(shape) >= 3)))
         excluded = module in skip or any(
-            fnmatch.fnmatch(module, pat) or fnmatch.fnmatch(module, pat + ".*") for pat in not_convert)
-        if scheme is not None and quantizable and not excluded and len(shape) >= 2:
-            tensors.extend(_stored(name, shape, scheme))
+            fnmatch.fnmatch(module, pat) or fnmatch.fnmatch(module, pat + ".*") for pat in not_convert) or any(
+            module == u or module.endswith("." + u) for u in unquantized)
+        chosen = expert_scheme if in_experts else scheme
+        if chosen is not None and quantizable and not excluded and len(shape) >= 2:
+            tensors.extend(_stored(name, shape, chosen))
         else:
             tensors.append(ManifestTensor(name, dtype, shape))
     tensors.sort(key=lambda t: t.name)
+    quantization = "none"
+    if scheme:
+        quantization = (f"{scheme.name} (corpus/quant) for quantization_config "
+                        f"{config['quantization_config'].get('quant_method')}")
+        if expert_scheme is not scheme:
+            quantization += f"; experts {expert_scheme.name} for expert_dtype {config['expert_dtype']}"
     provenance = {"kind": "modeling-code", "tool": f"transformers {transformers.__version__}",
-                  "class": type(model).__name__,
-                  "quantization": (f"{scheme.name} (corpus/quant) for quantization_config "
-                                   f"{config['quantization_config'].get('quant_method')}") if scheme else "none"}
+                  "class": type(model).__name__, "quantization": quantization}
     return Manifest(source, provenance, sum(t.nbytes for t in tensors), tuple(tensors), ("main",))
 
 

@@ -287,6 +287,22 @@ def _pairs(call) -> sympy.Expr:
     mask = call.attrs["mask"]
     if mask == "bidirectional":
         return seq * ctx
+    if "every" in call.dims:
+        # keys are compressed entries, one per `every` tokens: query i sees floor(i / every) of
+        # them, or min(k, floor(i / every)) when a top-k selects among them
+        every = call.dims["every"]
+        cap = call.inputs[2].axes[-1].size if mask == "topk" else None
+
+        def floor_sum(n):   # sum_{i=1..n} floor(i / every)
+            q = sympy.floor(n / every)
+            return every * q * (q - 1) / 2 + q * (n - every * q + 1)
+
+        def total(n):
+            if cap is None:
+                return floor_sum(n)
+            first = cap * every   # the first position that sees `cap` entries
+            return floor_sum(sympy.Min(n, first - 1)) + cap * sympy.Max(0, n - first + 1)
+        return sympy.expand(total(ctx) - total(ctx - seq))
     if mask in ("sliding", "chunked", "topk"):
         # top-k sparse attention: query i attends min(i, k) selected keys, the same count as a
         # sliding window of k (which keys differ, how many does not)
@@ -359,7 +375,7 @@ def _score_flops(call, out):
 
 def _softmax_leaves(call):
     if call.attrs["sinks"]:
-        return (Leaf("sinks", (call.inputs[0].axes[1],)),)
+        return (Leaf(call.attrs["sink_name"], (call.inputs[0].axes[1],)),)
     return ()
 
 
@@ -387,7 +403,7 @@ def _topk_shape(call):
 
 def _topk_leaves(call):
     if call.attrs["correction_bias"]:
-        return (Leaf("e_score_correction_bias", (call.axis("experts"),), kind="buffer"),)
+        return (Leaf(call.attrs["bias_name"], (call.axis("experts"),), kind="buffer"),)
     return ()
 
 
@@ -426,6 +442,98 @@ def _depth_sum_shape(call):
                         "feed it a `reads: <append stream>, take: all` node")
     out = Tensor(x.axes[:-2] + x.axes[-1:])
     return out, AxisMap(carried_all(x)[:-2] + (Carried(0, x.rank - 1),), ((0, x.rank - 2),))
+
+
+def _hc_width(call) -> sympy.Expr:
+    return (2 + call.dims["streams"]) * call.dims["streams"]
+
+
+def _hc_weights_shape(call):
+    x = call.inputs[0]
+    call.require_rank(0, 4, "hyper-connection streams [batch, seq, streams, dim]")
+    call.require_equal(x.axes[2].size, call.dims["streams"], "hyper-connection stream count")
+    out = Tensor(x.axes[:2] + (Axis("hc_mix", _hc_width(call)),))
+    return out, AxisMap((Carried(0, 0), Carried(0, 1), New()), ((0, 2), (0, 3)))
+
+
+def _hc_weights_flops(call, out):
+    """Unweighted RMS norm of the flattened streams, the (2+n)n-output projection, the sigmoid /
+    softmax gates and the Sinkhorn passes (2 row + 2 column ops per element per pass)."""
+    tokens = Tensor(call.inputs[0].axes[:2]).numel
+    n, d = call.dims["streams"], call.dims["dim"]
+    return tokens * (4 * n * d + 2 * n * d * _hc_width(call) + 5 * _hc_width(call)
+                     + 4 * call.attrs["sinkhorn_iters"] * n * n)
+
+
+def _hc_leaves(call):
+    prefix, n, d = call.attrs["name"], call.axis("streams"), call.axis("dim")
+    width = Axis("hc_mix", _hc_width(call))
+    return (Leaf(f"{prefix}_fn", (width, Axis("hc_flat", n.size * d.size))),
+            Leaf(f"{prefix}_base", (width,)), Leaf(f"{prefix}_scale", (Axis("hc_gates", sympy.Integer(3)),)))
+
+
+def _hc_collapse_shape(call):
+    x, _ = call.inputs
+    call.require_rank(0, 4, "hyper-connection streams [batch, seq, streams, dim]")
+    return Tensor(x.axes[:2] + x.axes[3:]), AxisMap((Carried(0, 0), Carried(0, 1), Carried(0, 3)), ((0, 2),))
+
+
+def _hc_expand_shape(call):
+    f, x, _ = call.inputs
+    call.require_rank(1, 4, "hyper-connection streams [batch, seq, streams, dim]")
+    call.require_equal(f.axes[-1].size, x.axes[-1].size, "sublayer output width")
+    return x, AxisMap(tuple(Carried(1, i) for i in range(4)))
+
+
+def _hc_expand_flops(call, out):
+    """out[k] = post[k] f + sum_j comb[j, k] res[j]: n^2 multiply-adds and n products per feature."""
+    x = call.inputs[1]
+    n = x.axes[2].size
+    return Tensor(x.axes[:2]).numel * x.axes[3].size * (2 * n * n + 2 * n)
+
+
+def _hc_head_shape(call):
+    x = call.inputs[0]
+    call.require_rank(0, 4, "hyper-connection streams [batch, seq, streams, dim]")
+    return Tensor(x.axes[:2] + x.axes[3:]), AxisMap((Carried(0, 0), Carried(0, 1), Carried(0, 3)), ((0, 2),))
+
+
+def _hc_head_leaves(call):
+    x = call.inputs[0]
+    n, d = x.axes[2], x.axes[3]
+    return (Leaf("hc_fn", (n, Axis("hc_flat", n.size * d.size))), Leaf("hc_base", (n,)),
+            Leaf("hc_scale", (Axis("hc_gates", sympy.Integer(1)),)))
+
+
+def _compress_pool_shape(call):
+    kv, gate = call.inputs
+    call.require_equal(kv.axes[-1].size, gate.axes[-1].size, "compressor kv and gate widths")
+    c = kv.axes[-1].size
+    if call.check and c.is_number and call.dims["dim"].is_number and c not in (call.dims["dim"], 2 * call.dims["dim"]):
+        raise call.fail(f"compressor width {c} is neither dim nor 2 x dim ({call.dims['dim']})",
+                        "overlapping windows project 2 x dim, plain windows dim")
+    out = Tensor(kv.axes[:-1] + (call.axis("dim"),))
+    return out, AxisMap(carried_all(kv)[:-1] + (New(),), ((0, kv.rank - 1), (1, kv.rank - 1)))
+
+
+def _compress_pool_flops(call, out):
+    """Per token and channel: gate + position bias, softmax over the window (5), weighted sum (2)."""
+    return Tensor(call.inputs[0].axes[:-1]).numel * call.inputs[0].axes[-1].size * 8
+
+
+def _grouped_linear_shape(call):
+    x = call.inputs[0]
+    call.require_equal(x.axes[-2].size, call.dims["groups"], "grouped_linear groups")
+    call.require_equal(x.axes[-1].size, call.dims["in"], "grouped_linear input width")
+    out = Tensor(x.axes[:-1] + (call.axis("out"),))
+    return out, AxisMap(carried_all(x)[:-1] + (New(),), ((0, x.rank - 1),))
+
+
+def _hash_route_shape(call):
+    scores, tokens = call.inputs
+    call.require_equal(scores.axes[-1].size, call.dims["experts"], "hash_route expert scores")
+    out = Tensor(scores.axes[:-1] + (call.axis("k"),))
+    return out, AxisMap(carried_all(scores)[:-1] + (New(),), ((0, scores.rank - 1),))
 
 
 def _source_ids(call):
@@ -499,14 +607,15 @@ OPS: dict[str, Op] = {
     "attention_score": Op(
         "attention_score", "q k^T per head over unmasked pairs; mask causal, sliding (window), "
         "chunked, bidirectional, or topk (a third input holds the k selected tokens per query: "
-        "DSA); key heads may be fewer than query heads (GQA/MQA).",
-        "contract", (2, 3), _score_shape, _score_flops, optional_dims=("window",),
+        "DSA); with `every`, keys are compressed entries (one per `every` tokens); key heads may "
+        "be fewer than query heads (GQA/MQA).",
+        "contract", (2, 3), _score_shape, _score_flops, optional_dims=("window", "every"),
         attrs={"mask": "causal"}, placement="attention"),
     "softmax": Op(
         "softmax", "Softmax over the last axis (5 FLOPs per computed element); optional learned "
         "per-head sink logit.",
         "preserve", (1, 1), _preserve, lambda c, out: 5 * c.inputs[0].computed, _softmax_leaves,
-        attrs={"sinks": False}),
+        attrs={"sinks": False, "sink_name": "sinks"}),
     "attention_apply": Op(
         "attention_apply", "Probabilities x values per head: [b, h, s, t] x [b, t, kv, dv] -> "
         "[b, s, h, dv].",
@@ -515,7 +624,8 @@ OPS: dict[str, Op] = {
         "topk", "Expert scores (softmax or sigmoid) and top-k selection; optional routing "
         "correction bias (a checkpoint buffer, not a parameter).",
         "contract", (1, 1), _topk_shape, lambda c, out: 4 * c.inputs[0].computed, _topk_leaves,
-        dims=("experts", "k"), attrs={"score": "softmax", "correction_bias": False}),
+        dims=("experts", "k"), attrs={"score": "softmax", "correction_bias": False,
+                                      "bias_name": "e_score_correction_bias"}),
     "weighted_head_sum": Op(
         "weighted_head_sum", "Sum per-head scores with per-token head weights: [b, h, s, t] x "
         "[b, s, h] -> [b, s, t] (2 FLOPs per computed score; DSA's indexer).",
@@ -543,6 +653,45 @@ OPS: dict[str, Op] = {
         "2 FLOPs per history element).",
         "contract", (1, 1), _depth_sum_shape, lambda c, out: 2 * c.inputs[0].numel,
         lambda c: (Leaf("weight", (c.inputs[0].axes[-2],)),)),
+    "hc_weights": Op(
+        "hc_weights", "Hyper-connection mixing weights from the n carried streams [b, s, n, dim]: "
+        "unweighted RMS norm of the flattened streams, a (2+n)n-output projection (leaves "
+        "<name>_fn, _base, _scale), sigmoid pre/post gates and a Sinkhorn-normalised n x n "
+        "residual mix (DeepSeek-V4).", "contract", (1, 1), _hc_weights_shape, _hc_weights_flops,
+        _hc_leaves, dims=("streams", "dim"), attrs={"name": "hc", "sinkhorn_iters": 20}),
+    "hc_collapse": Op(
+        "hc_collapse", "Pre map: the n streams weighted into one sublayer input [b, s, n, dim] -> "
+        "[b, s, dim] (2n FLOPs per feature).", "contract", (2, 2), _hc_collapse_shape,
+        lambda c, out: 2 * c.inputs[0].numel),
+    "hc_expand": Op(
+        "hc_expand", "Post map and residual mix: the sublayer output spread over the n streams "
+        "plus the Sinkhorn mix of the old streams (sublayer out, streams, weights) -> streams.",
+        "explicit", (3, 3), _hc_expand_shape, _hc_expand_flops),
+    "hc_head": Op(
+        "hc_head", "Collapse the n streams before the final norm with sigmoid weights from the "
+        "flattened streams (leaves hc_fn, hc_base, hc_scale).", "contract", (1, 1), _hc_head_shape,
+        lambda c, out: Tensor(c.inputs[0].axes[:2]).numel * c.inputs[0].axes[2].size
+        * c.inputs[0].axes[3].size * (4 + 2 * c.inputs[0].axes[2].size + 2), _hc_head_leaves),
+    "compress_pool": Op(
+        "compress_pool", "Gated pooling of a window of `every` tokens into one compressed entry "
+        "(kv, gate) -> [.., dim]: softmax over the window of gate + learned position bias `ape`, "
+        "per channel; overlapping windows project 2 x dim (DeepSeek-V4's compressor). Counted per "
+        "token.", "contract", (2, 2), _compress_pool_shape, _compress_pool_flops,
+        lambda c: (Leaf("ape", (c.axis("every"), c.inputs[0].axes[-1])),),
+        dims=("every", "dim")),
+    "grouped_linear": Op(
+        "grouped_linear", "One matmul per group: [.., groups, in] -> [.., groups, out] with the "
+        "groups' weights stacked as one [groups*out, in] matrix (DeepSeek-V4's wo_a).",
+        "contract", (1, 1), _grouped_linear_shape,
+        lambda c, out: 2 * Tensor(c.inputs[0].axes[:-1]).numel * c.dims["in"] * c.dims["out"],
+        lambda c: (Leaf("weight", (Axis("grouped_out", c.dims["groups"] * c.dims["out"]), c.axis("in")),
+                        matrix=True),), dims=("groups", "in", "out"), placement="matmul"),
+    "hash_route": Op(
+        "hash_route", "Experts fixed by the token id (a [vocab, k] table, a checkpoint buffer) and "
+        "weighted by the gate's scores: (scores [.., experts], token ids) -> [.., k].",
+        "contract", (2, 2), _hash_route_shape, lambda c, out: 4 * c.inputs[0].computed,
+        lambda c: (Leaf("tid2eid", (c.axis("vocab"), c.axis("k")), kind="buffer"),),
+        dims=("experts", "k", "vocab")),
     "moe_combine": Op(
         "moe_combine", "Weighted sum of each token's k expert outputs: [routed, hidden] -> "
         "[.., hidden] (2 FLOPs per routed element).",

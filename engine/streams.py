@@ -50,8 +50,8 @@ class StreamRow:
 def archive_points(spec: StreamSpec, n_layers: int, hit) -> list[float]:
     """Positions of an append stream's elements on the layer axis: an element archived after
     layer j sits at j + 0.5, before layer j at j - 0.5, a stack node's elements at -1."""
-    if spec.count is not None:
-        return [-1.0] * int(hit(spec.count, None))
+    if spec.after is None and spec.before is None:   # a stack node's elements (count, default 1)
+        return [-1.0] * (int(hit(spec.count, None)) if spec.count is not None else 1)
     key = "after" if spec.after is not None else "before"
     condition = spec.after if spec.after is not None else spec.before
     offset = 0.5 if key == "after" else -0.5

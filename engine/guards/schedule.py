@@ -24,7 +24,8 @@ def evidence(ctx: Context) -> str:
 
 def layer_features(ctx: Context) -> dict[int, dict[str, bool]]:
     """Per main-stack layer: ``moe`` (routes over experts), ``window`` (window-capped cache) and
-    ``indexer`` (runs its own token indexer: DSA's indexer-key cache)."""
+    ``indexer`` (runs its own token indexer: an indexer-key cache) and ``hash_routed`` (picks
+    experts by token id)."""
     a = ctx.numeric
     out: dict[int, dict[str, bool]] = {}
     for uid, comp in a.components.items():
@@ -34,8 +35,9 @@ def layer_features(ctx: Context) -> dict[int, dict[str, bool]]:
         moe = any(r.role == "experts" for u, r in a.rows.items() if u.startswith(prefix))
         window = any(c.growth == "window" for c in a.caches if c.node_uid.startswith(prefix))
         indexer = any(c.kind == "indexer_key" for c in a.caches if c.node_uid.startswith(prefix))
+        hashed = any(r.op == "hash_route" for u, r in a.rows.items() if u.startswith(prefix))
         for layer in comp.layers:
-            out[layer] = {"moe": moe, "window": window, "indexer": indexer}
+            out[layer] = {"moe": moe, "window": window, "indexer": indexer, "hash_routed": hashed}
     return out
 
 

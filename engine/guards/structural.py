@@ -78,7 +78,8 @@ def check(ctx: Context) -> list[Finding]:
         value = lookup(ctx.evidence.config, entry.field)
         users = []
         for uid, row in ctx.symbolic.rows.items():
-            if row.op != entry.op or entry.dim not in row.dim_values or row.stack != "main":
+            # any stack: DeepSeek-V4-Pro's main RoPE base shapes only its MTP layer
+            if row.op != entry.op or entry.dim not in row.dim_values:
                 continue
             symbols = getattr(row.dim_values[entry.dim], "free_symbols", set())
             paths = set().union(*(reads.get(s.name, set()) for s in symbols)) if symbols else set()
