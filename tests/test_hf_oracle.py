@@ -34,13 +34,14 @@ def test_buffers_are_not_parameters(model_id, evaluation):
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)
 def test_non_layer_parameters_match(model_id, evaluation):
-    """Embedding, final norm and head shapes agree with the HF module tree."""
+    """Embedding, final norm and head shapes agree with the HF module tree (matched by node: a
+    checkpoint may name them differently from transformers' modules, e.g. DeepSeek-V4's head)."""
     report = hf_oracle.hf_meta_report(hf_config_path(model_id))
-    analysis = evaluation(model_id).numeric
-    leaves = {leaf.key: tuple(int(a.size) for a in leaf.axes)
-              for row in analysis.rows.values() if row.stack == "main" for leaf in row.leaves}
-    for name in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"):
-        assert leaves[name] == report.params[name]
+    rows = evaluation(model_id).numeric.rows
+    for uid, name in (("main/embed_tokens", "model.embed_tokens.weight"), ("main/norm", "model.norm.weight"),
+                      ("main/lm_head", "lm_head.weight")):
+        (leaf,) = rows[uid].leaves
+        assert tuple(int(a.size) for a in leaf.axes) == report.params[name]
 
 
 def _layer_leaves(analysis, layer: int) -> dict[str, tuple[int, ...]]:

@@ -1,0 +1,165 @@
+"""DeepSeek-V4-Flash and -Pro: hyper-connections, compressed sparse / heavily compressed
+attention, hash-routed MoE, FP4 experts, MTP.
+
+External facts: parameter counts of transformers 5.24's ``DeepseekV4ForCausalLM`` built on the
+meta device from the published configs (it omits the MTP module); the MTP module, cache entries
+and storage formats written out below from DeepSeek's inference code (inference/model.py) and
+the configs' fields.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import sympy
+
+from engine import kv, quantities, storage, symbols
+from engine.deploy import Options, place
+from engine.parallel import ParallelConfig
+from tests.conftest import hf_config_path
+
+FLASH, PRO = "deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro"
+#: transformers 5.24 DeepseekV4ForCausalLM on the meta device, sum of parameters().
+HF_PARAMS = {FLASH: 284_332_230_231, PRO: 1_572_997_179_491}
+
+
+def config(model_id: str) -> dict:
+    return json.loads(hf_config_path(model_id).read_text())
+
+
+@pytest.mark.parametrize("model_id", [FLASH, PRO])
+def test_params_equal_hf_modeling_code(model_id, evaluation):
+    assert int(quantities.params_total(evaluation(model_id).numeric)) == HF_PARAMS[model_id]
+
+
+def _swa_layer_params(c: dict) -> int:
+    """One sliding-window layer, from inference/model.py's modules (K=V head, grouped output)."""
+    D, H, d, q, G, R = (c["hidden_size"], c["num_attention_heads"], c["head_dim"], c["q_lora_rank"],
+                        c["o_groups"], c["o_lora_rank"])
+    n, E, I = c["hc_mult"], c["n_routed_experts"], c["moe_intermediate_size"]
+    attention = q * D + q + H * d * q + d * D + d + (G * R) * (H * d // G) + D * G * R + H   # ... + attn_sink
+    hyper = 2 * ((2 + n) * n * n * D + (2 + n) * n + 3)                                      # hc_attn_*, hc_ffn_*
+    moe = E * D + 3 * E * I * D + 3 * c["n_shared_experts"] * I * D                           # gate, experts, shared
+    return attention + hyper + moe + 2 * D                                                   # attn_norm, ffn_norm
+
+
+@pytest.mark.parametrize("model_id", [FLASH, PRO])
+def test_mtp_module_params(model_id, evaluation):
+    """MTP (not in the HF class): a sliding-window layer + e_proj, h_proj, enorm, hnorm, norm and
+    its own hc_head; embedding and head are shared with the main model."""
+    c = config(model_id)
+    D, n = c["hidden_size"], c["hc_mult"]
+    assert c["compress_ratios"][c["num_hidden_layers"]] == 0            # the MTP layer slides only
+    expected = _swa_layer_params(c) + 2 * D * D + 3 * D + (n * n * D + n + 1)
+    assert int(quantities.params_total(evaluation(model_id).numeric, "mtp")) == expected
+
+
+@pytest.mark.parametrize("model_id", [FLASH, PRO])
+def test_layer_plan_follows_compress_ratios_and_hash_layers(model_id, evaluation):
+    c = config(model_id)
+    ratios = c["compress_ratios"][:c["num_hidden_layers"]]
+    kind = {0: "swa", 4: "csa", 128: "hca"}
+    want = {}
+    for layer, ratio in enumerate(ratios):
+        name = kind[ratio] + ("_hash" if layer < c["num_hash_layers"] else "")
+        want.setdefault(name, []).append(layer)
+    a = evaluation(model_id).numeric
+    got = {comp.template: list(comp.layers) for comp in a.components.values() if comp.template and comp.stack == "main"}
+    assert got == want
+    hashed = [r for r in a.rows.values() if r.op == "hash_route"]
+    assert {r.uid.split("]")[0] + "]" for r in hashed} == {f"main/layers[{t}]" for t in want if t.endswith("_hash")}
+    table = [leaf for r in hashed for leaf in r.leaves]
+    assert {(tuple(int(x.size) for x in leaf.axes), leaf.kind) for leaf in table} == \
+        {((c["vocab_size"], c["num_experts_per_tok"]), "buffer")}
+    stream = next(s for s in a.streams if s.name == "token_ids")
+    assert sorted({reader for _, reader, _ in stream.pairs}) == list(range(c["num_hash_layers"]))
+    assert {producer for producer, _, _ in stream.pairs} == {-1}        # the stack's token ids
+
+
+@pytest.mark.parametrize("model_id", [FLASH, PRO])
+@pytest.mark.parametrize("length", [4096, 131072, 1048576])
+def test_kv_bytes_per_request(model_id, length, evaluation):
+    """Every layer keeps a window of `sliding_window` 512-wide K=V entries; a layer with
+    compress ratio m adds floor(L/m) compressed entries; ratio-4 layers also floor(L/4) indexer
+    keys of index_head_dim (inference/model.py: kv_cache_size = window + max_seq_len // ratio)."""
+    c = config(model_id)
+    d, di, w = c["head_dim"], c["index_head_dim"], c["sliding_window"]
+    elements = 0
+    for ratio in c["compress_ratios"][:c["num_hidden_layers"]]:
+        elements += min(length, w) * d
+        if ratio:
+            elements += (length // ratio) * d
+        if ratio == 4:
+            elements += (length // 4) * di
+    a = evaluation(model_id).numeric
+    assert int(kv.bytes_per_request(a, length, "bf16")) == 2 * elements
+    assert int(kv.bytes_per_request(a, length, "fp8")) == elements
+
+
+def _at(expr, seq, ctx):
+    return int(sympy.sympify(expr).subs({symbols.dim(symbols.BATCH): 1, symbols.dim(symbols.SEQ): seq,
+                                         symbols.dim(symbols.CTX): ctx}))
+
+
+def test_csa_attention_grows_with_context_times_topk(evaluation):
+    """Query i sees min(index_topk, floor(i / 4)) compressed entries: past 4 x index_topk tokens
+    each new query adds index_topk pairs; HCA's all-entries attention adds floor(i / 128)."""
+    c = config(FLASH)
+    k, m, H, d = c["index_topk"], 4, c["num_attention_heads"], c["head_dim"]
+    a = evaluation(FLASH).numeric
+    csa = a.rows["main/layers[csa]/attn/compressed_scores"]
+    hca = a.rows["main/layers[hca]/attn/all_compressed_scores"]
+
+    def pairs(n, cap=None, every=4):
+        return sum(min(cap, i // every) if cap else i // every for i in range(1, n + 1))
+
+    for n in (8192, 16384):
+        assert _at(csa.flops, n, n) == 2 * H * d * pairs(n, k)
+        assert _at(hca.flops, n, n) == 2 * H * d * pairs(n, every=128)
+    assert _at(csa.flops, 16384, 16384) - _at(csa.flops, 8192, 8192) == 2 * H * d * k * 8192
+    assert 16384 > k * m
+
+
+def test_csa_decode_reads_only_the_selected_entries(evaluation):
+    from engine.cost import KV_BYTES
+    c = config(FLASH)
+    steps = {s.uid: s for s in place(evaluation(FLASH), ParallelConfig(), 8, Options(), False)["decode"][0].steps}
+    subs = {symbols.dim(symbols.BATCH): 1, symbols.dim(symbols.SEQ): 1, symbols.dim(symbols.CTX): 1048576, KV_BYTES: 1}
+    layer = "main/layers[csa]/attn/"
+    assert int(sympy.sympify(steps[layer + "selected_rows"].out_read).subs(subs)) == c["index_topk"] * c["head_dim"]
+    assert int(sympy.sympify(steps[layer + "compressed_cache"].out_read).subs(subs)) == 1048576 // 4 * c["head_dim"]
+    assert int(sympy.sympify(steps[layer + "window_cache"].out_read).subs(subs)) == c["sliding_window"] * c["head_dim"]
+
+
+def _matrix_bytes(fmt: str, rows: int, cols: int) -> int:
+    if fmt == "fp4":   # I8 [rows, cols/2] + F8_E8M0 scale [rows, cols/32]
+        return rows * cols // 2 + rows * cols // 32
+    return rows * cols + 4 * math.ceil(rows / 128) * math.ceil(cols / 128)   # FP8 + F32 block scales
+
+
+def test_checkpoint_stores_fp4_experts_fp8_blocks_and_f32_mixing(evaluation):
+    c = config(FLASH)
+    D, I, E, n = c["hidden_size"], c["moe_intermediate_size"], c["n_routed_experts"], c["hc_mult"]
+    layers = c["num_hidden_layers"]
+    tensors = [t for t in evaluation(FLASH).tensors() if t.stack == "main"]
+    by = {}
+    for t in tensors:
+        by.setdefault(t.role, 0)
+        by[t.role] += int(t.total_bytes)
+    assert by["experts"] == layers * E * (2 * _matrix_bytes("fp4", I, D) + _matrix_bytes("fp4", D, I))
+    assert by["shared_experts"] == layers * (2 * _matrix_bytes("fp8", I, D) + _matrix_bytes("fp8", D, I))
+    assert by["hyper_connection"] == 4 * (layers * 2 * ((2 + n) * n * n * D + (2 + n) * n + 3) + n * n * D + n + 1)
+    dtypes = {t.key.rsplit(".", 1)[-1]: t.dtype for t in tensors if ".experts." in t.key}
+    assert dtypes == {"weight": "I8", "scale": "F8_E8M0"}
+    assert {t.dtype for t in tensors if t.key.endswith("tid2eid")} == {"I64"}
+    assert {t.dtype for t in tensors if t.key.endswith(("wkv.weight", "wgate.weight")) and "compressor" in t.key} == {"BF16"}
+
+
+def test_pro_experts_split_over_expert_parallelism(evaluation):
+    """EP 8 over 384 experts: each GPU stores 48 experts of every layer, whole."""
+    c = config(PRO)
+    D, I, E = c["hidden_size"], c["moe_intermediate_size"], c["n_routed_experts"]
+    placer = place(evaluation(PRO), ParallelConfig(tp=8, ep=8), 8, Options(), False)["prefill"][1]
+    stored = placer.stored["main/layers[csa]/ffn/experts/gate_proj"]
+    assert int(stored) == E // 8 * _matrix_bytes("fp4", I, D)
