@@ -66,9 +66,11 @@ def level_graph(doc: dict[str, Any], parent: str, phase: str = "prefill") -> dic
     for stream in doc.get("streams", []):   # cross-layer edges: producing group -> reading group
         for e in stream["edges"]:
             src, dst = _child_of(e["src"], parent), _child_of(e["dst"], parent)
+            if src is None and ":" in e["src"] and "in:" + e["src"].split(":")[-1] in nodes:
+                src = "in:" + e["src"].split(":")[-1]   # a stack input (DeepSeek-V4's token ids)
             if src in nodes and dst in nodes and src != dst:
                 edges.append({"src": src, "dst": dst, "kind": "stream",
-                              "label": f"stream {stream['name']} (layers {e['layers']})"})
+                              "label": f"stream {stream['name']} (layer{'s' if e['count'] > 1 else ''} {e['layers']})"})
             elif src in nodes and src == dst:   # a group that feeds its own later layers
                 nodes[src]["badge"] = (nodes[src]["badge"] + " " if nodes[src]["badge"] else "") + \
                     f"stream {stream['name']} to later layers"

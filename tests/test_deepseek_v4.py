@@ -163,3 +163,16 @@ def test_pro_experts_split_over_expert_parallelism(evaluation):
     placer = place(evaluation(PRO), ParallelConfig(tp=8, ep=8), 8, Options(), False)["prefill"][1]
     stored = placer.stored["main/layers[csa]/ffn/experts/gate_proj"]
     assert int(stored) == E // 8 * _matrix_bytes("fp4", I, D)
+
+
+def test_token_id_stream_is_drawn_from_the_stack_input(evaluation):
+    """The hash-routed layers read the stack's token ids: the stack drawing joins them."""
+    from engine.export import model_document
+    from site_builder.graphs import level_graph
+    doc = model_document(evaluation(FLASH))
+    stream = next(s for s in doc["streams"] if s["name"] == "token_ids")
+    assert stream["reader_layers"] == "0-2" and stream["producer_layers"] == ""
+    graph = level_graph(doc, "main")
+    edges = {(e["src"], e["dst"]): e["label"] for e in graph["edges"] if e.get("kind") == "stream"}
+    assert edges == {("in:tokens", "main/layers[swa_hash]"): "stream token_ids (layers 0-1)",
+                     ("in:tokens", "main/layers[csa_hash]"): "stream token_ids (layer 2)"}
