@@ -22,6 +22,8 @@ from engine.errors import SpecError
 from engine.parallel import ParallelConfig
 from engine.validate import validate
 from tests.conftest import REPO, hf_config_path
+
+CORPUS_ROOT = REPO / "corpus"
 from tests.test_guards import mutate
 
 V32, GLM5, GLM52 = "deepseek-ai/DeepSeek-V3.2", "zai-org/GLM-5", "zai-org/GLM-5.2"
@@ -359,3 +361,71 @@ def test_glm52_page_lists_streams_and_draws_cross_layer_edges(tmp_path):
     edges = re.findall(r'class="edge kind-stream" data-src="([^"]+)" data-dst="([^"]+)"', page)
     assert sorted(edges) == [("main/layers[dense]", "main/layers[moe_shared]"),
                              ("main/layers[moe]", "main/layers[moe_shared]")]
+
+
+#: transformers 5.24 meta build, one full-indexer MoE decoder layer's parameters (attention with
+#: indexer, routed + shared experts, router, two norms).
+HF_MOE_LAYER = {V32: 11_521_245_440, GLM5: 9_877_404_416, GLM52: 9_877_404_416}
+
+
+@pytest.mark.parametrize("model_id", sorted(HF_MOE_LAYER))
+def test_dsa_mtp_module_params(model_id, evaluation):
+    """The MTP module (stored as layer num_hidden_layers, not built by transformers): one MoE
+    decoder layer with its own indexer + its own embedding and head + eh_proj (2h x h) + enorm,
+    hnorm and the head norm."""
+    c = config(model_id)
+    h, v = c["hidden_size"], c["vocab_size"]
+    a = evaluation(model_id).numeric
+    assert int(quantities.params_total(a, "mtp")) == HF_MOE_LAYER[model_id] + 2 * v * h + 2 * h * h + 3 * h
+
+
+# -- cross-layer KV: a stream read from a cache is stored once and read by the reader ------------------
+
+CLA = """component: cla_attention
+role: attention
+doc: Cross-layer attention (CLA) - a layer computes its own queries and attends the K/V cache the previous layer published.
+inputs: [x]
+graph:
+  q_proj: {op: linear, in: x, dims: {in: hidden, out: n_heads * d_head}}
+  q: {op: split_heads, in: q_proj, dims: {heads: n_heads, head_dim: d_head}}
+  k: {reads: shared_k}
+  v: {reads: shared_v}
+  scores: {op: attention_score, in: [q, k]}
+  probs: {op: softmax, in: scores}
+  attn: {op: attention_apply, in: [probs, v]}
+  merged: {op: merge_heads, in: attn, attrs: {name: d_attn}}
+  o_proj: {op: linear, in: merged, dims: {in: n_heads * d_head, out: hidden}}
+"""
+
+
+def test_cross_layer_kv_is_stored_once_and_read_by_the_reader(tmp_path):
+    gqa = (CORPUS_ROOT / "components" / "library" / "gqa_attention.yaml").read_text()
+    producer = gqa.replace("component: gqa_attention", "component: cla_producer") \
+        .replace("  k_cache: {op: kv_cache, in: k_rope}", "  k_cache: {op: kv_cache, in: k_rope, stream_out: shared_k}") \
+        .replace("  v_cache: {op: kv_cache, in: v_heads}", "  v_cache: {op: kv_cache, in: v_heads, stream_out: shared_v}")
+    root = toy(tmp_path, "sharer: {component: prenorm_block, slots: {attention: cla_attention, ffn: swiglu_mlp}}\n"
+               "  owner: {component: prenorm_block, slots: {attention: cla_producer, ffn: swiglu_mlp}}",
+               'shared_k: {src: "hidden_states = decoder_layer("}\n          shared_v: {src: "hidden_states = decoder_layer("}',
+               '- {template: owner, when: "layer % 2 == 0"}\n          - {template: sharer}')
+    (root / "components" / "drafts" / "cla_attention.yaml").write_text(CLA)
+    (root / "components" / "drafts" / "cla_producer.yaml").write_text(producer)
+    text = (root / "models" / "test--toy-streams.yaml").read_text()
+    (root / "models" / "test--toy-streams.yaml").write_text(text.replace("drafts: [dwa_block, tap_block]",
+                                                                         "drafts: [cla_attention, cla_producer]"))
+    ev = evaluate_in(root, "test/toy-streams")
+    a = ev.numeric
+    base = evaluate_in(root, "meta-llama/Meta-Llama-3.1-8B").numeric
+    # stored once: half the layers own a cache, so KV per token halves
+    assert int(kv.growing_bytes_per_token(a)) * 2 == int(kv.growing_bytes_per_token(base))
+    assert [(p, r) for p, r, _ in next(s for s in a.streams if s.name == "shared_k").pairs] == \
+        [(i - 1, i) for i in range(1, 32, 2)]
+    # read by the reader: its decode attention reads the whole shared cache, like the owner's
+    from engine.cost import KV_BYTES
+    steps = {s.uid: s for s in place(ev, ParallelConfig(), 8, Options(), False)["decode"][0].steps}
+    subs = {symbols.dim(symbols.BATCH): 1, symbols.dim(symbols.SEQ): 1, symbols.dim(symbols.CTX): 4096, KV_BYTES: 2}
+    c = config("meta-llama/Meta-Llama-3.1-8B")
+    cache = 4096 * c["num_key_value_heads"] * (c["hidden_size"] // c["num_attention_heads"]) * 2
+    reader = steps["main/layers[sharer]/self_attn/scores"]
+    owner = steps["main/layers[owner]/self_attn/scores"]
+    key_read = lambda step: int(sympy.sympify(steps[step.inputs[1]].out_read).subs(subs))
+    assert key_read(reader) == key_read(owner) == cache
