@@ -53,6 +53,7 @@ def mutate(tmp_path: Path, edits: list[tuple[str, str, str]], extra: dict[str, s
         assert text.count(old) == 1, f"{file} should contain {old!r} once"
         path.write_text(text.replace(old, new))
     for file, text in (extra or {}).items():
+        (root / file).parent.mkdir(parents=True, exist_ok=True)   # e.g. components/drafts/ (empty in git)
         (root / file).write_text(text)
     return root
 

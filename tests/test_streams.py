@@ -407,6 +407,7 @@ def test_cross_layer_kv_is_stored_once_and_read_by_the_reader(tmp_path):
                "  owner: {component: prenorm_block, slots: {attention: cla_producer, ffn: swiglu_mlp}}",
                'shared_k: {src: "hidden_states = decoder_layer("}\n          shared_v: {src: "hidden_states = decoder_layer("}',
                '- {template: owner, when: "layer % 2 == 0"}\n          - {template: sharer}')
+    (root / "components" / "drafts").mkdir(parents=True, exist_ok=True)
     (root / "components" / "drafts" / "cla_attention.yaml").write_text(CLA)
     (root / "components" / "drafts" / "cla_producer.yaml").write_text(producer)
     text = (root / "models" / "test--toy-streams.yaml").read_text()
