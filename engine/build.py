@@ -60,7 +60,7 @@ MODELS_SCHEMA = {
     "params_extra_stacks": (pl.Int64, "Parameters outside the main stack (e.g. DeepSeek-V3's MTP module); 0 if none."),
     "checkpoint_bytes": (pl.Int64, "Bytes of all stored tensors in the published format, scales and extra stacks included."),
     "checkpoint_tensors": (pl.Int64, "Number of stored tensors."),
-    "kv_bytes_per_token": (pl.Int64, "KV cache bytes per token of context that grow without bound (BF16 KV, main stack)."),
+    "kv_bytes_per_token": (pl.Int64, "KV cache bytes per token of context that grow without bound: every-token caches, and compressed caches at one entry per `every` tokens (BF16 KV, main stack)."),
     "kv_fixed_bytes": (pl.Int64, "Per-request KV bytes of window-capped caches at full window and recurrent states (BF16)."),
     "max_context": (pl.Int64, "Longest context the config declares (tokens)."),
     "n_layers": (pl.Int64, "Layers of the main stack."),

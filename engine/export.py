@@ -139,7 +139,9 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
         caches.append({"uid": c.uid, "node": c.node_uid, "name": c.name, "kind": c.kind, "growth": c.growth,
                        "stack": c.stack, "per_token": quantity(c.per_token, s.per_token), "layers": quantity(c.repeat, s.repeat),
                        "window": quantity(c.window, s.window) if c.window is not None else None,
-                       "bytes_per_token": quantity(c.per_token * c.repeat * 2, s.per_token * s.repeat * 2),
+                       "every": quantity(c.every, s.every) if c.every is not None else None,
+                       # per token of context: a compressed cache adds one entry every `every` tokens
+                       "bytes_per_token": quantity(kv.per_context_token(c) * 2, kv.per_context_token(s) * 2),
                        "layer_bytes_per_token": quantity(c.per_token * 2, s.per_token * 2)})
     streams = [_stream_entry(stream, num) for stream in num.streams]
     length = np.array([1024, 4096, 16384, 65536, 131072, 262144, 524288, 1048576], dtype=float)

@@ -43,20 +43,28 @@ def caches(analysis: Analysis, stack: str = "main") -> list[CacheRow]:
     return [c for c in analysis.caches if c.stack == stack]
 
 
+def per_context_token(cache: CacheRow) -> sympy.Expr:
+    """Elements a cache adds per token of context while it grows (a compressed cache adds one
+    entry every ``every`` tokens, so its share per token is per_token / every)."""
+    if cache.growth == "compressed":
+        return cache.per_token * cache.repeat / cache.every
+    return cache.per_token * cache.repeat
+
+
 def bytes_per_token(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> dict[str, sympy.Expr]:
-    """Per cache kind: bytes added per token while the cache grows (all layers)."""
+    """Per cache kind: bytes added per token of context while the cache grows (all layers)."""
     out: dict[str, sympy.Expr] = defaultdict(lambda: sympy.Integer(0))
     for cache in caches(analysis, stack):
         if cache.growth != "state":
             key = cache.kind if cache.growth == "every_token" else f"{cache.kind} ({cache.growth})"
-            out[key] += cache.per_token * cache.repeat * element_bytes(kv_dtype)
+            out[key] += per_context_token(cache) * element_bytes(kv_dtype)
     return dict(out)
 
 
 def growing_bytes_per_token(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> sympy.Expr:
-    """Bytes per token of the caches that grow with context without bound."""
-    return sum((c.per_token * c.repeat * element_bytes(kv_dtype)
-                for c in caches(analysis, stack) if c.growth == "every_token"), sympy.Integer(0))
+    """Bytes per token of context of the caches that grow without bound (every token, compressed)."""
+    return sum((per_context_token(c) * element_bytes(kv_dtype)
+                for c in caches(analysis, stack) if c.growth in ("every_token", "compressed")), sympy.Integer(0))
 
 
 def fixed_bytes_per_request(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> sympy.Expr:

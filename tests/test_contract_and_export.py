@@ -55,7 +55,7 @@ def test_prefill_grows_and_the_window_caps_decode(contract):
     assert contract["mqa"]["decode_s"][-1] < contract["gqa"]["decode_s"][-1] < contract["mha"]["decode_s"][-1]
 
 
-@pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V3", "openai/gpt-oss-20b"])
+@pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V3", "openai/gpt-oss-20b", "deepseek-ai/DeepSeek-V4-Flash"])
 def test_inspector_document_is_one_source_with_the_overview(model_id):
     ev = _evaluation(model_id)
     doc = model_document(ev)
@@ -66,7 +66,8 @@ def test_inspector_document_is_one_source_with_the_overview(model_id):
     # blocks add up to the stack: every op's params x layers x instances, counted once
     ops = [o for o in doc["ops"] if o["stack"] == "main" and "prefill" in o["phases"] and not o["shares"]]
     assert sum(o["params"]["value"] * o["repeat"]["value"] * o["instances"]["value"] for o in ops) == main["params"]["value"]
-    caches = sum(c["bytes_per_token"]["value"] for c in doc["caches"] if c["stack"] == "main" and c["growth"] == "every_token")
+    caches = sum(c["bytes_per_token"]["value"] for c in doc["caches"]
+                 if c["stack"] == "main" and c["growth"] in ("every_token", "compressed"))
     assert caches == int(overview["kv_bytes_per_token_growing"].value)
     json.dumps(doc)                                          # plain JSON all the way down
 

@@ -176,3 +176,15 @@ def test_token_id_stream_is_drawn_from_the_stack_input(evaluation):
     edges = {(e["src"], e["dst"]): e["label"] for e in graph["edges"] if e.get("kind") == "stream"}
     assert edges == {("in:tokens", "main/layers[swa_hash]"): "stream token_ids (layers 0-1)",
                      ("in:tokens", "main/layers[csa_hash]"): "stream token_ids (layer 2)"}
+
+
+@pytest.mark.parametrize("model_id", [FLASH, PRO])
+def test_kv_growth_per_context_token(model_id, evaluation):
+    """Past the window, a request grows by d / m per compressed layer and d_I / 4 per CSA layer
+    per token of context (3440 elements for Flash, 4924 for Pro)."""
+    c = config(model_id)
+    d, di = c["head_dim"], c["index_head_dim"]
+    ratios = [r for r in c["compress_ratios"][:c["num_hidden_layers"]] if r]
+    elements = sum(sympy.Rational(d, r) + (sympy.Rational(di, 4) if r == 4 else 0) for r in ratios)
+    assert elements == {FLASH: 3440, PRO: 4924}[model_id]
+    assert kv.growing_bytes_per_token(evaluation(model_id).numeric) == 2 * elements
