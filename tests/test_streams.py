@@ -430,3 +430,12 @@ def test_cross_layer_kv_is_stored_once_and_read_by_the_reader(tmp_path):
     owner = steps["main/layers[owner]/self_attn/scores"]
     key_read = lambda step: int(sympy.sympify(steps[step.inputs[1]].out_read).subs(subs))
     assert key_read(reader) == key_read(owner) == cache
+
+
+def test_a_declared_stream_nobody_publishes(tmp_path):
+    root = mutate(tmp_path, [("components/library/dsa_attention.yaml", "when: indexer, stream_out: index_topk, src:",
+                              "when: indexer, src:")])
+    with pytest.raises(SpecError) as err:
+        evaluate_in(root, GLM52)
+    assert "no layer publishes stream 'index_topk'" in str(err.value)
+    assert "dsa_attention.yaml" in str(err.value) and "stream_out: index_topk" in str(err.value)
