@@ -120,7 +120,7 @@ def test_meta_snapshot_reproduces_the_committed_manifest(tmp_path):
     from engine.modeling_code import meta_manifest
     from tests.conftest import hf_config_path
     corpus = load_corpus()
-    for model_id in ("meta-llama/Meta-Llama-3.1-8B", "openai/gpt-oss-20b"):
+    for model_id in ("meta-llama/Meta-Llama-3.1-8B", "openai/gpt-oss-20b", "deepseek-ai/DeepSeek-V4-Flash"):
         config = json.loads(hf_config_path(model_id).read_text())
         fresh = meta_manifest(config, corpus.schemes, f"hf:{model_id}")
         stored = load_manifest(REPO / "corpus" / "snapshots" / (model_id.replace("/", "--") + ".tensors.yaml"))
