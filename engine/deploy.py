@@ -274,10 +274,11 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     stored = numeric["prefill"][0].stored
     sym_stored = symbolic["prefill"][0].stored
     stages = _stage_rows(stored, ev, config.pp)
-    per_stage = [sum((stored[u] * n for u, n in rows), ZERO) for rows in stages]
+    # sympy.Add(*terms) flattens once; sum() would re-flatten a growing Add at every term
+    per_stage = [sympy.Add(*(stored[u] * n for u, n in rows)) for rows in stages]
     worst = max(range(config.pp), key=lambda s: float(per_stage[s]))
-    weight_formula = sum((sym_stored[u] * (n if config.pp > 1 else ev.symbolic.rows[u].repeat)
-                          for u, n in stages[worst]), ZERO)
+    weight_formula = sympy.Add(*(sym_stored[u] * (n if config.pp > 1 else ev.symbolic.rows[u].repeat)
+                                 for u, n in stages[worst]))
     kv_dev = _kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], stages[worst])
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
