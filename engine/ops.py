@@ -105,6 +105,9 @@ class Op:
     view: bool = False
     #: A view of part of its source (a slice, gathered rows): consumers read only that part.
     partial: bool = False
+    #: Bytes per output element when the output is not an activation (int32 token indices);
+    #: None: the deployment's activation dtype.
+    out_element_bytes: int | None = None
 
     def params(self, call: OpCall) -> sympy.Expr:
         """Parameter count: the parameter leaves' element counts (buffers excluded)."""
@@ -632,8 +635,9 @@ OPS: dict[str, Op] = {
         "contract", (2, 2), _head_sum_shape, lambda c, out: 2 * c.inputs[0].computed),
     "token_topk": Op(
         "token_topk", "Select the k highest-scoring cached tokens per query: [b, s, kv_len] -> "
-        "[b, s, k] indices (1 FLOP per computed score).",
-        "contract", (1, 1), _token_topk_shape, lambda c, out: c.inputs[0].computed, dims=("k",)),
+        "[b, s, k] int32 indices (1 FLOP per computed score).",
+        "contract", (1, 1), _token_topk_shape, lambda c, out: c.inputs[0].computed, dims=("k",),
+        out_element_bytes=4),
     "token_gather": Op(
         "token_gather", "The cache rows a query selected: [b, kv_len, ...] with [b, s, k] indices -> "
         "[b, min(kv_len, k), ...]; a view whose consumers read only the selected rows.",

@@ -228,7 +228,8 @@ class Placer:
         """Record a compute step for ``row`` with output ``layout``."""
         op = OPS[row.op]
         kv = row.op in ("kv_cache", "token_gather")
-        out_bytes = self.local(row.out, layout) * (self.types.kv_bytes if kv else self.types.act_bytes)
+        element = self.types.kv_bytes if kv else op.out_element_bytes or self.types.act_bytes
+        out_bytes = self.local(row.out, layout) * element
         if op.view:
             source = inputs[0].out_read if inputs else ZERO
             read = out_bytes if op.partial else source

@@ -149,7 +149,7 @@ def test_glm52_stream_crossing_a_pipeline_stage_is_a_send_recv(evaluation):
             continue
         assert int(stream_send.repeat) == len(crossings)
         topk = config(GLM52)["index_topk"]
-        assert sympy.simplify(stream_send.comm_bytes - topk * 2 * symbols.dim(symbols.BATCH)
+        assert sympy.simplify(stream_send.comm_bytes - topk * 4 * symbols.dim(symbols.BATCH)   # int32 indices
                               * symbols.dim(symbols.SEQ)) == 0
 
 
