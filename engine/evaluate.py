@@ -825,7 +825,7 @@ class _LayerStreams:
                 raise _Defer()
             self.pending.append(("read", spec.name, (list(self.layers), uid, node.take, node.where)))
             return first[0], first[1], {}
-        value = self._element(spec, node)
+        value = self._element(spec)
         points = self.points[spec.name]
         if node.take == "each":
             index = self.each_index[spec.name]
@@ -840,21 +840,16 @@ class _LayerStreams:
                                     f"{layer} takes element {k}, which is archived after it runs",
                                     "archive the element earlier (`before:`/`after:`) or read it later")
             dims = {}
-        elif node.take == "value":
-            if stream_rules.visible(points, self.layers[0]) == 0:
-                raise SpecError(node.where.at("take"), f"layer {self.layers[0]} reads stream {spec.name!r} "
-                                "before any element is archived", "archive before this layer or read later")
-            dims = {}
-        else:
+        else:   # value (the latest element), all, concat: the group's layers see the same history
             n = stream_rules.visible(points, self.layers[0])
             if n == 0:
                 raise SpecError(node.where.at("take"), f"layer {self.layers[0]} reads stream {spec.name!r} "
                                 "before any element is archived", "archive before this layer or read later")
-            dims = {"count": n}
+            dims = {} if node.take == "value" else {"count": n}
         self.pending.append(("read", spec.name, (list(self.layers), uid, node.take, node.where)))
         return value[0], value[1], dims
 
-    def _element(self, spec: StreamSpec, node: NodeSpec) -> tuple:
+    def _element(self, spec: StreamSpec) -> tuple:
         if spec.source in self.specs and self.specs[spec.source].kind == "carried":
             return self.carried
         if spec.source in self.w.stack_values:
@@ -885,7 +880,7 @@ class _LayerStreams:
                 rows.append(stream_rules.resolve_internal(spec, uid, self.stack, pubs, readers, layer_of))
                 continue
             points = self.points[spec.name]
-            source = self._element(spec, None)[1]
+            source = self._element(spec)[1]
             producers = tuple((math.floor(p), source) for p in points)
             pairs = []
             for layers, ruid, take, _ in readers:
@@ -903,7 +898,7 @@ class _LayerStreams:
     def _same_shapes(self, spec: StreamSpec) -> None:
         if not self.w.binding.numeric:
             return
-        shapes = {v[0].sizes for _, _, v in self.publications[spec.name] if v is not None}
+        shapes = {v[0].sizes for _, _, v in self.publications[spec.name]}
         if len(shapes) > 1:
             raise SpecError(spec.where, f"stream {spec.name!r} is published with different shapes: "
                             + ", ".join(str(s) for s in shapes), "every producer must publish the same shape")
