@@ -103,3 +103,61 @@ def test_every_op_is_documented_and_has_a_shape_kind():
              "permute", "source", "explicit"}
     for name, op in OPS.items():
         assert op.name == name and op.doc.strip() and op.shape_kind in kinds
+
+
+def _brute_sparse_pairs(seq, ctx, topk=None, every=1):
+    """Keys a query at position q sees: floor(q / every) (compressed entries), capped at topk."""
+    total = 0
+    for q in range(ctx - seq + 1, ctx + 1):
+        seen = q // every
+        total += min(seen, topk) if topk is not None else seen
+    return total
+
+
+@pytest.mark.parametrize("seq, ctx", [(1, 1), (1, 9), (5, 23), (40, 40), (3, 57)])
+@pytest.mark.parametrize("topk, every", [(4, 1), (3, 4), (None, 4), (None, 8), (2, 8)])
+def test_sparse_and_compressed_pairs_match_enumeration(seq, ctx, topk, every):
+    """DSA (top-k of every token), CSA (top-k of entries of `every` tokens) and HCA (all entries)."""
+    q, k = tensor(B, S, H, D), tensor(B, C, KV, D)
+    inputs = [q, k] + ([Tensor((Axis("b", B), Axis("s", S), Axis("k", sympy.Integer(topk))))] if topk else [])
+    dims = {"every": sympy.Integer(every)} if every > 1 else {}
+    c, out, _ = run("attention_score", inputs, dims, {"mask": "topk" if topk else "causal"},
+                    scenario={symbols.SEQ: sympy.Integer(seq), symbols.CTX: sympy.Integer(ctx)})
+    assert out.valid == B * H * _brute_sparse_pairs(seq, ctx, topk, every)
+
+
+def test_topk_mask_needs_the_selected_indices():
+    with pytest.raises(SpecError, match="third input"):
+        run("attention_score", [tensor(B, S, H, D), tensor(B, C, KV, D)], {}, {"mask": "topk"})
+
+
+def test_hyper_connection_ops_shapes_and_leaves():
+    n, hid = sympy.Integer(4), HID
+    x = Tensor((Axis("batch", B), Axis("seq", S), Axis("hc_mult", n), Axis("hidden", hid)))
+    c, mix, _ = run("hc_weights", [x], {"streams": n, "dim": hid}, {"name": "hc_attn"})
+    assert mix.sizes == (B, S, 24)
+    assert {leaf.name: tuple(a.size for a in leaf.axes) for leaf in OPS["hc_weights"].leaves(c)} == \
+        {"hc_attn_fn": (24, 4 * hid), "hc_attn_base": (24,), "hc_attn_scale": (3,)}
+    _, collapsed, _ = run("hc_collapse", [x, mix])
+    assert collapsed.sizes == (B, S, hid)
+    c, out, _ = run("hc_expand", [collapsed, x, mix])
+    assert out.sizes == x.sizes
+    assert OPS["hc_expand"].flops(c, out) == B * S * hid * (2 * 16 + 2 * 4)   # n^2 mix + post per feature
+
+
+def test_grouped_linear_stores_one_stacked_matrix():
+    x = Tensor((Axis("batch", B), Axis("seq", S), Axis("o_groups", sympy.Integer(8)), Axis("g", sympy.Integer(4096))))
+    c, out, _ = run("grouped_linear", [x], {"groups": sympy.Integer(8), "in": sympy.Integer(4096),
+                                            "out": sympy.Integer(1024)})
+    assert out.sizes == (B, S, 8, 1024)
+    (leaf,) = OPS["grouped_linear"].leaves(c)
+    assert tuple(a.size for a in leaf.axes) == (8192, 4096) and leaf.matrix
+    assert OPS["grouped_linear"].flops(c, out) == 2 * B * S * 8 * 4096 * 1024
+
+
+def test_token_gather_reads_at_most_k_rows():
+    cache = Tensor((Axis("batch", B), Axis("kv_len", C), Axis("d", D)))
+    idx = Tensor((Axis("batch", B), Axis("seq", S), Axis("k", sympy.Integer(2048))))
+    _, out, _ = run("token_gather", [cache, idx])
+    assert out.sizes == (B, sympy.Min(C, 2048), D)
+    assert OPS["token_gather"].view and OPS["token_gather"].partial
