@@ -172,11 +172,11 @@ def _decider(bound: Mapping[str, sympy.Expr]):
 
 def _stage_of_layers(ev: Evaluation, pp: int) -> dict[str, list[int]]:
     """Template component uid -> its layer count on each pipeline stage."""
-    total = int(quantities.n_layers(ev.numeric))
+    total = _layer_count(ev.numeric)
     out = {}
     for comp in ev.numeric.components.values():
         if comp.template and comp.stack == "main":
-            counts = Counter(min(pp - 1, i * pp // total) for i in comp.layers)
+            counts = Counter(stream_rules.stage_of(i, pp, total) for i in comp.layers)
             out[comp.uid] = [counts.get(s, 0) for s in range(pp)]
     return out
 
@@ -384,7 +384,7 @@ def _with_pipeline(program: Program, placer: Placer) -> Program:
         return program
     link = "scale_up" if config.cp * config.tp * config.pp <= placer.mesh.domain else "scale_out"
     sends = [(steps[next(i for i in after.inputs if i in in_layers)], placer.mesh.degrees["pp"] - 1, after)]
-    n_layers = _layer_count(placer)
+    n_layers = _layer_count(placer.a)
     for stream in placer.a.streams:
         if stream.stack != "main" or not stream.pairs or stream.value_uids[0] not in steps:
             continue
@@ -400,6 +400,6 @@ def _with_pipeline(program: Program, placer: Placer) -> Program:
     return replace(program, steps=program.steps + added)
 
 
-def _layer_count(placer: Placer) -> int:
+def _layer_count(analysis) -> int:
     """Main-stack layers, read off the template components (valid under either binding)."""
-    return sum(len(c.layers) for c in placer.a.components.values() if c.template and c.stack == "main")
+    return sum(len(c.layers) for c in analysis.components.values() if c.template and c.stack == "main")

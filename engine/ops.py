@@ -108,6 +108,8 @@ class Op:
     #: Bytes per output element when the output is not an activation (int32 token indices);
     #: None: the deployment's activation dtype.
     out_element_bytes: int | None = None
+    #: The output is cache storage (the KV dtype): a cache, or rows gathered from one.
+    cache_output: bool = False
 
     def params(self, call: OpCall) -> sympy.Expr:
         """Parameter count: the parameter leaves' element counts (buffers excluded)."""
@@ -606,7 +608,7 @@ OPS: dict[str, Op] = {
         "kv_cache", "Append this step's tokens to a cache and read the visible history; the "
         "component's `cache:` entry naming this node sets the growth law.",
         "axis_replace", (1, 1), _kv_cache_shape, optional_dims=("window", "every"),
-        attrs={"growth": "every_token"}, placement="cache"),
+        attrs={"growth": "every_token"}, placement="cache", cache_output=True),
     "attention_score": Op(
         "attention_score", "q k^T per head over unmasked pairs; mask causal, sliding (window), "
         "chunked, bidirectional, or topk (a third input holds the k selected tokens per query: "
@@ -641,7 +643,7 @@ OPS: dict[str, Op] = {
     "token_gather": Op(
         "token_gather", "The cache rows a query selected: [b, kv_len, ...] with [b, s, k] indices -> "
         "[b, min(kv_len, k), ...]; a view whose consumers read only the selected rows.",
-        "explicit", (2, 2), _token_gather_shape, view=True, partial=True),
+        "explicit", (2, 2), _token_gather_shape, view=True, partial=True, cache_output=True),
     "moe_dispatch": Op(
         "moe_dispatch", "Gather each token once per selected expert: [.., hidden] -> "
         "[routed = tokens x k, hidden].",

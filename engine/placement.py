@@ -227,8 +227,7 @@ class Placer:
     def emit(self, row: NodeRow, inputs: list[Step], layout: Layout, **kw) -> Step:
         """Record a compute step for ``row`` with output ``layout``."""
         op = OPS[row.op]
-        kv = row.op in ("kv_cache", "token_gather")
-        element = self.types.kv_bytes if kv else op.out_element_bytes or self.types.act_bytes
+        element = self.types.kv_bytes if op.cache_output else op.out_element_bytes or self.types.act_bytes
         out_bytes = self.local(row.out, layout) * element
         if op.view:
             source = inputs[0].out_read if inputs else ZERO
@@ -236,7 +235,8 @@ class Placer:
             step = self._step(row, inputs, layout, ZERO, ZERO, ZERO, "bf16", read, view=True)
         else:
             flops = row.flops / self.split(row.out, layout) if row.flops != 0 else ZERO
-            written = self.local(row.in_shapes[0], layout_of(inputs[0])) * self.types.kv_bytes if kv else out_bytes
+            written = (self.local(row.in_shapes[0], layout_of(inputs[0])) * self.types.kv_bytes
+                       if op.cache_output else out_bytes)
             traffic = sum((s.out_read for s in inputs), ZERO) + written
             weight_bytes, dtype = kw.pop("weights", (ZERO, "bf16"))
             step = self._step(row, inputs, layout, flops, traffic, weight_bytes, dtype, out_bytes,

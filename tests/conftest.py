@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 from pathlib import Path
 
@@ -32,6 +33,11 @@ def _evaluation(model_id: str) -> Evaluation:
 def evaluation():
     """``evaluation(model_id)`` -> the model's Evaluation (cached for the session)."""
     return _evaluation
+
+
+def hf_config(model_id: str) -> dict:
+    """The model's published config.json (an external fact, outside the repo)."""
+    return json.loads(hf_config_path(model_id).read_text())
 
 
 def hf_config_path(model_id: str) -> Path:

@@ -8,7 +8,6 @@ the configs' fields.
 """
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -17,15 +16,11 @@ import sympy
 from engine import kv, quantities, storage, symbols
 from engine.deploy import Options, place
 from engine.parallel import ParallelConfig
-from tests.conftest import hf_config_path
+from tests.conftest import hf_config as config
 
 FLASH, PRO = "deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro"
 #: transformers 5.24 DeepseekV4ForCausalLM on the meta device, sum of parameters().
 HF_PARAMS = {FLASH: 284_332_230_231, PRO: 1_572_997_179_491}
-
-
-def config(model_id: str) -> dict:
-    return json.loads(hf_config_path(model_id).read_text())
 
 
 @pytest.mark.parametrize("model_id", [FLASH, PRO])

@@ -5,19 +5,14 @@ papers' definitions — never read back from the engine.
 """
 from __future__ import annotations
 
-import json
 
 import pytest
 import sympy
 
 from engine import kv, quantities, storage
-from tests.conftest import MODEL_IDS, hf_config_path
+from tests.conftest import MODEL_IDS, hf_config as config
 
 GIB = 2**30
-
-
-def config(model_id: str) -> dict:
-    return json.loads(hf_config_path(model_id).read_text())
 
 
 def numbers(ev):

@@ -8,7 +8,6 @@ indexer_types list for which layer feeds which.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from engine.deploy import Options, Scenario, place
 from engine.errors import SpecError
 from engine.parallel import ParallelConfig
 from engine.validate import validate
-from tests.conftest import REPO, hf_config_path
+from tests.conftest import REPO, hf_config as config
 
 CORPUS_ROOT = REPO / "corpus"
 from tests.test_guards import mutate
@@ -31,10 +30,6 @@ V32, GLM5, GLM52 = "deepseek-ai/DeepSeek-V3.2", "zai-org/GLM-5", "zai-org/GLM-5.
 #: transformers 5.24 ``AutoModelForCausalLM.from_config`` on the meta device (no MTP: the HF
 #: classes drop the checkpoint's layer num_hidden_layers), ``sum(p.numel() for p in parameters())``.
 HF_PARAMS = {V32: 671_877_929_216, GLM5: 743_911_199_232, GLM52: 743_377_000_704}
-
-
-def config(model_id: str) -> dict:
-    return json.loads(hf_config_path(model_id).read_text())
 
 
 @pytest.mark.parametrize("model_id", sorted(HF_PARAMS))
