@@ -12,8 +12,11 @@ from engine.api import Evaluation, evaluate_spec
 from engine.corpus import Corpus, load_corpus
 
 REPO = Path(__file__).resolve().parent.parent
-#: Published config.json files (outside the repo; CI has shared/ beside the checkout).
-HF_CONFIGS = Path(os.environ.get("ARCHLEDGER_HF_CONFIGS", REPO.parent / "shared" / "reference" / "hf_configs"))
+#: Published config.json files, copied byte for byte into the corpus beside each snapshot
+#: (corpus/snapshots/README.md names the source and sha256 of each). ARCHLEDGER_HF_CONFIGS may
+#: point at another folder of ``<org>--<name>.json`` files.
+SNAPSHOTS = REPO / "corpus" / "snapshots"
+HF_CONFIGS = Path(os.environ["ARCHLEDGER_HF_CONFIGS"]) if os.environ.get("ARCHLEDGER_HF_CONFIGS") else None
 
 MODEL_IDS = sorted(p.stem.replace("--", "/", 1) for p in (REPO / "corpus" / "models").glob("*.yaml"))
 
@@ -36,11 +39,12 @@ def evaluation():
 
 
 def hf_config(model_id: str) -> dict:
-    """The model's published config.json (an external fact, outside the repo)."""
+    """The model's published config.json (an external fact, kept byte for byte in the corpus)."""
     return json.loads(hf_config_path(model_id).read_text())
 
 
 def hf_config_path(model_id: str) -> Path:
-    path = HF_CONFIGS / (model_id.replace("/", "--") + ".json")
-    assert path.exists(), f"published config missing: {path} (set ARCHLEDGER_HF_CONFIGS)"
+    name = model_id.replace("/", "--")
+    path = HF_CONFIGS / f"{name}.json" if HF_CONFIGS else SNAPSHOTS / f"{name}.config.json"
+    assert path.exists(), f"published config missing: {path} (see corpus/snapshots/README.md)"
     return path

@@ -10,9 +10,10 @@ from engine.deploy import Scenario
 from engine.errors import SpecError
 from engine.hardware import load_gpus
 
-from tests.conftest import HF_CONFIGS, REPO
+from tests.conftest import REPO
 
-REFERENCE = HF_CONFIGS.parent / "gpus.md"
+#: Vendor datasheet figures, copied into the repo with their sources named (independent of gpus/).
+REFERENCE = REPO / "tests" / "reference" / "gpus.md"
 # reference row name -> our GPU key(s) carrying it
 ROWS = {"A100 SXM": ["A100"], "H100 SXM": ["H100"], "H800 SXM": ["H800"], "H200": ["H200"], "B200": ["B200"],
         "B300 / GB300": ["B300", "GB300-NVL72"], "Rubin": ["Rubin"], "MI300X": ["MI300X"],

@@ -1,0 +1,59 @@
+"""The repository stands alone: nothing in it reads outside its own tree.
+
+A clone in an empty folder must pass its tests. Two checks: no tracked file names a path that
+leaves the repo (the development machines keep reference facts in ``../shared``, a clone does
+not have them), and the tests that read published facts pass when run from a copy of the tracked
+files placed where no ``../shared`` exists.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+#: What a path leaving the repo looks like in source, docs or data.
+OUTSIDE = re.compile(r"\.\./shared|shared/reference|/work/|\bshared/DESIGN")
+
+
+def _tracked() -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, check=True).stdout
+    return [name for name in out.decode().split("\0") if name]
+
+
+def test_no_tracked_file_names_a_path_outside_the_repo():
+    offenders = []
+    for name in _tracked():
+        path = REPO / name
+        if name == "tests/test_self_contained.py" or not path.is_file() or path.stat().st_size > 5_000_000:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        offenders += [f"{name}:{i}" for i, line in enumerate(text.splitlines(), 1) if OUTSIDE.search(line)]
+    assert not offenders, offenders
+
+
+def test_reference_tests_pass_from_a_copy_with_nothing_beside_it(tmp_path):
+    """Copy the tracked files to <tmp>/alone/repo (no ../shared there) and run the fact tests."""
+    copy = tmp_path / "alone" / "repo"
+    for name in _tracked():
+        source = REPO / name
+        if source.is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy / name)
+    assert not (copy.parent / "shared").exists() and not (copy.parent.parent / "shared").exists()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+    where = subprocess.run([sys.executable, "-c", "import engine, tests.conftest as c; print(engine.__file__)"],
+                           cwd=copy, env=env, capture_output=True, text=True)
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.strip().startswith(str(copy)), where.stdout  # the copy's code, not the checkout's
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/test_published_configs.py", "tests/test_hardware.py",
+                          "tests/test_models.py", "-k", "not slow"],
+                         cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout
