@@ -468,7 +468,11 @@ class Placer:
                 lv = layout_of(v)
             partial = self.mesh.canonical(tuple(g for g in lp.shards[3] if g in lv.shards[1]))
             layout = Layout((lp.shards[0], lp.shards[2], lp.shards[1], lv.shards[3]), partial)
-            self.emit(row, [p, v], layout)
+            step = self.emit(row, [p, v], layout)
+            if cp and ulysses and cp in lp.shards[1]:
+                # Ulysses moved the sequence split onto heads for attention; the output goes back
+                # to the sequence split (all-to-all), so the output projection runs on own tokens
+                self.out[row.uid] = self.reshard(step, _move(layout, cp, 2, 1), row)
 
     def ring_pass(self, source: Step, consumer: NodeRow, cp: Group) -> Step:
         """Ring attention: each device receives every other device's K (or V) block once."""

@@ -1,7 +1,11 @@
-"""One walk, two bindings: every formula, evaluated at the numeric binding, equals the number.
+"""Consistency of one walk's two bindings: every formula, evaluated at the numeric binding, equals
+the number.
 
 For every node of every model: FLOPs, parameters, counts, output shape and weight leaves; for
-every cache entry its per-token size; and the model-level overview quantities.
+every cache entry its per-token size; and the model-level overview quantities. These are
+consistency tests (the engine against itself): a wrong rule gives a wrong formula and the same
+wrong number, and passes here. Correctness is checked against hand derivations and external facts
+elsewhere (tests/test_models.py, tests/test_hf_oracle.py, tests/test_hand_*.py).
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ def bound_of():
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)
 def test_every_node_formula_equals_number(model_id, evaluation, bound_of):
+    """Consistency: each node's symbolic FLOPs, params, counts, shapes and leaves at the numeric binding."""
     ev = evaluation(model_id)
     bound = bound_of(ev)
     assert ev.numeric.rows.keys() == ev.symbolic.rows.keys()
@@ -47,6 +52,7 @@ def test_every_node_formula_equals_number(model_id, evaluation, bound_of):
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)
 def test_every_cache_and_overview_formula_equals_number(model_id, evaluation, bound_of):
+    """Consistency: cache entries and overview quantities, formula at the binding vs number."""
     ev = evaluation(model_id)
     bound = bound_of(ev)
     for f_cache, n_cache in zip(ev.symbolic.caches, ev.numeric.caches):
@@ -62,7 +68,7 @@ def test_every_cache_and_overview_formula_equals_number(model_id, evaluation, bo
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)
 def test_formulas_are_in_dim_names(model_id, evaluation):
-    """Symbolic params mention only the spec's dims (no stray numbers standing in for dims)."""
+    """Consistency: symbolic params mention only the spec's dims (no stray numbers standing in for dims)."""
     ev = evaluation(model_id)
     q = ev.overview()["params_total"]
     names = {s.name for s in q.formula.free_symbols}

@@ -57,10 +57,20 @@ def test_prefill_grows_and_the_window_caps_decode(contract):
 
 @pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V3", "openai/gpt-oss-20b", "deepseek-ai/DeepSeek-V4-Flash"])
 def test_inspector_document_is_one_source_with_the_overview(model_id):
+    """Consistency of the inspector document with the overview (both from one evaluation): blocks
+    and ops add up to the stack, caches to the KV per token. Plus one absolute anchor per model:
+    the parameter total derived from config.json (tests/test_models.py) or the model card."""
     ev = _evaluation(model_id)
     doc = model_document(ev)
     overview = ev.overview()
     assert doc["overview"]["params_total"]["value"] == int(overview["params_total"].value)
+    # DeepSeek-V3: deepseek_v3_main() in tests/test_models.py; gpt-oss-20b: the HF modeling code's
+    # count (tests/test_hf_oracle.py; "20.91B" on OpenAI's card), by hand 24 layers x (attention
+    # with biases and 64 sinks + router + 32 experts with biases + 2 norms) + 2 x 201,088 x 2880
+    # + 2880; DeepSeek-V4-Flash: the HF modeling code's count (README)
+    absolute = {"deepseek-ai/DeepSeek-V3": 671_026_404_352, "openai/gpt-oss-20b": 20_914_757_184,
+                "deepseek-ai/DeepSeek-V4-Flash": 284_332_230_231}
+    assert doc["overview"]["params_total"]["value"] == absolute[model_id]
     main = next(c for c in doc["components"] if c["uid"] == "main")
     assert main["params"]["value"] == int(overview["params_total"].value)
     # blocks add up to the stack: every op's params x layers x instances, counted once

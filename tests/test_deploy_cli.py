@@ -26,6 +26,8 @@ def test_deploy_text(capsys):
 
 
 def test_deploy_json_uses_the_parquet_names_and_units(capsys):
+    """Field names and units; the KV size is derived by hand (Llama-3.1-70B: 80 layers, 8 KV heads
+    of 128, K and V, BF16); the phase totals vs the per-op sums are a consistency check."""
     assert main(ARGS + ["--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     dep = data["deployment"]

@@ -8,16 +8,41 @@ from __future__ import annotations
 
 import pytest
 
-from engine import quantities
-from tests.conftest import MODEL_IDS, hf_config_path
+# tests/hf_oracle.py imports torch and transformers lazily (inside the call), so importing it would
+# always succeed: the skip must name the packages themselves.
+_WHY = "the transformers oracle is not installed: pip install -e '.[oracle]' (torch, transformers)"
+pytest.importorskip("torch", reason=_WHY)
+pytest.importorskip("transformers", reason=_WHY)
 
-hf_oracle = pytest.importorskip("tests.hf_oracle", reason="install the oracle extra: pip install -e '.[oracle]'")
+from engine import quantities  # noqa: E402
+from tests import hf_oracle  # noqa: E402
+from tests.conftest import MODEL_IDS, hf_config, hf_config_path  # noqa: E402
 
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)
 def test_total_params_equal_hf_modeling_code(model_id, evaluation):
     report = hf_oracle.hf_meta_report(hf_config_path(model_id))
     assert int(quantities.params_total(evaluation(model_id).numeric)) == report.total_params
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
+    """Active parameters per token, absolute: the HF modeling code's total minus the experts a
+    token does not use, (n_experts - top_k) x per-expert params x MoE layers, from config.json
+    (gated MLP: 3 matrices of hidden x expert width; gpt-oss adds gate_up and down biases)."""
+    c = hf_config(model_id)
+    total = hf_oracle.hf_meta_report(hf_config_path(model_id)).total_params
+    active = int(quantities.params_active(evaluation(model_id).numeric))
+    n_experts = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts")
+    if not n_experts:
+        assert active == total
+        return
+    width = c.get("moe_intermediate_size") or c["intermediate_size"]
+    per_expert = 3 * c["hidden_size"] * width
+    if c["model_type"] == "gpt_oss":
+        per_expert += 2 * width + c["hidden_size"]
+    moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
+    assert active == total - (n_experts - c["num_experts_per_tok"]) * per_expert * moe_layers
 
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)

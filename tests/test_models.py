@@ -73,7 +73,9 @@ def test_qwen3_moe_activated(model_id, activated_b, evaluation):
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)
 def test_active_params_from_config(model_id, evaluation):
-    """Active = total - (n_experts - top_k) x per-expert params x MoE layers (gated MLP: 3 matrices)."""
+    """Consistency of active with total: active = total - (n_experts - top_k) x per-expert params
+    x MoE layers (gated MLP: 3 matrices). Both sides are the engine's; the absolute version, against
+    the HF modeling code's total, is test_hf_oracle.py::test_active_params_equal_hf_total_minus_idle_experts."""
     c = config(model_id)
     a = evaluation(model_id).numeric
     n_experts = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts")
@@ -203,6 +205,47 @@ def test_gpt_oss_window_capped_kv(model_id, evaluation):
 
 # -- structure -----------------------------------------------------------------------------------------
 
+def deepseek_v3_moe_layer(c: dict) -> int:
+    """Parameters of one DeepSeek-V3 MoE decoder layer, from config.json (h = 7168):
+
+    MLA: q_a_proj h x 1536 (11,010,048) + q_a_layernorm 1536 + q_b_proj 1536 x 128 x (128 + 64)
+    (37,748,736) + kv_a_proj_with_mqa h x (512 + 64) (4,128,768) + kv_a_layernorm 512 + kv_b_proj
+    512 x 128 x (128 + 128) (16,777,216) + o_proj 128 x 128 x h (117,440,512) = 187,107,328;
+    MoE: router 256 x h (1,835,008; its correction bias is a buffer) + 256 routed and 1 shared
+    expert of 3 x h x 2048 (44,040,192 each) = 11,320,164,352; two RMSNorms 2 x h = 14,336.
+    Total 11,507,286,016."""
+    h, heads = c["hidden_size"], c["num_attention_heads"]
+    nope, rope, v = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+    q, kv = c["q_lora_rank"], c["kv_lora_rank"]
+    mla = h * q + q + q * heads * (nope + rope) + h * (kv + rope) + kv + kv * heads * (nope + v) + heads * v * h
+    experts = c["n_routed_experts"] + c["n_shared_experts"]
+    moe = c["n_routed_experts"] * h + experts * 3 * h * c["moe_intermediate_size"]
+    return mla + moe + 2 * h
+
+
+def deepseek_v3_main(c: dict) -> int:
+    """The main stack: 3 dense layers (the MLA and norms above + a 3 x h x 18432 MLP = 583,483,392
+    each), 58 MoE layers, embedding and head (129,280 x 7168 each, untied), final norm."""
+    h = c["hidden_size"]
+    moe = deepseek_v3_moe_layer(c)
+    routed_and_shared = (c["n_routed_experts"] * h
+                         + (c["n_routed_experts"] + c["n_shared_experts"]) * 3 * h * c["moe_intermediate_size"])
+    dense = moe - routed_and_shared + 3 * h * c["intermediate_size"]
+    n_dense = c["first_k_dense_replace"]
+    return n_dense * dense + (c["num_hidden_layers"] - n_dense) * moe + 2 * c["vocab_size"] * h + h
+
+
+#: deepseek_v3_main(config): 3 x 583,483,392 + 58 x 11,507,286,016 + 2 x 926,679,040 + 7,168
+DEEPSEEK_V3_MAIN = 671_026_404_352
+
+
+def test_deepseek_v3_main_stack_params_by_hand(evaluation):
+    """The hand count above ("671B" on DeepSeek's model card) against the engine's total."""
+    c = config("deepseek-ai/DeepSeek-V3")
+    assert deepseek_v3_main(c) == DEEPSEEK_V3_MAIN
+    assert quantities.params_total(evaluation("deepseek-ai/DeepSeek-V3").numeric) == DEEPSEEK_V3_MAIN
+
+
 def test_deepseek_v3_layer_plan_and_mtp(evaluation):
     """3 dense layers then 58 MoE layers; MTP stored as layer 61, reported outside the main stack."""
     c = config("deepseek-ai/DeepSeek-V3")
@@ -213,11 +256,11 @@ def test_deepseek_v3_layer_plan_and_mtp(evaluation):
     assert plans["mtp"] == (c["num_hidden_layers"],)
     h, v = c["hidden_size"], c["vocab_size"]
     mtp = quantities.params_total(a, "mtp")
-    assert quantities.params_total(a, None) == quantities.params_total(a) + mtp
-    # MTP = one MoE decoder layer + own embedding and head + eh_proj (2h x h) + 3 norms (enorm, hnorm, head norm)
-    moe_rows = [r for r in a.rows.values() if r.stack == "main" and "[moe]" in r.uid and "prefill" in r.phases]
-    one_moe_layer = sum(r.params * r.instances for r in moe_rows)
-    assert mtp == one_moe_layer + 2 * v * h + 2 * h * h + 3 * h
+    assert quantities.params_total(a, None) == DEEPSEEK_V3_MAIN + mtp
+    # MTP = one MoE decoder layer (deepseek_v3_moe_layer: 11,507,286,016) + own embedding and head
+    # (2 x 129,280 x 7168) + eh_proj (2h x h) + 3 norms (enorm, hnorm, head norm) = 13,463,426,048
+    assert deepseek_v3_moe_layer(c) == 11_507_286_016
+    assert mtp == deepseek_v3_moe_layer(c) + 2 * v * h + 2 * h * h + 3 * h == 13_463_426_048
 
 
 def test_mla_decode_uses_absorbed_variant(evaluation):
@@ -233,10 +276,13 @@ def test_mla_decode_uses_absorbed_variant(evaluation):
     batch, ctx = sympy.Symbol("batch", integer=True, positive=True), sympy.Symbol("ctx", integer=True, positive=True)
     one_token = score.flops.subs({sympy.Symbol("seq", integer=True, positive=True): 1})
     assert sympy.expand(one_token - 2 * batch * heads * ctx * (latent + rope)) == 0
-    # the absorbed path owns no parameters of its own
-    assert quantities.params_total(a) == sum(
-        r.params * r.repeat * r.instances for r in a.rows.values()
-        if r.stack == "main" and "prefill" in r.phases)
+    # the absorbed path owns no parameters of its own: the decode program (q_absorb and the value
+    # head_linear share kv_b_proj's weight) holds exactly the model's parameters, counted by hand
+    owned = sum(r.params * r.repeat * r.instances for r in decode if not r.shares)
+    assert {(r.name, r.shares) for r in decode if r.shares} == {("q_absorb", "kv_b_proj"), ("attn", "kv_b_proj")}
+    kv_b = sum(r.params * r.repeat for r in a.rows.values() if r.stack == "main" and r.name == "kv_b_proj")
+    assert kv_b == c["num_hidden_layers"] * latent * heads * (c["qk_nope_head_dim"] + c["v_head_dim"])
+    assert owned + kv_b == DEEPSEEK_V3_MAIN
 
 
 # -- Kimi-K2: the DeepSeek-V3 components at other dims (YAML only) ------------------------------

@@ -1,0 +1,307 @@
+"""Mutation score of the test suite on a curated list of plausible bugs (a benchmark, not a test).
+
+Run from the repo root: ``python benchmarks/mutants.py [--only ID ...] [--list] [--keep]``.
+
+Each entry of :data:`MUTANTS` is one bug someone could plausibly write: a file, an exact piece of
+its text, what it becomes, and the test files that should notice. The harness
+
+1. checks that every mutant's old text occurs exactly once in its file (otherwise it stops before
+   running anything: a list that no longer matches the code must be updated, not silently skipped);
+2. copies the working tree (tracked files, plus untracked files that are not ignored) to a temporary
+   folder and checks that ``import engine`` there resolves to the copy (cwd and PYTHONPATH are the
+   copy, so the editable install of the repo is shadowed);
+3. runs each distinct set of test files once on the unmutated copy; tests that already fail there
+   are reported and deselected from the mutant runs (a red baseline would "kill" every mutant);
+4. applies one mutant at a time, runs ``python -m pytest -x -q <tests>`` in the copy, restores the
+   file; a failing test kills the mutant (the first FAILED test is recorded), a green run means it
+   survived; a run that cannot collect (exit code other than 0 or 1) is an error;
+5. prints a Markdown table and the mutation score (killed / mutants).
+
+Why a hand-written list rather than mutmut or cosmic-ray: those generate every syntactic mutation
+of every line (operators, constants, comparisons), thousands for engine/, each needing a test run;
+on the 2-core development machine that is hours, and most of their mutants are noise (equivalent
+mutants, or changes no engineer would make). The bugs that matter here are domain bugs that keep
+the code running and the numbers plausible: a multiply-add counted once, a collective priced on the
+wrong link, a KV element priced at the activation dtype. Each takes a few seconds to judge with
+the tests that target it, so the whole list runs in a few minutes and says which test guards which
+number.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    file: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    bug: str
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- ops: FLOPs rules --------------------------------------------------------------------------
+    Mutant("apply-no-2", "engine/ops.py",
+           "    return 2 * call.inputs[0].computed * call.inputs[1].axes[3].size",
+           "    return call.inputs[0].computed * call.inputs[1].axes[3].size",
+           ("tests/test_hand_attention.py",),
+           "attention apply (probabilities x values) counted as 1 FLOP per multiply-add"),
+    Mutant("causal-off-by-one", "engine/ops.py",
+           "            return n * (n + 1) / 2",
+           "            return n * (n - 1) / 2",
+           ("tests/test_hand_attention.py",),
+           "causal pairs exclude the diagonal (a query does not see its own key)"),
+    # -- sol: capacity ------------------------------------------------------------------------------
+    Mutant("act-counts-weights", "engine/sol.py",
+           "    return ((traffic[keep] - weights[keep]) / repeat).max(axis=0)",
+           "    return (traffic[keep] / repeat).max(axis=0)",
+           ("tests/test_hand_capacity.py",),
+           "the prefill working set counts the kernel's weights (already resident)"),
+    Mutant("fits-without-activations", "engine/sol.py",
+           "    need = weights + per_rank * kv_dev + act",
+           "    need = weights + per_rank * kv_dev",
+           ("tests/test_hand_capacity.py",),
+           "fits ignores the prefill working set"),
+    # -- parallel / placement: collectives ------------------------------------------------------------
+    Mutant("all-scale-up", "engine/parallel.py",
+           'return "scale_up" if self.span(groups) <= self.domain else "scale_out"',
+           'return "scale_up"',
+           ("tests/test_hand_comm.py",),
+           "every collective priced on the scale-up link, multi-node included"),
+    Mutant("ring-div-cp", "engine/placement.py",
+           "(cp.expr - 1) * source.out_read",
+           "(cp.expr - 1) / cp.expr * source.out_read",
+           ("tests/test_hand_comm.py",),
+           "ring context-parallel K/V bytes divided by cp"),
+    Mutant("all-to-all-as-gather", "engine/placement.py",
+           'op, comm = "all_to_all", (g.expr - 1) / g.expr * step.out_read',
+           'op, comm = "all_to_all", (g.expr - 1) * step.out_read',
+           ("tests/test_hand_comm.py",),
+           "an all-to-all (Ulysses) priced like an all-gather"),
+    Mutant("all-reduce-1", "engine/placement.py",
+           'op, comm = "all_reduce", 2 * (n - 1) / n * step.out_read',
+           'op, comm = "all_reduce", 1 * step.out_read',
+           ("tests/test_hand_comm.py", "tests/test_deploy.py"),
+           "all-reduce factor 2(n-1)/n replaced by 1"),
+    Mutant("all-reduce-2", "engine/placement.py",
+           'op, comm = "all_reduce", 2 * (n - 1) / n * step.out_read',
+           'op, comm = "all_reduce", 2 * step.out_read',
+           ("tests/test_hand_comm.py", "tests/test_deploy.py"),
+           "all-reduce factor 2(n-1)/n replaced by 2"),
+    Mutant("reduce-scatter-as-all-reduce", "engine/placement.py",
+           '"reduce_scatter", out, groups, (n - 1) / n * step.out_read, row)',
+           '"reduce_scatter", out, groups, 2 * (n - 1) / n * step.out_read, row)',
+           ("tests/test_hand_comm.py",),
+           "the MoE combine's reduce-scatter priced as an all-reduce"),
+    Mutant("all-gather-div-n", "engine/placement.py",
+           'op, comm = "all_gather", (g.expr - 1) * step.out_read',
+           'op, comm = "all_gather", (g.expr - 1) / g.expr * step.out_read',
+           ("tests/test_hand_comm.py",),
+           "all-gather bytes divided by n (the local shard taken for the whole tensor)"),
+    Mutant("fp8-kv-as-bf16", "engine/placement.py",
+           "element = self.types.kv_bytes if op.cache_output else",
+           "element = self.types.act_bytes if op.cache_output else",
+           ("tests/test_hand_kv_traffic.py",),
+           "cache reads priced at the activation dtype (FP8 KV traffic as BF16)"),
+    # -- fusion ----------------------------------------------------------------------------------------
+    Mutant("fused-writes-intermediates", "engine/fusion.py",
+           "        writes = sum((s.written for s in members\n"
+           "                      if not set(graph.consumers.get(s.uid, [])) <= inside or not graph.consumers.get(s.uid)),\n"
+           "                     ZERO)",
+           "        writes = sum((s.written for s in members), ZERO)",
+           ("tests/test_hand_attention.py",),
+           "a fused kernel writes its intermediates (flash attention's scores) to HBM"),
+    # -- cost --------------------------------------------------------------------------------------------
+    Mutant("memory-time-without-weights", "engine/cost.py",
+           "tc, tm, tl = f / peaks[i], b / hbm, c / links[i]",
+           "tc, tm, tl = f / peaks[i], (b - w) / hbm, c / links[i]",
+           ("tests/test_hand_kv_traffic.py",),
+           "phase memory time leaves out the weights read"),
+    # -- storage / kv / deploy ----------------------------------------------------------------------------
+    Mutant("stacked-experts-per-expert", "engine/storage.py",
+           "count = row.repeat * (sympy.Integer(1) if row.stacked else row.instances)",
+           "count = row.repeat * row.instances",
+           ("tests/test_models.py",),
+           "a stacked expert tensor (one per layer) counted once per expert"),
+    Mutant("window-not-capped", "engine/kv.py",
+           "        return sympy.Min(length, cache.window)",
+           "        return length",
+           ("tests/test_models.py",),
+           "a sliding-window cache grows with the context"),
+    Mutant("kv-not-split", "engine/deploy.py",
+           "* cache.per_token * KV_BYTES / split * count",
+           "* cache.per_token * KV_BYTES * count",
+           ("tests/test_deploy.py",),
+           "per-GPU KV not divided by the cache's layout (KV heads under TP)"),
+    # -- the site: a display bug over a correct engine ---------------------------------------------------
+    Mutant("page-kv-per-gpu", "static/js/deploy.js",
+           "fmt.bytes(dec.kv_bytes_per_request)",
+           "fmt.bytes(dec.kv_bytes_per_gpu)",
+           ("tests/test_site_numbers.py",),
+           "the deployment page shows the batch's KV per GPU as 'KV per request'"),
+)
+
+
+def check_texts(mutants, root: Path = REPO) -> list[str]:
+    """Every mutant's old text occurs exactly once in its file (problems, empty when all do)."""
+    problems = []
+    ids = [m.id for m in mutants]
+    for dup in sorted({i for i in ids if ids.count(i) > 1}):
+        problems.append(f"mutant id {dup!r} is used twice")
+    for m in mutants:
+        path = root / m.file
+        if not path.is_file():
+            problems.append(f"{m.id}: {m.file} does not exist")
+            continue
+        count = path.read_text().count(m.old)
+        if count != 1:
+            problems.append(f"{m.id}: the old text occurs {count} times in {m.file} (expected exactly once): {m.old!r}")
+        if m.old == m.new:
+            problems.append(f"{m.id}: old and new text are the same")
+        for test in m.tests:
+            if not (root / test).is_file():
+                problems.append(f"{m.id}: test file {test} does not exist")
+    return problems
+
+
+def _git_files(*args: str) -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-z", *args], cwd=REPO, capture_output=True, check=True).stdout
+    return [p for p in out.decode().split("\0") if p]
+
+
+def copy_tree(target: Path) -> int:
+    """Tracked files plus untracked, non-ignored ones (the working tree as it is) into ``target``."""
+    files = sorted(set(_git_files()) | set(_git_files("--others", "--exclude-standard")))
+    copied = 0
+    for rel in files:
+        src = REPO / rel
+        if not src.exists() and not src.is_symlink():
+            continue                      # deleted in the working tree
+        dst = target / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst, follow_symlinks=False)
+        copied += 1
+    return copied
+
+
+def _env(copy: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(copy) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def check_import(copy: Path) -> str:
+    """Where ``import engine`` resolves with cwd = the copy (must be inside the copy)."""
+    probe = subprocess.run([sys.executable, "-c", "import engine, tests.conftest as c; print(engine.__file__); print(c.REPO)"],
+                           cwd=copy, env=_env(copy), capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise SystemExit(f"error: cannot import the copy's engine: {probe.stderr.strip()}")
+    engine_file, tests_repo = probe.stdout.split()
+    for path in (engine_file, tests_repo):
+        if not Path(path).resolve().is_relative_to(copy.resolve()):
+            raise SystemExit(f"error: the copy imports {path}, not its own files under {copy}")
+    return engine_file
+
+
+def run_pytest(copy: Path, tests, deselect=(), stop_first: bool = True) -> tuple[int, list[str], float, str]:
+    """(exit code, FAILED node ids in order, seconds, output tail)."""
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
+    if stop_first:
+        args.append("-x")
+    for node in deselect:
+        args += ["--deselect", node]
+    start = time.perf_counter()
+    proc = subprocess.run(args + list(tests), cwd=copy, env=_env(copy), capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    seconds = time.perf_counter() - start
+    failed = [line[len("FAILED "):].split(" - ")[0].strip() for line in proc.stdout.splitlines()
+              if line.startswith("FAILED ")]
+    return proc.returncode, failed, seconds, "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="run these mutant ids only")
+    parser.add_argument("--list", action="store_true", help="list the mutants and check their texts, run nothing")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
+    args = parser.parse_args()
+    mutants = [m for m in MUTANTS if not args.only or m.id in args.only]
+    if args.only and len(mutants) != len(set(args.only)):
+        known = {m.id for m in MUTANTS}
+        print(f"error: unknown mutant ids: {', '.join(sorted(set(args.only) - known))}", file=sys.stderr)
+        return 2
+    problems = check_texts(mutants)
+    if problems:
+        print("error: the mutant list does not match the code:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
+    if args.list:
+        for m in mutants:
+            print(f"{m.id:30} {m.file:22} {m.bug}  [{' '.join(m.tests)}]")
+        return 0
+
+    total_start = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="archledger-mutants-"))
+    copy = tmp / "repo"
+    try:
+        n = copy_tree(copy)
+        engine_file = check_import(copy)
+        print(f"copied {n} files to {copy}; engine imported from {engine_file}", file=sys.stderr)
+
+        baseline: dict[tuple, list[str]] = {}
+        for tests in sorted({m.tests for m in mutants}):
+            code, failed, seconds, tail = run_pytest(copy, tests, stop_first=False)
+            if code not in (0, 1):
+                print(f"error: the unmutated tests {' '.join(tests)} did not run (exit {code}):\n{tail}", file=sys.stderr)
+                return 2
+            baseline[tests] = failed
+            note = f"; already failing, deselected below: {', '.join(failed)}" if failed else ""
+            print(f"baseline {' '.join(tests)}: {seconds:.1f} s{note}", file=sys.stderr)
+
+        results = []
+        for m in mutants:
+            path = copy / m.file
+            original = path.read_text()
+            path.write_text(original.replace(m.old, m.new, 1))
+            try:
+                code, failed, seconds, tail = run_pytest(copy, m.tests, baseline[m.tests])
+            finally:
+                path.write_text(original)
+            status = {0: "survived", 1: "killed"}.get(code, "error")
+            killer = failed[0] if failed else ("" if code in (0, 1) else f"exit {code}: {tail.splitlines()[-1] if tail else ''}")
+            results.append((m, status, killer, seconds))
+            print(f"{m.id}: {status} ({seconds:.1f} s) {killer}", file=sys.stderr)
+    finally:
+        if args.keep:
+            print(f"kept {copy}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    print("| mutant | file | bug | result | killed by | s |\n|---|---|---|---|---|---|")
+    for m, status, killer, seconds in results:
+        print(f"| `{m.id}` | {m.file} | {m.bug} | {status} | {f'`{killer}`' if killer else '—'} | {seconds:.0f} |")
+    killed = sum(1 for _, status, _, _ in results if status == "killed")
+    elapsed = time.perf_counter() - total_start
+    print(f"\nmutation score: {killed}/{len(results)} killed ({100 * killed / max(len(results), 1):.0f}%) "
+          f"in {elapsed:.0f} s")
+    already = sorted({node for failed in baseline.values() for node in failed})
+    if already:
+        print(f"note: failing before any mutation (deselected from the runs): {', '.join(already)}")
+    return 0 if killed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Capacity by hand: weights, KV, the prefill working set, ``max_prefill_batch`` and the ``fits`` margin.
+
+From the published configs and docs/deployment.md's definitions, never from the engine:
+
+* usable HBM = 0.9 x capacity (H100: 80 GB decimal -> 72e9 bytes);
+* weights per GPU: every parameter once at BF16 on one GPU (the checkpoint's dtype);
+* KV per request at context L: K and V, n_kv_heads x d_head each, every layer, x L x 2 bytes;
+* the prefill working set of one prompt: the largest kernel's activations read and written (no
+  weights: they are already counted once, resident);
+* ``max_prefill_batch`` = floor((usable - weights) / (KV at the prompt + one working set));
+* ``max_concurrent_requests`` = dp_attn x floor((usable - weights) / KV per request per GPU at
+  the last position);
+* ``fits``: weights + batch x KV at the last position + one prompt's working set <= usable;
+  otherwise ``shortfall_bytes`` is the excess.
+"""
+from __future__ import annotations
+
+import math
+
+from engine.deploy import Scenario
+from tests.conftest import hf_config
+from tests.deploy_helpers import deploy
+
+BF16 = 2
+USABLE_H100 = 0.9 * 80e9                     # gpus/h100-sxm.yaml: hbm_gb 80; --hbm-fraction 0.9
+
+C8 = hf_config("meta-llama/Meta-Llama-3.1-8B")
+HID, FF, L, VOCAB = C8["hidden_size"], C8["intermediate_size"], C8["num_hidden_layers"], C8["vocab_size"]
+HEADS, KVH = C8["num_attention_heads"], C8["num_key_value_heads"]
+D = HID // HEADS
+
+
+def llama_8b_params() -> int:
+    """q, o: hidden x hidden; k, v: hidden x (8 x 128); gate, up, down: hidden x 14336; two norms
+    per layer; embedding and (untied) head: vocab x hidden; final norm.
+    = 32 x 218,112,000 + 2 x 525,336,576 + 4,096 = 8,030,261,248 (Meta's "8B")."""
+    layer = 2 * HID * HID + 2 * HID * KVH * D + 3 * HID * FF + 2 * HID
+    return L * layer + 2 * VOCAB * HID + HID
+
+
+WEIGHTS = llama_8b_params() * BF16                                # 16,060,522,496 bytes
+KV_TOKEN = 2 * L * KVH * D * BF16                                 # 131,072 bytes (128 KiB)
+PROMPT, GEN = 1024, 256
+#: vLLM's largest prefill kernel for one 1024-token prompt is SiLU-and-mul (the glu op): it reads
+#: the gate and up projections and writes their product, 3 x 1024 x 14336 x 2 B = 88,080,384 B.
+#: The others are smaller: gate_up_proj reads x (8 MiB) and writes 2 x 28 MiB = 64 MiB; down_proj
+#: 28 + 8 MiB; flash attention q + K + V + out = 8 + 2 + 2 + 8 MiB; fused add + RMSNorm 4 x 8 MiB;
+#: the head runs on the last token only.
+GLU_SET = 3 * PROMPT * FF * BF16
+
+
+def _vllm(batch: int):
+    return deploy("Llama-3.1-8B", "H100", Scenario(batch, PROMPT, GEN), framework="vllm", tp=1).summary
+
+
+def test_llama_8b_weights_and_kv_on_one_gpu():
+    s = _vllm(1)
+    assert llama_8b_params() == 8_030_261_248
+    assert s["weight_bytes_per_gpu"] == WEIGHTS
+    assert s["kv_bytes_per_request"] == KV_TOKEN * (PROMPT + GEN) == 167_772_160
+    assert s["kv_bytes_per_request_per_gpu"] == KV_TOKEN * (PROMPT + GEN)
+    assert s["kv_budget_bytes_per_gpu"] == USABLE_H100 - WEIGHTS == 55_939_477_504
+
+
+def test_max_prefill_batch_llama_8b_is_251():
+    """(72e9 - 16,060,522,496) / (1024 x 131,072 + 88,080,384) = 55,939,477,504 / 222,298,112
+    = 251.6 -> 251 prompts. Counting the weights in the working set (the head's 1.05 GB table)
+    would give 47."""
+    per_prompt = PROMPT * KV_TOKEN + GLU_SET
+    expected = math.floor((USABLE_H100 - WEIGHTS) / per_prompt)
+    assert expected == 251
+    for batch in (1, 8):
+        s = _vllm(batch)
+        assert s["max_prefill_batch"] == expected
+        # the whole batch's prompts are prefilled in one step: batch x the working set
+        assert s["activation_bytes_per_gpu"] == batch * GLU_SET
+
+
+def test_unfused_working_set_is_the_dense_score_matrix():
+    """Without fusion the largest kernel is softmax over the [32 heads, 1024, 1024] scores (BF16),
+    read and written: 2 x 32 x 1024^2 x 2 B = 134,217,728 B; 55,939,477,504 / (134,217,728 +
+    134,217,728) = 208.4 -> 208 prompts."""
+    dense = 2 * HEADS * PROMPT * PROMPT * BF16
+    s = deploy("Llama-3.1-8B", "H100", Scenario(1, PROMPT, GEN), tp=1).summary
+    assert s["activation_bytes_per_gpu"] == dense
+    assert s["max_prefill_batch"] == math.floor((USABLE_H100 - WEIGHTS) / (PROMPT * KV_TOKEN + dense)) == 208
+
+
+def test_fits_margin_includes_one_prefill_working_set():
+    """KV capacity at 1280 tokens: floor(55,939,477,504 / 167,772,160) = 333 requests. But serving
+    also needs one prompt's working set: 332 requests need 16,060,522,496 + 332 x 167,772,160 +
+    88,080,384 = 71,848,960,000 <= 72e9 (fit), 333 need 72,016,732,160: short by 16,732,160."""
+    per_request = KV_TOKEN * (PROMPT + GEN)
+    capacity = math.floor((USABLE_H100 - WEIGHTS) / per_request)
+    assert capacity == 333
+    for batch, fits in ((332, True), (333, False)):
+        s = _vllm(batch)
+        need = WEIGHTS + batch * per_request + GLU_SET
+        assert s["max_concurrent_requests"] == capacity
+        assert s["fits"] is fits, batch
+        assert s["shortfall_bytes"] == max(need - USABLE_H100, 0.0)
+        assert s["free_bytes_per_gpu"] == max(USABLE_H100 - WEIGHTS - batch * per_request, 0.0)
+    assert WEIGHTS + 333 * per_request + GLU_SET - USABLE_H100 == 16_732_160
+
+
+def test_dp_attention_capacity_qwen3_30b_a3b():
+    """Qwen3-30B-A3B on 8 H100, TP8 = 8 attention replicas (DP-attention 8) + EP 8, BF16.
+
+    Each GPU keeps the whole attention, router, norms, embedding and head (attention TP is 1) and
+    16 of the 128 experts. Per layer outside the experts: q (2048 x 32 x 128), k and v (2048 x 4 x
+    128), o, q/k norms (128 each), router 128 x 2048, two norms; experts 3 x 2048 x 768 each.
+    KV per request per GPU: 48 layers x 2 x 4 heads x 128 x 2 B = 98,304 B per token (not split:
+    each replica holds its own requests). Requests = 8 x floor((72e9 - weights) / (98,304 x 5120))."""
+    c = hf_config("Qwen/Qwen3-30B-A3B")
+    h, heads, kvh, d = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    e, ff, layers, vocab = c["num_experts"], c["moe_intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
+    shared = layers * (2 * h * heads * d + 2 * h * kvh * d + 2 * d + e * h + 2 * h) + 2 * vocab * h + h
+    experts = layers * e * 3 * h * ff
+    weights = (shared + experts // 8) * BF16
+    s = deploy("Qwen3-30B-A3B", "H100", Scenario(64, 4096, 1024), tp=8, dp_attn=8, ep=8).summary
+    assert s["weight_bytes_per_gpu"] == weights == 10_329_944_064
+    kv_request = layers * 2 * kvh * d * BF16 * (4096 + 1024)
+    assert s["kv_bytes_per_request_per_gpu"] == kv_request
+    assert s["kv_bytes_per_gpu"] == 64 / 8 * kv_request                 # 8 requests per replica
+    assert s["max_concurrent_requests"] == 8 * math.floor((USABLE_H100 - weights) / kv_request) == 976

@@ -1,0 +1,256 @@
+"""Grid rows checked by hand, and the numbers the pages show checked against those rows.
+
+One model (Llama-3.1-8B) is built over a tiny grid (one H100 and two, vLLM, BF16 KV, prompts of
+1K and 4K tokens, batches 1 and 8, one per-op point), then the site is rendered from the results
+and driven in headless Chromium (the fixtures of tests/test_site_browser.py).
+
+1. A few rows of ``deployments/`` and ``ops/`` against values derived by hand from config.json
+   (hidden 4096, 32 layers, 32 heads of 128, 8 KV heads, FFN 14336, vocab 128256) and the H100's
+   figures (80 GB, NVLink4 900 GB/s both ways): the grid build is checked absolutely, not only
+   against ``archledger deploy`` (tests/test_build.py, a consistency test).
+2. The gallery, the model page and one deployment selection: every number shown equals the Parquet
+   value it comes from, to the precision displayed (3 significant digits), so a display bug (a
+   wrong field, unit, row or phase) cannot hide behind a correct engine.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import polars as pl
+import pytest
+import yaml
+
+from site_builder.serve import start
+from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+
+MODEL = "meta-llama/Meta-Llama-3.1-8B"
+SLUG = "meta-llama--Meta-Llama-3.1-8B"
+GRID = {
+    "doc": "Tiny grid for tests/test_site_numbers.py.",
+    "gpus": ["H100"], "gpu_counts": [1, 2], "beyond_fit": 2,
+    "parallel": {"max_pp": 1, "cp": [1], "ep": [1], "dp_attn": [1], "tp_in_domain": True, "pp_after_tp": 8},
+    "frameworks": ["vllm"], "kv_dtypes": ["bf16"],
+    "scenarios": {"input_lengths": [1024, 4096], "beyond_max_context": 1, "output_lengths": [256],
+                  "batches": [1, 8]},
+    "ops": {"kv_dtypes": ["bf16"], "points": [{"batch": 8, "input": 4096, "output": 256}]},
+}
+
+# Llama-3.1-8B by hand (config.json)
+HID, L, HEADS, KVH, FF, VOCAB = 4096, 32, 32, 8, 14336, 128256
+D = HID // HEADS
+PARAMS = L * (2 * HID * HID + 2 * HID * KVH * D + 3 * HID * FF + 2 * HID) + 2 * VOCAB * HID + HID  # 8,030,261,248
+NORMS = (2 * L + 1) * HID * 2                  # RMSNorm weights, kept whole on every GPU (bytes)
+KV_TOKEN = 2 * L * KVH * D * 2                 # 131,072 B per token, BF16
+USABLE = 0.9 * 80e9
+NVLINK4 = 900e9 / 2
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    from engine.build import build
+    from engine.corpus import load_corpus
+    from site_builder.render import render_site
+
+    root = tmp_path_factory.mktemp("site-numbers")
+    grid = root / "grid.yaml"
+    grid.write_text(yaml.safe_dump(GRID, sort_keys=False))
+    build(load_corpus(), root, ["Llama-3.1-8B"], grid, jobs=1)
+    render_site(root / "results", root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tables(out):
+    results = out / "results"
+    scan = lambda t: pl.scan_parquet(str(results / t / "**" / "*.parquet"), hive_partitioning=True).collect()  # noqa: E731
+    return {"models": pl.read_parquet(results / "models.parquet"), "deployments": scan("deployments"),
+            "ops": scan("ops")}
+
+
+@pytest.fixture(scope="module")
+def base(out):
+    server, url = start(out / "site")
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
+def _one(frame: pl.DataFrame, **where) -> dict:
+    for k, v in where.items():
+        frame = frame.filter(pl.col(k) == v)
+    assert frame.height == 1, (where, frame.height)
+    return frame.row(0, named=True)
+
+
+def _deployment(tables, n_gpus, phase="decode", batch=8, input_len=1024):
+    return _one(tables["deployments"], model_id=MODEL, gpu="H100", n_gpus=n_gpus, framework="vllm",
+                kv_dtype="bf16", phase=phase, batch=batch, input_len=input_len, output_len=256)
+
+
+# -- 1. grid rows by hand ---------------------------------------------------------------------------
+
+def test_deployment_rows_by_hand(tables):
+    """One H100: weights 8,030,261,248 x 2 B; KV 131,072 B/token x 1280; capacity floor(55,939,477,504
+    / 167,772,160) = 333; prefill floor(55,939,477,504 / (1024 x 131,072 + 88,080,384)) = 251 (the
+    working set is SiLU-and-mul: 3 x 1024 x 14336 x 2 B). Two H100 (TP 2): matrices halved, norms
+    whole: (16,060,522,496 - 532,480) / 2 + 532,480 = 8,030,527,488 B; 4 of 8 KV heads per GPU:
+    floor((72e9 - 8,030,527,488) / 83,886,080) = 762 requests."""
+    one = _deployment(tables, 1)
+    assert PARAMS == 8_030_261_248
+    assert one["weight_bytes_per_gpu"] == PARAMS * 2
+    assert one["usable_bytes_per_gpu"] == USABLE
+    assert one["kv_bytes_per_request"] == KV_TOKEN * 1280 == 167_772_160
+    assert one["kv_bytes_per_gpu"] == 8 * KV_TOKEN * 1280
+    assert one["max_concurrent_requests"] == math.floor((USABLE - PARAMS * 2) / (KV_TOKEN * 1280)) == 333
+    assert one["max_prefill_batch"] == math.floor((USABLE - PARAMS * 2) / (1024 * KV_TOKEN + 3 * 1024 * FF * 2)) == 251
+    assert one["fits"] and not one["extrapolated"] and one["shortfall_bytes"] == 0
+    two = _deployment(tables, 2)
+    weights = (PARAMS * 2 - NORMS) / 2 + NORMS
+    assert two["weight_bytes_per_gpu"] == weights == 8_030_527_488
+    assert two["kv_bytes_per_request_per_gpu"] == KV_TOKEN * 1280 / 2
+    assert two["max_concurrent_requests"] == math.floor((USABLE - weights) / (KV_TOKEN * 1280 / 2)) == 762
+    assert two["tokens_per_s_per_gpu"] == pytest.approx(8 / two["tpot_s"] / 2, rel=1e-12)
+
+
+def test_ops_rows_by_hand(tables):
+    """The per-op point (8 requests, 4096-token prompts, 256 generated; decode at 4352):
+    flash_attention on one GPU: 32 x 8 x 32 heads x 4352 keys x (2 x 128 + 5 + 2 x 128) FLOPs and
+    32 x (q + out: 2 x 8 x 32 x 128 x 2 B, K + V: 2 x 8 x 4352 x 8 x 128 x 2 B) bytes; on two GPUs
+    (TP 2) the row-parallel down_proj output [8, 4096] is all-reduced: 32 x 2 x 1/2 x 8 x 4096 x 2 B
+    = 2,097,152 B over NVLink; prefill's o_proj all-reduce moves 32 x 8 x 4096 x 4096 x 2 B."""
+    ops = tables["ops"].filter((pl.col("model_id") == MODEL) & (pl.col("batch") == 8)
+                               & (pl.col("input_len") == 4096) & (pl.col("output_len") == 256))
+    ctx = 4096 + 256
+    fa = _one(ops, n_gpus=1, phase="decode", op_uid="flash_attention@main/layers[block]/self_attn/scores")
+    assert fa["flops"] == L * 8 * HEADS * ctx * (2 * D + 5 + 2 * D)
+    assert fa["bytes"] == L * (2 * 8 * HEADS * D * 2 + 2 * 8 * ctx * KVH * D * 2)
+    assert fa["t_memory_s"] == pytest.approx(fa["bytes"] / 3.35e12, rel=1e-12)
+    down = _one(ops, n_gpus=2, phase="decode", op_uid="main/layers[block]/mlp/down_proj>all_reduce[tp]")
+    assert down["comm_bytes"] == L * 2 * 1 / 2 * 8 * HID * 2 == 2_097_152
+    assert down["link"] == "scale_up" and down["t_comm_s"] == pytest.approx(2_097_152 / NVLINK4, rel=1e-12)
+    o_proj = _one(ops, n_gpus=2, phase="prefill", op_uid="main/layers[block]/self_attn/o_proj>all_reduce[tp]")
+    assert o_proj["comm_bytes"] == L * 8 * 4096 * HID * 2
+
+
+# -- 2. pages show the rows ---------------------------------------------------------------------------
+
+_SI = {"T": 1e12, "B": 1e9, "M": 1e6, "k": 1e3, "": 1.0}
+_BYTES = {"TB": 1e12, "GB": 1e9, "MB": 1e6, "kB": 1e3, "B": 1.0}
+_TIME = {"s": 1.0, "ms": 1e-3, "µs": 1e-6}
+
+
+def _parse(text: str, units: dict) -> tuple[float, str]:
+    """'8.03 B' -> (8.03e9, '8.03'); the mantissa text tells the displayed precision."""
+    match = re.fullmatch(r"(-?[0-9.]+(?:e[+-]?\d+)?)\s*(\S*)", text.strip())
+    assert match and match.group(2) in units, f"unparseable {text!r}"
+    return float(match.group(1)) * units[match.group(2)], match.group(1)
+
+
+def _shows(text: str, value: float, units: dict, digits: int = 3) -> None:
+    """``text`` displays ``value`` at ``digits`` significant digits (half a unit in the last digit,
+    plus the 4-digit rounding of the page's data: 0.55 units)."""
+    shown, mantissa = _parse(text, units)
+    if value == 0:
+        assert shown == 0, text
+        return
+    step = 10 ** (math.floor(math.log10(abs(value))) - digits + 1)
+    assert abs(shown - value) <= 0.55 * step, f"page shows {text!r}, the Parquet row holds {value!r}"
+    assert len(mantissa.replace("-", "").replace(".", "").lstrip("0")) <= digits, text
+
+
+def test_gallery_shows_the_models_row(browser, base, tables):
+    row = _one(tables["models"], model_id=MODEL)
+    tab = _open(browser)
+    try:
+        tab.goto(base)
+        tr = tab.page.locator(f"#gallery tbody tr:has(a[href$='models/{SLUG}/'])")
+        assert tr.count() == 1
+        for key in ("params_total", "params_active", "kv_bytes_per_token", "max_context"):
+            assert int(tr.get_attribute(f"data-{key}")) == row[key], key      # the sort keys, exact
+        cells = [tr.locator("td").nth(i).inner_text() for i in range(tr.locator("td").count())]
+        # columns: select, family, params, active, attention, KV / token, max context, status
+        assert cells[1] == row["family"]
+        _shows(cells[2], row["params_total"], _SI)
+        _shows(cells[3], row["params_active"], _SI)
+        _shows(cells[5], row["kv_bytes_per_token"], _BYTES)
+        assert cells[6] == f"{row['max_context'] // 1024}K"
+        assert not tab.errors, tab.errors
+    finally:
+        tab.context.close()
+
+
+def test_model_page_shows_the_models_row(browser, base, tables):
+    row = _one(tables["models"], model_id=MODEL)
+    tab = _open(browser)
+    try:
+        tab.goto(f"{base}models/{SLUG}/")
+        cards = tab.page.locator("#ov ~ dl.cards > div")
+        shown = {cards.nth(i).locator("dt").inner_text(): cards.nth(i).locator("dd").inner_text()
+                 for i in range(cards.count())}
+        _shows(shown["Parameters"], row["params_total"], _SI)
+        _shows(shown["Active per token"], row["params_active"], _SI)
+        _shows(shown["Embedding"], row["params_embedding"], _SI)
+        assert shown["Layers"] == f"{row['n_layers']:,}"
+        assert shown["Max context"] == f"{row['max_context'] // 1024}K"
+        _shows(shown["Checkpoint bytes"], row["checkpoint_bytes"], _BYTES)
+        assert shown["Checkpoint tensors"] == f"{row['checkpoint_tensors']:,}"
+        _shows(shown["KV per token (BF16)"], row["kv_bytes_per_token"], _BYTES)
+        _shows(shown["KV fixed per request"], row["kv_fixed_bytes"], _BYTES)
+        assert not tab.errors, tab.errors
+    finally:
+        tab.context.close()
+
+
+def test_deployment_selection_shows_its_rows(browser, base, tables):
+    """Two H100 (TP 2), 8 requests of 4096 + 256 tokens: the summary cards and the memory bar show
+    the decode row (TTFT from the same point, prefill's bound beside it), the per-op table the ops
+    rows of that point."""
+    dec = _deployment(tables, 2, "decode", 8, 4096)
+    pre = _deployment(tables, 2, "prefill", 8, 4096)
+    tab = _open(browser)
+    try:
+        tab.goto(f"{base}models/{SLUG}/deploy/?gpu=H100&cfg=2x+tp2&fw=vllm&kv=bf16&input=4096&batch=8")
+        tab.page.wait_for_selector("#summary dl.cards")
+        tab.page.wait_for_function("() => document.querySelectorAll('#ops tbody tr').length > 0")
+        form = tab.page.evaluate("() => Object.fromEntries(['gpu','cfg','fw','kv','input','batch']"
+                                 ".map(k => [k, document.querySelector('#pick [name=' + k + ']').value]))")
+        assert form == {"gpu": "H100", "cfg": "2x tp2", "fw": "vllm", "kv": "bf16", "input": "4096", "batch": "8"}
+        cards = tab.page.locator("#summary dl.cards > div")
+        shown = {cards.nth(i).locator("dt").inner_text(): cards.nth(i).locator("dd").inner_text()
+                 for i in range(cards.count())}
+        assert dec["fits"] and shown["Fits"] == "yes"
+        _shows(shown["TTFT"], dec["ttft_s"], _TIME)
+        _shows(shown["TPOT"], dec["tpot_s"], _TIME)
+        _shows(shown["Decode tokens/s per GPU"], dec["tokens_per_s_per_gpu"], {"": 1.0}, digits=4)
+        assert shown["Max concurrent requests"] == str(dec["max_concurrent_requests"])
+        _shows(shown["Weights per GPU"], dec["weight_bytes_per_gpu"], _BYTES)
+        _shows(shown["KV per request"], dec["kv_bytes_per_request"], _BYTES)
+        assert shown["Decode bound"] == dec["bound"] and shown["Prefill bound"] == pre["bound"]
+        bar = [tab.page.locator("#membar .seg").nth(i).inner_text() for i in range(3)]
+        for text, (label, key) in zip(bar, (("weights", "weight_bytes_per_gpu"), ("KV", "kv_bytes_per_gpu"),
+                                            ("free", "free_bytes_per_gpu"))):
+            assert text.startswith(label + " "), bar
+            _shows(text[len(label) + 1:], dec[key], _BYTES)
+
+        ops = tables["ops"].filter((pl.col("model_id") == MODEL) & (pl.col("n_gpus") == 2) & (pl.col("phase") == "decode")
+                                   & (pl.col("batch") == 8) & (pl.col("input_len") == 4096) & (pl.col("output_len") == 256))
+        by_uid = {r["op_uid"]: r for r in ops.iter_rows(named=True)}
+        rows = tab.page.locator("#ops tbody tr")
+        assert rows.count() == len(by_uid)
+        for i in range(rows.count()):
+            cells = [rows.nth(i).locator("td").nth(j).inner_text() for j in range(10)]
+            r = by_uid[cells[0]]
+            assert cells[1] == r["kind"], cells
+            _shows(cells[2], r["flops"], _SI)
+            _shows(cells[3], r["bytes"], _BYTES)
+            _shows(cells[4], r["comm_bytes"], _BYTES)
+            for j, key in zip((5, 6, 7, 8), ("t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s")):
+                if r[key] == 0:
+                    assert cells[j] == "0.00 µs", (cells[0], key, cells[j])
+                else:
+                    _shows(cells[j], r[key], _TIME)
+            assert cells[9] == r["bound"], cells
+        assert not tab.errors, tab.errors
+    finally:
+        tab.context.close()
