@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -71,45 +72,123 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="archledger", description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default=None, help="corpus folder (default: the repo's corpus/)")
-    sub = parser.add_subparsers(dest="command", required=True)
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default (unless it has none or already says it)."""
 
-    show = sub.add_parser("show", help="overview of one model: params, checkpoint bytes, KV per token")
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (default is not None and not isinstance(default, bool) and default != argparse.SUPPRESS
+                and action.option_strings and "default" not in text):
+            text += " (default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the project's error form: one line on stderr, exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # noqa: D401 — argparse's hook
+        print(f"error: {self.prog}: {message} — see `{self.prog} --help`", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def common_options(corpus: bool = True, out: bool = True) -> argparse.ArgumentParser:
+    """``--corpus`` and ``--out``, accepted before or after the command (and as ``--out=DIR``).
+
+    Their default is SUPPRESS on every parser, so a value given before the command is not
+    overwritten by the sub-parser's default; :func:`dispatch` fills in the project's folders.
+    """
+    common = argparse.ArgumentParser(add_help=False)
+    if corpus:
+        common.add_argument("--corpus", metavar="DIR", default=argparse.SUPPRESS,
+                            help="corpus folder (default: corpus/ of the checkout you stand in, else the installed one)")
+    if out:
+        common.add_argument("--out", metavar="DIR", default=argparse.SUPPRESS,
+                            help="output folder holding results/ and site/ (default: build/ of the checkout you stand in)")
+    return common
+
+
+def add_commands(sub) -> dict[str, argparse.ArgumentParser]:
+    """Register the engine's commands on ``sub``; returns them by name (the site half adds more)."""
+    parents = [common_options(out=False)]
+    show = sub.add_parser("show", parents=parents, help="overview of one model: params, checkpoint bytes, KV per token")
     show.add_argument("model", help="HF id or a unique suffix, e.g. DeepSeek-V3")
     show.add_argument("--formula", action="store_true", help="print the formula behind each number")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"], help="KV cache dtype")
     show.set_defaults(func=cmd_show)
 
-    lst = sub.add_parser("list", help="the models in the corpus")
+    lst = sub.add_parser("list", parents=parents, help="the models in the corpus")
     lst.set_defaults(func=cmd_list)
 
     from engine import verify_cli
-    verify_cli.add_parsers(sub)
+    verify_cli.add_parsers(sub, parents)
 
-    bench = sub.add_parser("bench", help="time loading and evaluating the corpus")
-    bench.add_argument("--repeat", type=int, default=3)
+    bench = sub.add_parser("bench", parents=parents, help="time loading and evaluating the corpus")
+    bench.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported")
     bench.set_defaults(func=lambda a: __import__("engine.bench", fromlist=["run"]).run(a))
 
     from engine import deploy_cli
-    deploy_cli.add_parser(sub)
+    deploy_cli.add_parser(sub, parents)
 
-    build = sub.add_parser("build", help="evaluate every spec and write build/results/")
-    build.add_argument("--out", default="build", help="output folder (default: build)")
-    build.add_argument("--models", nargs="*", help="limit to these models")
-    build.add_argument("--grid", default=None, help="grid YAML (default: corpus/grid.yaml)")
+    build = sub.add_parser(
+        "build", parents=[common_options()], help="evaluate every spec over the grid; write results/ and the site",
+        description="Evaluate every verified spec over the grid and publish OUT/results/ (Parquet) and "
+                    "OUT/site/ together. A model whose inputs did not change is carried over. "
+                    "--models or --grid build a subset: models not named keep their previous results "
+                    "(nothing is discarded); a grid other than the one the previous results were "
+                    "built with needs another --out.")
+    build.add_argument("--models", nargs="*", metavar="MODEL", help="limit to these models (HF ids or unique suffixes)")
+    build.add_argument("--grid", default=None, metavar="FILE", help="grid YAML (default: grid.yaml of the corpus)")
     build.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.add_argument("--no-site", action="store_true", help="write results/ only, leave the site as it is")
     build.set_defaults(func=lambda a: __import__("engine.build", fromlist=["run"]).run(a))
+    return {"show": show, "list": lst, "bench": bench, "build": build}
 
+
+def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """Parse, resolve the project's folders, run the command; errors and closed pipes end quietly.
+
+    After this, ``args.corpus`` and ``args.out`` are absolute paths and ``args.project`` is the
+    :class:`engine.project.Project` the command works on.
+    """
+    from engine.project import locate
     args = parser.parse_args(argv)
+    project = locate(getattr(args, "corpus", None), getattr(args, "out", None))
+    args.project, args.corpus, args.out, args.gpus_root = project, str(project.corpus), str(project.out), project.gpus
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit flush
+        return code
     except SpecError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `archledger show X | head`: the reader left; silence the flush at exit and end like
+        # any Unix filter killed by SIGPIPE (128 + 13).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def parser() -> argparse.ArgumentParser:
+    """The engine's commands alone (``archledger`` itself is :mod:`site_builder.cli`)."""
+    top = Parser(prog="archledger", description=__doc__.splitlines()[0], parents=[common_options()])
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_commands(sub)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch(parser(), argv)
 
 
 if __name__ == "__main__":

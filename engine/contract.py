@@ -38,9 +38,9 @@ def load_contract(folder: Path, corpus: Corpus) -> dict[str, Any]:
             "lengths": [int(n) for n in data["lengths"]], "variants": variants}
 
 
-def evaluate_contracts(corpus: Corpus) -> dict[str, Any]:
+def evaluate_contracts(corpus: Corpus, gpu_root=None) -> dict[str, Any]:
     """Every contract under corpus/contracts/, evaluated (see the module doc)."""
-    gpus, tables = load_gpus(), load_tables()
+    gpus, tables = load_gpus(gpu_root), load_tables(corpus.root / "fusion")
     out = {}
     for folder in sorted(p for p in (corpus.root / "contracts").glob("*") if p.is_dir()):
         contract = load_contract(folder, corpus)

@@ -9,6 +9,8 @@ A draft component is visible only to a model whose spec lists it under ``drafts:
 """
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,6 +144,106 @@ def _kind(value: Any) -> str:
             str: f"the string {value!r}", type(None): "nothing"}.get(type(value), repr(value))
 
 
+# -- identity and paths --------------------------------------------------------------------------
+#
+# Names become file names and URL path segments (``build/site/models/<org--name>/``,
+# ``corpus/snapshots/<name>.yaml``, ``/components/<name>/``), and specs arrive in pull requests: a
+# name like ``..`` or ``/etc/passwd`` would overwrite the gallery or read a file outside the corpus.
+# So every such name follows one grammar, the Hugging Face Hub's rule for a repo name part.
+
+#: What a name may be, as the hint of every error about one.
+NAME_RULE = ("letters, digits, '-', '_' and '.', at most 96 characters, not starting or ending "
+             "with '-' or '.', no '--' or '..'")
+_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?")
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """``repr`` of a hostile value, escaped (no control characters) and cut to keep one short line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def is_name(text: Any) -> bool:
+    """A Hub-style name part (see :data:`NAME_RULE`). ``--`` is refused because it is the slug
+    separator: ``a--b/c`` and ``a/b--c`` would share the folder ``a--b--c``."""
+    return isinstance(text, str) and bool(_NAME.fullmatch(text)) and "--" not in text and ".." not in text
+
+
+def check_name(text: Any, where: Where, what: str, example: str) -> str:
+    """``text`` if it is a valid name (:func:`is_name`), else a one-line :class:`SpecError`."""
+    if not is_name(text):
+        raise SpecError(where, f"{what} {_shown(text)} is not a valid name", f"write e.g. {example} ({NAME_RULE})")
+    return text
+
+
+def check_model_id(model_id: Any, where: Where) -> str:
+    """A model id is the Hub's ``org/name``: two names (:func:`is_name`) joined by one ``/``."""
+    parts = model_id.split("/") if isinstance(model_id, str) else []
+    if len(parts) != 2 or not all(is_name(p) for p in parts):
+        raise SpecError(where, f"model id {_shown(model_id)} is not a Hugging Face id `org/name`",
+                        f"write e.g. `model: Qwen/Qwen3-8B` (org and name: {NAME_RULE})")
+    return model_id
+
+
+def slug(model_id: str) -> str:
+    """``org/name`` -> ``org--name``: the model's file, snapshot and site folder name (one-to-one,
+    as names hold no ``--``)."""
+    return model_id.replace("/", "--")
+
+
+def is_snapshot_name(name: Any) -> bool:
+    """A snapshot file's base name: a slug ``org--name`` or a single name; never a path."""
+    parts = name.split("--") if isinstance(name, str) else []
+    return 1 <= len(parts) <= 2 and all(is_name(p) for p in parts)
+
+
+def snapshot_path(root: Path, name: Any, where: Where, suffix: str = ".yaml") -> Path:
+    """``corpus/snapshots/<name><suffix>``, refused unless ``name`` is a snapshot name and the path
+    stays inside ``corpus/snapshots/`` (checked twice: by grammar, and on the resolved path)."""
+    folder = Path(root) / "snapshots"
+    if not is_snapshot_name(name):
+        raise SpecError(where, f"snapshot {_shown(name)} is not a snapshot name",
+                        "write the file's base name under corpus/snapshots/, e.g. `snapshot: Qwen--Qwen3-8B` "
+                        f"(one name or org--name; {NAME_RULE})")
+    path = folder / f"{name}{suffix}"
+    if not path.resolve().is_relative_to(folder.resolve()):
+        raise SpecError(where, f"snapshot {_shown(name)} resolves outside corpus/snapshots/",
+                        "commit the snapshot file itself under corpus/snapshots/")
+    return path
+
+
+def refuse_symlinks(path: Path, below: Path, shown: str = "") -> None:
+    """Refuse a symbolic link at ``path``, on the way down to it from ``below``, or anywhere under it.
+
+    Specs, static files and docs arrive in pull requests, and a committed link can point anywhere
+    on the machine that builds (``/proc/self/environ``, ``~/.ssh/``): whatever it points at would be
+    read and could be published. Nothing in the repo needs a link, so links are refused outright
+    (no resolve-and-compare that ``..``, a link to a link or a later change of the target could
+    talk around). Errors name the link as ``shown/<path below below>``."""
+    path, below = Path(path), Path(below)
+
+    def refuse(link: Path) -> None:
+        rel = link.relative_to(below).as_posix()
+        name = f"{shown}/{rel}" if shown else rel
+        raise SpecError(Where(name), "is a symbolic link, which could publish a file from outside the repository",
+                        "commit the file itself")
+
+    parts = path.relative_to(below).parts
+    for i in range(1, len(parts) + 1):
+        if below.joinpath(*parts[:i]).is_symlink():
+            refuse(below.joinpath(*parts[:i]))
+    if not path.is_dir():
+        return
+    stack = [path]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.is_symlink():
+                    refuse(Path(entry.path))
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+
+
 # -- tables --------------------------------------------------------------------------------------
 
 def _load_dims(root: Path) -> dict[str, DimInfo]:
@@ -201,6 +303,7 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
             raise SpecError(reader.where(entry, f"matrix[{i}].dtype", "dtype"), f"unknown dtype {entry['dtype']!r}",
                             "use one of: " + ", ".join(DTYPE_BYTES))
         tensors.append(StoredTensor(entry["key"], entry["dtype"], tuple(entry["shape"])))
+    check_name(data["scheme"], reader.where(data, "scheme", "scheme"), "scheme name", "`scheme: fp8_block128`")
     if data["scheme"] != path.stem:
         raise SpecError(reader.where(data, "scheme", "scheme"),
                         f"scheme name {data['scheme']!r} differs from its file name",
@@ -379,7 +482,8 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("component", "role", "doc", "options", "inputs", "dims", "graph", "outputs",
                            "cache", "decode_variant"), ("component", "role", "doc", "graph"))
-    name = reader.string(data, "component", "")
+    name = check_name(reader.string(data, "component", ""), reader.where(data, "component", "component"),
+                      "component name", "`component: gqa_attention`")
     if name != path.stem:
         raise SpecError(reader.where(data, "component", "component"),
                         f"component name {name!r} differs from its file name", f"name the file {name}.yaml")
@@ -451,7 +555,7 @@ def _fill(reader: _Reader, raw: Any, field: str, parent: LineDict) -> Fill:
 
 
 def _load_snapshot(root: Path, name: str, where: Where, missing_ok: bool = False) -> Snapshot:
-    path = root / "snapshots" / f"{name}.yaml"
+    path = snapshot_path(root, name, where)
     if not path.exists() and missing_ok:   # `archledger snapshot` is about to record it
         return Snapshot("", {}, Where(f"corpus/snapshots/{name}.yaml"))
     if not path.exists():
@@ -470,8 +574,12 @@ def _load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: boo
     reader.keys(data, "", ("model", "model_type", "family", "name", "notes", "snapshot", "dims",
                            "max_context", "slots", "templates", "stacks", "quant_context", "drafts"),
                 ("model", "model_type", "family", "dims", "stacks", "max_context"))
-    model_id = reader.string(data, "model", "")
-    snapshot_name = data.get("snapshot", model_id.replace("/", "--"))
+    model_id = check_model_id(data.get("model"), reader.where(data, "model", "model"))
+    if path.parent == root / "models" and path.stem != slug(model_id):
+        # a corpus spec is found by its slug (tests, snapshots, the site); contract variants are not
+        raise SpecError(reader.where(data, "model", "model"), f"model id {model_id!r} differs from its file name",
+                        f"name the file corpus/models/{slug(model_id)}.yaml")
+    snapshot_name = data.get("snapshot", slug(model_id))
     snapshot = _load_snapshot(root, snapshot_name, reader.where(data, "snapshot", "snapshot"), missing_snapshot_ok)
     declared_type = snapshot.fields.get("model_type")
     if declared_type is not None and declared_type != data["model_type"]:
@@ -537,6 +645,7 @@ def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = Fal
     if not (root / "dims.yaml").exists():
         raise SpecError(Where(str(root)), "not a corpus folder (no dims.yaml)",
                         "pass --corpus pointing at the corpus/ directory")
+    refuse_symlinks(root, root, root.name)   # before reading anything: a link could read any file
     dims = _load_dims(root)
     roles = _load_roles(root)
     schemes = {p.stem: _load_scheme(p, root) for p in sorted((root / "quant").glob("*.yaml"))}

@@ -33,11 +33,16 @@ from engine.cost import KV_BYTES, CompiledProgram, compile_program
 from engine.errors import SpecError, Where
 from engine.fusion import FusionTable, fuse, match
 from engine.hardware import GPU
-from engine.parallel import Mesh, ParallelConfig, enumerate_configs
+from engine.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.shapes import Tensor
 from engine.placement import ZERO, DeviceTypes, Layout, Placer, Program, Step, phase_rows, shard_unit
 
 PHASES = ("prefill", "decode")
+#: Bounds of a scenario point (also the grid's, engine.grid). Far above any served model (16M
+#: tokens of context, a million concurrent requests per replica) and low enough that every count
+#: derived from them (KV elements x context x batch, FLOPs) stays exact and far from overflowing.
+MAX_TOKENS = 2 ** 24
+MAX_BATCH = 2 ** 20
 ACT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 LENGTH = symbols.dim(symbols.LENGTH)
 
@@ -58,6 +63,18 @@ class Scenario:
     batch: int = 1
     input_len: int = 4096
     output_len: int = 1024
+
+    def __post_init__(self):
+        """Refuse points outside the bounds (:data:`MAX_TOKENS`, :data:`MAX_BATCH`) with one line naming
+        the option: a prompt of 1e15 tokens once overflowed int64 and published a negative KV size."""
+        for name, option, low, high, example in (("batch", "--batch", 1, MAX_BATCH, 8),
+                                                 ("input_len", "--input", 1, MAX_TOKENS, 4096),
+                                                 ("output_len", "--output", 0, MAX_TOKENS, 1024)):
+            value = getattr(self, name)
+            if not is_count(value, low, high):
+                raise SpecError(_where(option), f"{name} must be an integer from {low} to {high:,}, "
+                                f"got {repr(value)[:60]}",
+                                f"write e.g. {option} {example} (at most {high:,} = 2**{high.bit_length() - 1})")
 
 
 def _where(field_name: str) -> Where:

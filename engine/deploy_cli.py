@@ -9,33 +9,47 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from engine.errors import SpecError, Where
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("deploy", help="memory, capacity and SOL prefill/decode time on GPUs",
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (degrees, GPU counts, token counts, batch)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+def add_parser(sub, parents=()) -> None:
+    p = sub.add_parser("deploy", parents=list(parents), help="memory, capacity and SOL prefill/decode time on GPUs",
                        description=__doc__.splitlines()[0])
     p.add_argument("model", help="HF id or a unique suffix, e.g. DeepSeek-V3")
-    p.add_argument("--gpu", required=True, help="GPU name from gpus/ (e.g. H200, B200, MI300X)")
-    p.add_argument("--gpus", type=int, default=None, help="GPUs in total (default tp x pp x cp); "
+    p.add_argument("--gpu", required=True, help="GPU name from gpus/ (e.g. H200, B200, MI300X; required)")
+    p.add_argument("--gpus", type=positive_int, default=None, help="GPUs in total (default tp x pp x cp); "
                    "the rest become whole-model replicas")
-    p.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per scale-up domain (default: the GPU's)")
+    p.add_argument("--gpus-per-node", type=positive_int, default=None, help="GPUs per scale-up domain (default: the GPU's)")
     for name, doc in (("tp", "tensor-parallel group size (attention TP x DP-attention)"),
                       ("ep", "expert-parallel degree (divides tp)"),
                       ("dp-attn", "attention data-parallel replicas inside the TP group"),
                       ("pp", "pipeline stages"), ("cp", "context-parallel degree")):
-        p.add_argument(f"--{name}", type=int, default=1, help=doc)
-    p.add_argument("--cp-kind", default="ring", choices=["ring", "ulysses"])
-    p.add_argument("--batch", type=int, default=1, help="concurrent requests per model replica")
-    p.add_argument("--input", type=int, default=4096, help="prompt tokens per request")
-    p.add_argument("--output", type=int, default=1024, help="generated tokens per request")
-    p.add_argument("--framework", default="vllm", help="fusion table (vllm, sglang) or none")
+        p.add_argument(f"--{name}", type=positive_int, default=1, help=doc)
+    p.add_argument("--cp-kind", default="ring", choices=["ring", "ulysses"],
+                   help="context-parallel scheme: ring passes K/V around the group, ulysses all-to-alls heads")
+    p.add_argument("--batch", type=positive_int, default=1, help="concurrent requests per model replica")
+    p.add_argument("--input", type=positive_int, default=4096, help="prompt tokens per request")
+    p.add_argument("--output", type=positive_int, default=1024, help="generated tokens per request")
+    p.add_argument("--framework", default="vllm", help="fusion table of corpus/fusion/ (vllm, sglang) or none")
     p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8)")
     p.add_argument("--act-dtype", default="bf16", help="activation dtype (bf16, fp8)")
     p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
     p.add_argument("--hbm-fraction", type=float, default=0.9, help="usable share of HBM")
-    p.add_argument("--phase", choices=["prefill", "decode", "both"], default="both")
+    p.add_argument("--phase", choices=["prefill", "decode", "both"], default="both",
+                   help="which phase's per-op table to print")
     p.add_argument("--unfused", action="store_true", help="also print the program before fusion")
     p.add_argument("--formula", action="store_true", help="print each op's formulas")
     p.add_argument("--json", action="store_true", help="machine-readable output (Parquet field names)")
@@ -50,7 +64,7 @@ def deployment_from_args(args):
     from engine.parallel import ParallelConfig
 
     ev = evaluate(args.model, args.corpus)
-    gpu = find_gpu(load_gpus(), args.gpu)
+    gpu = find_gpu(load_gpus(args.gpus_root), args.gpu)
     replica = args.tp * args.pp * args.cp
     gpus = args.gpus if args.gpus is not None else replica
     if gpus % replica:
@@ -59,7 +73,7 @@ def deployment_from_args(args):
                         "make --gpus a multiple of tp x pp x cp (the rest become replicas)")
     config = ParallelConfig(tp=args.tp, ep=args.ep, dp_attn=args.dp_attn, pp=args.pp, cp=args.cp,
                             cp_kind=args.cp_kind, dp=gpus // replica, gpus_per_node=args.gpus_per_node)
-    tables = load_tables()
+    tables = load_tables(Path(args.corpus) / "fusion")
     if args.framework != "none" and args.framework not in tables:
         raise SpecError(Where("<command line>", field="--framework"), f"unknown framework {args.framework!r}",
                         "use none or one of: " + ", ".join(sorted(tables)))

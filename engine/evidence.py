@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from engine import manifest as manifest_mod
-from engine.corpus import Corpus
+from engine.corpus import Corpus, is_snapshot_name, snapshot_path
 from engine.errors import SpecError, Where
 from engine.ir import ModelSpec
 from engine.manifest import Manifest
@@ -69,7 +69,8 @@ class Registry:
 
 @lru_cache(maxsize=8)
 def _registry(path: str, rel: str) -> Registry:
-    data = load_yaml(Path(path), rel)
+    data = load_yaml(Path(path), rel, hint="write its canonical:, layer_plans: and structural: sections "
+                     "(docs/verification.md)")
 
     def where(node, key, i) -> Where:
         return Where(rel, getattr(node, "line", 0) + i, f"{key}[{i}]")
@@ -137,11 +138,18 @@ class Evidence:
 
 
 def snapshot_name(model: ModelSpec) -> str:
-    return Path(model.snapshot.where.file).stem
+    """The model's snapshot base name. The loader already checked it (engine.corpus.snapshot_path);
+    checked again because evidence paths are built from it, and a ModelSpec can be made by hand."""
+    name = Path(model.snapshot.where.file).stem
+    if not is_snapshot_name(name):
+        raise SpecError(model.where.at("snapshot"), f"snapshot {name[:60]!r} is not a snapshot name",
+                        "write the file's base name under corpus/snapshots/, e.g. `snapshot: Qwen--Qwen3-8B`")
+    return name
 
 
 def source_path(root: Path, name: str) -> Path:
-    return Path(root) / "snapshots" / f"{name}.source.yaml"
+    """``corpus/snapshots/<name>.source.yaml``; refused if it would leave ``corpus/snapshots/``."""
+    return snapshot_path(root, name, Where(f"corpus/snapshots/{name[:60]}.source.yaml"), ".source.yaml")
 
 
 def load_evidence(corpus: Corpus, model: ModelSpec) -> Evidence:
@@ -152,7 +160,7 @@ def load_evidence(corpus: Corpus, model: ModelSpec) -> Evidence:
     source = None
     if spath.exists():
         rel = f"corpus/snapshots/{spath.name}"
-        data = load_yaml(spath, rel)
+        data = load_yaml(spath, rel, hint="regenerate the file with `archledger snapshot MODEL`")
         if not isinstance(data, dict) or not isinstance(data.get("excerpts"), dict):
             raise SpecError(Where(rel, 1, "excerpts"), "expected a mapping of excerpts",
                             "regenerate the file with `archledger snapshot MODEL`")

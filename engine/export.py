@@ -18,6 +18,7 @@ import sympy
 from engine import kv, symbols
 from engine.api import Evaluation
 from engine.cost import KV_BYTES, intensity, step_totals
+from engine.finite import check_document
 
 REFERENCE = {"batch": 1, "prompt": 4096}
 
@@ -146,7 +147,7 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
     streams = [_stream_entry(stream, num) for stream in num.streams]
     length = np.array([1024, 4096, 16384, 65536, 131072, 262144, 524288, 1048576], dtype=float)
     per_request = kv.elements_per_request_fn(num)(length) * 2
-    return {
+    document = {
         "model_id": model.model_id, "name": model.display_name, "family": model.family,
         "model_type": model.model_type, "notes": model.notes or "", "spec_file": model.where.file,
         "snapshot_source": model.snapshot.source, "max_context": int(num.max_context),
@@ -158,6 +159,8 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                       "activations": "bf16", "kv": "bf16", "fusion": "none"},
         "verification": verification or {"verified": False, "evidence": "", "guards": []},
     }
+    check_document(model, document)    # a NaN or negative number is never published (engine/finite.py)
+    return document
 
 
 def _layer_ranges(layers) -> str:

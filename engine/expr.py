@@ -14,10 +14,20 @@ nothing) and the tree is walked against a whitelist:
 
 Anything else (attributes other than ``config``, calls, lambdas, comprehensions, dunder names)
 is rejected with a message that names the construct and what to write instead.
+
+Evaluation is bounded, so no text can hang or exhaust memory: every number an expression reads
+or computes (literals, names, config fields, each intermediate result, the numbers inside a
+symbolic result) is finite and within ±:data:`MAX_MAGNITUDE` with a denominator of at most that
+much; a power's size is estimated from ``exponent * log2|base|`` *before* it is computed;
+exponents are integers 0..64 (also inside symbolic results, where sympy folds ``(x**8)**8``
+into ``x**64``); dividing by a numeric zero is an error, not sympy's ``zoo``/``nan``. The text
+must be plain ASCII: ``ast.parse`` NFKC-normalises identifiers, so a full-width ``ｈidden`` or a
+math-bold name would silently read as the ASCII dim.
 """
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -26,6 +36,16 @@ from typing import Any
 import sympy
 
 MAX_LENGTH = 400
+#: Bound on every number's magnitude (and denominator). Real dims, counts, byte totals and FLOP
+#: formulas' coefficients are far below 2**128 (~3.4e38); anything near it is an attack or a typo.
+MAX_MAGNITUDE = 2 ** 128
+_MAX_BITS = 128
+#: Largest exponent of a power, numeric or symbolic.
+MAX_EXPONENT = 64
+#: Deepest nesting of sub-expressions. The walk recurses about two frames per level, so 400
+#: characters of ``-`` or ``not`` could otherwise end in RecursionError inside a deep caller.
+MAX_NESTING = 200
+_HUGE = "write real sizes and counts (no dim, count or size is near 2**128)"
 _ALLOWED_CALLS = ("ceil", "floor", "min", "max", "len", "count")
 _GRAMMAR = ("only arithmetic, comparisons, names, config.<field> and "
             + "/".join(_ALLOWED_CALLS) + " are allowed")
@@ -62,22 +82,37 @@ def parse(text: Any) -> ast.expression:
     if len(text) > MAX_LENGTH:
         raise ExprError(f"expression longer than {MAX_LENGTH} characters",
                         "split it into named dims")
+    if not text.isascii():
+        # Never echo the text: it may hold a lone surrogate, which cannot be printed.
+        at, char = next((i, c) for i, c in enumerate(text) if not c.isascii())
+        raise ExprError(f"character U+{ord(char):04X} at position {at + 1} of the expression is not "
+                        "ASCII (Python would read look-alike letters as ASCII names)",
+                        "write plain ASCII names")
     try:
-        return ast.parse(text.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise ExprError(f"cannot parse expression {text!r} ({exc.msg})",
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError) as exc:   # ValueError: e.g. a NUL byte in the text
+        raise ExprError(f"cannot parse expression {text!r} ({getattr(exc, 'msg', exc)})",
                         "write arithmetic over dim names and config.<field>, e.g. "
                         "'config.hidden_size // config.num_attention_heads'") from None
+    if _nesting(tree.body) > MAX_NESTING:
+        raise ExprError(f"expression nested more than {MAX_NESTING} levels deep", "split it into named dims")
+    return tree
+
+
+def _nesting(root: ast.AST) -> int:
+    """Depth of sub-expressions, counted without recursion (the point is to avoid deep stacks)."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + isinstance(child, ast.expr)) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 def evaluate(text: Any, scope: Scope) -> Any:
     """Evaluate a YAML value in ``scope``: numbers/bools pass through, strings are parsed."""
-    if isinstance(text, bool):
-        return text
-    if isinstance(text, int):
-        return sympy.Integer(text)
-    if isinstance(text, float):
-        return sympy.Rational(Fraction(str(text)))
+    if isinstance(text, (bool, int, float)):
+        return _to_sympy(text, "the number")
     tree = parse(text)
     return _Walker(scope, text).visit(tree.body)
 
@@ -98,16 +133,59 @@ def _to_sympy(value: Any, where: str) -> Any:
     if isinstance(value, bool) or isinstance(value, str):
         return value
     if isinstance(value, int):
+        if abs(value) > MAX_MAGNITUDE:   # bit_length, not str(): a huge int cannot be printed
+            raise ExprError(f"{where} is about 2**{abs(value).bit_length() - 1}, beyond ±2**128", _HUGE)
         return sympy.Integer(value)
     if isinstance(value, float):
-        return sympy.Rational(Fraction(str(value)))
+        if not math.isfinite(value):
+            raise ExprError(f"{where} is {value!r}, not a finite number", "write a finite number")
+        if abs(value) > MAX_MAGNITUDE:
+            raise ExprError(f"{where} is {value!r}, beyond ±2**128", _HUGE)
+        return _bounded(sympy.Rational(Fraction(str(value))), where)   # e.g. 1e-300: too fine
     if isinstance(value, sympy.Basic):
-        return value
+        return _bounded(value, where)
     if isinstance(value, (list, tuple)):
         return list(value)
     if value is None:
         raise ExprError(f"{where} is null", "bind it to a value or remove the reference")
-    raise ExprError(f"{where} has unsupported type {type(value).__name__}")
+    raise ExprError(f"{where} has unsupported type {type(value).__name__}",
+                    "read a number, string or list (config.<field>.<key> inside a mapping)")
+
+
+def _bounded(value: Any, where: str) -> Any:
+    """``value`` unchanged if every number in it is finite and within the bounds, else ExprError.
+
+    Applied to every intermediate result, so the operands of the next operation are bounded too:
+    ``+ - * // %`` of bounded numbers cannot blow up, only ``**`` can, and it is estimated first.
+    """
+    if isinstance(value, sympy.Integer):    # the common case, kept cheap
+        if abs(value.p) <= MAX_MAGNITUDE:
+            return value
+    elif isinstance(value, sympy.Symbol) or not isinstance(value, sympy.Basic):
+        return value
+    for node in sympy.preorder_traversal(value):
+        if node in (sympy.nan, sympy.zoo, sympy.oo, -sympy.oo):
+            raise ExprError(f"{where} is not a finite number",
+                            "write a finite number (no nan, inf or division by zero)")
+        if isinstance(node, sympy.Rational) and (abs(node.p) > MAX_MAGNITUDE or node.q > MAX_MAGNITUDE):
+            size = "beyond ±2**128" if abs(node.p) > MAX_MAGNITUDE else "finer than 2**-128"
+            raise ExprError(f"{where} has a number {size}", _HUGE)
+        if (isinstance(node, sympy.Pow) and node.exp.is_Integer
+                and abs(int(node.exp)) > MAX_EXPONENT):
+            raise ExprError(f"{where} has a power with exponent {node.exp} (beyond {MAX_EXPONENT})",
+                            f"keep exponents within 0..{MAX_EXPONENT}")
+    return value
+
+
+def _pow_bits(base: Any, exponent: int) -> int:
+    """An upper bound on the bits of the numbers in ``base ** exponent``, without computing it.
+
+    sympy distributes an integer power over a product (``(c*x)**k`` holds ``c**k``), so every
+    number in a symbolic base counts, numerator and denominator alike.
+    """
+    numbers = [base] if isinstance(base, sympy.Rational) else \
+        [n for n in sympy.preorder_traversal(base) if isinstance(n, sympy.Rational)]
+    return max((exponent * max(abs(n.p).bit_length(), n.q.bit_length()) for n in numbers), default=0)
 
 
 class _Walker:
@@ -122,7 +200,11 @@ class _Walker:
         method = getattr(self, "visit_" + type(node).__name__, None)
         if method is None:
             raise self.fail(f"'{type(node).__name__}' is not allowed")
-        return method(node)
+        value = method(node)
+        try:   # every intermediate result, so the next operation's operands are bounded too
+            return _bounded(value, "an intermediate result")
+        except ExprError as exc:
+            raise self.fail(str(exc), exc.hint) from None
 
     # -- leaves -------------------------------------------------------------------------------
     def visit_Constant(self, node: ast.Constant) -> Any:
@@ -132,6 +214,8 @@ class _Walker:
         if isinstance(value, int):
             return sympy.Integer(value)
         if isinstance(value, float):
+            if not math.isfinite(value):   # e.g. 1e999
+                raise self.fail(f"number {value!r} is not finite", "write a finite number")
             return sympy.Rational(Fraction(repr(value)))
         raise self.fail(f"constant {value!r} is not allowed")
 
@@ -213,6 +297,9 @@ class _Walker:
             return left - right
         if kind == "Mult":
             return left * right
+        if kind in ("Div", "FloorDiv", "Mod") and getattr(right, "is_zero", False):
+            symbol = {"Div": "/", "FloorDiv": "//", "Mod": "%"}[kind]
+            raise self.fail(f"division by zero ({symbol} 0)", "divide by a non-zero dim or number")
         if kind == "Div":
             return left / right
         if kind == "FloorDiv":
@@ -220,8 +307,11 @@ class _Walker:
         if kind == "Mod":
             return sympy.Mod(left, right)
         if kind == "Pow":
-            if not (isinstance(right, sympy.Integer) and 0 <= int(right) <= 64):
-                raise self.fail("exponents must be integer literals 0..64")
+            if not (isinstance(right, sympy.Integer) and 0 <= int(right) <= MAX_EXPONENT):
+                raise self.fail(f"exponents must be integer literals 0..{MAX_EXPONENT}")
+            if _pow_bits(left, int(right)) > _MAX_BITS + int(right):   # estimate before computing
+                raise self.fail(f"the power's result would exceed 2**{_MAX_BITS} in size or precision",
+                                _HUGE)
             return left ** right
         raise self.fail(f"operator {kind} is not allowed")
 

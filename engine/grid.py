@@ -7,21 +7,30 @@ the weights can fit up to ``beyond_fit`` times it. Nothing here computes a numbe
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.api import Evaluation
-from engine.corpus import _Reader
-from engine.deploy import check
+from engine.corpus import _Reader, _shown, is_name
+from engine.deploy import MAX_BATCH, MAX_TOKENS, check
 from engine.errors import SpecError, Where
+from engine.fusion import load_tables
 from engine.hardware import GPU
-from engine.parallel import ParallelConfig
+from engine.kv import KV_DTYPE_BYTES
+from engine.parallel import MAX_GPUS, ParallelConfig
 
 DEFAULT = Path(__file__).resolve().parent.parent / "corpus" / "grid.yaml"
 _TOP = ("doc", "gpus", "gpu_counts", "beyond_fit", "parallel", "frameworks", "kv_dtypes", "scenarios", "ops")
 _PARALLEL = ("max_pp", "cp", "ep", "dp_attn", "tp_in_domain", "pp_after_tp")
 _SCENARIOS = ("input_lengths", "beyond_max_context", "output_lengths", "batches")
+#: Bounds of a grid, on top of those of one deployment (engine.parallel.MAX_GPUS for GPU counts and
+#: degrees, engine.deploy.MAX_TOKENS and MAX_BATCH for lengths and batches): every list is
+#: evaluated in every combination, so each list is short, and prompts reach at most this many
+#: times a model's max context.
+MAX_LIST = 64
+MAX_BEYOND_CONTEXT = 16
 
 
 @dataclass(frozen=True)
@@ -46,18 +55,49 @@ class Grid:
     ops_points: tuple[tuple[int, int, int], ...]   # (batch, input, output)
 
 
-def _ints(reader: _Reader, parent, key: str, field: str, allow_tp: bool = False) -> tuple:
+def _count(item: Any, where: Where, high: int, what: str, allow_tp: bool = False) -> int | str:
+    """One whole number from 1 to ``high`` (or ``tp`` where a degree may follow the TP group)."""
+    if allow_tp and item == "tp":
+        return item
+    also = " or `tp`" if allow_tp else ""
+    if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+        raise SpecError(where, f"{_shown(item)} is not a positive integer", f"write {what} from 1 to {high:,}{also}")
+    if item > high:
+        raise SpecError(where, f"{item:,} is more than {high:,}",
+                        f"write {what} from 1 to {high:,}{also} (the grid's bound: see engine/grid.py)")
+    return item
+
+
+def _list(reader: _Reader, parent, key: str, field: str, empty_ok: bool = False) -> list:
     value = parent.get(key)
-    if not isinstance(value, list) or not value:
-        raise SpecError(reader.where(parent, field, key), "expected a non-empty list", f"write `{key}: [1, 2, 4]`")
-    for item in value:
-        if not ((isinstance(item, int) and not isinstance(item, bool) and item > 0) or (allow_tp and item == "tp")):
-            raise SpecError(reader.where(parent, field, key), f"{item!r} is not a positive integer",
-                            "write positive integers" + (" or `tp`" if allow_tp else ""))
+    where = reader.where(parent, field, key)
+    if not isinstance(value, list) or (not value and not empty_ok):
+        raise SpecError(where, f"expected a {'' if empty_ok else 'non-empty '}list, got {_shown(value)}",
+                        f"write `{key}: [a, b]`")
+    if len(value) > MAX_LIST:
+        raise SpecError(where, f"{len(value)} entries, more than {MAX_LIST}",
+                        f"list at most {MAX_LIST} values (every combination of the lists is evaluated)")
+    return value
+
+
+def _ints(reader: _Reader, parent, key: str, field: str, high: int, what: str, allow_tp: bool = False) -> tuple:
+    return tuple(_count(item, reader.where(parent, f"{field}[{i}]", key), high, what, allow_tp)
+                 for i, item in enumerate(_list(reader, parent, key, field)))
+
+
+def _choices(reader: _Reader, parent, key: str, field: str, allowed, empty_ok: bool = False) -> tuple[str, ...]:
+    value = _list(reader, parent, key, field, empty_ok)
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or item not in allowed:
+            raise SpecError(reader.where(parent, f"{field}[{i}]", key), f"unknown {key.rstrip('s')} {_shown(item)}",
+                            "use one of: " + ", ".join(allowed))
     return tuple(value)
 
 
 def load_grid(path: Path | str | None = None) -> Grid:
+    """Read and check a grid file: every value is of its type and within the bounds above, so a
+    hostile or mistyped grid is one line (file:line: field: problem — allowed values), never a
+    traceback nor a build that runs for an hour."""
     path = Path(path) if path else DEFAULT
     if not path.exists():
         raise SpecError(Where(str(path)), "grid file not found", "pass --grid pointing at a grid YAML")
@@ -71,24 +111,49 @@ def load_grid(path: Path | str | None = None) -> Grid:
     ops = reader.mapping(data["ops"], "ops", data, "ops")
     reader.keys(ops, "ops", ("kv_dtypes", "points"), ("kv_dtypes", "points"))
     gpus = data["gpus"]
-    if gpus != "all" and not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus)):
-        raise SpecError(reader.where(data, "gpus", "gpus"), "expected `all` or a list of GPU names",
-                        "write `gpus: all` or `gpus: [H100, B200]`")
+    if gpus != "all":
+        gpus = _list(reader, data, "gpus", "gpus")
+        for i, name in enumerate(gpus):
+            if not is_name(name):
+                raise SpecError(reader.where(data, f"gpus[{i}]", "gpus"), f"{_shown(name)} is not a GPU name",
+                                "write `gpus: all` or `gpus: [H100, B200]` (the `gpu:` names of gpus/*.yaml)")
+    counts, tokens, batches = "GPU counts", "token counts", "batches (requests per model replica)"
     points = []
-    for i, point in enumerate(ops["points"] or []):
-        point = reader.mapping(point, f"ops.points[{i}]", ops, "points")
-        reader.keys(point, f"ops.points[{i}]", ("batch", "input", "output"), ("batch", "input", "output"))
-        points.append((int(point["batch"]), int(point["input"]), int(point["output"])))
-    for key in ("frameworks", "kv_dtypes"):
-        if not isinstance(data[key], list) or not data[key]:
-            raise SpecError(reader.where(data, key, key), "expected a non-empty list", f"write `{key}: [...]`")
-    return Grid(str(path), None if gpus == "all" else tuple(gpus), _ints(reader, data, "gpu_counts", "gpu_counts"),
-                int(data["beyond_fit"]), int(par["max_pp"]), _ints(reader, par, "cp", "parallel.cp"),
-                _ints(reader, par, "ep", "parallel.ep", True), _ints(reader, par, "dp_attn", "parallel.dp_attn", True),
-                bool(par["tp_in_domain"]), int(par["pp_after_tp"]), tuple(data["frameworks"]), tuple(data["kv_dtypes"]),
-                _ints(reader, sc, "input_lengths", "scenarios.input_lengths"), float(sc["beyond_max_context"]),
-                _ints(reader, sc, "output_lengths", "scenarios.output_lengths"),
-                _ints(reader, sc, "batches", "scenarios.batches"), tuple(ops["kv_dtypes"]), tuple(points))
+    for i, point in enumerate(_list(reader, ops, "points", "ops.points", empty_ok=True)):
+        field = f"ops.points[{i}]"
+        point = reader.mapping(point, field, ops, "points")
+        reader.keys(point, field, ("batch", "input", "output"), ("batch", "input", "output"))
+        points.append(tuple(_count(point[key], reader.where(point, f"{field}.{key}", key), high, what)
+                            for key, high, what in (("batch", MAX_BATCH, batches), ("input", MAX_TOKENS, tokens),
+                                                    ("output", MAX_TOKENS, tokens))))
+    frameworks = ("none", *sorted(load_tables()))
+    kv_dtypes = tuple(KV_DTYPE_BYTES)
+    if not isinstance(par["tp_in_domain"], bool):
+        raise SpecError(reader.where(par, "parallel.tp_in_domain", "tp_in_domain"),
+                        f"expected true or false, got {_shown(par['tp_in_domain'])}", "write `tp_in_domain: true`")
+    beyond = sc["beyond_max_context"]
+    if (isinstance(beyond, bool) or not isinstance(beyond, (int, float)) or not math.isfinite(beyond)
+            or not 0 < beyond <= MAX_BEYOND_CONTEXT):
+        raise SpecError(reader.where(sc, "scenarios.beyond_max_context", "beyond_max_context"),
+                        f"{_shown(beyond)} is not a number above 0 and at most {MAX_BEYOND_CONTEXT}",
+                        "write e.g. `beyond_max_context: 2` (prompts up to twice the model's max context)")
+    return Grid(str(path), None if gpus == "all" else tuple(gpus),
+                _ints(reader, data, "gpu_counts", "gpu_counts", MAX_GPUS, counts),
+                _count(data["beyond_fit"], reader.where(data, "beyond_fit", "beyond_fit"), MAX_GPUS,
+                       "a multiple of the first GPU count that fits"),
+                _count(par["max_pp"], reader.where(par, "parallel.max_pp", "max_pp"), MAX_GPUS, "pipeline stages"),
+                _ints(reader, par, "cp", "parallel.cp", MAX_GPUS, counts),
+                _ints(reader, par, "ep", "parallel.ep", MAX_GPUS, counts, True),
+                _ints(reader, par, "dp_attn", "parallel.dp_attn", MAX_GPUS, counts, True),
+                par["tp_in_domain"],
+                _count(par["pp_after_tp"], reader.where(par, "parallel.pp_after_tp", "pp_after_tp"), MAX_GPUS, counts),
+                _choices(reader, data, "frameworks", "frameworks", frameworks),
+                _choices(reader, data, "kv_dtypes", "kv_dtypes", kv_dtypes),
+                _ints(reader, sc, "input_lengths", "scenarios.input_lengths", MAX_TOKENS, tokens),
+                float(beyond),
+                _ints(reader, sc, "output_lengths", "scenarios.output_lengths", MAX_TOKENS, tokens),
+                _ints(reader, sc, "batches", "scenarios.batches", MAX_BATCH, batches),
+                _choices(reader, ops, "kv_dtypes", "ops.kv_dtypes", kv_dtypes, empty_ok=True), tuple(points))
 
 
 def _divisors(n: int) -> list[int]:

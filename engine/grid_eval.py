@@ -56,7 +56,7 @@ def _representative(limits: list[int], regime: int) -> int | None:
 
 def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
     """(deployment columns, op columns, number of points) for one model over the grid."""
-    grid, gpus, tables = load_grid(grid_path), load_gpus(gpu_root), load_tables()
+    grid, gpus, tables = load_grid(grid_path), load_gpus(gpu_root), load_tables(ev.corpus.root / "fusion")
     stored = float(sum(t.total_bytes for t in ev.tensors() if t.stack == "main"))
     cells = model_cells(ev, grid, gpus, stored)
     gpu_list = sorted({g.key for g, _ in cells})

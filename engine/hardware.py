@@ -8,12 +8,14 @@ shown. Adding a GPU is adding one file; nothing here names a GPU.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.corpus import _Reader
+from engine.corpus import _Reader, _shown, check_name, refuse_symlinks
 from engine.errors import SpecError, Where
+from engine.parallel import MAX_GPUS
 
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "gpus"
 
@@ -22,6 +24,14 @@ DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "gpus"
 COMPUTE_DTYPES = ("fp4", "fp8", "bf16")
 _FIELDS = ("gpu", "name", "vendor", "arch", "doc", "peak_tflops", "hbm_gb", "hbm_tb_s", "scale_up",
            "scale_out", "sources")
+
+
+def is_figure(number: Any) -> bool:
+    """A usable hardware figure: a finite number above zero. ``bool`` is refused although Python
+    counts it as an int (YAML ``true`` would be 1 TB/s); NaN and infinity would poison every time
+    and capacity computed from the GPU."""
+    return (isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number)
+            and number > 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +100,19 @@ def _figure(reader: _Reader, parent: Any, key: str, field: str) -> Figure:
     if isinstance(value, dict):
         reader.keys(value, field, ("value", "alt", "note", "estimate"), ("value",))
         alt = value.get("alt")
-        figure = Figure(value["value"], alt, str(value.get("note", "")), bool(value.get("estimate", False)))
+        figure = Figure(value["value"], alt, str(value.get("note", "")), value.get("estimate", False))
         checked = (figure.value, alt) if alt is not None else (figure.value,)
     else:
         figure, checked = Figure(value), (value,)
     for number in checked:
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or number <= 0:
-            raise SpecError(reader.where(parent, field, key), f"expected a positive number, got {number!r}",
-                            f"write `{key}: 80` or `{key}: {{value: 80, alt: 96, note: \"...\"}}`")
+        if not is_figure(number):
+            raise SpecError(reader.where(parent, field, key),
+                            f"expected a positive number, got {_shown(number)}",
+                            f"write a finite number above zero: `{key}: 80` or "
+                            f"`{key}: {{value: 80, alt: 96, note: \"...\"}}`")
+    if not isinstance(figure.estimate, bool):
+        raise SpecError(reader.where(parent, f"{field}.estimate", key), f"expected true or false, got "
+                        f"{_shown(figure.estimate)}", "write `estimate: true` or leave it out")
     return Figure(float(figure.value), None if figure.alt is None else float(figure.alt), figure.note,
                   figure.estimate)
 
@@ -119,10 +134,12 @@ def load_gpu(path: Path, root: Path) -> GPU:
     out = reader.mapping(data["scale_out"], "scale_out", data, "scale_out")
     reader.keys(out, "scale_out", ("link", "gb_s", "note"), ("link", "gb_s"))
     domain = up["domain"]
-    if not isinstance(domain, int) or domain < 1:
-        raise SpecError(reader.where(up, "scale_up.domain", "domain"), f"expected a GPU count, got {domain!r}",
-                        "write `domain: 8` (GPUs one scale-up link connects)")
-    return GPU(key=reader.string(data, "gpu", "gpu"), name=str(data["name"]), vendor=str(data["vendor"]),
+    if isinstance(domain, bool) or not isinstance(domain, int) or not 1 <= domain <= MAX_GPUS:
+        raise SpecError(reader.where(up, "scale_up.domain", "domain"), f"expected a GPU count, got {_shown(domain)}",
+                        f"write `domain: 8` (GPUs one scale-up link connects, 1 to {MAX_GPUS})")
+    # the key names site files (data/deploy/<model>/<gpu>.json): one name, never a path
+    key = check_name(data["gpu"], reader.where(data, "gpu", "gpu"), "GPU name", "`gpu: H200`")
+    return GPU(key=key, name=str(data["name"]), vendor=str(data["vendor"]),
                arch=str(data["arch"]), doc=str(data["doc"]),
                peak={d: _figure(reader, peak, d, f"peak_tflops.{d}") for d in peak},
                hbm=_figure(reader, data, "hbm_gb", "hbm_gb"), hbm_bw=_figure(reader, data, "hbm_tb_s", "hbm_tb_s"),
@@ -135,6 +152,7 @@ def load_gpu(path: Path, root: Path) -> GPU:
 def load_gpus(root: Path | str | None = None) -> dict[str, GPU]:
     """Every GPU file under ``root`` (default: the repo's ``gpus/``), keyed by its ``gpu:`` name."""
     root = Path(root) if root else DEFAULT_ROOT
+    refuse_symlinks(root, root, root.name)   # a linked GPU file could read any file of the machine
     gpus: dict[str, GPU] = {}
     for path in sorted(root.glob("*.yaml")):
         gpu = load_gpu(path, root)

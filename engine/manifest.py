@@ -158,7 +158,7 @@ def load(path: Path, root: Path | None = None) -> Manifest:
     """Read a manifest file; a malformed line is a one-line error naming the file and line."""
     from engine.yamlio import load_yaml
     rel = str(path.relative_to(root.parent)) if root and path.is_relative_to(root.parent) else str(path)
-    data = load_yaml(path, rel)
+    data = load_yaml(path, rel, hint="regenerate the file with `archledger snapshot MODEL`")
     where = Where(rel, 1)
     for key in ("source", "provenance", "total_bytes", "tensors"):
         if key not in data:

@@ -17,12 +17,14 @@ devices when they are.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from itertools import product
 
 import sympy
 
 from engine import symbols
+from engine.errors import SpecError, Where
 
 CP_KINDS = ("ring", "ulysses")
 #: Which group a parallel world (the dims table's ``shard:``) uses, per region of the model.
@@ -32,6 +34,16 @@ REGION_WORLDS = {
 }
 #: Roles whose ops run in the experts region.
 EXPERT_ROLES = frozenset({"experts"})
+#: Most GPUs one deployment (every degree, and their product) may span. Far above any real
+#: deployment of one model, and low enough that enumerating configs (divisors of the count) and
+#: every count, byte and FLOP derived from it stay small and exact.
+MAX_GPUS = 4096
+DEGREES = ("tp", "ep", "dp_attn", "pp", "cp", "dp")
+
+
+def is_count(value, low: int, high: int) -> bool:
+    """An integer in [low, high]; ``bool`` is refused although Python counts it as an int."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and low <= value <= high
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +58,25 @@ class ParallelConfig:
     cp_kind: str = "ring"
     dp: int = 1
     gpus_per_node: int | None = None
+
+    def __post_init__(self):
+        """Refuse malformed degrees at construction (a zero would divide by zero later, a huge one
+        would enumerate for minutes or overflow): one line naming the command-line option."""
+        for name in DEGREES:
+            value = getattr(self, name)
+            if not is_count(value, 1, MAX_GPUS):
+                raise SpecError(Where("<command line>", field="--" + name.replace("_", "-")),
+                                f"{name} must be an integer from 1 to {MAX_GPUS}, got {repr(value)[:60]}",
+                                f"write e.g. --{name.replace('_', '-')} 8 (degrees are GPU counts, at most {MAX_GPUS})")
+        if self.gpus_per_node is not None and not is_count(self.gpus_per_node, 1, MAX_GPUS):
+            got = repr(self.gpus_per_node)[:60]
+            raise SpecError(Where("<command line>", field="--gpus-per-node"),
+                            f"gpus_per_node must be an integer from 1 to {MAX_GPUS}, got {got}",
+                            "write e.g. --gpus-per-node 8, or leave it out for the GPU's scale-up domain")
+        if self.n_gpus > MAX_GPUS:
+            raise SpecError(Where("<command line>", field="--gpus"),
+                            f"{self.n_gpus} GPUs (dp x pp x cp x tp) is more than {MAX_GPUS}",
+                            f"use at most {MAX_GPUS} GPUs in one deployment")
 
     @property
     def n_gpus(self) -> int:
@@ -69,14 +100,9 @@ class ParallelConfig:
         return "-".join(parts)
 
     def problems(self) -> list[str]:
-        """Reasons this config is malformed on its own (before looking at a model)."""
+        """Reasons this config is malformed on its own (before looking at a model); each degree is
+        already an integer in range (``__post_init__``)."""
         out = []
-        for name in ("tp", "ep", "dp_attn", "pp", "cp", "dp"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                out.append(f"{name} must be a positive integer, got {value!r}")
-        if out:
-            return out
         if self.tp % self.dp_attn:
             out.append(f"dp_attn {self.dp_attn} does not divide tp {self.tp} "
                        "(attention replicas split the TP group)")

@@ -16,7 +16,6 @@ Files are written to a temp name and moved into place, so a failure leaves the o
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from engine.corpus import Corpus
 from engine.evaluate import Binding, _Walker
 from engine.ir import ModelSpec, Snapshot
 from engine.manifest import Manifest, ManifestTensor
+from engine.yamlio import loads_json
 
 
 def fields_read(corpus: Corpus, model: ModelSpec, config: dict[str, Any]) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def config_text(corpus: Corpus, model: ModelSpec, config: dict[str, Any], source
 
 def config_snapshot(corpus: Corpus, model: ModelSpec, config_path: Path, source: str) -> str:
     """YAML text of the config snapshot for ``model`` from a config.json file."""
-    return config_text(corpus, model, json.loads(Path(config_path).read_text()), source)
+    return config_text(corpus, model, loads_json(Path(config_path).read_text()), source)
 
 
 def manifest_from_scan(scan, source: str) -> Manifest:

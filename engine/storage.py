@@ -66,11 +66,15 @@ def scheme_tensors(key: str, lead: tuple, rows, cols, scheme: QuantScheme,
     With ``where`` (numeric binding) a non-integer axis is a :class:`SpecError`."""
     module = key[: -len(".weight")] if key.endswith(".weight") else key
     out = []
-    for tensor in scheme.matrix:
+    for j, tensor in enumerate(scheme.matrix):
         name = tensor.key.format(weight=key, module=module)
         shape = []
         for i, text in enumerate(tensor.shape):
-            value = expr.evaluate(text, expr.Scope({"rows": rows, "cols": cols}))
+            try:   # checked symbolically at load; numeric rows/cols can still exceed expr's bounds
+                value = expr.evaluate(text, expr.Scope({"rows": rows, "cols": cols}))
+            except expr.ExprError as exc:   # the scheme's shape is at fault: point at it
+                raise SpecError(scheme.where.at(f"matrix[{j}].shape"), f"{exc} (storing {name}, "
+                                f"rows={rows}, cols={cols})", exc.hint) from None
             if where is not None and not (value.is_integer or (value.is_number and value == int(value))):
                 raise SpecError(where, f"{scheme.name} cannot store {key}: axis {i} of {name} "
                                 f"= {text} = {value} (rows={rows}, cols={cols}) is not an integer",

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from engine.errors import SpecError, Where
 
 
-def add_parsers(sub) -> None:
+def add_parsers(sub, parents=()) -> None:
     snap = sub.add_parser(
-        "snapshot", help="record a model's evidence: config fields, tensor manifest, forward source",
+        "snapshot", parents=list(parents), help="record a model's evidence: config fields, tensor manifest, forward source",
         description="Record the evidence a spec is verified against. Default: everything from the "
                     "Hugging Face Hub (safetensors headers by range requests, no weights). "
                     "--checkpoint DIR reads a local checkpoint; --meta builds the transformers "
@@ -29,7 +30,7 @@ def add_parsers(sub) -> None:
     snap.add_argument("--endpoint", default=None, help="Hub endpoint (default: huggingface.co or HF_ENDPOINT)")
     snap.set_defaults(func=cmd_snapshot)
 
-    val = sub.add_parser("validate", help="run the verification guards (exit 1 on errors)")
+    val = sub.add_parser("validate", parents=list(parents), help="run the verification guards (exit 1 on errors)")
     val.add_argument("models", nargs="*", help="models to check (default: all)")
     val.add_argument("--json", action="store_true", help="structured output: guard, severity, node, message, hint")
     val.set_defaults(func=cmd_validate)
@@ -40,12 +41,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from engine.validate import render_text, validate
     corpus = load_corpus(args.corpus)
     models = [corpus.find_model(m) for m in args.models] if args.models else list(corpus.models.values())
-    reports = [validate(corpus, m) for m in models]
+    reports = []
+    for i, model in enumerate(models, 1):
+        if not args.json and sys.stderr.isatty():
+            print(f"\rvalidating {i}/{len(models)} {model.model_id[:50]:50s}", end="", file=sys.stderr, flush=True)
+        reports.append(validate(corpus, model))
+    if not args.json and sys.stderr.isatty():
+        print("\r" + " " * 72 + "\r", end="", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=2))
-    else:
-        print("\n\n".join(render_text(r) for r in reports))
-    return 0 if all(r.verified for r in reports) else 1
+        return 0 if all(r.verified for r in reports) else 1
+    print("\n\n".join(render_text(r) for r in reports))
+    failed = [r.model_id for r in reports if not r.verified]
+    warnings = sum(1 for r in reports for f in r.findings if f.severity == "warning")
+    print(f"\n{len(reports)} models: {len(reports) - len(failed)} verified, {len(failed)} with errors"
+          + (f" ({', '.join(failed)})" if failed else "") + f"; {warnings} warnings")
+    return 0 if not failed else 1
 
 
 def _source_from_transformers(config: dict) -> tuple[str, dict, dict[str, str]] | None:
@@ -64,6 +75,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from engine.corpus import load_corpus
     from engine.evidence import forward_excerpts
     from engine.snapshot import manifest_from_scan, snapshot_files, write_atomic
+    from engine.yamlio import loads_json   # NaN/Infinity in a config.json is refused
 
     corpus = load_corpus(args.corpus, missing_snapshots_ok=True)
     model = corpus.find_model(args.model)
@@ -74,7 +86,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         if args.checkpoint:
             folder = Path(args.checkpoint)
             config_path = Path(args.config) if args.config else folder / "config.json"
-            config = json.loads(config_path.read_text())
+            config = loads_json(config_path.read_text())
             config_source = f"dir:{folder} config.json" if not args.config else f"{config_path}"
             scan = headers.read_local(folder)
             manifest = manifest_from_scan(scan, f"hf:{repo}")
@@ -87,16 +99,16 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         elif args.meta:
             if not args.config:
                 raise SpecError(where, "--meta needs --config", "pass the model's config.json")
-            config = json.loads(Path(args.config).read_text())
+            config = loads_json(Path(args.config).read_text())
             config_source = f"hf:{repo} config.json"
             manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{repo}")
             source = _source_from_transformers(config)
         elif args.config and not args.hub:
-            config = json.loads(Path(args.config).read_text())
+            config = loads_json(Path(args.config).read_text())
             config_source = f"hf:{repo} config.json"
         else:
             kw = {"endpoint": args.endpoint}
-            config = json.loads(headers.hub_file_text(repo, "config.json", args.revision, **kw))
+            config = loads_json(headers.hub_file_text(repo, "config.json", args.revision, **kw))
             scan = headers.read_hub(repo, args.revision, **kw)
             config_source = f"{scan.source} config.json"
             manifest = manifest_from_scan(scan, f"hf:{repo}")
@@ -112,7 +124,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         raise SpecError(where, str(exc)) from None
     except modeling_code.ModelingCodeError as exc:
         raise SpecError(where, str(exc)) from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SpecError(where, f"cannot read config.json: {exc}", "pass --config path/to/config.json") from None
     files = snapshot_files(corpus, model, config, config_source, manifest, source)
     write_atomic(files)

@@ -1,74 +1,100 @@
 """The ``archledger`` command: the engine's commands, plus the site on top of ``build``.
 
-Layer: site_builder (it may import engine; engine never imports it). ``archledger build`` runs the
-engine's grid build and then renders ``build/site/`` from ``build/results/`` (``--no-site`` to
-skip); ``archledger site`` renders the site from existing results; ``archledger serve`` previews
-``build/site`` on 127.0.0.1; ``archledger screenshots`` saves PNGs of key pages with headless
-Chromium. Everything else is ``engine.cli``.
+Layer: site_builder (it may import engine; engine never imports it). One parser lists every
+command: the engine's (``show``, ``list``, ``snapshot``, ``validate``, ``bench``, ``deploy``,
+``build``) and the site's: ``build`` renders ``OUT/site/`` from the staged results and publishes
+both together (``--no-site`` to skip), ``site`` re-renders the site from existing results,
+``serve`` previews it on 127.0.0.1, ``screenshots`` saves PNGs of key pages with headless
+Chromium. ``--corpus`` and ``--out`` work before or after the command; inside a checkout its own
+``corpus/``, ``gpus/`` and ``build/`` are used (:mod:`engine.project`).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from engine import cli as engine_cli
-from engine.errors import SpecError
-
-OWN = ("site", "serve", "screenshots")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="archledger")
-    sub = parser.add_subparsers(dest="command", required=True)
-    site = sub.add_parser("site", help="render build/site/ from build/results/")
-    site.add_argument("--out", default="build")
-    serve = sub.add_parser("serve", help="preview build/site on http://127.0.0.1:PORT/")
-    serve.add_argument("--out", default="build")
-    serve.add_argument("--port", type=int, default=8000)
-    shots = sub.add_parser("screenshots", help="PNG screenshots of the gallery, a model and a deployment page")
-    shots.add_argument("--out", default="build")
-    shots.add_argument("--to", default="build/screenshots")
-    shots.add_argument("--model", default="deepseek-ai--DeepSeek-V3")
-    return parser
+def progress_printer(what: str, stream=sys.stderr):
+    """``show(done, total, label)``: a one-line progress bar on a terminal, a line per 10% otherwise."""
+    shown = {"step": -1}
+
+    def show(done: int, total: int, label: str = "") -> None:
+        if stream.isatty():
+            width = 24
+            filled = int(width * done / max(total, 1))
+            stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what}  {label[:40]:40s}")
+            if done >= total:
+                stream.write("\n")
+        else:
+            step = int(10 * done / max(total, 1))
+            if step != shown["step"] or done >= total:
+                shown["step"] = step
+                stream.write(f"{what}: {done}/{total} {label}\n")
+        stream.flush()
+    return show
 
 
-def render(out: Path) -> int:
+def cmd_build(args) -> int:
+    from engine.build import run
+    from site_builder.render import render_pages
+    quiet = args.quiet
+
+    def site(results: Path, site_dir: Path, progress=None) -> None:
+        render_pages(results, site_dir, progress if progress else (None if quiet else progress_printer("pages")))
+
+    return run(args, site=None if args.no_site else site)
+
+
+def cmd_site(args) -> int:
     from site_builder.render import render_site
-    results = out / "results"
-    if not (results / "models.parquet").exists():
-        print(f"error: {results}: no results — run `archledger build` first", file=sys.stderr)
+    out = Path(args.out)
+    if not (out / "results" / "models.parquet").exists():
+        print(f"error: {out / 'results'}: no results — run `archledger build` first", file=sys.stderr)
         return 2
-    site = render_site(results, out)
+    site = render_site(out / "results", out, None if args.quiet else progress_printer("pages"))
     pages = sum(1 for _ in site.rglob("index.html"))
     print(f"wrote {site} ({pages} pages)")
     return 0
 
 
+def cmd_serve(args) -> int:
+    from site_builder.serve import serve
+    return serve(Path(args.out) / "site", args.port)
+
+
+def cmd_screenshots(args) -> int:
+    from site_builder.screenshots import screenshots
+    return screenshots(Path(args.out) / "site", Path(args.to) if args.to else Path(args.out) / "screenshots",
+                       args.model)
+
+
+def parser():
+    top = engine_cli.Parser(prog="archledger", description="What does it cost to run this LLM architecture: "
+                            "verified specs, one symbolic evaluation, Parquet results and a static site.",
+                            parents=[engine_cli.common_options()])
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = engine_cli.add_commands(sub)
+    common = engine_cli.common_options(corpus=False)
+    commands["build"].set_defaults(func=cmd_build)
+
+    site = sub.add_parser("site", parents=[common], help="re-render OUT/site/ from OUT/results/ (no evaluation)")
+    site.add_argument("--quiet", action="store_true", help="no progress")
+    site.set_defaults(func=cmd_site)
+    serve = sub.add_parser("serve", parents=[common], help="preview OUT/site/ on http://127.0.0.1:PORT/")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port on 127.0.0.1 (0: any free port)")
+    serve.set_defaults(func=cmd_serve)
+    shots = sub.add_parser("screenshots", parents=[common],
+                           help="PNG screenshots of the gallery, a model and a deployment page (headless Chromium)")
+    shots.add_argument("--to", default=None, metavar="DIR", help="folder for the PNGs (default: OUT/screenshots)")
+    shots.add_argument("--model", default="deepseek-ai--DeepSeek-V3", help="model whose pages are captured (org--name)")
+    shots.set_defaults(func=cmd_screenshots)
+    return top
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command = next((a for a in argv if not a.startswith("-")), None)
-    if command in OWN:
-        args = _parser().parse_args(argv)
-        if args.command == "site":
-            return render(Path(args.out))
-        if args.command == "serve":
-            from site_builder.serve import serve
-            return serve(Path(args.out) / "site", args.port)
-        from site_builder.screenshots import screenshots
-        return screenshots(Path(args.out) / "site", Path(args.to), args.model)
-    no_site = "--no-site" in argv
-    if no_site:
-        argv.remove("--no-site")
-    code = engine_cli.main(argv)
-    if code == 0 and command == "build" and not no_site:
-        out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else Path("build")
-        try:
-            return render(out)
-        except SpecError as exc:
-            print(f"error: {exc.one_line()}", file=sys.stderr)
-            return 2
-    return code
+    return engine_cli.dispatch(parser(), argv)
 
 
 if __name__ == "__main__":

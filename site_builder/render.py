@@ -13,15 +13,18 @@ import io
 import json
 import re
 import shutil
-import tempfile
+import sys
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 import polars as pl
 from markdown_it import MarkdownIt
 
-from engine.build import swap_into_place
+from engine import publish
+from engine.corpus import refuse_symlinks
+from engine.errors import SpecError, Where
 from site_builder import charts, graphs
 from site_builder.data import Results, deployment_options, deployment_rows, gallery_index, ops_rows, slug
 from site_builder.graph_svg import diff_graphs, render_svg
@@ -33,6 +36,7 @@ DOCS = [("deployment", REPO / "docs" / "deployment.md", "Deployment accounting: 
         ("results", REPO / "docs" / "results.md", "The Parquet tables"),
         ("spec-language", REPO / "docs" / "spec-language.md", "The spec language"),
         ("verification", REPO / "docs" / "verification.md", "Verification: guards and evidence"),
+        ("security", REPO / "docs" / "security.md", "Security and failure model"),
         ("contributing", REPO / "CONTRIBUTING.md", "How to add a model, component, op, GPU or fusion rule")]
 OVERVIEW = [("params_total", "Parameters"), ("params_active", "Active per token"),
             ("params_embedding", "Embedding"), ("n_layers", "Layers"), ("max_context", "Max context"),
@@ -91,10 +95,30 @@ def anchor(uid: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in uid)
 
 
+#: Characters JSON may hold that must not reach HTML raw: ``<`` opens ``</script>`` and ``<!--``
+#: (either ends or swallows the script block), ``>`` and ``&`` pair with them, ``'`` closes a
+#: single-quoted attribute, U+2028/U+2029 end a line in JavaScript before ES2019. Each becomes its
+#: ``\uXXXX`` escape, which is the same string to JSON.parse and to JavaScript.
+_SCRIPT_UNSAFE = re.compile("[<>&'\u2028\u2029]")
+
+
+def script_json(value: Any) -> str:
+    """``value`` as JSON that is inert inside an HTML ``<script>`` block or attribute.
+
+    The one way data reaches a page's inline script (the ``page-data`` block of base.html, and the
+    templates' ``tojson`` filter, replaced by this): model ids, names, notes and docs come from spec
+    files in pull requests, so any string may be hostile. NaN and infinity are refused (they are not
+    JSON; engine/finite.py keeps them out of the results)."""
+    text = json.dumps(value, allow_nan=False)
+    return _SCRIPT_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(si=si, bytes=human_bytes, tokens=tokens, fmt=fmt, anchor=anchor, seconds=seconds)
+    # jinja's own tojson escapes < > & ' but not U+2028/U+2029: templates get the one escaper
+    env.filters["tojson"] = lambda value, indent=None: markupsafe.Markup(script_json(value))
     return env
 
 
@@ -112,7 +136,7 @@ class Site:
         depth = len(path.split("/")) if path else 0     # pages live at <path>/index.html
         root = "../" * depth
         html = self.env.get_template(template).render(
-            title=title, root=root, page_json=json.dumps(page_data or {}).replace("</", "<\\/"), **context)
+            title=title, root=root, page_json=script_json(page_data or {}), **context)
         target = self.folder / path / "index.html" if path else self.folder / "index.html"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(html)
@@ -122,6 +146,25 @@ class Site:
         target = self.folder / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
+
+
+def _copy_static(target: Path) -> None:
+    """Copy static/ (without its README) into the site. A symbolic link under static/ is refused
+    with one line (engine.corpus.refuse_symlinks): a committed link to /proc/self/environ would
+    otherwise publish the build machine's environment. ``symlinks=True`` keeps a link that appears
+    after the check a link (the copy never reads through it)."""
+    refuse_symlinks(STATIC, REPO)
+    shutil.copytree(STATIC, target, ignore=shutil.ignore_patterns("README.md"), symlinks=True)
+
+
+def _repo_text(path: Path) -> str:
+    """A page source from the repo (docs/*.md, CONTRIBUTING.md), refused if it or a folder on the
+    way to it is a symbolic link, or if it resolves outside the repo: it is published as a page."""
+    refuse_symlinks(path, REPO)
+    if not path.resolve().is_relative_to(REPO.resolve()):
+        raise SpecError(Where(str(path.relative_to(REPO))), "resolves outside the repository",
+                        "commit the file itself")
+    return path.read_text(encoding="utf-8")
 
 
 def _csv(rows: list[dict]) -> str:
@@ -135,27 +178,46 @@ def _csv(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def render_site(results_root: Path, out: Path) -> Path:
-    """Render every page into ``out/site`` (staged, then swapped in). Returns the site folder."""
-    results = Results.load(results_root)
+def render_pages(results_dir: Path, site_dir: Path, progress=None) -> None:
+    """Render the whole site from ``results_dir`` into the empty folder ``site_dir`` (created if
+    absent), ending with ``pin.json`` (which results it shows). Writes nowhere else, publishes
+    nothing: ``archledger build`` calls it on its staged results and publishes both together.
+    ``progress(done, total, label)`` is called after each page group."""
+    results = Results.load(results_dir)
     env = environment()
+    staging = Path(site_dir)
+    staging.mkdir(parents=True, exist_ok=True)
+    site = Site(staging, env)
+    groups = [("static", lambda: _copy_static(staging / "static")), ("gallery", lambda: _gallery(site, results))]
+    for model_id in results.models["model_id"]:
+        groups.append((model_id, lambda m=model_id: (_model(site, results, m), _deploy(site, results, m))))
+    groups += [("compare", lambda: _compare(site, results)), ("components", lambda: _components(site, results)),
+               ("methodology", lambda: _methodology(site)), ("downloads", lambda: _downloads(site, results))]
+    for done, (label, render) in enumerate(groups, 1):
+        render()
+        if progress:
+            progress(done, len(groups), label)
+        if label == "gallery":
+            publish.fault("site")
+    publish.pin_site(staging, results_dir)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def render_site(results_root: Path, out: Path, progress=None) -> Path:
+    """``archledger site``: re-render ``out/site`` from the results in ``results_root`` (normally
+    ``out/results``), staged beside it and published atomically under ``out``'s build lock (so it
+    never interleaves with a build, and finishes or sweeps what an interrupted one left first).
+    Returns the site folder."""
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".site-", dir=out))
-    try:
-        site = Site(staging, env)
-        shutil.copytree(STATIC, staging / "static", ignore=shutil.ignore_patterns("README.md"))
-        _gallery(site, results)
-        for model_id in results.models["model_id"]:
-            _model(site, results, model_id)
-            _deploy(site, results, model_id)
-        _compare(site, results)
-        _components(site, results)
-        _methodology(site)
-        _downloads(site, results)
-        swap_into_place(staging, out / "site")
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with publish.lock(out, "archledger site", log=_stderr):
+        publish.recover(out, _stderr)
+        with publish.staged(out, "site") as staging:
+            render_pages(results_root, staging, progress)
+            publish.publish(out, [("site", staging)])
     return out / "site"
 
 
@@ -342,7 +404,7 @@ def _methodology(site: Site) -> None:
 
     for name, path, title in DOCS:
         # links between the Markdown files point at their pages here
-        body = re.sub(r'href="([^"]+\.md(?:#[^"]*)?)"', relink, md.render(path.read_text()))
+        body = re.sub(r'href="([^"]+\.md(?:#[^"]*)?)"', relink, md.render(_repo_text(path)))
         site.page(f"methodology/{name}", "doc.html", title, {"page": "doc"}, body=body)
         items.append({"href": f"{name}/", "label": title, "note": ""})
     site.page("methodology", "listing.html", "Methodology", {"page": "methodology"}, items=items,

@@ -5,6 +5,7 @@ needs (Parquet, JSON); what Netlify serves in production is the same folder (net
 """
 from __future__ import annotations
 
+import errno
 import functools
 import http.server
 import sys
@@ -33,7 +34,13 @@ def serve(site: Path, port: int) -> int:
     if not (site / "index.html").exists():
         print(f"error: {site}: no site — run `archledger build` first", file=sys.stderr)
         return 2
-    server, url = start(site, port)
+    try:
+        server, url = start(site, port)
+    except OSError as exc:
+        reason = "port already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        print(f"error: 127.0.0.1:{port}: cannot serve ({reason}) — pass --port N for another port "
+              "(--port 0 picks a free one)", file=sys.stderr)
+        return 2
     print(f"serving {site} at {url} (Ctrl-C to stop)")
     try:
         threading.Event().wait()

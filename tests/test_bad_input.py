@@ -18,6 +18,7 @@ import sympy
 from engine import api, expr
 from engine import corpus as corpus_module
 from engine.cli import main
+from tests.bad_input_helpers import copy_corpus, fresh_api_cache, parse_each_yaml_once  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "corpus"
@@ -265,42 +266,6 @@ REBUILD_CASES = ("unknown-op", "shape-mismatch-linear-input", "yaml-unclosed-bra
 
 
 # -- helpers ------------------------------------------------------------------------------------------
-
-@pytest.fixture(autouse=True)
-def _fresh_api_cache():
-    """`show` caches loaded corpora per root; never let one case see another's corpus."""
-    api._corpus.cache_clear()
-    yield
-    api._corpus.cache_clear()
-
-
-_PARSED: dict[tuple, object] = {}
-
-
-@pytest.fixture(autouse=True)
-def _parse_each_yaml_text_once(monkeypatch):
-    """Speed only: a file whose text was parsed before (in another case's copy) is not re-parsed.
-
-    The loader never mutates what it reads, and the broken file's new text is always parsed for
-    real, so every error below still comes from the real loader (YAML errors are never cached).
-    """
-    real = corpus_module.load_yaml
-
-    def load_yaml(path: Path, display: str | None = None):
-        key = (display, Path(path).read_text(encoding="utf-8"))
-        if key not in _PARSED:
-            _PARSED[key] = real(path, display)
-        return _PARSED[key]
-
-    monkeypatch.setattr(corpus_module, "load_yaml", load_yaml)
-
-
-def copy_corpus(tmp_path: Path) -> Path:
-    """The real corpus under ``tmp_path/corpus`` (the name matters: errors say corpus/...)."""
-    root = tmp_path / "corpus"
-    shutil.copytree(CORPUS, root)
-    return root
-
 
 def break_file(root: Path, case: Bad) -> None:
     path = root / case.file

@@ -3,6 +3,7 @@ rebuilds and atomic writes."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -24,20 +25,34 @@ KEY = ["model_id", "gpu", "n_gpus", "tp", "ep", "dp_attn", "pp", "cp", "cp_kind"
 DOC = (REPO / "docs" / "results.md").read_text()
 
 
+#: The default grid is the main job's; the whole corpus over it is a benchmark (benchmarks/build.py).
+#: Tests build it for a sample that covers a dense model at two sizes, MLA + MoE with DP-attention
+#: and sliding-window attention with MXFP4 experts, and every model over a tiny grid.
+DEFAULT_SAMPLE = ["meta-llama/Meta-Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-70B", "deepseek-ai/DeepSeek-V3",
+                  "openai/gpt-oss-120b"]
+TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
+
+
 @pytest.fixture(scope="module")
 def default_build(tmp_path_factory):
-    """The main job: every spec over the default grid (corpus/grid.yaml)."""
+    """The main job's grid (corpus/grid.yaml) over the sample models."""
     out = tmp_path_factory.mktemp("default")
-    report = build(load_corpus(), out, jobs=2)
-    return report
+    return build(load_corpus(), out, models=DEFAULT_SAMPLE, jobs=2)
+
+
+@pytest.fixture(scope="module")
+def corpus_build(tmp_path_factory):
+    """Every spec of the corpus over the tiny grid (one GPU type, each model's first fitting count)."""
+    out = tmp_path_factory.mktemp("corpus")
+    return build(load_corpus(), out, grid_path=TINY, jobs=2)
 
 
 def _scan(results: Path, table: str) -> pl.DataFrame:
     return pl.scan_parquet(str(results / table / "**" / "*.parquet"), hive_partitioning=True).collect()
 
 
-def test_default_build_covers_every_model_with_the_documented_schema(default_build):
-    results = default_build.results
+def test_every_model_builds_with_the_documented_schema(corpus_build):
+    results = corpus_build.results
     models = pl.read_parquet(results / "models.parquet")
     corpus = load_corpus()
     assert sorted(models["model_id"]) == sorted(corpus.models)
@@ -51,6 +66,20 @@ def test_default_build_covers_every_model_with_the_documented_schema(default_bui
         assert frame.select(key).is_duplicated().sum() == 0, f"{table}: duplicate keys"
     manifest = json.loads((results / "manifest.json").read_text())
     assert set(manifest["models"]) == set(corpus.models)
+    assert corpus_build.recomputed and not corpus_build.reused
+    d = _scan(results, "deployments")
+    assert (d["fits"]).any() and set(d["phase"]) == {"prefill", "decode"}
+    for model_id in corpus.models:         # every model has a fitting point at its first GPU count
+        assert d.filter((pl.col("model_id") == model_id) & pl.col("fits")).height > 0, model_id
+
+
+def test_default_grid_loads_and_a_sample_builds(default_build):
+    from engine.hardware import load_gpus
+    load_grid()
+    d = _scan(default_build.results, "deployments")
+    assert set(d["gpu"]) == set(load_gpus())             # `gpus: all` reaches every GPU file
+    models = pl.read_parquet(default_build.results / "models.parquet")
+    assert sorted(models["model_id"]) == sorted(DEFAULT_SAMPLE)
     assert default_build.recomputed and not default_build.reused
 
 
@@ -64,10 +93,12 @@ def test_units_are_si_and_values_are_sane(default_build):
     # KV per request = per-token bytes x context for models whose caches all grow with every token
     models = pl.read_parquet(default_build.results / "models.parquet")
     llama = models.filter(pl.col("model_id") == "meta-llama/Meta-Llama-3.1-8B").row(0, named=True)
+    per_token = 2 * 32 * 8 * 128 * 2              # K and V, 32 layers, 8 KV heads of 128, BF16 (config.json)
+    assert llama["kv_bytes_per_token"] == per_token == 131_072
     rows = d.filter((pl.col("model_id") == llama["model_id"]) & (pl.col("kv_dtype") == "bf16"))
-    assert (rows["kv_bytes_per_request"] == llama["kv_bytes_per_token"] * (rows["input_len"] + rows["output_len"])).all()
+    assert (rows["kv_bytes_per_request"] == per_token * (rows["input_len"] + rows["output_len"])).all()
     fp8 = d.filter((pl.col("model_id") == llama["model_id"]) & (pl.col("kv_dtype") == "fp8"))
-    assert (fp8["kv_bytes_per_request"] * 2 == llama["kv_bytes_per_token"] * (fp8["input_len"] + fp8["output_len"])).all()
+    assert (fp8["kv_bytes_per_request"] * 2 == per_token * (fp8["input_len"] + fp8["output_len"])).all()
 
 
 def test_grid_reaches_past_max_context_and_up_to_capacity(default_build):
@@ -89,7 +120,27 @@ def test_grid_reaches_past_max_context_and_up_to_capacity(default_build):
     assert d.filter(pl.col("n_gpus") > 8).height > 0                # multi-node
 
 
+def _hand_values(model: str, row: dict) -> None:
+    """A few grid rows against values derived by hand from config.json and the GPU files."""
+    length = row["input_len"] + row["output_len"]
+    if model == "meta-llama/Meta-Llama-3.1-70B":           # H100 TP8, FP8 KV, 16384 + 1024 tokens
+        norms = (2 * 80 + 1) * 8192 * 2                      # whole on every GPU; matrices split 8 ways
+        weights = (70_553_706_496 * 2 - norms) / 8 + norms   # the HF parameter count, BF16
+        kv = 2 * 80 * 8 * 128 * 1 * length                   # K and V, 80 layers, 8 KV heads of 128, 1 B
+        assert row["weight_bytes_per_gpu"] == weights and row["kv_bytes_per_request"] == kv
+        assert row["max_concurrent_requests"] == math.floor((0.9 * 80e9 - weights) / (kv / 8)) == 152
+    elif model == "deepseek-ai/DeepSeek-V3":                 # H200 DP-attention 8 + EP 8, BF16 KV
+        kv = 61 * (512 + 64) * 2 * length                    # MLA latent + rotary key, 70,272 B/token
+        assert row["kv_bytes_per_request"] == kv and row["kv_bytes_per_gpu"] == 64 / 8 * kv
+    else:                                                    # gpt-oss-120b: 18 full + 18 sliding (128) layers
+        per_layer_token = 2 * 8 * 64 * 2
+        assert row["kv_bytes_per_request"] == (18 * length + 18 * min(length, 128)) * per_layer_token
+
+
 def test_rows_agree_with_archledger_deploy(default_build, capsys):
+    """Consistency of the grid build with `archledger deploy` (both go through sol.summarize, so a
+    bug shared by the two passes here), plus hand-derived values for a few of the same rows
+    (_hand_values; tests/test_site_numbers.py checks more grid rows by hand on a small build)."""
     d = _scan(default_build.results, "deployments")
     ops = _scan(default_build.results, "ops")
     cases = [("deepseek-ai/DeepSeek-V3", "H200", dict(tp=8, ep=8, dp_attn=8), "sglang", "bf16", 64, 4096, 1024),
@@ -115,6 +166,7 @@ def test_rows_agree_with_archledger_deploy(default_build, capsys):
                 assert row[field] == pytest.approx(cli["deployment"][field], rel=1e-9), (model, field)
             assert row["step_time_s"] == pytest.approx(cli["phases"][row["phase"]]["step_time_s"], rel=1e-9)
             assert row["weight_bytes_per_gpu_formula"] and "hidden" in row["weight_bytes_per_gpu_formula"]
+            _hand_values(model, row)
         if kv_dtype == "bf16" and (batch, inp, out) in load_grid().ops_points:
             mine = ops.filter(where & (pl.col("phase") == "decode"))
             theirs = {r["op_uid"]: r for r in cli["ops"]["decode"]}
@@ -208,3 +260,66 @@ def test_bad_grid_is_a_one_line_error_and_nothing_is_written(tmp_path, capsys):
     grid.write_text(SMALL.read_text().replace("gpus: [H100, B200]", "gpus: [H100, H1000]"))
     assert main(["build", "--out", str(tmp_path / "out"), "--grid", str(grid), "--models", "Qwen3-8B"]) == 2
     assert "unknown GPU 'H1000'" in capsys.readouterr().err
+
+
+# -- subsets and other grids: merge, never discard (engine.build.run's rules) ---------------------
+
+QWEN, LLAMA = "Qwen/Qwen3-8B", "meta-llama/Meta-Llama-3.1-8B"
+
+
+def _run_build(corpus_dir: Path, out: Path, models: list[str], grid: Path) -> int:
+    import argparse
+    from engine.build import run
+    return run(argparse.Namespace(out=str(out), models=models, grid=str(grid), jobs=1, quiet=True,
+                                  corpus=str(corpus_dir)))
+
+
+def test_a_subset_build_keeps_what_it_does_not_name(small):
+    corpus_dir, out = small
+    first = build(load_corpus(corpus_dir), out, ["Qwen3-8B", "Llama-3.1-8B"], SMALL, jobs=1)
+    before = _files(first.results)
+    spec = corpus_dir / "models" / "meta-llama--Meta-Llama-3.1-8B.yaml"
+    spec.write_text(spec.read_text() + "\n# edited\n")
+    lines = []
+    second = build(load_corpus(corpus_dir), out, ["Qwen3-8B"], SMALL, jobs=1, log=lines.append)
+    assert (second.recomputed, second.reused, second.stale) == ([], [QWEN], [LLAMA])
+    assert _files(second.results) == before                        # nothing discarded, nothing rewritten
+    models = json.loads((out / "results" / "manifest.json").read_text())["models"]
+    assert models[LLAMA]["stale"] == "inputs changed since it was built" and "stale" not in models[QWEN]
+    assert [line for line in lines if "stale" in line] == [
+        f"kept 1 model(s) not named as they were, marked stale in manifest.json: {LLAMA} (inputs changed since "
+        f"it was built) — rebuild them with --models or a full build"]
+    third = build(load_corpus(corpus_dir), out, ["Llama-3.1-8B"], SMALL, jobs=1)
+    assert (third.recomputed, third.reused, third.stale) == ([LLAMA], [QWEN], [])
+    models = json.loads((out / "results" / "manifest.json").read_text())["models"]
+    assert sorted(models) == [QWEN, LLAMA] and not any("stale" in e for e in models.values())
+    assert sorted(pl.read_parquet(out / "results" / "models.parquet")["model_id"]) == [QWEN, LLAMA]
+
+
+def test_another_grid_needs_another_out(small, tmp_path, capsys):
+    corpus_dir, out = small
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(SMALL.read_text())
+    assert _run_build(corpus_dir, out, ["Qwen3-8B", "Llama-3.1-8B"], grid) == 0
+    before = _files(out / "results")
+    other = tmp_path / "other.yaml"
+    other.write_text(SMALL.read_text().replace("batches: [1, 8, 64]", "batches: [1, 8]"))
+    capsys.readouterr()
+    for models in (["Qwen3-8B"], None):                               # a subset or a full build alike
+        assert _run_build(corpus_dir, out, models, other) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"error: {out / 'results'}/ holds results over the grid {grid}, not {other}: use another "
+                       f"--out for another grid (one results tree mixing grids would mix incomparable rows)")
+        assert _files(out / "results") == before
+    assert _run_build(corpus_dir, tmp_path / "elsewhere", ["Qwen3-8B"], other) == 0
+    # editing the grid file itself is an input change: the unnamed model is kept, stale
+    grid.write_text(SMALL.read_text().replace("batches: [1, 8, 64]", "batches: [1, 16]"))
+    assert _run_build(corpus_dir, out, ["Qwen3-8B"], grid) == 0
+    models = json.loads((out / "results" / "manifest.json").read_text())["models"]
+    assert "stale" in models[LLAMA] and "stale" not in models[QWEN]
+    # results that hold no model (its only spec was skipped as unverified) take any grid
+    (corpus_dir / "snapshots" / "Qwen--Qwen3-8B.tensors.yaml").unlink()
+    empty = tmp_path / "empty"
+    assert _run_build(corpus_dir, empty, ["Qwen3-8B"], grid) == 0
+    shutil.copytree(REPO / "corpus" / "snapshots", corpus_dir / "snapshots", dirs_exist_ok=True)
+    assert _run_build(corpus_dir, empty, ["Qwen3-8B"], other) == 0

@@ -1,0 +1,60 @@
+"""Where the user stands: the checkout whose ``corpus/``, ``gpus/`` and ``build/`` a command uses.
+
+Layer: engine. Like mkdocs with the ``mkdocs.yml`` of the current folder, ``archledger`` run
+inside a checkout (its root or any folder below it) works on that checkout, not on the tree the
+package happens to be installed from. A checkout is a folder holding ``corpus/models/`` and
+``gpus/``. Outside any checkout the installed tree's corpus and GPU table are used and output
+goes to ``./build``. ``--corpus DIR`` replaces only the corpus (its ``fusion/`` tables and
+``grid.yaml`` come with it); ``--out DIR`` replaces only the output folder.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The tree this package was installed from (an editable install) or shipped in.
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def find_checkout(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` that holds ``corpus/models/`` and ``gpus/``."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if (folder / "corpus" / "models").is_dir() and (folder / "gpus").is_dir():
+            return folder
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    """The folders one command reads and writes; every path is absolute."""
+
+    #: The checkout the command works on (or the installed tree when run outside any checkout).
+    root: Path
+    #: Specs, components, tables, snapshots, fusion rules and the default grid.
+    corpus: Path
+    #: One YAML file per accelerator.
+    gpus: Path
+    #: Output folder: ``results/`` (Parquet) and ``site/`` (the static site) live here.
+    out: Path
+
+    @property
+    def fusion(self) -> Path:
+        return self.corpus / "fusion"
+
+    @property
+    def grid(self) -> Path:
+        return self.corpus / "grid.yaml"
+
+
+def locate(corpus: str | Path | None = None, out: str | Path | None = None,
+           cwd: Path | None = None) -> Project:
+    """The project for a command started in ``cwd`` with the given ``--corpus`` / ``--out``."""
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    checkout = find_checkout(cwd)
+    root = checkout or PACKAGE_ROOT
+    default_out = (checkout or cwd) / "build"
+    return Project(root=root,
+                   corpus=(cwd / corpus).resolve() if corpus else root / "corpus",
+                   gpus=root / "gpus",
+                   out=(cwd / out).resolve() if out else default_out.resolve())
