@@ -17,8 +17,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.build import build  # noqa: E402
-from engine.corpus import load_corpus  # noqa: E402
+from engine.build.results import build  # noqa: E402
+from engine.spec.corpus import load_corpus  # noqa: E402
 
 
 def _peak_mib() -> float:

@@ -1,6 +1,6 @@
 """Where the user stands: the checkout whose ``corpus/``, ``gpus/`` and ``build/`` a command uses.
 
-Layer: engine. Like mkdocs with the ``mkdocs.yml`` of the current folder, ``archledger`` run
+Layer: engine (below every concern: it imports nothing of the engine). Like mkdocs with the ``mkdocs.yml`` of the current folder, ``archledger`` run
 inside a checkout (its root or any folder below it) works on that checkout, not on the tree the
 package happens to be installed from. A checkout is a folder holding ``corpus/models/`` and
 ``gpus/``. Outside any checkout the installed tree's corpus and GPU table are used and output

@@ -37,7 +37,7 @@ def progress_printer(what: str, stream=sys.stderr):
 
 
 def cmd_build(args) -> int:
-    from engine.build import run
+    from engine.build.results import run
     from site_builder.render import render_pages
     quiet = args.quiet
 

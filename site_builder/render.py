@@ -22,9 +22,9 @@ import markupsafe
 import polars as pl
 from markdown_it import MarkdownIt
 
-from engine import publish
-from engine.corpus import refuse_symlinks
-from engine.errors import SpecError, Where
+from engine.build import publish
+from engine.spec.corpus import refuse_symlinks
+from engine.spec.errors import SpecError, Where
 from site_builder import charts, graphs
 from site_builder.data import Results, deployment_options, deployment_rows, gallery_index, ops_rows, slug
 from site_builder.graph_svg import diff_graphs, render_svg
@@ -32,7 +32,8 @@ from site_builder.graph_svg import diff_graphs, render_svg
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO / "templates"
 STATIC = REPO / "static"
-DOCS = [("deployment", REPO / "docs" / "deployment.md", "Deployment accounting: SOL, KV, communication, fusion"),
+DOCS = [("architecture", REPO / "docs" / "architecture.md", "Architecture: packages and data flow"),
+        ("deployment", REPO / "docs" / "deployment.md", "Deployment accounting: SOL, KV, communication, fusion"),
         ("results", REPO / "docs" / "results.md", "The Parquet tables"),
         ("spec-language", REPO / "docs" / "spec-language.md", "The spec language"),
         ("verification", REPO / "docs" / "verification.md", "Verification: guards and evidence"),
@@ -108,7 +109,7 @@ def script_json(value: Any) -> str:
     The one way data reaches a page's inline script (the ``page-data`` block of base.html, and the
     templates' ``tojson`` filter, replaced by this): model ids, names, notes and docs come from spec
     files in pull requests, so any string may be hostile. NaN and infinity are refused (they are not
-    JSON; engine/finite.py keeps them out of the results)."""
+    JSON; engine/build/finite.py keeps them out of the results)."""
     text = json.dumps(value, allow_nan=False)
     return _SCRIPT_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
@@ -150,7 +151,7 @@ class Site:
 
 def _copy_static(target: Path) -> None:
     """Copy static/ (without its README) into the site. A symbolic link under static/ is refused
-    with one line (engine.corpus.refuse_symlinks): a committed link to /proc/self/environ would
+    with one line (engine.spec.corpus.refuse_symlinks): a committed link to /proc/self/environ would
     otherwise publish the build machine's environment. ``symlinks=True`` keeps a link that appears
     after the check a link (the copy never reads through it)."""
     refuse_symlinks(STATIC, REPO)
@@ -328,7 +329,7 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
 
 def _schema_docs() -> dict:
     """The Parquet column docs, shown as the definition behind each deployment number."""
-    from engine.build import DEPLOYMENTS_SCHEMA
+    from engine.build.results import DEPLOYMENTS_SCHEMA
     return DEPLOYMENTS_SCHEMA
 
 

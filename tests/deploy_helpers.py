@@ -4,9 +4,9 @@ from __future__ import annotations
 import functools
 
 from engine.deploy import Options, Scenario, plan
-from engine.fusion import load_tables
-from engine.hardware import load_gpus
-from engine.parallel import ParallelConfig
+from engine.deploy.fusion import load_tables
+from engine.deploy.hardware import load_gpus
+from engine.deploy.parallel import ParallelConfig
 
 from tests.conftest import _evaluation, MODEL_IDS
 

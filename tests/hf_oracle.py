@@ -68,10 +68,10 @@ def load_hf_config(config_path: str | Path):
 
     The JSON is read directly (no ``from_pretrained``), ``quantization_config`` and ``auto_map``
     are dropped, and the config class is picked from ``model_type`` in transformers' built-in
-    registry (never remote code); see :func:`engine.modeling_code.hf_config`.
+    registry (never remote code); see :func:`engine.verify.modeling_code.hf_config`.
     """
     _force_offline()
-    from engine.modeling_code import hf_config
+    from engine.verify.modeling_code import hf_config
     return hf_config(json.loads(Path(config_path).read_text()))
 
 

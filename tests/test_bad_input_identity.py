@@ -2,7 +2,7 @@
 and whatever reaches a page's inline script cannot end it.
 
 Model ids become folders of the site (``models/<org--name>/``) and snapshot names become paths
-under ``corpus/snapshots/``; both follow the Hub's name grammar (engine.corpus.NAME_RULE). A link
+under ``corpus/snapshots/``; both follow the Hub's name grammar (engine.spec.corpus.NAME_RULE). A link
 under ``corpus/``, ``gpus/``, ``static/`` or ``docs/`` could read and publish any file of the
 machine that builds, so links are refused there. Every corpus case runs the real CLI on a copy of
 the corpus and checks: exit 2, one stderr line naming the file (and line and field when there is
@@ -23,9 +23,9 @@ import yaml
 
 from engine import api
 from tests.bad_input_helpers import cli_status as main, copy_corpus, fresh_api_cache  # noqa: F401 (fixture)
-from engine.corpus import load_corpus, slug
-from engine.errors import SpecError, Where
-from engine.evidence import snapshot_name, source_path
+from engine.spec.corpus import load_corpus, slug
+from engine.spec.errors import SpecError, Where
+from engine.verify.evidence import snapshot_name, source_path
 
 REPO = Path(__file__).resolve().parent.parent
 QWEN = "models/Qwen--Qwen3-8B.yaml"
@@ -138,7 +138,7 @@ def test_snapshot_must_be_a_name_inside_the_snapshots_folder(value, tmp_path, ca
 
 
 def test_evidence_refuses_a_hand_made_snapshot_path(corpus):
-    """engine.evidence builds paths from the snapshot name: a ModelSpec not made by the loader is
+    """engine.verify.evidence builds paths from the snapshot name: a ModelSpec not made by the loader is
     checked again there."""
     model = corpus.models["Qwen/Qwen3-8B"]
     assert snapshot_name(model) == "Qwen--Qwen3-8B"
@@ -189,7 +189,7 @@ def test_symlinks_under_the_corpus_are_refused(case, tmp_path, capsys):
 
 def test_symlinked_gpu_file_is_refused(tmp_path, monkeypatch, capsys):
     """A link in gpus/: refused by the loader, and by `deploy` run inside a checkout that has it."""
-    from engine.hardware import load_gpus
+    from engine.deploy.hardware import load_gpus
     copy_corpus(tmp_path)                        # tmp_path is a checkout: corpus/models/ and gpus/
     gpus = tmp_path / "gpus"
     shutil.copytree(REPO / "gpus", gpus)
@@ -219,7 +219,7 @@ TINY_GRID = {
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
     """``build/results`` for Qwen3-8B over a one-GPU grid (the site cases render from copies)."""
-    from engine.build import build
+    from engine.build.results import build
     out = tmp_path_factory.mktemp("identity-build")
     grid = out / "grid.yaml"
     grid.write_text(yaml.safe_dump(TINY_GRID, sort_keys=False))

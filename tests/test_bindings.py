@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import sympy
 
-from engine import symbols
+from engine.spec import symbols
 from tests.conftest import MODEL_IDS
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine import build as build_mod
-from engine.build import DEPLOYMENTS_SCHEMA, MODELS_SCHEMA, OPS_SCHEMA, build
+from engine.build import results as build_mod
+from engine.build.results import DEPLOYMENTS_SCHEMA, MODELS_SCHEMA, OPS_SCHEMA, build
 from engine.cli import main
-from engine.corpus import load_corpus
-from engine.errors import SpecError
-from engine.grid import load_grid
+from engine.spec.corpus import load_corpus
+from engine.spec.errors import SpecError
+from engine.build.grid import load_grid
 
 from tests.conftest import REPO
 
@@ -74,7 +74,7 @@ def test_every_model_builds_with_the_documented_schema(corpus_build):
 
 
 def test_default_grid_loads_and_a_sample_builds(default_build):
-    from engine.hardware import load_gpus
+    from engine.deploy.hardware import load_gpus
     load_grid()
     d = _scan(default_build.results, "deployments")
     assert set(d["gpu"]) == set(load_gpus())             # `gpus: all` reaches every GPU file
@@ -262,14 +262,14 @@ def test_bad_grid_is_a_one_line_error_and_nothing_is_written(tmp_path, capsys):
     assert "unknown GPU 'H1000'" in capsys.readouterr().err
 
 
-# -- subsets and other grids: merge, never discard (engine.build.run's rules) ---------------------
+# -- subsets and other grids: merge, never discard (engine.build.results.run's rules) ---------------------
 
 QWEN, LLAMA = "Qwen/Qwen3-8B", "meta-llama/Meta-Llama-3.1-8B"
 
 
 def _run_build(corpus_dir: Path, out: Path, models: list[str], grid: Path) -> int:
     import argparse
-    from engine.build import run
+    from engine.build.results import run
     return run(argparse.Namespace(out=str(out), models=models, grid=str(grid), jobs=1, quiet=True,
                                   corpus=str(corpus_dir)))
 

@@ -1,4 +1,4 @@
-"""engine.checkpoint_headers: headers read from real safetensors files, locally and through a local Hub.
+"""engine.verify.checkpoint_headers: headers read from real safetensors files, locally and through a local Hub.
 
 The Hub tests talk to tests.hub_server on 127.0.0.1 only: huggingface_hub's cache is a tmp dir,
 offline mode is off, and a request hook fails the test on any other host.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.checkpoint_headers import HeaderError, hub_file_names, hub_file_text, read_hub, read_local
+from engine.verify.checkpoint_headers import HeaderError, hub_file_names, hub_file_text, read_hub, read_local
 from tests.hub_server import confine_huggingface_hub, serve_hub, write_checkpoint
 
 #: Bits per element, written out here independently of the engine's table.

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.contract import evaluate_contracts
-from engine.corpus import load_corpus
-from engine.export import model_document
+from engine.build.contract import evaluate_contracts
+from engine.spec.corpus import load_corpus
+from engine.build.export import model_document
 from site_builder.cli import main as site_main
 
 from tests.conftest import _evaluation

@@ -13,9 +13,9 @@ import math
 import pytest
 import sympy
 
-from engine import kv, quantities, storage, symbols
+from engine.spec import kv, quantities, storage, symbols
 from engine.deploy import Options, place
-from engine.parallel import ParallelConfig
+from engine.deploy.parallel import ParallelConfig
 from tests.conftest import hf_config as config
 
 FLASH, PRO = "deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro"
@@ -117,7 +117,7 @@ def test_csa_attention_grows_with_context_times_topk(evaluation):
 
 
 def test_csa_decode_reads_only_the_selected_entries(evaluation):
-    from engine.cost import KV_BYTES
+    from engine.deploy.cost import KV_BYTES
     c = config(FLASH)
     steps = {s.uid: s for s in place(evaluation(FLASH), ParallelConfig(), 8, Options(), False)["decode"][0].steps}
     subs = {symbols.dim(symbols.BATCH): 1, symbols.dim(symbols.SEQ): 1, symbols.dim(symbols.CTX): 1048576, KV_BYTES: 1}
@@ -162,7 +162,7 @@ def test_pro_experts_split_over_expert_parallelism(evaluation):
 
 def test_token_id_stream_is_drawn_from_the_stack_input(evaluation):
     """The hash-routed layers read the stack's token ids: the stack drawing joins them."""
-    from engine.export import model_document
+    from engine.build.export import model_document
     from site_builder.graphs import level_graph
     doc = model_document(evaluation(FLASH))
     stream = next(s for s in doc["streams"] if s["name"] == "token_ids")

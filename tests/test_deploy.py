@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-from engine import storage
+from engine.spec import storage
 from engine.deploy import Scenario, configs_for, check
-from engine.errors import SpecError
-from engine.hardware import find_gpu
-from engine.parallel import ParallelConfig
+from engine.spec.errors import SpecError
+from engine.deploy.hardware import find_gpu
+from engine.deploy.parallel import ParallelConfig
 
 from tests.conftest import _evaluation
 from tests.deploy_helpers import GPUS, close, deploy, make_plan, model_id, op
@@ -286,8 +286,8 @@ def test_formulas_evaluate_to_the_numbers():
     """Consistency of the two bindings of one placement (symbolic formulas vs numbers): a bug
     shared by both passes; the absolute numbers are checked by the hand-derived tests."""
     import sympy
-    from engine import symbols
-    from engine.cost import step_totals
+    from engine.spec import symbols
+    from engine.deploy.cost import step_totals
     ev = _evaluation(model_id("DeepSeek-V3"))
     config = ParallelConfig(tp=8, dp_attn=2, ep=4)
     p = make_plan("DeepSeek-V3", "H200", "sglang", Scenario(4, 1024, 64), **dict(tp=8, dp_attn=2, ep=4))

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.corpus import _NODE_FIELDS
-from engine.ops import OPS
+from engine.spec.corpus import _NODE_FIELDS
+from engine.spec.ops import OPS
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC_DOC = (REPO / "docs" / "spec-language.md").read_text()

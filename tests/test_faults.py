@@ -1,10 +1,10 @@
-"""Faults: a killed, raced or starved build loses nothing (engine.publish, engine.build, site_builder.render).
+"""Faults: a killed, raced or starved build loses nothing (engine.build.publish, engine.build.results, site_builder.render).
 
 Every scenario ends with the same checks: ``out/results`` and ``out/site`` are byte for byte the
 previous pair or the new pair (every file hashed), the site's pin names the published results'
 manifest, no staging folder survives the next start, and the next build succeeds. Real builds run
 in subprocesses killed with SIGKILL at named stages (the ``ARCHLEDGER_FAULT_AT`` test hook of
-engine.publish); two models over a tiny grid keep each run to a few seconds.
+engine.build.publish); two models over a tiny grid keep each run to a few seconds.
 """
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine import build as build_mod
-from engine import publish
-from engine.build import build, run, swap_into_place
-from engine.corpus import load_corpus
+from engine.build import results as build_mod
+from engine.build import publish
+from engine.build.results import build, run, swap_into_place
+from engine.spec.corpus import load_corpus
 from site_builder.render import render_pages, render_site
 
 from tests.conftest import REPO
@@ -37,10 +37,10 @@ from tests.conftest import REPO
 MODELS = ["Qwen3-8B", "Llama-3.1-8B"]
 QWEN, LLAMA = "Qwen/Qwen3-8B", "meta-llama/Meta-Llama-3.1-8B"
 SMALL = Path(__file__).parent / "data" / "grid_small.yaml"
-#: Runs engine.build.run with the site renderer, as the CLI will (argv[1]: the args as JSON).
+#: Runs engine.build.results.run with the site renderer, as the CLI will (argv[1]: the args as JSON).
 SCRIPT = """
 import argparse, json, sys
-from engine.build import run
+from engine.build.results import run
 from site_builder.render import render_pages
 args = json.loads(sys.argv[1])
 site = render_pages if args.pop("site") else None
@@ -278,7 +278,7 @@ def test_lock_is_exclusive_across_threads_and_reentrant_in_one(tmp_path):
 SWAPPER = """
 import sys, tempfile
 from pathlib import Path
-from engine.build import swap_into_place
+from engine.build.results import swap_into_place
 out, who, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 for i in range(n):
     staging = Path(tempfile.mkdtemp(prefix=".results-", dir=out))

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from engine.deploy import Scenario
-from engine.errors import SpecError
-from engine.fusion import load_table, load_tables
+from engine.spec.errors import SpecError
+from engine.deploy.fusion import load_table, load_tables
 
 from tests.conftest import REPO
 from tests.deploy_helpers import close, deploy, make_plan, op

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.corpus import load_corpus
-from engine.manifest import ManifestTensor, compress, expand_line
-from engine.validate import validate
+from engine.spec.corpus import load_corpus
+from engine.verify.manifest import ManifestTensor, compress, expand_line
+from engine.verify.validate import validate
 from tests.conftest import MODEL_IDS, REPO
 
 CORPUS = REPO / "corpus"

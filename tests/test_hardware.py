@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from engine.deploy import Scenario
-from engine.errors import SpecError
-from engine.hardware import load_gpus
+from engine.spec.errors import SpecError
+from engine.deploy.hardware import load_gpus
 
 from tests.conftest import REPO
 
@@ -92,7 +92,7 @@ def test_adding_a_gpu_is_one_file(tmp_path):
     assert gpus["H100-PCIe"].hbm_bytes_per_s == 2.0e12
     from engine.api import evaluate
     from engine.deploy import plan
-    from engine.parallel import ParallelConfig
+    from engine.deploy.parallel import ParallelConfig
     ev = evaluate("Llama-3.1-8B")
     slow = plan(ev, gpus["H100-PCIe"], ParallelConfig()).at(Scenario(1, 1024, 16))
     fast = plan(ev, gpus["H100"], ParallelConfig()).at(Scenario(1, 1024, 16))

@@ -14,7 +14,7 @@ _WHY = "the transformers oracle is not installed: pip install -e '.[oracle]' (to
 pytest.importorskip("torch", reason=_WHY)
 pytest.importorskip("transformers", reason=_WHY)
 
-from engine import quantities  # noqa: E402
+from engine.spec import quantities  # noqa: E402
 from tests import hf_oracle  # noqa: E402
 from tests.conftest import MODEL_IDS, hf_config, hf_config_path  # noqa: E402
 

@@ -48,8 +48,8 @@ def built(tmp_path_factory) -> Path:
     The grid is tests/data/grid_small.yaml plus the prompt length the deployment page's GPU and
     parallel-config charts compare at (4096 tokens), so that those two charts have data too.
     """
-    from engine.build import build
-    from engine.corpus import load_corpus
+    from engine.build.results import build
+    from engine.spec.corpus import load_corpus
     from site_builder import render
 
     out = tmp_path_factory.mktemp("browser-site")

@@ -48,8 +48,8 @@ NVLINK4 = 900e9 / 2
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    from engine.build import build
-    from engine.corpus import load_corpus
+    from engine.build.results import build
+    from engine.spec.corpus import load_corpus
     from site_builder.render import render_site
 
     root = tmp_path_factory.mktemp("site-numbers")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
-from engine.corpus import load_corpus
-from engine.manifest import load as load_manifest
-from engine.validate import validate
+from engine.spec.corpus import load_corpus
+from engine.verify.manifest import load as load_manifest
+from engine.verify.validate import validate
 from tests.conftest import REPO
 from tests.hub_server import confine_huggingface_hub, serve_hub, write_checkpoint
 
@@ -117,7 +117,7 @@ def test_hub_snapshot_of_a_sharded_checkpoint(tiny_corpus, tmp_path, monkeypatch
 
 def test_meta_snapshot_reproduces_the_committed_manifest(tmp_path):
     """The corpus' modeling-code manifests are what `snapshot --meta` writes today."""
-    from engine.modeling_code import meta_manifest
+    from engine.verify.modeling_code import meta_manifest
     from tests.conftest import hf_config_path
     corpus = load_corpus()
     for model_id in ("meta-llama/Meta-Llama-3.1-8B", "openai/gpt-oss-20b", "deepseek-ai/DeepSeek-V4-Flash"):

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import sympy
 
-from engine import kv, quantities, symbols
+from engine.spec import kv, quantities, symbols
 from engine.api import evaluate_spec
-from engine.corpus import load_corpus
+from engine.spec.corpus import load_corpus
 from engine.deploy import Options, Scenario, place
-from engine.errors import SpecError
-from engine.parallel import ParallelConfig
-from engine.validate import validate
+from engine.spec.errors import SpecError
+from engine.deploy.parallel import ParallelConfig
+from engine.verify.validate import validate
 from tests.conftest import REPO, hf_config as config
 
 CORPUS_ROOT = REPO / "corpus"
@@ -99,7 +99,7 @@ def test_dsa_prefill_attention_grows_with_context_times_topk(evaluation):
 
 def test_dsa_decode_reads_only_the_selected_rows(evaluation):
     """Absorbed decode gathers index_topk latent rows; the indexer still reads every key."""
-    from engine.cost import KV_BYTES
+    from engine.deploy.cost import KV_BYTES
     c = config(V32)
     plan = place(evaluation(V32), ParallelConfig(), 8, Options(), False)["decode"][0]
     steps = {s.uid: s for s in plan.steps}
@@ -152,7 +152,7 @@ def test_dsa_models_deploy_with_dp_attention_and_ep(evaluation):
     """Per-device KV under DP attention: the MLA latent and indexer keys are whole per request and
     each GPU holds only its replica's requests; EP splits the 256 experts."""
     from engine.deploy import plan
-    from engine.hardware import load_gpus
+    from engine.deploy.hardware import load_gpus
     c = config(V32)
     per_token = c["num_hidden_layers"] * (c["kv_lora_rank"] + c["qk_rope_head_dim"] + c["index_head_dim"]) * 2
     ev = evaluation(V32)
@@ -343,7 +343,7 @@ def test_glm52_page_lists_streams_and_draws_cross_layer_edges(tmp_path):
     producing layer groups to the reading one with stream edges."""
     import re
 
-    from engine.build import build
+    from engine.build.results import build
     from site_builder.render import render_site
     build(load_corpus(), tmp_path, ["GLM-5.2"], REPO / "tests" / "data" / "grid_small.yaml", jobs=1)
     page = (render_site(tmp_path / "results", tmp_path) / "models" / "zai-org--GLM-5.2" / "index.html").read_text()
@@ -416,7 +416,7 @@ def test_cross_layer_kv_is_stored_once_and_read_by_the_reader(tmp_path):
     assert [(p, r) for p, r, _ in next(s for s in a.streams if s.name == "shared_k").pairs] == \
         [(i - 1, i) for i in range(1, 32, 2)]
     # read by the reader: its decode attention reads the whole shared cache, like the owner's
-    from engine.cost import KV_BYTES
+    from engine.deploy.cost import KV_BYTES
     steps = {s.uid: s for s in place(ev, ParallelConfig(), 8, Options(), False)["decode"][0].steps}
     subs = {symbols.dim(symbols.BATCH): 1, symbols.dim(symbols.SEQ): 1, symbols.dim(symbols.CTX): 4096, KV_BYTES: 2}
     c = config("meta-llama/Meta-Llama-3.1-8B")

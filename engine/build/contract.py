@@ -1,0 +1,69 @@
+"""Component contracts: variants of one slot evaluated under the same fixed dims, GPU and scenario.
+
+Layer: engine.build -> build/results. A contract is a folder under ``corpus/contracts/<slot>/``: a
+``contract.yaml`` (doc, GPU, batch, lengths) and one small model spec per variant whose dims are
+literal numbers and whose only stack feeds ``x [batch, seq, hidden]`` through the slot. Each
+variant is walked like any model (same engine, same formulas) and deployed on one GPU; the results
+(``build/results/contracts.json``) give the components page like-for-like numbers: parameters,
+KV per token and per request over the lengths, prefill and decode speed of light.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.spec import kv, quantities
+from engine.spec.api import evaluate_spec
+from engine.spec.corpus import Corpus, load_model, Reader
+from engine.deploy import Options, plan
+from engine.spec.errors import SpecError
+from engine.build.export import quantity as _q
+from engine.deploy.fusion import load_tables
+from engine.deploy.hardware import load_gpus
+from engine.deploy.parallel import ParallelConfig
+from engine.deploy.sol import summarize
+
+
+def load_contract(folder: Path, corpus: Corpus) -> dict[str, Any]:
+    reader = Reader(folder / "contract.yaml", corpus.root)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", ("doc", "gpu", "batch", "lengths"), ("doc", "gpu", "batch", "lengths"))
+    variants = [load_model(p, corpus.root, corpus.roles, corpus.schemes)
+                for p in sorted(folder.glob("*.yaml")) if p.name != "contract.yaml"]
+    if not variants:
+        raise SpecError(reader.where(data), "a contract without variants", "add one model spec per variant beside it")
+    return {"slot": folder.name, "doc": str(data["doc"]), "gpu": str(data["gpu"]), "batch": int(data["batch"]),
+            "lengths": [int(n) for n in data["lengths"]], "variants": variants}
+
+
+def evaluate_contracts(corpus: Corpus, gpu_root=None) -> dict[str, Any]:
+    """Every contract under corpus/contracts/, evaluated (see the module doc)."""
+    gpus, tables = load_gpus(gpu_root), load_tables(corpus.root / "fusion")
+    out = {}
+    for folder in sorted(p for p in (corpus.root / "contracts").glob("*") if p.is_dir()):
+        contract = load_contract(folder, corpus)
+        gpu = gpus[contract["gpu"]]
+        lengths = np.array(contract["lengths"], dtype=float)
+        rows = []
+        for model in contract["variants"]:
+            ev = evaluate_spec(corpus, model)
+            built = plan(ev, gpu, ParallelConfig(), Options(framework="vllm"), tables["vllm"])
+            s = summarize(built.structure, [gpu], 0, 2, contract["batch"], lengths, 1)
+            elements = kv.elements_per_request_fn(ev.numeric)(lengths)
+            component = next(c.component for c in ev.numeric.components.values() if c.role == contract["slot"])
+            rows.append({
+                "id": model.model_id.split("/")[-1], "name": model.display_name, "notes": model.notes,
+                "component": component, "spec_file": model.where.file,
+                "params": _q(quantities.params_total(ev.numeric), quantities.params_total(ev.symbolic)),
+                "kv_bytes_per_token": _q(kv.growing_bytes_per_token(ev.numeric), kv.growing_bytes_per_token(ev.symbolic)),
+                "kv_fixed_bytes": _q(kv.fixed_bytes_per_request(ev.numeric), kv.fixed_bytes_per_request(ev.symbolic)),
+                "kv_bytes_per_request": (np.broadcast_to(elements, lengths.shape) * 2).astype(float).tolist(),
+                "prefill_s": np.asarray(s["phases"]["prefill"]["step_time_s"], dtype=float).tolist(),
+                "decode_s": np.asarray(s["phases"]["decode"]["step_time_s"], dtype=float).tolist(),
+                "prefill_flops": np.asarray(s["phases"]["prefill"]["flops"], dtype=float).tolist(),
+            })
+        out[contract["slot"]] = {"doc": contract["doc"], "gpu": contract["gpu"], "batch": contract["batch"],
+                                 "lengths": contract["lengths"], "variants": rows}
+    return out

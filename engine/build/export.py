@@ -1,0 +1,201 @@
+"""The per-model document the site's inspector reads: numbers with their formulas, the structure.
+
+Layer: engine.build -> build/results. ``build/results/models/<org--name>.json`` holds, for one model,
+everything a page shows that is not a Parquet row: the dims (spec symbol, value, config binding),
+the overview quantities, the component tree and every primitive op with shapes and per-op
+numbers at a stated reference scenario, and the cache entries. Every number is written beside its
+formula (sympy text over the spec's dims) and the node it comes from; pages display these, they
+never compute them. Reference scenario for per-op numbers: one request, a 4096-token prompt
+(prefill) and one token at 4096 context (decode), on one GPU, unfused, BF16 activations and KV.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import sympy
+
+from engine.spec import kv, symbols
+from engine.spec.api import Evaluation
+from engine.deploy.cost import KV_BYTES, intensity, step_totals
+from engine.build.finite import check_document
+
+REFERENCE = {"batch": 1, "prompt": 4096}
+
+
+def quantity(value, formula) -> dict[str, Any]:
+    """A number beside its formula, as JSON (the shape every page number arrives in)."""
+    if isinstance(value, sympy.Basic):
+        number = int(value) if value.is_integer else float(value)
+    else:
+        number = value
+    return {"value": number, "formula": str(formula)}
+
+
+def _shape(tensor) -> list[str]:
+    return [a.name for a in tensor.axes]
+
+
+def _dims(ev: Evaluation) -> list[dict]:
+    out = []
+    model, table = ev.model, ev.corpus.dims
+    for name, value in ev.numeric.values.items():
+        info = table.get(name)
+        binding = model.dims.get(name)
+        out.append({"name": name, "value": int(value), "binding": str(binding) if binding is not None else "",
+                    "kind": info.kind if info else "layer_count", "shard": info.shard if info else "none",
+                    "doc": info.doc if info else "Layers of one layer template (from the per-layer schedule)."})
+    return out
+
+
+def _point(phase: str) -> dict:
+    seq = REFERENCE["prompt"] if phase == "prefill" else 1
+    return {symbols.dim("batch"): REFERENCE["batch"], symbols.dim("seq"): seq,
+            symbols.dim("ctx"): REFERENCE["prompt"], KV_BYTES: 2}
+
+
+def _reference_bytes(ev: Evaluation) -> dict[str, dict[str, float]]:
+    """Per row uid and phase: HBM bytes of the unfused single-GPU program at the reference point."""
+    from engine.deploy import Options, place
+    from engine.deploy.parallel import ParallelConfig
+    placed = place(ev, ParallelConfig(), 8, Options(), False)
+    out: dict[str, dict[str, float]] = {}
+    for phase, (program, _) in placed.items():
+        point = _point(phase)
+        for step in program.steps:
+            if step.kind == "compute":
+                total = step_totals(step)[1].subs(point)
+                out.setdefault(step.uid, {})[phase] = float(total / step.repeat.subs(point))
+    return out
+
+
+def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str, Any]:
+    """The inspector's data for one model (see the module doc); ``verification`` is the guard
+    report (:meth:`engine.verify.validate.Report.as_dict`) shown as the page's guard table."""
+    model = ev.model
+    overview = ev.overview()
+    flat = {}
+    for key, q in overview.items():
+        if isinstance(q, dict):
+            flat[key] = {sub: quantity(v.value, v.formula) for sub, v in q.items()}
+        else:
+            flat[key] = quantity(q.value, q.formula)
+    num, sym = ev.numeric, ev.symbolic
+    bytes_at = _reference_bytes(ev)
+    ops = []
+    for uid, row in num.rows.items():
+        srow = sym.rows[uid]
+        entry = {"uid": uid, "name": row.name, "op": row.op, "component_uid": row.component_uid,
+                 "component": row.component, "role": row.role, "stack": row.stack,
+                 "phases": sorted(row.phases), "inputs": list(row.inputs),
+                 "in_shapes": [_shape(t) for t in row.in_shapes], "out_shape": _shape(row.out),
+                 "out_sizes": [str(a.size) for a in row.out.axes],
+                 "params": quantity(row.params, srow.params),
+                 "repeat": quantity(row.repeat, srow.repeat), "instances": quantity(row.instances, srow.instances),
+                 "active": quantity(row.active, srow.active),
+                 "leaves": [{"key": l.key, "shape": [a.name for a in l.axes], "kind": l.kind} for l in row.leaves],
+                 "weight_axes": dict(row.weight_axes), "shares": row.shares or "",
+                 "line": row.where.line, "file": row.where.file}
+        for phase in ("prefill", "decode"):
+            if phase in row.phases:
+                point = _point(phase)
+                value = row.flops.subs(point)
+                entry[f"flops_{phase}"] = {"value": float(value), "formula": str(srow.flops)}
+                if uid in bytes_at and phase in bytes_at[uid]:
+                    traffic = bytes_at[uid][phase]
+                    entry[f"bytes_{phase}"] = traffic
+                    entry[f"intensity_{phase}"] = float(intensity(value, traffic)) if traffic else None
+        ops.append(entry)
+    components = []
+    for uid, comp in num.components.items():
+        scomp = sym.components[uid]
+        parent = uid.rsplit("/", 1)[0] if "/" in uid else ""
+        inside = [u for u in num.rows if u.startswith(uid + "/")]
+        owned = [u for u in inside if "prefill" in num.rows[u].phases and not num.rows[u].shares]
+        params = sum((num.rows[u].params * num.rows[u].repeat * num.rows[u].instances for u in owned), sympy.Integer(0))
+        sparams = sum((sym.rows[u].params * sym.rows[u].repeat * sym.rows[u].instances for u in owned), sympy.Integer(0))
+        totals = {}
+        for phase in ("prefill", "decode"):
+            rows = [u for u in inside if phase in num.rows[u].phases]
+            point = _point(phase)
+            flops = sum((num.rows[u].flops * num.rows[u].repeat for u in rows), sympy.Integer(0))
+            sflops = sum((sym.rows[u].flops * sym.rows[u].repeat for u in rows), sympy.Integer(0))
+            traffic = sum(bytes_at.get(u, {}).get(phase, 0.0) * float(num.rows[u].repeat) for u in rows)
+            totals[f"flops_{phase}"] = {"value": float(flops.subs(point)), "formula": str(sflops)}
+            totals[f"bytes_{phase}"] = traffic
+        # one layer's worth: parameters per repeat, cache bytes per token (BF16) per repeat
+        per_layer = sum((num.rows[u].params * num.rows[u].instances for u in owned), sympy.Integer(0))
+        sper_layer = sum((sym.rows[u].params * sym.rows[u].instances for u in owned), sympy.Integer(0))
+        mine = [(c, sc) for c, sc in zip(num.caches, sym.caches) if c.node_uid.startswith(uid + "/")]
+        kv_layer = sum((c.per_token * 2 for c, _ in mine), sympy.Integer(0))
+        skv_layer = sum((sc.per_token * 2 for _, sc in mine), sympy.Integer(0))
+        components.append({"uid": uid, "component": comp.component, "role": comp.role, "stack": comp.stack,
+                           "parent": parent, "template": comp.template or "", "layers": list(comp.layers),
+                           "repeat": quantity(comp.repeat, scomp.repeat), "instances": quantity(comp.instances, scomp.instances),
+                           "active": quantity(comp.active, scomp.active), "params": quantity(params, sparams),
+                           "params_per_layer": quantity(per_layer, sper_layer),
+                           "kv_bytes_per_token_per_layer": quantity(kv_layer, skv_layer), **totals})
+    caches = []
+    for c, s in zip(num.caches, sym.caches):
+        caches.append({"uid": c.uid, "node": c.node_uid, "name": c.name, "kind": c.kind, "growth": c.growth,
+                       "stack": c.stack, "per_token": quantity(c.per_token, s.per_token), "layers": quantity(c.repeat, s.repeat),
+                       "window": quantity(c.window, s.window) if c.window is not None else None,
+                       "every": quantity(c.every, s.every) if c.every is not None else None,
+                       # per token of context: a compressed cache adds one entry every `every` tokens
+                       "bytes_per_token": quantity(kv.per_context_token(c) * 2, kv.per_context_token(s) * 2),
+                       "layer_bytes_per_token": quantity(c.per_token * 2, s.per_token * 2)})
+    streams = [_stream_entry(stream, num) for stream in num.streams]
+    length = np.array([1024, 4096, 16384, 65536, 131072, 262144, 524288, 1048576], dtype=float)
+    per_request = kv.elements_per_request_fn(num)(length) * 2
+    document = {
+        "model_id": model.model_id, "name": model.display_name, "family": model.family,
+        "model_type": model.model_type, "notes": model.notes or "", "spec_file": model.where.file,
+        "snapshot_source": model.snapshot.source, "max_context": int(num.max_context),
+        "dims": _dims(ev), "overview": flat, "components": components, "ops": ops, "caches": caches,
+        "streams": streams,
+        "kv_curve": {"context": length.astype(int).tolist(),
+                     "bytes_bf16": np.broadcast_to(per_request, length.shape).astype(float).tolist()},
+        "reference": {"batch": REFERENCE["batch"], "prompt": REFERENCE["prompt"], "gpus": 1,
+                      "activations": "bf16", "kv": "bf16", "fusion": "none"},
+        "verification": verification or {"verified": False, "evidence": "", "guards": []},
+    }
+    check_document(model, document)    # a NaN or negative number is never published (engine/build/finite.py)
+    return document
+
+
+def _layer_ranges(layers) -> str:
+    """``[0, 1, 2, 6, 10]`` -> ``"0-2, 6, 10"`` (how the page lists layers)."""
+    out, run = [], []
+    for layer in sorted(set(layers)):
+        if run and layer == run[-1] + 1:
+            run.append(layer)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [layer]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
+def _stream_entry(stream, num) -> dict[str, Any]:
+    """A stream with who produces and who reads it, and its cross-layer edges between layer groups."""
+    groups = [c for c in num.components.values() if c.template and c.stack == stream.stack]
+
+    def group_of(uid: str) -> str:
+        return next((c.uid for c in groups if uid.startswith(c.uid + "/")), uid)
+
+    edges: dict[tuple[str, str], list[int]] = {}
+    producer_node = {layer: uid for layer, uid in stream.producers}
+    for producer, reader, node in stream.pairs:
+        source = producer_node.get(producer, next(iter(producer_node.values()), ""))
+        edges.setdefault((group_of(source), group_of(node)), []).append(reader)
+    return {"uid": stream.uid, "name": stream.name, "kind": stream.kind, "stack": stream.stack,
+            "src": stream.src, "take": list(stream.take),
+            "producer_layers": _layer_ranges(l for l, _ in stream.producers if l >= 0),
+            "producer_nodes": sorted({u for _, u in stream.producers}),
+            "reader_layers": _layer_ranges(l for l, _ in stream.readers),
+            "reader_nodes": sorted({u for _, u in stream.readers}),
+            "pairs": len(stream.pairs),
+            "edges": [{"src": a, "dst": b, "layers": _layer_ranges(ls), "count": len(ls)}
+                      for (a, b), ls in edges.items()]}

@@ -1,0 +1,220 @@
+"""The build grid: which GPUs, GPU counts, parallel configs and scenarios every spec is evaluated at.
+
+Layer: engine.build. ``corpus/grid.yaml`` (or ``archledger build --grid FILE``) is read with a schema
+check; :func:`model_cells` picks, for one model, the (GPU, config) pairs worth evaluating: legal
+configs (``engine.deploy.check``) made of the allowed degrees, from the smallest GPU count at which
+the weights can fit up to ``beyond_fit`` times it. Nothing here computes a number of the model.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.project import PACKAGE_ROOT
+from engine.spec.api import Evaluation
+from engine.spec.corpus import Reader, shown_value, is_name
+from engine.deploy import MAX_BATCH, MAX_TOKENS, check
+from engine.spec.errors import SpecError, Where
+from engine.deploy.fusion import load_tables
+from engine.deploy.hardware import GPU
+from engine.spec.kv import KV_DTYPE_BYTES
+from engine.deploy.parallel import MAX_GPUS, ParallelConfig
+
+DEFAULT = PACKAGE_ROOT / "corpus" / "grid.yaml"
+_TOP = ("doc", "gpus", "gpu_counts", "beyond_fit", "parallel", "frameworks", "kv_dtypes", "scenarios", "ops")
+_PARALLEL = ("max_pp", "cp", "ep", "dp_attn", "tp_in_domain", "pp_after_tp")
+_SCENARIOS = ("input_lengths", "beyond_max_context", "output_lengths", "batches")
+#: Bounds of a grid, on top of those of one deployment (engine.deploy.parallel.MAX_GPUS for GPU counts and
+#: degrees, engine.deploy.MAX_TOKENS and MAX_BATCH for lengths and batches): every list is
+#: evaluated in every combination, so each list is short, and prompts reach at most this many
+#: times a model's max context.
+MAX_LIST = 64
+MAX_BEYOND_CONTEXT = 16
+
+
+@dataclass(frozen=True)
+class Grid:
+    path: str
+    gpus: tuple[str, ...] | None          # None: every GPU of gpus/
+    gpu_counts: tuple[int, ...]
+    beyond_fit: int
+    max_pp: int
+    cp: tuple[int, ...]
+    ep: tuple                             # ints, or "tp"
+    dp_attn: tuple
+    tp_in_domain: bool
+    pp_after_tp: int
+    frameworks: tuple[str, ...]
+    kv_dtypes: tuple[str, ...]
+    input_lengths: tuple[int, ...]
+    beyond_max_context: float
+    output_lengths: tuple[int, ...]
+    batches: tuple[int, ...]
+    ops_kv_dtypes: tuple[str, ...]
+    ops_points: tuple[tuple[int, int, int], ...]   # (batch, input, output)
+
+
+def _count(item: Any, where: Where, high: int, what: str, allow_tp: bool = False) -> int | str:
+    """One whole number from 1 to ``high`` (or ``tp`` where a degree may follow the TP group)."""
+    if allow_tp and item == "tp":
+        return item
+    also = " or `tp`" if allow_tp else ""
+    if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+        raise SpecError(where, f"{shown_value(item)} is not a positive integer", f"write {what} from 1 to {high:,}{also}")
+    if item > high:
+        raise SpecError(where, f"{item:,} is more than {high:,}",
+                        f"write {what} from 1 to {high:,}{also} (the grid's bound: see engine/build/grid.py)")
+    return item
+
+
+def _list(reader: Reader, parent, key: str, field: str, empty_ok: bool = False) -> list:
+    value = parent.get(key)
+    where = reader.where(parent, field, key)
+    if not isinstance(value, list) or (not value and not empty_ok):
+        raise SpecError(where, f"expected a {'' if empty_ok else 'non-empty '}list, got {shown_value(value)}",
+                        f"write `{key}: [a, b]`")
+    if len(value) > MAX_LIST:
+        raise SpecError(where, f"{len(value)} entries, more than {MAX_LIST}",
+                        f"list at most {MAX_LIST} values (every combination of the lists is evaluated)")
+    return value
+
+
+def _ints(reader: Reader, parent, key: str, field: str, high: int, what: str, allow_tp: bool = False) -> tuple:
+    return tuple(_count(item, reader.where(parent, f"{field}[{i}]", key), high, what, allow_tp)
+                 for i, item in enumerate(_list(reader, parent, key, field)))
+
+
+def _choices(reader: Reader, parent, key: str, field: str, allowed, empty_ok: bool = False) -> tuple[str, ...]:
+    value = _list(reader, parent, key, field, empty_ok)
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or item not in allowed:
+            raise SpecError(reader.where(parent, f"{field}[{i}]", key), f"unknown {key.rstrip('s')} {shown_value(item)}",
+                            "use one of: " + ", ".join(allowed))
+    return tuple(value)
+
+
+def load_grid(path: Path | str | None = None) -> Grid:
+    """Read and check a grid file: every value is of its type and within the bounds above, so a
+    hostile or mistyped grid is one line (file:line: field: problem — allowed values), never a
+    traceback nor a build that runs for an hour."""
+    path = Path(path) if path else DEFAULT
+    if not path.exists():
+        raise SpecError(Where(str(path)), "grid file not found", "pass --grid pointing at a grid YAML")
+    reader = Reader(path, path.parent.parent)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", _TOP, _TOP[1:])
+    par = reader.mapping(data["parallel"], "parallel", data, "parallel")
+    reader.keys(par, "parallel", _PARALLEL, _PARALLEL)
+    sc = reader.mapping(data["scenarios"], "scenarios", data, "scenarios")
+    reader.keys(sc, "scenarios", _SCENARIOS, _SCENARIOS)
+    ops = reader.mapping(data["ops"], "ops", data, "ops")
+    reader.keys(ops, "ops", ("kv_dtypes", "points"), ("kv_dtypes", "points"))
+    gpus = data["gpus"]
+    if gpus != "all":
+        gpus = _list(reader, data, "gpus", "gpus")
+        for i, name in enumerate(gpus):
+            if not is_name(name):
+                raise SpecError(reader.where(data, f"gpus[{i}]", "gpus"), f"{shown_value(name)} is not a GPU name",
+                                "write `gpus: all` or `gpus: [H100, B200]` (the `gpu:` names of gpus/*.yaml)")
+    counts, tokens, batches = "GPU counts", "token counts", "batches (requests per model replica)"
+    points = []
+    for i, point in enumerate(_list(reader, ops, "points", "ops.points", empty_ok=True)):
+        field = f"ops.points[{i}]"
+        point = reader.mapping(point, field, ops, "points")
+        reader.keys(point, field, ("batch", "input", "output"), ("batch", "input", "output"))
+        points.append(tuple(_count(point[key], reader.where(point, f"{field}.{key}", key), high, what)
+                            for key, high, what in (("batch", MAX_BATCH, batches), ("input", MAX_TOKENS, tokens),
+                                                    ("output", MAX_TOKENS, tokens))))
+    frameworks = ("none", *sorted(load_tables()))
+    kv_dtypes = tuple(KV_DTYPE_BYTES)
+    if not isinstance(par["tp_in_domain"], bool):
+        raise SpecError(reader.where(par, "parallel.tp_in_domain", "tp_in_domain"),
+                        f"expected true or false, got {shown_value(par['tp_in_domain'])}", "write `tp_in_domain: true`")
+    beyond = sc["beyond_max_context"]
+    if (isinstance(beyond, bool) or not isinstance(beyond, (int, float)) or not math.isfinite(beyond)
+            or not 0 < beyond <= MAX_BEYOND_CONTEXT):
+        raise SpecError(reader.where(sc, "scenarios.beyond_max_context", "beyond_max_context"),
+                        f"{shown_value(beyond)} is not a number above 0 and at most {MAX_BEYOND_CONTEXT}",
+                        "write e.g. `beyond_max_context: 2` (prompts up to twice the model's max context)")
+    return Grid(str(path), None if gpus == "all" else tuple(gpus),
+                _ints(reader, data, "gpu_counts", "gpu_counts", MAX_GPUS, counts),
+                _count(data["beyond_fit"], reader.where(data, "beyond_fit", "beyond_fit"), MAX_GPUS,
+                       "a multiple of the first GPU count that fits"),
+                _count(par["max_pp"], reader.where(par, "parallel.max_pp", "max_pp"), MAX_GPUS, "pipeline stages"),
+                _ints(reader, par, "cp", "parallel.cp", MAX_GPUS, counts),
+                _ints(reader, par, "ep", "parallel.ep", MAX_GPUS, counts, True),
+                _ints(reader, par, "dp_attn", "parallel.dp_attn", MAX_GPUS, counts, True),
+                par["tp_in_domain"],
+                _count(par["pp_after_tp"], reader.where(par, "parallel.pp_after_tp", "pp_after_tp"), MAX_GPUS, counts),
+                _choices(reader, data, "frameworks", "frameworks", frameworks),
+                _choices(reader, data, "kv_dtypes", "kv_dtypes", kv_dtypes),
+                _ints(reader, sc, "input_lengths", "scenarios.input_lengths", MAX_TOKENS, tokens),
+                float(beyond),
+                _ints(reader, sc, "output_lengths", "scenarios.output_lengths", MAX_TOKENS, tokens),
+                _ints(reader, sc, "batches", "scenarios.batches", MAX_BATCH, batches),
+                _choices(reader, ops, "kv_dtypes", "ops.kv_dtypes", kv_dtypes, empty_ok=True), tuple(points))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _allowed(value: int, tp: int, choices: tuple) -> bool:
+    return any(value == (tp if c == "tp" else c) for c in choices)
+
+
+def configs(ev: Evaluation, grid: Grid, gpu: GPU, n_gpus: int) -> list[ParallelConfig]:
+    """The legal configs of ``n_gpus`` GPUs that the grid allows (no replicas: dp = 1)."""
+    moe = any(r.role == "experts" for r in ev.numeric.rows.values())
+    out = []
+    for cp in grid.cp:
+        if n_gpus % cp:
+            continue
+        for tp in _divisors(n_gpus // cp):
+            pp = n_gpus // (cp * tp)
+            if pp > grid.max_pp or (grid.tp_in_domain and tp > gpu.scale_up_domain):
+                continue
+            if pp > 1 and tp * cp < min(n_gpus, grid.pp_after_tp):
+                continue      # pipeline stages only once TP (x CP) spans pp_after_tp GPUs
+            for ep in _divisors(tp) if moe else [1]:
+                for dp_attn in _divisors(tp) if moe else [1]:   # dense: attention replicas = replicas
+                    if not (_allowed(ep, tp, grid.ep) and _allowed(dp_attn, tp, grid.dp_attn)):
+                        continue
+                    config = ParallelConfig(tp=tp, ep=ep, dp_attn=dp_attn, pp=pp, cp=cp)
+                    if config not in out and not check(ev, config):
+                        out.append(config)
+    return out
+
+
+def model_cells(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes: float,
+                hbm_fraction: float = 0.9) -> list[tuple[GPU, ParallelConfig]]:
+    """(GPU, config) pairs for one model: counts from the first at which ``stored_bytes`` (the
+    model's weights) can fit split over every GPU, up to ``beyond_fit`` times that count, and the
+    GPU's whole scale-up domain."""
+    names = grid.gpus if grid.gpus is not None else tuple(gpus)
+    cells = []
+    for name in names:
+        if name not in gpus:
+            raise SpecError(Where(grid.path, field="gpus"),
+                            f"unknown GPU {name!r}", "known: " + ", ".join(sorted(gpus)))
+        gpu = gpus[name]
+        usable = gpu.hbm_bytes * hbm_fraction
+        counts = sorted(n for n in grid.gpu_counts if n <= gpu.scale_up_domain or n % gpu.scale_up_domain == 0)
+        first = next((n for n in counts if stored_bytes / n < usable), None)
+        if first is None:
+            continue
+        for n in counts:   # ... and a whole scale-up domain (an NVL72 rack) when it is in the grid
+            if first <= n <= first * grid.beyond_fit or (n == gpu.scale_up_domain and n >= first):
+                cells.extend((gpu, c) for c in configs(ev, grid, gpu, n))
+    return cells
+
+
+def input_lengths(grid: Grid, max_context: int) -> list[int]:
+    """The grid's prompt lengths for a model: up to ``beyond_max_context`` x its max context."""
+    return [n for n in grid.input_lengths if n <= grid.beyond_max_context * max_context]
+
+
+def as_dict(grid: Grid) -> dict[str, Any]:
+    return {k: getattr(grid, k) for k in grid.__dataclass_fields__}

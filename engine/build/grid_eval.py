@@ -1,0 +1,174 @@
+"""One model over the grid: structures compiled once, every point evaluated in vectorized batches.
+
+Layer: engine.build. For each (GPU, parallel config) cell of :func:`engine.build.grid.model_cells` and each
+framework, the device programs depend on the GPU only through its arch (fusion conditions) and its
+scale-up domain (links), and on the scenario only through the fusion token regimes; the KV element
+size is a free symbol. So a *structure* is built per (config, domain, framework, fusion signature,
+token regime) and shared by every GPU, KV dtype and scenario point that maps to it: one
+:func:`engine.deploy.sol.summarize` call evaluates all of them at once. No per-point graph walk happens.
+
+Points per cell: the grid's prompt lengths (up to ``beyond_max_context`` x the model's maximum,
+flagged extrapolated beyond it) x output lengths x the batches that fit the KV budget at that
+context, plus the capacity itself; a context that fits no request keeps a batch-1 row with
+``fits = false`` and the shortfall.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+
+import numpy as np
+
+from engine.spec import kv
+from engine.spec.api import Evaluation
+from engine.deploy import (PHASES, Options, Plan, Scenario, build_structure, place, tokens_per_device)
+from engine.deploy.fusion import load_tables
+from engine.build.grid import input_lengths, load_grid, model_cells
+from engine.deploy.hardware import load_gpus
+from engine.deploy.sol import max_requests, op_rows_columns, summarize
+
+PHASE_FIELDS = ("step_time_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
+                "weight_bytes", "comm_bytes", "bound")
+
+
+def _signature(table, gpu) -> tuple:
+    """The rules whose arch condition admits this GPU (GPUs with equal signatures fuse alike)."""
+    if table is None:
+        return ()
+    return tuple(r.name for r in table.rules if r.enabled and ("arch" not in r.when or gpu.arch in r.when["arch"]))
+
+
+def _thresholds(table) -> list[int]:
+    if table is None:
+        return []
+    return sorted({r.when["max_tokens"] for r in table.rules if r.enabled and "max_tokens" in r.when})
+
+
+def _regime(limits: list[int], tokens: int) -> int:
+    return bisect_left(limits, tokens)      # how many limits the token count exceeds
+
+
+def _representative(limits: list[int], regime: int) -> int | None:
+    if not limits:
+        return None
+    return limits[regime] if regime < len(limits) else limits[-1] + 1
+
+
+def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
+    """(deployment columns, op columns, number of points) for one model over the grid."""
+    grid, gpus, tables = load_grid(grid_path), load_gpus(gpu_root), load_tables(ev.corpus.root / "fusion")
+    stored = float(sum(t.total_bytes for t in ev.tensors() if t.stack == "main"))
+    cells = model_cells(ev, grid, gpus, stored)
+    gpu_list = sorted({g.key for g, _ in cells})
+    gpu_objs = [gpus[k] for k in gpu_list]
+    gpu_pos = {k: i for i, k in enumerate(gpu_list)}
+    max_ctx = int(ev.numeric.max_context)
+    inputs = input_lengths(grid, max_ctx)
+    placements, structures = {}, {}
+
+    def structure(config, domain, framework, gpu, regimes):
+        table = tables.get(framework)
+        limits = _thresholds(table)
+        key = (config, domain, framework, _signature(table, gpu), regimes)
+        if key not in structures:
+            pkey = (config, domain)
+            if pkey not in placements:
+                options = Options(framework="none")
+                placements[pkey] = (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
+            tokens = {p: _representative(limits, r) for p, r in zip(PHASES, regimes)}
+            structures[key] = build_structure(ev, config, Options(framework=framework), domain, table, gpu,
+                                              tokens, placements[pkey])
+        return structures[key]
+
+    # 1. the points of every cell, bucketed by the structure that evaluates them
+    buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    ops_points: dict[tuple, list] = defaultdict(list)
+    for gpu, config in cells:
+        domain = gpu.scale_up_domain
+        for framework in grid.frameworks:
+            limits = _thresholds(tables.get(framework))
+            base = structure(config, domain, framework, gpu, (len(limits), 0))
+            usable = gpu.hbm_bytes * 0.9
+            if base.weight_bytes_per_gpu >= usable:
+                continue                                   # weights alone do not fit: nothing to serve
+            for kv_dtype in grid.kv_dtypes:
+                kv_bytes = kv.KV_DTYPE_BYTES[kv_dtype]
+                for out_len in grid.output_lengths:
+                    caps = max_requests(base, usable, np.array(inputs) + out_len, kv_bytes)
+                    for inp, cap in zip(inputs, caps):
+                        batches = [b for b in grid.batches if b <= cap]
+                        if cap >= 1 and cap not in batches and cap < max(grid.batches):
+                            batches.append(int(cap))
+                        for b in batches or [1]:
+                            t = tokens_per_device(config, Scenario(b, inp, out_len))
+                            regimes = tuple(_regime(limits, t[p]) for p in PHASES)
+                            bucket = buckets[(config, domain, framework, _signature(tables.get(framework), gpu),
+                                              regimes, gpu.key)]
+                            for name, value in (("batch", b), ("input_len", inp), ("output_len", out_len),
+                                                ("kv_bytes", kv_bytes), ("kv_dtype", kv_dtype), ("gpu", gpu.key)):
+                                bucket[name].append(value)
+                if kv_dtype in grid.ops_kv_dtypes:
+                    for b, inp, out_len in grid.ops_points:
+                        t = tokens_per_device(config, Scenario(b, inp, out_len))
+                        regimes = tuple(_regime(limits, t[p]) for p in PHASES)
+                        ops_points[(config, domain, framework, gpu.key, regimes, kv_dtype)].append((b, inp, out_len))
+
+    # 2. one vectorized evaluation per structure (all GPUs of the bucket's class at once)
+    merged: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for (config, domain, framework, sig, regimes, gpu_key), points in buckets.items():
+        into = merged[(config, domain, framework, sig, regimes)]
+        for name, values in points.items():
+            into[name].extend(values)
+    deployments: dict[str, list] = defaultdict(list)
+    total = 0
+    for (config, domain, framework, sig, regimes), points in merged.items():
+        gpu = gpus[points["gpu"][0]]
+        s = structure(config, domain, framework, gpu, regimes)
+        index = np.array([gpu_pos[g] for g in points["gpu"]])
+        out = summarize(s, gpu_objs, index, np.array(points["kv_bytes"], dtype=float),
+                        np.array(points["batch"]), np.array(points["input_len"]), np.array(points["output_len"]))
+        n = len(index)
+        total += n
+        phases = out.pop("phases")
+        out["weight_bytes_per_gpu_formula"] = str(s.weight_formula)
+        for phase in PHASES:
+            deployments["model_id"].extend([ev.model.model_id] * n)
+            deployments["gpu"].extend(points["gpu"])
+            deployments["framework"].extend([framework] * n)
+            deployments["weight_format"].extend(["checkpoint"] * n)
+            deployments["kv_dtype"].extend(points["kv_dtype"])
+            deployments["phase"].extend([phase] * n)
+            for name, value in out.items():
+                if name == "max_context":
+                    continue
+                if isinstance(value, str):
+                    deployments[name].extend([value] * n)
+                else:
+                    deployments[name].extend(np.broadcast_to(value, (n,)).tolist())
+            for name in PHASE_FIELDS:
+                deployments[name].extend(np.asarray(phases[phase][name]).tolist())
+
+    # 3. per-op tables of the points the site shows
+    ops: dict[str, list] = defaultdict(list)
+    for (config, domain, framework, gpu_key, regimes, kv_dtype), points in ops_points.items():
+        gpu = gpus[gpu_key]
+        s = structure(config, domain, framework, gpu, regimes)
+        plan = Plan(s, gpu, kv_dtype)
+        scenarios = [Scenario(b, inp, out_len) for b, inp, out_len in points]
+        for phase in PHASES:
+            columns = op_rows_columns(plan, phase, scenarios)
+            per_point = len(columns["op_uid"]) // len(scenarios)
+            key = {"model_id": ev.model.model_id, "gpu": gpu_key, "n_gpus": config.n_gpus,
+                   "gpus_per_node": domain, "tp": config.tp, "ep": config.ep, "dp_attn": config.dp_attn,
+                   "pp": config.pp, "cp": config.cp, "cp_kind": config.cp_kind if config.cp > 1 else "",
+                   "config": config.label(), "framework": framework, "weight_format": "checkpoint",
+                   "kv_dtype": kv_dtype, "phase": phase}
+            for name, value in key.items():
+                ops[name].extend([value] * len(columns["op_uid"]))
+            for point in scenarios:
+                ops["batch"].extend([point.batch] * per_point)
+                ops["input_len"].extend([point.input_len] * per_point)
+                ops["output_len"].extend([point.output_len] * per_point)
+            for name, values in columns.items():
+                ops[name].extend(values)
+    return deployments, ops, total

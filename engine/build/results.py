@@ -1,0 +1,707 @@
+"""``archledger build``: every spec over the grid -> ``build/results/*.parquet`` (+ the site), incremental and atomic.
+
+Layer: engine.build -> build/results. Reads like mkdocs' build(): load and validate everything first,
+evaluate, then write to a staging folder; the site (a callable from the layer above) is rendered
+from that staging folder into another, and both replace ``results/`` and ``site/`` together only
+when complete (:mod:`engine.build.publish`: one lock per output folder, a journal for the two renames), so
+a failed, interrupted or killed build leaves the previous results and site intact and matching.
+
+Results (schemas: :data:`MODELS_SCHEMA`, :data:`DEPLOYMENTS_SCHEMA`, :data:`OPS_SCHEMA`, documented
+in docs/results.md): ``models.parquet``; ``models/<org--name>.json`` (the inspector's document);
+``contracts.json`` (component variants under fixed contracts, always re-evaluated: it is small); ``deployments/model=<org--name>/part.parquet`` and
+``ops/model=<org--name>/part.parquet`` (one hive partition per model, so
+``pl.scan_parquet("build/results/deployments/**/*.parquet")`` reads the table); ``manifest.json``
+(per model: its input hash, row counts and the size and SHA-256 of each of its files; the grid; the
+skipped specs; the size and SHA-256 of models.parquet and contracts.json).
+
+Incremental: a model's partitions carry a content hash of everything they depend on (its spec,
+snapshot, the component library and its drafts, its quant schemes, the dims/roles tables, the GPU
+files, the fusion tables, the grid, the engine's source). A partition whose hash is unchanged and
+whose files match their recorded size and SHA-256 is carried over from the previous results without
+evaluating anything; changed or damaged ones are recomputed, models in parallel processes (which
+die with the build process). A subset build (``models``) merges: what it does not name is kept
+(:func:`run` states the rules).
+
+Verification: every changed spec is validated (:mod:`engine.verify.validate`) before any grid work; a spec
+with guard errors (a missing evidence file included) is skipped with one log line and left out of
+every table (``manifest.json`` lists it under ``skipped``). Published rows carry ``verified`` and
+the evidence they were checked against; the guard table travels in ``models/<org--name>.json``.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from engine.build import publish
+from engine.project import PACKAGE_ROOT
+from engine.spec.api import Evaluation, evaluate_spec
+from engine.spec.corpus import Corpus, load_corpus
+from engine.spec.errors import SpecError
+from engine.verify.validate import validate
+
+#: The engine's own sources (every subpackage) are an input of every model's results.
+ENGINE = PACKAGE_ROOT / "engine"
+SCHEMA_VERSION = 1
+
+#: models.parquet columns: name -> (polars dtype, doc). The schema test reads these tables.
+MODELS_SCHEMA = {
+    "model_id": (pl.String, "Hugging Face model id the spec describes."),
+    "family": (pl.String, "Model family (Llama 3.1, Qwen3, DeepSeek-V3, ...)."),
+    "model_type": (pl.String, "The config's model_type."),
+    "spec_hash": (pl.String, "SHA-256 of everything the model's results depend on (the partition hash)."),
+    "verified": (pl.Boolean, "The spec passed every verification guard (always true: unverified specs are not published)."),
+    "verified_against": (pl.String, "Evidence the guards checked: 'checkpoint headers' or 'modeling code'."),
+    "params_total": (pl.Int64, "Parameters of the main stack (buffers excluded)."),
+    "params_active": (pl.Int64, "Parameters one token uses in the main stack (experts counted top_k times)."),
+    "params_embedding": (pl.Int64, "Parameters of the input embedding table."),
+    "params_extra_stacks": (pl.Int64, "Parameters outside the main stack (e.g. DeepSeek-V3's MTP module); 0 if none."),
+    "checkpoint_bytes": (pl.Int64, "Bytes of all stored tensors in the published format, scales and extra stacks included."),
+    "checkpoint_tensors": (pl.Int64, "Number of stored tensors."),
+    "kv_bytes_per_token": (pl.Int64, "KV cache bytes per token of context that grow without bound: every-token caches, and compressed caches at one entry per `every` tokens (BF16 KV, main stack)."),
+    "kv_fixed_bytes": (pl.Int64, "Per-request KV bytes of window-capped caches at full window and recurrent states (BF16)."),
+    "max_context": (pl.Int64, "Longest context the config declares (tokens)."),
+    "n_layers": (pl.Int64, "Layers of the main stack."),
+    "attention_kinds": (pl.List(pl.String), "Attention components used, with '+window' when a window-capped cache is declared."),
+}
+
+_KEY = {
+    "model_id": (pl.String, "Hugging Face model id."),
+    "gpu": (pl.String, "GPU name (gpus/*.yaml `gpu:`)."),
+    "n_gpus": (pl.Int64, "GPUs of the deployment (tp x pp x cp; no whole-model replicas in the grid)."),
+    "gpus_per_node": (pl.Int64, "GPUs in one scale-up domain (NVLink / Infinity Fabric)."),
+    "tp": (pl.Int64, "Tensor-parallel group size per pipeline stage."),
+    "ep": (pl.Int64, "Expert-parallel degree inside the TP group."),
+    "dp_attn": (pl.Int64, "Attention data-parallel replicas inside the TP group."),
+    "pp": (pl.Int64, "Pipeline stages."),
+    "cp": (pl.Int64, "Context-parallel degree."),
+    "cp_kind": (pl.String, "ring or ulysses when cp > 1, else empty."),
+    "config": (pl.String, "Short label of the parallel config, e.g. tp8-ep8-dp_attn8."),
+    "framework": (pl.String, "Fusion table applied: vllm, sglang or none."),
+    "weight_format": (pl.String, "checkpoint (the published storage) or a quant scheme."),
+    "kv_dtype": (pl.String, "KV cache dtype (bf16, fp8)."),
+    "phase": (pl.String, "prefill (the prompt, TTFT) or decode (one token per request, TPOT)."),
+    "batch": (pl.Int64, "Concurrent requests per model replica."),
+    "input_len": (pl.Int64, "Prompt tokens per request."),
+    "output_len": (pl.Int64, "Generated tokens per request (decode runs at input_len + output_len)."),
+}
+
+#: deployments.parquet: one row per (deployment point, phase).
+DEPLOYMENTS_SCHEMA = {
+    **_KEY,
+    "micro_batches": (pl.Int64, "Pipeline micro-batches in flight (min(pp, batch))."),
+    "fits": (pl.Boolean, "Weights, every request's KV at the last position and one prompt's prefill working set fit in usable HBM."),
+    "shortfall_bytes": (pl.Float64, "Bytes per GPU missing when it does not fit (0 when it fits)."),
+    "hbm_bytes_per_gpu": (pl.Float64, "HBM capacity per GPU (bytes)."),
+    "usable_bytes_per_gpu": (pl.Float64, "HBM the deployment may use: 0.9 x capacity (bytes)."),
+    "weight_bytes_per_gpu": (pl.Float64, "Weights stored on the fullest GPU (bytes)."),
+    "weight_bytes_per_gpu_formula": (pl.String, "Its formula over the spec's dims and the parallel degrees."),
+    "kv_bytes_per_request": (pl.Float64, "KV cache of one request at input_len + output_len, all GPUs (bytes)."),
+    "kv_bytes_per_request_per_gpu": (pl.Float64, "The share of one request's KV one GPU holds (bytes)."),
+    "kv_budget_bytes_per_gpu": (pl.Float64, "Usable HBM minus weights (bytes)."),
+    "kv_bytes_per_gpu": (pl.Float64, "KV held by the fullest GPU for this batch (bytes)."),
+    "free_bytes_per_gpu": (pl.Float64, "Usable HBM left after weights and this batch's KV (bytes, 0 if none)."),
+    "activation_bytes_per_gpu": (pl.Float64, "Largest prefill kernel working set held at once (bytes)."),
+    "max_concurrent_requests": (pl.Int64, "Requests whose KV fits at this context (per replica)."),
+    "max_prefill_batch": (pl.Int64, "Prompts that can be prefilled at once (KV + activations)."),
+    "step_time_s": (pl.Float64, "SOL time of one step of this phase: the sum over ops of max(compute, memory, comm) (s)."),
+    "compute_time_s": (pl.Float64, "Sum over ops of FLOPs / peak (s)."),
+    "memory_time_s": (pl.Float64, "Sum over ops of HBM bytes / bandwidth (s)."),
+    "comm_time_s": (pl.Float64, "Sum over ops of link bytes / link bandwidth (s)."),
+    "flops": (pl.Float64, "FLOPs one GPU executes in the step."),
+    "bytes": (pl.Float64, "HBM bytes one GPU moves in the step (weights included)."),
+    "weight_bytes": (pl.Float64, "Weight bytes one GPU reads in the step."),
+    "comm_bytes": (pl.Float64, "Bytes one GPU sends on links in the step."),
+    "bound": (pl.String, "compute, memory or comm: the term bounding most of the step time."),
+    "ttft_s": (pl.Float64, "Time to first token for the batch (s)."),
+    "tpot_s": (pl.Float64, "Time per output token at the last position (s)."),
+    "tokens_per_s_per_gpu": (pl.Float64, "Decode throughput per GPU: batch / tpot / GPUs."),
+    "prefill_tokens_per_s_per_gpu": (pl.Float64, "Prefill throughput per GPU: batch x input_len / ttft / GPUs."),
+    "extrapolated": (pl.Boolean, "input_len + output_len exceeds the model's max_context."),
+}
+
+#: ops.parquet: the per-op SOL table of the deployments the site shows.
+OPS_SCHEMA = {
+    **_KEY,
+    "op_uid": (pl.String, "Spec node uid (e.g. main/layers[moe]/self_attn/q_b_proj); inserted collectives "
+                          "append >op[group]; fused kernels are rule@first-member."),
+    "op_name": (pl.String, "The node's name, the collective or the fusion rule."),
+    "op": (pl.String, "Primitive op (linear, attention_score, ...), collective (all_reduce, ...) or fusion rule."),
+    "component": (pl.String, "Component the op belongs to (gqa_attention, moe, ...)."),
+    "role": (pl.String, "Role of the op (attention, experts, norm, ...)."),
+    "kind": (pl.String, "compute, comm (an inserted collective) or fused (a kernel of several ops)."),
+    "parts": (pl.List(pl.String), "For a fused kernel, the op_uids it replaces; empty otherwise."),
+    "compute_dtype": (pl.String, "Dtype whose peak the op's FLOPs run at on this GPU (bf16, fp8, fp4)."),
+    "flops": (pl.Float64, "FLOPs one GPU executes for this op in the step (all layers)."),
+    "bytes": (pl.Float64, "HBM bytes one GPU moves for this op (weights included)."),
+    "weight_bytes": (pl.Float64, "Weight bytes among them."),
+    "comm_bytes": (pl.Float64, "Bytes one GPU sends on a link."),
+    "intensity": (pl.Float64, "FLOPs per HBM byte."),
+    "t_compute_s": (pl.Float64, "FLOPs / peak of the operand dtype (s)."),
+    "t_memory_s": (pl.Float64, "Bytes / HBM bandwidth (s)."),
+    "t_comm_s": (pl.Float64, "Link bytes / link bandwidth (s)."),
+    "t_sol_s": (pl.Float64, "max of the three (s)."),
+    "bound": (pl.String, "compute, memory or comm."),
+    "link": (pl.String, "scale_up, scale_out, or empty for compute."),
+    "group": (pl.String, "The GPUs a collective spans (tp, ep, dp_attn, cp, pp, ...); empty for compute."),
+    "flops_formula": (pl.String, "Formula of flops over the spec's dims and the parallel degrees."),
+    "bytes_formula": (pl.String, "Formula of bytes (kv_bytes = bytes per cache element)."),
+    "weight_bytes_formula": (pl.String, "Formula of weight_bytes."),
+    "comm_bytes_formula": (pl.String, "Formula of comm_bytes."),
+}
+
+
+@dataclass
+class Report:
+    """What a build did: models recomputed and reused, rows written, seconds."""
+
+    results: Path
+    recomputed: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    skipped: dict[str, list[str]] = field(default_factory=dict)   # model -> its guard errors
+    stale: list[str] = field(default_factory=list)     # kept by a subset build although their inputs changed
+    site: Path | None = None                            # the published site, when one was rendered
+    deployment_rows: int = 0
+    op_rows: int = 0
+    points: int = 0
+    seconds: float = 0.0
+
+
+# -- hashing --------------------------------------------------------------------------------------
+
+def _digest(paths, extra: bytes = b"") -> str:
+    """SHA-256 over file names and contents in the given order (where the files live is not part
+    of the identity: a copied folder hashes the same)."""
+    digest = hashlib.sha256(extra)
+    for path in paths:
+        digest.update(str(path.name).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def engine_sources() -> list[Path]:
+    """Every ``.py`` file below ``engine/`` (all subpackages), sorted, caches excluded."""
+    return sorted(p for p in ENGINE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def shared_hash(corpus: Corpus, grid_path: Path, gpu_root: Path) -> str:
+    """Everything every model's results depend on: tables, components, GPUs, fusion, grid, engine."""
+    root = corpus.root
+    files = [root / "dims.yaml", root / "roles.yaml", root / "verification.yaml", grid_path,
+             *sorted(gpu_root.glob("*.yaml")), *sorted((root / "fusion").glob("*.yaml")),
+             *sorted((root / "components" / "library").glob("*.yaml")),
+             *engine_sources()]
+    return _digest(files, str(SCHEMA_VERSION).encode())
+
+
+def model_hash(corpus: Corpus, model_id: str, shared: str) -> str:
+    """A model's partition hash: its own files on top of the shared ones."""
+    model = corpus.models[model_id]
+    base = corpus.root.parent
+    files = {base / model.where.file, base / model.snapshot.where.file}
+    files.update(p for p in evidence_files(corpus, model) if p.exists())
+    files.update(base / corpus.drafts[d].where.file for d in model.drafts if d in corpus.drafts)
+    files.update(base / corpus.schemes[s].where.file for s in set(model.quant.values()))
+    return _digest(sorted(files, key=lambda p: (p.parent.name, p.name)), shared.encode())
+
+
+def evidence_files(corpus: Corpus, model) -> list[Path]:
+    """The model's tensor manifest and source snapshot (part of its hash: new evidence re-validates)."""
+    from engine.verify.evidence import snapshot_name, source_path
+    from engine.verify.manifest import manifest_path
+    name = snapshot_name(model)
+    return [manifest_path(corpus.root, name), source_path(corpus.root, name)]
+
+
+def slug(model_id: str) -> str:
+    return model_id.replace("/", "--")
+
+
+# -- one model (runs in a worker process) ----------------------------------------------------------
+
+def attention_kinds(ev: Evaluation) -> list[str]:
+    kinds = set()
+    windowed = {c.node_uid.rsplit("/", 1)[0] for c in ev.numeric.caches if c.growth == "window"}
+    for uid, row in ev.numeric.components.items():
+        if row.role == "attention" and row.stack == "main":
+            kinds.add(row.component + ("+window" if uid in windowed else ""))
+    return sorted(kinds)
+
+
+def model_row(ev: Evaluation, spec_hash: str = "", verification: dict | None = None) -> dict:
+    """One models.parquet row, read from the same overview ``archledger show`` prints."""
+    overview = ev.overview()
+    value = {key: int(q.value) for key, q in overview.items() if not isinstance(q, dict)}
+    extra = sum(value[f"params_{stack}"] for stack in ev.numeric.stacks if stack != "main")
+    return {
+        "model_id": ev.model.model_id, "family": ev.model.family, "model_type": ev.model.model_type,
+        "spec_hash": spec_hash, "verified": bool(verification and verification["verified"]),
+        "verified_against": (verification or {}).get("evidence", ""),
+        "params_total": value["params_total"], "params_active": value["params_active"],
+        "params_embedding": value["params_embedding"], "params_extra_stacks": extra,
+        "checkpoint_bytes": value["checkpoint_bytes"], "checkpoint_tensors": value["checkpoint_tensors"],
+        "kv_bytes_per_token": value["kv_bytes_per_token_growing"], "kv_fixed_bytes": value["kv_fixed_bytes"],
+        "max_context": value["max_context"], "n_layers": value["n_layers"],
+        "attention_kinds": attention_kinds(ev),
+    }
+
+
+def _frame(columns: dict, schema: dict) -> pl.DataFrame:
+    return pl.DataFrame({k: columns[k] for k in schema}, schema={k: v[0] for k, v in schema.items()})
+
+
+def write_parquet(frame: pl.DataFrame, path: Path, **options) -> None:
+    """Write a Parquet file through Python's file API: polars reports a full disk as a ComputeError
+    that may not carry the errno ("Invalid thrift: transport error"), this raises OSError(ENOSPC)."""
+    buffer = io.BytesIO()
+    frame.write_parquet(buffer, **options)
+    Path(path).write_bytes(buffer.getbuffer())
+
+
+def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, gpu_root: str | None,
+                staging: str, spec_hash: str, verification: dict | None = None) -> dict:
+    """Evaluate one model over the grid; write its partitions under ``staging``. Returns counts."""
+    from engine.build import finite, grid_eval
+    started = time.perf_counter()
+    corpus = load_corpus(corpus_root)
+    ev = evaluate_spec(corpus, corpus.models[model_id])
+    deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root)
+    finite.check_tables(ev.model, {"deployments": deployments, "ops": ops})   # nothing NaN or negative is written
+    for table, columns, schema in (("deployments", deployments, DEPLOYMENTS_SCHEMA), ("ops", ops, OPS_SCHEMA)):
+        folder = Path(staging) / table / f"model={slug(model_id)}"
+        folder.mkdir(parents=True, exist_ok=True)
+        write_parquet(_frame(columns, schema), folder / "part.parquet", statistics=True)
+    from engine.build.export import model_document
+    (Path(staging) / "models").mkdir(exist_ok=True)
+    (Path(staging) / "models" / f"{slug(model_id)}.json").write_text(
+        json.dumps(model_document(ev, verification), separators=(",", ":")))
+    return {"model_id": model_id, "deployments": len(deployments["model_id"]),
+            "ops": len(ops["model_id"]), "points": points, "seconds": round(time.perf_counter() - started, 3)}
+
+
+# -- the build ----------------------------------------------------------------------------------------
+
+class BuildError(Exception):
+    """The build cannot run as asked (e.g. another grid than ``--out``'s results): one line, exit 2."""
+
+
+#: errno values that mean "the output cannot be written" (reported in one line, exit 2).
+WRITE_ERRORS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM}
+_IN_WORKER: int | None = None          # the parent's pid inside a --jobs worker, else None
+
+
+@dataclass
+class Previous:
+    """The published results as far as they can be trusted: a manifest that is not one, or a
+    models.parquet that does not match its record, counts as absent."""
+
+    root: Path
+    grid: str | None = None
+    models: dict[str, dict] = field(default_factory=dict)       # model -> manifest entry
+    rows: dict[str, dict] = field(default_factory=dict)         # model -> models.parquet row
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _read_previous(final: Path, log) -> Previous:
+    previous = Previous(final)
+    path = final / "manifest.json"
+    if not path.exists():
+        if (final / "models.parquet").exists():
+            log(f"{path} is missing: treating the previous results as absent, rebuilding every model")
+        return previous
+    try:
+        manifest = json.loads(path.read_text())
+        problem = "" if isinstance(manifest, dict) else f"a JSON {type(manifest).__name__}, not an object"
+    except (OSError, ValueError) as exc:
+        manifest, problem = None, f"not JSON: {' '.join(str(exc).split())}"
+    if not problem and not isinstance(manifest.get("models"), dict):
+        problem = "no models table"
+    if problem:
+        log(f"{path} is not a results manifest ({problem}): treating the previous results as absent, "
+            f"rebuilding every model")
+        return previous
+    previous.grid = manifest.get("grid") if isinstance(manifest.get("grid"), str) else None
+    previous.models = {mid: e for mid, e in manifest["models"].items()
+                       if isinstance(e, dict) and isinstance(e.get("hash"), str) and isinstance(e.get("files"), dict)}
+    skipped = manifest.get("skipped")
+    previous.skipped = {k: v for k, v in skipped.items() if isinstance(v, list)} if isinstance(skipped, dict) else {}
+    record = (manifest.get("files") or {}).get("models.parquet") if isinstance(manifest.get("files"), dict) else None
+    try:
+        if record is not None and not publish.matches(final / "models.parquet", record):
+            raise ValueError("its size or SHA-256 differs from the manifest's record")
+        previous.rows = {r["model_id"]: r for r in pl.read_parquet(final / "models.parquet").to_dicts()}
+    except Exception as exc:      # polars raises its own errors on garbage; every one means "damaged"
+        if previous.models:
+            log(f"{final / 'models.parquet'} is damaged ({' '.join(str(exc).split())[:120]}): "
+                f"rebuilding every model it listed")
+        previous.rows = {}
+    return previous
+
+
+def _model_files(root: Path, model_id: str) -> list[Path]:
+    """A model's files under a results folder (partitions and its inspector document)."""
+    name = slug(model_id)
+    return [root / t / f"model={name}" / "part.parquet" for t in ("deployments", "ops")] + \
+        [root / "models" / f"{name}.json"]
+
+
+def _file_records(root: Path, model_id: str) -> dict[str, dict]:
+    return {p.relative_to(root).as_posix(): publish.file_digest(p) for p in _model_files(root, model_id)}
+
+
+def _intact(previous: Previous, model_id: str) -> tuple[bool, str]:
+    """Can the model's previous files be carried over? (ok, why not: '' when already reported)."""
+    entry, row = previous.models[model_id], previous.rows.get(model_id)
+    if row is None or row.get("spec_hash") != entry["hash"]:
+        return False, ""                              # models.parquet damaged: said once already
+    for path in _model_files(previous.root, model_id):
+        rel = path.relative_to(previous.root).as_posix()
+        record = entry["files"].get(rel)
+        if not publish.matches(path, record):
+            expected = record.get("size") if isinstance(record, dict) else None
+            if not path.exists():
+                state = "missing"
+            elif path.stat().st_size != expected:
+                state = f"{path.stat().st_size:,} bytes, recorded {expected}"
+            else:
+                state = "content differs from its recorded SHA-256"
+            return False, f"{path} does not match the results manifest ({state})"
+    return True, ""
+
+
+def _carry(previous: Path, staging: Path, model_id: str) -> None:
+    """Hard-link (or copy) a model's verified files from the previous results."""
+    for src, dst in zip(_model_files(previous, model_id), _model_files(staging, model_id)):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+
+def grid_id(grid_path: Path) -> str:
+    """Which grid a results tree was built over: the grid file's path relative to this checkout when
+    inside it (a moved checkout keeps its results), else absolute. Editing that file is an input
+    change (every model's hash changes), not another grid."""
+    path = Path(grid_path).resolve()
+    try:
+        return path.relative_to(PACKAGE_ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _grid_of(recorded: str) -> str:
+    """A manifest's grid entry in :func:`grid_id`'s form (relative entries are relative to the checkout)."""
+    return grid_id(Path(recorded)) if Path(recorded).is_absolute() else Path(recorded).as_posix()
+
+
+def _skip_line(corpus: Corpus, model_id: str, errors: list) -> str:
+    base = corpus.root.parent
+    missing = [p for p in evidence_files(corpus, corpus.models[model_id]) if not p.exists()]
+    if missing:
+        names = ", ".join(str(p.relative_to(base)) if p.is_relative_to(base) else str(p) for p in missing)
+        return (f"skip {model_id}: evidence {names} missing — skipped as unverified "
+                f"(record it: archledger snapshot {model_id})")
+    return f"skip {model_id}: not verified ({len(errors)} guard errors; run `archledger validate {model_id}`)"
+
+
+def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path: Path | None = None,
+          gpu_root: Path | None = None, jobs: int | None = None, progress=None, log=None, site=None,
+          site_progress=None, lock_timeout: float | None = None, command: str = "archledger build") -> Report:
+    """Evaluate (or carry over) the models' partitions into a staged results tree, render the staged
+    site from it when ``site`` is given, then publish both together (:mod:`engine.build.publish`).
+
+    Invariants: nothing under ``out/results`` or ``out/site`` changes until the publication commits;
+    a results tree holds one grid; a model is carried over only if its files match the sizes and
+    SHA-256 its manifest records; a subset (``models``) never discards a model it did not rebuild
+    (the rules are in :func:`run`). ``site(results_dir, site_dir, progress)`` renders into the empty
+    ``site_dir`` and is published with the results; without it (``--no-site``) only the results are
+    published and the site is left as it was, its ``pin.json`` naming the results it shows (one log
+    line says so when they differ)."""
+    from engine.build.grid import DEFAULT, load_grid
+    from engine.deploy.hardware import DEFAULT_ROOT as GPU_ROOT, load_gpus
+    from engine.deploy.fusion import load_tables
+    started = time.perf_counter()
+    log = log or (lambda line: None)
+    own_grid = corpus.root / "grid.yaml"   # the corpus in use brings its grid (a checkout's, or --corpus)
+    grid_path = Path(grid_path) if grid_path else own_grid if own_grid.exists() else DEFAULT
+    gpu_root = Path(gpu_root) if gpu_root else GPU_ROOT
+    load_grid(grid_path), load_gpus(gpu_root), load_tables(corpus.root / "fusion")   # fail early, before any work
+    named = list(dict.fromkeys(corpus.find_model(m).model_id for m in models)) if models else list(corpus.models)
+    shared = shared_hash(corpus, grid_path, gpu_root)
+    hashes = {mid: model_hash(corpus, mid, shared) for mid in corpus.models}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with publish.lock(out, command, lock_timeout, log), contextlib.ExitStack() as stack:
+        publish.recover(out, log)
+        final = out / "results"
+        previous = _read_previous(final, log)
+        grid = grid_id(grid_path)
+        if previous.models and previous.grid is not None and _grid_of(previous.grid) != grid:
+            raise BuildError(f"{final}/ holds results over the grid {previous.grid}, not {grid}: use another --out "
+                             f"for another grid (one results tree mixing grids would mix incomparable rows)")
+        staging = stack.enter_context(publish.staged(out, "results"))
+        report = Report(final)
+
+        # -- what to build: named models are rebuilt unless unchanged; the rest of the tree is kept
+        targets = list(corpus.models) if not models else \
+            [m for m in corpus.models if m in named or m in previous.models] + \
+            sorted(m for m in previous.models if m not in corpus.models)
+        rows, entries, todo = {}, {}, []
+        for mid in targets:
+            entry, current = previous.models.get(mid), hashes.get(mid)
+            ok, why = _intact(previous, mid) if entry else (False, "")
+            if why:
+                log(f"{why}: " + (f"rebuilding {mid}" if current else f"dropping {mid} (no longer in the corpus)"))
+            if ok and (current == entry["hash"] or mid not in named):
+                _carry(final, staging, mid)
+                rows[mid] = previous.rows[mid]
+                entries[mid] = {k: v for k, v in entry.items() if k != "stale"}
+                if current == entry["hash"]:
+                    report.reused.append(mid)
+                else:
+                    entries[mid]["stale"] = "inputs changed since it was built" if current else "no longer in the corpus"
+                    report.stale.append(mid)
+            elif current is not None:
+                todo.append(mid)
+        if models:       # a subset keeps the verdicts of models it did not look at
+            report.skipped.update({m: e for m, e in previous.skipped.items() if m not in named and m in corpus.models})
+        if report.stale:
+            log(f"kept {len(report.stale)} model(s) not named as they were, marked stale in manifest.json: "
+                + ", ".join(f"{m} ({entries[m]['stale']})" for m in report.stale)
+                + " — rebuild them with --models or a full build")
+
+        # every changed spec is walked and verified here first: a broken one fails the build before any
+        # work (one line, nothing written); an unverified one is skipped; its row comes from this walk
+        checks = {}
+        for mid in list(todo):
+            ev = evaluate_spec(corpus, corpus.models[mid])
+            verdict = validate(corpus, corpus.models[mid], ev)
+            if not verdict.verified:
+                report.skipped[mid] = [f.one_line() for f in verdict.errors]
+                todo.remove(mid)
+                log(_skip_line(corpus, mid, verdict.errors))
+                continue
+            checks[mid] = verdict.as_dict()
+            rows[mid] = model_row(ev, hashes[mid], checks[mid])
+        targets = [m for m in targets if m in rows]
+
+        # -- evaluate: the slowest models first (as last time; else the largest), so the pool's tail is short
+        todo.sort(key=lambda m: (-previous.models.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
+        results = _evaluate(corpus, todo, grid_path, gpu_root, staging, hashes, checks, jobs,
+                            progress, len(targets), len(targets) - len(todo))
+        for r in results:
+            mid = r["model_id"]
+            entries[mid] = {"hash": hashes[mid], "deployments": r["deployments"], "ops": r["ops"],
+                            "points": r["points"], "seconds": r["seconds"], "partition": slug(mid),
+                            "files": _file_records(staging, mid)}
+            report.recomputed.append(mid)
+            report.points += r["points"]
+
+        # -- write the tables; every file's size and hash goes into the manifest
+        for table in ("deployments", "ops", "models"):    # present even when empty: readers glob them
+            (staging / table).mkdir(exist_ok=True)
+        from engine.build.contract import evaluate_contracts
+        (staging / "contracts.json").write_text(json.dumps(evaluate_contracts(corpus, gpu_root), indent=1))
+        ordered = [rows[m] for m in targets]
+        write_parquet(_frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
+                      staging / "models.parquet")
+        manifest = {"schema_version": SCHEMA_VERSION, "shared_hash": shared, "grid": grid,
+                    "models": {m: entries[m] for m in targets}, "skipped": report.skipped,
+                    "files": {name: publish.file_digest(staging / name) for name in ("models.parquet", "contracts.json")}}
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        report.deployment_rows = sum(entries[m]["deployments"] for m in targets)
+        report.op_rows = sum(entries[m]["ops"] for m in targets)
+
+        # -- the site, from the staged results; then both are published in one journaled step
+        publication = [("results", staging)]
+        if site is not None:
+            site_dir = stack.enter_context(publish.staged(out, "site"))
+            site(staging, site_dir, site_progress)
+            publish.pin_site(site_dir, staging)
+            publication.append(("site", site_dir))
+            report.site = out / "site"
+        elif (out / "site").exists() and publish.site_pin(out / "site") != publish.results_digest(staging):
+            # asked for no site: the site is left as it is, and its pin.json tells what it shows
+            log(f"{out / 'site'}/ still shows the previous results (no site asked for): "
+                f"`archledger site` renders it from the new ones")
+        publish.publish(out, publication)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, staging: Path, hashes: dict,
+              checks: dict, jobs: int | None, progress, total: int, done: int) -> list[dict]:
+    """Run :func:`build_model` for each model, in this process or in ``jobs`` worker processes."""
+    args = [(str(corpus.root), mid, str(grid_path), str(gpu_root), str(staging), hashes[mid], checks[mid])
+            for mid in todo]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
+    results: list[dict] = []
+    if progress:
+        progress(done, total, 0, "")
+
+    def finished(result: dict) -> None:
+        results.append(result)
+        publish.fault("evaluate")
+        if progress:
+            progress(done + len(results), total, sum(r["points"] for r in results), result["model_id"])
+
+    if jobs == 1:
+        for a in args:
+            finished(build_model(*a))
+        return results
+    # spawn, not fork: a forked child inherits polars' thread pool mid-state and can hang. Workers die
+    # with this process (see _worker_init), so a killed build leaves no orphan evaluating on.
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_worker_init, initargs=(os.getpid(),)) as pool:
+        futures = [pool.submit(_build_model_in_worker, *a) for a in args]
+        try:
+            for future in as_completed(futures):
+                finished(future.result())
+        except BaseException:
+            for future in futures:          # a failure stops the build: do not finish the others first
+                future.cancel()
+            raise
+    return results
+
+
+def _worker_init(parent: int) -> None:
+    """In each --jobs worker: die when the build process dies, however it dies. On Linux the kernel
+    sends SIGKILL (prctl PR_SET_PDEATHSIG); elsewhere, and as a backstop, a thread exits the worker
+    when its parent pid changes (it is re-parented when the build process is gone)."""
+    global _IN_WORKER
+    _IN_WORKER = parent
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)          # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:       # the parent died before the death signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def _build_model_in_worker(*args) -> dict:
+    if os.environ.get(publish.FAULT_ENV) == "worker" and _IN_WORKER == os.getppid():
+        os.kill(_IN_WORKER, signal.SIGKILL)     # test hook: the build dies while this worker evaluates on
+        time.sleep(60)
+    return build_model(*args)
+
+
+def swap_into_place(staging: Path, final: Path) -> None:
+    """Replace the folder ``final`` by ``staging`` (a folder beside it), under the lock of their parent
+    folder and through its publish journal: concurrent callers take turns, readers see the old tree or
+    the new one, and a crash at any point is finished by the next writer's start."""
+    out = Path(final).parent
+    with publish.lock(out, "swap_into_place"):
+        publish.publish(out, [(Path(final).name, Path(staging))])
+
+
+def _progress_printer(stream=sys.stderr):
+    def show(done: int, total: int, points: int, model: str) -> None:
+        width = 24
+        filled = int(width * done / max(total, 1))
+        line = f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} models, {points:,} points"
+        stream.write(line + (f"  {model[:40]}" if model else "") + " " * 8)
+        if done == total:
+            stream.write("\n")
+        stream.flush()
+    return show
+
+
+def write_error(exc: BaseException) -> int | None:
+    """The errno of an error that means "cannot write the output" (polars reports I/O errors as
+    ``... (os error 28)`` in its own exception types), else None."""
+    if isinstance(exc, shutil.Error):     # copytree collects its errors as text
+        found = re.search(r"\[Errno (\d+)\]", str(exc))
+        return int(found[1]) if found and int(found[1]) in WRITE_ERRORS else None
+    if isinstance(exc, OSError):
+        return exc.errno if exc.errno in WRITE_ERRORS else None
+    if type(exc).__module__.startswith("polars"):
+        found = re.search(r"os error (\d+)", str(exc))
+        if found and int(found[1]) in WRITE_ERRORS:
+            return int(found[1])
+    return None
+
+
+def run(args, site=None) -> int:
+    """``archledger build``: evaluate the specs over a grid into OUT/results, render OUT/site from them
+    (when ``site`` is given), and publish both together. Exit 0, or 2 after one line on stderr.
+
+    Rules:
+
+    * Without --models, every model of the corpus is built; a model whose inputs (spec, evidence,
+      components, quant schemes, GPUs, fusion tables, grid, engine) did not change is carried over
+      without re-evaluation; models no longer in the corpus are dropped.
+    * --models A B rebuilds A and B (if changed) and keeps every other model of OUT/results as it
+      was: carried over unchanged; one whose inputs changed since is kept and marked stale in
+      manifest.json. A subset never discards what it did not rebuild.
+    * OUT/results holds one grid: --grid naming another grid file than the one OUT/results was built
+      over is an error (use another --out) unless OUT/results holds no model.
+    * A spec that fails verification (or whose evidence file is missing) is skipped with one line and
+      published nowhere.
+    * Previous results are carried only if their files match the size and SHA-256 the manifest
+      records; a damaged model is rebuilt (one line), a garbage manifest counts as no results.
+    * Results and site are published together and only when complete: a failed, killed or full-disk
+      build leaves the previous ones as they were; the next command on OUT finishes or discards what
+      an interrupted one left. Two commands on one OUT take turns (OUT/.lock): the second waits,
+      saying for whom, up to ARCHLEDGER_LOCK_TIMEOUT seconds (default 1800).
+
+    ``args``: out, models, grid, jobs, quiet, corpus (and optionally lock_timeout, seconds). ``site``:
+    None (``--no-site``: results only, the site is left as it was), or ``site(results_dir, site_dir,
+    progress)`` rendering the whole site from ``results_dir`` into the empty ``site_dir`` (e.g.
+    :func:`site_builder.render.render_pages`); it is called with ``progress=None`` and shows its own.
+    """
+    out = Path(args.out)
+    quiet = getattr(args, "quiet", False)
+    try:
+        corpus = load_corpus(args.corpus)
+        report = build(corpus, out, args.models, getattr(args, "grid", None), getattr(args, "gpus_root", None),
+                       getattr(args, "jobs", None),
+                       None if quiet else _progress_printer(), log=lambda line: print(line, file=sys.stderr),
+                       site=site, lock_timeout=getattr(args, "lock_timeout", None))
+    except SpecError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except (BuildError, publish.PublishError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        code = write_error(exc)
+        where = getattr(exc, "filename", None)
+        if code is None or (where and not Path(where).resolve().is_relative_to(out.resolve())):
+            raise
+        print(f"error: {str(args.out).rstrip('/')}/: cannot write ({os.strerror(code)}) — the previous results "
+              f"and site are unchanged; free space or choose another --out", file=sys.stderr)
+        return 2
+    stale = f", {len(report.stale)} kept stale" if report.stale else ""
+    print(f"wrote {report.results}: {len(report.recomputed)} models evaluated, {len(report.reused)} reused{stale}; "
+          f"{report.deployment_rows:,} deployment rows, {report.op_rows:,} op rows, "
+          f"{report.points:,} new grid points in {report.seconds:.1f} s")
+    if report.site is not None:
+        print(f"wrote {report.site} ({sum(1 for _ in report.site.rglob('index.html'))} pages)")
+    return 0

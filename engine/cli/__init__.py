@@ -1,0 +1,107 @@
+"""The ``archledger`` command line.
+
+Layer: engine.cli, on top of every engine concern (one module per command: show, verify, bench,
+deploy, build); ``archledger`` itself is :mod:`site_builder.cli`, which adds the site's commands.
+Every failure caused by input prints one line (``file:line: field: problem — hint``) on stderr
+and exits with status 2; nothing is written in that case.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from engine.spec.errors import SpecError
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default (unless it has none or already says it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (default is not None and not isinstance(default, bool) and default != argparse.SUPPRESS
+                and action.option_strings and "default" not in text):
+            text += " (default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the project's error form: one line on stderr, exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # noqa: D401 — argparse's hook
+        print(f"error: {self.prog}: {message} — see `{self.prog} --help`", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def common_options(corpus: bool = True, out: bool = True) -> argparse.ArgumentParser:
+    """``--corpus`` and ``--out``, accepted before or after the command (and as ``--out=DIR``).
+
+    Their default is SUPPRESS on every parser, so a value given before the command is not
+    overwritten by the sub-parser's default; :func:`dispatch` fills in the project's folders.
+    """
+    common = argparse.ArgumentParser(add_help=False)
+    if corpus:
+        common.add_argument("--corpus", metavar="DIR", default=argparse.SUPPRESS,
+                            help="corpus folder (default: corpus/ of the checkout you stand in, else the installed one)")
+    if out:
+        common.add_argument("--out", metavar="DIR", default=argparse.SUPPRESS,
+                            help="output folder holding results/ and site/ (default: build/ of the checkout you stand in)")
+    return common
+
+
+def add_commands(sub) -> dict[str, argparse.ArgumentParser]:
+    """Register the engine's commands on ``sub``; returns them by name (the site half adds more)."""
+    from engine.cli import bench, build, deploy, show, verify
+    parents = [common_options(out=False)]
+    commands = show.add_parsers(sub, parents)
+    verify.add_parsers(sub, parents)
+    commands["bench"] = bench.add_parser(sub, parents)
+    deploy.add_parser(sub, parents)
+    commands["build"] = build.add_parser(sub, [common_options()])
+    return commands
+
+
+def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """Parse, resolve the project's folders, run the command; errors and closed pipes end quietly.
+
+    After this, ``args.corpus`` and ``args.out`` are absolute paths and ``args.project`` is the
+    :class:`engine.project.Project` the command works on.
+    """
+    from engine.project import locate
+    args = parser.parse_args(argv)
+    project = locate(getattr(args, "corpus", None), getattr(args, "out", None))
+    args.project, args.corpus, args.out, args.gpus_root = project, str(project.corpus), str(project.out), project.gpus
+    try:
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit flush
+        return code
+    except SpecError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # `archledger show X | head`: the reader left; silence the flush at exit and end like
+        # any Unix filter killed by SIGPIPE (128 + 13).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def parser() -> argparse.ArgumentParser:
+    """The engine's commands alone (``archledger`` itself is :mod:`site_builder.cli`)."""
+    top = Parser(prog="archledger", description=__doc__.splitlines()[0], parents=[common_options()])
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_commands(sub)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch(parser(), argv)
+

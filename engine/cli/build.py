@@ -1,0 +1,29 @@
+"""``archledger build``: every verified spec over the grid -> OUT/results/ (and, from site_builder, OUT/site/).
+
+Layer: engine.cli (the command's options; the work is :func:`engine.build.results.run`).
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub, parents: list) -> argparse.ArgumentParser:
+    build = sub.add_parser(
+        "build", parents=parents, help="evaluate every spec over the grid; write results/ and the site",
+        description="Evaluate every verified spec over the grid and publish OUT/results/ (Parquet) and "
+                    "OUT/site/ together. A model whose inputs did not change is carried over. "
+                    "--models or --grid build a subset: models not named keep their previous results "
+                    "(nothing is discarded); a grid other than the one the previous results were "
+                    "built with needs another --out.")
+    build.add_argument("--models", nargs="*", metavar="MODEL", help="limit to these models (HF ids or unique suffixes)")
+    build.add_argument("--grid", default=None, metavar="FILE", help="grid YAML (default: grid.yaml of the corpus)")
+    build.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.add_argument("--no-site", action="store_true", help="write results/ only, leave the site as it is")
+    build.set_defaults(func=run)
+    return build
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.build.results import run as build_run
+    return build_run(args)

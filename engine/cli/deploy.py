@@ -1,0 +1,157 @@
+"""``archledger deploy``: one model on one GPU type under one parallel config, at one scenario.
+
+Layer: engine.cli (CLI). Prints memory and capacity, TTFT/TPOT/throughput and the per-op SOL table of
+each phase; ``--formula`` adds each row's formulas, ``--json`` prints the same fields with the
+names and units of the grid build's Parquet schema (bytes, seconds, FLOPs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine.spec.errors import SpecError, Where
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (degrees, GPU counts, token counts, batch)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+def add_parser(sub, parents=()) -> None:
+    p = sub.add_parser("deploy", parents=list(parents), help="memory, capacity and SOL prefill/decode time on GPUs",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("model", help="HF id or a unique suffix, e.g. DeepSeek-V3")
+    p.add_argument("--gpu", required=True, help="GPU name from gpus/ (e.g. H200, B200, MI300X; required)")
+    p.add_argument("--gpus", type=positive_int, default=None, help="GPUs in total (default tp x pp x cp); "
+                   "the rest become whole-model replicas")
+    p.add_argument("--gpus-per-node", type=positive_int, default=None, help="GPUs per scale-up domain (default: the GPU's)")
+    for name, doc in (("tp", "tensor-parallel group size (attention TP x DP-attention)"),
+                      ("ep", "expert-parallel degree (divides tp)"),
+                      ("dp-attn", "attention data-parallel replicas inside the TP group"),
+                      ("pp", "pipeline stages"), ("cp", "context-parallel degree")):
+        p.add_argument(f"--{name}", type=positive_int, default=1, help=doc)
+    p.add_argument("--cp-kind", default="ring", choices=["ring", "ulysses"],
+                   help="context-parallel scheme: ring passes K/V around the group, ulysses all-to-alls heads")
+    p.add_argument("--batch", type=positive_int, default=1, help="concurrent requests per model replica")
+    p.add_argument("--input", type=positive_int, default=4096, help="prompt tokens per request")
+    p.add_argument("--output", type=positive_int, default=1024, help="generated tokens per request")
+    p.add_argument("--framework", default="vllm", help="fusion table of corpus/fusion/ (vllm, sglang) or none")
+    p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8)")
+    p.add_argument("--act-dtype", default="bf16", help="activation dtype (bf16, fp8)")
+    p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
+    p.add_argument("--hbm-fraction", type=float, default=0.9, help="usable share of HBM")
+    p.add_argument("--phase", choices=["prefill", "decode", "both"], default="both",
+                   help="which phase's per-op table to print")
+    p.add_argument("--unfused", action="store_true", help="also print the program before fusion")
+    p.add_argument("--formula", action="store_true", help="print each op's formulas")
+    p.add_argument("--json", action="store_true", help="machine-readable output (Parquet field names)")
+    p.set_defaults(func=run)
+
+
+def deployment_from_args(args):
+    from engine.spec.api import evaluate
+    from engine.deploy import Options, Scenario, plan
+    from engine.deploy.fusion import load_tables
+    from engine.deploy.hardware import find_gpu, load_gpus
+    from engine.deploy.parallel import ParallelConfig
+
+    ev = evaluate(args.model, args.corpus)
+    gpu = find_gpu(load_gpus(args.gpus_root), args.gpu)
+    replica = args.tp * args.pp * args.cp
+    gpus = args.gpus if args.gpus is not None else replica
+    if gpus % replica:
+        raise SpecError(Where("<command line>", field="--gpus"),
+                        f"tp x pp x cp = {replica} does not divide {gpus} GPUs",
+                        "make --gpus a multiple of tp x pp x cp (the rest become replicas)")
+    config = ParallelConfig(tp=args.tp, ep=args.ep, dp_attn=args.dp_attn, pp=args.pp, cp=args.cp,
+                            cp_kind=args.cp_kind, dp=gpus // replica, gpus_per_node=args.gpus_per_node)
+    tables = load_tables(Path(args.corpus) / "fusion")
+    if args.framework != "none" and args.framework not in tables:
+        raise SpecError(Where("<command line>", field="--framework"), f"unknown framework {args.framework!r}",
+                        "use none or one of: " + ", ".join(sorted(tables)))
+    options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
+                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction)
+    scenario = Scenario(batch=args.batch, input_len=args.input, output_len=args.output)
+    built = plan(ev, gpu, config, options, tables.get(args.framework), scenario)
+    return built.at(scenario)
+
+
+def _num(value: float, unit: str = "") -> str:
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}".rstrip()
+
+
+def _time(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"
+
+
+def run(args: argparse.Namespace) -> int:
+    d = deployment_from_args(args)
+    phases = ("prefill", "decode") if args.phase == "both" else (args.phase,)
+    if args.json:
+        out = {"deployment": d.summary, "phases": {p: d.phases[p] for p in phases},
+               "ops": {p: d.ops[p] for p in phases}}
+        json.dump(out, sys.stdout, indent=1, default=float)
+        print()
+        return 0
+    s = d.summary
+    print(f"{s['model_id']} on {s['n_gpus']} x {s['gpu']}  ({d.plan.config.label()}, framework {s['framework']}, "
+          f"weights {s['weight_format']}, KV {s['kv_dtype']})")
+    print(f"  scenario: batch {s['batch']} per replica, input {s['input_len']}, output {s['output_len']}"
+          + ("  [EXTRAPOLATED: context beyond the model's max_context "
+             f"{s['max_context']}]" if s["extrapolated"] else ""))
+    print(f"  memory per GPU: weights {_num(s['weight_bytes_per_gpu'], 'B')}, KV {_num(s['kv_bytes_per_gpu'], 'B')}, "
+          f"prefill activations {_num(s['activation_bytes_per_gpu'], 'B')}, usable {_num(s['usable_bytes_per_gpu'], 'B')}")
+    print(f"  KV per request {_num(s['kv_bytes_per_request'], 'B')} ({_num(s['kv_bytes_per_request_per_gpu'], 'B')} per GPU); "
+          f"KV budget {_num(s['kv_budget_bytes_per_gpu'], 'B')} per GPU; max concurrent requests "
+          f"{s['max_concurrent_requests']}; max prefill batch {s['max_prefill_batch']}")
+    if s["fits"]:
+        print("  fits: yes")
+    else:
+        print(f"  fits: NO — short by {_num(s['shortfall_bytes'], 'B')} per GPU "
+              "(fewer requests, more GPUs, or a narrower KV/weight dtype)")
+    print(f"  TTFT {_time(s['ttft_s'])}   TPOT {_time(s['tpot_s'])}   "
+          f"decode {s['tokens_per_s_per_gpu']:.4g} tok/s/GPU   prefill {s['prefill_tokens_per_s_per_gpu']:.4g} tok/s/GPU")
+    if args.formula:
+        c = d.plan.structure.config
+        bound = {k: int(v) for k, v in sorted(d.plan.structure.ev.bound.items())}
+        bound.update({k: getattr(c, k) for k in ("tp", "ep", "dp_attn", "pp", "cp") if getattr(c, k) > 1})
+        bound.update({"kv_bytes": d.plan.kv_bytes, "batch": s["batch"] / s["micro_batches"],
+                      "seq (prefill)": s["input_len"], "ctx (decode)": s["input_len"] + s["output_len"]})
+        print("  formulas bind: " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                              for k, v in bound.items()))
+    tables = [("", d.ops)]
+    if args.unfused and s["framework"] != "none":
+        tables.append((" (unfused)", d.plan.without_fusion().at(d.scenario).ops))
+    for suffix, ops in tables:
+        for phase in phases:
+            ph = d.phases[phase]
+            print(f"\n{phase}{suffix}: SOL {_time(ph['step_time_s'])} ({ph['bound']}-bound; compute "
+                  f"{_time(ph['compute_time_s'])}, memory {_time(ph['memory_time_s'])}, comm {_time(ph['comm_time_s'])})")
+            print(f"  {'op':58s} {'kind':7s} {'FLOPs':>9s} {'bytes':>9s} {'comm':>9s} {'t_comp':>8s} "
+                  f"{'t_mem':>8s} {'t_comm':>8s} {'SOL':>8s}  bound")
+            for r in ops[phase]:
+                print(f"  {r['op_uid'][-58:]:58s} {r['kind']:7s} {_num(r['flops']):>9s} {_num(r['bytes'], 'B'):>9s} "
+                      f"{_num(r['comm_bytes'], 'B'):>9s} {_time(r['t_compute_s']):>8s} {_time(r['t_memory_s']):>8s} "
+                      f"{_time(r['t_comm_s']):>8s} {_time(r['t_sol_s']):>8s}  {r['bound']}")
+                if args.formula:
+                    print(f"  {'':58s} flops = {r['flops_formula']}")
+                    print(f"  {'':58s} bytes = {r['bytes_formula']}")
+                    if r["comm_bytes"]:
+                        print(f"  {'':58s} comm  = {r['comm_bytes_formula']}")
+    return 0
+

@@ -1,0 +1,80 @@
+"""``archledger show`` (one model's overview, with formulas) and ``archledger list`` (the corpus).
+
+Layer: engine.cli (imports engine.spec).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import sympy
+
+
+def add_parsers(sub, parents=()) -> dict[str, argparse.ArgumentParser]:
+    parents = list(parents)
+    show = sub.add_parser("show", parents=parents, help="overview of one model: params, checkpoint bytes, KV per token")
+    show.add_argument("model", help="HF id or a unique suffix, e.g. DeepSeek-V3")
+    show.add_argument("--formula", action="store_true", help="print the formula behind each number")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"], help="KV cache dtype")
+    show.set_defaults(func=cmd_show)
+
+    lst = sub.add_parser("list", parents=parents, help="the models in the corpus")
+    lst.set_defaults(func=cmd_list)
+    return {"show": show, "list": lst}
+
+
+def _human(value: sympy.Expr, unit: str = "") -> str:
+    """1234567 -> '1.23 M' (decimal prefixes); exact integer kept alongside by callers."""
+    number = float(value)
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(number) >= scale:
+            return f"{number / scale:.2f} {prefix}{unit}"
+    return f"{number:g} {unit}".rstrip()
+
+
+def _formula(expr: sympy.Expr) -> str:
+    return str(expr)
+
+
+def _flatten(overview: dict) -> list[tuple[str, object]]:
+    rows = []
+    for key, value in overview.items():
+        if isinstance(value, dict):
+            rows.extend((f"{key}[{sub}]", q) for sub, q in value.items())
+        else:
+            rows.append((key, value))
+    return rows
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from engine.spec.api import evaluate
+    ev = evaluate(args.model, args.corpus)
+    overview = ev.overview(args.kv_dtype)
+    if args.json:
+        out = {"model_id": ev.model.model_id, "family": ev.model.family, "kv_dtype": args.kv_dtype,
+               "bound": {k: int(v) for k, v in sorted(ev.bound.items())}}
+        for key, q in _flatten(overview):
+            out[key] = {"value": int(q.value), "formula": _formula(q.formula)}
+        json.dump(out, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{ev.model.display_name}  ({ev.model.model_id}, {ev.model.model_type})")
+    units = {"params": "", "checkpoint_bytes": "B", "kv": "B"}
+    for key, q in _flatten(overview):
+        unit = next((u for prefix, u in units.items() if key.startswith(prefix)), "")
+        print(f"  {key:44s} {int(q.value):>20,}  {_human(q.value, unit)}")
+        if args.formula:
+            print(f"  {'':44s} = {_formula(q.formula)}")
+    if args.formula:
+        print("  bound: " + ", ".join(f"{k}={int(v)}" for k, v in sorted(ev.bound.items())))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from engine.spec.corpus import load_corpus
+    corpus = load_corpus(args.corpus)
+    for model in corpus.models.values():
+        print(f"{model.model_id:45s} {model.model_type:12s} {model.family}")
+    return 0

@@ -1,0 +1,21 @@
+"""Deployment: a spec's evaluation on GPUs under a parallel config -> compiled programs -> SOL times.
+
+Layer: engine.deploy (imports engine.spec; never engine.verify or engine.build). Reading order:
+hardware (GPU files), parallel (configs and the device mesh) -> placement (split propagation and
+communication) -> fusion (framework kernels) -> cost (compiled step costs) -> structure (the
+types: Options, Scenario, Structure) -> planner (:func:`plan`, :func:`place`) -> sol (Plan,
+Deployment: speed-of-light results at scenario points).
+
+The names below are the package's public interface (``from engine.deploy import Options,
+Scenario, plan``).
+"""
+from engine.deploy.fusion import load_tables
+from engine.deploy.hardware import find_gpu, load_gpus
+from engine.deploy.parallel import ParallelConfig
+from engine.deploy.planner import build_structure, check, configs_for, place, plan
+from engine.deploy.sol import Deployment, Plan
+from engine.deploy.structure import MAX_BATCH, MAX_TOKENS, PHASES, Options, Scenario, Structure, tokens_per_device
+
+__all__ = ["MAX_BATCH", "MAX_TOKENS", "PHASES", "Deployment", "Options", "ParallelConfig", "Plan", "Scenario",
+           "Structure", "build_structure", "check", "configs_for", "find_gpu", "load_gpus", "load_tables", "place",
+           "plan", "tokens_per_device"]

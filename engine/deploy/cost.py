@@ -1,0 +1,170 @@
+"""Speed-of-light cost of a device program: per step compute, memory and link time; SOL = their max.
+
+Layer: engine.deploy. Steps hold per-device expressions in the scenario symbols (and the KV element size);
+:func:`compile_program` turns a program into one numpy function evaluated over many scenario
+points at once (the grid build's vectorized path and the single point of ``archledger deploy``
+use the same code).
+
+* t_compute = FLOPs / peak of the operands' dtype on this GPU (next wider native dtype if needed)
+* t_memory  = (activation + cache + weight bytes) / HBM bandwidth
+* t_comm    = bytes sent / link bandwidth (scale-up or scale-out, one direction)
+* SOL(step) = max of the three, the bound is the largest term; a phase is the sum of its steps
+  (no overlap between kernels is assumed: the bound is on each kernel, not on the schedule).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import sympy
+
+from engine.spec import symbols
+from engine.deploy.hardware import GPU
+from engine.deploy.placement import Program, Step
+
+BOUNDS = ("compute", "memory", "comm")
+#: Symbol for the bytes of one cache element: programs keep it free so one compiled program
+#: serves every KV dtype (bound at evaluation).
+KV_BYTES = symbols.dim("kv_bytes")
+ARGS = tuple(symbols.dim(n) for n in symbols.SCENARIO_DIMS) + (KV_BYTES,)
+_MODULES = [{"Min": np.minimum, "Max": np.maximum}, "numpy"]
+
+
+_TOTALS: dict[tuple, tuple] = {}
+
+
+def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Expr]:
+    """Per device, all calls of the step: FLOPs, HBM bytes (weights included), link bytes, and the
+    weight bytes among the HBM bytes (prefill logits: last token only). Memoized on the step's
+    expressions: structures that share steps (most of them) share this arithmetic."""
+    key = (step.flops, step.bytes, step.weight_bytes, step.comm_bytes, step.repeat, step.last_token)
+    totals = _TOTALS.get(key)
+    if totals is None:
+        totals = (step.flops * step.repeat, step.total_bytes * step.repeat, step.comm_bytes * step.repeat,
+                  step.weight_bytes * step.repeat)
+        if step.last_token:
+            seq = symbols.dim(symbols.SEQ)
+            totals = tuple(e.subs(seq, 1) for e in totals)
+        _TOTALS[key] = totals
+    return totals
+
+
+_FUNCTIONS: dict[sympy.Expr, object] = {}
+
+
+def _compiled(expr: sympy.Expr):
+    """A numpy function of ARGS for one expression (a float when constant), shared by every program:
+    structures that differ by a fusion or a GPU class repeat most of their step expressions."""
+    if expr.is_number:
+        return float(expr)
+    fn = _FUNCTIONS.get(expr)
+    if fn is None:
+        fn = _FUNCTIONS[expr] = sympy.lambdify(ARGS, expr, modules=_MODULES)
+    return fn
+
+
+class CompiledProgram:
+    """A program's per-step totals as numpy functions of (batch, seq, ctx, kv_bytes).
+
+    Compiled once per program (GPU-independent); a GPU only supplies the peaks, bandwidths and
+    links the times divide by. Inputs broadcast: ``batch`` of shape (n, 1) and ``ctx`` of shape
+    (1, m) evaluate the n x m grid, each sub-expression at the shape it depends on.
+    """
+
+    def __init__(self, program: Program):
+        self.program = program
+        totals = [step_totals(s) for s in program.steps]
+        self._columns = [[_compiled(t[i]) for t in totals] for i in range(4)]
+        self._rates: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}
+
+    def rates(self, gpu: GPU) -> tuple[np.ndarray, np.ndarray, float]:
+        """Per step: peak FLOP/s of its operand dtype and its link's bytes/s; and HBM bytes/s."""
+        if gpu.key not in self._rates:
+            steps = self.program.steps
+            self._rates[gpu.key] = (np.array([gpu.peak_flops(s.compute_dtype) for s in steps]),
+                                    np.array([link_bandwidth(gpu, s.link) for s in steps]),
+                                    gpu.hbm_bytes_per_s)
+        return self._rates[gpu.key]
+
+    def column(self, index: int, args, shape) -> np.ndarray:
+        """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes) of every step, stacked."""
+        return np.stack([np.broadcast_to(f(*args) if callable(f) else f, shape) for f in self._columns[index]]) \
+            if self._columns[index] else np.zeros((0,) + shape)
+
+    def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-point rates when points run on different GPUs: ``index`` picks a GPU per point;
+        returns peaks and links of shape (steps, points) and HBM bandwidth of shape (points,)."""
+        index = np.asarray(index)
+        per_gpu = [self.rates(g) for g in gpus]
+        peaks = np.stack([r[0] for r in per_gpu], axis=1)[:, index]
+        links = np.stack([r[1] for r in per_gpu], axis=1)[:, index]
+        return peaks, links, np.array([r[2] for r in per_gpu])[index]
+
+    def totals(self, rates, batch, seq, ctx, kv_bytes) -> dict[str, np.ndarray]:
+        """Phase sums over the broadcast shape without per-step arrays (the grid's hot path):
+        flops, bytes, weight_bytes, comm_bytes, t_compute, t_memory, t_comm, t_sol, and t_sol split
+        by the term bounding each step (``by_bound``, shape (3, ...)). ``rates`` is a GPU or the
+        (peaks, links, hbm) of :meth:`rates_for`."""
+        peaks, links, hbm = self.rates(rates) if isinstance(rates, GPU) else rates
+        args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
+        shape = np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:])
+        sums = {k: np.zeros(shape) for k in ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute",
+                                              "t_memory", "t_comm", "t_sol")}
+        by_bound = np.zeros((3,) + shape)
+        cols = self._columns
+        for i in range(len(self.program.steps)):
+            f, b, c, w = (fn(*args) if callable(fn) else fn for fn in (cols[0][i], cols[1][i], cols[2][i], cols[3][i]))
+            tc, tm, tl = f / peaks[i], b / hbm, c / links[i]
+            sol = np.maximum(np.maximum(tc, tm), tl)
+            for key, value in (("flops", f), ("bytes", b), ("weight_bytes", w), ("comm_bytes", c),
+                               ("t_compute", tc), ("t_memory", tm), ("t_comm", tl), ("t_sol", sol)):
+                sums[key] += value
+            compute_bound = (tc >= tm) & (tc >= tl)
+            memory_bound = ~compute_bound & (tm >= tl)
+            by_bound[0] += np.where(compute_bound, sol, 0.0)
+            by_bound[1] += np.where(memory_bound, sol, 0.0)
+            by_bound[2] += np.where(~compute_bound & ~memory_bound, sol, 0.0)
+        sums["by_bound"] = by_bound
+        return sums
+
+    def evaluate(self, gpu: GPU, batch, seq, ctx, kv_bytes, weights: bool = False) -> dict[str, np.ndarray]:
+        """Arrays of shape (steps, *broadcast shape): flops, bytes, comm_bytes, t_compute, t_memory,
+        t_comm, t_sol (and weight_bytes when asked)."""
+        args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
+        shape = np.broadcast_shapes(*(a.shape for a in args))
+        flops, traffic, comm = (self.column(i, args, shape) for i in range(3))
+        peaks, links, hbm = self.rates(gpu)
+        expand = (slice(None),) + (None,) * len(shape)
+        t_compute, t_memory, t_comm = flops / peaks[expand], traffic / hbm, comm / links[expand]
+        out = {"flops": flops, "bytes": traffic, "comm_bytes": comm, "t_compute": t_compute,
+               "t_memory": t_memory, "t_comm": t_comm,
+               "t_sol": np.maximum(np.maximum(t_compute, t_memory), t_comm)}
+        if weights:
+            out["weight_bytes"] = self.column(3, args, shape)
+        return out
+
+
+def link_bandwidth(gpu: GPU, link: str) -> float:
+    if link == "scale_up":
+        return gpu.scale_up_bytes_per_s
+    if link == "scale_out":
+        return gpu.scale_out_bytes_per_s
+    return float("inf")
+
+
+def compile_program(program: Program) -> CompiledProgram:
+    return CompiledProgram(program)
+
+
+def intensity(flops, traffic):
+    """Arithmetic intensity in FLOP per HBM byte (inf where nothing is read); arrays or numbers."""
+    flops, traffic = np.asarray(flops, dtype=float), np.asarray(traffic, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(traffic > 0, flops / np.where(traffic > 0, traffic, 1.0), np.inf)
+
+
+def scenario_point(phase: str, input_len: int, output_len: int) -> Mapping[str, int]:
+    """The (seq, ctx) a phase runs at: prefill the prompt; decode one token at the last position."""
+    if phase == "prefill":
+        return {"seq": input_len, "ctx": input_len}
+    return {"seq": 1, "ctx": input_len + output_len}

@@ -1,0 +1,290 @@
+"""Kernel fusion as data: per-framework rule tables (``corpus/fusion/*.yaml``) applied to a program.
+
+Layer: engine.deploy. A rule is a small operator pattern plus conditions:
+
+* ``chain: [op, ...]`` (optional ``names:``): each member's output feeds the next;
+* ``siblings: {op, names}``: two or more nodes reading the same input run as one kernel;
+* ``component: {role}`` with ``extra: [op, ...]``: all ops of one component instance, plus
+  adjacent ops of the listed kinds;
+* ``when:`` ``arch``, ``phases``, ``min_degree``, ``max_tokens`` (tokens per device per step),
+  ``dims`` (a named size takes one of the listed values), ``weight_dtype``; ``enabled: false``
+  lists a real but opt-in fusion without applying it.
+
+View ops are transparent. Matching runs after communication insertion, per phase; overlapping
+matches are resolved largest first. A fused kernel's FLOPs, weight bytes and link bytes are the sum
+of its members'; its HBM bytes are only its boundary: inputs produced outside it (read once) and
+outputs used outside it (written once). The unfused program is kept alongside.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Mapping
+
+import sympy
+
+from engine.project import PACKAGE_ROOT
+from engine.spec.corpus import Reader
+from engine.spec.errors import SpecError
+from engine.spec.ops import OPS
+from engine.deploy.placement import COLLECTIVES, ONE, ZERO, Program, Step
+
+DEFAULT_ROOT = PACKAGE_ROOT / "corpus" / "fusion"
+_RULE_FIELDS = ("name", "doc", "src", "chain", "names", "siblings", "component", "extra", "when", "enabled")
+_WHEN = ("arch", "phases", "min_degree", "max_tokens", "dims", "weight_dtype")
+MATMULS = ("linear", "head_linear", "embedding")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    doc: str
+    src: str
+    kind: str                       # chain | siblings | component
+    ops: tuple[str, ...]
+    names: tuple
+    role: str | None
+    extra: tuple[str, ...]
+    when: Mapping
+    enabled: bool
+    where: object
+
+
+@dataclass(frozen=True, slots=True)
+class FusionTable:
+    framework: str
+    version: str
+    doc: str
+    rules: tuple[Rule, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    rule: str
+    members: tuple[str, ...]        # step uids in program order
+
+
+def load_table(path: Path, root: Path | None = None) -> FusionTable:
+    reader = Reader(path, root or path.parent)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", ("framework", "version", "doc", "rules"), ("framework", "version", "doc", "rules"))
+    known_ops = set(OPS) | set(COLLECTIVES)
+    rules, seen = [], set()
+    for i, raw in enumerate(data["rules"] or []):
+        field = f"rules[{i}]"
+        raw = reader.mapping(raw, field, data, "rules")
+        reader.keys(raw, field, _RULE_FIELDS, ("name", "doc", "src"))
+        shapes = [k for k in ("chain", "siblings", "component") if k in raw]
+        if len(shapes) != 1:
+            raise SpecError(reader.where(raw, field), f"rule {raw.get('name')!r} needs exactly one pattern",
+                            "write one of chain: [...], siblings: {op, names}, component: {role}")
+        kind = shapes[0]
+        names: tuple = ()
+        role, extra = None, tuple(raw.get("extra") or ())
+        if kind == "chain":
+            ops = tuple(raw["chain"])
+            names = tuple(raw.get("names") or (None,) * len(ops))
+            if len(names) != len(ops):
+                raise SpecError(reader.where(raw, f"{field}.names", "names"), "names and chain differ in length",
+                                "give one name (or null) per chain member")
+        elif kind == "siblings":
+            sib = reader.mapping(raw["siblings"], f"{field}.siblings", raw, "siblings")
+            reader.keys(sib, f"{field}.siblings", ("op", "names"), ("op",))
+            ops, names = (sib["op"],), tuple(sib.get("names") or ())
+        else:
+            comp = reader.mapping(raw["component"], f"{field}.component", raw, "component")
+            reader.keys(comp, f"{field}.component", ("role",), ("role",))
+            ops, role = (), comp["role"]
+        for op in ops + extra:
+            if op not in known_ops:
+                raise SpecError(reader.where(raw, field), f"unknown op {op!r} in rule {raw['name']!r}",
+                                "use a primitive op or a collective: " + ", ".join(sorted(known_ops)))
+        when = raw.get("when") or {}
+        for key in when:
+            if key not in _WHEN:
+                raise SpecError(reader.where(when, f"{field}.when.{key}", key), f"unknown condition {key!r}",
+                                "allowed: " + ", ".join(_WHEN))
+        if raw["name"] in seen:
+            raise SpecError(reader.where(raw, f"{field}.name", "name"), f"rule {raw['name']!r} is declared twice",
+                            "give every rule its own name")
+        seen.add(raw["name"])
+        rules.append(Rule(raw["name"], str(raw["doc"]), str(raw["src"]), kind, ops, names, role, extra,
+                          dict(when), bool(raw.get("enabled", True)), reader.where(raw, field)))
+    return FusionTable(str(data["framework"]), str(data["version"]), str(data["doc"]), tuple(rules))
+
+
+def load_tables(root: Path | str | None = None) -> dict[str, FusionTable]:
+    root = Path(root) if root else DEFAULT_ROOT
+    tables = {}
+    for path in sorted(root.glob("*.yaml")):
+        table = load_table(path, root.parent)
+        tables[table.framework] = table
+    return tables
+
+
+# -- matching ----------------------------------------------------------------------------------------
+
+class _Graph:
+    """Producer/consumer links between non-view steps (views are looked through)."""
+
+    def __init__(self, program: Program):
+        self.steps = {s.uid: s for s in program.steps}
+        self.order = {s.uid: i for i, s in enumerate(program.steps)}
+        self.consumers: dict[str, list[str]] = {}
+        for step in program.steps:
+            if step.view:
+                continue
+            for producer in self.producers(step):
+                self.consumers.setdefault(producer, []).append(step.uid)
+
+    def producers(self, step: Step) -> list[str]:
+        out = []
+        for uid in step.inputs:
+            source = self.steps.get(uid)
+            if source is not None and source.view:
+                out.extend(self.producers(source))
+            else:
+                out.append(uid)
+        return out
+
+
+def _conditions(rule: Rule, members: list[Step], gpu, config, phase: str, tokens: int | None) -> bool:
+    when = rule.when
+    if "arch" in when and gpu.arch not in when["arch"]:
+        return False
+    if "phases" in when and phase not in when["phases"]:
+        return False
+    for name, least in (when.get("min_degree") or {}).items():
+        if getattr(config, name, 1) < least:
+            return False
+    if "max_tokens" in when and (tokens is None or tokens > when["max_tokens"]):
+        return False
+    for name, allowed in (when.get("dims") or {}).items():
+        sizes = {int(s.dims[name]) for s in members if name in s.dims and s.dims[name].is_number}
+        if not sizes or not sizes <= set(allowed):
+            return False
+    if "weight_dtype" in when:
+        dtypes = {s.compute_dtype for s in members if s.op in MATMULS}
+        if not dtypes or not dtypes <= set(when["weight_dtype"]):
+            return False
+    return True
+
+
+def _name_ok(step: Step, name) -> bool:
+    return name is None or step.name == name
+
+
+def _candidates(rule: Rule, graph: _Graph) -> list[list[str]]:
+    steps = graph.steps
+    found = []
+    if rule.kind == "chain":
+        for uid, step in steps.items():
+            if step.view or step.op != rule.ops[0] or not _name_ok(step, rule.names[0]):
+                continue
+            path = [uid]
+            for op, name in zip(rule.ops[1:], rule.names[1:]):
+                nxt = [c for c in graph.consumers.get(path[-1], ())
+                       if steps[c].op == op and _name_ok(steps[c], name)]
+                if len(nxt) != 1:
+                    break
+                path.append(nxt[0])
+            if len(path) == len(rule.ops):
+                found.append(path)
+    elif rule.kind == "siblings":
+        groups: dict[str, list[str]] = {}
+        for uid, step in steps.items():
+            if step.op == rule.ops[0] and (not rule.names or step.name in rule.names) and step.inputs:
+                producer = graph.producers(step)[0]
+                groups.setdefault((producer, step.component_uid), []).append(uid)
+        found = [g for g in groups.values() if len(g) > 1]
+    else:
+        by_component: dict[str, list[str]] = {}
+        for uid, step in steps.items():
+            if step.kind == "compute" and not step.view and step.role == rule.role:
+                by_component.setdefault(step.component_uid, []).append(uid)
+        for members in by_component.values():
+            members = list(members)
+            extras: set[str] = set()   # each extra kind joins once (one dispatch, one combine ...)
+            grown = True
+            while grown:
+                grown = False
+                for uid in list(members):
+                    near = graph.producers(steps[uid]) + graph.consumers.get(uid, [])
+                    for other in near:
+                        step = steps.get(other)
+                        if step is not None and other not in members and step.op in rule.extra \
+                                and step.op not in extras and step.kind == "compute":
+                            members.append(other)
+                            extras.add(step.op)
+                            grown = True
+            found.append(members)
+    return found
+
+
+def match(program: Program, table: FusionTable, gpu, config, phase: str,
+          tokens: int | None = None) -> list[Match]:
+    """The fusions ``table`` applies to ``program`` (non-overlapping, largest first)."""
+    graph = _Graph(program)
+    candidates = []
+    for rank, rule in enumerate(table.rules):
+        if not rule.enabled:
+            continue
+        for members in _candidates(rule, graph):
+            steps = [graph.steps[u] for u in members]
+            if len({str(s.repeat) for s in steps}) != 1:
+                continue     # members must run equally often (same layer template)
+            if _conditions(rule, steps, gpu, config, phase, tokens):
+                candidates.append((-len(members), rank, rule.name, members))
+    taken: set[str] = set()
+    out = []
+    for _, _, name, members in sorted(candidates, key=lambda c: (c[0], c[1])):
+        if taken.isdisjoint(members):
+            taken.update(members)
+            out.append(Match(name, tuple(sorted(members, key=graph.order.get))))
+    return sorted(out, key=lambda m: graph.order[m.members[-1]])
+
+
+def fuse(program: Program, matches: list[Match]) -> Program:
+    """Replace each match's members by one fused step (FLOPs summed, bytes at the boundary)."""
+    if not matches:
+        return program
+    graph = _Graph(program)
+    steps = graph.steps
+    renamed: dict[str, str] = {}
+    fused: dict[str, Step] = {}
+    for m in matches:
+        members = [steps[u] for u in m.members]
+        inside = set(m.members)
+        uid = f"{m.rule}@{members[0].uid}"
+        reads, seen = ZERO, set()
+        for s in members:
+            for src in s.inputs:
+                producer = steps.get(src)
+                base = graph.producers(producer) if producer is not None and producer.view else [src]
+                if inside.isdisjoint(base) and src not in seen:
+                    seen.add(src)
+                    reads += producer.out_read if producer is not None else ZERO
+        writes = sum((s.written for s in members
+                      if not set(graph.consumers.get(s.uid, [])) <= inside or not graph.consumers.get(s.uid)),
+                     ZERO)
+        last = members[-1]
+        matmul = next((s for s in members if s.op in MATMULS), None)
+        comm = next((s for s in members if s.kind == "comm"), None)
+        fused[m.members[-1]] = Step(
+            uid, m.rule, m.rule, "fused", last.role, last.component, last.component_uid, last.repeat,
+            tuple(dict.fromkeys(i for s in members for i in s.inputs if i not in inside)),
+            sum((s.flops for s in members), ZERO), reads + writes,
+            sum((s.weight_bytes for s in members), ZERO), sum((s.comm_bytes for s in members), ZERO),
+            matmul.compute_dtype if matmul else "bf16", last.layout, last.out, last.out_read,
+            group=comm.group if comm else "", link=comm.link if comm else "", written=writes,
+            parts=tuple(m.members), dims=last.dims, last_token=last.last_token)
+        for u in m.members:
+            renamed[u] = uid
+    out = []
+    for step in program.steps:
+        if step.uid in fused:
+            out.append(fused[step.uid])
+        elif step.uid not in renamed:
+            out.append(replace(step, inputs=tuple(renamed.get(i, i) for i in step.inputs))
+                       if any(i in renamed for i in step.inputs) else step)
+    return replace(program, steps=tuple(out))

@@ -1,0 +1,173 @@
+"""The accelerator table: one YAML file per GPU under ``gpus/``, read into SI units.
+
+Layer: engine.deploy. A file gives dense peak TFLOPS per dtype, HBM capacity (decimal GB) and bandwidth
+(TB/s), the scale-up link (the vendor's per-GPU figure, both directions together, and the size of
+the domain it spans) and scale-out bandwidth (one direction). Any number may be written as
+``{value: X, alt: Y, note: "..."}`` when sources disagree: ``value`` is used, ``alt`` is kept and
+shown. Adding a GPU is adding one file; nothing here names a GPU.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.project import PACKAGE_ROOT
+from engine.spec.corpus import Reader, shown_value, check_name, refuse_symlinks
+from engine.spec.errors import SpecError, Where
+from engine.deploy.parallel import MAX_GPUS
+
+DEFAULT_ROOT = PACKAGE_ROOT / "gpus"
+
+#: Compute dtypes from narrowest to widest. A matmul whose operands are stored narrower than any
+#: native dtype of the GPU runs at the next wider native one (weights dequantized on the fly).
+COMPUTE_DTYPES = ("fp4", "fp8", "bf16")
+_FIELDS = ("gpu", "name", "vendor", "arch", "doc", "peak_tflops", "hbm_gb", "hbm_tb_s", "scale_up",
+           "scale_out", "sources")
+
+
+def is_figure(number: Any) -> bool:
+    """A usable hardware figure: a finite number above zero. ``bool`` is refused although Python
+    counts it as an int (YAML ``true`` would be 1 TB/s); NaN and infinity would poison every time
+    and capacity computed from the GPU."""
+    return (isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number)
+            and number > 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """A published number with the disagreeing figure it was chosen over (if any)."""
+
+    value: float
+    alt: float | None = None
+    note: str = ""
+    estimate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """One accelerator in SI units (FLOP/s, bytes, bytes/s)."""
+
+    key: str
+    name: str
+    vendor: str
+    arch: str
+    doc: str
+    peak: dict[str, Figure]          # TFLOPS figures by dtype (as written)
+    hbm: Figure                       # GB
+    hbm_bw: Figure                    # TB/s
+    scale_up_link: str
+    scale_up: Figure                  # GB/s, both directions
+    scale_up_domain: int
+    scale_out_link: str
+    scale_out: Figure                 # GB/s, one direction
+    sources: tuple[str, ...]
+    where: Where
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.hbm.value * 1e9
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_bw.value * 1e12
+
+    @property
+    def scale_up_bytes_per_s(self) -> float:
+        """One direction of the scale-up link (collectives send and receive at the same time)."""
+        return self.scale_up.value * 1e9 / 2
+
+    @property
+    def scale_out_bytes_per_s(self) -> float:
+        return self.scale_out.value * 1e9
+
+    def compute_dtype(self, dtype: str) -> str:
+        """The native dtype a matmul with ``dtype`` operands runs in (``dtype`` or the next wider)."""
+        if dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"unknown compute dtype {dtype!r}; use one of {', '.join(COMPUTE_DTYPES)}")
+        for candidate in COMPUTE_DTYPES[COMPUTE_DTYPES.index(dtype):]:
+            if candidate in self.peak:
+                return candidate
+        raise ValueError(f"{self.key} has no native dtype as wide as {dtype}")
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense FLOP/s for operands of ``dtype`` (at the native dtype it runs in)."""
+        return self.peak[self.compute_dtype(dtype)].value * 1e12
+
+
+def _figure(reader: Reader, parent: Any, key: str, field: str) -> Figure:
+    value = parent.get(key)
+    if isinstance(value, dict):
+        reader.keys(value, field, ("value", "alt", "note", "estimate"), ("value",))
+        alt = value.get("alt")
+        figure = Figure(value["value"], alt, str(value.get("note", "")), value.get("estimate", False))
+        checked = (figure.value, alt) if alt is not None else (figure.value,)
+    else:
+        figure, checked = Figure(value), (value,)
+    for number in checked:
+        if not is_figure(number):
+            raise SpecError(reader.where(parent, field, key),
+                            f"expected a positive number, got {shown_value(number)}",
+                            f"write a finite number above zero: `{key}: 80` or "
+                            f"`{key}: {{value: 80, alt: 96, note: \"...\"}}`")
+    if not isinstance(figure.estimate, bool):
+        raise SpecError(reader.where(parent, f"{field}.estimate", key), f"expected true or false, got "
+                        f"{shown_value(figure.estimate)}", "write `estimate: true` or leave it out")
+    return Figure(float(figure.value), None if figure.alt is None else float(figure.alt), figure.note,
+                  figure.estimate)
+
+
+def load_gpu(path: Path, root: Path) -> GPU:
+    reader = Reader(path, root)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", _FIELDS, _FIELDS[:-1])
+    peak = reader.mapping(data["peak_tflops"], "peak_tflops", data, "peak_tflops")
+    for dtype in peak:
+        if dtype not in COMPUTE_DTYPES:
+            raise SpecError(reader.where(peak, f"peak_tflops.{dtype}", dtype), f"unknown dtype {dtype!r}",
+                            "use one of: " + ", ".join(COMPUTE_DTYPES))
+    if "bf16" not in peak:
+        raise SpecError(reader.where(data, "peak_tflops", "peak_tflops"), "missing bf16",
+                        "every GPU needs a BF16 figure (mark an estimate with `estimate: true`)")
+    up = reader.mapping(data["scale_up"], "scale_up", data, "scale_up")
+    reader.keys(up, "scale_up", ("link", "gb_s", "domain", "note"), ("link", "gb_s", "domain"))
+    out = reader.mapping(data["scale_out"], "scale_out", data, "scale_out")
+    reader.keys(out, "scale_out", ("link", "gb_s", "note"), ("link", "gb_s"))
+    domain = up["domain"]
+    if isinstance(domain, bool) or not isinstance(domain, int) or not 1 <= domain <= MAX_GPUS:
+        raise SpecError(reader.where(up, "scale_up.domain", "domain"), f"expected a GPU count, got {shown_value(domain)}",
+                        f"write `domain: 8` (GPUs one scale-up link connects, 1 to {MAX_GPUS})")
+    # the key names site files (data/deploy/<model>/<gpu>.json): one name, never a path
+    key = check_name(data["gpu"], reader.where(data, "gpu", "gpu"), "GPU name", "`gpu: H200`")
+    return GPU(key=key, name=str(data["name"]), vendor=str(data["vendor"]),
+               arch=str(data["arch"]), doc=str(data["doc"]),
+               peak={d: _figure(reader, peak, d, f"peak_tflops.{d}") for d in peak},
+               hbm=_figure(reader, data, "hbm_gb", "hbm_gb"), hbm_bw=_figure(reader, data, "hbm_tb_s", "hbm_tb_s"),
+               scale_up_link=str(up["link"]), scale_up=_figure(reader, up, "gb_s", "scale_up.gb_s"),
+               scale_up_domain=domain, scale_out_link=str(out["link"]),
+               scale_out=_figure(reader, out, "gb_s", "scale_out.gb_s"),
+               sources=tuple(str(s) for s in data.get("sources") or ()), where=reader.where(data))
+
+
+def load_gpus(root: Path | str | None = None) -> dict[str, GPU]:
+    """Every GPU file under ``root`` (default: the repo's ``gpus/``), keyed by its ``gpu:`` name."""
+    root = Path(root) if root else DEFAULT_ROOT
+    refuse_symlinks(root, root, root.name)   # a linked GPU file could read any file of the machine
+    gpus: dict[str, GPU] = {}
+    for path in sorted(root.glob("*.yaml")):
+        gpu = load_gpu(path, root)
+        if gpu.key in gpus:
+            raise SpecError(gpu.where.at("gpu"), f"GPU {gpu.key!r} is declared twice",
+                            f"also in {gpus[gpu.key].where.file}; keep one")
+        gpus[gpu.key] = gpu
+    return gpus
+
+
+def find_gpu(gpus: dict[str, GPU], name: str) -> GPU:
+    """A GPU by its name, case-insensitively; an unknown name lists the known ones."""
+    for key, gpu in gpus.items():
+        if key.lower() == name.lower():
+            return gpu
+    raise SpecError(Where("<command line>", field="--gpu"), f"unknown GPU {name!r}",
+                    "known: " + ", ".join(sorted(gpus)))

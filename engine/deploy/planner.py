@@ -1,0 +1,304 @@
+"""Deployment plans: a model under a parallel config on a GPU type -> compiled device programs.
+
+Layer: engine.deploy. :func:`plan` does the structural work once per (model, GPU, config, options):
+placement propagation with communication insertion (:func:`place`) and fusion for prefill and
+decode, under the numeric binding (numbers in the scenario symbols) and the symbolic one (formulas
+over dims and parallel degrees), then compiles the numeric programs for vectorized evaluation
+(:func:`build_structure`; GPU-free, so the grid build shares one structure between GPUs of the
+same arch and domain). The types it builds are :mod:`engine.deploy.structure`'s; the
+:class:`~engine.deploy.sol.Plan` it returns and :meth:`Plan.at` (a scenario point) are
+:mod:`engine.deploy.sol`'s, which never imports this module; the grid build evaluates arrays of
+points with the same functions.
+
+Conventions (also on the methodology page):
+* ``batch`` is the number of requests one model replica (``tp * pp * cp`` GPUs) holds; ``dp``
+  replicas multiply GPUs, not per-GPU numbers.
+* prefill runs the whole prompt of ``batch`` requests (TTFT); decode produces one token for each of
+  ``batch`` requests at the last context position ``input + output`` (TPOT, an upper bound over
+  the generation); logits are computed for the last position only in prefill.
+* pipeline: ``k = min(pp, batch)`` micro-batches are in flight; programs are evaluated at one
+  micro-batch, whose path through all stages is a decode round (TPOT); TTFT is that path times
+  ``(pp + k - 1) / pp``. Memory is that of the fullest stage. Only the main stack is deployed.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import Mapping
+
+import sympy
+
+from engine.spec import kv, quantities, storage, streams as stream_rules, symbols
+from engine.spec.api import Evaluation
+from engine.deploy.cost import KV_BYTES, compile_program
+from engine.spec.errors import SpecError
+from engine.deploy.fusion import FusionTable, fuse, match
+from engine.deploy.hardware import GPU
+from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs
+from engine.spec.shapes import Tensor
+from engine.deploy.placement import ZERO, DeviceTypes, Layout, Placer, Program, Step, phase_rows, shard_unit
+from engine.deploy.sol import Plan
+from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, PHASES, Options, Scenario, Structure, option_where,
+                                     tokens_per_device)
+
+
+def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
+    """Why ``config`` cannot run this model (empty when it can)."""
+    problems = config.problems()
+    if problems:
+        return problems
+    mesh = Mesh(config, domain=1 << 30)
+    rows = [r for r in ev.numeric.rows.values() if r.stack == "main"]
+    dims_table = ev.corpus.dims
+    seen = set()
+    for row in rows:
+        region = "experts" if row.role == "experts" else "default"
+        for param, world in row.weight_axes.items():
+            group = mesh.world_group(world, region)
+            if group is None:
+                continue
+            name = row.dim_names[param]
+            unit = shard_unit(name, dims_table)
+            if unit is None:
+                continue
+            count = _unit_count(row, name, unit, ev.numeric.values)
+            if (unit, count, group.name) in seen:
+                continue
+            seen.add((unit, count, group.name))
+            replicable = dims_table[unit].replicate
+            if count % group.size and not (replicable and group.size % count == 0):
+                what = {"attn_tp": "attention TP (tp / dp_attn)", "moe_tp": "expert TP (tp / ep)"}.get(
+                    group.name, group.name)
+                where = " (experts)" if region == "experts" else ""
+                problems.append(f"{unit}{where} = {count} is not divisible by {what} = {group.size}")
+    experts = [r for r in rows if r.role == "experts" and r.instances != 1]
+    if config.ep > 1 and not experts:
+        problems.append(f"ep = {config.ep} but the model has no routed experts")
+    for row in experts[:1]:
+        count = int(row.instances)
+        if count % config.ep:
+            problems.append(f"n_experts = {count} is not divisible by ep = {config.ep}")
+    layers = int(quantities.n_layers(ev.numeric))
+    if layers and config.pp > layers:
+        problems.append(f"pp = {config.pp} is more than the {layers} layers")
+    if config.cp > 1 and config.cp_kind == "ulysses":
+        for dim, info in dims_table.items():   # query heads move to the sequence's GPUs
+            if info.kind == "heads" and not info.replicate and dim in ev.numeric.values:
+                heads = int(ev.numeric.values[dim])
+                if heads % (config.attn_tp * config.cp):
+                    problems.append(f"Ulysses needs {dim} = {heads} divisible by attention TP x cp = "
+                                    f"{config.attn_tp * config.cp}")
+    return problems
+
+
+def configs_for(ev: Evaluation, n_gpus: int, **limits) -> tuple[list[ParallelConfig], list[tuple]]:
+    """The legal configs of ``ev`` on ``n_gpus`` GPUs, and the rejected ones with their reasons."""
+    moe = any(r.role == "experts" for r in ev.numeric.rows.values())
+    legal, rejected = [], []
+    for config in enumerate_configs(n_gpus, moe=moe, **limits):
+        problems = check(ev, config)
+        if problems:
+            rejected.append((config, problems))
+        else:
+            legal.append(config)
+    return legal, rejected
+
+
+def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> int:
+    """How many units of ``unit`` an axis named ``name`` holds in this row (component-local
+    bindings such as an expert's ``d_ff: d_ff_expert`` keep the name but change the size)."""
+    from engine.spec import expr as exprs
+    axis = next(a for axes in (row.out.axes, *(t.axes for t in row.in_shapes), *(l.axes for l in row.leaves))
+                for a in axes if a.name == name)
+    parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in {*values, unit}}))
+    per_unit = (parsed / symbols.dim(unit)).subs({symbols.dim(k): v for k, v in values.items()})
+    return int(axis.size / per_unit)
+
+
+def _weights_fn(ev: Evaluation, options: Options):
+    corpus, model = ev.corpus, ev.model
+    override = None
+    if options.weight_format != "checkpoint":
+        if options.weight_format not in corpus.schemes:
+            raise SpecError(option_where("--weight-format"), f"unknown weight format {options.weight_format!r}",
+                            "use checkpoint or one of: " + ", ".join(sorted(corpus.schemes)))
+        override = replace(model, quant={"*": options.weight_format})
+    cache: dict[tuple, list] = {}
+
+    def weights(row):
+        key = (row.uid, id(row))
+        if key not in cache:
+            spec = override or model
+            numeric = not any(isinstance(l.numel, sympy.Expr) and l.numel.free_symbols for l in row.leaves)
+            cache[key] = [(leaf, *storage.leaf_storage(row, leaf, spec, corpus, numeric)) for leaf in row.leaves]
+        return cache[key]
+    return weights
+
+
+def _decider(bound: Mapping[str, sympy.Expr]):
+    subs = {symbols.dim(k): v for k, v in bound.items()}
+
+    def decide(value: sympy.Expr) -> int | None:
+        if isinstance(value, int):
+            return value
+        if value.is_number:
+            return int(value)
+        value = value.subs(subs)
+        return int(value) if value.is_number else None
+    return decide
+
+
+def _stage_of_layers(ev: Evaluation, pp: int) -> dict[str, list[int]]:
+    """Template component uid -> its layer count on each pipeline stage."""
+    total = _layer_count(ev.numeric)
+    out = {}
+    for comp in ev.numeric.components.values():
+        if comp.template and comp.stack == "main":
+            counts = Counter(stream_rules.stage_of(i, pp, total) for i in comp.layers)
+            out[comp.uid] = [counts.get(s, 0) for s in range(pp)]
+    return out
+
+
+def _stage_rows(stored: Mapping[str, sympy.Expr], ev: Evaluation, pp: int) -> list[list[tuple[str, sympy.Expr]]]:
+    """Per stage: (row uid, layers of it on the stage). Layers go to stages in order; rows outside
+    the layer stack go to the first (embedding) or the last (everything after the stack) stage."""
+    per_template = _stage_of_layers(ev, pp)
+    stages: list[list] = [[] for _ in range(pp)]
+    for uid in stored:
+        row = ev.numeric.rows[uid]
+        template = next((t for t in per_template if uid.startswith(t + "/")), None)
+        if template is not None:
+            for s, n in enumerate(per_template[template]):
+                if n:
+                    stages[s].append((uid, sympy.Integer(n) if pp > 1 else row.repeat))
+        else:
+            stages[0 if row.role == "embedding" else pp - 1].append((uid, row.repeat))
+    return stages
+
+
+def validate_options(options: Options) -> None:
+    if options.kv_dtype not in kv.KV_DTYPE_BYTES:
+        raise SpecError(option_where("--kv-dtype"), f"unknown KV dtype {options.kv_dtype!r}",
+                        "use one of: " + ", ".join(kv.KV_DTYPE_BYTES))
+    if options.act_dtype not in ACT_DTYPE_BYTES:
+        raise SpecError(option_where("--act-dtype"), f"unknown activation dtype {options.act_dtype!r}",
+                        "use one of: " + ", ".join(ACT_DTYPE_BYTES))
+    if not 0 < options.hbm_fraction <= 1:
+        raise SpecError(option_where("--hbm-fraction"), f"{options.hbm_fraction} is not in (0, 1]", "e.g. 0.9")
+
+
+def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options, symbolic: bool
+          ) -> dict[str, tuple[Program, Placer]]:
+    """Placement with communication, per phase, under one binding (no fusion)."""
+    types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
+    weights, decide = _weights_fn(ev, options), _decider(ev.bound)
+    analysis = ev.symbolic if symbolic else ev.numeric
+    out = {}
+    for phase in PHASES:
+        placer = Placer(analysis, Mesh(config, domain, symbolic), phase, ev.corpus.dims, weights, types, decide)
+        out[phase] = (_with_pipeline(placer.run(phase_rows(analysis, phase)), placer), placer)
+    return out
+
+
+def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, domain: int,
+                    fusion: FusionTable | None, gpu: GPU, tokens: Mapping[str, int | None],
+                    placed: tuple | None = None) -> Structure:
+    """Fuse (rules decided for ``gpu``'s arch and ``tokens`` per device) and compile placed programs.
+
+    ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options)."""
+    numeric, symbolic = placed or (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
+    programs, formulas = {}, {}
+    for phase in PHASES:
+        num, sym = numeric[phase][0], symbolic[phase][0]
+        found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
+        programs[phase], formulas[phase] = fuse(num, found), fuse(sym, found)
+    # memory: the fullest pipeline stage (weights are stored as the prefill placement says)
+    stored = numeric["prefill"][0].stored
+    sym_stored = symbolic["prefill"][0].stored
+    stages = _stage_rows(stored, ev, config.pp)
+    # sympy.Add(*terms) flattens once; sum() would re-flatten a growing Add at every term
+    per_stage = [sympy.Add(*(stored[u] * n for u, n in rows)) for rows in stages]
+    worst = max(range(config.pp), key=lambda s: float(per_stage[s]))
+    weight_formula = sympy.Add(*(sym_stored[u] * (n if config.pp > 1 else ev.symbolic.rows[u].repeat)
+                                 for u, n in stages[worst]))
+    kv_dev = _kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], stages[worst])
+    return Structure(ev, config, options, domain, programs, formulas,
+                     {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
+                     {p: compile_program(programs[p]) for p in PHASES}, float(per_stage[worst]),
+                     weight_formula, kv_dev)
+
+
+def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Options(),
+         fusion: FusionTable | None = None, scenario: Scenario | None = None) -> Plan:
+    """Place, fuse and compile ``ev`` on ``gpu`` under ``config`` (raises SpecError if illegal).
+
+    ``scenario`` only decides fusions with a token limit (``max_tokens``); without it they are
+    not applied."""
+    problems = check(ev, config)
+    if problems:
+        raise SpecError(option_where("parallel config"), f"{config.label()} cannot run {ev.model.model_id}: "
+                        + "; ".join(problems), "pick degrees that divide the model's heads, experts and layers")
+    validate_options(options)
+    domain = min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain)
+    tokens = tokens_per_device(config, scenario) if scenario else {}
+    return Plan(build_structure(ev, config, options, domain, fusion, gpu, tokens), gpu)
+
+def _kv_per_device(ev: Evaluation, program: Program, placer: Placer,
+                   stage: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
+    """Cache bytes one device holds for one request at context ``length`` (its stage's layers)."""
+    total = ZERO
+    for cache in kv.caches(ev.numeric):
+        row = ev.numeric.rows[cache.node_uid]
+        layout = program.layouts.get(cache.node_uid)
+        if layout is None:
+            continue
+        split = placer.split(Tensor(row.out.axes[1:]), Layout(layout.shards[1:]))
+        count = _layers_on_stage(ev, cache.node_uid, stage)
+        total += kv.tokens_kept(cache, LENGTH) * cache.per_token * KV_BYTES / split * count
+    return total
+
+
+def _layers_on_stage(ev: Evaluation, uid: str, stage: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
+    """Layers of ``uid``'s template on a stage, read off any weighted row of the same template."""
+    template = next((c.uid for c in ev.numeric.components.values()
+                     if c.template and uid.startswith(c.uid + "/")), None)
+    for row_uid, n in stage:
+        if template and row_uid.startswith(template + "/"):
+            return n
+    return ZERO
+
+
+def _with_pipeline(program: Program, placer: Placer) -> Program:
+    """Add the pipeline's send/recv steps: the carried hidden state leaving each stage (pp - 1
+    hops) and every stream value that crosses a stage boundary (engine.spec.streams.stage_hops)."""
+    config = placer.mesh.config
+    if config.pp == 1:
+        return program
+    steps = {s.uid: s for s in program.steps}
+    templates = tuple(c.uid + "/" for c in placer.a.components.values() if c.template and c.stack == "main")
+    in_layers = {s.uid for s in program.steps if (s.component_uid + "/").startswith(templates)}
+    after = next((s for s in program.steps if s.uid not in in_layers and s.kind != "input"
+                  and any(i in in_layers for i in s.inputs)), None)
+    if after is None:
+        return program
+    link = "scale_up" if config.cp * config.tp * config.pp <= placer.mesh.domain else "scale_out"
+    sends = [(steps[next(i for i in after.inputs if i in in_layers)], placer.mesh.degrees["pp"] - 1, after)]
+    n_layers = _layer_count(placer.a)
+    for stream in placer.a.streams:
+        if stream.stack != "main" or not stream.pairs or stream.value_uids[0] not in steps:
+            continue
+        hops = stream_rules.stage_hops(stream, config.pp, n_layers)
+        if hops:
+            reader = steps[stream.value_uids[0]]
+            sends.append((reader, sympy.Integer(hops), reader))
+    added = tuple(Step(f"{source.uid}>send_recv[pp]", "send_recv(pp)", "send_recv", "comm", "pipeline",
+                       at.component, at.component_uid, hops, (source.uid,), ZERO, 2 * source.out_read, ZERO,
+                       source.out_read, "bf16", source.layout, source.out, source.out_read, group="pp",
+                       link=link, written=source.out_read)
+                  for source, hops, at in sends)
+    return replace(program, steps=program.steps + added)
+
+
+def _layer_count(analysis) -> int:
+    """Main-stack layers, read off the template components (valid under either binding)."""
+    return sum(len(c.layers) for c in analysis.components.values() if c.template and c.stack == "main")

@@ -1,0 +1,277 @@
+"""Speed-of-light results of a plan at scenario points: phase times, capacity, the deployment row.
+
+Layer: engine.deploy. :func:`summarize` is vectorized: batch, lengths, KV element size and GPU may vary
+per point (broadcastable arrays), and every field comes back as an array of their broadcast shape.
+The grid build calls it once per structure with every point that shares it; ``archledger deploy``
+(:meth:`Deployment.build`) with one point, then adds the per-op table. Field names and units are
+those of the Parquet schema. :class:`Plan` (a structure on one GPU type) and :class:`Deployment`
+live here; the types they hold are :mod:`engine.deploy.structure`'s, and :mod:`engine.deploy.planner`
+(which makes plans) imports this module, never the reverse.
+
+* ``step_time_s`` of a phase = sum over its steps of SOL = max(t_compute, t_memory, t_comm);
+  ``bound`` = the term whose steps take most of that time.
+* TTFT = prefill path x (pp + k - 1) / pp and TPOT = decode path, k = micro-batches in flight.
+* Capacity per GPU: usable = hbm_fraction x HBM; KV budget = usable - weights; requests =
+  dp_attn x floor(budget / KV per request per GPU). A batch fits when every request's KV at the
+  last position plus one prompt's prefill working set (the largest kernel's activations) fit;
+  ``max_prefill_batch`` says how many prompts fit at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from engine.spec import kv
+from engine.deploy.cost import BOUNDS, compile_program, intensity, step_totals
+from engine.deploy.structure import PHASES, Options, Scenario, Structure, micro_batches, option_where
+from engine.deploy.hardware import GPU
+from engine.spec.errors import SpecError
+
+
+def _ceil_div(a, b):
+    return -(-np.asarray(a) // b)
+
+
+def phase_times(compiled, rates, batch, seq, ctx, kv_bytes) -> dict[str, np.ndarray]:
+    """Phase totals over the broadcast shape of the inputs (times in seconds, bytes, FLOPs)."""
+    v = compiled.totals(rates, batch, seq, ctx, kv_bytes)
+    return {"step_time_s": v["t_sol"], "compute_time_s": v["t_compute"], "memory_time_s": v["t_memory"],
+            "comm_time_s": v["t_comm"], "flops": v["flops"], "bytes": v["bytes"],
+            "weight_bytes": v["weight_bytes"], "comm_bytes": v["comm_bytes"],
+            "bound": np.asarray(BOUNDS)[np.argmax(v["by_bound"], axis=0)]}
+
+
+def activation_per_request(structure: Structure, input_len, kv_bytes) -> np.ndarray:
+    """Largest kernel working set (activations and caches, no weights) of one request's prompt step."""
+    compiled = structure.compiled["prefill"]
+    inp = np.asarray(input_len, dtype=float)
+    shape = np.broadcast_shapes(inp.shape, np.shape(kv_bytes))
+    args = [np.asarray(v, dtype=float) for v in (structure.config.dp_attn, inp, inp, kv_bytes)]  # 1 per replica
+    steps = compiled.program.steps
+    keep = [i for i, s in enumerate(steps) if s.kind != "comm" and float(s.repeat) > 0]
+    if not keep:
+        return np.zeros(shape)
+    traffic, weights = compiled.column(1, args, shape), compiled.column(3, args, shape)
+    repeat = np.array([float(steps[i].repeat) for i in keep]).reshape((-1,) + (1,) * len(shape))
+    return ((traffic[keep] - weights[keep]) / repeat).max(axis=0)
+
+
+def max_requests(structure: Structure, usable, length, kv_bytes) -> np.ndarray:
+    """Requests whose KV fits next to the weights at context ``length`` (per replica)."""
+    budget = np.asarray(usable) - structure.weight_bytes_per_gpu
+    kv_dev = np.asarray(structure.kv_device_fn(np.asarray(length, dtype=float), kv_bytes), dtype=float)
+    ok = (budget > 0) & (kv_dev > 0)
+    return np.where(ok, structure.config.dp_attn * np.floor(np.maximum(budget, 0) / np.where(kv_dev > 0, kv_dev, 1)),
+                    0).astype(np.int64)
+
+
+def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch, input_len, output_len,
+              hbm_fraction: float = 0.9) -> dict[str, Any]:
+    """Every numeric deployment field at the broadcast of the per-point arrays. Point ``i`` runs on
+    ``gpus[gpu_index[i]]`` with ``kv_bytes[i]`` per cache element; one call serves every GPU and
+    KV dtype that share a structure (the grid's batching)."""
+    config, ev = structure.config, structure.ev
+    batch, input_len, output_len, kv_bytes, gpu_index = (np.asarray(x) for x in
+                                                         (batch, input_len, output_len, kv_bytes, gpu_index))
+    length = input_len + output_len
+    k = micro_batches(config, batch)
+    rates = {p: structure.compiled[p].rates_for(gpus, gpu_index) for p in PHASES}
+    prefill = phase_times(structure.compiled["prefill"], rates["prefill"], batch / k, input_len, input_len, kv_bytes)
+    decode = phase_times(structure.compiled["decode"], rates["decode"], batch / k, 1.0, length, kv_bytes)
+    hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
+    usable = hbm * hbm_fraction
+    weights = structure.weight_bytes_per_gpu
+    budget = usable - weights
+    kv_dev = np.asarray(structure.kv_device_fn(length, kv_bytes), dtype=float)
+    kv_dev_prompt = np.asarray(structure.kv_device_fn(input_len, kv_bytes), dtype=float)
+    per_rank = _ceil_div(batch, config.dp_attn)           # requests on the fullest attention replica
+    act = activation_per_request(structure, input_len, kv_bytes)
+    in_flight = _ceil_div(per_rank, k)
+    max_prefill = np.where(budget > 0, config.dp_attn * np.floor(np.maximum(budget, 0) / (kv_dev_prompt + act)), 0)
+    # serving: every request's KV at the last position, plus one prompt's prefill working set
+    # (frameworks prefill in chunks; how many prompts fit at once is max_prefill_batch)
+    need = weights + per_rank * kv_dev + act
+    replica = config.tp * config.pp * config.cp
+    ttft = prefill["step_time_s"] * (config.pp + k - 1) / config.pp
+    tpot = decode["step_time_s"]
+    max_ctx = int(ev.numeric.max_context)
+    shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)
+    elements = kv.elements_per_request_fn(ev.numeric)
+
+    def full(x):
+        return np.broadcast_to(np.asarray(x), shape)
+
+    return {
+        "n_gpus": config.n_gpus, "gpus_per_node": structure.domain, "tp": config.tp, "ep": config.ep,
+        "dp_attn": config.dp_attn, "pp": config.pp, "cp": config.cp,
+        "cp_kind": config.cp_kind if config.cp > 1 else "", "dp": config.dp, "config": config.label(),
+        "batch": full(batch), "micro_batches": full(k), "input_len": full(input_len),
+        "output_len": full(output_len),
+        "hbm_bytes_per_gpu": full(hbm), "usable_bytes_per_gpu": full(usable),
+        "weight_bytes_per_gpu": full(float(weights)),
+        "kv_bytes_per_request": full(np.asarray(elements(length), dtype=float) * kv_bytes),
+        "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(np.maximum(budget, 0.0)),
+        "kv_bytes_per_gpu": full(per_rank * kv_dev), "activation_bytes_per_gpu": full(in_flight * act),
+        "free_bytes_per_gpu": full(np.maximum(usable - weights - per_rank * kv_dev, 0.0)),
+        "max_concurrent_requests": full(max_requests(structure, usable, length, kv_bytes)),
+        "max_prefill_batch": full(max_prefill.astype(np.int64)),
+        "fits": full(need <= usable), "shortfall_bytes": full(np.maximum(need - usable, 0.0)),
+        "ttft_s": full(ttft), "tpot_s": full(tpot),
+        "prefill_tokens_per_s_per_gpu": full(batch * input_len / ttft / replica),
+        "tokens_per_s_per_gpu": full(batch / tpot / replica),
+        "extrapolated": full(length > max_ctx), "max_context": max_ctx,
+        "phases": {"prefill": {k2: full(v) for k2, v in prefill.items()},
+                   "decode": {k2: full(v) for k2, v in decode.items()}},
+    }
+
+
+@dataclass
+class Plan:
+    """A structure on one GPU type: what :meth:`at` and the grid build evaluate."""
+
+    structure: Structure
+    gpu: GPU
+    kv_dtype: str = ""                    # empty: the structure's options (KV size is a free symbol)
+
+    def __getattr__(self, name):          # programs, formulas, weights ... live on the structure
+        if name == "structure":
+            raise AttributeError(name)
+        return getattr(self.structure, name)
+
+    @property
+    def options(self) -> Options:
+        s = self.structure.options
+        return replace(s, kv_dtype=self.kv_dtype) if self.kv_dtype else s
+
+    @property
+    def model_id(self) -> str:
+        return self.structure.ev.model.model_id
+
+    @property
+    def kv_bytes(self) -> int:
+        return kv.KV_DTYPE_BYTES[self.options.kv_dtype]
+
+    def evaluate(self, phase: str, batch, seq, ctx, weights: bool = False) -> dict[str, np.ndarray]:
+        """Per-step arrays at (batch, seq, ctx) (broadcastable arrays) on this plan's GPU."""
+        return self.structure.compiled[phase].evaluate(self.gpu, batch, seq, ctx, self.kv_bytes, weights)
+
+    def at(self, scenario: Scenario):
+        """The deployment at one scenario point (summary, phase totals, per-op table)."""
+        return Deployment.build(self, scenario)
+
+    def without_fusion(self) -> "Plan":
+        """The same plan with the programs as they were before fusion."""
+        s = self.structure
+        unfused = replace(s, programs=s.unfused, formulas=s.unfused_formulas,
+                          compiled={p: compile_program(s.unfused[p]) for p in PHASES})
+        return Plan(unfused, self.gpu, self.kv_dtype)
+
+
+def summarize_plan(plan: Plan, batch, input_len, output_len) -> dict[str, Any]:
+    """:func:`summarize` for one plan (one GPU, one KV dtype), with the plan's labels."""
+    options = plan.options
+    out = summarize(plan.structure, [plan.gpu], 0, plan.kv_bytes, batch, input_len, output_len,
+                    options.hbm_fraction)
+    out.update({"model_id": plan.model_id, "gpu": plan.gpu.key, "framework": options.framework,
+                "weight_format": options.weight_format, "kv_dtype": options.kv_dtype,
+                "act_dtype": options.act_dtype})
+    return out
+
+
+def _scalar(value) -> Any:
+    value = np.asarray(value).reshape(-1)[0] if isinstance(value, np.ndarray) else value
+    return value.item() if hasattr(value, "item") else value
+
+
+@dataclass
+class Deployment:
+    """One scenario point of a plan: the summary (Parquet field names) and per-phase op tables."""
+
+    plan: Plan
+    scenario: Scenario
+    summary: dict[str, Any]
+    phases: dict[str, dict[str, Any]]
+    ops: dict[str, list[dict[str, Any]]]
+
+    @staticmethod
+    def build(plan: Plan, scenario: Scenario) -> "Deployment":
+        if scenario.batch < 1 or scenario.input_len < 1 or scenario.output_len < 0:
+            raise SpecError(option_where("--batch/--input/--output"), f"bad scenario {scenario}",
+                            "batch and input must be positive, output not negative")
+        out = summarize_plan(plan, scenario.batch, scenario.input_len, scenario.output_len)
+        raw = out.pop("phases")
+        phases = {p: {k: _scalar(v) for k, v in raw[p].items()} for p in PHASES}
+        summary = {k: _scalar(v) for k, v in out.items()}
+        ops = {p: op_rows(plan, p, scenario) for p in PHASES}
+        return Deployment(plan, scenario, summary, phases, ops)
+
+
+_TEXT: dict = {}
+
+
+def _text(expr) -> str:
+    """A formula as text; printing is slow and the same formula recurs across configs, GPUs and
+    frameworks (degrees are symbols), so each distinct formula is printed once per process."""
+    text = _TEXT.get(expr)
+    if text is None:
+        text = _TEXT[expr] = str(expr)
+    return text
+
+
+def _formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
+    """The four formulas of every step as text (cached on the structure: GPU- and point-free)."""
+    cache = structure.__dict__.setdefault("_formula_text", {})
+    if phase not in cache:
+        cache[phase] = [tuple(_text(e) for e in step_totals(sym)) for sym in structure.formulas[phase].steps]
+    return cache[phase]
+
+
+def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario]) -> dict[str, list]:
+    """The per-op SOL table of one phase at one or several points, as columns (Parquet names),
+    formulas included; several points are evaluated in one vectorized call, point-major.
+
+    Values are those of one pipeline micro-batch (the unit the phase totals are made of)."""
+    from engine.deploy.cost import scenario_point
+    s = plan.structure
+    points = scenario if isinstance(scenario, list) else [scenario]
+    batch = np.array([p.batch / int(micro_batches(s.config, p.batch)) for p in points], dtype=float)
+    where = [scenario_point(phase, p.input_len, p.output_len) for p in points]
+    seq = np.array([w["seq"] for w in where], dtype=float)
+    ctx = np.array([w["ctx"] for w in where], dtype=float)
+    values = plan.evaluate(phase, batch, seq, ctx, weights=True)
+    text = _formula_text(s, phase)
+    steps = s.programs[phase].steps
+    keep = [i for i, step in enumerate(steps) if not step.view]          # views launch nothing
+    v = {key: np.asarray(values[key])[keep].T.reshape(-1) for key in values}   # point-major
+    t = np.stack([v["t_compute"], v["t_memory"], v["t_comm"]])
+    density = intensity(v["flops"], v["bytes"])
+    n = len(points)
+
+    def per_step(fn) -> list:
+        return [fn(steps[i], i) for i in keep] * n
+
+    return {
+        "op_uid": per_step(lambda st, i: st.uid), "op_name": per_step(lambda st, i: st.name),
+        "op": per_step(lambda st, i: st.op), "component": per_step(lambda st, i: st.component),
+        "role": per_step(lambda st, i: st.role), "kind": per_step(lambda st, i: st.kind),
+        "repeat": per_step(lambda st, i: int(st.repeat) if st.repeat.is_number else None),
+        "flops": v["flops"].tolist(), "bytes": v["bytes"].tolist(), "weight_bytes": v["weight_bytes"].tolist(),
+        "comm_bytes": v["comm_bytes"].tolist(), "intensity": density.tolist(),
+        "t_compute_s": v["t_compute"].tolist(), "t_memory_s": v["t_memory"].tolist(),
+        "t_comm_s": v["t_comm"].tolist(), "t_sol_s": v["t_sol"].tolist(),
+        "bound": [BOUNDS[j] for j in np.argmax(t, axis=0)],
+        "link": per_step(lambda st, i: st.link), "group": per_step(lambda st, i: st.group),
+        "compute_dtype": per_step(lambda st, i: plan.gpu.compute_dtype(st.compute_dtype)),
+        "parts": per_step(lambda st, i: list(st.parts)),
+        "flops_formula": per_step(lambda st, i: text[i][0]), "bytes_formula": per_step(lambda st, i: text[i][1]),
+        "comm_bytes_formula": per_step(lambda st, i: text[i][2]),
+        "weight_bytes_formula": per_step(lambda st, i: text[i][3]),
+    }
+
+
+def op_rows(plan: Plan, phase: str, scenario: Scenario) -> list[dict[str, Any]]:
+    """:func:`op_rows_columns` as one dict per op."""
+    columns = op_rows_columns(plan, phase, scenario)
+    return [dict(zip(columns, values)) for values in zip(*columns.values())]

@@ -1,0 +1,99 @@
+"""The types a deployment plan is made of: options, scenario points and the compiled structure.
+
+Layer: engine.deploy. This module owns the types; :mod:`engine.deploy.planner` builds a
+:class:`Structure` (placement, fusion, compilation) and :mod:`engine.deploy.sol` evaluates it at
+scenario points (:class:`engine.deploy.sol.Plan`, :class:`engine.deploy.sol.Deployment`). Neither
+of those imports the other's internals, and neither is imported here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+
+from engine.spec import symbols
+from engine.spec.api import Evaluation
+from engine.spec.errors import SpecError, Where
+from engine.deploy.cost import KV_BYTES, CompiledProgram
+from engine.deploy.parallel import ParallelConfig, is_count
+from engine.deploy.placement import Program
+
+PHASES = ("prefill", "decode")
+#: Bounds of a scenario point (also the grid's, engine.build.grid). Far above any served model (16M
+#: tokens of context, a million concurrent requests per replica) and low enough that every count
+#: derived from them (KV elements x context x batch, FLOPs) stays exact and far from overflowing.
+MAX_TOKENS = 2 ** 24
+MAX_BATCH = 2 ** 20
+ACT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+LENGTH = symbols.dim(symbols.LENGTH)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Everything besides GPU and parallel config that changes the answer."""
+
+    framework: str = "none"          # fusion table (corpus/fusion/<name>.yaml) or "none"
+    kv_dtype: str = "bf16"
+    act_dtype: str = "bf16"
+    weight_format: str = "checkpoint"  # or a quant scheme name applied to every matrix
+    hbm_fraction: float = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    batch: int = 1
+    input_len: int = 4096
+    output_len: int = 1024
+
+    def __post_init__(self):
+        """Refuse points outside the bounds (:data:`MAX_TOKENS`, :data:`MAX_BATCH`) with one line naming
+        the option: a prompt of 1e15 tokens once overflowed int64 and published a negative KV size."""
+        for name, option, low, high, example in (("batch", "--batch", 1, MAX_BATCH, 8),
+                                                 ("input_len", "--input", 1, MAX_TOKENS, 4096),
+                                                 ("output_len", "--output", 0, MAX_TOKENS, 1024)):
+            value = getattr(self, name)
+            if not is_count(value, low, high):
+                raise SpecError(option_where(option), f"{name} must be an integer from {low} to {high:,}, "
+                                f"got {repr(value)[:60]}",
+                                f"write e.g. {option} {example} (at most {high:,} = 2**{high.bit_length() - 1})")
+
+
+def option_where(field_name: str) -> Where:
+    return Where("<command line>", field=field_name)
+
+
+def micro_batches(config: ParallelConfig, batch):
+    """Micro-batches in flight through the pipeline: one per stage, at most one per request."""
+    return np.maximum(1, np.minimum(config.pp, batch))
+
+
+def tokens_per_device(config: ParallelConfig, scenario: Scenario) -> dict[str, int]:
+    """Tokens one device works on per kernel call, by phase (what fusion size limits are stated in)."""
+    batch = scenario.batch / int(micro_batches(config, scenario.batch))
+    prefill = batch * scenario.input_len / (config.dp_attn * config.cp)
+    return {"prefill": int(-(-prefill // 1)), "decode": int(-(-batch // config.dp_attn))}
+
+
+@dataclass
+class Structure:
+    """What a (model, config, options, fusion table, GPU arch and domain) compiles to, GPU-free:
+    the device programs of both phases (numeric, and symbolic for formulas), before and after
+    fusion, compiled for vectorized evaluation, with weights and KV per GPU."""
+
+    ev: Evaluation
+    config: ParallelConfig
+    options: Options
+    domain: int
+    programs: dict[str, Program]
+    formulas: dict[str, Program]
+    unfused: dict[str, Program]
+    unfused_formulas: dict[str, Program]
+    compiled: dict[str, CompiledProgram]
+    weight_bytes_per_gpu: float
+    weight_formula: sympy.Expr
+    kv_device_per_request: sympy.Expr        # in `length` and `kv_bytes`
+
+    def __post_init__(self):
+        self.kv_device_fn = sympy.lambdify((LENGTH, KV_BYTES), self.kv_device_per_request,
+                                           modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])

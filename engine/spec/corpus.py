@@ -1,0 +1,668 @@
+"""Load the corpus (YAML) into SpecIR with a schema check; every error names file:line and the fix.
+
+Layer: engine.spec. Layout under the corpus root::
+
+    dims.yaml   roles.yaml   quant/*.yaml   components/library/*.yaml   components/drafts/*.yaml
+    models/*.yaml   snapshots/*.yaml
+
+A draft component is visible only to a model whose spec lists it under ``drafts:``.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.project import PACKAGE_ROOT
+from engine.spec import expr, symbols
+from engine.spec.dtypes import DTYPE_BYTES
+from engine.spec.errors import SpecError, Where
+from engine.spec.ir import (CacheSpec, ComponentSpec, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
+                       RoleInfo, Schedule, ScheduleRule, Snapshot, StackSpec, StoredTensor,
+                       StreamSpec, VariantSpec)
+from engine.spec.ops import GROWTHS
+from engine.spec.yamlio import LineDict, LineList, load_yaml
+
+DEFAULT_ROOT = PACKAGE_ROOT / "corpus"
+SHARD_WORLDS = ("none", "tp", "ep", "cp", "dp")
+NODE_KINDS = ("op", "component", "slot", "repeat", "reads")
+#: How a ``reads`` node takes a stream: internal streams give their ``value``; append streams
+#: give the latest visible element (``value``: e.g. the token ids every layer may read), ``each``
+#: reading layer its own element, ``all`` (the visible history as a new axis) or ``concat`` (the
+#: visible history joined along the last axis).
+TAKES = {"internal": ("value",), "append": ("value", "each", "all", "concat")}
+#: Operand classes a quant scheme's matmuls run in (the GPU table maps them to native dtypes).
+COMPUTE_CLASSES = ("fp4", "fp8", "bf16")
+
+
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    """Everything loaded: tables, schemes, components (library and drafts) and model specs."""
+
+    root: Path
+    dims: dict[str, DimInfo]
+    roles: dict[str, RoleInfo]
+    schemes: dict[str, QuantScheme]
+    components: dict[str, ComponentSpec]
+    drafts: dict[str, ComponentSpec]
+    models: dict[str, ModelSpec]
+
+    def component_for(self, model: ModelSpec, name: str, where: Where) -> ComponentSpec:
+        """Resolve a component name as seen from ``model`` (library, plus its listed drafts)."""
+        if name in self.components:
+            return self.components[name]
+        if name in self.drafts:
+            if name in model.drafts:
+                return self.drafts[name]
+            raise SpecError(where, f"component {name!r} is a draft",
+                            f"list it under drafts: in {model.where.file} to use it")
+        known = ", ".join(sorted(self.components))
+        raise SpecError(where, f"unknown component {name!r}", f"use one of: {known}")
+
+    def find_model(self, query: str) -> ModelSpec:
+        """A model by HF id, file stem, or a case-insensitive part of its id that picks one model."""
+        if query in self.models:
+            return self.models[query]
+        wanted = query.lower().replace("--", "/")
+        hits = [m for m in self.models.values() if wanted in m.model_id.lower()]
+        exact = [m for m in hits if m.model_id.lower().split("/")[-1] == wanted.split("/")[-1]]
+        if len(exact) == 1:
+            return exact[0]
+        if len(hits) == 1:
+            return hits[0]
+        known = ", ".join(sorted(self.models))
+        if not hits:
+            raise SpecError(Where("<command line>"), f"unknown model {query!r}", f"known: {known}")
+        raise SpecError(Where("<command line>"), f"{query!r} matches several models",
+                        "one of: " + ", ".join(sorted(m.model_id for m in hits)))
+
+
+# -- small schema helpers ------------------------------------------------------------------------
+
+class Reader:
+    """Schema checks on one YAML file, producing :class:`Where` values with lines."""
+
+    def __init__(self, path: Path, root: Path):
+        try:
+            self.display = str(path.relative_to(root.parent))
+        except ValueError:
+            self.display = str(path)
+        self.data = load_yaml(path, self.display)
+
+    def where(self, mapping: Any, field: str = "", key: str | None = None) -> Where:
+        """``field`` at ``mapping`` (or at its ``key``); sub-fields resolve to their own lines."""
+        line, node = 0, mapping
+        if isinstance(mapping, LineDict):
+            line = mapping.line_of(key) if key is not None else mapping.line
+            node = mapping.get(key) if key is not None else mapping
+        elif isinstance(mapping, LineList):
+            line = mapping.line
+        return Where(self.display, line, field, node)
+
+    def mapping(self, value: Any, field: str, parent: Any = None, key: str | None = None) -> LineDict:
+        if not isinstance(value, dict):
+            raise SpecError(self.where(parent, field, key), f"expected a mapping, got {_kind(value)}",
+                            "write `key: value` pairs here")
+        return value
+
+    def keys(self, mapping: LineDict, field: str, allowed: tuple, required: tuple = ()) -> None:
+        for key in mapping:
+            if key not in allowed:
+                raise SpecError(self.where(mapping, f"{field}.{key}" if field else str(key), key),
+                                f"unknown field {key!r}", "allowed: " + ", ".join(allowed))
+        for key in required:
+            if key not in mapping:
+                raise SpecError(self.where(mapping, field), f"missing field {key!r}",
+                                f"add `{key}:`")
+
+    def string(self, mapping: LineDict, key: str, field: str, default: str | None = None) -> str:
+        value = mapping.get(key, default)
+        if not isinstance(value, str):
+            raise SpecError(self.where(mapping, f"{field}.{key}" if field else key, key),
+                            f"expected a string, got {_kind(value)}", f"write `{key}: <name>`")
+        return value
+
+    def names(self, value: Any, field: str, parent: Any, key: str) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            return (value,)
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        if isinstance(value, list):
+            value = next(v for v in value if not isinstance(v, str))
+            got = f"a list containing {_kind(value)}"
+        else:
+            got = _kind(value)
+        raise SpecError(self.where(parent, field, key), f"expected a name or list of names, got {got}",
+                        f"write `{key}: name` or `{key}: [name, name]`")
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", LineDict: "a mapping", list: "a list", LineList: "a list",
+            str: f"the string {value!r}", type(None): "nothing"}.get(type(value), repr(value))
+
+
+# -- identity and paths --------------------------------------------------------------------------
+#
+# Names become file names and URL path segments (``build/site/models/<org--name>/``,
+# ``corpus/snapshots/<name>.yaml``, ``/components/<name>/``), and specs arrive in pull requests: a
+# name like ``..`` or ``/etc/passwd`` would overwrite the gallery or read a file outside the corpus.
+# So every such name follows one grammar, the Hugging Face Hub's rule for a repo name part.
+
+#: What a name may be, as the hint of every error about one.
+NAME_RULE = ("letters, digits, '-', '_' and '.', at most 96 characters, not starting or ending "
+             "with '-' or '.', no '--' or '..'")
+_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?")
+
+
+def shown_value(value: Any, limit: int = 60) -> str:
+    """``repr`` of a hostile value, escaped (no control characters) and cut to keep one short line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def is_name(text: Any) -> bool:
+    """A Hub-style name part (see :data:`NAME_RULE`). ``--`` is refused because it is the slug
+    separator: ``a--b/c`` and ``a/b--c`` would share the folder ``a--b--c``."""
+    return isinstance(text, str) and bool(_NAME.fullmatch(text)) and "--" not in text and ".." not in text
+
+
+def check_name(text: Any, where: Where, what: str, example: str) -> str:
+    """``text`` if it is a valid name (:func:`is_name`), else a one-line :class:`SpecError`."""
+    if not is_name(text):
+        raise SpecError(where, f"{what} {shown_value(text)} is not a valid name", f"write e.g. {example} ({NAME_RULE})")
+    return text
+
+
+def check_model_id(model_id: Any, where: Where) -> str:
+    """A model id is the Hub's ``org/name``: two names (:func:`is_name`) joined by one ``/``."""
+    parts = model_id.split("/") if isinstance(model_id, str) else []
+    if len(parts) != 2 or not all(is_name(p) for p in parts):
+        raise SpecError(where, f"model id {shown_value(model_id)} is not a Hugging Face id `org/name`",
+                        f"write e.g. `model: Qwen/Qwen3-8B` (org and name: {NAME_RULE})")
+    return model_id
+
+
+def slug(model_id: str) -> str:
+    """``org/name`` -> ``org--name``: the model's file, snapshot and site folder name (one-to-one,
+    as names hold no ``--``)."""
+    return model_id.replace("/", "--")
+
+
+def is_snapshot_name(name: Any) -> bool:
+    """A snapshot file's base name: a slug ``org--name`` or a single name; never a path."""
+    parts = name.split("--") if isinstance(name, str) else []
+    return 1 <= len(parts) <= 2 and all(is_name(p) for p in parts)
+
+
+def snapshot_path(root: Path, name: Any, where: Where, suffix: str = ".yaml") -> Path:
+    """``corpus/snapshots/<name><suffix>``, refused unless ``name`` is a snapshot name and the path
+    stays inside ``corpus/snapshots/`` (checked twice: by grammar, and on the resolved path)."""
+    folder = Path(root) / "snapshots"
+    if not is_snapshot_name(name):
+        raise SpecError(where, f"snapshot {shown_value(name)} is not a snapshot name",
+                        "write the file's base name under corpus/snapshots/, e.g. `snapshot: Qwen--Qwen3-8B` "
+                        f"(one name or org--name; {NAME_RULE})")
+    path = folder / f"{name}{suffix}"
+    if not path.resolve().is_relative_to(folder.resolve()):
+        raise SpecError(where, f"snapshot {shown_value(name)} resolves outside corpus/snapshots/",
+                        "commit the snapshot file itself under corpus/snapshots/")
+    return path
+
+
+def refuse_symlinks(path: Path, below: Path, shown: str = "") -> None:
+    """Refuse a symbolic link at ``path``, on the way down to it from ``below``, or anywhere under it.
+
+    Specs, static files and docs arrive in pull requests, and a committed link can point anywhere
+    on the machine that builds (``/proc/self/environ``, ``~/.ssh/``): whatever it points at would be
+    read and could be published. Nothing in the repo needs a link, so links are refused outright
+    (no resolve-and-compare that ``..``, a link to a link or a later change of the target could
+    talk around). Errors name the link as ``shown/<path below below>``."""
+    path, below = Path(path), Path(below)
+
+    def refuse(link: Path) -> None:
+        rel = link.relative_to(below).as_posix()
+        name = f"{shown}/{rel}" if shown else rel
+        raise SpecError(Where(name), "is a symbolic link, which could publish a file from outside the repository",
+                        "commit the file itself")
+
+    parts = path.relative_to(below).parts
+    for i in range(1, len(parts) + 1):
+        if below.joinpath(*parts[:i]).is_symlink():
+            refuse(below.joinpath(*parts[:i]))
+    if not path.is_dir():
+        return
+    stack = [path]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.is_symlink():
+                    refuse(Path(entry.path))
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+
+
+# -- tables --------------------------------------------------------------------------------------
+
+def _load_dims(root: Path) -> dict[str, DimInfo]:
+    reader = Reader(root / "dims.yaml", root)
+    table = reader.mapping(reader.data, "dims")
+    out = {}
+    for name, row in table.items():
+        row = reader.mapping(row, name, table, name)
+        reader.keys(row, name, ("kind", "shard", "doc", "replicate"), ("kind", "shard", "doc"))
+        shard = row["shard"]
+        if shard not in SHARD_WORLDS:
+            raise SpecError(reader.where(row, f"{name}.shard", "shard"), f"unknown world {shard!r}",
+                            "use one of: " + ", ".join(SHARD_WORLDS))
+        replicate = row.get("replicate", False)
+        if not isinstance(replicate, bool):
+            raise SpecError(reader.where(row, f"{name}.replicate", "replicate"), "expected true or false",
+                            "write `replicate: true` (KV heads) or leave it out")
+        out[name] = DimInfo(name, row["kind"], shard, row["doc"], replicate)
+    return out
+
+
+def _load_roles(root: Path) -> dict[str, RoleInfo]:
+    reader = Reader(root / "roles.yaml", root)
+    table = reader.mapping(reader.data, "roles")
+    return {name: RoleInfo(name, str(doc)) for name, doc in table.items()}
+
+
+_MATRIX_AXES = {"rows": symbols.dim("rows"), "cols": symbols.dim("cols")}
+
+
+def _load_scheme(path: Path, root: Path) -> QuantScheme:
+    reader = Reader(path, root)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", ("scheme", "doc", "matrix", "vector_dtype", "compute", "hf"),
+                ("scheme", "doc", "matrix", "vector_dtype", "compute"))
+    if data["compute"] not in COMPUTE_CLASSES:
+        raise SpecError(reader.where(data, "compute", "compute"), f"unknown compute class {data['compute']!r}",
+                        "use one of: " + ", ".join(COMPUTE_CLASSES))
+    tensors = []
+    for i, entry in enumerate(data["matrix"] or []):
+        entry = reader.mapping(entry, f"matrix[{i}]", data, "matrix")
+        reader.keys(entry, f"matrix[{i}]", ("key", "dtype", "shape"), ("key", "dtype", "shape"))
+        try:
+            entry["key"].format(weight="w", module="m")
+        except (AttributeError, KeyError, IndexError, ValueError):
+            raise SpecError(reader.where(entry, f"matrix[{i}].key", "key"), f"bad key template {entry['key']!r}",
+                            'write "{weight}", "{weight}_scale" or "{module}.input_scale"') from None
+        where = reader.where(entry, f"matrix[{i}].shape", "shape")
+        if not isinstance(entry["shape"], list):
+            raise SpecError(where, f"expected a list, got {_kind(entry['shape'])}", "write shape: [rows, cols]")
+        for text in entry["shape"]:  # checked here so a bad scheme fails at load, not mid-build
+            try:
+                expr.evaluate(text, expr.Scope(_MATRIX_AXES, unknown="a scheme shape can use rows and cols"))
+            except expr.ExprError as exc:
+                raise SpecError(where, str(exc), exc.hint) from None
+        if entry["dtype"] not in DTYPE_BYTES:
+            raise SpecError(reader.where(entry, f"matrix[{i}].dtype", "dtype"), f"unknown dtype {entry['dtype']!r}",
+                            "use one of: " + ", ".join(DTYPE_BYTES))
+        tensors.append(StoredTensor(entry["key"], entry["dtype"], tuple(entry["shape"])))
+    check_name(data["scheme"], reader.where(data, "scheme", "scheme"), "scheme name", "`scheme: fp8_block128`")
+    if data["scheme"] != path.stem:
+        raise SpecError(reader.where(data, "scheme", "scheme"),
+                        f"scheme name {data['scheme']!r} differs from its file name",
+                        f"name the file {data['scheme']}.yaml")
+    if data["vector_dtype"] not in DTYPE_BYTES:
+        raise SpecError(reader.where(data, "vector_dtype", "vector_dtype"), f"unknown dtype {data['vector_dtype']!r}",
+                        "use one of: " + ", ".join(DTYPE_BYTES))
+    hf = reader.mapping(data.get("hf") or {}, "hf", data, "hf")
+    return QuantScheme(data["scheme"], data["doc"], tuple(tensors), data["vector_dtype"],
+                       reader.where(data), data["compute"], dict(hf))
+
+
+# -- graphs --------------------------------------------------------------------------------------
+
+_NODE_FIELDS = ("op", "component", "slot", "repeat", "reads", "in", "dims", "attrs", "with", "when",
+                "instances", "active", "stacked", "role", "module", "modules", "weight_axes",
+                "schedule", "template", "index_from", "shares", "doc", "src", "stream_out", "take",
+                "streams")
+
+
+def _node(reader: Reader, name: str, raw: Any, field: str, parent: LineDict,
+          roles: dict[str, RoleInfo]) -> NodeSpec:
+    raw = reader.mapping(raw, field, parent, name)
+    reader.keys(raw, field, _NODE_FIELDS)
+    kinds = [k for k in NODE_KINDS if k in raw]
+    where = reader.where(raw, field)
+    if len(kinds) != 1:
+        raise SpecError(where, f"node {name!r} must have exactly one of op/component/slot/repeat/reads",
+                        "e.g. `q_proj: {op: linear, in: x, dims: {in: hidden, out: d_q}}`")
+    kind = kinds[0]
+    target = raw[kind]
+    schedule = None
+    streams = {}
+    if kind == "repeat":
+        schedule = _schedule(reader, raw, field)
+        streams = _streams(reader, raw, field)
+        target = str(target)
+    elif not isinstance(target, str):
+        raise SpecError(where.at(kind), f"expected a name, got {_kind(target)}", f"write `{kind}: <name>`")
+    if kind != "repeat" and "streams" in raw:
+        raise SpecError(reader.where(raw, f"{field}.streams", "streams"), "only a layer stack declares streams",
+                        "move `streams:` to the `repeat:` node of the stack")
+    if "take" in raw and kind != "reads":
+        raise SpecError(reader.where(raw, f"{field}.take", "take"), "`take:` belongs to a `reads:` node",
+                        "write e.g. `history: {reads: hidden_history, take: all}`")
+    for key in ("stream_out",):
+        if key in raw and (not isinstance(raw[key], str) or kind in ("repeat", "reads")):
+            raise SpecError(reader.where(raw, f"{field}.{key}", key),
+                            "`stream_out:` names a stream and goes on an op, component or slot node",
+                            "write `stream_out: <stream declared under the layer stack's streams:>`")
+    if kind == "reads" and "in" in raw:
+        raise SpecError(reader.where(raw, f"{field}.in", "in"), "a `reads:` node takes its value from the stream",
+                        "remove `in:`; the engine finds the stream's producer")
+    role = raw.get("role")
+    if role is not None and (not isinstance(role, str) or role not in roles):
+        raise SpecError(reader.where(raw, f"{field}.role", "role"), f"unknown role {role!r}",
+                        "use one of: " + ", ".join(sorted(roles)) + " (or add it to corpus/roles.yaml)")
+    for key in ("dims", "attrs", "with", "modules", "weight_axes"):
+        if key in raw and not isinstance(raw[key], dict):
+            raise SpecError(reader.where(raw, f"{field}.{key}", key),
+                            f"expected a mapping, got {_kind(raw[key])}")
+    for axis, world in (raw.get("weight_axes") or {}).items():
+        if world not in SHARD_WORLDS:
+            raise SpecError(reader.where(raw["weight_axes"], f"{field}.weight_axes.{axis}", axis),
+                            f"unknown parallel world {world!r}", "use one of: " + ", ".join(SHARD_WORLDS))
+    return NodeSpec(
+        name=name, kind=kind, target=target, where=where,
+        inputs=reader.names(raw.get("in"), f"{field}.in", raw, "in"),
+        dims=raw.get("dims") or {}, attrs=raw.get("attrs") or {}, options=raw.get("with") or {},
+        when=raw.get("when"), instances=raw.get("instances"), active=raw.get("active"),
+        stacked=raw.get("stacked", False), role=role, module=raw.get("module"),
+        modules=raw.get("modules") or {}, weight_axes=raw.get("weight_axes") or {},
+        schedule=schedule, index_from=raw.get("index_from"), shares=raw.get("shares"),
+        src=_src(reader, raw, field), stream_out=raw.get("stream_out"),
+        take=raw.get("take", "value") if kind == "reads" else None, streams=streams)
+
+
+def _streams(reader: Reader, raw: LineDict, field: str) -> dict[str, StreamSpec]:
+    """A layer stack's ``streams:``; exactly one is carried (the residual line has no default)."""
+    where = reader.where(raw, field)
+    if "streams" not in raw:
+        raise SpecError(where, "a layer stack declares the streams it carries",
+                        'add `streams: {hidden: {carries: true, src: "<the forward line that calls a layer>"}}`')
+    block = reader.mapping(raw["streams"], f"{field}.streams", raw, "streams")
+    out = {}
+    for name, entry in block.items():
+        at = f"{field}.streams.{name}"
+        entry = reader.mapping(entry, at, block, name)
+        reader.keys(entry, at, ("carries", "from", "after", "before", "count", "src", "doc"), ("src",))
+        src = _src(reader, entry, at)
+        here = reader.where(entry, at)
+        if entry.get("carries"):
+            extra = [k for k in ("from", "after", "before", "count") if k in entry]
+            if extra:
+                raise SpecError(here.at(extra[0]), f"carried stream {name!r} cannot have `{extra[0]}:`",
+                                "the carried stream is each layer's input and output; archive it with a "
+                                "separate append stream (`from: " + str(name) + "`)")
+            kind = "carried"
+        elif "from" in entry:
+            if ("after" in entry) + ("before" in entry) + ("count" in entry) > 1:
+                raise SpecError(here, f"append stream {name!r} takes one of after/before/count",
+                                "`after:`/`before:` a condition on `layer` archives the carried stream; "
+                                "`count:` gives the number of elements a stack node holds (default 1)")
+            kind = "append"
+        else:
+            for key in ("after", "before", "count"):
+                if key in entry:
+                    raise SpecError(here.at(key), f"`{key}:` needs `from:`",
+                                    "write `from: <carried stream or stack node>`")
+            kind = "internal"
+        out[name] = StreamSpec(str(name), kind, src, here, entry.get("from"), entry.get("after"),
+                               entry.get("before"), entry.get("count"))
+    carried = [s.name for s in out.values() if s.kind == "carried"]
+    if len(carried) != 1:
+        raise SpecError(reader.where(raw, f"{field}.streams", "streams"),
+                        f"a layer stack carries exactly one stream, found {len(carried)}"
+                        + (f" ({', '.join(carried)})" if carried else ""),
+                        "mark the residual line `carries: true` (hyper-connections widen it, they do not add one)")
+    return out
+
+
+def _src(reader: Reader, raw: LineDict, field: str) -> str | None:
+    src = raw.get("src")
+    if src is not None and (not isinstance(src, str) or not src.strip()):
+        raise SpecError(reader.where(raw, f"{field}.src", "src"), f"expected a source excerpt, got {_kind(src)}",
+                        'quote a line of the forward source, e.g. src: "hidden_states = residual + hidden_states"')
+    return src
+
+
+def _schedule(reader: Reader, raw: LineDict, field: str) -> Schedule:
+    if "template" in raw:
+        return Schedule(rules=(ScheduleRule(reader.string(raw, "template", field), where=reader.where(raw, field)),))
+    sched = raw.get("schedule")
+    where = reader.where(raw, f"{field}.schedule", "schedule")
+    if isinstance(sched, list):
+        rules = []
+        for i, rule in enumerate(sched):
+            rule = reader.mapping(rule, f"{field}.schedule[{i}]", raw, "schedule")
+            reader.keys(rule, f"{field}.schedule[{i}]", ("template", "when"), ("template",))
+            rules.append(ScheduleRule(rule["template"], rule.get("when"),
+                                      reader.where(rule, f"{field}.schedule[{i}]")))
+        return Schedule(rules=tuple(rules))
+    if isinstance(sched, dict):
+        reader.keys(sched, f"{field}.schedule", ("by", "map"), ("by", "map"))
+        return Schedule(by=sched["by"], mapping=dict(sched["map"]))
+    raise SpecError(where, "a repeat node needs `template:` or `schedule:`",
+                    "write `template: block`, a list of {template, when} rules, or "
+                    "`schedule: {by: config.layer_types, map: {...}}`")
+
+
+def _graph(reader: Reader, raw: Any, field: str, parent: LineDict, roles) -> dict[str, NodeSpec]:
+    raw = reader.mapping(raw, field, parent, field.split(".")[-1])
+    return {name: _node(reader, name, node, f"{field}.{name}", raw, roles) for name, node in raw.items()}
+
+
+def _check_edges(graph: dict[str, NodeSpec], known: set[str], where: Where, extra: set[str] = frozenset()) -> None:
+    """Every `in:` names an input, an earlier/later node (DAG checked at walk time), or node.output."""
+    names = set(graph) | set(known) | set(extra)
+    for node in graph.values():
+        for ref in (a for r in node.inputs for a in r.split("|")):
+            base, _, sub = ref.partition(".")
+            stack = base.split("[")[0]
+            if stack in graph and graph[stack].kind == "repeat" and (base != stack or sub.isdigit()):
+                raise SpecError(node.where.at("in"), f"`in: {ref}` reaches into the layer stack {stack!r}",
+                                f"a stack's value is its last layer's carried stream; to use an earlier "
+                                f"layer's value declare an append stream under {stack}.streams, e.g. "
+                                f"`h_i: {{from: hidden, after: \"layer == i\", src: ...}}`, and read it "
+                                f"with `{{reads: h_i, take: each}}`")
+            if ref.split(".")[0] not in names:
+                raise SpecError(node.where.at("in"), f"`in: {ref}` names no node or input",
+                                "use one of: " + ", ".join(sorted(names)))
+
+
+def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec:
+    reader = Reader(path, root)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", ("component", "role", "doc", "options", "inputs", "dims", "graph", "outputs",
+                           "cache", "decode_variant"), ("component", "role", "doc", "graph"))
+    name = check_name(reader.string(data, "component", ""), reader.where(data, "component", "component"),
+                      "component name", "`component: gqa_attention`")
+    if name != path.stem:
+        raise SpecError(reader.where(data, "component", "component"),
+                        f"component name {name!r} differs from its file name", f"name the file {name}.yaml")
+    role = data["role"]
+    if not isinstance(role, str) or role not in roles:
+        raise SpecError(reader.where(data, "role", "role"), f"unknown role {role!r}",
+                        "use one of: " + ", ".join(sorted(roles)) + " (or add it to corpus/roles.yaml)")
+    inputs = reader.names(data.get("inputs", ["x"]), "inputs", data, "inputs")
+    graph = _graph(reader, data["graph"], "graph", data, roles)
+    _check_edges(graph, set(inputs), reader.where(data, "graph"))
+    outputs = data.get("outputs") or {"out": list(graph)[-1]}
+    if isinstance(outputs, str):
+        outputs = {"out": outputs}
+    for out_name, node_name in outputs.items():
+        if node_name not in graph and node_name not in inputs:
+            raise SpecError(reader.where(data, f"outputs.{out_name}", "outputs"),
+                            f"output names no node {node_name!r}", "use one of: " + ", ".join(graph))
+    caches = []
+    for i, entry in enumerate(data.get("cache") or []):
+        field = f"cache[{i}]"
+        entry = reader.mapping(entry, field, data, "cache")
+        reader.keys(entry, field, ("name", "node", "kind", "growth", "window", "every"),
+                    ("name", "node", "kind", "growth"))
+        where = reader.where(entry, field)
+        if entry["node"] not in graph or graph[entry["node"]].target != "kv_cache":
+            raise SpecError(where.at("node"), f"cache entry names {entry['node']!r}, not a kv_cache node",
+                            "point it at a node with `op: kv_cache`")
+        if entry["growth"] not in GROWTHS:
+            raise SpecError(where.at("growth"), f"unknown growth {entry['growth']!r}",
+                            "use one of: " + ", ".join(GROWTHS))
+        if entry["growth"] == "window" and "window" not in entry:
+            raise SpecError(where, "a window-capped cache needs `window:`")
+        if entry["growth"] == "compressed" and "every" not in entry:
+            raise SpecError(where, "a compressed cache needs `every:` (tokens per entry)")
+        caches.append(CacheSpec(entry["name"], entry["node"], entry["kind"], entry["growth"], where,
+                                entry.get("window"), entry.get("every")))
+    for node in graph.values():
+        if node.target == "kv_cache" and node.kind == "op" and not any(c.node == node.name for c in caches):
+            raise SpecError(node.where, f"kv_cache node {node.name!r} has no `cache:` entry",
+                            "declare it under cache: with its kind and growth law")
+    variant = None
+    if "decode_variant" in data:
+        raw = reader.mapping(data["decode_variant"], "decode_variant", data, "decode_variant")
+        reader.keys(raw, "decode_variant", ("remove", "graph", "doc"), ("graph",))
+        vgraph = _graph(reader, raw["graph"], "decode_variant.graph", raw, roles)
+        remove = reader.names(raw.get("remove"), "decode_variant.remove", raw, "remove")
+        for gone in remove:
+            if gone not in graph:
+                raise SpecError(reader.where(raw, "decode_variant.remove", "remove"),
+                                f"removes {gone!r}, which is not in the graph")
+        _check_edges(vgraph, set(inputs) | set(graph), reader.where(raw))
+        variant = VariantSpec(remove, vgraph, reader.where(raw, "decode_variant"))
+    return ComponentSpec(name, role, str(data["doc"]), reader.where(data), dict(data.get("options") or {}),
+                         inputs, dict(data.get("dims") or {}), graph, dict(outputs), tuple(caches),
+                         variant, draft)
+
+
+# -- models --------------------------------------------------------------------------------------
+
+def _fill(reader: Reader, raw: Any, field: str, parent: LineDict) -> Fill:
+    if isinstance(raw, str):
+        return Fill(raw, reader.where(parent, field, field.rsplit(".", 1)[-1]))
+    raw = reader.mapping(raw, field, parent)
+    reader.keys(raw, field, ("component", "with", "dims", "modules", "slots", "module"), ("component",))
+    slots = {name: _fill(reader, sub, f"{field}.slots.{name}", raw["slots"])
+             for name, sub in (raw.get("slots") or {}).items()}
+    return Fill(raw["component"], reader.where(raw, field), dict(raw.get("with") or {}),
+                dict(raw.get("dims") or {}), dict(raw.get("modules") or {}), slots, raw.get("module"))
+
+
+def _load_snapshot(root: Path, name: str, where: Where, missing_ok: bool = False) -> Snapshot:
+    path = snapshot_path(root, name, where)
+    if not path.exists() and missing_ok:   # `archledger snapshot` is about to record it
+        return Snapshot("", {}, Where(f"corpus/snapshots/{name}.yaml"))
+    if not path.exists():
+        raise SpecError(where, f"snapshot {name!r} not found at corpus/snapshots/{name}.yaml",
+                        "record the config fields the spec binds there (source + fields)")
+    reader = Reader(path, root)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", ("source", "retrieved", "fields"), ("source", "fields"))
+    return Snapshot(str(data["source"]), reader.mapping(data["fields"], "fields", data, "fields"),
+                    reader.where(data))
+
+
+def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool = False) -> ModelSpec:
+    reader = Reader(path, root)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", ("model", "model_type", "family", "name", "notes", "snapshot", "dims",
+                           "max_context", "slots", "templates", "stacks", "quant_context", "drafts"),
+                ("model", "model_type", "family", "dims", "stacks", "max_context"))
+    model_id = check_model_id(data.get("model"), reader.where(data, "model", "model"))
+    if path.parent == root / "models" and path.stem != slug(model_id):
+        # a corpus spec is found by its slug (tests, snapshots, the site); contract variants are not
+        raise SpecError(reader.where(data, "model", "model"), f"model id {model_id!r} differs from its file name",
+                        f"name the file corpus/models/{slug(model_id)}.yaml")
+    snapshot_name = data.get("snapshot", slug(model_id))
+    snapshot = _load_snapshot(root, snapshot_name, reader.where(data, "snapshot", "snapshot"), missing_snapshot_ok)
+    declared_type = snapshot.fields.get("model_type")
+    if declared_type is not None and declared_type != data["model_type"]:
+        raise SpecError(reader.where(data, "model_type", "model_type"),
+                        f"model_type {data['model_type']!r} differs from the config's {declared_type!r}",
+                        f"write model_type: {declared_type}")
+    dims = reader.mapping(data["dims"], "dims", data, "dims")
+    slots = {name: _fill(reader, raw, f"slots.{name}", data["slots"])
+             for name, raw in (data.get("slots") or {}).items()}
+    templates = {name: _fill(reader, raw, f"templates.{name}", data["templates"])
+                 for name, raw in (data.get("templates") or {}).items()}
+    stacks = {}
+    raw_stacks = reader.mapping(data["stacks"], "stacks", data, "stacks")
+    if "main" not in raw_stacks:
+        raise SpecError(reader.where(data, "stacks", "stacks"), "no `main` stack",
+                        "declare stacks: {main: {inputs: {tokens: [batch, seq]}, graph: ...}}")
+    for name, raw in raw_stacks.items():
+        field = f"stacks.{name}"
+        raw = reader.mapping(raw, field, raw_stacks, name)
+        reader.keys(raw, field, ("inputs", "graph", "doc"), ("inputs", "graph"))
+        inputs = {k: tuple(v) for k, v in reader.mapping(raw["inputs"], f"{field}.inputs", raw, "inputs").items()}
+        graph = _graph(reader, raw["graph"], f"{field}.graph", raw, roles)
+        _check_edges(graph, set(inputs), reader.where(raw, field))
+        for node in graph.values():
+            if node.kind == "repeat":
+                used = [(r.template, r.where.at("template")) for r in node.schedule.rules]
+                used += [(t, node.where.at(f"schedule.map.{k}")) for k, t in node.schedule.mapping.items()]
+                for template, where in used:
+                    if template not in templates:
+                        raise SpecError(where, f"unknown template {template!r}",
+                                        "declare it under templates: (known: " + ", ".join(templates) + ")")
+        stacks[name] = StackSpec(name, inputs, graph, reader.where(raw, field))
+    quant = {}
+    raw_quant = data.get("quant_context") or {"default": "bf16"}
+    raw_quant = reader.mapping(raw_quant, "quant_context", data, "quant_context")
+    reader.keys(raw_quant, "quant_context", ("default", "overrides"), ("default",))
+    quant["*"] = raw_quant["default"]
+    quant_where = {"*": reader.where(raw_quant, "quant_context.default", "default")}
+    overrides = raw_quant.get("overrides") or {}
+    for key, scheme in overrides.items():
+        quant[key] = scheme
+        quant_where[key] = reader.where(overrides, f"quant_context.overrides.{key}", key)
+    for key, scheme in quant.items():
+        if scheme not in schemes:
+            raise SpecError(quant_where[key], f"unknown quant scheme {scheme!r}",
+                            "use one of: " + ", ".join(sorted(schemes)) + " (or add corpus/quant/<name>.yaml)")
+        role = key.split(".")[0]
+        if key != "*" and role not in roles:
+            raise SpecError(quant_where[key], f"unknown role {role!r}",
+                            "use one of: " + ", ".join(sorted(roles)))
+    drafts = reader.names(data.get("drafts"), "drafts", data, "drafts")
+    return ModelSpec(model_id, data["model_type"], data["family"], str(data.get("name", model_id.split("/")[-1])),
+                     str(data.get("notes", "")), reader.where(data), dims, data["max_context"], slots,
+                     templates, stacks, quant, drafts, snapshot)
+
+
+def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = False) -> Corpus:
+    """Read and schema-check the whole corpus. Raises :class:`SpecError` on the first problem.
+
+    ``missing_snapshots_ok`` lets a model without its config snapshot load (with no fields), so
+    ``archledger snapshot`` can record the first one."""
+    root = Path(root) if root else DEFAULT_ROOT
+    if not (root / "dims.yaml").exists():
+        raise SpecError(Where(str(root)), "not a corpus folder (no dims.yaml)",
+                        "pass --corpus pointing at the corpus/ directory")
+    refuse_symlinks(root, root, root.name)   # before reading anything: a link could read any file
+    dims = _load_dims(root)
+    roles = _load_roles(root)
+    schemes = {p.stem: _load_scheme(p, root) for p in sorted((root / "quant").glob("*.yaml"))}
+    components = {p.stem: _load_component(p, root, roles, False)
+                  for p in sorted((root / "components" / "library").glob("*.yaml"))}
+    drafts = {p.stem: _load_component(p, root, roles, True)
+              for p in sorted((root / "components" / "drafts").glob("*.yaml"))}
+    for name in drafts:
+        if name in components:
+            raise SpecError(drafts[name].where, f"draft {name!r} has the name of a library component",
+                            "rename the draft")
+    models: dict[str, ModelSpec] = {}
+    for path in sorted((root / "models").glob("*.yaml")):
+        model = load_model(path, root, roles, schemes, missing_snapshots_ok)
+        if model.model_id in models:
+            raise SpecError(model.where, f"model {model.model_id!r} is declared twice",
+                            f"also in {models[model.model_id].where.file}; keep one")
+        models[model.model_id] = model
+    return Corpus(root, dims, roles, schemes, components, drafts, models)

@@ -1,0 +1,223 @@
+"""SpecIR: the corpus as frozen values. YAML is read once (engine.spec.corpus); nothing downstream re-reads it.
+
+Layer: engine.spec. Raw expression texts are kept as written (strings/numbers) and are only turned into
+sympy by :mod:`engine.spec.expr` during evaluation, under the binding at hand.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from engine.spec.errors import Where
+
+
+@dataclass(frozen=True, slots=True)
+class DimInfo:
+    """A row of the global dims table: what a dim is and which parallel world may shard it."""
+
+    name: str
+    kind: str
+    shard: str
+    doc: str
+    #: A parallel group larger than this dim's count keeps one unit per device and replicates
+    #: (KV heads under a TP group wider than the KV head count, as vLLM does).
+    replicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RoleInfo:
+    """A row of the roles table."""
+
+    name: str
+    doc: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTensor:
+    """One tensor a quant scheme writes for a matrix leaf: key template, dtype, shape over rows/cols."""
+
+    key: str
+    dtype: str
+    shape: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QuantScheme:
+    """A storage format, as data: what a matrix leaf becomes on disk, and the dtype of vectors."""
+
+    name: str
+    doc: str
+    matrix: tuple[StoredTensor, ...]
+    vector_dtype: str
+    where: Where
+    #: The operand class a matmul on this format runs in (``bf16``, ``fp8``, ``fp4``); the GPU
+    #: table maps it to the nearest native dtype (FP4 weights run in FP8 or BF16 where FP4 isn't).
+    compute: str = "bf16"
+    #: ``quantization_config`` keys (config.json) that identify this format in a published
+    #: checkpoint, e.g. ``{quant_method: fp8, weight_block_size: [128, 128]}``; empty for plain dtypes.
+    hf: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRule:
+    """Layers matching ``when`` (first match wins; ``None`` matches all) use ``template``."""
+
+    template: str
+    when: Any = None
+    where: Where = field(default_factory=Where)  # the rule (or the node's `template:`), for error lines
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Per-layer template choice: a list of rules, or ``by`` a config list with a value->template map."""
+
+    rules: tuple[ScheduleRule, ...] = ()
+    by: str | None = None
+    mapping: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A graph node. ``kind`` is op, component, slot or repeat; ``target`` names what it runs."""
+
+    name: str
+    kind: str
+    target: str
+    where: Where
+    inputs: tuple[str, ...] = ()
+    dims: Mapping[str, Any] = field(default_factory=dict)
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    when: Any = None
+    instances: Any = None
+    active: Any = None
+    stacked: Any = False
+    role: str | None = None
+    module: str | None = None
+    modules: Mapping[str, str] = field(default_factory=dict)
+    weight_axes: Mapping[str, str] = field(default_factory=dict)
+    schedule: Schedule | None = None
+    index_from: Any = None
+    shares: str | None = None
+    #: Text the model's forward source contains where this node happens (checked by the source guard).
+    src: str | None = None
+    #: Publish this node's value on the layer stack's internal stream of that name.
+    stream_out: str | None = None
+    #: A ``reads`` node: how it takes the stream (``value`` for internal streams; ``each``, ``all``
+    #: or ``concat`` for append streams).
+    take: str | None = None
+    #: A ``repeat`` node: its declared streams, in order.
+    streams: Mapping[str, "StreamSpec"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """A value that crosses layers of a layer stack, declared under the repeat node's ``streams:``.
+
+    ``carried``: the residual line, the template's input and output (exactly one per stack).
+    ``internal``: a node publishes with ``stream_out``, a later layer's ``reads`` node takes the
+    value of the latest earlier publication. ``append``: the value ``source`` (the carried stream,
+    or a stack node holding ``count`` elements) is archived after/before the layers matching
+    ``after`` / ``before``; readers take ``each``, ``all`` or ``concat``.
+    """
+
+    name: str
+    kind: str
+    src: str
+    where: Where
+    source: str | None = None
+    after: Any = None
+    before: Any = None
+    count: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSpec:
+    """A value that survives between decode steps: the ``kv_cache`` node and its growth law."""
+
+    name: str
+    node: str
+    kind: str
+    growth: str
+    where: Where
+    window: Any = None
+    every: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class VariantSpec:
+    """A decode form: nodes ``remove``d from the main graph and nodes added or replaced."""
+
+    remove: tuple[str, ...]
+    graph: Mapping[str, NodeSpec]
+    where: Where
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentSpec:
+    """A YAML DAG of primitives and components with a role, options, derived dims and caches."""
+
+    name: str
+    role: str
+    doc: str
+    where: Where
+    options: Mapping[str, Any]
+    inputs: tuple[str, ...]
+    dims: Mapping[str, Any]
+    graph: Mapping[str, NodeSpec]
+    outputs: Mapping[str, str]
+    cache: tuple[CacheSpec, ...] = ()
+    decode_variant: VariantSpec | None = None
+    draft: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Fill:
+    """What fills a slot or a layer template: a component plus options, dim overrides, renames."""
+
+    component: str
+    where: Where
+    options: Mapping[str, Any] = field(default_factory=dict)
+    dims: Mapping[str, Any] = field(default_factory=dict)
+    modules: Mapping[str, str] = field(default_factory=dict)
+    slots: Mapping[str, "Fill"] = field(default_factory=dict)
+    module: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StackSpec:
+    """A top-level graph (``main``; ``mtp`` and others are reported separately)."""
+
+    name: str
+    inputs: Mapping[str, tuple[str, ...]]
+    graph: Mapping[str, NodeSpec]
+    where: Where
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The config fields a spec binds, with where they came from."""
+
+    source: str
+    fields: Mapping[str, Any]
+    where: Where
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A model: config snapshot, dim bindings, slot fillings, layer templates, stacks, storage."""
+
+    model_id: str
+    model_type: str
+    family: str
+    display_name: str
+    notes: str
+    where: Where
+    dims: Mapping[str, Any]
+    max_context: Any
+    slots: Mapping[str, Fill]
+    templates: Mapping[str, Fill]
+    stacks: Mapping[str, StackSpec]
+    quant: Mapping[str, str]
+    drafts: tuple[str, ...]
+    snapshot: Snapshot

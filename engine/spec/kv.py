@@ -1,0 +1,103 @@
+"""KV cache accounting from the walk's cache declarations and their growth laws.
+
+Layer: engine.spec. A cache entry stores ``per_token`` elements per layer instance for each token it
+keeps; how many tokens it keeps at context length L is its growth law:
+
+* ``every_token``: L;   * ``window``: min(L, window);   * ``compressed``: floor(L / every);
+* ``state``: 1 (a fixed recurrent state per request).
+
+Nothing here is stored: every number is derived from the Analysis when asked.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import sympy
+
+from engine.spec.evaluate import Analysis, CacheRow
+from engine.spec import symbols
+
+#: Bytes per cached element by KV dtype.
+KV_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+
+
+def element_bytes(kv_dtype: str) -> int:
+    if kv_dtype not in KV_DTYPE_BYTES:
+        raise ValueError(f"unknown KV dtype {kv_dtype!r}; use one of {', '.join(KV_DTYPE_BYTES)}")
+    return KV_DTYPE_BYTES[kv_dtype]
+
+
+def tokens_kept(cache: CacheRow, length: sympy.Expr) -> sympy.Expr:
+    """Tokens (or entries) the cache holds at context ``length``, by its growth law."""
+    if cache.growth == "window":
+        return sympy.Min(length, cache.window)
+    if cache.growth == "compressed":
+        return sympy.floor(length / cache.every)
+    if cache.growth == "state":
+        return sympy.Integer(1)
+    return length
+
+
+def caches(analysis: Analysis, stack: str = "main") -> list[CacheRow]:
+    return [c for c in analysis.caches if c.stack == stack]
+
+
+def per_context_token(cache: CacheRow) -> sympy.Expr:
+    """Elements a cache adds per token of context while it grows (a compressed cache adds one
+    entry every ``every`` tokens, so its share per token is per_token / every)."""
+    if cache.growth == "compressed":
+        return cache.per_token * cache.repeat / cache.every
+    return cache.per_token * cache.repeat
+
+
+def bytes_per_token(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> dict[str, sympy.Expr]:
+    """Per cache kind: bytes added per token of context while the cache grows (all layers)."""
+    out: dict[str, sympy.Expr] = defaultdict(lambda: sympy.Integer(0))
+    for cache in caches(analysis, stack):
+        if cache.growth != "state":
+            key = cache.kind if cache.growth == "every_token" else f"{cache.kind} ({cache.growth})"
+            out[key] += per_context_token(cache) * element_bytes(kv_dtype)
+    return dict(out)
+
+
+def growing_bytes_per_token(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> sympy.Expr:
+    """Bytes per token of context of the caches that grow without bound (every token, compressed)."""
+    return sum((per_context_token(c) * element_bytes(kv_dtype)
+                for c in caches(analysis, stack) if c.growth in ("every_token", "compressed")), sympy.Integer(0))
+
+
+def fixed_bytes_per_request(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> sympy.Expr:
+    """Per request, window-capped caches at their full window and recurrent states."""
+    total = sympy.Integer(0)
+    for c in caches(analysis, stack):
+        if c.growth == "window":
+            total += c.window * c.per_token * c.repeat * element_bytes(kv_dtype)
+        elif c.growth == "state":
+            total += c.per_token * c.repeat * element_bytes(kv_dtype)
+    return total
+
+
+def bytes_per_request(analysis: Analysis, length: sympy.Expr | int | None = None,
+                      kv_dtype: str = "bf16", stack: str = "main") -> sympy.Expr:
+    """KV bytes one request holds at context ``length`` (a symbol ``length`` when omitted)."""
+    length = symbols.dim(symbols.LENGTH) if length is None else sympy.Integer(length) \
+        if isinstance(length, int) else length
+    return sum((tokens_kept(c, length) * c.per_token * c.repeat * element_bytes(kv_dtype)
+                for c in caches(analysis, stack)), sympy.Integer(0))
+
+
+_COMPILED: dict[tuple, tuple] = {}
+
+
+def elements_per_request_fn(analysis: Analysis, stack: str = "main"):
+    """Cache elements one request holds, as a numpy function of the context length (cached);
+    times the element size it is :func:`bytes_per_request`."""
+    key = (id(analysis), stack)
+    if key not in _COMPILED:   # the analysis is kept alive beside its function so ids stay unique
+        elements = sum((tokens_kept(c, symbols.dim(symbols.LENGTH)) * c.per_token * c.repeat
+                        for c in caches(analysis, stack)), sympy.Integer(0))
+        fn = sympy.lambdify(symbols.dim(symbols.LENGTH), elements,
+                            modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
+        _COMPILED[key] = (analysis, fn)
+    return _COMPILED[key][1]

@@ -1,0 +1,135 @@
+"""Checkpoint storage: which tensors a spec's weights become on disk, their dtypes, shapes and bytes.
+
+Layer: engine.spec. :func:`checkpoint_tensors` is the one place weight bytes are computed, from the
+walk's weight leaves (geometry) and the model's ``quant_context`` (format). Architecture never
+mentions dtypes; a quant scheme (``corpus/quant/*.yaml``) says what a matrix leaf becomes (a
+packed payload plus scale tensors) and which dtype vectors keep.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import reduce
+import operator
+
+import sympy
+
+from engine.spec import expr
+from engine.spec.corpus import Corpus
+from engine.spec.dtypes import DTYPE_BYTES
+from engine.spec.errors import SpecError
+from engine.spec.evaluate import Analysis, LeafRow, NodeRow
+from engine.spec.ir import ModelSpec, QuantScheme
+
+
+
+@dataclass(frozen=True, slots=True)
+class TensorRow:
+    """One stored tensor (``count`` identical ones: one per layer and, unless stacked, per expert)."""
+
+    key: str
+    dtype: str
+    shape: tuple[sympy.Expr, ...]
+    count: sympy.Expr
+    uid: str
+    leaf: str
+    role: str
+    scheme: str
+    stack: str
+
+    @property
+    def numel(self) -> sympy.Expr:
+        return reduce(operator.mul, self.shape, sympy.Integer(1))
+
+    @property
+    def bytes(self) -> sympy.Expr:
+        """Bytes of one tensor."""
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+    @property
+    def total_bytes(self) -> sympy.Expr:
+        return self.bytes * self.count
+
+
+def scheme_for(model: ModelSpec, corpus: Corpus, leaf: LeafRow) -> QuantScheme:
+    """The quant scheme of a leaf: ``role.leaf`` override, then ``role``, then the default."""
+    for key in (f"{leaf.role}.{leaf.name}", leaf.role, "*"):
+        if key in model.quant:
+            return corpus.schemes[model.quant[key]]
+    raise AssertionError("quant_context always has a default")  # loader guarantees "*"
+
+
+def scheme_tensors(key: str, lead: tuple, rows, cols, scheme: QuantScheme,
+                   where=None) -> list[tuple[str, str, tuple]]:
+    """What ``scheme`` stores for one matrix ``key`` of ``rows x cols`` (after ``lead`` axes):
+    (key, dtype, shape) per stored tensor. Used by the spec's storage and by ``snapshot --meta``.
+    With ``where`` (numeric binding) a non-integer axis is a :class:`SpecError`."""
+    module = key[: -len(".weight")] if key.endswith(".weight") else key
+    out = []
+    for j, tensor in enumerate(scheme.matrix):
+        name = tensor.key.format(weight=key, module=module)
+        shape = []
+        for i, text in enumerate(tensor.shape):
+            try:   # checked symbolically at load; numeric rows/cols can still exceed expr's bounds
+                value = expr.evaluate(text, expr.Scope({"rows": rows, "cols": cols}))
+            except expr.ExprError as exc:   # the scheme's shape is at fault: point at it
+                raise SpecError(scheme.where.at(f"matrix[{j}].shape"), f"{exc} (storing {name}, "
+                                f"rows={rows}, cols={cols})", exc.hint) from None
+            if where is not None and not (value.is_integer or (value.is_number and value == int(value))):
+                raise SpecError(where, f"{scheme.name} cannot store {key}: axis {i} of {name} "
+                                f"= {text} = {value} (rows={rows}, cols={cols}) is not an integer",
+                                "this scheme cannot store this matrix; pick another in quant_context")
+            shape.append(value)
+        out.append((name, tensor.dtype, tuple(lead) + tuple(shape)))
+    return out
+
+
+def _stored(row: NodeRow, leaf: LeafRow, scheme: QuantScheme, numeric: bool) -> list[tuple[str, str, tuple]]:
+    sizes = tuple(a.size for a in leaf.axes)
+    lead = (row.instances,) if row.stacked else ()
+    if not leaf.matrix:
+        return [(leaf.key, scheme.vector_dtype, lead + sizes)]
+    *batch, rows, cols = sizes
+    return scheme_tensors(leaf.key, lead + tuple(batch), rows, cols, scheme, row.where if numeric else None)
+
+
+def checkpoint_tensors(analysis: Analysis, model: ModelSpec, corpus: Corpus) -> list[TensorRow]:
+    """Every stored tensor of the model (all stacks), from the canonical (prefill) graph's leaves."""
+    numeric = analysis.mode == "numeric"
+    rows = []
+    for row in analysis.rows.values():
+        if "prefill" not in row.phases or row.shares:
+            continue
+        count = row.repeat * (sympy.Integer(1) if row.stacked else row.instances)
+        for leaf in row.leaves:
+            scheme = scheme_for(model, corpus, leaf)
+            for key, dtype, shape in _stored(row, leaf, scheme, numeric):
+                rows.append(TensorRow(key, dtype, shape, count, row.uid, leaf.name, leaf.role,
+                                      scheme.name, row.stack))
+    return rows
+
+
+def bytes_by_dtype(tensors: list[TensorRow], stack: str | None = None) -> dict[str, sympy.Expr]:
+    """Checkpoint bytes per dtype (optionally for one stack)."""
+    out: dict[str, sympy.Expr] = defaultdict(lambda: sympy.Integer(0))
+    for t in tensors:
+        if stack is None or t.stack == stack:
+            out[t.dtype] += t.total_bytes
+    return dict(sorted(out.items()))
+
+
+def tensor_count(tensors: list[TensorRow], stack: str | None = None) -> sympy.Expr:
+    """Number of stored tensors (optionally for one stack)."""
+    return sum((t.count for t in tensors if stack is None or t.stack == stack), sympy.Integer(0))
+
+
+def leaf_storage(row: NodeRow, leaf: LeafRow, model: ModelSpec, corpus: Corpus,
+                 numeric: bool) -> tuple[sympy.Expr, str]:
+    """Bytes of one instance of a leaf as stored (payload plus scale tensors), and the compute
+    class its matmuls run in. A stacked leaf's bytes are divided back to one expert's share."""
+    scheme = scheme_for(model, corpus, leaf)
+    total = sum((reduce(operator.mul, shape, sympy.Integer(1)) * DTYPE_BYTES[dtype]
+                 for _, dtype, shape in _stored(row, leaf, scheme, numeric)), sympy.Integer(0))
+    if row.stacked:
+        total = total / row.instances
+    return total, scheme.compute if leaf.matrix else "bf16"

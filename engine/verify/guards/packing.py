@@ -1,0 +1,63 @@
+"""packing guard: storage dtype and element count per tensor, checked separately per quant scheme.
+
+Bytes alone can hide two errors that cancel (an FP8 payload counted as BF16 with half the
+elements); here dtype and element count are compared on their own. Every ``quant_context``
+override must store at least one checkpoint tensor, or it is dead (and probably misspelt).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from engine.verify.guards import Context, Finding
+
+NAME = "packing"
+EVIDENCE = "checkpoint dtypes + quant_context"
+
+
+def evidence(ctx: Context) -> str:
+    schemes = sorted(set(ctx.model.quant.values()))
+    return f"dtypes in the manifest; schemes {', '.join(schemes)}"
+
+
+def check(ctx: Context) -> list[Finding]:
+    m = ctx.evidence.manifest
+    if m is None:
+        return []
+    out: list[Finding] = []
+    dtype_bad = defaultdict(list)
+    count_bad = defaultdict(list)
+    for t in ctx.spec_tensors:
+        theirs = ctx.checkpoint.get(t.name)
+        if theirs is None or not m.covers(t.stack):
+            continue
+        if t.dtype != theirs.dtype:
+            dtype_bad[(t.uid, t.scheme)].append((t, theirs))
+        if t.numel != theirs.numel:
+            count_bad[(t.uid, t.scheme)].append((t, theirs))
+    for (uid, scheme), pairs in dtype_bad.items():
+        ours, theirs = pairs[0]
+        out.append(Finding(NAME, "error", uid, f"{len(pairs)} tensor(s) stored as {theirs.dtype} in the "
+                           f"checkpoint, {ours.dtype} by scheme {scheme}, e.g. {ours.name}",
+                           f"set quant_context for role {ours.role!r} (or {ours.role}.{ours.leaf}) to the "
+                           "scheme that stores this dtype"))
+    for (uid, scheme), pairs in count_bad.items():
+        ours, theirs = pairs[0]
+        out.append(Finding(NAME, "error", uid, f"{len(pairs)} tensor(s) hold {theirs.numel:,} elements in the "
+                           f"checkpoint, {ours.numel:,} under scheme {scheme}, e.g. {ours.name}",
+                           "check the scheme's packing (elements per byte, block shapes) and the op's dims"))
+    for key, scheme in ctx.model.quant.items():
+        if key == "*":
+            continue
+        hits = [t for t in ctx.spec_tensors if key in (t.role, f"{t.role}.{t.leaf}")]
+        stored = [t for t in hits if t.name in ctx.checkpoint]
+        if hits and not any(m.covers(t.stack) for t in hits):
+            out.append(Finding(NAME, "info", str(ctx.model.where.at(f"quant_context.overrides.{key}")),
+                               f"override {key}: {scheme} applies to the {hits[0].stack} stack only, "
+                               "outside this evidence", "snapshot the checkpoint headers to check it"))
+        elif not stored:
+            where = ctx.model.where.at(f"quant_context.overrides.{key}")
+            out.append(Finding(NAME, "error", str(where),
+                               f"override {key}: {scheme} stores no checkpoint tensor"
+                               + ("" if hits else " (no leaf has this role)"),
+                               "use a role (or role.leaf) from the spec, or delete the override"))
+    return out

@@ -1,0 +1,107 @@
+"""schedule guard: the per-layer plan covers config.json's per-layer lists, layer by layer.
+
+``corpus/verification.yaml`` (``layer_plans``) says what a config field means for layer ``i``
+(``first_k_dense_replace``: layers before k are dense; ``layer_types``: which layers slide...).
+The evaluation says what each layer *is* (a feature read from its nodes: routed experts, a
+window-capped cache). Every layer must agree, so a plan with the right counts but the wrong
+layers is caught too, and a list value the registry does not know is an error, not a guess.
+"""
+from __future__ import annotations
+
+import sympy
+
+from engine.spec import expr
+from engine.verify.guards import Context, Finding
+
+NAME = "schedule"
+EVIDENCE = "config per-layer plans"
+
+
+def evidence(ctx: Context) -> str:
+    fields = [p.field for p in ctx.registry.layer_plans if p.field in ctx.evidence.config]
+    return "config " + (", ".join(fields) if fields else "(no per-layer plan fields)")
+
+
+def layer_features(ctx: Context) -> dict[int, dict[str, bool]]:
+    """Per main-stack layer: ``moe`` (routes over experts), ``window`` (window-capped cache) and
+    ``indexer`` (runs its own token indexer: an indexer-key cache) and ``hash_routed`` (picks
+    experts by token id)."""
+    a = ctx.numeric
+    out: dict[int, dict[str, bool]] = {}
+    for uid, comp in a.components.items():
+        if not comp.template or comp.stack != "main":
+            continue
+        prefix = uid + "/"
+        moe = any(r.role == "experts" for u, r in a.rows.items() if u.startswith(prefix))
+        window = any(c.growth == "window" for c in a.caches if c.node_uid.startswith(prefix))
+        indexer = any(c.kind == "indexer_key" for c in a.caches if c.node_uid.startswith(prefix))
+        hashed = any(r.op == "hash_route" for u, r in a.rows.items() if u.startswith(prefix))
+        for layer in comp.layers:
+            out[layer] = {"moe": moe, "window": window, "indexer": indexer, "hash_routed": hashed}
+    return out
+
+
+def _resolver(config: dict, defaults: dict):
+    def resolve(path: tuple):
+        value = config if path[0] in config else defaults
+        for key in path:
+            if isinstance(key, int):
+                value = value[key]
+            elif isinstance(value, dict) and key in value:
+                value = value[key]
+            else:
+                raise KeyError(key)
+        return value
+    return resolve
+
+
+def check(ctx: Context) -> list[Finding]:
+    out: list[Finding] = []
+    features = layer_features(ctx)
+    config = ctx.evidence.config
+    layers_uid = next((u.split("[")[0] for u, c in ctx.numeric.components.items()
+                       if c.template and c.stack == "main"), "main")
+    for plan in ctx.registry.layer_plans:
+        if plan.field not in config or not features:
+            continue
+        value = config[plan.field]
+        if plan.values and isinstance(value, list):
+            unknown = sorted({v for v in value if v not in plan.values})
+            if unknown:
+                out.append(Finding(NAME, "error", layers_uid, f"config.{plan.field} holds {unknown}, whose "
+                                   "meaning the verification registry does not know",
+                                   f"add them to layer_plans[{plan.field}] in corpus/verification.yaml"))
+                continue
+        wrong, expected_count = [], 0
+        for layer in sorted(features):
+            try:
+                names = {"layer": sympy.Integer(layer)}
+                if isinstance(value, list):
+                    names["entry"] = value[layer] if layer < len(value) else None
+                want = expr.evaluate(plan.expect, expr.Scope(names, _resolver(config, plan.defaults)))
+            except (expr.ExprError, KeyError, IndexError, TypeError) as exc:
+                out.append(Finding(NAME, "error", str(plan.where), f"cannot evaluate {plan.expect!r} at "
+                                   f"layer {layer}: {exc}", "fix the registry entry"))
+                break
+            want = bool(want)
+            expected_count += want
+            if features[layer][plan.feature] != want:
+                wrong.append(layer)
+        if wrong:
+            have = sum(f[plan.feature] for f in features.values())
+            label = {"moe": "MoE", "window": "sliding-window"}[plan.feature]
+            out.append(Finding(NAME, "error", layers_uid,
+                               f"config.{plan.field} = {_short(value)} makes {expected_count} of {len(features)} "
+                               f"layers {label}; the spec's schedule makes {have} (layers {_span(wrong)} differ)",
+                               f"schedule the templates from config.{plan.field} (schedule: by/map or when:)"))
+    return out
+
+
+def _short(value) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _span(layers: list[int]) -> str:
+    text = ", ".join(map(str, layers[:8]))
+    return text + (f" and {len(layers) - 8} more" if len(layers) > 8 else "")

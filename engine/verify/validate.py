@@ -1,0 +1,124 @@
+"""``validate(model)``: run every guard against the model's evidence; verified = no errors.
+
+Layer: engine.verify. The build publishes only verified specs; ``archledger validate`` prints the same
+report (text, or ``--json`` with guard, severity, node, message and hint per finding).
+
+A spec that fails to evaluate (a shape error, an unbound dim) cannot be checked further: the
+shape guard reports the engine's error and the other guards are marked "not run".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.spec import storage
+from engine.spec.corpus import Corpus
+from engine.spec.errors import SpecError
+from engine.spec.evaluate import Analysis, Binding, walk_model
+from engine.verify.evidence import load_evidence, registry
+from engine.verify.guards import Context, Finding, SpecTensor, axiom, packing, schedule, shape, source, structural, weight
+from engine.spec.ir import ModelSpec
+from engine.verify.manifest import KINDS
+
+#: Guards in the order they run and appear in the guard table.
+ORDER = (weight, packing, shape, schedule, structural, axiom, source)
+
+
+@dataclass(frozen=True, slots=True)
+class GuardResult:
+    guard: str
+    evidence: str
+    status: str                      # pass | fail | warn | not run
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    model_id: str
+    evidence_kind: str               # checkpoint-headers | modeling-code | "" (no manifest)
+    evidence_label: str              # "checkpoint headers" / "modeling code" / "config only"
+    results: tuple[GuardResult, ...]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for r in self.results for f in r.findings]
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def verified(self) -> bool:
+        return not self.errors
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model_id, "verified": self.verified, "evidence": self.evidence_label,
+                "guards": [{"guard": r.guard, "evidence": r.evidence, "status": r.status,
+                            "findings": [f.as_dict() for f in r.findings]} for r in self.results]}
+
+
+def expand_tensors(ctx: Context, analysis: Analysis) -> list[SpecTensor]:
+    """Every tensor the spec stores, with ``{layer}`` and ``{expert}`` filled in, canonical names."""
+    templates = [(uid, c) for uid, c in analysis.components.items() if c.template]
+    out = []
+    for t in storage.checkpoint_tensors(analysis, ctx.model, ctx.corpus):
+        row = analysis.rows[t.uid]
+        layers: list[Any] = [None]
+        if "{layer}" in t.key:
+            owner = max((c for u, c in templates if t.uid.startswith(u + "/")),
+                        key=lambda c: len(c.uid), default=None)
+            layers = list(owner.layers) if owner else []
+        experts: list[Any] = [None]
+        if "{expert}" in t.key:
+            experts = list(range(int(row.instances)))
+        shape_ = tuple(int(d) for d in t.shape)
+        for layer in layers:
+            for expert in experts:
+                name = t.key.replace("{layer}", str(layer)).replace("{expert}", str(expert))
+                out.append(SpecTensor(weight.canonical(name, ctx.registry), t.dtype, shape_, t.uid,
+                                      t.stack, t.role, t.leaf, t.scheme))
+    return out
+
+
+def validate(corpus: Corpus, model: ModelSpec, evaluation=None) -> Report:
+    """Run every guard of :data:`ORDER` on ``model`` against its evidence snapshots.
+
+    ``evaluation`` (an :class:`engine.spec.api.Evaluation` of this model) saves walking it again."""
+    reg = registry(corpus.root)
+    evidence = load_evidence(corpus, model)
+    kind = evidence.manifest.kind if evidence.manifest else ""
+    label = KINDS.get(kind, "config only")
+    try:
+        if evaluation is not None:
+            numeric, symbolic = evaluation.numeric, evaluation.symbolic
+        else:
+            numeric = walk_model(corpus, model, Binding("numeric"))
+            symbolic = walk_model(corpus, model, Binding("symbolic"))
+    except SpecError as exc:
+        failed = Finding("shape", "error", str(exc.where), exc.problem, exc.hint)
+        results = [GuardResult(g.NAME, g.EVIDENCE, "fail" if g is shape else "not run",
+                               (failed,) if g is shape else ()) for g in ORDER]
+        return Report(model.model_id, kind, label, tuple(results))
+    ctx = Context(corpus, model, evidence, reg, numeric, symbolic)
+    ctx.spec_tensors = expand_tensors(ctx, numeric)
+    if evidence.manifest is not None:
+        ctx.checkpoint = {weight.canonical(t.name, reg): t for t in evidence.manifest.tensors}
+    results = []
+    for guard in ORDER:
+        findings = tuple(guard.check(ctx))
+        severities = {f.severity for f in findings}
+        status = "fail" if "error" in severities else "warn" if "warning" in severities else "pass"
+        results.append(GuardResult(guard.NAME, guard.evidence(ctx), status, findings))
+    return Report(model.model_id, kind, label, tuple(results))
+
+
+def render_text(report: Report) -> str:
+    """The human-readable report: a guard table, then one line per finding."""
+    state = "verified" if report.verified else f"NOT verified ({len(report.errors)} errors)"
+    lines = [f"{report.model_id}: {state} against {report.evidence_label}"]
+    width = max(len(r.guard) for r in report.results)
+    for r in report.results:
+        lines.append(f"  {r.guard:<{width}}  {r.status:<7}  {r.evidence}")
+    for f in report.findings:
+        lines.append("  " + f.one_line())
+    return "\n".join(lines)
