@@ -312,7 +312,9 @@ def test_bad_input_is_one_line_with_place_and_fix(case, tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)  # a command that did run would leave PWNED here
     out = tmp_path / "out"
 
-    for argv in (["build", "--out", str(out)], ["show", case.model]):
+    # build only the case's model: every corpus file is still loaded and checked, and the walk
+    # that fails is the one the case breaks (a whole-corpus build would evaluate others first)
+    for argv in (["build", "--out", str(out), "--models", case.model], ["show", case.model]):
         code, stdout, stderr = run(root, *argv, capsys=capsys)
         assert code == 2, f"{argv[0]}: exit {code}, stderr {stderr!r}"
         assert stdout == "", f"{argv[0]} printed results: {stdout[:200]!r}"

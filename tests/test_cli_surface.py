@@ -137,3 +137,16 @@ def test_validate_ends_with_a_summary_line(capsys):
     assert cli.main(["validate", "Qwen3-8B", "Mixtral-8x7B"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == "2 models: 2 verified, 0 with errors; 0 warnings"
+
+
+def test_corpus_before_build_and_out_with_equals_still_render_the_site(tmp_path, capsys):
+    """`archledger --corpus X build --out=Y` once skipped the site and `--out=Y` rendered ./build."""
+    root = _checkout(tmp_path, drop="Qwen--Qwen3-32B")
+    out = tmp_path / "elsewhere"
+    tiny = REPO / "tests" / "data" / "grid_tiny.yaml"
+    assert cli.main(["--corpus", str(root / "corpus"), "build", f"--out={out}", "--grid", str(tiny),
+                     "--models", "Qwen3-8B", "--quiet", "--jobs", "1"]) == 0
+    assert (out / "site" / "index.html").is_file() and (out / "results" / "models.parquet").is_file()
+    assert (out / "site" / "models" / "Qwen--Qwen3-8B" / "index.html").is_file()
+    from engine.build.publish import consistent
+    assert consistent(out)                 # the site was rendered from these results
