@@ -38,11 +38,12 @@ def progress_printer(what: str, stream=sys.stderr):
 
 def cmd_build(args) -> int:
     from engine.build.results import run
-    from site_builder.render import render_pages
+    from site_builder.render import render_staged
     quiet = args.quiet
 
     def site(results: Path, site_dir: Path, progress=None) -> None:
-        render_pages(results, site_dir, progress if progress else (None if quiet else progress_printer("pages")))
+        # the published site beside the staged one: pages whose inputs did not change are carried from it
+        render_staged(results, site_dir, progress if progress else (None if quiet else progress_printer("pages")))
 
     return run(args, site=None if args.no_site else site)
 

@@ -8,6 +8,7 @@ the template can attach its formula tooltip.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,19 +22,39 @@ def slug(model_id: str) -> str:
     return model_id.replace("/", "--")
 
 
+class Documents(Mapping):
+    """The model documents (``models/<org--name>.json``), each read when first asked for: an
+    incremental render reads only those of the pages it renders again."""
+
+    def __init__(self, root: Path, model_ids: list[str]):
+        self.root, self.ids, self.cache = root, list(model_ids), {}
+
+    def __getitem__(self, model_id: str) -> dict:
+        if model_id not in self.cache:
+            if model_id not in self.ids:
+                raise KeyError(model_id)
+            self.cache[model_id] = json.loads((self.root / "models" / f"{slug(model_id)}.json").read_text())
+        return self.cache[model_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 @dataclass
 class Results:
     root: Path
     models: pl.DataFrame
-    documents: dict[str, dict]
+    documents: Mapping[str, dict]
     deployments: pl.LazyFrame
     ops: pl.LazyFrame
 
     @staticmethod
     def load(root: Path) -> "Results":
         models = pl.read_parquet(root / "models.parquet")
-        documents = {mid: json.loads((root / "models" / f"{slug(mid)}.json").read_text())
-                     for mid in models["model_id"]}
+        documents = Documents(root, list(models["model_id"]))
         deployments = pl.scan_parquet(str(root / "deployments" / "**" / "*.parquet"), hive_partitioning=True)
         ops = pl.scan_parquet(str(root / "ops" / "**" / "*.parquet"), hive_partitioning=True)
         return Results(root, models, documents, deployments, ops)

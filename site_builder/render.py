@@ -9,8 +9,10 @@ Templates are autoescaped; numbers arrive with their formula; nothing here evalu
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import sys
@@ -114,12 +116,16 @@ def script_json(value: Any) -> str:
     return _SCRIPT_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def environment() -> jinja2.Environment:
+def environment(assets: dict[str, str] | None = None) -> jinja2.Environment:
+    """The templates' environment. ``asset('js/deploy.js')`` gives a static file's published path,
+    ``static/js/deploy.<sha8>.js`` (``assets``: :func:`static_assets`' names, read from static/ if not given)."""
+    names = static_assets()[0] if assets is None else assets
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(si=si, bytes=human_bytes, tokens=tokens, fmt=fmt, anchor=anchor, seconds=seconds)
     # jinja's own tojson escapes < > & ' but not U+2028/U+2029: templates get the one escaper
     env.filters["tojson"] = lambda value, indent=None: markupsafe.Markup(script_json(value))
+    env.globals["asset"] = lambda rel: "static/" + names[rel]
     return env
 
 
@@ -132,30 +138,74 @@ class Site:
         self.folder = folder
         self.env = env
         self.pages: list[str] = []
+        self.written: list[str] = []     # every file written, relative to the folder (the site manifest's record)
 
     def page(self, path: str, template: str, title: str, page_data: dict | None = None, **context) -> None:
         depth = len(path.split("/")) if path else 0     # pages live at <path>/index.html
         root = "../" * depth
         html = self.env.get_template(template).render(
             title=title, root=root, page_json=script_json(page_data or {}), **context)
-        target = self.folder / path / "index.html" if path else self.folder / "index.html"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(html)
+        self.file(f"{path}/index.html" if path else "index.html", html)
         self.pages.append(path)
 
     def file(self, path: str, text: str) -> None:
-        target = self.folder / path
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target = self._target(path)
         target.write_text(text)
 
+    def place(self, source: Path, path: str) -> None:
+        """Put the file ``source`` at ``path``: a hard link where the file system allows (the site
+        and the results it links to are only ever replaced whole, never written in place), else a copy."""
+        target = self._target(path)
+        try:
+            os.link(source, target)
+        except OSError:
+            _copy(source, target)
 
-def _copy_static(target: Path) -> None:
-    """Copy static/ (without its README) into the site. A symbolic link under static/ is refused
-    with one line (engine.spec.corpus.refuse_symlinks): a committed link to /proc/self/environ would
-    otherwise publish the build machine's environment. ``symlinks=True`` keeps a link that appears
-    after the check a link (the copy never reads through it)."""
+    def _target(self, path: str) -> Path:
+        # a new file, never a write through an existing one: a carried file is a hard link into the
+        # published site
+        target = self.folder / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        self.written.append(path)
+        return target
+
+
+def static_assets() -> tuple[dict[str, str], str]:
+    """static/'s files (without its README) and the content-hashed name each is published under
+    (``js/deploy.js`` -> ``js/deploy.<first 8 hex of its SHA-256>.js``: a changed file gets a new
+    URL, so netlify.toml may let browsers keep /static/* for a year), and one digest of them all.
+    A symbolic link under static/ is refused with one line first (engine.spec.corpus.refuse_symlinks):
+    a committed link to /proc/self/environ would otherwise publish the build machine's environment."""
     refuse_symlinks(STATIC, REPO)
-    shutil.copytree(STATIC, target, ignore=shutil.ignore_patterns("README.md"), symlinks=True)
+    names, digest = {}, hashlib.sha256()
+    for path in sorted(p for p in STATIC.rglob("*") if p.is_file() and not p.is_symlink()):
+        rel = path.relative_to(STATIC).as_posix()
+        if rel == "README.md":
+            continue
+        data = path.read_bytes()
+        sha = hashlib.sha256(data).hexdigest()
+        stem, dot, ext = path.name.partition(".")
+        names[rel] = (rel[:-len(path.name)] + f"{stem}.{sha[:8]}{dot}{ext}") if dot else f"{rel}.{sha[:8]}"
+        digest.update(f"{rel}\0{sha}\n".encode())
+    return names, digest.hexdigest()
+
+
+def _copy(source: Path, target: Path, follow_symlinks: bool = True) -> None:
+    """Copy a file; a failed write names the target (a full disk is the output folder's, not the source's)."""
+    try:
+        shutil.copy2(source, target, follow_symlinks=follow_symlinks)
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        raise OSError(exc.errno, os.strerror(exc.errno), str(target)) from exc
+
+
+def _copy_static(site: "Site", names: dict[str, str]) -> None:
+    """Copy static/ into the site under its hashed names. ``follow_symlinks=False`` keeps a link that
+    appears after the check a link (the copy never reads through it)."""
+    for rel, name in names.items():
+        _copy(STATIC / rel, site._target(f"static/{name}"), follow_symlinks=False)
 
 
 def _repo_text(path: Path) -> str:
@@ -179,28 +229,135 @@ def _csv(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def render_pages(results_dir: Path, site_dir: Path, progress=None) -> None:
+#: The site's record of what each page group was rendered from (``SITE_MANIFEST`` in the site root).
+SITE_MANIFEST = "site-manifest.json"
+SITE_MANIFEST_VERSION = 1
+
+
+def _hash(*parts) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else json.dumps(part, sort_keys=True, default=str).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _code_hash(static_digest: str) -> str:
+    """What every page depends on besides the results: the templates, static/ (pages name its
+    hashed files) and the renderer's own code (site_builder/*.py)."""
+    files = sorted(p for p in TEMPLATES.rglob("*") if p.is_file()) + \
+        sorted(Path(__file__).resolve().parent.glob("*.py"))
+    return _hash(SITE_MANIFEST_VERSION, static_digest,
+                 *[(p.name.encode() + b"\0" + p.read_bytes()) for p in files])
+
+
+def _results_inputs(results: "Results") -> tuple[dict, dict]:
+    """Per model, what its pages are rendered from (its results manifest entry: input hash and the
+    size and SHA-256 of its Parquet partitions and document, plus its models.parquet row); and what
+    the corpus-wide pages are rendered from (all of those, and contracts.json). Empty when the
+    results folder has no manifest (then every page is rendered)."""
+    try:
+        manifest = json.loads((results.root / "manifest.json").read_text())
+        entries = manifest["models"]
+        contracts = manifest["files"].get("contracts.json")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}, {}
+    per_model = {}
+    for row in results.models.iter_rows(named=True):
+        entry = entries.get(row["model_id"]) if isinstance(entries, dict) else None
+        if isinstance(entry, dict) and "files" in entry:
+            per_model[row["model_id"]] = _hash(entry.get("hash"), entry["files"], row)
+    if len(per_model) != results.models.height:
+        return {}, {}
+    return per_model, {"models": per_model, "contracts": contracts}
+
+
+def _previous_groups(previous: Path | None) -> dict:
+    if previous is None:
+        return {}
+    try:
+        data = json.loads((Path(previous) / SITE_MANIFEST).read_text())
+        if data.get("version") == SITE_MANIFEST_VERSION and isinstance(data.get("groups"), dict):
+            return data["groups"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    return {}
+
+
+def _carry(previous: Path, site: "Site", record: dict) -> bool:
+    """Hard-link (or copy) a page group's files from the previously published site into the staged
+    one, when every file is still there as a regular file of the recorded size and SHA-256.
+    Returns False (nothing carried) otherwise."""
+    files = record.get("files")
+    if not isinstance(files, dict) or not files:
+        return False
+    for rel, expected in files.items():
+        source = previous / rel
+        if (not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/") or source.is_symlink()
+                or not source.is_file() or not publish.matches(source, expected)):
+            return False
+    for rel in files:
+        site.place(previous / rel, rel)
+    return True
+
+
+def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Path | None = None) -> None:
     """Render the whole site from ``results_dir`` into the empty folder ``site_dir`` (created if
-    absent), ending with ``pin.json`` (which results it shows). Writes nowhere else, publishes
-    nothing: ``archledger build`` calls it on its staged results and publishes both together.
-    ``progress(done, total, label)`` is called after each page group."""
+    absent), ending with ``site-manifest.json`` and ``pin.json`` (which results it shows). Writes
+    nowhere else, publishes nothing: ``archledger build`` calls it on its staged results and
+    publishes both together. ``progress(done, total, label)`` is called after each page group.
+
+    Incremental: the site is rendered in page groups (static files; the gallery; each model's
+    inspector and deployment pages and data; compare; components; methodology; downloads), each
+    keyed by a hash of its inputs (the renderer's code, templates and static files; the results
+    manifest's entries of the models it shows; the docs it publishes). ``site-manifest.json``
+    records each group's key and the size and SHA-256 of each file it wrote. A group whose key
+    matches the one recorded in the published site ``previous`` (and whose files there are intact)
+    is carried into ``site_dir`` as hard links instead of being rendered again; the published
+    site is never written in place, so the staged folder is still published whole."""
     results = Results.load(results_dir)
-    env = environment()
+    assets, static_digest = static_assets()
+    env = environment(assets)
     staging = Path(site_dir)
     staging.mkdir(parents=True, exist_ok=True)
     site = Site(staging, env)
-    groups = [("static", lambda: _copy_static(staging / "static")), ("gallery", lambda: _gallery(site, results))]
+    code = _code_hash(static_digest)
+    per_model, corpus_wide = _results_inputs(results)
+    docs = [(name, _repo_text(path)) for name, path, _ in DOCS]
+    whole = _hash(code, corpus_wide) if corpus_wide else None
+    groups = [("static", _hash(static_digest), lambda: _copy_static(site, assets)),
+              ("gallery", whole, lambda: _gallery(site, results))]
     for model_id in results.models["model_id"]:
-        groups.append((model_id, lambda m=model_id: (_model(site, results, m), _deploy(site, results, m))))
-    groups += [("compare", lambda: _compare(site, results)), ("components", lambda: _components(site, results)),
-               ("methodology", lambda: _methodology(site)), ("downloads", lambda: _downloads(site, results))]
-    for done, (label, render) in enumerate(groups, 1):
-        render()
+        key = _hash(code, model_id, per_model[model_id]) if model_id in per_model else None
+        groups.append((model_id, key, lambda m=model_id: (_model(site, results, m), _deploy(site, results, m))))
+    groups += [("compare", whole, lambda: _compare(site, results)),
+               ("components", whole, lambda: _components(site, results)),
+               ("methodology", _hash(code, docs), lambda: _methodology(site, dict(docs))),
+               ("downloads", None, lambda: _downloads(site, results))]   # hard links to the results: always redone
+    before = _previous_groups(previous)
+    record: dict[str, dict] = {}
+    for done, (label, key, render) in enumerate(groups, 1):
+        site.written = []
+        old = before.get(label)
+        if key is not None and isinstance(old, dict) and old.get("key") == key and _carry(Path(previous), site, old):
+            record[label] = {"key": key, "files": old["files"]}
+        else:
+            render()
+            record[label] = {"key": key, "files": {rel: publish.file_digest(staging / rel) for rel in site.written}}
         if progress:
             progress(done, len(groups), label)
         if label == "gallery":
             publish.fault("site")
+    (staging / SITE_MANIFEST).write_text(json.dumps({"version": SITE_MANIFEST_VERSION, "groups": record},
+                                                    indent=1, sort_keys=True))
     publish.pin_site(staging, results_dir)
+
+
+def render_staged(results_dir: Path, site_dir: Path, progress=None) -> None:
+    """:func:`render_pages` into a staging folder ``OUT/.site-*`` whose published site ``OUT/site``
+    (if any) supplies the page groups whose inputs did not change: what ``archledger build`` renders
+    with (the ``site`` callable of :func:`engine.build.results.run`)."""
+    render_pages(results_dir, site_dir, progress, previous=Path(site_dir).parent / "site")
 
 
 def _stderr(line: str) -> None:
@@ -217,7 +374,7 @@ def render_site(results_root: Path, out: Path, progress=None) -> Path:
     with publish.lock(out, "archledger site", log=_stderr):
         publish.recover(out, _stderr)
         with publish.staged(out, "site") as staging:
-            render_pages(results_root, staging, progress)
+            render_pages(results_root, staging, progress, previous=out / "site")
             publish.publish(out, [("site", staging)])
     return out / "site"
 
@@ -394,7 +551,7 @@ def _short(graph: dict) -> dict:
     return {"nodes": nodes, "edges": edges}
 
 
-def _methodology(site: Site) -> None:
+def _methodology(site: Site, texts: dict[str, str]) -> None:
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     items = []
     pages = {path.name: name for name, path, _ in DOCS}
@@ -405,7 +562,7 @@ def _methodology(site: Site) -> None:
 
     for name, path, title in DOCS:
         # links between the Markdown files point at their pages here
-        body = re.sub(r'href="([^"]+\.md(?:#[^"]*)?)"', relink, md.render(_repo_text(path)))
+        body = re.sub(r'href="([^"]+\.md(?:#[^"]*)?)"', relink, md.render(texts[name]))
         site.page(f"methodology/{name}", "doc.html", title, {"page": "doc"}, body=body)
         items.append({"href": f"{name}/", "label": title, "note": ""})
     site.page("methodology", "listing.html", "Methodology", {"page": "methodology"}, items=items,
@@ -415,13 +572,15 @@ def _methodology(site: Site) -> None:
 def _downloads(site: Site, results: Results) -> None:
     target = site.folder / "downloads"
     target.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(results.root / "models.parquet", target / "models.parquet")
+    site.place(results.root / "models.parquet", "downloads/models.parquet")
     for table in ("deployments", "ops"):
-        shutil.copytree(results.root / table, target / table, dirs_exist_ok=True)
+        for path in sorted((results.root / table).rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                site.place(path, f"downloads/{path.relative_to(results.root).as_posix()}")
     items = [{"href": "models.parquet", "label": "models.parquet", "note": "one row per model"},
              {"href": "gallery.csv", "label": "gallery.csv", "note": "the gallery table"}]
     if (results.root / "contracts.json").exists():
-        shutil.copy2(results.root / "contracts.json", target / "contracts.json")
+        site.place(results.root / "contracts.json", "downloads/contracts.json")
         contracts = json.loads((results.root / "contracts.json").read_text())
         rows = [{"slot": slot, "variant": v["name"], "component": v["component"], "context": n,
                  "params": v["params"]["value"], "kv_bytes_per_token": v["kv_bytes_per_token"]["value"],

@@ -30,20 +30,21 @@ from engine.build import results as build_mod
 from engine.build import publish
 from engine.build.results import build, run, swap_into_place
 from engine.spec.corpus import load_corpus
-from site_builder.render import render_pages, render_site
+from site_builder.render import render_site, render_staged
 
 from tests.conftest import REPO
 
 MODELS = ["Qwen3-8B", "Llama-3.1-8B"]
 QWEN, LLAMA = "Qwen/Qwen3-8B", "meta-llama/Meta-Llama-3.1-8B"
 SMALL = Path(__file__).parent / "data" / "grid_small.yaml"
-#: Runs engine.build.results.run with the site renderer, as the CLI will (argv[1]: the args as JSON).
+#: Runs engine.build.results.run with the site renderer, as the CLI does (incremental against the
+#: published site; argv[1]: the args as JSON).
 SCRIPT = """
 import argparse, json, sys
 from engine.build.results import run
-from site_builder.render import render_pages
+from site_builder.render import render_staged
 args = json.loads(sys.argv[1])
-site = render_pages if args.pop("site") else None
+site = render_staged if args.pop("site") else None
 sys.exit(run(argparse.Namespace(**args), site=site))
 """
 TAG = "ARCHLEDGER_TEST_TAG"
@@ -74,7 +75,7 @@ def _args(out: Path, corpus: Path, grid: Path, models=MODELS, jobs: int = 1, **e
 
 
 def _run_in_process(out: Path, corpus: Path, grid: Path, models=MODELS, site=True) -> int:
-    return run(argparse.Namespace(**_args(out, corpus, grid, models)), site=render_pages if site else None)
+    return run(argparse.Namespace(**_args(out, corpus, grid, models)), site=render_staged if site else None)
 
 
 def _env(**extra) -> dict:
@@ -347,7 +348,7 @@ def test_damaged_previous_results_are_rebuilt_not_carried(damage, out, corpora, 
     spoil, rebuilt, said = DAMAGE[damage]
     spoil(out)
     lines = []
-    report = build(load_corpus(corpora[0]), out, MODELS, grid, jobs=1, log=lines.append, site=render_pages)
+    report = build(load_corpus(corpora[0]), out, MODELS, grid, jobs=1, log=lines.append, site=render_staged)
     assert sorted(report.recomputed) == sorted(rebuilt)
     assert sorted(report.reused) == sorted({QWEN, LLAMA} - set(rebuilt))
     assert len([line for line in lines if said in line]) == 1, lines
@@ -431,6 +432,17 @@ def test_a_real_full_then_read_only_file_system(published, corpora, grid, tmp_pa
     try:
         out = mount / "out"
         shutil.copytree(published, out)
+        # what is left is filled but for 16 KiB: a build carries unchanged files as hard links (no
+        # room needed), so the room a real build lacks is what its changed files need
+        fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+        finally:
+            os.ftruncate(fd, max(0, os.fstat(fd).st_size - 16 * 1024))
+            os.close(fd)
         before = _state(out)
         assert _run_in_process(out, corpora[1], grid) == 2
         assert "cannot write (No space left on device)" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 // Compare: two models side by side, block by block; the pair lives in the URL (?a=&b=).
 (function () {
   "use strict";
-  var root = document.querySelector("link[rel=stylesheet]").getAttribute("href").replace("static/css/site.css", "");
+  var root = document.documentElement.getAttribute("data-root") || "";
   var form = document.getElementById("pair"), out = document.getElementById("compare"), fmt = window.archFmt;
   var params = new URLSearchParams(location.search);
   if (params.get("a")) form.elements.a.value = params.get("a");

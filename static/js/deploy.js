@@ -1,7 +1,7 @@
 // Deployment explorer: the selection lives in the URL query; rows come from the build's JSON.
 (function () {
   "use strict";
-  var page = window.ARCH_PAGE, root = document.querySelector("link[rel=stylesheet]").getAttribute("href").replace("static/css/site.css", "");
+  var page = window.ARCH_PAGE, root = document.documentElement.getAttribute("data-root") || "";
   var base = root + "data/deploy/" + page.slug + "/", opsBase = root + "data/ops/" + page.slug + "/";
   var form = document.getElementById("pick"), fmt = window.archFmt, cache = {}, index = null;
   var params = new URLSearchParams(location.search);
