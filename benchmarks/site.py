@@ -12,6 +12,7 @@ asserted in tests.
 from __future__ import annotations
 
 import argparse
+import gzip
 import sys
 from pathlib import Path
 
@@ -52,22 +53,29 @@ def _size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
+def _gz(path: Path) -> int:
+    """Compressed size as a CDN serves it (gzip -6; Netlify's brotli is smaller)."""
+    return len(gzip.compress(path.read_bytes(), 6)) if path.exists() else 0
+
+
 def page_sizes(site: Path) -> list[dict]:
     """Per model: its page's HTML, its deployment page's HTML, the drawings fetched on demand, and the
-    most JSON one deployment selection fetches (index + one GPU's rows + that GPU's per-op rows)."""
+    most JSON one deployment selection fetches (index + op strings + one GPU/count/config's rows and
+    per-op rows), uncompressed and gzip-compressed."""
     rows = []
     for page in sorted((site / "models").glob("*/index.html")):
         folder = page.parent
         deploy = folder / "deploy" / "index.html"
-        data = site / "data" / "deploy" / folder.name
-        index = (data / "index.json").stat().st_size if (data / "index.json").exists() else 0
-        per_gpu = [(p.stem, p.stat().st_size + _size(site / "data" / "ops" / folder.name / p.name))
-                   for p in data.glob("*.json") if p.name != "index.json"]
-        gpu, most = max(per_gpu, key=lambda g: g[1]) if per_gpu else ("", 0)
+        data, ops = site / "data" / "deploy" / folder.name, site / "data" / "ops" / folder.name
+        shared = [data / "index.json", ops / "strings.json"]
+        per_pick = [(p.relative_to(data).with_suffix("").as_posix(), [p, ops / p.relative_to(data)])
+                    for p in data.glob("*/*.json")]
+        pick, files = max(per_pick, key=lambda g: sum(_size(f) for f in g[1])) if per_pick else ("", [])
         rows.append({"slug": folder.name, "model": page.stat().st_size,
                      "deploy": deploy.stat().st_size if deploy.exists() else 0,
                      "drawings": sum(p.stat().st_size for p in folder.rglob("*.svg")),
-                     "deploy_data": index + most, "deploy_gpu": gpu})
+                     "deploy_data": sum(_size(f) for f in shared + files),
+                     "deploy_data_gz": sum(_gz(f) for f in shared + files), "deploy_gpu": pick})
     return rows
 
 
@@ -135,11 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| gallery DOMContentLoaded / load (best of {args.runs}) | {best_dcl:.0f} ms / {best_load:.0f} ms | | |")
     print()
     print("| model | model page HTML | structure drawings (on demand) | deployment page HTML "
-          "| deployment JSON, largest GPU (uncompressed) | |")
+          "| JSON of the largest deployment selection, uncompressed / gzip | |")
     print("|---|---|---|---|---|---|")
     for row in sizes:
         print(f"| {row['slug']} | {kb(row['model'])} | {kb(row['drawings'])} | {kb(row['deploy'])} "
-              f"| {kb(row['deploy_data'])} ({row['deploy_gpu']}) | {ok(row['model'] < PAGE_TARGET)} |")
+              f"| {kb(row['deploy_data'])} / {kb(row['deploy_data_gz'])} ({row['deploy_gpu']}) "
+              f"| {ok(row['model'] < PAGE_TARGET)} |")
     return 0
 
 

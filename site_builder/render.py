@@ -438,6 +438,11 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
     name = slug(model_id)
     rows = deployment_rows(results, model_id)
     options = deployment_options(rows)
+    # a combination's weight formula is shared by every GPU, framework and KV dtype: sent once per model
+    weight_formulas = sorted({o["weight_bytes_per_gpu_formula"] for o in options})
+    weight_number = {f: i for i, f in enumerate(weight_formulas)}
+    for o in options:
+        o["weight_formula"] = weight_number[o.pop("weight_bytes_per_gpu_formula")]
     # one record per point: the decode row, with the prefill row's bound beside it
     key = ["gpu", "n_gpus", "config", "framework", "kv_dtype", "batch", "input_len", "output_len"]
     decode = rows.filter(pl.col("phase") == "decode").drop("phase")
@@ -445,9 +450,14 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
     points = decode.join(prefill, on=key, how="left").drop(["step_time_s", "compute_time_s", "memory_time_s",
                                                               "comm_time_s", "tp", "ep", "dp_attn", "pp",
                                                               "weight_bytes_per_gpu_formula"])
+    # one file per (GPU, GPU count, parallel config): what one selection fetches (its frameworks and
+    # KV dtypes together); the columns that name the file are not repeated in its rows
+    where = ["gpu", "n_gpus", "config"]
+    for (gpu, n_gpus, config), part in points.partition_by(where, as_dict=True).items():
+        site.file(f"data/deploy/{name}/{gpu}/{n_gpus}-{config}.json",
+                  json.dumps(_table(part.drop(where)), separators=(",", ":")))
     for gpu, part in points.partition_by("gpu", as_dict=True).items():
         gpu = gpu[0] if isinstance(gpu, tuple) else gpu
-        site.file(f"data/deploy/{name}/{gpu}.json", json.dumps(_table(part), separators=(",", ":")))
         site.file(f"downloads/deployments/{name}/{gpu}.csv", part.write_csv())
     # the GPU comparison: each evaluated combination's best decode throughput among points that fit
     best = (decode.filter(pl.col("fits") & (pl.col("input_len") == COMPARE_INPUT))
@@ -458,24 +468,28 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
     # ... and each GPU type's best combination (one bar per GPU in the comparison chart)
     per_gpu = (best.sort("best_tokens_per_s_per_gpu", descending=True)
                .group_by(["gpu", "framework", "kv_dtype"], maintain_order=True).first())
-    site.file(f"data/deploy/{name}/index.json", json.dumps({"options": options, "best": best.to_dicts(),
-                                                             "best_per_gpu": per_gpu.to_dicts()}))
-    ops = ops_rows(results, model_id)
+    # the page's per-op table shows decode steps (the Parquet download has both phases)
+    ops = ops_rows(results, model_id).filter(pl.col("phase") == "decode")
+    with_ops = set(ops.select(where).unique().iter_rows())
+    for o in options:          # the page fetches a per-op file only where one was written
+        o["ops"] = (o["gpu"], o["n_gpus"], o["config"]) in with_ops
     # strings that repeat across GPUs, configs and points (formulas, op uids) are sent once per model
     formulas = sorted(set(ops["flops_formula"]) | set(ops["bytes_formula"]) | set(ops["comm_bytes_formula"]))
     uids = sorted(set(ops["op_uid"]))
     number, uid_number = {f: i for i, f in enumerate(formulas)}, {u: i for i, u in enumerate(uids)}
-    site.file(f"data/ops/{name}/strings.json", json.dumps({"formulas": formulas, "uids": uids}))
-    keep = ["n_gpus", "config", "framework", "kv_dtype", "phase", "batch", "input_len", "output_len",
+    site.file(f"data/ops/{name}/strings.json", json.dumps({"formulas": formulas, "uids": uids}, separators=(",", ":")))
+    keep = ["framework", "kv_dtype", "batch", "input_len", "output_len",
             "kind", "flops", "bytes", "comm_bytes", "t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s", "bound"]
-    for gpu, part in ops.partition_by("gpu", as_dict=True).items():
-        gpu = gpu[0] if isinstance(gpu, tuple) else gpu
+    for (gpu, n_gpus, config), part in ops.partition_by(where, as_dict=True).items():
         table = _table(part.select(keep))
         table["columns"] += ["uid", "f_flops", "f_bytes", "f_comm"]
         for row, u, f, b, c in zip(table["rows"], part["op_uid"], part["flops_formula"], part["bytes_formula"],
                                    part["comm_bytes_formula"]):
             row += [uid_number[u], number[f], number[b], number[c]]
-        site.file(f"data/ops/{name}/{gpu}.json", json.dumps(table, separators=(",", ":")))
+        site.file(f"data/ops/{name}/{gpu}/{n_gpus}-{config}.json", json.dumps(table, separators=(",", ":")))
+    site.file(f"data/deploy/{name}/index.json",
+              json.dumps({"options": options, "weight_formulas": weight_formulas, "best": best.to_dicts(),
+                          "best_per_gpu": per_gpu.to_dicts()}, separators=(",", ":")))
     specs = charts.deployment_specs()
     data = {"page": "deploy", "slug": name, "max_context": doc["max_context"], "specs": specs,
             "kv_curve": doc["kv_curve"], "compare_input": COMPARE_INPUT,

@@ -31,7 +31,7 @@
       ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s], ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s],
       ["Decode tokens/s per GPU", dec.tokens_per_s_per_gpu, dec.tokens_per_s_per_gpu.toPrecision(4), docs.tokens_per_s_per_gpu],
       ["Max concurrent requests", dec.max_concurrent_requests, String(dec.max_concurrent_requests), docs.max_concurrent_requests],
-      ["Weights per GPU", dec.weight_bytes_per_gpu, fmt.bytes(dec.weight_bytes_per_gpu), docs.weight_bytes_per_gpu, combo.weight_bytes_per_gpu_formula],
+      ["Weights per GPU", dec.weight_bytes_per_gpu, fmt.bytes(dec.weight_bytes_per_gpu), docs.weight_bytes_per_gpu, index.weight_formulas[combo.weight_formula]],
       ["KV per request", dec.kv_bytes_per_request, fmt.bytes(dec.kv_bytes_per_request), docs.kv_bytes_per_request],
       ["Decode bound", 0, dec.bound, docs.bound], ["Prefill bound", 0, dec.prefill_bound || "—", docs.bound]];
     items.forEach(function (it) { var d = document.createElement("div"); row(it[0], it[1], it[2], it[3], it[4]).forEach(function (e) { d.appendChild(e); }); dl.appendChild(d); });
@@ -47,7 +47,7 @@
   var strings = null;
   function renderOps(ops, s, combo) {
     var tbody = document.querySelector("#ops tbody"); tbody.textContent = "";
-    var mine = ops.filter(function (r) { return r.n_gpus === combo.n_gpus && r.config === combo.config && r.framework === s.fw && r.kv_dtype === s.kv && r.phase === "decode"; });
+    var mine = ops.filter(function (r) { return r.framework === s.fw && r.kv_dtype === s.kv; });  // the file is this GPU, count and config's decode rows
     var F = (strings && strings.formulas) || [], U = (strings && strings.uids) || [];
     mine.forEach(function (r) { r.op_uid = U[r.uid]; });
     var points = uniq(mine.map(function (r) { return r.batch + "/" + r.input_len; }));
@@ -81,12 +81,14 @@
   function update() {
     var s = sync(), combo = index.options.filter(function (o) { return o.gpu === s.gpu && cfgLabel(o) === s.cfg && o.framework === s.fw && o.kv_dtype === s.kv; })[0];
     if (!combo) return;
-    Promise.all([get(base + s.gpu + ".json"), get(opsBase + s.gpu + ".json").catch(function () { return { columns: [], rows: [] }; }),
+    // one file per GPU, GPU count and parallel config (its frameworks and KV dtypes together)
+    var file = s.gpu + "/" + combo.n_gpus + "-" + combo.config + ".json";
+    Promise.all([get(base + file), combo.ops ? get(opsBase + file) : { columns: [], rows: [] },
                  get(opsBase + "strings.json").catch(function () { return {}; })]).then(function (res) {
       strings = res[2];
       document.getElementById("dl-csv").href = root + "downloads/deployments/" + page.slug + "/" + s.gpu + ".csv";
-      document.getElementById("dl-json").href = base + s.gpu + ".json";
-      var rows = records(res[0]).filter(function (r) { return r.n_gpus === combo.n_gpus && r.config === combo.config && r.framework === s.fw && r.kv_dtype === s.kv; });
+      document.getElementById("dl-json").href = base + file;
+      var rows = records(res[0]).filter(function (r) { return r.framework === s.fw && r.kv_dtype === s.kv; });
       var inputs = uniq(rows.map(function (r) { return r.input_len; })).sort(function (a, b) { return a - b; });
       fill(form.elements.input, inputs, s.input || params.get("input") || "4096");
       if (!form.elements.input.value) form.elements.input.value = String(inputs[0]);
