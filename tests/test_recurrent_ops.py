@@ -365,3 +365,25 @@ def test_parameter_op_counts_and_leaf():
         engine_call("parameter", [t(("batch", b), ("seq", s), ("hv", h))], {"dim": h}, {}, b, s)
     with pytest.raises(SpecError, match="does not match dim"):
         engine_call("parameter", [t(("batch", b), ("seq", s), ("hv", h))], {"dim": h + 1}, {"name": "x"}, b, s)
+
+
+# -- cache entries of recurrent ops: one-line errors naming file, line and field -------------------
+
+@pytest.mark.parametrize("old, new, message", [
+    ("kind: delta_state, growth: state, dtype: f32", "kind: delta_state, growth: state, dtype: f64",
+     "cache[1].dtype: unknown cache dtype 'f64'"),
+    ("kind: delta_state, growth: state, dtype: f32", "kind: delta_state, growth: every_token, dtype: f32",
+     "cache[1].growth: a recurrent op's state has growth: state, not 'every_token'"),
+    ("{name: conv_state, node: conv1d,", "{name: conv_state, node: conv_act,",
+     "cache[0].node: cache entry names 'conv_act', not a kv_cache node or a recurrent op"),
+])
+def test_bad_state_cache_entries_are_one_line_errors(tmp_path, old, new, message):
+    from engine.spec.api import evaluate_spec
+    from engine.spec.corpus import load_corpus
+    from tests.test_guards import mutate
+    root = mutate(tmp_path, [("components/library/gated_deltanet.yaml", old, new)])
+    with pytest.raises(SpecError) as err:
+        corpus = load_corpus(root)
+        evaluate_spec(corpus, corpus.find_model("Qwen3.5-27B"))
+    text = str(err.value)
+    assert "\n" not in text and "gated_deltanet.yaml:" in text and message in text, text

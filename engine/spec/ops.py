@@ -23,7 +23,8 @@ from engine.spec import symbols
 ZERO = sympy.Integer(0)
 
 #: FLOPs per element of elementwise functions.
-ACTIVATION_FLOPS = {"silu": 4, "gelu": 8, "gelu_tanh": 8, "relu": 1, "sigmoid": 3, "swiglu_oai": 8}
+ACTIVATION_FLOPS = {"silu": 4, "gelu": 8, "gelu_tanh": 8, "relu": 1, "sigmoid": 3, "swiglu_oai": 8,
+                    "softplus": 3}
 MASKS = ("causal", "sliding", "chunked", "bidirectional", "topk")
 GROWTHS = ("every_token", "window", "compressed", "state")
 
