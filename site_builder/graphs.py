@@ -40,7 +40,11 @@ def level_graph(doc: dict[str, Any], parent: str, phase: str = "prefill") -> dic
             badge = ""
             if child in caches:   # what the cache writes per token (and every later step reads back)
                 c = caches[child]
-                badge = f"writes {c['layer_bytes_per_token']['value']} B/token ({c['growth']}), read back each step"
+                if c["growth"] == "state":   # a recurrent state: fixed per request, rewritten each step
+                    badge = (f"keeps {c['layer_bytes_per_token']['value']} B per request ({c['dtype']} state), "
+                             "read and written each step")
+                else:
+                    badge = f"writes {c['layer_bytes_per_token']['value']} B/token ({c['growth']}), read back each step"
             nodes[child] = {"id": child, "label": op["name"], "kind": kind,
                             "detail": f"{op['op']}  [{', '.join(op['out_shape'])}]", "badge": badge,
                             "data": {"uid": child}}

@@ -214,3 +214,45 @@ def test_build_skips_an_unverified_spec_and_marks_the_rest_verified(tmp_path, ca
     document = json.loads((out / "results" / "models" / "Qwen--Qwen3-8B.json").read_text())
     assert [g["guard"] for g in document["verification"]["guards"]][0] == "weight"
     assert document["verification"]["verified"] is True
+
+
+# -- hybrid stacks: linear-attention layers and their recurrent states ---------------------------
+
+Q35 = "models/Qwen--Qwen3.5-27B.yaml"
+GDN = "components/library/gated_deltanet.yaml"
+
+
+def test_schedule_guard_catches_a_wrong_linear_attention_pattern(tmp_path):
+    # every layer is scheduled as the template the config says, but the map is swapped: 48 full
+    # attention layers and 16 linear ones (the tensors differ too; the schedule guard names the layers)
+    root = mutate(tmp_path, [(Q35, "map: {linear_attention: linear, full_attention: full}",
+                              "map: {linear_attention: full, full_attention: linear}")])
+    found, _ = findings(root, "Qwen3.5-27B", "schedule")
+    assert len(found) == 1 and found[0].node == "main/layers"
+    assert ("makes 48 of 64 layers linear-attention (recurrent-state); the spec's schedule makes 16"
+            in found[0].message)
+
+
+def test_schedule_guard_knows_linear_attention_layer_by_layer(tmp_path):
+    # the same counts (48 linear, 16 full) but the full layers first: only the order is wrong
+    root = mutate(tmp_path, [(Q35, "schedule: {by: config.layer_types, map: {linear_attention: linear, full_attention: full}}",
+                              'schedule: [{template: full, when: "layer < 16"}, {template: linear}]')])
+    found, _ = findings(root, "Qwen3.5-27B", "schedule")
+    assert len(found) == 1 and "the spec's schedule makes 48 (layers 0, 1, 2, 4, 5, 6, 8, 9 and" in found[0].message
+
+
+def test_axiom_guard_catches_a_recurrent_state_left_out(tmp_path):
+    root = mutate(tmp_path, [(GDN, "  - {name: recurrent_state, node: core, kind: delta_state, growth: state, dtype: f32}\n", "")])
+    found, _ = findings(root, "Qwen3.5-27B", "axiom")
+    assert [f.node for f in found] == ["main/layers[linear]/self_attn/core", "main/layers[linear]/self_attn/core@decode"]
+    assert all("keeps a state between decode steps but no cache entry declares it" in f.message for f in found)
+
+
+def test_axiom_guard_catches_a_history_declared_as_a_state(tmp_path):
+    # the full-attention layers' keys declared a fixed state: their history would stop growing
+    root = mutate(tmp_path, [("components/library/gated_attention.yaml",
+                              "{name: key, node: k_cache, kind: kv, growth: every_token}",
+                              "{name: key, node: k_cache, kind: kv, growth: state}")])
+    found, _ = findings(root, "Qwen3.5-27B", "axiom")
+    assert [f.node for f in found] == ["main/layers[full]/self_attn/k_cache"]
+    assert "keeps a history that grows with the context" in found[0].message

@@ -158,7 +158,8 @@ def test_deepseek_v3_fp8_checkpoint(evaluation):
 
 # -- KV cache ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("model_id", [m for m in MODEL_IDS if "Llama" in m or "Qwen" in m or "Mixtral" in m])
+@pytest.mark.parametrize("model_id", [m for m in MODEL_IDS if ("Llama" in m or "Qwen" in m or "Mixtral" in m)
+                                      and "Qwen3.5" not in m])   # hybrid: test_qwen35_state_and_kv
 def test_gqa_kv_bytes_per_token(model_id, evaluation):
     """GQA: keys and values, n_kv_heads x head_dim each, every layer, 2 bytes in BF16."""
     c = config(model_id)
@@ -317,3 +318,47 @@ def test_kimi_k2_fp8_checkpoint_layout(evaluation):
     moe_layer = 12 + 2 + 2 + 6 + 6 * e
     assert storage.tensor_count(tensors) == dense * 20 + (c["num_hidden_layers"] - dense) * moe_layer + 3
     assert not [t for t in tensors if "eh_proj" in t.key]
+
+
+# -- hybrid stacks: Gated DeltaNet + gated full attention (Qwen3.5) ---------------------------------
+
+@pytest.mark.parametrize("length", [1024, 32 * 1024, 128 * 1024, 1024 * 1024])
+@pytest.mark.parametrize("kv_dtype, kv_bytes", [("bf16", 2), ("fp8", 1)])
+def test_qwen35_27b_state_and_kv_per_request(length, kv_dtype, kv_bytes, evaluation):
+    """Qwen3.5-27B from its config (text_config): the full-attention layers cache K and V
+    (num_key_value_heads x head_dim each) per token at the KV dtype; each linear-attention layer
+    keeps, whatever the context, one [linear_key_head_dim, linear_value_head_dim] delta-rule state
+    per value head in float32 (mamba_ssm_dtype) and the convolution's last kernel - 1 inputs over
+    its q/k/v channels in BF16 (the activations' dtype, as transformers' cache keeps it)."""
+    c = config("Qwen/Qwen3.5-27B")["text_config"]
+    assert c["mamba_ssm_dtype"] == "float32"
+    full = c["layer_types"].count("full_attention")
+    linear = c["layer_types"].count("linear_attention")
+    assert (full, linear) == (16, 48) and full + linear == c["num_hidden_layers"]
+    per_token = full * 2 * c["num_key_value_heads"] * c["head_dim"] * kv_bytes
+    delta = linear * c["linear_num_value_heads"] * c["linear_key_head_dim"] * c["linear_value_head_dim"] * 4
+    channels = 2 * c["linear_num_key_heads"] * c["linear_key_head_dim"] + c["linear_num_value_heads"] * c["linear_value_head_dim"]
+    conv = linear * channels * (c["linear_conv_kernel_dim"] - 1) * 2
+    assert (delta, conv) == (150_994_944, 2_949_120)
+    a = evaluation("Qwen/Qwen3.5-27B").numeric
+    assert kv.bytes_per_request(a, length, kv_dtype) == length * per_token + delta + conv
+    assert kv.fixed_bytes_per_request(a, kv_dtype) == delta + conv          # flat: no context term
+    assert kv.growing_bytes_per_token(a, kv_dtype) == per_token
+    assert kv.bytes_per_token(a, kv_dtype) == {"kv": per_token}
+    kinds = {(x.kind, x.growth, x.dtype, int(x.repeat)) for x in kv.caches(a)}
+    assert kinds == {("kv", "every_token", None, full), ("conv_state", "state", "bf16", linear),
+                     ("delta_state", "state", "f32", linear)}
+
+
+def test_qwen35_27b_reads_the_text_config_and_its_layer_plan(evaluation):
+    """The text stack of a multimodal checkpoint: every dim from text_config; layer i is a
+    Gated DeltaNet layer exactly when layer_types[i] == linear_attention."""
+    c = config("Qwen/Qwen3.5-27B")["text_config"]
+    ev = evaluation("Qwen/Qwen3.5-27B")
+    values = ev.numeric.values
+    assert (values["hidden"], values["n_layers"], values["lin_v_heads"], values["rotary"]) == \
+        (c["hidden_size"], c["num_hidden_layers"], c["linear_num_value_heads"],
+         int(c["head_dim"] * c["rope_parameters"]["partial_rotary_factor"]))
+    layers = {comp.template: set(comp.layers) for comp in ev.numeric.components.values() if comp.template}
+    assert layers["linear"] == {i for i, t in enumerate(c["layer_types"]) if t == "linear_attention"}
+    assert layers["full"] == {i for i, t in enumerate(c["layer_types"]) if t == "full_attention"}

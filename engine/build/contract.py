@@ -51,7 +51,7 @@ def evaluate_contracts(corpus: Corpus, gpu_root=None) -> dict[str, Any]:
             ev = evaluate_spec(corpus, model)
             built = plan(ev, gpu, ParallelConfig(), Options(framework="vllm"), tables["vllm"])
             s = summarize(built.structure, [gpu], 0, 2, contract["batch"], lengths, 1)
-            elements = kv.elements_per_request_fn(ev.numeric)(lengths)
+            request_bytes = kv.request_bytes_fn(ev.numeric)(lengths, 2)
             component = next(c.component for c in ev.numeric.components.values() if c.role == contract["slot"])
             rows.append({
                 "id": model.model_id.split("/")[-1], "name": model.display_name, "notes": model.notes,
@@ -59,7 +59,7 @@ def evaluate_contracts(corpus: Corpus, gpu_root=None) -> dict[str, Any]:
                 "params": _q(quantities.params_total(ev.numeric), quantities.params_total(ev.symbolic)),
                 "kv_bytes_per_token": _q(kv.growing_bytes_per_token(ev.numeric), kv.growing_bytes_per_token(ev.symbolic)),
                 "kv_fixed_bytes": _q(kv.fixed_bytes_per_request(ev.numeric), kv.fixed_bytes_per_request(ev.symbolic)),
-                "kv_bytes_per_request": (np.broadcast_to(elements, lengths.shape) * 2).astype(float).tolist(),
+                "kv_bytes_per_request": np.broadcast_to(request_bytes, lengths.shape).astype(float).tolist(),
                 "prefill_s": np.asarray(s["phases"]["prefill"]["step_time_s"], dtype=float).tolist(),
                 "decode_s": np.asarray(s["phases"]["decode"]["step_time_s"], dtype=float).tolist(),
                 "prefill_flops": np.asarray(s["phases"]["prefill"]["flops"], dtype=float).tolist(),

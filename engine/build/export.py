@@ -127,8 +127,8 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
         per_layer = sum((num.rows[u].params * num.rows[u].instances for u in owned), sympy.Integer(0))
         sper_layer = sum((sym.rows[u].params * sym.rows[u].instances for u in owned), sympy.Integer(0))
         mine = [(c, sc) for c, sc in zip(num.caches, sym.caches) if c.node_uid.startswith(uid + "/")]
-        kv_layer = sum((c.per_token * 2 for c, _ in mine), sympy.Integer(0))
-        skv_layer = sum((sc.per_token * 2 for _, sc in mine), sympy.Integer(0))
+        kv_layer = sum((c.per_token * 2 for c, _ in mine if c.growth != "state"), sympy.Integer(0))
+        skv_layer = sum((sc.per_token * 2 for _, sc in mine if sc.growth != "state"), sympy.Integer(0))
         components.append({"uid": uid, "component": comp.component, "role": comp.role, "stack": comp.stack,
                            "parent": parent, "template": comp.template or "", "layers": list(comp.layers),
                            "repeat": quantity(comp.repeat, scomp.repeat), "instances": quantity(comp.instances, scomp.instances),
@@ -142,11 +142,18 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                        "window": quantity(c.window, s.window) if c.window is not None else None,
                        "every": quantity(c.every, s.every) if c.every is not None else None,
                        # per token of context: a compressed cache adds one entry every `every` tokens
-                       "bytes_per_token": quantity(kv.per_context_token(c) * 2, kv.per_context_token(s) * 2),
-                       "layer_bytes_per_token": quantity(c.per_token * 2, s.per_token * 2)})
+                       # a state adds nothing per context token: its fixed bytes per request instead
+                       "bytes_per_token": quantity(0 if c.growth == "state" else kv.per_context_token(c) * kv.cache_element_bytes(c),
+                                                   0 if c.growth == "state" else kv.per_context_token(s) * kv.cache_element_bytes(s)),
+                       "bytes_per_request": (quantity(c.per_token * c.repeat * kv.cache_element_bytes(c),
+                                                      s.per_token * s.repeat * kv.cache_element_bytes(s))
+                                             if c.growth == "state" else None),
+                       "layer_bytes_per_token": quantity(c.per_token * kv.cache_element_bytes(c),
+                                                         s.per_token * kv.cache_element_bytes(s)),
+                       "dtype": c.dtype or "kv"})
     streams = [_stream_entry(stream, num) for stream in num.streams]
     length = np.array([1024, 4096, 16384, 65536, 131072, 262144, 524288, 1048576], dtype=float)
-    per_request = kv.elements_per_request_fn(num)(length) * 2
+    per_request = kv.request_bytes_fn(num)(length, 2)
     document = {
         "model_id": model.model_id, "name": model.display_name, "family": model.family,
         "model_type": model.model_type, "notes": model.notes or "", "spec_file": model.where.file,

@@ -26,6 +26,7 @@ import operator
 import sympy
 
 from engine.spec import expr as exprs
+from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.evaluate import Analysis, NodeRow
 from engine.spec.ops import OPS
 from engine.deploy.parallel import EXPERT_ROLES, Group, Mesh
@@ -371,6 +372,8 @@ class Placer(_LayoutRules, _ParallelRules):
         self.routing_tokens: dict[str, sympy.Expr] = {}
         self.stored: dict[str, sympy.Expr] = {}   # row uid -> weight bytes this device stores per layer
         self._units: dict[str, tuple] = {}
+        self._state_caches = {c.node_uid.removesuffix("@decode"): c for c in analysis.caches
+                              if c.growth == "state" and OPS[analysis.rows[c.node_uid].op].state is not None}
 
     # -- sizes through a layout --------------------------------------------------------------------
     def unit(self, name: str) -> tuple[str, sympy.Expr] | None:
@@ -458,7 +461,7 @@ class Placer(_LayoutRules, _ParallelRules):
             flops = row.flops / self.split(row.out, layout) if row.flops != 0 else ZERO
             written = (self.local(row.in_shapes[0], layout_of(inputs[0])) * self.types.kv_bytes
                        if op.cache_output else out_bytes)
-            traffic = sum((s.out_read for s in inputs), ZERO) + written
+            traffic = sum((s.out_read for s in inputs), ZERO) + written + self.state_traffic(row, layout)
             weight_bytes, dtype = kw.pop("weights", (ZERO, "bf16"))
             step = self._step(row, inputs, layout, flops, traffic, weight_bytes, dtype, out_bytes,
                               written=written, **kw)
@@ -466,6 +469,26 @@ class Placer(_LayoutRules, _ParallelRules):
         self.out[row.uid] = step
         self.layouts[row.uid] = layout
         return step
+
+    def state_bytes(self, row: NodeRow, layout: Layout) -> sympy.Expr:
+        """Bytes of the recurrent state this device keeps for its requests at ``row`` (a ``growth:
+        state`` cache entry naming the node): the state shards with the output's non-token axes
+        (heads, channels), the requests with the batch axis."""
+        cache = self.state_caches().get(row.uid.removesuffix("@decode"))
+        if cache is None:
+            return ZERO
+        element = CACHE_DTYPE_BYTES[cache.dtype] if cache.dtype else self.types.kv_bytes
+        shards = self.split(Tensor(row.out.axes[2:]), Layout(layout.shards[2:]))
+        batch = self.local(Tensor(row.out.axes[:1]), Layout(layout.shards[:1]))
+        return batch * cache.per_token / shards * element
+
+    def state_traffic(self, row: NodeRow, layout: Layout) -> sympy.Expr:
+        """A recurrent state is read and written once per decode step; a prompt writes it once."""
+        return self.state_bytes(row, layout) * (2 if self.phase == "decode" else 1)
+
+    def state_caches(self) -> dict:
+        """Node uid (decode suffix dropped) -> the state cache entry a recurrent op keeps."""
+        return self._state_caches
 
     def _step(self, row, inputs, layout, flops, traffic, weight_bytes, dtype, read, **kw) -> Step:
         return Step(row.uid, row.name, row.op, "compute", row.role, row.component, row.component_uid,

@@ -31,7 +31,9 @@ import sympy
 from engine.spec import kv, quantities, storage, streams as stream_rules, symbols
 from engine.spec.api import Evaluation
 from engine.deploy.cost import KV_BYTES, compile_program
+from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError
+from engine.spec.ops import OPS
 from engine.deploy.fusion import FusionTable, fuse, match
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs
@@ -249,12 +251,16 @@ def _kv_per_device(ev: Evaluation, program: Program, placer: Placer,
     total = ZERO
     for cache in kv.caches(ev.numeric):
         row = ev.numeric.rows[cache.node_uid]
-        layout = program.layouts.get(cache.node_uid)
+        layout = program.layouts.get(cache.node_uid, program.layouts.get(cache.node_uid + "@decode"))
         if layout is None:
             continue
-        split = placer.split(Tensor(row.out.axes[1:]), Layout(layout.shards[1:]))
         count = _layers_on_stage(ev, cache.node_uid, stage)
-        total += kv.tokens_kept(cache, LENGTH) * cache.per_token * KV_BYTES / split * count
+        if OPS[row.op].state is not None:   # a recurrent state: shards with heads / channels
+            split = placer.split(Tensor(row.out.axes[2:]), Layout(layout.shards[2:]))
+        else:
+            split = placer.split(Tensor(row.out.axes[1:]), Layout(layout.shards[1:]))
+        element = CACHE_DTYPE_BYTES[cache.dtype] if cache.dtype else KV_BYTES
+        total += kv.tokens_kept(cache, LENGTH) * cache.per_token * element / split * count
     return total
 
 

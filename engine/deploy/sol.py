@@ -98,7 +98,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     tpot = decode["step_time_s"]
     max_ctx = int(ev.numeric.max_context)
     shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)
-    elements = kv.elements_per_request_fn(ev.numeric)
+    request_bytes = kv.request_bytes_fn(ev.numeric)
 
     def full(x):
         return np.broadcast_to(np.asarray(x), shape)
@@ -111,7 +111,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         "output_len": full(output_len),
         "hbm_bytes_per_gpu": full(hbm), "usable_bytes_per_gpu": full(usable),
         "weight_bytes_per_gpu": full(float(weights)),
-        "kv_bytes_per_request": full(np.asarray(elements(length), dtype=float) * kv_bytes),
+        "kv_bytes_per_request": full(np.asarray(request_bytes(length, kv_bytes), dtype=float)),
         "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(np.maximum(budget, 0.0)),
         "kv_bytes_per_gpu": full(per_rank * kv_dev), "activation_bytes_per_gpu": full(in_flight * act),
         "free_bytes_per_gpu": full(np.maximum(usable - weights - per_rank * kv_dev, 0.0)),

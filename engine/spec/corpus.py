@@ -13,16 +13,16 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from engine.project import PACKAGE_ROOT
 from engine.spec import expr, symbols
-from engine.spec.dtypes import DTYPE_BYTES
+from engine.spec.dtypes import CACHE_DTYPE_BYTES, DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import (CacheSpec, ComponentSpec, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
                        RoleInfo, Schedule, ScheduleRule, Snapshot, StackSpec, StoredTensor,
                        StreamSpec, VariantSpec)
-from engine.spec.ops import GROWTHS
+from engine.spec.ops import GROWTHS, OPS
 from engine.spec.yamlio import LineDict, LineList, load_yaml
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus"
@@ -506,21 +506,31 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
     for i, entry in enumerate(data.get("cache") or []):
         field = f"cache[{i}]"
         entry = reader.mapping(entry, field, data, "cache")
-        reader.keys(entry, field, ("name", "node", "kind", "growth", "window", "every"),
+        reader.keys(entry, field, ("name", "node", "kind", "growth", "window", "every", "dtype"),
                     ("name", "node", "kind", "growth"))
         where = reader.where(entry, field)
-        if entry["node"] not in graph or graph[entry["node"]].target != "kv_cache":
-            raise SpecError(where.at("node"), f"cache entry names {entry['node']!r}, not a kv_cache node",
-                            "point it at a node with `op: kv_cache`")
+        target = graph[entry["node"]] if entry["node"] in graph else None
+        stateful = target is not None and target.kind == "op" and target.target in OPS \
+            and OPS[target.target].state is not None
+        if target is None or (target.target != "kv_cache" and not stateful):
+            raise SpecError(where.at("node"), f"cache entry names {entry['node']!r}, not a kv_cache node "
+                            "or a recurrent op", "point it at a node with `op: kv_cache`, or at a "
+                            "recurrent op (" + ", ".join(n for n, o in OPS.items() if o.state) + ") with growth: state")
         if entry["growth"] not in GROWTHS:
             raise SpecError(where.at("growth"), f"unknown growth {entry['growth']!r}",
                             "use one of: " + ", ".join(GROWTHS))
+        if stateful and entry["growth"] != "state":
+            raise SpecError(where.at("growth"), f"a recurrent op's state has growth: state, not {entry['growth']!r}",
+                            "its size is fixed per request")
+        if "dtype" in entry and entry["dtype"] not in CACHE_DTYPE_BYTES:
+            raise SpecError(where.at("dtype"), f"unknown cache dtype {entry['dtype']!r}",
+                            "use one of: " + ", ".join(CACHE_DTYPE_BYTES))
         if entry["growth"] == "window" and "window" not in entry:
             raise SpecError(where, "a window-capped cache needs `window:`")
         if entry["growth"] == "compressed" and "every" not in entry:
             raise SpecError(where, "a compressed cache needs `every:` (tokens per entry)")
         caches.append(CacheSpec(entry["name"], entry["node"], entry["kind"], entry["growth"], where,
-                                entry.get("window"), entry.get("every")))
+                                entry.get("window"), entry.get("every"), entry.get("dtype")))
     for node in graph.values():
         if node.target == "kv_cache" and node.kind == "op" and not any(c.node == node.name for c in caches):
             raise SpecError(node.where, f"kv_cache node {node.name!r} has no `cache:` entry",
@@ -555,6 +565,23 @@ def _fill(reader: Reader, raw: Any, field: str, parent: LineDict) -> Fill:
                 dict(raw.get("dims") or {}), dict(raw.get("modules") or {}), slots, raw.get("module"))
 
 
+#: The nested config a multimodal checkpoint keeps its language model's settings in.
+TEXT_CONFIG = "text_config"
+
+
+def config_view(fields: Mapping[str, Any]) -> dict:
+    """Config fields as a text spec reads them: a multimodal checkpoint's ``text_config`` settings
+    are visible at the top level (Qwen3.5, Gemma 4, Llama 4); a top-level field of the same name
+    wins (``model_type`` stays the checkpoint's)."""
+    nested = fields.get(TEXT_CONFIG)
+    if not isinstance(nested, dict):
+        return fields
+    view = LineDict({**nested, **fields})
+    view.line = getattr(fields, "line", 0)
+    view.key_lines = {**getattr(nested, "key_lines", {}), **getattr(fields, "key_lines", {})}
+    return view
+
+
 def _load_snapshot(root: Path, name: str, where: Where, missing_ok: bool = False) -> Snapshot:
     path = snapshot_path(root, name, where)
     if not path.exists() and missing_ok:   # `archledger snapshot` is about to record it
@@ -565,7 +592,7 @@ def _load_snapshot(root: Path, name: str, where: Where, missing_ok: bool = False
     reader = Reader(path, root)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("source", "retrieved", "fields"), ("source", "fields"))
-    return Snapshot(str(data["source"]), reader.mapping(data["fields"], "fields", data, "fields"),
+    return Snapshot(str(data["source"]), config_view(reader.mapping(data["fields"], "fields", data, "fields")),
                     reader.where(data))
 
 

@@ -16,6 +16,11 @@ DTYPE_BITS = {**{dtype: 8 * width for dtype, width in DTYPE_BYTES.items()},
               "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
 
 
+#: Bytes per element of a cache entry that declares its own `dtype:` (a recurrent state kept in
+#: float32 whatever the deployment's KV dtype); entries without one take the KV dtype.
+CACHE_DTYPE_BYTES = {"f32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
 def stored_bytes(dtype: str, numel: int) -> int:
     """Bytes of ``numel`` elements as safetensors stores them (packed formats round up)."""
     return -(-numel * DTYPE_BITS[dtype] // 8)

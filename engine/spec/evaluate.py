@@ -114,6 +114,8 @@ class CacheRow:
     every: sympy.Expr | None
     repeat: sympy.Expr
     stack: str
+    #: The entry's own element type (a recurrent state in f32); None: the deployment's KV dtype.
+    dtype: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +185,7 @@ class _OpRows:
         cache = None
         if node.target == "kv_cache":
             cache = self._cache_decl(node, scope)
+        state_cache = self._cache_decl(node, scope, required=False) if op.state is not None else None
         raw_dims = dict(node.dims)
         growth = None
         if cache is not None:
@@ -241,14 +244,24 @@ class _OpRows:
             per_token = tensors[0].numel / (self.scenario[symbols.BATCH] * self.scenario[symbols.SEQ])
             self.caches.append(CacheRow(f"{scope.uid}#{cache.name}", uid, cache.name, cache.kind, growth,
                                         sympy.simplify(per_token), dims.get("window"), dims.get("every"),
-                                        scope.repeat, scope.stack))
+                                        scope.repeat, scope.stack, cache.dtype))
+        if state_cache is not None:
+            # a recurrent op's state: fixed per request, kept once whether the prefill (chunked)
+            # or the decode (recurrent) form of the node is walked
+            cache_uid = f"{scope.uid}#{state_cache.name}"
+            if not any(c.uid == cache_uid for c in self.caches):
+                self.caches.append(CacheRow(cache_uid, uid, state_cache.name, state_cache.kind, "state",
+                                            sympy.simplify(op.state(call).numel), None, None,
+                                            scope.repeat, scope.stack, state_cache.dtype))
         return out
 
-    def _cache_decl(self, node: NodeSpec, scope: _Scope) -> CacheSpec:
+    def _cache_decl(self, node: NodeSpec, scope: _Scope, required: bool = True) -> CacheSpec | None:
         component = self._component_spec(scope)
         for entry in component.cache if component else ():
             if entry.node == node.name:
                 return entry
+        if not required:
+            return None
         raise SpecError(node.where, f"kv_cache node {node.name!r} has no `cache:` entry")
 
     def _component_spec(self, scope: _Scope) -> ComponentSpec | None:

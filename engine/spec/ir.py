@@ -142,6 +142,8 @@ class CacheSpec:
     where: Where
     window: Any = None
     every: Any = None
+    #: Element type of this entry (engine.spec.dtypes.CACHE_DTYPE_BYTES); None: the KV dtype.
+    dtype: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

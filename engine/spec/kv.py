@@ -4,7 +4,10 @@ Layer: engine.spec. A cache entry stores ``per_token`` elements per layer instan
 keeps; how many tokens it keeps at context length L is its growth law:
 
 * ``every_token``: L;   * ``window``: min(L, window);   * ``compressed``: floor(L / every);
-* ``state``: 1 (a fixed recurrent state per request).
+* ``state``: 1 (a fixed recurrent state per request: ``per_token`` is then the state's elements).
+
+An entry with its own ``dtype`` (a recurrent state kept in float32) is stored in that dtype
+whatever the deployment's KV dtype; the others take the KV dtype.
 
 Nothing here is stored: every number is derived from the Analysis when asked.
 """
@@ -15,6 +18,7 @@ from collections import defaultdict
 import numpy as np
 import sympy
 
+from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.evaluate import Analysis, CacheRow
 from engine.spec import symbols
 
@@ -26,6 +30,11 @@ def element_bytes(kv_dtype: str) -> int:
     if kv_dtype not in KV_DTYPE_BYTES:
         raise ValueError(f"unknown KV dtype {kv_dtype!r}; use one of {', '.join(KV_DTYPE_BYTES)}")
     return KV_DTYPE_BYTES[kv_dtype]
+
+
+def cache_element_bytes(cache: CacheRow, kv_dtype: str = "bf16") -> int:
+    """Bytes per element of one cache entry: its own dtype, else the deployment's KV dtype."""
+    return CACHE_DTYPE_BYTES[cache.dtype] if cache.dtype else element_bytes(kv_dtype)
 
 
 def tokens_kept(cache: CacheRow, length: sympy.Expr) -> sympy.Expr:
@@ -57,13 +66,13 @@ def bytes_per_token(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "ma
     for cache in caches(analysis, stack):
         if cache.growth != "state":
             key = cache.kind if cache.growth == "every_token" else f"{cache.kind} ({cache.growth})"
-            out[key] += per_context_token(cache) * element_bytes(kv_dtype)
+            out[key] += per_context_token(cache) * cache_element_bytes(cache, kv_dtype)
     return dict(out)
 
 
 def growing_bytes_per_token(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> sympy.Expr:
     """Bytes per token of context of the caches that grow without bound (every token, compressed)."""
-    return sum((per_context_token(c) * element_bytes(kv_dtype)
+    return sum((per_context_token(c) * cache_element_bytes(c, kv_dtype)
                 for c in caches(analysis, stack) if c.growth in ("every_token", "compressed")), sympy.Integer(0))
 
 
@@ -72,9 +81,9 @@ def fixed_bytes_per_request(analysis: Analysis, kv_dtype: str = "bf16", stack: s
     total = sympy.Integer(0)
     for c in caches(analysis, stack):
         if c.growth == "window":
-            total += c.window * c.per_token * c.repeat * element_bytes(kv_dtype)
+            total += c.window * c.per_token * c.repeat * cache_element_bytes(c, kv_dtype)
         elif c.growth == "state":
-            total += c.per_token * c.repeat * element_bytes(kv_dtype)
+            total += c.per_token * c.repeat * cache_element_bytes(c, kv_dtype)
     return total
 
 
@@ -83,7 +92,7 @@ def bytes_per_request(analysis: Analysis, length: sympy.Expr | int | None = None
     """KV bytes one request holds at context ``length`` (a symbol ``length`` when omitted)."""
     length = symbols.dim(symbols.LENGTH) if length is None else sympy.Integer(length) \
         if isinstance(length, int) else length
-    return sum((tokens_kept(c, length) * c.per_token * c.repeat * element_bytes(kv_dtype)
+    return sum((tokens_kept(c, length) * c.per_token * c.repeat * cache_element_bytes(c, kv_dtype)
                 for c in caches(analysis, stack)), sympy.Integer(0))
 
 
@@ -91,13 +100,37 @@ _COMPILED: dict[tuple, tuple] = {}
 
 
 def elements_per_request_fn(analysis: Analysis, stack: str = "main"):
-    """Cache elements one request holds, as a numpy function of the context length (cached);
-    times the element size it is :func:`bytes_per_request`."""
-    key = (id(analysis), stack)
+    """Cache elements in the KV dtype one request holds, as a numpy function of the context length
+    (cached); times the KV element size plus :func:`own_dtype_bytes_per_request_fn` it is
+    :func:`bytes_per_request`."""
+    return _compiled(analysis, stack, "kv")
+
+
+def own_dtype_bytes_per_request_fn(analysis: Analysis, stack: str = "main"):
+    """Bytes one request holds in the entries with their own dtype (recurrent states), as a numpy
+    function of the context length (cached)."""
+    return _compiled(analysis, stack, "own")
+
+
+def request_bytes_fn(analysis: Analysis, stack: str = "main"):
+    """``f(length, kv_bytes)``: every cache byte one request holds at ``length`` when a KV element
+    takes ``kv_bytes`` (entries with their own dtype keep it)."""
+    kv_elements = elements_per_request_fn(analysis, stack)
+    own = own_dtype_bytes_per_request_fn(analysis, stack)
+    return lambda length, kv_bytes: kv_elements(length) * kv_bytes + own(length)
+
+
+def _compiled(analysis: Analysis, stack: str, part: str):
+    key = (id(analysis), stack, part)
     if key not in _COMPILED:   # the analysis is kept alive beside its function so ids stay unique
-        elements = sum((tokens_kept(c, symbols.dim(symbols.LENGTH)) * c.per_token * c.repeat
-                        for c in caches(analysis, stack)), sympy.Integer(0))
-        fn = sympy.lambdify(symbols.dim(symbols.LENGTH), elements,
-                            modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
+        length = symbols.dim(symbols.LENGTH)
+        if part == "kv":
+            terms = (tokens_kept(c, length) * c.per_token * c.repeat for c in caches(analysis, stack) if not c.dtype)
+        else:
+            terms = (tokens_kept(c, length) * c.per_token * c.repeat * CACHE_DTYPE_BYTES[c.dtype]
+                     for c in caches(analysis, stack) if c.dtype)
+        total = sum(terms, sympy.Integer(0))
+        raw = sympy.lambdify(length, total, modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
+        fn = (lambda x, raw=raw: raw(x) + np.zeros_like(np.asarray(x, dtype=float)))
         _COMPILED[key] = (analysis, fn)
     return _COMPILED[key][1]

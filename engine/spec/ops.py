@@ -23,7 +23,8 @@ from engine.spec import symbols
 ZERO = sympy.Integer(0)
 
 #: FLOPs per element of elementwise functions.
-ACTIVATION_FLOPS = {"silu": 4, "gelu": 8, "gelu_tanh": 8, "relu": 1, "sigmoid": 3, "swiglu_oai": 8}
+ACTIVATION_FLOPS = {"silu": 4, "gelu": 8, "gelu_tanh": 8, "relu": 1, "sigmoid": 3, "swiglu_oai": 8,
+                    "softplus": 3}
 MASKS = ("causal", "sliding", "chunked", "bidirectional", "topk")
 GROWTHS = ("every_token", "window", "compressed", "state")
 
@@ -110,6 +111,9 @@ class Op:
     out_element_bytes: int | None = None
     #: The output is cache storage (the KV dtype): a cache, or rows gathered from one.
     cache_output: bool = False
+    #: A recurrent op's state per request (``None``: stateless): the tensor a ``growth: state``
+    #: cache entry naming this node keeps between decode steps.
+    state: Callable[[OpCall], Tensor] | None = None
 
     def params(self, call: OpCall) -> sympy.Expr:
         """Parameter count: the parameter leaves' element counts (buffers excluded)."""
@@ -541,6 +545,124 @@ def _hash_route_shape(call):
     return out, AxisMap(carried_all(scores)[:-1] + (New(),), ((0, scores.rank - 1),))
 
 
+# -- recurrent-state mixers --------------------------------------------------------------------
+
+def _conv1d_shape(call):
+    x = call.inputs[0]
+    call.require_rank(0, 3, "conv1d input [batch, seq, channels]")
+    _last_is(call, "channels", "conv1d input")
+    return x, AxisMap(carried_all(x))
+
+
+def _conv1d_flops(call, out):
+    """Causal depthwise convolution: each output element is a `kernel`-tap dot product (2 FLOPs per
+    tap, the left zero padding included: ``self.conv1d(x)[..., :seq_len]``), plus the bias. The
+    decode step (``causal_conv1d_update``) convolves the rolling state and the new column: the same
+    `kernel` taps per output element."""
+    per = 2 * call.dims["kernel"] + (1 if call.attrs["bias"] else 0)
+    return per * call.inputs[0].numel
+
+
+def _conv1d_leaves(call):
+    leaves = [Leaf("weight", (call.axis("channels"), Axis("conv_in", sympy.Integer(1)), call.axis("kernel")))]
+    if call.attrs["bias"]:
+        leaves.append(Leaf("bias", (call.axis("channels"),)))
+    return tuple(leaves)
+
+
+def _conv1d_state(call):
+    """The rolling window a decode step keeps: the last kernel - 1 input columns per channel."""
+    return Tensor((call.axis("channels"), Axis("conv_state", call.dims["kernel"] - 1)))
+
+
+#: ``parameter``: how the learned vector is applied to the input, and what is computed from the
+#: vector first (once per call, not per token): FLOPs per parameter element.
+PARAMETER_APPLY = ("add", "mul")
+PARAMETER_FN = {"none": 0, "neg_exp": 2}
+
+
+def _parameter_shape(call):
+    _last_is(call, "dim", "parameter input")
+    if call.attrs["apply"] not in PARAMETER_APPLY:
+        raise call.fail(f"unknown apply {call.attrs['apply']!r}", "use one of: " + ", ".join(PARAMETER_APPLY))
+    if call.attrs["fn"] not in PARAMETER_FN:
+        raise call.fail(f"unknown fn {call.attrs['fn']!r}", "use one of: " + ", ".join(PARAMETER_FN))
+    if not call.attrs["name"]:
+        raise call.fail("a parameter node needs `attrs: {name: <checkpoint leaf name>}`")
+    return _preserve(call)
+
+
+def _parameter_flops(call, out):
+    """1 FLOP per input element (x + p or x * p over the last axis) and, once per call, the
+    function of the vector (``-A_log.exp()``: 2 FLOPs per parameter element)."""
+    return call.inputs[0].computed + PARAMETER_FN[call.attrs["fn"]] * call.dims["dim"]
+
+
+DELTA_FORMS = ("chunked", "recurrent")
+
+
+def _delta_shape(call):
+    for i, what in enumerate(("query", "key", "value")):
+        call.require_rank(i, 4, f"{what} [batch, seq, heads, head_dim]")
+    call.require_rank(3, 3, "decay g [batch, seq, value heads]")
+    call.require_rank(4, 3, "beta [batch, seq, value heads]")
+    q, k, v, g, beta = call.inputs
+    call.require_equal(q.axes[2].size, k.axes[2].size, "gated_delta_rule query/key heads")
+    call.require_equal(q.axes[3].size, k.axes[3].size, "gated_delta_rule query/key head dim")
+    call.require_equal(g.axes[2].size, v.axes[2].size, "gated_delta_rule decay heads")
+    call.require_equal(beta.axes[2].size, v.axes[2].size, "gated_delta_rule beta heads")
+    hk, hv = k.axes[2].size, v.axes[2].size
+    if call.check and hk.is_number and hv.is_number and hv % hk != 0:
+        raise call.fail(f"value heads {hv} not a multiple of key heads {hk}")
+    form = call.attrs["form"]
+    if form not in DELTA_FORMS:
+        raise call.fail(f"unknown form {form!r}", "use one of: " + ", ".join(DELTA_FORMS))
+    if form == "chunked" and "chunk" not in call.dims:
+        raise call.fail("the chunked form needs dims: {chunk: ...}",
+                        "the decode variant uses attrs: {form: recurrent}")
+    return v, AxisMap(carried_all(v, 2), ((0, 3), (1, 3)))
+
+
+def _delta_flops(call, out):
+    """Per (request, value head), counted on the algorithm as written in transformers'
+    ``torch_chunk_gated_delta_rule`` / ``torch_recurrent_gated_delta_rule`` (query and key repeated
+    to the value heads; a multiply-add is 2 FLOPs, exp, rsqrt and every other elementwise op 1).
+
+    Both forms: L2 norm of q and k (``qk_l2norm``; 3 dk + 2 per vector) and the query scaling (dk),
+    per real token. Recurrent, per token: decay (1 exp + dk dv), read k^T S (2 dk dv), delta
+    (2 dv), rank-1 update (2 dk dv), output q^T S (2 dk dv). Chunked, per chunk of C (the prompt
+    padded to n = ceil(s / C) chunks): beta on k and v, the in-chunk cumsum (C - 1), the C x C
+    pairwise decays (subtract + exp), the two masked C x C x dk products, the two unit-lower
+    triangular solves (C(C-1) per right-hand column), the decayed q, k and k_beta, the chunk decay,
+    and the sequential scan (6 C dk dv + 2 C^2 dv + 2 C dv + 2 dk dv)."""
+    q, k, v = call.inputs[:3]
+    b, s, hv = v.axes[0].size, v.axes[1].size, v.axes[2].size
+    dk, dv = k.axes[3].size, v.axes[3].size
+    norm = (2 * (3 * dk + 2) if call.attrs["qk_l2norm"] else 0) + dk
+    if call.attrs["form"] == "recurrent":
+        per_token = 7 * dk * dv + 2 * dv + 1
+        return b * hv * s * (per_token + norm)
+    c = call.dims["chunk"]
+    n = sympy.ceiling(s / c)
+    per_chunk = (c * dv + c * dk                      # v_beta, k_beta
+                 + (c - 1)                            # cumsum of the decay
+                 + 2 * c * c                          # pairwise decays: subtract, exp
+                 + 2 * (2 * c * c * dk + c * c)       # (k_beta k^T) * decay, (q k^T) * decay
+                 + c * (c - 1) * (dv + dk)            # two unit-lower triangular solves
+                 + (c + c * dk)                       # k_beta * exp(cum_decay)
+                 + (c + c * dk)                       # q * exp(cum_decay)
+                 + (2 * c + c * dk)                   # k * exp(last - cum_decay)
+                 + 1                                  # chunk decay
+                 + 6 * c * dk * dv + 2 * c * c * dv + 2 * c * dv + 2 * dk * dv)   # the scan
+    return b * hv * (n * per_chunk + s * norm)
+
+
+def _delta_state(call):
+    """Per request: one [d_k, d_v] state per value head."""
+    k, v = call.inputs[1], call.inputs[2]
+    return Tensor((v.axes[2], k.axes[3], v.axes[3]))
+
+
 def _source_ids(call):
     raise call.fail("internal: source shapes come from the stack inputs")
 
@@ -698,6 +820,25 @@ OPS: dict[str, Op] = {
         "contract", (2, 2), _hash_route_shape, lambda c, out: 4 * c.inputs[0].computed,
         lambda c: (Leaf("tid2eid", (c.axis("vocab"), c.axis("k")), kind="buffer"),),
         dims=("experts", "k", "vocab")),
+    "conv1d": Op(
+        "conv1d", "Causal depthwise convolution over the sequence: [b, s, channels] -> same, one "
+        "`kernel`-tap filter per channel (weight [channels, 1, kernel], attr `bias`); decode keeps "
+        "the last kernel - 1 columns as a state (2 FLOPs per tap).",
+        "preserve", (1, 1), _conv1d_shape, _conv1d_flops, _conv1d_leaves,
+        dims=("channels", "kernel"), attrs={"bias": False}, state=_conv1d_state),
+    "parameter": Op(
+        "parameter", "A bare learned vector `name` over the last axis `dim` (dt_bias, A_log, a "
+        "norm-free gate), added to or multiplied into the input (`apply`), optionally transformed "
+        "first (`fn: neg_exp` for -exp(A_log)); no matmul.",
+        "preserve", (1, 1), _parameter_shape, _parameter_flops,
+        lambda c: (Leaf(c.attrs["name"], (c.axis("dim"),)),),
+        dims=("dim",), attrs={"name": "", "apply": "add", "fn": "none"}),
+    "gated_delta_rule": Op(
+        "gated_delta_rule", "Gated DeltaNet: (q, k [b, s, hk, dk], v [b, s, hv, dv], decay g and "
+        "beta [b, s, hv]) -> [b, s, hv, dv] with one [dk, dv] state per value head; `form: "
+        "chunked` (prefill, dim `chunk`) or `recurrent` (one state update per token, decode).",
+        "contract", (5, 5), _delta_shape, _delta_flops, dims=(), optional_dims=("chunk",),
+        attrs={"form": "chunked", "qk_l2norm": True}, state=_delta_state),
     "moe_combine": Op(
         "moe_combine", "Weighted sum of each token's k expert outputs: [routed, hidden] -> "
         "[.., hidden] (2 FLOPs per routed element).",

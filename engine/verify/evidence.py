@@ -101,7 +101,7 @@ def _registry(path: str, rel: str) -> Registry:
 
 
 #: Per-layer features the evaluation can state (see guards/schedule.py).
-FEATURES = ("moe", "window", "indexer", "hash_routed")
+FEATURES = ("moe", "window", "indexer", "hash_routed", "recurrent")
 
 
 def registry(corpus_root: Path) -> Registry:

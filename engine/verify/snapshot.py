@@ -24,7 +24,7 @@ import yaml
 
 from engine.verify import evidence as evidence_mod
 from engine.verify import manifest as manifest_mod
-from engine.spec.corpus import Corpus
+from engine.spec.corpus import TEXT_CONFIG, Corpus, config_view
 from engine.spec.evaluate import Binding, Walker
 from engine.spec.ir import ModelSpec, Snapshot
 from engine.verify.manifest import Manifest, ManifestTensor
@@ -33,12 +33,15 @@ from engine.spec.yamlio import loads_json
 
 def fields_read(corpus: Corpus, model: ModelSpec, config: dict[str, Any]) -> dict[str, Any]:
     """The top-level config fields a numeric walk of ``model`` reads, plus the registry's fields."""
-    probe = replace(model, snapshot=Snapshot(model.snapshot.source, config, model.snapshot.where))
+    probe = replace(model, snapshot=Snapshot(model.snapshot.source, config_view(config), model.snapshot.where))
     walker = Walker(corpus, probe, Binding("numeric"))
     walker.walk()
     keys = {path[0] for path in walker.config_reads}
     keys.add("model_type")
     keys |= evidence_mod.registry(corpus.root).top_level_fields()
+    nested = config.get(TEXT_CONFIG) if isinstance(config.get(TEXT_CONFIG), dict) else {}
+    if any(key not in config and key in nested for key in keys):
+        keys.add(TEXT_CONFIG)   # recorded whole, as published; read through config_view
     return {key: config[key] for key in sorted(keys) if key in config}
 
 

@@ -6,9 +6,17 @@
 * Growth laws are consistent: a window is positive (and shorter than the context, else it caps
   nothing), a compressed cache keeps one entry per ``every >= 2`` tokens, entries are non-empty.
 * Attention over a window-capped cache masks with the same window.
+* A ``growth: state`` cache is a recurrent op's fixed-size state: its size per request does not
+  depend on the context (a history cache declared as a state would hide its growth), and every
+  recurrent op (``gated_delta_rule``, ``conv1d``: a linear-attention layer) keeps one, so its state
+  is in the memory and traffic model.
 """
 from __future__ import annotations
 
+import sympy
+
+from engine.spec import symbols
+from engine.spec.ops import OPS
 from engine.verify.guards import Context, Finding
 from engine.verify.guards.structural import active, lookup
 
@@ -53,6 +61,7 @@ def check(ctx: Context) -> list[Finding]:
         if c.growth == "compressed" and (c.every is None or c.every < 2):
             out.append(Finding(NAME, "error", c.node_uid, f"compressed cache keeps one entry per {c.every} tokens",
                                "a compressed cache needs every >= 2 (otherwise declare every_token)"))
+    out += _state_checks(ctx, caches)
     by_node = {c.node_uid: c for c in windows}
     for uid, row in a.rows.items():
         if row.op != "attention_score":
@@ -66,4 +75,32 @@ def check(ctx: Context) -> list[Finding]:
                 out.append(Finding(NAME, "error", uid, f"attends over cache {cache.name!r} capped at "
                                    f"{cache.window} tokens with window {window}",
                                    "pass the cache's window to the attention_score node (mask: sliding)"))
+    return out
+
+
+#: Symbols a per-request state must not depend on: the scenario's lengths.
+_LENGTHS = {symbols.dim(n) for n in (symbols.SEQ, symbols.CTX, symbols.LENGTH)}
+
+
+def _state_checks(ctx: Context, caches) -> list[Finding]:
+    out: list[Finding] = []
+    a, sym = ctx.numeric, ctx.symbolic
+    sym_caches = {c.uid: c for c in sym.caches} if sym is not None else {}
+    for c in caches:
+        if c.growth != "state":
+            continue
+        op = a.rows[c.node_uid].op
+        formula = sym_caches.get(c.uid, c).per_token
+        grows = OPS[op].state is None or bool(getattr(formula, "free_symbols", set()) & _LENGTHS)
+        if grows:
+            out.append(Finding(NAME, "error", c.node_uid, f"cache {c.name!r} is declared growth: state, but "
+                               f"its {op} node keeps a history that grows with the context",
+                               "a state cache names a recurrent op (gated_delta_rule, conv1d); declare a "
+                               "history cache every_token, window or compressed"))
+    kept = {c.node_uid.removesuffix("@decode") for c in a.caches if c.growth == "state"}
+    for uid, row in a.rows.items():
+        if OPS[row.op].state is not None and uid.removesuffix("@decode") not in kept:
+            out.append(Finding(NAME, "error", uid, f"recurrent op {row.op} keeps a state between decode steps "
+                               "but no cache entry declares it", f"add to the component's cache: {{name: ..., "
+                               f"node: {row.name}, kind: ..., growth: state, dtype: ...}}"))
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sympy
 
 from engine.spec import expr
+from engine.spec.ops import OPS
 from engine.verify.guards import Context, Finding
 
 NAME = "schedule"
@@ -24,8 +25,9 @@ def evidence(ctx: Context) -> str:
 
 def layer_features(ctx: Context) -> dict[int, dict[str, bool]]:
     """Per main-stack layer: ``moe`` (routes over experts), ``window`` (window-capped cache) and
-    ``indexer`` (runs its own token indexer: an indexer-key cache) and ``hash_routed`` (picks
-    experts by token id)."""
+    ``indexer`` (runs its own token indexer: an indexer-key cache), ``hash_routed`` (picks
+    experts by token id) and ``recurrent`` (keeps a recurrent state: a ``growth: state`` cache on a
+    recurrent op, i.e. a linear-attention layer)."""
     a = ctx.numeric
     out: dict[int, dict[str, bool]] = {}
     for uid, comp in a.components.items():
@@ -36,8 +38,11 @@ def layer_features(ctx: Context) -> dict[int, dict[str, bool]]:
         window = any(c.growth == "window" for c in a.caches if c.node_uid.startswith(prefix))
         indexer = any(c.kind == "indexer_key" for c in a.caches if c.node_uid.startswith(prefix))
         hashed = any(r.op == "hash_route" for u, r in a.rows.items() if u.startswith(prefix))
+        recurrent = any(c.growth == "state" and OPS[a.rows[c.node_uid].op].state is not None
+                        for c in a.caches if c.node_uid.startswith(prefix))
         for layer in comp.layers:
-            out[layer] = {"moe": moe, "window": window, "indexer": indexer, "hash_routed": hashed}
+            out[layer] = {"moe": moe, "window": window, "indexer": indexer, "hash_routed": hashed,
+                          "recurrent": recurrent}
     return out
 
 
@@ -89,7 +94,8 @@ def check(ctx: Context) -> list[Finding]:
                 wrong.append(layer)
         if wrong:
             have = sum(f[plan.feature] for f in features.values())
-            label = {"moe": "MoE", "window": "sliding-window"}[plan.feature]
+            label = {"moe": "MoE", "window": "sliding-window", "indexer": "indexer",
+                     "hash_routed": "hash-routed", "recurrent": "linear-attention (recurrent-state)"}[plan.feature]
             out.append(Finding(NAME, "error", layers_uid,
                                f"config.{plan.field} = {_short(value)} makes {expected_count} of {len(features)} "
                                f"layers {label}; the spec's schedule makes {have} (layers {_span(wrong)} differ)",
