@@ -393,3 +393,57 @@ def test_kda_enumeration_matches_transformers_torch_reference():
                                                             use_qk_l2norm_in_kernel=True)
     np.testing.assert_allclose(out_r, ref_r.numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(state_r, ref_state_r.numpy(), rtol=1e-4, atol=1e-5)
+
+
+# -- the mamba2_mixer component against transformers' mixers on the meta device -----------------------
+
+MIXER_SPEC = """\
+model: contract/mamba2-test
+model_type: contract
+family: test
+name: Mamba2 mixer
+snapshot: contract
+notes: one mixer layer
+dims: {{hidden: {hidden}, ssm_heads: {heads}, ssm_head_dim: {head_dim}, ssm_groups: {groups}, ssm_state: {state}, conv_kernel: {kernel}}}
+max_context: 4096
+stacks:
+  main:
+    inputs: {{x: [batch, seq, hidden]}}
+    graph:
+      mixer: {{slot: attention, in: x}}
+slots:
+  attention: mamba2_mixer
+"""
+
+
+@pytest.mark.parametrize("hidden, heads, head_dim, groups, state, kernel", [
+    (64, 8, 16, 2, 12, 4), (48, 6, 8, 3, 5, 3)])
+def test_mamba2_mixer_params_and_states_match_transformers(tmp_path, hidden, heads, head_dim, groups, state, kernel):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
+    from engine.spec import kv, quantities
+    from engine.spec.api import evaluate_spec
+    from engine.spec.corpus import load_corpus, load_model
+    corpus = load_corpus()
+    path = tmp_path / "mamba2.yaml"
+    path.write_text(MIXER_SPEC.format(hidden=hidden, heads=heads, head_dim=head_dim, groups=groups, state=state,
+                                      kernel=kernel))
+    ev = evaluate_spec(corpus, load_model(path, corpus.root, corpus.roles, corpus.schemes))
+    assert heads * head_dim % hidden == 0   # Mamba2Config sets the width as expand x hidden
+    m2 = transformers.Mamba2Config(hidden_size=hidden, num_heads=heads, head_dim=head_dim, n_groups=groups,
+                                   state_size=state, conv_kernel=kernel, expand=heads * head_dim // hidden,
+                                   num_hidden_layers=1)
+    nh = transformers.NemotronHConfig(hidden_size=hidden, mamba_num_heads=heads, mamba_head_dim=head_dim,
+                                      n_groups=groups, ssm_state_size=state, conv_kernel=kernel,
+                                      num_hidden_layers=2, hybrid_override_pattern="M*")
+    with torch.device("meta"):
+        mixers = [Mamba2Mixer(m2, 0), NemotronHMamba2Mixer(nh, 0)]
+    for mixer in mixers:
+        assert quantities.params_total(ev.numeric) == sum(p.numel() for p in mixer.parameters())
+        caches = {c.name: c for c in kv.caches(ev.numeric)}
+        # the states the modeling code keeps per request: conv [conv_dim, kernel - 1], ssm [heads, head_dim, N]
+        assert caches["conv_state"].per_token == mixer.conv1d.weight.shape[0] * (kernel - 1)
+        assert caches["ssm_state"].per_token == mixer.num_heads * mixer.head_dim * mixer.ssm_state_size
+        assert caches["ssm_state"].dtype == "f32" and caches["ssm_state"].growth == "state"
