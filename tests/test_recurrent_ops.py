@@ -212,17 +212,21 @@ def delta_inputs(b, s, hk, hv, dk, dv):
             t(("batch", b), ("seq", s), ("hv", hv))]
 
 
-def random_heads(rng, b, s, hk, hv, dk, dv):
+def random_heads(rng, b, s, hk, hv, dk, dv, per_channel_gate=False):
+    """q, k, v, decay g and beta; g has one value per value head, or per key channel (KDA)."""
     q = rng.normal(size=(b, s, hk, dk))
     k = rng.normal(size=(b, s, hk, dk))
     v = rng.normal(size=(b, s, hv, dv))
-    g = -rng.uniform(0.01, 0.5, size=(b, s, hv))
+    g = -rng.uniform(0.01, 0.5, size=(b, s, hv, dk) if per_channel_gate else (b, s, hv))
     beta = rng.uniform(0.1, 0.9, size=(b, s, hv))
     return q, k, v, g, beta
 
 
-def run_delta(form, q, k, v, g, beta, chunk=None, l2=True):
-    """The whole op: every request and value head (q, k repeated to the value heads)."""
+def run_delta(form, q, k, v, g, beta, chunk=None, l2=True, recurrent=None, chunked=None):
+    """The whole op: every request and value head (q, k repeated to the value heads).
+
+    ``recurrent``/``chunked`` are the per-head enumerations (default: the gated delta rule's)."""
+    recurrent, chunked = recurrent or recurrent_delta, chunked or chunked_delta
     b, s, hk, dk = q.shape
     hv, dv = v.shape[2:]
     cnt = Count()
@@ -233,9 +237,9 @@ def run_delta(form, q, k, v, g, beta, chunk=None, l2=True):
             kh = h // (hv // hk)
             args = (q[r, :, kh], k[r, :, kh], v[r, :, h], g[r, :, h], beta[r, :, h], np.zeros((dk, dv)))
             if form == "recurrent":
-                out[r, :, h], states[r, h] = recurrent_delta(cnt, *args, l2=l2)
+                out[r, :, h], states[r, h] = recurrent(cnt, *args, l2=l2)
             else:
-                out[r, :, h], states[r, h] = chunked_delta(cnt, *args, chunk, l2=l2)
+                out[r, :, h], states[r, h] = chunked(cnt, *args, chunk, l2=l2)
     return out, states, cnt.flops
 
 

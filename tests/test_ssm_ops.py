@@ -29,7 +29,7 @@ import sympy
 
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
-from tests.test_recurrent_ops import Count, engine_call, t
+from tests.test_recurrent_ops import Count, engine_call, random_heads, run_delta, t
 
 
 # -- Mamba2 SSD, per (request, head) ------------------------------------------------------------------
@@ -303,29 +303,11 @@ def chunked_kda(cnt, q, k, v, g, beta, state, chunk, l2=True):
 
 
 def kda_data(rng, b, s, hk, hv, dk, dv):
-    q = rng.normal(size=(b, s, hk, dk))
-    k = rng.normal(size=(b, s, hk, dk))
-    v = rng.normal(size=(b, s, hv, dv))
-    g = -rng.uniform(0.01, 0.5, size=(b, s, hv, dk))
-    beta = rng.uniform(0.1, 0.9, size=(b, s, hv))
-    return q, k, v, g, beta
+    return random_heads(rng, b, s, hk, hv, dk, dv, per_channel_gate=True)
 
 
 def run_kda(form, q, k, v, g, beta, chunk=None, l2=True):
-    b, s, hk, dk = q.shape
-    hv, dv = v.shape[2:]
-    cnt = Count()
-    out = np.zeros(v.shape)
-    states = np.zeros((b, hv, dk, dv))
-    for r in range(b):
-        for h in range(hv):
-            kh = h // (hv // hk)
-            args = (q[r, :, kh], k[r, :, kh], v[r, :, h], g[r, :, h], beta[r, :, h], np.zeros((dk, dv)))
-            if form == "recurrent":
-                out[r, :, h], states[r, h] = recurrent_kda(cnt, *args, l2=l2)
-            else:
-                out[r, :, h], states[r, h] = chunked_kda(cnt, *args, chunk, l2=l2)
-    return out, states, cnt.flops
+    return run_delta(form, q, k, v, g, beta, chunk, l2, recurrent=recurrent_kda, chunked=chunked_kda)
 
 
 def kda_inputs(b, s, hk, hv, dk, dv):
