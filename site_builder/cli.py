@@ -14,26 +14,7 @@ import sys
 from pathlib import Path
 
 from engine import cli as engine_cli
-
-
-def progress_printer(what: str, stream=sys.stderr):
-    """``show(done, total, label)``: a one-line progress bar on a terminal, a line per 10% otherwise."""
-    shown = {"step": -1}
-
-    def show(done: int, total: int, label: str = "") -> None:
-        if stream.isatty():
-            width = 24
-            filled = int(width * done / max(total, 1))
-            stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what}  {label[:40]:40s}")
-            if done >= total:
-                stream.write("\n")
-        else:
-            step = int(10 * done / max(total, 1))
-            if step != shown["step"] or done >= total:
-                shown["step"] = step
-                stream.write(f"{what}: {done}/{total} {label}\n")
-        stream.flush()
-    return show
+from engine.build.results import progress_printer
 
 
 def cmd_build(args) -> int:

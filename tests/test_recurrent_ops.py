@@ -206,9 +206,11 @@ def t(*named):
     return Tensor(tuple(Axis(name, sympy.Integer(size)) for name, size in named))
 
 
-def delta_inputs(b, s, hk, hv, dk, dv):
+def delta_inputs(b, s, hk, hv, dk, dv, per_channel_gate=False):
+    """The op's input tensors: q, k, v, the decay gate (per value head, or per key channel: KDA), beta."""
+    gate = (("dk", dk),) if per_channel_gate else ()
     return [t(("batch", b), ("seq", s), ("hk", hk), ("dk", dk)), t(("batch", b), ("seq", s), ("hk", hk), ("dk", dk)),
-            t(("batch", b), ("seq", s), ("hv", hv), ("dv", dv)), t(("batch", b), ("seq", s), ("hv", hv)),
+            t(("batch", b), ("seq", s), ("hv", hv), ("dv", dv)), t(("batch", b), ("seq", s), ("hv", hv), *gate),
             t(("batch", b), ("seq", s), ("hv", hv))]
 
 
@@ -245,25 +247,38 @@ def run_delta(form, q, k, v, g, beta, chunk=None, l2=True, recurrent=None, chunk
 
 # -- tests ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("b, s, hk, hv, dk, dv, chunk", [
-    (1, 1, 1, 1, 2, 3, 4), (1, 7, 1, 2, 3, 2, 4), (2, 8, 2, 2, 2, 3, 4), (1, 9, 1, 3, 4, 2, 3), (1, 5, 1, 1, 3, 3, 8)])
-@pytest.mark.parametrize("l2", [True, False])
-def test_gated_delta_rule_flops_match_enumeration(b, s, hk, hv, dk, dv, chunk, l2):
+#: Small dims for the delta-rule enumerations: (batch, seq, key heads, value heads, d_k, d_v, chunk);
+#: prompts of 1, 7, 9 and 5 tokens are not multiples of their chunk.
+DELTA_DIMS = [(1, 1, 1, 1, 2, 3, 4), (1, 7, 1, 2, 3, 2, 4), (2, 8, 2, 2, 2, 3, 4), (1, 9, 1, 3, 4, 2, 3),
+              (1, 5, 1, 1, 3, 3, 8)]
+
+
+def check_delta_rule_flops(op, dims, l2, recurrent, chunked, per_channel_gate=False):
+    """Both forms of a delta-rule op (gated_delta_rule, kda) against counted enumerations.
+
+    The two enumerated forms are one algorithm (same outputs and final states); the engine's
+    chunked and recurrent FLOPs equal their counts. Returns the engine call and the final state."""
+    b, s, hk, hv, dk, dv, chunk = dims
     rng = np.random.default_rng(s * 100 + dk * 10 + dv)
-    data = random_heads(rng, b, s, hk, hv, dk, dv)
-    out_c, state_c, counted_c = run_delta("chunked", *data, chunk=chunk, l2=l2)
-    out_r, state_r, counted_r = run_delta("recurrent", *data, l2=l2)
-    # the two forms are one algorithm: same outputs and final states
+    data = random_heads(rng, b, s, hk, hv, dk, dv, per_channel_gate)
+    out_c, state_c, counted_c = run_delta("chunked", *data, chunk, l2, recurrent, chunked)
+    out_r, state_r, counted_r = run_delta("recurrent", *data, None, l2, recurrent, chunked)
     np.testing.assert_allclose(out_c, out_r, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(state_c, state_r, rtol=1e-9, atol=1e-9)
-    inputs = delta_inputs(b, s, hk, hv, dk, dv)
-    _, out, amap, flops = engine_call("gated_delta_rule", inputs, {"chunk": chunk}, {"qk_l2norm": l2}, b, s)
+    inputs = delta_inputs(b, s, hk, hv, dk, dv, per_channel_gate)
+    call, out, amap, flops = engine_call(op, inputs, {"chunk": chunk}, {"qk_l2norm": l2}, b, s)
     assert flops == counted_c
-    _, _, _, flops_r = engine_call("gated_delta_rule", inputs, {}, {"form": "recurrent", "qk_l2norm": l2}, b, s)
-    assert flops_r == counted_r
+    assert engine_call(op, inputs, {}, {"form": "recurrent", "qk_l2norm": l2}, b, s)[3] == counted_r
     assert out.sizes == (b, s, hv, dv)
-    assert amap.outputs == tuple(Carried(2, i) for i in range(4))
     assert set(amap.contracted) == {(0, 3), (1, 3)}
+    return call, amap, state_c
+
+
+@pytest.mark.parametrize("dims", DELTA_DIMS)
+@pytest.mark.parametrize("l2", [True, False])
+def test_gated_delta_rule_flops_match_enumeration(dims, l2):
+    _, amap, _ = check_delta_rule_flops("gated_delta_rule", dims, l2, recurrent_delta, chunked_delta)
+    assert amap.outputs == tuple(Carried(2, i) for i in range(4))
 
 
 def test_gated_delta_rule_decode_is_linear_in_tokens_and_prefill_in_chunks():

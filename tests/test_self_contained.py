@@ -1,9 +1,9 @@
 """The repository stands alone: nothing in it reads outside its own tree.
 
 A clone in an empty folder must pass its tests. Two checks: no tracked file names a path that
-leaves the repo (the development machines keep reference facts in ``../shared``, a clone does
+leaves the repo (the development machines keep reference facts in a sibling folder, a clone does
 not have them), and the tests that read published facts pass when run from a copy of the tracked
-files placed where no ``../shared`` exists.
+files placed where no sibling folder exists.
 """
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ import sys
 
 from tests.conftest import REPO
 
-#: What a path leaving the repo looks like in source, docs or data.
-OUTSIDE = re.compile(r"\.\./shared|shared/reference|/work/|\bshared/DESIGN")
+#: The development machines' sibling folder of reference facts, and what a path into it (or any
+#: absolute path of those machines) looks like in source, docs or data.
+SIBLING = "shared"
+OUTSIDE = re.compile(rf"\.\./{SIBLING}|{SIBLING}/reference|/work/|\b{SIBLING}/DESIGN")
 
 
 def _tracked() -> list[str]:
@@ -38,14 +40,14 @@ def test_no_tracked_file_names_a_path_outside_the_repo():
 
 
 def test_reference_tests_pass_from_a_copy_with_nothing_beside_it(tmp_path):
-    """Copy the tracked files to <tmp>/alone/repo (no ../shared there) and run the fact tests."""
+    """Copy the tracked files to <tmp>/alone/repo (nothing beside it) and run the fact tests."""
     copy = tmp_path / "alone" / "repo"
     for name in _tracked():
         source = REPO / name
         if source.is_file():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy / name)
-    assert not (copy.parent / "shared").exists() and not (copy.parent.parent / "shared").exists()
+    assert [p.name for p in copy.parent.iterdir()] == ["repo"]      # nothing beside the copy
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
     where = subprocess.run([sys.executable, "-c", "import engine, tests.conftest as c; print(engine.__file__)"],
                            cwd=copy, env=env, capture_output=True, text=True)

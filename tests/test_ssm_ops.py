@@ -29,7 +29,8 @@ import sympy
 
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
-from tests.test_recurrent_ops import Count, engine_call, random_heads, run_delta, t
+from tests.test_recurrent_ops import (DELTA_DIMS, Count, check_delta_rule_flops, delta_inputs, engine_call,
+                                      random_heads, run_delta, t)
 
 
 # -- Mamba2 SSD, per (request, head) ------------------------------------------------------------------
@@ -311,29 +312,14 @@ def run_kda(form, q, k, v, g, beta, chunk=None, l2=True):
 
 
 def kda_inputs(b, s, hk, hv, dk, dv):
-    return [t(("batch", b), ("seq", s), ("hk", hk), ("dk", dk)), t(("batch", b), ("seq", s), ("hk", hk), ("dk", dk)),
-            t(("batch", b), ("seq", s), ("hv", hv), ("dv", dv)), t(("batch", b), ("seq", s), ("hv", hv), ("dk", dk)),
-            t(("batch", b), ("seq", s), ("hv", hv))]
+    return delta_inputs(b, s, hk, hv, dk, dv, per_channel_gate=True)
 
 
-@pytest.mark.parametrize("b, s, hk, hv, dk, dv, chunk", [
-    (1, 1, 1, 1, 2, 3, 4), (1, 7, 1, 2, 3, 2, 4), (2, 8, 2, 2, 2, 3, 4), (1, 9, 1, 3, 4, 2, 3), (1, 5, 1, 1, 3, 3, 8)])
+@pytest.mark.parametrize("dims", DELTA_DIMS)
 @pytest.mark.parametrize("l2", [True, False])
-def test_kda_flops_match_enumeration(b, s, hk, hv, dk, dv, chunk, l2):
-    rng = np.random.default_rng(s * 100 + dk * 10 + dv)
-    data = kda_data(rng, b, s, hk, hv, dk, dv)
-    out_c, state_c, counted_c = run_kda("chunked", *data, chunk=chunk, l2=l2)
-    out_r, state_r, counted_r = run_kda("recurrent", *data, l2=l2)
-    np.testing.assert_allclose(out_c, out_r, rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(state_c, state_r, rtol=1e-9, atol=1e-9)
-    inputs = kda_inputs(b, s, hk, hv, dk, dv)
-    call, out, amap, flops = engine_call("kda", inputs, {"chunk": chunk}, {"qk_l2norm": l2}, b, s)
-    assert flops == counted_c
-    _, _, _, flops_r = engine_call("kda", inputs, {}, {"form": "recurrent", "qk_l2norm": l2}, b, s)
-    assert flops_r == counted_r
-    assert out.sizes == (b, s, hv, dv)
-    assert set(amap.contracted) == {(0, 3), (1, 3)}
-    assert OPS["kda"].state(call).sizes == (hv, dk, dv) == state_c.shape[1:]
+def test_kda_flops_match_enumeration(dims, l2):
+    call, _, state = check_delta_rule_flops("kda", dims, l2, recurrent_kda, chunked_kda, per_channel_gate=True)
+    assert OPS["kda"].state(call).sizes == state.shape[1:]
 
 
 def test_kda_checks_and_scaling():

@@ -621,16 +621,31 @@ def swap_into_place(staging: Path, final: Path) -> None:
         publish.publish(out, [(Path(final).name, Path(staging))])
 
 
-def _progress_printer(stream=sys.stderr):
-    def show(done: int, total: int, points: int, model: str) -> None:
-        width = 24
-        filled = int(width * done / max(total, 1))
-        line = f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} models, {points:,} points"
-        stream.write(line + (f"  {model[:40]}" if model else "") + " " * 8)
-        if done == total:
-            stream.write("\n")
+def progress_printer(what: str, stream=sys.stderr):
+    """``show(done, total, label)``: a one-line progress bar on a terminal, a line per 10% otherwise
+    (the build's models and the site's page groups both report through it)."""
+    shown = {"step": -1}
+
+    def show(done: int, total: int, label: str = "") -> None:
+        if stream.isatty():
+            width = 24
+            filled = int(width * done / max(total, 1))
+            stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what}  {label[:48]:48s}")
+            if done >= total:
+                stream.write("\n")
+        else:
+            step = int(10 * done / max(total, 1))
+            if step != shown["step"] or done >= total:
+                shown["step"] = step
+                stream.write(f"{what}: {done}/{total} {label}\n")
         stream.flush()
     return show
+
+
+def _model_progress(stream=sys.stderr):
+    """The build's progress: models done, grid points so far, the model just finished."""
+    bar = progress_printer("models", stream)
+    return lambda done, total, points, model: bar(done, total, f"{points:,} points  {model}")
 
 
 def write_error(exc: BaseException) -> int | None:
@@ -682,7 +697,7 @@ def run(args, site=None) -> int:
         corpus = load_corpus(args.corpus)
         report = build(corpus, out, args.models, getattr(args, "grid", None), getattr(args, "gpus_root", None),
                        getattr(args, "jobs", None),
-                       None if quiet else _progress_printer(), log=lambda line: print(line, file=sys.stderr),
+                       None if quiet else _model_progress(), log=lambda line: print(line, file=sys.stderr),
                        site=site, lock_timeout=getattr(args, "lock_timeout", None))
     except SpecError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
