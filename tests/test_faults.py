@@ -28,7 +28,8 @@ import pytest
 
 from engine.build import results as build_mod
 from engine.build import publish
-from engine.build.results import build, run, swap_into_place
+from engine.build.publish import swap_into_place
+from engine.build.results import build, run
 from engine.spec.corpus import load_corpus
 from site_builder.render import render_site, render_staged
 
@@ -279,7 +280,7 @@ def test_lock_is_exclusive_across_threads_and_reentrant_in_one(tmp_path):
 SWAPPER = """
 import sys, tempfile
 from pathlib import Path
-from engine.build.results import swap_into_place
+from engine.build.publish import swap_into_place
 out, who, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 for i in range(n):
     staging = Path(tempfile.mkdtemp(prefix=".results-", dir=out))

@@ -5,7 +5,7 @@ Layer: engine.build (``engine.build.results`` and ``site_builder.render`` call i
 Who may write ``out/``: only the holder of ``out/.lock`` (``fcntl.flock``; the file holds the
 holder's pid, command and start time, so a waiting build can say who it waits for). The kernel
 drops the lock when its holder exits in any way, ``kill -9`` included. Every command that writes
-``out/`` (``archledger build``, ``archledger site``, :func:`engine.build.swap_into_place`) holds it
+``out/`` (``archledger build``, ``archledger site``, :func:`swap_into_place`) holds it
 from its first write to its last, so anything found in ``out/`` by a new holder that is not a
 published folder was left by a dead process.
 
@@ -335,6 +335,15 @@ def _finish_interrupted(out: Path) -> str | None:
     _apply(out, moves)
     _finish(out, moves)
     return f"{out}/: finished an interrupted publication of {', '.join(m['final'] for m in moves)}"
+
+
+def swap_into_place(staging: Path, final: Path) -> None:
+    """Replace the folder ``final`` by ``staging`` (a folder beside it), under the lock of their parent
+    folder and through its publish journal: concurrent callers take turns, readers see the old tree or
+    the new one, and a crash at any point is finished by the next writer's start."""
+    out = Path(final).parent
+    with lock(out, "swap_into_place"):
+        publish(out, [(Path(final).name, Path(staging))])
 
 
 def recover(out: Path, log=None) -> list[str]:

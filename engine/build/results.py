@@ -612,15 +612,6 @@ def _build_model_in_worker(*args) -> dict:
     return build_model(*args)
 
 
-def swap_into_place(staging: Path, final: Path) -> None:
-    """Replace the folder ``final`` by ``staging`` (a folder beside it), under the lock of their parent
-    folder and through its publish journal: concurrent callers take turns, readers see the old tree or
-    the new one, and a crash at any point is finished by the next writer's start."""
-    out = Path(final).parent
-    with publish.lock(out, "swap_into_place"):
-        publish.publish(out, [(Path(final).name, Path(staging))])
-
-
 def progress_printer(what: str, stream=sys.stderr):
     """``show(done, total, label)``: a one-line progress bar on a terminal, a line per 10% otherwise
     (the build's models and the site's page groups both report through it)."""
