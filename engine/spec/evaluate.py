@@ -306,6 +306,7 @@ class _Components:
         dims = dict(scope.dims)
         for source, written in ((fill.dims, fill.where), (node.dims, node.where)):
             for key, text in source.items():
+                text = self._attr(text, scope, node, f"dims.{key}")   # `$option`: an expression option
                 dims[key] = self._eval(text, expr.Scope(names), written.at(f"dims.{key}"))
         repeat = scope.repeat
         instances, active = scope.instances, scope.active
