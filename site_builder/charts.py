@@ -50,7 +50,8 @@ def deployment_specs() -> dict[str, dict]:
 
 
 def contract_specs(contract: dict) -> dict[str, dict]:
-    """KV growth and prefill time vs context for every variant of a contract (data embedded)."""
+    """KV (and recurrent state) per request, prefill time and decode step vs context for every
+    variant of a contract, data embedded as built (log x; log y for the KV chart)."""
     rows = []
     for v in contract["variants"]:
         for length, kv, prefill, decode in zip(contract["lengths"], v["kv_bytes_per_request"], v["prefill_s"],
@@ -60,14 +61,16 @@ def contract_specs(contract: dict) -> dict[str, dict]:
     data = alt.Data(values=rows)
     pick = alt.selection_point(fields=["variant"], bind="legend")
 
-    def line(field: str, title: str) -> dict:
+    def line(field: str, title: str, log_y: bool = False) -> dict:
+        # a log y axis for the KV chart: flat recurrent states (MB) and growing caches (GB) on one plot
+        y_scale = alt.Scale(type="log") if log_y else alt.Undefined
         return _spec(alt.Chart(data).mark_line(point=True).encode(
             x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), title="context (tokens)"),
-            y=alt.Y(f"{field}:Q", title=title), color=alt.Color("variant:N", title="variant"),
+            y=alt.Y(f"{field}:Q", title=title, scale=y_scale), color=alt.Color("variant:N", title="variant"),
             strokeDash=alt.StrokeDash("variant:N", legend=None),
             opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
             tooltip=["variant:N", "context:Q", f"{field}:Q"]).add_params(pick)
             .properties(width="container", height=260))
-    return {"kv": line("kv_bytes", "KV bytes per request (one layer)"),
+    return {"kv": line("kv_bytes", "KV + state bytes per request (one layer)", log_y=True),
             "prefill": line("prefill_s", "prefill time, SOL (s)"),
             "decode": line("decode_s", "decode step at this context, SOL (s)")}

@@ -552,9 +552,10 @@ def _components(site: Site, results: Results) -> None:
     contracts = json.loads((results.root / "contracts.json").read_text()) if (results.root / "contracts.json").exists() else {}
     specs = {slot: charts.contract_specs(c) for slot, c in contracts.items()}
     site.page("components", "components.html", "Components", {"page": "components", "specs": specs},
-              items=items, contracts=contracts,
-              intro="The attention variants the corpus uses: side by side under one fixed contract, drawn as "
-                    "instantiated in the models, and graph diffs between every pair.")
+              items=items, contracts=contracts, paged=set(names),
+              intro="The token mixers (attention and its linear-time successors) side by side under one fixed "
+                    "contract; the attention components the corpus uses drawn as instantiated in the models, "
+                    "and graph diffs between every pair.")
 
 
 def _short(graph: dict) -> dict:

@@ -14,6 +14,7 @@ from site_builder.cli import main as site_main
 from tests.conftest import _evaluation
 
 H, HEADS, D = 4096, 32, 128         # the attention contract (corpus/contracts/attention/contract.yaml)
+LENGTHS = (1024, 4096, 16384, 65536, 131072, 262144, 1048576)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def test_gqa_family_params_and_kv_from_first_principles(contract, variant, kv_he
         assert v["kv_bytes_per_request"][-1] == 4096 * per_token
     else:
         assert v["kv_bytes_per_token"]["value"] == per_token
-        assert v["kv_bytes_per_request"] == [n * per_token for n in (1024, 4096, 16384, 65536, 131072)]
+        assert v["kv_bytes_per_request"] == [n * per_token for n in LENGTHS]
 
 
 def test_mla_contract(contract):

@@ -5,7 +5,9 @@ Layer: engine.build -> build/results. A contract is a folder under ``corpus/cont
 literal numbers and whose only stack feeds ``x [batch, seq, hidden]`` through the slot. Each
 variant is walked like any model (same engine, same formulas) and deployed on one GPU; the results
 (``build/results/contracts.json``) give the components page like-for-like numbers: parameters,
-KV per token and per request over the lengths, prefill and decode speed of light.
+KV per token, the fixed part per request (window caches, recurrent states) and the whole per
+request over the lengths, prefill and decode speed of light over the lengths and prefill at the
+contract's ``prefill_at`` length (the table's column).
 """
 from __future__ import annotations
 
@@ -29,13 +31,26 @@ from engine.deploy.sol import summarize
 def load_contract(folder: Path, corpus: Corpus) -> dict[str, Any]:
     reader = Reader(folder / "contract.yaml", corpus.root)
     data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("doc", "gpu", "batch", "lengths"), ("doc", "gpu", "batch", "lengths"))
-    variants = [load_model(p, corpus.root, corpus.roles, corpus.schemes)
-                for p in sorted(folder.glob("*.yaml")) if p.name != "contract.yaml"]
-    if not variants:
+    fields = ("doc", "gpu", "batch", "lengths", "prefill_at")
+    reader.keys(data, "", fields + ("order",), fields)
+    files = {p.stem: p for p in sorted(folder.glob("*.yaml")) if p.name != "contract.yaml"}
+    if not files:
         raise SpecError(reader.where(data), "a contract without variants", "add one model spec per variant beside it")
+    # the table's row order: `order` (variant file names) first, the rest by name
+    order = [str(name) for name in data.get("order") or []]
+    unknown = [name for name in order if name not in files]
+    if unknown:
+        raise SpecError(reader.where(data, "order", "order"), f"order names no variant file {unknown[0]!r}",
+                        "list file names beside contract.yaml (without .yaml): " + ", ".join(files))
+    names = order + [name for name in files if name not in order]
+    variants = [load_model(files[name], corpus.root, corpus.roles, corpus.schemes) for name in names]
+    lengths = [int(n) for n in data["lengths"]]
+    if data["prefill_at"] not in lengths:
+        raise SpecError(reader.where(data, "prefill_at", "prefill_at"),
+                        f"prefill_at {data['prefill_at']!r} is not one of the lengths",
+                        "write one of: " + ", ".join(map(str, lengths)))
     return {"slot": folder.name, "doc": str(data["doc"]), "gpu": str(data["gpu"]), "batch": int(data["batch"]),
-            "lengths": [int(n) for n in data["lengths"]], "variants": variants}
+            "lengths": lengths, "prefill_at": int(data["prefill_at"]), "variants": variants}
 
 
 def evaluate_contracts(corpus: Corpus, gpu_root=None) -> dict[str, Any]:
@@ -46,6 +61,7 @@ def evaluate_contracts(corpus: Corpus, gpu_root=None) -> dict[str, Any]:
         contract = load_contract(folder, corpus)
         gpu = gpus[contract["gpu"]]
         lengths = np.array(contract["lengths"], dtype=float)
+        at = contract["lengths"].index(contract["prefill_at"])
         rows = []
         for model in contract["variants"]:
             ev = evaluate_spec(corpus, model)
@@ -61,9 +77,10 @@ def evaluate_contracts(corpus: Corpus, gpu_root=None) -> dict[str, Any]:
                 "kv_fixed_bytes": _q(kv.fixed_bytes_per_request(ev.numeric), kv.fixed_bytes_per_request(ev.symbolic)),
                 "kv_bytes_per_request": np.broadcast_to(request_bytes, lengths.shape).astype(float).tolist(),
                 "prefill_s": np.asarray(s["phases"]["prefill"]["step_time_s"], dtype=float).tolist(),
+                "prefill_at_s": float(np.asarray(s["phases"]["prefill"]["step_time_s"], dtype=float)[at]),
                 "decode_s": np.asarray(s["phases"]["decode"]["step_time_s"], dtype=float).tolist(),
                 "prefill_flops": np.asarray(s["phases"]["prefill"]["flops"], dtype=float).tolist(),
             })
         out[contract["slot"]] = {"doc": contract["doc"], "gpu": contract["gpu"], "batch": contract["batch"],
-                                 "lengths": contract["lengths"], "variants": rows}
+                                 "lengths": contract["lengths"], "prefill_at": contract["prefill_at"], "variants": rows}
     return out

@@ -582,7 +582,15 @@ PARAMETER_FN = {"none": 0, "neg_exp": 2}
 
 
 def _parameter_shape(call):
-    _last_is(call, "dim", "parameter input")
+    """The vector spans one axis of the input (``axis``, counted from the end: -1 the last) and is
+    broadcast over the others: KDA's per-head A_log scales a [.., heads, d_k] per-channel gate."""
+    x, axis = call.inputs[0], call.attrs["axis"]
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -x.rank <= axis <= -1:
+        raise call.fail(f"axis {axis!r} is not an axis of the {x.rank}-axis input counted from the end",
+                        f"write attrs: {{axis: -1}} (the last axis) down to {{axis: {-x.rank}}}")
+    call.require_equal(x.axes[axis].size, call.dims["dim"],
+                       f"parameter input: axis {axis} ({x.axes[axis].name}) does not match dim",
+                       f"feed a tensor whose axis {axis} is {call.dim_names['dim']}, or set attrs.axis")
     if call.attrs["apply"] not in PARAMETER_APPLY:
         raise call.fail(f"unknown apply {call.attrs['apply']!r}", "use one of: " + ", ".join(PARAMETER_APPLY))
     if call.attrs["fn"] not in PARAMETER_FN:
@@ -593,8 +601,8 @@ def _parameter_shape(call):
 
 
 def _parameter_flops(call, out):
-    """1 FLOP per input element (x + p or x * p over the last axis) and, once per call, the
-    function of the vector (``-A_log.exp()``: 2 FLOPs per parameter element)."""
+    """1 FLOP per input element (x + p or x * p, the vector broadcast over the other axes) and,
+    once per call, the function of the vector (``-A_log.exp()``: 2 FLOPs per parameter element)."""
     return call.inputs[0].computed + PARAMETER_FN[call.attrs["fn"]] * call.dims["dim"]
 
 
@@ -949,12 +957,13 @@ OPS: dict[str, Op] = {
         "preserve", (1, 1), _conv1d_shape, _conv1d_flops, _conv1d_leaves,
         dims=("channels", "kernel"), attrs={"bias": False}, state=_conv1d_state),
     "parameter": Op(
-        "parameter", "A bare learned vector `name` over the last axis `dim` (dt_bias, A_log, a "
-        "norm-free gate), added to or multiplied into the input (`apply`), optionally transformed "
-        "first (`fn: neg_exp` for -exp(A_log)); no matmul.",
+        "parameter", "A bare learned vector `name` over the axis `dim` (dt_bias, A_log, a "
+        "norm-free gate; attr `axis`, default -1: the last), broadcast over the other axes and "
+        "added to or multiplied into the input (`apply`), optionally transformed first (`fn: "
+        "neg_exp` for -exp(A_log)); no matmul.",
         "preserve", (1, 1), _parameter_shape, _parameter_flops,
         lambda c: (Leaf(c.attrs["name"], (c.axis("dim"),)),),
-        dims=("dim",), attrs={"name": "", "apply": "add", "fn": "none"}),
+        dims=("dim",), attrs={"name": "", "apply": "add", "fn": "none", "axis": -1}),
     "gated_delta_rule": Op(
         "gated_delta_rule", "Gated DeltaNet: (q, k [b, s, hk, dk], v [b, s, hv, dv], decay g and "
         "beta [b, s, hv]) -> [b, s, hv, dv] with one [dk, dv] state per value head; `form: "
