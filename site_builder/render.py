@@ -71,7 +71,10 @@ def human_bytes(value) -> str:
 
 
 def tokens(value) -> str:
+    """Token counts in binary units as model cards write them: 4096 -> 4K, 1048576 -> 1M."""
     value = int(value)
+    if value % (1 << 20) == 0 and value >= 1 << 20:
+        return f"{value >> 20}M"
     return f"{value // 1024}K" if value % 1024 == 0 and value >= 1024 else f"{value:,}"
 
 
