@@ -51,7 +51,9 @@ def deployment_specs() -> dict[str, dict]:
 
 def contract_specs(contract: dict) -> dict[str, dict]:
     """KV (and recurrent state) per request, prefill time and decode step vs context for every
-    variant of a contract, data embedded as built (log x; log y for the KV chart)."""
+    variant of a contract, data embedded as built. Log-log: flat recurrent states (MB) and caches
+    growing to GB, microsecond and minute steps share one plot; ticks at the contract's lengths,
+    labelled in binary units (1K, 1M); the legend below the plot (it names a dozen variants)."""
     rows = []
     for v in contract["variants"]:
         for length, kv, prefill, decode in zip(contract["lengths"], v["kv_bytes_per_request"], v["prefill_s"],
@@ -60,17 +62,21 @@ def contract_specs(contract: dict) -> dict[str, dict]:
                          "decode_s": decode})
     data = alt.Data(values=rows)
     pick = alt.selection_point(fields=["variant"], bind="legend")
+    ticks = alt.Axis(values=contract["lengths"], labelExpr="datum.value >= 1048576 ? "
+                     "(datum.value / 1048576) + 'M' : (datum.value / 1024) + 'K'")
 
-    def line(field: str, title: str, log_y: bool = False) -> dict:
-        # a log y axis for the KV chart: flat recurrent states (MB) and growing caches (GB) on one plot
-        y_scale = alt.Scale(type="log") if log_y else alt.Undefined
+    legend = alt.Legend(orient="bottom", columns=1, labelLimit=400, symbolStrokeWidth=2)
+
+    def line(field: str, title: str) -> dict:
         return _spec(alt.Chart(data).mark_line(point=True).encode(
-            x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), title="context (tokens)"),
-            y=alt.Y(f"{field}:Q", title=title, scale=y_scale), color=alt.Color("variant:N", title="variant"),
-            strokeDash=alt.StrokeDash("variant:N", legend=None),
+            x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=ticks, title="context (tokens)"),
+            y=alt.Y(f"{field}:Q", title=title, scale=alt.Scale(type="log")),
+            color=alt.Color("variant:N", title="variant", sort=None, scale=alt.Scale(scheme="tableau20"),
+                            legend=legend),
+            strokeDash=alt.StrokeDash("variant:N", title="variant", sort=None, legend=legend),
             opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
             tooltip=["variant:N", "context:Q", f"{field}:Q"]).add_params(pick)
             .properties(width="container", height=260))
-    return {"kv": line("kv_bytes", "KV + state bytes per request (one layer)", log_y=True),
+    return {"kv": line("kv_bytes", "KV + state bytes per request (one layer)"),
             "prefill": line("prefill_s", "prefill time, SOL (s)"),
             "decode": line("decode_s", "decode step at this context, SOL (s)")}
