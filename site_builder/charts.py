@@ -64,7 +64,6 @@ def contract_specs(contract: dict) -> dict[str, dict]:
     pick = alt.selection_point(fields=["variant"], bind="legend")
     ticks = alt.Axis(values=contract["lengths"], labelExpr="datum.value >= 1048576 ? "
                      "(datum.value / 1048576) + 'M' : (datum.value / 1024) + 'K'")
-
     legend = alt.Legend(orient="bottom", columns=1, labelLimit=400, symbolStrokeWidth=2)
 
     def line(field: str, title: str) -> dict:
