@@ -6,9 +6,10 @@ and everything here reads its results: the numbers per variant in ``results/cont
 against hand derivations from the contract dims written out below (params per layer; KV or state
 per request at 1K and 1M, BF16 KV and float32 recurrent states), and the rendered page.
 
-External facts beyond the hand counts: transformers 5.24's ``Qwen3_5GatedDeltaNet`` and
-``Mamba2Mixer`` built on the meta device from their configs' defaults, which are the dims the GDN
-and Mamba2 variants use (their notes say so).
+External facts beyond the hand counts: transformers 5.24's layer modules built on the meta
+device: ``Qwen3_5GatedDeltaNet`` and ``Mamba2Mixer`` from their configs' defaults (the dims the GDN
+and Mamba2 variants use, their notes say so), ``DeepseekV4Attention`` from DeepSeek-V4-Flash's
+config and ``DeepseekV32Attention`` from DeepSeek-V3.2's at the contract's hidden size and heads.
 """
 from __future__ import annotations
 
@@ -127,26 +128,44 @@ def test_linear_mixers_keep_a_flat_state_that_the_caches_cross(variants):
         assert mla[0] < v["kv_bytes_per_request"][0] and mla[-1] > v["kv_bytes_per_request"][-1]
 
 
-@pytest.mark.parametrize("variant, oracle", [("gdn", "gdn"), ("mamba2", "mamba2")])
-def test_recurrent_variants_equal_transformers_at_the_contract_dims(variants, variant, oracle):
+@pytest.mark.parametrize("variant", ["gdn", "mamba2", "dsa", "v4", "v4_hca"])
+def test_variants_equal_transformers_at_the_contract_dims(variants, variant):
+    """The layer's module built on the meta device: Qwen3_5GatedDeltaNet and Mamba2Mixer from their
+    configs' defaults (the contract dims, asserted); DeepseekV4Attention from DeepSeek-V4-Flash's
+    config (hidden 4096) at a CSA and an HCA layer; DeepseekV32Attention from DeepSeek-V3.2's
+    config with the contract's hidden size and 32 heads."""
     pytest.importorskip("torch", reason=_WHY)
     pytest.importorskip("transformers", reason=_WHY)
     import torch
     from transformers import Mamba2Config, Qwen3_5TextConfig
+    from transformers.models.deepseek_v32.modeling_deepseek_v32 import DeepseekV32Attention
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Attention
     from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
     from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet
 
+    from tests import hf_oracle
+    from tests.conftest import hf_config_path
+
     with torch.device("meta"):
-        if oracle == "gdn":
+        if variant == "gdn":
             c = Qwen3_5TextConfig()
             assert (c.hidden_size, c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim,
                     c.linear_value_head_dim, c.linear_conv_kernel_dim) == (H, 16, 32, 128, 128, 4)
             module = Qwen3_5GatedDeltaNet(c, layer_idx=0)
-        else:
+        elif variant == "mamba2":
             c = Mamba2Config()
             assert (c.hidden_size, c.num_heads, c.head_dim, c.n_groups, c.state_size, c.conv_kernel,
                     c.chunk_size) == (H, 128, 64, 8, 128, 4, 256)
             module = Mamba2Mixer(c, layer_idx=0)
+        elif variant == "dsa":
+            c = hf_oracle.load_hf_config(hf_config_path("deepseek-ai/DeepSeek-V3.2"))
+            c.hidden_size, c.num_attention_heads = H, 32
+            module = DeepseekV32Attention(c, layer_idx=0)
+        else:
+            c = hf_oracle.load_hf_config(hf_config_path("deepseek-ai/DeepSeek-V4-Flash"))
+            kind = {"v4": "compressed_sparse_attention", "v4_hca": "heavily_compressed_attention"}[variant]
+            assert c.hidden_size == H
+            module = DeepseekV4Attention(c, layer_idx=c.layer_types.index(kind))
     assert variants[variant]["params"]["value"] == sum(p.numel() for p in module.parameters())
 
 
