@@ -192,7 +192,11 @@ def test_ring_and_ulysses_hold_the_same_data_per_device():
 def test_long_prefill_compute_bound_single_decode_memory_bound(model, gpu, config):
     d = deploy(model, gpu, Scenario(1, 32768, 256), framework="vllm", **config)
     assert d.phases["prefill"]["bound"] == "compute"
-    assert d.phases["decode"]["bound"] == "memory"
+    # one token: never compute-bound; reading weights and KV outweighs the FLOPs, though on a wide
+    # group the collectives' per-call latency can take the lead (then the bound is "comm")
+    decode = d.phases["decode"]
+    assert decode["bound"] == "memory" or (decode["bound"] == "comm" and config.get("tp", 1) >= 8)
+    assert decode["memory_time_s"] > decode["compute_time_s"]
     hbm = GPUS[gpu].hbm_bytes_per_s
     read = d.phases["decode"]["weight_bytes"]
     assert d.summary["tpot_s"] >= read / hbm                      # never faster than reading weights
