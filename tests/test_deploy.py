@@ -81,7 +81,7 @@ def test_llama_tp8_decode_weights_and_kv(llama_tp8):
     per_token = 2 * L * KV * D * BF16                            # K and V, all layers
     assert s["kv_bytes_per_request"] == per_token * C
     assert s["kv_bytes_per_request_per_gpu"] == per_token * C / 8
-    usable = 80e9 * 0.9
+    usable = 81559 * 2**20 * 0.9                                # nvidia-smi's H100 total, x 0.9
     assert s["max_concurrent_requests"] == math.floor((usable - s["weight_bytes_per_gpu"]) / (per_token * C / 8))
 
 
@@ -259,7 +259,7 @@ def test_batch_that_does_not_fit_says_by_how_much():
     d = deploy("Llama-3.1-70B", "H100", Scenario(1, 1024, 128), tp=1)
     s = d.summary
     assert not s["fits"] and s["max_concurrent_requests"] == 0
-    assert s["shortfall_bytes"] >= 70_553_706_496 * BF16 - 80e9 * 0.9
+    assert s["shortfall_bytes"] >= 70_553_706_496 * BF16 - 81559 * 2**20 * 0.9
     ok = deploy("Llama-3.1-70B", "H100", Scenario(1, 1024, 128), tp=8).summary
     assert ok["fits"] and ok["shortfall_bytes"] == 0
     too_many = ok["max_concurrent_requests"] + 8

@@ -32,7 +32,7 @@ DEFAULT_HW = {"scale_up": "nvlink", "scale_out": "net"}
 #: native dtype of the GPU runs at the next wider native one (weights dequantized on the fly).
 COMPUTE_DTYPES = ("fp4", "fp8", "bf16")
 _FIELDS = ("gpu", "name", "vendor", "arch", "doc", "peak_tflops", "hbm_gb", "hbm_tb_s", "scale_up",
-           "scale_out", "sources")
+           "scale_out", "sources", "hbm_mib")
 
 
 def is_figure(number: Any) -> bool:
@@ -129,6 +129,7 @@ class GPU:
     scale_up_hw: str = "nvlink"       # hardware class of each link (collective latency)
     scale_out_hw: str = "net"
     collectives: CollectiveModel | None = None
+    hbm_reported: Figure | None = None  # MiB, the total the driver reports (nvidia-smi), if on file
 
     def collective_latency(self, op: str, ranks: int, nodes: int) -> float:
         """Seconds of fixed cost per call of collective ``op`` (0 without a latency model)."""
@@ -139,6 +140,10 @@ class GPU:
 
     @property
     def hbm_bytes(self) -> float:
+        """Capacity the runtime sees: the driver's reported total (``hbm_mib``, MiB) when on file,
+        else the datasheet's decimal GB (a lower bound: "80 GB" parts report 80 GiB or close)."""
+        if self.hbm_reported is not None:
+            return self.hbm_reported.value * 2**20
         return self.hbm.value * 1e9
 
     @property
@@ -201,7 +206,7 @@ def _hw(reader: Reader, link: dict, field: str, classes) -> str:
 def load_gpu(path: Path, root: Path, collectives: CollectiveModel | None = None) -> GPU:
     reader = Reader(path, root)
     data = reader.mapping(reader.data, "")
-    reader.keys(data, "", _FIELDS, _FIELDS[:-1])
+    reader.keys(data, "", _FIELDS, _FIELDS[:-2])
     peak = reader.mapping(data["peak_tflops"], "peak_tflops", data, "peak_tflops")
     for dtype in peak:
         if dtype not in COMPUTE_DTYPES:
@@ -230,7 +235,8 @@ def load_gpu(path: Path, root: Path, collectives: CollectiveModel | None = None)
                scale_out=_figure(reader, out, "gb_s", "scale_out.gb_s"),
                sources=tuple(str(s) for s in data.get("sources") or ()), where=reader.where(data),
                scale_up_hw=_hw(reader, up, "scale_up", collectives.hop),
-               scale_out_hw=_hw(reader, out, "scale_out", collectives.hop), collectives=collectives)
+               scale_out_hw=_hw(reader, out, "scale_out", collectives.hop), collectives=collectives,
+               hbm_reported=_figure(reader, data, "hbm_mib", "hbm_mib") if "hbm_mib" in data else None)
 
 
 def load_gpus(root: Path | str | None = None) -> dict[str, GPU]:
