@@ -277,13 +277,30 @@ def test_fp8_kv_halves_kv_and_raises_capacity():
     assert fp8["max_concurrent_requests"] >= 2 * bf16["max_concurrent_requests"] - 1
 
 
-def test_fp4_weights_run_at_fp8_where_fp4_is_not_native():
+def test_mxfp4_experts_run_at_bf16_weight_only_kernels():
+    """gpt-oss's MXFP4 experts take BF16 activations in vLLM's kernels (W4A16: Triton or Marlin on
+    Hopper, FlashInfer's MXFP4 x BF16 on Blackwell), so they run at the BF16 peak on both; Hopper
+    has no FP4 tensor cores to run them any faster (the FP8 peak would be 2x optimistic)."""
     h100 = deploy("gpt-oss-120b", "H100", Scenario(8, 2048, 128), tp=2)
     b200 = deploy("gpt-oss-120b", "B200", Scenario(8, 2048, 128), tp=2)
     uid = "main/layers[sliding]/mlp/experts/gate_up_proj"
-    assert op(h100, "decode", uid)["compute_dtype"] == "fp8"
-    assert op(b200, "decode", uid)["compute_dtype"] == "fp4"
+    assert op(h100, "decode", uid)["compute_dtype"] == "bf16"
+    assert op(b200, "decode", uid)["compute_dtype"] == "bf16"
     assert op(b200, "decode", "main/layers[sliding]/self_attn/q_proj")["compute_dtype"] == "bf16"
+    flops = op(h100, "prefill", uid)["flops"]
+    assert op(h100, "prefill", uid)["t_compute_s"] == pytest.approx(flops / 989e12, rel=1e-12)
+
+
+def test_compute_class_by_architecture_and_activations():
+    """The matmul dtype from the weights' and activations' classes and the GPU's tensor cores
+    (gpus/*.yaml peak_tflops): W8A8 FP8 at FP8 on Hopper and BF16 on Ampere (no FP8 tensor
+    cores: Marlin W8A16); NVFP4 W4A4 at FP4 on Blackwell and BF16 on Hopper (Marlin W4A16); FP4
+    experts with FP8 activations (DeepSeek-V4, W4A8) at FP8 on Blackwell."""
+    h100, a100, b200 = GPUS["H100"], GPUS["A100"], GPUS["B200"]
+    assert (h100.compute_dtype("fp8"), a100.compute_dtype("fp8")) == ("fp8", "bf16")
+    assert (b200.compute_dtype("fp4"), h100.compute_dtype("fp4")) == ("fp4", "bf16")
+    assert (b200.compute_dtype("fp4/fp8"), h100.compute_dtype("fp4/fp8")) == ("fp8", "bf16")
+    assert (b200.compute_dtype("fp4/bf16"), b200.compute_dtype("bf16")) == ("bf16", "bf16")
 
 
 def test_formulas_evaluate_to_the_numbers():

@@ -82,7 +82,7 @@ def test_units_and_native_dtypes():
     assert h100.hbm_bytes_per_s == 3.35e12
     assert h100.scale_up_bytes_per_s == 450e9                 # 900 GB/s both ways -> 450 one way
     assert h100.peak_flops("fp8") == 1979e12
-    assert h100.compute_dtype("fp4") == "fp8" and a100.compute_dtype("fp8") == "bf16"
+    assert h100.compute_dtype("fp4") == "bf16" and a100.compute_dtype("fp8") == "bf16"
     assert b200.compute_dtype("fp4") == "fp4"
 
 

@@ -28,8 +28,7 @@ COLLECTIVES_FILE = Path("collectives") / "nccl.yaml"
 #: A link's hardware class when its file does not name one.
 DEFAULT_HW = {"scale_up": "nvlink", "scale_out": "net"}
 
-#: Compute dtypes from narrowest to widest. A matmul whose operands are stored narrower than any
-#: native dtype of the GPU runs at the next wider native one (weights dequantized on the fly).
+#: Compute dtypes from narrowest to widest (GPU.compute_dtype: which one a matmul runs at).
 COMPUTE_DTYPES = ("fp4", "fp8", "bf16")
 _FIELDS = ("gpu", "name", "vendor", "arch", "doc", "peak_tflops", "hbm_gb", "hbm_tb_s", "scale_up",
            "scale_out", "sources", "hbm_mib")
@@ -159,14 +158,23 @@ class GPU:
     def scale_out_bytes_per_s(self) -> float:
         return self.scale_out.value * 1e9
 
-    def compute_dtype(self, dtype: str) -> str:
-        """The native dtype a matmul with ``dtype`` operands runs in (``dtype`` or the next wider)."""
-        if dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"unknown compute dtype {dtype!r}; use one of {', '.join(COMPUTE_DTYPES)}")
-        for candidate in COMPUTE_DTYPES[COMPUTE_DTYPES.index(dtype):]:
-            if candidate in self.peak:
-                return candidate
-        raise ValueError(f"{self.key} has no native dtype as wide as {dtype}")
+    def compute_dtype(self, operands: str) -> str:
+        """The native dtype a matmul runs at, from its operand classes ``weights[/activations]``
+        (a quant scheme's ``compute`` and ``activations``).
+
+        Where the GPU has tensor cores for the weights' class, the matmul runs at the wider of the
+        two operands (each at its nearest native dtype): FP8 W8A8 at FP8 on Hopper, MXFP4 weights
+        with BF16 activations (W4A16) at BF16 even on Blackwell. Where it has none, frameworks run
+        weight-only kernels that dequantize to BF16 (Marlin: FP8 on Ampere, FP4 on Hopper)."""
+        weights, _, acts = operands.partition("/")
+        for dtype in (weights, acts or weights):
+            if dtype not in COMPUTE_DTYPES:
+                raise ValueError(f"unknown compute dtype {dtype!r}; use one of {', '.join(COMPUTE_DTYPES)}")
+        if weights not in self.peak:
+            return "bf16"
+        act = acts or weights
+        native_act = next(d for d in COMPUTE_DTYPES[COMPUTE_DTYPES.index(act):] if d in self.peak)
+        return max(weights, native_act, key=COMPUTE_DTYPES.index)
 
     def peak_flops(self, dtype: str) -> float:
         """Dense FLOP/s for operands of ``dtype`` (at the native dtype it runs in)."""
