@@ -128,3 +128,21 @@ def test_dp_attention_capacity_qwen3_30b_a3b():
     assert s["kv_bytes_per_request_per_gpu"] == kv_request
     assert s["kv_bytes_per_gpu"] == 64 / 8 * kv_request                 # 8 requests per replica
     assert s["max_concurrent_requests"] == 8 * math.floor((USABLE_H100 - weights) / kv_request) == 1056
+
+
+def test_dp_attention_rank_holds_whole_requests():
+    """Qwen3-30B-A3B on 8 H100 with DP-attention 8 + EP 8, 3 requests of 1000 tokens: three
+    replicas each hold one whole request and five idle; TTFT is the busy replica's. Its q_proj runs
+    on all 1000 tokens of its request, 48 layers x 2 x 1000 x 2048 x (32 x 128) FLOPs, and the
+    same with 8 requests (one per replica); spreading 3/8 of a request over every rank would
+    claim 3/8 of that."""
+    c = hf_config("Qwen/Qwen3-30B-A3B")
+    h, heads, d, layers = c["hidden_size"], c["num_attention_heads"], c["head_dim"], c["num_hidden_layers"]
+    uid = "main/layers[moe]/self_attn/q_proj"
+    per_request = layers * 2 * 1000 * h * heads * d
+    for batch in (1, 3, 8):
+        d3 = deploy("Qwen3-30B-A3B", "H100", Scenario(batch, 1000, 24), tp=8, dp_attn=8, ep=8)
+        row = next(r for r in d3.ops["prefill"] if r["op_uid"] == uid)
+        assert row["flops"] == per_request, batch
+    nine = deploy("Qwen3-30B-A3B", "H100", Scenario(9, 1000, 24), tp=8, dp_attn=8, ep=8)
+    assert next(r for r in nine.ops["prefill"] if r["op_uid"] == uid)["flops"] == 2 * per_request
