@@ -43,7 +43,7 @@ def files_under(folder: Path) -> list[str]:
 
 H200 = "h200.yaml"
 PEAK = "peak_tflops: {bf16: 989, fp8: 1979}"
-UP = "scale_up: {link: NVLink4, gb_s: 900, domain: 8}"
+UP = "scale_up: {link: NVLink4, gb_s: 900, domain: 8, hw: nvlink}"
 GPU_CASES = {   # (old, new, field, says)
     # NaN and infinity are refused by the YAML reader itself (engine.spec.yamlio) or by the figure check
     "nan": ("hbm_gb: 141", "hbm_gb: .nan", "hbm_gb", "nan"),
@@ -56,12 +56,12 @@ GPU_CASES = {   # (old, new, field, says)
     "inf-alt": (PEAK, "peak_tflops: {bf16: {value: 989, alt: .inf}, fp8: 1979}", "peak_tflops.bf16", "inf"),
     "estimate-not-a-flag": (PEAK, "peak_tflops: {bf16: {value: 989, estimate: maybe}, fp8: 1979}",
                             "peak_tflops.bf16.estimate", "expected true or false, got 'maybe'"),
-    "boolean-link": (UP, "scale_up: {link: NVLink4, gb_s: false, domain: 8}", "scale_up.gb_s", "got False"),
-    "boolean-domain": (UP, "scale_up: {link: NVLink4, gb_s: 900, domain: true}", "scale_up.domain",
+    "boolean-link": (UP, "scale_up: {link: NVLink4, gb_s: false, domain: 8, hw: nvlink}", "scale_up.gb_s", "got False"),
+    "boolean-domain": (UP, "scale_up: {link: NVLink4, gb_s: 900, domain: true, hw: nvlink}", "scale_up.domain",
                        "expected a GPU count, got True"),
-    "huge-domain": (UP, "scale_up: {link: NVLink4, gb_s: 900, domain: 1000000}", "scale_up.domain",
+    "huge-domain": (UP, "scale_up: {link: NVLink4, gb_s: 900, domain: 1000000, hw: nvlink}", "scale_up.domain",
                     "expected a GPU count, got 1000000"),
-    "negative-scale-out": ("gb_s: 50}", "gb_s: -50}", "scale_out.gb_s", "got -50"),
+    "negative-scale-out": ("gb_s: 50, hw: net}", "gb_s: -50, hw: net}", "scale_out.gb_s", "got -50"),
     "gpu-name-is-a-path": ("gpu: H200", "gpu: ../../index", "gpu", "GPU name '../../index' is not a valid name"),
 }
 

@@ -128,7 +128,8 @@ def _hand_values(model: str, row: dict) -> None:
         weights = (70_553_706_496 * 2 - norms) / 8 + norms   # the HF parameter count, BF16
         kv = 2 * 80 * 8 * 128 * 1 * length                   # K and V, 80 layers, 8 KV heads of 128, 1 B
         assert row["weight_bytes_per_gpu"] == weights and row["kv_bytes_per_request"] == kv
-        assert row["max_concurrent_requests"] == math.floor((0.9 * 80e9 - weights) / (kv / 8)) == 152
+        usable = 0.9 * 81559 * 2**20                          # nvidia-smi: 81559MiB per H100
+        assert row["max_concurrent_requests"] == math.floor((usable - weights) / (kv / 8)) == 166
     elif model == "deepseek-ai/DeepSeek-V3":                 # H200 DP-attention 8 + EP 8, BF16 KV
         kv = 61 * (512 + 64) * 2 * length                    # MLA latent + rotary key, 70,272 B/token
         assert row["kv_bytes_per_request"] == kv and row["kv_bytes_per_gpu"] == 64 / 8 * kv

@@ -81,7 +81,7 @@ def test_llama_tp8_decode_weights_and_kv(llama_tp8):
     per_token = 2 * L * KV * D * BF16                            # K and V, all layers
     assert s["kv_bytes_per_request"] == per_token * C
     assert s["kv_bytes_per_request_per_gpu"] == per_token * C / 8
-    usable = 80e9 * 0.9
+    usable = 81559 * 2**20 * 0.9                                # nvidia-smi's H100 total, x 0.9
     assert s["max_concurrent_requests"] == math.floor((usable - s["weight_bytes_per_gpu"]) / (per_token * C / 8))
 
 
@@ -192,7 +192,11 @@ def test_ring_and_ulysses_hold_the_same_data_per_device():
 def test_long_prefill_compute_bound_single_decode_memory_bound(model, gpu, config):
     d = deploy(model, gpu, Scenario(1, 32768, 256), framework="vllm", **config)
     assert d.phases["prefill"]["bound"] == "compute"
-    assert d.phases["decode"]["bound"] == "memory"
+    # one token: never compute-bound; reading weights and KV outweighs the FLOPs, though on a wide
+    # group the collectives' per-call latency can take the lead (then the bound is "comm")
+    decode = d.phases["decode"]
+    assert decode["bound"] == "memory" or (decode["bound"] == "comm" and config.get("tp", 1) >= 8)
+    assert decode["memory_time_s"] > decode["compute_time_s"]
     hbm = GPUS[gpu].hbm_bytes_per_s
     read = d.phases["decode"]["weight_bytes"]
     assert d.summary["tpot_s"] >= read / hbm                      # never faster than reading weights
@@ -255,7 +259,7 @@ def test_batch_that_does_not_fit_says_by_how_much():
     d = deploy("Llama-3.1-70B", "H100", Scenario(1, 1024, 128), tp=1)
     s = d.summary
     assert not s["fits"] and s["max_concurrent_requests"] == 0
-    assert s["shortfall_bytes"] >= 70_553_706_496 * BF16 - 80e9 * 0.9
+    assert s["shortfall_bytes"] >= 70_553_706_496 * BF16 - 81559 * 2**20 * 0.9
     ok = deploy("Llama-3.1-70B", "H100", Scenario(1, 1024, 128), tp=8).summary
     assert ok["fits"] and ok["shortfall_bytes"] == 0
     too_many = ok["max_concurrent_requests"] + 8
@@ -273,13 +277,30 @@ def test_fp8_kv_halves_kv_and_raises_capacity():
     assert fp8["max_concurrent_requests"] >= 2 * bf16["max_concurrent_requests"] - 1
 
 
-def test_fp4_weights_run_at_fp8_where_fp4_is_not_native():
+def test_mxfp4_experts_run_at_bf16_weight_only_kernels():
+    """gpt-oss's MXFP4 experts take BF16 activations in vLLM's kernels (W4A16: Triton or Marlin on
+    Hopper, FlashInfer's MXFP4 x BF16 on Blackwell), so they run at the BF16 peak on both; Hopper
+    has no FP4 tensor cores to run them any faster (the FP8 peak would be 2x optimistic)."""
     h100 = deploy("gpt-oss-120b", "H100", Scenario(8, 2048, 128), tp=2)
     b200 = deploy("gpt-oss-120b", "B200", Scenario(8, 2048, 128), tp=2)
     uid = "main/layers[sliding]/mlp/experts/gate_up_proj"
-    assert op(h100, "decode", uid)["compute_dtype"] == "fp8"
-    assert op(b200, "decode", uid)["compute_dtype"] == "fp4"
+    assert op(h100, "decode", uid)["compute_dtype"] == "bf16"
+    assert op(b200, "decode", uid)["compute_dtype"] == "bf16"
     assert op(b200, "decode", "main/layers[sliding]/self_attn/q_proj")["compute_dtype"] == "bf16"
+    flops = op(h100, "prefill", uid)["flops"]
+    assert op(h100, "prefill", uid)["t_compute_s"] == pytest.approx(flops / 989e12, rel=1e-12)
+
+
+def test_compute_class_by_architecture_and_activations():
+    """The matmul dtype from the weights' and activations' classes and the GPU's tensor cores
+    (gpus/*.yaml peak_tflops): W8A8 FP8 at FP8 on Hopper and BF16 on Ampere (no FP8 tensor
+    cores: Marlin W8A16); NVFP4 W4A4 at FP4 on Blackwell and BF16 on Hopper (Marlin W4A16); FP4
+    experts with FP8 activations (DeepSeek-V4, W4A8) at FP8 on Blackwell."""
+    h100, a100, b200 = GPUS["H100"], GPUS["A100"], GPUS["B200"]
+    assert (h100.compute_dtype("fp8"), a100.compute_dtype("fp8")) == ("fp8", "bf16")
+    assert (b200.compute_dtype("fp4"), h100.compute_dtype("fp4")) == ("fp4", "bf16")
+    assert (b200.compute_dtype("fp4/fp8"), h100.compute_dtype("fp4/fp8")) == ("fp8", "bf16")
+    assert (b200.compute_dtype("fp4/bf16"), b200.compute_dtype("bf16")) == ("bf16", "bf16")
 
 
 def test_formulas_evaluate_to_the_numbers():

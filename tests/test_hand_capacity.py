@@ -2,7 +2,8 @@
 
 From the published configs and docs/deployment.md's definitions, never from the engine:
 
-* usable HBM = 0.9 x capacity (H100: 80 GB decimal -> 72e9 bytes);
+* usable HBM = 0.9 x capacity, the total the driver reports (H100: nvidia-smi's 81,559 MiB =
+  85,520,809,984 B -> 76,968,728,985.6 bytes);
 * weights per GPU: every parameter once at BF16 on one GPU (the checkpoint's dtype);
 * KV per request at context L: K and V, n_kv_heads x d_head each, every layer, x L x 2 bytes;
 * the prefill working set of one prompt: the largest kernel's activations read and written (no
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from engine.deploy import Scenario
 from tests.conftest import hf_config
 from tests.deploy_helpers import deploy
 
 BF16 = 2
-USABLE_H100 = 0.9 * 80e9                     # gpus/h100-sxm.yaml: hbm_gb 80; --hbm-fraction 0.9
+USABLE_H100 = 0.9 * 81559 * 2**20            # nvidia-smi: 81559MiB on an H100 80GB; --hbm-fraction 0.9
 
 C8 = hf_config("meta-llama/Meta-Llama-3.1-8B")
 HID, FF, L, VOCAB = C8["hidden_size"], C8["intermediate_size"], C8["num_hidden_layers"], C8["vocab_size"]
@@ -59,16 +62,16 @@ def test_llama_8b_weights_and_kv_on_one_gpu():
     assert s["weight_bytes_per_gpu"] == WEIGHTS
     assert s["kv_bytes_per_request"] == KV_TOKEN * (PROMPT + GEN) == 167_772_160
     assert s["kv_bytes_per_request_per_gpu"] == KV_TOKEN * (PROMPT + GEN)
-    assert s["kv_budget_bytes_per_gpu"] == USABLE_H100 - WEIGHTS == 55_939_477_504
+    assert s["kv_budget_bytes_per_gpu"] == USABLE_H100 - WEIGHTS == pytest.approx(60_908_206_489.6, abs=1e-3)
 
 
-def test_max_prefill_batch_llama_8b_is_251():
-    """(72e9 - 16,060,522,496) / (1024 x 131,072 + 88,080,384) = 55,939,477,504 / 222,298,112
-    = 251.6 -> 251 prompts. Counting the weights in the working set (the head's 1.05 GB table)
-    would give 47."""
+def test_max_prefill_batch_llama_8b_is_273():
+    """(76,968,728,985.6 - 16,060,522,496) / (1024 x 131,072 + 88,080,384) = 60,908,206,489.6 /
+    222,298,112 = 273.99 -> 273 prompts. Counting the weights in the working set (the head's
+    1.05 GB table) would give 51."""
     per_prompt = PROMPT * KV_TOKEN + GLU_SET
     expected = math.floor((USABLE_H100 - WEIGHTS) / per_prompt)
-    assert expected == 251
+    assert expected == 273
     for batch in (1, 8):
         s = _vllm(batch)
         assert s["max_prefill_batch"] == expected
@@ -78,29 +81,30 @@ def test_max_prefill_batch_llama_8b_is_251():
 
 def test_unfused_working_set_is_the_dense_score_matrix():
     """Without fusion the largest kernel is softmax over the [32 heads, 1024, 1024] scores (BF16),
-    read and written: 2 x 32 x 1024^2 x 2 B = 134,217,728 B; 55,939,477,504 / (134,217,728 +
-    134,217,728) = 208.4 -> 208 prompts."""
+    read and written: 2 x 32 x 1024^2 x 2 B = 134,217,728 B; 60,908,206,489.6 / (134,217,728 +
+    134,217,728) = 226.9 -> 226 prompts."""
     dense = 2 * HEADS * PROMPT * PROMPT * BF16
     s = deploy("Llama-3.1-8B", "H100", Scenario(1, PROMPT, GEN), tp=1).summary
     assert s["activation_bytes_per_gpu"] == dense
-    assert s["max_prefill_batch"] == math.floor((USABLE_H100 - WEIGHTS) / (PROMPT * KV_TOKEN + dense)) == 208
+    assert s["max_prefill_batch"] == math.floor((USABLE_H100 - WEIGHTS) / (PROMPT * KV_TOKEN + dense)) == 226
 
 
 def test_fits_margin_includes_one_prefill_working_set():
-    """KV capacity at 1280 tokens: floor(55,939,477,504 / 167,772,160) = 333 requests. But serving
-    also needs one prompt's working set: 332 requests need 16,060,522,496 + 332 x 167,772,160 +
-    88,080,384 = 71,848,960,000 <= 72e9 (fit), 333 need 72,016,732,160: short by 16,732,160."""
+    """KV capacity at 1280 tokens: floor(60,908,206,489.6 / 167,772,160) = 363 requests. But
+    serving also needs one prompt's working set: 362 requests need 16,060,522,496 + 362 x
+    167,772,160 + 88,080,384 = 76,882,124,800 <= 76,968,728,985.6 (fit), 363 need 77,049,896,960:
+    short by 81,167,974.4."""
     per_request = KV_TOKEN * (PROMPT + GEN)
     capacity = math.floor((USABLE_H100 - WEIGHTS) / per_request)
-    assert capacity == 333
-    for batch, fits in ((332, True), (333, False)):
+    assert capacity == 363
+    for batch, fits in ((362, True), (363, False)):
         s = _vllm(batch)
         need = WEIGHTS + batch * per_request + GLU_SET
         assert s["max_concurrent_requests"] == capacity
         assert s["fits"] is fits, batch
         assert s["shortfall_bytes"] == max(need - USABLE_H100, 0.0)
         assert s["free_bytes_per_gpu"] == max(USABLE_H100 - WEIGHTS - batch * per_request, 0.0)
-    assert WEIGHTS + 333 * per_request + GLU_SET - USABLE_H100 == 16_732_160
+    assert WEIGHTS + 363 * per_request + GLU_SET - USABLE_H100 == pytest.approx(81_167_974.4, abs=1e-3)
 
 
 def test_dp_attention_capacity_qwen3_30b_a3b():
@@ -110,7 +114,8 @@ def test_dp_attention_capacity_qwen3_30b_a3b():
     16 of the 128 experts. Per layer outside the experts: q (2048 x 32 x 128), k and v (2048 x 4 x
     128), o, q/k norms (128 each), router 128 x 2048, two norms; experts 3 x 2048 x 768 each.
     KV per request per GPU: 48 layers x 2 x 4 heads x 128 x 2 B = 98,304 B per token (not split:
-    each replica holds its own requests). Requests = 8 x floor((72e9 - weights) / (98,304 x 5120))."""
+    each replica holds its own requests). Requests = 8 x floor((76,968,728,985.6 - weights) /
+    (98,304 x 5120))."""
     c = hf_config("Qwen/Qwen3-30B-A3B")
     h, heads, kvh, d = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
     e, ff, layers, vocab = c["num_experts"], c["moe_intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
@@ -122,4 +127,22 @@ def test_dp_attention_capacity_qwen3_30b_a3b():
     kv_request = layers * 2 * kvh * d * BF16 * (4096 + 1024)
     assert s["kv_bytes_per_request_per_gpu"] == kv_request
     assert s["kv_bytes_per_gpu"] == 64 / 8 * kv_request                 # 8 requests per replica
-    assert s["max_concurrent_requests"] == 8 * math.floor((USABLE_H100 - weights) / kv_request) == 976
+    assert s["max_concurrent_requests"] == 8 * math.floor((USABLE_H100 - weights) / kv_request) == 1056
+
+
+def test_dp_attention_rank_holds_whole_requests():
+    """Qwen3-30B-A3B on 8 H100 with DP-attention 8 + EP 8, 3 requests of 1000 tokens: three
+    replicas each hold one whole request and five idle; TTFT is the busy replica's. Its q_proj runs
+    on all 1000 tokens of its request, 48 layers x 2 x 1000 x 2048 x (32 x 128) FLOPs, and the
+    same with 8 requests (one per replica); spreading 3/8 of a request over every rank would
+    claim 3/8 of that."""
+    c = hf_config("Qwen/Qwen3-30B-A3B")
+    h, heads, d, layers = c["hidden_size"], c["num_attention_heads"], c["head_dim"], c["num_hidden_layers"]
+    uid = "main/layers[moe]/self_attn/q_proj"
+    per_request = layers * 2 * 1000 * h * heads * d
+    for batch in (1, 3, 8):
+        d3 = deploy("Qwen3-30B-A3B", "H100", Scenario(batch, 1000, 24), tp=8, dp_attn=8, ep=8)
+        row = next(r for r in d3.ops["prefill"] if r["op_uid"] == uid)
+        assert row["flops"] == per_request, batch
+    nine = deploy("Qwen3-30B-A3B", "H100", Scenario(9, 1000, 24), tp=8, dp_attn=8, ep=8)
+    assert next(r for r in nine.ops["prefill"] if r["op_uid"] == uid)["flops"] == 2 * per_request

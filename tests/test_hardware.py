@@ -74,11 +74,15 @@ def test_disagreeing_sources_record_both_values():
 
 
 def test_units_and_native_dtypes():
-    h100, a100, b200 = (load_gpus()[k] for k in ("H100", "A100", "B200"))
-    assert h100.hbm_bytes == 80e9 and h100.hbm_bytes_per_s == 3.35e12
+    gpus = load_gpus()
+    h100, a100, b200 = (gpus[k] for k in ("H100", "A100", "B200"))
+    # capacity: the driver's total (nvidia-smi 81559MiB), not the datasheet's decimal 80 GB
+    assert h100.hbm_bytes == 81559 * 2**20 == 85_520_809_984 and h100.hbm.value == 80
+    assert gpus["H200"].hbm_bytes == 141e9              # no reported figure on file: datasheet GB
+    assert h100.hbm_bytes_per_s == 3.35e12
     assert h100.scale_up_bytes_per_s == 450e9                 # 900 GB/s both ways -> 450 one way
     assert h100.peak_flops("fp8") == 1979e12
-    assert h100.compute_dtype("fp4") == "fp8" and a100.compute_dtype("fp8") == "bf16"
+    assert h100.compute_dtype("fp4") == "bf16" and a100.compute_dtype("fp8") == "bf16"
     assert b200.compute_dtype("fp4") == "fp4"
 
 
@@ -100,12 +104,13 @@ def test_adding_a_gpu_is_one_file(tmp_path):
 
 
 @pytest.mark.parametrize("edit,needle", [
-    (("hbm_tb_s: 3.35", "hbm_tb_s: -1"), "h100-sxm.yaml:11: hbm_tb_s: expected a positive number"),
+    (("hbm_tb_s: 3.35", "hbm_tb_s: -1"), "h100-sxm.yaml:13: hbm_tb_s: expected a positive number"),
     (("peak_tflops: {bf16: 989, fp8: 1979}", "peak_tflops: {bf16: 989, int3: 5}"), "unknown dtype 'int3'"),
     (("peak_tflops: {bf16: 989, fp8: 1979}", "peak_tflops: {fp8: 1979}"), "missing bf16"),
-    (("scale_up: {link: NVLink4, gb_s: 900, domain: 8}", "scale_up: {link: NVLink4, gb_s: 900, domain: many}"),
+    (("scale_up: {link: NVLink4, gb_s: 900, domain: 8, hw: nvlink}", "scale_up: {link: NVLink4, gb_s: 900, domain: many, hw: nvlink}"),
      "expected a GPU count"),
     (("arch: sm_90", "arch: sm_90\ncolour: green"), "unknown field 'colour'"),
+    (("domain: 8, hw: nvlink}", "domain: 8, hw: copper}"), "unknown link class 'copper'"),
 ])
 def test_bad_gpu_files_fail_on_one_line(tmp_path, edit, needle):
     text = (REPO / "gpus" / "h100-sxm.yaml").read_text()

@@ -42,7 +42,7 @@ D = HID // HEADS
 PARAMS = L * (2 * HID * HID + 2 * HID * KVH * D + 3 * HID * FF + 2 * HID) + 2 * VOCAB * HID + HID  # 8,030,261,248
 NORMS = (2 * L + 1) * HID * 2                  # RMSNorm weights, kept whole on every GPU (bytes)
 KV_TOKEN = 2 * L * KVH * D * 2                 # 131,072 B per token, BF16
-USABLE = 0.9 * 80e9
+USABLE = 0.9 * 81559 * 2**20                # nvidia-smi's 81559MiB on an H100 80GB, x --hbm-fraction 0.9
 NVLINK4 = 900e9 / 2
 
 
@@ -91,25 +91,26 @@ def _deployment(tables, n_gpus, phase="decode", batch=8, input_len=1024):
 # -- 1. grid rows by hand ---------------------------------------------------------------------------
 
 def test_deployment_rows_by_hand(tables):
-    """One H100: weights 8,030,261,248 x 2 B; KV 131,072 B/token x 1280; capacity floor(55,939,477,504
-    / 167,772,160) = 333; prefill floor(55,939,477,504 / (1024 x 131,072 + 88,080,384)) = 251 (the
-    working set is SiLU-and-mul: 3 x 1024 x 14336 x 2 B). Two H100 (TP 2): matrices halved, norms
-    whole: (16,060,522,496 - 532,480) / 2 + 532,480 = 8,030,527,488 B; 4 of 8 KV heads per GPU:
-    floor((72e9 - 8,030,527,488) / 83,886,080) = 762 requests."""
+    """One H100 (usable 0.9 x 81,559 MiB = 76,968,728,985.6 B): weights 8,030,261,248 x 2 B; KV
+    131,072 B/token x 1280; capacity floor(60,908,206,489.6 / 167,772,160) = 363; prefill
+    floor(60,908,206,489.6 / (1024 x 131,072 + 88,080,384)) = 273 (the working set is SiLU-and-mul:
+    3 x 1024 x 14336 x 2 B). Two H100 (TP 2): matrices halved, norms whole: (16,060,522,496 -
+    532,480) / 2 + 532,480 = 8,030,527,488 B; 4 of 8 KV heads per GPU: floor((76,968,728,985.6 -
+    8,030,527,488) / 83,886,080) = 821 requests."""
     one = _deployment(tables, 1)
     assert PARAMS == 8_030_261_248
     assert one["weight_bytes_per_gpu"] == PARAMS * 2
     assert one["usable_bytes_per_gpu"] == USABLE
     assert one["kv_bytes_per_request"] == KV_TOKEN * 1280 == 167_772_160
     assert one["kv_bytes_per_gpu"] == 8 * KV_TOKEN * 1280
-    assert one["max_concurrent_requests"] == math.floor((USABLE - PARAMS * 2) / (KV_TOKEN * 1280)) == 333
-    assert one["max_prefill_batch"] == math.floor((USABLE - PARAMS * 2) / (1024 * KV_TOKEN + 3 * 1024 * FF * 2)) == 251
+    assert one["max_concurrent_requests"] == math.floor((USABLE - PARAMS * 2) / (KV_TOKEN * 1280)) == 363
+    assert one["max_prefill_batch"] == math.floor((USABLE - PARAMS * 2) / (1024 * KV_TOKEN + 3 * 1024 * FF * 2)) == 273
     assert one["fits"] and not one["extrapolated"] and one["shortfall_bytes"] == 0
     two = _deployment(tables, 2)
     weights = (PARAMS * 2 - NORMS) / 2 + NORMS
     assert two["weight_bytes_per_gpu"] == weights == 8_030_527_488
     assert two["kv_bytes_per_request_per_gpu"] == KV_TOKEN * 1280 / 2
-    assert two["max_concurrent_requests"] == math.floor((USABLE - weights) / (KV_TOKEN * 1280 / 2)) == 762
+    assert two["max_concurrent_requests"] == math.floor((USABLE - weights) / (KV_TOKEN * 1280 / 2)) == 821
     assert two["tokens_per_s_per_gpu"] == pytest.approx(8 / two["tpot_s"] / 2, rel=1e-12)
 
 
@@ -118,7 +119,7 @@ def test_ops_rows_by_hand(tables):
     flash_attention on one GPU: 32 x 8 x 32 heads x 4352 keys x (2 x 128 + 5 + 2 x 128) FLOPs and
     32 x (q + out: 2 x 8 x 32 x 128 x 2 B, K + V: 2 x 8 x 4352 x 8 x 128 x 2 B) bytes; on two GPUs
     (TP 2) the row-parallel down_proj output [8, 4096] is all-reduced: 32 x 2 x 1/2 x 8 x 4096 x 2 B
-    = 2,097,152 B over NVLink; prefill's o_proj all-reduce moves 32 x 8 x 4096 x 4096 x 2 B."""
+    = 2,097,152 B over NVLink, 32 calls of 7.8 us latency; prefill's o_proj all-reduce moves 32 x 8 x 4096 x 4096 x 2 B."""
     ops = tables["ops"].filter((pl.col("model_id") == MODEL) & (pl.col("batch") == 8)
                                & (pl.col("input_len") == 4096) & (pl.col("output_len") == 256))
     ctx = 4096 + 256
@@ -128,7 +129,9 @@ def test_ops_rows_by_hand(tables):
     assert fa["t_memory_s"] == pytest.approx(fa["bytes"] / 3.35e12, rel=1e-12)
     down = _one(ops, n_gpus=2, phase="decode", op_uid="main/layers[block]/mlp/down_proj>all_reduce[tp]")
     assert down["comm_bytes"] == L * 2 * 1 / 2 * 8 * HID * 2 == 2_097_152
-    assert down["link"] == "scale_up" and down["t_comm_s"] == pytest.approx(2_097_152 / NVLINK4, rel=1e-12)
+    # 32 calls, each NCCL's ring latency over 2 NVLink ranks: 6.6 + 2 x 0.6 us (tests/test_hand_comm.py)
+    assert down["link"] == "scale_up"
+    assert down["t_comm_s"] == pytest.approx(32 * 7.8e-6 + 2_097_152 / NVLINK4, rel=1e-12)
     o_proj = _one(ops, n_gpus=2, phase="prefill", op_uid="main/layers[block]/self_attn/o_proj>all_reduce[tp]")
     assert o_proj["comm_bytes"] == L * 8 * 4096 * HID * 2
 

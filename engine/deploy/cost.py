@@ -7,7 +7,9 @@ use the same code).
 
 * t_compute = FLOPs / peak of the operands' dtype on this GPU (next wider native dtype if needed)
 * t_memory  = (activation + cache + weight bytes) / HBM bandwidth
-* t_comm    = bytes sent / link bandwidth (scale-up or scale-out, one direction)
+* t_comm    = calls x alpha + bytes sent / link bandwidth (scale-up or scale-out, one direction):
+  alpha is the collective's per-call latency on this GPU's links (NCCL's tuner model,
+  :meth:`engine.deploy.hardware.CollectiveModel.latency`), beta the link's bandwidth
 * SOL(step) = max of the three, the bound is the largest term; a phase is the sum of its steps
   (no overlap between kernels is assumed: the bound is on each kernel, not on the schedule).
 """
@@ -75,37 +77,49 @@ class CompiledProgram:
         self.program = program
         totals = [step_totals(s) for s in program.steps]
         self._columns = [[_compiled(t[i]) for t in totals] for i in range(4)]
-        self._rates: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}
+        # collectives: calls per step (their count of per-call latencies); 0 for compute steps
+        self._calls = [_compiled(s.repeat) if s.kind == "comm" else 0.0 for s in program.steps]
+        self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
 
-    def rates(self, gpu: GPU) -> tuple[np.ndarray, np.ndarray, float]:
-        """Per step: peak FLOP/s of its operand dtype and its link's bytes/s; and HBM bytes/s."""
+    def rates(self, gpu: GPU) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+        """Per step: peak FLOP/s of its operand dtype and its link's bytes/s; HBM bytes/s; and per
+        step the seconds of latency each call of a collective costs (0 for compute steps)."""
         if gpu.key not in self._rates:
             steps = self.program.steps
             self._rates[gpu.key] = (np.array([gpu.peak_flops(s.compute_dtype) for s in steps]),
                                     np.array([link_bandwidth(gpu, s.link) for s in steps]),
-                                    gpu.hbm_bytes_per_s)
+                                    gpu.hbm_bytes_per_s,
+                                    np.array([gpu.collective_latency(s.op, s.ranks, s.nodes) if s.kind == "comm"
+                                              else 0.0 for s in steps]))
         return self._rates[gpu.key]
+
+    def latency(self, index: int, args, alphas) -> np.ndarray | float:
+        """Per-call latency x calls of step ``index`` (seconds)."""
+        calls = self._calls[index]
+        return (calls(*args) if callable(calls) else calls) * alphas[index]
 
     def column(self, index: int, args, shape) -> np.ndarray:
         """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes) of every step, stacked."""
         return np.stack([np.broadcast_to(f(*args) if callable(f) else f, shape) for f in self._columns[index]]) \
             if self._columns[index] else np.zeros((0,) + shape)
 
-    def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per-point rates when points run on different GPUs: ``index`` picks a GPU per point;
-        returns peaks and links of shape (steps, points) and HBM bandwidth of shape (points,)."""
+        returns peaks, links and per-call latencies of shape (steps, points) and HBM bandwidth of
+        shape (points,)."""
         index = np.asarray(index)
         per_gpu = [self.rates(g) for g in gpus]
         peaks = np.stack([r[0] for r in per_gpu], axis=1)[:, index]
         links = np.stack([r[1] for r in per_gpu], axis=1)[:, index]
-        return peaks, links, np.array([r[2] for r in per_gpu])[index]
+        alphas = np.stack([r[3] for r in per_gpu], axis=1)[:, index]
+        return peaks, links, np.array([r[2] for r in per_gpu])[index], alphas
 
     def totals(self, rates, batch, seq, ctx, kv_bytes) -> dict[str, np.ndarray]:
         """Phase sums over the broadcast shape without per-step arrays (the grid's hot path):
         flops, bytes, weight_bytes, comm_bytes, t_compute, t_memory, t_comm, t_sol, and t_sol split
         by the term bounding each step (``by_bound``, shape (3, ...)). ``rates`` is a GPU or the
-        (peaks, links, hbm) of :meth:`rates_for`."""
-        peaks, links, hbm = self.rates(rates) if isinstance(rates, GPU) else rates
+        (peaks, links, hbm, alphas) of :meth:`rates_for`."""
+        peaks, links, hbm, alphas = self.rates(rates) if isinstance(rates, GPU) else rates
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
         shape = np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:])
         sums = {k: np.zeros(shape) for k in ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute",
@@ -114,7 +128,7 @@ class CompiledProgram:
         cols = self._columns
         for i in range(len(self.program.steps)):
             f, b, c, w = (fn(*args) if callable(fn) else fn for fn in (cols[0][i], cols[1][i], cols[2][i], cols[3][i]))
-            tc, tm, tl = f / peaks[i], b / hbm, c / links[i]
+            tc, tm, tl = f / peaks[i], b / hbm, c / links[i] + self.latency(i, args, alphas)
             sol = np.maximum(np.maximum(tc, tm), tl)
             for key, value in (("flops", f), ("bytes", b), ("weight_bytes", w), ("comm_bytes", c),
                                ("t_compute", tc), ("t_memory", tm), ("t_comm", tl), ("t_sol", sol)):
@@ -133,9 +147,11 @@ class CompiledProgram:
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
         shape = np.broadcast_shapes(*(a.shape for a in args))
         flops, traffic, comm = (self.column(i, args, shape) for i in range(3))
-        peaks, links, hbm = self.rates(gpu)
+        peaks, links, hbm, alphas = self.rates(gpu)
         expand = (slice(None),) + (None,) * len(shape)
-        t_compute, t_memory, t_comm = flops / peaks[expand], traffic / hbm, comm / links[expand]
+        latency = np.stack([np.broadcast_to(self.latency(i, args, alphas), shape)
+                            for i in range(len(self.program.steps))]) if self.program.steps else np.zeros((0,) + shape)
+        t_compute, t_memory, t_comm = flops / peaks[expand], traffic / hbm, comm / links[expand] + latency
         out = {"flops": flops, "bytes": traffic, "comm_bytes": comm, "t_compute": t_compute,
                "t_memory": t_memory, "t_comm": t_comm,
                "t_sol": np.maximum(np.maximum(t_compute, t_memory), t_comm)}

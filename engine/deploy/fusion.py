@@ -164,7 +164,7 @@ def _conditions(rule: Rule, members: list[Step], gpu, config, phase: str, tokens
         if not sizes or not sizes <= set(allowed):
             return False
     if "weight_dtype" in when:
-        dtypes = {s.compute_dtype for s in members if s.op in MATMULS}
+        dtypes = {s.compute_dtype.partition("/")[0] for s in members if s.op in MATMULS}   # the weights' class
         if not dtypes or not dtypes <= set(when["weight_dtype"]):
             return False
     return True

@@ -5,6 +5,10 @@ Layer: engine.deploy. A file gives dense peak TFLOPS per dtype, HBM capacity (de
 the domain it spans) and scale-out bandwidth (one direction). Any number may be written as
 ``{value: X, alt: Y, note: "..."}`` when sources disagree: ``value`` is used, ``alt`` is kept and
 shown. Adding a GPU is adding one file; nothing here names a GPU.
+
+Each link also names its hardware class (``hw: nvlink | pci | net | xgmi``) for the per-call
+latency of collectives: ``gpus/collectives/nccl.yaml`` holds NCCL's tuner constants and
+:meth:`CollectiveModel.latency` its formulas (alpha; the bandwidth term is engine.deploy.cost's).
 """
 from __future__ import annotations
 
@@ -19,12 +23,15 @@ from engine.spec.errors import SpecError, Where
 from engine.deploy.parallel import MAX_GPUS
 
 DEFAULT_ROOT = PACKAGE_ROOT / "gpus"
+#: The collective latency model, shared by every GPU file (a ``--gpus`` folder may bring its own).
+COLLECTIVES_FILE = Path("collectives") / "nccl.yaml"
+#: A link's hardware class when its file does not name one.
+DEFAULT_HW = {"scale_up": "nvlink", "scale_out": "net"}
 
-#: Compute dtypes from narrowest to widest. A matmul whose operands are stored narrower than any
-#: native dtype of the GPU runs at the next wider native one (weights dequantized on the fly).
+#: Compute dtypes from narrowest to widest (GPU.compute_dtype: which one a matmul runs at).
 COMPUTE_DTYPES = ("fp4", "fp8", "bf16")
 _FIELDS = ("gpu", "name", "vendor", "arch", "doc", "peak_tflops", "hbm_gb", "hbm_tb_s", "scale_up",
-           "scale_out", "sources")
+           "scale_out", "sources", "hbm_mib")
 
 
 def is_figure(number: Any) -> bool:
@@ -46,6 +53,60 @@ class Figure:
 
 
 @dataclass(frozen=True, slots=True)
+class CollectiveModel:
+    """Per-call latency of a collective (seconds), NCCL's tuner model (``gpus/collectives/nccl.yaml``).
+
+    Invariant: latency grows with ranks and nodes and is never below the algorithm's base
+    latency; ``all_reduce`` takes the cheaper of ring and tree, as NCCL's tuner does."""
+
+    base: dict[str, float]                # algorithm -> seconds
+    hop: dict[str, dict[str, float]]      # hardware class -> algorithm -> seconds per step
+    src: str
+
+    def latency(self, op: str, ranks: int, nodes: int, intra: str, inter: str) -> float:
+        """Alpha of one ``op`` call over ``ranks`` ranks spread on ``nodes`` scale-up domains whose
+        links are of class ``intra`` (inside a domain) and ``inter`` (between domains)."""
+        if ranks <= 1:
+            return 0.0
+        n, N = ranks, max(nodes, 1)
+        near, far = self.hop[intra], self.hop[inter]
+
+        def ring_steps(total: int, crossing: int) -> float:
+            return (total - crossing) * near["ring"] + crossing * far["ring"]
+
+        if op == "all_reduce":
+            by_ring = self.base["ring"] + ring_steps(2 * (n - 1), 2 * (N - 1))
+            by_tree = self.base["tree"] + 2 * ((n // N - 1) * near["tree"] + math.log2(N) * far["tree"])
+            return min(by_ring, by_tree)
+        if op in ("all_gather", "reduce_scatter"):
+            return self.base["ring"] + ring_steps(n - 1, N - 1)
+        # point-to-point rounds, each as slow as its slowest (network) link: all_to_all and
+        # send_recv are one round of concurrent sends, ring_pass n - 1 rounds around the ring
+        rounds = n - 1 if op == "ring_pass" else 1
+        return rounds * (self.base["ring"] + (far if N > 1 else near)["ring"])
+
+
+def load_collectives(root: Path) -> CollectiveModel:
+    """The latency table under ``root`` (or the repo's, when a GPU folder brings none)."""
+    path = root / COLLECTIVES_FILE
+    if not path.exists():
+        path = DEFAULT_ROOT / COLLECTIVES_FILE
+    reader = Reader(path, path.parent)
+    data = reader.mapping(reader.data, "")
+    reader.keys(data, "", ("model", "src", "base_us", "hop_us"), ("model", "src", "base_us", "hop_us"))
+    base = reader.mapping(data["base_us"], "base_us", data, "base_us")
+    reader.keys(base, "base_us", ("ring", "tree"), ("ring", "tree"))
+    hops = reader.mapping(data["hop_us"], "hop_us", data, "hop_us")
+    hop: dict[str, dict[str, float]] = {}
+    for hw, row in hops.items():
+        row = reader.mapping(row, f"hop_us.{hw}", hops, hw)
+        reader.keys(row, f"hop_us.{hw}", ("ring", "tree", "estimate", "note"), ("ring", "tree"))
+        hop[hw] = {a: _figure(reader, row, a, f"hop_us.{hw}.{a}").value * 1e-6 for a in ("ring", "tree")}
+    return CollectiveModel({a: _figure(reader, base, a, f"base_us.{a}").value * 1e-6 for a in ("ring", "tree")},
+                           hop, str(data["src"]))
+
+
+@dataclass(frozen=True, slots=True)
 class GPU:
     """One accelerator in SI units (FLOP/s, bytes, bytes/s)."""
 
@@ -64,9 +125,24 @@ class GPU:
     scale_out: Figure                 # GB/s, one direction
     sources: tuple[str, ...]
     where: Where
+    scale_up_hw: str = "nvlink"       # hardware class of each link (collective latency)
+    scale_out_hw: str = "net"
+    collectives: CollectiveModel | None = None
+    hbm_reported: Figure | None = None  # MiB, the total the driver reports (nvidia-smi), if on file
+
+    def collective_latency(self, op: str, ranks: int, nodes: int) -> float:
+        """Seconds of fixed cost per call of collective ``op`` (0 without a latency model)."""
+        if self.collectives is None:
+            return 0.0
+        return self.collectives.latency(op, ranks, nodes, self.scale_up_hw,
+                                        self.scale_out_hw if nodes > 1 else self.scale_up_hw)
 
     @property
     def hbm_bytes(self) -> float:
+        """Capacity the runtime sees: the driver's reported total (``hbm_mib``, MiB) when on file,
+        else the datasheet's decimal GB (a lower bound: "80 GB" parts report 80 GiB or close)."""
+        if self.hbm_reported is not None:
+            return self.hbm_reported.value * 2**20
         return self.hbm.value * 1e9
 
     @property
@@ -82,14 +158,23 @@ class GPU:
     def scale_out_bytes_per_s(self) -> float:
         return self.scale_out.value * 1e9
 
-    def compute_dtype(self, dtype: str) -> str:
-        """The native dtype a matmul with ``dtype`` operands runs in (``dtype`` or the next wider)."""
-        if dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"unknown compute dtype {dtype!r}; use one of {', '.join(COMPUTE_DTYPES)}")
-        for candidate in COMPUTE_DTYPES[COMPUTE_DTYPES.index(dtype):]:
-            if candidate in self.peak:
-                return candidate
-        raise ValueError(f"{self.key} has no native dtype as wide as {dtype}")
+    def compute_dtype(self, operands: str) -> str:
+        """The native dtype a matmul runs at, from its operand classes ``weights[/activations]``
+        (a quant scheme's ``compute`` and ``activations``).
+
+        Where the GPU has tensor cores for the weights' class, the matmul runs at the wider of the
+        two operands (each at its nearest native dtype): FP8 W8A8 at FP8 on Hopper, MXFP4 weights
+        with BF16 activations (W4A16) at BF16 even on Blackwell. Where it has none, frameworks run
+        weight-only kernels that dequantize to BF16 (Marlin: FP8 on Ampere, FP4 on Hopper)."""
+        weights, _, acts = operands.partition("/")
+        for dtype in (weights, acts or weights):
+            if dtype not in COMPUTE_DTYPES:
+                raise ValueError(f"unknown compute dtype {dtype!r}; use one of {', '.join(COMPUTE_DTYPES)}")
+        if weights not in self.peak:
+            return "bf16"
+        act = acts or weights
+        native_act = next(d for d in COMPUTE_DTYPES[COMPUTE_DTYPES.index(act):] if d in self.peak)
+        return max(weights, native_act, key=COMPUTE_DTYPES.index)
 
     def peak_flops(self, dtype: str) -> float:
         """Dense FLOP/s for operands of ``dtype`` (at the native dtype it runs in)."""
@@ -118,10 +203,18 @@ def _figure(reader: Reader, parent: Any, key: str, field: str) -> Figure:
                   figure.estimate)
 
 
-def load_gpu(path: Path, root: Path) -> GPU:
+def _hw(reader: Reader, link: dict, field: str, classes) -> str:
+    hw = link.get("hw", DEFAULT_HW[field])
+    if hw not in classes:
+        raise SpecError(reader.where(link, f"{field}.hw", "hw"), f"unknown link class {shown_value(hw)}",
+                        "use one of: " + ", ".join(classes) + f" (the classes of gpus/{COLLECTIVES_FILE})")
+    return hw
+
+
+def load_gpu(path: Path, root: Path, collectives: CollectiveModel | None = None) -> GPU:
     reader = Reader(path, root)
     data = reader.mapping(reader.data, "")
-    reader.keys(data, "", _FIELDS, _FIELDS[:-1])
+    reader.keys(data, "", _FIELDS, _FIELDS[:-2])
     peak = reader.mapping(data["peak_tflops"], "peak_tflops", data, "peak_tflops")
     for dtype in peak:
         if dtype not in COMPUTE_DTYPES:
@@ -131,9 +224,10 @@ def load_gpu(path: Path, root: Path) -> GPU:
         raise SpecError(reader.where(data, "peak_tflops", "peak_tflops"), "missing bf16",
                         "every GPU needs a BF16 figure (mark an estimate with `estimate: true`)")
     up = reader.mapping(data["scale_up"], "scale_up", data, "scale_up")
-    reader.keys(up, "scale_up", ("link", "gb_s", "domain", "note"), ("link", "gb_s", "domain"))
+    reader.keys(up, "scale_up", ("link", "gb_s", "domain", "hw", "note"), ("link", "gb_s", "domain"))
     out = reader.mapping(data["scale_out"], "scale_out", data, "scale_out")
-    reader.keys(out, "scale_out", ("link", "gb_s", "note"), ("link", "gb_s"))
+    reader.keys(out, "scale_out", ("link", "gb_s", "hw", "note"), ("link", "gb_s"))
+    collectives = collectives or load_collectives(root)
     domain = up["domain"]
     if isinstance(domain, bool) or not isinstance(domain, int) or not 1 <= domain <= MAX_GPUS:
         raise SpecError(reader.where(up, "scale_up.domain", "domain"), f"expected a GPU count, got {shown_value(domain)}",
@@ -147,7 +241,10 @@ def load_gpu(path: Path, root: Path) -> GPU:
                scale_up_link=str(up["link"]), scale_up=_figure(reader, up, "gb_s", "scale_up.gb_s"),
                scale_up_domain=domain, scale_out_link=str(out["link"]),
                scale_out=_figure(reader, out, "gb_s", "scale_out.gb_s"),
-               sources=tuple(str(s) for s in data.get("sources") or ()), where=reader.where(data))
+               sources=tuple(str(s) for s in data.get("sources") or ()), where=reader.where(data),
+               scale_up_hw=_hw(reader, up, "scale_up", collectives.hop),
+               scale_out_hw=_hw(reader, out, "scale_out", collectives.hop), collectives=collectives,
+               hbm_reported=_figure(reader, data, "hbm_mib", "hbm_mib") if "hbm_mib" in data else None)
 
 
 def load_gpus(root: Path | str | None = None) -> dict[str, GPU]:
@@ -155,8 +252,9 @@ def load_gpus(root: Path | str | None = None) -> dict[str, GPU]:
     root = Path(root) if root else DEFAULT_ROOT
     refuse_symlinks(root, root, root.name)   # a linked GPU file could read any file of the machine
     gpus: dict[str, GPU] = {}
+    collectives = load_collectives(root)
     for path in sorted(root.glob("*.yaml")):
-        gpu = load_gpu(path, root)
+        gpu = load_gpu(path, root, collectives)
         if gpu.key in gpus:
             raise SpecError(gpu.where.at("gpu"), f"GPU {gpu.key!r} is declared twice",
                             f"also in {gpus[gpu.key].where.file}; keep one")

@@ -17,6 +17,8 @@ devices when they are.
 """
 from __future__ import annotations
 
+import math
+
 import numbers
 from dataclasses import dataclass, field
 from itertools import product
@@ -193,6 +195,11 @@ class Mesh:
             stride = g.stride * (self.config.tp if g.dim == "cp" else 1)
             span = max(span, stride * g.size)
         return span
+
+    def extent(self, groups) -> dict[str, int]:
+        """``ranks`` in the group(s) and ``nodes``: the scale-up domains they reach across."""
+        ranks = math.prod(g.size for g in self.canonical(groups))
+        return {"ranks": ranks, "nodes": max(1, -(-self.span(groups) // self.domain))}
 
     def link(self, groups) -> str:
         """``scale_up`` when every member sits in one scale-up domain, else ``scale_out``."""

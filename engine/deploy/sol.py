@@ -10,7 +10,8 @@ live here; the types they hold are :mod:`engine.deploy.structure`'s, and :mod:`e
 
 * ``step_time_s`` of a phase = sum over its steps of SOL = max(t_compute, t_memory, t_comm);
   ``bound`` = the term whose steps take most of that time.
-* TTFT = prefill path x (pp + k - 1) / pp and TPOT = decode path, k = micro-batches in flight.
+* TTFT = prefill path x (pp + k - 1) / pp and TPOT = decode path, k = micro-batches in flight;
+  with DP-attention the paths run at the fullest replica's requests, ceil(batch / dp_attn).
 * Capacity per GPU: usable = hbm_fraction x HBM; KV budget = usable - weights; requests =
   dp_attn x floor(budget / KV per request per GPU). A batch fits when every request's KV at the
   last position plus one prompt's prefill working set (the largest kernel's activations) fit;
@@ -25,7 +26,7 @@ import numpy as np
 
 from engine.spec import kv
 from engine.deploy.cost import BOUNDS, compile_program, intensity, step_totals
-from engine.deploy.structure import PHASES, Options, Scenario, Structure, micro_batches, option_where
+from engine.deploy.structure import PHASES, Options, Scenario, Structure, micro_batches, option_where, program_batch
 from engine.deploy.hardware import GPU
 from engine.spec.errors import SpecError
 
@@ -78,8 +79,9 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     length = input_len + output_len
     k = micro_batches(config, batch)
     rates = {p: structure.compiled[p].rates_for(gpus, gpu_index) for p in PHASES}
-    prefill = phase_times(structure.compiled["prefill"], rates["prefill"], batch / k, input_len, input_len, kv_bytes)
-    decode = phase_times(structure.compiled["decode"], rates["decode"], batch / k, 1.0, length, kv_bytes)
+    runs = program_batch(config, batch)          # the fullest attention replica's requests, per micro-batch
+    prefill = phase_times(structure.compiled["prefill"], rates["prefill"], runs, input_len, input_len, kv_bytes)
+    decode = phase_times(structure.compiled["decode"], rates["decode"], runs, 1.0, length, kv_bytes)
     hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
     usable = hbm * hbm_fraction
     weights = structure.weight_bytes_per_gpu
@@ -236,7 +238,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario])
     from engine.deploy.cost import scenario_point
     s = plan.structure
     points = scenario if isinstance(scenario, list) else [scenario]
-    batch = np.array([p.batch / int(micro_batches(s.config, p.batch)) for p in points], dtype=float)
+    batch = np.array([program_batch(s.config, p.batch) for p in points], dtype=float)
     where = [scenario_point(phase, p.input_len, p.output_len) for p in points]
     seq = np.array([w["seq"] for w in where], dtype=float)
     ctx = np.array([w["ctx"] for w in where], dtype=float)

@@ -68,9 +68,17 @@ def micro_batches(config: ParallelConfig, batch):
     return np.maximum(1, np.minimum(config.pp, batch))
 
 
+def program_batch(config: ParallelConfig, batch):
+    """The batch a device program runs at, per micro-batch: DP-attention replicas hold whole
+    requests, so every rank works at the fullest replica's ceil(batch / dp_attn) (with fewer
+    requests than replicas some ranks idle; a fraction of a request is never spread over them)."""
+    batch = np.asarray(batch)
+    return config.dp_attn * -(-batch // config.dp_attn) / micro_batches(config, batch)
+
+
 def tokens_per_device(config: ParallelConfig, scenario: Scenario) -> dict[str, int]:
     """Tokens one device works on per kernel call, by phase (what fusion size limits are stated in)."""
-    batch = scenario.batch / int(micro_batches(config, scenario.batch))
+    batch = float(program_batch(config, scenario.batch))
     prefill = batch * scenario.input_len / (config.dp_attn * config.cp)
     return {"prefill": int(-(-prefill // 1)), "decode": int(-(-batch // config.dp_attn))}
 

@@ -278,11 +278,12 @@ _MATRIX_AXES = {"rows": symbols.dim("rows"), "cols": symbols.dim("cols")}
 def _load_scheme(path: Path, root: Path) -> QuantScheme:
     reader = Reader(path, root)
     data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("scheme", "doc", "matrix", "vector_dtype", "compute", "hf"),
+    reader.keys(data, "", ("scheme", "doc", "matrix", "vector_dtype", "compute", "activations", "src", "hf"),
                 ("scheme", "doc", "matrix", "vector_dtype", "compute"))
-    if data["compute"] not in COMPUTE_CLASSES:
-        raise SpecError(reader.where(data, "compute", "compute"), f"unknown compute class {data['compute']!r}",
-                        "use one of: " + ", ".join(COMPUTE_CLASSES))
+    for key in ("compute", "activations"):
+        if key in data and data[key] not in COMPUTE_CLASSES:
+            raise SpecError(reader.where(data, key, key), f"unknown compute class {data[key]!r}",
+                            "use one of: " + ", ".join(COMPUTE_CLASSES))
     tensors = []
     for i, entry in enumerate(data["matrix"] or []):
         entry = reader.mapping(entry, f"matrix[{i}]", data, "matrix")
@@ -314,7 +315,7 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
                         "use one of: " + ", ".join(DTYPE_BYTES))
     hf = reader.mapping(data.get("hf") or {}, "hf", data, "hf")
     return QuantScheme(data["scheme"], data["doc"], tuple(tensors), data["vector_dtype"],
-                       reader.where(data), data["compute"], dict(hf))
+                       reader.where(data), data["compute"], data.get("activations", ""), dict(hf))
 
 
 # -- graphs --------------------------------------------------------------------------------------

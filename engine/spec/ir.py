@@ -50,12 +50,21 @@ class QuantScheme:
     matrix: tuple[StoredTensor, ...]
     vector_dtype: str
     where: Where
-    #: The operand class a matmul on this format runs in (``bf16``, ``fp8``, ``fp4``); the GPU
-    #: table maps it to the nearest native dtype (FP4 weights run in FP8 or BF16 where FP4 isn't).
+    #: The weights' operand class (``bf16``, ``fp8``, ``fp4``) and the activations' in the kernels
+    #: frameworks run on this format (``activations == compute``: W/A quantized, e.g. FP8 W8A8;
+    #: ``bf16`` activations: weight-only, e.g. MXFP4 W4A16). :attr:`operands` joins them; the GPU
+    #: decides the dtype the matmul runs at (engine.deploy.hardware.GPU.compute_dtype).
     compute: str = "bf16"
+    activations: str = ""
     #: ``quantization_config`` keys (config.json) that identify this format in a published
     #: checkpoint, e.g. ``{quant_method: fp8, weight_block_size: [128, 128]}``; empty for plain dtypes.
     hf: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def operands(self) -> str:
+        """``weights`` or ``weights/activations`` when they differ (the token a step carries)."""
+        acts = self.activations or self.compute
+        return self.compute if acts == self.compute else f"{self.compute}/{acts}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,4 +132,4 @@ def leaf_storage(row: NodeRow, leaf: LeafRow, model: ModelSpec, corpus: Corpus,
                  for _, dtype, shape in _stored(row, leaf, scheme, numeric)), sympy.Integer(0))
     if row.stacked:
         total = total / row.instances
-    return total, scheme.compute if leaf.matrix else "bf16"
+    return total, scheme.operands if leaf.matrix else "bf16"
