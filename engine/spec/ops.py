@@ -24,7 +24,7 @@ ZERO = sympy.Integer(0)
 
 #: FLOPs per element of elementwise functions.
 ACTIVATION_FLOPS = {"silu": 4, "gelu": 8, "gelu_tanh": 8, "relu": 1, "sigmoid": 3, "swiglu_oai": 8,
-                    "softplus": 3}
+                    "softplus": 3, "scale": 1}
 MASKS = ("causal", "sliding", "chunked", "bidirectional", "topk")
 GROWTHS = ("every_token", "window", "compressed", "state")
 
@@ -154,8 +154,18 @@ def _linear_shape(call):
     return out, AxisMap(carried_all(out)[:-1] + (New(),), ((0, x.rank - 1),))
 
 
+#: How a linear's weight matrix is laid out in the checkpoint: ``out_in`` ([out, in], nn.Linear)
+#: or ``in_out`` ([in, out]: stored transposed, e.g. Llama 4's stacked experts used with bmm).
+LAYOUTS = ("out_in", "in_out")
+
+
 def _linear_leaves(call):
-    leaves = [Leaf("weight", (call.axis("out"), call.axis("in")), matrix=True)]
+    if call.attrs["layout"] not in LAYOUTS:
+        raise call.fail(f"unknown layout {call.attrs['layout']!r}", "use one of: " + ", ".join(LAYOUTS))
+    axes = (call.axis("out"), call.axis("in"))
+    if call.attrs["layout"] == "in_out":
+        axes = axes[::-1]
+    leaves = [Leaf("weight", axes, matrix=True)]
     if call.attrs["bias"]:
         leaves.append(Leaf("bias", (call.axis("out"),)))
     return tuple(leaves)
@@ -795,9 +805,10 @@ OPS: dict[str, Op] = {
         "source", (1, 1), _embedding_shape, dims=("vocab", "dim"),
         leaves=lambda c: (Leaf("weight", (c.axis("vocab"), c.axis("dim")), matrix=True),), placement="rows"),
     "linear": Op(
-        "linear", "y = x W^T (+ b): contracts the last axis `in`, produces a new axis `out`.",
+        "linear", "y = x W^T (+ b): contracts the last axis `in`, produces a new axis `out`; "
+        "`layout: in_out` stores W as [in, out] (transposed) in the checkpoint.",
         "contract", (1, 1), _linear_shape, _linear_flops, _linear_leaves,
-        dims=("in", "out"), attrs={"bias": False}, placement="matmul"),
+        dims=("in", "out"), attrs={"bias": False, "layout": "out_in"}, placement="matmul"),
     "head_linear": Op(
         "head_linear", "Per-head matmul [.., heads, in] -> [.., heads, out] (MLA weight absorption).",
         "contract", (1, 1), _head_linear_shape,
