@@ -322,7 +322,18 @@ def _pairs(call) -> sympy.Expr:
             first = cap * every   # the first position that sees `cap` entries
             return floor_sum(sympy.Min(n, first - 1)) + cap * sympy.Max(0, n - first + 1)
         return sympy.expand(total(ctx) - total(ctx - seq))
-    if mask in ("sliding", "chunked", "topk"):
+    if mask == "chunked":
+        # each query sees the keys of its own chunk of `window` tokens up to itself: the query at
+        # 0-based position p sees (p mod C) + 1 keys, so n queries see q C(C+1)/2 + r(r+1)/2 with
+        # q = floor(n / C) whole chunks and r = n - qC left over
+        chunk = call.dims["window"]
+
+        def total(n):
+            q = sympy.floor(n / chunk)
+            r = n - chunk * q
+            return q * chunk * (chunk + 1) / 2 + r * (r + 1) / 2
+        return sympy.expand(total(ctx) - total(ctx - seq))
+    if mask in ("sliding", "topk"):
         # top-k sparse attention: query i attends min(i, k) selected keys, the same count as a
         # sliding window of k (which keys differ, how many does not)
         window = call.inputs[2].axes[-1].size if mask == "topk" else call.dims["window"]
