@@ -228,3 +228,11 @@ def test_structural_guard_catches_a_chunk_read_from_nowhere(tmp_path):
     root = mutate(tmp_path, [(SCOUT, "window: config.attention_chunk_size", "window: 8192")])
     found, _ = findings(root, "Llama-4-Scout-17B-16E", "structural")
     assert len(found) == 1 and "config.attention_chunk_size = 8192" in found[0].message
+
+
+def test_config_default_value_must_be_a_scalar(tmp_path):
+    root = mutate(tmp_path, [(SCOUT, "no_rope_layer_interval: {value: 4,", "no_rope_layer_interval: {value: [4],")])
+    with pytest.raises(SpecError, match=r"config_defaults.no_rope_layer_interval.value: default \[4\] is not an "
+                                        r"integer, string or boolean") as err:
+        load_corpus(root)
+    assert "Llama-4-Scout" in str(err.value) and "src:" in str(err.value)

@@ -603,7 +603,7 @@ def _config_defaults(reader: Reader, data: LineDict, fields: Mapping[str, Any]) 
         value, src = entry["value"], entry["src"]
         if not isinstance(value, (bool, int, str)):
             raise SpecError(reader.where(entry, f"{field}.value", "value"),
-                            f"default {value!r} is not a number, string or boolean", hint)
+                            f"default {value!r} is not an integer, string or boolean", hint)
         if not isinstance(src, str) or not src.strip():
             raise SpecError(reader.where(entry, f"{field}.src", "src"), "a config default needs its source", hint)
         out[name] = ConfigDefault(name, value, src, reader.where(entry, field), name not in fields)
