@@ -876,8 +876,8 @@ OPS: dict[str, Op] = {
         "axis_replace", (1, 1), _kv_cache_shape, optional_dims=("window", "every"),
         attrs={"growth": "every_token"}, placement="cache", cache_output=True),
     "attention_score": Op(
-        "attention_score", "q k^T per head over unmasked pairs; mask causal, sliding (window), "
-        "chunked, bidirectional, or topk (a third input holds the k selected tokens per query: "
+        "attention_score", "q k^T per head over unmasked pairs; mask causal, sliding (the last `window` "
+        "keys), chunked (the keys of the query's own `window`-token chunk up to itself), bidirectional, or topk (a third input holds the k selected tokens per query: "
         "DSA); with `every`, keys are compressed entries (one per `every` tokens); key heads may "
         "be fewer than query heads (GQA/MQA).",
         "contract", (2, 3), _score_shape, _score_flops, optional_dims=("window", "every"),
