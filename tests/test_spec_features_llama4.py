@@ -236,3 +236,14 @@ def test_config_default_value_must_be_a_scalar(tmp_path):
                                         r"integer, string or boolean") as err:
         load_corpus(root)
     assert "Llama-4-Scout" in str(err.value) and "src:" in str(err.value)
+
+
+def test_axiom_guard_names_the_chunk_field_when_the_config_has_no_window(tmp_path):
+    # chunk-capped caches with the (nested) attention_chunk_size gone: the hint points at the
+    # fields that may declare a window, the attention chunk among them
+    root = mutate(tmp_path, [("snapshots/meta-llama--Llama-4-Scout-17B-16E-Instruct.yaml",
+                              "attention_chunk_size: 8192", "attention_chunk_size: null"),
+                             (SCOUT, "window: config.attention_chunk_size", "window: 8192")])
+    found, _ = findings(root, "Llama-4-Scout-17B-16E", "axiom")
+    assert found and "declares no window (config.sliding_window or config.attention_chunk_size" in found[0].message
+    assert "attention chunk" in found[0].hint
