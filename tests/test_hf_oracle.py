@@ -31,6 +31,7 @@ def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
     token does not use, (n_experts - top_k) x per-expert params x MoE layers, from config.json
     (gated MLP: 3 matrices of hidden x expert width; gpt-oss adds gate_up and down biases)."""
     c = hf_config(model_id)
+    c = {**c.get("text_config", {}), **c}   # a multimodal checkpoint's text settings (Llama 4)
     total = hf_oracle.hf_meta_report(hf_config_path(model_id)).total_params
     active = int(quantities.params_active(evaluation(model_id).numeric))
     n_experts = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts")
@@ -42,6 +43,8 @@ def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
     if c["model_type"] == "gpt_oss":
         per_expert += 2 * width + c["hidden_size"]
     moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
+    if "interleave_moe_layer_step" in c:   # Llama 4: every step-th layer (Llama4TextConfig.moe_layers)
+        moe_layers = len(range(c["interleave_moe_layer_step"] - 1, c["num_hidden_layers"], c["interleave_moe_layer_step"]))
     assert active == total - (n_experts - c["num_experts_per_tok"]) * per_expert * moe_layers
 
 
@@ -79,13 +82,15 @@ def _layer_leaves(analysis, layer: int) -> dict[str, tuple[int, ...]]:
                          if c.template and row.uid.startswith(u + "/")), None)
         if template is None or layer not in template.layers:
             continue
+        lead = (int(row.instances),) if row.stacked else ()   # stacked experts: [E, ...] (Llama 4)
         for leaf in row.leaves:
             if leaf.kind == "param":
-                out[leaf.key.format(layer=layer)] = tuple(int(a.size) for a in leaf.axes)
+                out[leaf.key.format(layer=layer)] = lead + tuple(int(a.size) for a in leaf.axes)
     return out
 
 
-# Dense models: HF's module tree and the checkpoint share names, so every name and shape of a
+# Dense models (and Llama 4, whose experts transformers keeps stacked as the checkpoint does):
+# HF's module tree and the checkpoint share names, so every name and shape of a
 # layer must agree both ways (MoE experts are fused into 3-D tensors by transformers 5, unlike
 # the per-expert checkpoints, and are covered by the totals above).
 DENSE = [m for m in MODEL_IDS if "Llama" in m or m in ("Qwen/Qwen3-8B", "Qwen/Qwen3-32B")]

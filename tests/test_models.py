@@ -77,6 +77,7 @@ def test_active_params_from_config(model_id, evaluation):
     x MoE layers (gated MLP: 3 matrices). Both sides are the engine's; the absolute version, against
     the HF modeling code's total, is test_hf_oracle.py::test_active_params_equal_hf_total_minus_idle_experts."""
     c = config(model_id)
+    c = {**c.get("text_config", {}), **c}   # a multimodal checkpoint's text settings (Llama 4)
     a = evaluation(model_id).numeric
     n_experts = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts")
     if not n_experts:
@@ -88,6 +89,8 @@ def test_active_params_from_config(model_id, evaluation):
     if c["model_type"] == "gpt_oss":
         per_expert += 2 * width + c["hidden_size"]   # gate_up and down biases
     moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
+    if "interleave_moe_layer_step" in c:   # Llama 4: every step-th layer
+        moe_layers = c["num_hidden_layers"] // c["interleave_moe_layer_step"]
     expected = quantities.params_total(a) - (n_experts - top_k) * per_expert * moe_layers
     assert quantities.params_active(a) == expected
 
@@ -159,7 +162,8 @@ def test_deepseek_v3_fp8_checkpoint(evaluation):
 # -- KV cache ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("model_id", [m for m in MODEL_IDS if ("Llama" in m or "Qwen" in m or "Mixtral" in m)
-                                      and "Qwen3.5" not in m])   # hybrid: test_qwen35_state_and_kv
+                                      and "Qwen3.5" not in m   # hybrid: test_qwen35_state_and_kv
+                                      and "Llama-4" not in m])  # chunked layers: test_models_llama4
 def test_gqa_kv_bytes_per_token(model_id, evaluation):
     """GQA: keys and values, n_kv_heads x head_dim each, every layer, 2 bytes in BF16."""
     c = config(model_id)

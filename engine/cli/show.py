@@ -57,6 +57,9 @@ def cmd_show(args: argparse.Namespace) -> int:
                "bound": {k: int(v) for k, v in sorted(ev.bound.items())}}
         for key, q in _flatten(overview):
             out[key] = {"value": int(q.value), "formula": _formula(q.formula)}
+        if ev.model.config_defaults:   # config fields the modeling code supplies (spec config_defaults)
+            out["config_defaults"] = {d.field: {"value": d.value, "src": d.src, "applied": d.applied}
+                                      for d in ev.model.config_defaults.values()}
         json.dump(out, sys.stdout, indent=2)
         print()
         return 0
@@ -69,6 +72,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(f"  {'':44s} = {_formula(q.formula)}")
     if args.formula:
         print("  bound: " + ", ".join(f"{k}={int(v)}" for k, v in sorted(ev.bound.items())))
+        for d in ev.model.config_defaults.values():
+            state = "default" if d.applied else "config.json gives its own value"
+            print(f"  config default: {d.field} = {d.value!r} ({state}; src: {d.src})")
     return 0
 
 

@@ -19,7 +19,7 @@ from engine.project import PACKAGE_ROOT
 from engine.spec import expr, symbols
 from engine.spec.dtypes import CACHE_DTYPE_BYTES, DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
-from engine.spec.ir import (CacheSpec, ComponentSpec, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
+from engine.spec.ir import (CacheSpec, ComponentSpec, ConfigDefault, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
                        RoleInfo, Schedule, ScheduleRule, Snapshot, StackSpec, StoredTensor,
                        StreamSpec, VariantSpec)
 from engine.spec.ops import GROWTHS, OPS
@@ -583,6 +583,45 @@ def config_view(fields: Mapping[str, Any]) -> dict:
     return view
 
 
+def _config_defaults(reader: Reader, data: LineDict, fields: Mapping[str, Any]) -> dict[str, ConfigDefault]:
+    """``config_defaults: {field: {value, src}}``: the value the modeling code gives a config field
+    that config.json omits (Llama 4's ``no_rope_layer_interval``), with ``src`` saying where in the
+    modeling code (file: line). A published value always wins (``applied`` is then False)."""
+    raw = data.get("config_defaults")
+    if raw is None:
+        return {}
+    raw = reader.mapping(raw, "config_defaults", data, "config_defaults")
+    out = {}
+    for name, entry in raw.items():
+        field = f"config_defaults.{name}"
+        hint = f"write {name}: {{value: <the default>, src: \"<modeling file>: <the line that sets it>\"}}"
+        if not isinstance(name, str) or not name.isidentifier():
+            raise SpecError(reader.where(raw, field, name), f"{name!r} is not a config field name",
+                            "name a top-level config field (a multimodal checkpoint's text_config fields are top-level)")
+        if not isinstance(entry, dict):
+            raise SpecError(reader.where(raw, field, name), f"expected {{value, src}}, got {_kind(entry)}", hint)
+        reader.keys(entry, field, ("value", "src"), ("value", "src"))
+        value, src = entry["value"], entry["src"]
+        if not isinstance(value, (bool, int, str)):
+            raise SpecError(reader.where(entry, f"{field}.value", "value"),
+                            f"default {value!r} is not an integer, string or boolean", hint)
+        if not isinstance(src, str) or not src.strip():
+            raise SpecError(reader.where(entry, f"{field}.src", "src"), "a config default needs its source", hint)
+        out[name] = ConfigDefault(name, value, src, reader.where(entry, field), name not in fields)
+    return out
+
+
+def with_config_defaults(fields: Mapping[str, Any], defaults: Mapping[str, ConfigDefault]) -> Mapping[str, Any]:
+    """The config view with each declared default filled in where the config lacks the field
+    (the published fields untouched); what the walk and every guard read."""
+    if not any(d.field not in fields for d in defaults.values()):
+        return fields
+    view = LineDict({**{d.field: d.value for d in defaults.values()}, **fields})
+    view.line = getattr(fields, "line", 0)
+    view.key_lines = dict(getattr(fields, "key_lines", {}))
+    return view
+
+
 def _load_snapshot(root: Path, name: str, where: Where, missing_ok: bool = False) -> Snapshot:
     path = snapshot_path(root, name, where)
     if not path.exists() and missing_ok:   # `archledger snapshot` is about to record it
@@ -601,7 +640,8 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
     reader = Reader(path, root)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("model", "model_type", "family", "name", "notes", "snapshot", "dims",
-                           "max_context", "slots", "templates", "stacks", "quant_context", "drafts"),
+                           "max_context", "slots", "templates", "stacks", "quant_context", "drafts",
+                           "config_defaults"),
                 ("model", "model_type", "family", "dims", "stacks", "max_context"))
     model_id = check_model_id(data.get("model"), reader.where(data, "model", "model"))
     if path.parent == root / "models" and path.stem != slug(model_id):
@@ -610,6 +650,8 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
                         f"name the file corpus/models/{slug(model_id)}.yaml")
     snapshot_name = data.get("snapshot", slug(model_id))
     snapshot = _load_snapshot(root, snapshot_name, reader.where(data, "snapshot", "snapshot"), missing_snapshot_ok)
+    config_defaults = _config_defaults(reader, data, snapshot.fields)
+    snapshot = Snapshot(snapshot.source, with_config_defaults(snapshot.fields, config_defaults), snapshot.where)
     declared_type = snapshot.fields.get("model_type")
     if declared_type is not None and declared_type != data["model_type"]:
         raise SpecError(reader.where(data, "model_type", "model_type"),
@@ -662,7 +704,7 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
     drafts = reader.names(data.get("drafts"), "drafts", data, "drafts")
     return ModelSpec(model_id, data["model_type"], data["family"], str(data.get("name", model_id.split("/")[-1])),
                      str(data.get("notes", "")), reader.where(data), dims, data["max_context"], slots,
-                     templates, stacks, quant, drafts, snapshot)
+                     templates, stacks, quant, drafts, snapshot, config_defaults)
 
 
 def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = False) -> Corpus:

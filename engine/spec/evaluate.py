@@ -398,8 +398,22 @@ class _Components:
         if isinstance(default, str) and isinstance(value, str):
             return value
         if isinstance(default, bool):
-            raise SpecError(where, f"expected true or false, got {value!r}", "write true or false")
+            return self._bool_option(value, where)
         return self._eval(value, expr.Scope(names), where)
+
+    def _bool_option(self, value: Any, where: Where) -> bool:
+        """A boolean option given as a config field (``qk_norm: config.use_qk_norm``): the field
+        must hold true or false (a config default counts); anything else is refused."""
+        if not (isinstance(value, str) and value.startswith("config.")):
+            raise SpecError(where, f"expected true or false, got {value!r}",
+                            "write true or false, or a boolean config field (config.<field>)")
+        got = self._eval(value, expr.Scope({}, self.config), where)
+        if got is sympy.true or got is sympy.false:
+            got = bool(got)
+        if not isinstance(got, bool):
+            raise SpecError(where, f"{value} is {got!r}, not true or false",
+                            "name a boolean config field, or write true or false")
+        return got
 
 
 class _LayerStacks:

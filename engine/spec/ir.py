@@ -232,3 +232,18 @@ class ModelSpec:
     quant: Mapping[str, str]
     drafts: tuple[str, ...]
     snapshot: Snapshot
+    #: Config fields the modeling code supplies when config.json omits them (``config_defaults:``),
+    #: already merged into ``snapshot.fields`` where absent.
+    config_defaults: Mapping[str, "ConfigDefault"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDefault:
+    """A config field's default as the modeling code supplies it: its value and ``src``, the
+    place in the modeling code that sets it (e.g. ``configuration_llama4.py: ... = 4``)."""
+
+    field: str
+    value: Any
+    src: str
+    where: Where
+    applied: bool      # False when config.json has the field (the published value wins)

@@ -24,7 +24,7 @@ ZERO = sympy.Integer(0)
 
 #: FLOPs per element of elementwise functions.
 ACTIVATION_FLOPS = {"silu": 4, "gelu": 8, "gelu_tanh": 8, "relu": 1, "sigmoid": 3, "swiglu_oai": 8,
-                    "softplus": 3}
+                    "softplus": 3, "scale": 1}
 MASKS = ("causal", "sliding", "chunked", "bidirectional", "topk")
 GROWTHS = ("every_token", "window", "compressed", "state")
 
@@ -154,8 +154,18 @@ def _linear_shape(call):
     return out, AxisMap(carried_all(out)[:-1] + (New(),), ((0, x.rank - 1),))
 
 
+#: How a linear's weight matrix is laid out in the checkpoint: ``out_in`` ([out, in], nn.Linear)
+#: or ``in_out`` ([in, out]: stored transposed, e.g. Llama 4's stacked experts used with bmm).
+LAYOUTS = ("out_in", "in_out")
+
+
 def _linear_leaves(call):
-    leaves = [Leaf("weight", (call.axis("out"), call.axis("in")), matrix=True)]
+    if call.attrs["layout"] not in LAYOUTS:
+        raise call.fail(f"unknown layout {call.attrs['layout']!r}", "use one of: " + ", ".join(LAYOUTS))
+    axes = (call.axis("out"), call.axis("in"))
+    if call.attrs["layout"] == "in_out":
+        axes = axes[::-1]
+    leaves = [Leaf("weight", axes, matrix=True)]
     if call.attrs["bias"]:
         leaves.append(Leaf("bias", (call.axis("out"),)))
     return tuple(leaves)
@@ -312,7 +322,18 @@ def _pairs(call) -> sympy.Expr:
             first = cap * every   # the first position that sees `cap` entries
             return floor_sum(sympy.Min(n, first - 1)) + cap * sympy.Max(0, n - first + 1)
         return sympy.expand(total(ctx) - total(ctx - seq))
-    if mask in ("sliding", "chunked", "topk"):
+    if mask == "chunked":
+        # each query sees the keys of its own chunk of `window` tokens up to itself: the query at
+        # 0-based position p sees (p mod C) + 1 keys, so n queries see q C(C+1)/2 + r(r+1)/2 with
+        # q = floor(n / C) whole chunks and r = n - qC left over
+        chunk = call.dims["window"]
+
+        def total(n):
+            q = sympy.floor(n / chunk)
+            r = n - chunk * q
+            return q * chunk * (chunk + 1) / 2 + r * (r + 1) / 2
+        return sympy.expand(total(ctx) - total(ctx - seq))
+    if mask in ("sliding", "topk"):
         # top-k sparse attention: query i attends min(i, k) selected keys, the same count as a
         # sliding window of k (which keys differ, how many does not)
         window = call.inputs[2].axes[-1].size if mask == "topk" else call.dims["window"]
@@ -803,9 +824,10 @@ OPS: dict[str, Op] = {
         "source", (1, 1), _embedding_shape, dims=("vocab", "dim"),
         leaves=lambda c: (Leaf("weight", (c.axis("vocab"), c.axis("dim")), matrix=True),), placement="rows"),
     "linear": Op(
-        "linear", "y = x W^T (+ b): contracts the last axis `in`, produces a new axis `out`.",
+        "linear", "y = x W^T (+ b): contracts the last axis `in`, produces a new axis `out`; "
+        "`layout: in_out` stores W as [in, out] (transposed) in the checkpoint.",
         "contract", (1, 1), _linear_shape, _linear_flops, _linear_leaves,
-        dims=("in", "out"), attrs={"bias": False}, placement="matmul"),
+        dims=("in", "out"), attrs={"bias": False, "layout": "out_in"}, placement="matmul"),
     "head_linear": Op(
         "head_linear", "Per-head matmul [.., heads, in] -> [.., heads, out] (MLA weight absorption).",
         "contract", (1, 1), _head_linear_shape,
@@ -862,8 +884,8 @@ OPS: dict[str, Op] = {
         "axis_replace", (1, 1), _kv_cache_shape, optional_dims=("window", "every"),
         attrs={"growth": "every_token"}, placement="cache", cache_output=True),
     "attention_score": Op(
-        "attention_score", "q k^T per head over unmasked pairs; mask causal, sliding (window), "
-        "chunked, bidirectional, or topk (a third input holds the k selected tokens per query: "
+        "attention_score", "q k^T per head over unmasked pairs; mask causal, sliding (the last `window` "
+        "keys), chunked (the keys of the query's own `window`-token chunk up to itself), bidirectional, or topk (a third input holds the k selected tokens per query: "
         "DSA); with `every`, keys are compressed entries (one per `every` tokens); key heads may "
         "be fewer than query heads (GQA/MQA).",
         "contract", (2, 3), _score_shape, _score_flops, optional_dims=("window", "every"),

@@ -24,7 +24,7 @@ import yaml
 
 from engine.verify import evidence as evidence_mod
 from engine.verify import manifest as manifest_mod
-from engine.spec.corpus import TEXT_CONFIG, Corpus, config_view
+from engine.spec.corpus import TEXT_CONFIG, Corpus, config_view, with_config_defaults
 from engine.spec.evaluate import Binding, Walker
 from engine.spec.ir import ModelSpec, Snapshot
 from engine.verify.manifest import Manifest, ManifestTensor
@@ -33,7 +33,8 @@ from engine.spec.yamlio import loads_json
 
 def fields_read(corpus: Corpus, model: ModelSpec, config: dict[str, Any]) -> dict[str, Any]:
     """The top-level config fields a numeric walk of ``model`` reads, plus the registry's fields."""
-    probe = replace(model, snapshot=Snapshot(model.snapshot.source, config_view(config), model.snapshot.where))
+    fields = with_config_defaults(config_view(config), model.config_defaults)   # the spec's declared defaults
+    probe = replace(model, snapshot=Snapshot(model.snapshot.source, fields, model.snapshot.where))
     walker = Walker(corpus, probe, Binding("numeric"))
     walker.walk()
     keys = {path[0] for path in walker.config_reads}

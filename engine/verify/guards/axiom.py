@@ -1,8 +1,9 @@
 """axiom guard: cache declarations agree with the config and with the evaluation.
 
-* A sliding window in config.json demands window-capped caches of exactly that many tokens
-  (structural fields with ``cache: window`` in ``corpus/verification.yaml``), and a window-capped
-  cache with no window in the config is an error.
+* A sliding window or attention chunk in config.json (top level or under ``text_config``)
+  demands window-capped caches of exactly that many tokens (structural fields with ``cache:
+  window`` in ``corpus/verification.yaml``: a chunked layer keeps at most its current chunk), and
+  a window-capped cache with no such field in the config is an error.
 * Growth laws are consistent: a window is positive (and shorter than the context, else it caps
   nothing), a compressed cache keeps one entry per ``every >= 2`` tokens, entries are non-empty.
 * Attention over a window-capped cache masks with the same window.
@@ -45,9 +46,12 @@ def check(ctx: Context) -> list[Finding]:
                 out.append(Finding(NAME, "error", c.node_uid, f"cache {c.name!r} keeps {c.window} tokens, "
                                    f"config.{entry.field} = {value}", f"cap it at config.{entry.field}"))
     if windows and not demands:
+        fields = " or ".join(f"config.{e.field}" for e in ctx.registry.structural if e.cache == "window")
         out.append(Finding(NAME, "error", windows[0].node_uid, f"cache {windows[0].name!r} is capped at "
-                           f"{windows[0].window} tokens but config.json declares no sliding window",
-                           "drop the window, or bind it from the config field that declares it"))
+                           f"{windows[0].window} tokens but config.json declares no window ({fields}; a "
+                           "multimodal checkpoint's under text_config count)",
+                           "drop the window, or bind it from the config field that declares it "
+                           "(the sliding window or the attention chunk)"))
     for c in caches:
         if c.per_token <= 0:
             out.append(Finding(NAME, "error", c.node_uid, f"cache {c.name!r} stores {c.per_token} elements "
