@@ -77,8 +77,8 @@ class CompiledProgram:
         self.program = program
         totals = [step_totals(s) for s in program.steps]
         self._columns = [[_compiled(t[i]) for t in totals] for i in range(4)]
-        # collectives: calls per step (their count of per-call latencies); 0 for compute steps
-        self._calls = [_compiled(s.repeat) if s.kind == "comm" else 0.0 for s in program.steps]
+        # collectives (alone or fused): calls per step, each paying the per-call latency
+        self._calls = [_compiled(s.repeat) if s.collective else 0.0 for s in program.steps]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
 
     def rates(self, gpu: GPU) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
@@ -89,8 +89,8 @@ class CompiledProgram:
             self._rates[gpu.key] = (np.array([gpu.peak_flops(s.compute_dtype) for s in steps]),
                                     np.array([link_bandwidth(gpu, s.link) for s in steps]),
                                     gpu.hbm_bytes_per_s,
-                                    np.array([gpu.collective_latency(s.op, s.ranks, s.nodes) if s.kind == "comm"
-                                              else 0.0 for s in steps]))
+                                    np.array([gpu.collective_latency(s.collective, s.ranks, s.nodes)
+                                              if s.collective else 0.0 for s in steps]))
         return self._rates[gpu.key]
 
     def latency(self, index: int, args, alphas) -> np.ndarray | float:

@@ -277,7 +277,9 @@ def fuse(program: Program, matches: list[Match]) -> Program:
             sum((s.weight_bytes for s in members), ZERO), sum((s.comm_bytes for s in members), ZERO),
             matmul.compute_dtype if matmul else "bf16", last.layout, last.out, last.out_read,
             group=comm.group if comm else "", link=comm.link if comm else "", written=writes,
-            parts=tuple(m.members), dims=last.dims, last_token=last.last_token)
+            parts=tuple(m.members), dims=last.dims, last_token=last.last_token,
+            collective=comm.collective if comm else "", ranks=comm.ranks if comm else 1,
+            nodes=comm.nodes if comm else 1)
         for u in m.members:
             renamed[u] = uid
     out = []

@@ -93,8 +93,9 @@ class Step:
     parts: tuple[str, ...] = ()     # fused: the member step uids
     dims: Mapping[str, sympy.Expr] = field(default_factory=dict)
     last_token: bool = False        # prefill computes it for the last position only (logits)
-    ranks: int = 1                  # a collective: ranks taking part, and the scale-up domains
-    nodes: int = 1                  # they span (its per-call latency, GPU.collective_latency)
+    collective: str = ""            # the collective this step runs (alone or fused), its ranks and
+    ranks: int = 1                  # the scale-up domains they span: its per-call latency
+    nodes: int = 1                  # (GPU.collective_latency)
 
     @property
     def total_bytes(self) -> sympy.Expr:
@@ -518,7 +519,7 @@ class Placer(_LayoutRules, _ParallelRules):
                     repeat if repeat is not None else (source.repeat if source.kind != "input" else consumer.repeat),
                     (source.uid,), ZERO, source.out_read + out_bytes, ZERO, comm, "bf16", layout, tensor,
                     out_bytes, group=name, link=self.mesh.link(groups), written=out_bytes,
-                    last_token=source.last_token, **self.mesh.extent(groups))
+                    last_token=source.last_token, collective=op, **self.mesh.extent(groups))
         self.steps.append(step)
         self.layouts[uid] = layout
         return step

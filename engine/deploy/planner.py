@@ -300,7 +300,8 @@ def _with_pipeline(program: Program, placer: Placer) -> Program:
     added = tuple(Step(f"{source.uid}>send_recv[pp]", "send_recv(pp)", "send_recv", "comm", "pipeline",
                        at.component, at.component_uid, hops, (source.uid,), ZERO, 2 * source.out_read, ZERO,
                        source.out_read, "bf16", source.layout, source.out, source.out_read, group="pp",
-                       link=link, written=source.out_read, ranks=2, nodes=1 if link == "scale_up" else 2)
+                       link=link, written=source.out_read, collective="send_recv", ranks=2,
+                       nodes=1 if link == "scale_up" else 2)
                   for source, hops, at in sends)
     return replace(program, steps=program.steps + added)
 
