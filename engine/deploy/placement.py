@@ -477,13 +477,13 @@ class Placer(_LayoutRules, _ParallelRules):
         op = OPS[row.op]
         element = self.types.kv_bytes if op.cache_output else op.out_element_bytes or self.types.act_bytes
         out_bytes = self.local(row.out, layout) * element
+        work = kw.pop("work", layout)   # the layout dividing the work (default: the output's)
         if op.view:
-            kw.pop("work", None)
             source = inputs[0].out_read if inputs else ZERO
             read = out_bytes if op.partial else source
             step = self._step(row, inputs, layout, ZERO, ZERO, ZERO, "bf16", read, view=True)
         else:
-            flops = row.flops / self.split(row.out, kw.pop("work", layout)) if row.flops != 0 else ZERO
+            flops = row.flops / self.split(row.out, work) if row.flops != 0 else ZERO
             written = (self.local(row.in_shapes[0], layout_of(inputs[0])) * self.types.kv_bytes
                        if op.cache_output else out_bytes)
             traffic = sum((s.out_read for s in inputs), ZERO) + written + self.state_traffic(row, layout)
