@@ -29,9 +29,10 @@ def test_total_params_equal_hf_modeling_code(model_id, evaluation):
 def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
     """Active parameters per token, absolute: the HF modeling code's total minus the experts a
     token does not use, (n_experts - top_k) x per-expert params x MoE layers, from config.json
-    (gated MLP: 3 matrices of hidden x expert width; gpt-oss adds gate_up and down biases)."""
+    (gated MLP: 3 matrices of hidden x expert width; gpt-oss adds gate_up and down biases).
+    A multimodal checkpoint's text settings are under text_config (a top-level field wins)."""
     c = hf_config(model_id)
-    c = {**c.get("text_config", {}), **c}   # a multimodal checkpoint's text settings (Llama 4)
+    c = {**c.get("text_config", {}), **c}
     total = hf_oracle.hf_meta_report(hf_config_path(model_id)).total_params
     active = int(quantities.params_active(evaluation(model_id).numeric))
     n_experts = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts")

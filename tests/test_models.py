@@ -75,9 +75,10 @@ def test_qwen3_moe_activated(model_id, activated_b, evaluation):
 def test_active_params_from_config(model_id, evaluation):
     """Consistency of active with total: active = total - (n_experts - top_k) x per-expert params
     x MoE layers (gated MLP: 3 matrices). Both sides are the engine's; the absolute version, against
-    the HF modeling code's total, is test_hf_oracle.py::test_active_params_equal_hf_total_minus_idle_experts."""
+    the HF modeling code's total, is test_hf_oracle.py::test_active_params_equal_hf_total_minus_idle_experts.
+    A multimodal checkpoint's text settings are under text_config (a top-level field wins)."""
     c = config(model_id)
-    c = {**c.get("text_config", {}), **c}   # a multimodal checkpoint's text settings (Llama 4)
+    c = {**c.get("text_config", {}), **c}
     a = evaluation(model_id).numeric
     n_experts = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts")
     if not n_experts:
