@@ -72,6 +72,7 @@ def gallery_index(results: Results) -> list[dict[str, Any]]:
             "kv_bytes_per_token": row["kv_bytes_per_token"], "kv_fixed_bytes": row["kv_fixed_bytes"],
             "max_context": row["max_context"], "n_layers": row["n_layers"],
             "checkpoint_bytes": row["checkpoint_bytes"], "attention_kinds": list(row["attention_kinds"]),
+            "attention_label": row["attention_label"], "kv_state_bytes": row["kv_state_bytes"],
             "verified": row["verified"], "verified_against": row["verified_against"], "moe": row["params_active"] < row["params_total"],
             "formulas": {k: doc["overview"][k]["formula"] for k in ("params_total", "params_active",
                                                                       "kv_bytes_per_token_growing", "max_context")},

@@ -117,7 +117,6 @@
     form.elements.gpu.addEventListener("change", function () { params = new URLSearchParams(); refill(); update(); });
     ["cfg", "fw", "kv", "input", "batch"].forEach(function (k) { form.elements[k].addEventListener("change", function () { params = new URLSearchParams(location.search); update(); }); });
     update();
-    var kv = page.kv_curve.context.map(function (c, i) { return { context: c, bytes_bf16: page.kv_curve.bytes_bf16[i], extrapolated: c > page.max_context }; });
-    chart("chart-kv", page.specs.kv, { kv: kv, limit: [{ max_context: page.max_context }] });
+    chart("chart-kv", page.specs.kv, { kv: page.kv_rows, limit: [{ max_context: page.max_context }] });
   }).catch(function (e) { console.error(e); document.getElementById("summary").textContent = "Could not load the data: " + e.message; });
 })();
