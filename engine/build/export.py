@@ -21,6 +21,9 @@ from engine.deploy.cost import KV_BYTES, intensity, step_totals
 from engine.build.finite import check_document
 
 REFERENCE = {"batch": 1, "prompt": 4096}
+#: Context lengths (tokens) of the per-model cache curve (the model document's ``kv_curve``, and
+#: models.parquet's ``kv_context_lengths``).
+KV_LENGTHS = (1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 
 
 def quantity(value, formula) -> dict[str, Any]:
@@ -152,7 +155,6 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                                                          s.per_token * kv.cache_element_bytes(s)),
                        "dtype": c.dtype or "kv"})
     streams = [_stream_entry(stream, num) for stream in num.streams]
-    from engine.build.results import KV_LENGTHS
     length = np.array(KV_LENGTHS, dtype=float)
     curve = {part: np.broadcast_to(kv.request_bytes_fn(num, part=part)(length, 2), length.shape).astype(float).tolist()
              for part in (None, *kv.PARTS)}

@@ -50,6 +50,7 @@ import numpy as np
 import polars as pl
 
 from engine.build import publish
+from engine.build.export import KV_LENGTHS
 from engine.project import PACKAGE_ROOT
 from engine.spec.api import Evaluation, evaluate_spec
 from engine.spec.corpus import Corpus, load_corpus
@@ -59,9 +60,6 @@ from engine.verify.validate import validate
 #: The engine's own sources (every subpackage) are an input of every model's results.
 ENGINE = PACKAGE_ROOT / "engine"
 SCHEMA_VERSION = 1
-
-#: Context lengths (tokens) of the per-model cache split (models.parquet, the model page's curve).
-KV_LENGTHS = (1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 
 #: models.parquet columns: name -> (polars dtype, doc). The schema test reads these tables.
 MODELS_SCHEMA = {
@@ -304,7 +302,7 @@ def model_row(ev: Evaluation, spec_hash: str = "", verification: dict | None = N
         "kv_bytes_per_token": value["kv_bytes_per_token_growing"], "kv_fixed_bytes": value["kv_fixed_bytes"],
         "max_context": value["max_context"], "n_layers": value["n_layers"],
         "attention_kinds": attention_kinds(ev), "attention_label": attention_label(ev),
-        **kv_split(ev, KV_LENGTHS),
+        **kv_split(ev, KV_LENGTHS),     # the lengths of the model page's curve (engine.build.export)
     }
 
 
