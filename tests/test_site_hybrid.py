@@ -271,3 +271,29 @@ def test_gallery_labels_the_mixers(out):
     assert labels == {"Qwen--Qwen3.5-27B": "gdn + gqa", "meta-llama--Meta-Llama-3.1-8B": "gqa"}
     index = {m["model_id"]: m for m in json.loads((out / "site" / "data" / "index.json").read_text())}
     assert index[QWEN]["attention_label"] == "gdn + gqa" and index[LLAMA]["attention_label"] == "gqa"
+
+
+# -- the label mechanism --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model_id, label", [
+    ("openai/gpt-oss-20b", "gqa + sliding"),        # config layer_types: sliding_attention and full_attention
+    ("deepseek-ai/DeepSeek-V3", "mla"),
+    (QWEN, "gdn + gqa"),                            # linear_attention layers first, whatever the layer order
+])
+def test_attention_label_follows_the_layer_plans(model_id, label):
+    from engine.build.results import attention_label
+    from tests.conftest import _evaluation
+    assert attention_label(_evaluation(model_id)) == label
+
+
+def test_a_component_label_must_be_a_short_name(tmp_path):
+    from engine.spec.corpus import _load_component, load_corpus
+    from engine.spec.errors import SpecError
+    roles = load_corpus().roles
+    path = tmp_path / "odd_mixer.yaml"
+    body = "component: odd_mixer\nrole: attention\n{label}doc: x\ngraph:\n  o: {{op: linear, in: x, dims: {{in: hidden, out: hidden}}}}\n"
+    path.write_text(body.format(label=""))
+    assert _load_component(path, tmp_path, roles, True).label == "odd"      # the default: the name without _mixer
+    path.write_text(body.format(label="label: 3\n"))
+    with pytest.raises(SpecError, match="odd_mixer.yaml:3.*label"):
+        _load_component(path, tmp_path, roles, True)

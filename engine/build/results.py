@@ -272,9 +272,19 @@ def attention_label(ev: Evaluation) -> str:
             rank, label = 1, None
         if label is None:
             label = ev.corpus.component_for(model, row.component, model.where).label
-        key = (rank, min(row.layers, default=0))
+        key = (rank, _first_layer(num, uid))
         found[label] = min(found.get(label, key), key)
     return " + ".join(sorted(found, key=lambda k: found[k]))
+
+
+def _first_layer(num, uid: str) -> int:
+    """The first layer index of the layer template a component instance sits in (0 outside one)."""
+    while uid:
+        row = num.components.get(uid)
+        if row is not None and row.layers:
+            return min(row.layers)
+        uid = uid.rpartition("/")[0]
+    return 0
 
 
 def kv_split(ev: Evaluation, lengths) -> dict:
