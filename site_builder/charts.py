@@ -60,18 +60,22 @@ def kv_chart(data: alt.Data, limit: alt.Data) -> alt.LayerChart:
     rule at the model's maximum context. ``data`` rows are :func:`kv_rows`; ``limit`` one row with
     ``max_context``."""
     pick = alt.selection_point(fields=["part"], bind="legend")
+    ticks = alt.Axis(values=[4 ** k * 1024 for k in range(6)],     # 1K, 4K, ... 1M
+                     labelExpr="datum.value >= 1048576 ? datum.value / 1048576 + 'M' : datum.value / 1024 + 'K'")
     line = alt.Chart(data).mark_line(point=True).encode(
-        x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), title="context (tokens)"),
-        y=alt.Y("bytes:Q", scale=alt.Scale(type="log"), title="bytes per request (BF16 KV)"),
+        x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=ticks, title="context (tokens)"),
+        y=alt.Y("bytes:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"),
+                title="bytes per request (BF16 KV)"),
         color=alt.Color("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
-        strokeDash=alt.StrokeDash("part:N", legend=None, scale=alt.Scale(domain=list(KV_PARTS.values()))),
+        strokeDash=alt.StrokeDash("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
         shape=alt.Shape("extrapolated:N", title="past max context"),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
         tooltip=["part:N", "context:Q", alt.Tooltip("bytes:Q", format=",.0f"), "extrapolated:N"]).add_params(pick)
     rule = alt.Chart(limit).mark_rule(strokeDash=[4, 3]).encode(x="max_context:Q", tooltip=["max_context:Q"])
     label = alt.Chart(limit).mark_text(align="left", dx=4, dy=-6).encode(
         x="max_context:Q", text=alt.value("max context"))
-    return alt.layer(line, rule, label).properties(width="container", height=240)
+    # legends below the plot: the deployment page's chart shares a row with others
+    return alt.layer(line, rule, label).properties(width="container", height=240).configure_legend(orient="bottom", direction="vertical")
 
 
 def model_specs(doc: dict) -> dict[str, dict]:

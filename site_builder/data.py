@@ -74,8 +74,9 @@ def gallery_index(results: Results) -> list[dict[str, Any]]:
             "checkpoint_bytes": row["checkpoint_bytes"], "attention_kinds": list(row["attention_kinds"]),
             "attention_label": row["attention_label"], "kv_state_bytes": row["kv_state_bytes"],
             "verified": row["verified"], "verified_against": row["verified_against"], "moe": row["params_active"] < row["params_total"],
-            "formulas": {k: doc["overview"][k]["formula"] for k in ("params_total", "params_active",
-                                                                      "kv_bytes_per_token_growing", "max_context")},
+            "formulas": {**{k: doc["overview"][k]["formula"] for k in ("params_total", "params_active",
+                                                                         "kv_bytes_per_token_growing", "max_context")},
+                         "kv_state_bytes": doc["kv_split"]["parts"]["state"][0]["formula"]},
         })
     return out
 

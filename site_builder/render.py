@@ -72,6 +72,8 @@ def human_bytes(value) -> str:
 
 def tokens(value) -> str:
     value = int(value)
+    if value % 1048576 == 0 and value >= 1048576:
+        return f"{value // 1048576}M"
     return f"{value // 1024}K" if value % 1024 == 0 and value >= 1024 else f"{value:,}"
 
 
