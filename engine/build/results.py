@@ -52,6 +52,7 @@ import polars as pl
 from engine.build import publish
 from engine.build.export import KV_LENGTHS
 from engine.project import PACKAGE_ROOT
+from engine.spec import kv
 from engine.spec.api import Evaluation, evaluate_spec
 from engine.spec.corpus import Corpus, load_corpus
 from engine.spec.errors import SpecError
@@ -290,8 +291,7 @@ def _first_layer(num, uid: str) -> int:
 def kv_split(ev: Evaluation, lengths) -> dict:
     """The two parts of a request's cache (BF16 KV): the flat state bytes, and the growing part at
     each length. Exact integers from the spec's formulas (:func:`engine.spec.kv.bytes_per_request`)."""
-    from engine.spec import kv
-    state = kv.bytes_per_request(ev.numeric, 0, part="state")
+    state = kv.bytes_per_request(ev.numeric, 1, part="state")      # a state holds no context term
     growing = [int(kv.bytes_per_request(ev.numeric, int(n), part="growing")) for n in lengths]
     return {"kv_state_bytes": int(state), "kv_context_lengths": [int(n) for n in lengths],
             "kv_growing_bytes_per_request": growing}
