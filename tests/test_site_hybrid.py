@@ -209,7 +209,7 @@ def _split_rows(html: str) -> list[tuple[str, str, list[tuple[str, str, str]]]]:
     rows = []
     for part, body in re.findall(r'<tr (?:class="sum" )?data-part="(\w+)">(.*?)</tr>', table, re.S):
         head = re.sub(r"<[^>]+>", "", re.split(r"<td class=\"n\">", body)[0]).strip()
-        cells = re.findall(r'<span class="num" tabindex="0" data-f="([^"]*)"[^>]*?data-w="([^"]*)">([^<]*)</span>', body)
+        cells = re.findall(r'<span class="num" tabindex="0" data-f="([^"]*)"[^>]*?(?:data-w="([^"]*)")?>([^<]*)</span>', body)
         rows.append((part, head, [(text, formula, where) for formula, where, text in cells]))
     return rows
 
@@ -218,7 +218,7 @@ def test_model_page_shows_the_state_and_the_growing_kv_with_formulas(out):
     rows = _split_rows(_page(out, "models/Qwen--Qwen3.5-27B"))
     sums = {part: cells for part, head, cells in rows if "all entries" in head or "total" in head}
     lengths = ["length = 1024", "length = 32768", "length = 131072", "length = 1048576"]
-    assert [w for _, _, w in sums["state"]] == lengths
+    assert [w for _, _, w in sums["growing"]] == lengths
     assert [t for t, _, _ in sums["state"]] == [human_bytes(STATE)] * 4           # flat: 154 MB at 1K and 1M
     assert [t for t, _, _ in sums["growing"]] == [human_bytes(qwen_kv(n)) for n in (K1, 32768, 131072, M1)]
     assert [t for t, _, _ in sums["total"]] == [human_bytes(STATE + qwen_kv(n)) for n in (K1, 32768, 131072, M1)]
@@ -258,6 +258,10 @@ def test_kv_chart_has_the_state_and_the_growing_series(out):
     data = _page_data(_page(out, "models/Qwen--Qwen3.5-27B/deploy"))
     assert data["specs"]["kv"]["layer"][0]["encoding"]["color"]["field"] == "part"
     assert {r["part"] for r in data["kv_rows"]} == {"state (flat)", "KV (grows with context)", "total"}
+    # ... and its summary's rows carry the state beside the whole (the "of which flat state" card)
+    table = json.loads((out / "site" / "data" / "deploy" / "Qwen--Qwen3.5-27B" / "H100" / "1-tp1.json").read_text())
+    rows = [dict(zip(table["columns"], r)) for r in table["rows"]]
+    assert rows and all(r["kv_state_bytes_per_request"] == pytest.approx(STATE, rel=1e-3) for r in rows)  # 4 digits shipped
 
 
 def test_gallery_labels_the_mixers(out):
