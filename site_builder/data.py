@@ -72,9 +72,11 @@ def gallery_index(results: Results) -> list[dict[str, Any]]:
             "kv_bytes_per_token": row["kv_bytes_per_token"], "kv_fixed_bytes": row["kv_fixed_bytes"],
             "max_context": row["max_context"], "n_layers": row["n_layers"],
             "checkpoint_bytes": row["checkpoint_bytes"], "attention_kinds": list(row["attention_kinds"]),
+            "attention_label": row["attention_label"], "kv_state_bytes": row["kv_state_bytes"],
             "verified": row["verified"], "verified_against": row["verified_against"], "moe": row["params_active"] < row["params_total"],
-            "formulas": {k: doc["overview"][k]["formula"] for k in ("params_total", "params_active",
-                                                                      "kv_bytes_per_token_growing", "max_context")},
+            "formulas": {**{k: doc["overview"][k]["formula"] for k in ("params_total", "params_active",
+                                                                         "kv_bytes_per_token_growing", "max_context")},
+                         "kv_state_bytes": doc["kv_split"]["parts"]["state"][0]["formula"]},
         })
     return out
 
@@ -84,6 +86,7 @@ def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
     columns = ["gpu", "n_gpus", "config", "tp", "ep", "dp_attn", "pp", "framework", "kv_dtype", "phase", "batch",
                "weight_bytes_per_gpu_formula",
                "input_len", "output_len", "fits", "shortfall_bytes", "weight_bytes_per_gpu", "kv_bytes_per_request",
+               "kv_state_bytes_per_request",
                "kv_bytes_per_gpu", "free_bytes_per_gpu", "usable_bytes_per_gpu", "max_concurrent_requests", "step_time_s",
                "compute_time_s", "memory_time_s", "comm_time_s", "bound", "ttft_s", "tpot_s",
                "tokens_per_s_per_gpu", "extrapolated"]

@@ -419,7 +419,8 @@ def _model(site: Site, results: Results, model_id: str) -> None:
                for o in doc["ops"]]
     site.file(f"models/{name}/ops.csv", _csv(op_rows))
     dims = {d["name"]: d["value"] for d in doc["dims"]}
-    site.page(f"models/{name}", "model.html", doc["name"], {"page": "model", "bound": dims},
+    site.page(f"models/{name}", "model.html", doc["name"],
+              {"page": "model", "bound": dims, "specs": {"model": charts.model_specs(doc)}},
               doc=doc, row=row, slug=name, levels=levels, overview_keys=OVERVIEW,
               bytes_def="HBM bytes read and written at the reference point (one GPU, unfused, BF16): the op's "
                         "inputs, outputs and weights, all layers")
@@ -495,7 +496,7 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
                           "best_per_gpu": per_gpu.to_dicts()}, separators=(",", ":")))
     specs = charts.deployment_specs()
     data = {"page": "deploy", "slug": name, "max_context": doc["max_context"], "specs": specs,
-            "kv_curve": doc["kv_curve"], "compare_input": COMPARE_INPUT,
+            "kv_rows": charts.kv_rows(doc["kv_curve"], doc["max_context"]), "compare_input": COMPARE_INPUT,
             "docs": {k: v[1] for k, v in _schema_docs().items()}}
     site.page(f"models/{name}/deploy", "deploy.html", f"{doc['name']} deployments", data,
               doc=doc, slug=name, compare_input=COMPARE_INPUT)

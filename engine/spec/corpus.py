@@ -483,7 +483,7 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
     reader = Reader(path, root)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("component", "role", "doc", "options", "inputs", "dims", "graph", "outputs",
-                           "cache", "decode_variant"), ("component", "role", "doc", "graph"))
+                           "cache", "decode_variant", "label"), ("component", "role", "doc", "graph"))
     name = check_name(reader.string(data, "component", ""), reader.where(data, "component", "component"),
                       "component name", "`component: gqa_attention`")
     if name != path.stem:
@@ -548,9 +548,13 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
                                 f"removes {gone!r}, which is not in the graph")
         _check_edges(vgraph, set(inputs) | set(graph), reader.where(raw))
         variant = VariantSpec(remove, vgraph, reader.where(raw, "decode_variant"))
+    label = data.get("label", re.sub(r"_(attention|mixer)$", "", name))
+    if not isinstance(label, str) or not label.strip():
+        raise SpecError(reader.where(data, "label", "label"), f"label {label!r} is not a short name",
+                        "write e.g. `label: gqa` (the mixer's name in the gallery)")
     return ComponentSpec(name, role, str(data["doc"]), reader.where(data), dict(data.get("options") or {}),
                          inputs, dict(data.get("dims") or {}), graph, dict(outputs), tuple(caches),
-                         variant, draft)
+                         variant, draft, label.strip())
 
 
 # -- models --------------------------------------------------------------------------------------
