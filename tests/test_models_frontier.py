@@ -122,3 +122,31 @@ def test_minimax_fp8_block_checkpoint_bytes(evaluation):
     tensors = storage.checkpoint_tensors(ev.numeric, ev.model, ev.corpus)
     assert sum(storage.bytes_by_dtype(tensors).values()) == expected == 230_024_081_408
     assert {t.dtype for t in tensors if ".experts." in t.key and t.key.endswith(".weight")} == {"F8_E4M3"}
+
+
+def test_minimax_checkpoint_names_and_norm_widths(evaluation):
+    """MiniMax-M2's published names: the routing bias sits beside the gate
+    (block_sparse_moe.e_score_correction_bias, transformers' conversion mapping), experts are
+    w1/w3/w2; q_norm and k_norm span the whole projection (num_heads x head_dim and
+    num_kv_heads x head_dim), not one head."""
+    c = config(MINIMAX)
+    ev = evaluation(MINIMAX)
+    tensors = {t.key: t for t in storage.checkpoint_tensors(ev.numeric, ev.model, ev.corpus)}
+    bias = tensors["model.layers.{layer}.block_sparse_moe.e_score_correction_bias"]
+    assert [int(d) for d in bias.shape] == [c["num_local_experts"]]
+    assert "model.layers.{layer}.block_sparse_moe.experts.{expert}.w1.weight" in tensors
+    q_norm = tensors["model.layers.{layer}.self_attn.q_norm.weight"]
+    k_norm = tensors["model.layers.{layer}.self_attn.k_norm.weight"]
+    assert [int(d) for d in q_norm.shape] == [c["num_attention_heads"] * c["head_dim"]]
+    assert [int(d) for d in k_norm.shape] == [c["num_key_value_heads"] * c["head_dim"]]
+
+
+def test_minimax_partial_rope_flops(evaluation):
+    """RoPE on rotary_dim = 64 of 128 features per head: 3 FLOPs per rotated element, so the query
+    rope of one prefill token costs 3 x heads x 64 per layer (half a full-width rope)."""
+    c = config(MINIMAX)
+    a = evaluation(MINIMAX).numeric
+    (uid,) = [u for u in a.rows if u.endswith("self_attn/q_rope")]
+    from engine.spec import symbols
+    flops = a.rows[uid].flops.subs({symbols.dim("batch"): 1, symbols.dim("seq"): 1, symbols.dim("ctx"): 1})
+    assert flops == 3 * c["num_attention_heads"] * c["rotary_dim"]
