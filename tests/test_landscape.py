@@ -199,3 +199,17 @@ def test_landscape_is_in_the_nav(out):
 def test_traits_from_the_graph(model_id, expected, evaluation):
     from engine.build.landscape import traits
     assert set(traits(evaluation(model_id))) == expected
+
+
+def test_bad_lineage_file_is_one_line(tmp_path):
+    from engine.build.landscape import load_lineage
+    from engine.spec.errors import SpecError
+    (tmp_path / "lineage.yaml").write_text("lineages:\n  - lineage: Qwen\n    families: Qwen3\n")
+    with pytest.raises(SpecError) as info:
+        load_lineage(tmp_path)
+    text = str(info.value)
+    assert "lineage.yaml:2:" in text and "lineages[0]" in text and "\n" not in text
+    (tmp_path / "lineage.yaml").write_text("lineages:\n  - lineage: Qwen\n    families: [Qwen3, {Qwen3.5: [Qwen/Qwen3.5-27B]}]\n")
+    table = load_lineage(tmp_path)
+    assert table["families"] == {"Qwen3": ("Qwen", 0), "Qwen3.5": ("Qwen", 1)}
+    assert table["models"] == {"Qwen/Qwen3.5-27B": 0}
