@@ -19,6 +19,7 @@ from engine.spec import kv, symbols
 from engine.spec.api import Evaluation
 from engine.deploy.cost import KV_BYTES, intensity, step_totals
 from engine.build.finite import check_document
+from engine.build.landscape import model_facts
 
 REFERENCE = {"batch": 1, "prompt": 4096}
 #: Context lengths (tokens) of the per-model cache curve (the model document's ``kv_curve``, and
@@ -57,8 +58,9 @@ def _point(phase: str) -> dict:
             symbols.dim("ctx"): REFERENCE["prompt"], KV_BYTES: 2}
 
 
-def _reference_bytes(ev: Evaluation) -> dict[str, dict[str, float]]:
-    """Per row uid and phase: HBM bytes of the unfused single-GPU program at the reference point."""
+def _reference_bytes(ev: Evaluation, formulas: dict | None = None) -> dict[str, dict[str, float]]:
+    """Per row uid and phase: HBM bytes of the unfused single-GPU program at the reference point
+    (per call; ``formulas``, when given, receives the same per call over the scenario symbols)."""
     from engine.deploy import Options, place
     from engine.deploy.parallel import ParallelConfig
     placed = place(ev, ParallelConfig(), 8, Options(), False)
@@ -67,8 +69,10 @@ def _reference_bytes(ev: Evaluation) -> dict[str, dict[str, float]]:
         point = _point(phase)
         for step in program.steps:
             if step.kind == "compute":
-                total = step_totals(step)[1].subs(point)
-                out.setdefault(step.uid, {})[phase] = float(total / step.repeat.subs(point))
+                per_call = step_totals(step)[1] / step.repeat
+                out.setdefault(step.uid, {})[phase] = float(per_call.subs(point))
+                if formulas is not None:
+                    formulas.setdefault(step.uid, {})[phase] = per_call
     return out
 
 
@@ -84,7 +88,8 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
         else:
             flat[key] = quantity(q.value, q.formula)
     num, sym = ev.numeric, ev.symbolic
-    bytes_at = _reference_bytes(ev)
+    bytes_formula: dict = {}
+    bytes_at = _reference_bytes(ev, bytes_formula)
     ops = []
     for uid, row in num.rows.items():
         srow = sym.rows[uid]
@@ -154,6 +159,9 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                        "layer_bytes_per_token": quantity(c.per_token * kv.cache_element_bytes(c),
                                                          s.per_token * kv.cache_element_bytes(s)),
                        "dtype": c.dtype or "kv"})
+    decode = _point("decode")
+    landscape = model_facts(ev, decode, {u: r.flops.subs(decode) for u, r in num.rows.items() if "decode" in r.phases},
+                            bytes_at, bytes_formula)
     streams = [_stream_entry(stream, num) for stream in num.streams]
     length = np.array(KV_LENGTHS, dtype=float)
     curve = {part: np.broadcast_to(kv.request_bytes_fn(num, part=part)(length, 2), length.shape).astype(float).tolist()
@@ -170,6 +178,7 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
         "reference": {"batch": REFERENCE["batch"], "prompt": REFERENCE["prompt"], "gpus": 1,
                       "activations": "bf16", "kv": "bf16", "fusion": "none"},
         "verification": verification or {"verified": False, "evidence": "", "guards": []},
+        "landscape": landscape,
     }
     check_document(model, document)    # a NaN or negative number is never published (engine/build/finite.py)
     return document

@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from engine.build import publish
+from engine.build import landscape, publish
 from engine.build.export import KV_LENGTHS
 from engine.project import PACKAGE_ROOT
 from engine.spec import kv
@@ -85,6 +85,10 @@ MODELS_SCHEMA = {
     "kv_state_bytes": (pl.Int64, "Per-request bytes of the recurrent states (`growth: state` cache entries) in their own dtype (BF16 for any without one): the flat part of a request's cache, the same at every context; 0 for a model without recurrent mixers (main stack)."),
     "kv_context_lengths": (pl.List(pl.Int64), "Context lengths (tokens) at which kv_growing_bytes_per_request is given."),
     "kv_growing_bytes_per_request": (pl.List(pl.Int64), "Per-request bytes of the caches that grow with context (every-token and compressed caches; window-capped caches up to their window), BF16 KV, at each of kv_context_lengths (main stack). A request's whole cache at length L is kv_state_bytes + this."),
+    "traits": (pl.List(pl.String), "Architecture traits read from the evaluated graph (engine/build/landscape.py TRAITS): moe, mla, sparse, sliding, compressed, linear, hybrid, mtp."),
+    "lineage": (pl.String, "The lab's line of families the model belongs to (corpus/lineage.yaml; an unlisted family is its own)."),
+    "generation": (pl.Int64, "Position of the model's family in its lineage, oldest first (0-based)."),
+    "release_position": (pl.Int64, "Position of the model in its family's release list (corpus/lineage.yaml; 1000 when not listed)."),
 }
 
 _KEY = {
@@ -212,6 +216,7 @@ def shared_hash(corpus: Corpus, grid_path: Path, gpu_root: Path) -> str:
     """Everything every model's results depend on: tables, components, GPUs, fusion, grid, engine."""
     root = corpus.root
     files = [root / "dims.yaml", root / "roles.yaml", root / "verification.yaml", grid_path,
+             *[p for p in (root / landscape.LINEAGE_FILE,) if p.exists()],
              *sorted(gpu_root.glob("*.yaml")), *sorted((root / "fusion").glob("*.yaml")),
              *sorted((root / "components" / "library").glob("*.yaml")),
              *engine_sources()]
@@ -313,6 +318,8 @@ def model_row(ev: Evaluation, spec_hash: str = "", verification: dict | None = N
         "max_context": value["max_context"], "n_layers": value["n_layers"],
         "attention_kinds": attention_kinds(ev), "attention_label": attention_label(ev),
         **kv_split(ev, KV_LENGTHS),     # the lengths of the model page's curve (engine.build.export)
+        "traits": landscape.traits(ev),
+        **landscape.lineage_columns(ev.model.model_id, ev.model.family, landscape.load_lineage(ev.corpus.root)),
     }
 
 
@@ -576,9 +583,13 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         ordered = [rows[m] for m in targets]
         write_parquet(_frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
                       staging / "models.parquet")
+        facts = {m: json.loads((staging / "models" / f"{slug(m)}.json").read_text())["landscape"] for m in targets}
+        (staging / "landscape.json").write_text(json.dumps(
+            landscape.tables(facts, rows, load_gpus(gpu_root)), separators=(",", ":")))
         manifest = {"schema_version": SCHEMA_VERSION, "shared_hash": shared, "grid": grid,
                     "models": {m: entries[m] for m in targets}, "skipped": report.skipped,
-                    "files": {name: publish.file_digest(staging / name) for name in ("models.parquet", "contracts.json")}}
+                    "files": {name: publish.file_digest(staging / name)
+                              for name in ("models.parquet", "contracts.json", "landscape.json")}}
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
         report.deployment_rows = sum(entries[m]["deployments"] for m in targets)
         report.op_rows = sum(entries[m]["ops"] for m in targets)

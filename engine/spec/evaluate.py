@@ -282,7 +282,9 @@ class _OpRows:
         return value
 
     def _leaf(self, leaf: Leaf, node: NodeSpec, scope: _Scope) -> LeafRow:
-        segment = scope.renames.get(node.name, node.name) if node.module is None else node.module
+        # A caller's rename (`modules:`) wins over the component's own `module:` (MiniMax-M2 keeps
+        # the router's correction bias beside the gate, not inside it).
+        segment = scope.renames.get(node.name, node.name if node.module is None else node.module)
         module = _join(scope.module, segment)
         if scope.stacked:
             key = module if leaf.name == "weight" else f"{module}_{leaf.name}"
