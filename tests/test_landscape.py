@@ -191,7 +191,7 @@ def test_landscape_is_in_the_nav(out):
 @pytest.mark.parametrize("model_id, expected", [
     # by the architecture as published (model cards, configs), not by the engine
     ("openai/gpt-oss-20b", {"moe", "sliding", "hybrid"}),              # alternating sliding/full layers
-    ("Qwen/Qwen3.5-27B", {"linear", "hybrid"}),                        # Gated DeltaNet beside full attention
+    ("Qwen/Qwen3.5-27B", {"linear", "hybrid", "mtp"}),                 # Gated DeltaNet beside full attention; its MTP module
     ("deepseek-ai/DeepSeek-V3.2", {"moe", "mla", "sparse", "mtp"}),    # DSA: top-k sparse MLA
     ("meta-llama/Meta-Llama-3.1-8B", set()),
     ("MiniMaxAI/MiniMax-M2.5", {"moe"}),                               # MTP declared but not modeled
