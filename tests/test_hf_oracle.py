@@ -31,6 +31,7 @@ def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
     token does not use, (n_experts - top_k) x per-expert params x MoE layers, from config.json
     (gated MLP: 3 matrices of hidden x expert width; gpt-oss adds gate_up and down biases)."""
     c = hf_config(model_id)
+    c = {**c.get("text_config", {}), **c}   # a multimodal checkpoint's text settings (Gemma 4)
     total = hf_oracle.hf_meta_report(hf_config_path(model_id)).total_params
     active = int(quantities.params_active(evaluation(model_id).numeric))
     n_experts = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts")
@@ -42,7 +43,10 @@ def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
     if c["model_type"] == "gpt_oss":
         per_expert += 2 * width + c["hidden_size"]
     moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
-    assert active == total - (n_experts - c["num_experts_per_tok"]) * per_expert * moe_layers
+    if isinstance(c.get("moe_layer_freq"), list):   # MiMo-V2-Flash: 1 marks an MoE layer
+        moe_layers = sum(c["moe_layer_freq"])
+    top_k = c.get("num_experts_per_tok") or c["top_k_experts"]   # Gemma 4: top_k_experts
+    assert active == total - (n_experts - top_k) * per_expert * moe_layers
 
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)
@@ -63,8 +67,12 @@ def test_non_layer_parameters_match(model_id, evaluation):
     checkpoint may name them differently from transformers' modules, e.g. DeepSeek-V4's head)."""
     report = hf_oracle.hf_meta_report(hf_config_path(model_id))
     rows = evaluation(model_id).numeric.rows
-    for uid, name in (("main/embed_tokens", "model.embed_tokens.weight"), ("main/norm", "model.norm.weight"),
-                      ("main/lm_head", "lm_head.weight")):
+    pairs = [("main/embed_tokens", "model.embed_tokens.weight"), ("main/norm", "model.norm.weight")]
+    if not report.tied:   # a tied head is the embedding (Gemma 4): no parameter of its own
+        pairs.append(("main/lm_head", "lm_head.weight"))
+    else:
+        assert rows["main/lm_head"].shares == "embed_tokens"
+    for uid, name in pairs:
         (leaf,) = rows[uid].leaves
         assert tuple(int(a.size) for a in leaf.axes) == report.params[name]
 

@@ -83,6 +83,10 @@ class NodeRow:
     dim_values: Mapping[str, sympy.Expr] = field(default_factory=dict)
     #: A ``src:`` anchor: text the model's forward source must contain (the source guard).
     src: str | None = None
+    #: The bare names in ``dim_names`` -> their values where this op ran: a template or component
+    #: may rebind a dim (Gemma 4's global layers: ``d_head: d_head_global``; per-layer dims), so
+    #: the model-level value of a name is not always the one an axis was built from.
+    name_values: Mapping[str, sympy.Expr] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +242,8 @@ class _OpRows:
                       repeat=scope.repeat, instances=scope.instances, active=scope.active,
                       stacked=scope.stacked, weight_axes=dict(node.weight_axes), shares=node.shares,
                       where=node.where, dim_names=dim_names, dim_values=dict(dims),
-                      src=self._attr(node.src, scope, node, "src") if node.src else None)
+                      src=self._attr(node.src, scope, node, "src") if node.src else None,
+                      name_values=self._name_values(dim_names, names))
         self.rows[uid] = row
         if cache is not None:
             per_token = tensors[0].numel / (self.scenario[symbols.BATCH] * self.scenario[symbols.SEQ])
@@ -253,6 +258,17 @@ class _OpRows:
                 self.caches.append(CacheRow(cache_uid, uid, state_cache.name, state_cache.kind, "state",
                                             sympy.simplify(op.state(call).numel), None, None,
                                             scope.repeat, scope.stack, state_cache.dtype))
+        return out
+
+    @staticmethod
+    def _name_values(dim_names: Mapping[str, str], names: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        for text in dim_names.values():
+            try:
+                found = expr.names_in(text)
+            except expr.ExprError:
+                continue
+            out.update({n: names[n] for n in found if isinstance(names.get(n), sympy.Basic)})
         return out
 
     def _cache_decl(self, node: NodeSpec, scope: _Scope, required: bool = True) -> CacheSpec | None:
