@@ -77,17 +77,20 @@ def test_active_params_from_config(model_id, evaluation):
     x MoE layers (gated MLP: 3 matrices). Both sides are the engine's; the absolute version, against
     the HF modeling code's total, is test_hf_oracle.py::test_active_params_equal_hf_total_minus_idle_experts."""
     c = config(model_id)
+    c = {**c.get("text_config", {}), **c}   # a multimodal checkpoint's text settings (Gemma 4)
     a = evaluation(model_id).numeric
     n_experts = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts")
     if not n_experts:
         assert quantities.params_active(a) == quantities.params_total(a)
         return
-    top_k = c["num_experts_per_tok"]
+    top_k = c.get("num_experts_per_tok") or c["top_k_experts"]   # Gemma 4: top_k_experts
     width = c.get("moe_intermediate_size") or c["intermediate_size"]
     per_expert = 3 * c["hidden_size"] * width
     if c["model_type"] == "gpt_oss":
         per_expert += 2 * width + c["hidden_size"]   # gate_up and down biases
     moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
+    if isinstance(c.get("moe_layer_freq"), list):   # MiMo-V2-Flash: 1 marks an MoE layer
+        moe_layers = sum(c["moe_layer_freq"])
     expected = quantities.params_total(a) - (n_experts - top_k) * per_expert * moe_layers
     assert quantities.params_active(a) == expected
 
