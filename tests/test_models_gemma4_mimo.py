@@ -171,3 +171,13 @@ def test_mimo_layer_names_and_shapes_match_hf(layer, evaluation):
               if k.startswith(f"model.layers.{layer}.") and ".mlp.experts." not in k}
     ours = {k: v for k, v in _layer_leaves(evaluation(MIMO).numeric, layer).items() if ".mlp.experts." not in k}
     assert ours == theirs
+
+
+def test_schedule_guard_reads_mimo_hybrid_layer_pattern(tmp_path):
+    """hybrid_layer_pattern is a per-layer plan (corpus/verification.yaml): a spec that gives
+    layer 1 full attention where the config says sliding is caught layer by layer."""
+    from tests.test_guards import findings, mutate
+    root = mutate(tmp_path, [("models/XiaomiMiMo--MiMo-V2-Flash.yaml", 'when: "config.hybrid_layer_pattern[layer] == 1"}',
+                              'when: "config.hybrid_layer_pattern[layer] == 1 and layer != 1"}')])
+    found, _ = findings(root, "MiMo-V2-Flash", "schedule")
+    assert any("hybrid_layer_pattern" in f.message and "(layers 1 differ)" in f.message for f in found), found
