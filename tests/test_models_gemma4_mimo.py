@@ -181,3 +181,20 @@ def test_schedule_guard_reads_mimo_hybrid_layer_pattern(tmp_path):
                               'when: "config.hybrid_layer_pattern[layer] == 1 and layer != 1"}')])
     found, _ = findings(root, "MiMo-V2-Flash", "schedule")
     assert any("hybrid_layer_pattern" in f.message and "(layers 1 differ)" in f.message for f in found), found
+
+
+def test_gemma_global_kv_heads_replicate_under_tp4(evaluation):
+    """At TP 4 the sliding layers' 8 KV heads split four ways, the global layers' 2 KV heads only
+    two ways (each GPU keeps one head: a template's own KV-head count, not the model's 8)."""
+    from engine.deploy import Options, Scenario, load_gpus, load_tables, plan
+    from engine.deploy.parallel import ParallelConfig
+    c = _gemma()
+    sliding, full = _gemma_layers(c)
+    p = plan(evaluation(GEMMA), load_gpus()["H100"], ParallelConfig(tp=4), Options(framework="vllm"),
+             load_tables()["vllm"])
+    s = p.at(Scenario(batch=8, input_len=4096, output_len=512)).summary
+    length = 4096 + 512
+    per_gpu = (sliding * 2 * c["num_key_value_heads"] * c["head_dim"] * BF16 * min(length, c["sliding_window"]) / 4
+               + full * 2 * c["num_global_key_value_heads"] * c["global_head_dim"] * BF16 * length / 2)
+    assert float(s["kv_bytes_per_request_per_gpu"]) == pytest.approx(per_gpu, rel=1e-12)
+    assert float(s["kv_bytes_per_request"]) == pytest.approx(gemma_kv(length), rel=1e-12)
