@@ -198,3 +198,12 @@ def test_gemma_global_kv_heads_replicate_under_tp4(evaluation):
                + full * 2 * c["num_global_key_value_heads"] * c["global_head_dim"] * BF16 * length / 2)
     assert float(s["kv_bytes_per_request_per_gpu"]) == pytest.approx(per_gpu, rel=1e-12)
     assert float(s["kv_bytes_per_request"]) == pytest.approx(gemma_kv(length), rel=1e-12)
+
+
+def test_parallel_check_reads_each_layers_own_head_width(evaluation):
+    """The TP divisibility check counts KV heads in `n_kv_heads * d_v_head` with the values the
+    row was built from (d_v_head is bound in the attention fill, d_head is 512 in global layers)."""
+    from engine.deploy.parallel import ParallelConfig
+    from engine.deploy.planner import check
+    assert check(evaluation(GEMMA), ParallelConfig(tp=2)) == []
+    assert check(evaluation(MIMO), ParallelConfig(tp=8, ep=8, dp_attn=8)) == []
