@@ -207,3 +207,26 @@ def test_parallel_check_reads_each_layers_own_head_width(evaluation):
     from engine.deploy.planner import check
     assert check(evaluation(GEMMA), ParallelConfig(tp=2)) == []
     assert check(evaluation(MIMO), ParallelConfig(tp=8, ep=8, dp_attn=8)) == []
+
+
+def test_gemma_double_wide_mlp_is_a_per_layer_dim(tmp_path):
+    """Gemma4TextMLP: the last num_kv_shared_layers layers get intermediate_size x 2 when
+    use_double_wide_mlp is set. This checkpoint sets neither; with both set (as in a config that
+    shares KV) the spec's per-layer d_ff splits each template by width, and the MLP parameters are
+    the hand sum. (KV sharing itself is not modelled: only the MLP width rule is checked here.)"""
+    from engine.api import evaluate_spec
+    from engine.spec.corpus import load_corpus
+    from tests.test_guards import mutate
+    snap = "snapshots/google--gemma-4-26B-A4B.yaml"
+    root = mutate(tmp_path, [(snap, "num_kv_shared_layers: 0", "num_kv_shared_layers: 10"),
+                             (snap, "use_double_wide_mlp: false", "use_double_wide_mlp: true")])
+    corpus = load_corpus(root)
+    a = evaluate_spec(corpus, corpus.models[GEMMA]).numeric
+    c = _gemma()
+    h, d_ff, layers = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+    mlp = sum(int(r.params * r.repeat) for u, r in a.rows.items() if "/mlp/" in u and r.stack == "main")
+    assert mlp == (layers - 10) * 3 * h * d_ff + 10 * 3 * h * 2 * d_ff
+    groups = {r.layers for r in a.components.values() if r.template}
+    kinds = ("sliding_attention", "full_attention")
+    assert groups == {tuple(i for i in span if c["layer_types"][i] == kind)
+                      for span in (range(20), range(20, 30)) for kind in kinds}
