@@ -878,7 +878,8 @@ class _LayerStreams:
 
     def groups(self) -> list[tuple[str, tuple[int, ...], str]]:
         """(template, layers, tag) in order of first layer: a template's layers split by the history
-        length of the append streams it reads whole (``all`` / ``concat``)."""
+        length of the append streams it reads whole (``all`` / ``concat``) and by the values of its
+        per-layer dims (:meth:`_LayerStacks.layer_key`); layers alike in both are walked once."""
         plan: dict[tuple, list[int]] = {}
         for layer, template in enumerate(self.templates):
             history = tuple(stream_rules.visible(self.points[s], layer)
