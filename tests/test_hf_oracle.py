@@ -46,7 +46,10 @@ def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
     moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
     if "interleave_moe_layer_step" in c:   # Llama 4: every step-th layer (Llama4TextConfig.moe_layers)
         moe_layers = len(range(c["interleave_moe_layer_step"] - 1, c["num_hidden_layers"], c["interleave_moe_layer_step"]))
-    assert active == total - (n_experts - c["num_experts_per_tok"]) * per_expert * moe_layers
+    if isinstance(c.get("moe_layer_freq"), list):   # MiMo-V2-Flash: 1 marks an MoE layer
+        moe_layers = sum(c["moe_layer_freq"])
+    top_k = c.get("num_experts_per_tok") or c["top_k_experts"]   # Gemma 4: top_k_experts
+    assert active == total - (n_experts - top_k) * per_expert * moe_layers
 
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)
@@ -67,8 +70,12 @@ def test_non_layer_parameters_match(model_id, evaluation):
     checkpoint may name them differently from transformers' modules, e.g. DeepSeek-V4's head)."""
     report = hf_oracle.hf_meta_report(hf_config_path(model_id))
     rows = evaluation(model_id).numeric.rows
-    for uid, name in (("main/embed_tokens", "model.embed_tokens.weight"), ("main/norm", "model.norm.weight"),
-                      ("main/lm_head", "lm_head.weight")):
+    pairs = [("main/embed_tokens", "model.embed_tokens.weight"), ("main/norm", "model.norm.weight")]
+    if not report.tied:   # a tied head is the embedding (Gemma 4): no parameter of its own
+        pairs.append(("main/lm_head", "lm_head.weight"))
+    else:
+        assert rows["main/lm_head"].shares == "embed_tokens"
+    for uid, name in pairs:
         (leaf,) = rows[uid].leaves
         assert tuple(int(a.size) for a in leaf.axes) == report.params[name]
 

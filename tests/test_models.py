@@ -84,7 +84,7 @@ def test_active_params_from_config(model_id, evaluation):
     if not n_experts:
         assert quantities.params_active(a) == quantities.params_total(a)
         return
-    top_k = c["num_experts_per_tok"]
+    top_k = c.get("num_experts_per_tok") or c["top_k_experts"]   # Gemma 4: top_k_experts
     width = c.get("moe_intermediate_size") or c["intermediate_size"]
     per_expert = 3 * c["hidden_size"] * width
     if c["model_type"] == "gpt_oss":
@@ -92,6 +92,8 @@ def test_active_params_from_config(model_id, evaluation):
     moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
     if "interleave_moe_layer_step" in c:   # Llama 4: every step-th layer
         moe_layers = c["num_hidden_layers"] // c["interleave_moe_layer_step"]
+    if isinstance(c.get("moe_layer_freq"), list):   # MiMo-V2-Flash: 1 marks an MoE layer
+        moe_layers = sum(c["moe_layer_freq"])
     expected = quantities.params_total(a) - (n_experts - top_k) * per_expert * moe_layers
     assert quantities.params_active(a) == expected
 

@@ -419,9 +419,12 @@ class Placer(_LayoutRules, _ParallelRules):
         size = _prod(g.size for g in groups)
         unit = self.unit(axis.name)
         if unit is not None:
-            count = self.decide(unit[1])
+            # an axis that is the unit itself carries its own count: a template may rebind it
+            # (Gemma 4's global layers: n_kv_heads: n_kv_heads_global), so prefer it to the model's
+            value = axis.size if axis.name == unit[0] else unit[1]
+            count = self.decide(value)
             if count is not None and count < size:
-                return sympy.Min(unit[1], product)
+                return sympy.Min(value, product)
         return product
 
     def local(self, tensor: Tensor, layout: Layout, computed: bool = False) -> sympy.Expr:

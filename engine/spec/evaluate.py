@@ -83,6 +83,10 @@ class NodeRow:
     dim_values: Mapping[str, sympy.Expr] = field(default_factory=dict)
     #: A ``src:`` anchor: text the model's forward source must contain (the source guard).
     src: str | None = None
+    #: The bare names in ``dim_names`` -> their values where this op ran: a template or component
+    #: may rebind a dim (Gemma 4's global layers: ``d_head: d_head_global``; per-layer dims), so
+    #: the model-level value of a name is not always the one an axis was built from.
+    name_values: Mapping[str, sympy.Expr] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +242,8 @@ class _OpRows:
                       repeat=scope.repeat, instances=scope.instances, active=scope.active,
                       stacked=scope.stacked, weight_axes=dict(node.weight_axes), shares=node.shares,
                       where=node.where, dim_names=dim_names, dim_values=dict(dims),
-                      src=self._attr(node.src, scope, node, "src") if node.src else None)
+                      src=self._attr(node.src, scope, node, "src") if node.src else None,
+                      name_values=self._name_values(dim_names, names))
         self.rows[uid] = row
         if cache is not None:
             per_token = tensors[0].numel / (self.scenario[symbols.BATCH] * self.scenario[symbols.SEQ])
@@ -253,6 +258,17 @@ class _OpRows:
                 self.caches.append(CacheRow(cache_uid, uid, state_cache.name, state_cache.kind, "state",
                                             sympy.simplify(op.state(call).numel), None, None,
                                             scope.repeat, scope.stack, state_cache.dtype))
+        return out
+
+    @staticmethod
+    def _name_values(dim_names: Mapping[str, str], names: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        for text in dim_names.values():
+            try:
+                found = expr.names_in(text)
+            except expr.ExprError:
+                continue
+            out.update({n: names[n] for n in found if isinstance(names.get(n), sympy.Basic)})
         return out
 
     def _cache_decl(self, node: NodeSpec, scope: _Scope, required: bool = True) -> CacheSpec | None:
@@ -309,7 +325,9 @@ class _Components:
         for source, written in ((fill.dims, fill.where), (node.dims, node.where)):
             for key, text in source.items():
                 text = self._attr(text, scope, node, f"dims.{key}")   # `$option`: an expression option
-                dims[key] = self._eval(text, expr.Scope(names), written.at(f"dims.{key}"))
+                at = written.at(f"dims.{key}")
+                dims[key] = self._eval(text, self._fill_dim_scope(names, text, at) if source is fill.dims
+                                       else expr.Scope(names), at)
         repeat = scope.repeat
         instances, active = scope.instances, scope.active
         if node.instances is not None:
@@ -379,6 +397,23 @@ class _Components:
                     raise SpecError(variant.graph[name].where,
                                     f"decode variant changes the shape of {name!r}: {before.sizes} -> {after.sizes}",
                                     "a replaced node must keep its output shape")
+
+    def _fill_dim_scope(self, names: dict, text: Any, where: Where) -> expr.Scope:
+        """The scope of a fill's dim: a dim reading ``layer`` (a per-layer template dim) also reads
+        config.<field>, with ``layer`` the first layer of the group being walked (every layer of a
+        group evaluates it to the same value: :meth:`_LayerStacks.layer_key`)."""
+        if "layer" not in self._names_in(text, where):
+            return expr.Scope(names)
+        if self.layer_index is None:
+            raise SpecError(where, "this dim reads `layer` outside a layer stack",
+                            "per-layer dims belong in a layer template's fill (or a slot fill it uses)")
+        return expr.Scope({**names, "layer": sympy.Integer(self.layer_index)}, self.config)
+
+    def _names_in(self, text: Any, where: Where) -> set[str]:
+        try:
+            return expr.names_in(text)
+        except expr.ExprError as exc:
+            raise SpecError(where, str(exc), exc.hint) from None
 
     def _options(self, spec: ComponentSpec, given: Mapping, names: dict, where: Where,
                  base: dict | None = None) -> dict:
@@ -481,11 +516,53 @@ class _LayerStacks:
         layer_scope = replace(scope, repeat=scope.repeat * repeat,
                               module=_join(_join(scope.module, node.module or node.name), "{layer}"))
         group_uid = f"{uid}[{template}" + (f":{tag}" if tag else "") + "]"
-        result = self.walk_component(NodeSpec(node.name, "component", fill.component, node.where, module=""),
-                                     fill, inputs, layer_scope, group_uid)
+        self.layer_index = layers[0]   # per-layer dims: the group's layers all evaluate alike
+        try:
+            result = self.walk_component(NodeSpec(node.name, "component", fill.component, node.where, module=""),
+                                         fill, inputs, layer_scope, group_uid)
+        finally:
+            self.layer_index = None
         row = self.components[group_uid]
         self.components[group_uid] = replace(row, template=template, layers=tuple(i + offset for i in layers))
         return result
+
+    def layer_key(self, template: str, layer: int) -> tuple:
+        """The values a template's per-layer dims take at ``layer`` (empty when it has none).
+
+        A per-layer dim is a fill dim reading ``layer`` (in the template's fill or a slot fill it
+        can reach); layers of a template with equal keys form one group, walked once. The key is
+        evaluated at the config's numbers, so the grouping is the same in both bindings."""
+        dims = self._per_layer_dims(template)
+        if not dims:
+            return ()
+        names = {**self.numeric_dims, "layer": sympy.Integer(layer)}
+        return tuple(self._eval(text, expr.Scope(names, self.config,
+                                                 "a dim that reads `layer` may name model dims, `layer` "
+                                                 "and config.<field>"), where)
+                     for text, where in dims)
+
+    def _per_layer_dims(self, template: str) -> list[tuple[Any, Where]]:
+        cached = self._layer_dims_cache.get(template)
+        if cached is not None:
+            return cached
+        found: list[tuple[Any, Where]] = []
+        seen: set[int] = set()
+
+        def visit(fill: Fill, slots: Mapping[str, Fill]) -> None:
+            if id(fill) in seen:
+                return
+            seen.add(id(fill))
+            for key, text in fill.dims.items():
+                at = fill.where.at(f"dims.{key}")
+                if "layer" in self._names_in(text, at):
+                    found.append((text, at))
+            inner = {**slots, **fill.slots}
+            for sub in inner.values():
+                visit(sub, inner)
+
+        visit(self.model.templates[template], self.model.slots)
+        self._layer_dims_cache[template] = found
+        return found
 
     def _rollback(self, mark) -> None:
         rows, components, n_caches, values = mark
@@ -550,6 +627,8 @@ class Walker(_OpRows, _Components, _LayerStacks):
         self.streams: list[StreamRow] = []
         self.stack_values: dict = {}
         self.layer_ctx: _LayerStreams | None = None
+        self.layer_index: int | None = None   # the stack-local layer a group is walked at
+        self._layer_dims_cache: dict[str, list] = {}
         self.values: dict[str, sympy.Expr] = {}
         self.config_reads: set[tuple] = set()
         scenario = {name: symbols.dim(name) for name in symbols.SCENARIO_DIMS}
@@ -815,14 +894,25 @@ class _LayerStreams:
 
     def groups(self) -> list[tuple[str, tuple[int, ...], str]]:
         """(template, layers, tag) in order of first layer: a template's layers split by the history
-        length of the append streams it reads whole (``all`` / ``concat``)."""
+        length of the append streams it reads whole (``all`` / ``concat``) and by the values of its
+        per-layer dims (:meth:`_LayerStacks.layer_key`); layers alike in both are walked once."""
         plan: dict[tuple, list[int]] = {}
         for layer, template in enumerate(self.templates):
             history = tuple(stream_rules.visible(self.points[s], layer)
                             for s, take in sorted(self.reads[template])
                             if take in ("all", "concat") and s in self.points)
-            plan.setdefault((template, history), []).append(layer)
-        return [(t, tuple(layers), "h" + ".".join(map(str, h)) if h else "") for (t, h), layers in plan.items()]
+            plan.setdefault((template, history, self.w.layer_key(template, layer)), []).append(layer)
+        # a template whose per-layer dims split it: each group is tagged by its first layer
+        sizes: dict[str, set] = {}
+        for t, _, key in plan:
+            sizes.setdefault(t, set()).add(key)
+        groups = []
+        for (t, h, _), layers in plan.items():
+            tag = ["h" + ".".join(map(str, h))] if h else []
+            if len(sizes[t]) > 1:
+                tag.append(f"L{layers[0]}")
+            groups.append((t, tuple(layers), "_".join(tag)))
+        return groups
 
     # -- while a group is walked --------------------------------------------------------------------
     def start(self, template: str, layers: tuple[int, ...]) -> None:

@@ -24,7 +24,7 @@ ZERO = sympy.Integer(0)
 
 #: FLOPs per element of elementwise functions.
 ACTIVATION_FLOPS = {"silu": 4, "gelu": 8, "gelu_tanh": 8, "relu": 1, "sigmoid": 3, "swiglu_oai": 8,
-                    "softplus": 3, "scale": 1}
+                    "softplus": 3, "scale": 1, "softcap": 5}   # softcap: c * tanh(x / c) (Gemma's logits)
 MASKS = ("causal", "sliding", "chunked", "bidirectional", "topk")
 GROWTHS = ("every_token", "window", "compressed", "state")
 
@@ -200,6 +200,14 @@ def _rope_flops(call, out):
 def _known_fn(call, attr: str) -> None:
     if call.attrs[attr] not in ACTIVATION_FLOPS:
         raise call.fail(f"unknown activation {call.attrs[attr]!r}", "use one of: " + ", ".join(ACTIVATION_FLOPS))
+
+
+def _scale_leaves(call):
+    """The stored factor: ``size`` elements (default: the input's last axis), a parameter or a buffer."""
+    if not call.attrs["leaf"]:
+        return ()
+    axis = call.axis("size") if "size" in call.dims else call.inputs[0].axes[-1]
+    return (Leaf(call.attrs["leaf"], (axis,), kind="buffer" if call.attrs["buffer"] else "param"),)
 
 
 def _activation_shape(call):
@@ -880,6 +888,12 @@ OPS: dict[str, Op] = {
         "broadcast", (2, 2), _glu_shape,
         lambda c, out: (ACTIVATION_FLOPS[c.attrs["act"]] + 1) * out.computed,
         attrs={"act": "silu"}),
+    "scale": Op(
+        "scale", "Multiply by a stored factor (1 FLOP/element): leaf `leaf` of `size` elements "
+        "(default: the last axis; 1 for a scalar), a parameter or, with `buffer`, a checkpoint "
+        "buffer (Gemma 4's router scales and layer scalar).",
+        "preserve", (1, 1), _preserve, lambda c, out: c.inputs[0].computed, _scale_leaves,
+        optional_dims=("size",), attrs={"leaf": "", "buffer": False}),
     "add": Op("add", "Elementwise sum of two inputs; a size-1 axis broadcasts (1 FLOP per output element).",
               "broadcast", (2, 2), _binary_shape, lambda c, out: out.computed),
     "mul": Op("mul", "Elementwise product of two inputs; a size-1 axis broadcasts (1 FLOP per output element).",
