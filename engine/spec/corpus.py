@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from engine.project import PACKAGE_ROOT
 from engine.spec import expr, symbols
-from engine.spec.dtypes import CACHE_DTYPE_BYTES, DTYPE_BYTES
+from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES, DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import (CacheSpec, ComponentSpec, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
                        RoleInfo, Schedule, ScheduleRule, Snapshot, StackSpec, StoredTensor,
@@ -522,9 +522,14 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
         if stateful and entry["growth"] != "state":
             raise SpecError(where.at("growth"), f"a recurrent op's state has growth: state, not {entry['growth']!r}",
                             "its size is fixed per request")
-        if "dtype" in entry and entry["dtype"] not in CACHE_DTYPE_BYTES:
+        dtype = entry.get("dtype")
+        if isinstance(dtype, str) and dtype.startswith("$"):
+            if dtype[1:] not in (data.get("options") or {}):
+                raise SpecError(where.at("dtype"), f"cache dtype {dtype!r} names no option",
+                                "declare it under options: (e.g. state_dtype: f32) or write a dtype")
+        elif "dtype" in entry and CACHE_DTYPE_ALIASES.get(dtype, dtype) not in CACHE_DTYPE_BYTES:
             raise SpecError(where.at("dtype"), f"unknown cache dtype {entry['dtype']!r}",
-                            "use one of: " + ", ".join(CACHE_DTYPE_BYTES))
+                            "use one of: " + ", ".join(CACHE_DTYPE_BYTES) + ", or $<option>")
         if entry["growth"] == "window" and "window" not in entry:
             raise SpecError(where, "a window-capped cache needs `window:`")
         if entry["growth"] == "compressed" and "every" not in entry:
@@ -600,7 +605,8 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
     reader = Reader(path, root)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("model", "model_type", "family", "name", "notes", "snapshot", "dims",
-                           "max_context", "slots", "templates", "stacks", "quant_context", "drafts"),
+                           "max_context", "slots", "templates", "stacks", "quant_context", "drafts",
+                           "config_defaults"),
                 ("model", "model_type", "family", "dims", "stacks", "max_context"))
     model_id = check_model_id(data.get("model"), reader.where(data, "model", "model"))
     if path.parent == root / "models" and path.stem != slug(model_id):
@@ -659,9 +665,20 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
             raise SpecError(quant_where[key], f"unknown role {role!r}",
                             "use one of: " + ", ".join(sorted(roles)))
     drafts = reader.names(data.get("drafts"), "drafts", data, "drafts")
+    defaults = {}
+    raw_defaults = data.get("config_defaults") or {}
+    raw_defaults = reader.mapping(raw_defaults, "config_defaults", data, "config_defaults")
+    for key, entry in raw_defaults.items():
+        field = f"config_defaults.{key}"
+        entry = reader.mapping(entry, field, raw_defaults, key)
+        reader.keys(entry, field, ("value", "doc"), ("value", "doc"))
+        if isinstance(entry["value"], (dict, list)):
+            raise SpecError(reader.where(entry, f"{field}.value", "value"), "a config default is one value",
+                            "write the modeling code's default, e.g. value: float32")
+        defaults[key] = entry["value"]
     return ModelSpec(model_id, data["model_type"], data["family"], str(data.get("name", model_id.split("/")[-1])),
                      str(data.get("notes", "")), reader.where(data), dims, data["max_context"], slots,
-                     templates, stacks, quant, drafts, snapshot)
+                     templates, stacks, quant, drafts, snapshot, defaults)
 
 
 def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = False) -> Corpus:

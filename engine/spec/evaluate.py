@@ -20,11 +20,13 @@ import math
 
 from engine.spec import expr, streams as stream_rules, symbols
 from engine.spec.corpus import TAKES, Corpus
+from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import CacheSpec, ComponentSpec, Fill, ModelSpec, NodeSpec, StackSpec, StreamSpec
 from engine.spec.ops import OPS, Leaf, OpCall
 from engine.spec.shapes import Axis, AxisMap, Tensor
 from engine.spec.streams import StreamRow
+from engine.spec.yamlio import NonFinite
 
 ONE = sympy.Integer(1)
 PHASES = frozenset({"prefill", "decode"})
@@ -244,7 +246,7 @@ class _OpRows:
             per_token = tensors[0].numel / (self.scenario[symbols.BATCH] * self.scenario[symbols.SEQ])
             self.caches.append(CacheRow(f"{scope.uid}#{cache.name}", uid, cache.name, cache.kind, growth,
                                         sympy.simplify(per_token), dims.get("window"), dims.get("every"),
-                                        scope.repeat, scope.stack, cache.dtype))
+                                        scope.repeat, scope.stack, self._cache_dtype(cache, scope, node)))
         if state_cache is not None:
             # a recurrent op's state: fixed per request, kept once whether the prefill (chunked)
             # or the decode (recurrent) form of the node is walked
@@ -252,8 +254,21 @@ class _OpRows:
             if not any(c.uid == cache_uid for c in self.caches):
                 self.caches.append(CacheRow(cache_uid, uid, state_cache.name, state_cache.kind, "state",
                                             sympy.simplify(op.state(call).numel), None, None,
-                                            scope.repeat, scope.stack, state_cache.dtype))
+                                            scope.repeat, scope.stack,
+                                            self._cache_dtype(state_cache, scope, node)))
         return out
+
+    def _cache_dtype(self, cache: CacheSpec, scope: _Scope, node: NodeSpec) -> str | None:
+        """The entry's element type: a literal, or ``$option`` (the model passes e.g. the config's
+        ``mamba_ssm_cache_dtype``); torch names (float32, bfloat16, float16) read as f32, bf16, fp16."""
+        value = self._attr(cache.dtype, scope, node, "cache.dtype")
+        if value is None:
+            return None
+        value = CACHE_DTYPE_ALIASES.get(value, value)
+        if value not in CACHE_DTYPE_BYTES:
+            raise SpecError(cache.where.at("dtype"), f"cache {cache.name!r} gets dtype {value!r}, not a cache dtype",
+                            "pass one of: " + ", ".join([*CACHE_DTYPE_BYTES, *CACHE_DTYPE_ALIASES]))
+        return value
 
     def _cache_decl(self, node: NodeSpec, scope: _Scope, required: bool = True) -> CacheSpec | None:
         component = self._component_spec(scope)
@@ -396,6 +411,11 @@ class _Components:
         if value is None or isinstance(value, bool):
             return value
         if isinstance(default, str) and isinstance(value, str):
+            if value.startswith("config."):
+                # a string option read from config.json (Nemotron's mamba_ssm_cache_dtype: "float32")
+                read = self._eval(value, expr.Scope({}, self.config), where)
+                if isinstance(read, str):
+                    return read
             return value
         if isinstance(default, bool):
             raise SpecError(where, f"expected true or false, got {value!r}", "write true or false")
@@ -496,7 +516,9 @@ class _LayerStacks:
         where = node.where.at("schedule")
         if schedule.by is not None:
             values = self._eval(schedule.by, expr.Scope({}, self.config), where.at("by"))
-            if not isinstance(values, list) or layer >= len(values):
+            # a list of per-layer values, or a string of one character per layer (Nemotron-H's
+            # hybrid_override_pattern "M-M*...": M Mamba2, * attention, - MLP, E MoE)
+            if not isinstance(values, (list, str)) or layer >= len(values):
                 raise SpecError(where.at("by"), f"{schedule.by} has no entry for layer {layer}",
                                 "the per-layer list must cover every repeated layer")
             key = values[layer]
@@ -543,6 +565,9 @@ class Walker(_OpRows, _Components, _LayerStacks):
     # -- config and dims ------------------------------------------------------------------------
     def config(self, path: tuple) -> Any:
         value: Any = self.model.snapshot.fields
+        if path and path[0] not in value and path[0] in self.model.config_defaults:
+            # a field config.json omits, read with the modeling code's default (declared in the spec)
+            value = {path[0]: self.model.config_defaults[path[0]]}
         for key in path:
             if isinstance(key, int):
                 if not isinstance(value, list) or key >= len(value):
@@ -552,6 +577,8 @@ class Walker(_OpRows, _Components, _LayerStacks):
                 if not isinstance(value, dict) or key not in value:
                     raise KeyError(key)
                 value = value[key]
+        if isinstance(value, NonFinite):   # NaN/Infinity in a config.json field a spec reads
+            raise value.error()
         self.config_reads.add(path)
         return value
 

@@ -223,3 +223,6 @@ class ModelSpec:
     quant: Mapping[str, str]
     drafts: tuple[str, ...]
     snapshot: Snapshot
+    #: Fields config.json may omit, with the value the modeling code then uses
+    #: (``config_defaults: {field: {value, doc}}``; the doc cites where the default is set).
+    config_defaults: Mapping[str, Any] = field(default_factory=dict)

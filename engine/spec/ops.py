@@ -24,7 +24,8 @@ ZERO = sympy.Integer(0)
 
 #: FLOPs per element of elementwise functions.
 ACTIVATION_FLOPS = {"silu": 4, "gelu": 8, "gelu_tanh": 8, "relu": 1, "sigmoid": 3, "swiglu_oai": 8,
-                    "softplus": 3}
+                    "softplus": 3,
+                    "relu2": 2}   # squared ReLU (Nemotron-H's MLPs and experts): max(x, 0), then x * x
 MASKS = ("causal", "sliding", "chunked", "bidirectional", "topk")
 GROWTHS = ("every_token", "window", "compressed", "state")
 
