@@ -88,6 +88,9 @@ def test_active_params_from_config(model_id, evaluation):
     if c["model_type"] == "gpt_oss":
         per_expert += 2 * width + c["hidden_size"]   # gate_up and down biases
     moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
+    if c["model_type"] == "nemotron_h":   # up/down experts in moe_latent_size (else hidden); the "E" layers
+        per_expert = 2 * (c.get("moe_latent_size") or c["hidden_size"]) * width
+        moe_layers = c["hybrid_override_pattern"].count("E")
     expected = quantities.params_total(a) - (n_experts - top_k) * per_expert * moe_layers
     assert quantities.params_active(a) == expected
 
