@@ -215,3 +215,38 @@ def test_config_without_the_field_takes_the_declared_modeling_code_default(tmp_p
     with pytest.raises(SpecError) as info:
         _ssm_state_bytes(root, H56)
     assert "mamba_ssm_cache_dtype" in info.value.one_line()
+
+
+# -- bad input around the new mechanisms --------------------------------------------------------------
+
+def _load_error(root, model_id: str) -> str:
+    with pytest.raises(SpecError) as info:
+        corpus = load_corpus(root)
+        evaluate_spec(corpus, corpus.models[model_id])
+    return info.value.one_line()
+
+
+def test_a_cache_dtype_option_that_does_not_exist_is_refused_at_load(tmp_path):
+    root = mutate(tmp_path, [("components/library/mamba2_mixer.yaml", "dtype: $state_dtype}", "dtype: $ssm_dtype}")])
+    text = _load_error(root, NANO)
+    assert "mamba2_mixer.yaml:" in text and "cache dtype '$ssm_dtype' names no option" in text, text
+
+
+def test_a_config_state_dtype_that_is_no_cache_dtype_is_refused(tmp_path):
+    root = mutate(tmp_path, [(SNAP_NANO, "mamba_ssm_cache_dtype: float32", "mamba_ssm_cache_dtype: int8")])
+    text = _load_error(root, NANO)
+    assert "mamba2_mixer.yaml:" in text and "cache 'ssm_state' gets dtype 'int8', not a cache dtype" in text, text
+
+
+def test_snapshot_records_a_config_with_infinity_in_a_field_nothing_reads(tmp_path, capsys):
+    """Nemotron 3 Super's published config has `time_step_limit: [0.0, Infinity]` (Python's json
+    writes float('inf') so); no spec or guard reads it, so the snapshot is recorded without it."""
+    from engine.cli import main
+    root = mutate(tmp_path, [])
+    config = root / "snapshots" / "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.config.json"
+    assert "Infinity" in config.read_text()
+    snapshot = root / "snapshots" / "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.yaml"
+    before = snapshot.read_text()
+    snapshot.unlink()
+    assert main(["--corpus", str(root), "snapshot", SUPER, "--config", str(config)]) == 0, capsys.readouterr().err
+    assert snapshot.read_text() == before and "time_step_limit" not in before
