@@ -250,3 +250,10 @@ def test_snapshot_records_a_config_with_infinity_in_a_field_nothing_reads(tmp_pa
     snapshot.unlink()
     assert main(["--corpus", str(root), "snapshot", SUPER, "--config", str(config)]) == 0, capsys.readouterr().err
     assert snapshot.read_text() == before and "time_step_limit" not in before
+
+
+def test_a_string_option_read_from_a_numeric_config_field_is_refused(tmp_path):
+    root = mutate(tmp_path, [("models/nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.yaml",
+                              "state_dtype: config.mamba_ssm_cache_dtype", "state_dtype: config.conv_kernel")])
+    text = _load_error(root, NANO)
+    assert "Nano-30B-A3B-BF16.yaml:" in text and "config.conv_kernel is 4, not a string this option can take" in text, text

@@ -414,8 +414,10 @@ class _Components:
             if value.startswith("config."):
                 # a string option read from config.json (Nemotron's mamba_ssm_cache_dtype: "float32")
                 read = self._eval(value, expr.Scope({}, self.config), where)
-                if isinstance(read, str):
-                    return read
+                if not isinstance(read, str):
+                    raise SpecError(where, f"{value} is {read!r}, not a string this option can take",
+                                    "pass a config field holding a string, or a literal")
+                return read
             return value
         if isinstance(default, bool):
             raise SpecError(where, f"expected true or false, got {value!r}", "write true or false")
