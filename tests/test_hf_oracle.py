@@ -29,7 +29,9 @@ def test_total_params_equal_hf_modeling_code(model_id, evaluation):
 def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
     """Active parameters per token, absolute: the HF modeling code's total minus the experts a
     token does not use, (n_experts - top_k) x per-expert params x MoE layers, from config.json
-    (gated MLP: 3 matrices of hidden x expert width; gpt-oss adds gate_up and down biases).
+    (gated MLP: 3 matrices of hidden x expert width; gpt-oss adds gate_up and down biases;
+    Nemotron-H: up and down of expert width x moe_latent_size, else hidden, in the "E" layers of
+    hybrid_override_pattern).
     A multimodal checkpoint's text settings are under text_config (a top-level field wins)."""
     c = hf_config(model_id)
     c = {**c.get("text_config", {}), **c}
@@ -49,6 +51,10 @@ def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
     if isinstance(c.get("moe_layer_freq"), list):   # MiMo-V2-Flash: 1 marks an MoE layer
         moe_layers = sum(c["moe_layer_freq"])
     top_k = c.get("num_experts_per_tok") or c["top_k_experts"]   # Gemma 4: top_k_experts
+    if c["model_type"] == "nemotron_h":
+        # NemotronHExperts: up and down only, in moe_latent_size when set; MoE layers are the Es
+        per_expert = 2 * (c.get("moe_latent_size") or c["hidden_size"]) * width
+        moe_layers = c["hybrid_override_pattern"].count("E")
     assert active == total - (n_experts - top_k) * per_expert * moe_layers
 
 
@@ -70,7 +76,10 @@ def test_non_layer_parameters_match(model_id, evaluation):
     checkpoint may name them differently from transformers' modules, e.g. DeepSeek-V4's head)."""
     report = hf_oracle.hf_meta_report(hf_config_path(model_id))
     rows = evaluation(model_id).numeric.rows
-    pairs = [("main/embed_tokens", "model.embed_tokens.weight"), ("main/norm", "model.norm.weight")]
+    # NemotronHModel names them embeddings and norm_f
+    embed, norm = (("model.embeddings.weight", "model.norm_f.weight") if hf_config(model_id)["model_type"] == "nemotron_h"
+                   else ("model.embed_tokens.weight", "model.norm.weight"))
+    pairs = [("main/embed_tokens", embed), ("main/norm", norm)]
     if not report.tied:   # a tied head is the embedding (Gemma 4): no parameter of its own
         pairs.append(("main/lm_head", "lm_head.weight"))
     else:

@@ -94,6 +94,9 @@ def test_active_params_from_config(model_id, evaluation):
         moe_layers = c["num_hidden_layers"] // c["interleave_moe_layer_step"]
     if isinstance(c.get("moe_layer_freq"), list):   # MiMo-V2-Flash: 1 marks an MoE layer
         moe_layers = sum(c["moe_layer_freq"])
+    if c["model_type"] == "nemotron_h":   # up/down experts in moe_latent_size (else hidden); the "E" layers
+        per_expert = 2 * (c.get("moe_latent_size") or c["hidden_size"]) * width
+        moe_layers = c["hybrid_override_pattern"].count("E")
     expected = quantities.params_total(a) - (n_experts - top_k) * per_expert * moe_layers
     assert quantities.params_active(a) == expected
 

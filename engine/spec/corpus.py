@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from engine.project import PACKAGE_ROOT
 from engine.spec import expr, symbols
-from engine.spec.dtypes import CACHE_DTYPE_BYTES, DTYPE_BYTES
+from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES, DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import (CacheSpec, ComponentSpec, ConfigDefault, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
                        RoleInfo, Schedule, ScheduleRule, Snapshot, StackSpec, StoredTensor,
@@ -523,9 +523,14 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
         if stateful and entry["growth"] != "state":
             raise SpecError(where.at("growth"), f"a recurrent op's state has growth: state, not {entry['growth']!r}",
                             "its size is fixed per request")
-        if "dtype" in entry and entry["dtype"] not in CACHE_DTYPE_BYTES:
+        dtype = entry.get("dtype")
+        if isinstance(dtype, str) and dtype.startswith("$"):
+            if dtype[1:] not in (data.get("options") or {}):
+                raise SpecError(where.at("dtype"), f"cache dtype {dtype!r} names no option",
+                                "declare it under options: (e.g. state_dtype: f32) or write a dtype")
+        elif "dtype" in entry and CACHE_DTYPE_ALIASES.get(dtype, dtype) not in CACHE_DTYPE_BYTES:
             raise SpecError(where.at("dtype"), f"unknown cache dtype {entry['dtype']!r}",
-                            "use one of: " + ", ".join(CACHE_DTYPE_BYTES))
+                            "use one of: " + ", ".join(CACHE_DTYPE_BYTES) + ", or $<option>")
         if entry["growth"] == "window" and "window" not in entry:
             raise SpecError(where, "a window-capped cache needs `window:`")
         if entry["growth"] == "compressed" and "every" not in entry:

@@ -20,11 +20,13 @@ import math
 
 from engine.spec import expr, streams as stream_rules, symbols
 from engine.spec.corpus import TAKES, Corpus
+from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import CacheSpec, ComponentSpec, Fill, ModelSpec, NodeSpec, StackSpec, StreamSpec
 from engine.spec.ops import OPS, Leaf, OpCall
 from engine.spec.shapes import Axis, AxisMap, Tensor
 from engine.spec.streams import StreamRow
+from engine.spec.yamlio import NonFinite
 
 ONE = sympy.Integer(1)
 PHASES = frozenset({"prefill", "decode"})
@@ -249,7 +251,7 @@ class _OpRows:
             per_token = tensors[0].numel / (self.scenario[symbols.BATCH] * self.scenario[symbols.SEQ])
             self.caches.append(CacheRow(f"{scope.uid}#{cache.name}", uid, cache.name, cache.kind, growth,
                                         sympy.simplify(per_token), dims.get("window"), dims.get("every"),
-                                        scope.repeat, scope.stack, cache.dtype))
+                                        scope.repeat, scope.stack, self._cache_dtype(cache, scope, node)))
         if state_cache is not None:
             # a recurrent op's state: fixed per request, kept once whether the prefill (chunked)
             # or the decode (recurrent) form of the node is walked
@@ -257,7 +259,8 @@ class _OpRows:
             if not any(c.uid == cache_uid for c in self.caches):
                 self.caches.append(CacheRow(cache_uid, uid, state_cache.name, state_cache.kind, "state",
                                             sympy.simplify(op.state(call).numel), None, None,
-                                            scope.repeat, scope.stack, state_cache.dtype))
+                                            scope.repeat, scope.stack,
+                                            self._cache_dtype(state_cache, scope, node)))
         return out
 
     @staticmethod
@@ -270,6 +273,17 @@ class _OpRows:
                 continue
             out.update({n: names[n] for n in found if isinstance(names.get(n), sympy.Basic)})
         return out
+    def _cache_dtype(self, cache: CacheSpec, scope: _Scope, node: NodeSpec) -> str | None:
+        """The entry's element type: a literal, or ``$option`` (the model passes e.g. the config's
+        ``mamba_ssm_cache_dtype``); torch names (float32, bfloat16, float16) read as f32, bf16, fp16."""
+        value = self._attr(cache.dtype, scope, node, "cache.dtype")
+        if value is None:
+            return None
+        value = CACHE_DTYPE_ALIASES.get(value, value)
+        if value not in CACHE_DTYPE_BYTES:
+            raise SpecError(cache.where.at("dtype"), f"cache {cache.name!r} gets dtype {value!r}, not a cache dtype",
+                            "pass one of: " + ", ".join([*CACHE_DTYPE_BYTES, *CACHE_DTYPE_ALIASES]))
+        return value
 
     def _cache_decl(self, node: NodeSpec, scope: _Scope, required: bool = True) -> CacheSpec | None:
         component = self._component_spec(scope)
@@ -433,6 +447,13 @@ class _Components:
         if value is None or isinstance(value, bool):
             return value
         if isinstance(default, str) and isinstance(value, str):
+            if value.startswith("config."):
+                # a string option read from config.json (Nemotron's mamba_ssm_cache_dtype: "float32")
+                read = self._eval(value, expr.Scope({}, self.config), where)
+                if not isinstance(read, str):
+                    raise SpecError(where, f"{value} is {read!r}, not a string this option can take",
+                                    "pass a config field holding a string, or a literal")
+                return read
             return value
         if isinstance(default, bool):
             return self._bool_option(value, where)
@@ -589,7 +610,9 @@ class _LayerStacks:
         where = node.where.at("schedule")
         if schedule.by is not None:
             values = self._eval(schedule.by, expr.Scope({}, self.config), where.at("by"))
-            if not isinstance(values, list) or layer >= len(values):
+            # a list of per-layer values, or a string of one character per layer (Nemotron-H's
+            # hybrid_override_pattern "M-M*...": M Mamba2, * attention, - MLP, E MoE)
+            if not isinstance(values, (list, str)) or layer >= len(values):
                 raise SpecError(where.at("by"), f"{schedule.by} has no entry for layer {layer}",
                                 "the per-layer list must cover every repeated layer")
             key = values[layer]
@@ -647,6 +670,8 @@ class Walker(_OpRows, _Components, _LayerStacks):
                 if not isinstance(value, dict) or key not in value:
                     raise KeyError(key)
                 value = value[key]
+        if isinstance(value, NonFinite):   # NaN/Infinity in a config.json field a spec reads
+            raise value.error()
         self.config_reads.add(path)
         return value
 

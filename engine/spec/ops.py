@@ -24,7 +24,8 @@ ZERO = sympy.Integer(0)
 
 #: FLOPs per element of elementwise functions.
 ACTIVATION_FLOPS = {"silu": 4, "gelu": 8, "gelu_tanh": 8, "relu": 1, "sigmoid": 3, "swiglu_oai": 8,
-                    "softplus": 3, "scale": 1, "softcap": 5}   # softcap: c * tanh(x / c) (Gemma's logits)
+                    "softplus": 3, "scale": 1, "relu2": 2,   # relu2: max(x, 0) squared (Nemotron-H)
+                    "softcap": 5}   # softcap: c * tanh(x / c) (Gemma's logits)
 MASKS = ("causal", "sliding", "chunked", "bidirectional", "topk")
 GROWTHS = ("every_token", "window", "compressed", "state")
 
