@@ -35,18 +35,53 @@ def deployment_specs() -> dict[str, dict]:
         y=alt.Y("config:N", sort="-x", title="parallel config"),
         tooltip=["config:N", "best_tokens_per_s_per_gpu:Q", "at_batch:Q"],
     ).properties(width="container", height=alt.Step(22), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
-    base = alt.Chart(alt.Data(name="kv"))
-    line = base.mark_line(point=True).encode(
-        x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), title="context (tokens)"),
-        y=alt.Y("bytes_bf16:Q", title="KV bytes per request"),
-        shape=alt.Shape("extrapolated:N", title="past max context"),
-        tooltip=["context:Q", "bytes_bf16:Q", "extrapolated:N"])
-    rule = alt.Chart(alt.Data(name="limit")).mark_rule(strokeDash=[4, 3]).encode(
-        x="max_context:Q", tooltip=["max_context:Q"])
-    label = alt.Chart(alt.Data(name="limit")).mark_text(align="left", dx=4, dy=-6).encode(
-        x="max_context:Q", text=alt.value("max context"))
-    kv = alt.layer(line, rule, label).properties(width="container", height=240)
+    kv = kv_chart(alt.Data(name="kv"), alt.Data(name="limit"))
     return {"batch": _spec(batch), "gpus": _spec(gpus), "ep": _spec(ep), "kv": _spec(kv)}
+
+
+#: The series of the KV-vs-context chart, in legend order (:func:`kv_rows` names them).
+KV_PARTS = {"state": "state (flat)", "growing": "KV (grows with context)", "total": "total"}
+
+
+def kv_rows(curve: dict, max_context: int) -> list[dict]:
+    """The model document's ``kv_curve`` as chart rows (context, part, bytes): one series per part
+    and the total. A part that holds nothing (no recurrent state) is left out: the axis is log."""
+    rows = []
+    for part, key in (("state", "state_bf16"), ("growing", "growing_bf16"), ("total", "bytes_bf16")):
+        for context, value in zip(curve["context"], curve[key]):
+            if value > 0:
+                rows.append({"context": context, "part": KV_PARTS[part], "bytes": value,
+                             "extrapolated": context > max_context})
+    return rows
+
+
+def kv_chart(data: alt.Data, limit: alt.Data) -> alt.LayerChart:
+    """KV bytes per request vs context, one line per part (flat state, growing KV, total), with a
+    rule at the model's maximum context. ``data`` rows are :func:`kv_rows`; ``limit`` one row with
+    ``max_context``."""
+    pick = alt.selection_point(fields=["part"], bind="legend")
+    ticks = alt.Axis(values=[4 ** k * 1024 for k in range(6)],     # 1K, 4K, ... 1M
+                     labelExpr="datum.value >= 1048576 ? datum.value / 1048576 + 'M' : datum.value / 1024 + 'K'")
+    line = alt.Chart(data).mark_line(point=True).encode(
+        x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=ticks, title="context (tokens)"),
+        y=alt.Y("bytes:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"),
+                title="bytes per request (BF16 KV)"),
+        color=alt.Color("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
+        strokeDash=alt.StrokeDash("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
+        shape=alt.Shape("extrapolated:N", title="past max context"),
+        opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
+        tooltip=["part:N", "context:Q", alt.Tooltip("bytes:Q", format=",.0f"), "extrapolated:N"]).add_params(pick)
+    rule = alt.Chart(limit).mark_rule(strokeDash=[4, 3]).encode(x="max_context:Q", tooltip=["max_context:Q"])
+    label = alt.Chart(limit).mark_text(align="left", dx=4, dy=-6).encode(
+        x="max_context:Q", text=alt.value("max context"))
+    # legends below the plot: the deployment page's chart shares a row with others
+    return alt.layer(line, rule, label).properties(width="container", height=240).configure_legend(orient="bottom", direction="vertical")
+
+
+def model_specs(doc: dict) -> dict[str, dict]:
+    """The model page's charts, data embedded: KV/state per request vs context."""
+    rows = kv_rows(doc["kv_curve"], doc["max_context"])
+    return {"kv": _spec(kv_chart(alt.Data(values=rows), alt.Data(values=[{"max_context": doc["max_context"]}])))}
 
 
 def contract_specs(contract: dict) -> dict[str, dict]:

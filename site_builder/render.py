@@ -28,7 +28,9 @@ from engine.build import publish
 from engine.spec.corpus import refuse_symlinks
 from engine.spec.errors import SpecError, Where
 from site_builder import charts, graphs
-from site_builder.data import Results, deployment_options, deployment_rows, gallery_index, ops_rows, slug
+from site_builder import landscape
+from site_builder.data import (Results, deployment_options, deployment_rows, gallery_index, lineages, ops_rows, slug,
+                               trait_index)
 from site_builder.graph_svg import diff_graphs, render_svg
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,6 +89,23 @@ def seconds(value) -> str:
     return f"{value * 1e6:.3g} µs"
 
 
+def landscape_fmt(value, unit: str) -> str:
+    """A landscape cell by its column's unit (landscape.json ``unit``); None reads "never"."""
+    if value is None:
+        return "never"
+    if unit == "bytes":
+        return human_bytes(value)
+    if unit == "bytes_per_s":
+        return human_bytes(value) + "/s"
+    if unit == "flops":
+        return si(value)
+    if unit == "ratio":
+        return f"{float(value):.3g}"
+    if unit == "count":
+        return f"{value:,}" if isinstance(value, int) else si(value)
+    return str(value)
+
+
 def fmt(value, key: str) -> str:
     if "bytes" in key:
         return human_bytes(value)
@@ -125,7 +144,8 @@ def environment(assets: dict[str, str] | None = None) -> jinja2.Environment:
     names = static_assets()[0] if assets is None else assets
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(si=si, bytes=human_bytes, tokens=tokens, fmt=fmt, anchor=anchor, seconds=seconds)
+    env.filters.update(si=si, bytes=human_bytes, tokens=tokens, fmt=fmt, anchor=anchor, seconds=seconds,
+                       landscape_fmt=landscape_fmt)
     # jinja's own tojson escapes < > & ' but not U+2028/U+2029: templates get the one escaper
     env.filters["tojson"] = lambda value, indent=None: markupsafe.Markup(script_json(value))
     env.globals["asset"] = lambda rel: "static/" + names[rel]
@@ -263,6 +283,7 @@ def _results_inputs(results: "Results") -> tuple[dict, dict]:
         manifest = json.loads((results.root / "manifest.json").read_text())
         entries = manifest["models"]
         contracts = manifest["files"].get("contracts.json")
+        landscape_file = manifest["files"].get("landscape.json")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}, {}
     per_model = {}
@@ -272,7 +293,7 @@ def _results_inputs(results: "Results") -> tuple[dict, dict]:
             per_model[row["model_id"]] = _hash(entry.get("hash"), entry["files"], row)
     if len(per_model) != results.models.height:
         return {}, {}
-    return per_model, {"models": per_model, "contracts": contracts}
+    return per_model, {"models": per_model, "contracts": contracts, "landscape": landscape_file}
 
 
 def _previous_groups(previous: Path | None) -> dict:
@@ -334,6 +355,7 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
         key = _hash(code, model_id, per_model[model_id]) if model_id in per_model else None
         groups.append((model_id, key, lambda m=model_id: (_model(site, results, m), _deploy(site, results, m))))
     groups += [("compare", whole, lambda: _compare(site, results)),
+               ("landscape", whole, lambda: landscape.render(site, results, _csv)),
                ("components", whole, lambda: _components(site, results)),
                ("methodology", _hash(code, docs), lambda: _methodology(site, dict(docs))),
                ("downloads", None, lambda: _downloads(site, results))]   # hard links to the results: always redone
@@ -390,7 +412,8 @@ def _gallery(site: Site, results: Results) -> None:
     rows = [{k: v for k, v in m.items() if k != "formulas"} for m in index]
     site.file("downloads/gallery.csv", _csv(rows))
     families = sorted({m["family"] for m in index})
-    site.page("", "gallery.html", "Gallery", {"page": "gallery"}, models=index, families=families)
+    site.page("", "gallery.html", "Gallery", {"page": "gallery"}, models=index, families=families,
+              traits=trait_index(results, index), lineages=lineages(index))
 
 
 def _model(site: Site, results: Results, model_id: str) -> None:
@@ -419,7 +442,8 @@ def _model(site: Site, results: Results, model_id: str) -> None:
                for o in doc["ops"]]
     site.file(f"models/{name}/ops.csv", _csv(op_rows))
     dims = {d["name"]: d["value"] for d in doc["dims"]}
-    site.page(f"models/{name}", "model.html", doc["name"], {"page": "model", "bound": dims},
+    site.page(f"models/{name}", "model.html", doc["name"],
+              {"page": "model", "bound": dims, "specs": {"model": charts.model_specs(doc)}},
               doc=doc, row=row, slug=name, levels=levels, overview_keys=OVERVIEW,
               bytes_def="HBM bytes read and written at the reference point (one GPU, unfused, BF16): the op's "
                         "inputs, outputs and weights, all layers")
@@ -495,7 +519,7 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
                           "best_per_gpu": per_gpu.to_dicts()}, separators=(",", ":")))
     specs = charts.deployment_specs()
     data = {"page": "deploy", "slug": name, "max_context": doc["max_context"], "specs": specs,
-            "kv_curve": doc["kv_curve"], "compare_input": COMPARE_INPUT,
+            "kv_rows": charts.kv_rows(doc["kv_curve"], doc["max_context"]), "compare_input": COMPARE_INPUT,
             "docs": {k: v[1] for k, v in _schema_docs().items()}}
     site.page(f"models/{name}/deploy", "deploy.html", f"{doc['name']} deployments", data,
               doc=doc, slug=name, compare_input=COMPARE_INPUT)
@@ -608,6 +632,11 @@ def _downloads(site: Site, results: Results) -> None:
         site.file("downloads/contracts.csv", _csv(rows))
         items += [{"href": "contracts.json", "label": "contracts.json", "note": "the components page's contract table"},
                   {"href": "contracts.csv", "label": "contracts.csv", "note": "the same, one row per variant and length"}]
+    if results.landscape is not None:
+        site.place(results.root / "landscape.json", "downloads/landscape.json")
+        items.append({"href": "landscape.json", "label": "landscape.json", "note": "the landscape page's tables, formulas included"})
+        items += [{"href": f"landscape/{t['name']}.csv", "label": f"landscape/{t['name']}.csv",
+                   "note": f"the landscape table: {t['title']}"} for t in results.landscape.get("tables", [])]
     # every file by name (a static host lists no folders)
     for table, note in (("deployments", "deployment rows"), ("ops", "per-op tables")):
         for path in sorted((target / table).glob("model=*/part.parquet")):

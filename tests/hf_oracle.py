@@ -8,7 +8,8 @@ Given a Hugging Face ``config.json`` it instantiates the model with
 allocated and no weights are ever downloaded) and reports:
 
 * ``model_class``  - the concrete Python class transformers chose,
-* ``total_params`` - ``sum(p.numel() for p in model.parameters())``; torch
+* ``total_params`` - ``sum(p.numel() for p in model.parameters())`` (of the text stack's own
+  causal LM when the config's causal-LM class is a vision-language model, Gemma 4); torch
   deduplicates shared tensors, so tied embeddings are counted once,
 * ``params``       - ``name -> shape`` for ``model.named_parameters()``
   (deduplicated the same way: a tied ``lm_head.weight`` does not appear),
@@ -82,6 +83,13 @@ def _report_cached(resolved_path: str) -> HFReport:
     from transformers import AutoModelForCausalLM
 
     cfg = load_hf_config(resolved_path)
+    # A multimodal checkpoint whose causal-LM class is the whole vision-language model (Gemma 4):
+    # the corpus models its text stack, so build the text stack's own causal LM from text_config.
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    text = cfg.get_text_config()
+    if text is not cfg and MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(cfg.model_type, "").endswith(
+            "ForConditionalGeneration"):
+        cfg = text
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
 

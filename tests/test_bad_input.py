@@ -99,7 +99,7 @@ CASES = {
         LIB + "swiglu_mlp.yaml", "dims: {in: d_ff, out: hidden}", "dims: {in: d_fff, out: hidden}",
         "graph.down_proj.dims.in: unknown name 'd_fff'", "d_ff"),
     "unbound-dim-in-block-style-node": Bad(
-        LIB + "moe.yaml", "dims: {d_ff: d_ff_expert}", "dims: {d_ff: d_ff_exprt}",
+        LIB + "moe.yaml", "dims: {d_ff: d_ff_expert, hidden: $latent_dim}", "dims: {d_ff: d_ff_exprt, hidden: $latent_dim}",
         "graph.experts.dims.d_ff: unknown name 'd_ff_exprt'", "d_ff_expert", model="gpt-oss-20b"),
     "unbound-dim-in-component-dims": Bad(
         LIB + "prenorm_block.yaml", "inputs: [x]\n", "inputs: [x]\ndims: {d_twice: 2 * hiddn}\n",

@@ -101,8 +101,8 @@ def test_shape_guard_catches_a_wrong_width(tmp_path):
 
 
 def test_shape_guard_reports_a_spec_that_does_not_evaluate(tmp_path):
-    root = mutate(tmp_path, [("components/library/swiglu_mlp.yaml", "in: act, dims: {in: d_ff,",
-                              "in: act, dims: {in: hidden,")])
+    root = mutate(tmp_path, [("components/library/swiglu_mlp.yaml", "in: \"act|act_fn\", dims: {in: d_ff,",
+                              "in: \"act|act_fn\", dims: {in: hidden,")])
     found, report = findings(root, "Llama-3.1-8B", "shape")
     assert len(found) == 1 and "swiglu_mlp.yaml" in found[0].node
     assert {r.guard: r.status for r in report.results}["weight"] == "not run"
@@ -228,9 +228,11 @@ def test_schedule_guard_catches_a_wrong_linear_attention_pattern(tmp_path):
     root = mutate(tmp_path, [(Q35, "map: {linear_attention: linear, full_attention: full}",
                               "map: {linear_attention: full, full_attention: linear}")])
     found, _ = findings(root, "Qwen3.5-27B", "schedule")
-    assert len(found) == 1 and found[0].node == "main/layers"
+    assert len(found) == 2 and all(f.node == "main/layers" for f in found)
+    recurrent, attention = sorted(found, key=lambda f: "recurrent" not in f.message)
     assert ("makes 48 of 64 layers linear-attention (recurrent-state); the spec's schedule makes 16"
-            in found[0].message)
+            in recurrent.message)
+    assert "makes 16 of 64 layers attention (history-cache); the spec's schedule makes 48" in attention.message
 
 
 def test_schedule_guard_knows_linear_attention_layer_by_layer(tmp_path):
@@ -238,7 +240,9 @@ def test_schedule_guard_knows_linear_attention_layer_by_layer(tmp_path):
     root = mutate(tmp_path, [(Q35, "schedule: {by: config.layer_types, map: {linear_attention: linear, full_attention: full}}",
                               'schedule: [{template: full, when: "layer < 16"}, {template: linear}]')])
     found, _ = findings(root, "Qwen3.5-27B", "schedule")
-    assert len(found) == 1 and "the spec's schedule makes 48 (layers 0, 1, 2, 4, 5, 6, 8, 9 and" in found[0].message
+    assert len(found) == 2   # the recurrent layers and the attention layers, each in the wrong places
+    assert any("the spec's schedule makes 48 (layers 0, 1, 2, 4, 5, 6, 8, 9 and" in f.message for f in found)
+    assert any("layers attention (history-cache); the spec's schedule makes 16 (layers 0, 1, 2" in f.message for f in found)
 
 
 def test_axiom_guard_catches_a_recurrent_state_left_out(tmp_path):

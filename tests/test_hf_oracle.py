@@ -29,9 +29,12 @@ def test_total_params_equal_hf_modeling_code(model_id, evaluation):
 def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
     """Active parameters per token, absolute: the HF modeling code's total minus the experts a
     token does not use, (n_experts - top_k) x per-expert params x MoE layers, from config.json
-    (gated MLP: 3 matrices of hidden x expert width; gpt-oss adds gate_up and down biases)."""
+    (gated MLP: 3 matrices of hidden x expert width; gpt-oss adds gate_up and down biases;
+    Nemotron-H: up and down of expert width x moe_latent_size, else hidden, in the "E" layers of
+    hybrid_override_pattern).
+    A multimodal checkpoint's text settings are under text_config (a top-level field wins)."""
     c = hf_config(model_id)
-    c = {**c.get("text_config", {}), **c}   # a multimodal checkpoint's text settings (Llama 4)
+    c = {**c.get("text_config", {}), **c}
     total = hf_oracle.hf_meta_report(hf_config_path(model_id)).total_params
     active = int(quantities.params_active(evaluation(model_id).numeric))
     n_experts = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts")
@@ -45,7 +48,14 @@ def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
     moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
     if "interleave_moe_layer_step" in c:   # Llama 4: every step-th layer (Llama4TextConfig.moe_layers)
         moe_layers = len(range(c["interleave_moe_layer_step"] - 1, c["num_hidden_layers"], c["interleave_moe_layer_step"]))
-    assert active == total - (n_experts - c["num_experts_per_tok"]) * per_expert * moe_layers
+    if isinstance(c.get("moe_layer_freq"), list):   # MiMo-V2-Flash: 1 marks an MoE layer
+        moe_layers = sum(c["moe_layer_freq"])
+    top_k = c.get("num_experts_per_tok") or c["top_k_experts"]   # Gemma 4: top_k_experts
+    if c["model_type"] == "nemotron_h":
+        # NemotronHExperts: up and down only, in moe_latent_size when set; MoE layers are the Es
+        per_expert = 2 * (c.get("moe_latent_size") or c["hidden_size"]) * width
+        moe_layers = c["hybrid_override_pattern"].count("E")
+    assert active == total - (n_experts - top_k) * per_expert * moe_layers
 
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)
@@ -66,8 +76,15 @@ def test_non_layer_parameters_match(model_id, evaluation):
     checkpoint may name them differently from transformers' modules, e.g. DeepSeek-V4's head)."""
     report = hf_oracle.hf_meta_report(hf_config_path(model_id))
     rows = evaluation(model_id).numeric.rows
-    for uid, name in (("main/embed_tokens", "model.embed_tokens.weight"), ("main/norm", "model.norm.weight"),
-                      ("main/lm_head", "lm_head.weight")):
+    # NemotronHModel names them embeddings and norm_f
+    embed, norm = (("model.embeddings.weight", "model.norm_f.weight") if hf_config(model_id)["model_type"] == "nemotron_h"
+                   else ("model.embed_tokens.weight", "model.norm.weight"))
+    pairs = [("main/embed_tokens", embed), ("main/norm", norm)]
+    if not report.tied:   # a tied head is the embedding (Gemma 4): no parameter of its own
+        pairs.append(("main/lm_head", "lm_head.weight"))
+    else:
+        assert rows["main/lm_head"].shares == "embed_tokens"
+    for uid, name in pairs:
         (leaf,) = rows[uid].leaves
         assert tuple(int(a.size) for a in leaf.axes) == report.params[name]
 

@@ -75,15 +75,16 @@ def test_qwen3_moe_activated(model_id, activated_b, evaluation):
 def test_active_params_from_config(model_id, evaluation):
     """Consistency of active with total: active = total - (n_experts - top_k) x per-expert params
     x MoE layers (gated MLP: 3 matrices). Both sides are the engine's; the absolute version, against
-    the HF modeling code's total, is test_hf_oracle.py::test_active_params_equal_hf_total_minus_idle_experts."""
+    the HF modeling code's total, is test_hf_oracle.py::test_active_params_equal_hf_total_minus_idle_experts.
+    A multimodal checkpoint's text settings are under text_config (a top-level field wins)."""
     c = config(model_id)
-    c = {**c.get("text_config", {}), **c}   # a multimodal checkpoint's text settings (Llama 4)
+    c = {**c.get("text_config", {}), **c}
     a = evaluation(model_id).numeric
     n_experts = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts")
     if not n_experts:
         assert quantities.params_active(a) == quantities.params_total(a)
         return
-    top_k = c["num_experts_per_tok"]
+    top_k = c.get("num_experts_per_tok") or c["top_k_experts"]   # Gemma 4: top_k_experts
     width = c.get("moe_intermediate_size") or c["intermediate_size"]
     per_expert = 3 * c["hidden_size"] * width
     if c["model_type"] == "gpt_oss":
@@ -91,6 +92,11 @@ def test_active_params_from_config(model_id, evaluation):
     moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
     if "interleave_moe_layer_step" in c:   # Llama 4: every step-th layer
         moe_layers = c["num_hidden_layers"] // c["interleave_moe_layer_step"]
+    if isinstance(c.get("moe_layer_freq"), list):   # MiMo-V2-Flash: 1 marks an MoE layer
+        moe_layers = sum(c["moe_layer_freq"])
+    if c["model_type"] == "nemotron_h":   # up/down experts in moe_latent_size (else hidden); the "E" layers
+        per_expert = 2 * (c.get("moe_latent_size") or c["hidden_size"]) * width
+        moe_layers = c["hybrid_override_pattern"].count("E")
     expected = quantities.params_total(a) - (n_experts - top_k) * per_expert * moe_layers
     assert quantities.params_active(a) == expected
 

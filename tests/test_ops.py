@@ -161,3 +161,44 @@ def test_token_gather_reads_at_most_k_rows():
     _, out, _ = run("token_gather", [cache, idx])
     assert out.sizes == (B, sympy.Min(C, 2048), D)
     assert OPS["token_gather"].view and OPS["token_gather"].partial
+
+
+# -- elementwise broadcast: a size-1 axis (a per-token gate [.., 1] times [.., hidden]) ---------
+
+ONE = sympy.Integer(1)
+
+
+@pytest.mark.parametrize("op", ["mul", "add"])
+def test_binary_op_broadcasts_a_size_one_axis(op):
+    gate = Tensor((Axis("batch", B), Axis("seq", S), Axis("1", ONE)))
+    x = tensor(B, S, HID)
+    for inputs, carried in (([x, gate], 0), ([gate, x], 1)):
+        c, out, amap = run(op, inputs)
+        assert out.sizes == (B, S, HID) and out.names() == ("batch", "seq", "hidden")
+        # the hidden axis comes from the full operand, the token axes from the first
+        assert amap.outputs == (Carried(0, 0), Carried(0, 1), Carried(carried, 2))
+        assert OPS[op].flops(c, out) == B * S * HID            # one FLOP per output element
+
+
+def test_binary_op_broadcasts_both_ways():
+    row = Tensor((Axis("batch", B), Axis("1", ONE)))
+    col = Tensor((Axis("1", ONE), Axis("hidden", HID)))
+    c, out, amap = run("mul", [row, col])
+    assert out.sizes == (B, HID) and amap.outputs == (Carried(0, 0), Carried(1, 1))
+    assert OPS["mul"].flops(c, out) == B * HID
+
+
+def test_binary_op_equal_shapes_unchanged():
+    c, out, amap = run("mul", [tensor(B, S, HID), tensor(B, S, HID)])
+    assert out.sizes == (B, S, HID) and amap.outputs == (Carried(0, 0), Carried(0, 1), Carried(0, 2))
+    assert OPS["mul"].flops(c, out) == B * S * HID
+
+
+@pytest.mark.parametrize("op", ["mul", "add"])
+def test_binary_op_refuses_a_mismatch_that_is_not_one(op):
+    a = Tensor((Axis("hidden", sympy.Integer(4096)),))
+    b = Tensor((Axis("two", sympy.Integer(2)),))
+    with pytest.raises(SpecError, match="operand axis hidden: 4096 != 2"):
+        run(op, [a, b])
+    with pytest.raises(SpecError, match="differ in rank"):
+        run(op, [tensor(B, S, HID), tensor(B, HID)])

@@ -405,23 +405,23 @@ def test_model_page_tooltip_names_dims(tab, base):
 
 def test_gallery_search_and_family_filter(tab, base, names):
     tab.goto(base)
-    rows = tab.page.locator("#gallery tbody tr")
-    visible = tab.page.locator("#gallery tbody tr:visible")
+    rows = tab.page.locator("#gallery tbody tr[data-name]")
+    visible = tab.page.locator("#gallery tbody tr[data-name]:visible")
     assert rows.count() == 3 and visible.count() == 3
     tab.page.fill("#q", "deepseek")
-    tab.page.wait_for_function("() => document.querySelectorAll('#gallery tbody tr:not([hidden])').length === 1")
+    tab.page.wait_for_function("() => document.querySelectorAll('#gallery tbody tr[data-name]:not([hidden])').length === 1")
     assert visible.count() == 1
     assert names[DEEPSEEK] in visible.first.inner_text()
     assert tab.page.inner_text("#count").startswith("1 ")
     tab.page.fill("#q", "no such model anywhere")
-    tab.page.wait_for_function("() => document.querySelectorAll('#gallery tbody tr:not([hidden])').length === 0")
+    tab.page.wait_for_function("() => document.querySelectorAll('#gallery tbody tr[data-name]:not([hidden])').length === 0")
     assert visible.count() == 0
     tab.page.fill("#q", "")
-    tab.page.wait_for_function("() => document.querySelectorAll('#gallery tbody tr:not([hidden])').length === 3")
+    tab.page.wait_for_function("() => document.querySelectorAll('#gallery tbody tr[data-name]:not([hidden])').length === 3")
     assert visible.count() == 3
-    family = tab.page.locator(f"#gallery tbody tr:has(a[href$='models/{QWEN}/'])").get_attribute("data-family")
+    family = tab.page.locator(f"#gallery tbody tr[data-name]:has(a[href$='models/{QWEN}/'])").get_attribute("data-family")
     tab.page.select_option("#family", family)
-    tab.page.wait_for_function("() => document.querySelectorAll('#gallery tbody tr:not([hidden])').length < 3")
+    tab.page.wait_for_function("() => document.querySelectorAll('#gallery tbody tr[data-name]:not([hidden])').length < 3")
     assert 1 <= visible.count() < 3
     assert all(visible.nth(i).get_attribute("data-family") == family for i in range(visible.count()))
     assert names[QWEN] in visible.first.inner_text()
@@ -433,13 +433,36 @@ def test_gallery_search_survives_enter(tab, base):
     also under the production Content-Security-Policy, which blocks inline event handlers)."""
     tab.goto(base)
     tab.page.fill("#q", "deepseek")
-    tab.page.wait_for_function("() => document.querySelectorAll('#gallery tbody tr:not([hidden])').length === 1")
+    tab.page.wait_for_function("() => document.querySelectorAll('#gallery tbody tr[data-name]:not([hidden])').length === 1")
     url = tab.page.url
     tab.page.press("#q", "Enter")
     tab.page.wait_for_timeout(500)
     assert tab.page.url == url, f"Enter navigated to {tab.page.url}; errors: {tab.errors}"
     assert tab.page.input_value("#q") == "deepseek"
-    assert tab.page.locator("#gallery tbody tr:visible").count() == 1
+    assert tab.page.locator("#gallery tbody tr[data-name]:visible").count() == 1
+    assert not tab.errors, tab.errors
+
+
+def test_gallery_trait_filter_and_lineage_groups(tab, base):
+    """Ticking a trait keeps only the models whose graph has it (DeepSeek-V3 is the one MLA model
+    here); a lineage header shows only while one of its models does; sorting flattens the list
+    and "release order" brings the groups back."""
+    tab.goto(base)
+    shown = "() => Array.from(document.querySelectorAll('#gallery tbody tr[data-name]:not([hidden])')).map(r => r.dataset.lineage)"
+    tab.page.check("#traits input[value=mla]")
+    tab.page.wait_for_function("() => document.querySelectorAll('#gallery tbody tr[data-name]:not([hidden])').length === 1")
+    assert tab.page.locator("#gallery tbody tr[data-name]:visible").first.get_attribute("data-traits").split() == ["moe", "mla", "mtp"]
+    assert tab.page.locator("#gallery tbody tr.lineage:visible").count() == 1
+    tab.page.check("#traits input[value=moe]")
+    assert tab.page.locator("#gallery tbody tr[data-name]:visible").count() == 1
+    tab.page.uncheck("#traits input[value=mla]")
+    tab.page.wait_for_function("() => document.querySelectorAll('#gallery tbody tr[data-name]:not([hidden])').length === 2")
+    tab.page.uncheck("#traits input[value=moe]")
+    tab.page.click("th[data-sort=params_total] button")
+    assert tab.page.locator("#gallery tbody tr.lineage:visible").count() == 0
+    tab.page.click("#release-order")
+    assert tab.page.locator("#gallery tbody tr.lineage:visible").count() == 3
+    assert tab.page.evaluate(shown) == sorted(tab.page.evaluate(shown), key=str.lower)
     assert not tab.errors, tab.errors
 
 

@@ -19,8 +19,12 @@ from engine.spec import kv, symbols
 from engine.spec.api import Evaluation
 from engine.deploy.cost import KV_BYTES, intensity, step_totals
 from engine.build.finite import check_document
+from engine.build.landscape import model_facts
 
 REFERENCE = {"batch": 1, "prompt": 4096}
+#: Context lengths (tokens) of the per-model cache curve (the model document's ``kv_curve``, and
+#: models.parquet's ``kv_context_lengths``).
+KV_LENGTHS = (1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 
 
 def quantity(value, formula) -> dict[str, Any]:
@@ -54,8 +58,9 @@ def _point(phase: str) -> dict:
             symbols.dim("ctx"): REFERENCE["prompt"], KV_BYTES: 2}
 
 
-def _reference_bytes(ev: Evaluation) -> dict[str, dict[str, float]]:
-    """Per row uid and phase: HBM bytes of the unfused single-GPU program at the reference point."""
+def _reference_bytes(ev: Evaluation, formulas: dict | None = None) -> dict[str, dict[str, float]]:
+    """Per row uid and phase: HBM bytes of the unfused single-GPU program at the reference point
+    (per call; ``formulas``, when given, receives the same per call over the scenario symbols)."""
     from engine.deploy import Options, place
     from engine.deploy.parallel import ParallelConfig
     placed = place(ev, ParallelConfig(), 8, Options(), False)
@@ -64,8 +69,10 @@ def _reference_bytes(ev: Evaluation) -> dict[str, dict[str, float]]:
         point = _point(phase)
         for step in program.steps:
             if step.kind == "compute":
-                total = step_totals(step)[1].subs(point)
-                out.setdefault(step.uid, {})[phase] = float(total / step.repeat.subs(point))
+                per_call = step_totals(step)[1] / step.repeat
+                out.setdefault(step.uid, {})[phase] = float(per_call.subs(point))
+                if formulas is not None:
+                    formulas.setdefault(step.uid, {})[phase] = per_call
     return out
 
 
@@ -81,7 +88,8 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
         else:
             flat[key] = quantity(q.value, q.formula)
     num, sym = ev.numeric, ev.symbolic
-    bytes_at = _reference_bytes(ev)
+    bytes_formula: dict = {}
+    bytes_at = _reference_bytes(ev, bytes_formula)
     ops = []
     for uid, row in num.rows.items():
         srow = sym.rows[uid]
@@ -151,23 +159,55 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                        "layer_bytes_per_token": quantity(c.per_token * kv.cache_element_bytes(c),
                                                          s.per_token * kv.cache_element_bytes(s)),
                        "dtype": c.dtype or "kv"})
+    decode = _point("decode")
+    landscape = model_facts(ev, decode, {u: r.flops.subs(decode) for u, r in num.rows.items() if "decode" in r.phases},
+                            bytes_at, bytes_formula)
     streams = [_stream_entry(stream, num) for stream in num.streams]
-    length = np.array([1024, 4096, 16384, 65536, 131072, 262144, 524288, 1048576], dtype=float)
-    per_request = kv.request_bytes_fn(num)(length, 2)
+    length = np.array(KV_LENGTHS, dtype=float)
+    curve = {part: np.broadcast_to(kv.request_bytes_fn(num, part=part)(length, 2), length.shape).astype(float).tolist()
+             for part in (None, *kv.PARTS)}
     document = {
         "model_id": model.model_id, "name": model.display_name, "family": model.family,
         "model_type": model.model_type, "notes": model.notes or "", "spec_file": model.where.file,
         "snapshot_source": model.snapshot.source, "max_context": int(num.max_context),
         "dims": _dims(ev), "overview": flat, "components": components, "ops": ops, "caches": caches,
         "streams": streams,
-        "kv_curve": {"context": length.astype(int).tolist(),
-                     "bytes_bf16": np.broadcast_to(per_request, length.shape).astype(float).tolist()},
+        "kv_curve": {"context": length.astype(int).tolist(), "bytes_bf16": curve[None],
+                     "state_bf16": curve["state"], "growing_bf16": curve["growing"]},
+        "kv_split": _kv_split(ev),
         "reference": {"batch": REFERENCE["batch"], "prompt": REFERENCE["prompt"], "gpus": 1,
                       "activations": "bf16", "kv": "bf16", "fusion": "none"},
         "verification": verification or {"verified": False, "evidence": "", "guards": []},
+        "landscape": landscape,
     }
     check_document(model, document)    # a NaN or negative number is never published (engine/build/finite.py)
     return document
+
+
+#: Context lengths of the model page's cache table (tokens).
+SPLIT_LENGTHS = (1024, 32768, 131072, 1048576)
+
+
+def _kv_split(ev: Evaluation) -> dict[str, Any]:
+    """A request's cache at :data:`SPLIT_LENGTHS`, BF16 KV: per cache entry, per part (the flat
+    ``state`` of recurrent mixers, the ``growing`` caches of attention) and in total, each number
+    beside its formula over the spec's dims and the context ``length`` (the page names the length
+    of each column)."""
+    num, sym = ev.numeric, ev.symbolic
+    length = symbols.dim(symbols.LENGTH)
+
+    def row(value_at, formula: sympy.Expr) -> list[dict]:
+        return [quantity(sympy.Integer(value_at(n)), formula) for n in SPLIT_LENGTHS]
+
+    entries = [{"uid": c.uid, "node": c.node_uid, "kind": c.kind, "growth": c.growth, "part": kv.part_of(c),
+                "dtype": c.dtype or "kv",
+                "bytes": row(lambda n, c=c: kv.entry_bytes_per_request(c, n), kv.entry_bytes_per_request(s, length))}
+               for c, s in zip(kv.caches(num), kv.caches(sym))]
+    parts = {part: row(lambda n, p=part: kv.bytes_per_request(num, n, part=p), kv.bytes_per_request(sym, part=part))
+             for part in kv.PARTS}
+    total = row(lambda n: kv.bytes_per_request(num, n), kv.bytes_per_request(sym))
+    return {"lengths": list(SPLIT_LENGTHS), "length_symbol": str(length), "kv": "bf16", "entries": entries,
+            "parts": parts, "total": total}
 
 
 def _layer_ranges(layers) -> str:

@@ -49,8 +49,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from engine.build import publish
+from engine.build import landscape, publish
+from engine.build.export import KV_LENGTHS
 from engine.project import PACKAGE_ROOT
+from engine.spec import kv
 from engine.spec.api import Evaluation, evaluate_spec
 from engine.spec.corpus import Corpus, load_corpus
 from engine.spec.errors import SpecError
@@ -79,6 +81,14 @@ MODELS_SCHEMA = {
     "max_context": (pl.Int64, "Longest context the config declares (tokens)."),
     "n_layers": (pl.Int64, "Layers of the main stack."),
     "attention_kinds": (pl.List(pl.String), "Attention components used, with '+window' when a window-capped cache is declared."),
+    "attention_label": (pl.String, "The mixers the layer plans use, as the gallery lists them: the attention-role components' `label`s joined by ' + ', recurrent-state mixers first, then attention whose cache grows with context, then 'sliding' for layers whose caches are all window-capped (e.g. 'gdn + gqa', 'mla', 'gqa + sliding')."),
+    "kv_state_bytes": (pl.Int64, "Per-request bytes of the recurrent states (`growth: state` cache entries) in their own dtype (BF16 for any without one): the flat part of a request's cache, the same at every context; 0 for a model without recurrent mixers (main stack)."),
+    "kv_context_lengths": (pl.List(pl.Int64), "Context lengths (tokens) at which kv_growing_bytes_per_request is given."),
+    "kv_growing_bytes_per_request": (pl.List(pl.Int64), "Per-request bytes of the caches that grow with context (every-token and compressed caches; window-capped caches up to their window), BF16 KV, at each of kv_context_lengths (main stack). A request's whole cache at length L is kv_state_bytes + this."),
+    "traits": (pl.List(pl.String), "Architecture traits read from the evaluated graph (engine/build/landscape.py TRAITS): moe, mla, sparse, sliding, compressed, linear, hybrid, mtp."),
+    "lineage": (pl.String, "The lab's line of families the model belongs to (corpus/lineage.yaml; an unlisted family is its own)."),
+    "generation": (pl.Int64, "Position of the model's family in its lineage, oldest first (0-based)."),
+    "release_position": (pl.Int64, "Position of the model in its family's release list (corpus/lineage.yaml; 1000 when not listed)."),
 }
 
 _KEY = {
@@ -113,6 +123,8 @@ DEPLOYMENTS_SCHEMA = {
     "weight_bytes_per_gpu": (pl.Float64, "Weights stored on the fullest GPU (bytes)."),
     "weight_bytes_per_gpu_formula": (pl.String, "Its formula over the spec's dims and the parallel degrees."),
     "kv_bytes_per_request": (pl.Float64, "KV cache of one request at input_len + output_len, all GPUs (bytes)."),
+    "kv_state_bytes_per_request": (pl.Float64, "The flat part of kv_bytes_per_request: recurrent states (`growth: state` cache entries, e.g. Gated DeltaNet / Mamba2 SSM and convolution states), in their own dtype; the same at every context (bytes)."),
+    "kv_growing_bytes_per_request": (pl.Float64, "The part of kv_bytes_per_request that grows with context: every-token and compressed caches, and window-capped caches up to their window (bytes). kv_state_bytes_per_request + kv_growing_bytes_per_request = kv_bytes_per_request."),
     "kv_bytes_per_request_per_gpu": (pl.Float64, "The share of one request's KV one GPU holds (bytes)."),
     "kv_budget_bytes_per_gpu": (pl.Float64, "Usable HBM minus weights (bytes)."),
     "kv_bytes_per_gpu": (pl.Float64, "KV held by the fullest GPU for this batch (bytes)."),
@@ -204,6 +216,7 @@ def shared_hash(corpus: Corpus, grid_path: Path, gpu_root: Path) -> str:
     """Everything every model's results depend on: tables, components, GPUs, fusion, grid, engine."""
     root = corpus.root
     files = [root / "dims.yaml", root / "roles.yaml", root / "verification.yaml", grid_path,
+             *[p for p in (root / landscape.LINEAGE_FILE,) if p.exists()],
              *sorted(gpu_root.glob("*.yaml")), *sorted((root / "fusion").glob("*.yaml")),
              *sorted((root / "components" / "library").glob("*.yaml")),
              *engine_sources()]
@@ -244,6 +257,51 @@ def attention_kinds(ev: Evaluation) -> list[str]:
     return sorted(kinds)
 
 
+def attention_label(ev: Evaluation) -> str:
+    """The mixers of the main stack's layer plans, as one label ("gdn + gqa", "mla", "gqa + sliding").
+
+    Each attention-role component instance (one per layer template) contributes its component's
+    ``label`` (corpus YAML), or ``sliding`` when every cache it keeps is window-capped. Order:
+    instances with a recurrent state first, then those whose cache grows with context, then the
+    sliding ones, each by first layer; a label appears once."""
+    model, num = ev.model, ev.numeric
+    found: dict[str, tuple] = {}
+    for uid, row in num.components.items():
+        if row.role != "attention" or row.stack != "main":
+            continue
+        mine = [c for c in num.caches if c.node_uid.startswith(uid + "/")]
+        if any(c.growth == "state" for c in mine):
+            rank, label = 0, None
+        elif mine and all(c.growth == "window" for c in mine):
+            rank, label = 2, "sliding"
+        else:
+            rank, label = 1, None
+        if label is None:
+            label = ev.corpus.component_for(model, row.component, model.where).label
+        key = (rank, _first_layer(num, uid))
+        found[label] = min(found.get(label, key), key)
+    return " + ".join(sorted(found, key=lambda k: found[k]))
+
+
+def _first_layer(num, uid: str) -> int:
+    """The first layer index of the layer template a component instance sits in (0 outside one)."""
+    while uid:
+        row = num.components.get(uid)
+        if row is not None and row.layers:
+            return min(row.layers)
+        uid = uid.rpartition("/")[0]
+    return 0
+
+
+def kv_split(ev: Evaluation, lengths) -> dict:
+    """The two parts of a request's cache (BF16 KV): the flat state bytes, and the growing part at
+    each length. Exact integers from the spec's formulas (:func:`engine.spec.kv.bytes_per_request`)."""
+    state = kv.bytes_per_request(ev.numeric, 1, part="state")      # a state holds no context term
+    growing = [int(kv.bytes_per_request(ev.numeric, int(n), part="growing")) for n in lengths]
+    return {"kv_state_bytes": int(state), "kv_context_lengths": [int(n) for n in lengths],
+            "kv_growing_bytes_per_request": growing}
+
+
 def model_row(ev: Evaluation, spec_hash: str = "", verification: dict | None = None) -> dict:
     """One models.parquet row, read from the same overview ``archledger show`` prints."""
     overview = ev.overview()
@@ -258,7 +316,10 @@ def model_row(ev: Evaluation, spec_hash: str = "", verification: dict | None = N
         "checkpoint_bytes": value["checkpoint_bytes"], "checkpoint_tensors": value["checkpoint_tensors"],
         "kv_bytes_per_token": value["kv_bytes_per_token_growing"], "kv_fixed_bytes": value["kv_fixed_bytes"],
         "max_context": value["max_context"], "n_layers": value["n_layers"],
-        "attention_kinds": attention_kinds(ev),
+        "attention_kinds": attention_kinds(ev), "attention_label": attention_label(ev),
+        **kv_split(ev, KV_LENGTHS),     # the lengths of the model page's curve (engine.build.export)
+        "traits": landscape.traits(ev),
+        **landscape.lineage_columns(ev.model.model_id, ev.model.family, landscape.load_lineage(ev.corpus.root)),
     }
 
 
@@ -522,9 +583,13 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         ordered = [rows[m] for m in targets]
         write_parquet(_frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
                       staging / "models.parquet")
+        facts = {m: json.loads((staging / "models" / f"{slug(m)}.json").read_text())["landscape"] for m in targets}
+        (staging / "landscape.json").write_text(json.dumps(
+            landscape.tables(facts, rows, load_gpus(gpu_root)), separators=(",", ":")))
         manifest = {"schema_version": SCHEMA_VERSION, "shared_hash": shared, "grid": grid,
                     "models": {m: entries[m] for m in targets}, "skipped": report.skipped,
-                    "files": {name: publish.file_digest(staging / name) for name in ("models.parquet", "contracts.json")}}
+                    "files": {name: publish.file_digest(staging / name)
+                              for name in ("models.parquet", "contracts.json", "landscape.json")}}
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
         report.deployment_rows = sum(entries[m]["deployments"] for m in targets)
         report.op_rows = sum(entries[m]["ops"] for m in targets)

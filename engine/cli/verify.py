@@ -6,6 +6,7 @@ Layer: engine.cli. Exit codes: 0 verified / written, 1 a model has guard errors,
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -74,8 +75,11 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from engine.verify import modeling_code
     from engine.spec.corpus import load_corpus
     from engine.verify.evidence import forward_excerpts
-    from engine.verify.snapshot import manifest_from_scan, snapshot_files, write_atomic
-    from engine.spec.yamlio import loads_json   # NaN/Infinity in a config.json is refused
+    from engine.verify.snapshot import fields_read, manifest_from_scan, snapshot_files, write_atomic
+    from engine.spec.yamlio import refuse_non_finite
+    from engine.spec.yamlio import loads_json as strict_json
+    # NaN/Infinity in a config.json is refused where the snapshot records it (config_text)
+    loads_json = functools.partial(strict_json, keep_non_finite=True)
 
     corpus = load_corpus(args.corpus, missing_snapshots_ok=True)
     model = corpus.find_model(args.model)
@@ -101,6 +105,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
                 raise SpecError(where, "--meta needs --config", "pass the model's config.json")
             config = loads_json(Path(args.config).read_text())
             config_source = f"hf:{repo} config.json"
+            refuse_non_finite(fields_read(corpus, model, config))   # before transformers sees it
             manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{repo}")
             source = _source_from_transformers(config)
         elif args.config and not args.hub:
@@ -120,13 +125,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
                           forward_excerpts(text))
             else:
                 source = _source_from_transformers(config)
+        files = snapshot_files(corpus, model, config, config_source, manifest, source)
     except headers.HeaderError as exc:
         raise SpecError(where, str(exc)) from None
     except modeling_code.ModelingCodeError as exc:
         raise SpecError(where, str(exc)) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SpecError(where, f"cannot read config.json: {exc}", "pass --config path/to/config.json") from None
-    files = snapshot_files(corpus, model, config, config_source, manifest, source)
     write_atomic(files)
     for path in files:
         print(f"wrote {path}")

@@ -178,18 +178,38 @@ class _LayoutRules:
         same_partial = len(layouts) > 1 and row.op == "add" and layouts[0].partial and \
             all(l.partial == layouts[0].partial for l in layouts) and \
             all(self.consumers.get(s.uid, 0) == 1 for s in inputs)
-        if not same_partial:
+        # A partial sum times a value that is whole on every device is still a partial sum
+        # (sum_i g p_i = g sum_i p_i): a gated shared expert's output stays partial until the
+        # add beside the routed experts reduces both at once.
+        scaled = [i for i, l in enumerate(layouts) if l.partial]
+        scaled_partial = row.op == "mul" and len(scaled) == 1 and \
+            self.consumers.get(inputs[scaled[0]].uid, 0) == 1 and \
+            not set(layouts[scaled[0]].partial) & layouts[1 - scaled[0]].groups()
+        if not same_partial and not scaled_partial:
             inputs = self.resolve_partials(row, inputs)
         if whole_last:
             have = layout_of(inputs[0])
             if have.shards[-1]:
                 inputs[0] = self.reshard(inputs[0], Layout(have.shards[:-1] + ((),), have.partial), row)
         if len(inputs) > 1 and (op.shape_kind == "broadcast" or row.op == "concat"):
-            best = max(range(len(inputs)), key=lambda i: sum(len(gs) for gs in layout_of(inputs[i]).shards))
+            # an operand's axis of size 1 broadcast to a larger output axis is never split:
+            # every device needs its whole (one) element
+            def broadcast(i: int, j: int) -> bool:
+                return row.in_shapes[i].axes[j].size == 1 and row.out.axes[j].size != 1
+
+            full = [i for i in range(len(inputs)) if op.shape_kind != "broadcast"
+                    or not any(broadcast(i, j) for j in range(row.out.rank))] or list(range(len(inputs)))
+            best = max(full, key=lambda i: sum(len(gs) for gs in layout_of(inputs[i]).shards))
             target = layout_of(inputs[best])
-            inputs = [s if i == best else self.reshard(
-                s, Layout(target.shards[:-1] + ((target.shards[-1] if row.op != "concat" else layout_of(s).shards[-1]),),
-                          layout_of(s).partial), row) for i, s in enumerate(inputs)]
+
+            def wanted(i: int, s: Step) -> Layout:
+                if row.op == "concat":
+                    shards = target.shards[:-1] + (layout_of(s).shards[-1],)
+                else:
+                    shards = tuple(() if broadcast(i, j) else gs for j, gs in enumerate(target.shards))
+                return Layout(shards, layout_of(s).partial)
+
+            inputs = [s if i == best else self.reshard(s, wanted(i, s), row) for i, s in enumerate(inputs)]
         layouts = [layout_of(s) for s in inputs]
         shards = []
         for j, src in enumerate(row.axis_map.outputs):
@@ -204,10 +224,14 @@ class _LayoutRules:
             else:
                 shards.append(())
         partial = tuple(g for s, a in row.axis_map.contracted for g in layouts[s].shards[a])
-        partial = self.mesh.canonical(partial + (layouts[0].partial if same_partial else ()))
+        kept = layouts[0].partial if same_partial else layouts[scaled[0]].partial if scaled_partial else ()
+        # work divides over the splits and the partial sums this op creates (contracted axes); a
+        # partial sum it only carries is a whole-size tensor on every device
+        work = Layout(tuple(shards), self.mesh.canonical(partial))
+        partial = self.mesh.canonical(partial + kept)
         names = {a.name: gs for l, s in zip(layouts, inputs) for a, gs in zip(s.out.axes, l.shards)}
         weights = self.leaf_bytes(row, lambda a, i: names.get(a.name, ()))
-        self.emit(row, inputs, Layout(tuple(shards), partial), weights=weights)
+        self.emit(row, inputs, Layout(tuple(shards), partial), weights=weights, work=work)
 
     def place_norm(self, row: NodeRow, inputs: list[Step]) -> None:
         self.place_axis_map(row, inputs, whole_last=True)
@@ -396,9 +420,12 @@ class Placer(_LayoutRules, _ParallelRules):
         size = _prod(g.size for g in groups)
         unit = self.unit(axis.name)
         if unit is not None:
-            count = self.decide(unit[1])
+            # an axis that is the unit itself carries its own count: a template may rebind it
+            # (Gemma 4's global layers: n_kv_heads: n_kv_heads_global), so prefer it to the model's
+            value = axis.size if axis.name == unit[0] else unit[1]
+            count = self.decide(value)
             if count is not None and count < size:
-                return sympy.Min(unit[1], product)
+                return sympy.Min(value, product)
         return product
 
     def local(self, tensor: Tensor, layout: Layout, computed: bool = False) -> sympy.Expr:
@@ -456,12 +483,13 @@ class Placer(_LayoutRules, _ParallelRules):
         op = OPS[row.op]
         element = self.types.kv_bytes if op.cache_output else op.out_element_bytes or self.types.act_bytes
         out_bytes = self.local(row.out, layout) * element
+        work = kw.pop("work", layout)   # the layout dividing the work (default: the output's)
         if op.view:
             source = inputs[0].out_read if inputs else ZERO
             read = out_bytes if op.partial else source
             step = self._step(row, inputs, layout, ZERO, ZERO, ZERO, "bf16", read, view=True)
         else:
-            flops = row.flops / self.split(row.out, layout) if row.flops != 0 else ZERO
+            flops = row.flops / self.split(row.out, work) if row.flops != 0 else ZERO
             written = (self.local(row.in_shapes[0], layout_of(inputs[0])) * self.types.kv_bytes
                        if op.cache_output else out_bytes)
             traffic = sum((s.out_read for s in inputs), ZERO) + written + self.state_traffic(row, layout)

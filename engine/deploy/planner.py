@@ -112,6 +112,7 @@ def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> 
     from engine.spec import expr as exprs
     axis = next(a for axes in (row.out.axes, *(t.axes for t in row.in_shapes), *(l.axes for l in row.leaves))
                 for a in axes if a.name == name)
+    values = {**values, **row.name_values}   # the names' values where the row was walked
     parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in {*values, unit}}))
     per_unit = (parsed / symbols.dim(unit)).subs({symbols.dim(k): v for k, v in values.items()})
     return int(axis.size / per_unit)

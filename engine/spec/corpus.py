@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from engine.project import PACKAGE_ROOT
 from engine.spec import expr, symbols
-from engine.spec.dtypes import CACHE_DTYPE_BYTES, DTYPE_BYTES
+from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES, DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import (CacheSpec, ComponentSpec, ConfigDefault, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
                        RoleInfo, Schedule, ScheduleRule, Snapshot, StackSpec, StoredTensor,
@@ -483,7 +483,7 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
     reader = Reader(path, root)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("component", "role", "doc", "options", "inputs", "dims", "graph", "outputs",
-                           "cache", "decode_variant"), ("component", "role", "doc", "graph"))
+                           "cache", "decode_variant", "label"), ("component", "role", "doc", "graph"))
     name = check_name(reader.string(data, "component", ""), reader.where(data, "component", "component"),
                       "component name", "`component: gqa_attention`")
     if name != path.stem:
@@ -523,9 +523,14 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
         if stateful and entry["growth"] != "state":
             raise SpecError(where.at("growth"), f"a recurrent op's state has growth: state, not {entry['growth']!r}",
                             "its size is fixed per request")
-        if "dtype" in entry and entry["dtype"] not in CACHE_DTYPE_BYTES:
+        dtype = entry.get("dtype")
+        if isinstance(dtype, str) and dtype.startswith("$"):
+            if dtype[1:] not in (data.get("options") or {}):
+                raise SpecError(where.at("dtype"), f"cache dtype {dtype!r} names no option",
+                                "declare it under options: (e.g. state_dtype: f32) or write a dtype")
+        elif "dtype" in entry and CACHE_DTYPE_ALIASES.get(dtype, dtype) not in CACHE_DTYPE_BYTES:
             raise SpecError(where.at("dtype"), f"unknown cache dtype {entry['dtype']!r}",
-                            "use one of: " + ", ".join(CACHE_DTYPE_BYTES))
+                            "use one of: " + ", ".join(CACHE_DTYPE_BYTES) + ", or $<option>")
         if entry["growth"] == "window" and "window" not in entry:
             raise SpecError(where, "a window-capped cache needs `window:`")
         if entry["growth"] == "compressed" and "every" not in entry:
@@ -548,9 +553,13 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
                                 f"removes {gone!r}, which is not in the graph")
         _check_edges(vgraph, set(inputs) | set(graph), reader.where(raw))
         variant = VariantSpec(remove, vgraph, reader.where(raw, "decode_variant"))
+    label = data.get("label", re.sub(r"_(attention|mixer)$", "", name))
+    if not isinstance(label, str) or not label.strip():
+        raise SpecError(reader.where(data, "label", "label"), f"label {label!r} is not a short name",
+                        "write e.g. `label: gqa` (the mixer's name in the gallery)")
     return ComponentSpec(name, role, str(data["doc"]), reader.where(data), dict(data.get("options") or {}),
                          inputs, dict(data.get("dims") or {}), graph, dict(outputs), tuple(caches),
-                         variant, draft)
+                         variant, draft, label.strip())
 
 
 # -- models --------------------------------------------------------------------------------------

@@ -20,6 +20,9 @@ DTYPE_BITS = {**{dtype: 8 * width for dtype, width in DTYPE_BYTES.items()},
 #: float32 whatever the deployment's KV dtype); entries without one take the KV dtype.
 CACHE_DTYPE_BYTES = {"f32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
+#: torch dtype names a config.json gives a cache dtype in (``mamba_ssm_cache_dtype: "float32"``).
+CACHE_DTYPE_ALIASES = {"float32": "f32", "bfloat16": "bf16", "float16": "fp16"}
+
 
 def stored_bytes(dtype: str, numel: int) -> int:
     """Bytes of ``numel`` elements as safetensors stores them (packed formats round up)."""

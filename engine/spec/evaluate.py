@@ -20,11 +20,13 @@ import math
 
 from engine.spec import expr, streams as stream_rules, symbols
 from engine.spec.corpus import TAKES, Corpus
+from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import CacheSpec, ComponentSpec, Fill, ModelSpec, NodeSpec, StackSpec, StreamSpec
 from engine.spec.ops import OPS, Leaf, OpCall
 from engine.spec.shapes import Axis, AxisMap, Tensor
 from engine.spec.streams import StreamRow
+from engine.spec.yamlio import NonFinite
 
 ONE = sympy.Integer(1)
 PHASES = frozenset({"prefill", "decode"})
@@ -83,6 +85,10 @@ class NodeRow:
     dim_values: Mapping[str, sympy.Expr] = field(default_factory=dict)
     #: A ``src:`` anchor: text the model's forward source must contain (the source guard).
     src: str | None = None
+    #: The bare names in ``dim_names`` -> their values where this op ran: a template or component
+    #: may rebind a dim (Gemma 4's global layers: ``d_head: d_head_global``; per-layer dims), so
+    #: the model-level value of a name is not always the one an axis was built from.
+    name_values: Mapping[str, sympy.Expr] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,13 +244,14 @@ class _OpRows:
                       repeat=scope.repeat, instances=scope.instances, active=scope.active,
                       stacked=scope.stacked, weight_axes=dict(node.weight_axes), shares=node.shares,
                       where=node.where, dim_names=dim_names, dim_values=dict(dims),
-                      src=self._attr(node.src, scope, node, "src") if node.src else None)
+                      src=self._attr(node.src, scope, node, "src") if node.src else None,
+                      name_values=self._name_values(dim_names, names))
         self.rows[uid] = row
         if cache is not None:
             per_token = tensors[0].numel / (self.scenario[symbols.BATCH] * self.scenario[symbols.SEQ])
             self.caches.append(CacheRow(f"{scope.uid}#{cache.name}", uid, cache.name, cache.kind, growth,
                                         sympy.simplify(per_token), dims.get("window"), dims.get("every"),
-                                        scope.repeat, scope.stack, cache.dtype))
+                                        scope.repeat, scope.stack, self._cache_dtype(cache, scope, node)))
         if state_cache is not None:
             # a recurrent op's state: fixed per request, kept once whether the prefill (chunked)
             # or the decode (recurrent) form of the node is walked
@@ -252,8 +259,31 @@ class _OpRows:
             if not any(c.uid == cache_uid for c in self.caches):
                 self.caches.append(CacheRow(cache_uid, uid, state_cache.name, state_cache.kind, "state",
                                             sympy.simplify(op.state(call).numel), None, None,
-                                            scope.repeat, scope.stack, state_cache.dtype))
+                                            scope.repeat, scope.stack,
+                                            self._cache_dtype(state_cache, scope, node)))
         return out
+
+    @staticmethod
+    def _name_values(dim_names: Mapping[str, str], names: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        for text in dim_names.values():
+            try:
+                found = expr.names_in(text)
+            except expr.ExprError:
+                continue
+            out.update({n: names[n] for n in found if isinstance(names.get(n), sympy.Basic)})
+        return out
+    def _cache_dtype(self, cache: CacheSpec, scope: _Scope, node: NodeSpec) -> str | None:
+        """The entry's element type: a literal, or ``$option`` (the model passes e.g. the config's
+        ``mamba_ssm_cache_dtype``); torch names (float32, bfloat16, float16) read as f32, bf16, fp16."""
+        value = self._attr(cache.dtype, scope, node, "cache.dtype")
+        if value is None:
+            return None
+        value = CACHE_DTYPE_ALIASES.get(value, value)
+        if value not in CACHE_DTYPE_BYTES:
+            raise SpecError(cache.where.at("dtype"), f"cache {cache.name!r} gets dtype {value!r}, not a cache dtype",
+                            "pass one of: " + ", ".join([*CACHE_DTYPE_BYTES, *CACHE_DTYPE_ALIASES]))
+        return value
 
     def _cache_decl(self, node: NodeSpec, scope: _Scope, required: bool = True) -> CacheSpec | None:
         component = self._component_spec(scope)
@@ -282,7 +312,9 @@ class _OpRows:
         return value
 
     def _leaf(self, leaf: Leaf, node: NodeSpec, scope: _Scope) -> LeafRow:
-        segment = scope.renames.get(node.name, node.name) if node.module is None else node.module
+        # A caller's rename (`modules:`) wins over the component's own `module:` (MiniMax-M2 keeps
+        # the router's correction bias beside the gate, not inside it).
+        segment = scope.renames.get(node.name, node.name if node.module is None else node.module)
         module = _join(scope.module, segment)
         if scope.stacked:
             key = module if leaf.name == "weight" else f"{module}_{leaf.name}"
@@ -307,7 +339,9 @@ class _Components:
         for source, written in ((fill.dims, fill.where), (node.dims, node.where)):
             for key, text in source.items():
                 text = self._attr(text, scope, node, f"dims.{key}")   # `$option`: an expression option
-                dims[key] = self._eval(text, expr.Scope(names), written.at(f"dims.{key}"))
+                at = written.at(f"dims.{key}")
+                dims[key] = self._eval(text, self._fill_dim_scope(names, text, at) if source is fill.dims
+                                       else expr.Scope(names), at)
         repeat = scope.repeat
         instances, active = scope.instances, scope.active
         if node.instances is not None:
@@ -378,6 +412,23 @@ class _Components:
                                     f"decode variant changes the shape of {name!r}: {before.sizes} -> {after.sizes}",
                                     "a replaced node must keep its output shape")
 
+    def _fill_dim_scope(self, names: dict, text: Any, where: Where) -> expr.Scope:
+        """The scope of a fill's dim: a dim reading ``layer`` (a per-layer template dim) also reads
+        config.<field>, with ``layer`` the first layer of the group being walked (every layer of a
+        group evaluates it to the same value: :meth:`_LayerStacks.layer_key`)."""
+        if "layer" not in self._names_in(text, where):
+            return expr.Scope(names)
+        if self.layer_index is None:
+            raise SpecError(where, "this dim reads `layer` outside a layer stack",
+                            "per-layer dims belong in a layer template's fill (or a slot fill it uses)")
+        return expr.Scope({**names, "layer": sympy.Integer(self.layer_index)}, self.config)
+
+    def _names_in(self, text: Any, where: Where) -> set[str]:
+        try:
+            return expr.names_in(text)
+        except expr.ExprError as exc:
+            raise SpecError(where, str(exc), exc.hint) from None
+
     def _options(self, spec: ComponentSpec, given: Mapping, names: dict, where: Where,
                  base: dict | None = None) -> dict:
         options = dict(base) if base is not None else {}
@@ -396,6 +447,13 @@ class _Components:
         if value is None or isinstance(value, bool):
             return value
         if isinstance(default, str) and isinstance(value, str):
+            if value.startswith("config."):
+                # a string option read from config.json (Nemotron's mamba_ssm_cache_dtype: "float32")
+                read = self._eval(value, expr.Scope({}, self.config), where)
+                if not isinstance(read, str):
+                    raise SpecError(where, f"{value} is {read!r}, not a string this option can take",
+                                    "pass a config field holding a string, or a literal")
+                return read
             return value
         if isinstance(default, bool):
             return self._bool_option(value, where)
@@ -479,11 +537,53 @@ class _LayerStacks:
         layer_scope = replace(scope, repeat=scope.repeat * repeat,
                               module=_join(_join(scope.module, node.module or node.name), "{layer}"))
         group_uid = f"{uid}[{template}" + (f":{tag}" if tag else "") + "]"
-        result = self.walk_component(NodeSpec(node.name, "component", fill.component, node.where, module=""),
-                                     fill, inputs, layer_scope, group_uid)
+        self.layer_index = layers[0]   # per-layer dims: the group's layers all evaluate alike
+        try:
+            result = self.walk_component(NodeSpec(node.name, "component", fill.component, node.where, module=""),
+                                         fill, inputs, layer_scope, group_uid)
+        finally:
+            self.layer_index = None
         row = self.components[group_uid]
         self.components[group_uid] = replace(row, template=template, layers=tuple(i + offset for i in layers))
         return result
+
+    def layer_key(self, template: str, layer: int) -> tuple:
+        """The values a template's per-layer dims take at ``layer`` (empty when it has none).
+
+        A per-layer dim is a fill dim reading ``layer`` (in the template's fill or a slot fill it
+        can reach); layers of a template with equal keys form one group, walked once. The key is
+        evaluated at the config's numbers, so the grouping is the same in both bindings."""
+        dims = self._per_layer_dims(template)
+        if not dims:
+            return ()
+        names = {**self.numeric_dims, "layer": sympy.Integer(layer)}
+        return tuple(self._eval(text, expr.Scope(names, self.config,
+                                                 "a dim that reads `layer` may name model dims, `layer` "
+                                                 "and config.<field>"), where)
+                     for text, where in dims)
+
+    def _per_layer_dims(self, template: str) -> list[tuple[Any, Where]]:
+        cached = self._layer_dims_cache.get(template)
+        if cached is not None:
+            return cached
+        found: list[tuple[Any, Where]] = []
+        seen: set[int] = set()
+
+        def visit(fill: Fill, slots: Mapping[str, Fill]) -> None:
+            if id(fill) in seen:
+                return
+            seen.add(id(fill))
+            for key, text in fill.dims.items():
+                at = fill.where.at(f"dims.{key}")
+                if "layer" in self._names_in(text, at):
+                    found.append((text, at))
+            inner = {**slots, **fill.slots}
+            for sub in inner.values():
+                visit(sub, inner)
+
+        visit(self.model.templates[template], self.model.slots)
+        self._layer_dims_cache[template] = found
+        return found
 
     def _rollback(self, mark) -> None:
         rows, components, n_caches, values = mark
@@ -510,7 +610,9 @@ class _LayerStacks:
         where = node.where.at("schedule")
         if schedule.by is not None:
             values = self._eval(schedule.by, expr.Scope({}, self.config), where.at("by"))
-            if not isinstance(values, list) or layer >= len(values):
+            # a list of per-layer values, or a string of one character per layer (Nemotron-H's
+            # hybrid_override_pattern "M-M*...": M Mamba2, * attention, - MLP, E MoE)
+            if not isinstance(values, (list, str)) or layer >= len(values):
                 raise SpecError(where.at("by"), f"{schedule.by} has no entry for layer {layer}",
                                 "the per-layer list must cover every repeated layer")
             key = values[layer]
@@ -548,6 +650,8 @@ class Walker(_OpRows, _Components, _LayerStacks):
         self.streams: list[StreamRow] = []
         self.stack_values: dict = {}
         self.layer_ctx: _LayerStreams | None = None
+        self.layer_index: int | None = None   # the stack-local layer a group is walked at
+        self._layer_dims_cache: dict[str, list] = {}
         self.values: dict[str, sympy.Expr] = {}
         self.config_reads: set[tuple] = set()
         scenario = {name: symbols.dim(name) for name in symbols.SCENARIO_DIMS}
@@ -566,6 +670,8 @@ class Walker(_OpRows, _Components, _LayerStacks):
                 if not isinstance(value, dict) or key not in value:
                     raise KeyError(key)
                 value = value[key]
+        if isinstance(value, NonFinite):   # NaN/Infinity in a config.json field a spec reads
+            raise value.error()
         self.config_reads.add(path)
         return value
 
@@ -813,14 +919,25 @@ class _LayerStreams:
 
     def groups(self) -> list[tuple[str, tuple[int, ...], str]]:
         """(template, layers, tag) in order of first layer: a template's layers split by the history
-        length of the append streams it reads whole (``all`` / ``concat``)."""
+        length of the append streams it reads whole (``all`` / ``concat``) and by the values of its
+        per-layer dims (:meth:`_LayerStacks.layer_key`); layers alike in both are walked once."""
         plan: dict[tuple, list[int]] = {}
         for layer, template in enumerate(self.templates):
             history = tuple(stream_rules.visible(self.points[s], layer)
                             for s, take in sorted(self.reads[template])
                             if take in ("all", "concat") and s in self.points)
-            plan.setdefault((template, history), []).append(layer)
-        return [(t, tuple(layers), "h" + ".".join(map(str, h)) if h else "") for (t, h), layers in plan.items()]
+            plan.setdefault((template, history, self.w.layer_key(template, layer)), []).append(layer)
+        # a template whose per-layer dims split it: each group is tagged by its first layer
+        sizes: dict[str, set] = {}
+        for t, _, key in plan:
+            sizes.setdefault(t, set()).add(key)
+        groups = []
+        for (t, h, _), layers in plan.items():
+            tag = ["h" + ".".join(map(str, h))] if h else []
+            if len(sizes[t]) > 1:
+                tag.append(f"L{layers[0]}")
+            groups.append((t, tuple(layers), "_".join(tag)))
+        return groups
 
     # -- while a group is walked --------------------------------------------------------------------
     def start(self, template: str, layers: tuple[int, ...]) -> None:

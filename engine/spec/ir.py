@@ -180,6 +180,9 @@ class ComponentSpec:
     cache: tuple[CacheSpec, ...] = ()
     decode_variant: VariantSpec | None = None
     draft: bool = False
+    #: The short name of the mixer it is, as the gallery lists it ("gqa", "gdn", "mamba2"); the
+    #: component name without a trailing ``_attention`` / ``_mixer`` unless the YAML says ``label:``.
+    label: str = ""
 
 
 @dataclass(frozen=True, slots=True)

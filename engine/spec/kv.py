@@ -87,48 +87,67 @@ def fixed_bytes_per_request(analysis: Analysis, kv_dtype: str = "bf16", stack: s
     return total
 
 
+#: The two parts of a request's cache: ``state`` (``growth: state`` entries, flat in context) and
+#: ``growing`` (every other entry: it grows with context; a window-capped one stops at its window).
+PARTS = ("state", "growing")
+
+
+def part_of(cache: CacheRow) -> str:
+    """Which part of a request's cache an entry belongs to (:data:`PARTS`)."""
+    return "state" if cache.growth == "state" else "growing"
+
+
+def entry_bytes_per_request(cache: CacheRow, length: sympy.Expr | int, kv_dtype: str = "bf16") -> sympy.Expr:
+    """Bytes one cache entry holds for one request at context ``length``, all its layers."""
+    length = sympy.Integer(length) if isinstance(length, int) else length
+    return tokens_kept(cache, length) * cache.per_token * cache.repeat * cache_element_bytes(cache, kv_dtype)
+
+
 def bytes_per_request(analysis: Analysis, length: sympy.Expr | int | None = None,
-                      kv_dtype: str = "bf16", stack: str = "main") -> sympy.Expr:
-    """KV bytes one request holds at context ``length`` (a symbol ``length`` when omitted)."""
+                      kv_dtype: str = "bf16", stack: str = "main", part: str | None = None) -> sympy.Expr:
+    """KV bytes one request holds at context ``length`` (a symbol ``length`` when omitted); with
+    ``part`` (:data:`PARTS`) only that part: the parts sum to the whole."""
     length = symbols.dim(symbols.LENGTH) if length is None else sympy.Integer(length) \
         if isinstance(length, int) else length
-    return sum((tokens_kept(c, length) * c.per_token * c.repeat * cache_element_bytes(c, kv_dtype)
-                for c in caches(analysis, stack)), sympy.Integer(0))
+    return sum((entry_bytes_per_request(c, length, kv_dtype) for c in caches(analysis, stack)
+                if part is None or part_of(c) == part), sympy.Integer(0))
 
 
 _COMPILED: dict[tuple, tuple] = {}
 
 
-def elements_per_request_fn(analysis: Analysis, stack: str = "main"):
+def elements_per_request_fn(analysis: Analysis, stack: str = "main", part: str | None = None):
     """Cache elements in the KV dtype one request holds, as a numpy function of the context length
     (cached); times the KV element size plus :func:`own_dtype_bytes_per_request_fn` it is
-    :func:`bytes_per_request`."""
-    return _compiled(analysis, stack, "kv")
+    :func:`bytes_per_request` (``part``: only that part, :data:`PARTS`)."""
+    return _compiled(analysis, stack, "kv", part)
 
 
-def own_dtype_bytes_per_request_fn(analysis: Analysis, stack: str = "main"):
+def own_dtype_bytes_per_request_fn(analysis: Analysis, stack: str = "main", part: str | None = None):
     """Bytes one request holds in the entries with their own dtype (recurrent states), as a numpy
     function of the context length (cached)."""
-    return _compiled(analysis, stack, "own")
+    return _compiled(analysis, stack, "own", part)
 
 
-def request_bytes_fn(analysis: Analysis, stack: str = "main"):
+def request_bytes_fn(analysis: Analysis, stack: str = "main", part: str | None = None):
     """``f(length, kv_bytes)``: every cache byte one request holds at ``length`` when a KV element
-    takes ``kv_bytes`` (entries with their own dtype keep it)."""
-    kv_elements = elements_per_request_fn(analysis, stack)
-    own = own_dtype_bytes_per_request_fn(analysis, stack)
+    takes ``kv_bytes`` (entries with their own dtype keep it); with ``part`` (:data:`PARTS`) only
+    the state or only the growing part (the two sum to the whole)."""
+    kv_elements = elements_per_request_fn(analysis, stack, part)
+    own = own_dtype_bytes_per_request_fn(analysis, stack, part)
     return lambda length, kv_bytes: kv_elements(length) * kv_bytes + own(length)
 
 
-def _compiled(analysis: Analysis, stack: str, part: str):
-    key = (id(analysis), stack, part)
+def _compiled(analysis: Analysis, stack: str, dtype: str, part: str | None = None):
+    key = (id(analysis), stack, dtype, part)
     if key not in _COMPILED:   # the analysis is kept alive beside its function so ids stay unique
         length = symbols.dim(symbols.LENGTH)
-        if part == "kv":
-            terms = (tokens_kept(c, length) * c.per_token * c.repeat for c in caches(analysis, stack) if not c.dtype)
+        mine = [c for c in caches(analysis, stack) if part is None or part_of(c) == part]
+        if dtype == "kv":
+            terms = (tokens_kept(c, length) * c.per_token * c.repeat for c in mine if not c.dtype)
         else:
             terms = (tokens_kept(c, length) * c.per_token * c.repeat * CACHE_DTYPE_BYTES[c.dtype]
-                     for c in caches(analysis, stack) if c.dtype)
+                     for c in mine if c.dtype)
         total = sum(terms, sympy.Integer(0))
         raw = sympy.lambdify(length, total, modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
         fn = (lambda x, raw=raw: raw(x) + np.zeros_like(np.asarray(x, dtype=float)))

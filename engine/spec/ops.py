@@ -24,7 +24,8 @@ ZERO = sympy.Integer(0)
 
 #: FLOPs per element of elementwise functions.
 ACTIVATION_FLOPS = {"silu": 4, "gelu": 8, "gelu_tanh": 8, "relu": 1, "sigmoid": 3, "swiglu_oai": 8,
-                    "softplus": 3, "scale": 1}
+                    "softplus": 3, "scale": 1, "relu2": 2,   # relu2: max(x, 0) squared (Nemotron-H)
+                    "softcap": 5}   # softcap: c * tanh(x / c) (Gemma's logits)
 MASKS = ("causal", "sliding", "chunked", "bidirectional", "topk")
 GROWTHS = ("every_token", "window", "compressed", "state")
 
@@ -202,6 +203,14 @@ def _known_fn(call, attr: str) -> None:
         raise call.fail(f"unknown activation {call.attrs[attr]!r}", "use one of: " + ", ".join(ACTIVATION_FLOPS))
 
 
+def _scale_leaves(call):
+    """The stored factor: ``size`` elements (default: the input's last axis), a parameter or a buffer."""
+    if not call.attrs["leaf"]:
+        return ()
+    axis = call.axis("size") if "size" in call.dims else call.inputs[0].axes[-1]
+    return (Leaf(call.attrs["leaf"], (axis,), kind="buffer" if call.attrs["buffer"] else "param"),)
+
+
 def _activation_shape(call):
     _known_fn(call, "fn")
     return _preserve(call)
@@ -217,14 +226,35 @@ def _glu_shape(call):
     return gate, AxisMap(carried_all(gate))
 
 
+def _is_one(size: sympy.Expr) -> bool:
+    return size.is_number and size == 1
+
+
 def _binary_shape(call):
+    """Elementwise over two operands of equal rank. An axis of size 1 in one operand broadcasts
+    against the other's (a per-token gate [.., 1] times [.., hidden]); any other mismatch is an
+    error. Each output axis is carried from the operand that has it at full size (the first when
+    both do), so placement follows that operand and never splits a broadcast axis."""
     a, b = call.inputs
     if a.rank != b.rank:
         raise call.fail(f"operands {a} and {b} differ in rank",
-                        "both inputs must have the same axes")
-    for x, y in zip(a.axes, b.axes):
-        call.require_equal(x.size, y.size, f"operand axis {x.name}")
-    return a, AxisMap(carried_all(a))
+                        "both inputs must have the same axes (a broadcast axis has size 1)")
+    axes, sources = [], []
+    for j, (x, y) in enumerate(zip(a.axes, b.axes)):
+        if _is_one(x.size) and not _is_one(y.size):
+            axes.append(y)
+            sources.append(Carried(1, j))
+            continue
+        if not _is_one(y.size):
+            call.require_equal(x.size, y.size, f"operand axis {x.name}",
+                               "operands must agree on every axis, or have size 1 where they broadcast")
+        axes.append(x)
+        sources.append(Carried(0, j))
+    if all(s.source == 0 for s in sources):
+        return a, AxisMap(tuple(sources))
+    if all(s.source == 1 for s in sources):
+        return b, AxisMap(tuple(sources))
+    return Tensor(tuple(axes)), AxisMap(tuple(sources))
 
 
 def _split_heads_shape(call):
@@ -859,9 +889,15 @@ OPS: dict[str, Op] = {
         "broadcast", (2, 2), _glu_shape,
         lambda c, out: (ACTIVATION_FLOPS[c.attrs["act"]] + 1) * out.computed,
         attrs={"act": "silu"}),
-    "add": Op("add", "Elementwise sum of two equal-shape inputs (1 FLOP/element).",
+    "scale": Op(
+        "scale", "Multiply by a stored factor (1 FLOP/element): leaf `leaf` of `size` elements "
+        "(default: the last axis; 1 for a scalar), a parameter or, with `buffer`, a checkpoint "
+        "buffer (Gemma 4's router scales and layer scalar).",
+        "preserve", (1, 1), _preserve, lambda c, out: c.inputs[0].computed, _scale_leaves,
+        optional_dims=("size",), attrs={"leaf": "", "buffer": False}),
+    "add": Op("add", "Elementwise sum of two inputs; a size-1 axis broadcasts (1 FLOP per output element).",
               "broadcast", (2, 2), _binary_shape, lambda c, out: out.computed),
-    "mul": Op("mul", "Elementwise product of two equal-shape inputs (1 FLOP/element).",
+    "mul": Op("mul", "Elementwise product of two inputs; a size-1 axis broadcasts (1 FLOP per output element).",
               "broadcast", (2, 2), _binary_shape, lambda c, out: out.computed),
     "split_heads": Op(
         "split_heads", "View [.., heads*head_dim] as [.., heads, head_dim].",

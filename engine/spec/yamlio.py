@@ -282,16 +282,56 @@ def load_yaml(path: Path, display: str | None = None, *, mapping: bool = True,
 _JSON_NON_FINITE = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')
 
 
-def loads_json(text: str) -> Any:
+class NonFinite(float):
+    """A ``NaN``/``Infinity`` a config.json holds in a field nothing reads yet (Nemotron-H's
+    ``time_step_limit: [0.0, Infinity]``): a float for the modeling code, refused by
+    :func:`refuse_non_finite` the moment a spec or snapshot would record it."""
+
+    token: str
+    doc: str
+    pos: int
+
+    def __new__(cls, token: str, doc: str, pos: int) -> "NonFinite":
+        value = super().__new__(cls, token.replace("Infinity", "inf"))
+        value.token, value.doc, value.pos = token, doc, pos
+        return value
+
+    def __reduce__(self):
+        return (float, (float(self),))   # a copy (transformers deep-copies configs) is a plain float
+
+    def error(self) -> json.JSONDecodeError:
+        return json.JSONDecodeError(f"{self.token} is not a number JSON allows (write a finite number)",
+                                    self.doc, self.pos)
+
+
+def loads_json(text: str, keep_non_finite: bool = False) -> Any:
     """``json.loads`` for input that feeds a spec or snapshot (a model's config.json).
 
     Python's json accepts ``NaN``/``Infinity``/``-Infinity`` (not JSON); they would reach the
     snapshot as ``.nan`` and the arithmetic as nonsense. They raise :class:`json.JSONDecodeError`
     at their position, like any other syntax error, so callers need no new except clause.
+    With ``keep_non_finite`` they load as :class:`NonFinite` values instead, for a caller that
+    records only some fields and checks those with :func:`refuse_non_finite`.
     """
-    def refuse(token: str) -> Any:
-        found = next(m for m in _JSON_NON_FINITE.finditer(text) if m[1] == token)
-        raise json.JSONDecodeError(f"{token} is not a number JSON allows (write a finite number)",
-                                   text, found.start(1))
+    positions = iter(m for m in _JSON_NON_FINITE.finditer(text) if m[1])
 
-    return json.loads(text, parse_constant=refuse)
+    def constant(token: str) -> Any:
+        found = next(m for m in positions if m[1] == token)
+        value = NonFinite(token, text, found.start(1))
+        if not keep_non_finite:
+            raise value.error()
+        return value
+
+    return json.loads(text, parse_constant=constant)
+
+
+def refuse_non_finite(value: Any) -> None:
+    """Raise the :class:`json.JSONDecodeError` of the first :class:`NonFinite` inside ``value``."""
+    if isinstance(value, NonFinite):
+        raise value.error()
+    if isinstance(value, dict):
+        for item in value.values():
+            refuse_non_finite(item)
+    elif isinstance(value, list):
+        for item in value:
+            refuse_non_finite(item)

@@ -37,6 +37,8 @@ class LayerPlan:
     defaults: dict[str, Any]
     values: tuple[str, ...]
     where: Where
+    #: the list (or one-character-per-layer string) has exactly one entry per main-stack layer
+    whole: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +89,8 @@ def _registry(path: str, rel: str) -> Registry:
             raise SpecError(where(data["layer_plans"], "layer_plans", i), f"unknown feature {raw['feature']!r}",
                             "use one of: " + ", ".join(FEATURES))
         plans.append(LayerPlan(raw["field"], raw["feature"], raw["expect"], dict(raw.get("defaults") or {}),
-                               tuple(raw.get("values") or ()), where(data["layer_plans"], "layer_plans", i)))
+                               tuple(raw.get("values") or ()), where(data["layer_plans"], "layer_plans", i),
+                               bool(raw.get("whole", False))))
     structural = []
     for i, raw in enumerate(data.get("structural") or []):
         for key in ("field", "op", "dim"):
@@ -101,7 +104,7 @@ def _registry(path: str, rel: str) -> Registry:
 
 
 #: Per-layer features the evaluation can state (see guards/schedule.py).
-FEATURES = ("moe", "window", "indexer", "hash_routed", "recurrent")
+FEATURES = ("moe", "window", "indexer", "hash_routed", "recurrent", "attention")
 
 
 def registry(corpus_root: Path) -> Registry:

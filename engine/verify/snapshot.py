@@ -28,7 +28,7 @@ from engine.spec.corpus import TEXT_CONFIG, Corpus, config_view, with_config_def
 from engine.spec.evaluate import Binding, Walker
 from engine.spec.ir import ModelSpec, Snapshot
 from engine.verify.manifest import Manifest, ManifestTensor
-from engine.spec.yamlio import loads_json
+from engine.spec.yamlio import loads_json, refuse_non_finite
 
 
 def fields_read(corpus: Corpus, model: ModelSpec, config: dict[str, Any]) -> dict[str, Any]:
@@ -49,6 +49,7 @@ def fields_read(corpus: Corpus, model: ModelSpec, config: dict[str, Any]) -> dic
 def config_text(corpus: Corpus, model: ModelSpec, config: dict[str, Any], source: str) -> str:
     """YAML text of the config snapshot for ``model``."""
     fields = fields_read(corpus, model, config)
+    refuse_non_finite(fields)   # NaN/Infinity only where no spec or guard reads it
     header = ("# Config fields this spec binds (and the ones the verification guards read), recorded\n"
               "# from the published config.json. Refresh with: archledger snapshot MODEL\n")
     return header + yaml.safe_dump({"source": source, "fields": fields}, sort_keys=False,

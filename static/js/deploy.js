@@ -32,8 +32,11 @@
       ["Decode tokens/s per GPU", dec.tokens_per_s_per_gpu, dec.tokens_per_s_per_gpu.toPrecision(4), docs.tokens_per_s_per_gpu],
       ["Max concurrent requests", dec.max_concurrent_requests, String(dec.max_concurrent_requests), docs.max_concurrent_requests],
       ["Weights per GPU", dec.weight_bytes_per_gpu, fmt.bytes(dec.weight_bytes_per_gpu), docs.weight_bytes_per_gpu, index.weight_formulas[combo.weight_formula]],
-      ["KV per request", dec.kv_bytes_per_request, fmt.bytes(dec.kv_bytes_per_request), docs.kv_bytes_per_request],
-      ["Decode bound", 0, dec.bound, docs.bound], ["Prefill bound", 0, dec.prefill_bound || "—", docs.bound]];
+      ["KV per request", dec.kv_bytes_per_request, fmt.bytes(dec.kv_bytes_per_request), docs.kv_bytes_per_request]];
+    if (dec.kv_state_bytes_per_request > 0)   // a hybrid: how much of it is the flat recurrent state
+      items.push(["of which flat state", dec.kv_state_bytes_per_request, fmt.bytes(dec.kv_state_bytes_per_request), docs.kv_state_bytes_per_request]);
+    items = items.concat([
+      ["Decode bound", 0, dec.bound, docs.bound], ["Prefill bound", 0, dec.prefill_bound || "—", docs.bound]]);
     items.forEach(function (it) { var d = document.createElement("div"); row(it[0], it[1], it[2], it[3], it[4]).forEach(function (e) { d.appendChild(e); }); dl.appendChild(d); });
     sum.appendChild(dl);
     if (dec.extrapolated) { var w = document.createElement("p"); w.className = "warn"; w.textContent = "! Context past the model's maximum (" + page.max_context + " tokens): extrapolation."; sum.appendChild(w); }
@@ -117,7 +120,6 @@
     form.elements.gpu.addEventListener("change", function () { params = new URLSearchParams(); refill(); update(); });
     ["cfg", "fw", "kv", "input", "batch"].forEach(function (k) { form.elements[k].addEventListener("change", function () { params = new URLSearchParams(location.search); update(); }); });
     update();
-    var kv = page.kv_curve.context.map(function (c, i) { return { context: c, bytes_bf16: page.kv_curve.bytes_bf16[i], extrapolated: c > page.max_context }; });
-    chart("chart-kv", page.specs.kv, { kv: kv, limit: [{ max_context: page.max_context }] });
+    chart("chart-kv", page.specs.kv, { kv: page.kv_rows, limit: [{ max_context: page.max_context }] });
   }).catch(function (e) { console.error(e); document.getElementById("summary").textContent = "Could not load the data: " + e.message; });
 })();

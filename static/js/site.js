@@ -19,7 +19,7 @@
     tip.textContent = "";
     if (!f) { var def = document.createElement("div"); def.textContent = "= " + d; tip.appendChild(def); }
     else { var code = document.createElement("code"); code.textContent = "= " + f; tip.appendChild(code); }
-    var b = f ? bound(f) : "";
+    var b = f ? [el.getAttribute("data-w"), bound(f)].filter(Boolean).join(", ") : "";   // data-w: a value the number is taken at (e.g. length = 32768)
     if (b) { var p = document.createElement("div"); p.className = "bound"; p.textContent = "where " + b; tip.appendChild(p); }
     var n = el.getAttribute("data-n");
     if (n) { var q = document.createElement("div"); q.className = "node"; q.textContent = "from " + n; tip.appendChild(q); }

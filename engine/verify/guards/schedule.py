@@ -1,7 +1,8 @@
 """schedule guard: the per-layer plan covers config.json's per-layer lists, layer by layer.
 
 ``corpus/verification.yaml`` (``layer_plans``) says what a config field means for layer ``i``
-(``first_k_dense_replace``: layers before k are dense; ``layer_types``: which layers slide...).
+(``first_k_dense_replace``: layers before k are dense; ``layer_types``: which layers slide...;
+``hybrid_override_pattern``: a string of one character per layer, Nemotron-H's ``M*-E``).
 The evaluation says what each layer *is* (a feature read from its nodes: routed experts, a
 window-capped cache). Every layer must agree, so a plan with the right counts but the wrong
 layers is caught too, and a list value the registry does not know is an error, not a guess.
@@ -19,15 +20,16 @@ EVIDENCE = "config per-layer plans"
 
 
 def evidence(ctx: Context) -> str:
-    fields = [p.field for p in ctx.registry.layer_plans if p.field in ctx.evidence.config]
+    fields = list(dict.fromkeys(p.field for p in ctx.registry.layer_plans if p.field in ctx.evidence.config))
     return "config " + (", ".join(fields) if fields else "(no per-layer plan fields)")
 
 
 def layer_features(ctx: Context) -> dict[int, dict[str, bool]]:
     """Per main-stack layer: ``moe`` (routes over experts), ``window`` (window-capped cache) and
     ``indexer`` (runs its own token indexer: an indexer-key cache), ``hash_routed`` (picks
-    experts by token id) and ``recurrent`` (keeps a recurrent state: a ``growth: state`` cache on a
-    recurrent op, i.e. a linear-attention layer)."""
+    experts by token id), ``recurrent`` (keeps a recurrent state: a ``growth: state`` cache on a
+    recurrent op, i.e. a linear-attention layer) and ``attention`` (attends over a history it
+    caches: a cache entry that is not a state)."""
     a = ctx.numeric
     out: dict[int, dict[str, bool]] = {}
     for uid, comp in a.components.items():
@@ -40,9 +42,10 @@ def layer_features(ctx: Context) -> dict[int, dict[str, bool]]:
         hashed = any(r.op == "hash_route" for u, r in a.rows.items() if u.startswith(prefix))
         recurrent = any(c.growth == "state" and OPS[a.rows[c.node_uid].op].state is not None
                         for c in a.caches if c.node_uid.startswith(prefix))
+        attention = any(c.growth != "state" for c in a.caches if c.node_uid.startswith(prefix))
         for layer in comp.layers:
             out[layer] = {"moe": moe, "window": window, "indexer": indexer, "hash_routed": hashed,
-                          "recurrent": recurrent}
+                          "recurrent": recurrent, "attention": attention}
     return out
 
 
@@ -70,7 +73,13 @@ def check(ctx: Context) -> list[Finding]:
         if plan.field not in config or not features:
             continue
         value = config[plan.field]
-        if plan.values and isinstance(value, list):
+        per_layer = isinstance(value, (list, str))   # a string: one character per layer
+        if plan.whole and per_layer and len(value) != len(features):
+            out.append(Finding(NAME, "error", layers_uid, f"config.{plan.field} has {len(value)} entries but "
+                               f"the spec's main stack has {len(features)} layers",
+                               f"repeat the layers once per entry of config.{plan.field}"))
+            continue
+        if plan.values and per_layer:
             unknown = sorted({v for v in value if v not in plan.values})
             if unknown:
                 out.append(Finding(NAME, "error", layers_uid, f"config.{plan.field} holds {unknown}, whose "
@@ -81,7 +90,7 @@ def check(ctx: Context) -> list[Finding]:
         for layer in sorted(features):
             try:
                 names = {"layer": sympy.Integer(layer)}
-                if isinstance(value, list):
+                if per_layer:
                     names["entry"] = value[layer] if layer < len(value) else None
                 want = expr.evaluate(plan.expect, expr.Scope(names, _resolver(config, plan.defaults)))
             except (expr.ExprError, KeyError, IndexError, TypeError) as exc:
@@ -95,7 +104,8 @@ def check(ctx: Context) -> list[Finding]:
         if wrong:
             have = sum(f[plan.feature] for f in features.values())
             label = {"moe": "MoE", "window": "sliding-window", "indexer": "indexer",
-                     "hash_routed": "hash-routed", "recurrent": "linear-attention (recurrent-state)"}[plan.feature]
+                     "hash_routed": "hash-routed", "recurrent": "linear-attention (recurrent-state)",
+                     "attention": "attention (history-cache)"}[plan.feature]
             out.append(Finding(NAME, "error", layers_uid,
                                f"config.{plan.field} = {_short(value)} makes {expected_count} of {len(features)} "
                                f"layers {label}; the spec's schedule makes {have} (layers {_span(wrong)} differ)",

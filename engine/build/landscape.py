@@ -1,0 +1,350 @@
+"""The corpus landscape: architecture traits per model and the survey tables of the landscape page.
+
+Layer: engine.build -> build/results. Three pieces, all computed here so the site only displays:
+
+* :func:`traits` — what a model's evaluated graph uses (MoE, MLA, sparse attention, sliding
+  window, compressed KV, linear/SSM mixers, hybrid stacks, MTP), read from its ops, components,
+  caches and stacks (never from its name). Written to ``models.parquet`` (``traits``) with the
+  model's lineage (``lineage``, ``generation``) from ``corpus/lineage.yaml``.
+* :func:`model_facts` — per model, with formulas: KV bytes per token of context at 4K/128K/1M,
+  expert counts and widths, parameters total/active, and the decode arithmetic intensity of each
+  attention kind (the weight-free attention ops: score, softmax, apply and the cache reads, at one
+  request and a 4096-token context on one GPU, the model document's reference point). Written into
+  the model document (``models/<org--name>.json``, key ``landscape``), computed in the worker.
+* :func:`tables` — the landscape tables (``landscape.json``) assembled from those facts and
+  ``gpus/*.yaml``: the ridge point of each GPU (bf16 peak FLOP/s over HBM bytes/s) and the tokens
+  an expert needs per step for its matmuls to reach it.
+
+Invariant: every cell is ``{"value", "formula"}`` and the formula evaluated at the dims (and the
+GPU figures it names) gives the value; docs/results.md documents each column.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import sympy
+import yaml
+
+from engine.spec import kv, symbols
+from engine.spec.api import Evaluation
+from engine.spec.errors import SpecError
+
+#: Trait order on the site (the gallery's filter bar and the landscape page) with one line each.
+TRAITS = {
+    "moe": ("MoE", "Mixture of experts: weights stored more times than a token uses them."),
+    "mla": ("MLA", "Multi-head latent attention: a compressed latent (mla_latent) is cached instead of keys and values."),
+    "sparse": ("Sparse attention", "Each query reads only the top-k cached tokens an indexer selects (token_topk)."),
+    "sliding": ("Sliding window", "At least one cache is capped by a window."),
+    "compressed": ("Compressed KV", "A cache adds one entry every few tokens."),
+    "linear": ("Linear / SSM", "A recurrent mixer keeps a fixed-size state per request."),
+    "hybrid": ("Hybrid", "Layers mix more than one kind of token mixer (attention kinds or window variants)."),
+    "mtp": ("MTP", "Multi-token prediction: an extra stack predicts further tokens."),
+}
+
+#: Contexts of the KV table (tokens).
+KV_CONTEXTS = {"4k": 4096, "128k": 131072, "1m": 1048576}
+
+#: Bytes per element of the ridge-batch model: BF16 weights and activations (see docs/results.md).
+RIDGE_BYTES = 2
+
+LINEAGE_FILE = "lineage.yaml"
+
+
+def traits(ev: Evaluation) -> list[str]:
+    """The model's architecture traits (keys of :data:`TRAITS`), from its evaluated main stack."""
+    num = ev.numeric
+    main_caches = [c for c in num.caches if c.stack == "main"]
+    ops = {r.op for r in num.rows.values() if r.stack == "main"}
+    comps = [c for c in num.components.values() if c.stack == "main"]
+    found = set()
+    if any(c.instances != c.active for c in comps):
+        found.add("moe")
+    if any(c.kind == "mla_latent" for c in main_caches):
+        found.add("mla")
+    if "token_topk" in ops:
+        found.add("sparse")
+    if any(c.growth == "window" for c in main_caches):
+        found.add("sliding")
+    if any(c.growth == "compressed" for c in main_caches):
+        found.add("compressed")
+    if any(c.growth == "state" for c in main_caches):
+        found.add("linear")
+    if len(attention_kinds(ev)) > 1:
+        found.add("hybrid")
+    if any("mtp" in stack for stack in num.stacks if stack != "main"):
+        found.add("mtp")
+    return [t for t in TRAITS if t in found]
+
+
+def attention_kinds(ev: Evaluation) -> list[str]:
+    """Attention components of the main stack, ``+window`` when one declares a window-capped cache."""
+    return sorted(set(_kind_of(ev).values()))
+
+
+def _kind_of(ev: Evaluation) -> dict[str, str]:
+    """Attention component uid -> its kind label."""
+    windowed = {c.node_uid.rsplit("/", 1)[0] for c in ev.numeric.caches if c.growth == "window"}
+    return {uid: row.component + ("+window" if uid in windowed else "")
+            for uid, row in ev.numeric.components.items() if row.role == "attention" and row.stack == "main"}
+
+
+# -- lineage -------------------------------------------------------------------------------------------
+
+def load_lineage(corpus_root: Path) -> dict[str, Any]:
+    """``corpus/lineage.yaml`` -> ``{"families": {family: (lineage, generation)}, "models": {model_id:
+    position in its family's release list}}``. Absent file: empty tables."""
+    path = Path(corpus_root) / LINEAGE_FILE
+    families: dict[str, tuple[str, int]] = {}
+    models: dict[str, int] = {}
+    if not path.exists():
+        return {"families": families, "models": models}
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    lineages = data.get("lineages") if isinstance(data, dict) else None
+    if not isinstance(lineages, list):
+        raise SpecError(_where(path, "lineages"), "`lineages:` must be a list",
+                        "write lineages: [{lineage: DeepSeek, families: [DeepSeek-V3, DeepSeek-V4]}]")
+    for i, entry in enumerate(lineages):
+        if not isinstance(entry, dict) or not isinstance(entry.get("lineage"), str) \
+                or not isinstance(entry.get("families"), list):
+            raise SpecError(_where(path, f"lineages[{i}]", i), "each lineage needs `lineage:` (text) and `families:` (a list)",
+                            "write {lineage: Qwen, families: [Qwen3, Qwen3.5]}")
+        for generation, item in enumerate(entry["families"]):
+            if isinstance(item, dict) and len(item) == 1:
+                (family, listed), = item.items()
+            else:
+                family, listed = item, []
+            if not isinstance(family, str) or not isinstance(listed, list) or not all(isinstance(m, str) for m in listed):
+                raise SpecError(_where(path, f"lineages[{i}].families[{generation}]", i),
+                                "a family is a name, or `Name: [org/model, ...]` (its models in release order)",
+                                "write - Qwen3: [Qwen/Qwen3-8B, Qwen/Qwen3-32B]")
+            families[family] = (entry["lineage"], generation)
+            models.update({m: pos for pos, m in enumerate(listed)})
+    return {"families": families, "models": models}
+
+
+def lineage_columns(model_id: str, family: str, table: dict[str, Any]) -> dict[str, Any]:
+    """models.parquet's ``lineage``, ``generation`` and ``release_position`` for one model (a family
+    not listed: its own lineage, generation 0; a model not listed: after the listed ones)."""
+    lineage, generation = table["families"].get(family, (family, 0))
+    return {"lineage": lineage, "generation": generation, "release_position": table["models"].get(model_id, 1000)}
+
+
+def _where(path: Path, field: str, index: int | None = None):
+    """The place of ``lineages`` (or its item ``index``) in the file, at its own line."""
+    from engine.spec.errors import Where
+    line = 1
+    try:
+        root = yaml.compose(path.read_text(encoding="utf-8"))
+        for key, value in (root.value if isinstance(root, yaml.MappingNode) else []):
+            if key.value == "lineages":
+                line = value.start_mark.line + 1
+                if index is not None and isinstance(value, yaml.SequenceNode) and index < len(value.value):
+                    line = value.value[index].start_mark.line + 1
+    except yaml.YAMLError:
+        pass
+    return Where(str(path), line, field)
+
+
+# -- per-model facts (in the model document) -------------------------------------------------------------
+
+def _q(value, formula) -> dict[str, Any]:
+    if isinstance(value, sympy.Basic):
+        number = int(value) if value.is_integer else float(value)
+    else:
+        number = value
+    return {"value": number, "formula": str(formula)}
+
+
+def model_facts(ev: Evaluation, point: dict, flops_at: dict, bytes_at: dict, bytes_formula: dict) -> dict[str, Any]:
+    """The landscape facts of one model (see the module doc). ``point`` is the decode reference
+    point; ``bytes_at``/``bytes_formula``: per row uid and phase, the HBM bytes of one call of the
+    placed single-GPU program (value and formula over the scenario symbols); ``flops_at``: per row
+    uid, its decode FLOPs per call at ``point``."""
+    num, sym = ev.numeric, ev.symbolic
+    kv_cells = {}
+    for label, length in KV_CONTEXTS.items():
+        kv_cells[label] = _q(kv.bytes_per_request(num, length) / length, kv.bytes_per_request(sym, length) / length)
+    values = num.values
+    experts = None
+    if "n_experts" in values and "top_k" in values:
+        experts = {name: {"value": int(values[name]), "formula": str(symbols.dim(name))}
+                   for name in ("n_experts", "top_k", "n_shared_experts", "d_ff_expert", "hidden") if name in values}
+        experts.setdefault("n_shared_experts", {"value": 0, "formula": "0"})
+    attention = []
+    kinds = _kind_of(ev)
+    for comp_uid, kind in sorted(kinds.items(), key=lambda kv_: kv_[1]):
+        rows = [u for u, r in num.rows.items() if u.startswith(comp_uid + "/") and "decode" in r.phases
+                and not r.leaves and u in bytes_at and "decode" in bytes_at[u]]
+        flops = sum((flops_at[u] * num.rows[u].repeat for u in rows), sympy.Integer(0))
+        sflops = sum((sym.rows[u].flops * sym.rows[u].repeat for u in rows), sympy.Integer(0))
+        traffic = sum(bytes_at[u]["decode"] * float(num.rows[u].repeat) for u in rows)
+        straffic = sum((bytes_formula[u]["decode"] * sym.rows[u].repeat for u in rows), sympy.Integer(0))
+        if not traffic:
+            continue
+        attention.append({"kind": kind, "component": comp_uid,
+                          "intensity": {"value": float(flops) / traffic,
+                                        "formula": f"({sflops}) / ({straffic})"},
+                          "flops": {"value": float(flops), "formula": str(sflops)},
+                          "bytes": {"value": float(traffic), "formula": str(straffic)}})
+    # one row per kind: a kind used by several layer templates is summed over them
+    merged: dict[str, dict] = {}
+    for a in attention:
+        m = merged.setdefault(a["kind"], {"kind": a["kind"], "flops": 0.0, "bytes": 0.0, "f": [], "b": []})
+        m["flops"] += a["flops"]["value"]
+        m["bytes"] += a["bytes"]["value"]
+        m["f"].append(a["flops"]["formula"])
+        m["b"].append(a["bytes"]["formula"])
+    by_kind = [{"kind": k, "intensity": {"value": m["flops"] / m["bytes"],
+                                         "formula": f"({' + '.join(m['f'])}) / ({' + '.join(m['b'])})"},
+                "flops": {"value": m["flops"], "formula": " + ".join(m["f"])},
+                "bytes": {"value": m["bytes"], "formula": " + ".join(m["b"])}}
+               for k, m in merged.items()]
+    overview = ev.overview()
+    return {"traits": traits(ev), "dims": {k: int(v) for k, v in values.items()}, "kv_per_token": kv_cells, "experts": experts, "attention_decode": by_kind,
+            "params_total": _q(overview["params_total"].value, overview["params_total"].formula),
+            "params_active": _q(overview["params_active"].value, overview["params_active"].formula),
+            "point": {str(k): (int(v) if float(v).is_integer() else float(v)) for k, v in point.items()}}
+
+
+# -- the tables (landscape.json) ---------------------------------------------------------------------------
+
+def ridge(gpu) -> tuple[float, str]:
+    """The GPU's ridge point in FLOP per byte: bf16 dense peak over HBM bandwidth, and its formula."""
+    peak, bw = gpu.peak_flops("bf16"), gpu.hbm_bytes_per_s
+    return peak / bw, f"{gpu.peak['bf16'].value:g}e12 / {gpu.hbm_bw.value:g}e12"
+
+
+def tokens_to_ridge(r: float, hidden: int, width: int, b: int = RIDGE_BYTES) -> float | None:
+    """Tokens t one expert must process per step for its matmuls to reach ridge r. One expert
+    matrix [width, hidden] over t tokens: 2 t hidden width FLOPs, b hidden width weight bytes and
+    b t (hidden + width) activation bytes (read input, write output). Setting FLOPs / bytes = r:
+    t = r b h w / (2 h w - r b (h + w)); None when the denominator is not positive (the matmul can
+    never reach the ridge). The same t holds for the whole gated expert (3 such matrices)."""
+    den = 2 * hidden * width - r * b * (hidden + width)
+    if den <= 0:
+        return None
+    return r * b * hidden * width / den
+
+
+def _unit(key: str) -> str:
+    """How a column's values read: bytes, count, ratio, flops (FLOP/s or FLOPs), bytes_per_s, or text."""
+    if key.startswith("kv_") or key == "bytes":
+        return "bytes"
+    if key in ("ridge", "intensity", "active_share"):
+        return "ratio"
+    if key in ("peak_bf16", "flops"):
+        return "flops"
+    if key == "hbm_bytes_per_s":
+        return "bytes_per_s"
+    if key.startswith(("batch_", "tokens_", "n_", "top_k", "d_ff", "params_")):
+        return "count"
+    return "text"
+
+
+def _bound(formula: str, dims: dict[str, int]) -> str:
+    """``name = value`` for each dim a formula names (what its tooltip prints after "where")."""
+    names = dict.fromkeys(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", formula))
+    return ", ".join(f"{n} = {dims[n]:,}" if isinstance(dims[n], int) else f"{n} = {dims[n]:g}" for n in names if n in dims)
+
+
+def release_key(row: dict) -> tuple:
+    """Sort key of a models.parquet row: lineage, then release order inside it, then size."""
+    return (row["lineage"].lower(), row["generation"], row["release_position"], row["params_total"], row["model_id"])
+
+
+def tables(facts: dict[str, dict], rows: dict[str, dict], gpus: dict) -> dict[str, Any]:
+    """The landscape tables from each model's facts (``model_facts``, by model id), its
+    models.parquet row (name, family, lineage) and the GPUs. Each table: ``columns`` (key, label,
+    doc) and ``rows`` (each cell a string or ``{value, formula}``)."""
+    order = sorted(facts, key=lambda m: release_key(rows[m]))
+    ident = [{"key": "model_id", "label": "Model", "doc": "Hugging Face model id."},
+             {"key": "family", "label": "Family", "doc": "Model family."}]
+
+    def base(m):
+        return {"model_id": m, "family": rows[m]["family"]}
+
+    kv_rows = [{**base(m), "kinds": ", ".join(rows[m]["attention_kinds"]),
+                **{f"kv_{label}": facts[m]["kv_per_token"][label] for label in KV_CONTEXTS}} for m in order]
+    kv_cols = ident + [{"key": "kinds", "label": "Attention", "doc": "Attention kinds of the main stack."}] + [
+        {"key": f"kv_{label}", "label": f"KV B/token @ {label.upper()}",
+         "doc": f"KV bytes one request holds at {n:,} tokens of context, divided by {n:,} (BF16 KV, main stack; "
+                "windows and states included, so a capped cache costs less per token as the context grows)."}
+        for label, n in KV_CONTEXTS.items()]
+
+    gpu_names = sorted(gpus)
+    ridges = {g: ridge(gpus[g]) for g in gpu_names}
+    exp_rows = []
+    for m in order:
+        e = facts[m].get("experts")
+        if not e:
+            continue
+        h, w = e["hidden"]["value"], e["d_ff_expert"]["value"]
+        n, k = e["n_experts"]["value"], e["top_k"]["value"]
+        row = {**base(m), "n_experts": e["n_experts"], "top_k": e["top_k"], "n_shared_experts": e["n_shared_experts"],
+               "d_ff_expert": e["d_ff_expert"]}
+        for g in gpu_names:
+            r, rf = ridges[g]
+            t = tokens_to_ridge(r, h, w)
+            tf = f"R*{RIDGE_BYTES}*hidden*d_ff_expert / (2*hidden*d_ff_expert - R*{RIDGE_BYTES}*(hidden + d_ff_expert)), R = {rf}"
+            if t is None:
+                row[f"tokens_{g}"] = {"value": None, "formula": tf + " (denominator <= 0: never reaches the ridge)"}
+                row[f"batch_{g}"] = {"value": None, "formula": "never"}
+            else:
+                row[f"tokens_{g}"] = {"value": math.ceil(t), "formula": f"ceil({tf})"}
+                row[f"batch_{g}"] = {"value": math.ceil(t * n / k),
+                                     "formula": f"ceil(t * n_experts / top_k), t = {tf}"}
+        exp_rows.append(row)
+    exp_cols = ident + [
+        {"key": "n_experts", "label": "Experts", "doc": "Routed experts per MoE layer."},
+        {"key": "top_k", "label": "Active", "doc": "Routed experts per token."},
+        {"key": "n_shared_experts", "label": "Shared", "doc": "Shared experts every token uses."},
+        {"key": "d_ff_expert", "label": "Expert width", "doc": "Intermediate width of one expert."}] + [
+        {"key": f"batch_{g}", "label": f"Batch @ {g}",
+         "doc": f"Tokens per step the whole model needs so that an average expert reaches {g}'s ridge point "
+                f"(tokens per expert x n_experts / top_k; BF16 weights and activations)."} for g in gpu_names]
+    ridge_rows = [{"gpu": g, "ridge": {"value": ridges[g][0], "formula": ridges[g][1]},
+                   "peak_bf16": {"value": gpus[g].peak_flops("bf16"), "formula": f"{gpus[g].peak['bf16'].value:g}e12"},
+                   "hbm_bytes_per_s": {"value": gpus[g].hbm_bytes_per_s, "formula": f"{gpus[g].hbm_bw.value:g}e12"}}
+                  for g in gpu_names]
+    ridge_cols = [{"key": "gpu", "label": "GPU", "doc": "gpus/*.yaml `gpu:`."},
+                  {"key": "ridge", "label": "Ridge (FLOP/B)", "doc": "bf16 dense peak FLOP/s / HBM bytes/s."},
+                  {"key": "peak_bf16", "label": "Peak bf16 (FLOP/s)", "doc": "Dense bf16 peak."},
+                  {"key": "hbm_bytes_per_s", "label": "HBM (B/s)", "doc": "HBM bandwidth."}]
+
+    att_rows = [{**base(m), "kind": a["kind"], "intensity": a["intensity"], "flops": a["flops"], "bytes": a["bytes"]}
+                for m in order for a in facts[m]["attention_decode"]]
+    att_cols = ident + [
+        {"key": "kind", "label": "Attention kind", "doc": "Attention component (+window: window-capped cache)."},
+        {"key": "intensity", "label": "FLOP / byte", "doc": "Decode arithmetic intensity of the attention's weight-free "
+                                                          "ops (scores, softmax, apply, cache reads) at batch 1, 4096 tokens of context."},
+        {"key": "flops", "label": "FLOPs", "doc": "Their FLOPs per decode step, all layers of that kind."},
+        {"key": "bytes", "label": "HBM bytes", "doc": "Their HBM bytes per decode step (BF16 KV, unfused, one GPU)."}]
+
+    par_rows = []
+    for m in order:
+        t, a = facts[m]["params_total"], facts[m]["params_active"]
+        par_rows.append({**base(m), "params_total": t, "params_active": a,
+                         "active_share": {"value": a["value"] / t["value"], "formula": f"({a['formula']}) / ({t['formula']})"}})
+    par_cols = ident + [{"key": "params_total", "label": "Total", "doc": "Parameters of the main stack."},
+                        {"key": "params_active", "label": "Active", "doc": "Parameters one token uses."},
+                        {"key": "active_share", "label": "Active / total", "doc": "Share of the weights a token uses."}]
+
+    trait_rows = [{**base(m), **{t: ("yes" if t in facts[m]["traits"] else "") for t in TRAITS}} for m in order]
+    trait_cols = ident + [{"key": t, "label": label, "doc": doc} for t, (label, doc) in TRAITS.items()]
+    for row in kv_rows + exp_rows + att_rows + par_rows:
+        dims = {**facts[row["model_id"]]["dims"], **facts[row["model_id"]]["point"]}   # + the reference scenario
+        for cell in row.values():
+            if isinstance(cell, dict) and "formula" in cell:
+                cell["where"] = _bound(cell["formula"], dims)
+    for col in kv_cols + exp_cols + ridge_cols + att_cols + par_cols + trait_cols:
+        col["unit"] = _unit(col["key"])
+    return {"traits": {t: {"label": label, "doc": doc} for t, (label, doc) in TRAITS.items()}, "tables": [
+        {"name": "traits", "title": "Architecture traits", "columns": trait_cols, "rows": trait_rows},
+        {"name": "kv", "title": "KV cache per token of context", "columns": kv_cols, "rows": kv_rows},
+        {"name": "experts", "title": "Experts and the batch to reach the ridge point", "columns": exp_cols, "rows": exp_rows},
+        {"name": "ridge", "title": "GPU ridge points", "columns": ridge_cols, "rows": ridge_rows},
+        {"name": "attention", "title": "Decode attention arithmetic intensity", "columns": att_cols, "rows": att_rows},
+        {"name": "params", "title": "Parameters, active and total", "columns": par_cols, "rows": par_rows}]}
