@@ -8,7 +8,8 @@ Layer: engine.deploy. A rule is a small operator pattern plus conditions:
   adjacent ops of the listed kinds;
 * ``when:`` ``arch``, ``phases``, ``min_degree``, ``max_tokens`` (tokens per device per step),
   ``dims`` (a named size takes one of the listed values), ``weight_dtype``; ``enabled: false``
-  lists a real but opt-in fusion without applying it.
+  lists a real but opt-in fusion without applying it; ``compute:`` the dtype the fused kernel's
+  MMAs run in when the framework's kernel quantizes its operands (DeepGEMM's FP8 indexer logits).
 
 View ops are transparent. Matching runs after communication insertion, per phase; overlapping
 matches are resolved largest first. A fused kernel's FLOPs, weight bytes and link bytes are the sum
@@ -24,13 +25,14 @@ from typing import Mapping
 import sympy
 
 from engine.project import PACKAGE_ROOT
-from engine.spec.corpus import Reader
+from engine.spec.corpus import COMPUTE_CLASSES, Reader
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
 from engine.deploy.placement import COLLECTIVES, ONE, ZERO, Program, Step
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus" / "fusion"
-_RULE_FIELDS = ("name", "doc", "src", "chain", "names", "siblings", "component", "extra", "when", "enabled")
+_RULE_FIELDS = ("name", "doc", "src", "chain", "names", "siblings", "component", "extra", "when", "enabled",
+                "compute")
 _WHEN = ("arch", "phases", "min_degree", "max_tokens", "dims", "weight_dtype")
 MATMULS = ("linear", "head_linear", "embedding")
 
@@ -48,6 +50,7 @@ class Rule:
     when: Mapping
     enabled: bool
     where: object
+    compute: str = ""               # the dtype the fused kernel's MMAs run in, when not its matmul's
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,7 @@ class FusionTable:
 class Match:
     rule: str
     members: tuple[str, ...]        # step uids in program order
+    compute: str = ""               # the rule's compute class (Rule.compute)
 
 
 def load_table(path: Path, root: Path | None = None) -> FusionTable:
@@ -108,8 +112,12 @@ def load_table(path: Path, root: Path | None = None) -> FusionTable:
             raise SpecError(reader.where(raw, f"{field}.name", "name"), f"rule {raw['name']!r} is declared twice",
                             "give every rule its own name")
         seen.add(raw["name"])
+        compute = raw.get("compute", "")
+        if compute and compute not in COMPUTE_CLASSES:
+            raise SpecError(reader.where(raw, f"{field}.compute", "compute"), f"unknown compute class {compute!r}",
+                            "use one of: " + ", ".join(COMPUTE_CLASSES))
         rules.append(Rule(raw["name"], str(raw["doc"]), str(raw["src"]), kind, ops, names, role, extra,
-                          dict(when), bool(raw.get("enabled", True)), reader.where(raw, field)))
+                          dict(when), bool(raw.get("enabled", True)), reader.where(raw, field), compute))
     return FusionTable(str(data["framework"]), str(data["version"]), str(data["doc"]), tuple(rules))
 
 
@@ -234,13 +242,13 @@ def match(program: Program, table: FusionTable, gpu, config, phase: str,
             if len({str(s.repeat) for s in steps}) != 1:
                 continue     # members must run equally often (same layer template)
             if _conditions(rule, steps, gpu, config, phase, tokens):
-                candidates.append((-len(members), rank, rule.name, members))
+                candidates.append((-len(members), rank, rule.name, members, rule.compute))
     taken: set[str] = set()
     out = []
-    for _, _, name, members in sorted(candidates, key=lambda c: (c[0], c[1])):
+    for _, _, name, members, compute in sorted(candidates, key=lambda c: (c[0], c[1])):
         if taken.isdisjoint(members):
             taken.update(members)
-            out.append(Match(name, tuple(sorted(members, key=graph.order.get))))
+            out.append(Match(name, tuple(sorted(members, key=graph.order.get)), compute))
     return sorted(out, key=lambda m: graph.order[m.members[-1]])
 
 
@@ -275,7 +283,7 @@ def fuse(program: Program, matches: list[Match]) -> Program:
             tuple(dict.fromkeys(i for s in members for i in s.inputs if i not in inside)),
             sum((s.flops for s in members), ZERO), reads + writes,
             sum((s.weight_bytes for s in members), ZERO), sum((s.comm_bytes for s in members), ZERO),
-            matmul.compute_dtype if matmul else "bf16", last.layout, last.out, last.out_read,
+            m.compute or (matmul.compute_dtype if matmul else "bf16"), last.layout, last.out, last.out_read,
             group=comm.group if comm else "", link=comm.link if comm else "", written=writes,
             parts=tuple(m.members), dims=last.dims, last_token=last.last_token,
             collective=comm.collective if comm else "", ranks=comm.ranks if comm else 1,
