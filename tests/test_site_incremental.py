@@ -136,3 +136,20 @@ def test_netlify_marks_only_hashed_paths_immutable():
     for rule in config.get("headers", []):
         if "immutable" in rule.get("values", {}).get("Cache-Control", ""):
             assert rule["for"].startswith("/static/"), rule
+
+
+def test_ci_and_netlify_builds_restore_the_previous_build():
+    """The incremental build only pays off in CI and on Netlify if build/ survives between runs:
+    the workflow restores it with actions/cache (an exact key on the inputs, falling back to the
+    newest previous build) before `archledger build`, and Netlify keeps it with the cache plugin."""
+    import tomllib
+    import yaml
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "site.yml").read_text())
+    steps = workflow["jobs"]["build"]["steps"]
+    names = [s.get("name", s.get("uses", "")) for s in steps]
+    cache = next(s for s in steps if str(s.get("uses", "")).startswith("actions/cache"))
+    assert cache["with"]["path"] == "build" and cache["with"]["restore-keys"] == "build-"
+    assert steps.index(cache) < names.index("Build results and site")
+    netlify = tomllib.loads((REPO / "netlify.toml").read_text())
+    plugin = next(p for p in netlify["plugins"] if p["package"] == "netlify-plugin-cache")
+    assert "build" in plugin["inputs"]["paths"]
