@@ -29,7 +29,6 @@ with the fields :func:`engine.deploy.sol.summarize` gave it.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,12 +40,12 @@ from engine.deploy.fusion import FusionTable
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import build_structure, check, place, validate_options
-from engine.deploy.sol import summarize
+from engine.deploy.sol import max_requests, summarize
 from engine.deploy.structure import MAX_BATCH, PHASES, Options, option_where, program_batch
 
 #: Every batch up to this is evaluated; above it, batches step by :data:`BATCH_STEP` (a ratio) up
 #: to the capacity (itself included). The front and the cheapest point move by well under 1% with it.
-DENSE_BATCHES = 2048
+DENSE_BATCHES = 512
 BATCH_STEP = 1.01
 #: Fields of one reported point (JSON names; seconds, tokens/s, requests/s).
 POINT_FIELDS = ("gpu", "config", "n_gpus", "tp", "ep", "dp_attn", "pp", "replicas", "total_gpus", "batch",
@@ -166,12 +165,14 @@ def _device_tokens(config: ParallelConfig, batch: np.ndarray, input_len: int) ->
     return np.ceil(pb * input_len / (config.dp_attn * config.cp)), np.ceil(pb / config.dp_attn)
 
 
-def _thresholds(table: FusionTable | None) -> list[int]:
-    """The token limits of a table's rules (``max_tokens``): fusion is decided by which ones a
-    point's tokens per device exceed, so points in one regime share one structure."""
+def _thresholds(table: FusionTable | None, gpu: GPU) -> list[int]:
+    """The token limits (``max_tokens``) of the rules that can apply on ``gpu``'s arch: fusion is
+    decided by which of them a point's tokens per device exceed, so the points of one regime share
+    one structure (a rule of another arch never matches, whatever the tokens)."""
     if table is None:
         return []
-    return sorted({r.when["max_tokens"] for r in table.rules if r.enabled and "max_tokens" in r.when})
+    return sorted({r.when["max_tokens"] for r in table.rules if r.enabled and "max_tokens" in r.when
+                   and ("arch" not in r.when or gpu.arch in r.when["arch"])})
 
 
 def _representative(limits: list[int], regime: int) -> int | None:
@@ -198,7 +199,7 @@ class _Evaluator:
 
     def __init__(self, ev: Evaluation, options: Options, fusion: FusionTable | None):
         self.ev, self.options, self.fusion = ev, options, fusion
-        self.limits = _thresholds(fusion)
+        self.kv_bytes = float(_kv_bytes(options))
         self.placements: dict = {}
         self.structures: dict = {}
 
@@ -207,31 +208,38 @@ class _Evaluator:
         table = self.fusion
         arch = tuple(r.name for r in table.rules if "arch" not in r.when or gpu.arch in r.when["arch"]) if table else ()
         key = (config, domain, arch, regimes)
+        limits = _thresholds(table, gpu)
         if key not in self.structures:
             pkey = (config, domain)
             if pkey not in self.placements:
                 # the search prints no formulas: the numeric placement stands in for the symbolic one
                 numeric = place(self.ev, config, domain, self.options, False)
                 self.placements[pkey] = (numeric, numeric)
-            tokens = {p: _representative(self.limits, r) for p, r in zip(PHASES, regimes)}
+            tokens = {p: _representative(limits, r) for p, r in zip(PHASES, regimes)}
             self.structures[key] = build_structure(self.ev, config, self.options, domain, table, gpu, tokens,
                                                    self.placements[pkey])
         return self.structures[key]
 
-    def regimes(self, config: ParallelConfig, batch: np.ndarray, input_len: int) -> np.ndarray:
+    def regimes(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int) -> np.ndarray:
         """Per batch, the (prefill, decode) regime as one code ``prefill * K + decode``."""
         prefill, decode = _device_tokens(config, batch, input_len)
-        limits = np.asarray(self.limits, dtype=float)
-        k = len(self.limits) + 1
+        limits = np.asarray(_thresholds(self.fusion, gpu), dtype=float)
+        k = len(limits) + 1
         # bisect_left: how many limits the tokens exceed (a limit is inclusive: tokens <= max_tokens)
         return np.searchsorted(limits, prefill, side="left") * k + np.searchsorted(limits, decode, side="left")
+
+    def structure_at(self, config: ParallelConfig, gpu: GPU, batch: int, input_len: int):
+        """The structure that evaluates one batch (weights and KV per GPU do not depend on fusion)."""
+        code = int(self.regimes(config, gpu, np.array([batch]), input_len)[0])
+        k = len(_thresholds(self.fusion, gpu)) + 1
+        return self.structure(config, gpu, (code // k, code % k))
 
     def evaluate(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int, output_len: int
                  ) -> dict[str, np.ndarray]:
         """summarize() fields at every batch (one call per fusion regime)."""
-        codes = self.regimes(config, batch, input_len)
-        k = len(self.limits) + 1
-        kv_bytes = float(_kv_bytes(self.options))
+        codes = self.regimes(config, gpu, batch, input_len)
+        k = len(_thresholds(self.fusion, gpu)) + 1
+        kv_bytes = self.kv_bytes
         out: dict[str, np.ndarray] = {}
         for code in np.unique(codes).tolist():
             sel = np.flatnonzero(codes == code)
@@ -277,8 +285,10 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
             if stored / config.n_gpus >= usable:          # a lower bound on any split's weights per GPU
                 res.rejected += 1
                 continue
-            probe = evaluator.evaluate(config, gpu, np.array([1]), input_len, output_len)
-            cap = int(probe["max_concurrent_requests"][0])
+            # the batches to try: up to what the KV budget holds (summarize's own capacity and fit
+            # then decide which of them are served)
+            base = evaluator.structure_at(config, gpu, 1, input_len)
+            cap = int(max_requests(base, usable, input_len + output_len, evaluator.kv_bytes))
             if cap < 1:
                 res.rejected += 1
                 continue
