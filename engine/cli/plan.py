@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                   + (f", {len(shown)} shown; --json for all" if len(shown) < len(g["front"]) else "")
                   + "; SLA = within TTFT and TPOT):")
             print("\n".join(_table(shown, front=True)))
-    print("\nanswer: " + "; ".join(f"{r['gpu']}: {r['total_gpus']} GPUs ({r['replicas']} x {r['config']}, batch "
+    print("\nanswer: " + "; ".join(f"{r['gpu']}: {r['total_gpus']} GPU{'s' if r['total_gpus'] > 1 else ''} ({r['replicas']} x {r['config']}, batch "
                                    f"{r['batch']}, TTFT {_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])}, "
                                    f"{r['tokens_per_s_per_gpu']:.4g} tok/s/GPU)" for r in answers))
     return 0
