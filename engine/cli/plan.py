@@ -52,6 +52,8 @@ def add_parser(sub, parents=()) -> None:
                    help="largest model replica searched (GPU counts 1, 2, 4 ... up to it)")
     p.add_argument("--framework", default="vllm", help="fusion table of corpus/fusion/ (vllm, sglang) or none")
     p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8)")
+    p.add_argument("--act-dtype", default="bf16", help="activation dtype (bf16, fp8)")
+    p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
     p.add_argument("--hbm-fraction", type=float, default=0.9, help="usable share of HBM")
     p.add_argument("--top", type=positive_int, default=5, help="cheapest configs listed per GPU type")
     p.add_argument("--json", action="store_true", help="machine-readable output (same fields)")
@@ -80,6 +82,11 @@ def _table(rows: list[dict], front: bool = False) -> list[str]:
     return lines
 
 
+def _counts(most: int) -> str:
+    counts = [1 << i for i in range(most.bit_length())]
+    return ", ".join(map(str, counts)) if len(counts) <= 4 else f"1, 2, 4 ... {counts[-1]}"
+
+
 def _thin(rows: list, n: int) -> list:
     if len(rows) <= n:
         return rows
@@ -103,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError(Where("<command line>", field="--framework"), f"unknown framework {args.framework!r}",
                         "use none or one of: " + ", ".join(sorted(tables)))
     ev = evaluate(args.model, args.corpus)
-    options = Options(framework=args.framework, kv_dtype=args.kv_dtype, hbm_fraction=args.hbm_fraction)
+    options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
+                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction)
     results = search(ev, gpus, args.input, args.output, sla, max_gpus=args.max_gpus, options=options,
                      fusion=tables.get(args.framework))
     per_gpu = []
@@ -119,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = {"model_id": ev.model.model_id, "input_len": args.input, "output_len": args.output,
                "sla": {"ttft_s": sla.ttft_s, "tpot_s": sla.tpot_s, "users": sla.users, "rate_rps": sla.rate},
-               "framework": args.framework, "kv_dtype": args.kv_dtype, "max_gpus": args.max_gpus,
+               "framework": args.framework, "kv_dtype": args.kv_dtype, "act_dtype": args.act_dtype,
+               "weight_format": args.weight_format, "max_gpus": args.max_gpus,
                "extrapolated": long, "gpus": per_gpu,
                "answer": min(answers, key=lambda r: (r["total_gpus"], -r["tokens_per_s_per_gpu"])) if answers else None}
         json.dump(out, sys.stdout, indent=1)
@@ -130,12 +139,13 @@ def run(args: argparse.Namespace) -> int:
         best = [(g["gpu"], min(r["ttft_s"] for r in g["front"]), min(r["tpot_s"] for r in g["front"]))
                 for g in per_gpu if g["front"]]
         reach = "; ".join(f"{n} best TTFT {_time(a)}, best TPOT {_time(b)}" for n, a, b in best) or \
-            "the weights fit no config"
+            f"the weights and one request's KV fit no config of up to {args.max_gpus} GPUs: raise --max-gpus"
         print(f"no config of {ev.model.model_id} on {names} (up to {args.max_gpus} GPUs per replica) meets "
               f"{_sla_text(args)} at input {args.input}, output {args.output} ({reach})")
         return 1
     print(f"{ev.model.model_id}: input {args.input}, output {args.output} tokens; {_sla_text(args)}")
-    print(f"  framework {args.framework}, KV {args.kv_dtype}; aggregated configs of 1, 2, 4 ... {args.max_gpus} GPUs "
+    print(f"  framework {args.framework}, weights {args.weight_format}, KV {args.kv_dtype}, activations "
+          f"{args.act_dtype}; aggregated configs of {_counts(args.max_gpus)} GPUs "
           "(legal TP/EP/DP-attention/PP), every batch up to capacity"
           + ("  [EXTRAPOLATED: context beyond the model's max_context]" if long else ""))
     for g in per_gpu:
@@ -154,5 +164,5 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(_table(shown, front=True)))
     print("\nanswer: " + "; ".join(f"{r['gpu']}: {r['total_gpus']} GPU{'s' if r['total_gpus'] > 1 else ''} ({r['replicas']} x {r['config']}, batch "
                                    f"{r['batch']}, TTFT {_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])}, "
-                                   f"{r['tokens_per_s_per_gpu']:.4g} tok/s/GPU)" for r in answers))
+                                   f"{r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU)" for r in answers))
     return 0
