@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
           "(legal TP/EP/DP-attention/PP), every batch up to capacity"
           + ("  [EXTRAPOLATED: context beyond the model's max_context]" if long else ""))
     for g in per_gpu:
-        print(f"\n{g['gpu']}: {g['configs']} configs served, {g['configs_not_fitting']} whose weights do not fit, "
+        print(f"\n{g['gpu']}: {g['configs']} configs served, {g['configs_not_fitting']} that fit no request, "
               f"{g['points']:,} (config, batch) points")
         if g["cheapest"]:
             print("  cheapest that meet the SLA (fewest GPUs, then tokens/s/GPU):")

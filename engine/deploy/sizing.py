@@ -40,7 +40,7 @@ from engine.deploy.fusion import FusionTable
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import build_structure, check, place, validate_options
-from engine.deploy.sol import max_requests, summarize
+from engine.deploy.sol import summarize
 from engine.deploy.structure import MAX_BATCH, PHASES, Options, option_where, program_batch
 
 #: Every batch up to this is evaluated; above it, batches step by :data:`BATCH_STEP` (a ratio) up
@@ -87,7 +87,7 @@ class GPUSearch:
     gpu: str
     configs: list[ParallelConfig] = field(default_factory=list)
     points: dict[str, np.ndarray] = field(default_factory=dict)   # one entry per (config, batch)
-    rejected: int = 0                                            # configs whose weights do not fit
+    rejected: int = 0         # legal configs with no served batch (weights, or one request, do not fit)
 
     def rows(self, index) -> list[dict[str, Any]]:
         """Points as dicts (:data:`POINT_FIELDS`), in the order of ``index``."""
@@ -228,12 +228,6 @@ class _Evaluator:
         # bisect_left: how many limits the tokens exceed (a limit is inclusive: tokens <= max_tokens)
         return np.searchsorted(limits, prefill, side="left") * k + np.searchsorted(limits, decode, side="left")
 
-    def structure_at(self, config: ParallelConfig, gpu: GPU, batch: int, input_len: int):
-        """The structure that evaluates one batch (weights and KV per GPU do not depend on fusion)."""
-        code = int(self.regimes(config, gpu, np.array([batch]), input_len)[0])
-        k = len(_thresholds(self.fusion, gpu)) + 1
-        return self.structure(config, gpu, (code // k, code % k))
-
     def evaluate(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int, output_len: int
                  ) -> dict[str, np.ndarray]:
         """summarize() fields at every batch (one call per fusion regime)."""
@@ -285,10 +279,10 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
             if stored / config.n_gpus >= usable:          # a lower bound on any split's weights per GPU
                 res.rejected += 1
                 continue
-            # the batches to try: up to what the KV budget holds (summarize's own capacity and fit
-            # then decide which of them are served)
-            base = evaluator.structure_at(config, gpu, 1, input_len)
-            cap = int(max_requests(base, usable, input_len + output_len, evaluator.kv_bytes))
+            # the batches to try: up to the capacity summarize() reports (its fit then decides
+            # which of them are served)
+            cap = int(evaluator.evaluate(config, gpu, np.array([1]), input_len, output_len)
+                      ["max_concurrent_requests"][0])
             if cap < 1:
                 res.rejected += 1
                 continue
@@ -296,6 +290,7 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
             got = evaluator.evaluate(config, gpu, batch, input_len, output_len)
             served = got["fits"].astype(bool) & (batch <= got["max_concurrent_requests"])
             if not served.any():
+                res.rejected += 1
                 continue
             res.configs.append(config)
             n = int(served.sum())
