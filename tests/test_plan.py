@@ -86,6 +86,26 @@ def test_front_points_are_legal_points_deploy_reproduces(moe_search):
         assert not ((a >= fx) & (b >= fy) & ((a > fx) | (b > fy))).any()
 
 
+def test_points_across_fusion_token_limits_match_deploy():
+    """vLLM's all-reduce fusions hold up to 32 decode tokens per GPU on Hopper (corpus/fusion/vllm.yaml):
+    the search evaluates batches on both sides of that limit with different structures; each one
+    equals deploy(), whose plan decides fusion at that very batch."""
+    ev = _evaluation(model_id(DENSE))
+    res = search(ev, [load_gpus()["H100"]], INPUT, OUTPUT, SLA(10.0, 1.0), max_gpus=8,
+                 options=Options(framework="vllm"), fusion=load_tables()["vllm"])[0]
+    p = res.points
+    labels = [c.label() for c in res.configs]
+    for label, batches in (("tp8", (1, 32, 33, 64)), ("tp4-dp_attn2", (64, 65, 66))):
+        for b in batches:
+            i = np.flatnonzero((p["config"] == labels.index(label)) & (p["batch"] == b))
+            assert i.size == 1, (label, b)
+            r = res.rows(i)[0]
+            config = dict(tp=r["tp"], ep=r["ep"], dp_attn=r["dp_attn"], pp=r["pp"])
+            s = deploy(DENSE, "H100", Scenario(b, INPUT, OUTPUT), "vllm", **config).summary
+            for name in ("ttft_s", "tpot_s"):
+                assert close(s[name], r[name]), (label, b, name, s[name], r[name])
+
+
 def test_device_tokens_match_tokens_per_device():
     """The vectorized token count that picks fusion regimes is tokens_per_device's."""
     batches = np.arange(1, 200)

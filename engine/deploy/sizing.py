@@ -165,14 +165,24 @@ def _device_tokens(config: ParallelConfig, batch: np.ndarray, input_len: int) ->
     return np.ceil(pb * input_len / (config.dp_attn * config.cp)), np.ceil(pb / config.dp_attn)
 
 
-def _thresholds(table: FusionTable | None, gpu: GPU) -> list[int]:
-    """The token limits (``max_tokens``) of the rules that can apply on ``gpu``'s arch: fusion is
-    decided by which of them a point's tokens per device exceed, so the points of one regime share
-    one structure (a rule of another arch never matches, whatever the tokens)."""
+def _thresholds(table: FusionTable | None, gpu: GPU, config: ParallelConfig, phase: str) -> list[int]:
+    """The token limits (``max_tokens``) of the rules that can apply to ``phase`` on ``gpu`` under
+    ``config`` (arch, phases and min_degree hold: they do not depend on tokens). Fusion is decided by
+    which of them a point's tokens per device exceed, so the points of one regime share one
+    structure; a rule whose other conditions fail never matches, whatever the tokens."""
     if table is None:
         return []
-    return sorted({r.when["max_tokens"] for r in table.rules if r.enabled and "max_tokens" in r.when
-                   and ("arch" not in r.when or gpu.arch in r.when["arch"])})
+    out = set()
+    for r in table.rules:
+        when = r.when
+        if not r.enabled or "max_tokens" not in when or ("arch" in when and gpu.arch not in when["arch"]):
+            continue
+        if "phases" in when and phase not in when["phases"]:
+            continue
+        if any(getattr(config, name, 1) < least for name, least in (when.get("min_degree") or {}).items()):
+            continue
+        out.add(when["max_tokens"])
+    return sorted(out)
 
 
 def _representative(limits: list[int], regime: int) -> int | None:
@@ -203,42 +213,42 @@ class _Evaluator:
         self.placements: dict = {}
         self.structures: dict = {}
 
+    def limits(self, config: ParallelConfig, gpu: GPU) -> tuple[list[int], list[int]]:
+        return tuple(_thresholds(self.fusion, gpu, config, phase) for phase in PHASES)
+
     def structure(self, config: ParallelConfig, gpu: GPU, regimes: tuple[int, int]):
         domain = gpu.scale_up_domain
         table = self.fusion
         arch = tuple(r.name for r in table.rules if "arch" not in r.when or gpu.arch in r.when["arch"]) if table else ()
         key = (config, domain, arch, regimes)
-        limits = _thresholds(table, gpu)
         if key not in self.structures:
             pkey = (config, domain)
             if pkey not in self.placements:
                 # the search prints no formulas: the numeric placement stands in for the symbolic one
                 numeric = place(self.ev, config, domain, self.options, False)
                 self.placements[pkey] = (numeric, numeric)
-            tokens = {p: _representative(limits, r) for p, r in zip(PHASES, regimes)}
+            tokens = {p: _representative(limits, r) for p, limits, r in zip(PHASES, self.limits(config, gpu), regimes)}
             self.structures[key] = build_structure(self.ev, config, self.options, domain, table, gpu, tokens,
                                                    self.placements[pkey])
         return self.structures[key]
 
-    def regimes(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int) -> np.ndarray:
-        """Per batch, the (prefill, decode) regime as one code ``prefill * K + decode``."""
-        prefill, decode = _device_tokens(config, batch, input_len)
-        limits = np.asarray(_thresholds(self.fusion, gpu), dtype=float)
-        k = len(limits) + 1
-        # bisect_left: how many limits the tokens exceed (a limit is inclusive: tokens <= max_tokens)
-        return np.searchsorted(limits, prefill, side="left") * k + np.searchsorted(limits, decode, side="left")
+    def regimes(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int) -> list[tuple[int, int]]:
+        """Per batch, the (prefill, decode) regime: how many of each phase's limits its tokens per
+        device exceed (a limit is inclusive: tokens <= max_tokens fuses)."""
+        tokens = _device_tokens(config, batch, input_len)
+        codes = [np.searchsorted(np.asarray(limits, dtype=float), t, side="left")
+                 for limits, t in zip(self.limits(config, gpu), tokens)]
+        return list(zip(codes[0].tolist(), codes[1].tolist()))
 
     def evaluate(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int, output_len: int
                  ) -> dict[str, np.ndarray]:
         """summarize() fields at every batch (one call per fusion regime)."""
-        codes = self.regimes(config, gpu, batch, input_len)
-        k = len(_thresholds(self.fusion, gpu)) + 1
-        kv_bytes = self.kv_bytes
+        regimes = self.regimes(config, gpu, batch, input_len)
         out: dict[str, np.ndarray] = {}
-        for code in np.unique(codes).tolist():
-            sel = np.flatnonzero(codes == code)
-            s = self.structure(config, gpu, (code // k, code % k))
-            got = summarize(s, [gpu], 0, kv_bytes, batch[sel], input_len, output_len, self.options.hbm_fraction)
+        for regime in sorted(set(regimes)):
+            sel = np.array([i for i, r in enumerate(regimes) if r == regime])
+            s = self.structure(config, gpu, regime)
+            got = summarize(s, [gpu], 0, self.kv_bytes, batch[sel], input_len, output_len, self.options.hbm_fraction)
             for name in ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "fits", "max_concurrent_requests"):
                 if name not in out:
                     out[name] = np.zeros(batch.shape, dtype=np.asarray(got[name]).dtype)
