@@ -1,7 +1,7 @@
 """The ``archledger`` command: the engine's commands, plus the site on top of ``build``.
 
 Layer: site_builder (it may import engine; engine never imports it). One parser lists every
-command: the engine's (``show``, ``list``, ``snapshot``, ``validate``, ``bench``, ``deploy``,
+command: the engine's (``show``, ``list``, ``snapshot``, ``validate``, ``bench``, ``deploy``, ``plan``,
 ``build``) and the site's: ``build`` renders ``OUT/site/`` from the staged results and publishes
 both together (``--no-site`` to skip), ``site`` re-renders the site from existing results,
 ``serve`` previews it on 127.0.0.1, ``screenshots`` saves PNGs of key pages with headless

@@ -4,7 +4,8 @@ Layer: engine.deploy (imports engine.spec; never engine.verify or engine.build).
 hardware (GPU files), parallel (configs and the device mesh) -> placement (split propagation and
 communication) -> fusion (framework kernels) -> cost (compiled step costs) -> structure (the
 types: Options, Scenario, Structure) -> planner (:func:`plan`, :func:`place`) -> sol (Plan,
-Deployment: speed-of-light results at scenario points).
+Deployment: speed-of-light results at scenario points) -> sizing (the configs and batches that
+meet a latency SLA, and the throughput front: ``archledger plan``).
 
 The names below are the package's public interface (``from engine.deploy import Options,
 Scenario, plan``).
