@@ -146,3 +146,18 @@ def test_dp_attention_rank_holds_whole_requests():
         assert row["flops"] == per_request, batch
     nine = deploy("Qwen3-30B-A3B", "H100", Scenario(9, 1000, 24), tp=8, dp_attn=8, ep=8)
     assert next(r for r in nine.ops["prefill"] if r["op_uid"] == uid)["flops"] == 2 * per_request
+
+
+def test_pipeline_cache_is_the_fullest_stages_in_a_hybrid_stack():
+    """Nemotron 3 Super over 16 pipeline stages (88 layers, 8 of them attention: config
+    hybrid_override_pattern): most stages hold only Mamba2 and MoE layers, whose states do not grow,
+    but the stages holding an attention layer keep its K and V: 2 x 2 KV heads x 128 x 2 B per token
+    each. A GPU's cache per request must grow by at least that much per token, whichever stage is
+    the weight-heaviest."""
+    c = hf_config("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8")
+    assert c["hybrid_override_pattern"].count("*") == 8 and len(c["hybrid_override_pattern"]) == 88
+    per_token = 2 * c["num_key_value_heads"] * c["head_dim"] * BF16
+    s1 = deploy("NVIDIA-Nemotron-3-Super-120B-A12B-FP8", "B200", Scenario(1, 1000, 0), pp=16).summary
+    s2 = deploy("NVIDIA-Nemotron-3-Super-120B-A12B-FP8", "B200", Scenario(1, 2000, 0), pp=16).summary
+    grown = s2["kv_bytes_per_request_per_gpu"] - s1["kv_bytes_per_request_per_gpu"]
+    assert grown >= 1000 * per_token

@@ -18,7 +18,8 @@ Conventions (also on the methodology page):
   the generation); logits are computed for the last position only in prefill.
 * pipeline: ``k = min(pp, batch)`` micro-batches are in flight; programs are evaluated at one
   micro-batch, whose path through all stages is a decode round (TPOT); TTFT is that path times
-  ``(pp + k - 1) / pp``. Memory is that of the fullest stage. Only the main stack is deployed.
+  ``(pp + k - 1) / pp``. Memory: the weight-heaviest stage's weights plus the cache of the stage
+  holding the most (an upper bound when they differ). Only the main stack is deployed.
 """
 from __future__ import annotations
 
@@ -224,7 +225,10 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     worst = max(range(config.pp), key=lambda s: float(per_stage[s]))
     weight_formula = sympy.Add(*(sym_stored[u] * (n if config.pp > 1 else ev.symbolic.rows[u].repeat)
                                  for u, n in stages[worst]))
-    kv_dev = _kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], stages[worst])
+    # KV: the stage holding the most cache, which in a hybrid stack need not be the weight-heaviest
+    # one (a stage of only Mamba layers keeps fixed states, one with attention grows with context);
+    # weights of the heaviest stage + cache of the fullest is an upper bound of any one stage's need
+    kv_dev = sympy.Max(*{_kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], rows) for rows in stages})
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
                      {p: compile_program(programs[p]) for p in PHASES}, float(per_stage[worst]),

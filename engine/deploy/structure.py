@@ -103,5 +103,14 @@ class Structure:
     kv_device_per_request: sympy.Expr        # in `length` and `kv_bytes`
 
     def __post_init__(self):
-        self.kv_device_fn = sympy.lambdify((LENGTH, KV_BYTES), self.kv_device_per_request,
-                                           modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
+        fn = sympy.lambdify((LENGTH, KV_BYTES), self.kv_device_per_request,
+                            modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
+
+        def kv_device_fn(length, kv_bytes):
+            """KV bytes per request on one GPU, shaped like ``length`` x ``kv_bytes`` even when the
+            expression is constant (a pipeline stage holding only fixed-size states)."""
+            length, kv_bytes = np.asarray(length, dtype=float), np.asarray(kv_bytes, dtype=float)
+            return np.broadcast_to(np.asarray(fn(length, kv_bytes), dtype=float),
+                                   np.broadcast_shapes(length.shape, kv_bytes.shape))
+
+        self.kv_device_fn = kv_device_fn
