@@ -124,7 +124,9 @@ def test_ops_rows_by_hand(tables):
     flash_attention on one GPU: 32 x 8 x 32 heads x 4352 keys x (2 x 128 + 5 + 2 x 128) FLOPs and
     32 x (q + out: 2 x 8 x 32 x 128 x 2 B, K + V: 2 x 8 x 4352 x 8 x 128 x 2 B) bytes; on two GPUs
     (TP 2) the row-parallel down_proj output [8, 4096] is all-reduced: 32 x 2 x 1/2 x 8 x 4096 x 2 B
-    = 2,097,152 B over NVLink, 32 calls of 7.8 us latency; prefill's o_proj all-reduce moves 32 x 8 x 4096 x 4096 x 2 B."""
+    = 2,097,152 B over NVLink, 32 calls of 7.8 us latency. Prefill's table is one chunked-prefill
+    step: 8 x 4096 = 32,768 prompt tokens in steps of 8192 (2 prompts), so its o_proj all-reduce
+    moves 32 x 8192 x 4096 x 2 B."""
     ops = tables["ops"].filter((pl.col("model_id") == MODEL) & (pl.col("batch") == 8)
                                & (pl.col("input_len") == 4096) & (pl.col("output_len") == 256))
     ctx = 4096 + 256
@@ -138,7 +140,7 @@ def test_ops_rows_by_hand(tables):
     assert down["link"] == "scale_up"
     assert down["t_comm_s"] == pytest.approx(32 * 7.8e-6 + 2_097_152 / NVLINK4, rel=1e-12)
     o_proj = _one(ops, n_gpus=2, phase="prefill", op_uid="main/layers[block]/self_attn/o_proj>all_reduce[tp]")
-    assert o_proj["comm_bytes"] == L * 8 * 4096 * HID * 2
+    assert o_proj["comm_bytes"] == L * 8192 * HID * 2 == 2_147_483_648
 
 
 # -- 2. pages show the rows ---------------------------------------------------------------------------
@@ -235,8 +237,9 @@ def test_deployment_selection_shows_its_rows(browser, base, tables):
         _shows(shown["Weights per GPU"], dec["weight_bytes_per_gpu"], _BYTES)
         _shows(shown["KV per request"], dec["kv_bytes_per_request"], _BYTES)
         assert shown["Decode bound"] == dec["bound"] and shown["Prefill bound"] == pre["bound"]
-        bar = [tab.page.locator("#membar .seg").nth(i).inner_text() for i in range(3)]
-        for text, (label, key) in zip(bar, (("weights", "weight_bytes_per_gpu"), ("KV", "kv_bytes_per_gpu"),
+        bar = [tab.page.locator("#membar .seg").nth(i).inner_text() for i in range(4)]
+        for text, (label, key) in zip(bar, (("weights", "weight_bytes_per_gpu"),
+                                            ("prefill", "activation_bytes_per_gpu"), ("KV", "kv_bytes_per_gpu"),
                                             ("free", "free_bytes_per_gpu"))):
             assert text.startswith(label + " "), bar
             _shows(text[len(label) + 1:], dec[key], _BYTES)

@@ -116,7 +116,7 @@ _KEY = {
 DEPLOYMENTS_SCHEMA = {
     **_KEY,
     "micro_batches": (pl.Int64, "Decode micro-batches in flight through the pipeline (min(pp, batch))."),
-    "prefill_steps": (pl.Int64, "Chunked-prefill steps of the fullest replica: max(micro_batches, ceil(ceil(batch / dp_attn) x input_len / 8192)); TTFT = step_time_s x (pp + prefill_steps - 1) / pp."),
+    "prefill_steps": (pl.Int64, "Chunked-prefill steps of the fullest replica: max(micro_batches, ceil(ceil(batch / dp_attn) x input_len / 8192)); with pp = 1, TTFT = prefill_steps x step_time_s (one step at the mean size; with pp > 1 the pipeline fills with the largest step)."),
     "fits": (pl.Boolean, "batch <= max_concurrent_requests: weights, the prefill step's working set and every request's KV at the last position fit in usable HBM."),
     "shortfall_bytes": (pl.Float64, "Bytes per GPU missing when it does not fit (0 when it fits)."),
     "hbm_bytes_per_gpu": (pl.Float64, "HBM capacity per GPU (bytes)."),

@@ -19,9 +19,9 @@ live here; the types they hold are :mod:`engine.deploy.structure`'s, and :mod:`e
   ``max_concurrent_requests`` = dp_attn x C; a batch fits exactly when ceil(batch / dp_attn) <= C
   (else ``shortfall_bytes`` is the excess); ``max_prefill_batch`` = whole prompts one step holds,
   dp_attn x min(max(1, floor(budget / prompt)), C).
-* TTFT = one prefill step x (pp + s - 1) / pp, s = :func:`prefill_steps` (the fullest replica's
-  prompt tokens over the budget, at least one micro-batch per stage): the last request's first
-  token. TPOT = decode path at k = min(pp, batch) micro-batches. With DP-attention both paths run at
+* TTFT = the last request's first token, [(pp - 1) x t(largest step) + s x t(mean step)] / pp with
+  s = :func:`prefill_steps` (the fullest replica's prompt tokens over the budget, at least one
+  micro-batch per stage); with pp = 1 that is s steps one after the other. TPOT = decode path at k = min(pp, batch) micro-batches. With DP-attention both paths run at
   the fullest replica's requests, ceil(batch / dp_attn).
 """
 from __future__ import annotations
@@ -34,7 +34,8 @@ import numpy as np
 from engine.spec import kv
 from engine.deploy.cost import BOUNDS, compile_program, intensity, step_totals
 from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, Scenario, Structure, micro_batches, option_where,
-                                     prefill_program_batch, prefill_steps, program_batch, requests_per_replica)
+                                     prefill_program_batch, prefill_steps, program_batch, requests_per_replica,
+                                     step_tokens)
 from engine.deploy.hardware import GPU
 from engine.spec.errors import SpecError
 
@@ -56,7 +57,7 @@ def prefill_working_set(structure: Structure, input_len, kv_bytes, prefill_token
     compiled = structure.compiled["prefill"]
     inp = np.asarray(input_len, dtype=float)
     shape = np.broadcast_shapes(inp.shape, np.shape(kv_bytes))
-    prompts = structure.config.dp_attn * prefill_tokens / inp          # per replica: budget / prompt
+    prompts = structure.config.dp_attn * step_tokens(structure.config, prefill_tokens) / inp   # per replica
     args = [np.asarray(v, dtype=float) for v in (prompts, inp, inp, kv_bytes)]
     steps = compiled.program.steps
     keep = [i for i, s in enumerate(steps) if s.kind != "comm" and float(s.repeat) > 0]
@@ -121,10 +122,19 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     room = usable - weights - act                          # what the KV cache gets
     per_replica_cap = _fit_count(room, kv_dev)
     kv_need = per_rank * kv_dev
-    whole_prompts = np.maximum(1, prefill_tokens // input_len)
+    budget = step_tokens(config, prefill_tokens)
+    whole_prompts = np.maximum(1, budget // input_len)
     max_prefill = config.dp_attn * np.minimum(whole_prompts, per_replica_cap)
     replica = config.tp * config.pp * config.cp
-    ttft = prefill["step_time_s"] * (config.pp + steps - 1) / config.pp
+    # TTFT: the pipeline fills with the largest step (a full budget, or the batch over min(pp, batch)
+    # micro-batches when the budget does not bind), then each step leaves one stage time later. The
+    # steps' sum is taken at the mean step: exact for costs affine in the tokens (greedy full steps +
+    # a remainder cost the same), an upper bound for MoE weight reads (concave in the tokens).
+    ttft = steps * prefill["step_time_s"] / config.pp
+    if config.pp > 1:
+        largest = config.dp_attn * np.minimum(per_rank / k, budget / input_len)
+        fill = phase_times(structure.compiled["prefill"], rates["prefill"], largest, input_len, input_len, kv_bytes)
+        ttft = ttft + (config.pp - 1) * fill["step_time_s"] / config.pp
     tpot = decode["step_time_s"]
     max_ctx = int(ev.numeric.max_context)
     shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)

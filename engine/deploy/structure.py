@@ -87,13 +87,19 @@ def requests_per_replica(config: ParallelConfig, batch):
     return -(-np.asarray(batch) // config.dp_attn)
 
 
+def step_tokens(config: ParallelConfig, prefill_tokens: int = PREFILL_TOKENS) -> int:
+    """Prompt tokens one attention replica prefills per step: the budget on each of its cp
+    context-parallel ranks (each takes a 1/cp share of the step's tokens)."""
+    return prefill_tokens * config.cp
+
+
 def prefill_steps(config: ParallelConfig, batch, input_len, prefill_tokens: int = PREFILL_TOKENS):
     """Prefill steps (pipeline micro-batches) of the fullest replica under chunked prefill: its
-    ceil(batch / dp_attn) x input_len prompt tokens run in ceil(tokens / prefill_tokens) steps of equal
-    size (a step holds at most the token budget; a prompt longer than it is chunked over several
-    steps), and at least one per pipeline stage (:func:`micro_batches`)."""
+    ceil(batch / dp_attn) x input_len prompt tokens run in ceil(tokens / :func:`step_tokens`) steps
+    (a step holds at most the token budget; a prompt longer than it is chunked over several steps),
+    and at least one per pipeline stage (:func:`micro_batches`)."""
     tokens = requests_per_replica(config, batch) * np.asarray(input_len)
-    return np.maximum(micro_batches(config, batch), -(-tokens // prefill_tokens))
+    return np.maximum(micro_batches(config, batch), -(-tokens // step_tokens(config, prefill_tokens)))
 
 
 def prefill_program_batch(config: ParallelConfig, batch, input_len, prefill_tokens: int = PREFILL_TOKENS):
