@@ -122,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  KV per request {_num(s['kv_bytes_per_request'], 'B')} ({_num(s['kv_bytes_per_request_per_gpu'], 'B')} per GPU); "
           f"KV budget {_num(s['kv_budget_bytes_per_gpu'], 'B')} per GPU; max concurrent requests "
           f"{s['max_concurrent_requests']}; max prefill batch {s['max_prefill_batch']} "
-          f"(prefill in {s['prefill_steps']} step(s) of at most {d.plan.options.prefill_tokens} tokens per replica)")
+          f"(prefill in {s['prefill_steps']} step(s) of at most "
+          f"{d.plan.options.prefill_tokens * d.plan.config.cp} prompt tokens per replica)")
     if s["fits"]:
         print("  fits: yes")
     else:
