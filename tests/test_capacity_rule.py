@@ -1,7 +1,8 @@
 """Capacity, fit and the prefill schedule come from one rule (docs/deployment.md "Memory and capacity").
 
 Properties over models (dense, MoE with DP-attention, a pipeline, a hybrid), prompt and output
-lengths and every batch from 1 to past the capacity (context parallelism too), evaluated in one vectorized call per draw:
+lengths and every batch from 1 to past the capacity (context parallelism too), evaluated in one
+vectorized call per draw:
 
 * ``fits`` is exactly ``batch <= max_concurrent_requests``;
 * ``shortfall_bytes`` is 0 exactly when it fits;

@@ -91,7 +91,8 @@ def test_unfused_working_set_is_the_dense_score_matrix():
     assert dense == 1_073_741_824
     s = deploy("Llama-3.1-8B", "H100", Scenario(1, PROMPT, GEN), tp=1).summary
     assert s["activation_bytes_per_gpu"] == dense
-    assert s["max_concurrent_requests"] == math.floor((USABLE_H100 - WEIGHTS - dense) / (KV_TOKEN * (PROMPT + GEN))) == 356
+    per_request = KV_TOKEN * (PROMPT + GEN)
+    assert s["max_concurrent_requests"] == math.floor((USABLE_H100 - WEIGHTS - dense) / per_request) == 356
     assert s["max_prefill_batch"] == 8
 
 

@@ -40,8 +40,8 @@ from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_c
 from engine.spec.shapes import Tensor
 from engine.deploy.placement import ZERO, DeviceTypes, Layout, Placer, Program, Step, phase_rows, shard_unit
 from engine.deploy.sol import Plan
-from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, MAX_TOKENS, PHASES, Options, Scenario, Structure, option_where,
-                                     tokens_per_device)
+from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, MAX_TOKENS, PHASES, Options, Scenario, Structure,
+                                     option_where, tokens_per_device)
 
 
 def check(ev: Evaluation, config: ParallelConfig) -> list[str]:

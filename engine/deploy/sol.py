@@ -21,7 +21,8 @@ live here; the types they hold are :mod:`engine.deploy.structure`'s, and :mod:`e
   dp_attn x min(max(1, floor(budget / prompt)), C).
 * TTFT = the last request's first token, [(pp - 1) x t(largest step) + s x t(mean step)] / pp with
   s = :func:`prefill_steps` (the fullest replica's prompt tokens over the budget, at least one
-  micro-batch per stage); with pp = 1 that is s steps one after the other. TPOT = decode path at k = min(pp, batch) micro-batches. With DP-attention both paths run at
+  micro-batch per stage); with pp = 1 that is s steps one after the other. TPOT = decode path at
+  k = min(pp, batch) micro-batches. With DP-attention both paths run at
   the fullest replica's requests, ceil(batch / dp_attn).
 """
 from __future__ import annotations
@@ -33,9 +34,9 @@ import numpy as np
 
 from engine.spec import kv
 from engine.deploy.cost import BOUNDS, compile_program, intensity, step_totals
-from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, Scenario, Structure, micro_batches, option_where,
-                                     prefill_program_batch, prefill_steps, program_batch, requests_per_replica,
-                                     step_tokens)
+from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, Scenario, Structure, micro_batches,
+                                     option_where, prefill_program_batch, prefill_steps, program_batch,
+                                     requests_per_replica, step_tokens)
 from engine.deploy.hardware import GPU
 from engine.spec.errors import SpecError
 
@@ -108,8 +109,8 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     k = micro_batches(config, batch)
     steps = prefill_steps(config, batch, input_len, prefill_tokens)
     rates = {p: structure.compiled[p].rates_for(gpus, gpu_index) for p in PHASES}
-    prefill = phase_times(structure.compiled["prefill"], rates["prefill"],
-                          prefill_program_batch(config, batch, input_len, prefill_tokens), input_len, input_len, kv_bytes)
+    mean_step = prefill_program_batch(config, batch, input_len, prefill_tokens)
+    prefill = phase_times(structure.compiled["prefill"], rates["prefill"], mean_step, input_len, input_len, kv_bytes)
     decode = phase_times(structure.compiled["decode"], rates["decode"], program_batch(config, batch), 1.0, length,
                          kv_bytes)
     hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
@@ -158,7 +159,8 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(np.maximum(room, 0.0)),
         "kv_bytes_per_gpu": full(per_rank * kv_dev), "activation_bytes_per_gpu": full(act),
         "free_bytes_per_gpu": full(np.maximum(room - kv_need, 0.0)),
-        "max_concurrent_requests": full(config.dp_attn * per_replica_cap), "max_prefill_batch": full(max_prefill.astype(np.int64)),
+        "max_concurrent_requests": full(config.dp_attn * per_replica_cap),
+        "max_prefill_batch": full(max_prefill.astype(np.int64)),
         # fits exactly when ceil(batch / dp_attn) <= capacity per replica (the same inequality)
         "fits": full(per_rank <= per_replica_cap), "shortfall_bytes": full(np.maximum(kv_need - room, 0.0)),
         "ttft_s": full(ttft), "tpot_s": full(tpot),
