@@ -92,10 +92,12 @@ def test_batch_over_capacity_is_explained_and_points_to_configs(browser, base, c
         links = tab.page.locator("#capacity ul.holders a")
         assert links.all_inner_texts() == [f"H100 2x tp2 (capacity {TWO_H100})"]
         assert tab.page.locator("#summary dl.cards").count() == 0       # no numbers for a point not evaluated
+        assert tab.page.locator("#membar").is_hidden()
         links.first.click()
         tab.page.wait_for_selector("#summary dl.cards")
         assert _form(tab) == {"gpu": "H100", "cfg": "2x tp2", "input": "1024", "batch": "512"}
         assert tab.page.locator("#capacity").inner_text().strip() == ""
+        assert tab.page.locator("#membar .seg").count() == 4
         assert not tab.errors, tab.errors
     finally:
         tab.context.close()

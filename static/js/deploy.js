@@ -60,7 +60,8 @@
     var dec = chosen[0];
     var sum = document.getElementById("summary"); sum.textContent = "";
     overCapacity(s, combo, dec);
-    if (!dec) { document.getElementById("membar").textContent = ""; return; }
+    var membar = document.getElementById("membar"); membar.style.display = dec ? "" : "none";   // no point: no memory bar
+    if (!dec) { membar.textContent = ""; return; }
     var docs = page.docs, dl = document.createElement("dl"); dl.className = "cards";
     var items = [["Fits", dec.fits ? 1 : 0, dec.fits ? "yes" : "no — short by " + fmt.bytes(dec.shortfall_bytes) + " per GPU", docs.fits],
       ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s], ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s],
