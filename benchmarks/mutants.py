@@ -71,8 +71,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_hand_capacity.py",),
            "the prefill working set counts the kernel's weights (already resident)"),
     Mutant("fits-without-activations", "engine/deploy/sol.py",
-           "    need = weights + per_rank * kv_dev + act",
-           "    need = weights + per_rank * kv_dev",
+           "    room = usable - weights - act                          # what the KV cache gets",
+           "    room = usable - weights",
            ("tests/test_hand_capacity.py",),
            "fits ignores the prefill working set"),
     # -- parallel / placement: collectives ------------------------------------------------------------

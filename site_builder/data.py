@@ -128,7 +128,8 @@ def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
                "weight_bytes_per_gpu_formula",
                "input_len", "output_len", "fits", "shortfall_bytes", "weight_bytes_per_gpu", "kv_bytes_per_request",
                "kv_state_bytes_per_request",
-               "kv_bytes_per_gpu", "free_bytes_per_gpu", "usable_bytes_per_gpu", "max_concurrent_requests", "step_time_s",
+               "kv_bytes_per_gpu", "free_bytes_per_gpu", "activation_bytes_per_gpu", "usable_bytes_per_gpu",
+               "max_concurrent_requests", "step_time_s",
                "compute_time_s", "memory_time_s", "comm_time_s", "bound", "ttft_s", "tpot_s",
                "tokens_per_s_per_gpu", "extrapolated"]
     return results.deployments.filter(pl.col("model_id") == model_id).select(columns).collect()

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import sys
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -495,6 +496,20 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
     # ... and each GPU type's best combination (one bar per GPU in the comparison chart)
     per_gpu = (best.sort("best_tokens_per_s_per_gpu", descending=True)
                .group_by(["gpu", "framework", "kv_dtype"], maintain_order=True).first())
+    # capacity per combination and prompt length (the engine's max_concurrent_requests, one value per
+    # (input, output): the same in every row of that point) and the batches each GPU's data has, so the
+    # page can say when a batch exceeds the selected config and list the configs that hold it
+    page_output = int(decode["output_len"].min()) if decode.height else 0
+    caps: dict[tuple, dict[str, int]] = defaultdict(dict)
+    for r in (decode.filter(pl.col("output_len") == page_output)
+              .group_by(["gpu", "n_gpus", "config", "framework", "kv_dtype", "input_len"])
+              .agg(pl.col("max_concurrent_requests").first()).iter_rows(named=True)):
+        caps[(r["gpu"], r["n_gpus"], r["config"], r["framework"], r["kv_dtype"])][str(r["input_len"])] = \
+            r["max_concurrent_requests"]
+    for o in options:
+        o["caps"] = caps.get((o["gpu"], o["n_gpus"], o["config"], o["framework"], o["kv_dtype"]), {})
+    batches = {f"{g}/{fw}/{kv}/{inp}": sorted(set(b)) for g, fw, kv, inp, b in
+               decode.group_by(["gpu", "framework", "kv_dtype", "input_len"]).agg(pl.col("batch")).iter_rows()}
     # the page's per-op table shows decode steps (the Parquet download has both phases)
     ops = ops_rows(results, model_id).filter(pl.col("phase") == "decode")
     with_ops = set(ops.select(where).unique().iter_rows())
@@ -516,7 +531,8 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
         site.file(f"data/ops/{name}/{gpu}/{n_gpus}-{config}.json", json.dumps(table, separators=(",", ":")))
     site.file(f"data/deploy/{name}/index.json",
               json.dumps({"options": options, "weight_formulas": weight_formulas, "best": best.to_dicts(),
-                          "best_per_gpu": per_gpu.to_dicts()}, separators=(",", ":")))
+                          "best_per_gpu": per_gpu.to_dicts(), "batches": batches, "output_len": page_output},
+                         separators=(",", ":")))
     specs = charts.deployment_specs()
     data = {"page": "deploy", "slug": name, "max_context": doc["max_context"], "specs": specs,
             "kv_rows": charts.kv_rows(doc["kv_curve"], doc["max_context"]), "compare_input": COMPARE_INPUT,

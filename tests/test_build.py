@@ -129,7 +129,11 @@ def _hand_values(model: str, row: dict) -> None:
         kv = 2 * 80 * 8 * 128 * 1 * length                   # K and V, 80 layers, 8 KV heads of 128, 1 B
         assert row["weight_bytes_per_gpu"] == weights and row["kv_bytes_per_request"] == kv
         usable = 0.9 * 81559 * 2**20                          # nvidia-smi: 81559MiB per H100
-        assert row["max_concurrent_requests"] == math.floor((usable - weights) / (kv / 8)) == 166
+        # prefill step of 8192 tokens (vLLM fusions): the largest kernel is fused add + RMSNorm,
+        # residual and x in, both out, [8192 tokens, 8192 hidden] BF16 each: 4 x 8192 x 8192 x 2 B
+        step = 4 * 8192 * 8192 * 2
+        assert row["activation_bytes_per_gpu"] == step
+        assert row["max_concurrent_requests"] == math.floor((usable - weights - step) / (kv / 8)) == 164
     elif model == "deepseek-ai/DeepSeek-V3":                 # H200 DP-attention 8 + EP 8, BF16 KV
         kv = 61 * (512 + 64) * 2 * length                    # MLA latent + rotary key, 70,272 B/token
         assert row["kv_bytes_per_request"] == kv and row["kv_bytes_per_gpu"] == 64 / 8 * kv

@@ -82,7 +82,14 @@ def test_llama_tp8_decode_weights_and_kv(llama_tp8):
     assert s["kv_bytes_per_request"] == per_token * C
     assert s["kv_bytes_per_request_per_gpu"] == per_token * C / 8
     usable = 81559 * 2**20 * 0.9                                # nvidia-smi's H100 total, x 0.9
-    assert s["max_concurrent_requests"] == math.floor((usable - s["weight_bytes_per_gpu"]) / (per_token * C / 8))
+    # the prefill step's working set (8192 prompt tokens, unfused): a residual add reads two
+    # [8192 tokens, hidden 8192] BF16 tensors (replicated under TP) and writes one, 3 x 8192 x H x 2 B;
+    # larger than RMSNorm (2 x 8192 x H x 2 B) and softmax over this GPU's scores (8 heads x 8192
+    # queries x 1000 keys, read and written: 262,144,000 B)
+    step = 3 * 8192 * H * BF16
+    assert s["activation_bytes_per_gpu"] == step == 402_653_184
+    assert s["max_concurrent_requests"] == math.floor((usable - s["weight_bytes_per_gpu"] - step)
+                                                      / (per_token * C / 8))
 
 
 def test_sum_of_device_weights_is_the_model_plus_replicas():

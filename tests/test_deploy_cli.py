@@ -39,7 +39,9 @@ def test_deploy_json_uses_the_parquet_names_and_units(capsys):
         rows = data["ops"][phase]
         assert rows and all(set(OP_FIELDS) <= set(r) for r in rows)
         assert abs(sum(r["t_sol_s"] for r in rows) - data["phases"][phase]["step_time_s"]) < 1e-12
-    assert dep["ttft_s"] == data["phases"]["prefill"]["step_time_s"]
+    # chunked prefill: 32 prompts x 4096 tokens = 131,072 tokens in steps of 8192 -> 16 steps
+    assert dep["prefill_steps"] == 32 * 4096 // 8192 == 16
+    assert dep["ttft_s"] == pytest.approx(16 * data["phases"]["prefill"]["step_time_s"], rel=1e-12)
 
 
 def test_deploy_formula_shows_formulas_over_dims_and_degrees(capsys):
@@ -86,4 +88,4 @@ def test_context_beyond_max_and_batch_that_does_not_fit(capsys):
     assert main(["deploy", "Llama-3.1-70B", "--gpu", "H100", "--tp", "2", "--input", "200000",
                  "--output", "100", "--batch", "64"]) == 0
     out = capsys.readouterr().out
-    assert "EXTRAPOLATED" in out and "fits: NO — short by" in out
+    assert "EXTRAPOLATED" in out and "fits: NO — batch 64 exceeds the capacity of" in out and "short by" in out

@@ -1,18 +1,21 @@
-"""Capacity by hand: weights, KV, the prefill working set, ``max_prefill_batch`` and the ``fits`` margin.
+"""Capacity by hand: weights, KV, the prefill working set, ``max_prefill_batch``, the ``fits`` margin
+and the prefill schedule, all from the one rule of docs/deployment.md "Memory and capacity".
 
-From the published configs and docs/deployment.md's definitions, never from the engine:
+From the published configs and that rule, never from the engine:
 
 * usable HBM = 0.9 x capacity, the total the driver reports (H100: nvidia-smi's 81,559 MiB =
   85,520,809,984 B -> 76,968,728,985.6 bytes);
 * weights per GPU: every parameter once at BF16 on one GPU (the checkpoint's dtype);
 * KV per request at context L: K and V, n_kv_heads x d_head each, every layer, x L x 2 bytes;
-* the prefill working set of one prompt: the largest kernel's activations read and written (no
-  weights: they are already counted once, resident);
-* ``max_prefill_batch`` = floor((usable - weights) / (KV at the prompt + one working set));
-* ``max_concurrent_requests`` = dp_attn x floor((usable - weights) / KV per request per GPU at
-  the last position);
-* ``fits``: weights + batch x KV at the last position + one prompt's working set <= usable;
-  otherwise ``shortfall_bytes`` is the excess.
+* the prefill working set A: the largest kernel's activations read and written (no weights: they
+  are resident, counted once) in one chunked-prefill step of 8192 prompt tokens per attention
+  replica (vLLM's max_num_batched_tokens on an H100), reserved whatever the batch;
+* capacity C per replica = floor((usable - weights - A) / KV per request per GPU at the last
+  position); ``max_concurrent_requests`` = dp_attn x C; ``fits`` exactly when
+  ceil(batch / dp_attn) <= C, else ``shortfall_bytes`` is the excess;
+* ``max_prefill_batch`` = dp_attn x min(max(1, floor(8192 / prompt)), C) whole prompts per step;
+* TTFT = one step x (pp + s - 1) / pp, s = ceil(prompt tokens of the fullest replica / 8192)
+  steps of equal size.
 """
 from __future__ import annotations
 
@@ -44,78 +47,94 @@ def llama_8b_params() -> int:
 WEIGHTS = llama_8b_params() * BF16                                # 16,060,522,496 bytes
 KV_TOKEN = 2 * L * KVH * D * BF16                                 # 131,072 bytes (128 KiB)
 PROMPT, GEN = 1024, 256
-#: vLLM's largest prefill kernel for one 1024-token prompt is SiLU-and-mul (the glu op): it reads
-#: the gate and up projections and writes their product, 3 x 1024 x 14336 x 2 B = 88,080,384 B.
-#: The others are smaller: gate_up_proj reads x (8 MiB) and writes 2 x 28 MiB = 64 MiB; down_proj
-#: 28 + 8 MiB; flash attention q + K + V + out = 8 + 2 + 2 + 8 MiB; fused add + RMSNorm 4 x 8 MiB;
-#: the head runs on the last token only.
-GLU_SET = 3 * PROMPT * FF * BF16
+BUDGET = 8192                                                     # prompt tokens per prefill step
+#: vLLM's largest prefill kernel for a step of 8192 prompt tokens (8 prompts of 1024) is
+#: SiLU-and-mul (the glu op): it reads the gate and up projections and writes their product,
+#: 3 x 8192 x 14336 x 2 B = 704,643,072 B. The others are smaller: gate_up_proj reads x (64 MiB)
+#: and writes 2 x 224 MiB = 512 MiB; down_proj 224 + 64 MiB; flash attention q + K + V + out =
+#: 64 + 16 + 16 + 64 MiB; fused add + RMSNorm 4 x 64 MiB; the head runs on the last token only.
+STEP_SET = 3 * BUDGET * FF * BF16
+#: KV room = 76,968,728,985.6 - 16,060,522,496 - 704,643,072 = 60,203,563,417.6 B
+ROOM = USABLE_H100 - WEIGHTS - STEP_SET
 
 
 def _vllm(batch: int):
-    return deploy("Llama-3.1-8B", "H100", Scenario(batch, PROMPT, GEN), framework="vllm", tp=1).summary
+    return deploy("Llama-3.1-8B", "H100", Scenario(batch, PROMPT, GEN), framework="vllm", tp=1)
 
 
 def test_llama_8b_weights_and_kv_on_one_gpu():
-    s = _vllm(1)
+    s = _vllm(1).summary
     assert llama_8b_params() == 8_030_261_248
     assert s["weight_bytes_per_gpu"] == WEIGHTS
     assert s["kv_bytes_per_request"] == KV_TOKEN * (PROMPT + GEN) == 167_772_160
     assert s["kv_bytes_per_request_per_gpu"] == KV_TOKEN * (PROMPT + GEN)
-    assert s["kv_budget_bytes_per_gpu"] == USABLE_H100 - WEIGHTS == pytest.approx(60_908_206_489.6, abs=1e-3)
+    assert STEP_SET == 704_643_072
+    assert s["kv_budget_bytes_per_gpu"] == pytest.approx(ROOM, abs=1e-3)
+    assert ROOM == pytest.approx(60_203_563_417.6, abs=1e-3)
 
 
-def test_max_prefill_batch_llama_8b_is_273():
-    """(76,968,728,985.6 - 16,060,522,496) / (1024 x 131,072 + 88,080,384) = 60,908,206,489.6 /
-    222,298,112 = 273.99 -> 273 prompts. Counting the weights in the working set (the head's
-    1.05 GB table) would give 51."""
-    per_prompt = PROMPT * KV_TOKEN + GLU_SET
-    expected = math.floor((USABLE_H100 - WEIGHTS) / per_prompt)
-    assert expected == 273
+def test_max_prefill_batch_llama_8b_is_8():
+    """A step holds floor(8192 / 1024) = 8 whole prompts, fewer than the capacity (358, below), so
+    max_prefill_batch = 8; the working set is one step's, the same at batch 1 and 8 (vLLM reserves
+    it by a profiling run at the budget before sizing the KV cache)."""
     for batch in (1, 8):
-        s = _vllm(batch)
-        assert s["max_prefill_batch"] == expected
-        # the whole batch's prompts are prefilled in one step: batch x the working set
-        assert s["activation_bytes_per_gpu"] == batch * GLU_SET
+        s = _vllm(batch).summary
+        assert s["max_prefill_batch"] == BUDGET // PROMPT == 8
+        assert s["activation_bytes_per_gpu"] == STEP_SET
 
 
 def test_unfused_working_set_is_the_dense_score_matrix():
-    """Without fusion the largest kernel is softmax over the [32 heads, 1024, 1024] scores (BF16),
-    read and written: 2 x 32 x 1024^2 x 2 B = 134,217,728 B; 60,908,206,489.6 / (134,217,728 +
-    134,217,728) = 226.9 -> 226 prompts."""
-    dense = 2 * HEADS * PROMPT * PROMPT * BF16
+    """Without fusion the largest kernel is softmax over the scores of the step's 8 prompts,
+    [8, 32 heads, 1024, 1024] in BF16, read and written: 2 x 8 x 32 x 1024^2 x 2 B = 1,073,741,824 B.
+    Capacity at 1280 tokens: floor((60,908,206,489.6 - 1,073,741,824) / 167,772,160) = 356.6 -> 356."""
+    dense = 2 * (BUDGET // PROMPT) * HEADS * PROMPT * PROMPT * BF16
+    assert dense == 1_073_741_824
     s = deploy("Llama-3.1-8B", "H100", Scenario(1, PROMPT, GEN), tp=1).summary
     assert s["activation_bytes_per_gpu"] == dense
-    assert s["max_prefill_batch"] == math.floor((USABLE_H100 - WEIGHTS) / (PROMPT * KV_TOKEN + dense)) == 226
-
-
-def test_fits_margin_includes_one_prefill_working_set():
-    """KV capacity at 1280 tokens: floor(60,908,206,489.6 / 167,772,160) = 363 requests. But
-    serving also needs one prompt's working set: 362 requests need 16,060,522,496 + 362 x
-    167,772,160 + 88,080,384 = 76,882,124,800 <= 76,968,728,985.6 (fit), 363 need 77,049,896,960:
-    short by 81,167,974.4."""
     per_request = KV_TOKEN * (PROMPT + GEN)
-    capacity = math.floor((USABLE_H100 - WEIGHTS) / per_request)
-    assert capacity == 363
-    for batch, fits in ((362, True), (363, False)):
-        s = _vllm(batch)
-        need = WEIGHTS + batch * per_request + GLU_SET
+    assert s["max_concurrent_requests"] == math.floor((USABLE_H100 - WEIGHTS - dense) / per_request) == 356
+    assert s["max_prefill_batch"] == 8
+
+
+def test_fits_exactly_up_to_the_capacity():
+    """Capacity at 1280 tokens: floor(60,203,563,417.6 / 167,772,160) = 358.8 -> 358 requests.
+    358 fit (358 x 167,772,160 = 60,062,433,280 <= the room); 359 need 60,230,205,440: short by
+    26,642,022.4 B. ``fits`` and ``max_concurrent_requests`` are the same inequality."""
+    per_request = KV_TOKEN * (PROMPT + GEN)
+    capacity = math.floor(ROOM / per_request)
+    assert capacity == 358
+    for batch, fits in ((358, True), (359, False)):
+        s = _vllm(batch).summary
         assert s["max_concurrent_requests"] == capacity
         assert s["fits"] is fits, batch
-        assert s["shortfall_bytes"] == max(need - USABLE_H100, 0.0)
-        assert s["free_bytes_per_gpu"] == max(USABLE_H100 - WEIGHTS - batch * per_request, 0.0)
-    assert WEIGHTS + 363 * per_request + GLU_SET - USABLE_H100 == pytest.approx(81_167_974.4, abs=1e-3)
+        assert s["shortfall_bytes"] == pytest.approx(max(batch * per_request - ROOM, 0.0), abs=1e-3)
+        assert s["free_bytes_per_gpu"] == pytest.approx(max(ROOM - batch * per_request, 0.0), abs=1e-3)
+    assert 359 * per_request - ROOM == pytest.approx(26_642_022.4, abs=1e-3)
+
+
+def test_prefill_runs_in_steps_of_the_token_budget():
+    """8 prompts of 1024 tokens are 8192 tokens: one step. 9 prompts are 9216 tokens: ceil(9216 /
+    8192) = 2 steps of 4.5 prompts (4608 tokens) each, so TTFT = 2 x one step, and one step's
+    fused QKV projection runs 32 layers x 2 x 4608 x 4096 x (4096 + 2 x 8 x 128) FLOPs."""
+    eight, nine = _vllm(8), _vllm(9)
+    assert eight.summary["prefill_steps"] == 1 and nine.summary["prefill_steps"] == 2
+    assert nine.summary["ttft_s"] == pytest.approx(2 * nine.phases["prefill"]["step_time_s"], rel=1e-12)
+    q = next(r for r in nine.ops["prefill"] if r["op_uid"].endswith("self_attn/q_proj"))
+    assert q["flops"] == L * 2 * 4608 * HID * (HID + 2 * KVH * D)
+    assert nine.summary["ttft_s"] > eight.summary["ttft_s"]
 
 
 def test_dp_attention_capacity_qwen3_30b_a3b():
-    """Qwen3-30B-A3B on 8 H100, TP8 = 8 attention replicas (DP-attention 8) + EP 8, BF16.
+    """Qwen3-30B-A3B on 8 H100, TP8 = 8 attention replicas (DP-attention 8) + EP 8, BF16, unfused.
 
     Each GPU keeps the whole attention, router, norms, embedding and head (attention TP is 1) and
     16 of the 128 experts. Per layer outside the experts: q (2048 x 32 x 128), k and v (2048 x 4 x
     128), o, q/k norms (128 each), router 128 x 2048, two norms; experts 3 x 2048 x 768 each.
     KV per request per GPU: 48 layers x 2 x 4 heads x 128 x 2 B = 98,304 B per token (not split:
-    each replica holds its own requests). Requests = 8 x floor((76,968,728,985.6 - weights) /
-    (98,304 x 5120))."""
+    each replica holds its own requests). The working set: a step of 8192 tokens per replica is
+    2 prompts of 4096; unfused, the largest kernel is softmax over their [2, 32, 4096, 4096] BF16
+    scores, read and written: 4,294,967,296 B. Requests = 8 x floor((76,968,728,985.6 -
+    10,329,944,064 - 4,294,967,296) / (98,304 x 5120)) = 8 x floor(123.9) = 984."""
     c = hf_config("Qwen/Qwen3-30B-A3B")
     h, heads, kvh, d = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
     e, ff, layers, vocab = c["num_experts"], c["moe_intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
@@ -125,9 +144,15 @@ def test_dp_attention_capacity_qwen3_30b_a3b():
     s = deploy("Qwen3-30B-A3B", "H100", Scenario(64, 4096, 1024), tp=8, dp_attn=8, ep=8).summary
     assert s["weight_bytes_per_gpu"] == weights == 10_329_944_064
     kv_request = layers * 2 * kvh * d * BF16 * (4096 + 1024)
+    scores = 2 * (BUDGET // 4096) * heads * 4096 * 4096 * BF16
+    assert s["activation_bytes_per_gpu"] == scores == 4_294_967_296
     assert s["kv_bytes_per_request_per_gpu"] == kv_request
     assert s["kv_bytes_per_gpu"] == 64 / 8 * kv_request                 # 8 requests per replica
-    assert s["max_concurrent_requests"] == 8 * math.floor((USABLE_H100 - weights) / kv_request) == 1056
+    assert s["max_concurrent_requests"] == 8 * math.floor((USABLE_H100 - weights - scores) / kv_request) == 984
+    # 8 requests per replica x 4096 tokens = 32,768 tokens: 4 steps of 8192
+    assert s["prefill_steps"] == 4 and s["fits"]
+    over = deploy("Qwen3-30B-A3B", "H100", Scenario(985, 4096, 1024), tp=8, dp_attn=8, ep=8).summary
+    assert not over["fits"] and over["shortfall_bytes"] > 0          # ceil(985 / 8) = 124 > 123
 
 
 def test_dp_attention_rank_holds_whole_requests():

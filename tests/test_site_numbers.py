@@ -92,25 +92,30 @@ def _deployment(tables, n_gpus, phase="decode", batch=8, input_len=1024):
 
 def test_deployment_rows_by_hand(tables):
     """One H100 (usable 0.9 x 81,559 MiB = 76,968,728,985.6 B): weights 8,030,261,248 x 2 B; KV
-    131,072 B/token x 1280; capacity floor(60,908,206,489.6 / 167,772,160) = 363; prefill
-    floor(60,908,206,489.6 / (1024 x 131,072 + 88,080,384)) = 273 (the working set is SiLU-and-mul:
-    3 x 1024 x 14336 x 2 B). Two H100 (TP 2): matrices halved, norms whole: (16,060,522,496 -
-    532,480) / 2 + 532,480 = 8,030,527,488 B; 4 of 8 KV heads per GPU: floor((76,968,728,985.6 -
-    8,030,527,488) / 83,886,080) = 821 requests."""
+    131,072 B/token x 1280; the prefill step of 8192 tokens (8 prompts of 1024) reserves its largest
+    kernel, SiLU-and-mul: 3 x 8192 x 14336 x 2 B = 704,643,072 B; capacity floor((60,908,206,489.6
+    - 704,643,072) / 167,772,160) = 358; 8 whole prompts per step. Two H100 (TP 2): matrices
+    halved, norms whole: (16,060,522,496 - 532,480) / 2 + 532,480 = 8,030,527,488 B; SiLU-and-mul
+    on half the FFN: 3 x 8192 x 7168 x 2 B = 352,321,536 B; 4 of 8 KV heads per GPU:
+    floor((76,968,728,985.6 - 8,030,527,488 - 352,321,536) / 83,886,080) = 817 requests."""
     one = _deployment(tables, 1)
     assert PARAMS == 8_030_261_248
     assert one["weight_bytes_per_gpu"] == PARAMS * 2
     assert one["usable_bytes_per_gpu"] == USABLE
     assert one["kv_bytes_per_request"] == KV_TOKEN * 1280 == 167_772_160
     assert one["kv_bytes_per_gpu"] == 8 * KV_TOKEN * 1280
-    assert one["max_concurrent_requests"] == math.floor((USABLE - PARAMS * 2) / (KV_TOKEN * 1280)) == 363
-    assert one["max_prefill_batch"] == math.floor((USABLE - PARAMS * 2) / (1024 * KV_TOKEN + 3 * 1024 * FF * 2)) == 273
+    step = 3 * 8192 * FF * 2
+    assert one["activation_bytes_per_gpu"] == step
+    assert one["max_concurrent_requests"] == math.floor((USABLE - PARAMS * 2 - step) / (KV_TOKEN * 1280)) == 358
+    assert one["max_prefill_batch"] == 8192 // 1024 == 8
     assert one["fits"] and not one["extrapolated"] and one["shortfall_bytes"] == 0
     two = _deployment(tables, 2)
     weights = (PARAMS * 2 - NORMS) / 2 + NORMS
     assert two["weight_bytes_per_gpu"] == weights == 8_030_527_488
     assert two["kv_bytes_per_request_per_gpu"] == KV_TOKEN * 1280 / 2
-    assert two["max_concurrent_requests"] == math.floor((USABLE - weights) / (KV_TOKEN * 1280 / 2)) == 821
+    assert two["activation_bytes_per_gpu"] == 3 * 8192 * (FF // 2) * 2
+    assert two["max_concurrent_requests"] == math.floor(
+        (USABLE - weights - 3 * 8192 * (FF // 2) * 2) / (KV_TOKEN * 1280 / 2)) == 817
     assert two["tokens_per_s_per_gpu"] == pytest.approx(8 / two["tpot_s"] / 2, rel=1e-12)
 
 
@@ -119,7 +124,9 @@ def test_ops_rows_by_hand(tables):
     flash_attention on one GPU: 32 x 8 x 32 heads x 4352 keys x (2 x 128 + 5 + 2 x 128) FLOPs and
     32 x (q + out: 2 x 8 x 32 x 128 x 2 B, K + V: 2 x 8 x 4352 x 8 x 128 x 2 B) bytes; on two GPUs
     (TP 2) the row-parallel down_proj output [8, 4096] is all-reduced: 32 x 2 x 1/2 x 8 x 4096 x 2 B
-    = 2,097,152 B over NVLink, 32 calls of 7.8 us latency; prefill's o_proj all-reduce moves 32 x 8 x 4096 x 4096 x 2 B."""
+    = 2,097,152 B over NVLink, 32 calls of 7.8 us latency. Prefill's table is one chunked-prefill
+    step: 8 x 4096 = 32,768 prompt tokens in steps of 8192 (2 prompts), so its o_proj all-reduce
+    moves 32 x 8192 x 4096 x 2 B."""
     ops = tables["ops"].filter((pl.col("model_id") == MODEL) & (pl.col("batch") == 8)
                                & (pl.col("input_len") == 4096) & (pl.col("output_len") == 256))
     ctx = 4096 + 256
@@ -133,7 +140,7 @@ def test_ops_rows_by_hand(tables):
     assert down["link"] == "scale_up"
     assert down["t_comm_s"] == pytest.approx(32 * 7.8e-6 + 2_097_152 / NVLINK4, rel=1e-12)
     o_proj = _one(ops, n_gpus=2, phase="prefill", op_uid="main/layers[block]/self_attn/o_proj>all_reduce[tp]")
-    assert o_proj["comm_bytes"] == L * 8 * 4096 * HID * 2
+    assert o_proj["comm_bytes"] == L * 8192 * HID * 2 == 2_147_483_648
 
 
 # -- 2. pages show the rows ---------------------------------------------------------------------------
@@ -230,8 +237,9 @@ def test_deployment_selection_shows_its_rows(browser, base, tables):
         _shows(shown["Weights per GPU"], dec["weight_bytes_per_gpu"], _BYTES)
         _shows(shown["KV per request"], dec["kv_bytes_per_request"], _BYTES)
         assert shown["Decode bound"] == dec["bound"] and shown["Prefill bound"] == pre["bound"]
-        bar = [tab.page.locator("#membar .seg").nth(i).inner_text() for i in range(3)]
-        for text, (label, key) in zip(bar, (("weights", "weight_bytes_per_gpu"), ("KV", "kv_bytes_per_gpu"),
+        bar = [tab.page.locator("#membar .seg").nth(i).inner_text() for i in range(4)]
+        for text, (label, key) in zip(bar, (("weights", "weight_bytes_per_gpu"),
+                                            ("prefill", "activation_bytes_per_gpu"), ("KV", "kv_bytes_per_gpu"),
                                             ("free", "free_bytes_per_gpu"))):
             assert text.startswith(label + " "), bar
             _shows(text[len(label) + 1:], dec[key], _BYTES)

@@ -66,7 +66,10 @@ def evaluate_contracts(corpus: Corpus, gpu_root=None) -> dict[str, Any]:
         for model in contract["variants"]:
             ev = evaluate_spec(corpus, model)
             built = plan(ev, gpu, ParallelConfig(), Options(framework="vllm"), tables["vllm"])
-            s = summarize(built.structure, [gpu], 0, 2, contract["batch"], lengths, 1)
+            # the contract compares whole prompts across lengths (an architecture's cost, not a serving
+            # schedule): a token budget that holds the batch's longest prompts prefills them in one step
+            whole = int(contract["batch"] * lengths.max())
+            s = summarize(built.structure, [gpu], 0, 2, contract["batch"], lengths, 1, prefill_tokens=whole)
             request_bytes = kv.request_bytes_fn(ev.numeric)(lengths, 2)
             component = next(c.component for c in ev.numeric.components.values() if c.role == contract["slot"])
             rows.append({

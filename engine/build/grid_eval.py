@@ -25,7 +25,7 @@ from engine.deploy import (PHASES, Options, Plan, Scenario, build_structure, pla
 from engine.deploy.fusion import load_tables
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
-from engine.deploy.sol import max_requests, op_rows_columns, summarize
+from engine.deploy.sol import capacity, op_rows_columns, summarize
 
 PHASE_FIELDS = ("step_time_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
                 "weight_bytes", "comm_bytes", "bound")
@@ -94,7 +94,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
             for kv_dtype in grid.kv_dtypes:
                 kv_bytes = kv.KV_DTYPE_BYTES[kv_dtype]
                 for out_len in grid.output_lengths:
-                    caps = max_requests(base, usable, np.array(inputs) + out_len, kv_bytes)
+                    caps = capacity(base, usable, np.array(inputs), out_len, kv_bytes)
                     for inp, cap in zip(inputs, caps):
                         batches = [b for b in grid.batches if b <= cap]
                         if cap >= 1 and cap not in batches and cap < max(grid.batches):

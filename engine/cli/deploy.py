@@ -48,6 +48,8 @@ def add_parser(sub, parents=()) -> None:
     p.add_argument("--act-dtype", default="bf16", help="activation dtype (bf16, fp8)")
     p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
     p.add_argument("--hbm-fraction", type=float, default=0.9, help="usable share of HBM")
+    p.add_argument("--prefill-tokens", type=positive_int, default=8192,
+                   help="chunked-prefill token budget per step and replica (vLLM max_num_batched_tokens)")
     p.add_argument("--phase", choices=["prefill", "decode", "both"], default="both",
                    help="which phase's per-op table to print")
     p.add_argument("--unfused", action="store_true", help="also print the program before fusion")
@@ -78,7 +80,8 @@ def deployment_from_args(args):
         raise SpecError(Where("<command line>", field="--framework"), f"unknown framework {args.framework!r}",
                         "use none or one of: " + ", ".join(sorted(tables)))
     options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
-                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction)
+                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction,
+                      prefill_tokens=args.prefill_tokens)
     scenario = Scenario(batch=args.batch, input_len=args.input, output_len=args.output)
     built = plan(ev, gpu, config, options, tables.get(args.framework), scenario)
     return built.at(scenario)
@@ -118,11 +121,14 @@ def run(args: argparse.Namespace) -> int:
           f"prefill activations {_num(s['activation_bytes_per_gpu'], 'B')}, usable {_num(s['usable_bytes_per_gpu'], 'B')}")
     print(f"  KV per request {_num(s['kv_bytes_per_request'], 'B')} ({_num(s['kv_bytes_per_request_per_gpu'], 'B')} per GPU); "
           f"KV budget {_num(s['kv_budget_bytes_per_gpu'], 'B')} per GPU; max concurrent requests "
-          f"{s['max_concurrent_requests']}; max prefill batch {s['max_prefill_batch']}")
+          f"{s['max_concurrent_requests']}; max prefill batch {s['max_prefill_batch']} "
+          f"(prefill in {s['prefill_steps']} step(s) of at most "
+          f"{d.plan.options.prefill_tokens * d.plan.config.cp} prompt tokens per replica)")
     if s["fits"]:
         print("  fits: yes")
     else:
-        print(f"  fits: NO — short by {_num(s['shortfall_bytes'], 'B')} per GPU "
+        print(f"  fits: NO — batch {s['batch']} exceeds the capacity of {s['max_concurrent_requests']} requests; "
+              f"short by {_num(s['shortfall_bytes'], 'B')} per GPU "
               "(fewer requests, more GPUs, or a narrower KV/weight dtype)")
     print(f"  TTFT {_time(s['ttft_s'])}   TPOT {_time(s['tpot_s'])}   "
           f"decode {s['tokens_per_s_per_gpu']:.4g} tok/s/GPU   prefill {s['prefill_tokens_per_s_per_gpu']:.4g} tok/s/GPU")

@@ -37,12 +37,12 @@ from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
 from engine.deploy.fusion import FusionTable, fuse, match
 from engine.deploy.hardware import GPU
-from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs
+from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.spec.shapes import Tensor
 from engine.deploy.placement import ZERO, DeviceTypes, Layout, Placer, Program, Step, phase_rows, shard_unit
 from engine.deploy.sol import Plan
-from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, PHASES, Options, Scenario, Structure, option_where,
-                                     tokens_per_device)
+from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, MAX_TOKENS, PHASES, Options, Scenario, Structure,
+                                     option_where, tokens_per_device)
 
 
 def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
@@ -189,6 +189,9 @@ def validate_options(options: Options) -> None:
                         "use one of: " + ", ".join(ACT_DTYPE_BYTES))
     if not 0 < options.hbm_fraction <= 1:
         raise SpecError(option_where("--hbm-fraction"), f"{options.hbm_fraction} is not in (0, 1]", "e.g. 0.9")
+    if not is_count(options.prefill_tokens, 1, MAX_TOKENS):
+        raise SpecError(option_where("--prefill-tokens"), f"{options.prefill_tokens!r} is not a token count",
+                        "e.g. --prefill-tokens 8192 (vLLM's max_num_batched_tokens)")
 
 
 def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options, symbolic: bool
@@ -247,7 +250,7 @@ def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Op
                         + "; ".join(problems), "pick degrees that divide the model's heads, experts and layers")
     validate_options(options)
     domain = min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain)
-    tokens = tokens_per_device(config, scenario) if scenario else {}
+    tokens = tokens_per_device(config, scenario, options.prefill_tokens) if scenario else {}
     return Plan(build_structure(ev, config, options, domain, fusion, gpu, tokens), gpu)
 
 def _kv_per_device(ev: Evaluation, program: Program, placer: Placer,

@@ -10,12 +10,20 @@ live here; the types they hold are :mod:`engine.deploy.structure`'s, and :mod:`e
 
 * ``step_time_s`` of a phase = sum over its steps of SOL = max(t_compute, t_memory, t_comm);
   ``bound`` = the term whose steps take most of that time.
-* TTFT = prefill path x (pp + k - 1) / pp and TPOT = decode path, k = micro-batches in flight;
-  with DP-attention the paths run at the fullest replica's requests, ceil(batch / dp_attn).
-* Capacity per GPU: usable = hbm_fraction x HBM; KV budget = usable - weights; requests =
-  dp_attn x floor(budget / KV per request per GPU). A batch fits when every request's KV at the
-  last position plus one prompt's prefill working set (the largest kernel's activations) fit;
-  ``max_prefill_batch`` says how many prompts fit at once.
+* One rule for capacity, fit and the prefill schedule (docs/deployment.md "Memory and capacity"),
+  chunked prefill as vLLM and SGLang run it: a replica prefills at most ``prefill_tokens`` prompt
+  tokens per step, and the framework reserves that step's working set (the largest kernel's
+  activations at the budget; vLLM sizes it with a profiling run at ``max_num_batched_tokens``) next
+  to the weights before the KV cache gets the rest. Per GPU: usable = hbm_fraction x HBM; capacity
+  C = floor((usable - weights - working set) / KV per request per GPU at the last position);
+  ``max_concurrent_requests`` = dp_attn x C; a batch fits exactly when ceil(batch / dp_attn) <= C
+  (else ``shortfall_bytes`` is the excess); ``max_prefill_batch`` = whole prompts one step holds,
+  dp_attn x min(max(1, floor(budget / prompt)), C).
+* TTFT = the last request's first token, [(pp - 1) x t(largest step) + s x t(mean step)] / pp with
+  s = :func:`prefill_steps` (the fullest replica's prompt tokens over the budget, at least one
+  micro-batch per stage); with pp = 1 that is s steps one after the other. TPOT = decode path at
+  k = min(pp, batch) micro-batches. With DP-attention both paths run at
+  the fullest replica's requests, ceil(batch / dp_attn).
 """
 from __future__ import annotations
 
@@ -26,13 +34,11 @@ import numpy as np
 
 from engine.spec import kv
 from engine.deploy.cost import BOUNDS, compile_program, intensity, step_totals
-from engine.deploy.structure import PHASES, Options, Scenario, Structure, micro_batches, option_where, program_batch
+from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, Scenario, Structure, micro_batches,
+                                     option_where, prefill_program_batch, prefill_steps, program_batch,
+                                     requests_per_replica, step_tokens)
 from engine.deploy.hardware import GPU
 from engine.spec.errors import SpecError
-
-
-def _ceil_div(a, b):
-    return -(-np.asarray(a) // b)
 
 
 def phase_times(compiled, rates, batch, seq, ctx, kv_bytes) -> dict[str, np.ndarray]:
@@ -44,12 +50,16 @@ def phase_times(compiled, rates, batch, seq, ctx, kv_bytes) -> dict[str, np.ndar
             "bound": np.asarray(BOUNDS)[np.argmax(v["by_bound"], axis=0)]}
 
 
-def activation_per_request(structure: Structure, input_len, kv_bytes) -> np.ndarray:
-    """Largest kernel working set (activations and caches, no weights) of one request's prompt step."""
+def prefill_working_set(structure: Structure, input_len, kv_bytes, prefill_tokens: int = PREFILL_TOKENS) -> np.ndarray:
+    """Bytes one GPU reserves for a prefill step at the token budget: the largest kernel's working set
+    (activations and caches read and written, no weights) with ``prefill_tokens`` prompt tokens per
+    replica, i.e. budget / input_len prompts (a fraction is a chunk of one longer prompt: its queries
+    against the whole prompt's keys). Fixed per (structure, prompt length), whatever the batch."""
     compiled = structure.compiled["prefill"]
     inp = np.asarray(input_len, dtype=float)
     shape = np.broadcast_shapes(inp.shape, np.shape(kv_bytes))
-    args = [np.asarray(v, dtype=float) for v in (structure.config.dp_attn, inp, inp, kv_bytes)]  # 1 per replica
+    prompts = structure.config.dp_attn * step_tokens(structure.config, prefill_tokens) / inp   # per replica
+    args = [np.asarray(v, dtype=float) for v in (prompts, inp, inp, kv_bytes)]
     steps = compiled.program.steps
     keep = [i for i, s in enumerate(steps) if s.kind != "comm" and float(s.repeat) > 0]
     if not keep:
@@ -59,17 +69,36 @@ def activation_per_request(structure: Structure, input_len, kv_bytes) -> np.ndar
     return ((traffic[keep] - weights[keep]) / repeat).max(axis=0)
 
 
-def max_requests(structure: Structure, usable, length, kv_bytes) -> np.ndarray:
-    """Requests whose KV fits next to the weights at context ``length`` (per replica)."""
-    budget = np.asarray(usable) - structure.weight_bytes_per_gpu
-    kv_dev = np.asarray(structure.kv_device_fn(np.asarray(length, dtype=float), kv_bytes), dtype=float)
-    ok = (budget > 0) & (kv_dev > 0)
-    return np.where(ok, structure.config.dp_attn * np.floor(np.maximum(budget, 0) / np.where(kv_dev > 0, kv_dev, 1)),
-                    0).astype(np.int64)
+def _room(structure: Structure, usable, input_len, kv_bytes, prefill_tokens) -> np.ndarray:
+    """Bytes per GPU left for the KV cache: usable - weights - the prefill step's working set."""
+    return (np.asarray(usable) - structure.weight_bytes_per_gpu
+            - prefill_working_set(structure, input_len, kv_bytes, prefill_tokens))
+
+
+def _fit_count(room, kv_dev) -> np.ndarray:
+    """The largest n >= 0 with n x kv_dev <= room, decided by the same float product the fit test
+    uses (a float floor(room / kv_dev) can be one off at an exact boundary); MAX_BATCH when a
+    request holds no cache, 0 when nothing is left."""
+    room, kv_dev = np.broadcast_arrays(np.asarray(room, dtype=float), np.asarray(kv_dev, dtype=float))
+    safe = np.where(kv_dev > 0, kv_dev, 1.0)
+    n = np.floor(np.maximum(room, 0.0) / safe)
+    n = np.where((n + 1) * safe <= room, n + 1, n)
+    n = np.where((n > 0) & (n * safe > room), n - 1, n)
+    n = np.where(kv_dev > 0, n, MAX_BATCH)
+    return np.where(room >= 0, n, 0).astype(np.int64)
+
+
+def capacity(structure: Structure, usable, input_len, output_len, kv_bytes,
+             prefill_tokens: int = PREFILL_TOKENS) -> np.ndarray:
+    """``max_concurrent_requests``: dp_attn x the requests per replica whose KV at the last position
+    fits next to the weights and the prefill step's working set (the module's one rule)."""
+    inp = np.asarray(input_len)
+    kv_dev = structure.kv_device_fn(np.asarray(inp + np.asarray(output_len), dtype=float), kv_bytes)
+    return structure.config.dp_attn * _fit_count(_room(structure, usable, inp, kv_bytes, prefill_tokens), kv_dev)
 
 
 def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch, input_len, output_len,
-              hbm_fraction: float = 0.9) -> dict[str, Any]:
+              hbm_fraction: float = 0.9, prefill_tokens: int = PREFILL_TOKENS) -> dict[str, Any]:
     """Every numeric deployment field at the broadcast of the per-point arrays. Point ``i`` runs on
     ``gpus[gpu_index[i]]`` with ``kv_bytes[i]`` per cache element; one call serves every GPU and
     KV dtype that share a structure (the grid's batching)."""
@@ -78,25 +107,35 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
                                                          (batch, input_len, output_len, kv_bytes, gpu_index))
     length = input_len + output_len
     k = micro_batches(config, batch)
+    steps = prefill_steps(config, batch, input_len, prefill_tokens)
     rates = {p: structure.compiled[p].rates_for(gpus, gpu_index) for p in PHASES}
-    runs = program_batch(config, batch)          # the fullest attention replica's requests, per micro-batch
-    prefill = phase_times(structure.compiled["prefill"], rates["prefill"], runs, input_len, input_len, kv_bytes)
-    decode = phase_times(structure.compiled["decode"], rates["decode"], runs, 1.0, length, kv_bytes)
+    mean_step = prefill_program_batch(config, batch, input_len, prefill_tokens)
+    prefill = phase_times(structure.compiled["prefill"], rates["prefill"], mean_step, input_len, input_len, kv_bytes)
+    decode = phase_times(structure.compiled["decode"], rates["decode"], program_batch(config, batch), 1.0, length,
+                         kv_bytes)
     hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
     usable = hbm * hbm_fraction
     weights = structure.weight_bytes_per_gpu
-    budget = usable - weights
     kv_dev = np.asarray(structure.kv_device_fn(length, kv_bytes), dtype=float)
-    kv_dev_prompt = np.asarray(structure.kv_device_fn(input_len, kv_bytes), dtype=float)
-    per_rank = _ceil_div(batch, config.dp_attn)           # requests on the fullest attention replica
-    act = activation_per_request(structure, input_len, kv_bytes)
-    in_flight = _ceil_div(per_rank, k)
-    max_prefill = np.where(budget > 0, config.dp_attn * np.floor(np.maximum(budget, 0) / (kv_dev_prompt + act)), 0)
-    # serving: every request's KV at the last position, plus one prompt's prefill working set
-    # (frameworks prefill in chunks; how many prompts fit at once is max_prefill_batch)
-    need = weights + per_rank * kv_dev + act
+    per_rank = requests_per_replica(config, batch)        # requests on the fullest attention replica
+    act = prefill_working_set(structure, input_len, kv_bytes, prefill_tokens)
+    # the one rule: weights + the prefill step's working set + every request's KV at its last position
+    room = usable - weights - act                          # what the KV cache gets
+    per_replica_cap = _fit_count(room, kv_dev)
+    kv_need = per_rank * kv_dev
+    budget = step_tokens(config, prefill_tokens)
+    whole_prompts = np.maximum(1, budget // input_len)
+    max_prefill = config.dp_attn * np.minimum(whole_prompts, per_replica_cap)
     replica = config.tp * config.pp * config.cp
-    ttft = prefill["step_time_s"] * (config.pp + k - 1) / config.pp
+    # TTFT: the pipeline fills with the largest step (a full budget, or the batch over min(pp, batch)
+    # micro-batches when the budget does not bind), then each step leaves one stage time later. The
+    # steps' sum is taken at the mean step: exact for costs affine in the tokens (greedy full steps +
+    # a remainder cost the same), an upper bound for MoE weight reads (concave in the tokens).
+    ttft = steps * prefill["step_time_s"] / config.pp
+    if config.pp > 1:
+        largest = config.dp_attn * np.minimum(per_rank / k, budget / input_len)
+        fill = phase_times(structure.compiled["prefill"], rates["prefill"], largest, input_len, input_len, kv_bytes)
+        ttft = ttft + (config.pp - 1) * fill["step_time_s"] / config.pp
     tpot = decode["step_time_s"]
     max_ctx = int(ev.numeric.max_context)
     shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)
@@ -109,7 +148,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         "n_gpus": config.n_gpus, "gpus_per_node": structure.domain, "tp": config.tp, "ep": config.ep,
         "dp_attn": config.dp_attn, "pp": config.pp, "cp": config.cp,
         "cp_kind": config.cp_kind if config.cp > 1 else "", "dp": config.dp, "config": config.label(),
-        "batch": full(batch), "micro_batches": full(k), "input_len": full(input_len),
+        "batch": full(batch), "micro_batches": full(k), "prefill_steps": full(steps), "input_len": full(input_len),
         "output_len": full(output_len),
         "hbm_bytes_per_gpu": full(hbm), "usable_bytes_per_gpu": full(usable),
         "weight_bytes_per_gpu": full(float(weights)),
@@ -117,12 +156,13 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         # the same bytes in two parts: flat recurrent states, and the caches that grow with context
         **{f"kv_{part}_bytes_per_request": full(np.asarray(kv.request_bytes_fn(ev.numeric, part=part)(length, kv_bytes),
                                                            dtype=float)) for part in kv.PARTS},
-        "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(np.maximum(budget, 0.0)),
-        "kv_bytes_per_gpu": full(per_rank * kv_dev), "activation_bytes_per_gpu": full(in_flight * act),
-        "free_bytes_per_gpu": full(np.maximum(usable - weights - per_rank * kv_dev, 0.0)),
-        "max_concurrent_requests": full(max_requests(structure, usable, length, kv_bytes)),
+        "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(np.maximum(room, 0.0)),
+        "kv_bytes_per_gpu": full(per_rank * kv_dev), "activation_bytes_per_gpu": full(act),
+        "free_bytes_per_gpu": full(np.maximum(room - kv_need, 0.0)),
+        "max_concurrent_requests": full(config.dp_attn * per_replica_cap),
         "max_prefill_batch": full(max_prefill.astype(np.int64)),
-        "fits": full(need <= usable), "shortfall_bytes": full(np.maximum(need - usable, 0.0)),
+        # fits exactly when ceil(batch / dp_attn) <= capacity per replica (the same inequality)
+        "fits": full(per_rank <= per_replica_cap), "shortfall_bytes": full(np.maximum(kv_need - room, 0.0)),
         "ttft_s": full(ttft), "tpot_s": full(tpot),
         "prefill_tokens_per_s_per_gpu": full(batch * input_len / ttft / replica),
         "tokens_per_s_per_gpu": full(batch / tpot / replica),
@@ -178,7 +218,7 @@ def summarize_plan(plan: Plan, batch, input_len, output_len) -> dict[str, Any]:
     """:func:`summarize` for one plan (one GPU, one KV dtype), with the plan's labels."""
     options = plan.options
     out = summarize(plan.structure, [plan.gpu], 0, plan.kv_bytes, batch, input_len, output_len,
-                    options.hbm_fraction)
+                    options.hbm_fraction, options.prefill_tokens)
     out.update({"model_id": plan.model_id, "gpu": plan.gpu.key, "framework": options.framework,
                 "weight_format": options.weight_format, "kv_dtype": options.kv_dtype,
                 "act_dtype": options.act_dtype})
@@ -237,11 +277,14 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario])
     """The per-op SOL table of one phase at one or several points, as columns (Parquet names),
     formulas included; several points are evaluated in one vectorized call, point-major.
 
-    Values are those of one pipeline micro-batch (the unit the phase totals are made of)."""
+    Values are those of one pipeline micro-batch (the unit the phase totals are made of): for prefill
+    one chunked-prefill step (:func:`engine.deploy.structure.prefill_steps`)."""
     from engine.deploy.cost import scenario_point
     s = plan.structure
     points = scenario if isinstance(scenario, list) else [scenario]
-    batch = np.array([program_batch(s.config, p.batch) for p in points], dtype=float)
+    budget = plan.options.prefill_tokens
+    batch = np.array([prefill_program_batch(s.config, p.batch, p.input_len, budget) if phase == "prefill"
+                      else program_batch(s.config, p.batch) for p in points], dtype=float)
     where = [scenario_point(phase, p.input_len, p.output_len) for p in points]
     seq = np.array([w["seq"] for w in where], dtype=float)
     ctx = np.array([w["ctx"] for w in where], dtype=float)

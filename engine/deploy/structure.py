@@ -27,6 +27,7 @@ MAX_TOKENS = 2 ** 24
 MAX_BATCH = 2 ** 20
 ACT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 LENGTH = symbols.dim(symbols.LENGTH)
+PREFILL_TOKENS = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,11 @@ class Options:
     act_dtype: str = "bf16"
     weight_format: str = "checkpoint"  # or a quant scheme name applied to every matrix
     hbm_fraction: float = 0.9
+    #: Chunked prefill's token budget per step and attention replica (vLLM ``max_num_batched_tokens``:
+    #: 8192 for the OpenAI server on GPUs of 70 GiB or more, EngineArgs.get_batch_defaults; SGLang's
+    #: ``chunked_prefill_size``). It sets the prefill working set reserved next to the KV cache and
+    #: the prefill schedule (:func:`prefill_steps`).
+    prefill_tokens: int = PREFILL_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +82,41 @@ def program_batch(config: ParallelConfig, batch):
     return config.dp_attn * -(-batch // config.dp_attn) / micro_batches(config, batch)
 
 
-def tokens_per_device(config: ParallelConfig, scenario: Scenario) -> dict[str, int]:
-    """Tokens one device works on per kernel call, by phase (what fusion size limits are stated in)."""
-    batch = float(program_batch(config, scenario.batch))
+def requests_per_replica(config: ParallelConfig, batch):
+    """Requests on the fullest attention replica: ceil(batch / dp_attn) (replicas hold whole requests)."""
+    return -(-np.asarray(batch) // config.dp_attn)
+
+
+def step_tokens(config: ParallelConfig, prefill_tokens: int = PREFILL_TOKENS) -> int:
+    """Prompt tokens one attention replica prefills per step: the budget on each of its cp
+    context-parallel ranks (each takes a 1/cp share of the step's tokens)."""
+    return prefill_tokens * config.cp
+
+
+def prefill_steps(config: ParallelConfig, batch, input_len, prefill_tokens: int = PREFILL_TOKENS):
+    """Prefill steps (pipeline micro-batches) of the fullest replica under chunked prefill: its
+    ceil(batch / dp_attn) x input_len prompt tokens run in ceil(tokens / :func:`step_tokens`) steps
+    (a step holds at most the token budget; a prompt longer than it is chunked over several steps),
+    and at least one per pipeline stage (:func:`micro_batches`)."""
+    tokens = requests_per_replica(config, batch) * np.asarray(input_len)
+    return np.maximum(micro_batches(config, batch), -(-tokens // step_tokens(config, prefill_tokens)))
+
+
+def prefill_program_batch(config: ParallelConfig, batch, input_len, prefill_tokens: int = PREFILL_TOKENS):
+    """The batch the prefill program runs at per step: the fullest replica's requests spread over its
+    :func:`prefill_steps` (a fraction of a prompt is a chunk), times dp_attn like :func:`program_batch`."""
+    return (config.dp_attn * requests_per_replica(config, batch)
+            / prefill_steps(config, batch, input_len, prefill_tokens))
+
+
+def tokens_per_device(config: ParallelConfig, scenario: Scenario,
+                      prefill_tokens: int = PREFILL_TOKENS) -> dict[str, int]:
+    """Tokens one device works on per kernel call, by phase (what fusion size limits are stated in);
+    prefill's are one chunked-prefill step's."""
+    batch = float(prefill_program_batch(config, scenario.batch, scenario.input_len, prefill_tokens))
     prefill = batch * scenario.input_len / (config.dp_attn * config.cp)
-    return {"prefill": int(-(-prefill // 1)), "decode": int(-(-batch // config.dp_attn))}
+    decode = float(program_batch(config, scenario.batch))
+    return {"prefill": int(-(-prefill // 1)), "decode": int(-(-decode // config.dp_attn))}
 
 
 @dataclass

@@ -12,6 +12,13 @@
     values.forEach(function (v) { var o = document.createElement("option"); o.value = String(v); o.textContent = String(v); select.appendChild(o); });
     if (current !== null && values.map(String).indexOf(String(current)) >= 0) select.value = String(current);
   }
+  // the wanted batch when the list has it, else the nearest larger, else the largest (null: empty list)
+  function pick(values, wanted) {
+    if (!values.length) return null;
+    if (wanted === null || wanted === undefined || wanted === "") return values[0];
+    var w = Number(wanted), larger = values.filter(function (v) { return v >= w; });
+    return larger.length ? larger[0] : values[values.length - 1];
+  }
   function uniq(list) { var s = {}, out = []; list.forEach(function (v) { if (!s[v]) { s[v] = 1; out.push(v); } }); return out; }
   function cfgLabel(o) { return o.n_gpus + "x " + o.config; }
   function state() { var s = {}; ["gpu", "cfg", "fw", "kv", "input", "batch"].forEach(function (k) { s[k] = form.elements[k].value; }); return s; }
@@ -21,11 +28,40 @@
     var dd = document.createElement("dd"); dd.appendChild(window.archNum(value, text, formula || null, null, formula ? null : doc));
     return [dt, dd];
   }
+  function tokens(n) { n = Number(n); return n % 1024 === 0 ? (n / 1024) + "K" : String(n); }
+  function link(o, s) {
+    var q = new URLSearchParams({ gpu: o.gpu, cfg: cfgLabel(o), fw: o.framework, kv: o.kv_dtype, input: s.input, batch: s.batch });
+    var a = document.createElement("a"); a.href = "?" + q.toString();
+    a.textContent = o.gpu + " " + cfgLabel(o) + " (capacity " + o.caps[s.input] + ")"; return a;
+  }
+  // The batch is over this config's capacity (no row, or a row that does not fit): say so with the
+  // engine's max_concurrent_requests, and list the evaluated configs whose capacity holds the batch.
+  function overCapacity(s, combo, dec) {
+    var box = document.getElementById("capacity"); box.textContent = "";
+    if (dec && dec.fits) return;
+    var cap = dec ? dec.max_concurrent_requests : combo.caps[s.input], p = document.createElement("p"); p.className = "warn";
+    var at = tokens(s.input) + " prompt tokens + " + tokens(index.output_len) + " generated";
+    p.textContent = cap === undefined ? "This config has no evaluated point at " + at + "."
+      : "Batch " + s.batch + " exceeds this config's capacity of " + cap + " requests at " + at + " (max concurrent requests: weights, the prefill working set and every request's KV at its last token must fit).";
+    box.appendChild(p);
+    var want = Number(s.batch), holds = function (o) { return o.framework === s.fw && o.kv_dtype === s.kv && (o.caps[s.input] || 0) >= want; };
+    var order = function (a, b) { return a.n_gpus - b.n_gpus || a.caps[s.input] - b.caps[s.input]; };
+    var here = index.options.filter(function (o) { return o.gpu === s.gpu && holds(o); }).sort(order);
+    var list = here.length ? here : index.options.filter(function (o) { return o.gpu !== s.gpu && holds(o); }).sort(order);
+    var q = document.createElement("p"); q.id = "holders";
+    if (!list.length) { q.textContent = "No evaluated config holds batch " + s.batch + " at this prompt length."; box.appendChild(q); return; }
+    q.textContent = "Configs " + (here.length ? "on " + s.gpu : "on other GPUs") + " that hold batch " + s.batch + ": ";
+    var ul = document.createElement("ul"); ul.className = "holders";
+    list.slice(0, 12).forEach(function (o) { var li = document.createElement("li"); li.appendChild(link(o, s)); ul.appendChild(li); });
+    box.appendChild(q); box.appendChild(ul);
+  }
   function render(rows, s, combo) {
     var chosen = rows.filter(function (r) { return String(r.input_len) === s.input && String(r.batch) === s.batch; });
     var dec = chosen[0];
     var sum = document.getElementById("summary"); sum.textContent = "";
-    if (!dec) { sum.textContent = "No evaluated point for this prompt length and batch (the batch is over the KV capacity); pick another."; return; }
+    overCapacity(s, combo, dec);
+    var membar = document.getElementById("membar"); membar.style.display = dec ? "" : "none";   // no point: no memory bar
+    if (!dec) { membar.textContent = ""; return; }
     var docs = page.docs, dl = document.createElement("dl"); dl.className = "cards";
     var items = [["Fits", dec.fits ? 1 : 0, dec.fits ? "yes" : "no — short by " + fmt.bytes(dec.shortfall_bytes) + " per GPU", docs.fits],
       ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s], ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s],
@@ -41,11 +77,11 @@
     sum.appendChild(dl);
     if (dec.extrapolated) { var w = document.createElement("p"); w.className = "warn"; w.textContent = "! Context past the model's maximum (" + page.max_context + " tokens): extrapolation."; sum.appendChild(w); }
     var bar = document.getElementById("membar"), usable = dec.usable_bytes_per_gpu; bar.textContent = "";
-    [["weights", dec.weight_bytes_per_gpu], ["KV", dec.kv_bytes_per_gpu], ["free", dec.free_bytes_per_gpu]].forEach(function (p) {
+    [["weights", dec.weight_bytes_per_gpu], ["prefill", dec.activation_bytes_per_gpu], ["KV", dec.kv_bytes_per_gpu], ["free", dec.free_bytes_per_gpu]].forEach(function (p) {
       var seg = document.createElement("div"); seg.className = "seg seg-" + p[0];
       seg.style.width = Math.min(100, 100 * p[1] / usable) + "%"; seg.textContent = p[0] + " " + fmt.bytes(p[1]); bar.appendChild(seg);
     });
-    bar.setAttribute("aria-label", "memory per GPU: weights " + fmt.bytes(dec.weight_bytes_per_gpu) + ", KV " + fmt.bytes(dec.kv_bytes_per_gpu) + " of " + fmt.bytes(usable) + " usable");
+    bar.setAttribute("aria-label", "memory per GPU: weights " + fmt.bytes(dec.weight_bytes_per_gpu) + ", prefill working set " + fmt.bytes(dec.activation_bytes_per_gpu) + ", KV " + fmt.bytes(dec.kv_bytes_per_gpu) + " of " + fmt.bytes(usable) + " usable");
   }
   var strings = null;
   function renderOps(ops, s, combo) {
@@ -95,8 +131,15 @@
       var inputs = uniq(rows.map(function (r) { return r.input_len; })).sort(function (a, b) { return a - b; });
       fill(form.elements.input, inputs, s.input || params.get("input") || "4096");
       if (!form.elements.input.value) form.elements.input.value = String(inputs[0]);
-      var batches = uniq(rows.filter(function (r) { return String(r.input_len) === form.elements.input.value; }).map(function (r) { return r.batch; })).sort(function (a, b) { return a - b; });
-      fill(form.elements.batch, batches, s.batch || params.get("batch"));
+      // the batches this GPU's data has at this prompt length (every config's, so a batch over the
+      // selected config's capacity stays selectable and is explained, not dropped)
+      var batches = (index.batches[s.gpu + "/" + s.fw + "/" + s.kv + "/" + form.elements.input.value] || []).slice();
+      var wanted = s.batch || params.get("batch"), chosen = pick(batches, wanted);
+      fill(form.elements.batch, batches, chosen);
+      var note = document.getElementById("batch-note");
+      note.textContent = wanted && chosen !== null && String(chosen) !== String(wanted)
+        ? "Batch " + wanted + " was not evaluated on " + s.gpu + " at " + tokens(form.elements.input.value) + " prompt tokens; showing batch " + chosen
+          + (Number(chosen) > Number(wanted) ? ", the nearest larger." : ", the largest evaluated.") : "";
       s = sync();
       render(rows, s, combo);
       renderOps(records(res[1]), s, combo);
@@ -117,7 +160,8 @@
       fill(form.elements.kv, uniq(mine.map(function (o) { return o.kv_dtype; })), params.get("kv") || "bf16");
     }
     refill();
-    form.elements.gpu.addEventListener("change", function () { params = new URLSearchParams(); refill(); update(); });
+    // a new GPU keeps the batch, prompt length, framework, KV dtype and (where it exists) the config
+    form.elements.gpu.addEventListener("change", function () { params = new URLSearchParams(state()); refill(); update(); });
     ["cfg", "fw", "kv", "input", "batch"].forEach(function (k) { form.elements[k].addEventListener("change", function () { params = new URLSearchParams(location.search); update(); }); });
     update();
     chart("chart-kv", page.specs.kv, { kv: page.kv_rows, limit: [{ max_context: page.max_context }] });

@@ -1,0 +1,128 @@
+"""The deploy page when a batch exceeds the selected config's capacity, in headless Chromium.
+
+Llama-3.1-8B over a tiny grid (H100 and H200, one and two GPUs, vLLM, BF16 KV, 1024-token prompts
++ 256 generated, batches 1, 8 and 512). By hand (tests/test_hand_capacity.py derives the same
+numbers): one H100 holds floor((76,968,728,985.6 - 16,060,522,496 - 704,643,072) / 167,772,160)
+= 358 requests, so batch 512 has no row there; two H100 (TP 2) hold 817. The grid keeps each
+config's batches that fit plus its capacity when that is below the largest batch swept, so the
+H100 data has batches 1, 8, 358 and 512.
+
+The page must (1) keep batch 512 selected on one H100, say in words that it exceeds the capacity
+of 358 (the engine's exported max_concurrent_requests, never recomputed in the browser) and link
+the configs that hold it; (2) keep the batch when the GPU changes, or take the nearest larger
+batch the new GPU's data has and say so.
+"""
+from __future__ import annotations
+
+import polars as pl
+import pytest
+import yaml
+
+from site_builder.serve import start
+from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+
+SLUG = "meta-llama--Meta-Llama-3.1-8B"
+GRID = {
+    "doc": "Tiny grid for tests/test_site_capacity.py.",
+    "gpus": ["H100", "H200"], "gpu_counts": [1, 2], "beyond_fit": 2,
+    "parallel": {"max_pp": 1, "cp": [1], "ep": [1], "dp_attn": [1], "tp_in_domain": True, "pp_after_tp": 8},
+    "frameworks": ["vllm"], "kv_dtypes": ["bf16"],
+    "scenarios": {"input_lengths": [1024], "beyond_max_context": 1, "output_lengths": [256],
+                  "batches": [1, 8, 512]},
+    "ops": {"kv_dtypes": ["bf16"], "points": [{"batch": 8, "input": 1024, "output": 256}]},
+}
+ONE_H100 = 358          # by hand, above
+TWO_H100 = 817
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    from engine.build.results import build
+    from engine.spec.corpus import load_corpus
+    from site_builder.render import render_site
+
+    root = tmp_path_factory.mktemp("site-capacity")
+    grid = root / "grid.yaml"
+    grid.write_text(yaml.safe_dump(GRID, sort_keys=False))
+    build(load_corpus(), root, ["Llama-3.1-8B"], grid, jobs=1)
+    render_site(root / "results", root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def base(out):
+    server, url = start(out / "site")
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def caps(out) -> dict[tuple[str, int], int]:
+    d = pl.scan_parquet(str(out / "results" / "deployments" / "**" / "*.parquet"), hive_partitioning=True)
+    rows = d.filter(pl.col("phase") == "decode").group_by(["gpu", "n_gpus"]).agg(
+        pl.col("max_concurrent_requests").unique()).collect()
+    out = {}
+    for gpu, n, values in rows.iter_rows():
+        assert len(values) == 1, (gpu, n, values)          # one capacity per (config, prompt, output)
+        out[(gpu, n)] = values[0]
+    return out
+
+
+def _form(tab) -> dict:
+    return tab.page.evaluate("() => Object.fromEntries(['gpu','cfg','input','batch']"
+                             ".map(k => [k, document.querySelector('#pick [name=' + k + ']').value]))")
+
+
+def test_capacities_by_hand(caps):
+    assert caps[("H100", 1)] == ONE_H100 and caps[("H100", 2)] == TWO_H100
+    assert caps[("H200", 1)] >= 512                      # 143 GB: one H200 holds the batch
+
+
+def test_batch_over_capacity_is_explained_and_points_to_configs(browser, base, caps):  # noqa: F811
+    tab = _open(browser)
+    try:
+        tab.goto(f"{base}models/{SLUG}/deploy/?gpu=H100&cfg=1x+tp1&fw=vllm&kv=bf16&input=1024&batch=512")
+        tab.page.wait_for_selector("#capacity p.warn")
+        assert _form(tab) == {"gpu": "H100", "cfg": "1x tp1", "input": "1024", "batch": "512"}
+        options = tab.page.locator("#pick [name=batch] option").all_inner_texts()
+        assert options == ["1", "8", str(ONE_H100), "512"], options
+        text = tab.page.locator("#capacity p.warn").inner_text()
+        assert f"Batch 512 exceeds this config's capacity of {ONE_H100} requests at 1K prompt tokens" in text, text
+        links = tab.page.locator("#capacity ul.holders a")
+        assert links.all_inner_texts() == [f"H100 2x tp2 (capacity {TWO_H100})"]
+        assert tab.page.locator("#summary dl.cards").count() == 0       # no numbers for a point not evaluated
+        assert tab.page.locator("#membar").is_hidden()
+        links.first.click()
+        tab.page.wait_for_selector("#summary dl.cards")
+        assert _form(tab) == {"gpu": "H100", "cfg": "2x tp2", "input": "1024", "batch": "512"}
+        assert tab.page.locator("#capacity").inner_text().strip() == ""
+        assert tab.page.locator("#membar .seg").count() == 4
+        assert not tab.errors, tab.errors
+    finally:
+        tab.context.close()
+
+
+def test_changing_gpu_keeps_the_batch_or_takes_the_nearest_larger(browser, base, caps):  # noqa: F811
+    tab = _open(browser)
+    try:
+        tab.goto(f"{base}models/{SLUG}/deploy/?gpu=H100&cfg=1x+tp1&fw=vllm&kv=bf16&input=1024&batch=512")
+        tab.page.wait_for_selector("#capacity p.warn")
+        tab.page.select_option("#pick [name=gpu]", "H200")
+        tab.page.wait_for_function("() => document.querySelector('#pick [name=gpu]').value === 'H200'"
+                                   " && document.querySelectorAll('#summary dl.cards').length === 1")
+        assert _form(tab) == {"gpu": "H200", "cfg": "1x tp1", "input": "1024", "batch": "512"}
+        assert tab.page.locator("#batch-note").inner_text() == ""
+        # 358 is one H100's capacity, a batch the H200 data does not have: the nearest larger is 512
+        assert ONE_H100 not in (caps[("H200", 1)], caps[("H200", 2)])
+        tab.goto(f"{base}models/{SLUG}/deploy/?gpu=H100&cfg=1x+tp1&fw=vllm&kv=bf16&input=1024&batch={ONE_H100}")
+        tab.page.wait_for_selector("#summary dl.cards")
+        tab.page.select_option("#pick [name=gpu]", "H200")
+        tab.page.wait_for_function("() => document.querySelector('#pick [name=batch]').value === '512'")
+        note = tab.page.locator("#batch-note").inner_text()
+        assert note == (f"Batch {ONE_H100} was not evaluated on H200 at 1K prompt tokens; "
+                        "showing batch 512, the nearest larger."), note
+        assert "batch=512" in tab.page.url and "gpu=H200" in tab.page.url
+        assert not tab.errors, tab.errors
+    finally:
+        tab.context.close()
