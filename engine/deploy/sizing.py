@@ -41,7 +41,8 @@ from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import build_structure, check, place, validate_options
 from engine.deploy.sol import summarize
-from engine.deploy.structure import MAX_BATCH, PHASES, Options, option_where, program_batch
+from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
+                                      program_batch)
 
 #: Every batch up to this is evaluated; above it, batches step by :data:`BATCH_STEP` (a ratio) up
 #: to the capacity (itself included). The front and the cheapest point move by well under 1% with it.
@@ -159,10 +160,13 @@ def batch_list(cap: int, users: int | None = None) -> np.ndarray:
     return np.unique(out[(out >= 1) & (out <= cap)])
 
 
-def _device_tokens(config: ParallelConfig, batch: np.ndarray, input_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`engine.deploy.structure.tokens_per_device` over an array of batches (prefill, decode)."""
-    pb = np.asarray(program_batch(config, batch), dtype=float)
-    return np.ceil(pb * input_len / (config.dp_attn * config.cp)), np.ceil(pb / config.dp_attn)
+def _device_tokens(config: ParallelConfig, batch: np.ndarray, input_len: int,
+                   prefill_tokens: int = PREFILL_TOKENS) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`engine.deploy.structure.tokens_per_device` over an array of batches (prefill: one
+    chunked-prefill step's tokens; decode)."""
+    pre = np.asarray(prefill_program_batch(config, batch, input_len, prefill_tokens), dtype=float)
+    dec = np.asarray(program_batch(config, batch), dtype=float)
+    return np.ceil(pre * input_len / (config.dp_attn * config.cp)), np.ceil(dec / config.dp_attn)
 
 
 def _thresholds(table: FusionTable | None, gpu: GPU, config: ParallelConfig, phase: str) -> list[int]:
@@ -235,7 +239,7 @@ class _Evaluator:
     def regimes(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int) -> list[tuple[int, int]]:
         """Per batch, the (prefill, decode) regime: how many of each phase's limits its tokens per
         device exceed (a limit is inclusive: tokens <= max_tokens fuses)."""
-        tokens = _device_tokens(config, batch, input_len)
+        tokens = _device_tokens(config, batch, input_len, self.options.prefill_tokens)
         codes = [np.searchsorted(np.asarray(limits, dtype=float), t, side="left")
                  for limits, t in zip(self.limits(config, gpu), tokens)]
         return list(zip(codes[0].tolist(), codes[1].tolist()))
