@@ -138,13 +138,13 @@ def test_ops_rows_by_hand(tables):
 
 # -- 2. pages show the rows ---------------------------------------------------------------------------
 
-_SI = {"T": 1e12, "B": 1e9, "M": 1e6, "k": 1e3, "": 1.0}
+_SI = {"T": 1e12, "G": 1e9, "M": 1e6, "k": 1e3, "": 1.0}
 _BYTES = {"TB": 1e12, "GB": 1e9, "MB": 1e6, "kB": 1e3, "B": 1.0}
-_TIME = {"s": 1.0, "ms": 1e-3, "µs": 1e-6}
+_TIME = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9, "ps": 1e-12}
 
 
 def _parse(text: str, units: dict) -> tuple[float, str]:
-    """'8.03 B' -> (8.03e9, '8.03'); the mantissa text tells the displayed precision."""
+    """'8.03 G' -> (8.03e9, '8.03'); the mantissa text tells the displayed precision."""
     match = re.fullmatch(r"(-?[0-9.]+(?:e[+-]?\d+)?)\s*(\S*)", text.strip())
     assert match and match.group(2) in units, f"unparseable {text!r}"
     return float(match.group(1)) * units[match.group(2)], match.group(1)

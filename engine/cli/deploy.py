@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from engine.cli import units
 from engine.spec.errors import SpecError, Where
 
 
@@ -85,18 +86,11 @@ def deployment_from_args(args):
 
 
 def _num(value: float, unit: str = "") -> str:
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}".rstrip()
+    return units.si(value, unit)
 
 
 def _time(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.3g} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"
+    return units.seconds(seconds)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,8 @@ import sys
 
 import sympy
 
+from engine.cli import units
+
 
 def add_parsers(sub, parents=()) -> dict[str, argparse.ArgumentParser]:
     parents = list(parents)
@@ -26,12 +28,8 @@ def add_parsers(sub, parents=()) -> dict[str, argparse.ArgumentParser]:
 
 
 def _human(value: sympy.Expr, unit: str = "") -> str:
-    """1234567 -> '1.23 M' (decimal prefixes); exact integer kept alongside by callers."""
-    number = float(value)
-    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(number) >= scale:
-            return f"{number / scale:.2f} {prefix}{unit}"
-    return f"{number:g} {unit}".rstrip()
+    """1234567 -> '1.23 M' (the one formatter, engine/cli/units.py); the exact integer beside it."""
+    return units.si(float(value), unit)
 
 
 def _formula(expr: sympy.Expr) -> str:
