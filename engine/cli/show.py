@@ -77,8 +77,21 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    """The corpus as the gallery orders it: lineage, family in release order, the model's place in
+    its family's release list (corpus/lineage.yaml), then size; a header names the columns."""
+    from engine.build.landscape import lineage_columns, load_lineage
+    from engine.spec import quantities
     from engine.spec.corpus import load_corpus
+    from engine.spec.evaluate import Binding, walk_model
     corpus = load_corpus(args.corpus)
+    table = load_lineage(corpus.root)
+    rows = []
     for model in corpus.models.values():
-        print(f"{model.model_id:45s} {model.model_type:12s} {model.family}")
+        params = int(quantities.params_total(walk_model(corpus, model, Binding("numeric", {}))))
+        place = lineage_columns(model.model_id, model.family, table)
+        rows.append(((place["lineage"].lower(), place["generation"], place["release_position"], params, model.model_id),
+                     model, params))
+    print(f"{'MODEL':45s} {'PARAMS':>8s}  {'TYPE':12s} FAMILY")
+    for _, model, params in sorted(rows, key=lambda row: row[0]):
+        print(f"{model.model_id:45s} {units.si(params):>8s}  {model.model_type:12s} {model.family}")
     return 0
