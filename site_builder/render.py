@@ -377,10 +377,11 @@ def render_site(results_root: Path, out: Path, progress=None) -> Path:
 def _gallery(site: Site, results: Results) -> None:
     index = gallery_index(results)
     site.file("data/index.json", json.dumps(index))
-    rows = [{k: v for k, v in m.items() if k != "formulas"} for m in index]
+    rows = [{k: v for k, v in m.items() if k not in ("formulas", "dims")} for m in index]
     site.file("downloads/gallery.csv", _csv(rows))
     families = sorted({m["family"] for m in index})
-    site.page("", "gallery.html", "Gallery", {"page": "gallery"}, models=index, families=families,
+    site.page("", "gallery.html", "Gallery", {"page": "gallery", "bounds": {m["slug"]: m["dims"] for m in index}},
+              models=index, families=families,
               traits=trait_index(results, index), lineages=lineages(index))
 
 

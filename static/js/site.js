@@ -6,8 +6,16 @@
   try { data = JSON.parse(document.getElementById("page-data").textContent || "{}"); } catch (e) { data = {}; }
   window.ARCH_PAGE = data;
   var tip = document.getElementById("tip");
-  function bound(formula) {
-    var dims = data.bound || {}, seen = {}, out = [];
+  // the dims a number's formula is taken at: its own (archNum's dims), its model's row on a page of
+  // many models (data-m -> page data "bounds"), else the page's one model ("bound")
+  function dimsOf(el) {
+    if (el.archDims) return el.archDims;
+    var row = el.closest("[data-m]");
+    if (row && data.bounds) return data.bounds[row.getAttribute("data-m")] || {};
+    return data.bound || {};
+  }
+  function bound(formula, el) {
+    var dims = dimsOf(el), seen = {}, out = [];
     (formula.match(/[A-Za-z_][A-Za-z_0-9]*/g) || []).forEach(function (name) {
       if (Object.prototype.hasOwnProperty.call(dims, name) && !seen[name]) { seen[name] = 1; out.push(name + " = " + dims[name]); }
     });
@@ -19,7 +27,7 @@
     tip.textContent = "";
     if (!f) { var def = document.createElement("div"); def.textContent = "= " + d; tip.appendChild(def); }
     else { var code = document.createElement("code"); code.textContent = "= " + f; tip.appendChild(code); }
-    var b = f ? [el.getAttribute("data-w"), bound(f)].filter(Boolean).join(", ") : "";   // data-w: a value the number is taken at (e.g. length = 32768)
+    var b = f ? [el.getAttribute("data-w"), bound(f, el)].filter(Boolean).join(", ") : "";   // data-w: a value the number is taken at (e.g. length = 32768)
     if (b) { var p = document.createElement("div"); p.className = "bound"; p.textContent = "where " + b; tip.appendChild(p); }
     var n = el.getAttribute("data-n");
     if (n) { var q = document.createElement("div"); q.className = "node"; q.textContent = "from " + n; tip.appendChild(q); }
@@ -56,8 +64,9 @@
   Array.prototype.forEach.call(document.querySelectorAll("form.filters"), function (f) {
     f.addEventListener("submit", function (e) { e.preventDefault(); });
   });
-  window.archNum = function (value, text, formula, node, definition) {
+  window.archNum = function (value, text, formula, node, definition, dims) {
     var s = document.createElement("span");
+    if (dims) s.archDims = dims;   // {dim: value} for the "where" line (pages of several models)
     s.className = "num"; s.tabIndex = 0; s.textContent = text;
     if (formula) s.setAttribute("data-f", formula);
     if (definition) s.setAttribute("data-d", definition);
