@@ -640,3 +640,15 @@ def test_compare_prints_max_context_as_the_gallery(tab, base):
     tip.wait_for(state="visible", timeout=5_000)
     assert "hidden = 7168" in tip.inner_text(), tip.inner_text()
     assert not tab.errors, tab.errors
+
+
+def test_per_op_table_says_routed_expert_params_are_per_expert(tab, base):
+    """DeepSeek-V3's routed gate_proj: hidden 7168 x moe_intermediate_size 2048 = 14,680,064 params
+    for ONE expert, of n_routed_experts 256, num_experts_per_tok 8 active (config.json)."""
+    tab.goto(f"{base}models/{DEEPSEEK}/")
+    row = tab.page.locator("#op-table tbody tr:has(code:text-is('main/layers[moe]/mlp/experts/gate_proj'))")
+    cell = " ".join(row.locator("td").nth(3).inner_text().split())
+    assert cell == "14.7 M per expert × 256, 8 active", cell
+    dense = tab.page.locator("#op-table tbody tr:has(code:text-is('main/layers[dense]/mlp/gate_proj'))")
+    assert "per" not in dense.locator("td").nth(3).inner_text()
+    assert not tab.errors, tab.errors
