@@ -44,7 +44,7 @@ DOCS = [("architecture", REPO / "docs" / "architecture.md", "Architecture: packa
         ("verification", REPO / "docs" / "verification.md", "Verification: guards and evidence"),
         ("security", REPO / "docs" / "security.md", "Security and failure model"),
         ("contributing", REPO / "CONTRIBUTING.md", "How to add a model, component, op, GPU or fusion rule")]
-OVERVIEW = [("params_total", "Parameters"), ("params_active", "Active per token"),
+OVERVIEW = [("params_total", "Parameters"), ("params_active", "Active per token (with embedding)"),
             ("params_embedding", "Embedding"), ("n_layers", "Layers"), ("max_context", "Max context"),
             ("checkpoint_bytes", "Checkpoint bytes"), ("checkpoint_tensors", "Checkpoint tensors"),
             ("kv_bytes_per_token_growing", "KV per token (BF16)"), ("kv_fixed_bytes", "KV fixed per request")]

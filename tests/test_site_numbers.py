@@ -192,7 +192,7 @@ def test_model_page_shows_the_models_row(browser, base, tables):
         shown = {cards.nth(i).locator("dt").inner_text(): cards.nth(i).locator("dd").inner_text()
                  for i in range(cards.count())}
         _shows(shown["Parameters"], row["params_total"], _SI)
-        _shows(shown["Active per token"], row["params_active"], _SI)
+        _shows(shown["Active per token (with embedding)"], row["params_active"], _SI)
         _shows(shown["Embedding"], row["params_embedding"], _SI)
         assert shown["Layers"] == f"{row['n_layers']:,}"
         assert shown["Max context"] == f"{row['max_context'] // 1024}K"

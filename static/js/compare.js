@@ -15,7 +15,7 @@
     var t = document.createElement("table"); t.className = "data";
     var head = t.createTHead().insertRow(); ["", a.name, b.name].forEach(function (x) { var th = document.createElement("th"); th.scope = "col"; th.textContent = x; head.appendChild(th); });
     var body = t.createTBody();
-    [["Parameters", "params_total", fmt.si], ["Active per token", "params_active", fmt.si], ["Layers", "n_layers", String], ["Max context", "max_context", fmt.tokens],
+    [["Parameters", "params_total", fmt.si], ["Active per token (with embedding)", "params_active", fmt.si], ["Layers", "n_layers", String], ["Max context", "max_context", fmt.tokens],
      ["KV per token (BF16)", "kv_bytes_per_token_growing", fmt.bytes], ["Checkpoint bytes", "checkpoint_bytes", fmt.bytes]].forEach(function (r) {
       var tr = body.insertRow(); var th = document.createElement("th"); th.scope = "row"; th.textContent = r[0]; tr.appendChild(th);
       [a, b].forEach(function (m) { var q = m.overview[r[1]]; tr.appendChild(cell(q, r[2](q.value), "", m)); });
