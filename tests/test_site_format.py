@@ -138,3 +138,18 @@ def test_chart_specs_name_no_raw_fields_in_tooltips():
     assert entries
     for t in entries:
         assert isinstance(t, dict) and t.get("title") and "_" not in t["title"], t
+
+
+def test_cli_prints_through_the_formatter(capsys):
+    """``show`` and ``deploy`` print the site's strings: SI G for counts, no exponent notation, the
+    runtime's GiB for usable memory and the KV budget."""
+    import re
+
+    from engine.cli import main
+    assert main(["show", "DeepSeek-V3"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.split()[:1] == ["params_total"])
+    assert line.split()[1:] == ["671,026,404,352", "671", "G"], line
+    assert main(["deploy", "Llama-3.1-8B", "--gpu", "H100"]) == 0
+    out = capsys.readouterr().out
+    assert not re.search(r"\de[+-]\d", out), "exponent notation in `deploy` output"
+    assert re.search(r"usable [0-9.]+ GiB", out) and re.search(r"KV budget [0-9.]+ GiB", out), out[:600]
