@@ -18,8 +18,11 @@ def human(expr: str, unit: str = "") -> str:
     """A Vega expression printing ``expr`` as engine/cli/units.py does: 3 significant digits, an SI
     prefix (k, M, G, T; m, µ, n for seconds) and ``unit`` after a space: 8e10 bytes -> '80 GB',
     0.005168 s -> '5.17 ms', 0 -> '0 B'. Chart axes and tooltips use it (no raw '80,000,000,000')."""
-    number = f"replace(format({expr}, '.3~s'), regexp('([0-9.])([kMGTPmµnp]?)$'), '$1 $2')"
-    return f"trim({number} + '{unit}')"
+    number = f"replace(format({expr}, '.3~s'), regexp('([0-9.])([kMGTPEmµnpf]?)$'), '$1 $2')"
+    text = f"trim({number} + '{unit}')"
+    if unit == "s":   # from 1000 s on, whole seconds ('4,320 s'), never kiloseconds
+        return f"(abs({expr}) >= 999.5 ? format({expr}, ',.3r') + ' s' : {text})"
+    return text
 
 
 def _axis(unit: str, **kw) -> alt.Axis:

@@ -47,7 +47,7 @@ CASES = [
     ("gib", 80 * 2**30, "80 GiB"),
     ("gib", 12_345, "12.1 KiB"),
     ("time", NORM_DECODE_S, "9.17 ns"),
-    ("time", 5.82e-13, "0.582 ps"),
+    ("time", 5.82e-13, "582 fs"),
     ("time", 8.7e-11, "87 ps"),          # issue 20: "0.0000870 µs"
     ("time", 5.168e-3, "5.17 ms"),
     ("time", 1e-6, "1 µs"),
@@ -103,7 +103,7 @@ def test_javascript_formatter_prints_the_same(page):
 # The chart expression uses d3's SI format: same prefixes, same 3 digits (d3 keeps µ, m, n below 1)
 CHART_CASES = [(8e10, "B", "80 GB"), (CONV_STATE, "B", "61.4 kB"), (512, "B", "512 B"), (0, "B", "0 B"),
                (5.168e-3, "s", "5.17 ms"), (NORM_DECODE_S, "s", "9.17 ns"), (12_345, "", "12.3 k"),
-               (V4_PRO, "", "1.57 T"), (37.5, "", "37.5")]
+               (V4_PRO, "", "1.57 T"), (37.5, "", "37.5"), (4321, "s", "4,320 s"), (5.82e-13, "s", "582 fs")]
 
 
 def test_chart_expression_prints_human_units(page):

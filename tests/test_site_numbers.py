@@ -140,7 +140,7 @@ def test_ops_rows_by_hand(tables):
 
 _SI = {"T": 1e12, "G": 1e9, "M": 1e6, "k": 1e3, "": 1.0}
 _BYTES = {"TB": 1e12, "GB": 1e9, "MB": 1e6, "kB": 1e3, "B": 1.0}
-_TIME = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9, "ps": 1e-12}
+_TIME = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9, "ps": 1e-12, "fs": 1e-15}
 
 
 def _parse(text: str, units: dict) -> tuple[float, str]:

@@ -11,7 +11,7 @@ The convention (docs/results.md, "How numbers are printed"):
 - Bytes are decimal (kB, MB, GB, TB: 10^3 steps) — checkpoint files, HBM datasheets and KV sizes
   are decimal at their source. :func:`binary_bytes` (KiB, MiB, GiB) is for a value the runtime
   itself reports in binary units (e.g. vLLM's KV-cache budget in GiB).
-- Times pick ps, ns, µs, ms or s so the mantissa is in [1, 1000) (at or above 1000 s: whole
+- Times pick fs, ps, ns, µs, ms or s so the mantissa is in [1, 1000) (at or above 1000 s: whole
   seconds with thousands separators).
 - Three significant digits, trailing zeros dropped ("2 G", not "2.00 G"); zero prints "0"
   ("0 B", "0 s"); no exponent notation in the ranges above.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 SI = (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
 BINARY = (("TiB", 2.0 ** 40), ("GiB", 2.0 ** 30), ("MiB", 2.0 ** 20), ("KiB", 2.0 ** 10))
-TIME = (("s", 1.0), ("ms", 1e-3), ("\u00b5s", 1e-6), ("ns", 1e-9), ("ps", 1e-12))
+TIME = (("s", 1.0), ("ms", 1e-3), ("\u00b5s", 1e-6), ("ns", 1e-9), ("ps", 1e-12), ("fs", 1e-15))
 NONE = "\u2014"   # an em dash: no value
 
 
@@ -70,7 +70,7 @@ def binary_bytes(value) -> str:
 
 
 def seconds(value) -> str:
-    """A time: 8.7e-11 -> '87 ps'; 5.168e-3 -> '5.17 ms'; 0 -> '0 s'; 4321 -> '4,320 s'."""
+    """A time: 5.82e-13 -> '582 fs'; 8.7e-11 -> '87 ps'; 5.168e-3 -> '5.17 ms'; 0 -> '0 s'; 4321 -> '4,320 s'."""
     if value is None:
         return NONE
     r = _round3(float(value))
@@ -81,7 +81,7 @@ def seconds(value) -> str:
     for suffix, scale in TIME:
         if abs(r) >= scale * (1 - 1e-12):
             return f"{_mantissa(r / scale)} {suffix}"
-    return f"{_mantissa(r / 1e-12)} ps"
+    return f"{_mantissa(r / 1e-15)} fs"
 
 
 def tokens(value) -> str:

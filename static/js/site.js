@@ -75,11 +75,11 @@
   };
   // The one number formatter, mirroring engine/cli/units.py string for string (tests/test_site_format.py):
   // SI prefixes for counts and FLOPs (G, never B: B is the byte), decimal bytes (kB, MB, GB), binary
-  // (KiB, MiB, GiB) only for values a runtime reports that way, times in ps/ns/µs/ms/s, 3 significant
+  // (KiB, MiB, GiB) only for values a runtime reports that way, times in fs/ps/ns/µs/ms/s, 3 significant
   // digits without trailing zeros, 0 prints 0. The value is rounded before the prefix is chosen.
   var NONE = "\u2014", SI = [["P", 1e15], ["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]],
     BINARY = [["TiB", Math.pow(2, 40)], ["GiB", Math.pow(2, 30)], ["MiB", Math.pow(2, 20)], ["KiB", 1024]],
-    TIME = [["s", 1], ["ms", 1e-3], ["\u00b5s", 1e-6], ["ns", 1e-9], ["ps", 1e-12]];
+    TIME = [["s", 1], ["ms", 1e-3], ["\u00b5s", 1e-6], ["ns", 1e-9], ["ps", 1e-12], ["fs", 1e-15]];
   function round3(v) { return v ? Number(Number(v).toPrecision(3)) : 0; }
   function mant(v) { return String(Number(Number(v).toPrecision(3))); }
   function scaled(v, unit) {
@@ -102,7 +102,7 @@
       if (Math.abs(r) >= 1000) return Math.round(r).toLocaleString("en-US") + " s";
       if (r === 0) return "0 s";
       for (var i = 0; i < TIME.length; i++) if (Math.abs(r) >= TIME[i][1] * (1 - 1e-12)) return mant(r / TIME[i][1]) + " " + TIME[i][0];
-      return mant(r / 1e-12) + " ps";
+      return mant(r / 1e-15) + " fs";
     },
     tokens: function (v) {
       if (v % 1048576 === 0 && v >= 1048576) return v / 1048576 + "M";
