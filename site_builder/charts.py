@@ -14,27 +14,53 @@ def _spec(chart: alt.TopLevelMixin) -> dict:
     return chart.to_dict(validate=True)
 
 
+def human(expr: str, unit: str = "") -> str:
+    """A Vega expression printing ``expr`` as engine/cli/units.py does: 3 significant digits, an SI
+    prefix (k, M, G, T; m, µ, n for seconds) and ``unit`` after a space: 8e10 bytes -> '80 GB',
+    0.005168 s -> '5.17 ms', 0 -> '0 B'. Chart axes and tooltips use it (no raw '80,000,000,000')."""
+    number = f"replace(format({expr}, '.3~s'), regexp('([0-9.])([kMGTPEmµnpf]?)$'), '$1 $2')"
+    text = f"trim({number} + '{unit}')"
+    if unit == "s":   # from 1000 s on, whole seconds ('4,320 s'), never kiloseconds
+        return f"(abs({expr}) >= 999.5 ? format({expr}, ',.3r') + ' s' : {text})"
+    return text
+
+
+def _axis(unit: str, **kw) -> alt.Axis:
+    return alt.Axis(labelExpr=human("datum.value", unit), **kw)
+
+
+def _shown(chart, **fields: str):
+    """Tooltip fields in human units: ``name=(field, unit)`` adds a calculated field ``name``."""
+    return chart.transform_calculate(**{name: human(f"datum[{field!r}]", unit) for name, (field, unit) in fields.items()})
+
+
 def deployment_specs() -> dict[str, dict]:
     highlight = alt.selection_point(fields=["input_len"], bind="legend")
     batch = alt.Chart(alt.Data(name="rows")).mark_line(point=alt.OverlayMarkDef(filled=False, size=50)).encode(
         x=alt.X("batch:Q", scale=alt.Scale(type="log", base=2), title="batch (requests per replica)"),
-        y=alt.Y("tokens_per_s_per_gpu:Q", title="decode tokens/s per GPU"),
+        y=alt.Y("tokens_per_s_per_gpu:Q", title="decode tokens/s per GPU", axis=_axis("")),
         color=alt.Color("input_len:O", title="prompt tokens"),
         strokeDash=alt.StrokeDash("extrapolated:N", title="past max context"),
         opacity=alt.condition(highlight, alt.value(1.0), alt.value(0.2)),
-        tooltip=["batch:Q", "input_len:Q", "tokens_per_s_per_gpu:Q", "tpot_s:Q", "fits:N", "extrapolated:N"],
+        tooltip=[alt.Tooltip("batch:Q", title="batch"), alt.Tooltip("input_len:Q", title="prompt tokens", format=","),
+                 alt.Tooltip("rate:N", title="decode tokens/s per GPU"), alt.Tooltip("tpot:N", title="TPOT"),
+                 alt.Tooltip("fits:N", title="fits in memory"), alt.Tooltip("extrapolated:N", title="past max context")],
     ).add_params(highlight).properties(width="container", height=260)
+    batch = _shown(batch, rate=("tokens_per_s_per_gpu", ""), tpot=("tpot_s", "s"))
     gpus = alt.Chart(alt.Data(name="best")).mark_bar().encode(
-        x=alt.X("best_tokens_per_s_per_gpu:Q", title="best decode tokens/s per GPU"),
+        x=alt.X("best_tokens_per_s_per_gpu:Q", title="best decode tokens/s per GPU", axis=_axis("")),
         y=alt.Y("label:N", sort="-x", title=None),
         color=alt.Color("gpu:N", legend=None),
-        tooltip=["gpu:N", "n_gpus:Q", "config:N", "best_tokens_per_s_per_gpu:Q", "at_batch:Q"],
-    ).properties(width="container", height=alt.Step(16), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
+        tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("n_gpus:Q", title="GPUs"),
+                 alt.Tooltip("config:N", title="parallel config"), alt.Tooltip("rate:N", title="best decode tokens/s per GPU"),
+                 alt.Tooltip("at_batch:Q", title="at batch")],
+    ).transform_calculate(rate=human("datum.best_tokens_per_s_per_gpu")).properties(width="container", height=alt.Step(16), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
     ep = alt.Chart(alt.Data(name="configs")).mark_bar().encode(
-        x=alt.X("best_tokens_per_s_per_gpu:Q", title="best decode tokens/s per GPU"),
+        x=alt.X("best_tokens_per_s_per_gpu:Q", title="best decode tokens/s per GPU", axis=_axis("")),
         y=alt.Y("config:N", sort="-x", title="parallel config"),
-        tooltip=["config:N", "best_tokens_per_s_per_gpu:Q", "at_batch:Q"],
-    ).properties(width="container", height=alt.Step(22), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
+        tooltip=[alt.Tooltip("config:N", title="parallel config"), alt.Tooltip("rate:N", title="best decode tokens/s per GPU"),
+                 alt.Tooltip("at_batch:Q", title="at batch")],
+    ).transform_calculate(rate=human("datum.best_tokens_per_s_per_gpu")).properties(width="container", height=alt.Step(22), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
     kv = kv_chart(alt.Data(name="kv"), alt.Data(name="limit"))
     return {"batch": _spec(batch), "gpus": _spec(gpus), "ep": _spec(ep), "kv": _spec(kv)}
 
@@ -64,14 +90,16 @@ def kv_chart(data: alt.Data, limit: alt.Data) -> alt.LayerChart:
                      labelExpr="datum.value >= 1048576 ? datum.value / 1048576 + 'M' : datum.value / 1024 + 'K'")
     line = alt.Chart(data).mark_line(point=True).encode(
         x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=ticks, title="context (tokens)"),
-        y=alt.Y("bytes:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"),
-                title="bytes per request (BF16 KV)"),
+        y=alt.Y("bytes:Q", scale=alt.Scale(type="log"), axis=_axis("B"), title="bytes per request (BF16 KV)"),
         color=alt.Color("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
         strokeDash=alt.StrokeDash("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
         shape=alt.Shape("extrapolated:N", title="past max context"),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
-        tooltip=["part:N", "context:Q", alt.Tooltip("bytes:Q", format=",.0f"), "extrapolated:N"]).add_params(pick)
-    rule = alt.Chart(limit).mark_rule(strokeDash=[4, 3]).encode(x="max_context:Q", tooltip=["max_context:Q"])
+        tooltip=[alt.Tooltip("part:N", title="part"), alt.Tooltip("context:Q", title="context (tokens)", format=","),
+                 alt.Tooltip("shown:N", title="bytes per request"), alt.Tooltip("extrapolated:N", title="past max context")],
+    ).transform_calculate(shown=human("datum.bytes", "B")).add_params(pick)
+    rule = alt.Chart(limit).mark_rule(strokeDash=[4, 3]).encode(
+        x="max_context:Q", tooltip=[alt.Tooltip("max_context:Q", title="max context (tokens)", format=",")])
     label = alt.Chart(limit).mark_text(align="left", dx=4, dy=-6).encode(
         x="max_context:Q", text=alt.value("max context"))
     # legends below the plot: the deployment page's chart shares a row with others
@@ -101,16 +129,17 @@ def contract_specs(contract: dict) -> dict[str, dict]:
                      "(datum.value / 1048576) + 'M' : (datum.value / 1024) + 'K'")
     legend = alt.Legend(orient="bottom", columns=1, labelLimit=400, symbolStrokeWidth=2)
 
-    def line(field: str, title: str) -> dict:
-        return _spec(alt.Chart(data).mark_line(point=True).encode(
+    def line(field: str, title: str, unit: str) -> dict:
+        return _spec(alt.Chart(data).transform_calculate(shown=human(f"datum.{field}", unit)).mark_line(point=True).encode(
             x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=ticks, title="context (tokens)"),
-            y=alt.Y(f"{field}:Q", title=title, scale=alt.Scale(type="log")),
+            y=alt.Y(f"{field}:Q", title=title, scale=alt.Scale(type="log"), axis=_axis(unit)),
             color=alt.Color("variant:N", title="variant", sort=None, scale=alt.Scale(scheme="tableau20"),
                             legend=legend),
             strokeDash=alt.StrokeDash("variant:N", title="variant", sort=None, legend=legend),
             opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
-            tooltip=["variant:N", "context:Q", f"{field}:Q"]).add_params(pick)
+            tooltip=[alt.Tooltip("variant:N", title="variant"), alt.Tooltip("context:Q", title="context (tokens)", format=","),
+                     alt.Tooltip("shown:N", title=title)]).add_params(pick)
             .properties(width="container", height=260))
-    return {"kv": line("kv_bytes", "KV + state bytes per request (one layer)"),
-            "prefill": line("prefill_s", "prefill time, SOL (s)"),
-            "decode": line("decode_s", "decode step at this context, SOL (s)")}
+    return {"kv": line("kv_bytes", "KV + state bytes per request (one layer)", "B"),
+            "prefill": line("prefill_s", "prefill time, SOL", "s"),
+            "decode": line("decode_s", "decode step at this context, SOL", "s")}

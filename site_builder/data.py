@@ -7,6 +7,8 @@ the template can attach its formula tooltip.
 """
 from __future__ import annotations
 
+import re
+
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -82,7 +84,15 @@ def gallery_index(results: Results) -> list[dict[str, Any]]:
                                                                         "kv_bytes_per_token_growing", "max_context")},
                          "kv_state_bytes": doc["kv_split"]["parts"]["state"][0]["formula"]},
         })
+        out[-1]["dims"] = _named_dims(doc, out[-1]["formulas"].values())
     return out
+
+
+def _named_dims(doc: dict, formulas) -> dict[str, int]:
+    """The model's dims that ``formulas`` name, with their values: the tooltip's "where" line
+    (static/js/site.js) on pages that show many models."""
+    names = {name for f in formulas for name in re.findall(r"[A-Za-z_][A-Za-z_0-9]*", f or "")}
+    return {d["name"]: d["value"] for d in doc["dims"] if d["name"] in names}
 
 
 def _release_key(row: dict) -> tuple:

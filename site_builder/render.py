@@ -26,6 +26,7 @@ import polars as pl
 from markdown_it import MarkdownIt
 
 from engine.build import publish
+from engine.cli import units
 from engine.spec.corpus import refuse_symlinks
 from engine.spec.errors import SpecError, Where
 from site_builder import charts, graphs
@@ -44,7 +45,7 @@ DOCS = [("architecture", REPO / "docs" / "architecture.md", "Architecture: packa
         ("verification", REPO / "docs" / "verification.md", "Verification: guards and evidence"),
         ("security", REPO / "docs" / "security.md", "Security and failure model"),
         ("contributing", REPO / "CONTRIBUTING.md", "How to add a model, component, op, GPU or fusion rule")]
-OVERVIEW = [("params_total", "Parameters"), ("params_active", "Active per token"),
+OVERVIEW = [("params_total", "Parameters"), ("params_active", "Active per token (with embedding)"),
             ("params_embedding", "Embedding"), ("n_layers", "Layers"), ("max_context", "Max context"),
             ("checkpoint_bytes", "Checkpoint bytes"), ("checkpoint_tensors", "Checkpoint tensors"),
             ("kv_bytes_per_token_growing", "KV per token (BF16)"), ("kv_fixed_bytes", "KV fixed per request")]
@@ -53,41 +54,8 @@ COMPARE_INPUT = 4096
 
 # -- display filters (formatting only) -------------------------------------------------------------
 
-def si(value) -> str:
-    if value is None:
-        return "—"
-    value = float(value)
-    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {suffix}"
-    return f"{value:.3g}"
-
-
-def human_bytes(value) -> str:
-    if value is None:
-        return "—"
-    value = float(value)
-    for suffix, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {suffix}"
-    return f"{value:.0f} B"
-
-
-def tokens(value) -> str:
-    """Token counts in binary units as model cards write them: 4096 -> 4K, 1048576 -> 1M."""
-    value = int(value)
-    if value % (1 << 20) == 0 and value >= 1 << 20:
-        return f"{value >> 20}M"
-    return f"{value // 1024}K" if value % 1024 == 0 and value >= 1024 else f"{value:,}"
-
-
-def seconds(value) -> str:
-    value = float(value)
-    if value >= 1:
-        return f"{value:.3g} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value * 1e6:.3g} µs"
+# one formatter for the CLI and the site (engine/cli/units.py; static/js/site.js mirrors it)
+si, human_bytes, binary_bytes, seconds, tokens = units.si, units.decimal_bytes, units.binary_bytes, units.seconds, units.tokens
 
 
 def landscape_fmt(value, unit: str) -> str:
@@ -145,7 +113,7 @@ def environment(assets: dict[str, str] | None = None) -> jinja2.Environment:
     names = static_assets()[0] if assets is None else assets
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(si=si, bytes=human_bytes, tokens=tokens, fmt=fmt, anchor=anchor, seconds=seconds,
+    env.filters.update(si=si, bytes=human_bytes, gib=binary_bytes, tokens=tokens, fmt=fmt, anchor=anchor, seconds=seconds,
                        landscape_fmt=landscape_fmt)
     # jinja's own tojson escapes < > & ' but not U+2028/U+2029: templates get the one escaper
     env.filters["tojson"] = lambda value, indent=None: markupsafe.Markup(script_json(value))
@@ -410,10 +378,11 @@ def render_site(results_root: Path, out: Path, progress=None) -> Path:
 def _gallery(site: Site, results: Results) -> None:
     index = gallery_index(results)
     site.file("data/index.json", json.dumps(index))
-    rows = [{k: v for k, v in m.items() if k != "formulas"} for m in index]
+    rows = [{k: v for k, v in m.items() if k not in ("formulas", "dims")} for m in index]
     site.file("downloads/gallery.csv", _csv(rows))
     families = sorted({m["family"] for m in index})
-    site.page("", "gallery.html", "Gallery", {"page": "gallery"}, models=index, families=families,
+    site.page("", "gallery.html", "Gallery", {"page": "gallery", "bounds": {m["slug"]: m["dims"] for m in index}},
+              models=index, families=families,
               traits=trait_index(results, index), lineages=lineages(index))
 
 

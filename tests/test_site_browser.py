@@ -606,3 +606,49 @@ def test_model_page_shows_the_guard_table(tab, base):
         ["weight", "packing", "shape", "schedule", "structural", "axiom", "source"]
     assert all(rows.nth(i).locator("td").nth(2).inner_text().startswith("pass") for i in range(7))
     assert "modeling-code" in rows.first.locator("td").nth(1).inner_text()
+
+
+# -- issue 20: one formatter and one tooltip component on every page ----------------------------------
+
+def _gallery_row(tab, slug: str):
+    return tab.page.locator(f"#gallery tbody tr[data-m='{slug}']")
+
+
+def test_gallery_tooltip_names_dims(tab, base):
+    """The gallery's numbers get the model page's "where dim = value" line, with their own model's dims."""
+    tab.goto(base)
+    tip = tab.page.locator("#tip")
+    for slug, hidden in ((LLAMA, 4096), (DEEPSEEK, 7168)):     # config.json hidden_size
+        _gallery_row(tab, slug).locator(".num[data-f]").first.hover()
+        tip.wait_for(state="visible", timeout=5_000)
+        assert "where" in tip.inner_text() and f"hidden = {hidden}" in tip.inner_text(), tip.inner_text()
+        tab.page.mouse.move(1, 1)
+    assert not tab.errors, tab.errors
+
+
+def test_compare_prints_max_context_as_the_gallery(tab, base):
+    tab.goto(base)
+    shown = {slug: _gallery_row(tab, slug).locator("td").nth(6).inner_text() for slug in (LLAMA, DEEPSEEK)}
+    assert shown == {LLAMA: "128K", DEEPSEEK: "160K"}                # 131072 and 163840 tokens
+    tab.goto(base + COMPARE_URL)
+    tab.page.wait_for_selector("#compare table")
+    row = tab.page.locator("#compare table tr:has(th:text-is('Max context'))")
+    assert [row.locator("td").nth(i).inner_text() for i in range(2)] == [shown[LLAMA], shown[DEEPSEEK]]
+    # and its tooltips name the dims of their own model
+    tab.page.locator("#compare table tr:has(th:text-is('Parameters')) td").nth(1).locator(".num").hover()
+    tip = tab.page.locator("#tip")
+    tip.wait_for(state="visible", timeout=5_000)
+    assert "hidden = 7168" in tip.inner_text(), tip.inner_text()
+    assert not tab.errors, tab.errors
+
+
+def test_per_op_table_says_routed_expert_params_are_per_expert(tab, base):
+    """DeepSeek-V3's routed gate_proj: hidden 7168 x moe_intermediate_size 2048 = 14,680,064 params
+    for ONE expert, of n_routed_experts 256, num_experts_per_tok 8 active (config.json)."""
+    tab.goto(f"{base}models/{DEEPSEEK}/")
+    row = tab.page.locator("#op-table tbody tr:has(code:text-is('main/layers[moe]/mlp/experts/gate_proj'))")
+    cell = " ".join(row.locator("td").nth(3).inner_text().split())
+    assert cell == "14.7 M per expert × 256, 8 active", cell
+    dense = tab.page.locator("#op-table tbody tr:has(code:text-is('main/layers[dense]/mlp/gate_proj'))")
+    assert "per" not in dense.locator("td").nth(3).inner_text()
+    assert not tab.errors, tab.errors

@@ -63,9 +63,12 @@ def _reference_bytes(ev: Evaluation, formulas: dict | None = None) -> dict[str, 
     (per call; ``formulas``, when given, receives the same per call over the scenario symbols)."""
     from engine.deploy import Options, place
     from engine.deploy.parallel import ParallelConfig
-    placed = place(ev, ParallelConfig(), 8, Options(), False)
     out: dict[str, dict[str, float]] = {}
-    for phase, (program, _) in placed.items():
+    # every stack, not only the served one: an MTP stack's blocks have weights and traffic too
+    # (placing only ``main`` left their bytes at 0 beside non-zero FLOPs)
+    stacks = sorted({row.stack for row in ev.numeric.rows.values()})
+    for phase, program in ((phase, program) for stack in stacks
+                           for phase, (program, _) in place(ev, ParallelConfig(), 8, Options(), False, stack).items()):
         point = _point(phase)
         for step in program.steps:
             if step.kind == "compute":

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from engine.cli import units
 from engine.spec.errors import SpecError, Where
 
 
@@ -88,18 +89,11 @@ def deployment_from_args(args):
 
 
 def _num(value: float, unit: str = "") -> str:
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}".rstrip()
+    return units.si(value, unit)
 
 
 def _time(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.3g} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"
+    return units.seconds(seconds)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,10 +111,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"  scenario: batch {s['batch']} per replica, input {s['input_len']}, output {s['output_len']}"
           + ("  [EXTRAPOLATED: context beyond the model's max_context "
              f"{s['max_context']}]" if s["extrapolated"] else ""))
+    # usable memory and the KV budget in GiB, as the runtime reports them (vLLM logs GiB);
+    # everything else in decimal units (docs/results.md, "How numbers are printed")
     print(f"  memory per GPU: weights {_num(s['weight_bytes_per_gpu'], 'B')}, KV {_num(s['kv_bytes_per_gpu'], 'B')}, "
-          f"prefill activations {_num(s['activation_bytes_per_gpu'], 'B')}, usable {_num(s['usable_bytes_per_gpu'], 'B')}")
+          f"prefill activations {_num(s['activation_bytes_per_gpu'], 'B')}, usable {units.binary_bytes(s['usable_bytes_per_gpu'])}")
     print(f"  KV per request {_num(s['kv_bytes_per_request'], 'B')} ({_num(s['kv_bytes_per_request_per_gpu'], 'B')} per GPU); "
-          f"KV budget {_num(s['kv_budget_bytes_per_gpu'], 'B')} per GPU; max concurrent requests "
+          f"KV budget {units.binary_bytes(s['kv_budget_bytes_per_gpu'])} per GPU; max concurrent requests "
           f"{s['max_concurrent_requests']}; max prefill batch {s['max_prefill_batch']} "
           f"(prefill in {s['prefill_steps']} step(s) of at most "
           f"{d.plan.options.prefill_tokens * d.plan.config.cp} prompt tokens per replica)")
@@ -131,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
               f"short by {_num(s['shortfall_bytes'], 'B')} per GPU "
               "(fewer requests, more GPUs, or a narrower KV/weight dtype)")
     print(f"  TTFT {_time(s['ttft_s'])}   TPOT {_time(s['tpot_s'])}   "
-          f"decode {s['tokens_per_s_per_gpu']:.4g} tok/s/GPU   prefill {s['prefill_tokens_per_s_per_gpu']:.4g} tok/s/GPU")
+          f"decode {_num(s['tokens_per_s_per_gpu'])} tok/s/GPU   prefill {_num(s['prefill_tokens_per_s_per_gpu'])} tok/s/GPU")
     if args.formula:
         c = d.plan.structure.config
         bound = {k: int(v) for k, v in sorted(d.plan.structure.ev.bound.items())}

@@ -14,6 +14,7 @@ import math
 import sys
 from pathlib import Path
 
+from engine.cli import units
 from engine.cli.deploy import positive_int
 from engine.spec.errors import SpecError, Where
 
@@ -61,7 +62,7 @@ def add_parser(sub, parents=()) -> None:
 
 
 def _time(seconds: float) -> str:
-    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
+    return units.seconds(seconds)
 
 
 def _sla_text(args) -> str:

@@ -10,6 +10,8 @@ import sys
 
 import sympy
 
+from engine.cli import units
+
 
 def add_parsers(sub, parents=()) -> dict[str, argparse.ArgumentParser]:
     parents = list(parents)
@@ -26,12 +28,8 @@ def add_parsers(sub, parents=()) -> dict[str, argparse.ArgumentParser]:
 
 
 def _human(value: sympy.Expr, unit: str = "") -> str:
-    """1234567 -> '1.23 M' (decimal prefixes); exact integer kept alongside by callers."""
-    number = float(value)
-    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(number) >= scale:
-            return f"{number / scale:.2f} {prefix}{unit}"
-    return f"{number:g} {unit}".rstrip()
+    """1234567 -> '1.23 M' (the one formatter, engine/cli/units.py); the exact integer beside it."""
+    return units.si(float(value), unit)
 
 
 def _formula(expr: sympy.Expr) -> str:
@@ -79,8 +77,21 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    """The corpus as the gallery orders it: lineage, family in release order, the model's place in
+    its family's release list (corpus/lineage.yaml), then size; a header names the columns."""
+    from engine.build.landscape import lineage_columns, load_lineage
+    from engine.spec import quantities
     from engine.spec.corpus import load_corpus
+    from engine.spec.evaluate import Binding, walk_model
     corpus = load_corpus(args.corpus)
+    table = load_lineage(corpus.root)
+    rows = []
     for model in corpus.models.values():
-        print(f"{model.model_id:45s} {model.model_type:12s} {model.family}")
+        params = int(quantities.params_total(walk_model(corpus, model, Binding("numeric", {}))))
+        place = lineage_columns(model.model_id, model.family, table)
+        rows.append(((place["lineage"].lower(), place["generation"], place["release_position"], params, model.model_id),
+                     model, params))
+    print(f"{'MODEL':45s} {'PARAMS':>8s}  {'TYPE':12s} FAMILY")
+    for _, model, params in sorted(rows, key=lambda row: row[0]):
+        print(f"{model.model_id:45s} {units.si(params):>8s}  {model.model_type:12s} {model.family}")
     return 0

@@ -194,16 +194,18 @@ def validate_options(options: Options) -> None:
                         "e.g. --prefill-tokens 8192 (vLLM's max_num_batched_tokens)")
 
 
-def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options, symbolic: bool
-          ) -> dict[str, tuple[Program, Placer]]:
-    """Placement with communication, per phase, under one binding (no fusion)."""
+def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options, symbolic: bool,
+          stack: str = "main") -> dict[str, tuple[Program, Placer]]:
+    """Placement with communication, per phase, under one binding (no fusion), of one stack's rows
+    (``main``, the served model; the model document also places its other stacks, e.g. ``mtp``,
+    for their per-block bytes)."""
     types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
     weights, decide = _weights_fn(ev, options), _decider(ev.bound)
     analysis = ev.symbolic if symbolic else ev.numeric
     out = {}
     for phase in PHASES:
         placer = Placer(analysis, Mesh(config, domain, symbolic), phase, ev.corpus.dims, weights, types, decide)
-        out[phase] = (_with_pipeline(placer.run(phase_rows(analysis, phase)), placer), placer)
+        out[phase] = (_with_pipeline(placer.run(phase_rows(analysis, phase, stack)), placer), placer)
     return out
 
 

@@ -7,17 +7,18 @@
   if (params.get("a")) form.elements.a.value = params.get("a");
   if (params.get("b")) form.elements.b.value = params.get("b"); else if (form.elements.b.options.length > 1) form.elements.b.selectedIndex = 1;
   function load(slug) { return fetch(root + "data/models/" + slug + ".json").then(function (r) { if (!r.ok) throw new Error(slug); return r.json(); }); }
-  function cell(q, text, node) { var td = document.createElement("td"); td.className = "n"; if (q) td.appendChild(window.archNum(q.value, text, q.formula, node)); else td.textContent = "—"; return td; }
+  function dims(m) { var d = {}; (m.dims || []).forEach(function (x) { d[x.name] = x.value; }); return d; }
+  function cell(q, text, node, m) { var td = document.createElement("td"); td.className = "n"; if (q) td.appendChild(window.archNum(q.value, text, q.formula, node, null, m && dims(m))); else td.textContent = "—"; return td; }
   function render(a, b) {
     out.textContent = "";
     var h = document.createElement("h2"); h.textContent = a.name + " vs " + b.name; out.appendChild(h);
     var t = document.createElement("table"); t.className = "data";
     var head = t.createTHead().insertRow(); ["", a.name, b.name].forEach(function (x) { var th = document.createElement("th"); th.scope = "col"; th.textContent = x; head.appendChild(th); });
     var body = t.createTBody();
-    [["Parameters", "params_total", fmt.si], ["Active per token", "params_active", fmt.si], ["Layers", "n_layers", String], ["Max context", "max_context", String],
+    [["Parameters", "params_total", fmt.si], ["Active per token (with embedding)", "params_active", fmt.si], ["Layers", "n_layers", String], ["Max context", "max_context", fmt.tokens],
      ["KV per token (BF16)", "kv_bytes_per_token_growing", fmt.bytes], ["Checkpoint bytes", "checkpoint_bytes", fmt.bytes]].forEach(function (r) {
       var tr = body.insertRow(); var th = document.createElement("th"); th.scope = "row"; th.textContent = r[0]; tr.appendChild(th);
-      [a, b].forEach(function (m) { var q = m.overview[r[1]]; tr.appendChild(cell(q, r[2](q.value))); });
+      [a, b].forEach(function (m) { var q = m.overview[r[1]]; tr.appendChild(cell(q, r[2](q.value), "", m)); });
     });
     out.appendChild(t);
     var h2 = document.createElement("h2"); h2.textContent = "Block by block"; out.appendChild(h2);
@@ -30,8 +31,8 @@
       m.components.filter(function (c) { return c.stack === "main" && c.uid.split("/").length >= 2 && c.uid.split("/").length <= 3; }).forEach(function (c) {
         var tr = bd.insertRow(); var td = document.createElement("td"); var code = document.createElement("code"); code.textContent = c.uid; td.appendChild(code); tr.appendChild(td);
         var k = document.createElement("td"); k.textContent = c.component + (c.role === "attention" ? " (attention)" : ""); tr.appendChild(k);
-        tr.appendChild(cell(c.params_per_layer, fmt.si(c.params_per_layer.value), c.uid)); tr.appendChild(cell(c.repeat, String(c.repeat.value), c.uid));
-        tr.appendChild(cell(c.kv_bytes_per_token_per_layer, fmt.bytes(c.kv_bytes_per_token_per_layer.value), c.uid));
+        tr.appendChild(cell(c.params_per_layer, fmt.si(c.params_per_layer.value), c.uid, m)); tr.appendChild(cell(c.repeat, String(c.repeat.value), c.uid, m));
+        tr.appendChild(cell(c.kv_bytes_per_token_per_layer, fmt.bytes(c.kv_bytes_per_token_per_layer.value), c.uid, m));
       });
       col.appendChild(tb); grid.appendChild(col);
     });

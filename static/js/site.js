@@ -6,8 +6,16 @@
   try { data = JSON.parse(document.getElementById("page-data").textContent || "{}"); } catch (e) { data = {}; }
   window.ARCH_PAGE = data;
   var tip = document.getElementById("tip");
-  function bound(formula) {
-    var dims = data.bound || {}, seen = {}, out = [];
+  // the dims a number's formula is taken at: its own (archNum's dims), its model's row on a page of
+  // many models (data-m -> page data "bounds"), else the page's one model ("bound")
+  function dimsOf(el) {
+    if (el.archDims) return el.archDims;
+    var row = el.closest("[data-m]");
+    if (row && data.bounds) return data.bounds[row.getAttribute("data-m")] || {};
+    return data.bound || {};
+  }
+  function bound(formula, el) {
+    var dims = dimsOf(el), seen = {}, out = [];
     (formula.match(/[A-Za-z_][A-Za-z_0-9]*/g) || []).forEach(function (name) {
       if (Object.prototype.hasOwnProperty.call(dims, name) && !seen[name]) { seen[name] = 1; out.push(name + " = " + dims[name]); }
     });
@@ -19,7 +27,7 @@
     tip.textContent = "";
     if (!f) { var def = document.createElement("div"); def.textContent = "= " + d; tip.appendChild(def); }
     else { var code = document.createElement("code"); code.textContent = "= " + f; tip.appendChild(code); }
-    var b = f ? [el.getAttribute("data-w"), bound(f)].filter(Boolean).join(", ") : "";   // data-w: a value the number is taken at (e.g. length = 32768)
+    var b = f ? [el.getAttribute("data-w"), bound(f, el)].filter(Boolean).join(", ") : "";   // data-w: a value the number is taken at (e.g. length = 32768)
     if (b) { var p = document.createElement("div"); p.className = "bound"; p.textContent = "where " + b; tip.appendChild(p); }
     var n = el.getAttribute("data-n");
     if (n) { var q = document.createElement("div"); q.className = "node"; q.textContent = "from " + n; tip.appendChild(q); }
@@ -56,19 +64,49 @@
   Array.prototype.forEach.call(document.querySelectorAll("form.filters"), function (f) {
     f.addEventListener("submit", function (e) { e.preventDefault(); });
   });
-  window.archNum = function (value, text, formula, node, definition) {
+  window.archNum = function (value, text, formula, node, definition, dims) {
     var s = document.createElement("span");
+    if (dims) s.archDims = dims;   // {dim: value} for the "where" line (pages of several models)
     s.className = "num"; s.tabIndex = 0; s.textContent = text;
     if (formula) s.setAttribute("data-f", formula);
     if (definition) s.setAttribute("data-d", definition);
     if (node) s.setAttribute("data-n", node);
     return s;
   };
+  // The one number formatter, mirroring engine/cli/units.py string for string (tests/test_site_format.py):
+  // SI prefixes for counts and FLOPs (G, never B: B is the byte), decimal bytes (kB, MB, GB), binary
+  // (KiB, MiB, GiB) only for values a runtime reports that way, times in fs/ps/ns/µs/ms/s, 3 significant
+  // digits without trailing zeros, 0 prints 0. The value is rounded before the prefix is chosen.
+  var NONE = "\u2014", SI = [["P", 1e15], ["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]],
+    BINARY = [["TiB", Math.pow(2, 40)], ["GiB", Math.pow(2, 30)], ["MiB", Math.pow(2, 20)], ["KiB", 1024]],
+    TIME = [["s", 1], ["ms", 1e-3], ["\u00b5s", 1e-6], ["ns", 1e-9], ["ps", 1e-12], ["fs", 1e-15]];
+  function round3(v) { return v ? Number(Number(v).toPrecision(3)) : 0; }
+  function mant(v) { return String(Number(Number(v).toPrecision(3))); }
+  function scaled(v, unit) {
+    if (v === null || v === undefined) return NONE;
+    var r = round3(v);
+    for (var i = 0; i < SI.length; i++) if (Math.abs(r) >= SI[i][1]) return mant(r / SI[i][1]) + " " + SI[i][0] + unit;
+    return (mant(r) + " " + unit).trim();
+  }
   window.archFmt = {
-    si: function (v) { if (v === null || v === undefined) return "—"; var a = Math.abs(v), u = [["T", 1e12], ["B", 1e9], ["M", 1e6], ["k", 1e3]];
-      for (var i = 0; i < u.length; i++) if (a >= u[i][1]) return (v / u[i][1]).toPrecision(3) + " " + u[i][0]; return Number(v).toPrecision(3); },
-    bytes: function (v) { if (v === null || v === undefined) return "—"; var a = Math.abs(v), u = [["TB", 1e12], ["GB", 1e9], ["MB", 1e6], ["kB", 1e3]];
-      for (var i = 0; i < u.length; i++) if (a >= u[i][1]) return (v / u[i][1]).toPrecision(3) + " " + u[i][0]; return Math.round(v) + " B"; },
-    time: function (s) { if (s >= 1) return s.toPrecision(3) + " s"; if (s >= 1e-3) return (s * 1e3).toPrecision(3) + " ms"; return (s * 1e6).toPrecision(3) + " µs"; }
+    si: function (v, unit) { return scaled(v, unit || ""); },
+    bytes: function (v) { return scaled(v, "B"); },
+    gib: function (v) {
+      if (v === null || v === undefined) return NONE;
+      for (var i = 0; i < BINARY.length; i++) if (Math.abs(v) >= BINARY[i][1]) return mant(v / BINARY[i][1]) + " " + BINARY[i][0];
+      return mant(v) + " B";
+    },
+    time: function (s) {
+      if (s === null || s === undefined) return NONE;
+      var r = round3(s);
+      if (Math.abs(r) >= 1000) return Math.round(r).toLocaleString("en-US") + " s";
+      if (r === 0) return "0 s";
+      for (var i = 0; i < TIME.length; i++) if (Math.abs(r) >= TIME[i][1] * (1 - 1e-12)) return mant(r / TIME[i][1]) + " " + TIME[i][0];
+      return mant(r / 1e-15) + " fs";
+    },
+    tokens: function (v) {
+      if (v % 1048576 === 0 && v >= 1048576) return v / 1048576 + "M";
+      return v % 1024 === 0 && v >= 1024 ? v / 1024 + "K" : Number(v).toLocaleString("en-US");
+    }
   };
 })();

@@ -1,0 +1,41 @@
+"""``archledger list``: a header, then the corpus grouped by family in release order, then size."""
+from __future__ import annotations
+
+from engine.cli import main
+
+
+def _listed(capsys) -> tuple[str, list[list[str]]]:
+    assert main(["list"]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    return header, [line.split() for line in lines]
+
+
+def test_list_has_a_header_and_every_model_once(capsys, corpus):
+    header, rows = _listed(capsys)
+    assert header.split() == ["MODEL", "PARAMS", "TYPE", "FAMILY"]
+    assert sorted(r[0] for r in rows) == sorted(corpus.models)
+
+
+def test_list_orders_by_family_release_then_size(capsys, corpus):
+    _, rows = _listed(capsys)
+    order = [r[0] for r in rows]
+    # corpus/lineage.yaml lists DeepSeek-V3 before V3.2 (release order), though V3.2 sorts first by name
+    assert order.index("deepseek-ai/DeepSeek-V3") + 1 == order.index("deepseek-ai/DeepSeek-V3.2")
+    # Llama 3.1 is not listed model by model: by size, 8B < 70B < 405B (the model cards' names)
+    llama = [m for m in order if m.startswith("meta-llama/Meta-Llama-3.1-")]
+    assert llama == ["meta-llama/Meta-Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-405B"]
+    # a family's models are contiguous
+    families = [corpus.models[m].family for m in order]
+    seen = []
+    for f in families:
+        if not seen or seen[-1] != f:
+            assert f not in seen, f"{f} split in the listing"
+            seen.append(f)
+
+
+def test_list_prints_params_with_si_prefixes(capsys):
+    _, rows = _listed(capsys)
+    by_id = {r[0]: r[1:3] for r in rows}
+    # transformers' meta-device counts: 8,030,261,248 and 1,572,997,179,491 (tests/test_deepseek_v4.py)
+    assert by_id["meta-llama/Meta-Llama-3.1-8B"] == ["8.03", "G"]
+    assert by_id["deepseek-ai/DeepSeek-V4-Pro"] == ["1.57", "T"]

@@ -1,0 +1,155 @@
+"""The one number formatter (engine/cli/units.py), its JavaScript mirror (static/js/site.js
+``archFmt``) and the Vega expression the charts use (site_builder/charts.py ``human``): the same
+strings for the same values, from the smallest values the corpus prints to the largest.
+
+The values are derived here, not read from the engine:
+
+- DeepSeek-V4-Pro's parameters: 1,572,997,179,491 (transformers' meta-device count,
+  tests/test_deepseek_v4.py) -> "1.57 T" (SI: never "B" for billion next to "GB" bytes).
+- DeepSeek-V3's parameters: 671 G as its model card writes "671B".
+- Qwen3.5-27B's Gated DeltaNet conv state, one layer, one request, BF16: (conv kernel 4 - 1) x
+  conv_dim (2 x 16 key heads x 128 + 48 value heads x 128 = 10,240) x 2 bytes = 61,440 B.
+- A per-op decode time as small as the deploy page shows: an RMSNorm over hidden 5120 at batch 1
+  reads and writes 5120 BF16 values and reads 5120 weights (30,720 B) at the H100's 3.35 TB/s:
+  9.17 ns; and 5.82e-13 s (issue 20 saw it printed "5.82e-7 µs").
+- An H100's 81,559 MiB (nvidia-smi) in binary units: 79.6 GiB.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.cli import units
+from site_builder import charts
+from site_builder.render import REPO
+from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+
+V4_PRO = 1_572_997_179_491
+CONV_STATE = (4 - 1) * (2 * 16 * 128 + 48 * 128) * 2
+NORM_DECODE_S = (5120 * 2 * 2 + 5120 * 2) / 3.35e12
+
+# (formatter, value, string): Python and JavaScript must both print ``string``
+CASES = [
+    ("si", V4_PRO, "1.57 T"),
+    ("si", 671e9, "671 G"),
+    ("si", 37.6e9, "37.6 G"),
+    ("si", 999.7e9, "1 T"),              # rounded before the prefix: never "1e+03 G" or "1000 G"
+    ("si", 2e9, "2 G"),                  # no trailing zeros
+    ("si", 0, "0"),                      # "FLOPs 0.00" no more
+    ("si", 61, "61"),
+    ("si", 12_345, "12.3 k"),
+    ("bytes", CONV_STATE, "61.4 kB"),
+    ("bytes", 1_342_177_280_000, "1.34 TB"),
+    ("bytes", 512, "512 B"),
+    ("bytes", 0, "0 B"),
+    ("gib", 81559 * 2**20, "79.6 GiB"),
+    ("gib", 80 * 2**30, "80 GiB"),
+    ("gib", 12_345, "12.1 KiB"),
+    ("time", NORM_DECODE_S, "9.17 ns"),
+    ("time", 5.82e-13, "582 fs"),
+    ("time", 8.7e-11, "87 ps"),          # issue 20: "0.0000870 µs"
+    ("time", 5.168e-3, "5.17 ms"),
+    ("time", 1e-6, "1 µs"),
+    ("time", 0.9996, "1 s"),
+    ("time", 4321, "4,320 s"),
+    ("time", 0, "0 s"),
+    ("tokens", 131072, "128K"),
+    ("tokens", 1 << 20, "1M"),
+    ("tokens", 131000, "131,000"),
+]
+PY = {"si": units.si, "bytes": units.decimal_bytes, "gib": units.binary_bytes, "time": units.seconds,
+      "tokens": units.tokens}
+
+
+def test_hand_values():
+    assert CONV_STATE == 61_440
+    assert f"{NORM_DECODE_S:.3g}" == "9.17e-09"
+
+
+@pytest.mark.parametrize("kind,value,text", CASES)
+def test_python_formatter(kind, value, text):
+    assert PY[kind](value) == text
+
+
+def test_none_prints_a_dash():
+    assert units.si(None) == units.decimal_bytes(None) == units.seconds(None) == "\u2014"
+
+
+def test_site_filters_are_the_formatter():
+    from site_builder import render
+    env = render.environment()
+    assert env.filters["si"] is units.si and env.filters["bytes"] is units.decimal_bytes
+    assert env.filters["seconds"] is units.seconds and env.filters["tokens"] is units.tokens
+    assert env.filters["gib"] is units.binary_bytes
+
+
+@pytest.fixture(scope="module")
+def page(browser):  # noqa: F811
+    tab = _open(browser, production=False)
+    tab.page.set_content('<script type="application/json" id="page-data">{}</script><div id="tip" hidden></div>')
+    tab.page.add_script_tag(path=str(REPO / "static" / "vendor" / "vega-embed.js"))
+    tab.page.add_script_tag(path=str(REPO / "static" / "js" / "site.js"))
+    yield tab
+    tab.context.close()
+
+
+def test_javascript_formatter_prints_the_same(page):
+    shown = page.page.evaluate("cases => cases.map(c => window.archFmt[c[0]](c[1]))", [list(c[:2]) for c in CASES])
+    assert shown == [c[2] for c in CASES]
+    assert not page.errors, page.errors
+
+
+# The chart expression uses d3's SI format: same prefixes, same 3 digits (d3 keeps µ, m, n below 1)
+CHART_CASES = [(8e10, "B", "80 GB"), (CONV_STATE, "B", "61.4 kB"), (512, "B", "512 B"), (0, "B", "0 B"),
+               (5.168e-3, "s", "5.17 ms"), (NORM_DECODE_S, "s", "9.17 ns"), (12_345, "", "12.3 k"),
+               (V4_PRO, "", "1.57 T"), (37.5, "", "37.5"), (4321, "s", "4,320 s"), (5.82e-13, "s", "582 fs")]
+
+
+def test_chart_expression_prints_human_units(page):
+    spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "data": {"name": "rows", "values": [{"v": v, "i": i} for i, (v, _, _) in enumerate(CHART_CASES)]},
+            "transform": [{"calculate": f"[{', '.join(charts.human('datum.v', u) for _, u, _ in CHART_CASES)}]"
+                           "[datum.i]", "as": "shown"}],
+            "mark": "point", "encoding": {"x": {"field": "v", "type": "quantitative"}}}
+    shown = page.page.evaluate("""async spec => {
+        const el = document.createElement("div"); document.body.appendChild(el);
+        const r = await window.vegaEmbed(el, spec, {actions: false, renderer: "svg"});
+        return r.view.data("data_0").map(d => d.shown);
+    }""", json.loads(json.dumps(spec)))
+    assert shown == [c[2] for c in CHART_CASES]
+    assert not page.errors, page.errors
+
+
+def test_chart_specs_name_no_raw_fields_in_tooltips():
+    """Every tooltip entry has a human title (no 'tpot_s' or 'best_tokens_per_s_per_gpu' shown)."""
+    def tooltips(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "tooltip":
+                    yield from (v if isinstance(v, list) else [v])
+                else:
+                    yield from tooltips(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from tooltips(v)
+    specs = charts.deployment_specs()
+    entries = [t for spec in specs.values() for t in tooltips(spec)]
+    assert entries
+    for t in entries:
+        assert isinstance(t, dict) and t.get("title") and "_" not in t["title"], t
+
+
+def test_cli_prints_through_the_formatter(capsys):
+    """``show`` and ``deploy`` print the site's strings: SI G for counts, no exponent notation, the
+    runtime's GiB for usable memory and the KV budget."""
+    import re
+
+    from engine.cli import main
+    assert main(["show", "DeepSeek-V3"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.split()[:1] == ["params_total"])
+    assert line.split()[1:] == ["671,026,404,352", "671", "G"], line
+    assert main(["deploy", "Llama-3.1-8B", "--gpu", "H100"]) == 0
+    out = capsys.readouterr().out
+    assert not re.search(r"\de[+-]\d", out), "exponent notation in `deploy` output"
+    assert re.search(r"usable [0-9.]+ GiB", out) and re.search(r"KV budget [0-9.]+ GiB", out), out[:600]
