@@ -142,8 +142,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_models.py",),
            "a sliding-window cache grows with the context"),
     Mutant("kv-not-split", "engine/deploy/planner.py",
-           "* cache.per_token * KV_BYTES / split * count",
-           "* cache.per_token * KV_BYTES * count",
+           "* cache.per_token * element / split * count",
+           "* cache.per_token * element * count",
            ("tests/test_deploy.py",),
            "per-GPU KV not divided by the cache's layout (KV heads under TP)"),
     # -- the site: a display bug over a correct engine ---------------------------------------------------
@@ -219,7 +219,8 @@ def check_import(copy: Path) -> str:
 
 def run_pytest(copy: Path, tests, deselect=(), stop_first: bool = True) -> tuple[int, list[str], float, str]:
     """(exit code, FAILED node ids in order, seconds, output tail)."""
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
+    # -n 0: one process (pyproject's addopts run a worker per core; under xdist a -x stop exits 2)
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", "-n", "0"]
     if stop_first:
         args.append("-x")
     for node in deselect:
