@@ -155,13 +155,15 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(urlsplit(self.path).path)
         status, headers, payload = (self._cdn if self.is_cdn else self._hub)(path)
         sent = len(payload) if body else 0
+        # recorded before the answer goes out: once the client has the bytes, a test may read the
+        # log at once (recording after the write raced with it under load)
+        self.hub._record(Served(self.command, path, self.headers.get("Range"), status, sent))
         self.send_response(status)
         for key, value in {"Content-Length": str(len(payload)), **headers}.items():
             self.send_header(key, value)
         self.end_headers()
         if body:
             self.wfile.write(payload)
-        self.hub._record(Served(self.command, path, self.headers.get("Range"), status, sent))
 
     # --- the Hub origin ---
     def _hub(self, path: str) -> tuple[int, dict[str, str], bytes]:

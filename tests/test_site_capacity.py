@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-import yaml
 
 from site_builder.serve import start
+from tests.site_helpers import build_small_site
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 SLUG = "meta-llama--Meta-Llama-3.1-8B"
@@ -37,16 +37,7 @@ TWO_H100 = 817
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    from engine.build.results import build
-    from engine.spec.corpus import load_corpus
-    from site_builder.render import render_site
-
-    root = tmp_path_factory.mktemp("site-capacity")
-    grid = root / "grid.yaml"
-    grid.write_text(yaml.safe_dump(GRID, sort_keys=False))
-    build(load_corpus(), root, ["Llama-3.1-8B"], grid, jobs=1)
-    render_site(root / "results", root)
-    return root
+    return build_small_site(tmp_path_factory.mktemp("site-capacity"), GRID, ["Llama-3.1-8B"])
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ import yaml
 
 from site_builder.render import human_bytes
 from tests.conftest import hf_config
+from tests.site_helpers import result_tables
 
 QWEN, LLAMA = "Qwen/Qwen3.5-27B", "meta-llama/Meta-Llama-3.1-8B"
 GRID = {
@@ -93,10 +94,7 @@ def out(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tables(out):
-    results = out / "results"
-    scan = lambda t: pl.scan_parquet(str(results / t / "**" / "*.parquet"), hive_partitioning=True).collect()  # noqa: E731
-    return {"models": pl.read_parquet(results / "models.parquet"), "deployments": scan("deployments"),
-            "ops": scan("ops")}
+    return result_tables(out)
 
 
 def _model(tables, model_id: str) -> dict:

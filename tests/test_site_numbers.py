@@ -19,9 +19,9 @@ import re
 
 import polars as pl
 import pytest
-import yaml
 
 from site_builder.serve import start
+from tests.site_helpers import build_small_site, result_tables
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 MODEL = "meta-llama/Meta-Llama-3.1-8B"
@@ -48,24 +48,12 @@ NVLINK4 = 900e9 / 2
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    from engine.build.results import build
-    from engine.spec.corpus import load_corpus
-    from site_builder.render import render_site
-
-    root = tmp_path_factory.mktemp("site-numbers")
-    grid = root / "grid.yaml"
-    grid.write_text(yaml.safe_dump(GRID, sort_keys=False))
-    build(load_corpus(), root, ["Llama-3.1-8B"], grid, jobs=1)
-    render_site(root / "results", root)
-    return root
+    return build_small_site(tmp_path_factory.mktemp("site-numbers"), GRID, ["Llama-3.1-8B"])
 
 
 @pytest.fixture(scope="module")
 def tables(out):
-    results = out / "results"
-    scan = lambda t: pl.scan_parquet(str(results / t / "**" / "*.parquet"), hive_partitioning=True).collect()  # noqa: E731
-    return {"models": pl.read_parquet(results / "models.parquet"), "deployments": scan("deployments"),
-            "ops": scan("ops")}
+    return result_tables(out)
 
 
 @pytest.fixture(scope="module")
