@@ -81,7 +81,7 @@
       var seg = document.createElement("div"); seg.className = "seg seg-" + p[0];
       seg.style.width = Math.min(100, 100 * p[1] / usable) + "%"; seg.textContent = p[0] + " " + fmt.bytes(p[1]); bar.appendChild(seg);
     });
-    bar.setAttribute("aria-label", "memory per GPU: weights " + fmt.bytes(dec.weight_bytes_per_gpu) + ", prefill working set " + fmt.bytes(dec.activation_bytes_per_gpu) + ", KV " + fmt.bytes(dec.kv_bytes_per_gpu) + " of " + fmt.bytes(usable) + " usable");
+    bar.setAttribute("aria-label", "memory per GPU: weights " + fmt.bytes(dec.weight_bytes_per_gpu) + ", prefill working set " + fmt.bytes(dec.activation_bytes_per_gpu) + ", KV " + fmt.bytes(dec.kv_bytes_per_gpu) + " of " + fmt.gib(usable) + " usable (the runtime's GiB)");
   }
   var strings = null;
   function renderOps(ops, s, combo) {
