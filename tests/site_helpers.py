@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
 
 import polars as pl
 import yaml
@@ -29,3 +30,13 @@ def result_tables(out: Path) -> dict[str, pl.DataFrame]:
 
     return {"models": pl.read_parquet(results / "models.parquet"), "deployments": scan("deployments"),
             "ops": scan("ops")}
+
+
+def served(site: Path) -> Iterator[str]:
+    """A local server over ``site`` for the length of a fixture: yields its base URL."""
+    from site_builder.serve import start
+
+    server, url = start(site)
+    yield url
+    server.shutdown()
+    server.server_close()

@@ -151,3 +151,13 @@ def test_corpus_before_build_and_out_with_equals_still_render_the_site(tmp_path,
     assert (out / "site" / "models" / "Qwen--Qwen3-8B" / "index.html").is_file()
     from engine.build.publish import consistent
     assert consistent(out)                 # the site was rendered from these results
+
+
+@pytest.mark.parametrize("command", ["deploy", "plan"])
+def test_hbm_fraction_default_is_the_engines(command):
+    """Consistency of the CLI with the engine: the parser keeps its imports light, so it writes the
+    default out; it must be the one Options and the grid use (engine.deploy.structure)."""
+    from engine.deploy.structure import HBM_FRACTION, Options
+    args = cli.parser().parse_args([command, "Llama-3.1-8B", "--gpu", "H100", "--input", "1024", "--output", "128", "--ttft", "1", "--tpot", "1"]
+                                   if command == "plan" else [command, "Llama-3.1-8B", "--gpu", "H100"])
+    assert args.hbm_fraction == HBM_FRACTION == Options().hbm_fraction

@@ -17,8 +17,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from site_builder.serve import start
-from tests.site_helpers import build_small_site
+from tests.site_helpers import build_small_site, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 SLUG = "meta-llama--Meta-Llama-3.1-8B"
@@ -42,10 +41,7 @@ def out(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def base(out):
-    server, url = start(out / "site")
-    yield url
-    server.shutdown()
-    server.server_close()
+    yield from served(out / "site")
 
 
 @pytest.fixture(scope="module")

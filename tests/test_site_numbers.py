@@ -20,8 +20,7 @@ import re
 import polars as pl
 import pytest
 
-from site_builder.serve import start
-from tests.site_helpers import build_small_site, result_tables
+from tests.site_helpers import build_small_site, served, result_tables
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 MODEL = "meta-llama/Meta-Llama-3.1-8B"
@@ -58,10 +57,7 @@ def tables(out):
 
 @pytest.fixture(scope="module")
 def base(out):
-    server, url = start(out / "site")
-    yield url
-    server.shutdown()
-    server.server_close()
+    yield from served(out / "site")
 
 
 def _one(frame: pl.DataFrame, **where) -> dict:

@@ -21,7 +21,7 @@ from engine.spec.api import evaluate_spec
 from engine.spec.corpus import Corpus, load_model, Reader
 from engine.deploy import Options, plan
 from engine.spec.errors import SpecError
-from engine.build.export import quantity as _q
+from engine.spec.quantities import quantity as _q
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig

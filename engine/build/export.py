@@ -16,6 +16,7 @@ import numpy as np
 import sympy
 
 from engine.spec import kv, symbols
+from engine.spec.quantities import quantity
 from engine.spec.api import Evaluation
 from engine.deploy.cost import KV_BYTES, intensity, step_totals
 from engine.build.finite import check_document
@@ -26,14 +27,6 @@ REFERENCE = {"batch": 1, "prompt": 4096}
 #: models.parquet's ``kv_context_lengths``).
 KV_LENGTHS = (1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 
-
-def quantity(value, formula) -> dict[str, Any]:
-    """A number beside its formula, as JSON (the shape every page number arrives in)."""
-    if isinstance(value, sympy.Basic):
-        number = int(value) if value.is_integer else float(value)
-    else:
-        number = value
-    return {"value": number, "formula": str(formula)}
 
 
 def _shape(tensor) -> list[str]:

@@ -16,6 +16,7 @@ from engine.project import PACKAGE_ROOT
 from engine.spec.api import Evaluation
 from engine.spec.corpus import Reader, shown_value, is_name
 from engine.deploy import MAX_BATCH, MAX_TOKENS, check
+from engine.deploy.structure import HBM_FRACTION
 from engine.spec.errors import SpecError, Where
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import GPU
@@ -189,7 +190,7 @@ def configs(ev: Evaluation, grid: Grid, gpu: GPU, n_gpus: int) -> list[ParallelC
 
 
 def model_cells(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes: float,
-                hbm_fraction: float = 0.9) -> list[tuple[GPU, ParallelConfig]]:
+                hbm_fraction: float = HBM_FRACTION) -> list[tuple[GPU, ParallelConfig]]:
     """(GPU, config) pairs for one model: counts from the first at which ``stored_bytes`` (the
     model's weights) can fit split over every GPU, up to ``beyond_fit`` times that count, and the
     GPU's whole scale-up domain."""

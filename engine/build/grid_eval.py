@@ -26,6 +26,7 @@ from engine.deploy.fusion import load_tables
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
 from engine.deploy.sol import capacity, op_rows_columns, summarize
+from engine.deploy.structure import HBM_FRACTION
 
 PHASE_FIELDS = ("step_time_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
                 "weight_bytes", "comm_bytes", "bound")
@@ -88,7 +89,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
         for framework in grid.frameworks:
             limits = _thresholds(tables.get(framework))
             base = structure(config, domain, framework, gpu, (len(limits), 0))
-            usable = gpu.hbm_bytes * 0.9
+            usable = gpu.hbm_bytes * HBM_FRACTION
             if base.weight_bytes_per_gpu >= usable:
                 continue                                   # weights alone do not fit: nothing to serve
             for kv_dtype in grid.kv_dtypes:

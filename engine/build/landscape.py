@@ -31,6 +31,7 @@ import yaml
 from engine.spec import kv, symbols
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError
+from engine.spec.quantities import quantity as _q
 
 #: Trait order on the site (the gallery's filter bar and the landscape page) with one line each.
 TRAITS = {
@@ -149,13 +150,6 @@ def _where(path: Path, field: str, index: int | None = None):
 
 
 # -- per-model facts (in the model document) -------------------------------------------------------------
-
-def _q(value, formula) -> dict[str, Any]:
-    if isinstance(value, sympy.Basic):
-        number = int(value) if value.is_integer else float(value)
-    else:
-        number = value
-    return {"value": number, "formula": str(formula)}
 
 
 def model_facts(ev: Evaluation, point: dict, flops_at: dict, bytes_at: dict, bytes_formula: dict) -> dict[str, Any]:

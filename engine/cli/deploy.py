@@ -48,7 +48,8 @@ def add_parser(sub, parents=()) -> None:
     p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8)")
     p.add_argument("--act-dtype", default="bf16", help="activation dtype (bf16, fp8)")
     p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
-    p.add_argument("--hbm-fraction", type=float, default=0.9, help="usable share of HBM")
+    p.add_argument("--hbm-fraction", type=float, default=0.9,  # = structure.HBM_FRACTION (the parser stays light)
+                   help="usable share of HBM")
     p.add_argument("--prefill-tokens", type=positive_int, default=8192,
                    help="chunked-prefill token budget per step and replica (vLLM max_num_batched_tokens)")
     p.add_argument("--phase", choices=["prefill", "decode", "both"], default="both",

@@ -252,7 +252,8 @@ class _Evaluator:
         for regime in sorted(set(regimes)):
             sel = np.array([i for i, r in enumerate(regimes) if r == regime])
             s = self.structure(config, gpu, regime)
-            got = summarize(s, [gpu], 0, self.kv_bytes, batch[sel], input_len, output_len, self.options.hbm_fraction)
+            got = summarize(s, [gpu], 0, self.kv_bytes, batch[sel], input_len, output_len, self.options.hbm_fraction,
+                            self.options.prefill_tokens)
             for name in ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "fits", "max_concurrent_requests"):
                 if name not in out:
                     out[name] = np.zeros(batch.shape, dtype=np.asarray(got[name]).dtype)

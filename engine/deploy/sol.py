@@ -34,7 +34,7 @@ import numpy as np
 
 from engine.spec import kv
 from engine.deploy.cost import BOUNDS, compile_program, intensity, step_totals
-from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, Scenario, Structure, micro_batches,
+from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, PHASES, PREFILL_TOKENS, Options, Scenario, Structure, micro_batches,
                                      option_where, prefill_program_batch, prefill_steps, program_batch,
                                      requests_per_replica, step_tokens)
 from engine.deploy.hardware import GPU
@@ -98,7 +98,7 @@ def capacity(structure: Structure, usable, input_len, output_len, kv_bytes,
 
 
 def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch, input_len, output_len,
-              hbm_fraction: float = 0.9, prefill_tokens: int = PREFILL_TOKENS) -> dict[str, Any]:
+              hbm_fraction: float = HBM_FRACTION, prefill_tokens: int = PREFILL_TOKENS) -> dict[str, Any]:
     """Every numeric deployment field at the broadcast of the per-point arrays. Point ``i`` runs on
     ``gpus[gpu_index[i]]`` with ``kv_bytes[i]`` per cache element; one call serves every GPU and
     KV dtype that share a structure (the grid's batching)."""

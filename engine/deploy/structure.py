@@ -28,6 +28,9 @@ MAX_BATCH = 2 ** 20
 ACT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 LENGTH = symbols.dim(symbols.LENGTH)
 PREFILL_TOKENS = 8192
+#: Share of a GPU's memory a deployment may use (weights, prefill working set, KV): vLLM's default
+#: ``gpu_memory_utilization`` (vllm/config/cache.py). Every default of ``--hbm-fraction`` is this one.
+HBM_FRACTION = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +41,7 @@ class Options:
     kv_dtype: str = "bf16"
     act_dtype: str = "bf16"
     weight_format: str = "checkpoint"  # or a quant scheme name applied to every matrix
-    hbm_fraction: float = 0.9
+    hbm_fraction: float = HBM_FRACTION
     #: Chunked prefill's token budget per step and attention replica (vLLM ``max_num_batched_tokens``:
     #: 8192 for the OpenAI server on GPUs of 70 GiB or more, EngineArgs.get_batch_defaults; SGLang's
     #: ``chunked_prefill_size``). It sets the prefill working set reserved next to the KV cache and

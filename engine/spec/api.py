@@ -31,9 +31,6 @@ class Quantity:
     value: sympy.Expr
     formula: sympy.Expr
 
-    def as_int(self) -> int:
-        return int(self.value)
-
 
 @dataclass(frozen=True, slots=True)
 class Evaluation:

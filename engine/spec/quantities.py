@@ -12,6 +12,14 @@ from engine.spec.evaluate import Analysis, NodeRow
 ZERO = sympy.Integer(0)
 
 
+def quantity(value, formula) -> dict:
+    """A number beside its formula, as JSON (the shape every published number arrives in): an exact
+    integer stays an int, anything else a float; the formula as sympy prints it."""
+    if isinstance(value, sympy.Basic):
+        value = int(value) if value.is_integer else float(value)
+    return {"value": value, "formula": str(formula)}
+
+
 def _canonical(analysis: Analysis, stack: str | None):
     """Rows of the canonical graph (the prefill form) that own their weights."""
     for row in analysis.rows.values():

@@ -28,7 +28,6 @@
     var dd = document.createElement("dd"); dd.appendChild(window.archNum(value, text, formula || null, null, formula ? null : doc));
     return [dt, dd];
   }
-  function tokens(n) { n = Number(n); return n % 1024 === 0 ? (n / 1024) + "K" : String(n); }
   function link(o, s) {
     var q = new URLSearchParams({ gpu: o.gpu, cfg: cfgLabel(o), fw: o.framework, kv: o.kv_dtype, input: s.input, batch: s.batch });
     var a = document.createElement("a"); a.href = "?" + q.toString();
@@ -40,7 +39,7 @@
     var box = document.getElementById("capacity"); box.textContent = "";
     if (dec && dec.fits) return;
     var cap = dec ? dec.max_concurrent_requests : combo.caps[s.input], p = document.createElement("p"); p.className = "warn";
-    var at = tokens(s.input) + " prompt tokens + " + tokens(index.output_len) + " generated";
+    var at = fmt.tokens(s.input) + " prompt tokens + " + fmt.tokens(index.output_len) + " generated";
     p.textContent = cap === undefined ? "This config has no evaluated point at " + at + "."
       : "Batch " + s.batch + " exceeds this config's capacity of " + cap + " requests at " + at + " (max concurrent requests: weights, the prefill working set and every request's KV at its last token must fit).";
     box.appendChild(p);
@@ -138,7 +137,7 @@
       fill(form.elements.batch, batches, chosen);
       var note = document.getElementById("batch-note");
       note.textContent = wanted && chosen !== null && String(chosen) !== String(wanted)
-        ? "Batch " + wanted + " was not evaluated on " + s.gpu + " at " + tokens(form.elements.input.value) + " prompt tokens; showing batch " + chosen
+        ? "Batch " + wanted + " was not evaluated on " + s.gpu + " at " + fmt.tokens(form.elements.input.value) + " prompt tokens; showing batch " + chosen
           + (Number(chosen) > Number(wanted) ? ", the nearest larger." : ", the largest evaluated.") : "";
       s = sync();
       render(rows, s, combo);
