@@ -1,0 +1,103 @@
+"""Formula trees (engine/spec/formula_tree.py) and their browser evaluator (static/js/formula.js).
+
+Hand cases first (values worked out here), then a consistency test on the engine's own expressions:
+every step formula of DeepSeek-V3's decode and prefill programs (TP8 EP8 DP-attention 8 on H100, SGLang fusions: Min,
+Max, ceiling, rationals, the MoE expected-coverage power) evaluates the same through sympy, through
+the tree in Python and through the tree in Chromium.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import sympy
+
+from engine.deploy.cost import ARGS, step_totals
+from engine.spec import formula_tree as ft
+from site_builder.render import REPO
+from tests.deploy_helpers import make_plan
+from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+
+b, L = sympy.symbols("batch length", positive=True)
+
+# (expression, environment, value by hand)
+HAND = [
+    (sympy.ceiling(b / 8), {"batch": 17}, 3),                         # 17 requests over 8 ranks: 3 on the fullest
+    (sympy.floor(b / 8), {"batch": 17}, 2),
+    (sympy.Min(L, 4096) * 2, {"length": 131072}, 8192),               # a sliding window's cache
+    (sympy.Max(b, 3) + sympy.Rational(1, 3), {"batch": 2}, 3 + 1 / 3),
+    (sympy.Mod(b, 4), {"batch": 10}, 2),
+    (256 * (1 - (1 - sympy.Rational(8, 256)) ** b), {"batch": 1}, 8),  # expected experts hit by one token: top-k
+    (sympy.Piecewise((b, b < 4), (4, True)), {"batch": 9}, 4),
+    (sympy.Piecewise((b, b < 4), (4, True)), {"batch": 2}, 2),
+    (sympy.log(sympy.E ** 2 * b), {"batch": 1}, 2),
+]
+
+
+@pytest.mark.parametrize("expr,env,value", HAND)
+def test_hand_values(expr, env, value):
+    assert ft.evaluate(ft.to_tree(expr), env) == pytest.approx(value, rel=1e-15)
+    assert ft.free_names(ft.to_tree(expr)) == {s.name for s in expr.free_symbols}
+
+
+def test_rationals_stay_exact_and_integers_stay_integers():
+    assert ft.to_tree(sympy.Rational(7, 3)) == ["/", 7, 3]
+    assert ft.to_tree(sympy.Integer(2) ** 40) == 1 << 40
+    assert ft.to_tree(3 * b) == ["*", 3, "batch"]
+
+
+def test_unsupported_node_is_named():
+    with pytest.raises(TypeError, match="sin"):
+        ft.to_tree(sympy.sin(b))
+    with pytest.raises(KeyError, match="length"):
+        ft.evaluate(ft.to_tree(L + 1), {"batch": 1})
+
+
+def _engine_formulas() -> list:
+    """Every step total (flops, bytes, comm bytes, weight bytes) of DeepSeek-V3's programs."""
+    plan = make_plan("DeepSeek-V3", "H100", "sglang", tp=8, ep=8, dp_attn=8)
+    out = []
+    for phase in ("prefill", "decode"):
+        for step in plan.structure.programs[phase].steps:
+            out.extend(e for e in step_totals(step) if not sympy.sympify(e).is_number)
+    return out
+
+
+POINTS = [(1, 1, 4096, 2), (37, 1, 8191, 1), (3, 8192, 8192, 2)]   # batch, seq, ctx, kv_bytes
+
+
+def test_engine_formulas_consistency_python():
+    """Consistency (engine vs itself): tree evaluation equals sympy's at off-grid points."""
+    formulas = _engine_formulas()
+    assert len(formulas) > 50
+    names = [a.name for a in ARGS]
+    for point in POINTS:
+        env = dict(zip(names, point))
+        for expr in formulas:
+            want = float(expr.subs({a: v for a, v in zip(ARGS, point)}))
+            assert math.isclose(ft.evaluate(ft.to_tree(expr), env), want, rel_tol=1e-12), expr
+
+
+@pytest.fixture(scope="module")
+def page(browser):  # noqa: F811
+    tab = _open(browser, production=False)
+    tab.page.set_content("<p>formula</p>")
+    tab.page.add_script_tag(path=str(REPO / "static" / "js" / "formula.js"))
+    yield tab
+    tab.context.close()
+
+
+def test_browser_equals_python(page):
+    """Consistency: formula.js gives Python's tree values (hand cases and DeepSeek-V3's formulas)."""
+    trees = [ft.to_tree(e) for e, _, _ in HAND]
+    envs = [env for _, env, _ in HAND]
+    names = [a.name for a in ARGS]
+    for expr in _engine_formulas():
+        for point in POINTS:
+            trees.append(ft.to_tree(expr))
+            envs.append(dict(zip(names, point)))
+    shown = page.page.evaluate("c => c.map(([t, e]) => window.archFormula.evaluate(t, e))",
+                               [list(p) for p in zip(trees, envs)])
+    for got, tree, env in zip(shown, trees, envs):
+        assert math.isclose(got, ft.evaluate(tree, env), rel_tol=1e-12), (tree, env)
+    assert not page.errors, page.errors
