@@ -71,8 +71,10 @@ def to_tree(expr: Any) -> Any:
     """The JSON tree of ``expr`` (a sympy expression, or a Python number)."""
     if isinstance(expr, bool):
         return int(expr)
-    if isinstance(expr, (int, float)):
-        return _number(sympy.sympify(expr))
+    if isinstance(expr, int):
+        return expr
+    if isinstance(expr, float):
+        return _number(sympy.Float(expr))
     if expr is sympy.true or expr is sympy.false:
         return _number(expr)
     if expr.is_Number:
