@@ -525,7 +525,11 @@ def _schema_docs() -> dict:
 
 def _compare(site: Site, results: Results) -> None:
     index = gallery_index(results)
-    site.page("compare", "compare.html", "Compare", {"page": "compare"}, models=index)
+    shown = ("fits", "weight_bytes_per_gpu", "kv_bytes_per_gpu", "activation_bytes_per_gpu", "free_bytes_per_gpu",
+             "usable_bytes_per_gpu", "ttft_s", "tpot_s", "max_concurrent_requests", "tokens_per_s_per_gpu")
+    site.page("compare", "compare.html", "Compare",
+              {"page": "compare", "compare_input": COMPARE_INPUT, "docs": {k: _schema_docs()[k][1] for k in shown}},
+              models=index)
 
 
 def _attention_instances(results: Results) -> dict[str, list[dict]]:
