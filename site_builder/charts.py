@@ -34,7 +34,15 @@ def _shown(chart, **fields: str):
     return chart.transform_calculate(**{name: human(f"datum[{field!r}]", unit) for name, (field, unit) in fields.items()})
 
 
-def deployment_specs() -> dict[str, dict]:
+#: Height per bar (px) of the deployment page's bar charts, and the bars' thickness in it.
+BAR_STEP, BAR_SIZE = 20, 14
+
+
+def deployment_specs(gpu_bars: int = 12, config_bars: int = 8) -> dict[str, dict]:
+    """The deployment page's charts. The two bar charts get a fixed height for the most bars they can
+    show on this model's page (``gpu_bars`` GPU types, ``config_bars`` parallel configs on one GPU
+    type and count) and a fixed bar thickness: a discrete height (``alt.Step``) next to a
+    container-wide width makes Vega-Lite drop "fit-y" with a console warning on every draw."""
     highlight = alt.selection_point(fields=["input_len"], bind="legend")
     batch = alt.Chart(alt.Data(name="rows")).mark_line(point=alt.OverlayMarkDef(filled=False, size=50)).encode(
         x=alt.X("batch:Q", scale=alt.Scale(type="log", base=2), title="batch (requests per replica)"),
@@ -47,20 +55,22 @@ def deployment_specs() -> dict[str, dict]:
                  alt.Tooltip("fits:N", title="fits in memory"), alt.Tooltip("extrapolated:N", title="past max context")],
     ).add_params(highlight).properties(width="container", height=260)
     batch = _shown(batch, rate=("tokens_per_s_per_gpu", ""), tpot=("tpot_s", "s"))
-    gpus = alt.Chart(alt.Data(name="best")).mark_bar().encode(
+    gpus = alt.Chart(alt.Data(name="best")).mark_bar(size=BAR_SIZE).encode(
         x=alt.X("best_tokens_per_s_per_gpu:Q", title="best decode tokens/s per GPU", axis=_axis("")),
         y=alt.Y("label:N", sort="-x", title=None),
         color=alt.Color("gpu:N", legend=None),
         tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("n_gpus:Q", title="GPUs"),
                  alt.Tooltip("config:N", title="parallel config"), alt.Tooltip("rate:N", title="best decode tokens/s per GPU"),
                  alt.Tooltip("at_batch:Q", title="at batch")],
-    ).transform_calculate(rate=human("datum.best_tokens_per_s_per_gpu")).properties(width="container", height=alt.Step(16), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
-    ep = alt.Chart(alt.Data(name="configs")).mark_bar().encode(
+    ).transform_calculate(rate=human("datum.best_tokens_per_s_per_gpu")).properties(
+        width="container", height=BAR_STEP * max(1, gpu_bars), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
+    ep = alt.Chart(alt.Data(name="configs")).mark_bar(size=BAR_SIZE).encode(
         x=alt.X("best_tokens_per_s_per_gpu:Q", title="best decode tokens/s per GPU", axis=_axis("")),
         y=alt.Y("config:N", sort="-x", title="parallel config"),
         tooltip=[alt.Tooltip("config:N", title="parallel config"), alt.Tooltip("rate:N", title="best decode tokens/s per GPU"),
                  alt.Tooltip("at_batch:Q", title="at batch")],
-    ).transform_calculate(rate=human("datum.best_tokens_per_s_per_gpu")).properties(width="container", height=alt.Step(22), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
+    ).transform_calculate(rate=human("datum.best_tokens_per_s_per_gpu")).properties(
+        width="container", height=BAR_STEP * max(1, config_bars), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
     kv = kv_chart(alt.Data(name="kv"), alt.Data(name="limit"))
     return {"batch": _spec(batch), "gpus": _spec(gpus), "ep": _spec(ep), "kv": _spec(kv)}
 
@@ -143,3 +153,61 @@ def contract_specs(contract: dict) -> dict[str, dict]:
     return {"kv": line("kv_bytes", "KV + state bytes per request (one layer)", "B"),
             "prefill": line("prefill_s", "prefill time, SOL", "s"),
             "decode": line("decode_s", "decode step at this context, SOL", "s")}
+
+
+#: The roofline's slope runs from ridge / ROOF_LEFT to the ridge, its flat roof on to ridge x ROOF_RIGHT
+#: (FLOP per byte): six decades around the ridge, where the ops of a decode or prefill step lie.
+ROOF_LEFT, ROOF_RIGHT = 1e4, 1e2
+
+
+def roofline_spec() -> dict:
+    """The deployment page's roofline: one point per op of the selected step (arithmetic intensity
+    FLOP/byte on log x, attained FLOP/s = FLOPs / its SOL time on log y, coloured by what bounds it),
+    under the GPU's roofs: per native dtype min(peak, HBM bandwidth x intensity), each ridge point
+    (peak / bandwidth) marked and labelled.
+
+    Named datasets, filled by static/js/roofline.js: ``ops`` rows {op, kind, bound, intensity,
+    attained, t_sol_s}; ``roofs`` one row per dtype {dtype, peak, ridge, bw} as the build wrote them
+    (landscape.json ``gpus``). The roof polyline's points are placed by the spec (display only)."""
+    roofs = alt.Data(name="roofs")
+    # log axes labelled at powers of ten only (Vega ticks every 1..9 x 10^k)
+    decade = "abs(log(datum.value) / LN10 - round(log(datum.value) / LN10)) < 1e-6"
+    x = alt.X("x:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (FLOP per HBM byte)",
+              axis=alt.Axis(labelExpr=f"{decade} ? {human('datum.value')} : ''"))
+    y = alt.Y("y:Q", scale=alt.Scale(type="log"), title="attained FLOP/s (FLOPs / SOL time)",
+              axis=alt.Axis(labelExpr=f"{decade} ? {human('datum.value', 'FLOP/s')} : ''"))
+    dtype_dash = alt.StrokeDash("dtype:N", title="peak (dtype)")
+    roof = (alt.Chart(roofs)
+            .transform_calculate(x=f"[datum.ridge / {ROOF_LEFT:g}, datum.ridge, datum.ridge * {ROOF_RIGHT:g}]")
+            .transform_flatten(["x"])
+            .transform_calculate(y="min(datum.peak, datum.bw * datum.x)", peak_shown=human("datum.peak", "FLOP/s"),
+                                 bw_shown=human("datum.bw", "B/s"))
+            .mark_line(color="#57606a", clip=True)
+            .encode(x=x, y=y, strokeDash=dtype_dash, detail="dtype:N",
+                    tooltip=[alt.Tooltip("dtype:N", title="dtype"), alt.Tooltip("peak_shown:N", title="dense peak"),
+                             alt.Tooltip("bw_shown:N", title="HBM bandwidth")]))
+    ridge_fields = dict(x="datum.ridge", y="datum.peak", ridge_shown=human("datum.ridge", "FLOP/B"),
+                        peak_shown=human("datum.peak", "FLOP/s"), bw_shown=human("datum.bw", "B/s"),
+                        label="upper(datum.dtype) + ' ridge ' + " + human("datum.ridge", "FLOP/B"))
+    ridge_tip = [alt.Tooltip("dtype:N", title="dtype"), alt.Tooltip("ridge_shown:N", title="ridge point (peak / bandwidth)"),
+                 alt.Tooltip("peak_shown:N", title="dense peak"), alt.Tooltip("bw_shown:N", title="HBM bandwidth")]
+    ridge = (alt.Chart(roofs).transform_calculate(**ridge_fields)
+             .mark_point(shape="diamond", size=90, filled=True, color="#1b1f24")
+             .encode(x=x, y=y, tooltip=ridge_tip).properties(name="ridges"))
+    ridge_label = (alt.Chart(roofs).transform_calculate(**ridge_fields)
+                   .mark_text(align="left", dx=7, dy=-8, fontSize=11)
+                   .encode(x=x, y=y, text="label:N").properties(name="ridge_labels"))
+    ops = (alt.Chart(alt.Data(name="ops"))
+           .transform_filter("datum.intensity > 0 && datum.attained > 0")
+           .transform_calculate(x="datum.intensity", y="datum.attained", x_shown="format(datum.intensity, '.3~s') + ' FLOP/B'",
+                                y_shown=human("datum.attained", "FLOP/s"), t_shown=human("datum.t_sol_s", "s"))
+           .mark_circle(size=60, opacity=0.8)
+           .encode(x=x, y=y,
+                   color=alt.Color("bound:N", title="bound", scale=alt.Scale(domain=["compute", "memory", "comm"],
+                                                                            range=["#d62728", "#1f77b4", "#ff7f0e"])),
+                   tooltip=[alt.Tooltip("op:N", title="op"), alt.Tooltip("kind:N", title="kind"),
+                            alt.Tooltip("bound:N", title="bound"), alt.Tooltip("x_shown:N", title="arithmetic intensity"),
+                            alt.Tooltip("y_shown:N", title="attained"), alt.Tooltip("t_shown:N", title="SOL time")])
+           .properties(name="ops"))
+    return _spec(alt.layer(roof, ridge, ridge_label, ops).properties(width="container", height=340)
+                 .configure_legend(orient="bottom"))

@@ -68,7 +68,7 @@ def parser():
     serve.add_argument("--port", type=int, default=8000, help="TCP port on 127.0.0.1 (0: any free port)")
     serve.set_defaults(func=cmd_serve)
     shots = sub.add_parser("screenshots", parents=[common],
-                           help="PNG screenshots of the gallery, a model and a deployment page (headless Chromium)")
+                           help="PNG screenshots of the gallery, a model, its deployments, compare and a graph diff (headless Chromium)")
     shots.add_argument("--to", default=None, metavar="DIR", help="folder for the PNGs (default: OUT/screenshots)")
     shots.add_argument("--model", default="deepseek-ai--DeepSeek-V3", help="model whose pages are captured (org--name)")
     shots.set_defaults(func=cmd_screenshots)

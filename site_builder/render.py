@@ -502,10 +502,17 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
               json.dumps({"options": options, "weight_formulas": weight_formulas, "best": best.to_dicts(),
                           "best_per_gpu": per_gpu.to_dicts(), "batches": batches, "output_len": page_output},
                          separators=(",", ":")))
-    specs = charts.deployment_specs()
+    # the bar charts' heights: the most bars one selection can show (GPU types; configs per GPU type and count)
+    specs = charts.deployment_specs(
+        gpu_bars=max([r[-1] for r in per_gpu.group_by(["framework", "kv_dtype"]).len().iter_rows()], default=1),
+        config_bars=max([r[-1] for r in best.group_by(["gpu", "n_gpus", "framework", "kv_dtype"]).len().iter_rows()], default=1))
     data = {"page": "deploy", "slug": name, "max_context": doc["max_context"], "specs": specs,
             "kv_rows": charts.kv_rows(doc["kv_curve"], doc["max_context"]), "compare_input": COMPARE_INPUT,
-            "docs": {k: v[1] for k, v in _schema_docs().items()}}
+            "docs": {k: v[1] for k, v in _schema_docs().items()},
+            # the roofline chart's roofs: the build's figures of the GPUs this model was evaluated on
+            "gpus": {g: r for g, r in ((results.landscape or {}).get("gpus") or {}).items()
+                     if g in {o["gpu"] for o in options}}}
+    specs["roofline"] = charts.roofline_spec()
     site.page(f"models/{name}/deploy", "deploy.html", f"{doc['name']} deployments", data,
               doc=doc, slug=name, compare_input=COMPARE_INPUT)
 
@@ -518,7 +525,11 @@ def _schema_docs() -> dict:
 
 def _compare(site: Site, results: Results) -> None:
     index = gallery_index(results)
-    site.page("compare", "compare.html", "Compare", {"page": "compare"}, models=index)
+    shown = ("fits", "weight_bytes_per_gpu", "kv_bytes_per_gpu", "activation_bytes_per_gpu", "free_bytes_per_gpu",
+             "usable_bytes_per_gpu", "ttft_s", "tpot_s", "max_concurrent_requests", "tokens_per_s_per_gpu")
+    site.page("compare", "compare.html", "Compare",
+              {"page": "compare", "compare_input": COMPARE_INPUT, "docs": {k: _schema_docs()[k][1] for k in shown}},
+              models=index)
 
 
 def _attention_instances(results: Results) -> dict[str, list[dict]]:

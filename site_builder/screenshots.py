@@ -1,4 +1,5 @@
-"""``archledger screenshots``: full-page PNGs of the gallery, one model page and its deployments.
+"""``archledger screenshots``: full-page PNGs of the gallery, one model page, its deployments (with the
+roofline), the compare page (with the side-by-side deployment) and a zoomable graph diff.
 
 Layer: site_builder. Serves the built site on 127.0.0.1 (``site_builder.serve.start``) and drives
 the system's Chromium through Playwright (``pip install -e '.[test]'``; Playwright never downloads
@@ -51,7 +52,8 @@ def block_remote(context, blocked: list[str] | None = None) -> None:
 
 
 def screenshots(site: Path, to: Path, model_slug: str) -> int:
-    """Save gallery.png, model.png and deploy.png (full page) under ``to``; 0 on success, 2 on error."""
+    """Save gallery.png, model.png, deploy.png, compare.png and (when the site has graph diffs)
+    diff.png, full page, under ``to``; 0 on success, 2 on error."""
     site, to = Path(site), Path(to)
     if not (site / "index.html").exists():
         print(f"error: {site}: no site — run `archledger build` first", file=sys.stderr)
@@ -71,6 +73,13 @@ def screenshots(site: Path, to: Path, model_slug: str) -> int:
     shots = [("gallery", base, "#gallery tbody tr"),
              ("model", f"{base}models/{model_slug}/", "details.level svg.graph"),
              ("deploy", f"{base}models/{model_slug}/deploy/", "#chart-batch svg")]
+    # compare: this model beside the next one the site has (itself when it has one model), with the
+    # side-by-side deployment; a graph diff with its zoom bar, when the components page drew any
+    others = sorted(p.name for p in (site / "models").iterdir() if p.is_dir() and p.name != model_slug)
+    shots.append(("compare", f"{base}compare/?a={model_slug}&b={(others or [model_slug])[0]}", "#side-table table"))
+    diffs = sorted(p.name for p in (site / "components" / "diff").glob("*") if p.is_dir())
+    if diffs:
+        shots.append(("diff", f"{base}components/diff/{diffs[0]}/", ".panzoom-bar"))
     try:
         with sync_playwright() as p:
             try:

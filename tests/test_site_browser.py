@@ -585,7 +585,7 @@ def test_templates_escape_model_text(built, browser, tmp_path):
 
 
 def test_screenshots_command(built, tmp_path, capsys):
-    """`archledger screenshots` writes three non-trivial PNGs; without a site it is a one-line error."""
+    """`archledger screenshots` writes five non-trivial PNGs; without a site it is a one-line error."""
     assert screenshots(tmp_path / "nowhere", tmp_path / "shots", DEEPSEEK) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and len(err.strip().splitlines()) == 1
@@ -595,7 +595,7 @@ def test_screenshots_command(built, tmp_path, capsys):
                            "--to", str(to), "--model", DEEPSEEK],
                           cwd=REPO, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
-    for name in ("gallery", "model", "deploy"):
+    for name in ("gallery", "model", "deploy", "compare", "diff"):   # compare and a graph diff: issue 20's new views
         png = to / f"{name}.png"
         assert str(png) in proc.stdout
         data = png.read_bytes()

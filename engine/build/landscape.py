@@ -211,6 +211,19 @@ def ridge(gpu) -> tuple[float, str]:
     return peak / bw, f"{gpu.peak['bf16'].value:g}e12 / {gpu.hbm_bw.value:g}e12"
 
 
+def roofline(gpu) -> dict[str, Any]:
+    """A GPU's roofline (landscape.json ``gpus``; the deployment page's roofline chart): the HBM
+    bandwidth (B/s) and, per native dtype of ``peak_tflops``, the dense peak (FLOP/s) and the ridge
+    point (FLOP/B) where the bandwidth slope meets it, each with its formula."""
+    bw = gpu.hbm_bytes_per_s
+    peaks = {}
+    for dtype, figure in gpu.peak.items():
+        peak = figure.value * 1e12
+        peaks[dtype] = {"peak_flops": {"value": peak, "formula": f"{figure.value:g}e12"},
+                        "ridge": {"value": peak / bw, "formula": f"{figure.value:g}e12 / {gpu.hbm_bw.value:g}e12"}}
+    return {"name": gpu.name, "hbm_bytes_per_s": {"value": bw, "formula": f"{gpu.hbm_bw.value:g}e12"}, "peaks": peaks}
+
+
 def tokens_to_ridge(r: float, hidden: int, width: int, b: int = RIDGE_BYTES) -> float | None:
     """Tokens t one expert must process per step for its matmuls to reach ridge r. One expert
     matrix [width, hidden] over t tokens: 2 t hidden width FLOPs, b hidden width weight bytes and
@@ -335,7 +348,8 @@ def tables(facts: dict[str, dict], rows: dict[str, dict], gpus: dict) -> dict[st
                 cell["where"] = _bound(cell["formula"], dims)
     for col in kv_cols + exp_cols + ridge_cols + att_cols + par_cols + trait_cols:
         col["unit"] = _unit(col["key"])
-    return {"traits": {t: {"label": label, "doc": doc} for t, (label, doc) in TRAITS.items()}, "tables": [
+    return {"traits": {t: {"label": label, "doc": doc} for t, (label, doc) in TRAITS.items()},
+            "gpus": {g: roofline(gpus[g]) for g in gpu_names}, "tables": [
         {"name": "traits", "title": "Architecture traits", "columns": trait_cols, "rows": trait_rows},
         {"name": "kv", "title": "KV cache per token of context", "columns": kv_cols, "rows": kv_rows},
         {"name": "experts", "title": "Experts and the batch to reach the ridge point", "columns": exp_cols, "rows": exp_rows},

@@ -90,6 +90,7 @@
     mine.forEach(function (r) { r.op_uid = U[r.uid]; });
     var points = uniq(mine.map(function (r) { return r.batch + "/" + r.input_len; }));
     var want = s.batch + "/" + s.input, at = points.indexOf(want) >= 0 ? want : points[0];
+    document.dispatchEvent(new CustomEvent("arch:ops", { detail: { rows: mine.filter(function (r) { return at && r.batch + "/" + r.input_len === at; }), gpu: s.gpu } }));   // static/js/roofline.js
     var note = document.getElementById("ops-note");
     if (!at) { note.textContent = "No per-op table was built for this selection."; return; }
     note.textContent = "Decode, batch " + at.split("/")[0] + ", prompt " + at.split("/")[1] + " tokens" + (at === want ? "." : " (the per-op tables are built for the grid's page points; this is the nearest).");

@@ -1,0 +1,47 @@
+// Roofline of the deployment shown: one point per op of the step (arithmetic intensity FLOP/byte vs
+// attained FLOP/s) under the GPU's roofs, each dtype's ridge point marked. The deployment page's
+// script announces the per-op rows it renders with
+//   document.dispatchEvent(new CustomEvent("arch:ops", {detail: {rows, gpu}}))
+// (rows: the ops table's records {op_uid, kind, flops, bytes, t_sol_s, bound}; gpu: its name, or an
+// object shaped like the page data's gpus[name]). The roofs come from the build (landscape.json
+// "gpus", page data "gpus"); this file divides FLOPs by bytes and by time per row (display) and
+// draws the build's spec (site_builder/charts.py roofline_spec).
+(function () {
+  "use strict";
+  var el = document.getElementById("chart-roofline"), note = document.getElementById("roofline-note");
+  if (!el) return;
+  var fmt = window.archFmt;
+  function page() { return window.ARCH_PAGE || {}; }
+  function gpuOf(gpu) {
+    if (gpu && typeof gpu === "object") return gpu;
+    return (page().gpus || {})[gpu] || null;
+  }
+  function draw(detail) {
+    var gpu = gpuOf(detail.gpu), spec = (page().specs || {}).roofline;
+    if (!gpu || !spec || !window.vegaEmbed) { el.textContent = ""; if (note) note.textContent = "No roofline for this GPU."; return; }
+    var rows = detail.rows || [], drawn = [], left = 0;
+    rows.forEach(function (r) {
+      if (r.flops > 0 && r.bytes > 0 && r.t_sol_s > 0) {
+        drawn.push({ op: r.op_uid, kind: r.kind, bound: r.bound, t_sol_s: r.t_sol_s,
+                     intensity: r.flops / r.bytes, attained: r.flops / r.t_sol_s });
+      } else left++;
+    });
+    var bw = gpu.hbm_bytes_per_s.value, roofs = Object.keys(gpu.peaks).map(function (d) {
+      return { dtype: d, peak: gpu.peaks[d].peak_flops.value, ridge: gpu.peaks[d].ridge.value, bw: bw };
+    });
+    var filled = JSON.parse(JSON.stringify(spec));
+    filled.datasets = Object.assign({}, filled.datasets || {}, { ops: drawn, roofs: roofs });
+    window.vegaEmbed(el, filled, { actions: false, renderer: "svg" }).then(function (res) {
+      el.archView = res.view;   // the drawn data, for readers' tools and the browser tests
+    }).catch(function (e) { console.error("chart roofline: " + e); });
+    if (note) {
+      note.textContent = "";
+      var parts = [(gpu.name || String(detail.gpu)) + ":",
+        "HBM " + fmt.bytes(bw) + "/s;"];
+      roofs.forEach(function (r) { parts.push(r.dtype.toUpperCase() + " peak " + fmt.si(r.peak, "FLOP/s") + ", ridge " + fmt.si(r.ridge) + " FLOP/B;"); });
+      parts.push(drawn.length + " ops drawn" + (left ? ", " + left + " without FLOPs or bytes (collectives, no arithmetic intensity) left out." : "."));
+      note.textContent = parts.join(" ");
+    }
+  }
+  document.addEventListener("arch:ops", function (e) { draw(e.detail || {}); });
+})();
