@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         reach = "; ".join(f"{n} best TTFT {_time(a)}, best TPOT {_time(b)}" for n, a, b in best) or \
             f"the weights and one request's KV fit no config of up to {args.max_gpus} GPUs: raise --max-gpus"
         kinds = "aggregated or disaggregated" if not args.no_disagg else "aggregated"
-        print(f"no {kinds} config of {ev.model.model_id} on {names} (up to {args.max_gpus} GPUs per replica) meets "
+        print(f"no config of {ev.model.model_id} on {names} ({kinds}, up to {args.max_gpus} GPUs per replica) meets "
               f"{_sla_text(args)} at input {args.input}, output {args.output} ({reach})")
         return 1
     print(f"{ev.model.model_id}: input {args.input}, output {args.output} tokens; {_sla_text(args)}")
