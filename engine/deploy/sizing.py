@@ -42,7 +42,7 @@ from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, join, 
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import build_structure, check, place, validate_options
-from engine.deploy.sol import summarize
+from engine.deploy.sol import capacity, summarize
 from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
                                       program_batch)
 
@@ -258,6 +258,13 @@ class _Evaluator:
                  for limits, t in zip(self.limits(config, gpu), tokens)]
         return list(zip(codes[0].tolist(), codes[1].tolist()))
 
+    def capacity(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> np.ndarray:
+        """``max_concurrent_requests`` at batch 1's structure for each output length (summarize()'s
+        own rule, without its phase times)."""
+        s = self.structure(config, gpu, self.regimes(config, gpu, np.array([1]), input_len)[0])
+        return np.asarray(capacity(s, gpu.hbm_bytes * self.options.hbm_fraction, input_len,
+                                   np.asarray(output_len), self.kv_bytes, self.options.prefill_tokens))
+
     def kv_share(self, config: ParallelConfig, gpu: GPU, input_len: int) -> float:
         """KV bytes one GPU holds of a request at the prompt length (placement's, whatever the fusion)."""
         s = self.structure(config, gpu, self.regimes(config, gpu, np.array([1]), input_len)[0])
@@ -322,7 +329,7 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
             # the batches to try: up to the capacity summarize() reports (its fit then decides
             # which of them are served); a prefill pool holds the prompt and the first token only
             outs = np.array([output_len, PREFILL_OUTPUT]) if pools else np.array([output_len])
-            caps = evaluator.evaluate(config, gpu, np.ones(outs.shape, dtype=np.int64), input_len, outs)
+            caps = {"max_concurrent_requests": evaluator.capacity(config, gpu, input_len, outs)}
             cap = int(caps["max_concurrent_requests"][0])
             batch = batch_list(cap, sla.users) if cap >= 1 else np.zeros(0, dtype=np.int64)
             out_len = np.full(batch.shape, output_len)
