@@ -1,4 +1,4 @@
-"""Sizing: the cheapest aggregated deployments that meet a latency SLA, and the throughput front.
+"""Sizing: the cheapest deployments that meet a latency SLA, aggregated and disaggregated, and the front.
 
 Layer: engine.deploy (on planner and sol; nothing here prints). :func:`search` walks, for each GPU
 type, every GPU count that is a power of two up to a limit, every legal TP / EP / DP-attention / PP
@@ -23,8 +23,15 @@ Rules (also in docs/deployment.md, "Sizing: archledger plan"):
 * the front is over every served point of a GPU type (all configs, all batches), SLA or not: a
   point is on it when no other point has at least its tokens/s/GPU and tokens/s/user and more of one.
 
+* disaggregated (:func:`disaggregated`, on ``search(..., pools=True)``): every served decode point
+  joined with the prefill (config, batch) that meets TTFT with the fewest prefill GPUs; the joining
+  rules (KV transfer, pool ratio, replicas, price) are :mod:`engine.deploy.disagg`'s.
+* price: ``usd_per_hour`` = GPUs x the GPU file's price, ``usd_per_m_tokens`` = $/h / (decode tokens/s
+  x 3600) x 1e6; None where a GPU has no price.
+
 Invariant: every point reported (cheapest or front) is a (legal config, batch) that was evaluated,
-with the fields :func:`engine.deploy.sol.summarize` gave it.
+with the fields :func:`engine.deploy.sol.summarize` gave it; a disaggregated point is a pair of
+them (a prefill-pool point and a decode point) joined by :func:`engine.deploy.disagg.join`.
 """
 from __future__ import annotations
 
