@@ -261,3 +261,18 @@ def test_disagg_cli_text_and_json(capsys):
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "pool ratio" in text and "TTFT" in text and "transfer" in text
+
+
+@pytest.mark.parametrize("output_len", [OUTPUT, 1])
+def test_prefill_pools_leave_the_aggregated_search_unchanged(output_len):
+    """search(..., pools=True) adds prefill-pool points beside the aggregated ones; the aggregated
+    points are the same arrays (also when the output is 1 token, the prefill pool's own length)."""
+    ev = _evaluation(model_id(MODEL))
+    kw = dict(max_gpus=2, options=Options(framework="vllm"), fusion=VLLM)
+    plain = search(ev, [GPUS["H100"]], INPUT, output_len, SLA(0.5, 0.02), **kw)[0]
+    pooled = search(ev, [GPUS["H100"]], INPUT, output_len, SLA(0.5, 0.02), pools=True, **kw)[0]
+    assert [c.label() for c in plain.configs] == [c.label() for c in pooled.configs]
+    assert set(plain.points) == set(pooled.points)
+    for name in plain.points:
+        assert np.array_equal(plain.points[name], pooled.points[name]), name
+    assert pooled.prefill and not plain.prefill

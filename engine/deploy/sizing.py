@@ -340,18 +340,20 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
             cap = int(caps["max_concurrent_requests"][0])
             batch = batch_list(cap, sla.users) if cap >= 1 else np.zeros(0, dtype=np.int64)
             out_len = np.full(batch.shape, output_len)
+            is_pool = np.zeros(batch.shape, dtype=bool)    # prefill-pool points (output 1) after the others
             if pools and caps["max_concurrent_requests"][1] >= 1:
                 pool_batch = batch_list(int(caps["max_concurrent_requests"][1]))
                 batch = np.concatenate([batch, pool_batch])
                 out_len = np.concatenate([out_len, np.full(pool_batch.shape, PREFILL_OUTPUT)])
+                is_pool = np.concatenate([is_pool, np.ones(pool_batch.shape, dtype=bool)])
             if not batch.size:
                 res.rejected += 1
                 continue
             got = evaluator.evaluate(config, gpu, batch, input_len, out_len)
             ok = got["fits"].astype(bool) & (batch <= got["max_concurrent_requests"])
-            served = ok & (out_len == output_len) if pools else ok
+            served = ok & ~is_pool
             if pools:
-                pooled = ok & (out_len == PREFILL_OUTPUT)
+                pooled = ok & is_pool
                 if pooled.any():
                     res.pool_configs.append(config)
                     pre["config"].append(np.full(int(pooled.sum()), len(res.pool_configs) - 1))
