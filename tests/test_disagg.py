@@ -276,3 +276,12 @@ def test_prefill_pools_leave_the_aggregated_search_unchanged(output_len):
     for name in plain.points:
         assert np.array_equal(plain.points[name], pooled.points[name]), name
     assert pooled.prefill and not plain.prefill
+
+
+def test_disagg_cli_defaults_are_the_engines():
+    """The parser stays light and writes its defaults out; they must be engine.deploy.structure's."""
+    from engine.cli import parser
+    from engine.deploy.structure import HBM_FRACTION, PREFILL_TOKENS
+    args = parser().parse_args(["disagg", MODEL, "--input", "1024", "--output", "128", "--prefill", "H100 tp1",
+                                "--decode", "H100 tp1", "--batch", "4"])
+    assert args.hbm_fraction == HBM_FRACTION and args.prefill_tokens == PREFILL_TOKENS
