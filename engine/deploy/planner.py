@@ -117,6 +117,8 @@ def _unit_count_cached(row, name: str, unit: str, values: Mapping[str, sympy.Exp
     key = (id(values), row.uid, id(row), name, unit)
     hit = _UNIT_COUNTS.get(key)
     if hit is None:
+        if len(_UNIT_COUNTS) > 4096:      # a build walks many models: keep only the recent ones alive
+            _UNIT_COUNTS.clear()
         hit = _UNIT_COUNTS[key] = (values, row, _unit_count(row, name, unit, values))
     return hit[2]
 
