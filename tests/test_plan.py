@@ -218,7 +218,8 @@ def test_json_schema(capsys):
                            "--ttft", "0.5", "--tpot", "0.02", "--max-gpus", "2")
     assert code == 0
     assert set(out) == {"model_id", "input_len", "output_len", "sla", "framework", "kv_dtype", "act_dtype",
-                        "weight_format", "max_gpus", "extrapolated", "gpus", "answer"}
+                        "weight_format", "max_gpus", "extrapolated", "gpus", "answer",
+                        "disaggregated", "answer_disaggregated", "prices"}   # the last three: tests/test_disagg.py
     assert out["sla"] == {"ttft_s": 0.5, "tpot_s": 0.02, "users": None, "rate_rps": None}
     assert [g["gpu"] for g in out["gpus"]] == ["H100", "H200"]
     for g in out["gpus"]:

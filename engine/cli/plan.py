@@ -1,10 +1,13 @@
 """``archledger plan``: the fewest GPUs that serve a model within a TTFT/TPOT SLA, and the front.
 
 Layer: engine.cli (CLI). Searches every legal aggregated config up to ``--max-gpus`` and every
-batch up to its capacity (:func:`engine.deploy.sizing.search`), prints per GPU type the cheapest
-configs that meet the SLA and the Pareto front of tokens/s/GPU vs tokens/s/user; ``--json`` prints
-the same for machines. Exit status 0 when some config meets the SLA, 1 when none does (one line
-says so), 2 on bad input.
+batch up to its capacity (:func:`engine.deploy.sizing.search`), and every disaggregated pair of a
+prefill pool and a decode pool on the given GPU types (:func:`engine.deploy.sizing.disaggregated`;
+``--no-disagg`` leaves them out); prints per GPU type the cheapest configs that meet the SLA and the
+Pareto front of tokens/s/GPU vs tokens/s/user, the same per (prefill GPU, decode GPU) pair, each
+answer marked aggregated or disaggregated, with $/M output tokens where every GPU involved has a
+price; ``--json`` prints the same for machines. Exit status 0 when some config meets the SLA, 1 when
+none does (one line says so), 2 on bad input.
 """
 from __future__ import annotations
 
@@ -58,6 +61,8 @@ def add_parser(sub, parents=()) -> None:
     p.add_argument("--hbm-fraction", type=float, default=0.9,  # = structure.HBM_FRACTION (the parser stays light)
                    help="usable share of HBM")
     p.add_argument("--top", type=positive_int, default=5, help="cheapest configs listed per GPU type")
+    p.add_argument("--no-disagg", action="store_true",
+                   help="search aggregated serving only (no disaggregated prefill/decode pairs)")
     p.add_argument("--json", action="store_true", help="machine-readable output (same fields)")
     p.set_defaults(func=run)
 
@@ -72,16 +77,55 @@ def _sla_text(args) -> str:
     return f"TTFT <= {_time(args.ttft)}, TPOT <= {_time(args.tpot)}, load: {load}"
 
 
+def _usd(r: dict) -> str:
+    value = r.get("usd_per_m_tokens")
+    return f"{value:>8.3g}" if value is not None else f"{'-':>8s}"
+
+
 def _table(rows: list[dict], front: bool = False) -> list[str]:
     head = (f"    {'GPUs':>5s}  {'replicas x config':28s} {'batch':>6s} {'TTFT':>9s} {'TPOT':>9s} "
-            f"{'tok/s/GPU':>10s} {'tok/s/user':>10s}" + ("  SLA" if front else ""))
+            f"{'tok/s/GPU':>10s} {'tok/s/user':>10s} {'$/M tok':>8s}" + ("  SLA" if front else ""))
     lines = [head]
     for r in rows:
         lines.append(f"    {r['total_gpus'] if not front else r['n_gpus']:>5d}  "
                      f"{(str(r['replicas']) if not front else '1') + ' x ' + r['config']:28s} {r['batch']:>6d} "
                      f"{_time(r['ttft_s']):>9s} {_time(r['tpot_s']):>9s} {r['tokens_per_s_per_gpu']:>10.1f} "
-                     f"{r['tokens_per_s_per_user']:>10.1f}" + (("  yes" if r["sla_latency"] else "  no") if front else ""))
+                     f"{r['tokens_per_s_per_user']:>10.1f} {_usd(r)}"
+                     + (("  yes" if r["sla_latency"] else "  no") if front else ""))
     return lines
+
+
+def _split_label(r: dict) -> str:
+    return (f"{r['prefill_replicas']} x {r['prefill_gpu']} {r['prefill_config']} b{r['prefill_batch']} + "
+            f"{r['decode_replicas']} x {r['decode_gpu']} {r['decode_config']}")
+
+
+def _disagg_table(rows: list[dict], front: bool = False) -> list[str]:
+    head = (f"    {'GPUs':>5s}  {'prefill replicas x config + decode replicas x config':62s} {'batch':>6s} "
+            f"{'TTFT':>9s} {'KV xfer':>9s} {'TPOT':>9s} {'tok/s/GPU':>10s} {'tok/s/user':>10s} {'$/M tok':>8s}"
+            + ("  SLA" if front else ""))
+    lines = [head]
+    for r in rows:
+        lines.append(f"    {r['total_gpus']:>5d}  {_split_label(r):62s} {r['decode_batch']:>6d} {_time(r['ttft_s']):>9s} "
+                     f"{_time(r['kv_transfer_s']):>9s} {_time(r['tpot_s']):>9s} {r['tokens_per_s_per_gpu']:>10.1f} "
+                     f"{r['tokens_per_s_per_user']:>10.1f} {_usd(r)}"
+                     + (("  yes" if r["sla_latency"] else "  no") if front else ""))
+    return lines
+
+
+def _answer_text(r: dict) -> str:
+    price = f", ${r['usd_per_m_tokens']:.3g}/M tokens" if r.get("usd_per_m_tokens") is not None else ""
+    gpus = f"{r['total_gpus']} GPU{'s' if r['total_gpus'] > 1 else ''}"
+    if r["kind"] == "disaggregated":
+        return (f"{r['prefill_gpu']} -> {r['decode_gpu']}: {gpus} (disaggregated: {_split_label(r)}, decode batch "
+                f"{r['decode_batch']}, TTFT {_time(r['ttft_s'])} incl. KV transfer {_time(r['kv_transfer_s'])}, TPOT "
+                f"{_time(r['tpot_s'])}, {r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU{price})")
+    return (f"{r['gpu']}: {gpus} (aggregated: {r['replicas']} x {r['config']}, batch {r['batch']}, TTFT "
+            f"{_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])}, {r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU{price})")
+
+
+def _best(rows: list[dict]) -> dict | None:
+    return min(rows, key=lambda r: (r["total_gpus"], -r["tokens_per_s_per_gpu"])) if rows else None
 
 
 def _counts(most: int) -> str:
@@ -101,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.deploy import Options
     from engine.deploy.fusion import load_tables
     from engine.deploy.hardware import find_gpu, load_gpus
-    from engine.deploy.sizing import SLA, search
+    from engine.deploy.sizing import SLA, disaggregated, search
 
     sla = SLA(args.ttft, args.tpot, users=args.users, rate=args.rate)
     all_gpus = load_gpus(args.gpus_root)
@@ -115,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
                       weight_format=args.weight_format, hbm_fraction=args.hbm_fraction)
     results = search(ev, gpus, args.input, args.output, sla, max_gpus=args.max_gpus, options=options,
-                     fusion=tables.get(args.framework))
+                     fusion=tables.get(args.framework), pools=not args.no_disagg)
     per_gpu = []
     for res in results:
         front = res.front()
@@ -124,35 +168,54 @@ def run(args: argparse.Namespace) -> int:
         per_gpu.append({"gpu": res.gpu, "configs": len(res.configs), "configs_not_fitting": res.rejected,
                         "points": int(len(res.points.get("batch", ()))), "cheapest": res.cheapest(args.top),
                         "front": front})
+    per_pair = []
+    if not args.no_disagg:
+        for pair in disaggregated(ev, results, gpus, args.input, args.output, sla, options):
+            front = pair.front()
+            for row in front:   # every disaggregated point is within TTFT (module doc of sizing.disaggregated)
+                row["sla_latency"] = row["ttft_s"] <= sla.ttft_s and row["tpot_s"] <= sla.tpot_s
+            per_pair.append({"prefill_gpu": pair.prefill_gpu, "decode_gpu": pair.decode_gpu,
+                             "points": int(len(pair.points.get("ttft_s", ()))), "cheapest": pair.cheapest(args.top),
+                             "front": front})
     answers = [g["cheapest"][0] for g in per_gpu if g["cheapest"]]
+    split_answers = [g["cheapest"][0] for g in per_pair if g["cheapest"]]
+    answer, split_answer = _best(answers), _best(split_answers)
     long = args.input + args.output > int(ev.numeric.max_context)
     if args.json:
         out = {"model_id": ev.model.model_id, "input_len": args.input, "output_len": args.output,
                "sla": {"ttft_s": sla.ttft_s, "tpot_s": sla.tpot_s, "users": sla.users, "rate_rps": sla.rate},
                "framework": args.framework, "kv_dtype": args.kv_dtype, "act_dtype": args.act_dtype,
                "weight_format": args.weight_format, "max_gpus": args.max_gpus,
-               "extrapolated": long, "gpus": per_gpu,
-               "answer": min(answers, key=lambda r: (r["total_gpus"], -r["tokens_per_s_per_gpu"])) if answers else None}
+               "extrapolated": long, "gpus": per_gpu, "answer": answer,
+               "disaggregated": per_pair, "answer_disaggregated": split_answer,
+               "prices": {g.key: {"usd_per_hour": g.price_usd_per_hour, "src": g.price_src}
+                          for g in gpus if g.price_usd_per_hour is not None}}
         json.dump(out, sys.stdout, indent=1)
         print()
-        return 0 if answers else 1
+        return 0 if answer or split_answer else 1
     names = ", ".join(g["gpu"] for g in per_gpu)
-    if not answers:
+    if not answer and not split_answer:
         best = [(g["gpu"], min(r["ttft_s"] for r in g["front"]), min(r["tpot_s"] for r in g["front"]))
                 for g in per_gpu if g["front"]]
         reach = "; ".join(f"{n} best TTFT {_time(a)}, best TPOT {_time(b)}" for n, a, b in best) or \
             f"the weights and one request's KV fit no config of up to {args.max_gpus} GPUs: raise --max-gpus"
-        print(f"no config of {ev.model.model_id} on {names} (up to {args.max_gpus} GPUs per replica) meets "
+        kinds = "aggregated or disaggregated" if not args.no_disagg else "aggregated"
+        print(f"no config of {ev.model.model_id} on {names} ({kinds}, up to {args.max_gpus} GPUs per replica) meets "
               f"{_sla_text(args)} at input {args.input}, output {args.output} ({reach})")
         return 1
     print(f"{ev.model.model_id}: input {args.input}, output {args.output} tokens; {_sla_text(args)}")
     print(f"  framework {args.framework}, weights {args.weight_format}, KV {args.kv_dtype}, activations "
-          f"{args.act_dtype}; aggregated configs of {_counts(args.max_gpus)} GPUs "
-          "(legal TP/EP/DP-attention/PP), every batch up to capacity"
+          f"{args.act_dtype}; configs of {_counts(args.max_gpus)} GPUs per replica "
+          "(legal TP/EP/DP-attention/PP), every batch up to capacity; "
+          + ("aggregated only" if args.no_disagg else "aggregated, and disaggregated prefill/decode pools")
           + ("  [EXTRAPOLATED: context beyond the model's max_context]" if long else ""))
+    priced = [g for g in gpus if g.price_usd_per_hour is not None]
+    print("  $/M output tokens = GPUs x $/h / (tokens/s x 3600) x 1e6: " + ("; ".join(
+        f"{g.key} ${g.price_usd_per_hour:g}/h ({g.price_src.split(';')[0]})" for g in priced) or "no GPU here has a price")
+        + ("" if len(priced) == len(gpus) else "; '-' where a GPU has no price in gpus/"))
     for g in per_gpu:
-        print(f"\n{g['gpu']}: {g['configs']} configs served, {g['configs_not_fitting']} that fit no request, "
-              f"{g['points']:,} (config, batch) points")
+        print(f"\n{g['gpu']} aggregated: {g['configs']} configs served, {g['configs_not_fitting']} that fit no "
+              f"request, {g['points']:,} (config, batch) points")
         if g["cheapest"]:
             print("  cheapest that meet the SLA (fewest GPUs, then tokens/s/GPU):")
             print("\n".join(_table(g["cheapest"])))
@@ -164,7 +227,22 @@ def run(args: argparse.Namespace) -> int:
                   + (f", {len(shown)} shown; --json for all" if len(shown) < len(g["front"]) else "")
                   + "; SLA = within TTFT and TPOT):")
             print("\n".join(_table(shown, front=True)))
-    print("\nanswer: " + "; ".join(f"{r['gpu']}: {r['total_gpus']} GPU{'s' if r['total_gpus'] > 1 else ''} ({r['replicas']} x {r['config']}, batch "
-                                   f"{r['batch']}, TTFT {_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])}, "
-                                   f"{r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU)" for r in answers))
+    for g in per_pair:
+        same = g["prefill_gpu"] == g["decode_gpu"]
+        print(f"\n{g['prefill_gpu']} prefill -> {g['decode_gpu']} decode, disaggregated: {g['points']:,} points "
+              "(decode point + the prefill pool that meets TTFT with the fewest GPUs)")
+        if g["cheapest"]:
+            print("  cheapest that meet the SLA (fewest GPUs, then tokens/s/GPU); batch = decode batch:")
+            print("\n".join(_disagg_table(g["cheapest"][:args.top if same else 1])))
+        else:
+            print("  no split meets the SLA")
+        if g["front"] and same:
+            shown = _thin(g["front"], FRONT_SHOWN // 2)
+            print(f"  Pareto front ({len(g['front'])} points, {len(shown)} shown; --json for all):")
+            print("\n".join(_disagg_table(shown, front=True)))
+    print("\nanswer, aggregated: " + ("; ".join(_answer_text(r) for r in answers) or "none meets the SLA"))
+    if not args.no_disagg:
+        print("answer, disaggregated: " + (_answer_text(split_answer) if split_answer else "none meets the SLA"))
+        best = _best([r for r in (answer, split_answer) if r])
+        print(f"cheapest overall: {best['kind']}, {best['total_gpus']} GPUs")
     return 0

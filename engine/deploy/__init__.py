@@ -4,8 +4,9 @@ Layer: engine.deploy (imports engine.spec; never engine.verify or engine.build).
 hardware (GPU files), parallel (configs and the device mesh) -> placement (split propagation and
 communication) -> fusion (framework kernels) -> cost (compiled step costs) -> structure (the
 types: Options, Scenario, Structure) -> planner (:func:`plan`, :func:`place`) -> sol (Plan,
-Deployment: speed-of-light results at scenario points) -> sizing (the configs and batches that
-meet a latency SLA, and the throughput front: ``archledger plan``).
+Deployment: speed-of-light results at scenario points) -> disagg (a prefill pool and a decode pool:
+KV transfer, pool ratio; ``archledger disagg``) -> sizing (the configs and batches, aggregated and
+disaggregated, that meet a latency SLA, and the throughput front: ``archledger plan``).
 
 The names below are the package's public interface (``from engine.deploy import Options,
 Scenario, plan``).

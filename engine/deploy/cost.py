@@ -61,7 +61,8 @@ def _compiled(expr: sympy.Expr):
         return float(expr)
     fn = _FUNCTIONS.get(expr)
     if fn is None:
-        fn = _FUNCTIONS[expr] = sympy.lambdify(ARGS, expr, modules=_MODULES)
+        # no docstring: printing the expression into it is a quarter of lambdify's time
+        fn = _FUNCTIONS[expr] = sympy.lambdify(ARGS, expr, modules=_MODULES, docstring_limit=0)
     return fn
 
 

@@ -31,7 +31,9 @@ DEFAULT_HW = {"scale_up": "nvlink", "scale_out": "net"}
 #: Compute dtypes from narrowest to widest (GPU.compute_dtype: which one a matmul runs at).
 COMPUTE_DTYPES = ("fp4", "fp8", "bf16")
 _FIELDS = ("gpu", "name", "vendor", "arch", "doc", "peak_tflops", "hbm_gb", "hbm_tb_s", "scale_up",
-           "scale_out", "sources", "hbm_mib")
+           "scale_out", "sources", "hbm_mib", "price")
+#: Fields a GPU file may leave out (the rest are required).
+_OPTIONAL = ("sources", "hbm_mib", "price")
 
 
 def is_figure(number: Any) -> bool:
@@ -129,6 +131,8 @@ class GPU:
     scale_out_hw: str = "net"
     collectives: CollectiveModel | None = None
     hbm_reported: Figure | None = None  # MiB, the total the driver reports (nvidia-smi), if on file
+    price_usd_per_hour: float | None = None  # on-demand price of one GPU for an hour, if a source is on file
+    price_src: str = ""                      # where that price was read (provider page, instance, date)
 
     def collective_latency(self, op: str, ranks: int, nodes: int) -> float:
         """Seconds of fixed cost per call of collective ``op`` (0 without a latency model)."""
@@ -214,7 +218,7 @@ def _hw(reader: Reader, link: dict, field: str, classes) -> str:
 def load_gpu(path: Path, root: Path, collectives: CollectiveModel | None = None) -> GPU:
     reader = Reader(path, root)
     data = reader.mapping(reader.data, "")
-    reader.keys(data, "", _FIELDS, _FIELDS[:-2])
+    reader.keys(data, "", _FIELDS, tuple(f for f in _FIELDS if f not in _OPTIONAL))
     peak = reader.mapping(data["peak_tflops"], "peak_tflops", data, "peak_tflops")
     for dtype in peak:
         if dtype not in COMPUTE_DTYPES:
@@ -244,7 +248,23 @@ def load_gpu(path: Path, root: Path, collectives: CollectiveModel | None = None)
                sources=tuple(str(s) for s in data.get("sources") or ()), where=reader.where(data),
                scale_up_hw=_hw(reader, up, "scale_up", collectives.hop),
                scale_out_hw=_hw(reader, out, "scale_out", collectives.hop), collectives=collectives,
-               hbm_reported=_figure(reader, data, "hbm_mib", "hbm_mib") if "hbm_mib" in data else None)
+               hbm_reported=_figure(reader, data, "hbm_mib", "hbm_mib") if "hbm_mib" in data else None,
+               **_price(reader, data))
+
+
+def _price(reader: Reader, data: dict) -> dict[str, Any]:
+    """``price: {usd_per_hour: X, src: "..."}``: one GPU's on-demand hourly price and where it was read
+    (a price without its source is refused: $/M tokens are only as good as the price behind them)."""
+    if "price" not in data:
+        return {}
+    price = reader.mapping(data["price"], "price", data, "price")
+    reader.keys(price, "price", ("usd_per_hour", "src"), ("usd_per_hour", "src"))
+    src = price["src"]
+    if not isinstance(src, str) or not src.strip():
+        raise SpecError(reader.where(price, "price.src", "src"), f"expected the price's source, got {shown_value(src)}",
+                        'write `src: "<provider> on-demand <instance>, per GPU, <date read>, <URL>"`')
+    return {"price_usd_per_hour": _figure(reader, price, "usd_per_hour", "price.usd_per_hour").value,
+            "price_src": src.strip()}
 
 
 def load_gpus(root: Path | str | None = None) -> dict[str, GPU]:

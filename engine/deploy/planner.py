@@ -64,7 +64,7 @@ def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
             unit = shard_unit(name, dims_table)
             if unit is None:
                 continue
-            count = _unit_count(row, name, unit, ev.numeric.values)
+            count = _unit_count_cached(row, name, unit, ev.numeric.values)
             if (unit, count, group.name) in seen:
                 continue
             seen.add((unit, count, group.name))
@@ -105,6 +105,22 @@ def configs_for(ev: Evaluation, n_gpus: int, **limits) -> tuple[list[ParallelCon
         else:
             legal.append(config)
     return legal, rejected
+
+
+_UNIT_COUNTS: dict[tuple, tuple] = {}
+
+
+def _unit_count_cached(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> int:
+    """:func:`_unit_count`, once per (bindings, row, axis, unit): it does not depend on the config, and
+    ``archledger plan`` checks dozens of configs of one model (the bindings are kept beside their
+    entry so their id stays unique)."""
+    key = (id(values), row.uid, id(row), name, unit)
+    hit = _UNIT_COUNTS.get(key)
+    if hit is None:
+        if len(_UNIT_COUNTS) > 4096:      # a build walks many models: keep only the recent ones alive
+            _UNIT_COUNTS.clear()
+        hit = _UNIT_COUNTS[key] = (values, row, _unit_count(row, name, unit, values))
+    return hit[2]
 
 
 def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> int:

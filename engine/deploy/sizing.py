@@ -1,4 +1,4 @@
-"""Sizing: the cheapest aggregated deployments that meet a latency SLA, and the throughput front.
+"""Sizing: the cheapest deployments that meet a latency SLA, aggregated and disaggregated, and the front.
 
 Layer: engine.deploy (on planner and sol; nothing here prints). :func:`search` walks, for each GPU
 type, every GPU count that is a power of two up to a limit, every legal TP / EP / DP-attention / PP
@@ -23,8 +23,15 @@ Rules (also in docs/deployment.md, "Sizing: archledger plan"):
 * the front is over every served point of a GPU type (all configs, all batches), SLA or not: a
   point is on it when no other point has at least its tokens/s/GPU and tokens/s/user and more of one.
 
+* disaggregated (:func:`disaggregated`, on ``search(..., pools=True)``): every served decode point
+  joined with the prefill (config, batch) that meets TTFT with the fewest prefill GPUs; the joining
+  rules (KV transfer, pool ratio, replicas, price) are :mod:`engine.deploy.disagg`'s.
+* price: ``usd_per_hour`` = GPUs x the GPU file's price, ``usd_per_m_tokens`` = $/h / (decode tokens/s
+  x 3600) x 1e6; None where a GPU has no price.
+
 Invariant: every point reported (cheapest or front) is a (legal config, batch) that was evaluated,
-with the fields :func:`engine.deploy.sol.summarize` gave it.
+with the fields :func:`engine.deploy.sol.summarize` gave it; a disaggregated point is a pair of
+them (a prefill-pool point and a decode point) joined by :func:`engine.deploy.disagg.join`.
 """
 from __future__ import annotations
 
@@ -37,10 +44,12 @@ import numpy as np
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError
 from engine.deploy.fusion import FusionTable
+from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, join, links, replicas, transfer_bytes, \
+    usd_per_m_tokens
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import build_structure, check, place, validate_options
-from engine.deploy.sol import summarize
+from engine.deploy.sol import capacity, summarize
 from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
                                       program_batch)
 
@@ -51,7 +60,9 @@ BATCH_STEP = 1.01
 #: Fields of one reported point (JSON names; seconds, tokens/s, requests/s).
 POINT_FIELDS = ("gpu", "config", "n_gpus", "tp", "ep", "dp_attn", "pp", "replicas", "total_gpus", "batch",
                 "ttft_s", "tpot_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "requests_per_s",
-                "max_concurrent_requests", "meets_sla")
+                "max_concurrent_requests", "meets_sla", "kind", "usd_per_hour", "usd_per_m_tokens")
+#: The fields of a point that are its own evaluated columns (the rest are labels or derived).
+_COLUMNS = POINT_FIELDS[POINT_FIELDS.index("replicas"):POINT_FIELDS.index("kind")]
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,11 @@ class GPUSearch:
     configs: list[ParallelConfig] = field(default_factory=list)
     points: dict[str, np.ndarray] = field(default_factory=dict)   # one entry per (config, batch)
     rejected: int = 0         # legal configs with no served batch (weights, or one request, do not fit)
+    price: float | None = None            # $/h of one GPU (its GPU file's price), if on file
+    # prefill-pool points (search(..., pools=True)): batch up to the capacity at input + 1, TTFT
+    pool_configs: list[ParallelConfig] = field(default_factory=list)
+    prefill: dict[str, np.ndarray] = field(default_factory=dict)   # config (into pool_configs), batch, ttft_s
+    kv_share: dict[ParallelConfig, float] = field(default_factory=dict)   # KV bytes per GPU of a request at the prompt
 
     def rows(self, index) -> list[dict[str, Any]]:
         """Points as dicts (:data:`POINT_FIELDS`), in the order of ``index``."""
@@ -97,9 +113,14 @@ class GPUSearch:
             c = self.configs[int(self.points["config"][i])]
             row = {"gpu": self.gpu, "config": c.label(), "n_gpus": c.n_gpus, "tp": c.tp, "ep": c.ep,
                    "dp_attn": c.dp_attn, "pp": c.pp}
-            for name in POINT_FIELDS[len(row):]:
+            for name in _COLUMNS:
                 value = self.points[name][i]
                 row[name] = value.item() if hasattr(value, "item") else value
+            row["kind"] = "aggregated"
+            hourly = None if self.price is None else row["total_gpus"] * self.price
+            row["usd_per_hour"] = hourly
+            row["usd_per_m_tokens"] = None if hourly is None else float(
+                usd_per_m_tokens(hourly, row["tokens_per_s_per_gpu"] * row["total_gpus"]))
             out.append(row)
         return out
 
@@ -244,15 +265,29 @@ class _Evaluator:
                  for limits, t in zip(self.limits(config, gpu), tokens)]
         return list(zip(codes[0].tolist(), codes[1].tolist()))
 
-    def evaluate(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int, output_len: int
+    def capacity(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> np.ndarray:
+        """``max_concurrent_requests`` at batch 1's structure for each output length (summarize()'s
+        own rule, without its phase times)."""
+        s = self.structure(config, gpu, self.regimes(config, gpu, np.array([1]), input_len)[0])
+        return np.asarray(capacity(s, gpu.hbm_bytes * self.options.hbm_fraction, input_len,
+                                   np.asarray(output_len), self.kv_bytes, self.options.prefill_tokens))
+
+    def kv_share(self, config: ParallelConfig, gpu: GPU, input_len: int) -> float:
+        """KV bytes one GPU holds of a request at the prompt length (placement's, whatever the fusion)."""
+        s = self.structure(config, gpu, self.regimes(config, gpu, np.array([1]), input_len)[0])
+        return float(s.kv_device_fn(float(input_len), self.kv_bytes))
+
+    def evaluate(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int, output_len
                  ) -> dict[str, np.ndarray]:
-        """summarize() fields at every batch (one call per fusion regime)."""
+        """summarize() fields at every batch (one call per fusion regime); ``output_len`` a number or
+        one per batch."""
         regimes = self.regimes(config, gpu, batch, input_len)
+        output_len = np.broadcast_to(np.asarray(output_len), batch.shape)
         out: dict[str, np.ndarray] = {}
         for regime in sorted(set(regimes)):
             sel = np.array([i for i, r in enumerate(regimes) if r == regime])
             s = self.structure(config, gpu, regime)
-            got = summarize(s, [gpu], 0, self.kv_bytes, batch[sel], input_len, output_len, self.options.hbm_fraction,
+            got = summarize(s, [gpu], 0, self.kv_bytes, batch[sel], input_len, output_len[sel], self.options.hbm_fraction,
                             self.options.prefill_tokens)
             for name in ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "fits", "max_concurrent_requests"):
                 if name not in out:
@@ -271,9 +306,12 @@ def _stored_bytes(ev: Evaluation) -> float:
 
 
 def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla: SLA, *, max_gpus: int = 8,
-           options: Options = Options(), fusion: FusionTable | None = None) -> list[GPUSearch]:
+           options: Options = Options(), fusion: FusionTable | None = None, pools: bool = False) -> list[GPUSearch]:
     """Every served (legal config, batch) point on each GPU type, with replicas, GPUs and whether it
-    meets ``sla`` (see the module doc for the rules). One :class:`GPUSearch` per GPU, in order."""
+    meets ``sla`` (see the module doc for the rules). One :class:`GPUSearch` per GPU, in order.
+
+    ``pools``: also every prefill-pool point (batch up to the capacity at ``input + 1``, its TTFT) and
+    each config's KV share per GPU at the prompt, what :func:`disaggregated` pairs up."""
     if not (isinstance(max_gpus, int) and 1 <= max_gpus <= MAX_GPUS):
         raise SpecError(option_where("--max-gpus"), f"{max_gpus!r} is not a GPU count",
                         f"write a whole number from 1 to {MAX_GPUS}")
@@ -287,23 +325,42 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
     results = []
     for gpu in gpus:
         usable = gpu.hbm_bytes * options.hbm_fraction
-        res = GPUSearch(gpu.key)
+        res = GPUSearch(gpu.key, price=gpu.price_usd_per_hour)
         cols: dict[str, list] = {k: [] for k in ("config", "batch", "ttft_s", "tpot_s", "tokens_per_s_per_gpu",
                                                  "max_concurrent_requests", "n_gpus")}
+        pre: dict[str, list] = {k: [] for k in ("config", "batch", "ttft_s")}
         for config in configs:
             if stored / config.n_gpus >= usable:          # a lower bound on any split's weights per GPU
                 res.rejected += 1
                 continue
             # the batches to try: up to the capacity summarize() reports (its fit then decides
-            # which of them are served)
-            cap = int(evaluator.evaluate(config, gpu, np.array([1]), input_len, output_len)
-                      ["max_concurrent_requests"][0])
-            if cap < 1:
+            # which of them are served); a prefill pool holds the prompt and the first token only
+            outs = np.array([output_len, PREFILL_OUTPUT]) if pools else np.array([output_len])
+            caps = {"max_concurrent_requests": evaluator.capacity(config, gpu, input_len, outs)}
+            cap = int(caps["max_concurrent_requests"][0])
+            batch = batch_list(cap, sla.users) if cap >= 1 else np.zeros(0, dtype=np.int64)
+            out_len = np.full(batch.shape, output_len)
+            is_pool = np.zeros(batch.shape, dtype=bool)    # prefill-pool points (output 1) after the others
+            if pools and caps["max_concurrent_requests"][1] >= 1:
+                pool_batch = batch_list(int(caps["max_concurrent_requests"][1]))
+                batch = np.concatenate([batch, pool_batch])
+                out_len = np.concatenate([out_len, np.full(pool_batch.shape, PREFILL_OUTPUT)])
+                is_pool = np.concatenate([is_pool, np.ones(pool_batch.shape, dtype=bool)])
+            if not batch.size:
                 res.rejected += 1
                 continue
-            batch = batch_list(cap, sla.users)
-            got = evaluator.evaluate(config, gpu, batch, input_len, output_len)
-            served = got["fits"].astype(bool) & (batch <= got["max_concurrent_requests"])
+            got = evaluator.evaluate(config, gpu, batch, input_len, out_len)
+            ok = got["fits"].astype(bool) & (batch <= got["max_concurrent_requests"])
+            served = ok & ~is_pool
+            if pools:
+                pooled = ok & is_pool
+                if pooled.any():
+                    res.pool_configs.append(config)
+                    pre["config"].append(np.full(int(pooled.sum()), len(res.pool_configs) - 1))
+                    pre["batch"].append(batch[pooled])
+                    pre["ttft_s"].append(np.asarray(got["ttft_s"])[pooled])
+                if pooled.any() or served.any():
+                    res.kv_share[config] = evaluator.kv_share(config, gpu, input_len)
             if not served.any():
                 res.rejected += 1
                 continue
@@ -318,6 +375,8 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
             p = {k: np.concatenate(v) for k, v in cols.items()}
             p.update(_load(p, sla, output_len))
             res.points = p
+        if res.pool_configs:
+            res.prefill = {k: np.concatenate(v) for k, v in pre.items()}
         results.append(res)
     return results
 
@@ -336,3 +395,150 @@ def _load(p: dict[str, np.ndarray], sla: SLA, output_len: int) -> dict[str, np.n
         replicas = np.ones_like(batch)
     return {"replicas": replicas, "total_gpus": replicas * p["n_gpus"], "requests_per_s": rps * replicas,
             "tokens_per_s_per_user": 1.0 / p["tpot_s"], "meets_sla": ok}
+
+
+# -- disaggregated prefill/decode ------------------------------------------------------------------
+
+@dataclass
+class DisaggSearch:
+    """Disaggregated points of one (prefill GPU, decode GPU) pair: every served decode point joined
+    with its cheapest prefill choice (:func:`disaggregated`), as columns of :data:`DISAGG_FIELDS`."""
+
+    prefill_gpu: str
+    decode_gpu: str
+    points: dict[str, np.ndarray] = field(default_factory=dict)
+    labels: dict[str, list[str]] = field(default_factory=dict)   # config labels the index columns point to
+    decode_points: int = 0            # served decode points tried
+    n_gpus: dict[str, list[int]] = field(default_factory=dict)
+
+    def rows(self, index) -> list[dict[str, Any]]:
+        """Points as dicts (:data:`DISAGG_FIELDS`), in the order of ``index``."""
+        p, out = self.points, []
+        for i in np.asarray(index, dtype=int).tolist():
+            row: dict[str, Any] = {"kind": "disaggregated", "prefill_gpu": self.prefill_gpu,
+                                   "prefill_config": self.labels["prefill"][int(p["prefill_config"][i])],
+                                   "prefill_n_gpus": self.n_gpus["prefill"][int(p["prefill_config"][i])],
+                                   "decode_gpu": self.decode_gpu,
+                                   "decode_config": self.labels["decode"][int(p["decode_config"][i])],
+                                   "decode_n_gpus": self.n_gpus["decode"][int(p["decode_config"][i])]}
+            for name in DISAGG_FIELDS:
+                if name not in row:
+                    value = p[name][i] if p.get(name) is not None else None
+                    row[name] = value.item() if hasattr(value, "item") else value
+            out.append({name: row[name] for name in DISAGG_FIELDS})
+        return out
+
+    def cheapest(self, top: int = 5) -> list[dict[str, Any]]:
+        """The best SLA-meeting point of each (prefill config, decode config) pair, cheapest first
+        (fewest GPUs, then the highest tokens/s/GPU)."""
+        p = self.points
+        if not p:
+            return []
+        idx = np.flatnonzero(p["meets_sla"])
+        order = idx[np.lexsort((-p["tokens_per_s_per_gpu"][idx], p["total_gpus"][idx]))]
+        seen, keep = set(), []
+        for i in order.tolist():
+            key = (int(p["prefill_config"][i]), int(p["decode_config"][i]))
+            if key not in seen:
+                seen.add(key)
+                keep.append(i)
+                if len(keep) == top:
+                    break
+        return self.rows(keep)
+
+    def front(self) -> list[dict[str, Any]]:
+        """The Pareto front of tokens/s/GPU vs tokens/s/user over every point, fastest user first."""
+        p = self.points
+        if not p:
+            return []
+        return self.rows(front(p["tokens_per_s_per_user"], p["tokens_per_s_per_gpu"]))
+
+
+def disaggregated(ev: Evaluation, results: list[GPUSearch], gpus: list[GPU], input_len: int, output_len: int,
+                  sla: SLA, options: Options = Options()) -> list[DisaggSearch]:
+    """Disaggregated points for every ordered pair of the searched GPU types (``search(..., pools=True)``).
+
+    Each served decode point (config, ``b_d``: the aggregated search's points, whose TPOT and capacity
+    a decode pool shares) is joined with the prefill (config, batch) that needs the fewest prefill GPUs
+    for the decode replicas' demand among the prefill points whose TTFT plus the scale-out KV transfer
+    (an upper bound of the transfer) is within ``sla.ttft_s``: per prefill config the fewest replicas
+    its fastest batch within the bound needs, then the batch of the shortest TTFT that needs no more;
+    across configs the fewest GPUs, then the shortest TTFT. Decode points no prefill choice brings
+    within the TTFT bound are left out. The joined fields are :func:`engine.deploy.disagg.join`'s, the link
+    the point's own (scale-up when the whole deployment fits one domain of one GPU type)."""
+    by_key = {g.key: g for g in gpus}
+    kv_request = float(transfer_bytes(ev, input_len, _kv_bytes(options)))
+    out = []
+    for pres in results:
+        for dres in results:
+            pair = DisaggSearch(pres.gpu, dres.gpu)
+            pair.labels = {"prefill": [c.label() for c in pres.pool_configs], "decode": [c.label() for c in dres.configs]}
+            pair.n_gpus = {"prefill": [c.n_gpus for c in pres.pool_configs], "decode": [c.n_gpus for c in dres.configs]}
+            out.append(pair)
+            if not pres.prefill or not dres.points:
+                continue
+            pair.points = _pair_points(by_key[pres.gpu], by_key[dres.gpu], pres, dres, kv_request, output_len, sla)
+            pair.decode_points = int(len(dres.points["batch"]))
+    return out
+
+
+def _pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_request: float, output_len: int,
+                 sla: SLA) -> dict[str, np.ndarray]:
+    d = dres.points
+    kd = d["config"].astype(int)
+    share_d = np.array([dres.kv_share[c] for c in dres.configs])
+    share_p = np.array([pres.kv_share[c] for c in pres.pool_configs])
+    n_p = np.array([c.n_gpus for c in pres.pool_configs])
+    _, scale_out = links(pgpu, dgpu)
+    # decode replicas and the demand they put on the prefill pool (the prefill choice does not change them)
+    x_d = d["batch"] / (output_len * d["tpot_s"])
+    demand = sla.rate if sla.rate is not None else replicas(1.0, x_d, d["batch"], sla.users, sla.rate)["decode_replicas"] * x_d
+    demand = np.broadcast_to(np.asarray(demand, dtype=float), x_d.shape)
+    n_cp, n = len(pres.pool_configs), len(kd)
+    cost = np.full((n_cp, n), np.inf)
+    ttft = np.zeros((n_cp, n))
+    batch = np.zeros((n_cp, n), dtype=np.int64)
+    pc = pres.prefill["config"]
+    for c in range(n_cp):
+        sel = np.flatnonzero(pc == c)
+        order = np.argsort(pres.prefill["ttft_s"][sel], kind="stable")
+        t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
+        x = b / t
+        best = np.maximum.accumulate(x)                     # the most requests/s within each TTFT
+        arg = _prefix_argmax(x)
+        # the TTFT bound left after the (scale-out, an upper bound) transfer, per decode config
+        last = np.searchsorted(t, sla.ttft_s - scale_out.time(np.maximum(share_p[c], share_d)), side="right") - 1
+        j = last[kd]
+        ok = j >= 0
+        x_max = best[np.maximum(j, 0)]
+        # fewest prefill replicas for the demand, then the shortest TTFT that still needs no more
+        reps = np.maximum(1, np.ceil(demand / x_max * (1 - 1e-12)))
+        first = np.minimum(np.searchsorted(best, demand / reps * (1 - 1e-12), side="left"), np.maximum(j, 0))
+        pick = arg[first]
+        cost[c] = np.where(ok, reps * n_p[c], np.inf)
+        ttft[c], batch[c] = t[pick], b[pick]
+    # of the prefill configs, the fewest GPUs, then the shortest TTFT (ttft / 2 bound < 0.5 GPU)
+    choice = np.argmin(cost + np.where(np.isfinite(cost), ttft / (2 * sla.ttft_s), 0.0), axis=0)
+    cols = np.arange(n)
+    i = np.flatnonzero(np.isfinite(cost[choice, cols]))
+    if not i.size:
+        return {}
+    c, k = choice[i], kd[i]
+    b_p, t_p = batch[c, i], ttft[c, i]
+    j = join(pgpu, dgpu, n_p=n_p[c], batch_p=b_p, ttft_p=t_p, share_p=share_p[c],
+             n_d=d["n_gpus"][i], batch_d=d["batch"][i], tpot_d=d["tpot_s"][i], share_d=share_d[k],
+             kv_request=kv_request, output_len=output_len, users=sla.users, rate=sla.rate)
+    points = {name: np.asarray(j[name]) for name in DISAGG_FIELDS if name in j and j[name] is not None}
+    points.update({"prefill_config": c, "prefill_batch": b_p, "prefill_ttft_s": t_p,
+                   "decode_config": k, "decode_batch": d["batch"][i]})
+    if j["usd_per_hour"] is None:
+        points["usd_per_hour"] = points["usd_per_m_tokens"] = None
+    points["meets_sla"] = (points["ttft_s"] <= sla.ttft_s) & (points["tpot_s"] <= sla.tpot_s) & np.asarray(j["exact"])
+    return points
+
+
+def _prefix_argmax(x: np.ndarray) -> np.ndarray:
+    """Index of the maximum of x[:i + 1] for every i (the first one on ties: the shorter TTFT)."""
+    idx = np.arange(len(x))
+    before = np.concatenate(([-np.inf], np.maximum.accumulate(x)[:-1]))
+    return np.maximum.accumulate(np.where(x > before, idx, 0))
