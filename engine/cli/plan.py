@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from engine.cli import units
-from engine.cli.deploy import positive_int
+from engine.cli.deploy import add_mtp_arguments, mtp_options, positive_int
 from engine.spec.errors import SpecError, Where
 
 #: Front points printed as text (evenly spaced, both ends kept); --json has every one.
@@ -57,6 +57,7 @@ def add_parser(sub, parents=()) -> None:
     p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
     p.add_argument("--hbm-fraction", type=float, default=0.9,  # = structure.HBM_FRACTION (the parser stays light)
                    help="usable share of HBM")
+    add_mtp_arguments(p)
     p.add_argument("--top", type=positive_int, default=5, help="cheapest configs listed per GPU type")
     p.add_argument("--json", action="store_true", help="machine-readable output (same fields)")
     p.set_defaults(func=run)
@@ -113,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                         "use none or one of: " + ", ".join(sorted(tables)))
     ev = evaluate(args.model, args.corpus)
     options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
-                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction)
+                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction, **mtp_options(args))
     results = search(ev, gpus, args.input, args.output, sla, max_gpus=args.max_gpus, options=options,
                      fusion=tables.get(args.framework))
     per_gpu = []
@@ -131,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
                "sla": {"ttft_s": sla.ttft_s, "tpot_s": sla.tpot_s, "users": sla.users, "rate_rps": sla.rate},
                "framework": args.framework, "kv_dtype": args.kv_dtype, "act_dtype": args.act_dtype,
                "weight_format": args.weight_format, "max_gpus": args.max_gpus,
-               "extrapolated": long, "gpus": per_gpu,
+               "extrapolated": long, **({"mtp_tokens": options.mtp_tokens, "mtp_acceptance": options.mtp_acceptance}
+                                        if options.mtp_tokens else {}), "gpus": per_gpu,
                "answer": min(answers, key=lambda r: (r["total_gpus"], -r["tokens_per_s_per_gpu"])) if answers else None}
         json.dump(out, sys.stdout, indent=1)
         print()
