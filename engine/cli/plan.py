@@ -149,7 +149,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"{ev.model.model_id}: input {args.input}, output {args.output} tokens; {_sla_text(args)}")
     print(f"  framework {args.framework}, weights {args.weight_format}, KV {args.kv_dtype}, activations "
-          f"{args.act_dtype}; aggregated configs of {_counts(args.max_gpus)} GPUs "
+          f"{args.act_dtype}"
+          + (f", MTP {options.mtp_tokens} draft token(s) at acceptance {options.mtp_acceptance:g}"
+             if options.mtp_tokens else "")
+          + f"; aggregated configs of {_counts(args.max_gpus)} GPUs "
           "(legal TP/EP/DP-attention/PP), every batch up to capacity"
           + ("  [EXTRAPOLATED: context beyond the model's max_context]" if long else ""))
     for g in per_gpu:
