@@ -131,6 +131,7 @@ DEPLOYMENTS_SCHEMA = {
     "kv_bytes_per_gpu": (pl.Float64, "KV held by the fullest GPU for this batch (bytes)."),
     "free_bytes_per_gpu": (pl.Float64, "Usable HBM left after weights, the prefill working set and this batch's KV (bytes, 0 if none)."),
     "activation_bytes_per_gpu": (pl.Float64, "Prefill working set reserved per GPU: the largest kernel's activations in a step of 8192 prompt tokens per replica (bytes)."),
+    "reserve_bytes_per_gpu": (pl.Float64, "The framework's runtime reserve per GPU (corpus/fusion/<framework>.yaml runtime_reserve, each figure with its source; 0 for framework none) (bytes)."),
     "max_concurrent_requests": (pl.Int64, "Capacity: dp_attn x the requests per attention replica whose KV at the last position fits next to the weights and the prefill working set (per model replica)."),
     "max_prefill_batch": (pl.Int64, "Whole prompts one chunked-prefill step holds: dp_attn x min(max(1, floor(8192 / input_len)), capacity per replica)."),
     "step_time_s": (pl.Float64, "SOL time of one step of this phase (prefill: one chunked-prefill step of the batch's prompts): the sum over ops of max(compute, memory, comm) (s)."),

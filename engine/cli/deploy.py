@@ -138,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     # usable memory and the KV budget in GiB, as the runtime reports them (vLLM logs GiB);
     # everything else in decimal units (docs/results.md, "How numbers are printed")
     print(f"  memory per GPU: weights {_num(s['weight_bytes_per_gpu'], 'B')}, KV {_num(s['kv_bytes_per_gpu'], 'B')}, "
-          f"prefill activations {_num(s['activation_bytes_per_gpu'], 'B')}, usable {units.binary_bytes(s['usable_bytes_per_gpu'])}")
+          f"prefill activations {_num(s['activation_bytes_per_gpu'], 'B')}, "
+          f"runtime reserve {units.binary_bytes(s['reserve_bytes_per_gpu'])}, usable {units.binary_bytes(s['usable_bytes_per_gpu'])}")
     print(f"  KV per request {_num(s['kv_bytes_per_request'], 'B')} ({_num(s['kv_bytes_per_request_per_gpu'], 'B')} per GPU); "
           f"KV budget {units.binary_bytes(s['kv_budget_bytes_per_gpu'])} per GPU; max concurrent requests "
           f"{s['max_concurrent_requests']}; max prefill batch {s['max_prefill_batch']} "

@@ -39,7 +39,7 @@ from engine.deploy.cost import KV_BYTES, compile_program
 from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
-from engine.deploy.fusion import FusionTable, fuse, match
+from engine.deploy.fusion import FusionTable, fuse, match, reserve_bytes
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.spec.shapes import Tensor
@@ -294,7 +294,7 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
                      {p: compile_program(programs[p]) for p in PHASES}, float(per_stage[worst]),
-                     weight_formula, kv_dev)
+                     weight_formula, kv_dev, reserve_bytes(fusion, config))
 
 
 def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Options(),

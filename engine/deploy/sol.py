@@ -15,7 +15,8 @@ live here; the types they hold are :mod:`engine.deploy.structure`'s, and :mod:`e
   tokens per step, and the framework reserves that step's working set (the largest kernel's
   activations at the budget; vLLM sizes it with a profiling run at ``max_num_batched_tokens``) next
   to the weights before the KV cache gets the rest. Per GPU: usable = hbm_fraction x HBM; capacity
-  C = floor((usable - weights - working set) / KV per request per GPU at the last position);
+  C = floor((usable - weights - runtime reserve - working set) / KV per request per GPU at the last
+  position) (the reserve: the framework's ``runtime_reserve`` data, engine.deploy.fusion);
   ``max_concurrent_requests`` = dp_attn x C; a batch fits exactly when ceil(batch / dp_attn) <= C
   (else ``shortfall_bytes`` is the excess); ``max_prefill_batch`` = whole prompts one step holds,
   dp_attn x min(max(1, floor(budget / prompt)), C).
@@ -71,8 +72,9 @@ def prefill_working_set(structure: Structure, input_len, kv_bytes, prefill_token
 
 
 def _room(structure: Structure, usable, input_len, kv_bytes, prefill_tokens) -> np.ndarray:
-    """Bytes per GPU left for the KV cache: usable - weights - the prefill step's working set."""
-    return (np.asarray(usable) - structure.weight_bytes_per_gpu
+    """Bytes per GPU left for the KV cache: usable - weights - the runtime reserve - the prefill
+    step's working set."""
+    return (np.asarray(usable) - structure.weight_bytes_per_gpu - structure.reserve_bytes_per_gpu
             - prefill_working_set(structure, input_len, kv_bytes, prefill_tokens))
 
 
@@ -122,8 +124,10 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     kv_dev = np.asarray(structure.kv_device_fn(length, kv_bytes), dtype=float)
     per_rank = requests_per_replica(config, batch)        # requests on the fullest attention replica
     act = prefill_working_set(structure, input_len, kv_bytes, prefill_tokens)
-    # the one rule: weights + the prefill step's working set + every request's KV at its last position
-    room = usable - weights - act                          # what the KV cache gets
+    # the one rule: weights + the framework's runtime reserve + the prefill step's working set +
+    # every request's KV at its last position
+    reserve = structure.reserve_bytes_per_gpu
+    room = usable - weights - reserve - act                # what the KV cache gets
     per_replica_cap = _fit_count(room, kv_dev)
     kv_need = per_rank * kv_dev
     budget = step_tokens(config, prefill_tokens)
@@ -174,6 +178,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
                                                            dtype=float)) for part in kv.PARTS},
         "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(np.maximum(room, 0.0)),
         "kv_bytes_per_gpu": full(per_rank * kv_dev), "activation_bytes_per_gpu": full(act),
+        "reserve_bytes_per_gpu": full(float(reserve)),
         "free_bytes_per_gpu": full(np.maximum(room - kv_need, 0.0)),
         "max_concurrent_requests": full(config.dp_attn * per_replica_cap),
         "max_prefill_batch": full(max_prefill.astype(np.int64)),

@@ -166,6 +166,8 @@ class Structure:
     weight_bytes_per_gpu: float
     weight_formula: sympy.Expr
     kv_device_per_request: sympy.Expr        # in `length` and `kv_bytes`
+    #: The framework's runtime reserve per GPU (its fusion table's ``runtime_reserve``; 0 for none)
+    reserve_bytes_per_gpu: float = 0.0
 
     def __post_init__(self):
         fn = sympy.lambdify((LENGTH, KV_BYTES), self.kv_device_per_request,
