@@ -127,7 +127,7 @@ DEPLOYMENTS_SCHEMA = {
     "kv_state_bytes_per_request": (pl.Float64, "The flat part of kv_bytes_per_request: recurrent states (`growth: state` cache entries, e.g. Gated DeltaNet / Mamba2 SSM and convolution states), in their own dtype; the same at every context (bytes)."),
     "kv_growing_bytes_per_request": (pl.Float64, "The part of kv_bytes_per_request that grows with context: every-token and compressed caches, and window-capped caches up to their window (bytes). kv_state_bytes_per_request + kv_growing_bytes_per_request = kv_bytes_per_request."),
     "kv_bytes_per_request_per_gpu": (pl.Float64, "The share of one request's KV one GPU holds (bytes)."),
-    "kv_budget_bytes_per_gpu": (pl.Float64, "What the KV cache gets: usable HBM minus weights minus the prefill working set (bytes)."),
+    "kv_budget_bytes_per_gpu": (pl.Float64, "What the KV cache gets: usable HBM minus weights, the framework's runtime reserve and the prefill working set (bytes)."),
     "kv_bytes_per_gpu": (pl.Float64, "KV held by the fullest GPU for this batch (bytes)."),
     "free_bytes_per_gpu": (pl.Float64, "Usable HBM left after weights, the prefill working set and this batch's KV (bytes, 0 if none)."),
     "activation_bytes_per_gpu": (pl.Float64, "Prefill working set reserved per GPU: the largest kernel's activations in a step of 8192 prompt tokens per replica (bytes)."),

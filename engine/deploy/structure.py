@@ -45,7 +45,7 @@ TOKENS_PER_STEP = sympy.Sum(MTP_ACCEPTANCE ** _DRAFT, (_DRAFT, 0, MTP_TOKENS))
 def tokens_per_step(mtp_tokens: int, acceptance: float) -> float:
     """:data:`TOKENS_PER_STEP` at k = ``mtp_tokens``, a = ``acceptance`` (1 when k = 0)."""
     return float(TOKENS_PER_STEP.subs({MTP_TOKENS: int(mtp_tokens),
-                                       MTP_ACCEPTANCE: sympy.nsimplify(acceptance)}).doit())
+                                       MTP_ACCEPTANCE: sympy.Rational(acceptance)}).doit())
 
 
 @dataclass(frozen=True, slots=True)
