@@ -165,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
         bound.update({k: getattr(c, k) for k in ("tp", "ep", "dp_attn", "pp", "cp") if getattr(c, k) > 1})
         bound.update({"kv_bytes": d.plan.kv_bytes, "batch": s["batch"] / s["micro_batches"],
                       "seq (prefill)": s["input_len"], "ctx (decode)": s["input_len"] + s["output_len"]})
+        if "tokens_per_step" in s:    # the main stack verifies k + 1 tokens; draft rows run at seq = 1
+            bound["seq (decode)"] = s["mtp_tokens"] + 1
         print("  formulas bind: " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                               for k, v in bound.items()))
     tables = [("", d.ops)]
