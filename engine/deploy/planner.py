@@ -22,8 +22,8 @@ Conventions (also on the methodology page):
   holding the most (an upper bound when they differ). The main stack is deployed, and with
   speculative decoding (``Options.mtp_tokens`` = k > 0) the ``mtp`` stack too: its weights and
   cache sit on the last stage, and the decode program is the main stack verifying k + 1 tokens
-  per request followed by k draft passes of one MTP module at one token per request
-  (:func:`with_drafts`).
+  per request followed by k draft passes of one MTP module at one token per request, and prefill
+  adds the first module's pass over the prompt (:func:`with_drafts`).
 """
 from __future__ import annotations
 
@@ -229,20 +229,26 @@ def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options,
         placer = Placer(analysis, Mesh(config, domain, symbolic), phase, ev.corpus.dims, weights, types, decide)
         out[phase] = (_with_pipeline(placer.run(phase_rows(analysis, phase, stack)), placer), placer)
     if stack == "main" and options.mtp_tokens:
-        drafts = place(ev, config, domain, replace(options, mtp_tokens=0), symbolic, MTP_STACK)["decode"][0]
-        out["decode"] = (with_drafts(out["decode"][0], drafts, analysis, options.mtp_tokens), out["decode"][1])
+        drafts = place(ev, config, domain, replace(options, mtp_tokens=0), symbolic, MTP_STACK)
+        out["decode"] = (with_drafts(out["decode"][0], drafts["decode"][0], analysis, options.mtp_tokens),
+                         out["decode"][1])
+        # prefill: the first MTP module runs over the prompt (its KV cache, the first draft)
+        out["prefill"] = (with_drafts(out["prefill"][0], drafts["prefill"][0], analysis, 1, one_token=False),
+                          out["prefill"][1])
     return out
 
 
-def with_drafts(main: Program, mtp: Program, analysis, k: int) -> Program:
-    """The decode program of speculative decoding with k MTP draft tokens: the main stack's steps
+def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool = True) -> Program:
+    """The program of speculative decoding with k MTP draft tokens. Decode: the main stack's steps
     (evaluated at seq = k + 1: the last accepted token and the k drafts it verifies), then k draft
     passes, each one MTP module at one token per request. A pass runs one layer of the stack's
     layer templates (draft i uses module i, as vLLM's and SGLang's MTP drafters do) and its other
     steps once, so each step's calls are ``repeat x k / layers`` inside a template and ``repeat x
-    k`` outside. Draft steps are marked ``last_token`` so their totals take seq = 1 whatever the
-    step's seq (:func:`engine.deploy.cost.step_totals`). Layouts and stored weights of both stacks
-    are kept (weights and KV of the MTP stack are counted from them)."""
+    k`` outside. With ``one_token`` the draft steps are marked ``last_token`` so their totals take
+    seq = 1 whatever the step's seq (:func:`engine.deploy.cost.step_totals`); without it (prefill,
+    k = 1) the first module runs over the same tokens as the main stack, as the drafters' first
+    pass over new tokens does. Layouts and stored weights of both stacks are kept (weights and KV
+    of the MTP stack are counted from them)."""
     templates = {c.uid: c.repeat for c in analysis.components.values() if c.template and c.stack == MTP_STACK}
     steps = []
     for s in mtp.steps:
@@ -250,7 +256,7 @@ def with_drafts(main: Program, mtp: Program, analysis, k: int) -> Program:
             continue
         layers = next((n for uid, n in templates.items() if s.uid.startswith(uid + "/")), None)
         repeat = s.repeat * k if layers is None else s.repeat * k / layers
-        steps.append(replace(s, repeat=repeat, last_token=True))
+        steps.append(replace(s, repeat=repeat, last_token=s.last_token or one_token))
     return replace(main, steps=main.steps + tuple(steps), layouts={**mtp.layouts, **main.layouts},
                    stored={**main.stored, **mtp.stored})
 
@@ -268,7 +274,8 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
         programs[phase], formulas[phase] = fuse(num, found), fuse(sym, found)
     # memory: the fullest pipeline stage (weights are stored as the prefill placement says)
-    stored = numeric["prefill"][0].stored
+    # (the main stack's rows: with MTP drafting the programs also hold the MTP stack's, counted below)
+    stored = {u: v for u, v in numeric["prefill"][0].stored.items() if ev.numeric.rows[u].stack == "main"}
     sym_stored = symbolic["prefill"][0].stored
     stages = _stage_rows(stored, ev, config.pp)
     # sympy.Add(*terms) flattens once; sum() would re-flatten a growing Add at every term
