@@ -180,3 +180,18 @@ def test_plan_takes_the_mtp_options(capsys):
     point = _deploy("Qwen/Qwen3.5-27B", scenario=Scenario(answer["batch"], 4096, 1024),
                     mtp_tokens=1, mtp_acceptance=0.8).summary
     assert answer["tpot_s"] == pytest.approx(point["tpot_s"]) and answer["ttft_s"] == pytest.approx(point["ttft_s"])
+
+
+@pytest.mark.parametrize("model, config", [("Qwen/Qwen3.5-27B", {"tp": 2}),
+                                           ("Qwen/Qwen3.5-27B", {"tp": 1, "pp": 4})])
+def test_weight_formula_counts_the_mtp_stack(model, config):
+    """The weights-per-GPU formula (over dims and degrees) evaluates to the number, MTP included
+    (on the last pipeline stage)."""
+    from engine.spec import symbols
+    ev = _evaluation(model)
+    built = plan(ev, GPUS["H200"], ParallelConfig(**config), Options(mtp_tokens=1, mtp_acceptance=0.5))
+    off = plan(ev, GPUS["H200"], ParallelConfig(**config))
+    subs = {symbols.dim(k): v for k, v in {**ev.bound, **config}.items()}
+    value = built.structure.weight_formula.subs(subs)
+    assert not value.free_symbols and float(value) == built.structure.weight_bytes_per_gpu
+    assert built.structure.weight_bytes_per_gpu > off.structure.weight_bytes_per_gpu
