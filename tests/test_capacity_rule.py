@@ -7,7 +7,7 @@ vectorized call per draw:
 * ``fits`` is exactly ``batch <= max_concurrent_requests``;
 * ``shortfall_bytes`` is 0 exactly when it fits;
 * ``max_prefill_batch <= max_concurrent_requests``;
-* the memory fields add up: weights + working set + KV + free = usable when it fits;
+* the memory fields add up: weights + runtime reserve + working set + KV + free = usable when it fits;
 * TTFT never falls when the batch grows (more prompts are never served sooner);
 * with pp = 1, TTFT = steps x one prefill step, steps = max(min(pp, batch),
   ceil(ceil(batch / dp_attn) x input / (cp x 8192))); with pp > 1 at least steps / pp of them.
@@ -48,7 +48,8 @@ def test_one_rule(plan, input_len, output_len):
     assert np.array_equal(short == 0, fits)
     assert (s["max_prefill_batch"] <= cap).all()
     assert len(np.unique(cap)) == 1                           # a property of the point, not of the batch
-    used = s["weight_bytes_per_gpu"] + s["activation_bytes_per_gpu"] + s["kv_bytes_per_gpu"] + s["free_bytes_per_gpu"]
+    used = (s["weight_bytes_per_gpu"] + s["reserve_bytes_per_gpu"] + s["activation_bytes_per_gpu"]
+            + s["kv_bytes_per_gpu"] + s["free_bytes_per_gpu"])
     np.testing.assert_allclose(used[fits], s["usable_bytes_per_gpu"][fits], rtol=1e-9)
     ttft = s["ttft_s"]
     assert (np.diff(ttft) >= -1e-12 * ttft[1:]).all(), np.flatnonzero(np.diff(ttft) < 0)[:5]

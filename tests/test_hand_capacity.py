@@ -10,7 +10,9 @@ From the published configs and that rule, never from the engine:
 * the prefill working set A: the largest kernel's activations read and written (no weights: they
   are resident, counted once) in one chunked-prefill step of 8192 prompt tokens per attention
   replica (vLLM's max_num_batched_tokens on an H100), reserved whatever the batch;
-* capacity C per replica = floor((usable - weights - A) / KV per request per GPU at the last
+* vLLM's runtime reserve R: its non-torch memory, 0.13 GiB per GPU on one GPU
+  (corpus/fusion/vllm.yaml runtime_reserve, with its source);
+* capacity C per replica = floor((usable - weights - R - A) / KV per request per GPU at the last
   position); ``max_concurrent_requests`` = dp_attn x C; ``fits`` exactly when
   ceil(batch / dp_attn) <= C, else ``shortfall_bytes`` is the excess;
 * ``max_prefill_batch`` = dp_attn x min(max(1, floor(8192 / prompt)), C) whole prompts per step;
@@ -54,8 +56,9 @@ BUDGET = 8192                                                     # prompt token
 #: and writes 2 x 224 MiB = 512 MiB; down_proj 224 + 64 MiB; flash attention q + K + V + out =
 #: 64 + 16 + 16 + 64 MiB; fused add + RMSNorm 4 x 64 MiB; the head runs on the last token only.
 STEP_SET = 3 * BUDGET * FF * BF16
-#: KV room = 76,968,728,985.6 - 16,060,522,496 - 704,643,072 = 60,203,563,417.6 B
-ROOM = USABLE_H100 - WEIGHTS - STEP_SET
+RESERVE = 0.13 * 2**30                                            # vLLM non-torch memory, 139,586,437.12 B
+#: KV room = 76,968,728,985.6 - 16,060,522,496 - 139,586,437.12 - 704,643,072 = 60,063,976,980.48 B
+ROOM = USABLE_H100 - WEIGHTS - RESERVE - STEP_SET
 
 
 def _vllm(batch: int):
@@ -70,7 +73,8 @@ def test_llama_8b_weights_and_kv_on_one_gpu():
     assert s["kv_bytes_per_request_per_gpu"] == KV_TOKEN * (PROMPT + GEN)
     assert STEP_SET == 704_643_072
     assert s["kv_budget_bytes_per_gpu"] == pytest.approx(ROOM, abs=1e-3)
-    assert ROOM == pytest.approx(60_203_563_417.6, abs=1e-3)
+    assert ROOM == pytest.approx(60_063_976_980.48, abs=1e-3)
+    assert s["reserve_bytes_per_gpu"] == RESERVE
 
 
 def test_max_prefill_batch_llama_8b_is_8():
@@ -97,9 +101,9 @@ def test_unfused_working_set_is_the_dense_score_matrix():
 
 
 def test_fits_exactly_up_to_the_capacity():
-    """Capacity at 1280 tokens: floor(60,203,563,417.6 / 167,772,160) = 358.8 -> 358 requests.
+    """Capacity at 1280 tokens: floor(60,063,976,980.48 / 167,772,160) = 358.01 -> 358 requests.
     358 fit (358 x 167,772,160 = 60,062,433,280 <= the room); 359 need 60,230,205,440: short by
-    26,642,022.4 B. ``fits`` and ``max_concurrent_requests`` are the same inequality."""
+    166,228,459.52 B. ``fits`` and ``max_concurrent_requests`` are the same inequality."""
     per_request = KV_TOKEN * (PROMPT + GEN)
     capacity = math.floor(ROOM / per_request)
     assert capacity == 358
@@ -109,7 +113,7 @@ def test_fits_exactly_up_to_the_capacity():
         assert s["fits"] is fits, batch
         assert s["shortfall_bytes"] == pytest.approx(max(batch * per_request - ROOM, 0.0), abs=1e-3)
         assert s["free_bytes_per_gpu"] == pytest.approx(max(ROOM - batch * per_request, 0.0), abs=1e-3)
-    assert 359 * per_request - ROOM == pytest.approx(26_642_022.4, abs=1e-3)
+    assert 359 * per_request - ROOM == pytest.approx(166_228_459.52, abs=1e-3)
 
 
 def test_prefill_runs_in_steps_of_the_token_budget():

@@ -77,11 +77,13 @@ def _deployment(tables, n_gpus, phase="decode", batch=8, input_len=1024):
 def test_deployment_rows_by_hand(tables):
     """One H100 (usable 0.9 x 81,559 MiB = 76,968,728,985.6 B): weights 8,030,261,248 x 2 B; KV
     131,072 B/token x 1280; the prefill step of 8192 tokens (8 prompts of 1024) reserves its largest
-    kernel, SiLU-and-mul: 3 x 8192 x 14336 x 2 B = 704,643,072 B; capacity floor((60,908,206,489.6
-    - 704,643,072) / 167,772,160) = 358; 8 whole prompts per step. Two H100 (TP 2): matrices
-    halved, norms whole: (16,060,522,496 - 532,480) / 2 + 532,480 = 8,030,527,488 B; SiLU-and-mul
-    on half the FFN: 3 x 8192 x 7168 x 2 B = 352,321,536 B; 4 of 8 KV heads per GPU:
-    floor((76,968,728,985.6 - 8,030,527,488 - 352,321,536) / 83,886,080) = 817 requests."""
+    kernel, SiLU-and-mul: 3 x 8192 x 14336 x 2 B = 704,643,072 B; vLLM's runtime reserve (its
+    non-torch memory, corpus/fusion/vllm.yaml) 0.13 GiB on one GPU; capacity floor((60,908,206,489.6
+    - 139,586,437.12 - 704,643,072) / 167,772,160) = 358; 8 whole prompts per step. Two H100 (TP 2):
+    matrices halved, norms whole: (16,060,522,496 - 532,480) / 2 + 532,480 = 8,030,527,488 B;
+    SiLU-and-mul on half the FFN: 3 x 8192 x 7168 x 2 B = 352,321,536 B; reserve 0.13 + 0.42 GiB
+    (collective buffers) = 590,558,003.2 B; 4 of 8 KV heads per GPU: floor((76,968,728,985.6 -
+    8,030,527,488 - 590,558,003.2 - 352,321,536) / 83,886,080) = 810 requests."""
     one = _deployment(tables, 1)
     assert PARAMS == 8_030_261_248
     assert one["weight_bytes_per_gpu"] == PARAMS * 2
@@ -90,7 +92,10 @@ def test_deployment_rows_by_hand(tables):
     assert one["kv_bytes_per_gpu"] == 8 * KV_TOKEN * 1280
     step = 3 * 8192 * FF * 2
     assert one["activation_bytes_per_gpu"] == step
-    assert one["max_concurrent_requests"] == math.floor((USABLE - PARAMS * 2 - step) / (KV_TOKEN * 1280)) == 358
+    reserve = 0.13 * 2**30
+    assert one["reserve_bytes_per_gpu"] == reserve
+    assert one["max_concurrent_requests"] == math.floor(
+        (USABLE - PARAMS * 2 - reserve - step) / (KV_TOKEN * 1280)) == 358
     assert one["max_prefill_batch"] == 8192 // 1024 == 8
     assert one["fits"] and not one["extrapolated"] and one["shortfall_bytes"] == 0
     two = _deployment(tables, 2)
@@ -98,8 +103,9 @@ def test_deployment_rows_by_hand(tables):
     assert two["weight_bytes_per_gpu"] == weights == 8_030_527_488
     assert two["kv_bytes_per_request_per_gpu"] == KV_TOKEN * 1280 / 2
     assert two["activation_bytes_per_gpu"] == 3 * 8192 * (FF // 2) * 2
+    assert two["reserve_bytes_per_gpu"] == (0.13 + 0.42) * 2**30
     assert two["max_concurrent_requests"] == math.floor(
-        (USABLE - weights - 3 * 8192 * (FF // 2) * 2) / (KV_TOKEN * 1280 / 2)) == 817
+        (USABLE - weights - (0.13 + 0.42) * 2**30 - 3 * 8192 * (FF // 2) * 2) / (KV_TOKEN * 1280 / 2)) == 810
     assert two["tokens_per_s_per_gpu"] == pytest.approx(8 / two["tpot_s"] / 2, rel=1e-12)
 
 

@@ -26,6 +26,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+def add_mtp_arguments(p) -> None:
+    """``--mtp K --acceptance A``: speculative decoding with the model's MTP modules (deploy, plan)."""
+    p.add_argument("--mtp", type=int, default=0, metavar="K",
+                   help="draft tokens per decode step from the model's MTP modules (one per module; 0 = off)")
+    p.add_argument("--acceptance", type=float, default=None, metavar="A",
+                   help="acceptance rate of each MTP draft token, 0..1 (with --mtp; e.g. 0.85)")
+
+
+def mtp_options(args) -> dict:
+    """Options fields of ``--mtp`` / ``--acceptance`` (empty when off); the values themselves are
+    checked by engine.deploy.planner.validate_options."""
+    if not args.mtp:
+        if args.acceptance is not None:
+            raise SpecError(Where("<command line>", field="--acceptance"), "--acceptance without --mtp",
+                            "add --mtp K (draft tokens per step) or leave out --acceptance")
+        return {}
+    if args.acceptance is None:
+        raise SpecError(Where("<command line>", field="--acceptance"), f"--mtp {args.mtp} needs an acceptance rate",
+                        "add --acceptance A with 0 <= A <= 1, e.g. --acceptance 0.85")
+    return {"mtp_tokens": args.mtp, "mtp_acceptance": args.acceptance}
+
+
 def add_parser(sub, parents=()) -> None:
     p = sub.add_parser("deploy", parents=list(parents), help="memory, capacity and SOL prefill/decode time on GPUs",
                        description=__doc__.splitlines()[0])
@@ -52,6 +74,7 @@ def add_parser(sub, parents=()) -> None:
                    help="usable share of HBM")
     p.add_argument("--prefill-tokens", type=positive_int, default=8192,
                    help="chunked-prefill token budget per step and replica (vLLM max_num_batched_tokens)")
+    add_mtp_arguments(p)
     p.add_argument("--phase", choices=["prefill", "decode", "both"], default="both",
                    help="which phase's per-op table to print")
     p.add_argument("--unfused", action="store_true", help="also print the program before fusion")
@@ -83,7 +106,7 @@ def deployment_from_args(args):
                         "use none or one of: " + ", ".join(sorted(tables)))
     options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
                       weight_format=args.weight_format, hbm_fraction=args.hbm_fraction,
-                      prefill_tokens=args.prefill_tokens)
+                      prefill_tokens=args.prefill_tokens, **mtp_options(args))
     scenario = Scenario(batch=args.batch, input_len=args.input, output_len=args.output)
     built = plan(ev, gpu, config, options, tables.get(args.framework), scenario)
     return built.at(scenario)
@@ -115,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     # usable memory and the KV budget in GiB, as the runtime reports them (vLLM logs GiB);
     # everything else in decimal units (docs/results.md, "How numbers are printed")
     print(f"  memory per GPU: weights {_num(s['weight_bytes_per_gpu'], 'B')}, KV {_num(s['kv_bytes_per_gpu'], 'B')}, "
-          f"prefill activations {_num(s['activation_bytes_per_gpu'], 'B')}, usable {units.binary_bytes(s['usable_bytes_per_gpu'])}")
+          f"prefill activations {_num(s['activation_bytes_per_gpu'], 'B')}, "
+          f"runtime reserve {units.binary_bytes(s['reserve_bytes_per_gpu'])}, usable {units.binary_bytes(s['usable_bytes_per_gpu'])}")
     print(f"  KV per request {_num(s['kv_bytes_per_request'], 'B')} ({_num(s['kv_bytes_per_request_per_gpu'], 'B')} per GPU); "
           f"KV budget {units.binary_bytes(s['kv_budget_bytes_per_gpu'])} per GPU; max concurrent requests "
           f"{s['max_concurrent_requests']}; max prefill batch {s['max_prefill_batch']} "
@@ -127,6 +151,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"  fits: NO — batch {s['batch']} exceeds the capacity of {s['max_concurrent_requests']} requests; "
               f"short by {_num(s['shortfall_bytes'], 'B')} per GPU "
               "(fewer requests, more GPUs, or a narrower KV/weight dtype)")
+    if "tokens_per_step" in s:
+        k, a = s["mtp_tokens"], s["mtp_acceptance"]
+        print(f"  MTP speculative decoding: {k} draft token(s) per step at acceptance {a:g}; a decode step "
+              f"({_time(s['decode_step_time_s'])}) verifies {k + 1} tokens per request and runs {k} draft pass(es)")
+        print(f"  expected tokens per step {s['tokens_per_step']:.4g} = {s['tokens_per_step_formula']} "
+              f"(a = mtp_acceptance = {a:g}, k = mtp_tokens = {k}); TPOT = decode step / tokens per step")
     print(f"  TTFT {_time(s['ttft_s'])}   TPOT {_time(s['tpot_s'])}   "
           f"decode {_num(s['tokens_per_s_per_gpu'])} tok/s/GPU   prefill {_num(s['prefill_tokens_per_s_per_gpu'])} tok/s/GPU")
     if args.formula:
@@ -135,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
         bound.update({k: getattr(c, k) for k in ("tp", "ep", "dp_attn", "pp", "cp") if getattr(c, k) > 1})
         bound.update({"kv_bytes": d.plan.kv_bytes, "batch": s["batch"] / s["micro_batches"],
                       "seq (prefill)": s["input_len"], "ctx (decode)": s["input_len"] + s["output_len"]})
+        if "tokens_per_step" in s:    # the main stack verifies k + 1 tokens; draft rows run at seq = 1
+            bound["seq (decode)"] = s["mtp_tokens"] + 1
         print("  formulas bind: " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                               for k, v in bound.items()))
     tables = [("", d.ops)]

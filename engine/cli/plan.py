@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from engine.cli import units
-from engine.cli.deploy import positive_int
+from engine.cli.deploy import add_mtp_arguments, mtp_options, positive_int
 from engine.spec.errors import SpecError, Where
 
 #: Front points printed as text (evenly spaced, both ends kept); --json has every one.
@@ -60,6 +60,7 @@ def add_parser(sub, parents=()) -> None:
     p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
     p.add_argument("--hbm-fraction", type=float, default=0.9,  # = structure.HBM_FRACTION (the parser stays light)
                    help="usable share of HBM")
+    add_mtp_arguments(p)
     p.add_argument("--top", type=positive_int, default=5, help="cheapest configs listed per GPU type")
     p.add_argument("--no-disagg", action="store_true",
                    help="search aggregated serving only (no disaggregated prefill/decode pairs)")
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
                         "use none or one of: " + ", ".join(sorted(tables)))
     ev = evaluate(args.model, args.corpus)
     options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
-                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction)
+                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction, **mtp_options(args))
     results = search(ev, gpus, args.input, args.output, sla, max_gpus=args.max_gpus, options=options,
                      fusion=tables.get(args.framework), pools=not args.no_disagg)
     per_gpu = []
@@ -186,7 +187,9 @@ def run(args: argparse.Namespace) -> int:
                "sla": {"ttft_s": sla.ttft_s, "tpot_s": sla.tpot_s, "users": sla.users, "rate_rps": sla.rate},
                "framework": args.framework, "kv_dtype": args.kv_dtype, "act_dtype": args.act_dtype,
                "weight_format": args.weight_format, "max_gpus": args.max_gpus,
-               "extrapolated": long, "gpus": per_gpu, "answer": answer,
+               "extrapolated": long, **({"mtp_tokens": options.mtp_tokens, "mtp_acceptance": options.mtp_acceptance}
+                                        if options.mtp_tokens else {}),
+               "gpus": per_gpu, "answer": answer,
                "disaggregated": per_pair, "answer_disaggregated": split_answer,
                "prices": {g.key: {"usd_per_hour": g.price_usd_per_hour, "src": g.price_src}
                           for g in gpus if g.price_usd_per_hour is not None}}
@@ -205,7 +208,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"{ev.model.model_id}: input {args.input}, output {args.output} tokens; {_sla_text(args)}")
     print(f"  framework {args.framework}, weights {args.weight_format}, KV {args.kv_dtype}, activations "
-          f"{args.act_dtype}; configs of {_counts(args.max_gpus)} GPUs per replica "
+          f"{args.act_dtype}"
+          + (f", MTP {options.mtp_tokens} draft token(s) at acceptance {options.mtp_acceptance:g}"
+             if options.mtp_tokens else "")
+          + f"; configs of {_counts(args.max_gpus)} GPUs per replica "
           "(legal TP/EP/DP-attention/PP), every batch up to capacity; "
           + ("aggregated only" if args.no_disagg else "aggregated, and disaggregated prefill/decode pools")
           + ("  [EXTRAPOLATED: context beyond the model's max_context]" if long else ""))

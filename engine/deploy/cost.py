@@ -180,8 +180,9 @@ def intensity(flops, traffic):
         return np.where(traffic > 0, flops / np.where(traffic > 0, traffic, 1.0), np.inf)
 
 
-def scenario_point(phase: str, input_len: int, output_len: int) -> Mapping[str, int]:
-    """The (seq, ctx) a phase runs at: prefill the prompt; decode one token at the last position."""
+def scenario_point(phase: str, input_len: int, output_len: int, decode_seq: int = 1) -> Mapping[str, int]:
+    """The (seq, ctx) a phase runs at: prefill the prompt; decode one token at the last position
+    (``decode_seq`` with speculative decoding: the last token and the drafts it verifies)."""
     if phase == "prefill":
         return {"seq": input_len, "ctx": input_len}
-    return {"seq": 1, "ctx": input_len + output_len}
+    return {"seq": decode_seq, "ctx": input_len + output_len}

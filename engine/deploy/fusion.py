@@ -11,6 +11,13 @@ Layer: engine.deploy. A rule is a small operator pattern plus conditions:
   lists a real but opt-in fusion without applying it; ``compute:`` the dtype the fused kernel's
   MMAs run in when the framework's kernel quantizes its operands (DeepGEMM's FP8 indexer logits).
 
+A table also states the framework's runtime reserve (``runtime_reserve:``): memory per GPU the
+runtime holds beside weights, the prefill working set and the KV cache (non-torch allocations such
+as NCCL and custom all-reduce buffers, CUDA graph pools where the framework counts them before
+sizing the KV cache, attention metadata), each entry with its figure (``mib:`` or ``gib:``, times
+tp x pp with ``per: tp_pp``; ``when: {min_replica_gpus: n}`` when only multi-GPU replicas hold it)
+and its ``src:``. :func:`reserve_bytes` sums what applies to a parallel config.
+
 View ops are transparent. Matching runs after communication insertion, per phase; overlapping
 matches are resolved largest first. A fused kernel's FLOPs, weight bytes and link bytes are the sum
 of its members'; its HBM bytes are only its boundary: inputs produced outside it (read once) and
@@ -54,11 +61,76 @@ class Rule:
 
 
 @dataclass(frozen=True, slots=True)
+class Reserve:
+    """One entry of a framework's runtime reserve: ``bytes`` per GPU (times tp x pp when ``per`` is
+    ``tp_pp``), held when the model replica spans at least ``min_replica_gpus`` GPUs."""
+    name: str
+    doc: str
+    src: str
+    bytes: float
+    per: str = ""
+    min_replica_gpus: int = 1
+
+    def for_config(self, config) -> float:
+        """Bytes per GPU under ``config`` (a ParallelConfig)."""
+        if config.tp * config.pp * config.cp < self.min_replica_gpus:
+            return 0.0
+        return self.bytes * (config.tp * config.pp if self.per == "tp_pp" else 1)
+
+
+@dataclass(frozen=True, slots=True)
 class FusionTable:
     framework: str
     version: str
     doc: str
     rules: tuple[Rule, ...]
+    reserve: tuple[Reserve, ...] = ()
+
+
+def reserve_bytes(table: "FusionTable | None", config) -> float:
+    """The runtime reserve per GPU of ``table``'s framework under ``config`` (0 without a table)."""
+    return float(sum(r.for_config(config) for r in table.reserve)) if table else 0.0
+
+
+_RESERVE_FIELDS = ("name", "doc", "src", "mib", "gib", "per", "when")
+
+
+def _reserve(reader: Reader, data, raw_list) -> tuple[Reserve, ...]:
+    """``runtime_reserve:`` entries; every figure needs its ``src:`` (one-line errors otherwise)."""
+    if raw_list is None:
+        return ()
+    if not isinstance(raw_list, list):
+        raise SpecError(reader.where(data, "runtime_reserve", "runtime_reserve"), "expected a list of entries",
+                        "write runtime_reserve: [{name: ..., mib: ..., src: ...}, ...]")
+    out, seen = [], set()
+    for i, raw in enumerate(raw_list):
+        field = f"runtime_reserve[{i}]"
+        raw = reader.mapping(raw, field, data, "runtime_reserve")
+        reader.keys(raw, field, _RESERVE_FIELDS, ("name",))
+        if not isinstance(raw.get("src"), str) or not raw["src"].strip():
+            raise SpecError(reader.where(raw, f"{field}.src"), f"reserve {raw['name']!r} has no source",
+                            "add `src:` naming the code, log or measurement the figure comes from")
+        units = [k for k in ("mib", "gib") if k in raw]
+        value = raw.get(units[0]) if len(units) == 1 else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1 << 20:
+            raise SpecError(reader.where(raw, field), f"reserve {raw['name']!r} needs one size in MiB or GiB",
+                            "write exactly one of `mib: <number>` or `gib: <number>` (>= 0)")
+        per = raw.get("per", "")
+        if per not in ("", "tp_pp"):
+            raise SpecError(reader.where(raw, f"{field}.per", "per"), f"unknown scaling {per!r}",
+                            "leave out `per:` (per GPU) or write `per: tp_pp` (times tp x pp)")
+        when = raw.get("when") or {}
+        if set(when) - {"min_replica_gpus"} or not isinstance(when.get("min_replica_gpus", 1), int):
+            raise SpecError(reader.where(raw, f"{field}.when", "when"), "unknown reserve condition",
+                            "allowed: when: {min_replica_gpus: <int>}")
+        if raw["name"] in seen:
+            raise SpecError(reader.where(raw, f"{field}.name", "name"), f"reserve {raw['name']!r} is declared twice",
+                            "give every entry its own name")
+        seen.add(raw["name"])
+        scale = 1 << 20 if units[0] == "mib" else 1 << 30
+        out.append(Reserve(str(raw["name"]), str(raw.get("doc", "")), raw["src"], float(value) * scale, per,
+                           int(when.get("min_replica_gpus", 1))))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +143,8 @@ class Match:
 def load_table(path: Path, root: Path | None = None) -> FusionTable:
     reader = Reader(path, root or path.parent)
     data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("framework", "version", "doc", "rules"), ("framework", "version", "doc", "rules"))
+    reader.keys(data, "", ("framework", "version", "doc", "rules", "runtime_reserve"),
+                ("framework", "version", "doc", "rules"))
     known_ops = set(OPS) | set(COLLECTIVES)
     rules, seen = [], set()
     for i, raw in enumerate(data["rules"] or []):
@@ -118,7 +191,8 @@ def load_table(path: Path, root: Path | None = None) -> FusionTable:
                             "use one of: " + ", ".join(COMPUTE_CLASSES))
         rules.append(Rule(raw["name"], str(raw["doc"]), str(raw["src"]), kind, ops, names, role, extra,
                           dict(when), bool(raw.get("enabled", True)), reader.where(raw, field), compute))
-    return FusionTable(str(data["framework"]), str(data["version"]), str(data["doc"]), tuple(rules))
+    return FusionTable(str(data["framework"]), str(data["version"]), str(data["doc"]), tuple(rules),
+                       _reserve(reader, data, data.get("runtime_reserve")))
 
 
 def load_tables(root: Path | str | None = None) -> dict[str, FusionTable]:

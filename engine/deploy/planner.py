@@ -19,7 +19,11 @@ Conventions (also on the methodology page):
 * pipeline: ``k = min(pp, batch)`` micro-batches are in flight; programs are evaluated at one
   micro-batch, whose path through all stages is a decode round (TPOT); TTFT is that path times
   ``(pp + k - 1) / pp``. Memory: the weight-heaviest stage's weights plus the cache of the stage
-  holding the most (an upper bound when they differ). Only the main stack is deployed.
+  holding the most (an upper bound when they differ). The main stack is deployed, and with
+  speculative decoding (``Options.mtp_tokens`` = k > 0) the ``mtp`` stack too: its weights and
+  cache sit on the last stage, and the decode program is the main stack verifying k + 1 tokens
+  per request followed by k draft passes of one MTP module at one token per request, and prefill
+  adds the first module's pass over the prompt (:func:`with_drafts`).
 """
 from __future__ import annotations
 
@@ -35,13 +39,13 @@ from engine.deploy.cost import KV_BYTES, compile_program
 from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
-from engine.deploy.fusion import FusionTable, fuse, match
+from engine.deploy.fusion import FusionTable, fuse, match, reserve_bytes
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.spec.shapes import Tensor
 from engine.deploy.placement import ZERO, DeviceTypes, Layout, Placer, Program, Step, phase_rows, shard_unit
 from engine.deploy.sol import Plan
-from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, MAX_TOKENS, PHASES, Options, Scenario, Structure,
+from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, MAX_TOKENS, MTP_STACK, PHASES, Options, Scenario, Structure,
                                      option_where, tokens_per_device)
 
 
@@ -196,7 +200,12 @@ def _stage_rows(stored: Mapping[str, sympy.Expr], ev: Evaluation, pp: int) -> li
     return stages
 
 
-def validate_options(options: Options) -> None:
+def mtp_modules(ev: Evaluation) -> int:
+    """MTP modules of the model: the layers of its ``mtp`` stack's templates (one draft token each)."""
+    return sum(len(c.layers) for c in ev.numeric.components.values() if c.template and c.stack == MTP_STACK)
+
+
+def validate_options(options: Options, ev: Evaluation | None = None) -> None:
     if options.kv_dtype not in kv.KV_DTYPE_BYTES:
         raise SpecError(option_where("--kv-dtype"), f"unknown KV dtype {options.kv_dtype!r}",
                         "use one of: " + ", ".join(kv.KV_DTYPE_BYTES))
@@ -208,6 +217,19 @@ def validate_options(options: Options) -> None:
     if not is_count(options.prefill_tokens, 1, MAX_TOKENS):
         raise SpecError(option_where("--prefill-tokens"), f"{options.prefill_tokens!r} is not a token count",
                         "e.g. --prefill-tokens 8192 (vLLM's max_num_batched_tokens)")
+    k, a = options.mtp_tokens, options.mtp_acceptance
+    if not is_count(k, 0, 64):
+        raise SpecError(option_where("--mtp"), f"{k!r} is not a number of draft tokens",
+                        "write --mtp K with K a whole number from 0 (off) to the model's MTP modules, e.g. --mtp 1")
+    if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 <= a <= 1:
+        raise SpecError(option_where("--acceptance"), f"{a!r} is not an acceptance rate in [0, 1]",
+                        "write --acceptance A with 0 <= A <= 1, e.g. --acceptance 0.85 (DeepSeek-V3's reported rate)")
+    if ev is not None and k:
+        modules = mtp_modules(ev)
+        if k > modules:
+            has = f"has {modules} MTP module(s)" if modules else "has no MTP stack"
+            raise SpecError(option_where("--mtp"), f"{ev.model.model_id} {has}; --mtp {k} needs one per draft token",
+                            f"write --mtp {modules}" if modules else "leave out --mtp (or write --mtp 0) for this model")
 
 
 def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options, symbolic: bool,
@@ -222,7 +244,37 @@ def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options,
     for phase in PHASES:
         placer = Placer(analysis, Mesh(config, domain, symbolic), phase, ev.corpus.dims, weights, types, decide)
         out[phase] = (_with_pipeline(placer.run(phase_rows(analysis, phase, stack)), placer), placer)
+    if stack == "main" and options.mtp_tokens:
+        drafts = place(ev, config, domain, replace(options, mtp_tokens=0), symbolic, MTP_STACK)
+        out["decode"] = (with_drafts(out["decode"][0], drafts["decode"][0], analysis, options.mtp_tokens),
+                         out["decode"][1])
+        # prefill: the first MTP module runs over the prompt (its KV cache, the first draft)
+        out["prefill"] = (with_drafts(out["prefill"][0], drafts["prefill"][0], analysis, 1, one_token=False),
+                          out["prefill"][1])
     return out
+
+
+def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool = True) -> Program:
+    """The program of speculative decoding with k MTP draft tokens. Decode: the main stack's steps
+    (evaluated at seq = k + 1: the last accepted token and the k drafts it verifies), then k draft
+    passes, each one MTP module at one token per request. A pass runs one layer of the stack's
+    layer templates (draft i uses module i, as vLLM's and SGLang's MTP drafters do) and its other
+    steps once, so each step's calls are ``repeat x k / layers`` inside a template and ``repeat x
+    k`` outside. With ``one_token`` the draft steps are marked ``last_token`` so their totals take
+    seq = 1 whatever the step's seq (:func:`engine.deploy.cost.step_totals`); without it (prefill,
+    k = 1) the first module runs over the same tokens as the main stack, as the drafters' first
+    pass over new tokens does. Layouts and stored weights of both stacks are kept (weights and KV
+    of the MTP stack are counted from them)."""
+    templates = {c.uid: c.repeat for c in analysis.components.values() if c.template and c.stack == MTP_STACK}
+    steps = []
+    for s in mtp.steps:
+        if s.kind == "input":
+            continue
+        layers = next((n for uid, n in templates.items() if s.uid.startswith(uid + "/")), None)
+        repeat = s.repeat * k if layers is None else s.repeat * k / layers
+        steps.append(replace(s, repeat=repeat, last_token=s.last_token or one_token))
+    return replace(main, steps=main.steps + tuple(steps), layouts={**mtp.layouts, **main.layouts},
+                   stored={**main.stored, **mtp.stored})
 
 
 def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, domain: int,
@@ -238,22 +290,34 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
         programs[phase], formulas[phase] = fuse(num, found), fuse(sym, found)
     # memory: the fullest pipeline stage (weights are stored as the prefill placement says)
-    stored = numeric["prefill"][0].stored
+    # (the main stack's rows: with MTP drafting the programs also hold the MTP stack's, counted below)
+    stored = {u: v for u, v in numeric["prefill"][0].stored.items() if ev.numeric.rows[u].stack == "main"}
     sym_stored = symbolic["prefill"][0].stored
     stages = _stage_rows(stored, ev, config.pp)
     # sympy.Add(*terms) flattens once; sum() would re-flatten a growing Add at every term
     per_stage = [sympy.Add(*(stored[u] * n for u, n in rows)) for rows in stages]
+    # speculative decoding: the whole MTP stack (every module, as frameworks load it) on the last stage
+    # (a row that shares a main-stack tensor, e.g. MiMo's head, stores nothing of its own)
+    mtp = [u for u in numeric["decode"][0].stored if ev.numeric.rows[u].stack == MTP_STACK
+           and not ev.numeric.rows[u].shares] if options.mtp_tokens else []
+    mtp_weights = sympy.Add(*(numeric["decode"][0].stored[u] * ev.numeric.rows[u].repeat for u in mtp))
+    per_stage[-1] += mtp_weights
     worst = max(range(config.pp), key=lambda s: float(per_stage[s]))
     weight_formula = sympy.Add(*(sym_stored[u] * (n if config.pp > 1 else ev.symbolic.rows[u].repeat)
                                  for u, n in stages[worst]))
+    if worst == config.pp - 1:
+        weight_formula += sympy.Add(*(symbolic["decode"][0].stored[u] * ev.symbolic.rows[u].repeat for u in mtp))
     # KV: the stage holding the most cache, which in a hybrid stack need not be the weight-heaviest
     # one (a stage of only Mamba layers keeps fixed states, one with attention grows with context);
     # weights of the heaviest stage + cache of the fullest is an upper bound of any one stage's need
-    kv_dev = sympy.Max(*{_kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], rows) for rows in stages})
+    per_stage_kv = [_kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], rows) for rows in stages]
+    if options.mtp_tokens:
+        per_stage_kv[-1] += _kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], None, MTP_STACK)
+    kv_dev = sympy.Max(*set(per_stage_kv))
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
                      {p: compile_program(programs[p]) for p in PHASES}, float(per_stage[worst]),
-                     weight_formula, kv_dev)
+                     weight_formula, kv_dev, reserve_bytes(fusion, config))
 
 
 def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Options(),
@@ -266,21 +330,22 @@ def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Op
     if problems:
         raise SpecError(option_where("parallel config"), f"{config.label()} cannot run {ev.model.model_id}: "
                         + "; ".join(problems), "pick degrees that divide the model's heads, experts and layers")
-    validate_options(options)
+    validate_options(options, ev)
     domain = min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain)
-    tokens = tokens_per_device(config, scenario, options.prefill_tokens) if scenario else {}
+    tokens = tokens_per_device(config, scenario, options.prefill_tokens, options.decode_seq) if scenario else {}
     return Plan(build_structure(ev, config, options, domain, fusion, gpu, tokens), gpu)
 
 def _kv_per_device(ev: Evaluation, program: Program, placer: Placer,
-                   stage: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
-    """Cache bytes one device holds for one request at context ``length`` (its stage's layers)."""
+                   stage: list[tuple[str, sympy.Expr]] | None, stack: str = "main") -> sympy.Expr:
+    """Cache bytes one device holds for one request at context ``length`` (its stage's layers; with
+    ``stage`` None every layer of ``stack``, e.g. the whole MTP stack)."""
     total = ZERO
-    for cache in kv.caches(ev.numeric):
+    for cache in kv.caches(ev.numeric, stack):
         row = ev.numeric.rows[cache.node_uid]
         layout = program.layouts.get(cache.node_uid, program.layouts.get(cache.node_uid + "@decode"))
         if layout is None:
             continue
-        count = _layers_on_stage(ev, cache.node_uid, stage)
+        count = cache.repeat if stage is None else _layers_on_stage(ev, cache.node_uid, stage)
         if OPS[row.op].state is not None:   # a recurrent state: shards with heads / channels
             split = placer.split(Tensor(row.out.axes[2:]), Layout(layout.shards[2:]))
         else:

@@ -182,11 +182,11 @@ def batch_list(cap: int, users: int | None = None) -> np.ndarray:
 
 
 def _device_tokens(config: ParallelConfig, batch: np.ndarray, input_len: int,
-                   prefill_tokens: int = PREFILL_TOKENS) -> tuple[np.ndarray, np.ndarray]:
+                   prefill_tokens: int = PREFILL_TOKENS, decode_seq: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """:func:`engine.deploy.structure.tokens_per_device` over an array of batches (prefill: one
-    chunked-prefill step's tokens; decode)."""
+    chunked-prefill step's tokens; decode: ``decode_seq`` per request)."""
     pre = np.asarray(prefill_program_batch(config, batch, input_len, prefill_tokens), dtype=float)
-    dec = np.asarray(program_batch(config, batch), dtype=float)
+    dec = np.asarray(program_batch(config, batch), dtype=float) * decode_seq
     return np.ceil(pre * input_len / (config.dp_attn * config.cp)), np.ceil(dec / config.dp_attn)
 
 
@@ -260,7 +260,7 @@ class _Evaluator:
     def regimes(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int) -> list[tuple[int, int]]:
         """Per batch, the (prefill, decode) regime: how many of each phase's limits its tokens per
         device exceed (a limit is inclusive: tokens <= max_tokens fuses)."""
-        tokens = _device_tokens(config, batch, input_len, self.options.prefill_tokens)
+        tokens = _device_tokens(config, batch, input_len, self.options.prefill_tokens, self.options.decode_seq)
         codes = [np.searchsorted(np.asarray(limits, dtype=float), t, side="left")
                  for limits, t in zip(self.limits(config, gpu), tokens)]
         return list(zip(codes[0].tolist(), codes[1].tolist()))
@@ -318,7 +318,7 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
     if not (isinstance(input_len, int) and input_len >= 1 and isinstance(output_len, int) and output_len >= 1):
         raise SpecError(option_where("--input/--output"), f"input {input_len!r}, output {output_len!r}",
                         "both must be whole numbers >= 1 (TPOT needs at least one output token)")
-    validate_options(options)
+    validate_options(options, ev)
     configs = legal_configs(ev, max_gpus)
     stored = _stored_bytes(ev) if options.weight_format == "checkpoint" else 0.0
     evaluator = _Evaluator(ev, options, fusion)

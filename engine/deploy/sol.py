@@ -15,7 +15,8 @@ live here; the types they hold are :mod:`engine.deploy.structure`'s, and :mod:`e
   tokens per step, and the framework reserves that step's working set (the largest kernel's
   activations at the budget; vLLM sizes it with a profiling run at ``max_num_batched_tokens``) next
   to the weights before the KV cache gets the rest. Per GPU: usable = hbm_fraction x HBM; capacity
-  C = floor((usable - weights - working set) / KV per request per GPU at the last position);
+  C = floor((usable - weights - runtime reserve - working set) / KV per request per GPU at the last
+  position) (the reserve: the framework's ``runtime_reserve`` data, engine.deploy.fusion);
   ``max_concurrent_requests`` = dp_attn x C; a batch fits exactly when ceil(batch / dp_attn) <= C
   (else ``shortfall_bytes`` is the excess); ``max_prefill_batch`` = whole prompts one step holds,
   dp_attn x min(max(1, floor(budget / prompt)), C).
@@ -34,7 +35,8 @@ import numpy as np
 
 from engine.spec import kv
 from engine.deploy.cost import BOUNDS, compile_program, intensity, step_totals
-from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, PHASES, PREFILL_TOKENS, Options, Scenario, Structure, micro_batches,
+from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP, Options, Scenario,
+                                     Structure, micro_batches, tokens_per_step,
                                      option_where, prefill_program_batch, prefill_steps, program_batch,
                                      requests_per_replica, step_tokens)
 from engine.deploy.hardware import GPU
@@ -70,8 +72,9 @@ def prefill_working_set(structure: Structure, input_len, kv_bytes, prefill_token
 
 
 def _room(structure: Structure, usable, input_len, kv_bytes, prefill_tokens) -> np.ndarray:
-    """Bytes per GPU left for the KV cache: usable - weights - the prefill step's working set."""
-    return (np.asarray(usable) - structure.weight_bytes_per_gpu
+    """Bytes per GPU left for the KV cache: usable - weights - the runtime reserve - the prefill
+    step's working set."""
+    return (np.asarray(usable) - structure.weight_bytes_per_gpu - structure.reserve_bytes_per_gpu
             - prefill_working_set(structure, input_len, kv_bytes, prefill_tokens))
 
 
@@ -111,16 +114,20 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     rates = {p: structure.compiled[p].rates_for(gpus, gpu_index) for p in PHASES}
     mean_step = prefill_program_batch(config, batch, input_len, prefill_tokens)
     prefill = phase_times(structure.compiled["prefill"], rates["prefill"], mean_step, input_len, input_len, kv_bytes)
-    decode = phase_times(structure.compiled["decode"], rates["decode"], program_batch(config, batch), 1.0, length,
-                         kv_bytes)
+    options = structure.options
+    # decode: one step per request verifies the last token and k MTP drafts (k = 0: one token)
+    decode = phase_times(structure.compiled["decode"], rates["decode"], program_batch(config, batch),
+                         float(options.decode_seq), length, kv_bytes)
     hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
     usable = hbm * hbm_fraction
     weights = structure.weight_bytes_per_gpu
     kv_dev = np.asarray(structure.kv_device_fn(length, kv_bytes), dtype=float)
     per_rank = requests_per_replica(config, batch)        # requests on the fullest attention replica
     act = prefill_working_set(structure, input_len, kv_bytes, prefill_tokens)
-    # the one rule: weights + the prefill step's working set + every request's KV at its last position
-    room = usable - weights - act                          # what the KV cache gets
+    # the one rule: weights + the framework's runtime reserve + the prefill step's working set +
+    # every request's KV at its last position
+    reserve = structure.reserve_bytes_per_gpu
+    room = usable - weights - reserve - act                # what the KV cache gets
     per_replica_cap = _fit_count(room, kv_dev)
     kv_need = per_rank * kv_dev
     budget = step_tokens(config, prefill_tokens)
@@ -136,13 +143,26 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         largest = config.dp_attn * np.minimum(per_rank / k, budget / input_len)
         fill = phase_times(structure.compiled["prefill"], rates["prefill"], largest, input_len, input_len, kv_bytes)
         ttft = ttft + (config.pp - 1) * fill["step_time_s"] / config.pp
-    tpot = decode["step_time_s"]
+    # speculative decoding: a step emits E tokens per request on average (structure.TOKENS_PER_STEP)
+    per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
+    tpot = decode["step_time_s"] / per_step if options.mtp_tokens else decode["step_time_s"]
     max_ctx = int(ev.numeric.max_context)
     shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)
-    request_bytes = kv.request_bytes_fn(ev.numeric)
+    stacks = ("main", MTP_STACK) if options.mtp_tokens else ("main",)
+
+    def request_bytes_fn(part=None):
+        """Cache bytes per request of every deployed stack (the MTP stack's too when it drafts)."""
+        fns = [kv.request_bytes_fn(ev.numeric, stack, part) for stack in stacks]
+        return lambda length, kv_bytes: sum(fn(length, kv_bytes) for fn in fns)
+    request_bytes = request_bytes_fn()
 
     def full(x):
         return np.broadcast_to(np.asarray(x), shape)
+
+    mtp_fields = {} if not options.mtp_tokens else {
+        "mtp_tokens": options.mtp_tokens, "mtp_acceptance": float(options.mtp_acceptance),
+        "tokens_per_step": per_step, "tokens_per_step_formula": str(TOKENS_PER_STEP),
+        "decode_step_time_s": full(decode["step_time_s"])}
 
     return {
         "n_gpus": config.n_gpus, "gpus_per_node": structure.domain, "tp": config.tp, "ep": config.ep,
@@ -154,10 +174,11 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         "weight_bytes_per_gpu": full(float(weights)),
         "kv_bytes_per_request": full(np.asarray(request_bytes(length, kv_bytes), dtype=float)),
         # the same bytes in two parts: flat recurrent states, and the caches that grow with context
-        **{f"kv_{part}_bytes_per_request": full(np.asarray(kv.request_bytes_fn(ev.numeric, part=part)(length, kv_bytes),
+        **{f"kv_{part}_bytes_per_request": full(np.asarray(request_bytes_fn(part)(length, kv_bytes),
                                                            dtype=float)) for part in kv.PARTS},
         "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(np.maximum(room, 0.0)),
         "kv_bytes_per_gpu": full(per_rank * kv_dev), "activation_bytes_per_gpu": full(act),
+        "reserve_bytes_per_gpu": full(float(reserve)),
         "free_bytes_per_gpu": full(np.maximum(room - kv_need, 0.0)),
         "max_concurrent_requests": full(config.dp_attn * per_replica_cap),
         "max_prefill_batch": full(max_prefill.astype(np.int64)),
@@ -166,7 +187,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         "ttft_s": full(ttft), "tpot_s": full(tpot),
         "prefill_tokens_per_s_per_gpu": full(batch * input_len / ttft / replica),
         "tokens_per_s_per_gpu": full(batch / tpot / replica),
-        "extrapolated": full(length > max_ctx), "max_context": max_ctx,
+        "extrapolated": full(length > max_ctx), "max_context": max_ctx, **mtp_fields,
         "phases": {"prefill": {k2: full(v) for k2, v in prefill.items()},
                    "decode": {k2: full(v) for k2, v in decode.items()}},
     }
@@ -285,7 +306,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario])
     budget = plan.options.prefill_tokens
     batch = np.array([prefill_program_batch(s.config, p.batch, p.input_len, budget) if phase == "prefill"
                       else program_batch(s.config, p.batch) for p in points], dtype=float)
-    where = [scenario_point(phase, p.input_len, p.output_len) for p in points]
+    where = [scenario_point(phase, p.input_len, p.output_len, plan.options.decode_seq) for p in points]
     seq = np.array([w["seq"] for w in where], dtype=float)
     ctx = np.array([w["ctx"] for w in where], dtype=float)
     values = plan.evaluate(phase, batch, seq, ctx, weights=True)

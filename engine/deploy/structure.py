@@ -31,6 +31,21 @@ PREFILL_TOKENS = 8192
 #: Share of a GPU's memory a deployment may use (weights, prefill working set, KV): vLLM's default
 #: ``gpu_memory_utilization`` (vllm/config/cache.py). Every default of ``--hbm-fraction`` is this one.
 HBM_FRACTION = 0.9
+#: Speculative decoding with the model's own MTP modules (docs/deployment.md "Speculative decoding
+#: with MTP"): k draft tokens per step, each kept with probability a once the drafts before it were
+#: (chain acceptance), so a step emits E = sum_{i=0..k} a^i tokens per request on average.
+#: The stack of a model's multi-token-prediction modules (``stacks: mtp`` in its spec).
+MTP_STACK = "mtp"
+MTP_TOKENS = symbols.index("mtp_tokens")
+MTP_ACCEPTANCE = symbols.rate("mtp_acceptance")
+_DRAFT = symbols.index("i")
+TOKENS_PER_STEP = sympy.Sum(MTP_ACCEPTANCE ** _DRAFT, (_DRAFT, 0, MTP_TOKENS))
+
+
+def tokens_per_step(mtp_tokens: int, acceptance: float) -> float:
+    """:data:`TOKENS_PER_STEP` at k = ``mtp_tokens``, a = ``acceptance`` (1 when k = 0)."""
+    return float(TOKENS_PER_STEP.subs({MTP_TOKENS: int(mtp_tokens),
+                                       MTP_ACCEPTANCE: sympy.Rational(acceptance)}).doit())
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +62,17 @@ class Options:
     #: ``chunked_prefill_size``). It sets the prefill working set reserved next to the KV cache and
     #: the prefill schedule (:func:`prefill_steps`).
     prefill_tokens: int = PREFILL_TOKENS
+    #: Speculative decoding with the model's MTP stack: draft tokens per decode step, one per MTP
+    #: module (0 = off: the main stack alone, every number as without these options), and the
+    #: acceptance rate of each draft given the ones before it were accepted.
+    mtp_tokens: int = 0
+    mtp_acceptance: float = 0.0
+
+    @property
+    def decode_seq(self) -> int:
+        """Tokens per request the main stack runs in a decode step: the last accepted token plus
+        the k drafts it verifies."""
+        return 1 + self.mtp_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +139,12 @@ def prefill_program_batch(config: ParallelConfig, batch, input_len, prefill_toke
 
 
 def tokens_per_device(config: ParallelConfig, scenario: Scenario,
-                      prefill_tokens: int = PREFILL_TOKENS) -> dict[str, int]:
+                      prefill_tokens: int = PREFILL_TOKENS, decode_seq: int = 1) -> dict[str, int]:
     """Tokens one device works on per kernel call, by phase (what fusion size limits are stated in);
-    prefill's are one chunked-prefill step's."""
+    prefill's are one chunked-prefill step's; decode's ``decode_seq`` per request (MTP verification)."""
     batch = float(prefill_program_batch(config, scenario.batch, scenario.input_len, prefill_tokens))
     prefill = batch * scenario.input_len / (config.dp_attn * config.cp)
-    decode = float(program_batch(config, scenario.batch))
+    decode = float(program_batch(config, scenario.batch)) * decode_seq
     return {"prefill": int(-(-prefill // 1)), "decode": int(-(-decode // config.dp_attn))}
 
 
@@ -140,6 +166,8 @@ class Structure:
     weight_bytes_per_gpu: float
     weight_formula: sympy.Expr
     kv_device_per_request: sympy.Expr        # in `length` and `kv_bytes`
+    #: The framework's runtime reserve per GPU (its fusion table's ``runtime_reserve``; 0 for none)
+    reserve_bytes_per_gpu: float = 0.0
 
     def __post_init__(self):
         fn = sympy.lambdify((LENGTH, KV_BYTES), self.kv_device_per_request,

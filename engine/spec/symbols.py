@@ -28,6 +28,18 @@ def dim(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, positive=True)
 
 
+@lru_cache(maxsize=None)
+def index(name: str) -> sympy.Symbol:
+    """A count that may be zero (a summation index, a number of draft tokens): integer, >= 0."""
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+@lru_cache(maxsize=None)
+def rate(name: str) -> sympy.Symbol:
+    """A probability or share (a speculative draft's acceptance rate): real, >= 0."""
+    return sympy.Symbol(name, nonnegative=True)
+
+
 def free_dims(expr) -> set[str]:
     """Names of the dim symbols an expression depends on."""
     return {s.name for s in getattr(expr, "free_symbols", ())}
