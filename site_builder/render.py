@@ -29,7 +29,7 @@ from engine.build import publish
 from engine.cli import units
 from engine.spec.corpus import refuse_symlinks
 from engine.spec.errors import SpecError, Where
-from site_builder import charts, graphs
+from site_builder import charts, graphs, sizing
 from site_builder import landscape
 from site_builder.data import (Results, deployment_options, deployment_rows, gallery_index, lineages, ops_rows, slug,
                                trait_index)
@@ -322,7 +322,8 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
               ("gallery", whole, lambda: _gallery(site, results))]
     for model_id in results.models["model_id"]:
         key = _hash(code, model_id, per_model[model_id]) if model_id in per_model else None
-        groups.append((model_id, key, lambda m=model_id: (_model(site, results, m), _deploy(site, results, m))))
+        groups.append((model_id, key, lambda m=model_id: (_model(site, results, m), _deploy(
+            site, results, m, sizing.render(site, results.root, m, slug(m), results.documents[m])))))
     groups += [("compare", whole, lambda: _compare(site, results)),
                ("landscape", whole, lambda: landscape.render(site, results, _csv)),
                ("components", whole, lambda: _components(site, results)),
@@ -430,7 +431,7 @@ def _table(frame: pl.DataFrame) -> dict:
     return {"columns": frame.columns, "rows": [[_round(v) for v in row] for row in frame.rows()]}
 
 
-def _deploy(site: Site, results: Results, model_id: str) -> None:
+def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = False) -> None:
     doc = results.documents[model_id]
     name = slug(model_id)
     rows = deployment_rows(results, model_id)
@@ -507,7 +508,7 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
             "kv_rows": charts.kv_rows(doc["kv_curve"], doc["max_context"]), "compare_input": COMPARE_INPUT,
             "docs": {k: v[1] for k, v in _schema_docs().items()}}
     site.page(f"models/{name}/deploy", "deploy.html", f"{doc['name']} deployments", data,
-              doc=doc, slug=name, compare_input=COMPARE_INPUT)
+              doc=doc, slug=name, compare_input=COMPARE_INPUT, sizing_page=sizing_page)
 
 
 def _schema_docs() -> dict:
