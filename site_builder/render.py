@@ -601,7 +601,7 @@ def _downloads(site: Site, results: Results) -> None:
     target = site.folder / "downloads"
     target.mkdir(parents=True, exist_ok=True)
     site.place(results.root / "models.parquet", "downloads/models.parquet")
-    for table in ("deployments", "ops"):
+    for table in ("deployments", "ops", "fronts", "sizing"):
         for path in sorted((results.root / table).rglob("*")):
             if path.is_file() and not path.is_symlink():
                 site.place(path, f"downloads/{path.relative_to(results.root).as_posix()}")
@@ -624,7 +624,8 @@ def _downloads(site: Site, results: Results) -> None:
         items += [{"href": f"landscape/{t['name']}.csv", "label": f"landscape/{t['name']}.csv",
                    "note": f"the landscape table: {t['title']}"} for t in results.landscape.get("tables", [])]
     # every file by name (a static host lists no folders)
-    for table, note in (("deployments", "deployment rows"), ("ops", "per-op tables")):
+    for table, note in (("deployments", "deployment rows"), ("ops", "per-op tables"),
+                        ("fronts", "Pareto fronts (archledger plan)"), ("sizing", "sizing answers (archledger plan)")):
         for path in sorted((target / table).glob("model=*/part.parquet")):
             rel = path.relative_to(target).as_posix()
             items.append({"href": rel, "label": rel, "note": f"{note} of {path.parent.name[6:]}"})

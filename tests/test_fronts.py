@@ -153,3 +153,10 @@ def test_default_grid_declares_the_issue_question():
     spec = load_sizing(None)
     assert (8192, 1024) in spec.scenarios and {"H200", "B200"} <= set(spec.gpus)
     assert "vllm" in spec.frameworks and "bf16" in spec.kv_dtypes and spec.max_gpus == 8   # plan's defaults
+
+
+def test_results_doc_lists_every_column():
+    doc = (REPO / "docs" / "results.md").read_text()
+    for schema in (FRONTS_SCHEMA, SIZING_SCHEMA):
+        for name, (dtype, text) in schema.items():
+            assert f"| `{name}` | {dtype} | {text} |" in doc, name

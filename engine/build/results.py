@@ -10,7 +10,9 @@ Results (schemas: :data:`MODELS_SCHEMA`, :data:`DEPLOYMENTS_SCHEMA`, :data:`OPS_
 in docs/results.md): ``models.parquet``; ``models/<org--name>.json`` (the inspector's document);
 ``contracts.json`` (component variants under fixed contracts, always re-evaluated: it is small); ``deployments/model=<org--name>/part.parquet`` and
 ``ops/model=<org--name>/part.parquet`` (one hive partition per model, so
-``pl.scan_parquet("build/results/deployments/**/*.parquet")`` reads the table); ``manifest.json``
+``pl.scan_parquet("build/results/deployments/**/*.parquet")`` reads the table); ``fronts/`` and
+``sizing/`` partitions alike (:mod:`engine.build.fronts`: plan's search for the grid's ``sizing:``
+block); ``manifest.json``
 (per model: its input hash, row counts and the size and SHA-256 of each of its files; the grid; the
 skipped specs; the size and SHA-256 of models.parquet and contracts.json).
 
