@@ -108,3 +108,16 @@ def test_deploy_page_links_the_sizing_page_and_results_record_the_tables(built):
         assert frame.height == entry[table] > 0
         assert set(frame["gpu"]) == set(GPUS)
         assert set(zip(frame["input_len"], frame["output_len"])) == set(SCENARIOS)
+
+
+def test_rebuild_with_nothing_changed_carries_the_sizing_tables(built):
+    from engine.build.results import build
+    from engine.spec.corpus import load_corpus
+    from site_builder.render import render_staged
+
+    files = {t: (built / "results" / t / f"model={SLUG}" / "part.parquet").read_bytes() for t in ("fronts", "sizing")}
+    again = build(load_corpus(), built, [MODEL], built / "grid.yaml", jobs=1, site=render_staged)
+    assert again.recomputed == [] and again.reused == ["meta-llama/Meta-Llama-3.1-8B"]
+    for t, data in files.items():
+        assert (built / "results" / t / f"model={SLUG}" / "part.parquet").read_bytes() == data
+    assert (built / "site" / "data" / "sizing" / f"{SLUG}.json").exists()
