@@ -160,3 +160,17 @@ def test_results_doc_lists_every_column():
     for schema in (FRONTS_SCHEMA, SIZING_SCHEMA):
         for name, (dtype, text) in schema.items():
             assert f"| `{name}` | {dtype} | {text} |" in doc, name
+
+
+def test_models_list_limits_the_step_and_names_corpus_models(tmp_path):
+    from engine.build.fronts import check
+    grid = small_grid(tmp_path, {**SIZING, "models": ["deepseek-ai/DeepSeek-V3"]})
+    fronts, sizing = evaluate_model(_evaluation(MODEL_ID), grid)
+    assert fronts["model_id"] == [] and sizing["model_id"] == []
+    check(grid, load_gpus(), {"deepseek-ai/DeepSeek-V3", MODEL_ID})
+    with pytest.raises(SpecError) as err:
+        check(grid, load_gpus(), {MODEL_ID})
+    assert "sizing.models: 'deepseek-ai/DeepSeek-V3' is not a model of the corpus" in err.value.one_line()
+    with pytest.raises(SpecError) as err:
+        load_sizing(small_grid(tmp_path, {**SIZING, "models": ["DeepSeek-V3"]}))
+    assert "sizing.models[0]: 'DeepSeek-V3' is not a Hugging Face model id" in err.value.one_line()

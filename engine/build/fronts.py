@@ -38,7 +38,7 @@ from engine.deploy.parallel import MAX_GPUS
 from engine.deploy.structure import MAX_TOKENS
 
 #: The keys of the grid's ``sizing:`` block.
-SIZING_KEYS = ("scenarios", "gpus", "frameworks", "kv_dtypes", "max_gpus")
+SIZING_KEYS = ("scenarios", "gpus", "frameworks", "kv_dtypes", "max_gpus", "models")
 MAX_SCENARIOS = 8
 
 _KEY = {
@@ -84,6 +84,7 @@ class Sizing:
     frameworks: tuple[str, ...]
     kv_dtypes: tuple[str, ...]
     max_gpus: int
+    models: tuple[str, ...] | None = None     # Hugging Face ids; None: every model of the corpus
 
 
 def load_sizing(grid_path: Path | str | None) -> Sizing | None:
@@ -98,7 +99,7 @@ def load_sizing(grid_path: Path | str | None) -> Sizing | None:
     if "sizing" not in data:
         return None
     block = reader.mapping(data["sizing"], "sizing", data, "sizing")
-    reader.keys(block, "sizing", SIZING_KEYS, SIZING_KEYS)
+    reader.keys(block, "sizing", SIZING_KEYS, SIZING_KEYS[:-1])
     scenarios = []
     items = _list(reader, block, "scenarios", "sizing.scenarios")
     if len(items) > MAX_SCENARIOS:
@@ -119,7 +120,16 @@ def load_sizing(grid_path: Path | str | None) -> Sizing | None:
     kv_dtypes = _choices(reader, block, "kv_dtypes", "sizing.kv_dtypes", tuple(KV_DTYPE_BYTES))
     max_gpus = _count(block["max_gpus"], reader.where(block, "sizing.max_gpus", "max_gpus"), MAX_GPUS,
                       "the largest model replica searched")
-    return Sizing(tuple(scenarios), tuple(gpus), frameworks, kv_dtypes, max_gpus)
+    models = block.get("models", "all")
+    if models != "all":
+        models = _list(reader, block, "models", "sizing.models")
+        for i, name in enumerate(models):
+            if not isinstance(name, str) or "/" not in name:
+                raise SpecError(reader.where(block, f"sizing.models[{i}]", "models"),
+                                f"{shown_value(name)} is not a Hugging Face model id",
+                                "write `models: all` or a list of ids, e.g. `models: [deepseek-ai/DeepSeek-V3]`")
+    return Sizing(tuple(scenarios), tuple(gpus), frameworks, kv_dtypes, max_gpus,
+                  None if models == "all" else tuple(models))
 
 
 def staircase(order: np.ndarray, ttft: np.ndarray, tpot: np.ndarray) -> list[int]:
@@ -159,7 +169,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[dict,
     fronts = {k: [] for k in FRONTS_SCHEMA}
     sizing = {k: [] for k in SIZING_SCHEMA}
     spec = load_sizing(grid_path)
-    if spec is None:
+    if spec is None or (spec.models is not None and ev.model.model_id not in spec.models):
         return fronts, sizing
     all_gpus, tables = load_gpus(gpu_root), load_tables(ev.corpus.root / "fusion")
     gpus = [find_gpu(all_gpus, name) for name in spec.gpus]
@@ -212,9 +222,18 @@ def write_model(ev: Evaluation, grid_path, gpu_root, staging: Path, slug: str, w
             "sizing_seconds": round(time.perf_counter() - started, 3)}
 
 
-def check(grid_path, gpus: dict) -> None:
-    """Fail early (before any model is evaluated) on a bad ``sizing:`` block or an unknown GPU in it."""
+def check(grid_path, gpus: dict, model_ids=None) -> None:
+    """Fail early (before any model is evaluated) on a bad ``sizing:`` block, an unknown GPU in it,
+    or a model id that is not in the corpus (``model_ids``)."""
     from engine.deploy.hardware import find_gpu
     spec = load_sizing(grid_path)
     for name in spec.gpus if spec else ():
         find_gpu(gpus, name)
+    unknown = [m for m in (spec.models or ()) if model_ids is not None and m not in model_ids] if spec else []
+    if unknown:
+        from engine.build.grid import DEFAULT
+        path = Path(grid_path) if grid_path else DEFAULT
+        reader = Reader(path, path.parent.parent)
+        raise SpecError(reader.where(reader.data["sizing"], "sizing.models", "models"),
+                        f"{unknown[0]!r} is not a model of the corpus",
+                        "write the Hugging Face id a spec of corpus/models/ declares (archledger list)")

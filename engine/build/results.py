@@ -511,7 +511,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     gpu_root = Path(gpu_root) if gpu_root else GPU_ROOT
     load_grid(grid_path), load_gpus(gpu_root), load_tables(corpus.root / "fusion")   # fail early, before any work
     from engine.build import fronts
-    fronts.check(grid_path, load_gpus(gpu_root))
+    fronts.check(grid_path, load_gpus(gpu_root), set(corpus.models))
     named = list(dict.fromkeys(corpus.find_model(m).model_id for m in models)) if models else list(corpus.models)
     shared = shared_hash(corpus, grid_path, gpu_root)
     hashes = {mid: model_hash(corpus, mid, shared) for mid in corpus.models}
