@@ -153,6 +153,7 @@ def test_default_grid_declares_the_issue_question():
     spec = load_sizing(None)
     assert (8192, 1024) in spec.scenarios and {"H200", "B200"} <= set(spec.gpus)
     assert "vllm" in spec.frameworks and "bf16" in spec.kv_dtypes and spec.max_gpus == 8   # plan's defaults
+    assert spec.models is None or "deepseek-ai/DeepSeek-V3" in spec.models
 
 
 def test_results_doc_lists_every_column():
