@@ -603,7 +603,7 @@ def _downloads(site: Site, results: Results) -> None:
     site.place(results.root / "models.parquet", "downloads/models.parquet")
     for table in ("deployments", "ops", "fronts", "sizing"):
         for path in sorted((results.root / table).rglob("*")):
-            if path.is_file() and not path.is_symlink():
+            if path.is_file() and not path.is_symlink() and (table not in ("fronts", "sizing") or sizing.rows(path)):
                 site.place(path, f"downloads/{path.relative_to(results.root).as_posix()}")
     items = [{"href": "models.parquet", "label": "models.parquet", "note": "one row per model"},
              {"href": "gallery.csv", "label": "gallery.csv", "note": "the gallery table"}]

@@ -31,6 +31,12 @@ def _read(results_root: Path, table: str, name: str) -> pl.DataFrame | None:
     return pl.read_parquet(path) if path.exists() else None
 
 
+def rows(path: Path) -> int:
+    """Rows of one fronts/sizing partition (a model outside the grid's sizing list has an empty one:
+    the downloads leave it out)."""
+    return pl.scan_parquet(path).select(pl.len()).collect().item()
+
+
 def _display(value):
     """Four significant digits for what is only shown (the chart); the form's rows keep full precision."""
     return float(f"{value:.4g}") if isinstance(value, float) else value
