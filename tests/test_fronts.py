@@ -173,5 +173,8 @@ def test_models_list_limits_the_step_and_names_corpus_models(tmp_path):
         check(grid, load_gpus(), {MODEL_ID})
     assert "sizing.models: 'deepseek-ai/DeepSeek-V3' is not a model of the corpus" in err.value.one_line()
     with pytest.raises(SpecError) as err:
+        check(small_grid(tmp_path, {**SIZING, "gpus": ["H9000"]}), load_gpus())
+    assert "grid.yaml:" in err.value.one_line() and "sizing.gpus: unknown GPU 'H9000'" in err.value.one_line()
+    with pytest.raises(SpecError) as err:
         load_sizing(small_grid(tmp_path, {**SIZING, "models": ["DeepSeek-V3"]}))
     assert "sizing.models[0]: 'DeepSeek-V3' is not a Hugging Face model id" in err.value.one_line()

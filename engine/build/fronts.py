@@ -16,8 +16,8 @@ no ``--users`` / ``--rate``), and two tables are written per model:
 
 Thinning (exact): a point is dropped when an earlier point in that order has a TTFT and a TPOT no
 larger than its own. Whenever the dropped point meets a bound, the earlier one meets it too and is
-preferred, so no answer changes; a point that is kept is the answer at its own (TTFT, TPOT). The
-kept points form a staircase in (TTFT, TPOT) read in rank order.
+preferred, so no answer changes; a point that is kept is the answer at its own (TTFT, TPOT), so
+no smaller set answers every bound.
 
 Invariant: every row is a (legal config, batch) point the search evaluated, with the fields it gave.
 """
@@ -225,15 +225,19 @@ def write_model(ev: Evaluation, grid_path, gpu_root, staging: Path, slug: str, w
 def check(grid_path, gpus: dict, model_ids=None) -> None:
     """Fail early (before any model is evaluated) on a bad ``sizing:`` block, an unknown GPU in it,
     or a model id that is not in the corpus (``model_ids``)."""
-    from engine.deploy.hardware import find_gpu
+    from engine.build.grid import DEFAULT
     spec = load_sizing(grid_path)
-    for name in spec.gpus if spec else ():
-        find_gpu(gpus, name)
-    unknown = [m for m in (spec.models or ()) if model_ids is not None and m not in model_ids] if spec else []
+    if spec is None:
+        return
+    path = Path(grid_path) if grid_path else DEFAULT
+    reader = Reader(path, path.parent.parent)
+    known = {k.lower() for k in gpus}
+    for name in spec.gpus:
+        if name.lower() not in known:
+            raise SpecError(reader.where(reader.data["sizing"], "sizing.gpus", "gpus"), f"unknown GPU {name!r}",
+                            "known: " + ", ".join(sorted(gpus)))
+    unknown = [m for m in (spec.models or ()) if model_ids is not None and m not in model_ids]
     if unknown:
-        from engine.build.grid import DEFAULT
-        path = Path(grid_path) if grid_path else DEFAULT
-        reader = Reader(path, path.parent.parent)
         raise SpecError(reader.where(reader.data["sizing"], "sizing.models", "models"),
                         f"{unknown[0]!r} is not a model of the corpus",
                         "write the Hugging Face id a spec of corpus/models/ declares (archledger list)")
