@@ -211,3 +211,24 @@ def roofline_spec() -> dict:
            .properties(name="ops"))
     return _spec(alt.layer(roof, ridge, ridge_label, ops).properties(width="container", height=340)
                  .configure_legend(orient="bottom"))
+
+
+def front_spec() -> dict:
+    """The throughput/interactivity chart of serving benchmarks (InferenceMAX style): decode
+    tokens/s per GPU against tokens/s per user, one line per GPU type through its Pareto front
+    (rows of fronts.parquet, named dataset ``front``), the legend clickable to highlight a GPU."""
+    pick = alt.selection_point(fields=["gpu"], bind="legend")
+    line = alt.Chart(alt.Data(name="front")).mark_line(point=alt.OverlayMarkDef(filled=True, size=30)).encode(
+        x=alt.X("tokens_per_s_per_user:Q", title="tokens/s per user (1 / TPOT)", axis=_axis("")),
+        y=alt.Y("tokens_per_s_per_gpu:Q", title="decode tokens/s per GPU", axis=_axis("")),
+        color=alt.Color("gpu:N", title="GPU", legend=alt.Legend(orient="top")),
+        order=alt.Order("tokens_per_s_per_user:Q"),
+        opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
+        tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("replica:N", title="config"),
+                 alt.Tooltip("batch:Q", title="batch"), alt.Tooltip("ttft:N", title="TTFT"),
+                 alt.Tooltip("tpot:N", title="TPOT"), alt.Tooltip("rate:N", title="decode tokens/s per GPU"),
+                 alt.Tooltip("user:N", title="tokens/s per user")],
+    ).transform_calculate(replica="datum.n_gpus + 'x ' + datum.config").add_params(pick)
+    line = _shown(line, ttft=("ttft_s", "s"), tpot=("tpot_s", "s"), rate=("tokens_per_s_per_gpu", ""),
+                  user=("tokens_per_s_per_user", ""))
+    return _spec(line.properties(width="container", height=320))

@@ -29,7 +29,7 @@ from engine.build import publish
 from engine.cli import units
 from engine.spec.corpus import refuse_symlinks
 from engine.spec.errors import SpecError, Where
-from site_builder import charts, graphs
+from site_builder import charts, graphs, sizing
 from site_builder import landscape
 from site_builder.data import (Results, deployment_options, deployment_rows, gallery_index, lineages, ops_rows, slug,
                                trait_index)
@@ -322,7 +322,8 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
               ("gallery", whole, lambda: _gallery(site, results))]
     for model_id in results.models["model_id"]:
         key = _hash(code, model_id, per_model[model_id]) if model_id in per_model else None
-        groups.append((model_id, key, lambda m=model_id: (_model(site, results, m), _deploy(site, results, m))))
+        groups.append((model_id, key, lambda m=model_id: (_model(site, results, m), _deploy(
+            site, results, m, sizing.render(site, results.root, m, slug(m), results.documents[m])))))
     groups += [("compare", whole, lambda: _compare(site, results)),
                ("landscape", whole, lambda: landscape.render(site, results, _csv)),
                ("components", whole, lambda: _components(site, results)),
@@ -430,7 +431,7 @@ def _table(frame: pl.DataFrame) -> dict:
     return {"columns": frame.columns, "rows": [[_round(v) for v in row] for row in frame.rows()]}
 
 
-def _deploy(site: Site, results: Results, model_id: str) -> None:
+def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = False) -> None:
     doc = results.documents[model_id]
     name = slug(model_id)
     rows = deployment_rows(results, model_id)
@@ -514,7 +515,7 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
                      if g in {o["gpu"] for o in options}}}
     specs["roofline"] = charts.roofline_spec()
     site.page(f"models/{name}/deploy", "deploy.html", f"{doc['name']} deployments", data,
-              doc=doc, slug=name, compare_input=COMPARE_INPUT)
+              doc=doc, slug=name, compare_input=COMPARE_INPUT, sizing_page=sizing_page)
 
 
 def _schema_docs() -> dict:
@@ -611,9 +612,9 @@ def _downloads(site: Site, results: Results) -> None:
     target = site.folder / "downloads"
     target.mkdir(parents=True, exist_ok=True)
     site.place(results.root / "models.parquet", "downloads/models.parquet")
-    for table in ("deployments", "ops"):
+    for table in ("deployments", "ops", "fronts", "sizing"):
         for path in sorted((results.root / table).rglob("*")):
-            if path.is_file() and not path.is_symlink():
+            if path.is_file() and not path.is_symlink() and (table not in ("fronts", "sizing") or sizing.rows(path)):
                 site.place(path, f"downloads/{path.relative_to(results.root).as_posix()}")
     items = [{"href": "models.parquet", "label": "models.parquet", "note": "one row per model"},
              {"href": "gallery.csv", "label": "gallery.csv", "note": "the gallery table"}]
@@ -634,7 +635,8 @@ def _downloads(site: Site, results: Results) -> None:
         items += [{"href": f"landscape/{t['name']}.csv", "label": f"landscape/{t['name']}.csv",
                    "note": f"the landscape table: {t['title']}"} for t in results.landscape.get("tables", [])]
     # every file by name (a static host lists no folders)
-    for table, note in (("deployments", "deployment rows"), ("ops", "per-op tables")):
+    for table, note in (("deployments", "deployment rows"), ("ops", "per-op tables"),
+                        ("fronts", "Pareto fronts (archledger plan)"), ("sizing", "sizing answers (archledger plan)")):
         for path in sorted((target / table).glob("model=*/part.parquet")):
             rel = path.relative_to(target).as_posix()
             items.append({"href": rel, "label": rel, "note": f"{note} of {path.parent.name[6:]}"})

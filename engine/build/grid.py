@@ -24,7 +24,7 @@ from engine.spec.kv import KV_DTYPE_BYTES
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig
 
 DEFAULT = PACKAGE_ROOT / "corpus" / "grid.yaml"
-_TOP = ("doc", "gpus", "gpu_counts", "beyond_fit", "parallel", "frameworks", "kv_dtypes", "scenarios", "ops")
+_TOP = ("doc", "gpus", "gpu_counts", "beyond_fit", "parallel", "frameworks", "kv_dtypes", "scenarios", "ops", "sizing")
 _PARALLEL = ("max_pp", "cp", "ep", "dp_attn", "tp_in_domain", "pp_after_tp")
 _SCENARIOS = ("input_lengths", "beyond_max_context", "output_lengths", "batches")
 #: Bounds of a grid, on top of those of one deployment (engine.deploy.parallel.MAX_GPUS for GPU counts and
@@ -105,7 +105,7 @@ def load_grid(path: Path | str | None = None) -> Grid:
         raise SpecError(Where(str(path)), "grid file not found", "pass --grid pointing at a grid YAML")
     reader = Reader(path, path.parent.parent)
     data = reader.mapping(reader.data, "")
-    reader.keys(data, "", _TOP, _TOP[1:])
+    reader.keys(data, "", _TOP, _TOP[1:-1])   # sizing: optional (engine/build/fronts.py reads it)
     par = reader.mapping(data["parallel"], "parallel", data, "parallel")
     reader.keys(par, "parallel", _PARALLEL, _PARALLEL)
     sc = reader.mapping(data["scenarios"], "scenarios", data, "scenarios")

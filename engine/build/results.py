@@ -10,7 +10,9 @@ Results (schemas: :data:`MODELS_SCHEMA`, :data:`DEPLOYMENTS_SCHEMA`, :data:`OPS_
 in docs/results.md): ``models.parquet``; ``models/<org--name>.json`` (the inspector's document);
 ``contracts.json`` (component variants under fixed contracts, always re-evaluated: it is small); ``deployments/model=<org--name>/part.parquet`` and
 ``ops/model=<org--name>/part.parquet`` (one hive partition per model, so
-``pl.scan_parquet("build/results/deployments/**/*.parquet")`` reads the table); ``manifest.json``
+``pl.scan_parquet("build/results/deployments/**/*.parquet")`` reads the table); ``fronts/`` and
+``sizing/`` partitions alike (:mod:`engine.build.fronts`: plan's search for the grid's ``sizing:``
+block); ``manifest.json``
 (per model: its input hash, row counts and the size and SHA-256 of each of its files; the grid; the
 skipped specs; the size and SHA-256 of models.parquet and contracts.json).
 
@@ -350,12 +352,15 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
         folder = Path(staging) / table / f"model={slug(model_id)}"
         folder.mkdir(parents=True, exist_ok=True)
         write_parquet(_frame(columns, schema), folder / "part.parquet", statistics=True)
+    from engine.build import fronts    # plan's search per sizing scenario: fronts/ and sizing/ (docs/results.md)
+    sized = fronts.write_model(ev, grid_path, gpu_root, Path(staging), slug(model_id),
+                               lambda columns, schema, path: write_parquet(_frame(columns, schema), path))
     from engine.build.export import model_document
     (Path(staging) / "models").mkdir(exist_ok=True)
     (Path(staging) / "models" / f"{slug(model_id)}.json").write_text(
         json.dumps(model_document(ev, verification), separators=(",", ":")))
     return {"model_id": model_id, "deployments": len(deployments["model_id"]),
-            "ops": len(ops["model_id"]), "points": points, "seconds": round(time.perf_counter() - started, 3)}
+            "ops": len(ops["model_id"]), "points": points, "seconds": round(time.perf_counter() - started, 3), **sized}
 
 
 # -- the build ----------------------------------------------------------------------------------------
@@ -420,7 +425,7 @@ def _read_previous(final: Path, log) -> Previous:
 def _model_files(root: Path, model_id: str) -> list[Path]:
     """A model's files under a results folder (partitions and its inspector document)."""
     name = slug(model_id)
-    return [root / t / f"model={name}" / "part.parquet" for t in ("deployments", "ops")] + \
+    return [root / t / f"model={name}" / "part.parquet" for t in ("deployments", "ops", "fronts", "sizing")] + \
         [root / "models" / f"{name}.json"]
 
 
@@ -506,6 +511,8 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     grid_path = Path(grid_path) if grid_path else own_grid if own_grid.exists() else DEFAULT
     gpu_root = Path(gpu_root) if gpu_root else GPU_ROOT
     load_grid(grid_path), load_gpus(gpu_root), load_tables(corpus.root / "fusion")   # fail early, before any work
+    from engine.build import fronts
+    fronts.check(grid_path, load_gpus(gpu_root), set(corpus.models))
     named = list(dict.fromkeys(corpus.find_model(m).model_id for m in models)) if models else list(corpus.models)
     shared = shared_hash(corpus, grid_path, gpu_root)
     hashes = {mid: model_hash(corpus, mid, shared) for mid in corpus.models}
@@ -573,12 +580,13 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
             mid = r["model_id"]
             entries[mid] = {"hash": hashes[mid], "deployments": r["deployments"], "ops": r["ops"],
                             "points": r["points"], "seconds": r["seconds"], "partition": slug(mid),
+                            "fronts": r["fronts"], "sizing": r["sizing"], "sizing_seconds": r["sizing_seconds"],
                             "files": _file_records(staging, mid)}
             report.recomputed.append(mid)
             report.points += r["points"]
 
         # -- write the tables; every file's size and hash goes into the manifest
-        for table in ("deployments", "ops", "models"):    # present even when empty: readers glob them
+        for table in ("deployments", "ops", "models", "fronts", "sizing"):    # present even when empty: readers glob them
             (staging / table).mkdir(exist_ok=True)
         from engine.build.contract import evaluate_contracts
         (staging / "contracts.json").write_text(json.dumps(evaluate_contracts(corpus, gpu_root), indent=1))

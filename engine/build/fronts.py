@@ -1,0 +1,243 @@
+"""Pareto fronts and sizing answers: ``archledger plan``'s search, precomputed per model at build time.
+
+Layer: engine.build (on engine.deploy.sizing; nothing here evaluates a point itself). For each
+scenario (input, output) of the grid's ``sizing:`` block, each framework and KV dtype, one
+:func:`engine.deploy.sizing.search` over the block's GPU types runs exactly what ``archledger plan
+MODEL --input I --output O --gpu G ... --framework F --kv-dtype D --max-gpus N`` runs (one replica:
+no ``--users`` / ``--rate``), and two tables are written per model:
+
+* ``fronts`` (:data:`FRONTS_SCHEMA`): per GPU type, the Pareto front of tokens/s/GPU vs
+  tokens/s/user that plan prints (:meth:`GPUSearch.front`), every point with its config and batch;
+* ``sizing`` (:data:`SIZING_SCHEMA`): per GPU type, the served points in plan's order of preference
+  (fewest GPUs, then the highest tokens/s/GPU, then the search's own order: ``rank`` 0 first),
+  keeping only the points that are the answer for some TTFT/TPOT bound. The cheapest point meeting
+  ``TTFT <= a`` and ``TPOT <= b`` is the lowest-rank row with ``ttft_s <= a`` and ``tpot_s <= b``:
+  the same point :meth:`GPUSearch.cheapest` returns first.
+
+Thinning (exact): a point is dropped when an earlier point in that order has a TTFT and a TPOT no
+larger than its own. Whenever the dropped point meets a bound, the earlier one meets it too and is
+preferred, so no answer changes; a point that is kept is the answer at its own (TTFT, TPOT), so
+no smaller set answers every bound.
+
+Invariant: every row is a (legal config, batch) point the search evaluated, with the fields it gave.
+"""
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from engine.spec.api import Evaluation
+from engine.spec.corpus import Reader, shown_value
+from engine.spec.errors import SpecError
+from engine.deploy.parallel import MAX_GPUS
+from engine.deploy.structure import MAX_TOKENS
+
+#: The keys of the grid's ``sizing:`` block.
+SIZING_KEYS = ("scenarios", "gpus", "frameworks", "kv_dtypes", "max_gpus", "models")
+MAX_SCENARIOS = 8
+
+_KEY = {
+    "model_id": (pl.String, "Hugging Face model id."),
+    "gpu": (pl.String, "GPU name (gpus/*.yaml `gpu:`)."),
+    "framework": (pl.String, "Fusion table applied: vllm, sglang or none."),
+    "kv_dtype": (pl.String, "KV cache dtype (bf16, fp8)."),
+    "input_len": (pl.Int64, "Prompt tokens per request (the sizing scenario)."),
+    "output_len": (pl.Int64, "Generated tokens per request (the sizing scenario)."),
+    "extrapolated": (pl.Boolean, "input_len + output_len exceeds the model's max_context."),
+    "max_gpus": (pl.Int64, "Largest model replica searched: GPU counts 1, 2, 4 ... up to it (archledger plan --max-gpus)."),
+    "rank": (pl.Int64, "Position in the table's order for this (model, GPU, framework, KV dtype, scenario), from 0."),
+    "config": (pl.String, "Parallel config of one model replica, e.g. tp8-ep8-dp_attn8 (archledger plan's label)."),
+    "n_gpus": (pl.Int64, "GPUs of one model replica (tp x pp)."),
+    "tp": (pl.Int64, "Tensor-parallel group size per pipeline stage."),
+    "ep": (pl.Int64, "Expert-parallel degree inside the TP group."),
+    "dp_attn": (pl.Int64, "Attention data-parallel replicas inside the TP group."),
+    "pp": (pl.Int64, "Pipeline stages."),
+    "batch": (pl.Int64, "Concurrent requests per model replica."),
+    "ttft_s": (pl.Float64, "Time to first token at this batch, as archledger deploy computes it (s)."),
+    "tpot_s": (pl.Float64, "Time per output token at the last position (s)."),
+    "tokens_per_s_per_gpu": (pl.Float64, "Decode throughput per GPU: batch / tpot / n_gpus."),
+    "tokens_per_s_per_user": (pl.Float64, "Decode tokens per second one request sees: 1 / tpot."),
+    "max_concurrent_requests": (pl.Int64, "The config's capacity at input_len + output_len (requests per replica)."),
+}
+
+#: fronts.parquet: one row per point of the Pareto front of tokens/s/GPU vs tokens/s/user.
+FRONTS_SCHEMA = {**_KEY, "rank": (pl.Int64, "Position on the front, from 0 (the fastest user first, decreasing tokens/s/user).")}
+
+#: sizing.parquet: the served points that answer "cheapest config within TTFT <= a and TPOT <= b".
+SIZING_SCHEMA = {**_KEY, "rank": (pl.Int64, "archledger plan's order of preference, from 0: fewest GPUs, then the highest tokens/s/GPU, then the search's order. The cheapest point meeting TTFT <= a and TPOT <= b is the lowest-rank row with ttft_s <= a and tpot_s <= b.")}
+
+_POINT = [k for k in _KEY if k not in ("model_id", "gpu", "framework", "kv_dtype", "input_len", "output_len",
+                                        "extrapolated", "max_gpus", "rank")]
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The grid's ``sizing:`` block: what the build precomputes for the sizing form."""
+
+    scenarios: tuple[tuple[int, int], ...]     # (input, output)
+    gpus: tuple[str, ...]
+    frameworks: tuple[str, ...]
+    kv_dtypes: tuple[str, ...]
+    max_gpus: int
+    models: tuple[str, ...] | None = None     # Hugging Face ids; None: every model of the corpus
+
+
+def load_sizing(grid_path: Path | str | None) -> Sizing | None:
+    """The ``sizing:`` block of a grid file, checked (one line per mistake), or None when the grid
+    has none (then the build writes empty fronts and sizing tables)."""
+    from engine.build.grid import DEFAULT, _choices, _count, _list
+    from engine.deploy.fusion import load_tables
+    from engine.spec.kv import KV_DTYPE_BYTES
+    path = Path(grid_path) if grid_path else DEFAULT
+    reader = Reader(path, path.parent.parent)
+    data = reader.mapping(reader.data, "")
+    if "sizing" not in data:
+        return None
+    block = reader.mapping(data["sizing"], "sizing", data, "sizing")
+    reader.keys(block, "sizing", SIZING_KEYS, SIZING_KEYS[:-1])
+    scenarios = []
+    items = _list(reader, block, "scenarios", "sizing.scenarios")
+    if len(items) > MAX_SCENARIOS:
+        raise SpecError(reader.where(block, "sizing.scenarios", "scenarios"), f"{len(items)} scenarios",
+                        f"list at most {MAX_SCENARIOS}: each is a full plan search per model and GPU type")
+    for i, item in enumerate(items):
+        field = f"sizing.scenarios[{i}]"
+        item = reader.mapping(item, field, block, "scenarios")
+        reader.keys(item, field, ("input", "output"), ("input", "output"))
+        scenarios.append(tuple(_count(item[k], reader.where(item, f"{field}.{k}", k), MAX_TOKENS, "token counts")
+                               for k in ("input", "output")))
+    gpus = _list(reader, block, "gpus", "sizing.gpus")
+    for i, name in enumerate(gpus):
+        if not isinstance(name, str):
+            raise SpecError(reader.where(block, f"sizing.gpus[{i}]", "gpus"), f"{shown_value(name)} is not a GPU name",
+                            "write `gpus: [H200, B200]` (the `gpu:` names of gpus/*.yaml)")
+    frameworks = _choices(reader, block, "frameworks", "sizing.frameworks", ("none", *sorted(load_tables())))
+    kv_dtypes = _choices(reader, block, "kv_dtypes", "sizing.kv_dtypes", tuple(KV_DTYPE_BYTES))
+    max_gpus = _count(block["max_gpus"], reader.where(block, "sizing.max_gpus", "max_gpus"), MAX_GPUS,
+                      "the largest model replica searched")
+    models = block.get("models", "all")
+    if models != "all":
+        models = _list(reader, block, "models", "sizing.models")
+        for i, name in enumerate(models):
+            if not isinstance(name, str) or "/" not in name:
+                raise SpecError(reader.where(block, f"sizing.models[{i}]", "models"),
+                                f"{shown_value(name)} is not a Hugging Face model id",
+                                "write `models: all` or a list of ids, e.g. `models: [deepseek-ai/DeepSeek-V3]`")
+    return Sizing(tuple(scenarios), tuple(gpus), frameworks, kv_dtypes, max_gpus,
+                  None if models == "all" else tuple(models))
+
+
+def staircase(order: np.ndarray, ttft: np.ndarray, tpot: np.ndarray) -> list[int]:
+    """The points of ``order`` (indices, most preferred first) that no earlier point dominates in
+    (TTFT, TPOT): an earlier point with TTFT <= and TPOT <= makes a point never the first to meet
+    a bound. Returned in ``order``'s order."""
+    xs: list[float] = []      # the kept points' TTFTs, increasing; their TPOTs strictly decreasing
+    ys: list[float] = []
+    keep = []
+    for i in np.asarray(order, dtype=int).tolist():
+        x, y = float(ttft[i]), float(tpot[i])
+        j = bisect.bisect_right(xs, x)
+        if j and ys[j - 1] <= y:          # the earlier point with the largest TTFT <= x has the least TPOT
+            continue
+        keep.append(i)
+        k = j                              # drop the staircase entries this point dominates
+        while k < len(xs) and ys[k] >= y:
+            k += 1
+        xs[j:k], ys[j:k] = [x], [y]
+    return keep
+
+
+def preference(points: dict) -> np.ndarray:
+    """Indices of a search's points in plan's order of preference for one replica: fewest GPUs,
+    then the highest tokens/s/GPU, ties in the search's order (the stable lexsort of
+    :meth:`engine.deploy.sizing.GPUSearch.cheapest`)."""
+    return np.lexsort((-points["tokens_per_s_per_gpu"], points["n_gpus"]))
+
+
+def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[dict, dict]:
+    """(fronts columns, sizing columns) for one model: empty when the grid has no ``sizing:`` block."""
+    from engine.deploy import Options
+    from engine.deploy.fusion import load_tables
+    from engine.deploy.hardware import find_gpu, load_gpus
+    from engine.deploy.sizing import SLA, search
+
+    fronts = {k: [] for k in FRONTS_SCHEMA}
+    sizing = {k: [] for k in SIZING_SCHEMA}
+    spec = load_sizing(grid_path)
+    if spec is None or (spec.models is not None and ev.model.model_id not in spec.models):
+        return fronts, sizing
+    all_gpus, tables = load_gpus(gpu_root), load_tables(ev.corpus.root / "fusion")
+    gpus = [find_gpu(all_gpus, name) for name in spec.gpus]
+    max_ctx = int(ev.numeric.max_context)
+    # no SLA filters the rows (the bounds are the reader's): both bounds beyond any latency
+    unbounded = SLA(1e30, 1e30)
+    for framework in spec.frameworks:
+        for kv_dtype in spec.kv_dtypes:
+            for input_len, output_len in spec.scenarios:
+                results = search(ev, gpus, input_len, output_len, unbounded, max_gpus=spec.max_gpus,
+                                 options=Options(framework=framework, kv_dtype=kv_dtype),
+                                 fusion=tables.get(framework))
+                head = {"model_id": ev.model.model_id, "framework": framework, "kv_dtype": kv_dtype,
+                        "input_len": input_len, "output_len": output_len,
+                        "extrapolated": input_len + output_len > max_ctx, "max_gpus": spec.max_gpus}
+                for res in results:
+                    if not res.points:
+                        continue
+                    p = res.points
+                    _append(fronts, res.front(), head)
+                    kept = staircase(preference(p), p["ttft_s"], p["tpot_s"])
+                    _append(sizing, res.rows(kept), head)
+    return fronts, sizing
+
+
+def _append(columns: dict, rows: list[dict], head: dict) -> None:
+    for rank, row in enumerate(rows):
+        for k, v in head.items():
+            columns[k].append(v)
+        columns["gpu"].append(row["gpu"])
+        columns["rank"].append(rank)
+        for k in _POINT:
+            columns[k].append(row[k])
+
+
+def write_model(ev: Evaluation, grid_path, gpu_root, staging: Path, slug: str, write) -> dict:
+    """Evaluate and write ``fronts/model=<slug>/part.parquet`` and ``sizing/model=<slug>/part.parquet``
+    under ``staging`` (``write(columns, schema, path)`` writes one Parquet file). Always writes both,
+    empty without a ``sizing:`` block, so a model's files are the same set for every grid. Returns
+    row counts and seconds."""
+    started = time.perf_counter()
+    from engine.build import finite
+    fronts, sizing = evaluate_model(ev, grid_path, gpu_root)
+    finite.check_tables(ev.model, {"fronts": fronts, "sizing": sizing})
+    for table, columns, schema in (("fronts", fronts, FRONTS_SCHEMA), ("sizing", sizing, SIZING_SCHEMA)):
+        folder = Path(staging) / table / f"model={slug}"
+        folder.mkdir(parents=True, exist_ok=True)
+        write(columns, schema, folder / "part.parquet")
+    return {"fronts": len(fronts["model_id"]), "sizing": len(sizing["model_id"]),
+            "sizing_seconds": round(time.perf_counter() - started, 3)}
+
+
+def check(grid_path, gpus: dict, model_ids=None) -> None:
+    """Fail early (before any model is evaluated) on a bad ``sizing:`` block, an unknown GPU in it,
+    or a model id that is not in the corpus (``model_ids``)."""
+    from engine.build.grid import DEFAULT
+    spec = load_sizing(grid_path)
+    if spec is None:
+        return
+    path = Path(grid_path) if grid_path else DEFAULT
+    reader = Reader(path, path.parent.parent)
+    known = {k.lower() for k in gpus}
+    for name in spec.gpus:
+        if name.lower() not in known:
+            raise SpecError(reader.where(reader.data["sizing"], "sizing.gpus", "gpus"), f"unknown GPU {name!r}",
+                            "known: " + ", ".join(sorted(gpus)))
+    unknown = [m for m in (spec.models or ()) if model_ids is not None and m not in model_ids]
+    if unknown:
+        raise SpecError(reader.where(reader.data["sizing"], "sizing.models", "models"),
+                        f"{unknown[0]!r} is not a model of the corpus",
+                        "write the Hugging Face id a spec of corpus/models/ declares (archledger list)")

@@ -1,0 +1,89 @@
+"""The sizing page of a model: ``/models/<org--name>/sizing/``, from the build's fronts and sizing tables.
+
+Layer: site_builder (reads build/results only; computes no cost). The page shows, per sizing
+scenario, the throughput-per-GPU vs tokens/s-per-user chart (one line per GPU type: the Pareto
+front ``archledger plan`` prints) and a form answering "how many GPUs of which kind within TTFT <=
+a and TPOT <= b". The form selects rows: the lowest-``rank`` row of ``sizing.parquet`` whose
+``ttft_s`` and ``tpot_s`` are within the bounds is plan's cheapest point for that GPU type
+(engine/build/fronts.py states why). Values are written at full precision (JSON floats round-trip),
+so the page's comparisons are the engine's.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from site_builder import charts
+
+#: Columns of the page's rows (one list per point, in rank order, under a "framework/kv_dtype/input/output/gpu" key).
+SIZING_COLUMNS = ["config", "n_gpus", "batch", "ttft_s", "tpot_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user"]
+FRONT_COLUMNS = SIZING_COLUMNS + ["max_concurrent_requests"]
+#: Front points drawn per line: the chart needs no more (evenly spaced by rank, both ends kept, as
+#: `archledger plan` thins its text); fronts.parquet has every point.
+FRONT_SHOWN = 120
+_GROUP = ["framework", "kv_dtype", "input_len", "output_len", "gpu"]
+
+
+def _read(results_root: Path, table: str, name: str) -> pl.DataFrame | None:
+    path = Path(results_root) / table / f"model={name}" / "part.parquet"
+    return pl.read_parquet(path) if path.exists() else None
+
+
+def rows(path: Path) -> int:
+    """Rows of one fronts/sizing partition (a model outside the grid's sizing list has an empty one:
+    the downloads leave it out)."""
+    return pl.scan_parquet(path).select(pl.len()).collect().item()
+
+
+def _display(value):
+    """Four significant digits for what is only shown (the chart); the form's rows keep full precision."""
+    return float(f"{value:.4g}") if isinstance(value, float) else value
+
+
+def _thin(rows: list, n: int) -> list:
+    if len(rows) <= n:
+        return rows
+    step = (len(rows) - 1) / (n - 1)
+    return [rows[round(i * step)] for i in range(n)]
+
+
+def _groups(frame: pl.DataFrame, columns: list[str]) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for row in frame.sort(_GROUP + ["rank"]).iter_rows(named=True):
+        key = "/".join(str(row[k]) for k in _GROUP)
+        out.setdefault(key, []).append([row[c] for c in columns])
+    return out
+
+
+def page_data(results_root: Path, name: str) -> dict | None:
+    """The sizing page's data for one model (``name``: its slug), or None when the build wrote no
+    sizing rows for it (a grid without a ``sizing:`` block, or no config served). ``sizing`` and
+    ``front`` map "framework/kv_dtype/input/output/gpu" to rows of :data:`SIZING_COLUMNS` /
+    :data:`FRONT_COLUMNS`, in rank order: the first sizing row within both bounds is plan's answer."""
+    sizing, front = _read(results_root, "sizing", name), _read(results_root, "fronts", name)
+    if sizing is None or front is None or not sizing.height:
+        return None
+    scenarios = (sizing.select(["input_len", "output_len", "extrapolated", "max_gpus"]).unique(maintain_order=True)
+                 .sort(["input_len", "output_len"]).to_dicts())
+    shown = {k: [[_display(v) for v in r] for r in _thin(rows, FRONT_SHOWN)]
+             for k, rows in _groups(front, FRONT_COLUMNS).items()}
+    return {
+        "gpus": list(dict.fromkeys(sizing["gpu"])),       # the build's order (the grid's sizing.gpus)
+        "frameworks": list(dict.fromkeys(sizing["framework"])), "kv_dtypes": list(dict.fromkeys(sizing["kv_dtype"])),
+        "scenarios": scenarios, "columns": {"sizing": SIZING_COLUMNS, "front": FRONT_COLUMNS},
+        "sizing": _groups(sizing, SIZING_COLUMNS), "front": shown,
+    }
+
+
+def render(site, results_root: Path, model_id: str, name: str, doc: dict) -> bool:
+    """Write ``data/sizing/<name>.json`` and the page; False (nothing written) without sizing rows."""
+    data = page_data(results_root, name)
+    if data is None:
+        return False
+    site.file(f"data/sizing/{name}.json", json.dumps(data, separators=(",", ":"), allow_nan=False))
+    site.page(f"models/{name}/sizing", "sizing.html", f"{doc['name']} sizing",
+              {"page": "sizing", "slug": name, "model_id": model_id, "specs": {"front": charts.front_spec()}},
+              doc=doc, slug=name, sizing=data)
+    return True

@@ -1,0 +1,123 @@
+"""The sizing page in headless Chromium: the form answers as ``archledger plan --json`` (same config,
+GPU count and batch per GPU type, and the same overall answer), the throughput/interactivity chart
+has one line per GPU type with a legend, and the build records the fronts and sizing partitions."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from engine.cli import main
+from tests.site_helpers import build_small_site, served
+from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL, SLUG = "Llama-3.1-8B", "meta-llama--Meta-Llama-3.1-8B"
+GPUS, MAX_GPUS = ["H100", "B200"], 2
+SCENARIOS = [(2048, 256), (1024, 128)]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    grid = yaml.safe_load((REPO / "tests" / "data" / "grid_tiny.yaml").read_text())
+    grid["sizing"] = {"scenarios": [{"input": i, "output": o} for i, o in SCENARIOS], "gpus": GPUS,
+                      "frameworks": ["vllm"], "kv_dtypes": ["bf16"], "max_gpus": MAX_GPUS}
+    return build_small_site(tmp_path_factory.mktemp("sizing-site"), grid, [MODEL])
+
+
+@pytest.fixture(scope="module")
+def base(built):
+    yield from served(built / "site")
+
+
+def _plan(capsys, inp: int, out: int, ttft: float, tpot: float) -> dict:
+    args = ["plan", MODEL, "--input", str(inp), "--output", str(out), "--ttft", repr(ttft), "--tpot", repr(tpot),
+            "--max-gpus", str(MAX_GPUS), "--top", "1", "--json"]
+    for g in GPUS:
+        args += ["--gpu", g]
+    main(args)
+    return json.loads(capsys.readouterr().out)
+
+
+def _form(page) -> dict:
+    answer = page.locator("#sizing-answer")
+    rows = {}
+    for tr in page.locator("#sizing-table tbody tr").all():
+        cells = [c.inner_text() for c in tr.locator("td").all()]
+        rows[cells[0]] = cells
+    return {"answer": {k: answer.get_attribute(f"data-{k}") for k in ("gpu", "config", "n-gpus", "batch")},
+            "rows": rows}
+
+
+@pytest.mark.parametrize("scenario, ttft, tpot_ms", [(SCENARIOS[0], 2.0, 50.0), (SCENARIOS[0], 0.25, 8.0),
+                                                     (SCENARIOS[1], 0.1, 12.5)])
+def test_form_gives_plans_answer(browser, base, capsys, scenario, ttft, tpot_ms):
+    inp, out = scenario
+    plan = _plan(capsys, inp, out, ttft, tpot_ms / 1000)
+    tab = _open(browser)
+    try:
+        tab.goto(f"{base}/models/{SLUG}/sizing/?scenario={inp}/{out}&ttft={ttft}&tpot={tpot_ms}")
+        tab.page.wait_for_function("document.querySelectorAll('#sizing-table tbody tr').length > 0")
+        got = _form(tab.page)
+        assert not tab.errors and not tab.blocked
+    finally:
+        tab.context.close()
+    assert set(got["rows"]) == set(GPUS)
+    for g in plan["gpus"]:
+        cells = got["rows"][g["gpu"]]
+        if not g["cheapest"]:
+            assert "no config" in cells[1]
+            continue
+        want = g["cheapest"][0]
+        assert (cells[2], int(cells[1]), int(cells[3])) == (want["config"], want["n_gpus"], want["batch"]), g["gpu"]
+    a = plan["answer"]
+    expected = {"gpu": a["gpu"], "config": a["config"], "n-gpus": str(a["n_gpus"]), "batch": str(a["batch"])} if a \
+        else {"gpu": "", "config": "", "n-gpus": "", "batch": ""}
+    assert got["answer"] == expected
+
+
+def test_front_chart_has_one_line_per_gpu_type_and_a_legend(browser, base, built):
+    tab = _open(browser)
+    try:
+        tab.goto(f"{base}/models/{SLUG}/sizing/")
+        tab.page.wait_for_selector("#chart-front svg .mark-line path")
+        lines = tab.page.locator("#chart-front svg .mark-line path").count()
+        legend = tab.page.eval_on_selector_all("#chart-front svg .role-legend-label text",
+                                               "els => els.map(e => e.textContent.trim())")
+        # unchecking a GPU type drops its line
+        tab.page.uncheck("input[name=gpu][value=B200]")
+        tab.page.wait_for_function("document.querySelectorAll('#chart-front svg .mark-line path').length === 1")
+        assert not tab.errors
+    finally:
+        tab.context.close()
+    assert lines == len(GPUS) and sorted(legend) == sorted(GPUS)
+
+
+def test_deploy_page_links_the_sizing_page_and_results_record_the_tables(built):
+    deploy = (built / "site" / "models" / SLUG / "deploy" / "index.html").read_text()
+    assert f'models/{SLUG}/sizing/"' in deploy
+    manifest = json.loads((built / "results" / "manifest.json").read_text())
+    entry = manifest["models"]["meta-llama/Meta-Llama-3.1-8B"]
+    for table in ("fronts", "sizing"):
+        rel = f"{table}/model={SLUG}/part.parquet"
+        assert rel in entry["files"]
+        frame = pl.read_parquet(built / "results" / rel)
+        assert frame.height == entry[table] > 0
+        assert set(frame["gpu"]) == set(GPUS)
+        assert set(zip(frame["input_len"], frame["output_len"])) == set(SCENARIOS)
+
+
+def test_rebuild_with_nothing_changed_carries_the_sizing_tables(built):
+    from engine.build.results import build
+    from engine.spec.corpus import load_corpus
+    from site_builder.render import render_staged
+
+    files = {t: (built / "results" / t / f"model={SLUG}" / "part.parquet").read_bytes() for t in ("fronts", "sizing")}
+    again = build(load_corpus(), built, [MODEL], built / "grid.yaml", jobs=1, site=render_staged)
+    assert again.recomputed == [] and again.reused == ["meta-llama/Meta-Llama-3.1-8B"]
+    for t, data in files.items():
+        assert (built / "results" / t / f"model={SLUG}" / "part.parquet").read_bytes() == data
+    assert (built / "site" / "data" / "sizing" / f"{SLUG}.json").exists()
