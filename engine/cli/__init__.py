@@ -56,13 +56,14 @@ def common_options(corpus: bool = True, out: bool = True) -> argparse.ArgumentPa
 
 def add_commands(sub) -> dict[str, argparse.ArgumentParser]:
     """Register the engine's commands on ``sub``; returns them by name (the site half adds more)."""
-    from engine.cli import bench, build, deploy, plan, show, verify
+    from engine.cli import bench, build, deploy, edit, plan, show, verify
     parents = [common_options(out=False)]
     commands = show.add_parsers(sub, parents)
     verify.add_parsers(sub, parents)
     commands["bench"] = bench.add_parser(sub, parents)
     deploy.add_parser(sub, parents)
     plan.add_parser(sub, parents)
+    edit.add_parser(sub, parents)
     commands["build"] = build.add_parser(sub, [common_options()])
     return commands
 

@@ -160,7 +160,8 @@ def resolve(corpus: "Corpus", name: str, base: str, swaps: list[Swap], binds: li
         targets = _targets(corpus, base_spec, swap)
         for template in targets:
             old = templates[template]
-            new = _with_slot(old, swap.slot, swap.fill)
+            new = _with_slot(old, swap.slot, _inherit(swap.fill, component,
+                                                      slots_reached(corpus, base_spec, old)[swap.slot]))
             if swap.when is None:
                 templates[template] = new
                 changed[template] = template
@@ -272,6 +273,13 @@ def _targets(corpus: "Corpus", model: ModelSpec, swap: Swap) -> tuple[str, ...]:
         raise SpecError(swap.where.at("slot"), f"no template of {model.model_id} has a slot {swap.slot!r}",
                         "slots: " + ", ".join(sorted({s for r in reach.values() for s in r})))
     return targets
+
+
+def _inherit(fill: Fill, component: ComponentSpec, replaced: Fill) -> Fill:
+    """The new fill keeps the options of the fill it replaces that its component also declares and
+    the swap does not set (``rope_theta: rope_theta`` from MLA to DSA): the same model settings."""
+    kept = {k: v for k, v in replaced.options.items() if k in component.options and k not in fill.options}
+    return replace(fill, options={**kept, **fill.options}) if kept else fill
 
 
 def _with_slot(fill: Fill, slot: str, new: Fill) -> Fill:
