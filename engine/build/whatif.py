@@ -4,8 +4,8 @@ Layer: engine.build. Both sides are evaluated by the same walk (:func:`engine.ap
 and deployed by the same planner (:func:`engine.deploy.plan`) on one GPU, parallel config and
 scenario, so every difference is the swap's. What is compared (:data:`METRICS`): parameters, stored
 weight bytes, KV bytes per token of context and per request at ``context`` tokens, the prefill of a
-``context``-token prompt in one step (FLOPs, SOL time) and one decode step at ``context`` (bytes
-read, SOL time). A layer group is a layer template's layers (``layers[moe]``); a swap limited to
+``context``-token prompt in one step (the whole model's FLOPs, SOL time) and one decode step at
+``context`` (bytes one GPU reads, SOL time). A layer group is a layer template's layers (``layers[moe]``); a swap limited to
 some layers gives a new group (``layers[block_gated_deltanet]``) whose old side is empty.
 
 ``archledger edit`` prints this; the build writes it beside the variant's results for the site.
@@ -16,11 +16,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import sympy
+
 from engine.deploy import Options, Scenario, plan
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import ParallelConfig
-from engine.spec import kv, quantities, storage
+from engine.spec import expr, formula_tree, kv, quantities, symbols
 from engine.spec import variants as variant_rules
 from engine.spec.api import Evaluation, evaluate_spec
 from engine.spec.corpus import Corpus
@@ -35,7 +37,7 @@ METRICS = (
     ("kv_bytes_per_request", "KV per request", "B"),
     ("prefill_flops", "prefill FLOPs", ""),
     ("prefill_sol_s", "prefill SOL", "s"),
-    ("decode_bytes", "decode bytes read", "B"),
+    ("decode_bytes", "decode bytes/GPU", "B"),
     ("decode_sol_s", "decode SOL", "s"),
 )
 _CLI = Where("<command line>")
@@ -92,6 +94,8 @@ def _side(ev: Evaluation, gpu: GPU, config: ParallelConfig, setting: Setting) ->
     scenario = Scenario(batch=setting.batch, input_len=setting.context, output_len=0)
     deployment = plan(ev, gpu, config, options, tables.get(setting.framework), scenario).at(scenario)
     a = ev.numeric
+    point = {symbols.dim(symbols.BATCH): setting.batch, symbols.dim(symbols.SEQ): setting.context,
+             symbols.dim(symbols.CTX): setting.context}
     groups = {uid: c for uid, c in a.components.items() if c.template and c.stack == "main"}
     tensors = [t for t in ev.tensors() if t.stack == "main"]
 
@@ -105,6 +109,7 @@ def _side(ev: Evaluation, gpu: GPU, config: ParallelConfig, setting: Setting) ->
         per_request = sum(float(kv.entry_bytes_per_request(c, setting.context, setting.kv_dtype)) for c in caches)
         rows = [r for r in a.rows.values() if r.stack == "main" and "prefill" in r.phases and not r.shares
                 and mine(r.uid)]
+        flops = sum((r.flops * r.repeat for r in quantities.phase_rows(a, "prefill") if mine(r.uid)), sympy.Integer(0))
         prefill = [r for r in deployment.ops["prefill"] if mine(r["op_uid"])]
         decode = [r for r in deployment.ops["decode"] if mine(r["op_uid"])]
         out = {
@@ -112,7 +117,7 @@ def _side(ev: Evaluation, gpu: GPU, config: ParallelConfig, setting: Setting) ->
             "weight_bytes": float(sum(t.total_bytes for t in tensors if mine(t.uid))),
             "kv_bytes_per_token": per_token,
             "kv_bytes_per_request": per_request,
-            "prefill_flops": sum(r["flops"] for r in prefill),
+            "prefill_flops": float(flops.subs(point)),      # the whole model's, not one GPU's
             "prefill_sol_s": sum(r["t_sol_s"] for r in prefill),
             "decode_bytes": sum(r["bytes"] for r in decode),
             "decode_sol_s": sum(r["t_sol_s"] for r in decode),
@@ -120,7 +125,6 @@ def _side(ev: Evaluation, gpu: GPU, config: ParallelConfig, setting: Setting) ->
         if prefix is None:   # the whole model: the planner's own totals (step time, not a sum of ops)
             out["prefill_sol_s"] = deployment.summary["ttft_s"]
             out["decode_sol_s"] = deployment.summary["tpot_s"]
-            out["prefill_flops"] = deployment.phases["prefill"]["flops"]
             out["decode_bytes"] = deployment.phases["decode"]["bytes"]
         return out
 
@@ -244,3 +248,129 @@ def variant_yaml(variant: variant_rules.ModelVariant) -> dict[str, Any]:
     if variant.binds:
         out["bind"] = {b.dim: {"value": b.value, "src": b.src} for b in variant.binds}
     return out
+
+
+# -- the playground's data (results/variants.json) -------------------------------------------------
+
+#: Where the playground's build-time comparison is deployed (the page recomputes the spec-level
+#: numbers at any context; SOL times are the planner's at this setting).
+PLAYGROUND = {"gpu": "H200", "context": 32768, "batch": 1, "framework": "vllm", "kv_dtype": "bf16"}
+#: The numbers the page recomputes as dims change: key -> (label, unit).
+RECOMPUTED = {
+    "params": ("params", ""), "params_active": ("active params", ""), "weight_bytes": ("weight bytes", "B"),
+    "kv_bytes_per_token": ("KV per token", "B"), "kv_bytes_per_request": ("KV per request", "B"),
+    "prefill_flops": ("prefill FLOPs", ""), "decode_flops": ("decode FLOPs per token", ""),
+}
+
+
+def formulas(ev: Evaluation, kv_dtype: str = "bf16") -> dict[str, sympy.Expr]:
+    """The whole model's spec-level numbers as formulas over its dims, the layer-group counts and
+    the scenario (``batch``; ``seq`` = ``ctx`` = ``length`` = the context; decode at one new token)."""
+    a = ev.symbolic
+    seq = symbols.dim(symbols.SEQ)
+    return {
+        "params": quantities.params_total(a),
+        "params_active": quantities.params_active(a),
+        "weight_bytes": sum((t.total_bytes for t in ev.tensors("symbolic") if t.stack == "main"), sympy.Integer(0)),
+        "kv_bytes_per_token": kv.growing_bytes_per_token(a, kv_dtype),
+        "kv_bytes_per_request": kv.bytes_per_request(a, None, kv_dtype),
+        "prefill_flops": quantities.flops(a, "prefill"),
+        "decode_flops": quantities.flops(a, "decode").subs(seq, 1),
+    }
+
+
+def environment(ev: Evaluation, context: int, batch: int = 1) -> dict[str, float]:
+    """Every symbol of :func:`formulas` bound: the dims' and group counts' values, the scenario."""
+    env = {k: int(v) for k, v in ev.bound.items()}
+    env.update({symbols.BATCH: batch, symbols.SEQ: context, symbols.CTX: context, symbols.LENGTH: context})
+    return env
+
+
+def component_dims(corpus: Corpus) -> dict[str, dict[str, list[dict]]]:
+    """Component -> dim -> the corpus models whose layers use that component and the value each
+    binds the dim to (the playground's pre-fill, each value with its model as the source)."""
+    from engine.spec.evaluate import Binding, Walker
+    out: dict[str, dict[str, list[dict]]] = {}
+    needs: dict[str, set[str]] = {}
+    skip = {"hidden", *symbols.SCENARIO_DIMS}     # every model binds these: no suggestion to make
+    for model in corpus.models.values():
+        used = {f.component for t in model.templates.values()
+                for f in [t, *variant_rules.slots_reached(corpus, model, t).values()]}
+        try:
+            bound = Walker(corpus, model, Binding("numeric")).model_dims()
+        except SpecError:      # a model whose dims do not bind suggests nothing
+            continue
+        for component in used:
+            if component not in needs:
+                needs[component] = variant_rules.required_dims(corpus, corpus.components[component], {}) \
+                    if component in corpus.components else set()
+            for dim, value in bound.items():
+                if dim not in needs[component] or dim in skip:
+                    continue
+                out.setdefault(component, {}).setdefault(dim, []).append(
+                    {"model": model.model_id, "value": int(value)})
+    return out
+
+
+def playground_entry(corpus: Corpus, variant: variant_rules.ModelVariant, gpus, used: dict) -> dict[str, Any]:
+    """One variant's page data: the build-time comparison (:func:`compare`), both sides' formula
+    trees and environments, and each binding with its meaning, source and the corpus models using
+    the same component (their values as alternatives)."""
+    from engine.deploy.hardware import find_gpu
+    old_ev = evaluate_spec(corpus, corpus.models[variant.base])
+    new_ev = evaluate_spec(corpus, variant.spec)
+    gpu = find_gpu(gpus, PLAYGROUND["gpu"])
+    setting = Setting(gpu, default_config([old_ev, new_ev], gpu), PLAYGROUND["framework"], PLAYGROUND["kv_dtype"],
+                      PLAYGROUND["batch"], PLAYGROUND["context"])
+    comparison = compare(corpus, variant, setting)
+    trees = {side: {k: formula_tree.to_tree(f) for k, f in formulas(ev, setting.kv_dtype).items()}
+             for side, ev in (("old", old_ev), ("new", new_ev))}
+    symbolic = {k: v for k, v in new_ev.symbolic.values.items()}
+    binds = []
+    for b in variant.binds:
+        derived = isinstance(b.value, str)
+        tree = formula_tree.to_tree(expr.evaluate(b.value, expr.Scope(symbolic))) if derived else None
+        comp = next((s.fill.component for s in variant.swaps), "")
+        binds.append({"dim": b.dim, "value": int(new_ev.bound[b.dim]), "expression": b.value if derived else None,
+                      "tree": tree, "src": b.src, "doc": corpus.dims[b.dim].doc,
+                      "used_by": used.get(comp, {}).get(b.dim, [])})
+    return {**comparison, "display_name": variant.display_name, "notes": variant.notes,
+            "base_name": corpus.models[variant.base].display_name,
+            "file": variant.where.file, "bind_list": binds, "formulas": trees,
+            "env": {"old": environment(old_ev, setting.context), "new": environment(new_ev, setting.context)},
+            "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
+
+
+def catalog(corpus: Corpus) -> dict[str, Any]:
+    """Per corpus model: each slot its layer templates reach, what fills it now, and the library
+    components that fit the slot's contract (what the playground offers), each with the dims it
+    needs that the model does not bind (their corpus values: :func:`component_dims`)."""
+    out = {}
+    skip = set(symbols.SCENARIO_DIMS)
+    needs = {n: variant_rules.required_dims(corpus, c, {}) for n, c in corpus.components.items()}
+    for model in corpus.models.values():
+        slots: dict[str, dict] = {}
+        for template, fill in model.templates.items():
+            for slot, current in variant_rules.slots_reached(corpus, model, fill).items():
+                contract = corpus.slot_contracts.get(slot)
+                fits = sorted(n for n, c in corpus.components.items()
+                              if contract and c.role in contract.roles and len(c.inputs) == contract.inputs)
+                entry = slots.setdefault(slot, {"templates": [], "current": [], "fits": {
+                    n: [d for d in sorted(needs[n]) if d in corpus.dims and d not in model.dims and d not in skip]
+                    for n in fits}})
+                entry["templates"].append(template)
+                if current.component not in entry["current"]:
+                    entry["current"].append(current.component)
+        out[model.model_id] = {"name": model.display_name, "slots": slots}
+    return out
+
+
+def playground_document(corpus: Corpus, gpus, chosen: list | None = None) -> dict[str, Any]:
+    """``results/variants.json``: the variants' page data (``chosen``, default all) and the slot catalog."""
+    chosen = list(corpus.variants.values()) if chosen is None else chosen
+    used = component_dims(corpus)
+    return {"label": variant_rules.LABEL, "setting": PLAYGROUND,
+            "variants": [playground_entry(corpus, v, gpus, used) for v in chosen],
+            "catalog": catalog(corpus), "used": used,
+            "dims": {d: corpus.dims[d].doc for d in sorted({d for c in used.values() for d in c})},
+            "contracts": {n: {"roles": list(c.roles), "doc": c.doc} for n, c in corpus.slot_contracts.items()}}
