@@ -167,3 +167,12 @@ def test_variant_text_is_never_evaluated(tmp_path, corpus):
 def test_file_name_must_match(tmp_path, corpus):
     with pytest.raises(SpecError, match=re.escape("name the file corpus/variants/y.yaml")):
         _write(tmp_path, corpus, "variant: y\nbase: Qwen/Qwen3-32B\nswaps: [{slot: ffn, component: moe}]\n")
+
+
+def test_variants_columns_are_documented():
+    from engine.build.results import MODELS_SCHEMA, VARIANTS_SCHEMA
+    from tests.conftest import REPO
+    doc = (REPO / "docs" / "results.md").read_text()
+    for name, (dtype, text) in VARIANTS_SCHEMA.items():
+        if name not in MODELS_SCHEMA:
+            assert f"| `{name}` | {dtype} | {text} |" in doc, name

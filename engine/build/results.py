@@ -358,10 +358,11 @@ def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_
         for name in ("variants.json", "variants.parquet"):
             shutil.copy2(final / name, staging / name)
         return
-    doc = {"hash": digest, **whatif.playground_document(corpus, load_gpus(gpu_root), chosen)}
+    evaluations: dict = {}
+    doc = {"hash": digest, **whatif.playground_document(corpus, load_gpus(gpu_root), chosen, evaluations)}
     rows = []
     for v in chosen:
-        row = model_row(evaluate_spec(corpus, v.spec), digest)
+        row = model_row(evaluations[v.name], digest)
         row.update({"verified": False, "verified_against": variant_rules.LABEL, "variant_of": v.base,
                     "label": variant_rules.LABEL, "swaps": [whatif.swap_text(s) for s in v.swaps]})
         rows.append(row)

@@ -76,7 +76,7 @@ def default_config(evs: list[Evaluation], gpu: GPU, hbm_fraction: float = 0.9) -
     """The fewest GPUs (tp 1, 2, 4, 8, then pipeline stages of 8) holding the larger side's weights
     in ``hbm_fraction`` of HBM with a fifth of it left for KV and activations; MoE models put their
     experts on ep = tp."""
-    need = max(float(ev.overview()["checkpoint_bytes"].value) for ev in evs) * 1.25
+    need = max(float(sum(t.total_bytes for t in ev.tensors())) for ev in evs) * 1.25
     moe = any("n_experts" in ev.bound for ev in evs)
     per_gpu = gpu.hbm_bytes * hbm_fraction
     for tp, pp in [(1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]:
@@ -133,10 +133,12 @@ def _side(ev: Evaluation, gpu: GPU, config: ParallelConfig, setting: Setting) ->
                        for uid, c in groups.items()}}
 
 
-def compare(corpus: Corpus, variant: variant_rules.ModelVariant, setting: Setting) -> dict[str, Any]:
-    """Old -> new for every metric, whole model and per layer group (JSON-ready)."""
-    old_ev = evaluate_spec(corpus, corpus.models[variant.base])
-    new_ev = evaluate_spec(corpus, variant.spec)
+def compare(corpus: Corpus, variant: variant_rules.ModelVariant, setting: Setting,
+            old_ev: Evaluation | None = None, new_ev: Evaluation | None = None) -> dict[str, Any]:
+    """Old -> new for every metric, whole model and per layer group (JSON-ready); the two
+    evaluations are made here unless given."""
+    old_ev = old_ev or evaluate_spec(corpus, corpus.models[variant.base])
+    new_ev = new_ev or evaluate_spec(corpus, variant.spec)
     old = _side(old_ev, setting.gpu, setting.config, setting)
     new = _side(new_ev, setting.gpu, setting.config, setting)
     groups = []
@@ -312,7 +314,8 @@ def component_dims(corpus: Corpus) -> dict[str, dict[str, list[dict]]]:
     return out
 
 
-def playground_entry(corpus: Corpus, variant: variant_rules.ModelVariant, gpus, used: dict) -> dict[str, Any]:
+def playground_entry(corpus: Corpus, variant: variant_rules.ModelVariant, gpus, used: dict,
+                     evaluations: dict | None = None) -> dict[str, Any]:
     """One variant's page data: the build-time comparison (:func:`compare`), both sides' formula
     trees and environments, and each binding with its meaning, source and the corpus models using
     the same component (their values as alternatives)."""
@@ -322,7 +325,9 @@ def playground_entry(corpus: Corpus, variant: variant_rules.ModelVariant, gpus, 
     gpu = find_gpu(gpus, PLAYGROUND["gpu"])
     setting = Setting(gpu, default_config([old_ev, new_ev], gpu), PLAYGROUND["framework"], PLAYGROUND["kv_dtype"],
                       PLAYGROUND["batch"], PLAYGROUND["context"])
-    comparison = compare(corpus, variant, setting)
+    comparison = compare(corpus, variant, setting, old_ev, new_ev)
+    if evaluations is not None:
+        evaluations[variant.name] = new_ev
     trees = {side: {k: formula_tree.to_tree(f) for k, f in formulas(ev, setting.kv_dtype).items()}
              for side, ev in (("old", old_ev), ("new", new_ev))}
     symbolic = {k: v for k, v in new_ev.symbolic.values.items()}
@@ -365,12 +370,13 @@ def catalog(corpus: Corpus) -> dict[str, Any]:
     return out
 
 
-def playground_document(corpus: Corpus, gpus, chosen: list | None = None) -> dict[str, Any]:
-    """``results/variants.json``: the variants' page data (``chosen``, default all) and the slot catalog."""
+def playground_document(corpus: Corpus, gpus, chosen: list | None = None, evaluations: dict | None = None) -> dict[str, Any]:
+    """``results/variants.json``: the variants' page data (``chosen``, default all) and the slot
+    catalog; ``evaluations`` (if given) receives each variant's evaluation by name."""
     chosen = list(corpus.variants.values()) if chosen is None else chosen
     used = component_dims(corpus)
     return {"label": variant_rules.LABEL, "setting": PLAYGROUND,
-            "variants": [playground_entry(corpus, v, gpus, used) for v in chosen],
+            "variants": [playground_entry(corpus, v, gpus, used, evaluations) for v in chosen],
             "catalog": catalog(corpus), "used": used,
             "dims": {d: corpus.dims[d].doc for d in sorted({d for c in used.values() for d in c})},
             "contracts": {n: {"roles": list(c.roles), "doc": c.doc} for n, c in corpus.slot_contracts.items()}}
