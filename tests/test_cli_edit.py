@@ -68,3 +68,14 @@ def test_edit_incompatible_swap_says_why(capsys):
     assert "has no layer template 'moe'" in capsys.readouterr().err
     assert main(["edit", "Qwen3-32B", "--swap", "attention"]) == 2
     assert "is not a swap" in capsys.readouterr().err
+
+
+def test_a_variant_deploys_with_the_same_planner(capsys):
+    """`deploy` takes what-if/<name>: 16 GQA layers of KV per token instead of 64 (8 KV heads of 128, BF16)."""
+    args = ["deploy", "what-if/Qwen3-32B-GDN", "--gpu", "H100", "--tp", "2", "--input", "8191", "--output", "1", "--json"]
+    assert main(args) == 0
+    s = json.loads(capsys.readouterr().out)["deployment"]
+    c = hf_config("Qwen/Qwen3-32B")
+    assert s["model_id"] == "what-if/Qwen3-32B-GDN"
+    assert s["kv_growing_bytes_per_request"] == 8192 * 16 * 2 * c["num_key_value_heads"] * c["head_dim"] * 2
+    assert s["kv_state_bytes_per_request"] > 0 and s["fits"]
