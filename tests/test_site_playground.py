@@ -18,6 +18,7 @@ from engine.api import evaluate_spec
 from engine.build import whatif
 from engine.spec import formula_tree, kv, quantities, symbols
 from engine.spec import variants as variant_rules
+from engine.spec.corpus import load_corpus
 from site_builder.render import REPO
 from tests.site_helpers import build_small_site, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
@@ -113,3 +114,17 @@ def test_dsa_formula_trees_equal_the_walk(corpus):
         want = engine_numbers(corpus, "DeepSeek-V3-DSA", dims, context)
         for key, tree in trees.items():
             assert formula_tree.evaluate(tree, env) == pytest.approx(want[key], rel=1e-12), (dims, key)
+
+
+def test_contract_compares_the_gated_and_k_eq_v_mixers(out):
+    """Every attention mixer of the library is under the contract: Qwen3.5's gated GQA and Gemma 4's
+    K = V GQA by hand at hidden 4096, 32 query and 8 KV heads of 128 (BF16 KV: keys and values cached)."""
+    h, q, kvh, d = 4096, 32, 8, 128
+    rows = {v["id"]: v for v in json.loads((out / "results" / "contracts.json").read_text())["attention"]["variants"]}
+    gated = 2 * q * d * h + 2 * kvh * d * h + q * d * h + 2 * d        # q (+ gate), k, v, o, q/k norms
+    k_eq_v = q * d * h + kvh * d * h + q * d * h + 2 * d                # no v_proj; v_norm has no scale
+    assert (rows["gated"]["params"]["value"], rows["gqa_kv"]["params"]["value"]) == (gated, k_eq_v)
+    for name in ("gated", "gqa_kv"):
+        assert rows[name]["kv_bytes_per_token"]["value"] == 2 * kvh * d * 2
+    library = {n for n, c in load_corpus().components.items() if c.role == "attention"}
+    assert library <= {v["component"] for v in rows.values()}
