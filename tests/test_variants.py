@@ -176,3 +176,16 @@ def test_variants_columns_are_documented():
     for name, (dtype, text) in VARIANTS_SCHEMA.items():
         if name not in MODELS_SCHEMA:
             assert f"| `{name}` | {dtype} | {text} |" in doc, name
+
+
+def test_swap_in_some_layers_of_a_pattern_schedule(corpus):
+    """Nemotron-H's per-layer string: Mamba2 layers among the first ten take GDN, the rest keep Mamba2."""
+    pattern = hf_config("nvidia/Nemotron-H-56B-Base-8K")["hybrid_override_pattern"]
+    swap = variant_rules.Swap("mixer", ("mamba",), Fill("gated_deltanet", Where("t")), Where("t"), "layer < 10")
+    binds = [variant_rules.Bind(d, v, "test", Where("t")) for d, v in
+             (("lin_k_heads", 16), ("lin_v_heads", 48), ("lin_dk", 128), ("lin_dv", 128), ("lin_conv_dim", 10240))]
+    v = variant_rules.resolve(corpus, "t", "nvidia/Nemotron-H-56B-Base-8K", [swap], binds, Where("t"))
+    groups = {r.template: r.layers for r in evaluate_spec(corpus, v.spec).numeric.components.values() if r.template}
+    assert groups["mamba_gated_deltanet"] == tuple(i for i, c in enumerate(pattern[:10]) if c == "M")
+    assert groups["mamba"] == tuple(i for i, c in enumerate(pattern) if c == "M" and i >= 10)
+    assert groups["attention"] == tuple(i for i, c in enumerate(pattern) if c == "*")

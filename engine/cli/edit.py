@@ -47,7 +47,7 @@ def variant_from_args(args, corpus):
     """The variant the arguments name or build."""
     from engine.build import whatif
     from engine.spec import variants as variant_rules
-    from engine.spec.corpus import Reader
+    from engine.spec.corpus import Reader, check_name
     cli = Where("<command line>")
     if args.variant:
         if args.swap or args.bind:
@@ -61,6 +61,7 @@ def variant_from_args(args, corpus):
             raise SpecError(cli, f"no file {args.model}", "pass a corpus/variants/<name>.yaml file")
         if args.swap or args.bind:
             raise SpecError(cli.at("--swap"), "a variant file takes no --swap/--bind", "edit the file instead")
+        check_name(path.stem, cli, "variant file name", "my-variant.yaml")
         return variant_rules.load(Reader(path.resolve(), corpus.root), path.stem, corpus)
     if not args.swap:
         raise SpecError(cli.at("--swap"), "nothing to swap", "add --swap 'layers[TEMPLATES].SLOT=COMPONENT'")
@@ -69,6 +70,7 @@ def variant_from_args(args, corpus):
     binds = [whatif.parse_bind(corpus, text) for text in args.bind]
     name = args.name or re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{base.model_id.split('/')[-1]}-"
                                 + "-".join(s.fill.component for s in swaps)).strip("-.")
+    check_name(name, cli.at("--name"), "variant name", "--name V3-with-DSA")
     return variant_rules.resolve(corpus, name, base.model_id, swaps, binds, cli, name)
 
 

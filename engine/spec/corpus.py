@@ -763,6 +763,8 @@ def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = Fal
     corpus = Corpus(root, dims, roles, schemes, components, drafts, models, _load_slot_contracts(root, roles))
     found = {}
     for path in sorted((root / "variants").glob("*.yaml")):
+        # the name becomes the id what-if/<name>, a results partition and a page anchor
+        check_name(path.stem, Where(f"corpus/variants/{path.name}"), "variant file name", "DeepSeek-V3-DSA.yaml")
         found[path.stem] = variant_rules.load(Reader(path, root), path.stem, corpus)
     return replace(corpus, variants=found)
 
