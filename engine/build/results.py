@@ -349,10 +349,11 @@ def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_
                     {base / m.snapshot.where.file for m in corpus.models.values()}, key=str)
     chosen = [v for v in corpus.variants.values() if v.base in models]
     digest = _digest(files, (shared + "|" + ",".join(v.name for v in chosen)).encode())
-    try:
-        kept = json.loads((final / "variants.json").read_text()).get("hash") == digest \
-            and (final / "variants.parquet").is_file()
-    except (OSError, ValueError, AttributeError):
+    try:   # carried only when both files still match what the previous manifest recorded
+        records = json.loads((final / "manifest.json").read_text())["files"]
+        kept = json.loads((final / "variants.json").read_text()).get("hash") == digest and all(
+            publish.matches(final / name, records.get(name)) for name in ("variants.json", "variants.parquet"))
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
         kept = False
     if kept:
         for name in ("variants.json", "variants.parquet"):
