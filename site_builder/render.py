@@ -3,7 +3,8 @@
 Layer: site_builder. Pages (stable URLs): ``/`` gallery, ``/models/<org--name>/`` inspector,
 ``/models/<org--name>/deploy/`` deployments (state in the query string), ``/compare/?a=&b=``,
 ``/components/`` and ``/components/<name>/`` (with graph diffs under ``/components/diff/``),
-``/methodology/<page>/`` (Markdown, raw HTML off), ``/downloads/``. Client data under ``/data/``.
+``/methodology/<page>/`` (Markdown, raw HTML off), ``/playground/`` (what-if variants, never in
+the gallery), ``/downloads/``. Client data under ``/data/``.
 Templates are autoescaped; numbers arrive with their formula; nothing here evaluates a spec.
 """
 from __future__ import annotations
@@ -327,6 +328,7 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     groups += [("compare", whole, lambda: _compare(site, results)),
                ("landscape", whole, lambda: landscape.render(site, results, _csv)),
                ("components", whole, lambda: _components(site, results)),
+               ("playground", _playground_key(code, results), lambda: _playground(site, results)),
                ("methodology", _hash(code, docs), lambda: _methodology(site, dict(docs))),
                ("downloads", None, lambda: _downloads(site, results))]   # hard links to the results: always redone
     before = _previous_groups(previous)
@@ -582,6 +584,48 @@ def _components(site: Site, results: Results) -> None:
                     "and graph diffs between every pair.")
 
 
+def _playground_key(code: str, results: Results) -> str | None:
+    """The playground's inputs: the renderer and variants.json (the page reads nothing else but
+    the corpus models' documents for the graph diffs, whose inputs the manifest's models carry)."""
+    path = results.root / "variants.json"
+    if not path.exists():
+        return None
+    _, corpus_wide = _results_inputs(results)
+    return _hash(code, publish.file_digest(path), corpus_wide.get("models")) if corpus_wide else None
+
+
+def _playground(site: Site, results: Results) -> None:
+    """``/playground/``: the what-if variants (results/variants.json, never in the gallery), each
+    with its old -> new table recomputed in the browser from the exported formula trees as its
+    dims change (static/js/formula.js), the build-time comparison per layer group, and the graph
+    diff of the swapped mixer as the corpus instantiates both; plus the catalog of slots and the
+    library components fitting each."""
+    path = results.root / "variants.json"
+    doc = json.loads(path.read_text()) if path.exists() else {"variants": [], "catalog": {}, "used": {}, "dims": {}}
+    uses = _attention_instances(results)
+    for v in doc["variants"]:
+        v["slug"] = slug(v["model_id"])
+        v["rows"] = [("whole model", "", v["model"]["old"], v["model"]["new"])] + [
+            (g["group"], f"{g['layers_old']} -> {g['layers_new']}", g["old"], g["new"]) for g in v["groups"]]
+        base = doc["catalog"].get(v["variant_of"], {}).get("slots", {})
+        v["diffs"] = []
+        for swap in v["swaps"]:
+            slot, new = re.match(r".*\]\.(\w+)=(\w+)", swap).groups()
+            for old in base.get(slot, {}).get("current", []):
+                if old != new and old in uses and new in uses:
+                    ua, ub = uses[old][0], uses[new][0]
+                    union, status = diff_graphs(_short(graphs.level_graph(ua["doc"], ua["uid"])),
+                                                _short(graphs.level_graph(ub["doc"], ub["uid"])))
+                    v["diffs"].append({"a": old, "b": new, "a_in": ua["name"], "b_in": ub["name"],
+                                       "svg": render_svg(union, status=status, title=f"{old} vs {new}")})
+    data = {"page": "playground", "variants": [{k: v[k] for k in (
+        "variant", "display_name", "variant_of", "base_name", "swaps", "bind_list", "formulas", "env", "recomputed",
+        "setting")} for v in doc["variants"]], "catalog": doc["catalog"], "used": doc["used"], "dims": doc["dims"],
+        "names": {m: c["name"] for m, c in doc["catalog"].items()}}
+    site.page("playground", "playground.html", "Playground (what-if designs)", data, variants=doc["variants"],
+              setting=doc.get("setting", {}))
+
+
 def _short(graph: dict) -> dict:
     """Node ids by declared name (the last uid segment), so two components pair node by node."""
     rename = {n["id"]: n["id"].rsplit("/", 1)[-1] for n in graph["nodes"]}
@@ -618,6 +662,10 @@ def _downloads(site: Site, results: Results) -> None:
                 site.place(path, f"downloads/{path.relative_to(results.root).as_posix()}")
     items = [{"href": "models.parquet", "label": "models.parquet", "note": "one row per model"},
              {"href": "gallery.csv", "label": "gallery.csv", "note": "the gallery table"}]
+    if (results.root / "variants.parquet").exists():
+        site.place(results.root / "variants.parquet", "downloads/variants.parquet")
+        items.append({"href": "variants.parquet", "label": "variants.parquet",
+                      "note": "one row per what-if variant (variant_of, label what-if; never verified)"})
     if (results.root / "contracts.json").exists():
         site.place(results.root / "contracts.json", "downloads/contracts.json")
         contracts = json.loads((results.root / "contracts.json").read_text())

@@ -59,6 +59,9 @@ def _checkout(tmp_path: Path, drop: str = "openai--gpt-oss-20b") -> Path:
     (root / "corpus" / "components" / "drafts").mkdir(exist_ok=True)
     shutil.copytree(REPO / "gpus", root / "gpus")
     (root / "corpus" / "models" / f"{drop}.yaml").unlink()
+    for variant in (root / "corpus" / "variants").glob("*.yaml"):   # a what-if variant needs its base
+        if f"base: {drop.replace('--', '/', 1)}\n" in variant.read_text():
+            variant.unlink()
     (root / "docs").mkdir()
     return root
 

@@ -327,6 +327,54 @@ def model_row(ev: Evaluation, spec_hash: str = "", verification: dict | None = N
     }
 
 
+#: variants.parquet: one row per what-if variant (corpus/variants/): models.parquet's columns
+#: (``verified`` always false, ``verified_against`` "what-if") and these.
+VARIANTS_SCHEMA = {
+    **MODELS_SCHEMA,
+    "variant_of": (pl.String, "The corpus model the variant swaps a module of (its base)."),
+    "label": (pl.String, "Always 'what-if': a variant is an unpublished design, never a verified model."),
+    "swaps": (pl.List(pl.String), "The swaps, in `archledger edit --swap` form."),
+}
+
+
+def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_root: Path,
+                   models: list[str]) -> None:
+    """``variants.json`` (the playground's data: engine.build.whatif.playground_document) and
+    ``variants.parquet`` (:data:`VARIANTS_SCHEMA`) for the variants whose base is among the published
+    ``models`` (a variant follows its base), carried from the previous results when their inputs
+    (the shared hash, the variants, slots and every model spec and snapshot) are unchanged."""
+    from engine.build import whatif
+    from engine.deploy.hardware import load_gpus
+    from engine.spec import variants as variant_rules
+    root, base = corpus.root, corpus.root.parent
+    files = [p for p in (root / "slots.yaml",) if p.exists()] + sorted((root / "variants").glob("*.yaml"))
+    files += sorted({base / m.where.file for m in corpus.models.values()} |
+                    {base / m.snapshot.where.file for m in corpus.models.values()}, key=str)
+    chosen = [v for v in corpus.variants.values() if v.base in models]
+    digest = _digest(files, (shared + "|" + ",".join(v.name for v in chosen)).encode())
+    try:   # carried only when both files still match what the previous manifest recorded
+        records = json.loads((final / "manifest.json").read_text())["files"]
+        kept = json.loads((final / "variants.json").read_text()).get("hash") == digest and all(
+            publish.matches(final / name, records.get(name)) for name in ("variants.json", "variants.parquet"))
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        kept = False
+    if kept:
+        for name in ("variants.json", "variants.parquet"):
+            shutil.copy2(final / name, staging / name)
+        return
+    evaluations: dict = {}
+    doc = {"hash": digest, **whatif.playground_document(corpus, load_gpus(gpu_root), chosen, evaluations)}
+    rows = []
+    for v in chosen:
+        row = model_row(evaluations[v.name], digest)
+        row.update({"verified": False, "verified_against": variant_rules.LABEL, "variant_of": v.base,
+                    "label": variant_rules.LABEL, "swaps": [whatif.swap_text(s) for s in v.swaps]})
+        rows.append(row)
+    (staging / "variants.json").write_text(json.dumps(doc, separators=(",", ":")))
+    write_parquet(_frame({k: [r[k] for r in rows] for k in VARIANTS_SCHEMA}, VARIANTS_SCHEMA),
+                  staging / "variants.parquet")
+
+
 def _frame(columns: dict, schema: dict) -> pl.DataFrame:
     return pl.DataFrame({k: columns[k] for k in schema}, schema={k: v[0] for k, v in schema.items()})
 
@@ -590,6 +638,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
             (staging / table).mkdir(exist_ok=True)
         from engine.build.contract import evaluate_contracts
         (staging / "contracts.json").write_text(json.dumps(evaluate_contracts(corpus, gpu_root), indent=1))
+        write_variants(corpus, final, staging, shared, gpu_root, targets)
         ordered = [rows[m] for m in targets]
         write_parquet(_frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
                       staging / "models.parquet")
@@ -599,7 +648,8 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         manifest = {"schema_version": SCHEMA_VERSION, "shared_hash": shared, "grid": grid,
                     "models": {m: entries[m] for m in targets}, "skipped": report.skipped,
                     "files": {name: publish.file_digest(staging / name)
-                              for name in ("models.parquet", "contracts.json", "landscape.json")}}
+                              for name in ("models.parquet", "contracts.json", "landscape.json",
+                                           "variants.json", "variants.parquet")}}
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
         report.deployment_rows = sum(entries[m]["deployments"] for m in targets)
         report.op_rows = sum(entries[m]["ops"] for m in targets)

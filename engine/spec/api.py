@@ -22,6 +22,7 @@ from engine.spec import kv, quantities, storage
 from engine.spec.corpus import Corpus, load_corpus
 from engine.spec.evaluate import Analysis, Binding, walk_model
 from engine.spec.ir import ModelSpec
+from engine.spec.variants import VARIANT_ORG
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,9 @@ def _corpus(root: str | None) -> Corpus:
 
 def evaluate(model_id: str, corpus_root: str | Path | None = None,
              scenario: dict[str, int] | None = None) -> Evaluation:
-    """Load the corpus (cached per root) and evaluate one model by HF id or a unique suffix."""
+    """Load the corpus (cached per root) and evaluate one model by HF id or a unique suffix, or a
+    what-if variant by ``what-if/<name>`` (corpus/variants/; ``show``, ``deploy`` and ``plan`` take it)."""
     corpus = _corpus(str(corpus_root) if corpus_root else None)
+    if model_id.startswith(VARIANT_ORG + "/"):
+        return evaluate_spec(corpus, corpus.find_variant(model_id).spec, scenario)
     return evaluate_spec(corpus, corpus.find_model(model_id), scenario)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from engine.project import PACKAGE_ROOT
-from engine.spec import expr, symbols
+from engine.spec import expr, symbols, variants as variant_rules
 from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES, DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import (CacheSpec, ComponentSpec, ConfigDefault, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
@@ -48,6 +48,22 @@ class Corpus:
     components: dict[str, ComponentSpec]
     drafts: dict[str, ComponentSpec]
     models: dict[str, ModelSpec]
+    #: What may fill each slot name (``slots.yaml``), for variants' swaps.
+    slot_contracts: dict[str, "variant_rules.SlotContract"] = field(default_factory=dict)
+    #: What-if variants (``variants/*.yaml``) by name: never among ``models`` (never verified).
+    variants: dict[str, "variant_rules.ModelVariant"] = field(default_factory=dict)
+
+    def find_variant(self, query: str) -> "variant_rules.ModelVariant":
+        """A variant by name, ``what-if/<name>`` or a case-insensitive part of its name picking one."""
+        name = query.removeprefix(variant_rules.VARIANT_ORG + "/")
+        if name in self.variants:
+            return self.variants[name]
+        hits = [v for v in self.variants.values() if name.lower() in v.name.lower()]
+        if len(hits) == 1:
+            return hits[0]
+        known = ", ".join(sorted(self.variants)) or "none (add corpus/variants/<name>.yaml)"
+        raise SpecError(Where("<command line>"), f"{query!r} is {'no' if not hits else 'more than one'} variant",
+                        f"known: {known}")
 
     def component_for(self, model: ModelSpec, name: str, where: Where) -> ComponentSpec:
         """Resolve a component name as seen from ``model`` (library, plus its listed drafts)."""
@@ -744,4 +760,32 @@ def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = Fal
             raise SpecError(model.where, f"model {model.model_id!r} is declared twice",
                             f"also in {models[model.model_id].where.file}; keep one")
         models[model.model_id] = model
-    return Corpus(root, dims, roles, schemes, components, drafts, models)
+    corpus = Corpus(root, dims, roles, schemes, components, drafts, models, _load_slot_contracts(root, roles))
+    found = {}
+    for path in sorted((root / "variants").glob("*.yaml")):
+        # the name becomes the id what-if/<name>, a results partition and a page anchor
+        check_name(path.stem, Where(f"corpus/variants/{path.name}"), "variant file name", "DeepSeek-V3-DSA.yaml")
+        found[path.stem] = variant_rules.load(Reader(path, root), path.stem, corpus)
+    return replace(corpus, variants=found)
+
+
+def _load_slot_contracts(root: Path, roles: dict[str, RoleInfo]) -> dict[str, "variant_rules.SlotContract"]:
+    path = root / "slots.yaml"
+    if not path.exists():
+        return {}
+    reader = Reader(path, root)
+    table = reader.mapping(reader.data, "slots")
+    out = {}
+    for name, row in table.items():
+        row = reader.mapping(row, name, table, name)
+        reader.keys(row, name, ("roles", "inputs", "doc"), ("roles", "inputs", "doc"))
+        kinds = reader.names(row["roles"], f"{name}.roles", row, "roles")
+        for role in kinds:
+            if role not in roles:
+                raise SpecError(reader.where(row, f"{name}.roles", "roles"), f"unknown role {role!r}",
+                                "use one of: " + ", ".join(sorted(roles)))
+        if not isinstance(row["inputs"], int) or isinstance(row["inputs"], bool) or row["inputs"] < 1:
+            raise SpecError(reader.where(row, f"{name}.inputs", "inputs"), "expected a positive count",
+                            "write inputs: 1")
+        out[str(name)] = variant_rules.SlotContract(str(name), kinds, row["inputs"], str(row["doc"]))
+    return out

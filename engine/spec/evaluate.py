@@ -663,7 +663,8 @@ class Walker(_OpRows, _Components, _LayerStacks):
         value: Any = self.model.snapshot.fields
         for key in path:
             if isinstance(key, int):
-                if not isinstance(value, list) or key >= len(value):
+                # a per-layer list, or a string of one character per layer (schedule `by:` reads both)
+                if not isinstance(value, (list, str)) or key >= len(value):
                     raise KeyError(key)
                 value = value[key]
             else:

@@ -1,0 +1,382 @@
+"""Old -> new: a what-if variant beside its base model, per layer group and for the whole model.
+
+Layer: engine.build. Both sides are evaluated by the same walk (:func:`engine.api.evaluate_spec`)
+and deployed by the same planner (:func:`engine.deploy.plan`) on one GPU, parallel config and
+scenario, so every difference is the swap's. What is compared (:data:`METRICS`): parameters, stored
+weight bytes, KV bytes per token of context and per request at ``context`` tokens, the prefill of a
+``context``-token prompt in one step (the whole model's FLOPs, SOL time) and one decode step at
+``context`` (bytes one GPU reads, SOL time). A layer group is a layer template's layers (``layers[moe]``); a swap limited to
+some layers gives a new group (``layers[block_gated_deltanet]``) whose old side is empty.
+
+``archledger edit`` prints this; the build writes it beside the variant's results for the site.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+
+from engine.deploy import Options, Scenario, plan
+from engine.deploy.fusion import load_tables
+from engine.deploy.hardware import GPU
+from engine.deploy.parallel import ParallelConfig
+from engine.spec import expr, formula_tree, kv, quantities, symbols
+from engine.spec import variants as variant_rules
+from engine.spec.api import Evaluation, evaluate_spec
+from engine.spec.corpus import Corpus
+from engine.spec.errors import SpecError, Where
+from engine.spec.ir import Fill
+
+#: (key, label, unit) of every compared number, in print order.
+METRICS = (
+    ("params", "params", ""),
+    ("weight_bytes", "weight bytes", "B"),
+    ("kv_bytes_per_token", "KV per token", "B"),
+    ("kv_bytes_per_request", "KV per request", "B"),
+    ("prefill_flops", "prefill FLOPs", ""),
+    ("prefill_sol_s", "prefill SOL", "s"),
+    ("decode_bytes", "decode bytes/GPU", "B"),
+    ("decode_sol_s", "decode SOL", "s"),
+)
+_CLI = Where("<command line>")
+_CONFIG = re.compile(r"(tp|ep|dp_attn|pp|cp)(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """Where both sides are deployed: GPU, parallel config, framework, KV dtype, batch, context."""
+
+    gpu: GPU
+    config: ParallelConfig
+    framework: str = "vllm"
+    kv_dtype: str = "bf16"
+    batch: int = 1
+    context: int = 8192
+
+
+def parse_config(text: str) -> ParallelConfig:
+    """``tp8-ep8-dp_attn8`` (the deploy page's label, ``8x `` prefix allowed) -> a config."""
+    body = text.split(" ", 1)[-1].strip()
+    degrees = {}
+    for part in body.split("-"):
+        match = _CONFIG.fullmatch(part)
+        if not match:
+            raise SpecError(_CLI.at("--config"), f"{part!r} in {text!r} is not a degree",
+                            "write e.g. tp8, tp8-ep8 or tp8-ep8-dp_attn8 (tp, ep, dp_attn, pp, cp)")
+        degrees[match[1]] = int(match[2])
+    config = ParallelConfig(**degrees)
+    if config.problems():
+        raise SpecError(_CLI.at("--config"), "; ".join(config.problems()), "fix the degrees")
+    return config
+
+
+def default_config(evs: list[Evaluation], gpu: GPU, hbm_fraction: float = 0.9) -> ParallelConfig:
+    """The fewest GPUs (tp 1, 2, 4, 8, then pipeline stages of 8) holding the larger side's weights
+    in ``hbm_fraction`` of HBM with a fifth of it left for KV and activations; MoE models put their
+    experts on ep = tp."""
+    need = max(float(sum(t.total_bytes for t in ev.tensors())) for ev in evs) * 1.25
+    moe = any("n_experts" in ev.bound for ev in evs)
+    per_gpu = gpu.hbm_bytes * hbm_fraction
+    for tp, pp in [(1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]:
+        if tp * pp * per_gpu >= need:
+            break
+    return ParallelConfig(tp=tp, pp=pp, ep=tp if moe else 1)
+
+
+def _side(ev: Evaluation, gpu: GPU, config: ParallelConfig, setting: Setting) -> dict[str, Any]:
+    """Every metric for the whole model and per layer group (group uid -> metrics)."""
+    tables = load_tables(ev.corpus.root / "fusion")
+    # the whole prompt in one prefill step, so the per-op table is the whole prefill
+    options = Options(framework=setting.framework, kv_dtype=setting.kv_dtype,
+                      prefill_tokens=max(8192, setting.batch * setting.context))
+    scenario = Scenario(batch=setting.batch, input_len=setting.context, output_len=0)
+    deployment = plan(ev, gpu, config, options, tables.get(setting.framework), scenario).at(scenario)
+    a = ev.numeric
+    point = {symbols.dim(symbols.BATCH): setting.batch, symbols.dim(symbols.SEQ): setting.context,
+             symbols.dim(symbols.CTX): setting.context}
+    groups = {uid: c for uid, c in a.components.items() if c.template and c.stack == "main"}
+    tensors = [t for t in ev.tensors() if t.stack == "main"]
+
+    def metrics(prefix: str | None) -> dict[str, float]:
+        def mine(uid: str) -> bool:
+            uid = uid.split("@", 1)[-1]
+            return prefix is None or uid == prefix or uid.startswith(prefix + "/")
+        caches = [c for c in kv.caches(a) if mine(c.node_uid)]
+        per_token = sum(float(kv.per_context_token(c) * kv.cache_element_bytes(c, setting.kv_dtype))
+                        for c in caches if c.growth in ("every_token", "compressed"))
+        per_request = sum(float(kv.entry_bytes_per_request(c, setting.context, setting.kv_dtype)) for c in caches)
+        rows = [r for r in a.rows.values() if r.stack == "main" and "prefill" in r.phases and not r.shares
+                and mine(r.uid)]
+        flops = sum((r.flops * r.repeat for r in quantities.phase_rows(a, "prefill") if mine(r.uid)), sympy.Integer(0))
+        prefill = [r for r in deployment.ops["prefill"] if mine(r["op_uid"])]
+        decode = [r for r in deployment.ops["decode"] if mine(r["op_uid"])]
+        out = {
+            "params": float(sum(r.params * r.repeat * r.instances for r in rows)),
+            "weight_bytes": float(sum(t.total_bytes for t in tensors if mine(t.uid))),
+            "kv_bytes_per_token": per_token,
+            "kv_bytes_per_request": per_request,
+            "prefill_flops": float(flops.subs(point)),      # the whole model's, not one GPU's
+            "prefill_sol_s": sum(r["t_sol_s"] for r in prefill),
+            "decode_bytes": sum(r["bytes"] for r in decode),
+            "decode_sol_s": sum(r["t_sol_s"] for r in decode),
+        }
+        if prefix is None:   # the whole model: the planner's own totals (step time, not a sum of ops)
+            out["prefill_sol_s"] = deployment.summary["ttft_s"]
+            out["decode_sol_s"] = deployment.summary["tpot_s"]
+            out["decode_bytes"] = deployment.phases["decode"]["bytes"]
+        return out
+
+    return {"model": metrics(None), "fits": bool(deployment.summary["fits"]),
+            "groups": {uid: {"template": c.template, "layers": len(c.layers), **metrics(uid)}
+                       for uid, c in groups.items()}}
+
+
+def compare(corpus: Corpus, variant: variant_rules.ModelVariant, setting: Setting,
+            old_ev: Evaluation | None = None, new_ev: Evaluation | None = None) -> dict[str, Any]:
+    """Old -> new for every metric, whole model and per layer group (JSON-ready); the two
+    evaluations are made here unless given."""
+    old_ev = old_ev or evaluate_spec(corpus, corpus.models[variant.base])
+    new_ev = new_ev or evaluate_spec(corpus, variant.spec)
+    old = _side(old_ev, setting.gpu, setting.config, setting)
+    new = _side(new_ev, setting.gpu, setting.config, setting)
+    groups = []
+    for uid in dict.fromkeys([*old["groups"], *new["groups"]]):
+        o, n = old["groups"].get(uid), new["groups"].get(uid)
+        groups.append({"group": uid.removeprefix("main/"), "layers_old": o["layers"] if o else 0,
+                       "layers_new": n["layers"] if n else 0,
+                       "old": {k: o[k] for k, _, _ in METRICS} if o else None,
+                       "new": {k: n[k] for k, _, _ in METRICS} if n else None})
+    return {
+        "variant": variant.name, "model_id": variant.model_id, "variant_of": variant.base, "label": variant_rules.LABEL,
+        "swaps": [swap_text(s) for s in variant.swaps],
+        "binds": {b.dim: {"value": b.value if isinstance(b.value, (int, str)) else str(b.value),
+                          "bound": int(new_ev.bound[b.dim]), "src": b.src} for b in variant.binds},
+        "setting": {"gpu": setting.gpu.name, "config": setting.config.label(), "n_gpus": setting.config.n_gpus,
+                    "framework": setting.framework, "kv_dtype": setting.kv_dtype, "batch": setting.batch,
+                    "context": setting.context},
+        "fits": {"old": old["fits"], "new": new["fits"]},
+        "model": {"old": old["model"], "new": new["model"]},
+        "groups": groups,
+    }
+
+
+def swap_text(swap: variant_rules.Swap) -> str:
+    """A swap in the command line's form: ``layers[dense,moe].attention=dsa_attention``."""
+    where = ",".join(swap.templates) + (f" if {swap.when}" if swap.when else "")
+    opts = ",".join(f"{k}={v}" for k, v in swap.fill.options.items())
+    return f"layers[{where}].{swap.slot}={swap.fill.component}" + (f"({opts})" if opts else "")
+
+
+_SWAP = re.compile(r"\s*(\w+)\s*(?:\[([^\]]*)\])?\s*\.\s*(\w+)\s*=\s*(\w+)\s*(?:\((.*)\))?\s*")
+
+
+def parse_swap(text: str) -> variant_rules.Swap:
+    """``layers[dense,moe].attention=dsa_attention(rope_theta=rope_theta)``; the brackets may end
+    with ``if <condition on layer>`` (``layers[block if layer % 4 != 3].attention=gated_deltanet``)."""
+    match = _SWAP.fullmatch(text)
+    where = _CLI.at("--swap")
+    if not match:
+        raise SpecError(where, f"{text!r} is not a swap",
+                        "write e.g. --swap 'layers[dense,moe].attention=dsa_attention' "
+                        "(optionally `layers[block if layer % 4 != 3]...`, `...=moe(shared_experts=true)`)")
+    _, inside, slot, component, opts = match.groups()
+    inside = inside or ""
+    when = None
+    if " if " in f" {inside} ":
+        inside, when = re.split(r"(?:^|\s)if\s", inside, maxsplit=1)
+        when = when.strip()
+    templates = tuple(t.strip() for t in inside.split(",") if t.strip() and t.strip() != "*")
+    options = {}
+    for item in filter(None, (p.strip() for p in (opts or "").split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SpecError(where, f"option {item!r} has no value", "write key=value, e.g. shared_experts=true")
+        options[key.strip()] = _literal(value.strip())
+    fill = Fill(component, where, options)
+    return variant_rules.Swap(slot, templates, fill, where, when)
+
+
+def _literal(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    return text
+
+
+def parse_bind(corpus: Corpus, text: str) -> variant_rules.Bind:
+    """``dim=value``; ``dim`` may also be the config field a corpus model binds that dim to
+    (``index_n_heads`` -> ``n_index_heads``, as DeepSeek-V3.2 does)."""
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not name or not value:
+        raise SpecError(_CLI.at("--bind"), f"{text!r} is not a binding", "write --bind dim=value, e.g. --bind index_topk=2048")
+    dim = name if name in corpus.dims else config_aliases(corpus).get(name)
+    if dim is None:
+        raise SpecError(_CLI.at("--bind"), f"{name!r} is neither a dim of corpus/dims.yaml nor a config field a corpus model binds",
+                        "write the dim's name (see corpus/dims.yaml)")
+    return variant_rules.Bind(dim, _literal(value), f"command line ({text})", _CLI.at("--bind"))
+
+
+def config_aliases(corpus: Corpus) -> dict[str, str]:
+    """Config field -> the dim corpus models bind to exactly ``config.<field>`` (one dim only)."""
+    seen: dict[str, set[str]] = {}
+    for model in corpus.models.values():
+        for dim, text in model.dims.items():
+            if isinstance(text, str) and re.fullmatch(r"config\.\w+", text.strip()):
+                seen.setdefault(text.strip()[7:], set()).add(dim)
+    return {field: dims.pop() for field, dims in seen.items() if len(dims) == 1}
+
+
+def variant_yaml(variant: variant_rules.ModelVariant) -> dict[str, Any]:
+    """The variant as ``corpus/variants/<name>.yaml`` data (``archledger edit --save``)."""
+    swaps = []
+    for s in variant.swaps:
+        entry: dict[str, Any] = {"slot": s.slot}
+        if s.templates:
+            entry["templates"] = list(s.templates)
+        if s.when:
+            entry["when"] = s.when
+        entry["component"] = s.fill.component
+        if s.fill.options:
+            entry["with"] = dict(s.fill.options)
+        if s.fill.module is not None:
+            entry["module"] = s.fill.module
+        swaps.append(entry)
+    out = {"variant": variant.name, "base": variant.base, "name": variant.display_name, "notes": variant.notes,
+           "swaps": swaps}
+    if variant.binds:
+        out["bind"] = {b.dim: {"value": b.value, "src": b.src} for b in variant.binds}
+    return out
+
+
+# -- the playground's data (results/variants.json) -------------------------------------------------
+
+#: Where the playground's build-time comparison is deployed (the page recomputes the spec-level
+#: numbers at any context; SOL times are the planner's at this setting).
+PLAYGROUND = {"gpu": "H200", "context": 32768, "batch": 1, "framework": "vllm", "kv_dtype": "bf16"}
+#: The numbers the page recomputes as dims change: key -> (label, unit).
+RECOMPUTED = {
+    "params": ("params", ""), "params_active": ("active params", ""), "weight_bytes": ("weight bytes", "B"),
+    "kv_bytes_per_token": ("KV per token", "B"), "kv_bytes_per_request": ("KV per request", "B"),
+    "prefill_flops": ("prefill FLOPs", ""), "decode_flops": ("decode FLOPs per token", ""),
+}
+
+
+def formulas(ev: Evaluation, kv_dtype: str = "bf16") -> dict[str, sympy.Expr]:
+    """The whole model's spec-level numbers as formulas over its dims, the layer-group counts and
+    the scenario (``batch``; ``seq`` = ``ctx`` = ``length`` = the context; decode at one new token)."""
+    a = ev.symbolic
+    seq = symbols.dim(symbols.SEQ)
+    return {
+        "params": quantities.params_total(a),
+        "params_active": quantities.params_active(a),
+        "weight_bytes": sum((t.total_bytes for t in ev.tensors("symbolic") if t.stack == "main"), sympy.Integer(0)),
+        "kv_bytes_per_token": kv.growing_bytes_per_token(a, kv_dtype),
+        "kv_bytes_per_request": kv.bytes_per_request(a, None, kv_dtype),
+        "prefill_flops": quantities.flops(a, "prefill"),
+        "decode_flops": quantities.flops(a, "decode").subs(seq, 1),
+    }
+
+
+def environment(ev: Evaluation, context: int, batch: int = 1) -> dict[str, float]:
+    """Every symbol of :func:`formulas` bound: the dims' and group counts' values, the scenario."""
+    env = {k: int(v) for k, v in ev.bound.items()}
+    env.update({symbols.BATCH: batch, symbols.SEQ: context, symbols.CTX: context, symbols.LENGTH: context})
+    return env
+
+
+def component_dims(corpus: Corpus) -> dict[str, dict[str, list[dict]]]:
+    """Component -> dim -> the corpus models whose layers use that component and the value each
+    binds the dim to (the playground's pre-fill, each value with its model as the source)."""
+    from engine.spec.evaluate import Binding, Walker
+    out: dict[str, dict[str, list[dict]]] = {}
+    needs: dict[str, set[str]] = {}
+    skip = {"hidden", *symbols.SCENARIO_DIMS}     # every model binds these: no suggestion to make
+    for model in corpus.models.values():
+        used = {f.component for t in model.templates.values()
+                for f in [t, *variant_rules.slots_reached(corpus, model, t).values()]}
+        try:
+            bound = Walker(corpus, model, Binding("numeric")).model_dims()
+        except SpecError:      # a model whose dims do not bind suggests nothing
+            continue
+        for component in used:
+            if component not in needs:
+                needs[component] = variant_rules.required_dims(corpus, corpus.components[component], {}) \
+                    if component in corpus.components else set()
+            for dim, value in bound.items():
+                if dim not in needs[component] or dim in skip:
+                    continue
+                out.setdefault(component, {}).setdefault(dim, []).append(
+                    {"model": model.model_id, "value": int(value)})
+    return out
+
+
+def playground_entry(corpus: Corpus, variant: variant_rules.ModelVariant, gpus, used: dict,
+                     evaluations: dict | None = None) -> dict[str, Any]:
+    """One variant's page data: the build-time comparison (:func:`compare`), both sides' formula
+    trees and environments, and each binding with its meaning, source and the corpus models using
+    the same component (their values as alternatives)."""
+    from engine.deploy.hardware import find_gpu
+    old_ev = evaluate_spec(corpus, corpus.models[variant.base])
+    new_ev = evaluate_spec(corpus, variant.spec)
+    gpu = find_gpu(gpus, PLAYGROUND["gpu"])
+    setting = Setting(gpu, default_config([old_ev, new_ev], gpu), PLAYGROUND["framework"], PLAYGROUND["kv_dtype"],
+                      PLAYGROUND["batch"], PLAYGROUND["context"])
+    comparison = compare(corpus, variant, setting, old_ev, new_ev)
+    if evaluations is not None:
+        evaluations[variant.name] = new_ev
+    trees = {side: {k: formula_tree.to_tree(f) for k, f in formulas(ev, setting.kv_dtype).items()}
+             for side, ev in (("old", old_ev), ("new", new_ev))}
+    symbolic = {k: v for k, v in new_ev.symbolic.values.items()}
+    binds = []
+    for b in variant.binds:
+        derived = isinstance(b.value, str)
+        tree = formula_tree.to_tree(expr.evaluate(b.value, expr.Scope(symbolic))) if derived else None
+        comp = next((s.fill.component for s in variant.swaps), "")
+        binds.append({"dim": b.dim, "value": int(new_ev.bound[b.dim]), "expression": b.value if derived else None,
+                      "tree": tree, "src": b.src, "doc": corpus.dims[b.dim].doc,
+                      "used_by": used.get(comp, {}).get(b.dim, [])})
+    return {**comparison, "display_name": variant.display_name, "notes": variant.notes,
+            "base_name": corpus.models[variant.base].display_name,
+            "file": variant.where.file, "bind_list": binds, "formulas": trees,
+            "env": {"old": environment(old_ev, setting.context), "new": environment(new_ev, setting.context)},
+            "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
+
+
+def catalog(corpus: Corpus) -> dict[str, Any]:
+    """Per corpus model: each slot its layer templates reach, what fills it now, and the library
+    components that fit the slot's contract (what the playground offers), each with the dims it
+    needs that the model does not bind (their corpus values: :func:`component_dims`)."""
+    out = {}
+    skip = set(symbols.SCENARIO_DIMS)
+    needs = {n: variant_rules.required_dims(corpus, c, {}) for n, c in corpus.components.items()}
+    for model in corpus.models.values():
+        slots: dict[str, dict] = {}
+        for template, fill in model.templates.items():
+            for slot, current in variant_rules.slots_reached(corpus, model, fill).items():
+                contract = corpus.slot_contracts.get(slot)
+                fits = sorted(n for n, c in corpus.components.items()
+                              if contract and c.role in contract.roles and len(c.inputs) == contract.inputs)
+                entry = slots.setdefault(slot, {"templates": [], "current": [], "fits": {
+                    n: [d for d in sorted(needs[n]) if d in corpus.dims and d not in model.dims and d not in skip]
+                    for n in fits}})
+                entry["templates"].append(template)
+                if current.component not in entry["current"]:
+                    entry["current"].append(current.component)
+        out[model.model_id] = {"name": model.display_name, "slots": slots}
+    return out
+
+
+def playground_document(corpus: Corpus, gpus, chosen: list | None = None, evaluations: dict | None = None) -> dict[str, Any]:
+    """``results/variants.json``: the variants' page data (``chosen``, default all) and the slot
+    catalog; ``evaluations`` (if given) receives each variant's evaluation by name."""
+    chosen = list(corpus.variants.values()) if chosen is None else chosen
+    used = component_dims(corpus)
+    return {"label": variant_rules.LABEL, "setting": PLAYGROUND,
+            "variants": [playground_entry(corpus, v, gpus, used, evaluations) for v in chosen],
+            "catalog": catalog(corpus), "used": used,
+            "dims": {d: corpus.dims[d].doc for d in sorted({d for c in used.values() for d in c})},
+            "contracts": {n: {"roles": list(c.roles), "doc": c.doc} for n, c in corpus.slot_contracts.items()}}
