@@ -22,14 +22,15 @@
     return out.join(", ");
   }
   function show(el) {
-    var f = el.getAttribute("data-f"), d = el.getAttribute("data-d");
+    // data-dk: a definition shared by a column, sent once in the page data ("defs")
+    var f = el.getAttribute("data-f"), d = el.getAttribute("data-d") || (data.defs || {})[el.getAttribute("data-dk")];
     if (!f && !d) return;
     tip.textContent = "";
     if (!f) { var def = document.createElement("div"); def.textContent = "= " + d; tip.appendChild(def); }
     else { var code = document.createElement("code"); code.textContent = "= " + f; tip.appendChild(code); }
     var b = f ? [el.getAttribute("data-w"), bound(f, el)].filter(Boolean).join(", ") : "";   // data-w: a value the number is taken at (e.g. length = 32768)
     if (b) { var p = document.createElement("div"); p.className = "bound"; p.textContent = "where " + b; tip.appendChild(p); }
-    var n = el.getAttribute("data-n");
+    var row = el.getAttribute("data-n") ? el : el.closest("[data-n]"), n = row && row.getAttribute("data-n");   // a table row names its node once
     if (n) { var q = document.createElement("div"); q.className = "node"; q.textContent = "from " + n; tip.appendChild(q); }
     var r = el.getBoundingClientRect();
     tip.hidden = false;
@@ -43,15 +44,20 @@
   document.addEventListener("focusin", function (e) { if (e.target.classList && e.target.classList.contains("num")) show(e.target); });
   document.addEventListener("focusout", function (e) { if (e.target.classList && e.target.classList.contains("num")) hide(e.target); });
   document.addEventListener("keydown", function (e) { if (e.key === "Escape") hide(document.activeElement); });
-  // structure drawings below the first load when their <details> opens (keeps pages light)
-  Array.prototype.forEach.call(document.querySelectorAll("details.level"), function (d) {
-    d.addEventListener("toggle", function () {
-      var wrap = d.querySelector(".graph-wrap");
-      if (!d.open || !wrap || wrap.firstElementChild || !wrap.getAttribute("data-src")) return;
-      fetch(wrap.getAttribute("data-src")).then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
-        .then(function (svg) { wrap.innerHTML = svg; })   // our own build output (escaped SVG), same origin
-        .catch(function (e) { wrap.textContent = "Could not load this drawing (" + e.message + ")."; });
-    });
+  // parts of a page published as files of their own (structure drawings below the first, a model's
+  // per-op table) load when their <details> is open: at once if it starts open, else on toggle
+  // (keeps pages light)
+  function fill(d) {
+    var wrap = d.querySelector(".graph-wrap, .lazy");
+    if (!d.open || !wrap || wrap.firstElementChild || wrap.archLoading || !wrap.getAttribute("data-src")) return;
+    wrap.archLoading = true;
+    fetch(wrap.getAttribute("data-src")).then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
+      .then(function (html) { wrap.innerHTML = html; })   // our own build output (escaped SVG or HTML), same origin
+      .catch(function (e) { wrap.textContent = "Could not load this part of the page (" + e.message + ")."; wrap.archLoading = false; });
+  }
+  Array.prototype.forEach.call(document.querySelectorAll("details.level, details.ops"), function (d) {
+    d.addEventListener("toggle", function () { fill(d); });
+    fill(d);
   });
   // a link to a drawing (#c-...) opens its <details> (which loads the drawing)
   function openTarget() {
