@@ -50,8 +50,9 @@ OVERVIEW = [("params_total", "Parameters"), ("params_active", "Active per token 
             ("checkpoint_bytes", "Checkpoint bytes"), ("checkpoint_tensors", "Checkpoint tensors"),
             ("kv_bytes_per_token_growing", "KV per token (BF16)"), ("kv_fixed_bytes", "KV fixed per request")]
 COMPARE_INPUT = 4096
-#: Most bytes of HTML one page may have (issue 19; tests/test_site_size.py, benchmarks/site.py): parts
-#: that would pass it are files of their own that the page loads (a model's per-op table, drawings).
+#: Most bytes of HTML one page may have (issue 19; tests/test_site_size.py, benchmarks/site.py): what
+#: would pass it is drawn from data the site already has (a model's per-op table from its document,
+#: static/js/model.js) or loaded on demand (structure drawings).
 PAGE_LIMIT = 300_000
 
 
@@ -142,11 +143,6 @@ class Site:
             title=title, root=root, page_json=script_json(page_data or {}), **context)
         self.file(f"{path}/index.html" if path else "index.html", html)
         self.pages.append(path)
-
-    def fragment(self, path: str, template: str, **context) -> None:
-        """A part of a page published as a file of its own (no <html>, no page data), which the page's
-        script loads into it (static/js/site.js): what keeps a large model's page under its size limit."""
-        self.file(path, self.env.get_template(template).render(**context))
 
     def file(self, path: str, text: str) -> None:
         target = self._target(path)
@@ -350,8 +346,9 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
             progress(done, len(groups), label)
         if label == "gallery":
             publish.fault("site")
+    # compact: it is published with the site and names every file (a thousand and more)
     (staging / SITE_MANIFEST).write_text(json.dumps({"version": SITE_MANIFEST_VERSION, "groups": record},
-                                                    indent=1, sort_keys=True))
+                                                    separators=(",", ":"), sort_keys=True))
     publish.pin_site(staging, results_dir)
 
 
@@ -419,7 +416,6 @@ def _model(site: Site, results: Results, model_id: str) -> None:
                 "flops_decode": o.get("flops_decode", {}).get("value"), "bytes_decode": o.get("bytes_decode")}
                for o in doc["ops"]]
     site.file(f"models/{name}/ops.csv", _csv(op_rows))
-    site.fragment(f"models/{name}/ops.html", "model_ops.html", doc=doc)
     dims = {d["name"]: d["value"] for d in doc["dims"]}
     # the bytes columns share one definition: sent once in the page data, named by each number (data-dk)
     defs = {"bytes": "HBM bytes read and written at the reference point (one GPU, unfused, BF16): the op's "

@@ -2,15 +2,16 @@
 
 - Every HTML page stays under ``PAGE_LIMIT``: DeepSeek-V4-Pro's model page (the corpus's largest:
   six layer templates, hyper-connections, compressed attention; 523 KB when its per-op table was
-  inline) is rendered by the site's own renderer from its model document, and every page of a small
-  build is measured. The per-op table the page loads is complete: one row per op of the document.
+  inline HTML) is rendered by the site's own renderer from its model document, and every page of a
+  small build is measured.
 - The downloads are the results' own Parquet files, one copy each (no per-GPU CSV copies of the
   deployment rows); the downloads page links every one, with its size and row count as the files
   have them, and its polars snippet, run on the files saved under the names the page gives them,
   reads back exactly the table the build wrote.
 - The results' partitions are written in deployment order with zstd (the downloads' size).
-- In Chromium, the model page loads its per-op table, and a bytes cell's tooltip shows the column's
-  shared definition and the row's node.
+- In Chromium, the model page draws its per-op table from the model document: one row per op, the
+  numbers as the Python formatter prints them, a bytes cell's tooltip with the column's shared
+  definition and the row's node.
 """
 from __future__ import annotations
 
@@ -63,17 +64,14 @@ def test_largest_model_page_stays_under_the_limit(tmp_path, evaluation):
                       {V4_PRO: doc}, None, None)
     site = render.Site(tmp_path / "site", render.environment())
     render._model(site, results, V4_PRO)
-    folder = tmp_path / "site" / "models" / "deepseek-ai--DeepSeek-V4-Pro"
-    page = (folder / "index.html").read_bytes()
+    page = (tmp_path / "site" / "models" / "deepseek-ai--DeepSeek-V4-Pro" / "index.html").read_bytes()
     assert len(page) <= render.PAGE_LIMIT, f"{len(page):,} bytes of HTML"
-    # the per-op table is a file of its own, which the page names, with one row per op of the document
-    assert b'data-src="ops.html"' in page and b'id="op-table"' not in page
-    table = (folder / "ops.html").read_text()
-    rows = re.findall(r'<tr data-n="([^"]+)"><td><code>([^<]+)</code>', table)
-    assert [html.unescape(u) for u, _ in rows] == [o["uid"] for o in doc["ops"]]
-    assert all(u == c for u, c in rows)
+    # the per-op table is drawn from the model document the site already publishes, not sent as HTML
+    assert b'id="op-table"' not in page
+    assert b'data-doc="../../data/models/deepseek-ai--DeepSeek-V4-Pro.json"' in page
+    assert (tmp_path / "site" / "data" / "models" / "deepseek-ai--DeepSeek-V4-Pro.json").is_file()
     # the bytes columns name their shared definition; it travels once, in the page data
-    assert table.count('data-dk="bytes"') == sum(("bytes_prefill" in o) + ("bytes_decode" in o) for o in doc["ops"])
+    assert page.count(b'data-dk="bytes"') == 2 * len(doc["components"])
     assert page.count(b"HBM bytes read and written at the reference point") == 1
 
 
@@ -156,20 +154,35 @@ def test_partitions_are_in_deployment_order_with_zstd(out):
 
 # -- the lazily loaded per-op table in Chromium ---------------------------------------------------------
 
-def test_model_page_loads_its_op_table_with_tooltips(out, browser):  # noqa: F811
+def test_model_page_draws_its_op_table_with_tooltips(out, browser):  # noqa: F811
+    """The table drawn from the document has one row per op, each number printed as the site's
+    Python formatter prints it (engine/cli/units.py), and the tooltips of a bytes cell (the shared
+    definition, the row's node) and a FLOPs cell (its formula and the dims it names)."""
+    import json
+    doc = json.loads((out / "results" / "models" / f"{QWEN_SLUG}.json").read_text())
+    uid = "main/layers[block]/mlp/gate_proj"
     for url in served(out / "site"):
         tab = _open(browser)
         try:
             tab.page.goto(f"{url}models/{QWEN_SLUG}/", wait_until="load")
-            row = tab.page.locator("#op-table tbody tr[data-n='main/layers[block]/mlp/gate_proj']")
-            row.wait_for(timeout=10_000)
-            cell = row.locator("td").nth(6).locator(".num")           # prefill bytes
-            cell.hover()
+            tab.page.wait_for_selector("#op-table tbody tr")
+            cells = tab.page.evaluate("""() => Array.from(document.querySelectorAll('#op-table tbody tr'))
+                .map(tr => [tr.dataset.n].concat(Array.from(tr.cells).map(td => td.innerText)))""")
+            assert [c[0] for c in cells] == [o["uid"] for o in doc["ops"]]
+            for (_, op_uid, op, axes, params, repeat, fp, bp, _i, fd, bd), o in zip(cells, doc["ops"]):
+                assert (op_uid, op, axes, params, repeat) == (o["uid"], o["op"], ", ".join(o["out_shape"]),
+                                                               units.si(o["params"]["value"]), str(o["repeat"]["value"]))
+                assert fp == (units.si(o["flops_prefill"]["value"]) if "flops_prefill" in o else "\u2014")
+                assert fd == (units.si(o["flops_decode"]["value"]) if "flops_decode" in o else "\u2014")
+                assert bp == (units.decimal_bytes(o["bytes_prefill"]) if "bytes_prefill" in o else "\u2014")
+                assert bd == (units.decimal_bytes(o["bytes_decode"]) if "bytes_decode" in o else "\u2014")
+            row = tab.page.locator(f"#op-table tbody tr[data-n='{uid}']")
+            row.locator("td").nth(6).locator(".num").hover()             # prefill bytes
             tip = tab.page.locator("#tip")
             tip.wait_for(state="visible", timeout=5_000)
             text = tip.inner_text()
             assert "HBM bytes read and written at the reference point" in text, text
-            assert "from main/layers[block]/mlp/gate_proj" in text, text
+            assert f"from {uid}" in text, text
             flops = row.locator("td").nth(5).locator(".num")
             flops.hover()
             tab.page.wait_for_function("f => document.getElementById('tip').innerText.includes(f)",

@@ -44,20 +44,15 @@
   document.addEventListener("focusin", function (e) { if (e.target.classList && e.target.classList.contains("num")) show(e.target); });
   document.addEventListener("focusout", function (e) { if (e.target.classList && e.target.classList.contains("num")) hide(e.target); });
   document.addEventListener("keydown", function (e) { if (e.key === "Escape") hide(document.activeElement); });
-  // parts of a page published as files of their own (structure drawings below the first, a model's
-  // per-op table) load when their <details> is open: at once if it starts open, else on toggle
-  // (keeps pages light)
-  function fill(d) {
-    var wrap = d.querySelector(".graph-wrap, .lazy");
-    if (!d.open || !wrap || wrap.firstElementChild || wrap.archLoading || !wrap.getAttribute("data-src")) return;
-    wrap.archLoading = true;
-    fetch(wrap.getAttribute("data-src")).then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
-      .then(function (html) { wrap.innerHTML = html; })   // our own build output (escaped SVG or HTML), same origin
-      .catch(function (e) { wrap.textContent = "Could not load this part of the page (" + e.message + ")."; wrap.archLoading = false; });
-  }
-  Array.prototype.forEach.call(document.querySelectorAll("details.level, details.ops"), function (d) {
-    d.addEventListener("toggle", function () { fill(d); });
-    fill(d);
+  // structure drawings below the first load when their <details> opens (keeps pages light)
+  Array.prototype.forEach.call(document.querySelectorAll("details.level"), function (d) {
+    d.addEventListener("toggle", function () {
+      var wrap = d.querySelector(".graph-wrap");
+      if (!d.open || !wrap || wrap.firstElementChild || !wrap.getAttribute("data-src")) return;
+      fetch(wrap.getAttribute("data-src")).then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
+        .then(function (svg) { wrap.innerHTML = svg; })   // our own build output (escaped SVG), same origin
+        .catch(function (e) { wrap.textContent = "Could not load this drawing (" + e.message + ")."; });
+    });
   });
   // a link to a drawing (#c-...) opens its <details> (which loads the drawing)
   function openTarget() {
