@@ -15,8 +15,11 @@ Invariants:
 - Accessible: the SVG and each node have a ``<title>`` (node titles keep the full, untruncated
   detail); nodes are keyboard-focusable (``tabindex="0"``, or the ``<a>`` itself when linked);
   diff status is never colour-only — each non-"same" node carries a text marker and a dash pattern.
-- Styling is by class (``node kind-*``, ``status-*``, ``node-label`` ...); the presentation
-  attributes emitted are defaults that any page CSS overrides, so the SVG also reads standalone.
+- Styling is by class (``node kind-*``, ``status-*``, ``node-label`` ...): colours, strokes and fonts
+  are rules of one ``<style>`` in each SVG (:data:`STYLE`), every selector inside ``:where()`` so it
+  weighs no more than a presentation attribute and any page CSS overrides it; the SVG also reads
+  standalone. Per-element attributes are only what varies (geometry, dash patterns, the arrow marker):
+  a drawing is about a third smaller than with every default repeated on every element (issue 19).
 """
 from __future__ import annotations
 
@@ -48,6 +51,31 @@ EDGE_CH = 5.4         # px per character of an edge label at 9px
 LINE, FIRST_BASELINE = 14, 19
 DETAIL_MAX = 56       # characters of detail shown; the <title> keeps all of it
 CACHE_LIP = 5         # height of the cylinder's top ellipse
+
+
+def _style() -> str:
+    """The drawings' default look (see the module doc): fills by node kind, strokes by diff status
+    (after kind and stream, so status wins), text sizes and anchors. Class names are the drawings'
+    own (no page element uses them), so the rules need no ``svg.graph`` prefix."""
+    fills: dict[str, list[str]] = {}
+    for kind, fill in KIND_FILL.items():
+        if fill != "#ffffff":
+            fills.setdefault(fill, []).append(f".kind-{kind} .node-shape")
+    rules = [(".edge>path", "fill:none;stroke:#666;stroke-width:1.3"), (".kind-stream>path", "stroke:#2a6fdb"),
+             (".edge-label", "font-size:9px;fill:#444;stroke:#fff;stroke-width:3;paint-order:stroke"),
+             (".node-shape", "fill:#fff;stroke:#555;stroke-width:1.3"),
+             (".node-inner", "fill:none;stroke:#555;stroke-width:0.8")]
+    rules += [(",".join(sels), f"fill:{fill}") for fill, sels in fills.items()]
+    rules += [(f".status-{st}>path,.status-{st} .node-shape,.status-{st} .node-inner", f"stroke:{stroke}")
+              for st, stroke in STATUS_STROKE.items()]
+    rules += [(".node text", "text-anchor:middle;font-size:10px;fill:#333"),
+              (".node .node-label", "font-size:12px;fill:#111"), (".node .node-badge", "text-anchor:end;fill:#555"),
+              (".node-detail", "font-family:monospace"), (".node-status", "font-weight:bold")]
+    return "".join(f":where({sel}){{{body}}}" for sel, body in rules)
+
+
+#: One ``<style>`` per drawing (a page may hold several, or one loaded alone).
+STYLE = _style()
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
@@ -256,30 +284,26 @@ def _edge_svg(e, geom, status, pid) -> str:
     stream = e.get("kind") == "stream"   # a cross-layer stream: its own dash and colour
     cls = "edge" + (f" status-{est}" if est else "") + (" kind-stream" if stream else "")
     dash = f' stroke-dasharray="{STATUS_DASH[est]}"' if est else (' stroke-dasharray="4 2"' if stream else "")
-    stroke = STATUS_STROKE.get(est, "#2a6fdb" if stream else "#666")
     out = [f'<g class="{cls}" data-src="{_esc(src)}" data-dst="{_esc(dst)}">',
-           f'<path d="{_path_d(pts, loop)}" fill="none" stroke="{stroke}" stroke-width="1.3"{dash} '
-           f'marker-end="url(#{pid}-arrow)"/>']
+           f'<path d="{_path_d(pts, loop)}"{dash} marker-end="url(#{pid}-arrow)"/>']
     label = e["label"]
     if label:
         if est == "changed":
             label = "≠ " + label
-        out.append(f'<text class="edge-label" x="{_n(lx + 5)}" y="{_n(ly + 3)}" font-size="9" fill="#444" '
-                   f'stroke="#fff" stroke-width="3" paint-order="stroke">{_esc(label)}</text>')
+        out.append(f'<text class="edge-label" x="{_n(lx + 5)}" y="{_n(ly + 3)}">{_esc(label)}</text>')
     out.append("</g>")
     return "".join(out)
 
 
-def _shape_svg(kind: str, w: float, h: float, fill: str, stroke: str, dash: str) -> str:
-    common = f'class="node-shape" fill="{fill}" stroke="{stroke}" stroke-width="1.3"{dash}'
+def _shape_svg(kind: str, w: float, h: float, dash: str) -> str:
+    common = f'class="node-shape"{dash}'
     if kind == "cache":  # a cylinder: caches hold state across steps, unlike ops
         e = CACHE_LIP
         return (f'<path {common} d="M0,{e} A{_n(w / 2)},{e} 0 0 1 {_n(w)},{e} V{_n(h - e)} '
                 f'A{_n(w / 2)},{e} 0 0 1 0,{_n(h - e)} Z M0,{e} A{_n(w / 2)},{e} 0 0 0 {_n(w)},{e}"/>')
     rect = f'<rect {common} x="0" y="0" width="{_n(w)}" height="{_n(h)}" rx="6"/>'
     if kind == "component":  # double border: a component can be drilled into
-        rect += (f'<rect class="node-inner" x="3" y="3" width="{_n(w - 6)}" height="{_n(h - 6)}" rx="4" '
-                 f'fill="none" stroke="{stroke}" stroke-width="0.8"{dash}/>')
+        rect += f'<rect class="node-inner" x="3" y="3" width="{_n(w - 6)}" height="{_n(h - 6)}" rx="4"{dash}/>'
     return rect
 
 
@@ -303,18 +327,12 @@ def _node_svg(node, xy, size, lines, st, href) -> str:
            f"<title>{_esc(chr(10).join(tip))}</title>"]
     if href:
         out.append(f'<a href="{_esc(href)}">')
-    out.append(_shape_svg(node["kind"], w, h, KIND_FILL.get(node["kind"], "#ffffff"),
-                          STATUS_STROKE.get(st, "#555"), dash))
-    out.append(f'<text class="node-label" x="{_n(w / 2)}" y="{FIRST_BASELINE + top}" text-anchor="middle" '
-               f'font-size="12" fill="#111">{_esc(node["label"])}</text>')
+    out.append(_shape_svg(node["kind"], w, h, dash))
+    out.append(f'<text class="node-label" x="{_n(w / 2)}" y="{FIRST_BASELINE + top}">{_esc(node["label"])}</text>')
     if node["badge"]:
-        out.append(f'<text class="node-badge" x="{_n(w - 6)}" y="{FIRST_BASELINE + top}" text-anchor="end" '
-                   f'font-size="10" fill="#555">{_esc(node["badge"])}</text>')
+        out.append(f'<text class="node-badge" x="{_n(w - 6)}" y="{FIRST_BASELINE + top}">{_esc(node["badge"])}</text>')
     for i, (tcls, text) in enumerate(lines, 1):
-        family = ' font-family="monospace"' if tcls == "node-detail" else ""
-        weight = ' font-weight="bold"' if tcls == "node-status" else ""
-        out.append(f'<text class="{tcls}" x="{_n(w / 2)}" y="{FIRST_BASELINE + top + LINE * i}" '
-                   f'text-anchor="middle" font-size="10" fill="#333"{family}{weight}>{_esc(text)}</text>')
+        out.append(f'<text class="{tcls}" x="{_n(w / 2)}" y="{FIRST_BASELINE + top + LINE * i}">{_esc(text)}</text>')
     if href:
         out.append("</a>")
     out.append("</g>")
@@ -354,7 +372,7 @@ def render_svg(graph: dict, *, status: dict[str, str] | None = None, title: str 
              f'aria-labelledby="{pid}-title" viewBox="0 0 {_n(width)} {_n(height)}" width="100%" '
              f'style="max-width:{_n(width)}px" font-family="sans-serif" font-size="12">',
              f'<title id="{pid}-title">{_esc(name)}</title>',
-             f"<desc>{len(nodes)} nodes, {len(edges)} edges</desc>",
+             f"<desc>{len(nodes)} nodes, {len(edges)} edges</desc>", f"<style>{STYLE}</style>",
              f'<defs><marker id="{pid}-arrow" class="arrow" viewBox="0 0 10 10" refX="9" refY="5" '
              f'markerWidth="7" markerHeight="7" orient="auto">'
              f'<path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>']

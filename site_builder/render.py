@@ -31,7 +31,7 @@ from engine.cli import units
 from engine.spec.corpus import refuse_symlinks
 from engine.spec.errors import SpecError, Where
 from site_builder import charts, graphs, sizing
-from site_builder import landscape
+from site_builder import downloads, landscape
 from site_builder.data import (Results, deployment_options, deployment_rows, gallery_index, lineages, ops_rows, slug,
                                trait_index)
 from site_builder.graph_svg import diff_graphs, render_svg
@@ -51,6 +51,10 @@ OVERVIEW = [("params_total", "Parameters"), ("params_active", "Active per token 
             ("checkpoint_bytes", "Checkpoint bytes"), ("checkpoint_tensors", "Checkpoint tensors"),
             ("kv_bytes_per_token_growing", "KV per token (BF16)"), ("kv_fixed_bytes", "KV fixed per request")]
 COMPARE_INPUT = 4096
+#: Most bytes of HTML one page may have (issue 19; tests/test_site_size.py, benchmarks/site.py): what
+#: would pass it is drawn from data the site already has (a model's per-op table from its document,
+#: static/js/model.js) or loaded on demand (structure drawings).
+PAGE_LIMIT = 300_000
 
 
 # -- display filters (formatting only) -------------------------------------------------------------
@@ -330,7 +334,7 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
                ("components", whole, lambda: _components(site, results)),
                ("playground", _playground_key(code, results), lambda: _playground(site, results)),
                ("methodology", _hash(code, docs), lambda: _methodology(site, dict(docs))),
-               ("downloads", None, lambda: _downloads(site, results))]   # hard links to the results: always redone
+               ("downloads", None, lambda: downloads.render(site, results, _csv))]   # lists every group's files: always redone
     before = _previous_groups(previous)
     record: dict[str, dict] = {}
     for done, (label, key, render) in enumerate(groups, 1):
@@ -345,8 +349,9 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
             progress(done, len(groups), label)
         if label == "gallery":
             publish.fault("site")
+    # compact: it is published with the site and names every file (a thousand and more)
     (staging / SITE_MANIFEST).write_text(json.dumps({"version": SITE_MANIFEST_VERSION, "groups": record},
-                                                    indent=1, sort_keys=True))
+                                                    separators=(",", ":"), sort_keys=True))
     publish.pin_site(staging, results_dir)
 
 
@@ -404,7 +409,7 @@ def _model(site: Site, results: Results, model_id: str) -> None:
         site.file(f"models/{name}/{name_svg}", svg)
         # the outermost drawing is inline; deeper ones load when their <details> opens (page weight)
         levels.append({**level, "anchor": anchor(level["uid"]), "svg": svg if not levels else "", "src": name_svg})
-    site.file(f"data/models/{name}.json", json.dumps(doc))
+    site.file(f"data/models/{name}.json", json.dumps(doc, separators=(",", ":")))
     op_rows = [{"uid": o["uid"], "op": o["op"], "out_shape": " x ".join(o["out_shape"]),
                 "params": o["params"]["value"], "params_formula": o["params"]["formula"],
                 "layers": o["repeat"]["value"],
@@ -415,11 +420,12 @@ def _model(site: Site, results: Results, model_id: str) -> None:
                for o in doc["ops"]]
     site.file(f"models/{name}/ops.csv", _csv(op_rows))
     dims = {d["name"]: d["value"] for d in doc["dims"]}
+    # the bytes columns share one definition: sent once in the page data, named by each number (data-dk)
+    defs = {"bytes": "HBM bytes read and written at the reference point (one GPU, unfused, BF16): the op's "
+                     "inputs, outputs and weights, all layers"}
     site.page(f"models/{name}", "model.html", doc["name"],
-              {"page": "model", "bound": dims, "specs": {"model": charts.model_specs(doc)}},
-              doc=doc, row=row, slug=name, levels=levels, overview_keys=OVERVIEW,
-              bytes_def="HBM bytes read and written at the reference point (one GPU, unfused, BF16): the op's "
-                        "inputs, outputs and weights, all layers")
+              {"page": "model", "bound": dims, "defs": defs, "specs": {"model": charts.model_specs(doc)}},
+              doc=doc, row=row, slug=name, levels=levels, overview_keys=OVERVIEW)
 
 
 def _round(value):
@@ -456,9 +462,6 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
     for (gpu, n_gpus, config), part in points.partition_by(where, as_dict=True).items():
         site.file(f"data/deploy/{name}/{gpu}/{n_gpus}-{config}.json",
                   json.dumps(_table(part.drop(where)), separators=(",", ":")))
-    for gpu, part in points.partition_by("gpu", as_dict=True).items():
-        gpu = gpu[0] if isinstance(gpu, tuple) else gpu
-        site.file(f"downloads/deployments/{name}/{gpu}.csv", part.write_csv())
     # the GPU comparison: each evaluated combination's best decode throughput among points that fit
     best = (decode.filter(pl.col("fits") & (pl.col("input_len") == COMPARE_INPUT))
             .group_by(["gpu", "n_gpus", "config", "framework", "kv_dtype"])
@@ -650,46 +653,3 @@ def _methodology(site: Site, texts: dict[str, str]) -> None:
         items.append({"href": f"{name}/", "label": title, "note": ""})
     site.page("methodology", "listing.html", "Methodology", {"page": "methodology"}, items=items,
               intro="How every number on this site is defined and computed, and how to add to the corpus.")
-
-
-def _downloads(site: Site, results: Results) -> None:
-    target = site.folder / "downloads"
-    target.mkdir(parents=True, exist_ok=True)
-    site.place(results.root / "models.parquet", "downloads/models.parquet")
-    for table in ("deployments", "ops", "fronts", "sizing"):
-        for path in sorted((results.root / table).rglob("*")):
-            if path.is_file() and not path.is_symlink() and (table not in ("fronts", "sizing") or sizing.rows(path)):
-                site.place(path, f"downloads/{path.relative_to(results.root).as_posix()}")
-    items = [{"href": "models.parquet", "label": "models.parquet", "note": "one row per model"},
-             {"href": "gallery.csv", "label": "gallery.csv", "note": "the gallery table"}]
-    if (results.root / "variants.parquet").exists():
-        site.place(results.root / "variants.parquet", "downloads/variants.parquet")
-        items.append({"href": "variants.parquet", "label": "variants.parquet",
-                      "note": "one row per what-if variant (variant_of, label what-if; never verified)"})
-    if (results.root / "contracts.json").exists():
-        site.place(results.root / "contracts.json", "downloads/contracts.json")
-        contracts = json.loads((results.root / "contracts.json").read_text())
-        rows = [{"slot": slot, "variant": v["name"], "component": v["component"], "context": n,
-                 "params": v["params"]["value"], "kv_bytes_per_token": v["kv_bytes_per_token"]["value"],
-                 "kv_bytes_per_request": kv, "prefill_s": p, "decode_s": d}
-                for slot, c in contracts.items() for v in c["variants"]
-                for n, kv, p, d in zip(c["lengths"], v["kv_bytes_per_request"], v["prefill_s"], v["decode_s"])]
-        site.file("downloads/contracts.csv", _csv(rows))
-        items += [{"href": "contracts.json", "label": "contracts.json", "note": "the components page's contract table"},
-                  {"href": "contracts.csv", "label": "contracts.csv", "note": "the same, one row per variant and length"}]
-    if results.landscape is not None:
-        site.place(results.root / "landscape.json", "downloads/landscape.json")
-        items.append({"href": "landscape.json", "label": "landscape.json", "note": "the landscape page's tables, formulas included"})
-        items += [{"href": f"landscape/{t['name']}.csv", "label": f"landscape/{t['name']}.csv",
-                   "note": f"the landscape table: {t['title']}"} for t in results.landscape.get("tables", [])]
-    # every file by name (a static host lists no folders)
-    for table, note in (("deployments", "deployment rows"), ("ops", "per-op tables"),
-                        ("fronts", "Pareto fronts (archledger plan)"), ("sizing", "sizing answers (archledger plan)")):
-        for path in sorted((target / table).glob("model=*/part.parquet")):
-            rel = path.relative_to(target).as_posix()
-            items.append({"href": rel, "label": rel, "note": f"{note} of {path.parent.name[6:]}"})
-    for path in sorted((target / "deployments").glob("*/*.csv")):
-        rel = path.relative_to(target).as_posix()
-        items.append({"href": rel, "label": rel, "note": "a deployment page's table for one GPU"})
-    site.page("downloads", "listing.html", "Downloads", {"page": "downloads"}, items=items,
-              intro="The data behind every page. Schema and units: methodology / The Parquet tables.")

@@ -22,14 +22,15 @@
     return out.join(", ");
   }
   function show(el) {
-    var f = el.getAttribute("data-f"), d = el.getAttribute("data-d");
+    // data-dk: a definition shared by a column, sent once in the page data ("defs")
+    var f = el.getAttribute("data-f"), d = el.getAttribute("data-d") || (data.defs || {})[el.getAttribute("data-dk")];
     if (!f && !d) return;
     tip.textContent = "";
     if (!f) { var def = document.createElement("div"); def.textContent = "= " + d; tip.appendChild(def); }
     else { var code = document.createElement("code"); code.textContent = "= " + f; tip.appendChild(code); }
     var b = f ? [el.getAttribute("data-w"), bound(f, el)].filter(Boolean).join(", ") : "";   // data-w: a value the number is taken at (e.g. length = 32768)
     if (b) { var p = document.createElement("div"); p.className = "bound"; p.textContent = "where " + b; tip.appendChild(p); }
-    var n = el.getAttribute("data-n");
+    var row = el.getAttribute("data-n") ? el : el.closest("[data-n]"), n = row && row.getAttribute("data-n");   // a table row names its node once
     if (n) { var q = document.createElement("div"); q.className = "node"; q.textContent = "from " + n; tip.appendChild(q); }
     var r = el.getBoundingClientRect();
     tip.hidden = false;
