@@ -96,6 +96,8 @@ def listing(site_dir: Path, results: Results) -> dict[str, Any]:
                          "model_id": model_id, "name": names[model_id]}
                 files.append(entry)
                 by_model[model_id]["files"][table] = entry
+        if not files:   # fronts/sizing when no model of the build is in the grid's sizing list
+            continue
         per_model.append({"key": table, "title": title, "row": row, "files": files,
                           "bytes": sum(f["bytes"] for f in files), "rows": sum(f["rows"] for f in files),
                           "snippets": _snippets(f"{table}-*.parquet")})
@@ -115,7 +117,7 @@ def render(site, results: Results, csv: Callable[[list[dict]], str]) -> None:
         for path in sorted((results.root / table).glob("model=*/part.parquet")):
             if path.is_file() and not path.is_symlink() and _rows(path):
                 site.place(path, f"downloads/{path.relative_to(results.root).as_posix()}")
-    if (results.root / "variants.parquet").exists():
+    if (results.root / "variants.parquet").exists() and _rows(results.root / "variants.parquet"):
         site.place(results.root / "variants.parquet", "downloads/variants.parquet")
     if (results.root / "contracts.json").exists():
         site.place(results.root / "contracts.json", "downloads/contracts.json")

@@ -22,14 +22,14 @@ def build_small_site(root: Path, grid: dict, models: list[str]) -> Path:
 
 
 def result_tables(out: Path) -> dict[str, pl.DataFrame]:
-    """models.parquet and the hive-partitioned deployments and ops tables of a build."""
+    """models.parquet and the hive-partitioned deployments, ops, fronts and sizing tables of a build."""
     results = out / "results"
 
     def scan(table: str) -> pl.DataFrame:
         return pl.scan_parquet(str(results / table / "**" / "*.parquet"), hive_partitioning=True).collect()
 
-    return {"models": pl.read_parquet(results / "models.parquet"), "deployments": scan("deployments"),
-            "ops": scan("ops")}
+    return {"models": pl.read_parquet(results / "models.parquet"),
+            **{t: scan(t) for t in ("deployments", "ops", "fronts", "sizing") if (results / t).is_dir()}}
 
 
 def served(site: Path) -> Iterator[str]:
