@@ -26,6 +26,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+def add_serving_arguments(p, kv_note: str = "", prefill_tokens: bool = True) -> None:
+    """The serving options deploy, plan and disagg share (one place for their names, defaults and
+    help): framework, KV / activation dtypes, weight format, usable HBM share and, unless
+    ``prefill_tokens`` is false, the chunked-prefill token budget."""
+    p.add_argument("--framework", default="vllm", help="fusion table of corpus/fusion/ (vllm, sglang) or none")
+    p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8)" + kv_note)
+    p.add_argument("--act-dtype", default="bf16", help="activation dtype (bf16, fp8)")
+    p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
+    p.add_argument("--hbm-fraction", type=float, default=0.9,  # = structure.HBM_FRACTION (the parser stays light)
+                   help="usable share of HBM")
+    if prefill_tokens:
+        p.add_argument("--prefill-tokens", type=positive_int, default=8192,
+                       help="chunked-prefill token budget per step and replica (vLLM max_num_batched_tokens)")
+
+
 def add_mtp_arguments(p) -> None:
     """``--mtp K --acceptance A``: speculative decoding with the model's MTP modules (deploy, plan)."""
     p.add_argument("--mtp", type=int, default=0, metavar="K",
@@ -66,14 +81,7 @@ def add_parser(sub, parents=()) -> None:
     p.add_argument("--batch", type=positive_int, default=1, help="concurrent requests per model replica")
     p.add_argument("--input", type=positive_int, default=4096, help="prompt tokens per request")
     p.add_argument("--output", type=positive_int, default=1024, help="generated tokens per request")
-    p.add_argument("--framework", default="vllm", help="fusion table of corpus/fusion/ (vllm, sglang) or none")
-    p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8)")
-    p.add_argument("--act-dtype", default="bf16", help="activation dtype (bf16, fp8)")
-    p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
-    p.add_argument("--hbm-fraction", type=float, default=0.9,  # = structure.HBM_FRACTION (the parser stays light)
-                   help="usable share of HBM")
-    p.add_argument("--prefill-tokens", type=positive_int, default=8192,
-                   help="chunked-prefill token budget per step and replica (vLLM max_num_batched_tokens)")
+    add_serving_arguments(p)
     add_mtp_arguments(p)
     p.add_argument("--phase", choices=["prefill", "decode", "both"], default="both",
                    help="which phase's per-op table to print")

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from engine.cli import units
-from engine.cli.deploy import positive_int
+from engine.cli.deploy import add_serving_arguments, positive_int
 from engine.cli.plan import positive_float
 from engine.spec.errors import SpecError, Where
 
@@ -35,14 +35,7 @@ def add_parser(sub, parents=()) -> None:
     load = p.add_mutually_exclusive_group()
     load.add_argument("--rate", type=positive_float, default=None, help="requests/s to sustain (default: one decode replica)")
     load.add_argument("--users", type=positive_int, default=None, help="concurrent users to hold (default: one decode replica)")
-    p.add_argument("--framework", default="vllm", help="fusion table of corpus/fusion/ (vllm, sglang) or none")
-    p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8), both pools")
-    p.add_argument("--act-dtype", default="bf16", help="activation dtype (bf16, fp8)")
-    p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
-    p.add_argument("--hbm-fraction", type=float, default=0.9,  # = structure.HBM_FRACTION (the parser stays light)
-                   help="usable share of HBM")
-    p.add_argument("--prefill-tokens", type=positive_int, default=8192,
-                   help="chunked-prefill token budget per step and replica (vLLM max_num_batched_tokens)")
+    add_serving_arguments(p, kv_note=", both pools")
     p.add_argument("--json", action="store_true", help="machine-readable output (same fields)")
     p.set_defaults(func=run)
 

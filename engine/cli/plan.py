@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from engine.cli import units
-from engine.cli.deploy import add_mtp_arguments, mtp_options, positive_int
+from engine.cli.deploy import add_mtp_arguments, add_serving_arguments, mtp_options, positive_int
 from engine.spec.errors import SpecError, Where
 
 #: Front points printed as text (evenly spaced, both ends kept); --json has every one.
@@ -54,12 +54,7 @@ def add_parser(sub, parents=()) -> None:
                       help="concurrent users to hold (replicas added; default: one replica)")
     p.add_argument("--max-gpus", type=positive_int, default=8,
                    help="largest model replica searched (GPU counts 1, 2, 4 ... up to it)")
-    p.add_argument("--framework", default="vllm", help="fusion table of corpus/fusion/ (vllm, sglang) or none")
-    p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8)")
-    p.add_argument("--act-dtype", default="bf16", help="activation dtype (bf16, fp8)")
-    p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
-    p.add_argument("--hbm-fraction", type=float, default=0.9,  # = structure.HBM_FRACTION (the parser stays light)
-                   help="usable share of HBM")
+    add_serving_arguments(p, prefill_tokens=False)
     add_mtp_arguments(p)
     p.add_argument("--top", type=positive_int, default=5, help="cheapest configs listed per GPU type")
     p.add_argument("--no-disagg", action="store_true",
