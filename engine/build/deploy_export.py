@@ -36,7 +36,7 @@ from typing import Any, Callable
 import sympy
 
 from engine.deploy.cost import step_totals
-from engine.deploy.sol import _formula_text
+from engine.deploy.sol import formula_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, PHASES, PREFILL_TOKENS
 from engine.spec import kv, symbols
 from engine.spec.formula_tree import to_tree
@@ -78,7 +78,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         return found
 
     def program(s, phase: str) -> int:
-        text = _formula_text(s, phase)
+        text = formula_text(s, phase)
         steps = []
         for i, st in enumerate(s.programs[phase].steps):
             f, b, c, w = step_totals(st)

@@ -265,7 +265,7 @@ def _text(expr) -> str:
     return text
 
 
-def _formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
+def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
     """The four formulas of every step as text (cached on the structure: GPU- and point-free)."""
     cache = structure.__dict__.setdefault("_formula_text", {})
     if phase not in cache:
@@ -289,7 +289,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario])
     seq = np.array([w["seq"] for w in where], dtype=float)
     ctx = np.array([w["ctx"] for w in where], dtype=float)
     values = plan.evaluate(phase, batch, seq, ctx, weights=True)
-    text = _formula_text(s, phase)
+    text = formula_text(s, phase)
     steps = s.programs[phase].steps
     keep = [i for i, step in enumerate(steps) if not step.view]          # views launch nothing
     v = {key: np.asarray(values[key])[keep].T.reshape(-1) for key in values}   # point-major

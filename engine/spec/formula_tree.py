@@ -72,7 +72,7 @@ def to_tree(expr: Any) -> Any:
     if isinstance(expr, bool):
         return int(expr)
     if isinstance(expr, (int, float)):
-        return _number(sympy.sympify(expr))
+        return _number(sympy.Integer(expr) if isinstance(expr, int) else sympy.Float(expr))
     if expr is sympy.true or expr is sympy.false:
         return _number(expr)
     if expr.is_Number:
