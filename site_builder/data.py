@@ -166,7 +166,8 @@ def deploy_formulas(results: Results, model_id: str) -> dict | None:
 def split_formulas(doc: dict) -> tuple[dict, dict[str, dict]]:
     """The formula document as the deploy page fetches it: the model-wide part (GPU rates, configs,
     options, the KV trees) for index.json, and one file per (config, scale-up domain) holding only
-    the programs, trees and strings its options use, renumbered from 0 (what one selection loads).
+    the programs, trees and strings its options use, renumbered from 0 (what one selection loads;
+    configs whose files are identical share one). Options name their config (``cfg``) and file.
     Reshaping only: every tree and number is the build's."""
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
     files: dict[str, dict] = {}
@@ -198,6 +199,16 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, dict]]:
         options.append({**{k: opt[k] for k in ("gpu", "framework", "kv_dtypes", "limits")}, "file": key,
                         "n_gpus": cfg["n_gpus"], "config": cfg["config"],
                         "prefill": [program(p) for p in opt["prefill"]], "decode": [program(p) for p in opt["decode"]]})
+    # configs whose files come out identical (one GPU on an 8- or a 72-GPU domain) share one file
+    same: dict[str, str] = {}
+    for key, body in list(files.items()):
+        text = json.dumps(body, separators=(",", ":"), sort_keys=True)
+        if text in same:
+            del files[key]
+        same.setdefault(text, key)
+        same[key] = same[text]
+    for o in options:
+        o["cfg"], o["file"] = o["file"], same[o["file"]]
     configs = {c["key"]: {**{k: v for k, v in c.items() if k != "kv_dev"}, "kv_dev": trees[c["kv_dev"]]}
                for c in doc["configs"]}
     head = {k: doc[k] for k in ("format", "max_context", "budget", "hbm_fraction", "max_batch", "kv_bytes",

@@ -472,7 +472,7 @@ def _deploy(site: Site, results: Results, model_id: str) -> None:
         for o in options:
             f = found.get((o["gpu"], o["n_gpus"], o["config"], o["framework"]))
             if f is not None:
-                o.update({"file": f["file"], "limits": f["limits"], "prefill": f["prefill"], "decode": f["decode"]})
+                o.update({k: f[k] for k in ("cfg", "file", "limits", "prefill", "decode")})
     grid = {k: sorted(set(decode[c])) if decode.height else [] for k, c in
             (("inputs", "input_len"), ("outputs", "output_len"), ("batches", "batch"))}
     site.file(f"data/deploy/{name}/index.json",

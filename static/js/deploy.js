@@ -76,7 +76,7 @@
   function regime(limits, tokens) { var r = 0; while (r < limits.length && limits[r] < tokens) r++; return r; }
   // sol.summarize for one point of option `o` (its config file loaded): every field the page shows
   function summarize(o, file, p) {
-    var cfg = model.configs[o.file], gpu = model.gpus[o.gpu], kv = model.kv_bytes[o.kv_dtype];
+    var cfg = model.configs[o.cfg], gpu = model.gpus[o.gpu], kv = model.kv_bytes[o.kv_dtype];
     var batch = p.batch, input = p.input, length = p.input + p.output;
     var k = Math.max(1, Math.min(cfg.pp, batch));                                 // structure.micro_batches
     var perRank = Math.ceil(batch / cfg.dp_attn);                                 // structure.requests_per_replica
