@@ -151,3 +151,21 @@ def test_invalid_input_is_refused_in_words(tab, base):
     note = tab.page.locator("#batch-note").inner_text()
     assert note.startswith("Enter whole numbers") and "input" in note, note
     assert tab.page.locator("#summary dl.cards").count() == 0
+
+
+def test_selected_point_ops_are_dispatched(browser, base):  # noqa: F811
+    """Other modules (the roofline chart) get the selected point's per-op rows as a plain array."""
+    tab = _open(browser)
+    try:
+        tab.page.add_init_script("document.addEventListener('arch:ops', e => { window.__ops = e.detail; });")
+        slug = LLAMA.replace("/", "--")
+        tab.goto(f"{base}models/{slug}/deploy/?gpu=H100&cfg=1x+tp1&fw=vllm&kv=bf16&input=8000&output=700&batch=37")
+        tab.page.wait_for_function("() => Array.isArray(window.__ops) && window.__ops.length > 0")
+        rows = tab.page.evaluate("() => window.__ops")
+        assert {r["phase"] for r in rows} == {"prefill", "decode"}
+        decode = [r for r in rows if r["phase"] == "decode"]
+        assert len(decode) == tab.page.locator("#ops tbody tr").count()
+        assert all(r["t_sol_s"] == max(r["t_compute_s"], r["t_memory_s"], r["t_comm_s"]) for r in rows)
+        assert not tab.errors, tab.errors
+    finally:
+        tab.context.close()

@@ -159,17 +159,23 @@
     var at = fmt.tokens(p.input) + " prompt tokens + " + fmt.tokens(p.output) + " generated";
     w.textContent = "Batch " + p.batch + " exceeds this config's capacity of " + dec.max_concurrent_requests + " requests at " + at + " (max concurrent requests: weights, the prefill working set and every request's KV at its last token must fit).";
     box.appendChild(w);
+    // capacity at this very point, per config (its file fetched when first needed): this GPU's
+    // configs first, the other GPUs' only when none of this GPU's holds the batch
     var mine = index.options.filter(function (o) { return o.file && o.framework === s.fw && o.kv_dtype === s.kv; });
-    return Promise.all(mine.map(function (o) {
-      return fileOf(o).then(function (file) { var r = summarize(o, file, p); return { o: o, cap: r.max_concurrent_requests, fits: r.fits }; });
-    })).then(function (all) {
-      if (state().batch !== s.batch) return;                     // a newer selection took over
-      var order = function (a, b) { return a.o.n_gpus - b.o.n_gpus || a.cap - b.cap; };
-      var here = all.filter(function (x) { return x.o.gpu === s.gpu && x.fits; }).sort(order);
-      var list = here.length ? here : all.filter(function (x) { return x.o.gpu !== s.gpu && x.fits; }).sort(order);
+    function holders(list) {
+      return Promise.all(list.map(function (o) {
+        return fileOf(o).then(function (file) { var r = summarize(o, file, p); return { o: o, cap: r.max_concurrent_requests, fits: r.fits }; });
+      })).then(function (all) { return all.filter(function (x) { return x.fits; }); });
+    }
+    var order = function (a, b) { return a.o.n_gpus - b.o.n_gpus || a.cap - b.cap; };
+    return holders(mine.filter(function (o) { return o.gpu === s.gpu; })).then(function (here) {
+      return here.length ? [here, true] : holders(mine.filter(function (o) { return o.gpu !== s.gpu; })).then(function (other) { return [other, false]; });
+    }).then(function (found) {
+      if (JSON.stringify(state()) !== JSON.stringify(s)) return;     // a newer selection took over
+      var list = found[0].sort(order), here = found[1] && list.length;
       var q = document.createElement("p"); q.id = "holders";
       if (!list.length) { q.textContent = "No evaluated config holds batch " + p.batch + " at this prompt length."; box.appendChild(q); return; }
-      q.textContent = "Configs " + (here.length ? "on " + s.gpu : "on other GPUs") + " that hold batch " + p.batch + ": ";
+      q.textContent = "Configs " + (here ? "on " + s.gpu : "on other GPUs") + " that hold batch " + p.batch + ": ";
       var ul = document.createElement("ul"); ul.className = "holders";
       list.slice(0, 12).forEach(function (x) { var li = document.createElement("li"); li.appendChild(link(x.o, s, x.cap)); ul.appendChild(li); });
       box.appendChild(q); box.appendChild(ul);
@@ -265,7 +271,9 @@
       chart("chart-gpus", page.specs.gpus, { best: best });
       chart("chart-ep", page.specs.ep, { configs: index.best.filter(function (b) { return b.gpu === s.gpu && b.n_gpus === combo.n_gpus && b.framework === s.fw && b.kv_dtype === s.kv; }) });
       return overCapacity(s, p, dec);
-    }).then(function () { document.getElementById("summary").setAttribute("data-ready", JSON.stringify(s)); })
+    }).then(function () {   // for tests and tools: the selection whose numbers are on the page
+      if (JSON.stringify(state()) === JSON.stringify(s)) document.getElementById("summary").setAttribute("data-ready", JSON.stringify(s));
+    })
       .catch(function (e) { console.error(e); document.getElementById("summary").textContent = "Could not load the data: " + e.message; });
   }
   get(base + "index.json").then(function (idx) {
