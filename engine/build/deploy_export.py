@@ -77,7 +77,11 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             found = tree_of[expr] = trees.add(to_tree(expr))
         return found
 
+    exported: dict[tuple, int] = {}
+
     def program(s, phase: str) -> int:
+        if (id(s), phase) in exported:           # structures are cached by the grid: ids are stable
+            return exported[(id(s), phase)]
         text = formula_text(s, phase)
         steps = []
         for i, st in enumerate(s.programs[phase].steps):
@@ -88,7 +92,8 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                           dtypes.add(st.compute_dtype), LINKS[st.link], coll, KINDS.index(st.kind),
                           int(bool(st.view)), strings.add(st.uid), strings.add(text[i][0]), strings.add(text[i][1]),
                           strings.add(text[i][2])])
-        return programs.add(steps)
+        exported[(id(s), phase)] = programs.add(steps)
+        return exported[(id(s), phase)]
 
     configs: dict[tuple, int] = {}
     config_rows: list[dict] = []
@@ -109,9 +114,15 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                     "pp": config.pp, "cp": config.cp, "domain": domain,
                     "weight_bytes_per_gpu": float(base.weight_bytes_per_gpu),
                     "weight_formula": str(base.weight_formula), "kv_dev": tree(base.kv_device_per_request)})
-            regimes = range(len(limits) + 1)
-            by_phase = {p: [program(structure(config, domain, framework, gpu, (r, r)), p) for r in regimes]
-                        for p in PHASES}
+            # one structure per regime that can differ: regimes whose representative token count
+            # passes the same live limits fuse alike (the other rules never match this GPU and config)
+            table = tables.get(framework)
+            classes = {p: _classes(limits, _live_limits(table, gpu, config, p)) for p in PHASES}
+            firsts = {p: sorted({c: r for r, c in reversed(list(enumerate(classes[p])))}.values()) for p in PHASES}
+            count = max(len(firsts[p]) for p in PHASES)
+            built = [structure(config, domain, framework, gpu,
+                               tuple(firsts[p][min(k, len(firsts[p]) - 1)] for p in PHASES)) for k in range(count)]
+            by_phase = {p: [program(built[c], p) for c in classes[p]] for p in PHASES}
             options.append({"gpu": gpu.key, "config": configs[key], "framework": framework,
                             "kv_dtypes": list(grid.kv_dtypes), "limits": list(limits), **by_phase})
     kv_symbol = symbols.dim("kv_bytes")
@@ -132,3 +143,28 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             "kv_bytes": {d: kv.KV_DTYPE_BYTES[d] for d in grid.kv_dtypes}, "kv_request": kv_request,
             "dtypes": dtypes.items, "colls": colls.items, "gpus": gpu_rows, "configs": config_rows,
             "options": options, "programs": programs.items, "trees": trees.items, "strings": strings.items}
+
+
+def _live_limits(table, gpu, config, phase: str) -> list[int]:
+    """The token limits of the enabled rules whose token-free conditions (arch, phases, min_degree:
+    :func:`engine.deploy.fusion._conditions` checks them whatever the tokens) hold here; a rule
+    failing one never matches, so its limit cannot change this phase's program."""
+    if table is None:
+        return []
+    out = set()
+    for r in table.rules:
+        when = r.when
+        if not r.enabled or "max_tokens" not in when or ("arch" in when and gpu.arch not in when["arch"]):
+            continue
+        if ("phases" in when and phase not in when["phases"]) or any(
+                getattr(config, name, 1) < least for name, least in (when.get("min_degree") or {}).items()):
+            continue
+        out.add(when["max_tokens"])
+    return sorted(out)
+
+
+def _classes(limits: list[int], live: list[int]) -> list[int]:
+    """Per regime of ``limits`` (engine.build.grid_eval's: tokens exceed r of them; its representative
+    token count is limits[r], or past the last), how many ``live`` limits that count exceeds."""
+    reps = list(limits) + [limits[-1] + 1] if limits else [0]
+    return [sum(1 for m in live if m < t) for t in reps]
