@@ -6,7 +6,10 @@ The grid build calls it once per structure with every point that shares it; ``ar
 (:meth:`Deployment.build`) with one point, then adds the per-op table. Field names and units are
 those of the Parquet schema. :class:`Plan` (a structure on one GPU type) and :class:`Deployment`
 live here; the types they hold are :mod:`engine.deploy.structure`'s, and :mod:`engine.deploy.planner`
-(which makes plans) imports this module, never the reverse.
+(which makes plans) imports this module, never the reverse. The deploy page computes the same fields
+in the browser (static/js/deploy.js mirrors :func:`summarize` and :func:`op_rows_columns` over the
+formula trees of engine/build/deploy_export.py): a rule changed here changes there too, and
+tests/test_site_offgrid.py holds the two equal.
 
 * ``step_time_s`` of a phase = sum over its steps of SOL = max(t_compute, t_memory, t_comm);
   ``bound`` = the term whose steps take most of that time.
