@@ -209,8 +209,9 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, dict]]:
         same[key] = same[text]
     for o in options:
         o["cfg"], o["file"] = o["file"], same[o["file"]]
-    configs = {c["key"]: {**{k: v for k, v in c.items() if k != "kv_dev"}, "kv_dev": trees[c["kv_dev"]]}
-               for c in doc["configs"]}
+    # the weight formula's text travels once per model in index.json's weight_formulas
+    configs = {c["key"]: {**{k: v for k, v in c.items() if k not in ("kv_dev", "weight_formula")},
+                          "kv_dev": trees[c["kv_dev"]]} for c in doc["configs"]}
     head = {k: doc[k] for k in ("format", "max_context", "budget", "hbm_fraction", "max_batch", "kv_bytes",
                                 "kv_request", "gpus")}
     return {**head, "configs": configs, "options": options}, files
