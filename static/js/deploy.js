@@ -161,7 +161,14 @@
     box.appendChild(w);
     // capacity at this very point, per config (its file fetched when first needed): this GPU's
     // configs first, the other GPUs' only when none of this GPU's holds the batch
-    var mine = index.options.filter(function (o) { return o.file && o.framework === s.fw && o.kv_dtype === s.kv; });
+    // A config whose KV room before the working set cannot hold the batch is skipped unfetched (the
+    // working set is >= 0, so this bound from index.json alone never drops a config that holds it).
+    var mine = index.options.filter(function (o) {
+      if (!o.file || o.framework !== s.fw || o.kv_dtype !== s.kv) return false;
+      var cfg = model.configs[o.cfg], gpu = model.gpus[o.gpu];
+      var kvDev = ev(cfg.kv_dev, { length: p.input + p.output, kv_bytes: model.kv_bytes[o.kv_dtype] });
+      return fitCount(gpu.hbm_bytes * model.hbm_fraction - cfg.weight_bytes_per_gpu, kvDev) >= Math.ceil(p.batch / cfg.dp_attn);
+    });
     function holders(list) {
       return Promise.all(list.map(function (o) {
         return fileOf(o).then(function (file) { var r = summarize(o, file, p); return { o: o, cap: r.max_concurrent_requests, fits: r.fits }; });
@@ -197,9 +204,10 @@
     sum.appendChild(dl);
     if (dec.extrapolated) { var w = document.createElement("p"); w.className = "warn"; w.textContent = "! Context past the model's maximum (" + page.max_context + " tokens): extrapolation."; sum.appendChild(w); }
     var bar = document.getElementById("membar"), usable = dec.usable_bytes_per_gpu; bar.textContent = ""; bar.style.display = "";
+    var left = 100;   // a batch over capacity needs more than usable: its KV fills the rest of the bar
     [["weights", dec.weight_bytes_per_gpu], ["prefill", dec.activation_bytes_per_gpu], ["KV", dec.kv_bytes_per_gpu], ["free", dec.free_bytes_per_gpu]].forEach(function (p) {
-      var seg = document.createElement("div"); seg.className = "seg seg-" + p[0];
-      seg.style.width = Math.min(100, 100 * p[1] / usable) + "%"; seg.textContent = p[0] + " " + fmt.bytes(p[1]); bar.appendChild(seg);
+      var seg = document.createElement("div"), width = Math.max(0, Math.min(left, 100 * p[1] / usable)); left -= width;
+      seg.className = "seg seg-" + p[0]; seg.style.width = width + "%"; seg.textContent = p[0] + " " + fmt.bytes(p[1]); bar.appendChild(seg);
     });
     bar.setAttribute("aria-label", "memory per GPU: weights " + fmt.bytes(dec.weight_bytes_per_gpu) + ", prefill working set " + fmt.bytes(dec.activation_bytes_per_gpu) + ", KV " + fmt.bytes(dec.kv_bytes_per_gpu) + " of " + fmt.gib(usable) + " usable (the runtime's GiB)");
   }
