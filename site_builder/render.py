@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import sys
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
