@@ -154,3 +154,64 @@ def deployment_options(rows: pl.DataFrame) -> list[dict[str, Any]]:
 
 def ops_rows(results: Results, model_id: str) -> pl.DataFrame:
     return results.ops.filter(pl.col("model_id") == model_id).collect()
+
+
+def deploy_formulas(results: Results, model_id: str) -> dict | None:
+    """The model's formula document (``formulas/<org--name>.json``, engine/build/deploy_export.py), or
+    None for results built before it existed."""
+    path = results.root / "formulas" / f"{slug(model_id)}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def split_formulas(doc: dict) -> tuple[dict, dict[str, dict]]:
+    """The formula document as the deploy page fetches it: the model-wide part (GPU rates, configs,
+    options, the KV trees) for index.json, and one file per (config, scale-up domain) holding only
+    the programs, trees and strings its options use, renumbered from 0 (what one selection loads;
+    configs whose files are identical share one). Options name their config (``cfg``) and file.
+    Reshaping only: every tree and number is the build's."""
+    programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
+    files: dict[str, dict] = {}
+    local: dict[str, tuple[dict, dict, dict]] = {}
+    options = []
+    for opt in doc["options"]:
+        cfg = doc["configs"][opt["config"]]
+        key = cfg["key"]
+        if key not in files:
+            files[key] = {"programs": [], "trees": [], "strings": []}
+            local[key] = ({}, {}, {})
+        out, (pmap, tmap, smap) = files[key], local[key]
+
+        def renumber(table: dict, items: list, source: list, i: int) -> int:
+            if i not in table:
+                table[i] = len(items)
+                items.append(source[i])
+            return table[i]
+
+        def program(pid: int) -> int:
+            if pid not in pmap:
+                steps = [[renumber(tmap, out["trees"], trees, s[t]) for t in range(5)] + s[5:11]
+                         + [renumber(smap, out["strings"], strings, s[t]) for t in range(11, 15)]
+                         for s in programs[pid]]
+                pmap[pid] = len(out["programs"])
+                out["programs"].append(steps)
+            return pmap[pid]
+
+        options.append({**{k: opt[k] for k in ("gpu", "framework", "kv_dtypes", "limits", "reserve")}, "file": key,
+                        "n_gpus": cfg["n_gpus"], "config": cfg["config"],
+                        "prefill": [program(p) for p in opt["prefill"]], "decode": [program(p) for p in opt["decode"]]})
+    # configs whose files come out identical (one GPU on an 8- or a 72-GPU domain) share one file
+    same: dict[str, str] = {}
+    for key, body in list(files.items()):
+        text = json.dumps(body, separators=(",", ":"), sort_keys=True)
+        if text in same:
+            del files[key]
+        same.setdefault(text, key)
+        same[key] = same[text]
+    for o in options:
+        o["cfg"], o["file"] = o["file"], same[o["file"]]
+    # the weight formula's text travels once per model in index.json's weight_formulas
+    configs = {c["key"]: {**{k: v for k, v in c.items() if k not in ("kv_dev", "weight_formula")},
+                          "kv_dev": trees[c["kv_dev"]]} for c in doc["configs"]}
+    head = {k: doc[k] for k in ("format", "max_context", "budget", "hbm_fraction", "max_batch", "kv_bytes",
+                                "kv_request", "gpus")}
+    return {**head, "configs": configs, "options": options}, files

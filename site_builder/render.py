@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import sys
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,8 @@ from engine.spec.corpus import refuse_symlinks
 from engine.spec.errors import SpecError, Where
 from site_builder import charts, graphs, sizing
 from site_builder import downloads, landscape
-from site_builder.data import (Results, deployment_options, deployment_rows, gallery_index, lineages, ops_rows, slug,
-                               trait_index)
+from site_builder.data import (Results, deploy_formulas, deployment_options, deployment_rows, gallery_index, lineages,
+                               slug, split_formulas, trait_index)
 from site_builder.graph_svg import diff_graphs, render_svg
 
 REPO = Path(__file__).resolve().parent.parent
@@ -449,19 +448,7 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
     weight_number = {f: i for i, f in enumerate(weight_formulas)}
     for o in options:
         o["weight_formula"] = weight_number[o.pop("weight_bytes_per_gpu_formula")]
-    # one record per point: the decode row, with the prefill row's bound beside it
-    key = ["gpu", "n_gpus", "config", "framework", "kv_dtype", "batch", "input_len", "output_len"]
     decode = rows.filter(pl.col("phase") == "decode").drop("phase")
-    prefill = rows.filter(pl.col("phase") == "prefill").select(key + [pl.col("bound").alias("prefill_bound")])
-    points = decode.join(prefill, on=key, how="left").drop(["step_time_s", "compute_time_s", "memory_time_s",
-                                                              "comm_time_s", "tp", "ep", "dp_attn", "pp",
-                                                              "weight_bytes_per_gpu_formula"])
-    # one file per (GPU, GPU count, parallel config): what one selection fetches (its frameworks and
-    # KV dtypes together); the columns that name the file are not repeated in its rows
-    where = ["gpu", "n_gpus", "config"]
-    for (gpu, n_gpus, config), part in points.partition_by(where, as_dict=True).items():
-        site.file(f"data/deploy/{name}/{gpu}/{n_gpus}-{config}.json",
-                  json.dumps(_table(part.drop(where)), separators=(",", ":")))
     # the GPU comparison: each evaluated combination's best decode throughput among points that fit
     best = (decode.filter(pl.col("fits") & (pl.col("input_len") == COMPARE_INPUT))
             .group_by(["gpu", "n_gpus", "config", "framework", "kv_dtype"])
@@ -471,42 +458,26 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
     # ... and each GPU type's best combination (one bar per GPU in the comparison chart)
     per_gpu = (best.sort("best_tokens_per_s_per_gpu", descending=True)
                .group_by(["gpu", "framework", "kv_dtype"], maintain_order=True).first())
-    # capacity per combination and prompt length (the engine's max_concurrent_requests, one value per
-    # (input, output): the same in every row of that point) and the batches each GPU's data has, so the
-    # page can say when a batch exceeds the selected config and list the configs that hold it
-    page_output = int(decode["output_len"].min()) if decode.height else 0
-    caps: dict[tuple, dict[str, int]] = defaultdict(dict)
-    for r in (decode.filter(pl.col("output_len") == page_output)
-              .group_by(["gpu", "n_gpus", "config", "framework", "kv_dtype", "input_len"])
-              .agg(pl.col("max_concurrent_requests").first()).iter_rows(named=True)):
-        caps[(r["gpu"], r["n_gpus"], r["config"], r["framework"], r["kv_dtype"])][str(r["input_len"])] = \
-            r["max_concurrent_requests"]
-    for o in options:
-        o["caps"] = caps.get((o["gpu"], o["n_gpus"], o["config"], o["framework"], o["kv_dtype"]), {})
-    batches = {f"{g}/{fw}/{kv}/{inp}": sorted(set(b)) for g, fw, kv, inp, b in
-               decode.group_by(["gpu", "framework", "kv_dtype", "input_len"]).agg(pl.col("batch")).iter_rows()}
-    # the page's per-op table shows decode steps (the Parquet download has both phases)
-    ops = ops_rows(results, model_id).filter(pl.col("phase") == "decode")
-    with_ops = set(ops.select(where).unique().iter_rows())
-    for o in options:          # the page fetches a per-op file only where one was written
-        o["ops"] = (o["gpu"], o["n_gpus"], o["config"]) in with_ops
-    # strings that repeat across GPUs, configs and points (formulas, op uids) are sent once per model
-    formulas = sorted(set(ops["flops_formula"]) | set(ops["bytes_formula"]) | set(ops["comm_bytes_formula"]))
-    uids = sorted(set(ops["op_uid"]))
-    number, uid_number = {f: i for i, f in enumerate(formulas)}, {u: i for i, u in enumerate(uids)}
-    site.file(f"data/ops/{name}/strings.json", json.dumps({"formulas": formulas, "uids": uids}, separators=(",", ":")))
-    keep = ["framework", "kv_dtype", "batch", "input_len", "output_len",
-            "kind", "flops", "bytes", "comm_bytes", "t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s", "bound"]
-    for (gpu, n_gpus, config), part in ops.partition_by(where, as_dict=True).items():
-        table = _table(part.select(keep))
-        table["columns"] += ["uid", "f_flops", "f_bytes", "f_comm"]
-        for row, u, f, b, c in zip(table["rows"], part["op_uid"], part["flops_formula"], part["bytes_formula"],
-                                   part["comm_bytes_formula"]):
-            row += [uid_number[u], number[f], number[b], number[c]]
-        site.file(f"data/ops/{name}/{gpu}/{n_gpus}-{config}.json", json.dumps(table, separators=(",", ":")))
+    # the page evaluates any (prompt, output, batch) from the structures' formula trees: the model-wide
+    # part (GPU rates, configs, options) goes into index.json, each (config, scale-up domain) gets one
+    # file of its programs and trees (what one selection fetches); the grid's values are suggestions
+    formulas = deploy_formulas(results, model_id)
+    model: dict = {}
+    if formulas is not None:
+        model, files = split_formulas(formulas)
+        for key, body in files.items():
+            site.file(f"data/deploy/{name}/{key}.json", json.dumps(body, separators=(",", ":")))
+        found = {(o["gpu"], o["n_gpus"], o["config"], o["framework"]): o for o in model.pop("options")}
+        for o in options:
+            f = found.get((o["gpu"], o["n_gpus"], o["config"], o["framework"]))
+            if f is not None:
+                o.update({k: f[k] for k in ("cfg", "file", "limits", "reserve", "prefill", "decode")})
+    grid = {k: sorted(set(decode[c])) if decode.height else [] for k, c in
+            (("inputs", "input_len"), ("outputs", "output_len"), ("batches", "batch"))}
     site.file(f"data/deploy/{name}/index.json",
               json.dumps({"options": options, "weight_formulas": weight_formulas, "best": best.to_dicts(),
-                          "best_per_gpu": per_gpu.to_dicts(), "batches": batches, "output_len": page_output},
+                          "best_per_gpu": per_gpu.to_dicts(), "grid": grid, "model": model,
+                          "output_len": int(decode["output_len"].min()) if decode.height else 0},
                          separators=(",", ":")))
     # the bar charts' heights: the most bars one selection can show (GPU types; configs per GPU type and count)
     specs = charts.deployment_specs(

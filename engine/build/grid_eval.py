@@ -55,8 +55,10 @@ def _representative(limits: list[int], regime: int) -> int | None:
     return limits[regime] if regime < len(limits) else limits[-1] + 1
 
 
-def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
-    """(deployment columns, op columns, number of points) for one model over the grid."""
+def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict | None = None):
+    """(deployment columns, op columns, number of points) for one model over the grid. With
+    ``export`` (a dict), it also receives the deploy page's formula document
+    (:func:`engine.build.deploy_export.model_export`) built from the same structures."""
     grid, gpus, tables = load_grid(grid_path), load_gpus(gpu_root), load_tables(ev.corpus.root / "fusion")
     stored = float(sum(t.total_bytes for t in ev.tensors() if t.stack == "main"))
     cells = model_cells(ev, grid, gpus, stored)
@@ -172,4 +174,8 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
                 ops["output_len"].extend([point.output_len] * per_point)
             for name, values in columns.items():
                 ops[name].extend(values)
+    if export is not None:
+        from engine.build.deploy_export import model_export
+        export.update(model_export(ev, cells, grid, gpus, tables, structure, _thresholds,
+                                   lambda s, gpu: s.weight_bytes_per_gpu < gpu.hbm_bytes * HBM_FRACTION))
     return deployments, ops, total

@@ -8,6 +8,7 @@ a failed, interrupted or killed build leaves the previous results and site intac
 
 Results (schemas: :data:`MODELS_SCHEMA`, :data:`DEPLOYMENTS_SCHEMA`, :data:`OPS_SCHEMA`, documented
 in docs/results.md): ``models.parquet``; ``models/<org--name>.json`` (the inspector's document);
+``formulas/<org--name>.json`` (the deploy page's formula trees, :mod:`engine.build.deploy_export`);
 ``contracts.json`` (component variants under fixed contracts, always re-evaluated: it is small); ``deployments/model=<org--name>/part.parquet`` and
 ``ops/model=<org--name>/part.parquet`` (one hive partition per model, so
 ``pl.scan_parquet("build/results/deployments/**/*.parquet")`` reads the table); ``fronts/`` and
@@ -403,7 +404,8 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
     started = time.perf_counter()
     corpus = load_corpus(corpus_root)
     ev = evaluate_spec(corpus, corpus.models[model_id])
-    deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root)
+    formulas: dict = {}        # the deploy page's formula trees (engine.build.deploy_export)
+    deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root, formulas)
     finite.check_tables(ev.model, {"deployments": deployments, "ops": ops})   # nothing NaN or negative is written
     for table, columns, schema in (("deployments", deployments, DEPLOYMENTS_SCHEMA), ("ops", ops, OPS_SCHEMA)):
         folder = Path(staging) / table / f"model={slug(model_id)}"
@@ -419,6 +421,8 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
     (Path(staging) / "models").mkdir(exist_ok=True)
     (Path(staging) / "models" / f"{slug(model_id)}.json").write_text(
         json.dumps(model_document(ev, verification), separators=(",", ":")))
+    (Path(staging) / "formulas").mkdir(exist_ok=True)
+    (Path(staging) / "formulas" / f"{slug(model_id)}.json").write_text(json.dumps(formulas, separators=(",", ":")))
     return {"model_id": model_id, "deployments": len(deployments["model_id"]),
             "ops": len(ops["model_id"]), "points": points, "seconds": round(time.perf_counter() - started, 3), **sized}
 
@@ -486,7 +490,7 @@ def _model_files(root: Path, model_id: str) -> list[Path]:
     """A model's files under a results folder (partitions and its inspector document)."""
     name = slug(model_id)
     return [root / t / f"model={name}" / "part.parquet" for t in ("deployments", "ops", "fronts", "sizing")] + \
-        [root / "models" / f"{name}.json"]
+        [root / "models" / f"{name}.json", root / "formulas" / f"{name}.json"]
 
 
 def _file_records(root: Path, model_id: str) -> dict[str, dict]:

@@ -6,7 +6,10 @@ The grid build calls it once per structure with every point that shares it; ``ar
 (:meth:`Deployment.build`) with one point, then adds the per-op table. Field names and units are
 those of the Parquet schema. :class:`Plan` (a structure on one GPU type) and :class:`Deployment`
 live here; the types they hold are :mod:`engine.deploy.structure`'s, and :mod:`engine.deploy.planner`
-(which makes plans) imports this module, never the reverse.
+(which makes plans) imports this module, never the reverse. The deploy page computes the same fields
+in the browser (static/js/deploy.js mirrors :func:`summarize` and :func:`op_rows_columns` over the
+formula trees of engine/build/deploy_export.py): a rule changed here changes there too, and
+tests/test_site_offgrid.py holds the two equal.
 
 * ``step_time_s`` of a phase = sum over its steps of SOL = max(t_compute, t_memory, t_comm);
   ``bound`` = the term whose steps take most of that time.
@@ -286,7 +289,7 @@ def _text(expr) -> str:
     return text
 
 
-def _formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
+def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
     """The four formulas of every step as text (cached on the structure: GPU- and point-free)."""
     cache = structure.__dict__.setdefault("_formula_text", {})
     if phase not in cache:
@@ -310,7 +313,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario])
     seq = np.array([w["seq"] for w in where], dtype=float)
     ctx = np.array([w["ctx"] for w in where], dtype=float)
     values = plan.evaluate(phase, batch, seq, ctx, weights=True)
-    text = _formula_text(s, phase)
+    text = formula_text(s, phase)
     steps = s.programs[phase].steps
     keep = [i for i, step in enumerate(steps) if not step.view]          # views launch nothing
     v = {key: np.asarray(values[key])[keep].T.reshape(-1) for key in values}   # point-major

@@ -138,17 +138,23 @@ def request_bytes_fn(analysis: Analysis, stack: str = "main", part: str | None =
     return lambda length, kv_bytes: kv_elements(length) * kv_bytes + own(length)
 
 
+def request_terms(analysis: Analysis, stack: str = "main", part: str | None = None) -> tuple[sympy.Expr, sympy.Expr]:
+    """(cache elements in the KV dtype, bytes of the entries with their own dtype) one request holds,
+    as expressions of the symbol ``length``: the request's bytes are ``elements x kv_bytes + own``
+    (the one expression :func:`request_bytes_fn` evaluates and the deploy page's formula trees carry)."""
+    length = symbols.dim(symbols.LENGTH)
+    mine = [c for c in caches(analysis, stack) if part is None or part_of(c) == part]
+    elements = sum((tokens_kept(c, length) * c.per_token * c.repeat for c in mine if not c.dtype), sympy.Integer(0))
+    own = sum((tokens_kept(c, length) * c.per_token * c.repeat * CACHE_DTYPE_BYTES[c.dtype] for c in mine if c.dtype),
+              sympy.Integer(0))
+    return elements, own
+
+
 def _compiled(analysis: Analysis, stack: str, dtype: str, part: str | None = None):
     key = (id(analysis), stack, dtype, part)
     if key not in _COMPILED:   # the analysis is kept alive beside its function so ids stay unique
         length = symbols.dim(symbols.LENGTH)
-        mine = [c for c in caches(analysis, stack) if part is None or part_of(c) == part]
-        if dtype == "kv":
-            terms = (tokens_kept(c, length) * c.per_token * c.repeat for c in mine if not c.dtype)
-        else:
-            terms = (tokens_kept(c, length) * c.per_token * c.repeat * CACHE_DTYPE_BYTES[c.dtype]
-                     for c in mine if c.dtype)
-        total = sum(terms, sympy.Integer(0))
+        total = request_terms(analysis, stack, part)[0 if dtype == "kv" else 1]
         raw = sympy.lambdify(length, total, modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
         fn = (lambda x, raw=raw: raw(x) + np.zeros_like(np.asarray(x, dtype=float)))
         _COMPILED[key] = (analysis, fn)

@@ -1,66 +1,196 @@
-// Deployment explorer: the selection lives in the URL query; rows come from the build's JSON.
+// Deployment explorer at any prompt length, output length and batch. The selection lives in the URL
+// query. Numbers come from the selected structure's formula trees (data/deploy/<model>/<config>.json,
+// written by engine/build/deploy_export.py), evaluated with archFormula (static/js/formula.js) and
+// combined by the rules of engine/deploy/sol.py summarize(), mirrored below function by function.
 (function () {
   "use strict";
   var page = window.ARCH_PAGE, root = document.documentElement.getAttribute("data-root") || "";
-  var base = root + "data/deploy/" + page.slug + "/", opsBase = root + "data/ops/" + page.slug + "/";
-  var form = document.getElementById("pick"), fmt = window.archFmt, cache = {}, index = null;
-  var params = new URLSearchParams(location.search);
+  var base = root + "data/deploy/" + page.slug + "/";
+  var form = document.getElementById("pick"), fmt = window.archFmt, cache = {}, index = null, model = null;
+  var params = new URLSearchParams(location.search), KINDS = ["compute", "comm", "fused"], BOUNDS = ["compute", "memory", "comm"];
+  var MAX_TOKENS = 16777216;
   function get(url) { if (!cache[url]) cache[url] = fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.json(); }); return cache[url]; }
-  function records(table) { return table.rows.map(function (r) { var o = {}; table.columns.forEach(function (c, i) { o[c] = r[i]; }); return o; }); }
   function fill(select, values, current) {
     select.textContent = "";
     values.forEach(function (v) { var o = document.createElement("option"); o.value = String(v); o.textContent = String(v); select.appendChild(o); });
     if (current !== null && values.map(String).indexOf(String(current)) >= 0) select.value = String(current);
   }
-  // the wanted batch when the list has it, else the nearest larger, else the largest (null: empty list)
-  function pick(values, wanted) {
-    if (!values.length) return null;
-    if (wanted === null || wanted === undefined || wanted === "") return values[0];
-    var w = Number(wanted), larger = values.filter(function (v) { return v >= w; });
-    return larger.length ? larger[0] : values[values.length - 1];
+  function suggest(id, values) {
+    var list = document.getElementById(id); list.textContent = "";
+    values.forEach(function (v) { var o = document.createElement("option"); o.value = String(v); list.appendChild(o); });
   }
   function uniq(list) { var s = {}, out = []; list.forEach(function (v) { if (!s[v]) { s[v] = 1; out.push(v); } }); return out; }
   function cfgLabel(o) { return o.n_gpus + "x " + o.config; }
-  function state() { var s = {}; ["gpu", "cfg", "fw", "kv", "input", "batch"].forEach(function (k) { s[k] = form.elements[k].value; }); return s; }
+  var KEYS = ["gpu", "cfg", "fw", "kv", "input", "output", "batch"];
+  function state() { var s = {}; KEYS.forEach(function (k) { s[k] = form.elements[k].value; }); return s; }
   function sync() { var s = state(), q = new URLSearchParams(s); history.replaceState(null, "", "?" + q.toString()); return s; }
+  // a whole number in [low, high] (engine/deploy/structure.py Scenario's bounds), else null
+  function count(text, low, high) { var n = Number(text); return text !== "" && Number.isInteger(n) && n >= low && n <= high ? n : null; }
+
+  // ---- the engine's rules (engine/deploy/cost.py, structure.py, sol.py) ----------------------------
+  function tree(file, i) { return file.trees[i]; }
+  function ev(t, env) { return window.archFormula.evaluate(t, env); }
+  function linkRate(gpu, link) { return link === 1 ? gpu.scale_up : link === 2 ? gpu.scale_out : Infinity; }   // cost.link_bandwidth
+  // cost.CompiledProgram.evaluate: per step flops, bytes, comm, weights and the three times (a step:
+  // [flops, bytes, comm, weights, calls, repeat, dtype, link, coll, kind, view, uid, f_flops, f_bytes, f_comm])
+  function stepValues(file, s, gpu, env) {
+    var f = ev(tree(file, s[0]), env), b = ev(tree(file, s[1]), env), c = ev(tree(file, s[2]), env), w = ev(tree(file, s[3]), env);
+    var latency = ev(tree(file, s[4]), env) * (s[8] >= 0 ? gpu.alpha[s[8]] : 0);       // calls x per-call alpha
+    var tc = f / gpu.peaks[s[6]], tm = b / gpu.hbm_bytes_per_s, tl = c / linkRate(gpu, s[7]) + latency;
+    return { flops: f, bytes: b, comm: c, weights: w, tc: tc, tm: tm, tl: tl, sol: Math.max(Math.max(tc, tm), tl) };
+  }
+  function env(batch, seq, ctx, kv) { return { batch: batch, seq: seq, ctx: ctx, kv_bytes: kv }; }
+  // cost.CompiledProgram.totals + sol.phase_times: sums over steps, the bound taking most of the time
+  function phase(file, pid, gpu, e) {
+    var t = { step_time_s: 0, compute_time_s: 0, memory_time_s: 0, comm_time_s: 0, flops: 0, bytes: 0, weight_bytes: 0, comm_bytes: 0 }, by = [0, 0, 0];
+    file.programs[pid].forEach(function (s) {
+      var v = stepValues(file, s, gpu, e);
+      t.flops += v.flops; t.bytes += v.bytes; t.weight_bytes += v.weights; t.comm_bytes += v.comm;
+      t.compute_time_s += v.tc; t.memory_time_s += v.tm; t.comm_time_s += v.tl; t.step_time_s += v.sol;
+      var cb = v.tc >= v.tm && v.tc >= v.tl, mb = !cb && v.tm >= v.tl;
+      by[cb ? 0 : mb ? 1 : 2] += v.sol;
+    });
+    var k = 0; for (var i = 1; i < 3; i++) if (by[i] > by[k]) k = i;
+    t.bound = BOUNDS[k];
+    return t;
+  }
+  // sol.prefill_working_set: the largest non-comm step's (bytes - weights) / repeat at the token budget
+  function workingSet(file, pid, cfg, input, kv) {
+    var prompts = cfg.dp_attn * (model.budget * cfg.cp) / input, e = env(prompts, input, input, kv), best = null;
+    file.programs[pid].forEach(function (s) {
+      if (KINDS[s[9]] === "comm" || !(s[5] > 0)) return;
+      var x = (ev(tree(file, s[1]), e) - ev(tree(file, s[3]), e)) / s[5];
+      if (best === null || x > best) best = x;
+    });
+    return best === null ? 0 : best;
+  }
+  // sol._fit_count: the largest n with n x kvDev <= room, by the same float product the fit test uses
+  function fitCount(room, kvDev) {
+    if (!(kvDev > 0)) return room >= 0 ? model.max_batch : 0;
+    var n = Math.floor(Math.max(room, 0) / kvDev);
+    if ((n + 1) * kvDev <= room) n += 1;
+    if (n > 0 && n * kvDev > room) n -= 1;
+    return room >= 0 ? n : 0;
+  }
+  // engine.build.grid_eval._regime of structure.tokens_per_device: how many token limits a phase exceeds
+  function regime(limits, tokens) { var r = 0; while (r < limits.length && limits[r] < tokens) r++; return r; }
+  // sol.summarize for one point of option `o` (its config file loaded): every field the page shows
+  function summarize(o, file, p) {
+    var cfg = model.configs[o.cfg], gpu = model.gpus[o.gpu], kv = model.kv_bytes[o.kv_dtype];
+    var batch = p.batch, input = p.input, length = p.input + p.output;
+    var k = Math.max(1, Math.min(cfg.pp, batch));                                 // structure.micro_batches
+    var perRank = Math.ceil(batch / cfg.dp_attn);                                 // structure.requests_per_replica
+    var budget = model.budget * cfg.cp;                                           // structure.step_tokens
+    var steps = Math.max(k, Math.ceil(perRank * input / budget));                 // structure.prefill_steps
+    var meanStep = cfg.dp_attn * perRank / steps;                                 // structure.prefill_program_batch
+    var decBatch = cfg.dp_attn * perRank / k;                                     // structure.program_batch
+    // the fusion regime of each phase (structure.tokens_per_device), hence the structure's programs
+    var pre = o.prefill[regime(o.limits, Math.ceil(meanStep * input / (cfg.dp_attn * cfg.cp)))];
+    var dec = o.decode[regime(o.limits, Math.ceil(decBatch / cfg.dp_attn))];
+    var prefill = phase(file, pre, gpu, env(meanStep, input, input, kv));
+    var decode = phase(file, dec, gpu, env(decBatch, 1, length, kv));
+    var usable = gpu.hbm_bytes * model.hbm_fraction, weights = cfg.weight_bytes_per_gpu;
+    var kvDev = ev(cfg.kv_dev, { length: length, kv_bytes: kv });
+    var act = workingSet(file, pre, cfg, input, kv);
+    var reserve = o.reserve;                                                      // the framework's runtime reserve
+    var room = usable - weights - reserve - act;                                  // what the KV cache gets
+    var cap = fitCount(room, kvDev), kvNeed = perRank * kvDev;
+    var replica = cfg.tp * cfg.pp * cfg.cp;
+    var ttft = steps * prefill.step_time_s / cfg.pp;
+    if (cfg.pp > 1) {   // the pipeline fills with the largest step, then each step leaves one stage later
+      var largest = cfg.dp_attn * Math.min(perRank / k, budget / input);
+      ttft = ttft + (cfg.pp - 1) * phase(file, pre, gpu, env(largest, input, input, kv)).step_time_s / cfg.pp;
+    }
+    var tpot = decode.step_time_s, kvEnv = { length: length, kv_bytes: kv };
+    return {
+      batch: batch, input_len: input, output_len: p.output, micro_batches: k, prefill_steps: steps,
+      usable_bytes_per_gpu: usable, weight_bytes_per_gpu: weights, reserve_bytes_per_gpu: reserve,
+      kv_bytes_per_request: ev(model.kv_request.all, kvEnv), kv_state_bytes_per_request: ev(model.kv_request.state, kvEnv),
+      kv_bytes_per_request_per_gpu: kvDev, kv_budget_bytes_per_gpu: Math.max(room, 0), kv_bytes_per_gpu: kvNeed,
+      activation_bytes_per_gpu: act, free_bytes_per_gpu: Math.max(room - kvNeed, 0),
+      max_concurrent_requests: cfg.dp_attn * cap,
+      max_prefill_batch: cfg.dp_attn * Math.min(Math.max(1, Math.floor(budget / input)), cap),
+      fits: perRank <= cap, shortfall_bytes: Math.max(kvNeed - room, 0),
+      ttft_s: ttft, tpot_s: tpot, prefill_tokens_per_s_per_gpu: batch * input / ttft / replica,
+      tokens_per_s_per_gpu: batch / tpot / replica, extrapolated: length > model.max_context,
+      bound: decode.bound, prefill_bound: prefill.bound, phases: { prefill: prefill, decode: decode },
+      programs: { prefill: pre, decode: dec },
+      env: { prefill: env(meanStep, input, input, kv), decode: env(decBatch, 1, length, kv) }
+    };
+  }
+  // sol.op_rows_columns: one row per launched step (views launch nothing), one micro-batch's values
+  function opRows(o, file, sum) {
+    var gpu = model.gpus[o.gpu], out = [];
+    ["prefill", "decode"].forEach(function (ph) {
+      file.programs[sum.programs[ph]].forEach(function (s) {
+        if (s[10]) return;
+        var v = stepValues(file, s, gpu, sum.env[ph]), t = [v.tc, v.tm, v.tl], k = 0;
+        for (var i = 1; i < 3; i++) if (t[i] > t[k]) k = i;
+        out.push({ phase: ph, op_uid: file.strings[s[11]], kind: KINDS[s[9]], flops: v.flops, bytes: v.bytes,
+                   weight_bytes: v.weights, comm_bytes: v.comm, intensity: v.bytes > 0 ? v.flops / v.bytes : Infinity,
+                   t_compute_s: v.tc, t_memory_s: v.tm, t_comm_s: v.tl, t_sol_s: v.sol, bound: BOUNDS[k],
+                   flops_formula: file.strings[s[12]], bytes_formula: file.strings[s[13]], comm_bytes_formula: file.strings[s[14]] });
+      });
+    });
+    return out;
+  }
+  function fileOf(o) { return get(base + o.file + ".json"); }
+  // what the page and other modules (tests, charts) can call: the summary and op rows at any point
+  window.archDeploy = {
+    at: function (o, p) { return fileOf(o).then(function (file) { var s = summarize(o, file, p); s.ops = opRows(o, file, s); return s; }); }
+  };
+
+  // ---- the page --------------------------------------------------------------------------------
   function row(label, value, text, doc, formula) {
     var dt = document.createElement("dt"); dt.textContent = label;
     var dd = document.createElement("dd"); dd.appendChild(window.archNum(value, text, formula || null, null, formula ? null : doc));
     return [dt, dd];
   }
-  function link(o, s) {
-    var q = new URLSearchParams({ gpu: o.gpu, cfg: cfgLabel(o), fw: o.framework, kv: o.kv_dtype, input: s.input, batch: s.batch });
+  function link(o, s, cap) {
+    var q = new URLSearchParams({ gpu: o.gpu, cfg: cfgLabel(o), fw: o.framework, kv: o.kv_dtype, input: s.input, output: s.output, batch: s.batch });
     var a = document.createElement("a"); a.href = "?" + q.toString();
-    a.textContent = o.gpu + " " + cfgLabel(o) + " (capacity " + o.caps[s.input] + ")"; return a;
+    a.textContent = o.gpu + " " + cfgLabel(o) + " (capacity " + cap + ")"; return a;
   }
-  // The batch is over this config's capacity (no row, or a row that does not fit): say so with the
-  // engine's max_concurrent_requests, and list the evaluated configs whose capacity holds the batch.
-  function overCapacity(s, combo, dec) {
+  // The batch is over this config's capacity: say so with its max_concurrent_requests, and list the
+  // configs (this GPU first, else the others) whose capacity at this point holds the batch.
+  function overCapacity(s, p, dec) {
     var box = document.getElementById("capacity"); box.textContent = "";
-    if (dec && dec.fits) return;
-    var cap = dec ? dec.max_concurrent_requests : combo.caps[s.input], p = document.createElement("p"); p.className = "warn";
-    var at = fmt.tokens(s.input) + " prompt tokens + " + fmt.tokens(index.output_len) + " generated";
-    p.textContent = cap === undefined ? "This config has no evaluated point at " + at + "."
-      : "Batch " + s.batch + " exceeds this config's capacity of " + cap + " requests at " + at + " (max concurrent requests: weights, the prefill working set and every request's KV at its last token must fit).";
-    box.appendChild(p);
-    var want = Number(s.batch), holds = function (o) { return o.framework === s.fw && o.kv_dtype === s.kv && (o.caps[s.input] || 0) >= want; };
-    var order = function (a, b) { return a.n_gpus - b.n_gpus || a.caps[s.input] - b.caps[s.input]; };
-    var here = index.options.filter(function (o) { return o.gpu === s.gpu && holds(o); }).sort(order);
-    var list = here.length ? here : index.options.filter(function (o) { return o.gpu !== s.gpu && holds(o); }).sort(order);
-    var q = document.createElement("p"); q.id = "holders";
-    if (!list.length) { q.textContent = "No evaluated config holds batch " + s.batch + " at this prompt length."; box.appendChild(q); return; }
-    q.textContent = "Configs " + (here.length ? "on " + s.gpu : "on other GPUs") + " that hold batch " + s.batch + ": ";
-    var ul = document.createElement("ul"); ul.className = "holders";
-    list.slice(0, 12).forEach(function (o) { var li = document.createElement("li"); li.appendChild(link(o, s)); ul.appendChild(li); });
-    box.appendChild(q); box.appendChild(ul);
+    if (dec.fits) return Promise.resolve();
+    var w = document.createElement("p"); w.className = "warn";
+    var at = fmt.tokens(p.input) + " prompt tokens + " + fmt.tokens(p.output) + " generated";
+    w.textContent = "Batch " + p.batch + " exceeds this config's capacity of " + dec.max_concurrent_requests + " requests at " + at + " (max concurrent requests: weights, the prefill working set and every request's KV at its last token must fit).";
+    box.appendChild(w);
+    // capacity at this very point, per config (its file fetched when first needed): this GPU's
+    // configs first, the other GPUs' only when none of this GPU's holds the batch
+    // A config whose KV room before the working set cannot hold the batch is skipped unfetched (the
+    // working set is >= 0, so this bound from index.json alone never drops a config that holds it).
+    var mine = index.options.filter(function (o) {
+      if (!o.file || o.framework !== s.fw || o.kv_dtype !== s.kv) return false;
+      var cfg = model.configs[o.cfg], gpu = model.gpus[o.gpu];
+      var kvDev = ev(cfg.kv_dev, { length: p.input + p.output, kv_bytes: model.kv_bytes[o.kv_dtype] });
+      return fitCount(gpu.hbm_bytes * model.hbm_fraction - cfg.weight_bytes_per_gpu, kvDev) >= Math.ceil(p.batch / cfg.dp_attn);
+    });
+    function holders(list) {
+      return Promise.all(list.map(function (o) {
+        return fileOf(o).then(function (file) { var r = summarize(o, file, p); return { o: o, cap: r.max_concurrent_requests, fits: r.fits }; });
+      })).then(function (all) { return all.filter(function (x) { return x.fits; }); });
+    }
+    var order = function (a, b) { return a.o.n_gpus - b.o.n_gpus || a.cap - b.cap; };
+    return holders(mine.filter(function (o) { return o.gpu === s.gpu; })).then(function (here) {
+      return here.length ? [here, true] : holders(mine.filter(function (o) { return o.gpu !== s.gpu; })).then(function (other) { return [other, false]; });
+    }).then(function (found) {
+      if (JSON.stringify(state()) !== JSON.stringify(s)) return;     // a newer selection took over
+      var list = found[0].sort(order), here = found[1] && list.length;
+      var q = document.createElement("p"); q.id = "holders";
+      if (!list.length) { q.textContent = "No evaluated config holds batch " + p.batch + " at this prompt length."; box.appendChild(q); return; }
+      q.textContent = "Configs " + (here ? "on " + s.gpu : "on other GPUs") + " that hold batch " + p.batch + ": ";
+      var ul = document.createElement("ul"); ul.className = "holders";
+      list.slice(0, 12).forEach(function (x) { var li = document.createElement("li"); li.appendChild(link(x.o, s, x.cap)); ul.appendChild(li); });
+      box.appendChild(q); box.appendChild(ul);
+    });
   }
-  function render(rows, s, combo) {
-    var chosen = rows.filter(function (r) { return String(r.input_len) === s.input && String(r.batch) === s.batch; });
-    var dec = chosen[0];
+  function render(dec, combo) {
     var sum = document.getElementById("summary"); sum.textContent = "";
-    overCapacity(s, combo, dec);
-    var membar = document.getElementById("membar"); membar.style.display = dec ? "" : "none";   // no point: no memory bar
-    if (!dec) { membar.textContent = ""; return; }
     var docs = page.docs, dl = document.createElement("dl"); dl.className = "cards";
     var items = [["Fits", dec.fits ? 1 : 0, dec.fits ? "yes" : "no — short by " + fmt.bytes(dec.shortfall_bytes) + " per GPU", docs.fits],
       ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s], ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s],
@@ -70,36 +200,27 @@
       ["KV per request", dec.kv_bytes_per_request, fmt.bytes(dec.kv_bytes_per_request), docs.kv_bytes_per_request]];
     if (dec.kv_state_bytes_per_request > 0)   // a hybrid: how much of it is the flat recurrent state
       items.push(["of which flat state", dec.kv_state_bytes_per_request, fmt.bytes(dec.kv_state_bytes_per_request), docs.kv_state_bytes_per_request]);
-    items = items.concat([
-      ["Decode bound", 0, dec.bound, docs.bound], ["Prefill bound", 0, dec.prefill_bound || "—", docs.bound]]);
+    items = items.concat([["Decode bound", 0, dec.bound, docs.bound], ["Prefill bound", 0, dec.prefill_bound || "—", docs.bound]]);
     items.forEach(function (it) { var d = document.createElement("div"); row(it[0], it[1], it[2], it[3], it[4]).forEach(function (e) { d.appendChild(e); }); dl.appendChild(d); });
     sum.appendChild(dl);
     if (dec.extrapolated) { var w = document.createElement("p"); w.className = "warn"; w.textContent = "! Context past the model's maximum (" + page.max_context + " tokens): extrapolation."; sum.appendChild(w); }
-    var bar = document.getElementById("membar"), usable = dec.usable_bytes_per_gpu; bar.textContent = "";
+    var bar = document.getElementById("membar"), usable = dec.usable_bytes_per_gpu; bar.textContent = ""; bar.style.display = "";
+    var left = 100;   // a batch over capacity needs more than usable: its KV fills the rest of the bar
     [["weights", dec.weight_bytes_per_gpu], ["prefill", dec.activation_bytes_per_gpu], ["KV", dec.kv_bytes_per_gpu], ["free", dec.free_bytes_per_gpu]].forEach(function (p) {
-      var seg = document.createElement("div"); seg.className = "seg seg-" + p[0];
-      seg.style.width = Math.min(100, 100 * p[1] / usable) + "%"; seg.textContent = p[0] + " " + fmt.bytes(p[1]); bar.appendChild(seg);
+      var seg = document.createElement("div"), width = Math.max(0, Math.min(left, 100 * p[1] / usable)); left -= width;
+      seg.className = "seg seg-" + p[0]; seg.style.width = width + "%"; seg.textContent = p[0] + " " + fmt.bytes(p[1]); bar.appendChild(seg);
     });
     bar.setAttribute("aria-label", "memory per GPU: weights " + fmt.bytes(dec.weight_bytes_per_gpu) + ", prefill working set " + fmt.bytes(dec.activation_bytes_per_gpu) + ", KV " + fmt.bytes(dec.kv_bytes_per_gpu) + " of " + fmt.gib(usable) + " usable (the runtime's GiB)");
   }
-  var strings = null;
-  function renderOps(ops, s, combo) {
+  function renderOps(rows, p) {
     var tbody = document.querySelector("#ops tbody"); tbody.textContent = "";
-    var mine = ops.filter(function (r) { return r.framework === s.fw && r.kv_dtype === s.kv; });  // the file is this GPU, count and config's decode rows
-    var F = (strings && strings.formulas) || [], U = (strings && strings.uids) || [];
-    mine.forEach(function (r) { r.op_uid = U[r.uid]; });
-    var points = uniq(mine.map(function (r) { return r.batch + "/" + r.input_len; }));
-    var want = s.batch + "/" + s.input, at = points.indexOf(want) >= 0 ? want : points[0];
-    document.dispatchEvent(new CustomEvent("arch:ops", { detail: { rows: mine.filter(function (r) { return at && r.batch + "/" + r.input_len === at; }), gpu: s.gpu } }));   // static/js/roofline.js
-    var note = document.getElementById("ops-note");
-    if (!at) { note.textContent = "No per-op table was built for this selection."; return; }
-    note.textContent = "Decode, batch " + at.split("/")[0] + ", prompt " + at.split("/")[1] + " tokens" + (at === want ? "." : " (the per-op tables are built for the grid's page points; this is the nearest).");
-    mine.filter(function (r) { return r.batch + "/" + r.input_len === at; }).forEach(function (r) {
+    document.getElementById("ops-note").textContent = "Decode, batch " + p.batch + ", prompt " + p.input + " + " + p.output + " generated tokens (one step at the last position; a pipeline micro-batch).";
+    var defs = [null, null, null, null, null, "FLOPs / peak of the operand dtype on this GPU", "bytes / HBM bandwidth",
+                "link bytes / link bandwidth (scale-up or scale-out) + calls x per-call latency", "max(compute, memory, comm)", null];
+    rows.filter(function (r) { return r.phase === "decode"; }).forEach(function (r) {
       var tr = document.createElement("tr");
-      var cells = [[r.op_uid, null], [r.kind, null], [fmt.si(r.flops), F[r.f_flops]], [fmt.bytes(r.bytes), F[r.f_bytes]], [fmt.bytes(r.comm_bytes), r.comm_bytes ? F[r.f_comm] : null],
+      var cells = [[r.op_uid, null], [r.kind, null], [fmt.si(r.flops), r.flops_formula], [fmt.bytes(r.bytes), r.bytes_formula], [fmt.bytes(r.comm_bytes), r.comm_bytes ? r.comm_bytes_formula : null],
         [fmt.time(r.t_compute_s), null], [fmt.time(r.t_memory_s), null], [fmt.time(r.t_comm_s), null], [fmt.time(r.t_sol_s), null], [r.bound, null]];
-      var defs = [null, null, null, null, null, "FLOPs / peak of the operand dtype on this GPU", "bytes / HBM bandwidth",
-                  "link bytes / link bandwidth (scale-up or scale-out)", "max(compute, memory, comm)", null];
       cells.forEach(function (c, i) { var td = document.createElement("td"); if (i >= 2 && i <= 8) td.className = "n";
         if (c[1]) td.appendChild(window.archNum(0, c[0], c[1], r.op_uid));
         else if (defs[i]) td.appendChild(window.archNum(0, c[0], null, r.op_uid, defs[i]));
@@ -117,41 +238,58 @@
     window.vegaEmbed("#" + id, filled, { actions: false, renderer: "svg" })
       .catch(function (e) { console.error("chart " + id + ": " + e); });
   }
+  // throughput vs batch at the grid's prompt lengths (this output length): as the grid keeps them,
+  // the batches that fit plus the capacity itself, or batch 1 when nothing fits
+  function batchRows(o, file, output) {
+    var rows = [], batches = index.grid.batches, top = Math.max.apply(null, batches.concat([1]));
+    index.grid.inputs.forEach(function (input) {
+      var cap = summarize(o, file, { batch: 1, input: input, output: output }).max_concurrent_requests;
+      var list = batches.filter(function (b) { return b <= cap; });
+      if (cap >= 1 && list.indexOf(cap) < 0 && cap < top) list.push(cap);
+      (list.length ? list : [1]).forEach(function (b) {
+        var r = summarize(o, file, { batch: b, input: input, output: output });
+        rows.push({ batch: b, input_len: input, tokens_per_s_per_gpu: r.tokens_per_s_per_gpu, tpot_s: r.tpot_s, fits: r.fits, extrapolated: r.extrapolated });
+      });
+    });
+    return rows;
+  }
+  function point(s) {
+    return { input: count(s.input, 1, MAX_TOKENS), output: count(s.output, 0, MAX_TOKENS), batch: count(s.batch, 1, model.max_batch) };
+  }
   function update() {
     var s = sync(), combo = index.options.filter(function (o) { return o.gpu === s.gpu && cfgLabel(o) === s.cfg && o.framework === s.fw && o.kv_dtype === s.kv; })[0];
-    if (!combo) return;
-    // one file per GPU, GPU count and parallel config (its frameworks and KV dtypes together)
-    var file = s.gpu + "/" + combo.n_gpus + "-" + combo.config + ".json";
-    Promise.all([get(base + file), combo.ops ? get(opsBase + file) : { columns: [], rows: [] },
-                 get(opsBase + "strings.json").catch(function () { return {}; })]).then(function (res) {
-      strings = res[2];
-      document.getElementById("dl-csv").href = root + "downloads/deployments/" + page.slug + "/" + s.gpu + ".csv";
-      document.getElementById("dl-json").href = base + file;
-      var rows = records(res[0]).filter(function (r) { return r.framework === s.fw && r.kv_dtype === s.kv; });
-      var inputs = uniq(rows.map(function (r) { return r.input_len; })).sort(function (a, b) { return a - b; });
-      fill(form.elements.input, inputs, s.input || params.get("input") || "4096");
-      if (!form.elements.input.value) form.elements.input.value = String(inputs[0]);
-      // the batches this GPU's data has at this prompt length (every config's, so a batch over the
-      // selected config's capacity stays selectable and is explained, not dropped)
-      var batches = (index.batches[s.gpu + "/" + s.fw + "/" + s.kv + "/" + form.elements.input.value] || []).slice();
-      var wanted = s.batch || params.get("batch"), chosen = pick(batches, wanted);
-      fill(form.elements.batch, batches, chosen);
-      var note = document.getElementById("batch-note");
-      note.textContent = wanted && chosen !== null && String(chosen) !== String(wanted)
-        ? "Batch " + wanted + " was not evaluated on " + s.gpu + " at " + fmt.tokens(form.elements.input.value) + " prompt tokens; showing batch " + chosen
-          + (Number(chosen) > Number(wanted) ? ", the nearest larger." : ", the largest evaluated.") : "";
-      s = sync();
-      render(rows, s, combo);
-      renderOps(records(res[1]), s, combo);
-      chart("chart-batch", page.specs.batch, { rows: rows });
+    var note = document.getElementById("batch-note");
+    if (!combo || !combo.file) { note.textContent = "No formulas were built for this selection."; return; }
+    var p = point(s), bad = ["input", "output", "batch"].filter(function (k) { return p[k] === null; });
+    if (bad.length) {   // Scenario's bounds: say which field, keep the last numbers shown
+      note.textContent = "Enter whole numbers: prompt tokens 1 to " + MAX_TOKENS.toLocaleString("en-US") + ", output tokens 0 to " + MAX_TOKENS.toLocaleString("en-US") + ", batch 1 to " + model.max_batch.toLocaleString("en-US") + " (check " + bad.join(", ") + ").";
+      return;
+    }
+    note.textContent = "";
+    fileOf(combo).then(function (file) {
+      if (JSON.stringify(state()) !== JSON.stringify(s)) return;          // a newer selection took over
+      document.getElementById("dl-parquet").href = root + "downloads/deployments/model=" + page.slug + "/part.parquet";
+      document.getElementById("dl-json").href = base + combo.file + ".json";
+      var dec = summarize(combo, file, p), ops = opRows(combo, file, dec);
+      render(dec, combo);
+      renderOps(ops, p);
+      window.archDeploy.current = { option: combo, point: p, summary: dec, ops: ops };
+      // both phases' per-op rows of the selected point (static/js/roofline.js draws the decode step's)
+      document.dispatchEvent(new CustomEvent("arch:ops", { detail: { rows: ops, gpu: s.gpu, phase: "decode" } }));
+      chart("chart-batch", page.specs.batch, { rows: batchRows(combo, file, p.output) });
       var best = index.best_per_gpu.filter(function (b) { return b.framework === s.fw && b.kv_dtype === s.kv; }).map(function (b) { var o = Object.assign({}, b); o.label = b.gpu + " " + b.n_gpus + "x " + b.config; return o; });
       chart("chart-gpus", page.specs.gpus, { best: best });
       chart("chart-ep", page.specs.ep, { configs: index.best.filter(function (b) { return b.gpu === s.gpu && b.n_gpus === combo.n_gpus && b.framework === s.fw && b.kv_dtype === s.kv; }) });
-    }).catch(function (e) { console.error(e); document.getElementById("summary").textContent = "Could not load the data: " + e.message; });
+      return overCapacity(s, p, dec);
+    }).then(function () {   // for tests and tools: the selection whose numbers are on the page
+      if (JSON.stringify(state()) === JSON.stringify(s)) document.getElementById("summary").setAttribute("data-ready", JSON.stringify(s));
+    })
+      .catch(function (e) { console.error(e); document.getElementById("summary").textContent = "Could not load the data: " + e.message; });
   }
   get(base + "index.json").then(function (idx) {
-    index = idx;
-    var opts = idx.options;
+    index = idx; model = idx.model;
+    var opts = idx.options, grid = idx.grid;
+    suggest("inputs", grid.inputs); suggest("outputs", grid.outputs); suggest("batches", grid.batches);
     fill(form.elements.gpu, uniq(opts.map(function (o) { return o.gpu; })), params.get("gpu") || "H200");
     function refill() {
       var g = form.elements.gpu.value, mine = opts.filter(function (o) { return o.gpu === g; });
@@ -160,9 +298,14 @@
       fill(form.elements.kv, uniq(mine.map(function (o) { return o.kv_dtype; })), params.get("kv") || "bf16");
     }
     refill();
-    // a new GPU keeps the batch, prompt length, framework, KV dtype and (where it exists) the config
+    var deflt = grid.inputs.indexOf(4096) >= 0 || !grid.inputs.length ? 4096 : grid.inputs[0];
+    form.elements.input.value = params.get("input") || String(deflt);
+    form.elements.output.value = params.get("output") || String(idx.output_len);
+    form.elements.batch.value = params.get("batch") || String(grid.batches[0] || 1);
+    // a new GPU keeps the point, framework, KV dtype and (where it exists) the config
     form.elements.gpu.addEventListener("change", function () { params = new URLSearchParams(state()); refill(); update(); });
-    ["cfg", "fw", "kv", "input", "batch"].forEach(function (k) { form.elements[k].addEventListener("change", function () { params = new URLSearchParams(location.search); update(); }); });
+    ["cfg", "fw", "kv", "input", "output", "batch"].forEach(function (k) { form.elements[k].addEventListener("change", function () { params = new URLSearchParams(location.search); update(); }); });
+    form.addEventListener("submit", function (e) { e.preventDefault(); update(); });
     update();
     chart("chart-kv", page.specs.kv, { kv: page.kv_rows, limit: [{ max_context: page.max_context }] });
   }).catch(function (e) { console.error(e); document.getElementById("summary").textContent = "Could not load the data: " + e.message; });

@@ -1,8 +1,9 @@
 // Roofline of the deployment shown: one point per op of the step (arithmetic intensity FLOP/byte vs
 // attained FLOP/s) under the GPU's roofs, each dtype's ridge point marked. The deployment page's
 // script announces the per-op rows it renders with
-//   document.dispatchEvent(new CustomEvent("arch:ops", {detail: {rows, gpu}}))
-// (rows: the ops table's records {op_uid, kind, flops, bytes, t_sol_s, bound}; gpu: its name, or an
+//   document.dispatchEvent(new CustomEvent("arch:ops", {detail: {rows, gpu, phase}}))
+// (rows: the per-op records {phase, op_uid, kind, flops, bytes, t_sol_s, bound}, drawn for ``phase``
+// when given; gpu: its name, or an
 // object shaped like the page data's gpus[name]). The roofs come from the build (landscape.json
 // "gpus", page data "gpus"); this file divides FLOPs by bytes and by time per row (display) and
 // draws the build's spec (site_builder/charts.py roofline_spec).
@@ -20,7 +21,9 @@
     var gpu = gpuOf(detail.gpu), spec = (page().specs || {}).roofline;
     if (!gpu || !spec || !window.vegaEmbed) { el.textContent = ""; if (note) note.textContent = "No roofline for this GPU."; return; }
     var rows = detail.rows || [], drawn = [], left = 0;
+    var phase = detail.phase || null;   // rows may carry both phases: draw the one asked for
     rows.forEach(function (r) {
+      if (phase && r.phase && r.phase !== phase) return;
       if (r.flops > 0 && r.bytes > 0 && r.t_sol_s > 0) {
         drawn.push({ op: r.op_uid, kind: r.kind, bound: r.bound, t_sol_s: r.t_sol_s,
                      intensity: r.flops / r.bytes, attained: r.flops / r.t_sol_s });

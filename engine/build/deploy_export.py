@@ -1,0 +1,171 @@
+"""The deploy page's formulas: every structure the grid evaluates, as formula trees the browser evaluates.
+
+Layer: engine.build (on engine.deploy and engine.spec.formula_tree). The deploy page answers at any
+prompt length, output length and batch, not only at grid points: it evaluates the selected
+structure's own compiled step expressions (:func:`engine.deploy.cost.step_totals` of the numeric
+programs, in ``batch``, ``seq``, ``ctx`` and ``kv_bytes``) with ``static/js/formula.js`` and
+combines them by the rules of :func:`engine.deploy.sol.summarize`, which ``static/js/deploy.js``
+mirrors line by line. Nothing here evaluates a point: it exports expressions and rates.
+
+Document (``results/formulas/<org--name>.json``, one per model):
+
+* ``trees``: every distinct tree of the model (steps of different structures repeat most
+  expressions; programs refer to them by index), ``strings``: op uids and formula texts by index;
+* ``configs``: per (parallel config, scale-up domain): degrees, weights per GPU (bytes and formula),
+  ``kv_dev`` (tree of KV bytes per request per GPU in ``length`` and ``kv_bytes``);
+* ``programs``: distinct step lists; a step is ``[flops, bytes, comm_bytes, weight_bytes, calls,
+  repeat, dtype, link, coll, kind, view, uid, f_flops, f_bytes, f_comm]`` (tree / string / table
+  indices; ``calls`` = the collective's calls per step, ``coll`` its (op, ranks, nodes) or -1);
+* ``options``: per (GPU, config, framework) the KV dtypes, the fusion token ``limits`` and per
+  phase one program per token regime (regime r: tokens per device exceed r of the limits, as
+  :func:`engine.build.grid_eval._regime` and :func:`engine.deploy.structure.tokens_per_device`);
+* ``gpus``: per GPU its HBM bytes and bytes/s, link bytes/s, the peak FLOP/s of each operand
+  class ``dtypes`` names and the per-call latency of each collective of ``colls``;
+* ``kv_request``: a request's cache bytes (all GPUs; and its state and growing parts) as trees;
+  ``kv_bytes``: bytes per element of each KV dtype; ``budget`` and ``hbm_fraction``: the options the
+  grid ran with.
+
+Invariant: the browser's summary at a point equals ``archledger deploy`` at that point (same
+structure, same expressions, same rules) to float rounding; tests/test_site_offgrid.py checks it.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import sympy
+
+from engine.deploy.cost import step_totals
+from engine.deploy.sol import formula_text
+from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, PHASES, PREFILL_TOKENS
+from engine.spec import kv, symbols
+from engine.spec.formula_tree import to_tree
+
+FORMAT = 1
+LINKS = {"": 0, "scale_up": 1, "scale_out": 2}
+KINDS = ("compute", "comm", "fused")
+
+
+class _Table:
+    """Distinct values by content, each with a stable index (first seen first)."""
+
+    def __init__(self):
+        self.items: list = []
+        self.index: dict[str, int] = {}
+
+    def add(self, value: Any, key: str | None = None) -> int:
+        key = key if key is not None else json.dumps(value, separators=(",", ":"))
+        if key not in self.index:
+            self.index[key] = len(self.items)
+            self.items.append(value)
+        return self.index[key]
+
+
+def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable, limits_of: Callable,
+                 fits: Callable) -> dict[str, Any]:
+    """The document described in the module doc for one model.
+
+    ``cells``: the (GPU, config) pairs of the grid; ``structure(config, domain, framework, gpu,
+    regimes)`` the grid's structure cache; ``limits_of(table)`` a framework's token limits;
+    ``fits(structure, gpu)`` whether the weights leave room (combinations without are not published)."""
+    trees, strings, programs, colls, dtypes = _Table(), _Table(), _Table(), _Table(), _Table()
+    tree_of: dict = {}
+
+    def tree(expr) -> int:
+        found = tree_of.get(expr)
+        if found is None:
+            found = tree_of[expr] = trees.add(to_tree(expr))
+        return found
+
+    exported: dict[tuple, int] = {}
+
+    def program(s, phase: str) -> int:
+        if (id(s), phase) in exported:           # structures are cached by the grid: ids are stable
+            return exported[(id(s), phase)]
+        text = formula_text(s, phase)
+        steps = []
+        for i, st in enumerate(s.programs[phase].steps):
+            f, b, c, w = step_totals(st)
+            calls = st.repeat if st.collective else sympy.Integer(0)
+            coll = colls.add([st.collective, st.ranks, st.nodes]) if st.collective else -1
+            steps.append([tree(f), tree(b), tree(c), tree(w), tree(calls), float(st.repeat),
+                          dtypes.add(st.compute_dtype), LINKS[st.link], coll, KINDS.index(st.kind),
+                          int(bool(st.view)), strings.add(st.uid), strings.add(text[i][0]), strings.add(text[i][1]),
+                          strings.add(text[i][2])])
+        exported[(id(s), phase)] = programs.add(steps)
+        return exported[(id(s), phase)]
+
+    configs: dict[tuple, int] = {}
+    config_rows: list[dict] = []
+    options: list[dict] = []
+    for gpu, config in cells:
+        domain = gpu.scale_up_domain
+        for framework in grid.frameworks:
+            limits = limits_of(tables.get(framework))
+            base = structure(config, domain, framework, gpu, (len(limits), 0))
+            if not fits(base, gpu):
+                continue
+            key = (config, domain)
+            if key not in configs:
+                configs[key] = len(config_rows)
+                config_rows.append({
+                    "key": f"{config.n_gpus}-{config.label()}-d{domain}", "n_gpus": config.n_gpus,
+                    "config": config.label(), "tp": config.tp, "ep": config.ep, "dp_attn": config.dp_attn,
+                    "pp": config.pp, "cp": config.cp, "domain": domain,
+                    "weight_bytes_per_gpu": float(base.weight_bytes_per_gpu),
+                    "weight_formula": str(base.weight_formula), "kv_dev": tree(base.kv_device_per_request)})
+            # one structure per regime that can differ: regimes whose representative token count
+            # passes the same live limits fuse alike (the other rules never match this GPU and config)
+            table = tables.get(framework)
+            classes = {p: _classes(limits, _live_limits(table, gpu, config, p)) for p in PHASES}
+            firsts = {p: sorted({c: r for r, c in reversed(list(enumerate(classes[p])))}.values()) for p in PHASES}
+            count = max(len(firsts[p]) for p in PHASES)
+            built = [structure(config, domain, framework, gpu,
+                               tuple(firsts[p][min(k, len(firsts[p]) - 1)] for p in PHASES)) for k in range(count)]
+            by_phase = {p: [program(built[c], p) for c in classes[p]] for p in PHASES}
+            options.append({"gpu": gpu.key, "config": configs[key], "framework": framework,
+                            "kv_dtypes": list(grid.kv_dtypes), "limits": list(limits),
+                            "reserve": float(base.reserve_bytes_per_gpu), **by_phase})
+    kv_symbol = symbols.dim("kv_bytes")
+    kv_request = {}
+    for name, part in (("all", None), *((p, p) for p in kv.PARTS)):
+        elements, own = kv.request_terms(ev.numeric, part=part)
+        kv_request[name] = to_tree(elements * kv_symbol + own)
+    used = sorted({o["gpu"] for o in options})
+    gpu_rows = {}
+    for key in used:
+        g = gpus[key]
+        gpu_rows[key] = {"hbm_bytes": g.hbm_bytes, "hbm_bytes_per_s": g.hbm_bytes_per_s,
+                         "scale_up": g.scale_up_bytes_per_s, "scale_out": g.scale_out_bytes_per_s,
+                         "peaks": [g.peak_flops(d) for d in dtypes.items],
+                         "alpha": [g.collective_latency(op, ranks, nodes) for op, ranks, nodes in colls.items]}
+    return {"format": FORMAT, "model_id": ev.model.model_id, "max_context": int(ev.numeric.max_context),
+            "budget": PREFILL_TOKENS, "hbm_fraction": HBM_FRACTION, "max_batch": MAX_BATCH,
+            "kv_bytes": {d: kv.KV_DTYPE_BYTES[d] for d in grid.kv_dtypes}, "kv_request": kv_request,
+            "dtypes": dtypes.items, "colls": colls.items, "gpus": gpu_rows, "configs": config_rows,
+            "options": options, "programs": programs.items, "trees": trees.items, "strings": strings.items}
+
+
+def _live_limits(table, gpu, config, phase: str) -> list[int]:
+    """The token limits of the enabled rules whose token-free conditions (arch, phases, min_degree:
+    :func:`engine.deploy.fusion._conditions` checks them whatever the tokens) hold here; a rule
+    failing one never matches, so its limit cannot change this phase's program."""
+    if table is None:
+        return []
+    out = set()
+    for r in table.rules:
+        when = r.when
+        if not r.enabled or "max_tokens" not in when or ("arch" in when and gpu.arch not in when["arch"]):
+            continue
+        if ("phases" in when and phase not in when["phases"]) or any(
+                getattr(config, name, 1) < least for name, least in (when.get("min_degree") or {}).items()):
+            continue
+        out.add(when["max_tokens"])
+    return sorted(out)
+
+
+def _classes(limits: list[int], live: list[int]) -> list[int]:
+    """Per regime of ``limits`` (engine.build.grid_eval's: tokens exceed r of them; its representative
+    token count is limits[r], or past the last), how many ``live`` limits that count exceeds."""
+    reps = list(limits) + [limits[-1] + 1] if limits else [0]
+    return [sum(1 for m in live if m < t) for t in reps]

@@ -1,0 +1,174 @@
+"""The deploy page at points the grid never evaluated, against ``archledger deploy``, in headless Chromium.
+
+The page evaluates the selected structure's formula trees (engine/build/deploy_export.py) with
+static/js/formula.js and the rules of engine/deploy/sol.py summarize (mirrored in static/js/deploy.js).
+Here every number it computes at an off-grid point (prompt 8,000 + 700 generated, batch 37, ...) must
+equal what the CLI's own path (``archledger deploy``'s argument parser and
+:func:`engine.cli.deploy.deployment_from_args`, i.e. ``--json``) gives at that point, within 1e-9
+relative: TTFT, TPOT, throughput, memory and capacity, fits, and the decode per-op rows. The
+expectations come from the CLI, not from the export: a wrong tree, regime or rule shows here.
+
+Models: gpt-oss-20b (MoE with sliding-window layers; a DP-attention + EP config) and Llama-3.1-8B
+(dense; a pipeline-parallel config) over a tiny grid whose prompt lengths (1024, 4096), output
+(256) and batches (1, 8, 64) none of the points below are.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.site_helpers import build_small_site, served
+from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+
+GRID = {
+    "doc": "Tiny grid for tests/test_site_offgrid.py.",
+    "gpus": ["H100", "H200"], "gpu_counts": [1, 2], "beyond_fit": 2,
+    "parallel": {"max_pp": 2, "cp": [1], "ep": [1, "tp"], "dp_attn": [1, "tp"], "tp_in_domain": True,
+                 "pp_after_tp": 1},
+    "frameworks": ["vllm", "sglang"], "kv_dtypes": ["bf16", "fp8"],
+    "scenarios": {"input_lengths": [1024, 4096], "beyond_max_context": 1, "output_lengths": [256],
+                  "batches": [1, 8, 64]},
+    "ops": {"kv_dtypes": ["bf16"], "points": [{"batch": 8, "input": 4096, "output": 256}]},
+}
+GPT = "openai/gpt-oss-20b"
+LLAMA = "meta-llama/Meta-Llama-3.1-8B"
+# (model, GPU, config label, CLI degrees, framework, KV dtype, prompt, output, batch)
+POINTS = [
+    (GPT, "H100", "2x tp2-ep2-dp_attn2", dict(tp=2, ep=2, dp_attn=2), "sglang", "fp8", 8000, 700, 37),
+    (GPT, "H200", "1x tp1", dict(), "vllm", "bf16", 8000, 700, 37),
+    (GPT, "H100", "2x tp2-ep2-dp_attn2", dict(tp=2, ep=2, dp_attn=2), "vllm", "bf16", 3000, 1, 5),
+    (LLAMA, "H100", "2x tp1-pp2", dict(pp=2), "vllm", "bf16", 8000, 700, 37),
+    (LLAMA, "H200", "2x tp2", dict(tp=2), "vllm", "fp8", 20000, 3000, 90),
+    (LLAMA, "H100", "2x tp2", dict(tp=2), "vllm", "bf16", 5000, 300, 20),    # 20 decode tokens: fused regime
+    (LLAMA, "H100", "1x tp1", dict(), "vllm", "bf16", 8000, 700, 2000),      # over capacity: fits = no
+]
+FIELDS = ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "prefill_tokens_per_s_per_gpu", "max_concurrent_requests",
+          "max_prefill_batch", "prefill_steps", "micro_batches", "weight_bytes_per_gpu", "usable_bytes_per_gpu",
+          "reserve_bytes_per_gpu",
+          "kv_bytes_per_request", "kv_state_bytes_per_request", "kv_bytes_per_request_per_gpu",
+          "kv_budget_bytes_per_gpu", "kv_bytes_per_gpu", "activation_bytes_per_gpu", "free_bytes_per_gpu",
+          "shortfall_bytes", "fits", "extrapolated")
+OP_FIELDS = ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s")
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    return build_small_site(tmp_path_factory.mktemp("site-offgrid"), GRID, ["gpt-oss-20b", "Llama-3.1-8B"])
+
+
+@pytest.fixture(scope="module")
+def base(out):
+    yield from served(out / "site")
+
+
+@pytest.fixture(scope="module")
+def tab(browser):  # noqa: F811
+    t = _open(browser)
+    yield t
+    t.context.close()
+
+
+def _cli(model, gpu, degrees, framework, kv, prompt, output, batch) -> dict:
+    """``archledger deploy ... --json``: its printed JSON (deployment, phases, ops)."""
+    import contextlib
+    import io
+    import json
+    from engine.cli import main
+    argv = ["deploy", model, "--gpu", gpu, "--framework", framework, "--kv-dtype", kv, "--input", str(prompt),
+            "--output", str(output), "--batch", str(batch), "--json"]
+    for name, value in degrees.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(argv) == 0
+    return json.loads(buffer.getvalue())
+
+
+def _close(got, want, what):
+    if isinstance(want, bool) or isinstance(got, bool):
+        assert bool(got) == bool(want), what
+        return
+    assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-300), (what, got, want)
+
+
+def _page(tab, base, model, gpu, cfg, fw, kv, prompt, output, batch):
+    slug = model.replace("/", "--")
+    query = f"gpu={gpu}&cfg={cfg.replace(' ', '+')}&fw={fw}&kv={kv}&input={prompt}&output={output}&batch={batch}"
+    tab.goto(f"{base}models/{slug}/deploy/?{query}")
+    tab.page.wait_for_function("() => document.getElementById('summary').hasAttribute('data-ready')"
+                               " && document.querySelectorAll('#ops tbody tr').length > 0")
+    return tab.page.evaluate("() => { const c = window.archDeploy.current;"
+                             " return {summary: Object.assign({}, c.summary, {phases: null, env: null, programs: null}),"
+                             " ops: c.ops}; }")
+
+
+@pytest.mark.parametrize("point", POINTS, ids=lambda p: f"{p[0].split('/')[1]}-{p[1]}-{p[2]}-{p[4]}-{p[5]}-b{p[8]}")
+def test_page_equals_archledger_deploy_off_grid(tab, base, point):
+    model, gpu, cfg, degrees, fw, kv, prompt, output, batch = point
+    assert prompt not in GRID["scenarios"]["input_lengths"] and batch not in GRID["scenarios"]["batches"] \
+        or output not in GRID["scenarios"]["output_lengths"]
+    page = _page(tab, base, model, gpu, cfg, fw, kv, prompt, output, batch)
+    want = _cli(model, gpu, degrees, fw, kv, prompt, output, batch)
+    got, summary = page["summary"], want["deployment"]
+    for name in FIELDS:
+        _close(got[name], summary[name], name)
+    assert got["bound"] == want["phases"]["decode"]["bound"] and got["prefill_bound"] == want["phases"]["prefill"]["bound"]
+    # the per-op table of this very point, decode and prefill, every launched step in order
+    for phase in ("prefill", "decode"):
+        rows = [r for r in page["ops"] if r["phase"] == phase]
+        cli = want["ops"][phase]
+        assert [r["op_uid"] for r in rows] == [r["op_uid"] for r in cli], phase
+        for r, c in zip(rows, cli):
+            for name in OP_FIELDS:
+                _close(r[name], c[name], (phase, r["op_uid"], name))
+            assert r["bound"] == c["bound"] and r["kind"] == c["kind"], (phase, r["op_uid"])
+            assert r["flops_formula"] == c["flops_formula"] and r["bytes_formula"] == c["bytes_formula"]
+    # ... and what the reader sees: the form keeps the point, the cards and table show these numbers
+    form = tab.page.evaluate("() => Object.fromEntries(['input','output','batch']"
+                             ".map(k => [k, document.querySelector('#pick [name=' + k + ']').value]))")
+    assert form == {"input": str(prompt), "output": str(output), "batch": str(batch)}
+    assert f"&input={prompt}&output={output}&batch={batch}" in tab.page.url
+    cards = tab.page.locator("#summary dl.cards > div")
+    shown = {cards.nth(i).locator("dt").inner_text(): cards.nth(i).locator("dd").inner_text() for i in range(cards.count())}
+    assert shown["Max concurrent requests"] == str(summary["max_concurrent_requests"])
+    assert shown["Fits"] == "yes" if summary["fits"] else shown["Fits"].startswith("no — short by")
+    assert tab.page.locator("#ops tbody tr").count() == len(want["ops"]["decode"])
+    first = tab.page.locator("#ops tbody tr").first.locator("td").first.inner_text()
+    assert first == want["ops"]["decode"][0]["op_uid"]
+    warned = tab.page.locator("#capacity p.warn").count()
+    assert warned == (0 if summary["fits"] else 1)
+    if not summary["fits"]:
+        text = tab.page.locator("#capacity p.warn").inner_text()
+        assert f"exceeds this config's capacity of {summary['max_concurrent_requests']} requests" in text, text
+    assert not tab.errors, tab.errors
+
+
+def test_invalid_input_is_refused_in_words(tab, base):
+    """A prompt length that is not a whole number in range: one sentence, no numbers recomputed."""
+    slug = LLAMA.replace("/", "--")
+    tab.goto(f"{base}models/{slug}/deploy/?gpu=H100&cfg=1x+tp1&fw=vllm&kv=bf16&input=-5&output=700&batch=3")
+    tab.page.wait_for_function("() => document.getElementById('batch-note').textContent.length > 0")
+    note = tab.page.locator("#batch-note").inner_text()
+    assert note.startswith("Enter whole numbers") and "input" in note, note
+    assert tab.page.locator("#summary dl.cards").count() == 0
+
+
+def test_selected_point_ops_are_dispatched(browser, base):  # noqa: F811
+    """Other modules (the roofline chart) get the selected point's per-op rows, both phases, with the GPU."""
+    tab = _open(browser)
+    try:
+        tab.page.add_init_script("document.addEventListener('arch:ops', e => { window.__ops = e.detail; });")
+        slug = LLAMA.replace("/", "--")
+        tab.goto(f"{base}models/{slug}/deploy/?gpu=H100&cfg=1x+tp1&fw=vllm&kv=bf16&input=8000&output=700&batch=37")
+        tab.page.wait_for_function("() => window.__ops && Array.isArray(window.__ops.rows) && window.__ops.rows.length > 0")
+        detail = tab.page.evaluate("() => window.__ops")
+        assert detail["gpu"] == "H100" and detail["phase"] == "decode"
+        rows = detail["rows"]
+        assert {r["phase"] for r in rows} == {"prefill", "decode"}
+        decode = [r for r in rows if r["phase"] == "decode"]
+        assert len(decode) == tab.page.locator("#ops tbody tr").count()
+        assert all(r["t_sol_s"] == max(r["t_compute_s"], r["t_memory_s"], r["t_comm_s"]) for r in rows)
+        assert not tab.errors, tab.errors
+    finally:
+        tab.context.close()
