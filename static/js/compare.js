@@ -39,30 +39,30 @@
     out.appendChild(grid);
   }
   // -- side by side on one deployment: a GPU, GPU count, parallel config, framework and KV dtype the
-  // build evaluated for both models; the numbers are the deployments rows it wrote (data/deploy/)
+  // build evaluated for both models, at any prompt, output and batch: each model's numbers come from
+  // its structures' formula trees by the engine's rules (static/js/deploy_eval.js), as on its deploy page
   var side = document.getElementById("side"), pick = document.getElementById("side-pick"), table = document.getElementById("side-table");
-  var cache = {}, docs = (window.ARCH_PAGE || {}).docs || {}, SIDE = ["gpu", "cfg", "fw", "kv", "input", "batch"];
-  function get(url) { if (!cache[url]) cache[url] = fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.json(); }); return cache[url]; }
-  function records(t) { return t.rows.map(function (r) { var o = {}; t.columns.forEach(function (c, i) { o[c] = r[i]; }); return o; }); }
+  var docs = (window.ARCH_PAGE || {}).docs || {}, evals = {};
   function keyOf(o) { return [o.gpu, o.n_gpus + "x " + o.config, o.framework, o.kv_dtype].join(" \u00b7 "); }
+  function evalOf(slug) { if (!evals[slug]) evals[slug] = window.archDeployEval(root, slug); return evals[slug]; }
   function fill(select, values, current) {
     select.textContent = "";
     values.forEach(function (v) { var o = document.createElement("option"); o.value = String(v); o.textContent = String(v); select.appendChild(o); });
     if (current !== null && current !== undefined && values.map(String).indexOf(String(current)) >= 0) select.value = String(current);
   }
-  function common(x, y) { var s = {}; y.forEach(function (v) { s[v] = 1; }); return x.filter(function (v, i) { return s[v] && x.indexOf(v) === i; }).sort(function (p, q) { return p - q; }); }
+  function whole(text, low) { var n = Number(text); return text !== "" && Number.isInteger(n) && n >= low ? n : null; }
   var ROWS = [["Fits in memory", "fits", function (v) { return v ? "yes" : "no"; }],
     ["Weights per GPU", "weight_bytes_per_gpu", fmt.bytes], ["KV cache per GPU (this batch)", "kv_bytes_per_gpu", fmt.bytes],
     ["Prefill working set per GPU", "activation_bytes_per_gpu", fmt.bytes], ["Free per GPU", "free_bytes_per_gpu", fmt.bytes],
     ["Usable per GPU", "usable_bytes_per_gpu", fmt.gib], ["TTFT", "ttft_s", fmt.time], ["TPOT", "tpot_s", fmt.time],
     ["Max concurrent requests", "max_concurrent_requests", String], ["Decode tokens/s per GPU", "tokens_per_s_per_gpu", function (v) { return fmt.si(v); }]];
-  function sideTable(a, b, ra, rb, o, s) {
+  function sideTable(a, b, ra, rb, o, p) {
     table.textContent = "";
     var t = document.createElement("table"); t.className = "data side";
     var head = t.createTHead().insertRow(), th0 = document.createElement("th"); th0.scope = "col"; th0.textContent = keyOf(o); head.appendChild(th0);
     [a, b].forEach(function (m) {
       var th = document.createElement("th"); th.scope = "col"; var link = document.createElement("a");
-      link.href = root + "models/" + m.slug + "/deploy/?" + new URLSearchParams({ gpu: o.gpu, cfg: o.n_gpus + "x " + o.config, fw: o.framework, kv: o.kv_dtype, input: s.input, batch: s.batch }).toString();
+      link.href = root + "models/" + m.slug + "/deploy/?" + new URLSearchParams({ gpu: o.gpu, cfg: o.n_gpus + "x " + o.config, fw: o.framework, kv: o.kv_dtype, input: p.input, output: p.output, batch: p.batch }).toString();
       link.textContent = m.name; th.appendChild(link); head.appendChild(th);
     });
     var body = t.createTBody();
@@ -71,40 +71,37 @@
       var th = document.createElement("th"); th.scope = "row"; th.textContent = r[0]; tr.appendChild(th);
       [ra, rb].forEach(function (row) {
         var td = document.createElement("td"); td.className = "n";
-        if (!row) td.textContent = "\u2014";
-        else td.appendChild(window.archNum(row[r[1]], r[2](row[r[1]]), null, null, docs[r[1]] || null));
+        td.appendChild(window.archNum(row[r[1]], r[2](row[r[1]]), null, null, docs[r[1]] || null));
         tr.appendChild(td);
       });
     });
     table.appendChild(t);
-    var p = document.createElement("p"); p.className = "note";
-    p.textContent = fmt.tokens(s.input) + " prompt tokens, batch " + s.batch + (ra ? ", " + fmt.tokens(ra.output_len) + " generated" : "") + "; decode rows of the build's deployments table (one model replica on " + o.n_gpus + " " + o.gpu + ").";
-    table.appendChild(p);
+    var n = document.createElement("p"); n.className = "note";
+    n.textContent = fmt.tokens(p.input) + " prompt tokens, " + fmt.tokens(p.output) + " generated, batch " + p.batch + "; one model replica on " + o.n_gpus + " " + o.gpu + ", each model's own formulas by the engine's rules (archledger deploy prints the same).";
+    table.appendChild(n);
   }
   function sideUpdate(ma, mb) {
-    Promise.all([get(root + "data/deploy/" + ma.slug + "/index.json"), get(root + "data/deploy/" + mb.slug + "/index.json")]).then(function (ix) {
-      var inB = {}; ix[1].options.forEach(function (o) { inB[keyOf(o)] = o; });
-      var shared = ix[0].options.filter(function (o) { return inB[keyOf(o)]; })
+    var ea = evalOf(ma.slug), eb = evalOf(mb.slug);
+    Promise.all([ea.index(), eb.index()]).then(function (ix) {
+      var inB = {}; ix[1].options.forEach(function (o) { if (o.file) inB[keyOf(o)] = o; });
+      var shared = ix[0].options.filter(function (o) { return o.file && inB[keyOf(o)]; })
         .sort(function (p, q) { return p.n_gpus - q.n_gpus || (p.gpu < q.gpu ? -1 : p.gpu > q.gpu ? 1 : 0); });
       side.hidden = false;
       if (!shared.length) { pick.hidden = true; table.textContent = "No GPU and parallel config was evaluated for both models."; return; }
       pick.hidden = false;
       var keys = shared.map(keyOf), wanted = params.get("gpu") ? [params.get("gpu"), params.get("cfg"), params.get("fw"), params.get("kv")].join(" \u00b7 ") : null;
       fill(pick.elements.dep, keys, pick.elements.dep.value && keys.indexOf(pick.elements.dep.value) >= 0 ? pick.elements.dep.value : wanted);
-      var o = shared[keys.indexOf(pick.elements.dep.value)], file = o.gpu + "/" + o.n_gpus + "-" + o.config + ".json";
-      return Promise.all([get(root + "data/deploy/" + ma.slug + "/" + file), get(root + "data/deploy/" + mb.slug + "/" + file)]).then(function (f) {
-        var mine = function (t) { return records(t).filter(function (r) { return r.framework === o.framework && r.kv_dtype === o.kv_dtype; }); };
-        var ra = mine(f[0]), rb = mine(f[1]);
-        var inputs = common(ra.map(function (r) { return r.input_len; }), rb.map(function (r) { return r.input_len; }));
-        fill(pick.elements.input, inputs, pick.elements.input.value || params.get("input") || (window.ARCH_PAGE || {}).compare_input);
-        var at = function (rows) { return rows.filter(function (r) { return String(r.input_len) === pick.elements.input.value; }); };
-        var batches = common(at(ra).map(function (r) { return r.batch; }), at(rb).map(function (r) { return r.batch; }));
-        fill(pick.elements.batch, batches, pick.elements.batch.value || params.get("batch"));
-        var s = { input: pick.elements.input.value, batch: pick.elements.batch.value };
-        var one = function (rows) { return at(rows).filter(function (r) { return String(r.batch) === s.batch; })[0]; };
-        sideTable(ma, mb, one(ra), one(rb), o, s);
+      var oa = shared[keys.indexOf(pick.elements.dep.value)], ob = inB[keyOf(oa)];
+      var el = pick.elements;
+      if (!el.input.value) el.input.value = params.get("input") || String((window.ARCH_PAGE || {}).compare_input || 4096);
+      if (!el.output.value) el.output.value = params.get("output") || String(ix[0].output_len || 1024);
+      if (!el.batch.value) el.batch.value = params.get("batch") || "1";
+      var p = { input: whole(el.input.value, 1), output: whole(el.output.value, 0), batch: whole(el.batch.value, 1) };
+      if (p.input === null || p.output === null || p.batch === null) { table.textContent = "Enter whole numbers: prompt tokens >= 1, output tokens >= 0, batch >= 1."; return; }
+      return Promise.all([ea.at(oa, p), eb.at(ob, p)]).then(function (r) {
+        sideTable(ma, mb, r[0], r[1], oa, p);
         var q = new URLSearchParams(location.search);
-        [["gpu", o.gpu], ["cfg", o.n_gpus + "x " + o.config], ["fw", o.framework], ["kv", o.kv_dtype], ["input", s.input], ["batch", s.batch]].forEach(function (kv) { q.set(kv[0], kv[1]); });
+        [["gpu", oa.gpu], ["cfg", oa.n_gpus + "x " + oa.config], ["fw", oa.framework], ["kv", oa.kv_dtype], ["input", p.input], ["output", p.output], ["batch", p.batch]].forEach(function (kv) { q.set(kv[0], kv[1]); });
         history.replaceState(null, "", "?" + q.toString());
       });
     }).catch(function (e) { side.hidden = false; table.textContent = "Could not load the deployments: " + e.message; });
@@ -120,11 +117,7 @@
       if (side) sideUpdate(models[0], models[1]);
     }).catch(function (e) { out.textContent = "Unknown model: " + e.message; });
   }
-  form.addEventListener("change", function () { if (pick) ["input", "batch"].forEach(function (k) { pick.elements[k].value = ""; }); update(); });
-  if (pick) pick.addEventListener("change", function (e) {
-    if (e.target.name === "dep") ["input", "batch"].forEach(function (k) { pick.elements[k].textContent = ""; });
-    if (e.target.name === "input") pick.elements.batch.textContent = "";
-    if (models) sideUpdate(models[0], models[1]);
-  });
+  form.addEventListener("change", update);
+  if (pick) pick.addEventListener("change", function () { if (models) sideUpdate(models[0], models[1]); });
   update();
 })();

@@ -1,15 +1,14 @@
 // Deployment explorer at any prompt length, output length and batch. The selection lives in the URL
 // query. Numbers come from the selected structure's formula trees (data/deploy/<model>/<config>.json,
-// written by engine/build/deploy_export.py), evaluated with archFormula (static/js/formula.js) and
-// combined by the rules of engine/deploy/sol.py summarize(), mirrored below function by function.
+// written by engine/build/deploy_export.py), evaluated by static/js/deploy_eval.js (the rules of
+// engine/deploy/sol.py summarize()); this file is the page around them.
 (function () {
   "use strict";
   var page = window.ARCH_PAGE, root = document.documentElement.getAttribute("data-root") || "";
   var base = root + "data/deploy/" + page.slug + "/";
-  var form = document.getElementById("pick"), fmt = window.archFmt, cache = {}, index = null, model = null;
-  var params = new URLSearchParams(location.search), KINDS = ["compute", "comm", "fused"], BOUNDS = ["compute", "memory", "comm"];
+  var form = document.getElementById("pick"), fmt = window.archFmt, index = null, model = null;
+  var params = new URLSearchParams(location.search);
   var MAX_TOKENS = 16777216;
-  function get(url) { if (!cache[url]) cache[url] = fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.json(); }); return cache[url]; }
   function fill(select, values, current) {
     select.textContent = "";
     values.forEach(function (v) { var o = document.createElement("option"); o.value = String(v); o.textContent = String(v); select.appendChild(o); });
@@ -27,118 +26,9 @@
   // a whole number in [low, high] (engine/deploy/structure.py Scenario's bounds), else null
   function count(text, low, high) { var n = Number(text); return text !== "" && Number.isInteger(n) && n >= low && n <= high ? n : null; }
 
-  // ---- the engine's rules (engine/deploy/cost.py, structure.py, sol.py) ----------------------------
-  function tree(file, i) { return file.trees[i]; }
-  function ev(t, env) { return window.archFormula.evaluate(t, env); }
-  function linkRate(gpu, link) { return link === 1 ? gpu.scale_up : link === 2 ? gpu.scale_out : Infinity; }   // cost.link_bandwidth
-  // cost.CompiledProgram.evaluate: per step flops, bytes, comm, weights and the three times (a step:
-  // [flops, bytes, comm, weights, calls, repeat, dtype, link, coll, kind, view, uid, f_flops, f_bytes, f_comm])
-  function stepValues(file, s, gpu, env) {
-    var f = ev(tree(file, s[0]), env), b = ev(tree(file, s[1]), env), c = ev(tree(file, s[2]), env), w = ev(tree(file, s[3]), env);
-    var latency = ev(tree(file, s[4]), env) * (s[8] >= 0 ? gpu.alpha[s[8]] : 0);       // calls x per-call alpha
-    var tc = f / gpu.peaks[s[6]], tm = b / gpu.hbm_bytes_per_s, tl = c / linkRate(gpu, s[7]) + latency;
-    return { flops: f, bytes: b, comm: c, weights: w, tc: tc, tm: tm, tl: tl, sol: Math.max(Math.max(tc, tm), tl) };
-  }
-  function env(batch, seq, ctx, kv) { return { batch: batch, seq: seq, ctx: ctx, kv_bytes: kv }; }
-  // cost.CompiledProgram.totals + sol.phase_times: sums over steps, the bound taking most of the time
-  function phase(file, pid, gpu, e) {
-    var t = { step_time_s: 0, compute_time_s: 0, memory_time_s: 0, comm_time_s: 0, flops: 0, bytes: 0, weight_bytes: 0, comm_bytes: 0 }, by = [0, 0, 0];
-    file.programs[pid].forEach(function (s) {
-      var v = stepValues(file, s, gpu, e);
-      t.flops += v.flops; t.bytes += v.bytes; t.weight_bytes += v.weights; t.comm_bytes += v.comm;
-      t.compute_time_s += v.tc; t.memory_time_s += v.tm; t.comm_time_s += v.tl; t.step_time_s += v.sol;
-      var cb = v.tc >= v.tm && v.tc >= v.tl, mb = !cb && v.tm >= v.tl;
-      by[cb ? 0 : mb ? 1 : 2] += v.sol;
-    });
-    var k = 0; for (var i = 1; i < 3; i++) if (by[i] > by[k]) k = i;
-    t.bound = BOUNDS[k];
-    return t;
-  }
-  // sol.prefill_working_set: the largest non-comm step's (bytes - weights) / repeat at the token budget
-  function workingSet(file, pid, cfg, input, kv) {
-    var prompts = cfg.dp_attn * (model.budget * cfg.cp) / input, e = env(prompts, input, input, kv), best = null;
-    file.programs[pid].forEach(function (s) {
-      if (KINDS[s[9]] === "comm" || !(s[5] > 0)) return;
-      var x = (ev(tree(file, s[1]), e) - ev(tree(file, s[3]), e)) / s[5];
-      if (best === null || x > best) best = x;
-    });
-    return best === null ? 0 : best;
-  }
-  // sol._fit_count: the largest n with n x kvDev <= room, by the same float product the fit test uses
-  function fitCount(room, kvDev) {
-    if (!(kvDev > 0)) return room >= 0 ? model.max_batch : 0;
-    var n = Math.floor(Math.max(room, 0) / kvDev);
-    if ((n + 1) * kvDev <= room) n += 1;
-    if (n > 0 && n * kvDev > room) n -= 1;
-    return room >= 0 ? n : 0;
-  }
-  // engine.build.grid_eval._regime of structure.tokens_per_device: how many token limits a phase exceeds
-  function regime(limits, tokens) { var r = 0; while (r < limits.length && limits[r] < tokens) r++; return r; }
-  // sol.summarize for one point of option `o` (its config file loaded): every field the page shows
-  function summarize(o, file, p) {
-    var cfg = model.configs[o.cfg], gpu = model.gpus[o.gpu], kv = model.kv_bytes[o.kv_dtype];
-    var batch = p.batch, input = p.input, length = p.input + p.output;
-    var k = Math.max(1, Math.min(cfg.pp, batch));                                 // structure.micro_batches
-    var perRank = Math.ceil(batch / cfg.dp_attn);                                 // structure.requests_per_replica
-    var budget = model.budget * cfg.cp;                                           // structure.step_tokens
-    var steps = Math.max(k, Math.ceil(perRank * input / budget));                 // structure.prefill_steps
-    var meanStep = cfg.dp_attn * perRank / steps;                                 // structure.prefill_program_batch
-    var decBatch = cfg.dp_attn * perRank / k;                                     // structure.program_batch
-    // the fusion regime of each phase (structure.tokens_per_device), hence the structure's programs
-    var pre = o.prefill[regime(o.limits, Math.ceil(meanStep * input / (cfg.dp_attn * cfg.cp)))];
-    var dec = o.decode[regime(o.limits, Math.ceil(decBatch / cfg.dp_attn))];
-    var prefill = phase(file, pre, gpu, env(meanStep, input, input, kv));
-    var decode = phase(file, dec, gpu, env(decBatch, 1, length, kv));
-    var usable = gpu.hbm_bytes * model.hbm_fraction, weights = cfg.weight_bytes_per_gpu;
-    var kvDev = ev(cfg.kv_dev, { length: length, kv_bytes: kv });
-    var act = workingSet(file, pre, cfg, input, kv);
-    var reserve = o.reserve;                                                      // the framework's runtime reserve
-    var room = usable - weights - reserve - act;                                  // what the KV cache gets
-    var cap = fitCount(room, kvDev), kvNeed = perRank * kvDev;
-    var replica = cfg.tp * cfg.pp * cfg.cp;
-    var ttft = steps * prefill.step_time_s / cfg.pp;
-    if (cfg.pp > 1) {   // the pipeline fills with the largest step, then each step leaves one stage later
-      var largest = cfg.dp_attn * Math.min(perRank / k, budget / input);
-      ttft = ttft + (cfg.pp - 1) * phase(file, pre, gpu, env(largest, input, input, kv)).step_time_s / cfg.pp;
-    }
-    var tpot = decode.step_time_s, kvEnv = { length: length, kv_bytes: kv };
-    return {
-      batch: batch, input_len: input, output_len: p.output, micro_batches: k, prefill_steps: steps,
-      usable_bytes_per_gpu: usable, weight_bytes_per_gpu: weights, reserve_bytes_per_gpu: reserve,
-      kv_bytes_per_request: ev(model.kv_request.all, kvEnv), kv_state_bytes_per_request: ev(model.kv_request.state, kvEnv),
-      kv_bytes_per_request_per_gpu: kvDev, kv_budget_bytes_per_gpu: Math.max(room, 0), kv_bytes_per_gpu: kvNeed,
-      activation_bytes_per_gpu: act, free_bytes_per_gpu: Math.max(room - kvNeed, 0),
-      max_concurrent_requests: cfg.dp_attn * cap,
-      max_prefill_batch: cfg.dp_attn * Math.min(Math.max(1, Math.floor(budget / input)), cap),
-      fits: perRank <= cap, shortfall_bytes: Math.max(kvNeed - room, 0),
-      ttft_s: ttft, tpot_s: tpot, prefill_tokens_per_s_per_gpu: batch * input / ttft / replica,
-      tokens_per_s_per_gpu: batch / tpot / replica, extrapolated: length > model.max_context,
-      bound: decode.bound, prefill_bound: prefill.bound, phases: { prefill: prefill, decode: decode },
-      programs: { prefill: pre, decode: dec },
-      env: { prefill: env(meanStep, input, input, kv), decode: env(decBatch, 1, length, kv) }
-    };
-  }
-  // sol.op_rows_columns: one row per launched step (views launch nothing), one micro-batch's values
-  function opRows(o, file, sum) {
-    var gpu = model.gpus[o.gpu], out = [];
-    ["prefill", "decode"].forEach(function (ph) {
-      file.programs[sum.programs[ph]].forEach(function (s) {
-        if (s[10]) return;
-        var v = stepValues(file, s, gpu, sum.env[ph]), t = [v.tc, v.tm, v.tl], k = 0;
-        for (var i = 1; i < 3; i++) if (t[i] > t[k]) k = i;
-        out.push({ phase: ph, op_uid: file.strings[s[11]], kind: KINDS[s[9]], flops: v.flops, bytes: v.bytes,
-                   weight_bytes: v.weights, comm_bytes: v.comm, intensity: v.bytes > 0 ? v.flops / v.bytes : Infinity,
-                   t_compute_s: v.tc, t_memory_s: v.tm, t_comm_s: v.tl, t_sol_s: v.sol, bound: BOUNDS[k],
-                   flops_formula: file.strings[s[12]], bytes_formula: file.strings[s[13]], comm_bytes_formula: file.strings[s[14]] });
-      });
-    });
-    return out;
-  }
-  function fileOf(o) { return get(base + o.file + ".json"); }
-  // what the page and other modules (tests, charts) can call: the summary and op rows at any point
-  window.archDeploy = {
-    at: function (o, p) { return fileOf(o).then(function (file) { var s = summarize(o, file, p); s.ops = opRows(o, file, s); return s; }); }
-  };
+  // the engine's rules (static/js/deploy_eval.js): summary and per-op rows at any point
+  var E = window.archDeployEval(root, page.slug), summarize = E.summarize, opRows = E.opRows, fileOf = E.file;
+  window.archDeploy = { at: E.at };   // for tests and tools
 
   // ---- the page --------------------------------------------------------------------------------
   function row(label, value, text, doc, formula) {
@@ -165,10 +55,7 @@
     // A config whose KV room before the working set cannot hold the batch is skipped unfetched (the
     // working set is >= 0, so this bound from index.json alone never drops a config that holds it).
     var mine = index.options.filter(function (o) {
-      if (!o.file || o.framework !== s.fw || o.kv_dtype !== s.kv) return false;
-      var cfg = model.configs[o.cfg], gpu = model.gpus[o.gpu];
-      var kvDev = ev(cfg.kv_dev, { length: p.input + p.output, kv_bytes: model.kv_bytes[o.kv_dtype] });
-      return fitCount(gpu.hbm_bytes * model.hbm_fraction - cfg.weight_bytes_per_gpu, kvDev) >= Math.ceil(p.batch / cfg.dp_attn);
+      return o.file && o.framework === s.fw && o.kv_dtype === s.kv && E.roomBound(o, p) >= p.batch;
     });
     function holders(list) {
       return Promise.all(list.map(function (o) {
@@ -286,7 +173,7 @@
     })
       .catch(function (e) { console.error(e); document.getElementById("summary").textContent = "Could not load the data: " + e.message; });
   }
-  get(base + "index.json").then(function (idx) {
+  E.index().then(function (idx) {
     index = idx; model = idx.model;
     var opts = idx.options, grid = idx.grid;
     suggest("inputs", grid.inputs); suggest("outputs", grid.outputs); suggest("batches", grid.batches);
