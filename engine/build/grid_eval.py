@@ -15,6 +15,7 @@ context, plus the capacity itself; a context that fits no request keeps a batch-
 from __future__ import annotations
 
 from bisect import bisect_left
+import copy
 from collections import defaultdict
 
 import numpy as np
@@ -55,6 +56,26 @@ def _representative(limits: list[int], regime: int) -> int | None:
     return limits[regime] if regime < len(limits) else limits[-1] + 1
 
 
+def placement_domain(config, domain: int) -> int:
+    """The scale-up domain as placement sees it: a domain holding every GPU of the config (an
+    8-GPU config in an 8- or a 72-GPU domain) puts every collective on the scale-up link in one
+    node (:meth:`engine.deploy.parallel.Mesh.link`, ``extent``: a group spans at most the config's
+    GPUs), so all such domains give the same programs and share one placement and compilation."""
+    return min(domain, config.n_gpus)
+
+
+_TEXT: dict = {}
+
+
+def _text(expr) -> str:
+    """A formula printed once per process (printing is slow; a weight formula recurs across every
+    regime, framework and domain of a config, and across configs whose degrees are symbols)."""
+    text = _TEXT.get(expr)
+    if text is None:
+        text = _TEXT[expr] = str(expr)
+    return text
+
+
 def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
     """(deployment columns, op columns, number of points) for one model over the grid."""
     grid, gpus, tables = load_grid(grid_path), load_gpus(gpu_root), load_tables(ev.corpus.root / "fusion")
@@ -65,20 +86,30 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
     gpu_pos = {k: i for i, k in enumerate(gpu_list)}
     max_ctx = int(ev.numeric.max_context)
     inputs = input_lengths(grid, max_ctx)
-    placements, structures = {}, {}
+    placements, structures, shared = {}, {}, {}
 
     def structure(config, domain, framework, gpu, regimes):
         table = tables.get(framework)
         limits = _thresholds(table)
         key = (config, domain, framework, _signature(table, gpu), regimes)
         if key not in structures:
-            pkey = (config, domain)
-            if pkey not in placements:
-                options = Options(framework="none")
-                placements[pkey] = (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
-            tokens = {p: _representative(limits, r) for p, r in zip(PHASES, regimes)}
-            structures[key] = build_structure(ev, config, Options(framework=framework), domain, table, gpu,
-                                              tokens, placements[pkey])
+            # domains that hold the whole config place and compile alike: share that work
+            wide = placement_domain(config, domain)
+            skey = (config, wide) + key[2:]
+            if skey not in shared:
+                pkey = (config, wide)
+                if pkey not in placements:
+                    options = Options(framework="none")
+                    placements[pkey] = (place(ev, config, domain, options, False),
+                                        place(ev, config, domain, options, True))
+                tokens = {p: _representative(limits, r) for p, r in zip(PHASES, regimes)}
+                shared[skey] = build_structure(ev, config, Options(framework=framework), domain, table, gpu,
+                                               tokens, placements[pkey])
+            s = shared[skey]
+            if s.domain != domain:       # the same programs, labelled with this GPU's domain
+                s = copy.copy(s)
+                s.domain = domain
+            structures[key] = s
         return structures[key]
 
     # 1. the points of every cell, bucketed by the structure that evaluates them
@@ -131,7 +162,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
         n = len(index)
         total += n
         phases = out.pop("phases")
-        out["weight_bytes_per_gpu_formula"] = str(s.weight_formula)
+        out["weight_bytes_per_gpu_formula"] = _text(s.weight_formula)
         for phase in PHASES:
             deployments["model_id"].extend([ev.model.model_id] * n)
             deployments["gpu"].extend(points["gpu"])

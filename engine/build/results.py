@@ -336,12 +336,42 @@ def write_parquet(frame: pl.DataFrame, path: Path, **options) -> None:
     Path(path).write_bytes(buffer.getbuffer())
 
 
+_CORPORA: dict[tuple[str, str], Corpus] = {}
+
+
+def corpus_digest(root: Path | str) -> str:
+    """SHA-256 over every file below a corpus folder (relative names and contents; 1.5 MB, a few ms)."""
+    root = Path(root)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cached_corpus(root: str | None) -> Corpus:
+    """:func:`load_corpus`, once per process and corpus content: a --jobs worker evaluates many models
+    and parsing the YAML (about 2.5 s) dominated a small model's work. Keyed on the files' content,
+    so an edited corpus is read again (a process running several builds never sees a stale one)."""
+    path = Path(root) if root else None
+    from engine.spec.corpus import DEFAULT_ROOT
+    path = (path or DEFAULT_ROOT).resolve()
+    key = (str(path), corpus_digest(path))
+    if key not in _CORPORA:
+        _CORPORA.clear()                 # one corpus per process at a time: a build uses one
+        _CORPORA[key] = load_corpus(path)
+    return _CORPORA[key]
+
+
 def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, gpu_root: str | None,
-                staging: str, spec_hash: str, verification: dict | None = None) -> dict:
-    """Evaluate one model over the grid; write its partitions under ``staging``. Returns counts."""
+                staging: str, spec_hash: str, verification: dict | None = None,
+                corpus: Corpus | None = None) -> dict:
+    """Evaluate one model over the grid; write its partitions under ``staging``. Returns counts.
+    ``corpus``: the loaded corpus when the caller has it (in-process builds), else it is read once
+    per process (:func:`cached_corpus`)."""
     from engine.build import finite, grid_eval
     started = time.perf_counter()
-    corpus = load_corpus(corpus_root)
+    corpus = corpus if corpus is not None else cached_corpus(corpus_root)
     ev = evaluate_spec(corpus, corpus.models[model_id])
     deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root)
     finite.check_tables(ev.model, {"deployments": deployments, "ops": ops})   # nothing NaN or negative is written
@@ -630,7 +660,7 @@ def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, 
 
     if jobs == 1:
         for a in args:
-            finished(build_model(*a))
+            finished(build_model(*a, corpus=corpus))
         return results
     # spawn, not fork: a forked child inherits polars' thread pool mid-state and can hang. Workers die
     # with this process (see _worker_init), so a killed build leaves no orphan evaluating on.

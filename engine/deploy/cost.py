@@ -80,17 +80,22 @@ class CompiledProgram:
         # collectives (alone or fused): calls per step, each paying the per-call latency
         self._calls = [_compiled(s.repeat) if s.collective else 0.0 for s in program.steps]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
+        # a program's steps use a handful of dtypes, links and collective shapes: rates are looked
+        # up once per distinct one and spread to the steps by index (hundreds of steps, many GPUs)
+        self._kinds = [_distinct(s.compute_dtype for s in program.steps),
+                       _distinct(s.link for s in program.steps),
+                       _distinct((s.collective, s.ranks, s.nodes) if s.collective else None for s in program.steps)]
 
     def rates(self, gpu: GPU) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
         """Per step: peak FLOP/s of its operand dtype and its link's bytes/s; HBM bytes/s; and per
         step the seconds of latency each call of a collective costs (0 for compute steps)."""
         if gpu.key not in self._rates:
-            steps = self.program.steps
-            self._rates[gpu.key] = (np.array([gpu.peak_flops(s.compute_dtype) for s in steps]),
-                                    np.array([link_bandwidth(gpu, s.link) for s in steps]),
+            (dtypes, d_at), (links, l_at), (colls, c_at) = self._kinds
+            self._rates[gpu.key] = (np.array([gpu.peak_flops(d) for d in dtypes], dtype=float)[d_at],
+                                    np.array([link_bandwidth(gpu, l) for l in links], dtype=float)[l_at],
                                     gpu.hbm_bytes_per_s,
-                                    np.array([gpu.collective_latency(s.collective, s.ranks, s.nodes)
-                                              if s.collective else 0.0 for s in steps]))
+                                    np.array([gpu.collective_latency(*c) if c else 0.0 for c in colls],
+                                             dtype=float)[c_at])
         return self._rates[gpu.key]
 
     def latency(self, index: int, args, alphas) -> np.ndarray | float:
@@ -158,6 +163,13 @@ class CompiledProgram:
         if weights:
             out["weight_bytes"] = self.column(3, args, shape)
         return out
+
+
+def _distinct(values) -> tuple[list, np.ndarray]:
+    """The distinct values in first-seen order, and each value's position among them."""
+    found: dict = {}
+    at = [found.setdefault(v, len(found)) for v in values]
+    return list(found), np.array(at, dtype=np.intp)
 
 
 def link_bandwidth(gpu: GPU, link: str) -> float:

@@ -54,17 +54,11 @@ def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
     rows = [r for r in ev.numeric.rows.values() if r.stack == "main"]
     dims_table = ev.corpus.dims
     seen = set()
-    for row in rows:
-        region = "experts" if row.role == "experts" else "default"
-        for param, world in row.weight_axes.items():
-            group = mesh.world_group(world, region)
-            if group is None:
-                continue
-            name = row.dim_names[param]
-            unit = shard_unit(name, dims_table)
-            if unit is None:
-                continue
-            count = _unit_count(row, name, unit, ev.numeric.values)
+    for region, world, unit, count in _sharded_axes(ev):
+        group = mesh.world_group(world, region)
+        if group is not None:
+            if isinstance(count, Exception):
+                raise count
             if (unit, count, group.name) in seen:
                 continue
             seen.add((unit, count, group.name))
@@ -92,6 +86,33 @@ def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
                     problems.append(f"Ulysses needs {dim} = {heads} divisible by attention TP x cp = "
                                     f"{config.attn_tp * config.cp}")
     return problems
+
+
+_SHARDED: list = []      # [(numeric analysis, its sharded axes)]: the last model checked
+
+
+def _sharded_axes(ev: Evaluation) -> list[tuple[str, str, str, int]]:
+    """(region, world, shardable unit, units in the axis) of every weight axis of the main stack
+    that a parallel world shards, in row order. Config-free, so computed once per model and read
+    by every config :func:`check` looks at (the grid checks hundreds; the count is a sympy subs)."""
+    if _SHARDED and _SHARDED[0][0] is ev.numeric:
+        return _SHARDED[0][1]
+    out = []
+    for row in ev.numeric.rows.values():
+        if row.stack != "main":
+            continue
+        region = "experts" if row.role == "experts" else "default"
+        for param, world in row.weight_axes.items():
+            name = row.dim_names[param]
+            unit = shard_unit(name, ev.corpus.dims)
+            if unit is not None:
+                try:
+                    count = _unit_count(row, name, unit, ev.numeric.values)
+                except Exception as exc:     # raised where a config shards it, as before
+                    count = exc
+                out.append((region, world, unit, count))
+    _SHARDED[:] = [(ev.numeric, out)]
+    return out
 
 
 def configs_for(ev: Evaluation, n_gpus: int, **limits) -> tuple[list[ParallelConfig], list[tuple]]:
