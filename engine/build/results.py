@@ -213,6 +213,17 @@ def engine_sources() -> list[Path]:
     return sorted(p for p in ENGINE.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+_ENGINE_DIGEST: list[str] = []
+
+
+def engine_digest() -> str:
+    """SHA-256 of the engine's sources as this process sees them (once per process): a Dask worker
+    compares it with the client's before working (:mod:`engine.build.executor`)."""
+    if not _ENGINE_DIGEST:
+        _ENGINE_DIGEST.append(_digest(engine_sources(), str(SCHEMA_VERSION).encode()))
+    return _ENGINE_DIGEST[0]
+
+
 def shared_hash(corpus: Corpus, grid_path: Path, gpu_root: Path) -> str:
     """Everything every model's results depend on: tables, components, GPUs, fusion, grid, engine."""
     root = corpus.root
@@ -515,7 +526,8 @@ def _skip_line(corpus: Corpus, model_id: str, errors: list) -> str:
 
 def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path: Path | None = None,
           gpu_root: Path | None = None, jobs: int | None = None, progress=None, log=None, site=None,
-          site_progress=None, lock_timeout: float | None = None, command: str = "archledger build") -> Report:
+          site_progress=None, lock_timeout: float | None = None, command: str = "archledger build",
+          executor: str | None = None) -> Report:
     """Evaluate (or carry over) the models' partitions into a staged results tree, render the staged
     site from it when ``site`` is given, then publish both together (:mod:`engine.build.publish`).
 
@@ -525,7 +537,9 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     (the rules are in :func:`run`). ``site(results_dir, site_dir, progress)`` renders into the empty
     ``site_dir`` and is published with the results; without it (``--no-site``) only the results are
     published and the site is left as it was, its ``pin.json`` naming the results it shows (one log
-    line says so when they differ)."""
+    line says so when they differ). ``executor``: where models are evaluated (``--executor``:
+    local, local-cluster[:N], or a Dask scheduler address; :mod:`engine.build.executor`)."""
+    from engine.build import executor as executors
     from engine.build.grid import DEFAULT, load_grid
     from engine.deploy.hardware import DEFAULT_ROOT as GPU_ROOT, load_gpus
     from engine.deploy.fusion import load_tables
@@ -535,6 +549,9 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     grid_path = Path(grid_path) if grid_path else own_grid if own_grid.exists() else DEFAULT
     gpu_root = Path(gpu_root) if gpu_root else GPU_ROOT
     load_grid(grid_path), load_gpus(gpu_root), load_tables(corpus.root / "fusion")   # fail early, before any work
+    where = executors.parse(executor)
+    if where.kind != "local":
+        executors.distributed_module()         # the optional extra, checked before any work
     named = list(dict.fromkeys(corpus.find_model(m).model_id for m in models)) if models else list(corpus.models)
     shared = shared_hash(corpus, grid_path, gpu_root)
     hashes = {mid: model_hash(corpus, mid, shared) for mid in corpus.models}
@@ -597,7 +614,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         # -- evaluate: the slowest models first (as last time; else the largest), so the pool's tail is short
         todo.sort(key=lambda m: (-previous.models.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
         results = _evaluate(corpus, todo, grid_path, gpu_root, staging, hashes, checks, jobs,
-                            progress, len(targets), len(targets) - len(todo))
+                            progress, len(targets), len(targets) - len(todo), where)
         for r in results:
             mid = r["model_id"]
             entries[mid] = {"hash": hashes[mid], "deployments": r["deployments"], "ops": r["ops"],
@@ -643,11 +660,12 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
 
 
 def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, staging: Path, hashes: dict,
-              checks: dict, jobs: int | None, progress, total: int, done: int) -> list[dict]:
-    """Run :func:`build_model` for each model, in this process or in ``jobs`` worker processes."""
+              checks: dict, jobs: int | None, progress, total: int, done: int, where=None) -> list[dict]:
+    """Run :func:`build_model` for each model: in this process, in ``jobs`` worker processes, or on
+    a Dask cluster (``where``, an :class:`engine.build.executor.Executor`); the same files either way."""
+    from engine.build import executor as executors
     args = [(str(corpus.root), mid, str(grid_path), str(gpu_root), str(staging), hashes[mid], checks[mid])
             for mid in todo]
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
     results: list[dict] = []
     if progress:
         progress(done, total, 0, "")
@@ -658,6 +676,13 @@ def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, 
         if progress:
             progress(done + len(results), total, sum(r["points"] for r in results), result["model_id"])
 
+    if where is not None and where.kind != "local":
+        if todo:
+            bundle = executors.make_bundle(corpus.root, gpu_root, grid_path, engine_digest())
+            executors.run_dask(where, jobs, bundle, build_model, [(mid, (hashes[mid], checks[mid])) for mid in todo],
+                               staging, engine_digest, finished)
+        return results
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
     if jobs == 1:
         for a in args:
             finished(build_model(*a, corpus=corpus))
@@ -773,7 +798,8 @@ def run(args, site=None) -> int:
       an interrupted one left. Two commands on one OUT take turns (OUT/.lock): the second waits,
       saying for whom, up to ARCHLEDGER_LOCK_TIMEOUT seconds (default 1800).
 
-    ``args``: out, models, grid, jobs, quiet, corpus (and optionally lock_timeout, seconds). ``site``:
+    ``args``: out, models, grid, jobs, quiet, corpus (and optionally lock_timeout, seconds, and
+    executor, ``--executor``). ``site``:
     None (``--no-site``: results only, the site is left as it was), or ``site(results_dir, site_dir,
     progress)`` rendering the whole site from ``results_dir`` into the empty ``site_dir`` (e.g.
     :func:`site_builder.render.render_pages`); it is called with ``progress=None`` and shows its own.
@@ -785,7 +811,8 @@ def run(args, site=None) -> int:
         report = build(corpus, out, args.models, getattr(args, "grid", None), getattr(args, "gpus_root", None),
                        getattr(args, "jobs", None),
                        None if quiet else _model_progress(), log=lambda line: print(line, file=sys.stderr),
-                       site=site, lock_timeout=getattr(args, "lock_timeout", None))
+                       site=site, lock_timeout=getattr(args, "lock_timeout", None),
+                       executor=getattr(args, "executor", None))
     except SpecError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2

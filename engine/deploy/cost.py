@@ -105,8 +105,11 @@ class CompiledProgram:
 
     def column(self, index: int, args, shape) -> np.ndarray:
         """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes) of every step, stacked."""
-        return np.stack([np.broadcast_to(f(*args) if callable(f) else f, shape) for f in self._columns[index]]) \
-            if self._columns[index] else np.zeros((0,) + shape)
+        fns = self._columns[index]
+        out = np.empty((len(fns),) + tuple(shape))
+        for i, f in enumerate(fns):      # assignment broadcasts each step's value (a float or an array)
+            out[i] = f(*args) if callable(f) else f
+        return out
 
     def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per-point rates when points run on different GPUs: ``index`` picks a GPU per point;
