@@ -115,10 +115,22 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
     # 1. the points of every cell, bucketed by the structure that evaluates them
     buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     ops_points: dict[tuple, list] = defaultdict(list)
+    regime_memo: dict[tuple, tuple] = {}
+
+    def regimes_at(config, limits, b, inp, out_len) -> tuple:
+        """The fusion token regime per phase of a point (the same for every GPU and KV dtype)."""
+        key = (config, tuple(limits), b, inp, out_len)
+        found = regime_memo.get(key)
+        if found is None:
+            t = tokens_per_device(config, Scenario(b, inp, out_len))
+            found = regime_memo[key] = tuple(_regime(limits, t[p]) for p in PHASES)
+        return found
+
     for gpu, config in cells:
         domain = gpu.scale_up_domain
         for framework in grid.frameworks:
             limits = _thresholds(tables.get(framework))
+            sig = _signature(tables.get(framework), gpu)
             base = structure(config, domain, framework, gpu, (len(limits), 0))
             usable = gpu.hbm_bytes * HBM_FRACTION
             if base.weight_bytes_per_gpu >= usable:
@@ -132,17 +144,14 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None):
                         if cap >= 1 and cap not in batches and cap < max(grid.batches):
                             batches.append(int(cap))
                         for b in batches or [1]:
-                            t = tokens_per_device(config, Scenario(b, inp, out_len))
-                            regimes = tuple(_regime(limits, t[p]) for p in PHASES)
-                            bucket = buckets[(config, domain, framework, _signature(tables.get(framework), gpu),
-                                              regimes, gpu.key)]
+                            regimes = regimes_at(config, limits, b, inp, out_len)
+                            bucket = buckets[(config, domain, framework, sig, regimes, gpu.key)]
                             for name, value in (("batch", b), ("input_len", inp), ("output_len", out_len),
                                                 ("kv_bytes", kv_bytes), ("kv_dtype", kv_dtype), ("gpu", gpu.key)):
                                 bucket[name].append(value)
                 if kv_dtype in grid.ops_kv_dtypes:
                     for b, inp, out_len in grid.ops_points:
-                        t = tokens_per_device(config, Scenario(b, inp, out_len))
-                        regimes = tuple(_regime(limits, t[p]) for p in PHASES)
+                        regimes = regimes_at(config, limits, b, inp, out_len)
                         ops_points[(config, domain, framework, gpu.key, regimes, kv_dtype)].append((b, inp, out_len))
 
     # 2. one vectorized evaluation per structure (all GPUs of the bucket's class at once)

@@ -140,6 +140,9 @@ def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> 
     return int(axis.size / per_unit)
 
 
+_WEIGHTS: list = []      # [(numeric, symbolic analysis, {weight format: row -> stored leaves})]: the last model
+
+
 def _weights_fn(ev: Evaluation, options: Options):
     corpus, model = ev.corpus, ev.model
     override = None
@@ -148,7 +151,10 @@ def _weights_fn(ev: Evaluation, options: Options):
             raise SpecError(option_where("--weight-format"), f"unknown weight format {options.weight_format!r}",
                             "use checkpoint or one of: " + ", ".join(sorted(corpus.schemes)))
         override = replace(model, quant={"*": options.weight_format})
-    cache: dict[tuple, list] = {}
+    # a row's stored leaves do not depend on the config: one cache per model and weight format
+    if not (_WEIGHTS and _WEIGHTS[0][0] is ev.numeric and _WEIGHTS[0][1] is ev.symbolic):
+        _WEIGHTS[:] = [(ev.numeric, ev.symbolic, {})]
+    cache: dict[tuple, list] = _WEIGHTS[0][2].setdefault(options.weight_format, {})
 
     def weights(row):
         key = (row.uid, id(row))
@@ -162,15 +168,29 @@ def _weights_fn(ev: Evaluation, options: Options):
 
 def _decider(bound: Mapping[str, sympy.Expr]):
     subs = {symbols.dim(k): v for k, v in bound.items()}
+    seen: dict[sympy.Expr, int | None] = {}     # the same sizes are decided for every config and phase
 
     def decide(value: sympy.Expr) -> int | None:
         if isinstance(value, int):
             return value
         if value.is_number:
             return int(value)
-        value = value.subs(subs)
-        return int(value) if value.is_number else None
+        if value not in seen:
+            found = value.subs(subs)
+            seen[value] = int(found) if found.is_number else None
+        return seen[value]
     return decide
+
+
+_DECIDERS: list = []     # [(numeric analysis, its decider)]: the last model placed
+
+
+def _model_decider(ev: Evaluation):
+    """:func:`_decider` of the model's numeric values, one per model (the grid places it under
+    hundreds of configs; the decisions only depend on the dims)."""
+    if not (_DECIDERS and _DECIDERS[0][0] is ev.numeric):
+        _DECIDERS[:] = [(ev.numeric, _decider(ev.bound))]
+    return _DECIDERS[0][1]
 
 
 def _stage_of_layers(ev: Evaluation, pp: int) -> dict[str, list[int]]:
@@ -221,7 +241,7 @@ def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options,
     (``main``, the served model; the model document also places its other stacks, e.g. ``mtp``,
     for their per-block bytes)."""
     types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
-    weights, decide = _weights_fn(ev, options), _decider(ev.bound)
+    weights, decide = _weights_fn(ev, options), _model_decider(ev)
     analysis = ev.symbolic if symbolic else ev.numeric
     out = {}
     for phase in PHASES:
