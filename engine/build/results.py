@@ -598,23 +598,24 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
 
         # every changed spec is walked and verified here first: a broken one fails the build before any
         # work (one line, nothing written); an unverified one is skipped; its row comes from this walk
+        # (in the --jobs workers when there are several: the guards of 30 specs take seconds each)
+        pool = _pool(stack, jobs, len(todo), corpus) if where.kind == "local" else None
         checks = {}
-        for mid in list(todo):
-            ev = evaluate_spec(corpus, corpus.models[mid])
-            verdict = validate(corpus, corpus.models[mid], ev)
-            if not verdict.verified:
-                report.skipped[mid] = [f.one_line() for f in verdict.errors]
+        for found in _check_all(corpus, list(todo), hashes, pool):
+            mid = found["model_id"]
+            if "errors" in found:
+                report.skipped[mid] = found["errors"]
                 todo.remove(mid)
-                log(_skip_line(corpus, mid, verdict.errors))
+                log(found["skip"])
                 continue
-            checks[mid] = verdict.as_dict()
-            rows[mid] = model_row(ev, hashes[mid], checks[mid])
+            checks[mid] = found["check"]
+            rows[mid] = found["row"]
         targets = [m for m in targets if m in rows]
 
         # -- evaluate: the slowest models first (as last time; else the largest), so the pool's tail is short
         todo.sort(key=lambda m: (-previous.models.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
         results = _evaluate(corpus, todo, grid_path, gpu_root, staging, hashes, checks, jobs,
-                            progress, len(targets), len(targets) - len(todo), where)
+                            progress, len(targets), len(targets) - len(todo), where, pool)
         for r in results:
             mid = r["model_id"]
             entries[mid] = {"hash": hashes[mid], "deployments": r["deployments"], "ops": r["ops"],
@@ -659,10 +660,56 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     return report
 
 
+def check_model(corpus_root: str | None, model_id: str, spec_hash: str, corpus: Corpus | None = None) -> dict:
+    """Walk and verify one changed spec: ``{model_id, check, row}`` (its verdict and models.parquet
+    row) when verified, else ``{model_id, errors, skip}`` (the guard errors and the log line). A
+    spec that does not evaluate raises its SpecError (the build stops before any grid work)."""
+    corpus = corpus if corpus is not None else cached_corpus(corpus_root)
+    model = corpus.models[model_id]
+    ev = evaluate_spec(corpus, model)
+    verdict = validate(corpus, model, ev)
+    if not verdict.verified:
+        return {"model_id": model_id, "errors": [f.one_line() for f in verdict.errors],
+                "skip": _skip_line(corpus, model_id, verdict.errors)}
+    check = verdict.as_dict()
+    return {"model_id": model_id, "check": check, "row": model_row(ev, spec_hash, check)}
+
+
+def _check_all(corpus: Corpus, todo: list[str], hashes: dict, pool) -> list[dict]:
+    """:func:`check_model` for each model, in ``todo``'s order (in the pool's workers if given)."""
+    if pool is None:
+        return [check_model(str(corpus.root), mid, hashes[mid], corpus) for mid in todo]
+    futures = [pool.submit(check_model, str(corpus.root), mid, hashes[mid]) for mid in todo]
+    try:
+        return [future.result() for future in futures]
+    except BaseException:
+        for future in futures:          # a spec that does not evaluate stops the build at once
+            future.cancel()
+        raise
+
+
+def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Corpus | None = None):
+    """The --jobs worker processes (None when one is enough), closed with ``stack``. Spawned, not
+    forked: a forked child inherits polars' thread pool mid-state and can hang. Workers die with
+    this process (see _worker_init), so a killed build leaves no orphan evaluating on. Each worker
+    starts with the build's loaded ``corpus`` (unpickling it is ~40x faster than parsing the YAML),
+    filed under the content digest :func:`cached_corpus` looks it up by."""
+    jobs = max(1, min(jobs or os.cpu_count() or 1, tasks or 1))
+    if jobs == 1:
+        return None
+    seed = None
+    if corpus is not None:
+        root = Path(corpus.root).resolve()
+        seed = ((str(root), corpus_digest(root)), corpus)
+    return stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                                   initializer=_worker_init, initargs=(os.getpid(), seed)))
+
+
 def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, staging: Path, hashes: dict,
-              checks: dict, jobs: int | None, progress, total: int, done: int, where=None) -> list[dict]:
-    """Run :func:`build_model` for each model: in this process, in ``jobs`` worker processes, or on
-    a Dask cluster (``where``, an :class:`engine.build.executor.Executor`); the same files either way."""
+              checks: dict, jobs: int | None, progress, total: int, done: int, where=None, pool=None) -> list[dict]:
+    """Run :func:`build_model` for each model: in this process, in the ``pool`` of --jobs worker
+    processes, or on a Dask cluster (``where``, an :class:`engine.build.executor.Executor`); the
+    same files either way."""
     from engine.build import executor as executors
     args = [(str(corpus.root), mid, str(grid_path), str(gpu_root), str(staging), hashes[mid], checks[mid])
             for mid in todo]
@@ -682,32 +729,29 @@ def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, 
             executors.run_dask(where, jobs, bundle, build_model, [(mid, (hashes[mid], checks[mid])) for mid in todo],
                                staging, engine_digest, finished)
         return results
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
-    if jobs == 1:
+    if pool is None or len(todo) < 2:
         for a in args:
             finished(build_model(*a, corpus=corpus))
         return results
-    # spawn, not fork: a forked child inherits polars' thread pool mid-state and can hang. Workers die
-    # with this process (see _worker_init), so a killed build leaves no orphan evaluating on.
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_worker_init, initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(_build_model_in_worker, *a) for a in args]
-        try:
-            for future in as_completed(futures):
-                finished(future.result())
-        except BaseException:
-            for future in futures:          # a failure stops the build: do not finish the others first
-                future.cancel()
-            raise
+    futures = [pool.submit(_build_model_in_worker, *a) for a in args]
+    try:
+        for future in as_completed(futures):
+            finished(future.result())
+    except BaseException:
+        for future in futures:          # a failure stops the build: do not finish the others first
+            future.cancel()
+        raise
     return results
 
 
-def _worker_init(parent: int) -> None:
+def _worker_init(parent: int, seed: tuple | None = None) -> None:
     """In each --jobs worker: die when the build process dies, however it dies. On Linux the kernel
     sends SIGKILL (prctl PR_SET_PDEATHSIG); elsewhere, and as a backstop, a thread exits the worker
     when its parent pid changes (it is re-parented when the build process is gone)."""
     global _IN_WORKER
     _IN_WORKER = parent
+    if seed is not None:
+        _CORPORA[seed[0]] = seed[1]
     if sys.platform.startswith("linux"):
         try:
             import ctypes

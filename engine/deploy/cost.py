@@ -33,12 +33,18 @@ _MODULES = [{"Min": np.minimum, "Max": np.maximum}, "numpy"]
 
 
 _TOTALS: dict[tuple, tuple] = {}
+#: id(step) -> (step, totals): structures share most step objects (fusion keeps the unfused ones,
+#: placements are shared), and a lookup by expressions compares large formulas term by term.
+_BY_STEP: dict[int, tuple] = {}
 
 
 def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Expr]:
     """Per device, all calls of the step: FLOPs, HBM bytes (weights included), link bytes, and the
     weight bytes among the HBM bytes (prefill logits: last token only). Memoized on the step's
     expressions: structures that share steps (most of them) share this arithmetic."""
+    mine = _BY_STEP.get(id(step))
+    if mine is not None and mine[0] is step:     # the same step object: no expression compared
+        return mine[1]
     key = (step.flops, step.bytes, step.weight_bytes, step.comm_bytes, step.repeat, step.last_token)
     totals = _TOTALS.get(key)
     if totals is None:
@@ -48,6 +54,9 @@ def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.E
             seq = symbols.dim(symbols.SEQ)
             totals = tuple(e.subs(seq, 1) for e in totals)
         _TOTALS[key] = totals
+    if len(_BY_STEP) > 200_000:      # steps are shared by the structures of one model: keep it bounded
+        _BY_STEP.clear()
+    _BY_STEP[id(step)] = (step, totals)
     return totals
 
 
@@ -103,9 +112,10 @@ class CompiledProgram:
         calls = self._calls[index]
         return (calls(*args) if callable(calls) else calls) * alphas[index]
 
-    def column(self, index: int, args, shape) -> np.ndarray:
-        """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes) of every step, stacked."""
-        fns = self._columns[index]
+    def column(self, index: int, args, shape, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes) of every step (or of
+        steps ``start:stop``), stacked."""
+        fns = self._columns[index][start:stop]
         out = np.empty((len(fns),) + tuple(shape))
         for i, f in enumerate(fns):      # assignment broadcasts each step's value (a float or an array)
             out[i] = f(*args) if callable(f) else f
@@ -130,22 +140,33 @@ class CompiledProgram:
         peaks, links, hbm, alphas = self.rates(rates) if isinstance(rates, GPU) else rates
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
         shape = np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:])
-        sums = {k: np.zeros(shape) for k in ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute",
-                                              "t_memory", "t_comm", "t_sol")}
+        n = len(self.program.steps)
+
+        def per_step(rate):      # (steps, *P) -> (steps, 1.., *P): P aligns with the points' last axes
+            rate = np.asarray(rate, dtype=float)
+            return rate.reshape((n,) + (1,) * (len(shape) - (rate.ndim - 1)) + rate.shape[1:])
+
+        peaks, links, alphas = per_step(peaks), per_step(links), per_step(alphas)
+        keys = ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute", "t_memory", "t_comm", "t_sol")
+        sums = {k: np.zeros(shape) for k in keys}
         by_bound = np.zeros((3,) + shape)
-        cols = self._columns
-        for i in range(len(self.program.steps)):
-            f, b, c, w = (fn(*args) if callable(fn) else fn for fn in (cols[0][i], cols[1][i], cols[2][i], cols[3][i]))
-            tc, tm, tl = f / peaks[i], b / hbm, c / links[i] + self.latency(i, args, alphas)
+        # Steps in blocks, each step's arithmetic as before but on a (block, *shape) array. The sums
+        # run step after step as the per-step loop did (np.add.accumulate is a left-to-right
+        # recurrence, never pairwise), so every total is the same float, bit for bit.
+        for start in range(0, n, _BLOCK):
+            stop = min(n, start + _BLOCK)
+            f, b, c, w = (self.column(i, args, shape, start, stop) for i in range(4))
+            calls = np.empty((stop - start,) + tuple(shape))
+            for j, fn in enumerate(self._calls[start:stop]):
+                calls[j] = fn(*args) if callable(fn) else fn
+            tc, tm, tl = f / peaks[start:stop], b / hbm, c / links[start:stop] + calls * alphas[start:stop]
             sol = np.maximum(np.maximum(tc, tm), tl)
-            for key, value in (("flops", f), ("bytes", b), ("weight_bytes", w), ("comm_bytes", c),
-                               ("t_compute", tc), ("t_memory", tm), ("t_comm", tl), ("t_sol", sol)):
-                sums[key] += value
+            for key, value in zip(keys, (f, b, w, c, tc, tm, tl, sol)):
+                sums[key] = _running_sum(sums[key], value)
             compute_bound = (tc >= tm) & (tc >= tl)
             memory_bound = ~compute_bound & (tm >= tl)
-            by_bound[0] += np.where(compute_bound, sol, 0.0)
-            by_bound[1] += np.where(memory_bound, sol, 0.0)
-            by_bound[2] += np.where(~compute_bound & ~memory_bound, sol, 0.0)
+            for k, mask in enumerate((compute_bound, memory_bound, ~compute_bound & ~memory_bound)):
+                by_bound[k] = _running_sum(by_bound[k], np.where(mask, sol, 0.0))
         sums["by_bound"] = by_bound
         return sums
 
@@ -166,6 +187,14 @@ class CompiledProgram:
         if weights:
             out["weight_bytes"] = self.column(3, args, shape)
         return out
+
+
+_BLOCK = 64      # steps per block in CompiledProgram.totals: few numpy calls, bounded memory
+
+
+def _running_sum(total: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``total + values[0] + values[1] + ...`` in that order (the per-step loop's float sums)."""
+    return np.add.accumulate(np.concatenate([total[None], values]), axis=0)[-1]
 
 
 def _distinct(values) -> tuple[list, np.ndarray]:

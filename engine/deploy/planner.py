@@ -262,6 +262,24 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
         num, sym = numeric[phase][0], symbolic[phase][0]
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
         programs[phase], formulas[phase] = fuse(num, found), fuse(sym, found)
+    weights, weight_formula, kv_dev = _memory(ev, config, numeric, symbolic)
+    return Structure(ev, config, options, domain, programs, formulas,
+                     {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
+                     {p: compile_program(programs[p]) for p in PHASES}, weights,
+                     weight_formula, kv_dev)
+
+
+_MEMORY: dict[tuple, tuple] = {}     # placement identity -> (the placements, their memory figures)
+
+
+def _memory(ev: Evaluation, config: ParallelConfig, numeric: dict, symbolic: dict) -> tuple:
+    """Weights on the fullest pipeline stage (bytes, formula) and KV per request per device: they
+    depend on the placements only, not on fusion, so structures sharing placements (every
+    framework, fusion signature and token regime of a config) share them; computed once."""
+    key = (id(numeric["prefill"][0]), id(numeric["decode"][0]), id(symbolic["prefill"][0]), config.pp)
+    found = _MEMORY.get(key)
+    if found is not None and found[0][0] is numeric and found[0][1] is symbolic:
+        return found[1]
     # memory: the fullest pipeline stage (weights are stored as the prefill placement says)
     stored = numeric["prefill"][0].stored
     sym_stored = symbolic["prefill"][0].stored
@@ -275,10 +293,11 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     # one (a stage of only Mamba layers keeps fixed states, one with attention grows with context);
     # weights of the heaviest stage + cache of the fullest is an upper bound of any one stage's need
     kv_dev = sympy.Max(*{_kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], rows) for rows in stages})
-    return Structure(ev, config, options, domain, programs, formulas,
-                     {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
-                     {p: compile_program(programs[p]) for p in PHASES}, float(per_stage[worst]),
-                     weight_formula, kv_dev)
+    if len(_MEMORY) > 256:          # the placements of one model at a time, roughly
+        _MEMORY.clear()
+    result = (float(per_stage[worst]), weight_formula, kv_dev)
+    _MEMORY[key] = ((numeric, symbolic), result)
+    return result
 
 
 def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Options(),
