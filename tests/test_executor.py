@@ -83,7 +83,15 @@ def test_executor_values(text, kind, detail):
         assert parsed.address == detail
 
 
-@pytest.mark.parametrize("text", ["ray://head:10001", "local-cluster:0", "local-cluster:two", "dask://", "spark"])
+@pytest.mark.parametrize("text", ["ray://head:10001", "local-cluster:0", "local-cluster:two", "local-cluster:9999",
+                                  "dask://", "spark", ""])
+def test_bad_executor_values_are_one_line_errors(text):
+    with pytest.raises(SpecError) as info:
+        executors.parse(text)
+    assert "--executor" in info.value.one_line() and "\n" not in info.value.one_line()
+
+
+@pytest.mark.parametrize("text", ["ray://head:10001", "local-cluster:0"])
 def test_a_bad_executor_is_one_line_and_nothing_is_written(tmp_path, capsys, text):
     out = tmp_path / "out"
     code = main(["build", "--out", str(out), "--grid", str(TINY), "--models", MODELS[0], "--no-site",

@@ -851,6 +851,8 @@ def run(args, site=None) -> int:
     out = Path(args.out)
     quiet = getattr(args, "quiet", False)
     try:
+        from engine.build.executor import parse
+        parse(getattr(args, "executor", None))          # a bad --executor is one line before any reading
         corpus = load_corpus(args.corpus)
         report = build(corpus, out, args.models, getattr(args, "grid", None), getattr(args, "gpus_root", None),
                        getattr(args, "jobs", None),
