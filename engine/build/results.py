@@ -616,6 +616,8 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         todo.sort(key=lambda m: (-previous.models.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
         results = _evaluate(corpus, todo, grid_path, gpu_root, staging, hashes, checks, jobs,
                             progress, len(targets), len(targets) - len(todo), where, pool)
+        if pool is not None:
+            pool.shutdown()             # its workers' memory is free before the site render
         for r in results:
             mid = r["model_id"]
             entries[mid] = {"hash": hashes[mid], "deployments": r["deployments"], "ops": r["ops"],
