@@ -116,23 +116,25 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
         parent = uid.rsplit("/", 1)[0] if "/" in uid else ""
         inside = [u for u in num.rows if u.startswith(uid + "/")]
         owned = [u for u in inside if "prefill" in num.rows[u].phases and not num.rows[u].shares]
-        params = sum((num.rows[u].params * num.rows[u].repeat * num.rows[u].instances for u in owned), sympy.Integer(0))
-        sparams = sum((sym.rows[u].params * sym.rows[u].repeat * sym.rows[u].instances for u in owned), sympy.Integer(0))
+        # sympy.Add(*terms) flattens once; sum() re-flattened a growing Add at every term (nested
+        # components made it quadratic in the model's rows)
+        params = sympy.Add(*(num.rows[u].params * num.rows[u].repeat * num.rows[u].instances for u in owned))
+        sparams = sympy.Add(*(sym.rows[u].params * sym.rows[u].repeat * sym.rows[u].instances for u in owned))
         totals = {}
         for phase in ("prefill", "decode"):
             rows = [u for u in inside if phase in num.rows[u].phases]
             point = _point(phase)
-            flops = sum((num.rows[u].flops * num.rows[u].repeat for u in rows), sympy.Integer(0))
-            sflops = sum((sym.rows[u].flops * sym.rows[u].repeat for u in rows), sympy.Integer(0))
+            flops = sympy.Add(*(num.rows[u].flops * num.rows[u].repeat for u in rows))
+            sflops = sympy.Add(*(sym.rows[u].flops * sym.rows[u].repeat for u in rows))
             traffic = sum(bytes_at.get(u, {}).get(phase, 0.0) * float(num.rows[u].repeat) for u in rows)
             totals[f"flops_{phase}"] = {"value": float(flops.subs(point)), "formula": str(sflops)}
             totals[f"bytes_{phase}"] = traffic
         # one layer's worth: parameters per repeat, cache bytes per token (BF16) per repeat
-        per_layer = sum((num.rows[u].params * num.rows[u].instances for u in owned), sympy.Integer(0))
-        sper_layer = sum((sym.rows[u].params * sym.rows[u].instances for u in owned), sympy.Integer(0))
+        per_layer = sympy.Add(*(num.rows[u].params * num.rows[u].instances for u in owned))
+        sper_layer = sympy.Add(*(sym.rows[u].params * sym.rows[u].instances for u in owned))
         mine = [(c, sc) for c, sc in zip(num.caches, sym.caches) if c.node_uid.startswith(uid + "/")]
-        kv_layer = sum((c.per_token * 2 for c, _ in mine if c.growth != "state"), sympy.Integer(0))
-        skv_layer = sum((sc.per_token * 2 for _, sc in mine if sc.growth != "state"), sympy.Integer(0))
+        kv_layer = sympy.Add(*(c.per_token * 2 for c, _ in mine if c.growth != "state"))
+        skv_layer = sympy.Add(*(sc.per_token * 2 for _, sc in mine if sc.growth != "state"))
         components.append({"uid": uid, "component": comp.component, "role": comp.role, "stack": comp.stack,
                            "parent": parent, "template": comp.template or "", "layers": list(comp.layers),
                            "repeat": quantity(comp.repeat, scomp.repeat), "instances": quantity(comp.instances, scomp.instances),

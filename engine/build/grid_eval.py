@@ -15,6 +15,7 @@ context, plus the capacity itself; a context that fits no request keeps a batch-
 from __future__ import annotations
 
 from bisect import bisect_left
+import copy
 from collections import defaultdict
 
 import numpy as np
@@ -55,6 +56,26 @@ def _representative(limits: list[int], regime: int) -> int | None:
     return limits[regime] if regime < len(limits) else limits[-1] + 1
 
 
+def placement_domain(config, domain: int) -> int:
+    """The scale-up domain as placement sees it: a domain holding every GPU of the config (an
+    8-GPU config in an 8- or a 72-GPU domain) puts every collective on the scale-up link in one
+    node (:meth:`engine.deploy.parallel.Mesh.link`, ``extent``: a group spans at most the config's
+    GPUs), so all such domains give the same programs and share one placement and compilation."""
+    return min(domain, config.n_gpus)
+
+
+_TEXT: dict = {}
+
+
+def _text(expr) -> str:
+    """A formula printed once per process (printing is slow; a weight formula recurs across every
+    regime, framework and domain of a config, and across configs whose degrees are symbols)."""
+    text = _TEXT.get(expr)
+    if text is None:
+        text = _TEXT[expr] = str(expr)
+    return text
+
+
 def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict | None = None):
     """(deployment columns, op columns, number of points) for one model over the grid. With
     ``export`` (a dict), it also receives the deploy page's formula document
@@ -67,29 +88,51 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     gpu_pos = {k: i for i, k in enumerate(gpu_list)}
     max_ctx = int(ev.numeric.max_context)
     inputs = input_lengths(grid, max_ctx)
-    placements, structures = {}, {}
+    placements, structures, shared = {}, {}, {}
 
     def structure(config, domain, framework, gpu, regimes):
         table = tables.get(framework)
         limits = _thresholds(table)
         key = (config, domain, framework, _signature(table, gpu), regimes)
         if key not in structures:
-            pkey = (config, domain)
-            if pkey not in placements:
-                options = Options(framework="none")
-                placements[pkey] = (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
-            tokens = {p: _representative(limits, r) for p, r in zip(PHASES, regimes)}
-            structures[key] = build_structure(ev, config, Options(framework=framework), domain, table, gpu,
-                                              tokens, placements[pkey])
+            # domains that hold the whole config place and compile alike: share that work
+            wide = placement_domain(config, domain)
+            skey = (config, wide) + key[2:]
+            if skey not in shared:
+                pkey = (config, wide)
+                if pkey not in placements:
+                    options = Options(framework="none")
+                    placements[pkey] = (place(ev, config, domain, options, False),
+                                        place(ev, config, domain, options, True))
+                tokens = {p: _representative(limits, r) for p, r in zip(PHASES, regimes)}
+                shared[skey] = build_structure(ev, config, Options(framework=framework), domain, table, gpu,
+                                               tokens, placements[pkey])
+            s = shared[skey]
+            if s.domain != domain:       # the same programs, labelled with this GPU's domain
+                s = copy.copy(s)
+                s.domain = domain
+            structures[key] = s
         return structures[key]
 
     # 1. the points of every cell, bucketed by the structure that evaluates them
     buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     ops_points: dict[tuple, list] = defaultdict(list)
+    regime_memo: dict[tuple, tuple] = {}
+
+    def regimes_at(config, limits, b, inp, out_len) -> tuple:
+        """The fusion token regime per phase of a point (the same for every GPU and KV dtype)."""
+        key = (config, tuple(limits), b, inp, out_len)
+        found = regime_memo.get(key)
+        if found is None:
+            t = tokens_per_device(config, Scenario(b, inp, out_len))
+            found = regime_memo[key] = tuple(_regime(limits, t[p]) for p in PHASES)
+        return found
+
     for gpu, config in cells:
         domain = gpu.scale_up_domain
         for framework in grid.frameworks:
             limits = _thresholds(tables.get(framework))
+            sig = _signature(tables.get(framework), gpu)
             base = structure(config, domain, framework, gpu, (len(limits), 0))
             usable = gpu.hbm_bytes * HBM_FRACTION
             if base.weight_bytes_per_gpu >= usable:
@@ -103,17 +146,14 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                         if cap >= 1 and cap not in batches and cap < max(grid.batches):
                             batches.append(int(cap))
                         for b in batches or [1]:
-                            t = tokens_per_device(config, Scenario(b, inp, out_len))
-                            regimes = tuple(_regime(limits, t[p]) for p in PHASES)
-                            bucket = buckets[(config, domain, framework, _signature(tables.get(framework), gpu),
-                                              regimes, gpu.key)]
+                            regimes = regimes_at(config, limits, b, inp, out_len)
+                            bucket = buckets[(config, domain, framework, sig, regimes, gpu.key)]
                             for name, value in (("batch", b), ("input_len", inp), ("output_len", out_len),
                                                 ("kv_bytes", kv_bytes), ("kv_dtype", kv_dtype), ("gpu", gpu.key)):
                                 bucket[name].append(value)
                 if kv_dtype in grid.ops_kv_dtypes:
                     for b, inp, out_len in grid.ops_points:
-                        t = tokens_per_device(config, Scenario(b, inp, out_len))
-                        regimes = tuple(_regime(limits, t[p]) for p in PHASES)
+                        regimes = regimes_at(config, limits, b, inp, out_len)
                         ops_points[(config, domain, framework, gpu.key, regimes, kv_dtype)].append((b, inp, out_len))
 
     # 2. one vectorized evaluation per structure (all GPUs of the bucket's class at once)
@@ -133,7 +173,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         n = len(index)
         total += n
         phases = out.pop("phases")
-        out["weight_bytes_per_gpu_formula"] = str(s.weight_formula)
+        out["weight_bytes_per_gpu_formula"] = _text(s.weight_formula)
         for phase in PHASES:
             deployments["model_id"].extend([ev.model.model_id] * n)
             deployments["gpu"].extend(points["gpu"])

@@ -172,10 +172,10 @@ def model_facts(ev: Evaluation, point: dict, flops_at: dict, bytes_at: dict, byt
     for comp_uid, kind in sorted(kinds.items(), key=lambda kv_: kv_[1]):
         rows = [u for u, r in num.rows.items() if u.startswith(comp_uid + "/") and "decode" in r.phases
                 and not r.leaves and u in bytes_at and "decode" in bytes_at[u]]
-        flops = sum((flops_at[u] * num.rows[u].repeat for u in rows), sympy.Integer(0))
-        sflops = sum((sym.rows[u].flops * sym.rows[u].repeat for u in rows), sympy.Integer(0))
+        flops = sympy.Add(*(flops_at[u] * num.rows[u].repeat for u in rows))
+        sflops = sympy.Add(*(sym.rows[u].flops * sym.rows[u].repeat for u in rows))
         traffic = sum(bytes_at[u]["decode"] * float(num.rows[u].repeat) for u in rows)
-        straffic = sum((bytes_formula[u]["decode"] * sym.rows[u].repeat for u in rows), sympy.Integer(0))
+        straffic = sympy.Add(*(bytes_formula[u]["decode"] * sym.rows[u].repeat for u in rows))
         if not traffic:
             continue
         attention.append({"kind": kind, "component": comp_uid,

@@ -217,6 +217,17 @@ def engine_sources() -> list[Path]:
     return sorted(p for p in ENGINE.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+_ENGINE_DIGEST: list[str] = []
+
+
+def engine_digest() -> str:
+    """SHA-256 of the engine's sources as this process sees them (once per process): a Dask worker
+    compares it with the client's before working (:mod:`engine.build.executor`)."""
+    if not _ENGINE_DIGEST:
+        _ENGINE_DIGEST.append(_digest(engine_sources(), str(SCHEMA_VERSION).encode()))
+    return _ENGINE_DIGEST[0]
+
+
 def shared_hash(corpus: Corpus, grid_path: Path, gpu_root: Path) -> str:
     """Everything every model's results depend on: tables, components, GPUs, fusion, grid, engine."""
     root = corpus.root
@@ -397,12 +408,42 @@ PARTITION_ORDER = ["gpu", "n_gpus", "config", "phase", "framework", "kv_dtype", 
 ZSTD_LEVEL = 9      # 15 and above cost 2-6x the time for 1-3% less
 
 
+_CORPORA: dict[tuple[str, str], Corpus] = {}
+
+
+def corpus_digest(root: Path | str) -> str:
+    """SHA-256 over every file below a corpus folder (relative names and contents; 1.5 MB, a few ms)."""
+    root = Path(root)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cached_corpus(root: str | None) -> Corpus:
+    """:func:`load_corpus`, once per process and corpus content: a --jobs worker evaluates many models
+    and parsing the YAML (about 2.5 s) dominated a small model's work. Keyed on the files' content,
+    so an edited corpus is read again (a process running several builds never sees a stale one)."""
+    path = Path(root) if root else None
+    from engine.spec.corpus import DEFAULT_ROOT
+    path = (path or DEFAULT_ROOT).resolve()
+    key = (str(path), corpus_digest(path))
+    if key not in _CORPORA:
+        _CORPORA.clear()                 # one corpus per process at a time: a build uses one
+        _CORPORA[key] = load_corpus(path)
+    return _CORPORA[key]
+
+
 def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, gpu_root: str | None,
-                staging: str, spec_hash: str, verification: dict | None = None) -> dict:
-    """Evaluate one model over the grid; write its partitions under ``staging``. Returns counts."""
+                staging: str, spec_hash: str, verification: dict | None = None,
+                corpus: Corpus | None = None) -> dict:
+    """Evaluate one model over the grid; write its partitions under ``staging``. Returns counts.
+    ``corpus``: the loaded corpus when the caller has it (in-process builds), else it is read once
+    per process (:func:`cached_corpus`)."""
     from engine.build import finite, grid_eval
     started = time.perf_counter()
-    corpus = load_corpus(corpus_root)
+    corpus = corpus if corpus is not None else cached_corpus(corpus_root)
     ev = evaluate_spec(corpus, corpus.models[model_id])
     formulas: dict = {}        # the deploy page's formula trees (engine.build.deploy_export)
     deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root, formulas)
@@ -555,7 +596,8 @@ def _skip_line(corpus: Corpus, model_id: str, errors: list) -> str:
 
 def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path: Path | None = None,
           gpu_root: Path | None = None, jobs: int | None = None, progress=None, log=None, site=None,
-          site_progress=None, lock_timeout: float | None = None, command: str = "archledger build") -> Report:
+          site_progress=None, lock_timeout: float | None = None, command: str = "archledger build",
+          executor: str | None = None) -> Report:
     """Evaluate (or carry over) the models' partitions into a staged results tree, render the staged
     site from it when ``site`` is given, then publish both together (:mod:`engine.build.publish`).
 
@@ -565,7 +607,9 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     (the rules are in :func:`run`). ``site(results_dir, site_dir, progress)`` renders into the empty
     ``site_dir`` and is published with the results; without it (``--no-site``) only the results are
     published and the site is left as it was, its ``pin.json`` naming the results it shows (one log
-    line says so when they differ)."""
+    line says so when they differ). ``executor``: where models are evaluated (``--executor``:
+    local, local-cluster[:N], or a Dask scheduler address; :mod:`engine.build.executor`)."""
+    from engine.build import executor as executors
     from engine.build.grid import DEFAULT, load_grid
     from engine.deploy.hardware import DEFAULT_ROOT as GPU_ROOT, load_gpus
     from engine.deploy.fusion import load_tables
@@ -577,6 +621,9 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     load_grid(grid_path), load_gpus(gpu_root), load_tables(corpus.root / "fusion")   # fail early, before any work
     from engine.build import fronts
     fronts.check(grid_path, load_gpus(gpu_root), set(corpus.models))
+    where = executors.parse(executor)
+    if where.kind != "local":
+        executors.distributed_module()         # the optional extra, checked before any work
     named = list(dict.fromkeys(corpus.find_model(m).model_id for m in models)) if models else list(corpus.models)
     shared = shared_hash(corpus, grid_path, gpu_root)
     hashes = {mid: model_hash(corpus, mid, shared) for mid in corpus.models}
@@ -623,23 +670,26 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
 
         # every changed spec is walked and verified here first: a broken one fails the build before any
         # work (one line, nothing written); an unverified one is skipped; its row comes from this walk
+        # (in the --jobs workers when there are several: the guards of 30 specs take seconds each)
+        pool = _pool(stack, jobs, len(todo), corpus) if where.kind == "local" else None
         checks = {}
-        for mid in list(todo):
-            ev = evaluate_spec(corpus, corpus.models[mid])
-            verdict = validate(corpus, corpus.models[mid], ev)
-            if not verdict.verified:
-                report.skipped[mid] = [f.one_line() for f in verdict.errors]
+        for found in _check_all(corpus, list(todo), hashes, pool):
+            mid = found["model_id"]
+            if "errors" in found:
+                report.skipped[mid] = found["errors"]
                 todo.remove(mid)
-                log(_skip_line(corpus, mid, verdict.errors))
+                log(found["skip"])
                 continue
-            checks[mid] = verdict.as_dict()
-            rows[mid] = model_row(ev, hashes[mid], checks[mid])
+            checks[mid] = found["check"]
+            rows[mid] = found["row"]
         targets = [m for m in targets if m in rows]
 
         # -- evaluate: the slowest models first (as last time; else the largest), so the pool's tail is short
         todo.sort(key=lambda m: (-previous.models.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
         results = _evaluate(corpus, todo, grid_path, gpu_root, staging, hashes, checks, jobs,
-                            progress, len(targets), len(targets) - len(todo))
+                            progress, len(targets), len(targets) - len(todo), where, pool)
+        if pool is not None:
+            pool.shutdown()             # its workers' memory is free before the site render
         for r in results:
             mid = r["model_id"]
             entries[mid] = {"hash": hashes[mid], "deployments": r["deployments"], "ops": r["ops"],
@@ -687,12 +737,59 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     return report
 
 
+def check_model(corpus_root: str | None, model_id: str, spec_hash: str, corpus: Corpus | None = None) -> dict:
+    """Walk and verify one changed spec: ``{model_id, check, row}`` (its verdict and models.parquet
+    row) when verified, else ``{model_id, errors, skip}`` (the guard errors and the log line). A
+    spec that does not evaluate raises its SpecError (the build stops before any grid work)."""
+    corpus = corpus if corpus is not None else cached_corpus(corpus_root)
+    model = corpus.models[model_id]
+    ev = evaluate_spec(corpus, model)
+    verdict = validate(corpus, model, ev)
+    if not verdict.verified:
+        return {"model_id": model_id, "errors": [f.one_line() for f in verdict.errors],
+                "skip": _skip_line(corpus, model_id, verdict.errors)}
+    check = verdict.as_dict()
+    return {"model_id": model_id, "check": check, "row": model_row(ev, spec_hash, check)}
+
+
+def _check_all(corpus: Corpus, todo: list[str], hashes: dict, pool) -> list[dict]:
+    """:func:`check_model` for each model, in ``todo``'s order (in the pool's workers if given)."""
+    if pool is None:
+        return [check_model(str(corpus.root), mid, hashes[mid], corpus) for mid in todo]
+    futures = [pool.submit(check_model, str(corpus.root), mid, hashes[mid]) for mid in todo]
+    try:
+        return [future.result() for future in futures]
+    except BaseException:
+        for future in futures:          # a spec that does not evaluate stops the build at once
+            future.cancel()
+        raise
+
+
+def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Corpus | None = None):
+    """The --jobs worker processes (None when one is enough), closed with ``stack``. Spawned, not
+    forked: a forked child inherits polars' thread pool mid-state and can hang. Workers die with
+    this process (see _worker_init), so a killed build leaves no orphan evaluating on. Each worker
+    starts with the build's loaded ``corpus`` (unpickling it is ~40x faster than parsing the YAML),
+    filed under the content digest :func:`cached_corpus` looks it up by."""
+    jobs = max(1, min(jobs or os.cpu_count() or 1, tasks or 1))
+    if jobs == 1:
+        return None
+    seed = None
+    if corpus is not None:
+        root = Path(corpus.root).resolve()
+        seed = ((str(root), corpus_digest(root)), corpus)
+    return stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                                   initializer=_worker_init, initargs=(os.getpid(), seed)))
+
+
 def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, staging: Path, hashes: dict,
-              checks: dict, jobs: int | None, progress, total: int, done: int) -> list[dict]:
-    """Run :func:`build_model` for each model, in this process or in ``jobs`` worker processes."""
+              checks: dict, jobs: int | None, progress, total: int, done: int, where=None, pool=None) -> list[dict]:
+    """Run :func:`build_model` for each model: in this process, in the ``pool`` of --jobs worker
+    processes, or on a Dask cluster (``where``, an :class:`engine.build.executor.Executor`); the
+    same files either way."""
+    from engine.build import executor as executors
     args = [(str(corpus.root), mid, str(grid_path), str(gpu_root), str(staging), hashes[mid], checks[mid])
             for mid in todo]
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
     results: list[dict] = []
     if progress:
         progress(done, total, 0, "")
@@ -703,31 +800,35 @@ def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, 
         if progress:
             progress(done + len(results), total, sum(r["points"] for r in results), result["model_id"])
 
-    if jobs == 1:
-        for a in args:
-            finished(build_model(*a))
+    if where is not None and where.kind != "local":
+        if todo:
+            bundle = executors.make_bundle(corpus.root, gpu_root, grid_path, engine_digest())
+            executors.run_dask(where, jobs, bundle, build_model, [(mid, (hashes[mid], checks[mid])) for mid in todo],
+                               staging, engine_digest, finished)
         return results
-    # spawn, not fork: a forked child inherits polars' thread pool mid-state and can hang. Workers die
-    # with this process (see _worker_init), so a killed build leaves no orphan evaluating on.
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_worker_init, initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(_build_model_in_worker, *a) for a in args]
-        try:
-            for future in as_completed(futures):
-                finished(future.result())
-        except BaseException:
-            for future in futures:          # a failure stops the build: do not finish the others first
-                future.cancel()
-            raise
+    if pool is None or len(todo) < 2:
+        for a in args:
+            finished(build_model(*a, corpus=corpus))
+        return results
+    futures = [pool.submit(_build_model_in_worker, *a) for a in args]
+    try:
+        for future in as_completed(futures):
+            finished(future.result())
+    except BaseException:
+        for future in futures:          # a failure stops the build: do not finish the others first
+            future.cancel()
+        raise
     return results
 
 
-def _worker_init(parent: int) -> None:
+def _worker_init(parent: int, seed: tuple | None = None) -> None:
     """In each --jobs worker: die when the build process dies, however it dies. On Linux the kernel
     sends SIGKILL (prctl PR_SET_PDEATHSIG); elsewhere, and as a backstop, a thread exits the worker
     when its parent pid changes (it is re-parented when the build process is gone)."""
     global _IN_WORKER
     _IN_WORKER = parent
+    if seed is not None:
+        _CORPORA[seed[0]] = seed[1]
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -818,7 +919,8 @@ def run(args, site=None) -> int:
       an interrupted one left. Two commands on one OUT take turns (OUT/.lock): the second waits,
       saying for whom, up to ARCHLEDGER_LOCK_TIMEOUT seconds (default 1800).
 
-    ``args``: out, models, grid, jobs, quiet, corpus (and optionally lock_timeout, seconds). ``site``:
+    ``args``: out, models, grid, jobs, quiet, corpus (and optionally lock_timeout, seconds, and
+    executor, ``--executor``). ``site``:
     None (``--no-site``: results only, the site is left as it was), or ``site(results_dir, site_dir,
     progress)`` rendering the whole site from ``results_dir`` into the empty ``site_dir`` (e.g.
     :func:`site_builder.render.render_pages`); it is called with ``progress=None`` and shows its own.
@@ -826,11 +928,14 @@ def run(args, site=None) -> int:
     out = Path(args.out)
     quiet = getattr(args, "quiet", False)
     try:
+        from engine.build.executor import parse
+        parse(getattr(args, "executor", None))          # a bad --executor is one line before any reading
         corpus = load_corpus(args.corpus)
         report = build(corpus, out, args.models, getattr(args, "grid", None), getattr(args, "gpus_root", None),
                        getattr(args, "jobs", None),
                        None if quiet else _model_progress(), log=lambda line: print(line, file=sys.stderr),
-                       site=site, lock_timeout=getattr(args, "lock_timeout", None))
+                       site=site, lock_timeout=getattr(args, "lock_timeout", None),
+                       executor=getattr(args, "executor", None))
     except SpecError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2

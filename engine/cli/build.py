@@ -18,6 +18,10 @@ def add_parser(sub, parents: list) -> argparse.ArgumentParser:
     build.add_argument("--models", nargs="*", metavar="MODEL", help="limit to these models (HF ids or unique suffixes)")
     build.add_argument("--grid", default=None, metavar="FILE", help="grid YAML (default: grid.yaml of the corpus)")
     build.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
+    build.add_argument("--executor", default=None, metavar="WHERE",
+                       help="where models are evaluated: local (default: this process or --jobs processes), "
+                            "local-cluster[:N] (a Dask LocalCluster), or a Dask scheduler: dask://HOST:PORT, "
+                            "tcp://HOST:PORT (needs the scale extra: pip install -e '.[scale]'); docs/scaling.md")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.add_argument("--no-site", action="store_true", help="write results/ only, leave the site as it is")
     build.set_defaults(func=run)

@@ -33,12 +33,18 @@ _MODULES = [{"Min": np.minimum, "Max": np.maximum}, "numpy"]
 
 
 _TOTALS: dict[tuple, tuple] = {}
+#: id(step) -> (step, totals): structures share most step objects (fusion keeps the unfused ones,
+#: placements are shared), and a lookup by expressions compares large formulas term by term.
+_BY_STEP: dict[int, tuple] = {}
 
 
 def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Expr]:
     """Per device, all calls of the step: FLOPs, HBM bytes (weights included), link bytes, and the
     weight bytes among the HBM bytes (prefill logits: last token only). Memoized on the step's
     expressions: structures that share steps (most of them) share this arithmetic."""
+    mine = _BY_STEP.get(id(step))
+    if mine is not None and mine[0] is step:     # the same step object: no expression compared
+        return mine[1]
     key = (step.flops, step.bytes, step.weight_bytes, step.comm_bytes, step.repeat, step.last_token)
     totals = _TOTALS.get(key)
     if totals is None:
@@ -48,6 +54,9 @@ def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.E
             seq = symbols.dim(symbols.SEQ)
             totals = tuple(e.subs(seq, 1) for e in totals)
         _TOTALS[key] = totals
+    if len(_BY_STEP) > 200_000:      # steps are shared by the structures of one model: keep it bounded
+        _BY_STEP.clear()
+    _BY_STEP[id(step)] = (step, totals)
     return totals
 
 
@@ -81,17 +90,22 @@ class CompiledProgram:
         # collectives (alone or fused): calls per step, each paying the per-call latency
         self._calls = [_compiled(s.repeat) if s.collective else 0.0 for s in program.steps]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
+        # a program's steps use a handful of dtypes, links and collective shapes: rates are looked
+        # up once per distinct one and spread to the steps by index (hundreds of steps, many GPUs)
+        self._kinds = [_distinct(s.compute_dtype for s in program.steps),
+                       _distinct(s.link for s in program.steps),
+                       _distinct((s.collective, s.ranks, s.nodes) if s.collective else None for s in program.steps)]
 
     def rates(self, gpu: GPU) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
         """Per step: peak FLOP/s of its operand dtype and its link's bytes/s; HBM bytes/s; and per
         step the seconds of latency each call of a collective costs (0 for compute steps)."""
         if gpu.key not in self._rates:
-            steps = self.program.steps
-            self._rates[gpu.key] = (np.array([gpu.peak_flops(s.compute_dtype) for s in steps]),
-                                    np.array([link_bandwidth(gpu, s.link) for s in steps]),
+            (dtypes, d_at), (links, l_at), (colls, c_at) = self._kinds
+            self._rates[gpu.key] = (np.array([gpu.peak_flops(d) for d in dtypes], dtype=float)[d_at],
+                                    np.array([link_bandwidth(gpu, l) for l in links], dtype=float)[l_at],
                                     gpu.hbm_bytes_per_s,
-                                    np.array([gpu.collective_latency(s.collective, s.ranks, s.nodes)
-                                              if s.collective else 0.0 for s in steps]))
+                                    np.array([gpu.collective_latency(*c) if c else 0.0 for c in colls],
+                                             dtype=float)[c_at])
         return self._rates[gpu.key]
 
     def latency(self, index: int, args, alphas) -> np.ndarray | float:
@@ -99,10 +113,14 @@ class CompiledProgram:
         calls = self._calls[index]
         return (calls(*args) if callable(calls) else calls) * alphas[index]
 
-    def column(self, index: int, args, shape) -> np.ndarray:
-        """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes) of every step, stacked."""
-        return np.stack([np.broadcast_to(f(*args) if callable(f) else f, shape) for f in self._columns[index]]) \
-            if self._columns[index] else np.zeros((0,) + shape)
+    def column(self, index: int, args, shape, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes) of every step (or of
+        steps ``start:stop``), stacked."""
+        fns = self._columns[index][start:stop]
+        out = np.empty((len(fns),) + tuple(shape))
+        for i, f in enumerate(fns):      # assignment broadcasts each step's value (a float or an array)
+            out[i] = f(*args) if callable(f) else f
+        return out
 
     def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per-point rates when points run on different GPUs: ``index`` picks a GPU per point;
@@ -123,22 +141,33 @@ class CompiledProgram:
         peaks, links, hbm, alphas = self.rates(rates) if isinstance(rates, GPU) else rates
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
         shape = np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:])
-        sums = {k: np.zeros(shape) for k in ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute",
-                                              "t_memory", "t_comm", "t_sol")}
+        n = len(self.program.steps)
+
+        def per_step(rate):      # (steps, *P) -> (steps, 1.., *P): P aligns with the points' last axes
+            rate = np.asarray(rate, dtype=float)
+            return rate.reshape((n,) + (1,) * (len(shape) - (rate.ndim - 1)) + rate.shape[1:])
+
+        peaks, links, alphas = per_step(peaks), per_step(links), per_step(alphas)
+        keys = ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute", "t_memory", "t_comm", "t_sol")
+        sums = {k: np.zeros(shape) for k in keys}
         by_bound = np.zeros((3,) + shape)
-        cols = self._columns
-        for i in range(len(self.program.steps)):
-            f, b, c, w = (fn(*args) if callable(fn) else fn for fn in (cols[0][i], cols[1][i], cols[2][i], cols[3][i]))
-            tc, tm, tl = f / peaks[i], b / hbm, c / links[i] + self.latency(i, args, alphas)
+        # Steps in blocks, each step's arithmetic as before but on a (block, *shape) array. The sums
+        # run step after step as the per-step loop did (np.add.accumulate is a left-to-right
+        # recurrence, never pairwise), so every total is the same float, bit for bit.
+        for start in range(0, n, _BLOCK):
+            stop = min(n, start + _BLOCK)
+            f, b, c, w = (self.column(i, args, shape, start, stop) for i in range(4))
+            calls = np.empty((stop - start,) + tuple(shape))
+            for j, fn in enumerate(self._calls[start:stop]):
+                calls[j] = fn(*args) if callable(fn) else fn
+            tc, tm, tl = f / peaks[start:stop], b / hbm, c / links[start:stop] + calls * alphas[start:stop]
             sol = np.maximum(np.maximum(tc, tm), tl)
-            for key, value in (("flops", f), ("bytes", b), ("weight_bytes", w), ("comm_bytes", c),
-                               ("t_compute", tc), ("t_memory", tm), ("t_comm", tl), ("t_sol", sol)):
-                sums[key] += value
+            for key, value in zip(keys, (f, b, w, c, tc, tm, tl, sol)):
+                sums[key] = _running_sum(sums[key], value)
             compute_bound = (tc >= tm) & (tc >= tl)
             memory_bound = ~compute_bound & (tm >= tl)
-            by_bound[0] += np.where(compute_bound, sol, 0.0)
-            by_bound[1] += np.where(memory_bound, sol, 0.0)
-            by_bound[2] += np.where(~compute_bound & ~memory_bound, sol, 0.0)
+            for k, mask in enumerate((compute_bound, memory_bound, ~compute_bound & ~memory_bound)):
+                by_bound[k] = _running_sum(by_bound[k], np.where(mask, sol, 0.0))
         sums["by_bound"] = by_bound
         return sums
 
@@ -159,6 +188,21 @@ class CompiledProgram:
         if weights:
             out["weight_bytes"] = self.column(3, args, shape)
         return out
+
+
+_BLOCK = 64      # steps per block in CompiledProgram.totals: few numpy calls, bounded memory
+
+
+def _running_sum(total: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``total + values[0] + values[1] + ...`` in that order (the per-step loop's float sums)."""
+    return np.add.accumulate(np.concatenate([total[None], values]), axis=0)[-1]
+
+
+def _distinct(values) -> tuple[list, np.ndarray]:
+    """The distinct values in first-seen order, and each value's position among them."""
+    found: dict = {}
+    at = [found.setdefault(v, len(found)) for v in values]
+    return list(found), np.array(at, dtype=np.intp)
 
 
 def link_bandwidth(gpu: GPU, link: str) -> float:

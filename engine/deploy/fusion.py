@@ -303,6 +303,18 @@ def _candidates(rule: Rule, graph: _Graph) -> list[list[str]]:
     return found
 
 
+_TEXT: dict = {}
+
+
+def _text(expr) -> str:
+    """``str(expr)``, printed once per distinct expression (match compares the repeats of every
+    candidate's members, thousands per structure, and printing is slow)."""
+    text = _TEXT.get(expr)
+    if text is None:
+        text = _TEXT[expr] = str(expr)
+    return text
+
+
 def match(program: Program, table: FusionTable, gpu, config, phase: str,
           tokens: int | None = None) -> list[Match]:
     """The fusions ``table`` applies to ``program`` (non-overlapping, largest first)."""
@@ -313,7 +325,7 @@ def match(program: Program, table: FusionTable, gpu, config, phase: str,
             continue
         for members in _candidates(rule, graph):
             steps = [graph.steps[u] for u in members]
-            if len({str(s.repeat) for s in steps}) != 1:
+            if len({_text(s.repeat) for s in steps}) != 1:
                 continue     # members must run equally often (same layer template)
             if _conditions(rule, steps, gpu, config, phase, tokens):
                 candidates.append((-len(members), rank, rule.name, members, rule.compute))
@@ -346,17 +358,17 @@ def fuse(program: Program, matches: list[Match]) -> Program:
                 if inside.isdisjoint(base) and src not in seen:
                     seen.add(src)
                     reads += producer.out_read if producer is not None else ZERO
-        writes = sum((s.written for s in members
-                      if not set(graph.consumers.get(s.uid, [])) <= inside or not graph.consumers.get(s.uid)),
-                     ZERO)
+        # sympy.Add(*terms) flattens once; sum() would re-flatten a growing Add at every term
+        writes = sympy.Add(*(s.written for s in members
+                             if not set(graph.consumers.get(s.uid, [])) <= inside or not graph.consumers.get(s.uid)))
         last = members[-1]
         matmul = next((s for s in members if s.op in MATMULS), None)
         comm = next((s for s in members if s.kind == "comm"), None)
         fused[m.members[-1]] = Step(
             uid, m.rule, m.rule, "fused", last.role, last.component, last.component_uid, last.repeat,
             tuple(dict.fromkeys(i for s in members for i in s.inputs if i not in inside)),
-            sum((s.flops for s in members), ZERO), reads + writes,
-            sum((s.weight_bytes for s in members), ZERO), sum((s.comm_bytes for s in members), ZERO),
+            sympy.Add(*(s.flops for s in members)), reads + writes,
+            sympy.Add(*(s.weight_bytes for s in members)), sympy.Add(*(s.comm_bytes for s in members)),
             m.compute or (matmul.compute_dtype if matmul else "bf16"), last.layout, last.out, last.out_read,
             group=comm.group if comm else "", link=comm.link if comm else "", written=writes,
             parts=tuple(m.members), dims=last.dims, last_token=last.last_token,

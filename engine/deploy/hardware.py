@@ -12,6 +12,8 @@ latency of collectives: ``gpus/collectives/nccl.yaml`` holds NCCL's tuner consta
 """
 from __future__ import annotations
 
+import functools
+
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,19 +172,26 @@ class GPU:
         two operands (each at its nearest native dtype): FP8 W8A8 at FP8 on Hopper, MXFP4 weights
         with BF16 activations (W4A16) at BF16 even on Blackwell. Where it has none, frameworks run
         weight-only kernels that dequantize to BF16 (Marlin: FP8 on Ampere, FP4 on Hopper)."""
-        weights, _, acts = operands.partition("/")
-        for dtype in (weights, acts or weights):
-            if dtype not in COMPUTE_DTYPES:
-                raise ValueError(f"unknown compute dtype {dtype!r}; use one of {', '.join(COMPUTE_DTYPES)}")
-        if weights not in self.peak:
-            return "bf16"
-        act = acts or weights
-        native_act = next(d for d in COMPUTE_DTYPES[COMPUTE_DTYPES.index(act):] if d in self.peak)
-        return max(weights, native_act, key=COMPUTE_DTYPES.index)
+        return _native_dtype(tuple(self.peak), operands)
 
     def peak_flops(self, dtype: str) -> float:
         """Dense FLOP/s for operands of ``dtype`` (at the native dtype it runs in)."""
         return self.peak[self.compute_dtype(dtype)].value * 1e12
+
+
+@functools.lru_cache(maxsize=1024)
+def _native_dtype(native: tuple[str, ...], operands: str) -> str:
+    """:meth:`GPU.compute_dtype` for a GPU whose peak table lists ``native`` (memoized: the per-op
+    tables ask it for every step of every plan)."""
+    weights, _, acts = operands.partition("/")
+    for dtype in (weights, acts or weights):
+        if dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"unknown compute dtype {dtype!r}; use one of {', '.join(COMPUTE_DTYPES)}")
+    if weights not in native:
+        return "bf16"
+    act = acts or weights
+    native_act = next(d for d in COMPUTE_DTYPES[COMPUTE_DTYPES.index(act):] if d in native)
+    return max(weights, native_act, key=COMPUTE_DTYPES.index)
 
 
 def _figure(reader: Reader, parent: Any, key: str, field: str) -> Figure:

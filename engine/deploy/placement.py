@@ -399,6 +399,8 @@ class Placer(_LayoutRules, _ParallelRules):
         self.routing_tokens: dict[str, sympy.Expr] = {}
         self.stored: dict[str, sympy.Expr] = {}   # row uid -> weight bytes this device stores per layer
         self._units: dict[str, tuple] = {}
+        self._factors: dict[tuple, sympy.Expr] = {}
+        self._locals: dict[tuple, sympy.Expr] = {}
         self._state_caches = {c.node_uid.removesuffix("@decode"): c for c in analysis.caches
                               if c.growth == "state" and OPS[analysis.rows[c.node_uid].op].state is not None}
 
@@ -413,9 +415,18 @@ class Placer(_LayoutRules, _ParallelRules):
 
     def factor(self, axis: Axis, groups: tuple[Group, ...]) -> sympy.Expr:
         """How many ways ``axis`` is split: the groups' product, or the unit count when the group
-        is larger (more devices than KV heads: each device keeps one head, heads replicate)."""
+        is larger (more devices than KV heads: each device keeps one head, heads replicate).
+        Memoized per placer; the key holds each group's expression, since groups of equal ranks
+        compare equal whatever their names (``ep`` and ``dp_attn`` over the same GPUs)."""
         if not groups:
             return ONE
+        key = (axis, groups, tuple(g.expr for g in groups))
+        found = self._factors.get(key)
+        if found is None:
+            found = self._factors[key] = self._factor(axis, groups)
+        return found
+
+    def _factor(self, axis: Axis, groups: tuple[Group, ...]) -> sympy.Expr:
         product = _prod(g.expr for g in groups)
         size = _prod(g.size for g in groups)
         unit = self.unit(axis.name)
@@ -429,9 +440,14 @@ class Placer(_LayoutRules, _ParallelRules):
         return product
 
     def local(self, tensor: Tensor, layout: Layout, computed: bool = False) -> sympy.Expr:
-        """Elements of ``tensor`` one device holds (``computed``: the unmasked ones)."""
-        total = tensor.computed if computed else tensor.numel
-        return total / _prod(self.factor(a, gs) for a, gs in zip(tensor.axes, layout.shards))
+        """Elements of ``tensor`` one device holds (``computed``: the unmasked ones). Memoized per
+        placer like :meth:`factor` (the same activations recur in every layer template)."""
+        key = (tensor, layout, computed, tuple(g.expr for gs in layout.shards for g in gs))
+        found = self._locals.get(key)
+        if found is None:
+            total = tensor.computed if computed else tensor.numel
+            found = self._locals[key] = total / _prod(self.factor(a, gs) for a, gs in zip(tensor.axes, layout.shards))
+        return found
 
     def split(self, tensor: Tensor, layout: Layout) -> sympy.Expr:
         """Ways the work producing ``tensor`` is divided: its shards and its partial groups."""

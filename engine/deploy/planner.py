@@ -58,17 +58,11 @@ def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
     rows = [r for r in ev.numeric.rows.values() if r.stack == "main"]
     dims_table = ev.corpus.dims
     seen = set()
-    for row in rows:
-        region = "experts" if row.role == "experts" else "default"
-        for param, world in row.weight_axes.items():
-            group = mesh.world_group(world, region)
-            if group is None:
-                continue
-            name = row.dim_names[param]
-            unit = shard_unit(name, dims_table)
-            if unit is None:
-                continue
-            count = _unit_count_cached(row, name, unit, ev.numeric.values)
+    for region, world, unit, count in _sharded_axes(ev):
+        group = mesh.world_group(world, region)
+        if group is not None:
+            if isinstance(count, Exception):
+                raise count
             if (unit, count, group.name) in seen:
                 continue
             seen.add((unit, count, group.name))
@@ -98,6 +92,33 @@ def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
     return problems
 
 
+_SHARDED: list = []      # [(numeric analysis, its sharded axes)]: the last model checked
+
+
+def _sharded_axes(ev: Evaluation) -> list[tuple[str, str, str, int]]:
+    """(region, world, shardable unit, units in the axis) of every weight axis of the main stack
+    that a parallel world shards, in row order. Config-free, so computed once per model and read
+    by every config :func:`check` looks at (the grid checks hundreds; the count is a sympy subs)."""
+    if _SHARDED and _SHARDED[0][0] is ev.numeric:
+        return _SHARDED[0][1]
+    out = []
+    for row in ev.numeric.rows.values():
+        if row.stack != "main":
+            continue
+        region = "experts" if row.role == "experts" else "default"
+        for param, world in row.weight_axes.items():
+            name = row.dim_names[param]
+            unit = shard_unit(name, ev.corpus.dims)
+            if unit is not None:
+                try:
+                    count = _unit_count(row, name, unit, ev.numeric.values)
+                except Exception as exc:     # raised where a config shards it, as before
+                    count = exc
+                out.append((region, world, unit, count))
+    _SHARDED[:] = [(ev.numeric, out)]
+    return out
+
+
 def configs_for(ev: Evaluation, n_gpus: int, **limits) -> tuple[list[ParallelConfig], list[tuple]]:
     """The legal configs of ``ev`` on ``n_gpus`` GPUs, and the rejected ones with their reasons."""
     moe = any(r.role == "experts" for r in ev.numeric.rows.values())
@@ -109,22 +130,6 @@ def configs_for(ev: Evaluation, n_gpus: int, **limits) -> tuple[list[ParallelCon
         else:
             legal.append(config)
     return legal, rejected
-
-
-_UNIT_COUNTS: dict[tuple, tuple] = {}
-
-
-def _unit_count_cached(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> int:
-    """:func:`_unit_count`, once per (bindings, row, axis, unit): it does not depend on the config, and
-    ``archledger plan`` checks dozens of configs of one model (the bindings are kept beside their
-    entry so their id stays unique)."""
-    key = (id(values), row.uid, id(row), name, unit)
-    hit = _UNIT_COUNTS.get(key)
-    if hit is None:
-        if len(_UNIT_COUNTS) > 4096:      # a build walks many models: keep only the recent ones alive
-            _UNIT_COUNTS.clear()
-        hit = _UNIT_COUNTS[key] = (values, row, _unit_count(row, name, unit, values))
-    return hit[2]
 
 
 def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> int:
@@ -139,6 +144,9 @@ def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> 
     return int(axis.size / per_unit)
 
 
+_WEIGHTS: list = []      # [(numeric, symbolic analysis, {weight format: row -> stored leaves})]: the last model
+
+
 def _weights_fn(ev: Evaluation, options: Options):
     corpus, model = ev.corpus, ev.model
     override = None
@@ -147,7 +155,10 @@ def _weights_fn(ev: Evaluation, options: Options):
             raise SpecError(option_where("--weight-format"), f"unknown weight format {options.weight_format!r}",
                             "use checkpoint or one of: " + ", ".join(sorted(corpus.schemes)))
         override = replace(model, quant={"*": options.weight_format})
-    cache: dict[tuple, list] = {}
+    # a row's stored leaves do not depend on the config: one cache per model and weight format
+    if not (_WEIGHTS and _WEIGHTS[0][0] is ev.numeric and _WEIGHTS[0][1] is ev.symbolic):
+        _WEIGHTS[:] = [(ev.numeric, ev.symbolic, {})]
+    cache: dict[tuple, list] = _WEIGHTS[0][2].setdefault(options.weight_format, {})
 
     def weights(row):
         key = (row.uid, id(row))
@@ -161,15 +172,29 @@ def _weights_fn(ev: Evaluation, options: Options):
 
 def _decider(bound: Mapping[str, sympy.Expr]):
     subs = {symbols.dim(k): v for k, v in bound.items()}
+    seen: dict[sympy.Expr, int | None] = {}     # the same sizes are decided for every config and phase
 
     def decide(value: sympy.Expr) -> int | None:
         if isinstance(value, int):
             return value
         if value.is_number:
             return int(value)
-        value = value.subs(subs)
-        return int(value) if value.is_number else None
+        if value not in seen:
+            found = value.subs(subs)
+            seen[value] = int(found) if found.is_number else None
+        return seen[value]
     return decide
+
+
+_DECIDERS: list = []     # [(numeric analysis, its decider)]: the last model placed
+
+
+def _model_decider(ev: Evaluation):
+    """:func:`_decider` of the model's numeric values, one per model (the grid places it under
+    hundreds of configs; the decisions only depend on the dims)."""
+    if not (_DECIDERS and _DECIDERS[0][0] is ev.numeric):
+        _DECIDERS[:] = [(ev.numeric, _decider(ev.bound))]
+    return _DECIDERS[0][1]
 
 
 def _stage_of_layers(ev: Evaluation, pp: int) -> dict[str, list[int]]:
@@ -238,7 +263,7 @@ def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options,
     (``main``, the served model; the model document also places its other stacks, e.g. ``mtp``,
     for their per-block bytes)."""
     types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
-    weights, decide = _weights_fn(ev, options), _decider(ev.bound)
+    weights, decide = _weights_fn(ev, options), _model_decider(ev)
     analysis = ev.symbolic if symbolic else ev.numeric
     out = {}
     for phase in PHASES:
@@ -289,6 +314,25 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
         num, sym = numeric[phase][0], symbolic[phase][0]
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
         programs[phase], formulas[phase] = fuse(num, found), fuse(sym, found)
+    weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
+    return Structure(ev, config, options, domain, programs, formulas,
+                     {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
+                     {p: compile_program(programs[p]) for p in PHASES}, weights,
+                     weight_formula, kv_dev, reserve_bytes(fusion, config))
+
+
+_MEMORY: dict[tuple, tuple] = {}     # placement identity -> (the placements, their memory figures)
+
+
+def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: dict, symbolic: dict) -> tuple:
+    """Weights on the fullest pipeline stage (bytes, formula) and KV per request per device: they
+    depend on the placements only, not on fusion, so structures sharing placements (every
+    framework, fusion signature and token regime of a config) share them; computed once."""
+    key = (id(numeric["prefill"][0]), id(numeric["decode"][0]), id(symbolic["prefill"][0]), config.pp,
+           options.mtp_tokens)
+    found = _MEMORY.get(key)
+    if found is not None and found[0][0] is numeric and found[0][1] is symbolic:
+        return found[1]
     # memory: the fullest pipeline stage (weights are stored as the prefill placement says)
     # (the main stack's rows: with MTP drafting the programs also hold the MTP stack's, counted below)
     stored = {u: v for u, v in numeric["prefill"][0].stored.items() if ev.numeric.rows[u].stack == "main"}
@@ -314,10 +358,11 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     if options.mtp_tokens:
         per_stage_kv[-1] += _kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], None, MTP_STACK)
     kv_dev = sympy.Max(*set(per_stage_kv))
-    return Structure(ev, config, options, domain, programs, formulas,
-                     {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
-                     {p: compile_program(programs[p]) for p in PHASES}, float(per_stage[worst]),
-                     weight_formula, kv_dev, reserve_bytes(fusion, config))
+    if len(_MEMORY) > 256:          # the placements of one model at a time, roughly
+        _MEMORY.clear()
+    result = (float(per_stage[worst]), weight_formula, kv_dev)
+    _MEMORY[key] = ((numeric, symbolic), result)
+    return result
 
 
 def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Options(),

@@ -148,6 +148,9 @@ def tokens_per_device(config: ParallelConfig, scenario: Scenario,
     return {"prefill": int(-(-prefill // 1)), "decode": int(-(-decode // config.dp_attn))}
 
 
+_KV_FNS: dict = {}
+
+
 @dataclass
 class Structure:
     """What a (model, config, options, fusion table, GPU arch and domain) compiles to, GPU-free:
@@ -170,8 +173,12 @@ class Structure:
     reserve_bytes_per_gpu: float = 0.0
 
     def __post_init__(self):
-        fn = sympy.lambdify((LENGTH, KV_BYTES), self.kv_device_per_request,
-                            modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
+        fn = _KV_FNS.get(self.kv_device_per_request)
+        if fn is None:       # structures of one placement share the expression: compiled once
+            if len(_KV_FNS) > 1024:
+                _KV_FNS.clear()
+            fn = _KV_FNS[self.kv_device_per_request] = sympy.lambdify(
+                (LENGTH, KV_BYTES), self.kv_device_per_request, modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
 
         def kv_device_fn(length, kv_bytes):
             """KV bytes per request on one GPU, shaped like ``length`` x ``kv_bytes`` even when the

@@ -1,0 +1,126 @@
+"""The distributed executor (engine/build/executor.py): a build on a Dask cluster writes the same
+files as the local executor, byte for byte; bad --executor values and a missing extra are one line.
+
+The cluster is a Dask LocalCluster of 2 worker processes with one thread each, reached through its
+scheduler's tcp:// address, as a remote cluster is (the inputs travel as bytes, the files come back
+as bytes). ``dask[distributed]`` is in the ``test`` extra, so CI runs this file.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from engine.build import executor as executors
+from engine.build.results import build
+from engine.cli import main
+from engine.spec.corpus import load_corpus
+from engine.spec.errors import SpecError
+from tests.conftest import REPO
+
+distributed = pytest.importorskip("distributed", reason="the scale extra: pip install -e '.[scale]'")
+
+TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
+MODELS = ["Qwen/Qwen3-8B", "mistralai/Mixtral-8x7B-v0.1"]     # a dense model and a MoE one (EP configs)
+
+
+def _files(results: Path) -> dict[str, bytes]:
+    return {p.relative_to(results).as_posix(): p.read_bytes() for p in sorted(results.rglob("*")) if p.is_file()}
+
+
+def _without_seconds(manifest: bytes) -> dict:
+    """The manifest minus each model's wall-clock ``seconds`` (a timing, different on every run)."""
+    data = json.loads(manifest)
+    for entry in data["models"].values():
+        entry.pop("seconds")
+    return data
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=logging.ERROR) as c:
+        yield c
+
+
+def test_a_build_on_a_dask_cluster_writes_the_local_executors_files_byte_for_byte(tmp_path, cluster):
+    local = build(load_corpus(), tmp_path / "local", models=MODELS, grid_path=TINY, jobs=1)
+    remote = build(load_corpus(), tmp_path / "dask", models=MODELS, grid_path=TINY,
+                   executor=cluster.scheduler_address)
+    assert sorted(remote.recomputed) == sorted(local.recomputed) == sorted(MODELS)
+    assert remote.points == local.points > 0
+    a, b = _files(local.results), _files(remote.results)
+    assert sorted(a) == sorted(b)
+    kinds = {name.split("/")[0] for name in a}
+    assert {"deployments", "ops", "models", "models.parquet", "manifest.json", "contracts.json"} <= kinds
+    for name in a:
+        if name == "manifest.json":
+            # every file's size and SHA-256 is in it: equal records mean equal files as well
+            assert _without_seconds(a[name]) == _without_seconds(b[name])
+        else:
+            assert a[name] == b[name], f"{name} differs between the local and the Dask executor"
+    again = build(load_corpus(), tmp_path / "dask", models=MODELS, grid_path=TINY, executor=cluster.scheduler_address)
+    assert again.recomputed == [] and sorted(again.reused) == sorted(MODELS)     # incremental as before
+    # the models were evaluated in the cluster's worker processes (each unpacked the inputs there)
+    with distributed.Client(cluster.scheduler_address) as client:
+        unpacked = client.run(lambda: len(__import__("engine.build.executor", fromlist=["_"])._UNPACKED))
+    assert sum(unpacked.values()) >= 1
+
+
+@pytest.mark.parametrize("text, kind, detail", [
+    (None, "local", None), ("local", "local", None), ("local-cluster", "local-cluster", None),
+    ("local-cluster:3", "local-cluster", 3), ("dask://sched.example:8786", "cluster", "tcp://sched.example:8786"),
+    ("tcp://10.0.0.5:8786", "cluster", "tcp://10.0.0.5:8786"),
+])
+def test_executor_values(text, kind, detail):
+    parsed = executors.parse(text)
+    assert parsed.kind == kind
+    if kind == "local-cluster":
+        assert parsed.workers == detail
+    if kind == "cluster":
+        assert parsed.address == detail
+
+
+@pytest.mark.parametrize("text", ["ray://head:10001", "local-cluster:0", "local-cluster:two", "local-cluster:9999",
+                                  "dask://", "spark", ""])
+def test_bad_executor_values_are_one_line_errors(text):
+    with pytest.raises(SpecError) as info:
+        executors.parse(text)
+    assert "--executor" in info.value.one_line() and "\n" not in info.value.one_line()
+
+
+@pytest.mark.parametrize("text", ["ray://head:10001", "local-cluster:0"])
+def test_a_bad_executor_is_one_line_and_nothing_is_written(tmp_path, capsys, text):
+    out = tmp_path / "out"
+    code = main(["build", "--out", str(out), "--grid", str(TINY), "--models", MODELS[0], "--no-site",
+                 "--executor", text])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--executor" in err
+    assert not (out / "results").exists()
+
+
+def test_without_the_extra_the_error_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def no_dask(name, *args, **kwargs):
+        if name == "distributed" or name.startswith("distributed."):
+            raise ImportError("No module named 'distributed'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_dask)
+    with pytest.raises(SpecError, match=r"pip install -e '\.\[scale\]'"):
+        executors.distributed_module()
+    code = main(["build", "--out", str(tmp_path / "out"), "--grid", str(TINY), "--models", MODELS[0],
+                 "--no-site", "--executor", "local-cluster:2"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "[scale]" in err
+    assert not (tmp_path / "out" / "results").exists()
+
+
+def test_a_worker_with_another_engine_refuses_the_task(tmp_path):
+    bundle = executors.make_bundle(REPO / "corpus", REPO / "gpus", TINY, "a" * 64)
+    with pytest.raises(RuntimeError, match="another engine"):
+        executors.remote_task(bundle, lambda *a: {}, MODELS[0], (), lambda: "b" * 64)
