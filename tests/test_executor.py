@@ -31,10 +31,12 @@ def _files(results: Path) -> dict[str, bytes]:
 
 
 def _without_seconds(manifest: bytes) -> dict:
-    """The manifest minus each model's wall-clock ``seconds`` (a timing, different on every run)."""
+    """The manifest minus each model's wall-clock timings (``seconds``, ``sizing_seconds``: different
+    on every run)."""
     data = json.loads(manifest)
     for entry in data["models"].values():
         entry.pop("seconds")
+        entry.pop("sizing_seconds", None)
     return data
 
 

@@ -256,10 +256,13 @@ def test_kv_chart_has_the_state_and_the_growing_series(out):
     data = _page_data(_page(out, "models/Qwen--Qwen3.5-27B/deploy"))
     assert data["specs"]["kv"]["layer"][0]["encoding"]["color"]["field"] == "part"
     assert {r["part"] for r in data["kv_rows"]} == {"state (flat)", "KV (grows with context)", "total"}
-    # ... and its summary's rows carry the state beside the whole (the "of which flat state" card)
-    table = json.loads((out / "site" / "data" / "deploy" / "Qwen--Qwen3.5-27B" / "H100" / "1-tp1.json").read_text())
-    rows = [dict(zip(table["columns"], r)) for r in table["rows"]]
-    assert rows and all(r["kv_state_bytes_per_request"] == pytest.approx(STATE, rel=1e-3) for r in rows)  # 4 digits shipped
+    # ... and the formulas it evaluates carry the state beside the whole (the "of which flat state"
+    # card): flat in the context, the growing part on top, at BF16 KV
+    from engine.spec.formula_tree import evaluate
+    kv = json.loads((out / "site" / "data" / "deploy" / "Qwen--Qwen3.5-27B" / "index.json").read_text())["model"]["kv_request"]
+    for n in (K1, M1):
+        assert evaluate(kv["state"], {"length": n, "kv_bytes": 2}) == STATE
+        assert evaluate(kv["all"], {"length": n, "kv_bytes": 2}) == STATE + qwen_kv(n)
 
 
 def test_gallery_labels_the_mixers(out):

@@ -172,3 +172,32 @@ def test_selected_point_ops_are_dispatched(browser, base):  # noqa: F811
         assert not tab.errors, tab.errors
     finally:
         tab.context.close()
+
+
+def test_summary_cards_show_their_rule_with_this_points_values(tab, base):
+    """Issue 20: a card's tooltip is the rule (sol.py's docstring) with the values it takes here, not a
+    definition. Llama-3.1-8B 2x tp1-pp2 at 8000 + 700 tokens, batch 37: TTFT's rule has a pipeline
+    fill term, and its prefill_steps is what `archledger deploy` counts; TPOT's names the decode step's
+    total bytes; capacity's names dp_attn and the framework's runtime reserve."""
+    from engine.cli import units
+    want = _cli(LLAMA, "H100", {"pp": 2}, "vllm", "bf16", 8000, 700, 37)["deployment"]
+    _page(tab, base, LLAMA, "H100", "2x tp1-pp2", "vllm", "bf16", 8000, 700, 37)
+    tip = tab.page.locator("#tip")
+
+    def hover(label: str) -> str:
+        tab.page.locator(f"#summary dl.cards > div:has(dt:text-is('{label}')) .num").hover()
+        tip.wait_for(state="visible", timeout=5_000)
+        text = tip.inner_text()
+        tab.page.mouse.move(1, 1)
+        tip.wait_for(state="hidden", timeout=5_000)
+        return text
+
+    ttft = hover("TTFT")
+    assert "(prefill_steps * prefill_step + (pp - 1) * largest_step) / pp" in ttft, ttft
+    assert f"prefill_steps = {want['prefill_steps']}" in ttft and "pp = 2" in ttft, ttft
+    tpot = hover("TPOT")
+    assert "max(flops / peak, bytes / hbm_bw" in tpot and "hbm_bw = 3.35 TB/s" in tpot, tpot   # gpus/h100-sxm.yaml
+    cap = hover("Max concurrent requests")
+    assert "dp_attn = 1" in cap and f"reserve = {units.decimal_bytes(want['reserve_bytes_per_gpu'])}" in cap, cap
+    kv = hover("KV per request")                     # no rule of its own here: the column's definition, as prose
+    assert not kv.startswith("=") and kv.strip(), kv

@@ -31,10 +31,30 @@
   window.archDeploy = { at: E.at };   // for tests and tools
 
   // ---- the page --------------------------------------------------------------------------------
+  // formula: a string, or [text, {name: value shown}] for the tooltip's "where" line
   function row(label, value, text, doc, formula) {
+    var f = Array.isArray(formula) ? formula[0] : formula, dims = Array.isArray(formula) ? formula[1] : null;
     var dt = document.createElement("dt"); dt.textContent = label;
-    var dd = document.createElement("dd"); dd.appendChild(window.archNum(value, text, formula || null, null, formula ? null : doc));
+    var dd = document.createElement("dd"); dd.appendChild(window.archNum(value, text, f || null, null, f ? null : doc, dims));
     return [dt, dd];
+  }
+  // The summary cards' rules (engine/deploy/sol.py's docstring) with the values this point takes in
+  // them: display of what deploy_eval.js computed, nothing recomputed here.
+  function cardFormulas(d) {
+    var pre = d.phases.prefill, dec = d.phases.decode;
+    return {
+      fits: ["ceil(batch / dp_attn) <= capacity_per_rank", { batch: d.batch, dp_attn: d.dp_attn, capacity_per_rank: d.capacity_per_rank }],
+      ttft_s: [d.pp > 1 ? "(prefill_steps * prefill_step + (pp - 1) * largest_step) / pp" : "prefill_steps * prefill_step",
+               { prefill_steps: d.prefill_steps, prefill_step: fmt.time(pre.step_time_s), pp: d.pp, largest_step: fmt.time(d.fill_step_s) }],
+      tpot_s: ["decode_step = sum over its kernels of max(flops / peak, bytes / hbm_bw, link_bytes / link_bw + calls * alpha)",
+               { decode_step: fmt.time(dec.step_time_s), flops: fmt.si(dec.flops, "FLOP"), bytes: fmt.bytes(dec.bytes),
+                 hbm_bw: fmt.bytes(d.hbm_bytes_per_s) + "/s", link_bytes: fmt.bytes(dec.comm_bytes) }],
+      tokens_per_s_per_gpu: ["batch / tpot / gpus", { batch: d.batch, tpot: fmt.time(d.tpot_s), gpus: d.gpus_per_replica }],
+      max_concurrent_requests: ["dp_attn * floor((usable - weights - reserve - working_set) / kv_per_request_per_gpu)",
+        { dp_attn: d.dp_attn, usable: fmt.gib(d.usable_bytes_per_gpu), weights: fmt.bytes(d.weight_bytes_per_gpu),
+          reserve: fmt.bytes(d.reserve_bytes_per_gpu), working_set: fmt.bytes(d.activation_bytes_per_gpu),
+          kv_per_request_per_gpu: fmt.bytes(d.kv_bytes_per_request_per_gpu) }]
+    };
   }
   function link(o, s, cap) {
     var q = new URLSearchParams({ gpu: o.gpu, cfg: cfgLabel(o), fw: o.framework, kv: o.kv_dtype, input: s.input, output: s.output, batch: s.batch });
@@ -79,10 +99,11 @@
   function render(dec, combo) {
     var sum = document.getElementById("summary"); sum.textContent = "";
     var docs = page.docs, dl = document.createElement("dl"); dl.className = "cards";
-    var items = [["Fits", dec.fits ? 1 : 0, dec.fits ? "yes" : "no — short by " + fmt.bytes(dec.shortfall_bytes) + " per GPU", docs.fits],
-      ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s], ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s],
-      ["Decode tokens/s per GPU", dec.tokens_per_s_per_gpu, dec.tokens_per_s_per_gpu.toPrecision(4), docs.tokens_per_s_per_gpu],
-      ["Max concurrent requests", dec.max_concurrent_requests, String(dec.max_concurrent_requests), docs.max_concurrent_requests],
+    var f = cardFormulas(dec);
+    var items = [["Fits", dec.fits ? 1 : 0, dec.fits ? "yes" : "no — short by " + fmt.bytes(dec.shortfall_bytes) + " per GPU", docs.fits, f.fits],
+      ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s, f.ttft_s], ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s, f.tpot_s],
+      ["Decode tokens/s per GPU", dec.tokens_per_s_per_gpu, dec.tokens_per_s_per_gpu.toPrecision(4), docs.tokens_per_s_per_gpu, f.tokens_per_s_per_gpu],
+      ["Max concurrent requests", dec.max_concurrent_requests, String(dec.max_concurrent_requests), docs.max_concurrent_requests, f.max_concurrent_requests],
       ["Weights per GPU", dec.weight_bytes_per_gpu, fmt.bytes(dec.weight_bytes_per_gpu), docs.weight_bytes_per_gpu, index.weight_formulas[combo.weight_formula]],
       ["KV per request", dec.kv_bytes_per_request, fmt.bytes(dec.kv_bytes_per_request), docs.kv_bytes_per_request]];
     if (dec.kv_state_bytes_per_request > 0)   // a hybrid: how much of it is the flat recurrent state

@@ -79,10 +79,11 @@
     var room = usable - weights - reserve - act;                                  // what the KV cache gets
     var cap = fitCount(room, kvDev), kvNeed = perRank * kvDev;
     var replica = cfg.tp * cfg.pp * cfg.cp;
-    var ttft = steps * prefill.step_time_s / cfg.pp;
+    var ttft = steps * prefill.step_time_s / cfg.pp, fill = 0;
     if (cfg.pp > 1) {   // the pipeline fills with the largest step, then each step leaves one stage later
       var largest = cfg.dp_attn * Math.min(perRank / k, budget / input);
-      ttft = ttft + (cfg.pp - 1) * phase(file, pre, gpu, env(largest, input, input, kv)).step_time_s / cfg.pp;
+      fill = phase(file, pre, gpu, env(largest, input, input, kv)).step_time_s;
+      ttft = ttft + (cfg.pp - 1) * fill / cfg.pp;
     }
     var tpot = decode.step_time_s, kvEnv = { length: length, kv_bytes: kv };
     return {
@@ -97,7 +98,9 @@
       ttft_s: ttft, tpot_s: tpot, prefill_tokens_per_s_per_gpu: batch * input / ttft / replica,
       tokens_per_s_per_gpu: batch / tpot / replica, extrapolated: length > model.max_context,
       bound: decode.bound, prefill_bound: prefill.bound, phases: { prefill: prefill, decode: decode },
-      programs: { prefill: pre, decode: dec },
+      programs: { prefill: pre, decode: dec }, fill_step_s: fill, pp: cfg.pp, dp_attn: cfg.dp_attn,
+      gpus_per_replica: replica, per_rank: perRank, capacity_per_rank: cap, peak_flops_dense: Math.max.apply(null, gpu.peaks),
+      hbm_bytes_per_s: gpu.hbm_bytes_per_s,
       env: { prefill: env(meanStep, input, input, kv), decode: env(decBatch, 1, length, kv) }
     };
   }

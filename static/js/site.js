@@ -26,7 +26,7 @@
     var f = el.getAttribute("data-f"), d = el.getAttribute("data-d") || (data.defs || {})[el.getAttribute("data-dk")];
     if (!f && !d) return;
     tip.textContent = "";
-    if (!f) { var def = document.createElement("div"); def.textContent = "= " + d; tip.appendChild(def); }
+    if (!f) { var def = document.createElement("div"); def.className = "def"; def.textContent = d; tip.appendChild(def); }   // prose, not a formula
     else { var code = document.createElement("code"); code.textContent = "= " + f; tip.appendChild(code); }
     var b = f ? [el.getAttribute("data-w"), bound(f, el)].filter(Boolean).join(", ") : "";   // data-w: a value the number is taken at (e.g. length = 32768)
     if (b) { var p = document.createElement("div"); p.className = "bound"; p.textContent = "where " + b; tip.appendChild(p); }
