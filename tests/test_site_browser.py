@@ -322,6 +322,24 @@ def test_every_page_loads_without_errors_or_remote_requests(browser, crawl, base
         f"{url}\n  " + "\n  ".join(errs) for url, errs in problems.items())
 
 
+def test_components_charts_name_their_lines(tab, base, built):
+    """Issue 20: the components page's charts (KV, prefill, decode against context) each draw a
+    legend whose labels are the contract's variants as the build wrote them (contracts.json)."""
+    contracts = json.loads((built / "results" / "contracts.json").read_text())
+    assert contracts
+    tab.goto(base + "components/")
+    for slot, contract in contracts.items():
+        names = sorted({v["name"] for v in contract["variants"]})
+        assert len(names) >= 5
+        for kind in ("kv", "prefill", "decode"):
+            chart = f'.chart[data-spec="{slot}.{kind}"]'
+            tab.page.wait_for_selector(f"{chart} svg .role-legend-label text", state="attached")
+            labels = tab.page.eval_on_selector_all(f"{chart} svg .role-legend-label text",
+                                                   "els => els.map(e => e.textContent)")
+            assert sorted(labels) == names, (slot, kind, labels)
+    assert not tab.errors, tab.errors
+
+
 @pytest.mark.parametrize("slug", SLUGS)
 def test_deployment_charts_render(tab, base, slug):
     """The four vega-embed charts draw SVG marks with data (lines, points, bars, the context rule)."""
