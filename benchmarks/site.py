@@ -68,14 +68,15 @@ def _size(path: Path) -> int:
 
 def page_sizes(site: Path) -> list[dict]:
     """Per model: its page's HTML, the model document it fetches to draw its per-op table
-    (``data/models/<org--name>.json``, uncompressed and gzip), the drawings it loads on demand, and
+    (``data/models/<org--name>.json.gz``, uncompressed and as stored), the drawings it loads on demand, and
     its deployment page's HTML."""
     rows = []
     for page in sorted((site / "models").glob("*/index.html")):
         folder = page.parent
-        document = site / "data" / "models" / f"{folder.name}.json"
-        rows.append({"slug": folder.name, "model": page.stat().st_size, "doc": _size(document),
-                     "doc_gz": len(gzip.compress(document.read_bytes(), 6)) if document.exists() else 0,
+        document = site / "data" / "models" / f"{folder.name}.json.gz"     # written gzip-compressed
+        rows.append({"slug": folder.name, "model": page.stat().st_size,
+                     "doc": len(gzip.decompress(document.read_bytes())) if document.exists() else 0,
+                     "doc_gz": _size(document),
                      "drawings": sum(p.stat().st_size for p in folder.rglob("*.svg")),
                      "deploy": _size(folder / "deploy" / "index.html"),
                      "deploy_data": folder_bytes(site / "data" / "deploy" / folder.name)

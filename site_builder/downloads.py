@@ -104,7 +104,7 @@ def listing(site_dir: Path, results: Results) -> dict[str, Any]:
     # each model page's own tables: its per-op table (CSV) and its whole document (JSON)
     for m in by_model.values():
         m["ops_csv"] = _size(site_dir / "models" / m["slug"] / "ops.csv")
-        m["document"] = _size(site_dir / "data" / "models" / f"{m['slug']}.json")
+        m["document"] = _size(site_dir / "data" / "models" / f"{m['slug']}.json.gz")
     return {"tables": tables, "per_model": per_model, "models": list(by_model.values()),
             "total": sum(_size(p) for p in downloads.rglob("*")) if downloads.is_dir() else 0}
 

@@ -10,6 +10,7 @@ Templates are autoescaped; numbers arrive with their formula; nothing here evalu
 from __future__ import annotations
 
 import csv
+import gzip
 import hashlib
 import io
 import json
@@ -148,6 +149,13 @@ class Site:
     def file(self, path: str, text: str) -> None:
         target = self._target(path)
         target.write_text(text)
+
+    def gzip_json(self, path: str, value) -> None:
+        """``value`` as compact JSON, gzip-compressed at ``path`` (``.json.gz``): the deploy pages'
+        formula files are a third of the site as plain JSON and a tenth of that compressed; the
+        pages decompress them (static/js/deploy_eval.js). No timestamp in the header, so the same
+        value gives the same bytes (the incremental render compares hashes)."""
+        self._target(path).write_bytes(gzip.compress(json.dumps(value, separators=(",", ":")).encode(), 9, mtime=0))
 
     def place(self, source: Path, path: str) -> None:
         """Put the file ``source`` at ``path``: a hard link where the file system allows (the site
@@ -409,7 +417,7 @@ def _model(site: Site, results: Results, model_id: str) -> None:
         site.file(f"models/{name}/{name_svg}", svg)
         # the outermost drawing is inline; deeper ones load when their <details> opens (page weight)
         levels.append({**level, "anchor": anchor(level["uid"]), "svg": svg if not levels else "", "src": name_svg})
-    site.file(f"data/models/{name}.json", json.dumps(doc, separators=(",", ":")))
+    site.gzip_json(f"data/models/{name}.json.gz", doc)
     op_rows = [{"uid": o["uid"], "op": o["op"], "out_shape": " x ".join(o["out_shape"]),
                 "params": o["params"]["value"], "params_formula": o["params"]["formula"],
                 "layers": o["repeat"]["value"],
@@ -460,14 +468,14 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
     per_gpu = (best.sort("best_tokens_per_s_per_gpu", descending=True)
                .group_by(["gpu", "framework", "kv_dtype"], maintain_order=True).first())
     # the page evaluates any (prompt, output, batch) from the structures' formula trees: the model-wide
-    # part (GPU rates, configs, options) goes into index.json, each (config, scale-up domain) gets one
+    # part (GPU rates, configs, options) goes into index.json.gz, each (config, scale-up domain) gets one
     # file of its programs and trees (what one selection fetches); the grid's values are suggestions
     formulas = deploy_formulas(results, model_id)
     model: dict = {}
     if formulas is not None:
         model, files = split_formulas(formulas)
         for key, body in files.items():
-            site.file(f"data/deploy/{name}/{key}.json", json.dumps(body, separators=(",", ":")))
+            site.gzip_json(f"data/deploy/{name}/{key}.json.gz", body)
         found = {(o["gpu"], o["n_gpus"], o["config"], o["framework"]): o for o in model.pop("options")}
         for o in options:
             f = found.get((o["gpu"], o["n_gpus"], o["config"], o["framework"]))
@@ -475,11 +483,10 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
                 o.update({k: f[k] for k in ("cfg", "file", "limits", "reserve", "prefill", "decode")})
     grid = {k: sorted(set(decode[c])) if decode.height else [] for k, c in
             (("inputs", "input_len"), ("outputs", "output_len"), ("batches", "batch"))}
-    site.file(f"data/deploy/{name}/index.json",
-              json.dumps({"options": options, "weight_formulas": weight_formulas, "best": best.to_dicts(),
-                          "best_per_gpu": per_gpu.to_dicts(), "grid": grid, "model": model,
-                          "output_len": int(decode["output_len"].min()) if decode.height else 0},
-                         separators=(",", ":")))
+    site.gzip_json(f"data/deploy/{name}/index.json.gz",
+                   {"options": options, "weight_formulas": weight_formulas, "best": best.to_dicts(),
+                    "best_per_gpu": per_gpu.to_dicts(), "grid": grid, "model": model,
+                    "output_len": int(decode["output_len"].min()) if decode.height else 0})
     # the bar charts' heights: the most bars one selection can show (GPU types; configs per GPU type and count)
     specs = charts.deployment_specs(
         gpu_bars=max([r[-1] for r in per_gpu.group_by(["framework", "kv_dtype"]).len().iter_rows()], default=1),

@@ -259,7 +259,9 @@ def test_kv_chart_has_the_state_and_the_growing_series(out):
     # ... and the formulas it evaluates carry the state beside the whole (the "of which flat state"
     # card): flat in the context, the growing part on top, at BF16 KV
     from engine.spec.formula_tree import evaluate
-    kv = json.loads((out / "site" / "data" / "deploy" / "Qwen--Qwen3.5-27B" / "index.json").read_text())["model"]["kv_request"]
+    import gzip
+    index = out / "site" / "data" / "deploy" / "Qwen--Qwen3.5-27B" / "index.json.gz"
+    kv = json.loads(gzip.decompress(index.read_bytes()))["model"]["kv_request"]
     for n in (K1, M1):
         assert evaluate(kv["state"], {"length": n, "kv_bytes": 2}) == STATE
         assert evaluate(kv["all"], {"length": n, "kv_bytes": 2}) == STATE + qwen_kv(n)

@@ -68,8 +68,8 @@ def test_largest_model_page_stays_under_the_limit(tmp_path, evaluation):
     assert len(page) <= render.PAGE_LIMIT, f"{len(page):,} bytes of HTML"
     # the per-op table is drawn from the model document the site already publishes, not sent as HTML
     assert b'id="op-table"' not in page
-    assert b'data-doc="../../data/models/deepseek-ai--DeepSeek-V4-Pro.json"' in page
-    assert (tmp_path / "site" / "data" / "models" / "deepseek-ai--DeepSeek-V4-Pro.json").is_file()
+    assert b'data-doc="../../data/models/deepseek-ai--DeepSeek-V4-Pro.json.gz"' in page
+    assert (tmp_path / "site" / "data" / "models" / "deepseek-ai--DeepSeek-V4-Pro.json.gz").is_file()
     # the bytes columns name their shared definition; it travels once, in the page data
     assert page.count(b'data-dk="bytes"') == 2 * len(doc["components"])
     assert page.count(b"HBM bytes read and written at the reference point") == 1
@@ -122,7 +122,7 @@ def test_downloads_page_lists_every_table_by_model_with_sizes_and_rows(out):
     assert re.search(r"\(1 rows\)</td><td class=\"n\">" + re.escape(units.decimal_bytes(
         (downloads / "models.parquet").stat().st_size)), page)
     # the model's own page tables are listed beside its Parquet files
-    assert f'href="../models/{QWEN_SLUG}/ops.csv"' in page and f'href="../data/models/{QWEN_SLUG}.json"' in page
+    assert f'href="../models/{QWEN_SLUG}/ops.csv"' in page and f'href="../data/models/{QWEN_SLUG}.json.gz"' in page
 
 
 def test_polars_snippet_reads_the_saved_files_back(out, tmp_path):

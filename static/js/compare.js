@@ -6,7 +6,7 @@
   var params = new URLSearchParams(location.search);
   if (params.get("a")) form.elements.a.value = params.get("a");
   if (params.get("b")) form.elements.b.value = params.get("b"); else if (form.elements.b.options.length > 1) form.elements.b.selectedIndex = 1;
-  function load(slug) { return fetch(root + "data/models/" + slug + ".json").then(function (r) { if (!r.ok) throw new Error(slug); return r.json(); }); }
+  function load(slug) { return window.archJSON(root + "data/models/" + slug + ".json.gz"); }
   function dims(m) { var d = {}; (m.dims || []).forEach(function (x) { d[x.name] = x.value; }); return d; }
   function cell(q, text, node, m) { var td = document.createElement("td"); td.className = "n"; if (q) td.appendChild(window.archNum(q.value, text, q.formula, node, null, m && dims(m))); else td.textContent = "—"; return td; }
   function render(a, b) {

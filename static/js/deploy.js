@@ -1,5 +1,5 @@
 // Deployment explorer at any prompt length, output length and batch. The selection lives in the URL
-// query. Numbers come from the selected structure's formula trees (data/deploy/<model>/<config>.json,
+// query. Numbers come from the selected structure's formula trees (data/deploy/<model>/<config>.json.gz,
 // written by engine/build/deploy_export.py), evaluated by static/js/deploy_eval.js (the rules of
 // engine/deploy/sol.py summarize()); this file is the page around them.
 (function () {
@@ -177,7 +177,7 @@
     fileOf(combo).then(function (file) {
       if (JSON.stringify(state()) !== JSON.stringify(s)) return;          // a newer selection took over
       document.getElementById("dl-parquet").href = root + "downloads/deployments/model=" + page.slug + "/part.parquet";
-      document.getElementById("dl-json").href = base + combo.file + ".json";
+      document.getElementById("dl-json").href = base + combo.file + ".json.gz";
       var dec = summarize(combo, file, p), ops = opRows(combo, file, dec);
       render(dec, combo);
       renderOps(ops, p);

@@ -9,7 +9,7 @@
   var KINDS = ["compute", "comm", "fused"], BOUNDS = ["compute", "memory", "comm"];
   window.archDeployEval = function (root, slug) {
   var base = root + "data/deploy/" + slug + "/", cache = {}, model = null;
-  function get(url) { if (!cache[url]) cache[url] = fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.json(); }); return cache[url]; }
+  function get(url) { if (!cache[url]) cache[url] = window.archJSON(url); return cache[url]; }   // site.js: gzip-aware
   // ---- the engine's rules (engine/deploy/cost.py, structure.py, sol.py) ----------------------------
   function tree(file, i) { return file.trees[i]; }
   function ev(t, env) { return window.archFormula.evaluate(t, env); }
@@ -120,7 +120,7 @@
     });
     return out;
   }
-  function fileOf(o) { return get(base + o.file + ".json"); }
+  function fileOf(o) { return get(base + o.file + ".json.gz"); }
   // an upper bound of a config's capacity from index.json alone (no working set, no reserve: both are
   // >= 0), so a caller can skip fetching configs that cannot hold a batch without dropping one that can
   function roomBound(o, p) {
@@ -130,7 +130,7 @@
   }
   return {
     // index.json: options (GPU, config, framework, KV dtype, its file), the model-wide trees and rates
-    index: function () { return get(base + "index.json").then(function (idx) { model = idx.model; return idx; }); },
+    index: function () { return get(base + "index.json.gz").then(function (idx) { model = idx.model; return idx; }); },
     file: fileOf, summarize: summarize, opRows: opRows, roomBound: roomBound,
     // the summary and op rows at any point (index() first)
     at: function (o, p) { return fileOf(o).then(function (file) { var s = summarize(o, file, p); s.ops = opRows(o, file, s); return s; }); }

@@ -56,7 +56,7 @@
   function load() {
     if (!details.open || wrap.archLoading) return;
     wrap.archLoading = true;
-    fetch(wrap.getAttribute("data-doc")).then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
+    window.archJSON(wrap.getAttribute("data-doc"))
       .then(draw)
       .catch(function (e) { wrap.textContent = "Could not load the per-op table (" + e.message + "); it is also in ops.csv."; wrap.archLoading = false; });
   }

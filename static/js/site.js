@@ -65,6 +65,18 @@
   Array.prototype.forEach.call(document.querySelectorAll("form.filters"), function (f) {
     f.addEventListener("submit", function (e) { e.preventDefault(); });
   });
+  // JSON the build wrote gzip-compressed (site_builder/render.py Site.gzip_json: the model documents
+  // and the deploy pages' formula files): fetched and inflated here. A host that sends the file with
+  // Content-Encoding: gzip has the browser inflate it first, so the magic bytes decide.
+  window.archJSON = function (url) {
+    return fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.arrayBuffer(); })
+      .then(function (buffer) {
+        var b = new Uint8Array(buffer);
+        if (b.length > 1 && b[0] === 0x1f && b[1] === 0x8b)
+          return new Response(new Blob([buffer]).stream().pipeThrough(new DecompressionStream("gzip"))).json();
+        return JSON.parse(new TextDecoder().decode(b));
+      });
+  };
   window.archNum = function (value, text, formula, node, definition, dims) {
     var s = document.createElement("span");
     if (dims) s.archDims = dims;   // {dim: value} for the "where" line (pages of several models)
