@@ -27,10 +27,27 @@ def csv_rows(table: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+#: The page's tooltips: each cell's formula and the values it was taken at, numbered once per distinct
+#: text and published beside the page gzip-compressed (two thirds of the page's bytes as inline
+#: attributes; the page loads them after it is drawn, site.js ``formulas_src``).
+FORMULAS = "data/landscape-formulas.json.gz"
+
+
+def tooltip(cell: dict) -> str:
+    """A cell's tooltip text: its formula, then the values of the dims it names."""
+    where = cell.get("where")
+    return cell["formula"] + (f"   where {where}" if where else "")
+
+
 def render(site, results: Results, csv) -> None:
-    """Write ``landscape/index.html`` and its CSV twins (``csv`` turns rows into CSV text)."""
+    """Write ``landscape/index.html``, its formula file and its CSV twins (``csv`` turns rows into CSV text)."""
     tables = landscape_tables(results)
     for table in tables:
         site.file(f"downloads/landscape/{table['name']}.csv", csv(csv_rows(table)))
-    site.page("landscape", "landscape.html", "Landscape", {"page": "landscape"}, tables=tables,
+    texts: dict[str, int] = {}
+    keys = {id(cell): texts.setdefault(tooltip(cell), len(texts))
+            for table in tables for row in table["rows"] for cell in row.values() if isinstance(cell, dict)}
+    site.gzip_json(FORMULAS, list(texts))
+    site.page("landscape", "landscape.html", "Landscape", {"page": "landscape", "formulas_src": "../" + FORMULAS},
+              tables=tables, formula_key=lambda cell: keys[id(cell)],
               traits=(results.landscape or {}).get("traits") or {})

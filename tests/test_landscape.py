@@ -157,8 +157,13 @@ def test_every_table_has_a_csv_twin_equal_to_it(page, out):
 
 def test_cells_carry_formulas(out):
     """Every number on the page has its formula (the site's tooltip attribute) and the dims it names."""
+    import gzip
+    import json
     html = (out / "site" / "landscape" / "index.html").read_text()
-    spans = re.findall(r'<span class="num" tabindex="0" data-f="([^"]*)">', html)
+    texts = json.loads(gzip.decompress((out / "site" / "data" / "landscape-formulas.json.gz").read_bytes()))
+    keys = re.findall(r'<span class="num" tabindex="0" data-fk="(\d+)">', html)
+    assert keys and len(keys) == html.count('class="num"')
+    spans = [texts[int(k)] for k in keys]           # the page's tooltips, numbered in its formula file
     assert spans and all(f.strip() for f in spans)
     assert any("kv_lora_rank" in f and "where" in f and "kv_lora_rank = 512" in f for f in spans)
     assert any("R = 989e12 / 3.35e12" in f for f in spans)

@@ -322,6 +322,24 @@ def test_every_page_loads_without_errors_or_remote_requests(browser, crawl, base
         f"{url}\n  " + "\n  ".join(errs) for url, errs in problems.items())
 
 
+def test_landscape_tooltips_come_from_its_formula_file(tab, base, site):
+    """The landscape page keeps its formulas beside it (data/landscape-formulas.json.gz, numbered
+    once per distinct text): a hovered cell shows the text its number names, with its where-line."""
+    import gzip
+    texts = json.loads(gzip.decompress((site / "data" / "landscape-formulas.json.gz").read_bytes()))
+    tab.goto(base + "landscape/")
+    tab.page.wait_for_function("() => Array.isArray(window.ARCH_PAGE.formulas)")
+    num = tab.page.locator("table.landscape .num[data-fk]").first
+    text = texts[int(num.get_attribute("data-fk"))]
+    num.hover()
+    tip = tab.page.locator("#tip")
+    tip.wait_for(state="visible", timeout=5_000)
+    shown = tip.inner_text()
+    assert text.split("   where ")[0] in shown and "where" in shown, (text, shown)
+    tab.page.mouse.move(1, 1)
+    assert not tab.errors, tab.errors
+
+
 def test_components_charts_name_their_lines(tab, base, built):
     """Issue 20: the components page's charts (KV, prefill, decode against context) each draw a
     legend whose labels are the contract's variants as the build wrote them (contracts.json)."""

@@ -23,7 +23,9 @@
   }
   function show(el) {
     // data-dk: a definition shared by a column, sent once in the page data ("defs")
-    var f = el.getAttribute("data-f"), d = el.getAttribute("data-d") || (data.defs || {})[el.getAttribute("data-dk")];
+    // data-fk: a formula numbered in the page's formula file (data.formulas_src, loaded below)
+    var f = el.getAttribute("data-f") || (el.hasAttribute("data-fk") ? (data.formulas || [])[el.getAttribute("data-fk")] : null);
+    var d = el.getAttribute("data-d") || (data.defs || {})[el.getAttribute("data-dk")];
     if (!f && !d) return;
     tip.textContent = "";
     if (!f) { var def = document.createElement("div"); def.className = "def"; def.textContent = d; tip.appendChild(def); }   // prose, not a formula
@@ -44,6 +46,11 @@
   document.addEventListener("focusin", function (e) { if (e.target.classList && e.target.classList.contains("num")) show(e.target); });
   document.addEventListener("focusout", function (e) { if (e.target.classList && e.target.classList.contains("num")) hide(e.target); });
   document.addEventListener("keydown", function (e) { if (e.key === "Escape") hide(document.activeElement); });
+  // a page whose tooltips are numbered (data-fk) loads their texts once it is drawn
+  if (data.formulas_src) window.addEventListener("load", function () {
+    window.archJSON(data.formulas_src).then(function (list) { data.formulas = list; })
+      .catch(function (e) { console.error("formulas: " + e.message); });
+  });
   // structure drawings below the first load when their <details> opens (keeps pages light)
   Array.prototype.forEach.call(document.querySelectorAll("details.level"), function (d) {
     d.addEventListener("toggle", function () {
