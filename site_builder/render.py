@@ -492,6 +492,8 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
         gpu_bars=max([r[-1] for r in per_gpu.group_by(["framework", "kv_dtype"]).len().iter_rows()], default=1),
         config_bars=max([r[-1] for r in best.group_by(["gpu", "n_gpus", "framework", "kv_dtype"]).len().iter_rows()], default=1))
     data = {"page": "deploy", "slug": name, "max_context": doc["max_context"], "specs": specs,
+            # the model's dims, for the per-op formulas' "where" line (the point's batch, seq, ctx beside them)
+            "bound": {d["name"]: d["value"] for d in doc["dims"]},
             "kv_rows": charts.kv_rows(doc["kv_curve"], doc["max_context"]), "compare_input": COMPARE_INPUT,
             "docs": {k: v[1] for k, v in _schema_docs().items()},
             # the roofline chart's roofs: the build's figures of the GPUs this model was evaluated on

@@ -201,3 +201,20 @@ def test_summary_cards_show_their_rule_with_this_points_values(tab, base):
     assert "dp_attn = 1" in cap and f"reserve = {units.decimal_bytes(want['reserve_bytes_per_gpu'])}" in cap, cap
     kv = hover("KV per request")                     # no rule of its own here: the column's definition, as prose
     assert not kv.startswith("=") and kv.strip(), kv
+
+
+def test_per_op_formulas_name_their_values(tab, base):
+    """Issue 20: the deploy page's per-op formulas get the model page's "where dim = value" line,
+    with this point's decode values: Llama-3.1-8B (config.json hidden_size 4096) on 1x H100 at batch
+    37 decodes 37 requests in one program (tp1, no DP-attention, no pipeline), ctx = 8000 + 700."""
+    _page(tab, base, LLAMA, "H100", "1x tp1", "vllm", "bf16", 8000, 700, 37)
+    flops = tab.page.locator("#ops tbody tr td:nth-child(3) .num[data-f]")
+    formulas = flops.evaluate_all("els => els.map(e => e.getAttribute('data-f'))")
+    at = next(i for i, f in enumerate(formulas) if "hidden" in f and "batch" in f)   # a matmul over hidden
+    cell = flops.nth(at)
+    cell.hover()
+    tip = tab.page.locator("#tip")
+    tip.wait_for(state="visible", timeout=5_000)
+    text = tip.inner_text()
+    assert "where" in text and "hidden = 4096" in text and "batch = 37" in text, text
+    tab.page.mouse.move(1, 1)

@@ -120,7 +120,9 @@
     });
     bar.setAttribute("aria-label", "memory per GPU: weights " + fmt.bytes(dec.weight_bytes_per_gpu) + ", prefill working set " + fmt.bytes(dec.activation_bytes_per_gpu) + ", KV " + fmt.bytes(dec.kv_bytes_per_gpu) + " of " + fmt.gib(usable) + " usable (the runtime's GiB)");
   }
-  function renderOps(rows, p) {
+  // env: the decode program's point (deploy_eval's summary env: batch per micro-batch, seq, ctx, kv_bytes)
+  function renderOps(rows, p, env) {
+    var dims = Object.assign({}, page.bound || {}, env);   // the tooltips' "where" line
     var tbody = document.querySelector("#ops tbody"); tbody.textContent = "";
     document.getElementById("ops-note").textContent = "Decode, batch " + p.batch + ", prompt " + p.input + " + " + p.output + " generated tokens (one step at the last position; a pipeline micro-batch).";
     var defs = [null, null, null, null, null, "FLOPs / peak of the operand dtype on this GPU", "bytes / HBM bandwidth",
@@ -130,7 +132,7 @@
       var cells = [[r.op_uid, null], [r.kind, null], [fmt.si(r.flops), r.flops_formula], [fmt.bytes(r.bytes), r.bytes_formula], [fmt.bytes(r.comm_bytes), r.comm_bytes ? r.comm_bytes_formula : null],
         [fmt.time(r.t_compute_s), null], [fmt.time(r.t_memory_s), null], [fmt.time(r.t_comm_s), null], [fmt.time(r.t_sol_s), null], [r.bound, null]];
       cells.forEach(function (c, i) { var td = document.createElement("td"); if (i >= 2 && i <= 8) td.className = "n";
-        if (c[1]) td.appendChild(window.archNum(0, c[0], c[1], r.op_uid));
+        if (c[1]) td.appendChild(window.archNum(0, c[0], c[1], r.op_uid, null, dims));
         else if (defs[i]) td.appendChild(window.archNum(0, c[0], null, r.op_uid, defs[i]));
         else if (i === 0) { var code = document.createElement("code"); code.textContent = c[0]; td.appendChild(code); } else td.textContent = c[0];
         tr.appendChild(td); });
@@ -180,7 +182,7 @@
       document.getElementById("dl-json").href = base + combo.file + ".json.gz";
       var dec = summarize(combo, file, p), ops = opRows(combo, file, dec);
       render(dec, combo);
-      renderOps(ops, p);
+      renderOps(ops, p, dec.env.decode);
       window.archDeploy.current = { option: combo, point: p, summary: dec, ops: ops };
       // both phases' per-op rows of the selected point (static/js/roofline.js draws the decode step's)
       document.dispatchEvent(new CustomEvent("arch:ops", { detail: { rows: ops, gpu: s.gpu, phase: "decode" } }));
