@@ -164,7 +164,10 @@ def _open(browser, production: bool = True) -> Tab:
     page.on("console", console)
     page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
     page.on("response", lambda r: r.status >= 400 and tab.errors.append(f"HTTP {r.status}: {r.url}"))
-    page.on("requestfailed", lambda r: r.url not in tab.blocked and
+    # net::ERR_ABORTED is Chromium cancelling a load because its page navigated on (a favicon still
+    # in flight when a test moves to the next URL), not a failure of the site: a missing file is an
+    # HTTP status above, a refused connection another net:: error
+    page.on("requestfailed", lambda r: r.url not in tab.blocked and "ERR_ABORTED" not in (r.failure or "") and
             tab.errors.append(f"request failed: {r.url} ({r.failure})"))
     page.on("dialog", dialog)
     return tab
