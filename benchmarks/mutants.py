@@ -71,8 +71,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_hand_capacity.py",),
            "the prefill working set counts the kernel's weights (already resident)"),
     Mutant("fits-without-activations", "engine/deploy/sol.py",
-           "    room = usable - weights - act                          # what the KV cache gets",
-           "    room = usable - weights",
+           "    room = usable - weights - reserve - act                # what the KV cache gets",
+           "    room = usable - weights - reserve",
            ("tests/test_hand_capacity.py",),
            "fits ignores the prefill working set"),
     # -- parallel / placement: collectives ------------------------------------------------------------
@@ -118,10 +118,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "cache reads priced at the activation dtype (FP8 KV traffic as BF16)"),
     # -- fusion ----------------------------------------------------------------------------------------
     Mutant("fused-writes-intermediates", "engine/deploy/fusion.py",
-           "        writes = sum((s.written for s in members\n"
-           "                      if not set(graph.consumers.get(s.uid, [])) <= inside or not graph.consumers.get(s.uid)),\n"
-           "                     ZERO)",
-           "        writes = sum((s.written for s in members), ZERO)",
+           "        writes = sympy.Add(*(s.written for s in members\n"
+           "                             if not set(graph.consumers.get(s.uid, [])) <= inside or not graph.consumers.get(s.uid)))",
+           "        writes = sympy.Add(*(s.written for s in members))",
            ("tests/test_hand_attention.py",),
            "a fused kernel writes its intermediates (flash attention's scores) to HBM"),
     # -- cost --------------------------------------------------------------------------------------------
