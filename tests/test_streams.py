@@ -37,12 +37,20 @@ def test_dsa_params_equal_hf_modeling_code(model_id, evaluation):
     assert int(quantities.params_total(evaluation(model_id).numeric)) == HF_PARAMS[model_id]
 
 
+def _reader_type() -> str:
+    """GLM-5.2's config.json ``indexer_types`` names two kinds of layer: "full" (computes its top-k)
+    and the kind that reuses the latest full layer's top-k; read the second off the config."""
+    kinds = set(config(GLM52)["indexer_types"])
+    assert len(kinds) == 2 and "full" in kinds, kinds
+    return next(k for k in kinds if k != "full")
+
+
 def test_glm52_drops_57_indexers(evaluation):
     """GLM-5.2 differs from GLM-5 only by the indexers of its shared layers (same dims)."""
     c = config(GLM52)
     indexer = (c["index_n_heads"] * c["index_head_dim"] * c["q_lora_rank"] + c["index_head_dim"] * c["hidden_size"]
                + 2 * c["index_head_dim"] + c["index_n_heads"] * c["hidden_size"])   # wq_b, wk, k_norm, weights_proj
-    shared = c["indexer_types"].count("shared")
+    shared = c["indexer_types"].count(_reader_type())
     assert shared == 57
     a5, a52 = evaluation(GLM5).numeric, evaluation(GLM52).numeric
     assert int(quantities.params_total(a5) - quantities.params_total(a52)) == shared * indexer
@@ -120,7 +128,7 @@ def test_dsa_decode_reads_only_the_selected_rows(evaluation):
 def test_glm52_shared_layers_read_the_latest_full_layer(evaluation):
     types = config(GLM52)["indexer_types"]
     stream = next(s for s in evaluation(GLM52).numeric.streams if s.name == "index_topk")
-    expected = [(max(j for j in range(i) if types[j] == "full"), i) for i, t in enumerate(types) if t == "shared"]
+    expected = [(max(j for j in range(i) if types[j] == "full"), i) for i, t in enumerate(types) if t == _reader_type()]
     assert [(p, r) for p, r, _ in stream.pairs] == expected
     assert [l for l, _ in stream.producers] == [i for i, t in enumerate(types) if t == "full"]
     assert stream.src == "prev_topk_indices=topk_indices"
@@ -135,7 +143,7 @@ def test_glm52_stream_crossing_a_pipeline_stage_is_a_send_recv(evaluation):
         steps = place(ev, ParallelConfig(tp=8, pp=pp), 8, Options(), False)["decode"][0].steps
         sends = {s.uid: s for s in steps if s.op == "send_recv"}
         stage = [min(pp - 1, i * pp // n) for i in range(n)]
-        crossings = {(j, b) for i, t in enumerate(types) if t == "shared"
+        crossings = {(j, b) for i, t in enumerate(types) if t == _reader_type()
                      for j in [max(j for j in range(i) if types[j] == "full")]
                      for b in range(stage[j], stage[i])}
         stream_send = sends.get("main/layers[moe_shared]/self_attn/shared_topk>send_recv[pp]")
@@ -351,7 +359,7 @@ def test_glm52_page_lists_streams_and_draws_cross_layer_edges(tmp_path):
     section = re.sub(r"<[^>]+>", " ", section[:section.index("</section>")])
     types = config(GLM52)["indexer_types"]
     assert "main/layers~index_topk" in section and "prev_topk_indices=topk_indices" in section
-    assert f"({types.count('shared')} reads)" in section
+    assert f"({types.count(_reader_type())} reads)" in section
     assert "layers 0-2, 6, 10," in section and "layers 3-5, 7-9," in section
     edges = re.findall(r'class="edge kind-stream" data-src="([^"]+)" data-dst="([^"]+)"', page)
     assert sorted(edges) == [("main/layers[dense]", "main/layers[moe_shared]"),
