@@ -36,6 +36,7 @@ from typing import Any, Callable
 import sympy
 
 from engine.deploy.cost import step_totals
+from engine.deploy.fusion import live_token_limits, token_limits
 from engine.deploy.sol import formula_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, PHASES, PREFILL_TOKENS
 from engine.spec import kv, symbols
@@ -61,12 +62,11 @@ class _Table:
         return self.index[key]
 
 
-def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable, limits_of: Callable,
-                 fits: Callable) -> dict[str, Any]:
+def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable, fits: Callable) -> dict[str, Any]:
     """The document described in the module doc for one model.
 
     ``cells``: the (GPU, config) pairs of the grid; ``structure(config, domain, framework, gpu,
-    regimes)`` the grid's structure cache; ``limits_of(table)`` a framework's token limits;
+    regimes)`` the grid's structure cache (regimes of :func:`engine.deploy.fusion.token_limits`);
     ``fits(structure, gpu)`` whether the weights leave room (combinations without are not published)."""
     trees, strings, programs, colls, dtypes = _Table(), _Table(), _Table(), _Table(), _Table()
     tree_of: dict = {}
@@ -101,7 +101,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
     for gpu, config in cells:
         domain = gpu.scale_up_domain
         for framework in grid.frameworks:
-            limits = limits_of(tables.get(framework))
+            limits = token_limits(tables.get(framework))
             base = structure(config, domain, framework, gpu, (len(limits), 0))
             if not fits(base, gpu):
                 continue
@@ -117,7 +117,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             # one structure per regime that can differ: regimes whose representative token count
             # passes the same live limits fuse alike (the other rules never match this GPU and config)
             table = tables.get(framework)
-            classes = {p: _classes(limits, _live_limits(table, gpu, config, p)) for p in PHASES}
+            classes = {p: _classes(limits, live_token_limits(table, gpu, config, p)) for p in PHASES}
             firsts = {p: sorted({c: r for r, c in reversed(list(enumerate(classes[p])))}.values()) for p in PHASES}
             count = max(len(firsts[p]) for p in PHASES)
             built = [structure(config, domain, framework, gpu,
@@ -144,24 +144,6 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             "kv_bytes": {d: kv.KV_DTYPE_BYTES[d] for d in grid.kv_dtypes}, "kv_request": kv_request,
             "dtypes": dtypes.items, "colls": colls.items, "gpus": gpu_rows, "configs": config_rows,
             "options": options, "programs": programs.items, "trees": trees.items, "strings": strings.items}
-
-
-def _live_limits(table, gpu, config, phase: str) -> list[int]:
-    """The token limits of the enabled rules whose token-free conditions (arch, phases, min_degree:
-    :func:`engine.deploy.fusion._conditions` checks them whatever the tokens) hold here; a rule
-    failing one never matches, so its limit cannot change this phase's program."""
-    if table is None:
-        return []
-    out = set()
-    for r in table.rules:
-        when = r.when
-        if not r.enabled or "max_tokens" not in when or ("arch" in when and gpu.arch not in when["arch"]):
-            continue
-        if ("phases" in when and phase not in when["phases"]) or any(
-                getattr(config, name, 1) < least for name, least in (when.get("min_degree") or {}).items()):
-            continue
-        out.add(when["max_tokens"])
-    return sorted(out)
 
 
 def _classes(limits: list[int], live: list[int]) -> list[int]:

@@ -23,7 +23,7 @@ import numpy as np
 from engine.spec import kv
 from engine.spec.api import Evaluation
 from engine.deploy import (PHASES, Options, Plan, Scenario, build_structure, place, tokens_per_device)
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion import load_tables, representative_tokens, token_limits
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
 from engine.deploy.sol import capacity, op_rows_columns, summarize
@@ -40,20 +40,8 @@ def _signature(table, gpu) -> tuple:
     return tuple(r.name for r in table.rules if r.enabled and ("arch" not in r.when or gpu.arch in r.when["arch"]))
 
 
-def _thresholds(table) -> list[int]:
-    if table is None:
-        return []
-    return sorted({r.when["max_tokens"] for r in table.rules if r.enabled and "max_tokens" in r.when})
-
-
 def _regime(limits: list[int], tokens: int) -> int:
     return bisect_left(limits, tokens)      # how many limits the token count exceeds
-
-
-def _representative(limits: list[int], regime: int) -> int | None:
-    if not limits:
-        return None
-    return limits[regime] if regime < len(limits) else limits[-1] + 1
 
 
 def placement_domain(config, domain: int) -> int:
@@ -92,7 +80,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
 
     def structure(config, domain, framework, gpu, regimes):
         table = tables.get(framework)
-        limits = _thresholds(table)
+        limits = token_limits(table)
         key = (config, domain, framework, _signature(table, gpu), regimes)
         if key not in structures:
             # domains that hold the whole config place and compile alike: share that work
@@ -104,7 +92,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                     options = Options(framework="none")
                     placements[pkey] = (place(ev, config, domain, options, False),
                                         place(ev, config, domain, options, True))
-                tokens = {p: _representative(limits, r) for p, r in zip(PHASES, regimes)}
+                tokens = {p: representative_tokens(limits, r) for p, r in zip(PHASES, regimes)}
                 shared[skey] = build_structure(ev, config, Options(framework=framework), domain, table, gpu,
                                                tokens, placements[pkey])
             s = shared[skey]
@@ -131,7 +119,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     for gpu, config in cells:
         domain = gpu.scale_up_domain
         for framework in grid.frameworks:
-            limits = _thresholds(tables.get(framework))
+            limits = token_limits(tables.get(framework))
             sig = _signature(tables.get(framework), gpu)
             base = structure(config, domain, framework, gpu, (len(limits), 0))
             usable = gpu.hbm_bytes * HBM_FRACTION
@@ -216,6 +204,6 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                 ops[name].extend(values)
     if export is not None:
         from engine.build.deploy_export import model_export
-        export.update(model_export(ev, cells, grid, gpus, tables, structure, _thresholds,
+        export.update(model_export(ev, cells, grid, gpus, tables, structure,
                                    lambda s, gpu: s.weight_bytes_per_gpu < gpu.hbm_bytes * HBM_FRACTION))
     return deployments, ops, total

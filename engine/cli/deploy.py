@@ -41,6 +41,24 @@ def add_serving_arguments(p, kv_note: str = "", prefill_tokens: bool = True) -> 
                        help="chunked-prefill token budget per step and replica (vLLM max_num_batched_tokens)")
 
 
+def serving_options(args):
+    """The :class:`engine.deploy.Options` of :func:`add_serving_arguments` (and ``--mtp`` where the
+    command has it) and the framework's fusion table (None for ``none``); an unknown framework is
+    one line."""
+    from engine.deploy import Options
+    from engine.deploy.fusion import load_tables
+    tables = load_tables(Path(args.corpus) / "fusion")
+    if args.framework != "none" and args.framework not in tables:
+        raise SpecError(Where("<command line>", field="--framework"), f"unknown framework {args.framework!r}",
+                        "use none or one of: " + ", ".join(sorted(tables)))
+    extra = mtp_options(args) if hasattr(args, "mtp") else {}
+    if hasattr(args, "prefill_tokens"):
+        extra["prefill_tokens"] = args.prefill_tokens
+    options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
+                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction, **extra)
+    return options, tables.get(args.framework)
+
+
 def add_mtp_arguments(p) -> None:
     """``--mtp K --acceptance A``: speculative decoding with the model's MTP modules (deploy, plan)."""
     p.add_argument("--mtp", type=int, default=0, metavar="K",
@@ -93,8 +111,7 @@ def add_parser(sub, parents=()) -> None:
 
 def deployment_from_args(args):
     from engine.spec.api import evaluate
-    from engine.deploy import Options, Scenario, plan
-    from engine.deploy.fusion import load_tables
+    from engine.deploy import Scenario, plan
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.deploy.parallel import ParallelConfig
 
@@ -108,15 +125,9 @@ def deployment_from_args(args):
                         "make --gpus a multiple of tp x pp x cp (the rest become replicas)")
     config = ParallelConfig(tp=args.tp, ep=args.ep, dp_attn=args.dp_attn, pp=args.pp, cp=args.cp,
                             cp_kind=args.cp_kind, dp=gpus // replica, gpus_per_node=args.gpus_per_node)
-    tables = load_tables(Path(args.corpus) / "fusion")
-    if args.framework != "none" and args.framework not in tables:
-        raise SpecError(Where("<command line>", field="--framework"), f"unknown framework {args.framework!r}",
-                        "use none or one of: " + ", ".join(sorted(tables)))
-    options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
-                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction,
-                      prefill_tokens=args.prefill_tokens, **mtp_options(args))
+    options, fusion = serving_options(args)
     scenario = Scenario(batch=args.batch, input_len=args.input, output_len=args.output)
-    built = plan(ev, gpu, config, options, tables.get(args.framework), scenario)
+    built = plan(ev, gpu, config, options, fusion, scenario)
     return built.at(scenario)
 
 

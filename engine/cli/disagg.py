@@ -10,12 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from engine.cli import units
-from engine.cli.deploy import add_serving_arguments, positive_int
+from engine.cli.deploy import add_serving_arguments, positive_int, serving_options
 from engine.cli.plan import positive_float
-from engine.spec.errors import SpecError, Where
 
 
 def add_parser(sub, parents=()) -> None:
@@ -42,26 +40,18 @@ def add_parser(sub, parents=()) -> None:
 
 def split_from_args(args) -> dict:
     from engine.spec.api import evaluate
-    from engine.deploy import Options
     from engine.deploy.disagg import Pool, check_load, default_prefill_batch, disaggregate, parse_pool
-    from engine.deploy.fusion import load_tables
     from engine.deploy.hardware import load_gpus
 
     check_load(args.users, args.rate)
     gpus = load_gpus(args.gpus_root)
     prefill_gpu, prefill_config = parse_pool(args.prefill, gpus, "--prefill")
     decode_gpu, decode_config = parse_pool(args.decode, gpus, "--decode")
-    tables = load_tables(Path(args.corpus) / "fusion")
-    if args.framework != "none" and args.framework not in tables:
-        raise SpecError(Where("<command line>", field="--framework"), f"unknown framework {args.framework!r}",
-                        "use none or one of: " + ", ".join(sorted(tables)))
+    options, fusion = serving_options(args)
     ev = evaluate(args.model, args.corpus)
-    options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
-                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction,
-                      prefill_tokens=args.prefill_tokens)
     batch_p = args.prefill_batch or default_prefill_batch(prefill_config, args.input, args.prefill_tokens)
     return disaggregate(ev, Pool(prefill_gpu, prefill_config, batch_p), Pool(decode_gpu, decode_config, args.batch),
-                        args.input, args.output, options, tables.get(args.framework), users=args.users, rate=args.rate)
+                        args.input, args.output, options, fusion, users=args.users, rate=args.rate)
 
 
 def _fit(s: dict) -> str:

@@ -15,11 +15,9 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 
 from engine.cli import units
-from engine.cli.deploy import add_mtp_arguments, add_serving_arguments, mtp_options, positive_int
-from engine.spec.errors import SpecError, Where
+from engine.cli.deploy import add_mtp_arguments, add_serving_arguments, positive_int, serving_options
 
 #: Front points printed as text (evenly spaced, both ends kept); --json has every one.
 FRONT_SHOWN = 12
@@ -138,8 +136,6 @@ def _thin(rows: list, n: int) -> list:
 
 def run(args: argparse.Namespace) -> int:
     from engine.spec.api import evaluate
-    from engine.deploy import Options
-    from engine.deploy.fusion import load_tables
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.deploy.sizing import SLA, disaggregated, search
 
@@ -147,15 +143,10 @@ def run(args: argparse.Namespace) -> int:
     all_gpus = load_gpus(args.gpus_root)
     gpus = [find_gpu(all_gpus, name) for name in args.gpu] if args.gpu else [all_gpus[k] for k in sorted(all_gpus)]
     gpus = list({g.key: g for g in gpus}.values())
-    tables = load_tables(Path(args.corpus) / "fusion")
-    if args.framework != "none" and args.framework not in tables:
-        raise SpecError(Where("<command line>", field="--framework"), f"unknown framework {args.framework!r}",
-                        "use none or one of: " + ", ".join(sorted(tables)))
+    options, fusion = serving_options(args)
     ev = evaluate(args.model, args.corpus)
-    options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
-                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction, **mtp_options(args))
     results = search(ev, gpus, args.input, args.output, sla, max_gpus=args.max_gpus, options=options,
-                     fusion=tables.get(args.framework), pools=not args.no_disagg)
+                     fusion=fusion, pools=not args.no_disagg)
     per_gpu = []
     for res in results:
         front = res.front()

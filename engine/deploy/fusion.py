@@ -35,7 +35,7 @@ from engine.project import PACKAGE_ROOT
 from engine.spec.corpus import COMPUTE_CLASSES, Reader
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
-from engine.deploy.placement import COLLECTIVES, ONE, ZERO, Program, Step
+from engine.deploy.placement import COLLECTIVES, ZERO, Program, Step
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus" / "fusion"
 _RULE_FIELDS = ("name", "doc", "src", "chain", "names", "siblings", "component", "extra", "when", "enabled",
@@ -85,6 +85,40 @@ class FusionTable:
     doc: str
     rules: tuple[Rule, ...]
     reserve: tuple[Reserve, ...] = ()
+
+
+def token_limits(table: "FusionTable | None") -> list[int]:
+    """Every enabled rule's ``max_tokens`` limit, sorted: the fusion token regimes of a table (a
+    point's regime is how many limits its tokens per device exceed; points of one regime fuse alike)."""
+    if table is None:
+        return []
+    return sorted({r.when["max_tokens"] for r in table.rules if r.enabled and "max_tokens" in r.when})
+
+
+def live_token_limits(table: "FusionTable | None", gpu, config, phase: str) -> list[int]:
+    """The limits of the rules that can apply to ``phase`` on ``gpu`` under ``config``: their
+    token-free conditions (arch, phases, min_degree; :func:`_conditions` checks them whatever the
+    tokens) hold. A rule failing one never matches, so its limit cannot change this phase's program."""
+    if table is None:
+        return []
+    out = set()
+    for r in table.rules:
+        when = r.when
+        if not r.enabled or "max_tokens" not in when or ("arch" in when and gpu.arch not in when["arch"]):
+            continue
+        if "phases" in when and phase not in when["phases"]:
+            continue
+        if any(getattr(config, name, 1) < least for name, least in (when.get("min_degree") or {}).items()):
+            continue
+        out.add(when["max_tokens"])
+    return sorted(out)
+
+
+def representative_tokens(limits: list[int], regime: int) -> int | None:
+    """A token count in regime ``regime`` of ``limits`` (None without limits: nothing to decide)."""
+    if not limits:
+        return None
+    return limits[regime] if regime < len(limits) else limits[-1] + 1
 
 
 def reserve_bytes(table: "FusionTable | None", config) -> float:

@@ -43,7 +43,7 @@ import numpy as np
 
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError
-from engine.deploy.fusion import FusionTable
+from engine.deploy.fusion import FusionTable, live_token_limits, representative_tokens
 from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, join, links, replicas, transfer_bytes, \
     usd_per_m_tokens
 from engine.deploy.hardware import GPU
@@ -134,21 +134,11 @@ class GPUSearch:
         if not idx.size:
             return []
         order = idx[np.lexsort((p["n_gpus"][idx], -p["tokens_per_s_per_gpu"][idx], p["total_gpus"][idx]))]
-        seen, keep = set(), []
-        for i in order.tolist():
-            if p["config"][i] not in seen:
-                seen.add(p["config"][i])
-                keep.append(i)
-                if len(keep) == top:
-                    break
-        return self.rows(keep)
+        return self.rows(_first_per_key(order, lambda i: p["config"][i], top))
 
     def front(self) -> list[dict[str, Any]]:
         """The Pareto front of tokens/s/GPU vs tokens/s/user over every served point, fastest user first."""
-        p = self.points
-        if not p:
-            return []
-        return self.rows(front(p["tokens_per_s_per_user"], p["tokens_per_s_per_gpu"]))
+        return _front_rows(self)
 
 
 def front(x, y) -> np.ndarray:
@@ -190,32 +180,6 @@ def _device_tokens(config: ParallelConfig, batch: np.ndarray, input_len: int,
     return np.ceil(pre * input_len / (config.dp_attn * config.cp)), np.ceil(dec / config.dp_attn)
 
 
-def _thresholds(table: FusionTable | None, gpu: GPU, config: ParallelConfig, phase: str) -> list[int]:
-    """The token limits (``max_tokens``) of the rules that can apply to ``phase`` on ``gpu`` under
-    ``config`` (arch, phases and min_degree hold: they do not depend on tokens). Fusion is decided by
-    which of them a point's tokens per device exceed, so the points of one regime share one
-    structure; a rule whose other conditions fail never matches, whatever the tokens."""
-    if table is None:
-        return []
-    out = set()
-    for r in table.rules:
-        when = r.when
-        if not r.enabled or "max_tokens" not in when or ("arch" in when and gpu.arch not in when["arch"]):
-            continue
-        if "phases" in when and phase not in when["phases"]:
-            continue
-        if any(getattr(config, name, 1) < least for name, least in (when.get("min_degree") or {}).items()):
-            continue
-        out.add(when["max_tokens"])
-    return sorted(out)
-
-
-def _representative(limits: list[int], regime: int) -> int | None:
-    if not limits:
-        return None
-    return limits[regime] if regime < len(limits) else limits[-1] + 1
-
-
 def legal_configs(ev: Evaluation, max_gpus: int) -> list[ParallelConfig]:
     """Every legal single-replica config (``dp = 1``, no context parallelism) on 1, 2, 4 ... up to
     ``max_gpus`` GPUs."""
@@ -239,7 +203,7 @@ class _Evaluator:
         self.structures: dict = {}
 
     def limits(self, config: ParallelConfig, gpu: GPU) -> tuple[list[int], list[int]]:
-        return tuple(_thresholds(self.fusion, gpu, config, phase) for phase in PHASES)
+        return tuple(live_token_limits(self.fusion, gpu, config, phase) for phase in PHASES)
 
     def structure(self, config: ParallelConfig, gpu: GPU, regimes: tuple[int, int]):
         domain = gpu.scale_up_domain
@@ -252,7 +216,7 @@ class _Evaluator:
                 # the search prints no formulas: the numeric placement stands in for the symbolic one
                 numeric = place(self.ev, config, domain, self.options, False)
                 self.placements[pkey] = (numeric, numeric)
-            tokens = {p: _representative(limits, r) for p, limits, r in zip(PHASES, self.limits(config, gpu), regimes)}
+            tokens = {p: representative_tokens(limits, r) for p, limits, r in zip(PHASES, self.limits(config, gpu), regimes)}
             self.structures[key] = build_structure(self.ev, config, self.options, domain, table, gpu, tokens,
                                                    self.placements[pkey])
         return self.structures[key]
@@ -436,22 +400,32 @@ class DisaggSearch:
             return []
         idx = np.flatnonzero(p["meets_sla"])
         order = idx[np.lexsort((-p["tokens_per_s_per_gpu"][idx], p["total_gpus"][idx]))]
-        seen, keep = set(), []
-        for i in order.tolist():
-            key = (int(p["prefill_config"][i]), int(p["decode_config"][i]))
-            if key not in seen:
-                seen.add(key)
-                keep.append(i)
-                if len(keep) == top:
-                    break
-        return self.rows(keep)
+        return self.rows(_first_per_key(order, lambda i: (int(p["prefill_config"][i]), int(p["decode_config"][i])), top))
 
     def front(self) -> list[dict[str, Any]]:
         """The Pareto front of tokens/s/GPU vs tokens/s/user over every point, fastest user first."""
-        p = self.points
-        if not p:
-            return []
-        return self.rows(front(p["tokens_per_s_per_user"], p["tokens_per_s_per_gpu"]))
+        return _front_rows(self)
+
+
+def _first_per_key(order: np.ndarray, key, top: int) -> list[int]:
+    """The first ``top`` indices of ``order`` with distinct ``key(i)`` (each config's best point)."""
+    seen, keep = set(), []
+    for i in order.tolist():
+        k = key(i)
+        if k not in seen:
+            seen.add(k)
+            keep.append(i)
+            if len(keep) == top:
+                break
+    return keep
+
+
+def _front_rows(search) -> list[dict[str, Any]]:
+    """A search's Pareto front of tokens/s/GPU vs tokens/s/user as its rows (empty without points)."""
+    p = search.points
+    if not p:
+        return []
+    return search.rows(front(p["tokens_per_s_per_user"], p["tokens_per_s_per_gpu"]))
 
 
 def disaggregated(ev: Evaluation, results: list[GPUSearch], gpus: list[GPU], input_len: int, output_len: int,
