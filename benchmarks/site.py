@@ -14,6 +14,7 @@ deploy page interactive < 1 s. Timings are measured here, never asserted in test
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import sys
 from pathlib import Path
@@ -90,64 +91,62 @@ def largest_page(site: Path) -> tuple[str, int]:
     return max(pages, key=lambda x: x[1])
 
 
-def first_render(site: Path, runs: int) -> list[dict]:
+@contextlib.contextmanager
+def _served_browser(site: Path):
+    """A local server over ``site`` and a headless Chromium: yields (browser, base URL)."""
     from playwright.sync_api import sync_playwright
     server, base = start(site)
     try:
         with sync_playwright() as p:
             browser = launch(p)
             try:
-                out = []
-                for _ in range(runs):
-                    context = browser.new_context(viewport=VIEWPORT)   # a cold cache each time
-                    block_remote(context)
-                    page = context.new_page()
-                    page.goto(base, wait_until="load")
-                    out.append(page.evaluate(FCP_JS))
-                    context.close()
-                return out
+                yield browser, base
             finally:
                 browser.close()
     finally:
         server.shutdown()
         server.server_close()
+
+
+def first_render(site: Path, runs: int) -> list[dict]:
+    out = []
+    with _served_browser(site) as (browser, base):
+        for _ in range(runs):
+            context = browser.new_context(viewport=VIEWPORT)   # a cold cache each time
+            block_remote(context)
+            page = context.new_page()
+            page.goto(base, wait_until="load")
+            out.append(page.evaluate(FCP_JS))
+            context.close()
+    return out
 
 
 def deploy_interactive(site: Path, path: str, runs: int) -> list[dict]:
     """Cold loads of the deploy page ``path`` (e.g. ``models/<slug>/deploy/?gpu=...``): ms from
     navigation to the first summary number (None if none within 20 s), and the bytes of the
     responses under ``data/`` that load fetched, uncompressed and gzip -6 (Netlify's brotli is smaller)."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
-    server, base = start(site)
-    try:
-        with sync_playwright() as p:
-            browser = launch(p)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    out = []
+    with _served_browser(site) as (browser, base):
+        for _ in range(runs):
+            context = browser.new_context(viewport=VIEWPORT)
+            block_remote(context)
+            context.add_init_script(READY_JS)
+            page = context.new_page()
+            fetched: list = []
+            page.on("response", lambda r: "/data/" in r.url and fetched.append(r))
+            page.goto(base + path, wait_until="commit")
             try:
-                out = []
-                for _ in range(runs):
-                    context = browser.new_context(viewport=VIEWPORT)
-                    block_remote(context)
-                    context.add_init_script(READY_JS)
-                    page = context.new_page()
-                    fetched: list = []
-                    page.on("response", lambda r: "/data/" in r.url and fetched.append(r))
-                    page.goto(base + path, wait_until="commit")
-                    try:
-                        page.wait_for_function("() => window.__archReady !== null", timeout=20_000)
-                        ready = page.evaluate("() => window.__archReady")
-                    except PlaywrightTimeout:
-                        ready = None
-                    page.wait_for_load_state("networkidle")
-                    bodies = [r.body() for r in fetched if r.ok]
-                    out.append({"ready": ready, "files": len(bodies), "bytes": sum(len(b) for b in bodies),
-                                "gzip": sum(len(gzip.compress(b, 6)) for b in bodies)})
-                    context.close()
-                return out
-            finally:
-                browser.close()
-    finally:
-        server.shutdown()
-        server.server_close()
+                page.wait_for_function("() => window.__archReady !== null", timeout=20_000)
+                ready = page.evaluate("() => window.__archReady")
+            except PlaywrightTimeout:
+                ready = None
+            page.wait_for_load_state("networkidle")
+            bodies = [r.body() for r in fetched if r.ok]
+            out.append({"ready": ready, "files": len(bodies), "bytes": sum(len(b) for b in bodies),
+                        "gzip": sum(len(gzip.compress(b, 6)) for b in bodies)})
+            context.close()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
