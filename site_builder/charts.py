@@ -7,6 +7,9 @@ named dataset, so one spec serves every GPU/config the reader picks. Charts are 
 """
 from __future__ import annotations
 
+import copy
+import functools
+
 import altair as alt
 
 
@@ -39,6 +42,14 @@ BAR_STEP, BAR_SIZE = 20, 14
 
 
 def deployment_specs(gpu_bars: int = 12, config_bars: int = 8) -> dict[str, dict]:
+    """The deploy page's charts (data by name, filled in the browser); a copy the caller may change."""
+    return copy.deepcopy(_deployment_specs(gpu_bars, config_bars))
+
+
+# Data-free specs depend only on their arguments: built and validated once per process, not once per
+# page (altair's schema validation was a fifth of a site render).
+@functools.lru_cache(maxsize=None)
+def _deployment_specs(gpu_bars: int, config_bars: int) -> dict[str, dict]:
     """The deployment page's charts. The two bar charts get a fixed height for the most bars they can
     show on this model's page (``gpu_bars`` GPU types, ``config_bars`` parallel configs on one GPU
     type and count) and a fixed bar thickness: a discrete height (``alt.Step``) next to a
@@ -161,6 +172,11 @@ ROOF_LEFT, ROOF_RIGHT = 1e4, 1e2
 
 
 def roofline_spec() -> dict:
+    return copy.deepcopy(_roofline_spec())
+
+
+@functools.lru_cache(maxsize=None)
+def _roofline_spec() -> dict:
     """The deployment page's roofline: one point per op of the selected step (arithmetic intensity
     FLOP/byte on log x, attained FLOP/s = FLOPs / its SOL time on log y, coloured by what bounds it),
     under the GPU's roofs: per native dtype min(peak, HBM bandwidth x intensity), each ridge point
@@ -214,6 +230,11 @@ def roofline_spec() -> dict:
 
 
 def front_spec() -> dict:
+    return copy.deepcopy(_front_spec())
+
+
+@functools.lru_cache(maxsize=None)
+def _front_spec() -> dict:
     """The throughput/interactivity chart of serving benchmarks (InferenceMAX style): decode
     tokens/s per GPU against tokens/s per user, one line per GPU type through its Pareto front
     (rows of fronts.parquet, named dataset ``front``), the legend clickable to highlight a GPU."""

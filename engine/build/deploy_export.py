@@ -54,7 +54,9 @@ class _Table:
         self.items: list = []
         self.index: dict[str, int] = {}
 
-    def add(self, value: Any, key: str | None = None) -> int:
+    def add(self, value: Any, key=None) -> int:
+        """``value``'s index; ``key`` (hashable, one kind per table) stands for its content, by
+        default its JSON text."""
         key = key if key is not None else json.dumps(value, separators=(",", ":"))
         if key not in self.index:
             self.index[key] = len(self.items)
@@ -79,6 +81,9 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
 
     exported: dict[tuple, int] = {}
 
+    def string(text: str) -> int:        # a string is its own key (no JSON text to build)
+        return strings.add(text, key=text)
+
     def program(s, phase: str) -> int:
         if (id(s), phase) in exported:           # structures are cached by the grid: ids are stable
             return exported[(id(s), phase)]
@@ -87,12 +92,13 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         for i, st in enumerate(s.programs[phase].steps):
             f, b, c, w = step_totals(st)
             calls = st.repeat if st.collective else sympy.Integer(0)
-            coll = colls.add([st.collective, st.ranks, st.nodes]) if st.collective else -1
+            coll = colls.add([st.collective, st.ranks, st.nodes], key=(st.collective, st.ranks, st.nodes)) \
+                if st.collective else -1
             steps.append([tree(f), tree(b), tree(c), tree(w), tree(calls), float(st.repeat),
-                          dtypes.add(st.compute_dtype), LINKS[st.link], coll, KINDS.index(st.kind),
-                          int(bool(st.view)), strings.add(st.uid), strings.add(text[i][0]), strings.add(text[i][1]),
-                          strings.add(text[i][2])])
-        exported[(id(s), phase)] = programs.add(steps)
+                          dtypes.add(st.compute_dtype, key=st.compute_dtype), LINKS[st.link], coll, KINDS.index(st.kind),
+                          int(bool(st.view)), string(st.uid), string(text[i][0]), string(text[i][1]),
+                          string(text[i][2])])
+        exported[(id(s), phase)] = programs.add(steps, key=tuple(map(tuple, steps)))
         return exported[(id(s), phase)]
 
     configs: dict[tuple, int] = {}

@@ -30,6 +30,8 @@ BOUNDS = ("compute", "memory", "comm")
 KV_BYTES = symbols.dim("kv_bytes")
 ARGS = tuple(symbols.dim(n) for n in symbols.SCENARIO_DIMS) + (KV_BYTES,)
 _MODULES = [{"Min": np.minimum, "Max": np.maximum}, "numpy"]
+#: Largest steps x points a program's totals stack at once (8 MB per term); above it, step by step.
+STACKED_ELEMENTS = 1 << 20
 
 
 _TOTALS: dict[tuple, tuple] = {}
@@ -60,18 +62,19 @@ def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.E
     return totals
 
 
-_FUNCTIONS: dict[sympy.Expr, object] = {}
+_FUNCTIONS: dict[sympy.Expr, object] = {}     # expression -> its numpy function or float
 
 
 def _compiled(expr: sympy.Expr):
     """A numpy function of ARGS for one expression (a float when constant), shared by every program:
     structures that differ by a fusion or a GPU class repeat most of their step expressions."""
-    if expr.is_number:
-        return float(expr)
     fn = _FUNCTIONS.get(expr)
     if fn is None:
+        # constants are stored as floats too: converting a sympy number goes through mpmath, and
+        # the same few thousand constants recur in every structure of a model
         # no docstring: printing the expression into it is a quarter of lambdify's time
-        fn = _FUNCTIONS[expr] = sympy.lambdify(ARGS, expr, modules=_MODULES, docstring_limit=0)
+        fn = _FUNCTIONS[expr] = float(expr) if expr.is_number else \
+            sympy.lambdify(ARGS, expr, modules=_MODULES, docstring_limit=0)
     return fn
 
 
@@ -90,6 +93,7 @@ class CompiledProgram:
         # collectives (alone or fused): calls per step, each paying the per-call latency
         self._calls = [_compiled(s.repeat) if s.collective else 0.0 for s in program.steps]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
+        self._splits: dict[int, tuple] = {}
         # a program's steps use a handful of dtypes, links and collective shapes: rates are looked
         # up once per distinct one and spread to the steps by index (hundreds of steps, many GPUs)
         self._kinds = [_distinct(s.compute_dtype for s in program.steps),
@@ -114,13 +118,31 @@ class CompiledProgram:
         return (calls(*args) if callable(calls) else calls) * alphas[index]
 
     def column(self, index: int, args, shape, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes) of every step (or of
-        steps ``start:stop``), stacked."""
-        fns = self._columns[index][start:stop]
-        out = np.empty((len(fns),) + tuple(shape))
-        for i, f in enumerate(fns):      # assignment broadcasts each step's value (a float or an array)
-            out[i] = f(*args) if callable(f) else f
+        """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes; 4 collective calls) of
+        every step (or of steps ``start:stop``), stacked."""
+        if start or stop is not None:
+            fns = (self._columns[index] if index < 4 else self._calls)[start:stop]
+            out = np.empty((len(fns),) + tuple(shape))
+            for i, f in enumerate(fns):      # assignment broadcasts each step's value (a float or an array)
+                out[i] = f(*args) if callable(f) else f
+            return out
+        constant_at, constants, functions = self._split(index)
+        out = np.empty((len(self.program.steps),) + tuple(shape))
+        # constants (weight reads, fixed collectives) in one assignment; functions one by one
+        out[constant_at] = constants.reshape((-1,) + (1,) * len(shape))
+        for i, f in functions:
+            out[i] = f(*args)
         return out
+
+    def _split(self, index: int) -> tuple[np.ndarray, np.ndarray, list]:
+        """Column ``index``'s constant steps (positions, values) and its (position, function) pairs."""
+        found = self._splits.get(index)
+        if found is None:
+            fns = self._columns[index] if index < 4 else self._calls
+            at = [i for i, f in enumerate(fns) if not callable(f)]
+            found = self._splits[index] = (np.array(at, dtype=np.intp), np.array([fns[i] for i in at], dtype=float),
+                                           [(i, f) for i, f in enumerate(fns) if callable(f)])
+        return found
 
     def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per-point rates when points run on different GPUs: ``index`` picks a GPU per point;
@@ -134,15 +156,47 @@ class CompiledProgram:
         return peaks, links, np.array([r[2] for r in per_gpu])[index], alphas
 
     def totals(self, rates, batch, seq, ctx, kv_bytes) -> dict[str, np.ndarray]:
-        """Phase sums over the broadcast shape without per-step arrays (the grid's hot path):
-        flops, bytes, weight_bytes, comm_bytes, t_compute, t_memory, t_comm, t_sol, and t_sol split
-        by the term bounding each step (``by_bound``, shape (3, ...)). ``rates`` is a GPU or the
-        (peaks, links, hbm, alphas) of :meth:`rates_for`. Step by step, each step's values at the
-        shape they depend on (a weight read is one float, a KV read a context vector): stacking
-        steps into blocks of the full shape measured 27x slower on a 204,800-point grid."""
+        """Phase sums over the broadcast shape: flops, bytes, weight_bytes, comm_bytes, t_compute,
+        t_memory, t_comm, t_sol, and t_sol split by the term bounding each step (``by_bound``, shape
+        (3, ...)). ``rates`` is a GPU or the (peaks, links, hbm, alphas) of :meth:`rates_for`.
+
+        Two paths, the same floats: a small grid (the build's buckets hold tens of points) stacks
+        every step into one (steps, ...) array per term and sums over the steps axis, a few numpy
+        calls per program instead of a dozen per step; a large one (the bench's 204,800 points)
+        goes step by step, each step at the shape it depends on (stacked blocks of the full shape
+        measured 27x slower there). Both add the steps in program order, so they give identical
+        sums (tests/test_cost_paths.py)."""
         peaks, links, hbm, alphas = self.rates(rates) if isinstance(rates, GPU) else rates
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
         shape = np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:])
+        n_steps = len(self.program.steps)
+        if n_steps and 2 <= int(np.prod(shape)) and n_steps * int(np.prod(shape)) <= STACKED_ELEMENTS:
+            return self._totals_stacked(peaks, links, hbm, alphas, args, shape)
+        return self._totals_by_step(peaks, links, hbm, alphas, args, shape)
+
+    def _totals_stacked(self, peaks, links, hbm, alphas, args, shape) -> dict[str, np.ndarray]:
+        """:meth:`totals` with every step stacked on axis 0 (small grids)."""
+        f, b, c, w, calls = (self.column(i, args, shape) for i in range(5))
+        # per-step rates are (steps,) or (steps, points): align them with (steps, *shape) on the right
+        per_step = lambda r: np.reshape(r, (r.shape[0],) + (1,) * (len(shape) + 1 - r.ndim) + r.shape[1:])
+        tc, tm = f / per_step(np.asarray(peaks)), b / hbm
+        tl = c / per_step(np.asarray(links)) + calls * per_step(np.asarray(alphas))
+        sol = np.maximum(np.maximum(tc, tm), tl)
+        compute_bound = (tc >= tm) & (tc >= tl)
+        memory_bound = ~compute_bound & (tm >= tl)
+        # over axis 0 of a C-ordered (steps, points) array numpy adds row after row, the loop's
+        # order; a single point would make the steps the inner loop, summed pairwise (totals()
+        # sends it step by step)
+        add = lambda x: np.add.reduce(x, axis=0)
+        sums = {"flops": add(f), "bytes": add(b), "weight_bytes": add(w), "comm_bytes": add(c),
+                "t_compute": add(tc), "t_memory": add(tm), "t_comm": add(tl), "t_sol": add(sol)}
+        sums["by_bound"] = np.stack([add(np.where(compute_bound, sol, 0.0)), add(np.where(memory_bound, sol, 0.0)),
+                                     add(np.where(~compute_bound & ~memory_bound, sol, 0.0))])
+        return sums
+
+    def _totals_by_step(self, peaks, links, hbm, alphas, args, shape) -> dict[str, np.ndarray]:
+        """:meth:`totals` one step at a time, each step's values at the shape they depend on (a
+        weight read is one float, a KV read a context vector): large grids."""
         sums = {k: np.zeros(shape) for k in ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute",
                                               "t_memory", "t_comm", "t_sol")}
         by_bound = np.zeros((3,) + shape)
@@ -170,8 +224,7 @@ class CompiledProgram:
         flops, traffic, comm = (self.column(i, args, shape) for i in range(3))
         peaks, links, hbm, alphas = self.rates(gpu)
         expand = (slice(None),) + (None,) * len(shape)
-        latency = np.stack([np.broadcast_to(self.latency(i, args, alphas), shape)
-                            for i in range(len(self.program.steps))]) if self.program.steps else np.zeros((0,) + shape)
+        latency = self.column(4, args, shape) * alphas[expand]       # calls x per-call latency
         t_compute, t_memory, t_comm = flops / peaks[expand], traffic / hbm, comm / links[expand] + latency
         out = {"flops": flops, "bytes": traffic, "comm_bytes": comm, "t_compute": t_compute,
                "t_memory": t_memory, "t_comm": t_comm,

@@ -352,24 +352,44 @@ def _text(expr) -> str:
 def match(program: Program, table: FusionTable, gpu, config, phase: str,
           tokens: int | None = None) -> list[Match]:
     """The fusions ``table`` applies to ``program`` (non-overlapping, largest first)."""
-    graph = _Graph(program)
-    candidates = []
-    for rank, rule in enumerate(table.rules):
-        if not rule.enabled:
-            continue
-        for members in _candidates(rule, graph):
-            steps = [graph.steps[u] for u in members]
-            if len({_text(s.repeat) for s in steps}) != 1:
-                continue     # members must run equally often (same layer template)
-            if _conditions(rule, steps, gpu, config, phase, tokens):
-                candidates.append((-len(members), rank, rule.name, members, rule.compute))
+    order, found = _rule_candidates(program, table)
+    candidates = [(-len(members), rank, rule.name, members, rule.compute) for rank, rule, members, steps in found
+                  if _conditions(rule, steps, gpu, config, phase, tokens)]
     taken: set[str] = set()
     out = []
     for _, _, name, members, compute in sorted(candidates, key=lambda c: (c[0], c[1])):
         if taken.isdisjoint(members):
             taken.update(members)
-            out.append(Match(name, tuple(sorted(members, key=graph.order.get)), compute))
-    return sorted(out, key=lambda m: graph.order[m.members[-1]])
+            out.append(Match(name, tuple(sorted(members, key=order.get)), compute))
+    return sorted(out, key=lambda m: order[m.members[-1]])
+
+
+#: (id(program), id(table)) -> (program, table, (step order, candidates)): every structure of one
+#: placement (each GPU arch, token regime and framework) walks the same graph for the same rules;
+#: only the conditions (arch, phase, degrees, tokens) differ, and they are checked per call.
+_CANDIDATES: dict[tuple, tuple] = {}
+
+
+def _rule_candidates(program: Program, table: FusionTable) -> tuple[dict, list]:
+    """Every enabled rule's candidate member lists in ``program`` whose members run equally often
+    (same layer template), as (rank, rule, member uids, member steps); and the steps' order."""
+    key = (id(program), id(table))
+    hit = _CANDIDATES.get(key)
+    if hit is not None and hit[0] is program and hit[1] is table:
+        return hit[2]
+    graph = _Graph(program)
+    found = []
+    for rank, rule in enumerate(table.rules):
+        if not rule.enabled:
+            continue
+        for members in _candidates(rule, graph):
+            steps = [graph.steps[u] for u in members]
+            if len({_text(s.repeat) for s in steps}) == 1:
+                found.append((rank, rule, members, steps))
+    if len(_CANDIDATES) > 4096:      # placements of one model: keep it bounded across models
+        _CANDIDATES.clear()
+    _CANDIDATES[key] = (program, table, (graph.order, found))
+    return graph.order, found
 
 
 def fuse(program: Program, matches: list[Match]) -> Program:

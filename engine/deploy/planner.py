@@ -309,16 +309,34 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
 
     ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options)."""
     numeric, symbolic = placed or (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
-    programs, formulas = {}, {}
+    programs, formulas, compiled = {}, {}, {}
     for phase in PHASES:
         num, sym = numeric[phase][0], symbolic[phase][0]
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
-        programs[phase], formulas[phase] = fuse(num, found), fuse(sym, found)
+        programs[phase], formulas[phase], compiled[phase] = _fused(num, sym, found)
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
-                     {p: compile_program(programs[p]) for p in PHASES}, weights,
-                     weight_formula, kv_dev, reserve_bytes(fusion, config))
+                     compiled, weights, weight_formula, kv_dev, reserve_bytes(fusion, config))
+
+
+#: (id(numeric), id(symbolic), matches) -> (numeric, symbolic, (fused numeric, fused symbolic,
+#: compiled)): structures of one placement whose GPU arch, token regime or framework select the
+#: same fusions have the same programs; fused and compiled once (programs are never mutated).
+_FUSED: dict[tuple, tuple] = {}
+
+
+def _fused(num: Program, sym: Program, found: list) -> tuple:
+    key = (id(num), id(sym), tuple(found))
+    hit = _FUSED.get(key)
+    if hit is not None and hit[0] is num and hit[1] is sym:
+        return hit[2]
+    program = fuse(num, found)
+    value = (program, fuse(sym, found), compile_program(program))
+    if len(_FUSED) > 4096:           # placements of one model: keep it bounded across models
+        _FUSED.clear()
+    _FUSED[key] = (num, sym, value)
+    return value
 
 
 _MEMORY: dict[tuple, tuple] = {}     # placement identity -> (the placements, their memory figures)
