@@ -160,7 +160,7 @@ def contract_specs(contract: dict) -> dict[str, dict]:
              .mark_point(shape="diamond", size=70, filled=True, color="#1b1f24", opacity=0.85)
              .encode(x="context:Q", y="kv_bytes:Q",
                      tooltip=[alt.Tooltip("pair:N", title="crossing"),
-                              alt.Tooltip("context:Q", title="at context (tokens)", format=",.1f"),
+                              alt.Tooltip("context:Q", title="at context (tokens)", format=",.1~f"),
                               alt.Tooltip("exact:N", title="exactly (tokens)"), alt.Tooltip("shown:N", title="bytes there"),
                               alt.Tooltip("above:N", title="holds more past it")]).properties(name="crossings"))
     size = {"width": "container", "height": 260}
