@@ -430,3 +430,60 @@ def test_crossing_diamonds_render_with_a_tooltip_naming_the_pair(out, browser, c
     finally:
         tab.context.close()
         next(server, None)
+
+
+# -- the solver's edge cases, on curves written here --------------------------------------------------
+
+class _Curve:
+    """A curve as engine.build.contract.crossings reads one: bytes over a whole-token grid, exact
+    bytes at a rational length, the widest compressed step."""
+
+    def __init__(self, fn, period=1):
+        self.fn, self.period = fn, period
+
+    def grid(self, lengths):
+        return [self.fn(Fraction(int(n))) for n in lengths]
+
+    def exact(self, length):
+        return Fraction(self.fn(length))
+
+
+def test_a_staircase_rippling_around_a_line_crosses_once():
+    """A line of 300 B a token over 1000 B against a staircase of 1280 B every 4 tokens (320 a
+    token on average): from the 13th step on the staircase jumps above the line and the line climbs
+    back over it within the step, until the staircase stays above. One crossing, at the first
+    flip: L = 52 (1000 + 300 x 52 = 16600 < 13 x 1280 = 16640; at 51, 16300 > 12 x 1280)."""
+    from engine.build.contract import crossings
+
+    line = _Curve(lambda n: 1000 + 300 * n)
+    stairs = _Curve(lambda n: 1280 * math.floor(n / 4), period=4)
+    found = crossings({"line": line, "stairs": stairs}, 1, 400)
+    assert [(c["length_exact"], c["kind"], c["above_after"]) for c in found] == [("52", "step", "stairs")]
+    assert found[0]["bytes"] == 16600
+
+
+def test_lines_cross_at_their_exact_fraction_and_touching_is_no_crossing():
+    from engine.build.contract import crossings
+
+    flat = _Curve(lambda n: 1000)
+    found = crossings({"flat": flat, "steep": _Curve(lambda n: 3 * n)}, 1, 1000)
+    assert [(c["length_exact"], c["kind"], c["bytes"]) for c in found] == [("1000/3", "equal", 1000)]
+    # equal up to 500, then apart: touching, not crossing
+    assert crossings({"a": _Curve(lambda n: 2 * min(n, 500)), "b": _Curve(lambda n: 2 * n)}, 1, 1000) == []
+
+
+def test_a_decode_at_length_outside_the_lengths_is_one_clear_error(tmp_path):
+    import shutil
+
+    from engine.build.contract import load_contract
+    from engine.spec.corpus import load_corpus
+    from engine.spec.errors import SpecError
+
+    corpus = load_corpus()
+    folder = tmp_path / "attention"
+    shutil.copytree(corpus.root / "contracts" / "attention", folder)
+    text = (folder / "contract.yaml").read_text().replace("decode_at: [4096, 1048576]", "decode_at: [4096, 5000]")
+    (folder / "contract.yaml").write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_contract(folder, corpus)
+    assert "decode_at" in str(err.value) and "1048576" in str(err.value)
