@@ -33,6 +33,9 @@ from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.sol import summarize
 
+#: Bytes per KV element under the contract (BF16 KV; recurrent states keep their own dtype).
+KV_BYTES = 2
+
 
 def load_contract(folder: Path, corpus: Corpus) -> dict[str, Any]:
     reader = Reader(folder / "contract.yaml", corpus.root)
@@ -64,10 +67,6 @@ def load_contract(folder: Path, corpus: Corpus) -> dict[str, Any]:
     return {"slot": folder.name, "doc": str(data["doc"]), "gpu": str(data["gpu"]), "batch": int(data["batch"]),
             "lengths": lengths, "prefill_at": int(data["prefill_at"]), "decode_at": [int(n) for n in decode_at],
             "variants": variants}
-
-
-#: Bytes per KV element under the contract (BF16 KV; recurrent states keep their own dtype).
-KV_BYTES = 2
 
 
 class Curve:
@@ -161,8 +160,8 @@ def evaluate_contracts(corpus: Corpus, gpu_root=None) -> dict[str, Any]:
             # the contract compares whole prompts across lengths (an architecture's cost, not a serving
             # schedule): a token budget that holds the batch's longest prompts prefills them in one step
             whole = int(contract["batch"] * lengths.max())
-            s = summarize(built.structure, [gpu], 0, 2, contract["batch"], lengths, 1, prefill_tokens=whole)
-            request_bytes = kv.request_bytes_fn(ev.numeric)(lengths, 2)
+            s = summarize(built.structure, [gpu], 0, KV_BYTES, contract["batch"], lengths, 1, prefill_tokens=whole)
+            request_bytes = kv.request_bytes_fn(ev.numeric)(lengths, KV_BYTES)
             component = next(c.component for c in ev.numeric.components.values() if c.role == contract["slot"])
             decode_bytes = np.asarray(s["phases"]["decode"]["bytes"], dtype=float)
             curves[model.model_id.split("/")[-1]] = Curve(ev.numeric)
