@@ -137,7 +137,9 @@ def contract_specs(contract: dict) -> dict[str, dict]:
     """KV (and recurrent state) per request, prefill time and decode step vs context for every
     variant of a contract, data embedded as built. Log-log: flat recurrent states (MB) and caches
     growing to GB, microsecond and minute steps share one plot; ticks at the contract's lengths,
-    labelled in binary units (1K, 1M); the legend below the plot (it names a dozen variants)."""
+    labelled in binary units (1K, 1M); the legend below the plot (it names a dozen variants). The
+    KV chart marks every crossing point the build solved (``crossings``) with a diamond whose
+    tooltip names the pair, the length and the bytes there."""
     rows = []
     for v in contract["variants"]:
         for length, kv, prefill, decode in zip(contract["lengths"], v["kv_bytes_per_request"], v["prefill_s"],
@@ -150,8 +152,8 @@ def contract_specs(contract: dict) -> dict[str, dict]:
                      "(datum.value / 1048576) + 'M' : (datum.value / 1024) + 'K'")
     legend = alt.Legend(orient="bottom", columns=1, labelLimit=400, symbolStrokeWidth=2)
 
-    def line(field: str, title: str, unit: str) -> dict:
-        return _spec(alt.Chart(data).transform_calculate(shown=human(f"datum.{field}", unit)).mark_line(point=True).encode(
+    def line(field: str, title: str, unit: str) -> alt.Chart:
+        return (alt.Chart(data).transform_calculate(shown=human(f"datum.{field}", unit)).mark_line(point=True).encode(
             x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=ticks, title="context (tokens)"),
             y=alt.Y(f"{field}:Q", title=title, scale=alt.Scale(type="log"), axis=_axis(unit)),
             color=alt.Color("variant:N", title="variant", sort=None, scale=alt.Scale(scheme="tableau20"),
@@ -159,11 +161,23 @@ def contract_specs(contract: dict) -> dict[str, dict]:
             strokeDash=alt.StrokeDash("variant:N", title="variant", sort=None, legend=legend),
             opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
             tooltip=[alt.Tooltip("variant:N", title="variant"), alt.Tooltip("context:Q", title="context (tokens)", format=","),
-                     alt.Tooltip("shown:N", title=title)]).add_params(pick)
-            .properties(width="container", height=260))
-    return {"kv": line("kv_bytes", "KV + state bytes per request (one layer)", "B"),
-            "prefill": line("prefill_s", "prefill time, SOL", "s"),
-            "decode": line("decode_s", "decode step at this context, SOL", "s")}
+                     alt.Tooltip("shown:N", title=title)]).add_params(pick))
+    # the crossing points (contracts.json "crossings", solved by the build): one diamond each, its
+    # tooltip naming the pair, the length and the bytes there; no colour field, so no legend entry
+    cross = alt.Data(values=[{"pair": f"{c['a_name']} × {c['b_name']}", "context": c["length"], "kv_bytes": c["bytes"],
+                              "exact": c["length_exact"], "above": c["above_name"]}
+                             for c in contract.get("crossings", [])])
+    marks = (alt.Chart(cross).transform_calculate(shown=human("datum.kv_bytes", "B"))
+             .mark_point(shape="diamond", size=70, filled=True, color="#1b1f24", opacity=0.85)
+             .encode(x="context:Q", y="kv_bytes:Q",
+                     tooltip=[alt.Tooltip("pair:N", title="crossing"),
+                              alt.Tooltip("context:Q", title="at context (tokens)", format=",.1~f"),
+                              alt.Tooltip("exact:N", title="exactly (tokens)"), alt.Tooltip("shown:N", title="bytes there"),
+                              alt.Tooltip("above:N", title="holds more past it")]).properties(name="crossings"))
+    size = {"width": "container", "height": 260}
+    kv = alt.layer(line("kv_bytes", "KV + state bytes per request (one layer)", "B"), marks).properties(**size)
+    return {"kv": _spec(kv), "prefill": _spec(line("prefill_s", "prefill time, SOL", "s").properties(**size)),
+            "decode": _spec(line("decode_s", "decode step at this context, SOL", "s").properties(**size))}
 
 
 #: The roofline's slope runs from ridge / ROOF_LEFT to the ridge, its flat roof on to ridge x ROOF_RIGHT

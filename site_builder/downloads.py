@@ -124,9 +124,10 @@ def render(site, results: Results, csv: Callable[[list[dict]], str]) -> None:
         contracts = json.loads((results.root / "contracts.json").read_text())
         rows = [{"slot": slot, "variant": v["name"], "component": v["component"], "context": n,
                  "params": v["params"]["value"], "kv_bytes_per_token": v["kv_bytes_per_token"]["value"],
-                 "kv_bytes_per_request": kv, "prefill_s": p, "decode_s": d}
+                 "kv_bytes_per_request": kv, "prefill_s": p, "decode_s": d, "decode_bytes": db}
                 for slot, c in contracts.items() for v in c["variants"]
-                for n, kv, p, d in zip(c["lengths"], v["kv_bytes_per_request"], v["prefill_s"], v["decode_s"])]
+                for n, kv, p, d, db in zip(c["lengths"], v["kv_bytes_per_request"], v["prefill_s"], v["decode_s"],
+                                           v["decode_bytes"])]
         site.file("downloads/contracts.csv", csv(rows))
     if results.landscape is not None:
         site.place(results.root / "landscape.json", "downloads/landscape.json")

@@ -64,6 +64,11 @@ PAGE_LIMIT = 300_000
 si, human_bytes, binary_bytes, seconds, tokens = units.si, units.decimal_bytes, units.binary_bytes, units.seconds, units.tokens
 
 
+def crossing_length(value) -> str:
+    """A context length that may be fractional (a crossing point): 14563.56 -> '14,563.6', 1042 -> '1,042'."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+
+
 def landscape_fmt(value, unit: str) -> str:
     """A landscape cell by its column's unit (landscape.json ``unit``); None reads "never"."""
     if value is None:
@@ -120,7 +125,7 @@ def environment(assets: dict[str, str] | None = None) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(si=si, bytes=human_bytes, gib=binary_bytes, tokens=tokens, fmt=fmt, anchor=anchor, seconds=seconds,
-                       landscape_fmt=landscape_fmt)
+                       landscape_fmt=landscape_fmt, crossing_length=crossing_length)
     # jinja's own tojson escapes < > & ' but not U+2028/U+2029: templates get the one escaper
     env.filters["tojson"] = lambda value, indent=None: markupsafe.Markup(script_json(value))
     env.globals["asset"] = lambda rel: "static/" + names[rel]

@@ -13,7 +13,9 @@ from site_builder.cli import main as site_main
 
 from tests.conftest import _evaluation
 
-H, HEADS, D = 4096, 32, 128         # the attention contract (corpus/contracts/attention/contract.yaml)
+# the attention contract (corpus/contracts/attention/contract.yaml): hidden 7168; the GQA family's
+# sources tie their query heads to the hidden (7168 / 128 = 56)
+H, HEADS, D = 7168, 56, 128
 LENGTHS = (1024, 4096, 16384, 65536, 131072, 262144, 1048576)
 
 
@@ -22,11 +24,12 @@ def contract():
     return {v["id"]: v for v in evaluate_contracts(load_corpus())["attention"]["variants"]}
 
 
-@pytest.mark.parametrize("variant,kv_heads", [("mha", 32), ("gqa", 8), ("mqa", 1), ("sliding", 8)])
+@pytest.mark.parametrize("variant,kv_heads", [("mha", 56), ("gqa", 8), ("mqa", 1), ("sliding", 8)])
 def test_gqa_family_params_and_kv_from_first_principles(contract, variant, kv_heads):
     v = contract[variant]
-    # q and o are H x (heads*D); k and v are H x (kv_heads*D); no biases
-    assert v["params"]["value"] == 2 * H * HEADS * D + 2 * H * kv_heads * D
+    # q and o are H x (heads*D); k and v are H x (kv_heads*D); biases only on MQA (StarCoder's)
+    biases = HEADS * D + 2 * kv_heads * D + H if variant == "mqa" else 0
+    assert v["params"]["value"] == 2 * H * HEADS * D + 2 * H * kv_heads * D + biases
     per_token = 2 * kv_heads * D * 2                      # K and V, BF16, one layer
     if variant == "sliding":
         assert v["kv_bytes_per_token"]["value"] == 0      # capped: nothing grows without bound
@@ -39,9 +42,10 @@ def test_gqa_family_params_and_kv_from_first_principles(contract, variant, kv_he
 
 def test_mla_contract(contract):
     v = contract["mla"]
-    q_a, q_b = H * 1536, 1536 * HEADS * (128 + 64)
-    kv_a, kv_b = H * (512 + 64), 512 * HEADS * (128 + 128)
-    o = HEADS * 128 * H
+    heads = 128                                          # DeepSeek-V3's
+    q_a, q_b = H * 1536, 1536 * heads * (128 + 64)
+    kv_a, kv_b = H * (512 + 64), 512 * heads * (128 + 128)
+    o = heads * 128 * H
     norms = 1536 + 512
     assert v["params"]["value"] == q_a + q_b + kv_a + kv_b + o + norms
     assert v["kv_bytes_per_token"]["value"] == (512 + 64) * 2

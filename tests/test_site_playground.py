@@ -117,15 +117,19 @@ def test_dsa_formula_trees_equal_the_walk(corpus):
 
 
 def test_contract_compares_the_gated_and_k_eq_v_mixers(out):
-    """Every attention mixer of the library is under the contract: Qwen3.5's gated GQA and Gemma 4's
-    K = V GQA by hand at hidden 4096, 32 query and 8 KV heads of 128 (BF16 KV: keys and values cached)."""
-    h, q, kvh, d = 4096, 32, 8, 128
+    """Every attention mixer of the library is under the contract: Qwen3.5's gated GQA (Qwen3.5-397B's
+    32 query and 2 KV heads of 256) and Gemma 4's K = V GQA (gemma-4-26B's global layers: 16 query and
+    2 KV heads of 512) by hand at the contract's hidden 7168 (BF16 KV: keys and values cached)."""
+    h = 7168
     rows = {v["id"]: v for v in json.loads((out / "results" / "contracts.json").read_text())["attention"]["variants"]}
+    q, kvh, d = 32, 2, 256
     gated = 2 * q * d * h + 2 * kvh * d * h + q * d * h + 2 * d        # q (+ gate), k, v, o, q/k norms
+    assert rows["gated"]["params"]["value"] == gated
+    assert rows["gated"]["kv_bytes_per_token"]["value"] == 2 * kvh * d * 2
+    q, kvh, d = 16, 2, 512
     k_eq_v = q * d * h + kvh * d * h + q * d * h + 2 * d                # no v_proj; v_norm has no scale
-    assert (rows["gated"]["params"]["value"], rows["gqa_kv"]["params"]["value"]) == (gated, k_eq_v)
-    for name in ("gated", "gqa_kv"):
-        assert rows[name]["kv_bytes_per_token"]["value"] == 2 * kvh * d * 2
+    assert rows["gqa_kv"]["params"]["value"] == k_eq_v
+    assert rows["gqa_kv"]["kv_bytes_per_token"]["value"] == 2 * kvh * d * 2
     library = {n for n, c in load_corpus().components.items() if c.role == "attention"}
     assert library <= {v["component"] for v in rows.values()}
 
