@@ -9,15 +9,18 @@ Templates are autoescaped; numbers arrive with their formula; nothing here evalu
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import hashlib
 import io
 import json
+import multiprocessing
 import os
 import re
 import shutil
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -350,22 +353,88 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
                ("downloads", None, lambda: downloads.render(site, results, _csv))]   # lists every group's files: always redone
     before = _previous_groups(previous)
     record: dict[str, dict] = {}
-    for done, (label, key, render) in enumerate(groups, 1):
+
+    def carried(label: str, key: str | None) -> bool:
         site.written = []
         old = before.get(label)
         if key is not None and isinstance(old, dict) and old.get("key") == key and _carry(Path(previous), site, old):
             record[label] = {"key": key, "files": old["files"]}
-        else:
-            render()
-            record[label] = {"key": key, "files": {rel: publish.file_digest(staging / rel) for rel in site.written}}
+            return True
+        return False
+
+    def finish(label: str, key: str | None, written: list[str]) -> None:
+        record[label] = {"key": key, "files": {rel: publish.file_digest(staging / rel) for rel in written}}
+
+    models = set(results.models["model_id"])
+    keys = {label: key for label, key, _ in groups}
+    done = 0
+
+    def step(label: str) -> None:
+        nonlocal done
+        done += 1
         if progress:
             progress(done, len(groups), label)
         if label == "gallery":
             publish.fault("site")
+
+    with contextlib.ExitStack() as stack:
+        # the model groups to render (two thirds of a cold render) go to worker processes while this
+        # one renders the site-wide groups; each group writes only its own files
+        todo = [label for label, key, _ in groups if label in models and not carried(label, key)]
+        pool = _render_pool(stack, len(todo))
+        futures = {label: pool.submit(_render_model_group, str(results_dir), str(staging), assets, label)
+                   for label in todo} if pool else {}
+        # a failure (or a killed build) stops the queued groups rather than rendering them first
+        stack.callback(lambda: [future.cancel() for future in futures.values()])
+        for label, key, render in groups:
+            if label == "downloads":          # it lists every group's files: the model groups first
+                for model_label, future in futures.items():
+                    finish(model_label, keys[model_label], future.result())
+                    step(model_label)
+            if label in futures:
+                continue
+            if label in todo or (label not in models and not carried(label, key)):
+                site.written = []
+                render()
+                finish(label, key, site.written)
+            step(label)
     # compact: it is published with the site and names every file (a thousand and more)
     (staging / SITE_MANIFEST).write_text(json.dumps({"version": SITE_MANIFEST_VERSION, "groups": record},
                                                     separators=(",", ":"), sort_keys=True))
     publish.pin_site(staging, results_dir)
+
+
+def _render_pool(stack: contextlib.ExitStack, groups: int):
+    """Worker processes for the model page groups (one per core, at most one per group), or None
+    when one process is enough: fewer than :data:`POOL_GROUPS` groups (a worker's start costs about
+    what a small model's pages do), or ``ARCHLEDGER_RENDER_JOBS=1``; that variable sets the count.
+    Spawned, not forked: a forked child inherits polars' thread pool mid-state (as in the results build)."""
+    asked = os.environ.get("ARCHLEDGER_RENDER_JOBS")
+    jobs = int(asked) if asked else (os.cpu_count() or 1) if groups >= POOL_GROUPS else 1
+    jobs = max(1, min(jobs, groups))
+    if jobs == 1:
+        return None
+    from engine.build.results import worker_init      # workers die with this process, however it dies
+    return stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                                   initializer=worker_init, initargs=(os.getpid(),)))
+
+
+POOL_GROUPS = 4
+_WORKER: dict[str, tuple] = {}       # results folder -> (Results, Site environment) in a render worker
+
+
+def _render_model_group(results_dir: str, staging: str, assets: dict[str, str], model_id: str) -> list[str]:
+    """In a render worker: one model's page group (inspector, deployments, sizing) written under
+    ``staging``, with the parent's static asset names; returns the files written (relative paths).
+    The same calls as the in-process render."""
+    if results_dir not in _WORKER:
+        _WORKER[results_dir] = (Results.load(Path(results_dir)), environment(assets))
+    results, env = _WORKER[results_dir]
+    site = Site(Path(staging), env)
+    _model(site, results, model_id)
+    _deploy(site, results, model_id, sizing.render(site, results.root, model_id, slug(model_id),
+                                                   results.documents[model_id]))
+    return site.written
 
 
 def render_staged(results_dir: Path, site_dir: Path, progress=None) -> None:
@@ -468,9 +537,9 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
             .group_by(["gpu", "n_gpus", "config", "framework", "kv_dtype"])
             .agg(pl.col("tokens_per_s_per_gpu").max().alias("best_tokens_per_s_per_gpu"),
                  pl.col("batch").sort_by("tokens_per_s_per_gpu").last().alias("at_batch"))
-            .sort(["gpu", "n_gpus", "config"]))
+            .sort(["gpu", "n_gpus", "config", "framework", "kv_dtype"]))    # every key: group_by's order is random
     # ... and each GPU type's best combination (one bar per GPU in the comparison chart)
-    per_gpu = (best.sort("best_tokens_per_s_per_gpu", descending=True)
+    per_gpu = (best.sort("best_tokens_per_s_per_gpu", descending=True, maintain_order=True)
                .group_by(["gpu", "framework", "kv_dtype"], maintain_order=True).first())
     # the page evaluates any (prompt, output, batch) from the structures' formula trees: the model-wide
     # part (GPU rates, configs, options) goes into index.json.gz, each (config, scale-up domain) gets one

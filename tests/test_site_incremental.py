@@ -153,3 +153,17 @@ def test_ci_and_netlify_builds_restore_the_previous_build():
     netlify = tomllib.loads((REPO / "netlify.toml").read_text())
     plugin = next(p for p in netlify["plugins"] if p["package"] == "netlify-plugin-cache")
     assert "build" in plugin["inputs"]["paths"]
+
+
+def test_parallel_render_is_byte_identical_to_serial(built, tmp_path, monkeypatch):
+    """Consistency (the renderer with itself): model page groups rendered in worker processes give
+    the same files, byte for byte, as the same groups rendered in this process."""
+    _, _, out = built
+    trees = {}
+    for jobs in ("1", "2"):
+        monkeypatch.setenv("ARCHLEDGER_RENDER_JOBS", jobs)
+        target = tmp_path / f"site-{jobs}"
+        render_pages(out / "results", target)
+        trees[jobs] = {k: v for k, (_, v) in _tree(target).items()}
+    assert len(trees["1"]) > 20 and any(k.startswith("models/Qwen--Qwen3-8B/") for k in trees["1"])
+    assert trees["1"] == trees["2"]

@@ -768,7 +768,7 @@ def _check_all(corpus: Corpus, todo: list[str], hashes: dict, pool) -> list[dict
 def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Corpus | None = None):
     """The --jobs worker processes (None when one is enough), closed with ``stack``. Spawned, not
     forked: a forked child inherits polars' thread pool mid-state and can hang. Workers die with
-    this process (see _worker_init), so a killed build leaves no orphan evaluating on. Each worker
+    this process (see worker_init), so a killed build leaves no orphan evaluating on. Each worker
     starts with the build's loaded ``corpus`` (unpickling it is ~40x faster than parsing the YAML),
     filed under the content digest :func:`cached_corpus` looks it up by."""
     jobs = max(1, min(jobs or os.cpu_count() or 1, tasks or 1))
@@ -779,7 +779,7 @@ def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Cor
         root = Path(corpus.root).resolve()
         seed = ((str(root), corpus_digest(root)), corpus)
     return stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                                   initializer=_worker_init, initargs=(os.getpid(), seed)))
+                                                   initializer=worker_init, initargs=(os.getpid(), seed)))
 
 
 def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, staging: Path, hashes: dict,
@@ -821,8 +821,8 @@ def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, 
     return results
 
 
-def _worker_init(parent: int, seed: tuple | None = None) -> None:
-    """In each --jobs worker: die when the build process dies, however it dies. On Linux the kernel
+def worker_init(parent: int, seed: tuple | None = None) -> None:
+    """In each --jobs worker (and each site render worker): die when the build process dies, however it dies. On Linux the kernel
     sends SIGKILL (prctl PR_SET_PDEATHSIG); elsewhere, and as a backstop, a thread exits the worker
     when its parent pid changes (it is re-parented when the build process is gone)."""
     global _IN_WORKER
