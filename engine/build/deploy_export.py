@@ -24,6 +24,15 @@ Document (``results/formulas/<org--name>.json``, one per model):
 * ``kv_request``: a request's cache bytes (all GPUs; and its state and growing parts) as trees;
   ``kv_bytes``: bytes per element of each KV dtype; ``budget`` and ``hbm_fraction``: the options the
   grid ran with.
+* speculative decoding with the model's MTP modules (docs/deployment.md), for models with an
+  ``mtp`` stack (``mtp_modules`` > 0; absent otherwise): per option ``mtp`` = per phase one program
+  per token regime holding the *draft steps* of the structure ``archledger deploy --mtp 1`` builds
+  (:func:`engine.deploy.planner.with_drafts`: its programs are the main stack's steps, unchanged,
+  followed by these); per config ``mtp`` = that structure's weights per GPU (bytes, formula) and
+  ``kv_dev`` (the whole MTP stack on the last stage); ``kv_request_mtp`` the MTP stack's cache per
+  request; ``tokens_per_step`` the text of E. With k drafts the browser runs the main program at
+  seq = k + 1 plus k times the draft steps (a draft step's calls are linear in k: ``repeat x k /
+  layers``), in the decode regime of k + 1 tokens per request; prefill adds the draft steps once.
 
 Invariant: the browser's summary at a point equals ``archledger deploy`` at that point (same
 structure, same expressions, same rules) to float rounding; tests/test_site_offgrid.py checks it.
@@ -37,8 +46,9 @@ import sympy
 
 from engine.deploy.cost import step_totals
 from engine.deploy.fusion import live_token_limits, token_limits
+from engine.deploy.planner import mtp_modules
 from engine.deploy.sol import formula_text
-from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, PHASES, PREFILL_TOKENS
+from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
 from engine.spec import kv, symbols
 from engine.spec.formula_tree import to_tree
 
@@ -79,12 +89,13 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
 
     exported: dict[tuple, int] = {}
 
-    def program(s, phase: str) -> int:
-        if (id(s), phase) in exported:           # structures are cached by the grid: ids are stable
-            return exported[(id(s), phase)]
+    def program(s, phase: str, start: int = 0) -> int:
+        """Steps ``start:`` of a structure's program (from 0: the whole program)."""
+        if (id(s), phase, start) in exported:    # structures are cached by the grid: ids are stable
+            return exported[(id(s), phase, start)]
         text = formula_text(s, phase)
         steps = []
-        for i, st in enumerate(s.programs[phase].steps):
+        for i, st in enumerate(s.programs[phase].steps[start:], start):
             f, b, c, w = step_totals(st)
             calls = st.repeat if st.collective else sympy.Integer(0)
             coll = colls.add([st.collective, st.ranks, st.nodes]) if st.collective else -1
@@ -92,8 +103,21 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                           dtypes.add(st.compute_dtype), LINKS[st.link], coll, KINDS.index(st.kind),
                           int(bool(st.view)), strings.add(st.uid), strings.add(text[i][0]), strings.add(text[i][1]),
                           strings.add(text[i][2])])
-        exported[(id(s), phase)] = programs.add(steps)
-        return exported[(id(s), phase)]
+        exported[(id(s), phase, start)] = programs.add(steps)
+        return exported[(id(s), phase, start)]
+
+    def drafts(main, drafting, phase: str) -> int:
+        """The draft steps of ``drafting`` (the --mtp 1 structure of ``main``'s cell and regime): its
+        program is ``main``'s, then them. Checked, since the browser adds them to ``main``'s program:
+        a fusion joining a main-stack step with an MTP step would break it."""
+        head, steps = main.programs[phase].steps, drafting.programs[phase].steps
+        if len(steps) < len(head) or any(a.uid != b.uid or step_totals(a) != step_totals(b)
+                                         for a, b in zip(head, steps)):
+            raise ValueError(f"{ev.model.model_id} {phase}: the --mtp program does not start with the main "
+                             "program's steps (a fusion spans both stacks); the deploy page cannot add drafts")
+        return program(drafting, phase, len(head))
+
+    modules = mtp_modules(ev)
 
     configs: dict[tuple, int] = {}
     config_rows: list[dict] = []
@@ -123,6 +147,16 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             built = [structure(config, domain, framework, gpu,
                                tuple(firsts[p][min(k, len(firsts[p]) - 1)] for p in PHASES)) for k in range(count)]
             by_phase = {p: [program(built[c], p) for c in classes[p]] for p in PHASES}
+            if modules:     # the --mtp 1 structure of each of those regimes: its draft steps, its memory
+                drafting = [structure(config, domain, framework, gpu, tuple(firsts[p][min(k, len(firsts[p]) - 1)]
+                                                                            for p in PHASES), mtp=1)
+                            for k in range(count)]
+                by_phase["mtp"] = {p: [drafts(built[c], drafting[c], p) for c in classes[p]] for p in PHASES}
+                row = config_rows[configs[key]]
+                if "mtp" not in row:
+                    row["mtp"] = {"weight_bytes_per_gpu": float(drafting[0].weight_bytes_per_gpu),
+                                  "weight_formula": str(drafting[0].weight_formula),
+                                  "kv_dev": tree(drafting[0].kv_device_per_request)}
             options.append({"gpu": gpu.key, "config": configs[key], "framework": framework,
                             "kv_dtypes": list(grid.kv_dtypes), "limits": list(limits),
                             "reserve": float(base.reserve_bytes_per_gpu), **by_phase})
@@ -131,6 +165,12 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
     for name, part in (("all", None), *((p, p) for p in kv.PARTS)):
         elements, own = kv.request_terms(ev.numeric, part=part)
         kv_request[name] = to_tree(elements * kv_symbol + own)
+    mtp = {}
+    if modules:
+        mtp = {"mtp_modules": modules, "tokens_per_step": str(TOKENS_PER_STEP), "kv_request_mtp": {}}
+        for name, part in (("all", None), *((p, p) for p in kv.PARTS)):
+            elements, own = kv.request_terms(ev.numeric, MTP_STACK, part)
+            mtp["kv_request_mtp"][name] = to_tree(elements * kv_symbol + own)
     used = sorted({o["gpu"] for o in options})
     gpu_rows = {}
     for key in used:
@@ -141,7 +181,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                          "alpha": [g.collective_latency(op, ranks, nodes) for op, ranks, nodes in colls.items]}
     return {"format": FORMAT, "model_id": ev.model.model_id, "max_context": int(ev.numeric.max_context),
             "budget": PREFILL_TOKENS, "hbm_fraction": HBM_FRACTION, "max_batch": MAX_BATCH,
-            "kv_bytes": {d: kv.KV_DTYPE_BYTES[d] for d in grid.kv_dtypes}, "kv_request": kv_request,
+            "kv_bytes": {d: kv.KV_DTYPE_BYTES[d] for d in grid.kv_dtypes}, "kv_request": kv_request, **mtp,
             "dtypes": dtypes.items, "colls": colls.items, "gpus": gpu_rows, "configs": config_rows,
             "options": options, "programs": programs.items, "trees": trees.items, "strings": strings.items}
 

@@ -26,8 +26,9 @@ from engine.deploy import (PHASES, Options, Plan, Scenario, build_structure, pla
 from engine.deploy.fusion import load_tables, representative_tokens, token_limits
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
+from engine.deploy.planner import with_mtp
 from engine.deploy.sol import capacity, op_rows_columns, summarize
-from engine.deploy.structure import HBM_FRACTION
+from engine.deploy.structure import HBM_FRACTION, MTP_STACK
 
 PHASE_FIELDS = ("step_time_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
                 "weight_bytes", "comm_bytes", "bound")
@@ -78,23 +79,37 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     inputs = input_lengths(grid, max_ctx)
     placements, structures, shared = {}, {}, {}
 
-    def structure(config, domain, framework, gpu, regimes):
+    def placed(config, wide, domain, mtp: int = 0):
+        """(numeric, symbolic) placements of a config; with ``mtp`` draft tokens the main stack's
+        with the MTP stack's drafts added (engine.deploy.planner.with_mtp, as ``place`` does)."""
+        pkey = (config, wide, mtp)
+        if pkey not in placements:
+            options = Options(framework="none")
+            if mtp:
+                main = placed(config, wide, domain)
+                placements[pkey] = tuple(
+                    with_mtp(main[i], place(ev, config, domain, options, symbolic, MTP_STACK),
+                             ev.symbolic if symbolic else ev.numeric, mtp)
+                    for i, symbolic in enumerate((False, True)))
+            else:
+                placements[pkey] = (place(ev, config, domain, options, False),
+                                    place(ev, config, domain, options, True))
+        return placements[pkey]
+
+    def structure(config, domain, framework, gpu, regimes, mtp: int = 0):
+        """The structure of a cell's framework at per-phase token ``regimes``; with ``mtp`` draft
+        tokens, the one ``archledger deploy --mtp`` builds (the deploy page's export only)."""
         table = tables.get(framework)
         limits = token_limits(table)
-        key = (config, domain, framework, _signature(table, gpu), regimes)
+        key = (config, domain, framework, _signature(table, gpu), regimes, mtp)
         if key not in structures:
             # domains that hold the whole config place and compile alike: share that work
             wide = placement_domain(config, domain)
             skey = (config, wide) + key[2:]
             if skey not in shared:
-                pkey = (config, wide)
-                if pkey not in placements:
-                    options = Options(framework="none")
-                    placements[pkey] = (place(ev, config, domain, options, False),
-                                        place(ev, config, domain, options, True))
                 tokens = {p: representative_tokens(limits, r) for p, r in zip(PHASES, regimes)}
-                shared[skey] = build_structure(ev, config, Options(framework=framework), domain, table, gpu,
-                                               tokens, placements[pkey])
+                shared[skey] = build_structure(ev, config, Options(framework=framework, mtp_tokens=mtp), domain,
+                                               table, gpu, tokens, placed(config, wide, domain, mtp))
             s = shared[skey]
             if s.domain != domain:       # the same programs, labelled with this GPU's domain
                 s = copy.copy(s)

@@ -271,12 +271,19 @@ def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options,
         out[phase] = (_with_pipeline(placer.run(phase_rows(analysis, phase, stack)), placer), placer)
     if stack == "main" and options.mtp_tokens:
         drafts = place(ev, config, domain, replace(options, mtp_tokens=0), symbolic, MTP_STACK)
-        out["decode"] = (with_drafts(out["decode"][0], drafts["decode"][0], analysis, options.mtp_tokens),
-                         out["decode"][1])
-        # prefill: the first MTP module runs over the prompt (its KV cache, the first draft)
-        out["prefill"] = (with_drafts(out["prefill"][0], drafts["prefill"][0], analysis, 1, one_token=False),
-                          out["prefill"][1])
+        out = with_mtp(out, drafts, analysis, options.mtp_tokens)
     return out
+
+
+def with_mtp(main: dict[str, tuple[Program, Placer]], drafts: dict[str, tuple[Program, Placer]], analysis,
+             k: int) -> dict[str, tuple[Program, Placer]]:
+    """The main stack's placements (:func:`place`, per phase) with ``k`` MTP draft tokens added from
+    the MTP stack's (``place(..., stack=MTP_STACK)``): decode drafts ``k`` tokens (:func:`with_drafts`);
+    prefill runs the first MTP module over the prompt (its KV cache, the first draft) whatever ``k``.
+    The grid's export (engine.build.deploy_export) builds its k = 1 structures from this too."""
+    return {"decode": (with_drafts(main["decode"][0], drafts["decode"][0], analysis, k), main["decode"][1]),
+            "prefill": (with_drafts(main["prefill"][0], drafts["prefill"][0], analysis, 1, one_token=False),
+                        main["prefill"][1])}
 
 
 def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool = True) -> Program:
