@@ -93,9 +93,9 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         """Steps ``start:`` of a structure's program (from 0: the whole program)."""
         if (id(s), phase, start) in exported:    # structures are cached by the grid: ids are stable
             return exported[(id(s), phase, start)]
-        text = formula_text(s, phase)
+        text = formula_text(s, phase, start)
         steps = []
-        for i, st in enumerate(s.programs[phase].steps[start:], start):
+        for i, st in enumerate(s.programs[phase].steps[start:]):
             f, b, c, w = step_totals(st)
             calls = st.repeat if st.collective else sympy.Integer(0)
             coll = colls.add([st.collective, st.ranks, st.nodes]) if st.collective else -1
@@ -107,15 +107,15 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         return exported[(id(s), phase, start)]
 
     def drafts(main, drafting, phase: str) -> int:
-        """The draft steps of ``drafting`` (the --mtp 1 structure of ``main``'s cell and regime): its
-        program is ``main``'s, then them. Checked, since the browser adds them to ``main``'s program:
-        a fusion joining a main-stack step with an MTP step would break it."""
-        head, steps = main.programs[phase].steps, drafting.programs[phase].steps
-        if len(steps) < len(head) or any(a.uid != b.uid or step_totals(a) != step_totals(b)
-                                         for a, b in zip(head, steps)):
-            raise ValueError(f"{ev.model.model_id} {phase}: the --mtp program does not start with the main "
-                             "program's steps (a fusion spans both stacks); the deploy page cannot add drafts")
-        return program(drafting, phase, len(head))
+        """The draft steps of ``drafting`` (the --mtp 1 structure of ``main``'s cell and regime, whose
+        programs hold only them, fused alone: engine.build.grid_eval). ``archledger deploy --mtp``
+        fuses them after the main stack's steps in one program; the two agree because no draft step
+        reads a main-stack step (no rule can join them), checked here."""
+        mine = {s.uid for s in main.unfused[phase].steps}
+        if any(i in mine for s in drafting.unfused[phase].steps for i in s.inputs):
+            raise ValueError(f"{ev.model.model_id} {phase}: an MTP step reads a main-stack step, so a fusion may "
+                             "join the two stacks; the deploy page cannot add the drafts to the main program")
+        return program(drafting, phase)
 
     modules = mtp_modules(ev)
 

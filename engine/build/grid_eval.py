@@ -17,6 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left
 import copy
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 
@@ -80,15 +81,18 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     placements, structures, shared = {}, {}, {}
 
     def placed(config, wide, domain, mtp: int = 0):
-        """(numeric, symbolic) placements of a config; with ``mtp`` draft tokens the main stack's
-        with the MTP stack's drafts added (engine.deploy.planner.with_mtp, as ``place`` does)."""
+        """(numeric, symbolic) placements of a config; with ``mtp`` draft tokens only the MTP stack's
+        drafts (engine.deploy.planner.with_mtp, as ``place`` does, over the main stack's placements
+        without their steps: its layouts and stored weights stay, for the memory figures). The
+        export adds them to the main programs it already has (engine.build.deploy_export)."""
         pkey = (config, wide, mtp)
         if pkey not in placements:
             options = Options(framework="none")
             if mtp:
                 main = placed(config, wide, domain)
                 placements[pkey] = tuple(
-                    with_mtp(main[i], place(ev, config, domain, options, symbolic, MTP_STACK),
+                    with_mtp({p: (replace(program, steps=()), placer) for p, (program, placer) in main[i].items()},
+                             place(ev, config, domain, options, symbolic, MTP_STACK),
                              ev.symbolic if symbolic else ev.numeric, mtp)
                     for i, symbolic in enumerate((False, True)))
             else:
@@ -98,7 +102,8 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
 
     def structure(config, domain, framework, gpu, regimes, mtp: int = 0):
         """The structure of a cell's framework at per-phase token ``regimes``; with ``mtp`` draft
-        tokens, the one ``archledger deploy --mtp`` builds (the deploy page's export only)."""
+        tokens, the draft steps of the one ``archledger deploy --mtp`` builds, fused alone, and its
+        memory (the deploy page's export only)."""
         table = tables.get(framework)
         limits = token_limits(table)
         key = (config, domain, framework, _signature(table, gpu), regimes, mtp)
@@ -108,8 +113,9 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             skey = (config, wide) + key[2:]
             if skey not in shared:
                 tokens = {p: representative_tokens(limits, r) for p, r in zip(PHASES, regimes)}
+                # (the drafting structures are only exported, never evaluated here: not compiled)
                 shared[skey] = build_structure(ev, config, Options(framework=framework, mtp_tokens=mtp), domain,
-                                               table, gpu, tokens, placed(config, wide, domain, mtp))
+                                               table, gpu, tokens, placed(config, wide, domain, mtp), compile=not mtp)
             s = shared[skey]
             if s.domain != domain:       # the same programs, labelled with this GPU's domain
                 s = copy.copy(s)

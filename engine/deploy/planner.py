@@ -311,10 +311,12 @@ def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool =
 
 def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, domain: int,
                     fusion: FusionTable | None, gpu: GPU, tokens: Mapping[str, int | None],
-                    placed: tuple | None = None) -> Structure:
+                    placed: tuple | None = None, compile: bool = True) -> Structure:
     """Fuse (rules decided for ``gpu``'s arch and ``tokens`` per device) and compile placed programs.
 
-    ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options)."""
+    ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options).
+    ``compile=False`` leaves ``compiled`` empty: for a structure only read for its programs, formulas
+    and memory (the deploy page's export of MTP drafts), never evaluated at a point."""
     numeric, symbolic = placed or (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
     programs, formulas = {}, {}
     for phase in PHASES:
@@ -324,7 +326,7 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
-                     {p: compile_program(programs[p]) for p in PHASES}, weights,
+                     {p: compile_program(programs[p]) for p in PHASES} if compile else {}, weights,
                      weight_formula, kv_dev, reserve_bytes(fusion, config))
 
 
