@@ -214,9 +214,14 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, dict]]:
     # the weight formula's text travels once per model in index.json's weight_formulas
     configs = {c["key"]: {**{k: v for k, v in c.items() if k not in ("kv_dev", "weight_formula")},
                           "kv_dev": trees[c["kv_dev"]]} for c in doc["configs"]}
+    # with MTP drafting: each config's weights and KV per GPU; the weight formulas' texts once per model
+    mtp_formulas: dict[int, int] = {}
     for c in doc["configs"]:
         if "mtp" in c:
-            configs[c["key"]]["mtp"] = {**c["mtp"], "kv_dev": trees[c["mtp"]["kv_dev"]]}
+            text = mtp_formulas.setdefault(c["mtp"]["weight_formula"], len(mtp_formulas))
+            configs[c["key"]]["mtp"] = {**c["mtp"], "kv_dev": trees[c["mtp"]["kv_dev"]], "weight_formula": text}
     head = {k: doc[k] for k in ("format", "max_context", "budget", "hbm_fraction", "max_batch", "kv_bytes",
                                 "kv_request", "gpus", "mtp_modules", "tokens_per_step", "kv_request_mtp") if k in doc}
+    if mtp_formulas:
+        head["mtp_weight_formulas"] = [strings[i] for i in mtp_formulas]
     return {**head, "configs": configs, "options": options}, files

@@ -28,7 +28,8 @@ Document (``results/formulas/<org--name>.json``, one per model):
   ``mtp`` stack (``mtp_modules`` > 0; absent otherwise): per option ``mtp`` = per phase one program
   per token regime holding the *draft steps* of the structure ``archledger deploy --mtp 1`` builds
   (:func:`engine.deploy.planner.with_drafts`: its programs are the main stack's steps, unchanged,
-  followed by these); per config ``mtp`` = that structure's weights per GPU (bytes, formula) and
+  followed by these); per config ``mtp`` = that structure's weights per GPU (bytes, formula text by
+  its index in ``strings``) and
   ``kv_dev`` (the whole MTP stack on the last stage); ``kv_request_mtp`` the MTP stack's cache per
   request; ``tokens_per_step`` the text of E. With k drafts the browser runs the main program at
   seq = k + 1 plus k times the draft steps (a draft step's calls are linear in k: ``repeat x k /
@@ -155,7 +156,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                 row = config_rows[configs[key]]
                 if "mtp" not in row:
                     row["mtp"] = {"weight_bytes_per_gpu": float(drafting[0].weight_bytes_per_gpu),
-                                  "weight_formula": str(drafting[0].weight_formula),
+                                  "weight_formula": strings.add(str(drafting[0].weight_formula)),
                                   "kv_dev": tree(drafting[0].kv_device_per_request)}
             options.append({"gpu": gpu.key, "config": configs[key], "framework": framework,
                             "kv_dtypes": list(grid.kv_dtypes), "limits": list(limits),

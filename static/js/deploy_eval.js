@@ -115,7 +115,7 @@
     return {
       batch: batch, input_len: input, output_len: p.output, micro_batches: k, prefill_steps: steps,
       usable_bytes_per_gpu: usable, weight_bytes_per_gpu: weights, reserve_bytes_per_gpu: reserve,
-      weight_formula: mtp ? cfg.mtp.weight_formula : null,
+      weight_formula: mtp ? model.mtp_weight_formulas[cfg.mtp.weight_formula] : null,
       kv_bytes_per_request: request("all"), kv_state_bytes_per_request: request("state"),
       kv_bytes_per_request_per_gpu: kvDev, kv_budget_bytes_per_gpu: Math.max(room, 0), kv_bytes_per_gpu: kvNeed,
       activation_bytes_per_gpu: act, free_bytes_per_gpu: Math.max(room - kvNeed, 0),
