@@ -145,8 +145,9 @@ def test_page_equals_archledger_deploy_mtp(tab, base, point):
     # what the reader sees: the controls keep k and a, the cards show these numbers
     form = tab.page.evaluate("() => ({mtp: document.querySelector('#pick [name=mtp]').value,"
                              " acc: document.querySelector('#pick [name=acc]').value,"
-                             " hidden: document.getElementById('mtp-controls').hidden})")
-    assert form == {"mtp": str(k), "acc": str(a), "hidden": False}
+                             " labels: [...document.querySelectorAll('#pick label.mtp')].map(l => l.firstChild.textContent.trim())})")
+    assert form == {"mtp": str(k), "acc": str(a), "labels": ["MTP draft tokens k", "acceptance rate a"]}
+    assert tab.page.locator("#pick [name=mtp]").is_visible() and tab.page.locator("#pick [name=acc]").is_visible()
     assert f"&mtp={k}&acc={a}" in tab.page.url
     shown = _cards(tab)
     assert shown["Max concurrent requests"] == str(summary["max_concurrent_requests"])

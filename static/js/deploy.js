@@ -221,10 +221,16 @@
     index = idx; model = idx.model;
     var opts = idx.options, grid = idx.grid;
     if (model.mtp_modules) {   // speculative decoding with the model's MTP modules: k = 0 (off) .. modules
+      var before = document.getElementById("inputs");
+      [["MTP draft tokens k ", "select", { name: "mtp" }], ["acceptance rate a ", "input", { name: "acc", type: "number", min: "0", max: "1", step: "any", value: "0.8" }]].forEach(function (c) {
+        var label = document.createElement("label"), el = document.createElement(c[1]);
+        label.className = "mtp"; label.appendChild(document.createTextNode(c[0]));
+        Object.keys(c[2]).forEach(function (k) { el.setAttribute(k, c[2][k]); });
+        label.appendChild(el); form.insertBefore(label, before);
+      });
       KEYS.push("mtp", "acc");
       fill(form.elements.mtp, Array.from({ length: model.mtp_modules + 1 }, function (_, i) { return i; }), params.get("mtp") || "0");
       if (params.get("acc") !== null) form.elements.acc.value = params.get("acc");
-      document.getElementById("mtp-controls").hidden = false;
     }
     suggest("inputs", grid.inputs); suggest("outputs", grid.outputs); suggest("batches", grid.batches);
     fill(form.elements.gpu, uniq(opts.map(function (o) { return o.gpu; })), params.get("gpu") || "H200");
