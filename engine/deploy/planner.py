@@ -296,7 +296,10 @@ def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool =
     seq = 1 whatever the step's seq (:func:`engine.deploy.cost.step_totals`); without it (prefill,
     k = 1) the first module runs over the same tokens as the main stack, as the drafters' first
     pass over new tokens does. Layouts and stored weights of both stacks are kept (weights and KV
-    of the MTP stack are counted from them)."""
+    of the MTP stack are counted from them). The deploy page applies this rule in the browser
+    (static/js/deploy_eval.js: k times the exported k = 1 draft steps, engine.build.deploy_export):
+    a change here changes there too; tests/test_site_mtp.py and tests/test_mtp_export.py hold them
+    equal."""
     templates = {c.uid: c.repeat for c in analysis.components.values() if c.template and c.stack == MTP_STACK}
     steps = []
     for s in mtp.steps:
