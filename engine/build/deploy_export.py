@@ -90,13 +90,12 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
 
     exported: dict[tuple, int] = {}
 
-    def program(s, phase: str, start: int = 0) -> int:
-        """Steps ``start:`` of a structure's program (from 0: the whole program)."""
-        if (id(s), phase, start) in exported:    # structures are cached by the grid: ids are stable
-            return exported[(id(s), phase, start)]
-        text = formula_text(s, phase, start)
+    def program(s, phase: str) -> int:
+        if (id(s), phase) in exported:           # structures are cached by the grid: ids are stable
+            return exported[(id(s), phase)]
+        text = formula_text(s, phase)
         steps = []
-        for i, st in enumerate(s.programs[phase].steps[start:]):
+        for i, st in enumerate(s.programs[phase].steps):
             f, b, c, w = step_totals(st)
             calls = st.repeat if st.collective else sympy.Integer(0)
             coll = colls.add([st.collective, st.ranks, st.nodes]) if st.collective else -1
@@ -104,8 +103,8 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                           dtypes.add(st.compute_dtype), LINKS[st.link], coll, KINDS.index(st.kind),
                           int(bool(st.view)), strings.add(st.uid), strings.add(text[i][0]), strings.add(text[i][1]),
                           strings.add(text[i][2])])
-        exported[(id(s), phase, start)] = programs.add(steps)
-        return exported[(id(s), phase, start)]
+        exported[(id(s), phase)] = programs.add(steps)
+        return exported[(id(s), phase)]
 
     def drafts(main, drafting, phase: str) -> int:
         """The draft steps of ``drafting`` (the --mtp 1 structure of ``main``'s cell and regime, whose

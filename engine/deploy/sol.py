@@ -289,14 +289,12 @@ def _text(expr) -> str:
     return text
 
 
-def formula_text(structure: Structure, phase: str, start: int = 0) -> list[tuple[str, str, str, str]]:
-    """The four formulas of every step (from step ``start`` on) as text (cached on the structure:
-    GPU- and point-free)."""
+def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
+    """The four formulas of every step as text (cached on the structure: GPU- and point-free)."""
     cache = structure.__dict__.setdefault("_formula_text", {})
-    key = (phase, start) if start else phase
-    if key not in cache:
-        cache[key] = [tuple(_text(e) for e in step_totals(sym)) for sym in structure.formulas[phase].steps[start:]]
-    return cache[key]
+    if phase not in cache:
+        cache[phase] = [tuple(_text(e) for e in step_totals(sym)) for sym in structure.formulas[phase].steps]
+    return cache[phase]
 
 
 def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario]) -> dict[str, list]:
