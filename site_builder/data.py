@@ -199,6 +199,8 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, dict]]:
         options.append({**{k: opt[k] for k in ("gpu", "framework", "kv_dtypes", "limits", "reserve")}, "file": key,
                         "n_gpus": cfg["n_gpus"], "config": cfg["config"],
                         "prefill": [program(p) for p in opt["prefill"]], "decode": [program(p) for p in opt["decode"]]})
+        if "mtp" in opt:          # the MTP drafts' steps (models with an mtp stack)
+            options[-1]["mtp"] = {ph: [program(p) for p in pids] for ph, pids in opt["mtp"].items()}
     # configs whose files come out identical (one GPU on an 8- or a 72-GPU domain) share one file
     same: dict[str, str] = {}
     for key, body in list(files.items()):
@@ -212,6 +214,14 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, dict]]:
     # the weight formula's text travels once per model in index.json's weight_formulas
     configs = {c["key"]: {**{k: v for k, v in c.items() if k not in ("kv_dev", "weight_formula")},
                           "kv_dev": trees[c["kv_dev"]]} for c in doc["configs"]}
+    # with MTP drafting: each config's weights and KV per GPU; the weight formulas' texts once per model
+    mtp_formulas: dict[int, int] = {}
+    for c in doc["configs"]:
+        if "mtp" in c:
+            text = mtp_formulas.setdefault(c["mtp"]["weight_formula"], len(mtp_formulas))
+            configs[c["key"]]["mtp"] = {**c["mtp"], "kv_dev": trees[c["mtp"]["kv_dev"]], "weight_formula": text}
     head = {k: doc[k] for k in ("format", "max_context", "budget", "hbm_fraction", "max_batch", "kv_bytes",
-                                "kv_request", "gpus")}
+                                "kv_request", "gpus", "mtp_modules", "tokens_per_step", "kv_request_mtp") if k in doc}
+    if mtp_formulas:
+        head["mtp_weight_formulas"] = [strings[i] for i in mtp_formulas]
     return {**head, "configs": configs, "options": options}, files

@@ -554,7 +554,7 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
         for o in options:
             f = found.get((o["gpu"], o["n_gpus"], o["config"], o["framework"]))
             if f is not None:
-                o.update({k: f[k] for k in ("cfg", "file", "limits", "reserve", "prefill", "decode")})
+                o.update({k: f[k] for k in ("cfg", "file", "limits", "reserve", "prefill", "decode", "mtp") if k in f})
     grid = {k: sorted(set(decode[c])) if decode.height else [] for k, c in
             (("inputs", "input_len"), ("outputs", "output_len"), ("batches", "batch"))}
     site.gzip_json(f"data/deploy/{name}/index.json.gz",

@@ -24,6 +24,16 @@ Document (``results/formulas/<org--name>.json``, one per model):
 * ``kv_request``: a request's cache bytes (all GPUs; and its state and growing parts) as trees;
   ``kv_bytes``: bytes per element of each KV dtype; ``budget`` and ``hbm_fraction``: the options the
   grid ran with.
+* speculative decoding with the model's MTP modules (docs/deployment.md), for models with an
+  ``mtp`` stack (``mtp_modules`` > 0; absent otherwise): per option ``mtp`` = per phase one program
+  per token regime holding the *draft steps* of the structure ``archledger deploy --mtp 1`` builds
+  (:func:`engine.deploy.planner.with_drafts`: its programs are the main stack's steps, unchanged,
+  followed by these); per config ``mtp`` = that structure's weights per GPU (bytes, formula text by
+  its index in ``strings``) and
+  ``kv_dev`` (the whole MTP stack on the last stage); ``kv_request_mtp`` the MTP stack's cache per
+  request; ``tokens_per_step`` the text of E. With k drafts the browser runs the main program at
+  seq = k + 1 plus k times the draft steps (a draft step's calls are linear in k: ``repeat x k /
+  layers``), in the decode regime of k + 1 tokens per request; prefill adds the draft steps once.
 
 Invariant: the browser's summary at a point equals ``archledger deploy`` at that point (same
 structure, same expressions, same rules) to float rounding; tests/test_site_offgrid.py checks it.
@@ -37,8 +47,9 @@ import sympy
 
 from engine.deploy.cost import step_totals
 from engine.deploy.fusion import live_token_limits, token_limits
+from engine.deploy.planner import mtp_modules
 from engine.deploy.sol import formula_text
-from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, PHASES, PREFILL_TOKENS
+from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
 from engine.spec import kv, symbols
 from engine.spec.formula_tree import to_tree
 
@@ -101,6 +112,19 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         exported[(id(s), phase)] = programs.add(steps, key=tuple(map(tuple, steps)))
         return exported[(id(s), phase)]
 
+    def drafts(main, drafting, phase: str) -> int:
+        """The draft steps of ``drafting`` (the --mtp 1 structure of ``main``'s cell and regime, whose
+        programs hold only them, fused alone: engine.build.grid_eval). ``archledger deploy --mtp``
+        fuses them after the main stack's steps in one program; the two agree because no draft step
+        reads a main-stack step (no rule can join them), checked here."""
+        mine = {s.uid for s in main.unfused[phase].steps}
+        if any(i in mine for s in drafting.unfused[phase].steps for i in s.inputs):
+            raise ValueError(f"{ev.model.model_id} {phase}: an MTP step reads a main-stack step, so a fusion may "
+                             "join the two stacks; the deploy page cannot add the drafts to the main program")
+        return program(drafting, phase)
+
+    modules = mtp_modules(ev)
+
     configs: dict[tuple, int] = {}
     config_rows: list[dict] = []
     options: list[dict] = []
@@ -129,6 +153,16 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             built = [structure(config, domain, framework, gpu,
                                tuple(firsts[p][min(k, len(firsts[p]) - 1)] for p in PHASES)) for k in range(count)]
             by_phase = {p: [program(built[c], p) for c in classes[p]] for p in PHASES}
+            if modules:     # the --mtp 1 structure of each of those regimes: its draft steps, its memory
+                drafting = [structure(config, domain, framework, gpu, tuple(firsts[p][min(k, len(firsts[p]) - 1)]
+                                                                            for p in PHASES), mtp=1)
+                            for k in range(count)]
+                by_phase["mtp"] = {p: [drafts(built[c], drafting[c], p) for c in classes[p]] for p in PHASES}
+                row = config_rows[configs[key]]
+                if "mtp" not in row:
+                    row["mtp"] = {"weight_bytes_per_gpu": float(drafting[0].weight_bytes_per_gpu),
+                                  "weight_formula": strings.add(str(drafting[0].weight_formula)),
+                                  "kv_dev": tree(drafting[0].kv_device_per_request)}
             options.append({"gpu": gpu.key, "config": configs[key], "framework": framework,
                             "kv_dtypes": list(grid.kv_dtypes), "limits": list(limits),
                             "reserve": float(base.reserve_bytes_per_gpu), **by_phase})
@@ -137,6 +171,12 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
     for name, part in (("all", None), *((p, p) for p in kv.PARTS)):
         elements, own = kv.request_terms(ev.numeric, part=part)
         kv_request[name] = to_tree(elements * kv_symbol + own)
+    mtp = {}
+    if modules:
+        mtp = {"mtp_modules": modules, "tokens_per_step": str(TOKENS_PER_STEP), "kv_request_mtp": {}}
+        for name, part in (("all", None), *((p, p) for p in kv.PARTS)):
+            elements, own = kv.request_terms(ev.numeric, MTP_STACK, part)
+            mtp["kv_request_mtp"][name] = to_tree(elements * kv_symbol + own)
     used = sorted({o["gpu"] for o in options})
     gpu_rows = {}
     for key in used:
@@ -147,7 +187,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                          "alpha": [g.collective_latency(op, ranks, nodes) for op, ranks, nodes in colls.items]}
     return {"format": FORMAT, "model_id": ev.model.model_id, "max_context": int(ev.numeric.max_context),
             "budget": PREFILL_TOKENS, "hbm_fraction": HBM_FRACTION, "max_batch": MAX_BATCH,
-            "kv_bytes": {d: kv.KV_DTYPE_BYTES[d] for d in grid.kv_dtypes}, "kv_request": kv_request,
+            "kv_bytes": {d: kv.KV_DTYPE_BYTES[d] for d in grid.kv_dtypes}, "kv_request": kv_request, **mtp,
             "dtypes": dtypes.items, "colls": colls.items, "gpus": gpu_rows, "configs": config_rows,
             "options": options, "programs": programs.items, "trees": trees.items, "strings": strings.items}
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left
 import copy
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 
@@ -26,8 +27,9 @@ from engine.deploy import (PHASES, Options, Plan, Scenario, build_structure, pla
 from engine.deploy.fusion import load_tables, representative_tokens, token_limits
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
+from engine.deploy.planner import with_mtp
 from engine.deploy.sol import capacity, op_rows_columns, summarize
-from engine.deploy.structure import HBM_FRACTION
+from engine.deploy.structure import HBM_FRACTION, MTP_STACK
 
 PHASE_FIELDS = ("step_time_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
                 "weight_bytes", "comm_bytes", "bound")
@@ -78,23 +80,42 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     inputs = input_lengths(grid, max_ctx)
     placements, structures, shared = {}, {}, {}
 
-    def structure(config, domain, framework, gpu, regimes):
+    def placed(config, wide, domain, mtp: int = 0):
+        """(numeric, symbolic) placements of a config; with ``mtp`` draft tokens only the MTP stack's
+        drafts (engine.deploy.planner.with_mtp, as ``place`` does, over the main stack's placements
+        without their steps: its layouts and stored weights stay, for the memory figures). The
+        export adds them to the main programs it already has (engine.build.deploy_export)."""
+        pkey = (config, wide, mtp)
+        if pkey not in placements:
+            options = Options(framework="none")
+            if mtp:
+                main = placed(config, wide, domain)
+                placements[pkey] = tuple(
+                    with_mtp({p: (replace(program, steps=()), placer) for p, (program, placer) in main[i].items()},
+                             place(ev, config, domain, options, symbolic, MTP_STACK),
+                             ev.symbolic if symbolic else ev.numeric, mtp)
+                    for i, symbolic in enumerate((False, True)))
+            else:
+                placements[pkey] = (place(ev, config, domain, options, False),
+                                    place(ev, config, domain, options, True))
+        return placements[pkey]
+
+    def structure(config, domain, framework, gpu, regimes, mtp: int = 0):
+        """The structure of a cell's framework at per-phase token ``regimes``; with ``mtp`` draft
+        tokens, the draft steps of the one ``archledger deploy --mtp`` builds, fused alone, and its
+        memory (the deploy page's export only)."""
         table = tables.get(framework)
         limits = token_limits(table)
-        key = (config, domain, framework, _signature(table, gpu), regimes)
+        key = (config, domain, framework, _signature(table, gpu), regimes, mtp)
         if key not in structures:
             # domains that hold the whole config place and compile alike: share that work
             wide = placement_domain(config, domain)
             skey = (config, wide) + key[2:]
             if skey not in shared:
-                pkey = (config, wide)
-                if pkey not in placements:
-                    options = Options(framework="none")
-                    placements[pkey] = (place(ev, config, domain, options, False),
-                                        place(ev, config, domain, options, True))
                 tokens = {p: representative_tokens(limits, r) for p, r in zip(PHASES, regimes)}
-                shared[skey] = build_structure(ev, config, Options(framework=framework), domain, table, gpu,
-                                               tokens, placements[pkey])
+                # (the drafting structures are only exported, never evaluated here: not compiled)
+                shared[skey] = build_structure(ev, config, Options(framework=framework, mtp_tokens=mtp), domain,
+                                               table, gpu, tokens, placed(config, wide, domain, mtp), compile=not mtp)
             s = shared[skey]
             if s.domain != domain:       # the same programs, labelled with this GPU's domain
                 s = copy.copy(s)

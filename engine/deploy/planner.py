@@ -271,12 +271,19 @@ def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options,
         out[phase] = (_with_pipeline(placer.run(phase_rows(analysis, phase, stack)), placer), placer)
     if stack == "main" and options.mtp_tokens:
         drafts = place(ev, config, domain, replace(options, mtp_tokens=0), symbolic, MTP_STACK)
-        out["decode"] = (with_drafts(out["decode"][0], drafts["decode"][0], analysis, options.mtp_tokens),
-                         out["decode"][1])
-        # prefill: the first MTP module runs over the prompt (its KV cache, the first draft)
-        out["prefill"] = (with_drafts(out["prefill"][0], drafts["prefill"][0], analysis, 1, one_token=False),
-                          out["prefill"][1])
+        out = with_mtp(out, drafts, analysis, options.mtp_tokens)
     return out
+
+
+def with_mtp(main: dict[str, tuple[Program, Placer]], drafts: dict[str, tuple[Program, Placer]], analysis,
+             k: int) -> dict[str, tuple[Program, Placer]]:
+    """The main stack's placements (:func:`place`, per phase) with ``k`` MTP draft tokens added from
+    the MTP stack's (``place(..., stack=MTP_STACK)``): decode drafts ``k`` tokens (:func:`with_drafts`);
+    prefill runs the first MTP module over the prompt (its KV cache, the first draft) whatever ``k``.
+    The grid's export (engine.build.deploy_export) builds its k = 1 structures from this too."""
+    return {"decode": (with_drafts(main["decode"][0], drafts["decode"][0], analysis, k), main["decode"][1]),
+            "prefill": (with_drafts(main["prefill"][0], drafts["prefill"][0], analysis, 1, one_token=False),
+                        main["prefill"][1])}
 
 
 def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool = True) -> Program:
@@ -289,7 +296,10 @@ def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool =
     seq = 1 whatever the step's seq (:func:`engine.deploy.cost.step_totals`); without it (prefill,
     k = 1) the first module runs over the same tokens as the main stack, as the drafters' first
     pass over new tokens does. Layouts and stored weights of both stacks are kept (weights and KV
-    of the MTP stack are counted from them)."""
+    of the MTP stack are counted from them). The deploy page applies this rule in the browser
+    (static/js/deploy_eval.js: k times the exported k = 1 draft steps, engine.build.deploy_export):
+    a change here changes there too; tests/test_site_mtp.py and tests/test_mtp_export.py hold them
+    equal."""
     templates = {c.uid: c.repeat for c in analysis.components.values() if c.template and c.stack == MTP_STACK}
     steps = []
     for s in mtp.steps:
@@ -304,20 +314,22 @@ def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool =
 
 def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, domain: int,
                     fusion: FusionTable | None, gpu: GPU, tokens: Mapping[str, int | None],
-                    placed: tuple | None = None) -> Structure:
+                    placed: tuple | None = None, compile: bool = True) -> Structure:
     """Fuse (rules decided for ``gpu``'s arch and ``tokens`` per device) and compile placed programs.
 
-    ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options)."""
+    ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options).
+    ``compile=False`` leaves ``compiled`` empty: for a structure only read for its programs, formulas
+    and memory (the deploy page's export of MTP drafts), never evaluated at a point."""
     numeric, symbolic = placed or (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
     programs, formulas, compiled = {}, {}, {}
     for phase in PHASES:
         num, sym = numeric[phase][0], symbolic[phase][0]
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
-        programs[phase], formulas[phase], compiled[phase] = _fused(num, sym, found)
+        programs[phase], formulas[phase], compiled[phase] = _fused(num, sym, found, compile)
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
-                     compiled, weights, weight_formula, kv_dev, reserve_bytes(fusion, config))
+                     compiled if compile else {}, weights, weight_formula, kv_dev, reserve_bytes(fusion, config))
 
 
 #: (id(numeric), id(symbolic), matches) -> (numeric, symbolic, (fused numeric, fused symbolic,
@@ -326,17 +338,19 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
 _FUSED: dict[tuple, tuple] = {}
 
 
-def _fused(num: Program, sym: Program, found: list) -> tuple:
+def _fused(num: Program, sym: Program, found: list, compile: bool = True) -> tuple:
+    """(fused numeric, fused symbolic, compiled or None) of one placement and match list; compiled
+    on the first call that asks for it."""
     key = (id(num), id(sym), tuple(found))
     hit = _FUSED.get(key)
-    if hit is not None and hit[0] is num and hit[1] is sym:
-        return hit[2]
-    program = fuse(num, found)
-    value = (program, fuse(sym, found), compile_program(program))
-    if len(_FUSED) > 4096:           # placements of one model: keep it bounded across models
-        _FUSED.clear()
-    _FUSED[key] = (num, sym, value)
-    return value
+    if hit is None or hit[0] is not num or hit[1] is not sym:
+        if len(_FUSED) > 4096:       # placements of one model: keep it bounded across models
+            _FUSED.clear()
+        hit = _FUSED[key] = (num, sym, [fuse(num, found), fuse(sym, found), None])
+    value = hit[2]
+    if compile and value[2] is None:
+        value[2] = compile_program(value[0])
+    return tuple(value)
 
 
 _MEMORY: dict[tuple, tuple] = {}     # placement identity -> (the placements, their memory figures)

@@ -20,7 +20,7 @@
   }
   function uniq(list) { var s = {}, out = []; list.forEach(function (v) { if (!s[v]) { s[v] = 1; out.push(v); } }); return out; }
   function cfgLabel(o) { return o.n_gpus + "x " + o.config; }
-  var KEYS = ["gpu", "cfg", "fw", "kv", "input", "output", "batch"];
+  var KEYS = ["gpu", "cfg", "fw", "kv", "input", "output", "batch"];   // + "mtp", "acc" for a model with MTP modules
   function state() { var s = {}; KEYS.forEach(function (k) { s[k] = form.elements[k].value; }); return s; }
   function sync() { var s = state(), q = new URLSearchParams(s); history.replaceState(null, "", "?" + q.toString()); return s; }
   // a whole number in [low, high] (engine/deploy/structure.py Scenario's bounds), else null
@@ -49,6 +49,11 @@
       tpot_s: ["decode_step = sum over its kernels of max(flops / peak, bytes / hbm_bw, link_bytes / link_bw + calls * alpha)",
                { decode_step: fmt.time(dec.step_time_s), flops: fmt.si(dec.flops, "FLOP"), bytes: fmt.bytes(dec.bytes),
                  hbm_bw: fmt.bytes(d.hbm_bytes_per_s) + "/s", link_bytes: fmt.bytes(dec.comm_bytes) }],
+      // speculative decoding with MTP (sol.summarize): a step emits E tokens per request on average
+      tpot_mtp: ["decode_step / E, E = " + model.tokens_per_step,
+                 { decode_step: fmt.time(d.decode_step_time_s), E: d.tokens_per_step.toPrecision(6),
+                   mtp_acceptance: d.mtp_acceptance, mtp_tokens: d.mtp_tokens }],
+      tokens_per_s_per_user: ["1 / tpot", { tpot: fmt.time(d.tpot_s) }],
       tokens_per_s_per_gpu: ["batch / tpot / gpus", { batch: d.batch, tpot: fmt.time(d.tpot_s), gpus: d.gpus_per_replica }],
       max_concurrent_requests: ["dp_attn * floor((usable - weights - reserve - working_set) / kv_per_request_per_gpu)",
         { dp_attn: d.dp_attn, usable: fmt.gib(d.usable_bytes_per_gpu), weights: fmt.bytes(d.weight_bytes_per_gpu),
@@ -57,7 +62,7 @@
     };
   }
   function link(o, s, cap) {
-    var q = new URLSearchParams({ gpu: o.gpu, cfg: cfgLabel(o), fw: o.framework, kv: o.kv_dtype, input: s.input, output: s.output, batch: s.batch });
+    var q = new URLSearchParams(Object.assign({}, s, { gpu: o.gpu, cfg: cfgLabel(o), fw: o.framework, kv: o.kv_dtype }));
     var a = document.createElement("a"); a.href = "?" + q.toString();
     a.textContent = o.gpu + " " + cfgLabel(o) + " (capacity " + cap + ")"; return a;
   }
@@ -101,11 +106,16 @@
     var docs = page.docs, dl = document.createElement("dl"); dl.className = "cards";
     var f = cardFormulas(dec);
     var items = [["Fits", dec.fits ? 1 : 0, dec.fits ? "yes" : "no — short by " + fmt.bytes(dec.shortfall_bytes) + " per GPU", docs.fits, f.fits],
-      ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s, f.ttft_s], ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s, f.tpot_s],
+      ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s, f.ttft_s],
+      ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s, dec.mtp_tokens ? f.tpot_mtp : f.tpot_s]];
+    if (dec.mtp_tokens)   // the step: the main stack verifying k + 1 tokens plus k draft passes
+      items.push(["Decode step", dec.decode_step_time_s, fmt.time(dec.decode_step_time_s), docs.decode_step_time_s || docs.tpot_s, f.tpot_s]);
+    items = items.concat([
       ["Decode tokens/s per GPU", dec.tokens_per_s_per_gpu, dec.tokens_per_s_per_gpu.toPrecision(4), docs.tokens_per_s_per_gpu, f.tokens_per_s_per_gpu],
+      ["Tokens/s per user", dec.tokens_per_s_per_user, dec.tokens_per_s_per_user.toPrecision(4), null, f.tokens_per_s_per_user],
       ["Max concurrent requests", dec.max_concurrent_requests, String(dec.max_concurrent_requests), docs.max_concurrent_requests, f.max_concurrent_requests],
-      ["Weights per GPU", dec.weight_bytes_per_gpu, fmt.bytes(dec.weight_bytes_per_gpu), docs.weight_bytes_per_gpu, index.weight_formulas[combo.weight_formula]],
-      ["KV per request", dec.kv_bytes_per_request, fmt.bytes(dec.kv_bytes_per_request), docs.kv_bytes_per_request]];
+      ["Weights per GPU", dec.weight_bytes_per_gpu, fmt.bytes(dec.weight_bytes_per_gpu), docs.weight_bytes_per_gpu, dec.weight_formula || index.weight_formulas[combo.weight_formula]],
+      ["KV per request", dec.kv_bytes_per_request, fmt.bytes(dec.kv_bytes_per_request), docs.kv_bytes_per_request]]);
     if (dec.kv_state_bytes_per_request > 0)   // a hybrid: how much of it is the flat recurrent state
       items.push(["of which flat state", dec.kv_state_bytes_per_request, fmt.bytes(dec.kv_state_bytes_per_request), docs.kv_state_bytes_per_request]);
     items = items.concat([["Decode bound", 0, dec.bound, docs.bound], ["Prefill bound", 0, dec.prefill_bound || "—", docs.bound]]);
@@ -124,7 +134,8 @@
   function renderOps(rows, p, env) {
     var dims = Object.assign({}, page.bound || {}, env);   // the tooltips' "where" line
     var tbody = document.querySelector("#ops tbody"); tbody.textContent = "";
-    document.getElementById("ops-note").textContent = "Decode, batch " + p.batch + ", prompt " + p.input + " + " + p.output + " generated tokens (one step at the last position; a pipeline micro-batch).";
+    document.getElementById("ops-note").textContent = "Decode, batch " + p.batch + ", prompt " + p.input + " + " + p.output + " generated tokens (one step at the last position; a pipeline micro-batch)." +
+      (p.mtp ? " With " + p.mtp + " MTP draft token" + (p.mtp > 1 ? "s" : "") + ": the main stack verifies " + (p.mtp + 1) + " tokens per request, then the mtp/ ops run once per draft (their rows are all " + p.mtp + " drafts)." : "");
     var defs = [null, null, null, null, null, "FLOPs / peak of the operand dtype on this GPU", "bytes / HBM bandwidth",
                 "link bytes / link bandwidth (scale-up or scale-out) + calls x per-call latency", "max(compute, memory, comm)", null];
     rows.filter(function (r) { return r.phase === "decode"; }).forEach(function (r) {
@@ -150,21 +161,27 @@
   }
   // throughput vs batch at the grid's prompt lengths (this output length): as the grid keeps them,
   // the batches that fit plus the capacity itself, or batch 1 when nothing fits
-  function batchRows(o, file, output) {
+  // (and this point's MTP drafting, if any)
+  function batchRows(o, file, p) {
     var rows = [], batches = index.grid.batches, top = Math.max.apply(null, batches.concat([1]));
+    function at(b, input) { return Object.assign({}, p, { batch: b, input: input }); }
     index.grid.inputs.forEach(function (input) {
-      var cap = summarize(o, file, { batch: 1, input: input, output: output }).max_concurrent_requests;
+      var cap = summarize(o, file, at(1, input)).max_concurrent_requests;
       var list = batches.filter(function (b) { return b <= cap; });
       if (cap >= 1 && list.indexOf(cap) < 0 && cap < top) list.push(cap);
       (list.length ? list : [1]).forEach(function (b) {
-        var r = summarize(o, file, { batch: b, input: input, output: output });
+        var r = summarize(o, file, at(b, input));
         rows.push({ batch: b, input_len: input, tokens_per_s_per_gpu: r.tokens_per_s_per_gpu, tpot_s: r.tpot_s, fits: r.fits, extrapolated: r.extrapolated });
       });
     });
     return rows;
   }
+  // a rate in [0, 1] (engine.deploy.planner.validate_options' --acceptance), else null
+  function rate(text) { var a = Number(text); return text !== "" && isFinite(a) && a >= 0 && a <= 1 ? a : null; }
   function point(s) {
-    return { input: count(s.input, 1, MAX_TOKENS), output: count(s.output, 0, MAX_TOKENS), batch: count(s.batch, 1, model.max_batch) };
+    var p = { input: count(s.input, 1, MAX_TOKENS), output: count(s.output, 0, MAX_TOKENS), batch: count(s.batch, 1, model.max_batch) };
+    if (model.mtp_modules) { p.mtp = count(s.mtp, 0, model.mtp_modules); p.acceptance = rate(s.acc); }
+    return p;
   }
   function update() {
     var s = sync(), combo = index.options.filter(function (o) { return o.gpu === s.gpu && cfgLabel(o) === s.cfg && o.framework === s.fw && o.kv_dtype === s.kv; })[0];
@@ -173,6 +190,10 @@
     var p = point(s), bad = ["input", "output", "batch"].filter(function (k) { return p[k] === null; });
     if (bad.length) {   // Scenario's bounds: say which field, keep the last numbers shown
       note.textContent = "Enter whole numbers: prompt tokens 1 to " + MAX_TOKENS.toLocaleString("en-US") + ", output tokens 0 to " + MAX_TOKENS.toLocaleString("en-US") + ", batch 1 to " + model.max_batch.toLocaleString("en-US") + " (check " + bad.join(", ") + ").";
+      return;
+    }
+    if (model.mtp_modules && (p.mtp === null || p.acceptance === null)) {
+      note.textContent = "Enter MTP draft tokens k from 0 to " + model.mtp_modules + " and an acceptance rate a from 0 to 1.";
       return;
     }
     note.textContent = "";
@@ -186,7 +207,7 @@
       window.archDeploy.current = { option: combo, point: p, summary: dec, ops: ops };
       // both phases' per-op rows of the selected point (static/js/roofline.js draws the decode step's)
       document.dispatchEvent(new CustomEvent("arch:ops", { detail: { rows: ops, gpu: s.gpu, phase: "decode" } }));
-      chart("chart-batch", page.specs.batch, { rows: batchRows(combo, file, p.output) });
+      chart("chart-batch", page.specs.batch, { rows: batchRows(combo, file, p) });
       var best = index.best_per_gpu.filter(function (b) { return b.framework === s.fw && b.kv_dtype === s.kv; }).map(function (b) { var o = Object.assign({}, b); o.label = b.gpu + " " + b.n_gpus + "x " + b.config; return o; });
       chart("chart-gpus", page.specs.gpus, { best: best });
       chart("chart-ep", page.specs.ep, { configs: index.best.filter(function (b) { return b.gpu === s.gpu && b.n_gpus === combo.n_gpus && b.framework === s.fw && b.kv_dtype === s.kv; }) });
@@ -199,6 +220,18 @@
   E.index().then(function (idx) {
     index = idx; model = idx.model;
     var opts = idx.options, grid = idx.grid;
+    if (model.mtp_modules) {   // speculative decoding with the model's MTP modules: k = 0 (off) .. modules
+      var before = document.getElementById("inputs");
+      [["MTP draft tokens k ", "select", { name: "mtp" }], ["acceptance rate a ", "input", { name: "acc", type: "number", min: "0", max: "1", step: "any", value: "0.8" }]].forEach(function (c) {
+        var label = document.createElement("label"), el = document.createElement(c[1]);
+        label.className = "mtp"; label.appendChild(document.createTextNode(c[0]));
+        Object.keys(c[2]).forEach(function (k) { el.setAttribute(k, c[2][k]); });
+        label.appendChild(el); form.insertBefore(label, before);
+      });
+      KEYS.push("mtp", "acc");
+      fill(form.elements.mtp, Array.from({ length: model.mtp_modules + 1 }, function (_, i) { return i; }), params.get("mtp") || "0");
+      if (params.get("acc") !== null) form.elements.acc.value = params.get("acc");
+    }
     suggest("inputs", grid.inputs); suggest("outputs", grid.outputs); suggest("batches", grid.batches);
     fill(form.elements.gpu, uniq(opts.map(function (o) { return o.gpu; })), params.get("gpu") || "H200");
     function refill() {
@@ -214,7 +247,7 @@
     form.elements.batch.value = params.get("batch") || String(grid.batches[0] || 1);
     // a new GPU keeps the point, framework, KV dtype and (where it exists) the config
     form.elements.gpu.addEventListener("change", function () { params = new URLSearchParams(state()); refill(); update(); });
-    ["cfg", "fw", "kv", "input", "output", "batch"].forEach(function (k) { form.elements[k].addEventListener("change", function () { params = new URLSearchParams(location.search); update(); }); });
+    KEYS.slice(1).forEach(function (k) { form.elements[k].addEventListener("change", function () { params = new URLSearchParams(location.search); update(); }); });
     form.addEventListener("submit", function (e) { e.preventDefault(); update(); });
     update();
     chart("chart-kv", page.specs.kv, { kv: page.kv_rows, limit: [{ max_context: page.max_context }] });

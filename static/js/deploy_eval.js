@@ -23,11 +23,23 @@
     return { flops: f, bytes: b, comm: c, weights: w, tc: tc, tm: tm, tl: tl, sol: Math.max(Math.max(tc, tm), tl) };
   }
   function env(batch, seq, ctx, kv) { return { batch: batch, seq: seq, ctx: ctx, kv_bytes: kv }; }
+  // a phase's steps: its program, then (speculative decoding with MTP, planner.with_drafts) the draft
+  // steps `times` over (a draft step's calls are repeat x k / layers: linear in k). [[step, times], ...]
+  function stepsOf(file, pid, drafts, times) {
+    var out = file.programs[pid].map(function (s) { return [s, 1]; });
+    if (drafts !== undefined && drafts !== null && times > 0)
+      file.programs[drafts].forEach(function (s) { out.push([s, times]); });
+    return out;
+  }
+  function scaled(v, n) {
+    if (n === 1) return v;
+    var o = {}; for (var key in v) o[key] = v[key] * n; return o;
+  }
   // cost.CompiledProgram.totals + sol.phase_times: sums over steps, the bound taking most of the time
-  function phase(file, pid, gpu, e) {
+  function phase(file, steps, gpu, e) {
     var t = { step_time_s: 0, compute_time_s: 0, memory_time_s: 0, comm_time_s: 0, flops: 0, bytes: 0, weight_bytes: 0, comm_bytes: 0 }, by = [0, 0, 0];
-    file.programs[pid].forEach(function (s) {
-      var v = stepValues(file, s, gpu, e);
+    steps.forEach(function (x) {
+      var v = scaled(stepValues(file, x[0], gpu, e), x[1]);
       t.flops += v.flops; t.bytes += v.bytes; t.weight_bytes += v.weights; t.comm_bytes += v.comm;
       t.compute_time_s += v.tc; t.memory_time_s += v.tm; t.comm_time_s += v.tl; t.step_time_s += v.sol;
       var cb = v.tc >= v.tm && v.tc >= v.tl, mb = !cb && v.tm >= v.tl;
@@ -38,9 +50,10 @@
     return t;
   }
   // sol.prefill_working_set: the largest non-comm step's (bytes - weights) / repeat at the token budget
-  function workingSet(file, pid, cfg, input, kv) {
+  function workingSet(file, steps, cfg, input, kv) {
     var prompts = cfg.dp_attn * (model.budget * cfg.cp) / input, e = env(prompts, input, input, kv), best = null;
-    file.programs[pid].forEach(function (s) {
+    steps.forEach(function (x) {
+      var s = x[0];
       if (KINDS[s[9]] === "comm" || !(s[5] > 0)) return;
       var x = (ev(tree(file, s[1]), e) - ev(tree(file, s[3]), e)) / s[5];
       if (best === null || x > best) best = x;
@@ -57,9 +70,14 @@
   }
   // engine.build.grid_eval._regime of structure.tokens_per_device: how many token limits a phase exceeds
   function regime(limits, tokens) { var r = 0; while (r < limits.length && limits[r] < tokens) r++; return r; }
-  // sol.summarize for one point of option `o` (its config file loaded): every field the page shows
+  // structure.tokens_per_step: E = Sum(a**i, (i, 0, k)), the tokens a step emits per request
+  function tokensPerStep(k, a) { var e = 0; for (var i = 0; i <= k; i++) e += Math.pow(a, i); return e; }
+  // sol.summarize for one point of option `o` (its config file loaded): every field the page shows.
+  // p.mtp = k draft tokens (0 or absent: off), p.acceptance = a (speculative decoding with MTP)
   function summarize(o, file, p) {
     var cfg = model.configs[o.cfg], gpu = model.gpus[o.gpu], kv = model.kv_bytes[o.kv_dtype];
+    var mtp = (p.mtp > 0 && o.mtp && cfg.mtp) ? p.mtp : 0, seq = 1 + mtp;        // Options.decode_seq
+    var mem = mtp ? cfg.mtp : cfg;                  // weights and KV with the MTP stack on the last stage
     var batch = p.batch, input = p.input, length = p.input + p.output;
     var k = Math.max(1, Math.min(cfg.pp, batch));                                 // structure.micro_batches
     var perRank = Math.ceil(batch / cfg.dp_attn);                                 // structure.requests_per_replica
@@ -68,13 +86,16 @@
     var meanStep = cfg.dp_attn * perRank / steps;                                 // structure.prefill_program_batch
     var decBatch = cfg.dp_attn * perRank / k;                                     // structure.program_batch
     // the fusion regime of each phase (structure.tokens_per_device), hence the structure's programs
-    var pre = o.prefill[regime(o.limits, Math.ceil(meanStep * input / (cfg.dp_attn * cfg.cp)))];
-    var dec = o.decode[regime(o.limits, Math.ceil(decBatch / cfg.dp_attn))];
-    var prefill = phase(file, pre, gpu, env(meanStep, input, input, kv));
-    var decode = phase(file, dec, gpu, env(decBatch, 1, length, kv));
-    var usable = gpu.hbm_bytes * model.hbm_fraction, weights = cfg.weight_bytes_per_gpu;
-    var kvDev = ev(cfg.kv_dev, { length: length, kv_bytes: kv });
-    var act = workingSet(file, pre, cfg, input, kv);
+    var preRegime = regime(o.limits, Math.ceil(meanStep * input / (cfg.dp_attn * cfg.cp))), pre = o.prefill[preRegime];
+    var decRegime = regime(o.limits, Math.ceil(decBatch * seq / cfg.dp_attn)), dec = o.decode[decRegime];
+    // with MTP: prefill runs the first module over the prompt once; decode verifies k + 1 tokens and drafts k
+    var preSteps = stepsOf(file, pre, mtp ? o.mtp.prefill[preRegime] : null, 1);
+    var decSteps = stepsOf(file, dec, mtp ? o.mtp.decode[decRegime] : null, mtp);
+    var prefill = phase(file, preSteps, gpu, env(meanStep, input, input, kv));
+    var decode = phase(file, decSteps, gpu, env(decBatch, seq, length, kv));
+    var usable = gpu.hbm_bytes * model.hbm_fraction, weights = mem.weight_bytes_per_gpu;
+    var kvDev = ev(mem.kv_dev, { length: length, kv_bytes: kv });
+    var act = workingSet(file, preSteps, cfg, input, kv);
     var reserve = o.reserve;                                                      // the framework's runtime reserve
     var room = usable - weights - reserve - act;                                  // what the KV cache gets
     var cap = fitCount(room, kvDev), kvNeed = perRank * kvDev;
@@ -82,40 +103,50 @@
     var ttft = steps * prefill.step_time_s / cfg.pp, fill = 0;
     if (cfg.pp > 1) {   // the pipeline fills with the largest step, then each step leaves one stage later
       var largest = cfg.dp_attn * Math.min(perRank / k, budget / input);
-      fill = phase(file, pre, gpu, env(largest, input, input, kv)).step_time_s;
+      fill = phase(file, preSteps, gpu, env(largest, input, input, kv)).step_time_s;
       ttft = ttft + (cfg.pp - 1) * fill / cfg.pp;
     }
-    var tpot = decode.step_time_s, kvEnv = { length: length, kv_bytes: kv };
+    // speculative decoding: a step emits E tokens per request on average, TPOT = step / E
+    var perStep = mtp ? tokensPerStep(mtp, p.acceptance) : 1, tpot = mtp ? decode.step_time_s / perStep : decode.step_time_s;
+    var kvEnv = { length: length, kv_bytes: kv };
+    function request(part) {   // every deployed stack's cache per request (the MTP stack's when it drafts)
+      return ev(model.kv_request[part], kvEnv) + (mtp ? ev(model.kv_request_mtp[part], kvEnv) : 0);
+    }
     return {
       batch: batch, input_len: input, output_len: p.output, micro_batches: k, prefill_steps: steps,
       usable_bytes_per_gpu: usable, weight_bytes_per_gpu: weights, reserve_bytes_per_gpu: reserve,
-      kv_bytes_per_request: ev(model.kv_request.all, kvEnv), kv_state_bytes_per_request: ev(model.kv_request.state, kvEnv),
+      weight_formula: mtp ? model.mtp_weight_formulas[cfg.mtp.weight_formula] : null,
+      kv_bytes_per_request: request("all"), kv_state_bytes_per_request: request("state"),
       kv_bytes_per_request_per_gpu: kvDev, kv_budget_bytes_per_gpu: Math.max(room, 0), kv_bytes_per_gpu: kvNeed,
       activation_bytes_per_gpu: act, free_bytes_per_gpu: Math.max(room - kvNeed, 0),
       max_concurrent_requests: cfg.dp_attn * cap,
       max_prefill_batch: cfg.dp_attn * Math.min(Math.max(1, Math.floor(budget / input)), cap),
       fits: perRank <= cap, shortfall_bytes: Math.max(kvNeed - room, 0),
       ttft_s: ttft, tpot_s: tpot, prefill_tokens_per_s_per_gpu: batch * input / ttft / replica,
-      tokens_per_s_per_gpu: batch / tpot / replica, extrapolated: length > model.max_context,
+      tokens_per_s_per_gpu: batch / tpot / replica, tokens_per_s_per_user: 1 / tpot, extrapolated: length > model.max_context,
+      mtp_tokens: mtp, mtp_acceptance: mtp ? p.acceptance : 0, tokens_per_step: perStep, decode_step_time_s: decode.step_time_s,
       bound: decode.bound, prefill_bound: prefill.bound, phases: { prefill: prefill, decode: decode },
-      programs: { prefill: pre, decode: dec }, fill_step_s: fill, pp: cfg.pp, dp_attn: cfg.dp_attn,
+      programs: { prefill: pre, decode: dec }, steps: { prefill: preSteps, decode: decSteps }, fill_step_s: fill, pp: cfg.pp, dp_attn: cfg.dp_attn,
       gpus_per_replica: replica, per_rank: perRank, capacity_per_rank: cap, peak_flops_dense: Math.max.apply(null, gpu.peaks),
       hbm_bytes_per_s: gpu.hbm_bytes_per_s,
-      env: { prefill: env(meanStep, input, input, kv), decode: env(decBatch, 1, length, kv) }
+      env: { prefill: env(meanStep, input, input, kv), decode: env(decBatch, seq, length, kv) }
     };
   }
   // sol.op_rows_columns: one row per launched step (views launch nothing), one micro-batch's values
+  // (k MTP drafts: a draft step's values and formulas are k times the exported --mtp 1 step's)
   function opRows(o, file, sum) {
     var gpu = model.gpus[o.gpu], out = [];
     ["prefill", "decode"].forEach(function (ph) {
-      file.programs[sum.programs[ph]].forEach(function (s) {
+      sum.steps[ph].forEach(function (x) {
+        var s = x[0], n = x[1];
         if (s[10]) return;
-        var v = stepValues(file, s, gpu, sum.env[ph]), t = [v.tc, v.tm, v.tl], k = 0;
+        var v = scaled(stepValues(file, s, gpu, sum.env[ph]), n), t = [v.tc, v.tm, v.tl], k = 0;
+        function text(i) { var f = file.strings[s[i]]; return n === 1 ? f : n + "*(" + f + ")"; }
         for (var i = 1; i < 3; i++) if (t[i] > t[k]) k = i;
         out.push({ phase: ph, op_uid: file.strings[s[11]], kind: KINDS[s[9]], flops: v.flops, bytes: v.bytes,
                    weight_bytes: v.weights, comm_bytes: v.comm, intensity: v.bytes > 0 ? v.flops / v.bytes : Infinity,
                    t_compute_s: v.tc, t_memory_s: v.tm, t_comm_s: v.tl, t_sol_s: v.sol, bound: BOUNDS[k],
-                   flops_formula: file.strings[s[12]], bytes_formula: file.strings[s[13]], comm_bytes_formula: file.strings[s[14]] });
+                   flops_formula: text(12), bytes_formula: text(13), comm_bytes_formula: text(14) });
       });
     });
     return out;
