@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from sympy.printing.str import StrPrinter
 
 from engine.spec import kv
 from engine.deploy.cost import BOUNDS, compile_program, intensity, step_totals
@@ -278,14 +279,19 @@ class Deployment:
 
 
 _TEXT: dict = {}
+#: The per-op formulas' printer: sympy's own, with the terms of a sum in the expression's stored
+#: order (sympy's canonical one, the same in every process) instead of re-sorted by degree for
+#: display; that sort was two thirds of printing the tens of thousands of distinct op formulas a
+#: build writes.
+_PRINTER = StrPrinter({"order": "none"})
 
 
 def _text(expr) -> str:
-    """A formula as text; printing is slow and the same formula recurs across configs, GPUs and
-    frameworks (degrees are symbols), so each distinct formula is printed once per process."""
+    """A per-op formula as text; printing is slow and the same formula recurs across configs, GPUs
+    and frameworks (degrees are symbols), so each distinct formula is printed once per process."""
     text = _TEXT.get(expr)
     if text is None:
-        text = _TEXT[expr] = str(expr)
+        text = _TEXT[expr] = _PRINTER.doprint(expr)
     return text
 
 
