@@ -349,6 +349,28 @@ VARIANTS_SCHEMA = {
 }
 
 
+def write_contracts(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_root: Path) -> str:
+    """``contracts.json`` (engine.build.contract): carried from the previous results when its inputs
+    (the shared hash, which covers the components, GPUs, fusion tables and engine, and the contract
+    folders) are unchanged and the file still matches its manifest record, else evaluated. Returns
+    the inputs' digest (the manifest's ``contracts_hash``)."""
+    from engine.build.contract import evaluate_contracts
+    files = sorted((corpus.root / "contracts").rglob("*.yaml"))
+    # the folders are the slots: their relative paths are part of the identity too
+    digest = _digest(files, "|".join([shared, *(p.relative_to(corpus.root).as_posix() for p in files)]).encode())
+    try:
+        manifest = json.loads((final / "manifest.json").read_text())
+        kept = manifest.get("contracts_hash") == digest and publish.matches(
+            final / "contracts.json", manifest["files"].get("contracts.json"))
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        kept = False
+    if kept:
+        shutil.copy2(final / "contracts.json", staging / "contracts.json")
+    else:
+        (staging / "contracts.json").write_text(json.dumps(evaluate_contracts(corpus, gpu_root), indent=1))
+    return digest
+
+
 def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_root: Path,
                    models: list[str]) -> None:
     """``variants.json`` (the playground's data: engine.build.whatif.playground_document) and
@@ -702,8 +724,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         # -- write the tables; every file's size and hash goes into the manifest
         for table in ("deployments", "ops", "models", "fronts", "sizing"):    # present even when empty: readers glob them
             (staging / table).mkdir(exist_ok=True)
-        from engine.build.contract import evaluate_contracts
-        (staging / "contracts.json").write_text(json.dumps(evaluate_contracts(corpus, gpu_root), indent=1))
+        contracts_digest = write_contracts(corpus, final, staging, shared, gpu_root)
         write_variants(corpus, final, staging, shared, gpu_root, targets)
         ordered = [rows[m] for m in targets]
         write_parquet(_frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
@@ -712,6 +733,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         (staging / "landscape.json").write_text(json.dumps(
             landscape.tables(facts, rows, load_gpus(gpu_root)), separators=(",", ":")))
         manifest = {"schema_version": SCHEMA_VERSION, "shared_hash": shared, "grid": grid,
+                    "contracts_hash": contracts_digest,
                     "models": {m: entries[m] for m in targets}, "skipped": report.skipped,
                     "files": {name: publish.file_digest(staging / name)
                               for name in ("models.parquet", "contracts.json", "landscape.json",
