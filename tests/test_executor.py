@@ -67,6 +67,12 @@ def test_a_build_on_a_dask_cluster_writes_the_local_executors_files_byte_for_byt
             assert _without_seconds(a[name]) == _without_seconds(b[name])
         else:
             assert a[name] == b[name], f"{name} differs between the local and the Dask executor"
+    # and with a local pool of two (models, contracts and variants written by its workers)
+    pooled = _files(build(load_corpus(), tmp_path / "pool", models=MODELS, grid_path=TINY, jobs=2).results)
+    assert sorted(pooled) == sorted(a)
+    for name in a:
+        assert (_without_seconds(a[name]) == _without_seconds(pooled[name]) if name == "manifest.json"
+                else a[name] == pooled[name]), f"{name} differs between one process and a pool of two"
     again = build(load_corpus(), tmp_path / "dask", models=MODELS, grid_path=TINY, executor=cluster.scheduler_address)
     assert again.recomputed == [] and sorted(again.reused) == sorted(MODELS)     # incremental as before
     # the models were evaluated in the cluster's worker processes (each unpacked the inputs there)

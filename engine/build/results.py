@@ -371,6 +371,13 @@ def write_contracts(corpus: Corpus, final: Path, staging: Path, shared: str, gpu
     return digest
 
 
+def _corpus_wide_in_worker(name: str, root: str, final: str, staging: str, shared: str, gpu_root: str, *extra):
+    """In a --jobs worker: :func:`write_contracts` or :func:`write_variants` (by name) on the
+    worker's copy of the corpus."""
+    fn = {"write_contracts": write_contracts, "write_variants": write_variants}[name]
+    return fn(cached_corpus(root), Path(final), Path(staging), shared, Path(gpu_root), *extra)
+
+
 def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_root: Path,
                    models: list[str]) -> None:
     """``variants.json`` (the playground's data: engine.build.whatif.playground_document) and
@@ -708,9 +715,18 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
 
         # -- evaluate: the slowest models first (as last time; else the largest), so the pool's tail is short
         todo.sort(key=lambda m: (-previous.models.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
+        for table in ("deployments", "ops", "models", "fronts", "sizing"):    # present even when empty: readers glob them
+            (staging / table).mkdir(exist_ok=True)
+        # the corpus-wide tables depend on no model's results: with a pool they are written by its
+        # workers while the models evaluate (else here, after them)
+        corpus_wide = [(write_contracts, ()), (write_variants, (targets,))]
+        early = [pool.submit(_corpus_wide_in_worker, fn.__name__, str(corpus.root), str(final), str(staging), shared,
+                             str(gpu_root), *extra) for fn, extra in corpus_wide] if pool is not None else []
         results = _evaluate(corpus, todo, grid_path, gpu_root, staging, hashes, checks, jobs,
                             progress, len(targets), len(targets) - len(todo), where, pool)
         if pool is not None:
+            for future in early:        # (their errors are raised where their results are read)
+                future.exception()
             pool.shutdown()             # its workers' memory is free before the site render
         for r in results:
             mid = r["model_id"]
@@ -722,10 +738,8 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
             report.points += r["points"]
 
         # -- write the tables; every file's size and hash goes into the manifest
-        for table in ("deployments", "ops", "models", "fronts", "sizing"):    # present even when empty: readers glob them
-            (staging / table).mkdir(exist_ok=True)
-        contracts_digest = write_contracts(corpus, final, staging, shared, gpu_root)
-        write_variants(corpus, final, staging, shared, gpu_root, targets)
+        contracts_digest, _ = [f.result() for f in early] if early else \
+            [fn(corpus, final, staging, shared, gpu_root, *extra) for fn, extra in corpus_wide]
         ordered = [rows[m] for m in targets]
         write_parquet(_frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
                       staging / "models.parquet")

@@ -302,7 +302,7 @@ def component_dims(corpus: Corpus) -> dict[str, dict[str, list[dict]]]:
             bound = Walker(corpus, model, Binding("numeric")).model_dims()
         except SpecError:      # a model whose dims do not bind suggests nothing
             continue
-        for component in used:
+        for component in sorted(used):       # a set: its order differs between processes
             if component not in needs:
                 needs[component] = variant_rules.required_dims(corpus, corpus.components[component], {}) \
                     if component in corpus.components else set()
