@@ -602,10 +602,16 @@ def _playground(site: Site, results: Results) -> None:
                                                 _short(graphs.level_graph(ub["doc"], ub["uid"])))
                     v["diffs"].append({"a": old, "b": new, "a_in": ua["name"], "b_in": ub["name"],
                                        "svg": render_svg(union, status=status, title=f"{old} vs {new}")})
+    live = {}     # any catalog pick: the base's old side and each pick's change (engine.build.whatif.pick)
+    for model_id in results.models["model_id"].to_list():
+        source = results.root / "playground" / f"{slug(model_id)}.json"
+        if source.exists():
+            live[model_id] = f"data/playground/{slug(model_id)}.json.gz"
+            site.gzip_json(live[model_id], json.loads(source.read_text()))
     data = {"page": "playground", "variants": [{k: v[k] for k in (
         "variant", "display_name", "variant_of", "base_name", "swaps", "bind_list", "formulas", "env", "recomputed",
         "setting")} for v in doc["variants"]], "catalog": doc["catalog"], "used": doc["used"], "dims": doc["dims"],
-        "names": {m: c["name"] for m, c in doc["catalog"].items()}}
+        "names": {m: c["name"] for m, c in doc["catalog"].items()}, "live": live, "drawn": sorted(uses)}
     site.page("playground", "playground.html", "Playground (what-if designs)", data, variants=doc["variants"],
               setting=doc.get("setting", {}))
 

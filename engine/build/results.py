@@ -235,6 +235,7 @@ def shared_hash(corpus: Corpus, grid_path: Path, gpu_root: Path) -> str:
              *[p for p in (root / landscape.LINEAGE_FILE,) if p.exists()],
              *sorted(gpu_root.glob("*.yaml")), *sorted((root / "fusion").glob("*.yaml")),
              *sorted((root / "components" / "library").glob("*.yaml")),
+             *[p for p in (root / "slots.yaml",) if p.exists()],     # the playground's picks fit its contracts
              *engine_sources()]
     return _digest(files, str(SCHEMA_VERSION).encode())
 
@@ -464,6 +465,10 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
         json.dumps(model_document(ev, verification), separators=(",", ":")))
     (Path(staging) / "formulas").mkdir(exist_ok=True)
     (Path(staging) / "formulas" / f"{slug(model_id)}.json").write_text(json.dumps(formulas, separators=(",", ":")))
+    from engine.build.whatif import model_playground   # the playground's live picks (docs/results.md)
+    (Path(staging) / "playground").mkdir(exist_ok=True)
+    (Path(staging) / "playground" / f"{slug(model_id)}.json").write_text(
+        json.dumps(model_playground(ev), separators=(",", ":")))
     return {"model_id": model_id, "deployments": len(deployments["model_id"]),
             "ops": len(ops["model_id"]), "points": points, "seconds": round(time.perf_counter() - started, 3), **sized}
 
@@ -531,7 +536,7 @@ def _model_files(root: Path, model_id: str) -> list[Path]:
     """A model's files under a results folder (partitions and its inspector document)."""
     name = slug(model_id)
     return [root / t / f"model={name}" / "part.parquet" for t in ("deployments", "ops", "fronts", "sizing")] + \
-        [root / "models" / f"{name}.json", root / "formulas" / f"{name}.json"]
+        [root / "models" / f"{name}.json", root / "formulas" / f"{name}.json", root / "playground" / f"{name}.json"]
 
 
 def _file_records(root: Path, model_id: str) -> dict[str, dict]:

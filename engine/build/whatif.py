@@ -13,7 +13,7 @@ some layers gives a new group (``layers[block_gated_deltanet]``) whose old side 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sympy
@@ -22,12 +22,13 @@ from engine.deploy import Options, Scenario, plan
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import ParallelConfig
-from engine.spec import expr, formula_tree, kv, quantities, symbols
+from engine.spec import expr, formula_tree, kv, quantities, storage, symbols
 from engine.spec import variants as variant_rules
 from engine.spec.api import Evaluation, evaluate_spec
 from engine.spec.corpus import Corpus
 from engine.spec.errors import SpecError, Where
-from engine.spec.ir import Fill
+from engine.spec.evaluate import Analysis, Binding, walk_model
+from engine.spec.ir import Fill, ModelSpec
 
 #: (key, label, unit) of every compared number, in print order.
 METRICS = (
@@ -74,10 +75,10 @@ def parse_config(text: str) -> ParallelConfig:
 
 def default_config(evs: list[Evaluation], gpu: GPU, hbm_fraction: float = 0.9) -> ParallelConfig:
     """The fewest GPUs (tp 1, 2, 4, 8, then pipeline stages of 8) holding the larger side's weights
-    in ``hbm_fraction`` of HBM with a fifth of it left for KV and activations; MoE models put their
-    experts on ep = tp."""
+    in ``hbm_fraction`` of HBM with a fifth of it left for KV and activations; when both sides are
+    MoE their experts go on ep = tp (a dense side cannot take ep > 1: dense -> MoE keeps ep 1)."""
     need = max(float(sum(t.total_bytes for t in ev.tensors())) for ev in evs) * 1.25
-    moe = any("n_experts" in ev.bound for ev in evs)
+    moe = all("n_experts" in ev.bound for ev in evs)
     per_gpu = gpu.hbm_bytes * hbm_fraction
     for tp, pp in [(1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]:
         if tp * pp * per_gpu >= need:
@@ -268,12 +269,18 @@ RECOMPUTED = {
 def formulas(ev: Evaluation, kv_dtype: str = "bf16") -> dict[str, sympy.Expr]:
     """The whole model's spec-level numbers as formulas over its dims, the layer-group counts and
     the scenario (``batch``; ``seq`` = ``ctx`` = ``length`` = the context; decode at one new token)."""
-    a = ev.symbolic
+    return analysis_formulas(ev.symbolic, ev.model, ev.corpus, kv_dtype)
+
+
+def analysis_formulas(a: Analysis, model: ModelSpec, corpus: Corpus, kv_dtype: str = "bf16") -> dict[str, sympy.Expr]:
+    """:func:`formulas` of a symbolic analysis, or of part of one (every number is a sum over its
+    rows and caches, so the part's formulas are its share of the whole)."""
     seq = symbols.dim(symbols.SEQ)
     return {
         "params": quantities.params_total(a),
         "params_active": quantities.params_active(a),
-        "weight_bytes": sum((t.total_bytes for t in ev.tensors("symbolic") if t.stack == "main"), sympy.Integer(0)),
+        "weight_bytes": sum((t.total_bytes for t in storage.checkpoint_tensors(a, model, corpus) if t.stack == "main"),
+                            sympy.Integer(0)),
         "kv_bytes_per_token": kv.growing_bytes_per_token(a, kv_dtype),
         "kv_bytes_per_request": kv.bytes_per_request(a, None, kv_dtype),
         "prefill_flops": quantities.flops(a, "prefill"),
@@ -350,24 +357,104 @@ def catalog(corpus: Corpus) -> dict[str, Any]:
     """Per corpus model: each slot its layer templates reach, what fills it now, and the library
     components that fit the slot's contract (what the playground offers), each with the dims it
     needs that the model does not bind (their corpus values: :func:`component_dims`)."""
-    out = {}
-    skip = set(symbols.SCENARIO_DIMS)
     needs = {n: variant_rules.required_dims(corpus, c, {}) for n, c in corpus.components.items()}
-    for model in corpus.models.values():
-        slots: dict[str, dict] = {}
-        for template, fill in model.templates.items():
-            for slot, current in variant_rules.slots_reached(corpus, model, fill).items():
-                contract = corpus.slot_contracts.get(slot)
-                fits = sorted(n for n, c in corpus.components.items()
-                              if contract and c.role in contract.roles and len(c.inputs) == contract.inputs)
-                entry = slots.setdefault(slot, {"templates": [], "current": [], "fits": {
-                    n: [d for d in sorted(needs[n]) if d in corpus.dims and d not in model.dims and d not in skip]
-                    for n in fits}})
-                entry["templates"].append(template)
-                if current.component not in entry["current"]:
-                    entry["current"].append(current.component)
-        out[model.model_id] = {"name": model.display_name, "slots": slots}
-    return out
+    return {model.model_id: {"name": model.display_name, "slots": model_slots(corpus, model, needs)}
+            for model in corpus.models.values()}
+
+
+def model_slots(corpus: Corpus, model: ModelSpec, needs: dict | None = None) -> dict[str, dict]:
+    """One model's part of :func:`catalog`: slot -> its templates, current fillers, fitting components."""
+    skip = set(symbols.SCENARIO_DIMS)
+    needs = needs if needs is not None else {n: variant_rules.required_dims(corpus, c, {})
+                                             for n, c in corpus.components.items()}
+    slots: dict[str, dict] = {}
+    for template, fill in model.templates.items():
+        for slot, current in variant_rules.slots_reached(corpus, model, fill).items():
+            contract = corpus.slot_contracts.get(slot)
+            fits = sorted(n for n, c in corpus.components.items()
+                          if contract and c.role in contract.roles and len(c.inputs) == contract.inputs)
+            entry = slots.setdefault(slot, {"templates": [], "current": [], "fits": {
+                n: [d for d in sorted(needs[n]) if d in corpus.dims and d not in model.dims and d not in skip]
+                for n in fits}})
+            entry["templates"].append(template)
+            if current.component not in entry["current"]:
+                entry["current"].append(current.component)
+    return slots
+
+
+# -- any catalog pick, live: results/playground/<org--name>.json ----------------------------------
+
+#: The value each dim a pick needs is bound to for its symbolic walk: the exported formulas keep
+#: the dim free (the page binds the reader's value), so no number shown depends on it.
+PLACEHOLDER = 64
+_PAGE = Where("<playground>")
+
+
+def changed_parts(old: Analysis, new: Analysis) -> tuple[Analysis, Analysis]:
+    """Both analyses cut to what differs between them: the rows and cache entries one has and the
+    other has not, or has unequal. Every number of :func:`analysis_formulas` is a sum over rows and
+    caches, so new = old - (old's cut) + (new's cut) exactly."""
+    rows_old = {u: r for u, r in old.rows.items() if new.rows.get(u) != r}
+    rows_new = {u: r for u, r in new.rows.items() if old.rows.get(u) != r}
+    caches_old = tuple(c for c in old.caches if c not in new.caches)
+    caches_new = tuple(c for c in new.caches if c not in old.caches)
+    return (replace(old, rows=rows_old, caches=caches_old), replace(new, rows=rows_new, caches=caches_new))
+
+
+def _sum_of_parts(a: Analysis, model: ModelSpec, corpus: Corpus, kv_dtype: str) -> dict[str, sympy.Expr]:
+    """:func:`analysis_formulas` of ``a`` as one sympy sum of each row's and cache entry's own
+    (the same definitions, one row at a time: a running sum re-sorts every partial Add, which on a
+    large cut costs seconds)."""
+    parts = [replace(a, rows={uid: row}, caches=()) for uid, row in a.rows.items()]
+    parts += [replace(a, rows={}, caches=(cache,)) for cache in a.caches]
+    each = [analysis_formulas(part, model, corpus, kv_dtype) for part in parts]
+    return {k: sympy.Add(*(f[k] for f in each)) for k in RECOMPUTED}
+
+
+def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16") -> dict[str, Any]:
+    """One catalog pick of the playground: ``component`` in ``slot`` of every layer template of
+    ``ev``'s model reaching it (the variant ``archledger edit MODEL --swap 'layers[..].SLOT=COMPONENT'``
+    makes). Returns the templates swapped, the dims the component needs that the base does not
+    bind, and per number of :data:`RECOMPUTED` the change new - old as a formula tree over the
+    base's dims, those needed dims and the scenario (the page adds it to the base's number); or
+    ``{"error": ...}`` when the swap does not resolve or walk (one line, as ``edit`` prints it)."""
+    corpus, base = ev.corpus, ev.model
+    swap = variant_rules.Swap(slot, (), Fill(component, _PAGE, {}), _PAGE)
+    try:
+        needs = variant_rules.missing_dims(corpus, base, [swap])
+        binds = [variant_rules.Bind(d, PLACEHOLDER, "placeholder", _PAGE) for d in needs]
+        variant = variant_rules.resolve(corpus, "pick", base.model_id, [swap], binds, _PAGE)
+        new = walk_model(corpus, variant.spec, Binding("symbolic"))
+    except SpecError as exc:
+        return {"error": exc.problem}
+    old_part, new_part = changed_parts(ev.symbolic, new)
+    was = _sum_of_parts(old_part, base, corpus, kv_dtype)
+    now = _sum_of_parts(new_part, variant.spec, corpus, kv_dtype)
+    delta = {k: formula_tree.to_tree(now[k] - was[k]) for k in RECOMPUTED}
+    free = set().union(*(formula_tree.free_names(t) for t in delta.values()))
+    known = set(ev.bound) | set(needs) | {symbols.BATCH, symbols.SEQ, symbols.CTX, symbols.LENGTH}
+    if free - known:   # a symbol the page could not bind: say so rather than show a wrong number
+        return {"error": f"the swapped model reads {', '.join(sorted(free - known))}, which the page cannot bind"}
+    templates = list(variant.changed)
+    return {"templates": templates, "needs": needs, "delta": delta,
+            "swap": f"layers[{','.join(templates)}].{slot}={component}"}
+
+
+def model_playground(ev: Evaluation, context: int | None = None) -> dict[str, Any]:
+    """``results/playground/<org--name>.json``: the base's :func:`formulas` as trees and their
+    environment, and :func:`pick` for every slot x fitting component of its catalog entry (a slot's
+    only current filler excepted: nothing would change). Depends on the model's spec and snapshot,
+    the component library, slots.yaml and the engine only (pre-fill values live in variants.json),
+    so it is carried with the model's other results."""
+    context = context or PLAYGROUND["context"]
+    slots = model_slots(ev.corpus, ev.model)
+    picks = {slot: {c: pick(ev, slot, c, PLAYGROUND["kv_dtype"]) for c in entry["fits"]
+                    if entry["current"] != [c]} for slot, entry in slots.items()}
+    return {"model_id": ev.model.model_id, "context": context,
+            "formulas": {k: formula_tree.to_tree(f) for k, f in
+                         _sum_of_parts(ev.symbolic, ev.model, ev.corpus, PLAYGROUND["kv_dtype"]).items()},
+            "env": environment(ev, context), "picks": picks,
+            "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
 
 
 def playground_document(corpus: Corpus, gpus, chosen: list | None = None, evaluations: dict | None = None) -> dict[str, Any]:

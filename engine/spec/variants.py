@@ -326,6 +326,12 @@ def _reschedule(stack: StackSpec, old: str, new: str, when: str, where: Where) -
 
 # -- the dims a component needs ------------------------------------------------------------------
 
+def missing_dims(corpus: "Corpus", model: ModelSpec, swaps: list[Swap]) -> list[str]:
+    """The dims the swaps' components need that ``model`` does not bind (what :func:`resolve`
+    refuses without a ``bind:`` for each), sorted."""
+    return _missing(corpus, model, swaps, set(model.dims))
+
+
 def _missing(corpus: "Corpus", model: ModelSpec, swaps: list[Swap], bound: set[str]) -> list[str]:
     """Dims of the dims table the swapped-in components read (through their options, nested
     components and decode forms, skipping nodes their options switch off) that nothing binds."""
