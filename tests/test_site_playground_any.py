@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from engine.build import whatif
-from engine.spec import quantities, symbols
+from engine.spec import formula_tree, quantities, symbols
 from site_builder.render import REPO
 from tests.site_helpers import build_small_site, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
@@ -173,3 +173,30 @@ def test_picks_are_carried_with_their_model(out):
     doc = json.loads((out / "results" / "playground" / "Qwen--Qwen3-8B.json").read_text())
     assert set(doc["picks"]) == {"attention", "ffn"} and "gqa_attention" not in doc["picks"]["attention"]
     assert (out / "site" / "data" / "playground" / "Qwen--Qwen3-8B.json.gz").is_file()
+
+
+@pytest.mark.parametrize("model_id", [BASE, "Qwen/Qwen3.5-27B"])
+def test_site_walks_agree_with_the_whole_walk(corpus, model_id):
+    """Every pick of the model: the page's arithmetic (whatif.pick_change: the new filler walked at
+    each of the slot's sites in place of the old one's rows) equals the change the variant's whole
+    symbolic walk gives (whatif.pick without the shared sites), at two dim settings and contexts."""
+    ev, sites = whatif.evaluate_with_sites(corpus, corpus.models[model_id])
+    doc = whatif.model_playground(ev, sites=sites)
+    checked = 0
+    for slot, picks in doc["picks"].items():
+        for component, p in picks.items():
+            whole = whatif.pick(ev, slot, component)
+            assert ("error" in p) == ("error" in whole), (slot, component)
+            if "error" in p:
+                continue
+            # DSA publishes its top-k as a layer stream: only the whole walk places it
+            assert ("sites" in p) == (component != "dsa_attention"), (slot, component)
+            for value, context in ((16, 1024), (96, 200_000)):
+                env = {**doc["env"], "seq": context, "ctx": context, "length": context,
+                       **{d: value + i for i, d in enumerate(p["needs"])}}
+                got = whatif.pick_change(doc, p, env, slot)
+                want = {k: formula_tree.evaluate(t, env) for k, t in whole["delta"].items()}
+                for key in whatif.RECOMPUTED:
+                    assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-6), (slot, component, key)
+            checked += 1
+    assert checked >= 9

@@ -445,7 +445,8 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
     from engine.build import finite, grid_eval
     started = time.perf_counter()
     corpus = corpus if corpus is not None else cached_corpus(corpus_root)
-    ev = evaluate_spec(corpus, corpus.models[model_id])
+    from engine.build.whatif import evaluate_with_sites, model_playground
+    ev, sites = evaluate_with_sites(corpus, corpus.models[model_id])   # evaluate_spec's walks; its slot sites for the playground
     formulas: dict = {}        # the deploy page's formula trees (engine.build.deploy_export)
     deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root, formulas)
     finite.check_tables(ev.model, {"deployments": deployments, "ops": ops})   # nothing NaN or negative is written
@@ -465,10 +466,9 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
         json.dumps(model_document(ev, verification), separators=(",", ":")))
     (Path(staging) / "formulas").mkdir(exist_ok=True)
     (Path(staging) / "formulas" / f"{slug(model_id)}.json").write_text(json.dumps(formulas, separators=(",", ":")))
-    from engine.build.whatif import model_playground   # the playground's live picks (docs/results.md)
-    (Path(staging) / "playground").mkdir(exist_ok=True)
+    (Path(staging) / "playground").mkdir(exist_ok=True)      # the playground's live picks (docs/results.md)
     (Path(staging) / "playground" / f"{slug(model_id)}.json").write_text(
-        json.dumps(model_playground(ev), separators=(",", ":")))
+        json.dumps(model_playground(ev, sites=sites), separators=(",", ":")))
     return {"model_id": model_id, "deployments": len(deployments["model_id"]),
             "ops": len(ops["model_id"]), "points": points, "seconds": round(time.perf_counter() - started, 3), **sized}
 

@@ -27,7 +27,7 @@ from engine.spec import variants as variant_rules
 from engine.spec.api import Evaluation, evaluate_spec
 from engine.spec.corpus import Corpus
 from engine.spec.errors import SpecError, Where
-from engine.spec.evaluate import Analysis, Binding, walk_model
+from engine.spec.evaluate import Analysis, Binding, Walker, walk_model
 from engine.spec.ir import Fill, ModelSpec
 
 #: (key, label, unit) of every compared number, in print order.
@@ -272,9 +272,11 @@ def formulas(ev: Evaluation, kv_dtype: str = "bf16") -> dict[str, sympy.Expr]:
     return analysis_formulas(ev.symbolic, ev.model, ev.corpus, kv_dtype)
 
 
-def analysis_formulas(a: Analysis, model: ModelSpec, corpus: Corpus, kv_dtype: str = "bf16") -> dict[str, sympy.Expr]:
+def analysis_formulas(a: Analysis, model: ModelSpec, corpus: Corpus, kv_dtype: str = "bf16",
+                      decode_seq: int | None = 1) -> dict[str, sympy.Expr]:
     """:func:`formulas` of a symbolic analysis, or of part of one (every number is a sum over its
-    rows and caches, so the part's formulas are its share of the whole)."""
+    rows and caches, so the part's formulas are its share of the whole). ``decode_seq=None`` leaves
+    ``seq`` free in the decode FLOPs (a caller summing parts puts it in once)."""
     seq = symbols.dim(symbols.SEQ)
     return {
         "params": quantities.params_total(a),
@@ -284,7 +286,8 @@ def analysis_formulas(a: Analysis, model: ModelSpec, corpus: Corpus, kv_dtype: s
         "kv_bytes_per_token": kv.growing_bytes_per_token(a, kv_dtype),
         "kv_bytes_per_request": kv.bytes_per_request(a, None, kv_dtype),
         "prefill_flops": quantities.flops(a, "prefill"),
-        "decode_flops": quantities.flops(a, "decode").subs(seq, 1),
+        "decode_flops": quantities.flops(a, "decode") if decode_seq is None
+        else quantities.flops(a, "decode").subs(seq, decode_seq),
     }
 
 
@@ -407,54 +410,247 @@ def _sum_of_parts(a: Analysis, model: ModelSpec, corpus: Corpus, kv_dtype: str) 
     large cut costs seconds)."""
     parts = [replace(a, rows={uid: row}, caches=()) for uid, row in a.rows.items()]
     parts += [replace(a, rows={}, caches=(cache,)) for cache in a.caches]
-    each = [analysis_formulas(part, model, corpus, kv_dtype) for part in parts]
-    return {k: sympy.Add(*(f[k] for f in each)) for k in RECOMPUTED}
+    each = [analysis_formulas(part, model, corpus, kv_dtype, decode_seq=None) for part in parts]
+    out = {k: sympy.Add(*(f[k] for f in each)) for k in RECOMPUTED}
+    out["decode_flops"] = out["decode_flops"].subs(symbols.dim(symbols.SEQ), 1)
+    return out
 
 
-def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16") -> dict[str, Any]:
+class _Sites(Walker):
+    """The base's symbolic walk, recording each slot node it walks inside a layer template: the
+    place a swap walks its new filler instead (node, inputs, scope, layer, template)."""
+
+    def __init__(self, corpus: Corpus, model: ModelSpec):
+        super().__init__(corpus, model, Binding("symbolic"))
+        self.sites: dict[str, dict[str, tuple]] = {}
+        self.template: str | None = None
+
+    def _walk_layers(self, node, inputs, scope, uid, template, tag, layers, count_sym, whole, offset):
+        outer, self.template = self.template, template
+        try:
+            return super()._walk_layers(node, inputs, scope, uid, template, tag, layers, count_sym, whole, offset)
+        finally:
+            self.template = outer
+
+    def walk_node(self, node, inputs, scope, uid):
+        if node.kind == "slot" and self.template is not None:   # a group walked again (it waited for a stream) overwrites
+            self.sites.setdefault(node.target, {})[uid] = (node, inputs, scope, self.layer_index, self.template)
+        return super().walk_node(node, inputs, scope, uid)
+
+
+class _Streams(Exception):
+    """The new filler publishes or reads a layer stream: only the whole walk can place it."""
+
+
+class _NoStreams:
+    """A site walk's stand-in for the layer stack's streams: any use sends the pick to the whole walk."""
+
+    def publish(self, node, value):
+        raise _Streams()
+
+    def spec(self, node):
+        raise _Streams()
+
+
+def _under(uid: str, site: str) -> bool:
+    return uid == site or uid.startswith(site + "/")
+
+
+#: The layer count a site is walked at (substituted by each site's own: every number is linear in it).
+_REPEAT = sympy.Symbol("site_repeat", positive=True, integer=True)
+#: Site walks shared by every pick of a process (key -> [(config values read, formulas)]): the same
+#: component in the same scope gives the same formulas whichever model the scope is in.
+_SITE_CACHE: dict[tuple, list[tuple[dict, dict]]] = {}
+
+
+def _has_slots(corpus: Corpus, name: str, seen: frozenset = frozenset()) -> bool:
+    spec = corpus.components.get(name)
+    if spec is None or name in seen:
+        return spec is None
+    return any(n.kind == "slot" or (n.kind == "component" and _has_slots(corpus, n.target, seen | {name}))
+               for n in spec.graph.values())
+
+
+def _site_key(model: ModelSpec, corpus: Corpus, component: str, fill: Fill, node, inputs, scope, layer,
+              kv_dtype: str) -> tuple:
+    """Everything a site walk of ``fill`` reads besides config values (checked separately) and
+    labels (uids, module paths): a model dim bound to its own symbol is left out, since a dim the
+    component reads is that symbol whether the base binds it or the page does."""
+    dims = tuple(sorted((k, str(v)) for k, v in scope.dims.items() if v != symbols.dim(k)))
+    slots = repr(sorted(scope.slots.items())) if _has_slots(corpus, component) else ""
+    per_layer = layer if any("layer" in str(t) for t in node.dims.values()) else None
+    return (component, kv_dtype, repr(fill.options), repr(node), repr([v for v, _ in inputs]), dims,
+            repr(sorted(scope.options.items())), slots, str(scope.instances), str(scope.active), scope.stacked,
+            repr(sorted(scope.renames.items())), scope.role, scope.component, scope.stack,
+            tuple(sorted(scope.phases)), per_layer, repr(sorted(model.quant.items())), tuple(sorted(model.drafts)))
+
+
+def _config_matches(walker: Walker, values: dict) -> bool:
+    try:
+        return all(walker.config(path) == value for path, value in values.items())
+    except KeyError:
+        return False
+
+
+def _site_formulas(ev: Evaluation, walker: Walker, component: str, site: tuple, uid: str, needs: list[str],
+                   kv_dtype: str) -> tuple[tuple, dict[str, Any]]:
+    """The new filler's numbers at one site as formula trees, with the site's layer count left as
+    :data:`_REPEAT`: (the site's key, the trees), shared through :data:`_SITE_CACHE`."""
+    corpus = ev.corpus
+    node, inputs, scope, layer, _ = site
+    fill = variant_rules.inherit(Fill(component, _PAGE, {}), corpus.components[component], scope.slots[node.target])
+    dims = {**{d: symbols.dim(d) for d in needs}, **scope.dims}      # a dim the base's scope binds stays the base's
+    key = _site_key(ev.model, corpus, component, fill, node, inputs, scope, layer, kv_dtype)
+    entries = _SITE_CACHE.setdefault(key, [])
+    for i, (values, found) in enumerate(entries):
+        if _config_matches(walker, values):
+            return (key, i), found
+    walker.rows, walker.caches, walker.components, walker.config_reads = {}, [], {}, set()
+    walker.layer_index = layer
+    walker.walk_component(node, fill, inputs, replace(scope, dims=dims, repeat=_REPEAT), uid)
+    part = replace(ev.symbolic, rows=dict(walker.rows), caches=tuple(walker.caches))
+    found = {k: formula_tree.to_tree(f) for k, f in _sum_of_parts(part, ev.model, corpus, kv_dtype).items()}
+    entries.append(({path: walker.config(path) for path in walker.config_reads}, found))
+    return (key, len(entries) - 1), found
+
+
+def _old_at_sites(ev: Evaluation, sites: dict[str, tuple], kv_dtype: str) -> dict[str, sympy.Expr] | None:
+    """The base's numbers of the rows under the sites; None when a layer stream published inside
+    the sites is read outside them (a swap would change the reader's rows too). A reader inside
+    reading a producer outside is fine: the producer's rows do not depend on its readers."""
+    a = ev.symbolic
+    for stream in a.streams:
+        def inside(uid: str) -> bool:
+            return any(_under(uid, site) for site in sites)
+        if any(inside(u) for _, u in stream.producers) and not all(
+                inside(u) for u in [*(r for _, r in stream.readers), *(p[-1] for p in stream.pairs)]):
+            return None
+    part = replace(a, rows={u: r for u, r in a.rows.items() if any(_under(u, s) for s in sites)},
+                   caches=tuple(c for c in a.caches if any(_under(c.node_uid, s) for s in sites)))
+    return _sum_of_parts(part, ev.model, ev.corpus, kv_dtype)
+
+
+class Picks:
+    """What the picks of one base model share: the base's slot sites (recorded by its symbolic walk,
+    :class:`_Sites`), a walker of the base for the new fillers, the old fillers' numbers per slot
+    (``old``) and the new fillers' numbers per distinct site (``blocks``: the page evaluates them)."""
+
+    def __init__(self, ev: Evaluation, sites: dict[str, dict[str, tuple]]):
+        self.ev, self.sites = ev, sites
+        self.walker = Walker(ev.corpus, ev.model, Binding("symbolic"))
+        self.walker.model_dims()
+        self.walker.layer_ctx = _NoStreams()
+        self.old: dict[str, Any] = {}
+        self.blocks: list[dict] = []
+        self._index: dict[tuple, int] = {}
+
+    def block(self, key: tuple, trees: dict) -> int:
+        if key not in self._index:
+            self._index[key] = len(self.blocks)
+            self.blocks.append(trees)
+        return self._index[key]
+
+
+def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
+         shared: Picks | None = None) -> dict[str, Any]:
     """One catalog pick of the playground: ``component`` in ``slot`` of every layer template of
     ``ev``'s model reaching it (the variant ``archledger edit MODEL --swap 'layers[..].SLOT=COMPONENT'``
     makes). Returns the templates swapped, the dims the component needs that the base does not
-    bind, and per number of :data:`RECOMPUTED` the change new - old as a formula tree over the
-    base's dims, those needed dims and the scenario (the page adds it to the base's number); or
-    ``{"error": ...}`` when the swap does not resolve or walk (one line, as ``edit`` prints it)."""
+    bind, and how each number of :data:`RECOMPUTED` changes (the new side is the base's number
+    plus the change; formula trees over the base's dims, the needed dims and the scenario):
+
+    * ``sites``: [[block, layer count tree], ...] (with ``shared``, when no layer stream crosses
+      the slot's sites): at each place the base walks the slot, the new filler's numbers
+      (``shared.blocks[block]`` at ``site_repeat`` = that count) replace the old filler's
+      (``shared.old[slot]``, summed over the sites);
+    * else ``delta``: new - old from the variant's whole symbolic walk (the reference: the two
+      agree on every pick of the corpus, tests/test_site_playground_any.py);
+
+    or ``{"error": ...}`` when the swap does not resolve or walk (one line, as ``edit`` prints it)."""
     corpus, base = ev.corpus, ev.model
     swap = variant_rules.Swap(slot, (), Fill(component, _PAGE, {}), _PAGE)
+    out: dict[str, Any] = {}
     try:
         needs = variant_rules.missing_dims(corpus, base, [swap])
         binds = [variant_rules.Bind(d, PLACEHOLDER, "placeholder", _PAGE) for d in needs]
         variant = variant_rules.resolve(corpus, "pick", base.model_id, [swap], binds, _PAGE)
-        new = walk_model(corpus, variant.spec, Binding("symbolic"))
+        if shared is not None:
+            mine = {u: site for u, site in shared.sites.get(slot, {}).items() if site[4] in variant.changed}
+            if slot not in shared.old:
+                old = _old_at_sites(ev, mine, kv_dtype)
+                shared.old[slot] = None if old is None else {k: formula_tree.to_tree(f) for k, f in old.items()}
+            if shared.old[slot] is not None:
+                try:
+                    out["sites"] = [[shared.block(*_site_formulas(ev, shared.walker, component, site, uid, needs,
+                                                                  kv_dtype)),
+                                     formula_tree.to_tree(site[2].repeat)] for uid, site in mine.items()]
+                except _Streams:
+                    out = {}
+        if not out:
+            old_part, new_part = changed_parts(ev.symbolic, walk_model(corpus, variant.spec, Binding("symbolic")))
+            was = _sum_of_parts(old_part, base, corpus, kv_dtype)
+            now = _sum_of_parts(new_part, variant.spec, corpus, kv_dtype)
+            out["delta"] = {k: formula_tree.to_tree(now[k] - was[k]) for k in RECOMPUTED}
     except SpecError as exc:
         return {"error": exc.problem}
-    old_part, new_part = changed_parts(ev.symbolic, new)
-    was = _sum_of_parts(old_part, base, corpus, kv_dtype)
-    now = _sum_of_parts(new_part, variant.spec, corpus, kv_dtype)
-    delta = {k: formula_tree.to_tree(now[k] - was[k]) for k in RECOMPUTED}
-    free = set().union(*(formula_tree.free_names(t) for t in delta.values()))
+    trees = list(out.get("delta", {}).values())
+    for b, r in out.get("sites", []):
+        trees += [*shared.blocks[b].values(), r]
+    free = set().union(*(formula_tree.free_names(t) for t in trees)) - {_REPEAT.name}
     known = set(ev.bound) | set(needs) | {symbols.BATCH, symbols.SEQ, symbols.CTX, symbols.LENGTH}
     if free - known:   # a symbol the page could not bind: say so rather than show a wrong number
         return {"error": f"the swapped model reads {', '.join(sorted(free - known))}, which the page cannot bind"}
     templates = list(variant.changed)
-    return {"templates": templates, "needs": needs, "delta": delta,
-            "swap": f"layers[{','.join(templates)}].{slot}={component}"}
+    return {"templates": templates, "needs": needs, "swap": f"layers[{','.join(templates)}].{slot}={component}", **out}
 
 
-def model_playground(ev: Evaluation, context: int | None = None) -> dict[str, Any]:
+def pick_change(doc: dict, p: dict, env: dict[str, float], slot: str) -> dict[str, float]:
+    """new - old of each number of a pick of :func:`model_playground`'s ``doc`` at ``env`` (the
+    reader's dims and the scenario on top of ``doc["env"]``): in Python what
+    static/js/playground.js computes, for the tests."""
+    if "delta" in p:
+        return {k: formula_tree.evaluate(t, env) for k, t in p["delta"].items()}
+    out = {k: -formula_tree.evaluate(t, env) for k, t in doc["old"][slot].items()}
+    for block, repeat in p["sites"]:
+        at = {**env, _REPEAT.name: formula_tree.evaluate(repeat, env)}
+        for k, t in doc["blocks"][block].items():
+            out[k] += formula_tree.evaluate(t, at)
+    return out
+
+
+def sites_of(ev: Evaluation) -> dict[str, dict[str, tuple]]:
+    """The base's slot sites, by another symbolic walk (the build has them: :func:`evaluate_with_sites`)."""
+    recorder = _Sites(ev.corpus, ev.model)
+    recorder.walk()
+    return recorder.sites
+
+
+def evaluate_with_sites(corpus: Corpus, model: ModelSpec) -> tuple[Evaluation, dict]:
+    """:func:`engine.spec.api.evaluate_spec` whose symbolic walk also records the slot sites (the
+    same Walker, so the same analysis), and those sites."""
+    recorder = _Sites(corpus, model)
+    symbolic = recorder.walk()
+    return Evaluation(model, corpus, walk_model(corpus, model, Binding("numeric")), symbolic), recorder.sites
+
+
+def model_playground(ev: Evaluation, context: int | None = None, sites: dict | None = None) -> dict[str, Any]:
     """``results/playground/<org--name>.json``: the base's :func:`formulas` as trees and their
-    environment, and :func:`pick` for every slot x fitting component of its catalog entry (a slot's
-    only current filler excepted: nothing would change). Depends on the model's spec and snapshot,
-    the component library, slots.yaml and the engine only (pre-fill values live in variants.json),
-    so it is carried with the model's other results."""
+    environment, :func:`pick` for every slot x fitting component of its catalog entry (a slot's
+    only current filler excepted: nothing would change), the old fillers' numbers per slot
+    (``old``) and the new fillers' per distinct site (``blocks``). Depends on the model's spec and
+    snapshot, the component library, slots.yaml and the engine only (pre-fill values live in
+    variants.json), so it is carried with the model's other results. ``sites``: the base's
+    (:func:`evaluate_with_sites`), else recorded here."""
     context = context or PLAYGROUND["context"]
     slots = model_slots(ev.corpus, ev.model)
-    picks = {slot: {c: pick(ev, slot, c, PLAYGROUND["kv_dtype"]) for c in entry["fits"]
+    shared = Picks(ev, sites if sites is not None else sites_of(ev))
+    picks = {slot: {c: pick(ev, slot, c, PLAYGROUND["kv_dtype"], shared) for c in entry["fits"]
                     if entry["current"] != [c]} for slot, entry in slots.items()}
     return {"model_id": ev.model.model_id, "context": context,
             "formulas": {k: formula_tree.to_tree(f) for k, f in
                          _sum_of_parts(ev.symbolic, ev.model, ev.corpus, PLAYGROUND["kv_dtype"]).items()},
-            "env": environment(ev, context), "picks": picks,
-            "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
+            "env": environment(ev, context), "picks": picks, "old": shared.old, "blocks": shared.blocks,
+            "repeat": _REPEAT.name, "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
 
 
 def playground_document(corpus: Corpus, gpus, chosen: list | None = None, evaluations: dict | None = None) -> dict[str, Any]:

@@ -94,9 +94,9 @@
   }
 
   // -- pick a base model and a slot: the components fitting its contract, live. The build exports
-  // per base model its numbers' formula trees and, per pick, each number's change new - old as a
-  // tree over the base's dims, the component's new dims and the scenario (engine/build/whatif.pick):
-  // new = old + change, both evaluated here by formula.js at the reader's dims.
+  // per base model its numbers' formula trees and, per pick, each number's change new - old as
+  // trees over the base's dims, the component's new dims and the scenario (engine/build/whatif.pick):
+  // new = old + change, all evaluated here by formula.js at the reader's dims.
   var cat = data.catalog || {}, pm = $("pick-model"), ps = $("pick-slot"), pc = $("pick-component"), out = $("pick-out");
   var sec = $("pick-sec"), root = sec ? sec.getAttribute("data-root") : "", live = data.live || {}, loaded = {};
   var pbinds = $("pick-binds"), pstatus = $("pick-status"), pctx = $("pick-context"), pgraph = $("pick-graph");
@@ -138,7 +138,7 @@
       var p = (doc.picks[ps.value] || {})[comp];
       if (!p) { pstatus.textContent = name(model) + " already has " + comp + " in every layer reaching " + ps.value + ": nothing changes."; return; }
       if (p.error) { pstatus.textContent = "This swap does not resolve: " + p.error; return; }
-      current = { model: model, comp: comp, doc: doc, pick: p, slot: slot };
+      current = { model: model, comp: comp, doc: doc, pick: p, slot: slot, slotName: ps.value };
       pickForm(current);
       pickGraph(slot, comp);
       pickRecompute();
@@ -196,7 +196,7 @@
     pstatus.removeAttribute("data-missing");
     pstatus.textContent = "Swap " + cur.pick.swap + " (layer templates " + cur.pick.templates.join(", ") + "). The same on the command line: " + cmd;
     Object.keys(cur.doc.recomputed).forEach(function (key) {
-      var o = F.evaluate(cur.doc.formulas[key], env), n = o + F.evaluate(cur.pick.delta[key], neu);
+      var o = F.evaluate(cur.doc.formulas[key], env), n = o + change(cur, key, neu);
       var tr = document.createElement("tr"), th = document.createElement("th");
       th.scope = "row"; th.textContent = cur.doc.recomputed[key][0]; tr.appendChild(th);
       [["old", o], ["new", n]].forEach(function (pair) {
@@ -213,6 +213,20 @@
       tr.appendChild(d);
       ptbody.appendChild(tr);
     });
+  }
+  // new - old of one number (engine/build/whatif.pick_change is the same in Python): the whole
+  // walk's change, or at each site of the slot the new filler's numbers (at that site's layer
+  // count) in place of the old filler's
+  function change(cur, key, env) {
+    var p = cur.pick;
+    if (p.delta) return F.evaluate(p.delta[key], env);
+    var total = -F.evaluate(cur.doc.old[cur.slotName][key], env);
+    p.sites.forEach(function (site) {
+      var at = Object.assign({}, env);
+      at[cur.doc.repeat] = F.evaluate(site[1], env);
+      total += F.evaluate(cur.doc.blocks[site[0]][key], at);
+    });
+    return total;
   }
   // the swapped block's graph diff: the components pages draw each token mixer as a corpus model
   // instantiates it and every pair's diff (nodes paired by declared name); shown here from there
