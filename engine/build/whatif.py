@@ -404,12 +404,16 @@ def changed_parts(old: Analysis, new: Analysis) -> tuple[Analysis, Analysis]:
     return (replace(old, rows=rows_old, caches=caches_old), replace(new, rows=rows_new, caches=caches_new))
 
 
+_CHUNK = 8     # rows per running sum: short enough that re-sorting its partial sums stays cheap
+
+
 def _sum_of_parts(a: Analysis, model: ModelSpec, corpus: Corpus, kv_dtype: str) -> dict[str, sympy.Expr]:
-    """:func:`analysis_formulas` of ``a`` as one sympy sum of each row's and cache entry's own
-    (the same definitions, one row at a time: a running sum re-sorts every partial Add, which on a
-    large cut costs seconds)."""
-    parts = [replace(a, rows={uid: row}, caches=()) for uid, row in a.rows.items()]
-    parts += [replace(a, rows={}, caches=(cache,)) for cache in a.caches]
+    """:func:`analysis_formulas` of ``a`` as one sympy sum of those of its rows and cache entries in
+    chunks (the same definitions; a running sum over all rows re-sorts every partial Add, which on
+    a large model costs seconds)."""
+    rows, caches = list(a.rows.items()), list(a.caches)
+    parts = [replace(a, rows=dict(rows[i:i + _CHUNK]), caches=()) for i in range(0, len(rows), _CHUNK)]
+    parts += [replace(a, rows={}, caches=tuple(caches[i:i + _CHUNK])) for i in range(0, len(caches), _CHUNK)]
     each = [analysis_formulas(part, model, corpus, kv_dtype, decode_seq=None) for part in parts]
     out = {k: sympy.Add(*(f[k] for f in each)) for k in RECOMPUTED}
     out["decode_flops"] = out["decode_flops"].subs(symbols.dim(symbols.SEQ), 1)
@@ -458,9 +462,10 @@ def _under(uid: str, site: str) -> bool:
 
 #: The layer count a site is walked at (substituted by each site's own: every number is linear in it).
 _REPEAT = sympy.Symbol("site_repeat", positive=True, integer=True)
-#: Site walks shared by every pick of a process (key -> [(config values read, formulas)]): the same
-#: component in the same scope gives the same formulas whichever model the scope is in.
-_SITE_CACHE: dict[tuple, list[tuple[dict, dict]]] = {}
+#: Site walks shared by every pick of a process (key -> [(config values read, rows, caches, quant
+#: -> formula trees)]): the same component in the same scope walks to the same rows whichever model
+#: the scope is in, and with the same quant schemes to the same formulas.
+_SITE_CACHE: dict[tuple, list[tuple[dict, dict, tuple, dict]]] = {}
 
 
 def _has_slots(corpus: Corpus, name: str, seen: frozenset = frozenset()) -> bool:
@@ -482,7 +487,7 @@ def _site_key(model: ModelSpec, corpus: Corpus, component: str, fill: Fill, node
     return (component, kv_dtype, repr(fill.options), repr(node), repr([v for v, _ in inputs]), dims,
             repr(sorted(scope.options.items())), slots, str(scope.instances), str(scope.active), scope.stacked,
             repr(sorted(scope.renames.items())), scope.role, scope.component, scope.stack,
-            tuple(sorted(scope.phases)), per_layer, repr(sorted(model.quant.items())), tuple(sorted(model.drafts)))
+            tuple(sorted(scope.phases)), per_layer, tuple(sorted(model.drafts)))
 
 
 def _config_matches(walker: Walker, values: dict) -> bool:
@@ -493,25 +498,34 @@ def _config_matches(walker: Walker, values: dict) -> bool:
 
 
 def _site_formulas(ev: Evaluation, walker: Walker, component: str, site: tuple, uid: str, needs: list[str],
-                   kv_dtype: str) -> tuple[tuple, dict[str, Any]]:
+                   kv_dtype: str, counted: bool = True) -> tuple[tuple, dict[str, Any]] | None:
     """The new filler's numbers at one site as formula trees, with the site's layer count left as
-    :data:`_REPEAT`: (the site's key, the trees), shared through :data:`_SITE_CACHE`."""
+    :data:`_REPEAT`: (the site's key, the trees), shared through :data:`_SITE_CACHE`. ``counted``
+    False: the walk only (a site outside the main stack: nothing to count, but the filler must
+    still walk there, as in the whole walk); returns None."""
     corpus = ev.corpus
     node, inputs, scope, layer, _ = site
     fill = variant_rules.inherit(Fill(component, _PAGE, {}), corpus.components[component], scope.slots[node.target])
     dims = {**{d: symbols.dim(d) for d in needs}, **scope.dims}      # a dim the base's scope binds stays the base's
     key = _site_key(ev.model, corpus, component, fill, node, inputs, scope, layer, kv_dtype)
     entries = _SITE_CACHE.setdefault(key, [])
-    for i, (values, found) in enumerate(entries):
+    for i, (values, rows, caches, trees) in enumerate(entries):
         if _config_matches(walker, values):
-            return (key, i), found
-    walker.rows, walker.caches, walker.components, walker.config_reads = {}, [], {}, set()
-    walker.layer_index = layer
-    walker.walk_component(node, fill, inputs, replace(scope, dims=dims, repeat=_REPEAT), uid)
-    part = replace(ev.symbolic, rows=dict(walker.rows), caches=tuple(walker.caches))
-    found = {k: formula_tree.to_tree(f) for k, f in _sum_of_parts(part, ev.model, corpus, kv_dtype).items()}
-    entries.append(({path: walker.config(path) for path in walker.config_reads}, found))
-    return (key, len(entries) - 1), found
+            break
+    else:
+        walker.rows, walker.caches, walker.components, walker.config_reads = {}, [], {}, set()
+        walker.layer_index = layer
+        walker.walk_component(node, fill, inputs, replace(scope, dims=dims, repeat=_REPEAT), uid)
+        entries.append(({path: walker.config(path) for path in walker.config_reads}, dict(walker.rows),
+                         tuple(walker.caches), {}))
+        i, (_, rows, caches, trees) = len(entries) - 1, entries[-1]
+    if not counted:
+        return None
+    quant = repr(sorted(ev.model.quant.items()))      # how the weights are stored: the weight bytes only
+    if quant not in trees:
+        part = replace(ev.symbolic, rows=rows, caches=caches)
+        trees[quant] = {k: formula_tree.to_tree(f) for k, f in _sum_of_parts(part, ev.model, corpus, kv_dtype).items()}
+    return (key, i, quant), trees[quant]
 
 
 def _old_at_sites(ev: Evaluation, sites: dict[str, tuple], kv_dtype: str) -> dict[str, sympy.Expr] | None:
@@ -581,9 +595,15 @@ def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
                 shared.old[slot] = None if old is None else {k: formula_tree.to_tree(f) for k, f in old.items()}
             if shared.old[slot] is not None:
                 try:
+                    # every number of RECOMPUTED is the main stack's: a site in another (MTP) is
+                    # walked (the filler must fit there too) but counts nothing
+                    for uid, site in mine.items():
+                        if site[2].stack != "main":
+                            _site_formulas(ev, shared.walker, component, site, uid, needs, kv_dtype, counted=False)
                     out["sites"] = [[shared.block(*_site_formulas(ev, shared.walker, component, site, uid, needs,
                                                                   kv_dtype)),
-                                     formula_tree.to_tree(site[2].repeat)] for uid, site in mine.items()]
+                                     formula_tree.to_tree(site[2].repeat)]
+                                    for uid, site in mine.items() if site[2].stack == "main"]
                 except _Streams:
                     out = {}
         if not out:
