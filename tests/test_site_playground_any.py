@@ -61,9 +61,9 @@ def walked(corpus, swap: str, binds: dict[str, int], context: int) -> dict[str, 
             "decode_flops": float(quantities.flops(a, "decode").subs(point))}
 
 
-def choose(page, slot: str, component: str, dim: str) -> None:
-    """Pick ``component`` for ``slot`` of the base and wait for its form (``dim``'s input)."""
-    page.select_option("#pick-model", BASE)
+def choose(page, slot: str, component: str, dim: str, model: str = BASE) -> None:
+    """Pick ``component`` for ``slot`` of ``model`` and wait for its form (``dim``'s input)."""
+    page.select_option("#pick-model", model)
     page.select_option("#pick-slot", slot)
     page.select_option("#pick-component", component)
     page.wait_for_selector("#pick-dim-" + dim)
@@ -173,6 +173,32 @@ def test_picks_are_carried_with_their_model(out):
     doc = json.loads((out / "results" / "playground" / "Qwen--Qwen3-8B.json").read_text())
     assert set(doc["picks"]) == {"attention", "ffn"} and "gqa_attention" not in doc["picks"]["attention"]
     assert (out / "site" / "data" / "playground" / "Qwen--Qwen3-8B.json.gz").is_file()
+
+
+def test_some_templates_only(browser, base, corpus):  # noqa: F811
+    """Qwen3.5-27B's attention -> MLA in its full-attention layers only (the DeltaNet layers
+    unticked): the numbers equal ``archledger edit --swap 'layers[full,mtp].attention=...'``."""
+    tab = _open(browser)
+    tab.goto(base + "playground/")
+    page = tab.page
+    choose(page, "attention", "mla_attention", "kv_lora_rank", "Qwen/Qwen3.5-27B")
+    page.uncheck("#pick-tpl-linear")
+    page.fill("#pick-context", "16384")
+    got = cells(page)
+    binds = {d: int(page.input_value(f"#pick-dim-{d}"))
+             for d in ("d_qk_nope", "d_qk_rope", "d_v_head", "kv_lora_rank", "q_lora_rank")}
+    swap = "layers[full,mtp].attention=mla_attention"
+    assert swap in page.inner_text("#pick-status")
+    want = edit_json(["Qwen/Qwen3.5-27B", "--swap", swap, *[f"--bind={d}={v}" for d, v in binds.items()],
+                      "--context", "16384"])
+    for key in EDIT_KEYS:
+        assert got["new"][key] == pytest.approx(want["model"]["new"][key], rel=1e-9), key
+    # by hand: only the 16 full-attention layers cache (the 48 DeltaNet layers keep a fixed state)
+    q35 = json.loads((REPO / "corpus" / "snapshots" / "Qwen--Qwen3.5-27B.config.json").read_text())["text_config"]
+    full = q35["layer_types"].count("full_attention")
+    assert got["new"]["kv_bytes_per_token"] == full * (binds["kv_lora_rank"] + binds["d_qk_rope"]) * 2
+    assert not tab.errors, tab.errors
+    tab.context.close()
 
 
 @pytest.mark.parametrize("model_id", [BASE, "Qwen/Qwen3.5-27B"])

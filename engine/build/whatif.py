@@ -528,20 +528,30 @@ def _site_formulas(ev: Evaluation, walker: Walker, component: str, site: tuple, 
     return (key, i, quant), trees[quant]
 
 
-def _old_at_sites(ev: Evaluation, sites: dict[str, tuple], kv_dtype: str) -> dict[str, sympy.Expr] | None:
-    """The base's numbers of the rows under the sites; None when a layer stream published inside
-    the sites is read outside them (a swap would change the reader's rows too). A reader inside
-    reading a producer outside is fine: the producer's rows do not depend on its readers."""
+def _old_at_sites(ev: Evaluation, sites: dict[str, tuple], kv_dtype: str) -> dict[str, Any] | None:
+    """The base's numbers of the rows under the sites, per layer template (``templates``: template
+    -> trees), and whether the reader may swap some templates only (``tickable``: no layer stream
+    touches the sites). None when a stream published inside the sites is read outside them (a
+    swap would change the reader's rows too; a reader inside reading a producer outside is fine:
+    the producer's rows do not depend on its readers)."""
     a = ev.symbolic
+
+    def inside(uid: str) -> bool:
+        return any(_under(uid, site) for site in sites)
+    touched = False
     for stream in a.streams:
-        def inside(uid: str) -> bool:
-            return any(_under(uid, site) for site in sites)
-        if any(inside(u) for _, u in stream.producers) and not all(
-                inside(u) for u in [*(r for _, r in stream.readers), *(p[-1] for p in stream.pairs)]):
+        readers = [*(r for _, r in stream.readers), *(p[-1] for p in stream.pairs)]
+        produced_inside = any(inside(u) for _, u in stream.producers)
+        if produced_inside and not all(inside(u) for u in readers):
             return None
-    part = replace(a, rows={u: r for u, r in a.rows.items() if any(_under(u, s) for s in sites)},
-                   caches=tuple(c for c in a.caches if any(_under(c.node_uid, s) for s in sites)))
-    return _sum_of_parts(part, ev.model, ev.corpus, kv_dtype)
+        touched = touched or produced_inside or any(inside(u) for u in readers)
+    out: dict[str, Any] = {}
+    for template in dict.fromkeys(site[4] for site in sites.values()):
+        mine = [u for u, site in sites.items() if site[4] == template]
+        part = replace(a, rows={u: r for u, r in a.rows.items() if any(_under(u, s) for s in mine)},
+                       caches=tuple(c for c in a.caches if any(_under(c.node_uid, s) for s in mine)))
+        out[template] = {k: formula_tree.to_tree(f) for k, f in _sum_of_parts(part, ev.model, ev.corpus, kv_dtype).items()}
+    return {"templates": out, "tickable": not touched}
 
 
 class Picks:
@@ -573,10 +583,11 @@ def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
     bind, and how each number of :data:`RECOMPUTED` changes (the new side is the base's number
     plus the change; formula trees over the base's dims, the needed dims and the scenario):
 
-    * ``sites``: [[block, layer count tree], ...] (with ``shared``, when no layer stream crosses
-      the slot's sites): at each place the base walks the slot, the new filler's numbers
-      (``shared.blocks[block]`` at ``site_repeat`` = that count) replace the old filler's
-      (``shared.old[slot]``, summed over the sites);
+    * ``sites``: [[block, layer count tree, template], ...] (with ``shared``, when no layer
+      stream crosses the slot's sites): at each place the base walks the slot, the new filler's
+      numbers (``shared.blocks[block]`` at ``site_repeat`` = that count) replace the old filler's
+      (``shared.old[slot]["templates"]``, per template); ``tickable``: no stream touches the
+      sites, so the reader may swap some of the templates only (the sum over those);
     * else ``delta``: new - old from the variant's whole symbolic walk (the reference: the two
       agree on every pick of the corpus, tests/test_site_playground_any.py);
 
@@ -591,8 +602,7 @@ def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
         if shared is not None:
             mine = {u: site for u, site in shared.sites.get(slot, {}).items() if site[4] in variant.changed}
             if slot not in shared.old:
-                old = _old_at_sites(ev, mine, kv_dtype)
-                shared.old[slot] = None if old is None else {k: formula_tree.to_tree(f) for k, f in old.items()}
+                shared.old[slot] = _old_at_sites(ev, mine, kv_dtype)
             if shared.old[slot] is not None:
                 try:
                     # every number of RECOMPUTED is the main stack's: a site in another (MTP) is
@@ -602,8 +612,9 @@ def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
                             _site_formulas(ev, shared.walker, component, site, uid, needs, kv_dtype, counted=False)
                     out["sites"] = [[shared.block(*_site_formulas(ev, shared.walker, component, site, uid, needs,
                                                                   kv_dtype)),
-                                     formula_tree.to_tree(site[2].repeat)]
+                                     formula_tree.to_tree(site[2].repeat), site[4]]
                                     for uid, site in mine.items() if site[2].stack == "main"]
+                    out["tickable"] = shared.old[slot]["tickable"]
                 except _Streams:
                     out = {}
         if not out:
@@ -614,7 +625,7 @@ def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
     except SpecError as exc:
         return {"error": exc.problem}
     trees = list(out.get("delta", {}).values())
-    for b, r in out.get("sites", []):
+    for b, r, _ in out.get("sites", []):
         trees += [*shared.blocks[b].values(), r]
     free = set().union(*(formula_tree.free_names(t) for t in trees)) - {_REPEAT.name}
     known = set(ev.bound) | set(needs) | {symbols.BATCH, symbols.SEQ, symbols.CTX, symbols.LENGTH}
@@ -624,17 +635,27 @@ def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
     return {"templates": templates, "needs": needs, "swap": f"layers[{','.join(templates)}].{slot}={component}", **out}
 
 
-def pick_change(doc: dict, p: dict, env: dict[str, float], slot: str) -> dict[str, float]:
+def pick_change(doc: dict, p: dict, env: dict[str, float], slot: str,
+                templates: list[str] | None = None) -> dict[str, float]:
     """new - old of each number of a pick of :func:`model_playground`'s ``doc`` at ``env`` (the
-    reader's dims and the scenario on top of ``doc["env"]``): in Python what
+    reader's dims and the scenario on top of ``doc["env"]``), the component swapped into
+    ``templates`` only (default: all the pick's; a subset needs ``p["tickable"]``): in Python what
     static/js/playground.js computes, for the tests."""
     if "delta" in p:
+        assert templates is None or set(templates) == set(p["templates"]), "a whole-walk pick swaps all its templates"
         return {k: formula_tree.evaluate(t, env) for k, t in p["delta"].items()}
-    out = {k: -formula_tree.evaluate(t, env) for k, t in doc["old"][slot].items()}
-    for block, repeat in p["sites"]:
-        at = {**env, _REPEAT.name: formula_tree.evaluate(repeat, env)}
-        for k, t in doc["blocks"][block].items():
-            out[k] += formula_tree.evaluate(t, at)
+    chosen = set(p["templates"] if templates is None else templates)
+    assert chosen == set(p["templates"]) or p["tickable"], "a stream touches this slot: all templates or none"
+    out = {k: 0.0 for k in RECOMPUTED}
+    for template, trees in doc["old"][slot]["templates"].items():
+        if template in chosen:
+            for k, t in trees.items():
+                out[k] -= formula_tree.evaluate(t, env)
+    for block, repeat, template in p["sites"]:
+        if template in chosen:
+            at = {**env, _REPEAT.name: formula_tree.evaluate(repeat, env)}
+            for k, t in doc["blocks"][block].items():
+                out[k] += formula_tree.evaluate(t, at)
     return out
 
 

@@ -146,6 +146,19 @@
   }
   function pickForm(cur) {
     var used = (data.used || {})[cur.comp] || {};
+    var tpl = document.createElement("fieldset"), legend = document.createElement("legend");
+    tpl.id = "pick-templates";
+    legend.textContent = "Swap in layer templates" + (cur.pick.tickable ? "" : " (a layer stream touches this slot: all of them)");
+    tpl.appendChild(legend);
+    cur.pick.templates.forEach(function (t) {
+      var label = document.createElement("label"), box = document.createElement("input");
+      box.type = "checkbox"; box.checked = true; box.id = "pick-tpl-" + t; box.value = t;
+      box.disabled = !cur.pick.tickable;
+      box.addEventListener("change", pickRecompute);
+      label.appendChild(box); label.appendChild(document.createTextNode(" " + t + " "));
+      tpl.appendChild(label);
+    });
+    pbinds.appendChild(tpl);
     para(pbinds, cur.pick.needs.length ? "Dims " + cur.comp + " needs that " + name(cur.model) + " does not bind:"
                                        : cur.comp + " needs no dim the base does not bind.");
     cur.pick.needs.forEach(function (d) {
@@ -186,7 +199,11 @@
       var text = $("pick-dim-" + d).value.trim(), v = Number(text);
       if (text === "" || !(v >= 1) || Math.floor(v) !== v) missing.push(d); else { neu[d] = v; binds.push(d + "=" + v); }
     });
-    var cmd = "archledger edit " + cur.model + " --swap '" + cur.pick.swap + "'" + binds.map(function (b) { return " --bind " + b; }).join("") + " --context " + ctx + " --json";
+    var ticked = cur.pick.templates.filter(function (t) { return $("pick-tpl-" + t).checked; });
+    if (!ticked.length) { pstatus.textContent = "Tick at least one layer template."; pstatus.removeAttribute("data-missing"); return; }
+    cur.ticked = ticked;
+    var swap = "layers[" + ticked.join(",") + "]." + cur.slotName + "=" + cur.comp;
+    var cmd = "archledger edit " + cur.model + " --swap '" + swap + "'" + binds.map(function (b) { return " --bind " + b; }).join("") + " --context " + ctx + " --json";
     if (missing.length) {
       pstatus.textContent = "Unbound: " + missing.map(function (d) { return d + " (" + ((data.dims || {})[d] || "a dim") + ")"; }).join("; ")
         + ". Enter a positive whole number for each to see the numbers.";
@@ -194,7 +211,7 @@
       return;
     }
     pstatus.removeAttribute("data-missing");
-    pstatus.textContent = "Swap " + cur.pick.swap + " (layer templates " + cur.pick.templates.join(", ") + "). The same on the command line: " + cmd;
+    pstatus.textContent = "Swap " + swap + ". The same on the command line: " + cmd;
     Object.keys(cur.doc.recomputed).forEach(function (key) {
       var o = F.evaluate(cur.doc.formulas[key], env), n = o + change(cur, key, neu);
       var tr = document.createElement("tr"), th = document.createElement("th");
@@ -215,13 +232,15 @@
     });
   }
   // new - old of one number (engine/build/whatif.pick_change is the same in Python): the whole
-  // walk's change, or at each site of the slot the new filler's numbers (at that site's layer
-  // count) in place of the old filler's
+  // walk's change, or at each site of the slot in the ticked templates the new filler's numbers
+  // (at that site's layer count) in place of the old filler's
   function change(cur, key, env) {
     var p = cur.pick;
     if (p.delta) return F.evaluate(p.delta[key], env);
-    var total = -F.evaluate(cur.doc.old[cur.slotName][key], env);
+    var total = 0, old = cur.doc.old[cur.slotName].templates;
+    Object.keys(old).forEach(function (t) { if (cur.ticked.indexOf(t) >= 0) total -= F.evaluate(old[t][key], env); });
     p.sites.forEach(function (site) {
+      if (cur.ticked.indexOf(site[2]) < 0) return;
       var at = Object.assign({}, env);
       at[cur.doc.repeat] = F.evaluate(site[1], env);
       total += F.evaluate(cur.doc.blocks[site[0]][key], at);
