@@ -9,6 +9,13 @@ weight bytes, KV bytes per token of context and per request at ``context`` token
 some layers gives a new group (``layers[block_gated_deltanet]``) whose old side is empty.
 
 ``archledger edit`` prints this; the build writes it beside the variant's results for the site.
+
+The playground's live picks (:func:`model_playground`, one file per corpus model): any slot x
+fitting library component of a base, its change to the numbers exported as formula trees over the
+dims so the page recomputes it as the reader binds them. The new filler is walked only where the
+base walks the slot (its recorded sites), shared between sites and models with the same scope;
+the variant's whole walk (:func:`changed_parts`) is the reference and the fallback where a layer
+stream crosses the sites.
 """
 from __future__ import annotations
 

@@ -161,7 +161,7 @@ def resolve(corpus: "Corpus", name: str, base: str, swaps: list[Swap], binds: li
         for template in targets:
             old = templates[template]
             new = _with_slot(old, swap.slot, inherit(swap.fill, component,
-                                                      slots_reached(corpus, base_spec, old)[swap.slot]))
+                                                     slots_reached(corpus, base_spec, old)[swap.slot]))
             if swap.when is None:
                 templates[template] = new
                 changed[template] = template
