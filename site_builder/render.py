@@ -343,7 +343,7 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
               ("gallery", whole, lambda: _gallery(site, results))]
     for model_id in results.models["model_id"]:
         key = _hash(code, model_id, per_model[model_id]) if model_id in per_model else None
-        groups.append((model_id, key, lambda m=model_id: (_model(site, results, m), _deploy(
+        groups.append((model_id, key, lambda m=model_id: (_model(site, results, m), _playground_data(site, results, m), _deploy(
             site, results, m, sizing.render(site, results.root, m, slug(m), results.documents[m])))))
     groups += [("compare", whole, lambda: _compare(site, results)),
                ("landscape", whole, lambda: landscape.render(site, results, _csv)),
@@ -676,12 +676,26 @@ def _playground(site: Site, results: Results) -> None:
                                                 _short(graphs.level_graph(ub["doc"], ub["uid"])))
                     v["diffs"].append({"a": old, "b": new, "a_in": ua["name"], "b_in": ub["name"],
                                        "svg": render_svg(union, status=status, title=f"{old} vs {new}")})
+    live = {m: _PLAYGROUND_DATA.format(slug(m)) for m in results.models["model_id"].to_list()   # any catalog pick
+            if (results.root / "playground" / f"{slug(m)}.json").exists()}                     # (_playground_data)
     data = {"page": "playground", "variants": [{k: v[k] for k in (
         "variant", "display_name", "variant_of", "base_name", "swaps", "bind_list", "formulas", "env", "recomputed",
         "setting")} for v in doc["variants"]], "catalog": doc["catalog"], "used": doc["used"], "dims": doc["dims"],
-        "names": {m: c["name"] for m, c in doc["catalog"].items()}}
+        "names": {m: c["name"] for m, c in doc["catalog"].items()}, "live": live, "drawn": sorted(uses)}
     site.page("playground", "playground.html", "Playground (what-if designs)", data, variants=doc["variants"],
               setting=doc.get("setting", {}))
+
+
+_PLAYGROUND_DATA = "data/playground/{}.json.gz"
+
+
+def _playground_data(site: Site, results: Results, model_id: str) -> None:
+    """The playground's live picks of one base model (results/playground/<org--name>.json,
+    engine.build.whatif.model_playground), compressed beside the model's other data: rendered with
+    the model's pages, so a model whose results did not change keeps its file."""
+    source = results.root / "playground" / f"{slug(model_id)}.json"
+    if source.exists():
+        site.gzip_json(_PLAYGROUND_DATA.format(slug(model_id)), json.loads(source.read_text()))
 
 
 def _short(graph: dict) -> dict:

@@ -99,7 +99,8 @@ def test_page_recomputes_as_python_does(browser, base, corpus):  # noqa: F811
     offered = page.eval_on_selector_all("#pick-component option", "els => els.map(e => e.value)")
     assert {"mla_attention", "dsa_attention", "gated_deltanet"} <= set(offered) and "swiglu_mlp" not in offered
     page.select_option("#pick-component", "mla_attention")
-    assert "--bind kv_lora_rank=512" in page.inner_text("#pick-out")
+    page.wait_for_selector("#pick-dim-kv_lora_rank")     # live picks: tests/test_site_playground_any.py
+    assert "--bind kv_lora_rank=512" in page.inner_text("#pick-status")
     assert not tab.errors, tab.errors
     tab.context.close()
 

@@ -235,6 +235,7 @@ def shared_hash(corpus: Corpus, grid_path: Path, gpu_root: Path) -> str:
              *[p for p in (root / landscape.LINEAGE_FILE,) if p.exists()],
              *sorted(gpu_root.glob("*.yaml")), *sorted((root / "fusion").glob("*.yaml")),
              *sorted((root / "components" / "library").glob("*.yaml")),
+             *[p for p in (root / "slots.yaml",) if p.exists()],     # the playground's picks fit its contracts
              *engine_sources()]
     return _digest(files, str(SCHEMA_VERSION).encode())
 
@@ -473,7 +474,8 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
     from engine.build import finite, grid_eval
     started = time.perf_counter()
     corpus = corpus if corpus is not None else cached_corpus(corpus_root)
-    ev = evaluate_spec(corpus, corpus.models[model_id])
+    from engine.build.whatif import evaluate_with_sites, model_playground
+    ev, sites = evaluate_with_sites(corpus, corpus.models[model_id])   # evaluate_spec's walks; its slot sites for the playground
     formulas: dict = {}        # the deploy page's formula trees (engine.build.deploy_export)
     deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root, formulas)
     finite.check_tables(ev.model, {"deployments": deployments, "ops": ops})   # nothing NaN or negative is written
@@ -493,6 +495,9 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
         json.dumps(model_document(ev, verification), separators=(",", ":")))
     (Path(staging) / "formulas").mkdir(exist_ok=True)
     (Path(staging) / "formulas" / f"{slug(model_id)}.json").write_text(json.dumps(formulas, separators=(",", ":")))
+    (Path(staging) / "playground").mkdir(exist_ok=True)      # the playground's live picks (docs/results.md)
+    (Path(staging) / "playground" / f"{slug(model_id)}.json").write_text(
+        json.dumps(model_playground(ev, sites=sites), separators=(",", ":")))
     return {"model_id": model_id, "deployments": len(deployments["model_id"]),
             "ops": len(ops["model_id"]), "points": points, "seconds": round(time.perf_counter() - started, 3), **sized}
 
@@ -560,7 +565,7 @@ def _model_files(root: Path, model_id: str) -> list[Path]:
     """A model's files under a results folder (partitions and its inspector document)."""
     name = slug(model_id)
     return [root / t / f"model={name}" / "part.parquet" for t in ("deployments", "ops", "fronts", "sizing")] + \
-        [root / "models" / f"{name}.json", root / "formulas" / f"{name}.json"]
+        [root / "models" / f"{name}.json", root / "formulas" / f"{name}.json", root / "playground" / f"{name}.json"]
 
 
 def _file_records(root: Path, model_id: str) -> dict[str, dict]:

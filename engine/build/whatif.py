@@ -9,11 +9,18 @@ weight bytes, KV bytes per token of context and per request at ``context`` token
 some layers gives a new group (``layers[block_gated_deltanet]``) whose old side is empty.
 
 ``archledger edit`` prints this; the build writes it beside the variant's results for the site.
+
+The playground's live picks (:func:`model_playground`, one file per corpus model): any slot x
+fitting library component of a base, its change to the numbers exported as formula trees over the
+dims so the page recomputes it as the reader binds them. The new filler is walked only where the
+base walks the slot (its recorded sites), shared between sites and models with the same scope;
+the variant's whole walk (:func:`changed_parts`) is the reference and the fallback where a layer
+stream crosses the sites.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sympy
@@ -22,12 +29,13 @@ from engine.deploy import Options, Scenario, plan
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import ParallelConfig
-from engine.spec import expr, formula_tree, kv, quantities, symbols
+from engine.spec import expr, formula_tree, kv, quantities, storage, symbols
 from engine.spec import variants as variant_rules
 from engine.spec.api import Evaluation, evaluate_spec
 from engine.spec.corpus import Corpus
 from engine.spec.errors import SpecError, Where
-from engine.spec.ir import Fill
+from engine.spec.evaluate import Analysis, Binding, Walker, walk_model
+from engine.spec.ir import Fill, ModelSpec
 
 #: (key, label, unit) of every compared number, in print order.
 METRICS = (
@@ -74,10 +82,10 @@ def parse_config(text: str) -> ParallelConfig:
 
 def default_config(evs: list[Evaluation], gpu: GPU, hbm_fraction: float = 0.9) -> ParallelConfig:
     """The fewest GPUs (tp 1, 2, 4, 8, then pipeline stages of 8) holding the larger side's weights
-    in ``hbm_fraction`` of HBM with a fifth of it left for KV and activations; MoE models put their
-    experts on ep = tp."""
+    in ``hbm_fraction`` of HBM with a fifth of it left for KV and activations; when both sides are
+    MoE their experts go on ep = tp (a dense side cannot take ep > 1: dense -> MoE keeps ep 1)."""
     need = max(float(sum(t.total_bytes for t in ev.tensors())) for ev in evs) * 1.25
-    moe = any("n_experts" in ev.bound for ev in evs)
+    moe = all("n_experts" in ev.bound for ev in evs)
     per_gpu = gpu.hbm_bytes * hbm_fraction
     for tp, pp in [(1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]:
         if tp * pp * per_gpu >= need:
@@ -268,16 +276,25 @@ RECOMPUTED = {
 def formulas(ev: Evaluation, kv_dtype: str = "bf16") -> dict[str, sympy.Expr]:
     """The whole model's spec-level numbers as formulas over its dims, the layer-group counts and
     the scenario (``batch``; ``seq`` = ``ctx`` = ``length`` = the context; decode at one new token)."""
-    a = ev.symbolic
+    return analysis_formulas(ev.symbolic, ev.model, ev.corpus, kv_dtype)
+
+
+def analysis_formulas(a: Analysis, model: ModelSpec, corpus: Corpus, kv_dtype: str = "bf16",
+                      decode_seq: int | None = 1) -> dict[str, sympy.Expr]:
+    """:func:`formulas` of a symbolic analysis, or of part of one (every number is a sum over its
+    rows and caches, so the part's formulas are its share of the whole). ``decode_seq=None`` leaves
+    ``seq`` free in the decode FLOPs (a caller summing parts puts it in once)."""
     seq = symbols.dim(symbols.SEQ)
     return {
         "params": quantities.params_total(a),
         "params_active": quantities.params_active(a),
-        "weight_bytes": sum((t.total_bytes for t in ev.tensors("symbolic") if t.stack == "main"), sympy.Integer(0)),
+        "weight_bytes": sum((t.total_bytes for t in storage.checkpoint_tensors(a, model, corpus) if t.stack == "main"),
+                            sympy.Integer(0)),
         "kv_bytes_per_token": kv.growing_bytes_per_token(a, kv_dtype),
         "kv_bytes_per_request": kv.bytes_per_request(a, None, kv_dtype),
         "prefill_flops": quantities.flops(a, "prefill"),
-        "decode_flops": quantities.flops(a, "decode").subs(seq, 1),
+        "decode_flops": quantities.flops(a, "decode") if decode_seq is None
+        else quantities.flops(a, "decode").subs(seq, decode_seq),
     }
 
 
@@ -350,24 +367,338 @@ def catalog(corpus: Corpus) -> dict[str, Any]:
     """Per corpus model: each slot its layer templates reach, what fills it now, and the library
     components that fit the slot's contract (what the playground offers), each with the dims it
     needs that the model does not bind (their corpus values: :func:`component_dims`)."""
-    out = {}
-    skip = set(symbols.SCENARIO_DIMS)
     needs = {n: variant_rules.required_dims(corpus, c, {}) for n, c in corpus.components.items()}
-    for model in corpus.models.values():
-        slots: dict[str, dict] = {}
-        for template, fill in model.templates.items():
-            for slot, current in variant_rules.slots_reached(corpus, model, fill).items():
-                contract = corpus.slot_contracts.get(slot)
-                fits = sorted(n for n, c in corpus.components.items()
-                              if contract and c.role in contract.roles and len(c.inputs) == contract.inputs)
-                entry = slots.setdefault(slot, {"templates": [], "current": [], "fits": {
-                    n: [d for d in sorted(needs[n]) if d in corpus.dims and d not in model.dims and d not in skip]
-                    for n in fits}})
-                entry["templates"].append(template)
-                if current.component not in entry["current"]:
-                    entry["current"].append(current.component)
-        out[model.model_id] = {"name": model.display_name, "slots": slots}
+    return {model.model_id: {"name": model.display_name, "slots": model_slots(corpus, model, needs)}
+            for model in corpus.models.values()}
+
+
+def model_slots(corpus: Corpus, model: ModelSpec, needs: dict | None = None) -> dict[str, dict]:
+    """One model's part of :func:`catalog`: slot -> its templates, current fillers, fitting components."""
+    skip = set(symbols.SCENARIO_DIMS)
+    needs = needs if needs is not None else {n: variant_rules.required_dims(corpus, c, {})
+                                             for n, c in corpus.components.items()}
+    slots: dict[str, dict] = {}
+    for template, fill in model.templates.items():
+        for slot, current in variant_rules.slots_reached(corpus, model, fill).items():
+            contract = corpus.slot_contracts.get(slot)
+            fits = sorted(n for n, c in corpus.components.items()
+                          if contract and c.role in contract.roles and len(c.inputs) == contract.inputs)
+            entry = slots.setdefault(slot, {"templates": [], "current": [], "fits": {
+                n: [d for d in sorted(needs[n]) if d in corpus.dims and d not in model.dims and d not in skip]
+                for n in fits}})
+            entry["templates"].append(template)
+            if current.component not in entry["current"]:
+                entry["current"].append(current.component)
+    return slots
+
+
+# -- any catalog pick, live: results/playground/<org--name>.json ----------------------------------
+
+#: The value each dim a pick needs is bound to for its symbolic walk: the exported formulas keep
+#: the dim free (the page binds the reader's value), so no number shown depends on it.
+PLACEHOLDER = 64
+_PAGE = Where("<playground>")
+
+
+def changed_parts(old: Analysis, new: Analysis) -> tuple[Analysis, Analysis]:
+    """Both analyses cut to what differs between them: the rows and cache entries one has and the
+    other has not, or has unequal. Every number of :func:`analysis_formulas` is a sum over rows and
+    caches, so new = old - (old's cut) + (new's cut) exactly."""
+    rows_old = {u: r for u, r in old.rows.items() if new.rows.get(u) != r}
+    rows_new = {u: r for u, r in new.rows.items() if old.rows.get(u) != r}
+    caches_old = tuple(c for c in old.caches if c not in new.caches)
+    caches_new = tuple(c for c in new.caches if c not in old.caches)
+    return (replace(old, rows=rows_old, caches=caches_old), replace(new, rows=rows_new, caches=caches_new))
+
+
+_CHUNK = 8     # rows per running sum: short enough that re-sorting its partial sums stays cheap
+
+
+def _sum_of_parts(a: Analysis, model: ModelSpec, corpus: Corpus, kv_dtype: str) -> dict[str, sympy.Expr]:
+    """:func:`analysis_formulas` of ``a`` as one sympy sum of those of its rows and cache entries in
+    chunks (the same definitions; a running sum over all rows re-sorts every partial Add, which on
+    a large model costs seconds)."""
+    rows, caches = list(a.rows.items()), list(a.caches)
+    parts = [replace(a, rows=dict(rows[i:i + _CHUNK]), caches=()) for i in range(0, len(rows), _CHUNK)]
+    parts += [replace(a, rows={}, caches=tuple(caches[i:i + _CHUNK])) for i in range(0, len(caches), _CHUNK)]
+    each = [analysis_formulas(part, model, corpus, kv_dtype, decode_seq=None) for part in parts]
+    out = {k: sympy.Add(*(f[k] for f in each)) for k in RECOMPUTED}
+    out["decode_flops"] = out["decode_flops"].subs(symbols.dim(symbols.SEQ), 1)
     return out
+
+
+class _Sites(Walker):
+    """The base's symbolic walk, recording each slot node it walks inside a layer template: the
+    place a swap walks its new filler instead (node, inputs, scope, layer, template)."""
+
+    def __init__(self, corpus: Corpus, model: ModelSpec):
+        super().__init__(corpus, model, Binding("symbolic"))
+        self.sites: dict[str, dict[str, tuple]] = {}
+        self.template: str | None = None
+
+    def _walk_layers(self, node, inputs, scope, uid, template, tag, layers, count_sym, whole, offset):
+        outer, self.template = self.template, template
+        try:
+            return super()._walk_layers(node, inputs, scope, uid, template, tag, layers, count_sym, whole, offset)
+        finally:
+            self.template = outer
+
+    def walk_node(self, node, inputs, scope, uid):
+        if node.kind == "slot" and self.template is not None:   # a group walked again (it waited for a stream) overwrites
+            self.sites.setdefault(node.target, {})[uid] = (node, inputs, scope, self.layer_index, self.template)
+        return super().walk_node(node, inputs, scope, uid)
+
+
+class _Streams(Exception):
+    """The new filler publishes or reads a layer stream: only the whole walk can place it."""
+
+
+class _NoStreams:
+    """A site walk's stand-in for the layer stack's streams: any use sends the pick to the whole walk."""
+
+    def publish(self, node, value):
+        raise _Streams()
+
+    def spec(self, node):
+        raise _Streams()
+
+
+def _under(uid: str, site: str) -> bool:
+    return uid == site or uid.startswith(site + "/")
+
+
+#: The layer count a site is walked at (substituted by each site's own: every number is linear in it).
+_REPEAT = sympy.Symbol("site_repeat", positive=True, integer=True)
+#: Site walks shared by every pick of a process (key -> [(config values read, rows, caches, quant
+#: -> formula trees)]): the same component in the same scope walks to the same rows whichever model
+#: the scope is in, and with the same quant schemes to the same formulas.
+_SITE_CACHE: dict[tuple, list[tuple[dict, dict, tuple, dict]]] = {}
+
+
+def _has_slots(corpus: Corpus, name: str, seen: frozenset = frozenset()) -> bool:
+    spec = corpus.components.get(name)
+    if spec is None or name in seen:
+        return spec is None
+    return any(n.kind == "slot" or (n.kind == "component" and _has_slots(corpus, n.target, seen | {name}))
+               for n in spec.graph.values())
+
+
+def _site_key(model: ModelSpec, corpus: Corpus, component: str, fill: Fill, node, inputs, scope, layer,
+              kv_dtype: str) -> tuple:
+    """Everything a site walk of ``fill`` reads besides config values (checked separately) and
+    labels (uids, module paths): a model dim bound to its own symbol is left out, since a dim the
+    component reads is that symbol whether the base binds it or the page does."""
+    dims = tuple(sorted((k, str(v)) for k, v in scope.dims.items() if v != symbols.dim(k)))
+    slots = repr(sorted(scope.slots.items())) if _has_slots(corpus, component) else ""
+    per_layer = layer if any("layer" in str(t) for t in node.dims.values()) else None
+    return (component, kv_dtype, repr(fill.options), repr(node), repr([v for v, _ in inputs]), dims,
+            repr(sorted(scope.options.items())), slots, str(scope.instances), str(scope.active), scope.stacked,
+            repr(sorted(scope.renames.items())), scope.role, scope.component, scope.stack,
+            tuple(sorted(scope.phases)), per_layer, tuple(sorted(model.drafts)))
+
+
+def _config_matches(walker: Walker, values: dict) -> bool:
+    try:
+        return all(walker.config(path) == value for path, value in values.items())
+    except KeyError:
+        return False
+
+
+def _site_formulas(ev: Evaluation, walker: Walker, component: str, site: tuple, uid: str, needs: list[str],
+                   kv_dtype: str, counted: bool = True) -> tuple[tuple, dict[str, Any]] | None:
+    """The new filler's numbers at one site as formula trees, with the site's layer count left as
+    :data:`_REPEAT`: (the site's key, the trees), shared through :data:`_SITE_CACHE`. ``counted``
+    False: the walk only (a site outside the main stack: nothing to count, but the filler must
+    still walk there, as in the whole walk); returns None."""
+    corpus = ev.corpus
+    node, inputs, scope, layer, _ = site
+    fill = variant_rules.inherit(Fill(component, _PAGE, {}), corpus.components[component], scope.slots[node.target])
+    dims = {**{d: symbols.dim(d) for d in needs}, **scope.dims}      # a dim the base's scope binds stays the base's
+    key = _site_key(ev.model, corpus, component, fill, node, inputs, scope, layer, kv_dtype)
+    entries = _SITE_CACHE.setdefault(key, [])
+    for i, (values, rows, caches, trees) in enumerate(entries):
+        if _config_matches(walker, values):
+            break
+    else:
+        walker.rows, walker.caches, walker.components, walker.config_reads = {}, [], {}, set()
+        walker.layer_index = layer
+        walker.walk_component(node, fill, inputs, replace(scope, dims=dims, repeat=_REPEAT), uid)
+        entries.append(({path: walker.config(path) for path in walker.config_reads}, dict(walker.rows),
+                         tuple(walker.caches), {}))
+        i, (_, rows, caches, trees) = len(entries) - 1, entries[-1]
+    if not counted:
+        return None
+    quant = repr(sorted(ev.model.quant.items()))      # how the weights are stored: the weight bytes only
+    if quant not in trees:
+        part = replace(ev.symbolic, rows=rows, caches=caches)
+        trees[quant] = {k: formula_tree.to_tree(f) for k, f in _sum_of_parts(part, ev.model, corpus, kv_dtype).items()}
+    return (key, i, quant), trees[quant]
+
+
+def _old_at_sites(ev: Evaluation, sites: dict[str, tuple], kv_dtype: str) -> dict[str, Any] | None:
+    """The base's numbers of the rows under the sites, per layer template (``templates``: template
+    -> trees), and whether the reader may swap some templates only (``tickable``: no layer stream
+    touches the sites). None when a stream published inside the sites is read outside them (a
+    swap would change the reader's rows too; a reader inside reading a producer outside is fine:
+    the producer's rows do not depend on its readers)."""
+    a = ev.symbolic
+
+    def inside(uid: str) -> bool:
+        return any(_under(uid, site) for site in sites)
+    touched = False
+    for stream in a.streams:
+        readers = [*(r for _, r in stream.readers), *(p[-1] for p in stream.pairs)]
+        produced_inside = any(inside(u) for _, u in stream.producers)
+        if produced_inside and not all(inside(u) for u in readers):
+            return None
+        touched = touched or produced_inside or any(inside(u) for u in readers)
+    out: dict[str, Any] = {}
+    for template in dict.fromkeys(site[4] for site in sites.values()):
+        mine = [u for u, site in sites.items() if site[4] == template]
+        part = replace(a, rows={u: r for u, r in a.rows.items() if any(_under(u, s) for s in mine)},
+                       caches=tuple(c for c in a.caches if any(_under(c.node_uid, s) for s in mine)))
+        out[template] = {k: formula_tree.to_tree(f) for k, f in _sum_of_parts(part, ev.model, ev.corpus, kv_dtype).items()}
+    return {"templates": out, "tickable": not touched}
+
+
+class Picks:
+    """What the picks of one base model share: the base's slot sites (recorded by its symbolic walk,
+    :class:`_Sites`), a walker of the base for the new fillers, the old fillers' numbers per slot
+    (``old``) and the new fillers' numbers per distinct site (``blocks``: the page evaluates them)."""
+
+    def __init__(self, ev: Evaluation, sites: dict[str, dict[str, tuple]]):
+        self.ev, self.sites = ev, sites
+        self.walker = Walker(ev.corpus, ev.model, Binding("symbolic"))
+        self.walker.model_dims()
+        self.walker.layer_ctx = _NoStreams()
+        self.old: dict[str, Any] = {}
+        self.blocks: list[dict] = []
+        self._index: dict[tuple, int] = {}
+
+    def block(self, key: tuple, trees: dict) -> int:
+        if key not in self._index:
+            self._index[key] = len(self.blocks)
+            self.blocks.append(trees)
+        return self._index[key]
+
+
+def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
+         shared: Picks | None = None) -> dict[str, Any]:
+    """One catalog pick of the playground: ``component`` in ``slot`` of every layer template of
+    ``ev``'s model reaching it (the variant ``archledger edit MODEL --swap 'layers[..].SLOT=COMPONENT'``
+    makes). Returns the templates swapped, the dims the component needs that the base does not
+    bind, and how each number of :data:`RECOMPUTED` changes (the new side is the base's number
+    plus the change; formula trees over the base's dims, the needed dims and the scenario):
+
+    * ``sites``: [[block, layer count tree, template], ...] (with ``shared``, when no layer
+      stream crosses the slot's sites): at each place the base walks the slot, the new filler's
+      numbers (``shared.blocks[block]`` at ``site_repeat`` = that count) replace the old filler's
+      (``shared.old[slot]["templates"]``, per template); ``tickable``: no stream touches the
+      sites, so the reader may swap some of the templates only (the sum over those);
+    * else ``delta``: new - old from the variant's whole symbolic walk (the reference: the two
+      agree on every pick of the corpus, tests/test_site_playground_any.py);
+
+    or ``{"error": ...}`` when the swap does not resolve or walk (one line, as ``edit`` prints it)."""
+    corpus, base = ev.corpus, ev.model
+    swap = variant_rules.Swap(slot, (), Fill(component, _PAGE, {}), _PAGE)
+    out: dict[str, Any] = {}
+    try:
+        needs = variant_rules.missing_dims(corpus, base, [swap])
+        binds = [variant_rules.Bind(d, PLACEHOLDER, "placeholder", _PAGE) for d in needs]
+        variant = variant_rules.resolve(corpus, "pick", base.model_id, [swap], binds, _PAGE)
+        if shared is not None:
+            mine = {u: site for u, site in shared.sites.get(slot, {}).items() if site[4] in variant.changed}
+            if slot not in shared.old:
+                shared.old[slot] = _old_at_sites(ev, mine, kv_dtype)
+            if shared.old[slot] is not None:
+                try:
+                    # every number of RECOMPUTED is the main stack's: a site in another (MTP) is
+                    # walked (the filler must fit there too) but counts nothing
+                    for uid, site in mine.items():
+                        if site[2].stack != "main":
+                            _site_formulas(ev, shared.walker, component, site, uid, needs, kv_dtype, counted=False)
+                    out["sites"] = [[shared.block(*_site_formulas(ev, shared.walker, component, site, uid, needs,
+                                                                  kv_dtype)),
+                                     formula_tree.to_tree(site[2].repeat), site[4]]
+                                    for uid, site in mine.items() if site[2].stack == "main"]
+                    out["tickable"] = shared.old[slot]["tickable"]
+                except _Streams:
+                    out = {}
+        if not out:
+            old_part, new_part = changed_parts(ev.symbolic, walk_model(corpus, variant.spec, Binding("symbolic")))
+            was = _sum_of_parts(old_part, base, corpus, kv_dtype)
+            now = _sum_of_parts(new_part, variant.spec, corpus, kv_dtype)
+            out["delta"] = {k: formula_tree.to_tree(now[k] - was[k]) for k in RECOMPUTED}
+    except SpecError as exc:
+        return {"error": exc.problem}
+    trees = list(out.get("delta", {}).values())
+    for b, r, _ in out.get("sites", []):
+        trees += [*shared.blocks[b].values(), r]
+    free = set().union(*(formula_tree.free_names(t) for t in trees)) - {_REPEAT.name}
+    known = set(ev.bound) | set(needs) | {symbols.BATCH, symbols.SEQ, symbols.CTX, symbols.LENGTH}
+    if free - known:   # a symbol the page could not bind: say so rather than show a wrong number
+        return {"error": f"the swapped model reads {', '.join(sorted(free - known))}, which the page cannot bind"}
+    templates = list(variant.changed)
+    return {"templates": templates, "needs": needs, "swap": f"layers[{','.join(templates)}].{slot}={component}", **out}
+
+
+def pick_change(doc: dict, p: dict, env: dict[str, float], slot: str,
+                templates: list[str] | None = None) -> dict[str, float]:
+    """new - old of each number of a pick of :func:`model_playground`'s ``doc`` at ``env`` (the
+    reader's dims and the scenario on top of ``doc["env"]``), the component swapped into
+    ``templates`` only (default: all the pick's; a subset needs ``p["tickable"]``): in Python what
+    static/js/playground.js computes, for the tests."""
+    if "delta" in p:
+        assert templates is None or set(templates) == set(p["templates"]), "a whole-walk pick swaps all its templates"
+        return {k: formula_tree.evaluate(t, env) for k, t in p["delta"].items()}
+    chosen = set(p["templates"] if templates is None else templates)
+    assert chosen == set(p["templates"]) or p["tickable"], "a stream touches this slot: all templates or none"
+    out = {k: 0.0 for k in RECOMPUTED}
+    for template, trees in doc["old"][slot]["templates"].items():
+        if template in chosen:
+            for k, t in trees.items():
+                out[k] -= formula_tree.evaluate(t, env)
+    for block, repeat, template in p["sites"]:
+        if template in chosen:
+            at = {**env, _REPEAT.name: formula_tree.evaluate(repeat, env)}
+            for k, t in doc["blocks"][block].items():
+                out[k] += formula_tree.evaluate(t, at)
+    return out
+
+
+def sites_of(ev: Evaluation) -> dict[str, dict[str, tuple]]:
+    """The base's slot sites, by another symbolic walk (the build has them: :func:`evaluate_with_sites`)."""
+    recorder = _Sites(ev.corpus, ev.model)
+    recorder.walk()
+    return recorder.sites
+
+
+def evaluate_with_sites(corpus: Corpus, model: ModelSpec) -> tuple[Evaluation, dict]:
+    """:func:`engine.spec.api.evaluate_spec` whose symbolic walk also records the slot sites (the
+    same Walker, so the same analysis), and those sites."""
+    recorder = _Sites(corpus, model)
+    symbolic = recorder.walk()
+    return Evaluation(model, corpus, walk_model(corpus, model, Binding("numeric")), symbolic), recorder.sites
+
+
+def model_playground(ev: Evaluation, context: int | None = None, sites: dict | None = None) -> dict[str, Any]:
+    """``results/playground/<org--name>.json``: the base's :func:`formulas` as trees and their
+    environment, :func:`pick` for every slot x fitting component of its catalog entry (a slot's
+    only current filler excepted: nothing would change), the old fillers' numbers per slot
+    (``old``) and the new fillers' per distinct site (``blocks``). Depends on the model's spec and
+    snapshot, the component library, slots.yaml and the engine only (pre-fill values live in
+    variants.json), so it is carried with the model's other results. ``sites``: the base's
+    (:func:`evaluate_with_sites`), else recorded here."""
+    context = context or PLAYGROUND["context"]
+    slots = model_slots(ev.corpus, ev.model)
+    shared = Picks(ev, sites if sites is not None else sites_of(ev))
+    picks = {slot: {c: pick(ev, slot, c, PLAYGROUND["kv_dtype"], shared) for c in entry["fits"]
+                    if entry["current"] != [c]} for slot, entry in slots.items()}
+    return {"model_id": ev.model.model_id, "context": context,
+            "formulas": {k: formula_tree.to_tree(f) for k, f in
+                         _sum_of_parts(ev.symbolic, ev.model, ev.corpus, PLAYGROUND["kv_dtype"]).items()},
+            "env": environment(ev, context), "picks": picks, "old": shared.old, "blocks": shared.blocks,
+            "repeat": _REPEAT.name, "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
 
 
 def playground_document(corpus: Corpus, gpus, chosen: list | None = None, evaluations: dict | None = None) -> dict[str, Any]:

@@ -160,8 +160,8 @@ def resolve(corpus: "Corpus", name: str, base: str, swaps: list[Swap], binds: li
         targets = _targets(corpus, base_spec, swap)
         for template in targets:
             old = templates[template]
-            new = _with_slot(old, swap.slot, _inherit(swap.fill, component,
-                                                      slots_reached(corpus, base_spec, old)[swap.slot]))
+            new = _with_slot(old, swap.slot, inherit(swap.fill, component,
+                                                     slots_reached(corpus, base_spec, old)[swap.slot]))
             if swap.when is None:
                 templates[template] = new
                 changed[template] = template
@@ -275,7 +275,7 @@ def _targets(corpus: "Corpus", model: ModelSpec, swap: Swap) -> tuple[str, ...]:
     return targets
 
 
-def _inherit(fill: Fill, component: ComponentSpec, replaced: Fill) -> Fill:
+def inherit(fill: Fill, component: ComponentSpec, replaced: Fill) -> Fill:
     """The new fill keeps the options of the fill it replaces that its component also declares and
     the swap does not set (``rope_theta: rope_theta`` from MLA to DSA): the same model settings."""
     kept = {k: v for k, v in replaced.options.items() if k in component.options and k not in fill.options}
@@ -325,6 +325,12 @@ def _reschedule(stack: StackSpec, old: str, new: str, when: str, where: Where) -
 
 
 # -- the dims a component needs ------------------------------------------------------------------
+
+def missing_dims(corpus: "Corpus", model: ModelSpec, swaps: list[Swap]) -> list[str]:
+    """The dims the swaps' components need that ``model`` does not bind (what :func:`resolve`
+    refuses without a ``bind:`` for each), sorted."""
+    return _missing(corpus, model, swaps, set(model.dims))
+
 
 def _missing(corpus: "Corpus", model: ModelSpec, swaps: list[Swap], bound: set[str]) -> list[str]:
     """Dims of the dims table the swapped-in components read (through their options, nested

@@ -93,9 +93,16 @@
     if (byName[select.value]) form(byName[select.value]);
   }
 
-  // -- pick a base model and a slot: the components fitting its contract, and how to try one
+  // -- pick a base model and a slot: the components fitting its contract, live. The build exports
+  // per base model its numbers' formula trees and, per pick, each number's change new - old as
+  // trees over the base's dims, the component's new dims and the scenario (engine/build/whatif.pick):
+  // new = old + change, all evaluated here by formula.js at the reader's dims.
   var cat = data.catalog || {}, pm = $("pick-model"), ps = $("pick-slot"), pc = $("pick-component"), out = $("pick-out");
+  var sec = $("pick-sec"), root = sec ? sec.getAttribute("data-root") : "", live = data.live || {}, loaded = {};
+  var pbinds = $("pick-binds"), pstatus = $("pick-status"), pctx = $("pick-context"), pgraph = $("pick-graph");
+  var ptbody = document.querySelector("#pick-table tbody"), current = null;
   function option(sel, value, text) { var o = document.createElement("option"); o.value = value; o.textContent = text; sel.appendChild(o); }
+  function name(m) { return (data.names || {})[m] || m; }
   function pickSlots() {
     ps.textContent = "";
     Object.keys((cat[pm.value] || {}).slots || {}).forEach(function (s) { option(ps, s, s); });
@@ -108,41 +115,164 @@
     Object.keys(slot.fits).forEach(function (c) { option(pc, c, c + (slot.current.indexOf(c) >= 0 ? " (now)" : "")); });
     pickOut();
   }
+  function para(parent, text) { var p = document.createElement("p"); p.textContent = text; parent.appendChild(p); return p; }
+  function clearPick() { pbinds.textContent = ""; ptbody.textContent = ""; pstatus.textContent = ""; pgraph.textContent = ""; current = null; }
   function pickOut() {
-    out.textContent = "";
-    var slot = ((cat[pm.value] || {}).slots || {})[ps.value], comp = pc.value;
+    out.textContent = ""; clearPick();
+    var model = pm.value, slot = ((cat[model] || {}).slots || {})[ps.value], comp = pc.value;
     if (!slot || !comp) return;
-    var p = document.createElement("p");
-    p.textContent = "Now: " + slot.current.join(", ") + " in layer templates " + slot.templates.join(", ") + ".";
-    out.appendChild(p);
+    para(out, "Now: " + slot.current.join(", ") + " in layer templates " + slot.templates.join(", ") + ".");
     var shipped = variants.filter(function (v) {
-      return v.variant_of === pm.value && v.swaps.some(function (s) { return s.indexOf("." + ps.value + "=" + comp) >= 0; });
+      return v.variant_of === model && v.swaps.some(function (s) { return s.indexOf("." + ps.value + "=" + comp) >= 0; });
     });
     if (shipped.length) {
-      var q = document.createElement("p"), a = document.createElement("a");
+      var q = para(out, "A corpus variant does this: "), a = document.createElement("a");
       a.href = "?v=" + encodeURIComponent(shipped[0].variant) + "#edit-h"; a.textContent = shipped[0].display_name;
-      q.appendChild(document.createTextNode("A corpus variant does this: ")); q.appendChild(a);
-      out.appendChild(q);
+      q.appendChild(a);
     }
-    var needs = slot.fits[comp] || [], used = (data.used || {})[comp] || {};
-    var cmd = "archledger edit " + pm.value + " --swap 'layers[" + slot.templates.join(",") + "]." + ps.value + "=" + comp + "'";
-    var notes = document.createElement("ul");
-    needs.forEach(function (d) {
-      var first = (used[d] || [])[0];
-      cmd += " --bind " + d + "=" + (first ? first.value : "N");
-      var li = document.createElement("li");
-      li.textContent = d + ": " + ((data.dims || {})[d] || "") + (first ? " — value from " + (data.names[first.model] || first.model) : " — no corpus model binds it: choose one");
-      notes.appendChild(li);
+    if (!live[model]) { pstatus.textContent = "This build has no live data for " + name(model) + "."; return; }
+    if (!loaded[model]) loaded[model] = window.archJSON(root + live[model]);
+    var asked = model + "|" + ps.value + "|" + comp;
+    loaded[model].then(function (doc) {
+      if (asked !== pm.value + "|" + ps.value + "|" + pc.value) return;    // the reader moved on
+      var p = (doc.picks[ps.value] || {})[comp];
+      if (!p) { pstatus.textContent = name(model) + " already has " + comp + " in every layer reaching " + ps.value + ": nothing changes."; return; }
+      if (p.error) { pstatus.textContent = "This swap does not resolve: " + p.error; return; }
+      current = { model: model, comp: comp, doc: doc, pick: p, slot: slot, slotName: ps.value };
+      pickForm(current);
+      pickGraph(slot, comp);
+      pickRecompute();
+    }).catch(function (e) { pstatus.textContent = "Could not load the live data (" + e.message + ")."; });
+  }
+  function pickForm(cur) {
+    var used = (data.used || {})[cur.comp] || {};
+    var tpl = document.createElement("fieldset"), legend = document.createElement("legend");
+    tpl.id = "pick-templates";
+    legend.textContent = "Swap in layer templates" + (cur.pick.tickable ? "" : " (a layer stream touches this slot: all of them)");
+    tpl.appendChild(legend);
+    cur.pick.templates.forEach(function (t) {
+      var label = document.createElement("label"), box = document.createElement("input");
+      box.type = "checkbox"; box.checked = true; box.id = "pick-tpl-" + t; box.value = t;
+      box.disabled = !cur.pick.tickable;
+      box.addEventListener("change", pickRecompute);
+      label.appendChild(box); label.appendChild(document.createTextNode(" " + t + " "));
+      tpl.appendChild(label);
     });
-    var pre = document.createElement("pre"), code = document.createElement("code");
-    code.textContent = cmd + " --save corpus/variants/NAME.yaml"; pre.appendChild(code);
-    var r = document.createElement("p");
-    r.textContent = needs.length ? "It needs these dims the base does not bind (pre-filled from the corpus models using " + comp + "):" : "It needs no new dims.";
-    out.appendChild(r); out.appendChild(notes); out.appendChild(pre);
+    pbinds.appendChild(tpl);
+    para(pbinds, cur.pick.needs.length ? "Dims " + cur.comp + " needs that " + name(cur.model) + " does not bind:"
+                                       : cur.comp + " needs no dim the base does not bind.");
+    cur.pick.needs.forEach(function (d) {
+      var label = document.createElement("label"), input = document.createElement("input"), vals = used[d] || [];
+      label.textContent = d + " ";
+      input.type = "number"; input.min = "1"; input.step = "1"; input.id = "pick-dim-" + d; input.title = (data.dims || {})[d] || "";
+      if (vals.length) input.value = vals[0].value;
+      label.appendChild(input);
+      var src = document.createElement("small");
+      src.id = "pick-src-" + d;
+      src.textContent = vals.length ? "source: " + name(vals[0].model) : "no corpus model binds it: enter a value";
+      label.appendChild(src);
+      if (vals.length > 1) {
+        var also = document.createElement("small");
+        also.textContent = "in the corpus: ";
+        vals.forEach(function (u, i) {
+          var btn = document.createElement("button");
+          btn.type = "button"; btn.textContent = u.value + " (" + name(u.model) + ")";
+          btn.addEventListener("click", function () { input.value = u.value; src.textContent = "source: " + name(u.model); pickRecompute(); });
+          if (i) also.appendChild(document.createTextNode(" "));
+          also.appendChild(btn);
+        });
+        label.appendChild(also);
+      }
+      input.addEventListener("input", function () { src.textContent = "your value"; pickRecompute(); });
+      pbinds.appendChild(label);
+    });
+  }
+  function pickRecompute() {
+    ptbody.textContent = "";
+    var cur = current;
+    if (!cur) return;
+    var ctx = Number(pctx.value), env = Object.assign({}, cur.doc.env), missing = [], binds = [];
+    if (!(ctx >= 1)) { pstatus.textContent = "Enter a context of at least one token."; return; }
+    ["seq", "ctx", "length"].forEach(function (k) { env[k] = ctx; });
+    var neu = Object.assign({}, env);
+    cur.pick.needs.forEach(function (d) {
+      var text = $("pick-dim-" + d).value.trim(), v = Number(text);
+      if (text === "" || !(v >= 1) || Math.floor(v) !== v) missing.push(d); else { neu[d] = v; binds.push(d + "=" + v); }
+    });
+    var ticked = cur.pick.templates.filter(function (t) { return $("pick-tpl-" + t).checked; });
+    if (!ticked.length) { pstatus.textContent = "Tick at least one layer template."; pstatus.removeAttribute("data-missing"); return; }
+    cur.ticked = ticked;
+    var swap = "layers[" + ticked.join(",") + "]." + cur.slotName + "=" + cur.comp;
+    var cmd = "archledger edit " + cur.model + " --swap '" + swap + "'" + binds.map(function (b) { return " --bind " + b; }).join("") + " --context " + ctx + " --json";
+    if (missing.length) {
+      pstatus.textContent = "Unbound: " + missing.map(function (d) { return d + " (" + ((data.dims || {})[d] || "a dim") + ")"; }).join("; ")
+        + ". Enter a positive whole number for each to see the numbers.";
+      pstatus.setAttribute("data-missing", missing.join(","));
+      return;
+    }
+    pstatus.removeAttribute("data-missing");
+    pstatus.textContent = "Swap " + swap + ". The same on the command line: " + cmd;
+    Object.keys(cur.doc.recomputed).forEach(function (key) {
+      var o = F.evaluate(cur.doc.formulas[key], env), n = o + change(cur, key, neu);
+      var tr = document.createElement("tr"), th = document.createElement("th");
+      th.scope = "row"; th.textContent = cur.doc.recomputed[key][0]; tr.appendChild(th);
+      [["old", o], ["new", n]].forEach(function (pair) {
+        var td = document.createElement("td");
+        td.className = "n"; td.setAttribute("data-k", key); td.setAttribute("data-side", pair[0]);
+        td.setAttribute("data-v", String(pair[1]));
+        td.appendChild(window.archNum(pair[1], show(key, pair[1]), null, null,
+                                      "the engine's formula for " + cur.doc.recomputed[key][0] + " at the dims above"));
+        tr.appendChild(td);
+      });
+      var d = document.createElement("td");
+      d.textContent = o ? ((n - o) / o * 100).toFixed(1) + "%" : (n ? "new" : "");
+      if (o && n > o) d.textContent = "+" + d.textContent;
+      tr.appendChild(d);
+      ptbody.appendChild(tr);
+    });
+  }
+  // new - old of one number (engine/build/whatif.pick_change is the same in Python): the whole
+  // walk's change, or at each site of the slot in the ticked templates the new filler's numbers
+  // (at that site's layer count) in place of the old filler's
+  function change(cur, key, env) {
+    var p = cur.pick;
+    if (p.delta) return F.evaluate(p.delta[key], env);
+    var total = 0, old = cur.doc.old[cur.slotName].templates;
+    Object.keys(old).forEach(function (t) { if (cur.ticked.indexOf(t) >= 0) total -= F.evaluate(old[t][key], env); });
+    p.sites.forEach(function (site) {
+      if (cur.ticked.indexOf(site[2]) < 0) return;
+      var at = Object.assign({}, env);
+      at[cur.doc.repeat] = F.evaluate(site[1], env);
+      total += F.evaluate(cur.doc.blocks[site[0]][key], at);
+    });
+    return total;
+  }
+  // the swapped block's graph diff: the components pages draw each token mixer as a corpus model
+  // instantiates it and every pair's diff (nodes paired by declared name); shown here from there
+  function pickGraph(slot, comp) {
+    var drawn = data.drawn || [];
+    slot.current.filter(function (c) { return c !== comp; }).forEach(function (old) {
+      var box = document.createElement("div"), h = document.createElement("h3");
+      h.textContent = "Graph diff of the swapped block: " + old + " (old) vs " + comp + " (new)";
+      box.appendChild(h); pgraph.appendChild(box);
+      if (drawn.indexOf(old) < 0 || drawn.indexOf(comp) < 0) {
+        para(box, "Not drawn: the components pages draw the token mixers a corpus model uses (" + drawn.join(", ") + ").");
+        return;
+      }
+      var url = root + "components/diff/" + old + "--" + comp + "/";
+      para(box, "").innerHTML = '<span class="status-changed">≠ changed</span> · <span class="status-only_a">− only in ' + old
+        + '</span> · <span class="status-only_b">+ only in ' + comp + '</span> · <a href="' + url + '">full page</a>';
+      var wrap = document.createElement("div"); wrap.className = "graph-wrap"; box.appendChild(wrap);
+      fetch(url).then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); }).then(function (html) {
+        var svg = new DOMParser().parseFromString(html, "text/html").querySelector(".graph-wrap svg");
+        if (svg) wrap.appendChild(document.importNode(svg, true)); else wrap.textContent = "No drawing on " + url;
+      }).catch(function (e) { wrap.textContent = "Could not load the drawing (" + e.message + ")."; });
+    });
   }
   if (pm) {
     Object.keys(cat).forEach(function (m) { option(pm, m, cat[m].name); });
     pm.addEventListener("change", pickSlots); ps.addEventListener("change", pickComponents); pc.addEventListener("change", pickOut);
+    pctx.addEventListener("input", pickRecompute);
     pickSlots();
   }
 })();
