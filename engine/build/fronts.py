@@ -159,19 +159,25 @@ def preference(points: dict) -> np.ndarray:
     return np.lexsort((-points["tokens_per_s_per_gpu"], points["n_gpus"]))
 
 
-def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[dict, dict]:
-    """(fronts columns, sizing columns) for one model: empty when the grid has no ``sizing:`` block."""
+def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None) -> tuple[dict, dict]:
+    """(fronts columns, sizing columns) for one model: empty when the grid has no ``sizing:`` block.
+    ``cache``: the model's :class:`engine.deploy.structure_cache.StructureCache` the grid evaluation
+    filled (the build passes it: the search then compiles only the structures the grid did not
+    build); the rows are the same with or without it (tests/test_fronts_cache.py)."""
     from engine.deploy import Options
     from engine.deploy.fusion import load_tables
-    from engine.deploy.hardware import find_gpu, load_gpus
-    from engine.deploy.sizing import SLA, search
+    from engine.deploy.hardware import find_gpu
+    from engine.deploy.sizing import SLA, front, search
+    from engine.deploy.structure_cache import StructureCache
 
     fronts = {k: [] for k in FRONTS_SCHEMA}
     sizing = {k: [] for k in SIZING_SCHEMA}
-    spec = load_sizing(grid_path)
+    spec, all_gpus = _inputs(grid_path, gpu_root)
     if spec is None or (spec.models is not None and ev.model.model_id not in spec.models):
         return fronts, sizing
-    all_gpus, tables = load_gpus(gpu_root), load_tables(ev.corpus.root / "fusion")
+    if cache is None:
+        cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
+    tables = cache.tables
     gpus = [find_gpu(all_gpus, name) for name in spec.gpus]
     max_ctx = int(ev.numeric.max_context)
     # no SLA filters the rows (the bounds are the reader's): both bounds beyond any latency
@@ -181,7 +187,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[dict,
             for input_len, output_len in spec.scenarios:
                 results = search(ev, gpus, input_len, output_len, unbounded, max_gpus=spec.max_gpus,
                                  options=Options(framework=framework, kv_dtype=kv_dtype),
-                                 fusion=tables.get(framework))
+                                 fusion=tables.get(framework), cache=cache)
                 head = {"model_id": ev.model.model_id, "framework": framework, "kv_dtype": kv_dtype,
                         "input_len": input_len, "output_len": output_len,
                         "extrapolated": input_len + output_len > max_ctx, "max_gpus": spec.max_gpus}
@@ -189,30 +195,53 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[dict,
                     if not res.points:
                         continue
                     p = res.points
-                    _append(fronts, res.front(), head)
-                    kept = staircase(preference(p), p["ttft_s"], p["tpot_s"])
-                    _append(sizing, res.rows(kept), head)
+                    _append(fronts, res, front(p["tokens_per_s_per_user"], p["tokens_per_s_per_gpu"]), head)
+                    _append(sizing, res, staircase(preference(p), p["ttft_s"], p["tpot_s"]), head)
     return fronts, sizing
 
 
-def _append(columns: dict, rows: list[dict], head: dict) -> None:
-    for rank, row in enumerate(rows):
-        for k, v in head.items():
-            columns[k].append(v)
-        columns["gpu"].append(row["gpu"])
-        columns["rank"].append(rank)
-        for k in _POINT:
-            columns[k].append(row[k])
+_INPUTS: dict[tuple, tuple] = {}
 
 
-def write_model(ev: Evaluation, grid_path, gpu_root, staging: Path, slug: str, write) -> dict:
+def _inputs(grid_path, gpu_root) -> tuple:
+    """(the sizing block, the GPUs), read once per process while their files are unchanged (a
+    build evaluates every model against the same files: parsing them per model cost ~0.3 s each)."""
+    from engine.build.grid import DEFAULT
+    from engine.deploy.hardware import DEFAULT_ROOT, load_gpus
+    grid, root = Path(grid_path) if grid_path else DEFAULT, Path(gpu_root) if gpu_root else DEFAULT_ROOT
+    files = [grid, *sorted(root.rglob("*"))]
+    key = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file())
+    if key not in _INPUTS:
+        _INPUTS.clear()
+        _INPUTS[key] = (load_sizing(grid_path), load_gpus(gpu_root))
+    return _INPUTS[key]
+
+
+def _append(columns: dict, res, index, head: dict) -> None:
+    """Append the points ``index`` of a search (:meth:`GPUSearch.rows`'s fields, as columns), ranked in order."""
+    idx = np.asarray(index, dtype=int)
+    n = len(idx)
+    for k, v in head.items():
+        columns[k].extend([v] * n)
+    columns["gpu"].extend([res.gpu] * n)
+    columns["rank"].extend(range(n))
+    configs = [res.configs[c] for c in res.points["config"][idx].tolist()]
+    columns["config"].extend(c.label() for c in configs)
+    for k in ("n_gpus", "tp", "ep", "dp_attn", "pp"):
+        columns[k].extend(getattr(c, k) for c in configs)
+    for k in _POINT:
+        if k not in ("config", "n_gpus", "tp", "ep", "dp_attn", "pp"):
+            columns[k].extend(res.points[k][idx].tolist())
+
+
+def write_model(ev: Evaluation, grid_path, gpu_root, staging: Path, slug: str, write, cache=None) -> dict:
     """Evaluate and write ``fronts/model=<slug>/part.parquet`` and ``sizing/model=<slug>/part.parquet``
     under ``staging`` (``write(columns, schema, path)`` writes one Parquet file). Always writes both,
     empty without a ``sizing:`` block, so a model's files are the same set for every grid. Returns
     row counts and seconds."""
     started = time.perf_counter()
     from engine.build import finite
-    fronts, sizing = evaluate_model(ev, grid_path, gpu_root)
+    fronts, sizing = evaluate_model(ev, grid_path, gpu_root, cache)
     finite.check_tables(ev.model, {"fronts": fronts, "sizing": sizing})
     for table, columns, schema in (("fronts", fronts, FRONTS_SCHEMA), ("sizing", sizing, SIZING_SCHEMA)):
         folder = Path(staging) / table / f"model={slug}"

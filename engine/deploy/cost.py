@@ -90,11 +90,21 @@ class CompiledProgram:
         # collectives (alone or fused): calls per step, each paying the per-call latency
         self._calls = [_compiled(s.repeat) if s.collective else 0.0 for s in program.steps]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
+        self._kernels: tuple[list[int], np.ndarray] | None = None
         # a program's steps use a handful of dtypes, links and collective shapes: rates are looked
         # up once per distinct one and spread to the steps by index (hundreds of steps, many GPUs)
         self._kinds = [_distinct(s.compute_dtype for s in program.steps),
                        _distinct(s.link for s in program.steps),
                        _distinct((s.collective, s.ranks, s.nodes) if s.collective else None for s in program.steps)]
+
+    def kernel_steps(self) -> tuple[list[int], np.ndarray]:
+        """Indices of the steps that run a kernel (not communication, repeated at least once) and
+        their repeats as floats: what a prefill working set looks at (computed once per program)."""
+        if self._kernels is None:
+            steps = self.program.steps
+            keep = [i for i, s in enumerate(steps) if s.kind != "comm" and float(s.repeat) > 0]
+            self._kernels = (keep, np.array([float(steps[i].repeat) for i in keep]))
+        return self._kernels
 
     def rates(self, gpu: GPU) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
         """Per step: peak FLOP/s of its operand dtype and its link's bytes/s; HBM bytes/s; and per
@@ -132,6 +142,19 @@ class CompiledProgram:
         links = np.stack([r[1] for r in per_gpu], axis=1)[:, index]
         alphas = np.stack([r[3] for r in per_gpu], axis=1)[:, index]
         return peaks, links, np.array([r[2] for r in per_gpu])[index], alphas
+
+    def step_time(self, rates, batch, seq, ctx, kv_bytes) -> np.ndarray:
+        """The ``t_sol`` of :meth:`totals` alone (the sizing search's hot path): the same terms,
+        summed in the same order, so the same floats, without the other sums and the bound split."""
+        peaks, links, hbm, alphas = self.rates(rates) if isinstance(rates, GPU) else rates
+        args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
+        shape = np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:])
+        total = np.zeros(shape)
+        cols = self._columns
+        for i in range(len(self.program.steps)):
+            f, b, c = (fn(*args) if callable(fn) else fn for fn in (cols[0][i], cols[1][i], cols[2][i]))
+            total += np.maximum(np.maximum(f / peaks[i], b / hbm), c / links[i] + self.latency(i, args, alphas))
+        return total
 
     def totals(self, rates, batch, seq, ctx, kv_bytes) -> dict[str, np.ndarray]:
         """Phase sums over the broadcast shape without per-step arrays (the grid's hot path):

@@ -313,7 +313,9 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     for phase in PHASES:
         num, sym = numeric[phase][0], symbolic[phase][0]
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
-        programs[phase], formulas[phase] = fuse(num, found), fuse(sym, found)
+        programs[phase] = fuse(num, found)
+        # without a symbolic placement (the numeric one stands in) the formulas are the programs
+        formulas[phase] = programs[phase] if sym is num else fuse(sym, found)
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
