@@ -91,6 +91,9 @@ class CompiledProgram:
         self._calls = [_compiled(s.repeat) if s.collective else 0.0 for s in program.steps]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
         self._kernels: tuple[list[int], np.ndarray] | None = None
+        #: prefill working sets already computed at one (prompts, prompt, prompt, KV bytes) point
+        #: (engine.deploy.sol.prefill_working_set: a function of the program and that point only)
+        self.working_sets: dict[tuple, np.ndarray] = {}
         # a program's steps use a handful of dtypes, links and collective shapes: rates are looked
         # up once per distinct one and spread to the steps by index (hundreds of steps, many GPUs)
         self._kinds = [_distinct(s.compute_dtype for s in program.steps),

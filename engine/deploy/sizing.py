@@ -207,6 +207,7 @@ class _Evaluator:
                              f"under {options.framework!r}")
         self.ev, self.options, self.fusion, self.cache = ev, options, fusion, cache
         self.kv_bytes = float(_kv_bytes(options))
+        self._first: dict[tuple, object] = {}
 
     def limits(self, config: ParallelConfig, gpu: GPU) -> tuple[list[int], list[int]]:
         return tuple(live_token_limits(self.fusion, gpu, config, phase) for phase in PHASES)
@@ -226,16 +227,23 @@ class _Evaluator:
         """:meth:`codes` as a list of (prefill, decode) tuples."""
         return list(map(tuple, self.codes(config, gpu, batch, input_len).tolist()))
 
+    def first(self, config: ParallelConfig, gpu: GPU, input_len: int):
+        """The structure of batch 1 (its regimes depend on the GPU only through the live limits)."""
+        key = (config, gpu.key, input_len)
+        if key not in self._first:
+            self._first[key] = self.structure(config, gpu, self.regimes(config, gpu, np.array([1]), input_len)[0])
+        return self._first[key]
+
     def capacity(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> np.ndarray:
         """``max_concurrent_requests`` at batch 1's structure for each output length (summarize()'s
         own rule, without its phase times)."""
-        s = self.structure(config, gpu, self.regimes(config, gpu, np.array([1]), input_len)[0])
+        s = self.first(config, gpu, input_len)
         return np.asarray(capacity(s, gpu.hbm_bytes * self.options.hbm_fraction, input_len,
                                    np.asarray(output_len), self.kv_bytes, self.options.prefill_tokens))
 
     def kv_share(self, config: ParallelConfig, gpu: GPU, input_len: int) -> float:
         """KV bytes one GPU holds of a request at the prompt length (placement's, whatever the fusion)."""
-        s = self.structure(config, gpu, self.regimes(config, gpu, np.array([1]), input_len)[0])
+        s = self.first(config, gpu, input_len)
         return float(s.kv_device_fn(float(input_len), self.kv_bytes))
 
     def evaluate(self, gpus: list[GPU], work: dict[tuple[int, int], tuple], input_len: int
