@@ -132,4 +132,4 @@ def test_rebuild_with_nothing_changed_carries_the_sizing_tables(built):
     assert again.recomputed == [] and again.reused == ["meta-llama/Meta-Llama-3.1-8B"]
     for t, data in files.items():
         assert (built / "results" / t / f"model={SLUG}" / "part.parquet").read_bytes() == data
-    assert (built / "site" / "data" / "sizing" / f"{SLUG}.json").exists()
+    assert (built / "site" / "data" / "sizing" / f"{SLUG}.json.gz").exists()

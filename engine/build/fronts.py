@@ -19,6 +19,11 @@ larger than its own. Whenever the dropped point meets a bound, the earlier one m
 preferred, so no answer changes; a point that is kept is the answer at its own (TTFT, TPOT), so
 no smaller set answers every bound.
 
+Cost: the build hands this step the model's :class:`engine.deploy.structure_cache.StructureCache`
+the grid evaluation just filled, so the search compiles only the structures the grid has not (its
+configs outside the grid's parallel rules, e.g. pipeline-only splits); the rows are the same as a
+fresh plan search's (tests/test_fronts_cache.py).
+
 Invariant: every row is a (legal config, batch) point the search evaluated, with the fields it gave.
 """
 from __future__ import annotations

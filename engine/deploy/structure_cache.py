@@ -10,14 +10,17 @@ Keys (why two lookups give the same structure):
 * a placement depends on the config, the scale-up domain *as placement sees it*
   (:func:`placement_domain`: every domain holding all the config's GPUs places alike) and the
   options that change placed programs (activation dtype, weight format, MTP drafts);
-* a structure also on the framework's fusion table, the table's rules the GPU's arch admits
-  (:func:`signature`) and, per phase, which ``max_tokens`` limits the tokens per device exceed.
-  The grid counts regimes over all the table's limits (:func:`engine.deploy.fusion.token_limits`),
-  the search over the limits that can apply to the phase (:func:`engine.deploy.fusion.live_token_limits`).
-  A limit that cannot apply belongs to a rule failing a token-free condition, which never matches
-  whatever the tokens; so a grid regime and the search regime its representative token count falls
-  in fuse exactly the same rules, and every structure is also filed under its *live* key
-  (the live regime per phase), the one the search asks for.
+* a structure also on the framework's fusion table and on which of its rules can match: the grid
+  keys it by the rules the GPU's arch admits (:func:`signature`) and, per phase, by how many of
+  all the table's ``max_tokens`` limits the tokens per device exceed
+  (:func:`engine.deploy.fusion.token_limits`); the search by, per phase, the rules whose
+  token-free conditions hold for the GPU and config (:func:`engine.deploy.fusion.live_rules`) and
+  how many of *their* limits the tokens exceed (the live regime). A rule that is not live never
+  matches whatever the tokens, and a live rule matches at a token count exactly when it matches
+  at its regime's representative count; so a grid structure and the live key its representative
+  token counts fall in fuse exactly the same rules, and every structure is also filed under its
+  live key, the one the search asks for (GPUs of different archs whose live rules agree, e.g.
+  every arch-bound rule needing TP >= 2 at TP 1, share it).
 
 Invariant: a structure returned for a key is one :func:`engine.deploy.planner.build_structure` built
 for tokens in the key's regimes, from placements of the key's config and domain class; the numeric
