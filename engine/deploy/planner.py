@@ -309,18 +309,37 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
 
     ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options)."""
     numeric, symbolic = placed or (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
-    programs, formulas = {}, {}
+    programs, formulas, compiled = {}, {}, {}
     for phase in PHASES:
         num, sym = numeric[phase][0], symbolic[phase][0]
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
-        programs[phase] = fuse(num, found)
+        programs[phase], compiled[phase] = _fused(num, found, True)
         # without a symbolic placement (the numeric one stands in) the formulas are the programs
-        formulas[phase] = programs[phase] if sym is num else fuse(sym, found)
+        formulas[phase] = programs[phase] if sym is num else _fused(sym, found, False)[0]
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
-                     {p: compile_program(programs[p]) for p in PHASES}, weights,
-                     weight_formula, kv_dev, reserve_bytes(fusion, config))
+                     compiled, weights, weight_formula, kv_dev, reserve_bytes(fusion, config))
+
+
+_FUSED: dict[tuple, tuple] = {}    # (id(program), matches, compiled?) -> (program, fused, compiled or None)
+
+
+def _fused(program, found: list, compile_it: bool) -> tuple:
+    """``fuse(program, found)`` and (when asked) its compiled form, once per placed program and set
+    of matches: structures of other regimes, arch classes or frameworks often fuse one phase alike
+    (a prefill beyond every token limit, a phase no arch-bound rule reaches), and fusing and
+    compiling are pure functions of the program and the matches."""
+    key = (id(program), tuple(found), compile_it)
+    hit = _FUSED.get(key)
+    if hit is not None and hit[0] is program:
+        return hit[1], hit[2]
+    fused = fuse(program, found)
+    out = (fused, compile_program(fused) if compile_it else None)
+    if len(_FUSED) > 4096:          # the placements of one model at a time, roughly
+        _FUSED.clear()
+    _FUSED[key] = (program, *out)
+    return out
 
 
 _MEMORY: dict[tuple, tuple] = {}     # placement identity -> (the placements, their memory figures)
