@@ -118,3 +118,19 @@ def test_shared_structures_give_deploys_numbers(shared, fw):
             got = deploy(MODEL, gpu, Scenario(r["batch"], INPUT, OUTPUT), fw, **config).summary
             for name in ("ttft_s", "tpot_s", "tokens_per_s_per_gpu"):
                 assert got[name] == r[name], (gpu, r["config"], r["batch"], name)
+
+
+def test_sizing_block_takes_every_gpu_and_model(tmp_path):
+    """`gpus: all` and `models: all` (the default grid's block): every GPU file and every model."""
+    grid = yaml.safe_load((REPO / "tests" / "data" / "grid_tiny.yaml").read_text())
+    grid["sizing"] = {"scenarios": [{"input": INPUT, "output": OUTPUT}], "gpus": "all", "frameworks": FRAMEWORKS,
+                      "kv_dtypes": ["bf16"], "max_gpus": MAX_GPUS, "models": "all"}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid, sort_keys=False))
+    spec = fronts.load_sizing(path)
+    assert spec.gpus is None and spec.models is None and spec.frameworks == tuple(FRAMEWORKS)
+    fronts.check(path, load_gpus(), {MODEL_ID})
+    grid["sizing"]["gpus"] = "H100"
+    path.write_text(yaml.safe_dump(grid, sort_keys=False))
+    with pytest.raises(Exception, match="sizing.gpus"):
+        fronts.load_sizing(path)

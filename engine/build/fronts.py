@@ -85,7 +85,7 @@ class Sizing:
     """The grid's ``sizing:`` block: what the build precomputes for the sizing form."""
 
     scenarios: tuple[tuple[int, int], ...]     # (input, output)
-    gpus: tuple[str, ...]
+    gpus: tuple[str, ...] | None               # None: every GPU of gpus/ (``gpus: all``)
     frameworks: tuple[str, ...]
     kv_dtypes: tuple[str, ...]
     max_gpus: int
@@ -116,11 +116,14 @@ def load_sizing(grid_path: Path | str | None) -> Sizing | None:
         reader.keys(item, field, ("input", "output"), ("input", "output"))
         scenarios.append(tuple(_count(item[k], reader.where(item, f"{field}.{k}", k), MAX_TOKENS, "token counts")
                                for k in ("input", "output")))
-    gpus = _list(reader, block, "gpus", "sizing.gpus")
-    for i, name in enumerate(gpus):
-        if not isinstance(name, str):
-            raise SpecError(reader.where(block, f"sizing.gpus[{i}]", "gpus"), f"{shown_value(name)} is not a GPU name",
-                            "write `gpus: [H200, B200]` (the `gpu:` names of gpus/*.yaml)")
+    gpus = block["gpus"]
+    if gpus != "all":
+        gpus = _list(reader, block, "gpus", "sizing.gpus")
+        for i, name in enumerate(gpus):
+            if not isinstance(name, str):
+                raise SpecError(reader.where(block, f"sizing.gpus[{i}]", "gpus"),
+                                f"{shown_value(name)} is not a GPU name",
+                                "write `gpus: all` or a list, e.g. `gpus: [H200, B200]` (the `gpu:` names of gpus/*.yaml)")
     frameworks = _choices(reader, block, "frameworks", "sizing.frameworks", ("none", *sorted(load_tables())))
     kv_dtypes = _choices(reader, block, "kv_dtypes", "sizing.kv_dtypes", tuple(KV_DTYPE_BYTES))
     max_gpus = _count(block["max_gpus"], reader.where(block, "sizing.max_gpus", "max_gpus"), MAX_GPUS,
@@ -133,7 +136,7 @@ def load_sizing(grid_path: Path | str | None) -> Sizing | None:
                 raise SpecError(reader.where(block, f"sizing.models[{i}]", "models"),
                                 f"{shown_value(name)} is not a Hugging Face model id",
                                 "write `models: all` or a list of ids, e.g. `models: [deepseek-ai/DeepSeek-V3]`")
-    return Sizing(tuple(scenarios), tuple(gpus), frameworks, kv_dtypes, max_gpus,
+    return Sizing(tuple(scenarios), None if gpus == "all" else tuple(gpus), frameworks, kv_dtypes, max_gpus,
                   None if models == "all" else tuple(models))
 
 
@@ -183,7 +186,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None) ->
     if cache is None:
         cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
     tables = cache.tables
-    gpus = [find_gpu(all_gpus, name) for name in spec.gpus]
+    gpus = [find_gpu(all_gpus, name) for name in spec.gpus] if spec.gpus is not None else list(all_gpus.values())
     max_ctx = int(ev.numeric.max_context)
     # no SLA filters the rows (the bounds are the reader's): both bounds beyond any latency
     unbounded = SLA(1e30, 1e30)
@@ -266,7 +269,7 @@ def check(grid_path, gpus: dict, model_ids=None) -> None:
     path = Path(grid_path) if grid_path else DEFAULT
     reader = Reader(path, path.parent.parent)
     known = {k.lower() for k in gpus}
-    for name in spec.gpus:
+    for name in spec.gpus or ():
         if name.lower() not in known:
             raise SpecError(reader.where(reader.data["sizing"], "sizing.gpus", "gpus"), f"unknown GPU {name!r}",
                             "known: " + ", ".join(sorted(gpus)))
