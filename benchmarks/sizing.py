@@ -76,25 +76,30 @@ def main() -> int:
     ev = evaluate_spec(corpus, corpus.find_model(model))
     f, s = evaluate_model(ev)
     sizing, fronts_ = pl.DataFrame(s), pl.DataFrame(f)
-    argv = ["plan", model, "--input", str(inp), "--output", str(out), "--ttft", str(ttft), "--tpot", str(tpot),
-            "--max-gpus", str(spec.max_gpus), "--json"] + [a for g in gpus for a in ("--gpu", g)]
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        cli(argv)
-    plan = json.loads(buffer.getvalue())
-    for g in plan["gpus"]:
-        mine = sizing.filter((pl.col("gpu") == g["gpu"]) & (pl.col("input_len") == inp) & (pl.col("output_len") == out)
-                             & (pl.col("ttft_s") <= ttft) & (pl.col("tpot_s") <= tpot)).sort("rank").head(1).to_dicts()
-        want = g["cheapest"][0] if g["cheapest"] else None
-        same = (not mine and want is None) or (mine and want and all(mine[0][k] == want[k] for k in FIELDS))
-        front = fronts_.filter((pl.col("gpu") == g["gpu"]) & (pl.col("input_len") == inp)).sort("rank")
-        front_same = [(r["config"], r["batch"], r["ttft_s"]) for r in front.to_dicts()] == \
-            [(r["config"], r["batch"], r["ttft_s"]) for r in g["front"]]
-        print(f"{g['gpu']}: plan {want and {k: want[k] for k in FIELDS}}; sizing table "
-              f"{'the same point' if same else 'DIFFERENT: ' + str(mine)}; front {len(g['front'])} points, "
-              f"{'equal' if front_same else 'DIFFERENT'}")
-    a = plan["answer"]
-    print(f"answer: {a['total_gpus']} {a['gpu']} ({a['config']}, batch {a['batch']})" if a else "answer: none")
+    for fw in spec.frameworks:     # the question under each framework the grid sizes
+        argv = ["plan", model, "--input", str(inp), "--output", str(out), "--ttft", str(ttft), "--tpot", str(tpot),
+                "--max-gpus", str(spec.max_gpus), "--framework", fw, "--json"] + [a for g in gpus for a in ("--gpu", g)]
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            cli(argv)
+        plan = json.loads(buffer.getvalue())
+        for g in plan["gpus"]:
+            mine = sizing.filter((pl.col("gpu") == g["gpu"]) & (pl.col("framework") == plan["framework"])
+                                 & (pl.col("kv_dtype") == plan["kv_dtype"]) & (pl.col("input_len") == inp)
+                                 & (pl.col("output_len") == out)
+                                 & (pl.col("ttft_s") <= ttft) & (pl.col("tpot_s") <= tpot)).sort("rank").head(1).to_dicts()
+            want = g["cheapest"][0] if g["cheapest"] else None
+            same = (not mine and want is None) or (mine and want and all(mine[0][k] == want[k] for k in FIELDS))
+            front = fronts_.filter((pl.col("gpu") == g["gpu"]) & (pl.col("framework") == plan["framework"])
+                                   & (pl.col("kv_dtype") == plan["kv_dtype"]) & (pl.col("input_len") == inp)
+                                   & (pl.col("output_len") == out)).sort("rank")
+            front_same = [(r["config"], r["batch"], r["ttft_s"]) for r in front.to_dicts()] == \
+                [(r["config"], r["batch"], r["ttft_s"]) for r in g["front"]]
+            print(f"{fw} {g['gpu']}: plan {want and {k: want[k] for k in FIELDS}}; sizing table "
+                  f"{'the same point' if same else 'DIFFERENT: ' + str(mine)}; front {len(g['front'])} points, "
+                  f"{'equal' if front_same else 'DIFFERENT'}")
+        a = plan["answer"]
+        print(f"{fw} answer: {a['total_gpus']} {a['gpu']} ({a['config']}, batch {a['batch']})" if a else "answer: none")
     return 0
 
 
