@@ -4,9 +4,12 @@ Layer: engine.deploy (on planner and sol; nothing here prints). :func:`search` w
 type, every GPU count that is a power of two up to a limit, every legal TP / EP / DP-attention / PP
 config at that count (:func:`engine.deploy.parallel.enumerate_configs` filtered by
 :func:`engine.deploy.planner.check`; ``dp = 1``: whole-model replicas are counted separately) and
-every batch from 1 to the config's capacity, and evaluates each config's batches in vectorized
-:func:`engine.deploy.sol.summarize` calls (one per fusion token regime), so no point is planned
-twice. :func:`front` is the Pareto front of tokens/s/GPU against tokens/s/user.
+every batch from 1 to the config's capacity, and evaluates the batches in vectorized
+:func:`engine.deploy.sol.summarize` calls (one per structure: config, fusion token regime and the
+fusion rules that can match, over every GPU type sharing it; structures come from a
+:class:`engine.deploy.structure_cache.StructureCache`, the build's shared with its grid
+evaluation), so no point is planned twice. :func:`front` is the Pareto front of tokens/s/GPU
+against tokens/s/user.
 
 Rules (also in docs/deployment.md, "Sizing: archledger plan"):
 
