@@ -68,8 +68,10 @@ class StructureCache:
     def __init__(self, ev: Evaluation, tables: dict[str, FusionTable]):
         self.ev, self.tables = ev, tables
         self._placements: dict[tuple, tuple] = {}   # (config, wide, options) -> (numeric, symbolic | None)
-        self._shared: dict[tuple, Structure] = {}     # wide-domain key (full regimes) -> structure
-        self._by_domain: dict[tuple, Structure] = {}  # the grid's key: this GPU's domain label
+        # (structure, built with formulas?) per wide-domain key (full regimes), and per the grid's key
+        # (this GPU's domain as the label)
+        self._shared: dict[tuple, tuple[Structure, bool]] = {}
+        self._by_domain: dict[tuple, tuple[Structure, bool]] = {}
         self._live: dict[tuple, Structure] = {}       # the search's key (live regimes)
         self._rules: dict[tuple, tuple] = {}         # (framework, arch, config) -> live rule names per phase
         self.built = 0                                # structures compiled (for measurements)
