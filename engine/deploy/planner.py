@@ -304,41 +304,40 @@ def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool =
 
 def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, domain: int,
                     fusion: FusionTable | None, gpu: GPU, tokens: Mapping[str, int | None],
-                    placed: tuple | None = None) -> Structure:
+                    placed: tuple | None = None, memo: dict | None = None) -> Structure:
     """Fuse (rules decided for ``gpu``'s arch and ``tokens`` per device) and compile placed programs.
 
-    ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options)."""
+    ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options);
+    ``memo`` (a dict the caller keeps, e.g. :class:`engine.deploy.structure_cache.StructureCache`'s)
+    reuses fused and compiled programs across structures of those placements (:func:`_fused`)."""
     numeric, symbolic = placed or (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
     programs, formulas, compiled = {}, {}, {}
     for phase in PHASES:
         num, sym = numeric[phase][0], symbolic[phase][0]
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
-        programs[phase], compiled[phase] = _fused(num, found, True)
+        programs[phase], compiled[phase] = _fused(num, found, True, memo)
         # without a symbolic placement (the numeric one stands in) the formulas are the programs
-        formulas[phase] = programs[phase] if sym is num else _fused(sym, found, False)[0]
+        formulas[phase] = programs[phase] if sym is num else _fused(sym, found, False, memo)[0]
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
                      compiled, weights, weight_formula, kv_dev, reserve_bytes(fusion, config))
 
 
-_FUSED: dict[tuple, tuple] = {}    # (id(program), matches, compiled?) -> (program, fused, compiled or None)
-
-
-def _fused(program, found: list, compile_it: bool) -> tuple:
+def _fused(program, found: list, compile_it: bool, memo: dict | None) -> tuple:
     """``fuse(program, found)`` and (when asked) its compiled form, once per placed program and set
-    of matches: structures of other regimes, arch classes or frameworks often fuse one phase alike
-    (a prefill beyond every token limit, a phase no arch-bound rule reaches), and fusing and
-    compiling are pure functions of the program and the matches."""
+    of matches in ``memo`` ((id(program), matches, compiled?) -> (program, fused, compiled or None)):
+    structures of other regimes, arch classes or frameworks often fuse one phase alike (a prefill
+    beyond every token limit, a phase no arch-bound rule reaches), and fusing and compiling are pure
+    functions of the program and the matches."""
     key = (id(program), tuple(found), compile_it)
-    hit = _FUSED.get(key)
+    hit = memo.get(key) if memo is not None else None
     if hit is not None and hit[0] is program:
         return hit[1], hit[2]
     fused = fuse(program, found)
     out = (fused, compile_program(fused) if compile_it else None)
-    if len(_FUSED) > 4096:          # the placements of one model at a time, roughly
-        _FUSED.clear()
-    _FUSED[key] = (program, *out)
+    if memo is not None:
+        memo[key] = (program, *out)
     return out
 
 

@@ -74,6 +74,7 @@ class StructureCache:
         self._by_domain: dict[tuple, tuple[Structure, bool]] = {}
         self._live: dict[tuple, Structure] = {}       # the search's key (live regimes)
         self._rules: dict[tuple, tuple] = {}         # (framework, arch, config) -> live rule names per phase
+        self._fused: dict[tuple, tuple] = {}        # build_structure's fused and compiled programs
         self.built = 0                                # structures compiled (for measurements)
 
     # -- placements -------------------------------------------------------------------------------
@@ -96,7 +97,7 @@ class StructureCache:
         self.built += 1
         table = self.tables.get(framework)
         return build_structure(self.ev, config, replace(options, framework=framework), domain, table, gpu, tokens,
-                               self.placements(config, domain, options, formulas))
+                               self.placements(config, domain, options, formulas), self._fused)
 
     # -- the grid's lookup --------------------------------------------------------------------------
     def structure(self, config, domain: int, framework: str, gpu, regimes: tuple,
