@@ -2,8 +2,9 @@
 
 Run from the repo root: ``python benchmarks/sizing.py [--all] [MODEL ...]``. For each model (default:
 the `models:` list of corpus/grid.yaml's `sizing:` block; ``--all``: every model of the corpus) it
-prints the CPU seconds (``time.process_time()``) of the step over the default grid's sizing block,
-with the front and sizing row counts, and the total. Then it answers the issue's question both ways,
+prints the CPU seconds (``time.process_time()``) of the grid evaluation and of the step over the
+default grid's sizing block as the build runs it (through the structure cache the grid evaluation
+filled), with the front and sizing row counts, and the totals. Then it answers the issue's question both ways,
 "DeepSeek-V3, 8K in / 1K out, TTFT <= 2 s, TPOT <= 50 ms, on H200 or B200": the first sizing row
 within the bounds per GPU type (what the site's form picks) and ``archledger plan --json``, and
 says whether they are the same point and whether the fronts equal plan's. Numbers for
@@ -28,7 +29,10 @@ import yaml  # noqa: E402
 
 from engine.build.grid import DEFAULT  # noqa: E402
 
+from engine.build import grid_eval  # noqa: E402
 from engine.build.fronts import evaluate_model, load_sizing  # noqa: E402
+from engine.deploy.fusion import load_tables  # noqa: E402
+from engine.deploy.structure_cache import StructureCache  # noqa: E402
 from engine.cli import main as cli  # noqa: E402
 from engine.spec.api import evaluate_spec  # noqa: E402
 from engine.spec.corpus import load_corpus  # noqa: E402
@@ -52,40 +56,50 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="sizing-bench-")) / "grid"
     folder.mkdir()
     (folder / "grid.yaml").write_text(yaml.safe_dump(grid, sort_keys=False))
-    total = 0.0
+    total = grid_total = 0.0
     for mid in names:
         ev = evaluate_spec(corpus, corpus.models[mid])
+        cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
         started = time.process_time()
-        f, s = evaluate_model(ev, folder / "grid.yaml")
+        grid_eval.evaluate_model(ev, None, None, {}, cache)
+        grid_spent = time.process_time() - started
+        started = time.process_time()
+        f, s = evaluate_model(ev, folder / "grid.yaml", None, cache)
         spent = time.process_time() - started
         total += spent
-        print(f"{mid:55s} {spent:6.2f} s  front rows {len(f['model_id']):5d}  sizing rows {len(s['model_id']):5d}",
-              flush=True)
-    print(f"total {total:.1f} CPU s over {len(names)} models")
+        grid_total += grid_spent
+        print(f"{mid:55s} grid {grid_spent:6.2f} s  sizing {spent:6.2f} s  front rows {len(f['model_id']):5d}  "
+              f"sizing rows {len(s['model_id']):5d}", flush=True)
+    print(f"total {total:.1f} CPU s of sizing over {len(names)} models, {grid_total:.1f} CPU s of grid evaluation")
 
     model, inp, out, ttft, tpot, gpus = QUESTION
     ev = evaluate_spec(corpus, corpus.find_model(model))
     f, s = evaluate_model(ev)
     sizing, fronts_ = pl.DataFrame(s), pl.DataFrame(f)
-    argv = ["plan", model, "--input", str(inp), "--output", str(out), "--ttft", str(ttft), "--tpot", str(tpot),
-            "--max-gpus", str(spec.max_gpus), "--json"] + [a for g in gpus for a in ("--gpu", g)]
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        cli(argv)
-    plan = json.loads(buffer.getvalue())
-    for g in plan["gpus"]:
-        mine = sizing.filter((pl.col("gpu") == g["gpu"]) & (pl.col("input_len") == inp) & (pl.col("output_len") == out)
-                             & (pl.col("ttft_s") <= ttft) & (pl.col("tpot_s") <= tpot)).sort("rank").head(1).to_dicts()
-        want = g["cheapest"][0] if g["cheapest"] else None
-        same = (not mine and want is None) or (mine and want and all(mine[0][k] == want[k] for k in FIELDS))
-        front = fronts_.filter((pl.col("gpu") == g["gpu"]) & (pl.col("input_len") == inp)).sort("rank")
-        front_same = [(r["config"], r["batch"], r["ttft_s"]) for r in front.to_dicts()] == \
-            [(r["config"], r["batch"], r["ttft_s"]) for r in g["front"]]
-        print(f"{g['gpu']}: plan {want and {k: want[k] for k in FIELDS}}; sizing table "
-              f"{'the same point' if same else 'DIFFERENT: ' + str(mine)}; front {len(g['front'])} points, "
-              f"{'equal' if front_same else 'DIFFERENT'}")
-    a = plan["answer"]
-    print(f"answer: {a['total_gpus']} {a['gpu']} ({a['config']}, batch {a['batch']})" if a else "answer: none")
+    for fw in spec.frameworks:     # the question under each framework the grid sizes
+        argv = ["plan", model, "--input", str(inp), "--output", str(out), "--ttft", str(ttft), "--tpot", str(tpot),
+                "--max-gpus", str(spec.max_gpus), "--framework", fw, "--json"] + [a for g in gpus for a in ("--gpu", g)]
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            cli(argv)
+        plan = json.loads(buffer.getvalue())
+        for g in plan["gpus"]:
+            mine = sizing.filter((pl.col("gpu") == g["gpu"]) & (pl.col("framework") == plan["framework"])
+                                 & (pl.col("kv_dtype") == plan["kv_dtype"]) & (pl.col("input_len") == inp)
+                                 & (pl.col("output_len") == out)
+                                 & (pl.col("ttft_s") <= ttft) & (pl.col("tpot_s") <= tpot)).sort("rank").head(1).to_dicts()
+            want = g["cheapest"][0] if g["cheapest"] else None
+            same = (not mine and want is None) or (mine and want and all(mine[0][k] == want[k] for k in FIELDS))
+            front = fronts_.filter((pl.col("gpu") == g["gpu"]) & (pl.col("framework") == plan["framework"])
+                                   & (pl.col("kv_dtype") == plan["kv_dtype"]) & (pl.col("input_len") == inp)
+                                   & (pl.col("output_len") == out)).sort("rank")
+            front_same = [(r["config"], r["batch"], r["ttft_s"]) for r in front.to_dicts()] == \
+                [(r["config"], r["batch"], r["ttft_s"]) for r in g["front"]]
+            print(f"{fw} {g['gpu']}: plan {want and {k: want[k] for k in FIELDS}}; sizing table "
+                  f"{'the same point' if same else 'DIFFERENT: ' + str(mine)}; front {len(g['front'])} points, "
+                  f"{'equal' if front_same else 'DIFFERENT'}")
+        a = plan["answer"]
+        print(f"{fw} answer: {a['total_gpus']} {a['gpu']} ({a['config']}, batch {a['batch']})" if a else "answer: none")
     return 0
 
 

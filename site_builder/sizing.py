@@ -10,7 +10,6 @@ so the page's comparisons are the engine's.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
@@ -78,11 +77,13 @@ def page_data(results_root: Path, name: str) -> dict | None:
 
 
 def render(site, results_root: Path, model_id: str, name: str, doc: dict) -> bool:
-    """Write ``data/sizing/<name>.json`` and the page; False (nothing written) without sizing rows."""
+    """Write ``data/sizing/<name>.json.gz`` (gzip: every GPU type and framework of the grid's
+    ``sizing:`` block is a few hundred KB as plain JSON, a fifth of that compressed) and the page;
+    False (nothing written) without sizing rows."""
     data = page_data(results_root, name)
     if data is None:
         return False
-    site.file(f"data/sizing/{name}.json", json.dumps(data, separators=(",", ":"), allow_nan=False))
+    site.gzip_json(f"data/sizing/{name}.json.gz", data)
     site.page(f"models/{name}/sizing", "sizing.html", f"{doc['name']} sizing",
               {"page": "sizing", "slug": name, "model_id": model_id, "specs": {"front": charts.front_spec()}},
               doc=doc, slug=name, sizing=data)

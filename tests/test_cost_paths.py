@@ -51,6 +51,7 @@ def _check_paths(structure, gpu, other, batch, ctx):
             twice = compiled.totals(gpu, np.resize(batch, 2), np.resize(seq, 2), np.resize(ctx, 2), np.array(2.0))
             for key, value in alone.items():
                 assert np.array_equal(np.asarray(value).reshape(-1), twice[key][..., 0].reshape(-1)), (phase, key)
+            assert np.array_equal(compiled.step_time(gpu, batch, seq, ctx, np.array(2.0)), alone["t_sol"])
             continue
         # one GPU (rates per step) and two GPUs mixed point by point (rates per step and point)
         index = np.resize(np.array([0, 1, 0]), np.shape(ctx)[-1:])
@@ -66,4 +67,6 @@ def _check_paths(structure, gpu, other, batch, ctx):
             # the public entry takes the stacked path here and returns the same
             public = compiled.totals(*args)
             assert all(np.array_equal(public[k], by_step[k]) for k in by_step)
+            # the sizing search's step time alone is the same t_sol
+            assert np.array_equal(compiled.step_time(*args), by_step["t_sol"])
             assert public["t_sol"].shape == shape and np.all(public["t_sol"] > 0)

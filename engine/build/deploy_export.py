@@ -90,14 +90,15 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             found = tree_of[expr] = trees.add(to_tree(expr))
         return found
 
-    exported: dict[tuple, int] = {}
+    exported: dict[tuple, tuple] = {}      # (id(structure), phase) -> (structure, program index)
 
     def string(text: str) -> int:        # a string is its own key (no JSON text to build)
         return strings.add(text, key=text)
 
     def program(s, phase: str) -> int:
-        if (id(s), phase) in exported:           # structures are cached by the grid: ids are stable
-            return exported[(id(s), phase)]
+        found = exported.get((id(s), phase))
+        if found is not None and found[0] is s:   # the same object (a freed structure's id can recur)
+            return found[1]
         text = formula_text(s, phase)
         steps = []
         for i, st in enumerate(s.programs[phase].steps):
@@ -109,8 +110,9 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                           dtypes.add(st.compute_dtype, key=st.compute_dtype), LINKS[st.link], coll, KINDS.index(st.kind),
                           int(bool(st.view)), string(st.uid), string(text[i][0]), string(text[i][1]),
                           string(text[i][2])])
-        exported[(id(s), phase)] = programs.add(steps, key=tuple(map(tuple, steps)))
-        return exported[(id(s), phase)]
+        index = programs.add(steps, key=tuple(map(tuple, steps)))
+        exported[(id(s), phase)] = (s, index)
+        return index
 
     def drafts(main, drafting, phase: str) -> int:
         """The draft steps of ``drafting`` (the --mtp 1 structure of ``main``'s cell and regime, whose

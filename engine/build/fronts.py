@@ -19,6 +19,11 @@ larger than its own. Whenever the dropped point meets a bound, the earlier one m
 preferred, so no answer changes; a point that is kept is the answer at its own (TTFT, TPOT), so
 no smaller set answers every bound.
 
+Cost: the build hands this step the model's :class:`engine.deploy.structure_cache.StructureCache`
+the grid evaluation just filled, so the search compiles only the structures the grid has not (its
+configs outside the grid's parallel rules, e.g. pipeline-only splits); the rows are the same as a
+fresh plan search's (tests/test_fronts_cache.py).
+
 Invariant: every row is a (legal config, batch) point the search evaluated, with the fields it gave.
 """
 from __future__ import annotations
@@ -80,7 +85,7 @@ class Sizing:
     """The grid's ``sizing:`` block: what the build precomputes for the sizing form."""
 
     scenarios: tuple[tuple[int, int], ...]     # (input, output)
-    gpus: tuple[str, ...]
+    gpus: tuple[str, ...] | None               # None: every GPU of gpus/ (``gpus: all``)
     frameworks: tuple[str, ...]
     kv_dtypes: tuple[str, ...]
     max_gpus: int
@@ -111,11 +116,14 @@ def load_sizing(grid_path: Path | str | None) -> Sizing | None:
         reader.keys(item, field, ("input", "output"), ("input", "output"))
         scenarios.append(tuple(_count(item[k], reader.where(item, f"{field}.{k}", k), MAX_TOKENS, "token counts")
                                for k in ("input", "output")))
-    gpus = _list(reader, block, "gpus", "sizing.gpus")
-    for i, name in enumerate(gpus):
-        if not isinstance(name, str):
-            raise SpecError(reader.where(block, f"sizing.gpus[{i}]", "gpus"), f"{shown_value(name)} is not a GPU name",
-                            "write `gpus: [H200, B200]` (the `gpu:` names of gpus/*.yaml)")
+    gpus = block["gpus"]
+    if gpus != "all":
+        gpus = _list(reader, block, "gpus", "sizing.gpus")
+        for i, name in enumerate(gpus):
+            if not isinstance(name, str):
+                raise SpecError(reader.where(block, f"sizing.gpus[{i}]", "gpus"),
+                                f"{shown_value(name)} is not a GPU name",
+                                "write `gpus: all` or a list, e.g. `gpus: [H200, B200]` (the `gpu:` names of gpus/*.yaml)")
     frameworks = _choices(reader, block, "frameworks", "sizing.frameworks", ("none", *sorted(load_tables())))
     kv_dtypes = _choices(reader, block, "kv_dtypes", "sizing.kv_dtypes", tuple(KV_DTYPE_BYTES))
     max_gpus = _count(block["max_gpus"], reader.where(block, "sizing.max_gpus", "max_gpus"), MAX_GPUS,
@@ -128,7 +136,7 @@ def load_sizing(grid_path: Path | str | None) -> Sizing | None:
                 raise SpecError(reader.where(block, f"sizing.models[{i}]", "models"),
                                 f"{shown_value(name)} is not a Hugging Face model id",
                                 "write `models: all` or a list of ids, e.g. `models: [deepseek-ai/DeepSeek-V3]`")
-    return Sizing(tuple(scenarios), tuple(gpus), frameworks, kv_dtypes, max_gpus,
+    return Sizing(tuple(scenarios), None if gpus == "all" else tuple(gpus), frameworks, kv_dtypes, max_gpus,
                   None if models == "all" else tuple(models))
 
 
@@ -159,20 +167,26 @@ def preference(points: dict) -> np.ndarray:
     return np.lexsort((-points["tokens_per_s_per_gpu"], points["n_gpus"]))
 
 
-def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[dict, dict]:
-    """(fronts columns, sizing columns) for one model: empty when the grid has no ``sizing:`` block."""
+def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None) -> tuple[dict, dict]:
+    """(fronts columns, sizing columns) for one model: empty when the grid has no ``sizing:`` block.
+    ``cache``: the model's :class:`engine.deploy.structure_cache.StructureCache` the grid evaluation
+    filled (the build passes it: the search then compiles only the structures the grid did not
+    build); the rows are the same with or without it (tests/test_fronts_cache.py)."""
     from engine.deploy import Options
     from engine.deploy.fusion import load_tables
-    from engine.deploy.hardware import find_gpu, load_gpus
-    from engine.deploy.sizing import SLA, search
+    from engine.deploy.hardware import find_gpu
+    from engine.deploy.sizing import SLA, front, search
+    from engine.deploy.structure_cache import StructureCache
 
     fronts = {k: [] for k in FRONTS_SCHEMA}
     sizing = {k: [] for k in SIZING_SCHEMA}
-    spec = load_sizing(grid_path)
+    spec, all_gpus = _inputs(grid_path, gpu_root)
     if spec is None or (spec.models is not None and ev.model.model_id not in spec.models):
         return fronts, sizing
-    all_gpus, tables = load_gpus(gpu_root), load_tables(ev.corpus.root / "fusion")
-    gpus = [find_gpu(all_gpus, name) for name in spec.gpus]
+    if cache is None:
+        cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
+    tables = cache.tables
+    gpus = [find_gpu(all_gpus, name) for name in spec.gpus] if spec.gpus is not None else list(all_gpus.values())
     max_ctx = int(ev.numeric.max_context)
     # no SLA filters the rows (the bounds are the reader's): both bounds beyond any latency
     unbounded = SLA(1e30, 1e30)
@@ -181,7 +195,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[dict,
             for input_len, output_len in spec.scenarios:
                 results = search(ev, gpus, input_len, output_len, unbounded, max_gpus=spec.max_gpus,
                                  options=Options(framework=framework, kv_dtype=kv_dtype),
-                                 fusion=tables.get(framework))
+                                 fusion=tables.get(framework), cache=cache)
                 head = {"model_id": ev.model.model_id, "framework": framework, "kv_dtype": kv_dtype,
                         "input_len": input_len, "output_len": output_len,
                         "extrapolated": input_len + output_len > max_ctx, "max_gpus": spec.max_gpus}
@@ -189,30 +203,53 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[dict,
                     if not res.points:
                         continue
                     p = res.points
-                    _append(fronts, res.front(), head)
-                    kept = staircase(preference(p), p["ttft_s"], p["tpot_s"])
-                    _append(sizing, res.rows(kept), head)
+                    _append(fronts, res, front(p["tokens_per_s_per_user"], p["tokens_per_s_per_gpu"]), head)
+                    _append(sizing, res, staircase(preference(p), p["ttft_s"], p["tpot_s"]), head)
     return fronts, sizing
 
 
-def _append(columns: dict, rows: list[dict], head: dict) -> None:
-    for rank, row in enumerate(rows):
-        for k, v in head.items():
-            columns[k].append(v)
-        columns["gpu"].append(row["gpu"])
-        columns["rank"].append(rank)
-        for k in _POINT:
-            columns[k].append(row[k])
+_INPUTS: dict[tuple, tuple] = {}
 
 
-def write_model(ev: Evaluation, grid_path, gpu_root, staging: Path, slug: str, write) -> dict:
+def _inputs(grid_path, gpu_root) -> tuple:
+    """(the sizing block, the GPUs), read once per process while their files are unchanged (a
+    build evaluates every model against the same files: parsing them per model cost ~0.3 s each)."""
+    from engine.build.grid import DEFAULT
+    from engine.deploy.hardware import DEFAULT_ROOT, load_gpus
+    grid, root = Path(grid_path) if grid_path else DEFAULT, Path(gpu_root) if gpu_root else DEFAULT_ROOT
+    files = [grid, *sorted(root.rglob("*"))]
+    key = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file())
+    if key not in _INPUTS:
+        _INPUTS.clear()
+        _INPUTS[key] = (load_sizing(grid_path), load_gpus(gpu_root))
+    return _INPUTS[key]
+
+
+def _append(columns: dict, res, index, head: dict) -> None:
+    """Append the points ``index`` of a search (:meth:`GPUSearch.rows`'s fields, as columns), ranked in order."""
+    idx = np.asarray(index, dtype=int)
+    n = len(idx)
+    for k, v in head.items():
+        columns[k].extend([v] * n)
+    columns["gpu"].extend([res.gpu] * n)
+    columns["rank"].extend(range(n))
+    configs = [res.configs[c] for c in res.points["config"][idx].tolist()]
+    columns["config"].extend(c.label() for c in configs)
+    for k in ("n_gpus", "tp", "ep", "dp_attn", "pp"):
+        columns[k].extend(getattr(c, k) for c in configs)
+    for k in _POINT:
+        if k not in ("config", "n_gpus", "tp", "ep", "dp_attn", "pp"):
+            columns[k].extend(res.points[k][idx].tolist())
+
+
+def write_model(ev: Evaluation, grid_path, gpu_root, staging: Path, slug: str, write, cache=None) -> dict:
     """Evaluate and write ``fronts/model=<slug>/part.parquet`` and ``sizing/model=<slug>/part.parquet``
     under ``staging`` (``write(columns, schema, path)`` writes one Parquet file). Always writes both,
     empty without a ``sizing:`` block, so a model's files are the same set for every grid. Returns
     row counts and seconds."""
     started = time.perf_counter()
     from engine.build import finite
-    fronts, sizing = evaluate_model(ev, grid_path, gpu_root)
+    fronts, sizing = evaluate_model(ev, grid_path, gpu_root, cache)
     finite.check_tables(ev.model, {"fronts": fronts, "sizing": sizing})
     for table, columns, schema in (("fronts", fronts, FRONTS_SCHEMA), ("sizing", sizing, SIZING_SCHEMA)):
         folder = Path(staging) / table / f"model={slug}"
@@ -232,7 +269,7 @@ def check(grid_path, gpus: dict, model_ids=None) -> None:
     path = Path(grid_path) if grid_path else DEFAULT
     reader = Reader(path, path.parent.parent)
     known = {k.lower() for k in gpus}
-    for name in spec.gpus:
+    for name in spec.gpus or ():
         if name.lower() not in known:
             raise SpecError(reader.where(reader.data["sizing"], "sizing.gpus", "gpus"), f"unknown GPU {name!r}",
                             "known: " + ", ".join(sorted(gpus)))

@@ -15,43 +15,26 @@ context, plus the capacity itself; a context that fits no request keeps a batch-
 from __future__ import annotations
 
 from bisect import bisect_left
-import copy
 from collections import defaultdict
-from dataclasses import replace
 
 import numpy as np
 
 from engine.spec import kv
 from engine.spec.api import Evaluation
-from engine.deploy import (PHASES, Options, Plan, Scenario, build_structure, place, tokens_per_device)
-from engine.deploy.fusion import load_tables, representative_tokens, token_limits
+from engine.deploy import PHASES, Plan, Scenario, tokens_per_device
+from engine.deploy.fusion import load_tables, token_limits
+from engine.deploy.structure_cache import StructureCache, signature
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
-from engine.deploy.planner import with_mtp
 from engine.deploy.sol import capacity, op_rows_columns, summarize
-from engine.deploy.structure import HBM_FRACTION, MTP_STACK
+from engine.deploy.structure import HBM_FRACTION
 
 PHASE_FIELDS = ("step_time_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
                 "weight_bytes", "comm_bytes", "bound")
 
 
-def _signature(table, gpu) -> tuple:
-    """The rules whose arch condition admits this GPU (GPUs with equal signatures fuse alike)."""
-    if table is None:
-        return ()
-    return tuple(r.name for r in table.rules if r.enabled and ("arch" not in r.when or gpu.arch in r.when["arch"]))
-
-
 def _regime(limits: list[int], tokens: int) -> int:
     return bisect_left(limits, tokens)      # how many limits the token count exceeds
-
-
-def placement_domain(config, domain: int) -> int:
-    """The scale-up domain as placement sees it: a domain holding every GPU of the config (an
-    8-GPU config in an 8- or a 72-GPU domain) puts every collective on the scale-up link in one
-    node (:meth:`engine.deploy.parallel.Mesh.link`, ``extent``: a group spans at most the config's
-    GPUs), so all such domains give the same programs and share one placement and compilation."""
-    return min(domain, config.n_gpus)
 
 
 _TEXT: dict = {}
@@ -66,11 +49,17 @@ def _text(expr) -> str:
     return text
 
 
-def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict | None = None):
+def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict | None = None,
+                   cache: StructureCache | None = None):
     """(deployment columns, op columns, number of points) for one model over the grid. With
     ``export`` (a dict), it also receives the deploy page's formula document
-    (:func:`engine.build.deploy_export.model_export`) built from the same structures."""
-    grid, gpus, tables = load_grid(grid_path), load_gpus(gpu_root), load_tables(ev.corpus.root / "fusion")
+    (:func:`engine.build.deploy_export.model_export`) built from the same structures. ``cache``: the
+    model's :class:`engine.deploy.structure_cache.StructureCache` to build into (the build passes
+    the same one to its sizing step, which then compiles only what the grid did not)."""
+    grid, gpus = load_grid(grid_path), load_gpus(gpu_root)
+    if cache is None:
+        cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
+    tables = cache.tables
     stored = float(sum(t.total_bytes for t in ev.tensors() if t.stack == "main"))
     cells = model_cells(ev, grid, gpus, stored)
     gpu_list = sorted({g.key for g, _ in cells})
@@ -78,50 +67,15 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     gpu_pos = {k: i for i, k in enumerate(gpu_list)}
     max_ctx = int(ev.numeric.max_context)
     inputs = input_lengths(grid, max_ctx)
-    placements, structures, shared = {}, {}, {}
-
-    def placed(config, wide, domain, mtp: int = 0):
-        """(numeric, symbolic) placements of a config; with ``mtp`` draft tokens only the MTP stack's
-        drafts (engine.deploy.planner.with_mtp, as ``place`` does, over the main stack's placements
-        without their steps: its layouts and stored weights stay, for the memory figures). The
-        export adds them to the main programs it already has (engine.build.deploy_export)."""
-        pkey = (config, wide, mtp)
-        if pkey not in placements:
-            options = Options(framework="none")
-            if mtp:
-                main = placed(config, wide, domain)
-                placements[pkey] = tuple(
-                    with_mtp({p: (replace(program, steps=()), placer) for p, (program, placer) in main[i].items()},
-                             place(ev, config, domain, options, symbolic, MTP_STACK),
-                             ev.symbolic if symbolic else ev.numeric, mtp)
-                    for i, symbolic in enumerate((False, True)))
-            else:
-                placements[pkey] = (place(ev, config, domain, options, False),
-                                    place(ev, config, domain, options, True))
-        return placements[pkey]
 
     def structure(config, domain, framework, gpu, regimes, mtp: int = 0):
-        """The structure of a cell's framework at per-phase token ``regimes``; with ``mtp`` draft
-        tokens, the draft steps of the one ``archledger deploy --mtp`` builds, fused alone, and its
-        memory (the deploy page's export only)."""
-        table = tables.get(framework)
-        limits = token_limits(table)
-        key = (config, domain, framework, _signature(table, gpu), regimes, mtp)
-        if key not in structures:
-            # domains that hold the whole config place and compile alike: share that work
-            wide = placement_domain(config, domain)
-            skey = (config, wide) + key[2:]
-            if skey not in shared:
-                tokens = {p: representative_tokens(limits, r) for p, r in zip(PHASES, regimes)}
-                # (the drafting structures are only exported, never evaluated here: not compiled)
-                shared[skey] = build_structure(ev, config, Options(framework=framework, mtp_tokens=mtp), domain,
-                                               table, gpu, tokens, placed(config, wide, domain, mtp), compile=not mtp)
-            s = shared[skey]
-            if s.domain != domain:       # the same programs, labelled with this GPU's domain
-                s = copy.copy(s)
-                s.domain = domain
-            structures[key] = s
-        return structures[key]
+        """The structure of a cell's framework at per-phase token ``regimes`` (domains that hold the
+        whole config place and compile alike: the cache shares that work); with ``mtp`` draft
+        tokens, only the draft steps of the one ``archledger deploy --mtp`` builds, fused alone,
+        and its memory (the deploy page's export: StructureCache.drafting)."""
+        if mtp:
+            return cache.drafting(config, domain, framework, gpu, regimes, mtp)
+        return cache.structure(config, domain, framework, gpu, regimes)
 
     # 1. the points of every cell, bucketed by the structure that evaluates them
     buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -141,7 +95,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         domain = gpu.scale_up_domain
         for framework in grid.frameworks:
             limits = token_limits(tables.get(framework))
-            sig = _signature(tables.get(framework), gpu)
+            sig = signature(tables.get(framework), gpu)
             base = structure(config, domain, framework, gpu, (len(limits), 0))
             usable = gpu.hbm_bytes * HBM_FRACTION
             if base.weight_bytes_per_gpu >= usable:

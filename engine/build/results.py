@@ -472,12 +472,16 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
     ``corpus``: the loaded corpus when the caller has it (in-process builds), else it is read once
     per process (:func:`cached_corpus`)."""
     from engine.build import finite, grid_eval
+    from engine.deploy.fusion import load_tables
+    from engine.deploy.structure_cache import StructureCache
     started = time.perf_counter()
     corpus = corpus if corpus is not None else cached_corpus(corpus_root)
     from engine.build.whatif import evaluate_with_sites, model_playground
     ev, sites = evaluate_with_sites(corpus, corpus.models[model_id])   # evaluate_spec's walks; its slot sites for the playground
     formulas: dict = {}        # the deploy page's formula trees (engine.build.deploy_export)
-    deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root, formulas)
+    # one cache of placements and structures for the grid and the sizing step (the same configs)
+    cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
+    deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root, formulas, cache)
     finite.check_tables(ev.model, {"deployments": deployments, "ops": ops})   # nothing NaN or negative is written
     for table, columns, schema in (("deployments", deployments, DEPLOYMENTS_SCHEMA), ("ops", ops, OPS_SCHEMA)):
         folder = Path(staging) / table / f"model={slug(model_id)}"
@@ -488,7 +492,9 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
     sized = fronts.write_model(ev, grid_path, gpu_root, Path(staging), slug(model_id),
                                lambda columns, schema, path: write_parquet(_frame(columns, schema), path,
                                                                            compression="zstd",
-                                                                           compression_level=ZSTD_LEVEL))
+                                                                           compression_level=ZSTD_LEVEL),
+                               cache)
+    del cache
     from engine.build.export import model_document
     (Path(staging) / "models").mkdir(exist_ok=True)
     (Path(staging) / "models" / f"{slug(model_id)}.json").write_text(

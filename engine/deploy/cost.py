@@ -94,11 +94,24 @@ class CompiledProgram:
         self._calls = [_compiled(s.repeat) if s.collective else 0.0 for s in program.steps]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
         self._splits: dict[int, tuple] = {}
+        self._kernels: tuple[list[int], np.ndarray] | None = None
+        #: prefill working sets already computed at one (prompts, prompt, prompt, KV bytes) point
+        #: (engine.deploy.sol.prefill_working_set: a function of the program and that point only)
+        self.working_sets: dict[tuple, np.ndarray] = {}
         # a program's steps use a handful of dtypes, links and collective shapes: rates are looked
         # up once per distinct one and spread to the steps by index (hundreds of steps, many GPUs)
         self._kinds = [_distinct(s.compute_dtype for s in program.steps),
                        _distinct(s.link for s in program.steps),
                        _distinct((s.collective, s.ranks, s.nodes) if s.collective else None for s in program.steps)]
+
+    def kernel_steps(self) -> tuple[list[int], np.ndarray]:
+        """Indices of the steps that run a kernel (not communication, repeated at least once) and
+        their repeats as floats: what a prefill working set looks at (computed once per program)."""
+        if self._kernels is None:
+            steps = self.program.steps
+            keep = [i for i, s in enumerate(steps) if s.kind != "comm" and float(s.repeat) > 0]
+            self._kernels = (keep, np.array([float(steps[i].repeat) for i in keep]))
+        return self._kernels
 
     def rates(self, gpu: GPU) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
         """Per step: peak FLOP/s of its operand dtype and its link's bytes/s; HBM bytes/s; and per
@@ -155,6 +168,25 @@ class CompiledProgram:
         alphas = np.stack([r[3] for r in per_gpu], axis=1)[:, index]
         return peaks, links, np.array([r[2] for r in per_gpu])[index], alphas
 
+    def step_time(self, rates, batch, seq, ctx, kv_bytes) -> np.ndarray:
+        """The ``t_sol`` of :meth:`totals` alone (the sizing search's hot path): the same terms,
+        summed in the same order, so the same floats, without the other sums and the bound split."""
+        peaks, links, hbm, alphas = self.rates(rates) if isinstance(rates, GPU) else rates
+        args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
+        shape = np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:])
+        if self._stacks(shape):              # as totals() does: stacked on small grids, same floats
+            f, b, c, calls = (self.column(i, args, shape) for i in (0, 1, 2, 4))
+            per_step = _per_step(shape)
+            sol = np.maximum(np.maximum(f / per_step(np.asarray(peaks)), b / hbm),
+                             c / per_step(np.asarray(links)) + calls * per_step(np.asarray(alphas)))
+            return np.add.reduce(sol, axis=0)
+        total = np.zeros(shape)
+        cols = self._columns
+        for i in range(len(self.program.steps)):
+            f, b, c = (fn(*args) if callable(fn) else fn for fn in (cols[0][i], cols[1][i], cols[2][i]))
+            total += np.maximum(np.maximum(f / peaks[i], b / hbm), c / links[i] + self.latency(i, args, alphas))
+        return total
+
     def totals(self, rates, batch, seq, ctx, kv_bytes) -> dict[str, np.ndarray]:
         """Phase sums over the broadcast shape: flops, bytes, weight_bytes, comm_bytes, t_compute,
         t_memory, t_comm, t_sol, and t_sol split by the term bounding each step (``by_bound``, shape
@@ -169,16 +201,19 @@ class CompiledProgram:
         peaks, links, hbm, alphas = self.rates(rates) if isinstance(rates, GPU) else rates
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
         shape = np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:])
-        n_steps = len(self.program.steps)
-        if n_steps and 2 <= int(np.prod(shape)) and n_steps * int(np.prod(shape)) <= STACKED_ELEMENTS:
+        if self._stacks(shape):
             return self._totals_stacked(peaks, links, hbm, alphas, args, shape)
         return self._totals_by_step(peaks, links, hbm, alphas, args, shape)
+
+    def _stacks(self, shape) -> bool:
+        """Whether sums over ``shape`` stack the steps (see :meth:`totals`)."""
+        size, n_steps = int(np.prod(shape)), len(self.program.steps)
+        return bool(n_steps) and 2 <= size and n_steps * size <= STACKED_ELEMENTS
 
     def _totals_stacked(self, peaks, links, hbm, alphas, args, shape) -> dict[str, np.ndarray]:
         """:meth:`totals` with every step stacked on axis 0 (small grids)."""
         f, b, c, w, calls = (self.column(i, args, shape) for i in range(5))
-        # per-step rates are (steps,) or (steps, points): align them with (steps, *shape) on the right
-        per_step = lambda r: np.reshape(r, (r.shape[0],) + (1,) * (len(shape) + 1 - r.ndim) + r.shape[1:])
+        per_step = _per_step(shape)
         tc, tm = f / per_step(np.asarray(peaks)), b / hbm
         tl = c / per_step(np.asarray(links)) + calls * per_step(np.asarray(alphas))
         sol = np.maximum(np.maximum(tc, tm), tl)
@@ -232,6 +267,12 @@ class CompiledProgram:
         if weights:
             out["weight_bytes"] = self.column(3, args, shape)
         return out
+
+
+def _per_step(shape):
+    """Per-step rates are (steps,) or (steps, points): a function aligning them with (steps, *shape)
+    on the right."""
+    return lambda r: np.reshape(r, (r.shape[0],) + (1,) * (len(shape) + 1 - r.ndim) + r.shape[1:])
 
 
 def _distinct(values) -> tuple[list, np.ndarray]:

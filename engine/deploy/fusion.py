@@ -95,23 +95,30 @@ def token_limits(table: "FusionTable | None") -> list[int]:
     return sorted({r.when["max_tokens"] for r in table.rules if r.enabled and "max_tokens" in r.when})
 
 
-def live_token_limits(table: "FusionTable | None", gpu, config, phase: str) -> list[int]:
-    """The limits of the rules that can apply to ``phase`` on ``gpu`` under ``config``: their
-    token-free conditions (arch, phases, min_degree; :func:`_conditions` checks them whatever the
-    tokens) hold. A rule failing one never matches, so its limit cannot change this phase's program."""
+def live_rules(table: "FusionTable | None", gpu, config, phase: str) -> tuple[Rule, ...]:
+    """The enabled rules whose token-free conditions (arch, phases, min_degree; :func:`_conditions`
+    checks them whatever the tokens) hold for ``phase`` on ``gpu`` under ``config``: the only rules
+    that can match there. Two GPUs with the same live rules fuse a phase alike at equal tokens."""
     if table is None:
-        return []
-    out = set()
+        return ()
+    out = []
     for r in table.rules:
         when = r.when
-        if not r.enabled or "max_tokens" not in when or ("arch" in when and gpu.arch not in when["arch"]):
+        if not r.enabled or ("arch" in when and gpu.arch not in when["arch"]):
             continue
         if "phases" in when and phase not in when["phases"]:
             continue
         if any(getattr(config, name, 1) < least for name, least in (when.get("min_degree") or {}).items()):
             continue
-        out.add(when["max_tokens"])
-    return sorted(out)
+        out.append(r)
+    return tuple(out)
+
+
+def live_token_limits(table: "FusionTable | None", gpu, config, phase: str) -> list[int]:
+    """The limits of the rules that can apply to ``phase`` on ``gpu`` under ``config``
+    (:func:`live_rules`). A rule that is not live never matches, so its limit cannot change this
+    phase's program."""
+    return sorted({r.when["max_tokens"] for r in live_rules(table, gpu, config, phase) if "max_tokens" in r.when})
 
 
 def representative_tokens(limits: list[int], regime: int) -> int | None:

@@ -314,10 +314,12 @@ def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool =
 
 def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, domain: int,
                     fusion: FusionTable | None, gpu: GPU, tokens: Mapping[str, int | None],
-                    placed: tuple | None = None, compile: bool = True) -> Structure:
+                    placed: tuple | None = None, memo: dict | None = None, compile: bool = True) -> Structure:
     """Fuse (rules decided for ``gpu``'s arch and ``tokens`` per device) and compile placed programs.
 
-    ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options).
+    ``placed`` reuses (numeric, symbolic) placements of the same (model, config, domain, options);
+    ``memo`` (a dict the caller keeps, e.g. :class:`engine.deploy.structure_cache.StructureCache`'s)
+    reuses fused and compiled programs across structures of those placements (:func:`_fused`).
     ``compile=False`` leaves ``compiled`` empty: for a structure only read for its programs, formulas
     and memory (the deploy page's export of MTP drafts), never evaluated at a point."""
     numeric, symbolic = placed or (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
@@ -325,32 +327,30 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     for phase in PHASES:
         num, sym = numeric[phase][0], symbolic[phase][0]
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
-        programs[phase], formulas[phase], compiled[phase] = _fused(num, sym, found, compile)
+        programs[phase], compiled[phase] = _fused(num, found, compile, memo)
+        # without a symbolic placement (the numeric one stands in) the formulas are the programs
+        formulas[phase] = programs[phase] if sym is num else _fused(sym, found, False, memo)[0]
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
                      compiled if compile else {}, weights, weight_formula, kv_dev, reserve_bytes(fusion, config))
 
 
-#: (id(numeric), id(symbolic), matches) -> (numeric, symbolic, (fused numeric, fused symbolic,
-#: compiled)): structures of one placement whose GPU arch, token regime or framework select the
-#: same fusions have the same programs; fused and compiled once (programs are never mutated).
-_FUSED: dict[tuple, tuple] = {}
-
-
-def _fused(num: Program, sym: Program, found: list, compile: bool = True) -> tuple:
-    """(fused numeric, fused symbolic, compiled or None) of one placement and match list; compiled
-    on the first call that asks for it."""
-    key = (id(num), id(sym), tuple(found))
-    hit = _FUSED.get(key)
-    if hit is None or hit[0] is not num or hit[1] is not sym:
-        if len(_FUSED) > 4096:       # placements of one model: keep it bounded across models
-            _FUSED.clear()
-        hit = _FUSED[key] = (num, sym, [fuse(num, found), fuse(sym, found), None])
-    value = hit[2]
-    if compile and value[2] is None:
-        value[2] = compile_program(value[0])
-    return tuple(value)
+def _fused(program, found: list, compile_it: bool, memo: dict | None) -> tuple:
+    """``fuse(program, found)`` and (when asked) its compiled form, once per placed program and set
+    of matches in ``memo`` ((id(program), matches, compiled?) -> (program, fused, compiled or None)):
+    structures of other regimes, arch classes or frameworks often fuse one phase alike (a prefill
+    beyond every token limit, a phase no arch-bound rule reaches), and fusing and compiling are pure
+    functions of the program and the matches."""
+    key = (id(program), tuple(found), compile_it)
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None and hit[0] is program:
+        return hit[1], hit[2]
+    fused = fuse(program, found)
+    out = (fused, compile_program(fused) if compile_it else None)
+    if memo is not None:
+        memo[key] = (program, *out)
+    return out
 
 
 _MEMORY: dict[tuple, tuple] = {}     # placement identity -> (the placements, their memory figures)

@@ -4,9 +4,12 @@ Layer: engine.deploy (on planner and sol; nothing here prints). :func:`search` w
 type, every GPU count that is a power of two up to a limit, every legal TP / EP / DP-attention / PP
 config at that count (:func:`engine.deploy.parallel.enumerate_configs` filtered by
 :func:`engine.deploy.planner.check`; ``dp = 1``: whole-model replicas are counted separately) and
-every batch from 1 to the config's capacity, and evaluates each config's batches in vectorized
-:func:`engine.deploy.sol.summarize` calls (one per fusion token regime), so no point is planned
-twice. :func:`front` is the Pareto front of tokens/s/GPU against tokens/s/user.
+every batch from 1 to the config's capacity, and evaluates the batches in vectorized
+:func:`engine.deploy.sol.summarize` calls (one per structure: config, fusion token regime and the
+fusion rules that can match, over every GPU type sharing it; structures come from a
+:class:`engine.deploy.structure_cache.StructureCache`, the build's shared with its grid
+evaluation), so no point is planned twice. :func:`front` is the Pareto front of tokens/s/GPU
+against tokens/s/user.
 
 Rules (also in docs/deployment.md, "Sizing: archledger plan"):
 
@@ -43,13 +46,14 @@ import numpy as np
 
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError
-from engine.deploy.fusion import FusionTable, live_token_limits, representative_tokens
+from engine.deploy.fusion import FusionTable, live_token_limits
 from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, join, links, replicas, transfer_bytes, \
     usd_per_m_tokens
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
-from engine.deploy.planner import build_structure, check, place, validate_options
-from engine.deploy.sol import capacity, summarize
+from engine.deploy.planner import check, validate_options
+from engine.deploy.sol import SERVING_FIELDS, capacity, summarize
+from engine.deploy.structure_cache import StructureCache
 from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
                                       program_batch)
 
@@ -193,70 +197,87 @@ def legal_configs(ev: Evaluation, max_gpus: int) -> list[ParallelConfig]:
 
 
 class _Evaluator:
-    """Structures per (config, domain, fusion regime), placements per (config, domain), shared
-    between GPU types of one search."""
+    """Structures from a :class:`engine.deploy.structure_cache.StructureCache` (per config, domain
+    class, fusion signature and live token regime: shared between GPU types of one search, and with
+    whatever else evaluated the model through the same cache, e.g. the build's grid evaluation)."""
 
-    def __init__(self, ev: Evaluation, options: Options, fusion: FusionTable | None):
-        self.ev, self.options, self.fusion = ev, options, fusion
+    def __init__(self, ev: Evaluation, options: Options, fusion: FusionTable | None,
+                 cache: StructureCache | None = None):
+        if cache is None:
+            cache = StructureCache(ev, {options.framework: fusion} if fusion is not None else {})
+        elif cache.ev is not ev or cache.tables.get(options.framework) is not fusion:
+            raise ValueError("a shared structure cache must be of this evaluation and hold this fusion table "
+                             f"under {options.framework!r}")
+        self.ev, self.options, self.fusion, self.cache = ev, options, fusion, cache
         self.kv_bytes = float(_kv_bytes(options))
-        self.placements: dict = {}
-        self.structures: dict = {}
+        self._first: dict[tuple, object] = {}
 
     def limits(self, config: ParallelConfig, gpu: GPU) -> tuple[list[int], list[int]]:
         return tuple(live_token_limits(self.fusion, gpu, config, phase) for phase in PHASES)
 
     def structure(self, config: ParallelConfig, gpu: GPU, regimes: tuple[int, int]):
-        domain = gpu.scale_up_domain
-        table = self.fusion
-        arch = tuple(r.name for r in table.rules if "arch" not in r.when or gpu.arch in r.when["arch"]) if table else ()
-        key = (config, domain, arch, regimes)
-        if key not in self.structures:
-            pkey = (config, domain)
-            if pkey not in self.placements:
-                # the search prints no formulas: the numeric placement stands in for the symbolic one
-                numeric = place(self.ev, config, domain, self.options, False)
-                self.placements[pkey] = (numeric, numeric)
-            tokens = {p: representative_tokens(limits, r) for p, limits, r in zip(PHASES, self.limits(config, gpu), regimes)}
-            self.structures[key] = build_structure(self.ev, config, self.options, domain, table, gpu, tokens,
-                                                   self.placements[pkey])
-        return self.structures[key]
+        return self.cache.live_structure(config, gpu.scale_up_domain, self.options.framework, gpu, regimes,
+                                         self.options)
+
+    def codes(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int) -> np.ndarray:
+        """Per batch, the (prefill, decode) regime as a row of an (n, 2) array: how many of each
+        phase's limits its tokens per device exceed (a limit is inclusive: tokens <= max_tokens fuses)."""
+        tokens = _device_tokens(config, batch, input_len, self.options.prefill_tokens, self.options.decode_seq)
+        return np.stack([np.searchsorted(np.asarray(limits, dtype=float), t, side="left")
+                         for limits, t in zip(self.limits(config, gpu), tokens)], axis=1)
 
     def regimes(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int) -> list[tuple[int, int]]:
-        """Per batch, the (prefill, decode) regime: how many of each phase's limits its tokens per
-        device exceed (a limit is inclusive: tokens <= max_tokens fuses)."""
-        tokens = _device_tokens(config, batch, input_len, self.options.prefill_tokens, self.options.decode_seq)
-        codes = [np.searchsorted(np.asarray(limits, dtype=float), t, side="left")
-                 for limits, t in zip(self.limits(config, gpu), tokens)]
-        return list(zip(codes[0].tolist(), codes[1].tolist()))
+        """:meth:`codes` as a list of (prefill, decode) tuples."""
+        return list(map(tuple, self.codes(config, gpu, batch, input_len).tolist()))
+
+    def first(self, config: ParallelConfig, gpu: GPU, input_len: int):
+        """The structure of batch 1 (its regimes depend on the GPU only through the live limits)."""
+        key = (config, gpu.key, input_len)
+        if key not in self._first:
+            self._first[key] = self.structure(config, gpu, self.regimes(config, gpu, np.array([1]), input_len)[0])
+        return self._first[key]
 
     def capacity(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> np.ndarray:
         """``max_concurrent_requests`` at batch 1's structure for each output length (summarize()'s
         own rule, without its phase times)."""
-        s = self.structure(config, gpu, self.regimes(config, gpu, np.array([1]), input_len)[0])
+        s = self.first(config, gpu, input_len)
         return np.asarray(capacity(s, gpu.hbm_bytes * self.options.hbm_fraction, input_len,
                                    np.asarray(output_len), self.kv_bytes, self.options.prefill_tokens))
 
     def kv_share(self, config: ParallelConfig, gpu: GPU, input_len: int) -> float:
         """KV bytes one GPU holds of a request at the prompt length (placement's, whatever the fusion)."""
-        s = self.structure(config, gpu, self.regimes(config, gpu, np.array([1]), input_len)[0])
+        s = self.first(config, gpu, input_len)
         return float(s.kv_device_fn(float(input_len), self.kv_bytes))
 
-    def evaluate(self, config: ParallelConfig, gpu: GPU, batch: np.ndarray, input_len: int, output_len
-                 ) -> dict[str, np.ndarray]:
-        """summarize() fields at every batch (one call per fusion regime); ``output_len`` a number or
-        one per batch."""
-        regimes = self.regimes(config, gpu, batch, input_len)
-        output_len = np.broadcast_to(np.asarray(output_len), batch.shape)
-        out: dict[str, np.ndarray] = {}
-        for regime in sorted(set(regimes)):
-            sel = np.array([i for i, r in enumerate(regimes) if r == regime])
-            s = self.structure(config, gpu, regime)
-            got = summarize(s, [gpu], 0, self.kv_bytes, batch[sel], input_len, output_len[sel], self.options.hbm_fraction,
-                            self.options.prefill_tokens)
-            for name in ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "fits", "max_concurrent_requests"):
-                if name not in out:
-                    out[name] = np.zeros(batch.shape, dtype=np.asarray(got[name]).dtype)
-                out[name][sel] = got[name]
+    def evaluate(self, gpus: list[GPU], work: dict[tuple[int, int], tuple], input_len: int
+                 ) -> dict[tuple[int, int], dict[str, np.ndarray]]:
+        """summarize() fields at every point of ``work`` ((GPU index, config index) -> (config,
+        batches, output length per batch)): one call per structure, over every GPU type that shares
+        it (all arithmetic is per point, so a point's numbers do not depend on its companions)."""
+        groups: dict[int, list] = {}
+        for (g, k), (config, batch, out_len) in work.items():
+            regimes = self.codes(config, gpus[g], batch, input_len)
+            for regime in map(tuple, np.unique(regimes, axis=0).tolist()):    # sorted, as tuples sort
+                sel = np.flatnonzero((regimes[:, 0] == regime[0]) & (regimes[:, 1] == regime[1]))
+                s = self.structure(config, gpus[g], regime)
+                groups.setdefault(id(s), [s]).append((g, k, sel))
+        out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+        for s, *parts in groups.values():
+            batch = np.concatenate([work[g, k][1][sel] for g, k, sel in parts])
+            out_len = np.concatenate([work[g, k][2][sel] for g, k, sel in parts])
+            index = np.concatenate([np.full(len(sel), g) for g, _, sel in parts])
+            got = summarize(s, gpus, index, self.kv_bytes, batch, input_len, out_len, self.options.hbm_fraction,
+                            self.options.prefill_tokens, serving_only=True)
+            at = 0
+            for g, k, sel in parts:
+                into = out.setdefault((g, k), {})
+                n = len(work[g, k][1])
+                for name in SERVING_FIELDS:
+                    value = np.asarray(got[name])
+                    if name not in into:
+                        into[name] = np.zeros(n, dtype=value.dtype)
+                    into[name][sel] = value[at:at + len(sel)]
+                at += len(sel)
         return out
 
 
@@ -270,12 +291,16 @@ def _stored_bytes(ev: Evaluation) -> float:
 
 
 def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla: SLA, *, max_gpus: int = 8,
-           options: Options = Options(), fusion: FusionTable | None = None, pools: bool = False) -> list[GPUSearch]:
+           options: Options = Options(), fusion: FusionTable | None = None, pools: bool = False,
+           cache: StructureCache | None = None) -> list[GPUSearch]:
     """Every served (legal config, batch) point on each GPU type, with replicas, GPUs and whether it
     meets ``sla`` (see the module doc for the rules). One :class:`GPUSearch` per GPU, in order.
 
     ``pools``: also every prefill-pool point (batch up to the capacity at ``input + 1``, its TTFT) and
-    each config's KV share per GPU at the prompt, what :func:`disaggregated` pairs up."""
+    each config's KV share per GPU at the prompt, what :func:`disaggregated` pairs up.
+    ``cache``: a :class:`engine.deploy.structure_cache.StructureCache` of ``ev`` whose table for
+    ``options.framework`` is ``fusion``, to reuse (and fill) structures compiled elsewhere; the
+    points are the same with or without it."""
     if not (isinstance(max_gpus, int) and 1 <= max_gpus <= MAX_GPUS):
         raise SpecError(option_where("--max-gpus"), f"{max_gpus!r} is not a GPU count",
                         f"write a whole number from 1 to {MAX_GPUS}")
@@ -285,35 +310,44 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
     validate_options(options, ev)
     configs = legal_configs(ev, max_gpus)
     stored = _stored_bytes(ev) if options.weight_format == "checkpoint" else 0.0
-    evaluator = _Evaluator(ev, options, fusion)
-    results = []
-    for gpu in gpus:
+    evaluator = _Evaluator(ev, options, fusion, cache)
+    # 1. per GPU type and config, the batches to try: up to the capacity summarize() reports (its
+    # fit then decides which of them are served); a prefill pool holds the prompt and the first token only
+    work: dict[tuple[int, int], tuple] = {}
+    pool_start: dict[tuple[int, int], int] = {}
+    for g, gpu in enumerate(gpus):
         usable = gpu.hbm_bytes * options.hbm_fraction
+        for k, config in enumerate(configs):
+            if stored / config.n_gpus >= usable:          # a lower bound on any split's weights per GPU
+                continue
+            outs = np.array([output_len, PREFILL_OUTPUT]) if pools else np.array([output_len])
+            caps = evaluator.capacity(config, gpu, input_len, outs)
+            cap = int(caps[0])
+            batch = batch_list(cap, sla.users) if cap >= 1 else np.zeros(0, dtype=np.int64)
+            out_len = np.full(batch.shape, output_len)
+            pool_start[g, k] = len(batch)                 # prefill-pool points (output 1) after the others
+            if pools and caps[1] >= 1:
+                pool_batch = batch_list(int(caps[1]))
+                batch = np.concatenate([batch, pool_batch])
+                out_len = np.concatenate([out_len, np.full(pool_batch.shape, PREFILL_OUTPUT)])
+            if batch.size:
+                work[g, k] = (config, batch, out_len)
+    # 2. one summarize() per structure, over every GPU type sharing it
+    evaluated = evaluator.evaluate(gpus, work, input_len)
+    # 3. each GPU type's points, config by config
+    results = []
+    for g, gpu in enumerate(gpus):
         res = GPUSearch(gpu.key, price=gpu.price_usd_per_hour)
         cols: dict[str, list] = {k: [] for k in ("config", "batch", "ttft_s", "tpot_s", "tokens_per_s_per_gpu",
                                                  "max_concurrent_requests", "n_gpus")}
         pre: dict[str, list] = {k: [] for k in ("config", "batch", "ttft_s")}
-        for config in configs:
-            if stored / config.n_gpus >= usable:          # a lower bound on any split's weights per GPU
+        for k, config in enumerate(configs):
+            if (g, k) not in work:
                 res.rejected += 1
                 continue
-            # the batches to try: up to the capacity summarize() reports (its fit then decides
-            # which of them are served); a prefill pool holds the prompt and the first token only
-            outs = np.array([output_len, PREFILL_OUTPUT]) if pools else np.array([output_len])
-            caps = {"max_concurrent_requests": evaluator.capacity(config, gpu, input_len, outs)}
-            cap = int(caps["max_concurrent_requests"][0])
-            batch = batch_list(cap, sla.users) if cap >= 1 else np.zeros(0, dtype=np.int64)
-            out_len = np.full(batch.shape, output_len)
-            is_pool = np.zeros(batch.shape, dtype=bool)    # prefill-pool points (output 1) after the others
-            if pools and caps["max_concurrent_requests"][1] >= 1:
-                pool_batch = batch_list(int(caps["max_concurrent_requests"][1]))
-                batch = np.concatenate([batch, pool_batch])
-                out_len = np.concatenate([out_len, np.full(pool_batch.shape, PREFILL_OUTPUT)])
-                is_pool = np.concatenate([is_pool, np.ones(pool_batch.shape, dtype=bool)])
-            if not batch.size:
-                res.rejected += 1
-                continue
-            got = evaluator.evaluate(config, gpu, batch, input_len, out_len)
+            _, batch, _ = work[g, k]
+            got = evaluated[g, k]
+            is_pool = np.arange(len(batch)) >= pool_start[g, k]
             ok = got["fits"].astype(bool) & (batch <= got["max_concurrent_requests"])
             served = ok & ~is_pool
             if pools:

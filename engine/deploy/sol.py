@@ -47,8 +47,11 @@ from engine.deploy.hardware import GPU
 from engine.spec.errors import SpecError
 
 
-def phase_times(compiled, rates, batch, seq, ctx, kv_bytes) -> dict[str, np.ndarray]:
-    """Phase totals over the broadcast shape of the inputs (times in seconds, bytes, FLOPs)."""
+def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = False) -> dict[str, np.ndarray]:
+    """Phase totals over the broadcast shape of the inputs (times in seconds, bytes, FLOPs);
+    ``times_only``: the step time alone (the same floats)."""
+    if times_only:
+        return {"step_time_s": compiled.step_time(rates, batch, seq, ctx, kv_bytes)}
     v = compiled.totals(rates, batch, seq, ctx, kv_bytes)
     return {"step_time_s": v["t_sol"], "compute_time_s": v["t_compute"], "memory_time_s": v["t_memory"],
             "comm_time_s": v["t_comm"], "flops": v["flops"], "bytes": v["bytes"],
@@ -66,13 +69,19 @@ def prefill_working_set(structure: Structure, input_len, kv_bytes, prefill_token
     shape = np.broadcast_shapes(inp.shape, np.shape(kv_bytes))
     prompts = structure.config.dp_attn * step_tokens(structure.config, prefill_tokens) / inp   # per replica
     args = [np.asarray(v, dtype=float) for v in (prompts, inp, inp, kv_bytes)]
-    steps = compiled.program.steps
-    keep = [i for i, s in enumerate(steps) if s.kind != "comm" and float(s.repeat) > 0]
+    # one prompt length and KV size (the sizing search asks per GPU type and config): once per program
+    key = tuple(float(a) for a in args) if not shape else None
+    if key is not None and key in compiled.working_sets:
+        return compiled.working_sets[key]
+    keep, repeats = compiled.kernel_steps()
     if not keep:
         return np.zeros(shape)
     traffic, weights = compiled.column(1, args, shape), compiled.column(3, args, shape)
-    repeat = np.array([float(steps[i].repeat) for i in keep]).reshape((-1,) + (1,) * len(shape))
-    return ((traffic[keep] - weights[keep]) / repeat).max(axis=0)
+    repeat = repeats.reshape((-1,) + (1,) * len(shape))
+    out = ((traffic[keep] - weights[keep]) / repeat).max(axis=0)
+    if key is not None:
+        compiled.working_sets[key] = out
+    return out
 
 
 def _room(structure: Structure, usable, input_len, kv_bytes, prefill_tokens) -> np.ndarray:
@@ -104,11 +113,17 @@ def capacity(structure: Structure, usable, input_len, output_len, kv_bytes,
     return structure.config.dp_attn * _fit_count(_room(structure, usable, inp, kv_bytes, prefill_tokens), kv_dev)
 
 
+#: The fields :func:`summarize` returns with ``serving_only`` (what the sizing search reads).
+SERVING_FIELDS = ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "fits", "max_concurrent_requests")
+
+
 def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch, input_len, output_len,
-              hbm_fraction: float = HBM_FRACTION, prefill_tokens: int = PREFILL_TOKENS) -> dict[str, Any]:
+              hbm_fraction: float = HBM_FRACTION, prefill_tokens: int = PREFILL_TOKENS,
+              serving_only: bool = False) -> dict[str, Any]:
     """Every numeric deployment field at the broadcast of the per-point arrays. Point ``i`` runs on
     ``gpus[gpu_index[i]]`` with ``kv_bytes[i]`` per cache element; one call serves every GPU and
-    KV dtype that share a structure (the grid's batching)."""
+    KV dtype that share a structure (the grid's batching). ``serving_only``: just
+    :data:`SERVING_FIELDS`, computed by the same expressions (the same floats), phases as step times only."""
     config, ev = structure.config, structure.ev
     batch, input_len, output_len, kv_bytes, gpu_index = (np.asarray(x) for x in
                                                          (batch, input_len, output_len, kv_bytes, gpu_index))
@@ -117,11 +132,12 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     steps = prefill_steps(config, batch, input_len, prefill_tokens)
     rates = {p: structure.compiled[p].rates_for(gpus, gpu_index) for p in PHASES}
     mean_step = prefill_program_batch(config, batch, input_len, prefill_tokens)
-    prefill = phase_times(structure.compiled["prefill"], rates["prefill"], mean_step, input_len, input_len, kv_bytes)
+    prefill = phase_times(structure.compiled["prefill"], rates["prefill"], mean_step, input_len, input_len, kv_bytes,
+                          serving_only)
     options = structure.options
     # decode: one step per request verifies the last token and k MTP drafts (k = 0: one token)
     decode = phase_times(structure.compiled["decode"], rates["decode"], program_batch(config, batch),
-                         float(options.decode_seq), length, kv_bytes)
+                         float(options.decode_seq), length, kv_bytes, serving_only)
     hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
     usable = hbm * hbm_fraction
     weights = structure.weight_bytes_per_gpu
@@ -145,13 +161,18 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     ttft = steps * prefill["step_time_s"] / config.pp
     if config.pp > 1:
         largest = config.dp_attn * np.minimum(per_rank / k, budget / input_len)
-        fill = phase_times(structure.compiled["prefill"], rates["prefill"], largest, input_len, input_len, kv_bytes)
+        fill = phase_times(structure.compiled["prefill"], rates["prefill"], largest, input_len, input_len, kv_bytes,
+                           serving_only)
         ttft = ttft + (config.pp - 1) * fill["step_time_s"] / config.pp
     # speculative decoding: a step emits E tokens per request on average (structure.TOKENS_PER_STEP)
     per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
     tpot = decode["step_time_s"] / per_step if options.mtp_tokens else decode["step_time_s"]
-    max_ctx = int(ev.numeric.max_context)
     shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)
+    if serving_only:
+        return {name: np.broadcast_to(np.asarray(value), shape) for name, value in (
+            ("ttft_s", ttft), ("tpot_s", tpot), ("tokens_per_s_per_gpu", batch / tpot / replica),
+            ("fits", per_rank <= per_replica_cap), ("max_concurrent_requests", config.dp_attn * per_replica_cap))}
+    max_ctx = int(ev.numeric.max_context)
     stacks = ("main", MTP_STACK) if options.mtp_tokens else ("main",)
 
     def request_bytes_fn(part=None):

@@ -1,4 +1,4 @@
-// Sizing form and throughput/interactivity front: selects rows of the build's data/sizing/<slug>.json,
+// Sizing form and throughput/interactivity front: selects rows of the build's data/sizing/<slug>.json.gz,
 // never computes a cost. Per GPU type the answer is the lowest-rank sizing row whose TTFT and TPOT are
 // within the bounds (engine/build/fronts.py: plan's order, thinned where no answer can change); across
 // GPU types, the fewest GPUs then the most tokens/s per GPU, as `archledger plan --json`'s "answer".
@@ -92,7 +92,7 @@
       .catch(function (e) { console.error("chart front: " + e); });
   }
   restore();
-  fetch(root + "data/sizing/" + page.slug + ".json").then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
+  window.archJSON(root + "data/sizing/" + page.slug + ".json.gz")   // site.js: gzip-aware
     .then(function (d) { data = d; form.addEventListener("input", update); form.addEventListener("change", update); update(); })
     .catch(function (e) { document.getElementById("sizing-answer").textContent = "Could not load the sizing data (" + e.message + ")."; });
 })();

@@ -1,0 +1,197 @@
+"""One model's placements and compiled structures, shared by every evaluation of it in a process.
+
+Layer: engine.deploy (on planner and fusion). The grid evaluation (:mod:`engine.build.grid_eval`)
+and plan's search (:func:`engine.deploy.sizing.search`, the build's sizing step) compile the same
+(config, domain, framework, fusion regime) structures of one model on the same GPUs; a
+:class:`StructureCache` passed to both builds each once.
+
+Keys (why two lookups give the same structure):
+
+* a placement depends on the config, the scale-up domain *as placement sees it*
+  (:func:`placement_domain`: every domain holding all the config's GPUs places alike) and the
+  options that change placed programs (activation dtype, weight format, MTP drafts);
+* a structure also on the framework's fusion table and on which of its rules can match: the grid
+  keys it by the rules the GPU's arch admits (:func:`signature`) and, per phase, by how many of
+  all the table's ``max_tokens`` limits the tokens per device exceed
+  (:func:`engine.deploy.fusion.token_limits`); the search by, per phase, the rules whose
+  token-free conditions hold for the GPU and config (:func:`engine.deploy.fusion.live_rules`) and
+  how many of *their* limits the tokens exceed (the live regime). A rule that is not live never
+  matches whatever the tokens, and a live rule matches at a token count exactly when it matches
+  at its regime's representative count; so a grid structure and the live key its representative
+  token counts fall in fuse exactly the same rules, and every structure is also filed under its
+  live key, the one the search asks for (GPUs of different archs whose live rules agree, e.g.
+  every arch-bound rule needing TP >= 2 at TP 1, share it).
+
+Invariant: a structure returned for a key is one :func:`engine.deploy.planner.build_structure` built
+for tokens in the key's regimes, from placements of the key's config and domain class; the numeric
+programs, weights and KV are the same whichever caller built it first. Structures built without
+formulas (the search prints none: the numeric placement stands in for the symbolic one) are never
+handed to a caller asking for formulas (it gets them rebuilt with the symbolic placement).
+"""
+from __future__ import annotations
+
+import copy
+from bisect import bisect_left
+from dataclasses import replace
+
+from engine.spec.api import Evaluation
+from engine.deploy.fusion import FusionTable, live_rules, live_token_limits, representative_tokens, token_limits
+from engine.deploy.planner import build_structure, place, with_mtp
+from engine.deploy.structure import MTP_STACK, PHASES, Options, Structure
+
+
+def placement_domain(config, domain: int) -> int:
+    """The scale-up domain as placement sees it: a domain holding every GPU of the config (an
+    8-GPU config in an 8- or a 72-GPU domain) puts every collective on the scale-up link in one
+    node (:meth:`engine.deploy.parallel.Mesh.link`, ``extent``: a group spans at most the config's
+    GPUs), so all such domains give the same programs and share one placement and compilation."""
+    return min(domain, config.n_gpus)
+
+
+def signature(table: FusionTable | None, gpu) -> tuple:
+    """The enabled rules whose arch condition admits this GPU (GPUs with equal signatures fuse alike)."""
+    if table is None:
+        return ()
+    return tuple(r.name for r in table.rules if r.enabled and ("arch" not in r.when or gpu.arch in r.when["arch"]))
+
+
+def placed_options(options: Options) -> tuple:
+    """The options a placement and a structure's numbers depend on (besides framework): the rest
+    (KV dtype, HBM fraction, prefill budget) are arguments of the evaluation, not of the programs."""
+    return (options.act_dtype, options.weight_format, options.mtp_tokens, options.mtp_acceptance)
+
+
+class StructureCache:
+    """Placements and structures of one model (``ev``) under the fusion ``tables`` (framework ->
+    table), built on first request. Not thread-safe; one per model evaluation."""
+
+    def __init__(self, ev: Evaluation, tables: dict[str, FusionTable]):
+        self.ev, self.tables = ev, tables
+        self._placements: dict[tuple, tuple] = {}   # (config, wide, options) -> (numeric, symbolic | None)
+        # (structure, built with formulas?) per wide-domain key (full regimes), and per the grid's key
+        # (this GPU's domain as the label)
+        self._shared: dict[tuple, tuple[Structure, bool]] = {}
+        self._by_domain: dict[tuple, tuple[Structure, bool]] = {}
+        self._live: dict[tuple, Structure] = {}       # the search's key (live regimes)
+        self._rules: dict[tuple, tuple] = {}         # (framework, arch, config) -> live rule names per phase
+        self._fused: dict[tuple, tuple] = {}        # build_structure's fused and compiled programs
+        self._drafting: dict[tuple, Structure] = {}   # the deploy page's MTP draft structures
+        self.built = 0                                # structures compiled (for measurements)
+
+    # -- placements -------------------------------------------------------------------------------
+    def placements(self, config, domain: int, options: Options, formulas: bool) -> tuple:
+        """(numeric, symbolic) placements; without ``formulas`` the numeric one stands in for both."""
+        opt = placed_options(options)
+        pkey = (config, placement_domain(config, domain), opt)
+        found = self._placements.get(pkey)
+        base = Options(act_dtype=options.act_dtype, weight_format=options.weight_format,
+                       mtp_tokens=options.mtp_tokens, mtp_acceptance=options.mtp_acceptance)
+        if found is None:
+            numeric = place(self.ev, config, domain, base, False)
+            found = self._placements[pkey] = (numeric, place(self.ev, config, domain, base, True) if formulas else None)
+        elif formulas and found[1] is None:
+            found = self._placements[pkey] = (found[0], place(self.ev, config, domain, base, True))
+        return found if found[1] is not None else (found[0], found[0])
+
+    def _build(self, config, domain: int, framework: str, gpu, tokens: dict, options: Options,
+               formulas: bool) -> Structure:
+        self.built += 1
+        table = self.tables.get(framework)
+        return build_structure(self.ev, config, replace(options, framework=framework), domain, table, gpu, tokens,
+                               self.placements(config, domain, options, formulas), self._fused)
+
+    # -- the grid's lookup --------------------------------------------------------------------------
+    def structure(self, config, domain: int, framework: str, gpu, regimes: tuple,
+                  options: Options = Options(), formulas: bool = True) -> Structure:
+        """The structure of ``regimes`` (per phase, how many of :func:`token_limits` of the
+        framework's table the tokens per device exceed), labelled with ``domain``."""
+        table = self.tables.get(framework)
+        sig, opt = signature(table, gpu), placed_options(options)
+        key = (config, domain, framework, sig, regimes, opt)
+        found = self._by_domain.get(key)
+        if found is not None and (found[1] or not formulas):
+            return found[0]
+        wide = placement_domain(config, domain)
+        skey = (config, wide, framework, sig, regimes, opt)
+        shared = self._shared.get(skey)
+        if shared is None or (formulas and not shared[1]):
+            limits = token_limits(table)
+            tokens = {p: representative_tokens(limits, r) for p, r in zip(PHASES, regimes)}
+            shared = self._shared[skey] = (self._build(config, domain, framework, gpu, tokens, options, formulas),
+                                           formulas)
+            self._file_live(shared[0], config, domain, framework, options, gpu, tokens)
+        s = shared[0]
+        if s.domain != domain:       # the same programs, labelled with this GPU's domain
+            s = copy.copy(s)
+            s.domain = domain
+        self._by_domain[key] = (s, shared[1])
+        return s
+
+    # -- the deploy page's MTP drafts --------------------------------------------------------------
+    def drafting(self, config, domain: int, framework: str, gpu, regimes: tuple, mtp: int) -> Structure:
+        """The structure ``archledger deploy --mtp`` builds at the grid's ``regimes``, with only its
+        draft steps in the programs (engine.deploy.planner.with_mtp over the main placements emptied
+        of their steps: their layouts and stored weights stay, for the memory figures), fused
+        alone and not compiled: the deploy page's export adds them to the main programs it has."""
+        table = self.tables.get(framework)
+        wide = placement_domain(config, domain)
+        key = (config, wide, framework, signature(table, gpu), tuple(regimes), mtp)
+        s = self._drafting.get(key)
+        if s is None:
+            pkey = (config, wide, ("drafts", mtp))
+            if pkey not in self._placements:
+                main = self.placements(config, domain, Options(), True)
+                self._placements[pkey] = tuple(
+                    with_mtp({p: (replace(program, steps=()), placer) for p, (program, placer) in main[i].items()},
+                             place(self.ev, config, domain, Options(framework="none"), symbolic, MTP_STACK),
+                             self.ev.symbolic if symbolic else self.ev.numeric, mtp)
+                    for i, symbolic in enumerate((False, True)))
+            limits = token_limits(table)
+            tokens = {p: representative_tokens(limits, r) for p, r in zip(PHASES, regimes)}
+            s = self._drafting[key] = build_structure(
+                self.ev, config, Options(framework=framework, mtp_tokens=mtp), domain, table, gpu, tokens,
+                self._placements[pkey], self._fused, compile=False)
+        if s.domain != domain:            # relabelled once per domain, and kept (callers key on identity)
+            label = key + (domain,)
+            if label not in self._drafting:
+                self._drafting[label] = copy.copy(s)
+                self._drafting[label].domain = domain
+            s = self._drafting[label]
+        return s
+
+    # -- the search's lookup ----------------------------------------------------------------------
+    def live_structure(self, config, domain: int, framework: str, gpu, regimes: tuple,
+                       options: Options = Options()) -> Structure:
+        """The structure of live ``regimes`` (per phase, how many of :func:`live_token_limits` the
+        tokens per device exceed): any structure built for tokens in those regimes (module doc)."""
+        table = self.tables.get(framework)
+        key = self._live_key(config, domain, framework, gpu, regimes, options)
+        s = self._live.get(key)
+        if s is None:
+            tokens = {p: representative_tokens(live_token_limits(table, gpu, config, p), r)
+                      for p, r in zip(PHASES, regimes)}
+            s = self._live[key] = self._build(config, domain, framework, gpu, tokens, options, False)
+        return s
+
+    def _live_key(self, config, domain: int, framework: str, gpu, regimes: tuple, options: Options) -> tuple:
+        """Per phase, the names of the rules that can match (:func:`live_rules`) and the live regime:
+        GPUs of different archs whose live rules agree (e.g. where every arch-bound rule needs TP >= 2
+        and the config has TP 1) share the structure."""
+        rkey = (framework, gpu.arch, config)
+        rules = self._rules.get(rkey)
+        if rules is None:
+            table = self.tables.get(framework)
+            rules = self._rules[rkey] = tuple(tuple(r.name for r in live_rules(table, gpu, config, p)) for p in PHASES)
+        return (config, placement_domain(config, domain), framework, rules, tuple(regimes), placed_options(options))
+
+    def _file_live(self, s: Structure, config, domain: int, framework: str, options: Options, gpu,
+                   tokens: dict) -> None:
+        """File a structure built for ``tokens`` under its live key too (first one wins: all equal)."""
+        table = self.tables.get(framework)
+        live = tuple(_regime(live_token_limits(table, gpu, config, p), tokens[p]) for p in PHASES)
+        self._live.setdefault(self._live_key(config, domain, framework, gpu, live, options), s)
+
+
+def _regime(limits: list[int], tokens: int | None) -> int:
+    """How many of ``limits`` a token count exceeds (0 without limits, where tokens is None)."""
+    return 0 if not limits or tokens is None else bisect_left(limits, tokens)
