@@ -28,6 +28,7 @@ Conventions (also on the methodology page):
 from __future__ import annotations
 
 from collections import Counter
+import copy
 from dataclasses import replace
 from typing import Mapping
 
@@ -262,17 +263,48 @@ def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options,
     """Placement with communication, per phase, under one binding (no fusion), of one stack's rows
     (``main``, the served model; the model document also places its other stacks, e.g. ``mtp``,
     for their per-block bytes)."""
-    types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
-    weights, decide = _weights_fn(ev, options), _model_decider(ev)
     analysis = ev.symbolic if symbolic else ev.numeric
     out = {}
     for phase in PHASES:
-        placer = Placer(analysis, Mesh(config, domain, symbolic), phase, ev.corpus.dims, weights, types, decide)
-        out[phase] = (_with_pipeline(placer.run(phase_rows(analysis, phase, stack)), placer), placer)
+        program, placer = _placed_stage(ev, config, domain, options, symbolic, stack, phase)
+        out[phase] = (_with_pipeline(program, placer), placer)
     if stack == "main" and options.mtp_tokens:
         drafts = place(ev, config, domain, replace(options, mtp_tokens=0), symbolic, MTP_STACK)
         out = with_mtp(out, drafts, analysis, options.mtp_tokens)
     return out
+
+
+#: (id(ev), stage config, stage domain, act dtype, weight format, symbolic, stack, phase) ->
+#: (ev, program, placer) of :func:`_placed_stage`.
+_STAGES: dict[tuple, tuple] = {}
+
+
+def _placed_stage(ev: Evaluation, config: ParallelConfig, domain: int, options: Options, symbolic: bool,
+                  stack: str, phase: str) -> tuple[Program, Placer]:
+    """One phase's placed program before pipeline stages, and its placer (with ``config``'s mesh).
+
+    Placing an op reads the TP, EP, DP-attention and CP groups and whether a group's ranks fit in
+    one scale-up domain; never the pipeline degree (``_with_pipeline`` adds the stage hops) nor
+    data parallelism. Every group spans at most tp x cp consecutive ranks, so a domain of
+    min(domain, tp x cp) takes every link decision alike. Configs that differ only in pp or dp
+    (tp8, tp8-pp2 ... tp8-pp16: most of a large model's configs) therefore place once."""
+    stage = replace(config, pp=1, dp=1, gpus_per_node=None)
+    key = (id(ev), stage, min(domain, config.tp * config.cp), options.act_dtype, options.weight_format,
+           symbolic, stack, phase)
+    hit = _STAGES.get(key)
+    if hit is None or hit[0] is not ev:
+        if len(_STAGES) > 2048:      # the configs of one model at a time, roughly
+            _STAGES.clear()
+        analysis = ev.symbolic if symbolic else ev.numeric
+        types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
+        placer = Placer(analysis, Mesh(stage, key[2], symbolic), phase, ev.corpus.dims, _weights_fn(ev, options),
+                        types, _model_decider(ev))
+        hit = _STAGES[key] = (ev, placer.run(phase_rows(analysis, phase, stack)), placer)
+    program, placer = hit[1], hit[2]
+    if placer.mesh.config != config or placer.mesh.domain != domain:
+        placer = copy.copy(placer)   # the same placement, under this config's mesh (pp, domain)
+        placer.mesh = Mesh(config, domain, symbolic)
+    return program, placer
 
 
 def with_mtp(main: dict[str, tuple[Program, Placer]], drafts: dict[str, tuple[Program, Placer]], analysis,
