@@ -66,8 +66,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "causal pairs exclude the diagonal (a query does not see its own key)"),
     # -- sol: capacity ------------------------------------------------------------------------------
     Mutant("act-counts-weights", "engine/deploy/sol.py",
-           "    return ((traffic[keep] - weights[keep]) / repeat).max(axis=0)",
-           "    return (traffic[keep] / repeat).max(axis=0)",
+           "    out = ((traffic[keep] - weights[keep]) / repeat).max(axis=0)",
+           "    out = (traffic[keep] / repeat).max(axis=0)",
            ("tests/test_hand_capacity.py",),
            "the prefill working set counts the kernel's weights (already resident)"),
     Mutant("fits-without-activations", "engine/deploy/sol.py",

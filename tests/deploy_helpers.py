@@ -1,7 +1,11 @@
 """Helpers shared by the deployment tests: plans are built once per (model, GPU, config, framework)."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import json
+import math
 
 from engine.deploy import Options, Scenario, plan
 from engine.deploy.fusion import load_tables
@@ -42,3 +46,27 @@ def op(deployment, phase: str, uid: str) -> dict:
 
 def close(a: float, b: float, rel: float = 1e-9) -> bool:
     return abs(a - b) <= rel * max(abs(a), abs(b), 1.0)
+
+
+def deploy_json(model: str, gpu: str, degrees: dict, framework: str, kv: str, prompt: int, output: int, batch: int,
+                extra: tuple = ()) -> dict:
+    """``archledger deploy MODEL --gpu G --framework F --kv-dtype D --input I --output O --batch B
+    [--tp N ...] [extra] --json``: its printed JSON (deployment, phases, ops), what the browser tests
+    hold the pages to."""
+    from engine.cli import main
+    argv = ["deploy", model, "--gpu", gpu, "--framework", framework, "--kv-dtype", kv, "--input", str(prompt),
+            "--output", str(output), "--batch", str(batch), "--json", *extra]
+    for name, value in degrees.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(argv) == 0
+    return json.loads(buffer.getvalue())
+
+
+def close(got, want, what) -> None:
+    """A page's number against the CLI's: equal truth values for flags, else within 1e-9 relative."""
+    if isinstance(want, bool) or isinstance(got, bool):
+        assert bool(got) == bool(want), what
+        return
+    assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-300), (what, got, want)

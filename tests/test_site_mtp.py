@@ -15,13 +15,11 @@ batches (1, 8, 64) none of the points below are. Cost: one small build (~6 s) an
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import math
 
 import pytest
 
+from tests.deploy_helpers import close, deploy_json
 from tests.site_helpers import build_small_site, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
@@ -71,25 +69,12 @@ def tab(browser):  # noqa: F811
 
 def _cli(degrees, kv, prompt, output, batch, k=None, a=None) -> dict:
     """``archledger deploy Qwen3.5-27B --gpu H100 --framework vllm ... [--mtp k --acceptance a] --json``
-    (k = 0 or None: without ``--mtp``)."""
-    from engine.cli import main
-    argv = ["deploy", MODEL, "--gpu", "H100", "--framework", "vllm", "--kv-dtype", kv, "--input", str(prompt),
-            "--output", str(output), "--batch", str(batch), "--json"]
-    if k:           # k = 0 is off: the CLI refuses --acceptance without drafts
-        argv += ["--mtp", str(k), "--acceptance", str(a)]
-    for name, value in degrees.items():
-        argv += [f"--{name}", str(value)]
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        assert main(argv) == 0
-    return json.loads(buffer.getvalue())
+    (k = 0 or None: without ``--mtp``; the CLI refuses --acceptance without drafts)."""
+    extra = ("--mtp", str(k), "--acceptance", str(a)) if k else ()
+    return deploy_json(MODEL, "H100", degrees, "vllm", kv, prompt, output, batch, extra)
 
 
-def _close(got, want, what):
-    if isinstance(want, bool) or isinstance(got, bool):
-        assert bool(got) == bool(want), what
-        return
-    assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-300), (what, got, want)
+_close = close
 
 
 def _page(tab, base, cfg, kv, prompt, output, batch, k=None, a=None) -> dict:

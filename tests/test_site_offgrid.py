@@ -14,10 +14,10 @@ Models: gpt-oss-20b (MoE with sliding-window layers; a DP-attention + EP config)
 """
 from __future__ import annotations
 
-import math
 
 import pytest
 
+from tests.deploy_helpers import close, deploy_json
 from tests.site_helpers import build_small_site, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
@@ -69,27 +69,7 @@ def tab(browser):  # noqa: F811
     t.context.close()
 
 
-def _cli(model, gpu, degrees, framework, kv, prompt, output, batch) -> dict:
-    """``archledger deploy ... --json``: its printed JSON (deployment, phases, ops)."""
-    import contextlib
-    import io
-    import json
-    from engine.cli import main
-    argv = ["deploy", model, "--gpu", gpu, "--framework", framework, "--kv-dtype", kv, "--input", str(prompt),
-            "--output", str(output), "--batch", str(batch), "--json"]
-    for name, value in degrees.items():
-        argv += [f"--{name.replace('_', '-')}", str(value)]
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        assert main(argv) == 0
-    return json.loads(buffer.getvalue())
-
-
-def _close(got, want, what):
-    if isinstance(want, bool) or isinstance(got, bool):
-        assert bool(got) == bool(want), what
-        return
-    assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-300), (what, got, want)
+_cli, _close = deploy_json, close
 
 
 def _page(tab, base, model, gpu, cfg, fw, kv, prompt, output, batch):
