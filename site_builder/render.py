@@ -158,6 +158,10 @@ class Site:
         target = self._target(path)
         target.write_text(text)
 
+    def gzip_text(self, path: str, text: str) -> None:
+        """``text`` gzip-compressed at ``path`` (``.gz``), with no timestamp (same text, same bytes)."""
+        self._target(path).write_bytes(gzip.compress(text.encode(), 9, mtime=0))
+
     def gzip_json(self, path: str, value) -> None:
         """``value`` as compact JSON, gzip-compressed at ``path`` (``.json.gz``): the deploy pages'
         formula files are a third of the site as plain JSON and a tenth of that compressed; the
@@ -343,8 +347,7 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
               ("gallery", whole, lambda: _gallery(site, results))]
     for model_id in results.models["model_id"]:
         key = _hash(code, model_id, per_model[model_id]) if model_id in per_model else None
-        groups.append((model_id, key, lambda m=model_id: (_model(site, results, m), _playground_data(site, results, m), _deploy(
-            site, results, m, sizing.render(site, results.root, m, slug(m), results.documents[m])))))
+        groups.append((model_id, key, lambda m=model_id: _model_group(site, results, m)))
     groups += [("compare", whole, lambda: _compare(site, results)),
                ("landscape", whole, lambda: landscape.render(site, results, _csv)),
                ("components", whole, lambda: _components(site, results)),
@@ -424,17 +427,24 @@ _WORKER: dict[str, tuple] = {}       # results folder -> (Results, Site environm
 
 
 def _render_model_group(results_dir: str, staging: str, assets: dict[str, str], model_id: str) -> list[str]:
-    """In a render worker: one model's page group (inspector, deployments, sizing) written under
+    """In a render worker: one model's page group (:func:`_model_group`) written under
     ``staging``, with the parent's static asset names; returns the files written (relative paths).
     The same calls as the in-process render."""
     if results_dir not in _WORKER:
         _WORKER[results_dir] = (Results.load(Path(results_dir)), environment(assets))
     results, env = _WORKER[results_dir]
     site = Site(Path(staging), env)
+    _model_group(site, results, model_id)
+    return site.written
+
+
+def _model_group(site: Site, results: Results, model_id: str) -> None:
+    """One model's page group: its inspector, playground picks, deployments and sizing pages (the
+    one definition both the in-process and the worker render call)."""
     _model(site, results, model_id)
+    _playground_data(site, results, model_id)
     _deploy(site, results, model_id, sizing.render(site, results.root, model_id, slug(model_id),
                                                    results.documents[model_id]))
-    return site.written
 
 
 def render_staged(results_dir: Path, site_dir: Path, progress=None) -> None:
@@ -487,10 +497,13 @@ def _model(site: Site, results: Results, model_id: str) -> None:
             continue
         svg = render_svg(graph, title=level["uid"],
                          link=lambda node: f"#c-{anchor(node['data']['uid'])}" if node["kind"] == "component" else None)
-        name_svg = f"graphs/{anchor(level['uid'])}.svg"
-        site.file(f"models/{name}/{name_svg}", svg)
-        # the outermost drawing is inline; deeper ones load when their <details> opens (page weight)
-        levels.append({**level, "anchor": anchor(level["uid"]), "svg": svg if not levels else "", "src": name_svg})
+        # the outermost drawing is inline; deeper ones load when their <details> opens (page weight),
+        # stored gzip-compressed (a tenth of the bytes; static/js/site.js archText inflates them)
+        name_svg = f"graphs/{anchor(level['uid'])}.svg.gz"
+        if levels:
+            site.gzip_text(f"models/{name}/{name_svg}", svg)
+        levels.append({**level, "anchor": anchor(level["uid"]), "svg": svg if not levels else "",
+                       "src": name_svg if levels else ""})
     site.gzip_json(f"data/models/{name}.json.gz", doc)
     op_rows = [{"uid": o["uid"], "op": o["op"], "out_shape": " x ".join(o["out_shape"]),
                 "params": o["params"]["value"], "params_formula": o["params"]["formula"],

@@ -64,7 +64,7 @@ def deploy_json(model: str, gpu: str, degrees: dict, framework: str, kv: str, pr
     return json.loads(buffer.getvalue())
 
 
-def close(got, want, what) -> None:
+def assert_close(got, want, what) -> None:
     """A page's number against the CLI's: equal truth values for flags, else within 1e-9 relative."""
     if isinstance(want, bool) or isinstance(got, bool):
         assert bool(got) == bool(want), what

@@ -19,7 +19,7 @@ import json
 
 import pytest
 
-from tests.deploy_helpers import close, deploy_json
+from tests.deploy_helpers import assert_close, deploy_json
 from tests.site_helpers import build_small_site, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
@@ -74,7 +74,7 @@ def _cli(degrees, kv, prompt, output, batch, k=None, a=None) -> dict:
     return deploy_json(MODEL, "H100", degrees, "vllm", kv, prompt, output, batch, extra)
 
 
-_close = close
+_close = assert_close
 
 
 def _page(tab, base, cfg, kv, prompt, output, batch, k=None, a=None) -> dict:

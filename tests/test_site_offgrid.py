@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.deploy_helpers import close, deploy_json
+from tests.deploy_helpers import assert_close, deploy_json
 from tests.site_helpers import build_small_site, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
@@ -69,7 +69,7 @@ def tab(browser):  # noqa: F811
     t.context.close()
 
 
-_cli, _close = deploy_json, close
+_cli, _close = deploy_json, assert_close
 
 
 def _page(tab, base, model, gpu, cfg, fw, kv, prompt, output, batch):

@@ -56,7 +56,7 @@
     d.addEventListener("toggle", function () {
       var wrap = d.querySelector(".graph-wrap");
       if (!d.open || !wrap || wrap.firstElementChild || !wrap.getAttribute("data-src")) return;
-      fetch(wrap.getAttribute("data-src")).then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
+      window.archText(wrap.getAttribute("data-src"))
         .then(function (svg) { wrap.innerHTML = svg; })   // our own build output (escaped SVG), same origin
         .catch(function (e) { wrap.textContent = "Could not load this drawing (" + e.message + ")."; });
     });
@@ -75,15 +75,17 @@
   // JSON the build wrote gzip-compressed (site_builder/render.py Site.gzip_json: the model documents
   // and the deploy pages' formula files): fetched and inflated here. A host that sends the file with
   // Content-Encoding: gzip has the browser inflate it first, so the magic bytes decide.
-  window.archJSON = function (url) {
+  // The drawings below a model page's first (Site.gzip_text) are inflated the same way (archText).
+  window.archText = function (url) {
     return fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.arrayBuffer(); })
       .then(function (buffer) {
         var b = new Uint8Array(buffer);
         if (b.length > 1 && b[0] === 0x1f && b[1] === 0x8b)
-          return new Response(new Blob([buffer]).stream().pipeThrough(new DecompressionStream("gzip"))).json();
-        return JSON.parse(new TextDecoder().decode(b));
+          return new Response(new Blob([buffer]).stream().pipeThrough(new DecompressionStream("gzip"))).text();
+        return new TextDecoder().decode(b);
       });
   };
+  window.archJSON = function (url) { return window.archText(url).then(JSON.parse); };
   window.archNum = function (value, text, formula, node, definition, dims) {
     var s = document.createElement("span");
     if (dims) s.archDims = dims;   // {dim: value} for the "where" line (pages of several models)
