@@ -21,6 +21,27 @@ def build_small_site(root: Path, grid: dict, models: list[str]) -> Path:
     return root
 
 
+#: The deploy page's summary fields the browser tests hold equal to ``archledger deploy --json``'s,
+#: and the per-op fields.
+DEPLOY_FIELDS = ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "prefill_tokens_per_s_per_gpu", "max_concurrent_requests",
+                 "max_prefill_batch", "prefill_steps", "micro_batches", "weight_bytes_per_gpu", "usable_bytes_per_gpu",
+                 "reserve_bytes_per_gpu", "kv_bytes_per_request", "kv_state_bytes_per_request",
+                 "kv_bytes_per_request_per_gpu", "kv_budget_bytes_per_gpu", "kv_bytes_per_gpu",
+                 "activation_bytes_per_gpu", "free_bytes_per_gpu", "shortfall_bytes", "fits", "extrapolated")
+OP_FIELDS = ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s")
+
+
+def deploy_page(tab, base: str, model: str, query: str) -> dict:
+    """Open ``model``'s deploy page with the URL parameters ``query`` and read what it computed once
+    ready: the summary (without its bulky internals), both phases' totals and the per-op rows."""
+    tab.goto(f"{base}models/{model.replace('/', '--')}/deploy/?{query}")
+    tab.page.wait_for_function("() => document.getElementById('summary').hasAttribute('data-ready')"
+                               " && document.querySelectorAll('#ops tbody tr').length > 0")
+    return tab.page.evaluate("() => { const c = window.archDeploy.current;"
+                             " return {summary: Object.assign({}, c.summary, {phases: null, env: null, programs: null,"
+                             " steps: null}), phases: c.summary.phases, ops: c.ops}; }")
+
+
 def result_tables(out: Path) -> dict[str, pl.DataFrame]:
     """models.parquet and the hive-partitioned deployments, ops, fronts and sizing tables of a build."""
     results = out / "results"

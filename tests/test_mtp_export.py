@@ -41,7 +41,8 @@ def _close(got, want, what):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0].split("/")[1])
 def test_export_plus_k_drafts_is_archledger_deploy_mtp(grid_path, case):
-    from engine.build.grid_eval import _regime, evaluate_model
+    from engine.build.grid_eval import evaluate_model
+    from engine.deploy.structure_cache import regime as _regime
     from engine.deploy import Options, Scenario, plan, tokens_per_device
     from engine.deploy.cost import step_totals
     from engine.deploy.fusion import load_tables

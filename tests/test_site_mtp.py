@@ -20,7 +20,7 @@ import json
 import pytest
 
 from tests.deploy_helpers import assert_close, deploy_json
-from tests.site_helpers import build_small_site, served
+from tests.site_helpers import DEPLOY_FIELDS, OP_FIELDS, build_small_site, deploy_page, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 GRID = {
@@ -42,12 +42,6 @@ POINTS = [
     # lies between): the drafting structure's decode regime is not the one without MTP
     ("2x tp2", dict(tp=2), "bf16", 5000, 300, 20, 1, 0.85),
 ]
-FIELDS = ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "prefill_tokens_per_s_per_gpu", "max_concurrent_requests",
-          "max_prefill_batch", "prefill_steps", "weight_bytes_per_gpu", "usable_bytes_per_gpu",
-          "reserve_bytes_per_gpu", "kv_bytes_per_request", "kv_state_bytes_per_request",
-          "kv_bytes_per_request_per_gpu", "kv_budget_bytes_per_gpu", "kv_bytes_per_gpu", "activation_bytes_per_gpu",
-          "free_bytes_per_gpu", "shortfall_bytes", "fits", "extrapolated")
-OP_FIELDS = ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s")
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +75,7 @@ def _page(tab, base, cfg, kv, prompt, output, batch, k=None, a=None) -> dict:
     query = f"gpu=H100&cfg={cfg.replace(' ', '+')}&fw=vllm&kv={kv}&input={prompt}&output={output}&batch={batch}"
     if k is not None:
         query += f"&mtp={k}&acc={a}"
-    tab.goto(f"{base}models/{SLUG}/deploy/?{query}")
-    tab.page.wait_for_function("() => document.getElementById('summary').hasAttribute('data-ready')"
-                               " && document.querySelectorAll('#ops tbody tr').length > 0")
-    return tab.page.evaluate("() => { const c = window.archDeploy.current;"
-                             " return {summary: Object.assign({}, c.summary, {phases: null, env: null, programs: null,"
-                             " steps: null}), phases: c.summary.phases, ops: c.ops}; }")
+    return deploy_page(tab, base, MODEL, query)
 
 
 def _cards(tab) -> dict[str, str]:
@@ -101,7 +90,7 @@ def test_page_equals_archledger_deploy_mtp(tab, base, point):
     page = _page(tab, base, cfg, kv, prompt, output, batch, k, a)
     want = _cli(degrees, kv, prompt, output, batch, k, a)
     got, summary = page["summary"], want["deployment"]
-    for name in FIELDS:
+    for name in DEPLOY_FIELDS:
         _close(got[name], summary[name], name)
     _close(got["tokens_per_s_per_user"], 1 / summary["tpot_s"], "tokens_per_s_per_user")
     for phase in ("prefill", "decode"):
@@ -148,7 +137,7 @@ def test_k0_is_the_page_without_mtp(tab, base):
     plain = _page(tab, base, *point)
     want = _cli({"pp": 2}, *point[1:])["deployment"]
     assert plain["summary"]["mtp_tokens"] == 0
-    for name in FIELDS:
+    for name in DEPLOY_FIELDS:
         assert off["summary"][name] == plain["summary"][name], name
         _close(plain["summary"][name], want[name], name)
     assert [r["t_sol_s"] for r in off["ops"]] == [r["t_sol_s"] for r in plain["ops"]]

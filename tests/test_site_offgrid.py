@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from tests.deploy_helpers import assert_close, deploy_json
-from tests.site_helpers import build_small_site, served
+from tests.site_helpers import DEPLOY_FIELDS, OP_FIELDS, build_small_site, deploy_page, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 GRID = {
@@ -43,13 +43,6 @@ POINTS = [
     (LLAMA, "H100", "2x tp2", dict(tp=2), "vllm", "bf16", 5000, 300, 20),    # 20 decode tokens: fused regime
     (LLAMA, "H100", "1x tp1", dict(), "vllm", "bf16", 8000, 700, 2000),      # over capacity: fits = no
 ]
-FIELDS = ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "prefill_tokens_per_s_per_gpu", "max_concurrent_requests",
-          "max_prefill_batch", "prefill_steps", "micro_batches", "weight_bytes_per_gpu", "usable_bytes_per_gpu",
-          "reserve_bytes_per_gpu",
-          "kv_bytes_per_request", "kv_state_bytes_per_request", "kv_bytes_per_request_per_gpu",
-          "kv_budget_bytes_per_gpu", "kv_bytes_per_gpu", "activation_bytes_per_gpu", "free_bytes_per_gpu",
-          "shortfall_bytes", "fits", "extrapolated")
-OP_FIELDS = ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s")
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +66,8 @@ _cli, _close = deploy_json, assert_close
 
 
 def _page(tab, base, model, gpu, cfg, fw, kv, prompt, output, batch):
-    slug = model.replace("/", "--")
     query = f"gpu={gpu}&cfg={cfg.replace(' ', '+')}&fw={fw}&kv={kv}&input={prompt}&output={output}&batch={batch}"
-    tab.goto(f"{base}models/{slug}/deploy/?{query}")
-    tab.page.wait_for_function("() => document.getElementById('summary').hasAttribute('data-ready')"
-                               " && document.querySelectorAll('#ops tbody tr').length > 0")
-    return tab.page.evaluate("() => { const c = window.archDeploy.current;"
-                             " return {summary: Object.assign({}, c.summary, {phases: null, env: null, programs: null}),"
-                             " ops: c.ops}; }")
+    return deploy_page(tab, base, model, query)
 
 
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: f"{p[0].split('/')[1]}-{p[1]}-{p[2]}-{p[4]}-{p[5]}-b{p[8]}")
@@ -91,7 +78,7 @@ def test_page_equals_archledger_deploy_off_grid(tab, base, point):
     page = _page(tab, base, model, gpu, cfg, fw, kv, prompt, output, batch)
     want = _cli(model, gpu, degrees, fw, kv, prompt, output, batch)
     got, summary = page["summary"], want["deployment"]
-    for name in FIELDS:
+    for name in DEPLOY_FIELDS:
         _close(got[name], summary[name], name)
     assert got["bound"] == want["phases"]["decode"]["bound"] and got["prefill_bound"] == want["phases"]["prefill"]["bound"]
     # the per-op table of this very point, decode and prefill, every launched step in order

@@ -18,7 +18,7 @@ Document (``results/formulas/<org--name>.json``, one per model):
   indices; ``calls`` = the collective's calls per step, ``coll`` its (op, ranks, nodes) or -1);
 * ``options``: per (GPU, config, framework) the KV dtypes, the fusion token ``limits`` and per
   phase one program per token regime (regime r: tokens per device exceed r of the limits, as
-  :func:`engine.build.grid_eval._regime` and :func:`engine.deploy.structure.tokens_per_device`);
+  :func:`engine.deploy.structure_cache.regime` and :func:`engine.deploy.structure.tokens_per_device`);
 * ``gpus``: per GPU its HBM bytes and bytes/s, link bytes/s, the peak FLOP/s of each operand
   class ``dtypes`` names and the per-call latency of each collective of ``colls``;
 * ``kv_request``: a request's cache bytes (all GPUs; and its state and growing parts) as trees;

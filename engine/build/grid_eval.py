@@ -14,7 +14,6 @@ context, plus the capacity itself; a context that fits no request keeps a batch-
 """
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import defaultdict
 
 import numpy as np
@@ -23,7 +22,7 @@ from engine.spec import kv
 from engine.spec.api import Evaluation
 from engine.deploy import PHASES, Plan, Scenario, tokens_per_device
 from engine.deploy.fusion import load_tables, token_limits
-from engine.deploy.structure_cache import StructureCache, signature
+from engine.deploy.structure_cache import StructureCache, regime, signature
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
 from engine.deploy.sol import capacity, op_rows_columns, summarize
@@ -31,10 +30,6 @@ from engine.deploy.structure import HBM_FRACTION
 
 PHASE_FIELDS = ("step_time_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
                 "weight_bytes", "comm_bytes", "bound")
-
-
-def _regime(limits: list[int], tokens: int) -> int:
-    return bisect_left(limits, tokens)      # how many limits the token count exceeds
 
 
 _TEXT: dict = {}
@@ -88,7 +83,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         found = regime_memo.get(key)
         if found is None:
             t = tokens_per_device(config, Scenario(b, inp, out_len))
-            found = regime_memo[key] = tuple(_regime(limits, t[p]) for p in PHASES)
+            found = regime_memo[key] = tuple(regime(limits, t[p]) for p in PHASES)
         return found
 
     for gpu, config in cells:

@@ -359,17 +359,24 @@ def write_contracts(corpus: Corpus, final: Path, staging: Path, shared: str, gpu
     files = sorted((corpus.root / "contracts").rglob("*.yaml"))
     # the folders are the slots: their relative paths are part of the identity too
     digest = _digest(files, "|".join([shared, *(p.relative_to(corpus.root).as_posix() for p in files)]).encode())
+    if not _carried(final, staging, ("contracts.json",), lambda manifest: manifest.get("contracts_hash") == digest):
+        (staging / "contracts.json").write_text(json.dumps(evaluate_contracts(corpus, gpu_root), indent=1))
+    return digest
+
+
+def _carried(final: Path, staging: Path, names: tuple[str, ...], same_inputs) -> bool:
+    """Copy the previous results' corpus-wide files ``names`` into ``staging`` when
+    ``same_inputs(previous manifest)`` holds and every file still matches its manifest record;
+    False (nothing copied) otherwise, or when there are no readable previous results."""
     try:
         manifest = json.loads((final / "manifest.json").read_text())
-        kept = manifest.get("contracts_hash") == digest and publish.matches(
-            final / "contracts.json", manifest["files"].get("contracts.json"))
+        kept = same_inputs(manifest) and all(publish.matches(final / n, manifest["files"].get(n)) for n in names)
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         kept = False
     if kept:
-        shutil.copy2(final / "contracts.json", staging / "contracts.json")
-    else:
-        (staging / "contracts.json").write_text(json.dumps(evaluate_contracts(corpus, gpu_root), indent=1))
-    return digest
+        for name in names:
+            shutil.copy2(final / name, staging / name)
+    return kept
 
 
 def _corpus_wide_in_worker(name: str, root: str, final: str, staging: str, shared: str, gpu_root: str, *extra):
@@ -394,15 +401,8 @@ def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_
                     {base / m.snapshot.where.file for m in corpus.models.values()}, key=str)
     chosen = [v for v in corpus.variants.values() if v.base in models]
     digest = _digest(files, (shared + "|" + ",".join(v.name for v in chosen)).encode())
-    try:   # carried only when both files still match what the previous manifest recorded
-        records = json.loads((final / "manifest.json").read_text())["files"]
-        kept = json.loads((final / "variants.json").read_text()).get("hash") == digest and all(
-            publish.matches(final / name, records.get(name)) for name in ("variants.json", "variants.parquet"))
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        kept = False
-    if kept:
-        for name in ("variants.json", "variants.parquet"):
-            shutil.copy2(final / name, staging / name)
+    if _carried(final, staging, ("variants.json", "variants.parquet"),
+                lambda _: json.loads((final / "variants.json").read_text()).get("hash") == digest):
         return
     evaluations: dict = {}
     doc = {"hash": digest, **whatif.playground_document(corpus, load_gpus(gpu_root), chosen, evaluations)}

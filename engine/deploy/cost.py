@@ -130,15 +130,9 @@ class CompiledProgram:
         calls = self._calls[index]
         return (calls(*args) if callable(calls) else calls) * alphas[index]
 
-    def column(self, index: int, args, shape, start: int = 0, stop: int | None = None) -> np.ndarray:
+    def column(self, index: int, args, shape) -> np.ndarray:
         """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes; 4 collective calls) of
-        every step (or of steps ``start:stop``), stacked."""
-        if start or stop is not None:
-            fns = (self._columns[index] if index < 4 else self._calls)[start:stop]
-            out = np.empty((len(fns),) + tuple(shape))
-            for i, f in enumerate(fns):      # assignment broadcasts each step's value (a float or an array)
-                out[i] = f(*args) if callable(f) else f
-            return out
+        every step, stacked (assignment broadcasts each step's value, a float or an array)."""
         constant_at, constants, functions = self._split(index)
         out = np.empty((len(self.program.steps),) + tuple(shape))
         # constants (weight reads, fixed collectives) in one assignment; functions one by one

@@ -120,10 +120,7 @@ class StructureCache:
             shared = self._shared[skey] = (self._build(config, domain, framework, gpu, tokens, options, formulas),
                                            formulas)
             self._file_live(shared[0], config, domain, framework, options, gpu, tokens)
-        s = shared[0]
-        if s.domain != domain:       # the same programs, labelled with this GPU's domain
-            s = copy.copy(s)
-            s.domain = domain
+        s = _labelled(shared[0], domain)
         self._by_domain[key] = (s, shared[1])
         return s
 
@@ -152,11 +149,7 @@ class StructureCache:
                 self.ev, config, Options(framework=framework, mtp_tokens=mtp), domain, table, gpu, tokens,
                 self._placements[pkey], self._fused, compile=False)
         if s.domain != domain:            # relabelled once per domain, and kept (callers key on identity)
-            label = key + (domain,)
-            if label not in self._drafting:
-                self._drafting[label] = copy.copy(s)
-                self._drafting[label].domain = domain
-            s = self._drafting[label]
+            s = self._drafting.setdefault(key + (domain,), _labelled(s, domain))
         return s
 
     # -- the search's lookup ----------------------------------------------------------------------
@@ -188,10 +181,21 @@ class StructureCache:
                    tokens: dict) -> None:
         """File a structure built for ``tokens`` under its live key too (first one wins: all equal)."""
         table = self.tables.get(framework)
-        live = tuple(_regime(live_token_limits(table, gpu, config, p), tokens[p]) for p in PHASES)
+        live = tuple(regime(live_token_limits(table, gpu, config, p), tokens[p]) for p in PHASES)
         self._live.setdefault(self._live_key(config, domain, framework, gpu, live, options), s)
 
 
-def _regime(limits: list[int], tokens: int | None) -> int:
-    """How many of ``limits`` a token count exceeds (0 without limits, where tokens is None)."""
+def _labelled(s: Structure, domain: int) -> Structure:
+    """``s`` itself, or a shallow copy labelled with this GPU's scale-up ``domain`` (the same
+    programs: placement saw a domain holding the whole config either way)."""
+    if s.domain == domain:
+        return s
+    s = copy.copy(s)
+    s.domain = domain
+    return s
+
+
+def regime(limits: list[int], tokens: int | None) -> int:
+    """How many of ``limits`` a token count exceeds (a limit is inclusive: tokens <= limit fuses;
+    0 without limits, where tokens is None)."""
     return 0 if not limits or tokens is None else bisect_left(limits, tokens)
