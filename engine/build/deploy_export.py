@@ -48,7 +48,7 @@ import sympy
 from engine.deploy.cost import step_totals
 from engine.deploy.fusion import live_token_limits, token_limits
 from engine.deploy.planner import mtp_modules
-from engine.deploy.sol import formula_text
+from engine.deploy.sol import formula_text, weight_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
 from engine.spec import kv, symbols
 from engine.spec.formula_tree import to_tree
@@ -145,7 +145,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                     "config": config.label(), "tp": config.tp, "ep": config.ep, "dp_attn": config.dp_attn,
                     "pp": config.pp, "cp": config.cp, "domain": domain,
                     "weight_bytes_per_gpu": float(base.weight_bytes_per_gpu),
-                    "weight_formula": str(base.weight_formula), "kv_dev": tree(base.kv_device_per_request)})
+                    "weight_formula": weight_text(base.weight_formula), "kv_dev": tree(base.kv_device_per_request)})
             # one structure per regime that can differ: regimes whose representative token count
             # passes the same live limits fuse alike (the other rules never match this GPU and config)
             table = tables.get(framework)
@@ -163,7 +163,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                 row = config_rows[configs[key]]
                 if "mtp" not in row:
                     row["mtp"] = {"weight_bytes_per_gpu": float(drafting[0].weight_bytes_per_gpu),
-                                  "weight_formula": strings.add(str(drafting[0].weight_formula)),
+                                  "weight_formula": strings.add(weight_text(drafting[0].weight_formula)),
                                   "kv_dev": tree(drafting[0].kv_device_per_request)}
             options.append({"gpu": gpu.key, "config": configs[key], "framework": framework,
                             "kv_dtypes": list(grid.kv_dtypes), "limits": list(limits),

@@ -35,7 +35,20 @@ def _is_number(value: Any) -> bool:
 
 def first_bad(values: list, signed: bool = False) -> tuple[int, str] | None:
     """(row, what is wrong) of the first value that is not a finite number (>= 0 unless ``signed``),
-    or None. Columns of labels, lists or flags are not numbers and pass; ``None`` (no value) passes."""
+    or None. Columns of labels, lists or flags are not numbers and pass; ``None`` (no value) passes.
+    ``values``: a list, or a NumPy array (engine.build.columns: checked without a Python loop)."""
+    if isinstance(values, np.ndarray):
+        if values.dtype.kind not in "iuf":                  # flags, labels
+            return None
+        values = values.astype(float, copy=False)
+        bad = ~np.isfinite(values)
+        if not signed:
+            bad |= values < 0
+        rows = np.flatnonzero(bad)
+        if not rows.size:
+            return None
+        row = int(rows[0])
+        return row, f"{values[row].item()!r} is {'negative' if math.isfinite(values[row]) else 'not finite'}"
     first = next((v for v in values if v is not None), None)
     if not _is_number(first):
         return None

@@ -25,23 +25,12 @@ from engine.deploy.fusion import load_tables, token_limits
 from engine.deploy.structure_cache import StructureCache, regime, signature
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
-from engine.deploy.sol import capacity, op_rows_columns, summarize
+from engine.deploy.sol import capacity, op_rows_columns, summarize, weight_text
 from engine.deploy.structure import HBM_FRACTION
+from engine.build.columns import Columns
 
 PHASE_FIELDS = ("step_time_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
                 "weight_bytes", "comm_bytes", "bound")
-
-
-_TEXT: dict = {}
-
-
-def _text(expr) -> str:
-    """A formula printed once per process (printing is slow; a weight formula recurs across every
-    regime, framework and domain of a config, and across configs whose degrees are symbols)."""
-    text = _TEXT.get(expr)
-    if text is None:
-        text = _TEXT[expr] = str(expr)
-    return text
 
 
 def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict | None = None,
@@ -120,7 +109,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         into = merged[(config, domain, framework, sig, regimes)]
         for name, values in points.items():
             into[name].extend(values)
-    deployments: dict[str, list] = defaultdict(list)
+    deployments = Columns()
     total = 0
     for (config, domain, framework, sig, regimes), points in merged.items():
         gpu = gpus[points["gpu"][0]]
@@ -131,23 +120,24 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         n = len(index)
         total += n
         phases = out.pop("phases")
-        out["weight_bytes_per_gpu_formula"] = _text(s.weight_formula)
+        out["weight_bytes_per_gpu_formula"] = weight_text(s.weight_formula)
         for phase in PHASES:
-            deployments["model_id"].extend([ev.model.model_id] * n)
-            deployments["gpu"].extend(points["gpu"])
-            deployments["framework"].extend([framework] * n)
-            deployments["weight_format"].extend(["checkpoint"] * n)
-            deployments["kv_dtype"].extend(points["kv_dtype"])
-            deployments["phase"].extend([phase] * n)
+            deployments.repeat("model_id", ev.model.model_id, n)
+            deployments.add("gpu", points["gpu"])
+            deployments.repeat("framework", framework, n)
+            deployments.repeat("weight_format", "checkpoint", n)
+            deployments.add("kv_dtype", points["kv_dtype"])
+            deployments.repeat("phase", phase, n)
             for name, value in out.items():
                 if name == "max_context":
                     continue
-                if isinstance(value, str):
-                    deployments[name].extend([value] * n)
+                if isinstance(value, np.ndarray) and value.ndim:
+                    deployments.add(name, np.broadcast_to(value, (n,)))
                 else:
-                    deployments[name].extend(np.broadcast_to(value, (n,)).tolist())
+                    deployments.repeat(name, value.item() if isinstance(value, np.ndarray) else value, n)
             for name in PHASE_FIELDS:
-                deployments[name].extend(np.asarray(phases[phase][name]).tolist())
+                deployments.add(name, np.broadcast_to(np.asarray(phases[phase][name]), (n,)))
+    deployments = deployments.joined()
 
     # 3. per-op tables of the points the site shows
     ops: dict[str, list] = defaultdict(list)

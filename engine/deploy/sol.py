@@ -316,6 +316,20 @@ def _text(expr) -> str:
     return text
 
 
+_PLAIN: dict = {}
+
+
+def weight_text(expr) -> str:
+    """A weights-per-GPU formula as ``str()`` prints it (the deployments table's
+    ``weight_bytes_per_gpu_formula`` and the deploy page's config rows), printed once per process:
+    the same formula recurs across every regime, framework and domain of a config, and across
+    configs whose degrees are symbols."""
+    text = _PLAIN.get(expr)
+    if text is None:
+        text = _PLAIN[expr] = str(expr)
+    return text
+
+
 def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
     """The four formulas of every step as text (cached on the structure: GPU- and point-free)."""
     cache = structure.__dict__.setdefault("_formula_text", {})

@@ -1,0 +1,62 @@
+"""Table columns gathered in chunks and joined once, as NumPy arrays where they hold numbers.
+
+Layer: engine.build. The grid evaluation produces a deployment table bucket by bucket: per bucket a
+few vectorized arrays and many constants (the model, the framework, the config's degrees). Building
+Python lists of millions of values (``.tolist()``, ``[value] * n``) and handing them to polars cost
+more CPU than the evaluation of the same points did; here each chunk stays what it is (an array, or
+a constant and a count) until :meth:`Columns.joined` concatenates every column once.
+
+Invariant: ``joined()`` holds, per column, the values of its chunks in the order they were added,
+with Python's own values (a float array for floats, an int array for ints, a bool array for flags);
+a column of labels (text, lists) is a Python list.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+
+class Columns:
+    """Column name -> chunks (an array or list of values, or ``(value, count)`` for a constant)."""
+
+    def __init__(self):
+        self._chunks: dict[str, list] = defaultdict(list)
+
+    def add(self, name: str, values) -> None:
+        """Append ``values`` (a 1-d array, or a list) to column ``name``."""
+        self._chunks[name].append(values)
+
+    def repeat(self, name: str, value, count: int) -> None:
+        """Append ``count`` copies of one ``value`` to column ``name``."""
+        self._chunks[name].append(_Constant(value, count))
+
+    def joined(self) -> dict[str, np.ndarray | list]:
+        """Every column in one piece (module invariant)."""
+        return {name: _join(chunks) for name, chunks in self._chunks.items()}
+
+
+class _Constant:
+    __slots__ = ("value", "count")
+
+    def __init__(self, value, count: int):
+        self.value, self.count = value, count
+
+
+def _numeric(value) -> bool:
+    return isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating))
+
+
+def _join(chunks: list) -> np.ndarray | list:
+    parts = [c.value if isinstance(c, _Constant) else c for c in chunks]
+    numeric = all((isinstance(p, np.ndarray) and p.dtype.kind in "biuf") or _numeric(p) for p in parts)
+    if numeric:
+        arrays = [np.full(c.count, c.value) if isinstance(c, _Constant) else c for c in chunks]
+        return np.concatenate(arrays) if arrays else np.array([])
+    out: list = []
+    for c in chunks:
+        if isinstance(c, _Constant):
+            out.extend([c.value] * c.count)
+        else:
+            out.extend(c.tolist() if isinstance(c, np.ndarray) else c)
+    return out
