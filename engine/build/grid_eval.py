@@ -140,28 +140,30 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     deployments = deployments.joined()
 
     # 3. per-op tables of the points the site shows
-    ops: dict[str, list] = defaultdict(list)
+    ops = Columns()
     for (config, domain, framework, gpu_key, regimes, kv_dtype), points in ops_points.items():
         gpu = gpus[gpu_key]
         s = structure(config, domain, framework, gpu, regimes)
         plan = Plan(s, gpu, kv_dtype)
         scenarios = [Scenario(b, inp, out_len) for b, inp, out_len in points]
         for phase in PHASES:
-            columns = op_rows_columns(plan, phase, scenarios)
-            per_point = len(columns["op_uid"]) // len(scenarios)
+            columns = op_rows_columns(plan, phase, scenarios, arrays=True)
+            rows = len(columns["op_uid"])
+            per_point = rows // len(scenarios)
             key = {"model_id": ev.model.model_id, "gpu": gpu_key, "n_gpus": config.n_gpus,
                    "gpus_per_node": domain, "tp": config.tp, "ep": config.ep, "dp_attn": config.dp_attn,
                    "pp": config.pp, "cp": config.cp, "cp_kind": config.cp_kind if config.cp > 1 else "",
                    "config": config.label(), "framework": framework, "weight_format": "checkpoint",
                    "kv_dtype": kv_dtype, "phase": phase}
             for name, value in key.items():
-                ops[name].extend([value] * len(columns["op_uid"]))
+                ops.repeat(name, value, rows)
             for point in scenarios:
-                ops["batch"].extend([point.batch] * per_point)
-                ops["input_len"].extend([point.input_len] * per_point)
-                ops["output_len"].extend([point.output_len] * per_point)
+                ops.repeat("batch", point.batch, per_point)
+                ops.repeat("input_len", point.input_len, per_point)
+                ops.repeat("output_len", point.output_len, per_point)
             for name, values in columns.items():
-                ops[name].extend(values)
+                ops.add(name, values)
+    ops = ops.joined()
     if export is not None:
         from engine.build.deploy_export import model_export
         export.update(model_export(ev, cells, grid, gpus, tables, structure,

@@ -418,7 +418,18 @@ def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_
 
 
 def _frame(columns: dict, schema: dict) -> pl.DataFrame:
-    return pl.DataFrame({k: columns[k] for k in schema}, schema={k: v[0] for k, v in schema.items()})
+    return pl.DataFrame([_series(k, columns[k], v[0]) for k, v in schema.items()])
+
+
+def _series(name: str, values, dtype) -> pl.Series:
+    """One column. A list column (an op's fused ``parts``) is built from its distinct values and
+    gathered: polars converts nested Python lists at ~6 s per million rows, and a table of a
+    million op rows holds a few hundred distinct ones."""
+    if isinstance(dtype, pl.List) and isinstance(values, list):
+        distinct: dict[tuple, int] = {}
+        index = [distinct.setdefault(tuple(v), len(distinct)) for v in values]
+        return pl.Series(name, [list(v) for v in distinct], dtype=dtype).gather(pl.Series(index, dtype=pl.UInt32))
+    return pl.Series(name, values, dtype=dtype)
 
 
 def write_parquet(frame: pl.DataFrame, path: Path, **options) -> None:

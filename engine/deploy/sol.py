@@ -338,9 +338,11 @@ def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, 
     return cache[phase]
 
 
-def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario]) -> dict[str, list]:
+def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario], arrays: bool = False
+                    ) -> dict[str, list]:
     """The per-op SOL table of one phase at one or several points, as columns (Parquet names),
-    formulas included; several points are evaluated in one vectorized call, point-major.
+    formulas included; several points are evaluated in one vectorized call, point-major. With
+    ``arrays`` the numeric columns are NumPy arrays (the build's tables), else lists of floats.
 
     Values are those of one pipeline micro-batch (the unit the phase totals are made of): for prefill
     one chunked-prefill step (:func:`engine.deploy.structure.prefill_steps`)."""
@@ -365,15 +367,18 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario])
     def per_step(fn) -> list:
         return [fn(steps[i], i) for i in keep] * n
 
+    def numbers(values: np.ndarray):
+        return values if arrays else values.tolist()
+
     return {
         "op_uid": per_step(lambda st, i: st.uid), "op_name": per_step(lambda st, i: st.name),
         "op": per_step(lambda st, i: st.op), "component": per_step(lambda st, i: st.component),
         "role": per_step(lambda st, i: st.role), "kind": per_step(lambda st, i: st.kind),
         "repeat": per_step(lambda st, i: int(st.repeat) if st.repeat.is_number else None),
-        "flops": v["flops"].tolist(), "bytes": v["bytes"].tolist(), "weight_bytes": v["weight_bytes"].tolist(),
-        "comm_bytes": v["comm_bytes"].tolist(), "intensity": density.tolist(),
-        "t_compute_s": v["t_compute"].tolist(), "t_memory_s": v["t_memory"].tolist(),
-        "t_comm_s": v["t_comm"].tolist(), "t_sol_s": v["t_sol"].tolist(),
+        "flops": numbers(v["flops"]), "bytes": numbers(v["bytes"]), "weight_bytes": numbers(v["weight_bytes"]),
+        "comm_bytes": numbers(v["comm_bytes"]), "intensity": numbers(density),
+        "t_compute_s": numbers(v["t_compute"]), "t_memory_s": numbers(v["t_memory"]),
+        "t_comm_s": numbers(v["t_comm"]), "t_sol_s": numbers(v["t_sol"]),
         "bound": [BOUNDS[j] for j in np.argmax(t, axis=0)],
         "link": per_step(lambda st, i: st.link), "group": per_step(lambda st, i: st.group),
         "compute_dtype": per_step(lambda st, i: plan.gpu.compute_dtype(st.compute_dtype)),
