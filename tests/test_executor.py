@@ -73,6 +73,15 @@ def test_a_build_on_a_dask_cluster_writes_the_local_executors_files_byte_for_byt
     for name in a:
         assert (_without_seconds(a[name]) == _without_seconds(pooled[name]) if name == "manifest.json"
                 else a[name] == pooled[name]), f"{name} differs between one process and a pool of two"
+    # one model with a pool of two: its halves (grid; fronts, document and playground) run in both
+    # workers, each with its own structures, and write the files one process writes
+    lone = _files(build(load_corpus(), tmp_path / "halves", models=MODELS[1:], grid_path=TINY, jobs=2).results)
+    mine = sorted(name for name in a if "Mixtral" in name)
+    assert mine == sorted(name for name in lone if "Mixtral" in name)
+    assert {name.split("/")[0] for name in mine} >= {"deployments", "ops", "fronts", "sizing", "models", "formulas",
+                                                      "playground"}
+    for name in mine:
+        assert a[name] == lone[name], f"{name} differs between one process and a lone model's two halves"
     again = build(load_corpus(), tmp_path / "dask", models=MODELS, grid_path=TINY, executor=cluster.scheduler_address)
     assert again.recomputed == [] and sorted(again.reused) == sorted(MODELS)     # incremental as before
     # the models were evaluated in the cluster's worker processes (each unpacked the inputs there)

@@ -45,6 +45,7 @@ import signal
 import sys
 import threading
 import time
+from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -476,12 +477,21 @@ def cached_corpus(root: str | None) -> Corpus:
     return _CORPORA[key]
 
 
+#: The two halves of a model's work (:func:`build_model`'s ``part``): the grid (deployments, ops and
+#: the deploy page's formulas) and the rest (fronts and sizing, the model document, the playground
+#: picks). They write disjoint files; a build with fewer models to evaluate than workers runs the
+#: halves in parallel (each walks the spec and compiles its own structures), else a model is one task
+#: (the sizing step then reuses the grid's structures).
+PARTS = ("grid", "extras")
+
+
 def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, gpu_root: str | None,
                 staging: str, spec_hash: str, verification: dict | None = None,
-                corpus: Corpus | None = None) -> dict:
+                corpus: Corpus | None = None, part: str = "all") -> dict:
     """Evaluate one model over the grid; write its partitions under ``staging``. Returns counts.
     ``corpus``: the loaded corpus when the caller has it (in-process builds), else it is read once
-    per process (:func:`cached_corpus`)."""
+    per process (:func:`cached_corpus`). ``part``: ``all``, or one of :data:`PARTS` (the counts of
+    the other half are absent; :func:`merge_parts` joins two halves' counts)."""
     from engine.build import finite, grid_eval
     from engine.deploy.fusion import load_tables
     from engine.deploy.structure_cache import StructureCache
@@ -489,34 +499,47 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
     corpus = corpus if corpus is not None else cached_corpus(corpus_root)
     from engine.build.whatif import evaluate_with_sites, model_playground
     ev, sites = evaluate_with_sites(corpus, corpus.models[model_id])   # evaluate_spec's walks; its slot sites for the playground
-    formulas: dict = {}        # the deploy page's formula trees (engine.build.deploy_export)
     # one cache of placements and structures for the grid and the sizing step (the same configs)
     cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
-    deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root, formulas, cache)
-    finite.check_tables(ev.model, {"deployments": deployments, "ops": ops})   # nothing NaN or negative is written
-    for table, columns, schema in (("deployments", deployments, DEPLOYMENTS_SCHEMA), ("ops", ops, OPS_SCHEMA)):
-        folder = Path(staging) / table / f"model={slug(model_id)}"
-        folder.mkdir(parents=True, exist_ok=True)
-        write_parquet(_frame(columns, schema).sort(PARTITION_ORDER, maintain_order=True), folder / "part.parquet",
-                      statistics=True, compression="zstd", compression_level=ZSTD_LEVEL)
-    from engine.build import fronts    # plan's search per sizing scenario: fronts/ and sizing/ (docs/results.md)
-    sized = fronts.write_model(ev, grid_path, gpu_root, Path(staging), slug(model_id),
-                               lambda columns, schema, path: write_parquet(_frame(columns, schema), path,
-                                                                           compression="zstd",
-                                                                           compression_level=ZSTD_LEVEL),
-                               cache)
-    del cache
-    from engine.build.export import model_document
-    (Path(staging) / "models").mkdir(exist_ok=True)
-    (Path(staging) / "models" / f"{slug(model_id)}.json").write_text(
-        json.dumps(model_document(ev, verification), separators=(",", ":")))
-    (Path(staging) / "formulas").mkdir(exist_ok=True)
-    (Path(staging) / "formulas" / f"{slug(model_id)}.json").write_text(json.dumps(formulas, separators=(",", ":")))
-    (Path(staging) / "playground").mkdir(exist_ok=True)      # the playground's live picks (docs/results.md)
-    (Path(staging) / "playground" / f"{slug(model_id)}.json").write_text(
-        json.dumps(model_playground(ev, sites=sites), separators=(",", ":")))
-    return {"model_id": model_id, "deployments": len(deployments["model_id"]),
-            "ops": len(ops["model_id"]), "points": points, "seconds": round(time.perf_counter() - started, 3), **sized}
+    name = slug(model_id)
+    counts: dict = {"model_id": model_id}
+    if part in ("all", "grid"):
+        formulas: dict = {}        # the deploy page's formula trees (engine.build.deploy_export)
+        deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root, formulas, cache)
+        finite.check_tables(ev.model, {"deployments": deployments, "ops": ops})   # nothing NaN or negative is written
+        for table, columns, schema in (("deployments", deployments, DEPLOYMENTS_SCHEMA), ("ops", ops, OPS_SCHEMA)):
+            folder = Path(staging) / table / f"model={name}"
+            folder.mkdir(parents=True, exist_ok=True)
+            write_parquet(_frame(columns, schema).sort(PARTITION_ORDER, maintain_order=True), folder / "part.parquet",
+                          statistics=True, compression="zstd", compression_level=ZSTD_LEVEL)
+        (Path(staging) / "formulas").mkdir(exist_ok=True)
+        (Path(staging) / "formulas" / f"{name}.json").write_text(json.dumps(formulas, separators=(",", ":")))
+        counts.update(deployments=len(deployments["model_id"]), ops=len(ops["model_id"]), points=points)
+    if part in ("all", "extras"):
+        from engine.build import fronts    # plan's search per sizing scenario: fronts/ and sizing/ (docs/results.md)
+        counts.update(fronts.write_model(ev, grid_path, gpu_root, Path(staging), name,
+                                         lambda columns, schema, path: write_parquet(_frame(columns, schema), path,
+                                                                                     compression="zstd",
+                                                                                     compression_level=ZSTD_LEVEL),
+                                         cache))
+        del cache
+        from engine.build.export import model_document
+        (Path(staging) / "models").mkdir(exist_ok=True)
+        (Path(staging) / "models" / f"{name}.json").write_text(
+            json.dumps(model_document(ev, verification), separators=(",", ":")))
+        (Path(staging) / "playground").mkdir(exist_ok=True)      # the playground's live picks (docs/results.md)
+        (Path(staging) / "playground" / f"{name}.json").write_text(
+            json.dumps(model_playground(ev, sites=sites), separators=(",", ":")))
+    counts["seconds"] = round(time.perf_counter() - started, 3)
+    return counts
+
+
+def merge_parts(halves: list[dict]) -> dict:
+    """One model's counts from its :data:`PARTS` (``seconds``: their sum, the work the next build
+    orders models by)."""
+    merged = {k: v for half in halves for k, v in half.items()}
+    merged["seconds"] = round(sum(half["seconds"] for half in halves), 3)
+    return merged
 
 
 # -- the build ----------------------------------------------------------------------------------------
@@ -722,9 +745,13 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         # every changed spec is walked and verified here first: a broken one fails the build before any
         # work (one line, nothing written); an unverified one is skipped; its row comes from this walk
         # (in the --jobs workers when there are several: the guards of 30 specs take seconds each)
-        pool = _pool(stack, jobs, len(todo), corpus) if where.kind == "local" else None
+        # (a lone model's halves run in two workers: PARTS); the contracts table is handed to the
+        # pool first, so a worker starts while this process walks the specs
+        pool = _pool(stack, jobs, len(todo) * len(PARTS), corpus) if where.kind == "local" else None
+        early = [pool.submit(_corpus_wide_in_worker, "write_contracts", str(corpus.root), str(final), str(staging),
+                             shared, str(gpu_root))] if pool is not None else []
         checks = {}
-        for found in _check_all(corpus, list(todo), hashes, pool):
+        for found in _check_all(corpus, list(todo), hashes, pool if len(todo) > 1 else None):
             mid = found["model_id"]
             if "errors" in found:
                 report.skipped[mid] = found["errors"]
@@ -742,10 +769,13 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         # the corpus-wide tables depend on no model's results: with a pool they are written by its
         # workers while the models evaluate (else here, after them)
         corpus_wide = [(write_contracts, ()), (write_variants, (targets,))]
-        early = [pool.submit(_corpus_wide_in_worker, fn.__name__, str(corpus.root), str(final), str(staging), shared,
-                             str(gpu_root), *extra) for fn, extra in corpus_wide] if pool is not None else []
+
+        def variants_to_pool() -> None:      # queued behind the models' tasks (the longest path)
+            early.append(pool.submit(_corpus_wide_in_worker, "write_variants", str(corpus.root), str(final),
+                                     str(staging), shared, str(gpu_root), targets))
         results = _evaluate(corpus, todo, grid_path, gpu_root, staging, hashes, checks, jobs,
-                            progress, len(targets), len(targets) - len(todo), where, pool)
+                            progress, len(targets), len(targets) - len(todo), where, pool,
+                            variants_to_pool if pool is not None else None)
         if pool is not None:
             for future in early:        # (their errors are raised where their results are read)
                 future.exception()
@@ -841,18 +871,27 @@ def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Cor
 
 
 def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, staging: Path, hashes: dict,
-              checks: dict, jobs: int | None, progress, total: int, done: int, where=None, pool=None) -> list[dict]:
+              checks: dict, jobs: int | None, progress, total: int, done: int, where=None, pool=None,
+              submitted=None) -> list[dict]:
     """Run :func:`build_model` for each model: in this process, in the ``pool`` of --jobs worker
     processes, or on a Dask cluster (``where``, an :class:`engine.build.executor.Executor`); the
-    same files either way."""
+    same files either way. ``submitted()``: called once the models' tasks are in the pool's queue."""
     from engine.build import executor as executors
     args = [(str(corpus.root), mid, str(grid_path), str(gpu_root), str(staging), hashes[mid], checks[mid])
             for mid in todo]
     results: list[dict] = []
     if progress:
         progress(done, total, 0, "")
+    # fewer models than workers: each model's two halves run in parallel (PARTS), else one task each
+    split = pool is not None and 0 < len(todo) < (jobs or os.cpu_count() or 1)
+    parts = PARTS if split else ("all",)
+    halves: dict[str, list[dict]] = defaultdict(list)
 
     def finished(result: dict) -> None:
+        halves[result["model_id"]].append(result)
+        if len(halves[result["model_id"]]) < len(parts):
+            return
+        result = merge_parts(halves.pop(result["model_id"]))
         results.append(result)
         publish.fault("evaluate")
         if progress:
@@ -864,11 +903,13 @@ def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, 
             executors.run_dask(where, jobs, bundle, build_model, [(mid, (hashes[mid], checks[mid])) for mid in todo],
                                staging, engine_digest, finished)
         return results
-    if pool is None or len(todo) < 2:
+    if pool is None:
         for a in args:
             finished(build_model(*a, corpus=corpus))
         return results
-    futures = [pool.submit(_build_model_in_worker, *a) for a in args]
+    futures = [pool.submit(_build_model_in_worker, *a, part=part) for a in args for part in parts]
+    if submitted is not None:
+        submitted()
     try:
         for future in as_completed(futures):
             finished(future.result())
@@ -905,11 +946,11 @@ def worker_init(parent: int, seed: tuple | None = None) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
-def _build_model_in_worker(*args) -> dict:
+def _build_model_in_worker(*args, part: str = "all") -> dict:
     if os.environ.get(publish.FAULT_ENV) == "worker" and _IN_WORKER == os.getppid():
         os.kill(_IN_WORKER, signal.SIGKILL)     # test hook: the build dies while this worker evaluates on
         time.sleep(60)
-    return build_model(*args)
+    return build_model(*args, part=part)
 
 
 def progress_printer(what: str, stream=sys.stderr):
