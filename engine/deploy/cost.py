@@ -94,6 +94,7 @@ class CompiledProgram:
         self._calls = [_compiled(s.repeat) if s.collective else 0.0 for s in program.steps]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
         self._splits: dict[int, tuple] = {}
+        self._evaluated: dict[tuple, dict[int, np.ndarray]] = {}     # evaluate()'s columns per point set
         self._kernels: tuple[list[int], np.ndarray] | None = None
         #: prefill working sets already computed at one (prompts, prompt, prompt, KV bytes) point
         #: (engine.deploy.sol.prefill_working_set: a function of the program and that point only)
@@ -250,16 +251,26 @@ class CompiledProgram:
         t_comm, t_sol (and weight_bytes when asked)."""
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
         shape = np.broadcast_shapes(*(a.shape for a in args))
-        flops, traffic, comm = (self.column(i, args, shape) for i in range(3))
+        # the columns depend on the point only, not the GPU: a structure shared by several GPU
+        # types (the build's per-op tables) evaluates them once per point set
+        key = tuple((a.shape, a.tobytes()) for a in args)
+        columns = self._evaluated.get(key)
+        if columns is None:
+            columns = self._evaluated[key] = {}
+        for i in (0, 1, 2, 4, 3) if weights else (0, 1, 2, 4):
+            if i not in columns:
+                columns[i] = self.column(i, args, shape)
+                columns[i].flags.writeable = False          # shared: no caller may change it
+        flops, traffic, comm = columns[0], columns[1], columns[2]
         peaks, links, hbm, alphas = self.rates(gpu)
         expand = (slice(None),) + (None,) * len(shape)
-        latency = self.column(4, args, shape) * alphas[expand]       # calls x per-call latency
+        latency = columns[4] * alphas[expand]       # calls x per-call latency
         t_compute, t_memory, t_comm = flops / peaks[expand], traffic / hbm, comm / links[expand] + latency
         out = {"flops": flops, "bytes": traffic, "comm_bytes": comm, "t_compute": t_compute,
                "t_memory": t_memory, "t_comm": t_comm,
                "t_sol": np.maximum(np.maximum(t_compute, t_memory), t_comm)}
         if weights:
-            out["weight_bytes"] = self.column(3, args, shape)
+            out["weight_bytes"] = columns[3]
         return out
 
 

@@ -370,22 +370,32 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
     def numbers(values: np.ndarray):
         return values if arrays else values.tolist()
 
+    # the GPU-free labels of one point's rows, once per structure and phase (several GPU types share it)
+    labels = s.__dict__.setdefault("_op_labels", {})
+    if phase not in labels:
+        labels[phase] = {
+            "op_uid": [steps[i].uid for i in keep], "op_name": [steps[i].name for i in keep],
+            "op": [steps[i].op for i in keep], "component": [steps[i].component for i in keep],
+            "role": [steps[i].role for i in keep], "kind": [steps[i].kind for i in keep],
+            "repeat": [int(steps[i].repeat) if steps[i].repeat.is_number else None for i in keep],
+            "link": [steps[i].link for i in keep], "group": [steps[i].group for i in keep],
+            "flops_formula": [text[i][0] for i in keep], "bytes_formula": [text[i][1] for i in keep],
+            "comm_bytes_formula": [text[i][2] for i in keep], "weight_bytes_formula": [text[i][3] for i in keep]}
+    label = {name: values * n for name, values in labels[phase].items()}
+
     return {
-        "op_uid": per_step(lambda st, i: st.uid), "op_name": per_step(lambda st, i: st.name),
-        "op": per_step(lambda st, i: st.op), "component": per_step(lambda st, i: st.component),
-        "role": per_step(lambda st, i: st.role), "kind": per_step(lambda st, i: st.kind),
-        "repeat": per_step(lambda st, i: int(st.repeat) if st.repeat.is_number else None),
+        "op_uid": label["op_uid"], "op_name": label["op_name"], "op": label["op"], "component": label["component"],
+        "role": label["role"], "kind": label["kind"], "repeat": label["repeat"],
         "flops": numbers(v["flops"]), "bytes": numbers(v["bytes"]), "weight_bytes": numbers(v["weight_bytes"]),
         "comm_bytes": numbers(v["comm_bytes"]), "intensity": numbers(density),
         "t_compute_s": numbers(v["t_compute"]), "t_memory_s": numbers(v["t_memory"]),
         "t_comm_s": numbers(v["t_comm"]), "t_sol_s": numbers(v["t_sol"]),
         "bound": [BOUNDS[j] for j in np.argmax(t, axis=0)],
-        "link": per_step(lambda st, i: st.link), "group": per_step(lambda st, i: st.group),
+        "link": label["link"], "group": label["group"],
         "compute_dtype": per_step(lambda st, i: plan.gpu.compute_dtype(st.compute_dtype)),
         "parts": per_step(lambda st, i: list(st.parts)),
-        "flops_formula": per_step(lambda st, i: text[i][0]), "bytes_formula": per_step(lambda st, i: text[i][1]),
-        "comm_bytes_formula": per_step(lambda st, i: text[i][2]),
-        "weight_bytes_formula": per_step(lambda st, i: text[i][3]),
+        "flops_formula": label["flops_formula"], "bytes_formula": label["bytes_formula"],
+        "comm_bytes_formula": label["comm_bytes_formula"], "weight_bytes_formula": label["weight_bytes_formula"],
     }
 
 
