@@ -90,15 +90,19 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             found = tree_of[expr] = trees.add(to_tree(expr))
         return found
 
-    exported: dict[tuple, tuple] = {}      # (id(structure), phase) -> (structure, program index)
+    # (ids of a phase's numeric and symbolic programs) -> (those programs, program index): structures
+    # of other regimes or domains often hold the very same fused programs (planner._fused's memo)
+    exported: dict[tuple, tuple] = {}
 
     def string(text: str) -> int:        # a string is its own key (no JSON text to build)
         return strings.add(text, key=text)
 
     def program(s, phase: str) -> int:
-        found = exported.get((id(s), phase))
-        if found is not None and found[0] is s:   # the same object (a freed structure's id can recur)
-            return found[1]
+        numeric, symbolic = s.programs[phase], s.formulas[phase]
+        key = (id(numeric), id(symbolic))
+        found = exported.get(key)
+        if found is not None and found[0] is numeric and found[1] is symbolic:   # (a freed object's id can recur)
+            return found[2]
         text = formula_text(s, phase)
         steps = []
         for i, st in enumerate(s.programs[phase].steps):
@@ -111,7 +115,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                           int(bool(st.view)), string(st.uid), string(text[i][0]), string(text[i][1]),
                           string(text[i][2])])
         index = programs.add(steps, key=tuple(map(tuple, steps)))
-        exported[(id(s), phase)] = (s, index)
+        exported[key] = (numeric, symbolic, index)
         return index
 
     def drafts(main, drafting, phase: str) -> int:
