@@ -52,17 +52,16 @@ def _edited(tmp_path: Path, edits: list[tuple[str, str, str]]):
     return load_corpus(root)
 
 
-@pytest.mark.parametrize("model_id", [QWEN_MOE, GEMMA, GPT, "deepseek-ai/DeepSeek-V3"])
+@pytest.mark.parametrize("model_id", [QWEN_MOE, GEMMA, GPT, "Qwen/Qwen3.5-27B"])
 def test_corpus_verdicts_are_the_per_tensor_ones(model_id, corpus):
-    # DeepSeek-V3: an MTP stack outside the modeling-code evidence; gemma: prefixes and vision tensors
+    # Qwen3.5-27B: an MTP stack outside the modeling-code evidence; gemma: prefixes and vision tensors
     assert _same(corpus, model_id)["verified"]
 
 
 QWEN_EDITS = {
     "experts missing from the checkpoint": ("model.layers.{0..47}.mlp.experts.{0..127}.down_proj.weight BF16",
                                             "model.layers.{0..47}.mlp.experts.{0..119}.down_proj.weight BF16"),
-    "a transposed matrix": ("experts.{0..127}.down_proj.weight BF16 [2048, 768]",
-                            "experts.{0..127}.down_proj.weight BF16 [768, 2048]"),
+    "a transposed matrix": ("self_attn.o_proj.weight BF16 [2048, 4096]", "self_attn.o_proj.weight BF16 [4096, 2048]"),
     "a dtype and its bytes": ("experts.{0..127}.gate_proj.weight BF16", "experts.{0..127}.gate_proj.weight F32"),
     "a width": ("experts.{0..127}.up_proj.weight BF16 [768, 2048]", "experts.{0..127}.up_proj.weight BF16 [768, 1024]"),
     "unclaimed tensors": ("- model.norm.weight BF16 [2048]\n",
@@ -73,11 +72,12 @@ QWEN_EDITS = {
 }
 
 
-@pytest.mark.parametrize("edit", list(QWEN_EDITS))
-def test_failing_manifest_verdicts_are_the_per_tensor_ones(edit, tmp_path):
-    old, new = QWEN_EDITS[edit]
-    verdict = _same(_edited(tmp_path, [(QWEN_TENSORS, old, new)]), QWEN_MOE)
-    assert not verdict["verified"]
+@pytest.mark.parametrize("edits", [[e for e in QWEN_EDITS if e != "a name listed twice"], ["a name listed twice"]],
+                         ids=["all at once", "a name listed twice"])
+def test_failing_manifest_verdicts_are_the_per_tensor_ones(edits, tmp_path):
+    # at once: the findings of every kind, and their order, against the per-tensor guards'
+    corpus = _edited(tmp_path, [(QWEN_TENSORS, *QWEN_EDITS[e]) for e in edits])
+    assert not _same(corpus, QWEN_MOE)["verified"]
 
 
 def test_prefix_collisions_and_modalities_are_the_per_tensor_verdicts(tmp_path):
