@@ -146,6 +146,7 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
     bytes_at = _reference_bytes(ev, bytes_formula)
     ops = []
     at_decode: dict = {}      # per decode row: its FLOPs at the reference point (the landscape's too)
+    exact: dict = {}          # (row uid, phase) -> its FLOPs at the reference point when an exact number
     for uid, row in num.rows.items():
         srow = sym.rows[uid]
         entry = {"uid": uid, "name": row.name, "op": row.op, "component_uid": row.component_uid,
@@ -165,6 +166,8 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                 value = _at(row.flops, point)
                 if phase == "decode":
                     at_decode[uid] = value
+                if isinstance(value, sympy.Rational):
+                    exact[(uid, phase)] = value
                 entry[f"flops_{phase}"] = {"value": float(value), "formula": text(srow.flops)}
                 if uid in bytes_at and phase in bytes_at[uid]:
                     traffic = bytes_at[uid][phase]
@@ -185,10 +188,14 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
         for phase in ("prefill", "decode"):
             rows = [u for u in inside if phase in num.rows[u].phases]
             point = _point(phase)
-            flops = sympy.Add(*(num.rows[u].flops * num.rows[u].repeat for u in rows))
             sflops = sympy.Add(*(sym.rows[u].flops * sym.rows[u].repeat for u in rows))
             traffic = sum(bytes_at.get(u, {}).get(phase, 0.0) * float(num.rows[u].repeat) for u in rows)
-            totals[f"flops_{phase}"] = {"value": float(_at(flops, point)), "formula": text(sflops)}
+            if all((u, phase) in exact and isinstance(num.rows[u].repeat, sympy.Rational) for u in rows):
+                # the rows' exact values summed: the exact number the sum's formula takes at the point
+                at = sympy.Add(*(exact[(u, phase)] * num.rows[u].repeat for u in rows))
+            else:
+                at = _at(sympy.Add(*(num.rows[u].flops * num.rows[u].repeat for u in rows)), point)
+            totals[f"flops_{phase}"] = {"value": float(at), "formula": text(sflops)}
             totals[f"bytes_{phase}"] = traffic
         # one layer's worth: parameters per repeat, cache bytes per token (BF16) per repeat
         per_layer = sympy.Add(*(num.rows[u].params * num.rows[u].instances for u in owned))
