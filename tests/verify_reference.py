@@ -8,7 +8,6 @@ Only the three guards that read the manifest are here; the others are the engine
 from __future__ import annotations
 
 from collections import defaultdict
-from math import prod
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any

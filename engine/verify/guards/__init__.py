@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, Sequence
+from typing import Sequence
 
 from engine.spec.corpus import Corpus
 from engine.spec.evaluate import Analysis
