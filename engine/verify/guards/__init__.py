@@ -127,11 +127,7 @@ class CheckpointTable:
             gid_of = {(g.dtype, tuple(g.shape)): gid for gid, g in enumerate(self.groups)}
             self._entries = {}
             for t in manifest.tensors:   # name order
-                name = t.name
-                for old, new in prefixes:
-                    if name.startswith(old):
-                        name = new + name[len(old):]
-                        break
+                name = canonical_names([t.name], t.name, prefixes)[0]
                 self._entries[name] = (t.name, gid_of[(t.dtype, tuple(t.shape))])
             self.index = {c: gid for c, (_, gid) in self._entries.items()}
 
