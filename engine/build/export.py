@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import sympy
+from sympy.printing.str import StrPrinter
 
 from engine.spec import kv, symbols
 from engine.spec.quantities import quantity
@@ -51,6 +52,62 @@ def _point(phase: str) -> dict:
             symbols.dim("ctx"): REFERENCE["prompt"], KV_BYTES: 2}
 
 
+def _at(expr, point: dict):
+    """``expr.subs(point)``, by the cheaper ``xreplace`` when that gives an exact number: a point of
+    numbers for symbols evaluates to one exact rational either way (anything else, a Float or a
+    symbol left over, takes ``subs`` itself, so its value is the one it always was)."""
+    value = expr.xreplace(point) if isinstance(expr, sympy.Basic) else expr
+    if isinstance(value, sympy.Rational):
+        return value
+    return expr.subs(point)
+
+
+class _Printer(StrPrinter):
+    """``str(expr)``'s printer, remembering what it printed below the top level: the formulas of one
+    document share most of their terms (a component's sum holds its children's rows). A term
+    prints the same wherever it sits below the top (a Float, the one thing that looks at the
+    depth, strips its zeros at every depth below it); keys carry the type, and in sympy equal
+    expressions are the same tree (a Float never equals an Integer)."""
+
+    def __init__(self):
+        super().__init__({"order": None})      # what Printable.__str__ passes to sstr
+        self._memo: dict = {}
+
+    def _print(self, expr, **kwargs) -> str:
+        if kwargs or self._print_level < 1:
+            return super()._print(expr, **kwargs)
+        try:
+            key = (type(expr), expr)
+            text = self._memo.get(key)
+        except TypeError:                       # unhashable: print it each time
+            return super()._print(expr)
+        if text is None:
+            text = self._memo[key] = super()._print(expr)
+        return text
+
+
+class _Texts(dict):
+    """``str(expr)`` once per distinct expression of one document (ops repeat per phase, components
+    share their rows, templates repeat formulas), printed by one :class:`_Printer`."""
+
+    def __init__(self):
+        super().__init__()
+        self._printer = _Printer()
+
+    def __call__(self, expr) -> str:
+        if not isinstance(expr, sympy.Basic):    # a plain number: str() as ever, never a key
+            return str(expr)
+        return self[expr]
+
+    def __missing__(self, expr) -> str:
+        text = self[expr] = self._printer.doprint(expr)
+        return text
+
+    def quantity(self, value, formula) -> dict:
+        """:func:`engine.spec.quantities.quantity` with the formula printed here."""
+        return quantity(value, formula, self)
+
+
 def _reference_bytes(ev: Evaluation, formulas: dict | None = None) -> dict[str, dict[str, float]]:
     """Per row uid and phase: HBM bytes of the unfused single-GPU program at the reference point
     (per call; ``formulas``, when given, receives the same per call over the scenario symbols)."""
@@ -66,7 +123,7 @@ def _reference_bytes(ev: Evaluation, formulas: dict | None = None) -> dict[str, 
         for step in program.steps:
             if step.kind == "compute":
                 per_call = step_totals(step)[1] / step.repeat
-                out.setdefault(step.uid, {})[phase] = float(per_call.subs(point))
+                out.setdefault(step.uid, {})[phase] = float(_at(per_call, point))
                 if formulas is not None:
                     formulas.setdefault(step.uid, {})[phase] = per_call
     return out
@@ -77,16 +134,19 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
     report (:meth:`engine.verify.validate.Report.as_dict`) shown as the page's guard table."""
     model = ev.model
     overview = ev.overview()
+    text = _Texts()
     flat = {}
     for key, q in overview.items():
         if isinstance(q, dict):
-            flat[key] = {sub: quantity(v.value, v.formula) for sub, v in q.items()}
+            flat[key] = {sub: text.quantity(v.value, v.formula) for sub, v in q.items()}
         else:
-            flat[key] = quantity(q.value, q.formula)
+            flat[key] = text.quantity(q.value, q.formula)
     num, sym = ev.numeric, ev.symbolic
     bytes_formula: dict = {}
     bytes_at = _reference_bytes(ev, bytes_formula)
     ops = []
+    at_decode: dict = {}      # per decode row: its FLOPs at the reference point (the landscape's too)
+    exact: dict = {}          # (row uid, phase) -> its FLOPs at the reference point when an exact number
     for uid, row in num.rows.items():
         srow = sym.rows[uid]
         entry = {"uid": uid, "name": row.name, "op": row.op, "component_uid": row.component_uid,
@@ -94,17 +154,21 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                  "phases": sorted(row.phases), "inputs": list(row.inputs),
                  "in_shapes": [_shape(t) for t in row.in_shapes], "out_shape": _shape(row.out),
                  "out_sizes": [str(a.size) for a in row.out.axes],
-                 "params": quantity(row.params, srow.params),
-                 "repeat": quantity(row.repeat, srow.repeat), "instances": quantity(row.instances, srow.instances),
-                 "active": quantity(row.active, srow.active),
+                 "params": text.quantity(row.params, srow.params),
+                 "repeat": text.quantity(row.repeat, srow.repeat), "instances": text.quantity(row.instances, srow.instances),
+                 "active": text.quantity(row.active, srow.active),
                  "leaves": [{"key": l.key, "shape": [a.name for a in l.axes], "kind": l.kind} for l in row.leaves],
                  "weight_axes": dict(row.weight_axes), "shares": row.shares or "",
                  "line": row.where.line, "file": row.where.file}
         for phase in ("prefill", "decode"):
             if phase in row.phases:
                 point = _point(phase)
-                value = row.flops.subs(point)
-                entry[f"flops_{phase}"] = {"value": float(value), "formula": str(srow.flops)}
+                value = _at(row.flops, point)
+                if phase == "decode":
+                    at_decode[uid] = value
+                if isinstance(value, sympy.Rational):
+                    exact[(uid, phase)] = value
+                entry[f"flops_{phase}"] = {"value": float(value), "formula": text(srow.flops)}
                 if uid in bytes_at and phase in bytes_at[uid]:
                     traffic = bytes_at[uid][phase]
                     entry[f"bytes_{phase}"] = traffic
@@ -124,10 +188,14 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
         for phase in ("prefill", "decode"):
             rows = [u for u in inside if phase in num.rows[u].phases]
             point = _point(phase)
-            flops = sympy.Add(*(num.rows[u].flops * num.rows[u].repeat for u in rows))
             sflops = sympy.Add(*(sym.rows[u].flops * sym.rows[u].repeat for u in rows))
             traffic = sum(bytes_at.get(u, {}).get(phase, 0.0) * float(num.rows[u].repeat) for u in rows)
-            totals[f"flops_{phase}"] = {"value": float(flops.subs(point)), "formula": str(sflops)}
+            if all((u, phase) in exact and isinstance(num.rows[u].repeat, sympy.Rational) for u in rows):
+                # the rows' exact values summed: the exact number the sum's formula takes at the point
+                at = sympy.Add(*(exact[(u, phase)] * num.rows[u].repeat for u in rows))
+            else:
+                at = _at(sympy.Add(*(num.rows[u].flops * num.rows[u].repeat for u in rows)), point)
+            totals[f"flops_{phase}"] = {"value": float(at), "formula": text(sflops)}
             totals[f"bytes_{phase}"] = traffic
         # one layer's worth: parameters per repeat, cache bytes per token (BF16) per repeat
         per_layer = sympy.Add(*(num.rows[u].params * num.rows[u].instances for u in owned))
@@ -137,29 +205,28 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
         skv_layer = sympy.Add(*(sc.per_token * 2 for _, sc in mine if sc.growth != "state"))
         components.append({"uid": uid, "component": comp.component, "role": comp.role, "stack": comp.stack,
                            "parent": parent, "template": comp.template or "", "layers": list(comp.layers),
-                           "repeat": quantity(comp.repeat, scomp.repeat), "instances": quantity(comp.instances, scomp.instances),
-                           "active": quantity(comp.active, scomp.active), "params": quantity(params, sparams),
-                           "params_per_layer": quantity(per_layer, sper_layer),
-                           "kv_bytes_per_token_per_layer": quantity(kv_layer, skv_layer), **totals})
+                           "repeat": text.quantity(comp.repeat, scomp.repeat), "instances": text.quantity(comp.instances, scomp.instances),
+                           "active": text.quantity(comp.active, scomp.active), "params": text.quantity(params, sparams),
+                           "params_per_layer": text.quantity(per_layer, sper_layer),
+                           "kv_bytes_per_token_per_layer": text.quantity(kv_layer, skv_layer), **totals})
     caches = []
     for c, s in zip(num.caches, sym.caches):
         caches.append({"uid": c.uid, "node": c.node_uid, "name": c.name, "kind": c.kind, "growth": c.growth,
-                       "stack": c.stack, "per_token": quantity(c.per_token, s.per_token), "layers": quantity(c.repeat, s.repeat),
-                       "window": quantity(c.window, s.window) if c.window is not None else None,
-                       "every": quantity(c.every, s.every) if c.every is not None else None,
+                       "stack": c.stack, "per_token": text.quantity(c.per_token, s.per_token), "layers": text.quantity(c.repeat, s.repeat),
+                       "window": text.quantity(c.window, s.window) if c.window is not None else None,
+                       "every": text.quantity(c.every, s.every) if c.every is not None else None,
                        # per token of context: a compressed cache adds one entry every `every` tokens
                        # a state adds nothing per context token: its fixed bytes per request instead
-                       "bytes_per_token": quantity(0 if c.growth == "state" else kv.per_context_token(c) * kv.cache_element_bytes(c),
+                       "bytes_per_token": text.quantity(0 if c.growth == "state" else kv.per_context_token(c) * kv.cache_element_bytes(c),
                                                    0 if c.growth == "state" else kv.per_context_token(s) * kv.cache_element_bytes(s)),
-                       "bytes_per_request": (quantity(c.per_token * c.repeat * kv.cache_element_bytes(c),
+                       "bytes_per_request": (text.quantity(c.per_token * c.repeat * kv.cache_element_bytes(c),
                                                       s.per_token * s.repeat * kv.cache_element_bytes(s))
                                              if c.growth == "state" else None),
-                       "layer_bytes_per_token": quantity(c.per_token * kv.cache_element_bytes(c),
+                       "layer_bytes_per_token": text.quantity(c.per_token * kv.cache_element_bytes(c),
                                                          s.per_token * kv.cache_element_bytes(s)),
                        "dtype": c.dtype or "kv"})
     decode = _point("decode")
-    landscape = model_facts(ev, decode, {u: r.flops.subs(decode) for u, r in num.rows.items() if "decode" in r.phases},
-                            bytes_at, bytes_formula)
+    landscape = model_facts(ev, decode, at_decode, bytes_at, bytes_formula, overview)
     streams = [_stream_entry(stream, num) for stream in num.streams]
     length = np.array(KV_LENGTHS, dtype=float)
     curve = {part: np.broadcast_to(kv.request_bytes_fn(num, part=part)(length, 2), length.shape).astype(float).tolist()

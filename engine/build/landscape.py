@@ -152,11 +152,12 @@ def _where(path: Path, field: str, index: int | None = None):
 # -- per-model facts (in the model document) -------------------------------------------------------------
 
 
-def model_facts(ev: Evaluation, point: dict, flops_at: dict, bytes_at: dict, bytes_formula: dict) -> dict[str, Any]:
+def model_facts(ev: Evaluation, point: dict, flops_at: dict, bytes_at: dict, bytes_formula: dict,
+                overview: dict | None = None) -> dict[str, Any]:
     """The landscape facts of one model (see the module doc). ``point`` is the decode reference
     point; ``bytes_at``/``bytes_formula``: per row uid and phase, the HBM bytes of one call of the
     placed single-GPU program (value and formula over the scenario symbols); ``flops_at``: per row
-    uid, its decode FLOPs per call at ``point``."""
+    uid, its decode FLOPs per call at ``point``; ``overview``: ``ev.overview()`` if the caller has it."""
     num, sym = ev.numeric, ev.symbolic
     kv_cells = {}
     for label, length in KV_CONTEXTS.items():
@@ -178,11 +179,12 @@ def model_facts(ev: Evaluation, point: dict, flops_at: dict, bytes_at: dict, byt
         straffic = sympy.Add(*(bytes_formula[u]["decode"] * sym.rows[u].repeat for u in rows))
         if not traffic:
             continue
+        flops_text, bytes_text = str(sflops), str(straffic)      # each printed once
         attention.append({"kind": kind, "component": comp_uid,
                           "intensity": {"value": float(flops) / traffic,
-                                        "formula": f"({sflops}) / ({straffic})"},
-                          "flops": {"value": float(flops), "formula": str(sflops)},
-                          "bytes": {"value": float(traffic), "formula": str(straffic)}})
+                                        "formula": f"({flops_text}) / ({bytes_text})"},
+                          "flops": {"value": float(flops), "formula": flops_text},
+                          "bytes": {"value": float(traffic), "formula": bytes_text}})
     # one row per kind: a kind used by several layer templates is summed over them
     merged: dict[str, dict] = {}
     for a in attention:
@@ -196,7 +198,7 @@ def model_facts(ev: Evaluation, point: dict, flops_at: dict, bytes_at: dict, byt
                 "flops": {"value": m["flops"], "formula": " + ".join(m["f"])},
                 "bytes": {"value": m["bytes"], "formula": " + ".join(m["b"])}}
                for k, m in merged.items()]
-    overview = ev.overview()
+    overview = overview if overview is not None else ev.overview()
     return {"traits": traits(ev), "dims": {k: int(v) for k, v in values.items()}, "kv_per_token": kv_cells, "experts": experts, "attention_decode": by_kind,
             "params_total": _q(overview["params_total"].value, overview["params_total"].formula),
             "params_active": _q(overview["params_active"].value, overview["params_active"].formula),

@@ -66,7 +66,8 @@ class Evaluation:
             "n_layers": q(quantities.n_layers),
             "max_context": Quantity(self.numeric.max_context, self.symbolic.max_context),
             "checkpoint_tensors": Quantity(storage.tensor_count(num_t), storage.tensor_count(sym_t)),
-            "checkpoint_bytes": Quantity(sum(t.total_bytes for t in num_t), sum(t.total_bytes for t in sym_t)),
+            "checkpoint_bytes": Quantity(sympy.Add(*(t.total_bytes for t in num_t)),
+                                         sympy.Add(*(t.total_bytes for t in sym_t))),
         }
         by_num, by_sym = storage.bytes_by_dtype(num_t), storage.bytes_by_dtype(sym_t)
         out["checkpoint_bytes_by_dtype"] = {k: Quantity(by_num[k], by_sym[k]) for k in by_num}

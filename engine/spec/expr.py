@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import math
+from functools import lru_cache
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -82,6 +83,14 @@ def parse(text: Any) -> ast.expression:
     if len(text) > MAX_LENGTH:
         raise ExprError(f"expression longer than {MAX_LENGTH} characters",
                         "split it into named dims")
+    return _parse_text(text)
+
+
+@lru_cache(maxsize=8192)
+def _parse_text(text: str) -> ast.expression:
+    """:func:`parse` of a string of at most MAX_LENGTH characters. Cached: the walks and the guards
+    read the same few hundred expressions again per layer; a tree is only read, never changed.
+    (A text that fails raises each time: exceptions are not cached.)"""
     if not text.isascii():
         # Never echo the text: it may hold a lone surrogate, which cannot be printed.
         at, char = next((i, c) for i, c in enumerate(text) if not c.isascii())

@@ -111,16 +111,17 @@ def checkpoint_tensors(analysis: Analysis, model: ModelSpec, corpus: Corpus) -> 
 
 def bytes_by_dtype(tensors: list[TensorRow], stack: str | None = None) -> dict[str, sympy.Expr]:
     """Checkpoint bytes per dtype (optionally for one stack)."""
-    out: dict[str, sympy.Expr] = defaultdict(lambda: sympy.Integer(0))
+    terms: dict[str, list] = defaultdict(list)
     for t in tensors:
         if stack is None or t.stack == stack:
-            out[t.dtype] += t.total_bytes
-    return dict(sorted(out.items()))
+            terms[t.dtype].append(t.total_bytes)
+    # one Add per dtype: adding term by term re-flattens a growing formula (quadratic); the sum is the same
+    return {dtype: sympy.Add(*terms[dtype]) for dtype in sorted(terms)}
 
 
 def tensor_count(tensors: list[TensorRow], stack: str | None = None) -> sympy.Expr:
     """Number of stored tensors (optionally for one stack)."""
-    return sum((t.count for t in tensors if stack is None or t.stack == stack), sympy.Integer(0))
+    return sympy.Add(*(t.count for t in tensors if stack is None or t.stack == stack))
 
 
 def leaf_storage(row: NodeRow, leaf: LeafRow, model: ModelSpec, corpus: Corpus,

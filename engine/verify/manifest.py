@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import product
 from math import prod
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -43,19 +46,81 @@ class ManifestTensor:
 
 
 @dataclass(frozen=True, slots=True)
+class TensorGroup:
+    """Tensors that differ only in their names (one manifest line, expanded): the guards compare a
+    group's dtype and shape once, not once per name. ``names`` keep the line's expansion order."""
+
+    names: tuple[str, ...]
+    dtype: str
+    shape: tuple[int, ...]
+    numel: int
+    nbytes: int
+
+    @classmethod
+    def of(cls, names: Sequence[str], dtype: str, shape: tuple[int, ...]) -> "TensorGroup":
+        numel = prod(shape)
+        return cls(tuple(names), dtype, shape, numel, stored_bytes(dtype, numel))
+
+    def tensor(self, name: str) -> ManifestTensor:
+        return ManifestTensor(name, self.dtype, self.shape)
+
+
+class SortedTensors(Sequence):
+    """A loaded manifest's tensors sorted by name, made from its groups on first use (validation
+    reads the groups and never needs a million tensor objects). Equal to the tuple it stands for."""
+
+    __slots__ = ("_groups", "_count", "_items")
+
+    def __init__(self, groups: Sequence[TensorGroup]):
+        self._groups = tuple(groups)
+        self._count = sum(len(g.names) for g in self._groups)
+        self._items: tuple[ManifestTensor, ...] | None = None
+
+    def _all(self) -> tuple[ManifestTensor, ...]:
+        if self._items is None:      # file order, then a stable sort by name: what load always did
+            items = [ManifestTensor(n, g.dtype, g.shape) for g in self._groups for n in g.names]
+            items.sort(key=attrgetter("name"))
+            self._items = tuple(items)
+        return self._items
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):
+        return self._all()[index]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (SortedTensors, tuple, list)):
+            return self._all() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return f"SortedTensors({len(self)} tensors)"
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """Every tensor of a checkpoint (``tensors`` sorted by name) and the evidence it came from.
 
     ``provenance['kind']`` is one of :data:`KINDS`; ``scope`` lists the stacks the evidence covers
     (modeling code builds the main stack only: multi-token-prediction layers are not in the HF class).
+    ``groups`` is the same tensors grouped by line as :func:`load` read them (``None`` for a
+    manifest built from tensors: :meth:`tensor_groups` groups those).
     """
 
     source: str
     provenance: dict[str, Any]
     total_bytes: int
-    tensors: tuple[ManifestTensor, ...]
+    tensors: Sequence[ManifestTensor]
     scope: tuple[str, ...] = ("*",)
     where: Where = field(default_factory=Where)
+    groups: tuple[TensorGroup, ...] | None = field(default=None, compare=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -63,6 +128,15 @@ class Manifest:
 
     def covers(self, stack: str) -> bool:
         return "*" in self.scope or stack in self.scope
+
+    def tensor_groups(self) -> tuple[TensorGroup, ...]:
+        """Every tensor exactly once, in groups sharing dtype and shape."""
+        if self.groups is not None:
+            return self.groups
+        by: dict[tuple, list[str]] = defaultdict(list)
+        for t in self.tensors:
+            by[(t.dtype, tuple(t.shape))].append(t.name)
+        return tuple(TensorGroup.of(names, dtype, shape) for (dtype, shape), names in by.items())
 
 
 # -- range compression ---------------------------------------------------------------------------
@@ -126,15 +200,42 @@ def _expand_set(text: str) -> list[int]:
 
 def expand_line(line: str) -> list[ManifestTensor]:
     """``name dtype [shape]`` (name possibly with ranges) -> the tensors it stands for."""
+    group = expand_group(line)
+    return [ManifestTensor(n, group.dtype, group.shape) for n in group.names]
+
+
+def expand_group(line: str) -> TensorGroup:
+    """:func:`expand_line` as one group: the names in the same order, dtype and shape once."""
     name, dtype, shape_text = line.split(" ", 2)
     shape = tuple(int(x) for x in shape_text.strip("[]").replace(" ", "").split(",") if x)
     if dtype not in DTYPE_BITS:
         raise ValueError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPE_BITS)})")
+    return TensorGroup.of(_expand_name(name), dtype, shape)
+
+
+def _expand_name(name: str) -> list[str]:
+    """Each name a ranged name stands for, the first range outermost."""
+    parts = _RANGE.split(name)          # literal, set, literal, set, ..., literal
+    literals = parts[0::2]
+    if any("{" in p or "}" in p for p in literals):
+        return _expand_name_stepwise(name)   # braces around a range: substitute one at a time
+    names = [literals[0]]
+    for text, literal in zip(parts[1::2], literals[1:]):
+        values = _expand_set(text)
+        if not values:
+            return []
+        names = [n + str(i) + literal for n in names for i in values]
+    return names
+
+
+def _expand_name_stepwise(name: str) -> list[str]:
+    """The reference expansion: replace the first range until none is left (a substituted index can
+    complete a new range, as in ``{{1}}``)."""
     names = [name]
     while any(_RANGE.search(n) for n in names):
         names = [n[:m.start()] + str(i) + n[m.end():]
                  for n in names for m in [_RANGE.search(n)] for i in _expand_set(m[1])]
-    return [ManifestTensor(n, dtype, shape) for n in names]
+    return names
 
 
 # -- files ---------------------------------------------------------------------------------------
@@ -164,19 +265,19 @@ def load(path: Path, root: Path | None = None) -> Manifest:
         if key not in data:
             raise SpecError(Where(rel, 1, key), f"missing field {key!r}",
                             "regenerate the file with `archledger snapshot MODEL`")
-    tensors: list[ManifestTensor] = []
+    groups: list[TensorGroup] = []
     lines = data["tensors"]
     for i, line in enumerate(lines):
         line_no = getattr(lines, "line", 0) + i   # block style: one line per entry
         try:
-            tensors.extend(expand_line(str(line)))
+            groups.append(expand_group(str(line)))
         except (ValueError, IndexError) as exc:
             raise SpecError(Where(rel, line_no, f"tensors[{i}]"), f"cannot read {line!r}: {exc}",
                             "write `name DTYPE [d0, d1, ...]`") from None
+    tensors = SortedTensors(groups)
     count = data.get("tensor_count")
     if count is not None and count != len(tensors):
         raise SpecError(Where(rel, 1, "tensor_count"), f"the lines expand to {len(tensors)} tensors, "
                         f"not {count}", "regenerate the file with `archledger snapshot MODEL`")
-    tensors.sort(key=lambda t: t.name)
     return Manifest(str(data["source"]), dict(data["provenance"]), int(data["total_bytes"]),
-                    tuple(tensors), tuple(data.get("scope") or ("*",)), where)
+                    tensors, tuple(data.get("scope") or ("*",)), where, tuple(groups))

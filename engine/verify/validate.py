@@ -9,14 +9,17 @@ shape guard reports the engine's error and the other guards are marked "not run"
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 from typing import Any
 
 from engine.spec import storage
 from engine.spec.corpus import Corpus
+from engine.spec.dtypes import stored_bytes
 from engine.spec.errors import SpecError
 from engine.spec.evaluate import Analysis, Binding, walk_model
 from engine.verify.evidence import load_evidence, registry
-from engine.verify.guards import Context, Finding, SpecTensor, axiom, packing, schedule, shape, source, structural, weight
+from engine.verify.guards import (CheckpointTable, Context, Finding, SpecFamily, axiom, canonical_names, packing,
+                                  schedule, shape, source, structural, weight)
 from engine.spec.ir import ModelSpec
 from engine.verify.manifest import KINDS
 
@@ -57,8 +60,9 @@ class Report:
                             "findings": [f.as_dict() for f in r.findings]} for r in self.results]}
 
 
-def expand_tensors(ctx: Context, analysis: Analysis) -> list[SpecTensor]:
-    """Every tensor the spec stores, with ``{layer}`` and ``{expert}`` filled in, canonical names."""
+def spec_families(ctx: Context, analysis: Analysis) -> list[SpecFamily]:
+    """Every tensor the spec stores, with ``{layer}`` and ``{expert}`` filled in and canonical names,
+    one family per stored leaf tensor (names layer-major, then expert)."""
     templates = [(uid, c) for uid, c in analysis.components.items() if c.template]
     out = []
     for t in storage.checkpoint_tensors(analysis, ctx.model, ctx.corpus):
@@ -68,15 +72,19 @@ def expand_tensors(ctx: Context, analysis: Analysis) -> list[SpecTensor]:
             owner = max((c for u, c in templates if t.uid.startswith(u + "/")),
                         key=lambda c: len(c.uid), default=None)
             layers = list(owner.layers) if owner else []
-        experts: list[Any] = [None]
+        names = []
         if "{expert}" in t.key:
-            experts = list(range(int(row.instances)))
+            experts = [str(e) for e in range(int(row.instances))]
+            for layer in layers:
+                parts = t.key.replace("{layer}", str(layer)).split("{expert}")
+                names += [e.join(parts) for e in experts]
+        else:
+            names = [t.key.replace("{layer}", str(layer)) for layer in layers]
+        names = canonical_names(names, t.key.partition("{")[0], ctx.registry.prefixes)
         shape_ = tuple(int(d) for d in t.shape)
-        for layer in layers:
-            for expert in experts:
-                name = t.key.replace("{layer}", str(layer)).replace("{expert}", str(expert))
-                out.append(SpecTensor(weight.canonical(name, ctx.registry), t.dtype, shape_, t.uid,
-                                      t.stack, t.role, t.leaf, t.scheme))
+        numel = prod(shape_)
+        out.append(SpecFamily(names, t.dtype, shape_, t.uid, t.stack, t.role, t.leaf, t.scheme,
+                              numel, stored_bytes(t.dtype, numel)))
     return out
 
 
@@ -100,9 +108,12 @@ def validate(corpus: Corpus, model: ModelSpec, evaluation=None) -> Report:
                                (failed,) if g is shape else ()) for g in ORDER]
         return Report(model.model_id, kind, label, tuple(results))
     ctx = Context(corpus, model, evidence, reg, numeric, symbolic)
-    ctx.spec_tensors = expand_tensors(ctx, numeric)
-    if evidence.manifest is not None:
-        ctx.checkpoint = {weight.canonical(t.name, reg): t for t in evidence.manifest.tensors}
+    ctx.families = spec_families(ctx, numeric)
+    m = evidence.manifest
+    if m is not None:
+        ctx.checkpoint = CheckpointTable(m, reg.prefixes)
+        lookup = ctx.checkpoint.index.get
+        ctx.hits = [list(map(lookup, f.names)) if m.covers(f.stack) else None for f in ctx.families]
     results = []
     for guard in ORDER:
         findings = tuple(guard.check(ctx))

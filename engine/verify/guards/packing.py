@@ -26,14 +26,21 @@ def check(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     dtype_bad = defaultdict(list)
     count_bad = defaultdict(list)
-    for t in ctx.spec_tensors:
-        theirs = ctx.checkpoint.get(t.name)
-        if theirs is None or not m.covers(t.stack):
+    groups = ctx.checkpoint.groups
+    for f, hits in zip(ctx.families, ctx.hits):
+        if hits is None:          # a stack outside this evidence
             continue
-        if t.dtype != theirs.dtype:
-            dtype_bad[(t.uid, t.scheme)].append((t, theirs))
-        if t.numel != theirs.numel:
-            count_bad[(t.uid, t.scheme)].append((t, theirs))
+        differ = {g: (f.dtype != groups[g].dtype, f.numel != groups[g].numel) for g in set(hits) if g is not None}
+        if not any(d or c for d, c in differ.values()):
+            continue
+        for name, g in zip(f.names, hits):   # in order: the first tensor that differs is the example
+            if g is None:
+                continue
+            dtype_differs, count_differs = differ[g]
+            if dtype_differs:
+                dtype_bad[(f.uid, f.scheme)].append((f.tensor(name), groups[g]))
+            if count_differs:
+                count_bad[(f.uid, f.scheme)].append((f.tensor(name), groups[g]))
     for (uid, scheme), pairs in dtype_bad.items():
         ours, theirs = pairs[0]
         out.append(Finding(NAME, "error", uid, f"{len(pairs)} tensor(s) stored as {theirs.dtype} in the "
@@ -48,13 +55,12 @@ def check(ctx: Context) -> list[Finding]:
     for key, scheme in ctx.model.quant.items():
         if key == "*":
             continue
-        hits = [t for t in ctx.spec_tensors if key in (t.role, f"{t.role}.{t.leaf}")]
-        stored = [t for t in hits if t.name in ctx.checkpoint]
-        if hits and not any(m.covers(t.stack) for t in hits):
+        hits = [f for f in ctx.families if f.names and key in (f.role, f"{f.role}.{f.leaf}")]
+        if hits and not any(m.covers(f.stack) for f in hits):
             out.append(Finding(NAME, "info", str(ctx.model.where.at(f"quant_context.overrides.{key}")),
                                f"override {key}: {scheme} applies to the {hits[0].stack} stack only, "
                                "outside this evidence", "snapshot the checkpoint headers to check it"))
-        elif not stored:
+        elif not any(not ctx.checkpoint.index.keys().isdisjoint(f.names) for f in hits):
             where = ctx.model.where.at(f"quant_context.overrides.{key}")
             out.append(Finding(NAME, "error", str(where),
                                f"override {key}: {scheme} stores no checkpoint tensor"

@@ -25,10 +25,14 @@ def check(ctx: Context) -> list[Finding]:
     if m is None:
         return []
     bad = defaultdict(list)
-    for t in ctx.spec_tensors:
-        theirs = ctx.checkpoint.get(t.name)
-        if theirs is not None and m.covers(t.stack) and tuple(theirs.shape) != t.shape:
-            bad[t.uid].append((t, theirs))
+    groups = ctx.checkpoint.groups
+    for f, hits in zip(ctx.families, ctx.hits):
+        if hits is None:          # a stack outside this evidence
+            continue
+        differ = {g for g in set(hits) if g is not None and tuple(groups[g].shape) != f.shape}
+        for name, g in zip(f.names, hits) if differ else ():
+            if g in differ:
+                bad[f.uid].append((f.tensor(name), groups[g]))
     out = []
     for uid, pairs in bad.items():
         ours, theirs = pairs[0]

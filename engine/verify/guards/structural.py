@@ -8,6 +8,8 @@ expression reads the field; its numeric value must then equal the config's.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import sympy
 
 from engine.spec import expr
@@ -64,6 +66,21 @@ def dim_reads(ctx: Context) -> dict[str, set[tuple]]:
     return reads
 
 
+@lru_cache(maxsize=256)
+def _nsimplify(kind: type, value) -> sympy.Expr:
+    return sympy.nsimplify(value)
+
+
+def _exact(value) -> sympy.Expr:
+    """``sympy.nsimplify(value)`` (slow on a float: it searches for the rational), once per value;
+    keyed by type too, so 1 and 1.0 and True stay apart."""
+    try:
+        hash(value)
+    except TypeError:
+        return sympy.nsimplify(value)
+    return _nsimplify(type(value), value)
+
+
 def _reads_field(paths: set[tuple], field: str) -> bool:
     want = tuple(field.split("."))
     return any(p[:len(want)] == want or want[:len(p)] == p for p in paths)
@@ -93,7 +110,7 @@ def check(ctx: Context) -> list[Finding]:
             continue
         if not entry.compare:
             continue
-        want = sympy.nsimplify(value)
+        want = _exact(value)
         for uid in users:
             got = ctx.numeric.rows[uid].dim_values[entry.dim]
             if sympy.simplify(got - want) != 0:

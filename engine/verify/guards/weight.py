@@ -9,11 +9,12 @@ family is one line, not 15,000.
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import repeat
 
 from engine.spec.dtypes import stored_bytes
 from engine.verify.evidence import Registry
 from engine.verify.guards import Context, Finding
-from engine.verify.manifest import ManifestTensor, compress
+from engine.verify.manifest import compress
 
 NAME = "weight"
 EVIDENCE = "checkpoint tensor manifest"
@@ -39,27 +40,52 @@ def check(ctx: Context) -> list[Finding]:
         return [Finding(NAME, "error", "", "no checkpoint tensor manifest for this model",
                         "record one: archledger snapshot MODEL (hub, --checkpoint DIR or --meta)")]
     out: list[Finding] = []
-    claimed = defaultdict(list)
-    for t in ctx.spec_tensors:
-        if m.covers(t.stack):
-            claimed[t.name].append(t)
-    for stack in sorted({t.stack for t in ctx.spec_tensors if not m.covers(t.stack)}):
+    table, families = ctx.checkpoint, ctx.families
+    groups = table.groups
+    covered = [i for i, f in enumerate(families) if f.names and ctx.hits[i] is not None]
+    for stack in sorted({f.stack for f in families if f.names and not m.covers(f.stack)}):
         out.append(Finding(NAME, "info", stack, f"the {stack} stack is outside this evidence "
                            f"({m.provenance.get('kind')} covers {', '.join(m.scope)})",
                            "snapshot the checkpoint headers to check it"))
-    for name, owners in claimed.items():
-        if len(owners) > 1:
-            out.append(Finding(NAME, "error", owners[1].uid, f"{name} is claimed twice (also by {owners[0].uid})",
-                               "give one node another `module:` or share the weight with `shares:`"))
+    # claimed: name -> the first family storing it, in the order the spec stores them
+    claimed: dict[str, int] = {}
+    for i in covered:
+        claimed.update(zip(families[i].names, repeat(i)))
+    once = len(claimed) == sum(len(families[i].names) for i in covered)
     invented = defaultdict(list)
     sized = defaultdict(list)
-    for name, owners in claimed.items():
-        ours = owners[0]
-        theirs = ctx.checkpoint.get(name)
-        if theirs is None:
-            invented[ours.uid].append(name)
-        elif ours.numel != theirs.numel or stored_bytes(ours.dtype, ours.numel) != theirs.nbytes:
-            sized[ours.uid].append((ours, theirs))
+    if once:   # each name has one owner: compare family by group, visit names only where one differs
+        for i in covered:
+            f, hits = families[i], ctx.hits[i]
+            bad = {g for g in set(hits) if g is None or _resized(f, groups[g])}
+            for name, g in zip(f.names, hits) if bad else ():
+                if g not in bad:
+                    continue
+                if g is None:
+                    invented[f.uid].append(name)
+                else:
+                    sized[f.uid].append((f.tensor(name), groups[g]))
+        ours_total = sum(len(families[i].names) * families[i].nbytes for i in covered)
+        found = sum(len(ctx.hits[i]) - ctx.hits[i].count(None) for i in covered)
+    else:
+        owners = defaultdict(list)
+        for i in covered:
+            for name in families[i].names:
+                owners[name].append(i)
+        claimed = {name: ids[0] for name, ids in owners.items()}
+        for name, ids in owners.items():
+            if len(ids) > 1:
+                out.append(Finding(NAME, "error", families[ids[1]].uid, f"{name} is claimed twice (also by "
+                                   f"{families[ids[0]].uid})",
+                                   "give one node another `module:` or share the weight with `shares:`"))
+        for name, i in claimed.items():
+            f, g = families[i], table.index.get(name)
+            if g is None:
+                invented[f.uid].append(name)
+            elif _resized(f, groups[g]):
+                sized[f.uid].append((f.tensor(name), groups[g]))
+        ours_total = sum(families[i].nbytes for i in claimed.values())
+        found = None
     for uid, names in invented.items():
         out.append(Finding(NAME, "error", uid, f"{len(names)} tensor(s) the spec stores are not in the "
                            f"checkpoint, e.g. {names[0]}",
@@ -71,10 +97,11 @@ def check(ctx: Context) -> list[Finding]:
                            f"{ours.numel:,} elements / {stored_bytes(ours.dtype, ours.numel):,} B",
                            "check the dims bound to this op and its quant scheme"))
     other = [p for p in ctx.registry.other_modalities]
-    unclaimed = [t for n, t in ctx.checkpoint.items() if n not in claimed]
+    unclaimed = table.unclaimed(claimed.keys(), found)
     modal = [t for t in unclaimed if any(t.name.startswith(p) for p in other)]
     text = [t for t in unclaimed if t not in modal]
-    owner_of = {t.name.rsplit(".", 1)[0]: t.uid for t in ctx.spec_tensors}
+    if text:
+        owner_of = {name.rsplit(".", 1)[0]: f.uid for f in families for name in f.names}
     by_owner = defaultdict(list)
     for t in text:   # the spec node owning the same module (a missing bias), else the nearest parent
         module = t.name.rsplit(".", 1)[0]
@@ -88,15 +115,18 @@ def check(ctx: Context) -> list[Finding]:
     if modal:
         out.append(Finding(NAME, "warning", "", f"{len(modal)} tensors of other modalities are not modeled "
                            f"(e.g. {modal[0].name})", "a text-only spec leaves them out"))
-    listed = sum(t.nbytes for t in m.tensors)
+    listed = table.listed
     if listed != m.total_bytes:
         out.append(Finding(NAME, "error", "", f"the manifest's tensors add up to {listed:,} B but its "
                            f"shard total is {m.total_bytes:,} B", "regenerate the manifest"))
-    ours_total = sum(stored_bytes(t.dtype, t.numel) for owners in claimed.values() for t in owners[:1])
-    modal_names = {t.name for t in modal}
-    theirs_total = sum(t.nbytes for t in ctx.checkpoint.values() if t.name not in modal_names)
+    theirs_total = table.looked_up_bytes(modal)
     if ours_total != theirs_total:
         out.append(Finding(NAME, "error", "", f"the spec stores {ours_total:,} B, the checkpoint "
                            f"{theirs_total:,} B (language model tensors)",
                            "the per-tensor findings above say where"))
     return out
+
+
+def _resized(family, group) -> bool:
+    """A tensor of ``family`` stored as one of ``group`` differs in elements or bytes."""
+    return family.numel != group.numel or family.nbytes != group.nbytes
