@@ -19,7 +19,7 @@ import yaml
 from engine.build import whatif
 from engine.spec import formula_tree, quantities, symbols
 from site_builder.render import REPO
-from tests.site_helpers import build_small_site, served
+from tests.site_helpers import served, shared_small_site
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 BASE = "Qwen/Qwen3-8B"
@@ -32,7 +32,7 @@ def out(tmp_path_factory):
     grid = yaml.safe_load((REPO / "tests" / "data" / "grid_tiny.yaml").read_text())
     grid["gpu_counts"] = [1]
     # Qwen3.5-27B: its gated DeltaNet is drawn on the components pages, so the GQA -> GDN diff exists
-    return build_small_site(tmp_path_factory.mktemp("playground-any"), grid, [BASE, "Qwen/Qwen3.5-27B"])
+    return shared_small_site(tmp_path_factory, grid, [BASE, "Qwen/Qwen3.5-27B"])   # also test_site_playground_sol's
 
 
 @pytest.fixture(scope="module")

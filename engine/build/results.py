@@ -477,6 +477,7 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
     started = time.perf_counter()
     corpus = corpus if corpus is not None else cached_corpus(corpus_root)
     from engine.build.whatif import evaluate_with_sites, model_playground
+    from engine.deploy.hardware import load_gpus
     ev, sites = evaluate_with_sites(corpus, corpus.models[model_id])   # evaluate_spec's walks; its slot sites for the playground
     formulas: dict = {}        # the deploy page's formula trees (engine.build.deploy_export)
     # one cache of placements and structures for the grid and the sizing step (the same configs)
@@ -503,7 +504,7 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
     (Path(staging) / "formulas" / f"{slug(model_id)}.json").write_text(json.dumps(formulas, separators=(",", ":")))
     (Path(staging) / "playground").mkdir(exist_ok=True)      # the playground's live picks (docs/results.md)
     (Path(staging) / "playground" / f"{slug(model_id)}.json").write_text(
-        json.dumps(model_playground(ev, sites=sites), separators=(",", ":")))
+        json.dumps(model_playground(ev, sites=sites, gpus=load_gpus(gpu_root)), separators=(",", ":")))
     return {"model_id": model_id, "deployments": len(deployments["model_id"]),
             "ops": len(ops["model_id"]), "points": points, "seconds": round(time.perf_counter() - started, 3), **sized}
 

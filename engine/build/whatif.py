@@ -19,6 +19,7 @@ stream crosses the sites.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -681,23 +682,76 @@ def evaluate_with_sites(corpus: Corpus, model: ModelSpec) -> tuple[Evaluation, d
     return Evaluation(model, corpus, walk_model(corpus, model, Binding("numeric")), symbolic), recorder.sites
 
 
-def model_playground(ev: Evaluation, context: int | None = None, sites: dict | None = None) -> dict[str, Any]:
+@functools.lru_cache(maxsize=2)
+def _tables(root):
+    return load_tables(root)
+
+
+@functools.lru_cache(maxsize=1)
+def _default_gpus():
+    from engine.deploy.hardware import load_gpus
+    return load_gpus()
+
+
+_USED: dict[int, tuple] = {}     # id(corpus) -> (corpus, component_dims): one per process
+
+
+def prefill_values(corpus: Corpus, component: str, needs: list[str]) -> dict[str, int]:
+    """The page's pre-fill of each dim a pick needs: the first corpus model's value using the same
+    component (:func:`component_dims`), else :data:`PLACEHOLDER` (the page leaves it empty)."""
+    if id(corpus) not in _USED or _USED[id(corpus)][0] is not corpus:
+        _USED.clear()
+        _USED[id(corpus)] = (corpus, component_dims(corpus))
+    used = _USED[id(corpus)][1].get(component, {})
+    return {d: used[d][0]["value"] if used.get(d) else PLACEHOLDER for d in needs}
+
+
+def _pick_sol(bases, slot: str, component: str, p: dict) -> dict[str, Any]:
+    """The SOL times of pick ``p`` (engine.build.playground_sol.pick_sol) at its pre-filled binding."""
+    from engine.build import playground_sol
+    corpus, base = bases.ev.corpus, bases.ev.model
+    values = prefill_values(corpus, component, p["needs"])
+    binds = [variant_rules.Bind(d, v, "pre-fill", _PAGE) for d, v in values.items()]
+    swap = variant_rules.Swap(slot, (), Fill(component, _PAGE, {}), _PAGE)
+    try:
+        variant = variant_rules.resolve(corpus, "pick", base.model_id, [swap], binds, _PAGE)
+        return playground_sol.pick_sol(bases, variant, p["needs"])
+    except SpecError as exc:
+        return {"error": exc.problem}
+
+
+def model_playground(ev: Evaluation, context: int | None = None, sites: dict | None = None,
+                     gpus: dict | None = None, only: set | None = None) -> dict[str, Any]:
     """``results/playground/<org--name>.json``: the base's :func:`formulas` as trees and their
     environment, :func:`pick` for every slot x fitting component of its catalog entry (a slot's
     only current filler excepted: nothing would change), the old fillers' numbers per slot
     (``old``) and the new fillers' per distinct site (``blocks``). Depends on the model's spec and
     snapshot, the component library, slots.yaml and the engine only (pre-fill values live in
     variants.json), so it is carried with the model's other results. ``sites``: the base's
-    (:func:`evaluate_with_sites`), else recorded here."""
+    (:func:`evaluate_with_sites`), else recorded here; ``only``: just these (slot, component) picks
+    (the tests'). Each pick also carries its SOL times (``sol``, engine.build.playground_sol) on
+    :data:`PLAYGROUND`'s GPU from ``gpus`` (default: gpus/), the base's in ``sol_base``."""
     context = context or PLAYGROUND["context"]
     slots = model_slots(ev.corpus, ev.model)
     shared = Picks(ev, sites if sites is not None else sites_of(ev))
     picks = {slot: {c: pick(ev, slot, c, PLAYGROUND["kv_dtype"], shared) for c in entry["fits"]
-                    if entry["current"] != [c]} for slot, entry in slots.items()}
+                    if entry["current"] != [c] and (only is None or (slot, c) in only)}
+             for slot, entry in slots.items()}
+    # the SOL times: the planner's programs at the page's setting (engine.build.playground_sol)
+    from engine.build.playground_sol import Bases
+    from engine.deploy.hardware import find_gpu
+    gpu = find_gpu(gpus if gpus is not None else _default_gpus(), PLAYGROUND["gpu"])
+    bases = Bases(ev, gpu, _tables(ev.corpus.root / "fusion").get(PLAYGROUND["framework"]), context,
+                  PLAYGROUND["framework"], PLAYGROUND["kv_dtype"])
+    for slot, chosen in picks.items():
+        for component, p in chosen.items():
+            if "error" not in p:
+                p["sol"] = _pick_sol(bases, slot, component, p)
     return {"model_id": ev.model.model_id, "context": context,
             "formulas": {k: formula_tree.to_tree(f) for k, f in
                          _sum_of_parts(ev.symbolic, ev.model, ev.corpus, PLAYGROUND["kv_dtype"]).items()},
             "env": environment(ev, context), "picks": picks, "old": shared.old, "blocks": shared.blocks,
+            "sol_base": bases.trees, "sol_setting": {"gpu": gpu.name, "context": context},
             "repeat": _REPEAT.name, "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
 
 

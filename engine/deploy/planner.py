@@ -184,6 +184,7 @@ def _decider(bound: Mapping[str, sympy.Expr]):
             found = value.subs(subs)
             seen[value] = int(found) if found.is_number else None
         return seen[value]
+    decide.seen = seen       # what was decided on which expression (the playground's validity conditions)
     return decide
 
 
