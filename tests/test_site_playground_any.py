@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from engine.build import whatif
+from engine.build.playground_sol import KEYS as SOL_KEYS
 from engine.spec import formula_tree, quantities, symbols
 from site_builder.render import REPO
 from tests.site_helpers import served, shared_small_site
@@ -145,7 +146,8 @@ def test_a_missing_binding_is_reported_not_computed(browser, base):  # noqa: F81
     assert "Unbound: kv_lora_rank" in page.inner_text("#pick-status")
     assert page.query_selector_all("#pick-table td") == []
     page.fill("#pick-dim-kv_lora_rank", "512")
-    assert len(page.query_selector_all("#pick-table td[data-k]")) == 2 * len(whatif.RECOMPUTED)
+    # old and new of each recomputed number and of the SOL times (tests/test_site_playground_sol.py)
+    assert len(page.query_selector_all("#pick-table td[data-k]")) == 2 * (len(whatif.RECOMPUTED) + len(SOL_KEYS))
     assert "Not drawn" in page.inner_text("#pick-graph")     # no built model instantiates MLA
     assert not tab.errors, tab.errors
     tab.context.close()

@@ -49,19 +49,24 @@ def edit(model: str, swap: str, binds: dict, context: int) -> dict:
     return edit_json([model, "--swap", swap, *[f"--bind={d}={v}" for d, v in binds.items()], "--context", str(context)])
 
 
-@pytest.mark.parametrize("model, slot, component, settings", [
-    # DeepSeek-V3 with V3.2's sparse attention: the indexer's heads, head dim and top-k
-    ("deepseek-ai/DeepSeek-V3", "attention", "dsa_attention",
+@pytest.mark.parametrize("model, slot, component, route, settings", [
+    # DeepSeek-V3 with V3.2's sparse attention (its indexer shares top-k through a layer stream,
+    # so the variant is planned whole): the indexer's heads, head dim and top-k
+    ("deepseek-ai/DeepSeek-V3", "attention", "dsa_attention", "whole",
      [({}, 32768), ({"n_index_heads": 32, "index_topk": 1024}, 8192), ({"d_index_head": 64, "index_topk": 4096}, 131072)]),
+    # DeepSeek-V3 (8 GPUs, tensor parallel: collectives, fusions) with GQA in place of MLA
+    ("deepseek-ai/DeepSeek-V3", "attention", "gqa_attention", "sites",
+     [({}, 32768), ({"n_kv_heads": 16, "d_head": 256}, 8192)]),
     # Llama-3.1-8B with MLA in place of GQA, and with Mamba-2 (a linear mixer with a fixed state)
-    ("meta-llama/Meta-Llama-3.1-8B", "attention", "mla_attention",
+    ("meta-llama/Meta-Llama-3.1-8B", "attention", "mla_attention", "sites",
      [({}, 32768), ({"kv_lora_rank": 256, "q_lora_rank": 768}, 4096), ({"d_qk_rope": 32, "d_v_head": 96}, 65536)]),
-    ("meta-llama/Meta-Llama-3.1-8B", "attention", "mamba2_mixer",
+    ("meta-llama/Meta-Llama-3.1-8B", "attention", "mamba2_mixer", "sites",
      [({}, 32768), ({"ssm_state": 64, "ssm_heads": 32}, 16384)]),
 ])
-def test_consistency_exported_sol_trees_equal_archledger_edit(corpus, model, slot, component, settings):
+def test_consistency_exported_sol_trees_equal_archledger_edit(corpus, model, slot, component, route, settings):
     doc, p = exported(corpus, model, slot, component)
     assert "error" not in p and "error" not in p["sol"], p
+    assert p["sol"]["route"] == route
     swap = f"layers[{','.join(p['templates'])}].{slot}={component}"
     for change, context in settings:
         binds = {**p["sol"]["at"], **change}

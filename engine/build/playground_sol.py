@@ -44,7 +44,7 @@ from engine.deploy.cost import KV_BYTES, link_bandwidth, step_totals
 from engine.deploy.fusion import live_rules
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig
-from engine.deploy.planner import _model_decider, _sharded_axes, build_structure, check, validate_options
+from engine.deploy.planner import check
 from engine.deploy.structure import tokens_per_device
 from engine.spec import formula_tree, kv, symbols
 from engine.spec.api import Evaluation
@@ -59,115 +59,6 @@ def options_for(context: int, framework: str, kv_dtype: str) -> tuple[Options, S
     """What :func:`engine.build.whatif._side` plans with at ``context`` (batch 1)."""
     return (Options(framework=framework, kv_dtype=kv_dtype, prefill_tokens=max(8192, context)),
             Scenario(batch=1, input_len=context, output_len=0))
-
-
-def structure(ev: Evaluation, gpu: GPU, config: ParallelConfig, table, context: int, framework: str,
-              kv_dtype: str):
-    """:func:`engine.deploy.plan`'s structure (uncompiled: only its programs are read), or the
-    planner's one-line refusal as a string."""
-    problems = check(ev, config)
-    if problems:
-        return f"{config.label()} cannot run it: " + "; ".join(problems)
-    options, scenario = options_for(context, framework, kv_dtype)
-    validate_options(options, ev)
-    domain = min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain)
-    tokens = tokens_per_device(config, scenario, options.prefill_tokens, options.decode_seq)
-    return build_structure(ev, config, options, domain, table, gpu, tokens, compile=False)
-
-
-class _Rates:
-    """A GPU's divisors of a step's totals (per dtype, link and collective shape)."""
-
-    def __init__(self, gpu: GPU):
-        self.gpu = gpu
-
-    def terms(self, step, f, b, c, calls) -> Any:
-        """The step's SOL as a tree: max(f / peak, b / hbm, c / link + calls x alpha)."""
-        g = self.gpu
-        link = link_bandwidth(g, step.link)
-        alpha = g.collective_latency(step.collective, step.ranks, step.nodes) if step.collective else 0.0
-        comm = sympy.Integer(0)
-        if link != float("inf"):
-            comm = c / sympy.Float(link)
-        if alpha:
-            comm = comm + calls * sympy.Float(alpha)
-        return [f / sympy.Float(g.peak_flops(step.compute_dtype)), b / sympy.Float(g.hbm_bytes_per_s), comm]
-
-
-def _phase_point(phase: str) -> dict:
-    """Batch 1 (one request per replica at dp_attn 1; whatif's setting), decode at one new token."""
-    out = {_BATCH: 1}
-    if phase == "decode":
-        out[_SEQ] = 1
-    return out
-
-
-def _sum_tree(terms: list[list]) -> Any:
-    """Sum of max(...) of each step's terms as one tree; steps whose terms are all numbers are
-    added here (their max is a number), the others stay ``max`` nodes."""
-    constant, nodes = 0.0, []
-    for parts in terms:
-        if all(p.is_number for p in parts):
-            constant += max(float(p) for p in parts)
-        else:
-            nodes.append(["max", *(formula_tree.to_tree(p) for p in parts)])
-    return ["+", constant, *nodes] if nodes else constant
-
-
-def _bytes_tree(values: list) -> Any:
-    return formula_tree.to_tree(sympy.Add(*values))
-
-
-def base_trees(s, gpu: GPU, kv_dtype: str) -> dict[str, Any]:
-    """The old side's three numbers of structure ``s`` as trees over ``seq`` and ``ctx`` (its
-    numeric programs: numbers in the scenario symbols)."""
-    rates = _Rates(gpu)
-    out = {}
-    for phase in ("prefill", "decode"):
-        point = {**_phase_point(phase), KV_BYTES: kv.KV_DTYPE_BYTES[kv_dtype]}
-        terms, traffic = [], []
-        for step in s.programs[phase].steps:
-            f, b, c, _ = (sympy.sympify(e).xreplace(point) for e in step_totals(step))
-            calls = (step.repeat if step.collective else sympy.Integer(0))
-            terms.append(rates.terms(step, f, b, c, sympy.sympify(calls).xreplace(point)))
-            traffic.append(b)
-        out[f"{phase}_sol_s"] = _sum_tree(terms)
-        if phase == "decode":
-            out["decode_bytes"] = _bytes_tree(traffic)
-    return out
-
-
-def _key(step, totals) -> tuple:
-    return (step.uid, *totals, step.repeat if step.collective else 0, step.compute_dtype, step.link,
-            step.collective, step.ranks, step.nodes)
-
-
-def change_trees(old, new, new_ev: Evaluation, needs: list[str], gpu: GPU, config: ParallelConfig,
-                 kv_dtype: str) -> dict[str, Any]:
-    """new - old of the three numbers: the steps of ``new``'s symbolic programs that ``old``'s lack
-    (added) and the reverse (taken away; a step is its uid and totals, so the steps the swap leaves
-    alone cancel), every symbol but the pick's dims and the scenario bound (``new_ev``'s values:
-    the base's dims, the group counts; the config's degrees; batch 1; the KV dtype's bytes)."""
-    rates = _Rates(gpu)
-    fixed = {symbols.dim(k): v for k, v in new_ev.bound.items() if k not in needs}
-    degrees = {symbols.dim(n): getattr(config, n) for n in _DEGREES}
-    out: dict[str, Any] = {}
-    for phase in ("prefill", "decode"):
-        point = {**fixed, **degrees, **_phase_point(phase), KV_BYTES: kv.KV_DTYPE_BYTES[kv_dtype]}
-        sides = [{_key(st, step_totals(st)): st for st in s.formulas[phase].steps} for s in (old, new)]
-        terms: dict[int, list] = {1: [], -1: []}
-        traffic = []
-        for sign, mine, other in ((-1, sides[0], sides[1]), (1, sides[1], sides[0])):
-            for key, step in mine.items():
-                if key in other:
-                    continue
-                f, b, c, calls = (sympy.sympify(e).xreplace(point) for e in (*key[1:4], key[5]))
-                terms[sign].append(rates.terms(step, f, b, c, calls))
-                traffic.append(sign * b)
-        out[f"{phase}_sol_s"] = ["+", _sum_tree(terms[1]), ["*", -1, _sum_tree(terms[-1])]]
-        if phase == "decode":
-            out["decode_bytes"] = _bytes_tree(traffic)
-    return out
 
 
 def free_of(trees: Any) -> set[str]:
@@ -208,78 +99,94 @@ def token_condition(table, gpu: GPU, config: ParallelConfig, context: int) -> An
     return ["and", *conditions] if conditions else None
 
 
-def decision_conditions(new_ev: Evaluation, needs: list[str], config: ParallelConfig) -> list[list]:
-    """The placement's decisions on expressions of the pick's dims (:func:`engine.deploy.planner._decider`'s
-    record: expression -> the integer it decided), each kept: the value stays between the same two
-    group sizes of the config (a decision compares a count with a group size, or with 1), and a
-    sharded dim the pick binds stays divisible by its group (:func:`engine.deploy.planner.check`)."""
-    decide = _model_decider(new_ev)
-    seen = getattr(decide, "seen", {})
-    needed = {symbols.dim(d) for d in needs}
-    fixed = {symbols.dim(k): v for k, v in new_ev.bound.items() if k not in needs}
-    # a decision compares a count with a group size (more devices than heads) or with 1 (one
-    # expert): it stands while the count stays between the same two of these
-    marks = sorted({1, 2, config.tp, config.attn_tp, config.moe_tp, config.ep, config.dp_attn, config.cp,
-                    config.tp * config.cp, config.attn_tp * config.cp})
-    out = []
-    for expr_, value in seen.items():
-        if value is None or not (getattr(expr_, "free_symbols", set()) & needed):
-            continue
-        tree = formula_tree.to_tree(sympy.sympify(expr_).xreplace(fixed))
-        below = max((m for m in marks if m <= value), default=None)
-        above = min((m for m in marks if m > value), default=None)
-        parts = ([[">=", tree, below]] if below is not None else []) + ([["<", tree, above]] if above is not None else [])
-        if parts:
-            out.append(["and", *parts])
-    mesh = Mesh(config, 1 << 30)
-    for region, world, unit, count in _sharded_axes(new_ev):
-        group = mesh.world_group(world, region)
-        if unit not in needs or group is None or isinstance(count, Exception) or group.size == 1:
-            continue
-        per = sympy.Rational(count) / new_ev.bound[unit]       # units of the axis per unit of the dim
-        tree = formula_tree.to_tree(symbols.dim(unit) * per)
-        ok = ["==", ["mod", tree, group.size], 0]
-        if new_ev.corpus.dims[unit].replicate:
-            ok = ["or", ok, ["==", ["mod", group.size, tree], 0]]
-        out.append(ok)
-    return out
-
-
 class Bases:
     """One base model's old side per parallel config (structures and their trees), shared by its picks."""
 
     def __init__(self, ev: Evaluation, gpu: GPU, table, context: int, framework: str, kv_dtype: str):
         self.ev, self.gpu, self.table, self.context = ev, gpu, table, context
         self.framework, self.kv_dtype = framework, kv_dtype
-        self.structures: dict[str, Any] = {}
         self.trees: dict[str, Any] = {}
+        #: every spliced analysis placed for this base: the planner caches stored weights by
+        #: (row uid, id(row)), so a row freed while the cache lives could lend its id to another
+        self.pinned: list = []
+        self._programs: dict[str, Any] = {}
+        self._steps: dict[tuple, tuple] = {}
 
-    def at(self, config: ParallelConfig):
+    def weight_bytes(self) -> float:
+        """The base's stored bytes, every stack (what :func:`engine.build.whatif.default_config` weighs)."""
+        if not hasattr(self, "_weights"):
+            self._weights = float(sum(t.total_bytes for t in self.ev.tensors()))
+        return self._weights
+
+    def env(self, config: ParallelConfig, needs=()) -> dict[str, dict]:
+        """Per phase, the values a step's totals are bound with: the base's dims (not ``needs``: the
+        page binds those), the config's degrees, batch 1, the KV dtype's bytes; decode at seq 1."""
+        base = {**{k: int(v) for k, v in self.ev.bound.items() if k not in needs},
+                **{n: getattr(config, n) for n in _DEGREES}, symbols.BATCH: 1,
+                KV_BYTES.name: kv.KV_DTYPE_BYTES[self.kv_dtype]}
+        return {"prefill": base, "decode": {**base, symbols.SEQ: 1}}
+
+    def programs(self, config: ParallelConfig):
+        """The base's symbolic fused programs on ``config`` (:func:`symbolic_programs`; a string: why
+        the planner refuses it), and its three numbers as trees in ``trees`` (over seq and ctx)."""
         label = config.label()
-        if label not in self.structures:
-            s = structure(self.ev, self.gpu, config, self.table, self.context, self.framework, self.kv_dtype)
-            self.structures[label] = s
-            self.trees[label] = s if isinstance(s, str) else base_trees(s, self.gpu, self.kv_dtype)
-        return self.structures[label]
+        if label not in self._programs:
+            problems = check(self.ev, config)
+            if problems:
+                self._programs[label] = self.trees[label] = f"{label} cannot run it: " + "; ".join(problems)
+            else:
+                from engine.deploy.planner import _model_decider
+                programs = symbolic_programs(self, self.ev.symbolic, config, _model_decider(self.ev))
+                self._programs[label] = programs
+                self.trees[label] = self.phase_trees(programs, config)
+        return self._programs[label]
+
+    def phase_trees(self, programs: dict, config: ParallelConfig) -> dict[str, Any]:
+        env = self.env(config)
+        out = {}
+        for phase in ("prefill", "decode"):
+            steps = [self.step_tree(st, env[phase]) for st in programs[phase].steps]
+            out[f"{phase}_sol_s"] = bind_tree(["+", 0, *(t for t, _ in steps)], {})
+            if phase == "decode":
+                out["decode_bytes"] = bind_tree(["+", 0, *(b for _, b in steps)], {})
+        return out
+
+    def step_tree(self, step, env: dict) -> tuple[Any, Any]:
+        """A step's SOL tree and its HBM bytes' tree, bound by ``env`` (memoized per base step: every
+        pick removes the same ones)."""
+        key = (id(step), id(env))
+        hit = self._steps.get(key)
+        if hit is not None and hit[0] is step:
+            return hit[1]
+        f, b, c, _ = step_totals(step)
+        calls = step.repeat if step.collective else sympy.Integer(0)
+        found = (_step_tree(self.gpu, step, (f, b, c), calls, env), bind_tree(formula_tree.to_tree(b), env))
+        self._steps[key] = (step, found)
+        return found
 
 
 def pick_sol(bases: Bases, variant, needs: list[str]) -> dict[str, Any]:
-    """The SOL part of one pick (module doc): ``config`` (the base's entry in ``bases.trees``),
-    ``change`` (key -> tree), ``valid`` ([[tree, reason]]), ``at`` (the binding the
-    planner's decisions were taken at); or ``{"error": ...}`` when the planner refuses the pick at
-    that binding."""
+    """The SOL part of one pick planned whole (module doc): ``config`` (the base's entry in
+    ``bases.trees``), ``change`` (key -> tree), ``valid`` ([[tree, reason]]), ``at`` (the binding
+    the planner's decisions were taken at); or ``{"error": ...}`` when the planner refuses the pick
+    at that binding. The variant is walked (both bindings: the config and the decisions read its
+    numbers) and placed and fused symbolically (:func:`symbolic_programs`)."""
     from engine.build.whatif import default_config
+    from engine.deploy.planner import _decider
     from engine.spec.api import evaluate_spec
     ev, gpu = bases.ev, bases.gpu
     new_ev = evaluate_spec(ev.corpus, variant.spec)
     config = default_config([ev, new_ev], gpu)
-    old = bases.at(config)
+    old = bases.programs(config)
     if isinstance(old, str):
         return {"error": f"the base on {config.label()}: {old}"}
-    new = structure(new_ev, gpu, config, bases.table, bases.context, bases.framework, bases.kv_dtype)
-    if isinstance(new, str):
-        return {"error": new}
-    change = change_trees(old, new, new_ev, needs, gpu, config, bases.kv_dtype)
+    problems = check(new_ev, config)
+    if problems:
+        return {"error": f"{config.label()} cannot run it: " + "; ".join(problems)}
+    decide = _decider(new_ev.bound)
+    new = symbolic_programs(bases, new_ev.symbolic, config, decide, new_ev)
+    change = _programs_change(bases, old, new, config, needs)
+    base_env = bases.env(config, needs)["prefill"]
     valid = []
     for tree, reason in ((config_condition(ev, new_ev, needs, gpu, config),
                           f"the weights then need another parallel config than {config.label()}"),
@@ -288,11 +195,306 @@ def pick_sol(bases: Bases, variant, needs: list[str]) -> dict[str, Any]:
                           f"({bases.context:,})")):
         if tree is not None:
             valid.append([tree, reason])
-    valid += [[c, "the planner places it differently at these dims (heads per device, divisibility)"]
-              for c in decision_conditions(new_ev, needs, config)]
+    valid += [[bind_tree(c, base_env), "the planner places it differently at these dims (heads per device, divisibility)"]
+              for c in _decisions(decide.seen, needs, config)
+              + _divisible(new_ev.symbolic.rows.values(), needs, config, ev.corpus.dims, new_ev.symbolic.values)]
     free = free_of(change) | free_of({str(i): v[0] for i, v in enumerate(valid)})
     stray = free - set(needs) - {symbols.SEQ, symbols.CTX}
     if stray:
         return {"error": f"the SOL formulas read {', '.join(sorted(stray))}, which the page cannot bind"}
     return {"config": config.label(), "change": change, "valid": valid,
-            "at": {d: int(new_ev.bound[d]) for d in needs}}
+            "at": {d: int(new_ev.bound[d]) for d in needs}, "route": "whole"}
+
+
+# -- the site route: the variant's plan without its walks ---------------------------------------------
+
+_NUMBER = (int, float)
+
+
+def bind_tree(tree: Any, env: dict[str, Any]) -> Any:
+    """``tree`` with the symbols of ``env`` put in and the numbers of each sum and product folded
+    (exact for integers), so a tree over the base's dims becomes one over the pick's dims only."""
+    kind = type(tree)
+    if kind is str:
+        return env.get(tree, tree)
+    if kind is not list:
+        return tree
+    op = tree[0]
+    args = [a if type(a) in _NUMBER else bind_tree(a, env) for a in tree[1:]]
+    if op == "pw":
+        return [op, *args]
+    if op in ("+", "*"):
+        flat, numbers = [], []
+        for a in args:
+            if type(a) is list and a[0] == op:
+                for x in a[1:]:
+                    (numbers if type(x) in _NUMBER else flat).append(x)
+            else:
+                (numbers if type(a) in _NUMBER else flat).append(a)
+        rest = flat
+        if len(numbers) > 1:
+            value = numbers[0]
+            for n in numbers[1:]:
+                value = value + n if op == "+" else value * n
+            numbers = [value]
+        if numbers and numbers[0] == (0 if op == "+" else 1) and rest:
+            numbers = []
+        if op == "*" and numbers and numbers[0] == 0:
+            return 0
+        args = numbers + rest
+        if not args:
+            return 0 if op == "+" else 1
+        return args[0] if len(args) == 1 else [op, *args]
+    if op == "/" and all(isinstance(a, int) for a in args) and args[1] and args[0] % args[1] == 0:
+        return args[0] // args[1]
+    if op != "/" and args and all(isinstance(a, (int, float)) for a in args):
+        return formula_tree.evaluate([op, *args], {})       # every argument a number: the number
+    return [op, *args]
+
+
+def _step_tree(g: GPU, step, totals, calls, env: dict) -> list:
+    """max(f / peak, b / hbm, c / link + calls x alpha) of one step as a tree bound by ``env``
+    (:mod:`engine.deploy.cost`'s SOL of a step; no sympy arithmetic)."""
+    f, b, c = (bind_tree(formula_tree.to_tree(e), env) for e in totals[:3])
+    link = link_bandwidth(g, step.link)
+    alpha = g.collective_latency(step.collective, step.ranks, step.nodes) if step.collective else 0.0
+    comm: list = ["+", 0]
+    if link != float("inf"):
+        comm.append(["*", c, 1.0 / link])
+    if alpha:
+        comm.append(["*", bind_tree(formula_tree.to_tree(calls), env), alpha])
+    return ["max", ["*", f, 1.0 / g.peak_flops(step.compute_dtype)], ["*", b, 1.0 / g.hbm_bytes_per_s],
+            bind_tree(comm, {})]
+
+
+def _raw_key(step) -> tuple:
+    """A step by what its totals and rates are made of (no arithmetic: :func:`step_totals` of two
+    steps with equal keys are equal)."""
+    return (step.uid, step.flops, step.bytes, step.weight_bytes, step.comm_bytes, step.repeat, step.last_token,
+            step.compute_dtype, step.link, step.collective, step.ranks, step.nodes)
+
+
+_KEYS: dict[int, tuple] = {}      # id(program) -> (program, {raw key: step}): the base's, reused by every pick
+
+
+def _keyed(program) -> dict:
+    hit = _KEYS.get(id(program))
+    if hit is not None and hit[0] is program:
+        return hit[1]
+    if len(_KEYS) > 64:
+        _KEYS.clear()
+    keyed = {_raw_key(st): st for st in program.steps}
+    _KEYS[id(program)] = (program, keyed)
+    return keyed
+
+
+def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfig, needs) -> dict[str, Any]:
+    """new - old of the three numbers from two sets of symbolic fused programs (phase -> Program):
+    the steps one has and the other lacks, each a tree bound by the base's values but ``needs``
+    (the old ones, the base's steps, memoized on ``bases``)."""
+    out: dict[str, Any] = {}
+    env = bases.env(config, needs)
+    old_env = bases.env(config)
+    for phase in ("prefill", "decode"):
+        sides = [_keyed(old[phase]), {_raw_key(st): st for st in new[phase].steps}]
+        terms: dict[int, list] = {1: [], -1: []}
+        traffic: dict[int, list] = {1: [], -1: []}
+        for sign, mine, other in ((-1, sides[0], sides[1]), (1, sides[1], sides[0])):
+            for key, step in mine.items():
+                if key not in other:
+                    if sign < 0:     # a base step: the base's values throughout (its dims are not the page's)
+                        t, b = bases.step_tree(step, old_env[phase])
+                    else:
+                        f, b_, c, _ = step_totals(step)
+                        calls = step.repeat if step.collective else sympy.Integer(0)
+                        t = _step_tree(bases.gpu, step, (f, b_, c), calls, env[phase])
+                        b = bind_tree(formula_tree.to_tree(b_), env[phase])
+                    terms[sign].append(t)
+                    traffic[sign].append(b)
+        out[f"{phase}_sol_s"] = bind_tree(["+", ["+", 0, *terms[1]], ["*", -1, ["+", 0, *terms[-1]]]], {})
+        if phase == "decode":
+            out["decode_bytes"] = bind_tree(["+", ["+", 0, *traffic[1]], ["*", -1, ["+", 0, *traffic[-1]]]], {})
+    return out
+
+
+def site_sol(bases: Bases, component: str, needs: list[str], sites: dict[str, tuple],
+             walked: dict[str, tuple], values: dict[str, int]) -> dict[str, Any] | None:
+    """:func:`pick_sol` without the variant's walks: the new filler walked at each site of the base
+    (``sites``: the base's slot sites the pick swaps, engine.build.whatif.Picks), spliced into the
+    base's symbolic analysis (its rows under each site replaced, the readers of the old filler's
+    output reading the new one's), placed and fused by the planner as
+    :func:`engine.deploy.planner.build_structure` places and fuses (symbolic binding, decisions at
+    ``values``). None where the splice does not apply (an output that is not one tensor): the
+    caller then plans the whole variant."""
+    from dataclasses import replace
+    from engine.build.whatif import config_for_bytes
+    from engine.deploy.planner import _decider
+    from engine.spec import storage
+    ev, gpu, a = bases.ev, bases.gpu, bases.ev.symbolic
+    rows, caches = dict(a.rows), list(a.caches)
+    rename: dict[str, str] = {}
+    delta_bytes = sympy.Integer(0)
+    from engine.build.whatif import site_walk
+    for uid, site in sites.items():
+        new_rows, new_caches, new_out = site_walk(*walked[uid], uid, site)
+        old_rows = {u: r for u, r in a.rows.items() if _under(u, uid)}
+        for part, sign in ((old_rows, -1), (new_rows, 1)):
+            delta_bytes += sign * sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(
+                replace(a, rows=part, caches=()), ev.model, ev.corpus)))
+        read = {i for r in a.rows.values() if not _under(r.uid, uid) for i in r.inputs if _under(i, uid)}
+        if len({i.removesuffix("@decode") for i in read}) != 1 or len(new_out) != 1:
+            return None
+        old_out = read.pop().removesuffix("@decode")
+        rename[old_out] = new_out[0]
+        for u in old_rows:
+            del rows[u]
+        rows.update(new_rows)
+        caches = [c for c in caches if not _under(c.node_uid, uid)] + new_caches
+    rows = {u: (replace(r, inputs=tuple(rename.get(i, i) for i in r.inputs))
+                if any(i in rename for i in r.inputs) else r) for u, r in rows.items()}
+    values_ = {**a.values, **{d: symbols.dim(d) for d in needs}}
+    spliced = replace(a, rows=rows, caches=tuple(caches), values=values_)
+    bases.pinned.append(spliced)
+    # the config default_config picks: the new side's weights at the pre-filled binding
+    at = {**{k: int(v) for k, v in ev.bound.items()}, **values}
+    old_total = bases.weight_bytes()
+    new_bytes_tree = bind_tree(formula_tree.to_tree(delta_bytes),
+                               {k: int(v) for k, v in ev.bound.items() if k not in needs})
+    new_total = old_total + formula_tree.evaluate(new_bytes_tree, at)
+    moe = "n_experts" in ev.bound       # both sides MoE (a variant keeps the base's dims)
+    config = config_for_bytes(max(old_total, new_total), moe, gpu)
+    old = bases.programs(config)
+    if isinstance(old, str):
+        return {"error": f"the base on {config.label()}: {old}"}
+    if config.ep > 1 and not any(r.role == "experts" and r.stack == "main" and r.instances != 1 for r in rows.values()):
+        return {"error": f"{config.label()} cannot run it: ep = {config.ep} but the model has no routed experts"}
+    decide = _decider({**ev.bound, **{d: sympy.Integer(v) for d, v in values.items()}})
+    new = symbolic_programs(bases, spliced, config, decide)
+    base_env = bases.env(config, needs)["prefill"]
+    change = _programs_change(bases, old, new, config, needs)
+    valid = []
+    lo_hi = _config_bounds(config, gpu, old_total, new_bytes_tree, moe)
+    if lo_hi is not None:
+        valid.append([lo_hi, f"the weights then need another parallel config than {config.label()}"])
+    tokens_ok = token_condition(bases.table, gpu, config, bases.context)
+    if tokens_ok is not None:
+        valid.append([tokens_ok, "a fusion's token limit falls between this context and the build's "
+                                 f"({bases.context:,})"])
+    valid += [[bind_tree(c, base_env), "the planner places it differently at these dims (heads per device, divisibility)"]
+              for c in _decisions(decide.seen, needs, config)
+              + _divisible([r for r in spliced.rows.values() if any(_under(r.uid, u) for u in sites)], needs, config,
+                           ev.corpus.dims, spliced.values)]
+    for tree, reason in valid:
+        if not formula_tree.evaluate(tree, {**at, symbols.CTX: bases.context}):
+            return {"error": f"at the pre-filled dims: {reason}"}
+    free = free_of(change) | free_of({str(i): v[0] for i, v in enumerate(valid)})
+    if free - set(needs) - {symbols.SEQ, symbols.CTX}:
+        return None
+    return {"config": config.label(), "change": change, "valid": valid, "at": dict(values), "route": "sites"}
+
+
+def _under(uid: str, site: str) -> bool:
+    return uid == site or uid.startswith(site + "/")
+
+
+def _config_bounds(config: ParallelConfig, gpu: GPU, old_total: float, new_delta: Any, moe: bool,
+                   hbm_fraction: float = 0.9) -> Any | None:
+    """The binding keeps the config: the larger side's weights x 1.25 (the new side's = the base's
+    + ``new_delta``, a tree) stay above the capacity of the rung below and within this one's."""
+    from engine.build.whatif import LADDER
+    if not formula_tree.free_names(new_delta):
+        return None
+    per_gpu = gpu.hbm_bytes * hbm_fraction
+    chosen = LADDER.index((config.tp, config.pp))
+    need = ["*", 1.25, ["max", old_total, ["+", old_total, new_delta]]]
+    parts = []
+    if chosen > 0:
+        tp, pp = LADDER[chosen - 1]
+        parts.append([">", need, tp * pp * per_gpu])
+    if chosen < len(LADDER) - 1:
+        parts.append(["<=", need, config.tp * config.pp * per_gpu])
+    return ["and", *parts] if parts else None
+
+
+def _decisions(seen: dict, needs: list[str], config: ParallelConfig) -> list:
+    """The placement's decisions on expressions of the pick's dims, each as a condition that keeps
+    it (see :func:`decision_conditions`), trees over the dims."""
+    needed = {symbols.dim(d) for d in needs}
+    marks = sorted({1, 2, config.tp, config.attn_tp, config.moe_tp, config.ep, config.dp_attn, config.cp,
+                    config.tp * config.cp, config.attn_tp * config.cp})
+    out = []
+    for e, value in seen.items():
+        if value is None or not (getattr(e, "free_symbols", set()) & needed):
+            continue
+        tree = formula_tree.to_tree(e)
+        below = max((m for m in marks if m <= value), default=None)
+        above = min((m for m in marks if m > value), default=None)
+        parts = ([[">=", tree, below]] if below is not None else []) + ([["<", tree, above]] if above is not None else [])
+        if parts:
+            out.append(["and", *parts])
+    return out
+
+
+def _divisible(rows, needs: list[str], config: ParallelConfig, dims_table, values) -> list:
+    """:func:`engine.deploy.planner.check`'s divisibility of the sharded axes of ``rows`` (symbolic)
+    whose shardable unit is a dim the pick binds (and of routed experts by ep), as conditions."""
+    from engine.spec import expr as exprs
+    from engine.deploy.placement import shard_unit
+    mesh = Mesh(config, 1 << 30)
+    out, seen = [], set()
+    for row in rows:
+        if row.stack != "main":
+            continue
+        region = "experts" if row.role == "experts" else "default"
+        for param, world in row.weight_axes.items():
+            name = row.dim_names[param]
+            unit = shard_unit(name, dims_table)
+            group = mesh.world_group(world, region)
+            if unit not in needs or group is None or group.size == 1:
+                continue
+            axis = next(x for axes in (row.out.axes, *(t.axes for t in row.in_shapes), *(l.axes for l in row.leaves))
+                        for x in axes if x.name == name)
+            parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in {*values, unit}}))
+            count = axis.size / (parsed / symbols.dim(unit))
+            key = (str(count), group.size)
+            if key in seen:
+                continue
+            seen.add(key)
+            tree = formula_tree.to_tree(count)
+            ok = ["==", ["mod", tree, group.size], 0]
+            if dims_table[unit].replicate:
+                ok = ["or", ok, ["==", ["mod", group.size, tree], 0]]
+            out.append(ok)
+        if row.role == "experts" and config.ep > 1 and getattr(row.instances, "free_symbols", set()) & \
+                {symbols.dim(d) for d in needs}:
+            out.append(["==", ["mod", formula_tree.to_tree(row.instances), config.ep], 0])
+    return out
+
+
+def symbolic_programs(bases: Bases, analysis, config: ParallelConfig, decide, ev: Evaluation | None = None) -> dict[str, Any]:
+    """Per phase, the fused symbolic program :func:`engine.deploy.planner.build_structure` makes of
+    ``analysis`` (the base's symbolic analysis, or one spliced from it) on ``config`` at the page's
+    setting: the same placement (a symbolic mesh; decisions by ``decide``), pipeline hops and
+    fusion; the fusion's matches are found on this program (the planner finds them on the numeric
+    one: the same steps and tests, which the consistency tests hold equal)."""
+    from dataclasses import replace
+    from engine.deploy.fusion import fuse, match
+    from engine.deploy.placement import DeviceTypes, Placer, phase_rows
+    from engine.deploy.planner import _weights_fn, _with_pipeline
+    from engine.deploy.structure import ACT_DTYPE_BYTES, PHASES
+    ev, gpu = ev or bases.ev, bases.gpu       # ev: whose rows' weights (the base's, or a variant walked whole)
+    options, scenario = options_for(bases.context, bases.framework, bases.kv_dtype)
+    domain = min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain)
+    tokens = tokens_per_device(config, scenario, options.prefill_tokens, options.decode_seq)
+    stage = replace(config, pp=1, dp=1, gpus_per_node=None)
+    out = {}
+    for phase in PHASES:
+        placer = Placer(analysis, Mesh(stage, min(domain, config.tp * config.cp), True), phase, ev.corpus.dims,
+                        _weights_fn(ev, options), DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES), decide)
+        program = placer.run(phase_rows(analysis, phase))
+        if placer.mesh.config != config or placer.mesh.domain != domain:
+            placer.mesh = Mesh(config, domain, True)
+        program = _with_pipeline(program, placer)
+        found = match(program, bases.table, gpu, config, phase, tokens.get(phase)) if bases.table else []
+        out[phase] = fuse(program, found)
+    return out

@@ -81,14 +81,23 @@ def parse_config(text: str) -> ParallelConfig:
     return config
 
 
+#: The (tp, pp) rungs :func:`default_config` climbs.
+LADDER = ((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16))
+
+
 def default_config(evs: list[Evaluation], gpu: GPU, hbm_fraction: float = 0.9) -> ParallelConfig:
     """The fewest GPUs (tp 1, 2, 4, 8, then pipeline stages of 8) holding the larger side's weights
     in ``hbm_fraction`` of HBM with a fifth of it left for KV and activations; when both sides are
     MoE their experts go on ep = tp (a dense side cannot take ep > 1: dense -> MoE keeps ep 1)."""
-    need = max(float(sum(t.total_bytes for t in ev.tensors())) for ev in evs) * 1.25
-    moe = all("n_experts" in ev.bound for ev in evs)
+    return config_for_bytes(max(float(sum(t.total_bytes for t in ev.tensors())) for ev in evs),
+                            all("n_experts" in ev.bound for ev in evs), gpu, hbm_fraction)
+
+
+def config_for_bytes(weight_bytes: float, moe: bool, gpu: GPU, hbm_fraction: float = 0.9) -> ParallelConfig:
+    """:func:`default_config` for the larger side's ``weight_bytes`` (``moe``: both sides are)."""
+    need = weight_bytes * 1.25
     per_gpu = gpu.hbm_bytes * hbm_fraction
-    for tp, pp in [(1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]:
+    for tp, pp in LADDER:
         if tp * pp * per_gpu >= need:
             break
     return ParallelConfig(tp=tp, pp=pp, ep=tp if moe else 1)
@@ -474,6 +483,42 @@ _REPEAT = sympy.Symbol("site_repeat", positive=True, integer=True)
 #: -> formula trees)]): the same component in the same scope walks to the same rows whichever model
 #: the scope is in, and with the same quant schemes to the same formulas.
 _SITE_CACHE: dict[tuple, list[tuple[dict, dict, tuple, dict]]] = {}
+#: (key, index) of :data:`_SITE_CACHE` -> the site uid, input uids and outputs it was walked with
+#: (:func:`site_walk` relabels the rows for another site sharing the walk).
+_SITE_WALKS: dict[tuple, tuple] = {}
+
+
+def site_walk(key: tuple, index: int, uid: str, site: tuple) -> tuple[dict, list, list]:
+    """The rows, caches and output uids of a cached site walk as walked at ``site`` (uid ``uid``):
+    the uids under the walked site moved under ``uid``, its inputs' producers replaced by this
+    site's, the layer count :data:`_REPEAT` by the site's own."""
+    _, rows, caches, _ = _SITE_CACHE[key][index]
+    uid0, inputs0, outputs = _SITE_WALKS[(key, index)]
+    inputs = dict(zip(inputs0, [u for _, u in site[1]]))
+    repeat = {_REPEAT: site[2].repeat}
+
+    def move(u: str) -> str:
+        return uid + u[len(uid0):] if u == uid0 or u.startswith(uid0 + "/") else inputs.get(u, u)
+
+    same = uid == uid0 and all(k == v for k, v in inputs.items())
+    out_rows = {}
+    for r in rows.values():
+        r = replace(r, repeat=sympy.sympify(r.repeat).xreplace(repeat)) if same else \
+            replace(r, uid=move(r.uid), inputs=tuple(move(i) for i in r.inputs), component_uid=move(r.component_uid),
+                    repeat=sympy.sympify(r.repeat).xreplace(repeat))
+        out_rows[r.uid] = r
+    out_caches = [replace(c, uid=move(c.uid), node_uid=move(c.node_uid), repeat=sympy.sympify(c.repeat).xreplace(repeat))
+                  for c in caches]
+    return out_rows, out_caches, [move(u) for _, u in _flat_outputs(outputs)]
+
+
+def _flat_outputs(value) -> list:
+    """The (tensor, uid) pairs of a walked value (a pair, or a dict of them)."""
+    if isinstance(value, dict):
+        return [p for v in value.values() for p in _flat_outputs(v)]
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], str):
+        return [value]
+    return []
 
 
 def _has_slots(corpus: Corpus, name: str, seen: frozenset = frozenset()) -> bool:
@@ -510,7 +555,7 @@ def _site_formulas(ev: Evaluation, walker: Walker, component: str, site: tuple, 
     """The new filler's numbers at one site as formula trees, with the site's layer count left as
     :data:`_REPEAT`: (the site's key, the trees), shared through :data:`_SITE_CACHE`. ``counted``
     False: the walk only (a site outside the main stack: nothing to count, but the filler must
-    still walk there, as in the whole walk); returns None."""
+    still walk there, as in the whole walk); no trees."""
     corpus = ev.corpus
     node, inputs, scope, layer, _ = site
     fill = variant_rules.inherit(Fill(component, _PAGE, {}), corpus.components[component], scope.slots[node.target])
@@ -523,12 +568,13 @@ def _site_formulas(ev: Evaluation, walker: Walker, component: str, site: tuple, 
     else:
         walker.rows, walker.caches, walker.components, walker.config_reads = {}, [], {}, set()
         walker.layer_index = layer
-        walker.walk_component(node, fill, inputs, replace(scope, dims=dims, repeat=_REPEAT), uid)
+        outputs = walker.walk_component(node, fill, inputs, replace(scope, dims=dims, repeat=_REPEAT), uid)
         entries.append(({path: walker.config(path) for path in walker.config_reads}, dict(walker.rows),
                          tuple(walker.caches), {}))
         i, (_, rows, caches, trees) = len(entries) - 1, entries[-1]
+        _SITE_WALKS[(key, i)] = (uid, [u for _, u in inputs], outputs)
     if not counted:
-        return None
+        return (key, i, None), None
     quant = repr(sorted(ev.model.quant.items()))      # how the weights are stored: the weight bytes only
     if quant not in trees:
         part = replace(ev.symbolic, rows=rows, caches=caches)
@@ -575,6 +621,7 @@ class Picks:
         self.old: dict[str, Any] = {}
         self.blocks: list[dict] = []
         self._index: dict[tuple, int] = {}
+        self.walks: dict[tuple, tuple] = {}    # (slot, component) -> (needs, its sites): picks on the site route
 
     def block(self, key: tuple, trees: dict) -> int:
         if key not in self._index:
@@ -615,14 +662,20 @@ def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
                 try:
                     # every number of RECOMPUTED is the main stack's: a site in another (MTP) is
                     # walked (the filler must fit there too) but counts nothing
+                    walked = {}       # site uid -> its walk's (key, index) in _SITE_CACHE
                     for uid, site in mine.items():
                         if site[2].stack != "main":
-                            _site_formulas(ev, shared.walker, component, site, uid, needs, kv_dtype, counted=False)
-                    out["sites"] = [[shared.block(*_site_formulas(ev, shared.walker, component, site, uid, needs,
-                                                                  kv_dtype)),
-                                     formula_tree.to_tree(site[2].repeat), site[4]]
-                                    for uid, site in mine.items() if site[2].stack == "main"]
+                            walked[uid] = _site_formulas(ev, shared.walker, component, site, uid, needs, kv_dtype,
+                                                         counted=False)[0][:2]
+                    out["sites"] = []
+                    for uid, site in mine.items():
+                        if site[2].stack == "main":
+                            ident, trees = _site_formulas(ev, shared.walker, component, site, uid, needs, kv_dtype)
+                            walked[uid] = ident[:2]
+                            out["sites"].append([shared.block(ident, trees), formula_tree.to_tree(site[2].repeat),
+                                                 site[4]])
                     out["tickable"] = shared.old[slot]["tickable"]
+                    shared.walks[(slot, component)] = (needs, mine, walked)      # the SOL's site route
                 except _Streams:
                     out = {}
         if not out:
@@ -706,11 +759,19 @@ def prefill_values(corpus: Corpus, component: str, needs: list[str]) -> dict[str
     return {d: used[d][0]["value"] if used.get(d) else PLACEHOLDER for d in needs}
 
 
-def _pick_sol(bases, slot: str, component: str, p: dict) -> dict[str, Any]:
-    """The SOL times of pick ``p`` (engine.build.playground_sol.pick_sol) at its pre-filled binding."""
+def _pick_sol(bases, slot: str, component: str, p: dict, shared: Picks | None = None) -> dict[str, Any]:
+    """The SOL times of pick ``p`` (engine.build.playground_sol) at its pre-filled binding: by the
+    site route where the pick has one and it applies, else from the variant's whole plan."""
     from engine.build import playground_sol
     corpus, base = bases.ev.corpus, bases.ev.model
     values = prefill_values(corpus, component, p["needs"])
+    if shared is not None and (slot, component) in shared.walks:
+        try:
+            found = playground_sol.site_sol(bases, component, *shared.walks[(slot, component)], values)
+        except (SpecError, _Streams):
+            found = None
+        if found is not None:
+            return found
     binds = [variant_rules.Bind(d, v, "pre-fill", _PAGE) for d, v in values.items()]
     swap = variant_rules.Swap(slot, (), Fill(component, _PAGE, {}), _PAGE)
     try:
@@ -746,7 +807,7 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
     for slot, chosen in picks.items():
         for component, p in chosen.items():
             if "error" not in p:
-                p["sol"] = _pick_sol(bases, slot, component, p)
+                p["sol"] = _pick_sol(bases, slot, component, p, shared)
     return {"model_id": ev.model.model_id, "context": context,
             "formulas": {k: formula_tree.to_tree(f) for k, f in
                          _sum_of_parts(ev.symbolic, ev.model, ev.corpus, PLAYGROUND["kv_dtype"]).items()},
