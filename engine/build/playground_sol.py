@@ -44,13 +44,35 @@ from engine.deploy.cost import KV_BYTES, link_bandwidth, step_totals
 from engine.deploy.fusion import live_rules
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig
-from engine.deploy.planner import check
+from engine.deploy.planner import check, decider, place_symbolic
 from engine.deploy.structure import tokens_per_device
 from engine.spec import formula_tree, kv, symbols
 from engine.spec.api import Evaluation
 
 #: The numbers exported, in the page's order (engine.build.whatif.METRICS's keys).
 KEYS = ("prefill_sol_s", "decode_bytes", "decode_sol_s")
+#: The (tp, pp) rungs :func:`default_config` climbs.
+LADDER = ((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16))
+
+
+def default_config(evs: list[Evaluation], gpu: GPU, hbm_fraction: float = 0.9) -> ParallelConfig:
+    """The fewest GPUs (tp 1, 2, 4, 8, then pipeline stages of 8) holding the larger side's weights
+    in ``hbm_fraction`` of HBM with a fifth of it left for KV and activations; when both sides are
+    MoE their experts go on ep = tp (a dense side cannot take ep > 1: dense -> MoE keeps ep 1)."""
+    return config_for_bytes(max(float(sum(t.total_bytes for t in ev.tensors())) for ev in evs),
+                            all("n_experts" in ev.bound for ev in evs), gpu, hbm_fraction)
+
+
+def config_for_bytes(weight_bytes: float, moe: bool, gpu: GPU, hbm_fraction: float = 0.9) -> ParallelConfig:
+    """:func:`default_config` for the larger side's ``weight_bytes`` (``moe``: both sides are)."""
+    need = weight_bytes * 1.25
+    per_gpu = gpu.hbm_bytes * hbm_fraction
+    for tp, pp in LADDER:
+        if tp * pp * per_gpu >= need:
+            break
+    return ParallelConfig(tp=tp, pp=pp, ep=tp if moe else 1)
+
+
 _SEQ, _CTX, _BATCH = (symbols.dim(n) for n in (symbols.SEQ, symbols.CTX, symbols.BATCH))
 _DEGREES = ("tp", "ep", "dp_attn", "cp", "pp", "dp")
 
@@ -71,7 +93,6 @@ def config_condition(old_ev: Evaluation, new_ev: Evaluation, needs: list[str], g
     """The binding keeps :func:`engine.build.whatif.default_config`'s choice: the larger side's
     weights x 1.25 stay between the capacity of the config before it and this one's (a tree over
     the pick's dims; None when the new side's weights do not depend on them)."""
-    from engine.build.whatif import default_config
     fixed = {symbols.dim(k): v for k, v in new_ev.bound.items() if k not in needs}
     new_bytes = sympy.Add(*(t.total_bytes for t in new_ev.tensors("symbolic"))).xreplace(fixed)
     if new_bytes.is_number:
@@ -135,8 +156,7 @@ class Bases:
             if problems:
                 self._programs[label] = self.trees[label] = f"{label} cannot run it: " + "; ".join(problems)
             else:
-                from engine.deploy.planner import _model_decider
-                programs = symbolic_programs(self, self.ev.symbolic, config, _model_decider(self.ev))
+                programs = symbolic_programs(self, self.ev.symbolic, config, decider(self.ev.bound))
                 self._programs[label] = programs
                 self.trees[label] = self.phase_trees(programs, config)
         return self._programs[label]
@@ -171,8 +191,6 @@ def pick_sol(bases: Bases, variant, needs: list[str]) -> dict[str, Any]:
     the planner's decisions were taken at); or ``{"error": ...}`` when the planner refuses the pick
     at that binding. The variant is walked (both bindings: the config and the decisions read its
     numbers) and placed and fused symbolically (:func:`symbolic_programs`)."""
-    from engine.build.whatif import default_config
-    from engine.deploy.planner import _decider
     from engine.spec.api import evaluate_spec
     ev, gpu = bases.ev, bases.gpu
     new_ev = evaluate_spec(ev.corpus, variant.spec)
@@ -183,7 +201,7 @@ def pick_sol(bases: Bases, variant, needs: list[str]) -> dict[str, Any]:
     problems = check(new_ev, config)
     if problems:
         return {"error": f"{config.label()} cannot run it: " + "; ".join(problems)}
-    decide = _decider(new_ev.bound)
+    decide = decider(new_ev.bound)
     new = symbolic_programs(bases, new_ev.symbolic, config, decide, new_ev)
     change = _programs_change(bases, old, new, config, needs)
     base_env = bases.env(config, needs)["prefill"]
@@ -317,26 +335,24 @@ def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfi
     return out
 
 
-def site_sol(bases: Bases, component: str, needs: list[str], sites: dict[str, tuple],
-             walked: dict[str, tuple], values: dict[str, int]) -> dict[str, Any] | None:
+def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dict[str, tuple],
+             values: dict[str, int]) -> dict[str, Any] | None:
     """:func:`pick_sol` without the variant's walks: the new filler walked at each site of the base
-    (``sites``: the base's slot sites the pick swaps, engine.build.whatif.Picks), spliced into the
+    (``sites``: the base's slot sites the pick swaps, engine.build.whatif.Picks; ``walks``: per
+    site the new filler's rows, caches and output uids there, engine.build.whatif.site_walk), spliced into the
     base's symbolic analysis (its rows under each site replaced, the readers of the old filler's
     output reading the new one's), placed and fused by the planner as
     :func:`engine.deploy.planner.build_structure` places and fuses (symbolic binding, decisions at
     ``values``). None where the splice does not apply (an output that is not one tensor): the
     caller then plans the whole variant."""
     from dataclasses import replace
-    from engine.build.whatif import config_for_bytes
-    from engine.deploy.planner import _decider
     from engine.spec import storage
     ev, gpu, a = bases.ev, bases.gpu, bases.ev.symbolic
     rows, caches = dict(a.rows), list(a.caches)
     rename: dict[str, str] = {}
     delta_bytes = sympy.Integer(0)
-    from engine.build.whatif import site_walk
     for uid, site in sites.items():
-        new_rows, new_caches, new_out = site_walk(*walked[uid], uid, site)
+        new_rows, new_caches, new_out = walks[uid]
         old_rows = {u: r for u, r in a.rows.items() if _under(u, uid)}
         for part, sign in ((old_rows, -1), (new_rows, 1)):
             delta_bytes += sign * sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(
@@ -368,7 +384,7 @@ def site_sol(bases: Bases, component: str, needs: list[str], sites: dict[str, tu
         return {"error": f"the base on {config.label()}: {old}"}
     if config.ep > 1 and not any(r.role == "experts" and r.stack == "main" and r.instances != 1 for r in rows.values()):
         return {"error": f"{config.label()} cannot run it: ep = {config.ep} but the model has no routed experts"}
-    decide = _decider({**ev.bound, **{d: sympy.Integer(v) for d, v in values.items()}})
+    decide = decider({**ev.bound, **{d: sympy.Integer(v) for d, v in values.items()}})
     new = symbolic_programs(bases, spliced, config, decide)
     base_env = bases.env(config, needs)["prefill"]
     change = _programs_change(bases, old, new, config, needs)
@@ -401,7 +417,6 @@ def _config_bounds(config: ParallelConfig, gpu: GPU, old_total: float, new_delta
                    hbm_fraction: float = 0.9) -> Any | None:
     """The binding keeps the config: the larger side's weights x 1.25 (the new side's = the base's
     + ``new_delta``, a tree) stay above the capacity of the rung below and within this one's."""
-    from engine.build.whatif import LADDER
     if not formula_tree.free_names(new_delta):
         return None
     per_gpu = gpu.hbm_bytes * hbm_fraction
@@ -472,29 +487,11 @@ def _divisible(rows, needs: list[str], config: ParallelConfig, dims_table, value
 
 
 def symbolic_programs(bases: Bases, analysis, config: ParallelConfig, decide, ev: Evaluation | None = None) -> dict[str, Any]:
-    """Per phase, the fused symbolic program :func:`engine.deploy.planner.build_structure` makes of
-    ``analysis`` (the base's symbolic analysis, or one spliced from it) on ``config`` at the page's
-    setting: the same placement (a symbolic mesh; decisions by ``decide``), pipeline hops and
-    fusion; the fusion's matches are found on this program (the planner finds them on the numeric
-    one: the same steps and tests, which the consistency tests hold equal)."""
-    from dataclasses import replace
-    from engine.deploy.fusion import fuse, match
-    from engine.deploy.placement import DeviceTypes, Placer, phase_rows
-    from engine.deploy.planner import _weights_fn, _with_pipeline
-    from engine.deploy.structure import ACT_DTYPE_BYTES, PHASES
-    ev, gpu = ev or bases.ev, bases.gpu       # ev: whose rows' weights (the base's, or a variant walked whole)
+    """Per phase, the planner's fused symbolic program of ``analysis`` on ``config`` at the page's
+    setting (:func:`engine.deploy.planner.place_symbolic`); ``ev``: whose rows' weights (the base's,
+    or a variant walked whole)."""
+    ev, gpu = ev or bases.ev, bases.gpu
     options, scenario = options_for(bases.context, bases.framework, bases.kv_dtype)
     domain = min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain)
     tokens = tokens_per_device(config, scenario, options.prefill_tokens, options.decode_seq)
-    stage = replace(config, pp=1, dp=1, gpus_per_node=None)
-    out = {}
-    for phase in PHASES:
-        placer = Placer(analysis, Mesh(stage, min(domain, config.tp * config.cp), True), phase, ev.corpus.dims,
-                        _weights_fn(ev, options), DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES), decide)
-        program = placer.run(phase_rows(analysis, phase))
-        if placer.mesh.config != config or placer.mesh.domain != domain:
-            placer.mesh = Mesh(config, domain, True)
-        program = _with_pipeline(program, placer)
-        found = match(program, bases.table, gpu, config, phase, tokens.get(phase)) if bases.table else []
-        out[phase] = fuse(program, found)
-    return out
+    return place_symbolic(ev, analysis, config, domain, options, bases.table, gpu, tokens, decide)

@@ -37,6 +37,7 @@ from engine.spec.corpus import Corpus
 from engine.spec.errors import SpecError, Where
 from engine.spec.evaluate import Analysis, Binding, Walker, walk_model
 from engine.spec.ir import Fill, ModelSpec
+from engine.build.playground_sol import LADDER, config_for_bytes, default_config  # noqa: F401  (edit's and the page's)
 
 #: (key, label, unit) of every compared number, in print order.
 METRICS = (
@@ -79,28 +80,6 @@ def parse_config(text: str) -> ParallelConfig:
     if config.problems():
         raise SpecError(_CLI.at("--config"), "; ".join(config.problems()), "fix the degrees")
     return config
-
-
-#: The (tp, pp) rungs :func:`default_config` climbs.
-LADDER = ((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16))
-
-
-def default_config(evs: list[Evaluation], gpu: GPU, hbm_fraction: float = 0.9) -> ParallelConfig:
-    """The fewest GPUs (tp 1, 2, 4, 8, then pipeline stages of 8) holding the larger side's weights
-    in ``hbm_fraction`` of HBM with a fifth of it left for KV and activations; when both sides are
-    MoE their experts go on ep = tp (a dense side cannot take ep > 1: dense -> MoE keeps ep 1)."""
-    return config_for_bytes(max(float(sum(t.total_bytes for t in ev.tensors())) for ev in evs),
-                            all("n_experts" in ev.bound for ev in evs), gpu, hbm_fraction)
-
-
-def config_for_bytes(weight_bytes: float, moe: bool, gpu: GPU, hbm_fraction: float = 0.9) -> ParallelConfig:
-    """:func:`default_config` for the larger side's ``weight_bytes`` (``moe``: both sides are)."""
-    need = weight_bytes * 1.25
-    per_gpu = gpu.hbm_bytes * hbm_fraction
-    for tp, pp in LADDER:
-        if tp * pp * per_gpu >= need:
-            break
-    return ParallelConfig(tp=tp, pp=pp, ep=tp if moe else 1)
 
 
 def _side(ev: Evaluation, gpu: GPU, config: ParallelConfig, setting: Setting) -> dict[str, Any]:
@@ -503,13 +482,17 @@ def site_walk(key: tuple, index: int, uid: str, site: tuple) -> tuple[dict, list
     same = uid == uid0 and all(k == v for k, v in inputs.items())
     out_rows = {}
     for r in rows.values():
-        r = replace(r, repeat=sympy.sympify(r.repeat).xreplace(repeat)) if same else \
+        r = replace(r, repeat=_subs(r.repeat, repeat)) if same else \
             replace(r, uid=move(r.uid), inputs=tuple(move(i) for i in r.inputs), component_uid=move(r.component_uid),
-                    repeat=sympy.sympify(r.repeat).xreplace(repeat))
+                    repeat=_subs(r.repeat, repeat))
         out_rows[r.uid] = r
-    out_caches = [replace(c, uid=move(c.uid), node_uid=move(c.node_uid), repeat=sympy.sympify(c.repeat).xreplace(repeat))
+    out_caches = [replace(c, uid=move(c.uid), node_uid=move(c.node_uid), repeat=_subs(c.repeat, repeat))
                   for c in caches]
     return out_rows, out_caches, [move(u) for _, u in _flat_outputs(outputs)]
+
+
+def _subs(value, mapping: dict):
+    return value.xreplace(mapping) if isinstance(value, sympy.Basic) else value
 
 
 def _flat_outputs(value) -> list:
@@ -766,8 +749,10 @@ def _pick_sol(bases, slot: str, component: str, p: dict, shared: Picks | None = 
     corpus, base = bases.ev.corpus, bases.ev.model
     values = prefill_values(corpus, component, p["needs"])
     if shared is not None and (slot, component) in shared.walks:
+        needs, sites, walked = shared.walks[(slot, component)]
         try:
-            found = playground_sol.site_sol(bases, component, *shared.walks[(slot, component)], values)
+            rows = {uid: site_walk(*walked[uid], uid, site) for uid, site in sites.items()}
+            found = playground_sol.site_sol(bases, needs, sites, rows, values)
         except (SpecError, _Streams):
             found = None
         if found is not None:

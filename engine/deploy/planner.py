@@ -510,3 +510,32 @@ def _with_pipeline(program: Program, placer: Placer) -> Program:
 def _layer_count(analysis) -> int:
     """Main-stack layers, read off the template components (valid under either binding)."""
     return sum(len(c.layers) for c in analysis.components.values() if c.template and c.stack == "main")
+
+
+def decider(bound: Mapping[str, sympy.Expr]):
+    """A placement's ``decide`` at ``bound`` (dim -> value): expression -> its integer value (None
+    when not a number), each decision recorded in ``decide.seen`` (expression -> value)."""
+    return _decider(bound)
+
+
+def place_symbolic(ev: Evaluation, analysis, config: ParallelConfig, domain: int, options: Options,
+                   fusion: FusionTable | None, gpu: GPU, tokens: Mapping[str, int | None], decide) -> dict[str, Program]:
+    """Per phase, the fused symbolic program :func:`build_structure` makes, of ``analysis`` (``ev``'s
+    symbolic analysis, or one made from it: the playground splices a new filler's rows into a
+    base's, engine.build.playground_sol) with decisions by ``decide`` (:func:`decider`): the same
+    placement, pipeline hops and fusion rules; the matches are found on this program (build_structure
+    finds them on the numeric one: the same steps and tests). ``ev`` supplies the weights' storage
+    (its spec's quant) and the dims table."""
+    stage = replace(config, pp=1, dp=1, gpus_per_node=None)
+    types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
+    out = {}
+    for phase in PHASES:
+        placer = Placer(analysis, Mesh(stage, min(domain, config.tp * config.cp), True), phase, ev.corpus.dims,
+                        _weights_fn(ev, options), types, decide)
+        program = placer.run(phase_rows(analysis, phase))
+        if placer.mesh.config != config or placer.mesh.domain != domain:
+            placer.mesh = Mesh(config, domain, True)
+        program = _with_pipeline(program, placer)
+        found = match(program, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
+        out[phase] = fuse(program, found)
+    return out
