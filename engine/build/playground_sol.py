@@ -88,30 +88,6 @@ def free_of(trees: Any) -> set[str]:
         set().union(set(), *(free_of(t) for t in trees.values()))
 
 
-def config_condition(old_ev: Evaluation, new_ev: Evaluation, needs: list[str], gpu: GPU,
-                     config: ParallelConfig, hbm_fraction: float = 0.9) -> Any | None:
-    """The binding keeps :func:`engine.build.whatif.default_config`'s choice: the larger side's
-    weights x 1.25 stay between the capacity of the config before it and this one's (a tree over
-    the pick's dims; None when the new side's weights do not depend on them)."""
-    fixed = {symbols.dim(k): v for k, v in new_ev.bound.items() if k not in needs}
-    new_bytes = sympy.Add(*(t.total_bytes for t in new_ev.tensors("symbolic"))).xreplace(fixed)
-    if new_bytes.is_number:
-        return None
-    old_bytes = float(sum(t.total_bytes for t in old_ev.tensors()))
-    per_gpu = gpu.hbm_bytes * hbm_fraction
-    ladder = [(1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]
-    chosen = next(i for i, (tp, pp) in enumerate(ladder) if (tp, pp) == (config.tp, config.pp))
-    assert default_config([old_ev, new_ev], gpu, hbm_fraction) == config
-    need = ["*", 1.25, ["max", old_bytes, formula_tree.to_tree(new_bytes)]]
-    conditions = []
-    if chosen > 0:
-        tp, pp = ladder[chosen - 1]
-        conditions.append([">", need, tp * pp * per_gpu])
-    if chosen < len(ladder) - 1:
-        conditions.append(["<=", need, config.tp * config.pp * per_gpu])
-    return ["and", *conditions] if conditions else None
-
-
 def token_condition(table, gpu: GPU, config: ParallelConfig, context: int) -> Any | None:
     """The prefill's fusion regime at ``context`` (one request: ``ctx`` tokens per device): each live
     ``max_tokens`` limit stays on the side of the context it is on at the build (None: no limit)."""
@@ -185,43 +161,21 @@ class Bases:
         return found
 
 
-def pick_sol(bases: Bases, variant, needs: list[str]) -> dict[str, Any]:
-    """The SOL part of one pick planned whole (module doc): ``config`` (the base's entry in
-    ``bases.trees``), ``change`` (key -> tree), ``valid`` ([[tree, reason]]), ``at`` (the binding
-    the planner's decisions were taken at); or ``{"error": ...}`` when the planner refuses the pick
-    at that binding. The variant is walked (both bindings: the config and the decisions read its
-    numbers) and placed and fused symbolically (:func:`symbolic_programs`)."""
-    from engine.spec.api import evaluate_spec
-    ev, gpu = bases.ev, bases.gpu
-    new_ev = evaluate_spec(ev.corpus, variant.spec)
-    config = default_config([ev, new_ev], gpu)
-    old = bases.programs(config)
-    if isinstance(old, str):
-        return {"error": f"the base on {config.label()}: {old}"}
-    problems = check(new_ev, config)
-    if problems:
-        return {"error": f"{config.label()} cannot run it: " + "; ".join(problems)}
-    decide = decider(new_ev.bound)
-    new = symbolic_programs(bases, new_ev.symbolic, config, decide, new_ev)
-    change = _programs_change(bases, old, new, config, needs)
-    base_env = bases.env(config, needs)["prefill"]
-    valid = []
-    for tree, reason in ((config_condition(ev, new_ev, needs, gpu, config),
-                          f"the weights then need another parallel config than {config.label()}"),
-                         (token_condition(bases.table, gpu, config, bases.context),
-                          "a fusion's token limit falls between this context and the build's "
-                          f"({bases.context:,})")):
-        if tree is not None:
-            valid.append([tree, reason])
-    valid += [[bind_tree(c, base_env), "the planner places it differently at these dims (heads per device, divisibility)"]
-              for c in _decisions(decide.seen, needs, config)
-              + _divisible(new_ev.symbolic.rows.values(), needs, config, ev.corpus.dims, new_ev.symbolic.values)]
-    free = free_of(change) | free_of({str(i): v[0] for i, v in enumerate(valid)})
-    stray = free - set(needs) - {symbols.SEQ, symbols.CTX}
-    if stray:
-        return {"error": f"the SOL formulas read {', '.join(sorted(stray))}, which the page cannot bind"}
-    return {"config": config.label(), "change": change, "valid": valid,
-            "at": {d: int(new_ev.bound[d]) for d in needs}, "route": "whole"}
+def whole_sol(bases: Bases, spec, symbolic, needs: list[str], values: dict[str, int]) -> dict[str, Any]:
+    """The SOL part of a pick planned whole (module doc): the variant's whole symbolic walk
+    (``symbolic``, of ``spec``) placed and fused by the planner at the pre-filled binding ``values``;
+    for the picks without a site route (a layer stream crosses the slot) or where the splice does
+    not apply. ``config`` (the base's entry in ``bases.trees``), ``change`` (key -> tree),
+    ``valid`` ([[tree, reason]]), ``at`` (the pre-filled binding); or ``{"error": ...}`` when the
+    planner refuses the pick there."""
+    from engine.spec import storage
+    ev = bases.ev
+    new_bytes = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(symbolic, spec, ev.corpus)))
+    fixed = {k: int(v) for k, v in ev.bound.items() if k not in needs}
+    old_total = bases.weight_bytes()
+    delta = bind_tree(["+", formula_tree.to_tree(new_bytes), -old_total], fixed)
+    return _planned(bases, symbolic, needs, values, delta, symbolic.rows.values(),
+                    Evaluation(spec, ev.corpus, symbolic, symbolic), "whole")
 
 
 # -- the site route: the variant's plan without its walks ---------------------------------------------
@@ -370,26 +324,37 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
                 if any(i in rename for i in r.inputs) else r) for u, r in rows.items()}
     values_ = {**a.values, **{d: symbols.dim(d) for d in needs}}
     spliced = replace(a, rows=rows, caches=tuple(caches), values=values_)
-    bases.pinned.append(spliced)
-    # the config default_config picks: the new side's weights at the pre-filled binding
+    delta = bind_tree(formula_tree.to_tree(delta_bytes), {k: int(v) for k, v in ev.bound.items() if k not in needs})
+    swapped = [r for r in spliced.rows.values() if any(_under(r.uid, u) for u in sites)]
+    return _planned(bases, spliced, needs, values, delta, swapped, ev, "sites")
+
+
+def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], delta: Any, swapped,
+             weights: Evaluation, route: str) -> dict[str, Any] | None:
+    """The SOL part of a pick from the variant's symbolic analysis (spliced or walked whole):
+    ``delta`` its stored bytes less the base's (a tree over ``needs``), ``swapped`` the rows the
+    swap put in (whose sharded dims :func:`_divisible` checks), ``weights`` the Evaluation whose
+    spec stores them. None where a formula reads a symbol the page cannot bind."""
+    ev, gpu = bases.ev, bases.gpu
+    bases.pinned.append(analysis)
+    # the config default_config picks: the larger side's weights at the pre-filled binding
     at = {**{k: int(v) for k, v in ev.bound.items()}, **values}
     old_total = bases.weight_bytes()
-    new_bytes_tree = bind_tree(formula_tree.to_tree(delta_bytes),
-                               {k: int(v) for k, v in ev.bound.items() if k not in needs})
-    new_total = old_total + formula_tree.evaluate(new_bytes_tree, at)
+    new_total = old_total + formula_tree.evaluate(delta, at)
     moe = "n_experts" in ev.bound       # both sides MoE (a variant keeps the base's dims)
     config = config_for_bytes(max(old_total, new_total), moe, gpu)
     old = bases.programs(config)
     if isinstance(old, str):
         return {"error": f"the base on {config.label()}: {old}"}
-    if config.ep > 1 and not any(r.role == "experts" and r.stack == "main" and r.instances != 1 for r in rows.values()):
+    if config.ep > 1 and not any(r.role == "experts" and r.stack == "main" and r.instances != 1
+                                 for r in analysis.rows.values()):
         return {"error": f"{config.label()} cannot run it: ep = {config.ep} but the model has no routed experts"}
     decide = decider({**ev.bound, **{d: sympy.Integer(v) for d, v in values.items()}})
-    new = symbolic_programs(bases, spliced, config, decide)
+    new = symbolic_programs(bases, analysis, config, decide, weights)
     base_env = bases.env(config, needs)["prefill"]
     change = _programs_change(bases, old, new, config, needs)
     valid = []
-    lo_hi = _config_bounds(config, gpu, old_total, new_bytes_tree, moe)
+    lo_hi = _config_bounds(config, gpu, old_total, delta, moe)
     if lo_hi is not None:
         valid.append([lo_hi, f"the weights then need another parallel config than {config.label()}"])
     tokens_ok = token_condition(bases.table, gpu, config, bases.context)
@@ -398,15 +363,15 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
                                  f"({bases.context:,})"])
     valid += [[bind_tree(c, base_env), "the planner places it differently at these dims (heads per device, divisibility)"]
               for c in _decisions(decide.seen, needs, config)
-              + _divisible([r for r in spliced.rows.values() if any(_under(r.uid, u) for u in sites)], needs, config,
-                           ev.corpus.dims, spliced.values)]
+              + _divisible(swapped, config, ev.corpus.dims, analysis.values)]
     for tree, reason in valid:
         if not formula_tree.evaluate(tree, {**at, symbols.CTX: bases.context}):
             return {"error": f"at the pre-filled dims: {reason}"}
+    valid = [[t, r] for t, r in valid if formula_tree.free_names(t)]   # a constant that holds: nothing to test
     free = free_of(change) | free_of({str(i): v[0] for i, v in enumerate(valid)})
     if free - set(needs) - {symbols.SEQ, symbols.CTX}:
         return None
-    return {"config": config.label(), "change": change, "valid": valid, "at": dict(values), "route": "sites"}
+    return {"config": config.label(), "change": change, "valid": valid, "at": dict(values), "route": route}
 
 
 def _under(uid: str, site: str) -> bool:
@@ -450,9 +415,10 @@ def _decisions(seen: dict, needs: list[str], config: ParallelConfig) -> list:
     return out
 
 
-def _divisible(rows, needs: list[str], config: ParallelConfig, dims_table, values) -> list:
-    """:func:`engine.deploy.planner.check`'s divisibility of the sharded axes of ``rows`` (symbolic)
-    whose shardable unit is a dim the pick binds (and of routed experts by ep), as conditions."""
+def _divisible(rows, config: ParallelConfig, dims_table, values) -> list:
+    """:func:`engine.deploy.planner.check`'s divisibility of the sharded axes of ``rows`` (symbolic:
+    the rows the swap put in) by their groups, and of routed experts by ep, as conditions (trees
+    over the dims; one over the base's dims alone becomes a constant once bound)."""
     from engine.spec import expr as exprs
     from engine.deploy.placement import shard_unit
     mesh = Mesh(config, 1 << 30)
@@ -465,7 +431,7 @@ def _divisible(rows, needs: list[str], config: ParallelConfig, dims_table, value
             name = row.dim_names[param]
             unit = shard_unit(name, dims_table)
             group = mesh.world_group(world, region)
-            if unit not in needs or group is None or group.size == 1:
+            if unit is None or group is None or group.size == 1:
                 continue
             axis = next(x for axes in (row.out.axes, *(t.axes for t in row.in_shapes), *(l.axes for l in row.leaves))
                         for x in axes if x.name == name)
@@ -480,8 +446,8 @@ def _divisible(rows, needs: list[str], config: ParallelConfig, dims_table, value
             if dims_table[unit].replicate:
                 ok = ["or", ok, ["==", ["mod", group.size, tree], 0]]
             out.append(ok)
-        if row.role == "experts" and config.ep > 1 and getattr(row.instances, "free_symbols", set()) & \
-                {symbols.dim(d) for d in needs}:
+        if row.role == "experts" and config.ep > 1 and row.instances != 1 and ("ep", str(row.instances)) not in seen:
+            seen.add(("ep", str(row.instances)))
             out.append(["==", ["mod", formula_tree.to_tree(row.instances), config.ep], 0])
     return out
 

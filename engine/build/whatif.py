@@ -37,7 +37,7 @@ from engine.spec.corpus import Corpus
 from engine.spec.errors import SpecError, Where
 from engine.spec.evaluate import Analysis, Binding, Walker, walk_model
 from engine.spec.ir import Fill, ModelSpec
-from engine.build.playground_sol import LADDER, config_for_bytes, default_config  # noqa: F401  (edit's and the page's)
+from engine.build.playground_sol import default_config  # noqa: F401  (edit's config; it lives beside the SOL export)
 
 #: (key, label, unit) of every compared number, in print order.
 METRICS = (
@@ -604,7 +604,8 @@ class Picks:
         self.old: dict[str, Any] = {}
         self.blocks: list[dict] = []
         self._index: dict[tuple, int] = {}
-        self.walks: dict[tuple, tuple] = {}    # (slot, component) -> (needs, its sites): picks on the site route
+        self.walks: dict[tuple, tuple] = {}    # (slot, component) -> (needs, its sites, their walks): the site route
+        self.whole: dict[tuple, tuple] = {}    # (slot, component) -> (variant spec, its symbolic walk): the others
 
     def block(self, key: tuple, trees: dict) -> int:
         if key not in self._index:
@@ -662,7 +663,10 @@ def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
                 except _Streams:
                     out = {}
         if not out:
-            old_part, new_part = changed_parts(ev.symbolic, walk_model(corpus, variant.spec, Binding("symbolic")))
+            whole = walk_model(corpus, variant.spec, Binding("symbolic"))
+            if shared is not None:     # the SOL's whole route plans this walk
+                shared.whole[(slot, component)] = (variant.spec, whole)
+            old_part, new_part = changed_parts(ev.symbolic, whole)
             was = _sum_of_parts(old_part, base, corpus, kv_dtype)
             now = _sum_of_parts(new_part, variant.spec, corpus, kv_dtype)
             out["delta"] = {k: formula_tree.to_tree(now[k] - was[k]) for k in RECOMPUTED}
@@ -757,11 +761,15 @@ def _pick_sol(bases, slot: str, component: str, p: dict, shared: Picks | None = 
             found = None
         if found is not None:
             return found
-    binds = [variant_rules.Bind(d, v, "pre-fill", _PAGE) for d, v in values.items()]
-    swap = variant_rules.Swap(slot, (), Fill(component, _PAGE, {}), _PAGE)
     try:
-        variant = variant_rules.resolve(corpus, "pick", base.model_id, [swap], binds, _PAGE)
-        return playground_sol.pick_sol(bases, variant, p["needs"])
+        if shared is not None and (slot, component) in shared.whole:
+            spec, whole = shared.whole[(slot, component)]
+        else:
+            binds = [variant_rules.Bind(d, v, "pre-fill", _PAGE) for d, v in values.items()]
+            swap = variant_rules.Swap(slot, (), Fill(component, _PAGE, {}), _PAGE)
+            spec = variant_rules.resolve(corpus, "pick", base.model_id, [swap], binds, _PAGE).spec
+            whole = walk_model(corpus, spec, Binding("symbolic"))
+        return playground_sol.whole_sol(bases, spec, whole, p["needs"], values)
     except SpecError as exc:
         return {"error": exc.problem}
 
