@@ -107,6 +107,10 @@ class Bases:
         #: (row uid, id(row)), so a row freed while the cache lives could lend its id to another
         self.pinned: list = []
         self._programs: dict[str, Any] = {}
+        #: per config, what placing each of the base's rows did (a pick's placement repeats it for
+        #: the rows its splice leaves alone: engine.deploy.planner.place_symbolic)
+        self.records: dict[str, dict] = {}
+        self._envs: dict[tuple, dict] = {}
         self._steps: dict[tuple, tuple] = {}
 
     def weight_bytes(self) -> float:
@@ -118,6 +122,12 @@ class Bases:
     def env(self, config: ParallelConfig, needs=()) -> dict[str, dict]:
         """Per phase, the values a step's totals are bound with: the base's dims (not ``needs``: the
         page binds those), the config's degrees, batch 1, the KV dtype's bytes; decode at seq 1."""
+        key = (config.label(), tuple(needs))
+        if key not in self._envs:
+            self._envs[key] = self._env(config, needs)
+        return self._envs[key]
+
+    def _env(self, config: ParallelConfig, needs) -> dict[str, dict]:
         base = {**{k: int(v) for k, v in self.ev.bound.items() if k not in needs},
                 **{n: getattr(config, n) for n in _DEGREES}, symbols.BATCH: 1,
                 KV_BYTES.name: kv.KV_DTYPE_BYTES[self.kv_dtype]}
@@ -132,7 +142,9 @@ class Bases:
             if problems:
                 self._programs[label] = self.trees[label] = f"{label} cannot run it: " + "; ".join(problems)
             else:
-                programs = symbolic_programs(self, self.ev.symbolic, config, decider(self.ev.bound))
+                self.records[label] = {}
+                programs = symbolic_programs(self, self.ev.symbolic, config, decider(self.ev.bound),
+                                             record=self.records[label])
                 self._programs[label] = programs
                 self.trees[label] = self.phase_trees(programs, config)
         return self._programs[label]
@@ -315,7 +327,16 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
         if len({i.removesuffix("@decode") for i in read}) != 1 or len(new_out) != 1:
             return None
         old_out = read.pop().removesuffix("@decode")
-        rename[old_out] = new_out[0]
+        if old_out == new_out[0] or old_out not in new_rows:
+            # the new output takes the old one's uid: its readers keep their inputs, so the planner
+            # repeats their placement where the output places alike (a label; no number reads it)
+            label = {new_out[0]: old_out, new_out[0] + "@decode": old_out + "@decode"}
+            new_rows = {label.get(u, u): replace(r, uid=label.get(r.uid, r.uid),
+                                                 inputs=tuple(label.get(i, i) for i in r.inputs))
+                        for u, r in new_rows.items()}
+            new_caches = [replace(c, node_uid=label.get(c.node_uid, c.node_uid)) for c in new_caches]
+        else:
+            rename[old_out] = new_out[0]
         for u in old_rows:
             del rows[u]
         rows.update(new_rows)
@@ -350,7 +371,7 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], d
                                  for r in analysis.rows.values()):
         return {"error": f"{config.label()} cannot run it: ep = {config.ep} but the model has no routed experts"}
     decide = decider({**ev.bound, **{d: sympy.Integer(v) for d, v in values.items()}})
-    new = symbolic_programs(bases, analysis, config, decide, weights)
+    new = symbolic_programs(bases, analysis, config, decide, weights, reuse=bases.records.get(config.label()))
     base_env = bases.env(config, needs)["prefill"]
     change = _programs_change(bases, old, new, config, needs)
     valid = []
@@ -452,12 +473,13 @@ def _divisible(rows, config: ParallelConfig, dims_table, values) -> list:
     return out
 
 
-def symbolic_programs(bases: Bases, analysis, config: ParallelConfig, decide, ev: Evaluation | None = None) -> dict[str, Any]:
+def symbolic_programs(bases: Bases, analysis, config: ParallelConfig, decide, ev: Evaluation | None = None,
+                      record: dict | None = None, reuse: dict | None = None) -> dict[str, Any]:
     """Per phase, the planner's fused symbolic program of ``analysis`` on ``config`` at the page's
     setting (:func:`engine.deploy.planner.place_symbolic`); ``ev``: whose rows' weights (the base's,
-    or a variant walked whole)."""
+    or a variant walked whole); ``record``/``reuse``: the base's placement record, written or repeated."""
     ev, gpu = ev or bases.ev, bases.gpu
     options, scenario = options_for(bases.context, bases.framework, bases.kv_dtype)
     domain = min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain)
     tokens = tokens_per_device(config, scenario, options.prefill_tokens, options.decode_seq)
-    return place_symbolic(ev, analysis, config, domain, options, bases.table, gpu, tokens, decide)
+    return place_symbolic(ev, analysis, config, domain, options, bases.table, gpu, tokens, decide, record, reuse)
