@@ -50,7 +50,8 @@ def at(doc: dict, p: dict, binds: dict, context: int) -> tuple[bool, dict]:
     out = {}
     for key in KEYS:
         old = formula_tree.evaluate(base[key], old_env)
-        out[key] = (old, old + formula_tree.evaluate(sol["change"][key], env))
+        added, removed = (doc["sol_trees"][i] for i in sol["change"][key])
+        out[key] = (old, old + (formula_tree.evaluate(added, env) - formula_tree.evaluate(removed, env)))
     return valid, out
 
 

@@ -83,11 +83,6 @@ def options_for(context: int, framework: str, kv_dtype: str) -> tuple[Options, S
             Scenario(batch=1, input_len=context, output_len=0))
 
 
-def free_of(trees: Any) -> set[str]:
-    return formula_tree.free_names(trees) if not isinstance(trees, dict) else \
-        set().union(set(), *(free_of(t) for t in trees.values()))
-
-
 def token_condition(table, gpu: GPU, config: ParallelConfig, context: int) -> Any | None:
     """The prefill's fusion regime at ``context`` (one request: ``ctx`` tokens per device): each live
     ``max_tokens`` limit stays on the side of the context it is on at the build (None: no limit)."""
@@ -295,9 +290,10 @@ def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfi
                         b = bind_tree(formula_tree.to_tree(b_), env[phase])
                     terms[sign].append(t)
                     traffic[sign].append(b)
-        out[f"{phase}_sol_s"] = bind_tree(["+", ["+", 0, *terms[1]], ["*", -1, ["+", 0, *terms[-1]]]], {})
+        # [added, removed]: the removed steps are the same for most picks of a slot (shared, intern())
+        out[f"{phase}_sol_s"] = [bind_tree(["+", 0, *terms[1]], {}), bind_tree(["+", 0, *terms[-1]], {})]
         if phase == "decode":
-            out["decode_bytes"] = bind_tree(["+", ["+", 0, *traffic[1]], ["*", -1, ["+", 0, *traffic[-1]]]], {})
+            out["decode_bytes"] = [bind_tree(["+", 0, *traffic[1]], {}), bind_tree(["+", 0, *traffic[-1]], {})]
     return out
 
 
@@ -389,7 +385,8 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], d
         if not formula_tree.evaluate(tree, {**at, symbols.CTX: bases.context}):
             return {"error": f"at the pre-filled dims: {reason}"}
     valid = [[t, r] for t, r in valid if formula_tree.free_names(t)]   # a constant that holds: nothing to test
-    free = free_of(change) | free_of({str(i): v[0] for i, v in enumerate(valid)})
+    free = set().union(*(formula_tree.free_names(t) for pair in change.values() for t in pair),
+                       *(formula_tree.free_names(t) for t, _ in valid))
     if free - set(needs) - {symbols.SEQ, symbols.CTX}:
         return None
     return {"config": config.label(), "change": change, "valid": valid, "at": dict(values), "route": route}
@@ -483,3 +480,25 @@ def symbolic_programs(bases: Bases, analysis, config: ParallelConfig, decide, ev
     domain = min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain)
     tokens = tokens_per_device(config, scenario, options.prefill_tokens, options.decode_seq)
     return place_symbolic(ev, analysis, config, domain, options, bases.table, gpu, tokens, decide, record, reuse)
+
+
+def intern(picks: dict[str, dict[str, dict]]) -> list:
+    """Every pick's ``change`` trees moved into one table of distinct trees (returned; the document's
+    ``sol_trees``), each change an [added, removed] pair of indices: new - old = tree[added] -
+    tree[removed]. Picks of one slot remove mostly the same steps, so their removed trees repeat."""
+    import json
+    table: list = []
+    index: dict[str, int] = {}
+
+    def at(tree) -> int:
+        key = json.dumps(tree, separators=(",", ":"))
+        if key not in index:
+            index[key] = len(table)
+            table.append(tree)
+        return index[key]
+    for chosen in picks.values():
+        for p in chosen.values():
+            change = p.get("sol", {}).get("change")
+            if change:
+                p["sol"]["change"] = {k: [at(added), at(removed)] for k, (added, removed) in change.items()}
+    return table

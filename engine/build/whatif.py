@@ -792,6 +792,7 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
                     if entry["current"] != [c] and (only is None or (slot, c) in only)}
              for slot, entry in slots.items()}
     # the SOL times: the planner's programs at the page's setting (engine.build.playground_sol)
+    from engine.build import playground_sol
     from engine.build.playground_sol import Bases
     from engine.deploy.hardware import find_gpu
     gpu = find_gpu(gpus if gpus is not None else _default_gpus(), PLAYGROUND["gpu"])
@@ -805,7 +806,8 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
             "formulas": {k: formula_tree.to_tree(f) for k, f in
                          _sum_of_parts(ev.symbolic, ev.model, ev.corpus, PLAYGROUND["kv_dtype"]).items()},
             "env": environment(ev, context), "picks": picks, "old": shared.old, "blocks": shared.blocks,
-            "sol_base": bases.trees, "sol_setting": {"gpu": gpu.name, "context": context},
+            "sol_base": bases.trees, "sol_trees": playground_sol.intern(picks),
+            "sol_setting": {"gpu": gpu.name, "context": context},
             "repeat": _REPEAT.name, "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
 
 

@@ -259,7 +259,8 @@
         tr.appendChild(td); ptbody.appendChild(tr);
         return;
       }
-      var o = F.evaluate(base[key], env), n = o + F.evaluate(s.change[key], neu);
+      var trees = cur.doc.sol_trees, ch = s.change[key];      // [added, removed] steps' trees
+      var o = F.evaluate(base[key], env), n = o + (F.evaluate(trees[ch[0]], neu) - F.evaluate(trees[ch[1]], neu));
       [["old", o], ["new", n]].forEach(function (p) {
         var td = document.createElement("td");
         td.className = "n"; td.setAttribute("data-k", key); td.setAttribute("data-side", p[0]); td.setAttribute("data-v", String(p[1]));
