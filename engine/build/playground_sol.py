@@ -43,7 +43,7 @@ from typing import Any
 import sympy
 
 from engine.deploy import Options, Scenario
-from engine.deploy.cost import KV_BYTES, link_bandwidth, step_totals
+from engine.deploy.cost import KV_BYTES, link_bandwidth
 from engine.deploy.fusion import live_rules
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig
@@ -109,6 +109,7 @@ class Bases:
         #: the rows its splice leaves alone: engine.deploy.planner.place_symbolic)
         self.records: dict[str, dict] = {}
         self._envs: dict[tuple, dict] = {}
+        self.site_bytes: dict[str, Any] = {}     # slot site uid -> the old filler's stored bytes there
         self._steps: dict[tuple, tuple] = {}
 
     def weight_bytes(self) -> float:
@@ -164,9 +165,7 @@ class Bases:
         hit = self._steps.get(key)
         if hit is not None and hit[0] is step:
             return hit[1]
-        f, b, c, _ = step_totals(step)
-        calls = step.repeat if step.collective else sympy.Integer(0)
-        found = (_step_tree(self.gpu, step, (f, b, c), calls, env), bind_tree(formula_tree.to_tree(b), env))
+        found = _step_trees(self.gpu, step, env)
         self._steps[key] = (step, found)
         return found
 
@@ -234,19 +233,26 @@ def bind_tree(tree: Any, env: dict[str, Any]) -> Any:
     return [op, *args]
 
 
-def _step_tree(g: GPU, step, totals, calls, env: dict) -> list:
-    """max(f / peak, b / hbm, c / link + calls x alpha) of one step as a tree bound by ``env``
-    (:mod:`engine.deploy.cost`'s SOL of a step; no sympy arithmetic)."""
-    f, b, c = (bind_tree(formula_tree.to_tree(e), env) for e in totals[:3])
+def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
+    """One step's SOL, max(f / peak, b / hbm, c / link + calls x alpha), and its HBM bytes b, as
+    trees bound by ``env``: :func:`engine.deploy.cost.step_totals` (every call of the step; a
+    ``last_token`` step at seq 1) and :mod:`engine.deploy.cost`'s rates, without sympy arithmetic."""
+    if step.last_token:
+        env = {**env, symbols.SEQ: 1}
+    tree = formula_tree.to_tree
+    repeat = tree(step.repeat)
+    f = bind_tree(["*", tree(step.flops), repeat], env)
+    b = bind_tree(["*", ["+", tree(step.bytes), tree(step.weight_bytes)], repeat], env)
+    c = bind_tree(["*", tree(step.comm_bytes), repeat], env)
     link = link_bandwidth(g, step.link)
     alpha = g.collective_latency(step.collective, step.ranks, step.nodes) if step.collective else 0.0
     comm: list = ["+", 0]
     if link != float("inf"):
         comm.append(["*", c, 1.0 / link])
     if alpha:
-        comm.append(["*", bind_tree(formula_tree.to_tree(calls), env), alpha])
+        comm.append(["*", bind_tree(repeat, env), alpha])       # calls: the step's repeat
     return ["max", ["*", f, 1.0 / g.peak_flops(step.compute_dtype)], ["*", b, 1.0 / g.hbm_bytes_per_s],
-            bind_tree(comm, {})]
+            bind_tree(comm, {})], b
 
 
 def _raw_key(step) -> tuple:
@@ -287,10 +293,7 @@ def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfi
                     if sign < 0:     # a base step: the base's values throughout (its dims are not the page's)
                         t, b = bases.step_tree(step, old_env[phase])
                     else:
-                        f, b_, c, _ = step_totals(step)
-                        calls = step.repeat if step.collective else sympy.Integer(0)
-                        t = _step_tree(bases.gpu, step, (f, b_, c), calls, env[phase])
-                        b = bind_tree(formula_tree.to_tree(b_), env[phase])
+                        t, b = _step_trees(bases.gpu, step, env[phase])
                     terms[sign].append(t)
                     traffic[sign].append(b)
         # [added, removed]: the removed steps are the same for most picks of a slot (shared, intern())
@@ -305,7 +308,8 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
     """The SOL part of a pick without a walk of the variant (:func:`_planned`): the new filler
     walked at each site of the base (``sites``: the base's slot sites the pick swaps,
     engine.build.whatif.Picks; ``walks``: per site the new filler's rows, caches and output uids
-    there, engine.build.whatif.site_walk) spliced into the base's symbolic analysis: the rows under
+    there and their stored bytes, engine.build.whatif.site_walk and site_bytes) spliced into the
+    base's symbolic analysis: the rows under
     each site replaced, the new output taking the old one's uid (or, where a new row already has
     it, the old output's readers reading the new one). None where the splice does not apply (an
     output that is not one tensor): the caller then plans the whole variant."""
@@ -316,11 +320,12 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
     rename: dict[str, str] = {}
     delta_bytes = sympy.Integer(0)
     for uid, site in sites.items():
-        new_rows, new_caches, new_out = walks[uid]
+        new_rows, new_caches, new_out, new_bytes = walks[uid]
         old_rows = {u: r for u, r in a.rows.items() if _under(u, uid)}
-        for part, sign in ((old_rows, -1), (new_rows, 1)):
-            delta_bytes += sign * sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(
-                replace(a, rows=part, caches=()), ev.model, ev.corpus)))
+        if uid not in bases.site_bytes:       # the old filler's: the same for every pick of the slot
+            bases.site_bytes[uid] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(
+                replace(a, rows=old_rows, caches=()), ev.model, ev.corpus)))
+        delta_bytes += new_bytes - bases.site_bytes[uid]
         read = {i for r in a.rows.values() if not _under(r.uid, uid) for i in r.inputs if _under(i, uid)}
         if len({i.removesuffix("@decode") for i in read}) != 1 or len(new_out) != 1:
             return None

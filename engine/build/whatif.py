@@ -491,6 +491,17 @@ def site_walk(key: tuple, index: int, uid: str, site: tuple) -> tuple[dict, list
     return out_rows, out_caches, [move(u) for _, u in _flat_outputs(outputs)]
 
 
+def site_bytes(ev: Evaluation, key: tuple, index: int, site: tuple) -> sympy.Expr:
+    """Stored bytes (every stack) of a cached site walk's rows at ``site``'s layer count; computed
+    once per walk and quant scheme (the walk's rows hold :data:`_REPEAT`)."""
+    _, rows, _, trees = _SITE_CACHE[key][index]
+    tag = ("bytes", repr(sorted(ev.model.quant.items())))
+    if tag not in trees:
+        part = replace(ev.symbolic, rows=rows, caches=())
+        trees[tag] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(part, ev.model, ev.corpus)))
+    return _subs(trees[tag], {_REPEAT: site[2].repeat})
+
+
 def _subs(value, mapping: dict):
     return value.xreplace(mapping) if isinstance(value, sympy.Basic) else value
 
@@ -755,7 +766,8 @@ def _pick_sol(bases, slot: str, component: str, p: dict, shared: Picks | None = 
     if shared is not None and (slot, component) in shared.walks:
         needs, sites, walked = shared.walks[(slot, component)]
         try:
-            rows = {uid: site_walk(*walked[uid], uid, site) for uid, site in sites.items()}
+            rows = {uid: (*site_walk(*walked[uid], uid, site), site_bytes(bases.ev, *walked[uid], site))
+                    for uid, site in sites.items()}
             found = playground_sol.site_sol(bases, needs, sites, rows, values)
         except (SpecError, _Streams):
             found = None
