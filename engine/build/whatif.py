@@ -819,7 +819,7 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
                          _sum_of_parts(ev.symbolic, ev.model, ev.corpus, PLAYGROUND["kv_dtype"]).items()},
             "env": environment(ev, context), "picks": picks, "old": shared.old, "blocks": shared.blocks,
             "sol_base": bases.trees, "sol_trees": playground_sol.intern(picks),
-            "sol_setting": {"gpu": gpu.name, "context": context},
+            "sol_setting": {"gpu": PLAYGROUND["gpu"], "framework": PLAYGROUND["framework"], "context": context},
             "repeat": _REPEAT.name, "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
 
 

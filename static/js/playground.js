@@ -251,7 +251,7 @@
     }
     SOL.forEach(function (pair) {
       var key = pair[0], tr = document.createElement("tr"), th = document.createElement("th");
-      th.scope = "row"; th.textContent = pair[1] + (s.config ? " (" + cur.doc.sol_setting.gpu + " " + s.config + ")" : ""); tr.appendChild(th);
+      th.scope = "row"; th.textContent = pair[1] + (s.config ? " (" + cur.doc.sol_setting.gpu + ", " + s.config + ")" : ""); tr.appendChild(th);
       if (why) {
         var td = document.createElement("td");
         td.colSpan = 3; td.className = "sol-none"; td.setAttribute("data-k", key); td.setAttribute("data-why", why);
