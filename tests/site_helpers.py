@@ -21,6 +21,18 @@ def build_small_site(root: Path, grid: dict, models: list[str]) -> Path:
     return root
 
 
+_SHARED: dict[tuple, Path] = {}
+
+
+def shared_small_site(tmp_path_factory, grid: dict, models: list[str]) -> Path:
+    """:func:`build_small_site` once per test process for each (grid, models): test modules that
+    read the same small site (the playground's) share one build."""
+    key = (yaml.safe_dump(grid, sort_keys=True), tuple(models))
+    if key not in _SHARED:
+        _SHARED[key] = build_small_site(tmp_path_factory.mktemp("shared-site"), grid, models)
+    return _SHARED[key]
+
+
 #: The deploy page's summary fields the browser tests hold equal to ``archledger deploy --json``'s,
 #: and the per-op fields.
 DEPLOY_FIELDS = ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "prefill_tokens_per_s_per_gpu", "max_concurrent_requests",

@@ -17,9 +17,10 @@ import pytest
 import yaml
 
 from engine.build import whatif
+from engine.build.playground_sol import KEYS as SOL_KEYS
 from engine.spec import formula_tree, quantities, symbols
 from site_builder.render import REPO
-from tests.site_helpers import build_small_site, served
+from tests.site_helpers import served, shared_small_site
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 BASE = "Qwen/Qwen3-8B"
@@ -32,7 +33,7 @@ def out(tmp_path_factory):
     grid = yaml.safe_load((REPO / "tests" / "data" / "grid_tiny.yaml").read_text())
     grid["gpu_counts"] = [1]
     # Qwen3.5-27B: its gated DeltaNet is drawn on the components pages, so the GQA -> GDN diff exists
-    return build_small_site(tmp_path_factory.mktemp("playground-any"), grid, [BASE, "Qwen/Qwen3.5-27B"])
+    return shared_small_site(tmp_path_factory, grid, [BASE, "Qwen/Qwen3.5-27B"])   # also test_site_playground_sol's
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +146,8 @@ def test_a_missing_binding_is_reported_not_computed(browser, base):  # noqa: F81
     assert "Unbound: kv_lora_rank" in page.inner_text("#pick-status")
     assert page.query_selector_all("#pick-table td") == []
     page.fill("#pick-dim-kv_lora_rank", "512")
-    assert len(page.query_selector_all("#pick-table td[data-k]")) == 2 * len(whatif.RECOMPUTED)
+    # old and new of each recomputed number and of the SOL times (tests/test_site_playground_sol.py)
+    assert len(page.query_selector_all("#pick-table td[data-k]")) == 2 * (len(whatif.RECOMPUTED) + len(SOL_KEYS))
     assert "Not drawn" in page.inner_text("#pick-graph")     # no built model instantiates MLA
     assert not tab.errors, tab.errors
     tab.context.close()

@@ -498,6 +498,7 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
     started = time.perf_counter()
     corpus = corpus if corpus is not None else cached_corpus(corpus_root)
     from engine.build.whatif import evaluate_with_sites, model_playground
+    from engine.deploy.hardware import load_gpus
     ev, sites = evaluate_with_sites(corpus, corpus.models[model_id])   # evaluate_spec's walks; its slot sites for the playground
     # one cache of placements and structures for the grid and the sizing step (the same configs)
     cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
@@ -529,7 +530,7 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
             json.dumps(model_document(ev, verification), separators=(",", ":")))
         (Path(staging) / "playground").mkdir(exist_ok=True)      # the playground's live picks (docs/results.md)
         (Path(staging) / "playground" / f"{name}.json").write_text(
-            json.dumps(model_playground(ev, sites=sites), separators=(",", ":")))
+            json.dumps(model_playground(ev, sites=sites, gpus=load_gpus(gpu_root)), separators=(",", ":")))
     counts["seconds"] = round(time.perf_counter() - started, 3)
     return counts
 

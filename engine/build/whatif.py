@@ -19,6 +19,7 @@ stream crosses the sites.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,6 +37,7 @@ from engine.spec.corpus import Corpus
 from engine.spec.errors import SpecError, Where
 from engine.spec.evaluate import Analysis, Binding, Walker, walk_model
 from engine.spec.ir import Fill, ModelSpec
+from engine.build.playground_sol import default_config  # noqa: F401  (edit's config; it lives beside the SOL export)
 
 #: (key, label, unit) of every compared number, in print order.
 METRICS = (
@@ -78,19 +80,6 @@ def parse_config(text: str) -> ParallelConfig:
     if config.problems():
         raise SpecError(_CLI.at("--config"), "; ".join(config.problems()), "fix the degrees")
     return config
-
-
-def default_config(evs: list[Evaluation], gpu: GPU, hbm_fraction: float = 0.9) -> ParallelConfig:
-    """The fewest GPUs (tp 1, 2, 4, 8, then pipeline stages of 8) holding the larger side's weights
-    in ``hbm_fraction`` of HBM with a fifth of it left for KV and activations; when both sides are
-    MoE their experts go on ep = tp (a dense side cannot take ep > 1: dense -> MoE keeps ep 1)."""
-    need = max(float(sum(t.total_bytes for t in ev.tensors())) for ev in evs) * 1.25
-    moe = all("n_experts" in ev.bound for ev in evs)
-    per_gpu = gpu.hbm_bytes * hbm_fraction
-    for tp, pp in [(1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]:
-        if tp * pp * per_gpu >= need:
-            break
-    return ParallelConfig(tp=tp, pp=pp, ep=tp if moe else 1)
 
 
 def _side(ev: Evaluation, gpu: GPU, config: ParallelConfig, setting: Setting) -> dict[str, Any]:
@@ -473,6 +462,57 @@ _REPEAT = sympy.Symbol("site_repeat", positive=True, integer=True)
 #: -> formula trees)]): the same component in the same scope walks to the same rows whichever model
 #: the scope is in, and with the same quant schemes to the same formulas.
 _SITE_CACHE: dict[tuple, list[tuple[dict, dict, tuple, dict]]] = {}
+#: (key, index) of :data:`_SITE_CACHE` -> the site uid, input uids and outputs it was walked with
+#: (:func:`site_walk` relabels the rows for another site sharing the walk).
+_SITE_WALKS: dict[tuple, tuple] = {}
+
+
+def site_walk(key: tuple, index: int, uid: str, site: tuple) -> tuple[dict, list, list]:
+    """The rows, caches and output uids of a cached site walk as walked at ``site`` (uid ``uid``):
+    the uids under the walked site moved under ``uid``, its inputs' producers replaced by this
+    site's, the layer count :data:`_REPEAT` by the site's own."""
+    _, rows, caches, _ = _SITE_CACHE[key][index]
+    uid0, inputs0, outputs = _SITE_WALKS[(key, index)]
+    inputs = dict(zip(inputs0, [u for _, u in site[1]]))
+    repeat = {_REPEAT: site[2].repeat}
+
+    def move(u: str) -> str:
+        return uid + u[len(uid0):] if u == uid0 or u.startswith(uid0 + "/") else inputs.get(u, u)
+
+    same = uid == uid0 and all(k == v for k, v in inputs.items())
+    out_rows = {}
+    for r in rows.values():
+        r = replace(r, repeat=_subs(r.repeat, repeat)) if same else \
+            replace(r, uid=move(r.uid), inputs=tuple(move(i) for i in r.inputs), component_uid=move(r.component_uid),
+                    repeat=_subs(r.repeat, repeat))
+        out_rows[r.uid] = r
+    out_caches = [replace(c, uid=move(c.uid), node_uid=move(c.node_uid), repeat=_subs(c.repeat, repeat))
+                  for c in caches]
+    return out_rows, out_caches, [move(u) for _, u in _flat_outputs(outputs)]
+
+
+def site_bytes(ev: Evaluation, key: tuple, index: int, site: tuple) -> sympy.Expr:
+    """Stored bytes (every stack) of a cached site walk's rows at ``site``'s layer count; computed
+    once per walk and quant scheme (the walk's rows hold :data:`_REPEAT`)."""
+    _, rows, _, trees = _SITE_CACHE[key][index]
+    tag = ("bytes", repr(sorted(ev.model.quant.items())))
+    if tag not in trees:
+        part = replace(ev.symbolic, rows=rows, caches=())
+        trees[tag] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(part, ev.model, ev.corpus)))
+    return _subs(trees[tag], {_REPEAT: site[2].repeat})
+
+
+def _subs(value, mapping: dict):
+    return value.xreplace(mapping) if isinstance(value, sympy.Basic) else value
+
+
+def _flat_outputs(value) -> list:
+    """The (tensor, uid) pairs of a walked value (a pair, or a dict of them)."""
+    if isinstance(value, dict):
+        return [p for v in value.values() for p in _flat_outputs(v)]
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], str):
+        return [value]
+    return []
 
 
 def _has_slots(corpus: Corpus, name: str, seen: frozenset = frozenset()) -> bool:
@@ -509,7 +549,7 @@ def _site_formulas(ev: Evaluation, walker: Walker, component: str, site: tuple, 
     """The new filler's numbers at one site as formula trees, with the site's layer count left as
     :data:`_REPEAT`: (the site's key, the trees), shared through :data:`_SITE_CACHE`. ``counted``
     False: the walk only (a site outside the main stack: nothing to count, but the filler must
-    still walk there, as in the whole walk); returns None."""
+    still walk there, as in the whole walk); no trees."""
     corpus = ev.corpus
     node, inputs, scope, layer, _ = site
     fill = variant_rules.inherit(Fill(component, _PAGE, {}), corpus.components[component], scope.slots[node.target])
@@ -522,12 +562,13 @@ def _site_formulas(ev: Evaluation, walker: Walker, component: str, site: tuple, 
     else:
         walker.rows, walker.caches, walker.components, walker.config_reads = {}, [], {}, set()
         walker.layer_index = layer
-        walker.walk_component(node, fill, inputs, replace(scope, dims=dims, repeat=_REPEAT), uid)
+        outputs = walker.walk_component(node, fill, inputs, replace(scope, dims=dims, repeat=_REPEAT), uid)
         entries.append(({path: walker.config(path) for path in walker.config_reads}, dict(walker.rows),
                          tuple(walker.caches), {}))
         i, (_, rows, caches, trees) = len(entries) - 1, entries[-1]
+        _SITE_WALKS[(key, i)] = (uid, [u for _, u in inputs], outputs)
     if not counted:
-        return None
+        return (key, i, None), None
     quant = repr(sorted(ev.model.quant.items()))      # how the weights are stored: the weight bytes only
     if quant not in trees:
         part = replace(ev.symbolic, rows=rows, caches=caches)
@@ -574,6 +615,8 @@ class Picks:
         self.old: dict[str, Any] = {}
         self.blocks: list[dict] = []
         self._index: dict[tuple, int] = {}
+        self.walks: dict[tuple, tuple] = {}    # (slot, component) -> (needs, its sites, their walks): the site route
+        self.whole: dict[tuple, tuple] = {}    # (slot, component) -> (variant spec, its symbolic walk): the others
 
     def block(self, key: tuple, trees: dict) -> int:
         if key not in self._index:
@@ -614,18 +657,27 @@ def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
                 try:
                     # every number of RECOMPUTED is the main stack's: a site in another (MTP) is
                     # walked (the filler must fit there too) but counts nothing
+                    walked = {}       # site uid -> its walk's (key, index) in _SITE_CACHE
                     for uid, site in mine.items():
                         if site[2].stack != "main":
-                            _site_formulas(ev, shared.walker, component, site, uid, needs, kv_dtype, counted=False)
-                    out["sites"] = [[shared.block(*_site_formulas(ev, shared.walker, component, site, uid, needs,
-                                                                  kv_dtype)),
-                                     formula_tree.to_tree(site[2].repeat), site[4]]
-                                    for uid, site in mine.items() if site[2].stack == "main"]
+                            walked[uid] = _site_formulas(ev, shared.walker, component, site, uid, needs, kv_dtype,
+                                                         counted=False)[0][:2]
+                    out["sites"] = []
+                    for uid, site in mine.items():
+                        if site[2].stack == "main":
+                            ident, trees = _site_formulas(ev, shared.walker, component, site, uid, needs, kv_dtype)
+                            walked[uid] = ident[:2]
+                            out["sites"].append([shared.block(ident, trees), formula_tree.to_tree(site[2].repeat),
+                                                 site[4]])
                     out["tickable"] = shared.old[slot]["tickable"]
+                    shared.walks[(slot, component)] = (needs, mine, walked)      # the SOL's site route
                 except _Streams:
                     out = {}
         if not out:
-            old_part, new_part = changed_parts(ev.symbolic, walk_model(corpus, variant.spec, Binding("symbolic")))
+            whole = walk_model(corpus, variant.spec, Binding("symbolic"))
+            if shared is not None:     # the SOL's whole route plans this walk
+                shared.whole[(slot, component)] = (variant.spec, whole)
+            old_part, new_part = changed_parts(ev.symbolic, whole)
             was = _sum_of_parts(old_part, base, corpus, kv_dtype)
             now = _sum_of_parts(new_part, variant.spec, corpus, kv_dtype)
             out["delta"] = {k: formula_tree.to_tree(now[k] - was[k]) for k in RECOMPUTED}
@@ -681,23 +733,93 @@ def evaluate_with_sites(corpus: Corpus, model: ModelSpec) -> tuple[Evaluation, d
     return Evaluation(model, corpus, walk_model(corpus, model, Binding("numeric")), symbolic), recorder.sites
 
 
-def model_playground(ev: Evaluation, context: int | None = None, sites: dict | None = None) -> dict[str, Any]:
+@functools.lru_cache(maxsize=2)
+def _tables(root):
+    return load_tables(root)
+
+
+@functools.lru_cache(maxsize=1)
+def _default_gpus():
+    from engine.deploy.hardware import load_gpus
+    return load_gpus()
+
+
+_USED: dict[int, tuple] = {}     # id(corpus) -> (corpus, component_dims): one per process
+
+
+def prefill_values(corpus: Corpus, component: str, needs: list[str]) -> dict[str, int]:
+    """The page's pre-fill of each dim a pick needs: the first corpus model's value using the same
+    component (:func:`component_dims`), else :data:`PLACEHOLDER` (the page leaves it empty)."""
+    if id(corpus) not in _USED or _USED[id(corpus)][0] is not corpus:
+        _USED.clear()
+        _USED[id(corpus)] = (corpus, component_dims(corpus))
+    used = _USED[id(corpus)][1].get(component, {})
+    return {d: used[d][0]["value"] if used.get(d) else PLACEHOLDER for d in needs}
+
+
+def _pick_sol(bases, slot: str, component: str, p: dict, shared: Picks | None = None) -> dict[str, Any]:
+    """The SOL times of pick ``p`` (engine.build.playground_sol) at its pre-filled binding: by the
+    site route where the pick has one and it applies, else from the variant's whole plan."""
+    from engine.build import playground_sol
+    corpus, base = bases.ev.corpus, bases.ev.model
+    values = prefill_values(corpus, component, p["needs"])
+    if shared is not None and (slot, component) in shared.walks:
+        needs, sites, walked = shared.walks[(slot, component)]
+        try:
+            rows = {uid: (*site_walk(*walked[uid], uid, site), site_bytes(bases.ev, *walked[uid], site))
+                    for uid, site in sites.items()}
+            found = playground_sol.site_sol(bases, needs, sites, rows, values)
+        except (SpecError, _Streams):
+            found = None
+        if found is not None:
+            return found
+    try:
+        if shared is not None and (slot, component) in shared.whole:
+            spec, whole = shared.whole[(slot, component)]
+        else:
+            binds = [variant_rules.Bind(d, v, "pre-fill", _PAGE) for d, v in values.items()]
+            swap = variant_rules.Swap(slot, (), Fill(component, _PAGE, {}), _PAGE)
+            spec = variant_rules.resolve(corpus, "pick", base.model_id, [swap], binds, _PAGE).spec
+            whole = walk_model(corpus, spec, Binding("symbolic"))
+        return playground_sol.whole_sol(bases, spec, whole, p["needs"], values)
+    except SpecError as exc:
+        return {"error": exc.problem}
+
+
+def model_playground(ev: Evaluation, context: int | None = None, sites: dict | None = None,
+                     gpus: dict | None = None, only: set | None = None) -> dict[str, Any]:
     """``results/playground/<org--name>.json``: the base's :func:`formulas` as trees and their
     environment, :func:`pick` for every slot x fitting component of its catalog entry (a slot's
     only current filler excepted: nothing would change), the old fillers' numbers per slot
     (``old``) and the new fillers' per distinct site (``blocks``). Depends on the model's spec and
     snapshot, the component library, slots.yaml and the engine only (pre-fill values live in
     variants.json), so it is carried with the model's other results. ``sites``: the base's
-    (:func:`evaluate_with_sites`), else recorded here."""
+    (:func:`evaluate_with_sites`), else recorded here; ``only``: just these (slot, component) picks
+    (the tests'). Each pick also carries its SOL times (``sol``, engine.build.playground_sol) on
+    :data:`PLAYGROUND`'s GPU from ``gpus`` (default: gpus/), the base's in ``sol_base``."""
     context = context or PLAYGROUND["context"]
     slots = model_slots(ev.corpus, ev.model)
     shared = Picks(ev, sites if sites is not None else sites_of(ev))
     picks = {slot: {c: pick(ev, slot, c, PLAYGROUND["kv_dtype"], shared) for c in entry["fits"]
-                    if entry["current"] != [c]} for slot, entry in slots.items()}
+                    if entry["current"] != [c] and (only is None or (slot, c) in only)}
+             for slot, entry in slots.items()}
+    # the SOL times: the planner's programs at the page's setting (engine.build.playground_sol)
+    from engine.build import playground_sol
+    from engine.build.playground_sol import Bases
+    from engine.deploy.hardware import find_gpu
+    gpu = find_gpu(gpus if gpus is not None else _default_gpus(), PLAYGROUND["gpu"])
+    bases = Bases(ev, gpu, _tables(ev.corpus.root / "fusion").get(PLAYGROUND["framework"]), context,
+                  PLAYGROUND["framework"], PLAYGROUND["kv_dtype"])
+    for slot, chosen in picks.items():
+        for component, p in chosen.items():
+            if "error" not in p:
+                p["sol"] = _pick_sol(bases, slot, component, p, shared)
     return {"model_id": ev.model.model_id, "context": context,
             "formulas": {k: formula_tree.to_tree(f) for k, f in
                          _sum_of_parts(ev.symbolic, ev.model, ev.corpus, PLAYGROUND["kv_dtype"]).items()},
             "env": environment(ev, context), "picks": picks, "old": shared.old, "blocks": shared.blocks,
+            "sol_base": bases.trees, "sol_trees": playground_sol.intern(picks),
+            "sol_setting": {"gpu": PLAYGROUND["gpu"], "framework": PLAYGROUND["framework"], "context": context},
             "repeat": _REPEAT.name, "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
 
 

@@ -184,6 +184,7 @@ def _decider(bound: Mapping[str, sympy.Expr]):
             found = value.subs(subs)
             seen[value] = int(found) if found.is_number else None
         return seen[value]
+    decide.seen = seen       # what was decided on which expression (the playground's validity conditions)
     return decide
 
 
@@ -509,3 +510,121 @@ def _with_pipeline(program: Program, placer: Placer) -> Program:
 def _layer_count(analysis) -> int:
     """Main-stack layers, read off the template components (valid under either binding)."""
     return sum(len(c.layers) for c in analysis.components.values() if c.template and c.stack == "main")
+
+
+def decider(bound: Mapping[str, sympy.Expr]):
+    """A placement's ``decide`` at ``bound`` (dim -> value): expression -> its integer value (None
+    when not a number), each decision recorded in ``decide.seen`` (expression -> value)."""
+    return _decider(bound)
+
+
+def place_symbolic(ev: Evaluation, analysis, config: ParallelConfig, domain: int, options: Options,
+                   fusion: FusionTable | None, gpu: GPU, tokens: Mapping[str, int | None], decide,
+                   record: dict | None = None, reuse: dict | None = None) -> dict[str, Program]:
+    """Per phase, the fused symbolic program :func:`build_structure` makes, of ``analysis`` (``ev``'s
+    symbolic analysis, or one made from it: the playground splices a new filler's rows into a
+    base's, engine.build.playground_sol) with decisions by ``decide`` (:func:`decider`): the same
+    placement, pipeline hops and fusion rules; the matches are found on this program (build_structure
+    finds them on the numeric one: the same steps and tests). ``ev`` supplies the weights' storage
+    (its spec's quant) and the dims table. ``record`` (a dict) receives per phase what placing each
+    row did; ``reuse`` (another run's record, on the same config and decisions) repeats it for every
+    row that is the same object reading equal inputs (:class:`_ReplayPlacer`): a spliced analysis
+    places only the rows the splice touches."""
+    stage = replace(config, pp=1, dp=1, gpus_per_node=None)
+    types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
+    out = {}
+    for phase in PHASES:
+        placer = _ReplayPlacer(analysis, Mesh(stage, min(domain, config.tp * config.cp), True), phase, ev.corpus.dims,
+                               _weights_fn(ev, options), types, decide)
+        if record is not None:
+            placer.record = record.setdefault(phase, {})
+        if reuse is not None:
+            placer.reuse = reuse.get(phase)
+        program = placer.run(phase_rows(analysis, phase))
+        if placer.mesh.config != config or placer.mesh.domain != domain:
+            placer.mesh = Mesh(config, domain, True)
+        program = _with_pipeline(program, placer)
+        found = match(program, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
+        out[phase] = fuse(program, found)
+    return out
+
+
+class _Log(dict):
+    """A dict noting the keys assigned to it (what placing one row wrote)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.log: list = []
+
+    def __setitem__(self, key, value):
+        self.log.append(key)
+        super().__setitem__(key, value)
+
+
+_UNITS: dict[tuple, tuple] = {}      # (axis name, id(dims table)) -> (table, its shardable dim)
+
+#: The placer's state a row's placement writes (besides the steps it appends).
+_WRITES = ("out", "layouts", "redist", "stored", "routing_tokens")
+
+
+def _same_input(a: Step, b: Step) -> bool:
+    """Whether a row reading step ``a`` places as it did reading ``b``: every field a placement rule
+    reads of an input (its uid names the collectives after it; role and component label them)."""
+    return a is b or (a.uid == b.uid and a.layout == b.layout and a.out == b.out and a.out_read == b.out_read
+                      and a.kind == b.kind and a.role == b.role and a.component == b.component
+                      and a.component_uid == b.component_uid and a.repeat == b.repeat and a.last_token == b.last_token)
+
+
+class _ReplayPlacer(Placer):
+    """A :class:`Placer` that records what placing each row did (``record``: uid -> (row, its input
+    steps, the steps it appended, what it wrote, its inputs' consumer counts)) and repeats a recorded
+    row where the row is equal (the same object, or another walk's equal row), its inputs place alike
+    (:func:`_same_input`) and have as
+    many consumers (place_axis_map reads that): a row's placement is a function of those, the mesh
+    and the decisions."""
+
+    record: dict | None = None
+    reuse: dict | None = None
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        for name in _WRITES:
+            setattr(self, name, _Log(getattr(self, name)))
+
+    def unit(self, name: str):
+        """:meth:`Placer.unit` with the axis name's shardable dim looked up once per process (a pure
+        function of the name and the dims table; the playground places hundreds of analyses)."""
+        if name not in self._units:
+            key = (name, id(self.dims_table))
+            found = _UNITS.get(key)
+            if found is None or found[0] is not self.dims_table:
+                found = _UNITS[key] = (self.dims_table, shard_unit(name, self.dims_table))
+            unit = found[1]
+            replicable = unit is not None and self.dims_table[unit].replicate and unit in self.a.values
+            self._units[name] = (unit, self.a.values[unit]) if replicable else None
+        return self._units[name]
+
+    def place(self, row) -> None:
+        inputs = [self.producer(row, i) for i in range(len(row.inputs))]
+        counts = tuple(self.consumers.get(s.uid) for s in inputs)      # what a rule reads of them
+        hit = self.reuse.get(row.uid) if self.reuse is not None else None
+        if hit is not None and (hit[0] is row or hit[0] == row) and hit[4] == counts and len(inputs) == len(hit[1]) \
+                and all(_same_input(a, b) for a, b in zip(inputs, hit[1])):
+            self.steps.extend(hit[2])
+            for name, items in hit[3]:
+                target = getattr(self, name)
+                for key, value in items:
+                    dict.__setitem__(target, key, value)
+            if self.record is not None:
+                self.record[row.uid] = hit
+            return
+        start = len(self.steps)
+        for name in _WRITES:
+            getattr(self, name).log = []
+        super().place(row)
+        if self.record is not None:
+            writes = []
+            for name in _WRITES:
+                target = getattr(self, name)
+                writes.append((name, [(k, target[k]) for k in dict.fromkeys(target.log)]))
+            self.record[row.uid] = (row, inputs, self.steps[start:], writes, counts)

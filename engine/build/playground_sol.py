@@ -1,0 +1,513 @@
+"""The playground's live SOL times: a pick's prefill and decode speed-of-light as formula trees over its dims.
+
+Layer: engine.build (on engine.deploy and engine.spec.formula_tree). ``archledger edit MODEL --swap
+... --bind ...`` deploys both sides with the planner (:func:`engine.build.whatif.compare`): one
+prefill of the whole ``context``-token prompt (batch 1: one step, TTFT = its step time) and one
+decode step at ``context`` (TPOT = its step time; the bytes it reads), on H200 under
+:func:`default_config`. A step's time is max(FLOPs / peak, bytes / HBM bandwidth, link bytes / link
+bandwidth + calls x per-call latency) and a phase is the sum over its steps (:mod:`engine.deploy.cost`).
+Those step totals come from the planner's *symbolic* programs (the same placement, pipeline hops and
+fusion, formulas over dims: :func:`engine.deploy.planner.place_symbolic`), so the page can evaluate
+them at the reader's dims. Nothing here estimates anything: it exports the planner's expressions and
+the GPU's rates, and the page (static/js/playground.js) sums ``max`` terms with static/js/formula.js.
+
+Per base model and parallel config (:class:`Bases`): the old side's three numbers as trees over
+``seq`` and ``ctx``. Per pick (``sol``): the steps the swap adds and those it removes (their
+difference is new - old), as trees over the pick's dims and the context, from the variant planned at
+the pre-filled binding (the first corpus value of each dim, the page's pre-fill;
+:data:`engine.build.whatif.PLACEHOLDER` where no corpus model binds it). The variant's symbolic
+analysis is the base's with the new filler's site walks spliced in (:func:`site_sol`), or pick()'s
+whole walk of it where a layer stream crosses the slot (:func:`whole_sol`); the planner repeats its
+record of the base's placement for the rows the swap leaves alone.
+
+Where the planner decides on a dim's *value* the trees hold only while the decision stands, so each
+pick carries ``valid``: [[condition tree, reason], ...], all of which must hold (evaluate to non-zero)
+for the trees to equal ``edit`` (the page shows no SOL number otherwise, and says why):
+
+* the parallel config (:func:`default_config` picks the fewest GPUs holding the larger side's
+  weights; the new side's weights are a tree over the dims);
+* the fusion token regime of the prefill (rules with ``max_tokens`` apply at ``ctx`` tokens per device
+  or fewer: the context must stay on the build context's side of every live limit);
+* the placement's decisions (more devices than heads: the heads replicate) on expressions of the
+  pick's dims, and the divisibility of the sharded axes the swap puts in (``check``).
+
+Invariant: at any binding where every ``valid`` tree holds, base + change equals ``archledger edit
+--json``'s ``prefill_sol_s``, ``decode_sol_s`` and ``decode_bytes`` to float rounding
+(tests/test_site_playground_sol.py; a corpus-wide run of every pick at its pre-filled binding and
+at doubled dims found no difference above 1e-9).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+
+from engine.deploy import Options, Scenario
+from engine.deploy.cost import KV_BYTES, link_bandwidth
+from engine.deploy.fusion import live_rules
+from engine.deploy.hardware import GPU
+from engine.deploy.parallel import Mesh, ParallelConfig
+from engine.deploy.planner import check, decider, place_symbolic
+from engine.deploy.structure import tokens_per_device
+from engine.spec import formula_tree, kv, symbols
+from engine.spec.api import Evaluation
+
+#: The numbers exported, in the page's order (engine.build.whatif.METRICS's keys).
+KEYS = ("prefill_sol_s", "decode_bytes", "decode_sol_s")
+#: The (tp, pp) rungs :func:`default_config` climbs.
+LADDER = ((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16))
+
+
+def default_config(evs: list[Evaluation], gpu: GPU, hbm_fraction: float = 0.9) -> ParallelConfig:
+    """The fewest GPUs (tp 1, 2, 4, 8, then pipeline stages of 8) holding the larger side's weights
+    in ``hbm_fraction`` of HBM with a fifth of it left for KV and activations; when both sides are
+    MoE their experts go on ep = tp (a dense side cannot take ep > 1: dense -> MoE keeps ep 1)."""
+    return config_for_bytes(max(float(sum(t.total_bytes for t in ev.tensors())) for ev in evs),
+                            all("n_experts" in ev.bound for ev in evs), gpu, hbm_fraction)
+
+
+def config_for_bytes(weight_bytes: float, moe: bool, gpu: GPU, hbm_fraction: float = 0.9) -> ParallelConfig:
+    """:func:`default_config` for the larger side's ``weight_bytes`` (``moe``: both sides are)."""
+    need = weight_bytes * 1.25
+    per_gpu = gpu.hbm_bytes * hbm_fraction
+    for tp, pp in LADDER:
+        if tp * pp * per_gpu >= need:
+            break
+    return ParallelConfig(tp=tp, pp=pp, ep=tp if moe else 1)
+
+
+_SEQ, _CTX, _BATCH = (symbols.dim(n) for n in (symbols.SEQ, symbols.CTX, symbols.BATCH))
+_DEGREES = ("tp", "ep", "dp_attn", "cp", "pp", "dp")
+
+
+def options_for(context: int, framework: str, kv_dtype: str) -> tuple[Options, Scenario]:
+    """What :func:`engine.build.whatif._side` plans with at ``context`` (batch 1)."""
+    return (Options(framework=framework, kv_dtype=kv_dtype, prefill_tokens=max(8192, context)),
+            Scenario(batch=1, input_len=context, output_len=0))
+
+
+def token_condition(table, gpu: GPU, config: ParallelConfig, context: int) -> Any | None:
+    """The prefill's fusion regime at ``context`` (one request: ``ctx`` tokens per device): each live
+    ``max_tokens`` limit stays on the side of the context it is on at the build (None: no limit)."""
+    limits = sorted({r.when["max_tokens"] for r in live_rules(table, gpu, config, "prefill") if "max_tokens" in r.when})
+    conditions = [["<=" if context <= m else ">", symbols.CTX, m] for m in limits]
+    return ["and", *conditions] if conditions else None
+
+
+class Bases:
+    """One base model's old side per parallel config (structures and their trees), shared by its picks."""
+
+    def __init__(self, ev: Evaluation, gpu: GPU, table, context: int, framework: str, kv_dtype: str):
+        self.ev, self.gpu, self.table, self.context = ev, gpu, table, context
+        self.framework, self.kv_dtype = framework, kv_dtype
+        self.trees: dict[str, Any] = {}
+        #: every spliced analysis placed for this base: the planner caches stored weights by
+        #: (row uid, id(row)), so a row freed while the cache lives could lend its id to another
+        self.pinned: list = []
+        self._programs: dict[str, Any] = {}
+        #: per config, what placing each of the base's rows did (a pick's placement repeats it for
+        #: the rows its splice leaves alone: engine.deploy.planner.place_symbolic)
+        self.records: dict[str, dict] = {}
+        self._envs: dict[tuple, dict] = {}
+        self.site_bytes: dict[str, Any] = {}     # slot site uid -> the old filler's stored bytes there
+        self._steps: dict[tuple, tuple] = {}
+
+    def weight_bytes(self) -> float:
+        """The base's stored bytes, every stack (what :func:`engine.build.whatif.default_config` weighs)."""
+        if not hasattr(self, "_weights"):
+            self._weights = float(sum(t.total_bytes for t in self.ev.tensors()))
+        return self._weights
+
+    def env(self, config: ParallelConfig, needs=()) -> dict[str, dict]:
+        """Per phase, the values a step's totals are bound with: the base's dims (not ``needs``: the
+        page binds those), the config's degrees, batch 1, the KV dtype's bytes; decode at seq 1."""
+        key = (config.label(), tuple(needs))
+        if key not in self._envs:
+            self._envs[key] = self._env(config, needs)
+        return self._envs[key]
+
+    def _env(self, config: ParallelConfig, needs) -> dict[str, dict]:
+        base = {**{k: int(v) for k, v in self.ev.bound.items() if k not in needs},
+                **{n: getattr(config, n) for n in _DEGREES}, symbols.BATCH: 1,
+                KV_BYTES.name: kv.KV_DTYPE_BYTES[self.kv_dtype]}
+        return {"prefill": base, "decode": {**base, symbols.SEQ: 1}}
+
+    def programs(self, config: ParallelConfig):
+        """The base's symbolic fused programs on ``config`` (:func:`symbolic_programs`; a string: why
+        the planner refuses it), and its three numbers as trees in ``trees`` (over seq and ctx)."""
+        label = config.label()
+        if label not in self._programs:
+            problems = check(self.ev, config)
+            if problems:
+                self._programs[label] = self.trees[label] = f"{label} cannot run it: " + "; ".join(problems)
+            else:
+                self.records[label] = {}
+                programs = symbolic_programs(self, self.ev.symbolic, config, decider(self.ev.bound),
+                                             record=self.records[label])
+                self._programs[label] = programs
+                self.trees[label] = self.phase_trees(programs, config)
+        return self._programs[label]
+
+    def phase_trees(self, programs: dict, config: ParallelConfig) -> dict[str, Any]:
+        env = self.env(config)
+        out = {}
+        for phase in ("prefill", "decode"):
+            steps = [self.step_tree(st, env[phase]) for st in programs[phase].steps]
+            out[f"{phase}_sol_s"] = bind_tree(["+", 0, *(t for t, _ in steps)], {})
+            if phase == "decode":
+                out["decode_bytes"] = bind_tree(["+", 0, *(b for _, b in steps)], {})
+        return out
+
+    def step_tree(self, step, env: dict) -> tuple[Any, Any]:
+        """A step's SOL tree and its HBM bytes' tree, bound by ``env`` (memoized per base step: every
+        pick removes the same ones)."""
+        key = (id(step), id(env))
+        hit = self._steps.get(key)
+        if hit is not None and hit[0] is step:
+            return hit[1]
+        found = _step_trees(self.gpu, step, env)
+        self._steps[key] = (step, found)
+        return found
+
+
+def whole_sol(bases: Bases, spec, symbolic, needs: list[str], values: dict[str, int]) -> dict[str, Any]:
+    """The SOL part of a pick planned whole (module doc): the variant's whole symbolic walk
+    (``symbolic``, of ``spec``) placed and fused by the planner at the pre-filled binding ``values``;
+    for the picks without a site route (a layer stream crosses the slot) or where the splice does
+    not apply. ``config`` (the base's entry in ``bases.trees``), ``change`` (key -> tree),
+    ``valid`` ([[tree, reason]]), ``at`` (the pre-filled binding); or ``{"error": ...}`` when the
+    planner refuses the pick there."""
+    from engine.spec import storage
+    ev = bases.ev
+    new_bytes = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(symbolic, spec, ev.corpus)))
+    fixed = {k: int(v) for k, v in ev.bound.items() if k not in needs}
+    old_total = bases.weight_bytes()
+    delta = bind_tree(["+", formula_tree.to_tree(new_bytes), -old_total], fixed)
+    return _planned(bases, symbolic, needs, values, delta, symbolic.rows.values(),
+                    Evaluation(spec, ev.corpus, symbolic, symbolic), "whole")
+
+
+# -- the site route: the variant's plan without its walks ---------------------------------------------
+
+_NUMBER = (int, float)
+
+
+def bind_tree(tree: Any, env: dict[str, Any]) -> Any:
+    """``tree`` with the symbols of ``env`` put in and the numbers of each sum and product folded
+    (exact for integers), so a tree over the base's dims becomes one over the pick's dims only."""
+    kind = type(tree)
+    if kind is str:
+        return env.get(tree, tree)
+    if kind is not list:
+        return tree
+    op = tree[0]
+    args = [a if type(a) in _NUMBER else bind_tree(a, env) for a in tree[1:]]
+    if op == "pw":
+        return [op, *args]
+    if op in ("+", "*"):
+        flat, numbers = [], []
+        for a in args:
+            if type(a) is list and a[0] == op:
+                for x in a[1:]:
+                    (numbers if type(x) in _NUMBER else flat).append(x)
+            else:
+                (numbers if type(a) in _NUMBER else flat).append(a)
+        rest = flat
+        if len(numbers) > 1:
+            value = numbers[0]
+            for n in numbers[1:]:
+                value = value + n if op == "+" else value * n
+            numbers = [value]
+        if numbers and numbers[0] == (0 if op == "+" else 1) and rest:
+            numbers = []
+        if op == "*" and numbers and numbers[0] == 0:
+            return 0
+        args = numbers + rest
+        if not args:
+            return 0 if op == "+" else 1
+        return args[0] if len(args) == 1 else [op, *args]
+    if op == "/" and all(isinstance(a, int) for a in args) and args[1] and args[0] % args[1] == 0:
+        return args[0] // args[1]
+    if op != "/" and args and all(isinstance(a, (int, float)) for a in args):
+        return formula_tree.evaluate([op, *args], {})       # every argument a number: the number
+    return [op, *args]
+
+
+def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
+    """One step's SOL, max(f / peak, b / hbm, c / link + calls x alpha), and its HBM bytes b, as
+    trees bound by ``env``: :func:`engine.deploy.cost.step_totals` (every call of the step; a
+    ``last_token`` step at seq 1) and :mod:`engine.deploy.cost`'s rates, without sympy arithmetic."""
+    if step.last_token:
+        env = {**env, symbols.SEQ: 1}
+    tree = formula_tree.to_tree
+    repeat = tree(step.repeat)
+    f = bind_tree(["*", tree(step.flops), repeat], env)
+    b = bind_tree(["*", ["+", tree(step.bytes), tree(step.weight_bytes)], repeat], env)
+    c = bind_tree(["*", tree(step.comm_bytes), repeat], env)
+    link = link_bandwidth(g, step.link)
+    alpha = g.collective_latency(step.collective, step.ranks, step.nodes) if step.collective else 0.0
+    comm: list = ["+", 0]
+    if link != float("inf"):
+        comm.append(["*", c, 1.0 / link])
+    if alpha:
+        comm.append(["*", bind_tree(repeat, env), alpha])       # calls: the step's repeat
+    return ["max", ["*", f, 1.0 / g.peak_flops(step.compute_dtype)], ["*", b, 1.0 / g.hbm_bytes_per_s],
+            bind_tree(comm, {})], b
+
+
+def _raw_key(step) -> tuple:
+    """A step by what its totals and rates are made of (no arithmetic: :func:`step_totals` of two
+    steps with equal keys are equal)."""
+    return (step.uid, step.flops, step.bytes, step.weight_bytes, step.comm_bytes, step.repeat, step.last_token,
+            step.compute_dtype, step.link, step.collective, step.ranks, step.nodes)
+
+
+_KEYS: dict[int, tuple] = {}      # id(program) -> (program, {raw key: step}): the base's, reused by every pick
+
+
+def _keyed(program) -> dict:
+    hit = _KEYS.get(id(program))
+    if hit is not None and hit[0] is program:
+        return hit[1]
+    if len(_KEYS) > 64:
+        _KEYS.clear()
+    keyed = {_raw_key(st): st for st in program.steps}
+    _KEYS[id(program)] = (program, keyed)
+    return keyed
+
+
+def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfig, needs) -> dict[str, Any]:
+    """new - old of the three numbers from two sets of symbolic fused programs (phase -> Program):
+    the steps one has and the other lacks, each a tree bound by the base's values but ``needs``
+    (the old ones, the base's steps, memoized on ``bases``)."""
+    out: dict[str, Any] = {}
+    env = bases.env(config, needs)
+    old_env = bases.env(config)
+    for phase in ("prefill", "decode"):
+        sides = [_keyed(old[phase]), {_raw_key(st): st for st in new[phase].steps}]
+        terms: dict[int, list] = {1: [], -1: []}
+        traffic: dict[int, list] = {1: [], -1: []}
+        for sign, mine, other in ((-1, sides[0], sides[1]), (1, sides[1], sides[0])):
+            for key, step in mine.items():
+                if key not in other:
+                    if sign < 0:     # a base step: the base's values throughout (its dims are not the page's)
+                        t, b = bases.step_tree(step, old_env[phase])
+                    else:
+                        t, b = _step_trees(bases.gpu, step, env[phase])
+                    terms[sign].append(t)
+                    traffic[sign].append(b)
+        # [added, removed]: the removed steps are the same for most picks of a slot (shared, intern())
+        out[f"{phase}_sol_s"] = [bind_tree(["+", 0, *terms[1]], {}), bind_tree(["+", 0, *terms[-1]], {})]
+        if phase == "decode":
+            out["decode_bytes"] = [bind_tree(["+", 0, *traffic[1]], {}), bind_tree(["+", 0, *traffic[-1]], {})]
+    return out
+
+
+def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dict[str, tuple],
+             values: dict[str, int]) -> dict[str, Any] | None:
+    """The SOL part of a pick without a walk of the variant (:func:`_planned`): the new filler
+    walked at each site of the base (``sites``: the base's slot sites the pick swaps,
+    engine.build.whatif.Picks; ``walks``: per site the new filler's rows, caches and output uids
+    there and their stored bytes, engine.build.whatif.site_walk and site_bytes) spliced into the
+    base's symbolic analysis: the rows under
+    each site replaced, the new output taking the old one's uid (or, where a new row already has
+    it, the old output's readers reading the new one). None where the splice does not apply (an
+    output that is not one tensor): the caller then plans the whole variant."""
+    from dataclasses import replace
+    from engine.spec import storage
+    ev, a = bases.ev, bases.ev.symbolic
+    rows, caches = dict(a.rows), list(a.caches)
+    rename: dict[str, str] = {}
+    delta_bytes = sympy.Integer(0)
+    for uid, site in sites.items():
+        new_rows, new_caches, new_out, new_bytes = walks[uid]
+        old_rows = {u: r for u, r in a.rows.items() if _under(u, uid)}
+        if uid not in bases.site_bytes:       # the old filler's: the same for every pick of the slot
+            bases.site_bytes[uid] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(
+                replace(a, rows=old_rows, caches=()), ev.model, ev.corpus)))
+        delta_bytes += new_bytes - bases.site_bytes[uid]
+        read = {i for r in a.rows.values() if not _under(r.uid, uid) for i in r.inputs if _under(i, uid)}
+        if len({i.removesuffix("@decode") for i in read}) != 1 or len(new_out) != 1:
+            return None
+        old_out = read.pop().removesuffix("@decode")
+        if old_out == new_out[0] or old_out not in new_rows:
+            # the new output takes the old one's uid: its readers keep their inputs, so the planner
+            # repeats their placement where the output places alike (a label; no number reads it)
+            label = {new_out[0]: old_out, new_out[0] + "@decode": old_out + "@decode"}
+            new_rows = {label.get(u, u): replace(r, uid=label.get(r.uid, r.uid),
+                                                 inputs=tuple(label.get(i, i) for i in r.inputs))
+                        for u, r in new_rows.items()}
+            new_caches = [replace(c, node_uid=label.get(c.node_uid, c.node_uid)) for c in new_caches]
+        else:
+            rename[old_out] = new_out[0]
+        for u in old_rows:
+            del rows[u]
+        rows.update(new_rows)
+        caches = [c for c in caches if not _under(c.node_uid, uid)] + new_caches
+    rows = {u: (replace(r, inputs=tuple(rename.get(i, i) for i in r.inputs))
+                if any(i in rename for i in r.inputs) else r) for u, r in rows.items()}
+    values_ = {**a.values, **{d: symbols.dim(d) for d in needs}}
+    spliced = replace(a, rows=rows, caches=tuple(caches), values=values_)
+    delta = bind_tree(formula_tree.to_tree(delta_bytes), {k: int(v) for k, v in ev.bound.items() if k not in needs})
+    swapped = [r for r in spliced.rows.values() if any(_under(r.uid, u) for u in sites)]
+    return _planned(bases, spliced, needs, values, delta, swapped, ev, "sites")
+
+
+def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], delta: Any, swapped,
+             weights: Evaluation, route: str) -> dict[str, Any] | None:
+    """The SOL part of a pick from the variant's symbolic analysis (spliced or walked whole):
+    ``delta`` its stored bytes less the base's (a tree over ``needs``), ``swapped`` the rows the
+    swap put in (whose sharded dims :func:`_divisible` checks), ``weights`` the Evaluation whose
+    spec stores them. None where a formula reads a symbol the page cannot bind."""
+    ev, gpu = bases.ev, bases.gpu
+    bases.pinned.append(analysis)
+    # the config default_config picks: the larger side's weights at the pre-filled binding
+    at = {**{k: int(v) for k, v in ev.bound.items()}, **values}
+    old_total = bases.weight_bytes()
+    new_total = old_total + formula_tree.evaluate(delta, at)
+    moe = "n_experts" in ev.bound       # both sides MoE (a variant keeps the base's dims)
+    config = config_for_bytes(max(old_total, new_total), moe, gpu)
+    old = bases.programs(config)
+    if isinstance(old, str):
+        return {"error": f"the base on {config.label()}: {old}"}
+    if config.ep > 1 and not any(r.role == "experts" and r.stack == "main" and r.instances != 1
+                                 for r in analysis.rows.values()):
+        return {"error": f"{config.label()} cannot run it: ep = {config.ep} but the model has no routed experts"}
+    decide = decider({**ev.bound, **{d: sympy.Integer(v) for d, v in values.items()}})
+    new = symbolic_programs(bases, analysis, config, decide, weights, reuse=bases.records.get(config.label()))
+    base_env = bases.env(config, needs)["prefill"]
+    change = _programs_change(bases, old, new, config, needs)
+    valid = []
+    lo_hi = _config_bounds(config, gpu, old_total, delta, moe)
+    if lo_hi is not None:
+        valid.append([lo_hi, f"the weights then need another parallel config than {config.label()}"])
+    tokens_ok = token_condition(bases.table, gpu, config, bases.context)
+    if tokens_ok is not None:
+        valid.append([tokens_ok, "a fusion's token limit falls between this context and the build's "
+                                 f"({bases.context:,})"])
+    valid += [[bind_tree(c, base_env), "the planner places it differently at these dims (heads per device, divisibility)"]
+              for c in _decisions(decide.seen, needs, config)
+              + _divisible(swapped, config, ev.corpus.dims, analysis.values)]
+    for tree, reason in valid:
+        if not formula_tree.evaluate(tree, {**at, symbols.CTX: bases.context}):
+            return {"error": f"at the pre-filled dims: {reason}"}
+    valid = [[t, r] for t, r in valid if formula_tree.free_names(t)]   # a constant that holds: nothing to test
+    free = set().union(*(formula_tree.free_names(t) for pair in change.values() for t in pair),
+                       *(formula_tree.free_names(t) for t, _ in valid))
+    if free - set(needs) - {symbols.SEQ, symbols.CTX}:
+        return None
+    return {"config": config.label(), "change": change, "valid": valid, "at": dict(values), "route": route}
+
+
+def _under(uid: str, site: str) -> bool:
+    return uid == site or uid.startswith(site + "/")
+
+
+def _config_bounds(config: ParallelConfig, gpu: GPU, old_total: float, new_delta: Any, moe: bool,
+                   hbm_fraction: float = 0.9) -> Any | None:
+    """The binding keeps the config: the larger side's weights x 1.25 (the new side's = the base's
+    + ``new_delta``, a tree) stay above the capacity of the rung below and within this one's."""
+    if not formula_tree.free_names(new_delta):
+        return None
+    per_gpu = gpu.hbm_bytes * hbm_fraction
+    chosen = LADDER.index((config.tp, config.pp))
+    need = ["*", 1.25, ["max", old_total, ["+", old_total, new_delta]]]
+    parts = []
+    if chosen > 0:
+        tp, pp = LADDER[chosen - 1]
+        parts.append([">", need, tp * pp * per_gpu])
+    if chosen < len(LADDER) - 1:
+        parts.append(["<=", need, config.tp * config.pp * per_gpu])
+    return ["and", *parts] if parts else None
+
+
+def _decisions(seen: dict, needs: list[str], config: ParallelConfig) -> list:
+    """The placement's decisions (``seen``: :func:`engine.deploy.planner.decider`'s record,
+    expression -> the integer decided) on expressions of the pick's dims, each as a condition that
+    keeps it: a decision compares a count with a group size (more devices than heads) or with 1 (one
+    expert), so it stands while the count stays between the same two of those; trees over the dims."""
+    needed = {symbols.dim(d) for d in needs}
+    marks = sorted({1, 2, config.tp, config.attn_tp, config.moe_tp, config.ep, config.dp_attn, config.cp,
+                    config.tp * config.cp, config.attn_tp * config.cp})
+    out = []
+    for e, value in seen.items():
+        if value is None or not (getattr(e, "free_symbols", set()) & needed):
+            continue
+        tree = formula_tree.to_tree(e)
+        below = max((m for m in marks if m <= value), default=None)
+        above = min((m for m in marks if m > value), default=None)
+        parts = ([[">=", tree, below]] if below is not None else []) + ([["<", tree, above]] if above is not None else [])
+        if parts:
+            out.append(["and", *parts])
+    return out
+
+
+def _divisible(rows, config: ParallelConfig, dims_table, values) -> list:
+    """:func:`engine.deploy.planner.check`'s divisibility of the sharded axes of ``rows`` (symbolic:
+    the rows the swap put in) by their groups, and of routed experts by ep, as conditions (trees
+    over the dims; one over the base's dims alone becomes a constant once bound)."""
+    from engine.spec import expr as exprs
+    from engine.deploy.placement import shard_unit
+    mesh = Mesh(config, 1 << 30)
+    out, seen = [], set()
+    for row in rows:
+        if row.stack != "main":
+            continue
+        region = "experts" if row.role == "experts" else "default"
+        for param, world in row.weight_axes.items():
+            name = row.dim_names[param]
+            unit = shard_unit(name, dims_table)
+            group = mesh.world_group(world, region)
+            if unit is None or group is None or group.size == 1:
+                continue
+            axis = next(x for axes in (row.out.axes, *(t.axes for t in row.in_shapes), *(l.axes for l in row.leaves))
+                        for x in axes if x.name == name)
+            parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in {*values, unit}}))
+            count = axis.size / (parsed / symbols.dim(unit))
+            key = (str(count), group.size)
+            if key in seen:
+                continue
+            seen.add(key)
+            tree = formula_tree.to_tree(count)
+            ok = ["==", ["mod", tree, group.size], 0]
+            if dims_table[unit].replicate:
+                ok = ["or", ok, ["==", ["mod", group.size, tree], 0]]
+            out.append(ok)
+        if row.role == "experts" and config.ep > 1 and row.instances != 1 and ("ep", str(row.instances)) not in seen:
+            seen.add(("ep", str(row.instances)))
+            out.append(["==", ["mod", formula_tree.to_tree(row.instances), config.ep], 0])
+    return out
+
+
+def symbolic_programs(bases: Bases, analysis, config: ParallelConfig, decide, ev: Evaluation | None = None,
+                      record: dict | None = None, reuse: dict | None = None) -> dict[str, Any]:
+    """Per phase, the planner's fused symbolic program of ``analysis`` on ``config`` at the page's
+    setting (:func:`engine.deploy.planner.place_symbolic`); ``ev``: whose rows' weights (the base's,
+    or a variant walked whole); ``record``/``reuse``: the base's placement record, written or repeated."""
+    ev, gpu = ev or bases.ev, bases.gpu
+    options, scenario = options_for(bases.context, bases.framework, bases.kv_dtype)
+    domain = min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain)
+    tokens = tokens_per_device(config, scenario, options.prefill_tokens, options.decode_seq)
+    return place_symbolic(ev, analysis, config, domain, options, bases.table, gpu, tokens, decide, record, reuse)
+
+
+def intern(picks: dict[str, dict[str, dict]]) -> list:
+    """Every pick's ``change`` trees moved into one table of distinct trees (returned; the document's
+    ``sol_trees``), each change an [added, removed] pair of indices: new - old = tree[added] -
+    tree[removed]. Picks of one slot remove mostly the same steps, so their removed trees repeat."""
+    import json
+    table: list = []
+    index: dict[str, int] = {}
+
+    def at(tree) -> int:
+        key = json.dumps(tree, separators=(",", ":"))
+        if key not in index:
+            index[key] = len(table)
+            table.append(tree)
+        return index[key]
+    for chosen in picks.values():
+        for p in chosen.values():
+            change = p.get("sol", {}).get("change")
+            if change:
+                p["sol"]["change"] = {k: [at(added), at(removed)] for k, (added, removed) in change.items()}
+    return table
