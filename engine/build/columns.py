@@ -32,8 +32,9 @@ class Columns:
         self._chunks[name].append(_Constant(value, count))
 
     def joined(self) -> dict[str, np.ndarray | list]:
-        """Every column in one piece (module invariant)."""
-        return {name: _join(chunks) for name, chunks in self._chunks.items()}
+        """Every column in one piece (module invariant); a column nothing was added to reads as
+        empty (a model with no point that fits still writes its empty partitions)."""
+        return defaultdict(list, {name: _join(chunks) for name, chunks in self._chunks.items()})
 
 
 class _Constant:
