@@ -165,15 +165,31 @@ def batch_list(cap: int, users: int | None = None) -> np.ndarray:
     :data:`BATCH_STEP`, the capacity itself, and (with ``users``) every ``ceil(users / r)``."""
     cap = min(int(cap), MAX_BATCH)
     dense = np.arange(1, min(cap, DENSE_BATCHES) + 1)
-    extra = []
-    if cap > DENSE_BATCHES:
-        n = int(math.log(cap / DENSE_BATCHES) / math.log(BATCH_STEP)) + 1
-        extra = [np.unique(np.floor(DENSE_BATCHES * BATCH_STEP ** np.arange(1, n + 1))).astype(int), [cap]]
-        if users is not None:
-            r = np.arange(1, -(-users // DENSE_BATCHES) + 1)
-            extra.append(-(-users // r))
-    out = np.concatenate([dense, *[np.asarray(e, dtype=int) for e in extra]]) if extra else dense
+    if cap <= DENSE_BATCHES:
+        return dense
+    if users is None:             # the steps are increasing and above the dense range: no sort needed
+        steps = _steps()
+        steps = steps[:np.searchsorted(steps, cap, side="right")]
+        tail = [cap] if not steps.size or steps[-1] != cap else []
+        return np.concatenate([dense, steps, np.asarray(tail, dtype=int)])
+    n = int(math.log(cap / DENSE_BATCHES) / math.log(BATCH_STEP)) + 1
+    extra = [np.unique(np.floor(DENSE_BATCHES * BATCH_STEP ** np.arange(1, n + 1))).astype(int), [cap]]
+    r = np.arange(1, -(-users // DENSE_BATCHES) + 1)
+    extra.append(-(-users // r))
+    out = np.concatenate([dense, *[np.asarray(e, dtype=int) for e in extra]])
     return np.unique(out[(out >= 1) & (out <= cap)])
+
+
+_STEPS: list[np.ndarray] = []
+
+
+def _steps() -> np.ndarray:
+    """floor(DENSE_BATCHES x BATCH_STEP^k), k = 1, 2 ... up to MAX_BATCH, distinct (the same
+    elementwise powers whatever the capacity: a capacity's steps are the prefix up to it)."""
+    if not _STEPS:
+        n = int(math.log(MAX_BATCH / DENSE_BATCHES) / math.log(BATCH_STEP)) + 2
+        _STEPS.append(np.unique(np.floor(DENSE_BATCHES * BATCH_STEP ** np.arange(1, n + 1))).astype(int))
+    return _STEPS[0]
 
 
 def _device_tokens(config: ParallelConfig, batch: np.ndarray, input_len: int,
@@ -258,9 +274,13 @@ class _Evaluator:
         groups: dict[int, list] = {}
         for (g, k), (config, batch, out_len) in work.items():
             regimes = self.codes(config, gpus[g], batch, input_len)
-            for regime in map(tuple, np.unique(regimes, axis=0).tolist()):    # sorted, as tuples sort
-                sel = np.flatnonzero((regimes[:, 0] == regime[0]) & (regimes[:, 1] == regime[1]))
-                s = self.structure(config, gpus[g], regime)
+            # the distinct (prefill, decode) rows, sorted as tuples sort: one integer per row (a
+            # row-wise np.unique sorts a structured view, several times slower)
+            width = int(regimes[:, 1].max()) + 1
+            code = regimes[:, 0] * width + regimes[:, 1]
+            for c in np.unique(code).tolist():
+                sel = np.flatnonzero(code == c)
+                s = self.structure(config, gpus[g], (int(c // width), int(c % width)))
                 groups.setdefault(id(s), [s]).append((g, k, sel))
         out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         for s, *parts in groups.values():
