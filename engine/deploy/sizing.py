@@ -47,7 +47,8 @@ import numpy as np
 
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError
-from engine.deploy.fusion import FusionTable, live_token_limits
+from engine.deploy.cost import KV_BYTES
+from engine.deploy.fusion import FusionTable, live_token_limits, reserve_bytes
 from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, join, links, replicas, transfer_bytes, \
     usd_per_m_tokens
 from engine.deploy.hardware import GPU
@@ -55,7 +56,7 @@ from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import check, validate_options
 from engine.deploy.sol import SERVING_FIELDS, capacity, summarize
 from engine.deploy.structure_cache import StructureCache
-from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
+from engine.deploy.structure import (LENGTH, MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
                                       program_batch)
 
 #: Every batch up to this is evaluated; above it, batches step by :data:`BATCH_STEP` (a ratio) up
@@ -261,6 +262,22 @@ class _Evaluator:
         return np.asarray(capacity(s, gpu.hbm_bytes * self.options.hbm_fraction, input_len,
                                    np.asarray(output_len), self.kv_bytes, self.options.prefill_tokens))
 
+    def cannot_fit(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> bool:
+        """Whether :meth:`capacity` is 0 at every output length, decided from the placements alone
+        (no fusion, no compilation): the room capacity() leaves for the KV cache is usable -
+        weights - reserve - the prefill working set, and a working set is never negative, so when
+        usable - weights - reserve is short of one request's KV per GPU no request fits, whatever
+        the fused programs. (A margin of a millionth of the usable bytes, and of a billionth of
+        the KV, covers the difference between evaluating the KV expression here and compiled.)"""
+        weights, kv_dev = self.cache.memory(config, gpu.scale_up_domain, self.options)
+        usable = gpu.hbm_bytes * self.options.hbm_fraction
+        room = usable - weights - reserve_bytes(self.fusion, config)
+        for out in np.atleast_1d(output_len).tolist():
+            kv = float(kv_dev.subs({LENGTH: input_len + int(out), KV_BYTES: self.kv_bytes}))
+            if not (kv > 0 and room + 1e-6 * usable < kv * (1 - 1e-9)):
+                return False
+        return True
+
     def kv_share(self, config: ParallelConfig, gpu: GPU, input_len: int) -> float:
         """KV bytes one GPU holds of a request at the prompt length (placement's, whatever the fusion)."""
         s = self.first(config, gpu, input_len)
@@ -397,6 +414,8 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
             if stored / config.n_gpus >= usable:          # a lower bound on any split's weights per GPU
                 continue
             outs = np.array([output_len, PREFILL_OUTPUT]) if pools else np.array([output_len])
+            if evaluator.cannot_fit(config, gpu, input_len, outs):     # capacity 0: no structure needed
+                continue
             caps = evaluator.capacity(config, gpu, input_len, outs)
             cap = int(caps[0])
             batch = batch_list(cap, sla.users) if cap >= 1 else np.zeros(0, dtype=np.int64)
