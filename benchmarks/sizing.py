@@ -4,7 +4,8 @@ Run from the repo root: ``python benchmarks/sizing.py [--all] [MODEL ...]``. For
 the `models:` list of corpus/grid.yaml's `sizing:` block; ``--all``: every model of the corpus) it
 prints the CPU seconds (``time.process_time()``) of the grid evaluation and of the step over the
 default grid's sizing block as the build runs it (through the structure cache the grid evaluation
-filled), with the front and sizing row counts, and the totals. Then it answers the issue's question both ways,
+filled), with the front and sizing row counts, and the totals (``--gpus all`` or ``--gpus H100,B200``:
+over other GPU types than the grid's). Then it answers the issue's question both ways,
 "DeepSeek-V3, 8K in / 1K out, TTFT <= 2 s, TPOT <= 50 ms, on H200 or B200": the first sizing row
 within the bounds per GPU type (what the site's form picks) and ``archledger plan --json``, and
 says whether they are the same point and whether the fronts equal plan's. Numbers for
@@ -45,6 +46,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*")
     parser.add_argument("--all", action="store_true", help="every model of the corpus")
+    parser.add_argument("--gpus", help="the sizing block's GPU types for the timing: `all` or a comma list "
+                        "(default: the grid's)")
     args = parser.parse_args()
     corpus = load_corpus()
     spec = load_sizing(None)
@@ -53,6 +56,8 @@ def main() -> int:
     # the default grid with `models: all`, so that any model named is timed
     grid = yaml.safe_load(DEFAULT.read_text())
     grid["sizing"].pop("models", None)
+    if args.gpus:
+        grid["sizing"]["gpus"] = "all" if args.gpus == "all" else args.gpus.split(",")
     folder = Path(tempfile.mkdtemp(prefix="sizing-bench-")) / "grid"
     folder.mkdir()
     (folder / "grid.yaml").write_text(yaml.safe_dump(grid, sort_keys=False))

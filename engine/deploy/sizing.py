@@ -38,6 +38,7 @@ them (a prefill-pool point and a decode point) joined by :func:`engine.deploy.di
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +47,8 @@ import numpy as np
 
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError
-from engine.deploy.fusion import FusionTable, live_token_limits
+from engine.deploy.cost import KV_BYTES
+from engine.deploy.fusion import FusionTable, live_token_limits, reserve_bytes
 from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, join, links, replicas, transfer_bytes, \
     usd_per_m_tokens
 from engine.deploy.hardware import GPU
@@ -54,7 +56,7 @@ from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import check, validate_options
 from engine.deploy.sol import SERVING_FIELDS, capacity, summarize
 from engine.deploy.structure_cache import StructureCache
-from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
+from engine.deploy.structure import (LENGTH, MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
                                       program_batch)
 
 #: Every batch up to this is evaluated; above it, batches step by :data:`BATCH_STEP` (a ratio) up
@@ -164,15 +166,31 @@ def batch_list(cap: int, users: int | None = None) -> np.ndarray:
     :data:`BATCH_STEP`, the capacity itself, and (with ``users``) every ``ceil(users / r)``."""
     cap = min(int(cap), MAX_BATCH)
     dense = np.arange(1, min(cap, DENSE_BATCHES) + 1)
-    extra = []
-    if cap > DENSE_BATCHES:
-        n = int(math.log(cap / DENSE_BATCHES) / math.log(BATCH_STEP)) + 1
-        extra = [np.unique(np.floor(DENSE_BATCHES * BATCH_STEP ** np.arange(1, n + 1))).astype(int), [cap]]
-        if users is not None:
-            r = np.arange(1, -(-users // DENSE_BATCHES) + 1)
-            extra.append(-(-users // r))
-    out = np.concatenate([dense, *[np.asarray(e, dtype=int) for e in extra]]) if extra else dense
+    if cap <= DENSE_BATCHES:
+        return dense
+    if users is None:             # the steps are increasing and above the dense range: no sort needed
+        steps = _steps()
+        steps = steps[:np.searchsorted(steps, cap, side="right")]
+        tail = [cap] if not steps.size or steps[-1] != cap else []
+        return np.concatenate([dense, steps, np.asarray(tail, dtype=int)])
+    n = int(math.log(cap / DENSE_BATCHES) / math.log(BATCH_STEP)) + 1
+    extra = [np.unique(np.floor(DENSE_BATCHES * BATCH_STEP ** np.arange(1, n + 1))).astype(int), [cap]]
+    r = np.arange(1, -(-users // DENSE_BATCHES) + 1)
+    extra.append(-(-users // r))
+    out = np.concatenate([dense, *[np.asarray(e, dtype=int) for e in extra]])
     return np.unique(out[(out >= 1) & (out <= cap)])
+
+
+_STEPS: list[np.ndarray] = []
+
+
+def _steps() -> np.ndarray:
+    """floor(DENSE_BATCHES x BATCH_STEP^k), k = 1, 2 ... up to MAX_BATCH, distinct (the same
+    elementwise powers whatever the capacity: a capacity's steps are the prefix up to it)."""
+    if not _STEPS:
+        n = int(math.log(MAX_BATCH / DENSE_BATCHES) / math.log(BATCH_STEP)) + 2
+        _STEPS.append(np.unique(np.floor(DENSE_BATCHES * BATCH_STEP ** np.arange(1, n + 1))).astype(int))
+    return _STEPS[0]
 
 
 def _device_tokens(config: ParallelConfig, batch: np.ndarray, input_len: int,
@@ -244,6 +262,22 @@ class _Evaluator:
         return np.asarray(capacity(s, gpu.hbm_bytes * self.options.hbm_fraction, input_len,
                                    np.asarray(output_len), self.kv_bytes, self.options.prefill_tokens))
 
+    def cannot_fit(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> bool:
+        """Whether :meth:`capacity` is 0 at every output length, decided from the placements alone
+        (no fusion, no compilation): the room capacity() leaves for the KV cache is usable -
+        weights - reserve - the prefill working set, and a working set is never negative, so when
+        usable - weights - reserve is short of one request's KV per GPU no request fits, whatever
+        the fused programs. (A margin of a millionth of the usable bytes, and of a billionth of
+        the KV, covers the difference between evaluating the KV expression here and compiled.)"""
+        weights, kv_dev = self.cache.memory(config, gpu.scale_up_domain, self.options)
+        usable = gpu.hbm_bytes * self.options.hbm_fraction
+        room = usable - weights - reserve_bytes(self.fusion, config)
+        for out in np.atleast_1d(output_len).tolist():
+            kv = float(kv_dev.subs({LENGTH: input_len + int(out), KV_BYTES: self.kv_bytes}))
+            if not (kv > 0 and room + 1e-6 * usable < kv * (1 - 1e-9)):
+                return False
+        return True
+
     def kv_share(self, config: ParallelConfig, gpu: GPU, input_len: int) -> float:
         """KV bytes one GPU holds of a request at the prompt length (placement's, whatever the fusion)."""
         s = self.first(config, gpu, input_len)
@@ -257,17 +291,21 @@ class _Evaluator:
         groups: dict[int, list] = {}
         for (g, k), (config, batch, out_len) in work.items():
             regimes = self.codes(config, gpus[g], batch, input_len)
-            for regime in map(tuple, np.unique(regimes, axis=0).tolist()):    # sorted, as tuples sort
-                sel = np.flatnonzero((regimes[:, 0] == regime[0]) & (regimes[:, 1] == regime[1]))
-                s = self.structure(config, gpus[g], regime)
+            # the distinct (prefill, decode) rows, sorted as tuples sort: one integer per row (a
+            # row-wise np.unique sorts a structured view, several times slower)
+            width = int(regimes[:, 1].max()) + 1
+            code = regimes[:, 0] * width + regimes[:, 1]
+            for c in np.unique(code).tolist():
+                sel = np.flatnonzero(code == c)
+                s = self.structure(config, gpus[g], (int(c // width), int(c % width)))
                 groups.setdefault(id(s), [s]).append((g, k, sel))
         out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         for s, *parts in groups.values():
             batch = np.concatenate([work[g, k][1][sel] for g, k, sel in parts])
             out_len = np.concatenate([work[g, k][2][sel] for g, k, sel in parts])
             index = np.concatenate([np.full(len(sel), g) for g, _, sel in parts])
-            got = summarize(s, gpus, index, self.kv_bytes, batch, input_len, out_len, self.options.hbm_fraction,
-                            self.options.prefill_tokens, serving_only=True)
+            got = summarize(_distinct_points(s), gpus, index, self.kv_bytes, batch, input_len, out_len,
+                            self.options.hbm_fraction, self.options.prefill_tokens, serving_only=True)
             at = 0
             for g, k, sel in parts:
                 into = out.setdefault((g, k), {})
@@ -279,6 +317,61 @@ class _Evaluator:
                     into[name][sel] = value[at:at + len(sel)]
                 at += len(sel)
         return out
+
+
+class _DistinctSteps:
+    """A compiled program whose :meth:`step_time` evaluates each distinct point once.
+
+    summarize() asks a phase's step time at every (GPU, batch) point, but the programs run at the
+    *program* batch (:func:`engine.deploy.structure.program_batch`: ceil(batch / dp_attn) over the
+    micro-batches; prefill's per step is one step's prompts, the same for every batch that fills the
+    step budget), so most points of a sweep repeat a (GPU, program batch, lengths) point: a chunked
+    prefill of 8K prompts under an 8K budget runs one prompt per step at every batch. The step time
+    is per point arithmetic (no point's number depends on another's: the stacked and the step by
+    step sums agree, tests/test_cost_paths.py), so evaluating the distinct points and spreading the
+    results gives the same floats. Everything else (working sets, kernel steps) is the program's own."""
+
+    def __init__(self, compiled):
+        self._compiled = compiled
+
+    def __getattr__(self, name):
+        return getattr(self._compiled, name)
+
+    def rates_for(self, gpus: list[GPU], index):
+        return _Rates(gpus, np.asarray(index))
+
+    def step_time(self, rates, batch, seq, ctx, kv_bytes) -> np.ndarray:
+        if not isinstance(rates, _Rates):
+            return self._compiled.step_time(rates, batch, seq, ctx, kv_bytes)
+        args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
+        shape = np.broadcast_shapes(*(a.shape for a in args), rates.index.shape)
+        if len(shape) != 1:
+            real = self._compiled.rates_for(rates.gpus, rates.index)
+            return self._compiled.step_time(real, *args)
+        # the distinct rows of (batch, seq, ctx, kv_bytes, GPU): sorted, then cut where any changes
+        cols = np.stack([np.broadcast_to(a, shape) for a in args] + [np.broadcast_to(rates.index, shape)])
+        order = np.lexsort(cols)
+        ranked = cols[:, order]
+        starts = np.concatenate(([True], (ranked[:, 1:] != ranked[:, :-1]).any(axis=0)))
+        inverse = np.empty(shape[0], dtype=np.intp)
+        inverse[order] = np.cumsum(starts) - 1
+        keys = ranked[:, starts]
+        got = self._compiled.step_time(self._compiled.rates_for(rates.gpus, keys[4].astype(np.intp)), *keys[:4])
+        return np.asarray(got)[inverse]
+
+
+class _Rates:
+    """The GPU of each point (:meth:`_DistinctSteps.rates_for`): rates are looked up per distinct point."""
+
+    def __init__(self, gpus: list[GPU], index: np.ndarray):
+        self.gpus, self.index = gpus, index
+
+
+def _distinct_points(s):
+    """``s`` with programs that evaluate each distinct point once (:class:`_DistinctSteps`)."""
+    out = copy.copy(s)
+    out.compiled = {p: _DistinctSteps(c) for p, c in s.compiled.items()}
+    return out
 
 
 def _kv_bytes(options: Options) -> int:
@@ -321,6 +414,8 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
             if stored / config.n_gpus >= usable:          # a lower bound on any split's weights per GPU
                 continue
             outs = np.array([output_len, PREFILL_OUTPUT]) if pools else np.array([output_len])
+            if evaluator.cannot_fit(config, gpu, input_len, outs):     # capacity 0: no structure needed
+                continue
             caps = evaluator.capacity(config, gpu, input_len, outs)
             cap = int(caps[0])
             batch = batch_list(cap, sla.users) if cap >= 1 else np.zeros(0, dtype=np.int64)

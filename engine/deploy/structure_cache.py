@@ -36,7 +36,7 @@ from dataclasses import replace
 
 from engine.spec.api import Evaluation
 from engine.deploy.fusion import FusionTable, live_rules, live_token_limits, representative_tokens, token_limits
-from engine.deploy.planner import build_structure, place, with_mtp
+from engine.deploy.planner import _memory, build_structure, place, with_mtp
 from engine.deploy.structure import MTP_STACK, PHASES, Options, Structure
 
 
@@ -92,6 +92,15 @@ class StructureCache:
         elif formulas and found[1] is None:
             found = self._placements[pkey] = (found[0], place(self.ev, config, domain, base, True))
         return found if found[1] is not None else (found[0], found[0])
+
+    def memory(self, config, domain: int, options: Options) -> tuple:
+        """(weights per GPU, KV bytes per request per GPU as an expression in ``length`` and
+        ``kv_bytes``) of the config's placements: the figures every structure of them carries
+        (:func:`engine.deploy.planner.build_structure` takes them from the same function), without
+        fusing or compiling anything."""
+        numeric, symbolic = self.placements(config, domain, options, False)
+        weights, _, kv_dev = _memory(self.ev, config, options, numeric, symbolic)
+        return weights, kv_dev
 
     def _build(self, config, domain: int, framework: str, gpu, tokens: dict, options: Options,
                formulas: bool) -> Structure:
