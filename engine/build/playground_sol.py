@@ -239,7 +239,7 @@ def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
     ``last_token`` step at seq 1) and :mod:`engine.deploy.cost`'s rates, without sympy arithmetic."""
     if step.last_token:
         env = {**env, symbols.SEQ: 1}
-    tree = formula_tree.to_tree
+    tree = _tree
     repeat = tree(step.repeat)
     f = bind_tree(["*", tree(step.flops), repeat], env)
     b = bind_tree(["*", ["+", tree(step.bytes), tree(step.weight_bytes)], repeat], env)
@@ -253,6 +253,22 @@ def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
         comm.append(["*", bind_tree(repeat, env), alpha])       # calls: the step's repeat
     return ["max", ["*", f, 1.0 / g.peak_flops(step.compute_dtype)], ["*", b, 1.0 / g.hbm_bytes_per_s],
             bind_tree(comm, {})], b
+
+
+_TREES: dict = {}     # sympy expression -> its formula tree: the same step formulas recur across picks and models
+
+
+def _tree(expr) -> Any:
+    """:func:`engine.spec.formula_tree.to_tree`, once per expression per process (the tree is shared:
+    nothing mutates a tree; :func:`bind_tree` builds new ones)."""
+    if not isinstance(expr, sympy.Basic):
+        return formula_tree.to_tree(expr)
+    found = _TREES.get(expr)
+    if found is None:
+        if len(_TREES) > 200_000:
+            _TREES.clear()
+        found = _TREES[expr] = formula_tree.to_tree(expr)
+    return found
 
 
 def _raw_key(step) -> tuple:
