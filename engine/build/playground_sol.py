@@ -153,9 +153,9 @@ class Bases:
         out = {}
         for phase in ("prefill", "decode"):
             steps = [self.step_tree(st, env[phase]) for st in programs[phase].steps]
-            out[f"{phase}_sol_s"] = bind_tree(["+", 0, *(t for t, _ in steps)], {})
+            out[f"{phase}_sol_s"] = _fold("+", [0, *(t for t, _ in steps)])      # each step's tree is bound
             if phase == "decode":
-                out["decode_bytes"] = bind_tree(["+", 0, *(b for _, b in steps)], {})
+                out["decode_bytes"] = _fold("+", [0, *(b for _, b in steps)])
         return out
 
     def step_tree(self, step, env: dict) -> tuple[Any, Any]:
@@ -200,8 +200,13 @@ def bind_tree(tree: Any, env: dict[str, Any]) -> Any:
         return env.get(tree, tree)
     if kind is not list:
         return tree
-    op = tree[0]
-    args = [a if type(a) in _NUMBER else bind_tree(a, env) for a in tree[1:]]
+    return _fold(tree[0], [a if type(a) in _NUMBER else bind_tree(a, env) for a in tree[1:]])
+
+
+def _fold(op: str, args: list) -> Any:
+    """``[op, *args]`` with ``args`` already bound (:func:`bind_tree`'s last step, which binding a
+    bound tree again leaves alone): a sum or product of sums or products flattened one level, its
+    numbers folded."""
     if op == "pw":
         return [op, *args]
     if op in ("+", "*"):
@@ -251,8 +256,9 @@ def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
         comm.append(["*", c, 1.0 / link])
     if alpha:
         comm.append(["*", bind_tree(repeat, env), alpha])       # calls: the step's repeat
-    return ["max", ["*", f, 1.0 / g.peak_flops(step.compute_dtype)], ["*", b, 1.0 / g.hbm_bytes_per_s],
-            bind_tree(comm, {})], b
+    # bound throughout (as bind_tree of the whole would leave it), so sums of steps only fold their top
+    return _fold("max", [_fold("*", [f, 1.0 / g.peak_flops(step.compute_dtype)]),
+                         _fold("*", [b, 1.0 / g.hbm_bytes_per_s]), bind_tree(comm, {})]), b
 
 
 _TREES: dict = {}     # sympy expression -> its formula tree: the same step formulas recur across picks and models
@@ -313,9 +319,9 @@ def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfi
                     terms[sign].append(t)
                     traffic[sign].append(b)
         # [added, removed]: the removed steps are the same for most picks of a slot (shared, intern())
-        out[f"{phase}_sol_s"] = [bind_tree(["+", 0, *terms[1]], {}), bind_tree(["+", 0, *terms[-1]], {})]
+        out[f"{phase}_sol_s"] = [_fold("+", [0, *terms[1]]), _fold("+", [0, *terms[-1]])]
         if phase == "decode":
-            out["decode_bytes"] = [bind_tree(["+", 0, *traffic[1]], {}), bind_tree(["+", 0, *traffic[-1]], {})]
+            out["decode_bytes"] = [_fold("+", [0, *traffic[1]]), _fold("+", [0, *traffic[-1]])]
     return out
 
 
