@@ -499,7 +499,10 @@ def site_bytes(ev: Evaluation, key: tuple, index: int, site: tuple) -> sympy.Exp
     if tag not in trees:
         part = replace(ev.symbolic, rows=rows, caches=())
         trees[tag] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(part, ev.model, ev.corpus)))
-    return _subs(trees[tag], {_REPEAT: site[2].repeat})
+    at = (tag, site[2].repeat)        # the same walk at the same layer count: in many models
+    if at not in trees:
+        trees[at] = _subs(trees[tag], {_REPEAT: site[2].repeat})
+    return trees[at]
 
 
 def _subs(value, mapping: dict):
