@@ -550,9 +550,14 @@ def place_symbolic(ev: Evaluation, analysis, config: ParallelConfig, domain: int
     stage = replace(config, pp=1, dp=1, gpus_per_node=None)
     types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
     out = {}
+    memo = None
     for phase in PHASES:
         placer = _ReplayPlacer(analysis, Mesh(stage, min(domain, config.tp * config.cp), True), phase, ev.corpus.dims,
                                _weights_fn(ev, options), types, decide)
+        if memo is None:     # split factors and local sizes: the same analysis, mesh and decisions in every phase
+            memo = (placer._factors, placer._locals, placer._units)
+        else:
+            placer._factors, placer._locals, placer._units = memo
         if record is not None:
             placer.record = record.setdefault(phase, {})
         if reuse is not None:
