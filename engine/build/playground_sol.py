@@ -161,13 +161,21 @@ class Bases:
     def step_tree(self, step, env: dict) -> tuple[Any, Any]:
         """A step's SOL tree and its HBM bytes' tree, bound by ``env`` (memoized per base step: every
         pick removes the same ones)."""
+        return self._step(step, env)[0]
+
+    def step_names(self, step, env: dict) -> set[str]:
+        """The symbols :meth:`step_tree`'s SOL tree reads (its bytes' tree is inside it)."""
+        return self._step(step, env)[1]
+
+    def _step(self, step, env: dict) -> tuple:
         key = (id(step), id(env))
         hit = self._steps.get(key)
         if hit is not None and hit[0] is step:
-            return hit[1]
+            return hit[1:]
         found = _step_trees(self.gpu, step, env)
-        self._steps[key] = (step, found)
-        return found
+        names = formula_tree.free_names(found[0])
+        self._steps[key] = (step, found, names)
+        return found, names
 
 
 def whole_sol(bases: Bases, spec, symbolic, needs: list[str], values: dict[str, int]) -> dict[str, Any]:
@@ -298,11 +306,13 @@ def _keyed(program) -> dict:
     return keyed
 
 
-def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfig, needs) -> dict[str, Any]:
+def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfig, needs) -> tuple[dict[str, Any], set]:
     """new - old of the three numbers from two sets of symbolic fused programs (phase -> Program):
     the steps one has and the other lacks, each a tree bound by the base's values but ``needs``
-    (the old ones, the base's steps, memoized on ``bases``)."""
+    (the old ones, the base's steps, memoized on ``bases``); and the symbols those trees read (a
+    step's bytes tree is inside its SOL tree; a sum of trees reads what they read)."""
     out: dict[str, Any] = {}
+    names: set[str] = set()
     env = bases.env(config, needs)
     old_env = bases.env(config)
     for phase in ("prefill", "decode"):
@@ -313,16 +323,18 @@ def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfi
             for key, step in mine.items():
                 if key not in other:
                     if sign < 0:     # a base step: the base's values throughout (its dims are not the page's)
-                        t, b = bases.step_tree(step, old_env[phase])
+                        (t, b), read = bases._step(step, old_env[phase])
                     else:
                         t, b = _step_trees(bases.gpu, step, env[phase])
+                        read = formula_tree.free_names(t)
+                    names |= read
                     terms[sign].append(t)
                     traffic[sign].append(b)
         # [added, removed]: the removed steps are the same for most picks of a slot (shared, intern())
         out[f"{phase}_sol_s"] = [_fold("+", [0, *terms[1]]), _fold("+", [0, *terms[-1]])]
         if phase == "decode":
             out["decode_bytes"] = [_fold("+", [0, *traffic[1]]), _fold("+", [0, *traffic[-1]])]
-    return out
+    return out, names
 
 
 def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dict[str, tuple],
@@ -398,7 +410,7 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], d
     decide = decider({**ev.bound, **{d: sympy.Integer(v) for d, v in values.items()}})
     new = symbolic_programs(bases, analysis, config, decide, weights, reuse=bases.records.get(config.label()))
     base_env = bases.env(config, needs)["prefill"]
-    change = _programs_change(bases, old, new, config, needs)
+    change, read = _programs_change(bases, old, new, config, needs)
     valid = []
     lo_hi = _config_bounds(config, gpu, old_total, delta, moe)
     if lo_hi is not None:
@@ -414,7 +426,7 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], d
         if not formula_tree.evaluate(tree, {**at, symbols.CTX: bases.context}):
             return {"error": f"at the pre-filled dims: {reason}"}
     valid = [[t, r] for t, r in valid if formula_tree.free_names(t)]   # a constant that holds: nothing to test
-    free = set().union(*(formula_tree.free_names(t) for pair in change.values() for t in pair),
+    free = set().union(read,
                        *(formula_tree.free_names(t) for t, _ in valid))
     if free - set(needs) - {symbols.SEQ, symbols.CTX}:
         return None
