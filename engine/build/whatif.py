@@ -621,6 +621,7 @@ class Picks:
         self._index: dict[tuple, int] = {}
         self.walks: dict[tuple, tuple] = {}    # (slot, component) -> (needs, its sites, their walks): the site route
         self.whole: dict[tuple, tuple] = {}    # (slot, component) -> (variant spec, its symbolic walk): the others
+        self.walked: dict[tuple, dict] = {}    # (slot, component) -> site uid -> its site walk's rows, caches, outputs, bytes
 
     def block(self, key: tuple, trees: dict) -> int:
         if key not in self._index:
@@ -772,6 +773,7 @@ def _pick_sol(bases, slot: str, component: str, p: dict, shared: Picks | None = 
         try:
             rows = {uid: (*site_walk(*walked[uid], uid, site), site_bytes(bases.ev, *walked[uid], site))
                     for uid, site in sites.items()}
+            shared.walked[(slot, component)] = rows       # the graph diff's block (_pick_blocks)
             found = playground_sol.site_sol(bases, needs, sites, rows, values)
         except (SpecError, _Streams):
             found = None
@@ -811,7 +813,8 @@ def _pick_blocks(shared: Picks, slot: str, component: str, p: dict) -> list[dict
     the old filler may differ between templates)."""
     if (slot, component) in shared.walks:
         _, sites, walked = shared.walks[(slot, component)]
-        return [block_graph(site_walk(*walked[uid], uid, site)[0], uid)
+        done = shared.walked.get((slot, component), {})
+        return [block_graph(done[uid][0] if uid in done else site_walk(*walked[uid], uid, site)[0], uid)
                 for uid, site in sites.items() if site[2].stack == "main"]
     if (slot, component) in shared.whole:
         whole = shared.whole[(slot, component)][1]
