@@ -253,17 +253,18 @@ def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
     if step.last_token:
         env = {**env, symbols.SEQ: 1}
     tree = _tree
-    repeat = tree(step.repeat)
-    f = bind_tree(["*", tree(step.flops), repeat], env)
-    b = bind_tree(["*", ["+", tree(step.bytes), tree(step.weight_bytes)], repeat], env)
-    c = bind_tree(["*", tree(step.comm_bytes), repeat], env)
+    # bind_tree([op, *args]) is _fold(op, [bind_tree(arg) ...]): the repeat is bound once for all three
+    repeat = bind_tree(tree(step.repeat), env)
+    f = _fold("*", [bind_tree(tree(step.flops), env), repeat])
+    b = _fold("*", [_fold("+", [bind_tree(tree(step.bytes), env), bind_tree(tree(step.weight_bytes), env)]), repeat])
+    c = _fold("*", [bind_tree(tree(step.comm_bytes), env), repeat])
     link = link_bandwidth(g, step.link)
     alpha = g.collective_latency(step.collective, step.ranks, step.nodes) if step.collective else 0.0
     comm: list = ["+", 0]
     if link != float("inf"):
         comm.append(["*", c, 1.0 / link])
     if alpha:
-        comm.append(["*", bind_tree(repeat, env), alpha])       # calls: the step's repeat
+        comm.append(["*", repeat, alpha])       # calls: the step's repeat
     # bound throughout (as bind_tree of the whole would leave it), so sums of steps only fold their top
     return _fold("max", [_fold("*", [f, 1.0 / g.peak_flops(step.compute_dtype)]),
                          _fold("*", [b, 1.0 / g.hbm_bytes_per_s]), bind_tree(comm, {})]), b
