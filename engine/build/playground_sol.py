@@ -251,13 +251,24 @@ def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
     trees bound by ``env``: :func:`engine.deploy.cost.step_totals` (every call of the step; a
     ``last_token`` step at seq 1) and :mod:`engine.deploy.cost`'s rates, without sympy arithmetic."""
     if step.last_token:
-        env = {**env, symbols.SEQ: 1}
-    tree = _tree
+        env = _last_token_env(env)
+
+    def tree(expr):      # bound by env, once per (formula, env) per process: steps of a pick share formulas
+        t = _tree(expr)
+        if type(t) is not list:
+            return bind_tree(t, env)
+        key = (id(t), id(env))
+        hit = _BOUND.get(key)
+        if hit is None or hit[0] is not t or hit[1] is not env:
+            if len(_BOUND) > 50_000:
+                _BOUND.clear()
+            hit = _BOUND[key] = (t, env, bind_tree(t, env))
+        return hit[2]
     # bind_tree([op, *args]) is _fold(op, [bind_tree(arg) ...]): the repeat is bound once for all three
-    repeat = bind_tree(tree(step.repeat), env)
-    f = _fold("*", [bind_tree(tree(step.flops), env), repeat])
-    b = _fold("*", [_fold("+", [bind_tree(tree(step.bytes), env), bind_tree(tree(step.weight_bytes), env)]), repeat])
-    c = _fold("*", [bind_tree(tree(step.comm_bytes), env), repeat])
+    repeat = tree(step.repeat)
+    f = _fold("*", [tree(step.flops), repeat])
+    b = _fold("*", [_fold("+", [tree(step.bytes), tree(step.weight_bytes)]), repeat])
+    c = _fold("*", [tree(step.comm_bytes), repeat])
     link = link_bandwidth(g, step.link)
     alpha = g.collective_latency(step.collective, step.ranks, step.nodes) if step.collective else 0.0
     comm: list = ["+", 0]
@@ -268,6 +279,19 @@ def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
     # bound throughout (as bind_tree of the whole would leave it), so sums of steps only fold their top
     return _fold("max", [_fold("*", [f, 1.0 / g.peak_flops(step.compute_dtype)]),
                          _fold("*", [b, 1.0 / g.hbm_bytes_per_s]), bind_tree(comm, {})]), b
+
+
+_BOUND: dict = {}     # (id(tree), id(env)) -> (tree, env, the tree bound by env): both kept, so no id is reused
+_SEQ1: dict = {}      # id(env) -> (env, env at seq 1): a last-token step's
+
+
+def _last_token_env(env: dict) -> dict:
+    hit = _SEQ1.get(id(env))
+    if hit is None or hit[0] is not env:
+        if len(_SEQ1) > 10_000:
+            _SEQ1.clear()
+        hit = _SEQ1[id(env)] = (env, {**env, symbols.SEQ: 1})
+    return hit[1]
 
 
 _TREES: dict = {}     # sympy expression -> its formula tree: the same step formulas recur across picks and models
