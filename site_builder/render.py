@@ -689,17 +689,48 @@ def _playground(site: Site, results: Results) -> None:
                                                 _short(graphs.level_graph(ub["doc"], ub["uid"])))
                     v["diffs"].append({"a": old, "b": new, "a_in": ua["name"], "b_in": ub["name"],
                                        "svg": render_svg(union, status=status, title=f"{old} vs {new}")})
+    site.gzip_json(_PLAYGROUND_DIFFS, _playground_diffs(results, uses))
     live = {m: _PLAYGROUND_DATA.format(slug(m)) for m in results.models["model_id"].to_list()   # any catalog pick
             if (results.root / "playground" / f"{slug(m)}.json").exists()}                     # (_playground_data)
     data = {"page": "playground", "variants": [{k: v[k] for k in (
         "variant", "display_name", "variant_of", "base_name", "swaps", "bind_list", "formulas", "env", "recomputed",
         "setting")} for v in doc["variants"]], "catalog": doc["catalog"], "used": doc["used"], "dims": doc["dims"],
-        "names": {m: c["name"] for m, c in doc["catalog"].items()}, "live": live, "drawn": sorted(uses)}
+        "names": {m: c["name"] for m, c in doc["catalog"].items()}, "live": live, "drawn": sorted(uses),
+        "diffs": _PLAYGROUND_DIFFS}
     site.page("playground", "playground.html", "Playground (what-if designs)", data, variants=doc["variants"],
               setting=doc.get("setting", {}))
 
 
 _PLAYGROUND_DATA = "data/playground/{}.json.gz"
+_PLAYGROUND_DIFFS = "data/playground/diffs.json.gz"
+
+
+def _playground_diffs(results: Results, uses: dict) -> dict[str, dict]:
+    """The graph diff of every (old filler, new component) pair a live pick makes that the
+    components pages do not draw (they draw the token mixers corpus models use): ``old--new`` ->
+    the drawing (old as the base's document has it at the slot's site, new as the pick's walk puts
+    it there: engine.build.whatif.block_graph) and the models each side is drawn from. One drawing
+    per pair, from the first model (corpus order) whose pick makes it."""
+    out: dict[str, dict] = {}
+    for model_id in results.models["model_id"].to_list():
+        path = results.root / "playground" / f"{slug(model_id)}.json"
+        base = results.documents.get(model_id)
+        if not path.exists() or base is None:
+            continue
+        doc = json.loads(path.read_text())
+        at = {c["uid"]: c["component"] for c in base["components"]}
+        for picks in doc["picks"].values():
+            for new, p in picks.items():
+                for block in (doc["graphs"][i] for i in p.get("graphs", [])):
+                    old = at.get(block["site"])
+                    key = f"{old}--{new}"
+                    if old is None or old == new or key in out or (old in uses and new in uses):
+                        continue
+                    union, status = diff_graphs(_short(graphs.level_graph(base, block["site"])),
+                                                _short(graphs.level_graph(block, block["site"])))
+                    out[key] = {"svg": render_svg(union, status=status, title=f"{old} vs {new}"),
+                                "a_in": base["name"]}
+    return out
 
 
 def _playground_data(site: Site, results: Results, model_id: str) -> None:
@@ -707,8 +738,9 @@ def _playground_data(site: Site, results: Results, model_id: str) -> None:
     engine.build.whatif.model_playground), compressed beside the model's other data: rendered with
     the model's pages, so a model whose results did not change keeps its file."""
     source = results.root / "playground" / f"{slug(model_id)}.json"
-    if source.exists():
-        site.gzip_json(_PLAYGROUND_DATA.format(slug(model_id)), json.loads(source.read_text()))
+    if source.exists():        # the blocks' graphs are drawn once for the corpus (_playground_diffs)
+        doc = {k: v for k, v in json.loads(source.read_text()).items() if k != "graphs"}
+        site.gzip_json(_PLAYGROUND_DATA.format(slug(model_id)), doc)
 
 
 def _short(graph: dict) -> dict:

@@ -153,21 +153,29 @@ class Bases:
         out = {}
         for phase in ("prefill", "decode"):
             steps = [self.step_tree(st, env[phase]) for st in programs[phase].steps]
-            out[f"{phase}_sol_s"] = bind_tree(["+", 0, *(t for t, _ in steps)], {})
+            out[f"{phase}_sol_s"] = _fold("+", [0, *(t for t, _ in steps)])      # each step's tree is bound
             if phase == "decode":
-                out["decode_bytes"] = bind_tree(["+", 0, *(b for _, b in steps)], {})
+                out["decode_bytes"] = _fold("+", [0, *(b for _, b in steps)])
         return out
 
     def step_tree(self, step, env: dict) -> tuple[Any, Any]:
         """A step's SOL tree and its HBM bytes' tree, bound by ``env`` (memoized per base step: every
         pick removes the same ones)."""
+        return self._step(step, env)[0]
+
+    def step_names(self, step, env: dict) -> set[str]:
+        """The symbols :meth:`step_tree`'s SOL tree reads (its bytes' tree is inside it)."""
+        return self._step(step, env)[1]
+
+    def _step(self, step, env: dict) -> tuple:
         key = (id(step), id(env))
         hit = self._steps.get(key)
         if hit is not None and hit[0] is step:
-            return hit[1]
+            return hit[1:]
         found = _step_trees(self.gpu, step, env)
-        self._steps[key] = (step, found)
-        return found
+        names = formula_tree.free_names(found[0])
+        self._steps[key] = (step, found, names)
+        return found, names
 
 
 def whole_sol(bases: Bases, spec, symbolic, needs: list[str], values: dict[str, int]) -> dict[str, Any]:
@@ -200,8 +208,13 @@ def bind_tree(tree: Any, env: dict[str, Any]) -> Any:
         return env.get(tree, tree)
     if kind is not list:
         return tree
-    op = tree[0]
-    args = [a if type(a) in _NUMBER else bind_tree(a, env) for a in tree[1:]]
+    return _fold(tree[0], [a if type(a) in _NUMBER else bind_tree(a, env) for a in tree[1:]])
+
+
+def _fold(op: str, args: list) -> Any:
+    """``[op, *args]`` with ``args`` already bound (:func:`bind_tree`'s last step, which binding a
+    bound tree again leaves alone): a sum or product of sums or products flattened one level, its
+    numbers folded."""
     if op == "pw":
         return [op, *args]
     if op in ("+", "*"):
@@ -238,21 +251,63 @@ def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
     trees bound by ``env``: :func:`engine.deploy.cost.step_totals` (every call of the step; a
     ``last_token`` step at seq 1) and :mod:`engine.deploy.cost`'s rates, without sympy arithmetic."""
     if step.last_token:
-        env = {**env, symbols.SEQ: 1}
-    tree = formula_tree.to_tree
+        env = _last_token_env(env)
+
+    def tree(expr):      # bound by env, once per (formula, env) per process: steps of a pick share formulas
+        t = _tree(expr)
+        if type(t) is not list:
+            return bind_tree(t, env)
+        key = (id(t), id(env))
+        hit = _BOUND.get(key)
+        if hit is None or hit[0] is not t or hit[1] is not env:
+            if len(_BOUND) > 50_000:
+                _BOUND.clear()
+            hit = _BOUND[key] = (t, env, bind_tree(t, env))
+        return hit[2]
+    # bind_tree([op, *args]) is _fold(op, [bind_tree(arg) ...]): the repeat is bound once for all three
     repeat = tree(step.repeat)
-    f = bind_tree(["*", tree(step.flops), repeat], env)
-    b = bind_tree(["*", ["+", tree(step.bytes), tree(step.weight_bytes)], repeat], env)
-    c = bind_tree(["*", tree(step.comm_bytes), repeat], env)
+    f = _fold("*", [tree(step.flops), repeat])
+    b = _fold("*", [_fold("+", [tree(step.bytes), tree(step.weight_bytes)]), repeat])
+    c = _fold("*", [tree(step.comm_bytes), repeat])
     link = link_bandwidth(g, step.link)
     alpha = g.collective_latency(step.collective, step.ranks, step.nodes) if step.collective else 0.0
     comm: list = ["+", 0]
     if link != float("inf"):
         comm.append(["*", c, 1.0 / link])
     if alpha:
-        comm.append(["*", bind_tree(repeat, env), alpha])       # calls: the step's repeat
-    return ["max", ["*", f, 1.0 / g.peak_flops(step.compute_dtype)], ["*", b, 1.0 / g.hbm_bytes_per_s],
-            bind_tree(comm, {})], b
+        comm.append(["*", repeat, alpha])       # calls: the step's repeat
+    # bound throughout (as bind_tree of the whole would leave it), so sums of steps only fold their top
+    return _fold("max", [_fold("*", [f, 1.0 / g.peak_flops(step.compute_dtype)]),
+                         _fold("*", [b, 1.0 / g.hbm_bytes_per_s]), bind_tree(comm, {})]), b
+
+
+_BOUND: dict = {}     # (id(tree), id(env)) -> (tree, env, the tree bound by env): both kept, so no id is reused
+_SEQ1: dict = {}      # id(env) -> (env, env at seq 1): a last-token step's
+
+
+def _last_token_env(env: dict) -> dict:
+    hit = _SEQ1.get(id(env))
+    if hit is None or hit[0] is not env:
+        if len(_SEQ1) > 10_000:
+            _SEQ1.clear()
+        hit = _SEQ1[id(env)] = (env, {**env, symbols.SEQ: 1})
+    return hit[1]
+
+
+_TREES: dict = {}     # sympy expression -> its formula tree: the same step formulas recur across picks and models
+
+
+def _tree(expr) -> Any:
+    """:func:`engine.spec.formula_tree.to_tree`, once per expression per process (the tree is shared:
+    nothing mutates a tree; :func:`bind_tree` builds new ones)."""
+    if not isinstance(expr, sympy.Basic):
+        return formula_tree.to_tree(expr)
+    found = _TREES.get(expr)
+    if found is None:
+        if len(_TREES) > 200_000:
+            _TREES.clear()
+        found = _TREES[expr] = formula_tree.to_tree(expr)
+    return found
 
 
 def _raw_key(step) -> tuple:
@@ -276,11 +331,13 @@ def _keyed(program) -> dict:
     return keyed
 
 
-def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfig, needs) -> dict[str, Any]:
+def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfig, needs) -> tuple[dict[str, Any], set]:
     """new - old of the three numbers from two sets of symbolic fused programs (phase -> Program):
     the steps one has and the other lacks, each a tree bound by the base's values but ``needs``
-    (the old ones, the base's steps, memoized on ``bases``)."""
+    (the old ones, the base's steps, memoized on ``bases``); and the symbols those trees read (a
+    step's bytes tree is inside its SOL tree; a sum of trees reads what they read)."""
     out: dict[str, Any] = {}
+    names: set[str] = set()
     env = bases.env(config, needs)
     old_env = bases.env(config)
     for phase in ("prefill", "decode"):
@@ -291,16 +348,18 @@ def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfi
             for key, step in mine.items():
                 if key not in other:
                     if sign < 0:     # a base step: the base's values throughout (its dims are not the page's)
-                        t, b = bases.step_tree(step, old_env[phase])
+                        (t, b), read = bases._step(step, old_env[phase])
                     else:
                         t, b = _step_trees(bases.gpu, step, env[phase])
+                        read = formula_tree.free_names(t)
+                    names |= read
                     terms[sign].append(t)
                     traffic[sign].append(b)
         # [added, removed]: the removed steps are the same for most picks of a slot (shared, intern())
-        out[f"{phase}_sol_s"] = [bind_tree(["+", 0, *terms[1]], {}), bind_tree(["+", 0, *terms[-1]], {})]
+        out[f"{phase}_sol_s"] = [_fold("+", [0, *terms[1]]), _fold("+", [0, *terms[-1]])]
         if phase == "decode":
-            out["decode_bytes"] = [bind_tree(["+", 0, *traffic[1]], {}), bind_tree(["+", 0, *traffic[-1]], {})]
-    return out
+            out["decode_bytes"] = [_fold("+", [0, *traffic[1]]), _fold("+", [0, *traffic[-1]])]
+    return out, names
 
 
 def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dict[str, tuple],
@@ -376,7 +435,7 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], d
     decide = decider({**ev.bound, **{d: sympy.Integer(v) for d, v in values.items()}})
     new = symbolic_programs(bases, analysis, config, decide, weights, reuse=bases.records.get(config.label()))
     base_env = bases.env(config, needs)["prefill"]
-    change = _programs_change(bases, old, new, config, needs)
+    change, read = _programs_change(bases, old, new, config, needs)
     valid = []
     lo_hi = _config_bounds(config, gpu, old_total, delta, moe)
     if lo_hi is not None:
@@ -392,7 +451,7 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], d
         if not formula_tree.evaluate(tree, {**at, symbols.CTX: bases.context}):
             return {"error": f"at the pre-filled dims: {reason}"}
     valid = [[t, r] for t, r in valid if formula_tree.free_names(t)]   # a constant that holds: nothing to test
-    free = set().union(*(formula_tree.free_names(t) for pair in change.values() for t in pair),
+    free = set().union(read,
                        *(formula_tree.free_names(t) for t, _ in valid))
     if free - set(needs) - {symbols.SEQ, symbols.CTX}:
         return None

@@ -19,6 +19,7 @@ stream crosses the sites.
 """
 from __future__ import annotations
 
+import json
 import functools
 import re
 from dataclasses import dataclass, replace
@@ -499,7 +500,10 @@ def site_bytes(ev: Evaluation, key: tuple, index: int, site: tuple) -> sympy.Exp
     if tag not in trees:
         part = replace(ev.symbolic, rows=rows, caches=())
         trees[tag] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(part, ev.model, ev.corpus)))
-    return _subs(trees[tag], {_REPEAT: site[2].repeat})
+    at = (tag, site[2].repeat)        # the same walk at the same layer count: in many models
+    if at not in trees:
+        trees[at] = _subs(trees[tag], {_REPEAT: site[2].repeat})
+    return trees[at]
 
 
 def _subs(value, mapping: dict):
@@ -617,6 +621,7 @@ class Picks:
         self._index: dict[tuple, int] = {}
         self.walks: dict[tuple, tuple] = {}    # (slot, component) -> (needs, its sites, their walks): the site route
         self.whole: dict[tuple, tuple] = {}    # (slot, component) -> (variant spec, its symbolic walk): the others
+        self.walked: dict[tuple, dict] = {}    # (slot, component) -> site uid -> its site walk's rows, caches, outputs, bytes
 
     def block(self, key: tuple, trees: dict) -> int:
         if key not in self._index:
@@ -768,6 +773,7 @@ def _pick_sol(bases, slot: str, component: str, p: dict, shared: Picks | None = 
         try:
             rows = {uid: (*site_walk(*walked[uid], uid, site), site_bytes(bases.ev, *walked[uid], site))
                     for uid, site in sites.items()}
+            shared.walked[(slot, component)] = rows       # the graph diff's block (_pick_blocks)
             found = playground_sol.site_sol(bases, needs, sites, rows, values)
         except (SpecError, _Streams):
             found = None
@@ -784,6 +790,37 @@ def _pick_sol(bases, slot: str, component: str, p: dict, shared: Picks | None = 
         return playground_sol.whole_sol(bases, spec, whole, p["needs"], values)
     except SpecError as exc:
         return {"error": exc.problem}
+
+
+def block_graph(rows: dict, uid: str) -> dict[str, Any]:
+    """The new filler's block at site ``uid`` (``rows``: its rows there, from its site walk or the
+    variant's whole walk) in the model document's form that site_builder.graphs.level_graph draws:
+    its ops (uid, name, op, phases, inputs, output axes) and the sub-components they sit in (no
+    badges: the walk is symbolic). The site draws the playground's graph diff from it (old: the
+    base's document at ``uid``)."""
+    ops = [{"uid": r.uid, "name": r.name, "op": r.op, "phases": sorted(r.phases), "inputs": list(r.inputs),
+            "out_shape": [a.name for a in r.out.axes]} for r in rows.values() if _under(r.uid, uid)]
+    inner = {r.component_uid: r.component for r in rows.values()
+             if r.component_uid != uid and _under(r.component_uid, uid)}
+    one = {"value": 1}
+    return {"site": uid, "ops": ops, "caches": [],
+            "components": [{"uid": u, "component": c, "template": "", "repeat": one, "instances": one, "active": one}
+                           for u, c in sorted(inner.items())]}
+
+
+def _pick_blocks(shared: Picks, slot: str, component: str, p: dict) -> list[dict]:
+    """:func:`block_graph` of pick ``p`` at each of its main-stack sites (one per layer template:
+    the old filler may differ between templates)."""
+    if (slot, component) in shared.walks:
+        _, sites, walked = shared.walks[(slot, component)]
+        done = shared.walked.get((slot, component), {})
+        return [block_graph(done[uid][0] if uid in done else site_walk(*walked[uid], uid, site)[0], uid)
+                for uid, site in sites.items() if site[2].stack == "main"]
+    if (slot, component) in shared.whole:
+        whole = shared.whole[(slot, component)][1]
+        return [block_graph(whole.rows, uid) for uid, site in shared.sites.get(slot, {}).items()
+                if site[2].stack == "main" and site[4] in p["templates"]]
+    return []
 
 
 def model_playground(ev: Evaluation, context: int | None = None, sites: dict | None = None,
@@ -814,12 +851,24 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
         for component, p in chosen.items():
             if "error" not in p:
                 p["sol"] = _pick_sol(bases, slot, component, p, shared)
+    # the new filler's block as drawn in the graph diff (site_builder.render._playground_diffs)
+    graphs: list = []
+    seen: dict[str, int] = {}
+    for slot, chosen in picks.items():
+        for component, p in chosen.items():
+            for block in (_pick_blocks(shared, slot, component, p) if "error" not in p else []):
+                text = json.dumps(block, sort_keys=True)
+                if text not in seen:
+                    seen[text] = len(graphs)
+                    graphs.append(block)
+                p.setdefault("graphs", []).append(seen[text])
     return {"model_id": ev.model.model_id, "context": context,
             "formulas": {k: formula_tree.to_tree(f) for k, f in
                          _sum_of_parts(ev.symbolic, ev.model, ev.corpus, PLAYGROUND["kv_dtype"]).items()},
             "env": environment(ev, context), "picks": picks, "old": shared.old, "blocks": shared.blocks,
             "sol_base": bases.trees, "sol_trees": playground_sol.intern(picks),
             "sol_setting": {"gpu": PLAYGROUND["gpu"], "framework": PLAYGROUND["framework"], "context": context},
+            "graphs": graphs,
             "repeat": _REPEAT.name, "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
 
 

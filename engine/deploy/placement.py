@@ -460,9 +460,10 @@ class Placer(_LayoutRules, _ParallelRules):
     # -- program --------------------------------------------------------------------------------------
     def run(self, rows: list[NodeRow]) -> Program:
         self.consumers: dict[str, int] = {}
+        uids = {r.uid for r in rows}      # a set: the playground places hundreds of whole analyses
         for row in rows:
             for uid in row.inputs:
-                uid = uid + "@decode" if any(r.uid == uid + "@decode" for r in rows) else uid
+                uid = uid + "@decode" if uid + "@decode" in uids else uid
                 self.consumers[uid] = self.consumers.get(uid, 0) + 1
         for row in rows:
             self.place(row)

@@ -161,14 +161,31 @@ def _weights_fn(ev: Evaluation, options: Options):
         _WEIGHTS[:] = [(ev.numeric, ev.symbolic, {})]
     cache: dict[tuple, list] = _WEIGHTS[0][2].setdefault(options.weight_format, {})
 
+    spec = override or model
+    quant = (id(corpus), repr(sorted(spec.quant.items())))
+
     def weights(row):
         key = (row.uid, id(row))
         if key not in cache:
-            spec = override or model
-            numeric = not any(isinstance(l.numel, sympy.Expr) and l.numel.free_symbols for l in row.leaves)
-            cache[key] = [(leaf, *storage.leaf_storage(row, leaf, spec, corpus, numeric)) for leaf in row.leaves]
+            # leaf_storage reads the leaves, the instances, stacking and (numeric) the row's place,
+            # and the spec's quant: rows equal in those store alike (the playground places the same
+            # filler's rows in many models)
+            shared = (row.leaves, row.instances, row.stacked, quant)
+            found = _LEAF_STORAGE.get(shared)
+            if found is None or found[0] is not corpus:
+                numeric = not any(isinstance(l.numel, sympy.Expr) and l.numel.free_symbols for l in row.leaves)
+                found = (corpus, [(leaf, *storage.leaf_storage(row, leaf, spec, corpus, numeric))
+                                  for leaf in row.leaves], numeric)
+                if not numeric:        # a numeric row's storage also names its place in errors
+                    if len(_LEAF_STORAGE) > 50_000:
+                        _LEAF_STORAGE.clear()
+                    _LEAF_STORAGE[shared] = found
+            cache[key] = found[1]
         return cache[key]
     return weights
+
+
+_LEAF_STORAGE: dict[tuple, tuple] = {}    # (leaves, instances, stacked, quant) -> (corpus, symbolic leaf storage)
 
 
 def _decider(bound: Mapping[str, sympy.Expr]):
@@ -533,9 +550,14 @@ def place_symbolic(ev: Evaluation, analysis, config: ParallelConfig, domain: int
     stage = replace(config, pp=1, dp=1, gpus_per_node=None)
     types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
     out = {}
+    memo = None
     for phase in PHASES:
         placer = _ReplayPlacer(analysis, Mesh(stage, min(domain, config.tp * config.cp), True), phase, ev.corpus.dims,
                                _weights_fn(ev, options), types, decide)
+        if memo is None:     # split factors and local sizes: the same analysis, mesh and decisions in every phase
+            memo = (placer._factors, placer._locals, placer._units)
+        else:
+            placer._factors, placer._locals, placer._units = memo
         if record is not None:
             placer.record = record.setdefault(phase, {})
         if reuse is not None:

@@ -10,6 +10,8 @@ binding equals the number (tested for every node of every model).
 """
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -30,6 +32,11 @@ from engine.spec.yamlio import NonFinite
 
 ONE = sympy.Integer(1)
 PHASES = frozenset({"prefill", "decode"})
+
+
+#: sympy.simplify, once per expression per process: a cache's per-token size recurs in every layer
+#: template, site walk and model (typed: a Python number and sympy's equal one differ in type)
+_simplify = functools.lru_cache(maxsize=8192, typed=True)(sympy.simplify)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +257,7 @@ class _OpRows:
         if cache is not None:
             per_token = tensors[0].numel / (self.scenario[symbols.BATCH] * self.scenario[symbols.SEQ])
             self.caches.append(CacheRow(f"{scope.uid}#{cache.name}", uid, cache.name, cache.kind, growth,
-                                        sympy.simplify(per_token), dims.get("window"), dims.get("every"),
+                                        _simplify(per_token), dims.get("window"), dims.get("every"),
                                         scope.repeat, scope.stack, self._cache_dtype(cache, scope, node)))
         if state_cache is not None:
             # a recurrent op's state: fixed per request, kept once whether the prefill (chunked)
@@ -258,7 +265,7 @@ class _OpRows:
             cache_uid = f"{scope.uid}#{state_cache.name}"
             if not any(c.uid == cache_uid for c in self.caches):
                 self.caches.append(CacheRow(cache_uid, uid, state_cache.name, state_cache.kind, "state",
-                                            sympy.simplify(op.state(call).numel), None, None,
+                                            _simplify(op.state(call).numel), None, None,
                                             scope.repeat, scope.stack,
                                             self._cache_dtype(state_cache, scope, node)))
         return out

@@ -10,6 +10,8 @@ costs per element are the constants below; attention counts only unmasked (query
 """
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -332,16 +334,23 @@ def _pairs(call) -> sympy.Expr:
 
     With F(n) the pairs seen by queries 1..n, the step sees F(ctx) - F(ctx - seq).
     """
-    seq, ctx = call.scenario[symbols.SEQ], call.scenario[symbols.CTX]
     mask = call.attrs["mask"]
+    every = call.dims["every"] if "every" in call.dims and mask != "bidirectional" else None
+    cap = call.inputs[2].axes[-1].size if mask == "topk" else None
+    window = call.dims["window"] if mask in ("chunked", "sliding") and every is None else None
+    return _pair_count(mask, call.scenario[symbols.SEQ], call.scenario[symbols.CTX], every, cap, window)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)     # typed: a Python 1 and sympy's 1 give different types
+def _pair_count(mask: str, seq, ctx, every, cap, window) -> sympy.Expr:
+    """:func:`_pairs` from what it reads (the same masks recur in every layer and model: the
+    Min/Max and expand below cost more than the rest of a walk's op). ``cap``: the top-k's
+    selected count (mask ``topk``); ``every``, ``window``: the node's dims, when it has them."""
     if mask == "bidirectional":
         return seq * ctx
-    if "every" in call.dims:
+    if every is not None:
         # keys are compressed entries, one per `every` tokens: query i sees floor(i / every) of
         # them, or min(k, floor(i / every)) when a top-k selects among them
-        every = call.dims["every"]
-        cap = call.inputs[2].axes[-1].size if mask == "topk" else None
-
         def floor_sum(n):   # sum_{i=1..n} floor(i / every)
             q = sympy.floor(n / every)
             return every * q * (q - 1) / 2 + q * (n - every * q + 1)
@@ -356,7 +365,7 @@ def _pairs(call) -> sympy.Expr:
         # each query sees the keys of its own chunk of `window` tokens up to itself: the query at
         # 0-based position p sees (p mod C) + 1 keys, so n queries see q C(C+1)/2 + r(r+1)/2 with
         # q = floor(n / C) whole chunks and r = n - qC left over
-        chunk = call.dims["window"]
+        chunk = window
 
         def total(n):
             q = sympy.floor(n / chunk)
@@ -366,7 +375,7 @@ def _pairs(call) -> sympy.Expr:
     if mask in ("sliding", "topk"):
         # top-k sparse attention: query i attends min(i, k) selected keys, the same count as a
         # sliding window of k (which keys differ, how many does not)
-        window = call.inputs[2].axes[-1].size if mask == "topk" else call.dims["window"]
+        window = cap if mask == "topk" else window
 
         def total(n):
             m = sympy.Min(n, window)

@@ -292,7 +292,10 @@
     return total;
   }
   // the swapped block's graph diff: the components pages draw each token mixer as a corpus model
-  // instantiates it and every pair's diff (nodes paired by declared name); shown here from there
+  // instantiates it and every pair's diff (nodes paired by declared name); shown here from there.
+  // Any other pair a live pick makes is drawn once for the corpus in data.diffs (old as the base
+  // has it, new as the pick's walk puts it: site_builder/render.py _playground_diffs)
+  var diffs = null;
   function pickGraph(slot, comp) {
     var drawn = data.drawn || [];
     slot.current.filter(function (c) { return c !== comp; }).forEach(function (old) {
@@ -300,7 +303,17 @@
       h.textContent = "Graph diff of the swapped block: " + old + " (old) vs " + comp + " (new)";
       box.appendChild(h); pgraph.appendChild(box);
       if (drawn.indexOf(old) < 0 || drawn.indexOf(comp) < 0) {
-        para(box, "Not drawn: the components pages draw the token mixers a corpus model uses (" + drawn.join(", ") + ").");
+        if (!data.diffs) { para(box, "Not drawn in this build."); return; }
+        if (!diffs) diffs = window.archJSON(root + data.diffs);
+        diffs.then(function (all) {
+          var d = all[old + "--" + comp];
+          if (!d) { para(box, "Not drawn: no live pick of this build puts " + comp + " where " + old + " is."); return; }
+          para(box, "").innerHTML = '<span class="status-changed">≠ changed</span> · <span class="status-only_a">− only in ' + old
+            + '</span> · <span class="status-only_b">+ only in ' + comp + "</span> · as in " + d.a_in + " (new: walked there)";
+          var wrap = document.createElement("div"); wrap.className = "graph-wrap"; box.appendChild(wrap);
+          var svg = new DOMParser().parseFromString(d.svg, "text/html").querySelector("svg");
+          wrap.appendChild(document.importNode(svg, true));
+        }).catch(function (e) { para(box, "Could not load the drawing (" + e.message + ")."); });
         return;
       }
       var url = root + "components/diff/" + old + "--" + comp + "/";

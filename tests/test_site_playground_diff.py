@@ -1,0 +1,61 @@
+"""The playground's graph diff for any fitting component, not only the token mixers corpus models use.
+
+The build stores each live pick's new block (engine.build.whatif.block_graph: the new filler's rows
+at the slot's site, from the pick's walk); the site draws every (old, new) pair the components pages
+do not draw once for the corpus (site_builder/render.py ``_playground_diffs``, data/playground/
+diffs.json.gz). The expectation is the component's own YAML: every node it declares is drawn, each
+reading the nodes its ``in`` names (``x``: the block's input, from outside the site).
+"""
+from __future__ import annotations
+
+import yaml
+
+from engine.build import whatif
+from site_builder.render import REPO
+from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_playground_any import BASE, base, choose, out  # noqa: F401  (the shared small site)
+
+#: No corpus model uses KDA: before the diffs file the page said "Not drawn".
+NEW = "kda_attention"
+
+
+def _declared() -> dict[str, list[str]]:
+    """The component's graph as its YAML declares it: node name -> the names it reads."""
+    spec = yaml.safe_load((REPO / "corpus" / "components" / "library" / f"{NEW}.yaml").read_text())
+    return {name: ([node["in"]] if isinstance(node["in"], str) else list(node["in"]))
+            for name, node in spec["graph"].items()}
+
+
+def test_the_pick_stores_the_new_block_as_the_component_declares_it(corpus):
+    ev, sites = whatif.evaluate_with_sites(corpus, corpus.models[BASE])
+    doc = whatif.model_playground(ev, sites=sites, only={("attention", NEW)})
+    p = doc["picks"]["attention"][NEW]
+    assert p["graphs"], "a resolving pick carries its block"
+    block = doc["graphs"][p["graphs"][0]]
+    site = block["site"]
+    ops = {o["name"]: o for o in block["ops"] if "prefill" in o["phases"]}
+    declared = _declared()
+    assert set(ops) == set(declared)
+    for name, reads in declared.items():
+        for src, uid in zip(reads, ops[name]["inputs"]):
+            if src == "x":
+                assert not uid.startswith(site + "/"), f"{name} reads the block's input"
+            else:
+                assert uid == f"{site}/{src}", f"{name} reads {src}"
+
+
+def test_choosing_a_component_no_corpus_model_uses_shows_its_diff(browser, base):  # noqa: F811
+    tab = _open(browser)
+    tab.goto(base + "playground/")
+    page = tab.page
+    choose(page, "attention", NEW, "kda_heads")
+    page.wait_for_selector("#pick-graph .graph-wrap svg")
+    heading = page.inner_text("#pick-graph h3")
+    assert "gqa_attention (old)" in heading and NEW in heading
+    text = page.inner_text("#pick-graph .graph-wrap")
+    labels = set(page.eval_on_selector_all("#pick-graph svg text.node-label", "els => els.map(e => e.textContent)"))
+    missing = [n for n in _declared() if n not in labels]
+    assert not missing, f"nodes not drawn: {missing} ({text[:200]})"
+    assert page.query_selector("#pick-graph svg .status-only_b") is not None    # KDA's own nodes, marked new
+    assert page.query_selector("#pick-graph svg .status-only_a") is not None    # GQA's, marked removed
+    assert not tab.errors and not tab.blocked
