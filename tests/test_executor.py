@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.build import executor as executors
+from engine.build import executor as executors, results
 from engine.build.results import build
 from engine.cli import main
 from engine.spec.corpus import load_corpus
@@ -51,7 +51,7 @@ def cluster():
         yield c
 
 
-def test_a_build_on_a_dask_cluster_writes_the_local_executors_files_byte_for_byte(tmp_path, cluster):
+def test_a_build_on_a_dask_cluster_writes_the_local_executors_files_byte_for_byte(tmp_path, cluster, monkeypatch):
     local = build(load_corpus(), tmp_path / "local", models=MODELS, grid_path=TINY, jobs=1)
     remote = build(load_corpus(), tmp_path / "dask", models=MODELS, grid_path=TINY,
                    executor=cluster.scheduler_address)
@@ -74,7 +74,10 @@ def test_a_build_on_a_dask_cluster_writes_the_local_executors_files_byte_for_byt
         assert (_without_seconds(a[name]) == _without_seconds(pooled[name]) if name == "manifest.json"
                 else a[name] == pooled[name]), f"{name} differs between one process and a pool of two"
     # one model with a pool of two: its halves (grid; fronts, document and playground) run in both
-    # workers, each with its own structures, and write the files one process writes
+    # workers, each with its own structures, and write the files one process writes (any model is
+    # worth splitting here: on the tiny grid none takes SPLIT_SECONDS)
+    monkeypatch.setattr(results, "SPLIT_SECONDS", 0.0)
+    assert results._split(MODELS[1:], results.Previous(tmp_path), 2) == set(MODELS[1:])
     lone = _files(build(load_corpus(), tmp_path / "halves", models=MODELS[1:], grid_path=TINY, jobs=2).results)
     mine = sorted(name for name in a if "Mixtral" in name)
     assert mine == sorted(name for name in lone if "Mixtral" in name)
@@ -145,3 +148,16 @@ def test_a_worker_with_another_engine_refuses_the_task(tmp_path):
     bundle = executors.make_bundle(REPO / "corpus", REPO / "gpus", TINY, "a" * 64)
     with pytest.raises(RuntimeError, match="another engine"):
         executors.remote_task(bundle, lambda *a: {}, MODELS[0], (), lambda: "b" * 64)
+
+
+def test_a_lone_model_is_split_only_when_the_last_build_found_it_slow(tmp_path):
+    """Two tasks pay a worker start each: only a model the previous build timed at SPLIT_SECONDS or
+    more, and only with fewer models than workers."""
+    slow, quick = "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-8B"
+    previous = results.Previous(tmp_path, models={slow: {"seconds": results.SPLIT_SECONDS + 0.5},
+                                                  quick: {"seconds": results.SPLIT_SECONDS - 0.5}})
+    assert results._split([slow], previous, 2) == {slow}
+    assert results._split([quick], previous, 2) == set()
+    assert results._split([slow, quick], previous, 2) == set()          # as many models as workers
+    assert results._split([slow, quick], previous, 4) == {slow}
+    assert results._split(["new/model"], previous, 2) == set()          # never timed: one task

@@ -480,9 +480,21 @@ def cached_corpus(root: str | None) -> Corpus:
 #: The two halves of a model's work (:func:`build_model`'s ``part``): the grid (deployments, ops and
 #: the deploy page's formulas) and the rest (fronts and sizing, the model document, the playground
 #: picks). They write disjoint files; a build with fewer models to evaluate than workers runs the
-#: halves in parallel (each walks the spec and compiles its own structures), else a model is one task
-#: (the sizing step then reuses the grid's structures).
+#: halves of each model the previous build timed at :data:`SPLIT_SECONDS` or more in parallel (each
+#: walks the spec and compiles its own structures), else a model is one task (the sizing step then
+#: reuses the grid's structures).
 PARTS = ("grid", "extras")
+#: A model worth two tasks: starting a worker process (imports, the corpus) costs one to two seconds,
+#: so a model that evaluates in a few seconds finishes sooner in the build's own process.
+SPLIT_SECONDS = 4.0
+
+
+def _split(todo: list[str], previous: "Previous", jobs: int | None) -> set[str]:
+    """The models of ``todo`` evaluated as two tasks (:data:`PARTS`): none unless there are fewer
+    models than workers; then those the previous build timed at :data:`SPLIT_SECONDS` or more."""
+    if len(todo) >= (jobs or os.cpu_count() or 1):
+        return set()
+    return {m for m in todo if previous.models.get(m, {}).get("seconds", 0.0) >= SPLIT_SECONDS}
 
 
 def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, gpu_root: str | None,
@@ -748,7 +760,8 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         # (in the --jobs workers when there are several: the guards of 30 specs take seconds each)
         # (a lone model's halves run in two workers: PARTS); the contracts table is handed to the
         # pool first, so a worker starts while this process walks the specs
-        pool = _pool(stack, jobs, len(todo) * len(PARTS), corpus) if where.kind == "local" else None
+        split = _split(todo, previous, jobs) if where.kind == "local" else set()
+        pool = _pool(stack, jobs, len(todo) + len(split), corpus) if where.kind == "local" else None
         early = [pool.submit(_corpus_wide_in_worker, "write_contracts", str(corpus.root), str(final), str(staging),
                              shared, str(gpu_root))] if pool is not None else []
         checks = {}
@@ -776,7 +789,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
                                      str(staging), shared, str(gpu_root), targets))
         results = _evaluate(corpus, todo, grid_path, gpu_root, staging, hashes, checks, jobs,
                             progress, len(targets), len(targets) - len(todo), where, pool,
-                            variants_to_pool if pool is not None else None)
+                            variants_to_pool if pool is not None else None, split)
         if pool is not None:
             for future in early:        # (their errors are raised where their results are read)
                 future.exception()
@@ -873,24 +886,24 @@ def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Cor
 
 def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, staging: Path, hashes: dict,
               checks: dict, jobs: int | None, progress, total: int, done: int, where=None, pool=None,
-              submitted=None) -> list[dict]:
+              submitted=None, split: set[str] = frozenset()) -> list[dict]:
     """Run :func:`build_model` for each model: in this process, in the ``pool`` of --jobs worker
     processes, or on a Dask cluster (``where``, an :class:`engine.build.executor.Executor`); the
-    same files either way. ``submitted()``: called once the models' tasks are in the pool's queue."""
+    same files either way. ``submitted()``: called once the models' tasks are in the pool's queue;
+    ``split``: the models run as two tasks in the pool (:func:`_split`)."""
     from engine.build import executor as executors
     args = [(str(corpus.root), mid, str(grid_path), str(gpu_root), str(staging), hashes[mid], checks[mid])
             for mid in todo]
     results: list[dict] = []
     if progress:
         progress(done, total, 0, "")
-    # fewer models than workers: each model's two halves run in parallel (PARTS), else one task each
-    split = pool is not None and 0 < len(todo) < (jobs or os.cpu_count() or 1)
-    parts = PARTS if split else ("all",)
+    # each model of `split` runs as its two halves (PARTS) in the pool, the others as one task
+    parts = {m: PARTS if pool is not None and m in split else ("all",) for m in todo}
     halves: dict[str, list[dict]] = defaultdict(list)
 
     def finished(result: dict) -> None:
         halves[result["model_id"]].append(result)
-        if len(halves[result["model_id"]]) < len(parts):
+        if len(halves[result["model_id"]]) < len(parts[result["model_id"]]):
             return
         result = merge_parts(halves.pop(result["model_id"]))
         results.append(result)
@@ -908,7 +921,7 @@ def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, 
         for a in args:
             finished(build_model(*a, corpus=corpus))
         return results
-    futures = [pool.submit(_build_model_in_worker, *a, part=part) for a in args for part in parts]
+    futures = [pool.submit(_build_model_in_worker, *a, part=part) for a in args for part in parts[a[1]]]
     if submitted is not None:
         submitted()
     try:
