@@ -351,7 +351,7 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     groups += [("compare", whole, lambda: _compare(site, results)),
                ("landscape", whole, lambda: landscape.render(site, results, _csv)),
                ("components", whole, lambda: _components(site, results)),
-               ("playground", _playground_key(code, results), lambda: _playground(site, results)),
+               ("playground", _playground_key(code, results), lambda: _playground(site, results, previous)),
                ("methodology", _hash(code, docs), lambda: _methodology(site, dict(docs))),
                ("downloads", None, lambda: downloads.render(site, results, _csv))]   # lists every group's files: always redone
     before = _previous_groups(previous)
@@ -665,7 +665,7 @@ def _playground_key(code: str, results: Results) -> str | None:
     return _hash(code, publish.file_digest(path), corpus_wide.get("models")) if corpus_wide else None
 
 
-def _playground(site: Site, results: Results) -> None:
+def _playground(site: Site, results: Results, previous: Path | None = None) -> None:
     """``/playground/``: the what-if variants (results/variants.json, never in the gallery), each
     with its old -> new table recomputed in the browser from the exported formula trees as its
     dims change (static/js/formula.js), the build-time comparison per layer group, and the graph
@@ -689,7 +689,7 @@ def _playground(site: Site, results: Results) -> None:
                                                 _short(graphs.level_graph(ub["doc"], ub["uid"])))
                     v["diffs"].append({"a": old, "b": new, "a_in": ua["name"], "b_in": ub["name"],
                                        "svg": render_svg(union, status=status, title=f"{old} vs {new}")})
-    site.gzip_json(_PLAYGROUND_DIFFS, _playground_diffs(results, uses))
+    site.gzip_json(_PLAYGROUND_DIFFS, _playground_diffs(results, uses, _drawn_before(previous)))
     live = {m: _PLAYGROUND_DATA.format(slug(m)) for m in results.models["model_id"].to_list()   # any catalog pick
             if (results.root / "playground" / f"{slug(m)}.json").exists()}                     # (_playground_data)
     data = {"page": "playground", "variants": [{k: v[k] for k in (
@@ -705,12 +705,25 @@ _PLAYGROUND_DATA = "data/playground/{}.json.gz"
 _PLAYGROUND_DIFFS = "data/playground/diffs.json.gz"
 
 
-def _playground_diffs(results: Results, uses: dict) -> dict[str, dict]:
+def _drawn_before(previous: Path | None) -> dict[str, str]:
+    """The previously published site's playground drawings by the digest of what they draw
+    (``key``), or nothing when it has none that can be read."""
+    try:
+        entries = json.loads(gzip.decompress((Path(previous) / _PLAYGROUND_DIFFS).read_bytes()))
+        return {e["key"]: e["svg"] for e in entries.values() if isinstance(e, dict) and "key" in e}
+    except (OSError, TypeError, ValueError, AttributeError, KeyError, EOFError):
+        return {}
+
+
+def _playground_diffs(results: Results, uses: dict, drawn: dict[str, str] | None = None) -> dict[str, dict]:
     """The graph diff of every (old filler, new component) pair a live pick makes that the
     components pages do not draw (they draw the token mixers corpus models use): ``old--new`` ->
     the drawing (old as the base's document has it at the slot's site, new as the pick's walk puts
     it there: engine.build.whatif.block_graph) and the models each side is drawn from. One drawing
-    per pair, from the first model (corpus order) whose pick makes it."""
+    per pair, from the first model (corpus order) whose pick makes it. ``key`` is the SHA-256 of
+    what a drawing draws; ``drawn`` (key -> drawing, the previous site's) is reused, not laid out
+    again: the layout is most of the playground's render, and the same inputs draw the same SVG."""
+    drawn = drawn or {}
     out: dict[str, dict] = {}
     for model_id in results.models["model_id"].to_list():
         path = results.root / "playground" / f"{slug(model_id)}.json"
@@ -726,10 +739,14 @@ def _playground_diffs(results: Results, uses: dict) -> dict[str, dict]:
                     key = f"{old}--{new}"
                     if old is None or old == new or key in out or (old in uses and new in uses):
                         continue
-                    union, status = diff_graphs(_short(graphs.level_graph(base, block["site"])),
-                                                _short(graphs.level_graph(block, block["site"])))
-                    out[key] = {"svg": render_svg(union, status=status, title=f"{old} vs {new}"),
-                                "a_in": base["name"]}
+                    a, b = _short(graphs.level_graph(base, block["site"])), _short(graphs.level_graph(block, block["site"]))
+                    title = f"{old} vs {new}"
+                    digest = hashlib.sha256(json.dumps([a, b, title], sort_keys=True).encode()).hexdigest()
+                    svg = drawn.get(digest)
+                    if svg is None:
+                        union, status = diff_graphs(a, b)
+                        svg = render_svg(union, status=status, title=title)
+                    out[key] = {"svg": svg, "a_in": base["name"], "key": digest}
     return out
 
 

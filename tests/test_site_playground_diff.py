@@ -59,3 +59,28 @@ def test_choosing_a_component_no_corpus_model_uses_shows_its_diff(browser, base)
     assert page.query_selector("#pick-graph svg .status-only_b") is not None    # KDA's own nodes, marked new
     assert page.query_selector("#pick-graph svg .status-only_a") is not None    # GQA's, marked removed
     assert not tab.errors and not tab.blocked
+
+
+def test_consistency_drawings_reused_from_the_previous_site_are_the_ones_a_fresh_render_draws(out):  # noqa: F811
+    """A render reuses the previous site's drawings by the digest of what they draw: with the
+    published site's drawings as that cache, the diffs are the same bytes as drawn from scratch,
+    and a drawing filed under a digest is what the render takes (so the reuse is real)."""
+    import gzip
+    import json
+
+    from site_builder.data import Results
+    from site_builder.render import _PLAYGROUND_DIFFS, _drawn_before, _playground_diffs
+    site = out / "site"
+    published = json.loads(gzip.decompress((site / _PLAYGROUND_DIFFS).read_bytes()))
+    assert published and all(len(e["key"]) == 64 for e in published.values())
+    drawn = _drawn_before(site)
+    assert set(drawn) == {e["key"] for e in published.values()}
+    results = Results.load(out / "results")
+    uses = json.loads((site / "playground" / "index.html").read_text().split('id="page-data"', 1)[1]
+                      .split(">", 1)[1].split("</script>", 1)[0])["drawn"]
+    fresh = _playground_diffs(results, {u: None for u in uses})
+    assert fresh == published                            # drawn from scratch: what the site holds
+    planted = {k: "<svg>planted</svg>" for k in drawn}
+    assert all(e["svg"] == "<svg>planted</svg>" for e in _playground_diffs(results, {u: None for u in uses},
+                                                                            planted).values())
+    assert _drawn_before(out / "no-such-site") == {}
