@@ -39,10 +39,12 @@ import io
 import json
 import multiprocessing
 import os
+import pickle
 import re
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -793,7 +795,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         if pool is not None:
             for future in early:        # (their errors are raised where their results are read)
                 future.exception()
-            pool.shutdown()             # its workers' memory is free before the site render
+            pool.shutdown(wait=False)   # idle now: they exit (and free their memory) while the site renders
         for r in results:
             mid = r["model_id"]
             entries[mid] = {"hash": hashes[mid], "deployments": r["deployments"], "ops": r["ops"],
@@ -872,14 +874,18 @@ def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Cor
     forked: a forked child inherits polars' thread pool mid-state and can hang. Workers die with
     this process (see worker_init), so a killed build leaves no orphan evaluating on. Each worker
     starts with the build's loaded ``corpus`` (unpickling it is ~40x faster than parsing the YAML),
-    filed under the content digest :func:`cached_corpus` looks it up by."""
+    filed under the content digest :func:`cached_corpus` looks it up by. The pickle goes through a
+    file, not the start-up pipe: a worker reads that pipe only after importing the engine, so half
+    a megabyte in it held this process for as long at every worker start."""
     jobs = max(1, min(jobs or os.cpu_count() or 1, tasks or 1))
     if jobs == 1:
         return None
     seed = None
     if corpus is not None:
         root = Path(corpus.root).resolve()
-        seed = ((str(root), corpus_digest(root)), corpus)
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="archledger-corpus-")))
+        (folder / "corpus.pickle").write_bytes(pickle.dumps(corpus, protocol=pickle.HIGHEST_PROTOCOL))
+        seed = ((str(root), corpus_digest(root)), str(folder / "corpus.pickle"))
     return stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                                    initializer=worker_init, initargs=(os.getpid(), seed)))
 
@@ -940,8 +946,8 @@ def worker_init(parent: int, seed: tuple | None = None) -> None:
     when its parent pid changes (it is re-parented when the build process is gone)."""
     global _IN_WORKER
     _IN_WORKER = parent
-    if seed is not None:
-        _CORPORA[seed[0]] = seed[1]
+    if seed is not None:             # (key, the pickled corpus's file: _pool)
+        _CORPORA[seed[0]] = pickle.loads(Path(seed[1]).read_bytes())
     if sys.platform.startswith("linux"):
         try:
             import ctypes
