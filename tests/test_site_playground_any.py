@@ -70,102 +70,101 @@ def choose(page, slot: str, component: str, dim: str, model: str = BASE) -> None
     page.wait_for_selector("#pick-dim-" + dim)
 
 
-def cells(page) -> dict[str, dict[str, float]]:
-    page.wait_for_selector('#pick-table td[data-side="new"]')
+def cells(page, keys=whatif.RECOMPUTED) -> dict[str, dict[str, float]]:
+    """The old and new values the pick's table shows for ``keys`` (once the last one is drawn)."""
+    page.wait_for_selector(f'#pick-table td[data-side="new"][data-k="{list(keys)[-1]}"]')
     return {side: {k: float(page.get_attribute(f'#pick-table td[data-side="{side}"][data-k="{k}"]', "data-v"))
-                   for k in whatif.RECOMPUTED} for side in ("old", "new")}
+                   for k in keys} for side in ("old", "new")}
+
+
+@contextlib.contextmanager
+def playground(browser, base):  # noqa: F811
+    """A tab on the playground page; on leaving, the page raised no error and is closed."""
+    tab = _open(browser)
+    tab.goto(base + "playground/")
+    yield tab
+    assert not tab.errors, tab.errors
+    tab.context.close()
 
 
 def test_a_catalog_pick_recomputes_as_archledger_edit(browser, base, corpus):  # noqa: F811
     """Qwen3-8B with MLA in place of its GQA (no corpus variant does this) at three dim settings and
     contexts: every cell equals ``archledger edit`` (and the numeric walk) within 1e-9."""
     assert not any(v.base == BASE for v in corpus.variants.values())
-    tab = _open(browser)
-    tab.goto(base + "playground/")
-    page = tab.page
-    choose(page, "attention", "mla_attention", "kv_lora_rank")
-    swap = "layers[block].attention=mla_attention"
-    assert swap in page.inner_text("#pick-status")
-    settings = [({}, 32768),      # the pre-filled values (DeepSeek-V3's)
-                ({"kv_lora_rank": 256, "q_lora_rank": 768}, 8192),
-                ({"kv_lora_rank": 384, "q_lora_rank": 1024, "d_qk_nope": 64, "d_qk_rope": 32, "d_v_head": 96}, 131072)]
-    for dims, context in settings:
-        page.fill("#pick-context", str(context))
-        for dim, value in dims.items():
-            page.fill(f"#pick-dim-{dim}", str(value))
-        binds = {d: int(page.input_value(f"#pick-dim-{d}"))
-                 for d in ("d_qk_nope", "d_qk_rope", "d_v_head", "kv_lora_rank", "q_lora_rank")}
-        got = cells(page)
-        want = edit_json([BASE, "--swap", swap, *[f"--bind={d}={v}" for d, v in binds.items()],
-                          "--context", str(context)])
-        for key in EDIT_KEYS:
-            assert got["old"][key] == pytest.approx(want["model"]["old"][key], rel=1e-9), (dims, context, key)
-            assert got["new"][key] == pytest.approx(want["model"]["new"][key], rel=1e-9), (dims, context, key)
-        for key, value in walked(corpus, swap, binds, context).items():
-            assert got["new"][key] == pytest.approx(value, rel=1e-9), (dims, context, key)
-        # by hand: MLA caches kv_lora_rank + d_qk_rope per token and layer (36 layers, BF16)
-        assert got["new"]["kv_bytes_per_token"] == 36 * (binds["kv_lora_rank"] + binds["d_qk_rope"]) * 2
-    assert not tab.errors, tab.errors
-    tab.context.close()
+    with playground(browser, base) as tab:
+        page = tab.page
+        choose(page, "attention", "mla_attention", "kv_lora_rank")
+        swap = "layers[block].attention=mla_attention"
+        assert swap in page.inner_text("#pick-status")
+        settings = [({}, 32768),      # the pre-filled values (DeepSeek-V3's)
+                    ({"kv_lora_rank": 256, "q_lora_rank": 768}, 8192),
+                    ({"kv_lora_rank": 384, "q_lora_rank": 1024, "d_qk_nope": 64, "d_qk_rope": 32, "d_v_head": 96}, 131072)]
+        for dims, context in settings:
+            page.fill("#pick-context", str(context))
+            for dim, value in dims.items():
+                page.fill(f"#pick-dim-{dim}", str(value))
+            binds = {d: int(page.input_value(f"#pick-dim-{d}"))
+                     for d in ("d_qk_nope", "d_qk_rope", "d_v_head", "kv_lora_rank", "q_lora_rank")}
+            got = cells(page)
+            want = edit_json([BASE, "--swap", swap, *[f"--bind={d}={v}" for d, v in binds.items()],
+                              "--context", str(context)])
+            for key in EDIT_KEYS:
+                assert got["old"][key] == pytest.approx(want["model"]["old"][key], rel=1e-9), (dims, context, key)
+                assert got["new"][key] == pytest.approx(want["model"]["new"][key], rel=1e-9), (dims, context, key)
+            for key, value in walked(corpus, swap, binds, context).items():
+                assert got["new"][key] == pytest.approx(value, rel=1e-9), (dims, context, key)
+            # by hand: MLA caches kv_lora_rank + d_qk_rope per token and layer (36 layers, BF16)
+            assert got["new"]["kv_bytes_per_token"] == 36 * (binds["kv_lora_rank"] + binds["d_qk_rope"]) * 2
 
 
 def test_ffn_to_moe_and_the_prefill_names_its_source(browser, base, corpus):  # noqa: F811
     """Qwen3-8B's dense MLP -> moe: its three new dims are pre-filled from a corpus model using moe,
     named beside each input, and the numbers equal ``archledger edit`` at those values."""
-    tab = _open(browser)
-    tab.goto(base + "playground/")
-    page = tab.page
-    choose(page, "ffn", "moe", "n_experts")
-    used = whatif.component_dims(corpus)["moe"]
-    names = {m.model_id: m.display_name for m in corpus.models.values()}
-    binds = {}
-    for dim in ("d_ff_expert", "n_experts", "top_k"):
-        first = used[dim][0]
-        assert page.input_value(f"#pick-dim-{dim}") == str(first["value"])
-        assert page.inner_text(f"#pick-src-{dim}") == f"source: {names[first['model']]}"
-        binds[dim] = first["value"]
-    page.fill("#pick-context", "4096")
-    got = cells(page)
-    want = edit_json([BASE, "--swap", "layers[block].ffn=moe", *[f"--bind={d}={v}" for d, v in binds.items()],
-                      "--context", "4096"])
-    assert want["setting"]["config"].endswith("ep1") or "ep" not in want["setting"]["config"]   # dense -> MoE: ep 1
-    for key in EDIT_KEYS:
-        assert got["new"][key] == pytest.approx(want["model"]["new"][key], rel=1e-9), key
-    assert not tab.errors, tab.errors
-    tab.context.close()
+    with playground(browser, base) as tab:
+        page = tab.page
+        choose(page, "ffn", "moe", "n_experts")
+        used = whatif.component_dims(corpus)["moe"]
+        names = {m.model_id: m.display_name for m in corpus.models.values()}
+        binds = {}
+        for dim in ("d_ff_expert", "n_experts", "top_k"):
+            first = used[dim][0]
+            assert page.input_value(f"#pick-dim-{dim}") == str(first["value"])
+            assert page.inner_text(f"#pick-src-{dim}") == f"source: {names[first['model']]}"
+            binds[dim] = first["value"]
+        page.fill("#pick-context", "4096")
+        got = cells(page)
+        want = edit_json([BASE, "--swap", "layers[block].ffn=moe", *[f"--bind={d}={v}" for d, v in binds.items()],
+                          "--context", "4096"])
+        assert want["setting"]["config"].endswith("ep1") or "ep" not in want["setting"]["config"]   # dense -> MoE: ep 1
+        for key in EDIT_KEYS:
+            assert got["new"][key] == pytest.approx(want["model"]["new"][key], rel=1e-9), key
 
 
 def test_a_missing_binding_is_reported_not_computed(browser, base):  # noqa: F811
-    tab = _open(browser)
-    tab.goto(base + "playground/")
-    page = tab.page
-    choose(page, "attention", "mla_attention", "kv_lora_rank")
-    page.fill("#pick-dim-kv_lora_rank", "")
-    page.wait_for_selector("#pick-status[data-missing]")
-    assert page.get_attribute("#pick-status", "data-missing") == "kv_lora_rank"
-    assert "Unbound: kv_lora_rank" in page.inner_text("#pick-status")
-    assert page.query_selector_all("#pick-table td") == []
-    page.fill("#pick-dim-kv_lora_rank", "512")
-    # old and new of each recomputed number and of the SOL times (tests/test_site_playground_sol.py)
-    assert len(page.query_selector_all("#pick-table td[data-k]")) == 2 * (len(whatif.RECOMPUTED) + len(SOL_KEYS))
-    # no built model instantiates MLA: drawn from the pick's walk (tests/test_site_playground_diff.py)
-    page.wait_for_selector("#pick-graph .graph-wrap svg")
-    assert not tab.errors, tab.errors
-    tab.context.close()
+    with playground(browser, base) as tab:
+        page = tab.page
+        choose(page, "attention", "mla_attention", "kv_lora_rank")
+        page.fill("#pick-dim-kv_lora_rank", "")
+        page.wait_for_selector("#pick-status[data-missing]")
+        assert page.get_attribute("#pick-status", "data-missing") == "kv_lora_rank"
+        assert "Unbound: kv_lora_rank" in page.inner_text("#pick-status")
+        assert page.query_selector_all("#pick-table td") == []
+        page.fill("#pick-dim-kv_lora_rank", "512")
+        # old and new of each recomputed number and of the SOL times (tests/test_site_playground_sol.py)
+        assert len(page.query_selector_all("#pick-table td[data-k]")) == 2 * (len(whatif.RECOMPUTED) + len(SOL_KEYS))
+        # no built model instantiates MLA: drawn from the pick's walk (tests/test_site_playground_diff.py)
+        page.wait_for_selector("#pick-graph .graph-wrap svg")
 
 
 def test_the_changed_block_is_drawn_old_beside_new(browser, base):  # noqa: F811
     """GQA -> gated DeltaNet: the diff of the two blocks as the components pages draw them."""
-    tab = _open(browser)
-    tab.goto(base + "playground/")
-    page = tab.page
-    choose(page, "attention", "gated_deltanet", "lin_dk")
-    page.wait_for_selector("#pick-graph .graph-wrap svg")
-    assert "gqa_attention (old) vs gated_deltanet (new)" in page.inner_text("#pick-graph")
-    labels = page.inner_text("#pick-graph .graph-wrap")
-    assert "q_proj" in labels and "conv" in labels          # a node of each side
-    assert not tab.errors, tab.errors
-    tab.context.close()
+    with playground(browser, base) as tab:
+        page = tab.page
+        choose(page, "attention", "gated_deltanet", "lin_dk")
+        page.wait_for_selector("#pick-graph .graph-wrap svg")
+        assert "gqa_attention (old) vs gated_deltanet (new)" in page.inner_text("#pick-graph")
+        labels = page.inner_text("#pick-graph .graph-wrap")
+        assert "q_proj" in labels and "conv" in labels          # a node of each side
 
 
 def test_picks_are_carried_with_their_model(out):
@@ -181,27 +180,24 @@ def test_picks_are_carried_with_their_model(out):
 def test_some_templates_only(browser, base, corpus):  # noqa: F811
     """Qwen3.5-27B's attention -> MLA in its full-attention layers only (the DeltaNet layers
     unticked): the numbers equal ``archledger edit --swap 'layers[full,mtp].attention=...'``."""
-    tab = _open(browser)
-    tab.goto(base + "playground/")
-    page = tab.page
-    choose(page, "attention", "mla_attention", "kv_lora_rank", "Qwen/Qwen3.5-27B")
-    page.uncheck("#pick-tpl-linear")
-    page.fill("#pick-context", "16384")
-    got = cells(page)
-    binds = {d: int(page.input_value(f"#pick-dim-{d}"))
-             for d in ("d_qk_nope", "d_qk_rope", "d_v_head", "kv_lora_rank", "q_lora_rank")}
-    swap = "layers[full,mtp].attention=mla_attention"
-    assert swap in page.inner_text("#pick-status")
-    want = edit_json(["Qwen/Qwen3.5-27B", "--swap", swap, *[f"--bind={d}={v}" for d, v in binds.items()],
-                      "--context", "16384"])
-    for key in EDIT_KEYS:
-        assert got["new"][key] == pytest.approx(want["model"]["new"][key], rel=1e-9), key
-    # by hand: only the 16 full-attention layers cache (the 48 DeltaNet layers keep a fixed state)
-    q35 = json.loads((REPO / "corpus" / "snapshots" / "Qwen--Qwen3.5-27B.config.json").read_text())["text_config"]
-    full = q35["layer_types"].count("full_attention")
-    assert got["new"]["kv_bytes_per_token"] == full * (binds["kv_lora_rank"] + binds["d_qk_rope"]) * 2
-    assert not tab.errors, tab.errors
-    tab.context.close()
+    with playground(browser, base) as tab:
+        page = tab.page
+        choose(page, "attention", "mla_attention", "kv_lora_rank", "Qwen/Qwen3.5-27B")
+        page.uncheck("#pick-tpl-linear")
+        page.fill("#pick-context", "16384")
+        got = cells(page)
+        binds = {d: int(page.input_value(f"#pick-dim-{d}"))
+                 for d in ("d_qk_nope", "d_qk_rope", "d_v_head", "kv_lora_rank", "q_lora_rank")}
+        swap = "layers[full,mtp].attention=mla_attention"
+        assert swap in page.inner_text("#pick-status")
+        want = edit_json(["Qwen/Qwen3.5-27B", "--swap", swap, *[f"--bind={d}={v}" for d, v in binds.items()],
+                          "--context", "16384"])
+        for key in EDIT_KEYS:
+            assert got["new"][key] == pytest.approx(want["model"]["new"][key], rel=1e-9), key
+        # by hand: only the 16 full-attention layers cache (the 48 DeltaNet layers keep a fixed state)
+        q35 = json.loads((REPO / "corpus" / "snapshots" / "Qwen--Qwen3.5-27B.config.json").read_text())["text_config"]
+        full = q35["layer_types"].count("full_attention")
+        assert got["new"]["kv_bytes_per_token"] == full * (binds["kv_lora_rank"] + binds["d_qk_rope"]) * 2
 
 
 @pytest.mark.parametrize("model_id", [BASE, "Qwen/Qwen3.5-27B"])

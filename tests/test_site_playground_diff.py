@@ -12,8 +12,8 @@ import yaml
 
 from engine.build import whatif
 from site_builder.render import REPO
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
-from tests.test_site_playground_any import BASE, base, choose, out  # noqa: F401  (the shared small site)
+from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_playground_any import BASE, base, choose, out, playground  # noqa: F401  (the shared small site)
 
 #: No corpus model uses KDA: before the diffs file the page said "Not drawn".
 NEW = "kda_attention"
@@ -45,20 +45,19 @@ def test_the_pick_stores_the_new_block_as_the_component_declares_it(corpus):
 
 
 def test_choosing_a_component_no_corpus_model_uses_shows_its_diff(browser, base):  # noqa: F811
-    tab = _open(browser)
-    tab.goto(base + "playground/")
-    page = tab.page
-    choose(page, "attention", NEW, "kda_heads")
-    page.wait_for_selector("#pick-graph .graph-wrap svg")
-    heading = page.inner_text("#pick-graph h3")
-    assert "gqa_attention (old)" in heading and NEW in heading
-    text = page.inner_text("#pick-graph .graph-wrap")
-    labels = set(page.eval_on_selector_all("#pick-graph svg text.node-label", "els => els.map(e => e.textContent)"))
-    missing = [n for n in _declared() if n not in labels]
-    assert not missing, f"nodes not drawn: {missing} ({text[:200]})"
-    assert page.query_selector("#pick-graph svg .status-only_b") is not None    # KDA's own nodes, marked new
-    assert page.query_selector("#pick-graph svg .status-only_a") is not None    # GQA's, marked removed
-    assert not tab.errors and not tab.blocked
+    with playground(browser, base) as tab:
+        page = tab.page
+        choose(page, "attention", NEW, "kda_heads")
+        page.wait_for_selector("#pick-graph .graph-wrap svg")
+        heading = page.inner_text("#pick-graph h3")
+        assert "gqa_attention (old)" in heading and NEW in heading
+        text = page.inner_text("#pick-graph .graph-wrap")
+        labels = set(page.eval_on_selector_all("#pick-graph svg text.node-label", "els => els.map(e => e.textContent)"))
+        missing = [n for n in _declared() if n not in labels]
+        assert not missing, f"nodes not drawn: {missing} ({text[:200]})"
+        assert page.query_selector("#pick-graph svg .status-only_b") is not None    # KDA's own nodes, marked new
+        assert page.query_selector("#pick-graph svg .status-only_a") is not None    # GQA's, marked removed
+        assert not tab.blocked
 
 
 def test_consistency_drawings_reused_from_the_previous_site_are_the_ones_a_fresh_render_draws(out):  # noqa: F811

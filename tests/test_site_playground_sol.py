@@ -18,8 +18,8 @@ from engine.build import whatif
 from engine.spec import formula_tree
 from site_builder.render import REPO
 from tests.site_helpers import served, shared_small_site
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
-from tests.test_site_playground_any import BASE, choose, edit_json
+from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_playground_any import BASE, cells, choose, edit_json, playground
 
 KEYS = ("prefill_sol_s", "decode_bytes", "decode_sol_s")
 
@@ -117,12 +117,6 @@ def base(tmp_path_factory):
     yield from served(out / "site")
 
 
-def sol_cells(page) -> dict[str, dict[str, float]]:
-    page.wait_for_selector('#pick-table td[data-k="decode_sol_s"]')
-    return {side: {k: float(page.get_attribute(f'#pick-table td[data-side="{side}"][data-k="{k}"]', "data-v"))
-                   for k in KEYS} for side in ("old", "new")}
-
-
 @pytest.mark.parametrize("component, dims, settings", [
     ("mla_attention", ("d_qk_nope", "d_qk_rope", "d_v_head", "kv_lora_rank", "q_lora_rank"),
      [({}, 32768), ({"kv_lora_rank": 256, "q_lora_rank": 768}, 8192), ({"d_qk_rope": 32, "d_v_head": 96}, 131072)]),
@@ -133,36 +127,30 @@ def sol_cells(page) -> dict[str, dict[str, float]]:
 def test_consistency_page_sol_equals_archledger_edit(browser, base, component, dims, settings):  # noqa: F811
     """Qwen3-8B's attention swapped live in the page at several dims and contexts: the SOL cells
     equal ``archledger edit --json`` at the same binding to 1e-9."""
-    tab = _open(browser)
-    tab.goto(base + "playground/")
-    page = tab.page
-    choose(page, "attention", component, dims[0])
-    swap = f"layers[block].attention={component}"
-    for change, context in settings:
-        page.fill("#pick-context", str(context))
-        for dim, value in change.items():
-            page.fill(f"#pick-dim-{dim}", str(value))
-        binds = {d: int(page.input_value(f"#pick-dim-{d}")) for d in dims if page.query_selector(f"#pick-dim-{d}")}
-        got = sol_cells(page)
-        want = edit(BASE, swap, binds, context)
-        for key in KEYS:
-            assert got["old"][key] == pytest.approx(want["model"]["old"][key], rel=1e-9), (change, context, key)
-            assert got["new"][key] == pytest.approx(want["model"]["new"][key], rel=1e-9), (change, context, key)
-    assert not tab.errors, tab.errors
-    tab.context.close()
+    with playground(browser, base) as tab:
+        page = tab.page
+        choose(page, "attention", component, dims[0])
+        swap = f"layers[block].attention={component}"
+        for change, context in settings:
+            page.fill("#pick-context", str(context))
+            for dim, value in change.items():
+                page.fill(f"#pick-dim-{dim}", str(value))
+            binds = {d: int(page.input_value(f"#pick-dim-{d}")) for d in dims if page.query_selector(f"#pick-dim-{d}")}
+            got = cells(page, KEYS)
+            want = edit(BASE, swap, binds, context)
+            for key in KEYS:
+                assert got["old"][key] == pytest.approx(want["model"]["old"][key], rel=1e-9), (change, context, key)
+                assert got["new"][key] == pytest.approx(want["model"]["new"][key], rel=1e-9), (change, context, key)
 
 
 def test_the_page_shows_no_sol_number_outside_the_regime(browser, base):  # noqa: F811
     """1024 experts need another parallel config than the exported one: no SOL number, the reason."""
-    tab = _open(browser)
-    tab.goto(base + "playground/")
-    page = tab.page
-    choose(page, "ffn", "moe", "n_experts")
-    page.wait_for_selector('#pick-table td[data-side="new"][data-k="decode_sol_s"]')
-    page.fill("#pick-dim-n_experts", "1024")
-    page.wait_for_selector('#pick-table td[data-k="decode_sol_s"][data-why]')
-    assert "parallel config" in page.get_attribute('#pick-table td[data-k="decode_sol_s"]', "data-why")
-    assert page.query_selector('#pick-table td[data-side][data-k="decode_sol_s"]') is None
-    assert page.query_selector('#pick-table td[data-side="new"][data-k="params"]') is not None   # the rest stays
-    assert not tab.errors, tab.errors
-    tab.context.close()
+    with playground(browser, base) as tab:
+        page = tab.page
+        choose(page, "ffn", "moe", "n_experts")
+        page.wait_for_selector('#pick-table td[data-side="new"][data-k="decode_sol_s"]')
+        page.fill("#pick-dim-n_experts", "1024")
+        page.wait_for_selector('#pick-table td[data-k="decode_sol_s"][data-why]')
+        assert "parallel config" in page.get_attribute('#pick-table td[data-k="decode_sol_s"]', "data-why")
+        assert page.query_selector('#pick-table td[data-side][data-k="decode_sol_s"]') is None
+        assert page.query_selector('#pick-table td[data-side="new"][data-k="params"]') is not None   # the rest stays

@@ -40,33 +40,28 @@ def first_bad(values: list, signed: bool = False) -> tuple[int, str] | None:
     if isinstance(values, np.ndarray):
         if values.dtype.kind not in "iuf":                  # flags, labels
             return None
-        values = values.astype(float, copy=False)
-        bad = ~np.isfinite(values)
-        if not signed:
-            bad |= values < 0
-        rows = np.flatnonzero(bad)
-        if not rows.size:
+        array, present, shown = values.astype(float, copy=False), None, lambda row: values[row].item()
+    else:
+        first = next((v for v in values if v is not None), None)
+        if not _is_number(first):
             return None
-        row = int(rows[0])
-        return row, f"{values[row].item()!r} is {'negative' if math.isfinite(values[row]) else 'not finite'}"
-    first = next((v for v in values if v is not None), None)
-    if not _is_number(first):
-        return None
-    try:
-        array = np.asarray(values, dtype=float)           # None becomes NaN: masked below
-    except (TypeError, ValueError):
-        row = next(i for i, v in enumerate(values) if v is not None and not _is_number(v))
-        return row, f"{values[row]!r} is not a number"[:80]
+        try:
+            array = np.asarray(values, dtype=float)           # None becomes NaN: masked below
+        except (TypeError, ValueError):
+            row = next(i for i, v in enumerate(values) if v is not None and not _is_number(v))
+            return row, f"{values[row]!r} is not a number"[:80]
+        present = np.fromiter((v is not None for v in values), bool, len(values)) if None in values else None
+        shown = values.__getitem__
     bad = ~np.isfinite(array)
     if not signed:
         bad |= array < 0
-    if None in values:
-        bad &= np.fromiter((v is not None for v in values), bool, len(values))
+    if present is not None:
+        bad &= present
     rows = np.flatnonzero(bad)
     if not rows.size:
         return None
     row = int(rows[0])
-    return row, f"{values[row]!r} is {'negative' if math.isfinite(array[row]) else 'not finite'}"
+    return row, f"{shown(row)!r} is {'negative' if math.isfinite(array[row]) else 'not finite'}"
 
 
 def check_tables(model: ModelSpec, tables: Mapping[str, Mapping[str, list]]) -> None:

@@ -380,7 +380,8 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
             "repeat": [int(steps[i].repeat) if steps[i].repeat.is_number else None for i in keep],
             "link": [steps[i].link for i in keep], "group": [steps[i].group for i in keep],
             "flops_formula": [text[i][0] for i in keep], "bytes_formula": [text[i][1] for i in keep],
-            "comm_bytes_formula": [text[i][2] for i in keep], "weight_bytes_formula": [text[i][3] for i in keep]}
+            "comm_bytes_formula": [text[i][2] for i in keep], "weight_bytes_formula": [text[i][3] for i in keep],
+            "parts": [list(steps[i].parts) for i in keep]}
     label = {name: values * n for name, values in labels[phase].items()}
 
     return {
@@ -393,7 +394,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
         "bound": [BOUNDS[j] for j in np.argmax(t, axis=0)],
         "link": label["link"], "group": label["group"],
         "compute_dtype": per_step(lambda st, i: plan.gpu.compute_dtype(st.compute_dtype)),
-        "parts": per_step(lambda st, i: list(st.parts)),
+        "parts": label["parts"],
         "flops_formula": label["flops_formula"], "bytes_formula": label["bytes_formula"],
         "comm_bytes_formula": label["comm_bytes_formula"], "weight_bytes_formula": label["weight_bytes_formula"],
     }

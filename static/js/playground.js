@@ -38,20 +38,24 @@
       var o = F.evaluate(v.formulas.old[key], e.old), n = F.evaluate(v.formulas.new[key], e.new);
       var tr = document.createElement("tr"), th = document.createElement("th");
       th.scope = "row"; th.textContent = v.recomputed[key][0]; tr.appendChild(th);
-      [["old", o], ["new", n]].forEach(function (pair) {
-        var td = document.createElement("td");
-        td.className = "n"; td.setAttribute("data-k", key); td.setAttribute("data-side", pair[0]);
-        td.setAttribute("data-v", String(pair[1]));
-        td.appendChild(window.archNum(pair[1], show(key, pair[1]), null, null,
-                                      "the engine's formula for " + v.recomputed[key][0] + " at the dims above"));
-        tr.appendChild(td);
-      });
-      var d = document.createElement("td");
-      d.textContent = o ? ((n - o) / o * 100).toFixed(1) + "%" : "";
-      if (o && n > o) d.textContent = "+" + d.textContent;
-      tr.appendChild(d);
+      oldNew(tr, key, o, n, function (x) { return show(key, x); },
+             "the engine's formula for " + v.recomputed[key][0] + " at the dims above");
       tbody.appendChild(tr);
     });
+  }
+  // a row's old and new cells (data-k, data-side, data-v: what the browser tests read) and the change
+  function oldNew(tr, key, o, n, shown, tip) {
+    [["old", o], ["new", n]].forEach(function (pair) {
+      var td = document.createElement("td");
+      td.className = "n"; td.setAttribute("data-k", key); td.setAttribute("data-side", pair[0]);
+      td.setAttribute("data-v", String(pair[1]));
+      td.appendChild(window.archNum(pair[1], shown(pair[1]), null, null, tip));
+      tr.appendChild(td);
+    });
+    var d = document.createElement("td");
+    d.textContent = o ? ((n - o) / o * 100).toFixed(1) + "%" : "";
+    if (o && n > o) d.textContent = "+" + d.textContent;
+    tr.appendChild(d);
   }
 
   function form(v) {
@@ -261,17 +265,8 @@
       }
       var trees = cur.doc.sol_trees, ch = s.change[key];      // [added, removed] steps' trees
       var o = F.evaluate(base[key], env), n = o + (F.evaluate(trees[ch[0]], neu) - F.evaluate(trees[ch[1]], neu));
-      [["old", o], ["new", n]].forEach(function (p) {
-        var td = document.createElement("td");
-        td.className = "n"; td.setAttribute("data-k", key); td.setAttribute("data-side", p[0]); td.setAttribute("data-v", String(p[1]));
-        td.appendChild(window.archNum(p[1], key === "decode_bytes" ? fmt.bytes(p[1]) : fmt.time(p[1]), null, null,
-                                      "the deploy planner's steps at " + s.config + " on " + cur.doc.sol_setting.gpu + ", summed at the dims above"));
-        tr.appendChild(td);
-      });
-      var d = document.createElement("td");
-      d.textContent = o ? ((n - o) / o * 100).toFixed(1) + "%" : "";
-      if (o && n > o) d.textContent = "+" + d.textContent;
-      tr.appendChild(d);
+      oldNew(tr, key, o, n, key === "decode_bytes" ? fmt.bytes : fmt.time,
+             "the deploy planner's steps at " + s.config + " on " + cur.doc.sol_setting.gpu + ", summed at the dims above");
       ptbody.appendChild(tr);
     });
   }
