@@ -161,13 +161,10 @@ class Bases:
     def step_tree(self, step, env: dict) -> tuple[Any, Any]:
         """A step's SOL tree and its HBM bytes' tree, bound by ``env`` (memoized per base step: every
         pick removes the same ones)."""
-        return self._step(step, env)[0]
+        return self.step_with_names(step, env)[0]
 
-    def step_names(self, step, env: dict) -> set[str]:
-        """The symbols :meth:`step_tree`'s SOL tree reads (its bytes' tree is inside it)."""
-        return self._step(step, env)[1]
-
-    def _step(self, step, env: dict) -> tuple:
+    def step_with_names(self, step, env: dict) -> tuple:
+        """(:meth:`step_tree`'s pair, the symbols its SOL tree reads: its bytes' tree is inside it)."""
         key = (id(step), id(env))
         hit = self._steps.get(key)
         if hit is not None and hit[0] is step:
@@ -348,7 +345,7 @@ def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfi
             for key, step in mine.items():
                 if key not in other:
                     if sign < 0:     # a base step: the base's values throughout (its dims are not the page's)
-                        (t, b), read = bases._step(step, old_env[phase])
+                        (t, b), read = bases.step_with_names(step, old_env[phase])
                     else:
                         t, b = _step_trees(bases.gpu, step, env[phase])
                         read = formula_tree.free_names(t)
