@@ -8,6 +8,8 @@ as bytes). ``dask[distributed]`` is in the ``test`` extra, so CI runs this file.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import logging
 from pathlib import Path
 
@@ -87,10 +89,16 @@ def test_a_build_on_a_dask_cluster_writes_the_local_executors_files_byte_for_byt
         assert a[name] == lone[name], f"{name} differs between one process and a lone model's two halves"
     again = build(load_corpus(), tmp_path / "dask", models=MODELS, grid_path=TINY, executor=cluster.scheduler_address)
     assert again.recomputed == [] and sorted(again.reused) == sorted(MODELS)     # incremental as before
-    # the models were evaluated in the cluster's worker processes (each unpacked the inputs there)
+    # the models were evaluated in the cluster's worker processes, and each worker removed its
+    # unpacked inputs when the build ended (a long-lived cluster's /tmp does not fill up)
+    def worker_state():
+        from engine.build import executor
+        return executor.TASKS_RUN, len(executor._UNPACKED), sorted(
+            p.name for p in Path(tempfile.gettempdir()).glob(f"archledger-bundle-*-{os.getpid()}"))
     with distributed.Client(cluster.scheduler_address) as client:
-        unpacked = client.run(lambda: len(__import__("engine.build.executor", fromlist=["_"])._UNPACKED))
-    assert sum(unpacked.values()) >= 1
+        state = client.run(worker_state)
+    assert sum(ran for ran, _, _ in state.values()) >= len(MODELS)
+    assert all(unpacked == 0 and folders == [] for _, unpacked, folders in state.values()), state
 
 
 @pytest.mark.parametrize("text, kind, detail", [

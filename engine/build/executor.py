@@ -14,7 +14,8 @@ function it runs is passed in). ``archledger build --jobs N`` runs models in N l
 The unit of work is the same in every executor: one model over the grid
 (:func:`engine.build.results.build_model`). A Dask task receives the build's inputs as bytes (the
 corpus folder, the GPU folder and the grid file: a bundle of about 2 MB, sent to each worker once),
-unpacks them into a temporary folder keyed by their digest, evaluates the model into a private
+unpacks them into a temporary folder keyed by their digest (removed from every worker when the
+build ends), evaluates the model into a private
 staging folder and returns the files it wrote as bytes; the client writes them into the build's
 staging folder. So workers need no shared file system, and the files are those the local
 executor writes, byte for byte (``tests/test_executor.py``). A worker whose engine sources differ
@@ -112,14 +113,21 @@ def make_bundle(corpus_root: Path, gpu_root: Path, grid_path: Path, engine_diges
     return {"digest": digest.hexdigest(), "engine": engine_digest, "parts": parts}
 
 
+#: This worker process's unpacked bundles, by digest (removed by :func:`forget` when the build ends).
 _UNPACKED: dict[str, dict[str, Path]] = {}
+#: How many tasks this worker process ran (read by the executor test through ``client.run``).
+TASKS_RUN = 0
+
+
+def _bundle_folder(digest: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"archledger-bundle-{digest[:16]}-{os.getpid()}"
 
 
 def unpack(bundle: dict) -> dict[str, Path]:
     """The bundle's folders on this machine (once per process and bundle): corpus, gpus, grid."""
     digest = bundle["digest"]
     if digest not in _UNPACKED:
-        base = Path(tempfile.gettempdir()) / f"archledger-bundle-{digest[:16]}-{os.getpid()}"
+        base = _bundle_folder(digest)
         shutil.rmtree(base, ignore_errors=True)
         paths = {}
         for part, (name, files) in bundle["parts"].items():
@@ -133,10 +141,21 @@ def unpack(bundle: dict) -> dict[str, Path]:
     return _UNPACKED[digest]
 
 
+def forget(digest: str) -> int:
+    """Remove this worker's unpacked copy of the bundle ``digest`` (run on every worker when the
+    build ends, so a long-lived cluster's temporary folder does not collect one corpus per build);
+    returns how many tasks this worker ran."""
+    _UNPACKED.pop(digest, None)
+    shutil.rmtree(_bundle_folder(digest), ignore_errors=True)
+    return TASKS_RUN
+
+
 def remote_task(bundle: dict, fn: Callable, model_id: str, args: tuple, engine_digest: Callable[[], str]) -> dict:
     """One unit of work on a Dask worker: ``fn(corpus, model_id, grid, gpus, staging, *args)``
     into a private staging folder; returns fn's counts and ``files`` (path relative to the staging
     folder -> bytes)."""
+    global TASKS_RUN
+    TASKS_RUN += 1
     mine = engine_digest()
     if mine != bundle["engine"]:
         raise RuntimeError(f"this Dask worker runs another engine ({mine[:12]}) than the build's client "
@@ -189,6 +208,8 @@ def run_dask(executor: Executor, jobs: int | None, bundle: dict, fn: Callable, t
                 for future in futures:        # a failure stops the build: do not finish the others first
                     future.cancel()
                 raise
+            finally:
+                client.run(forget, bundle["digest"])
     finally:
         if cluster is not None:
             cluster.close()
