@@ -852,7 +852,8 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
     snapshot, the component library, slots.yaml and the engine only (pre-fill values live in
     variants.json), so it is carried with the model's other results. ``sites``: the base's
     (:func:`evaluate_with_sites`), else recorded here; ``only``: just these (slot, component) picks
-    (the tests'). Each pick also carries its SOL times (``sol``, engine.build.playground_sol) on
+    (the tests'). Each pick also carries its SOL times (``sol``, engine.build.playground_sol: one
+    entry per subset of its layer templates the reader may tick, :func:`template_subsets`) on
     :data:`PLAYGROUND`'s GPU from ``gpus`` (default: gpus/), the base's in ``sol_base``."""
     context = context or PLAYGROUND["context"]
     slots = model_slots(ev.corpus, ev.model)
