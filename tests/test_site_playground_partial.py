@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from engine.build import whatif
+from engine.spec import formula_tree
 from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)
 from tests.test_site_playground_any import cells, choose, playground
 from tests.test_site_playground_sol import KEYS, at, base, edit, entry  # noqa: F401  (base: the shared small site)
@@ -88,6 +89,46 @@ def test_a_subset_has_its_own_parallel_config(corpus):
     need_all = (27e9 * 2 + (layers + 1) * per_layer) * 1.25
     assert 2 * gpu < need_full < 4 * gpu and 4 * gpu < need_all
     assert entry(p, ["full"])["config"] == "tp4" and entry(p)["config"] == "tp8"
+
+
+def test_consistency_every_subset_equals_the_subset_planned_alone(corpus):
+    """Every subset of both picks as exported (most taken from the whole swap's plan) equals the same
+    subset planned by itself (its own splice, config and plan): the same config and, at the
+    pre-filled binding and at other dims and contexts, the same three numbers; the exported
+    conditions include the alone plan's (the whole swap's placement decisions may add some)."""
+    import json
+    from engine.build import playground_sol
+    from engine.deploy.hardware import find_gpu
+    ev, sites = whatif.evaluate_with_sites(corpus, corpus.models[MODEL])
+    doc = whatif.model_playground(ev, sites=sites, only=PICKS)
+    # one Bases for both (the planner's weight cache holds rows by id while their analyses live)
+    shared = whatif.Picks(ev, sites)
+    gpu = find_gpu(whatif._default_gpus(), whatif.PLAYGROUND["gpu"])
+    bases = playground_sol.Bases(ev, gpu, whatif._tables(corpus.root / "fusion").get(whatif.PLAYGROUND["framework"]),
+                                 doc["context"], whatif.PLAYGROUND["framework"], whatif.PLAYGROUND["kv_dtype"])
+    trees = doc["sol_trees"]
+    checked = 0
+    for slot, component in sorted(PICKS):
+        p = doc["picks"][slot][component]
+        whatif.pick(ev, slot, component, whatif.PLAYGROUND["kv_dtype"], shared)
+        needs, every_site, walked = shared.walks[(slot, component)]
+        rows = {u: (*whatif.site_walk(*walked[u], u, s), whatif.site_bytes(ev, *walked[u], s)) for u, s in every_site.items()}
+        for key, got in p["sol"].items():
+            chosen = tuple(key.split(","))
+            mine = {u: s for u, s in every_site.items() if s[4] in chosen}
+            alone = playground_sol.site_sol(bases, needs, mine, rows, got["at"], [chosen])[chosen]
+            assert got["config"] == alone["config"], key
+            assert {json.dumps(t) for t, _ in alone["valid"]} <= {json.dumps(trees[i]) for i, _ in got["valid"]}, key
+            for scale in (1, 2):
+                env = {**doc["env"], "seq": 4096 * scale, "ctx": 4096 * scale, "length": 4096 * scale,
+                       **{d: v * scale for d, v in got["at"].items()}}
+                for k in KEYS:
+                    (a, r), (a2, r2) = got["change"][k], alone["change"][k]
+                    value = sum(formula_tree.evaluate(trees[i], env) for i in a) - sum(formula_tree.evaluate(trees[i], env) for i in r)
+                    want = sum(formula_tree.evaluate(t, env) for t in a2) - sum(formula_tree.evaluate(t, env) for t in r2)
+                    assert value == pytest.approx(want, rel=1e-9, abs=1e-15), (slot, component, key, k, scale)
+            checked += 1
+    assert checked == 14
 
 
 # -- in the browser ---------------------------------------------------------------------------------
