@@ -40,18 +40,23 @@ def exported(corpus, model: str, slot: str, component: str) -> tuple[dict, dict]
     return doc, doc["picks"][slot][component]
 
 
-def at(doc: dict, p: dict, binds: dict, context: int) -> tuple[bool, dict]:
+def entry(p: dict, templates: list[str] | None = None) -> dict:
+    """The pick's SOL entry for the swap in ``templates`` (default: all of its templates)."""
+    return p["sol"][",".join(templates or p["templates"])]
+
+
+def at(doc: dict, p: dict, binds: dict, context: int, templates: list[str] | None = None) -> tuple[bool, dict]:
     """Whether every validity condition holds, and old/new of each SOL number (formula_tree.evaluate)."""
-    sol = p["sol"]
+    sol, trees = entry(p, templates), doc["sol_trees"]
     old_env = {**doc["env"], "seq": context, "ctx": context, "length": context}
     env = {**old_env, **binds}
-    valid = all(formula_tree.evaluate(t, env) for t, _ in sol["valid"])
+    valid = all(formula_tree.evaluate(trees[i], env) for i, _ in sol["valid"])
     base = doc["sol_base"][sol["config"]]
     out = {}
     for key in KEYS:
         old = formula_tree.evaluate(base[key], old_env)
-        added, removed = (doc["sol_trees"][i] for i in sol["change"][key])
-        out[key] = (old, old + (formula_tree.evaluate(added, env) - formula_tree.evaluate(removed, env)))
+        added, removed = ([formula_tree.evaluate(trees[i], env) for i in side] for side in sol["change"][key])
+        out[key] = (old, old + (sum(added) - sum(removed)))
     return valid, out
 
 
@@ -73,15 +78,15 @@ def edit(model: str, swap: str, binds: dict, context: int) -> dict:
 ])
 def test_consistency_exported_sol_trees_equal_archledger_edit(corpus, model, slot, component, route, settings):
     doc, p = exported(corpus, model, slot, component)
-    assert "error" not in p and "error" not in p["sol"], p
-    assert p["sol"]["route"] == route
+    assert "error" not in p and "error" not in entry(p), p
+    assert entry(p)["route"] == route
     swap = f"layers[{','.join(p['templates'])}].{slot}={component}"
     for change, context in settings:
-        binds = {**p["sol"]["at"], **change}
+        binds = {**entry(p)["at"], **change}
         valid, got = at(doc, p, binds, context)
         assert valid, (change, context)
         want = edit(model, swap, binds, context)
-        assert want["setting"]["config"] == p["sol"]["config"]
+        assert want["setting"]["config"] == entry(p)["config"]
         for key in KEYS:
             assert got[key][0] == pytest.approx(want["model"]["old"][key], rel=1e-9), (change, context, key)
             assert got[key][1] == pytest.approx(want["model"]["new"][key], rel=1e-9), (change, context, key)
@@ -92,17 +97,17 @@ def test_consistency_a_decision_outside_the_regime_is_flagged(corpus):
     with 1024 experts the weights need another parallel config, which ``edit`` then picks: the
     exported trees do not hold there, and the validity condition says so (naming the config)."""
     doc, p = exported(corpus, BASE, "ffn", "moe")
-    binds = dict(p["sol"]["at"])
+    binds = dict(entry(p)["at"])
     valid, got = at(doc, p, binds, 8192)
     want = edit(BASE, "layers[block].ffn=moe", binds, 8192)
-    assert valid and want["setting"]["config"] == p["sol"]["config"]
+    assert valid and want["setting"]["config"] == entry(p)["config"]
     assert got["decode_sol_s"][1] == pytest.approx(want["model"]["new"]["decode_sol_s"], rel=1e-9)
     binds["n_experts"] *= 4
     valid, got = at(doc, p, binds, 8192)
     want = edit(BASE, "layers[block].ffn=moe", binds, 8192)
-    assert not valid and want["setting"]["config"] != p["sol"]["config"]
-    failed = [reason for tree, reason in p["sol"]["valid"]
-              if not formula_tree.evaluate(tree, {**doc["env"], **binds, "seq": 8192, "ctx": 8192, "length": 8192})]
+    assert not valid and want["setting"]["config"] != entry(p)["config"]
+    failed = [reason for i, reason in entry(p)["valid"]
+              if not formula_tree.evaluate(doc["sol_trees"][i], {**doc["env"], **binds, "seq": 8192, "ctx": 8192, "length": 8192})]
     assert any("parallel config" in r for r in failed), failed
 
 

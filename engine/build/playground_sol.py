@@ -12,13 +12,28 @@ them at the reader's dims. Nothing here estimates anything: it exports the plann
 the GPU's rates, and the page (static/js/playground.js) sums ``max`` terms with static/js/formula.js.
 
 Per base model and parallel config (:class:`Bases`): the old side's three numbers as trees over
-``seq`` and ``ctx``. Per pick (``sol``): the steps the swap adds and those it removes (their
-difference is new - old), as trees over the pick's dims and the context, from the variant planned at
-the pre-filled binding (the first corpus value of each dim, the page's pre-fill;
+``seq`` and ``ctx``. Per pick (``sol``), one entry per subset of its layer templates the page lets
+the reader tick (every non-empty subset where no layer stream touches the slot, ``tickable``; else
+all of them: engine.build.whatif.template_subsets), keyed by the subset comma-joined in the pick's
+order: the steps the swap in those templates adds and those it removes (their difference is new -
+old), as trees over the pick's dims and the context, per template, from the variant planned at the
+pre-filled binding (the first corpus value of each dim, the page's pre-fill;
 :data:`engine.build.whatif.PLACEHOLDER` where no corpus model binds it). The variant's symbolic
 analysis is the base's with the new filler's site walks spliced in (:func:`site_sol`), or pick()'s
 whole walk of it where a layer stream crosses the slot (:func:`whole_sol`); the planner repeats its
 record of the base's placement for the rows the swap leaves alone.
+
+A subset is the variant ``edit --swap 'layers[SUBSET].SLOT=COMPONENT'`` makes, on the config its
+own weights pick. The swap in all the templates is planned; a subset on the same config takes that
+plan's changed steps in its templates (every changed step lies in one template's rows: the planner
+repeats the placement of a row whose inputs place alike, and a fusion joins neighbouring steps, so
+swapping one template changes no step of another), with its own config bounds, ep check and
+divisibility conditions and the whole swap's placement decisions (a superset of its own: a condition
+from another template's rows can withhold a number, never change one). A subset on another config,
+or where a changed step lies outside every template, is planned by itself (:func:`_planned`).
+Over the corpus that is 3,045 entries for 199 tickable picks with two or more templates (DeepSeek-V4's
+seven templates: 127 each); planning each subset by itself gives the same trees (checked for every
+subset of the corpus when this was written; tests/test_site_playground_partial.py against ``edit``).
 
 Where the planner decides on a dim's *value* the trees hold only while the decision stands, so each
 pick carries ``valid``: [[condition tree, reason], ...], all of which must hold (evaluate to non-zero)
@@ -31,13 +46,16 @@ for the trees to equal ``edit`` (the page shows no SOL number otherwise, and say
 * the placement's decisions (more devices than heads: the heads replicate) on expressions of the
   pick's dims, and the divisibility of the sharded axes the swap puts in (``check``).
 
-Invariant: at any binding where every ``valid`` tree holds, base + change equals ``archledger edit
---json``'s ``prefill_sol_s``, ``decode_sol_s`` and ``decode_bytes`` to float rounding
-(tests/test_site_playground_sol.py; a corpus-wide run of every pick at its pre-filled binding and
-at doubled dims found no difference above 1e-9).
+Invariant: at any binding where every ``valid`` tree of a subset's entry holds, base + change equals
+``archledger edit --swap 'layers[SUBSET]...' --json``'s ``prefill_sol_s``, ``decode_sol_s`` and
+``decode_bytes`` to float rounding (tests/test_site_playground_sol.py, the whole swap;
+tests/test_site_playground_partial.py, subsets; a corpus-wide run of every pick at its pre-filled
+binding and at doubled dims found no difference above 1e-9).
 """
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -179,17 +197,36 @@ def whole_sol(bases: Bases, spec, symbolic, needs: list[str], values: dict[str, 
     """The SOL part of a pick planned whole (module doc): the variant's whole symbolic walk
     (``symbolic``, of ``spec``) placed and fused by the planner at the pre-filled binding ``values``;
     for the picks without a site route (a layer stream crosses the slot) or where the splice does
-    not apply. ``config`` (the base's entry in ``bases.trees``), ``change`` (key -> tree),
-    ``valid`` ([[tree, reason]]), ``at`` (the pre-filled binding); or ``{"error": ...}`` when the
-    planner refuses the pick there."""
+    not apply. ``config`` (the base's entry in ``bases.trees``), ``change`` (key -> [[added trees],
+    [removed trees]]), ``valid`` ([[tree, reason]]), ``at`` (the pre-filled binding); or
+    ``{"error": ...}`` when the planner refuses the pick there; None where a formula reads a symbol
+    the page cannot bind."""
     from engine.spec import storage
     ev = bases.ev
     new_bytes = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(symbolic, spec, ev.corpus)))
     fixed = {k: int(v) for k, v in ev.bound.items() if k not in needs}
     old_total = bases.weight_bytes()
-    delta = bind_tree(["+", formula_tree.to_tree(new_bytes), -old_total], fixed)
-    return _planned(bases, symbolic, needs, values, delta, symbolic.rows.values(),
-                    Evaluation(spec, ev.corpus, symbolic, symbolic), "whole")
+    delta = _folded(bind_tree(["+", formula_tree.to_tree(new_bytes), -old_total], fixed))
+    one = {"": _Part(delta, list(symbolic.rows.values()), (False, False))}
+    found = _planned(bases, symbolic, needs, values, one, [("",)], lambda uid: None, _has_experts(symbolic.rows.values()),
+                     Evaluation(spec, ev.corpus, symbolic, symbolic), "whole")
+    return None if found is None else found[("",)]
+
+
+@dataclass(frozen=True)
+class _Part:
+    """What the swap does in one layer template (its sites): ``delta`` the stored bytes new - old (a
+    tree over the pick's dims), ``swapped`` the rows it puts in, ``experts`` whether the old and the
+    new filler there hold routed experts (the ep check)."""
+
+    delta: Any
+    swapped: list
+    experts: tuple[bool, bool]
+
+
+def _has_experts(rows) -> bool:
+    """Whether ``rows`` hold routed experts in the main stack (what an ep > 1 config needs)."""
+    return any(r.role == "experts" and r.stack == "main" and r.instances != 1 for r in rows)
 
 
 # -- the site route: the variant's plan without its walks ---------------------------------------------
@@ -241,6 +278,41 @@ def _fold(op: str, args: list) -> Any:
     if op != "/" and args and all(isinstance(a, (int, float)) for a in args):
         return formula_tree.evaluate([op, *args], {})       # every argument a number: the number
     return [op, *args]
+
+
+def _folded(tree: Any) -> Any:
+    """``tree`` with every sub-tree that reads no symbol replaced by its value (what
+    :func:`engine.spec.formula_tree.evaluate` gives it at any binding: the value is the same, the
+    tree shorter), the numbers of each sum and product folded (:func:`_fold`). A stored-bytes
+    delta's constant parts (ceil(a / b) of numbers) go, so a pick's subsets' sums of them stay small."""
+    if type(tree) is not list:
+        return tree
+    if tree[0] == "pw":
+        return ["pw", *([_folded(v), _folded(c)] for v, c in tree[1:])]
+    args = [_folded(a) for a in tree[1:]]
+    if all(type(a) in _NUMBER for a in args):
+        return formula_tree.evaluate([tree[0], *args], {})
+    return _fold(tree[0], args)
+
+
+def _collected(trees: list) -> Any:
+    """The sum of ``trees`` with like terms collected (c1 x t + c2 x t = (c1 + c2) x t, the numbers
+    added): the templates' stored-bytes deltas of a subset, which repeat one filler's terms."""
+    terms: dict[str, list] = {}
+    for tree in trees:
+        for arg in (tree[1:] if type(tree) is list and tree[0] == "+" else [tree]):
+            if type(arg) in _NUMBER:
+                coef, rest = arg, []
+            elif type(arg) is list and arg[0] == "*" and type(arg[1]) in _NUMBER:
+                coef, rest = arg[1], arg[2:]
+            else:
+                coef, rest = 1, [arg]
+            key = json.dumps(rest, separators=(",", ":"))
+            if key in terms:
+                terms[key][0] += coef
+            else:
+                terms[key] = [coef, rest]
+    return _fold("+", [0, *(_fold("*", [coef, *rest]) if rest else coef for coef, rest in terms.values())])
 
 
 def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
@@ -328,19 +400,20 @@ def _keyed(program) -> dict:
     return keyed
 
 
-def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfig, needs) -> tuple[dict[str, Any], set]:
+def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfig, needs,
+                     part) -> tuple[dict[Any, dict[str, list]], set]:
     """new - old of the three numbers from two sets of symbolic fused programs (phase -> Program):
     the steps one has and the other lacks, each a tree bound by the base's values but ``needs``
-    (the old ones, the base's steps, memoized on ``bases``); and the symbols those trees read (a
-    step's bytes tree is inside its SOL tree; a sum of trees reads what they read)."""
-    out: dict[str, Any] = {}
+    (the old ones, the base's steps, memoized on ``bases``), summed per ``part(step uid)`` (the
+    layer template the step is in; None: none of the swapped ones): {part: {key: [added, removed]}}
+    (a part with no such step is absent); and the symbols those trees read (a step's bytes tree is
+    inside its SOL tree; a sum of trees reads what they read)."""
     names: set[str] = set()
     env = bases.env(config, needs)
     old_env = bases.env(config)
+    terms: dict[tuple, list] = {}        # (part, key, sign) -> trees
     for phase in ("prefill", "decode"):
         sides = [_keyed(old[phase]), {_raw_key(st): st for st in new[phase].steps}]
-        terms: dict[int, list] = {1: [], -1: []}
-        traffic: dict[int, list] = {1: [], -1: []}
         for sign, mine, other in ((-1, sides[0], sides[1]), (1, sides[1], sides[0])):
             for key, step in mine.items():
                 if key not in other:
@@ -350,38 +423,56 @@ def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfi
                         t, b = _step_trees(bases.gpu, step, env[phase])
                         read = formula_tree.free_names(t)
                     names |= read
-                    terms[sign].append(t)
-                    traffic[sign].append(b)
+                    where = part(step.uid)
+                    terms.setdefault((where, f"{phase}_sol_s", sign), []).append(t)
+                    if phase == "decode":
+                        terms.setdefault((where, "decode_bytes", sign), []).append(b)
+    out: dict[Any, dict[str, list]] = {}
+    for where in dict.fromkeys(w for w, _, _ in terms):
         # [added, removed]: the removed steps are the same for most picks of a slot (shared, intern())
-        out[f"{phase}_sol_s"] = [_fold("+", [0, *terms[1]]), _fold("+", [0, *terms[-1]])]
-        if phase == "decode":
-            out["decode_bytes"] = [_fold("+", [0, *traffic[1]]), _fold("+", [0, *traffic[-1]])]
+        out[where] = {k: [_fold("+", [0, *terms.get((where, k, 1), ())]), _fold("+", [0, *terms.get((where, k, -1), ())])]
+                      for k in KEYS}
     return out, names
 
 
+def _template_of(sites: dict[str, str]):
+    """A step uid -> the layer template whose sites (``sites``: site uid -> template) hold its row
+    (a fused step's uid is ``rule@row``, a decode step's ``row@decode``), else None."""
+    def part(uid: str) -> str | None:
+        for piece in uid.split("@"):
+            for site, template in sites.items():
+                if _under(piece, site):
+                    return template
+        return None
+    return part
+
+
 def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dict[str, tuple],
-             values: dict[str, int]) -> dict[str, Any] | None:
-    """The SOL part of a pick without a walk of the variant (:func:`_planned`): the new filler
-    walked at each site of the base (``sites``: the base's slot sites the pick swaps,
-    engine.build.whatif.Picks; ``walks``: per site the new filler's rows, caches and output uids
-    there and their stored bytes, engine.build.whatif.site_walk and site_bytes) spliced into the
-    base's symbolic analysis: the rows under
-    each site replaced, the new output taking the old one's uid (or, where a new row already has
-    it, the old output's readers reading the new one). None where the splice does not apply (an
-    output that is not one tensor): the caller then plans the whole variant."""
+             values: dict[str, int], subsets: list[tuple[str, ...]]) -> dict[tuple, Any] | None:
+    """The SOL part of a pick without a walk of the variant (:func:`_planned`), per subset of its
+    layer templates (``subsets``, the first: all of them; each the swap in those templates only):
+    the new filler walked at each site of the base (``sites``: the base's slot sites the pick swaps,
+    engine.build.whatif.Picks, site[4] the template; ``walks``: per site the new filler's rows,
+    caches and output uids there and their stored bytes, engine.build.whatif.site_walk and
+    site_bytes) spliced into the base's symbolic analysis: the rows under each site replaced, the
+    new output taking the old one's uid (or, where a new row already has it, the old output's
+    readers reading the new one). None where the splice does not apply (an output that is not one
+    tensor): the caller then plans the whole variant."""
     from dataclasses import replace
     from engine.spec import storage
     ev, a = bases.ev, bases.ev.symbolic
     rows, caches = dict(a.rows), list(a.caches)
     rename: dict[str, str] = {}
-    delta_bytes = sympy.Integer(0)
+    deltas: dict[str, Any] = {}
+    swapped: dict[str, list] = {}
+    experts: dict[str, list] = {}
     for uid, site in sites.items():
         new_rows, new_caches, new_out, new_bytes = walks[uid]
         old_rows = {u: r for u, r in a.rows.items() if _under(u, uid)}
         if uid not in bases.site_bytes:       # the old filler's: the same for every pick of the slot
             bases.site_bytes[uid] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(
                 replace(a, rows=old_rows, caches=()), ev.model, ev.corpus)))
-        delta_bytes += new_bytes - bases.site_bytes[uid]
+        deltas[site[4]] = deltas.get(site[4], 0) + new_bytes - bases.site_bytes[uid]
         read = {i for r in a.rows.values() if not _under(r.uid, uid) for i in r.inputs if _under(i, uid)}
         if len({i.removesuffix("@decode") for i in read}) != 1 or len(new_out) != 1:
             return None
@@ -400,58 +491,126 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
             del rows[u]
         rows.update(new_rows)
         caches = [c for c in caches if not _under(c.node_uid, uid)] + new_caches
+        swapped.setdefault(site[4], []).extend(new_rows.values())
+        was = experts.setdefault(site[4], [False, False])
+        was[0] = was[0] or _has_experts(old_rows.values())
+        was[1] = was[1] or _has_experts(new_rows.values())
     rows = {u: (replace(r, inputs=tuple(rename.get(i, i) for i in r.inputs))
                 if any(i in rename for i in r.inputs) else r) for u, r in rows.items()}
     values_ = {**a.values, **{d: symbols.dim(d) for d in needs}}
     spliced = replace(a, rows=rows, caches=tuple(caches), values=values_)
-    delta = bind_tree(formula_tree.to_tree(delta_bytes), {k: int(v) for k, v in ev.bound.items() if k not in needs})
-    swapped = [r for r in spliced.rows.values() if any(_under(r.uid, u) for u in sites)]
-    return _planned(bases, spliced, needs, values, delta, swapped, ev, "sites")
+    fixed = {k: int(v) for k, v in ev.bound.items() if k not in needs}
+    parts = {t: _Part(_folded(bind_tree(formula_tree.to_tree(d), fixed)), swapped[t], tuple(experts[t]))
+             for t, d in deltas.items()}
+    outside = _has_experts(r for r in a.rows.values() if not any(_under(r.uid, u) for u in sites))
+
+    def alone(chosen: tuple[str, ...]) -> Any:      # a subset planned by itself: its own splice
+        found = site_sol(bases, needs, {u: s for u, s in sites.items() if s[4] in chosen}, walks, values, [chosen])
+        return found[chosen] if found is not None else {"error": "a formula of this swap reads a symbol the page cannot bind"}
+    return _planned(bases, spliced, needs, values, parts, subsets, _template_of({u: s[4] for u, s in sites.items()}),
+                    outside, ev, "sites", alone)
 
 
-def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], delta: Any, swapped,
-             weights: Evaluation, route: str) -> dict[str, Any] | None:
-    """The SOL part of a pick from the variant's symbolic analysis (spliced or walked whole):
-    ``delta`` its stored bytes less the base's (a tree over ``needs``), ``swapped`` the rows the
-    swap put in (whose sharded dims :func:`_divisible` checks), ``weights`` the Evaluation whose
-    spec stores them. None where a formula reads a symbol the page cannot bind."""
+def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], parts: dict[str, _Part],
+             subsets: list[tuple[str, ...]], part, outside_experts: bool, weights: Evaluation, route: str,
+             alone=None) -> dict[tuple, Any] | None:
+    """The SOL part of a pick from the variant's symbolic analysis (spliced or walked whole), per
+    subset of its layer templates: ``parts`` what the swap does per template (:class:`_Part`),
+    ``subsets`` the subsets wanted (the first: every part, the swap ``analysis`` is of), ``part``
+    a step uid -> its template (:func:`_template_of`), ``outside_experts`` whether rows the swap
+    leaves alone hold routed experts, ``weights`` the Evaluation whose spec stores the rows'
+    weights, ``alone(subset)`` the entry of a subset planned by itself. None where a formula reads
+    a symbol the page cannot bind.
+
+    Each subset's entry is the planner's plan of the swap in those templates, at its own parallel
+    config (:func:`config_for_bytes` of its own weights). The full swap is planned; a subset on the
+    same config takes the full plan's changed steps in its templates (each step is in one
+    template's rows: placement repeats a row placed alike and fusions join neighbouring steps, so
+    the swap in one template changes no step of another's), with its own config bounds, ep check
+    and divisibility and the full plan's placement decisions (those of the subset's rows among
+    them: a condition of another template's rows can only withhold a number, never change one);
+    a subset on another config, or where a changed step lies in none of the templates, is planned
+    by itself (``alone``)."""
     ev, gpu = bases.ev, bases.gpu
     bases.pinned.append(analysis)
     # the config default_config picks: the larger side's weights at the pre-filled binding
     at = {**{k: int(v) for k, v in ev.bound.items()}, **values}
     old_total = bases.weight_bytes()
-    new_total = old_total + formula_tree.evaluate(delta, at)
     moe = "n_experts" in ev.bound       # both sides MoE (a variant keeps the base's dims)
-    config = config_for_bytes(max(old_total, new_total), moe, gpu)
+
+    def sized(chosen: tuple[str, ...]):
+        delta = _collected([parts[t].delta for t in chosen if t in parts])
+        return delta, config_for_bytes(max(old_total, old_total + formula_tree.evaluate(delta, at)), moe, gpu)
+
+    def experts(chosen: tuple[str, ...]) -> bool:
+        return outside_experts or any(p.experts[t in chosen] for t, p in parts.items())
+
+    full = subsets[0]
+    config = sized(full)[1]
     old = bases.programs(config)
-    if isinstance(old, str):
-        return {"error": f"the base on {config.label()}: {old}"}
-    if config.ep > 1 and not any(r.role == "experts" and r.stack == "main" and r.instances != 1
-                                 for r in analysis.rows.values()):
-        return {"error": f"{config.label()} cannot run it: ep = {config.ep} but the model has no routed experts"}
-    decide = decider({**ev.bound, **{d: sympy.Integer(v) for d, v in values.items()}})
-    new = symbolic_programs(bases, analysis, config, decide, weights, reuse=bases.records.get(config.label()))
-    base_env = bases.env(config, needs)["prefill"]
-    change, read = _programs_change(bases, old, new, config, needs)
+    refused = f"the base on {config.label()}: {old}" if isinstance(old, str) else None
+    plan = None
+    if refused is None and (not config.ep > 1 or experts(full)):
+        decide = decider({**ev.bound, **{d: sympy.Integer(v) for d, v in values.items()}})
+        new = symbolic_programs(bases, analysis, config, decide, weights, reuse=bases.records.get(config.label()))
+        groups, read = _programs_change(bases, old, new, config, needs, part)
+        base_env = bases.env(config, needs)["prefill"]
+        prefill = {**at, symbols.CTX: bases.context}
+
+        def checked(trees: list) -> list:      # each condition once: (key, tree, holds at the pre-fill, reads)
+            return [(json.dumps(t, separators=(",", ":")), t, formula_tree.evaluate(t, prefill), formula_tree.free_names(t))
+                    for t in trees]
+        decisions = checked([bind_tree(c, base_env) for c in _decisions(decide.seen, needs, config)])
+        divisible = {t: checked([bind_tree(c, base_env) for c in _divisible(p.swapped, config, ev.corpus.dims,
+                                                                            analysis.values)])
+                     for t, p in parts.items()}
+        free = set().union(read, *(c[3] for c in decisions), *(c[3] for cs in divisible.values() for c in cs),
+                           *(formula_tree.free_names(p.delta) for p in parts.values()))
+        if free - set(needs) - {symbols.SEQ, symbols.CTX}:
+            return None
+        plan = (groups, decisions, divisible)
+    tokens_ok = token_condition(bases.table, gpu, config, bases.context)
+    out: dict[tuple, Any] = {}
+    for chosen in subsets:
+        delta, mine = sized(chosen)
+        if mine.label() != config.label():
+            out[chosen] = alone(chosen)
+        elif refused is not None:
+            out[chosen] = {"error": refused}
+        elif config.ep > 1 and not experts(chosen):
+            out[chosen] = {"error": f"{config.label()} cannot run it: ep = {config.ep} but the model has no routed experts"}
+        elif plan is None or (chosen != full and None in plan[0]):
+            out[chosen] = alone(chosen)
+        else:
+            out[chosen] = _entry(bases, plan, chosen, chosen == full, config, delta, tokens_ok, route, values, moe)
+    return out
+
+
+def _entry(bases: Bases, plan: tuple, chosen: tuple[str, ...], every: bool, config: ParallelConfig, delta: Any,
+           tokens_ok: Any, route: str, values: dict, moe: bool) -> dict[str, Any]:
+    """One subset's entry from the full swap's plan (:func:`_planned`): its templates' changed steps
+    (``every``: all of them, also those in none of the templates), its validity conditions. The
+    config bounds hold at the pre-filled binding by construction (the config is chosen there), the
+    token regime at the build's context and the placement decisions where they were taken; a
+    divisibility condition may fail there: the entry is then that error."""
+    groups, decisions, divisible = plan
     valid = []
-    lo_hi = _config_bounds(config, gpu, old_total, delta, moe)
+    lo_hi = _config_bounds(config, bases.gpu, bases.weight_bytes(), delta, moe)
     if lo_hi is not None:
         valid.append([lo_hi, f"the weights then need another parallel config than {config.label()}"])
-    tokens_ok = token_condition(bases.table, gpu, config, bases.context)
     if tokens_ok is not None:
         valid.append([tokens_ok, "a fusion's token limit falls between this context and the build's "
                                  f"({bases.context:,})"])
-    valid += [[bind_tree(c, base_env), "the planner places it differently at these dims (heads per device, divisibility)"]
-              for c in _decisions(decide.seen, needs, config)
-              + _divisible(swapped, config, ev.corpus.dims, analysis.values)]
-    for tree, reason in valid:
-        if not formula_tree.evaluate(tree, {**at, symbols.CTX: bases.context}):
+    placed = {}
+    for key, tree, holds, free in [*decisions, *(c for t in chosen for c in divisible.get(t, ()))]:
+        reason = "the planner places it differently at these dims (heads per device, divisibility)"
+        if not holds:
             return {"error": f"at the pre-filled dims: {reason}"}
-    valid = [[t, r] for t, r in valid if formula_tree.free_names(t)]   # a constant that holds: nothing to test
-    free = set().union(read,
-                       *(formula_tree.free_names(t) for t, _ in valid))
-    if free - set(needs) - {symbols.SEQ, symbols.CTX}:
-        return None
+        if free:        # a constant that holds: nothing to test
+            placed.setdefault(key, [tree, reason])
+    valid += placed.values()
+    mine = [g for g in groups if g in chosen or (every and g not in chosen)]
+    change = {k: [[groups[g][k][i] for g in mine if groups[g][k][i] != 0] for i in (0, 1)] for k in KEYS}
     return {"config": config.label(), "change": change, "valid": valid, "at": dict(values), "route": route}
 
 
@@ -462,18 +621,23 @@ def _under(uid: str, site: str) -> bool:
 def _config_bounds(config: ParallelConfig, gpu: GPU, old_total: float, new_delta: Any, moe: bool,
                    hbm_fraction: float = 0.9) -> Any | None:
     """The binding keeps the config: the larger side's weights x 1.25 (the new side's = the base's
-    + ``new_delta``, a tree) stay above the capacity of the rung below and within this one's."""
+    + ``new_delta``, a tree) stay above the capacity of the rung below and within this one's. The
+    base's share is a number: a bound it meets alone is left out (the lower one where the base
+    alone fills the rung below, the base's side of the upper one), so ``new_delta`` appears once
+    per bound left (a pick's subsets each carry one)."""
     if not formula_tree.free_names(new_delta):
         return None
     per_gpu = gpu.hbm_bytes * hbm_fraction
     chosen = LADDER.index((config.tp, config.pp))
-    need = ["*", 1.25, ["max", old_total, ["+", old_total, new_delta]]]
+    new = ["*", 1.25, _fold("+", [old_total, new_delta])]
     parts = []
     if chosen > 0:
         tp, pp = LADDER[chosen - 1]
-        parts.append([">", need, tp * pp * per_gpu])
+        if not 1.25 * old_total > tp * pp * per_gpu:
+            parts.append([">", new, tp * pp * per_gpu])
     if chosen < len(LADDER) - 1:
-        parts.append(["<=", need, config.tp * config.pp * per_gpu])
+        parts.append(["<=", new, config.tp * config.pp * per_gpu] if 1.25 * old_total <= config.tp * config.pp * per_gpu
+                     else 0)
     return ["and", *parts] if parts else None
 
 
@@ -548,22 +712,34 @@ def symbolic_programs(bases: Bases, analysis, config: ParallelConfig, decide, ev
 
 
 def intern(picks: dict[str, dict[str, dict]]) -> list:
-    """Every pick's ``change`` trees moved into one table of distinct trees (returned; the document's
-    ``sol_trees``), each change an [added, removed] pair of indices: new - old = tree[added] -
-    tree[removed]. Picks of one slot remove mostly the same steps, so their removed trees repeat."""
-    import json
+    """Every pick's ``change`` and ``valid`` trees moved into one table of distinct trees (returned;
+    the document's ``sol_trees``): each change an [added, removed] pair of lists of indices (new -
+    old = the sum of the added trees - the sum of the removed ones: per layer template), each
+    validity condition [index, reason]. Picks of one slot remove mostly the same steps, and the
+    subsets of a pick's templates share their templates' trees."""
     table: list = []
     index: dict[str, int] = {}
+    text: dict[int, tuple] = {}      # id(list) -> (the list, its key): subsets share their templates' subtrees
+
+    def key_of(tree) -> str:
+        if type(tree) is not list:
+            return json.dumps(tree)
+        hit = text.get(id(tree))
+        if hit is None or hit[0] is not tree:
+            hit = text[id(tree)] = (tree, "[" + ",".join(key_of(a) for a in tree) + "]")
+        return hit[1]
 
     def at(tree) -> int:
-        key = json.dumps(tree, separators=(",", ":"))
+        key = key_of(tree)
         if key not in index:
             index[key] = len(table)
             table.append(tree)
         return index[key]
     for chosen in picks.values():
         for p in chosen.values():
-            change = p.get("sol", {}).get("change")
-            if change:
-                p["sol"]["change"] = {k: [at(added), at(removed)] for k, (added, removed) in change.items()}
+            for entry in p.get("sol", {}).values():
+                if "change" in entry:
+                    entry["change"] = {k: [[at(t) for t in added], [at(t) for t in removed]]
+                                       for k, (added, removed) in entry["change"].items()}
+                    entry["valid"] = [[at(t), reason] for t, reason in entry["valid"]]
     return table

@@ -762,34 +762,54 @@ def prefill_values(corpus: Corpus, component: str, needs: list[str]) -> dict[str
     return {d: used[d][0]["value"] if used.get(d) else PLACEHOLDER for d in needs}
 
 
+def template_subsets(p: dict) -> list[tuple[str, ...]]:
+    """The layer templates the page lets the reader swap pick ``p`` into: every non-empty subset of
+    its templates where it may tick some only (``tickable``), else all of them; each in the pick's
+    order (the page keys its SOL entry by them joined with commas), the whole set first."""
+    templates = tuple(p["templates"])
+    if not p.get("tickable") or len(templates) < 2:
+        return [templates]
+    chosen = [tuple(t for i, t in enumerate(templates) if mask >> i & 1) for mask in range(1, 1 << len(templates))]
+    return sorted(chosen, key=lambda s: -len(s))
+
+
 def _pick_sol(bases, slot: str, component: str, p: dict, shared: Picks | None = None) -> dict[str, Any]:
-    """The SOL times of pick ``p`` (engine.build.playground_sol) at its pre-filled binding: by the
-    site route where the pick has one and it applies, else from the variant's whole plan."""
+    """The SOL times of pick ``p`` (engine.build.playground_sol) at its pre-filled binding, per subset
+    of its layer templates the page lets the reader tick (:func:`template_subsets`; key: the subset
+    joined with commas): each the variant ``edit --swap 'layers[SUBSET].SLOT=COMPONENT'`` makes,
+    by the site route where the pick has one and it applies, else from the variant's whole plan."""
     from engine.build import playground_sol
     corpus, base = bases.ev.corpus, bases.ev.model
     values = prefill_values(corpus, component, p["needs"])
+    subsets = template_subsets(p)
     if shared is not None and (slot, component) in shared.walks:
         needs, sites, walked = shared.walks[(slot, component)]
         try:
             rows = {uid: (*site_walk(*walked[uid], uid, site), site_bytes(bases.ev, *walked[uid], site))
                     for uid, site in sites.items()}
             shared.walked[(slot, component)] = rows       # the graph diff's block (_pick_blocks)
-            found = playground_sol.site_sol(bases, needs, sites, rows, values)
+            found = playground_sol.site_sol(bases, needs, sites, rows, values, subsets)
         except (SpecError, _Streams):
             found = None
         if found is not None:
-            return found
-    try:
-        if shared is not None and (slot, component) in shared.whole:
-            spec, whole = shared.whole[(slot, component)]
-        else:
-            binds = [variant_rules.Bind(d, v, "pre-fill", _PAGE) for d, v in values.items()]
-            swap = variant_rules.Swap(slot, (), Fill(component, _PAGE, {}), _PAGE)
-            spec = variant_rules.resolve(corpus, "pick", base.model_id, [swap], binds, _PAGE).spec
-            whole = walk_model(corpus, spec, Binding("symbolic"))
-        return playground_sol.whole_sol(bases, spec, whole, p["needs"], values)
-    except SpecError as exc:
-        return {"error": exc.problem}
+            return {",".join(chosen): entry for chosen, entry in found.items()}
+    out = {}
+    for chosen in subsets:
+        every = len(chosen) == len(p["templates"])
+        try:
+            if every and shared is not None and (slot, component) in shared.whole:
+                spec, whole = shared.whole[(slot, component)]
+            else:
+                binds = [variant_rules.Bind(d, v, "pre-fill", _PAGE) for d, v in values.items()]
+                swap = variant_rules.Swap(slot, () if every else chosen, Fill(component, _PAGE, {}), _PAGE)
+                spec = variant_rules.resolve(corpus, "pick", base.model_id, [swap], binds, _PAGE).spec
+                whole = walk_model(corpus, spec, Binding("symbolic"))
+            found = playground_sol.whole_sol(bases, spec, whole, p["needs"], values)
+            out[",".join(chosen)] = found if found is not None else \
+                {"error": "a formula of this swap reads a symbol the page cannot bind"}
+        except SpecError as exc:
+            out[",".join(chosen)] = {"error": exc.problem}
+    return out
 
 
 def block_graph(rows: dict, uid: str) -> dict[str, Any]:
@@ -832,7 +852,8 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
     snapshot, the component library, slots.yaml and the engine only (pre-fill values live in
     variants.json), so it is carried with the model's other results. ``sites``: the base's
     (:func:`evaluate_with_sites`), else recorded here; ``only``: just these (slot, component) picks
-    (the tests'). Each pick also carries its SOL times (``sol``, engine.build.playground_sol) on
+    (the tests'). Each pick also carries its SOL times (``sol``, engine.build.playground_sol: one
+    entry per subset of its layer templates the reader may tick, :func:`template_subsets`) on
     :data:`PLAYGROUND`'s GPU from ``gpus`` (default: gpus/), the base's in ``sol_base``."""
     context = context or PLAYGROUND["context"]
     slots = model_slots(ev.corpus, ev.model)

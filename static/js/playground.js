@@ -238,24 +238,30 @@
   }
   // The SOL times (engine/build/playground_sol.py): the base's planner programs at the pick's
   // parallel config as trees over the context, plus the pick's change (the planner's steps it adds
-  // less those it removes) as trees over its dims; each sum of per-step max(compute, memory, link)
-  // terms is evaluated by formula.js. They hold while the planner's decisions at the pre-filled
-  // binding stand (the pick's ``valid`` trees): outside that, no number, and the reason.
+  // less those it removes, per layer template) as trees over its dims; each sum of per-step
+  // max(compute, memory, link) terms is evaluated by formula.js. The pick carries one entry per
+  // subset of its templates the reader may tick (key: the ticked templates, comma-joined), each
+  // with its own config; they hold while the planner's decisions at the pre-filled binding stand
+  // (the entry's ``valid`` trees): outside that, no number, and the reason.
   var SOL = [["prefill_sol_s", "prefill SOL"], ["decode_bytes", "decode bytes/GPU"], ["decode_sol_s", "decode SOL"]];
+  function sum(trees, indices, env) {
+    return indices.reduce(function (total, i) { return total + F.evaluate(trees[i], env); }, 0);
+  }
   function solRows(cur, env, neu) {
-    var s = cur.pick.sol, base = s && cur.doc.sol_base ? cur.doc.sol_base[s.config] : null, why = null;
-    if (!s) return;
-    if (s.error) why = "the planner refuses this swap at the pre-filled dims: " + s.error;
+    var all = cur.pick.sol, trees = cur.doc.sol_trees, why = null;
+    if (!all) return;
+    var s = all[cur.ticked.join(",")], base = s && s.config ? cur.doc.sol_base[s.config] : null;
+    if (!s) why = "the build exported no plan for these layer templates";
+    else if (s.error) why = "the planner refuses this swap at the pre-filled dims: " + s.error;
     else if (typeof base === "string" || !base) why = "the planner refuses the base on " + s.config + (base ? ": " + base : "");
-    else if (cur.ticked.length !== cur.pick.templates.length) why = "exported for the swap in all its layer templates only";
     else {
-      var bad = s.valid.filter(function (v) { return !F.evaluate(v[0], neu); }).map(function (v) { return v[1]; });
+      var bad = s.valid.filter(function (v) { return !F.evaluate(trees[v[0]], neu); }).map(function (v) { return v[1]; });
       if (bad.length) why = "outside the regime exported at the pre-filled dims (" + Object.keys(s.at).map(function (d) {
         return d + "=" + s.at[d]; }).join(", ") + "): " + bad.filter(function (r, i) { return bad.indexOf(r) === i; }).join("; ");
     }
     SOL.forEach(function (pair) {
       var key = pair[0], tr = document.createElement("tr"), th = document.createElement("th");
-      th.scope = "row"; th.textContent = pair[1] + (s.config ? " (" + cur.doc.sol_setting.gpu + ", " + s.config + ")" : ""); tr.appendChild(th);
+      th.scope = "row"; th.textContent = pair[1] + (s && s.config ? " (" + cur.doc.sol_setting.gpu + ", " + s.config + ")" : ""); tr.appendChild(th);
       if (why) {
         var td = document.createElement("td");
         td.colSpan = 3; td.className = "sol-none"; td.setAttribute("data-k", key); td.setAttribute("data-why", why);
@@ -263,8 +269,8 @@
         tr.appendChild(td); ptbody.appendChild(tr);
         return;
       }
-      var trees = cur.doc.sol_trees, ch = s.change[key];      // [added, removed] steps' trees
-      var o = F.evaluate(base[key], env), n = o + (F.evaluate(trees[ch[0]], neu) - F.evaluate(trees[ch[1]], neu));
+      var ch = s.change[key];      // [added, removed] steps' trees, per layer template
+      var o = F.evaluate(base[key], env), n = o + (sum(trees, ch[0], neu) - sum(trees, ch[1], neu));
       oldNew(tr, key, o, n, key === "decode_bytes" ? fmt.bytes : fmt.time,
              "the deploy planner's steps at " + s.config + " on " + cur.doc.sol_setting.gpu + ", summed at the dims above");
       ptbody.appendChild(tr);
