@@ -165,8 +165,10 @@ def _weights_fn(ev: Evaluation, options: Options):
     quant = (id(corpus), repr(sorted(spec.quant.items())))
 
     def weights(row):
+        # keyed by the row object: the entry holds the row, so its id cannot be reused by a later
+        # row (the playground splices short-lived rows into an evaluation's plans)
         key = (row.uid, id(row))
-        if key not in cache:
+        if key not in cache or cache[key][0] is not row:
             # leaf_storage reads the leaves, the instances, stacking and (numeric) the row's place,
             # and the spec's quant: rows equal in those store alike (the playground places the same
             # filler's rows in many models)
@@ -180,8 +182,8 @@ def _weights_fn(ev: Evaluation, options: Options):
                     if len(_LEAF_STORAGE) > 50_000:
                         _LEAF_STORAGE.clear()
                     _LEAF_STORAGE[shared] = found
-            cache[key] = found[1]
-        return cache[key]
+            cache[key] = (row, found[1])
+        return cache[key][1]
     return weights
 
 
