@@ -2,7 +2,7 @@
 
 The site parses the results' JSON with the cyclic collector paused (site_builder.data.read_json),
 and a --jobs worker runs with the corpus frozen out of the collector's sight and rarer collections
-(engine.build.results.WORKER_GC). Neither may change a result: the first must give what
+(engine/build/collector.py). Neither may change a result: the first must give what
 ``json.loads`` gives and leave the collector as it found it; the second must be what a worker runs
 with.
 """
@@ -12,10 +12,11 @@ import gc
 import json
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 
-from engine.build import results
+from engine.build import collector, results
 from site_builder.data import gc_paused, read_json
 
 
@@ -48,11 +49,20 @@ def _collector_state() -> tuple:
     return gc.get_threshold(), gc.get_freeze_count() > 0
 
 
-def test_a_build_worker_runs_with_the_worker_thresholds():
+def test_a_build_worker_runs_with_the_thresholds_and_a_frozen_start():
     import os
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=context, initializer=results.worker_init,
                              initargs=(os.getpid(),)) as pool:
         thresholds, frozen = pool.submit(_collector_state).result(timeout=120)
-    assert thresholds == results.WORKER_GC and frozen
-    assert gc.get_threshold() != results.WORKER_GC       # the build's own process keeps Python's
+    assert thresholds == collector.THRESHOLDS and frozen
+
+
+def test_the_archledger_command_collects_at_the_thresholds():
+    """Set when site_builder.cli is imported (before its other imports), so a spawned worker, which
+    imports it first, starts with them too."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "import gc, site_builder.cli; print(gc.get_threshold())"],
+                         capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent).stdout
+    assert out.strip() == str(collector.THRESHOLDS)

@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from engine.build import landscape, publish
+from engine.build import collector, landscape, publish
 from engine.build.export import KV_LENGTHS
 from engine.project import PACKAGE_ROOT
 from engine.spec import kv
@@ -949,8 +949,8 @@ def worker_init(parent: int, seed: tuple | None = None) -> None:
     _IN_WORKER = parent
     if seed is not None:             # (key, the pickled corpus's file: _pool)
         _CORPORA[seed[0]] = pickle.loads(Path(seed[1]).read_bytes())
-    gc.freeze()                      # the modules and the corpus live as long as the worker (WORKER_GC)
-    gc.set_threshold(*WORKER_GC)
+    gc.freeze()                      # the modules and the corpus live as long as the worker: never walk them
+    collector.tune()                 # (already so when spawned by the archledger command: site_builder.cli)
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -967,16 +967,6 @@ def worker_init(parent: int, seed: tuple | None = None) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
-
-
-#: The cyclic collector's thresholds in a --jobs worker (Python's are (700, 10, 10)). A model's
-#: evaluation makes containers by the hundred thousand (sympy's trees, the grid's rows) and keeps most
-#: of them to its end, so at Python's thresholds full collections walk the growing heap again and
-#: again: about a sixth of the V3 grid half's CPU (issue 19). Here the young generation is collected
-#: every 50,000 allocations and the whole heap (less what worker_init froze) after about ten million.
-#: A model leaves a few thousand objects in cycles (measured: Qwen3-8B to gpt-oss-20b), so memory
-#: does not grow by waiting; the collector changes when memory is freed, never a result.
-WORKER_GC = (50_000, 20, 10)
 
 
 def _build_model_in_worker(*args, part: str = "all") -> dict:
