@@ -1053,7 +1053,6 @@ def run(args, site=None) -> int:
         from engine.build.executor import parse
         parse(getattr(args, "executor", None))          # a bad --executor is one line before any reading
         corpus = load_corpus(args.corpus)
-        gc.freeze()              # the corpus lives as long as the build: no collection need walk it again
         report = build(corpus, out, args.models, getattr(args, "grid", None), getattr(args, "gpus_root", None),
                        getattr(args, "jobs", None),
                        None if quiet else _model_progress(), log=lambda line: print(line, file=sys.stderr),
