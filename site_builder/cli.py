@@ -13,8 +13,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from engine import cli as engine_cli
-from engine.build.results import progress_printer
+from engine.build import collector
+
+# before the imports below: in this process and in every worker the build spawns (a spawned worker
+# runs this module's top first), collections are rare (engine/build/collector.py)
+collector.tune()
+
+from engine import cli as engine_cli  # noqa: E402
+from engine.build.results import progress_printer  # noqa: E402
 
 
 def cmd_build(args) -> int:

@@ -36,7 +36,7 @@ from engine.spec.errors import SpecError, Where
 from site_builder import charts, graphs, sizing
 from site_builder import downloads, landscape
 from site_builder.data import (Results, deploy_formulas, deployment_options, deployment_rows, gallery_index, lineages,
-                               slug, split_formulas, trait_index)
+                               read_json, slug, split_formulas, trait_index)
 from site_builder.graph_svg import diff_graphs, render_svg
 
 REPO = Path(__file__).resolve().parent.parent
@@ -343,6 +343,7 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     per_model, corpus_wide = _results_inputs(results)
     docs = [(name, _repo_text(path)) for name, path, _ in DOCS]
     whole = _hash(code, corpus_wide) if corpus_wide else None
+    components = _components_inputs(results)
     groups = [("static", _hash(static_digest), lambda: _copy_static(site, assets)),
               ("gallery", whole, lambda: _gallery(site, results))]
     for model_id in results.models["model_id"]:
@@ -350,7 +351,8 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
         groups.append((model_id, key, lambda m=model_id: _model_group(site, results, m)))
     groups += [("compare", whole, lambda: _compare(site, results)),
                ("landscape", whole, lambda: landscape.render(site, results, _csv)),
-               ("components", whole, lambda: _components(site, results)),
+               # keyed by what its pages show, not by every model: a one-spec edit seldom changes it
+               ("components", _hash(code, components) if corpus_wide else None, lambda: _components(site, components)),
                ("playground", _playground_key(code, results), lambda: _playground(site, results, previous)),
                ("methodology", _hash(code, docs), lambda: _methodology(site, dict(docs))),
                ("downloads", None, lambda: downloads.render(site, results, _csv))]   # lists every group's files: always redone
@@ -619,34 +621,44 @@ def _attention_instances(results: Results) -> dict[str, list[dict]]:
     return uses
 
 
-def _components(site: Site, results: Results) -> None:
+def _components_inputs(results: Results) -> dict:
+    """Everything the components pages show (:func:`_components`): each attention component's
+    uses, the graph it is drawn from (its first use's, corpus order) and contracts.json. Their
+    group is keyed by a hash of exactly this, so an edit that leaves it unchanged (a model's notes,
+    its deployments) carries the pages (their drawings are most of a site-wide re-render)."""
     uses = _attention_instances(results)
+    contracts = read_json(results.root / "contracts.json") if (results.root / "contracts.json").exists() else {}
+    return {"uses": {name: [{k: v for k, v in u.items() if k != "doc"} for u in found] for name, found in uses.items()},
+            "graphs": {name: graphs.level_graph(found[0]["doc"], found[0]["uid"]) for name, found in uses.items()},
+            "contracts": contracts}
+
+
+def _components(site: Site, inputs: dict) -> None:
+    """The components pages from :func:`_components_inputs` (and nothing else)."""
+    uses, drawn = inputs["uses"], inputs["graphs"]
     names = sorted(uses)
     items = []
     for name in names:
         first = uses[name][0]
-        graph = graphs.level_graph(first["doc"], first["uid"])
-        svg = render_svg(graph, title=f"{name} (as in {first['name']})")
+        svg = render_svg(drawn[name], title=f"{name} (as in {first['name']})")
         others = [n for n in names if n != name]
         diffs = [{"href": f"../diff/{name}--{o}/", "label": f"{name} vs {o}"} for o in others]
         site.page(f"components/{name}", "component.html", name, {"page": "component"},
                   doc=f"Drawn as instantiated in {first['name']} ({first['uid']}).", svg=svg,
-                  uses=[{k: v for k, v in u.items() if k != "doc"} for u in uses[name]], diffs=diffs, legend=False,
-                  a_name="", b_name="")
+                  uses=uses[name], diffs=diffs, legend=False, a_name="", b_name="")
         items.append({"href": f"{name}/", "label": name, "note": f"used by {len(uses[name])} layer templates"})
     for a in names:
         for b in names:
             if a == b:
                 continue
             ua, ub = uses[a][0], uses[b][0]
-            union, status = diff_graphs(_short(graphs.level_graph(ua["doc"], ua["uid"])),
-                                        _short(graphs.level_graph(ub["doc"], ub["uid"])))
+            union, status = diff_graphs(_short(drawn[a]), _short(drawn[b]))
             svg = render_svg(union, status=status, title=f"{a} vs {b}")
             site.page(f"components/diff/{a}--{b}", "component.html", f"{a} vs {b}", {"page": "diff"},
                       doc=f"Nodes paired by their declared name: {a} as in {ua['name']}, {b} as in {ub['name']}.",
                       svg=svg, uses=[], diffs=[], legend=True, a_name=a, b_name=b)
             items.append({"href": f"diff/{a}--{b}/", "label": f"graph diff: {a} vs {b}", "note": ""})
-    contracts = json.loads((results.root / "contracts.json").read_text()) if (results.root / "contracts.json").exists() else {}
+    contracts = inputs["contracts"]
     specs = {slot: charts.contract_specs(c) for slot, c in contracts.items()}
     site.page("components", "components.html", "Components", {"page": "components", "specs": specs},
               items=items, contracts=contracts, paged=set(names),
@@ -672,7 +684,7 @@ def _playground(site: Site, results: Results, previous: Path | None = None) -> N
     diff of the swapped mixer as the corpus instantiates both; plus the catalog of slots and the
     library components fitting each."""
     path = results.root / "variants.json"
-    doc = json.loads(path.read_text()) if path.exists() else {"variants": [], "catalog": {}, "used": {}, "dims": {}}
+    doc = read_json(path) if path.exists() else {"variants": [], "catalog": {}, "used": {}, "dims": {}}
     uses = _attention_instances(results)
     for v in doc["variants"]:
         v["slug"] = slug(v["model_id"])
@@ -730,7 +742,7 @@ def _playground_diffs(results: Results, uses: dict, drawn: dict[str, str] | None
         base = results.documents.get(model_id)
         if not path.exists() or base is None:
             continue
-        doc = json.loads(path.read_text())
+        doc = read_json(path)
         at = {c["uid"]: c["component"] for c in base["components"]}
         for picks in doc["picks"].values():
             for new, p in picks.items():
@@ -756,7 +768,7 @@ def _playground_data(site: Site, results: Results, model_id: str) -> None:
     the model's pages, so a model whose results did not change keeps its file."""
     source = results.root / "playground" / f"{slug(model_id)}.json"
     if source.exists():        # the blocks' graphs are drawn once for the corpus (_playground_diffs)
-        doc = {k: v for k, v in json.loads(source.read_text()).items() if k != "graphs"}
+        doc = {k: v for k, v in read_json(source).items() if k != "graphs"}
         site.gzip_json(_PLAYGROUND_DATA.format(slug(model_id)), doc)
 
 

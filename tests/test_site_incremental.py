@@ -80,6 +80,26 @@ def test_one_spec_edit_renders_that_model_again_and_matches_a_fresh_render(built
     assert {k: v for k, (_, v) in after.items()} == _fresh(out / "results", tmp)
 
 
+def test_a_notes_edit_carries_the_components_pages(built):
+    """Issue 19: the components pages are keyed by what they show (each attention component's uses,
+    the graph it is drawn from, contracts.json), not by every model's results: a model's notes
+    change none of it, so they are carried (same files), and the site still equals a fresh render."""
+    tmp, corpus_dir, out = built
+    before = _tree(out / "site")
+    spec = corpus_dir / "models" / "openai--gpt-oss-20b.yaml"
+    spec.write_text(spec.read_text().replace("notes: >-", "notes: >-\n  (edited)", 1))
+    report = build(load_corpus(corpus_dir), out, MODELS, TINY, jobs=1, site=render_staged)
+    assert report.recomputed == ["openai/gpt-oss-20b"]
+    after = _tree(out / "site")
+    assert "(edited)" in (out / "site" / "models" / "openai--gpt-oss-20b" / "index.html").read_text()
+    shown = [rel for rel in after if rel.startswith("components/")]
+    assert {"components/index.html", "components/gqa_attention/index.html"} <= set(shown)
+    for rel in shown:
+        assert after[rel][0] == before[rel][0], f"{rel} was rendered again although nothing it shows changed"
+    assert after["index.html"][0] != before["index.html"][0]      # the gallery (it shows every model) was not
+    assert {k: v for k, (_, v) in after.items()} == _fresh(out / "results", tmp)
+
+
 def test_a_damaged_published_page_is_rendered_again(built):
     tmp, corpus_dir, out = built
     page = out / "site" / "models" / "openai--gpt-oss-20b" / "index.html"

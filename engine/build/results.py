@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import hashlib
 import io
 import json
@@ -55,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from engine.build import landscape, publish
+from engine.build import collector, landscape, publish
 from engine.build.export import KV_LENGTHS
 from engine.project import PACKAGE_ROOT
 from engine.spec import kv
@@ -948,6 +949,8 @@ def worker_init(parent: int, seed: tuple | None = None) -> None:
     _IN_WORKER = parent
     if seed is not None:             # (key, the pickled corpus's file: _pool)
         _CORPORA[seed[0]] = pickle.loads(Path(seed[1]).read_bytes())
+    gc.freeze()                      # the modules and the corpus live as long as the worker: never walk them
+    collector.tune()                 # (already so when spawned by the archledger command: site_builder.cli)
     if sys.platform.startswith("linux"):
         try:
             import ctypes

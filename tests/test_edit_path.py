@@ -1,0 +1,68 @@
+"""The one-spec edit's critical path (issue 19): what it relies on besides fewer page groups.
+
+The site parses the results' JSON with the cyclic collector paused (site_builder.data.read_json),
+and a --jobs worker runs with the corpus frozen out of the collector's sight and rarer collections
+(engine/build/collector.py). Neither may change a result: the first must give what
+``json.loads`` gives and leave the collector as it found it; the second must be what a worker runs
+with.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from engine.build import collector, results
+from site_builder.data import gc_paused, read_json
+
+
+def test_read_json_is_json_loads_and_restores_the_collector(tmp_path):
+    path = tmp_path / "doc.json"
+    value = {"a": [1, 2.5, None, {"b": "\u2028"}], "c": True}
+    path.write_text(json.dumps(value))
+    assert gc.isenabled()
+    assert read_json(path) == value
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert read_json(path) == value
+        assert not gc.isenabled()           # a caller's own pause is not ended by ours
+    finally:
+        gc.enable()
+    path.write_text("{not json")
+    with pytest.raises(ValueError):
+        read_json(path)
+    assert gc.isenabled()                   # not even when the parse fails
+
+
+def test_gc_paused_pauses_inside_only():
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def _collector_state() -> tuple:
+    return gc.get_threshold(), gc.get_freeze_count() > 0
+
+
+def test_a_build_worker_runs_with_the_thresholds_and_a_frozen_start():
+    import os
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context, initializer=results.worker_init,
+                             initargs=(os.getpid(),)) as pool:
+        thresholds, frozen = pool.submit(_collector_state).result(timeout=120)
+    assert thresholds == collector.THRESHOLDS and frozen
+
+
+def test_the_archledger_command_collects_at_the_thresholds():
+    """Set when site_builder.cli is imported (before its other imports), so a spawned worker, which
+    imports it first, starts with them too."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "import gc, site_builder.cli; print(gc.get_threshold())"],
+                         capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent).stdout
+    assert out.strip() == str(collector.THRESHOLDS)
