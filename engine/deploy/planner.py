@@ -477,9 +477,25 @@ def _kv_per_device(ev: Evaluation, program: Program, placer: Placer,
             split = placer.split(Tensor(row.out.axes[2:]), Layout(layout.shards[2:]))
         else:
             split = placer.split(Tensor(row.out.axes[1:]), Layout(layout.shards[1:]))
-        element = CACHE_DTYPE_BYTES[cache.dtype] if cache.dtype else KV_BYTES
-        total += kv.tokens_kept(cache, LENGTH) * cache.per_token * element / split * count
+        total += _cache_bytes(cache) / split * count
     return total
+
+
+_CACHE_BYTES: dict[int, tuple] = {}     # id(cache entry) -> (the entry, :func:`_cache_bytes` of it)
+
+
+def _cache_bytes(cache) -> sympy.Expr:
+    """Bytes one layer of a cache entry holds for one request at context ``length``, unsharded:
+    tokens kept x elements per token x element bytes (``kv_bytes`` unless the entry has its own
+    dtype). A function of the entry alone, and every config's memory figures read it for every
+    stage (``sympy.Min`` of a window is slow to build): computed once per entry object."""
+    found = _CACHE_BYTES.get(id(cache))
+    if found is None or found[0] is not cache:
+        if len(_CACHE_BYTES) > 4096:      # the entries of a few models at a time
+            _CACHE_BYTES.clear()
+        element = CACHE_DTYPE_BYTES[cache.dtype] if cache.dtype else KV_BYTES
+        found = _CACHE_BYTES[id(cache)] = (cache, kv.tokens_kept(cache, LENGTH) * cache.per_token * element)
+    return found[1]
 
 
 def _layers_on_stage(ev: Evaluation, uid: str, stage: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
