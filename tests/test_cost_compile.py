@@ -1,9 +1,9 @@
 """Consistency (the engine with sympy): a compiled step expression is the function sympy.lambdify makes.
 
-engine.deploy.cost compiles step expressions with its own printer set-up (lambdify's NumPy printer,
-memoized per sub-expression, in lambdify's namespace) instead of calling sympy.lambdify per
-expression. The contract is that the generated source is lambdify's, character for character, so
-the functions compute the same floats. The reference here is sympy itself: ``inspect.getsource``
+engine.deploy.cost compiles step expressions with sympy.lambdify given one shared printer (lambdify's
+NumPy printer, memoized per sub-expression) instead of a new one per expression. The contract is
+that the generated source is what lambdify writes with its own printer, character for character,
+so the functions compute the same floats. The reference here is sympy itself: ``inspect.getsource``
 of what ``sympy.lambdify(ARGS, expr, modules=...)`` returns. A planted bug this catches: a printer
 setting that differs (``fully_qualified_modules``, the Min/Max user functions), a memoized text that
 depends on where it was printed, a missing parenthesis on a multi-line body.
@@ -46,30 +46,36 @@ def _reference(expr) -> str:
     return inspect.getsource(sympy.lambdify(cost.ARGS, expr, modules=cost._MODULES, docstring_limit=0))
 
 
+def _source(expr) -> str:
+    return inspect.getsource(cost._lambdify(expr))
+
+
 @pytest.mark.parametrize("index", range(len(HAND)))
 def test_hand_expressions_print_as_lambdify(index):
     expr = HAND[index]
-    assert cost._LAMBDIFY.source(expr) == _reference(expr)
+    assert _source(expr) == _reference(expr)
     # printed twice (the second time from the memo): the same text
-    assert cost._LAMBDIFY.source(expr) == _reference(expr)
+    assert _source(expr) == _reference(expr)
 
 
 def test_compiled_functions_give_lambdify_floats():
     args = (np.array([1.0, 3.0, 64.0])[:, None], np.array([1.0, 17.0, 8192.0])[:, None],
             np.array([1.0, 1000.0, 131072.0])[None, :], np.array(2.0))
     for expr in HAND:
-        ours = cost._LAMBDIFY(expr)(*args)
+        ours = cost._lambdify(expr)(*args)
         theirs = sympy.lambdify(cost.ARGS, expr, modules=cost._MODULES)(*args)
         assert np.array_equal(ours, theirs)
 
 
-def test_other_nodes_go_to_lambdify():
-    # a Float's text depends on the print depth, another symbol would be read from the namespace:
-    # neither is printed by the compiler, both still compile (by sympy.lambdify itself)
-    for expr in (sympy.Float("0.3") * B * S, B * symbols.dim("hidden")):
-        assert cost._LAMBDIFY.source(expr) is None
-        assert callable(cost._LAMBDIFY(expr))
-    assert cost._LAMBDIFY(sympy.Float("0.3") * B * S)(2.0, 5.0, 1.0, 1.0) == pytest.approx(3.0)
+def test_other_nodes_get_lambdify_s_own_printer():
+    # a Float's text depends on the print depth, another symbol is read from the namespace: the
+    # shared printer never sees them (its memo would hold a depth's text)
+    cost._lambdify(HAND[0])       # the shared printer exists
+    for expr in (sympy.Float("0.3") * B * S + sympy.Float("0.25") * C, B * symbols.dim("hidden")):
+        memo = dict(cost._PRINTER[0]._memo)
+        assert _source(expr) == _reference(expr)
+        assert cost._PRINTER[0]._memo == memo
+    assert cost._lambdify(sympy.Float("0.3") * B * S)(2.0, 5.0, 1.0, 1.0) == pytest.approx(3.0)
 
 
 def test_a_structure_s_step_expressions_print_as_lambdify(corpus, evaluation):
@@ -84,5 +90,5 @@ def test_a_structure_s_step_expressions_print_as_lambdify(corpus, evaluation):
             for expr in (*cost.step_totals(step), step.repeat):
                 if not expr.is_number and expr not in seen:
                     seen.add(expr)
-                    assert cost._LAMBDIFY.source(expr) == _reference(expr), expr
+                    assert _source(expr) == _reference(expr), expr
     assert len(seen) > 20

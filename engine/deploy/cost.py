@@ -73,13 +73,13 @@ def _compiled(expr: sympy.Expr):
     if fn is None:
         # constants are stored as floats too: converting a sympy number goes through mpmath, and
         # the same few thousand constants recur in every structure of a model
-        fn = _FUNCTIONS[expr] = float(expr) if expr.is_number else _LAMBDIFY(expr)
+        fn = _FUNCTIONS[expr] = float(expr) if expr.is_number else _lambdify(expr)
     return fn
 
 
 class _MemoPrinter(NumPyPrinter):
-    """The printer ``sympy.lambdify(ARGS, expr, modules=_MODULES)`` makes, printing each distinct
-    sub-expression once per process: step expressions share most of their terms (the same
+    """The NumPy printer lambdify makes for ``modules=_MODULES``, printing each distinct
+    sub-expression once per process (bounded): step expressions share most of their terms (the same
     ``batch*seq*...`` products under every config and fusion), so a new expression prints only
     what is new in it. Used only on the node types of :data:`_PLAIN`, whose text is a function
     of the node alone (no printer state: no Floats, whose text depends on the print depth, no
@@ -94,65 +94,36 @@ class _MemoPrinter(NumPyPrinter):
             return super()._print(expr, **kwargs)
         text = self._memo.get(expr)
         if text is None:
+            if len(self._memo) > 500_000:     # the sub-expressions of many models: keep it bounded
+                self._memo.clear()
             text = self._memo[expr] = super()._print(expr)
         return text
 
 
-#: The node types :class:`_Lambdify` prints itself; any other type goes to sympy.lambdify.
+#: The node types whose printed text is a function of the node alone (see :class:`_MemoPrinter`).
 _PLAIN = frozenset({sympy.Symbol, sympy.Integer, sympy.core.numbers.Zero, sympy.core.numbers.One,
                     sympy.core.numbers.NegativeOne, sympy.Rational, sympy.core.numbers.Half, sympy.Add,
                     sympy.Mul, sympy.Pow, sympy.Min, sympy.Max, sympy.floor, sympy.ceiling})
+_PRINTER: list = []      # [the process's _MemoPrinter], made on first use
 
 
-class _Lambdify:
-    """``sympy.lambdify(ARGS, expr, modules=_MODULES)`` without its per-call set-up: the same
-    function source (the printer lambdify builds, memoized per sub-expression; the same signature
-    and ``return`` line), executed in the namespace lambdify builds for these modules (shared by
-    every function; the names a printed function imports are added to it as lambdify adds them).
-    Equal source in an equal namespace is the same function, so the floats are lambdify's
-    (tests/test_cost_compile.py compares the sources). Expressions with another node type or a
-    symbol outside ARGS go to sympy.lambdify itself. Per call lambdify spent most of its time on
-    argument bookkeeping (sorting the four arguments), copying numpy's namespace and printing
-    terms it had printed before."""
-
-    def __init__(self):
-        self.printer = None
-
-    def _setup(self) -> None:
-        user_functions = {k: k for m in _MODULES[::-1] if isinstance(m, dict) for k in m}
-        self.printer = _MemoPrinter({"fully_qualified_modules": False, "inline": True,
-                                     "allow_unknown_functions": True, "user_functions": user_functions})
-        # lambdify's namespace for these modules, as one call of it builds it
-        self.namespace = dict(sympy.lambdify(ARGS, ARGS[0], modules=_MODULES, docstring_limit=0).__globals__)
-        self.header = "def _lambdifygenerated({}):\n".format(", ".join(str(a) for a in ARGS))
-        self.args = frozenset(ARGS)
-
-    def source(self, expr: sympy.Expr) -> str | None:
-        """The function's source as lambdify writes it, or None when ``expr`` is not plain."""
-        if self.printer is None:
-            self._setup()
-        for node in sympy.preorder_traversal(expr):
-            if type(node) not in _PLAIN or (type(node) is sympy.Symbol and node not in self.args):
-                return None
-        text = self.printer.doprint(expr)
-        if "\n" in text:
-            text = "({})".format(text)
-        return self.header + "    return {}\n".format(text)
-
-    def __call__(self, expr: sympy.Expr):
-        source = self.source(expr)
-        if source is None:
-            return sympy.lambdify(ARGS, expr, modules=_MODULES, docstring_limit=0)
-        for module, names in self.printer.module_imports.items():
-            for name in names:
-                if name not in self.namespace:
-                    exec("from %s import %s" % (module, name), {}, self.namespace)
-        local: dict = {}
-        exec(compile(source, "<lambdifygenerated>", "exec"), self.namespace, local)
-        return local["_lambdifygenerated"]
-
-
-_LAMBDIFY = _Lambdify()
+def _lambdify(expr: sympy.Expr):
+    """``sympy.lambdify(ARGS, expr, modules=_MODULES)``, printed by one shared :class:`_MemoPrinter`
+    when every node of ``expr`` is of a :data:`_PLAIN` type and its symbols are ARGS. The printer
+    has the settings lambdify gives its own (user functions from the modules' dicts), so the
+    function's source is the one lambdify writes without it, and the floats are the same
+    (tests/test_cost_compile.py compares the sources). Printing was most of lambdify's time."""
+    printer = None
+    if all(type(node) in _PLAIN and (type(node) is not sympy.Symbol or node in ARGS)
+           for node in sympy.preorder_traversal(expr)):
+        if not _PRINTER:
+            _PRINTER.append(_MemoPrinter({"fully_qualified_modules": False, "inline": True,
+                                          "allow_unknown_functions": True,
+                                          "user_functions": {k: k for m in _MODULES if isinstance(m, dict)
+                                                             for k in m}}))
+        printer = _PRINTER[0]
+    # no docstring: printing the expression into it is a quarter of lambdify's time
+    return sympy.lambdify(ARGS, expr, modules=_MODULES, printer=printer, docstring_limit=0)
 
 
 class CompiledProgram:
