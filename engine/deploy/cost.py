@@ -77,6 +77,24 @@ def _compiled(expr: sympy.Expr):
     return fn
 
 
+#: id(step) -> (step, its compiled columns): structures share most step objects (see _BY_STEP).
+_STEP_FUNCTIONS: dict[int, tuple] = {}
+
+
+def _step_functions(step: Step) -> tuple:
+    """The step's four totals (:func:`step_totals`) compiled, and its calls (a collective's repeat;
+    0.0 for a compute step), each a function or a float (:func:`_compiled`): once per step object."""
+    mine = _STEP_FUNCTIONS.get(id(step))
+    if mine is not None and mine[0] is step:
+        return mine[1]
+    totals = step_totals(step)
+    out = (*(_compiled(t) for t in totals), _compiled(step.repeat) if step.collective else 0.0)
+    if len(_STEP_FUNCTIONS) > 200_000:      # as _BY_STEP: the steps of a model or two
+        _STEP_FUNCTIONS.clear()
+    _STEP_FUNCTIONS[id(step)] = (step, out)
+    return out
+
+
 class _MemoPrinter(NumPyPrinter):
     """The NumPy printer lambdify makes for ``modules=_MODULES``, printing each distinct
     sub-expression once per process (bounded): step expressions share most of their terms (the same
@@ -136,10 +154,10 @@ class CompiledProgram:
 
     def __init__(self, program: Program):
         self.program = program
-        totals = [step_totals(s) for s in program.steps]
-        self._columns = [[_compiled(t[i]) for t in totals] for i in range(4)]
+        compiled = [_step_functions(s) for s in program.steps]
+        self._columns = [[c[i] for c in compiled] for i in range(4)]
         # collectives (alone or fused): calls per step, each paying the per-call latency
-        self._calls = [_compiled(s.repeat) if s.collective else 0.0 for s in program.steps]
+        self._calls = [c[4] for c in compiled]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
         self._splits: dict[int, tuple] = {}
         self._evaluated: dict[tuple, dict[int, np.ndarray]] = {}     # evaluate()'s columns per point set
