@@ -439,12 +439,28 @@ def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: d
     per_stage_kv = [_kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], rows) for rows in stages]
     if options.mtp_tokens:
         per_stage_kv[-1] += _kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], None, MTP_STACK)
-    kv_dev = sympy.Max(*set(per_stage_kv))
+    kv_dev = _max(frozenset(per_stage_kv))
     if len(_MEMORY) > 256:          # the placements of one model at a time, roughly
         _MEMORY.clear()
     result = (float(per_stage[worst]), weight_formula, kv_dev)
     _MEMORY[key] = ((numeric, symbolic), result)
     return result
+
+
+_MAXIMA: dict[frozenset, sympy.Expr] = {}    # {per-stage KV expressions} -> their sympy.Max
+
+
+def _max(terms: frozenset) -> sympy.Expr:
+    """``sympy.Max`` of a set of expressions, once per set: configs that differ in what does not
+    split the cache (experts, DP) have the same per-stage KV, and comparing expressions in
+    ``length`` to drop the ones never largest is slow. Max's result does not depend on the order
+    of its arguments (it sorts what survives), so a set is the key."""
+    found = _MAXIMA.get(terms)
+    if found is None:
+        if len(_MAXIMA) > 4096:
+            _MAXIMA.clear()
+        found = _MAXIMA[terms] = sympy.Max(*terms)
+    return found
 
 
 def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Options(),
