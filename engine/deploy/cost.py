@@ -19,6 +19,7 @@ from typing import Mapping
 
 import numpy as np
 import sympy
+from sympy.printing.numpy import NumPyPrinter
 
 from engine.spec import symbols
 from engine.deploy.hardware import GPU
@@ -72,10 +73,75 @@ def _compiled(expr: sympy.Expr):
     if fn is None:
         # constants are stored as floats too: converting a sympy number goes through mpmath, and
         # the same few thousand constants recur in every structure of a model
-        # no docstring: printing the expression into it is a quarter of lambdify's time
-        fn = _FUNCTIONS[expr] = float(expr) if expr.is_number else \
-            sympy.lambdify(ARGS, expr, modules=_MODULES, docstring_limit=0)
+        fn = _FUNCTIONS[expr] = float(expr) if expr.is_number else _lambdify(expr)
     return fn
+
+
+#: id(step) -> (step, its compiled columns): structures share most step objects (see _BY_STEP).
+_STEP_FUNCTIONS: dict[int, tuple] = {}
+
+
+def _step_functions(step: Step) -> tuple:
+    """The step's four totals (:func:`step_totals`) compiled, and its calls (a collective's repeat;
+    0.0 for a compute step), each a function or a float (:func:`_compiled`): once per step object."""
+    mine = _STEP_FUNCTIONS.get(id(step))
+    if mine is not None and mine[0] is step:
+        return mine[1]
+    totals = step_totals(step)
+    out = (*(_compiled(t) for t in totals), _compiled(step.repeat) if step.collective else 0.0)
+    if len(_STEP_FUNCTIONS) > 200_000:      # as _BY_STEP: the steps of a model or two
+        _STEP_FUNCTIONS.clear()
+    _STEP_FUNCTIONS[id(step)] = (step, out)
+    return out
+
+
+class _MemoPrinter(NumPyPrinter):
+    """The NumPy printer lambdify makes for ``modules=_MODULES``, printing each distinct
+    sub-expression once per process (bounded): step expressions share most of their terms (the same
+    ``batch*seq*...`` products under every config and fusion), so a new expression prints only
+    what is new in it. Used only on the node types of :data:`_PLAIN`, whose text is a function
+    of the node alone (no printer state: no Floats, whose text depends on the print depth, no
+    unsupported functions or number constants, which doprint collects per call)."""
+
+    def __init__(self, settings):
+        super().__init__(settings)
+        self._memo: dict[sympy.Basic, str] = {}
+
+    def _print(self, expr, **kwargs) -> str:
+        if kwargs:                       # a variant of a node's text (e.g. Pow's rational=): not shared
+            return super()._print(expr, **kwargs)
+        text = self._memo.get(expr)
+        if text is None:
+            if len(self._memo) > 500_000:     # the sub-expressions of many models: keep it bounded
+                self._memo.clear()
+            text = self._memo[expr] = super()._print(expr)
+        return text
+
+
+#: The node types whose printed text is a function of the node alone (see :class:`_MemoPrinter`).
+_PLAIN = frozenset({sympy.Symbol, sympy.Integer, sympy.core.numbers.Zero, sympy.core.numbers.One,
+                    sympy.core.numbers.NegativeOne, sympy.Rational, sympy.core.numbers.Half, sympy.Add,
+                    sympy.Mul, sympy.Pow, sympy.Min, sympy.Max, sympy.floor, sympy.ceiling})
+_PRINTER: list = []      # [the process's _MemoPrinter], made on first use
+
+
+def _lambdify(expr: sympy.Expr):
+    """``sympy.lambdify(ARGS, expr, modules=_MODULES)``, printed by one shared :class:`_MemoPrinter`
+    when every node of ``expr`` is of a :data:`_PLAIN` type and its symbols are ARGS. The printer
+    has the settings lambdify gives its own (user functions from the modules' dicts), so the
+    function's source is the one lambdify writes without it, and the floats are the same
+    (tests/test_cost_compile.py compares the sources). Printing was most of lambdify's time."""
+    printer = None
+    if all(type(node) in _PLAIN and (type(node) is not sympy.Symbol or node in ARGS)
+           for node in sympy.preorder_traversal(expr)):
+        if not _PRINTER:
+            _PRINTER.append(_MemoPrinter({"fully_qualified_modules": False, "inline": True,
+                                          "allow_unknown_functions": True,
+                                          "user_functions": {k: k for m in _MODULES if isinstance(m, dict)
+                                                             for k in m}}))
+        printer = _PRINTER[0]
+    # no docstring: printing the expression into it is a quarter of lambdify's time
+    return sympy.lambdify(ARGS, expr, modules=_MODULES, printer=printer, docstring_limit=0)
 
 
 class CompiledProgram:
@@ -88,10 +154,10 @@ class CompiledProgram:
 
     def __init__(self, program: Program):
         self.program = program
-        totals = [step_totals(s) for s in program.steps]
-        self._columns = [[_compiled(t[i]) for t in totals] for i in range(4)]
+        compiled = [_step_functions(s) for s in program.steps]
+        self._columns = [[c[i] for c in compiled] for i in range(4)]
         # collectives (alone or fused): calls per step, each paying the per-call latency
-        self._calls = [_compiled(s.repeat) if s.collective else 0.0 for s in program.steps]
+        self._calls = [c[4] for c in compiled]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
         self._splits: dict[int, tuple] = {}
         self._evaluated: dict[tuple, dict[int, np.ndarray]] = {}     # evaluate()'s columns per point set

@@ -271,6 +271,22 @@ class _Graph:
         return out
 
 
+#: id(program) -> (program, its _Graph, {match: fused step}, {(step uid, inputs): renamed step}):
+#: matching and fusing read the same links of a placed program, and the structures of its
+#: regimes, arch classes and frameworks fuse many of the same matches.
+_PROGRAMS: dict[int, tuple] = {}
+
+
+def _program_memo(program: Program) -> tuple:
+    """``program``'s graph and the fused and renamed steps made of it so far (see _PROGRAMS)."""
+    hit = _PROGRAMS.get(id(program))
+    if hit is None or hit[0] is not program:
+        if len(_PROGRAMS) > 4096:      # placements of one model: keep it bounded across models
+            _PROGRAMS.clear()
+        hit = _PROGRAMS[id(program)] = (program, _Graph(program), {}, {})
+    return hit
+
+
 def _conditions(rule: Rule, members: list[Step], gpu, config, phase: str, tokens: int | None) -> bool:
     when = rule.when
     if "arch" in when and gpu.arch not in when["arch"]:
@@ -384,7 +400,7 @@ def _rule_candidates(program: Program, table: FusionTable) -> tuple[dict, list]:
     hit = _CANDIDATES.get(key)
     if hit is not None and hit[0] is program and hit[1] is table:
         return hit[2]
-    graph = _Graph(program)
+    graph = _program_memo(program)[1]
     found = []
     for rank, rule in enumerate(table.rules):
         if not rule.enabled:
@@ -400,48 +416,65 @@ def _rule_candidates(program: Program, table: FusionTable) -> tuple[dict, list]:
 
 
 def fuse(program: Program, matches: list[Match]) -> Program:
-    """Replace each match's members by one fused step (FLOPs summed, bytes at the boundary)."""
+    """Replace each match's members by one fused step (FLOPs summed, bytes at the boundary).
+
+    A fused step is a function of the program and its match alone (its members, the producers
+    they read and whether their outputs are read outside it), and a step reading fused outputs
+    of its inputs' new names: both are made once per program and reused by later calls."""
     if not matches:
         return program
-    graph = _Graph(program)
-    steps = graph.steps
+    _, graph, fused_memo, renamed_memo = _program_memo(program)
     renamed: dict[str, str] = {}
     fused: dict[str, Step] = {}
     for m in matches:
-        members = [steps[u] for u in m.members]
-        inside = set(m.members)
-        uid = f"{m.rule}@{members[0].uid}"
-        reads, seen = ZERO, set()
-        for s in members:
-            for src in s.inputs:
-                producer = steps.get(src)
-                base = graph.producers(producer) if producer is not None and producer.view else [src]
-                if inside.isdisjoint(base) and src not in seen:
-                    seen.add(src)
-                    reads += producer.out_read if producer is not None else ZERO
-        # sympy.Add(*terms) flattens once; sum() would re-flatten a growing Add at every term
-        writes = sympy.Add(*(s.written for s in members
-                             if not set(graph.consumers.get(s.uid, [])) <= inside or not graph.consumers.get(s.uid)))
-        last = members[-1]
-        matmul = next((s for s in members if s.op in MATMULS), None)
-        comm = next((s for s in members if s.kind == "comm"), None)
-        fused[m.members[-1]] = Step(
-            uid, m.rule, m.rule, "fused", last.role, last.component, last.component_uid, last.repeat,
-            tuple(dict.fromkeys(i for s in members for i in s.inputs if i not in inside)),
-            sympy.Add(*(s.flops for s in members)), reads + writes,
-            sympy.Add(*(s.weight_bytes for s in members)), sympy.Add(*(s.comm_bytes for s in members)),
-            m.compute or (matmul.compute_dtype if matmul else "bf16"), last.layout, last.out, last.out_read,
-            group=comm.group if comm else "", link=comm.link if comm else "", written=writes,
-            parts=tuple(m.members), dims=last.dims, last_token=last.last_token,
-            collective=comm.collective if comm else "", ranks=comm.ranks if comm else 1,
-            nodes=comm.nodes if comm else 1)
+        step = fused_memo.get(m)
+        if step is None:
+            step = fused_memo[m] = _fused_step(graph, m)
+        fused[m.members[-1]] = step
         for u in m.members:
-            renamed[u] = uid
+            renamed[u] = step.uid
     out = []
     for step in program.steps:
         if step.uid in fused:
             out.append(fused[step.uid])
         elif step.uid not in renamed:
-            out.append(replace(step, inputs=tuple(renamed.get(i, i) for i in step.inputs))
-                       if any(i in renamed for i in step.inputs) else step)
+            if any(i in renamed for i in step.inputs):
+                inputs = tuple(renamed.get(i, i) for i in step.inputs)
+                new = renamed_memo.get((step.uid, inputs))
+                if new is None:
+                    new = renamed_memo[(step.uid, inputs)] = replace(step, inputs=inputs)
+                step = new
+            out.append(step)
     return replace(program, steps=tuple(out))
+
+
+def _fused_step(graph: _Graph, m: Match) -> Step:
+    """The one step replacing match ``m``'s members in ``graph``'s program."""
+    steps = graph.steps
+    members = [steps[u] for u in m.members]
+    inside = set(m.members)
+    uid = f"{m.rule}@{members[0].uid}"
+    reads, seen = ZERO, set()
+    for s in members:
+        for src in s.inputs:
+            producer = steps.get(src)
+            base = graph.producers(producer) if producer is not None and producer.view else [src]
+            if inside.isdisjoint(base) and src not in seen:
+                seen.add(src)
+                reads += producer.out_read if producer is not None else ZERO
+    # sympy.Add(*terms) flattens once; sum() would re-flatten a growing Add at every term
+    writes = sympy.Add(*(s.written for s in members
+                         if not set(graph.consumers.get(s.uid, [])) <= inside or not graph.consumers.get(s.uid)))
+    last = members[-1]
+    matmul = next((s for s in members if s.op in MATMULS), None)
+    comm = next((s for s in members if s.kind == "comm"), None)
+    return Step(
+        uid, m.rule, m.rule, "fused", last.role, last.component, last.component_uid, last.repeat,
+        tuple(dict.fromkeys(i for s in members for i in s.inputs if i not in inside)),
+        sympy.Add(*(s.flops for s in members)), reads + writes,
+        sympy.Add(*(s.weight_bytes for s in members)), sympy.Add(*(s.comm_bytes for s in members)),
+        m.compute or (matmul.compute_dtype if matmul else "bf16"), last.layout, last.out, last.out_read,
+        group=comm.group if comm else "", link=comm.link if comm else "", written=writes,
+        parts=tuple(m.members), dims=last.dims, last_token=last.last_token,
+        collective=comm.collective if comm else "", ranks=comm.ranks if comm else 1,
+        nodes=comm.nodes if comm else 1)

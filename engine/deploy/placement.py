@@ -121,7 +121,37 @@ class DeviceTypes:
 
 
 def _prod(values) -> sympy.Expr:
-    return reduce(operator.mul, values, ONE)
+    return reduce(_mul, values, ONE)
+
+
+#: (operator, a, b, type(a), type(b)) -> a op b. Placement repeats the same few products and
+#: quotients under every config and phase (a row's FLOPs over a split of 2, 4, 8; the same
+#: activation sizes in every layer template), and building a sympy expression is most of its
+#: time. The types are part of the key because 2 == 2.0 in Python while x*2 and x*2.0 differ.
+_ARITH: dict[tuple, object] = {}
+
+
+def _arith(op, a, b):
+    """``op(a, b)`` for the sympy arithmetic of placement, computed once per operand pair (bounded)."""
+    key = (op, a, b, type(a), type(b))
+    found = _ARITH.get(key)
+    if found is None:
+        if len(_ARITH) > 500_000:
+            _ARITH.clear()
+        found = _ARITH[key] = op(a, b)
+    return found
+
+
+def _mul(a, b):
+    return _arith(operator.mul, a, b)
+
+
+def _div(a, b):
+    return _arith(operator.truediv, a, b)
+
+
+def _add(a, b):
+    return _arith(operator.add, a, b)
 
 
 def shard_unit(name: str, dims_table: Mapping) -> str | None:
@@ -150,11 +180,11 @@ class _LayoutRules:
         local_instances, touched = self.instances(row)
         for leaf, per_instance, compute in self.weights(row):
             split = _prod(self.factor(a, axis_groups(a, i)) for i, a in enumerate(leaf.axes))
-            stored += per_instance / split * local_instances
+            stored = _add(stored, _mul(_div(per_instance, split), local_instances))
             if leaf.name == "weight":
                 dtype = compute
         self.stored[row.uid] = stored
-        return stored * touched, dtype
+        return _mul(stored, touched), dtype
 
     def instances(self, row: NodeRow) -> tuple[sympy.Expr, sympy.Expr]:
         """Expert instances on this device, and the share of them one step's tokens touch."""
@@ -446,13 +476,13 @@ class Placer(_LayoutRules, _ParallelRules):
         found = self._locals.get(key)
         if found is None:
             total = tensor.computed if computed else tensor.numel
-            found = self._locals[key] = total / _prod(self.factor(a, gs) for a, gs in zip(tensor.axes, layout.shards))
+            found = self._locals[key] = _div(total, _prod(self.factor(a, gs) for a, gs in zip(tensor.axes, layout.shards)))
         return found
 
     def split(self, tensor: Tensor, layout: Layout) -> sympy.Expr:
         """Ways the work producing ``tensor`` is divided: its shards and its partial groups."""
-        return _prod(self.factor(a, gs) for a, gs in zip(tensor.axes, layout.shards)) * \
-            _prod(g.expr for g in layout.partial)
+        return _mul(_prod(self.factor(a, gs) for a, gs in zip(tensor.axes, layout.shards)),
+                    _prod(g.expr for g in layout.partial))
 
     def region(self, row: NodeRow) -> str:
         return "experts" if row.role in EXPERT_ROLES else "default"
@@ -499,17 +529,18 @@ class Placer(_LayoutRules, _ParallelRules):
         """Record a compute step for ``row`` with output ``layout``."""
         op = OPS[row.op]
         element = self.types.kv_bytes if op.cache_output else op.out_element_bytes or self.types.act_bytes
-        out_bytes = self.local(row.out, layout) * element
+        out_bytes = _mul(self.local(row.out, layout), element)
         work = kw.pop("work", layout)   # the layout dividing the work (default: the output's)
         if op.view:
             source = inputs[0].out_read if inputs else ZERO
             read = out_bytes if op.partial else source
             step = self._step(row, inputs, layout, ZERO, ZERO, ZERO, "bf16", read, view=True)
         else:
-            flops = row.flops / self.split(row.out, work) if row.flops != 0 else ZERO
-            written = (self.local(row.in_shapes[0], layout_of(inputs[0])) * self.types.kv_bytes
+            flops = _div(row.flops, self.split(row.out, work)) if row.flops != 0 else ZERO
+            written = (_mul(self.local(row.in_shapes[0], layout_of(inputs[0])), self.types.kv_bytes)
                        if op.cache_output else out_bytes)
-            traffic = sum((s.out_read for s in inputs), ZERO) + written + self.state_traffic(row, layout)
+            traffic = _add(_add(reduce(_add, (s.out_read for s in inputs), ZERO), written),
+                           self.state_traffic(row, layout))
             weight_bytes, dtype = kw.pop("weights", (ZERO, "bf16"))
             step = self._step(row, inputs, layout, flops, traffic, weight_bytes, dtype, out_bytes,
                               written=written, **kw)

@@ -441,12 +441,28 @@ def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: d
     per_stage_kv = [_kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], rows) for rows in stages]
     if options.mtp_tokens:
         per_stage_kv[-1] += _kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], None, MTP_STACK)
-    kv_dev = sympy.Max(*set(per_stage_kv))
+    kv_dev = _max(frozenset(per_stage_kv))
     if len(_MEMORY) > 256:          # the placements of one model at a time, roughly
         _MEMORY.clear()
     result = (float(per_stage[worst]), weight_formula, kv_dev)
     _MEMORY[key] = ((numeric, symbolic), result)
     return result
+
+
+_MAXIMA: dict[frozenset, sympy.Expr] = {}    # {per-stage KV expressions} -> their sympy.Max
+
+
+def _max(terms: frozenset) -> sympy.Expr:
+    """``sympy.Max`` of a set of expressions, once per set: configs that differ in what does not
+    split the cache (experts, DP) have the same per-stage KV, and comparing expressions in
+    ``length`` to drop the ones never largest is slow. Max's result does not depend on the order
+    of its arguments (it sorts what survives), so a set is the key."""
+    found = _MAXIMA.get(terms)
+    if found is None:
+        if len(_MAXIMA) > 4096:
+            _MAXIMA.clear()
+        found = _MAXIMA[terms] = sympy.Max(*terms)
+    return found
 
 
 def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Options(),
@@ -479,9 +495,25 @@ def _kv_per_device(ev: Evaluation, program: Program, placer: Placer,
             split = placer.split(Tensor(row.out.axes[2:]), Layout(layout.shards[2:]))
         else:
             split = placer.split(Tensor(row.out.axes[1:]), Layout(layout.shards[1:]))
-        element = CACHE_DTYPE_BYTES[cache.dtype] if cache.dtype else KV_BYTES
-        total += kv.tokens_kept(cache, LENGTH) * cache.per_token * element / split * count
+        total += _cache_bytes(cache) / split * count
     return total
+
+
+_CACHE_BYTES: dict[int, tuple] = {}     # id(cache entry) -> (the entry, :func:`_cache_bytes` of it)
+
+
+def _cache_bytes(cache) -> sympy.Expr:
+    """Bytes one layer of a cache entry holds for one request at context ``length``, unsharded:
+    tokens kept x elements per token x element bytes (``kv_bytes`` unless the entry has its own
+    dtype). A function of the entry alone, and every config's memory figures read it for every
+    stage (``sympy.Min`` of a window is slow to build): computed once per entry object."""
+    found = _CACHE_BYTES.get(id(cache))
+    if found is None or found[0] is not cache:
+        if len(_CACHE_BYTES) > 4096:      # the entries of a few models at a time
+            _CACHE_BYTES.clear()
+        element = CACHE_DTYPE_BYTES[cache.dtype] if cache.dtype else KV_BYTES
+        found = _CACHE_BYTES[id(cache)] = (cache, kv.tokens_kept(cache, LENGTH) * cache.per_token * element)
+    return found[1]
 
 
 def _layers_on_stage(ev: Evaluation, uid: str, stage: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
