@@ -14,6 +14,7 @@ collector changes when memory is freed, never a result.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 
 THRESHOLDS = (50_000, 20, 10)
@@ -22,3 +23,19 @@ THRESHOLDS = (50_000, 20, 10)
 def tune() -> None:
     """This process collects at :data:`THRESHOLDS`."""
     gc.set_threshold(*THRESHOLDS)
+
+
+@contextlib.contextmanager
+def model_heap():
+    """While one model is evaluated (:func:`engine.build.results.build_model`): what the process
+    already holds is frozen (the corpus and the caches outlive the model: never traced again) and
+    collections run at :data:`THRESHOLDS`, whatever the caller set (a library caller, a test); both
+    are undone after. Only when collections run changes, not what is collected."""
+    before = gc.get_threshold()
+    gc.freeze()
+    tune()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()

@@ -507,33 +507,9 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
     ``corpus``: the loaded corpus when the caller has it (in-process builds), else it is read once
     per process (:func:`cached_corpus`). ``part``: ``all``, or one of :data:`PARTS` (the counts of
     the other half are absent; :func:`merge_parts` joins two halves' counts)."""
-    with _model_heap():
+    with collector.model_heap():
         return _build_model(corpus_root, model_id, grid_path, gpu_root, staging, spec_hash, verification,
                             corpus, part)
-
-
-#: Allocations between young-generation collections while a model is evaluated (Python's default
-#: is 700). A model's evaluation allocates millions of small sympy objects and steps, few of them
-#: in reference cycles; at the default every collection of the old generation traced the whole
-#: heap (the corpus, the process's caches, earlier models' structures): a fifth of a build's CPU.
-GC_THRESHOLD = 20_000
-
-
-@contextlib.contextmanager
-def _model_heap():
-    """While one model is evaluated: what the process already holds is frozen (never traced by the
-    collector again: the corpus and caches outlive the model) and young collections run every
-    :data:`GC_THRESHOLD` allocations; both are undone after. Only when collection runs changes,
-    not what is collected, so results are the same."""
-    import gc
-    before = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(GC_THRESHOLD, *before[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
-        gc.unfreeze()
 
 
 def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, gpu_root: str | None,
