@@ -15,6 +15,7 @@ use the same code).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Mapping
 
 import numpy as np
@@ -63,6 +64,47 @@ def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.E
 
 
 _FUNCTIONS: dict[sympy.Expr, object] = {}     # expression -> its numpy function or float
+
+#: Recent point sets -> {step function: its value there}. One function serves every program that
+#: holds its expression (:func:`_compiled`), and a build evaluates sibling programs (the other
+#: fusion regimes and frameworks of a config, the prefill working set's columns, the per-op
+#: tables) at the very same points again and again: about three function calls in four were
+#: repeats. A value is a function of its inputs alone, so a stored one is the same float a new call
+#: would give. Bounded: past :data:`VALUES_ELEMENTS` stored numbers the least recently used point
+#: sets go first.
+_VALUES: OrderedDict[tuple, dict] = OrderedDict()
+_VALUES_SIZE = [0]              # numbers held in _VALUES (a list: updated in place)
+VALUES_ELEMENTS = 1 << 22       # 32 MB of float64
+
+
+def _values(args) -> dict:
+    """The stored values at the point set ``args`` (arrays: keyed by dtype, shape and bytes),
+    marked most recently used; an empty dict to fill when the set is new."""
+    key = tuple((a.dtype.str, a.shape, a.tobytes()) for a in args)
+    found = _VALUES.get(key)
+    if found is None:
+        found = _VALUES[key] = {}
+    else:
+        _VALUES.move_to_end(key)
+    return found
+
+
+def _stored(value, args):
+    """``value`` as :data:`_VALUES` keeps it: an array of its own that nobody may write to (a
+    function such as ``batch`` returns its input, which the caller owns)."""
+    if isinstance(value, np.ndarray):
+        if value.base is not None or any(value is a for a in args):
+            value = value.copy()
+        value.flags.writeable = False
+    return value
+
+
+def _trim_values() -> None:
+    """Drop the least recently used point sets while more than VALUES_ELEMENTS numbers are held
+    (the newest set stays, whatever its size)."""
+    while _VALUES_SIZE[0] > VALUES_ELEMENTS and len(_VALUES) > 1:
+        _, dropped = _VALUES.popitem(last=False)
+        _VALUES_SIZE[0] -= sum(np.size(v) for v in dropped.values())
 
 
 def _compiled(expr: sympy.Expr):
@@ -133,13 +175,22 @@ class CompiledProgram:
 
     def column(self, index: int, args, shape) -> np.ndarray:
         """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes; 4 collective calls) of
-        every step, stacked (assignment broadcasts each step's value, a float or an array)."""
+        every step, stacked (assignment broadcasts each step's value, a float or an array).
+
+        Each step function's value at these points comes from :func:`_values` (computed once per
+        function and point set, shared with every program holding the same expression)."""
         constant_at, constants, functions = self._split(index)
         out = np.empty((len(self.program.steps),) + tuple(shape))
         # constants (weight reads, fixed collectives) in one assignment; functions one by one
         out[constant_at] = constants.reshape((-1,) + (1,) * len(shape))
+        values = _values(args)
         for i, f in functions:
-            out[i] = f(*args)
+            value = values.get(f)
+            if value is None:
+                value = values[f] = _stored(f(*args), args)
+                _VALUES_SIZE[0] += np.size(value)
+            out[i] = value
+        _trim_values()
         return out
 
     def _split(self, index: int) -> tuple[np.ndarray, np.ndarray, list]:
