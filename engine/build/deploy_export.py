@@ -83,11 +83,18 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
     ``fits(structure, gpu)`` whether the weights leave room (combinations without are not published)."""
     trees, strings, programs, colls, dtypes = _Table(), _Table(), _Table(), _Table(), _Table()
     tree_of: dict = {}
+    tree_by_id: dict[int, tuple] = {}
 
     def tree(expr) -> int:
+        """``expr``'s index among the trees: first by object (steps share their expression objects,
+        and a lookup by value compares large formulas term by term), then by value."""
+        mine = tree_by_id.get(id(expr))
+        if mine is not None and mine[0] is expr:
+            return mine[1]
         found = tree_of.get(expr)
         if found is None:
             found = tree_of[expr] = trees.add(to_tree(expr))
+        tree_by_id[id(expr)] = (expr, found)
         return found
 
     # (ids of a phase's numeric and symbolic programs) -> (those programs, program index): structures

@@ -59,6 +59,41 @@ def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = F
             "bound": np.asarray(BOUNDS)[np.argmax(v["by_bound"], axis=0)]}
 
 
+def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``columns`` (each broadcast to length ``n``; stacked as float64):
+    (keys of shape (len(columns), distinct), inverse of shape (n,) with keys[:, inverse] equal to
+    the rows). Sorted, then cut wherever any column changes."""
+    cols = np.stack([np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in columns])
+    order = np.lexsort(cols)
+    ranked = cols[:, order]
+    starts = np.concatenate(([True], (ranked[:, 1:] != ranked[:, :-1]).any(axis=0)))
+    inverse = np.empty(n, dtype=np.intp)
+    inverse[order] = np.cumsum(starts) - 1
+    return ranked[:, starts], inverse
+
+
+def phase_at_points(compiled, gpus: list[GPU], gpu_index, batch, seq, ctx, kv_bytes,
+                    times_only: bool = False) -> dict[str, np.ndarray]:
+    """:func:`phase_times` of point ``i`` on ``gpus[gpu_index[i]]``, each distinct (batch, seq,
+    ctx, KV size, GPU) point evaluated once and spread.
+
+    Programs run at the *program* batch (ceil(batch / dp_attn) over the micro-batches; a chunked
+    prefill step holds the same prompts for every batch that fills the step budget), the grid
+    puts several GPU types of one class in one call and prefill does not read the output length:
+    about three step-points in five a call asks for repeat another. Every number is per point
+    arithmetic (a point's sums do not read another point; the stacked and the step-by-step sums
+    agree, tests/test_cost_paths.py), so the spread results are the floats of a per-point call.
+    Inputs of more than one dimension are evaluated as given."""
+    args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
+    index = np.asarray(gpu_index)
+    shape = np.broadcast_shapes(*(a.shape for a in args), index.shape)
+    if len(shape) != 1:
+        return phase_times(compiled, compiled.rates_for(gpus, index), *args, times_only)
+    keys, inverse = distinct_rows(args + [index], shape[0])
+    got = phase_times(compiled, compiled.rates_for(gpus, keys[4].astype(np.intp)), *keys[:4], times_only)
+    return {name: np.asarray(value)[inverse] for name, value in got.items()}
+
+
 def prefill_working_set(structure: Structure, input_len, kv_bytes, prefill_tokens: int = PREFILL_TOKENS) -> np.ndarray:
     """Bytes one GPU reserves for a prefill step at the token budget: the largest kernel's working set
     (activations and caches read and written, no weights) with ``prefill_tokens`` prompt tokens per
@@ -67,9 +102,25 @@ def prefill_working_set(structure: Structure, input_len, kv_bytes, prefill_token
     compiled = structure.compiled["prefill"]
     inp = np.asarray(input_len, dtype=float)
     shape = np.broadcast_shapes(inp.shape, np.shape(kv_bytes))
+    if len(shape) == 1:
+        # the grid asks at every point of a bucket: a handful of (prompt, KV size) pairs, each
+        # evaluated once per program (per point arithmetic: the spread values are the same floats)
+        keys, inverse = distinct_rows([inp, np.asarray(kv_bytes, dtype=float)], shape[0])
+        key = ("points", keys.shape, keys.tobytes())
+        found = compiled.working_sets.get(key)
+        if found is None:
+            found = compiled.working_sets[key] = _working_set(structure, keys[0], keys[1], prefill_tokens)
+        return found[inverse]
+    return _working_set(structure, inp, kv_bytes, prefill_tokens)
+
+
+def _working_set(structure: Structure, inp: np.ndarray, kv_bytes, prefill_tokens: int) -> np.ndarray:
+    """:func:`prefill_working_set` at these points, each evaluated (a single point is remembered
+    per program: the sizing search asks per GPU type and config)."""
+    compiled = structure.compiled["prefill"]
+    shape = np.broadcast_shapes(inp.shape, np.shape(kv_bytes))
     prompts = structure.config.dp_attn * step_tokens(structure.config, prefill_tokens) / inp   # per replica
     args = [np.asarray(v, dtype=float) for v in (prompts, inp, inp, kv_bytes)]
-    # one prompt length and KV size (the sizing search asks per GPU type and config): once per program
     key = tuple(float(a) for a in args) if not shape else None
     if key is not None and key in compiled.working_sets:
         return compiled.working_sets[key]
@@ -130,14 +181,13 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     length = input_len + output_len
     k = micro_batches(config, batch)
     steps = prefill_steps(config, batch, input_len, prefill_tokens)
-    rates = {p: structure.compiled[p].rates_for(gpus, gpu_index) for p in PHASES}
     mean_step = prefill_program_batch(config, batch, input_len, prefill_tokens)
-    prefill = phase_times(structure.compiled["prefill"], rates["prefill"], mean_step, input_len, input_len, kv_bytes,
-                          serving_only)
+    prefill = phase_at_points(structure.compiled["prefill"], gpus, gpu_index, mean_step, input_len, input_len,
+                              kv_bytes, serving_only)
     options = structure.options
     # decode: one step per request verifies the last token and k MTP drafts (k = 0: one token)
-    decode = phase_times(structure.compiled["decode"], rates["decode"], program_batch(config, batch),
-                         float(options.decode_seq), length, kv_bytes, serving_only)
+    decode = phase_at_points(structure.compiled["decode"], gpus, gpu_index, program_batch(config, batch),
+                             float(options.decode_seq), length, kv_bytes, serving_only)
     hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
     usable = hbm * hbm_fraction
     weights = structure.weight_bytes_per_gpu
@@ -161,8 +211,8 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     ttft = steps * prefill["step_time_s"] / config.pp
     if config.pp > 1:
         largest = config.dp_attn * np.minimum(per_rank / k, budget / input_len)
-        fill = phase_times(structure.compiled["prefill"], rates["prefill"], largest, input_len, input_len, kv_bytes,
-                           serving_only)
+        fill = phase_at_points(structure.compiled["prefill"], gpus, gpu_index, largest, input_len, input_len,
+                               kv_bytes, serving_only)
         ttft = ttft + (config.pp - 1) * fill["step_time_s"] / config.pp
     # speculative decoding: a step emits E tokens per request on average (structure.TOKENS_PER_STEP)
     per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
@@ -330,11 +380,28 @@ def weight_text(expr) -> str:
     return text
 
 
+#: id(symbolic step) -> (step, its four texts): structures share most of their steps (the same
+#: objects), and looking a step's totals up by their expressions compares large formulas.
+_STEP_TEXT: dict[int, tuple] = {}
+
+
+def _step_text(step) -> tuple[str, str, str, str]:
+    """The four totals of one symbolic step as text (:func:`_text`), once per step object."""
+    mine = _STEP_TEXT.get(id(step))
+    if mine is not None and mine[0] is step:      # the same object (an id alone can be reused)
+        return mine[1]
+    text = tuple(_text(e) for e in step_totals(step))
+    if len(_STEP_TEXT) > 200_000:                 # steps are shared within one model: keep it bounded
+        _STEP_TEXT.clear()
+    _STEP_TEXT[id(step)] = (step, text)
+    return text
+
+
 def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
     """The four formulas of every step as text (cached on the structure: GPU- and point-free)."""
     cache = structure.__dict__.setdefault("_formula_text", {})
     if phase not in cache:
-        cache[phase] = [tuple(_text(e) for e in step_totals(sym)) for sym in structure.formulas[phase].steps]
+        cache[phase] = [_step_text(sym) for sym in structure.formulas[phase].steps]
     return cache[phase]
 
 
