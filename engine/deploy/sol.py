@@ -397,12 +397,26 @@ def _step_text(step) -> tuple[str, str, str, str]:
     return text
 
 
+#: id(symbolic program) -> (program, its steps' texts): structures of other regimes, domains and
+#: GPUs hold the very same program objects (planner._fused's memo).
+_PROGRAM_TEXT: dict[int, tuple] = {}
+
+
 def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
-    """The four formulas of every step as text (cached on the structure: GPU- and point-free)."""
-    cache = structure.__dict__.setdefault("_formula_text", {})
-    if phase not in cache:
-        cache[phase] = [_step_text(sym) for sym in structure.formulas[phase].steps]
-    return cache[phase]
+    """The four formulas of every step as text (GPU- and point-free: once per symbolic program)."""
+    program = structure.formulas[phase]
+    mine = _PROGRAM_TEXT.get(id(program))
+    if mine is not None and mine[0] is program:   # the same object (an id alone can be reused)
+        return mine[1]
+    text = [_step_text(sym) for sym in program.steps]
+    if len(_PROGRAM_TEXT) > 20_000:               # programs are shared within one model: keep it bounded
+        _PROGRAM_TEXT.clear()
+    _PROGRAM_TEXT[id(program)] = (program, text)
+    return text
+
+
+#: (id(numeric program), id(symbolic program)) -> (numeric, symbolic, their op rows' GPU-free labels)
+_LABELS: dict[tuple, tuple] = {}
 
 
 def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario], arrays: bool = False
@@ -423,24 +437,22 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
     seq = np.array([w["seq"] for w in where], dtype=float)
     ctx = np.array([w["ctx"] for w in where], dtype=float)
     values = plan.evaluate(phase, batch, seq, ctx, weights=True)
-    text = formula_text(s, phase)
-    steps = s.programs[phase].steps
-    keep = [i for i, step in enumerate(steps) if not step.view]          # views launch nothing
-    v = {key: np.asarray(values[key])[keep].T.reshape(-1) for key in values}   # point-major
-    t = np.stack([v["t_compute"], v["t_memory"], v["t_comm"]])
-    density = intensity(v["flops"], v["bytes"])
     n = len(points)
-
-    def per_step(fn) -> list:
-        return [fn(steps[i], i) for i in keep] * n
 
     def numbers(values: np.ndarray):
         return values if arrays else values.tolist()
 
-    # the GPU-free labels of one point's rows, once per structure and phase (several GPU types share it)
-    labels = s.__dict__.setdefault("_op_labels", {})
-    if phase not in labels:
-        labels[phase] = {
+    # the GPU-free labels of one point's rows, once per (numeric, symbolic) program pair: several
+    # GPU types, and structures of other regimes and domains, share the very same programs
+    key = (id(s.programs[phase]), id(s.formulas[phase]))
+    mine = _LABELS.get(key)
+    if mine is None or mine[0] is not s.programs[phase] or mine[1] is not s.formulas[phase]:
+        if len(_LABELS) > 20_000:                 # programs are shared within one model: keep it bounded
+            _LABELS.clear()
+        text = formula_text(s, phase)
+        steps = s.programs[phase].steps
+        keep = [i for i, step in enumerate(steps) if not step.view]          # views launch nothing
+        mine = _LABELS[key] = (s.programs[phase], s.formulas[phase], keep, {
             "op_uid": [steps[i].uid for i in keep], "op_name": [steps[i].name for i in keep],
             "op": [steps[i].op for i in keep], "component": [steps[i].component for i in keep],
             "role": [steps[i].role for i in keep], "kind": [steps[i].kind for i in keep],
@@ -448,8 +460,14 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
             "link": [steps[i].link for i in keep], "group": [steps[i].group for i in keep],
             "flops_formula": [text[i][0] for i in keep], "bytes_formula": [text[i][1] for i in keep],
             "comm_bytes_formula": [text[i][2] for i in keep], "weight_bytes_formula": [text[i][3] for i in keep],
-            "parts": [list(steps[i].parts) for i in keep]}
-    label = {name: values * n for name, values in labels[phase].items()}
+            "parts": [list(steps[i].parts) for i in keep], "dtype": [steps[i].compute_dtype for i in keep]})
+    keep, one = mine[2], mine[3]
+    label = {name: values * n for name, values in one.items()}
+    v = {key: np.asarray(values[key])[keep].T.reshape(-1) for key in values}   # point-major
+    t = np.stack([v["t_compute"], v["t_memory"], v["t_comm"]])
+    density = intensity(v["flops"], v["bytes"])
+    # the GPU's dtype of each operand class, looked up once per class
+    dtype = {d: plan.gpu.compute_dtype(d) for d in set(one["dtype"])}
 
     return {
         "op_uid": label["op_uid"], "op_name": label["op_name"], "op": label["op"], "component": label["component"],
@@ -460,7 +478,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
         "t_comm_s": numbers(v["t_comm"]), "t_sol_s": numbers(v["t_sol"]),
         "bound": [BOUNDS[j] for j in np.argmax(t, axis=0)],
         "link": label["link"], "group": label["group"],
-        "compute_dtype": per_step(lambda st, i: plan.gpu.compute_dtype(st.compute_dtype)),
+        "compute_dtype": [dtype[d] for d in one["dtype"]] * n,
         "parts": label["parts"],
         "flops_formula": label["flops_formula"], "bytes_formula": label["bytes_formula"],
         "comm_bytes_formula": label["comm_bytes_formula"], "weight_bytes_formula": label["weight_bytes_formula"],
