@@ -367,6 +367,7 @@ def _text(expr) -> str:
 
 
 _PLAIN: dict = {}
+_PLAIN_BY_ID: dict[int, tuple] = {}        # id(formula) -> (formula, text): structures share formula objects
 
 
 def weight_text(expr) -> str:
@@ -374,9 +375,15 @@ def weight_text(expr) -> str:
     ``weight_bytes_per_gpu_formula`` and the deploy page's config rows), printed once per process:
     the same formula recurs across every regime, framework and domain of a config, and across
     configs whose degrees are symbols."""
+    mine = _PLAIN_BY_ID.get(id(expr))
+    if mine is not None and mine[0] is expr:      # the same object: no formula compared term by term
+        return mine[1]
     text = _PLAIN.get(expr)
     if text is None:
         text = _PLAIN[expr] = str(expr)
+    if len(_PLAIN_BY_ID) > 200_000:
+        _PLAIN_BY_ID.clear()
+    _PLAIN_BY_ID[id(expr)] = (expr, text)
     return text
 
 
