@@ -203,16 +203,29 @@ class CompiledProgram:
                                            [(i, f) for i, f in enumerate(fns) if callable(f)])
         return found
 
+    @property
+    def _stacked_rates(self) -> dict[tuple, tuple]:
+        """:meth:`rates_for`'s per-GPU rates side by side, per list of GPU keys (made on first use)."""
+        found = self.__dict__.get("_stacked")
+        if found is None:
+            found = self.__dict__["_stacked"] = {}
+        return found
+
     def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per-point rates when points run on different GPUs: ``index`` picks a GPU per point;
         returns peaks, links and per-call latencies of shape (steps, points) and HBM bandwidth of
         shape (points,)."""
         index = np.asarray(index)
-        per_gpu = [self.rates(g) for g in gpus]
-        peaks = np.stack([r[0] for r in per_gpu], axis=1)[:, index]
-        links = np.stack([r[1] for r in per_gpu], axis=1)[:, index]
-        alphas = np.stack([r[3] for r in per_gpu], axis=1)[:, index]
-        return peaks, links, np.array([r[2] for r in per_gpu])[index], alphas
+        key = tuple(g.key for g in gpus)
+        stacked = self._stacked_rates.get(key)
+        if stacked is None:       # (steps, GPUs) per rate, once per GPU list (the grid asks per bucket)
+            per_gpu = [self.rates(g) for g in gpus]
+            stacked = self._stacked_rates[key] = (np.stack([r[0] for r in per_gpu], axis=1),
+                                                  np.stack([r[1] for r in per_gpu], axis=1),
+                                                  np.array([r[2] for r in per_gpu]),
+                                                  np.stack([r[3] for r in per_gpu], axis=1))
+        peaks, links, hbm, alphas = stacked
+        return peaks[:, index], links[:, index], hbm[index], alphas[:, index]
 
     def step_time(self, rates, batch, seq, ctx, kv_bytes) -> np.ndarray:
         """The ``t_sol`` of :meth:`totals` alone (the sizing search's hot path): the same terms,

@@ -437,10 +437,11 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
     from engine.deploy.cost import scenario_point
     s = plan.structure
     points = scenario if isinstance(scenario, list) else [scenario]
-    budget = plan.options.prefill_tokens
+    options = plan.options                 # (a dataclass copy per access: once)
+    budget = options.prefill_tokens
     batch = np.array([prefill_program_batch(s.config, p.batch, p.input_len, budget) if phase == "prefill"
                       else program_batch(s.config, p.batch) for p in points], dtype=float)
-    where = [scenario_point(phase, p.input_len, p.output_len, plan.options.decode_seq) for p in points]
+    where = [scenario_point(phase, p.input_len, p.output_len, options.decode_seq) for p in points]
     seq = np.array([w["seq"] for w in where], dtype=float)
     ctx = np.array([w["ctx"] for w in where], dtype=float)
     values = plan.evaluate(phase, batch, seq, ctx, weights=True)
@@ -459,7 +460,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
         text = formula_text(s, phase)
         steps = s.programs[phase].steps
         keep = [i for i, step in enumerate(steps) if not step.view]          # views launch nothing
-        mine = _LABELS[key] = (s.programs[phase], s.formulas[phase], keep, {
+        mine = _LABELS[key] = (s.programs[phase], s.formulas[phase], np.array(keep, dtype=np.intp), {
             "op_uid": [steps[i].uid for i in keep], "op_name": [steps[i].name for i in keep],
             "op": [steps[i].op for i in keep], "component": [steps[i].component for i in keep],
             "role": [steps[i].role for i in keep], "kind": [steps[i].kind for i in keep],
