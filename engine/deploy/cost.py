@@ -206,9 +206,9 @@ class CompiledProgram:
     @property
     def _stacked_rates(self) -> dict[tuple, tuple]:
         """:meth:`rates_for`'s per-GPU rates side by side, per list of GPU keys (made on first use)."""
-        found = self.__dict__.get("_stacked")
+        found = self.__dict__.get("_rates_by_gpus")
         if found is None:
-            found = self.__dict__["_stacked"] = {}
+            found = self.__dict__["_rates_by_gpus"] = {}
         return found
 
     def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -227,14 +227,39 @@ class CompiledProgram:
         peaks, links, hbm, alphas = stacked
         return peaks[:, index], links[:, index], hbm[index], alphas[:, index]
 
-    def step_time(self, rates, batch, seq, ctx, kv_bytes) -> np.ndarray:
+    def _points(self, args, at, hbm, peaks) -> tuple[list, tuple, np.ndarray | None]:
+        """(arguments, shape of the sums, ``at`` or None) of :meth:`totals` and :meth:`step_time`.
+
+        ``at`` (optional) picks, per point of the sums, a point of the 1-d ``args`` (the rates are
+        already per picked point): the stacked columns are evaluated at ``args``' own points and
+        gathered (:meth:`_stacked`), a pure copy, so the floats are those of evaluating at the
+        picked arguments; the step-by-step path gets the picked arguments themselves."""
+        if at is None:
+            return args, np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:]), None
+        at = np.asarray(at, dtype=np.intp)
+        own = np.broadcast_shapes(*(a.shape for a in args))
+        shape = np.broadcast_shapes(at.shape, np.shape(hbm), np.shape(peaks)[1:])
+        if len(own) == 1 and at.ndim == 1 and self._stacks(shape):
+            return args, shape, at
+        return [np.broadcast_to(a, own)[at] for a in args], shape, None
+
+    def _stacked(self, indices, args, shape, at) -> list[np.ndarray]:
+        """The stacked columns ``indices`` at the sums' points (see :meth:`_points`)."""
+        if at is None:
+            return [self.column(i, args, shape) for i in indices]
+        own = np.broadcast_shapes(*(a.shape for a in args))
+        # take() keeps the (steps, points) result C-ordered (x[:, at] is not): the sums over
+        # axis 0 then add row after row, in the steps' order, as everywhere else
+        return [self.column(i, args, own).take(at, axis=1) for i in indices]
+
+    def step_time(self, rates, batch, seq, ctx, kv_bytes, at=None) -> np.ndarray:
         """The ``t_sol`` of :meth:`totals` alone (the sizing search's hot path): the same terms,
         summed in the same order, so the same floats, without the other sums and the bound split."""
         peaks, links, hbm, alphas = self.rates(rates) if isinstance(rates, GPU) else rates
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
-        shape = np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:])
+        args, shape, at = self._points(args, at, hbm, peaks)
         if self._stacks(shape):              # as totals() does: stacked on small grids, same floats
-            f, b, c, calls = (self.column(i, args, shape) for i in (0, 1, 2, 4))
+            f, b, c, calls = self._stacked((0, 1, 2, 4), args, shape, at)
             per_step = _per_step(shape)
             sol = np.maximum(np.maximum(f / per_step(np.asarray(peaks)), b / hbm),
                              c / per_step(np.asarray(links)) + calls * per_step(np.asarray(alphas)))
@@ -246,7 +271,7 @@ class CompiledProgram:
             total += np.maximum(np.maximum(f / peaks[i], b / hbm), c / links[i] + self.latency(i, args, alphas))
         return total
 
-    def totals(self, rates, batch, seq, ctx, kv_bytes) -> dict[str, np.ndarray]:
+    def totals(self, rates, batch, seq, ctx, kv_bytes, at=None) -> dict[str, np.ndarray]:
         """Phase sums over the broadcast shape: flops, bytes, weight_bytes, comm_bytes, t_compute,
         t_memory, t_comm, t_sol, and t_sol split by the term bounding each step (``by_bound``, shape
         (3, ...)). ``rates`` is a GPU or the (peaks, links, hbm, alphas) of :meth:`rates_for`.
@@ -256,12 +281,12 @@ class CompiledProgram:
         calls per program instead of a dozen per step; a large one (the bench's 204,800 points)
         goes step by step, each step at the shape it depends on (stacked blocks of the full shape
         measured 27x slower there). Both add the steps in program order, so they give identical
-        sums (tests/test_cost_paths.py)."""
+        sums (tests/test_cost_paths.py). ``at``: the points are ``args[at]`` (:meth:`_points`)."""
         peaks, links, hbm, alphas = self.rates(rates) if isinstance(rates, GPU) else rates
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
-        shape = np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:])
+        args, shape, at = self._points(args, at, hbm, peaks)
         if self._stacks(shape):
-            return self._totals_stacked(peaks, links, hbm, alphas, args, shape)
+            return self._totals_stacked(peaks, links, hbm, alphas, args, shape, at)
         return self._totals_by_step(peaks, links, hbm, alphas, args, shape)
 
     def _stacks(self, shape) -> bool:
@@ -269,9 +294,9 @@ class CompiledProgram:
         size, n_steps = int(np.prod(shape)), len(self.program.steps)
         return bool(n_steps) and 2 <= size and n_steps * size <= STACKED_ELEMENTS
 
-    def _totals_stacked(self, peaks, links, hbm, alphas, args, shape) -> dict[str, np.ndarray]:
+    def _totals_stacked(self, peaks, links, hbm, alphas, args, shape, at=None) -> dict[str, np.ndarray]:
         """:meth:`totals` with every step stacked on axis 0 (small grids)."""
-        f, b, c, w, calls = (self.column(i, args, shape) for i in range(5))
+        f, b, c, w, calls = self._stacked(range(5), args, shape, at)
         per_step = _per_step(shape)
         tc, tm = f / per_step(np.asarray(peaks)), b / hbm
         tl = c / per_step(np.asarray(links)) + calls * per_step(np.asarray(alphas))

@@ -47,12 +47,13 @@ from engine.deploy.hardware import GPU
 from engine.spec.errors import SpecError
 
 
-def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = False) -> dict[str, np.ndarray]:
+def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = False, at=None) -> dict[str, np.ndarray]:
     """Phase totals over the broadcast shape of the inputs (times in seconds, bytes, FLOPs);
-    ``times_only``: the step time alone (the same floats)."""
+    ``times_only``: the step time alone (the same floats); ``at``: the points are the inputs'
+    points ``at`` picks (:meth:`engine.deploy.cost.CompiledProgram.totals`)."""
     if times_only:
-        return {"step_time_s": compiled.step_time(rates, batch, seq, ctx, kv_bytes)}
-    v = compiled.totals(rates, batch, seq, ctx, kv_bytes)
+        return {"step_time_s": compiled.step_time(rates, batch, seq, ctx, kv_bytes, at=at)}
+    v = compiled.totals(rates, batch, seq, ctx, kv_bytes, at=at)
     return {"step_time_s": v["t_sol"], "compute_time_s": v["t_compute"], "memory_time_s": v["t_memory"],
             "comm_time_s": v["t_comm"], "flops": v["flops"], "bytes": v["bytes"],
             "weight_bytes": v["weight_bytes"], "comm_bytes": v["comm_bytes"],
@@ -90,7 +91,10 @@ def phase_at_points(compiled, gpus: list[GPU], gpu_index, batch, seq, ctx, kv_by
     if len(shape) != 1:
         return phase_times(compiled, compiled.rates_for(gpus, index), *args, times_only)
     keys, inverse = distinct_rows(args + [index], shape[0])
-    got = phase_times(compiled, compiled.rates_for(gpus, keys[4].astype(np.intp)), *keys[:4], times_only)
+    # the step values do not depend on the GPU (only the rates they divide by do): evaluated once
+    # per distinct (batch, seq, ctx, KV size) and gathered for each GPU that runs it
+    points, at = distinct_rows(list(keys[:4]), keys.shape[1])
+    got = phase_times(compiled, compiled.rates_for(gpus, keys[4].astype(np.intp)), *points, times_only, at=at)
     return {name: np.asarray(value)[inverse] for name, value in got.items()}
 
 
