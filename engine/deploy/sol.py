@@ -61,16 +61,22 @@ def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = F
 
 
 def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of ``columns`` (each broadcast to length ``n``; stacked as float64):
-    (keys of shape (len(columns), distinct), inverse of shape (n,) with keys[:, inverse] equal to
-    the rows). Sorted, then cut wherever any column changes."""
-    cols = np.stack([np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in columns])
-    order = np.lexsort(cols)
-    ranked = cols[:, order]
+    """The distinct rows of ``columns`` (each broadcast to length ``n``, as float64): (keys of
+    shape (len(columns), distinct), inverse of shape (n,) with keys[:, inverse] equal to the
+    rows). Sorted on the columns given per row (one given as a single number never splits two
+    rows), then cut wherever one of them changes."""
+    full = [np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in columns]
+    varying = [c for c in full if n and c.strides[0]]    # an input given as one number is constant
+    if not varying:                         # every row alike (or none)
+        first = np.arange(min(n, 1))
+        return np.stack([c[first] for c in full]), np.zeros(n, dtype=np.intp)
+    order = np.lexsort(varying)
+    ranked = np.stack(varying)[:, order]
     starts = np.concatenate(([True], (ranked[:, 1:] != ranked[:, :-1]).any(axis=0)))
     inverse = np.empty(n, dtype=np.intp)
     inverse[order] = np.cumsum(starts) - 1
-    return ranked[:, starts], inverse
+    first = order[starts]
+    return np.stack([c[first] for c in full]), inverse
 
 
 def phase_at_points(compiled, gpus: list[GPU], gpu_index, batch, seq, ctx, kv_bytes,
@@ -91,10 +97,14 @@ def phase_at_points(compiled, gpus: list[GPU], gpu_index, batch, seq, ctx, kv_by
     if len(shape) != 1:
         return phase_times(compiled, compiled.rates_for(gpus, index), *args, times_only)
     keys, inverse = distinct_rows(args + [index], shape[0])
-    # the step values do not depend on the GPU (only the rates they divide by do): evaluated once
-    # per distinct (batch, seq, ctx, KV size) and gathered for each GPU that runs it
-    points, at = distinct_rows(list(keys[:4]), keys.shape[1])
-    got = phase_times(compiled, compiled.rates_for(gpus, keys[4].astype(np.intp)), *points, times_only, at=at)
+    gpu = keys[4].astype(np.intp)
+    if (gpu == gpu[0]).all():             # one GPU type: the distinct points are the arguments'
+        got = phase_times(compiled, compiled.rates_for(gpus, gpu), *keys[:4], times_only)
+    else:
+        # the step values do not depend on the GPU (only the rates they divide by do): evaluated
+        # once per distinct (batch, seq, ctx, KV size) and gathered for each GPU that runs it
+        points, at = distinct_rows(list(keys[:4]), keys.shape[1])
+        got = phase_times(compiled, compiled.rates_for(gpus, gpu), *points, times_only, at=at)
     return {name: np.asarray(value)[inverse] for name, value in got.items()}
 
 
