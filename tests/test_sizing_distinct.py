@@ -20,6 +20,7 @@ from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.sizing import batch_list
+from engine.deploy import sol
 from engine.deploy.sol import SERVING_FIELDS, summarize
 from engine.deploy.structure_cache import StructureCache
 
@@ -38,7 +39,8 @@ def cache():
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.label())
-def test_distinct_points_give_summarize_floats(cache, config):
+def test_distinct_points_give_summarize_floats(cache, config, monkeypatch):
+    monkeypatch.setattr(sol, "DISTINCT_MIN_ELEMENTS", 0)       # the distinct path, whatever the size
     gpus = [find_gpu(load_gpus(), name) for name in GPUS]
     s = cache.live_structure(config, 8, "vllm", gpus[0], (0, 0))
     # ragged: each GPU type its own batches (repeats across GPUs and within the DP-attention ceil)

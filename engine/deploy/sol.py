@@ -79,6 +79,11 @@ def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.nda
     return np.stack([c[first] for c in full]), inverse
 
 
+#: Steps x points below which :func:`phase_at_points` evaluates every point as given (measured:
+#: sorting out the distinct points costs about as much as evaluating a few thousand step-points).
+DISTINCT_MIN_ELEMENTS = 8192
+
+
 def phase_at_points(compiled, gpus: list[GPU], gpu_index, batch, seq, ctx, kv_bytes,
                     times_only: bool = False) -> dict[str, np.ndarray]:
     """:func:`phase_times` of point ``i`` on ``gpus[gpu_index[i]]``, each distinct (batch, seq,
@@ -90,11 +95,12 @@ def phase_at_points(compiled, gpus: list[GPU], gpu_index, batch, seq, ctx, kv_by
     about three step-points in five a call asks for repeat another. Every number is per point
     arithmetic (a point's sums do not read another point; the stacked and the step-by-step sums
     agree, tests/test_cost_paths.py), so the spread results are the floats of a per-point call.
-    Inputs of more than one dimension are evaluated as given."""
+    Inputs of more than one dimension, and calls of fewer than :data:`DISTINCT_MIN_ELEMENTS`
+    step-points (where sorting costs more than it saves), are evaluated as given."""
     args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
     index = np.asarray(gpu_index)
     shape = np.broadcast_shapes(*(a.shape for a in args), index.shape)
-    if len(shape) != 1:
+    if len(shape) != 1 or len(compiled.program.steps) * shape[0] < DISTINCT_MIN_ELEMENTS:
         return phase_times(compiled, compiled.rates_for(gpus, index), *args, times_only)
     keys, inverse = distinct_rows(args + [index], shape[0])
     gpu = keys[4].astype(np.intp)
