@@ -436,7 +436,7 @@ def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, 
     if mine is not None and mine[0] is program:   # the same object (an id alone can be reused)
         return mine[1]
     text = [_step_text(sym) for sym in program.steps]
-    if len(_PROGRAM_TEXT) > 20_000:               # programs are shared within one model: keep it bounded
+    if len(_PROGRAM_TEXT) > 5_000:                # programs are shared within one model: keep it bounded
         _PROGRAM_TEXT.clear()
     _PROGRAM_TEXT[id(program)] = (program, text)
     return text
@@ -475,7 +475,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
     key = (id(s.programs[phase]), id(s.formulas[phase]))
     mine = _LABELS.get(key)
     if mine is None or mine[0] is not s.programs[phase] or mine[1] is not s.formulas[phase]:
-        if len(_LABELS) > 20_000:                 # programs are shared within one model: keep it bounded
+        if len(_LABELS) > 5_000:                  # programs are shared within one model: keep it bounded
             _LABELS.clear()
         text = formula_text(s, phase)
         steps = s.programs[phase].steps
