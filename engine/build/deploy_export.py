@@ -83,11 +83,18 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
     ``fits(structure, gpu)`` whether the weights leave room (combinations without are not published)."""
     trees, strings, programs, colls, dtypes = _Table(), _Table(), _Table(), _Table(), _Table()
     tree_of: dict = {}
+    tree_by_id: dict[int, tuple] = {}
 
     def tree(expr) -> int:
+        """``expr``'s index among the trees: first by object (steps share their expression objects,
+        and a lookup by value compares large formulas term by term), then by value."""
+        mine = tree_by_id.get(id(expr))
+        if mine is not None and mine[0] is expr:
+            return mine[1]
         found = tree_of.get(expr)
         if found is None:
             found = tree_of[expr] = trees.add(to_tree(expr))
+        tree_by_id[id(expr)] = (expr, found)
         return found
 
     # (ids of a phase's numeric and symbolic programs) -> (those programs, program index): structures
@@ -97,6 +104,25 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
     def string(text: str) -> int:        # a string is its own key (no JSON text to build)
         return strings.add(text, key=text)
 
+    # id(numeric step) -> (numeric step, symbolic step, its row): programs of other structures
+    # hold most of the same step objects
+    step_rows: dict[int, tuple] = {}
+
+    def step_row(st, sym, text: tuple[str, ...]) -> tuple:
+        """One step's row of the module doc (a tuple: rows are compared as a program's key)."""
+        mine = step_rows.get(id(st))
+        if mine is not None and mine[0] is st and mine[1] is sym:
+            return mine[2]
+        f, b, c, w = step_totals(st)
+        calls = st.repeat if st.collective else sympy.Integer(0)
+        coll = colls.add([st.collective, st.ranks, st.nodes], key=(st.collective, st.ranks, st.nodes)) \
+            if st.collective else -1
+        out = (tree(f), tree(b), tree(c), tree(w), tree(calls), float(st.repeat),
+               dtypes.add(st.compute_dtype, key=st.compute_dtype), LINKS[st.link], coll, KINDS.index(st.kind),
+               int(bool(st.view)), string(st.uid), string(text[0]), string(text[1]), string(text[2]))
+        step_rows[id(st)] = (st, sym, out)
+        return out
+
     def program(s, phase: str) -> int:
         numeric, symbolic = s.programs[phase], s.formulas[phase]
         key = (id(numeric), id(symbolic))
@@ -104,17 +130,8 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         if found is not None and found[0] is numeric and found[1] is symbolic:   # (a freed object's id can recur)
             return found[2]
         text = formula_text(s, phase)
-        steps = []
-        for i, st in enumerate(s.programs[phase].steps):
-            f, b, c, w = step_totals(st)
-            calls = st.repeat if st.collective else sympy.Integer(0)
-            coll = colls.add([st.collective, st.ranks, st.nodes], key=(st.collective, st.ranks, st.nodes)) \
-                if st.collective else -1
-            steps.append([tree(f), tree(b), tree(c), tree(w), tree(calls), float(st.repeat),
-                          dtypes.add(st.compute_dtype, key=st.compute_dtype), LINKS[st.link], coll, KINDS.index(st.kind),
-                          int(bool(st.view)), string(st.uid), string(text[i][0]), string(text[i][1]),
-                          string(text[i][2])])
-        index = programs.add(steps, key=tuple(map(tuple, steps)))
+        steps = [step_row(st, sym, text[i]) for i, (st, sym) in enumerate(zip(numeric.steps, symbolic.steps))]
+        index = programs.add([list(r) for r in steps], key=tuple(steps))
         exported[key] = (numeric, symbolic, index)
         return index
 

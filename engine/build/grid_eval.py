@@ -92,12 +92,17 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                         batches = [b for b in grid.batches if b <= cap]
                         if cap >= 1 and cap not in batches and cap < max(grid.batches):
                             batches.append(int(cap))
+                        # the batches of each regime, in batch order; regimes in the order they
+                        # first occur (so buckets fill, and are created, as point by point)
+                        by_regime: dict[tuple, list] = {}
                         for b in batches or [1]:
-                            regimes = regimes_at(config, limits, b, inp, out_len)
+                            by_regime.setdefault(regimes_at(config, limits, b, inp, out_len), []).append(b)
+                        for regimes, bs in by_regime.items():
                             bucket = buckets[(config, domain, framework, sig, regimes, gpu.key)]
-                            for name, value in (("batch", b), ("input_len", inp), ("output_len", out_len),
-                                                ("kv_bytes", kv_bytes), ("kv_dtype", kv_dtype), ("gpu", gpu.key)):
-                                bucket[name].append(value)
+                            bucket["batch"].extend(bs)
+                            for name, value in (("input_len", inp), ("output_len", out_len), ("kv_bytes", kv_bytes),
+                                                ("kv_dtype", kv_dtype), ("gpu", gpu.key)):
+                                bucket[name].extend([value] * len(bs))
                 if kv_dtype in grid.ops_kv_dtypes:
                     for b, inp, out_len in grid.ops_points:
                         regimes = regimes_at(config, limits, b, inp, out_len)

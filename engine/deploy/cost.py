@@ -15,6 +15,7 @@ use the same code).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Mapping
 
 import numpy as np
@@ -64,6 +65,47 @@ def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.E
 
 
 _FUNCTIONS: dict[sympy.Expr, object] = {}     # expression -> its numpy function or float
+
+#: Recent point sets -> {step function: its value there}. One function serves every program that
+#: holds its expression (:func:`_compiled`), and a build evaluates sibling programs (the other
+#: fusion regimes and frameworks of a config, the prefill working set's columns, the per-op
+#: tables) at the very same points again and again: about three function calls in four were
+#: repeats. A value is a function of its inputs alone, so a stored one is the same float a new call
+#: would give. Bounded: past :data:`VALUES_ELEMENTS` stored numbers the least recently used point
+#: sets go first.
+_VALUES: OrderedDict[tuple, dict] = OrderedDict()
+_VALUES_SIZE = [0]              # numbers held in _VALUES (a list: updated in place)
+VALUES_ELEMENTS = 1 << 22       # 32 MB of float64
+
+
+def _values(args) -> dict:
+    """The stored values at the point set ``args`` (arrays: keyed by dtype, shape and bytes),
+    marked most recently used; an empty dict to fill when the set is new."""
+    key = tuple((a.dtype.str, a.shape, a.tobytes()) for a in args)
+    found = _VALUES.get(key)
+    if found is None:
+        found = _VALUES[key] = {}
+    else:
+        _VALUES.move_to_end(key)
+    return found
+
+
+def _stored(value, args):
+    """``value`` as :data:`_VALUES` keeps it: an array of its own that nobody may write to (a
+    function such as ``batch`` returns its input, which the caller owns)."""
+    if isinstance(value, np.ndarray):
+        if value.base is not None or any(value is a for a in args):
+            value = value.copy()
+        value.flags.writeable = False
+    return value
+
+
+def _trim_values() -> None:
+    """Drop the least recently used point sets while more than VALUES_ELEMENTS numbers are held
+    (the newest set stays, whatever its size)."""
+    while _VALUES_SIZE[0] > VALUES_ELEMENTS and len(_VALUES) > 1:
+        _, dropped = _VALUES.popitem(last=False)
+        _VALUES_SIZE[0] -= sum(np.size(v) for v in dropped.values())
 
 
 def _compiled(expr: sympy.Expr):
@@ -199,13 +241,22 @@ class CompiledProgram:
 
     def column(self, index: int, args, shape) -> np.ndarray:
         """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes; 4 collective calls) of
-        every step, stacked (assignment broadcasts each step's value, a float or an array)."""
+        every step, stacked (assignment broadcasts each step's value, a float or an array).
+
+        Each step function's value at these points comes from :func:`_values` (computed once per
+        function and point set, shared with every program holding the same expression)."""
         constant_at, constants, functions = self._split(index)
         out = np.empty((len(self.program.steps),) + tuple(shape))
         # constants (weight reads, fixed collectives) in one assignment; functions one by one
         out[constant_at] = constants.reshape((-1,) + (1,) * len(shape))
+        values = _values(args)
         for i, f in functions:
-            out[i] = f(*args)
+            value = values.get(f)
+            if value is None:
+                value = values[f] = _stored(f(*args), args)
+                _VALUES_SIZE[0] += np.size(value)
+            out[i] = value
+        _trim_values()
         return out
 
     def _split(self, index: int) -> tuple[np.ndarray, np.ndarray, list]:
@@ -218,25 +269,63 @@ class CompiledProgram:
                                            [(i, f) for i, f in enumerate(fns) if callable(f)])
         return found
 
+    @property
+    def _stacked_rates(self) -> dict[tuple, tuple]:
+        """:meth:`rates_for`'s per-GPU rates side by side, per list of GPU keys (made on first use)."""
+        found = self.__dict__.get("_rates_by_gpus")
+        if found is None:
+            found = self.__dict__["_rates_by_gpus"] = {}
+        return found
+
     def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per-point rates when points run on different GPUs: ``index`` picks a GPU per point;
         returns peaks, links and per-call latencies of shape (steps, points) and HBM bandwidth of
         shape (points,)."""
         index = np.asarray(index)
-        per_gpu = [self.rates(g) for g in gpus]
-        peaks = np.stack([r[0] for r in per_gpu], axis=1)[:, index]
-        links = np.stack([r[1] for r in per_gpu], axis=1)[:, index]
-        alphas = np.stack([r[3] for r in per_gpu], axis=1)[:, index]
-        return peaks, links, np.array([r[2] for r in per_gpu])[index], alphas
+        key = tuple(g.key for g in gpus)
+        stacked = self._stacked_rates.get(key)
+        if stacked is None:       # (steps, GPUs) per rate, once per GPU list (the grid asks per bucket)
+            per_gpu = [self.rates(g) for g in gpus]
+            stacked = self._stacked_rates[key] = (np.stack([r[0] for r in per_gpu], axis=1),
+                                                  np.stack([r[1] for r in per_gpu], axis=1),
+                                                  np.array([r[2] for r in per_gpu]),
+                                                  np.stack([r[3] for r in per_gpu], axis=1))
+        peaks, links, hbm, alphas = stacked
+        return peaks[:, index], links[:, index], hbm[index], alphas[:, index]
 
-    def step_time(self, rates, batch, seq, ctx, kv_bytes) -> np.ndarray:
+    def _points(self, args, at, hbm, peaks) -> tuple[list, tuple, np.ndarray | None]:
+        """(arguments, shape of the sums, ``at`` or None) of :meth:`totals` and :meth:`step_time`.
+
+        ``at`` (optional) picks, per point of the sums, a point of the 1-d ``args`` (the rates are
+        already per picked point): the stacked columns are evaluated at ``args``' own points and
+        gathered (:meth:`_stacked`), a pure copy, so the floats are those of evaluating at the
+        picked arguments; the step-by-step path gets the picked arguments themselves."""
+        if at is None:
+            return args, np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:]), None
+        at = np.asarray(at, dtype=np.intp)
+        own = np.broadcast_shapes(*(a.shape for a in args))
+        shape = np.broadcast_shapes(at.shape, np.shape(hbm), np.shape(peaks)[1:])
+        if len(own) == 1 and at.ndim == 1 and self._stacks(shape):
+            return args, shape, at
+        return [np.broadcast_to(a, own)[at] for a in args], shape, None
+
+    def _stacked(self, indices, args, shape, at) -> list[np.ndarray]:
+        """The stacked columns ``indices`` at the sums' points (see :meth:`_points`)."""
+        if at is None:
+            return [self.column(i, args, shape) for i in indices]
+        own = np.broadcast_shapes(*(a.shape for a in args))
+        # take() keeps the (steps, points) result C-ordered (x[:, at] is not): the sums over
+        # axis 0 then add row after row, in the steps' order, as everywhere else
+        return [self.column(i, args, own).take(at, axis=1) for i in indices]
+
+    def step_time(self, rates, batch, seq, ctx, kv_bytes, at=None) -> np.ndarray:
         """The ``t_sol`` of :meth:`totals` alone (the sizing search's hot path): the same terms,
         summed in the same order, so the same floats, without the other sums and the bound split."""
         peaks, links, hbm, alphas = self.rates(rates) if isinstance(rates, GPU) else rates
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
-        shape = np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:])
+        args, shape, at = self._points(args, at, hbm, peaks)
         if self._stacks(shape):              # as totals() does: stacked on small grids, same floats
-            f, b, c, calls = (self.column(i, args, shape) for i in (0, 1, 2, 4))
+            f, b, c, calls = self._stacked((0, 1, 2, 4), args, shape, at)
             per_step = _per_step(shape)
             sol = np.maximum(np.maximum(f / per_step(np.asarray(peaks)), b / hbm),
                              c / per_step(np.asarray(links)) + calls * per_step(np.asarray(alphas)))
@@ -248,7 +337,7 @@ class CompiledProgram:
             total += np.maximum(np.maximum(f / peaks[i], b / hbm), c / links[i] + self.latency(i, args, alphas))
         return total
 
-    def totals(self, rates, batch, seq, ctx, kv_bytes) -> dict[str, np.ndarray]:
+    def totals(self, rates, batch, seq, ctx, kv_bytes, at=None) -> dict[str, np.ndarray]:
         """Phase sums over the broadcast shape: flops, bytes, weight_bytes, comm_bytes, t_compute,
         t_memory, t_comm, t_sol, and t_sol split by the term bounding each step (``by_bound``, shape
         (3, ...)). ``rates`` is a GPU or the (peaks, links, hbm, alphas) of :meth:`rates_for`.
@@ -258,12 +347,12 @@ class CompiledProgram:
         calls per program instead of a dozen per step; a large one (the bench's 204,800 points)
         goes step by step, each step at the shape it depends on (stacked blocks of the full shape
         measured 27x slower there). Both add the steps in program order, so they give identical
-        sums (tests/test_cost_paths.py)."""
+        sums (tests/test_cost_paths.py). ``at``: the points are ``args[at]`` (:meth:`_points`)."""
         peaks, links, hbm, alphas = self.rates(rates) if isinstance(rates, GPU) else rates
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
-        shape = np.broadcast_shapes(*(a.shape for a in args), np.shape(hbm), np.shape(peaks)[1:])
+        args, shape, at = self._points(args, at, hbm, peaks)
         if self._stacks(shape):
-            return self._totals_stacked(peaks, links, hbm, alphas, args, shape)
+            return self._totals_stacked(peaks, links, hbm, alphas, args, shape, at)
         return self._totals_by_step(peaks, links, hbm, alphas, args, shape)
 
     def _stacks(self, shape) -> bool:
@@ -271,9 +360,9 @@ class CompiledProgram:
         size, n_steps = int(np.prod(shape)), len(self.program.steps)
         return bool(n_steps) and 2 <= size and n_steps * size <= STACKED_ELEMENTS
 
-    def _totals_stacked(self, peaks, links, hbm, alphas, args, shape) -> dict[str, np.ndarray]:
+    def _totals_stacked(self, peaks, links, hbm, alphas, args, shape, at=None) -> dict[str, np.ndarray]:
         """:meth:`totals` with every step stacked on axis 0 (small grids)."""
-        f, b, c, w, calls = (self.column(i, args, shape) for i in range(5))
+        f, b, c, w, calls = self._stacked(range(5), args, shape, at)
         per_step = _per_step(shape)
         tc, tm = f / per_step(np.asarray(peaks)), b / hbm
         tl = c / per_step(np.asarray(links)) + calls * per_step(np.asarray(alphas))

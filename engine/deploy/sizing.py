@@ -38,7 +38,6 @@ them (a prefill-pool point and a decode point) joined by :func:`engine.deploy.di
 """
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -287,7 +286,8 @@ class _Evaluator:
                  ) -> dict[tuple[int, int], dict[str, np.ndarray]]:
         """summarize() fields at every point of ``work`` ((GPU index, config index) -> (config,
         batches, output length per batch)): one call per structure, over every GPU type that shares
-        it (all arithmetic is per point, so a point's numbers do not depend on its companions)."""
+        it (all arithmetic is per point, so a point's numbers do not depend on its companions; summarize
+        evaluates each distinct step-time point once: most of a sweep's batches repeat a program batch)."""
         groups: dict[int, list] = {}
         for (g, k), (config, batch, out_len) in work.items():
             regimes = self.codes(config, gpus[g], batch, input_len)
@@ -304,7 +304,7 @@ class _Evaluator:
             batch = np.concatenate([work[g, k][1][sel] for g, k, sel in parts])
             out_len = np.concatenate([work[g, k][2][sel] for g, k, sel in parts])
             index = np.concatenate([np.full(len(sel), g) for g, _, sel in parts])
-            got = summarize(_distinct_points(s), gpus, index, self.kv_bytes, batch, input_len, out_len,
+            got = summarize(s, gpus, index, self.kv_bytes, batch, input_len, out_len,
                             self.options.hbm_fraction, self.options.prefill_tokens, serving_only=True)
             at = 0
             for g, k, sel in parts:
@@ -317,61 +317,6 @@ class _Evaluator:
                     into[name][sel] = value[at:at + len(sel)]
                 at += len(sel)
         return out
-
-
-class _DistinctSteps:
-    """A compiled program whose :meth:`step_time` evaluates each distinct point once.
-
-    summarize() asks a phase's step time at every (GPU, batch) point, but the programs run at the
-    *program* batch (:func:`engine.deploy.structure.program_batch`: ceil(batch / dp_attn) over the
-    micro-batches; prefill's per step is one step's prompts, the same for every batch that fills the
-    step budget), so most points of a sweep repeat a (GPU, program batch, lengths) point: a chunked
-    prefill of 8K prompts under an 8K budget runs one prompt per step at every batch. The step time
-    is per point arithmetic (no point's number depends on another's: the stacked and the step by
-    step sums agree, tests/test_cost_paths.py), so evaluating the distinct points and spreading the
-    results gives the same floats. Everything else (working sets, kernel steps) is the program's own."""
-
-    def __init__(self, compiled):
-        self._compiled = compiled
-
-    def __getattr__(self, name):
-        return getattr(self._compiled, name)
-
-    def rates_for(self, gpus: list[GPU], index):
-        return _Rates(gpus, np.asarray(index))
-
-    def step_time(self, rates, batch, seq, ctx, kv_bytes) -> np.ndarray:
-        if not isinstance(rates, _Rates):
-            return self._compiled.step_time(rates, batch, seq, ctx, kv_bytes)
-        args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
-        shape = np.broadcast_shapes(*(a.shape for a in args), rates.index.shape)
-        if len(shape) != 1:
-            real = self._compiled.rates_for(rates.gpus, rates.index)
-            return self._compiled.step_time(real, *args)
-        # the distinct rows of (batch, seq, ctx, kv_bytes, GPU): sorted, then cut where any changes
-        cols = np.stack([np.broadcast_to(a, shape) for a in args] + [np.broadcast_to(rates.index, shape)])
-        order = np.lexsort(cols)
-        ranked = cols[:, order]
-        starts = np.concatenate(([True], (ranked[:, 1:] != ranked[:, :-1]).any(axis=0)))
-        inverse = np.empty(shape[0], dtype=np.intp)
-        inverse[order] = np.cumsum(starts) - 1
-        keys = ranked[:, starts]
-        got = self._compiled.step_time(self._compiled.rates_for(rates.gpus, keys[4].astype(np.intp)), *keys[:4])
-        return np.asarray(got)[inverse]
-
-
-class _Rates:
-    """The GPU of each point (:meth:`_DistinctSteps.rates_for`): rates are looked up per distinct point."""
-
-    def __init__(self, gpus: list[GPU], index: np.ndarray):
-        self.gpus, self.index = gpus, index
-
-
-def _distinct_points(s):
-    """``s`` with programs that evaluate each distinct point once (:class:`_DistinctSteps`)."""
-    out = copy.copy(s)
-    out.compiled = {p: _DistinctSteps(c) for p, c in s.compiled.items()}
-    return out
 
 
 def _kv_bytes(options: Options) -> int:

@@ -47,16 +47,71 @@ from engine.deploy.hardware import GPU
 from engine.spec.errors import SpecError
 
 
-def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = False) -> dict[str, np.ndarray]:
+def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = False, at=None) -> dict[str, np.ndarray]:
     """Phase totals over the broadcast shape of the inputs (times in seconds, bytes, FLOPs);
-    ``times_only``: the step time alone (the same floats)."""
+    ``times_only``: the step time alone (the same floats); ``at``: the points are the inputs'
+    points ``at`` picks (:meth:`engine.deploy.cost.CompiledProgram.totals`)."""
     if times_only:
-        return {"step_time_s": compiled.step_time(rates, batch, seq, ctx, kv_bytes)}
-    v = compiled.totals(rates, batch, seq, ctx, kv_bytes)
+        return {"step_time_s": compiled.step_time(rates, batch, seq, ctx, kv_bytes, at=at)}
+    v = compiled.totals(rates, batch, seq, ctx, kv_bytes, at=at)
     return {"step_time_s": v["t_sol"], "compute_time_s": v["t_compute"], "memory_time_s": v["t_memory"],
             "comm_time_s": v["t_comm"], "flops": v["flops"], "bytes": v["bytes"],
             "weight_bytes": v["weight_bytes"], "comm_bytes": v["comm_bytes"],
             "bound": np.asarray(BOUNDS)[np.argmax(v["by_bound"], axis=0)]}
+
+
+def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``columns`` (each broadcast to length ``n``, as float64): (keys of
+    shape (len(columns), distinct), inverse of shape (n,) with keys[:, inverse] equal to the
+    rows). Sorted on the columns given per row (one given as a single number never splits two
+    rows), then cut wherever one of them changes."""
+    full = [np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in columns]
+    varying = [c for c in full if n and c.strides[0]]    # an input given as one number is constant
+    if not varying:                         # every row alike (or none)
+        first = np.arange(min(n, 1))
+        return np.stack([c[first] for c in full]), np.zeros(n, dtype=np.intp)
+    order = np.lexsort(varying)
+    ranked = np.stack(varying)[:, order]
+    starts = np.concatenate(([True], (ranked[:, 1:] != ranked[:, :-1]).any(axis=0)))
+    inverse = np.empty(n, dtype=np.intp)
+    inverse[order] = np.cumsum(starts) - 1
+    first = order[starts]
+    return np.stack([c[first] for c in full]), inverse
+
+
+#: Steps x points below which :func:`phase_at_points` evaluates every point as given (measured:
+#: sorting out the distinct points costs about as much as evaluating a few thousand step-points).
+DISTINCT_MIN_ELEMENTS = 8192
+
+
+def phase_at_points(compiled, gpus: list[GPU], gpu_index, batch, seq, ctx, kv_bytes,
+                    times_only: bool = False) -> dict[str, np.ndarray]:
+    """:func:`phase_times` of point ``i`` on ``gpus[gpu_index[i]]``, each distinct (batch, seq,
+    ctx, KV size, GPU) point evaluated once and spread.
+
+    Programs run at the *program* batch (ceil(batch / dp_attn) over the micro-batches; a chunked
+    prefill step holds the same prompts for every batch that fills the step budget), the grid
+    puts several GPU types of one class in one call and prefill does not read the output length:
+    about three step-points in five a call asks for repeat another. Every number is per point
+    arithmetic (a point's sums do not read another point; the stacked and the step-by-step sums
+    agree, tests/test_cost_paths.py), so the spread results are the floats of a per-point call.
+    Inputs of more than one dimension, and calls of fewer than :data:`DISTINCT_MIN_ELEMENTS`
+    step-points (where sorting costs more than it saves), are evaluated as given."""
+    args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
+    index = np.asarray(gpu_index)
+    shape = np.broadcast_shapes(*(a.shape for a in args), index.shape)
+    if len(shape) != 1 or len(compiled.program.steps) * shape[0] < DISTINCT_MIN_ELEMENTS:
+        return phase_times(compiled, compiled.rates_for(gpus, index), *args, times_only)
+    keys, inverse = distinct_rows(args + [index], shape[0])
+    gpu = keys[4].astype(np.intp)
+    if (gpu == gpu[0]).all():             # one GPU type: the distinct points are the arguments'
+        got = phase_times(compiled, compiled.rates_for(gpus, gpu), *keys[:4], times_only)
+    else:
+        # the step values do not depend on the GPU (only the rates they divide by do): evaluated
+        # once per distinct (batch, seq, ctx, KV size) and gathered for each GPU that runs it
+        points, at = distinct_rows(list(keys[:4]), keys.shape[1])
+        got = phase_times(compiled, compiled.rates_for(gpus, gpu), *points, times_only, at=at)
+    return {name: np.asarray(value)[inverse] for name, value in got.items()}
 
 
 def prefill_working_set(structure: Structure, input_len, kv_bytes, prefill_tokens: int = PREFILL_TOKENS) -> np.ndarray:
@@ -67,9 +122,25 @@ def prefill_working_set(structure: Structure, input_len, kv_bytes, prefill_token
     compiled = structure.compiled["prefill"]
     inp = np.asarray(input_len, dtype=float)
     shape = np.broadcast_shapes(inp.shape, np.shape(kv_bytes))
+    if len(shape) == 1:
+        # the grid asks at every point of a bucket: a handful of (prompt, KV size) pairs, each
+        # evaluated once per program (per point arithmetic: the spread values are the same floats)
+        keys, inverse = distinct_rows([inp, np.asarray(kv_bytes, dtype=float)], shape[0])
+        key = ("points", keys.shape, keys.tobytes())
+        found = compiled.working_sets.get(key)
+        if found is None:
+            found = compiled.working_sets[key] = _working_set(structure, keys[0], keys[1], prefill_tokens)
+        return found[inverse]
+    return _working_set(structure, inp, kv_bytes, prefill_tokens)
+
+
+def _working_set(structure: Structure, inp: np.ndarray, kv_bytes, prefill_tokens: int) -> np.ndarray:
+    """:func:`prefill_working_set` at these points, each evaluated (a single point is remembered
+    per program: the sizing search asks per GPU type and config)."""
+    compiled = structure.compiled["prefill"]
+    shape = np.broadcast_shapes(inp.shape, np.shape(kv_bytes))
     prompts = structure.config.dp_attn * step_tokens(structure.config, prefill_tokens) / inp   # per replica
     args = [np.asarray(v, dtype=float) for v in (prompts, inp, inp, kv_bytes)]
-    # one prompt length and KV size (the sizing search asks per GPU type and config): once per program
     key = tuple(float(a) for a in args) if not shape else None
     if key is not None and key in compiled.working_sets:
         return compiled.working_sets[key]
@@ -130,14 +201,13 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     length = input_len + output_len
     k = micro_batches(config, batch)
     steps = prefill_steps(config, batch, input_len, prefill_tokens)
-    rates = {p: structure.compiled[p].rates_for(gpus, gpu_index) for p in PHASES}
     mean_step = prefill_program_batch(config, batch, input_len, prefill_tokens)
-    prefill = phase_times(structure.compiled["prefill"], rates["prefill"], mean_step, input_len, input_len, kv_bytes,
-                          serving_only)
+    prefill = phase_at_points(structure.compiled["prefill"], gpus, gpu_index, mean_step, input_len, input_len,
+                              kv_bytes, serving_only)
     options = structure.options
     # decode: one step per request verifies the last token and k MTP drafts (k = 0: one token)
-    decode = phase_times(structure.compiled["decode"], rates["decode"], program_batch(config, batch),
-                         float(options.decode_seq), length, kv_bytes, serving_only)
+    decode = phase_at_points(structure.compiled["decode"], gpus, gpu_index, program_batch(config, batch),
+                             float(options.decode_seq), length, kv_bytes, serving_only)
     hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
     usable = hbm * hbm_fraction
     weights = structure.weight_bytes_per_gpu
@@ -161,8 +231,8 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     ttft = steps * prefill["step_time_s"] / config.pp
     if config.pp > 1:
         largest = config.dp_attn * np.minimum(per_rank / k, budget / input_len)
-        fill = phase_times(structure.compiled["prefill"], rates["prefill"], largest, input_len, input_len, kv_bytes,
-                           serving_only)
+        fill = phase_at_points(structure.compiled["prefill"], gpus, gpu_index, largest, input_len, input_len,
+                               kv_bytes, serving_only)
         ttft = ttft + (config.pp - 1) * fill["step_time_s"] / config.pp
     # speculative decoding: a step emits E tokens per request on average (structure.TOKENS_PER_STEP)
     per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
@@ -317,6 +387,7 @@ def _text(expr) -> str:
 
 
 _PLAIN: dict = {}
+_PLAIN_BY_ID: dict[int, tuple] = {}        # id(formula) -> (formula, text): structures share formula objects
 
 
 def weight_text(expr) -> str:
@@ -324,18 +395,55 @@ def weight_text(expr) -> str:
     ``weight_bytes_per_gpu_formula`` and the deploy page's config rows), printed once per process:
     the same formula recurs across every regime, framework and domain of a config, and across
     configs whose degrees are symbols."""
+    mine = _PLAIN_BY_ID.get(id(expr))
+    if mine is not None and mine[0] is expr:      # the same object: no formula compared term by term
+        return mine[1]
     text = _PLAIN.get(expr)
     if text is None:
         text = _PLAIN[expr] = str(expr)
+    if len(_PLAIN_BY_ID) > 200_000:
+        _PLAIN_BY_ID.clear()
+    _PLAIN_BY_ID[id(expr)] = (expr, text)
     return text
 
 
+#: id(symbolic step) -> (step, its four texts): structures share most of their steps (the same
+#: objects), and looking a step's totals up by their expressions compares large formulas.
+_STEP_TEXT: dict[int, tuple] = {}
+
+
+def _step_text(step) -> tuple[str, str, str, str]:
+    """The four totals of one symbolic step as text (:func:`_text`), once per step object."""
+    mine = _STEP_TEXT.get(id(step))
+    if mine is not None and mine[0] is step:      # the same object (an id alone can be reused)
+        return mine[1]
+    text = tuple(_text(e) for e in step_totals(step))
+    if len(_STEP_TEXT) > 200_000:                 # steps are shared within one model: keep it bounded
+        _STEP_TEXT.clear()
+    _STEP_TEXT[id(step)] = (step, text)
+    return text
+
+
+#: id(symbolic program) -> (program, its steps' texts): structures of other regimes, domains and
+#: GPUs hold the very same program objects (planner._fused's memo).
+_PROGRAM_TEXT: dict[int, tuple] = {}
+
+
 def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
-    """The four formulas of every step as text (cached on the structure: GPU- and point-free)."""
-    cache = structure.__dict__.setdefault("_formula_text", {})
-    if phase not in cache:
-        cache[phase] = [tuple(_text(e) for e in step_totals(sym)) for sym in structure.formulas[phase].steps]
-    return cache[phase]
+    """The four formulas of every step as text (GPU- and point-free: once per symbolic program)."""
+    program = structure.formulas[phase]
+    mine = _PROGRAM_TEXT.get(id(program))
+    if mine is not None and mine[0] is program:   # the same object (an id alone can be reused)
+        return mine[1]
+    text = [_step_text(sym) for sym in program.steps]
+    if len(_PROGRAM_TEXT) > 5_000:                # programs are shared within one model: keep it bounded
+        _PROGRAM_TEXT.clear()
+    _PROGRAM_TEXT[id(program)] = (program, text)
+    return text
+
+
+#: (id(numeric program), id(symbolic program)) -> (numeric, symbolic, their op rows' GPU-free labels)
+_LABELS: dict[tuple, tuple] = {}
 
 
 def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario], arrays: bool = False
@@ -349,31 +457,30 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
     from engine.deploy.cost import scenario_point
     s = plan.structure
     points = scenario if isinstance(scenario, list) else [scenario]
-    budget = plan.options.prefill_tokens
+    options = plan.options                 # (a dataclass copy per access: once)
+    budget = options.prefill_tokens
     batch = np.array([prefill_program_batch(s.config, p.batch, p.input_len, budget) if phase == "prefill"
                       else program_batch(s.config, p.batch) for p in points], dtype=float)
-    where = [scenario_point(phase, p.input_len, p.output_len, plan.options.decode_seq) for p in points]
+    where = [scenario_point(phase, p.input_len, p.output_len, options.decode_seq) for p in points]
     seq = np.array([w["seq"] for w in where], dtype=float)
     ctx = np.array([w["ctx"] for w in where], dtype=float)
     values = plan.evaluate(phase, batch, seq, ctx, weights=True)
-    text = formula_text(s, phase)
-    steps = s.programs[phase].steps
-    keep = [i for i, step in enumerate(steps) if not step.view]          # views launch nothing
-    v = {key: np.asarray(values[key])[keep].T.reshape(-1) for key in values}   # point-major
-    t = np.stack([v["t_compute"], v["t_memory"], v["t_comm"]])
-    density = intensity(v["flops"], v["bytes"])
     n = len(points)
-
-    def per_step(fn) -> list:
-        return [fn(steps[i], i) for i in keep] * n
 
     def numbers(values: np.ndarray):
         return values if arrays else values.tolist()
 
-    # the GPU-free labels of one point's rows, once per structure and phase (several GPU types share it)
-    labels = s.__dict__.setdefault("_op_labels", {})
-    if phase not in labels:
-        labels[phase] = {
+    # the GPU-free labels of one point's rows, once per (numeric, symbolic) program pair: several
+    # GPU types, and structures of other regimes and domains, share the very same programs
+    key = (id(s.programs[phase]), id(s.formulas[phase]))
+    mine = _LABELS.get(key)
+    if mine is None or mine[0] is not s.programs[phase] or mine[1] is not s.formulas[phase]:
+        if len(_LABELS) > 5_000:                  # programs are shared within one model: keep it bounded
+            _LABELS.clear()
+        text = formula_text(s, phase)
+        steps = s.programs[phase].steps
+        keep = [i for i, step in enumerate(steps) if not step.view]          # views launch nothing
+        mine = _LABELS[key] = (s.programs[phase], s.formulas[phase], np.array(keep, dtype=np.intp), {
             "op_uid": [steps[i].uid for i in keep], "op_name": [steps[i].name for i in keep],
             "op": [steps[i].op for i in keep], "component": [steps[i].component for i in keep],
             "role": [steps[i].role for i in keep], "kind": [steps[i].kind for i in keep],
@@ -381,8 +488,14 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
             "link": [steps[i].link for i in keep], "group": [steps[i].group for i in keep],
             "flops_formula": [text[i][0] for i in keep], "bytes_formula": [text[i][1] for i in keep],
             "comm_bytes_formula": [text[i][2] for i in keep], "weight_bytes_formula": [text[i][3] for i in keep],
-            "parts": [list(steps[i].parts) for i in keep]}
-    label = {name: values * n for name, values in labels[phase].items()}
+            "parts": [list(steps[i].parts) for i in keep], "dtype": [steps[i].compute_dtype for i in keep]})
+    keep, one = mine[2], mine[3]
+    label = {name: values * n for name, values in one.items()}
+    v = {key: np.asarray(values[key])[keep].T.reshape(-1) for key in values}   # point-major
+    t = np.stack([v["t_compute"], v["t_memory"], v["t_comm"]])
+    density = intensity(v["flops"], v["bytes"])
+    # the GPU's dtype of each operand class, looked up once per class
+    dtype = {d: plan.gpu.compute_dtype(d) for d in set(one["dtype"])}
 
     return {
         "op_uid": label["op_uid"], "op_name": label["op_name"], "op": label["op"], "component": label["component"],
@@ -393,7 +506,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
         "t_comm_s": numbers(v["t_comm"]), "t_sol_s": numbers(v["t_sol"]),
         "bound": [BOUNDS[j] for j in np.argmax(t, axis=0)],
         "link": label["link"], "group": label["group"],
-        "compute_dtype": per_step(lambda st, i: plan.gpu.compute_dtype(st.compute_dtype)),
+        "compute_dtype": [dtype[d] for d in one["dtype"]] * n,
         "parts": label["parts"],
         "flops_formula": label["flops_formula"], "bytes_formula": label["bytes_formula"],
         "comm_bytes_formula": label["comm_bytes_formula"], "weight_bytes_formula": label["weight_bytes_formula"],
