@@ -1,0 +1,255 @@
+"""Disaggregated sizing answers, precomputed: the few prefill and decode points that decide
+``archledger plan``'s ``answer_disaggregated`` for every TTFT and TPOT bound (one replica, no load).
+
+Layer: engine.build (on engine.deploy.sizing; nothing here evaluates a point itself). The site's
+sizing form runs :func:`engine.deploy.sizing.pair_points`' arithmetic (static/js/sizing.js, a port:
+same formulas, same tie-breaks) over the points :func:`candidates` keeps, so what it must keep is
+every point that is part of an answer for some bounds, and nothing it drops may change an answer.
+
+What is kept, per GPU type:
+
+* prefill: per pool config, only its *records* (in TTFT order, the points whose requests/s beat
+  every shorter-TTFT point of the config): ``pair_points`` reads a config's points through their
+  running maximum, whose values and arg-max are records; configs *dominated* by an earlier one
+  (:func:`dominated`) are never its choice. With these two cuts ``pair_points`` gives the same
+  columns (:func:`prefill_records`). Of what is left, only the records some answer picks.
+* decode: only the points that are some answer's decode point.
+
+Why dropping the rest changes no answer (for bounds a, b): the answer at (a, b) is the first point,
+in plan's order (fewest GPUs, most tokens/s/GPU, the search's order), among the decode points
+within both bounds. A decode point that is no answer anywhere can go. Keeping fewer prefill records
+only raises a prefill config's replicas or moves its pick to a later record (its key, GPUs then
+TTFT, never improves), so every decode point's outcome is the same or worse; the answer's own
+outcome is unchanged, because its pick is kept: the running maximum within the bound is still at
+least the pick's throughput, so the replica count is the same (the pick meets the demand per
+replica; no kept record beyond it within the bound gives more than the full set's maximum), and
+the records before the pick were below that demand. So the answer stays first.
+
+How the answers are found, exactly: for fixed bounds the outcome of a decode point (its prefill
+choice, GPUs, tokens/s/GPU) depends on the TTFT bound ``a`` only through which prefill records fit
+under ``a`` minus the KV transfer bound: it is constant between *breakpoints* (a record's TTFT plus
+a transfer time) and gets no worse as ``a`` grows (more records fit: fewer replicas, or the same
+replicas at the same pick). At fixed ``a`` the answers over every TPOT bound are a *staircase*
+(plan's order; each next answer has a strictly smaller TPOT). Because every outcome improves
+monotonically in ``a``, a staircase equal at two TTFT bounds is equal between them, so a bisection
+over the breakpoints (probing each breakpoint and the midpoints between them) visits every
+staircase. Each probe evaluates only the decode points that can be on a staircase inside its
+interval: one whose outcome at the interval's top is not better than the worst, at its bottom, of a
+point with a smaller TPOT never is. Float caveat: the bisection reads plan's own columns, and the
+reasoning above is in exact arithmetic; plan's ceilings take a 1e-12 relative margin, so a record
+within that margin of a replica boundary is the only place it could differ.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from engine.deploy.disagg import links
+from engine.deploy.hardware import GPU
+from engine.deploy.sizing import SLA, GPUSearch, pair_points
+
+#: A TPOT bound no point reaches: the staircase spans every TPOT.
+_NO_TPOT_BOUND = 1e30
+
+
+def records(pres: GPUSearch, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ttft_s, batch) of pool config ``c``'s records, in ``pair_points``' order (TTFT, stable)."""
+    sel = np.flatnonzero(pres.prefill["config"] == c)
+    order = np.argsort(pres.prefill["ttft_s"][sel], kind="stable")
+    t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
+    x = b / t
+    before = np.concatenate(([-np.inf], np.maximum.accumulate(x)[:-1]))
+    return t[x > before], b[x > before]
+
+
+def dominated(pres: GPUSearch) -> set[int]:
+    """Pool configs ``pair_points`` never chooses: ``c2`` is dominated by an earlier ``c1`` whose GPU
+    count divides its own (``m = n2 / n1``, a power of two), whose KV share per GPU is no larger (so
+    its transfer bound is no longer, for any decode config), and which has, for every record of
+    ``c2``, a record of no longer TTFT with at least 1/m of its requests/s. Then for any demand and
+    bound ``c1`` needs at most as many GPUs, on a tie a pick of no longer TTFT, and wins ties by
+    index."""
+    recs = [records(pres, c) for c in range(len(pres.pool_configs))]
+    out = set()
+    for c2, cfg2 in enumerate(pres.pool_configs):
+        t2, b2 = recs[c2]
+        for c1 in range(c2):
+            cfg1 = pres.pool_configs[c1]
+            t1, b1 = recs[c1]
+            if cfg2.n_gpus % cfg1.n_gpus or pres.kv_share[cfg1] > pres.kv_share[cfg2] or not len(t1):
+                continue
+            j = np.searchsorted(t1, t2, side="right") - 1
+            x1 = b1 / t1
+            if (j >= 0).all() and ((cfg2.n_gpus // cfg1.n_gpus) * x1[np.maximum(j, 0)] >= b2 / t2).all():
+                out.add(c2)
+                break
+    return out
+
+
+def prefill_records(pres: GPUSearch, keep: dict[int, set[int]] | None = None) -> GPUSearch:
+    """A copy of ``pres`` whose prefill points are its undominated pool configs' records (``keep``:
+    only these batches of each config, by its index in ``pres.pool_configs``), configs renumbered in
+    their order; ``pair_points`` gives the same columns with it (config indices aside)."""
+    drop = dominated(pres)
+    configs, cols = [], {"config": [], "batch": [], "ttft_s": []}
+    for c, cfg in enumerate(pres.pool_configs):
+        if c in drop or (keep is not None and not keep.get(c)):
+            continue
+        t, b = records(pres, c)
+        if keep is not None:
+            sel = np.isin(b, sorted(keep[c]))
+            t, b = t[sel], b[sel]
+        configs.append(cfg)
+        cols["config"].append(np.full(len(t), len(configs) - 1))
+        cols["batch"].append(b)
+        cols["ttft_s"].append(t)
+    prefill = {k: np.concatenate(v) for k, v in cols.items()} if configs else {}
+    return replace(pres, pool_configs=configs, prefill=prefill, kv_share=dict(pres.kv_share))
+
+
+def decode_subset(dres: GPUSearch, index) -> GPUSearch:
+    """A copy of ``dres`` with only the decode points ``index`` (ascending: the search's order kept)."""
+    index = np.asarray(index, dtype=int)
+    return replace(dres, points={k: v[index] for k, v in dres.points.items()} if dres.points else {})
+
+
+def _breakpoints(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch) -> tuple[np.ndarray, list[float]]:
+    """TTFT bounds to probe: every record's TTFT plus each transfer bound it can have, the midpoints
+    between them, and one below and one above them all; and, per KV share of a decode config, the
+    least bound at which its decode points have a prefill choice at all."""
+    _, scale_out = links(pgpu, dgpu)
+    shares = sorted({dres.kv_share[c] for c in dres.configs})
+    bps, first = [], {s: np.inf for s in shares}
+    for c, cfg in enumerate(pres.pool_configs):
+        t = pres.prefill["ttft_s"][pres.prefill["config"] == c]
+        for s in shares:
+            bps.append(t + scale_out.time(max(pres.kv_share[cfg], s)))
+            first[s] = min(first[s], float(bps[-1].min()))
+    bps = np.unique(np.concatenate(bps))
+    return np.unique(np.concatenate([bps, (bps[1:] + bps[:-1]) / 2, [bps[0] / 2, bps[-1] * 2]])), list(first.values())
+
+
+class _Probe:
+    """One TTFT bound's outcome for a set of decode points: plan's order key, TPOT and prefill pick."""
+
+    def __init__(self, pgpu, dgpu, pres, dres, kv_request, output_len, a, index):
+        self.index = np.asarray(index, dtype=int)
+        n = len(self.index)
+        self.total = np.full(n, np.inf)
+        self.tokens = np.zeros(n)
+        self.pick = np.full((n, 2), -1, dtype=np.int64)
+        if n:
+            p = pair_points(pgpu, dgpu, pres, decode_subset(dres, self.index), kv_request, output_len,
+                            SLA(float(a), _NO_TPOT_BOUND))
+            if p:
+                ok = p["ttft_s"] <= a
+                at = np.asarray(p["decode_point"])[ok]
+                self.total[at] = np.asarray(p["total_gpus"])[ok]
+                self.tokens[at] = np.asarray(p["tokens_per_s_per_gpu"])[ok]
+                self.pick[at, 0] = np.asarray(p["prefill_config"])[ok]
+                self.pick[at, 1] = np.asarray(p["prefill_batch"])[ok]
+        self.tpot = dres.points["tpot_s"][self.index] if n else np.zeros(0)
+
+    def rows(self, subset: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.index, subset)
+
+    def staircase(self, subset: np.ndarray) -> tuple:
+        """The answers over every TPOT bound among ``subset``: (decode point, prefill config, batch)."""
+        r = self.rows(subset)
+        r = r[np.isfinite(self.total[r])]
+        order = r[np.lexsort((-self.tokens[r], self.total[r]))]      # stable: the search's order on ties
+        tp = self.tpot[order]
+        prev = np.concatenate(([np.inf], np.minimum.accumulate(tp)[:-1]))
+        keep = order[tp < prev]
+        return tuple(zip(self.index[keep].tolist(), self.pick[keep, 0].tolist(), self.pick[keep, 1].tolist()))
+
+
+def _ranks(lo: _Probe, hi: _Probe, subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Plan's order over the outcomes at ``lo`` and at ``hi`` of ``subset``, as ranks (inf: not within the bound)."""
+    rl, rh = lo.rows(subset), hi.rows(subset)
+    total = np.concatenate([lo.total[rl], hi.total[rh]])
+    tokens = np.concatenate([lo.tokens[rl], hi.tokens[rh]])
+    idx = np.concatenate([subset, subset])
+    order = np.lexsort((idx, -tokens, total))
+    rank = np.empty(len(order))
+    rank[order] = np.arange(len(order))
+    rank[~np.isfinite(total)] = np.inf
+    return rank[:len(subset)], rank[len(subset):]
+
+
+def _can_answer(lo: _Probe, hi: _Probe, subset: np.ndarray) -> np.ndarray:
+    """The points of ``subset`` that can be on a staircase for a TTFT bound between ``lo`` and ``hi``:
+    their outcome at ``hi`` (their best) beats the outcome at ``lo`` (their worst) of every point
+    with a smaller TPOT."""
+    if not len(subset):
+        return subset
+    r_lo, r_hi = _ranks(lo, hi, subset)
+    tp = lo.tpot[lo.rows(subset)]
+    order = np.argsort(tp, kind="stable")
+    run = np.minimum.accumulate(r_lo[order])
+    # the best of the points with a strictly smaller TPOT: the running minimum before each TPOT's first
+    first = np.searchsorted(tp[order], tp[order], side="left")
+    before = np.where(first > 0, run[np.maximum(first - 1, 0)], np.inf)
+    best_before = np.empty(len(subset))
+    best_before[order] = before
+    return subset[r_hi < best_before]
+
+
+def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_request: float,
+                    output_len: int) -> set[tuple[int, int, int]]:
+    """Every (decode point, prefill config, prefill batch) that is ``pair_points``' answer for some
+    TTFT and TPOT bounds (one replica), the prefill config indexing ``pres.pool_configs`` (pass
+    :func:`prefill_records`' copy: the same answers, fewer points to scan)."""
+    if not pres.prefill or not dres.points:
+        return set()
+    probes, feasible = _breakpoints(pgpu, dgpu, pres, dres)
+    # only the columns pair_points reads, and each point's KV share (its prefill choice exists from
+    # its share's first bound on: the bisection starts split there, so that within an interval a
+    # point's competitors of its share have an outcome at the interval's bottom)
+    dres = replace(dres, points={k: dres.points[k] for k in ("config", "batch", "tpot_s", "n_gpus")})
+    every = np.arange(len(dres.points["batch"]))
+
+    def probe(i: int, subset: np.ndarray) -> _Probe:
+        return _Probe(pgpu, dgpu, pres, dres, kv_request, output_len, probes[i], subset)
+
+    found: set = set()
+    cuts = sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)})
+    ends = [probe(i, every) for i in cuts]
+    stack = [(lo, hi, every, p_lo, p_hi) for lo, hi, p_lo, p_hi in zip(cuts, cuts[1:], ends, ends[1:])]
+    while stack:
+        lo, hi, subset, p_lo, p_hi = stack.pop()
+        subset = _can_answer(p_lo, p_hi, subset)
+        s_lo, s_hi = p_lo.staircase(subset), p_hi.staircase(subset)
+        if s_lo == s_hi or hi - lo <= 1:
+            found.update(s_lo)
+            found.update(s_hi)
+            continue
+        mid = (lo + hi) // 2
+        p_mid = probe(mid, subset)
+        stack.append((lo, mid, subset, p_lo, p_mid))
+        stack.append((mid, hi, subset, p_mid, p_hi))
+    return found
+
+
+def candidates(results: list[GPUSearch], gpus: list[GPU], kv_request: float, output_len: int
+               ) -> tuple[dict[str, GPUSearch], dict[str, GPUSearch]]:
+    """Per GPU type (``search(..., pools=True)``'s results), the prefill side (:func:`prefill_records`
+    kept to the records some answer picks) and the decode side (:func:`decode_subset` kept to the
+    points some answer holds), over every ordered pair of the GPU types: what the sizing form needs
+    to give ``answer_disaggregated`` for any bounds."""
+    by_key = {g.key: g for g in gpus}
+    pools = {r.gpu: prefill_records(r) for r in results}
+    picked: dict[str, dict[int, set[int]]] = {r.gpu: {} for r in results}
+    held: dict[str, set[int]] = {r.gpu: set() for r in results}
+    for pres in results:
+        for dres in results:
+            pr = pools[pres.gpu]
+            found = pair_candidates(by_key[pres.gpu], by_key[dres.gpu], pr, dres, kv_request, output_len)
+            for d, c, b in found:
+                held[dres.gpu].add(d)
+                full = pres.pool_configs.index(pr.pool_configs[c])
+                picked[pres.gpu].setdefault(full, set()).add(b)
+    prefill = {r.gpu: prefill_records(r, picked[r.gpu]) for r in results}
+    decode = {r.gpu: decode_subset(r, sorted(held[r.gpu])) if r.points else r for r in results}
+    return prefill, decode
