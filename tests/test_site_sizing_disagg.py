@@ -224,3 +224,9 @@ def test_tpot_codec_reads_back_the_builds_doubles(browser, base):
     finally:
         tab.context.close()
     assert got == values
+
+
+def test_results_doc_lists_every_disagg_column():
+    doc = (REPO / "docs" / "results.md").read_text()
+    for name, (dtype, text) in DISAGG_SCHEMA.items():
+        assert f"| `{name}` | {dtype} | {text} |" in doc, name

@@ -149,7 +149,20 @@ class _Probe:
                 self.tokens[at] = np.asarray(p["tokens_per_s_per_gpu"])[ok]
                 self.pick[at, 0] = np.asarray(p["prefill_config"])[ok]
                 self.pick[at, 1] = np.asarray(p["prefill_batch"])[ok]
-        self.tpot = dres.points["tpot_s"][self.index] if n else np.zeros(0)
+        self.tpot_all = dres.points["tpot_s"]
+        self.tpot = self.tpot_all[self.index]
+
+    def widen(self, subset: np.ndarray) -> "_Probe":
+        """The same outcomes over ``subset`` (a superset of the points evaluated): the others have no
+        prefill choice at this bound."""
+        if len(subset) == len(self.index):
+            return self
+        rows = np.searchsorted(subset, self.index)
+        total, tokens, pick = np.full(len(subset), np.inf), np.zeros(len(subset)), np.full((len(subset), 2), -1)
+        total[rows], tokens[rows], pick[rows] = self.total, self.tokens, self.pick
+        self.index, self.total, self.tokens, self.pick = subset, total, tokens, pick
+        self.tpot = self.tpot_all[subset]
+        return self
 
     def rows(self, subset: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.index, subset)
@@ -196,6 +209,27 @@ def _can_answer(lo: _Probe, hi: _Probe, subset: np.ndarray) -> np.ndarray:
     return subset[r_hi < best_before]
 
 
+def _within_reach(pres: GPUSearch, dres: GPUSearch, output_len: int) -> np.ndarray:
+    """The decode points that can be an answer at all: a point whose requests/s exceed those of a
+    point of its config with no larger TPOT by more than the most any prefill replica completes
+    needs more prefill GPUs than that point at every bound (its GPUs are n_d plus the fewest prefill
+    GPUs for its demand; the same level holds demands less than one replica's throughput apart), and
+    that point meets every bound it meets."""
+    p = dres.points
+    x_most = max(float(np.max(pres.prefill["batch"] / pres.prefill["ttft_s"])), 0.0) * (1 + 1e-9)
+    x = p["batch"] / (output_len * p["tpot_s"])
+    keep = np.zeros(len(x), dtype=bool)
+    for k in np.unique(p["config"]):
+        sel = np.flatnonzero(p["config"] == k)
+        order = sel[np.argsort(p["tpot_s"][sel], kind="stable")]
+        tp = p["tpot_s"][order]
+        low = np.minimum.accumulate(x[order])
+        # the least demand among the config's points of no larger TPOT (ties of TPOT included)
+        last = np.searchsorted(tp, tp, side="right") - 1
+        keep[order] = x[order] <= low[last] + x_most
+    return np.flatnonzero(keep)
+
+
 def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_request: float,
                     output_len: int) -> set[tuple[int, int, int]]:
     """Every (decode point, prefill config, prefill batch) that is ``pair_points``' answer for some
@@ -204,14 +238,20 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_r
     if not pres.prefill or not dres.points:
         return set()
     probes, feasible = _breakpoints(pgpu, dgpu, pres, dres)
+    shares = sorted({dres.kv_share[c] for c in dres.configs})
+    share_of = np.array([dres.kv_share[c] for c in dres.configs])[dres.points["config"]]
+    # per point, the least bound with a prefill choice (a hair above: the float subtraction of the
+    # transfer time may round up to a record's TTFT); below it the point has none
+    opens = np.array(feasible)[np.searchsorted(shares, share_of)] * (1 + 1e-9)
     # only the columns pair_points reads, and each point's KV share (its prefill choice exists from
     # its share's first bound on: the bisection starts split there, so that within an interval a
     # point's competitors of its share have an outcome at the interval's bottom)
     dres = replace(dres, points={k: dres.points[k] for k in ("config", "batch", "tpot_s", "n_gpus")})
-    every = np.arange(len(dres.points["batch"]))
+    every = _within_reach(pres, dres, output_len)
 
     def probe(i: int, subset: np.ndarray) -> _Probe:
-        return _Probe(pgpu, dgpu, pres, dres, kv_request, output_len, probes[i], subset)
+        p = _Probe(pgpu, dgpu, pres, dres, kv_request, output_len, probes[i], subset[opens[subset] <= probes[i]])
+        return p.widen(subset)
 
     found: set = set()
     cuts = sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)})
@@ -243,13 +283,13 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], kv_request: float, out
     picked: dict[str, dict[int, set[int]]] = {r.gpu: {} for r in results}
     held: dict[str, set[int]] = {r.gpu: set() for r in results}
     for pres in results:
+        pr = pools[pres.gpu]
+        position = {cfg: k for k, cfg in enumerate(pres.pool_configs)}
         for dres in results:
-            pr = pools[pres.gpu]
             found = pair_candidates(by_key[pres.gpu], by_key[dres.gpu], pr, dres, kv_request, output_len)
             for d, c, b in found:
                 held[dres.gpu].add(d)
-                full = pres.pool_configs.index(pr.pool_configs[c])
-                picked[pres.gpu].setdefault(full, set()).add(b)
+                picked[pres.gpu].setdefault(position[pr.pool_configs[c]], set()).add(b)
     prefill = {r.gpu: prefill_records(r, picked[r.gpu]) for r in results}
     decode = {r.gpu: decode_subset(r, sorted(held[r.gpu])) if r.points else r for r in results}
     return prefill, decode
