@@ -100,12 +100,15 @@ def _pool(frame: pl.DataFrame) -> dict:
             "tpot": encode_doubles(frame["tpot_s"].to_list())}
 
 
-def disagg_data(frame: pl.DataFrame | None) -> dict:
+def disagg_data(frame: pl.DataFrame | None, scenarios: list[str]) -> dict:
     """The disagg table (engine/build/fronts.py DISAGG_SCHEMA) for the page: per
-    "framework/kv_dtype/input/output", the request's KV bytes and per GPU type its price, scale-up
-    domain, links (alpha s, bytes/s) and its prefill and decode points in rank order."""
-    out: dict = {}
-    if frame is None or not frame.height:
+    "framework/kv_dtype/input/output" of ``scenarios``, the request's KV bytes and per GPU type its
+    price, scale-up domain, links (alpha s, bytes/s) and its prefill and decode points in rank order
+    (no GPU type when no split serves the scenario). Empty without the table (results built before it)."""
+    if frame is None:
+        return {}
+    out: dict = {key: {"kv_request": 0.0, "gpus": {}} for key in scenarios}
+    if not frame.height:
         return out
     keys = ["framework", "kv_dtype", "input_len", "output_len"]
     for key, group in frame.sort(keys + ["gpu", "pool", "rank"]).group_by(keys, maintain_order=True):
@@ -141,7 +144,8 @@ def page_data(results_root: Path, name: str) -> dict | None:
         "frameworks": list(dict.fromkeys(sizing["framework"])), "kv_dtypes": list(dict.fromkeys(sizing["kv_dtype"])),
         "scenarios": scenarios, "columns": {"sizing": SIZING_COLUMNS, "front": FRONT_COLUMNS},
         "sizing": _groups(sizing, SIZING_COLUMNS), "front": shown,
-        "disagg": disagg_data(_read(results_root, "disagg", name)),
+        "disagg": disagg_data(_read(results_root, "disagg", name), [
+            "/".join(map(str, k)) for k in sizing.select(_GROUP[:4]).unique(maintain_order=True).iter_rows()]),
     }
 
 

@@ -35,9 +35,15 @@ monotonically in ``a``, a staircase equal at two TTFT bounds is equal between th
 over the breakpoints (probing each breakpoint and the midpoints between them) visits every
 staircase. Each probe evaluates only the decode points that can be on a staircase inside its
 interval: one whose outcome at the interval's top is not better than the worst, at its bottom, of a
-point with a smaller TPOT never is. Float caveat: the bisection reads plan's own columns, and the
-reasoning above is in exact arithmetic; plan's ceilings take a 1e-12 relative margin, so a record
-within that margin of a replica boundary is the only place it could differ.
+point with a smaller TPOT never is (and, before any of it, none whose demand exceeds that of a
+point of its config with no larger TPOT by more than any prefill replica completes).
+
+Floats: the probes are plan's own columns (``pair_points``), so what they find is exact; the
+reasoning that no bound between probes holds another answer is made in exact arithmetic. Plan's
+ceilings take a 1e-12 relative margin and its tie-break between prefill configs of equal GPUs
+divides TTFTs by 2a, so a near-tie within a few ulps is where it could fail;
+tests/test_site_sizing_disagg.py compares the kept points' answers with plan's at bounds equal to
+the answers' own TTFT and TPOT.
 """
 from __future__ import annotations
 
