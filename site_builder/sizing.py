@@ -103,13 +103,14 @@ def _pool(frame: pl.DataFrame) -> dict:
 def disagg_data(frame: pl.DataFrame | None, scenarios: list[str]) -> dict:
     """The disagg table (engine/build/fronts.py DISAGG_SCHEMA) for the page: per
     "framework/kv_dtype/input/output" of ``scenarios``, the request's KV bytes and per GPU type its
-    price, scale-up domain, links (alpha s, bytes/s) and its prefill and decode points in rank order
-    (no GPU type when no split serves the scenario). Empty without the table (results built before it)."""
-    if frame is None:
+    price, scale-up domain, links (alpha s, bytes/s) and its prefill and decode points in rank order.
+    A scenario of a framework the table has rows of but that has none itself gets no GPU type (no
+    split serves it); one of a framework without rows (the grid's ``disagg_frameworks`` left it out,
+    or results built before the table) is absent, and the page says so."""
+    if frame is None or not frame.height:
         return {}
-    out: dict = {key: {"kv_request": 0.0, "gpus": {}} for key in scenarios}
-    if not frame.height:
-        return out
+    done = set(frame["framework"])
+    out: dict = {key: {"kv_request": 0.0, "gpus": {}} for key in scenarios if key.split("/")[0] in done}
     keys = ["framework", "kv_dtype", "input_len", "output_len"]
     for key, group in frame.sort(keys + ["gpu", "pool", "rank"]).group_by(keys, maintain_order=True):
         entry = {"kv_request": group["kv_transfer_bytes"][0], "gpus": {}}

@@ -230,3 +230,26 @@ def test_results_doc_lists_every_disagg_column():
     doc = (REPO / "docs" / "results.md").read_text()
     for name, (dtype, text) in DISAGG_SCHEMA.items():
         assert f"| `{name}` | {dtype} | {text} |" in doc, name
+
+
+def test_disagg_frameworks_limits_the_rows_and_the_page_says_which(tmp_path):
+    from engine.build.fronts import evaluate_model, load_sizing
+    from engine.spec.errors import SpecError
+    from site_builder.sizing import disagg_data
+    grid = _grid()
+    grid["sizing"].update(scenarios=[{"input": 1024, "output": 128}], gpus=["B200"], disagg_frameworks=["vllm"])
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid, sort_keys=False))
+    assert load_sizing(path).disagg_frameworks == ("vllm",)
+    columns: dict = {}
+    fronts, sizing = evaluate_model(_evaluation(MODEL_ID), path, disagg=columns)
+    assert set(sizing["framework"]) == {"vllm", "sglang"} and set(columns["framework"]) == {"vllm"}
+    frame = pl.DataFrame(columns, schema={k: v[0] for k, v in DISAGG_SCHEMA.items()})
+    data = disagg_data(frame, ["vllm/bf16/1024/128", "sglang/bf16/1024/128", "vllm/bf16/2048/256"])
+    assert set(data) == {"vllm/bf16/1024/128", "vllm/bf16/2048/256"}       # sglang: not precomputed
+    assert data["vllm/bf16/2048/256"]["gpus"] == {} and set(data["vllm/bf16/1024/128"]["gpus"]) == {"B200"}
+    grid["sizing"]["disagg_frameworks"] = ["trt"]
+    path.write_text(yaml.safe_dump(grid, sort_keys=False))
+    with pytest.raises(SpecError) as err:
+        load_sizing(path)
+    assert "sizing.disagg_frameworks[0]: unknown disagg_framework 'trt'" in err.value.one_line()

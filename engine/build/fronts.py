@@ -43,7 +43,8 @@ from engine.deploy.parallel import MAX_GPUS
 from engine.deploy.structure import MAX_TOKENS
 
 #: The keys of the grid's ``sizing:`` block.
-SIZING_KEYS = ("scenarios", "gpus", "frameworks", "kv_dtypes", "max_gpus", "models")
+SIZING_KEYS = ("scenarios", "gpus", "frameworks", "kv_dtypes", "max_gpus", "models", "disagg_frameworks")
+_REQUIRED = SIZING_KEYS[:5]
 MAX_SCENARIOS = 8
 
 _KEY = {
@@ -110,6 +111,7 @@ class Sizing:
     kv_dtypes: tuple[str, ...]
     max_gpus: int
     models: tuple[str, ...] | None = None     # Hugging Face ids; None: every model of the corpus
+    disagg_frameworks: tuple[str, ...] | None = None   # whose disagg rows are written; None: every framework
 
 
 def load_sizing(grid_path: Path | str | None) -> Sizing | None:
@@ -124,7 +126,7 @@ def load_sizing(grid_path: Path | str | None) -> Sizing | None:
     if "sizing" not in data:
         return None
     block = reader.mapping(data["sizing"], "sizing", data, "sizing")
-    reader.keys(block, "sizing", SIZING_KEYS, SIZING_KEYS[:-1])
+    reader.keys(block, "sizing", SIZING_KEYS, _REQUIRED)
     scenarios = []
     items = _list(reader, block, "scenarios", "sizing.scenarios")
     if len(items) > MAX_SCENARIOS:
@@ -156,8 +158,11 @@ def load_sizing(grid_path: Path | str | None) -> Sizing | None:
                 raise SpecError(reader.where(block, f"sizing.models[{i}]", "models"),
                                 f"{shown_value(name)} is not a Hugging Face model id",
                                 "write `models: all` or a list of ids, e.g. `models: [deepseek-ai/DeepSeek-V3]`")
+    disagg = None
+    if "disagg_frameworks" in block:     # the disaggregated answers' points (disagg.parquet) for these only
+        disagg = _choices(reader, block, "disagg_frameworks", "sizing.disagg_frameworks", frameworks, empty_ok=True)
     return Sizing(tuple(scenarios), None if gpus == "all" else tuple(gpus), frameworks, kv_dtypes, max_gpus,
-                  None if models == "all" else tuple(models))
+                  None if models == "all" else tuple(models), disagg)
 
 
 def staircase(order: np.ndarray, ttft: np.ndarray, tpot: np.ndarray) -> list[int]:
@@ -193,8 +198,9 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
     ``cache``: the model's :class:`engine.deploy.structure_cache.StructureCache` the grid evaluation
     filled (the build passes it: the search then compiles only the structures the grid did not
     build); the rows are the same with or without it (tests/test_fronts_cache.py). ``disagg``: a
-    dict to fill with the disagg columns (:data:`DISAGG_SCHEMA`; the search then also evaluates the
-    prefill-pool points, as plan does; the fronts and sizing rows are the same)."""
+    dict to fill with the disagg columns (:data:`DISAGG_SCHEMA`) of the block's
+    ``disagg_frameworks`` (default: every framework); for those the search also evaluates the
+    prefill-pool points, as plan does (the fronts and sizing rows are the same)."""
     from engine.deploy import Options
     from engine.deploy.fusion import load_tables
     from engine.deploy.hardware import find_gpu
@@ -216,11 +222,12 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
     # no SLA filters the rows (the bounds are the reader's): both bounds beyond any latency
     unbounded = SLA(1e30, 1e30)
     for framework in spec.frameworks:
+        pools = disagg is not None and (spec.disagg_frameworks is None or framework in spec.disagg_frameworks)
         for kv_dtype in spec.kv_dtypes:
             for input_len, output_len in spec.scenarios:
                 results = search(ev, gpus, input_len, output_len, unbounded, max_gpus=spec.max_gpus,
                                  options=Options(framework=framework, kv_dtype=kv_dtype),
-                                 fusion=tables.get(framework), cache=cache, pools=disagg is not None)
+                                 fusion=tables.get(framework), cache=cache, pools=pools)
                 head = {"model_id": ev.model.model_id, "framework": framework, "kv_dtype": kv_dtype,
                         "input_len": input_len, "output_len": output_len,
                         "extrapolated": input_len + output_len > max_ctx, "max_gpus": spec.max_gpus}
@@ -230,7 +237,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
                     p = res.points
                     _append(fronts, res, front(p["tokens_per_s_per_user"], p["tokens_per_s_per_gpu"]), head)
                     _append(sizing, res, staircase(preference(p), p["ttft_s"], p["tpot_s"]), head)
-                if disagg is not None:
+                if pools:
                     _append_disagg(disagg, ev, gpus, results, input_len, output_len, kv_dtype, head)
     return fronts, sizing
 

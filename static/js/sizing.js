@@ -194,6 +194,7 @@
     document.getElementById("sizing-cli").textContent = cli;
     chart([].concat.apply([], s.gpu.map(function (g) { return records(data.front, data.columns.front, s, sc, g); })));
   }
+  function gpus(n) { return n + (n === 1 ? " GPU" : " GPUs"); }
   function showDisagg(r, asked) {
     var out = document.getElementById("sizing-disagg");
     if (!out) return;
@@ -207,10 +208,10 @@
     if (!asked) return;
     if (!r) { out.textContent = "Disaggregated: no split of a prefill pool and a decode pool on these GPU types meets both bounds."; return; }
     var price = r.usd_per_m_tokens === null ? "" : ", $" + Number(r.usd_per_m_tokens.toPrecision(3)) + " per million output tokens";
-    out.textContent = "Disaggregated: " + r.total_gpus + " GPUs: " + r.prefill_replicas + " × " + r.prefill_gpu + " " +
-      r.prefill_config + " prefilling " + r.prefill_batch + " prompts at once (" + r.prefill_n_gpus + " GPUs each) + " +
+    out.textContent = "Disaggregated: " + gpus(r.total_gpus) + ": " + r.prefill_replicas + " × " + r.prefill_gpu + " " +
+      r.prefill_config + " prefilling " + r.prefill_batch + " prompts at once (" + gpus(r.prefill_n_gpus) + " each) + " +
       r.decode_replicas + " × " + r.decode_gpu + " " + r.decode_config + " decoding a batch of " + r.decode_batch + " (" +
-      r.decode_n_gpus + " GPUs each); pool ratio " + fmt.si(r.pool_ratio) + " prefill replicas per decode replica; TTFT " +
+      gpus(r.decode_n_gpus) + " each); pool ratio " + fmt.si(r.pool_ratio) + " prefill replicas per decode replica; TTFT " +
       fmt.time(r.ttft_s) + " incl. KV transfer " + fmt.time(r.kv_transfer_s) + " (" + r.kv_link.replace("_", "-") + "), TPOT " +
       fmt.time(r.tpot_s) + ", " + fmt.si(r.tokens_per_s_per_gpu) + " tokens/s per GPU" + price + ".";
   }
