@@ -253,3 +253,14 @@ def test_disagg_frameworks_limits_the_rows_and_the_page_says_which(tmp_path):
     with pytest.raises(SpecError) as err:
         load_sizing(path)
     assert "sizing.disagg_frameworks[0]: unknown disagg_framework 'trt'" in err.value.one_line()
+
+
+def test_prefill_pools_leave_the_fronts_and_sizing_rows_unchanged(tmp_path):
+    from engine.build.fronts import evaluate_model
+    grid = _grid()
+    grid["sizing"].update(scenarios=[{"input": 1024, "output": 128}], frameworks=["vllm"])
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid, sort_keys=False))
+    ev = _evaluation(MODEL_ID)
+    columns: dict = {}
+    assert evaluate_model(ev, path, disagg=columns) == evaluate_model(ev, path) and columns["model_id"]
