@@ -209,7 +209,7 @@
     if (!r) { out.textContent = "Disaggregated: no split of a prefill pool and a decode pool on these GPU types meets both bounds."; return; }
     var price = r.usd_per_m_tokens === null ? "" : ", $" + Number(r.usd_per_m_tokens.toPrecision(3)) + " per million output tokens";
     out.textContent = "Disaggregated: " + gpus(r.total_gpus) + ": " + r.prefill_replicas + " × " + r.prefill_gpu + " " +
-      r.prefill_config + " prefilling " + r.prefill_batch + " prompts at once (" + gpus(r.prefill_n_gpus) + " each) + " +
+      r.prefill_config + " prefilling " + r.prefill_batch + (r.prefill_batch === 1 ? " prompt" : " prompts") + " at once (" + gpus(r.prefill_n_gpus) + " each) + " +
       r.decode_replicas + " × " + r.decode_gpu + " " + r.decode_config + " decoding a batch of " + r.decode_batch + " (" +
       gpus(r.decode_n_gpus) + " each); pool ratio " + fmt.si(r.pool_ratio) + " prefill replicas per decode replica; TTFT " +
       fmt.time(r.ttft_s) + " incl. KV transfer " + fmt.time(r.kv_transfer_s) + " (" + r.kv_link.replace("_", "-") + "), TPOT " +
