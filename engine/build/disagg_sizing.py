@@ -69,43 +69,66 @@ def records(pres: GPUSearch, c: int) -> tuple[np.ndarray, np.ndarray]:
     return t[x > before], b[x > before]
 
 
-def dominated(pres: GPUSearch) -> set[int]:
-    """Pool configs ``pair_points`` never chooses: ``c2`` is dominated by an earlier ``c1`` whose GPU
-    count divides its own (``m = n2 / n1``, a power of two), whose KV share per GPU is no larger (so
-    its transfer bound is no longer, for any decode config), and which has, for every record of
-    ``c2``, a record of no longer TTFT with at least 1/m of its requests/s. Then for any demand and
-    bound ``c1`` needs at most as many GPUs, on a tie a pick of no longer TTFT, and wins ties by
-    index."""
+def dominated(pres: GPUSearch, slowest_bytes_per_s: float | None = None) -> list[np.ndarray]:
+    """Per pool config, which of its :func:`records` ``pair_points`` never picks for a chosen config
+    (a mask over them, in their order): record ``r`` of ``c2`` is dominated by an earlier config
+    ``c1`` whose GPU count divides its own (``m = n2 / n1``, a power of two), whose KV share per GPU
+    is no larger (so its transfer bound is no longer, for any decode config), and which has a record
+    of no longer TTFT with at least 1/m of ``r``'s requests/s. With ``slowest_bytes_per_s`` (the
+    least scale-out bandwidth of any link the pairing uses), a larger share of ``c1`` is allowed
+    when its record's TTFT plus the extra transfer time at that bandwidth (the most the larger share
+    can add for any decode share: ``max(share, s)`` grows by at most the difference) is still no
+    longer than ``r``'s, with a margin of a billionth for the float subtraction of the transfer
+    time from the bound. Wherever ``r`` fits, so does that
+    record: ``c1`` needs at most as many GPUs for any demand and, on a tie, picks a record of no
+    longer TTFT and wins by index, so ``c2`` is never chosen with pick ``r``. Dropping ``r`` leaves
+    every outcome of ``c2`` with another pick as it was (that pick still meets the same replica
+    count's demand, and the running maximum within the bound is still at least it) and only
+    worsens the others, so the chosen config and its outcome stay the same for every bound and
+    demand. Dominance is transitive (divisors, shares, TTFTs and the 1/m factors compose), so
+    every dominated record can go at once. A config all of whose records are dominated is never
+    chosen."""
     recs = [records(pres, c) for c in range(len(pres.pool_configs))]
-    out = set()
+    out = []
     for c2, cfg2 in enumerate(pres.pool_configs):
         t2, b2 = recs[c2]
+        x2 = b2 / t2
+        drop = np.zeros(len(t2), dtype=bool)
         for c1 in range(c2):
             cfg1 = pres.pool_configs[c1]
             t1, b1 = recs[c1]
-            if cfg2.n_gpus % cfg1.n_gpus or pres.kv_share[cfg1] > pres.kv_share[cfg2] or not len(t1):
+            extra = pres.kv_share[cfg1] - pres.kv_share[cfg2]
+            if cfg2.n_gpus % cfg1.n_gpus or not len(t1) or (extra > 0 and slowest_bytes_per_s is None):
                 continue
-            j = np.searchsorted(t1, t2, side="right") - 1
-            x1 = b1 / t1
-            if (j >= 0).all() and ((cfg2.n_gpus // cfg1.n_gpus) * x1[np.maximum(j, 0)] >= b2 / t2).all():
-                out.add(c2)
+            # the records of c1 have increasing requests/s: the last one within reach is the most
+            reach = t2 if extra <= 0 else t2 * (1 - 1e-9) - extra / slowest_bytes_per_s
+            j = np.searchsorted(t1, reach, side="right") - 1
+            drop |= (j >= 0) & ((cfg2.n_gpus // cfg1.n_gpus) * (b1 / t1)[np.maximum(j, 0)] >= x2)
+            if drop.all():
                 break
+        out.append(drop)
     return out
 
 
-def prefill_records(pres: GPUSearch, keep: dict[int, set[int]] | None = None) -> GPUSearch:
-    """A copy of ``pres`` whose prefill points are its undominated pool configs' records (``keep``:
-    only these batches of each config, by its index in ``pres.pool_configs``), configs renumbered in
-    their order; ``pair_points`` gives the same columns with it (config indices aside)."""
-    drop = dominated(pres)
+def prefill_records(pres: GPUSearch, keep: dict[int, set[int]] | None = None,
+                    slowest_bytes_per_s: float | None = None) -> GPUSearch:
+    """A copy of ``pres`` whose prefill points are its pool configs' undominated records
+    (:func:`dominated` at ``slowest_bytes_per_s``; ``keep``: only these batches of each config, by its index in
+    ``pres.pool_configs``), configs with none left out, the others renumbered in their order;
+    ``pair_points`` chooses the same outcome for every decode point and bounds with it (config
+    indices aside)."""
+    drop = dominated(pres, slowest_bytes_per_s)
     configs, cols = [], {"config": [], "batch": [], "ttft_s": []}
     for c, cfg in enumerate(pres.pool_configs):
-        if c in drop or (keep is not None and not keep.get(c)):
+        if keep is not None and not keep.get(c):
             continue
         t, b = records(pres, c)
+        t, b = t[~drop[c]], b[~drop[c]]
         if keep is not None:
             sel = np.isin(b, sorted(keep[c]))
             t, b = t[sel], b[sel]
+        if not len(t):
+            continue
         configs.append(cfg)
         cols["config"].append(np.full(len(t), len(configs) - 1))
         cols["batch"].append(b)
@@ -285,7 +308,8 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], kv_request: float, out
     points some answer holds), over every ordered pair of the GPU types: what the sizing form needs
     to give ``answer_disaggregated`` for any bounds."""
     by_key = {g.key: g for g in gpus}
-    pools = {r.gpu: prefill_records(r) for r in results}
+    slowest = min(float(g.scale_out_bytes_per_s) for g in gpus)     # every pair's scale-out is at least this
+    pools = {r.gpu: prefill_records(r, slowest_bytes_per_s=slowest) for r in results}
     picked: dict[str, dict[int, set[int]]] = {r.gpu: {} for r in results}
     held: dict[str, set[int]] = {r.gpu: set() for r in results}
     for pres in results:
