@@ -10,9 +10,10 @@ What is kept, per GPU type:
 
 * prefill: per pool config, only its *records* (in TTFT order, the points whose requests/s beat
   every shorter-TTFT point of the config): ``pair_points`` reads a config's points through their
-  running maximum, whose values and arg-max are records; configs *dominated* by an earlier one
-  (:func:`dominated`) are never its choice. With these two cuts ``pair_points`` gives the same
-  columns (:func:`prefill_records`). Of what is left, only the records some answer picks.
+  running maximum, whose values and arg-max are records; records *dominated* by an earlier config's
+  (:func:`dominated`) are never the pick of its choice. With these two cuts ``pair_points`` chooses
+  the same outcome (:func:`prefill_records`); they also leave few records, so few TTFT breakpoints
+  to search. Of what is left, only the records some answer picks.
 * decode: only the points that are some answer's decode point.
 
 Why dropping the rest changes no answer (for bounds a, b): the answer at (a, b) is the first point,
