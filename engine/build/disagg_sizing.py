@@ -54,7 +54,7 @@ import numpy as np
 
 from engine.deploy.disagg import links
 from engine.deploy.hardware import GPU
-from engine.deploy.sizing import SLA, GPUSearch, pair_points
+from engine.deploy.sizing import GPUSearch, _prefix_argmax
 
 #: A TPOT bound no point reaches: the staircase spans every TPOT.
 _NO_TPOT_BOUND = 1e30
@@ -160,26 +160,95 @@ def _breakpoints(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch) -> tupl
     return np.unique(np.concatenate([bps, (bps[1:] + bps[:-1]) / 2, [bps[0] / 2, bps[-1] * 2]])), list(first.values())
 
 
+class _Pairing:
+    """:func:`engine.deploy.sizing.pair_points`' arithmetic for one pair, reduced to what a probe
+    reads (per decode point: total GPUs, tokens/s/GPU, TTFT, prefill config and batch at a TTFT
+    bound, no TPOT bound, no load), with what does not depend on the bound computed once: the
+    probes call it thousands of times on a few hundred points each, where pair_points' set-up
+    (per config sorts and running maxima, the transfer times, join's other columns) cost more than
+    the points. The same numpy operations in the same order on the same values, so the same doubles
+    (tests/test_site_sizing_disagg.py compares it with pair_points column for column)."""
+
+    def __init__(self, pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int):
+        from engine.deploy.disagg import _ROUND
+        d = dres.points
+        self.kd = d["config"].astype(int)
+        self.share_d = np.array([dres.kv_share[c] for c in dres.configs])
+        self.share_p = np.array([pres.kv_share[c] for c in pres.pool_configs])
+        self.n_p = np.array([c.n_gpus for c in pres.pool_configs])
+        self.up, self.out = links(pgpu, dgpu)
+        self.domain = pgpu.scale_up_domain
+        self.output_len, self.round = output_len, _ROUND
+        self.batch_d, self.tpot_d, self.n_d = d["batch"], d["tpot_s"], d["n_gpus"]
+        self.configs = []
+        pc = pres.prefill["config"]
+        for c in range(len(pres.pool_configs)):
+            sel = np.flatnonzero(pc == c)
+            order = np.argsort(pres.prefill["ttft_s"][sel], kind="stable")
+            t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
+            x = b / t
+            self.configs.append((t, b, np.maximum.accumulate(x), _prefix_argmax(x),
+                                 self.out.time(np.maximum(self.share_p[c], self.share_d))))
+
+    def outcome(self, a: float, i: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(points of ``i`` with a prefill choice, their total GPUs, tokens/s/GPU, TTFT, prefill
+        config, prefill batch) at TTFT bound ``a``."""
+        kd = self.kd[i]
+        batch_d, tpot_d = self.batch_d[i], self.tpot_d[i]
+        x_d = batch_d / (self.output_len * tpot_d)
+        demand = np.ones(len(i), dtype=np.int64) * x_d
+        n_cp, n = len(self.configs), len(i)
+        cost = np.full((n_cp, n), np.inf)
+        ttft = np.zeros((n_cp, n))
+        batch = np.zeros((n_cp, n), dtype=np.int64)
+        for c, (t, b, best, arg, seconds) in enumerate(self.configs):
+            last = np.searchsorted(t, a - seconds, side="right") - 1
+            if last.max() < 0:
+                continue                    # no record within the bound for any decode config
+            j = last[kd]
+            ok = j >= 0
+            x_max = best[np.maximum(j, 0)]
+            reps = np.maximum(1, np.ceil(demand / x_max * (1 - 1e-12)))
+            first = np.minimum(np.searchsorted(best, demand / reps * (1 - 1e-12), side="left"), np.maximum(j, 0))
+            pick = arg[first]
+            cost[c] = np.where(ok, reps * self.n_p[c], np.inf)
+            ttft[c], batch[c] = t[pick], b[pick]
+        choice = np.argmin(cost + np.where(np.isfinite(cost), ttft / (2 * a), 0.0), axis=0)
+        cols = np.arange(n)
+        at = np.flatnonzero(np.isfinite(cost[choice, cols]))
+        c, k = choice[at], kd[at]
+        b_p, t_p = batch[c, at], ttft[c, at]
+        # engine.deploy.disagg.join and replicas, the columns read
+        x_p = np.asarray(b_p, dtype=float) / np.asarray(t_p, dtype=float)
+        x_d = np.asarray(batch_d[at], dtype=float) / (self.output_len * np.asarray(tpot_d[at], dtype=float))
+        decode = np.ones(len(at), dtype=np.int64)
+        prefill = np.maximum(1, np.ceil(decode * x_d / x_p * self.round)).astype(np.int64)
+        total = prefill * self.n_p[c] + decode * self.n_d[i[at]]
+        link_bytes = np.maximum(np.asarray(self.share_p[c], dtype=float), np.asarray(self.share_d[k], dtype=float))
+        on_up = (total <= self.domain) if self.up is not None else np.zeros(np.shape(total), dtype=bool)
+        seconds = np.where(on_up, self.up.time(link_bytes) if self.up else 0.0, self.out.time(link_bytes))
+        tokens = np.minimum(prefill * x_p, decode * x_d) * self.output_len
+        return at, total, tokens / total, np.asarray(t_p, dtype=float) + seconds, c, b_p
+
+
 class _Probe:
     """One TTFT bound's outcome for a set of decode points: plan's order key, TPOT and prefill pick."""
 
-    def __init__(self, pgpu, dgpu, pres, dres, kv_request, output_len, a, index):
+    def __init__(self, pairing: _Pairing, tpot_all: np.ndarray, a, index):
         self.index = np.asarray(index, dtype=int)
         n = len(self.index)
         self.total = np.full(n, np.inf)
         self.tokens = np.zeros(n)
         self.pick = np.full((n, 2), -1, dtype=np.int64)
         if n:
-            p = pair_points(pgpu, dgpu, pres, decode_subset(dres, self.index), kv_request, output_len,
-                            SLA(float(a), _NO_TPOT_BOUND))
-            if p:
-                ok = p["ttft_s"] <= a
-                at = np.asarray(p["decode_point"])[ok]
-                self.total[at] = np.asarray(p["total_gpus"])[ok]
-                self.tokens[at] = np.asarray(p["tokens_per_s_per_gpu"])[ok]
-                self.pick[at, 0] = np.asarray(p["prefill_config"])[ok]
-                self.pick[at, 1] = np.asarray(p["prefill_batch"])[ok]
-        self.tpot_all = dres.points["tpot_s"]
+            at, total, tokens, ttft, c, b = pairing.outcome(float(a), self.index)
+            ok = ttft <= a
+            at = at[ok]
+            self.total[at] = total[ok]
+            self.tokens[at] = tokens[ok]
+            self.pick[at, 0] = c[ok]
+            self.pick[at, 1] = b[ok]
+        self.tpot_all = tpot_all
         self.tpot = self.tpot_all[self.index]
 
     def widen(self, subset: np.ndarray) -> "_Probe":
@@ -279,8 +348,10 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_r
     dres = replace(dres, points={k: dres.points[k] for k in ("config", "batch", "tpot_s", "n_gpus")})
     every = _within_reach(pres, dres, output_len)
 
+    pairing = _Pairing(pgpu, dgpu, pres, dres, output_len)
+
     def probe(i: int, subset: np.ndarray) -> _Probe:
-        p = _Probe(pgpu, dgpu, pres, dres, kv_request, output_len, probes[i], subset[opens[subset] <= probes[i]])
+        p = _Probe(pairing, dres.points["tpot_s"], probes[i], subset[opens[subset] <= probes[i]])
         return p.widen(subset)
 
     found: set = set()
