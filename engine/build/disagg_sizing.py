@@ -232,62 +232,49 @@ class _Pairing:
 
 
 class _Probe:
-    """One TTFT bound's outcome for a set of decode points: plan's order key, TPOT and prefill pick."""
+    """One TTFT bound's outcome for a set of decode points: plan's order key and prefill pick, in
+    arrays over every decode point of the pair (so a subset reads its rows by index; a point not
+    evaluated, or with no prefill choice at this bound, has no outcome: total inf)."""
 
-    def __init__(self, pairing: _Pairing, tpot_all: np.ndarray, a, index):
-        self.index = np.asarray(index, dtype=int)
-        n = len(self.index)
+    def __init__(self, pairing: _Pairing, tpot: np.ndarray, a, index):
+        index = np.asarray(index, dtype=int)
+        n = len(tpot)
         self.total = np.full(n, np.inf)
         self.tokens = np.zeros(n)
-        self.pick = np.full((n, 2), -1, dtype=np.int64)
-        if n:
-            at, total, tokens, ttft, c, b = pairing.outcome(float(a), self.index)
+        self.pick_c = np.full(n, -1, dtype=np.int64)
+        self.pick_b = np.full(n, -1, dtype=np.int64)
+        if len(index):
+            at, total, tokens, ttft, c, b = pairing.outcome(float(a), index)
             ok = ttft <= a
-            at = at[ok]
+            at = index[at[ok]]
             self.total[at] = total[ok]
             self.tokens[at] = tokens[ok]
-            self.pick[at, 0] = c[ok]
-            self.pick[at, 1] = b[ok]
-        self.tpot_all = tpot_all
-        self.tpot = self.tpot_all[self.index]
-
-    def widen(self, subset: np.ndarray) -> "_Probe":
-        """The same outcomes over ``subset`` (a superset of the points evaluated): the others have no
-        prefill choice at this bound."""
-        if len(subset) == len(self.index):
-            return self
-        rows = np.searchsorted(subset, self.index)
-        total, tokens, pick = np.full(len(subset), np.inf), np.zeros(len(subset)), np.full((len(subset), 2), -1)
-        total[rows], tokens[rows], pick[rows] = self.total, self.tokens, self.pick
-        self.index, self.total, self.tokens, self.pick = subset, total, tokens, pick
-        self.tpot = self.tpot_all[subset]
-        return self
-
-    def rows(self, subset: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.index, subset)
+            self.pick_c[at] = c[ok]
+            self.pick_b[at] = b[ok]
+        self.tpot = tpot
 
     def staircase(self, subset: np.ndarray) -> tuple:
-        """The answers over every TPOT bound among ``subset``: (decode point, prefill config, batch)."""
-        r = self.rows(subset)
-        r = r[np.isfinite(self.total[r])]
+        """The answers over every TPOT bound among ``subset`` (ascending): (decode point, prefill
+        config, batch)."""
+        r = subset[np.isfinite(self.total[subset])]
         order = r[np.lexsort((-self.tokens[r], self.total[r]))]      # stable: the search's order on ties
         tp = self.tpot[order]
         prev = np.concatenate(([np.inf], np.minimum.accumulate(tp)[:-1]))
         keep = order[tp < prev]
-        return tuple(zip(self.index[keep].tolist(), self.pick[keep, 0].tolist(), self.pick[keep, 1].tolist()))
+        return tuple(zip(keep.tolist(), self.pick_c[keep].tolist(), self.pick_b[keep].tolist()))
 
 
 def _ranks(lo: _Probe, hi: _Probe, subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Plan's order over the outcomes at ``lo`` and at ``hi`` of ``subset``, as ranks (inf: not within the bound)."""
-    rl, rh = lo.rows(subset), hi.rows(subset)
-    total = np.concatenate([lo.total[rl], hi.total[rh]])
-    tokens = np.concatenate([lo.tokens[rl], hi.tokens[rh]])
-    idx = np.concatenate([subset, subset])
-    order = np.lexsort((idx, -tokens, total))
+    """Plan's order over the outcomes at ``lo`` and at ``hi`` of ``subset`` (ascending), as ranks
+    (inf: not within the bound). The two outcomes of each point are interleaved, so the rows are in
+    the search's order and a stable sort on (GPUs, -tokens/s/GPU) breaks ties as plan does."""
+    total = np.stack([lo.total[subset], hi.total[subset]], axis=1).ravel()
+    tokens = np.stack([lo.tokens[subset], hi.tokens[subset]], axis=1).ravel()
+    order = np.lexsort((-tokens, total))
     rank = np.empty(len(order))
     rank[order] = np.arange(len(order))
     rank[~np.isfinite(total)] = np.inf
-    return rank[:len(subset)], rank[len(subset):]
+    return rank[0::2], rank[1::2]
 
 
 def _can_answer(lo: _Probe, hi: _Probe, subset: np.ndarray) -> np.ndarray:
@@ -297,7 +284,7 @@ def _can_answer(lo: _Probe, hi: _Probe, subset: np.ndarray) -> np.ndarray:
     if not len(subset):
         return subset
     r_lo, r_hi = _ranks(lo, hi, subset)
-    tp = lo.tpot[lo.rows(subset)]
+    tp = lo.tpot[subset]
     order = np.argsort(tp, kind="stable")
     run = np.minimum.accumulate(r_lo[order])
     # the best of the points with a strictly smaller TPOT: the running minimum before each TPOT's first
@@ -351,8 +338,7 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_r
     pairing = _Pairing(pgpu, dgpu, pres, dres, output_len)
 
     def probe(i: int, subset: np.ndarray) -> _Probe:
-        p = _Probe(pairing, dres.points["tpot_s"], probes[i], subset[opens[subset] <= probes[i]])
-        return p.widen(subset)
+        return _Probe(pairing, dres.points["tpot_s"], probes[i], subset[opens[subset] <= probes[i]])
 
     found: set = set()
     cuts = sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)})
