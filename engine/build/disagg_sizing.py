@@ -253,15 +253,15 @@ class _Probe:
             self.pick_b[at] = b[ok]
         self.tpot = tpot
 
-    def staircase(self, subset: np.ndarray) -> tuple:
-        """The answers over every TPOT bound among ``subset`` (ascending): (decode point, prefill
-        config, batch)."""
+    def staircase(self, subset: np.ndarray) -> np.ndarray:
+        """The answers over every TPOT bound among ``subset`` (ascending), as the columns of a
+        (3, n) array: decode point, prefill config, batch."""
         r = subset[np.isfinite(self.total[subset])]
         order = r[np.lexsort((-self.tokens[r], self.total[r]))]      # stable: the search's order on ties
         tp = self.tpot[order]
         prev = np.concatenate(([np.inf], np.minimum.accumulate(tp)[:-1]))
         keep = order[tp < prev]
-        return tuple(zip(keep.tolist(), self.pick_c[keep].tolist(), self.pick_b[keep].tolist()))
+        return np.stack([keep, self.pick_c[keep], self.pick_b[keep]])
 
 
 def _ranks(lo: _Probe, hi: _Probe, subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -348,9 +348,9 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_r
         lo, hi, subset, p_lo, p_hi = stack.pop()
         subset = _can_answer(p_lo, p_hi, subset)
         s_lo, s_hi = p_lo.staircase(subset), p_hi.staircase(subset)
-        if s_lo == s_hi or hi - lo <= 1:
-            found.update(s_lo)
-            found.update(s_hi)
+        if np.array_equal(s_lo, s_hi) or hi - lo <= 1:
+            found.update(zip(*s_lo.tolist()))
+            found.update(zip(*s_hi.tolist()))
             continue
         mid = (lo + hi) // 2
         p_mid = probe(mid, subset)
