@@ -52,9 +52,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.deploy.disagg import links
+from engine.deploy.disagg import ROUND, links
 from engine.deploy.hardware import GPU
-from engine.deploy.sizing import GPUSearch, _prefix_argmax
+from engine.deploy.sizing import GPUSearch, prefix_argmax
 
 #: A TPOT bound no point reaches: the staircase spans every TPOT.
 _NO_TPOT_BOUND = 1e30
@@ -170,7 +170,6 @@ class _Pairing:
     (tests/test_site_sizing_disagg.py compares it with pair_points column for column)."""
 
     def __init__(self, pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int):
-        from engine.deploy.disagg import _ROUND
         d = dres.points
         self.kd = d["config"].astype(int)
         self.share_d = np.array([dres.kv_share[c] for c in dres.configs])
@@ -178,7 +177,7 @@ class _Pairing:
         self.n_p = np.array([c.n_gpus for c in pres.pool_configs])
         self.up, self.out = links(pgpu, dgpu)
         self.domain = pgpu.scale_up_domain
-        self.output_len, self.round = output_len, _ROUND
+        self.output_len, self.round = output_len, ROUND
         self.batch_d, self.tpot_d, self.n_d = d["batch"], d["tpot_s"], d["n_gpus"]
         self.configs = []
         pc = pres.prefill["config"]
@@ -187,7 +186,7 @@ class _Pairing:
             order = np.argsort(pres.prefill["ttft_s"][sel], kind="stable")
             t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
             x = b / t
-            self.configs.append((t, b, np.maximum.accumulate(x), _prefix_argmax(x),
+            self.configs.append((t, b, np.maximum.accumulate(x), prefix_argmax(x),
                                  self.out.time(np.maximum(self.share_p[c], self.share_d))))
 
     def outcome(self, a: float, i: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -613,7 +613,7 @@ def pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_reque
         t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
         x = b / t
         best = np.maximum.accumulate(x)                     # the most requests/s within each TTFT
-        arg = _prefix_argmax(x)
+        arg = prefix_argmax(x)
         # the TTFT bound left after the (scale-out, an upper bound) transfer, per decode config
         last = np.searchsorted(t, sla.ttft_s - scale_out.time(np.maximum(share_p[c], share_d)), side="right") - 1
         j = last[kd]
@@ -645,7 +645,7 @@ def pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_reque
     return points
 
 
-def _prefix_argmax(x: np.ndarray) -> np.ndarray:
+def prefix_argmax(x: np.ndarray) -> np.ndarray:
     """Index of the maximum of x[:i + 1] for every i (the first one on ties: the shorter TTFT)."""
     idx = np.arange(len(x))
     before = np.concatenate(([-np.inf], np.maximum.accumulate(x)[:-1]))

@@ -8,7 +8,7 @@
 // the same order (so the same doubles), the same tie-breaks; the points' times are the build's.
 (function () {
   "use strict";
-  var ROUND = 1 - 1e-12;     // disagg._ROUND and pair_points' (1 - 1e-12): ceilings of ratios up to rounding
+  var ROUND = 1 - 1e-12;     // disagg.ROUND and pair_points' (1 - 1e-12): ceilings of ratios up to rounding
   // site_builder/sizing.py encode_doubles, inverted: the first double's bits, then second differences
   function decodeDoubles(enc) {
     var out = [], view = new DataView(new ArrayBuffer(8)), bits = null, step = null;
