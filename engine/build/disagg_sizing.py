@@ -39,7 +39,8 @@ interval: one whose outcome at the interval's top is not better than the worst, 
 point with a smaller TPOT never is (and, before any of it, none whose demand exceeds that of a
 point of its config with no larger TPOT by more than any prefill replica completes).
 
-Floats: the probes are plan's own columns (``pair_points``), so what they find is exact; the
+Floats: the probes are plan's own columns (``pair_points``' arithmetic, :class:`_Pairing`: the same
+operations on the same values, tests/test_disagg_sizing_fast.py), so what they find is exact; the
 reasoning that no bound between probes holds another answer is made in exact arithmetic. Plan's
 ceilings take a 1e-12 relative margin and its tie-break between prefill configs of equal GPUs
 divides TTFTs by 2a, so a near-tie within a few ulps is where it could fail;
