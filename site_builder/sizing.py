@@ -10,6 +10,7 @@ so the page's comparisons are the engine's.
 """
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import polars as pl
@@ -56,6 +57,77 @@ def _groups(frame: pl.DataFrame, columns: list[str]) -> dict[str, list]:
     return out
 
 
+def _bits(value: float) -> int:
+    """A double's IEEE-754 bits as a signed 64-bit integer (what sizing.js's decoder reads back)."""
+    return struct.unpack("<q", struct.pack("<d", value))[0]
+
+
+def _json_int(value: int):
+    """An integer JSON carries exactly (a double holds integers up to 2^53), else its decimal text."""
+    return value if abs(value) <= 2 ** 53 else str(value)
+
+
+def encode_doubles(values: list[float]) -> list:
+    """Doubles, losslessly and compactly: the first one's bits (decimal text), then the second
+    differences of the bits (the first one's first difference as it is). Consecutive TPOTs of one
+    config are close to linear in the batch, so most second differences are a few units and the list
+    gzips to a tenth of the decimal floats; sizing.js's ``decodeDoubles`` inverts it exactly."""
+    if not values:
+        return []
+    bits = [_bits(v) for v in values]
+    out, prev_step = [str(bits[0])], None
+    for i in range(1, len(bits)):
+        step = bits[i] - bits[i - 1]
+        out.append(_json_int(step if prev_step is None else step - prev_step))
+        prev_step = step
+    return out
+
+
+def _pool(frame: pl.DataFrame) -> dict:
+    """One GPU type's prefill or decode points for the page: its configs (label, GPUs, KV share per
+    GPU) in first-seen order, each point's config index and batch, and its TTFT (prefill, plain
+    floats: few) or TPOT (decode, :func:`encode_doubles`)."""
+    configs: dict[str, int] = {}
+    meta = []
+    for label, n, share in frame.select(["config", "n_gpus", "kv_share_bytes"]).iter_rows():
+        if label not in configs:
+            configs[label] = len(configs)
+            meta.append([label, n, share])
+    index = [configs[c] for c in frame["config"]]
+    if frame["pool"][0] == "prefill":
+        return {"configs": meta, "config": index, "batch": frame["batch"].to_list(), "ttft": frame["ttft_s"].to_list()}
+    return {"configs": meta, "config": index, "batch": frame["batch"].to_list(),
+            "tpot": encode_doubles(frame["tpot_s"].to_list())}
+
+
+def disagg_data(frame: pl.DataFrame | None, scenarios: list[str]) -> dict:
+    """The disagg table (engine/build/fronts.py DISAGG_SCHEMA) for the page: per
+    "framework/kv_dtype/input/output" of ``scenarios``, the request's KV bytes and per GPU type its
+    price, scale-up domain, links (alpha s, bytes/s) and its prefill and decode points in rank order.
+    A scenario of a framework the table has rows of but that has none itself gets no GPU type (no
+    split serves it); one of a framework without rows (the grid's ``disagg_frameworks`` left it out,
+    or results built before the table) is absent, and the page says so."""
+    if frame is None or not frame.height:
+        return {}
+    done = set(frame["framework"])
+    out: dict = {key: {"kv_request": 0.0, "gpus": {}} for key in scenarios if key.split("/")[0] in done}
+    keys = ["framework", "kv_dtype", "input_len", "output_len"]
+    for key, group in frame.sort(keys + ["gpu", "pool", "rank"]).group_by(keys, maintain_order=True):
+        entry = {"kv_request": group["kv_transfer_bytes"][0], "gpus": {}}
+        for (gpu,), rows in group.group_by(["gpu"], maintain_order=True):
+            first = rows.row(0, named=True)
+            g = {"price": first["usd_per_gpu_hour"], "domain": first["scale_up_domain"],
+                 "up": [first["scale_up_alpha_s"], first["scale_up_bytes_per_s"]],
+                 "out": [first["scale_out_alpha_s"], first["scale_out_bytes_per_s"]]}
+            for pool in ("prefill", "decode"):
+                part = rows.filter(pl.col("pool") == pool)
+                g[pool] = _pool(part) if part.height else {"configs": [], "config": [], "batch": [],
+                                                             "ttft" if pool == "prefill" else "tpot": []}
+            entry["gpus"][gpu] = g
+        out["/".join(str(k) for k in key)] = entry
+    return out
+
+
 def page_data(results_root: Path, name: str) -> dict | None:
     """The sizing page's data for one model (``name``: its slug), or None when the build wrote no
     sizing rows for it (a grid without a ``sizing:`` block, or no config served). ``sizing`` and
@@ -73,6 +145,8 @@ def page_data(results_root: Path, name: str) -> dict | None:
         "frameworks": list(dict.fromkeys(sizing["framework"])), "kv_dtypes": list(dict.fromkeys(sizing["kv_dtype"])),
         "scenarios": scenarios, "columns": {"sizing": SIZING_COLUMNS, "front": FRONT_COLUMNS},
         "sizing": _groups(sizing, SIZING_COLUMNS), "front": shown,
+        "disagg": disagg_data(_read(results_root, "disagg", name), [
+            "/".join(map(str, k)) for k in sizing.select(_GROUP[:4]).unique(maintain_order=True).iter_rows()]),
     }
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from engine.cli import main
-from tests.site_helpers import build_small_site, served
+from tests.site_helpers import served, shared_small_site
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ def built(tmp_path_factory) -> Path:
     grid = yaml.safe_load((REPO / "tests" / "data" / "grid_tiny.yaml").read_text())
     grid["sizing"] = {"scenarios": [{"input": i, "output": o} for i, o in SCENARIOS], "gpus": GPUS,
                       "frameworks": FRAMEWORKS, "kv_dtypes": ["bf16"], "max_gpus": MAX_GPUS}
-    return build_small_site(tmp_path_factory.mktemp("sizing-site"), grid, [MODEL])
+    return shared_small_site(tmp_path_factory, grid, [MODEL])     # tests/test_site_sizing_disagg.py reads it too
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,8 @@ from engine.deploy.parallel import MAX_GPUS
 from engine.deploy.structure import MAX_TOKENS
 
 #: The keys of the grid's ``sizing:`` block.
-SIZING_KEYS = ("scenarios", "gpus", "frameworks", "kv_dtypes", "max_gpus", "models")
+SIZING_KEYS = ("scenarios", "gpus", "frameworks", "kv_dtypes", "max_gpus", "models", "disagg_frameworks")
+_REQUIRED = SIZING_KEYS[:5]
 MAX_SCENARIOS = 8
 
 _KEY = {
@@ -76,6 +77,26 @@ FRONTS_SCHEMA = {**_KEY, "rank": (pl.Int64, "Position on the front, from 0 (the 
 #: sizing.parquet: the served points that answer "cheapest config within TTFT <= a and TPOT <= b".
 SIZING_SCHEMA = {**_KEY, "rank": (pl.Int64, "archledger plan's order of preference, from 0: fewest GPUs, then the highest tokens/s/GPU, then the search's order. The cheapest point meeting TTFT <= a and TPOT <= b is the lowest-rank row with ttft_s <= a and tpot_s <= b.")}
 
+#: disagg.parquet: the prefill and decode points that decide plan's ``answer_disaggregated`` for any
+#: TTFT and TPOT bounds (engine/build/disagg_sizing.py: what is kept and why no answer changes).
+DISAGG_SCHEMA = {
+    **{k: _KEY[k] for k in ("model_id", "gpu", "framework", "kv_dtype", "input_len", "output_len", "extrapolated",
+                            "max_gpus")},
+    "pool": (pl.String, "prefill (a prefill-pool point: batch prompts prefilled at once, output 1) or decode (a served decode point)."),
+    "rank": (pl.Int64, "Order within (model, GPU, framework, KV dtype, scenario, pool), from 0: decode points in the search's order (plan's tie-break), prefill points by config in the search's order, then TTFT."),
+    **{k: _KEY[k] for k in ("config", "n_gpus", "tp", "ep", "dp_attn", "pp", "batch")},
+    "ttft_s": (pl.Float64, "Prefill rows: TTFT of the prefill point (the prompt and the first token, output 1). Decode rows: the served point's own TTFT."),
+    "tpot_s": (pl.Float64, "Decode rows: time per output token at the last position (s). Prefill rows: null."),
+    "kv_share_bytes": (pl.Float64, "KV bytes one GPU of the config holds of a request at the prompt length (the KV transfer's busiest link carries the larger of the two pools')."),
+    "kv_transfer_bytes": (pl.Float64, "KV bytes of one request at the prompt length, every cache (kv_transfer_bytes of archledger disagg)."),
+    "usd_per_gpu_hour": (pl.Float64, "The GPU file's price of one GPU ($/h); null without one."),
+    "scale_up_domain": (pl.Int64, "GPUs of one scale-up domain (a split within one domain of one GPU type moves its KV over scale-up)."),
+    "scale_up_alpha_s": (pl.Float64, "Point-to-point latency over scale-up (s): alpha of the KV transfer's send/recv."),
+    "scale_up_bytes_per_s": (pl.Float64, "Scale-up bandwidth of one GPU, one direction (B/s)."),
+    "scale_out_alpha_s": (pl.Float64, "Point-to-point latency over scale-out (s); a pair of GPU types takes the larger."),
+    "scale_out_bytes_per_s": (pl.Float64, "Scale-out bandwidth of one GPU, one direction (B/s); a pair of GPU types takes the smaller."),
+}
+
 _POINT = [k for k in _KEY if k not in ("model_id", "gpu", "framework", "kv_dtype", "input_len", "output_len",
                                         "extrapolated", "max_gpus", "rank")]
 
@@ -90,6 +111,7 @@ class Sizing:
     kv_dtypes: tuple[str, ...]
     max_gpus: int
     models: tuple[str, ...] | None = None     # Hugging Face ids; None: every model of the corpus
+    disagg_frameworks: tuple[str, ...] | None = None   # whose disagg rows are written; None: every framework
 
 
 def load_sizing(grid_path: Path | str | None) -> Sizing | None:
@@ -104,7 +126,7 @@ def load_sizing(grid_path: Path | str | None) -> Sizing | None:
     if "sizing" not in data:
         return None
     block = reader.mapping(data["sizing"], "sizing", data, "sizing")
-    reader.keys(block, "sizing", SIZING_KEYS, SIZING_KEYS[:-1])
+    reader.keys(block, "sizing", SIZING_KEYS, _REQUIRED)
     scenarios = []
     items = _list(reader, block, "scenarios", "sizing.scenarios")
     if len(items) > MAX_SCENARIOS:
@@ -136,8 +158,11 @@ def load_sizing(grid_path: Path | str | None) -> Sizing | None:
                 raise SpecError(reader.where(block, f"sizing.models[{i}]", "models"),
                                 f"{shown_value(name)} is not a Hugging Face model id",
                                 "write `models: all` or a list of ids, e.g. `models: [deepseek-ai/DeepSeek-V3]`")
+    disagg = None
+    if "disagg_frameworks" in block:     # the disaggregated answers' points (disagg.parquet) for these only
+        disagg = _choices(reader, block, "disagg_frameworks", "sizing.disagg_frameworks", frameworks, empty_ok=True)
     return Sizing(tuple(scenarios), None if gpus == "all" else tuple(gpus), frameworks, kv_dtypes, max_gpus,
-                  None if models == "all" else tuple(models))
+                  None if models == "all" else tuple(models), disagg)
 
 
 def staircase(order: np.ndarray, ttft: np.ndarray, tpot: np.ndarray) -> list[int]:
@@ -167,11 +192,15 @@ def preference(points: dict) -> np.ndarray:
     return np.lexsort((-points["tokens_per_s_per_gpu"], points["n_gpus"]))
 
 
-def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None) -> tuple[dict, dict]:
+def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, disagg: dict | None = None
+                   ) -> tuple[dict, dict]:
     """(fronts columns, sizing columns) for one model: empty when the grid has no ``sizing:`` block.
     ``cache``: the model's :class:`engine.deploy.structure_cache.StructureCache` the grid evaluation
     filled (the build passes it: the search then compiles only the structures the grid did not
-    build); the rows are the same with or without it (tests/test_fronts_cache.py)."""
+    build); the rows are the same with or without it (tests/test_fronts_cache.py). ``disagg``: a
+    dict to fill with the disagg columns (:data:`DISAGG_SCHEMA`) of the block's
+    ``disagg_frameworks`` (default: every framework); for those the search also evaluates the
+    prefill-pool points, as plan does (the fronts and sizing rows are the same)."""
     from engine.deploy import Options
     from engine.deploy.fusion import load_tables
     from engine.deploy.hardware import find_gpu
@@ -180,6 +209,8 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None) ->
 
     fronts = {k: [] for k in FRONTS_SCHEMA}
     sizing = {k: [] for k in SIZING_SCHEMA}
+    if disagg is not None:
+        disagg.update({k: [] for k in DISAGG_SCHEMA})
     spec, all_gpus = _inputs(grid_path, gpu_root)
     if spec is None or (spec.models is not None and ev.model.model_id not in spec.models):
         return fronts, sizing
@@ -191,11 +222,12 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None) ->
     # no SLA filters the rows (the bounds are the reader's): both bounds beyond any latency
     unbounded = SLA(1e30, 1e30)
     for framework in spec.frameworks:
+        pools = disagg is not None and (spec.disagg_frameworks is None or framework in spec.disagg_frameworks)
         for kv_dtype in spec.kv_dtypes:
             for input_len, output_len in spec.scenarios:
                 results = search(ev, gpus, input_len, output_len, unbounded, max_gpus=spec.max_gpus,
                                  options=Options(framework=framework, kv_dtype=kv_dtype),
-                                 fusion=tables.get(framework), cache=cache)
+                                 fusion=tables.get(framework), cache=cache, pools=pools)
                 head = {"model_id": ev.model.model_id, "framework": framework, "kv_dtype": kv_dtype,
                         "input_len": input_len, "output_len": output_len,
                         "extrapolated": input_len + output_len > max_ctx, "max_gpus": spec.max_gpus}
@@ -205,7 +237,55 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None) ->
                     p = res.points
                     _append(fronts, res, front(p["tokens_per_s_per_user"], p["tokens_per_s_per_gpu"]), head)
                     _append(sizing, res, staircase(preference(p), p["ttft_s"], p["tpot_s"]), head)
+                if pools:
+                    _append_disagg(disagg, ev, gpus, results, input_len, output_len, kv_dtype, head)
     return fronts, sizing
+
+
+def _append_disagg(columns: dict, ev: Evaluation, gpus, results, input_len: int, output_len: int, kv_dtype: str,
+                   head: dict) -> None:
+    """Append one scenario's disagg rows: per GPU type the prefill and decode points
+    :func:`engine.build.disagg_sizing.candidates` keeps, with what the pairing needs of the GPU."""
+    from engine.build.disagg_sizing import candidates, records
+    from engine.deploy.disagg import transfer_bytes
+    from engine.spec.kv import KV_DTYPE_BYTES
+    kv_request = float(transfer_bytes(ev, input_len, KV_DTYPE_BYTES[kv_dtype]))
+    prefill, decode = candidates(results, gpus, kv_request, output_len)
+    for gpu in gpus:
+        rows = []
+        pres = prefill[gpu.key]
+        for c, cfg in enumerate(pres.pool_configs):
+            t, b = records(pres, c)
+            rows += [("prefill", cfg, int(bb), float(tt), None) for tt, bb in zip(t.tolist(), b.tolist())]
+        dres = decode[gpu.key]
+        if dres.points:
+            p = dres.points
+            rows += [("decode", dres.configs[int(k)], int(bb), float(tt), float(tp))
+                     for k, bb, tt, tp in zip(p["config"].tolist(), p["batch"].tolist(), p["ttft_s"].tolist(),
+                                              p["tpot_s"].tolist())]
+        share = {**pres.kv_share, **dres.kv_share}
+        link = {"usd_per_gpu_hour": gpu.price_usd_per_hour, "scale_up_domain": int(gpu.scale_up_domain),
+                "scale_up_alpha_s": float(gpu.collective_latency("send_recv", 2, 1)),
+                "scale_up_bytes_per_s": float(gpu.scale_up_bytes_per_s),
+                "scale_out_alpha_s": float(gpu.collective_latency("send_recv", 2, 2)),
+                "scale_out_bytes_per_s": float(gpu.scale_out_bytes_per_s), "kv_transfer_bytes": kv_request}
+        ranks = {"prefill": 0, "decode": 0}
+        for pool, cfg, batch, ttft, tpot in rows:
+            for k, v in head.items():
+                columns[k].append(v)
+            for k, v in link.items():
+                columns[k].append(v)
+            columns["gpu"].append(gpu.key)
+            columns["pool"].append(pool)
+            columns["rank"].append(ranks[pool])
+            ranks[pool] += 1
+            columns["config"].append(cfg.label())
+            for k in ("n_gpus", "tp", "ep", "dp_attn", "pp"):
+                columns[k].append(getattr(cfg, k))
+            columns["batch"].append(batch)
+            columns["ttft_s"].append(ttft)
+            columns["tpot_s"].append(tpot)
+            columns["kv_share_bytes"].append(float(share[cfg]))
 
 
 _INPUTS: dict[tuple, tuple] = {}
@@ -243,19 +323,22 @@ def _append(columns: dict, res, index, head: dict) -> None:
 
 
 def write_model(ev: Evaluation, grid_path, gpu_root, staging: Path, slug: str, write, cache=None) -> dict:
-    """Evaluate and write ``fronts/model=<slug>/part.parquet`` and ``sizing/model=<slug>/part.parquet``
-    under ``staging`` (``write(columns, schema, path)`` writes one Parquet file). Always writes both,
+    """Evaluate and write ``fronts/model=<slug>/part.parquet``, ``sizing/model=<slug>/part.parquet`` and
+    ``disagg/model=<slug>/part.parquet`` under ``staging`` (``write(columns, schema, path)`` writes one
+    Parquet file). Always writes all three,
     empty without a ``sizing:`` block, so a model's files are the same set for every grid. Returns
     row counts and seconds."""
     started = time.perf_counter()
     from engine.build import finite
-    fronts, sizing = evaluate_model(ev, grid_path, gpu_root, cache)
-    finite.check_tables(ev.model, {"fronts": fronts, "sizing": sizing})
-    for table, columns, schema in (("fronts", fronts, FRONTS_SCHEMA), ("sizing", sizing, SIZING_SCHEMA)):
+    disagg: dict = {}
+    fronts, sizing = evaluate_model(ev, grid_path, gpu_root, cache, disagg)
+    finite.check_tables(ev.model, {"fronts": fronts, "sizing": sizing, "disagg": disagg})
+    for table, columns, schema in (("fronts", fronts, FRONTS_SCHEMA), ("sizing", sizing, SIZING_SCHEMA),
+                                   ("disagg", disagg, DISAGG_SCHEMA)):
         folder = Path(staging) / table / f"model={slug}"
         folder.mkdir(parents=True, exist_ok=True)
         write(columns, schema, folder / "part.parquet")
-    return {"fronts": len(fronts["model_id"]), "sizing": len(sizing["model_id"]),
+    return {"fronts": len(fronts["model_id"]), "sizing": len(sizing["model_id"]), "disagg": len(disagg["model_id"]),
             "sizing_seconds": round(time.perf_counter() - started, 3)}
 
 

@@ -629,7 +629,7 @@ def _read_previous(final: Path, log) -> Previous:
 def _model_files(root: Path, model_id: str) -> list[Path]:
     """A model's files under a results folder (partitions and its inspector document)."""
     name = slug(model_id)
-    return [root / t / f"model={name}" / "part.parquet" for t in ("deployments", "ops", "fronts", "sizing")] + \
+    return [root / t / f"model={name}" / "part.parquet" for t in ("deployments", "ops", "fronts", "sizing", "disagg")] + \
         [root / "models" / f"{name}.json", root / "formulas" / f"{name}.json", root / "playground" / f"{name}.json"]
 
 
@@ -790,7 +790,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
 
         # -- evaluate: the slowest models first (as last time; else the largest), so the pool's tail is short
         todo.sort(key=lambda m: (-previous.models.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
-        for table in ("deployments", "ops", "models", "fronts", "sizing"):    # present even when empty: readers glob them
+        for table in ("deployments", "ops", "models", "fronts", "sizing", "disagg"):    # present even when empty: readers glob them
             (staging / table).mkdir(exist_ok=True)
         # the corpus-wide tables depend on no model's results: with a pool they are written by its
         # workers while the models evaluate (else here, after them)
@@ -810,7 +810,8 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
             mid = r["model_id"]
             entries[mid] = {"hash": hashes[mid], "deployments": r["deployments"], "ops": r["ops"],
                             "points": r["points"], "seconds": r["seconds"], "partition": slug(mid),
-                            "fronts": r["fronts"], "sizing": r["sizing"], "sizing_seconds": r["sizing_seconds"],
+                            "fronts": r["fronts"], "sizing": r["sizing"], "disagg": r["disagg"],
+                            "sizing_seconds": r["sizing_seconds"],
                             "files": _file_records(staging, mid)}
             report.recomputed.append(mid)
             report.points += r["points"]

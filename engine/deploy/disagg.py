@@ -63,7 +63,7 @@ from engine.deploy.structure import MAX_BATCH, Options, Scenario, option_where
 #: Output tokens of a prefill-pool request: the first token, sampled where the prompt was computed.
 PREFILL_OUTPUT = 1
 #: A tolerance for ceilings of ratios that are whole numbers up to rounding (0.9999999 x 3 -> 3).
-_ROUND = 1 - 1e-12
+ROUND = 1 - 1e-12
 #: Fields of one disaggregated row (JSON names; bytes, seconds, requests/s, tokens/s, USD).
 FIELDS = ("kind", "prefill_gpu", "prefill_config", "prefill_n_gpus", "prefill_batch", "prefill_replicas",
           "prefill_ttft_s", "prefill_requests_per_s", "decode_gpu", "decode_config", "decode_n_gpus", "decode_batch",
@@ -121,11 +121,11 @@ def replicas(x_p, x_d, batch_d, users: int | None = None, rate: float | None = N
         decode = np.broadcast_to(-(-users // batch_d), shape)
         exact = np.broadcast_to(batch_d == -(-users // decode), shape)
     elif rate is not None:
-        decode = np.maximum(1, np.ceil(rate / x_d * _ROUND)).astype(np.int64)
+        decode = np.maximum(1, np.ceil(rate / x_d * ROUND)).astype(np.int64)
     else:
         decode = np.ones(shape, dtype=np.int64)
     demand = rate if rate is not None else decode * x_d
-    prefill = np.maximum(1, np.ceil(demand / x_p * _ROUND)).astype(np.int64)
+    prefill = np.maximum(1, np.ceil(demand / x_p * ROUND)).astype(np.int64)
     return {"pool_ratio": np.broadcast_to(x_d / x_p, shape), "prefill_replicas": np.broadcast_to(prefill, shape),
             "decode_replicas": np.broadcast_to(decode, shape),
             "requests_per_s": np.minimum(prefill * x_p, decode * x_d), "exact": exact}

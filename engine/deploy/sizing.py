@@ -525,13 +525,18 @@ def disaggregated(ev: Evaluation, results: list[GPUSearch], gpus: list[GPU], inp
             out.append(pair)
             if not pres.prefill or not dres.points:
                 continue
-            pair.points = _pair_points(by_key[pres.gpu], by_key[dres.gpu], pres, dres, kv_request, output_len, sla)
+            pair.points = pair_points(by_key[pres.gpu], by_key[dres.gpu], pres, dres, kv_request, output_len, sla)
             pair.decode_points = int(len(dres.points["batch"]))
     return out
 
 
-def _pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_request: float, output_len: int,
-                 sla: SLA) -> dict[str, np.ndarray]:
+def pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_request: float, output_len: int,
+                sla: SLA) -> dict[str, np.ndarray]:
+    """The disaggregated points of one (prefill GPU, decode GPU) pair under ``sla`` (:func:`disaggregated`'s
+    rules), as columns: every decode point of ``dres`` some prefill choice brings within the TTFT bound,
+    ``decode_point`` its index among ``dres.points`` (columns ``prefill_config`` / ``decode_config`` index
+    ``pres.pool_configs`` / ``dres.configs``). Empty when none is. Each decode point's columns depend on
+    that point, the prefill points and the bounds only (engine/build/disagg_sizing.py relies on it)."""
     d = dres.points
     kd = d["config"].astype(int)
     share_d = np.array([dres.kv_share[c] for c in dres.configs])
@@ -553,7 +558,7 @@ def _pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_requ
         t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
         x = b / t
         best = np.maximum.accumulate(x)                     # the most requests/s within each TTFT
-        arg = _prefix_argmax(x)
+        arg = prefix_argmax(x)
         # the TTFT bound left after the (scale-out, an upper bound) transfer, per decode config
         last = np.searchsorted(t, sla.ttft_s - scale_out.time(np.maximum(share_p[c], share_d)), side="right") - 1
         j = last[kd]
@@ -578,14 +583,14 @@ def _pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_requ
              kv_request=kv_request, output_len=output_len, users=sla.users, rate=sla.rate)
     points = {name: np.asarray(j[name]) for name in DISAGG_FIELDS if name in j and j[name] is not None}
     points.update({"prefill_config": c, "prefill_batch": b_p, "prefill_ttft_s": t_p,
-                   "decode_config": k, "decode_batch": d["batch"][i]})
+                   "decode_config": k, "decode_batch": d["batch"][i], "decode_point": i})
     if j["usd_per_hour"] is None:
         points["usd_per_hour"] = points["usd_per_m_tokens"] = None
     points["meets_sla"] = (points["ttft_s"] <= sla.ttft_s) & (points["tpot_s"] <= sla.tpot_s) & np.asarray(j["exact"])
     return points
 
 
-def _prefix_argmax(x: np.ndarray) -> np.ndarray:
+def prefix_argmax(x: np.ndarray) -> np.ndarray:
     """Index of the maximum of x[:i + 1] for every i (the first one on ties: the shorter TTFT)."""
     idx = np.arange(len(x))
     before = np.concatenate(([-np.inf], np.maximum.accumulate(x)[:-1]))

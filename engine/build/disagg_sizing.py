@@ -1,0 +1,383 @@
+"""Disaggregated sizing answers, precomputed: the few prefill and decode points that decide
+``archledger plan``'s ``answer_disaggregated`` for every TTFT and TPOT bound (one replica, no load).
+
+Layer: engine.build (on engine.deploy.sizing; nothing here evaluates a point itself). The site's
+sizing form runs :func:`engine.deploy.sizing.pair_points`' arithmetic (static/js/sizing.js, a port:
+same formulas, same tie-breaks) over the points :func:`candidates` keeps, so what it must keep is
+every point that is part of an answer for some bounds, and nothing it drops may change an answer.
+
+What is kept, per GPU type:
+
+* prefill: per pool config, only its *records* (in TTFT order, the points whose requests/s beat
+  every shorter-TTFT point of the config): ``pair_points`` reads a config's points through their
+  running maximum, whose values and arg-max are records; records *dominated* by an earlier config's
+  (:func:`dominated`) are never the pick of its choice. With these two cuts ``pair_points`` chooses
+  the same outcome (:func:`prefill_records`); they also leave few records, so few TTFT breakpoints
+  to search. Of what is left, only the records some answer picks.
+* decode: only the points that are some answer's decode point.
+
+Why dropping the rest changes no answer (for bounds a, b): the answer at (a, b) is the first point,
+in plan's order (fewest GPUs, most tokens/s/GPU, the search's order), among the decode points
+within both bounds. A decode point that is no answer anywhere can go. Keeping fewer prefill records
+only raises a prefill config's replicas or moves its pick to a later record (its key, GPUs then
+TTFT, never improves), so every decode point's outcome is the same or worse; the answer's own
+outcome is unchanged, because its pick is kept: the running maximum within the bound is still at
+least the pick's throughput, so the replica count is the same (the pick meets the demand per
+replica; no kept record beyond it within the bound gives more than the full set's maximum), and
+the records before the pick were below that demand. So the answer stays first.
+
+How the answers are found, exactly: for fixed bounds the outcome of a decode point (its prefill
+choice, GPUs, tokens/s/GPU) depends on the TTFT bound ``a`` only through which prefill records fit
+under ``a`` minus the KV transfer bound: it is constant between *breakpoints* (a record's TTFT plus
+a transfer time) and gets no worse as ``a`` grows (more records fit: fewer replicas, or the same
+replicas at the same pick). At fixed ``a`` the answers over every TPOT bound are a *staircase*
+(plan's order; each next answer has a strictly smaller TPOT). Because every outcome improves
+monotonically in ``a``, a staircase equal at two TTFT bounds is equal between them, so a bisection
+over the breakpoints (probing each breakpoint and the midpoints between them) visits every
+staircase. Each probe evaluates only the decode points that can be on a staircase inside its
+interval: one whose outcome at the interval's top is not better than the worst, at its bottom, of a
+point with a smaller TPOT never is (and, before any of it, none whose demand exceeds that of a
+point of its config with no larger TPOT by more than any prefill replica completes).
+
+Floats: the probes are plan's own columns (``pair_points``' arithmetic, :class:`_Pairing`: the same
+operations on the same values, tests/test_disagg_sizing_fast.py), so what they find is exact; the
+reasoning that no bound between probes holds another answer is made in exact arithmetic. Plan's
+ceilings take a 1e-12 relative margin and its tie-break between prefill configs of equal GPUs
+divides TTFTs by 2a, so a near-tie within a few ulps is where it could fail;
+tests/test_site_sizing_disagg.py compares the kept points' answers with plan's at bounds equal to
+the answers' own TTFT and TPOT.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from engine.deploy.disagg import ROUND, links
+from engine.deploy.hardware import GPU
+from engine.deploy.sizing import GPUSearch, prefix_argmax
+
+#: A TPOT bound no point reaches: the staircase spans every TPOT.
+_NO_TPOT_BOUND = 1e30
+
+
+def records(pres: GPUSearch, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ttft_s, batch) of pool config ``c``'s records, in ``pair_points``' order (TTFT, stable)."""
+    sel = np.flatnonzero(pres.prefill["config"] == c)
+    order = np.argsort(pres.prefill["ttft_s"][sel], kind="stable")
+    t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
+    x = b / t
+    before = np.concatenate(([-np.inf], np.maximum.accumulate(x)[:-1]))
+    return t[x > before], b[x > before]
+
+
+def dominated(pres: GPUSearch, slowest_bytes_per_s: float | None = None) -> list[np.ndarray]:
+    """Per pool config, which of its :func:`records` ``pair_points`` never picks for a chosen config
+    (a mask over them, in their order): record ``r`` of ``c2`` is dominated by an earlier config
+    ``c1`` whose GPU count divides its own (``m = n2 / n1``, a power of two), whose KV share per GPU
+    is no larger (so its transfer bound is no longer, for any decode config), and which has a record
+    of no longer TTFT with at least 1/m of ``r``'s requests/s. With ``slowest_bytes_per_s`` (the
+    least scale-out bandwidth of any link the pairing uses), a larger share of ``c1`` is allowed
+    when its record's TTFT plus the extra transfer time at that bandwidth (the most the larger share
+    can add for any decode share: ``max(share, s)`` grows by at most the difference) is still no
+    longer than ``r``'s, with a margin of a billionth for the float subtraction of the transfer
+    time from the bound. Wherever ``r`` fits, so does that
+    record: ``c1`` needs at most as many GPUs for any demand and, on a tie, picks a record of no
+    longer TTFT and wins by index, so ``c2`` is never chosen with pick ``r``. Dropping ``r`` leaves
+    every outcome of ``c2`` with another pick as it was (that pick still meets the same replica
+    count's demand, and the running maximum within the bound is still at least it) and only
+    worsens the others, so the chosen config and its outcome stay the same for every bound and
+    demand. Dominance is transitive (divisors, shares, TTFTs and the 1/m factors compose), so
+    every dominated record can go at once. A config all of whose records are dominated is never
+    chosen."""
+    recs = [records(pres, c) for c in range(len(pres.pool_configs))]
+    out = []
+    for c2, cfg2 in enumerate(pres.pool_configs):
+        t2, b2 = recs[c2]
+        x2 = b2 / t2
+        drop = np.zeros(len(t2), dtype=bool)
+        for c1 in range(c2):
+            cfg1 = pres.pool_configs[c1]
+            t1, b1 = recs[c1]
+            extra = pres.kv_share[cfg1] - pres.kv_share[cfg2]
+            if cfg2.n_gpus % cfg1.n_gpus or not len(t1) or (extra > 0 and slowest_bytes_per_s is None):
+                continue
+            # the records of c1 have increasing requests/s: the last one within reach is the most
+            reach = t2 if extra <= 0 else t2 * (1 - 1e-9) - extra / slowest_bytes_per_s
+            j = np.searchsorted(t1, reach, side="right") - 1
+            drop |= (j >= 0) & ((cfg2.n_gpus // cfg1.n_gpus) * (b1 / t1)[np.maximum(j, 0)] >= x2)
+            if drop.all():
+                break
+        out.append(drop)
+    return out
+
+
+def prefill_records(pres: GPUSearch, keep: dict[int, set[int]] | None = None,
+                    slowest_bytes_per_s: float | None = None) -> GPUSearch:
+    """A copy of ``pres`` whose prefill points are its pool configs' undominated records
+    (:func:`dominated` at ``slowest_bytes_per_s``; ``keep``: only these batches of each config, by its index in
+    ``pres.pool_configs``), configs with none left out, the others renumbered in their order;
+    ``pair_points`` chooses the same outcome for every decode point and bounds with it (config
+    indices aside)."""
+    drop = dominated(pres, slowest_bytes_per_s)
+    configs, cols = [], {"config": [], "batch": [], "ttft_s": []}
+    for c, cfg in enumerate(pres.pool_configs):
+        if keep is not None and not keep.get(c):
+            continue
+        t, b = records(pres, c)
+        t, b = t[~drop[c]], b[~drop[c]]
+        if keep is not None:
+            sel = np.isin(b, sorted(keep[c]))
+            t, b = t[sel], b[sel]
+        if not len(t):
+            continue
+        configs.append(cfg)
+        cols["config"].append(np.full(len(t), len(configs) - 1))
+        cols["batch"].append(b)
+        cols["ttft_s"].append(t)
+    prefill = {k: np.concatenate(v) for k, v in cols.items()} if configs else {}
+    return replace(pres, pool_configs=configs, prefill=prefill, kv_share=dict(pres.kv_share))
+
+
+def decode_subset(dres: GPUSearch, index) -> GPUSearch:
+    """A copy of ``dres`` with only the decode points ``index`` (ascending: the search's order kept)."""
+    index = np.asarray(index, dtype=int)
+    return replace(dres, points={k: v[index] for k, v in dres.points.items()} if dres.points else {})
+
+
+def _breakpoints(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch) -> tuple[np.ndarray, list[float]]:
+    """TTFT bounds to probe: every record's TTFT plus each transfer bound it can have, the midpoints
+    between them, and one below and one above them all; and, per KV share of a decode config, the
+    least bound at which its decode points have a prefill choice at all."""
+    _, scale_out = links(pgpu, dgpu)
+    shares = sorted({dres.kv_share[c] for c in dres.configs})
+    bps, first = [], {s: np.inf for s in shares}
+    for c, cfg in enumerate(pres.pool_configs):
+        t = pres.prefill["ttft_s"][pres.prefill["config"] == c]
+        for s in shares:
+            bps.append(t + scale_out.time(max(pres.kv_share[cfg], s)))
+            first[s] = min(first[s], float(bps[-1].min()))
+    bps = np.unique(np.concatenate(bps))
+    return np.unique(np.concatenate([bps, (bps[1:] + bps[:-1]) / 2, [bps[0] / 2, bps[-1] * 2]])), list(first.values())
+
+
+class _Pairing:
+    """:func:`engine.deploy.sizing.pair_points`' arithmetic for one pair, reduced to what a probe
+    reads (per decode point: total GPUs, tokens/s/GPU, TTFT, prefill config and batch at a TTFT
+    bound, no TPOT bound, no load), with what does not depend on the bound computed once: the
+    probes call it thousands of times on a few hundred points each, where pair_points' set-up
+    (per config sorts and running maxima, the transfer times, join's other columns) cost more than
+    the points. The same numpy operations in the same order on the same values, so the same doubles
+    (tests/test_site_sizing_disagg.py compares it with pair_points column for column)."""
+
+    def __init__(self, pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int):
+        d = dres.points
+        self.kd = d["config"].astype(int)
+        self.share_d = np.array([dres.kv_share[c] for c in dres.configs])
+        self.share_p = np.array([pres.kv_share[c] for c in pres.pool_configs])
+        self.n_p = np.array([c.n_gpus for c in pres.pool_configs])
+        self.up, self.out = links(pgpu, dgpu)
+        self.domain = pgpu.scale_up_domain
+        self.output_len, self.round = output_len, ROUND
+        self.batch_d, self.tpot_d, self.n_d = d["batch"], d["tpot_s"], d["n_gpus"]
+        self.configs = []
+        pc = pres.prefill["config"]
+        for c in range(len(pres.pool_configs)):
+            sel = np.flatnonzero(pc == c)
+            order = np.argsort(pres.prefill["ttft_s"][sel], kind="stable")
+            t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
+            x = b / t
+            self.configs.append((t, b, np.maximum.accumulate(x), prefix_argmax(x),
+                                 self.out.time(np.maximum(self.share_p[c], self.share_d))))
+
+    def outcome(self, a: float, i: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(points of ``i`` with a prefill choice, their total GPUs, tokens/s/GPU, TTFT, prefill
+        config, prefill batch) at TTFT bound ``a``."""
+        kd = self.kd[i]
+        batch_d, tpot_d = self.batch_d[i], self.tpot_d[i]
+        x_d = batch_d / (self.output_len * tpot_d)
+        demand = np.ones(len(i), dtype=np.int64) * x_d
+        n_cp, n = len(self.configs), len(i)
+        cost = np.full((n_cp, n), np.inf)
+        ttft = np.zeros((n_cp, n))
+        batch = np.zeros((n_cp, n), dtype=np.int64)
+        for c, (t, b, best, arg, seconds) in enumerate(self.configs):
+            last = np.searchsorted(t, a - seconds, side="right") - 1
+            if last.max() < 0:
+                continue                    # no record within the bound for any decode config
+            j = last[kd]
+            ok = j >= 0
+            x_max = best[np.maximum(j, 0)]
+            reps = np.maximum(1, np.ceil(demand / x_max * (1 - 1e-12)))
+            first = np.minimum(np.searchsorted(best, demand / reps * (1 - 1e-12), side="left"), np.maximum(j, 0))
+            pick = arg[first]
+            cost[c] = np.where(ok, reps * self.n_p[c], np.inf)
+            ttft[c], batch[c] = t[pick], b[pick]
+        choice = np.argmin(cost + np.where(np.isfinite(cost), ttft / (2 * a), 0.0), axis=0)
+        cols = np.arange(n)
+        at = np.flatnonzero(np.isfinite(cost[choice, cols]))
+        c, k = choice[at], kd[at]
+        b_p, t_p = batch[c, at], ttft[c, at]
+        # engine.deploy.disagg.join and replicas, the columns read
+        x_p = np.asarray(b_p, dtype=float) / np.asarray(t_p, dtype=float)
+        x_d = np.asarray(batch_d[at], dtype=float) / (self.output_len * np.asarray(tpot_d[at], dtype=float))
+        decode = np.ones(len(at), dtype=np.int64)
+        prefill = np.maximum(1, np.ceil(decode * x_d / x_p * self.round)).astype(np.int64)
+        total = prefill * self.n_p[c] + decode * self.n_d[i[at]]
+        link_bytes = np.maximum(np.asarray(self.share_p[c], dtype=float), np.asarray(self.share_d[k], dtype=float))
+        on_up = (total <= self.domain) if self.up is not None else np.zeros(np.shape(total), dtype=bool)
+        seconds = np.where(on_up, self.up.time(link_bytes) if self.up else 0.0, self.out.time(link_bytes))
+        tokens = np.minimum(prefill * x_p, decode * x_d) * self.output_len
+        return at, total, tokens / total, np.asarray(t_p, dtype=float) + seconds, c, b_p
+
+
+class _Probe:
+    """One TTFT bound's outcome for a set of decode points: plan's order key and prefill pick, in
+    arrays over every decode point of the pair (so a subset reads its rows by index; a point not
+    evaluated, or with no prefill choice at this bound, has no outcome: total inf)."""
+
+    def __init__(self, pairing: _Pairing, tpot: np.ndarray, a, index):
+        index = np.asarray(index, dtype=int)
+        n = len(tpot)
+        self.total = np.full(n, np.inf)
+        self.tokens = np.zeros(n)
+        self.pick_c = np.full(n, -1, dtype=np.int64)
+        self.pick_b = np.full(n, -1, dtype=np.int64)
+        if len(index):
+            at, total, tokens, ttft, c, b = pairing.outcome(float(a), index)
+            ok = ttft <= a
+            at = index[at[ok]]
+            self.total[at] = total[ok]
+            self.tokens[at] = tokens[ok]
+            self.pick_c[at] = c[ok]
+            self.pick_b[at] = b[ok]
+        self.tpot = tpot
+
+    def staircase(self, subset: np.ndarray) -> np.ndarray:
+        """The answers over every TPOT bound among ``subset`` (ascending), as the columns of a
+        (3, n) array: decode point, prefill config, batch."""
+        r = subset[np.isfinite(self.total[subset])]
+        order = r[np.lexsort((-self.tokens[r], self.total[r]))]      # stable: the search's order on ties
+        tp = self.tpot[order]
+        prev = np.concatenate(([np.inf], np.minimum.accumulate(tp)[:-1]))
+        keep = order[tp < prev]
+        return np.stack([keep, self.pick_c[keep], self.pick_b[keep]])
+
+
+def _ranks(lo: _Probe, hi: _Probe, subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Plan's order over the outcomes at ``lo`` and at ``hi`` of ``subset`` (ascending), as ranks
+    (inf: not within the bound). The two outcomes of each point are interleaved, so the rows are in
+    the search's order and a stable sort on (GPUs, -tokens/s/GPU) breaks ties as plan does."""
+    total = np.stack([lo.total[subset], hi.total[subset]], axis=1).ravel()
+    tokens = np.stack([lo.tokens[subset], hi.tokens[subset]], axis=1).ravel()
+    order = np.lexsort((-tokens, total))
+    rank = np.empty(len(order))
+    rank[order] = np.arange(len(order))
+    rank[~np.isfinite(total)] = np.inf
+    return rank[0::2], rank[1::2]
+
+
+def _can_answer(lo: _Probe, hi: _Probe, subset: np.ndarray) -> np.ndarray:
+    """The points of ``subset`` that can be on a staircase for a TTFT bound between ``lo`` and ``hi``:
+    their outcome at ``hi`` (their best) beats the outcome at ``lo`` (their worst) of every point
+    with a smaller TPOT."""
+    if not len(subset):
+        return subset
+    r_lo, r_hi = _ranks(lo, hi, subset)
+    tp = lo.tpot[subset]
+    order = np.argsort(tp, kind="stable")
+    run = np.minimum.accumulate(r_lo[order])
+    # the best of the points with a strictly smaller TPOT: the running minimum before each TPOT's first
+    first = np.searchsorted(tp[order], tp[order], side="left")
+    before = np.where(first > 0, run[np.maximum(first - 1, 0)], np.inf)
+    best_before = np.empty(len(subset))
+    best_before[order] = before
+    return subset[r_hi < best_before]
+
+
+def _within_reach(pres: GPUSearch, dres: GPUSearch, output_len: int) -> np.ndarray:
+    """The decode points that can be an answer at all: a point whose requests/s exceed those of a
+    point of its config with no larger TPOT by more than the most any prefill replica completes
+    needs more prefill GPUs than that point at every bound (its GPUs are n_d plus the fewest prefill
+    GPUs for its demand; the same level holds demands less than one replica's throughput apart), and
+    that point meets every bound it meets."""
+    p = dres.points
+    x_most = max(float(np.max(pres.prefill["batch"] / pres.prefill["ttft_s"])), 0.0) * (1 + 1e-9)
+    x = p["batch"] / (output_len * p["tpot_s"])
+    keep = np.zeros(len(x), dtype=bool)
+    for k in np.unique(p["config"]):
+        sel = np.flatnonzero(p["config"] == k)
+        order = sel[np.argsort(p["tpot_s"][sel], kind="stable")]
+        tp = p["tpot_s"][order]
+        low = np.minimum.accumulate(x[order])
+        # the least demand among the config's points of no larger TPOT (ties of TPOT included)
+        last = np.searchsorted(tp, tp, side="right") - 1
+        keep[order] = x[order] <= low[last] + x_most
+    return np.flatnonzero(keep)
+
+
+def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_request: float,
+                    output_len: int) -> set[tuple[int, int, int]]:
+    """Every (decode point, prefill config, prefill batch) that is ``pair_points``' answer for some
+    TTFT and TPOT bounds (one replica), the prefill config indexing ``pres.pool_configs`` (pass
+    :func:`prefill_records`' copy: the same answers, fewer points to scan)."""
+    if not pres.prefill or not dres.points:
+        return set()
+    probes, feasible = _breakpoints(pgpu, dgpu, pres, dres)
+    shares = sorted({dres.kv_share[c] for c in dres.configs})
+    share_of = np.array([dres.kv_share[c] for c in dres.configs])[dres.points["config"]]
+    # per point, the least bound with a prefill choice (a hair above: the float subtraction of the
+    # transfer time may round up to a record's TTFT); below it the point has none
+    opens = np.array(feasible)[np.searchsorted(shares, share_of)] * (1 + 1e-9)
+    # only the columns pair_points reads, and each point's KV share (its prefill choice exists from
+    # its share's first bound on: the bisection starts split there, so that within an interval a
+    # point's competitors of its share have an outcome at the interval's bottom)
+    dres = replace(dres, points={k: dres.points[k] for k in ("config", "batch", "tpot_s", "n_gpus")})
+    every = _within_reach(pres, dres, output_len)
+
+    pairing = _Pairing(pgpu, dgpu, pres, dres, output_len)
+
+    def probe(i: int, subset: np.ndarray) -> _Probe:
+        return _Probe(pairing, dres.points["tpot_s"], probes[i], subset[opens[subset] <= probes[i]])
+
+    found: set = set()
+    cuts = sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)})
+    ends = [probe(i, every) for i in cuts]
+    stack = [(lo, hi, every, p_lo, p_hi) for lo, hi, p_lo, p_hi in zip(cuts, cuts[1:], ends, ends[1:])]
+    while stack:
+        lo, hi, subset, p_lo, p_hi = stack.pop()
+        subset = _can_answer(p_lo, p_hi, subset)
+        s_lo, s_hi = p_lo.staircase(subset), p_hi.staircase(subset)
+        if np.array_equal(s_lo, s_hi) or hi - lo <= 1:
+            found.update(zip(*s_lo.tolist()))
+            found.update(zip(*s_hi.tolist()))
+            continue
+        mid = (lo + hi) // 2
+        p_mid = probe(mid, subset)
+        stack.append((lo, mid, subset, p_lo, p_mid))
+        stack.append((mid, hi, subset, p_mid, p_hi))
+    return found
+
+
+def candidates(results: list[GPUSearch], gpus: list[GPU], kv_request: float, output_len: int
+               ) -> tuple[dict[str, GPUSearch], dict[str, GPUSearch]]:
+    """Per GPU type (``search(..., pools=True)``'s results), the prefill side (:func:`prefill_records`
+    kept to the records some answer picks) and the decode side (:func:`decode_subset` kept to the
+    points some answer holds), over every ordered pair of the GPU types: what the sizing form needs
+    to give ``answer_disaggregated`` for any bounds."""
+    by_key = {g.key: g for g in gpus}
+    slowest = min(float(g.scale_out_bytes_per_s) for g in gpus)     # every pair's scale-out is at least this
+    pools = {r.gpu: prefill_records(r, slowest_bytes_per_s=slowest) for r in results}
+    picked: dict[str, dict[int, set[int]]] = {r.gpu: {} for r in results}
+    held: dict[str, set[int]] = {r.gpu: set() for r in results}
+    for pres in results:
+        pr = pools[pres.gpu]
+        position = {cfg: k for k, cfg in enumerate(pres.pool_configs)}
+        for dres in results:
+            found = pair_candidates(by_key[pres.gpu], by_key[dres.gpu], pr, dres, kv_request, output_len)
+            for d, c, b in found:
+                held[dres.gpu].add(d)
+                picked[pres.gpu].setdefault(position[pr.pool_configs[c]], set()).add(b)
+    prefill = {r.gpu: prefill_records(r, picked[r.gpu]) for r in results}
+    decode = {r.gpu: decode_subset(r, sorted(held[r.gpu])) if r.points else r for r in results}
+    return prefill, decode
