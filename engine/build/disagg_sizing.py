@@ -55,7 +55,7 @@ import numpy as np
 
 from engine.deploy.disagg import ROUND, links
 from engine.deploy.hardware import GPU
-from engine.deploy.sizing import GPUSearch, prefix_argmax
+from engine.deploy.sizing import GPUSearch, prefill_choice, prefill_staircases
 
 #: A TPOT bound no point reaches: the staircase spans every TPOT.
 _NO_TPOT_BOUND = 1e30
@@ -180,15 +180,7 @@ class _Pairing:
         self.domain = pgpu.scale_up_domain
         self.output_len, self.round = output_len, ROUND
         self.batch_d, self.tpot_d, self.n_d = d["batch"], d["tpot_s"], d["n_gpus"]
-        self.configs = []
-        pc = pres.prefill["config"]
-        for c in range(len(pres.pool_configs)):
-            sel = np.flatnonzero(pc == c)
-            order = np.argsort(pres.prefill["ttft_s"][sel], kind="stable")
-            t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
-            x = b / t
-            self.configs.append((t, b, np.maximum.accumulate(x), prefix_argmax(x),
-                                 self.out.time(np.maximum(self.share_p[c], self.share_d))))
+        self.configs = prefill_staircases(pres, lambda c: self.out.time(np.maximum(self.share_p[c], self.share_d)))
 
     def outcome(self, a: float, i: np.ndarray) -> tuple[np.ndarray, ...]:
         """(points of ``i`` with a prefill choice, their total GPUs, tokens/s/GPU, TTFT, prefill
@@ -197,25 +189,8 @@ class _Pairing:
         batch_d, tpot_d = self.batch_d[i], self.tpot_d[i]
         x_d = batch_d / (self.output_len * tpot_d)
         demand = np.ones(len(i), dtype=np.int64) * x_d
-        n_cp, n = len(self.configs), len(i)
-        cost = np.full((n_cp, n), np.inf)
-        ttft = np.zeros((n_cp, n))
-        batch = np.zeros((n_cp, n), dtype=np.int64)
-        for c, (t, b, best, arg, seconds) in enumerate(self.configs):
-            last = np.searchsorted(t, a - seconds, side="right") - 1
-            if last.max() < 0:
-                continue                    # no record within the bound for any decode config
-            j = last[kd]
-            ok = j >= 0
-            x_max = best[np.maximum(j, 0)]
-            reps = np.maximum(1, np.ceil(demand / x_max * (1 - 1e-12)))
-            first = np.minimum(np.searchsorted(best, demand / reps * (1 - 1e-12), side="left"), np.maximum(j, 0))
-            pick = arg[first]
-            cost[c] = np.where(ok, reps * self.n_p[c], np.inf)
-            ttft[c], batch[c] = t[pick], b[pick]
-        choice = np.argmin(cost + np.where(np.isfinite(cost), ttft / (2 * a), 0.0), axis=0)
-        cols = np.arange(n)
-        at = np.flatnonzero(np.isfinite(cost[choice, cols]))
+        choice, cost, ttft, batch = prefill_choice(self.configs, a, kd, demand, self.n_p)
+        at = np.flatnonzero(np.isfinite(cost[choice, np.arange(len(i))]))
         c, k = choice[at], kd[at]
         b_p, t_p = batch[c, at], ttft[c, at]
         # engine.deploy.disagg.join and replicas, the columns read

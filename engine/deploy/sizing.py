@@ -547,33 +547,9 @@ def pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_reque
     x_d = d["batch"] / (output_len * d["tpot_s"])
     demand = sla.rate if sla.rate is not None else replicas(1.0, x_d, d["batch"], sla.users, sla.rate)["decode_replicas"] * x_d
     demand = np.broadcast_to(np.asarray(demand, dtype=float), x_d.shape)
-    n_cp, n = len(pres.pool_configs), len(kd)
-    cost = np.full((n_cp, n), np.inf)
-    ttft = np.zeros((n_cp, n))
-    batch = np.zeros((n_cp, n), dtype=np.int64)
-    pc = pres.prefill["config"]
-    for c in range(n_cp):
-        sel = np.flatnonzero(pc == c)
-        order = np.argsort(pres.prefill["ttft_s"][sel], kind="stable")
-        t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
-        x = b / t
-        best = np.maximum.accumulate(x)                     # the most requests/s within each TTFT
-        arg = prefix_argmax(x)
-        # the TTFT bound left after the (scale-out, an upper bound) transfer, per decode config
-        last = np.searchsorted(t, sla.ttft_s - scale_out.time(np.maximum(share_p[c], share_d)), side="right") - 1
-        j = last[kd]
-        ok = j >= 0
-        x_max = best[np.maximum(j, 0)]
-        # fewest prefill replicas for the demand, then the shortest TTFT that still needs no more
-        reps = np.maximum(1, np.ceil(demand / x_max * (1 - 1e-12)))
-        first = np.minimum(np.searchsorted(best, demand / reps * (1 - 1e-12), side="left"), np.maximum(j, 0))
-        pick = arg[first]
-        cost[c] = np.where(ok, reps * n_p[c], np.inf)
-        ttft[c], batch[c] = t[pick], b[pick]
-    # of the prefill configs, the fewest GPUs, then the shortest TTFT (ttft / 2 bound < 0.5 GPU)
-    choice = np.argmin(cost + np.where(np.isfinite(cost), ttft / (2 * sla.ttft_s), 0.0), axis=0)
-    cols = np.arange(n)
-    i = np.flatnonzero(np.isfinite(cost[choice, cols]))
+    staircases = prefill_staircases(pres, lambda c: scale_out.time(np.maximum(share_p[c], share_d)))
+    choice, cost, ttft, batch = prefill_choice(staircases, sla.ttft_s, kd, demand, n_p)
+    i = np.flatnonzero(np.isfinite(cost[choice, np.arange(len(kd))]))
     if not i.size:
         return {}
     c, k = choice[i], kd[i]
@@ -588,6 +564,51 @@ def pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_reque
         points["usd_per_hour"] = points["usd_per_m_tokens"] = None
     points["meets_sla"] = (points["ttft_s"] <= sla.ttft_s) & (points["tpot_s"] <= sla.tpot_s) & np.asarray(j["exact"])
     return points
+
+
+def prefill_staircases(pres: GPUSearch, transfer) -> list[tuple]:
+    """Per prefill config of ``pres``: its points by TTFT (a stable sort), their batches, the most
+    requests/s within each TTFT and the first point reaching it, and ``transfer(c)``: the KV
+    transfer time per decode config (the TTFT a point's prefill leaves under a bound)."""
+    out = []
+    pc = pres.prefill["config"]
+    for c in range(len(pres.pool_configs)):
+        sel = np.flatnonzero(pc == c)
+        order = np.argsort(pres.prefill["ttft_s"][sel], kind="stable")
+        t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
+        x = b / t
+        out.append((t, b, np.maximum.accumulate(x), prefix_argmax(x), transfer(c)))
+    return out
+
+
+def prefill_choice(staircases: list[tuple], bound: float, kd: np.ndarray, demand: np.ndarray,
+                   n_p: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each decode point's prefill pool under TTFT ``bound`` (``kd`` its decode config, ``demand``
+    the requests/s it puts on the pool): per prefill config the fewest replicas that carry the
+    demand within the bound, then the shortest TTFT that needs no more; of the configs, the fewest
+    GPUs, then the shortest TTFT (ttft / 2 bound < 0.5 GPU). Returns (choice per point, and per
+    config and point: GPUs (inf where none fits), TTFT, batch); a column whose GPUs are inf at its
+    choice has no prefill pool. :func:`pair_points` and engine/build/disagg_sizing.py's probes."""
+    n_cp, n = len(staircases), len(kd)
+    cost = np.full((n_cp, n), np.inf)
+    ttft = np.zeros((n_cp, n))
+    batch = np.zeros((n_cp, n), dtype=np.int64)
+    for c, (t, b, best, arg, seconds) in enumerate(staircases):
+        # the TTFT bound left after the (scale-out, an upper bound) transfer, per decode config
+        last = np.searchsorted(t, bound - seconds, side="right") - 1
+        if last.max() < 0:
+            continue                    # no point within the bound for any decode config
+        j = last[kd]
+        ok = j >= 0
+        x_max = best[np.maximum(j, 0)]
+        # fewest prefill replicas for the demand, then the shortest TTFT that still needs no more
+        reps = np.maximum(1, np.ceil(demand / x_max * (1 - 1e-12)))
+        first = np.minimum(np.searchsorted(best, demand / reps * (1 - 1e-12), side="left"), np.maximum(j, 0))
+        pick = arg[first]
+        cost[c] = np.where(ok, reps * n_p[c], np.inf)
+        ttft[c], batch[c] = t[pick], b[pick]
+    choice = np.argmin(cost + np.where(np.isfinite(cost), ttft / (2 * bound), 0.0), axis=0)
+    return choice, cost, ttft, batch
 
 
 def prefix_argmax(x: np.ndarray) -> np.ndarray:
