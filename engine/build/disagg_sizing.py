@@ -167,8 +167,10 @@ class _Pairing:
     bound, no TPOT bound, no load), with what does not depend on the bound computed once: the
     probes call it thousands of times on a few hundred points each, where pair_points' set-up
     (per config sorts and running maxima, the transfer times, join's other columns) cost more than
-    the points. The same numpy operations in the same order on the same values, so the same doubles
-    (tests/test_site_sizing_disagg.py compares it with pair_points column for column)."""
+    the points. The prefill pool is chosen by pair_points' own code (sizing.prefill_staircases
+    once, sizing.prefill_choice per bound); join's columns a probe reads are the same numpy
+    operations in the same order, so the same doubles (tests/test_disagg_sizing_fast.py compares
+    it with pair_points column for column)."""
 
     def __init__(self, pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int):
         d = dres.points
