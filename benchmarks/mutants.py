@@ -118,9 +118,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "cache reads priced at the activation dtype (FP8 KV traffic as BF16)"),
     # -- fusion ----------------------------------------------------------------------------------------
     Mutant("fused-writes-intermediates", "engine/deploy/fusion.py",
-           "        writes = sympy.Add(*(s.written for s in members\n"
-           "                             if not set(graph.consumers.get(s.uid, [])) <= inside or not graph.consumers.get(s.uid)))",
-           "        writes = sympy.Add(*(s.written for s in members))",
+           "    writes = sympy.Add(*(s.written for s in members\n"
+           "                         if not set(graph.consumers.get(s.uid, [])) <= inside or not graph.consumers.get(s.uid)))",
+           "    writes = sympy.Add(*(s.written for s in members))",
            ("tests/test_hand_attention.py",),
            "a fused kernel writes its intermediates (flash attention's scores) to HBM"),
     # -- cost --------------------------------------------------------------------------------------------
@@ -141,8 +141,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_models.py",),
            "a sliding-window cache grows with the context"),
     Mutant("kv-not-split", "engine/deploy/planner.py",
-           "* cache.per_token * element / split * count",
-           "* cache.per_token * element * count",
+           "_cache_bytes(cache) / split * count",
+           "_cache_bytes(cache) * count",
            ("tests/test_deploy.py",),
            "per-GPU KV not divided by the cache's layout (KV heads under TP)"),
     # -- the site: a display bug over a correct engine ---------------------------------------------------
