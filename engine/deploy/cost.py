@@ -201,11 +201,13 @@ class CompiledProgram:
         # collectives (alone or fused): calls per step, each paying the per-call latency
         self._calls = [c[4] for c in compiled]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
+        self._stacked_rates: dict[tuple, tuple] = {}    # rates_for's per-GPU rates side by side, per GPU list
         self._splits: dict[int, tuple] = {}
         self._evaluated: dict[tuple, dict[int, np.ndarray]] = {}     # evaluate()'s columns per point set
         self._kernels: tuple[list[int], np.ndarray] | None = None
-        #: prefill working sets already computed at one (prompts, prompt, prompt, KV bytes) point
-        #: (engine.deploy.sol.prefill_working_set: a function of the program and that point only)
+        #: prefill working sets already computed (engine.deploy.sol.prefill_working_set: a function
+        #: of the program and the points only), keyed by one (prompts, prompt, prompt, KV bytes)
+        #: point, or by ("points", shape, bytes) of a set of distinct (prompt, KV bytes) points
         self.working_sets: dict[tuple, np.ndarray] = {}
         # a program's steps use a handful of dtypes, links and collective shapes: rates are looked
         # up once per distinct one and spread to the steps by index (hundreds of steps, many GPUs)
@@ -267,14 +269,6 @@ class CompiledProgram:
             at = [i for i, f in enumerate(fns) if not callable(f)]
             found = self._splits[index] = (np.array(at, dtype=np.intp), np.array([fns[i] for i in at], dtype=float),
                                            [(i, f) for i, f in enumerate(fns) if callable(f)])
-        return found
-
-    @property
-    def _stacked_rates(self) -> dict[tuple, tuple]:
-        """:meth:`rates_for`'s per-GPU rates side by side, per list of GPU keys (made on first use)."""
-        found = self.__dict__.get("_rates_by_gpus")
-        if found is None:
-            found = self.__dict__["_rates_by_gpus"] = {}
         return found
 
     def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -76,11 +76,15 @@
       var row = join(pg, dg, lk, P.configs[choice], batch[choice][d2], ttft[choice][d2], D.configs[D.config[d2]],
                      D.batch[d2], tpotD[d2], scen.kv_request, output);
       if (!(row.ttft_s <= a && row.tpot_s <= b)) continue;
-      // cheapest: fewest GPUs, then the most tokens/s/GPU; ties in the search's order (the first kept)
-      if (!top || row.total_gpus < top.total_gpus || (row.total_gpus === top.total_gpus && row.tokens_per_s_per_gpu > top.tokens_per_s_per_gpu)) top = row;
+      if (cheaper(row, top)) top = row;
     }
     if (top) { top.prefill_gpu = pgKey; top.decode_gpu = dgKey; }
     return top;
+  }
+  // plan's cheapest: fewest GPUs, then the most tokens/s/GPU; on a tie the first one seen stays
+  function cheaper(row, top) {
+    return !top || row.total_gpus < top.total_gpus ||
+      (row.total_gpus === top.total_gpus && row.tokens_per_s_per_gpu > top.tokens_per_s_per_gpu);
   }
   // disagg.join and disagg.replicas for one (prefill point, decode point), one decode replica
   function join(pg, dg, lk, pc, batchP, ttftP, dc, batchD, tpotD, kvRequest, output) {
@@ -108,7 +112,7 @@
     s.gpu.forEach(function (p) {
       s.gpu.forEach(function (d) {
         var r = pairAnswer(scen, p, d, sc.output, b.ttft, b.tpot);
-        if (r && (!top || r.total_gpus < top.total_gpus || (r.total_gpus === top.total_gpus && r.tokens_per_s_per_gpu > top.tokens_per_s_per_gpu))) top = r;
+        if (r && cheaper(r, top)) top = r;
       });
     });
     return top;
