@@ -11,10 +11,26 @@ import copy
 import functools
 
 import altair as alt
+from altair.utils import schemapi
+
+#: Whether Altair checks the specs against the Vega-Lite schema as they are built (each object at
+#: creation, the whole spec in :func:`_spec`). Off in the render: the checks only raise, never change
+#: a spec; every spec's structure is fixed by the code here (only embedded data rows vary), and
+#: tests/test_site_charts.py builds each one with them on (a third of a model's chart time was them).
+VALIDATE = False
+
+
+def _built(build):
+    """``build`` run with Altair's checks on creation on only if :data:`VALIDATE`."""
+    @functools.wraps(build)
+    def wrapper(*args, **kwargs):
+        with schemapi.debug_mode(VALIDATE):
+            return build(*args, **kwargs)
+    return wrapper
 
 
 def _spec(chart: alt.TopLevelMixin) -> dict:
-    return chart.to_dict(validate=True)
+    return chart.to_dict(validate=VALIDATE)
 
 
 def human(expr: str, unit: str = "") -> str:
@@ -46,9 +62,10 @@ def deployment_specs(gpu_bars: int = 12, config_bars: int = 8) -> dict[str, dict
     return copy.deepcopy(_deployment_specs(gpu_bars, config_bars))
 
 
-# Data-free specs depend only on their arguments: built and validated once per process, not once per
+# Data-free specs depend only on their arguments: built once per process, not once per
 # page (altair's schema validation was a fifth of a site render).
 @functools.lru_cache(maxsize=None)
+@_built
 def _deployment_specs(gpu_bars: int, config_bars: int) -> dict[str, dict]:
     """The deployment page's charts. The two bar charts get a fixed height for the most bars they can
     show on this model's page (``gpu_bars`` GPU types, ``config_bars`` parallel configs on one GPU
@@ -106,6 +123,9 @@ def kv_chart(data: alt.Data, limit: alt.Data) -> alt.LayerChart:
     """KV bytes per request vs context, one line per part (flat state, growing KV, total), with a
     rule at the model's maximum context. ``data`` rows are :func:`kv_rows`; ``limit`` one row with
     ``max_context``."""
+    # (built per model page) channel objects where they print as Altair's own lookup would make them
+    # (the view names hash that text), not shorthand strings or alt.value: Altair matches those
+    # against its whole schema on every call, for the same spec
     pick = alt.selection_point(fields=["part"], bind="legend")
     ticks = alt.Axis(values=[4 ** k * 1024 for k in range(6)],     # 1K, 4K, ... 1M
                      labelExpr="datum.value >= 1048576 ? datum.value / 1048576 + 'M' : datum.value / 1024 + 'K'")
@@ -120,19 +140,21 @@ def kv_chart(data: alt.Data, limit: alt.Data) -> alt.LayerChart:
                  alt.Tooltip("shown:N", title="bytes per request"), alt.Tooltip("extrapolated:N", title="past max context")],
     ).transform_calculate(shown=human("datum.bytes", "B")).add_params(pick)
     rule = alt.Chart(limit).mark_rule(strokeDash=[4, 3]).encode(
-        x="max_context:Q", tooltip=[alt.Tooltip("max_context:Q", title="max context (tokens)", format=",")])
+        x=alt.X("max_context:Q"), tooltip=[alt.Tooltip("max_context:Q", title="max context (tokens)", format=",")])
     label = alt.Chart(limit).mark_text(align="left", dx=4, dy=-6).encode(
-        x="max_context:Q", text=alt.value("max context"))
+        x=alt.X("max_context:Q"), text=alt.TextValue("max context"))
     # legends below the plot: the deployment page's chart shares a row with others
     return alt.layer(line, rule, label).properties(width="container", height=240).configure_legend(orient="bottom", direction="vertical")
 
 
+@_built
 def model_specs(doc: dict) -> dict[str, dict]:
     """The model page's charts, data embedded: KV/state per request vs context."""
     rows = kv_rows(doc["kv_curve"], doc["max_context"])
     return {"kv": _spec(kv_chart(alt.Data(values=rows), alt.Data(values=[{"max_context": doc["max_context"]}])))}
 
 
+@_built
 def contract_specs(contract: dict) -> dict[str, dict]:
     """KV (and recurrent state) per request, prefill time and decode step vs context for every
     variant of a contract, data embedded as built. Log-log: flat recurrent states (MB) and caches
@@ -190,6 +212,7 @@ def roofline_spec() -> dict:
 
 
 @functools.lru_cache(maxsize=None)
+@_built
 def _roofline_spec() -> dict:
     """The deployment page's roofline: one point per op of the selected step (arithmetic intensity
     FLOP/byte on log x, attained FLOP/s = FLOPs / its SOL time on log y, coloured by what bounds it),
@@ -248,6 +271,7 @@ def front_spec() -> dict:
 
 
 @functools.lru_cache(maxsize=None)
+@_built
 def _front_spec() -> dict:
     """The throughput/interactivity chart of serving benchmarks (InferenceMAX style): decode
     tokens/s per GPU against tokens/s per user, one line per GPU type through its Pareto front

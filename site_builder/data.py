@@ -170,10 +170,12 @@ def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
 
 
 def deployment_options(rows: pl.DataFrame) -> list[dict[str, Any]]:
-    """The (GPU, GPU count, config, framework, KV dtype) combinations the build evaluated."""
-    combos = rows.select(KEY + ["tp", "ep", "dp_attn", "pp", "weight_bytes_per_gpu_formula"]).unique().sort(
-        ["gpu", "n_gpus", "config", "framework", "kv_dtype"])
-    return combos.to_dicts()
+    """The (GPU, GPU count, config, framework, KV dtype) combinations the build evaluated: the
+    distinct rows of those columns, the parallel degrees and the weight formula."""
+    # grouped on the short columns, the formulas (KB each, one per combination) only compared
+    # inside a group: a unique() over all the columns copies every row's formula to compare rows
+    combos = rows.group_by(KEY + ["tp", "ep", "dp_attn", "pp"]).agg(pl.col("weight_bytes_per_gpu_formula").unique())
+    return combos.explode("weight_bytes_per_gpu_formula").sort(["gpu", "n_gpus", "config", "framework", "kv_dtype"]).to_dicts()
 
 
 def ops_rows(results: Results, model_id: str) -> pl.DataFrame:
@@ -187,37 +189,45 @@ def deploy_formulas(results: Results, model_id: str) -> dict | None:
     return read_json(path) if path.exists() else None
 
 
-def split_formulas(doc: dict) -> tuple[dict, dict[str, dict]]:
+class _Numbering(dict):
+    """Source index -> local index, numbered from 0 in order of first lookup (a miss numbers it:
+    the hits, nearly every lookup, stay in C)."""
+
+    def __missing__(self, i: int) -> int:
+        n = self[i] = len(self)
+        return n
+
+
+def _compact(value) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     """The formula document as the deploy page fetches it: the model-wide part (GPU rates, configs,
     options, the KV trees) for index.json, and one file per (config, scale-up domain) holding only
     the programs, trees and strings its options use, renumbered from 0 (what one selection loads;
-    configs whose files are identical share one). Options name their config (``cfg``) and file.
+    configs whose files are identical share one), as its compact JSON text (``{"programs", "trees",
+    "strings"}``; written as it is, never encoded twice). Options name their config (``cfg``) and file.
     Reshaping only: every tree and number is the build's."""
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
-    files: dict[str, dict] = {}
-    local: dict[str, tuple[dict, dict, dict]] = {}
+    files: dict[str, tuple[list, _Numbering, _Numbering]] = {}
+    local: dict[str, dict[int, int]] = {}
     options = []
     for opt in doc["options"]:
         cfg = doc["configs"][opt["config"]]
         key = cfg["key"]
         if key not in files:
-            files[key] = {"programs": [], "trees": [], "strings": []}
-            local[key] = ({}, {}, {})
-        out, (pmap, tmap, smap) = files[key], local[key]
-
-        def renumber(table: dict, items: list, source: list, i: int) -> int:
-            if i not in table:
-                table[i] = len(items)
-                items.append(source[i])
-            return table[i]
+            files[key] = ([], _Numbering(), _Numbering())
+            local[key] = {}
+        (out, tm, sm), pmap = files[key], local[key]
 
         def program(pid: int) -> int:
             if pid not in pmap:
-                steps = [[renumber(tmap, out["trees"], trees, s[t]) for t in range(5)] + s[5:11]
-                         + [renumber(smap, out["strings"], strings, s[t]) for t in range(11, 15)]
-                         for s in programs[pid]]
-                pmap[pid] = len(out["programs"])
-                out["programs"].append(steps)
+                # a step: 5 tree indices, 6 numbers, 4 string indices; trees and strings numbered
+                # in their own order of first use (steps in order, fields left to right)
+                pmap[pid] = len(out)
+                out.append([[tm[s[0]], tm[s[1]], tm[s[2]], tm[s[3]], tm[s[4]], s[5], s[6], s[7], s[8], s[9], s[10],
+                             sm[s[11]], sm[s[12]], sm[s[13]], sm[s[14]]] for s in programs[pid]])
             return pmap[pid]
 
         options.append({**{k: opt[k] for k in ("gpu", "framework", "kv_dtypes", "limits", "reserve")}, "file": key,
@@ -225,14 +235,9 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, dict]]:
                         "prefill": [program(p) for p in opt["prefill"]], "decode": [program(p) for p in opt["decode"]]})
         if "mtp" in opt:          # the MTP drafts' steps (models with an mtp stack)
             options[-1]["mtp"] = {ph: [program(p) for p in pids] for ph, pids in opt["mtp"].items()}
-    # configs whose files come out identical (one GPU on an 8- or a 72-GPU domain) share one file
-    same: dict[str, str] = {}
-    for key, body in list(files.items()):
-        text = json.dumps(body, separators=(",", ":"), sort_keys=True)
-        if text in same:
-            del files[key]
-        same.setdefault(text, key)
-        same[key] = same[text]
+    bodies = {key: {"programs": out, "trees": [trees[i] for i in tm], "strings": [strings[i] for i in sm]}
+              for key, (out, tm, sm) in files.items()}
+    texts, same = _shared(bodies)
     for o in options:
         o["cfg"], o["file"] = o["file"], same[o["file"]]
     # the weight formula's text travels once per model in index.json's weight_formulas
@@ -248,4 +253,29 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, dict]]:
                                 "kv_request", "gpus", "mtp_modules", "tokens_per_step", "kv_request_mtp") if k in doc}
     if mtp_formulas:
         head["mtp_weight_formulas"] = [strings[i] for i in mtp_formulas]
-    return {**head, "configs": configs, "options": options}, files
+    return {**head, "configs": configs, "options": options}, texts
+
+
+def _shared(bodies: dict[str, dict]) -> tuple[dict[str, str], dict[str, str]]:
+    """The files' compact JSON texts, one per distinct body, and each key's file: the first key
+    (in order) whose body is the same JSON value (equal texts with sorted keys: configs whose files
+    come out identical, one GPU on an 8- or a 72-GPU domain, share one file). The sorted text is
+    built only for bodies that equal an earlier one as Python values (which it needs) but not as
+    compact text (the trees are the build's, interned by that text: in practice never; the results
+    hold no NaN, engine/build/finite.py, so equal texts are equal values)."""
+    texts: dict[str, str] = {}
+    same: dict[str, str] = {}
+    kept: dict[str, str] = {}            # compact text -> its first key
+    for key, body in bodies.items():
+        text = _compact(body)
+        first = kept.get(text)
+        if first is None:
+            first = next((k for k in texts if bodies[k] == body and _sorted(bodies[k]) == _sorted(body)), None)
+        if first is None:
+            texts[key], kept[text], first = text, key, key
+        same[key] = first
+    return texts, same
+
+
+def _sorted(value) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)

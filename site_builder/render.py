@@ -563,14 +563,14 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
     model: dict = {}
     if formulas is not None:
         model, files = split_formulas(formulas)
-        for key, body in files.items():
-            site.gzip_json(f"data/deploy/{name}/{key}.json.gz", body)
+        for key, text in files.items():          # compact JSON, as gzip_json writes it
+            site.gzip_text(f"data/deploy/{name}/{key}.json.gz", text)
         found = {(o["gpu"], o["n_gpus"], o["config"], o["framework"]): o for o in model.pop("options")}
         for o in options:
             f = found.get((o["gpu"], o["n_gpus"], o["config"], o["framework"]))
             if f is not None:
                 o.update({k: f[k] for k in ("cfg", "file", "limits", "reserve", "prefill", "decode", "mtp") if k in f})
-    grid = {k: sorted(set(decode[c])) if decode.height else [] for k, c in
+    grid = {k: decode[c].unique().sort().to_list() for k, c in
             (("inputs", "input_len"), ("outputs", "output_len"), ("batches", "batch"))}
     site.gzip_json(f"data/deploy/{name}/index.json.gz",
                    {"options": options, "weight_formulas": weight_formulas, "best": best.to_dicts(),
