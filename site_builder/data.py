@@ -166,7 +166,11 @@ def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
                "max_concurrent_requests", "step_time_s",
                "compute_time_s", "memory_time_s", "comm_time_s", "bound", "ttft_s", "tpot_s",
                "tokens_per_s_per_gpu", "extrapolated"]
-    return results.deployments.filter(pl.col("model_id") == model_id).select(columns).collect()
+    # from the model's own partition when it has one (the build writes one per model): a scan of
+    # the whole table opens every model's file to find this model's rows
+    part = results.root / "deployments" / f"model={slug(model_id)}" / "part.parquet"
+    table = pl.scan_parquet(part) if part.is_file() else results.deployments
+    return table.filter(pl.col("model_id") == model_id).select(columns).collect()
 
 
 def deployment_options(rows: pl.DataFrame) -> list[dict[str, Any]]:

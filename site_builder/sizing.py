@@ -50,10 +50,13 @@ def _thin(rows: list, n: int) -> list:
 
 
 def _groups(frame: pl.DataFrame, columns: list[str]) -> dict[str, list]:
+    """``columns`` of each row, in rank order, under its "framework/kv_dtype/input/output/gpu" key
+    (the key joined by polars: the group columns are strings and integers, never null)."""
+    ordered = frame.sort(_GROUP + ["rank"])
+    keys = ordered.select(pl.concat_str([pl.col(k).cast(pl.String) for k in _GROUP], separator="/")).to_series()
     out: dict[str, list] = {}
-    for row in frame.sort(_GROUP + ["rank"]).iter_rows(named=True):
-        key = "/".join(str(row[k]) for k in _GROUP)
-        out.setdefault(key, []).append([row[c] for c in columns])
+    for key, row in zip(keys.to_list(), ordered.select(columns).iter_rows()):
+        out.setdefault(key, []).append(list(row))
     return out
 
 
