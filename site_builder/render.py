@@ -387,14 +387,16 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
         # one renders the site-wide groups; each group writes only its own files
         todo = [label for label, key, _ in groups if label in models and not carried(label, key)]
         pool = _render_pool(stack, len(todo))
+        # the biggest first (by their formula documents, most of a group's work): the last group a
+        # worker takes is then a small one, not one that keeps the other worker idle
         futures = {label: pool.submit(_render_model_group, str(results_dir), str(staging), assets, label)
-                   for label in todo} if pool else {}
+                   for label in sorted(todo, key=lambda m: -_formulas_size(results, m))} if pool else {}
         # a failure (or a killed build) stops the queued groups rather than rendering them first
         stack.callback(lambda: [future.cancel() for future in futures.values()])
         for label, key, render in groups:
             if label == "downloads":          # it lists every group's files: the model groups first
-                for model_label, future in futures.items():
-                    finish(model_label, keys[model_label], future.result())
+                for model_label in todo if futures else []:        # (corpus order, as rendered in-process)
+                    finish(model_label, keys[model_label], futures[model_label].result())
                     step(model_label)
             if label in futures:
                 continue
@@ -425,6 +427,11 @@ def _render_pool(stack: contextlib.ExitStack, groups: int):
 
 
 POOL_GROUPS = 4
+
+
+def _formulas_size(results: Results, model_id: str) -> int:
+    path = results.root / "formulas" / f"{slug(model_id)}.json"
+    return path.stat().st_size if path.is_file() else 0
 _WORKER: dict[str, tuple] = {}       # results folder -> (Results, Site environment) in a render worker
 
 
