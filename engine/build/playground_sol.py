@@ -94,6 +94,59 @@ def config_for_bytes(weight_bytes: float, moe: bool, gpu: GPU, hbm_fraction: flo
     return ParallelConfig(tp=tp, pp=pp, ep=tp if moe else 1)
 
 
+# -- memoized walks of formula trees ------------------------------------------------------------------
+# A pick's trees share their sub-trees by object: the bound step formulas (_BOUND), the base's steps,
+# a template's delta in each of the pick's subsets. Nothing mutates a tree (bind_tree and _fold build
+# new ones), so a walk's result can be kept per list object; each memo holds the tree it is keyed
+# by (its id is not reused while the entry lives) and is emptied when it grows large.
+
+_NAMES: dict[int, tuple] = {}     # id(list) -> (the list, its free names)
+_TEXTS: dict[int, tuple] = {}     # id(list) -> (the list, its JSON text)
+_LEAVES: dict[tuple, str] = {}    # (type, leaf) -> its JSON text
+_NO_NAMES: frozenset = frozenset()
+
+
+def free_names(tree: Any) -> frozenset:
+    """:func:`engine.spec.formula_tree.free_names` (the same set), memoized per list object."""
+    kind = type(tree)
+    if kind is str:
+        return frozenset((tree,))
+    if kind is not list:
+        return formula_tree.free_names(tree) or _NO_NAMES
+    hit = _NAMES.get(id(tree))
+    if hit is not None and hit[0] is tree:
+        return hit[1]
+    args = [x for pair in tree[1:] for x in pair] if tree and tree[0] == "pw" else tree[1:]
+    names = frozenset().union(*(free_names(a) for a in args))
+    if len(_NAMES) > 400_000:
+        _NAMES.clear()
+    _NAMES[id(tree)] = (tree, names)
+    return names
+
+
+def tree_text(tree: Any) -> str:
+    """``json.dumps(tree, separators=(",", ":"))`` of a formula tree (the same text), memoized per
+    list object and per leaf: a key that tells distinct trees apart."""
+    kind = type(tree)
+    if kind is list:
+        hit = _TEXTS.get(id(tree))
+        if hit is None or hit[0] is not tree:
+            if len(_TEXTS) > 400_000:
+                _TEXTS.clear()
+            hit = _TEXTS[id(tree)] = (tree, "[" + ",".join([tree_text(a) for a in tree]) + "]")
+        return hit[1]
+    try:
+        key = (kind, tree)
+        text = _LEAVES.get(key)
+    except TypeError:          # not hashable: not a leaf a tree holds, but dumps knows it
+        return json.dumps(tree, separators=(",", ":"))
+    if text is None:
+        if len(_LEAVES) > 100_000:
+            _LEAVES.clear()
+        text = _LEAVES[key] = json.dumps(tree, separators=(",", ":"))
+    return text
+
+
 _SEQ, _CTX, _BATCH = (symbols.dim(n) for n in (symbols.SEQ, symbols.CTX, symbols.BATCH))
 _DEGREES = ("tp", "ep", "dp_attn", "cp", "pp", "dp")
 
@@ -188,7 +241,7 @@ class Bases:
         if hit is not None and hit[0] is step:
             return hit[1:]
         found = _step_trees(self.gpu, step, env)
-        names = formula_tree.free_names(found[0])
+        names = free_names(found[0])
         self._steps[key] = (step, found, names)
         return found, names
 
@@ -307,7 +360,7 @@ def _collected(trees: list) -> Any:
                 coef, rest = arg[1], arg[2:]
             else:
                 coef, rest = 1, [arg]
-            key = json.dumps(rest, separators=(",", ":"))
+            key = "[" + ",".join([tree_text(x) for x in rest]) + "]"     # tree_text(rest): rest is a new list
             if key in terms:
                 terms[key][0] += coef
             else:
@@ -421,7 +474,7 @@ def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfi
                         (t, b), read = bases.step_with_names(step, old_env[phase])
                     else:
                         t, b = _step_trees(bases.gpu, step, env[phase])
-                        read = formula_tree.free_names(t)
+                        read = free_names(t)
                     names |= read
                     where = part(step.uid)
                     terms.setdefault((where, f"{phase}_sol_s", sign), []).append(t)
@@ -558,14 +611,14 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], p
         prefill = {**at, symbols.CTX: bases.context}
 
         def checked(trees: list) -> list:      # each condition once: (key, tree, holds at the pre-fill, reads)
-            return [(json.dumps(t, separators=(",", ":")), t, formula_tree.evaluate(t, prefill), formula_tree.free_names(t))
+            return [(tree_text(t), t, formula_tree.evaluate(t, prefill), free_names(t))
                     for t in trees]
         decisions = checked([bind_tree(c, base_env) for c in _decisions(decide.seen, needs, config)])
         divisible = {t: checked([bind_tree(c, base_env) for c in _divisible(p.swapped, config, ev.corpus.dims,
                                                                             analysis.values)])
                      for t, p in parts.items()}
         free = set().union(read, *(c[3] for c in decisions), *(c[3] for cs in divisible.values() for c in cs),
-                           *(formula_tree.free_names(p.delta) for p in parts.values()))
+                           *(free_names(p.delta) for p in parts.values()))
         if free - set(needs) - {symbols.SEQ, symbols.CTX}:
             return None
         plan = (groups, decisions, divisible)
@@ -625,7 +678,7 @@ def _config_bounds(config: ParallelConfig, gpu: GPU, old_total: float, new_delta
     base's share is a number: a bound it meets alone is left out (the lower one where the base
     alone fills the rung below, the base's side of the upper one), so ``new_delta`` appears once
     per bound left (a pick's subsets each carry one)."""
-    if not formula_tree.free_names(new_delta):
+    if not free_names(new_delta):
         return None
     per_gpu = gpu.hbm_bytes * hbm_fraction
     chosen = LADDER.index((config.tp, config.pp))
@@ -719,18 +772,9 @@ def intern(picks: dict[str, dict[str, dict]]) -> list:
     subsets of a pick's templates share their templates' trees."""
     table: list = []
     index: dict[str, int] = {}
-    text: dict[int, tuple] = {}      # id(list) -> (the list, its key): subsets share their templates' subtrees
-
-    def key_of(tree) -> str:
-        if type(tree) is not list:
-            return json.dumps(tree)
-        hit = text.get(id(tree))
-        if hit is None or hit[0] is not tree:
-            hit = text[id(tree)] = (tree, "[" + ",".join(key_of(a) for a in tree) + "]")
-        return hit[1]
 
     def at(tree) -> int:
-        key = key_of(tree)
+        key = tree_text(tree)      # subsets share their templates' subtrees: each text is made once
         if key not in index:
             index[key] = len(table)
             table.append(tree)
