@@ -112,12 +112,18 @@ def free_names(tree: Any) -> frozenset:
     if kind is str:
         return frozenset((tree,))
     if kind is not list:
-        return formula_tree.free_names(tree) or _NO_NAMES
+        return _NO_NAMES
     hit = _NAMES.get(id(tree))
     if hit is not None and hit[0] is tree:
         return hit[1]
-    args = [x for pair in tree[1:] for x in pair] if tree and tree[0] == "pw" else tree[1:]
-    names = frozenset().union(*(free_names(a) for a in args))
+    found: set = set()
+    for a in ([x for pair in tree[1:] for x in pair] if tree and tree[0] == "pw" else tree[1:]):
+        kind = type(a)
+        if kind is list:
+            found |= free_names(a)
+        elif kind is str:
+            found.add(a)
+    names = frozenset(found) if found else _NO_NAMES
     if len(_NAMES) > 400_000:
         _NAMES.clear()
     _NAMES[id(tree)] = (tree, names)
@@ -126,24 +132,34 @@ def free_names(tree: Any) -> frozenset:
 
 def tree_text(tree: Any) -> str:
     """``json.dumps(tree, separators=(",", ":"))`` of a formula tree (the same text), memoized per
-    list object and per leaf: a key that tells distinct trees apart."""
-    kind = type(tree)
-    if kind is list:
-        hit = _TEXTS.get(id(tree))
-        if hit is None or hit[0] is not tree:
-            if len(_TEXTS) > 400_000:
-                _TEXTS.clear()
-            hit = _TEXTS[id(tree)] = (tree, "[" + ",".join([tree_text(a) for a in tree]) + "]")
+    list object: a key that tells distinct trees apart."""
+    if type(tree) is not list:
+        return _leaf_text(tree)
+    hit = _TEXTS.get(id(tree))
+    if hit is not None and hit[0] is tree:
         return hit[1]
+    text = "[" + ",".join([tree_text(a) if type(a) is list else _leaf_text(a) for a in tree]) + "]"
+    if len(_TEXTS) > 400_000:
+        _TEXTS.clear()
+    _TEXTS[id(tree)] = (tree, text)
+    return text
+
+
+def _leaf_text(leaf: Any) -> str:
+    """json.dumps of a tree's leaf: an int's and a finite float's repr are what json writes."""
+    kind = type(leaf)
+    if kind is int:
+        return int.__repr__(leaf)
+    if kind is float and leaf - leaf == 0:      # finite (json writes NaN and Infinity its own way)
+        return float.__repr__(leaf)
     try:
-        key = (kind, tree)
-        text = _LEAVES.get(key)
+        text = _LEAVES.get((kind, leaf))
     except TypeError:          # not hashable: not a leaf a tree holds, but dumps knows it
-        return json.dumps(tree, separators=(",", ":"))
+        return json.dumps(leaf, separators=(",", ":"))
     if text is None:
         if len(_LEAVES) > 100_000:
             _LEAVES.clear()
-        text = _LEAVES[key] = json.dumps(tree, separators=(",", ":"))
+        text = _LEAVES[(kind, leaf)] = json.dumps(leaf, separators=(",", ":"))
     return text
 
 
@@ -326,11 +342,15 @@ def _fold(op: str, args: list) -> Any:
         if not args:
             return 0 if op == "+" else 1
         return args[0] if len(args) == 1 else [op, *args]
-    if op == "/" and all(isinstance(a, int) for a in args) and args[1] and args[0] % args[1] == 0:
-        return args[0] // args[1]
-    if op != "/" and args and all(isinstance(a, (int, float)) for a in args):
-        return formula_tree.evaluate([op, *args], {})       # every argument a number: the number
-    return [op, *args]
+    for a in args:
+        if not isinstance(a, _NUMBER):
+            return [op, *args]
+    # every argument a number: the number (an exact quotient of integers stays an integer)
+    if op == "/":
+        if all(isinstance(a, int) for a in args) and args[1] and args[0] % args[1] == 0:
+            return args[0] // args[1]
+        return [op, *args]
+    return formula_tree.evaluate([op, *args], {}) if args else [op]
 
 
 def _folded(tree: Any) -> Any:
