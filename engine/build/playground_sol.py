@@ -198,6 +198,17 @@ class Bases:
         self._envs: dict[tuple, dict] = {}
         self.site_bytes: dict[str, Any] = {}     # slot site uid -> the old filler's stored bytes there
         self._steps: dict[tuple, tuple] = {}
+        self._sites: dict[str, tuple] = {}
+
+    def site(self, uid: str) -> tuple[dict, set]:
+        """The base's rows under slot site ``uid`` and the outputs of the site that rows outside it
+        read (their uids without ``@decode``); once per site: every pick of the slot splices there."""
+        if uid not in self._sites:
+            rows = self.ev.symbolic.rows
+            read = {i for r in rows.values() if not _under(r.uid, uid) for i in r.inputs if _under(i, uid)}
+            self._sites[uid] = ({u: r for u, r in rows.items() if _under(u, uid)},
+                                {i.removesuffix("@decode") for i in read})
+        return self._sites[uid]
 
     def weight_bytes(self) -> float:
         """The base's stored bytes, every stack (what :func:`engine.build.whatif.default_config` weighs)."""
@@ -373,19 +384,38 @@ def _collected(trees: list) -> Any:
     added): the templates' stored-bytes deltas of a subset, which repeat one filler's terms."""
     terms: dict[str, list] = {}
     for tree in trees:
-        for arg in (tree[1:] if type(tree) is list and tree[0] == "+" else [tree]):
-            if type(arg) in _NUMBER:
-                coef, rest = arg, []
-            elif type(arg) is list and arg[0] == "*" and type(arg[1]) in _NUMBER:
-                coef, rest = arg[1], arg[2:]
-            else:
-                coef, rest = 1, [arg]
-            key = "[" + ",".join([tree_text(x) for x in rest]) + "]"     # tree_text(rest): rest is a new list
+        for key, coef, rest in _terms(tree):
             if key in terms:
                 terms[key][0] += coef
             else:
                 terms[key] = [coef, rest]
     return _fold("+", [0, *(_fold("*", [coef, *rest]) if rest else coef for coef, rest in terms.values())])
+
+
+_TERMS: dict[int, tuple] = {}     # id(list) -> (the list, its _terms): a template's delta is in many subsets
+
+
+def _terms(tree: Any) -> list[tuple[str, Any, list]]:
+    """The terms of a sum ``tree`` (one term if it is not a sum) as (the key of the term's
+    non-number factors, its number factor, those factors) for :func:`_collected`."""
+    if type(tree) is list:
+        hit = _TERMS.get(id(tree))
+        if hit is not None and hit[0] is tree:
+            return hit[1]
+    out = []
+    for arg in (tree[1:] if type(tree) is list and tree[0] == "+" else [tree]):
+        if type(arg) in _NUMBER:
+            coef, rest = arg, []
+        elif type(arg) is list and arg[0] == "*" and type(arg[1]) in _NUMBER:
+            coef, rest = arg[1], arg[2:]
+        else:
+            coef, rest = 1, [arg]
+        out.append(("[" + ",".join([tree_text(x) for x in rest]) + "]", coef, rest))    # tree_text(rest): rest is new
+    if type(tree) is list:
+        if len(_TERMS) > 50_000:
+            _TERMS.clear()
+        _TERMS[id(tree)] = (tree, out)
+    return out
 
 
 def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
@@ -541,15 +571,14 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
     experts: dict[str, list] = {}
     for uid, site in sites.items():
         new_rows, new_caches, new_out, new_bytes = walks[uid]
-        old_rows = {u: r for u, r in a.rows.items() if _under(u, uid)}
+        old_rows, outs = bases.site(uid)
         if uid not in bases.site_bytes:       # the old filler's: the same for every pick of the slot
             bases.site_bytes[uid] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(
                 replace(a, rows=old_rows, caches=()), ev.model, ev.corpus)))
         deltas[site[4]] = deltas.get(site[4], 0) + new_bytes - bases.site_bytes[uid]
-        read = {i for r in a.rows.values() if not _under(r.uid, uid) for i in r.inputs if _under(i, uid)}
-        if len({i.removesuffix("@decode") for i in read}) != 1 or len(new_out) != 1:
+        if len(outs) != 1 or len(new_out) != 1:
             return None
-        old_out = read.pop().removesuffix("@decode")
+        old_out = next(iter(outs))
         if old_out == new_out[0] or old_out not in new_rows:
             # the new output takes the old one's uid: its readers keep their inputs, so the planner
             # repeats their placement where the output places alike (a label; no number reads it)
@@ -575,7 +604,9 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
     fixed = {k: int(v) for k, v in ev.bound.items() if k not in needs}
     parts = {t: _Part(_folded(bind_tree(formula_tree.to_tree(d), fixed)), swapped[t], tuple(experts[t]))
              for t, d in deltas.items()}
-    outside = _has_experts(r for r in a.rows.values() if not any(_under(r.uid, u) for u in sites))
+    # _has_experts of the rows outside the sites (its test first: few rows hold experts)
+    outside = any(r.role == "experts" and r.stack == "main" and r.instances != 1
+                  and not any(_under(r.uid, u) for u in sites) for r in a.rows.values())
 
     def alone(chosen: tuple[str, ...]) -> Any:      # a subset planned by itself: its own splice
         found = site_sol(bases, needs, {u: s for u, s in sites.items() if s[4] in chosen}, walks, values, [chosen])
@@ -619,7 +650,8 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], p
         return outside_experts or any(p.experts[t in chosen] for t, p in parts.items())
 
     full = subsets[0]
-    config = sized(full)[1]
+    first = sized(full)
+    config = first[1]
     old = bases.programs(config)
     refused = f"the base on {config.label()}: {old}" if isinstance(old, str) else None
     plan = None
@@ -645,7 +677,7 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], p
     tokens_ok = token_condition(bases.table, gpu, config, bases.context)
     out: dict[tuple, Any] = {}
     for chosen in subsets:
-        delta, mine = sized(chosen)
+        delta, mine = first if chosen is full else sized(chosen)
         if mine.label() != config.label():
             out[chosen] = alone(chosen)
         elif refused is not None:
