@@ -551,7 +551,7 @@ def _template_of(sites: dict[str, str]):
 
 
 def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dict[str, tuple],
-             values: dict[str, int], subsets: list[tuple[str, ...]]) -> dict[tuple, Any] | None:
+             values: dict[str, int], subsets: list[tuple[str, ...]], memo: dict | None = None) -> dict[tuple, Any] | None:
     """The SOL part of a pick without a walk of the variant (:func:`_planned`), per subset of its
     layer templates (``subsets``, the first: all of them; each the swap in those templates only):
     the new filler walked at each site of the base (``sites``: the base's slot sites the pick swaps,
@@ -560,59 +560,84 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
     site_bytes) spliced into the base's symbolic analysis: the rows under each site replaced, the
     new output taking the old one's uid (or, where a new row already has it, the old output's
     readers reading the new one). None where the splice does not apply (an output that is not one
-    tensor): the caller then plans the whole variant."""
+    tensor): the caller then plans the whole variant. ``memo``: each site's splice and each template's
+    part, kept by the call with all the pick's templates for its subsets planned alone (the same
+    sites, walks and base: the same splices)."""
     from dataclasses import replace
-    from engine.spec import storage
     ev, a = bases.ev, bases.ev.symbolic
+    memo = {} if memo is None else memo
     rows, caches = dict(a.rows), list(a.caches)
     rename: dict[str, str] = {}
-    deltas: dict[str, Any] = {}
-    swapped: dict[str, list] = {}
-    experts: dict[str, list] = {}
+    mine: dict[str, list] = {}        # template -> its sites' splices
     for uid, site in sites.items():
-        new_rows, new_caches, new_out, new_bytes = walks[uid]
-        old_rows, outs = bases.site(uid)
-        if uid not in bases.site_bytes:       # the old filler's: the same for every pick of the slot
-            bases.site_bytes[uid] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(
-                replace(a, rows=old_rows, caches=()), ev.model, ev.corpus)))
-        deltas[site[4]] = deltas.get(site[4], 0) + new_bytes - bases.site_bytes[uid]
-        if len(outs) != 1 or len(new_out) != 1:
+        if uid not in memo:
+            memo[uid] = _splice(bases, uid, walks[uid])
+        if memo[uid] is None:
             return None
-        old_out = next(iter(outs))
-        if old_out == new_out[0] or old_out not in new_rows:
-            # the new output takes the old one's uid: its readers keep their inputs, so the planner
-            # repeats their placement where the output places alike (a label; no number reads it)
-            label = {new_out[0]: old_out, new_out[0] + "@decode": old_out + "@decode"}
-            new_rows = {label.get(u, u): replace(r, uid=label.get(r.uid, r.uid),
-                                                 inputs=tuple(label.get(i, i) for i in r.inputs))
-                        for u, r in new_rows.items()}
-            new_caches = [replace(c, node_uid=label.get(c.node_uid, c.node_uid)) for c in new_caches]
-        else:
-            rename[old_out] = new_out[0]
+        old_rows, new_rows, new_caches, renamed, _ = memo[uid]
+        if renamed is not None:
+            rename[renamed[0]] = renamed[1]
         for u in old_rows:
             del rows[u]
         rows.update(new_rows)
         caches = [c for c in caches if not _under(c.node_uid, uid)] + new_caches
-        swapped.setdefault(site[4], []).extend(new_rows.values())
-        was = experts.setdefault(site[4], [False, False])
-        was[0] = was[0] or _has_experts(old_rows.values())
-        was[1] = was[1] or _has_experts(new_rows.values())
+        mine.setdefault(site[4], []).append(memo[uid])
     rows = {u: (replace(r, inputs=tuple(rename.get(i, i) for i in r.inputs))
                 if any(i in rename for i in r.inputs) else r) for u, r in rows.items()}
     values_ = {**a.values, **{d: symbols.dim(d) for d in needs}}
     spliced = replace(a, rows=rows, caches=tuple(caches), values=values_)
     fixed = {k: int(v) for k, v in ev.bound.items() if k not in needs}
-    parts = {t: _Part(_folded(bind_tree(formula_tree.to_tree(d), fixed)), swapped[t], tuple(experts[t]))
-             for t, d in deltas.items()}
+    parts = {}
+    for t, splices in mine.items():
+        if ("part", t) not in memo:
+            delta, swapped, experts = 0, [], [False, False]
+            for old_rows, new_rows, _, _, (new_bytes, old_bytes) in splices:
+                delta = delta + new_bytes - old_bytes
+                swapped.extend(new_rows.values())
+                experts[0] = experts[0] or _has_experts(old_rows.values())
+                experts[1] = experts[1] or _has_experts(new_rows.values())
+            memo[("part", t)] = _Part(_folded(bind_tree(formula_tree.to_tree(delta), fixed)), swapped, tuple(experts))
+        parts[t] = memo[("part", t)]
     # _has_experts of the rows outside the sites (its test first: few rows hold experts)
     outside = any(r.role == "experts" and r.stack == "main" and r.instances != 1
                   and not any(_under(r.uid, u) for u in sites) for r in a.rows.values())
 
     def alone(chosen: tuple[str, ...]) -> Any:      # a subset planned by itself: its own splice
-        found = site_sol(bases, needs, {u: s for u, s in sites.items() if s[4] in chosen}, walks, values, [chosen])
+        found = site_sol(bases, needs, {u: s for u, s in sites.items() if s[4] in chosen}, walks, values, [chosen],
+                         memo)
         return found[chosen] if found is not None else {"error": "a formula of this swap reads a symbol the page cannot bind"}
     return _planned(bases, spliced, needs, values, parts, subsets, _template_of({u: s[4] for u, s in sites.items()}),
                     outside, ev, "sites", alone)
+
+
+def _splice(bases: Bases, uid: str, walk: tuple) -> tuple | None:
+    """The new filler at slot site ``uid`` (``walk``: its rows, caches, output uids and stored bytes
+    there): (the base's rows it replaces, its rows and caches with the new output taking the old
+    one's uid where it can, else (old output, new output) for the old output's readers to read,
+    (its stored bytes, the old filler's)); None where the splice does not apply (:func:`site_sol`)."""
+    from dataclasses import replace
+    from engine.spec import storage
+    ev, a = bases.ev, bases.ev.symbolic
+    new_rows, new_caches, new_out, new_bytes = walk
+    old_rows, outs = bases.site(uid)
+    if uid not in bases.site_bytes:       # the old filler's: the same for every pick of the slot
+        bases.site_bytes[uid] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(
+            replace(a, rows=old_rows, caches=()), ev.model, ev.corpus)))
+    if len(outs) != 1 or len(new_out) != 1:
+        return None
+    old_out = next(iter(outs))
+    renamed = None
+    if old_out == new_out[0] or old_out not in new_rows:
+        # the new output takes the old one's uid: its readers keep their inputs, so the planner
+        # repeats their placement where the output places alike (a label; no number reads it)
+        label = {new_out[0]: old_out, new_out[0] + "@decode": old_out + "@decode"}
+        new_rows = {label.get(u, u): replace(r, uid=label.get(r.uid, r.uid),
+                                             inputs=tuple(label.get(i, i) for i in r.inputs))
+                    for u, r in new_rows.items()}
+        new_caches = [replace(c, node_uid=label.get(c.node_uid, c.node_uid)) for c in new_caches]
+    else:
+        renamed = (old_out, new_out[0])
+    return old_rows, new_rows, new_caches, renamed, (new_bytes, bases.site_bytes[uid])
 
 
 def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], parts: dict[str, _Part],
