@@ -131,14 +131,15 @@ def free_names(tree: Any) -> frozenset:
 
 
 def tree_text(tree: Any) -> str:
-    """``json.dumps(tree, separators=(",", ":"))`` of a formula tree (the same text), memoized per
-    list object: a key that tells distinct trees apart."""
+    """``json.dumps(tree, separators=(",", ":"))`` of a formula tree, memoized per list object (json's
+    C encoder writes a new tree faster than a walk reusing its sub-trees' texts): a key that tells
+    distinct trees apart."""
     if type(tree) is not list:
         return _leaf_text(tree)
     hit = _TEXTS.get(id(tree))
     if hit is not None and hit[0] is tree:
         return hit[1]
-    text = "[" + ",".join([tree_text(a) if type(a) is list else _leaf_text(a) for a in tree]) + "]"
+    text = json.dumps(tree, separators=(",", ":"))
     if len(_TEXTS) > 400_000:
         _TEXTS.clear()
     _TEXTS[id(tree)] = (tree, text)

@@ -365,8 +365,7 @@ def catalog(corpus: Corpus) -> dict[str, Any]:
 def model_slots(corpus: Corpus, model: ModelSpec, needs: dict | None = None) -> dict[str, dict]:
     """One model's part of :func:`catalog`: slot -> its templates, current fillers, fitting components."""
     skip = set(symbols.SCENARIO_DIMS)
-    needs = needs if needs is not None else {n: variant_rules.required_dims(corpus, c, {})
-                                             for n, c in corpus.components.items()}
+    needs = needs if needs is not None else _component_needs(corpus)
     slots: dict[str, dict] = {}
     for template, fill in model.templates.items():
         for slot, current in variant_rules.slots_reached(corpus, model, fill).items():
@@ -380,6 +379,18 @@ def model_slots(corpus: Corpus, model: ModelSpec, needs: dict | None = None) -> 
             if current.component not in entry["current"]:
                 entry["current"].append(current.component)
     return slots
+
+
+_NEEDS: dict[int, tuple] = {}     # id(corpus) -> (corpus, component -> required dims): one per process
+
+
+def _component_needs(corpus: Corpus) -> dict[str, set]:
+    """Every component's :func:`engine.spec.variants.required_dims` (no options given), once per
+    corpus: each model's :func:`model_slots` reads all of them."""
+    if id(corpus) not in _NEEDS or _NEEDS[id(corpus)][0] is not corpus:
+        _NEEDS.clear()
+        _NEEDS[id(corpus)] = (corpus, {n: variant_rules.required_dims(corpus, c, {}) for n, c in corpus.components.items()})
+    return _NEEDS[id(corpus)][1]
 
 
 # -- any catalog pick, live: results/playground/<org--name>.json ----------------------------------
