@@ -106,6 +106,14 @@ _LEAVES: dict[tuple, str] = {}    # (type, leaf) -> its JSON text
 _NO_NAMES: frozenset = frozenset()
 
 
+def forget() -> None:
+    """Empty the memos above (:func:`engine.build.whatif.model_playground` after each model: its
+    trees are bound by its own dims, so the next model shares none of them)."""
+    _NAMES.clear()
+    _TEXTS.clear()
+    _TERMS.clear()
+
+
 def free_names(tree: Any) -> frozenset:
     """:func:`engine.spec.formula_tree.free_names` (the same set), memoized per list object."""
     kind = type(tree)

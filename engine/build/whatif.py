@@ -918,11 +918,13 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
                     seen[text] = len(graphs)
                     graphs.append(block)
                 p.setdefault("graphs", []).append(seen[text])
+    sol_trees = playground_sol.intern(picks)
+    playground_sol.forget()
     return {"model_id": ev.model.model_id, "context": context,
             "formulas": {k: formula_tree.to_tree(f) for k, f in
                          _sum_of_parts(ev.symbolic, ev.model, ev.corpus, PLAYGROUND["kv_dtype"]).items()},
             "env": environment(ev, context), "picks": picks, "old": shared.old, "blocks": shared.blocks,
-            "sol_base": bases.trees, "sol_trees": playground_sol.intern(picks),
+            "sol_base": bases.trees, "sol_trees": sol_trees,
             "sol_setting": {"gpu": PLAYGROUND["gpu"], "framework": PLAYGROUND["framework"], "context": context},
             "graphs": graphs,
             "repeat": _REPEAT.name, "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
