@@ -39,6 +39,7 @@ from engine.spec.errors import SpecError, Where
 from engine.spec.evaluate import Analysis, Binding, Walker, walk_model
 from engine.spec.ir import Fill, ModelSpec
 from engine.build.playground_sol import default_config  # noqa: F401  (edit's config; it lives beside the SOL export)
+from engine.build.playground_sol import free_names
 
 #: (key, label, unit) of every compared number, in print order.
 METRICS = (
@@ -726,7 +727,7 @@ def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
     trees = list(out.get("delta", {}).values())
     for b, r, _ in out.get("sites", []):
         trees += [*shared.blocks[b].values(), r]
-    free = set().union(*(formula_tree.free_names(t) for t in trees)) - {_REPEAT.name}
+    free = set().union(*(free_names(t) for t in trees)) - {_REPEAT.name}     # memoized: a slot's picks share blocks
     known = set(ev.bound) | set(needs) | {symbols.BATCH, symbols.SEQ, symbols.CTX, symbols.LENGTH}
     if free - known:   # a symbol the page could not bind: say so rather than show a wrong number
         return {"error": f"the swapped model reads {', '.join(sorted(free - known))}, which the page cannot bind"}
