@@ -560,7 +560,8 @@ def _template_of(sites: dict[str, str]):
 
 
 def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dict[str, tuple],
-             values: dict[str, int], subsets: list[tuple[str, ...]], memo: dict | None = None) -> dict[tuple, Any] | None:
+             values: dict[str, int], subsets: list[tuple[str, ...]],
+             memo: dict | None = None) -> dict[tuple, Any] | None:
     """The SOL part of a pick without a walk of the variant (:func:`_planned`), per subset of its
     layer templates (``subsets``, the first: all of them; each the swap in those templates only):
     the new filler walked at each site of the base (``sites``: the base's slot sites the pick swaps,

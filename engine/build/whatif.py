@@ -390,7 +390,8 @@ def _component_needs(corpus: Corpus) -> dict[str, set]:
     corpus: each model's :func:`model_slots` reads all of them."""
     if id(corpus) not in _NEEDS or _NEEDS[id(corpus)][0] is not corpus:
         _NEEDS.clear()
-        _NEEDS[id(corpus)] = (corpus, {n: variant_rules.required_dims(corpus, c, {}) for n, c in corpus.components.items()})
+        _NEEDS[id(corpus)] = (corpus, {n: variant_rules.required_dims(corpus, c, {})
+                                       for n, c in corpus.components.items()})
     return _NEEDS[id(corpus)][1]
 
 
