@@ -94,6 +94,84 @@ def config_for_bytes(weight_bytes: float, moe: bool, gpu: GPU, hbm_fraction: flo
     return ParallelConfig(tp=tp, pp=pp, ep=tp if moe else 1)
 
 
+# -- memoized walks of formula trees ------------------------------------------------------------------
+# A pick's trees share their sub-trees by object: the bound step formulas (_BOUND), the base's steps,
+# a template's delta in each of the pick's subsets. Nothing mutates a tree (bind_tree and _fold build
+# new ones), so a walk's result can be kept per list object; each memo holds the tree it is keyed
+# by (its id is not reused while the entry lives) and is emptied when it grows large.
+
+_NAMES: dict[int, tuple] = {}     # id(list) -> (the list, its free names)
+_TEXTS: dict[int, tuple] = {}     # id(list) -> (the list, its JSON text)
+_LEAVES: dict[tuple, str] = {}    # (type, leaf) -> its JSON text
+_NO_NAMES: frozenset = frozenset()
+
+
+def forget() -> None:
+    """Empty the memos above (:func:`engine.build.whatif.model_playground` after each model: its
+    trees are bound by its own dims, so the next model shares none of them)."""
+    _NAMES.clear()
+    _TEXTS.clear()
+    _TERMS.clear()
+
+
+def free_names(tree: Any) -> frozenset:
+    """:func:`engine.spec.formula_tree.free_names` (the same set), memoized per list object."""
+    kind = type(tree)
+    if kind is str:
+        return frozenset((tree,))
+    if kind is not list:
+        return _NO_NAMES
+    hit = _NAMES.get(id(tree))
+    if hit is not None and hit[0] is tree:
+        return hit[1]
+    found: set = set()
+    for a in ([x for pair in tree[1:] for x in pair] if tree and tree[0] == "pw" else tree[1:]):
+        kind = type(a)
+        if kind is list:
+            found |= free_names(a)
+        elif kind is str:
+            found.add(a)
+    names = frozenset(found) if found else _NO_NAMES
+    if len(_NAMES) > 400_000:
+        _NAMES.clear()
+    _NAMES[id(tree)] = (tree, names)
+    return names
+
+
+def tree_text(tree: Any) -> str:
+    """``json.dumps(tree, separators=(",", ":"))`` of a formula tree, memoized per list object (json's
+    C encoder writes a new tree faster than a walk reusing its sub-trees' texts): a key that tells
+    distinct trees apart."""
+    if type(tree) is not list:
+        return _leaf_text(tree)
+    hit = _TEXTS.get(id(tree))
+    if hit is not None and hit[0] is tree:
+        return hit[1]
+    text = json.dumps(tree, separators=(",", ":"))
+    if len(_TEXTS) > 400_000:
+        _TEXTS.clear()
+    _TEXTS[id(tree)] = (tree, text)
+    return text
+
+
+def _leaf_text(leaf: Any) -> str:
+    """json.dumps of a tree's leaf: an int's and a finite float's repr are what json writes."""
+    kind = type(leaf)
+    if kind is int:
+        return int.__repr__(leaf)
+    if kind is float and leaf - leaf == 0:      # finite (json writes NaN and Infinity its own way)
+        return float.__repr__(leaf)
+    try:
+        text = _LEAVES.get((kind, leaf))
+    except TypeError:          # not hashable: not a leaf a tree holds, but dumps knows it
+        return json.dumps(leaf, separators=(",", ":"))
+    if text is None:
+        if len(_LEAVES) > 100_000:
+            _LEAVES.clear()
+        text = _LEAVES[(kind, leaf)] = json.dumps(leaf, separators=(",", ":"))
+    return text
+
+
 _SEQ, _CTX, _BATCH = (symbols.dim(n) for n in (symbols.SEQ, symbols.CTX, symbols.BATCH))
 _DEGREES = ("tp", "ep", "dp_attn", "cp", "pp", "dp")
 
@@ -129,6 +207,17 @@ class Bases:
         self._envs: dict[tuple, dict] = {}
         self.site_bytes: dict[str, Any] = {}     # slot site uid -> the old filler's stored bytes there
         self._steps: dict[tuple, tuple] = {}
+        self._sites: dict[str, tuple] = {}
+
+    def site(self, uid: str) -> tuple[dict, set]:
+        """The base's rows under slot site ``uid`` and the outputs of the site that rows outside it
+        read (their uids without ``@decode``); once per site: every pick of the slot splices there."""
+        if uid not in self._sites:
+            rows = self.ev.symbolic.rows
+            read = {i for r in rows.values() if not _under(r.uid, uid) for i in r.inputs if _under(i, uid)}
+            self._sites[uid] = ({u: r for u, r in rows.items() if _under(u, uid)},
+                                {i.removesuffix("@decode") for i in read})
+        return self._sites[uid]
 
     def weight_bytes(self) -> float:
         """The base's stored bytes, every stack (what :func:`engine.build.whatif.default_config` weighs)."""
@@ -188,7 +277,7 @@ class Bases:
         if hit is not None and hit[0] is step:
             return hit[1:]
         found = _step_trees(self.gpu, step, env)
-        names = formula_tree.free_names(found[0])
+        names = free_names(found[0])
         self._steps[key] = (step, found, names)
         return found, names
 
@@ -273,11 +362,15 @@ def _fold(op: str, args: list) -> Any:
         if not args:
             return 0 if op == "+" else 1
         return args[0] if len(args) == 1 else [op, *args]
-    if op == "/" and all(isinstance(a, int) for a in args) and args[1] and args[0] % args[1] == 0:
-        return args[0] // args[1]
-    if op != "/" and args and all(isinstance(a, (int, float)) for a in args):
-        return formula_tree.evaluate([op, *args], {})       # every argument a number: the number
-    return [op, *args]
+    for a in args:
+        if not isinstance(a, _NUMBER):
+            return [op, *args]
+    # every argument a number: the number (an exact quotient of integers stays an integer)
+    if op == "/":
+        if all(isinstance(a, int) for a in args) and args[1] and args[0] % args[1] == 0:
+            return args[0] // args[1]
+        return [op, *args]
+    return formula_tree.evaluate([op, *args], {}) if args else [op]
 
 
 def _folded(tree: Any) -> Any:
@@ -300,19 +393,38 @@ def _collected(trees: list) -> Any:
     added): the templates' stored-bytes deltas of a subset, which repeat one filler's terms."""
     terms: dict[str, list] = {}
     for tree in trees:
-        for arg in (tree[1:] if type(tree) is list and tree[0] == "+" else [tree]):
-            if type(arg) in _NUMBER:
-                coef, rest = arg, []
-            elif type(arg) is list and arg[0] == "*" and type(arg[1]) in _NUMBER:
-                coef, rest = arg[1], arg[2:]
-            else:
-                coef, rest = 1, [arg]
-            key = json.dumps(rest, separators=(",", ":"))
+        for key, coef, rest in _terms(tree):
             if key in terms:
                 terms[key][0] += coef
             else:
                 terms[key] = [coef, rest]
     return _fold("+", [0, *(_fold("*", [coef, *rest]) if rest else coef for coef, rest in terms.values())])
+
+
+_TERMS: dict[int, tuple] = {}     # id(list) -> (the list, its _terms): a template's delta is in many subsets
+
+
+def _terms(tree: Any) -> list[tuple[str, Any, list]]:
+    """The terms of a sum ``tree`` (one term if it is not a sum) as (the key of the term's
+    non-number factors, its number factor, those factors) for :func:`_collected`."""
+    if type(tree) is list:
+        hit = _TERMS.get(id(tree))
+        if hit is not None and hit[0] is tree:
+            return hit[1]
+    out = []
+    for arg in (tree[1:] if type(tree) is list and tree[0] == "+" else [tree]):
+        if type(arg) in _NUMBER:
+            coef, rest = arg, []
+        elif type(arg) is list and arg[0] == "*" and type(arg[1]) in _NUMBER:
+            coef, rest = arg[1], arg[2:]
+        else:
+            coef, rest = 1, [arg]
+        out.append(("[" + ",".join([tree_text(x) for x in rest]) + "]", coef, rest))    # tree_text(rest): rest is new
+    if type(tree) is list:
+        if len(_TERMS) > 50_000:
+            _TERMS.clear()
+        _TERMS[id(tree)] = (tree, out)
+    return out
 
 
 def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
@@ -421,7 +533,7 @@ def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfi
                         (t, b), read = bases.step_with_names(step, old_env[phase])
                     else:
                         t, b = _step_trees(bases.gpu, step, env[phase])
-                        read = formula_tree.free_names(t)
+                        read = free_names(t)
                     names |= read
                     where = part(step.uid)
                     terms.setdefault((where, f"{phase}_sol_s", sign), []).append(t)
@@ -448,7 +560,8 @@ def _template_of(sites: dict[str, str]):
 
 
 def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dict[str, tuple],
-             values: dict[str, int], subsets: list[tuple[str, ...]]) -> dict[tuple, Any] | None:
+             values: dict[str, int], subsets: list[tuple[str, ...]],
+             memo: dict | None = None) -> dict[tuple, Any] | None:
     """The SOL part of a pick without a walk of the variant (:func:`_planned`), per subset of its
     layer templates (``subsets``, the first: all of them; each the swap in those templates only):
     the new filler walked at each site of the base (``sites``: the base's slot sites the pick swaps,
@@ -457,58 +570,84 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
     site_bytes) spliced into the base's symbolic analysis: the rows under each site replaced, the
     new output taking the old one's uid (or, where a new row already has it, the old output's
     readers reading the new one). None where the splice does not apply (an output that is not one
-    tensor): the caller then plans the whole variant."""
+    tensor): the caller then plans the whole variant. ``memo``: each site's splice and each template's
+    part, kept by the call with all the pick's templates for its subsets planned alone (the same
+    sites, walks and base: the same splices)."""
     from dataclasses import replace
-    from engine.spec import storage
     ev, a = bases.ev, bases.ev.symbolic
+    memo = {} if memo is None else memo
     rows, caches = dict(a.rows), list(a.caches)
     rename: dict[str, str] = {}
-    deltas: dict[str, Any] = {}
-    swapped: dict[str, list] = {}
-    experts: dict[str, list] = {}
+    mine: dict[str, list] = {}        # template -> its sites' splices
     for uid, site in sites.items():
-        new_rows, new_caches, new_out, new_bytes = walks[uid]
-        old_rows = {u: r for u, r in a.rows.items() if _under(u, uid)}
-        if uid not in bases.site_bytes:       # the old filler's: the same for every pick of the slot
-            bases.site_bytes[uid] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(
-                replace(a, rows=old_rows, caches=()), ev.model, ev.corpus)))
-        deltas[site[4]] = deltas.get(site[4], 0) + new_bytes - bases.site_bytes[uid]
-        read = {i for r in a.rows.values() if not _under(r.uid, uid) for i in r.inputs if _under(i, uid)}
-        if len({i.removesuffix("@decode") for i in read}) != 1 or len(new_out) != 1:
+        if uid not in memo:
+            memo[uid] = _splice(bases, uid, walks[uid])
+        if memo[uid] is None:
             return None
-        old_out = read.pop().removesuffix("@decode")
-        if old_out == new_out[0] or old_out not in new_rows:
-            # the new output takes the old one's uid: its readers keep their inputs, so the planner
-            # repeats their placement where the output places alike (a label; no number reads it)
-            label = {new_out[0]: old_out, new_out[0] + "@decode": old_out + "@decode"}
-            new_rows = {label.get(u, u): replace(r, uid=label.get(r.uid, r.uid),
-                                                 inputs=tuple(label.get(i, i) for i in r.inputs))
-                        for u, r in new_rows.items()}
-            new_caches = [replace(c, node_uid=label.get(c.node_uid, c.node_uid)) for c in new_caches]
-        else:
-            rename[old_out] = new_out[0]
+        old_rows, new_rows, new_caches, renamed, _ = memo[uid]
+        if renamed is not None:
+            rename[renamed[0]] = renamed[1]
         for u in old_rows:
             del rows[u]
         rows.update(new_rows)
         caches = [c for c in caches if not _under(c.node_uid, uid)] + new_caches
-        swapped.setdefault(site[4], []).extend(new_rows.values())
-        was = experts.setdefault(site[4], [False, False])
-        was[0] = was[0] or _has_experts(old_rows.values())
-        was[1] = was[1] or _has_experts(new_rows.values())
+        mine.setdefault(site[4], []).append(memo[uid])
     rows = {u: (replace(r, inputs=tuple(rename.get(i, i) for i in r.inputs))
                 if any(i in rename for i in r.inputs) else r) for u, r in rows.items()}
     values_ = {**a.values, **{d: symbols.dim(d) for d in needs}}
     spliced = replace(a, rows=rows, caches=tuple(caches), values=values_)
     fixed = {k: int(v) for k, v in ev.bound.items() if k not in needs}
-    parts = {t: _Part(_folded(bind_tree(formula_tree.to_tree(d), fixed)), swapped[t], tuple(experts[t]))
-             for t, d in deltas.items()}
-    outside = _has_experts(r for r in a.rows.values() if not any(_under(r.uid, u) for u in sites))
+    parts = {}
+    for t, splices in mine.items():
+        if ("part", t) not in memo:
+            delta, swapped, experts = 0, [], [False, False]
+            for old_rows, new_rows, _, _, (new_bytes, old_bytes) in splices:
+                delta = delta + new_bytes - old_bytes
+                swapped.extend(new_rows.values())
+                experts[0] = experts[0] or _has_experts(old_rows.values())
+                experts[1] = experts[1] or _has_experts(new_rows.values())
+            memo[("part", t)] = _Part(_folded(bind_tree(formula_tree.to_tree(delta), fixed)), swapped, tuple(experts))
+        parts[t] = memo[("part", t)]
+    # _has_experts of the rows outside the sites (its test first: few rows hold experts)
+    outside = any(r.role == "experts" and r.stack == "main" and r.instances != 1
+                  and not any(_under(r.uid, u) for u in sites) for r in a.rows.values())
 
     def alone(chosen: tuple[str, ...]) -> Any:      # a subset planned by itself: its own splice
-        found = site_sol(bases, needs, {u: s for u, s in sites.items() if s[4] in chosen}, walks, values, [chosen])
+        found = site_sol(bases, needs, {u: s for u, s in sites.items() if s[4] in chosen}, walks, values, [chosen],
+                         memo)
         return found[chosen] if found is not None else {"error": "a formula of this swap reads a symbol the page cannot bind"}
     return _planned(bases, spliced, needs, values, parts, subsets, _template_of({u: s[4] for u, s in sites.items()}),
                     outside, ev, "sites", alone)
+
+
+def _splice(bases: Bases, uid: str, walk: tuple) -> tuple | None:
+    """The new filler at slot site ``uid`` (``walk``: its rows, caches, output uids and stored bytes
+    there): (the base's rows it replaces, its rows and caches with the new output taking the old
+    one's uid where it can, else (old output, new output) for the old output's readers to read,
+    (its stored bytes, the old filler's)); None where the splice does not apply (:func:`site_sol`)."""
+    from dataclasses import replace
+    from engine.spec import storage
+    ev, a = bases.ev, bases.ev.symbolic
+    new_rows, new_caches, new_out, new_bytes = walk
+    old_rows, outs = bases.site(uid)
+    if uid not in bases.site_bytes:       # the old filler's: the same for every pick of the slot
+        bases.site_bytes[uid] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(
+            replace(a, rows=old_rows, caches=()), ev.model, ev.corpus)))
+    if len(outs) != 1 or len(new_out) != 1:
+        return None
+    old_out = next(iter(outs))
+    renamed = None
+    if old_out == new_out[0] or old_out not in new_rows:
+        # the new output takes the old one's uid: its readers keep their inputs, so the planner
+        # repeats their placement where the output places alike (a label; no number reads it)
+        label = {new_out[0]: old_out, new_out[0] + "@decode": old_out + "@decode"}
+        new_rows = {label.get(u, u): replace(r, uid=label.get(r.uid, r.uid),
+                                             inputs=tuple(label.get(i, i) for i in r.inputs))
+                    for u, r in new_rows.items()}
+        new_caches = [replace(c, node_uid=label.get(c.node_uid, c.node_uid)) for c in new_caches]
+    else:
+        renamed = (old_out, new_out[0])
+    return old_rows, new_rows, new_caches, renamed, (new_bytes, bases.site_bytes[uid])
 
 
 def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], parts: dict[str, _Part],
@@ -546,7 +685,8 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], p
         return outside_experts or any(p.experts[t in chosen] for t, p in parts.items())
 
     full = subsets[0]
-    config = sized(full)[1]
+    first = sized(full)
+    config = first[1]
     old = bases.programs(config)
     refused = f"the base on {config.label()}: {old}" if isinstance(old, str) else None
     plan = None
@@ -558,21 +698,21 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], p
         prefill = {**at, symbols.CTX: bases.context}
 
         def checked(trees: list) -> list:      # each condition once: (key, tree, holds at the pre-fill, reads)
-            return [(json.dumps(t, separators=(",", ":")), t, formula_tree.evaluate(t, prefill), formula_tree.free_names(t))
+            return [(tree_text(t), t, formula_tree.evaluate(t, prefill), free_names(t))
                     for t in trees]
         decisions = checked([bind_tree(c, base_env) for c in _decisions(decide.seen, needs, config)])
         divisible = {t: checked([bind_tree(c, base_env) for c in _divisible(p.swapped, config, ev.corpus.dims,
                                                                             analysis.values)])
                      for t, p in parts.items()}
         free = set().union(read, *(c[3] for c in decisions), *(c[3] for cs in divisible.values() for c in cs),
-                           *(formula_tree.free_names(p.delta) for p in parts.values()))
+                           *(free_names(p.delta) for p in parts.values()))
         if free - set(needs) - {symbols.SEQ, symbols.CTX}:
             return None
         plan = (groups, decisions, divisible)
     tokens_ok = token_condition(bases.table, gpu, config, bases.context)
     out: dict[tuple, Any] = {}
     for chosen in subsets:
-        delta, mine = sized(chosen)
+        delta, mine = first if chosen is full else sized(chosen)
         if mine.label() != config.label():
             out[chosen] = alone(chosen)
         elif refused is not None:
@@ -625,7 +765,7 @@ def _config_bounds(config: ParallelConfig, gpu: GPU, old_total: float, new_delta
     base's share is a number: a bound it meets alone is left out (the lower one where the base
     alone fills the rung below, the base's side of the upper one), so ``new_delta`` appears once
     per bound left (a pick's subsets each carry one)."""
-    if not formula_tree.free_names(new_delta):
+    if not free_names(new_delta):
         return None
     per_gpu = gpu.hbm_bytes * hbm_fraction
     chosen = LADDER.index((config.tp, config.pp))
@@ -719,18 +859,9 @@ def intern(picks: dict[str, dict[str, dict]]) -> list:
     subsets of a pick's templates share their templates' trees."""
     table: list = []
     index: dict[str, int] = {}
-    text: dict[int, tuple] = {}      # id(list) -> (the list, its key): subsets share their templates' subtrees
-
-    def key_of(tree) -> str:
-        if type(tree) is not list:
-            return json.dumps(tree)
-        hit = text.get(id(tree))
-        if hit is None or hit[0] is not tree:
-            hit = text[id(tree)] = (tree, "[" + ",".join(key_of(a) for a in tree) + "]")
-        return hit[1]
 
     def at(tree) -> int:
-        key = key_of(tree)
+        key = tree_text(tree)      # subsets share their templates' subtrees: each text is made once
         if key not in index:
             index[key] = len(table)
             table.append(tree)

@@ -39,6 +39,7 @@ from engine.spec.errors import SpecError, Where
 from engine.spec.evaluate import Analysis, Binding, Walker, walk_model
 from engine.spec.ir import Fill, ModelSpec
 from engine.build.playground_sol import default_config  # noqa: F401  (edit's config; it lives beside the SOL export)
+from engine.build.playground_sol import free_names
 
 #: (key, label, unit) of every compared number, in print order.
 METRICS = (
@@ -365,8 +366,7 @@ def catalog(corpus: Corpus) -> dict[str, Any]:
 def model_slots(corpus: Corpus, model: ModelSpec, needs: dict | None = None) -> dict[str, dict]:
     """One model's part of :func:`catalog`: slot -> its templates, current fillers, fitting components."""
     skip = set(symbols.SCENARIO_DIMS)
-    needs = needs if needs is not None else {n: variant_rules.required_dims(corpus, c, {})
-                                             for n, c in corpus.components.items()}
+    needs = needs if needs is not None else _component_needs(corpus)
     slots: dict[str, dict] = {}
     for template, fill in model.templates.items():
         for slot, current in variant_rules.slots_reached(corpus, model, fill).items():
@@ -380,6 +380,19 @@ def model_slots(corpus: Corpus, model: ModelSpec, needs: dict | None = None) -> 
             if current.component not in entry["current"]:
                 entry["current"].append(current.component)
     return slots
+
+
+_NEEDS: dict[int, tuple] = {}     # id(corpus) -> (corpus, component -> required dims): one per process
+
+
+def _component_needs(corpus: Corpus) -> dict[str, set]:
+    """Every component's :func:`engine.spec.variants.required_dims` (no options given), once per
+    corpus: each model's :func:`model_slots` reads all of them."""
+    if id(corpus) not in _NEEDS or _NEEDS[id(corpus)][0] is not corpus:
+        _NEEDS.clear()
+        _NEEDS[id(corpus)] = (corpus, {n: variant_rules.required_dims(corpus, c, {})
+                                       for n, c in corpus.components.items()})
+    return _NEEDS[id(corpus)][1]
 
 
 # -- any catalog pick, live: results/playground/<org--name>.json ----------------------------------
@@ -475,7 +488,7 @@ def site_walk(key: tuple, index: int, uid: str, site: tuple) -> tuple[dict, list
     _, rows, caches, _ = _SITE_CACHE[key][index]
     uid0, inputs0, outputs = _SITE_WALKS[(key, index)]
     inputs = dict(zip(inputs0, [u for _, u in site[1]]))
-    repeat = {_REPEAT: site[2].repeat}
+    count = site[2].repeat
 
     def move(u: str) -> str:
         return uid + u[len(uid0):] if u == uid0 or u.startswith(uid0 + "/") else inputs.get(u, u)
@@ -483,11 +496,11 @@ def site_walk(key: tuple, index: int, uid: str, site: tuple) -> tuple[dict, list
     same = uid == uid0 and all(k == v for k, v in inputs.items())
     out_rows = {}
     for r in rows.values():
-        r = replace(r, repeat=_subs(r.repeat, repeat)) if same else \
+        r = replace(r, repeat=_at_repeat(r.repeat, count)) if same else \
             replace(r, uid=move(r.uid), inputs=tuple(move(i) for i in r.inputs), component_uid=move(r.component_uid),
-                    repeat=_subs(r.repeat, repeat))
+                    repeat=_at_repeat(r.repeat, count))
         out_rows[r.uid] = r
-    out_caches = [replace(c, uid=move(c.uid), node_uid=move(c.node_uid), repeat=_subs(c.repeat, repeat))
+    out_caches = [replace(c, uid=move(c.uid), node_uid=move(c.node_uid), repeat=_at_repeat(c.repeat, count))
                   for c in caches]
     return out_rows, out_caches, [move(u) for _, u in _flat_outputs(outputs)]
 
@@ -508,6 +521,23 @@ def site_bytes(ev: Evaluation, key: tuple, index: int, site: tuple) -> sympy.Exp
 
 def _subs(value, mapping: dict):
     return value.xreplace(mapping) if isinstance(value, sympy.Basic) else value
+
+
+_AT_REPEAT: dict[tuple, tuple] = {}     # (id(value), id(count)) -> (value, count, value at count): both kept
+
+
+def _at_repeat(value, count):
+    """``value`` with :data:`_REPEAT` put to ``count``, once per (value, count) object pair: a cached
+    walk's rows are relabelled for every pick and site with the site's same count object."""
+    if not isinstance(value, sympy.Basic):
+        return value
+    key = (id(value), id(count))
+    hit = _AT_REPEAT.get(key)
+    if hit is None or hit[0] is not value or hit[1] is not count:
+        if len(_AT_REPEAT) > 100_000:
+            _AT_REPEAT.clear()
+        hit = _AT_REPEAT[key] = (value, count, value.xreplace({_REPEAT: count}))
+    return hit[2]
 
 
 def _flat_outputs(value) -> list:
@@ -622,6 +652,7 @@ class Picks:
         self.walks: dict[tuple, tuple] = {}    # (slot, component) -> (needs, its sites, their walks): the site route
         self.whole: dict[tuple, tuple] = {}    # (slot, component) -> (variant spec, its symbolic walk): the others
         self.walked: dict[tuple, dict] = {}    # (slot, component) -> site uid -> its site walk's rows, caches, outputs, bytes
+        self.was: dict[tuple, dict] = {}       # (base row uids, ids of its caches, kv dtype) -> _sum_of_parts of them
 
     def block(self, key: tuple, trees: dict) -> int:
         if key not in self._index:
@@ -683,7 +714,13 @@ def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
             if shared is not None:     # the SOL's whole route plans this walk
                 shared.whole[(slot, component)] = (variant.spec, whole)
             old_part, new_part = changed_parts(ev.symbolic, whole)
-            was = _sum_of_parts(old_part, base, corpus, kv_dtype)
+            # the base's rows a whole walk changes: the same for most whole-walk picks of a slot
+            key = (tuple(old_part.rows), tuple(id(c) for c in old_part.caches), kv_dtype)   # the base's own rows
+            was = shared.was.get(key) if shared is not None else None
+            if was is None:
+                was = _sum_of_parts(old_part, base, corpus, kv_dtype)
+                if shared is not None:
+                    shared.was[key] = was
             now = _sum_of_parts(new_part, variant.spec, corpus, kv_dtype)
             out["delta"] = {k: formula_tree.to_tree(now[k] - was[k]) for k in RECOMPUTED}
     except SpecError as exc:
@@ -691,7 +728,7 @@ def pick(ev: Evaluation, slot: str, component: str, kv_dtype: str = "bf16",
     trees = list(out.get("delta", {}).values())
     for b, r, _ in out.get("sites", []):
         trees += [*shared.blocks[b].values(), r]
-    free = set().union(*(formula_tree.free_names(t) for t in trees)) - {_REPEAT.name}
+    free = set().union(*(free_names(t) for t in trees)) - {_REPEAT.name}     # memoized: a slot's picks share blocks
     known = set(ev.bound) | set(needs) | {symbols.BATCH, symbols.SEQ, symbols.CTX, symbols.LENGTH}
     if free - known:   # a symbol the page could not bind: say so rather than show a wrong number
         return {"error": f"the swapped model reads {', '.join(sorted(free - known))}, which the page cannot bind"}
@@ -883,11 +920,13 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
                     seen[text] = len(graphs)
                     graphs.append(block)
                 p.setdefault("graphs", []).append(seen[text])
+    sol_trees = playground_sol.intern(picks)
+    playground_sol.forget()
     return {"model_id": ev.model.model_id, "context": context,
             "formulas": {k: formula_tree.to_tree(f) for k, f in
                          _sum_of_parts(ev.symbolic, ev.model, ev.corpus, PLAYGROUND["kv_dtype"]).items()},
             "env": environment(ev, context), "picks": picks, "old": shared.old, "blocks": shared.blocks,
-            "sol_base": bases.trees, "sol_trees": playground_sol.intern(picks),
+            "sol_base": bases.trees, "sol_trees": sol_trees,
             "sol_setting": {"gpu": PLAYGROUND["gpu"], "framework": PLAYGROUND["framework"], "context": context},
             "graphs": graphs,
             "repeat": _REPEAT.name, "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
