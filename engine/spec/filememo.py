@@ -16,8 +16,10 @@ Invariants:
 * a file that is not a small regular file (a symbolic link, a FIFO, a file above
   :data:`engine.spec.yamlio.MAX_FILE_BYTES`) makes no key: the loader runs, and refuses it, as
   without the memo;
-* values are shared between callers: a loader memoizes only immutable values (frozen dataclasses
-  of tuples) or hands each caller its own copy of a mutable container.
+* values are shared between callers: a loader memoizes frozen dataclasses and hands each caller
+  its own copy of a mutable container (the dict of GPUs or of fusion tables). A few frozen values
+  hold a dict (a GPU's ``peak``, the collectives' ``base``/``hop``, a rule's ``when``); nothing
+  writes to them, as every caller of one load already shared them before this memo.
 """
 from __future__ import annotations
 
