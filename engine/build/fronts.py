@@ -39,6 +39,7 @@ import polars as pl
 from engine.spec.api import Evaluation
 from engine.spec.corpus import Reader, shown_value
 from engine.spec.errors import SpecError
+from engine.spec.filememo import ContentMemo
 from engine.deploy.parallel import MAX_GPUS
 from engine.deploy.structure import MAX_TOKENS
 
@@ -117,10 +118,22 @@ class Sizing:
 def load_sizing(grid_path: Path | str | None) -> Sizing | None:
     """The ``sizing:`` block of a grid file, checked (one line per mistake), or None when the grid
     has none (then the build writes empty fronts and sizing tables)."""
-    from engine.build.grid import DEFAULT, _choices, _count, _list
+    from engine.build.grid import DEFAULT
+    from engine.deploy import fusion
+    path = Path(grid_path) if grid_path else DEFAULT
+    # once per process and content of the files read (a build asks per model; the fusion tables
+    # name the frameworks allowed); a Sizing is frozen tuples
+    files = [path, *sorted(fusion.DEFAULT_ROOT.glob("*.yaml"))]
+    return _SIZINGS.get(("sizing", str(path)), files, lambda: _load_sizing(path))
+
+
+_SIZINGS = ContentMemo()
+
+
+def _load_sizing(path: Path) -> Sizing | None:
+    from engine.build.grid import _choices, _count, _list
     from engine.deploy.fusion import load_tables
     from engine.spec.kv import KV_DTYPE_BYTES
-    path = Path(grid_path) if grid_path else DEFAULT
     reader = Reader(path, path.parent.parent)
     data = reader.mapping(reader.data, "")
     if "sizing" not in data:
@@ -288,21 +301,11 @@ def _append_disagg(columns: dict, ev: Evaluation, gpus, results, input_len: int,
             columns["kv_share_bytes"].append(float(share[cfg]))
 
 
-_INPUTS: dict[tuple, tuple] = {}
-
-
 def _inputs(grid_path, gpu_root) -> tuple:
-    """(the sizing block, the GPUs), read once per process while their files are unchanged (a
+    """(the sizing block, the GPUs): each loader reads its files once per process and content (a
     build evaluates every model against the same files: parsing them per model cost ~0.3 s each)."""
-    from engine.build.grid import DEFAULT
-    from engine.deploy.hardware import DEFAULT_ROOT, load_gpus
-    grid, root = Path(grid_path) if grid_path else DEFAULT, Path(gpu_root) if gpu_root else DEFAULT_ROOT
-    files = [grid, *sorted(root.rglob("*"))]
-    key = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file())
-    if key not in _INPUTS:
-        _INPUTS.clear()
-        _INPUTS[key] = (load_sizing(grid_path), load_gpus(gpu_root))
-    return _INPUTS[key]
+    from engine.deploy.hardware import load_gpus
+    return load_sizing(grid_path), load_gpus(gpu_root)
 
 
 def _append(columns: dict, res, index, head: dict) -> None:

@@ -18,6 +18,8 @@ from engine.spec.corpus import Reader, shown_value, is_name
 from engine.deploy import MAX_BATCH, MAX_TOKENS, check
 from engine.deploy.structure import HBM_FRACTION
 from engine.spec.errors import SpecError, Where
+from engine.spec.filememo import ContentMemo
+from engine.deploy import fusion
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import GPU
 from engine.spec.kv import KV_DTYPE_BYTES
@@ -103,6 +105,16 @@ def load_grid(path: Path | str | None = None) -> Grid:
     path = Path(path) if path else DEFAULT
     if not path.exists():
         raise SpecError(Where(str(path)), "grid file not found", "pass --grid pointing at a grid YAML")
+    # once per process and content of the files read (a build asks per model; the fusion tables
+    # name the frameworks allowed); a Grid is frozen tuples
+    files = [path, *sorted(fusion.DEFAULT_ROOT.glob("*.yaml"))]
+    return _GRIDS.get(("grid", str(path)), files, lambda: _load_grid(path))
+
+
+_GRIDS = ContentMemo()
+
+
+def _load_grid(path: Path) -> Grid:
     reader = Reader(path, path.parent.parent)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", _TOP, _TOP[1:-1])   # sizing: optional (engine/build/fronts.py reads it)

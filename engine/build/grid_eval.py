@@ -137,11 +137,11 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                 if name == "max_context":
                     continue
                 if isinstance(value, np.ndarray) and value.ndim:
-                    deployments.add(name, np.broadcast_to(value, (n,)))
+                    deployments.add(name, _spread(value, n))
                 else:
                     deployments.repeat(name, value.item() if isinstance(value, np.ndarray) else value, n)
             for name in PHASE_FIELDS:
-                deployments.add(name, np.broadcast_to(np.asarray(phases[phase][name]), (n,)))
+                deployments.add(name, _spread(np.asarray(phases[phase][name]), n))
     deployments = deployments.joined()
 
     # 3. per-op tables of the points the site shows
@@ -174,3 +174,9 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         export.update(model_export(ev, cells, grid, gpus, tables, structure,
                                    lambda s, gpu: s.weight_bytes_per_gpu < gpu.hbm_bytes * HBM_FRACTION))
     return deployments, ops, total
+
+
+def _spread(values: np.ndarray, n: int) -> np.ndarray:
+    """``np.broadcast_to(values, (n,))``: the array itself when it already has that shape (most
+    columns: ~6 us per call saved, a few hundred thousand calls over the corpus)."""
+    return values if values.shape == (n,) else np.broadcast_to(values, (n,))

@@ -421,6 +421,12 @@ def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_
                   staging / "variants.parquet")
 
 
+#: ``json.dumps(value, separators=(",", ":"))``'s text without its check for circular references
+#: (about 12% of the time on a model's megabyte of formula trees): the documents are trees of
+#: plain values built here, never cyclic.
+_compact = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
 def _frame(columns: dict, schema: dict) -> pl.DataFrame:
     return pl.DataFrame([_series(k, columns[k], v[0]) for k, v in schema.items()])
 
@@ -428,12 +434,31 @@ def _frame(columns: dict, schema: dict) -> pl.DataFrame:
 def _series(name: str, values, dtype) -> pl.Series:
     """One column. A list column (an op's fused ``parts``) is built from its distinct values and
     gathered: polars converts nested Python lists at ~6 s per million rows, and a table of a
-    million op rows holds a few hundred distinct ones."""
+    million op rows holds a few hundred distinct ones. So is a column of long texts (a deployment's
+    weight formula, about a kilobyte, repeated on every row of its config): polars copies each
+    string it converts, ~0.6 s per million rows per kilobyte, and the gathered column shares the
+    few distinct ones (the same values: the Parquet bytes are the same)."""
     if isinstance(dtype, pl.List) and isinstance(values, list):
         distinct: dict[tuple, int] = {}
         index = [distinct.setdefault(tuple(v), len(distinct)) for v in values]
         return pl.Series(name, [list(v) for v in distinct], dtype=dtype).gather(pl.Series(index, dtype=pl.UInt32))
+    if dtype == pl.String and isinstance(values, list) and _long_texts(values):
+        texts: dict[str, int] = {}
+        index = [texts.setdefault(v, len(texts)) for v in values]
+        return pl.Series(name, list(texts), dtype=dtype).gather(pl.Series(index, dtype=pl.UInt32))
     return pl.Series(name, values, dtype=dtype)
+
+
+#: Mean length from which a text column is gathered from its distinct values (:func:`_series`):
+#: below it, hashing every value costs more than polars' copy of it (short labels: 2-3x more).
+LONG_TEXT = 256
+
+
+def _long_texts(values: list) -> bool:
+    """Whether the first rows of a text column are long texts on average (a cheap sample: the
+    choice changes the time :func:`_series` takes, never the values)."""
+    head = [v for v in values[:64] if isinstance(v, str)]
+    return bool(head) and sum(map(len, head)) >= LONG_TEXT * len(head)
 
 
 def write_parquet(frame: pl.DataFrame, path: Path, **options) -> None:
@@ -538,7 +563,7 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
             write_parquet(_frame(columns, schema).sort(PARTITION_ORDER, maintain_order=True), folder / "part.parquet",
                           statistics=True, compression="zstd", compression_level=ZSTD_LEVEL)
         (Path(staging) / "formulas").mkdir(exist_ok=True)
-        (Path(staging) / "formulas" / f"{name}.json").write_text(json.dumps(formulas, separators=(",", ":")))
+        (Path(staging) / "formulas" / f"{name}.json").write_text(_compact(formulas))
         counts.update(deployments=len(deployments["model_id"]), ops=len(ops["model_id"]), points=points)
     if part in ("all", "extras"):
         from engine.build import fronts    # plan's search per sizing scenario: fronts/ and sizing/ (docs/results.md)
@@ -551,10 +576,10 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
         from engine.build.export import model_document
         (Path(staging) / "models").mkdir(exist_ok=True)
         (Path(staging) / "models" / f"{name}.json").write_text(
-            json.dumps(model_document(ev, verification), separators=(",", ":")))
+            _compact(model_document(ev, verification)))
         (Path(staging) / "playground").mkdir(exist_ok=True)      # the playground's live picks (docs/results.md)
         (Path(staging) / "playground" / f"{name}.json").write_text(
-            json.dumps(model_playground(ev, sites=sites, gpus=load_gpus(gpu_root)), separators=(",", ":")))
+            _compact(model_playground(ev, sites=sites, gpus=load_gpus(gpu_root))))
     counts["seconds"] = round(time.perf_counter() - started, 3)
     return counts
 

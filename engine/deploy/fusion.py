@@ -34,6 +34,7 @@ import sympy
 from engine.project import PACKAGE_ROOT
 from engine.spec.corpus import COMPUTE_CLASSES, Reader
 from engine.spec.errors import SpecError
+from engine.spec.filememo import ContentMemo
 from engine.spec.ops import OPS
 from engine.deploy.placement import COLLECTIVES, ZERO, Program, Step
 
@@ -237,7 +238,17 @@ def load_table(path: Path, root: Path | None = None) -> FusionTable:
 
 
 def load_tables(root: Path | str | None = None) -> dict[str, FusionTable]:
+    """Every table under ``root`` (default: the corpus's ``fusion/``), keyed by framework; read once
+    per process and content of the files (a build asks per model). Tables are frozen, the dict is
+    each caller's own."""
     root = Path(root) if root else DEFAULT_ROOT
+    return dict(_TABLES.get(("fusion", str(root)), sorted(root.glob("*.yaml")), lambda: _load_tables(root)))
+
+
+_TABLES = ContentMemo()
+
+
+def _load_tables(root: Path) -> dict[str, FusionTable]:
     tables = {}
     for path in sorted(root.glob("*.yaml")):
         table = load_table(path, root.parent)

@@ -22,6 +22,7 @@ from typing import Any
 from engine.project import PACKAGE_ROOT
 from engine.spec.corpus import Reader, shown_value, check_name, refuse_symlinks
 from engine.spec.errors import SpecError, Where
+from engine.spec.filememo import ContentMemo
 from engine.deploy.parallel import MAX_GPUS
 
 DEFAULT_ROOT = PACKAGE_ROOT / "gpus"
@@ -280,6 +281,16 @@ def load_gpus(root: Path | str | None = None) -> dict[str, GPU]:
     """Every GPU file under ``root`` (default: the repo's ``gpus/``), keyed by its ``gpu:`` name."""
     root = Path(root) if root else DEFAULT_ROOT
     refuse_symlinks(root, root, root.name)   # a linked GPU file could read any file of the machine
+    # once per process and content of the files read (a build asks per model); GPU values are
+    # frozen, the dict is each caller's own
+    files = [*sorted(root.glob("*.yaml")), root / COLLECTIVES_FILE, DEFAULT_ROOT / COLLECTIVES_FILE]
+    return dict(_GPUS.get(("gpus", str(root)), files, lambda: _load_gpus(root)))
+
+
+_GPUS = ContentMemo()
+
+
+def _load_gpus(root: Path) -> dict[str, GPU]:
     gpus: dict[str, GPU] = {}
     collectives = load_collectives(root)
     for path in sorted(root.glob("*.yaml")):

@@ -46,7 +46,6 @@ import numpy as np
 
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError
-from engine.deploy.cost import KV_BYTES
 from engine.deploy.fusion import FusionTable, live_token_limits, reserve_bytes
 from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, join, links, replicas, transfer_bytes, \
     usd_per_m_tokens
@@ -55,7 +54,7 @@ from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import check, validate_options
 from engine.deploy.sol import SERVING_FIELDS, capacity, summarize
 from engine.deploy.structure_cache import StructureCache
-from engine.deploy.structure import (LENGTH, MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
+from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
                                       program_batch)
 
 #: Every batch up to this is evaluated; above it, batches step by :data:`BATCH_STEP` (a ratio) up
@@ -272,7 +271,7 @@ class _Evaluator:
         usable = gpu.hbm_bytes * self.options.hbm_fraction
         room = usable - weights - reserve_bytes(self.fusion, config)
         for out in np.atleast_1d(output_len).tolist():
-            kv = float(kv_dev.subs({LENGTH: input_len + int(out), KV_BYTES: self.kv_bytes}))
+            kv = self.cache.kv_at(kv_dev, input_len + int(out), self.kv_bytes)
             if not (kv > 0 and room + 1e-6 * usable < kv * (1 - 1e-9)):
                 return False
         return True

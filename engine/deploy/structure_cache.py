@@ -35,9 +35,10 @@ from bisect import bisect_left
 from dataclasses import replace
 
 from engine.spec.api import Evaluation
+from engine.deploy.cost import KV_BYTES
 from engine.deploy.fusion import FusionTable, live_rules, live_token_limits, representative_tokens, token_limits
 from engine.deploy.planner import _memory, build_structure, place, with_mtp
-from engine.deploy.structure import MTP_STACK, PHASES, Options, Structure
+from engine.deploy.structure import LENGTH, MTP_STACK, PHASES, Options, Structure
 
 
 def placement_domain(config, domain: int) -> int:
@@ -76,6 +77,7 @@ class StructureCache:
         self._rules: dict[tuple, tuple] = {}         # (framework, arch, config) -> live rule names per phase
         self._fused: dict[tuple, tuple] = {}        # build_structure's fused and compiled programs
         self._drafting: dict[tuple, Structure] = {}   # the deploy page's MTP draft structures
+        self._kv: dict[tuple, float] = {}             # (KV expression, length, kv bytes) -> bytes
         self.built = 0                                # structures compiled (for measurements)
 
     # -- placements -------------------------------------------------------------------------------
@@ -101,6 +103,17 @@ class StructureCache:
         numeric, symbolic = self.placements(config, domain, options, False)
         weights, _, kv_dev = _memory(self.ev, config, options, numeric, symbolic)
         return weights, kv_dev
+
+    def kv_at(self, kv_dev, length: int, kv_bytes: float) -> float:
+        """``kv_dev`` (:meth:`memory`'s KV expression) at ``length`` and ``kv_bytes``, by sympy's
+        ``subs`` as before, once per expression and values: the search asks it per GPU type and
+        framework, and every GPU type of a domain class shares the placement's expression (equal
+        expressions give equal values)."""
+        key = (kv_dev, length, kv_bytes)
+        found = self._kv.get(key)
+        if found is None:
+            found = self._kv[key] = float(kv_dev.subs({LENGTH: length, KV_BYTES: kv_bytes}))
+        return found
 
     def _build(self, config, domain: int, framework: str, gpu, tokens: dict, options: Options,
                formulas: bool) -> Structure:
