@@ -50,6 +50,7 @@ the answers' own TTFT and TPOT.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -184,14 +185,15 @@ class _Pairing:
         self.batch_d, self.tpot_d, self.n_d = d["batch"], d["tpot_s"], d["n_gpus"]
         self.configs = prefill_staircases(pres, lambda c: self.out.time(np.maximum(self.share_p[c], self.share_d)))
 
-    def outcome(self, a: float, i: np.ndarray) -> tuple[np.ndarray, ...]:
+    def outcome(self, a, i: np.ndarray, which: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         """(points of ``i`` with a prefill choice, their total GPUs, tokens/s/GPU, TTFT, prefill
-        config, prefill batch) at TTFT bound ``a``."""
+        config, prefill batch) at TTFT bound ``a`` (or bounds ``a`` and ``which`` the one of each
+        point, as :func:`engine.deploy.sizing.prefill_choice`)."""
         kd = self.kd[i]
         batch_d, tpot_d = self.batch_d[i], self.tpot_d[i]
         x_d = batch_d / (self.output_len * tpot_d)
         demand = np.ones(len(i), dtype=np.int64) * x_d
-        choice, cost, ttft, batch = prefill_choice(self.configs, a, kd, demand, self.n_p)
+        choice, cost, ttft, batch = prefill_choice(self.configs, a, kd, demand, self.n_p, which)
         at = np.flatnonzero(np.isfinite(cost[choice, np.arange(len(i))]))
         c, k = choice[at], kd[at]
         b_p, t_p = batch[c, at], ttft[c, at]
@@ -208,68 +210,74 @@ class _Pairing:
         return at, total, tokens / total, np.asarray(t_p, dtype=float) + seconds, c, b_p
 
 
-class _Probe:
-    """One TTFT bound's outcome for a set of decode points: plan's order key and prefill pick, in
-    arrays over every decode point of the pair (so a subset reads its rows by index; a point not
-    evaluated, or with no prefill choice at this bound, has no outcome: total inf)."""
-
-    def __init__(self, pairing: _Pairing, tpot: np.ndarray, a, index):
-        index = np.asarray(index, dtype=int)
-        n = len(tpot)
-        self.total = np.full(n, np.inf)
-        self.tokens = np.zeros(n)
-        self.pick_c = np.full(n, -1, dtype=np.int64)
-        self.pick_b = np.full(n, -1, dtype=np.int64)
-        if len(index):
-            at, total, tokens, ttft, c, b = pairing.outcome(float(a), index)
-            ok = ttft <= a
-            at = index[at[ok]]
-            self.total[at] = total[ok]
-            self.tokens[at] = tokens[ok]
-            self.pick_c[at] = c[ok]
-            self.pick_b[at] = b[ok]
-        self.tpot = tpot
-
-    def staircase(self, subset: np.ndarray) -> np.ndarray:
-        """The answers over every TPOT bound among ``subset`` (ascending), as the columns of a
-        (3, n) array: decode point, prefill config, batch."""
-        r = subset[np.isfinite(self.total[subset])]
-        order = r[np.lexsort((-self.tokens[r], self.total[r]))]      # stable: the search's order on ties
-        tp = self.tpot[order]
-        prev = np.concatenate(([np.inf], np.minimum.accumulate(tp)[:-1]))
-        keep = order[tp < prev]
-        return np.stack([keep, self.pick_c[keep], self.pick_b[keep]])
+def _probe(pairing: _Pairing, bounds: np.ndarray, which: np.ndarray, point: np.ndarray,
+           opens: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The outcomes of decode points ``point`` at TTFT bounds ``bounds[which]`` (a whole bisection
+    level's probes in one pass; each row's numbers are those it has probed alone), a point
+    evaluated only from its ``opens`` on: plan's order key (GPUs, tokens/s/GPU) and prefill pick
+    (config, batch), total inf where a point has none (not evaluated, no prefill choice, or its
+    TTFT over the bound)."""
+    n = len(point)
+    out = (np.full(n, np.inf), np.zeros(n), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64))
+    row = np.flatnonzero(opens[point] <= bounds[which])
+    if len(row):
+        at, total, tokens, ttft, c, b = pairing.outcome(bounds, point[row], which[row])
+        ok = ttft <= bounds[which[row[at]]]
+        row = row[at[ok]]
+        for column, value in zip(out, (total, tokens, c, b)):
+            column[row] = value[ok]
+    return out
 
 
-def _ranks(lo: _Probe, hi: _Probe, subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Plan's order over the outcomes at ``lo`` and at ``hi`` of ``subset`` (ascending), as ranks
-    (inf: not within the bound). The two outcomes of each point are interleaved, so the rows are in
-    the search's order and a stable sort on (GPUs, -tokens/s/GPU) breaks ties as plan does."""
-    total = np.stack([lo.total[subset], hi.total[subset]], axis=1).ravel()
-    tokens = np.stack([lo.tokens[subset], hi.tokens[subset]], axis=1).ravel()
-    order = np.lexsort((-tokens, total))
-    rank = np.empty(len(order))
-    rank[order] = np.arange(len(order))
-    rank[~np.isfinite(total)] = np.inf
-    return rank[0::2], rank[1::2]
+class _End(NamedTuple):
+    """An interval's end: its points' outcomes there (:func:`_probe`'s columns, aligned with the
+    interval's points), and ``order``: the points with an outcome in plan's order (fewest GPUs,
+    most tokens/s/GPU, then the search's order), sorted once at the probe over its points (the
+    interval's and maybe more: its intervals read it restricted to theirs)."""
+
+    total: np.ndarray
+    tokens: np.ndarray
+    config: np.ndarray
+    batch: np.ndarray
+    order: np.ndarray
+
+    @classmethod
+    def at(cls, point: np.ndarray, total, tokens, config, batch) -> _End:
+        r = np.flatnonzero(np.isfinite(total))
+        return cls(total, tokens, config, batch, point[r[np.lexsort((point[r], -tokens[r], total[r]))]])
+
+    def take(self, keep) -> _End:
+        return _End(self.total[keep], self.tokens[keep], self.config[keep], self.batch[keep], self.order)
 
 
-def _can_answer(lo: _Probe, hi: _Probe, subset: np.ndarray) -> np.ndarray:
-    """The points of ``subset`` that can be on a staircase for a TTFT bound between ``lo`` and ``hi``:
-    their outcome at ``hi`` (their best) beats the outcome at ``lo`` (their worst) of every point
-    with a smaller TPOT."""
-    if not len(subset):
-        return subset
-    r_lo, r_hi = _ranks(lo, hi, subset)
-    tp = lo.tpot[subset]
-    order = np.argsort(tp, kind="stable")
-    run = np.minimum.accumulate(r_lo[order])
-    # the best of the points with a strictly smaller TPOT: the running minimum before each TPOT's first
-    first = np.searchsorted(tp[order], tp[order], side="left")
-    before = np.where(first > 0, run[np.maximum(first - 1, 0)], np.inf)
-    best_before = np.empty(len(subset))
-    best_before[order] = before
-    return subset[r_hi < best_before]
+def _can_answer(subset: np.ndarray, tp: np.ndarray, lo: _End, hi: _End, by_lo: np.ndarray) -> np.ndarray:
+    """Which points of an interval (``subset``, by TPOT ``tp``; ``by_lo``: their positions in plan's
+    order at ``lo``) can be on a staircase for a TTFT bound inside it, a mask: their outcome at
+    ``hi`` (their best) comes before, in plan's order, the outcome at ``lo`` (their worst) of every
+    point with a smaller TPOT (ties between a point's and another's: the search's order, the
+    smaller point first)."""
+    m = len(subset)
+    rank = np.full(m, m)                  # at lo; m: no outcome
+    rank[by_lo] = np.arange(len(by_lo))
+    run = np.minimum.accumulate(rank)
+    # the best outcome at lo of the points with a strictly smaller TPOT: the running minimum before
+    # each TPOT's first
+    first = np.searchsorted(tp, tp, side="left")
+    best = np.where(first > 0, run[np.maximum(first - 1, 0)], m)
+    keep = np.isfinite(hi.total)
+    p = np.flatnonzero(keep & (best < m))
+    q = by_lo[best[p]]
+    t_p, t_q, x_p, x_q = hi.total[p], lo.total[q], hi.tokens[p], lo.tokens[q]
+    keep[p] = (t_p < t_q) | ((t_p == t_q) & ((x_p > x_q) | ((x_p == x_q) & (subset[p] < subset[q]))))
+    return keep
+
+
+def _staircase(tp: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """The answers over every TPOT bound: of the points ``order`` (in plan's order), those with a
+    smaller TPOT (``tp``: every point's) than every point before them."""
+    t = tp[order]
+    before = np.concatenate(([np.inf], np.minimum.accumulate(t)[:-1]))
+    return order[t < before]
 
 
 def _within_reach(pres: GPUSearch, dres: GPUSearch, output_len: int) -> np.ndarray:
@@ -314,25 +322,44 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_r
 
     pairing = _Pairing(pgpu, dgpu, pres, dres, output_len)
 
-    def probe(i: int, subset: np.ndarray) -> _Probe:
-        return _Probe(pairing, dres.points["tpot_s"], probes[i], subset[opens[subset] <= probes[i]])
-
-    found: set = set()
+    # a level of the bisection: per interval [lo, hi] of probes, the points it searches (by TPOT,
+    # ties in the search's order) and its two ends; every midpoint of a level is probed in one pass
+    tpot = dres.points["tpot_s"]
+    every = every[np.argsort(tpot[every], kind="stable")]
+    slot = np.full(len(tpot), -1)         # a point's position in the interval at hand
     cuts = sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)})
-    ends = [probe(i, every) for i in cuts]
-    stack = [(lo, hi, every, p_lo, p_hi) for lo, hi, p_lo, p_hi in zip(cuts, cuts[1:], ends, ends[1:])]
-    while stack:
-        lo, hi, subset, p_lo, p_hi = stack.pop()
-        subset = _can_answer(p_lo, p_hi, subset)
-        s_lo, s_hi = p_lo.staircase(subset), p_hi.staircase(subset)
-        if np.array_equal(s_lo, s_hi) or hi - lo <= 1:
-            found.update(zip(*s_lo.tolist()))
-            found.update(zip(*s_hi.tolist()))
-            continue
-        mid = (lo + hi) // 2
-        p_mid = probe(mid, subset)
-        stack.append((lo, mid, subset, p_lo, p_mid))
-        stack.append((mid, hi, subset, p_mid, p_hi))
+    out = _probe(pairing, probes[cuts], np.repeat(np.arange(len(cuts)), len(every)), np.tile(every, len(cuts)), opens)
+    ends = [_End.at(every, *(x[k * len(every):(k + 1) * len(every)] for x in out)) for k in range(len(cuts))]
+    level = [(lo, hi, every, e_lo, e_hi) for lo, hi, e_lo, e_hi in zip(cuts, cuts[1:], ends, ends[1:])]
+    found: set = set()
+    while level:
+        split = []
+        for lo, hi, subset, e_lo, e_hi in level:
+            slot[subset] = np.arange(len(subset))
+            by_lo, by_hi = (k[k >= 0] for k in (slot[e_lo.order], slot[e_hi.order]))
+            slot[subset] = -1
+            tp = tpot[subset]
+            keep = _can_answer(subset, tp, e_lo, e_hi, by_lo)
+            # each end's staircase among the points kept
+            s_lo, s_hi = (_staircase(tp, k[keep[k]]) for k in (by_lo, by_hi))
+            s_lo = np.stack([subset[s_lo], e_lo.config[s_lo], e_lo.batch[s_lo]])
+            s_hi = np.stack([subset[s_hi], e_hi.config[s_hi], e_hi.batch[s_hi]])
+            if np.array_equal(s_lo, s_hi) or hi - lo <= 1:
+                found.update(zip(*s_lo.tolist()))
+                found.update(zip(*s_hi.tolist()))
+            else:
+                split.append((lo, hi, subset[keep], e_lo.take(keep), e_hi.take(keep)))
+        if not split:
+            break
+        mid = [(lo + hi) // 2 for lo, hi, *_ in split]
+        size = [len(subset) for _, _, subset, _, _ in split]
+        out = _probe(pairing, probes[mid], np.repeat(np.arange(len(split)), size),
+                     np.concatenate([subset for _, _, subset, _, _ in split]), opens)
+        at = np.cumsum([0, *size])
+        level = []
+        for (lo, hi, subset, e_lo, e_hi), m, a, b in zip(split, mid, at, at[1:]):
+            e_m = _End.at(subset, *(x[a:b] for x in out))
+            level += [(lo, m, subset, e_lo, e_m), (m, hi, subset, e_m, e_hi)]
     return found
 
 

@@ -581,33 +581,42 @@ def prefill_staircases(pres: GPUSearch, transfer) -> list[tuple]:
     return out
 
 
-def prefill_choice(staircases: list[tuple], bound: float, kd: np.ndarray, demand: np.ndarray,
-                   n_p: np.ndarray) -> tuple[np.ndarray, ...]:
+def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.ndarray, n_p: np.ndarray,
+                   which: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """Each decode point's prefill pool under TTFT ``bound`` (``kd`` its decode config, ``demand``
-    the requests/s it puts on the pool): per prefill config the fewest replicas that carry the
-    demand within the bound, then the shortest TTFT that needs no more; of the configs, the fewest
-    GPUs, then the shortest TTFT (ttft / 2 bound < 0.5 GPU). Returns (choice per point, and per
-    config and point: GPUs (inf where none fits), TTFT, batch); a column whose GPUs are inf at its
-    choice has no prefill pool. :func:`pair_points` and engine/build/disagg_sizing.py's probes."""
+    the requests/s it puts on the pool; ``bound`` one bound, or an array of them and ``which`` the
+    one of each point: a point's numbers are those it has alone under its bound): per prefill
+    config the fewest replicas that carry the demand within the bound, then the shortest TTFT that
+    needs no more; of the configs, the fewest GPUs, then the shortest TTFT (ttft / 2 bound < 0.5
+    GPU). Returns (choice per point, and per config and point: GPUs (inf where none fits), TTFT,
+    batch); a column whose GPUs are inf at its choice has no prefill pool. :func:`pair_points` and
+    engine/build/disagg_sizing.py's probes (a bisection level's bounds in one call)."""
+    bounds = np.atleast_1d(np.asarray(bound, dtype=float))
+    which = np.zeros(len(kd), dtype=np.intp) if which is None else which
     n_cp, n = len(staircases), len(kd)
     cost = np.full((n_cp, n), np.inf)
     ttft = np.zeros((n_cp, n))
     batch = np.zeros((n_cp, n), dtype=np.int64)
     for c, (t, b, best, arg, seconds) in enumerate(staircases):
-        # the TTFT bound left after the (scale-out, an upper bound) transfer, per decode config
-        last = np.searchsorted(t, bound - seconds, side="right") - 1
-        if last.max() < 0:
-            continue                    # no point within the bound for any decode config
-        j = last[kd]
-        ok = j >= 0
-        x_max = best[np.maximum(j, 0)]
+        # the TTFT bound left after the (scale-out, an upper bound) transfer, per bound and decode config
+        last = np.searchsorted(t, bounds[:, None] - seconds, side="right") - 1
+        j = last[which, kd]
+        at = np.flatnonzero(j >= 0)     # the points with a point of the config within their bound
+        if not len(at):
+            continue
+        j, d = j[at], demand[at]
         # fewest prefill replicas for the demand, then the shortest TTFT that still needs no more
-        reps = np.maximum(1, np.ceil(demand / x_max * (1 - 1e-12)))
-        first = np.minimum(np.searchsorted(best, demand / reps * (1 - 1e-12), side="left"), np.maximum(j, 0))
-        pick = arg[first]
-        cost[c] = np.where(ok, reps * n_p[c], np.inf)
-        ttft[c], batch[c] = t[pick], b[pick]
-    choice = np.argmin(cost + np.where(np.isfinite(cost), ttft / (2 * bound), 0.0), axis=0)
+        reps = np.maximum(1, np.ceil(d / best[j] * (1 - 1e-12)))
+        pick = arg[np.minimum(np.searchsorted(best, d / reps * (1 - 1e-12), side="left"), j)]
+        cost[c][at] = reps * n_p[c]
+        ttft[c][at], batch[c][at] = t[pick], b[pick]
+    # the first config of the fewest GPUs + TTFT / 2 bound
+    half = (2 * bounds)[which]
+    choice, least = np.zeros(n, dtype=np.intp), np.full(n, np.inf)
+    for c in range(n_cp):
+        key = cost[c] + np.where(np.isfinite(cost[c]), ttft[c] / half, 0.0)
+        better = key < least
+        choice[better], least[better] = c, key[better]
     return choice, cost, ttft, batch
 
 
