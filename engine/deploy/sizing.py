@@ -601,10 +601,11 @@ def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.nd
         # the TTFT bound left after the (scale-out, an upper bound) transfer, per bound and decode config
         last = np.searchsorted(t, bounds[:, None] - seconds, side="right") - 1
         j = last[which, kd]
-        at = np.flatnonzero(j >= 0)     # the points with a point of the config within their bound
-        if not len(at):
-            continue
+        ok = j >= 0                     # the points with a point of the config within their bound
+        at = slice(None) if ok.all() else np.flatnonzero(ok)
         j, d = j[at], demand[at]
+        if not len(j):
+            continue
         # fewest prefill replicas for the demand, then the shortest TTFT that still needs no more
         reps = np.maximum(1, np.ceil(d / best[j] * (1 - 1e-12)))
         pick = arg[np.minimum(np.searchsorted(best, d / reps * (1 - 1e-12), side="left"), j)]
