@@ -229,55 +229,104 @@ def _probe(pairing: _Pairing, bounds: np.ndarray, which: np.ndarray, point: np.n
     return out
 
 
-class _End(NamedTuple):
-    """An interval's end: its points' outcomes there (:func:`_probe`'s columns, aligned with the
-    interval's points), and ``order``: the points with an outcome in plan's order (fewest GPUs,
-    most tokens/s/GPU, then the search's order), sorted once at the probe over its points (the
-    interval's and maybe more: its intervals read it restricted to theirs)."""
+class _Outcomes(NamedTuple):
+    """:func:`_probe`'s columns for some rows."""
 
     total: np.ndarray
     tokens: np.ndarray
     config: np.ndarray
     batch: np.ndarray
-    order: np.ndarray
 
-    @classmethod
-    def at(cls, point: np.ndarray, total, tokens, config, batch) -> _End:
-        r = np.flatnonzero(np.isfinite(total))
-        return cls(total, tokens, config, batch, point[r[np.lexsort((point[r], -tokens[r], total[r]))]])
+    def take(self, index) -> _Outcomes:
+        return _Outcomes(*(a[index] for a in self))
 
-    def take(self, keep) -> _End:
-        return _End(self.total[keep], self.tokens[keep], self.config[keep], self.batch[keep], self.order)
+    @staticmethod
+    def mix(n: int, a: np.ndarray, x: _Outcomes, b: np.ndarray, y: _Outcomes) -> _Outcomes:
+        """``n`` rows: ``x`` at rows ``a``, ``y`` at rows ``b`` (together every row once)."""
+        out = []
+        for u, v in zip(x, y):
+            col = np.empty(n, dtype=u.dtype)
+            col[a], col[b] = u, v
+            out.append(col)
+        return _Outcomes(*out)
 
 
-def _can_answer(subset: np.ndarray, tp: np.ndarray, lo: _End, hi: _End, by_lo: np.ndarray) -> np.ndarray:
-    """Which points of an interval (``subset``, by TPOT ``tp``; ``by_lo``: their positions in plan's
-    order at ``lo``) can be on a staircase for a TTFT bound inside it, a mask: their outcome at
-    ``hi`` (their best) comes before, in plan's order, the outcome at ``lo`` (their worst) of every
-    point with a smaller TPOT (ties between a point's and another's: the search's order, the
-    smaller point first)."""
-    m = len(subset)
-    rank = np.full(m, m)                  # at lo; m: no outcome
-    rank[by_lo] = np.arange(len(by_lo))
-    run = np.minimum.accumulate(rank)
+def _starts(seg: np.ndarray) -> np.ndarray:
+    """Where each run of equal ``seg`` begins (a mask)."""
+    return np.concatenate(([True], seg[1:] != seg[:-1])) if len(seg) else np.zeros(0, dtype=bool)
+
+
+def _prefix_min(x: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """``np.minimum.accumulate(x)`` within each run of equal ``seg`` (non-decreasing), ``x``
+    non-negative integers: each run is lifted above every later one, so no running minimum
+    reaches back into an earlier run."""
+    if not len(x):
+        return x
+    lift = (seg[-1] - seg).astype(np.int64) * (int(x.max()) + 1)
+    return np.minimum.accumulate(x + lift) - lift
+
+
+def _plan_order(seg: np.ndarray, point: np.ndarray, out: _Outcomes) -> np.ndarray:
+    """The rows with an outcome, by interval ``seg``, then in plan's order: fewest GPUs, most
+    tokens/s/GPU, then the search's order (the smaller decode point first)."""
+    r = np.flatnonzero(np.isfinite(out.total))
+    return r[np.lexsort((point[r], -out.tokens[r], out.total[r], seg[r]))]
+
+
+def _can_answer(seg: np.ndarray, point: np.ndarray, tp: np.ndarray, lo: _Outcomes, hi: _Outcomes,
+                by_lo: np.ndarray) -> np.ndarray:
+    """Which rows can be on a staircase for a TTFT bound inside their interval, a mask (rows by
+    interval ``seg``, each interval's by TPOT rank ``tp``, ties in the search's order; ``by_lo``:
+    :func:`_plan_order` at ``lo``): their outcome at ``hi`` (their best) comes before, in plan's
+    order, the outcome at ``lo`` (their worst) of every point of the interval with a smaller TPOT
+    (between two points' outcomes tied in GPUs and tokens/s/GPU, the smaller point's first)."""
+    never = len(by_lo)
+    rank = np.full(len(seg), never)
+    rank[by_lo] = np.arange(never)
+    run = _prefix_min(rank, seg)
     # the best outcome at lo of the points with a strictly smaller TPOT: the running minimum before
-    # each TPOT's first
-    first = np.searchsorted(tp, tp, side="left")
-    best = np.where(first > 0, run[np.maximum(first - 1, 0)], m)
+    # each TPOT's first row in the interval
+    start = _starts(seg)
+    first_tp = start.copy()
+    first_tp[1:] |= tp[1:] != tp[:-1]
+    first = np.maximum.accumulate(np.where(first_tp, np.arange(len(seg)), 0))
+    best = np.where(start[first], never, run[np.maximum(first - 1, 0)])
     keep = np.isfinite(hi.total)
-    p = np.flatnonzero(keep & (best < m))
+    p = np.flatnonzero(keep & (best < never))
     q = by_lo[best[p]]
     t_p, t_q, x_p, x_q = hi.total[p], lo.total[q], hi.tokens[p], lo.tokens[q]
-    keep[p] = (t_p < t_q) | ((t_p == t_q) & ((x_p > x_q) | ((x_p == x_q) & (subset[p] < subset[q]))))
+    keep[p] = (t_p < t_q) | ((t_p == t_q) & ((x_p > x_q) | ((x_p == x_q) & (point[p] < point[q]))))
     return keep
 
 
-def _staircase(tp: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """The answers over every TPOT bound: of the points ``order`` (in plan's order), those with a
-    smaller TPOT (``tp``: every point's) than every point before them."""
-    t = tp[order]
-    before = np.concatenate(([np.inf], np.minimum.accumulate(t)[:-1]))
-    return order[t < before]
+def _staircases(seg: np.ndarray, tp: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each interval's answers over every TPOT bound: of ``rows`` (by interval, each interval's in
+    plan's order at one end, all with an outcome there; ``seg``, ``tp``: every row's interval and
+    TPOT rank), those with a smaller TPOT than every row before them in their interval."""
+    s, t = seg[rows], tp[rows]
+    low = _prefix_min(t, s)
+    keep = _starts(s)
+    keep[1:] |= t[1:] < low[:-1]
+    return rows[keep]
+
+
+def _by_interval(seg: np.ndarray, first: np.ndarray, then: np.ndarray) -> np.ndarray:
+    """Rows ``first`` and ``then`` (each in some order within an interval; -1: none), by interval
+    ``seg``, each interval's in their order (an interval's rows are all in one of them)."""
+    rows = np.concatenate([first[first >= 0], then[then >= 0]])
+    return rows[np.argsort(seg[rows], kind="stable")]
+
+
+def _same_staircases(n: int, seg: np.ndarray, point: np.ndarray, lo: _Outcomes, s_lo: np.ndarray,
+                     hi: _Outcomes, s_hi: np.ndarray) -> np.ndarray:
+    """Per interval (of ``n``), whether its staircases at ``lo`` (rows ``s_lo``) and at ``hi``
+    (``s_hi``) are the same (decode point, prefill config, batch) step for step."""
+    same = np.bincount(seg[s_lo], minlength=n) == np.bincount(seg[s_hi], minlength=n)
+    # of intervals with as many steps, the steps line up position by position
+    a, b = s_lo[same[seg[s_lo]]], s_hi[same[seg[s_hi]]]
+    differ = (point[a] != point[b]) | (lo.config[a] != hi.config[b]) | (lo.batch[a] != hi.batch[b])
+    same[seg[a[differ]]] = False
+    return same
 
 
 def _within_reach(pres: GPUSearch, dres: GPUSearch, output_len: int) -> np.ndarray:
@@ -322,44 +371,52 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_r
 
     pairing = _Pairing(pgpu, dgpu, pres, dres, output_len)
 
-    # a level of the bisection: per interval [lo, hi] of probes, the points it searches (by TPOT,
-    # ties in the search's order) and its two ends; every midpoint of a level is probed in one pass
+    # a level of the bisection: intervals [lo_i, hi_i] of probes, and as rows (by interval, each
+    # interval's by TPOT, ties in the search's order) the points each searches, with their outcomes
+    # at both ends and, per end, the rows with an outcome there in plan's order
     tpot = dres.points["tpot_s"]
+    tp = np.unique(tpot, return_inverse=True)[1].ravel()      # TPOT ranks: the same comparisons
     every = every[np.argsort(tpot[every], kind="stable")]
-    slot = np.full(len(tpot), -1)         # a point's position in the interval at hand
-    cuts = sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)})
-    out = _probe(pairing, probes[cuts], np.repeat(np.arange(len(cuts)), len(every)), np.tile(every, len(cuts)), opens)
-    ends = [_End.at(every, *(x[k * len(every):(k + 1) * len(every)] for x in out)) for k in range(len(cuts))]
-    level = [(lo, hi, every, e_lo, e_hi) for lo, hi, e_lo, e_hi in zip(cuts, cuts[1:], ends, ends[1:])]
+    cuts = np.array(sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)}))
+    n, k = len(every), len(cuts) - 1
+    end = np.repeat(np.arange(k + 1), n)
+    ends = _Outcomes(*_probe(pairing, probes[cuts], end, np.tile(every, k + 1), opens))
+    by_end = _plan_order(end, np.tile(every, k + 1), ends)
+    # interval i runs from end i to end i + 1: its rows are end i's, and end i + 1's less n
+    lo_i, hi_i = cuts[:-1], cuts[1:]
+    seg, point = end[:k * n], np.tile(every, k)
+    lo, hi = ends.take(slice(0, k * n)), ends.take(slice(n, (k + 1) * n))
+    by_lo, by_hi = by_end[by_end < k * n], by_end[by_end >= n] - n
     found: set = set()
-    while level:
-        split = []
-        for lo, hi, subset, e_lo, e_hi in level:
-            slot[subset] = np.arange(len(subset))
-            by_lo, by_hi = (k[k >= 0] for k in (slot[e_lo.order], slot[e_hi.order]))
-            slot[subset] = -1
-            tp = tpot[subset]
-            keep = _can_answer(subset, tp, e_lo, e_hi, by_lo)
-            # each end's staircase among the points kept
-            s_lo, s_hi = (_staircase(tp, k[keep[k]]) for k in (by_lo, by_hi))
-            s_lo = np.stack([subset[s_lo], e_lo.config[s_lo], e_lo.batch[s_lo]])
-            s_hi = np.stack([subset[s_hi], e_hi.config[s_hi], e_hi.batch[s_hi]])
-            if np.array_equal(s_lo, s_hi) or hi - lo <= 1:
-                found.update(zip(*s_lo.tolist()))
-                found.update(zip(*s_hi.tolist()))
-            else:
-                split.append((lo, hi, subset[keep], e_lo.take(keep), e_hi.take(keep)))
-        if not split:
-            break
-        mid = [(lo + hi) // 2 for lo, hi, *_ in split]
-        size = [len(subset) for _, _, subset, _, _ in split]
-        out = _probe(pairing, probes[mid], np.repeat(np.arange(len(split)), size),
-                     np.concatenate([subset for _, _, subset, _, _ in split]), opens)
-        at = np.cumsum([0, *size])
-        level = []
-        for (lo, hi, subset, e_lo, e_hi), m, a, b in zip(split, mid, at, at[1:]):
-            e_m = _End.at(subset, *(x[a:b] for x in out))
-            level += [(lo, m, subset, e_lo, e_m), (m, hi, subset, e_m, e_hi)]
+    while len(lo_i):
+        keep = _can_answer(seg, point, tp[point], lo, hi, by_lo)
+        # each end's staircase among the rows kept
+        s_lo, s_hi = (_staircases(seg, tp[point], rows[keep[rows]]) for rows in (by_lo, by_hi))
+        done = _same_staircases(len(lo_i), seg, point, lo, s_lo, hi, s_hi) | (hi_i - lo_i <= 1)
+        for steps, out in ((s_lo, lo), (s_hi, hi)):
+            steps = steps[done[seg[steps]]]
+            found.update(zip(point[steps].tolist(), out.config[steps].tolist(), out.batch[steps].tolist()))
+        # the others split at their midpoints, probed in one pass: split interval j's (lo, mid) and
+        # (mid, hi) are intervals 2j and 2j + 1 of the next level, each with j's rows kept
+        split, mid_i = np.flatnonzero(~done), (lo_i + hi_i) // 2
+        rows = np.flatnonzero(keep & ~done[seg])
+        j = (np.cumsum(~done) - 1)[seg[rows]]
+        mid = _Outcomes(*_probe(pairing, probes[mid_i[split]], j, point[rows], opens))
+        by_mid = _plan_order(j, point[rows], mid)
+        size = np.bincount(j, minlength=len(split))
+        a = np.arange(len(rows)) + (np.cumsum(size) - size)[j]          # a row's place in 2j
+        b = a + size[j]                                                 # and in 2j + 1
+        to_a, to_b = np.full(len(seg), -1), np.full(len(seg), -1)
+        to_a[rows], to_b[rows] = a, b
+        to_seg = np.empty(2 * len(rows), dtype=np.int64)
+        to_seg[a], to_seg[b] = 2 * j, 2 * j + 1
+        by_lo = _by_interval(to_seg, to_a[by_lo], b[by_mid])
+        by_hi = _by_interval(to_seg, a[by_mid], to_b[by_hi])
+        lo, hi = _Outcomes.mix(len(to_seg), a, lo.take(rows), b, mid), _Outcomes.mix(len(to_seg), a, mid, b, hi.take(rows))
+        kept = point[rows]
+        seg, point = to_seg, np.empty(len(to_seg), dtype=kept.dtype)
+        point[a], point[b] = kept, kept
+        lo_i, hi_i = np.stack([lo_i[split], mid_i[split]], axis=1).ravel(), np.stack([mid_i[split], hi_i[split]], axis=1).ravel()
     return found
 
 
