@@ -194,9 +194,9 @@ class _Pairing:
         x_d = batch_d / (self.output_len * tpot_d)
         demand = np.ones(len(i), dtype=np.int64) * x_d
         choice, cost, ttft, batch = prefill_choice(self.configs, a, kd, demand, self.n_p, which)
-        at = np.flatnonzero(np.isfinite(cost[choice, np.arange(len(i))]))
+        at = np.flatnonzero(np.isfinite(cost))
         c, k = choice[at], kd[at]
-        b_p, t_p = batch[c, at], ttft[c, at]
+        b_p, t_p = batch[at], ttft[at]
         # engine.deploy.disagg.join and replicas, the columns read
         x_p = np.asarray(b_p, dtype=float) / np.asarray(t_p, dtype=float)
         x_d = np.asarray(batch_d[at], dtype=float) / (self.output_len * np.asarray(tpot_d[at], dtype=float))
