@@ -39,6 +39,12 @@ interval: one whose outcome at the interval's top is not better than the worst, 
 point with a smaller TPOT never is (and, before any of it, none whose demand exceeds that of a
 point of its config with no larger TPOT by more than any prefill replica completes).
 
+Cost: the bisection runs level by level, every interval of a level at once (arrays of rows, one
+per interval and point it searches), and a level's midpoints are probed in one
+``prefill_choice`` pass (a bound per row); each probe's outcomes are sorted in plan's order once,
+for both intervals it ends. The intervals, their points and the answers found are the same as
+one interval at a time would give (each interval's arithmetic is its own).
+
 Floats: the probes are plan's own columns (``pair_points``' arithmetic, :class:`_Pairing`: the same
 operations on the same values, tests/test_disagg_sizing_fast.py), so what they find is exact; the
 reasoning that no bound between probes holds another answer is made in exact arithmetic. Plan's
@@ -166,10 +172,11 @@ class _Pairing:
     """:func:`engine.deploy.sizing.pair_points`' arithmetic for one pair, reduced to what a probe
     reads (per decode point: total GPUs, tokens/s/GPU, TTFT, prefill config and batch at a TTFT
     bound, no TPOT bound, no load), with what does not depend on the bound computed once: the
-    probes call it thousands of times on a few hundred points each, where pair_points' set-up
-    (per config sorts and running maxima, the transfer times, join's other columns) cost more than
-    the points. The prefill pool is chosen by pair_points' own code (sizing.prefill_staircases
-    once, sizing.prefill_choice per bound); join's columns a probe reads are the same numpy
+    probes call it once per bisection level, on its probes' points (thousands of probes in all),
+    where pair_points' set-up (per config sorts and running maxima, the transfer times, join's
+    other columns) would cost more than the points. The prefill pool is chosen by pair_points' own
+    code (sizing.prefill_staircases once, sizing.prefill_choice per level, a bound per point);
+    join's columns a probe reads are the same numpy
     operations in the same order, so the same doubles (tests/test_disagg_sizing_fast.py compares
     it with pair_points column for column)."""
 
