@@ -247,15 +247,8 @@ class _Outcomes(NamedTuple):
     def take(self, index) -> _Outcomes:
         return _Outcomes(*(a[index] for a in self))
 
-    @staticmethod
-    def mix(n: int, a: np.ndarray, x: _Outcomes, b: np.ndarray, y: _Outcomes) -> _Outcomes:
-        """``n`` rows: ``x`` at rows ``a``, ``y`` at rows ``b`` (together every row once)."""
-        out = []
-        for u, v in zip(x, y):
-            col = np.empty(n, dtype=u.dtype)
-            col[a], col[b] = u, v
-            out.append(col)
-        return _Outcomes(*out)
+    def then(self, other: _Outcomes) -> _Outcomes:
+        return _Outcomes(*map(np.concatenate, zip(self, other)))
 
 
 def _starts(seg: np.ndarray) -> np.ndarray:
@@ -317,11 +310,9 @@ def _staircases(seg: np.ndarray, tp: np.ndarray, rows: np.ndarray) -> np.ndarray
     return rows[keep]
 
 
-def _by_interval(seg: np.ndarray, first: np.ndarray, then: np.ndarray) -> np.ndarray:
-    """Rows ``first`` and ``then`` (each in some order within an interval; -1: none), by interval
-    ``seg``, each interval's in their order (an interval's rows are all in one of them)."""
-    rows = np.concatenate([first[first >= 0], then[then >= 0]])
-    return rows[np.argsort(seg[rows], kind="stable")]
+def _kept(rows: np.ndarray) -> np.ndarray:
+    """``rows`` less the -1s (rows not kept)."""
+    return rows[rows >= 0]
 
 
 def _same_staircases(n: int, seg: np.ndarray, point: np.ndarray, lo: _Outcomes, s_lo: np.ndarray,
@@ -404,26 +395,19 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_r
             steps = steps[done[seg[steps]]]
             found.update(zip(point[steps].tolist(), out.config[steps].tolist(), out.batch[steps].tolist()))
         # the others split at their midpoints, probed in one pass: split interval j's (lo, mid) and
-        # (mid, hi) are intervals 2j and 2j + 1 of the next level, each with j's rows kept
+        # (mid, hi) are intervals j and (splits) + j of the next level, each with j's rows kept
         split, mid_i = np.flatnonzero(~done), (lo_i + hi_i) // 2
         rows = np.flatnonzero(keep & ~done[seg])
         j = (np.cumsum(~done) - 1)[seg[rows]]
         mid = _Outcomes(*_probe(pairing, probes[mid_i[split]], j, point[rows], opens))
         by_mid = _plan_order(j, point[rows], mid)
-        size = np.bincount(j, minlength=len(split))
-        a = np.arange(len(rows)) + (np.cumsum(size) - size)[j]          # a row's place in 2j
-        b = a + size[j]                                                 # and in 2j + 1
-        to_a, to_b = np.full(len(seg), -1), np.full(len(seg), -1)
-        to_a[rows], to_b[rows] = a, b
-        to_seg = np.empty(2 * len(rows), dtype=np.int64)
-        to_seg[a], to_seg[b] = 2 * j, 2 * j + 1
-        by_lo = _by_interval(to_seg, to_a[by_lo], b[by_mid])
-        by_hi = _by_interval(to_seg, a[by_mid], to_b[by_hi])
-        lo, hi = _Outcomes.mix(len(to_seg), a, lo.take(rows), b, mid), _Outcomes.mix(len(to_seg), a, mid, b, hi.take(rows))
-        kept = point[rows]
-        seg, point = to_seg, np.empty(len(to_seg), dtype=kept.dtype)
-        point[a], point[b] = kept, kept
-        lo_i, hi_i = np.stack([lo_i[split], mid_i[split]], axis=1).ravel(), np.stack([mid_i[split], hi_i[split]], axis=1).ravel()
+        place = np.full(len(seg), -1)                 # a kept row's place among rows
+        place[rows] = np.arange(len(rows))
+        by_lo = np.concatenate([_kept(place[by_lo]), len(rows) + by_mid])
+        by_hi = np.concatenate([by_mid, len(rows) + _kept(place[by_hi])])
+        lo, hi = lo.take(rows).then(mid), mid.then(hi.take(rows))
+        seg, point = np.concatenate([j, len(split) + j]), np.tile(point[rows], 2)
+        lo_i, hi_i = np.concatenate([lo_i[split], mid_i[split]]), np.concatenate([mid_i[split], hi_i[split]])
     return found
 
 
