@@ -597,12 +597,14 @@ def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.nd
     n = len(kd)
     choice, cost, ttft, batch = np.zeros(n, dtype=np.intp), np.full(n, np.inf), np.zeros(n), np.zeros(n, dtype=np.int64)
     least = np.full(n, np.inf)            # the choice's GPUs + TTFT / 2 bound
+    every = np.arange(n)
+    cell = which * len(staircases[0][4]) + kd if staircases else kd    # a point's (bound, decode config)
     for c, (t, b, best, arg, seconds) in enumerate(staircases):
         # the TTFT bound left after the (scale-out, an upper bound) transfer, per bound and decode config
         last = np.searchsorted(t, bounds[:, None] - seconds, side="right") - 1
-        j = last[which, kd]
+        j = last.ravel()[cell]
         ok = j >= 0                       # the points with a point of the config within their bound
-        at = np.arange(n) if ok.all() else np.flatnonzero(ok)
+        at = every if ok.all() else np.flatnonzero(ok)
         if not len(at):
             continue
         j, d = j[at], demand[at]
