@@ -176,7 +176,7 @@ class _Pairing:
     where pair_points' set-up (per config sorts and running maxima, the transfer times, join's
     other columns) would cost more than the points. The prefill pool is chosen by pair_points' own
     code (sizing.prefill_staircases once, sizing.prefill_choice per level, a bound per point);
-    join's columns a probe reads are the same numpy
+    join's columns a probe reads (a decode point's requests/s computed once) are the same numpy
     operations in the same order, so the same doubles (tests/test_disagg_sizing_fast.py compares
     it with pair_points column for column)."""
 
@@ -190,6 +190,8 @@ class _Pairing:
         self.domain = pgpu.scale_up_domain
         self.output_len, self.round = output_len, ROUND
         self.batch_d, self.tpot_d, self.n_d = d["batch"], d["tpot_s"], d["n_gpus"]
+        # a decode replica's requests/s: the demand on the prefill pool (one decode replica, no load)
+        self.x_d = np.asarray(self.batch_d, dtype=float) / (output_len * np.asarray(self.tpot_d, dtype=float))
         self.configs = prefill_staircases(pres, lambda c: self.out.time(np.maximum(self.share_p[c], self.share_d)))
 
     def outcome(self, a, i: np.ndarray, which: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
@@ -197,16 +199,13 @@ class _Pairing:
         config, prefill batch) at TTFT bound ``a`` (or bounds ``a`` and ``which`` the one of each
         point, as :func:`engine.deploy.sizing.prefill_choice`)."""
         kd = self.kd[i]
-        batch_d, tpot_d = self.batch_d[i], self.tpot_d[i]
-        x_d = batch_d / (self.output_len * tpot_d)
-        demand = np.ones(len(i), dtype=np.int64) * x_d
-        choice, cost, ttft, batch = prefill_choice(self.configs, a, kd, demand, self.n_p, which)
+        choice, cost, ttft, batch = prefill_choice(self.configs, a, kd, self.x_d[i], self.n_p, which)
         at = np.flatnonzero(np.isfinite(cost))
         c, k = choice[at], kd[at]
         b_p, t_p = batch[at], ttft[at]
         # engine.deploy.disagg.join and replicas, the columns read
         x_p = np.asarray(b_p, dtype=float) / np.asarray(t_p, dtype=float)
-        x_d = np.asarray(batch_d[at], dtype=float) / (self.output_len * np.asarray(tpot_d[at], dtype=float))
+        x_d = self.x_d[i[at]]
         decode = np.ones(len(at), dtype=np.int64)
         prefill = np.maximum(1, np.ceil(decode * x_d / x_p * self.round)).astype(np.int64)
         total = prefill * self.n_p[c] + decode * self.n_d[i[at]]
@@ -379,7 +378,9 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_r
     n, k = len(every), len(cuts) - 1
     end = np.repeat(np.arange(k + 1), n)
     ends = _Outcomes(*_probe(pairing, probes[cuts], end, np.tile(every, k + 1), opens))
-    by_end = _plan_order(end, np.tile(every, k + 1), ends)
+    # (one end at a time: a few large sorts cost less apart)
+    by_end = np.concatenate([e * n + _plan_order(end[:n], every, ends.take(slice(e * n, (e + 1) * n)))
+                             for e in range(k + 1)])
     # interval i runs from end i to end i + 1: its rows are end i's, and end i + 1's less n
     lo_i, hi_i = cuts[:-1], cuts[1:]
     seg, point = end[:k * n], np.tile(every, k)
