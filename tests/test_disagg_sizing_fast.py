@@ -4,7 +4,8 @@
   configs left out) leaves ``pair_points``' outcome of every decode point as it was (GPUs, tokens/s/GPU,
   TTFT, the prefill config and batch it picks), at bounds around every breakpoint;
 - the probes' reduced arithmetic (``_Pairing.outcome``) gives ``pair_points``' doubles, column for
-  column.
+  column;
+- a bisection level's probes in one pass (a bound per point) give each probe's own columns.
 """
 from __future__ import annotations
 
@@ -75,3 +76,20 @@ def test_probe_arithmetic_is_pair_points(pairs):
             for got, name in ((at, "decode_point"), (total, "total_gpus"), (tokens, "tokens_per_s_per_gpu"),
                               (ttft, "ttft_s"), (c, "prefill_config"), (b, "prefill_batch")):
                 assert np.array_equal(got, want[name]) and got.dtype.kind == np.asarray(want[name]).dtype.kind, name
+
+
+def test_probes_of_a_level_are_each_probes_own(pairs):
+    """The bisection probes a level's bounds in one pass (a bound per point, points repeated):
+    every point's columns are those it has probed alone at its bound."""
+    for pgpu, dgpu, _, pres, dres in pairs:
+        pairing = _Pairing(pgpu, dgpu, pres, dres, OUTPUT)
+        every = np.arange(len(dres.points["batch"]))
+        bounds = _bounds(pgpu, dgpu, pres, dres, 6)
+        which = np.repeat(np.arange(len(bounds)), len(every))
+        at, *cols = pairing.outcome(bounds, np.tile(every, len(bounds)), which)
+        for k, a in enumerate(bounds):
+            alone = pairing.outcome(float(a), every)
+            mine = slice(np.searchsorted(at, k * len(every)), np.searchsorted(at, (k + 1) * len(every)))
+            assert np.array_equal(at[mine] - k * len(every), alone[0])
+            for got, want in zip(cols, alone[1:]):
+                assert np.array_equal(got[mine], want) and got.dtype == want.dtype

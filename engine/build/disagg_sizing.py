@@ -39,6 +39,12 @@ interval: one whose outcome at the interval's top is not better than the worst, 
 point with a smaller TPOT never is (and, before any of it, none whose demand exceeds that of a
 point of its config with no larger TPOT by more than any prefill replica completes).
 
+Cost: the bisection runs level by level, every interval of a level at once (arrays of rows, one
+per interval and point it searches), and a level's midpoints are probed in one
+``prefill_choice`` pass (a bound per row); each probe's outcomes are sorted in plan's order once,
+for both intervals it ends. The intervals, their points and the answers found are the same as
+one interval at a time would give (each interval's arithmetic is its own).
+
 Floats: the probes are plan's own columns (``pair_points``' arithmetic, :class:`_Pairing`: the same
 operations on the same values, tests/test_disagg_sizing_fast.py), so what they find is exact; the
 reasoning that no bound between probes holds another answer is made in exact arithmetic. Plan's
@@ -50,6 +56,7 @@ the answers' own TTFT and TPOT.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -165,10 +172,11 @@ class _Pairing:
     """:func:`engine.deploy.sizing.pair_points`' arithmetic for one pair, reduced to what a probe
     reads (per decode point: total GPUs, tokens/s/GPU, TTFT, prefill config and batch at a TTFT
     bound, no TPOT bound, no load), with what does not depend on the bound computed once: the
-    probes call it thousands of times on a few hundred points each, where pair_points' set-up
-    (per config sorts and running maxima, the transfer times, join's other columns) cost more than
-    the points. The prefill pool is chosen by pair_points' own code (sizing.prefill_staircases
-    once, sizing.prefill_choice per bound); join's columns a probe reads are the same numpy
+    probes call it once per bisection level, on its probes' points (thousands of probes in all),
+    where pair_points' set-up (per config sorts and running maxima, the transfer times, join's
+    other columns) would cost more than the points. The prefill pool is chosen by pair_points' own
+    code (sizing.prefill_staircases once, sizing.prefill_choice per level, a bound per point);
+    join's columns a probe reads (a decode point's requests/s computed once) are the same numpy
     operations in the same order, so the same doubles (tests/test_disagg_sizing_fast.py compares
     it with pair_points column for column)."""
 
@@ -182,22 +190,22 @@ class _Pairing:
         self.domain = pgpu.scale_up_domain
         self.output_len, self.round = output_len, ROUND
         self.batch_d, self.tpot_d, self.n_d = d["batch"], d["tpot_s"], d["n_gpus"]
+        # a decode replica's requests/s: the demand on the prefill pool (one decode replica, no load)
+        self.x_d = np.asarray(self.batch_d, dtype=float) / (output_len * np.asarray(self.tpot_d, dtype=float))
         self.configs = prefill_staircases(pres, lambda c: self.out.time(np.maximum(self.share_p[c], self.share_d)))
 
-    def outcome(self, a: float, i: np.ndarray) -> tuple[np.ndarray, ...]:
+    def outcome(self, a, i: np.ndarray, which: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         """(points of ``i`` with a prefill choice, their total GPUs, tokens/s/GPU, TTFT, prefill
-        config, prefill batch) at TTFT bound ``a``."""
+        config, prefill batch) at TTFT bound ``a`` (or bounds ``a`` and ``which`` the one of each
+        point, as :func:`engine.deploy.sizing.prefill_choice`)."""
         kd = self.kd[i]
-        batch_d, tpot_d = self.batch_d[i], self.tpot_d[i]
-        x_d = batch_d / (self.output_len * tpot_d)
-        demand = np.ones(len(i), dtype=np.int64) * x_d
-        choice, cost, ttft, batch = prefill_choice(self.configs, a, kd, demand, self.n_p)
-        at = np.flatnonzero(np.isfinite(cost[choice, np.arange(len(i))]))
+        choice, cost, ttft, batch = prefill_choice(self.configs, a, kd, self.x_d[i], self.n_p, which)
+        at = np.flatnonzero(np.isfinite(cost))
         c, k = choice[at], kd[at]
-        b_p, t_p = batch[c, at], ttft[c, at]
+        b_p, t_p = batch[at], ttft[at]
         # engine.deploy.disagg.join and replicas, the columns read
         x_p = np.asarray(b_p, dtype=float) / np.asarray(t_p, dtype=float)
-        x_d = np.asarray(batch_d[at], dtype=float) / (self.output_len * np.asarray(tpot_d[at], dtype=float))
+        x_d = self.x_d[i[at]]
         decode = np.ones(len(at), dtype=np.int64)
         prefill = np.maximum(1, np.ceil(decode * x_d / x_p * self.round)).astype(np.int64)
         total = prefill * self.n_p[c] + decode * self.n_d[i[at]]
@@ -208,68 +216,114 @@ class _Pairing:
         return at, total, tokens / total, np.asarray(t_p, dtype=float) + seconds, c, b_p
 
 
-class _Probe:
-    """One TTFT bound's outcome for a set of decode points: plan's order key and prefill pick, in
-    arrays over every decode point of the pair (so a subset reads its rows by index; a point not
-    evaluated, or with no prefill choice at this bound, has no outcome: total inf)."""
-
-    def __init__(self, pairing: _Pairing, tpot: np.ndarray, a, index):
-        index = np.asarray(index, dtype=int)
-        n = len(tpot)
-        self.total = np.full(n, np.inf)
-        self.tokens = np.zeros(n)
-        self.pick_c = np.full(n, -1, dtype=np.int64)
-        self.pick_b = np.full(n, -1, dtype=np.int64)
-        if len(index):
-            at, total, tokens, ttft, c, b = pairing.outcome(float(a), index)
-            ok = ttft <= a
-            at = index[at[ok]]
-            self.total[at] = total[ok]
-            self.tokens[at] = tokens[ok]
-            self.pick_c[at] = c[ok]
-            self.pick_b[at] = b[ok]
-        self.tpot = tpot
-
-    def staircase(self, subset: np.ndarray) -> np.ndarray:
-        """The answers over every TPOT bound among ``subset`` (ascending), as the columns of a
-        (3, n) array: decode point, prefill config, batch."""
-        r = subset[np.isfinite(self.total[subset])]
-        order = r[np.lexsort((-self.tokens[r], self.total[r]))]      # stable: the search's order on ties
-        tp = self.tpot[order]
-        prev = np.concatenate(([np.inf], np.minimum.accumulate(tp)[:-1]))
-        keep = order[tp < prev]
-        return np.stack([keep, self.pick_c[keep], self.pick_b[keep]])
+def _probe(pairing: _Pairing, bounds: np.ndarray, which: np.ndarray, point: np.ndarray,
+           opens: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The outcomes of decode points ``point`` at TTFT bounds ``bounds[which]`` (a whole bisection
+    level's probes in one pass; each row's numbers are those it has probed alone), a point
+    evaluated only from its ``opens`` on: plan's order key (GPUs, tokens/s/GPU) and prefill pick
+    (config, batch), total inf where a point has none (not evaluated, no prefill choice, or its
+    TTFT over the bound)."""
+    n = len(point)
+    out = (np.full(n, np.inf), np.zeros(n), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64))
+    row = np.flatnonzero(opens[point] <= bounds[which])
+    if len(row):
+        at, total, tokens, ttft, c, b = pairing.outcome(bounds, point[row], which[row])
+        ok = ttft <= bounds[which[row[at]]]
+        row = row[at[ok]]
+        for column, value in zip(out, (total, tokens, c, b)):
+            column[row] = value[ok]
+    return out
 
 
-def _ranks(lo: _Probe, hi: _Probe, subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Plan's order over the outcomes at ``lo`` and at ``hi`` of ``subset`` (ascending), as ranks
-    (inf: not within the bound). The two outcomes of each point are interleaved, so the rows are in
-    the search's order and a stable sort on (GPUs, -tokens/s/GPU) breaks ties as plan does."""
-    total = np.stack([lo.total[subset], hi.total[subset]], axis=1).ravel()
-    tokens = np.stack([lo.tokens[subset], hi.tokens[subset]], axis=1).ravel()
-    order = np.lexsort((-tokens, total))
-    rank = np.empty(len(order))
-    rank[order] = np.arange(len(order))
-    rank[~np.isfinite(total)] = np.inf
-    return rank[0::2], rank[1::2]
+class _Outcomes(NamedTuple):
+    """:func:`_probe`'s columns for some rows."""
+
+    total: np.ndarray
+    tokens: np.ndarray
+    config: np.ndarray
+    batch: np.ndarray
+
+    def take(self, index) -> _Outcomes:
+        return _Outcomes(*(a[index] for a in self))
+
+    def then(self, other: _Outcomes) -> _Outcomes:
+        return _Outcomes(*map(np.concatenate, zip(self, other)))
 
 
-def _can_answer(lo: _Probe, hi: _Probe, subset: np.ndarray) -> np.ndarray:
-    """The points of ``subset`` that can be on a staircase for a TTFT bound between ``lo`` and ``hi``:
-    their outcome at ``hi`` (their best) beats the outcome at ``lo`` (their worst) of every point
-    with a smaller TPOT."""
-    if not len(subset):
-        return subset
-    r_lo, r_hi = _ranks(lo, hi, subset)
-    tp = lo.tpot[subset]
-    order = np.argsort(tp, kind="stable")
-    run = np.minimum.accumulate(r_lo[order])
-    # the best of the points with a strictly smaller TPOT: the running minimum before each TPOT's first
-    first = np.searchsorted(tp[order], tp[order], side="left")
-    before = np.where(first > 0, run[np.maximum(first - 1, 0)], np.inf)
-    best_before = np.empty(len(subset))
-    best_before[order] = before
-    return subset[r_hi < best_before]
+def _starts(seg: np.ndarray) -> np.ndarray:
+    """Where each run of equal ``seg`` begins (a mask)."""
+    return np.concatenate(([True], seg[1:] != seg[:-1])) if len(seg) else np.zeros(0, dtype=bool)
+
+
+def _prefix_min(x: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """``np.minimum.accumulate(x)`` within each run of equal ``seg`` (non-decreasing), ``x``
+    non-negative integers: each run is lifted above every later one, so no running minimum
+    reaches back into an earlier run."""
+    if not len(x):
+        return x
+    lift = (seg[-1] - seg).astype(np.int64) * (int(x.max()) + 1)
+    return np.minimum.accumulate(x + lift) - lift
+
+
+def _plan_order(seg: np.ndarray, point: np.ndarray, out: _Outcomes) -> np.ndarray:
+    """The rows with an outcome, by interval ``seg``, then in plan's order: fewest GPUs, most
+    tokens/s/GPU, then the search's order (the smaller decode point first)."""
+    r = np.flatnonzero(np.isfinite(out.total))
+    return r[np.lexsort((point[r], -out.tokens[r], out.total[r], seg[r]))]
+
+
+def _can_answer(seg: np.ndarray, point: np.ndarray, tp: np.ndarray, lo: _Outcomes, hi: _Outcomes,
+                by_lo: np.ndarray) -> np.ndarray:
+    """Which rows can be on a staircase for a TTFT bound inside their interval, a mask (rows by
+    interval ``seg``, each interval's by TPOT rank ``tp``, ties in the search's order; ``by_lo``:
+    :func:`_plan_order` at ``lo``): their outcome at ``hi`` (their best) comes before, in plan's
+    order, the outcome at ``lo`` (their worst) of every point of the interval with a smaller TPOT
+    (between two points' outcomes tied in GPUs and tokens/s/GPU, the smaller point's first)."""
+    never = len(by_lo)
+    rank = np.full(len(seg), never)
+    rank[by_lo] = np.arange(never)
+    run = _prefix_min(rank, seg)
+    # the best outcome at lo of the points with a strictly smaller TPOT: the running minimum before
+    # each TPOT's first row in the interval
+    start = _starts(seg)
+    first_tp = start.copy()
+    first_tp[1:] |= tp[1:] != tp[:-1]
+    first = np.maximum.accumulate(np.where(first_tp, np.arange(len(seg)), 0))
+    best = np.where(start[first], never, run[np.maximum(first - 1, 0)])
+    keep = np.isfinite(hi.total)
+    p = np.flatnonzero(keep & (best < never))
+    q = by_lo[best[p]]
+    t_p, t_q, x_p, x_q = hi.total[p], lo.total[q], hi.tokens[p], lo.tokens[q]
+    keep[p] = (t_p < t_q) | ((t_p == t_q) & ((x_p > x_q) | ((x_p == x_q) & (point[p] < point[q]))))
+    return keep
+
+
+def _staircases(seg: np.ndarray, tp: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each interval's answers over every TPOT bound: of ``rows`` (by interval, each interval's in
+    plan's order at one end, all with an outcome there; ``seg``, ``tp``: every row's interval and
+    TPOT rank), those with a smaller TPOT than every row before them in their interval."""
+    s, t = seg[rows], tp[rows]
+    low = _prefix_min(t, s)
+    keep = _starts(s)
+    keep[1:] |= t[1:] < low[:-1]
+    return rows[keep]
+
+
+def _kept(rows: np.ndarray) -> np.ndarray:
+    """``rows`` less the -1s (rows not kept)."""
+    return rows[rows >= 0]
+
+
+def _same_staircases(n: int, seg: np.ndarray, point: np.ndarray, lo: _Outcomes, s_lo: np.ndarray,
+                     hi: _Outcomes, s_hi: np.ndarray) -> np.ndarray:
+    """Per interval (of ``n``), whether its staircases at ``lo`` (rows ``s_lo``) and at ``hi``
+    (``s_hi``) are the same (decode point, prefill config, batch) step for step."""
+    same = np.bincount(seg[s_lo], minlength=n) == np.bincount(seg[s_hi], minlength=n)
+    # of intervals with as many steps, the steps line up position by position
+    a, b = s_lo[same[seg[s_lo]]], s_hi[same[seg[s_hi]]]
+    differ = (point[a] != point[b]) | (lo.config[a] != hi.config[b]) | (lo.batch[a] != hi.batch[b])
+    same[seg[a[differ]]] = False
+    return same
 
 
 def _within_reach(pres: GPUSearch, dres: GPUSearch, output_len: int) -> np.ndarray:
@@ -314,25 +368,47 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_r
 
     pairing = _Pairing(pgpu, dgpu, pres, dres, output_len)
 
-    def probe(i: int, subset: np.ndarray) -> _Probe:
-        return _Probe(pairing, dres.points["tpot_s"], probes[i], subset[opens[subset] <= probes[i]])
-
+    # a level of the bisection: intervals [lo_i, hi_i] of probes, and as rows (by interval, each
+    # interval's by TPOT, ties in the search's order) the points each searches, with their outcomes
+    # at both ends and, per end, the rows with an outcome there in plan's order
+    tpot = dres.points["tpot_s"]
+    tp = np.unique(tpot, return_inverse=True)[1].ravel()      # TPOT ranks: the same comparisons
+    every = every[np.argsort(tpot[every], kind="stable")]
+    cuts = np.array(sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)}))
+    n, k = len(every), len(cuts) - 1
+    end = np.repeat(np.arange(k + 1), n)
+    ends = _Outcomes(*_probe(pairing, probes[cuts], end, np.tile(every, k + 1), opens))
+    # (one end at a time: a few large sorts cost less apart)
+    by_end = np.concatenate([e * n + _plan_order(end[:n], every, ends.take(slice(e * n, (e + 1) * n)))
+                             for e in range(k + 1)])
+    # interval i runs from end i to end i + 1: its rows are end i's, and end i + 1's less n
+    lo_i, hi_i = cuts[:-1], cuts[1:]
+    seg, point = end[:k * n], np.tile(every, k)
+    lo, hi = ends.take(slice(0, k * n)), ends.take(slice(n, (k + 1) * n))
+    by_lo, by_hi = by_end[by_end < k * n], by_end[by_end >= n] - n
     found: set = set()
-    cuts = sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)})
-    ends = [probe(i, every) for i in cuts]
-    stack = [(lo, hi, every, p_lo, p_hi) for lo, hi, p_lo, p_hi in zip(cuts, cuts[1:], ends, ends[1:])]
-    while stack:
-        lo, hi, subset, p_lo, p_hi = stack.pop()
-        subset = _can_answer(p_lo, p_hi, subset)
-        s_lo, s_hi = p_lo.staircase(subset), p_hi.staircase(subset)
-        if np.array_equal(s_lo, s_hi) or hi - lo <= 1:
-            found.update(zip(*s_lo.tolist()))
-            found.update(zip(*s_hi.tolist()))
-            continue
-        mid = (lo + hi) // 2
-        p_mid = probe(mid, subset)
-        stack.append((lo, mid, subset, p_lo, p_mid))
-        stack.append((mid, hi, subset, p_mid, p_hi))
+    while len(lo_i):
+        keep = _can_answer(seg, point, tp[point], lo, hi, by_lo)
+        # each end's staircase among the rows kept
+        s_lo, s_hi = (_staircases(seg, tp[point], rows[keep[rows]]) for rows in (by_lo, by_hi))
+        done = _same_staircases(len(lo_i), seg, point, lo, s_lo, hi, s_hi) | (hi_i - lo_i <= 1)
+        for steps, out in ((s_lo, lo), (s_hi, hi)):
+            steps = steps[done[seg[steps]]]
+            found.update(zip(point[steps].tolist(), out.config[steps].tolist(), out.batch[steps].tolist()))
+        # the others split at their midpoints, probed in one pass: split interval j's (lo, mid) and
+        # (mid, hi) are intervals j and (splits) + j of the next level, each with j's rows kept
+        split, mid_i = np.flatnonzero(~done), (lo_i + hi_i) // 2
+        rows = np.flatnonzero(keep & ~done[seg])
+        j = (np.cumsum(~done) - 1)[seg[rows]]
+        mid = _Outcomes(*_probe(pairing, probes[mid_i[split]], j, point[rows], opens))
+        by_mid = _plan_order(j, point[rows], mid)
+        place = np.full(len(seg), -1)                 # a kept row's place among rows
+        place[rows] = np.arange(len(rows))
+        by_lo = np.concatenate([_kept(place[by_lo]), len(rows) + by_mid])
+        by_hi = np.concatenate([by_mid, len(rows) + _kept(place[by_hi])])
+        lo, hi = lo.take(rows).then(mid), mid.then(hi.take(rows))
+        seg, point = np.concatenate([j, len(split) + j]), np.tile(point[rows], 2)
+        lo_i, hi_i = np.concatenate([lo_i[split], mid_i[split]]), np.concatenate([mid_i[split], hi_i[split]])
     return found
 
 

@@ -548,11 +548,11 @@ def pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_reque
     demand = np.broadcast_to(np.asarray(demand, dtype=float), x_d.shape)
     staircases = prefill_staircases(pres, lambda c: scale_out.time(np.maximum(share_p[c], share_d)))
     choice, cost, ttft, batch = prefill_choice(staircases, sla.ttft_s, kd, demand, n_p)
-    i = np.flatnonzero(np.isfinite(cost[choice, np.arange(len(kd))]))
+    i = np.flatnonzero(np.isfinite(cost))
     if not i.size:
         return {}
     c, k = choice[i], kd[i]
-    b_p, t_p = batch[c, i], ttft[c, i]
+    b_p, t_p = batch[i], ttft[i]
     j = join(pgpu, dgpu, n_p=n_p[c], batch_p=b_p, ttft_p=t_p, share_p=share_p[c],
              n_d=d["n_gpus"][i], batch_d=d["batch"][i], tpot_d=d["tpot_s"][i], share_d=share_d[k],
              kv_request=kv_request, output_len=output_len, users=sla.users, rate=sla.rate)
@@ -580,33 +580,41 @@ def prefill_staircases(pres: GPUSearch, transfer) -> list[tuple]:
     return out
 
 
-def prefill_choice(staircases: list[tuple], bound: float, kd: np.ndarray, demand: np.ndarray,
-                   n_p: np.ndarray) -> tuple[np.ndarray, ...]:
+def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.ndarray, n_p: np.ndarray,
+                   which: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """Each decode point's prefill pool under TTFT ``bound`` (``kd`` its decode config, ``demand``
-    the requests/s it puts on the pool): per prefill config the fewest replicas that carry the
-    demand within the bound, then the shortest TTFT that needs no more; of the configs, the fewest
-    GPUs, then the shortest TTFT (ttft / 2 bound < 0.5 GPU). Returns (choice per point, and per
-    config and point: GPUs (inf where none fits), TTFT, batch); a column whose GPUs are inf at its
-    choice has no prefill pool. :func:`pair_points` and engine/build/disagg_sizing.py's probes."""
-    n_cp, n = len(staircases), len(kd)
-    cost = np.full((n_cp, n), np.inf)
-    ttft = np.zeros((n_cp, n))
-    batch = np.zeros((n_cp, n), dtype=np.int64)
+    the requests/s it puts on the pool; ``bound`` one bound, or an array of them and ``which`` the
+    one of each point: a point's numbers are those it has alone under its bound): per prefill
+    config the fewest replicas that carry the demand within the bound, then the shortest TTFT that
+    needs no more; of the configs, the fewest GPUs, then the shortest TTFT (ttft / 2 bound < 0.5
+    GPU), the first config on a tie. Returns per point its choice and the choice's GPUs (inf: no
+    config has a point within the bound, no prefill pool), TTFT and batch. :func:`pair_points` and
+    engine/build/disagg_sizing.py's probes (a bisection level's bounds in one call)."""
+    bounds = np.atleast_1d(np.asarray(bound, dtype=float))
+    which = np.zeros(len(kd), dtype=np.intp) if which is None else which
+    half = (2 * bounds)[which]
+    n = len(kd)
+    choice, cost, ttft, batch = np.zeros(n, dtype=np.intp), np.full(n, np.inf), np.zeros(n), np.zeros(n, dtype=np.int64)
+    least = np.full(n, np.inf)            # the choice's GPUs + TTFT / 2 bound
+    every = np.arange(n)
+    cell = which * len(staircases[0][4]) + kd if staircases else kd    # a point's (bound, decode config)
     for c, (t, b, best, arg, seconds) in enumerate(staircases):
-        # the TTFT bound left after the (scale-out, an upper bound) transfer, per decode config
-        last = np.searchsorted(t, bound - seconds, side="right") - 1
-        if last.max() < 0:
-            continue                    # no point within the bound for any decode config
-        j = last[kd]
-        ok = j >= 0
-        x_max = best[np.maximum(j, 0)]
+        # the TTFT bound left after the (scale-out, an upper bound) transfer, per bound and decode config
+        last = np.searchsorted(t, bounds[:, None] - seconds, side="right") - 1
+        j = last.ravel()[cell]
+        ok = j >= 0                       # the points with a point of the config within their bound
+        at = every if ok.all() else np.flatnonzero(ok)
+        if not len(at):
+            continue
+        j, d = j[at], demand[at]
         # fewest prefill replicas for the demand, then the shortest TTFT that still needs no more
-        reps = np.maximum(1, np.ceil(demand / x_max * (1 - 1e-12)))
-        first = np.minimum(np.searchsorted(best, demand / reps * (1 - 1e-12), side="left"), np.maximum(j, 0))
-        pick = arg[first]
-        cost[c] = np.where(ok, reps * n_p[c], np.inf)
-        ttft[c], batch[c] = t[pick], b[pick]
-    choice = np.argmin(cost + np.where(np.isfinite(cost), ttft / (2 * bound), 0.0), axis=0)
+        reps = np.maximum(1, np.ceil(d / best[j] * (1 - 1e-12)))
+        pick = arg[np.minimum(np.searchsorted(best, d / reps * (1 - 1e-12), side="left"), j)]
+        gpus, seconds_p = reps * n_p[c], t[pick]
+        key = gpus + seconds_p / half[at]
+        better = key < least[at]
+        i = at[better]
+        choice[i], least[i], cost[i], ttft[i], batch[i] = c, key[better], gpus[better], seconds_p[better], b[pick[better]]
     return choice, cost, ttft, batch
 
 
