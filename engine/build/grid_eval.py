@@ -90,10 +90,17 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             memo = regimes_of(config, limits)
             if base.weight_bytes_per_gpu >= usable:
                 continue                                   # weights alone do not fit: nothing to serve
+            # the capacity at every (KV dtype, output length, prompt) of the cell in one call (its
+            # arithmetic is per point: the same numbers as one call per KV dtype and output length)
+            lanes = [(kv_dtype, out_len) for kv_dtype in grid.kv_dtypes for out_len in grid.output_lengths]
+            cell_caps = capacity(base, usable, np.tile(np.array(inputs), len(lanes)),
+                                 np.repeat(np.array([o for _, o in lanes]), len(inputs)),
+                                 np.repeat(np.array([kv.KV_DTYPE_BYTES[d] for d, _ in lanes]), len(inputs))
+                                 ).reshape(len(lanes), len(inputs))
             for kv_dtype in grid.kv_dtypes:
                 kv_bytes = kv.KV_DTYPE_BYTES[kv_dtype]
                 for out_len in grid.output_lengths:
-                    caps = capacity(base, usable, np.array(inputs), out_len, kv_bytes)
+                    caps = cell_caps[lanes.index((kv_dtype, out_len))]
                     for inp, cap in zip(inputs, caps):
                         batches = [b for b in grid.batches if b <= cap]
                         if cap >= 1 and cap not in batches and cap < max(grid.batches):

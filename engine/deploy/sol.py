@@ -252,6 +252,12 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     request_bytes = request_bytes_fn()
 
     def full(x):
+        """``x`` over the points, read-only: what np.broadcast_to gives, and for an array that has
+        the points' shape already (most fields) the same view made without broadcasting."""
+        if isinstance(x, np.ndarray) and x.shape == shape:
+            view = x.view()
+            view.flags.writeable = False
+            return view
         return np.broadcast_to(np.asarray(x), shape)
 
     mtp_fields = {} if not options.mtp_tokens else {
