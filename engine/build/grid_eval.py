@@ -100,7 +100,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             for kv_dtype in grid.kv_dtypes:
                 kv_bytes = kv.KV_DTYPE_BYTES[kv_dtype]
                 for out_len in grid.output_lengths:
-                    caps = cell_caps[lanes.index((kv_dtype, out_len))]
+                    caps = cell_caps[lanes.index((kv_dtype, out_len))].tolist()   # Python ints compare faster
                     for inp, cap in zip(inputs, caps):
                         batches = [b for b in grid.batches if b <= cap]
                         if cap >= 1 and cap not in batches and cap < max(grid.batches):
