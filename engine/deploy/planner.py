@@ -376,7 +376,7 @@ def _draft_steps(mtp: Program, analysis, k: int, one_token: bool) -> tuple[Step,
         layers = next((n for uid, n in templates.items() if s.uid.startswith(uid + "/")), None)
         repeat = s.repeat * k if layers is None else s.repeat * k / layers
         steps.append(replace(s, repeat=repeat, last_token=s.last_token or one_token))
-    if len(_DRAFT_STEPS) > 1024:          # the configs of one model at a time, roughly
+    if len(_DRAFT_STEPS) > 256:           # the configs of one model at a time, roughly (it holds them)
         _DRAFT_STEPS.clear()
     _DRAFT_STEPS[key] = (mtp, analysis, tuple(steps))
     return _DRAFT_STEPS[key][2]
