@@ -140,13 +140,19 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         programs hold only them, fused alone: engine.build.grid_eval). ``archledger deploy --mtp``
         fuses them after the main stack's steps in one program; the two agree because no draft step
         reads a main-stack step (no rule can join them), checked here."""
-        mine = {s.uid for s in main.unfused[phase].steps}
-        if any(i in mine for s in drafting.unfused[phase].steps for i in s.inputs):
-            raise ValueError(f"{ev.model.model_id} {phase}: an MTP step reads a main-stack step, so a fusion may "
-                             "join the two stacks; the deploy page cannot add the drafts to the main program")
+        pair = (main.unfused[phase], drafting.unfused[phase])
+        key = (id(pair[0]), id(pair[1]))     # once per placed pair (other regimes and frameworks share it)
+        if key not in checked:
+            mine = {s.uid for s in pair[0].steps}
+            if any(i in mine for s in pair[1].steps for i in s.inputs):
+                raise ValueError(f"{ev.model.model_id} {phase}: an MTP step reads a main-stack step, so a fusion "
+                                 "may join the two stacks; the deploy page cannot add the drafts to the main program")
+            checked[key] = pair
         return program(drafting, phase)
 
     modules = mtp_modules(ev)
+    # (ids of) placed main and draft programs found apart -> them (held: an id stays theirs)
+    checked: dict[tuple, tuple] = {}
 
     configs: dict[tuple, int] = {}
     config_rows: list[dict] = []

@@ -64,15 +64,20 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     # 1. the points of every cell, bucketed by the structure that evaluates them
     buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     ops_points: dict[tuple, list] = defaultdict(list)
-    regime_memo: dict[tuple, tuple] = {}
+    regime_memo: dict[tuple, dict] = {}
 
-    def regimes_at(config, limits, b, inp, out_len) -> tuple:
-        """The fusion token regime per phase of a point (the same for every GPU and KV dtype)."""
-        key = (config, tuple(limits), b, inp, out_len)
-        found = regime_memo.get(key)
+    def regimes_of(config, limits) -> dict:
+        """The memo of :func:`regimes_at` for one config and limits ((batch, prompt) -> regimes):
+        looked up once per cell and framework, not hashed (a config, a tuple) per point."""
+        return regime_memo.setdefault((config, tuple(limits)), {})
+
+    def regimes_at(memo: dict, config, limits, b, inp, out_len) -> tuple:
+        """The fusion token regime per phase of a point (the same for every GPU and KV dtype).
+        Keyed without the output length: tokens per device read only the batch and the prompt."""
+        found = memo.get((b, inp))
         if found is None:
             t = tokens_per_device(config, Scenario(b, inp, out_len))
-            found = regime_memo[key] = tuple(regime(limits, t[p]) for p in PHASES)
+            found = memo[(b, inp)] = tuple(regime(limits, t[p]) for p in PHASES)
         return found
 
     for gpu, config in cells:
@@ -82,12 +87,20 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             sig = signature(tables.get(framework), gpu)
             base = structure(config, domain, framework, gpu, (len(limits), 0))
             usable = gpu.hbm_bytes * HBM_FRACTION
+            memo = regimes_of(config, limits)
             if base.weight_bytes_per_gpu >= usable:
                 continue                                   # weights alone do not fit: nothing to serve
+            # the capacity at every (KV dtype, output length, prompt) of the cell in one call (its
+            # arithmetic is per point: the same numbers as one call per KV dtype and output length)
+            lanes = [(kv_dtype, out_len) for kv_dtype in grid.kv_dtypes for out_len in grid.output_lengths]
+            cell_caps = capacity(base, usable, np.tile(np.array(inputs), len(lanes)),
+                                 np.repeat(np.array([o for _, o in lanes]), len(inputs)),
+                                 np.repeat(np.array([kv.KV_DTYPE_BYTES[d] for d, _ in lanes]), len(inputs))
+                                 ).reshape(len(lanes), len(inputs))
             for kv_dtype in grid.kv_dtypes:
                 kv_bytes = kv.KV_DTYPE_BYTES[kv_dtype]
                 for out_len in grid.output_lengths:
-                    caps = capacity(base, usable, np.array(inputs), out_len, kv_bytes)
+                    caps = cell_caps[lanes.index((kv_dtype, out_len))].tolist()   # Python ints compare faster
                     for inp, cap in zip(inputs, caps):
                         batches = [b for b in grid.batches if b <= cap]
                         if cap >= 1 and cap not in batches and cap < max(grid.batches):
@@ -96,7 +109,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                         # first occur (so buckets fill, and are created, as point by point)
                         by_regime: dict[tuple, list] = {}
                         for b in batches or [1]:
-                            by_regime.setdefault(regimes_at(config, limits, b, inp, out_len), []).append(b)
+                            by_regime.setdefault(regimes_at(memo, config, limits, b, inp, out_len), []).append(b)
                         for regimes, bs in by_regime.items():
                             bucket = buckets[(config, domain, framework, sig, regimes, gpu.key)]
                             bucket["batch"].extend(bs)
@@ -105,7 +118,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                                 bucket[name].extend([value] * len(bs))
                 if kv_dtype in grid.ops_kv_dtypes:
                     for b, inp, out_len in grid.ops_points:
-                        regimes = regimes_at(config, limits, b, inp, out_len)
+                        regimes = regimes_at(memo, config, limits, b, inp, out_len)
                         ops_points[(config, domain, framework, gpu.key, regimes, kv_dtype)].append((b, inp, out_len))
 
     # 2. one vectorized evaluation per structure (all GPUs of the bucket's class at once)
@@ -137,11 +150,11 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                 if name == "max_context":
                     continue
                 if isinstance(value, np.ndarray) and value.ndim:
-                    deployments.add(name, _spread(value, n))
+                    deployments.add(name, _points(value, n))
                 else:
                     deployments.repeat(name, value.item() if isinstance(value, np.ndarray) else value, n)
             for name in PHASE_FIELDS:
-                deployments.add(name, _spread(np.asarray(phases[phase][name]), n))
+                deployments.add(name, _points(np.asarray(phases[phase][name]), n))
     deployments = deployments.joined()
 
     # 3. per-op tables of the points the site shows
@@ -176,7 +189,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     return deployments, ops, total
 
 
-def _spread(values: np.ndarray, n: int) -> np.ndarray:
-    """``np.broadcast_to(values, (n,))``: the array itself when it already has that shape (most
-    columns: ~6 us per call saved, a few hundred thousand calls over the corpus)."""
-    return values if values.shape == (n,) else np.broadcast_to(values, (n,))
+def _points(value: np.ndarray, n: int) -> np.ndarray:
+    """``value`` over the bucket's ``n`` points: summarize's fields already have that shape (its
+    arrays are broadcast to the points), so most need no new view."""
+    return value if value.shape == (n,) else np.broadcast_to(value, (n,))

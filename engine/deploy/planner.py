@@ -352,6 +352,22 @@ def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool =
     (static/js/deploy_eval.js: k times the exported k = 1 draft steps, engine.build.deploy_export):
     a change here changes there too; tests/test_site_mtp.py and tests/test_mtp_export.py hold them
     equal."""
+    return replace(main, steps=main.steps + _draft_steps(mtp, analysis, k, one_token),
+                   layouts={**mtp.layouts, **main.layouts}, stored={**main.stored, **mtp.stored})
+
+
+#: (id(MTP program), id(analysis), k, one_token) -> (program, analysis, its draft steps)
+_DRAFT_STEPS: dict[tuple, tuple] = {}
+
+
+def _draft_steps(mtp: Program, analysis, k: int, one_token: bool) -> tuple[Step, ...]:
+    """:func:`with_drafts`' draft steps, once per placed MTP program: configs that differ only in
+    what the MTP stack's placement does not read (pp, dp) share that program object, and the grid's
+    export asks for every one of them."""
+    key = (id(mtp), id(analysis), k, one_token)
+    hit = _DRAFT_STEPS.get(key)
+    if hit is not None and hit[0] is mtp and hit[1] is analysis:     # (a freed object's id can recur)
+        return hit[2]
     templates = {c.uid: c.repeat for c in analysis.components.values() if c.template and c.stack == MTP_STACK}
     steps = []
     for s in mtp.steps:
@@ -360,8 +376,10 @@ def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool =
         layers = next((n for uid, n in templates.items() if s.uid.startswith(uid + "/")), None)
         repeat = s.repeat * k if layers is None else s.repeat * k / layers
         steps.append(replace(s, repeat=repeat, last_token=s.last_token or one_token))
-    return replace(main, steps=main.steps + tuple(steps), layouts={**mtp.layouts, **main.layouts},
-                   stored={**main.stored, **mtp.stored})
+    if len(_DRAFT_STEPS) > 256:           # the configs of one model at a time, roughly (it holds them)
+        _DRAFT_STEPS.clear()
+    _DRAFT_STEPS[key] = (mtp, analysis, tuple(steps))
+    return _DRAFT_STEPS[key][2]
 
 
 def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, domain: int,

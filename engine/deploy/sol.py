@@ -252,6 +252,12 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     request_bytes = request_bytes_fn()
 
     def full(x):
+        """``x`` over the points, read-only: what np.broadcast_to gives, and for an array that has
+        the points' shape already (most fields) the same view made without broadcasting."""
+        if isinstance(x, np.ndarray) and x.shape == shape:
+            view = x.view()
+            view.flags.writeable = False
+            return view
         return np.broadcast_to(np.asarray(x), shape)
 
     mtp_fields = {} if not options.mtp_tokens else {
@@ -442,6 +448,9 @@ def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, 
     return text
 
 
+#: :data:`engine.deploy.cost.BOUNDS` as an array: a row's bound is one gather, not a lookup per row.
+_BOUND_NAMES = np.asarray(BOUNDS, dtype=object)
+
 #: (id(numeric program), id(symbolic program)) -> (numeric, symbolic, their op rows' GPU-free labels)
 _LABELS: dict[tuple, tuple] = {}
 
@@ -491,7 +500,8 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
             "parts": [list(steps[i].parts) for i in keep], "dtype": [steps[i].compute_dtype for i in keep]})
     keep, one = mine[2], mine[3]
     label = {name: values * n for name, values in one.items()}
-    v = {key: np.asarray(values[key])[keep].T.reshape(-1) for key in values}   # point-major
+    # point-major: the kept steps of each point in turn (one gather, already in that order)
+    v = {key: np.asarray(values[key]).T[:, keep].reshape(-1) for key in values}
     t = np.stack([v["t_compute"], v["t_memory"], v["t_comm"]])
     density = intensity(v["flops"], v["bytes"])
     # the GPU's dtype of each operand class, looked up once per class
@@ -504,7 +514,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
         "comm_bytes": numbers(v["comm_bytes"]), "intensity": numbers(density),
         "t_compute_s": numbers(v["t_compute"]), "t_memory_s": numbers(v["t_memory"]),
         "t_comm_s": numbers(v["t_comm"]), "t_sol_s": numbers(v["t_sol"]),
-        "bound": [BOUNDS[j] for j in np.argmax(t, axis=0)],
+        "bound": _BOUND_NAMES[np.argmax(t, axis=0)].tolist(),
         "link": label["link"], "group": label["group"],
         "compute_dtype": [dtype[d] for d in one["dtype"]] * n,
         "parts": label["parts"],
