@@ -121,7 +121,15 @@ class DeviceTypes:
 
 
 def _prod(values) -> sympy.Expr:
-    return reduce(_mul, values, ONE)
+    """The product of ``values`` (from ``ONE``), by the memoized :func:`_mul`.
+
+    ``ONE * v`` is ``v`` itself for a sympy ``v`` (a plain ``int`` or ``float`` would become a
+    sympy number, so only sympy values skip the product): the first factor costs no lookup."""
+    it = iter(values)
+    first = next(it, ONE)
+    if not isinstance(first, sympy.Basic):
+        first = _mul(ONE, first)
+    return reduce(_mul, it, first)
 
 
 #: (operator, a, b, type(a), type(b)) -> a op b. Placement repeats the same few products and
@@ -131,14 +139,27 @@ def _prod(values) -> sympy.Expr:
 _ARITH: dict[tuple, object] = {}
 
 
+#: (operator, id(a), id(b)) -> (a, b, a op b): the same operand objects recur (a row's sizes, the
+#: memo's own results), and a key of ids skips hashing the expressions. The entry holds the operands,
+#: so an id cannot be reused by another object while it is in the memo; the same objects have the
+#: same types, so 2 and 2.0 stay apart here too. Misses fall through to :data:`_ARITH`.
+_ARITH_BY_ID: dict[tuple, tuple] = {}
+
+
 def _arith(op, a, b):
     """``op(a, b)`` for the sympy arithmetic of placement, computed once per operand pair (bounded)."""
+    hit = _ARITH_BY_ID.get((op, id(a), id(b)))
+    if hit is not None and hit[0] is a and hit[1] is b:
+        return hit[2]
     key = (op, a, b, type(a), type(b))
     found = _ARITH.get(key)
     if found is None:
         if len(_ARITH) > 500_000:
             _ARITH.clear()
         found = _ARITH[key] = op(a, b)
+    if len(_ARITH_BY_ID) > 500_000:
+        _ARITH_BY_ID.clear()
+    _ARITH_BY_ID[(op, id(a), id(b))] = (a, b, found)
     return found
 
 
@@ -475,7 +496,9 @@ class Placer(_LayoutRules, _ParallelRules):
         key = (tensor, layout, computed, tuple(g.expr for gs in layout.shards for g in gs))
         found = self._locals.get(key)
         if found is None:
-            total = tensor.computed if computed else tensor.numel
+            # Tensor.numel multiplies the sizes afresh; _prod reuses the memoized products
+            numel = _prod(a.size for a in tensor.axes)
+            total = tensor.valid if computed and tensor.valid is not None else numel
             found = self._locals[key] = _div(total, _prod(self.factor(a, gs) for a, gs in zip(tensor.axes, layout.shards)))
         return found
 
@@ -659,8 +682,23 @@ def _move(layout: Layout, group: Group, src: int, dst: int) -> Layout:
     return Layout(tuple(shards), layout.partial)
 
 
+#: id(row) -> (row, its _row_dims): a row is placed under every config and phase, and its steps
+#: only read the mapping (fused steps share their last member's), so one dict serves them all.
+_ROW_DIMS: dict[int, tuple] = {}
+
+
 def _row_dims(row: NodeRow) -> dict[str, sympy.Expr]:
-    """Named sizes a fusion condition may test: the op's bound dims by the names they were bound to."""
+    """Named sizes a fusion condition may test: the op's bound dims by the names they were bound
+    to. Memoized per row object (the memo holds the row, so its id is not reused); read-only."""
+    hit = _ROW_DIMS.get(id(row))
+    if hit is None or hit[0] is not row:
+        if len(_ROW_DIMS) > 100_000:
+            _ROW_DIMS.clear()
+        hit = _ROW_DIMS[id(row)] = (row, _row_dims_of(row))
+    return hit[1]
+
+
+def _row_dims_of(row: NodeRow) -> dict[str, sympy.Expr]:
     out = {}
     for tensor in (row.out,) + tuple(row.in_shapes):
         for axis in tensor.axes:
