@@ -186,6 +186,12 @@ def shard_unit(name: str, dims_table: Mapping) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
+#: (axis name, id(dims table)) -> (the table, :func:`shard_unit` of the name): a pure function of
+#: the two (the corpus's dims table is loaded once and not changed), asked by every placer of every
+#: config and phase; parsing the name is most of a placer's cost of a new axis name.
+_UNITS: dict[tuple, tuple] = {}
+
+
 class _LayoutRules:
     """Placement rules of the families that follow the tensor's layout: ``axis_map`` (the default),
     ``norm``, ``matmul`` (weights sharded by their worlds) and ``rows`` (gathers of rows)."""
@@ -212,14 +218,16 @@ class _LayoutRules:
         if row.instances == 1 or self.decide(row.instances) == 1:
             return ONE, ONE
         ep = self.mesh.world_group("ep", "experts")
-        local = row.instances / (ep.expr if ep else ONE)
+        local = _div(row.instances, ep.expr if ep else ONE)
         tokens = next((t for uid, t in sorted(self.routing_tokens.items(), key=lambda kv: -len(kv[0]))
                        if row.uid.startswith(uid + "/")), None)
         if tokens is None:
             return local, ONE
         # Tokens choose `active` of `instances` experts: an expert is idle with probability
         # (1 - active/instances)^tokens under uniform routing (expected value).
-        return local, 1 - (1 - row.active / row.instances) ** tokens
+        # (the same expression through the memo: every config places the same expert rows)
+        idle = _arith(operator.pow, _arith(operator.sub, 1, _div(row.active, row.instances)), tokens)
+        return local, _arith(operator.sub, 1, idle)
 
     def place_axis_map(self, row: NodeRow, inputs: list[Step], whole_last: bool = False) -> None:
         op = OPS[row.op]
@@ -457,9 +465,14 @@ class Placer(_LayoutRules, _ParallelRules):
 
     # -- sizes through a layout --------------------------------------------------------------------
     def unit(self, name: str) -> tuple[str, sympy.Expr] | None:
-        """The replicable dim inside an axis name (``n_kv_heads`` in ``n_kv_heads * d_head``)."""
+        """The replicable dim inside an axis name (``n_kv_heads`` in ``n_kv_heads * d_head``).
+        The name's shardable dim is parsed once per process (:data:`_UNITS`), its value per placer."""
         if name not in self._units:
-            unit = shard_unit(name, self.dims_table)
+            key = (name, id(self.dims_table))
+            found = _UNITS.get(key)
+            if found is None or found[0] is not self.dims_table:
+                found = _UNITS[key] = (self.dims_table, shard_unit(name, self.dims_table))
+            unit = found[1]
             replicable = unit is not None and self.dims_table[unit].replicate and unit in self.a.values
             self._units[name] = (unit, self.a.values[unit]) if replicable else None
         return self._units[name]
@@ -586,7 +599,8 @@ class Placer(_LayoutRules, _ParallelRules):
 
     def state_traffic(self, row: NodeRow, layout: Layout) -> sympy.Expr:
         """A recurrent state is read and written once per decode step; a prompt writes it once."""
-        return self.state_bytes(row, layout) * (2 if self.phase == "decode" else 1)
+        state = self.state_bytes(row, layout)
+        return state if state is ZERO else state * (2 if self.phase == "decode" else 1)   # 0 * n is 0
 
     def state_caches(self) -> dict:
         """Node uid (decode suffix dropped) -> the state cache entry a recurrent op keeps."""
