@@ -706,7 +706,7 @@ def _row_dims(row: NodeRow) -> dict[str, sympy.Expr]:
     to. Memoized per row object (the memo holds the row, so its id is not reused); read-only."""
     hit = _ROW_DIMS.get(id(row))
     if hit is None or hit[0] is not row:
-        if len(_ROW_DIMS) > 100_000:
+        if len(_ROW_DIMS) > 20_000:     # a few models' rows: the memo keeps rows alive
             _ROW_DIMS.clear()
         hit = _ROW_DIMS[id(row)] = (row, _row_dims_of(row))
     return hit[1]
