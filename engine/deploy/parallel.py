@@ -177,6 +177,8 @@ class Mesh:
 
     def canonical(self, groups) -> tuple[Group, ...]:
         """Drop size-1 groups and merge groups that tile a larger one (``ep`` x ``moe_tp`` = ``tp``)."""
+        if not groups:      # most partial-sum tuples placement asks about are empty
+            return ()
         items = sorted((g for g in groups if g.size > 1), key=lambda g: (g.dim, g.stride))
         merged: list[Group] = []
         for g in items:

@@ -121,7 +121,15 @@ class DeviceTypes:
 
 
 def _prod(values) -> sympy.Expr:
-    return reduce(_mul, values, ONE)
+    """The product of ``values`` (from ``ONE``), by the memoized :func:`_mul`.
+
+    ``ONE * v`` is ``v`` itself for a sympy ``v`` (a plain ``int`` or ``float`` would become a
+    sympy number, so only sympy values skip the product): the first factor costs no lookup."""
+    it = iter(values)
+    first = next(it, ONE)
+    if not isinstance(first, sympy.Basic):
+        first = _mul(ONE, first)
+    return reduce(_mul, it, first)
 
 
 #: (operator, a, b, type(a), type(b)) -> a op b. Placement repeats the same few products and
@@ -131,14 +139,27 @@ def _prod(values) -> sympy.Expr:
 _ARITH: dict[tuple, object] = {}
 
 
+#: (operator, id(a), id(b)) -> (a, b, a op b): the same operand objects recur (a row's sizes, the
+#: memo's own results), and a key of ids skips hashing the expressions. The entry holds the operands,
+#: so an id cannot be reused by another object while it is in the memo; the same objects have the
+#: same types, so 2 and 2.0 stay apart here too. Misses fall through to :data:`_ARITH`.
+_ARITH_BY_ID: dict[tuple, tuple] = {}
+
+
 def _arith(op, a, b):
     """``op(a, b)`` for the sympy arithmetic of placement, computed once per operand pair (bounded)."""
+    hit = _ARITH_BY_ID.get((op, id(a), id(b)))
+    if hit is not None and hit[0] is a and hit[1] is b:
+        return hit[2]
     key = (op, a, b, type(a), type(b))
     found = _ARITH.get(key)
     if found is None:
         if len(_ARITH) > 500_000:
             _ARITH.clear()
         found = _ARITH[key] = op(a, b)
+    if len(_ARITH_BY_ID) > 500_000:
+        _ARITH_BY_ID.clear()
+    _ARITH_BY_ID[(op, id(a), id(b))] = (a, b, found)
     return found
 
 
@@ -163,6 +184,12 @@ def shard_unit(name: str, dims_table: Mapping) -> str | None:
         return None
     found = [s.name for s in getattr(parsed, "free_symbols", ()) if dims_table[s.name].shard != "none"]
     return found[0] if len(found) == 1 else None
+
+
+#: (axis name, id(dims table)) -> (the table, :func:`shard_unit` of the name): a pure function of
+#: the two (the corpus's dims table is loaded once and not changed), asked by every placer of every
+#: config and phase; parsing the name is most of a placer's cost of a new axis name.
+_UNITS: dict[tuple, tuple] = {}
 
 
 class _LayoutRules:
@@ -191,14 +218,16 @@ class _LayoutRules:
         if row.instances == 1 or self.decide(row.instances) == 1:
             return ONE, ONE
         ep = self.mesh.world_group("ep", "experts")
-        local = row.instances / (ep.expr if ep else ONE)
+        local = _div(row.instances, ep.expr if ep else ONE)
         tokens = next((t for uid, t in sorted(self.routing_tokens.items(), key=lambda kv: -len(kv[0]))
                        if row.uid.startswith(uid + "/")), None)
         if tokens is None:
             return local, ONE
         # Tokens choose `active` of `instances` experts: an expert is idle with probability
         # (1 - active/instances)^tokens under uniform routing (expected value).
-        return local, 1 - (1 - row.active / row.instances) ** tokens
+        # (the same expression through the memo: every config places the same expert rows)
+        idle = _arith(operator.pow, _arith(operator.sub, 1, _div(row.active, row.instances)), tokens)
+        return local, _arith(operator.sub, 1, idle)
 
     def place_axis_map(self, row: NodeRow, inputs: list[Step], whole_last: bool = False) -> None:
         op = OPS[row.op]
@@ -436,9 +465,14 @@ class Placer(_LayoutRules, _ParallelRules):
 
     # -- sizes through a layout --------------------------------------------------------------------
     def unit(self, name: str) -> tuple[str, sympy.Expr] | None:
-        """The replicable dim inside an axis name (``n_kv_heads`` in ``n_kv_heads * d_head``)."""
+        """The replicable dim inside an axis name (``n_kv_heads`` in ``n_kv_heads * d_head``).
+        The name's shardable dim is parsed once per process (:data:`_UNITS`), its value per placer."""
         if name not in self._units:
-            unit = shard_unit(name, self.dims_table)
+            key = (name, id(self.dims_table))
+            found = _UNITS.get(key)
+            if found is None or found[0] is not self.dims_table:
+                found = _UNITS[key] = (self.dims_table, shard_unit(name, self.dims_table))
+            unit = found[1]
             replicable = unit is not None and self.dims_table[unit].replicate and unit in self.a.values
             self._units[name] = (unit, self.a.values[unit]) if replicable else None
         return self._units[name]
@@ -475,7 +509,9 @@ class Placer(_LayoutRules, _ParallelRules):
         key = (tensor, layout, computed, tuple(g.expr for gs in layout.shards for g in gs))
         found = self._locals.get(key)
         if found is None:
-            total = tensor.computed if computed else tensor.numel
+            # Tensor.numel multiplies the sizes afresh; _prod reuses the memoized products
+            numel = _prod(a.size for a in tensor.axes)
+            total = tensor.valid if computed and tensor.valid is not None else numel
             found = self._locals[key] = _div(total, _prod(self.factor(a, gs) for a, gs in zip(tensor.axes, layout.shards)))
         return found
 
@@ -563,7 +599,8 @@ class Placer(_LayoutRules, _ParallelRules):
 
     def state_traffic(self, row: NodeRow, layout: Layout) -> sympy.Expr:
         """A recurrent state is read and written once per decode step; a prompt writes it once."""
-        return self.state_bytes(row, layout) * (2 if self.phase == "decode" else 1)
+        state = self.state_bytes(row, layout)
+        return state if state is ZERO else state * (2 if self.phase == "decode" else 1)   # 0 * n is 0
 
     def state_caches(self) -> dict:
         """Node uid (decode suffix dropped) -> the state cache entry a recurrent op keeps."""
@@ -659,8 +696,23 @@ def _move(layout: Layout, group: Group, src: int, dst: int) -> Layout:
     return Layout(tuple(shards), layout.partial)
 
 
+#: id(row) -> (row, its _row_dims): a row is placed under every config and phase, and its steps
+#: only read the mapping (fused steps share their last member's), so one dict serves them all.
+_ROW_DIMS: dict[int, tuple] = {}
+
+
 def _row_dims(row: NodeRow) -> dict[str, sympy.Expr]:
-    """Named sizes a fusion condition may test: the op's bound dims by the names they were bound to."""
+    """Named sizes a fusion condition may test: the op's bound dims by the names they were bound
+    to. Memoized per row object (the memo holds the row, so its id is not reused); read-only."""
+    hit = _ROW_DIMS.get(id(row))
+    if hit is None or hit[0] is not row:
+        if len(_ROW_DIMS) > 20_000:     # a few models' rows: the memo keeps rows alive
+            _ROW_DIMS.clear()
+        hit = _ROW_DIMS[id(row)] = (row, _row_dims_of(row))
+    return hit[1]
+
+
+def _row_dims_of(row: NodeRow) -> dict[str, sympy.Expr]:
     out = {}
     for tensor in (row.out,) + tuple(row.in_shapes):
         for axis in tensor.axes:

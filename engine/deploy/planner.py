@@ -635,8 +635,6 @@ class _Log(dict):
         super().__setitem__(key, value)
 
 
-_UNITS: dict[tuple, tuple] = {}      # (axis name, id(dims table)) -> (table, its shardable dim)
-
 #: The placer's state a row's placement writes (besides the steps it appends).
 _WRITES = ("out", "layouts", "redist", "stored", "routing_tokens")
 
@@ -664,19 +662,6 @@ class _ReplayPlacer(Placer):
         super().__init__(*args)
         for name in _WRITES:
             setattr(self, name, _Log(getattr(self, name)))
-
-    def unit(self, name: str):
-        """:meth:`Placer.unit` with the axis name's shardable dim looked up once per process (a pure
-        function of the name and the dims table; the playground places hundreds of analyses)."""
-        if name not in self._units:
-            key = (name, id(self.dims_table))
-            found = _UNITS.get(key)
-            if found is None or found[0] is not self.dims_table:
-                found = _UNITS[key] = (self.dims_table, shard_unit(name, self.dims_table))
-            unit = found[1]
-            replicable = unit is not None and self.dims_table[unit].replicate and unit in self.a.values
-            self._units[name] = (unit, self.a.values[unit]) if replicable else None
-        return self._units[name]
 
     def place(self, row) -> None:
         inputs = [self.producer(row, i) for i in range(len(row.inputs))]
