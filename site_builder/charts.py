@@ -62,8 +62,7 @@ def deployment_specs(gpu_bars: int = 12, config_bars: int = 8) -> dict[str, dict
     return copy.deepcopy(_deployment_specs(gpu_bars, config_bars))
 
 
-# Data-free specs depend only on their arguments: built once per process, not once per
-# page (altair's schema validation was a fifth of a site render).
+# Data-free specs depend only on their arguments: built once per process, not once per page.
 @functools.lru_cache(maxsize=None)
 @_built
 def _deployment_specs(gpu_bars: int, config_bars: int) -> dict[str, dict]:

@@ -202,7 +202,8 @@ class _Numbering(dict):
         return n
 
 
-def _compact(value) -> str:
+def compact_json(value) -> str:
+    """The site's JSON text: compact separators (what :meth:`Site.gzip_json` writes)."""
     return json.dumps(value, separators=(",", ":"))
 
 
@@ -261,25 +262,17 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
 
 
 def _shared(bodies: dict[str, dict]) -> tuple[dict[str, str], dict[str, str]]:
-    """The files' compact JSON texts, one per distinct body, and each key's file: the first key
-    (in order) whose body is the same JSON value (equal texts with sorted keys: configs whose files
-    come out identical, one GPU on an 8- or a 72-GPU domain, share one file). The sorted text is
-    built only for bodies that equal an earlier one as Python values (which it needs) but not as
-    compact text (the trees are the build's, interned by that text: in practice never; the results
-    hold no NaN, engine/build/finite.py, so equal texts are equal values)."""
+    """The files' compact JSON texts, one per distinct text, and each key's file: the first key (in
+    order) whose text is the same (configs whose files come out identical, one GPU on an 8- or a
+    72-GPU domain, share one file). Equal values give equal texts: a body's keys are in one order,
+    and its trees are the build's, interned by their compact text (engine/build/deploy_export.py)."""
     texts: dict[str, str] = {}
     same: dict[str, str] = {}
     kept: dict[str, str] = {}            # compact text -> its first key
     for key, body in bodies.items():
-        text = _compact(body)
-        first = kept.get(text)
-        if first is None:
-            first = next((k for k in texts if bodies[k] == body and _sorted(bodies[k]) == _sorted(body)), None)
-        if first is None:
-            texts[key], kept[text], first = text, key, key
+        text = compact_json(body)
+        first = kept.setdefault(text, key)
+        if first == key:
+            texts[key] = text
         same[key] = first
     return texts, same
-
-
-def _sorted(value) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)

@@ -35,8 +35,8 @@ from engine.spec.corpus import refuse_symlinks
 from engine.spec.errors import SpecError, Where
 from site_builder import charts, graphs, sizing
 from site_builder import downloads, landscape
-from site_builder.data import (Results, deploy_formulas, deployment_options, deployment_rows, gallery_index, lineages,
-                               read_json, slug, split_formulas, trait_index)
+from site_builder.data import (Results, compact_json, deploy_formulas, deployment_options, deployment_rows,
+                               gallery_index, lineages, read_json, slug, split_formulas, trait_index)
 from site_builder.graph_svg import diff_graphs, render_svg
 
 REPO = Path(__file__).resolve().parent.parent
@@ -167,7 +167,7 @@ class Site:
         formula files are a third of the site as plain JSON and a tenth of that compressed; the
         pages decompress them (static/js/deploy_eval.js). No timestamp in the header, so the same
         value gives the same bytes (the incremental render compares hashes)."""
-        self._target(path).write_bytes(gzip.compress(json.dumps(value, separators=(",", ":")).encode(), 9, mtime=0))
+        self.gzip_text(path, compact_json(value))
 
     def place(self, source: Path, path: str) -> None:
         """Put the file ``source`` at ``path``: a hard link where the file system allows (the site

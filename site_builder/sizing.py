@@ -1,6 +1,7 @@
 """The sizing page of a model: ``/models/<org--name>/sizing/``, from the build's fronts and sizing tables.
 
-Layer: site_builder (reads build/results only; computes no cost). The page shows, per sizing
+Layer: site_builder (reads build/results only; computes no cost: the page's disaggregated answer is
+static/js/sizing.js's port of engine/deploy/sizing.py pair_points, over the rows written here). The page shows, per sizing
 scenario, the throughput-per-GPU vs tokens/s-per-user chart (one line per GPU type: the Pareto
 front ``archledger plan`` prints) and a form answering "how many GPUs of which kind within TTFT <=
 a and TPOT <= b". The form selects rows: the lowest-``rank`` row of ``sizing.parquet`` whose

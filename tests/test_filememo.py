@@ -152,3 +152,16 @@ def test_kv_at_is_subs():
     for length, kv in ((1, 2.0), (4097, 1.0), (4097, 2.0), (1, 2.0)):
         assert cache.kv_at(expr, length, kv) == float(expr.subs({LENGTH: length, KV_BYTES: kv}))
     assert len(cache._kv) == 3
+
+
+def test_gpu_folder_whose_collectives_is_a_file_falls_back_to_the_repo_table(tmp_path):
+    """A GPU folder without its own ``collectives/nccl.yaml`` uses the repo's table, also when
+    ``collectives`` is a plain file there (the memo's key reads that path too: a path through a
+    file is absent, as ``Path.exists`` says, not an error)."""
+    root = tmp_path / "gpus"
+    root.mkdir()
+    shutil.copy(REPO / "gpus" / "h100-sxm.yaml", root)
+    (root / "collectives").write_text("not a folder\n")
+    own, repo = load_gpus(root)["H100"], load_gpus(REPO / "gpus")["H100"]
+    for op, n, nodes in (("send_recv", 2, 1), ("send_recv", 2, 2), ("all_reduce", 8, 1)):
+        assert own.collective_latency(op, n, nodes) == repo.collective_latency(op, n, nodes) > 0

@@ -62,20 +62,15 @@ import numpy as np
 
 from engine.deploy.disagg import ROUND, links
 from engine.deploy.hardware import GPU
-from engine.deploy.sizing import GPUSearch, prefill_choice, prefill_staircases
-
-#: A TPOT bound no point reaches: the staircase spans every TPOT.
-_NO_TPOT_BOUND = 1e30
-
+from engine.deploy.sizing import GPUSearch, prefill_choice, prefill_staircases, prefix_argmax
 
 def records(pres: GPUSearch, c: int) -> tuple[np.ndarray, np.ndarray]:
     """(ttft_s, batch) of pool config ``c``'s records, in ``pair_points``' order (TTFT, stable)."""
     sel = np.flatnonzero(pres.prefill["config"] == c)
     order = np.argsort(pres.prefill["ttft_s"][sel], kind="stable")
     t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
-    x = b / t
-    before = np.concatenate(([-np.inf], np.maximum.accumulate(x)[:-1]))
-    return t[x > before], b[x > before]
+    first = np.unique(prefix_argmax(b / t))      # where the running maximum of requests/s rises
+    return t[first], b[first]
 
 
 def dominated(pres: GPUSearch, slowest_bytes_per_s: float | None = None) -> list[np.ndarray]:
@@ -347,8 +342,8 @@ def _within_reach(pres: GPUSearch, dres: GPUSearch, output_len: int) -> np.ndarr
     return np.flatnonzero(keep)
 
 
-def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_request: float,
-                    output_len: int) -> set[tuple[int, int, int]]:
+def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int
+                    ) -> set[tuple[int, int, int]]:
     """Every (decode point, prefill config, prefill batch) that is ``pair_points``' answer for some
     TTFT and TPOT bounds (one replica), the prefill config indexing ``pres.pool_configs`` (pass
     :func:`prefill_records`' copy: the same answers, fewer points to scan)."""
@@ -412,7 +407,7 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_r
     return found
 
 
-def candidates(results: list[GPUSearch], gpus: list[GPU], kv_request: float, output_len: int
+def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int
                ) -> tuple[dict[str, GPUSearch], dict[str, GPUSearch]]:
     """Per GPU type (``search(..., pools=True)``'s results), the prefill side (:func:`prefill_records`
     kept to the records some answer picks) and the decode side (:func:`decode_subset` kept to the
@@ -427,7 +422,7 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], kv_request: float, out
         pr = pools[pres.gpu]
         position = {cfg: k for k, cfg in enumerate(pres.pool_configs)}
         for dres in results:
-            found = pair_candidates(by_key[pres.gpu], by_key[dres.gpu], pr, dres, kv_request, output_len)
+            found = pair_candidates(by_key[pres.gpu], by_key[dres.gpu], pr, dres, output_len)
             for d, c, b in found:
                 held[dres.gpu].add(d)
                 picked[pres.gpu].setdefault(position[pr.pool_configs[c]], set()).add(b)

@@ -28,6 +28,7 @@ measured speed-up.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -141,13 +142,11 @@ def unpack(bundle: dict) -> dict[str, Path]:
     return _UNPACKED[digest]
 
 
-def forget(digest: str) -> int:
+def forget(digest: str) -> None:
     """Remove this worker's unpacked copy of the bundle ``digest`` (run on every worker when the
-    build ends, so a long-lived cluster's temporary folder does not collect one corpus per build);
-    returns how many tasks this worker ran."""
+    build ends, so a long-lived cluster's temporary folder does not collect one corpus per build)."""
     _UNPACKED.pop(digest, None)
     shutil.rmtree(_bundle_folder(digest), ignore_errors=True)
-    return TASKS_RUN
 
 
 def remote_task(bundle: dict, fn: Callable, model_id: str, args: tuple, engine_digest: Callable[[], str]) -> dict:
@@ -209,7 +208,9 @@ def run_dask(executor: Executor, jobs: int | None, bundle: dict, fn: Callable, t
                     future.cancel()
                 raise
             finally:
-                client.run(forget, bundle["digest"])
+                # tidying only: an unreachable scheduler must not hide the build's own error
+                with contextlib.suppress(Exception):
+                    client.run(forget, bundle["digest"])
     finally:
         if cluster is not None:
             cluster.close()

@@ -123,7 +123,7 @@ def load_sizing(grid_path: Path | str | None) -> Sizing | None:
     path = Path(grid_path) if grid_path else DEFAULT
     # once per process and content of the files read (a build asks per model; the fusion tables
     # name the frameworks allowed); a Sizing is frozen tuples
-    files = [path, *sorted(fusion.DEFAULT_ROOT.glob("*.yaml"))]
+    files = [path, *fusion.table_files()]
     return _SIZINGS.get(("sizing", str(path)), files, lambda: _load_sizing(path))
 
 
@@ -260,10 +260,10 @@ def _append_disagg(columns: dict, ev: Evaluation, gpus, results, input_len: int,
     """Append one scenario's disagg rows: per GPU type the prefill and decode points
     :func:`engine.build.disagg_sizing.candidates` keeps, with what the pairing needs of the GPU."""
     from engine.build.disagg_sizing import candidates, records
-    from engine.deploy.disagg import transfer_bytes
+    from engine.deploy.disagg import links, transfer_bytes
     from engine.spec.kv import KV_DTYPE_BYTES
     kv_request = float(transfer_bytes(ev, input_len, KV_DTYPE_BYTES[kv_dtype]))
-    prefill, decode = candidates(results, gpus, kv_request, output_len)
+    prefill, decode = candidates(results, gpus, output_len)
     for gpu in gpus:
         rows = []
         pres = prefill[gpu.key]
@@ -277,11 +277,11 @@ def _append_disagg(columns: dict, ev: Evaluation, gpus, results, input_len: int,
                      for k, bb, tt, tp in zip(p["config"].tolist(), p["batch"].tolist(), p["ttft_s"].tolist(),
                                               p["tpot_s"].tolist())]
         share = {**pres.kv_share, **dres.kv_share}
+        up, out = links(gpu, gpu)        # the page pairs two GPU types' links as disagg.links does
         link = {"usd_per_gpu_hour": gpu.price_usd_per_hour, "scale_up_domain": int(gpu.scale_up_domain),
-                "scale_up_alpha_s": float(gpu.collective_latency("send_recv", 2, 1)),
-                "scale_up_bytes_per_s": float(gpu.scale_up_bytes_per_s),
-                "scale_out_alpha_s": float(gpu.collective_latency("send_recv", 2, 2)),
-                "scale_out_bytes_per_s": float(gpu.scale_out_bytes_per_s), "kv_transfer_bytes": kv_request}
+                "scale_up_alpha_s": float(up.alpha_s), "scale_up_bytes_per_s": float(up.bytes_per_s),
+                "scale_out_alpha_s": float(out.alpha_s), "scale_out_bytes_per_s": float(out.bytes_per_s),
+                "kv_transfer_bytes": kv_request}
         ranks = {"prefill": 0, "decode": 0}
         for pool, cfg, batch, ttft, tpot in rows:
             for k, v in head.items():

@@ -107,7 +107,7 @@ def load_grid(path: Path | str | None = None) -> Grid:
         raise SpecError(Where(str(path)), "grid file not found", "pass --grid pointing at a grid YAML")
     # once per process and content of the files read (a build asks per model; the fusion tables
     # name the frameworks allowed); a Grid is frozen tuples
-    files = [path, *sorted(fusion.DEFAULT_ROOT.glob("*.yaml"))]
+    files = [path, *fusion.table_files()]
     return _GRIDS.get(("grid", str(path)), files, lambda: _load_grid(path))
 
 

@@ -102,13 +102,12 @@ def config_for_bytes(weight_bytes: float, moe: bool, gpu: GPU, hbm_fraction: flo
 
 _NAMES: dict[int, tuple] = {}     # id(list) -> (the list, its free names)
 _TEXTS: dict[int, tuple] = {}     # id(list) -> (the list, its JSON text)
-_LEAVES: dict[tuple, str] = {}    # (type, leaf) -> its JSON text
 _NO_NAMES: frozenset = frozenset()
 
 
 def forget() -> None:
-    """Empty the memos above (:func:`engine.build.whatif.model_playground` after each model: its
-    trees are bound by its own dims, so the next model shares none of them)."""
+    """Empty the memos of trees (_NAMES, _TEXTS, _TERMS: :func:`engine.build.whatif.model_playground`
+    after each model: its trees are bound by its own dims, so the next model shares none of them)."""
     _NAMES.clear()
     _TEXTS.clear()
     _TERMS.clear()
@@ -142,8 +141,8 @@ def tree_text(tree: Any) -> str:
     """``json.dumps(tree, separators=(",", ":"))`` of a formula tree, memoized per list object (json's
     C encoder writes a new tree faster than a walk reusing its sub-trees' texts): a key that tells
     distinct trees apart."""
-    if type(tree) is not list:
-        return _leaf_text(tree)
+    if type(tree) is not list:          # a leaf: rare, not memoized
+        return json.dumps(tree, separators=(",", ":"))
     hit = _TEXTS.get(id(tree))
     if hit is not None and hit[0] is tree:
         return hit[1]
@@ -151,24 +150,6 @@ def tree_text(tree: Any) -> str:
     if len(_TEXTS) > 400_000:
         _TEXTS.clear()
     _TEXTS[id(tree)] = (tree, text)
-    return text
-
-
-def _leaf_text(leaf: Any) -> str:
-    """json.dumps of a tree's leaf: an int's and a finite float's repr are what json writes."""
-    kind = type(leaf)
-    if kind is int:
-        return int.__repr__(leaf)
-    if kind is float and leaf - leaf == 0:      # finite (json writes NaN and Infinity its own way)
-        return float.__repr__(leaf)
-    try:
-        text = _LEAVES.get((kind, leaf))
-    except TypeError:          # not hashable: not a leaf a tree holds, but dumps knows it
-        return json.dumps(leaf, separators=(",", ":"))
-    if text is None:
-        if len(_LEAVES) > 100_000:
-            _LEAVES.clear()
-        text = _LEAVES[(kind, leaf)] = json.dumps(leaf, separators=(",", ":"))
     return text
 
 
@@ -749,7 +730,7 @@ def _entry(bases: Bases, plan: tuple, chosen: tuple[str, ...], every: bool, conf
         if free:        # a constant that holds: nothing to test
             placed.setdefault(key, [tree, reason])
     valid += placed.values()
-    mine = [g for g in groups if g in chosen or (every and g not in chosen)]
+    mine = [g for g in groups if every or g in chosen]
     change = {k: [[groups[g][k][i] for g in mine if groups[g][k][i] != 0] for i in (0, 1)] for k in KEYS}
     return {"config": config.label(), "change": change, "valid": valid, "at": dict(values), "route": route}
 

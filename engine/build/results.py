@@ -438,14 +438,12 @@ def _series(name: str, values, dtype) -> pl.Series:
     weight formula, about a kilobyte, repeated on every row of its config): polars copies each
     string it converts, ~0.6 s per million rows per kilobyte, and the gathered column shares the
     few distinct ones (the same values: the Parquet bytes are the same)."""
-    if isinstance(dtype, pl.List) and isinstance(values, list):
-        distinct: dict[tuple, int] = {}
-        index = [distinct.setdefault(tuple(v), len(distinct)) for v in values]
-        return pl.Series(name, [list(v) for v in distinct], dtype=dtype).gather(pl.Series(index, dtype=pl.UInt32))
-    if dtype == pl.String and isinstance(values, list) and _long_texts(values):
-        texts: dict[str, int] = {}
-        index = [texts.setdefault(v, len(texts)) for v in values]
-        return pl.Series(name, list(texts), dtype=dtype).gather(pl.Series(index, dtype=pl.UInt32))
+    nested = isinstance(dtype, pl.List)
+    if isinstance(values, list) and (nested or (dtype == pl.String and _long_texts(values))):
+        distinct: dict = {}
+        index = [distinct.setdefault(tuple(v) if nested else v, len(distinct)) for v in values]
+        firsts = [list(v) for v in distinct] if nested else list(distinct)
+        return pl.Series(name, firsts, dtype=dtype).gather(pl.Series(index, dtype=pl.UInt32))
     return pl.Series(name, values, dtype=dtype)
 
 
@@ -984,7 +982,8 @@ def worker_init(parent: int, seed: tuple | None = None) -> None:
     _IN_WORKER = parent
     if seed is not None:             # (key, the pickled corpus's file: _pool)
         _CORPORA[seed[0]] = pickle.loads(Path(seed[1]).read_bytes())
-    gc.freeze()                      # the modules and the corpus live as long as the worker: never walk them
+    gc.freeze()                      # the modules and the corpus live as long as the worker (each model's
+                                     # evaluation freezes the heap again: collector.model_heap)
     collector.tune()                 # (already so when spawned by the archledger command: site_builder.cli)
     if sys.platform.startswith("linux"):
         try:

@@ -358,15 +358,14 @@ def catalog(corpus: Corpus) -> dict[str, Any]:
     """Per corpus model: each slot its layer templates reach, what fills it now, and the library
     components that fit the slot's contract (what the playground offers), each with the dims it
     needs that the model does not bind (their corpus values: :func:`component_dims`)."""
-    needs = {n: variant_rules.required_dims(corpus, c, {}) for n, c in corpus.components.items()}
-    return {model.model_id: {"name": model.display_name, "slots": model_slots(corpus, model, needs)}
+    return {model.model_id: {"name": model.display_name, "slots": model_slots(corpus, model)}
             for model in corpus.models.values()}
 
 
-def model_slots(corpus: Corpus, model: ModelSpec, needs: dict | None = None) -> dict[str, dict]:
+def model_slots(corpus: Corpus, model: ModelSpec) -> dict[str, dict]:
     """One model's part of :func:`catalog`: slot -> its templates, current fillers, fitting components."""
     skip = set(symbols.SCENARIO_DIMS)
-    needs = needs if needs is not None else _component_needs(corpus)
+    needs = _component_needs(corpus)
     slots: dict[str, dict] = {}
     for template, fill in model.templates.items():
         for slot, current in variant_rules.slots_reached(corpus, model, fill).items():

@@ -242,15 +242,20 @@ def load_tables(root: Path | str | None = None) -> dict[str, FusionTable]:
     per process and content of the files (a build asks per model). Tables are frozen, the dict is
     each caller's own."""
     root = Path(root) if root else DEFAULT_ROOT
-    return dict(_TABLES.get(("fusion", str(root)), sorted(root.glob("*.yaml")), lambda: _load_tables(root)))
+    return dict(_TABLES.get(("fusion", str(root)), table_files(root), lambda: _load_tables(root)))
 
 
 _TABLES = ContentMemo()
 
 
+def table_files(root: Path | str | None = None) -> list[Path]:
+    """The files :func:`load_tables` reads (what a memo of anything built from them is keyed by)."""
+    return sorted((Path(root) if root else DEFAULT_ROOT).glob("*.yaml"))
+
+
 def _load_tables(root: Path) -> dict[str, FusionTable]:
     tables = {}
-    for path in sorted(root.glob("*.yaml")):
+    for path in table_files(root):
         table = load_table(path, root.parent)
         tables[table.framework] = table
     return tables

@@ -93,9 +93,7 @@ class CollectiveModel:
 
 def load_collectives(root: Path) -> CollectiveModel:
     """The latency table under ``root`` (or the repo's, when a GPU folder brings none)."""
-    path = root / COLLECTIVES_FILE
-    if not path.exists():
-        path = DEFAULT_ROOT / COLLECTIVES_FILE
+    path = _collectives_file(root)
     reader = Reader(path, path.parent)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("model", "src", "base_us", "hop_us"), ("model", "src", "base_us", "hop_us"))
@@ -283,11 +281,17 @@ def load_gpus(root: Path | str | None = None) -> dict[str, GPU]:
     refuse_symlinks(root, root, root.name)   # a linked GPU file could read any file of the machine
     # once per process and content of the files read (a build asks per model); GPU values are
     # frozen, the dict is each caller's own
-    files = [*sorted(root.glob("*.yaml")), root / COLLECTIVES_FILE, DEFAULT_ROOT / COLLECTIVES_FILE]
+    files = [*sorted(root.glob("*.yaml")), root / COLLECTIVES_FILE, _collectives_file(root)]
     return dict(_GPUS.get(("gpus", str(root)), files, lambda: _load_gpus(root)))
 
 
 _GPUS = ContentMemo()
+
+
+def _collectives_file(root: Path) -> Path:
+    """The latency table a GPU folder uses: its own, else the repo's."""
+    path = root / COLLECTIVES_FILE
+    return path if path.exists() else DEFAULT_ROOT / COLLECTIVES_FILE
 
 
 def _load_gpus(root: Path) -> dict[str, GPU]:

@@ -509,9 +509,9 @@ class Placer(_LayoutRules, _ParallelRules):
         key = (tensor, layout, computed, tuple(g.expr for gs in layout.shards for g in gs))
         found = self._locals.get(key)
         if found is None:
-            # Tensor.numel multiplies the sizes afresh; _prod reuses the memoized products
-            numel = _prod(a.size for a in tensor.axes)
-            total = tensor.valid if computed and tensor.valid is not None else numel
+            # Tensor.computed / numel, with the sizes multiplied through _prod's memo (numel
+            # multiplies them afresh)
+            total = tensor.valid if computed and tensor.valid is not None else _prod(a.size for a in tensor.axes)
             found = self._locals[key] = _div(total, _prod(self.factor(a, gs) for a, gs in zip(tensor.axes, layout.shards)))
         return found
 

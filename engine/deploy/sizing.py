@@ -47,8 +47,8 @@ import numpy as np
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError
 from engine.deploy.fusion import FusionTable, live_token_limits, reserve_bytes
-from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, join, links, replicas, transfer_bytes, \
-    usd_per_m_tokens
+from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, ROUND, join, links, replicas, \
+    transfer_bytes, usd_per_m_tokens
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import check, validate_options
@@ -427,7 +427,7 @@ def _load(p: dict[str, np.ndarray], sla: SLA, output_len: int) -> dict[str, np.n
         replicas = -(-sla.users // batch)
         ok &= batch == -(-sla.users // replicas)
     elif sla.rate is not None:
-        replicas = np.maximum(1, np.ceil(sla.rate / rps * (1 - 1e-12))).astype(np.int64)
+        replicas = np.maximum(1, np.ceil(sla.rate / rps * ROUND)).astype(np.int64)
     else:
         replicas = np.ones_like(batch)
     return {"replicas": replicas, "total_gpus": replicas * p["n_gpus"], "requests_per_s": rps * replicas,
@@ -608,8 +608,8 @@ def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.nd
             continue
         j, d = j[at], demand[at]
         # fewest prefill replicas for the demand, then the shortest TTFT that still needs no more
-        reps = np.maximum(1, np.ceil(d / best[j] * (1 - 1e-12)))
-        pick = arg[np.minimum(np.searchsorted(best, d / reps * (1 - 1e-12), side="left"), j)]
+        reps = np.maximum(1, np.ceil(d / best[j] * ROUND))
+        pick = arg[np.minimum(np.searchsorted(best, d / reps * ROUND, side="left"), j)]
         gpus, seconds_p = reps * n_p[c], t[pick]
         key = gpus + seconds_p / half[at]
         better = key < least[at]

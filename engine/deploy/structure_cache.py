@@ -106,7 +106,7 @@ class StructureCache:
 
     def kv_at(self, kv_dev, length: int, kv_bytes: float) -> float:
         """``kv_dev`` (:meth:`memory`'s KV expression) at ``length`` and ``kv_bytes``, by sympy's
-        ``subs`` as before, once per expression and values: the search asks it per GPU type and
+        ``subs`` (exact, then one rounding to float), once per expression and values: the search asks it per GPU type and
         framework, and every GPU type of a domain class shares the placement's expression (equal
         expressions give equal values)."""
         key = (kv_dev, length, kv_bytes)

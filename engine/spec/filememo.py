@@ -32,15 +32,18 @@ from engine.spec.yamlio import MAX_FILE_BYTES
 
 
 def file_bytes(paths: Iterable[Path | str]) -> tuple | None:
-    """``((name, bytes or None when absent), ...)`` of ``paths``, or None when one of them is not
-    a regular file of at most MAX_FILE_BYTES (the loader then decides, and refuses it)."""
+    """``((name, bytes or None when absent), ...)`` of ``paths`` (absent as ``Path.exists`` says:
+    also a path through a plain file), or None when one of them is not a regular file of at most
+    MAX_FILE_BYTES or cannot be read (the loader then decides, and refuses it)."""
     out = []
     for path in paths:
         try:
             st = os.lstat(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):     # absent (a loader may fall back)
             out.append((str(path), None))
             continue
+        except OSError:
+            return None
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
             return None
         out.append((str(path), Path(path).read_bytes()))
@@ -72,6 +75,3 @@ class ContentMemo:
                 self._values.pop(next(iter(self._values)))      # the oldest
             self._values[before] = value
         return value
-
-    def clear(self) -> None:
-        self._values.clear()

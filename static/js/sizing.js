@@ -1,5 +1,5 @@
-// Sizing form and throughput/interactivity front: selects rows of the build's data/sizing/<slug>.json.gz,
-// never computes a cost. Per GPU type the answer is the lowest-rank sizing row whose TTFT and TPOT are
+// Sizing form and throughput/interactivity front: selects rows of the build's data/sizing/<slug>.json.gz
+// (the aggregated answer computes nothing; the disaggregated one is the port below). Per GPU type the answer is the lowest-rank sizing row whose TTFT and TPOT are
 // within the bounds (engine/build/fronts.py: plan's order, thinned where no answer can change); across
 // GPU types, the fewest GPUs then the most tokens/s per GPU, as `archledger plan --json`'s "answer".
 // The disaggregated answer (plan's "answer_disaggregated", one replica, no load) pairs the build's
