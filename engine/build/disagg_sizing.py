@@ -241,6 +241,11 @@ class _Outcomes(NamedTuple):
     def take(self, index) -> _Outcomes:
         return _Outcomes(*(a[index] for a in self))
 
+    def __ne__(self, other: _Outcomes) -> np.ndarray:
+        """Per row, whether any column differs."""
+        return (self.total != other.total) | (self.tokens != other.tokens) | (self.config != other.config) | (
+            self.batch != other.batch)
+
     def then(self, other: _Outcomes) -> _Outcomes:
         return _Outcomes(*map(np.concatenate, zip(self, other)))
 
@@ -395,7 +400,12 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
         split, mid_i = np.flatnonzero(~done), (lo_i + hi_i) // 2
         rows = np.flatnonzero(keep & ~done[seg])
         j = (np.cumsum(~done) - 1)[seg[rows]]
-        mid = _Outcomes(*_probe(pairing, probes[mid_i[split]], j, point[rows], opens))
+        # a row whose outcome is the same at both ends has it in between (the module doc): only
+        # the others are probed
+        mid = lo.take(rows)
+        moves = np.flatnonzero(mid != hi.take(rows))
+        for column, value in zip(mid, _probe(pairing, probes[mid_i[split]], j[moves], point[rows[moves]], opens)):
+            column[moves] = value
         by_mid = _plan_order(j, point[rows], mid)
         place = np.full(len(seg), -1)                 # a kept row's place among rows
         place[rows] = np.arange(len(rows))
