@@ -269,7 +269,13 @@ def _plan_order(seg: np.ndarray, point: np.ndarray, out: _Outcomes) -> np.ndarra
     """The rows with an outcome, by interval ``seg``, then in plan's order: fewest GPUs, most
     tokens/s/GPU, then the search's order (the smaller decode point first)."""
     r = np.flatnonzero(np.isfinite(out.total))
-    return r[np.lexsort((point[r], -out.tokens[r], out.total[r], seg[r]))]
+    return r[np.lexsort((_small(point[r]), -out.tokens[r], _small(out.total[r]), _small(seg[r])))]
+
+
+def _small(key: np.ndarray) -> np.ndarray:
+    """Whole numbers ``key`` as uint16 where they fit (the same order; numpy's stable sort of a
+    16-bit key is a radix sort, several times faster than of a 64-bit one), else as they are."""
+    return key.astype(np.uint16) if len(key) and 0 <= key.min() and key.max() < 2 ** 16 else key
 
 
 def _can_answer(seg: np.ndarray, point: np.ndarray, tp: np.ndarray, lo: _Outcomes, hi: _Outcomes,
