@@ -261,8 +261,12 @@ def _prefix_min(x: np.ndarray, seg: np.ndarray) -> np.ndarray:
     reaches back into an earlier run."""
     if not len(x):
         return x
-    lift = (seg[-1] - seg).astype(np.int64) * (int(x.max()) + 1)
-    return np.minimum.accumulate(x + lift) - lift
+    lift = seg[-1] - seg.astype(np.int64, copy=False)
+    lift *= int(x.max()) + 1
+    out = x + lift
+    np.minimum.accumulate(out, out=out)
+    out -= lift
+    return out
 
 
 def _plan_order(seg: np.ndarray, point: np.ndarray, out: _Outcomes) -> np.ndarray:
@@ -394,9 +398,10 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     by_lo, by_hi = by_end[by_end < k * n], by_end[by_end >= n] - n
     found: set = set()
     while len(lo_i):
-        keep = _can_answer(seg, point, tp[point], lo, hi, by_lo)
+        rank = tp[point]
+        keep = _can_answer(seg, point, rank, lo, hi, by_lo)
         # each end's staircase among the rows kept
-        s_lo, s_hi = (_staircases(seg, tp[point], rows[keep[rows]]) for rows in (by_lo, by_hi))
+        s_lo, s_hi = (_staircases(seg, rank, rows[keep[rows]]) for rows in (by_lo, by_hi))
         done = _same_staircases(len(lo_i), seg, point, lo, s_lo, hi, s_hi) | (hi_i - lo_i <= 1)
         for steps, out in ((s_lo, lo), (s_hi, hi)):
             steps = steps[done[seg[steps]]]
@@ -408,8 +413,9 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
         j = (np.cumsum(~done) - 1)[seg[rows]]
         # a row whose outcome is the same at both ends has it in between (the module doc): only
         # the others are probed
-        mid = lo.take(rows)
-        moves = np.flatnonzero(mid != hi.take(rows))
+        lo, hi = lo.take(rows), hi.take(rows)
+        mid = _Outcomes(*(column.copy() for column in lo))
+        moves = np.flatnonzero(mid != hi)
         for column, value in zip(mid, _probe(pairing, probes[mid_i[split]], j[moves], point[rows[moves]], opens)):
             column[moves] = value
         by_mid = _plan_order(j, point[rows], mid)
@@ -417,7 +423,7 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
         place[rows] = np.arange(len(rows))
         by_lo = np.concatenate([_kept(place[by_lo]), len(rows) + by_mid])
         by_hi = np.concatenate([by_mid, len(rows) + _kept(place[by_hi])])
-        lo, hi = lo.take(rows).then(mid), mid.then(hi.take(rows))
+        lo, hi = lo.then(mid), mid.then(hi)
         seg, point = np.concatenate([j, len(split) + j]), np.tile(point[rows], 2)
         lo_i, hi_i = np.concatenate([lo_i[split], mid_i[split]]), np.concatenate([mid_i[split], hi_i[split]])
     return found
