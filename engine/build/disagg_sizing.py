@@ -396,7 +396,10 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     seg, point = end[:k * n], np.tile(every, k)
     lo, hi = ends.take(slice(0, k * n)), ends.take(slice(n, (k + 1) * n))
     by_lo, by_hi = by_end[by_end < k * n], by_end[by_end >= n] - n
-    found: set = set()
+    # the (point, prefill config, batch) answers as one whole number each (far below 2**63: points,
+    # configs and batches number thousands at most), repeats too, made distinct once at the end
+    n_config, n_batch = len(pres.pool_configs), int(pres.prefill["batch"].max()) + 1
+    found = []
     while len(lo_i):
         rank = tp[point]
         keep = _can_answer(seg, point, rank, lo, hi, by_lo)
@@ -405,7 +408,7 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
         done = _same_staircases(len(lo_i), seg, point, lo, s_lo, hi, s_hi) | (hi_i - lo_i <= 1)
         for steps, out in ((s_lo, lo), (s_hi, hi)):
             steps = steps[done[seg[steps]]]
-            found.update(zip(point[steps].tolist(), out.config[steps].tolist(), out.batch[steps].tolist()))
+            found.append((point[steps] * n_config + out.config[steps]) * n_batch + out.batch[steps])
         # the others split at their midpoints, probed in one pass: split interval j's (lo, mid) and
         # (mid, hi) are intervals j and (splits) + j of the next level, each with j's rows kept
         split, mid_i = np.flatnonzero(~done), (lo_i + hi_i) // 2
@@ -426,7 +429,11 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
         lo, hi = lo.then(mid), mid.then(hi)
         seg, point = np.concatenate([j, len(split) + j]), np.tile(point[rows], 2)
         lo_i, hi_i = np.concatenate([lo_i[split], mid_i[split]]), np.concatenate([mid_i[split], hi_i[split]])
-    return found
+    if not found:
+        return set()
+    found = np.unique(np.concatenate(found))
+    point, found = np.divmod(found, n_config * n_batch)
+    return set(zip(point.tolist(), *(a.tolist() for a in np.divmod(found, n_batch))))
 
 
 def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int
