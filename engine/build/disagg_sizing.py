@@ -384,6 +384,12 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     tpot = dres.points["tpot_s"]
     tp = np.unique(tpot, return_inverse=True)[1].ravel()      # TPOT ranks: the same comparisons
     every = every[np.argsort(tpot[every], kind="stable")]
+    # a point with the TPOT, batch, GPUs and KV share of a smaller one: the same outcome at every
+    # bound (the same operations on the same values), after it in plan's order at its TPOT, so never
+    # a step, and it blocks no point the smaller one does not; searched once, as the smaller
+    p = dres.points
+    same = np.stack([tpot[every], p["batch"][every], p["n_gpus"][every], share_of[every]], axis=1).astype(float)
+    every = every[np.sort(np.unique(same, axis=0, return_index=True)[1])]
     cuts = np.array(sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)}))
     n, k = len(every), len(cuts) - 1
     end = np.repeat(np.arange(k + 1), n)
