@@ -357,6 +357,17 @@ def _within_reach(pres: GPUSearch, dres: GPUSearch, output_len: int) -> np.ndarr
     return np.flatnonzero(keep)
 
 
+def _distinct(dres: GPUSearch, share: np.ndarray, every: np.ndarray) -> np.ndarray:
+    """``every`` (decode points by TPOT, ties in the search's order) less each point with the TPOT,
+    batch, GPUs and KV share ``share`` of one before it: such a point has the same outcome at every
+    bound as that smaller one (the same operations on the same values: those are all a probe reads
+    of a decode point), comes after it in plan's order and has its TPOT, so it is never a step of a
+    staircase, nor needed as a competitor (the smaller one keeps out every point it would)."""
+    p = dres.points
+    same = np.stack([p["tpot_s"][every], p["batch"][every], p["n_gpus"][every], share[every]], axis=1)
+    return every[np.sort(np.unique(same.astype(float), axis=0, return_index=True)[1])]
+
+
 def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int
                     ) -> set[tuple[int, int, int]]:
     """Every (decode point, prefill config, prefill batch) that is ``pair_points``' answer for some
@@ -383,13 +394,7 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     # at both ends and, per end, the rows with an outcome there in plan's order
     tpot = dres.points["tpot_s"]
     tp = np.unique(tpot, return_inverse=True)[1].ravel()      # TPOT ranks: the same comparisons
-    every = every[np.argsort(tpot[every], kind="stable")]
-    # a point with the TPOT, batch, GPUs and KV share of a smaller one: the same outcome at every
-    # bound (the same operations on the same values), after it in plan's order at its TPOT, so never
-    # a step, and it blocks no point the smaller one does not; searched once, as the smaller
-    p = dres.points
-    same = np.stack([tpot[every], p["batch"][every], p["n_gpus"][every], share_of[every]], axis=1).astype(float)
-    every = every[np.sort(np.unique(same, axis=0, return_index=True)[1])]
+    every = _distinct(dres, share_of, every[np.argsort(tpot[every], kind="stable")])
     cuts = np.array(sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)}))
     n, k = len(every), len(cuts) - 1
     end = np.repeat(np.arange(k + 1), n)
