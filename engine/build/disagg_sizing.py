@@ -43,7 +43,17 @@ Cost: the bisection runs level by level, every interval of a level at once (arra
 per interval and point it searches), and a level's midpoints are probed in one
 ``prefill_choice`` pass (a bound per row); each probe's outcomes are sorted in plan's order once,
 for both intervals it ends. The intervals, their points and the answers found are the same as
-one interval at a time would give (each interval's arithmetic is its own).
+one interval at a time would give (each interval's arithmetic is its own). Two cuts leave them
+so (tests/test_disagg_sizing_speed.py runs the search with and without them):
+
+* a midpoint probes only the rows whose outcome differs at the interval's two ends (about half);
+  the others' outcome in between is the same, by the monotonicity above: a point's fewest GPUs is
+  the same at both ends, so in between; a prefill config that reaches it in between reaches it at
+  the top too, with the same pick (the same replicas pick the same record), and the config chosen
+  at both ends has the shortest TTFT of those at the top (the first on a tie), so of those in
+  between;
+* a decode point equal to a smaller one in everything a probe reads is searched once
+  (:func:`_distinct`: about a sixth of an MoE model's points, expert-parallel variants).
 
 Floats: the probes are plan's own columns (``pair_points``' arithmetic, :class:`_Pairing`: the same
 operations on the same values, tests/test_disagg_sizing_fast.py), so what they find is exact; the
@@ -425,8 +435,8 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
         split, mid_i = np.flatnonzero(~done), (lo_i + hi_i) // 2
         rows = np.flatnonzero(keep & ~done[seg])
         j = (np.cumsum(~done) - 1)[seg[rows]]
-        # a row whose outcome is the same at both ends has it in between (the module doc): only
-        # the others are probed
+        # a row whose outcome is the same at both ends has it in between (the module doc's Cost):
+        # only the others are probed
         lo, hi = lo.take(rows), hi.take(rows)
         mid = _Outcomes(*(column.copy() for column in lo))
         moves = np.flatnonzero(mid != hi)
