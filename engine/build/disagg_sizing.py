@@ -58,8 +58,8 @@ so (tests/test_disagg_sizing_speed.py runs the search with and without them):
 Floats: the probes are plan's own columns (``pair_points``' arithmetic, :class:`_Pairing`: the same
 operations on the same values, tests/test_disagg_sizing_fast.py), so what they find is exact; the
 reasoning that no bound between probes holds another answer (and the midpoint cut's) is made in
-exact arithmetic. Plan's ceilings take a 1e-12 relative margin and its tie-break between prefill configs of equal GPUs
-divides TTFTs by 2a, so a near-tie within a few ulps is where it could fail;
+exact arithmetic. Plan's ceilings take a 1e-12 relative margin and its tie-break between prefill
+configs of equal GPUs divides TTFTs by 2a, so a near-tie within a few ulps is where it could fail;
 tests/test_site_sizing_disagg.py compares the kept points' answers with plan's at bounds equal to
 the answers' own TTFT and TPOT.
 """
