@@ -53,7 +53,7 @@ def test_consistency_shortcuts_find_the_plain_bisections_answers(pairs, monkeypa
     fast = [ds.pair_candidates(p, d, pres, dres, OUTPUT) for p, d, pres, dres in pairs]
     n_fast = sum(probed)
     probed.clear()
-    monkeypatch.setattr(ds, "_distinct", lambda dres, share, every: every)
+    monkeypatch.setattr(ds, "_distinct", lambda twin, every: every)
     monkeypatch.setattr(ds._Outcomes, "__ne__", lambda self, other: np.ones(len(self.total), dtype=bool))
     slow = [ds.pair_candidates(p, d, pres, dres, OUTPUT) for p, d, pres, dres in pairs]
     assert all(fast) and fast == slow
@@ -65,7 +65,7 @@ def test_consistency_a_dropped_duplicate_has_its_twins_outcome(pairs):
     for pgpu, dgpu, pres, dres in pairs:
         share = _share(dres)
         every = np.argsort(dres.points["tpot_s"], kind="stable")
-        kept = ds._distinct(dres, share, every)
+        kept = ds._distinct(ds.twins(dres), every)
         gone = np.setdiff1d(every, kept)
         dropped += len(gone)
         if not len(gone):

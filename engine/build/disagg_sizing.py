@@ -367,22 +367,36 @@ def _within_reach(pres: GPUSearch, dres: GPUSearch, output_len: int) -> np.ndarr
     return np.flatnonzero(keep)
 
 
-def _distinct(dres: GPUSearch, share: np.ndarray, every: np.ndarray) -> np.ndarray:
-    """``every`` (decode points by TPOT, ties in the search's order) less each point with the TPOT,
-    batch, GPUs and KV share ``share`` of one before it: such a point has the same outcome at every
-    bound as that smaller one (the same operations on the same values: those are all a probe reads
-    of a decode point), comes after it in plan's order and has its TPOT, so it is never a step of a
-    staircase, nor needed as a competitor (the smaller one keeps out every point it would)."""
+def twins(dres: GPUSearch) -> np.ndarray:
+    """Per decode point of ``dres``, a number shared by exactly the points equal to it in everything
+    a probe reads of one (TPOT, batch, GPUs, KV share; :func:`_distinct`)."""
     p = dres.points
-    same = np.stack([p["tpot_s"][every], p["batch"][every], p["n_gpus"][every], share[every]], axis=1)
-    return every[np.sort(np.unique(same.astype(float), axis=0, return_index=True)[1])]
+    share = np.array([dres.kv_share[c] for c in dres.configs])[p["config"]]
+    keys = (p["tpot_s"], p["batch"], p["n_gpus"], share)
+    order = np.lexsort(keys)
+    differ = np.zeros(len(order), dtype=bool)
+    for key in keys:
+        differ[1:] |= key[order][1:] != key[order][:-1]
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = np.cumsum(differ)
+    return out
 
 
-def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int
-                    ) -> set[tuple[int, int, int]]:
+def _distinct(twin: np.ndarray, every: np.ndarray) -> np.ndarray:
+    """``every`` (decode points by TPOT, ties in the search's order) less each point :func:`twins`
+    ``twin`` of one before it: such a point has the same outcome at every bound as that smaller one
+    (the same operations on the same values: those are all a probe reads of a decode point), comes
+    after it in plan's order and has its TPOT, so it is never a step of a staircase, nor needed as a
+    competitor (the smaller one keeps out every point it would)."""
+    return every[np.sort(np.unique(twin[every], return_index=True)[1])]
+
+
+def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int,
+                    twin: np.ndarray | None = None) -> set[tuple[int, int, int]]:
     """Every (decode point, prefill config, prefill batch) that is ``pair_points``' answer for some
     TTFT and TPOT bounds (one replica), the prefill config indexing ``pres.pool_configs`` (pass
-    :func:`prefill_records`' copy: the same answers, fewer points to scan)."""
+    :func:`prefill_records`' copy: the same answers, fewer points to scan; ``twin``:
+    :func:`twins` of ``dres``, computed when not given)."""
     if not pres.prefill or not dres.points:
         return set()
     probes, feasible = _breakpoints(pgpu, dgpu, pres, dres)
@@ -404,7 +418,8 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     # at both ends and, per end, the rows with an outcome there in plan's order
     tpot = dres.points["tpot_s"]
     tp = np.unique(tpot, return_inverse=True)[1].ravel()      # TPOT ranks: the same comparisons
-    every = _distinct(dres, share_of, every[np.argsort(tpot[every], kind="stable")])
+    twin = twins(dres) if twin is None else twin
+    every = _distinct(twin, every[np.argsort(tpot[every], kind="stable")])
     cuts = np.array(sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)}))
     n, k = len(every), len(cuts) - 1
     end = np.repeat(np.arange(k + 1), n)
@@ -466,13 +481,15 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int
     by_key = {g.key: g for g in gpus}
     slowest = min(float(g.scale_out_bytes_per_s) for g in gpus)     # every pair's scale-out is at least this
     pools = {r.gpu: prefill_records(r, slowest_bytes_per_s=slowest) for r in results}
+    twin = {r.gpu: twins(r) for r in results if r.points}                # per decode side, once
     picked: dict[str, dict[int, set[int]]] = {r.gpu: {} for r in results}
     held: dict[str, set[int]] = {r.gpu: set() for r in results}
     for pres in results:
         pr = pools[pres.gpu]
         position = {cfg: k for k, cfg in enumerate(pres.pool_configs)}
         for dres in results:
-            found = pair_candidates(by_key[pres.gpu], by_key[dres.gpu], pr, dres, output_len)
+            found = pair_candidates(by_key[pres.gpu], by_key[dres.gpu], pr, dres, output_len,
+                                    twin.get(dres.gpu))
             for d, c, b in found:
                 held[dres.gpu].add(d)
                 picked[pres.gpu].setdefault(position[pr.pool_configs[c]], set()).add(b)
