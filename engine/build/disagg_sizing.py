@@ -43,8 +43,8 @@ Cost: the bisection runs level by level, every interval of a level at once (arra
 per interval and point it searches), and a level's midpoints are probed in one
 ``prefill_choice`` pass (a bound per row); each probe's outcomes are sorted in plan's order once,
 for both intervals it ends. The intervals, their points and the answers found are the same as
-one interval at a time would give (each interval's arithmetic is its own). Two cuts leave them
-so (tests/test_disagg_sizing_speed.py runs the search with and without them):
+one interval at a time would give (each interval's arithmetic is its own). Two cuts leave the
+answers found as they were (tests/test_disagg_sizing_speed.py searches with and without them):
 
 * a midpoint probes only the rows whose outcome differs at the interval's two ends (about half);
   the others' outcome in between is the same, by the monotonicity above: a point's fewest GPUs is
@@ -251,8 +251,8 @@ class _Outcomes(NamedTuple):
     def take(self, index) -> _Outcomes:
         return _Outcomes(*(a[index] for a in self))
 
-    def __ne__(self, other: _Outcomes) -> np.ndarray:
-        """Per row, whether any column differs."""
+    def differs(self, other: _Outcomes) -> np.ndarray:
+        """Per row, whether any column differs from ``other``'s."""
         return (self.total != other.total) | (self.tokens != other.tokens) | (self.config != other.config) | (
             self.batch != other.batch)
 
@@ -454,7 +454,7 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
         # only the others are probed
         lo, hi = lo.take(rows), hi.take(rows)
         mid = _Outcomes(*(column.copy() for column in lo))
-        moves = np.flatnonzero(mid != hi)
+        moves = np.flatnonzero(mid.differs(hi))
         for column, value in zip(mid, _probe(pairing, probes[mid_i[split]], j[moves], point[rows[moves]], opens)):
             column[moves] = value
         by_mid = _plan_order(j, point[rows], mid)
