@@ -79,7 +79,8 @@ def records(pres: GPUSearch, c: int) -> tuple[np.ndarray, np.ndarray]:
     sel = np.flatnonzero(pres.prefill["config"] == c)
     order = np.argsort(pres.prefill["ttft_s"][sel], kind="stable")
     t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
-    first = np.unique(prefix_argmax(b / t))      # where the running maximum of requests/s rises
+    first = prefix_argmax(b / t)                 # non-decreasing: its distinct values where it steps
+    first = first[_starts(first)]                # (where the running maximum of requests/s rises)
     return t[first], b[first]
 
 
@@ -346,25 +347,40 @@ def _same_staircases(n: int, seg: np.ndarray, point: np.ndarray, lo: _Outcomes, 
     return same
 
 
-def _within_reach(pres: GPUSearch, dres: GPUSearch, output_len: int) -> np.ndarray:
+def _within_reach(pres: GPUSearch, side: DecodeSide) -> np.ndarray:
     """The decode points that can be an answer at all: a point whose requests/s exceed those of a
     point of its config with no larger TPOT by more than the most any prefill replica completes
     needs more prefill GPUs than that point at every bound (its GPUs are n_d plus the fewest prefill
     GPUs for its demand; the same level holds demands less than one replica's throughput apart), and
-    that point meets every bound it meets."""
-    p = dres.points
+    that point meets every bound it meets (``side``: :func:`decode_side`)."""
     x_most = max(float(np.max(pres.prefill["batch"] / pres.prefill["ttft_s"])), 0.0) * (1 + 1e-9)
+    return np.flatnonzero(side.demand <= side.floor + x_most)
+
+
+class DecodeSide(NamedTuple):
+    """What :func:`pair_candidates` reads of a decode side that no prefill side changes (computed
+    once per GPU type, not per ordered pair): per decode point its TPOT rank (the same comparisons
+    as the TPOTs), :func:`twins`, requests/s per replica and the least of these among its config's
+    points of no larger TPOT (ties of TPOT included)."""
+
+    tp: np.ndarray
+    twin: np.ndarray
+    demand: np.ndarray
+    floor: np.ndarray
+
+
+def decode_side(dres: GPUSearch, output_len: int) -> DecodeSide:
+    """:class:`DecodeSide` of ``dres`` (with decode points)."""
+    p = dres.points
     x = p["batch"] / (output_len * p["tpot_s"])
-    keep = np.zeros(len(x), dtype=bool)
+    floor = np.empty(len(x))
     for k in np.unique(p["config"]):
         sel = np.flatnonzero(p["config"] == k)
         order = sel[np.argsort(p["tpot_s"][sel], kind="stable")]
         tp = p["tpot_s"][order]
         low = np.minimum.accumulate(x[order])
-        # the least demand among the config's points of no larger TPOT (ties of TPOT included)
-        last = np.searchsorted(tp, tp, side="right") - 1
-        keep[order] = x[order] <= low[last] + x_most
-    return np.flatnonzero(keep)
+        floor[order] = low[np.searchsorted(tp, tp, side="right") - 1]
+    return DecodeSide(np.unique(p["tpot_s"], return_inverse=True)[1].ravel(), twins(dres), x, floor)
 
 
 def twins(dres: GPUSearch) -> np.ndarray:
@@ -392,11 +408,11 @@ def _distinct(twin: np.ndarray, every: np.ndarray) -> np.ndarray:
 
 
 def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int,
-                    twin: np.ndarray | None = None) -> set[tuple[int, int, int]]:
+                    side: DecodeSide | None = None) -> set[tuple[int, int, int]]:
     """Every (decode point, prefill config, prefill batch) that is ``pair_points``' answer for some
     TTFT and TPOT bounds (one replica), the prefill config indexing ``pres.pool_configs`` (pass
-    :func:`prefill_records`' copy: the same answers, fewer points to scan; ``twin``:
-    :func:`twins` of ``dres``, computed when not given)."""
+    :func:`prefill_records`' copy: the same answers, fewer points to scan; ``side``:
+    :func:`decode_side` of ``dres``, computed when not given)."""
     if not pres.prefill or not dres.points:
         return set()
     probes, feasible = _breakpoints(pgpu, dgpu, pres, dres)
@@ -409,7 +425,8 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     # its share's first bound on: the bisection starts split there, so that within an interval a
     # point's competitors of its share have an outcome at the interval's bottom)
     dres = replace(dres, points={k: dres.points[k] for k in ("config", "batch", "tpot_s", "n_gpus")})
-    every = _within_reach(pres, dres, output_len)
+    side = decode_side(dres, output_len) if side is None else side
+    every = _within_reach(pres, side)
 
     pairing = _Pairing(pgpu, dgpu, pres, dres, output_len)
 
@@ -417,9 +434,8 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     # interval's by TPOT, ties in the search's order) the points each searches, with their outcomes
     # at both ends and, per end, the rows with an outcome there in plan's order
     tpot = dres.points["tpot_s"]
-    tp = np.unique(tpot, return_inverse=True)[1].ravel()      # TPOT ranks: the same comparisons
-    twin = twins(dres) if twin is None else twin
-    every = _distinct(twin, every[np.argsort(tpot[every], kind="stable")])
+    tp = side.tp
+    every = _distinct(side.twin, every[np.argsort(tpot[every], kind="stable")])
     cuts = np.array(sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)}))
     n, k = len(every), len(cuts) - 1
     end = np.repeat(np.arange(k + 1), n)
@@ -481,7 +497,7 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int
     by_key = {g.key: g for g in gpus}
     slowest = min(float(g.scale_out_bytes_per_s) for g in gpus)     # every pair's scale-out is at least this
     pools = {r.gpu: prefill_records(r, slowest_bytes_per_s=slowest) for r in results}
-    twin = {r.gpu: twins(r) for r in results if r.points}                # per decode side, once
+    sides = {r.gpu: decode_side(r, output_len) for r in results if r.points}     # once per GPU type
     picked: dict[str, dict[int, set[int]]] = {r.gpu: {} for r in results}
     held: dict[str, set[int]] = {r.gpu: set() for r in results}
     for pres in results:
@@ -489,7 +505,7 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int
         position = {cfg: k for k, cfg in enumerate(pres.pool_configs)}
         for dres in results:
             found = pair_candidates(by_key[pres.gpu], by_key[dres.gpu], pr, dres, output_len,
-                                    twin.get(dres.gpu))
+                                    sides.get(dres.gpu))
             for d, c, b in found:
                 held[dres.gpu].add(d)
                 picked[pres.gpu].setdefault(position[pr.pool_configs[c]], set()).add(b)
