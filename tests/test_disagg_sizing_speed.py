@@ -26,11 +26,17 @@ MODEL_ID, GPUS, INPUT, OUTPUT, MAX_GPUS = "Qwen/Qwen3-30B-A3B", ["H100", "B200"]
 
 
 @pytest.fixture(scope="module")
-def pairs():
+def searched():
     ev = _evaluation(MODEL_ID)
     gpus = [load_gpus()[g] for g in GPUS]
     res = search(ev, gpus, INPUT, OUTPUT, SLA(1e30, 1e30), max_gpus=MAX_GPUS, options=Options(framework="vllm"),
                  fusion=load_tables()["vllm"], pools=True)
+    return gpus, res
+
+
+@pytest.fixture(scope="module")
+def pairs(searched):
+    gpus, res = searched
     slowest = min(g.scale_out_bytes_per_s for g in gpus)
     by_key = {g.key: g for g in gpus}
     return [(by_key[p.gpu], by_key[d.gpu], ds.prefill_records(p, slowest_bytes_per_s=slowest), d)
@@ -94,3 +100,11 @@ def test_consistency_small_keys_sort_as_they_are():
     got = np.lexsort((ds._small(point), -tokens, ds._small(total), ds._small(seg)))
     assert np.array_equal(got, want)
     assert ds._small(point).dtype == np.uint16 and ds._small(point + 2 ** 16).dtype == point.dtype
+
+
+def test_consistency_all_records_are_each_configs_records(searched):
+    for pres in searched[1]:
+        got = ds.all_records(pres)
+        assert len(got) == len(pres.pool_configs) and sum(len(t) for t, _ in got) < len(pres.prefill["batch"])
+        for c, pair in enumerate(got):
+            assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(pair, ds.records(pres, c)))

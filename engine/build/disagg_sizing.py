@@ -84,7 +84,25 @@ def records(pres: GPUSearch, c: int) -> tuple[np.ndarray, np.ndarray]:
     return t[first], b[first]
 
 
-def dominated(pres: GPUSearch, slowest_bytes_per_s: float | None = None) -> list[np.ndarray]:
+def all_records(pres: GPUSearch) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`records` of every pool config of ``pres``, in order: one sort for them all (by config,
+    then TTFT, stable: each config's points in the same order)."""
+    if not pres.pool_configs:
+        return []
+    p = pres.prefill
+    order = np.lexsort((p["ttft_s"], p["config"]))
+    edge = np.searchsorted(p["config"][order], np.arange(len(pres.pool_configs) + 1))
+    out = []
+    for lo, hi in zip(edge[:-1], edge[1:]):
+        t, b = p["ttft_s"][order[lo:hi]], p["batch"][order[lo:hi]]
+        first = prefix_argmax(b / t)
+        first = first[_starts(first)]
+        out.append((t[first], b[first]))
+    return out
+
+
+def dominated(pres: GPUSearch, slowest_bytes_per_s: float | None = None,
+              recs: list[tuple[np.ndarray, np.ndarray]] | None = None) -> list[np.ndarray]:
     """Per pool config, which of its :func:`records` ``pair_points`` never picks for a chosen config
     (a mask over them, in their order): record ``r`` of ``c2`` is dominated by an earlier config
     ``c1`` whose GPU count divides its own (``m = n2 / n1``, a power of two), whose KV share per GPU
@@ -102,8 +120,8 @@ def dominated(pres: GPUSearch, slowest_bytes_per_s: float | None = None) -> list
     worsens the others, so the chosen config and its outcome stay the same for every bound and
     demand. Dominance is transitive (divisors, shares, TTFTs and the 1/m factors compose), so
     every dominated record can go at once. A config all of whose records are dominated is never
-    chosen."""
-    recs = [records(pres, c) for c in range(len(pres.pool_configs))]
+    chosen. (``recs``: :func:`all_records` of ``pres``, computed when not given.)"""
+    recs = all_records(pres) if recs is None else recs
     out = []
     for c2, cfg2 in enumerate(pres.pool_configs):
         t2, b2 = recs[c2]
@@ -126,18 +144,20 @@ def dominated(pres: GPUSearch, slowest_bytes_per_s: float | None = None) -> list
 
 
 def prefill_records(pres: GPUSearch, keep: dict[int, set[int]] | None = None,
-                    slowest_bytes_per_s: float | None = None) -> GPUSearch:
+                    slowest_bytes_per_s: float | None = None,
+                    recs: list[tuple[np.ndarray, np.ndarray]] | None = None) -> GPUSearch:
     """A copy of ``pres`` whose prefill points are its pool configs' undominated records
     (:func:`dominated` at ``slowest_bytes_per_s``; ``keep``: only these batches of each config, by its index in
     ``pres.pool_configs``), configs with none left out, the others renumbered in their order;
     ``pair_points`` chooses the same outcome for every decode point and bounds with it (config
-    indices aside)."""
-    drop = dominated(pres, slowest_bytes_per_s)
+    indices aside; ``recs``: :func:`all_records` of ``pres``, computed when not given)."""
+    recs = all_records(pres) if recs is None else recs
+    drop = dominated(pres, slowest_bytes_per_s, recs)
     configs, cols = [], {"config": [], "batch": [], "ttft_s": []}
     for c, cfg in enumerate(pres.pool_configs):
         if keep is not None and not keep.get(c):
             continue
-        t, b = records(pres, c)
+        t, b = recs[c]
         t, b = t[~drop[c]], b[~drop[c]]
         if keep is not None:
             sel = np.isin(b, sorted(keep[c]))
@@ -496,7 +516,8 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int
     to give ``answer_disaggregated`` for any bounds."""
     by_key = {g.key: g for g in gpus}
     slowest = min(float(g.scale_out_bytes_per_s) for g in gpus)     # every pair's scale-out is at least this
-    pools = {r.gpu: prefill_records(r, slowest_bytes_per_s=slowest) for r in results}
+    recs = {r.gpu: all_records(r) for r in results}
+    pools = {r.gpu: prefill_records(r, slowest_bytes_per_s=slowest, recs=recs[r.gpu]) for r in results}
     sides = {r.gpu: decode_side(r, output_len) for r in results if r.points}     # once per GPU type
     picked: dict[str, dict[int, set[int]]] = {r.gpu: {} for r in results}
     held: dict[str, set[int]] = {r.gpu: set() for r in results}
@@ -509,6 +530,6 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int
             for d, c, b in found:
                 held[dres.gpu].add(d)
                 picked[pres.gpu].setdefault(position[pr.pool_configs[c]], set()).add(b)
-    prefill = {r.gpu: prefill_records(r, picked[r.gpu]) for r in results}
+    prefill = {r.gpu: prefill_records(r, picked[r.gpu], recs=recs[r.gpu]) for r in results}
     decode = {r.gpu: decode_subset(r, sorted(held[r.gpu])) if r.points else r for r in results}
     return prefill, decode
