@@ -4,11 +4,12 @@
   others are copied from its bottom end);
 - a decode point equal to a smaller one in everything a probe reads (TPOT, batch, GPUs, KV share)
   is searched once, as the smaller (:func:`_distinct`);
-- plan's order sorts its whole-number keys as uint16 where they fit (:func:`_small`).
+- plan's order sorts its whole-number keys as uint16 where they fit (:func:`_small`);
+- every pool config's records from one sort (:func:`all_records`, once per GPU type).
 
 Consistency: with the first two off (every row probed, every point searched) ``pair_candidates``
 finds the same answers; a dropped duplicate has its twin's outcome, bit for bit, at every bound
-probed. An MoE model (expert-parallel variants give decode points equal in all a probe reads).
+probed; all_records equals records config by config. An MoE model (expert-parallel variants give decode points equal in all a probe reads).
 """
 from __future__ import annotations
 

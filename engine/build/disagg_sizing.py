@@ -55,6 +55,9 @@ answers found as they were (tests/test_disagg_sizing_speed.py searches with and 
 * a decode point equal to a smaller one in everything a probe reads is searched once
   (:func:`_distinct`: about a sixth of an MoE model's points, expert-parallel variants).
 
+What no other side of a pair changes is computed once per GPU type (:func:`all_records`,
+:func:`decode_side`), not per ordered pair.
+
 Floats: the probes are plan's own columns (``pair_points``' arithmetic, :class:`_Pairing`: the same
 operations on the same values, tests/test_disagg_sizing_fast.py), so what they find is exact; the
 reasoning that no bound between probes holds another answer (and the midpoint cut's) is made in
