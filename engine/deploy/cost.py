@@ -323,7 +323,7 @@ class CompiledProgram:
             per_step = _per_step(shape)
             sol = np.maximum(np.maximum(f / per_step(np.asarray(peaks)), b / hbm),
                              c / per_step(np.asarray(links)) + calls * per_step(np.asarray(alphas)))
-            return np.add.reduce(sol, axis=0)
+            return _add_steps(sol)
         total = np.zeros(shape)
         cols = self._columns
         for i in range(len(self.program.steps)):
@@ -352,7 +352,7 @@ class CompiledProgram:
     def _stacks(self, shape) -> bool:
         """Whether sums over ``shape`` stack the steps (see :meth:`totals`)."""
         size, n_steps = int(np.prod(shape)), len(self.program.steps)
-        return bool(n_steps) and 2 <= size and n_steps * size <= STACKED_ELEMENTS
+        return bool(n_steps) and 1 <= size and n_steps * size <= STACKED_ELEMENTS
 
     def _totals_stacked(self, peaks, links, hbm, alphas, args, shape, at=None) -> dict[str, np.ndarray]:
         """:meth:`totals` with every step stacked on axis 0 (small grids)."""
@@ -363,10 +363,7 @@ class CompiledProgram:
         sol = np.maximum(np.maximum(tc, tm), tl)
         compute_bound = (tc >= tm) & (tc >= tl)
         memory_bound = ~compute_bound & (tm >= tl)
-        # over axis 0 of a C-ordered (steps, points) array numpy adds row after row, the loop's
-        # order; a single point would make the steps the inner loop, summed pairwise (totals()
-        # sends it step by step)
-        add = lambda x: np.add.reduce(x, axis=0)
+        add = _add_steps
         sums = {"flops": add(f), "bytes": add(b), "weight_bytes": add(w), "comm_bytes": add(c),
                 "t_compute": add(tc), "t_memory": add(tm), "t_comm": add(tl), "t_sol": add(sol)}
         sums["by_bound"] = np.stack([add(np.where(compute_bound, sol, 0.0)), add(np.where(memory_bound, sol, 0.0)),
@@ -421,6 +418,16 @@ class CompiledProgram:
         if weights:
             out["weight_bytes"] = columns[3]
         return out
+
+
+def _add_steps(x: np.ndarray) -> np.ndarray:
+    """The sum over axis 0 (the steps) of a C-ordered (steps, ...) array, row after row in program
+    order (the step-by-step loop's order, so the same floats). Over axis 0 numpy adds row after row
+    when a row holds two numbers or more; a single point would make the steps the inner loop, summed
+    pairwise, so there the running sum (accumulate, sequential by definition) is taken."""
+    if x[0].size >= 2:
+        return np.add.reduce(x, axis=0)
+    return np.add.accumulate(x, axis=0)[-1]
 
 
 def _per_step(shape):
