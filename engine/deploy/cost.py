@@ -285,6 +285,12 @@ class CompiledProgram:
                                                   np.array([r[2] for r in per_gpu]),
                                                   np.stack([r[3] for r in per_gpu], axis=1))
         peaks, links, hbm, alphas = stacked
+        if index.ndim == 1 and len(index) and (index == index[0]).all():
+            # one GPU for every point (the usual call): its per-step rates as one (steps, 1) column
+            # that broadcasts over the points, not copied per point (each point divides by the same
+            # numbers); HBM bandwidth stays per point (it gives the sums their shape)
+            one = index[:1]
+            return peaks[:, one], links[:, one], hbm[index], alphas[:, one]
         return peaks[:, index], links[:, index], hbm[index], alphas[:, index]
 
     def _points(self, args, at, hbm, peaks) -> tuple[list, tuple, np.ndarray | None]:
@@ -321,9 +327,13 @@ class CompiledProgram:
         if self._stacks(shape):              # as totals() does: stacked on small grids, same floats
             f, b, c, calls = self._stacked((0, 1, 2, 4), args, shape, at)
             per_step = _per_step(shape)
-            sol = np.maximum(np.maximum(f / per_step(np.asarray(peaks)), b / hbm),
-                             c / per_step(np.asarray(links)) + calls * per_step(np.asarray(alphas)))
-            return _add_steps(sol)
+            # the terms of totals(), each written over the column it is made from (the stacked
+            # columns are this call's own arrays): no new array per term, the same floats
+            t_compute = np.divide(f, per_step(np.asarray(peaks)), out=f)
+            t_comm = np.divide(c, per_step(np.asarray(links)), out=c)
+            t_comm += np.multiply(calls, per_step(np.asarray(alphas)), out=calls)
+            sol = np.maximum(t_compute, np.divide(b, hbm, out=b), out=t_compute)
+            return _add_steps(np.maximum(sol, t_comm, out=sol))
         total = np.zeros(shape)
         cols = self._columns
         for i in range(len(self.program.steps)):
@@ -358,16 +368,25 @@ class CompiledProgram:
         """:meth:`totals` with every step stacked on axis 0 (small grids)."""
         f, b, c, w, calls = self._stacked(range(5), args, shape, at)
         per_step = _per_step(shape)
-        tc, tm = f / per_step(np.asarray(peaks)), b / hbm
-        tl = c / per_step(np.asarray(links)) + calls * per_step(np.asarray(alphas))
-        sol = np.maximum(np.maximum(tc, tm), tl)
+        add = _add_steps
+        sums = {"flops": add(f), "bytes": add(b), "weight_bytes": add(w), "comm_bytes": add(c)}
+        # the times written over the columns they are made from, once summed (the stacked columns
+        # are this call's own arrays): no new array per term, the same floats
+        tc = np.divide(f, per_step(np.asarray(peaks)), out=f)
+        tm = np.divide(b, hbm, out=b)
+        tl = np.divide(c, per_step(np.asarray(links)), out=c)
+        tl += np.multiply(calls, per_step(np.asarray(alphas)), out=calls)
+        sol = np.maximum(np.maximum(tc, tm, out=w), tl, out=w)
         compute_bound = (tc >= tm) & (tc >= tl)
         memory_bound = ~compute_bound & (tm >= tl)
-        add = _add_steps
-        sums = {"flops": add(f), "bytes": add(b), "weight_bytes": add(w), "comm_bytes": add(c),
-                "t_compute": add(tc), "t_memory": add(tm), "t_comm": add(tl), "t_sol": add(sol)}
-        sums["by_bound"] = np.stack([add(np.where(compute_bound, sol, 0.0)), add(np.where(memory_bound, sol, 0.0)),
-                                     add(np.where(~compute_bound & ~memory_bound, sol, 0.0))])
+        sums.update({"t_compute": add(tc), "t_memory": add(tm), "t_comm": add(tl), "t_sol": add(sol)})
+        part = calls                          # each bound's share: sol where it bounds, else 0
+        shares = []
+        for mask in (compute_bound, memory_bound, ~compute_bound & ~memory_bound):
+            part.fill(0.0)
+            np.copyto(part, sol, where=mask)
+            shares.append(add(part))
+        sums["by_bound"] = np.stack(shares)
         return sums
 
     def _totals_by_step(self, peaks, links, hbm, alphas, args, shape) -> dict[str, np.ndarray]:
