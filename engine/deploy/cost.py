@@ -202,7 +202,7 @@ class CompiledProgram:
         self._calls = [c[4] for c in compiled]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
         self._stacked_rates: dict[tuple, tuple] = {}    # rates_for's per-GPU rates side by side, per GPU list
-        self._splits: dict[int, tuple] = {}
+        self._layouts: dict[int, tuple] = {}       # column index -> its table layout (column())
         self._evaluated: dict[tuple, dict[int, np.ndarray]] = {}     # evaluate()'s columns per point set
         self._kernels: tuple[list[int], np.ndarray] | None = None
         #: prefill working sets already computed (engine.deploy.sol.prefill_working_set: a function
@@ -241,34 +241,52 @@ class CompiledProgram:
         calls = self._calls[index]
         return (calls(*args) if callable(calls) else calls) * alphas[index]
 
-    def column(self, index: int, args, shape) -> np.ndarray:
+    def column(self, index: int, args, shape, values: dict | None = None, at=None) -> np.ndarray:
         """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes; 4 collective calls) of
-        every step, stacked (assignment broadcasts each step's value, a float or an array).
+        every step, stacked: a new array of shape (steps, *shape), or (steps, len(at)) when ``at``
+        picks points of the 1-d ``args`` (a gather: the floats of evaluating there).
 
         Each step function's value at these points comes from :func:`_values` (computed once per
-        function and point set, shared with every program holding the same expression)."""
-        constant_at, constants, functions = self._split(index)
-        out = np.empty((len(self.program.steps),) + tuple(shape))
-        # constants (weight reads, fixed collectives) in one assignment; functions one by one
-        out[constant_at] = constants.reshape((-1,) + (1,) * len(shape))
-        values = _values(args)
-        for i, f in functions:
+        function and point set, shared with every program holding the same expression; a caller
+        asking several columns at one point set passes its ``values``). Steps share most of their
+        functions and constants (every layer repeats its ops): each distinct one fills one row of a
+        table, spread to the steps by one gather (a pure copy, the same floats)."""
+        rows, constants, functions = self._layout(index)
+        table = np.empty((len(constants) + len(functions),) + tuple(shape))
+        # constants (weight reads, fixed collectives, zeros) in one assignment; functions one by one
+        table[:len(constants)] = constants.reshape((-1,) + (1,) * len(shape))
+        if values is None:
+            values = _values(args)
+        for j, f in enumerate(functions, len(constants)):
             value = values.get(f)
             if value is None:
                 value = values[f] = _stored(f(*args), args)
                 _VALUES_SIZE[0] += np.size(value)
-            out[i] = value
+            table[j] = value
         _trim_values()
-        return out
+        if at is not None:           # the picked points first: the table has fewer rows than the steps
+            table = table.take(at, axis=1)
+        # take() keeps the (steps, points) result C-ordered: the sums over axis 0 add row after row
+        return table.take(rows, axis=0)
 
-    def _split(self, index: int) -> tuple[np.ndarray, np.ndarray, list]:
-        """Column ``index``'s constant steps (positions, values) and its (position, function) pairs."""
-        found = self._splits.get(index)
+    def _layout(self, index: int) -> tuple[np.ndarray, np.ndarray, list]:
+        """Column ``index``'s table (:meth:`column`): each step's row, the distinct constants (rows
+        first, told apart by their exact float: -0.0 is not 0.0) and the distinct functions."""
+        found = self._layouts.get(index)
         if found is None:
             fns = self._columns[index] if index < 4 else self._calls
-            at = [i for i, f in enumerate(fns) if not callable(f)]
-            found = self._splits[index] = (np.array(at, dtype=np.intp), np.array([fns[i] for i in at], dtype=float),
-                                           [(i, f) for i, f in enumerate(fns) if callable(f)])
+            constants: dict[str, int] = {}        # exact float text -> row
+            for f in fns:
+                if not callable(f):
+                    constants.setdefault(float(f).hex(), len(constants))
+            functions: dict = {}                   # function -> row
+            for f in fns:
+                if callable(f):
+                    functions.setdefault(f, len(constants) + len(functions))
+            rows = [functions[f] if callable(f) else constants[float(f).hex()] for f in fns]
+            found = self._layouts[index] = (np.array(rows, dtype=np.intp),
+                                            np.array([float.fromhex(k) for k in constants], dtype=float),
+                                            list(functions))
         return found
 
     def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -310,13 +328,13 @@ class CompiledProgram:
         return [np.broadcast_to(a, own)[at] for a in args], shape, None
 
     def _stacked(self, indices, args, shape, at) -> list[np.ndarray]:
-        """The stacked columns ``indices`` at the sums' points (see :meth:`_points`)."""
+        """The stacked columns ``indices`` at the sums' points (see :meth:`_points`), each a new
+        array of this call's own."""
+        values = _values(args)          # one point set: its stored values looked up once
         if at is None:
-            return [self.column(i, args, shape) for i in indices]
+            return [self.column(i, args, shape, values) for i in indices]
         own = np.broadcast_shapes(*(a.shape for a in args))
-        # take() keeps the (steps, points) result C-ordered (x[:, at] is not): the sums over
-        # axis 0 then add row after row, in the steps' order, as everywhere else
-        return [self.column(i, args, own).take(at, axis=1) for i in indices]
+        return [self.column(i, args, own, values, at) for i in indices]
 
     def step_time(self, rates, batch, seq, ctx, kv_bytes, at=None) -> np.ndarray:
         """The ``t_sol`` of :meth:`totals` alone (the sizing search's hot path): the same terms,
