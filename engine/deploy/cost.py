@@ -16,6 +16,7 @@ use the same code).
 from __future__ import annotations
 
 import linecache
+import math
 import weakref
 from collections import OrderedDict
 from typing import Mapping
@@ -409,8 +410,9 @@ class CompiledProgram:
         t_memory, t_comm, t_sol, and t_sol split by the term bounding each step (``by_bound``, shape
         (3, ...)). ``rates`` is a GPU or the (peaks, links, hbm, alphas) of :meth:`rates_for`.
 
-        Two paths, the same floats: a small grid (the build's buckets hold tens of points) stacks
-        every step into one (steps, ...) array per term and sums over the steps axis, a few numpy
+        Two paths, the same floats: a small grid (the build's buckets hold tens of points, the
+        sizing search and ``archledger deploy`` single points) stacks every step into one
+        (steps, ...) array per term and sums over the steps axis (:func:`_add_steps`), a few numpy
         calls per program instead of a dozen per step; a large one (the bench's 204,800 points)
         goes step by step, each step at the shape it depends on (stacked blocks of the full shape
         measured 27x slower there). Both add the steps in program order, so they give identical
@@ -424,11 +426,11 @@ class CompiledProgram:
 
     def _stacks(self, shape) -> bool:
         """Whether sums over ``shape`` stack the steps (see :meth:`totals`)."""
-        size, n_steps = int(np.prod(shape)), len(self.program.steps)
+        size, n_steps = math.prod(shape), len(self.program.steps)
         return bool(n_steps) and 1 <= size and n_steps * size <= STACKED_ELEMENTS
 
     def _totals_stacked(self, peaks, links, hbm, alphas, args, shape, at=None) -> dict[str, np.ndarray]:
-        """:meth:`totals` with every step stacked on axis 0 (small grids)."""
+        """:meth:`totals` with every step stacked on axis 0 (small grids and single points)."""
         f, b, c, w, calls = self._stacked(range(5), args, shape, at)
         per_step = _per_step(shape)
         add = _add_steps
