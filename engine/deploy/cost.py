@@ -15,9 +15,7 @@ use the same code).
 """
 from __future__ import annotations
 
-import linecache
 import math
-import weakref
 from collections import OrderedDict
 from typing import Mapping
 
@@ -163,17 +161,6 @@ class _MemoPrinter(NumPyPrinter):
         return text
 
 
-    def plain_text(self, expr) -> str:
-        """``doprint(expr)`` for an expression of :data:`_PLAIN` nodes: the printed lines, which is
-        all doprint adds for them (no ``re`` node to unwrap, no number constant to declare, no
-        unsupported function to list), without its walk over the expression for ``re`` nodes."""
-        self._not_supported, self._number_symbols = set(), set()
-        lines = self._print(expr).splitlines()
-        if self._not_supported or self._number_symbols:      # doprint would have declared them
-            raise ValueError(f"not a plain expression: {expr}")
-        return "\n".join(lines)
-
-
 #: The node types whose printed text is a function of the node alone (see :class:`_MemoPrinter`).
 _PLAIN = frozenset({sympy.Symbol, sympy.Integer, sympy.core.numbers.Zero, sympy.core.numbers.One,
                     sympy.core.numbers.NegativeOne, sympy.Rational, sympy.core.numbers.Half, sympy.Add,
@@ -182,54 +169,22 @@ _PRINTER: list = []      # [the process's _MemoPrinter], made on first use
 
 
 def _lambdify(expr: sympy.Expr):
-    """``sympy.lambdify(ARGS, expr, modules=_MODULES)``. When every node of ``expr`` is of a
-    :data:`_PLAIN` type and its symbols are ARGS, the function is written here as lambdify writes
-    it: the same source (``def _lambdifygenerated(batch, seq, ctx, kv_bytes):`` and ``return`` the
-    expression's text, printed by one shared :class:`_MemoPrinter` that has the settings lambdify
-    gives its own printer), run in the names lambdify gives it (:func:`_namespace`), so the same
-    floats (tests/test_cost_compile.py compares the sources with sympy's). Printing was most of
-    lambdify's time, and once memoized its argument sorting, namespace building and docstring were
-    most of what remained."""
-    if not all(type(node) in _PLAIN and (type(node) is not sympy.Symbol or node in ARGS)
-               for node in sympy.preorder_traversal(expr)):
-        # no docstring: printing the expression into it is a quarter of lambdify's time
-        return sympy.lambdify(ARGS, expr, modules=_MODULES, docstring_limit=0)
-    if not _PRINTER:
-        _PRINTER.append(_MemoPrinter({"fully_qualified_modules": False, "inline": True,
-                                      "allow_unknown_functions": True,
-                                      "user_functions": {k: k for m in _MODULES if isinstance(m, dict) for k in m}}))
-    printer = _PRINTER[0]
-    text = printer.plain_text(expr)
-    if "\n" in text:                   # as lambdify: a multi-line body in parentheses
-        text = f"({text})"
-    source = f"def _lambdifygenerated({', '.join(str(a) for a in ARGS)}):\n    return {text}\n"
-    namespace = _namespace()
-    for module, names in printer.module_imports.items():    # as lambdify: what the printer imported
-        for name in names:
-            if name not in namespace:
-                exec(f"from {module} import {name}", {}, namespace)
-    filename = f"<cost-compiled-{len(_SOURCES)}>"
-    _SOURCES.append(filename)
-    local: dict = {}
-    exec(compile(source, filename, "exec"), namespace, local)
-    # the source where inspect and tracebacks look for it (as lambdify), dropped with the function
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    fn = local["_lambdifygenerated"]
-    weakref.finalize(fn, linecache.cache.pop, filename, None)
-    return fn
-
-
-_SOURCES: list[str] = []         # the file names given to compiled sources (one each)
-_NAMESPACE: list[dict] = []      # [the names compiled functions run in], made on first use
-
-
-def _namespace() -> dict:
-    """The globals lambdify runs a function of ``modules=_MODULES`` in (numpy's names, Min and Max,
-    builtins and range), taken once from a function sympy made, and shared: the text of a
-    :data:`_PLAIN` expression names only these and ARGS (its parameters)."""
-    if not _NAMESPACE:
-        _NAMESPACE.append(dict(sympy.lambdify(ARGS, ARGS[0], modules=_MODULES).__globals__))
-    return _NAMESPACE[0]
+    """``sympy.lambdify(ARGS, expr, modules=_MODULES)``, printed by one shared :class:`_MemoPrinter`
+    when every node of ``expr`` is of a :data:`_PLAIN` type and its symbols are ARGS. The printer
+    has the settings lambdify gives its own (user functions from the modules' dicts), so the
+    function's source is the one lambdify writes without it, and the floats are the same
+    (tests/test_cost_compile.py compares the sources). Printing was most of lambdify's time."""
+    printer = None
+    if all(type(node) in _PLAIN and (type(node) is not sympy.Symbol or node in ARGS)
+           for node in sympy.preorder_traversal(expr)):
+        if not _PRINTER:
+            _PRINTER.append(_MemoPrinter({"fully_qualified_modules": False, "inline": True,
+                                          "allow_unknown_functions": True,
+                                          "user_functions": {k: k for m in _MODULES if isinstance(m, dict)
+                                                             for k in m}}))
+        printer = _PRINTER[0]
+    # no docstring: printing the expression into it is a quarter of lambdify's time
+    return sympy.lambdify(ARGS, expr, modules=_MODULES, printer=printer, docstring_limit=0)
 
 
 class CompiledProgram:
