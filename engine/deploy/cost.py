@@ -15,6 +15,7 @@ use the same code).
 """
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from typing import Mapping
 
@@ -202,7 +203,7 @@ class CompiledProgram:
         self._calls = [c[4] for c in compiled]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
         self._stacked_rates: dict[tuple, tuple] = {}    # rates_for's per-GPU rates side by side, per GPU list
-        self._splits: dict[int, tuple] = {}
+        self._layouts: dict[int, tuple] = {}       # column index -> its table layout (column())
         self._evaluated: dict[tuple, dict[int, np.ndarray]] = {}     # evaluate()'s columns per point set
         self._kernels: tuple[list[int], np.ndarray] | None = None
         #: prefill working sets already computed (engine.deploy.sol.prefill_working_set: a function
@@ -241,34 +242,52 @@ class CompiledProgram:
         calls = self._calls[index]
         return (calls(*args) if callable(calls) else calls) * alphas[index]
 
-    def column(self, index: int, args, shape) -> np.ndarray:
+    def column(self, index: int, args, shape, values: dict | None = None, at=None) -> np.ndarray:
         """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes; 4 collective calls) of
-        every step, stacked (assignment broadcasts each step's value, a float or an array).
+        every step, stacked: a new array of shape (steps, *shape), or (steps, len(at)) when ``at``
+        picks points of the 1-d ``args`` (a gather: the floats of evaluating there).
 
         Each step function's value at these points comes from :func:`_values` (computed once per
-        function and point set, shared with every program holding the same expression)."""
-        constant_at, constants, functions = self._split(index)
-        out = np.empty((len(self.program.steps),) + tuple(shape))
-        # constants (weight reads, fixed collectives) in one assignment; functions one by one
-        out[constant_at] = constants.reshape((-1,) + (1,) * len(shape))
-        values = _values(args)
-        for i, f in functions:
+        function and point set, shared with every program holding the same expression; a caller
+        asking several columns at one point set passes its ``values``). Steps share most of their
+        functions and constants (every layer repeats its ops): each distinct one fills one row of a
+        table, spread to the steps by one gather (a pure copy, the same floats)."""
+        rows, constants, functions = self._layout(index)
+        table = np.empty((len(constants) + len(functions),) + tuple(shape))
+        # constants (weight reads, fixed collectives, zeros) in one assignment; functions one by one
+        table[:len(constants)] = constants.reshape((-1,) + (1,) * len(shape))
+        if values is None:
+            values = _values(args)
+        for j, f in enumerate(functions, len(constants)):
             value = values.get(f)
             if value is None:
                 value = values[f] = _stored(f(*args), args)
                 _VALUES_SIZE[0] += np.size(value)
-            out[i] = value
+            table[j] = value
         _trim_values()
-        return out
+        if at is not None:           # the picked points first: the table has fewer rows than the steps
+            table = table.take(at, axis=1)
+        # take() keeps the (steps, points) result C-ordered: the sums over axis 0 add row after row
+        return table.take(rows, axis=0)
 
-    def _split(self, index: int) -> tuple[np.ndarray, np.ndarray, list]:
-        """Column ``index``'s constant steps (positions, values) and its (position, function) pairs."""
-        found = self._splits.get(index)
+    def _layout(self, index: int) -> tuple[np.ndarray, np.ndarray, list]:
+        """Column ``index``'s table (:meth:`column`): each step's row, the distinct constants (rows
+        first, told apart by their exact float: -0.0 is not 0.0) and the distinct functions."""
+        found = self._layouts.get(index)
         if found is None:
             fns = self._columns[index] if index < 4 else self._calls
-            at = [i for i, f in enumerate(fns) if not callable(f)]
-            found = self._splits[index] = (np.array(at, dtype=np.intp), np.array([fns[i] for i in at], dtype=float),
-                                           [(i, f) for i, f in enumerate(fns) if callable(f)])
+            constants: dict[str, int] = {}        # exact float text -> row
+            for f in fns:
+                if not callable(f):
+                    constants.setdefault(float(f).hex(), len(constants))
+            functions: dict = {}                   # function -> row
+            for f in fns:
+                if callable(f):
+                    functions.setdefault(f, len(constants) + len(functions))
+            rows = [functions[f] if callable(f) else constants[float(f).hex()] for f in fns]
+            found = self._layouts[index] = (np.array(rows, dtype=np.intp),
+                                            np.array([float.fromhex(k) for k in constants], dtype=float),
+                                            list(functions))
         return found
 
     def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -285,6 +304,12 @@ class CompiledProgram:
                                                   np.array([r[2] for r in per_gpu]),
                                                   np.stack([r[3] for r in per_gpu], axis=1))
         peaks, links, hbm, alphas = stacked
+        if index.ndim == 1 and len(index) and (index == index[0]).all():
+            # one GPU for every point (the usual call): its per-step rates as one (steps, 1) column
+            # that broadcasts over the points, not copied per point (each point divides by the same
+            # numbers); HBM bandwidth stays per point (it gives the sums their shape)
+            one = index[:1]
+            return peaks[:, one], links[:, one], hbm[index], alphas[:, one]
         return peaks[:, index], links[:, index], hbm[index], alphas[:, index]
 
     def _points(self, args, at, hbm, peaks) -> tuple[list, tuple, np.ndarray | None]:
@@ -304,13 +329,13 @@ class CompiledProgram:
         return [np.broadcast_to(a, own)[at] for a in args], shape, None
 
     def _stacked(self, indices, args, shape, at) -> list[np.ndarray]:
-        """The stacked columns ``indices`` at the sums' points (see :meth:`_points`)."""
+        """The stacked columns ``indices`` at the sums' points (see :meth:`_points`), each a new
+        array of this call's own."""
+        values = _values(args)          # one point set: its stored values looked up once
         if at is None:
-            return [self.column(i, args, shape) for i in indices]
+            return [self.column(i, args, shape, values) for i in indices]
         own = np.broadcast_shapes(*(a.shape for a in args))
-        # take() keeps the (steps, points) result C-ordered (x[:, at] is not): the sums over
-        # axis 0 then add row after row, in the steps' order, as everywhere else
-        return [self.column(i, args, own).take(at, axis=1) for i in indices]
+        return [self.column(i, args, own, values, at) for i in indices]
 
     def step_time(self, rates, batch, seq, ctx, kv_bytes, at=None) -> np.ndarray:
         """The ``t_sol`` of :meth:`totals` alone (the sizing search's hot path): the same terms,
@@ -321,9 +346,13 @@ class CompiledProgram:
         if self._stacks(shape):              # as totals() does: stacked on small grids, same floats
             f, b, c, calls = self._stacked((0, 1, 2, 4), args, shape, at)
             per_step = _per_step(shape)
-            sol = np.maximum(np.maximum(f / per_step(np.asarray(peaks)), b / hbm),
-                             c / per_step(np.asarray(links)) + calls * per_step(np.asarray(alphas)))
-            return np.add.reduce(sol, axis=0)
+            # the terms of totals(), each written over the column it is made from (the stacked
+            # columns are this call's own arrays): no new array per term, the same floats
+            t_compute = np.divide(f, per_step(np.asarray(peaks)), out=f)
+            t_comm = np.divide(c, per_step(np.asarray(links)), out=c)
+            t_comm += np.multiply(calls, per_step(np.asarray(alphas)), out=calls)
+            sol = np.maximum(t_compute, np.divide(b, hbm, out=b), out=t_compute)
+            return _add_steps(np.maximum(sol, t_comm, out=sol))
         total = np.zeros(shape)
         cols = self._columns
         for i in range(len(self.program.steps)):
@@ -336,8 +365,9 @@ class CompiledProgram:
         t_memory, t_comm, t_sol, and t_sol split by the term bounding each step (``by_bound``, shape
         (3, ...)). ``rates`` is a GPU or the (peaks, links, hbm, alphas) of :meth:`rates_for`.
 
-        Two paths, the same floats: a small grid (the build's buckets hold tens of points) stacks
-        every step into one (steps, ...) array per term and sums over the steps axis, a few numpy
+        Two paths, the same floats: a small grid (the build's buckets hold tens of points, the
+        sizing search and ``archledger deploy`` single points) stacks every step into one
+        (steps, ...) array per term and sums over the steps axis (:func:`_add_steps`), a few numpy
         calls per program instead of a dozen per step; a large one (the bench's 204,800 points)
         goes step by step, each step at the shape it depends on (stacked blocks of the full shape
         measured 27x slower there). Both add the steps in program order, so they give identical
@@ -351,26 +381,32 @@ class CompiledProgram:
 
     def _stacks(self, shape) -> bool:
         """Whether sums over ``shape`` stack the steps (see :meth:`totals`)."""
-        size, n_steps = int(np.prod(shape)), len(self.program.steps)
-        return bool(n_steps) and 2 <= size and n_steps * size <= STACKED_ELEMENTS
+        size, n_steps = math.prod(shape), len(self.program.steps)
+        return bool(n_steps) and 1 <= size and n_steps * size <= STACKED_ELEMENTS
 
     def _totals_stacked(self, peaks, links, hbm, alphas, args, shape, at=None) -> dict[str, np.ndarray]:
-        """:meth:`totals` with every step stacked on axis 0 (small grids)."""
+        """:meth:`totals` with every step stacked on axis 0 (small grids and single points)."""
         f, b, c, w, calls = self._stacked(range(5), args, shape, at)
         per_step = _per_step(shape)
-        tc, tm = f / per_step(np.asarray(peaks)), b / hbm
-        tl = c / per_step(np.asarray(links)) + calls * per_step(np.asarray(alphas))
-        sol = np.maximum(np.maximum(tc, tm), tl)
+        add = _add_steps
+        sums = {"flops": add(f), "bytes": add(b), "weight_bytes": add(w), "comm_bytes": add(c)}
+        # the times written over the columns they are made from, once summed (the stacked columns
+        # are this call's own arrays): no new array per term, the same floats
+        tc = np.divide(f, per_step(np.asarray(peaks)), out=f)
+        tm = np.divide(b, hbm, out=b)
+        tl = np.divide(c, per_step(np.asarray(links)), out=c)
+        tl += np.multiply(calls, per_step(np.asarray(alphas)), out=calls)
+        sol = np.maximum(np.maximum(tc, tm, out=w), tl, out=w)
         compute_bound = (tc >= tm) & (tc >= tl)
         memory_bound = ~compute_bound & (tm >= tl)
-        # over axis 0 of a C-ordered (steps, points) array numpy adds row after row, the loop's
-        # order; a single point would make the steps the inner loop, summed pairwise (totals()
-        # sends it step by step)
-        add = lambda x: np.add.reduce(x, axis=0)
-        sums = {"flops": add(f), "bytes": add(b), "weight_bytes": add(w), "comm_bytes": add(c),
-                "t_compute": add(tc), "t_memory": add(tm), "t_comm": add(tl), "t_sol": add(sol)}
-        sums["by_bound"] = np.stack([add(np.where(compute_bound, sol, 0.0)), add(np.where(memory_bound, sol, 0.0)),
-                                     add(np.where(~compute_bound & ~memory_bound, sol, 0.0))])
+        sums.update({"t_compute": add(tc), "t_memory": add(tm), "t_comm": add(tl), "t_sol": add(sol)})
+        part = calls                          # each bound's share: sol where it bounds, else 0
+        shares = []
+        for mask in (compute_bound, memory_bound, ~compute_bound & ~memory_bound):
+            part.fill(0.0)
+            np.copyto(part, sol, where=mask)
+            shares.append(add(part))
+        sums["by_bound"] = np.stack(shares)
         return sums
 
     def _totals_by_step(self, peaks, links, hbm, alphas, args, shape) -> dict[str, np.ndarray]:
@@ -421,6 +457,16 @@ class CompiledProgram:
         if weights:
             out["weight_bytes"] = columns[3]
         return out
+
+
+def _add_steps(x: np.ndarray) -> np.ndarray:
+    """The sum over axis 0 (the steps) of a C-ordered (steps, ...) array, row after row in program
+    order (the step-by-step loop's order, so the same floats). Over axis 0 numpy adds row after row
+    when a row holds two numbers or more; a single point would make the steps the inner loop, summed
+    pairwise, so there the running sum (accumulate, sequential by definition) is taken."""
+    if x[0].size >= 2:
+        return np.add.reduce(x, axis=0)
+    return np.add.accumulate(x, axis=0)[-1]
 
 
 def _per_step(shape):

@@ -64,15 +64,22 @@ def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.nda
     """The distinct rows of ``columns`` (each broadcast to length ``n``, as float64): (keys of
     shape (len(columns), distinct), inverse of shape (n,) with keys[:, inverse] equal to the
     rows). Sorted on the columns given per row (one given as a single number never splits two
-    rows), then cut wherever one of them changes."""
-    full = [np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in columns]
+    rows; the last column is the first sort key, as :func:`numpy.lexsort`), then cut wherever
+    one of them changes."""
+    full = [c if type(c) is np.ndarray and c.dtype == float and c.shape == (n,)       # (most calls: no view)
+            else np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in columns]
     varying = [c for c in full if n and c.strides[0]]    # an input given as one number is constant
     if not varying:                         # every row alike (or none)
         first = np.arange(min(n, 1))
         return np.stack([c[first] for c in full]), np.zeros(n, dtype=np.intp)
     order = np.lexsort(varying)
-    ranked = np.stack(varying)[:, order]
-    starts = np.concatenate(([True], (ranked[:, 1:] != ranked[:, :-1]).any(axis=0)))
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
+    changes = starts[1:]
+    changes.fill(False)
+    for c in varying:                       # a row starts where any sorted column changes
+        ranked = c[order]
+        changes |= ranked[1:] != ranked[:-1]
     inverse = np.empty(n, dtype=np.intp)
     inverse[order] = np.cumsum(starts) - 1
     first = order[starts]
@@ -102,15 +109,18 @@ def phase_at_points(compiled, gpus: list[GPU], gpu_index, batch, seq, ctx, kv_by
     shape = np.broadcast_shapes(*(a.shape for a in args), index.shape)
     if len(shape) != 1 or len(compiled.program.steps) * shape[0] < DISTINCT_MIN_ELEMENTS:
         return phase_times(compiled, compiled.rates_for(gpus, index), *args, times_only)
-    keys, inverse = distinct_rows(args + [index], shape[0])
-    gpu = keys[4].astype(np.intp)
+    # the GPU the last sort key: the keys come sorted on the point, each point's GPUs side by side
+    keys, inverse = distinct_rows([index] + args, shape[0])
+    gpu, points = keys[0].astype(np.intp), keys[1:]
     if (gpu == gpu[0]).all():             # one GPU type: the distinct points are the arguments'
-        got = phase_times(compiled, compiled.rates_for(gpus, gpu), *keys[:4], times_only)
+        got = phase_times(compiled, compiled.rates_for(gpus, gpu), *points, times_only)
     else:
         # the step values do not depend on the GPU (only the rates they divide by do): evaluated
-        # once per distinct (batch, seq, ctx, KV size) and gathered for each GPU that runs it
-        points, at = distinct_rows(list(keys[:4]), keys.shape[1])
-        got = phase_times(compiled, compiled.rates_for(gpus, gpu), *points, times_only, at=at)
+        # once per distinct (batch, seq, ctx, KV size), a run of the sorted keys, and gathered for
+        # each GPU that runs it
+        new = np.concatenate(([True], (points[:, 1:] != points[:, :-1]).any(axis=0)))
+        got = phase_times(compiled, compiled.rates_for(gpus, gpu), *points[:, new], times_only,
+                          at=np.cumsum(new) - 1)
     return {name: np.asarray(value)[inverse] for name, value in got.items()}
 
 
