@@ -1,0 +1,40 @@
+"""The export side's shortcuts (issue 19) give the text and values of the plain calls they replace.
+
+* :func:`engine.deploy.sol._doprint`'s memo printer prints every formula as sympy's own printer of
+  the same settings does (``str()`` for weights, ``order="none"`` for the per-op formulas), for the
+  formulas of a real structure and for nodes whose text depends on where they sit (Floats, square
+  roots, negative terms);
+"""
+from __future__ import annotations
+
+import sympy
+from sympy.printing.str import StrPrinter
+
+
+def test_memo_printer_consistency_with_sympy_printing():
+    from engine.deploy import sol
+    from engine.deploy.cost import step_totals
+    from engine.deploy.fusion import load_tables, token_limits
+    from engine.deploy.hardware import load_gpus
+    from engine.deploy.parallel import ParallelConfig
+    from engine.deploy.structure_cache import StructureCache
+    from engine.spec.api import evaluate
+    ev = evaluate("Qwen/Qwen3-8B")
+    cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
+    gpu = load_gpus()["H100"]
+    exprs = []
+    for config in (ParallelConfig(tp=2), ParallelConfig(tp=4, pp=2)):
+        limits = token_limits(cache.tables.get("vllm"))
+        s = cache.structure(config, gpu.scale_up_domain, "vllm", gpu, (len(limits), 0))
+        exprs.append(s.weight_formula)
+        exprs += [e for p in s.formulas.values() for step in p.steps for e in step_totals(step)]
+    x, y, z = sympy.symbols("batch seq ctx", positive=True)
+    exprs += [sympy.Float(0.5) * x + sympy.Float(2.0) * y, sympy.sqrt(x) * y + 1 / sympy.sqrt(z),
+              sympy.ceiling(x / 3) - 2 * y * sympy.Max(z, 4) + sympy.Rational(3, 2), x ** -2 - y ** sympy.S.Half,
+              sympy.Min(x, y) * sympy.floor(z / 7) - 1]
+    assert len(exprs) > 100
+    order_none = StrPrinter({"order": "none"})
+    for expr in exprs * 2:                       # twice: the second pass prints from the memo
+        assert sol._doprint(sol._STR, expr) == str(expr)
+        assert sol._doprint(sol._PRINTER, expr) == order_none.doprint(expr)
+    assert sol._PRINTER[0]._memo and sol._STR[0]._memo      # the memo printers were used
