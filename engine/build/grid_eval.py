@@ -67,8 +67,8 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     regime_memo: dict[tuple, dict] = {}
 
     def regimes_of(config, limits) -> dict:
-        """The memo of :func:`regimes_at` for one config and limits ((batch, prompt) -> regimes):
-        looked up once per cell and framework, not hashed (a config, a tuple) per point."""
+        """The memo of :func:`regimes_at` ((batch, prompt) -> regimes) and :func:`grouped` for one
+        config and limits: looked up once per cell and framework, not hashed (a config, a tuple) per point."""
         return regime_memo.setdefault((config, tuple(limits)), {})
 
     def regimes_at(memo: dict, config, limits, b, inp, out_len) -> tuple:
@@ -78,6 +78,27 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         if found is None:
             t = tokens_per_device(config, Scenario(b, inp, out_len))
             found = memo[(b, inp)] = tuple(regime(limits, t[p]) for p in PHASES)
+        return found
+
+    top = max(grid.batches)
+
+    def grouped(memo: dict, config, limits, inp, cap, out_len) -> list[tuple]:
+        """The batches a prompt length runs at a capacity ``cap`` (the grid's that fit, and the
+        capacity itself; batch 1 when none fits), grouped by regime: (regimes, batches) in the
+        order they first occur, batches in batch order (so buckets fill, and are created, as point
+        by point). Remembered in ``memo`` per (prompt, capacity up to the largest batch): the
+        batches read no more than that, the regimes the batch and the prompt (as :func:`regimes_at`),
+        and the other KV dtypes and output lengths of a cell meet the same ones again."""
+        key = ("batches", inp, max(0, min(cap, top)))
+        found = memo.get(key)
+        if found is None:
+            batches = [b for b in grid.batches if b <= cap]
+            if cap >= 1 and cap not in batches and cap < top:
+                batches.append(int(cap))
+            by_regime: dict[tuple, list] = {}
+            for b in batches or [1]:
+                by_regime.setdefault(regimes_at(memo, config, limits, b, inp, out_len), []).append(b)
+            found = memo[key] = list(by_regime.items())
         return found
 
     for gpu, config in cells:
@@ -102,15 +123,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                 for out_len in grid.output_lengths:
                     caps = cell_caps[lanes.index((kv_dtype, out_len))].tolist()   # Python ints compare faster
                     for inp, cap in zip(inputs, caps):
-                        batches = [b for b in grid.batches if b <= cap]
-                        if cap >= 1 and cap not in batches and cap < max(grid.batches):
-                            batches.append(int(cap))
-                        # the batches of each regime, in batch order; regimes in the order they
-                        # first occur (so buckets fill, and are created, as point by point)
-                        by_regime: dict[tuple, list] = {}
-                        for b in batches or [1]:
-                            by_regime.setdefault(regimes_at(memo, config, limits, b, inp, out_len), []).append(b)
-                        for regimes, bs in by_regime.items():
+                        for regimes, bs in grouped(memo, config, limits, inp, cap, out_len):
                             bucket = buckets[(config, domain, framework, sig, regimes, gpu.key)]
                             bucket["batch"].extend(bs)
                             for name, value in (("input_len", inp), ("output_len", out_len), ("kv_bytes", kv_bytes),
