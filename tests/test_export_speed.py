@@ -4,6 +4,8 @@
   the same settings does (``str()`` for weights, ``order="none"`` for the per-op formulas), for the
   formulas of a real structure and for nodes whose text depends on where they sit (Floats, square
   roots, negative terms);
+* :meth:`engine.build.columns.Columns.joined` joins runs of constants in one call: the values and
+  dtypes of joining chunk by chunk.
 """
 from __future__ import annotations
 
@@ -38,3 +40,34 @@ def test_memo_printer_consistency_with_sympy_printing():
         assert sol._doprint(sol._STR, expr) == str(expr)
         assert sol._doprint(sol._PRINTER, expr) == order_none.doprint(expr)
     assert sol._PRINTER[0]._memo and sol._STR[0]._memo      # the memo printers were used
+
+
+def test_columns_joined_consistency_with_chunk_by_chunk():
+    """:meth:`engine.build.columns.Columns.joined` (runs of constants in one np.repeat) gives the
+    dtype and values of concatenating every chunk on its own (np.full for a constant)."""
+    import numpy as np
+    from engine.build.columns import Columns
+    chunks = {"f": [1.5, 2.5, np.array([0.25, 3.0]), 7.0, 1.0],            # floats around an array
+              "i": [3, 4, np.array([1, 2]), 5, 6, 7],                        # ints
+              "mixed": [2, 2.5, np.array([1, 2]), True, 3],                  # int, float, bool: promoted
+              "b": [True, False, np.array([True]), True],
+              "s": ["a", ["x", "y"], np.array(["u", "v"]), "b"]}             # labels: a list
+    counts = [3, 1, 4, 2, 5, 2]
+    cols = Columns()
+    expected = {}
+    for name, parts in chunks.items():
+        pieces = []
+        for part, count in zip(parts, counts):
+            if isinstance(part, (np.ndarray, list)):
+                cols.add(name, part)
+                pieces.append(np.asarray(part))
+            else:
+                cols.repeat(name, part, count)
+                pieces.append(np.full(count, part))
+        expected[name] = np.concatenate(pieces)
+    joined = cols.joined()
+    for name in ("f", "i", "mixed", "b"):
+        assert joined[name].dtype == expected[name].dtype, name
+        assert joined[name].tolist() == expected[name].tolist(), name
+    assert joined["s"] == ["a"] * 3 + ["x", "y", "u", "v"] + ["b"] * 2
+    assert joined["nothing"] == []

@@ -65,6 +65,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     ops_points: dict[tuple, list] = defaultdict(list)
     regime_memo: dict[tuple, dict] = {}
+    token_memo: dict = {}         # config -> {(batch, prompt): tokens_per_device}
 
     def regimes_of(config, limits) -> dict:
         """The memo of :func:`regimes_at` ((batch, prompt) -> regimes) and :func:`grouped` for one
@@ -76,7 +77,10 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         Keyed without the output length: tokens per device read only the batch and the prompt."""
         found = memo.get((b, inp))
         if found is None:
-            t = tokens_per_device(config, Scenario(b, inp, out_len))
+            tokens = token_memo.setdefault(config, {})      # the frameworks' other limits: the same tokens
+            t = tokens.get((b, inp))
+            if t is None:
+                t = tokens[(b, inp)] = tokens_per_device(config, Scenario(b, inp, out_len))
             found = memo[(b, inp)] = tuple(regime(limits, t[p]) for p in PHASES)
         return found
 
