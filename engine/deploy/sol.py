@@ -539,8 +539,10 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
             "parts": [list(steps[i].parts) for i in keep], "dtype": [steps[i].compute_dtype for i in keep]})
     keep, one = mine[2], mine[3]
     label = {name: values * n for name, values in one.items()}
-    # point-major: the kept steps of each point in turn (one gather, already in that order)
-    v = {key: np.asarray(values[key]).T[:, keep].reshape(-1) for key in values}
+    # point-major: the kept steps of each point in turn (one gather of every value, already in
+    # that order: each is (steps, points))
+    names = list(values)
+    v = dict(zip(names, np.stack([values[key] for key in names])[:, keep].transpose(0, 2, 1).reshape(len(names), -1)))
     t = np.stack([v["t_compute"], v["t_memory"], v["t_comm"]])
     density = intensity(v["flops"], v["bytes"])
     # the GPU's dtype of each operand class, looked up once per class
