@@ -5,7 +5,9 @@
   formulas of a real structure and for nodes whose text depends on where they sit (Floats, square
   roots, negative terms);
 * :meth:`engine.build.columns.Columns.joined` joins runs of constants in one call: the values and
-  dtypes of joining chunk by chunk.
+  dtypes of joining chunk by chunk;
+* the grid's capacity from :func:`engine.deploy.sol.capacity_terms` shared by the GPU types of a
+  structure equals a plain :func:`engine.deploy.sol.capacity` call per GPU.
 """
 from __future__ import annotations
 
@@ -71,3 +73,30 @@ def test_columns_joined_consistency_with_chunk_by_chunk():
         assert joined[name].tolist() == expected[name].tolist(), name
     assert joined["s"] == ["a"] * 3 + ["x", "y", "u", "v"] + ["b"] * 2
     assert joined["nothing"] == []
+
+
+def test_capacity_terms_consistency_with_capacity():
+    """The grid computes :func:`engine.deploy.sol.capacity_terms` once per structure and reuses them
+    for every GPU type of that structure: the capacities are those of a plain call per GPU."""
+    import numpy as np
+    from engine.deploy.fusion import load_tables, token_limits
+    from engine.deploy.hardware import load_gpus
+    from engine.deploy.parallel import ParallelConfig
+    from engine.deploy.sol import capacity, capacity_terms
+    from engine.deploy.structure_cache import StructureCache
+    from engine.spec.api import evaluate
+    ev = evaluate("Qwen/Qwen3-8B")
+    cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
+    gpus = load_gpus()
+    limits = token_limits(cache.tables.get("vllm"))
+    s = cache.structure(ParallelConfig(tp=2), 8, "vllm", gpus["H100"], (len(limits), 0))
+    inputs = np.tile([1024, 8192, 65536, 262144], 2)
+    outs, kv_bytes = np.repeat([256, 8192], 4), np.repeat([2, 1], 4)
+    terms = capacity_terms(s, inputs, outs, kv_bytes)
+    got = []
+    for key in ("H100", "H200", "B200"):
+        usable = gpus[key].hbm_bytes * 0.9
+        shared = capacity(s, usable, inputs, outs, kv_bytes, terms=terms)
+        assert shared.dtype == np.int64 and shared.tolist() == capacity(s, usable, inputs, outs, kv_bytes).tolist()
+        got.append(shared.tolist())
+    assert got[0] != got[1] and len(set(got[0])) > 2       # GPUs of other memory: other capacities

@@ -25,7 +25,7 @@ from engine.deploy.fusion import load_tables, token_limits
 from engine.deploy.structure_cache import StructureCache, regime, signature
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
-from engine.deploy.sol import capacity, op_rows_columns, summarize, weight_text
+from engine.deploy.sol import capacity, capacity_terms, op_rows_columns, summarize, weight_text
 from engine.deploy.structure import HBM_FRACTION
 from engine.build.columns import Columns
 
@@ -105,6 +105,11 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             found = memo[key] = list(by_regime.items())
         return found
 
+    lanes = [(kv_dtype, out_len) for kv_dtype in grid.kv_dtypes for out_len in grid.output_lengths]
+    lane_points = (np.tile(np.array(inputs), len(lanes)), np.repeat(np.array([o for _, o in lanes]), len(inputs)),
+                   np.repeat(np.array([kv.KV_DTYPE_BYTES[d] for d, _ in lanes]), len(inputs)))
+    lane_terms: dict[int, tuple] = {}     # id(base structure) -> (it, its capacity_terms at lane_points)
+
     for gpu, config in cells:
         domain = gpu.scale_up_domain
         for framework in grid.frameworks:
@@ -117,11 +122,10 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                 continue                                   # weights alone do not fit: nothing to serve
             # the capacity at every (KV dtype, output length, prompt) of the cell in one call (its
             # arithmetic is per point: the same numbers as one call per KV dtype and output length)
-            lanes = [(kv_dtype, out_len) for kv_dtype in grid.kv_dtypes for out_len in grid.output_lengths]
-            cell_caps = capacity(base, usable, np.tile(np.array(inputs), len(lanes)),
-                                 np.repeat(np.array([o for _, o in lanes]), len(inputs)),
-                                 np.repeat(np.array([kv.KV_DTYPE_BYTES[d] for d, _ in lanes]), len(inputs))
-                                 ).reshape(len(lanes), len(inputs))
+            mine = lane_terms.get(id(base))      # GPU types of one structure: the same terms
+            if mine is None or mine[0] is not base:
+                mine = lane_terms[id(base)] = (base, capacity_terms(base, *lane_points))
+            cell_caps = capacity(base, usable, *lane_points, terms=mine[1]).reshape(len(lanes), len(inputs))
             for kv_dtype in grid.kv_dtypes:
                 kv_bytes = kv.KV_DTYPE_BYTES[kv_dtype]
                 for out_len in grid.output_lengths:

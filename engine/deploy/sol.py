@@ -156,11 +156,10 @@ def _working_set(structure: Structure, inp: np.ndarray, kv_bytes, prefill_tokens
     return out
 
 
-def _room(structure: Structure, usable, input_len, kv_bytes, prefill_tokens) -> np.ndarray:
+def _room(structure: Structure, usable, act) -> np.ndarray:
     """Bytes per GPU left for the KV cache: usable - weights - the runtime reserve - the prefill
-    step's working set."""
-    return (np.asarray(usable) - structure.weight_bytes_per_gpu - structure.reserve_bytes_per_gpu
-            - prefill_working_set(structure, input_len, kv_bytes, prefill_tokens))
+    step's working set ``act``."""
+    return np.asarray(usable) - structure.weight_bytes_per_gpu - structure.reserve_bytes_per_gpu - act
 
 
 def _fit_count(room, kv_dev) -> np.ndarray:
@@ -176,13 +175,24 @@ def _fit_count(room, kv_dev) -> np.ndarray:
     return np.where(room >= 0, n, 0).astype(np.int64)
 
 
-def capacity(structure: Structure, usable, input_len, output_len, kv_bytes,
-             prefill_tokens: int = PREFILL_TOKENS) -> np.ndarray:
-    """``max_concurrent_requests``: dp_attn x the requests per replica whose KV at the last position
-    fits next to the weights and the prefill step's working set (the module's one rule)."""
+def capacity_terms(structure: Structure, input_len, output_len, kv_bytes,
+                   prefill_tokens: int = PREFILL_TOKENS) -> tuple[np.ndarray, np.ndarray]:
+    """(KV bytes per request per GPU at the last position, the prefill step's working set) at these
+    points: what :func:`capacity` reads besides the usable memory. GPU-free: the grid computes them
+    once per structure for every GPU type it serves (the same arrays, so the same capacities)."""
     inp = np.asarray(input_len)
     kv_dev = structure.kv_device_fn(np.asarray(inp + np.asarray(output_len), dtype=float), kv_bytes)
-    return structure.config.dp_attn * _fit_count(_room(structure, usable, inp, kv_bytes, prefill_tokens), kv_dev)
+    return kv_dev, prefill_working_set(structure, inp, kv_bytes, prefill_tokens)
+
+
+def capacity(structure: Structure, usable, input_len, output_len, kv_bytes,
+             prefill_tokens: int = PREFILL_TOKENS, terms: tuple | None = None) -> np.ndarray:
+    """``max_concurrent_requests``: dp_attn x the requests per replica whose KV at the last position
+    fits next to the weights and the prefill step's working set (the module's one rule). ``terms``:
+    :func:`capacity_terms` of these points, when the caller has them."""
+    kv_dev, act = terms if terms is not None else capacity_terms(structure, input_len, output_len, kv_bytes,
+                                                                  prefill_tokens)
+    return structure.config.dp_attn * _fit_count(_room(structure, usable, act), kv_dev)
 
 
 #: The fields :func:`summarize` returns with ``serving_only`` (what the sizing search reads).
