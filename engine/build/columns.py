@@ -48,11 +48,33 @@ def _numeric(value) -> bool:
     return isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating))
 
 
+def _constants(run: list[_Constant]) -> np.ndarray:
+    """The values of consecutive constants whose values share one Python type: what ``np.full``
+    makes of each, concatenated (the same dtype: that of one such value), in one call."""
+    if len(run) == 1:
+        return np.full(run[0].count, run[0].value)
+    return np.repeat(np.array([c.value for c in run]), [c.count for c in run])
+
+
 def _join(chunks: list) -> np.ndarray | list:
     parts = [c.value if isinstance(c, _Constant) else c for c in chunks]
     numeric = all((isinstance(p, np.ndarray) and p.dtype.kind in "biuf") or _numeric(p) for p in parts)
     if numeric:
-        arrays = [np.full(c.count, c.value) if isinstance(c, _Constant) else c for c in chunks]
+        arrays: list[np.ndarray] = []
+        run: list[_Constant] = []          # consecutive constants of one Python type: one np.repeat
+        for c in chunks:
+            if isinstance(c, _Constant):
+                if run and type(run[-1].value) is not type(c.value):
+                    arrays.append(_constants(run))
+                    run = []
+                run.append(c)
+            else:
+                if run:
+                    arrays.append(_constants(run))
+                    run = []
+                arrays.append(c)
+        if run:
+            arrays.append(_constants(run))
         return np.concatenate(arrays) if arrays else np.array([])
     out: list = []
     for c in chunks:

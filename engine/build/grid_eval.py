@@ -25,7 +25,7 @@ from engine.deploy.fusion import load_tables, token_limits
 from engine.deploy.structure_cache import StructureCache, regime, signature
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
-from engine.deploy.sol import capacity, op_rows_columns, summarize, weight_text
+from engine.deploy.sol import capacity, capacity_terms, op_rows_columns, summarize, weight_text
 from engine.deploy.structure import HBM_FRACTION
 from engine.build.columns import Columns
 
@@ -65,10 +65,11 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     ops_points: dict[tuple, list] = defaultdict(list)
     regime_memo: dict[tuple, dict] = {}
+    token_memo: dict = {}         # config -> {(batch, prompt): tokens_per_device}
 
     def regimes_of(config, limits) -> dict:
-        """The memo of :func:`regimes_at` for one config and limits ((batch, prompt) -> regimes):
-        looked up once per cell and framework, not hashed (a config, a tuple) per point."""
+        """The memo of :func:`regimes_at` ((batch, prompt) -> regimes) and :func:`grouped` for one
+        config and limits: looked up once per cell and framework, not hashed (a config, a tuple) per point."""
         return regime_memo.setdefault((config, tuple(limits)), {})
 
     def regimes_at(memo: dict, config, limits, b, inp, out_len) -> tuple:
@@ -76,9 +77,38 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         Keyed without the output length: tokens per device read only the batch and the prompt."""
         found = memo.get((b, inp))
         if found is None:
-            t = tokens_per_device(config, Scenario(b, inp, out_len))
+            tokens = token_memo.setdefault(config, {})      # the frameworks' other limits: the same tokens
+            t = tokens.get((b, inp))
+            if t is None:
+                t = tokens[(b, inp)] = tokens_per_device(config, Scenario(b, inp, out_len))
             found = memo[(b, inp)] = tuple(regime(limits, t[p]) for p in PHASES)
         return found
+
+    top = max(grid.batches)
+
+    def grouped(memo: dict, config, limits, inp, cap, out_len) -> list[tuple]:
+        """The batches a prompt length runs at a capacity ``cap`` (the grid's that fit, and the
+        capacity itself; batch 1 when none fits), grouped by regime: (regimes, batches) in the
+        order they first occur, batches in batch order (so buckets fill, and are created, as point
+        by point). Remembered in ``memo`` per (prompt, capacity up to the largest batch): the
+        batches read no more than that, the regimes the batch and the prompt (as :func:`regimes_at`),
+        and the other KV dtypes and output lengths of a cell meet the same ones again."""
+        key = ("batches", inp, max(0, min(cap, top)))
+        found = memo.get(key)
+        if found is None:
+            batches = [b for b in grid.batches if b <= cap]
+            if cap >= 1 and cap not in batches and cap < top:
+                batches.append(int(cap))
+            by_regime: dict[tuple, list] = {}
+            for b in batches or [1]:
+                by_regime.setdefault(regimes_at(memo, config, limits, b, inp, out_len), []).append(b)
+            found = memo[key] = list(by_regime.items())
+        return found
+
+    lanes = [(kv_dtype, out_len) for kv_dtype in grid.kv_dtypes for out_len in grid.output_lengths]
+    lane_points = (np.tile(np.array(inputs), len(lanes)), np.repeat(np.array([o for _, o in lanes]), len(inputs)),
+                   np.repeat(np.array([kv.KV_DTYPE_BYTES[d] for d, _ in lanes]), len(inputs)))
+    lane_terms: dict[int, tuple] = {}     # id(base structure) -> (it, its capacity_terms at lane_points)
 
     for gpu, config in cells:
         domain = gpu.scale_up_domain
@@ -92,25 +122,16 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                 continue                                   # weights alone do not fit: nothing to serve
             # the capacity at every (KV dtype, output length, prompt) of the cell in one call (its
             # arithmetic is per point: the same numbers as one call per KV dtype and output length)
-            lanes = [(kv_dtype, out_len) for kv_dtype in grid.kv_dtypes for out_len in grid.output_lengths]
-            cell_caps = capacity(base, usable, np.tile(np.array(inputs), len(lanes)),
-                                 np.repeat(np.array([o for _, o in lanes]), len(inputs)),
-                                 np.repeat(np.array([kv.KV_DTYPE_BYTES[d] for d, _ in lanes]), len(inputs))
-                                 ).reshape(len(lanes), len(inputs))
+            mine = lane_terms.get(id(base))      # GPU types of one structure: the same terms
+            if mine is None or mine[0] is not base:
+                mine = lane_terms[id(base)] = (base, capacity_terms(base, *lane_points))
+            cell_caps = capacity(base, usable, *lane_points, terms=mine[1]).reshape(len(lanes), len(inputs))
             for kv_dtype in grid.kv_dtypes:
                 kv_bytes = kv.KV_DTYPE_BYTES[kv_dtype]
                 for out_len in grid.output_lengths:
                     caps = cell_caps[lanes.index((kv_dtype, out_len))].tolist()   # Python ints compare faster
                     for inp, cap in zip(inputs, caps):
-                        batches = [b for b in grid.batches if b <= cap]
-                        if cap >= 1 and cap not in batches and cap < max(grid.batches):
-                            batches.append(int(cap))
-                        # the batches of each regime, in batch order; regimes in the order they
-                        # first occur (so buckets fill, and are created, as point by point)
-                        by_regime: dict[tuple, list] = {}
-                        for b in batches or [1]:
-                            by_regime.setdefault(regimes_at(memo, config, limits, b, inp, out_len), []).append(b)
-                        for regimes, bs in by_regime.items():
+                        for regimes, bs in grouped(memo, config, limits, inp, cap, out_len):
                             bucket = buckets[(config, domain, framework, sig, regimes, gpu.key)]
                             bucket["batch"].extend(bs)
                             for name, value in (("input_len", inp), ("output_len", out_len), ("kv_bytes", kv_bytes),

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import sympy
 from sympy.printing.str import StrPrinter
 
 from engine.spec import kv
@@ -165,11 +166,10 @@ def _working_set(structure: Structure, inp: np.ndarray, kv_bytes, prefill_tokens
     return out
 
 
-def _room(structure: Structure, usable, input_len, kv_bytes, prefill_tokens) -> np.ndarray:
+def _room(structure: Structure, usable, act) -> np.ndarray:
     """Bytes per GPU left for the KV cache: usable - weights - the runtime reserve - the prefill
-    step's working set."""
-    return (np.asarray(usable) - structure.weight_bytes_per_gpu - structure.reserve_bytes_per_gpu
-            - prefill_working_set(structure, input_len, kv_bytes, prefill_tokens))
+    step's working set ``act``."""
+    return np.asarray(usable) - structure.weight_bytes_per_gpu - structure.reserve_bytes_per_gpu - act
 
 
 def _fit_count(room, kv_dev) -> np.ndarray:
@@ -185,13 +185,24 @@ def _fit_count(room, kv_dev) -> np.ndarray:
     return np.where(room >= 0, n, 0).astype(np.int64)
 
 
-def capacity(structure: Structure, usable, input_len, output_len, kv_bytes,
-             prefill_tokens: int = PREFILL_TOKENS) -> np.ndarray:
-    """``max_concurrent_requests``: dp_attn x the requests per replica whose KV at the last position
-    fits next to the weights and the prefill step's working set (the module's one rule)."""
+def capacity_terms(structure: Structure, input_len, output_len, kv_bytes,
+                   prefill_tokens: int = PREFILL_TOKENS) -> tuple[np.ndarray, np.ndarray]:
+    """(KV bytes per request per GPU at the last position, the prefill step's working set) at these
+    points: what :func:`capacity` reads besides the usable memory. GPU-free: the grid computes them
+    once per structure for every GPU type it serves (the same arrays, so the same capacities)."""
     inp = np.asarray(input_len)
     kv_dev = structure.kv_device_fn(np.asarray(inp + np.asarray(output_len), dtype=float), kv_bytes)
-    return structure.config.dp_attn * _fit_count(_room(structure, usable, inp, kv_bytes, prefill_tokens), kv_dev)
+    return kv_dev, prefill_working_set(structure, inp, kv_bytes, prefill_tokens)
+
+
+def capacity(structure: Structure, usable, input_len, output_len, kv_bytes,
+             prefill_tokens: int = PREFILL_TOKENS, terms: tuple | None = None) -> np.ndarray:
+    """``max_concurrent_requests``: dp_attn x the requests per replica whose KV at the last position
+    fits next to the weights and the prefill step's working set (the module's one rule). ``terms``:
+    :func:`capacity_terms` of these points, when the caller has them."""
+    kv_dev, act = terms if terms is not None else capacity_terms(structure, input_len, output_len, kv_bytes,
+                                                                  prefill_tokens)
+    return structure.config.dp_attn * _fit_count(_room(structure, usable, act), kv_dev)
 
 
 #: The fields :func:`summarize` returns with ``serving_only`` (what the sizing search reads).
@@ -385,12 +396,48 @@ class Deployment:
         return Deployment(plan, scenario, summary, phases, ops)
 
 
+class _MemoStrPrinter(StrPrinter):
+    """sympy's StrPrinter (same settings, same text) printing each distinct nested sub-expression
+    once per process (bounded): formulas share most of their terms (the same ``batch*seq*...``
+    products under every config, fusion and phase), so a new formula prints only what is new in it.
+    Used only on expressions whose every node is of a :data:`_PLAIN_NODES` type (:func:`_doprint`):
+    their text is a function of the node alone (a Float's is not: it depends on the print depth)."""
+
+    def __init__(self, settings=None):
+        super().__init__(settings)
+        self._memo: dict = {}
+
+    def _print(self, expr, **kwargs) -> str:
+        if kwargs or self._print_level < 1:  # a variant of a node's text (Pow's rational=), or the top
+            return super()._print(expr, **kwargs)
+        text = self._memo.get(expr)
+        if text is None:
+            if len(self._memo) > 500_000:     # the sub-expressions of many models: keep it bounded
+                self._memo.clear()
+            text = self._memo[expr] = super()._print(expr)
+        return text
+
+
+#: The node types whose printed text is a function of the node alone (see :class:`_MemoStrPrinter`).
+_PLAIN_NODES = frozenset({sympy.Symbol, sympy.Integer, sympy.core.numbers.Zero, sympy.core.numbers.One,
+                          sympy.core.numbers.NegativeOne, sympy.Rational, sympy.core.numbers.Half, sympy.Add,
+                          sympy.Mul, sympy.Pow, sympy.Min, sympy.Max, sympy.floor, sympy.ceiling})
+
+
+def _doprint(printers: tuple[StrPrinter, StrPrinter], expr) -> str:
+    """``expr`` printed by ``printers`` = (a :class:`_MemoStrPrinter`, a plain StrPrinter of the
+    same settings): the memo one when every node of ``expr`` is plain, else the plain one (the
+    same text either way: tests/test_export_speed.py)."""
+    plain = all(type(node) in _PLAIN_NODES for node in sympy.preorder_traversal(expr))
+    return printers[0 if plain else 1].doprint(expr)
+
+
 _TEXT: dict = {}
-#: The per-op formulas' printer: sympy's own, with the terms of a sum in the expression's stored
+#: The per-op formulas' printers: sympy's own, with the terms of a sum in the expression's stored
 #: order (sympy's canonical one, the same in every process) instead of re-sorted by degree for
 #: display; that sort was two thirds of printing the tens of thousands of distinct op formulas a
 #: build writes.
-_PRINTER = StrPrinter({"order": "none"})
+_PRINTER = (_MemoStrPrinter({"order": "none"}), StrPrinter({"order": "none"}))
 
 
 def _text(expr) -> str:
@@ -398,11 +445,13 @@ def _text(expr) -> str:
     and frameworks (degrees are symbols), so each distinct formula is printed once per process."""
     text = _TEXT.get(expr)
     if text is None:
-        text = _TEXT[expr] = _PRINTER.doprint(expr)
+        text = _TEXT[expr] = _doprint(_PRINTER, expr)
     return text
 
 
 _PLAIN: dict = {}
+#: ``str(expr)``'s printers (sympy's default settings): see :func:`_doprint`.
+_STR = (_MemoStrPrinter(), StrPrinter())
 _PLAIN_BY_ID: dict[int, tuple] = {}        # id(formula) -> (formula, text): structures share formula objects
 
 
@@ -416,7 +465,7 @@ def weight_text(expr) -> str:
         return mine[1]
     text = _PLAIN.get(expr)
     if text is None:
-        text = _PLAIN[expr] = str(expr)
+        text = _PLAIN[expr] = _doprint(_STR, expr)
     if len(_PLAIN_BY_ID) > 200_000:
         _PLAIN_BY_ID.clear()
     _PLAIN_BY_ID[id(expr)] = (expr, text)
@@ -510,8 +559,10 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
             "parts": [list(steps[i].parts) for i in keep], "dtype": [steps[i].compute_dtype for i in keep]})
     keep, one = mine[2], mine[3]
     label = {name: values * n for name, values in one.items()}
-    # point-major: the kept steps of each point in turn (one gather, already in that order)
-    v = {key: np.asarray(values[key]).T[:, keep].reshape(-1) for key in values}
+    # point-major: the kept steps of each point in turn (one gather of every value, already in
+    # that order: each is (steps, points))
+    names = list(values)
+    v = dict(zip(names, np.stack([values[key] for key in names])[:, keep].transpose(0, 2, 1).reshape(len(names), -1)))
     t = np.stack([v["t_compute"], v["t_memory"], v["t_comm"]])
     density = intensity(v["flops"], v["bytes"])
     # the GPU's dtype of each operand class, looked up once per class
