@@ -384,19 +384,23 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
 
     with contextlib.ExitStack() as stack:
         # the model groups to render (two thirds of a cold render) go to worker processes while this
-        # one renders the site-wide groups; each group writes only its own files
+        # one renders the site-wide groups, then takes its share of them; each group writes only its
+        # own files
         todo = [label for label, key, _ in groups if label in models and not carried(label, key)]
         pool = _render_pool(stack, len(todo))
         # the biggest first (by their formula documents, most of a group's work): the last group a
         # worker takes is then a small one, not one that keeps the other worker idle
+        queue = sorted(todo, key=lambda m: -_formulas_size(results, m)) if pool else []
         futures = {label: pool.submit(_render_model_group, str(results_dir), str(staging), assets, label)
-                   for label in sorted(todo, key=lambda m: -_formulas_size(results, m))} if pool else {}
+                   for label in queue}
         # a failure (or a killed build) stops the queued groups rather than rendering them first
         stack.callback(lambda: [future.cancel() for future in futures.values()])
         for label, key, render in groups:
             if label == "downloads":          # it lists every group's files: the model groups first
+                written = _take_share(site, results, queue, futures)
                 for model_label in todo if futures else []:        # (corpus order, as rendered in-process)
-                    finish(model_label, keys[model_label], futures[model_label].result())
+                    finish(model_label, keys[model_label],
+                           written[model_label] if model_label in written else futures[model_label].result())
                     step(model_label)
             if label in futures:
                 continue
@@ -411,15 +415,34 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     publish.pin_site(staging, results_dir)
 
 
+def _take_share(site: Site, results: Results, queue: list[str], futures: dict) -> dict[str, list[str]]:
+    """This process's share of the queued model groups, once it has rendered the site-wide ones:
+    the groups no worker has taken yet, from the end of ``queue`` (the smallest: the workers take
+    from its front), each rendered here (:func:`_model_group`, the workers' call) after its future
+    is cancelled. A future that cannot be cancelled has gone to a worker; so have all before it.
+    Returns the files each group rendered here wrote. The same files as a worker's: this process
+    needs no start of its own, a worker does (its imports and the results' reading)."""
+    written: dict[str, list[str]] = {}
+    for label in reversed(queue):
+        if not futures[label].cancel():
+            break
+        site.written = []
+        _model_group(site, results, label)
+        written[label] = site.written
+    return written
+
+
 def _render_pool(stack: contextlib.ExitStack, groups: int):
-    """Worker processes for the model page groups (one per core, at most one per group), or None
-    when one process is enough: fewer than :data:`POOL_GROUPS` groups (a worker's start costs about
-    what a small model's pages do), or ``ARCHLEDGER_RENDER_JOBS=1``; that variable sets the count.
-    Spawned, not forked: a forked child inherits polars' thread pool mid-state (as in the results build)."""
+    """Worker processes for the model page groups, or None when one process is enough: fewer than
+    :data:`POOL_GROUPS` groups (a worker's start costs about what a small model's pages do), or
+    ``ARCHLEDGER_RENDER_JOBS=1``. The render uses that many processes (default: one per core), the
+    calling one among them (:func:`_take_share`): one worker fewer, each worker's start being CPU
+    that renders nothing. Spawned, not forked: a forked child inherits polars' thread pool
+    mid-state (as in the results build)."""
     asked = os.environ.get("ARCHLEDGER_RENDER_JOBS")
     jobs = int(asked) if asked else (os.cpu_count() or 1) if groups >= POOL_GROUPS else 1
-    jobs = max(1, min(jobs, groups))
-    if jobs == 1:
+    jobs = max(1, min(jobs, groups)) - 1         # workers beside this process
+    if jobs < 1:
         return None
     from engine.build.results import worker_init      # workers die with this process, however it dies
     return stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
