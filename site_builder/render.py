@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import gc
 import gzip
 import hashlib
 import io
@@ -19,7 +20,10 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,9 +33,8 @@ import markupsafe
 import polars as pl
 from markdown_it import MarkdownIt
 
-from engine.build import publish
+from engine.build import collector, publish
 from engine.cli import units
-from engine.spec.corpus import refuse_symlinks
 from engine.spec.errors import SpecError, Where
 from site_builder import charts, graphs, sizing
 from site_builder import downloads, landscape
@@ -194,6 +197,7 @@ def static_assets() -> tuple[dict[str, str], str]:
     URL, so netlify.toml may let browsers keep /static/* for a year), and one digest of them all.
     A symbolic link under static/ is refused with one line first (engine.spec.corpus.refuse_symlinks):
     a committed link to /proc/self/environ would otherwise publish the build machine's environment."""
+    from engine.spec.corpus import refuse_symlinks      # (not at the top: see _worker_start)
     refuse_symlinks(STATIC, REPO)
     names, digest = {}, hashlib.sha256()
     for path in sorted(p for p in STATIC.rglob("*") if p.is_file() and not p.is_symlink()):
@@ -228,6 +232,7 @@ def _copy_static(site: "Site", names: dict[str, str]) -> None:
 def _repo_text(path: Path) -> str:
     """A page source from the repo (docs/*.md, CONTRIBUTING.md), refused if it or a folder on the
     way to it is a symbolic link, or if it resolves outside the repo: it is published as a page."""
+    from engine.spec.corpus import refuse_symlinks      # (not at the top: see _worker_start)
     refuse_symlinks(path, REPO)
     if not path.resolve().is_relative_to(REPO.resolve()):
         raise SpecError(Where(str(path.relative_to(REPO))), "resolves outside the repository",
@@ -444,9 +449,8 @@ def _render_pool(stack: contextlib.ExitStack, groups: int):
     jobs = max(1, min(jobs, groups)) - 1         # workers beside this process
     if jobs < 1:
         return None
-    from engine.build.results import worker_init      # workers die with this process, however it dies
     return stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                                   initializer=worker_init, initargs=(os.getpid(),)))
+                                                   initializer=_worker_start, initargs=(os.getpid(), _schema_docs())))
 
 
 POOL_GROUPS = 4
@@ -456,6 +460,35 @@ def _formulas_size(results: Results, model_id: str) -> int:
     path = results.root / "formulas" / f"{slug(model_id)}.json"
     return path.stat().st_size if path.is_file() else 0
 _WORKER: dict[str, tuple] = {}       # results folder -> (Results, Site environment) in a render worker
+
+
+def _worker_start(parent: int, schema_docs: dict[str, str]) -> None:
+    """In each render worker, first: die when the rendering process dies, however it dies (as
+    engine.build.results.worker_init does for a build worker: on Linux the kernel's SIGKILL, prctl
+    PR_SET_PDEATHSIG, with a thread watching the parent's pid as the backstop); collect rarely
+    (engine/build/collector.py), the start-up heap frozen; take the Parquet column docs the deploy
+    pages show (:func:`_schema_docs`) from ``parent``. A render worker never evaluates, so it
+    imports nothing of the engine's evaluation (sympy, the spec language: engine.build.results
+    imports both, and that was half of a worker's start); site_builder/cli.py's top imports none
+    either (a spawned worker runs it first)."""
+    _SCHEMA_DOCS.update(schema_docs)
+    gc.freeze()
+    collector.tune()
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)     # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:       # the parent died before the death signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
 def _render_model_group(results_dir: str, staging: str, assets: dict[str, str], model_id: str) -> list[str]:
@@ -614,7 +647,7 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
             # the model's dims, for the per-op formulas' "where" line (the point's batch, seq, ctx beside them)
             "bound": {d["name"]: d["value"] for d in doc["dims"]},
             "kv_rows": charts.kv_rows(doc["kv_curve"], doc["max_context"]), "compare_input": COMPARE_INPUT,
-            "docs": {k: v[1] for k, v in _schema_docs().items()},
+            "docs": dict(_schema_docs()),
             # the roofline chart's roofs: the build's figures of the GPUs this model was evaluated on
             "gpus": {g: r for g, r in ((results.landscape or {}).get("gpus") or {}).items()
                      if g in {o["gpu"] for o in options}}}
@@ -623,10 +656,16 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
               doc=doc, slug=name, compare_input=COMPARE_INPUT, sizing_page=sizing_page)
 
 
-def _schema_docs() -> dict:
-    """The Parquet column docs, shown as the definition behind each deployment number."""
-    from engine.build.results import DEPLOYMENTS_SCHEMA
-    return DEPLOYMENTS_SCHEMA
+_SCHEMA_DOCS: dict[str, str] = {}
+
+
+def _schema_docs() -> dict[str, str]:
+    """The Parquet column docs (engine.build.results.DEPLOYMENTS_SCHEMA's, by column), shown as the
+    definition behind each deployment number; a render worker is handed them (:func:`_worker_start`)."""
+    if not _SCHEMA_DOCS:
+        from engine.build.results import DEPLOYMENTS_SCHEMA
+        _SCHEMA_DOCS.update({k: v[1] for k, v in DEPLOYMENTS_SCHEMA.items()})
+    return _SCHEMA_DOCS
 
 
 def _compare(site: Site, results: Results) -> None:
@@ -634,7 +673,7 @@ def _compare(site: Site, results: Results) -> None:
     shown = ("fits", "weight_bytes_per_gpu", "kv_bytes_per_gpu", "activation_bytes_per_gpu", "free_bytes_per_gpu",
              "usable_bytes_per_gpu", "ttft_s", "tpot_s", "max_concurrent_requests", "tokens_per_s_per_gpu")
     site.page("compare", "compare.html", "Compare",
-              {"page": "compare", "compare_input": COMPARE_INPUT, "docs": {k: _schema_docs()[k][1] for k in shown}},
+              {"page": "compare", "compare_input": COMPARE_INPUT, "docs": {k: _schema_docs()[k] for k in shown}},
               models=index)
 
 
