@@ -62,3 +62,21 @@ def test_render_worker_starts_without_the_engines_evaluation():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "[]"
+
+
+def test_layout_memo_consistency_with_a_fresh_layout():
+    """A drawing whose layout comes from the memo is the drawing laid out afresh: the same SVG
+    text as with the memo emptied, and the memo answers the second drawing of the same graph."""
+    from site_builder import graph_svg
+    graph = {"nodes": [{"id": "a", "label": "x"}, {"id": "b", "label": "long label b", "detail": "d"},
+                       {"id": "c", "label": "c", "kind": "cache"}, {"id": "d", "label": "lonely"}],
+             "edges": [{"src": "a", "dst": "b", "label": "e1"}, {"src": "b", "dst": "c"}, {"src": "a", "dst": "c"}]}
+    graph_svg._LAYOUTS.clear()
+    fresh = graph_svg.render_svg(graph, title="t")
+    assert len(graph_svg._LAYOUTS) == 1
+    again = graph_svg.render_svg(graph, title="t")
+    relabelled = graph_svg.render_svg({**graph, "edges": [{**graph["edges"][0], "label": "a longer edge label"},
+                                                          *graph["edges"][1:]]}, title="t")
+    assert again == fresh and len(graph_svg._LAYOUTS) == 2 and relabelled != fresh
+    graph_svg._LAYOUTS.clear()
+    assert graph_svg.render_svg(graph, title="t") == fresh
