@@ -174,6 +174,11 @@ def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
 def deployment_options(rows: pl.DataFrame) -> list[dict[str, Any]]:
     """The (GPU, GPU count, config, framework, KV dtype) combinations the build evaluated: the
     distinct rows of those columns, the parallel degrees and the weight formula."""
+    # a row the same as the one before it in all these columns adds no combination: dropped first
+    # (cheap comparisons; the rows of one combination are mostly together), so the formulas (KB
+    # each) are hashed for a few hundred rows, not for every row
+    columns = KEY + ["tp", "ep", "dp_attn", "pp", "weight_bytes_per_gpu_formula"]
+    rows = rows.filter(pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in columns]))
     # grouped on the short columns, the formulas (KB each, one per combination) only compared
     # inside a group: a unique() over all the columns copies every row's formula to compare rows
     combos = rows.group_by(KEY + ["tp", "ep", "dp_attn", "pp"]).agg(pl.col("weight_bytes_per_gpu_formula").unique())

@@ -80,3 +80,24 @@ def test_layout_memo_consistency_with_a_fresh_layout():
     assert again == fresh and len(graph_svg._LAYOUTS) == 2 and relabelled != fresh
     graph_svg._LAYOUTS.clear()
     assert graph_svg.render_svg(graph, title="t") == fresh
+
+
+def test_deployment_options_consistency_with_every_distinct_row():
+    """The options (rows equal to the one before them dropped first) are the distinct combinations
+    of all the rows: repeated rows apart or together, a combination with two formulas, the first row."""
+    import random
+
+    import polars as pl
+
+    from site_builder.data import deployment_options
+    columns = ["gpu", "n_gpus", "config", "framework", "kv_dtype", "tp", "ep", "dp_attn", "pp",
+               "weight_bytes_per_gpu_formula"]
+    combos = [("H100", 8, "tp8", "vllm", "bf16", 8, 1, 1, 1, "w*2/8"), ("H100", 8, "tp8", "vllm", "fp8", 8, 1, 1, 1, "w*2/8"),
+              ("B200", 8, "tp8", "vllm", "bf16", 8, 1, 1, 1, "w*2/8"), ("H100", 16, "tp8-pp2", "sglang", "bf16", 8, 1, 1, 2, "w/8"),
+              ("H100", 16, "tp8-pp2", "sglang", "bf16", 8, 1, 1, 2, "w/8 + e")]
+    rng = random.Random(7)
+    table = [c for c in combos for _ in range(rng.randint(1, 5))]
+    for order in (table, rng.sample(table, len(table))):
+        rows = pl.DataFrame([dict(zip(columns, c)) for c in order])
+        got = sorted(tuple(o[k] for k in columns) for o in deployment_options(rows))
+        assert got == sorted(set(combos))
