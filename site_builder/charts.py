@@ -58,8 +58,19 @@ BAR_STEP, BAR_SIZE = 20, 14
 
 
 def deployment_specs(gpu_bars: int = 12, config_bars: int = 8) -> dict[str, dict]:
-    """The deploy page's charts (data by name, filled in the browser); a copy the caller may change."""
-    return copy.deepcopy(_deployment_specs(gpu_bars, config_bars))
+    """The deploy page's charts (data by name, filled in the browser); a copy the caller may change.
+    Built once per process: the bar counts set the two bar charts' heights and nothing else (a
+    view's name hashes its data, marks, encodings and transforms, never its size), so each page's
+    specs are the first ones with those two heights set. tests/test_site_render_speed.py holds them
+    to the specs Altair builds for the same counts."""
+    specs = copy.deepcopy(_deployment_specs(1, 1))
+    specs["gpus"]["height"] = _bar_height(gpu_bars)
+    specs["ep"]["height"] = _bar_height(config_bars)
+    return specs
+
+
+def _bar_height(bars: int) -> int:
+    return BAR_STEP * max(1, bars)
 
 
 # Data-free specs depend only on their arguments: built once per process, not once per page.
@@ -90,14 +101,14 @@ def _deployment_specs(gpu_bars: int, config_bars: int) -> dict[str, dict]:
                  alt.Tooltip("config:N", title="parallel config"), alt.Tooltip("rate:N", title="best decode tokens/s per GPU"),
                  alt.Tooltip("at_batch:Q", title="at batch")],
     ).transform_calculate(rate=human("datum.best_tokens_per_s_per_gpu")).properties(
-        width="container", height=BAR_STEP * max(1, gpu_bars), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
+        width="container", height=_bar_height(gpu_bars), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
     ep = alt.Chart(alt.Data(name="configs")).mark_bar(size=BAR_SIZE).encode(
         x=alt.X("best_tokens_per_s_per_gpu:Q", title="best decode tokens/s per GPU", axis=_axis("")),
         y=alt.Y("config:N", sort="-x", title="parallel config"),
         tooltip=[alt.Tooltip("config:N", title="parallel config"), alt.Tooltip("rate:N", title="best decode tokens/s per GPU"),
                  alt.Tooltip("at_batch:Q", title="at batch")],
     ).transform_calculate(rate=human("datum.best_tokens_per_s_per_gpu")).properties(
-        width="container", height=BAR_STEP * max(1, config_bars), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
+        width="container", height=_bar_height(config_bars), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
     kv = kv_chart(alt.Data(name="kv"), alt.Data(name="limit"))
     return {"batch": _spec(batch), "gpus": _spec(gpus), "ep": _spec(ep), "kv": _spec(kv)}
 
@@ -122,13 +133,24 @@ def kv_chart(data: alt.Data, limit: alt.Data) -> alt.LayerChart:
     """KV bytes per request vs context, one line per part (flat state, growing KV, total), with a
     rule at the model's maximum context. ``data`` rows are :func:`kv_rows`; ``limit`` one row with
     ``max_context``."""
-    # (built per model page) channel objects where they print as Altair's own lookup would make them
+    line = _kv_line(data)
+    rule = alt.Chart(limit).mark_rule(strokeDash=[4, 3]).encode(
+        x=alt.X("max_context:Q"), tooltip=[alt.Tooltip("max_context:Q", title="max context (tokens)", format=",")])
+    label = alt.Chart(limit).mark_text(align="left", dx=4, dy=-6).encode(
+        x=alt.X("max_context:Q"), text=alt.TextValue("max context"))
+    # legends below the plot: the deployment page's chart shares a row with others
+    return alt.layer(line, rule, label).properties(width="container", height=240).configure_legend(orient="bottom", direction="vertical")
+
+
+def _kv_line(data: alt.Data) -> alt.Chart:
+    """:func:`kv_chart`'s line chart (the one view a layered spec names: Altair hashes it, with its data)."""
+    # channel objects where they print as Altair's own lookup would make them
     # (the view names hash that text), not shorthand strings or alt.value: Altair matches those
     # against its whole schema on every call, for the same spec
     pick = alt.selection_point(fields=["part"], bind="legend")
     ticks = alt.Axis(values=[4 ** k * 1024 for k in range(6)],     # 1K, 4K, ... 1M
                      labelExpr="datum.value >= 1048576 ? datum.value / 1048576 + 'M' : datum.value / 1024 + 'K'")
-    line = alt.Chart(data).mark_line(point=True).encode(
+    return alt.Chart(data).mark_line(point=True).encode(
         x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=ticks, title="context (tokens)"),
         y=alt.Y("bytes:Q", scale=alt.Scale(type="log"), axis=_axis("B"), title="bytes per request (BF16 KV)"),
         color=alt.Color("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
@@ -138,19 +160,64 @@ def kv_chart(data: alt.Data, limit: alt.Data) -> alt.LayerChart:
         tooltip=[alt.Tooltip("part:N", title="part"), alt.Tooltip("context:Q", title="context (tokens)", format=","),
                  alt.Tooltip("shown:N", title="bytes per request"), alt.Tooltip("extrapolated:N", title="past max context")],
     ).transform_calculate(shown=human("datum.bytes", "B")).add_params(pick)
-    rule = alt.Chart(limit).mark_rule(strokeDash=[4, 3]).encode(
-        x=alt.X("max_context:Q"), tooltip=[alt.Tooltip("max_context:Q", title="max context (tokens)", format=",")])
-    label = alt.Chart(limit).mark_text(align="left", dx=4, dy=-6).encode(
-        x=alt.X("max_context:Q"), text=alt.TextValue("max context"))
-    # legends below the plot: the deployment page's chart shares a row with others
-    return alt.layer(line, rule, label).properties(width="container", height=240).configure_legend(orient="bottom", direction="vertical")
+
+
+def model_specs(doc: dict) -> dict[str, dict]:
+    """The model page's charts, data embedded: KV/state per request vs context.
+
+    :func:`_model_specs` (Altair's build) for every model but built once per process: the specs of
+    two models differ only in their data (the KV rows, the maximum context) and in the line's view
+    name, which Altair derives from a hash of the line chart with its data. So each page's specs
+    are :func:`_kv_template`'s with its own data put in place of the stand-ins and the name Altair
+    gives its line (the line chart's hash, the one part of Altair still run per page; a tenth of the
+    build). tests/test_site_render_speed.py holds them to Altair's build."""
+    rows = kv_rows(doc["kv_curve"], doc["max_context"])
+    line, spec = _kv_template()
+    return _fill(spec, {"kv": rows, "limit": [{"max_context": doc["max_context"]}]},
+                 (line._get_view_hash_name(), _view_name(line, rows)))
 
 
 @_built
-def model_specs(doc: dict) -> dict[str, dict]:
-    """The model page's charts, data embedded: KV/state per request vs context."""
+def _view_name(line: alt.Chart, rows: list[dict]) -> str:
+    """The name Altair gives the view of ``line`` with ``rows`` for its data."""
+    named = line.copy(deep=False)
+    named.data = alt.Data(values=rows)
+    return named._get_view_hash_name()
+
+
+@_built
+def _model_specs(doc: dict) -> dict[str, dict]:
     rows = kv_rows(doc["kv_curve"], doc["max_context"])
     return {"kv": _spec(kv_chart(alt.Data(values=rows), alt.Data(values=[{"max_context": doc["max_context"]}])))}
+
+
+#: The key of a stand-in dataset's one row (no model's data has it): ``{STAND_IN: name}``.
+STAND_IN = "\u0000stand-in"
+
+
+@functools.lru_cache(maxsize=None)
+@_built
+def _kv_template() -> tuple[alt.Chart, dict]:
+    """The model page's line chart and specs (:func:`_model_specs`) built from stand-in data: the
+    line's rows ``[{STAND_IN: "kv"}]``, the maximum context's ``[{STAND_IN: "limit"}]``."""
+    line = _kv_line(alt.Data(values=[{STAND_IN: "kv"}]))
+    chart = kv_chart(alt.Data(values=[{STAND_IN: "kv"}]), alt.Data(values=[{STAND_IN: "limit"}]))
+    return line, {"kv": _spec(chart)}
+
+
+def _fill(node, data: dict[str, list], names: tuple[str, str]):
+    """A copy of the JSON value ``node`` with each stand-in dataset (``{"values": [{STAND_IN: key}]}``)
+    holding ``data[key]`` instead, and each string that starts with ``names[0]`` starting with ``names[1]``."""
+    if isinstance(node, dict):
+        values = node.get("values")
+        if isinstance(values, list) and len(values) == 1 and isinstance(values[0], dict) and STAND_IN in values[0]:
+            return {**node, "values": data[values[0][STAND_IN]]}
+        return {k: _fill(v, data, names) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_fill(v, data, names) for v in node]
+    if isinstance(node, str) and node.startswith(names[0]):
+        return names[1] + node[len(names[0]):]
+    return node
 
 
 @_built

@@ -20,11 +20,14 @@ from engine.build import collector
 collector.tune()
 
 from engine import cli as engine_cli  # noqa: E402
-from engine.build.results import progress_printer  # noqa: E402
+
+# engine.build.results (the build, and its progress printer) is imported by the commands that use
+# it, not here: a site render worker runs this module's top too, and never evaluates (that import
+# brings sympy and the spec language: half of a render worker's start)
 
 
 def cmd_build(args) -> int:
-    from engine.build.results import run
+    from engine.build.results import progress_printer, run
     from site_builder.render import render_staged
     quiet = args.quiet
 
@@ -36,6 +39,7 @@ def cmd_build(args) -> int:
 
 
 def cmd_site(args) -> int:
+    from engine.build.results import progress_printer
     from site_builder.render import render_site
     out = Path(args.out)
     if not (out / "results" / "models.parquet").exists():

@@ -157,15 +157,13 @@ def landscape_tables(results: Results) -> list[dict[str, Any]]:
 
 
 def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
-    """The model's deployment rows with the columns the deployment page uses."""
+    """The model's deployment rows with the columns the deployment page uses: its options (the
+    combinations, their parallel degrees and weight formula), the GPU comparison (the best decode
+    rate among points that fit) and the grid's lengths and batches. Only those: the page evaluates
+    every other number in the browser from the formula files, and reading the other columns of the
+    two million rows was two thirds of the rows' time."""
     columns = ["gpu", "n_gpus", "config", "tp", "ep", "dp_attn", "pp", "framework", "kv_dtype", "phase", "batch",
-               "weight_bytes_per_gpu_formula",
-               "input_len", "output_len", "fits", "shortfall_bytes", "weight_bytes_per_gpu", "kv_bytes_per_request",
-               "kv_state_bytes_per_request",
-               "kv_bytes_per_gpu", "free_bytes_per_gpu", "activation_bytes_per_gpu", "usable_bytes_per_gpu",
-               "max_concurrent_requests", "step_time_s",
-               "compute_time_s", "memory_time_s", "comm_time_s", "bound", "ttft_s", "tpot_s",
-               "tokens_per_s_per_gpu", "extrapolated"]
+               "weight_bytes_per_gpu_formula", "input_len", "output_len", "fits", "tokens_per_s_per_gpu"]
     # from the model's own partition when it has one (the build writes one per model): a scan of
     # the whole table opens every model's file to find this model's rows
     part = results.root / "deployments" / f"model={slug(model_id)}" / "part.parquet"
@@ -176,6 +174,11 @@ def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
 def deployment_options(rows: pl.DataFrame) -> list[dict[str, Any]]:
     """The (GPU, GPU count, config, framework, KV dtype) combinations the build evaluated: the
     distinct rows of those columns, the parallel degrees and the weight formula."""
+    # a row the same as the one before it in all these columns adds no combination: dropped first
+    # (cheap comparisons; the rows of one combination are mostly together), so the formulas (KB
+    # each) are hashed for a few hundred rows, not for every row
+    columns = KEY + ["tp", "ep", "dp_attn", "pp", "weight_bytes_per_gpu_formula"]
+    rows = rows.filter(pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in columns]))
     # grouped on the short columns, the formulas (KB each, one per combination) only compared
     # inside a group: a unique() over all the columns copies every row's formula to compare rows
     combos = rows.group_by(KEY + ["tp", "ep", "dp_attn", "pp"]).agg(pl.col("weight_bytes_per_gpu_formula").unique())

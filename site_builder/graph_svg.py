@@ -165,12 +165,28 @@ def _components(nodes: list[dict], edges: list[dict]) -> list[list[str]]:
     return list(groups.values())
 
 
+#: :func:`_layout`'s answers in this process, by everything it reads (node ids and box sizes, edge
+#: ends and labels, in order): the same drawing recurs (a component drawn in each model that uses
+#: it, on its own page and in graph diffs), and the layout is most of a drawing's time.
+_LAYOUTS: dict[tuple, tuple] = {}
+
+
 def _layout(nodes, edges, sizes):
-    """Top-left corner of every node and the geometry of every edge, in SVG px.
+    """Top-left corner of every node and the geometry of every edge, in SVG px (read only: the
+    answer is shared by every drawing of the same graph, :data:`_LAYOUTS`).
 
     Edge geometry is (points, label anchor, is_loop); a component's bounding box covers its
     nodes, its routes and its edge labels, so side-by-side components never overlap.
     """
+    key = (tuple((n["id"], sizes[n["id"]]) for n in nodes), tuple((e["src"], e["dst"], e["label"]) for e in edges))
+    found = _LAYOUTS.get(key)
+    if found is None:
+        found = _LAYOUTS[key] = _laid_out(nodes, edges, sizes)
+    return found
+
+
+def _laid_out(nodes, edges, sizes):
+    """:func:`_layout` without the memo."""
     out_deg = {n["id"]: 0 for n in nodes}
     in_deg = dict(out_deg)
     for e in edges:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import gc
 import gzip
 import hashlib
 import io
@@ -19,7 +20,10 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,9 +33,8 @@ import markupsafe
 import polars as pl
 from markdown_it import MarkdownIt
 
-from engine.build import publish
+from engine.build import collector, publish
 from engine.cli import units
-from engine.spec.corpus import refuse_symlinks
 from engine.spec.errors import SpecError, Where
 from site_builder import charts, graphs, sizing
 from site_builder import downloads, landscape
@@ -194,6 +197,7 @@ def static_assets() -> tuple[dict[str, str], str]:
     URL, so netlify.toml may let browsers keep /static/* for a year), and one digest of them all.
     A symbolic link under static/ is refused with one line first (engine.spec.corpus.refuse_symlinks):
     a committed link to /proc/self/environ would otherwise publish the build machine's environment."""
+    from engine.spec.corpus import refuse_symlinks      # (not at the top: see _worker_start)
     refuse_symlinks(STATIC, REPO)
     names, digest = {}, hashlib.sha256()
     for path in sorted(p for p in STATIC.rglob("*") if p.is_file() and not p.is_symlink()):
@@ -228,6 +232,7 @@ def _copy_static(site: "Site", names: dict[str, str]) -> None:
 def _repo_text(path: Path) -> str:
     """A page source from the repo (docs/*.md, CONTRIBUTING.md), refused if it or a folder on the
     way to it is a symbolic link, or if it resolves outside the repo: it is published as a page."""
+    from engine.spec.corpus import refuse_symlinks      # (not at the top: see _worker_start)
     refuse_symlinks(path, REPO)
     if not path.resolve().is_relative_to(REPO.resolve()):
         raise SpecError(Where(str(path.relative_to(REPO))), "resolves outside the repository",
@@ -384,19 +389,23 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
 
     with contextlib.ExitStack() as stack:
         # the model groups to render (two thirds of a cold render) go to worker processes while this
-        # one renders the site-wide groups; each group writes only its own files
+        # one renders the site-wide groups, then takes its share of them; each group writes only its
+        # own files
         todo = [label for label, key, _ in groups if label in models and not carried(label, key)]
         pool = _render_pool(stack, len(todo))
         # the biggest first (by their formula documents, most of a group's work): the last group a
         # worker takes is then a small one, not one that keeps the other worker idle
+        queue = sorted(todo, key=lambda m: -_formulas_size(results, m)) if pool else []
         futures = {label: pool.submit(_render_model_group, str(results_dir), str(staging), assets, label)
-                   for label in sorted(todo, key=lambda m: -_formulas_size(results, m))} if pool else {}
+                   for label in queue}
         # a failure (or a killed build) stops the queued groups rather than rendering them first
         stack.callback(lambda: [future.cancel() for future in futures.values()])
         for label, key, render in groups:
             if label == "downloads":          # it lists every group's files: the model groups first
+                written = _take_share(site, results, queue, futures)
                 for model_label in todo if futures else []:        # (corpus order, as rendered in-process)
-                    finish(model_label, keys[model_label], futures[model_label].result())
+                    finish(model_label, keys[model_label],
+                           written[model_label] if model_label in written else futures[model_label].result())
                     step(model_label)
             if label in futures:
                 continue
@@ -411,19 +420,37 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     publish.pin_site(staging, results_dir)
 
 
+def _take_share(site: Site, results: Results, queue: list[str], futures: dict) -> dict[str, list[str]]:
+    """This process's share of the queued model groups, once it has rendered the site-wide ones:
+    the groups no worker has taken yet, from the end of ``queue`` (the smallest: the workers take
+    from its front), each rendered here (:func:`_model_group`, the workers' call) after its future
+    is cancelled. A future that cannot be cancelled has gone to a worker; so have all before it.
+    Returns the files each group rendered here wrote. The same files as a worker's: this process
+    needs no start of its own, a worker does (its imports and the results' reading)."""
+    written: dict[str, list[str]] = {}
+    for label in reversed(queue):
+        if not futures[label].cancel():
+            break
+        site.written = []
+        _model_group(site, results, label)
+        written[label] = site.written
+    return written
+
+
 def _render_pool(stack: contextlib.ExitStack, groups: int):
-    """Worker processes for the model page groups (one per core, at most one per group), or None
-    when one process is enough: fewer than :data:`POOL_GROUPS` groups (a worker's start costs about
-    what a small model's pages do), or ``ARCHLEDGER_RENDER_JOBS=1``; that variable sets the count.
-    Spawned, not forked: a forked child inherits polars' thread pool mid-state (as in the results build)."""
+    """Worker processes for the model page groups, or None when one process is enough: fewer than
+    :data:`POOL_GROUPS` groups (a worker's start costs about what a small model's pages do), or
+    ``ARCHLEDGER_RENDER_JOBS=1``. The render uses that many processes (default: one per core), the
+    calling one among them (:func:`_take_share`): one worker fewer, each worker's start being CPU
+    that renders nothing. Spawned, not forked: a forked child inherits polars' thread pool
+    mid-state (as in the results build)."""
     asked = os.environ.get("ARCHLEDGER_RENDER_JOBS")
     jobs = int(asked) if asked else (os.cpu_count() or 1) if groups >= POOL_GROUPS else 1
-    jobs = max(1, min(jobs, groups))
-    if jobs == 1:
+    jobs = max(1, min(jobs, groups)) - 1         # workers beside this process
+    if jobs < 1:
         return None
-    from engine.build.results import worker_init      # workers die with this process, however it dies
     return stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                                   initializer=worker_init, initargs=(os.getpid(),)))
+                                                   initializer=_worker_start, initargs=(os.getpid(), _schema_docs())))
 
 
 POOL_GROUPS = 4
@@ -433,6 +460,35 @@ def _formulas_size(results: Results, model_id: str) -> int:
     path = results.root / "formulas" / f"{slug(model_id)}.json"
     return path.stat().st_size if path.is_file() else 0
 _WORKER: dict[str, tuple] = {}       # results folder -> (Results, Site environment) in a render worker
+
+
+def _worker_start(parent: int, schema_docs: dict[str, str]) -> None:
+    """In each render worker, first: die when the rendering process dies, however it dies (as
+    engine.build.results.worker_init does for a build worker: on Linux the kernel's SIGKILL, prctl
+    PR_SET_PDEATHSIG, with a thread watching the parent's pid as the backstop); collect rarely
+    (engine/build/collector.py), the start-up heap frozen; take the Parquet column docs the deploy
+    pages show (:func:`_schema_docs`) from ``parent``. A render worker never evaluates, so it
+    imports nothing of the engine's evaluation (sympy, the spec language: engine.build.results
+    imports both, and that was half of a worker's start); site_builder/cli.py's top imports none
+    either (a spawned worker runs it first)."""
+    _SCHEMA_DOCS.update(schema_docs)
+    gc.freeze()
+    collector.tune()
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)     # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:       # the parent died before the death signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
 def _render_model_group(results_dir: str, staging: str, assets: dict[str, str], model_id: str) -> list[str]:
@@ -591,7 +647,7 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
             # the model's dims, for the per-op formulas' "where" line (the point's batch, seq, ctx beside them)
             "bound": {d["name"]: d["value"] for d in doc["dims"]},
             "kv_rows": charts.kv_rows(doc["kv_curve"], doc["max_context"]), "compare_input": COMPARE_INPUT,
-            "docs": {k: v[1] for k, v in _schema_docs().items()},
+            "docs": dict(_schema_docs()),
             # the roofline chart's roofs: the build's figures of the GPUs this model was evaluated on
             "gpus": {g: r for g, r in ((results.landscape or {}).get("gpus") or {}).items()
                      if g in {o["gpu"] for o in options}}}
@@ -600,10 +656,16 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
               doc=doc, slug=name, compare_input=COMPARE_INPUT, sizing_page=sizing_page)
 
 
-def _schema_docs() -> dict:
-    """The Parquet column docs, shown as the definition behind each deployment number."""
-    from engine.build.results import DEPLOYMENTS_SCHEMA
-    return DEPLOYMENTS_SCHEMA
+_SCHEMA_DOCS: dict[str, str] = {}
+
+
+def _schema_docs() -> dict[str, str]:
+    """The Parquet column docs (engine.build.results.DEPLOYMENTS_SCHEMA's, by column), shown as the
+    definition behind each deployment number; a render worker is handed them (:func:`_worker_start`)."""
+    if not _SCHEMA_DOCS:
+        from engine.build.results import DEPLOYMENTS_SCHEMA
+        _SCHEMA_DOCS.update({k: v[1] for k, v in DEPLOYMENTS_SCHEMA.items()})
+    return _SCHEMA_DOCS
 
 
 def _compare(site: Site, results: Results) -> None:
@@ -611,7 +673,7 @@ def _compare(site: Site, results: Results) -> None:
     shown = ("fits", "weight_bytes_per_gpu", "kv_bytes_per_gpu", "activation_bytes_per_gpu", "free_bytes_per_gpu",
              "usable_bytes_per_gpu", "ttft_s", "tpot_s", "max_concurrent_requests", "tokens_per_s_per_gpu")
     site.page("compare", "compare.html", "Compare",
-              {"page": "compare", "compare_input": COMPARE_INPUT, "docs": {k: _schema_docs()[k][1] for k in shown}},
+              {"page": "compare", "compare_input": COMPARE_INPUT, "docs": {k: _schema_docs()[k] for k in shown}},
               models=index)
 
 

@@ -22,7 +22,7 @@ CONTRACT = {"lengths": [1024, 4096],
 
 
 def _all_specs() -> str:
-    for cached in (charts._deployment_specs, charts._roofline_spec, charts._front_spec):
+    for cached in (charts._deployment_specs, charts._roofline_spec, charts._front_spec, charts._kv_template):
         cached.cache_clear()
     return json.dumps([charts.model_specs(DOC), charts.model_specs(HYBRID), charts.contract_specs(CONTRACT),
                        charts.deployment_specs(), charts.deployment_specs(3, 2), charts.roofline_spec(),
