@@ -117,13 +117,20 @@ def _reference_bytes(ev: Evaluation, formulas: dict | None = None) -> dict[str, 
     # every stack, not only the served one: an MTP stack's blocks have weights and traffic too
     # (placing only ``main`` left their bytes at 0 beside non-zero FLOPs)
     stacks = sorted({row.stack for row in ev.numeric.rows.values()})
+    # (all calls' bytes, repeat, phase) -> (one call's bytes, its value at the point): the layers of a
+    # template repeat their steps' expressions, so each is divided and evaluated once
+    seen: dict[tuple, tuple] = {}
     for phase, program in ((phase, program) for stack in stacks
                            for phase, (program, _) in place(ev, ParallelConfig(), 8, Options(), False, stack).items()):
         point = _point(phase)
         for step in program.steps:
             if step.kind == "compute":
-                per_call = step_totals(step)[1] / step.repeat
-                out.setdefault(step.uid, {})[phase] = float(_at(per_call, point))
+                key = (step_totals(step)[1], step.repeat, phase)
+                if key not in seen:
+                    per_call = key[0] / step.repeat
+                    seen[key] = (per_call, float(_at(per_call, point)))
+                per_call, value = seen[key]
+                out.setdefault(step.uid, {})[phase] = value
                 if formulas is not None:
                     formulas.setdefault(step.uid, {})[phase] = per_call
     return out
@@ -226,7 +233,7 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                                                          s.per_token * kv.cache_element_bytes(s)),
                        "dtype": c.dtype or "kv"})
     decode = _point("decode")
-    landscape = model_facts(ev, decode, at_decode, bytes_at, bytes_formula, overview)
+    landscape = model_facts(ev, decode, at_decode, bytes_at, bytes_formula, overview, text)
     streams = [_stream_entry(stream, num) for stream in num.streams]
     length = np.array(KV_LENGTHS, dtype=float)
     curve = {part: np.broadcast_to(kv.request_bytes_fn(num, part=part)(length, 2), length.shape).astype(float).tolist()

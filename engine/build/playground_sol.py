@@ -106,11 +106,12 @@ _NO_NAMES: frozenset = frozenset()
 
 
 def forget() -> None:
-    """Empty the memos of trees (_NAMES, _TEXTS, _TERMS: :func:`engine.build.whatif.model_playground`
+    """Empty the memos of trees (_NAMES, _TEXTS, _TERMS, _STEPS: :func:`engine.build.whatif.model_playground`
     after each model: its trees are bound by its own dims, so the next model shares none of them)."""
     _NAMES.clear()
     _TEXTS.clear()
     _TERMS.clear()
+    _STEPS.clear()
 
 
 def free_names(tree: Any) -> frozenset:
@@ -408,10 +409,32 @@ def _terms(tree: Any) -> list[tuple[str, Any, list]]:
     return out
 
 
+_STEPS: dict[tuple, tuple] = {}     # (id(gpu), id(env), what a step's trees read) -> (gpu, env, trees)
+
+
 def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
     """One step's SOL, max(f / peak, b / hbm, c / link + calls x alpha), and its HBM bytes b, as
     trees bound by ``env``: :func:`engine.deploy.cost.step_totals` (every call of the step; a
-    ``last_token`` step at seq 1) and :mod:`engine.deploy.cost`'s rates, without sympy arithmetic."""
+    ``last_token`` step at seq 1) and :mod:`engine.deploy.cost`'s rates, without sympy arithmetic.
+    Memoized per GPU, env and every field of the step the trees read (:func:`_step_fields`; not its
+    uid): a pick's plans repeat the steps of its other plans and of the other picks of its slot."""
+    key = (id(g), id(env), _step_fields(step))
+    hit = _STEPS.get(key)
+    if hit is None or hit[0] is not g or hit[1] is not env:
+        if len(_STEPS) > 50_000:
+            _STEPS.clear()
+        hit = _STEPS[key] = (g, env, _step_trees_of(g, step, env))
+    return hit[2]
+
+
+def _step_fields(step) -> tuple:
+    """Every field of a step :func:`_step_trees_of` reads (:func:`_raw_key` without the uid)."""
+    return (step.flops, step.bytes, step.weight_bytes, step.comm_bytes, step.repeat, step.last_token,
+            step.compute_dtype, step.link, step.collective, step.ranks, step.nodes)
+
+
+def _step_trees_of(g: GPU, step, env: dict) -> tuple[list, Any]:
+    """:func:`_step_trees` computed."""
     if step.last_token:
         env = _last_token_env(env)
 
@@ -475,8 +498,7 @@ def _tree(expr) -> Any:
 def _raw_key(step) -> tuple:
     """A step by what its totals and rates are made of (no arithmetic: :func:`step_totals` of two
     steps with equal keys are equal)."""
-    return (step.uid, step.flops, step.bytes, step.weight_bytes, step.comm_bytes, step.repeat, step.last_token,
-            step.compute_dtype, step.link, step.collective, step.ranks, step.nodes)
+    return (step.uid, *_step_fields(step))
 
 
 _KEYS: dict[int, tuple] = {}      # id(program) -> (program, {raw key: step}): the base's, reused by every pick
