@@ -106,12 +106,13 @@ _NO_NAMES: frozenset = frozenset()
 
 
 def forget() -> None:
-    """Empty the memos of trees (_NAMES, _TEXTS, _TERMS, _STEPS: :func:`engine.build.whatif.model_playground`
-    after each model: its trees are bound by its own dims, so the next model shares none of them)."""
+    """Empty the memos of trees (_NAMES, _TEXTS, _TERMS, _STEPS, _DIVISIBLE:
+    :func:`engine.build.whatif.model_playground` after each model: its trees are bound by its own dims, so the next model shares none of them)."""
     _NAMES.clear()
     _TEXTS.clear()
     _TERMS.clear()
     _STEPS.clear()
+    _DIVISIBLE.clear()
 
 
 def free_names(tree: Any) -> frozenset:
@@ -805,10 +806,26 @@ def _decisions(seen: dict, needs: list[str], config: ParallelConfig) -> list:
     return out
 
 
+_DIVISIBLE: dict[tuple, tuple] = {}    # (id(rows), config, id(dims table), names in scope) -> (rows, table, conditions)
+
+
 def _divisible(rows, config: ParallelConfig, dims_table, values) -> list:
     """:func:`engine.deploy.planner.check`'s divisibility of the sharded axes of ``rows`` (symbolic:
     the rows the swap put in) by their groups, and of routed experts by ep, as conditions (trees
-    over the dims; one over the base's dims alone becomes a constant once bound)."""
+    over the dims; one over the base's dims alone becomes a constant once bound). Memoized per
+    list of rows (a template's part is kept for all of a pick's subsets planned alone), config,
+    dims table and the names ``values`` puts in scope (all it reads of them)."""
+    key = (id(rows), config, id(dims_table), frozenset(values))
+    hit = _DIVISIBLE.get(key)
+    if hit is None or hit[0] is not rows or hit[1] is not dims_table:
+        if len(_DIVISIBLE) > 10_000:
+            _DIVISIBLE.clear()
+        hit = _DIVISIBLE[key] = (rows, dims_table, _divisible_of(rows, config, dims_table, values))
+    return hit[2]
+
+
+def _divisible_of(rows, config: ParallelConfig, dims_table, values) -> list:
+    """:func:`_divisible` computed."""
     from engine.spec import expr as exprs
     from engine.deploy.placement import shard_unit
     mesh = Mesh(config, 1 << 30)
