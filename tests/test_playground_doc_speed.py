@@ -96,3 +96,21 @@ def test_divisible_memo_consistency(evaluation):
         assert playground_sol._divisible(rows, config, ev.corpus.dims, ev.symbolic.values) == fresh
         assert playground_sol._divisible(rows, config, ev.corpus.dims, dict(ev.symbolic.values)) == fresh
     playground_sol.forget()
+
+
+def test_printer_term_order_consistency(evaluation):
+    """The document's printer orders every sum's terms as sympy's as_ordered_terms does, and prints
+    every formula of a model (each row's and component's sums) exactly as str() does."""
+    import sympy
+    ev = evaluation("deepseek-ai/DeepSeek-V3")
+    texts = export._Texts()
+    sym = ev.symbolic
+    formulas = [r.flops for r in sym.rows.values()] + [r.params * r.repeat * r.instances for r in sym.rows.values()]
+    formulas.append(sympy.Add(*(r.flops * r.repeat for r in sym.rows.values())))
+    sums = [e for f in formulas if isinstance(f, sympy.Basic) for e in sympy.preorder_traversal(f)
+            if isinstance(e, sympy.Add)]
+    assert len(sums) > 50
+    for e in sums:
+        assert texts._printer._as_ordered_terms(e) == e.as_ordered_terms()
+    for f in formulas:
+        assert texts(f) == str(f)
