@@ -114,3 +114,13 @@ def test_printer_term_order_consistency(evaluation):
         assert texts._printer._as_ordered_terms(e) == e.as_ordered_terms()
     for f in formulas:
         assert texts(f) == str(f)
+
+
+def test_summed_memo_consistency():
+    """_summed equals _fold of the same trees, and gives one object for one list of tree objects."""
+    a, b = ["*", 2, "x"], ["+", "y", 3]
+    assert playground_sol._summed([a, b]) == playground_sol._fold("+", [0, a, b])
+    assert playground_sol._summed([a, b]) is playground_sol._summed([a, b])
+    assert playground_sol._summed([]) == 0
+    assert playground_sol._summed([b, a]) == playground_sol._fold("+", [0, b, a])
+    playground_sol.forget()

@@ -106,13 +106,14 @@ _NO_NAMES: frozenset = frozenset()
 
 
 def forget() -> None:
-    """Empty the memos of trees (_NAMES, _TEXTS, _TERMS, _STEPS, _DIVISIBLE:
+    """Empty the memos of trees (_NAMES, _TEXTS, _TERMS, _STEPS, _DIVISIBLE, _SUMS:
     :func:`engine.build.whatif.model_playground` after each model: its trees are bound by its own dims, so the next model shares none of them)."""
     _NAMES.clear()
     _TEXTS.clear()
     _TERMS.clear()
     _STEPS.clear()
     _DIVISIBLE.clear()
+    _SUMS.clear()
 
 
 def free_names(tree: Any) -> frozenset:
@@ -546,9 +547,25 @@ def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfi
     out: dict[Any, dict[str, list]] = {}
     for where in dict.fromkeys(w for w, _, _ in terms):
         # [added, removed]: the removed steps are the same for most picks of a slot (shared, intern())
-        out[where] = {k: [_fold("+", [0, *terms.get((where, k, 1), ())]), _fold("+", [0, *terms.get((where, k, -1), ())])]
+        out[where] = {k: [_fold("+", [0, *terms.get((where, k, 1), ())]), _summed(terms.get((where, k, -1), []))]
                       for k in KEYS}
     return out, names
+
+
+_SUMS: dict[tuple, tuple] = {}     # ids of a list of trees -> (the list, their sum): the base's removed steps
+
+
+def _summed(trees: list) -> Any:
+    """``_fold("+", [0, *trees])``, one tree object per list of tree objects: the picks of a slot
+    remove the same base steps (whose trees are shared, :meth:`Bases.step_with_names`), so their
+    sums are one object and :func:`intern` writes its text once."""
+    key = tuple(map(id, trees))
+    hit = _SUMS.get(key)
+    if hit is None or any(a is not b for a, b in zip(hit[0], trees)):
+        if len(_SUMS) > 10_000:
+            _SUMS.clear()
+        hit = _SUMS[key] = (list(trees), _fold("+", [0, *trees]))
+    return hit[1]
 
 
 def _template_of(sites: dict[str, str]):
