@@ -613,8 +613,9 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
         rows.update(new_rows)
         caches = [c for c in caches if not _under(c.node_uid, uid)] + new_caches
         mine.setdefault(site[4], []).append(memo[uid])
-    rows = {u: (replace(r, inputs=tuple(rename.get(i, i) for i in r.inputs))
-                if any(i in rename for i in r.inputs) else r) for u, r in rows.items()}
+    if rename:      # the readers of a renamed output read the new one (no rename: every row as it is)
+        rows = {u: (replace(r, inputs=tuple(rename.get(i, i) for i in r.inputs))
+                    if any(i in rename for i in r.inputs) else r) for u, r in rows.items()}
     values_ = {**a.values, **{d: symbols.dim(d) for d in needs}}
     spliced = replace(a, rows=rows, caches=tuple(caches), values=values_)
     fixed = {k: int(v) for k, v in ev.bound.items() if k not in needs}
