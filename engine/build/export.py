@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import sympy
+from sympy.core.exprtools import decompose_power
+from sympy.core.sorting import default_sort_key
 from sympy.printing.str import StrPrinter
 
 from engine.spec import kv, symbols
@@ -72,6 +74,7 @@ class _Printer(StrPrinter):
     def __init__(self):
         super().__init__({"order": None})      # what Printable.__str__ passes to sstr
         self._memo: dict = {}
+        self._term_data: dict = {}     # term -> _term_data(term)
 
     def _print(self, expr, **kwargs) -> str:
         if kwargs or self._print_level < 1:
@@ -84,6 +87,64 @@ class _Printer(StrPrinter):
         if text is None:
             text = self._memo[key] = super()._print(expr)
         return text
+
+    def _as_ordered_terms(self, expr, order=None):
+        """The terms of a sum in the order ``str`` prints them (sympy's ``Expr.as_ordered_terms`` at
+        the default order), each term's sort data (``Expr.as_terms``: its coefficient as a complex
+        number, its powers) computed once per document: a component's sum repeats its rows' terms,
+        and the coefficient's conversion to ``complex`` is most of the sort's cost."""
+        if (order or self.order) is not None or not isinstance(expr, sympy.Add):
+            return super()._as_ordered_terms(expr, order=order)
+        args = expr.args
+        if len(args) == 2:      # as_ordered_terms' special case (a number and a negative multiple)
+            return super()._as_ordered_terms(expr, order=order)
+        terms, gens = [], set()
+        for term in args:
+            data = self._term_data.get(term)
+            if data is None:
+                data = self._term_data[term] = _term_data(term)
+            if data is _ORDER:
+                return super()._as_ordered_terms(expr, order=order)
+            terms.append((term, data))
+            gens.update(data[1])
+        gens = sorted(gens, key=default_sort_key)
+        index = {g: i for i, g in enumerate(gens)}
+        keyed = []
+        for term, (coeff, cpart, ncpart) in terms:
+            monom = [0] * len(gens)
+            for base, exp in cpart.items():
+                monom[index[base]] = exp
+            keyed.append((term, (coeff, tuple(monom), ncpart)))
+        key, reverse = expr._parse_order(None)
+        return [term for term, _ in sorted(keyed, key=key, reverse=reverse)]
+
+
+_ORDER = object()     # _term_data of an Order term: as_ordered_terms sorts those apart (never in a document)
+
+
+def _term_data(term):
+    """One term's part of sympy's ``Expr.as_terms`` (the same steps): ((real, imag) of its
+    coefficient, {base: exponent} of its commutative factors, its non-commutative ones)."""
+    if term.is_Order:
+        return _ORDER
+    coeff, rest = term.as_coeff_Mul()
+    coeff = complex(coeff)
+    cpart, ncpart = {}, []
+    if rest is not sympy.S.One:
+        for factor in sympy.Mul.make_args(rest):
+            if factor.is_number:
+                try:
+                    coeff *= complex(factor)
+                except (TypeError, ValueError):
+                    pass
+                else:
+                    continue
+            if factor.is_commutative:
+                base, exp = decompose_power(factor)
+                cpart[base] = exp
+            else:
+                ncpart.append(factor)
+    return (coeff.real, coeff.imag), cpart, tuple(ncpart)
 
 
 class _Texts(dict):
@@ -117,13 +178,20 @@ def _reference_bytes(ev: Evaluation, formulas: dict | None = None) -> dict[str, 
     # every stack, not only the served one: an MTP stack's blocks have weights and traffic too
     # (placing only ``main`` left their bytes at 0 beside non-zero FLOPs)
     stacks = sorted({row.stack for row in ev.numeric.rows.values()})
+    # (all calls' bytes, repeat, phase) -> (one call's bytes, its value at the point): the layers of a
+    # template repeat their steps' expressions, so each is divided and evaluated once
+    seen: dict[tuple, tuple] = {}
     for phase, program in ((phase, program) for stack in stacks
                            for phase, (program, _) in place(ev, ParallelConfig(), 8, Options(), False, stack).items()):
         point = _point(phase)
         for step in program.steps:
             if step.kind == "compute":
-                per_call = step_totals(step)[1] / step.repeat
-                out.setdefault(step.uid, {})[phase] = float(_at(per_call, point))
+                key = (step_totals(step)[1], step.repeat, phase)
+                if key not in seen:
+                    per_call = key[0] / step.repeat
+                    seen[key] = (per_call, float(_at(per_call, point)))
+                per_call, value = seen[key]
+                out.setdefault(step.uid, {})[phase] = value
                 if formulas is not None:
                     formulas.setdefault(step.uid, {})[phase] = per_call
     return out
@@ -226,7 +294,7 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                                                          s.per_token * kv.cache_element_bytes(s)),
                        "dtype": c.dtype or "kv"})
     decode = _point("decode")
-    landscape = model_facts(ev, decode, at_decode, bytes_at, bytes_formula, overview)
+    landscape = model_facts(ev, decode, at_decode, bytes_at, bytes_formula, overview, text)
     streams = [_stream_entry(stream, num) for stream in num.streams]
     length = np.array(KV_LENGTHS, dtype=float)
     curve = {part: np.broadcast_to(kv.request_bytes_fn(num, part=part)(length, 2), length.shape).astype(float).tolist()

@@ -153,15 +153,17 @@ def _where(path: Path, field: str, index: int | None = None):
 
 
 def model_facts(ev: Evaluation, point: dict, flops_at: dict, bytes_at: dict, bytes_formula: dict,
-                overview: dict | None = None) -> dict[str, Any]:
+                overview: dict | None = None, text=str) -> dict[str, Any]:
     """The landscape facts of one model (see the module doc). ``point`` is the decode reference
     point; ``bytes_at``/``bytes_formula``: per row uid and phase, the HBM bytes of one call of the
     placed single-GPU program (value and formula over the scenario symbols); ``flops_at``: per row
-    uid, its decode FLOPs per call at ``point``; ``overview``: ``ev.overview()`` if the caller has it."""
+    uid, its decode FLOPs per call at ``point``; ``overview``: ``ev.overview()`` if the caller has it;
+    ``text``: prints a formula as ``str`` does (the model document's printer, which remembers them)."""
     num, sym = ev.numeric, ev.symbolic
     kv_cells = {}
     for label, length in KV_CONTEXTS.items():
-        kv_cells[label] = _q(kv.bytes_per_request(num, length) / length, kv.bytes_per_request(sym, length) / length)
+        kv_cells[label] = _q(kv.bytes_per_request(num, length) / length, kv.bytes_per_request(sym, length) / length,
+                             text)
     values = num.values
     experts = None
     if "n_experts" in values and "top_k" in values:
@@ -179,7 +181,7 @@ def model_facts(ev: Evaluation, point: dict, flops_at: dict, bytes_at: dict, byt
         straffic = sympy.Add(*(bytes_formula[u]["decode"] * sym.rows[u].repeat for u in rows))
         if not traffic:
             continue
-        flops_text, bytes_text = str(sflops), str(straffic)      # each printed once
+        flops_text, bytes_text = text(sflops), text(straffic)      # each printed once
         attention.append({"kind": kind, "component": comp_uid,
                           "intensity": {"value": float(flops) / traffic,
                                         "formula": f"({flops_text}) / ({bytes_text})"},
@@ -200,8 +202,8 @@ def model_facts(ev: Evaluation, point: dict, flops_at: dict, bytes_at: dict, byt
                for k, m in merged.items()]
     overview = overview if overview is not None else ev.overview()
     return {"traits": traits(ev), "dims": {k: int(v) for k, v in values.items()}, "kv_per_token": kv_cells, "experts": experts, "attention_decode": by_kind,
-            "params_total": _q(overview["params_total"].value, overview["params_total"].formula),
-            "params_active": _q(overview["params_active"].value, overview["params_active"].formula),
+            "params_total": _q(overview["params_total"].value, overview["params_total"].formula, text),
+            "params_active": _q(overview["params_active"].value, overview["params_active"].formula, text),
             "point": {str(k): (int(v) if float(v).is_integer() else float(v)) for k, v in point.items()}}
 
 

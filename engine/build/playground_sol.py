@@ -106,11 +106,14 @@ _NO_NAMES: frozenset = frozenset()
 
 
 def forget() -> None:
-    """Empty the memos of trees (_NAMES, _TEXTS, _TERMS: :func:`engine.build.whatif.model_playground`
-    after each model: its trees are bound by its own dims, so the next model shares none of them)."""
+    """Empty the memos of trees (_NAMES, _TEXTS, _TERMS, _STEPS, _DIVISIBLE, _SUMS:
+    :func:`engine.build.whatif.model_playground` after each model: its trees are bound by its own dims, so the next model shares none of them)."""
     _NAMES.clear()
     _TEXTS.clear()
     _TERMS.clear()
+    _STEPS.clear()
+    _DIVISIBLE.clear()
+    _SUMS.clear()
 
 
 def free_names(tree: Any) -> frozenset:
@@ -408,10 +411,32 @@ def _terms(tree: Any) -> list[tuple[str, Any, list]]:
     return out
 
 
+_STEPS: dict[tuple, tuple] = {}     # (id(gpu), id(env), what a step's trees read) -> (gpu, env, trees)
+
+
 def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
     """One step's SOL, max(f / peak, b / hbm, c / link + calls x alpha), and its HBM bytes b, as
     trees bound by ``env``: :func:`engine.deploy.cost.step_totals` (every call of the step; a
-    ``last_token`` step at seq 1) and :mod:`engine.deploy.cost`'s rates, without sympy arithmetic."""
+    ``last_token`` step at seq 1) and :mod:`engine.deploy.cost`'s rates, without sympy arithmetic.
+    Memoized per GPU, env and every field of the step the trees read (:func:`_step_fields`; not its
+    uid): a pick's plans repeat the steps of its other plans and of the other picks of its slot."""
+    key = (id(g), id(env), _step_fields(step))
+    hit = _STEPS.get(key)
+    if hit is None or hit[0] is not g or hit[1] is not env:
+        if len(_STEPS) > 50_000:
+            _STEPS.clear()
+        hit = _STEPS[key] = (g, env, _step_trees_of(g, step, env))
+    return hit[2]
+
+
+def _step_fields(step) -> tuple:
+    """Every field of a step :func:`_step_trees_of` reads (:func:`_raw_key` without the uid)."""
+    return (step.flops, step.bytes, step.weight_bytes, step.comm_bytes, step.repeat, step.last_token,
+            step.compute_dtype, step.link, step.collective, step.ranks, step.nodes)
+
+
+def _step_trees_of(g: GPU, step, env: dict) -> tuple[list, Any]:
+    """:func:`_step_trees` computed."""
     if step.last_token:
         env = _last_token_env(env)
 
@@ -475,8 +500,7 @@ def _tree(expr) -> Any:
 def _raw_key(step) -> tuple:
     """A step by what its totals and rates are made of (no arithmetic: :func:`step_totals` of two
     steps with equal keys are equal)."""
-    return (step.uid, step.flops, step.bytes, step.weight_bytes, step.comm_bytes, step.repeat, step.last_token,
-            step.compute_dtype, step.link, step.collective, step.ranks, step.nodes)
+    return (step.uid, *_step_fields(step))
 
 
 _KEYS: dict[int, tuple] = {}      # id(program) -> (program, {raw key: step}): the base's, reused by every pick
@@ -523,9 +547,25 @@ def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfi
     out: dict[Any, dict[str, list]] = {}
     for where in dict.fromkeys(w for w, _, _ in terms):
         # [added, removed]: the removed steps are the same for most picks of a slot (shared, intern())
-        out[where] = {k: [_fold("+", [0, *terms.get((where, k, 1), ())]), _fold("+", [0, *terms.get((where, k, -1), ())])]
+        out[where] = {k: [_fold("+", [0, *terms.get((where, k, 1), ())]), _summed(terms.get((where, k, -1), []))]
                       for k in KEYS}
     return out, names
+
+
+_SUMS: dict[tuple, tuple] = {}     # ids of a list of trees -> (the list, their sum): the base's removed steps
+
+
+def _summed(trees: list) -> Any:
+    """``_fold("+", [0, *trees])``, one tree object per list of tree objects: the picks of a slot
+    remove the same base steps (whose trees are shared, :meth:`Bases.step_with_names`), so their
+    sums are one object and :func:`intern` writes its text once."""
+    key = tuple(map(id, trees))
+    hit = _SUMS.get(key)
+    if hit is None or any(a is not b for a, b in zip(hit[0], trees)):
+        if len(_SUMS) > 10_000:
+            _SUMS.clear()
+        hit = _SUMS[key] = (list(trees), _fold("+", [0, *trees]))
+    return hit[1]
 
 
 def _template_of(sites: dict[str, str]):
@@ -573,8 +613,9 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
         rows.update(new_rows)
         caches = [c for c in caches if not _under(c.node_uid, uid)] + new_caches
         mine.setdefault(site[4], []).append(memo[uid])
-    rows = {u: (replace(r, inputs=tuple(rename.get(i, i) for i in r.inputs))
-                if any(i in rename for i in r.inputs) else r) for u, r in rows.items()}
+    if rename:      # the readers of a renamed output read the new one (no rename: every row as it is)
+        rows = {u: (replace(r, inputs=tuple(rename.get(i, i) for i in r.inputs))
+                    if any(i in rename for i in r.inputs) else r) for u, r in rows.items()}
     values_ = {**a.values, **{d: symbols.dim(d) for d in needs}}
     spliced = replace(a, rows=rows, caches=tuple(caches), values=values_)
     fixed = {k: int(v) for k, v in ev.bound.items() if k not in needs}
@@ -783,10 +824,26 @@ def _decisions(seen: dict, needs: list[str], config: ParallelConfig) -> list:
     return out
 
 
+_DIVISIBLE: dict[tuple, tuple] = {}    # (id(rows), config, id(dims table), names in scope) -> (rows, table, conditions)
+
+
 def _divisible(rows, config: ParallelConfig, dims_table, values) -> list:
     """:func:`engine.deploy.planner.check`'s divisibility of the sharded axes of ``rows`` (symbolic:
     the rows the swap put in) by their groups, and of routed experts by ep, as conditions (trees
-    over the dims; one over the base's dims alone becomes a constant once bound)."""
+    over the dims; one over the base's dims alone becomes a constant once bound). Memoized per
+    list of rows (a template's part is kept for all of a pick's subsets planned alone), config,
+    dims table and the names ``values`` puts in scope (all it reads of them)."""
+    key = (id(rows), config, id(dims_table), frozenset(values))
+    hit = _DIVISIBLE.get(key)
+    if hit is None or hit[0] is not rows or hit[1] is not dims_table:
+        if len(_DIVISIBLE) > 10_000:
+            _DIVISIBLE.clear()
+        hit = _DIVISIBLE[key] = (rows, dims_table, _divisible_of(rows, config, dims_table, values))
+    return hit[2]
+
+
+def _divisible_of(rows, config: ParallelConfig, dims_table, values) -> list:
+    """:func:`_divisible` computed."""
     from engine.spec import expr as exprs
     from engine.deploy.placement import shard_unit
     mesh = Mesh(config, 1 << 30)

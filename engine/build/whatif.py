@@ -469,6 +469,12 @@ def _under(uid: str, site: str) -> bool:
     return uid == site or uid.startswith(site + "/")
 
 
+def _under_any(sites: list[str]):
+    """``uid -> any(_under(uid, s) for s in sites)``, by one set lookup and one ``startswith``."""
+    exact, prefixes = set(sites), tuple(s + "/" for s in sites)
+    return lambda uid: uid in exact or uid.startswith(prefixes)
+
+
 #: The layer count a site is walked at (substituted by each site's own: every number is linear in it).
 _REPEAT = sympy.Symbol("site_repeat", positive=True, integer=True)
 #: Site walks shared by every pick of a process (key -> [(config values read, rows, caches, quant
@@ -629,8 +635,9 @@ def _old_at_sites(ev: Evaluation, sites: dict[str, tuple], kv_dtype: str) -> dic
     out: dict[str, Any] = {}
     for template in dict.fromkeys(site[4] for site in sites.values()):
         mine = [u for u, site in sites.items() if site[4] == template]
-        part = replace(a, rows={u: r for u, r in a.rows.items() if any(_under(u, s) for s in mine)},
-                       caches=tuple(c for c in a.caches if any(_under(c.node_uid, s) for s in mine)))
+        under = _under_any(mine)
+        part = replace(a, rows={u: r for u, r in a.rows.items() if under(u)},
+                       caches=tuple(c for c in a.caches if under(c.node_uid)))
         out[template] = {k: formula_tree.to_tree(f) for k, f in _sum_of_parts(part, ev.model, ev.corpus, kv_dtype).items()}
     return {"templates": out, "tickable": not touched}
 

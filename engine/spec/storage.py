@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from functools import reduce
+from functools import lru_cache, reduce
 import operator
 
 import sympy
@@ -71,7 +71,7 @@ def scheme_tensors(key: str, lead: tuple, rows, cols, scheme: QuantScheme,
         shape = []
         for i, text in enumerate(tensor.shape):
             try:   # checked symbolically at load; numeric rows/cols can still exceed expr's bounds
-                value = expr.evaluate(text, expr.Scope({"rows": rows, "cols": cols}))
+                value = _axis(text, rows, cols)
             except expr.ExprError as exc:   # the scheme's shape is at fault: point at it
                 raise SpecError(scheme.where.at(f"matrix[{j}].shape"), f"{exc} (storing {name}, "
                                 f"rows={rows}, cols={cols})", exc.hint) from None
@@ -82,6 +82,15 @@ def scheme_tensors(key: str, lead: tuple, rows, cols, scheme: QuantScheme,
             shape.append(value)
         out.append((name, tensor.dtype, tuple(lead) + tuple(shape)))
     return out
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _axis(text: str, rows, cols):
+    """A scheme's axis ``text`` over ``rows`` and ``cols``, once per (text, rows, cols) per process:
+    the same matrices recur in every layer and every part of an analysis the playground sums
+    (expr.evaluate checks the bounds of every number in a symbolic result, a walk of the whole
+    expression). A pure function of its arguments (immutable sympy values); an error is not kept."""
+    return expr.evaluate(text, expr.Scope({"rows": rows, "cols": cols}))
 
 
 def _stored(row: NodeRow, leaf: LeafRow, scheme: QuantScheme, numeric: bool) -> list[tuple[str, str, tuple]]:
