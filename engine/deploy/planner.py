@@ -40,7 +40,7 @@ from engine.deploy.cost import KV_BYTES, compile_program
 from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
-from engine.deploy.fusion import FusionTable, fuse, match, reserve_bytes
+from engine.deploy.fusion import FusionTable, fuse, match, note_extension, reserve_bytes
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.spec.shapes import Tensor
@@ -573,7 +573,9 @@ def _with_pipeline(program: Program, placer: Placer) -> Program:
                        link=link, written=source.out_read, collective="send_recv", ranks=2,
                        nodes=1 if link == "scale_up" else 2)
                   for source, hops, at in sends)
-    return replace(program, steps=program.steps + added)
+    out = replace(program, steps=program.steps + added)
+    note_extension(out, program)     # fusion reuses the stage program's candidates and fused steps
+    return out
 
 
 def _layer_count(analysis) -> int:
