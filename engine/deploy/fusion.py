@@ -296,19 +296,22 @@ class _Graph:
         return out
 
 
-#: id(program) -> (program, its _Graph, {match: fused step}, {(step uid, inputs): renamed step}):
-#: matching and fusing read the same links of a placed program, and the structures of its
-#: regimes, arch classes and frameworks fuse many of the same matches.
+#: id(program.steps) -> (the steps, their _Graph, {match: fused step}, {(step uid, inputs): renamed
+#: step}): matching and fusing read the same links of a placed program, and the structures of its
+#: regimes, arch classes and frameworks fuse many of the same matches. Keyed by the step tuple,
+#: all that matching and fusing read of a program: programs holding the same tuple (the MTP draft
+#: programs of configs sharing an MTP placement, whose layouts differ) share it.
 _PROGRAMS: dict[int, tuple] = {}
 
 
 def _program_memo(program: Program) -> tuple:
     """``program``'s graph and the fused and renamed steps made of it so far (see _PROGRAMS)."""
-    hit = _PROGRAMS.get(id(program))
-    if hit is None or hit[0] is not program:
+    steps = program.steps
+    hit = _PROGRAMS.get(id(steps))
+    if hit is None or hit[0] is not steps:
         if len(_PROGRAMS) > 4096:      # placements of one model: keep it bounded across models
             _PROGRAMS.clear()
-        hit = _PROGRAMS[id(program)] = (program, _Graph(program), {}, {})
+        hit = _PROGRAMS[id(steps)] = (steps, _Graph(program), {}, {})
     return hit
 
 
@@ -473,7 +476,7 @@ def match(program: Program, table: FusionTable, gpu, config, phase: str,
     return list(out)
 
 
-#: (id(program), id(table)) -> (program, table, (step order, candidates, matches chosen)): every
+#: (id(program.steps), id(table)) -> (steps, table, (step order, candidates, matches chosen)): every
 #: structure of one placement (each GPU arch, token regime and framework) walks the same graph for
 #: the same rules; only the rules' own conditions (arch, phase, degrees, tokens) differ, and
 #: :func:`match` keeps its choice per set of passing rules in the third item.
@@ -485,15 +488,15 @@ def _rule_candidates(program: Program, table: FusionTable) -> tuple[dict, list, 
     (same layer template) and pass the rule's step conditions (:func:`_member_conditions`), as
     (rank, rule, member uids, member steps); the steps' order; and :func:`match`'s memo
     (rules passing -> matches)."""
-    key = (id(program), id(table))
+    key = (id(program.steps), id(table))      # (a function of the steps: see _PROGRAMS)
     hit = _CANDIDATES.get(key)
-    if hit is not None and hit[0] is program and hit[1] is table:
+    if hit is not None and hit[0] is program.steps and hit[1] is table:
         return hit[2]
     base = _extension(program, table)
     if base is not None:        # the base's candidates and choices, its steps at the same positions
         if len(_CANDIDATES) > 4096:
             _CANDIDATES.clear()
-        _CANDIDATES[key] = (program, table, _rule_candidates(base, table))
+        _CANDIDATES[key] = (program.steps, table, _rule_candidates(base, table))
         return _CANDIDATES[key][2]
     graph = _program_memo(program)[1]
     found = []
@@ -506,7 +509,7 @@ def _rule_candidates(program: Program, table: FusionTable) -> tuple[dict, list, 
                 found.append((rank, rule, members, steps))
     if len(_CANDIDATES) > 4096:      # placements of one model: keep it bounded across models
         _CANDIDATES.clear()
-    _CANDIDATES[key] = (program, table, (graph.order, found, {}))
+    _CANDIDATES[key] = (program.steps, table, (graph.order, found, {}))
     return _CANDIDATES[key][2]
 
 
