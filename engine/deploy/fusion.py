@@ -267,23 +267,32 @@ class _Graph:
     """Producer/consumer links between non-view steps (views are looked through)."""
 
     def __init__(self, program: Program):
+        self.program_steps = program.steps
         self.steps = {s.uid: s for s in program.steps}
         self.order = {s.uid: i for i, s in enumerate(program.steps)}
-        # uid -> indices of the steps naming it as an input (views included: fuse renames them);
-        # None where two steps share a uid (fuse then walks every step, the uid naming them all)
-        self.readers: dict[str, list[int]] | None = {}
-        if len(self.order) != len(program.steps):
-            self.readers = None
-        else:
-            for i, step in enumerate(program.steps):
-                for uid in step.inputs:
-                    self.readers.setdefault(uid, []).append(i)
+        self._readers: dict[str, list[int]] | None = None
         self.consumers: dict[str, list[str]] = {}
         for step in program.steps:
             if step.view:
                 continue
             for producer in self.producers(step):
                 self.consumers.setdefault(producer, []).append(step.uid)
+
+    @property
+    def unique(self) -> bool:
+        """Whether every step has its own uid (fuse edits steps by uid)."""
+        return len(self.order) == len(self.program_steps)
+
+    @property
+    def readers(self) -> dict[str, list[int]]:
+        """uid -> indices of the steps naming it as an input (views included: fuse renames them);
+        built on first use (fuse's), once per program."""
+        if self._readers is None:
+            self._readers = {}
+            for i, step in enumerate(self.program_steps):
+                for uid in step.inputs:
+                    self._readers.setdefault(uid, []).append(i)
+        return self._readers
 
     def producers(self, step: Step) -> list[str]:
         out = []
@@ -347,7 +356,7 @@ def _extension(program: Program, table: FusionTable | None = None) -> Program | 
     base = hit[1]
     if hit[2] is None:     # checked once, on first use: no appended uid is a base step's or one it reads
         graph = _program_memo(base)[1]
-        hit[2] = graph.readers is not None and not any(
+        hit[2] = graph.unique and not any(
             s.uid in graph.order or s.uid in graph.readers for s in program.steps[len(base.steps):])
     if not hit[2]:
         return None
@@ -555,7 +564,7 @@ def fuse(program: Program, matches: list[Match]) -> Program:
         return new
 
     steps, order = program.steps, graph.order
-    if graph.readers is None:
+    if not graph.unique:              # (two steps of one uid: walk every step, the uid naming both)
         out = []
         for i, step in enumerate(steps):
             if step.uid in fused:
