@@ -26,7 +26,9 @@ Invariant: a structure returned for a key is one :func:`engine.deploy.planner.bu
 for tokens in the key's regimes, from placements of the key's config and domain class; the numeric
 programs, weights and KV are the same whichever caller built it first. Structures built without
 formulas (the search prints none: the numeric placement stands in for the symbolic one) are never
-handed to a caller asking for formulas (it gets them rebuilt with the symbolic placement).
+handed to a caller asking for formulas (it gets them rebuilt with the symbolic placement). The
+search's structures whose every field is the same object (or equal number) are one object
+(:meth:`StructureCache._one_of`).
 """
 from __future__ import annotations
 
@@ -195,7 +197,7 @@ class StructureCache:
         (planner._fused's memo hands back the very objects), and the search evaluates each
         structure object once over all its points (sizing._Evaluator.evaluate), so equal ones
         are one object. The kept structure holds every object its key names by id."""
-        key = (s.ev is self.ev, s.config, s.domain, s.options, s.weight_bytes_per_gpu, id(s.weight_formula),
+        key = (s.config, s.domain, s.options, s.weight_bytes_per_gpu, id(s.weight_formula),
                id(s.kv_device_per_request), s.reserve_bytes_per_gpu,
                *((id(s.programs[p]), id(s.formulas[p]), id(s.unfused[p]), id(s.unfused_formulas[p]),
                   id(s.compiled.get(p))) for p in PHASES), len(s.programs), len(s.compiled))
