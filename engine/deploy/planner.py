@@ -40,11 +40,12 @@ from engine.deploy.cost import KV_BYTES, compile_program
 from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
-from engine.deploy.fusion import FusionTable, fuse, match, reserve_bytes
+from engine.deploy.fusion import FusionTable, fuse, match, note_extension, reserve_bytes
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.spec.shapes import Tensor
-from engine.deploy.placement import ZERO, DeviceTypes, Layout, Placer, Program, Step, phase_rows, shard_unit
+from engine.deploy.placement import (ZERO, DeviceTypes, Layout, Placer, Program, Step, _add, _div, _mul, phase_rows,
+                                     shard_unit)
 from engine.deploy.sol import Plan
 from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, MAX_TOKENS, MTP_STACK, PHASES, Options, Scenario, Structure,
                                      option_where, tokens_per_device)
@@ -441,7 +442,9 @@ def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: d
     sym_stored = symbolic["prefill"][0].stored
     stages = _stage_rows(stored, ev, config.pp)
     # sympy.Add(*terms) flattens once; sum() would re-flatten a growing Add at every term
-    per_stage = [sympy.Add(*(stored[u] * n for u, n in rows)) for rows in stages]
+    # (the products through placement's memo: configs of one stage placement and pipeline degree
+    # multiply the same stored bytes by the same layer counts)
+    per_stage = [sympy.Add(*(_mul(stored[u], n) for u, n in rows)) for rows in stages]
     # speculative decoding: the whole MTP stack (every module, as frameworks load it) on the last stage
     # (a row that shares a main-stack tensor, e.g. MiMo's head, stores nothing of its own)
     mtp = [u for u in numeric["decode"][0].stored if ev.numeric.rows[u].stack == MTP_STACK
@@ -449,7 +452,7 @@ def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: d
     mtp_weights = sympy.Add(*(numeric["decode"][0].stored[u] * ev.numeric.rows[u].repeat for u in mtp))
     per_stage[-1] += mtp_weights
     worst = max(range(config.pp), key=lambda s: float(per_stage[s]))
-    weight_formula = sympy.Add(*(sym_stored[u] * (n if config.pp > 1 else ev.symbolic.rows[u].repeat)
+    weight_formula = sympy.Add(*(_mul(sym_stored[u], n if config.pp > 1 else ev.symbolic.rows[u].repeat)
                                  for u, n in stages[worst]))
     if worst == config.pp - 1:
         weight_formula += sympy.Add(*(symbolic["decode"][0].stored[u] * ev.symbolic.rows[u].repeat for u in mtp))
@@ -513,7 +516,7 @@ def _kv_per_device(ev: Evaluation, program: Program, placer: Placer,
             split = placer.split(Tensor(row.out.axes[2:]), Layout(layout.shards[2:]))
         else:
             split = placer.split(Tensor(row.out.axes[1:]), Layout(layout.shards[1:]))
-        total += _cache_bytes(cache) / split * count
+        total = _add(total, _mul(_div(_cache_bytes(cache), split), count))   # (a + b / c * d, memoized)
     return total
 
 
@@ -573,7 +576,9 @@ def _with_pipeline(program: Program, placer: Placer) -> Program:
                        link=link, written=source.out_read, collective="send_recv", ranks=2,
                        nodes=1 if link == "scale_up" else 2)
                   for source, hops, at in sends)
-    return replace(program, steps=program.steps + added)
+    out = replace(program, steps=program.steps + added)
+    note_extension(out, program)     # fusion reuses the stage program's candidates and fused steps
+    return out
 
 
 def _layer_count(analysis) -> int:

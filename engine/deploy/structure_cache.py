@@ -26,7 +26,9 @@ Invariant: a structure returned for a key is one :func:`engine.deploy.planner.bu
 for tokens in the key's regimes, from placements of the key's config and domain class; the numeric
 programs, weights and KV are the same whichever caller built it first. Structures built without
 formulas (the search prints none: the numeric placement stands in for the symbolic one) are never
-handed to a caller asking for formulas (it gets them rebuilt with the symbolic placement).
+handed to a caller asking for formulas (it gets them rebuilt with the symbolic placement). The
+search's structures whose every field is the same object (or equal number) are one object
+(:meth:`StructureCache._one_of`).
 """
 from __future__ import annotations
 
@@ -78,6 +80,7 @@ class StructureCache:
         self._fused: dict[tuple, tuple] = {}        # build_structure's fused and compiled programs
         self._drafting: dict[tuple, Structure] = {}   # the deploy page's MTP draft structures
         self._kv: dict[tuple, float] = {}             # (KV expression, length, kv bytes) -> bytes
+        self._same: dict[tuple, Structure] = {}       # the search's structures by content (_one_of)
         self.built = 0                                # structures compiled (for measurements)
 
     # -- placements -------------------------------------------------------------------------------
@@ -185,8 +188,20 @@ class StructureCache:
         if s is None:
             tokens = {p: representative_tokens(live_token_limits(table, gpu, config, p), r)
                       for p, r in zip(PHASES, regimes)}
-            s = self._live[key] = self._build(config, domain, framework, gpu, tokens, options, False)
+            s = self._live[key] = self._one_of(self._build(config, domain, framework, gpu, tokens, options, False))
         return s
+
+    def _one_of(self, s: Structure) -> Structure:
+        """The first structure the search got whose every field is the same as ``s``'s (the same
+        objects, equal numbers), or ``s``: live regimes that fuse alike build the same programs
+        (planner._fused's memo hands back the very objects), and the search evaluates each
+        structure object once over all its points (sizing._Evaluator.evaluate), so equal ones
+        are one object. The kept structure holds every object its key names by id."""
+        key = (s.config, s.domain, s.options, s.weight_bytes_per_gpu, id(s.weight_formula),
+               id(s.kv_device_per_request), s.reserve_bytes_per_gpu,
+               *((id(s.programs[p]), id(s.formulas[p]), id(s.unfused[p]), id(s.unfused_formulas[p]),
+                  id(s.compiled.get(p))) for p in PHASES), len(s.programs), len(s.compiled))
+        return self._same.setdefault(key, s)
 
     def _live_key(self, config, domain: int, framework: str, gpu, regimes: tuple, options: Options) -> tuple:
         """Per phase, the names of the rules that can match (:func:`live_rules`) and the live regime:
@@ -204,7 +219,9 @@ class StructureCache:
         """File a structure built for ``tokens`` under its live key too (first one wins: all equal)."""
         table = self.tables.get(framework)
         live = tuple(regime(live_token_limits(table, gpu, config, p), tokens[p]) for p in PHASES)
-        self._live.setdefault(self._live_key(config, domain, framework, gpu, live, options), s)
+        key = self._live_key(config, domain, framework, gpu, live, options)
+        if key not in self._live:
+            self._live[key] = self._one_of(s)
 
 
 def _labelled(s: Structure, domain: int) -> Structure:
