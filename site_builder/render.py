@@ -20,10 +20,7 @@ import multiprocessing
 import os
 import re
 import shutil
-import signal
 import sys
-import threading
-import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -33,7 +30,7 @@ import markupsafe
 import polars as pl
 from markdown_it import MarkdownIt
 
-from engine.build import collector, publish
+from engine.build import collector, lifeline, publish
 from engine.cli import units
 from engine.spec.errors import SpecError, Where
 from site_builder import charts, graphs, sizing
@@ -463,9 +460,8 @@ _WORKER: dict[str, tuple] = {}       # results folder -> (Results, Site environm
 
 
 def _worker_start(parent: int, schema_docs: dict[str, str]) -> None:
-    """In each render worker, first: die when the rendering process dies, however it dies (as
-    engine.build.results.worker_init does for a build worker: on Linux the kernel's SIGKILL, prctl
-    PR_SET_PDEATHSIG, with a thread watching the parent's pid as the backstop); collect rarely
+    """In each render worker, first: die when the rendering process dies, however it dies
+    (:func:`engine.build.lifeline.die_with`, as a build worker does); collect rarely
     (engine/build/collector.py), the start-up heap frozen; take the Parquet column docs the deploy
     pages show (:func:`_schema_docs`) from ``parent``. A render worker never evaluates, so it
     imports nothing of the engine's evaluation (sympy, the spec language: engine.build.results
@@ -474,21 +470,7 @@ def _worker_start(parent: int, schema_docs: dict[str, str]) -> None:
     _SCHEMA_DOCS.update(schema_docs)
     gc.freeze()
     collector.tune()
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)     # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent:       # the parent died before the death signal was armed
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+    lifeline.die_with(parent)
 
 
 def _render_model_group(results_dir: str, staging: str, assets: dict[str, str], model_id: str) -> list[str]:

@@ -46,7 +46,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -56,7 +55,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from engine.build import collector, landscape, publish
+from engine.build import collector, landscape, lifeline, publish
 from engine.build.export import KV_LENGTHS
 from engine.project import PACKAGE_ROOT
 from engine.spec import kv
@@ -975,9 +974,8 @@ def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, 
 
 
 def worker_init(parent: int, seed: tuple | None = None) -> None:
-    """In each --jobs worker (and each site render worker): die when the build process dies, however it dies. On Linux the kernel
-    sends SIGKILL (prctl PR_SET_PDEATHSIG); elsewhere, and as a backstop, a thread exits the worker
-    when its parent pid changes (it is re-parented when the build process is gone)."""
+    """In each --jobs worker: die when the build process dies, however it dies
+    (:func:`engine.build.lifeline.die_with`); collect rarely; skip the interpreter's teardown."""
     global _IN_WORKER
     _IN_WORKER = parent
     if seed is not None:             # (key, the pickled corpus's file: _pool)
@@ -985,22 +983,7 @@ def worker_init(parent: int, seed: tuple | None = None) -> None:
     gc.freeze()                      # the modules and the corpus live as long as the worker (each model's
                                      # evaluation freezes the heap again: collector.model_heap)
     collector.tune()                 # (already so when spawned by the archledger command: site_builder.cli)
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)          # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent:       # the parent died before the death signal was armed
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+    lifeline.die_with(parent)
     # When the pool stops a worker its heap is garbage: skip the interpreter's teardown, which
     # frees every cached sympy object one by one (about 9 s per build worker after the whole
     # corpus, while the site renders beside it). multiprocessing's exit finalizers (queue
