@@ -125,8 +125,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "a fused kernel writes its intermediates (flash attention's scores) to HBM"),
     # -- cost --------------------------------------------------------------------------------------------
     Mutant("memory-time-without-weights", "engine/deploy/cost.py",
-           "tc, tm, tl = f / peaks[i], b / hbm, c / links[i]",
-           "tc, tm, tl = f / peaks[i], (b - w) / hbm, c / links[i]",
+           "tm = np.divide(b, hbm, out=b)",
+           "tm = np.divide(b - w, hbm, out=b)",
            ("tests/test_hand_kv_traffic.py",),
            "phase memory time leaves out the weights read"),
     # -- storage / kv / deploy ----------------------------------------------------------------------------
@@ -141,8 +141,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_models.py",),
            "a sliding-window cache grows with the context"),
     Mutant("kv-not-split", "engine/deploy/planner.py",
-           "_cache_bytes(cache) / split * count",
-           "_cache_bytes(cache) * count",
+           "_mul(_div(_cache_bytes(cache), split), count)",
+           "_mul(_cache_bytes(cache), count)",
            ("tests/test_deploy.py",),
            "per-GPU KV not divided by the cache's layout (KV heads under TP)"),
     # -- the site: a display bug over a correct engine ---------------------------------------------------
