@@ -70,3 +70,23 @@ def assert_close(got, want, what) -> None:
         assert bool(got) == bool(want), what
         return
     assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-300), (what, got, want)
+
+
+def direct_column(compiled, index, args, shape):
+    """Column ``index`` of a :class:`engine.deploy.cost.CompiledProgram` with every step function
+    called (no table, no value memo): the plain form the cost tests compare the fast paths with."""
+    import numpy as np
+    fns = compiled._columns[index] if index < 4 else compiled._calls
+    out = np.empty((len(fns),) + shape)
+    for i, f in enumerate(fns):
+        out[i] = f(*args) if callable(f) else f
+    return out
+
+
+def pool_search(model_id: str, gpu_names: list[str], input_len: int, output_len: int, max_gpus: int):
+    """(the GPUs, ``archledger plan``'s search over them with prefill pools, vLLM, no SLA bound):
+    what the disaggregated sizing tests pair up."""
+    from engine.deploy.sizing import SLA, search
+    gpus = [GPUS[g] for g in gpu_names]
+    return gpus, search(_evaluation(model_id), gpus, input_len, output_len, SLA(1e30, 1e30), max_gpus=max_gpus,
+                        options=Options(framework="vllm"), fusion=TABLES["vllm"], pools=True)

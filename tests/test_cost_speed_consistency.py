@@ -19,6 +19,7 @@ from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.sol import distinct_rows
 from engine.deploy.structure import PHASES
+from tests.deploy_helpers import direct_column
 
 MODEL = "Qwen/Qwen3-30B-A3B"          # MoE with expert parallelism: collectives, weight reads, zeros
 
@@ -26,15 +27,6 @@ MODEL = "Qwen/Qwen3-30B-A3B"          # MoE with expert parallelism: collectives
 @pytest.fixture(scope="module")
 def structure(evaluation):
     return plan(evaluation(MODEL), load_gpus()["H100"], ParallelConfig(tp=2, ep=2, dp_attn=2), Options()).structure
-
-
-def _direct(compiled, index, args, shape) -> np.ndarray:
-    """Column ``index`` with every step function called (no table, no memo)."""
-    fns = compiled._columns[index] if index < 4 else compiled._calls
-    out = np.empty((len(fns),) + shape)
-    for i, f in enumerate(fns):
-        out[i] = f(*args) if callable(f) else f
-    return out
 
 
 def test_table_columns_consistency_with_each_step_called(structure):
@@ -45,13 +37,13 @@ def test_table_columns_consistency_with_each_step_called(structure):
         seq = ctx.copy() if phase == "prefill" else np.ones(4)
         args = [batch, seq, ctx, np.array(2.0)]
         for index in range(5):
-            want = _direct(compiled, index, args, (4,))
+            want = direct_column(compiled, index, args, (4,))
             assert compiled.column(index, args, (4,)).tobytes() == want.tobytes(), (phase, index)
             picked = compiled.column(index, args, (4,), at=at)
             assert picked.flags.c_contiguous and picked.tobytes() == np.ascontiguousarray(want[:, at]).tobytes()
             # a grid (two axes): row by row, the same floats
             grid = [batch[:, None], seq[None, :], ctx[None, :], np.array(2.0)]
-            assert compiled.column(index, grid, (4, 4)).tobytes() == _direct(compiled, index, grid, (4, 4)).tobytes()
+            assert compiled.column(index, grid, (4, 4)).tobytes() == direct_column(compiled, index, grid, (4, 4)).tobytes()
 
 
 def test_table_keeps_negative_zero_apart_consistency():

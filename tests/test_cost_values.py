@@ -14,17 +14,9 @@ from engine.deploy import cost
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.structure import PHASES
+from tests.deploy_helpers import direct_column
 
 MODEL = "Qwen/Qwen3-8B"
-
-
-def _direct(compiled, index, args, shape) -> np.ndarray:
-    """Column ``index`` by calling every step function (no memo)."""
-    fns = compiled._columns[index] if index < 4 else compiled._calls
-    out = np.empty((len(fns),) + shape)
-    for i, f in enumerate(fns):
-        out[i] = f(*args) if callable(f) else f
-    return out
 
 
 def test_memo_gives_the_floats_of_a_fresh_call(evaluation):
@@ -39,7 +31,7 @@ def test_memo_gives_the_floats_of_a_fresh_call(evaluation):
         cost._VALUES.clear()
         cost._VALUES_SIZE[0] = 0
         for index in range(5):
-            want = _direct(compiled, index, args, (3,))
+            want = direct_column(compiled, index, args, (3,))
             cold = compiled.column(index, args, (3,))
             warm = compiled.column(index, args, (3,))
             assert cold.tobytes() == want.tobytes() == warm.tobytes(), (phase, index)
@@ -49,5 +41,5 @@ def test_memo_gives_the_floats_of_a_fresh_call(evaluation):
         batch_before = batch.copy()
         batch *= 2
         for index in range(5):
-            assert compiled.column(index, args, (3,)).tobytes() == _direct(compiled, index, args, (3,)).tobytes()
+            assert compiled.column(index, args, (3,)).tobytes() == direct_column(compiled, index, args, (3,)).tobytes()
         batch[:] = batch_before

@@ -13,21 +13,15 @@ import numpy as np
 import pytest
 
 from engine.build.disagg_sizing import _breakpoints, _Pairing, prefill_records
-from engine.deploy import Options
-from engine.deploy.fusion import load_tables
-from engine.deploy.hardware import load_gpus
-from engine.deploy.sizing import SLA, pair_points, search
-from tests.conftest import _evaluation
+from engine.deploy.sizing import SLA, pair_points
+from tests.deploy_helpers import pool_search
 
 MODEL_ID, GPUS, INPUT, OUTPUT, MAX_GPUS = "meta-llama/Meta-Llama-3.1-8B", ["H100", "B200"], 2048, 256, 2
 
 
 @pytest.fixture(scope="module")
 def pairs():
-    ev = _evaluation(MODEL_ID)
-    gpus = [load_gpus()[g] for g in GPUS]
-    res = search(ev, gpus, INPUT, OUTPUT, SLA(1e30, 1e30), max_gpus=MAX_GPUS, options=Options(framework="vllm"),
-                 fusion=load_tables()["vllm"], pools=True)
+    gpus, res = pool_search(MODEL_ID, GPUS, INPUT, OUTPUT, MAX_GPUS)
     slowest = min(g.scale_out_bytes_per_s for g in gpus)
     by_key = {g.key: g for g in gpus}
     return [(by_key[p.gpu], by_key[d.gpu], p, prefill_records(p, slowest_bytes_per_s=slowest), d)

@@ -17,22 +17,14 @@ import numpy as np
 import pytest
 
 import engine.build.disagg_sizing as ds
-from engine.deploy import Options
-from engine.deploy.fusion import load_tables
-from engine.deploy.hardware import load_gpus
-from engine.deploy.sizing import SLA, search
-from tests.conftest import _evaluation
+from tests.deploy_helpers import pool_search
 
 MODEL_ID, GPUS, INPUT, OUTPUT, MAX_GPUS = "Qwen/Qwen3-30B-A3B", ["H100", "B200"], 2048, 256, 2
 
 
 @pytest.fixture(scope="module")
 def searched():
-    ev = _evaluation(MODEL_ID)
-    gpus = [load_gpus()[g] for g in GPUS]
-    res = search(ev, gpus, INPUT, OUTPUT, SLA(1e30, 1e30), max_gpus=MAX_GPUS, options=Options(framework="vllm"),
-                 fusion=load_tables()["vllm"], pools=True)
-    return gpus, res
+    return pool_search(MODEL_ID, GPUS, INPUT, OUTPUT, MAX_GPUS)
 
 
 @pytest.fixture(scope="module")

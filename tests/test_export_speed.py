@@ -1,6 +1,6 @@
 """The export side's shortcuts (issue 19) give the text and values of the plain calls they replace.
 
-* :func:`engine.deploy.sol._doprint`'s memo printer prints every formula as sympy's own printer of
+* the memo printers of :mod:`engine.deploy.sol` (:class:`engine.spec.memo_printer.MemoStrPrinter`) print every formula as sympy's own printer of
   the same settings does (``str()`` for weights, ``order="none"`` for the per-op formulas), for the
   formulas of a real structure and for nodes whose text depends on where they sit (Floats, square
   roots, negative terms);
@@ -39,9 +39,9 @@ def test_memo_printer_consistency_with_sympy_printing():
     assert len(exprs) > 100
     order_none = StrPrinter({"order": "none"})
     for expr in exprs * 2:                       # twice: the second pass prints from the memo
-        assert sol._doprint(sol._STR, expr) == str(expr)
-        assert sol._doprint(sol._PRINTER, expr) == order_none.doprint(expr)
-    assert sol._PRINTER[0]._memo and sol._STR[0]._memo      # the memo printers were used
+        assert sol._STR.doprint(expr) == str(expr)
+        assert sol._PRINTER.doprint(expr) == order_none.doprint(expr)
+    assert sol._PRINTER._memo and sol._STR._memo      # the memo printers were used
 
 
 def test_columns_joined_consistency_with_chunk_by_chunk():

@@ -16,9 +16,9 @@ import numpy as np
 import sympy
 from sympy.core.exprtools import decompose_power
 from sympy.core.sorting import default_sort_key
-from sympy.printing.str import StrPrinter
 
 from engine.spec import kv, symbols
+from engine.spec.memo_printer import MemoStrPrinter
 from engine.spec.quantities import quantity
 from engine.spec.api import Evaluation
 from engine.deploy.cost import KV_BYTES, intensity, step_totals
@@ -64,29 +64,14 @@ def _at(expr, point: dict):
     return expr.subs(point)
 
 
-class _Printer(StrPrinter):
-    """``str(expr)``'s printer, remembering what it printed below the top level: the formulas of one
-    document share most of their terms (a component's sum holds its children's rows). A term
-    prints the same wherever it sits below the top (a Float, the one thing that looks at the
-    depth, strips its zeros at every depth below it); keys carry the type, and in sympy equal
-    expressions are the same tree (a Float never equals an Integer)."""
+class _Printer(MemoStrPrinter):
+    """``str(expr)``'s printer, remembering what it printed below the top level
+    (:class:`engine.spec.memo_printer.MemoStrPrinter`): the formulas of one document share most of
+    their terms (a component's sum holds its children's rows)."""
 
     def __init__(self):
         super().__init__({"order": None})      # what Printable.__str__ passes to sstr
-        self._memo: dict = {}
         self._term_data: dict = {}     # term -> _term_data(term)
-
-    def _print(self, expr, **kwargs) -> str:
-        if kwargs or self._print_level < 1:
-            return super()._print(expr, **kwargs)
-        try:
-            key = (type(expr), expr)
-            text = self._memo.get(key)
-        except TypeError:                       # unhashable: print it each time
-            return super()._print(expr)
-        if text is None:
-            text = self._memo[key] = super()._print(expr)
-        return text
 
     def _as_ordered_terms(self, expr, order=None):
         """The terms of a sum in the order ``str`` prints them (sympy's ``Expr.as_ordered_terms`` at

@@ -24,6 +24,7 @@ import sympy
 from sympy.printing.numpy import NumPyPrinter
 
 from engine.spec import symbols
+from engine.spec.memo_printer import MemoPrinting
 from engine.deploy.hardware import GPU
 from engine.deploy.placement import Program, Step
 
@@ -138,30 +139,15 @@ def _step_functions(step: Step) -> tuple:
     return out
 
 
-class _MemoPrinter(NumPyPrinter):
+class _MemoPrinter(MemoPrinting, NumPyPrinter):
     """The NumPy printer lambdify makes for ``modules=_MODULES``, printing each distinct
-    sub-expression once per process (bounded): step expressions share most of their terms (the same
-    ``batch*seq*...`` products under every config and fusion), so a new expression prints only
-    what is new in it. Used only on the node types of :data:`_PLAIN`, whose text is a function
-    of the node alone (no printer state: no Floats, whose text depends on the print depth, no
-    unsupported functions or number constants, which doprint collects per call)."""
-
-    def __init__(self, settings):
-        super().__init__(settings)
-        self._memo: dict[sympy.Basic, str] = {}
-
-    def _print(self, expr, **kwargs) -> str:
-        if kwargs:                       # a variant of a node's text (e.g. Pow's rational=): not shared
-            return super()._print(expr, **kwargs)
-        text = self._memo.get(expr)
-        if text is None:
-            if len(self._memo) > 500_000:     # the sub-expressions of many models: keep it bounded
-                self._memo.clear()
-            text = self._memo[expr] = super()._print(expr)
-        return text
+    sub-expression once per process (:class:`engine.spec.memo_printer.MemoPrinting`). Used only
+    on the node types of :data:`_PLAIN` (no printer state: no unsupported functions or number
+    constants, which doprint collects per call)."""
 
 
-#: The node types whose printed text is a function of the node alone (see :class:`_MemoPrinter`).
+#: The node types :class:`_MemoPrinter` prints (their text is a function of the node alone and needs no
+#: per-call state of the printer).
 _PLAIN = frozenset({sympy.Symbol, sympy.Integer, sympy.core.numbers.Zero, sympy.core.numbers.One,
                     sympy.core.numbers.NegativeOne, sympy.Rational, sympy.core.numbers.Half, sympy.Add,
                     sympy.Mul, sympy.Pow, sympy.Min, sympy.Max, sympy.floor, sympy.ceiling})

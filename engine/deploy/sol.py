@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 import sympy
-from sympy.printing.str import StrPrinter
 
 from engine.spec import kv
+from engine.spec.memo_printer import MemoStrPrinter
 from engine.deploy.cost import BOUNDS, compile_program, intensity, step_totals
 from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP, Options, Scenario,
                                      Structure, micro_batches, tokens_per_step,
@@ -396,48 +396,12 @@ class Deployment:
         return Deployment(plan, scenario, summary, phases, ops)
 
 
-class _MemoStrPrinter(StrPrinter):
-    """sympy's StrPrinter (same settings, same text) printing each distinct nested sub-expression
-    once per process (bounded): formulas share most of their terms (the same ``batch*seq*...``
-    products under every config, fusion and phase), so a new formula prints only what is new in it.
-    Used only on expressions whose every node is of a :data:`_PLAIN_NODES` type (:func:`_doprint`):
-    their text is a function of the node alone (a Float's is not: it depends on the print depth)."""
-
-    def __init__(self, settings=None):
-        super().__init__(settings)
-        self._memo: dict = {}
-
-    def _print(self, expr, **kwargs) -> str:
-        if kwargs or self._print_level < 1:  # a variant of a node's text (Pow's rational=), or the top
-            return super()._print(expr, **kwargs)
-        text = self._memo.get(expr)
-        if text is None:
-            if len(self._memo) > 500_000:     # the sub-expressions of many models: keep it bounded
-                self._memo.clear()
-            text = self._memo[expr] = super()._print(expr)
-        return text
-
-
-#: The node types whose printed text is a function of the node alone (see :class:`_MemoStrPrinter`).
-_PLAIN_NODES = frozenset({sympy.Symbol, sympy.Integer, sympy.core.numbers.Zero, sympy.core.numbers.One,
-                          sympy.core.numbers.NegativeOne, sympy.Rational, sympy.core.numbers.Half, sympy.Add,
-                          sympy.Mul, sympy.Pow, sympy.Min, sympy.Max, sympy.floor, sympy.ceiling})
-
-
-def _doprint(printers: tuple[StrPrinter, StrPrinter], expr) -> str:
-    """``expr`` printed by ``printers`` = (a :class:`_MemoStrPrinter`, a plain StrPrinter of the
-    same settings): the memo one when every node of ``expr`` is plain, else the plain one (the
-    same text either way: tests/test_export_speed.py)."""
-    plain = all(type(node) in _PLAIN_NODES for node in sympy.preorder_traversal(expr))
-    return printers[0 if plain else 1].doprint(expr)
-
-
 _TEXT: dict = {}
 #: The per-op formulas' printers: sympy's own, with the terms of a sum in the expression's stored
 #: order (sympy's canonical one, the same in every process) instead of re-sorted by degree for
 #: display; that sort was two thirds of printing the tens of thousands of distinct op formulas a
 #: build writes.
-_PRINTER = (_MemoStrPrinter({"order": "none"}), StrPrinter({"order": "none"}))
+_PRINTER = MemoStrPrinter({"order": "none"})
 
 
 def _text(expr) -> str:
@@ -445,13 +409,13 @@ def _text(expr) -> str:
     and frameworks (degrees are symbols), so each distinct formula is printed once per process."""
     text = _TEXT.get(expr)
     if text is None:
-        text = _TEXT[expr] = _doprint(_PRINTER, expr)
+        text = _TEXT[expr] = _PRINTER.doprint(expr)
     return text
 
 
 _PLAIN: dict = {}
-#: ``str(expr)``'s printers (sympy's default settings): see :func:`_doprint`.
-_STR = (_MemoStrPrinter(), StrPrinter())
+#: ``str(expr)``'s printer (sympy's default settings)
+_STR = MemoStrPrinter()
 _PLAIN_BY_ID: dict[int, tuple] = {}        # id(formula) -> (formula, text): structures share formula objects
 
 
@@ -465,7 +429,7 @@ def weight_text(expr) -> str:
         return mine[1]
     text = _PLAIN.get(expr)
     if text is None:
-        text = _PLAIN[expr] = _doprint(_STR, expr)
+        text = _PLAIN[expr] = _STR.doprint(expr)
     if len(_PLAIN_BY_ID) > 200_000:
         _PLAIN_BY_ID.clear()
     _PLAIN_BY_ID[id(expr)] = (expr, text)
