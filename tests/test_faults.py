@@ -454,3 +454,32 @@ def test_a_real_full_then_read_only_file_system(published, corpora, grid, tmp_pa
         assert _state(out) == before
     finally:
         subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_fsync_tree_syncs_every_staged_file_and_folder_and_raises_a_failure(tmp_path, monkeypatch):
+    """The staged tree is fsynced in threads (publish._fsync_tree): still every file and every
+    folder, each once, before it returns; and an fsync that fails fails the publication (the
+    journal must never name a tree that is not on disk)."""
+    for rel in ("a.json", "d/b.parquet", "d/e/c.txt", "f/g.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    expected = {p for p in tmp_path.rglob("*")} | {tmp_path}
+    seen: list[Path] = []
+    lock = threading.Lock()
+    real = publish._fsync
+
+    def record(path, directory=False):
+        assert directory == Path(path).is_dir()
+        with lock:
+            seen.append(Path(path))
+        real(path, directory)
+    monkeypatch.setattr(publish, "_fsync", record)
+    publish._fsync_tree(tmp_path)
+    assert sorted(seen) == sorted(expected)
+
+    def failing(path, directory=False):
+        if Path(path).name == "c.txt":
+            raise OSError(errno.EIO, "I/O error", str(path))
+    monkeypatch.setattr(publish, "_fsync", failing)
+    with pytest.raises(OSError, match="I/O error"):
+        publish._fsync_tree(tmp_path)
