@@ -52,10 +52,11 @@ from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, ROUND,
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import check, validate_options
-from engine.deploy.sol import SERVING_FIELDS, capacity, summarize
+from engine.deploy.sol import _fit_count, capacity, phase_at_points, prefill_working_set, summarize
 from engine.deploy.structure_cache import StructureCache
-from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
-                                      program_batch)
+from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, micro_batches, option_where,
+                                      prefill_program_batch, prefill_steps, program_batch, requests_per_replica,
+                                      step_tokens)
 
 #: Every batch up to this is evaluated; above it, batches step by :data:`BATCH_STEP` (a ratio) up
 #: to the capacity (itself included). The front and the cheapest point move by well under 1% with it.
@@ -281,12 +282,15 @@ class _Evaluator:
         s = self.first(config, gpu, input_len)
         return float(s.kv_device_fn(float(input_len), self.kv_bytes))
 
-    def evaluate(self, gpus: list[GPU], work: dict[tuple[int, int], tuple], input_len: int
-                 ) -> dict[tuple[int, int], dict[str, np.ndarray]]:
+    def evaluate(self, gpus: list[GPU], work: dict[tuple[int, int], tuple], input_len: int,
+                 pool_start: dict[tuple[int, int], int] | None = None) -> dict[tuple[int, int], dict[str, np.ndarray]]:
         """summarize() fields at every point of ``work`` ((GPU index, config index) -> (config,
         batches, output length per batch)): one call per structure, over every GPU type that shares
         it (all arithmetic is per point, so a point's numbers do not depend on its companions; summarize
-        evaluates each distinct step-time point once: most of a sweep's batches repeat a program batch)."""
+        evaluates each distinct step-time point once: most of a sweep's batches repeat a program batch).
+        ``pool_start``: per work entry, where its prefill-pool points begin; those are evaluated by
+        :func:`pool_fields` (TTFT, fit and capacity only: no decode step, which the search never
+        reads of a pool point), and their ``tpot_s`` and ``tokens_per_s_per_gpu`` are left NaN."""
         groups: dict[int, list] = {}
         for (g, k), (config, batch, out_len) in work.items():
             regimes = self.codes(config, gpus[g], batch, input_len)
@@ -299,23 +303,70 @@ class _Evaluator:
                 s = self.structure(config, gpus[g], (int(c // width), int(c % width)))
                 groups.setdefault(id(s), [s]).append((g, k, sel))
         out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+        for (g, k), (_, batch, _) in work.items():
+            out[g, k] = {"ttft_s": np.zeros(len(batch)), "tpot_s": np.full(len(batch), np.nan),
+                         "tokens_per_s_per_gpu": np.full(len(batch), np.nan),
+                         "fits": np.zeros(len(batch), dtype=bool),
+                         "max_concurrent_requests": np.zeros(len(batch), dtype=np.int64)}
         for s, *parts in groups.values():
-            batch = np.concatenate([work[g, k][1][sel] for g, k, sel in parts])
-            out_len = np.concatenate([work[g, k][2][sel] for g, k, sel in parts])
-            index = np.concatenate([np.full(len(sel), g) for g, _, sel in parts])
-            got = summarize(s, gpus, index, self.kv_bytes, batch, input_len, out_len,
-                            self.options.hbm_fraction, self.options.prefill_tokens, serving_only=True)
-            at = 0
+            # (g, k, the selected points, the pool points among them or None) as one run per kind
+            serving, pooled = [], []
             for g, k, sel in parts:
-                into = out.setdefault((g, k), {})
-                n = len(work[g, k][1])
-                for name in SERVING_FIELDS:
-                    value = np.asarray(got[name])
-                    if name not in into:
-                        into[name] = np.zeros(n, dtype=value.dtype)
-                    into[name][sel] = value[at:at + len(sel)]
-                at += len(sel)
+                start = len(work[g, k][1]) if pool_start is None else pool_start[g, k]
+                serving.append((g, k, sel[sel < start]))
+                pooled.append((g, k, sel[sel >= start]))
+            for fn, runs in ((summarize, serving), (pool_fields, pooled)):
+                runs = [r for r in runs if len(r[2])]
+                if not runs:
+                    continue
+                batch = np.concatenate([work[g, k][1][sel] for g, k, sel in runs])
+                out_len = np.concatenate([work[g, k][2][sel] for g, k, sel in runs])
+                index = np.concatenate([np.full(len(sel), g) for g, _, sel in runs])
+                extra = {"serving_only": True} if fn is summarize else {}
+                got = fn(s, gpus, index, self.kv_bytes, batch, input_len, out_len,
+                         self.options.hbm_fraction, self.options.prefill_tokens, **extra)
+                at = 0
+                for g, k, sel in runs:
+                    into = out[g, k]
+                    for name, value in got.items():
+                        into[name][sel] = np.asarray(value)[at:at + len(sel)]
+                    at += len(sel)
         return out
+
+
+def pool_fields(structure, gpus: list[GPU], gpu_index, kv_bytes, batch, input_len, output_len,
+                hbm_fraction: float, prefill_tokens: int) -> dict[str, np.ndarray]:
+    """:func:`engine.deploy.sol.summarize`'s ``ttft_s``, ``fits`` and ``max_concurrent_requests``
+    (``serving_only``) at these points, by its own expressions in its order (the same floats,
+    tests/test_sizing_speed2.py), without its decode phase: a prefill-pool point is read for these
+    only, and the decode step at every pool batch was about half of the pooled search's step-time work."""
+    config = structure.config
+    batch, input_len, output_len, kv_bytes, gpu_index = (np.asarray(x) for x in
+                                                         (batch, input_len, output_len, kv_bytes, gpu_index))
+    length = input_len + output_len
+    k = micro_batches(config, batch)
+    steps = prefill_steps(config, batch, input_len, prefill_tokens)
+    mean_step = prefill_program_batch(config, batch, input_len, prefill_tokens)
+    prefill = phase_at_points(structure.compiled["prefill"], gpus, gpu_index, mean_step, input_len, input_len,
+                              kv_bytes, True)
+    hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
+    usable = hbm * hbm_fraction
+    kv_dev = np.asarray(structure.kv_device_fn(length, kv_bytes), dtype=float)
+    per_rank = requests_per_replica(config, batch)
+    act = prefill_working_set(structure, input_len, kv_bytes, prefill_tokens)
+    room = usable - structure.weight_bytes_per_gpu - structure.reserve_bytes_per_gpu - act
+    per_replica_cap = _fit_count(room, kv_dev)
+    budget = step_tokens(config, prefill_tokens)
+    ttft = steps * prefill["step_time_s"] / config.pp
+    if config.pp > 1:
+        largest = config.dp_attn * np.minimum(per_rank / k, budget / input_len)
+        fill = phase_at_points(structure.compiled["prefill"], gpus, gpu_index, largest, input_len, input_len,
+                               kv_bytes, True)
+        ttft = ttft + (config.pp - 1) * fill["step_time_s"] / config.pp
+    shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)
+    return {name: np.broadcast_to(np.asarray(value), shape) for name, value in (
+        ("ttft_s", ttft), ("fits", per_rank <= per_replica_cap),
+        ("max_concurrent_requests", config.dp_attn * per_replica_cap))}
 
 
 def _kv_bytes(options: Options) -> int:
@@ -372,7 +423,7 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
             if batch.size:
                 work[g, k] = (config, batch, out_len)
     # 2. one summarize() per structure, over every GPU type sharing it
-    evaluated = evaluator.evaluate(gpus, work, input_len)
+    evaluated = evaluator.evaluate(gpus, work, input_len, pool_start)
     # 3. each GPU type's points, config by config
     results = []
     for g, gpu in enumerate(gpus):

@@ -1,0 +1,79 @@
+"""Consistency tests for the sizing step's speed paths (engine/deploy/sizing.py, engine/build/):
+each fast path gives the plain path's numbers, bit for bit, on real corpus models.
+
+* :func:`engine.deploy.sizing.pool_fields` (a prefill-pool point's TTFT, fit and capacity without
+  the decode step) equals :func:`engine.deploy.sol.summarize`'s serving fields at the same points,
+  on configs with pipeline stages (the pipeline fill), DP-attention and expert parallelism, over
+  GPU types of several archs, both prompt-only (output 1) and full-length points.
+* the search with pools (where pool points take :func:`pool_fields`) gives the same served and
+  pool points as the search evaluating every point with summarize.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.deploy import Options
+from engine.deploy import sizing
+from engine.deploy.fusion import load_tables
+from engine.deploy.hardware import find_gpu, load_gpus
+from engine.deploy.parallel import ParallelConfig
+from engine.deploy.sizing import SLA, pool_fields, search
+from engine.deploy.sol import summarize
+from engine.deploy.structure_cache import StructureCache
+
+from tests.conftest import _evaluation
+
+MOE = "Qwen/Qwen3-30B-A3B"
+CONFIGS = [ParallelConfig(tp=1), ParallelConfig(tp=4, ep=4, dp_attn=4), ParallelConfig(tp=2, pp=2),
+           ParallelConfig(tp=2, ep=2, dp_attn=2, pp=2), ParallelConfig(pp=4)]
+GPUS = ["H100", "B200", "MI300X"]
+
+
+@pytest.fixture(scope="module")
+def cache():
+    ev = _evaluation(MOE)
+    return StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.label())
+def test_pool_fields_consistency_with_summarize(cache, config):
+    gpus = [find_gpu(load_gpus(), name) for name in GPUS]
+    s = cache.live_structure(config, 8, "vllm", gpus[0], (0, 0))
+    batch = np.concatenate([np.arange(1, 90), np.arange(1, 3000, 37), np.arange(5, 41)])
+    index = np.concatenate([np.zeros(89, int), np.ones(82, int), np.full(36, 2)])
+    for out_len in (np.ones(len(batch), dtype=int), np.where(np.arange(len(batch)) % 3 == 0, 1, 1024)):
+        for kv_bytes in (2.0, 1.0):
+            want = summarize(s, gpus, index, kv_bytes, batch, 8192, out_len, 0.9, 8192, serving_only=True)
+            got = pool_fields(s, gpus, index, kv_bytes, batch, 8192, out_len, 0.9, 8192)
+            assert set(got) == {"ttft_s", "fits", "max_concurrent_requests"}
+            for name, value in got.items():
+                a, b = np.asarray(value), np.asarray(want[name])
+                assert a.dtype == b.dtype and a.shape == b.shape, name
+                assert np.array_equal(a, b), (config.label(), name)
+
+
+def test_pooled_search_consistency_with_summarize_everywhere(monkeypatch):
+    ev = _evaluation("Qwen/Qwen3-8B")
+    tables = load_tables(ev.corpus.root / "fusion")
+    gpus = [find_gpu(load_gpus(), name) for name in ("H100", "B200")]
+
+    def run():
+        return search(ev, gpus, 8192, 1024, SLA(1e30, 1e30), max_gpus=4, options=Options(framework="vllm"),
+                      fusion=tables["vllm"], pools=True)
+
+    fast = run()
+    plain_evaluate = sizing._Evaluator.evaluate
+    # the plain path: every point (pool ones too) through summarize, as before pool_fields
+    monkeypatch.setattr(sizing._Evaluator, "evaluate",
+                        lambda self, gpus, work, input_len, pool_start=None: plain_evaluate(self, gpus, work, input_len))
+    plain = run()
+    assert len(fast) == len(plain)
+    for a, b in zip(fast, plain):
+        assert a.configs == b.configs and a.pool_configs == b.pool_configs and a.kv_share == b.kv_share
+        assert a.points.keys() == b.points.keys() and a.prefill.keys() == b.prefill.keys()
+        for name in a.points:
+            assert np.array_equal(a.points[name], b.points[name]), name
+        for name in a.prefill:
+            assert np.array_equal(a.prefill[name], b.prefill[name]), name
+        assert len(a.prefill["batch"]) > 0
