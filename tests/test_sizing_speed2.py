@@ -7,6 +7,9 @@ each fast path gives the plain path's numbers, bit for bit, on real corpus model
   GPU types of several archs, both prompt-only (output 1) and full-length points.
 * the search with pools (where pool points take :func:`pool_fields`) gives the same served and
   pool points as the search evaluating every point with summarize.
+* :func:`engine.build.fronts.staircase` (points cheaply dominated dropped before its loop) keeps
+  the points the plain loop over every point keeps, on a real search's points and on random
+  points with many ties.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from engine.deploy.parallel import ParallelConfig
 from engine.deploy.sizing import SLA, pool_fields, search
 from engine.deploy.sol import summarize
 from engine.deploy.structure_cache import StructureCache
+from engine.build.fronts import preference, staircase
 
 from tests.conftest import _evaluation
 
@@ -77,3 +81,32 @@ def test_pooled_search_consistency_with_summarize_everywhere(monkeypatch):
         for name in a.prefill:
             assert np.array_equal(a.prefill[name], b.prefill[name]), name
         assert len(a.prefill["batch"]) > 0
+
+
+def plain_staircase(order, ttft, tpot) -> list[int]:
+    """The rule written out: a point is kept when no earlier point has TTFT <= and TPOT <= its own."""
+    order = np.asarray(order, dtype=int)
+    x, y = np.asarray(ttft, dtype=float)[order], np.asarray(tpot, dtype=float)[order]
+    return [int(order[i]) for i in range(len(order)) if not np.any((x[:i] <= x[i]) & (y[:i] <= y[i]))]
+
+
+def test_staircase_consistency_on_search_points():
+    ev = _evaluation("Qwen/Qwen3-8B")
+    tables = load_tables(ev.corpus.root / "fusion")
+    gpus = [find_gpu(load_gpus(), "H100")]
+    res, = search(ev, gpus, 8192, 1024, SLA(1e30, 1e30), max_gpus=4, options=Options(framework="sglang"),
+                  fusion=tables["sglang"])
+    p = res.points
+    order = preference(p)
+    assert len(order) > 1000
+    got = staircase(order, p["ttft_s"], p["tpot_s"])
+    assert got == plain_staircase(order, p["ttft_s"], p["tpot_s"]) and len(got) > 3
+
+
+def test_staircase_consistency_on_ties():
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 2, 50, 400):
+        ttft = rng.integers(0, 12, n).astype(float)
+        tpot = rng.integers(0, 12, n).astype(float)
+        order = rng.permutation(n)
+        assert staircase(order, ttft, tpot) == plain_staircase(order, ttft, tpot)

@@ -181,11 +181,18 @@ def _load_sizing(path: Path) -> Sizing | None:
 def staircase(order: np.ndarray, ttft: np.ndarray, tpot: np.ndarray) -> list[int]:
     """The points of ``order`` (indices, most preferred first) that no earlier point dominates in
     (TTFT, TPOT): an earlier point with TTFT <= and TPOT <= makes a point never the first to meet
-    a bound. Returned in ``order``'s order."""
+    a bound. Returned in ``order``'s order.
+
+    A point dominated by an earlier one is dropped whichever point that is (a dropped point is
+    dominated by a kept one before it, and domination is transitive), so the points dominated by
+    the earlier point of least TPOT or of least TTFT (:func:`_cheaply_dominated`, vectorized: most
+    of a search's points) are dropped before the loop, which keeps the same points of the rest."""
+    order = np.asarray(order, dtype=int)
+    order = order[~_cheaply_dominated(ttft[order], tpot[order])]
     xs: list[float] = []      # the kept points' TTFTs, increasing; their TPOTs strictly decreasing
     ys: list[float] = []
     keep = []
-    for i in np.asarray(order, dtype=int).tolist():
+    for i in order.tolist():
         x, y = float(ttft[i]), float(tpot[i])
         j = bisect.bisect_right(xs, x)
         if j and ys[j - 1] <= y:          # the earlier point with the largest TTFT <= x has the least TPOT
@@ -196,6 +203,19 @@ def staircase(order: np.ndarray, ttft: np.ndarray, tpot: np.ndarray) -> list[int
             k += 1
         xs[j:k], ys[j:k] = [x], [y]
     return keep
+
+
+def _cheaply_dominated(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Per point (in order), whether the earlier point of least ``y``, or of least ``x``, has
+    ``x`` and ``y`` no larger than its own (the first point: never)."""
+    drop = np.zeros(len(x), dtype=bool)
+    if len(x) > 1:
+        idx = np.arange(len(x))
+        for key in (y, x):
+            before = np.concatenate(([np.inf], np.minimum.accumulate(key)[:-1]))
+            least = np.maximum.accumulate(np.where(key < before, idx, 0))[:-1]   # of the points before each
+            drop[1:] |= (x[least] <= x[1:]) & (y[least] <= y[1:])
+    return drop
 
 
 def preference(points: dict) -> np.ndarray:
