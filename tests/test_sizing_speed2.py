@@ -7,6 +7,9 @@ each fast path gives the plain path's numbers, bit for bit, on real corpus model
   GPU types of several archs, both prompt-only (output 1) and full-length points.
 * the search with pools (where pool points take :func:`pool_fields`) gives the same served and
   pool points as the search evaluating every point with summarize.
+* :func:`engine.deploy.sizing.prefill_choice` (no gathered copies when every point has a point of
+  a config within its bound) gives each point what it gets alone, on a mix of bounds where some
+  points have no prefill point of some configs within theirs and some of none at all.
 * :func:`engine.build.fronts.staircase` (points cheaply dominated dropped before its loop) keeps
   the points the plain loop over every point keeps, on a real search's points and on random
   points with many ties.
@@ -21,7 +24,8 @@ from engine.deploy import sizing
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.sizing import SLA, pool_fields, search
+from engine.deploy.disagg import links
+from engine.deploy.sizing import SLA, pool_fields, prefill_choice, prefill_staircases, search
 from engine.deploy.sol import summarize
 from engine.deploy.structure_cache import StructureCache
 from engine.build.fronts import preference, staircase
@@ -57,14 +61,18 @@ def test_pool_fields_consistency_with_summarize(cache, config):
                 assert np.array_equal(a, b), (config.label(), name)
 
 
-def test_pooled_search_consistency_with_summarize_everywhere(monkeypatch):
+def pooled_search(gpus):
     ev = _evaluation("Qwen/Qwen3-8B")
     tables = load_tables(ev.corpus.root / "fusion")
+    return search(ev, gpus, 8192, 1024, SLA(1e30, 1e30), max_gpus=4, options=Options(framework="vllm"),
+                  fusion=tables["vllm"], pools=True)
+
+
+def test_pooled_search_consistency_with_summarize_everywhere(monkeypatch):
     gpus = [find_gpu(load_gpus(), name) for name in ("H100", "B200")]
 
     def run():
-        return search(ev, gpus, 8192, 1024, SLA(1e30, 1e30), max_gpus=4, options=Options(framework="vllm"),
-                      fusion=tables["vllm"], pools=True)
+        return pooled_search(gpus)
 
     fast = run()
     plain_evaluate = sizing._Evaluator.evaluate
@@ -110,3 +118,27 @@ def test_staircase_consistency_on_ties():
         tpot = rng.integers(0, 12, n).astype(float)
         order = rng.permutation(n)
         assert staircase(order, ttft, tpot) == plain_staircase(order, ttft, tpot)
+
+
+def test_prefill_choice_consistency_alone_and_together():
+    gpu = find_gpu(load_gpus(), "H100")
+    res, = pooled_search([gpu])
+    share_d = np.array([res.kv_share[c] for c in res.configs])
+    share_p = np.array([res.kv_share[c] for c in res.pool_configs])
+    n_p = np.array([c.n_gpus for c in res.pool_configs])
+    _, out = links(gpu, gpu)
+    stairs = prefill_staircases(res, lambda c: out.time(np.maximum(share_p[c], share_d)))
+    rng = np.random.default_rng(3)
+    t = res.prefill["ttft_s"]
+    # below every prefill point, between the configs' first points, and above most of them
+    bounds = np.concatenate([[t.min() / 2], np.quantile(t, [0.001, 0.01, 0.05, 0.3, 0.9])])
+    n = 400
+    kd = rng.integers(0, len(res.configs), n)
+    demand = rng.uniform(0.01, 50, n)
+    which = rng.integers(0, len(bounds), n)
+    together = prefill_choice(stairs, bounds, kd, demand, n_p, which)
+    assert np.isinf(together[1]).any() and np.isfinite(together[1]).any()
+    for i in range(n):
+        alone = prefill_choice(stairs, bounds[which[i]], kd[i:i + 1], demand[i:i + 1], n_p)
+        for a, b in zip(together, alone):
+            assert a[i] == b[0] and a.dtype == b.dtype

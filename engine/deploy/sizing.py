@@ -647,24 +647,25 @@ def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.nd
     n = len(kd)
     choice, cost, ttft, batch = np.zeros(n, dtype=np.intp), np.full(n, np.inf), np.zeros(n), np.zeros(n, dtype=np.int64)
     least = np.full(n, np.inf)            # the choice's GPUs + TTFT / 2 bound
-    every = np.arange(n)
     cell = which * len(staircases[0][4]) + kd if staircases else kd    # a point's (bound, decode config)
     for c, (t, b, best, arg, seconds) in enumerate(staircases):
         # the TTFT bound left after the (scale-out, an upper bound) transfer, per bound and decode config
         last = np.searchsorted(t, bounds[:, None] - seconds, side="right") - 1
         j = last.ravel()[cell]
-        ok = j >= 0                       # the points with a point of the config within their bound
-        at = every if ok.all() else np.flatnonzero(ok)
-        if not len(at):
-            continue
-        j, d = j[at], demand[at]
+        if j.size and j.min() >= 0:       # every point has a point of the config within its bound: the
+            at, d, h, low = None, demand, half, least    # arrays themselves, no gathered copies
+        else:
+            at = np.flatnonzero(j >= 0)
+            if not len(at):
+                continue
+            j, d, h, low = j[at], demand[at], half[at], least[at]
         # fewest prefill replicas for the demand, then the shortest TTFT that still needs no more
         reps = np.maximum(1, np.ceil(d / best[j] * ROUND))
         pick = arg[np.minimum(np.searchsorted(best, d / reps * ROUND, side="left"), j)]
         gpus, seconds_p = reps * n_p[c], t[pick]
-        key = gpus + seconds_p / half[at]
-        better = key < least[at]
-        i = at[better]
+        key = gpus + seconds_p / h
+        better = np.flatnonzero(key < low)
+        i = better if at is None else at[better]
         choice[i], least[i], cost[i], ttft[i], batch[i] = c, key[better], gpus[better], seconds_p[better], b[pick[better]]
     return choice, cost, ttft, batch
 
