@@ -125,3 +125,16 @@ def test_consistency_compiled_step_functions_are_lambdify_s(evaluation):
         ours = cost._lambdify(expr)
         assert inspect.getsource(ours) == inspect.getsource(theirs)
         assert np.array_equal(ours(*args), theirs(*args))
+
+
+def test_consistency_step_with_is_dataclasses_replace(evaluation):
+    from engine.deploy.placement import step_with
+    ev = evaluation("Qwen/Qwen3-30B-A3B")
+    placed = planner.place(ev, ParallelConfig(tp=4, ep=2, dp_attn=2, pp=2), 8, Options(), True)
+    steps = [s for phase in ("prefill", "decode") for s in placed[phase][0].steps]
+    assert len(steps) > 50
+    for s in steps:
+        for changes in ({"inputs": s.inputs + ("x",)}, {"repeat": s.repeat * 3, "last_token": not s.last_token}, {}):
+            got, want = step_with(s, **changes), replace(s, **changes)
+            assert got == want and repr(got) == repr(want) and hash(got.uid) == hash(want.uid)
+            assert all(getattr(got, f) is getattr(want, f) for f in type(s).__slots__)

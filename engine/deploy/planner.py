@@ -45,7 +45,7 @@ from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.spec.shapes import Tensor
 from engine.deploy.placement import (ZERO, DeviceTypes, Layout, Placer, Program, Step, _add, _div, _mul, phase_rows,
-                                     shard_unit)
+                                     shard_unit, step_with)
 from engine.deploy.sol import Plan
 from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, MAX_TOKENS, MTP_STACK, PHASES, Options, Scenario, Structure,
                                      option_where, tokens_per_device)
@@ -385,7 +385,7 @@ def _draft_steps(mtp: Program, analysis, k: int, one_token: bool) -> tuple[Step,
             continue
         layers = next((n for uid, n in templates.items() if s.uid.startswith(uid + "/")), None)
         repeat = s.repeat * k if layers is None else s.repeat * k / layers
-        steps.append(replace(s, repeat=repeat, last_token=s.last_token or one_token))
+        steps.append(step_with(s, repeat=repeat, last_token=s.last_token or one_token))
     if len(_DRAFT_STEPS) > 256:           # the configs of one model at a time, roughly (it holds them)
         _DRAFT_STEPS.clear()
     _DRAFT_STEPS[key] = (mtp, analysis, tuple(steps))
