@@ -170,7 +170,15 @@ def _lambdify(expr: sympy.Expr):
                                                              for k in m}}))
         printer = _PRINTER[0]
     # no docstring: printing the expression into it is a quarter of lambdify's time
-    return sympy.lambdify(ARGS, expr, modules=_MODULES, printer=printer, docstring_limit=0)
+    return sympy.lambdify(_ARG_LIST, expr, modules=_MODULES, printer=printer, docstring_limit=0)
+
+
+#: ARGS as lambdify's one argument: their parameter list as text. lambdify writes an argument that is
+#: not a symbol as its ``str`` (sympy's _EvaluatorPrinter), so the source is the one ARGS give,
+#: ``def _lambdifygenerated(batch, seq, ctx, kv_bytes):`` (tests/test_cost_compile.py compares the
+#: sources); given the four symbols it first sorts them with sympy's ``ordered`` to find any it must
+#: rename (none of ours is), about a third of the time of a lambdify call.
+_ARG_LIST = (", ".join(str(a) for a in ARGS),)
 
 
 class CompiledProgram:

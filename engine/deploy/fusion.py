@@ -36,7 +36,7 @@ from engine.spec.corpus import COMPUTE_CLASSES, Reader
 from engine.spec.errors import SpecError
 from engine.spec.filememo import ContentMemo
 from engine.spec.ops import OPS
-from engine.deploy.placement import COLLECTIVES, ZERO, Program, Step
+from engine.deploy.placement import COLLECTIVES, ZERO, Program, Step, step_with
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus" / "fusion"
 _RULE_FIELDS = ("name", "doc", "src", "chain", "names", "siblings", "component", "extra", "when", "enabled",
@@ -560,7 +560,7 @@ def fuse(program: Program, matches: list[Match]) -> Program:
         inputs = tuple(renamed.get(i, i) for i in step.inputs)
         new = memo.get((step.uid, inputs))
         if new is None:
-            new = memo[(step.uid, inputs)] = replace(step, inputs=inputs)
+            new = memo[(step.uid, inputs)] = step_with(step, inputs=inputs)
         return new
 
     steps, order = program.steps, graph.order

@@ -102,6 +102,20 @@ class Step:
         return self.bytes + self.weight_bytes
 
 
+_SET = object.__setattr__
+_STEP_FIELDS = Step.__slots__
+
+
+def step_with(step: Step, **changes) -> Step:
+    """``dataclasses.replace(step, **changes)`` at half its cost: a new Step holding ``step``'s
+    fields but ``changes`` (Step has no ``__post_init__`` and every field is an ``__init__``
+    argument, so the two build equal steps; fusion renames inputs of tens of thousands of steps)."""
+    new = object.__new__(Step)
+    for name in _STEP_FIELDS:
+        _SET(new, name, changes[name] if name in changes else getattr(step, name))
+    return new
+
+
 @dataclass(frozen=True, slots=True)
 class Program:
     """A phase's per-device program: steps in execution order, plus the layout of every row."""

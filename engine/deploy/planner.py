@@ -45,7 +45,7 @@ from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.spec.shapes import Tensor
 from engine.deploy.placement import (ZERO, DeviceTypes, Layout, Placer, Program, Step, _add, _div, _mul, phase_rows,
-                                     shard_unit)
+                                     shard_unit, step_with)
 from engine.deploy.sol import Plan
 from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, MAX_TOKENS, MTP_STACK, PHASES, Options, Scenario, Structure,
                                      option_where, tokens_per_device)
@@ -318,9 +318,18 @@ def _placed_stage(ev: Evaluation, config: ParallelConfig, domain: int, options: 
             _STAGES.clear()
         analysis = ev.symbolic if symbolic else ev.numeric
         types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
-        placer = Placer(analysis, Mesh(stage, key[2], symbolic), phase, ev.corpus.dims, _weights_fn(ev, options),
-                        types, _model_decider(ev))
+        # decode repeats the rows the prefill placement of this key placed alike (_PhasePlacer)
+        prefill = _STAGES.get(key[:-1] + ("prefill",)) if phase == "decode" else None
+        prefill = prefill[2] if prefill is not None and prefill[0] is ev and prefill[2].record else None
+        mesh = prefill.mesh if prefill is not None else Mesh(stage, key[2], symbolic)
+        placer = _PhasePlacer(analysis, mesh, phase, ev.corpus.dims, _weights_fn(ev, options), types,
+                              _model_decider(ev), prefill=prefill)
+        if prefill is not None:      # split factors and local sizes: phase-free (as place_symbolic shares)
+            placer._factors, placer._locals, placer._units = prefill._factors, prefill._locals, prefill._units
         hit = _STAGES[key] = (ev, placer.run(phase_rows(analysis, phase, stack)), placer)
+        if prefill is not None:      # read once (decode is placed once per key); copies of the
+            prefill.record.clear()   # prefill placer (other configs' meshes) hold the same dict
+            prefill.record = None
     program, placer = hit[1], hit[2]
     if placer.mesh.config != config or placer.mesh.domain != domain:
         placer = copy.copy(placer)   # the same placement, under this config's mesh (pp, domain)
@@ -376,7 +385,7 @@ def _draft_steps(mtp: Program, analysis, k: int, one_token: bool) -> tuple[Step,
             continue
         layers = next((n for uid, n in templates.items() if s.uid.startswith(uid + "/")), None)
         repeat = s.repeat * k if layers is None else s.repeat * k / layers
-        steps.append(replace(s, repeat=repeat, last_token=s.last_token or one_token))
+        steps.append(step_with(s, repeat=repeat, last_token=s.last_token or one_token))
     if len(_DRAFT_STEPS) > 256:           # the configs of one model at a time, roughly (it holds them)
         _DRAFT_STEPS.clear()
     _DRAFT_STEPS[key] = (mtp, analysis, tuple(steps))
@@ -692,3 +701,89 @@ class _ReplayPlacer(Placer):
                 target = getattr(self, name)
                 writes.append((name, [(k, target[k]) for k in dict.fromkeys(target.log)]))
             self.record[row.uid] = (row, inputs, self.steps[start:], writes, counts)
+
+
+class _PhasePlacer(Placer):
+    """A :class:`Placer` of one stage placement (:func:`_placed_stage`) whose decode run repeats
+    what the prefill run (``prefill``, the same analysis, mesh and decisions) did for every row
+    that places alike in both phases: most rows are the same objects in both (decode variants are
+    rows of their own) and, where nothing upstream differs, read equal inputs.
+
+    Placing a row reads the phase in three places only: the stack inputs (decode does not split
+    ``seq``: they are inputs, compared), a recurrent state's traffic and the logits' ``last_token``
+    (:meth:`_phase_free` keeps those rows out). Besides its inputs and their consumer counts (as
+    :class:`_ReplayPlacer` compares) it reads two pieces of the placer's state: the reshards earlier
+    rows made (``redist``: a row reuses one instead of inserting its collective) and the routing
+    tokens of the dispatches before it (``instances``). The prefill run records, per row, the
+    steps it appended, what it wrote and those reads; the decode run repeats a row only where its
+    inputs place alike, every reshard it reused is the same object here, none it made exists yet,
+    and the routing tokens are equal. The repeated steps are the prefill's objects (steps are
+    immutable; their compiled functions are then shared too)."""
+
+    def __init__(self, *args, prefill: "_PhasePlacer | None" = None):
+        super().__init__(*args)
+        self.reuse = prefill.record if prefill is not None else None
+        self.record: dict | None = {} if self.phase == "prefill" else None
+        if self.record is not None:
+            for name in _WRITES:
+                setattr(self, name, _Log(getattr(self, name)))
+        self._reads: list | None = None       # (redist key, step) reused by the row being recorded
+        self._routing: dict | None = None     # the routing tokens it read
+
+    def _phase_free(self, row) -> bool:
+        """Whether placing ``row`` never reads the phase (beyond its inputs)."""
+        return row.role != "lm_head" and self.state_caches().get(row.uid.removesuffix("@decode")) is None
+
+    def reshard(self, source: Step, target: Layout, consumer) -> Step:
+        if self._reads is not None and source.layout != target:
+            key = (source.uid, target)
+            found = self.redist.get(key)
+            if found is not None and key not in self.redist.log:     # made by an earlier row
+                self._reads.append((key, found))
+        return super().reshard(source, target, consumer)
+
+    def instances(self, row):
+        if self._reads is not None:
+            self._routing = dict(self.routing_tokens)
+        return super().instances(row)
+
+    def place(self, row) -> None:
+        if self.reuse is not None:
+            hit = self.reuse.get(row.uid)
+            if hit is not None and hit[0] is row:
+                inputs = [self.producer(row, i) for i in range(len(row.inputs))]
+                if self._repeats(hit, inputs):
+                    self.steps.extend(hit[3])
+                    for name, items in hit[4]:
+                        target = getattr(self, name)
+                        for key, value in items:
+                            target[key] = value
+                    return
+            super().place(row)
+            return
+        if self.record is None or not self._phase_free(row):
+            super().place(row)
+            return
+        inputs = [self.producer(row, i) for i in range(len(row.inputs))]
+        counts = tuple(self.consumers.get(s.uid) for s in inputs)
+        start = len(self.steps)
+        for name in _WRITES:
+            getattr(self, name).log = []
+        self._reads, self._routing = [], None
+        super().place(row)
+        writes = [(name, [(k, getattr(self, name)[k]) for k in dict.fromkeys(getattr(self, name).log)])
+                  for name in _WRITES]
+        # row uid -> (row, input steps, their consumer counts, steps appended, writes, reshards made,
+        # reshards reused, routing tokens read or None)
+        self.record[row.uid] = (row, inputs, counts, self.steps[start:], writes, tuple(self.redist.log),
+                                self._reads, self._routing)
+        self._reads = self._routing = None
+
+    def _repeats(self, hit: tuple, inputs: list[Step]) -> bool:
+        """Whether the recorded prefill row ``hit`` places here as it did there (class doc)."""
+        _, recorded, counts, _, _, made, reused, routing = hit
+        return counts == tuple(self.consumers.get(s.uid) for s in inputs) and \
+            all(_same_input(a, b) for a, b in zip(inputs, recorded)) and \
+            all(self.redist.get(key) is step for key, step in reused) and \
+            not any(key in self.redist for key in made) and \
+            (routing is None or routing == self.routing_tokens)
