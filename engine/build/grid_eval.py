@@ -5,7 +5,9 @@ framework, the device programs depend on the GPU only through its arch (fusion c
 scale-up domain (links), and on the scenario only through the fusion token regimes; the KV element
 size is a free symbol. So a *structure* is built per (config, domain, framework, fusion signature,
 token regime) and shared by every GPU, KV dtype and scenario point that maps to it: one
-:func:`engine.deploy.sol.summarize` call evaluates all of them at once. No per-point graph walk happens.
+:func:`engine.deploy.sol.summarize` call evaluates all of them at once (and
+:func:`engine.deploy.sol.summarize_many` evaluates each compiled program once over the points of
+every structure that holds it). No per-point graph walk happens.
 
 Points per cell: the grid's prompt lengths (up to ``beyond_max_context`` x the model's maximum,
 flagged extrapolated beyond it) x output lengths x the batches that fit the KV budget at that
@@ -25,7 +27,7 @@ from engine.deploy.fusion import load_tables, token_limits
 from engine.deploy.structure_cache import StructureCache, regime, signature
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
-from engine.deploy.sol import capacity, capacity_terms, op_rows_columns, summarize, weight_text
+from engine.deploy.sol import capacity, capacity_terms, op_rows_columns, summarize_many, weight_text
 from engine.deploy.structure import HBM_FRACTION
 from engine.build.columns import Columns
 
@@ -150,13 +152,17 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             into[name].extend(values)
     deployments = Columns()
     total = 0
+    calls = []
     for (config, domain, framework, sig, regimes), points in merged.items():
         gpu = gpus[points["gpu"][0]]
         s = structure(config, domain, framework, gpu, regimes)
-        index = np.array([gpu_pos[g] for g in points["gpu"]])
-        out = summarize(s, gpu_objs, index, np.array(points["kv_bytes"], dtype=float),
-                        np.array(points["batch"]), np.array(points["input_len"]), np.array(points["output_len"]))
-        n = len(index)
+        calls.append((s, np.array([gpu_pos[g] for g in points["gpu"]]), np.array(points["kv_bytes"], dtype=float),
+                      np.array(points["batch"]), np.array(points["input_len"]), np.array(points["output_len"])))
+    # sibling structures share compiled programs: each evaluated once over all their points
+    summaries = summarize_many(gpu_objs, calls)
+    for ((config, domain, framework, sig, regimes), points), call, out in zip(merged.items(), calls, summaries):
+        s = call[0]
+        n = len(call[1])
         total += n
         phases = out.pop("phases")
         out["weight_bytes_per_gpu_formula"] = weight_text(s.weight_formula)

@@ -75,18 +75,38 @@ _FUNCTIONS: dict[sympy.Expr, object] = {}     # expression -> its numpy function
 #: repeats. A value is a function of its inputs alone, so a stored one is the same float a new call
 #: would give. Bounded: past :data:`VALUES_ELEMENTS` stored numbers the least recently used point
 #: sets go first.
-_VALUES: OrderedDict[tuple, dict] = OrderedDict()
+_VALUES: OrderedDict[tuple, "_PointSet"] = OrderedDict()
 _VALUES_SIZE = [0]              # numbers held in _VALUES (a list: updated in place)
 VALUES_ELEMENTS = 1 << 22       # 32 MB of float64
 
 
-def _values(args) -> dict:
+class _PointSet(dict):
+    """One point set's stored values (function -> value, and :meth:`CompiledProgram._table`'s
+    tables), with the count of numbers they hold: dropping the set subtracts it at once instead
+    of sizing every value again."""
+
+    __slots__ = ("size",)
+
+    def __init__(self):
+        super().__init__()
+        self.size = 0
+
+    def hold(self, key, value):
+        """Store ``value`` (:func:`_stored`'s array or a float) under ``key``, counted."""
+        self[key] = value
+        n = np.size(value)
+        self.size += n
+        _VALUES_SIZE[0] += n
+        return value
+
+
+def _values(args) -> _PointSet:
     """The stored values at the point set ``args`` (arrays: keyed by dtype, shape and bytes),
-    marked most recently used; an empty dict to fill when the set is new."""
+    marked most recently used; an empty set to fill when it is new."""
     key = tuple((a.dtype.str, a.shape, a.tobytes()) for a in args)
     found = _VALUES.get(key)
     if found is None:
-        found = _VALUES[key] = {}
+        found = _VALUES[key] = _PointSet()
     else:
         _VALUES.move_to_end(key)
     return found
@@ -107,7 +127,14 @@ def _trim_values() -> None:
     (the newest set stays, whatever its size)."""
     while _VALUES_SIZE[0] > VALUES_ELEMENTS and len(_VALUES) > 1:
         _, dropped = _VALUES.popitem(last=False)
-        _VALUES_SIZE[0] -= sum(np.size(v) for v in dropped.values())
+        _VALUES_SIZE[0] -= dropped.size
+
+
+#: (the functions, the constants' exact floats) of a table layout -> a small number naming it: the
+#: key of that table among a point set's stored values (programs of sibling structures hold the
+#: same functions, often in the same order). Functions live in _FUNCTIONS for the whole process,
+#: so an id never names two layouts.
+_LAYOUT_TOKENS: dict[tuple, int] = {}
 
 
 def _compiled(expr: sympy.Expr):
@@ -197,7 +224,7 @@ class CompiledProgram:
         self._calls = [c[4] for c in compiled]
         self._rates: dict[str, tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
         self._stacked_rates: dict[tuple, tuple] = {}    # rates_for's per-GPU rates side by side, per GPU list
-        self._layouts: dict[int, tuple] = {}       # column index -> its table layout (column())
+        self._layouts: dict[tuple, tuple] = {}     # column indices -> their table layout (_table_layout())
         self._evaluated: dict[tuple, dict[int, np.ndarray]] = {}     # evaluate()'s columns per point set
         self._kernels: tuple[list[int], np.ndarray] | None = None
         #: prefill working sets already computed (engine.deploy.sol.prefill_working_set: a function
@@ -238,51 +265,95 @@ class CompiledProgram:
 
     def column(self, index: int, args, shape, values: dict | None = None, at=None) -> np.ndarray:
         """Column ``index`` (0 flops, 1 bytes, 2 comm bytes, 3 weight bytes; 4 collective calls) of
-        every step, stacked: a new array of shape (steps, *shape), or (steps, len(at)) when ``at``
-        picks points of the 1-d ``args`` (a gather: the floats of evaluating there).
+        every step, stacked: an array of shape (steps, *shape), or (steps, len(at)) when ``at``
+        picks points of the 1-d ``args`` (a gather: the floats of evaluating there). See
+        :meth:`columns`."""
+        return self.columns((index,), args, shape, values, at)[0]
+
+    def columns(self, indices: tuple, args, shape, values: dict | None = None, at=None) -> np.ndarray:
+        """The columns ``indices`` (see :meth:`column`) of every step at once: a new array of
+        shape (len(indices), steps, *shape) (``at``: (len(indices), steps, len(at))), each
+        ``[i]`` a C-ordered block of its own.
+
+        The distinct constants and functions of those columns fill one table (:meth:`_table`),
+        spread to the steps by one gather (a pure copy, the same floats): every layer repeats its
+        ops, so a program holds far fewer distinct functions than steps."""
+        rows, table = self._table(tuple(indices), args, tuple(shape), values)
+        if at is not None:           # the picked points first: the table has fewer rows than the steps
+            table = table.take(at, axis=1)
+        # take() keeps the (steps, points) blocks C-ordered: the sums over axis 0 add row after row
+        return table.take(rows, axis=0)
+
+    def _table(self, indices: tuple, args, shape: tuple, values: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(each step's row per column, the table of :meth:`_table_layout`'s rows at these points).
 
         Each step function's value at these points comes from :func:`_values` (computed once per
         function and point set, shared with every program holding the same expression; a caller
-        asking several columns at one point set passes its ``values``). Steps share most of their
-        functions and constants (every layer repeats its ops): each distinct one fills one row of a
-        table, spread to the steps by one gather (a pure copy, the same floats)."""
-        rows, constants, functions = self._layout(index)
-        table = np.empty((len(constants) + len(functions),) + tuple(shape))
-        # constants (weight reads, fixed collectives, zeros) in one assignment; functions one by one
-        table[:len(constants)] = constants.reshape((-1,) + (1,) * len(shape))
+        asking several columns at one point set passes its ``values``). The table itself is kept
+        among the point set's values too, under its layout's token and shape: sibling programs
+        (other fusion regimes, structures of other domains) and the sizing search's repeated
+        questions ask for the very same functions at the very same points about every other
+        time, and the table is a function of those alone (read-only; :meth:`columns` gathers
+        from it into new arrays)."""
+        rows, constants, functions, token = self._table_layout(indices)
         if values is None:
             values = _values(args)
-        for j, f in enumerate(functions, len(constants)):
-            value = values.get(f)
-            if value is None:
-                value = values[f] = _stored(f(*args), args)
-                _VALUES_SIZE[0] += np.size(value)
-            table[j] = value
-        _trim_values()
-        if at is not None:           # the picked points first: the table has fewer rows than the steps
-            table = table.take(at, axis=1)
-        # take() keeps the (steps, points) result C-ordered: the sums over axis 0 add row after row
-        return table.take(rows, axis=0)
+        key = (token, shape)
+        table = values.get(key)
+        if table is None:
+            table = np.empty((len(constants) + len(functions),) + shape)
+            # constants (weight reads, fixed collectives, zeros) in one assignment; functions one by one
+            table[:len(constants)] = constants.reshape((-1,) + (1,) * len(shape))
+            get = values.get
+            for j, f in enumerate(functions, len(constants)):
+                value = get(f)
+                if value is None:
+                    value = values.hold(f, _stored(f(*args), args))
+                table[j] = value
+            table.flags.writeable = False
+            values.hold(key, table)
+            _trim_values()
+        return rows, table
+
+    def _table_layout(self, indices: tuple) -> tuple[np.ndarray, np.ndarray, list, int]:
+        """The table of columns ``indices``: each step's row per column (shape (len(indices),
+        steps)), the distinct constants (rows first, told apart by their exact float: -0.0 is not
+        0.0), the distinct functions (the rows after them) and the layout's token
+        (:data:`_LAYOUT_TOKENS`). Once per program and tuple of columns."""
+        found = self._layouts.get(indices)
+        if found is None:
+            columns = [self._columns[i] if i < 4 else self._calls for i in indices]
+            constants: dict[str, int] = {}        # exact float text -> row
+            functions: dict = {}                   # function -> position among the functions
+            marks = []                             # per step: a constant's row, or ~(its function's position)
+            for fns in columns:
+                mine = []
+                for f in fns:
+                    if callable(f):
+                        j = functions.get(f)
+                        if j is None:
+                            j = functions[f] = len(functions)
+                        mine.append(~j)
+                    else:
+                        text = float(f).hex()
+                        j = constants.get(text)
+                        if j is None:
+                            j = constants[text] = len(constants)
+                        mine.append(j)
+                marks.append(mine)
+            marks = np.array(marks, dtype=np.intp).reshape(len(columns), len(columns[0]))
+            rows = np.where(marks < 0, len(constants) + ~marks, marks)
+            fns = list(functions)
+            table = np.array([float.fromhex(k) for k in constants], dtype=float)
+            token = _LAYOUT_TOKENS.setdefault((tuple(fns), tuple(constants)), len(_LAYOUT_TOKENS))
+            found = self._layouts[indices] = (rows, table, fns, token)
+        return found
 
     def _layout(self, index: int) -> tuple[np.ndarray, np.ndarray, list]:
-        """Column ``index``'s table (:meth:`column`): each step's row, the distinct constants (rows
-        first, told apart by their exact float: -0.0 is not 0.0) and the distinct functions."""
-        found = self._layouts.get(index)
-        if found is None:
-            fns = self._columns[index] if index < 4 else self._calls
-            constants: dict[str, int] = {}        # exact float text -> row
-            for f in fns:
-                if not callable(f):
-                    constants.setdefault(float(f).hex(), len(constants))
-            functions: dict = {}                   # function -> row
-            for f in fns:
-                if callable(f):
-                    functions.setdefault(f, len(constants) + len(functions))
-            rows = [functions[f] if callable(f) else constants[float(f).hex()] for f in fns]
-            found = self._layouts[index] = (np.array(rows, dtype=np.intp),
-                                            np.array([float.fromhex(k) for k in constants], dtype=float),
-                                            list(functions))
-        return found
+        """Column ``index``'s table (:meth:`_table_layout`): each step's row, the distinct constants
+        and the distinct functions."""
+        rows, constants, functions, _ = self._table_layout((index,))
+        return rows[0], constants, functions
 
     def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per-point rates when points run on different GPUs: ``index`` picks a GPU per point;
@@ -323,13 +394,12 @@ class CompiledProgram:
         return [np.broadcast_to(a, own)[at] for a in args], shape, None
 
     def _stacked(self, indices, args, shape, at) -> list[np.ndarray]:
-        """The stacked columns ``indices`` at the sums' points (see :meth:`_points`), each a new
-        array of this call's own."""
-        values = _values(args)          # one point set: its stored values looked up once
+        """The stacked columns ``indices`` at the sums' points (see :meth:`_points`), each a
+        C-ordered block of one new array of this call's own (:meth:`columns`)."""
         if at is None:
-            return [self.column(i, args, shape, values) for i in indices]
+            return list(self.columns(indices, args, shape))
         own = np.broadcast_shapes(*(a.shape for a in args))
-        return [self.column(i, args, own, values, at) for i in indices]
+        return list(self.columns(indices, args, own, None, at))
 
     def step_time(self, rates, batch, seq, ctx, kv_bytes, at=None) -> np.ndarray:
         """The ``t_sol`` of :meth:`totals` alone (the sizing search's hot path): the same terms,
@@ -380,7 +450,7 @@ class CompiledProgram:
 
     def _totals_stacked(self, peaks, links, hbm, alphas, args, shape, at=None) -> dict[str, np.ndarray]:
         """:meth:`totals` with every step stacked on axis 0 (small grids and single points)."""
-        f, b, c, w, calls = self._stacked(range(5), args, shape, at)
+        f, b, c, w, calls = self._stacked((0, 1, 2, 3, 4), args, shape, at)
         per_step = _per_step(shape)
         add = _add_steps
         sums = {"flops": add(f), "bytes": add(b), "weight_bytes": add(w), "comm_bytes": add(c)}

@@ -209,26 +209,47 @@ def capacity(structure: Structure, usable, input_len, output_len, kv_bytes,
 SERVING_FIELDS = ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "fits", "max_concurrent_requests")
 
 
+def phase_inputs(structure: Structure, batch, input_len, output_len,
+                 prefill_tokens: int = PREFILL_TOKENS) -> dict[str, tuple]:
+    """The phase evaluations :func:`summarize` reads, as name -> (compiled program, batch, seq,
+    ctx) (the KV size and the GPU are the points' own): ``prefill`` at the mean chunked-prefill
+    step, ``decode`` (one step per request verifies the last token and k MTP drafts; k = 0: one
+    token) and, with a pipeline, ``fill``: the largest prefill step (a full budget, or the batch
+    over min(pp, batch) micro-batches when the budget does not bind)."""
+    config = structure.config
+    batch, input_len, output_len = (np.asarray(x) for x in (batch, input_len, output_len))
+    out = {"prefill": (structure.compiled["prefill"], prefill_program_batch(config, batch, input_len, prefill_tokens),
+                       input_len, input_len),
+           "decode": (structure.compiled["decode"], program_batch(config, batch), float(structure.options.decode_seq),
+                      input_len + output_len)}
+    if config.pp > 1:
+        k, per_rank = micro_batches(config, batch), requests_per_replica(config, batch)
+        largest = config.dp_attn * np.minimum(per_rank / k, step_tokens(config, prefill_tokens) / input_len)
+        out["fill"] = (structure.compiled["prefill"], largest, input_len, input_len)
+    return out
+
+
 def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch, input_len, output_len,
               hbm_fraction: float = HBM_FRACTION, prefill_tokens: int = PREFILL_TOKENS,
-              serving_only: bool = False) -> dict[str, Any]:
+              serving_only: bool = False, phases: dict | None = None) -> dict[str, Any]:
     """Every numeric deployment field at the broadcast of the per-point arrays. Point ``i`` runs on
     ``gpus[gpu_index[i]]`` with ``kv_bytes[i]`` per cache element; one call serves every GPU and
     KV dtype that share a structure (the grid's batching). ``serving_only``: just
-    :data:`SERVING_FIELDS`, computed by the same expressions (the same floats), phases as step times only."""
+    :data:`SERVING_FIELDS`, computed by the same expressions (the same floats), phases as step times only.
+    ``phases``: :func:`phase_at_points` of each of :func:`phase_inputs` at these points, when the
+    caller has them (:func:`summarize_many`)."""
     config, ev = structure.config, structure.ev
     batch, input_len, output_len, kv_bytes, gpu_index = (np.asarray(x) for x in
                                                          (batch, input_len, output_len, kv_bytes, gpu_index))
+    if phases is None:
+        phases = {name: phase_at_points(compiled, gpus, gpu_index, b, seq, ctx, kv_bytes, serving_only)
+                  for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
+                                                                    prefill_tokens).items()}
     length = input_len + output_len
     k = micro_batches(config, batch)
     steps = prefill_steps(config, batch, input_len, prefill_tokens)
-    mean_step = prefill_program_batch(config, batch, input_len, prefill_tokens)
-    prefill = phase_at_points(structure.compiled["prefill"], gpus, gpu_index, mean_step, input_len, input_len,
-                              kv_bytes, serving_only)
+    prefill, decode = phases["prefill"], phases["decode"]
     options = structure.options
-    # decode: one step per request verifies the last token and k MTP drafts (k = 0: one token)
-    decode = phase_at_points(structure.compiled["decode"], gpus, gpu_index, program_batch(config, batch),
-                             float(options.decode_seq), length, kv_bytes, serving_only)
     hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
     usable = hbm * hbm_fraction
     weights = structure.weight_bytes_per_gpu
@@ -251,10 +272,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     # a remainder cost the same), an upper bound for MoE weight reads (concave in the tokens).
     ttft = steps * prefill["step_time_s"] / config.pp
     if config.pp > 1:
-        largest = config.dp_attn * np.minimum(per_rank / k, budget / input_len)
-        fill = phase_at_points(structure.compiled["prefill"], gpus, gpu_index, largest, input_len, input_len,
-                               kv_bytes, serving_only)
-        ttft = ttft + (config.pp - 1) * fill["step_time_s"] / config.pp
+        ttft = ttft + (config.pp - 1) * phases["fill"]["step_time_s"] / config.pp
     # speculative decoding: a step emits E tokens per request on average (structure.TOKENS_PER_STEP)
     per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
     tpot = decode["step_time_s"] / per_step if options.mtp_tokens else decode["step_time_s"]
@@ -313,6 +331,45 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         "phases": {"prefill": {k2: full(v) for k2, v in prefill.items()},
                    "decode": {k2: full(v) for k2, v in decode.items()}},
     }
+
+
+def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HBM_FRACTION,
+                   prefill_tokens: int = PREFILL_TOKENS) -> list[dict[str, Any]]:
+    """``[summarize(structure, gpus, gpu_index, kv_bytes, batch, input_len, output_len) for (structure,
+    gpu_index, kv_bytes, batch, input_len, output_len) in calls]`` (points along one axis), with
+    every compiled program evaluated once over the points of all the calls that hold it.
+
+    The grid summarizes each structure of a model apart, and sibling structures (other frameworks,
+    fusion signatures and regimes of a config whose fusions leave a phase alike) hold the very
+    same compiled programs: a model's grid asks about five times as many phase evaluations as it
+    has distinct programs, each paying numpy's per-call costs over a few dozen points (and
+    prefill's ``fill`` runs the prefill program again). Here each program's points, from every
+    call and phase that runs it, go to one :func:`phase_at_points` call and its answers are cut
+    back into the calls. Every number is per-point arithmetic (phase_at_points' own invariant:
+    a point's sums do not read its companions), so each call gets the floats :func:`summarize`
+    alone gives it (tests/test_numeric_speed2.py)."""
+    wanted: dict[int, tuple] = {}          # id(program) -> (program, [(call, phase name, inputs)])
+    for i, (structure, gpu_index, kv_bytes, batch, input_len, output_len) in enumerate(calls):
+        n = np.broadcast_shapes(*(np.shape(x) for x in (gpu_index, kv_bytes, batch, input_len, output_len)))
+        if len(n) != 1:
+            raise ValueError(f"summarize_many takes points along one axis, not of shape {n}")
+        for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
+                                                          prefill_tokens).items():
+            inputs = [np.broadcast_to(np.asarray(x, dtype=float), n) for x in (b, seq, ctx, kv_bytes)]
+            wanted.setdefault(id(compiled), (compiled, []))[1].append(
+                (i, name, np.broadcast_to(np.asarray(gpu_index), n), inputs))
+    phases: list[dict] = [{} for _ in calls]
+    for compiled, asked in wanted.values():
+        got = phase_at_points(compiled, gpus, np.concatenate([a[2] for a in asked]),
+                              *(np.concatenate([a[3][j] for a in asked]) for j in range(4)))
+        start = 0
+        for i, name, index, _ in asked:
+            stop = start + len(index)
+            phases[i][name] = {field: value[start:stop] for field, value in got.items()}
+            start = stop
+    return [summarize(structure, gpus, gpu_index, kv_bytes, batch, input_len, output_len, hbm_fraction,
+                      prefill_tokens, phases=phases[i])
+            for i, (structure, gpu_index, kv_bytes, batch, input_len, output_len) in enumerate(calls)]
 
 
 @dataclass
