@@ -1,11 +1,11 @@
 """Consistency tests for the sizing step's speed paths (engine/deploy/sizing.py, engine/build/):
 each fast path gives the plain path's numbers, bit for bit, on real corpus models.
 
-* :func:`engine.deploy.sizing.pool_fields` (a prefill-pool point's TTFT, fit and capacity without
-  the decode step) equals :func:`engine.deploy.sol.summarize`'s serving fields at the same points,
+* :func:`engine.deploy.sol.summarize` with ``prefill_only`` (a prefill-pool point's TTFT, fit and
+  capacity without the decode step) equals its full serving fields at the same points,
   on configs with pipeline stages (the pipeline fill), DP-attention and expert parallelism, over
   GPU types of several archs, both prompt-only (output 1) and full-length points.
-* the search with pools (where pool points take :func:`pool_fields`) gives the same served and
+* the search with pools (where pool points take ``prefill_only``) gives the same served and
   pool points as the search evaluating every point with summarize.
 * :func:`engine.deploy.sizing.prefill_choice` (no gathered copies when every point has a point of
   a config within its bound) gives each point what it gets alone, on a mix of bounds where some
@@ -25,7 +25,7 @@ from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.disagg import links
-from engine.deploy.sizing import SLA, pool_fields, prefill_choice, prefill_staircases, search
+from engine.deploy.sizing import SLA, prefill_choice, prefill_staircases, search
 from engine.deploy.sol import summarize
 from engine.deploy.structure_cache import StructureCache
 from engine.build.fronts import preference, staircase
@@ -45,7 +45,7 @@ def cache():
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.label())
-def test_pool_fields_consistency_with_summarize(cache, config):
+def test_prefill_only_consistency_with_summarize(cache, config):
     gpus = [find_gpu(load_gpus(), name) for name in GPUS]
     s = cache.live_structure(config, 8, "vllm", gpus[0], (0, 0))
     batch = np.concatenate([np.arange(1, 90), np.arange(1, 3000, 37), np.arange(5, 41)])
@@ -53,9 +53,12 @@ def test_pool_fields_consistency_with_summarize(cache, config):
     for out_len in (np.ones(len(batch), dtype=int), np.where(np.arange(len(batch)) % 3 == 0, 1, 1024)):
         for kv_bytes in (2.0, 1.0):
             want = summarize(s, gpus, index, kv_bytes, batch, 8192, out_len, 0.9, 8192, serving_only=True)
-            got = pool_fields(s, gpus, index, kv_bytes, batch, 8192, out_len, 0.9, 8192)
-            assert set(got) == {"ttft_s", "fits", "max_concurrent_requests"}
-            for name, value in got.items():
+            got = summarize(s, gpus, index, kv_bytes, batch, 8192, out_len, 0.9, 8192, serving_only=True,
+                            prefill_only=True)
+            assert set(got) == set(want)
+            assert np.isnan(got["tpot_s"]).all() and np.isnan(got["tokens_per_s_per_gpu"]).all()
+            for name in ("ttft_s", "fits", "max_concurrent_requests"):
+                value = got[name]
                 a, b = np.asarray(value), np.asarray(want[name])
                 assert a.dtype == b.dtype and a.shape == b.shape, name
                 assert np.array_equal(a, b), (config.label(), name)
@@ -76,7 +79,7 @@ def test_pooled_search_consistency_with_summarize_everywhere(monkeypatch):
 
     fast = run()
     plain_evaluate = sizing._Evaluator.evaluate
-    # the plain path: every point (pool ones too) through summarize, as before pool_fields
+    # the plain path: every point (pool ones too) through summarize, as before prefill_only
     monkeypatch.setattr(sizing._Evaluator, "evaluate",
                         lambda self, gpus, work, input_len, pool_start=None: plain_evaluate(self, gpus, work, input_len))
     plain = run()

@@ -289,8 +289,8 @@ class _Evaluator:
         it (all arithmetic is per point, so a point's numbers do not depend on its companions; summarize
         evaluates each distinct step-time point once: most of a sweep's batches repeat a program batch).
         ``pool_start``: per work entry, where its prefill-pool points begin; those are evaluated by
-        :func:`pool_fields` (TTFT, fit and capacity only: no decode step, which the search never
-        reads of a pool point), and their ``tpot_s`` and ``tokens_per_s_per_gpu`` are left NaN."""
+        summarize's ``prefill_only`` (TTFT, fit and capacity only: no decode step, which the search
+        never reads of a pool point: about half of the pooled search's step-time work), and their ``tpot_s`` and ``tokens_per_s_per_gpu`` are left NaN."""
         groups: dict[int, list] = {}
         for (g, k), (config, batch, out_len) in work.items():
             regimes = self.codes(config, gpus[g], batch, input_len)
@@ -315,16 +315,15 @@ class _Evaluator:
                 start = len(work[g, k][1]) if pool_start is None else pool_start[g, k]
                 serving.append((g, k, sel[sel < start]))
                 pooled.append((g, k, sel[sel >= start]))
-            for fn, runs in ((summarize, serving), (pool_fields, pooled)):
+            for prefill_only, runs in ((False, serving), (True, pooled)):
                 runs = [r for r in runs if len(r[2])]
                 if not runs:
                     continue
                 batch = np.concatenate([work[g, k][1][sel] for g, k, sel in runs])
                 out_len = np.concatenate([work[g, k][2][sel] for g, k, sel in runs])
                 index = np.concatenate([np.full(len(sel), g) for g, _, sel in runs])
-                extra = {"serving_only": True} if fn is summarize else {}
-                got = fn(s, gpus, index, self.kv_bytes, batch, input_len, out_len,
-                         self.options.hbm_fraction, self.options.prefill_tokens, **extra)
+                got = summarize(s, gpus, index, self.kv_bytes, batch, input_len, out_len, self.options.hbm_fraction,
+                                self.options.prefill_tokens, serving_only=True, prefill_only=prefill_only)
                 at = 0
                 for g, k, sel in runs:
                     into = out[g, k]
@@ -332,41 +331,6 @@ class _Evaluator:
                         into[name][sel] = np.asarray(value)[at:at + len(sel)]
                     at += len(sel)
         return out
-
-
-def pool_fields(structure, gpus: list[GPU], gpu_index, kv_bytes, batch, input_len, output_len,
-                hbm_fraction: float, prefill_tokens: int) -> dict[str, np.ndarray]:
-    """:func:`engine.deploy.sol.summarize`'s ``ttft_s``, ``fits`` and ``max_concurrent_requests``
-    (``serving_only``) at these points, by its own expressions in its order (the same floats,
-    tests/test_sizing_speed2.py), without its decode phase: a prefill-pool point is read for these
-    only, and the decode step at every pool batch was about half of the pooled search's step-time work."""
-    config = structure.config
-    batch, input_len, output_len, kv_bytes, gpu_index = (np.asarray(x) for x in
-                                                         (batch, input_len, output_len, kv_bytes, gpu_index))
-    length = input_len + output_len
-    k = micro_batches(config, batch)
-    steps = prefill_steps(config, batch, input_len, prefill_tokens)
-    mean_step = prefill_program_batch(config, batch, input_len, prefill_tokens)
-    prefill = phase_at_points(structure.compiled["prefill"], gpus, gpu_index, mean_step, input_len, input_len,
-                              kv_bytes, True)
-    hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
-    usable = hbm * hbm_fraction
-    kv_dev = np.asarray(structure.kv_device_fn(length, kv_bytes), dtype=float)
-    per_rank = requests_per_replica(config, batch)
-    act = prefill_working_set(structure, input_len, kv_bytes, prefill_tokens)
-    room = usable - structure.weight_bytes_per_gpu - structure.reserve_bytes_per_gpu - act
-    per_replica_cap = _fit_count(room, kv_dev)
-    budget = step_tokens(config, prefill_tokens)
-    ttft = steps * prefill["step_time_s"] / config.pp
-    if config.pp > 1:
-        largest = config.dp_attn * np.minimum(per_rank / k, budget / input_len)
-        fill = phase_at_points(structure.compiled["prefill"], gpus, gpu_index, largest, input_len, input_len,
-                               kv_bytes, True)
-        ttft = ttft + (config.pp - 1) * fill["step_time_s"] / config.pp
-    shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)
-    return {name: np.broadcast_to(np.asarray(value), shape) for name, value in (
-        ("ttft_s", ttft), ("fits", per_rank <= per_replica_cap),
-        ("max_concurrent_requests", config.dp_attn * per_replica_cap))}
 
 
 def _kv_bytes(options: Options) -> int:

@@ -210,18 +210,19 @@ SERVING_FIELDS = ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "fits", "max_concu
 
 
 def phase_inputs(structure: Structure, batch, input_len, output_len,
-                 prefill_tokens: int = PREFILL_TOKENS) -> dict[str, tuple]:
+                 prefill_tokens: int = PREFILL_TOKENS, decode: bool = True) -> dict[str, tuple]:
     """The phase evaluations :func:`summarize` reads, as name -> (compiled program, batch, seq,
     ctx) (the KV size and the GPU are the points' own): ``prefill`` at the mean chunked-prefill
     step, ``decode`` (one step per request verifies the last token and k MTP drafts; k = 0: one
-    token) and, with a pipeline, ``fill``: the largest prefill step (a full budget, or the batch
-    over min(pp, batch) micro-batches when the budget does not bind)."""
+    token; left out when ``decode`` is false) and, with a pipeline, ``fill``: the largest prefill
+    step (a full budget, or the batch over min(pp, batch) micro-batches when the budget does not bind)."""
     config = structure.config
     batch, input_len, output_len = (np.asarray(x) for x in (batch, input_len, output_len))
     out = {"prefill": (structure.compiled["prefill"], prefill_program_batch(config, batch, input_len, prefill_tokens),
-                       input_len, input_len),
-           "decode": (structure.compiled["decode"], program_batch(config, batch), float(structure.options.decode_seq),
-                      input_len + output_len)}
+                       input_len, input_len)}
+    if decode:
+        out["decode"] = (structure.compiled["decode"], program_batch(config, batch),
+                         float(structure.options.decode_seq), input_len + output_len)
     if config.pp > 1:
         k, per_rank = micro_batches(config, batch), requests_per_replica(config, batch)
         largest = config.dp_attn * np.minimum(per_rank / k, step_tokens(config, prefill_tokens) / input_len)
@@ -231,24 +232,28 @@ def phase_inputs(structure: Structure, batch, input_len, output_len,
 
 def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch, input_len, output_len,
               hbm_fraction: float = HBM_FRACTION, prefill_tokens: int = PREFILL_TOKENS,
-              serving_only: bool = False, phases: dict | None = None) -> dict[str, Any]:
+              serving_only: bool = False, phases: dict | None = None, prefill_only: bool = False) -> dict[str, Any]:
     """Every numeric deployment field at the broadcast of the per-point arrays. Point ``i`` runs on
     ``gpus[gpu_index[i]]`` with ``kv_bytes[i]`` per cache element; one call serves every GPU and
     KV dtype that share a structure (the grid's batching). ``serving_only``: just
     :data:`SERVING_FIELDS`, computed by the same expressions (the same floats), phases as step times only.
-    ``phases``: :func:`phase_at_points` of each of :func:`phase_inputs` at these points, when the
-    caller has them (:func:`summarize_many`)."""
+    ``prefill_only`` (with ``serving_only``): no decode step is evaluated, ``tpot_s`` and
+    ``tokens_per_s_per_gpu`` are NaN (the sizing search's prefill-pool points, read for their TTFT,
+    fit and capacity only). ``phases``: :func:`phase_at_points` of each of :func:`phase_inputs` at
+    these points, when the caller has them (:func:`summarize_many`)."""
+    if prefill_only and not serving_only:
+        raise ValueError("prefill_only gives the serving fields only: pass serving_only=True")
     config, ev = structure.config, structure.ev
     batch, input_len, output_len, kv_bytes, gpu_index = (np.asarray(x) for x in
                                                          (batch, input_len, output_len, kv_bytes, gpu_index))
     if phases is None:
         phases = {name: phase_at_points(compiled, gpus, gpu_index, b, seq, ctx, kv_bytes, serving_only)
                   for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
-                                                                    prefill_tokens).items()}
+                                                                    prefill_tokens, not prefill_only).items()}
     length = input_len + output_len
     k = micro_batches(config, batch)
     steps = prefill_steps(config, batch, input_len, prefill_tokens)
-    prefill, decode = phases["prefill"], phases["decode"]
+    prefill, decode = phases["prefill"], phases.get("decode")
     options = structure.options
     hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
     usable = hbm * hbm_fraction
@@ -275,7 +280,10 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         ttft = ttft + (config.pp - 1) * phases["fill"]["step_time_s"] / config.pp
     # speculative decoding: a step emits E tokens per request on average (structure.TOKENS_PER_STEP)
     per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
-    tpot = decode["step_time_s"] / per_step if options.mtp_tokens else decode["step_time_s"]
+    if decode is None:           # prefill_only
+        tpot = np.nan
+    else:
+        tpot = decode["step_time_s"] / per_step if options.mtp_tokens else decode["step_time_s"]
     shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)
     if serving_only:
         return {name: np.broadcast_to(np.asarray(value), shape) for name, value in (
