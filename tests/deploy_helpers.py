@@ -90,3 +90,13 @@ def pool_search(model_id: str, gpu_names: list[str], input_len: int, output_len:
     gpus = [GPUS[g] for g in gpu_names]
     return gpus, search(_evaluation(model_id), gpus, input_len, output_len, SLA(1e30, 1e30), max_gpus=max_gpus,
                         options=Options(framework="vllm"), fusion=TABLES["vllm"], pools=True)
+
+
+def structure_cache(model_id: str):
+    """A fresh :class:`engine.deploy.structure_cache.StructureCache` of a corpus model with the
+    corpus's fusion tables (the sizing tests' module fixtures)."""
+    from engine.deploy.fusion import load_tables
+    from engine.deploy.structure_cache import StructureCache
+    from tests.conftest import _evaluation
+    ev = _evaluation(model_id)
+    return StructureCache(ev, load_tables(ev.corpus.root / "fusion"))

@@ -27,10 +27,10 @@ from engine.deploy.parallel import ParallelConfig
 from engine.deploy.disagg import links
 from engine.deploy.sizing import SLA, prefill_choice, prefill_staircases, search
 from engine.deploy.sol import summarize
-from engine.deploy.structure_cache import StructureCache
 from engine.build.fronts import preference, staircase
 
 from tests.conftest import _evaluation
+from tests.deploy_helpers import structure_cache
 
 MOE = "Qwen/Qwen3-30B-A3B"
 CONFIGS = [ParallelConfig(tp=1), ParallelConfig(tp=4, ep=4, dp_attn=4), ParallelConfig(tp=2, pp=2),
@@ -40,8 +40,7 @@ GPUS = ["H100", "B200", "MI300X"]
 
 @pytest.fixture(scope="module")
 def cache():
-    ev = _evaluation(MOE)
-    return StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
+    return structure_cache(MOE)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.label())
