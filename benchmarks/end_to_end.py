@@ -10,7 +10,8 @@ the wall clock of one whole command in a fresh process (imports, workers, result
   site manifest is removed, so no page is carried).
 
 The host this runs on shares its cores: before every run a fixed CPU-bound loop is timed (the
-*host gauge*: 20 M integer additions in Python; about 1.3 s on a quiet host of this machine), and
+*host gauge*: 20 M integer additions in a Python function; 0.58-0.96 s on this machine within one run of
+this script on 2026-12-01), and
 each row prints the gauges its runs saw, so a slow figure can be told from a slow host. Timings
 are measured here, never asserted in tests. Prints a Markdown table for README.
 """
