@@ -52,11 +52,10 @@ from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, ROUND,
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import check, validate_options
-from engine.deploy.sol import _fit_count, capacity, phase_at_points, prefill_working_set, summarize
+from engine.deploy.sol import capacity, summarize
 from engine.deploy.structure_cache import StructureCache
-from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, micro_batches, option_where,
-                                      prefill_program_batch, prefill_steps, program_batch, requests_per_replica,
-                                      step_tokens)
+from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
+                                      program_batch)
 
 #: Every batch up to this is evaluated; above it, batches step by :data:`BATCH_STEP` (a ratio) up
 #: to the capacity (itself included). The front and the cheapest point move by well under 1% with it.
@@ -303,11 +302,6 @@ class _Evaluator:
                 s = self.structure(config, gpus[g], (int(c // width), int(c % width)))
                 groups.setdefault(id(s), [s]).append((g, k, sel))
         out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
-        for (g, k), (_, batch, _) in work.items():
-            out[g, k] = {"ttft_s": np.zeros(len(batch)), "tpot_s": np.full(len(batch), np.nan),
-                         "tokens_per_s_per_gpu": np.full(len(batch), np.nan),
-                         "fits": np.zeros(len(batch), dtype=bool),
-                         "max_concurrent_requests": np.zeros(len(batch), dtype=np.int64)}
         for s, *parts in groups.values():
             # (g, k, the selected points, the pool points among them or None) as one run per kind
             serving, pooled = [], []
@@ -325,10 +319,13 @@ class _Evaluator:
                 got = summarize(s, gpus, index, self.kv_bytes, batch, input_len, out_len, self.options.hbm_fraction,
                                 self.options.prefill_tokens, serving_only=True, prefill_only=prefill_only)
                 at = 0
-                for g, k, sel in runs:
-                    into = out[g, k]
+                for g, k, sel in runs:          # every point of a work entry is in one run
+                    into, n = out.setdefault((g, k), {}), len(work[g, k][1])
                     for name, value in got.items():
-                        into[name][sel] = np.asarray(value)[at:at + len(sel)]
+                        value = np.asarray(value)
+                        if name not in into:
+                            into[name] = np.zeros(n, dtype=value.dtype)
+                        into[name][sel] = value[at:at + len(sel)]
                     at += len(sel)
         return out
 
