@@ -52,7 +52,8 @@ def test_table_keeps_negative_zero_apart_consistency():
     compiled = cost.CompiledProgram(Program(phase="decode", steps=(), layouts={}))
     compiled._columns = [[0.0, -0.0, 2.5, 0.0, 2.5]] * 4
     compiled._calls = [0.0] * 5
-    rows, constants, functions = compiled._layout(0)
+    rows, constants, functions, _ = compiled._table_layout((0,))
+    rows = rows[0]
     assert functions == [] and len(constants) == 3
     assert np.signbit(constants[rows]).tolist() == [False, True, False, False, False]
     assert constants[rows].tolist() == [0.0, -0.0, 2.5, 0.0, 2.5]

@@ -349,12 +349,6 @@ class CompiledProgram:
             found = self._layouts[indices] = (rows, table, fns, token)
         return found
 
-    def _layout(self, index: int) -> tuple[np.ndarray, np.ndarray, list]:
-        """Column ``index``'s table (:meth:`_table_layout`): each step's row, the distinct constants
-        and the distinct functions."""
-        rows, constants, functions, _ = self._table_layout((index,))
-        return rows[0], constants, functions
-
     def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per-point rates when points run on different GPUs: ``index`` picks a GPU per point;
         returns peaks, links and per-call latencies of shape (steps, points) and HBM bandwidth of
