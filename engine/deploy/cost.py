@@ -144,8 +144,126 @@ def _compiled(expr: sympy.Expr):
     if fn is None:
         # constants are stored as floats too: converting a sympy number goes through mpmath, and
         # the same few thousand constants recur in every structure of a model
-        fn = _FUNCTIONS[expr] = float(expr) if expr.is_number else _lambdify(expr)
+        fn = _FUNCTIONS[expr] = float(expr) if expr.is_number else _polynomial(expr) or _lambdify(expr)
     return fn
+
+
+#: ARGS' ranks in the order sympy's printers write them (their sort key: batch, ctx, kv_bytes, seq):
+#: the factors of a product and the monomials of a sum are ordered by it.
+_RANK = {a: r for r, a in enumerate(sorted(ARGS, key=sympy.default_sort_key))}
+_AT = {a: i for i, a in enumerate(ARGS)}
+
+
+def _monomial(term) -> tuple | None:
+    """``term`` as (rational coefficient, its symbols in print order) when it is a rational, one
+    symbol of ARGS or a product of a rational and distinct symbols of ARGS; else None."""
+    if type(term) is sympy.Symbol:
+        return (sympy.S.One, (term,)) if term in _RANK else None
+    if isinstance(term, sympy.Rational):
+        return term, ()
+    if type(term) is not sympy.Mul:
+        return None
+    coeff, factors = sympy.S.One, term.args
+    if isinstance(factors[0], sympy.Rational):
+        coeff, factors = factors[0], factors[1:]
+    if not all(type(f) is sympy.Symbol and f in _RANK for f in factors):
+        return None
+    return coeff, tuple(sorted(factors, key=_RANK.__getitem__))
+
+
+def _polynomial_plan(expr) -> list | None:
+    """What ``sympy.lambdify(ARGS, expr, modules=_MODULES)`` writes for a sum of monomials
+    (:func:`_monomial`; nine step expressions in ten), as a list of terms in the order it prints
+    them, each (sign, coefficient, symbols): the first term's sign is "" and it carries its own
+    coefficient, the others are added ("+") or subtracted ("-") with the coefficient's absolute
+    value, as the printer writes ``a - 5*x``. None for any other expression.
+
+    The order is the printer's (``Expr.as_ordered_terms`` with no order given): monomials by their
+    exponents over the sorted symbols, largest first (lex), the constant last; except a positive
+    constant and one negative multiple of one symbol, printed ``c - k*x`` (sympy's special case).
+    tests/test_compile_speed2.py checks this text against lambdify's source on real programs."""
+    terms = [_monomial(t) for t in (expr.args if type(expr) is sympy.Add else (expr,))]
+    if any(t is None for t in terms) or (len(terms) == 1 and not terms[0][1]):
+        return None
+    if len(terms) == 2 and any(not t[1] and t[0] > 0 for t in terms) \
+            and any(len(t[1]) == 1 and t[0] < 0 for t in terms):
+        terms.sort(key=lambda t: bool(t[1]))        # c - k*x: the constant first
+    else:
+        terms.sort(key=lambda t: tuple(-(s in t[1]) for s in _RANK))
+    return [("" if i == 0 else "+" if c > 0 else "-", c if i == 0 else abs(c), syms)
+            for i, (c, syms) in enumerate(terms)]
+
+
+def _python_number(c):
+    """The Python number the printed literal of sympy rational ``c`` evaluates to: ``p`` (an int)
+    or ``p/q`` (a float, Python's correctly rounded division, as it folds the literal)."""
+    return int(c.p) if c.q == 1 else int(c.p) / int(c.q)
+
+
+def _polynomial(expr):
+    """A numpy function of ARGS doing what lambdify's source for ``expr`` does (:func:`_polynomial_plan`),
+    operation for operation with the same Python numbers, so it returns the very same floats,
+    without lambdify's printing and compiling (four step expressions in five were
+    such sums, about 0.8 ms each). None when ``expr`` is not such a sum.
+
+    A term ``k*x*y`` is ``(k*x)*y``; a coefficient 1 is not written (``x*y``), -1 is a unary minus
+    on the first symbol (``-x*y`` is ``(-x)*y``) when it leads the sum; then the terms are added
+    or subtracted left to right (``a + b - c`` is ``(a + b) - c``)."""
+    plan = _polynomial_plan(expr)
+    if plan is None:
+        return None
+    try:
+        parts = [(sign, _term(c, [_AT[s] for s in syms], lead=not sign)) for sign, c, syms in plan]
+    except OverflowError:           # p/q beyond a float: lambdify's function raises when called
+        return None
+    (_, first), rest = parts[0], parts[1:]
+    if not rest:
+        return lambda *a: first(a)
+    if len(rest) == 1:
+        (sign, second), = rest
+        if sign == "+":
+            return lambda *a: first(a) + second(a)
+        return lambda *a: first(a) - second(a)
+
+    def total(*a):
+        value = first(a)
+        for sign, term in rest:
+            value = value + term(a) if sign == "+" else value - term(a)
+        return value
+    return total
+
+
+def _term(c, at: list[int], lead: bool):
+    """One printed term as a function of the argument tuple: the constant ``c`` when it has no
+    symbol (a Python number, as lambdify's literal); else the product of the arguments at ``at``
+    left to right, after the coefficient (``k*x*y``), without it when it is 1, or, when it is -1
+    and the term leads the sum, with a unary minus on the first (``-x*y``)."""
+    if not at:
+        k = _python_number(c)
+        return lambda a: k
+    i, more = at[0], at[1:]
+    if c == -1 and lead:
+        head = lambda a: -a[i]
+    elif c == 1:
+        head = lambda a: a[i]
+    else:
+        k = _python_number(c)
+        head = lambda a: k * a[i]
+    if not more:
+        return head
+    if len(more) == 1:
+        j, = more
+        return lambda a: head(a) * a[j]
+    if len(more) == 2:
+        j, m = more
+        return lambda a: head(a) * a[j] * a[m]
+
+    def product(a):
+        value = head(a)
+        for j in more:
+            value = value * a[j]
+        return value
+    return product
 
 
 #: id(step) -> (step, its compiled columns): structures share most step objects (see _BY_STEP).
