@@ -154,18 +154,29 @@ _RANK = {a: r for r, a in enumerate(sorted(ARGS, key=sympy.default_sort_key))}
 _AT = {a: i for i, a in enumerate(ARGS)}
 
 
+def _symbols(expr) -> tuple | None:
+    """``expr``'s symbols in print order when it is one symbol of ARGS or a product of distinct
+    ones (no coefficient); else None."""
+    factors = expr.args if type(expr) is sympy.Mul else (expr,)
+    if not all(type(f) is sympy.Symbol and f in _RANK for f in factors):
+        return None
+    return tuple(sorted(factors, key=_RANK.__getitem__))
+
+
 def _monomial(term) -> tuple | None:
-    """``term`` as (rational coefficient, its symbols in print order) when it is a rational, one
-    symbol of ARGS or a product of a rational and distinct symbols of ARGS; else None."""
-    if type(term) is sympy.Symbol:
-        return (sympy.S.One, (term,)) if term in _RANK else None
+    """``term`` as (rational coefficient, factors in print order) when it is a rational, or a
+    rational times either distinct symbols of ARGS or one power ``r**(x*y)`` of a positive rational
+    ``r`` to a product of such symbols (an expert's touch probability); else None."""
     if isinstance(term, sympy.Rational):
         return term, ()
-    if type(term) is not sympy.Mul:
-        return None
-    coeff, factors = sympy.S.One, term.args
+    coeff, factors = sympy.S.One, term.args if type(term) is sympy.Mul else (term,)
     if isinstance(factors[0], sympy.Rational):
         coeff, factors = factors[0], factors[1:]
+    if len(factors) == 1 and type(factors[0]) is sympy.Pow:
+        base, exp = factors[0].args
+        if isinstance(base, sympy.Rational) and base > 0 and _symbols(exp) is not None:
+            return coeff, factors
+        return None
     if not all(type(f) is sympy.Symbol and f in _RANK for f in factors):
         return None
     return coeff, tuple(sorted(factors, key=_RANK.__getitem__))
@@ -173,25 +184,29 @@ def _monomial(term) -> tuple | None:
 
 def _polynomial_plan(expr) -> list | None:
     """What ``sympy.lambdify(ARGS, expr, modules=_MODULES)`` writes for a sum of monomials
-    (:func:`_monomial`; nine step expressions in ten), as a list of terms in the order it prints
-    them, each (sign, coefficient, symbols): the first term's sign is "" and it carries its own
+    (:func:`_monomial`; most step expressions), as a list of terms in the order it prints them,
+    each (sign, coefficient, factors): the first term's sign is "" and it carries its own
     coefficient, the others are added ("+") or subtracted ("-") with the coefficient's absolute
-    value, as the printer writes ``a - 5*x``. None for any other expression.
+    value, as the printer writes ``a - 5*x``. None for any other expression, and for sums of two
+    powers (whose order this does not work out).
 
     The order is the printer's (``Expr.as_ordered_terms`` with no order given): monomials by their
-    exponents over the sorted symbols, largest first (lex), the constant last; except a positive
-    constant and one negative multiple of one symbol, printed ``c - k*x`` (sympy's special case).
-    tests/test_compile_speed2.py checks this text against lambdify's source on real programs."""
+    exponents over the sorted generators (the power of a rational first, then the symbols), largest
+    first (lex), the constant last; except a positive constant and one negative multiple of one
+    factor, printed ``c - k*x`` (sympy's special case). tests/test_compile_speed2.py checks this
+    text against lambdify's source on real programs."""
     terms = [_monomial(t) for t in (expr.args if type(expr) is sympy.Add else (expr,))]
-    if any(t is None for t in terms) or (len(terms) == 1 and not terms[0][1]):
+    if any(t is None for t in terms) or (len(terms) == 1 and not terms[0][1]) or \
+            sum(type(t[1][0]) is sympy.Pow for t in terms if t[1]) > 1:
         return None
     if len(terms) == 2 and any(not t[1] and t[0] > 0 for t in terms) \
             and any(len(t[1]) == 1 and t[0] < 0 for t in terms):
         terms.sort(key=lambda t: bool(t[1]))        # c - k*x: the constant first
     else:
-        terms.sort(key=lambda t: tuple(-(s in t[1]) for s in _RANK))
-    return [("" if i == 0 else "+" if c > 0 else "-", c if i == 0 else abs(c), syms)
-            for i, (c, syms) in enumerate(terms)]
+        terms.sort(key=lambda t: (-(bool(t[1]) and type(t[1][0]) is sympy.Pow),
+                                  *(-(s in t[1]) for s in _RANK)))
+    return [("" if i == 0 else "+" if c > 0 else "-", c if i == 0 else abs(c), factors)
+            for i, (c, factors) in enumerate(terms)]
 
 
 def _python_number(c):
@@ -203,17 +218,18 @@ def _python_number(c):
 def _polynomial(expr):
     """A numpy function of ARGS doing what lambdify's source for ``expr`` does (:func:`_polynomial_plan`),
     operation for operation with the same Python numbers, so it returns the very same floats,
-    without lambdify's printing and compiling (four step expressions in five were
-    such sums, about 0.8 ms each). None when ``expr`` is not such a sum.
+    without lambdify's printing and compiling (about 1 ms per expression; three step expressions
+    in four are such sums). None when ``expr`` is not such a sum.
 
     A term ``k*x*y`` is ``(k*x)*y``; a coefficient 1 is not written (``x*y``), -1 is a unary minus
-    on the first symbol (``-x*y`` is ``(-x)*y``) when it leads the sum; then the terms are added
-    or subtracted left to right (``a + b - c`` is ``(a + b) - c``)."""
+    on the first factor (``-x*y`` is ``(-x)*y``) when it leads the sum; a power ``(31/32)**(x*y)``
+    is the float ``31/32`` to the power ``x*y``; then the terms are added or subtracted left to
+    right (``a + b - c`` is ``(a + b) - c``)."""
     plan = _polynomial_plan(expr)
     if plan is None:
         return None
     try:
-        parts = [(sign, _term(c, [_AT[s] for s in syms], lead=not sign)) for sign, c, syms in plan]
+        parts = [(sign, _term(c, [_factor(f) for f in factors], lead=not sign)) for sign, c, factors in plan]
     except OverflowError:           # p/q beyond a float: lambdify's function raises when called
         return None
     (_, first), rest = parts[0], parts[1:]
@@ -233,22 +249,40 @@ def _polynomial(expr):
     return total
 
 
-def _term(c, at: list[int], lead: bool):
+def _factor(factor):
+    """A factor of a term (:func:`_monomial`) as a function of the argument tuple: its argument's
+    position when it is a symbol; the power ``r**(x*y)`` (the float or int ``r``, the product of
+    the exponent's arguments left to right) when it is a power."""
+    if type(factor) is sympy.Symbol:
+        return _AT[factor]
+    base = _python_number(factor.base)
+    at = [_AT[s] for s in _symbols(factor.exp)]
+    if len(at) == 1:
+        i, = at
+        return lambda a: base ** a[i]
+    if len(at) == 2:
+        i, j = at
+        return lambda a: base ** (a[i] * a[j])
+    exponent = _term(sympy.S.One, at, lead=False)
+    return lambda a: base ** exponent(a)
+
+
+def _term(c, factors: list, lead: bool):
     """One printed term as a function of the argument tuple: the constant ``c`` when it has no
-    symbol (a Python number, as lambdify's literal); else the product of the arguments at ``at``
-    left to right, after the coefficient (``k*x*y``), without it when it is 1, or, when it is -1
-    and the term leads the sum, with a unary minus on the first (``-x*y``)."""
-    if not at:
+    factor (a Python number, as lambdify's literal); else the product of its factors (an argument's
+    position or a function, :func:`_factor`) left to right, after the coefficient (``k*x*y``),
+    without it when it is 1, or, when it is -1 and the term leads the sum, with a unary minus on
+    the first (``-x*y``)."""
+    if not factors:
         k = _python_number(c)
         return lambda a: k
-    i, more = at[0], at[1:]
-    if c == -1 and lead:
-        head = lambda a: -a[i]
-    elif c == 1:
-        head = lambda a: a[i]
+    first, more = factors[0], factors[1:]
+    k = None if c == 1 or (c == -1 and lead) else _python_number(c)
+    if callable(first):         # a power
+        head = first if c == 1 else (lambda a: -first(a)) if k is None else (lambda a: k * first(a))
     else:
-        k = _python_number(c)
-        head = lambda a: k * a[i]
+        i = first
+        head = (lambda a: a[i]) if c == 1 else (lambda a: -a[i]) if k is None else (lambda a: k * a[i])
     if not more:
         return head
     if len(more) == 1:
