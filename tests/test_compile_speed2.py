@@ -1,4 +1,4 @@
-"""Consistency (the engine with sympy): the compile path's shortcuts give what sympy.lambdify gives.
+"""Consistency: the compile path's shortcuts give what sympy.lambdify and the plain arithmetic give.
 
 * A step expression that is a sum of monomials in the scenario symbols (nine in ten) is compiled
   by engine.deploy.cost._polynomial: a function doing what lambdify's source for it does,
@@ -12,6 +12,9 @@
   order (``x*(k*y)``), a rational coefficient applied as ``/q`` at the end, a subtraction written as
   the addition of a negated product where the source subtracts, a leading ``-x*y`` computed as
   ``-(x*y)`` (same floats, but another operation: the text comparison sees it).
+* engine.deploy.cost.step_totals keeps each product (expression x repeat, sequence set to 1 for a
+  last-token step) per (expression, repeat, last token?): the totals equal the plain arithmetic
+  on a real fused structure, cold and warm, and another repeat or flag is a new product.
 """
 from __future__ import annotations
 
@@ -25,7 +28,9 @@ from engine.deploy import Options, cost, plan
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
+from engine.deploy.placement import step_with
 from engine.deploy.structure import PHASES
+from engine.spec import symbols
 
 B, S, C = cost.ARGS[:3]
 K = cost.KV_BYTES
@@ -132,3 +137,34 @@ def test_consistency_corpus_step_sums_are_lambdify_s(corpus, evaluation, model, 
              for expr in (*cost.step_totals(step), step.repeat) if not expr.is_number}
     taken = sum(_check(expr) for expr in exprs)
     assert taken > 20 and taken > len(exprs) / 2
+
+
+def _plain_totals(step):
+    """step_totals as it was written before its products were memoized."""
+    totals = (step.flops * step.repeat, step.total_bytes * step.repeat, step.comm_bytes * step.repeat,
+              step.weight_bytes * step.repeat)
+    if step.last_token:
+        seq = symbols.dim(symbols.SEQ)
+        totals = tuple(e.subs(seq, 1) for e in totals)
+    return totals
+
+
+def test_consistency_step_totals_products_are_plain(corpus, evaluation):
+    """step_totals' products memoized per (expression, repeat, last token?) equal the plain
+    arithmetic on every step of a fused structure with last-token steps and repeated layers."""
+    gpu = load_gpus()["H200"]
+    table = load_tables(corpus.root / "fusion")["vllm"]
+    structure = plan(evaluation("deepseek-ai/DeepSeek-V3"), gpu, ParallelConfig(tp=8, ep=8, pp=2),
+                     Options(framework="vllm"), table).structure
+    steps = [s for phase in PHASES for s in structure.programs[phase].steps]
+    assert any(s.last_token for s in steps) and any(s.kind == "fused" for s in steps)
+    for cold in (True, False):
+        if cold:
+            cost._TOTALS.clear(), cost._PRODUCTS.clear(), cost._SUMS.clear(), cost._BY_STEP.clear()
+        for s in steps:
+            assert cost.step_totals(s) == _plain_totals(s)
+    # a changed input is seen: the same expression under another repeat or last-token flag
+    s = next(s for s in steps if s.last_token and not s.flops.is_number)
+    for changes in ({"repeat": s.repeat * 3}, {"last_token": False}):
+        other = step_with(s, **changes)
+        assert cost.step_totals(other) == _plain_totals(other) != cost.step_totals(s)

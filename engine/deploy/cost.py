@@ -39,6 +39,27 @@ STACKED_ELEMENTS = 1 << 20
 
 
 _TOTALS: dict[tuple, tuple] = {}
+#: (expression, repeat, last token?) -> one total (:func:`_times`); (bytes, weight bytes) -> their sum.
+#: Steps missing _TOTALS (fused steps, mostly) share most of their four expressions with others
+#: (a fused step's FLOPs with the same match under other boundaries, the weight bytes of its
+#: members): about one product in three was new.
+_PRODUCTS: dict[tuple, sympy.Expr] = {}
+_SUMS: dict[tuple, sympy.Expr] = {}
+
+
+def _times(expr: sympy.Expr, repeat: sympy.Expr, last_token: bool) -> sympy.Expr:
+    """``expr * repeat``, with the sequence length set to 1 for a last-token step (prefill logits),
+    once per distinct (expression, repeat, last token?): a pure function of them."""
+    key = (expr, repeat, last_token)
+    out = _PRODUCTS.get(key)
+    if out is None:
+        out = expr * repeat
+        if last_token:
+            out = out.subs(symbols.dim(symbols.SEQ), 1)
+        _PRODUCTS[key] = out
+    return out
+
+
 #: id(step) -> (step, totals): structures share most step objects (fusion keeps the unfused ones,
 #: placements are shared), and a lookup by expressions compares large formulas term by term.
 _BY_STEP: dict[int, tuple] = {}
@@ -54,11 +75,15 @@ def step_totals(step: Step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.E
     key = (step.flops, step.bytes, step.weight_bytes, step.comm_bytes, step.repeat, step.last_token)
     totals = _TOTALS.get(key)
     if totals is None:
-        totals = (step.flops * step.repeat, step.total_bytes * step.repeat, step.comm_bytes * step.repeat,
-                  step.weight_bytes * step.repeat)
-        if step.last_token:
-            seq = symbols.dim(symbols.SEQ)
-            totals = tuple(e.subs(seq, 1) for e in totals)
+        repeat, last = step.repeat, step.last_token
+        total_bytes = _SUMS.get((step.bytes, step.weight_bytes))
+        if total_bytes is None:
+            total_bytes = _SUMS[(step.bytes, step.weight_bytes)] = step.total_bytes
+        totals = tuple(_times(e, repeat, last) for e in (step.flops, total_bytes, step.comm_bytes, step.weight_bytes))
+        if len(_TOTALS) > 200_000:        # as _BY_STEP: the steps of a model or two
+            _TOTALS.clear()
+            _PRODUCTS.clear()
+            _SUMS.clear()
         _TOTALS[key] = totals
     if len(_BY_STEP) > 200_000:      # steps are shared by the structures of one model: keep it bounded
         _BY_STEP.clear()
