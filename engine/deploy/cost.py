@@ -243,8 +243,8 @@ def _python_number(c):
 def _polynomial(expr):
     """A numpy function of ARGS doing what lambdify's source for ``expr`` does (:func:`_polynomial_plan`),
     operation for operation with the same Python numbers, so it returns the very same floats,
-    without lambdify's printing and compiling (about 1 ms per expression; three step expressions
-    in four are such sums). None when ``expr`` is not such a sum.
+    without lambdify's printing and compiling (about 1 ms per expression; nine in ten of the
+    corpus's distinct non-constant step expressions are such sums). None when ``expr`` is not one.
 
     A term ``k*x*y`` is ``(k*x)*y``; a coefficient 1 is not written (``x*y``), -1 is a unary minus
     on the first factor (``-x*y`` is ``(-x)*y``) when it leads the sum; a power ``(31/32)**(x*y)``
