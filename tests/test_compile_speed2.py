@@ -8,10 +8,9 @@
   ``sympy.lambdify(ARGS, expr, modules=...)`` writes, character for character; and the function's
   floats (values, types and shapes) are compared with lambdify's, at non-integer points where a
   different order of operations rounds differently. Planted bugs this catches: terms in another
-  order (a constant first, the ``c - k*x`` special case missed), factors multiplied in another
-  order (``x*(k*y)``), a rational coefficient applied as ``/q`` at the end, a subtraction written as
-  the addition of a negated product where the source subtracts, a leading ``-x*y`` computed as
-  ``-(x*y)`` (same floats, but another operation: the text comparison sees it).
+  order (a constant first, the ``c - k*x`` special case missed) or with another sign or
+  coefficient (the text comparison); factors multiplied in another order (``x*(k*y)``), a rational
+  coefficient applied as ``/q`` at the end, a power's exponent or base mixed up (the floats).
 * engine.deploy.cost.step_totals keeps each product (expression x repeat, sequence set to 1 for a
   last-token step) per (expression, repeat, last token?): the totals equal the plain arithmetic
   on a real fused structure, cold and warm, and another repeat or flag is a new product.
