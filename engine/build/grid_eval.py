@@ -166,6 +166,10 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         total += n
         phases = out.pop("phases")
         out["weight_bytes_per_gpu_formula"] = weight_text(s.weight_formula)
+        # each field as the points' array or one value, once for both phases' rows
+        fields = [(name, _points(value, n), True) if isinstance(value, np.ndarray) and value.ndim
+                  else (name, value.item() if isinstance(value, np.ndarray) else value, False)
+                  for name, value in out.items() if name != "max_context"]
         for phase in PHASES:
             deployments.repeat("model_id", ev.model.model_id, n)
             deployments.add("gpu", points["gpu"])
@@ -173,13 +177,11 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             deployments.repeat("weight_format", "checkpoint", n)
             deployments.add("kv_dtype", points["kv_dtype"])
             deployments.repeat("phase", phase, n)
-            for name, value in out.items():
-                if name == "max_context":
-                    continue
-                if isinstance(value, np.ndarray) and value.ndim:
-                    deployments.add(name, _points(value, n))
+            for name, value, per_point in fields:
+                if per_point:
+                    deployments.add(name, value)
                 else:
-                    deployments.repeat(name, value.item() if isinstance(value, np.ndarray) else value, n)
+                    deployments.repeat(name, value, n)
             for name in PHASE_FIELDS:
                 deployments.add(name, _points(np.asarray(phases[phase][name]), n))
     deployments = deployments.joined()
