@@ -31,6 +31,8 @@ from engine.deploy.sol import capacity, capacity_terms, op_rows_columns, summari
 from engine.deploy.structure import HBM_FRACTION
 from engine.build.columns import Columns
 
+#: A bucket's per-point lists, in the order they are filled.
+BUCKET_FIELDS = ("batch", "input_len", "output_len", "kv_bytes", "kv_dtype", "gpu")
 PHASE_FIELDS = ("step_time_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
                 "weight_bytes", "comm_bytes", "bound")
 
@@ -128,17 +130,26 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             if mine is None or mine[0] is not base:
                 mine = lane_terms[id(base)] = (base, capacity_terms(base, *lane_points))
             cell_caps = capacity(base, usable, *lane_points, terms=mine[1]).reshape(len(lanes), len(inputs))
+            # this cell and framework's buckets by regimes (the buckets' key past the regimes is the
+            # cell's and framework's own: not hashed again per point), each bucket's columns at hand
+            mine_buckets: dict[tuple, tuple] = {}
             for kv_dtype in grid.kv_dtypes:
                 kv_bytes = kv.KV_DTYPE_BYTES[kv_dtype]
                 for out_len in grid.output_lengths:
                     caps = cell_caps[lanes.index((kv_dtype, out_len))].tolist()   # Python ints compare faster
                     for inp, cap in zip(inputs, caps):
                         for regimes, bs in grouped(memo, config, limits, inp, cap, out_len):
-                            bucket = buckets[(config, domain, framework, sig, regimes, gpu.key)]
-                            bucket["batch"].extend(bs)
-                            for name, value in (("input_len", inp), ("output_len", out_len), ("kv_bytes", kv_bytes),
-                                                ("kv_dtype", kv_dtype), ("gpu", gpu.key)):
-                                bucket[name].extend([value] * len(bs))
+                            lists = mine_buckets.get(regimes)
+                            if lists is None:
+                                bucket = buckets[(config, domain, framework, sig, regimes, gpu.key)]
+                                lists = mine_buckets[regimes] = tuple(bucket[name] for name in BUCKET_FIELDS)
+                            k = len(bs)
+                            lists[0].extend(bs)
+                            lists[1].extend([inp] * k)
+                            lists[2].extend([out_len] * k)
+                            lists[3].extend([kv_bytes] * k)
+                            lists[4].extend([kv_dtype] * k)
+                            lists[5].extend([gpu.key] * k)
                 if kv_dtype in grid.ops_kv_dtypes:
                     for b, inp, out_len in grid.ops_points:
                         regimes = regimes_at(memo, config, limits, b, inp, out_len)
