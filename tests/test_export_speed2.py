@@ -149,3 +149,28 @@ def test_columns_merge_only_the_same_value():
     cols.repeat("f", -0.0, 1)
     assert len(cols._chunks["f"]) == 2
     assert np.signbit(cols.joined()["f"]).tolist() == [False, True]
+
+
+def test_tokens_at_consistency_with_tokens_per_device():
+    """The grid's vectorized tokens per device equal :func:`engine.deploy.tokens_per_device` per
+    point, over the configs of corpus models (TP, EP, DP-attention, PP) and odd batches (the
+    capacities the grid adds)."""
+    from engine.build.grid import input_lengths, load_grid, model_cells
+    from engine.build.grid_eval import _tokens_at
+    from engine.deploy import Scenario, tokens_per_device
+    from engine.deploy.hardware import load_gpus
+    from engine.spec.api import evaluate
+    grid, gpus = load_grid(), load_gpus()
+    checked = set()
+    for model in ("deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-8B"):
+        ev = evaluate(model)
+        stored = float(sum(t.total_bytes for t in ev.tensors() if t.stack == "main"))
+        inputs = input_lengths(grid, int(ev.numeric.max_context))
+        configs = list(dict.fromkeys(c for _, c in model_cells(ev, grid, gpus, stored)))
+        for config in configs[:: max(1, len(configs) // 40)]:
+            pairs = [(b, inp) for inp in inputs for b in (*grid.batches, 3, 7, 37, 129, 999, 1023)]
+            want = [tokens_per_device(config, Scenario(b, inp, 1024)) for b, inp in pairs]
+            assert _tokens_at(config, pairs) == want, config
+            assert all(type(t["prefill"]) is int and type(t["decode"]) is int for t in _tokens_at(config, pairs[:3]))
+            checked.add((config.dp_attn > 1, config.pp > 1))
+    assert len(checked) >= 3          # configs with and without DP-attention and pipelines
