@@ -621,7 +621,8 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
     Values are those of one pipeline micro-batch (the unit the phase totals are made of): for prefill
     one chunked-prefill step (:func:`engine.deploy.structure.prefill_steps`). The GPU-free part (labels,
     FLOPs and bytes, intensity) comes from :func:`_point_rows`, computed once per program pair and
-    point set; only the times are this GPU's."""
+    point set (with ``arrays`` those columns are its read-only arrays, shared by the GPU types that
+    ask); only the times are this GPU's."""
     points = scenario if isinstance(scenario, list) else [scenario]
     compiled, (batch, seq, ctx), keep, one, v = _point_rows(plan, phase, points)
     values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
