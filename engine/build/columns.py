@@ -28,8 +28,16 @@ class Columns:
         self._chunks[name].append(values)
 
     def repeat(self, name: str, value, count: int) -> None:
-        """Append ``count`` copies of one ``value`` to column ``name``."""
-        self._chunks[name].append(_Constant(value, count))
+        """Append ``count`` copies of one ``value`` to column ``name``: one longer run when the
+        column's last chunk is a run of the very same value (:func:`_same`; the grid repeats a
+        model's labels bucket after bucket, phase after phase), so joining meets fewer chunks."""
+        chunks = self._chunks[name]
+        if chunks:
+            last = chunks[-1]
+            if type(last) is _Constant and _same(last.value, value):
+                last.count += count
+                return
+        chunks.append(_Constant(value, count))
 
     def joined(self) -> dict[str, np.ndarray | list]:
         """Every column in one piece (module invariant); a column nothing was added to reads as
@@ -44,8 +52,20 @@ class _Constant:
         self.value, self.count = value, count
 
 
+_NUMBERS = (bool, int, float, np.bool_, np.integer, np.floating)
+
+#: Types whose equal values are the same value in every column (a float is not: 0.0 == -0.0).
+_EXACT = frozenset({str, int, bool})
+
+
+def _same(a, b) -> bool:
+    """Whether two constants are one value for the joined column: the same object, or equal values
+    of one type of :data:`_EXACT` (equal ints, texts or flags; floats only by identity)."""
+    return a is b or (type(a) is type(b) and type(a) in _EXACT and a == b)
+
+
 def _numeric(value) -> bool:
-    return isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating))
+    return isinstance(value, _NUMBERS)
 
 
 def _constants(run: list[_Constant]) -> np.ndarray:
@@ -57,16 +77,26 @@ def _constants(run: list[_Constant]) -> np.ndarray:
 
 
 def _join(chunks: list) -> np.ndarray | list:
-    parts = [c.value if isinstance(c, _Constant) else c for c in chunks]
-    numeric = all((isinstance(p, np.ndarray) and p.dtype.kind in "biuf") or _numeric(p) for p in parts)
+    numeric = True
+    for c in chunks:                        # a number column: every chunk a number array or a number
+        p = c.value if type(c) is _Constant else c
+        if isinstance(p, np.ndarray):
+            if p.dtype.kind not in "biuf":
+                numeric = False
+                break
+        elif not isinstance(p, _NUMBERS):
+            numeric = False
+            break
     if numeric:
         arrays: list[np.ndarray] = []
         run: list[_Constant] = []          # consecutive constants of one Python type: one np.repeat
+        kind = None                         # the type of the run's values
         for c in chunks:
-            if isinstance(c, _Constant):
-                if run and type(run[-1].value) is not type(c.value):
+            if type(c) is _Constant:
+                if run and type(c.value) is not kind:
                     arrays.append(_constants(run))
                     run = []
+                kind = type(c.value)
                 run.append(c)
             else:
                 if run:
@@ -77,9 +107,10 @@ def _join(chunks: list) -> np.ndarray | list:
             arrays.append(_constants(run))
         return np.concatenate(arrays) if arrays else np.array([])
     out: list = []
+    extend = out.extend
     for c in chunks:
-        if isinstance(c, _Constant):
-            out.extend([c.value] * c.count)
+        if type(c) is _Constant:
+            extend([c.value] * c.count)
         else:
-            out.extend(c.tolist() if isinstance(c, np.ndarray) else c)
+            extend(c.tolist() if isinstance(c, np.ndarray) else c)
     return out

@@ -28,9 +28,11 @@ from engine.deploy.structure_cache import StructureCache, regime, signature
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
 from engine.deploy.sol import capacity, capacity_terms, op_rows_columns, summarize_many, weight_text
-from engine.deploy.structure import HBM_FRACTION
+from engine.deploy.structure import HBM_FRACTION, PREFILL_TOKENS, prefill_program_batch, program_batch
 from engine.build.columns import Columns
 
+#: A bucket's per-point lists, in the order they are filled.
+BUCKET_FIELDS = ("batch", "input_len", "output_len", "kv_bytes", "kv_dtype", "gpu")
 PHASE_FIELDS = ("step_time_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
                 "weight_bytes", "comm_bytes", "bound")
 
@@ -107,6 +109,25 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             found = memo[key] = list(by_regime.items())
         return found
 
+    grid_batches = set(grid.batches)
+
+    def fill_tokens(config, cell_caps: np.ndarray) -> None:
+        """Put the tokens per device of the (batch, prompt) pairs a cell's points ask into the
+        config's memo at once (:func:`_tokens_at`): with a config's first cell, the grid's batches at
+        every prompt; then the capacities the cell adds (each prompt's column of ``cell_caps``).
+        :func:`regimes_at` computes any other pair itself."""
+        tokens = token_memo.get(config)
+        pairs = []
+        if tokens is None:
+            tokens = token_memo[config] = {}
+            pairs = [(b, inp) for inp in inputs for b in grid.batches]
+        for inp, column in zip(inputs, cell_caps.T.tolist()):
+            for cap in set(column):
+                if 1 <= cap < top and cap not in grid_batches and (cap, inp) not in tokens:
+                    pairs.append((cap, inp))
+        if pairs:
+            tokens.update(zip(pairs, _tokens_at(config, pairs)))
+
     lanes = [(kv_dtype, out_len) for kv_dtype in grid.kv_dtypes for out_len in grid.output_lengths]
     lane_points = (np.tile(np.array(inputs), len(lanes)), np.repeat(np.array([o for _, o in lanes]), len(inputs)),
                    np.repeat(np.array([kv.KV_DTYPE_BYTES[d] for d, _ in lanes]), len(inputs)))
@@ -128,17 +149,27 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             if mine is None or mine[0] is not base:
                 mine = lane_terms[id(base)] = (base, capacity_terms(base, *lane_points))
             cell_caps = capacity(base, usable, *lane_points, terms=mine[1]).reshape(len(lanes), len(inputs))
+            fill_tokens(config, cell_caps)
+            # this cell and framework's buckets by regimes (the buckets' key past the regimes is the
+            # cell's and framework's own: not hashed again per point), each bucket's columns at hand
+            mine_buckets: dict[tuple, tuple] = {}
             for kv_dtype in grid.kv_dtypes:
                 kv_bytes = kv.KV_DTYPE_BYTES[kv_dtype]
                 for out_len in grid.output_lengths:
                     caps = cell_caps[lanes.index((kv_dtype, out_len))].tolist()   # Python ints compare faster
                     for inp, cap in zip(inputs, caps):
                         for regimes, bs in grouped(memo, config, limits, inp, cap, out_len):
-                            bucket = buckets[(config, domain, framework, sig, regimes, gpu.key)]
-                            bucket["batch"].extend(bs)
-                            for name, value in (("input_len", inp), ("output_len", out_len), ("kv_bytes", kv_bytes),
-                                                ("kv_dtype", kv_dtype), ("gpu", gpu.key)):
-                                bucket[name].extend([value] * len(bs))
+                            lists = mine_buckets.get(regimes)
+                            if lists is None:
+                                bucket = buckets[(config, domain, framework, sig, regimes, gpu.key)]
+                                lists = mine_buckets[regimes] = tuple(bucket[name] for name in BUCKET_FIELDS)
+                            k = len(bs)
+                            lists[0].extend(bs)
+                            lists[1].extend([inp] * k)
+                            lists[2].extend([out_len] * k)
+                            lists[3].extend([kv_bytes] * k)
+                            lists[4].extend([kv_dtype] * k)
+                            lists[5].extend([gpu.key] * k)
                 if kv_dtype in grid.ops_kv_dtypes:
                     for b, inp, out_len in grid.ops_points:
                         regimes = regimes_at(memo, config, limits, b, inp, out_len)
@@ -166,6 +197,10 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         total += n
         phases = out.pop("phases")
         out["weight_bytes_per_gpu_formula"] = weight_text(s.weight_formula)
+        # each field as the points' array or one value, once for both phases' rows
+        fields = [(name, _points(value, n), True) if isinstance(value, np.ndarray) and value.ndim
+                  else (name, value.item() if isinstance(value, np.ndarray) else value, False)
+                  for name, value in out.items() if name != "max_context"]
         for phase in PHASES:
             deployments.repeat("model_id", ev.model.model_id, n)
             deployments.add("gpu", points["gpu"])
@@ -173,13 +208,11 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             deployments.repeat("weight_format", "checkpoint", n)
             deployments.add("kv_dtype", points["kv_dtype"])
             deployments.repeat("phase", phase, n)
-            for name, value in out.items():
-                if name == "max_context":
-                    continue
-                if isinstance(value, np.ndarray) and value.ndim:
-                    deployments.add(name, _points(value, n))
+            for name, value, per_point in fields:
+                if per_point:
+                    deployments.add(name, value)
                 else:
-                    deployments.repeat(name, value.item() if isinstance(value, np.ndarray) else value, n)
+                    deployments.repeat(name, value, n)
             for name in PHASE_FIELDS:
                 deployments.add(name, _points(np.asarray(phases[phase][name]), n))
     deployments = deployments.joined()
@@ -214,6 +247,21 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         export.update(model_export(ev, cells, grid, gpus, tables, structure,
                                    lambda s, gpu: s.weight_bytes_per_gpu < gpu.hbm_bytes * HBM_FRACTION))
     return deployments, ops, total
+
+
+def _tokens_at(config, pairs: list[tuple[int, int]]) -> list[dict[str, int]]:
+    """:func:`engine.deploy.tokens_per_device` of ``config`` at each (batch, prompt) pair (default
+    prefill budget and decode seq), in one vectorized pass: the same functions of the batch and
+    the prompt over arrays, and the same arithmetic per element (products and quotients of
+    float64 and floor divisions), so the same ints (tests/test_export_speed2.py). The grid's
+    points are in range already (engine.build.grid checks its batches and lengths), so no
+    Scenario is built to check them."""
+    batch = np.array([b for b, _ in pairs])
+    inp = np.array([i for _, i in pairs])
+    prefill = prefill_program_batch(config, batch, inp, PREFILL_TOKENS).astype(float) * inp / (config.dp_attn * config.cp)
+    decode = program_batch(config, batch).astype(float)        # (decode seq 1)
+    prefill, decode = (-(-prefill // 1)).tolist(), (-(-decode // config.dp_attn)).tolist()
+    return [{"prefill": int(p), "decode": int(d)} for p, d in zip(prefill, decode)]
 
 
 def _points(value: np.ndarray, n: int) -> np.ndarray:

@@ -31,6 +31,7 @@ tests/test_site_offgrid.py holds the two equal.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -404,7 +405,8 @@ class Plan:
 
     @property
     def kv_bytes(self) -> int:
-        return kv.KV_DTYPE_BYTES[self.options.kv_dtype]
+        # options' KV dtype without the dataclass copy :attr:`options` makes (the per-op tables ask per call)
+        return kv.KV_DTYPE_BYTES[self.kv_dtype or self.structure.options.kv_dtype]
 
     def evaluate(self, phase: str, batch, seq, ctx, weights: bool = False) -> dict[str, np.ndarray]:
         """Per-step arrays at (batch, seq, ctx) (broadcastable arrays) on this plan's GPU."""
@@ -542,33 +544,54 @@ _BOUND_NAMES = np.asarray(BOUNDS, dtype=object)
 #: (id(numeric program), id(symbolic program)) -> (numeric, symbolic, their op rows' GPU-free labels)
 _LABELS: dict[tuple, tuple] = {}
 
+#: (ids of the numeric, symbolic and compiled programs, the phase, config, prefill budget, decode
+#: seq, KV bytes, points) -> (those three programs, the GPU-free part of their op rows there): the
+#: grid asks the same structure at the same points once per GPU type of its class, and only the
+#: times divide by the GPU's rates.
+_POINT_ROWS: dict[tuple, tuple] = {}
 
-def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario], arrays: bool = False
-                    ) -> dict[str, list]:
-    """The per-op SOL table of one phase at one or several points, as columns (Parquet names),
-    formulas included; several points are evaluated in one vectorized call, point-major. With
-    ``arrays`` the numeric columns are NumPy arrays (the build's tables), else lists of floats.
 
-    Values are those of one pipeline micro-batch (the unit the phase totals are made of): for prefill
-    one chunked-prefill step (:func:`engine.deploy.structure.prefill_steps`)."""
+def _point_rows(plan: Plan, phase: str, points: list[Scenario]) -> tuple:
+    """(the compiled program, (batch, seq, ctx) of the points, kept step indices, one point's
+    labels, the GPU-free value columns point-major) of :func:`op_rows_columns`, once per program
+    pair, KV size and point set (:data:`_POINT_ROWS`; the arrays are read-only, shared by callers)."""
     from engine.deploy.cost import scenario_point
     s = plan.structure
-    points = scenario if isinstance(scenario, list) else [scenario]
-    options = plan.options                 # (a dataclass copy per access: once)
+    numeric, symbolic, compiled = s.programs[phase], s.formulas[phase], s.compiled[phase]
+    options = s.options
+    key = (id(numeric), id(symbolic), id(compiled), phase, s.config, options.prefill_tokens, options.decode_seq,
+           plan.kv_bytes, tuple((p.batch, p.input_len, p.output_len) for p in points))
+    mine = _POINT_ROWS.get(key)
+    if mine is not None and mine[0] is numeric and mine[1] is symbolic and mine[2]() is compiled:
+        return (compiled, *mine[3])
     budget = options.prefill_tokens
     batch = np.array([prefill_program_batch(s.config, p.batch, p.input_len, budget) if phase == "prefill"
                       else program_batch(s.config, p.batch) for p in points], dtype=float)
     where = [scenario_point(phase, p.input_len, p.output_len, options.decode_seq) for p in points]
     seq = np.array([w["seq"] for w in where], dtype=float)
     ctx = np.array([w["ctx"] for w in where], dtype=float)
-    values = plan.evaluate(phase, batch, seq, ctx, weights=True)
-    n = len(points)
+    keep, one = _labels(s, phase)
+    values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
+    # point-major: the kept steps of each point in turn (one gather of every value, already in
+    # that order: each is (steps, points))
+    names = ("flops", "bytes", "weight_bytes", "comm_bytes")
+    v = dict(zip(names, np.stack([values[name] for name in names])[:, keep].transpose(0, 2, 1).reshape(len(names), -1)))
+    v["intensity"] = intensity(v["flops"], v["bytes"])
+    for array in (batch, seq, ctx, *v.values()):
+        array.flags.writeable = False            # shared by every GPU type that asks
+    found = (compiled, (batch, seq, ctx), keep, one, v)
+    if len(_POINT_ROWS) > 5_000:                  # a model's structures and points: keep it bounded
+        _POINT_ROWS.clear()
+    # the compiled program by a weak reference (its own caches are large; the structure holds it), the
+    # programs as _LABELS holds them; the entry stored has no strong reference to the compiled program
+    _POINT_ROWS[key] = (numeric, symbolic, weakref.ref(compiled), found[1:])
+    return found
 
-    def numbers(values: np.ndarray):
-        return values if arrays else values.tolist()
 
-    # the GPU-free labels of one point's rows, once per (numeric, symbolic) program pair: several
-    # GPU types, and structures of other regimes and domains, share the very same programs
+def _labels(s: Structure, phase: str) -> tuple:
+    """(kept step indices, their op rows' GPU-free labels for one point), once per (numeric,
+    symbolic) program pair: several GPU types, and structures of other regimes and domains,
+    share the very same programs."""
     key = (id(s.programs[phase]), id(s.formulas[phase]))
     mine = _LABELS.get(key)
     if mine is None or mine[0] is not s.programs[phase] or mine[1] is not s.formulas[phase]:
@@ -586,14 +609,31 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
             "flops_formula": [text[i][0] for i in keep], "bytes_formula": [text[i][1] for i in keep],
             "comm_bytes_formula": [text[i][2] for i in keep], "weight_bytes_formula": [text[i][3] for i in keep],
             "parts": [list(steps[i].parts) for i in keep], "dtype": [steps[i].compute_dtype for i in keep]})
-    keep, one = mine[2], mine[3]
+    return mine[2], mine[3]
+
+
+def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario], arrays: bool = False
+                    ) -> dict[str, list]:
+    """The per-op SOL table of one phase at one or several points, as columns (Parquet names),
+    formulas included; several points are evaluated in one vectorized call, point-major. With
+    ``arrays`` the numeric columns are NumPy arrays (the build's tables), else lists of floats.
+
+    Values are those of one pipeline micro-batch (the unit the phase totals are made of): for prefill
+    one chunked-prefill step (:func:`engine.deploy.structure.prefill_steps`). The GPU-free part (labels,
+    FLOPs and bytes, intensity) comes from :func:`_point_rows`, computed once per program pair and
+    point set (with ``arrays`` those columns are its read-only arrays, shared by the GPU types that
+    ask); only the times are this GPU's."""
+    points = scenario if isinstance(scenario, list) else [scenario]
+    compiled, (batch, seq, ctx), keep, one, v = _point_rows(plan, phase, points)
+    values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
+    n = len(points)
+
+    def numbers(values: np.ndarray):
+        return values if arrays else values.tolist()
+
     label = {name: values * n for name, values in one.items()}
-    # point-major: the kept steps of each point in turn (one gather of every value, already in
-    # that order: each is (steps, points))
-    names = list(values)
-    v = dict(zip(names, np.stack([values[key] for key in names])[:, keep].transpose(0, 2, 1).reshape(len(names), -1)))
-    t = np.stack([v["t_compute"], v["t_memory"], v["t_comm"]])
-    density = intensity(v["flops"], v["bytes"])
+    names = ("t_compute", "t_memory", "t_comm", "t_sol")
+    t = dict(zip(names, np.stack([values[name] for name in names])[:, keep].transpose(0, 2, 1).reshape(len(names), -1)))
     # the GPU's dtype of each operand class, looked up once per class
     dtype = {d: plan.gpu.compute_dtype(d) for d in set(one["dtype"])}
 
@@ -601,10 +641,10 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
         "op_uid": label["op_uid"], "op_name": label["op_name"], "op": label["op"], "component": label["component"],
         "role": label["role"], "kind": label["kind"], "repeat": label["repeat"],
         "flops": numbers(v["flops"]), "bytes": numbers(v["bytes"]), "weight_bytes": numbers(v["weight_bytes"]),
-        "comm_bytes": numbers(v["comm_bytes"]), "intensity": numbers(density),
-        "t_compute_s": numbers(v["t_compute"]), "t_memory_s": numbers(v["t_memory"]),
-        "t_comm_s": numbers(v["t_comm"]), "t_sol_s": numbers(v["t_sol"]),
-        "bound": _BOUND_NAMES[np.argmax(t, axis=0)].tolist(),
+        "comm_bytes": numbers(v["comm_bytes"]), "intensity": numbers(v["intensity"]),
+        "t_compute_s": numbers(t["t_compute"]), "t_memory_s": numbers(t["t_memory"]),
+        "t_comm_s": numbers(t["t_comm"]), "t_sol_s": numbers(t["t_sol"]),
+        "bound": _BOUND_NAMES[np.argmax(np.stack([t["t_compute"], t["t_memory"], t["t_comm"]]), axis=0)].tolist(),
         "link": label["link"], "group": label["group"],
         "compute_dtype": [dtype[d] for d in one["dtype"]] * n,
         "parts": label["parts"],
