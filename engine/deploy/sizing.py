@@ -52,7 +52,7 @@ from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, ROUND,
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import check, validate_options
-from engine.deploy.sol import capacity, phase_at_points, phase_inputs, summarize
+from engine.deploy.sol import capacity, capacity_terms, phase_at_points, phase_inputs, summarize
 from engine.deploy.structure_cache import StructureCache
 from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
                                       program_batch)
@@ -227,9 +227,18 @@ class _Evaluator:
         self.ev, self.options, self.fusion, self.cache = ev, options, fusion, cache
         self.kv_bytes = float(_kv_bytes(options))
         self._first: dict[tuple, object] = {}
+        self._limits: dict[tuple, tuple] = {}        # (config, GPU arch) -> live limits per phase
+        self._regimes: dict[tuple, tuple] = {}       # (config, limits, input_len) -> batch 1's regimes
+        self._terms: dict[tuple, tuple] = {}         # (id(structure), input_len, outputs) -> (structure, terms)
 
     def limits(self, config: ParallelConfig, gpu: GPU) -> tuple[list[int], list[int]]:
-        return tuple(live_token_limits(self.fusion, gpu, config, phase) for phase in PHASES)
+        """Per phase, :func:`engine.deploy.fusion.live_token_limits` (once per config and GPU arch:
+        :func:`engine.deploy.fusion.live_rules` reads the GPU's arch only, and this search's table is fixed)."""
+        key = (config, gpu.arch)
+        found = self._limits.get(key)
+        if found is None:
+            found = self._limits[key] = tuple(live_token_limits(self.fusion, gpu, config, phase) for phase in PHASES)
+        return found
 
     def structure(self, config: ParallelConfig, gpu: GPU, regimes: tuple[int, int]):
         return self.cache.live_structure(config, gpu.scale_up_domain, self.options.framework, gpu, regimes,
@@ -250,15 +259,28 @@ class _Evaluator:
         """The structure of batch 1 (its regimes depend on the GPU only through the live limits)."""
         key = (config, gpu.key, input_len)
         if key not in self._first:
-            self._first[key] = self.structure(config, gpu, self.regimes(config, gpu, np.array([1]), input_len)[0])
+            # batch 1's regimes, once per config and live limits (the GPU types of one arch share them)
+            rkey = (config, tuple(map(tuple, self.limits(config, gpu))), input_len)
+            regimes = self._regimes.get(rkey)
+            if regimes is None:
+                regimes = self._regimes[rkey] = self.regimes(config, gpu, np.array([1]), input_len)[0]
+            self._first[key] = self.structure(config, gpu, regimes)
         return self._first[key]
 
     def capacity(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> np.ndarray:
         """``max_concurrent_requests`` at batch 1's structure for each output length (summarize()'s
         own rule, without its phase times)."""
         s = self.first(config, gpu, input_len)
-        return np.asarray(capacity(s, gpu.hbm_bytes * self.options.hbm_fraction, input_len,
-                                   np.asarray(output_len), self.kv_bytes, self.options.prefill_tokens))
+        out_len = np.asarray(output_len)
+        # capacity()'s GPU-free terms (KV per request per GPU, the prefill working set), once per
+        # structure and lengths: the GPU types sharing batch 1's structure differ in usable bytes only
+        key = (id(s), input_len, tuple(out_len.ravel().tolist()), out_len.shape)
+        found = self._terms.get(key)
+        if found is None or found[0] is not s:
+            found = self._terms[key] = (s, capacity_terms(s, input_len, out_len, self.kv_bytes,
+                                                          self.options.prefill_tokens))
+        return np.asarray(capacity(s, gpu.hbm_bytes * self.options.hbm_fraction, input_len, out_len,
+                                   self.kv_bytes, self.options.prefill_tokens, terms=found[1]))
 
     def cannot_fit(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> bool:
         """Whether :meth:`capacity` is 0 at every output length, decided from the placements alone
