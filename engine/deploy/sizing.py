@@ -367,19 +367,18 @@ class _Evaluator:
         companions), so each call gets the floats its own evaluation gives."""
         wanted: dict[int, tuple] = {}          # id(program) -> (program, [(call, phase name, index, inputs)])
         for i, (s, prefill_only, _, batch, out_len, index) in enumerate(calls):
-            n = (len(batch),)
             for name, (compiled, b, seq, ctx) in phase_inputs(s, batch, input_len, out_len, self.options.prefill_tokens,
                                                               not prefill_only).items():
-                inputs = [np.broadcast_to(np.asarray(x, dtype=float), n) for x in (b, seq, ctx, self.kv_bytes)]
-                wanted.setdefault(id(compiled), (compiled, []))[1].append((i, name, index, inputs))
+                wanted.setdefault(id(compiled), (compiled, []))[1].append((i, name, index, (b, seq, ctx, self.kv_bytes)))
         out: list[dict[str, dict]] = [{} for _ in calls]
         for compiled, asked in wanted.values():
-            if len(asked) == 1:
+            if len(asked) == 1:             # the call's own inputs, as summarize() passes them
                 i, name, index, inputs = asked[0]
                 got = phase_at_points(compiled, gpus, index, *inputs, times_only=True)
             else:
                 got = phase_at_points(compiled, gpus, np.concatenate([a[2] for a in asked]),
-                                      *(np.concatenate([a[3][j] for a in asked]) for j in range(4)), times_only=True)
+                                      *(np.concatenate([np.broadcast_to(np.asarray(a[3][j], dtype=float), len(a[2]))
+                                                        for a in asked]) for j in range(4)), times_only=True)
             start = 0
             for i, name, index, _ in asked:
                 stop = start + len(index)
