@@ -52,7 +52,7 @@ from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, ROUND,
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import check, validate_options
-from engine.deploy.sol import capacity, summarize
+from engine.deploy.sol import capacity, capacity_terms, phase_at_points, phase_inputs, summarize
 from engine.deploy.structure_cache import StructureCache
 from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
                                       program_batch)
@@ -227,9 +227,18 @@ class _Evaluator:
         self.ev, self.options, self.fusion, self.cache = ev, options, fusion, cache
         self.kv_bytes = float(_kv_bytes(options))
         self._first: dict[tuple, object] = {}
+        self._limits: dict[tuple, tuple] = {}        # (config, GPU arch) -> live limits per phase
+        self._regimes: dict[tuple, tuple] = {}       # (config, limits, input_len) -> batch 1's regimes
+        self._terms: dict[tuple, tuple] = {}         # (id(structure), input_len, outputs) -> (structure, terms)
 
     def limits(self, config: ParallelConfig, gpu: GPU) -> tuple[list[int], list[int]]:
-        return tuple(live_token_limits(self.fusion, gpu, config, phase) for phase in PHASES)
+        """Per phase, :func:`engine.deploy.fusion.live_token_limits` (once per config and GPU arch:
+        :func:`engine.deploy.fusion.live_rules` reads the GPU's arch only, and this search's table is fixed)."""
+        key = (config, gpu.arch)
+        found = self._limits.get(key)
+        if found is None:
+            found = self._limits[key] = tuple(live_token_limits(self.fusion, gpu, config, phase) for phase in PHASES)
+        return found
 
     def structure(self, config: ParallelConfig, gpu: GPU, regimes: tuple[int, int]):
         return self.cache.live_structure(config, gpu.scale_up_domain, self.options.framework, gpu, regimes,
@@ -250,15 +259,28 @@ class _Evaluator:
         """The structure of batch 1 (its regimes depend on the GPU only through the live limits)."""
         key = (config, gpu.key, input_len)
         if key not in self._first:
-            self._first[key] = self.structure(config, gpu, self.regimes(config, gpu, np.array([1]), input_len)[0])
+            # batch 1's regimes, once per config and live limits (the GPU types of one arch share them)
+            rkey = (config, tuple(map(tuple, self.limits(config, gpu))), input_len)
+            regimes = self._regimes.get(rkey)
+            if regimes is None:
+                regimes = self._regimes[rkey] = self.regimes(config, gpu, np.array([1]), input_len)[0]
+            self._first[key] = self.structure(config, gpu, regimes)
         return self._first[key]
 
     def capacity(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> np.ndarray:
         """``max_concurrent_requests`` at batch 1's structure for each output length (summarize()'s
         own rule, without its phase times)."""
         s = self.first(config, gpu, input_len)
-        return np.asarray(capacity(s, gpu.hbm_bytes * self.options.hbm_fraction, input_len,
-                                   np.asarray(output_len), self.kv_bytes, self.options.prefill_tokens))
+        out_len = np.asarray(output_len)
+        # capacity()'s GPU-free terms (KV per request per GPU, the prefill working set), once per
+        # structure and lengths: the GPU types sharing batch 1's structure differ in usable bytes only
+        key = (id(s), input_len, tuple(out_len.ravel().tolist()), out_len.shape)
+        found = self._terms.get(key)
+        if found is None or found[0] is not s:
+            found = self._terms[key] = (s, capacity_terms(s, input_len, out_len, self.kv_bytes,
+                                                          self.options.prefill_tokens))
+        return np.asarray(capacity(s, gpu.hbm_bytes * self.options.hbm_fraction, input_len, out_len,
+                                   self.kv_bytes, self.options.prefill_tokens, terms=found[1]))
 
     def cannot_fit(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> bool:
         """Whether :meth:`capacity` is 0 at every output length, decided from the placements alone
@@ -301,7 +323,9 @@ class _Evaluator:
                 sel = np.flatnonzero(code == c)
                 s = self.structure(config, gpus[g], (int(c // width), int(c % width)))
                 groups.setdefault(id(s), [s]).append((g, k, sel))
-        out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+        # one summarize() call per structure and kind of point: (structure, prefill_only, runs, batch,
+        # output length, GPU index), where a run is (g, k, the selected points)
+        calls = []
         for s, *parts in groups.values():
             # (g, k, the selected points, the pool points among them or None) as one run per kind
             serving, pooled = [], []
@@ -313,20 +337,53 @@ class _Evaluator:
                 runs = [r for r in runs if len(r[2])]
                 if not runs:
                     continue
-                batch = np.concatenate([work[g, k][1][sel] for g, k, sel in runs])
-                out_len = np.concatenate([work[g, k][2][sel] for g, k, sel in runs])
-                index = np.concatenate([np.full(len(sel), g) for g, _, sel in runs])
-                got = summarize(s, gpus, index, self.kv_bytes, batch, input_len, out_len, self.options.hbm_fraction,
-                                self.options.prefill_tokens, serving_only=True, prefill_only=prefill_only)
-                at = 0
-                for g, k, sel in runs:          # every point of a work entry is in one run
-                    into, n = out.setdefault((g, k), {}), len(work[g, k][1])
-                    for name, value in got.items():
-                        value = np.asarray(value)
-                        if name not in into:
-                            into[name] = np.zeros(n, dtype=value.dtype)
-                        into[name][sel] = value[at:at + len(sel)]
-                    at += len(sel)
+                calls.append((s, prefill_only, runs, np.concatenate([work[g, k][1][sel] for g, k, sel in runs]),
+                              np.concatenate([work[g, k][2][sel] for g, k, sel in runs]),
+                              np.concatenate([np.full(len(sel), g) for g, _, sel in runs])))
+        phases = self.phases(gpus, calls, input_len)
+        out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+        for (s, prefill_only, runs, batch, out_len, index), phase in zip(calls, phases):
+            got = summarize(s, gpus, index, self.kv_bytes, batch, input_len, out_len, self.options.hbm_fraction,
+                            self.options.prefill_tokens, serving_only=True, phases=phase, prefill_only=prefill_only)
+            at = 0
+            for g, k, sel in runs:          # every point of a work entry is in one run
+                into, n = out.setdefault((g, k), {}), len(work[g, k][1])
+                for name, value in got.items():
+                    value = np.asarray(value)
+                    if name not in into:
+                        into[name] = np.zeros(n, dtype=value.dtype)
+                    into[name][sel] = value[at:at + len(sel)]
+                at += len(sel)
+        return out
+
+    def phases(self, gpus: list[GPU], calls: list[tuple], input_len: int) -> list[dict[str, dict]]:
+        """Each call's phase step times (what :func:`engine.deploy.sol.summarize` evaluates itself,
+        ``phases=``), every compiled program evaluated once over the points of all the calls and
+        phases that run it, as :func:`engine.deploy.sol.summarize_many` does for the grid (times
+        only, and no decode step for prefill-only calls): structures of other regimes and fusion
+        signatures of a config often share a phase's program (``planner._fused``'s memo), and a
+        pipeline's ``fill`` runs the prefill program again. Every number is per-point arithmetic
+        (:func:`engine.deploy.sol.phase_at_points`' invariant: a point's sums do not read its
+        companions), so each call gets the floats its own evaluation gives."""
+        wanted: dict[int, tuple] = {}          # id(program) -> (program, [(call, phase name, index, inputs)])
+        for i, (s, prefill_only, _, batch, out_len, index) in enumerate(calls):
+            for name, (compiled, b, seq, ctx) in phase_inputs(s, batch, input_len, out_len, self.options.prefill_tokens,
+                                                              not prefill_only).items():
+                wanted.setdefault(id(compiled), (compiled, []))[1].append((i, name, index, (b, seq, ctx, self.kv_bytes)))
+        out: list[dict[str, dict]] = [{} for _ in calls]
+        for compiled, asked in wanted.values():
+            if len(asked) == 1:             # the call's own inputs, as summarize() passes them
+                i, name, index, inputs = asked[0]
+                got = phase_at_points(compiled, gpus, index, *inputs, times_only=True)
+            else:
+                got = phase_at_points(compiled, gpus, np.concatenate([a[2] for a in asked]),
+                                      *(np.concatenate([np.broadcast_to(np.asarray(a[3][j], dtype=float), len(a[2]))
+                                                        for a in asked]) for j in range(4)), times_only=True)
+            start = 0
+            for i, name, index, _ in asked:
+                stop = start + len(index)
+                out[i][name] = {field: value[start:stop] for field, value in got.items()}
+                start = stop
         return out
 
 
