@@ -222,6 +222,13 @@ class _Pairing:
         # a decode replica's requests/s: the demand on the prefill pool (one decode replica, no load)
         self.x_d = np.asarray(self.batch_d, dtype=float) / (output_len * np.asarray(self.tpot_d, dtype=float))
         self.configs = prefill_staircases(pres, lambda c: self.out.time(np.maximum(self.share_p[c], self.share_d)))
+        # join's KV transfer time per (prefill config, decode config), on each link: the same
+        # elementwise operations on the same shares as join's per point, done once per pair, so a
+        # probe gathers them (the flat index c * n_decode_configs + k) instead of recomputing them
+        link_bytes = np.maximum(self.share_p.astype(float)[:, None], self.share_d.astype(float)[None, :]).ravel()
+        self.n_kd = len(self.share_d)
+        self.seconds_out = self.out.time(link_bytes)
+        self.seconds_up = self.up.time(link_bytes) if self.up is not None else None
 
     def outcome(self, a, i: np.ndarray, which: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         """(points of ``i`` with a prefill choice, their total GPUs, tokens/s/GPU, TTFT, prefill
@@ -233,15 +240,16 @@ class _Pairing:
         c, k = choice[at], kd[at]
         b_p, t_p = batch[at], ttft[at]
         # engine.deploy.disagg.join and replicas, the columns read
+        # (one decode replica: join's multiplications by its count, 1, are left out, being exact)
         x_p = np.asarray(b_p, dtype=float) / np.asarray(t_p, dtype=float)
         x_d = self.x_d[i[at]]
-        decode = np.ones(len(at), dtype=np.int64)
-        prefill = np.maximum(1, np.ceil(decode * x_d / x_p * self.round)).astype(np.int64)
-        total = prefill * self.n_p[c] + decode * self.n_d[i[at]]
-        link_bytes = np.maximum(np.asarray(self.share_p[c], dtype=float), np.asarray(self.share_d[k], dtype=float))
-        on_up = (total <= self.domain) if self.up is not None else np.zeros(np.shape(total), dtype=bool)
-        seconds = np.where(on_up, self.up.time(link_bytes) if self.up else 0.0, self.out.time(link_bytes))
-        tokens = np.minimum(prefill * x_p, decode * x_d) * self.output_len
+        prefill = np.maximum(1, np.ceil(x_d / x_p * self.round)).astype(np.int64)
+        total = prefill * self.n_p[c] + self.n_d[i[at]]
+        link = c * self.n_kd + k
+        seconds = self.seconds_out[link]
+        if self.up is not None:
+            seconds = np.where(total <= self.domain, self.seconds_up[link], seconds)
+        tokens = np.minimum(prefill * x_p, x_d) * self.output_len
         return at, total, tokens / total, np.asarray(t_p, dtype=float) + seconds, c, b_p
 
 
