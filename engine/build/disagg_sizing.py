@@ -125,21 +125,29 @@ def dominated(pres: GPUSearch, slowest_bytes_per_s: float | None = None,
     every dominated record can go at once. A config all of whose records are dominated is never
     chosen. (``recs``: :func:`all_records` of ``pres``, computed when not given.)"""
     recs = all_records(pres) if recs is None else recs
+    # per config, looked up once (not per pair of configs): its GPUs, KV share and records' requests/s
+    n = [cfg.n_gpus for cfg in pres.pool_configs]
+    share = [pres.kv_share[cfg] for cfg in pres.pool_configs]
+    x = [b / t for t, b in recs]
     out = []
-    for c2, cfg2 in enumerate(pres.pool_configs):
-        t2, b2 = recs[c2]
-        x2 = b2 / t2
+    for c2 in range(len(pres.pool_configs)):
+        t2 = recs[c2][0]
+        x2 = x[c2]
         drop = np.zeros(len(t2), dtype=bool)
+        shrunk = None
         for c1 in range(c2):
-            cfg1 = pres.pool_configs[c1]
-            t1, b1 = recs[c1]
-            extra = pres.kv_share[cfg1] - pres.kv_share[cfg2]
-            if cfg2.n_gpus % cfg1.n_gpus or not len(t1) or (extra > 0 and slowest_bytes_per_s is None):
+            t1 = recs[c1][0]
+            extra = share[c1] - share[c2]
+            if n[c2] % n[c1] or not len(t1) or (extra > 0 and slowest_bytes_per_s is None):
                 continue
             # the records of c1 have increasing requests/s: the last one within reach is the most
-            reach = t2 if extra <= 0 else t2 * (1 - 1e-9) - extra / slowest_bytes_per_s
+            if extra <= 0:
+                reach = t2
+            else:
+                shrunk = t2 * (1 - 1e-9) if shrunk is None else shrunk
+                reach = shrunk - extra / slowest_bytes_per_s
             j = np.searchsorted(t1, reach, side="right") - 1
-            drop |= (j >= 0) & ((cfg2.n_gpus // cfg1.n_gpus) * (b1 / t1)[np.maximum(j, 0)] >= x2)
+            drop |= (j >= 0) & ((n[c2] // n[c1]) * x[c1][np.maximum(j, 0)] >= x2)
             if drop.all():
                 break
         out.append(drop)
@@ -315,7 +323,17 @@ def _plan_order(seg: np.ndarray, point: np.ndarray, out: _Outcomes) -> np.ndarra
     """The rows with an outcome, by interval ``seg``, then in plan's order: fewest GPUs, most
     tokens/s/GPU, then the search's order (the smaller decode point first)."""
     r = np.flatnonzero(np.isfinite(out.total))
-    return r[np.lexsort((_small(point[r]), -out.tokens[r], _small(out.total[r]), _small(seg[r])))]
+    seg, total, tokens = seg[r], out.total[r], out.tokens[r]
+    if not len(r):
+        return r
+    # the same order from cheaper keys: positive doubles order as their bit patterns, so their
+    # complement (an integer) orders tokens/s/GPU most first, ties kept (integers sort faster than
+    # doubles); interval and GPUs as one 16-bit key when they fit (one radix pass, not two)
+    most = ~tokens.view(np.uint64) if tokens.min() > 0 else -tokens
+    top = int(total.max()) + 1
+    if int(seg.max()) * top + top <= 2 ** 16:
+        return r[np.lexsort((_small(point[r]), most, (seg * top + total.astype(np.int64)).astype(np.uint16)))]
+    return r[np.lexsort((_small(point[r]), most, _small(total), _small(seg)))]
 
 
 def _small(key: np.ndarray) -> np.ndarray:
