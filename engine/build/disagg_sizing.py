@@ -125,33 +125,38 @@ def dominated(pres: GPUSearch, slowest_bytes_per_s: float | None = None,
     every dominated record can go at once. A config all of whose records are dominated is never
     chosen. (``recs``: :func:`all_records` of ``pres``, computed when not given.)"""
     recs = all_records(pres) if recs is None else recs
-    # per config, looked up once (not per pair of configs): its GPUs, KV share and records' requests/s
-    n = [cfg.n_gpus for cfg in pres.pool_configs]
-    share = [pres.kv_share[cfg] for cfg in pres.pool_configs]
+    # every config's records at once (rows), and per earlier config c1 one pass over the records of
+    # every later config it may dominate: the same comparisons as config pair by config pair, each
+    # on the same doubles (a row's reach, c1's last record within it, m times its requests/s)
+    if not recs:
+        return []
+    n = np.array([cfg.n_gpus for cfg in pres.pool_configs])
+    share = np.array([pres.kv_share[cfg] for cfg in pres.pool_configs], dtype=float)
     x = [b / t for t, b in recs]
-    out = []
-    for c2 in range(len(pres.pool_configs)):
-        t2 = recs[c2][0]
-        x2 = x[c2]
-        drop = np.zeros(len(t2), dtype=bool)
-        shrunk = None
-        for c1 in range(c2):
-            t1 = recs[c1][0]
-            extra = share[c1] - share[c2]
-            if n[c2] % n[c1] or not len(t1) or (extra > 0 and slowest_bytes_per_s is None):
-                continue
-            # the records of c1 have increasing requests/s: the last one within reach is the most
-            if extra <= 0:
-                reach = t2
-            else:
-                shrunk = t2 * (1 - 1e-9) if shrunk is None else shrunk
-                reach = shrunk - extra / slowest_bytes_per_s
-            j = np.searchsorted(t1, reach, side="right") - 1
-            drop |= (j >= 0) & ((n[c2] // n[c1]) * x[c1][np.maximum(j, 0)] >= x2)
-            if drop.all():
-                break
-        out.append(drop)
-    return out
+    t_all, x_all = np.concatenate([t for t, _ in recs]), np.concatenate(x)
+    of = np.repeat(np.arange(len(recs)), [len(t) for t, _ in recs])      # each row's config
+    shrunk = t_all * (1 - 1e-9)
+    drop = np.zeros(len(t_all), dtype=bool)
+    for c1, (t1, _) in enumerate(recs):
+        if not len(t1):
+            continue
+        extra = share[c1] - share                     # per config c2
+        later = (np.arange(len(recs)) > c1) & (n % n[c1] == 0)
+        if slowest_bytes_per_s is None:
+            later &= extra <= 0
+        rows = np.flatnonzero(later[of] & ~drop)          # (a dropped row stays dropped)
+        if not len(rows):
+            continue
+        e = extra[of[rows]]
+        reach = t_all[rows]
+        far = np.flatnonzero(e > 0)
+        if len(far):
+            reach = reach.copy()
+            reach[far] = shrunk[rows[far]] - e[far] / slowest_bytes_per_s
+        # the records of c1 have increasing requests/s: the last one within reach is the most
+        j = np.searchsorted(t1, reach, side="right") - 1
+        drop[rows] = (j >= 0) & ((n[of[rows]] // n[c1]) * x[c1][np.maximum(j, 0)] >= x_all[rows])
+    return np.split(drop, np.cumsum([len(t) for t, _ in recs])[:-1])
 
 
 def prefill_records(pres: GPUSearch, keep: dict[int, set[int]] | None = None,
