@@ -428,21 +428,38 @@ def decode_side(dres: GPUSearch, output_len: int) -> DecodeSide:
     p = dres.points
     x = p["batch"] / (output_len * p["tpot_s"])
     floor = np.empty(len(x))
-    for k in np.unique(p["config"]):
-        sel = np.flatnonzero(p["config"] == k)
-        order = sel[np.argsort(p["tpot_s"][sel], kind="stable")]
-        tp = p["tpot_s"][order]
+    # TPOTs as their dense ranks (np.unique's inverse: the same comparisons), whole numbers the
+    # sorts below take as 16-bit keys (radix sorts) where they fit; every config's points by TPOT
+    # (stable) in one sort: by config, then TPOT, then index (as each config's own stable sort)
+    tp = _dense_rank(p["tpot_s"])
+    by = np.lexsort((_small(tp), _small(p["config"])))
+    edge = np.flatnonzero(_starts(p["config"][by])).tolist() + [len(by)]
+    for lo, hi in zip(edge[:-1], edge[1:]):
+        order = by[lo:hi]
+        t = p["tpot_s"][order]
         low = np.minimum.accumulate(x[order])
-        floor[order] = low[np.searchsorted(tp, tp, side="right") - 1]
-    return DecodeSide(np.unique(p["tpot_s"], return_inverse=True)[1].ravel(), twins(dres), x, floor)
+        floor[order] = low[np.searchsorted(t, t, side="right") - 1]
+    return DecodeSide(tp, twins(dres, tp), x, floor)
 
 
-def twins(dres: GPUSearch) -> np.ndarray:
+def _dense_rank(v: np.ndarray) -> np.ndarray:
+    """Per value of ``v``, how many distinct values are smaller (``np.unique``'s inverse)."""
+    order = np.argsort(v, kind="stable")
+    s = v[order]
+    out = np.empty(len(v), dtype=np.intp)
+    out[order] = np.cumsum(np.concatenate(([0], s[1:] != s[:-1])))
+    return out
+
+
+def twins(dres: GPUSearch, tp: np.ndarray | None = None) -> np.ndarray:
     """Per decode point of ``dres``, a number shared by exactly the points equal to it in everything
-    a probe reads of one (TPOT, batch, GPUs, KV share; :func:`_distinct`)."""
+    a probe reads of one (TPOT, batch, GPUs, KV share; :func:`_distinct`). (``tp``: the TPOTs' dense
+    ranks, :func:`_dense_rank`, computed when not given: the TPOT and the share are sorted and
+    compared as their ranks, the same order and equalities as the doubles.)"""
     p = dres.points
-    share = np.array([dres.kv_share[c] for c in dres.configs])[p["config"]]
-    keys = (p["tpot_s"], p["batch"], p["n_gpus"], share)
+    tp = _dense_rank(p["tpot_s"]) if tp is None else tp
+    share = _dense_rank(np.array([dres.kv_share[c] for c in dres.configs]))[p["config"]]
+    keys = tuple(_small(k) for k in (tp, p["batch"], p["n_gpus"], share))
     order = np.lexsort(keys)
     differ = np.zeros(len(order), dtype=bool)
     for key in keys:
