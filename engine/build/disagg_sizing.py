@@ -475,7 +475,7 @@ def _distinct(twin: np.ndarray, every: np.ndarray) -> np.ndarray:
     (the same operations on the same values: those are all a probe reads of a decode point), comes
     after it in plan's order and has its TPOT, so it is never a step of a staircase, nor needed as a
     competitor (the smaller one keeps out every point it would)."""
-    return every[np.sort(np.unique(twin[every], return_index=True)[1])]
+    return every[np.sort(np.unique(_small(twin[every]), return_index=True)[1])]
 
 
 def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int,
@@ -504,9 +504,9 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     # a level of the bisection: intervals [lo_i, hi_i] of probes, and as rows (by interval, each
     # interval's by TPOT, ties in the search's order) the points each searches, with their outcomes
     # at both ends and, per end, the rows with an outcome there in plan's order
-    tpot = dres.points["tpot_s"]
     tp = side.tp
-    every = _distinct(side.twin, every[np.argsort(tpot[every], kind="stable")])
+    # (by TPOT as its rank, side.tp: the same order and ties, a 16-bit radix sort where it fits)
+    every = _distinct(side.twin, every[np.argsort(_small(tp[every]), kind="stable")])
     cuts = np.array(sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)}))
     n, k = len(every), len(cuts) - 1
     end = np.repeat(np.arange(k + 1), n)
