@@ -201,11 +201,14 @@ def _breakpoints(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch) -> tupl
     _, scale_out = links(pgpu, dgpu)
     shares = sorted({dres.kv_share[c] for c in dres.configs})
     bps, first = [], {s: np.inf for s in shares}
-    for c, cfg in enumerate(pres.pool_configs):
-        t = pres.prefill["ttft_s"][pres.prefill["config"] == c]
-        for s in shares:
-            bps.append(t + scale_out.time(max(pres.kv_share[cfg], s)))
-            first[s] = min(first[s], float(bps[-1].min()))
+    # every record at once per decode share (each the same sum as per config: its TTFT plus the
+    # transfer time of its config's share and s; the breakpoints are made distinct and sorted, the
+    # least taken over all, so the order of the records does not matter)
+    t = pres.prefill["ttft_s"]
+    share = np.array([pres.kv_share[cfg] for cfg in pres.pool_configs])[pres.prefill["config"]]
+    for s in shares:
+        bps.append(t + scale_out.time(np.maximum(share, s)))
+        first[s] = min(first[s], float(bps[-1].min()))
     bps = np.unique(np.concatenate(bps))
     return np.unique(np.concatenate([bps, (bps[1:] + bps[:-1]) / 2, [bps[0] / 2, bps[-1] * 2]])), list(first.values())
 
