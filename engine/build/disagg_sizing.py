@@ -404,6 +404,20 @@ def _same_staircases(n: int, seg: np.ndarray, point: np.ndarray, lo: _Outcomes, 
     return same
 
 
+def _drop_inert(seg: np.ndarray, point: np.ndarray, lo: _Outcomes, hi: _Outcomes, by_lo: np.ndarray,
+                by_hi: np.ndarray) -> tuple:
+    """The first level's rows less those with an outcome at neither end of their interval (points
+    not yet open at its top: most of an interval's below a share's first bound), the others in their
+    order (``by_lo``, ``by_hi`` renumbered). Such a row is never kept (no outcome at the top), on a
+    staircase nor a competitor (in neither plan order), so nothing the bisection reads changes."""
+    live = np.flatnonzero(np.isfinite(lo.total) | np.isfinite(hi.total))
+    if len(live) == len(seg):
+        return seg, point, lo, hi, by_lo, by_hi
+    place = np.full(len(seg), -1)
+    place[live] = np.arange(len(live))
+    return seg[live], point[live], lo.take(live), hi.take(live), place[by_lo], place[by_hi]
+
+
 def _within_reach(pres: GPUSearch, side: DecodeSide) -> np.ndarray:
     """The decode points that can be an answer at all: a point whose requests/s exceed those of a
     point of its config with no larger TPOT by more than the most any prefill replica completes
@@ -522,15 +536,7 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     seg, point = end[:k * n], np.tile(every, k)
     lo, hi = ends.take(slice(0, k * n)), ends.take(slice(n, (k + 1) * n))
     by_lo, by_hi = by_end[by_end < k * n], by_end[by_end >= n] - n
-    # rows with an outcome at neither end (points not yet open at the interval's top: most of an
-    # interval's below a share's first bound) are never kept, on a staircase nor a competitor (not
-    # in by_lo): left out before the first level, the others in their order, nothing read changes
-    live = np.flatnonzero(np.isfinite(lo.total) | np.isfinite(hi.total))
-    if len(live) < len(seg):
-        place = np.full(len(seg), -1)
-        place[live] = np.arange(len(live))
-        seg, point, lo, hi = seg[live], point[live], lo.take(live), hi.take(live)
-        by_lo, by_hi = place[by_lo], place[by_hi]
+    seg, point, lo, hi, by_lo, by_hi = _drop_inert(seg, point, lo, hi, by_lo, by_hi)
     # the (point, prefill config, batch) answers as one whole number each (far below 2**63: points,
     # configs and batches number thousands at most), repeats too, made distinct once at the end
     n_config, n_batch = len(pres.pool_configs), int(pres.prefill["batch"].max()) + 1
