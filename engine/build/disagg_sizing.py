@@ -558,16 +558,19 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
         # a row whose outcome is the same at both ends has it in between (the module doc's Cost):
         # only the others are probed
         lo, hi = lo.take(rows), hi.take(rows)
-        mid = _Outcomes(*(column.copy() for column in lo))
-        moves = np.flatnonzero(mid.differs(hi))
-        for column, value in zip(mid, _probe(pairing, probes[mid_i[split]], j[moves], point[rows[moves]], opens)):
-            column[moves] = value
-        by_mid = _plan_order(j, point[rows], mid)
+        moves = np.flatnonzero(lo.differs(hi))
+        # the next level's ends, (lo, mid) and (mid, hi), written in place: mid is lo but where
+        # probed, so both start from lo and take the probes' columns (mid: a view of the first)
+        n_rows = len(rows)
+        lo, hi = lo.then(lo), lo.then(hi)
+        for c_lo, c_hi, value in zip(lo, hi, _probe(pairing, probes[mid_i[split]], j[moves], point[rows[moves]], opens)):
+            c_lo[n_rows + moves] = value
+            c_hi[moves] = value
+        by_mid = _plan_order(j, point[rows], lo.take(slice(n_rows, None)))
         place = np.full(len(seg), -1)                 # a kept row's place among rows
-        place[rows] = np.arange(len(rows))
-        by_lo = np.concatenate([_kept(place[by_lo]), len(rows) + by_mid])
-        by_hi = np.concatenate([by_mid, len(rows) + _kept(place[by_hi])])
-        lo, hi = lo.then(mid), mid.then(hi)
+        place[rows] = np.arange(n_rows)
+        by_lo = np.concatenate([_kept(place[by_lo]), n_rows + by_mid])
+        by_hi = np.concatenate([by_mid, n_rows + _kept(place[by_hi])])
         seg, point = np.concatenate([j, len(split) + j]), np.tile(point[rows], 2)
         lo_i, hi_i = np.concatenate([lo_i[split], mid_i[split]]), np.concatenate([mid_i[split], hi_i[split]])
     if not found:
