@@ -11,6 +11,7 @@ decode points; up to 4 GPUs, so configs dominate one another):
 - :func:`_plan_order`: the bit-pattern key for tokens/s/GPU and the joint (interval, GPUs) key give
   the plain lexsort's order, also where the joint key does not fit and for a non-positive token rate;
 - :func:`_drop_inert`: the bisection finds the same answers with the first level's inert rows kept;
+- :func:`_next_ends`: the next level's end columns gathered in place equal take then concatenate;
 - ``_Pairing.outcome``'s per-pair transfer-time table: tests/test_disagg_sizing_fast.py compares the
   outcome with ``pair_points`` column for column; here also with join's own expression per row.
 
@@ -189,3 +190,20 @@ def test_consistency_outcome_transfer_table_is_joins_expression(pairs):
                 assert pairing.seconds_out[c * pairing.n_kd + k] == out.time(link)
                 if up is not None:
                     assert pairing.seconds_up[c * pairing.n_kd + k] == up.time(link)
+
+
+def test_consistency_next_ends_equal_take_then():
+    rng = np.random.default_rng(7)
+    n = 1000
+
+    def outcomes():
+        total = rng.integers(2, 30, n).astype(float)
+        total[rng.random(n) < 0.2] = np.inf
+        return ds._Outcomes(total, rng.random(n), rng.integers(-1, 9, n), rng.integers(-1, 300, n))
+
+    lo, hi = outcomes(), outcomes()
+    for rows in (np.sort(rng.choice(n, 300, replace=False)), np.arange(0), np.arange(n)):
+        got_lo, got_hi = ds._next_ends(lo, hi, rows)
+        want_lo, want_hi = lo.take(rows).then(lo.take(rows)), lo.take(rows).then(hi.take(rows))
+        for got, want in zip((*got_lo, *got_hi), (*want_lo, *want_hi)):
+            assert got.dtype == want.dtype and np.array_equal(got, want)

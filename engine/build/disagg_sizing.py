@@ -308,6 +308,22 @@ class _Outcomes(NamedTuple):
         return _Outcomes(*map(np.concatenate, zip(self, other)))
 
 
+def _next_ends(lo: _Outcomes, hi: _Outcomes, rows: np.ndarray) -> tuple[_Outcomes, _Outcomes]:
+    """``lo.take(rows).then(lo.take(rows))`` and ``lo.take(rows).then(hi.take(rows))``, each column
+    gathered straight into its half of one array (no gathered copies concatenated)."""
+    n = len(rows)
+    first, second = [], []
+    for a, b in zip(lo, hi):
+        x, y = np.empty(2 * n, dtype=a.dtype), np.empty(2 * n, dtype=b.dtype)
+        np.take(a, rows, out=x[:n], mode="clip")        # (rows are in range: clip changes none)
+        x[n:] = x[:n]
+        y[:n] = x[:n]
+        np.take(b, rows, out=y[n:], mode="clip")
+        first.append(x)
+        second.append(y)
+    return _Outcomes(*first), _Outcomes(*second)
+
+
 def _starts(seg: np.ndarray) -> np.ndarray:
     """Where each run of equal ``seg`` begins (a mask)."""
     return np.concatenate(([True], seg[1:] != seg[:-1])) if len(seg) else np.zeros(0, dtype=bool)
@@ -557,12 +573,11 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
         j = (np.cumsum(~done) - 1)[seg[rows]]
         # a row whose outcome is the same at both ends has it in between (the module doc's Cost):
         # only the others are probed
-        lo, hi = lo.take(rows), hi.take(rows)
-        moves = np.flatnonzero(lo.differs(hi))
-        # the next level's ends, (lo, mid) and (mid, hi), written in place: mid is lo but where
-        # probed, so both start from lo and take the probes' columns (mid: a view of the first)
+        # the next level's ends, (lo, mid) and (mid, hi): mid is lo but where probed, so both
+        # start from lo (and hi) of the rows kept, then take the probes' columns (mid: a view)
         n_rows = len(rows)
-        lo, hi = lo.then(lo), lo.then(hi)
+        lo, hi = _next_ends(lo, hi, rows)
+        moves = np.flatnonzero(lo.take(slice(n_rows)).differs(hi.take(slice(n_rows, None))))
         for c_lo, c_hi, value in zip(lo, hi, _probe(pairing, probes[mid_i[split]], j[moves], point[rows[moves]], opens)):
             c_lo[n_rows + moves] = value
             c_hi[moves] = value
