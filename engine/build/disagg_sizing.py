@@ -253,14 +253,16 @@ class _Pairing:
         kd = self.kd[i]
         choice, cost, ttft, batch = prefill_choice(self.configs, a, kd, self.x_d[i], self.n_p, which)
         at = np.flatnonzero(np.isfinite(cost))
-        c, k = choice[at], kd[at]
-        b_p, t_p = batch[at], ttft[at]
+        if len(at) < len(i):
+            c, k, b_p, t_p, i = choice[at], kd[at], batch[at], ttft[at], i[at]
+        else:                       # every point has a choice (most probes): the arrays as they are
+            c, k, b_p, t_p = choice, kd, batch, ttft
         # engine.deploy.disagg.join and replicas, the columns read
         # (one decode replica: join's multiplications by its count, 1, are left out, being exact)
         x_p = np.asarray(b_p, dtype=float) / np.asarray(t_p, dtype=float)
-        x_d = self.x_d[i[at]]
+        x_d = self.x_d[i]
         prefill = np.maximum(1, np.ceil(x_d / x_p * self.round)).astype(np.int64)
-        total = prefill * self.n_p[c] + self.n_d[i[at]]
+        total = prefill * self.n_p[c] + self.n_d[i]
         link = c * self.n_kd + k
         seconds = self.seconds_out[link]
         if self.up is not None:
@@ -279,12 +281,18 @@ def _probe(pairing: _Pairing, bounds: np.ndarray, which: np.ndarray, point: np.n
     n = len(point)
     out = (np.full(n, np.inf), np.zeros(n), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64))
     row = np.flatnonzero(opens[point] <= bounds[which])
-    if len(row):
-        at, total, tokens, ttft, c, b = pairing.outcome(bounds, point[row], which[row])
-        ok = ttft <= bounds[which[row[at]]]
-        row = row[at[ok]]
-        for column, value in zip(out, (total, tokens, c, b)):
-            column[row] = value[ok]
+    if not len(row):
+        return out
+    if len(row) < n:
+        point, which = point[row], which[row]
+    at, total, tokens, ttft, c, b = pairing.outcome(bounds, point, which)
+    ok = ttft <= bounds[which[at] if len(at) < len(point) else which]
+    columns = (total.astype(float), tokens, c.astype(np.int64), b.astype(np.int64))
+    if len(at) == n and ok.all():       # every row has an outcome (most probes): its columns as they are
+        return columns
+    row = row[at[ok]]
+    for column, value in zip(out, columns):
+        column[row] = value[ok]
     return out
 
 
