@@ -221,9 +221,10 @@ class _Pairing:
     where pair_points' set-up (per config sorts and running maxima, the transfer times, join's
     other columns) would cost more than the points. The prefill pool is chosen by pair_points' own
     code (sizing.prefill_staircases once, sizing.prefill_choice per level, a bound per point);
-    join's columns a probe reads (a decode point's requests/s computed once) are the same numpy
-    operations in the same order, so the same doubles (tests/test_disagg_sizing_fast.py compares
-    it with pair_points column for column)."""
+    join's columns a probe reads (a decode point's requests/s computed once, the KV transfer time
+    per pair of configs once, join's multiplications by the one decode replica left out: exact) are
+    the same numpy operations in the same order, so the same doubles (tests/test_disagg_sizing_fast.py
+    compares it with pair_points column for column)."""
 
     def __init__(self, pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int):
         d = dres.points
