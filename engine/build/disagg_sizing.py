@@ -125,25 +125,38 @@ def dominated(pres: GPUSearch, slowest_bytes_per_s: float | None = None,
     every dominated record can go at once. A config all of whose records are dominated is never
     chosen. (``recs``: :func:`all_records` of ``pres``, computed when not given.)"""
     recs = all_records(pres) if recs is None else recs
-    out = []
-    for c2, cfg2 in enumerate(pres.pool_configs):
-        t2, b2 = recs[c2]
-        x2 = b2 / t2
-        drop = np.zeros(len(t2), dtype=bool)
-        for c1 in range(c2):
-            cfg1 = pres.pool_configs[c1]
-            t1, b1 = recs[c1]
-            extra = pres.kv_share[cfg1] - pres.kv_share[cfg2]
-            if cfg2.n_gpus % cfg1.n_gpus or not len(t1) or (extra > 0 and slowest_bytes_per_s is None):
-                continue
-            # the records of c1 have increasing requests/s: the last one within reach is the most
-            reach = t2 if extra <= 0 else t2 * (1 - 1e-9) - extra / slowest_bytes_per_s
-            j = np.searchsorted(t1, reach, side="right") - 1
-            drop |= (j >= 0) & ((cfg2.n_gpus // cfg1.n_gpus) * (b1 / t1)[np.maximum(j, 0)] >= x2)
-            if drop.all():
-                break
-        out.append(drop)
-    return out
+    # every config's records at once (rows), and per earlier config c1 one pass over the records of
+    # every later config it may dominate: the same comparisons as config pair by config pair, each
+    # on the same doubles (a row's reach, c1's last record within it, m times its requests/s)
+    if not recs:
+        return []
+    n = np.array([cfg.n_gpus for cfg in pres.pool_configs])
+    share = np.array([pres.kv_share[cfg] for cfg in pres.pool_configs], dtype=float)
+    x = [b / t for t, b in recs]
+    t_all, x_all = np.concatenate([t for t, _ in recs]), np.concatenate(x)
+    of = np.repeat(np.arange(len(recs)), [len(t) for t, _ in recs])      # each row's config
+    shrunk = t_all * (1 - 1e-9)
+    drop = np.zeros(len(t_all), dtype=bool)
+    for c1, (t1, _) in enumerate(recs):
+        if not len(t1):
+            continue
+        extra = share[c1] - share                     # per config c2
+        later = (np.arange(len(recs)) > c1) & (n % n[c1] == 0)
+        if slowest_bytes_per_s is None:
+            later &= extra <= 0
+        rows = np.flatnonzero(later[of] & ~drop)          # (a dropped row stays dropped)
+        if not len(rows):
+            continue
+        e = extra[of[rows]]
+        reach = t_all[rows]
+        far = np.flatnonzero(e > 0)
+        if len(far):
+            reach = reach.copy()
+            reach[far] = shrunk[rows[far]] - e[far] / slowest_bytes_per_s
+        # the records of c1 have increasing requests/s: the last one within reach is the most
+        j = np.searchsorted(t1, reach, side="right") - 1
+        drop[rows] = (j >= 0) & ((n[of[rows]] // n[c1]) * x[c1][np.maximum(j, 0)] >= x_all[rows])
+    return np.split(drop, np.cumsum([len(t) for t, _ in recs])[:-1])
 
 
 def prefill_records(pres: GPUSearch, keep: dict[int, set[int]] | None = None,
@@ -188,11 +201,14 @@ def _breakpoints(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch) -> tupl
     _, scale_out = links(pgpu, dgpu)
     shares = sorted({dres.kv_share[c] for c in dres.configs})
     bps, first = [], {s: np.inf for s in shares}
-    for c, cfg in enumerate(pres.pool_configs):
-        t = pres.prefill["ttft_s"][pres.prefill["config"] == c]
-        for s in shares:
-            bps.append(t + scale_out.time(max(pres.kv_share[cfg], s)))
-            first[s] = min(first[s], float(bps[-1].min()))
+    # every record at once per decode share (each the same sum as per config: its TTFT plus the
+    # transfer time of its config's share and s; the breakpoints are made distinct and sorted, the
+    # least taken over all, so the order of the records does not matter)
+    t = pres.prefill["ttft_s"]
+    share = np.array([pres.kv_share[cfg] for cfg in pres.pool_configs])[pres.prefill["config"]]
+    for s in shares:
+        bps.append(t + scale_out.time(np.maximum(share, s)))
+        first[s] = min(first[s], float(bps[-1].min()))
     bps = np.unique(np.concatenate(bps))
     return np.unique(np.concatenate([bps, (bps[1:] + bps[:-1]) / 2, [bps[0] / 2, bps[-1] * 2]])), list(first.values())
 
@@ -205,9 +221,10 @@ class _Pairing:
     where pair_points' set-up (per config sorts and running maxima, the transfer times, join's
     other columns) would cost more than the points. The prefill pool is chosen by pair_points' own
     code (sizing.prefill_staircases once, sizing.prefill_choice per level, a bound per point);
-    join's columns a probe reads (a decode point's requests/s computed once) are the same numpy
-    operations in the same order, so the same doubles (tests/test_disagg_sizing_fast.py compares
-    it with pair_points column for column)."""
+    join's columns a probe reads (a decode point's requests/s computed once, the KV transfer time
+    per pair of configs once, join's multiplications by the one decode replica left out: exact) are
+    the same numpy operations in the same order, so the same doubles (tests/test_disagg_sizing_fast.py
+    compares it with pair_points column for column)."""
 
     def __init__(self, pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int):
         d = dres.points
@@ -222,6 +239,13 @@ class _Pairing:
         # a decode replica's requests/s: the demand on the prefill pool (one decode replica, no load)
         self.x_d = np.asarray(self.batch_d, dtype=float) / (output_len * np.asarray(self.tpot_d, dtype=float))
         self.configs = prefill_staircases(pres, lambda c: self.out.time(np.maximum(self.share_p[c], self.share_d)))
+        # join's KV transfer time per (prefill config, decode config), on each link: the same
+        # elementwise operations on the same shares as join's per point, done once per pair, so a
+        # probe gathers them (the flat index c * n_decode_configs + k) instead of recomputing them
+        link_bytes = np.maximum(self.share_p.astype(float)[:, None], self.share_d.astype(float)[None, :]).ravel()
+        self.n_kd = len(self.share_d)
+        self.seconds_out = self.out.time(link_bytes)
+        self.seconds_up = self.up.time(link_bytes) if self.up is not None else None
 
     def outcome(self, a, i: np.ndarray, which: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         """(points of ``i`` with a prefill choice, their total GPUs, tokens/s/GPU, TTFT, prefill
@@ -230,18 +254,21 @@ class _Pairing:
         kd = self.kd[i]
         choice, cost, ttft, batch = prefill_choice(self.configs, a, kd, self.x_d[i], self.n_p, which)
         at = np.flatnonzero(np.isfinite(cost))
-        c, k = choice[at], kd[at]
-        b_p, t_p = batch[at], ttft[at]
+        if len(at) < len(i):
+            c, k, b_p, t_p, i = choice[at], kd[at], batch[at], ttft[at], i[at]
+        else:                       # every point has a choice (most probes): the arrays as they are
+            c, k, b_p, t_p = choice, kd, batch, ttft
         # engine.deploy.disagg.join and replicas, the columns read
+        # (one decode replica: join's multiplications by its count, 1, are left out, being exact)
         x_p = np.asarray(b_p, dtype=float) / np.asarray(t_p, dtype=float)
-        x_d = self.x_d[i[at]]
-        decode = np.ones(len(at), dtype=np.int64)
-        prefill = np.maximum(1, np.ceil(decode * x_d / x_p * self.round)).astype(np.int64)
-        total = prefill * self.n_p[c] + decode * self.n_d[i[at]]
-        link_bytes = np.maximum(np.asarray(self.share_p[c], dtype=float), np.asarray(self.share_d[k], dtype=float))
-        on_up = (total <= self.domain) if self.up is not None else np.zeros(np.shape(total), dtype=bool)
-        seconds = np.where(on_up, self.up.time(link_bytes) if self.up else 0.0, self.out.time(link_bytes))
-        tokens = np.minimum(prefill * x_p, decode * x_d) * self.output_len
+        x_d = self.x_d[i]
+        prefill = np.maximum(1, np.ceil(x_d / x_p * self.round)).astype(np.int64)
+        total = prefill * self.n_p[c] + self.n_d[i]
+        link = c * self.n_kd + k
+        seconds = self.seconds_out[link]
+        if self.up is not None:
+            seconds = np.where(total <= self.domain, self.seconds_up[link], seconds)
+        tokens = np.minimum(prefill * x_p, x_d) * self.output_len
         return at, total, tokens / total, np.asarray(t_p, dtype=float) + seconds, c, b_p
 
 
@@ -255,12 +282,18 @@ def _probe(pairing: _Pairing, bounds: np.ndarray, which: np.ndarray, point: np.n
     n = len(point)
     out = (np.full(n, np.inf), np.zeros(n), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64))
     row = np.flatnonzero(opens[point] <= bounds[which])
-    if len(row):
-        at, total, tokens, ttft, c, b = pairing.outcome(bounds, point[row], which[row])
-        ok = ttft <= bounds[which[row[at]]]
-        row = row[at[ok]]
-        for column, value in zip(out, (total, tokens, c, b)):
-            column[row] = value[ok]
+    if not len(row):
+        return out
+    if len(row) < n:
+        point, which = point[row], which[row]
+    at, total, tokens, ttft, c, b = pairing.outcome(bounds, point, which)
+    ok = ttft <= bounds[which[at] if len(at) < len(point) else which]
+    columns = (total.astype(float), tokens, c.astype(np.int64), b.astype(np.int64))
+    if len(at) == n and ok.all():       # every row has an outcome (most probes): its columns as they are
+        return columns
+    row = row[at[ok]]
+    for column, value in zip(out, columns):
+        column[row] = value[ok]
     return out
 
 
@@ -282,6 +315,22 @@ class _Outcomes(NamedTuple):
 
     def then(self, other: _Outcomes) -> _Outcomes:
         return _Outcomes(*map(np.concatenate, zip(self, other)))
+
+
+def _next_ends(lo: _Outcomes, hi: _Outcomes, rows: np.ndarray) -> tuple[_Outcomes, _Outcomes]:
+    """``lo.take(rows).then(lo.take(rows))`` and ``lo.take(rows).then(hi.take(rows))``, each column
+    gathered straight into its half of one array (no gathered copies concatenated)."""
+    n = len(rows)
+    first, second = [], []
+    for a, b in zip(lo, hi):
+        x, y = np.empty(2 * n, dtype=a.dtype), np.empty(2 * n, dtype=b.dtype)
+        np.take(a, rows, out=x[:n], mode="clip")        # (rows are in range: clip changes none)
+        x[n:] = x[:n]
+        y[:n] = x[:n]
+        np.take(b, rows, out=y[n:], mode="clip")
+        first.append(x)
+        second.append(y)
+    return _Outcomes(*first), _Outcomes(*second)
 
 
 def _starts(seg: np.ndarray) -> np.ndarray:
@@ -307,7 +356,17 @@ def _plan_order(seg: np.ndarray, point: np.ndarray, out: _Outcomes) -> np.ndarra
     """The rows with an outcome, by interval ``seg``, then in plan's order: fewest GPUs, most
     tokens/s/GPU, then the search's order (the smaller decode point first)."""
     r = np.flatnonzero(np.isfinite(out.total))
-    return r[np.lexsort((_small(point[r]), -out.tokens[r], _small(out.total[r]), _small(seg[r])))]
+    seg, total, tokens = seg[r], out.total[r], out.tokens[r]
+    if not len(r):
+        return r
+    # the same order from cheaper keys: positive doubles order as their bit patterns, so their
+    # complement (an integer) orders tokens/s/GPU most first, ties kept (integers sort faster than
+    # doubles); interval and GPUs as one 16-bit key when they fit (one radix pass, not two)
+    most = ~tokens.view(np.uint64) if tokens.min() > 0 else -tokens
+    top = int(total.max()) + 1
+    if int(seg.max()) * top + top <= 2 ** 16:
+        return r[np.lexsort((_small(point[r]), most, (seg * top + total.astype(np.int64)).astype(np.uint16)))]
+    return r[np.lexsort((_small(point[r]), most, _small(total), _small(seg)))]
 
 
 def _small(key: np.ndarray) -> np.ndarray:
@@ -370,6 +429,20 @@ def _same_staircases(n: int, seg: np.ndarray, point: np.ndarray, lo: _Outcomes, 
     return same
 
 
+def _drop_inert(seg: np.ndarray, point: np.ndarray, lo: _Outcomes, hi: _Outcomes, by_lo: np.ndarray,
+                by_hi: np.ndarray) -> tuple:
+    """The first level's rows less those with an outcome at neither end of their interval (points
+    not yet open at its top: most of an interval's below a share's first bound), the others in their
+    order (``by_lo``, ``by_hi`` renumbered). Such a row is never kept (no outcome at the top), on a
+    staircase nor a competitor (in neither plan order), so nothing the bisection reads changes."""
+    live = np.flatnonzero(np.isfinite(lo.total) | np.isfinite(hi.total))
+    if len(live) == len(seg):
+        return seg, point, lo, hi, by_lo, by_hi
+    place = np.full(len(seg), -1)
+    place[live] = np.arange(len(live))
+    return seg[live], point[live], lo.take(live), hi.take(live), place[by_lo], place[by_hi]
+
+
 def _within_reach(pres: GPUSearch, side: DecodeSide) -> np.ndarray:
     """The decode points that can be an answer at all: a point whose requests/s exceed those of a
     point of its config with no larger TPOT by more than the most any prefill replica completes
@@ -397,21 +470,38 @@ def decode_side(dres: GPUSearch, output_len: int) -> DecodeSide:
     p = dres.points
     x = p["batch"] / (output_len * p["tpot_s"])
     floor = np.empty(len(x))
-    for k in np.unique(p["config"]):
-        sel = np.flatnonzero(p["config"] == k)
-        order = sel[np.argsort(p["tpot_s"][sel], kind="stable")]
-        tp = p["tpot_s"][order]
+    # TPOTs as their dense ranks (np.unique's inverse: the same comparisons), whole numbers the
+    # sorts below take as 16-bit keys (radix sorts) where they fit; every config's points by TPOT
+    # (stable) in one sort: by config, then TPOT, then index (as each config's own stable sort)
+    tp = _dense_rank(p["tpot_s"])
+    by = np.lexsort((_small(tp), _small(p["config"])))
+    edge = np.flatnonzero(_starts(p["config"][by])).tolist() + [len(by)]
+    for lo, hi in zip(edge[:-1], edge[1:]):
+        order = by[lo:hi]
+        t = p["tpot_s"][order]
         low = np.minimum.accumulate(x[order])
-        floor[order] = low[np.searchsorted(tp, tp, side="right") - 1]
-    return DecodeSide(np.unique(p["tpot_s"], return_inverse=True)[1].ravel(), twins(dres), x, floor)
+        floor[order] = low[np.searchsorted(t, t, side="right") - 1]
+    return DecodeSide(tp, twins(dres, tp), x, floor)
 
 
-def twins(dres: GPUSearch) -> np.ndarray:
+def _dense_rank(v: np.ndarray) -> np.ndarray:
+    """Per value of ``v``, how many distinct values are smaller (``np.unique``'s inverse)."""
+    order = np.argsort(v, kind="stable")
+    s = v[order]
+    out = np.empty(len(v), dtype=np.intp)
+    out[order] = np.cumsum(np.concatenate(([0], s[1:] != s[:-1])))
+    return out
+
+
+def twins(dres: GPUSearch, tp: np.ndarray | None = None) -> np.ndarray:
     """Per decode point of ``dres``, a number shared by exactly the points equal to it in everything
-    a probe reads of one (TPOT, batch, GPUs, KV share; :func:`_distinct`)."""
+    a probe reads of one (TPOT, batch, GPUs, KV share; :func:`_distinct`). (``tp``: the TPOTs' dense
+    ranks, :func:`_dense_rank`, computed when not given: the TPOT and the share are sorted and
+    compared as their ranks, the same order and equalities as the doubles.)"""
     p = dres.points
-    share = np.array([dres.kv_share[c] for c in dres.configs])[p["config"]]
-    keys = (p["tpot_s"], p["batch"], p["n_gpus"], share)
+    tp = _dense_rank(p["tpot_s"]) if tp is None else tp
+    share = _dense_rank(np.array([dres.kv_share[c] for c in dres.configs]))[p["config"]]
+    keys = tuple(_small(k) for k in (tp, p["batch"], p["n_gpus"], share))
     order = np.lexsort(keys)
     differ = np.zeros(len(order), dtype=bool)
     for key in keys:
@@ -427,7 +517,7 @@ def _distinct(twin: np.ndarray, every: np.ndarray) -> np.ndarray:
     (the same operations on the same values: those are all a probe reads of a decode point), comes
     after it in plan's order and has its TPOT, so it is never a step of a staircase, nor needed as a
     competitor (the smaller one keeps out every point it would)."""
-    return every[np.sort(np.unique(twin[every], return_index=True)[1])]
+    return every[np.sort(np.unique(_small(twin[every]), return_index=True)[1])]
 
 
 def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int,
@@ -456,9 +546,9 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     # a level of the bisection: intervals [lo_i, hi_i] of probes, and as rows (by interval, each
     # interval's by TPOT, ties in the search's order) the points each searches, with their outcomes
     # at both ends and, per end, the rows with an outcome there in plan's order
-    tpot = dres.points["tpot_s"]
     tp = side.tp
-    every = _distinct(side.twin, every[np.argsort(tpot[every], kind="stable")])
+    # (by TPOT as its rank, side.tp: the same order and ties, a 16-bit radix sort where it fits)
+    every = _distinct(side.twin, every[np.argsort(_small(tp[every]), kind="stable")])
     cuts = np.array(sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)}))
     n, k = len(every), len(cuts) - 1
     end = np.repeat(np.arange(k + 1), n)
@@ -471,6 +561,7 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     seg, point = end[:k * n], np.tile(every, k)
     lo, hi = ends.take(slice(0, k * n)), ends.take(slice(n, (k + 1) * n))
     by_lo, by_hi = by_end[by_end < k * n], by_end[by_end >= n] - n
+    seg, point, lo, hi, by_lo, by_hi = _drop_inert(seg, point, lo, hi, by_lo, by_hi)
     # the (point, prefill config, batch) answers as one whole number each (far below 2**63: points,
     # configs and batches number thousands at most), repeats too, made distinct once at the end
     n_config, n_batch = len(pres.pool_configs), int(pres.prefill["batch"].max()) + 1
@@ -491,17 +582,19 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
         j = (np.cumsum(~done) - 1)[seg[rows]]
         # a row whose outcome is the same at both ends has it in between (the module doc's Cost):
         # only the others are probed
-        lo, hi = lo.take(rows), hi.take(rows)
-        mid = _Outcomes(*(column.copy() for column in lo))
-        moves = np.flatnonzero(mid.differs(hi))
-        for column, value in zip(mid, _probe(pairing, probes[mid_i[split]], j[moves], point[rows[moves]], opens)):
-            column[moves] = value
-        by_mid = _plan_order(j, point[rows], mid)
+        # the next level's ends, (lo, mid) and (mid, hi): mid is lo but where probed, so both
+        # start from lo (and hi) of the rows kept, then take the probes' columns (mid: a view)
+        n_rows = len(rows)
+        lo, hi = _next_ends(lo, hi, rows)
+        moves = np.flatnonzero(lo.take(slice(n_rows)).differs(hi.take(slice(n_rows, None))))
+        for c_lo, c_hi, value in zip(lo, hi, _probe(pairing, probes[mid_i[split]], j[moves], point[rows[moves]], opens)):
+            c_lo[n_rows + moves] = value
+            c_hi[moves] = value
+        by_mid = _plan_order(j, point[rows], lo.take(slice(n_rows, None)))
         place = np.full(len(seg), -1)                 # a kept row's place among rows
-        place[rows] = np.arange(len(rows))
-        by_lo = np.concatenate([_kept(place[by_lo]), len(rows) + by_mid])
-        by_hi = np.concatenate([by_mid, len(rows) + _kept(place[by_hi])])
-        lo, hi = lo.then(mid), mid.then(hi)
+        place[rows] = np.arange(n_rows)
+        by_lo = np.concatenate([_kept(place[by_lo]), n_rows + by_mid])
+        by_hi = np.concatenate([by_mid, n_rows + _kept(place[by_hi])])
         seg, point = np.concatenate([j, len(split) + j]), np.tile(point[rows], 2)
         lo_i, hi_i = np.concatenate([lo_i[split], mid_i[split]]), np.concatenate([mid_i[split], hi_i[split]])
     if not found:
