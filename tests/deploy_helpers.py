@@ -92,6 +92,16 @@ def pool_search(model_id: str, gpu_names: list[str], input_len: int, output_len:
                         options=Options(framework="vllm"), fusion=TABLES["vllm"], pools=True)
 
 
+def pool_pairs(searched) -> list[tuple]:
+    """Every (prefill GPU, decode GPU, prefill records, decode search) pair of :func:`pool_search`'s
+    result, the prefill records cut at the slowest scale-out link (what disagg_sizing.candidates pairs)."""
+    import engine.build.disagg_sizing as ds
+    gpus, res = searched
+    slowest = min(g.scale_out_bytes_per_s for g in gpus)
+    by_key = {g.key: g for g in gpus}
+    return [(by_key[p.gpu], by_key[d.gpu], ds.prefill_records(p, slowest_bytes_per_s=slowest), d)
+            for p in res for d in res]
+
 def structure_cache(model_id: str):
     """A fresh :class:`engine.deploy.structure_cache.StructureCache` of a corpus model with the
     corpus's fusion tables (the sizing tests' module fixtures)."""

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import engine.build.disagg_sizing as ds
-from tests.deploy_helpers import pool_search
+from tests.deploy_helpers import pool_pairs, pool_search
 
 MODEL_ID, GPUS, INPUT, OUTPUT, MAX_GPUS = "Qwen/Qwen3-30B-A3B", ["H100", "B200"], 2048, 256, 2
 
@@ -29,11 +29,7 @@ def searched():
 
 @pytest.fixture(scope="module")
 def pairs(searched):
-    gpus, res = searched
-    slowest = min(g.scale_out_bytes_per_s for g in gpus)
-    by_key = {g.key: g for g in gpus}
-    return [(by_key[p.gpu], by_key[d.gpu], ds.prefill_records(p, slowest_bytes_per_s=slowest), d)
-            for p in res for d in res]
+    return pool_pairs(searched)
 
 
 def _share(dres) -> np.ndarray:

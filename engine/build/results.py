@@ -52,7 +52,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from engine.build import collector, landscape, lifeline, publish

@@ -36,7 +36,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import sympy
 
 from engine.spec import kv
 from engine.spec.memo_printer import MemoStrPrinter
