@@ -1,8 +1,8 @@
 """Consistency tests for the sizing search's speed paths (engine/deploy/sizing.py, third round):
 each fast path gives the plain path's numbers, bit for bit, on real corpus models.
 
-* :meth:`engine.deploy.sizing._Evaluator.phases` (every compiled program's step times evaluated
-  once over the points of all the summarize() calls and phases that run it) gives the search the
+* :func:`engine.deploy.sol.phases_many` as the search calls it (every compiled program's step times
+  evaluated once over the points of all the summarize() calls and phases that run it) gives the search the
   points it gets when each summarize() call evaluates its own phases, on a MoE model with
   pipeline, DP-attention and expert-parallel configs, GPU types of several archs, and pool
   (prefill-only) points.
@@ -61,19 +61,20 @@ def assert_same(fast, plain):
 @pytest.mark.parametrize("framework", ["vllm", "sglang"])
 def test_batched_phases_consistency_with_summarize_alone(monkeypatch, cache, framework):
     shared = []
-    batched = sizing._Evaluator.phases
+    batched = sizing.phases_many
 
-    def spy(self, gpus, calls, input_len):
+    def spy(gpus, asked, times_only=False):
         # how many calls hold a program another call holds too (the batching has work to do)
-        programs = [id(s.compiled[p]) for s, *_ in calls for p in ("prefill", "decode")]
+        # (each call's own programs once: a pipeline's fill runs its prefill program again)
+        programs = [p for inputs, *_ in asked for p in {id(compiled) for compiled, *_ in inputs.values()}]
         shared.append(len(programs) - len(set(programs)))
-        return batched(self, gpus, calls, input_len)
+        return batched(gpus, asked, times_only)
 
-    monkeypatch.setattr(sizing._Evaluator, "phases", spy)
+    monkeypatch.setattr(sizing, "phases_many", spy)
     fast = run_search(cache, framework)
     assert shared and max(shared) > 0
     # the plain path: each summarize() call evaluates its own phases (phases=None)
-    monkeypatch.setattr(sizing._Evaluator, "phases", lambda self, gpus, calls, input_len: [None] * len(calls))
+    monkeypatch.setattr(sizing, "phases_many", lambda gpus, asked, times_only=False: [None] * len(asked))
     plain = run_search(cache, framework)
     assert_same(fast, plain)
     assert sum(len(r.points.get("batch", ())) for r in fast) > 1000

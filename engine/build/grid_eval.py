@@ -28,7 +28,7 @@ from engine.deploy.structure_cache import StructureCache, regime, signature
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
 from engine.deploy.sol import capacity, capacity_terms, op_rows_columns, summarize_many, weight_text
-from engine.deploy.structure import HBM_FRACTION, PREFILL_TOKENS, prefill_program_batch, program_batch
+from engine.deploy.structure import HBM_FRACTION, device_tokens
 from engine.build.columns import Columns
 
 #: A bucket's per-point lists, in the order they are filled.
@@ -251,18 +251,11 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
 
 def _tokens_at(config, pairs: list[tuple[int, int]]) -> list[dict[str, int]]:
     """:func:`engine.deploy.tokens_per_device` of ``config`` at each (batch, prompt) pair (default
-    prefill budget and decode seq), in one vectorized pass: the same functions of the batch and
-    the prompt over arrays, and the same arithmetic per element (products and quotients of
-    float64 and floor divisions), so the same ints (tests/test_export_speed2.py). The grid's
-    points are in range already (engine.build.grid checks its batches and lengths), so no
-    Scenario is built to check them."""
-    batch = np.array([b for b, _ in pairs])
-    inp = np.array([i for _, i in pairs])
-    prefill = prefill_program_batch(config, batch, inp, PREFILL_TOKENS).astype(float) * inp / (config.dp_attn * config.cp)
-    decode = program_batch(config, batch).astype(float)        # (decode seq 1)
-    prefill, decode = (-(-prefill // 1)).tolist(), (-(-decode // config.dp_attn)).tolist()
-    return [{"prefill": int(p), "decode": int(d)} for p, d in zip(prefill, decode)]
-
+    prefill budget and decode seq), its arithmetic over arrays in one pass
+    (:func:`engine.deploy.structure.device_tokens`). The grid's points are in range already
+    (engine.build.grid checks its batches and lengths), so no Scenario is built to check them."""
+    prefill, decode = device_tokens(config, np.array([b for b, _ in pairs]), np.array([i for _, i in pairs]))
+    return [{"prefill": int(p), "decode": int(d)} for p, d in zip(prefill.tolist(), decode.tolist())]
 
 def _points(value: np.ndarray, n: int) -> np.ndarray:
     """``value`` over the bucket's ``n`` points: summarize's fields already have that shape (its

@@ -653,6 +653,33 @@ class _Log(dict):
 _WRITES = ("out", "layouts", "redist", "stored", "routing_tokens")
 
 
+def _log_writes(placer: Placer) -> None:
+    """Make ``placer``'s :data:`_WRITES` dicts note the keys assigned to them (:class:`_Log`)."""
+    for name in _WRITES:
+        setattr(placer, name, _Log(getattr(placer, name)))
+
+
+def _start_row(placer: Placer) -> None:
+    """Empty the logs: what follows is one row's placement."""
+    for name in _WRITES:
+        getattr(placer, name).log = []
+
+
+def _row_writes(placer: Placer) -> list:
+    """What the row placed since :func:`_start_row` wrote: per state dict, its (key, value) pairs."""
+    return [(name, [(k, getattr(placer, name)[k]) for k in dict.fromkeys(getattr(placer, name).log)])
+            for name in _WRITES]
+
+
+def _repeat_row(placer: Placer, steps: list, writes: list) -> None:
+    """Place a recorded row again: append its steps and make its writes (not logged)."""
+    placer.steps.extend(steps)
+    for name, items in writes:
+        target = getattr(placer, name)
+        for key, value in items:
+            dict.__setitem__(target, key, value)
+
+
 def _same_input(a: Step, b: Step) -> bool:
     """Whether a row reading step ``a`` places as it did reading ``b``: every field a placement rule
     reads of an input (its uid names the collectives after it; role and component label them)."""
@@ -674,8 +701,7 @@ class _ReplayPlacer(Placer):
 
     def __init__(self, *args):
         super().__init__(*args)
-        for name in _WRITES:
-            setattr(self, name, _Log(getattr(self, name)))
+        _log_writes(self)
 
     def place(self, row) -> None:
         inputs = [self.producer(row, i) for i in range(len(row.inputs))]
@@ -683,24 +709,15 @@ class _ReplayPlacer(Placer):
         hit = self.reuse.get(row.uid) if self.reuse is not None else None
         if hit is not None and (hit[0] is row or hit[0] == row) and hit[4] == counts and len(inputs) == len(hit[1]) \
                 and all(_same_input(a, b) for a, b in zip(inputs, hit[1])):
-            self.steps.extend(hit[2])
-            for name, items in hit[3]:
-                target = getattr(self, name)
-                for key, value in items:
-                    dict.__setitem__(target, key, value)
+            _repeat_row(self, hit[2], hit[3])
             if self.record is not None:
                 self.record[row.uid] = hit
             return
         start = len(self.steps)
-        for name in _WRITES:
-            getattr(self, name).log = []
+        _start_row(self)
         super().place(row)
         if self.record is not None:
-            writes = []
-            for name in _WRITES:
-                target = getattr(self, name)
-                writes.append((name, [(k, target[k]) for k in dict.fromkeys(target.log)]))
-            self.record[row.uid] = (row, inputs, self.steps[start:], writes, counts)
+            self.record[row.uid] = (row, inputs, self.steps[start:], _row_writes(self), counts)
 
 
 class _PhasePlacer(Placer):
@@ -725,8 +742,7 @@ class _PhasePlacer(Placer):
         self.reuse = prefill.record if prefill is not None else None
         self.record: dict | None = {} if self.phase == "prefill" else None
         if self.record is not None:
-            for name in _WRITES:
-                setattr(self, name, _Log(getattr(self, name)))
+            _log_writes(self)
         self._reads: list | None = None       # (redist key, step) reused by the row being recorded
         self._routing: dict | None = None     # the routing tokens it read
 
@@ -753,11 +769,7 @@ class _PhasePlacer(Placer):
             if hit is not None and hit[0] is row:
                 inputs = [self.producer(row, i) for i in range(len(row.inputs))]
                 if self._repeats(hit, inputs):
-                    self.steps.extend(hit[3])
-                    for name, items in hit[4]:
-                        target = getattr(self, name)
-                        for key, value in items:
-                            target[key] = value
+                    _repeat_row(self, hit[3], hit[4])
                     return
             super().place(row)
             return
@@ -767,12 +779,10 @@ class _PhasePlacer(Placer):
         inputs = [self.producer(row, i) for i in range(len(row.inputs))]
         counts = tuple(self.consumers.get(s.uid) for s in inputs)
         start = len(self.steps)
-        for name in _WRITES:
-            getattr(self, name).log = []
+        _start_row(self)
         self._reads, self._routing = [], None
         super().place(row)
-        writes = [(name, [(k, getattr(self, name)[k]) for k in dict.fromkeys(getattr(self, name).log)])
-                  for name in _WRITES]
+        writes = _row_writes(self)
         # row uid -> (row, input steps, their consumer counts, steps appended, writes, reshards made,
         # reshards reused, routing tokens read or None)
         self.record[row.uid] = (row, inputs, counts, self.steps[start:], writes, tuple(self.redist.log),

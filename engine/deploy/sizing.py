@@ -52,7 +52,7 @@ from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, ROUND,
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import check, validate_options
-from engine.deploy.sol import capacity, capacity_terms, phase_at_points, phase_inputs, summarize
+from engine.deploy.sol import capacity, capacity_terms, phase_inputs, phases_many, summarize
 from engine.deploy.structure_cache import StructureCache
 from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
                                       program_batch)
@@ -340,7 +340,11 @@ class _Evaluator:
                 calls.append((s, prefill_only, runs, np.concatenate([work[g, k][1][sel] for g, k, sel in runs]),
                               np.concatenate([work[g, k][2][sel] for g, k, sel in runs]),
                               np.concatenate([np.full(len(sel), g) for g, _, sel in runs])))
-        phases = self.phases(gpus, calls, input_len)
+        # each compiled program once over the points of every call and phase running it (times only;
+        # prefill-only calls leave the decode step out)
+        phases = phases_many(gpus, [(phase_inputs(s, batch, input_len, out_len, self.options.prefill_tokens,
+                                                  not prefill_only), index, self.kv_bytes)
+                                    for s, prefill_only, _, batch, out_len, index in calls], times_only=True)
         out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         for (s, prefill_only, runs, batch, out_len, index), phase in zip(calls, phases):
             got = summarize(s, gpus, index, self.kv_bytes, batch, input_len, out_len, self.options.hbm_fraction,
@@ -354,36 +358,6 @@ class _Evaluator:
                         into[name] = np.zeros(n, dtype=value.dtype)
                     into[name][sel] = value[at:at + len(sel)]
                 at += len(sel)
-        return out
-
-    def phases(self, gpus: list[GPU], calls: list[tuple], input_len: int) -> list[dict[str, dict]]:
-        """Each call's phase step times (what :func:`engine.deploy.sol.summarize` evaluates itself,
-        ``phases=``), every compiled program evaluated once over the points of all the calls and
-        phases that run it, as :func:`engine.deploy.sol.summarize_many` does for the grid (times
-        only, and no decode step for prefill-only calls): structures of other regimes and fusion
-        signatures of a config often share a phase's program (``planner._fused``'s memo), and a
-        pipeline's ``fill`` runs the prefill program again. Every number is per-point arithmetic
-        (:func:`engine.deploy.sol.phase_at_points`' invariant: a point's sums do not read its
-        companions), so each call gets the floats its own evaluation gives."""
-        wanted: dict[int, tuple] = {}          # id(program) -> (program, [(call, phase name, index, inputs)])
-        for i, (s, prefill_only, _, batch, out_len, index) in enumerate(calls):
-            for name, (compiled, b, seq, ctx) in phase_inputs(s, batch, input_len, out_len, self.options.prefill_tokens,
-                                                              not prefill_only).items():
-                wanted.setdefault(id(compiled), (compiled, []))[1].append((i, name, index, (b, seq, ctx, self.kv_bytes)))
-        out: list[dict[str, dict]] = [{} for _ in calls]
-        for compiled, asked in wanted.values():
-            if len(asked) == 1:             # the call's own inputs, as summarize() passes them
-                i, name, index, inputs = asked[0]
-                got = phase_at_points(compiled, gpus, index, *inputs, times_only=True)
-            else:
-                got = phase_at_points(compiled, gpus, np.concatenate([a[2] for a in asked]),
-                                      *(np.concatenate([np.broadcast_to(np.asarray(a[3][j], dtype=float), len(a[2]))
-                                                        for a in asked]) for j in range(4)), times_only=True)
-            start = 0
-            for i, name, index, _ in asked:
-                stop = start + len(index)
-                out[i][name] = {field: value[start:stop] for field, value in got.items()}
-                start = stop
         return out
 
 

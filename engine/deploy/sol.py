@@ -356,29 +356,49 @@ def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HB
     back into the calls. Every number is per-point arithmetic (phase_at_points' own invariant:
     a point's sums do not read its companions), so each call gets the floats :func:`summarize`
     alone gives it (tests/test_numeric_speed2.py)."""
-    wanted: dict[int, tuple] = {}          # id(program) -> (program, [(call, phase name, inputs)])
-    for i, (structure, gpu_index, kv_bytes, batch, input_len, output_len) in enumerate(calls):
+    asked = []
+    for structure, gpu_index, kv_bytes, batch, input_len, output_len in calls:
         n = np.broadcast_shapes(*(np.shape(x) for x in (gpu_index, kv_bytes, batch, input_len, output_len)))
         if len(n) != 1:
             raise ValueError(f"summarize_many takes points along one axis, not of shape {n}")
-        for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
-                                                          prefill_tokens).items():
-            inputs = [np.broadcast_to(np.asarray(x, dtype=float), n) for x in (b, seq, ctx, kv_bytes)]
-            wanted.setdefault(id(compiled), (compiled, []))[1].append(
-                (i, name, np.broadcast_to(np.asarray(gpu_index), n), inputs))
-    phases: list[dict] = [{} for _ in calls]
-    for compiled, asked in wanted.values():
-        got = phase_at_points(compiled, gpus, np.concatenate([a[2] for a in asked]),
-                              *(np.concatenate([a[3][j] for a in asked]) for j in range(4)))
-        start = 0
-        for i, name, index, _ in asked:
-            stop = start + len(index)
-            phases[i][name] = {field: value[start:stop] for field, value in got.items()}
-            start = stop
+        asked.append((phase_inputs(structure, batch, input_len, output_len, prefill_tokens),
+                      np.broadcast_to(np.asarray(gpu_index), n), kv_bytes))
+    phases = phases_many(gpus, asked)
     return [summarize(structure, gpus, gpu_index, kv_bytes, batch, input_len, output_len, hbm_fraction,
                       prefill_tokens, phases=phases[i])
             for i, (structure, gpu_index, kv_bytes, batch, input_len, output_len) in enumerate(calls)]
 
+
+
+def phases_many(gpus: list[GPU], asked: list[tuple], times_only: bool = False) -> list[dict[str, dict]]:
+    """For each ``(inputs, gpu_index, kv_bytes)`` of ``asked`` (``inputs``: a :func:`phase_inputs`
+    dict; ``gpu_index`` of one axis, the points), ``{name: phase_at_points(compiled, gpus, gpu_index,
+    batch, seq, ctx, kv_bytes, times_only)}`` over its phases: what :func:`summarize` takes as
+    ``phases``. Every compiled program is evaluated once, over the points of all the calls and
+    phases that run it (sibling structures hold the very same programs, and a pipeline's ``fill``
+    runs the prefill program again), and its answers are cut back into the calls; a program only
+    one call runs gets that call's own inputs. Every number is per-point arithmetic
+    (:func:`phase_at_points`' invariant: a point's sums do not read its companions), so each call
+    gets the floats its own evaluation gives (tests/test_numeric_speed2.py, tests/test_sizing_speed3.py)."""
+    wanted: dict[int, tuple] = {}          # id(program) -> (program, [(call, phase name, index, inputs)])
+    for i, (inputs, gpu_index, kv_bytes) in enumerate(asked):
+        for name, (compiled, b, seq, ctx) in inputs.items():
+            wanted.setdefault(id(compiled), (compiled, []))[1].append((i, name, gpu_index, (b, seq, ctx, kv_bytes)))
+    out: list[dict[str, dict]] = [{} for _ in asked]
+    for compiled, runs in wanted.values():
+        if len(runs) == 1:
+            i, name, index, args = runs[0]
+            got = phase_at_points(compiled, gpus, index, *args, times_only)
+        else:
+            got = phase_at_points(compiled, gpus, np.concatenate([r[2] for r in runs]),
+                                  *(np.concatenate([np.broadcast_to(np.asarray(r[3][j], dtype=float), len(r[2]))
+                                                    for r in runs]) for j in range(4)), times_only)
+        start = 0
+        for i, name, index, _ in runs:
+            stop = start + len(index)
+            out[i][name] = {field: value[start:stop] for field, value in got.items()}
+            start = stop
+    return out
 
 @dataclass
 class Plan:

@@ -142,10 +142,18 @@ def tokens_per_device(config: ParallelConfig, scenario: Scenario,
                       prefill_tokens: int = PREFILL_TOKENS, decode_seq: int = 1) -> dict[str, int]:
     """Tokens one device works on per kernel call, by phase (what fusion size limits are stated in);
     prefill's are one chunked-prefill step's; decode's ``decode_seq`` per request (MTP verification)."""
-    batch = float(prefill_program_batch(config, scenario.batch, scenario.input_len, prefill_tokens))
-    prefill = batch * scenario.input_len / (config.dp_attn * config.cp)
-    decode = float(program_batch(config, scenario.batch)) * decode_seq
-    return {"prefill": int(-(-prefill // 1)), "decode": int(-(-decode // config.dp_attn))}
+    prefill, decode = device_tokens(config, scenario.batch, scenario.input_len, prefill_tokens, decode_seq)
+    return {"prefill": int(prefill), "decode": int(decode)}
+
+
+def device_tokens(config: ParallelConfig, batch, input_len, prefill_tokens: int = PREFILL_TOKENS,
+                  decode_seq: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`tokens_per_device`'s (prefill, decode) at numbers or arrays of batches and prompts
+    (whole numbers as floats): the grid asks it for every (batch, prompt) of a config at once."""
+    batch_p = np.asarray(prefill_program_batch(config, batch, input_len, prefill_tokens), dtype=float)
+    prefill = batch_p * input_len / (config.dp_attn * config.cp)
+    decode = np.asarray(program_batch(config, batch), dtype=float) * decode_seq
+    return -(-prefill // 1), -(-decode // config.dp_attn)
 
 
 _KV_FNS: dict = {}
