@@ -30,7 +30,7 @@ from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.evaluate import Analysis, NodeRow
 from engine.spec.ops import OPS
 from engine.deploy.parallel import EXPERT_ROLES, Group, Mesh
-from engine.spec.shapes import Axis, Carried, Merged, New, Split, Tensor
+from engine.spec.shapes import Axis, Carried, Merged, Split, Tensor
 from engine.spec import symbols
 
 ONE = sympy.Integer(1)
