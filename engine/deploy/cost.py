@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from itertools import chain
 from typing import Mapping
 
 import numpy as np
@@ -385,6 +386,44 @@ def _lambdify(expr: sympy.Expr):
 _ARG_LIST = (", ".join(str(a) for a in ARGS),)
 
 
+#: (number of columns, ids of a layout's entries as bytes: its columns' functions and constants, column
+#: after column) -> (the entries, :func:`_layout` of them): programs of sibling structures (other regimes, frameworks,
+#: domains) hold other step objects but mostly the very same functions and constants (a
+#: DeepSeek-V3 build asks 1,582 layouts of 889 distinct entry lists).
+_LAYOUTS: dict[tuple, tuple] = {}
+
+
+def _layout(entries: tuple, n_columns: int) -> tuple[np.ndarray, np.ndarray, list, int]:
+    """:meth:`CompiledProgram._table_layout` of ``n_columns`` columns of equal length whose
+    entries, column after column, are ``entries``: rows (shape (n_columns, steps)), distinct
+    constants in first-seen order (told apart by their exact float text: -0.0 is not 0.0), distinct
+    functions in first-seen order (their rows after the constants') and the token. (A plain loop:
+    measured faster than sorting the entries out with C-level maps and numpy at a few hundred.)"""
+    constants: dict[str, int] = {}        # exact float text -> row
+    functions: dict = {}                   # function -> position among the functions
+    marks = []                             # per entry: a constant's row, or ~(its function's position)
+    for f in entries:
+        if callable(f):
+            j = functions.get(f)
+            if j is None:
+                j = functions[f] = len(functions)
+            marks.append(~j)
+        else:
+            text = float(f).hex()
+            j = constants.get(text)
+            if j is None:
+                j = constants[text] = len(constants)
+            marks.append(j)
+    marks = np.array(marks, dtype=np.intp).reshape(n_columns, -1)
+    rows = np.where(marks < 0, len(constants) + ~marks, marks)
+    rows.flags.writeable = False           # shared by every program with these entries
+    fns = list(functions)
+    table = np.array([float.fromhex(k) for k in constants], dtype=float)
+    table.flags.writeable = False
+    token = _LAYOUT_TOKENS.setdefault((tuple(fns), tuple(constants)), len(_LAYOUT_TOKENS))
+    return rows, table, fns, token
+
+
 class CompiledProgram:
     """A program's per-step totals as numpy functions of (batch, seq, ctx, kv_bytes).
 
@@ -404,6 +443,7 @@ class CompiledProgram:
         self._layouts: dict[tuple, tuple] = {}     # column indices -> their table layout (_table_layout())
         self._evaluated: dict[tuple, dict[int, np.ndarray]] = {}     # evaluate()'s columns per point set
         self._kernels: tuple[list[int], np.ndarray] | None = None
+        self._key: tuple | None = None              # evaluation_key(), made on first use
         #: prefill working sets already computed (engine.deploy.sol.prefill_working_set: a function
         #: of the program and the points only), keyed by one (prompts, prompt, prompt, KV bytes)
         #: point, or by ("points", shape, bytes) of a set of distinct (prompt, KV bytes) points
@@ -413,6 +453,21 @@ class CompiledProgram:
         self._kinds = [_distinct(s.compute_dtype for s in program.steps),
                        _distinct(s.link for s in program.steps),
                        _distinct((s.collective, s.ranks, s.nodes) if s.collective else None for s in program.steps)]
+
+    def evaluation_key(self) -> tuple:
+        """A key two programs share when they give the same numbers at the same points on the same
+        GPUs: the ids of their columns' entries (the step functions and constants, step by step:
+        the same objects, so the same values) and each step's rate kinds (operand dtype, link,
+        collective shape: the same rates on any GPU). Structures built apart (other domains, token
+        regimes, frameworks) often hold other program objects with the very same entries; the
+        grid evaluates one of them for all (:func:`engine.deploy.sol.phases_many`). An id names
+        its entry while this program lives (it holds its entries): compare keys of live programs only."""
+        if self._key is None:
+            entries = list(chain(*self._columns, self._calls))
+            (dtypes, d_at), (links, l_at), (colls, c_at) = self._kinds
+            self._key = (len(self._calls), np.fromiter(map(id, entries), dtype=np.uintp, count=len(entries)).tobytes(),
+                         tuple(dtypes), d_at.tobytes(), tuple(links), l_at.tobytes(), tuple(colls), c_at.tobytes())
+        return self._key
 
     def kernel_steps(self) -> tuple[list[int], np.ndarray]:
         """Indices of the steps that run a kernel (not communication, repeated at least once) and
@@ -496,34 +551,21 @@ class CompiledProgram:
         """The table of columns ``indices``: each step's row per column (shape (len(indices),
         steps)), the distinct constants (rows first, told apart by their exact float: -0.0 is not
         0.0), the distinct functions (the rows after them) and the layout's token
-        (:data:`_LAYOUT_TOKENS`). Once per program and tuple of columns."""
+        (:data:`_LAYOUT_TOKENS`). Once per program and tuple of columns, and made once per
+        distinct list of entries (:data:`_LAYOUTS`, read-only arrays shared by the programs)."""
         found = self._layouts.get(indices)
         if found is None:
             columns = [self._columns[i] if i < 4 else self._calls for i in indices]
-            constants: dict[str, int] = {}        # exact float text -> row
-            functions: dict = {}                   # function -> position among the functions
-            marks = []                             # per step: a constant's row, or ~(its function's position)
-            for fns in columns:
-                mine = []
-                for f in fns:
-                    if callable(f):
-                        j = functions.get(f)
-                        if j is None:
-                            j = functions[f] = len(functions)
-                        mine.append(~j)
-                    else:
-                        text = float(f).hex()
-                        j = constants.get(text)
-                        if j is None:
-                            j = constants[text] = len(constants)
-                        mine.append(j)
-                marks.append(mine)
-            marks = np.array(marks, dtype=np.intp).reshape(len(columns), len(columns[0]))
-            rows = np.where(marks < 0, len(constants) + ~marks, marks)
-            fns = list(functions)
-            table = np.array([float.fromhex(k) for k in constants], dtype=float)
-            token = _LAYOUT_TOKENS.setdefault((tuple(fns), tuple(constants)), len(_LAYOUT_TOKENS))
-            found = self._layouts[indices] = (rows, table, fns, token)
+            entries = tuple(chain.from_iterable(columns))
+            key = (len(columns), np.fromiter(map(id, entries), dtype=np.uintp, count=len(entries)).tobytes())
+            shared = _LAYOUTS.get(key)
+            if shared is None:
+                if len(_LAYOUTS) > 5_000:        # the programs of a model or two: keep it bounded
+                    _LAYOUTS.clear()
+                # the entries themselves are held with the layout: while it is stored, no other object
+                # can take one of their ids
+                shared = _LAYOUTS[key] = (entries, _layout(entries, len(columns)))
+            found = self._layouts[indices] = shared[1]
         return found
 
     def rates_for(self, gpus: list[GPU], index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -380,10 +380,14 @@ def phases_many(gpus: list[GPU], asked: list[tuple], times_only: bool = False) -
     one call runs gets that call's own inputs. Every number is per-point arithmetic
     (:func:`phase_at_points`' invariant: a point's sums do not read its companions), so each call
     gets the floats its own evaluation gives (tests/test_numeric_speed2.py, tests/test_sizing_speed3.py)."""
-    wanted: dict[int, tuple] = {}          # id(program) -> (program, [(call, phase name, index, inputs)])
+    # programs -> (the first of them, [(call, phase name, index, inputs)]), by their evaluation key:
+    # programs built apart with the very same entries and rate kinds give the same numbers (the
+    # first evaluates for all; every program here is alive, held by ``asked``)
+    wanted: dict[tuple, tuple] = {}
     for i, (inputs, gpu_index, kv_bytes) in enumerate(asked):
         for name, (compiled, b, seq, ctx) in inputs.items():
-            wanted.setdefault(id(compiled), (compiled, []))[1].append((i, name, gpu_index, (b, seq, ctx, kv_bytes)))
+            wanted.setdefault(compiled.evaluation_key(), (compiled, []))[1].append(
+                (i, name, gpu_index, (b, seq, ctx, kv_bytes)))
     out: list[dict[str, dict]] = [{} for _ in asked]
     for compiled, runs in wanted.values():
         if len(runs) == 1:

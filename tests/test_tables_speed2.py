@@ -1,0 +1,133 @@
+"""Consistency (the engine with itself): the grid's table building takes shortcuts that give the plain forms' values.
+
+engine.deploy.cost sorts a program's columns into a table layout with C-level maps and shares one
+layout between the programs whose columns hold the very same functions and constants
+(``cost._LAYOUTS``). Checked here against the plain loop written out in the test, on real corpus
+programs (sibling structures of one config), and that a layout is not shared where the entries
+or their split into columns differ.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.deploy import Options, cost, plan
+from engine.deploy.hardware import load_gpus
+from engine.deploy.parallel import ParallelConfig
+from engine.deploy.placement import Program
+from engine.deploy.structure import PHASES
+
+MODEL = "Qwen/Qwen3-30B-A3B"          # MoE with expert parallelism: collectives, weight reads, zeros
+
+
+def plain_layout(columns: list[list]) -> tuple[np.ndarray, np.ndarray, list]:
+    """The layout the plain way: one loop over every entry, numbering distinct constants (by
+    their exact float text) and distinct functions as first seen."""
+    constants: dict[str, int] = {}
+    functions: dict = {}
+    marks = []
+    for fns in columns:
+        mine = []
+        for f in fns:
+            if callable(f):
+                mine.append(~functions.setdefault(f, len(functions)))
+            else:
+                mine.append(constants.setdefault(float(f).hex(), len(constants)))
+        marks.append(mine)
+    marks = np.array(marks, dtype=np.intp).reshape(len(columns), len(columns[0]))
+    rows = np.where(marks < 0, len(constants) + ~marks, marks)
+    return rows, np.array([float.fromhex(k) for k in constants], dtype=float), list(functions)
+
+
+@pytest.fixture(scope="module")
+def structures(evaluation):
+    ev, gpus = evaluation(MODEL), load_gpus()
+    config = ParallelConfig(tp=2, ep=2, dp_attn=2)
+    return [plan(ev, gpus[g], config, Options(framework=f)).structure
+            for g in ("H100", "B200") for f in ("none", "vllm")]
+
+
+def test_table_layout_consistency_with_plain_loop(structures):
+    for s in structures:
+        for phase in PHASES:
+            compiled = s.compiled[phase]
+            for indices in ((0, 1, 2, 4), (0, 1, 2, 4, 3), (1,), (3,), (1, 3)):
+                rows, constants, functions, token = compiled._table_layout(indices)
+                columns = [compiled._columns[i] if i < 4 else compiled._calls for i in indices]
+                want_rows, want_constants, want_functions = plain_layout(columns)
+                assert rows.tolist() == want_rows.tolist(), (phase, indices)
+                assert constants.tobytes() == want_constants.tobytes()
+                assert functions == want_functions
+                # the token names the layout's functions and constants
+                assert cost._LAYOUT_TOKENS[(tuple(functions), tuple(float(c).hex() for c in constants))] == token
+
+
+def test_shared_layout_follows_changed_entries_consistency():
+    def program(columns, calls):
+        compiled = cost.CompiledProgram(Program(phase="decode", steps=(), layouts={}))
+        compiled._columns, compiled._calls = columns, calls
+        return compiled
+
+    f, g = (lambda *a: a[0]), (lambda *a: a[1])
+    a = program([[f, 0.0, g, f]] * 4, [0.0] * 4)
+    b = program([[f, 0.0, g, f]] * 4, [0.0] * 4)
+    assert a._table_layout((0, 1))[0] is b._table_layout((0, 1))[0]      # the same entries: one layout
+    # a changed function, a constant's sign, or the same entries split into other columns: another layout
+    c = program([[f, 0.0, f, f]] * 4, [0.0] * 4)
+    d = program([[f, -0.0, g, f]] * 4, [0.0] * 4)
+    e = program([[f, 0.0], [g, f], [f, 0.0], [g, f]], [0.0] * 2)
+    for other, indices in ((c, (0, 1)), (d, (0, 1)), (e, (0, 1, 2, 3))):
+        got = other._table_layout(indices)
+        columns = [other._columns[i] for i in indices]
+        want_rows, want_constants, want_functions = plain_layout(columns)
+        assert got[0].tolist() == want_rows.tolist() and got[1].tobytes() == want_constants.tobytes()
+        assert got[2] == want_functions
+    assert np.signbit(d._table_layout((0, 1))[1]).tolist() == [True]
+    assert e._table_layout((0, 1, 2, 3))[0].shape == (4, 2) and a._table_layout((0, 1))[0].shape == (2, 4)
+
+
+def test_phases_many_by_evaluation_key_consistency_with_own_program(evaluation):
+    # two caches build the same structures apart: other program objects, the very same entries
+    from engine.deploy import sol
+    from engine.deploy.fusion import load_tables, token_limits
+    from engine.deploy.hardware import find_gpu
+    from engine.deploy.structure_cache import StructureCache
+    ev = evaluation(MODEL)
+    gpus = [find_gpu(load_gpus(), name) for name in ("H100", "B200", "MI300X")]
+    caches = [StructureCache(ev, load_tables(ev.corpus.root / "fusion")) for _ in range(2)]
+    structures = []
+    for config in (ParallelConfig(tp=2, ep=2, dp_attn=2, pp=2), ParallelConfig(tp=4, ep=4)):
+        limits = token_limits(caches[0].tables.get("vllm"))
+        for c in caches:
+            structures.append(c.structure(config, 8, "vllm", gpus[0], (len(limits), 0)))
+    a, b = structures[0].compiled["decode"], structures[1].compiled["decode"]
+    assert a is not b and a.evaluation_key() == b.evaluation_key()         # the case merged
+    assert a.evaluation_key() != structures[0].compiled["prefill"].evaluation_key()
+    assert a.evaluation_key() != structures[2].compiled["decode"].evaluation_key()
+    rng = np.random.default_rng(5)
+    asked = []
+    for s in structures:
+        n = int(rng.integers(1, 50))
+        inputs = sol.phase_inputs(s, rng.integers(1, 300, n), rng.choice([1024, 8192], n), rng.choice([1, 1024], n))
+        asked.append((inputs, rng.integers(0, len(gpus), n), rng.choice([1.0, 2.0], n)))
+    for times_only in (False, True):
+        many = sol.phases_many(gpus, asked, times_only)
+        for (inputs, index, kv_bytes), got in zip(asked, many):
+            assert got.keys() == inputs.keys()
+            for name, (compiled, b_, seq, ctx) in inputs.items():
+                alone = sol.phase_at_points(compiled, gpus, index, b_, seq, ctx, kv_bytes, times_only)
+                for field, value in alone.items():
+                    assert np.asarray(got[name][field]).tobytes() == np.asarray(value).tobytes(), (name, field)
+
+
+def test_evaluation_key_follows_rate_kinds():
+    # the same entries with another operand dtype (other peaks) or link: another key
+    f = lambda *a: a[0]                                   # noqa: E731
+    keys = []
+    for kinds in ((["bf16"], ["none"]), (["fp8"], ["none"]), (["bf16"], ["scale_up"])):
+        compiled = cost.CompiledProgram(Program(phase="decode", steps=(), layouts={}))
+        compiled._columns, compiled._calls = [[f, 0.0]] * 4, [0.0, 0.0]
+        at = np.zeros(2, dtype=np.intp)
+        compiled._kinds = [(kinds[0], at), (kinds[1], at), ([None], at)]
+        keys.append(compiled.evaluation_key())
+    assert len(set(keys)) == 3
