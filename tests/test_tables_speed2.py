@@ -131,3 +131,20 @@ def test_evaluation_key_follows_rate_kinds():
         compiled._kinds = [(kinds[0], at), (kinds[1], at), ([None], at)]
         keys.append(compiled.evaluation_key())
     assert len(set(keys)) == 3
+
+
+def test_columns_together_consistency_with_column_by_column(structures):
+    # evaluate() and the prefill working set ask their columns in one table: the floats of one
+    # column at a time
+    batch, ctx = np.array([1.0, 3.0, 64.0]), np.array([1024.0, 5000.0, 77.0])
+    for s in structures:
+        for phase in PHASES:
+            compiled = s.compiled[phase]
+            args = [batch, ctx, ctx, np.array(2.0)]
+            together = compiled.columns((0, 1, 2, 4, 3), args, (3,))
+            for k, i in enumerate((0, 1, 2, 4, 3)):
+                assert together[k].tobytes() == compiled.column(i, args, (3,)).tobytes(), (phase, i)
+            keep, repeats = compiled.kernel_steps()
+            steps = compiled.program.steps
+            assert keep == [i for i, st in enumerate(steps) if st.kind != "comm" and float(st.repeat) > 0]
+            assert repeats.tolist() == [float(steps[i].repeat) for i in keep]

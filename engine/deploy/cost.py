@@ -473,9 +473,9 @@ class CompiledProgram:
         """Indices of the steps that run a kernel (not communication, repeated at least once) and
         their repeats as floats: what a prefill working set looks at (computed once per program)."""
         if self._kernels is None:
-            steps = self.program.steps
-            keep = [i for i, s in enumerate(steps) if s.kind != "comm" and float(s.repeat) > 0]
-            self._kernels = (keep, np.array([float(steps[i].repeat) for i in keep]))
+            repeats = [_repeat(s.repeat) if s.kind != "comm" else 0.0 for s in self.program.steps]
+            keep = [i for i, r in enumerate(repeats) if r > 0]
+            self._kernels = (keep, np.array([repeats[i] for i in keep]))
         return self._kernels
 
     def rates(self, gpu: GPU) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
@@ -719,10 +719,11 @@ class CompiledProgram:
         columns = self._evaluated.get(key)
         if columns is None:
             columns = self._evaluated[key] = {}
-        for i in (0, 1, 2, 4, 3) if weights else (0, 1, 2, 4):
-            if i not in columns:
-                columns[i] = self.column(i, args, shape)
-                columns[i].flags.writeable = False          # shared: no caller may change it
+        missing = tuple(i for i in ((0, 1, 2, 4, 3) if weights else (0, 1, 2, 4)) if i not in columns)
+        if missing:          # in one table (one layout, one gather): the same floats as column by column
+            for i, column in zip(missing, self.columns(missing, args, shape)):
+                column.flags.writeable = False              # shared: no caller may change it
+                columns[i] = column
         flops, traffic, comm = columns[0], columns[1], columns[2]
         peaks, links, hbm, alphas = self.rates(gpu)
         expand = (slice(None),) + (None,) * len(shape)
@@ -734,6 +735,20 @@ class CompiledProgram:
         if weights:
             out["weight_bytes"] = columns[3]
         return out
+
+
+_REPEATS: dict = {}     # a step's repeat (a sympy number) -> its float
+
+
+def _repeat(expr) -> float:
+    """``float(expr)`` of a step's repeat, once per distinct repeat (a handful per model; the
+    conversion goes through sympy's evalf, and every program of every structure asks)."""
+    value = _REPEATS.get(expr)
+    if value is None:
+        if len(_REPEATS) > 100_000:
+            _REPEATS.clear()
+        value = _REPEATS[expr] = float(expr)
+    return value
 
 
 def _add_steps(x: np.ndarray) -> np.ndarray:

@@ -158,7 +158,7 @@ def _working_set(structure: Structure, inp: np.ndarray, kv_bytes, prefill_tokens
     keep, repeats = compiled.kernel_steps()
     if not keep:
         return np.zeros(shape)
-    traffic, weights = compiled.column(1, args, shape), compiled.column(3, args, shape)
+    traffic, weights = compiled.columns((1, 3), args, shape)          # one table: the same floats
     repeat = repeats.reshape((-1,) + (1,) * len(shape))
     out = ((traffic[keep] - weights[keep]) / repeat).max(axis=0)
     if key is not None:
