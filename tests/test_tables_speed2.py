@@ -148,3 +148,28 @@ def test_columns_together_consistency_with_column_by_column(structures):
             steps = compiled.program.steps
             assert keep == [i for i, st in enumerate(steps) if st.kind != "comm" and float(st.repeat) > 0]
             assert repeats.tolist() == [float(steps[i].repeat) for i in keep]
+
+
+def test_picked_columns_consistency_with_columns_at_every_point(structures):
+    # columns at picked points (phases_many picks each program's points out of one point set of
+    # all of them): the columns at every point, gathered; both ways of filling the picked table
+    rng = np.random.default_rng(3)
+    n = 40
+    batch, ctx = rng.integers(1, 300, n).astype(float), rng.choice([77.0, 1024.0, 8192.0], n)
+    for s in structures[:2]:
+        for phase in PHASES:
+            compiled = s.compiled[phase]
+            args = [batch, ctx if phase == "prefill" else np.ones(n), ctx, np.full(n, 2.0)]
+            every = compiled.columns((0, 1, 2, 3, 4), args, (n,))
+            for at in (np.array([5]), np.array([3, 3, 0]), rng.integers(0, n, 30), np.arange(n)[::-1]):
+                picked = compiled.columns((0, 1, 2, 3, 4), args, (n,), at=at)
+                assert picked.flags.c_contiguous and picked.tobytes() == np.ascontiguousarray(every[:, :, at]).tobytes()
+
+
+def test_distinct_codes_consistency_with_numpy_unique():
+    from engine.deploy.sol import _distinct_codes
+    rng = np.random.default_rng(9)
+    for size, n in ((50, 200), (5000, 10), (13, 13), (1, 4)):
+        codes = rng.integers(0, size, n)
+        got, want = _distinct_codes(codes, size), np.unique(codes, return_inverse=True)
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()

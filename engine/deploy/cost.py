@@ -510,11 +510,47 @@ class CompiledProgram:
         The distinct constants and functions of those columns fill one table (:meth:`_table`),
         spread to the steps by one gather (a pure copy, the same floats): every layer repeats its
         ops, so a program holds far fewer distinct functions than steps."""
-        rows, table = self._table(tuple(indices), args, tuple(shape), values)
         if at is not None:           # the picked points first: the table has fewer rows than the steps
-            table = table.take(at, axis=1)
+            rows, table = self._picked_table(tuple(indices), args, tuple(shape), values, np.asarray(at, dtype=np.intp))
+        else:
+            rows, table = self._table(tuple(indices), args, tuple(shape), values)
         # take() keeps the (steps, points) blocks C-ordered: the sums over axis 0 add row after row
         return table.take(rows, axis=0)
+
+    def _picked_table(self, indices: tuple, args, shape: tuple, values: dict | None, at: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_table` at the points ``at`` picks of the 1-d ``args``: each function's value over
+        every point of ``args`` (:func:`_values`, as :meth:`_table` gets it) gathered at the picks
+        into a table of this call's own, not kept: the very copies ``_table(...)[1].take(at,
+        axis=1)`` holds, without a table over every point. :func:`engine.deploy.sol.phases_many`
+        picks each program's points out of one point set of all the programs' points (far more
+        points than any one program's: a table over them would cost more than its picks)."""
+        rows, constants, functions, _ = self._table_layout(indices)
+        if values is None:
+            values = _values(args)
+        get = values.get
+        if 4 * len(at) >= shape[0]:
+            # most points picked: the rows over every point (whole-row copies), then one gather
+            full = np.empty((len(constants) + len(functions),) + shape)
+            full[:len(constants)] = constants.reshape(-1, 1)
+            for j, f in enumerate(functions, len(constants)):
+                value = get(f)
+                if value is None:
+                    value = values.hold(f, _stored(f(*args), args))
+                full[j] = value
+            table = full.take(at, axis=1)
+        else:
+            table = np.empty((len(constants) + len(functions), len(at)))
+            table[:len(constants)] = constants.reshape(-1, 1)
+            for j, f in enumerate(functions, len(constants)):
+                value = get(f)
+                if value is None:
+                    value = values.hold(f, _stored(f(*args), args))
+                if type(value) is not np.ndarray or value.shape != shape:
+                    value = np.broadcast_to(value, shape)
+                table[j] = value[at]
+        _trim_values()
+        return rows, table
 
     def _table(self, indices: tuple, args, shape: tuple, values: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(each step's row per column, the table of :meth:`_table_layout`'s rows at these points).

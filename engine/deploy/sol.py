@@ -374,12 +374,14 @@ def phases_many(gpus: list[GPU], asked: list[tuple], times_only: bool = False) -
     """For each ``(inputs, gpu_index, kv_bytes)`` of ``asked`` (``inputs``: a :func:`phase_inputs`
     dict; ``gpu_index`` of one axis, the points), ``{name: phase_at_points(compiled, gpus, gpu_index,
     batch, seq, ctx, kv_bytes, times_only)}`` over its phases: what :func:`summarize` takes as
-    ``phases``. Every compiled program is evaluated once, over the points of all the calls and
-    phases that run it (sibling structures hold the very same programs, and a pipeline's ``fill``
-    runs the prefill program again), and its answers are cut back into the calls; a program only
-    one call runs gets that call's own inputs. Every number is per-point arithmetic
-    (:func:`phase_at_points`' invariant: a point's sums do not read its companions), so each call
-    gets the floats its own evaluation gives (tests/test_numeric_speed2.py, tests/test_sizing_speed3.py)."""
+    ``phases``. Every compiled program (every class of programs with one evaluation key) is
+    evaluated once, over the distinct (GPU, point) pairs of all the calls and phases that run it
+    (sibling structures hold the very same programs, and a pipeline's ``fill`` runs the prefill
+    program again), and its answers are cut back into the calls. The step functions themselves
+    are evaluated once over one point set of every program's points, each program picking its
+    own out of it. Every number is per-point arithmetic (:func:`phase_at_points`' invariant: a
+    point's sums do not read its companions), so each call gets the floats its own evaluation
+    gives (tests/test_numeric_speed2.py, tests/test_sizing_speed3.py, tests/test_tables_speed2.py)."""
     # programs -> (the first of them, [(call, phase name, index, inputs)]), by their evaluation key:
     # programs built apart with the very same entries and rate kinds give the same numbers (the
     # first evaluates for all; every program here is alive, held by ``asked``)
@@ -389,20 +391,57 @@ def phases_many(gpus: list[GPU], asked: list[tuple], times_only: bool = False) -
             wanted.setdefault(compiled.evaluation_key(), (compiled, []))[1].append(
                 (i, name, gpu_index, (b, seq, ctx, kv_bytes)))
     out: list[dict[str, dict]] = [{} for _ in asked]
-    for compiled, runs in wanted.values():
-        if len(runs) == 1:
-            i, name, index, args = runs[0]
-            got = phase_at_points(compiled, gpus, index, *args, times_only)
-        else:
-            got = phase_at_points(compiled, gpus, np.concatenate([r[2] for r in runs]),
-                                  *(np.concatenate([np.broadcast_to(np.asarray(r[3][j], dtype=float), len(r[2]))
-                                                    for r in runs]) for j in range(4)), times_only)
-        start = 0
+    programs = list(wanted.values())
+    sizes = [sum(len(r[2]) for r in runs) for _, runs in programs]
+    total = sum(sizes)
+    if not total:
+        for compiled, runs in programs:
+            for i, name, index, args in runs:
+                out[i][name] = phase_at_points(compiled, gpus, index, *args, times_only)
+        return out
+    # one point set of every program's (batch, seq, ctx, KV size) points: each step function is
+    # evaluated once over it (cost._values), not once per program over that program's points
+    # (programs share most functions: a DeepSeek-V3 grid asked 11,583 function calls of 393
+    # functions); each program gathers its points out of it (CompiledProgram._picked_table)
+    points, inverse = distinct_rows([np.concatenate([_along(r[3][j], len(r[2])) for _, runs in programs for r in runs])
+                                     for j in range(4)], total)
+    union, m = list(points), points.shape[1]
+    gpu_all = np.concatenate([np.asarray(r[2], dtype=np.int64) for _, runs in programs for r in runs])
+    start = 0
+    for (compiled, runs), n in zip(programs, sizes):
+        # each distinct (GPU, point) of the program once (the pair's code: GPU x m + the point)
+        pairs, back = _distinct_codes(gpu_all[start:start + n] * m + inverse[start:start + n], len(gpus) * m)
+        got = phase_times(compiled, compiled.rates_for(gpus, pairs // m), *union, times_only, at=pairs % m)
+        got = {field: np.asarray(value)[back] for field, value in got.items()}
+        start += n
+        at = 0
         for i, name, index, _ in runs:
-            stop = start + len(index)
-            out[i][name] = {field: value[start:stop] for field, value in got.items()}
-            start = stop
+            stop = at + len(index)
+            out[i][name] = {field: value[at:stop] for field, value in got.items()}
+            at = stop
     return out
+
+def _along(x, n: int) -> np.ndarray:
+    """``x`` over ``n`` points: the array itself when it has them already (ints or floats: the
+    concatenation and :func:`distinct_rows` make them floats, exactly), else filled as floats."""
+    if type(x) is np.ndarray and x.shape == (n,):
+        return x
+    return np.full(n, x, dtype=float)
+
+
+def _distinct_codes(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``numpy.unique(codes, return_inverse=True)`` of integer codes in ``range(size)``: by marking
+    them in a table of ``size`` flags when it is not much longer than the codes (no sort), else
+    numpy's. Either way the distinct codes ascending and each code's position among them."""
+    if size > 64 * len(codes):
+        return np.unique(codes, return_inverse=True)
+    seen = np.zeros(size, dtype=bool)
+    seen[codes] = True
+    distinct = np.flatnonzero(seen)
+    slot = np.empty(size, dtype=np.intp)
+    slot[distinct] = np.arange(len(distinct))
+    return distinct, slot[codes]
+
 
 @dataclass
 class Plan:
