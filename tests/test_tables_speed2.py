@@ -173,3 +173,30 @@ def test_distinct_codes_consistency_with_numpy_unique():
         codes = rng.integers(0, size, n)
         got, want = _distinct_codes(codes, size), np.unique(codes, return_inverse=True)
         assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def test_kind_rates_consistency_with_gpu_figures(structures):
+    # the rates read once per (GPU, kinds) are the GPU's own figures per step; another GPU object
+    # (the same key, other figures) gets its own
+    import dataclasses
+    from engine.deploy.cost import link_bandwidth
+    gpus = load_gpus()
+    for s in structures:
+        for phase in PHASES:
+            steps = s.compiled[phase].program.steps
+            for name in ("H100", "MI300X"):
+                gpu = gpus[name]
+                fresh = cost.CompiledProgram(s.compiled[phase].program)
+                peaks, links, hbm, alphas = fresh.rates(gpu)
+                assert peaks.tolist() == [gpu.peak_flops(st.compute_dtype) for st in steps]
+                assert links.tolist() == [link_bandwidth(gpu, st.link) for st in steps]
+                assert alphas.tolist() == [gpu.collective_latency(st.collective, st.ranks, st.nodes) if st.collective
+                                           else 0.0 for st in steps]
+                assert hbm == gpu.hbm_bytes_per_s
+    gpu = gpus["H100"]
+    faster = dataclasses.replace(gpu, scale_up=dataclasses.replace(gpu.scale_up, value=gpu.scale_up.value * 2))
+    program = structures[0].compiled["decode"].program
+    mine = cost.CompiledProgram(program).rates(gpu)[1]
+    theirs = cost.CompiledProgram(program).rates(faster)[1]
+    scale_up = np.array([st.link == "scale_up" for st in program.steps])
+    assert scale_up.any() and (theirs[scale_up] == 2 * mine[scale_up]).all()

@@ -424,6 +424,29 @@ def _layout(entries: tuple, n_columns: int) -> tuple[np.ndarray, np.ndarray, lis
     return rows, table, fns, token
 
 
+#: (id(GPU), operand dtypes, links, collective shapes) -> (the GPU, their peaks, bandwidths and
+#: per-call latencies): the programs of a model use a handful of each, and every program asks
+#: every GPU type of the grid (the GPU is held: its id names it while the entry lives).
+_KIND_RATES: dict[tuple, tuple] = {}
+
+
+def _kind_rates(gpu: GPU, dtypes: tuple, links: tuple, colls: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Peak FLOP/s per operand dtype, bytes/s per link and seconds per call per collective shape
+    (0 for none) on ``gpu``: read from the GPU once per distinct (GPU, kinds) (read-only arrays)."""
+    key = (id(gpu), dtypes, links, colls)
+    found = _KIND_RATES.get(key)
+    if found is None or found[0] is not gpu:
+        if len(_KIND_RATES) > 50_000:
+            _KIND_RATES.clear()
+        rates = (np.array([gpu.peak_flops(d) for d in dtypes], dtype=float),
+                 np.array([link_bandwidth(gpu, link) for link in links], dtype=float),
+                 np.array([gpu.collective_latency(*c) if c else 0.0 for c in colls], dtype=float))
+        for r in rates:
+            r.flags.writeable = False
+        found = _KIND_RATES[key] = (gpu, *rates)
+    return found[1:]
+
+
 class CompiledProgram:
     """A program's per-step totals as numpy functions of (batch, seq, ctx, kv_bytes).
 
@@ -483,11 +506,8 @@ class CompiledProgram:
         step the seconds of latency each call of a collective costs (0 for compute steps)."""
         if gpu.key not in self._rates:
             (dtypes, d_at), (links, l_at), (colls, c_at) = self._kinds
-            self._rates[gpu.key] = (np.array([gpu.peak_flops(d) for d in dtypes], dtype=float)[d_at],
-                                    np.array([link_bandwidth(gpu, l) for l in links], dtype=float)[l_at],
-                                    gpu.hbm_bytes_per_s,
-                                    np.array([gpu.collective_latency(*c) if c else 0.0 for c in colls],
-                                             dtype=float)[c_at])
+            peaks, bandwidths, latencies = _kind_rates(gpu, tuple(dtypes), tuple(links), tuple(colls))
+            self._rates[gpu.key] = (peaks[d_at], bandwidths[l_at], gpu.hbm_bytes_per_s, latencies[c_at])
         return self._rates[gpu.key]
 
     def latency(self, index: int, args, alphas) -> np.ndarray | float:
