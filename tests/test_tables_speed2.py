@@ -1,10 +1,15 @@
 """Consistency (the engine with itself): the grid's table building takes shortcuts that give the plain forms' values.
 
-engine.deploy.cost sorts a program's columns into a table layout with C-level maps and shares one
-layout between the programs whose columns hold the very same functions and constants
-(``cost._LAYOUTS``). Checked here against the plain loop written out in the test, on real corpus
-programs (sibling structures of one config), and that a layout is not shared where the entries
-or their split into columns differ.
+* engine.deploy.cost shares one table layout between the programs whose columns hold the very same
+  functions and constants (``cost._LAYOUTS``): checked against the plain loop on real corpus
+  programs, and not shared where the entries or their split into columns differ.
+* ``CompiledProgram.evaluation_key``: programs built apart with the same entries and rate kinds
+  share it, and :func:`engine.deploy.sol.phases_many` evaluates one of them for all, over one point
+  set of every program's points, each program picking its own (``_picked_table``, both ways of
+  filling it): each call's phases equal its own program's :func:`phase_at_points`, bit for bit.
+* Columns asked together (``evaluate``, the prefill working set) equal columns asked one by one;
+  step repeats as memoized floats; GPU rates read once per (GPU, kinds) equal the GPU's figures,
+  and another GPU object with other figures gets its own; ``sol._distinct_codes`` equals numpy.unique.
 """
 from __future__ import annotations
 
