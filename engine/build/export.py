@@ -206,7 +206,7 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                  "component": row.component, "role": row.role, "stack": row.stack,
                  "phases": sorted(row.phases), "inputs": list(row.inputs),
                  "in_shapes": [_shape(t) for t in row.in_shapes], "out_shape": _shape(row.out),
-                 "out_sizes": [str(a.size) for a in row.out.axes],
+                 "out_sizes": [text(a.size) for a in row.out.axes],    # (str() of each: sizes repeat op to op)
                  "params": text.quantity(row.params, srow.params),
                  "repeat": text.quantity(row.repeat, srow.repeat), "instances": text.quantity(row.instances, srow.instances),
                  "active": text.quantity(row.active, srow.active),
@@ -315,7 +315,8 @@ def _kv_split(ev: Evaluation) -> dict[str, Any]:
     length = symbols.dim(symbols.LENGTH)
 
     def row(value_at, formula: sympy.Expr) -> list[dict]:
-        return [quantity(sympy.Integer(value_at(n)), formula) for n in SPLIT_LENGTHS]
+        printed = str(formula)          # the one formula beside its values at every length: printed once
+        return [quantity(sympy.Integer(value_at(n)), formula, lambda _: printed) for n in SPLIT_LENGTHS]
 
     entries = [{"uid": c.uid, "node": c.node_uid, "kind": c.kind, "growth": c.growth, "part": kv.part_of(c),
                 "dtype": c.dtype or "kv",

@@ -559,7 +559,8 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
             write_parquet(_frame(columns, schema).sort(PARTITION_ORDER, maintain_order=True), folder / "part.parquet",
                           statistics=True, compression="zstd", compression_level=ZSTD_LEVEL)
         (Path(staging) / "formulas").mkdir(exist_ok=True)
-        (Path(staging) / "formulas" / f"{name}.json").write_text(_compact(formulas))
+        from engine.build.deploy_export import document_json     # _compact's text, each step row encoded once
+        (Path(staging) / "formulas" / f"{name}.json").write_text(document_json(formulas))
         counts.update(deployments=len(deployments["model_id"]), ops=len(ops["model_id"]), points=points)
     if part in ("all", "extras"):
         from engine.build import fronts    # plan's search per sizing scenario: fronts/ and sizing/ (docs/results.md)
