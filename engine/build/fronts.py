@@ -237,7 +237,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
     from engine.deploy import Options
     from engine.deploy.fusion import load_tables
     from engine.deploy.hardware import find_gpu
-    from engine.deploy.sizing import SLA, front, search
+    from engine.deploy.sizing import SLA, front, legal_configs, search
     from engine.deploy.structure_cache import StructureCache
 
     fronts = {k: [] for k in FRONTS_SCHEMA}
@@ -254,13 +254,14 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
     max_ctx = int(ev.numeric.max_context)
     # no SLA filters the rows (the bounds are the reader's): both bounds beyond any latency
     unbounded = SLA(1e30, 1e30)
+    configs = legal_configs(ev, spec.max_gpus)      # GPU- and option-free: once for every search below
     for framework in spec.frameworks:
         pools = disagg is not None and (spec.disagg_frameworks is None or framework in spec.disagg_frameworks)
         for kv_dtype in spec.kv_dtypes:
             for input_len, output_len in spec.scenarios:
                 results = search(ev, gpus, input_len, output_len, unbounded, max_gpus=spec.max_gpus,
                                  options=Options(framework=framework, kv_dtype=kv_dtype),
-                                 fusion=tables.get(framework), cache=cache, pools=pools)
+                                 fusion=tables.get(framework), cache=cache, pools=pools, configs=configs)
                 head = {"model_id": ev.model.model_id, "framework": framework, "kv_dtype": kv_dtype,
                         "input_len": input_len, "output_len": output_len,
                         "extrapolated": input_len + output_len > max_ctx, "max_gpus": spec.max_gpus}
@@ -285,40 +286,49 @@ def _append_disagg(columns: dict, ev: Evaluation, gpus, results, input_len: int,
     kv_request = float(transfer_bytes(ev, input_len, KV_DTYPE_BYTES[kv_dtype]))
     prefill, decode = candidates(results, gpus, output_len)
     for gpu in gpus:
-        rows = []
+        # the rows as columns, prefill rows first (by config, then TTFT), then decode rows in the
+        # search's order: (config, batch, ttft, tpot) per pool, each pool ranked from 0
+        pools: dict[str, tuple[list, list, list, list]] = {"prefill": ([], [], [], []), "decode": ([], [], [], [])}
         pres = prefill[gpu.key]
+        cfgs, batches, ttfts, tpots = pools["prefill"]
         for c, cfg in enumerate(pres.pool_configs):
             t, b = records(pres, c)
-            rows += [("prefill", cfg, int(bb), float(tt), None) for tt, bb in zip(t.tolist(), b.tolist())]
+            cfgs.extend([cfg] * len(t))
+            batches.extend(map(int, b.tolist()))
+            ttfts.extend(map(float, t.tolist()))
+            tpots.extend([None] * len(t))
         dres = decode[gpu.key]
         if dres.points:
             p = dres.points
-            rows += [("decode", dres.configs[int(k)], int(bb), float(tt), float(tp))
-                     for k, bb, tt, tp in zip(p["config"].tolist(), p["batch"].tolist(), p["ttft_s"].tolist(),
-                                              p["tpot_s"].tolist())]
+            cfgs, batches, ttfts, tpots = pools["decode"]
+            cfgs.extend(dres.configs[int(k)] for k in p["config"].tolist())
+            batches.extend(map(int, p["batch"].tolist()))
+            ttfts.extend(map(float, p["ttft_s"].tolist()))
+            tpots.extend(map(float, p["tpot_s"].tolist()))
         share = {**pres.kv_share, **dres.kv_share}
         up, out = links(gpu, gpu)        # the page pairs two GPU types' links as disagg.links does
         link = {"usd_per_gpu_hour": gpu.price_usd_per_hour, "scale_up_domain": int(gpu.scale_up_domain),
                 "scale_up_alpha_s": float(up.alpha_s), "scale_up_bytes_per_s": float(up.bytes_per_s),
                 "scale_out_alpha_s": float(out.alpha_s), "scale_out_bytes_per_s": float(out.bytes_per_s),
                 "kv_transfer_bytes": kv_request}
-        ranks = {"prefill": 0, "decode": 0}
-        for pool, cfg, batch, ttft, tpot in rows:
+        for pool, (cfgs, batches, ttfts, tpots) in pools.items():
+            n = len(cfgs)
             for k, v in head.items():
-                columns[k].append(v)
+                columns[k].extend([v] * n)
             for k, v in link.items():
-                columns[k].append(v)
-            columns["gpu"].append(gpu.key)
-            columns["pool"].append(pool)
-            columns["rank"].append(ranks[pool])
-            ranks[pool] += 1
-            columns["config"].append(cfg.label())
+                columns[k].extend([v] * n)
+            columns["gpu"].extend([gpu.key] * n)
+            columns["pool"].extend([pool] * n)
+            columns["rank"].extend(range(n))
+            labels = {cfg: cfg.label() for cfg in set(cfgs)}
+            columns["config"].extend(labels[cfg] for cfg in cfgs)
             for k in ("n_gpus", "tp", "ep", "dp_attn", "pp"):
-                columns[k].append(getattr(cfg, k))
-            columns["batch"].append(batch)
-            columns["ttft_s"].append(ttft)
-            columns["tpot_s"].append(tpot)
-            columns["kv_share_bytes"].append(float(share[cfg]))
+                columns[k].extend(getattr(cfg, k) for cfg in cfgs)
+            columns["batch"].extend(batches)
+            columns["ttft_s"].extend(ttfts)
+            columns["tpot_s"].extend(tpots)
+            kv = {cfg: float(share[cfg]) for cfg in labels}
+            columns["kv_share_bytes"].extend(kv[cfg] for cfg in cfgs)
 
 
 def _inputs(grid_path, gpu_root) -> tuple:

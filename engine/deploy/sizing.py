@@ -153,10 +153,39 @@ def front(x, y) -> np.ndarray:
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if not x.size:
         return np.zeros(0, dtype=int)
-    order = np.lexsort((-y, -x))              # x decreasing, then y decreasing
+    # only the points no sample point strictly dominates are sorted (see _undominated: the same
+    # indices in the same order as sorting them all, at a fraction of the sort)
+    keep = _undominated(x, y)
+    order = keep[np.lexsort((-y[keep], -x[keep]))]    # x decreasing, then y decreasing
     ys = y[order]
     best_before = np.concatenate(([-np.inf], np.maximum.accumulate(ys)[:-1]))
     return order[ys > best_before]
+
+
+#: :func:`_undominated` samples one point in this many (a search's points number 10^4 to 10^5).
+FRONT_SAMPLE = 64
+
+
+def _undominated(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices (increasing) of the points of (x, y) that no point of a sample (every
+    :data:`FRONT_SAMPLE`-th) strictly dominates: no sample point has x at least as large and y larger.
+
+    :func:`front` on these alone gives the same indices in the same order: every non-dominated
+    point stays (it is strictly dominated by none); a point :func:`front` drops has a point before
+    it in the sort with y at least as large, and either an exact duplicate of it (which stays or goes
+    with it: the test reads the coordinates only) or a non-dominated point dominating it (which
+    stays and also sorts before it) still precedes it; and the sort is stable, so the kept points
+    keep their relative order. NaN compares false: a sample with a NaN (left out, or its NaN y
+    carried along by the running maximum) drops nothing, and a point with a NaN stays."""
+    sx, sy = x[::FRONT_SAMPLE], y[::FRONT_SAMPLE]
+    by_x = np.argsort(sx, kind="stable")
+    by_x = by_x[~np.isnan(sx[by_x])]               # (a NaN x is no x at least as large)
+    sx = sx[by_x]
+    # per sample position in increasing x, the largest y of the samples from it on
+    most_y = np.maximum.accumulate(sy[by_x][::-1])[::-1]
+    at = np.searchsorted(sx, x, side="left")         # the first sample with x at least as large
+    above = np.append(most_y, -np.inf)[at]
+    return np.flatnonzero(~(above > y))
 
 
 def batch_list(cap: int, users: int | None = None) -> np.ndarray:
@@ -372,7 +401,7 @@ def _stored_bytes(ev: Evaluation) -> float:
 
 def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla: SLA, *, max_gpus: int = 8,
            options: Options = Options(), fusion: FusionTable | None = None, pools: bool = False,
-           cache: StructureCache | None = None) -> list[GPUSearch]:
+           cache: StructureCache | None = None, configs: list[ParallelConfig] | None = None) -> list[GPUSearch]:
     """Every served (legal config, batch) point on each GPU type, with replicas, GPUs and whether it
     meets ``sla`` (see the module doc for the rules). One :class:`GPUSearch` per GPU, in order.
 
@@ -380,7 +409,9 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
     each config's KV share per GPU at the prompt, what :func:`disaggregated` pairs up.
     ``cache``: a :class:`engine.deploy.structure_cache.StructureCache` of ``ev`` whose table for
     ``options.framework`` is ``fusion``, to reuse (and fill) structures compiled elsewhere; the
-    points are the same with or without it."""
+    points are the same with or without it. ``configs``: :func:`legal_configs` of ``ev`` and
+    ``max_gpus``, when the caller has them (they depend on neither the GPUs nor the options: the
+    build searches each model once per framework)."""
     if not (isinstance(max_gpus, int) and 1 <= max_gpus <= MAX_GPUS):
         raise SpecError(option_where("--max-gpus"), f"{max_gpus!r} is not a GPU count",
                         f"write a whole number from 1 to {MAX_GPUS}")
@@ -388,7 +419,7 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
         raise SpecError(option_where("--input/--output"), f"input {input_len!r}, output {output_len!r}",
                         "both must be whole numbers >= 1 (TPOT needs at least one output token)")
     validate_options(options, ev)
-    configs = legal_configs(ev, max_gpus)
+    configs = legal_configs(ev, max_gpus) if configs is None else configs
     stored = _stored_bytes(ev) if options.weight_format == "checkpoint" else 0.0
     evaluator = _Evaluator(ev, options, fusion, cache)
     # 1. per GPU type and config, the batches to try: up to the capacity summarize() reports (its
