@@ -137,7 +137,7 @@ def prefill_working_set(structure: Structure, input_len, kv_bytes, prefill_token
         # the grid asks at every point of a bucket: a handful of (prompt, KV size) pairs, each
         # evaluated once per program (per point arithmetic: the spread values are the same floats)
         keys, inverse = distinct_rows([inp, np.asarray(kv_bytes, dtype=float)], shape[0])
-        key = ("points", keys.shape, keys.tobytes())
+        key = ("points", prefill_tokens, keys.shape, keys.tobytes())     # (the budget sets the prompts per step)
         found = compiled.working_sets.get(key)
         if found is None:
             found = compiled.working_sets[key] = _working_set(structure, keys[0], keys[1], prefill_tokens)
