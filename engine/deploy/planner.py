@@ -230,9 +230,27 @@ def _stage_of_layers(ev: Evaluation, pp: int) -> dict[str, list[int]]:
     return out
 
 
+#: (id(numeric analysis), pp, row uids) -> (the analysis, :func:`_stage_rows` of them)
+_STAGE_ROWS: dict[tuple, tuple] = {}
+
+
 def _stage_rows(stored: Mapping[str, sympy.Expr], ev: Evaluation, pp: int) -> list[list[tuple[str, sympy.Expr]]]:
     """Per stage: (row uid, layers of it on the stage). Layers go to stages in order; rows outside
-    the layer stack go to the first (embedding) or the last (everything after the stack) stage."""
+    the layer stack go to the first (embedding) or the last (everything after the stack) stage.
+
+    A function of the numeric analysis, ``pp`` and the uids of ``stored`` (in order), not of
+    their values: every placement of a model stores the same rows, so it is computed once per
+    pipeline degree (the memo holds the analysis; callers only read the lists)."""
+    key = (id(ev.numeric), pp, tuple(stored))
+    hit = _STAGE_ROWS.get(key)
+    if hit is None or hit[0] is not ev.numeric:
+        if len(_STAGE_ROWS) > 256:       # the pipeline degrees of a few models
+            _STAGE_ROWS.clear()
+        hit = _STAGE_ROWS[key] = (ev.numeric, _stage_rows_of(stored, ev, pp))
+    return hit[1]
+
+
+def _stage_rows_of(stored: Mapping[str, sympy.Expr], ev: Evaluation, pp: int) -> list[list[tuple[str, sympy.Expr]]]:
     per_template = _stage_of_layers(ev, pp)
     stages: list[list] = [[] for _ in range(pp)]
     for uid in stored:
@@ -453,7 +471,7 @@ def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: d
     # sympy.Add(*terms) flattens once; sum() would re-flatten a growing Add at every term
     # (the products through placement's memo: configs of one stage placement and pipeline degree
     # multiply the same stored bytes by the same layer counts)
-    per_stage = [sympy.Add(*(_mul(stored[u], n) for u, n in rows)) for rows in stages]
+    per_stage = [_stage_bytes(stored, rows) for rows in stages]
     # speculative decoding: the whole MTP stack (every module, as frameworks load it) on the last stage
     # (a row that shares a main-stack tensor, e.g. MiMo's head, stores nothing of its own)
     mtp = [u for u in numeric["decode"][0].stored if ev.numeric.rows[u].stack == MTP_STACK
@@ -461,8 +479,8 @@ def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: d
     mtp_weights = sympy.Add(*(numeric["decode"][0].stored[u] * ev.numeric.rows[u].repeat for u in mtp))
     per_stage[-1] += mtp_weights
     worst = max(range(config.pp), key=lambda s: float(per_stage[s]))
-    weight_formula = sympy.Add(*(_mul(sym_stored[u], n if config.pp > 1 else ev.symbolic.rows[u].repeat)
-                                 for u, n in stages[worst]))
+    weight_formula = _sum(tuple(_mul(sym_stored[u], n if config.pp > 1 else ev.symbolic.rows[u].repeat)
+                                for u, n in stages[worst]))
     if worst == config.pp - 1:
         weight_formula += sympy.Add(*(symbolic["decode"][0].stored[u] * ev.symbolic.rows[u].repeat for u in mtp))
     # KV: the stage holding the most cache, which in a hybrid stack need not be the weight-heaviest
@@ -477,6 +495,41 @@ def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: d
     result = (float(per_stage[worst]), weight_formula, kv_dev)
     _MEMORY[key] = ((numeric, symbolic), result)
     return result
+
+
+def _stage_bytes(stored: Mapping[str, sympy.Expr], rows: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
+    """The weight bytes of a stage: ``sympy.Add`` of stored bytes times layers, row by row. A
+    numeric placement's stored bytes and layer counts are Integers (checkpoint weights), whose
+    products and sum are those of Python's ints: summed so, without a sympy object per term."""
+    pairs = [(stored[u], n) for u, n in rows]
+    if all(isinstance(v, sympy.Integer) and isinstance(n, sympy.Integer) for v, n in pairs):
+        return sympy.Integer(sum(v.p * n.p for v, n in pairs))
+    return _sum(tuple(_mul(v, n) for v, n in pairs))
+
+
+#: id(terms) -> (the terms, their sympy.Add): see :func:`_sum`.
+_SUMS: dict[tuple, tuple] = {}
+
+
+def _sum(terms: tuple) -> sympy.Expr:
+    """``sympy.Add(*terms)``, once per tuple of the same term objects (in the same order): the
+    configs of a model store the same bytes per row (numeric: one stage placement under several
+    pipeline degrees; symbolic: degrees are symbols, so tp 8 and tp 16 store alike), and placement's
+    memo hands back the same product objects, while flattening and sorting a sum of a hundred
+    terms is slow. Keyed by the terms' ids, the entry holding the terms (an id is not reused).
+    Integers (a numeric placement's stored bytes under checkpoint weights) are summed as Python
+    ints: sympy.Add of Integers is the Integer of their sum."""
+    key = tuple(map(id, terms))
+    hit = _SUMS.get(key)
+    if hit is None or hit[0] != key:
+        if len(_SUMS) > 4096:
+            _SUMS.clear()
+        if all(isinstance(t, sympy.Integer) for t in terms):
+            total = sympy.Integer(sum(t.p for t in terms))
+        else:
+            total = sympy.Add(*terms)
+        hit = _SUMS[key] = (key, total, terms)
+    return hit[1]
 
 
 _MAXIMA: dict[frozenset, sympy.Expr] = {}    # {per-stage KV expressions} -> their sympy.Max
@@ -547,13 +600,26 @@ def _cache_bytes(cache) -> sympy.Expr:
 
 
 def _layers_on_stage(ev: Evaluation, uid: str, stage: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
-    """Layers of ``uid``'s template on a stage, read off any weighted row of the same template."""
-    template = next((c.uid for c in ev.numeric.components.values()
-                     if c.template and uid.startswith(c.uid + "/")), None)
-    for row_uid, n in stage:
-        if template and row_uid.startswith(template + "/"):
-            return n
-    return ZERO
+    """Layers of ``uid``'s template on a stage, read off any weighted row of the same template
+    (the first one); both lookups through :data:`_ON_STAGE` (every cache entry of every stage of
+    every config asks, and a stage lists a hundred rows)."""
+    hit = _ON_STAGE.get(id(stage))
+    if hit is None or hit[0] is not stage or hit[1] is not ev.numeric:
+        if len(_ON_STAGE) > 4096:
+            _ON_STAGE.clear()
+        hit = _ON_STAGE[id(stage)] = (stage, ev.numeric, {})
+    found = hit[2].get(uid)
+    if found is None:
+        template = next((c.uid for c in ev.numeric.components.values()
+                         if c.template and uid.startswith(c.uid + "/")), None)
+        found = hit[2][uid] = next((n for row_uid, n in stage if template and row_uid.startswith(template + "/")),
+                                   ZERO)
+    return found
+
+
+#: id(stage rows) -> (the rows, the numeric analysis, {cache uid: its layers on the stage}). Stage
+#: lists are :func:`_stage_rows`' memoized objects, read-only, so the answers stay valid.
+_ON_STAGE: dict[int, tuple] = {}
 
 
 def _with_pipeline(program: Program, placer: Placer) -> Program:
