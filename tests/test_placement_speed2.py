@@ -93,3 +93,67 @@ def test_sum_memo_and_integer_path_equal_sympy_add():
     assert sympy.srepr(planner._stage_bytes(stored, rows)) == sympy.srepr(sympy.Integer(42))
     stored["b"] = sympy.Rational(3, 2)
     assert planner._stage_bytes(stored, rows) == sympy.Add(30, sympy.Integer(3))
+
+
+# -- prefill rows repeated across stage configs (planner._PhasePlacer with a library) ---------------
+
+REPLAY_MODELS = ("deepseek-ai/DeepSeek-V3", "nvidia/Nemotron-H-56B-Base-8K", "openai/gpt-oss-20b",
+                 "Qwen/Qwen3.5-35B-A3B")
+REPLAY_CONFIGS = [dict(tp=8), dict(tp=8, ep=8), dict(tp=8, dp_attn=8), dict(tp=8, ep=8, dp_attn=8),
+                  dict(tp=8, ep=2, dp_attn=4), dict(tp=4, cp=2), dict(tp=4, cp=2, cp_kind="ulysses"),
+                  dict(tp=4, ep=4, cp=2), dict(tp=2), dict(tp=2, ep=2, pp=2)]
+
+
+def _text(placed) -> str:
+    """Everything a placement hands on, groups with their names and expressions (reprs hold them)."""
+    return repr([(p, program.steps, sorted(program.layouts.items()), sorted(program.stored.items()))
+                 for p, (program, _) in placed.items()])
+
+
+@pytest.mark.parametrize("model", REPLAY_MODELS)
+def test_consistency_rows_repeated_across_configs_place_as_alone(evaluation, model, monkeypatch):
+    """Every config placed after the others (its prefill rows repeated from their records where
+    they place alike) equals the config placed alone (no records of other configs), numeric and
+    symbolic, both phases, down to the group names in its layouts."""
+    ev = evaluation(model)
+    configs = [c for c in (ParallelConfig(**d) for d in REPLAY_CONFIGS) if not planner.check(ev, c)]
+    assert len(configs) >= 5
+    planner._STAGES.clear()
+    planner._LIBRARIES.clear()
+    shared = [(_text(planner.place(ev, c, 8, Options(), s)), c, s) for c in configs for s in (False, True)]
+    assert any(len(records) > 1 for _, (_, rows) in planner._LIBRARIES.items() for records in rows.values())
+    with monkeypatch.context() as m:
+        m.setattr(planner, "_library", lambda *args: None)
+        for text, config, symbolic in shared:
+            planner._STAGES.clear()
+            assert _text(planner.place(ev, config, 8, Options(), symbolic)) == text, (config, symbolic)
+    planner._STAGES.clear()
+
+
+def test_rows_repeated_across_configs_share_step_objects(evaluation):
+    """The library is used (tp8-ep8 repeats tp8's attention rows: the same step objects), and a row
+    whose mesh answers otherwise (the routed experts: ep splits them) is placed anew."""
+    ev = evaluation("deepseek-ai/DeepSeek-V3")
+    planner._STAGES.clear()
+    planner._LIBRARIES.clear()
+    a = planner.place(ev, ParallelConfig(tp=8), 8, Options(), False)["prefill"][0]
+    b = planner.place(ev, ParallelConfig(tp=8, ep=8), 8, Options(), False)["prefill"][0]
+    by_uid = {s.uid: s for s in a.steps}
+    same = [s for s in b.steps if by_uid.get(s.uid) is s]
+    assert len(same) > len(b.steps) // 4
+    experts = [s for s in b.steps if s.role == "experts" and s.kind == "compute"]
+    assert experts and not any(by_uid.get(s.uid) is s for s in experts)
+    assert any(g.name == "ep" for s in experts for gs in s.layout.shards for g in gs)
+    planner._STAGES.clear()
+
+
+def test_strict_tells_groups_of_equal_ranks_apart():
+    from engine.deploy.parallel import Mesh
+    from engine.deploy.placement import Layout
+    mesh = Mesh(ParallelConfig(tp=8, ep=8), 8)
+    tp, ep = mesh.groups["tp"], mesh.groups["ep"]
+    assert tp == ep and not planner._strict(tp, ep) and planner._strict(tp, Mesh(ParallelConfig(tp=8), 8).groups["tp"])
+    assert Layout(((tp,),)) == Layout(((ep,),)) and not planner._strict(Layout(((tp,),)), Layout(((ep,),)))
+    assert not planner._strict((tp,), (tp, tp)) and planner._strict(None, None) and not planner._strict(tp, None)
+    symbolic = Mesh(ParallelConfig(tp=8), 8, True).groups["tp"]
+    assert symbolic == tp and not planner._strict(symbolic, tp)

@@ -42,7 +42,7 @@ from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
 from engine.deploy.fusion import FusionTable, fuse, match, note_extension, reserve_bytes
 from engine.deploy.hardware import GPU
-from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
+from engine.deploy.parallel import Group, Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.spec.shapes import Tensor
 from engine.deploy.placement import (ZERO, DeviceTypes, Layout, Placer, Program, Step, _add, _div, _mul, phase_rows,
                                      shard_unit, step_with)
@@ -339,9 +339,10 @@ def _placed_stage(ev: Evaluation, config: ParallelConfig, domain: int, options: 
         # decode repeats the rows the prefill placement of this key placed alike (_PhasePlacer)
         prefill = _STAGES.get(key[:-1] + ("prefill",)) if phase == "decode" else None
         prefill = prefill[2] if prefill is not None and prefill[0] is ev and prefill[2].record else None
-        mesh = prefill.mesh if prefill is not None else Mesh(stage, key[2], symbolic)
+        mesh = prefill.mesh if prefill is not None else _LoggedMesh(stage, key[2], symbolic)
         placer = _PhasePlacer(analysis, mesh, phase, ev.corpus.dims, _weights_fn(ev, options), types,
-                              _model_decider(ev), prefill=prefill)
+                              _model_decider(ev), prefill=prefill,
+                              library=_library(ev, stage, options, symbolic, stack) if phase == "prefill" else None)
         if prefill is not None:      # split factors and local sizes: phase-free (as place_symbolic shares)
             placer._factors, placer._locals, placer._units = prefill._factors, prefill._locals, prefill._units
         hit = _STAGES[key] = (ev, placer.run(phase_rows(analysis, phase, stack)), placer)
@@ -353,6 +354,25 @@ def _placed_stage(ev: Evaluation, config: ParallelConfig, domain: int, options: 
         placer = copy.copy(placer)   # the same placement, under this config's mesh (pp, domain)
         placer.mesh = Mesh(config, domain, symbolic)
     return program, placer
+
+
+#: (id(ev), act dtype, weight format, symbolic, stack, tp, cp kind) -> (ev, {row uid: [records]}):
+#: what placing each row did in the prefill placements of other stage configs (:class:`_PhasePlacer`).
+_LIBRARIES: dict[tuple, tuple] = {}
+
+
+def _library(ev: Evaluation, stage: ParallelConfig, options: Options, symbolic: bool, stack: str) -> dict:
+    """The records a prefill placement of ``stage`` may repeat rows from: those of the model's other
+    stage configs under the same binding, options and stack (what a placer reads besides its mesh),
+    and the same TP degree and CP kind (the two mesh fields rules read directly, ``groups["tp"]``
+    and ``config.cp_kind``, rather than through the mesh's methods, whose answers are recorded)."""
+    key = (id(ev), options.act_dtype, options.weight_format, symbolic, stack, stage.tp, stage.cp_kind)
+    hit = _LIBRARIES.get(key)
+    if hit is None or hit[0] is not ev:
+        if len(_LIBRARIES) > 64:        # a few models' bindings and degrees
+            _LIBRARIES.clear()
+        hit = _LIBRARIES[key] = (ev, {})
+    return hit[1]
 
 
 def with_mtp(main: dict[str, tuple[Program, Placer]], drafts: dict[str, tuple[Program, Placer]], analysis,
@@ -803,10 +823,11 @@ class _PhasePlacer(Placer):
     and the routing tokens are equal. The repeated steps are the prefill's objects (steps are
     immutable; their compiled functions are then shared too)."""
 
-    def __init__(self, *args, prefill: "_PhasePlacer | None" = None):
+    def __init__(self, *args, prefill: "_PhasePlacer | None" = None, library: dict | None = None):
         super().__init__(*args)
         self.reuse = prefill.record if prefill is not None else None
         self.record: dict | None = {} if self.phase == "prefill" else None
+        self.library = library if isinstance(self.mesh, _LoggedMesh) else None
         if self.record is not None:
             _log_writes(self)
         self._reads: list | None = None       # (redist key, step) reused by the row being recorded
@@ -839,27 +860,110 @@ class _PhasePlacer(Placer):
                     return
             super().place(row)
             return
-        if self.record is None or not self._phase_free(row):
+        if self.record is None or (self.library is None and not self._phase_free(row)):
             super().place(row)
             return
         inputs = [self.producer(row, i) for i in range(len(row.inputs))]
         counts = tuple(self.consumers.get(s.uid) for s in inputs)
+        if self.library is not None:
+            for hit in self.library.get(row.uid, ()):
+                if hit[0] is row and self._repeats_across(hit, inputs, counts):
+                    _repeat_row(self, hit[3], hit[4])
+                    if self._phase_free(row):
+                        self.record[row.uid] = hit
+                    return
         start = len(self.steps)
         _start_row(self)
         self._reads, self._routing = [], None
+        if self.library is not None:
+            self.mesh.log = []
         super().place(row)
         writes = _row_writes(self)
         # row uid -> (row, input steps, their consumer counts, steps appended, writes, reshards made,
-        # reshards reused, routing tokens read or None)
-        self.record[row.uid] = (row, inputs, counts, self.steps[start:], writes, tuple(self.redist.log),
-                                self._reads, self._routing)
-        self._reads = self._routing = None
+        # reshards reused, routing tokens read or None, the mesh's answers (method, arguments, answer))
+        hit = (row, inputs, counts, self.steps[start:], writes, tuple(self.redist.log), self._reads, self._routing,
+               self.mesh.log)
+        self._reads = self._routing = self.mesh.log = None
+        if self._phase_free(row):
+            self.record[row.uid] = hit
+        if self.library is not None:
+            kept = self.library.setdefault(row.uid, [])
+            kept.insert(0, hit)          # the latest first: the configs nearest this one come in a row
+            del kept[_KEPT:]
+
+    def _repeats_across(self, hit: tuple, inputs: list[Step], counts: tuple) -> bool:
+        """Whether the recorded prefill row ``hit`` of another stage config (the same model, binding,
+        options, TP degree and CP kind: :func:`_library`) places here as it did there: as
+        :meth:`_repeats` asks, with the inputs equal down to their groups' names and expressions
+        (:func:`_strict`: groups of equal ranks compare equal whatever their names, and another
+        mesh names them otherwise), and every question the row asked of that mesh answered the
+        same by this one. A row's placement is a function of those (besides what the library's key
+        holds the same), so it places as there: its steps and writes are that placement's."""
+        _, recorded, were, _, _, made, reused, routing, asked = hit
+        return were == counts and len(recorded) == len(inputs) and \
+            all(a is b or (_same_input(a, b) and _strict(a.layout, b.layout)) for a, b in zip(inputs, recorded)) and \
+            all(self.redist.get(key) is step for key, step in reused) and \
+            not any(key in self.redist for key in made) and \
+            (routing is None or routing == self.routing_tokens) and \
+            all(_strict(method(self.mesh, *args), answer) for method, args, answer in asked)
 
     def _repeats(self, hit: tuple, inputs: list[Step]) -> bool:
         """Whether the recorded prefill row ``hit`` places here as it did there (class doc)."""
-        _, recorded, counts, _, _, made, reused, routing = hit
+        _, recorded, counts, _, _, made, reused, routing, _ = hit
         return counts == tuple(self.consumers.get(s.uid) for s in inputs) and \
             all(_same_input(a, b) for a, b in zip(inputs, recorded)) and \
             all(self.redist.get(key) is step for key, step in reused) and \
             not any(key in self.redist for key in made) and \
             (routing is None or routing == self.routing_tokens)
+
+
+#: Records kept per row uid in a library (:func:`_library`), the latest first.
+_KEPT = 4
+
+
+class _LoggedMesh(Mesh):
+    """A :class:`Mesh` that, while ``log`` is a list, appends to it every question a placement rule
+    asks of it (method, arguments, answer): what :meth:`_PhasePlacer._repeats_across` asks another
+    mesh again. Nested questions (``extent`` asks ``canonical``) are not logged separately."""
+
+    log: list | None = None
+
+    def _asked(self, method, *args):
+        log, self.log = self.log, None
+        try:
+            answer = method(self, *args)
+        finally:
+            self.log = log
+        if log is not None:
+            log.append((method, args, answer))
+        return answer
+
+    def world_group(self, world: str, region: str):
+        return self._asked(Mesh.world_group, world, region)
+
+    def canonical(self, groups):
+        return self._asked(Mesh.canonical, tuple(groups))
+
+    def span(self, groups) -> int:
+        return self._asked(Mesh.span, tuple(groups))
+
+    def extent(self, groups) -> dict[str, int]:
+        return self._asked(Mesh.extent, tuple(groups))
+
+    def link(self, groups) -> str:
+        return self._asked(Mesh.link, tuple(groups))
+
+
+def _strict(a, b) -> bool:
+    """``a == b``, with every :class:`~engine.deploy.parallel.Group` inside (in tuples and layouts)
+    also of the same name and expression: Group equality compares ranks only (``ep`` and ``tp``
+    over the same GPUs are equal), but a step names its groups, and formulas hold their degrees."""
+    if a is b:
+        return True
+    if isinstance(a, Group):
+        return isinstance(b, Group) and a == b and a.name == b.name and a.expr == b.expr
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and len(a) == len(b) and all(_strict(x, y) for x, y in zip(a, b))
+    if isinstance(a, Layout):
+        return isinstance(b, Layout) and _strict(a.shards, b.shards) and _strict(a.partial, b.partial)
+    return type(a) is type(b) and a == b
