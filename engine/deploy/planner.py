@@ -342,7 +342,7 @@ def _placed_stage(ev: Evaluation, config: ParallelConfig, domain: int, options: 
         mesh = prefill.mesh if prefill is not None else _LoggedMesh(stage, key[2], symbolic)
         placer = _PhasePlacer(analysis, mesh, phase, ev.corpus.dims, _weights_fn(ev, options), types,
                               _model_decider(ev), prefill=prefill,
-                              library=_library(ev, stage, options, symbolic, stack) if phase == "prefill" else None)
+                              library=_library(ev, stage, options, symbolic, stack, phase))
         if prefill is not None:      # split factors and local sizes: phase-free (as place_symbolic shares)
             placer._factors, placer._locals, placer._units = prefill._factors, prefill._locals, prefill._units
         hit = _STAGES[key] = (ev, placer.run(phase_rows(analysis, phase, stack)), placer)
@@ -356,17 +356,18 @@ def _placed_stage(ev: Evaluation, config: ParallelConfig, domain: int, options: 
     return program, placer
 
 
-#: (id(ev), act dtype, weight format, symbolic, stack, tp, cp kind) -> (ev, {row uid: [records]}):
-#: what placing each row did in the prefill placements of other stage configs (:class:`_PhasePlacer`).
+#: (id(ev), act dtype, weight format, symbolic, stack, phase, tp, cp kind) -> (ev, {row uid: [records]}):
+#: what placing each row did in the placements of other stage configs (:class:`_PhasePlacer`).
 _LIBRARIES: dict[tuple, tuple] = {}
 
 
-def _library(ev: Evaluation, stage: ParallelConfig, options: Options, symbolic: bool, stack: str) -> dict:
-    """The records a prefill placement of ``stage`` may repeat rows from: those of the model's other
-    stage configs under the same binding, options and stack (what a placer reads besides its mesh),
+def _library(ev: Evaluation, stage: ParallelConfig, options: Options, symbolic: bool, stack: str,
+             phase: str) -> dict:
+    """The records a placement of ``stage`` may repeat rows from: those of the model's other stage
+    configs in the same phase, binding, options and stack (what a placer reads besides its mesh),
     and the same TP degree and CP kind (the two mesh fields rules read directly, ``groups["tp"]``
     and ``config.cp_kind``, rather than through the mesh's methods, whose answers are recorded)."""
-    key = (id(ev), options.act_dtype, options.weight_format, symbolic, stack, stage.tp, stage.cp_kind)
+    key = (id(ev), options.act_dtype, options.weight_format, symbolic, stack, phase, stage.tp, stage.cp_kind)
     hit = _LIBRARIES.get(key)
     if hit is None or hit[0] is not ev:
         if len(_LIBRARIES) > 64:        # a few models' bindings and degrees
@@ -821,14 +822,21 @@ class _PhasePlacer(Placer):
     steps it appended, what it wrote and those reads; the decode run repeats a row only where its
     inputs place alike, every reshard it reused is the same object here, none it made exists yet,
     and the routing tokens are equal. The repeated steps are the prefill's objects (steps are
-    immutable; their compiled functions are then shared too)."""
+    immutable; their compiled functions are then shared too).
+
+    Across stage configs (``library``, :func:`_library`: other configs' records of the same phase,
+    binding, options and stack): a row not repeated so is repeated from another config's record
+    where that row places alike here (:meth:`_repeats_across`: the same checks, the inputs strictly
+    equal, and the same answers from this mesh to the questions the row asked that one, which a
+    :class:`_LoggedMesh` records). Configs of one TP degree place most rows alike (tp8 and tp8-ep8
+    differ in the routed experts and what follows them, tp8 and tp8-dp_attn8 in attention)."""
 
     def __init__(self, *args, prefill: "_PhasePlacer | None" = None, library: dict | None = None):
         super().__init__(*args)
         self.reuse = prefill.record if prefill is not None else None
         self.record: dict | None = {} if self.phase == "prefill" else None
         self.library = library if isinstance(self.mesh, _LoggedMesh) else None
-        if self.record is not None:
+        if self.record is not None or self.library is not None:
             _log_writes(self)
         self._reads: list | None = None       # (redist key, step) reused by the row being recorded
         self._routing: dict | None = None     # the routing tokens it read
@@ -851,6 +859,7 @@ class _PhasePlacer(Placer):
         return super().instances(row)
 
     def place(self, row) -> None:
+        inputs = None
         if self.reuse is not None:
             hit = self.reuse.get(row.uid)
             if hit is not None and hit[0] is row:
@@ -858,33 +867,35 @@ class _PhasePlacer(Placer):
                 if self._repeats(hit, inputs):
                     _repeat_row(self, hit[3], hit[4])
                     return
+        if self.library is None and (self.record is None or not self._phase_free(row)):
             super().place(row)
             return
-        if self.record is None or (self.library is None and not self._phase_free(row)):
-            super().place(row)
-            return
-        inputs = [self.producer(row, i) for i in range(len(row.inputs))]
+        if inputs is None:
+            inputs = [self.producer(row, i) for i in range(len(row.inputs))]
         counts = tuple(self.consumers.get(s.uid) for s in inputs)
         if self.library is not None:
             for hit in self.library.get(row.uid, ()):
                 if hit[0] is row and self._repeats_across(hit, inputs, counts):
                     _repeat_row(self, hit[3], hit[4])
-                    if self._phase_free(row):
+                    if self.record is not None and self._phase_free(row):
                         self.record[row.uid] = hit
                     return
         start = len(self.steps)
         _start_row(self)
         self._reads, self._routing = [], None
+        asked = None
         if self.library is not None:
-            self.mesh.log = []
+            asked = self.mesh.log = []
         super().place(row)
+        if asked is not None:
+            self.mesh.log = None
         writes = _row_writes(self)
         # row uid -> (row, input steps, their consumer counts, steps appended, writes, reshards made,
         # reshards reused, routing tokens read or None, the mesh's answers (method, arguments, answer))
         hit = (row, inputs, counts, self.steps[start:], writes, tuple(self.redist.log), self._reads, self._routing,
-               self.mesh.log)
-        self._reads = self._routing = self.mesh.log = None
-        if self._phase_free(row):
+               asked)
+        self._reads = self._routing = None
+        if self.record is not None and self._phase_free(row):
             self.record[row.uid] = hit
         if self.library is not None:
             kept = self.library.setdefault(row.uid, [])
