@@ -42,7 +42,7 @@ from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
 from engine.deploy.fusion import FusionTable, fuse, match, note_extension, reserve_bytes
 from engine.deploy.hardware import GPU
-from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
+from engine.deploy.parallel import Group, Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.spec.shapes import Tensor
 from engine.deploy.placement import (ZERO, DeviceTypes, Layout, Placer, Program, Step, _add, _div, _mul, phase_rows,
                                      shard_unit, step_with)
@@ -230,9 +230,27 @@ def _stage_of_layers(ev: Evaluation, pp: int) -> dict[str, list[int]]:
     return out
 
 
+#: (id(numeric analysis), pp, row uids) -> (the analysis, :func:`_stage_rows` of them)
+_STAGE_ROWS: dict[tuple, tuple] = {}
+
+
 def _stage_rows(stored: Mapping[str, sympy.Expr], ev: Evaluation, pp: int) -> list[list[tuple[str, sympy.Expr]]]:
     """Per stage: (row uid, layers of it on the stage). Layers go to stages in order; rows outside
-    the layer stack go to the first (embedding) or the last (everything after the stack) stage."""
+    the layer stack go to the first (embedding) or the last (everything after the stack) stage.
+
+    A function of the numeric analysis, ``pp`` and the uids of ``stored`` (in order), not of
+    their values: every placement of a model stores the same rows, so it is computed once per
+    pipeline degree (the memo holds the analysis; callers only read the lists)."""
+    key = (id(ev.numeric), pp, tuple(stored))
+    hit = _STAGE_ROWS.get(key)
+    if hit is None or hit[0] is not ev.numeric:
+        if len(_STAGE_ROWS) > 256:       # the pipeline degrees of a few models
+            _STAGE_ROWS.clear()
+        hit = _STAGE_ROWS[key] = (ev.numeric, _stage_rows_of(stored, ev, pp))
+    return hit[1]
+
+
+def _stage_rows_of(stored: Mapping[str, sympy.Expr], ev: Evaluation, pp: int) -> list[list[tuple[str, sympy.Expr]]]:
     per_template = _stage_of_layers(ev, pp)
     stages: list[list] = [[] for _ in range(pp)]
     for uid in stored:
@@ -321,9 +339,10 @@ def _placed_stage(ev: Evaluation, config: ParallelConfig, domain: int, options: 
         # decode repeats the rows the prefill placement of this key placed alike (_PhasePlacer)
         prefill = _STAGES.get(key[:-1] + ("prefill",)) if phase == "decode" else None
         prefill = prefill[2] if prefill is not None and prefill[0] is ev and prefill[2].record else None
-        mesh = prefill.mesh if prefill is not None else Mesh(stage, key[2], symbolic)
+        mesh = prefill.mesh if prefill is not None else _LoggedMesh(stage, key[2], symbolic)
         placer = _PhasePlacer(analysis, mesh, phase, ev.corpus.dims, _weights_fn(ev, options), types,
-                              _model_decider(ev), prefill=prefill)
+                              _model_decider(ev), prefill=prefill,
+                              library=_library(ev, stage, options, symbolic, stack, phase))
         if prefill is not None:      # split factors and local sizes: phase-free (as place_symbolic shares)
             placer._factors, placer._locals, placer._units = prefill._factors, prefill._locals, prefill._units
         hit = _STAGES[key] = (ev, placer.run(phase_rows(analysis, phase, stack)), placer)
@@ -335,6 +354,26 @@ def _placed_stage(ev: Evaluation, config: ParallelConfig, domain: int, options: 
         placer = copy.copy(placer)   # the same placement, under this config's mesh (pp, domain)
         placer.mesh = Mesh(config, domain, symbolic)
     return program, placer
+
+
+#: (id(ev), act dtype, weight format, symbolic, stack, phase, tp, cp kind) -> (ev, {row uid: [records]}):
+#: what placing each row did in the placements of other stage configs (:class:`_PhasePlacer`).
+_LIBRARIES: dict[tuple, tuple] = {}
+
+
+def _library(ev: Evaluation, stage: ParallelConfig, options: Options, symbolic: bool, stack: str,
+             phase: str) -> dict:
+    """The records a placement of ``stage`` may repeat rows from: those of the model's other stage
+    configs in the same phase, binding, options and stack (what a placer reads besides its mesh),
+    and the same TP degree and CP kind (the two mesh fields rules read directly, ``groups["tp"]``
+    and ``config.cp_kind``, rather than through the mesh's methods, whose answers are recorded)."""
+    key = (id(ev), options.act_dtype, options.weight_format, symbolic, stack, phase, stage.tp, stage.cp_kind)
+    hit = _LIBRARIES.get(key)
+    if hit is None or hit[0] is not ev:
+        if len(_LIBRARIES) > 64:        # a few models' bindings and degrees
+            _LIBRARIES.clear()
+        hit = _LIBRARIES[key] = (ev, {})
+    return hit[1]
 
 
 def with_mtp(main: dict[str, tuple[Program, Placer]], drafts: dict[str, tuple[Program, Placer]], analysis,
@@ -453,7 +492,7 @@ def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: d
     # sympy.Add(*terms) flattens once; sum() would re-flatten a growing Add at every term
     # (the products through placement's memo: configs of one stage placement and pipeline degree
     # multiply the same stored bytes by the same layer counts)
-    per_stage = [sympy.Add(*(_mul(stored[u], n) for u, n in rows)) for rows in stages]
+    per_stage = [_stage_bytes(stored, rows) for rows in stages]
     # speculative decoding: the whole MTP stack (every module, as frameworks load it) on the last stage
     # (a row that shares a main-stack tensor, e.g. MiMo's head, stores nothing of its own)
     mtp = [u for u in numeric["decode"][0].stored if ev.numeric.rows[u].stack == MTP_STACK
@@ -461,8 +500,8 @@ def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: d
     mtp_weights = sympy.Add(*(numeric["decode"][0].stored[u] * ev.numeric.rows[u].repeat for u in mtp))
     per_stage[-1] += mtp_weights
     worst = max(range(config.pp), key=lambda s: float(per_stage[s]))
-    weight_formula = sympy.Add(*(_mul(sym_stored[u], n if config.pp > 1 else ev.symbolic.rows[u].repeat)
-                                 for u, n in stages[worst]))
+    weight_formula = _sum(tuple(_mul(sym_stored[u], n if config.pp > 1 else ev.symbolic.rows[u].repeat)
+                                for u, n in stages[worst]))
     if worst == config.pp - 1:
         weight_formula += sympy.Add(*(symbolic["decode"][0].stored[u] * ev.symbolic.rows[u].repeat for u in mtp))
     # KV: the stage holding the most cache, which in a hybrid stack need not be the weight-heaviest
@@ -477,6 +516,41 @@ def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: d
     result = (float(per_stage[worst]), weight_formula, kv_dev)
     _MEMORY[key] = ((numeric, symbolic), result)
     return result
+
+
+def _stage_bytes(stored: Mapping[str, sympy.Expr], rows: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
+    """The weight bytes of a stage: ``sympy.Add`` of stored bytes times layers, row by row. A
+    numeric placement's stored bytes and layer counts are Integers (checkpoint weights), whose
+    products and sum are those of Python's ints: summed so, without a sympy object per term."""
+    pairs = [(stored[u], n) for u, n in rows]
+    if all(isinstance(v, sympy.Integer) and isinstance(n, sympy.Integer) for v, n in pairs):
+        return sympy.Integer(sum(v.p * n.p for v, n in pairs))
+    return _sum(tuple(_mul(v, n) for v, n in pairs))
+
+
+#: id(terms) -> (the terms, their sympy.Add): see :func:`_sum`.
+_SUMS: dict[tuple, tuple] = {}
+
+
+def _sum(terms: tuple) -> sympy.Expr:
+    """``sympy.Add(*terms)``, once per tuple of the same term objects (in the same order): the
+    configs of a model store the same bytes per row (numeric: one stage placement under several
+    pipeline degrees; symbolic: degrees are symbols, so tp 8 and tp 16 store alike), and placement's
+    memo hands back the same product objects, while flattening and sorting a sum of a hundred
+    terms is slow. Keyed by the terms' ids, the entry holding the terms (an id is not reused).
+    Integers (a numeric placement's stored bytes under checkpoint weights) are summed as Python
+    ints: sympy.Add of Integers is the Integer of their sum."""
+    key = tuple(map(id, terms))
+    hit = _SUMS.get(key)
+    if hit is None or hit[0] != key:
+        if len(_SUMS) > 4096:
+            _SUMS.clear()
+        if all(isinstance(t, sympy.Integer) for t in terms):
+            total = sympy.Integer(sum(t.p for t in terms))
+        else:
+            total = sympy.Add(*terms)
+        hit = _SUMS[key] = (key, total, terms)
+    return hit[1]
 
 
 _MAXIMA: dict[frozenset, sympy.Expr] = {}    # {per-stage KV expressions} -> their sympy.Max
@@ -547,13 +621,26 @@ def _cache_bytes(cache) -> sympy.Expr:
 
 
 def _layers_on_stage(ev: Evaluation, uid: str, stage: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
-    """Layers of ``uid``'s template on a stage, read off any weighted row of the same template."""
-    template = next((c.uid for c in ev.numeric.components.values()
-                     if c.template and uid.startswith(c.uid + "/")), None)
-    for row_uid, n in stage:
-        if template and row_uid.startswith(template + "/"):
-            return n
-    return ZERO
+    """Layers of ``uid``'s template on a stage, read off any weighted row of the same template
+    (the first one); both lookups through :data:`_ON_STAGE` (every cache entry of every stage of
+    every config asks, and a stage lists a hundred rows)."""
+    hit = _ON_STAGE.get(id(stage))
+    if hit is None or hit[0] is not stage or hit[1] is not ev.numeric:
+        if len(_ON_STAGE) > 4096:
+            _ON_STAGE.clear()
+        hit = _ON_STAGE[id(stage)] = (stage, ev.numeric, {})
+    found = hit[2].get(uid)
+    if found is None:
+        template = next((c.uid for c in ev.numeric.components.values()
+                         if c.template and uid.startswith(c.uid + "/")), None)
+        found = hit[2][uid] = next((n for row_uid, n in stage if template and row_uid.startswith(template + "/")),
+                                   ZERO)
+    return found
+
+
+#: id(stage rows) -> (the rows, the numeric analysis, {cache uid: its layers on the stage}). Stage
+#: lists are :func:`_stage_rows`' memoized objects, read-only, so the answers stay valid.
+_ON_STAGE: dict[int, tuple] = {}
 
 
 def _with_pipeline(program: Program, placer: Placer) -> Program:
@@ -735,13 +822,21 @@ class _PhasePlacer(Placer):
     steps it appended, what it wrote and those reads; the decode run repeats a row only where its
     inputs place alike, every reshard it reused is the same object here, none it made exists yet,
     and the routing tokens are equal. The repeated steps are the prefill's objects (steps are
-    immutable; their compiled functions are then shared too)."""
+    immutable; their compiled functions are then shared too).
 
-    def __init__(self, *args, prefill: "_PhasePlacer | None" = None):
+    Across stage configs (``library``, :func:`_library`: other configs' records of the same phase,
+    binding, options and stack): a row not repeated so is repeated from another config's record
+    where that row places alike here (:meth:`_repeats_across`: the same checks, the inputs strictly
+    equal, and the same answers from this mesh to the questions the row asked that one, which a
+    :class:`_LoggedMesh` records). Configs of one TP degree place most rows alike (tp8 and tp8-ep8
+    differ in the routed experts and what follows them, tp8 and tp8-dp_attn8 in attention)."""
+
+    def __init__(self, *args, prefill: "_PhasePlacer | None" = None, library: dict | None = None):
         super().__init__(*args)
         self.reuse = prefill.record if prefill is not None else None
         self.record: dict | None = {} if self.phase == "prefill" else None
-        if self.record is not None:
+        self.library = library if isinstance(self.mesh, _LoggedMesh) else None
+        if self.record is not None or self.library is not None:
             _log_writes(self)
         self._reads: list | None = None       # (redist key, step) reused by the row being recorded
         self._routing: dict | None = None     # the routing tokens it read
@@ -764,6 +859,7 @@ class _PhasePlacer(Placer):
         return super().instances(row)
 
     def place(self, row) -> None:
+        inputs = None
         if self.reuse is not None:
             hit = self.reuse.get(row.uid)
             if hit is not None and hit[0] is row:
@@ -771,29 +867,114 @@ class _PhasePlacer(Placer):
                 if self._repeats(hit, inputs):
                     _repeat_row(self, hit[3], hit[4])
                     return
+        if self.library is None and (self.record is None or not self._phase_free(row)):
             super().place(row)
             return
-        if self.record is None or not self._phase_free(row):
-            super().place(row)
-            return
-        inputs = [self.producer(row, i) for i in range(len(row.inputs))]
+        if inputs is None:
+            inputs = [self.producer(row, i) for i in range(len(row.inputs))]
         counts = tuple(self.consumers.get(s.uid) for s in inputs)
+        if self.library is not None:
+            for hit in self.library.get(row.uid, ()):
+                if hit[0] is row and self._repeats_across(hit, inputs, counts):
+                    _repeat_row(self, hit[3], hit[4])
+                    if self.record is not None and self._phase_free(row):
+                        self.record[row.uid] = hit
+                    return
         start = len(self.steps)
         _start_row(self)
         self._reads, self._routing = [], None
+        asked = None
+        if self.library is not None:
+            asked = self.mesh.log = []
         super().place(row)
+        if asked is not None:
+            self.mesh.log = None
         writes = _row_writes(self)
         # row uid -> (row, input steps, their consumer counts, steps appended, writes, reshards made,
-        # reshards reused, routing tokens read or None)
-        self.record[row.uid] = (row, inputs, counts, self.steps[start:], writes, tuple(self.redist.log),
-                                self._reads, self._routing)
+        # reshards reused, routing tokens read or None, the mesh's answers (method, arguments, answer))
+        hit = (row, inputs, counts, self.steps[start:], writes, tuple(self.redist.log), self._reads, self._routing,
+               asked)
         self._reads = self._routing = None
+        if self.record is not None and self._phase_free(row):
+            self.record[row.uid] = hit
+        if self.library is not None:
+            kept = self.library.setdefault(row.uid, [])
+            kept.insert(0, hit)          # the latest first: the configs nearest this one come in a row
+            del kept[_KEPT:]
+
+    def _repeats_across(self, hit: tuple, inputs: list[Step], counts: tuple) -> bool:
+        """Whether the recorded prefill row ``hit`` of another stage config (the same model, binding,
+        options, TP degree and CP kind: :func:`_library`) places here as it did there: as
+        :meth:`_repeats` asks, with the inputs equal down to their groups' names and expressions
+        (:func:`_strict`: groups of equal ranks compare equal whatever their names, and another
+        mesh names them otherwise), and every question the row asked of that mesh answered the
+        same by this one. A row's placement is a function of those (besides what the library's key
+        holds the same), so it places as there: its steps and writes are that placement's."""
+        _, recorded, were, _, _, made, reused, routing, asked = hit
+        return were == counts and len(recorded) == len(inputs) and \
+            all(a is b or (_same_input(a, b) and _strict(a.layout, b.layout)) for a, b in zip(inputs, recorded)) and \
+            all(self.redist.get(key) is step for key, step in reused) and \
+            not any(key in self.redist for key in made) and \
+            (routing is None or routing == self.routing_tokens) and \
+            all(_strict(method(self.mesh, *args), answer) for method, args, answer in asked)
 
     def _repeats(self, hit: tuple, inputs: list[Step]) -> bool:
         """Whether the recorded prefill row ``hit`` places here as it did there (class doc)."""
-        _, recorded, counts, _, _, made, reused, routing = hit
+        _, recorded, counts, _, _, made, reused, routing, _ = hit
         return counts == tuple(self.consumers.get(s.uid) for s in inputs) and \
             all(_same_input(a, b) for a, b in zip(inputs, recorded)) and \
             all(self.redist.get(key) is step for key, step in reused) and \
             not any(key in self.redist for key in made) and \
             (routing is None or routing == self.routing_tokens)
+
+
+#: Records kept per row uid in a library (:func:`_library`), the latest first.
+_KEPT = 4
+
+
+class _LoggedMesh(Mesh):
+    """A :class:`Mesh` that, while ``log`` is a list, appends to it every question a placement rule
+    asks of it (method, arguments, answer): what :meth:`_PhasePlacer._repeats_across` asks another
+    mesh again. Nested questions (``extent`` asks ``canonical``) are not logged separately."""
+
+    log: list | None = None
+
+    def _asked(self, method, *args):
+        log, self.log = self.log, None
+        try:
+            answer = method(self, *args)
+        finally:
+            self.log = log
+        if log is not None:
+            log.append((method, args, answer))
+        return answer
+
+    def world_group(self, world: str, region: str):
+        return self._asked(Mesh.world_group, world, region)
+
+    def canonical(self, groups):
+        return self._asked(Mesh.canonical, tuple(groups))
+
+    def span(self, groups) -> int:
+        return self._asked(Mesh.span, tuple(groups))
+
+    def extent(self, groups) -> dict[str, int]:
+        return self._asked(Mesh.extent, tuple(groups))
+
+    def link(self, groups) -> str:
+        return self._asked(Mesh.link, tuple(groups))
+
+
+def _strict(a, b) -> bool:
+    """``a == b``, with every :class:`~engine.deploy.parallel.Group` inside (in tuples and layouts)
+    also of the same name and expression: Group equality compares ranks only (``ep`` and ``tp``
+    over the same GPUs are equal), but a step names its groups, and formulas hold their degrees."""
+    if a is b:
+        return True
+    if isinstance(a, Group):
+        return isinstance(b, Group) and a == b and a.name == b.name and a.expr == b.expr
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and len(a) == len(b) and all(_strict(x, y) for x, y in zip(a, b))
+    if isinstance(a, Layout):
+        return isinstance(b, Layout) and _strict(a.shards, b.shards) and _strict(a.partial, b.partial)
+    return type(a) is type(b) and a == b
