@@ -78,7 +78,7 @@ def test_stage_rows_memo_sees_other_rows_and_degrees(evaluation):
     assert planner._stage_rows(fewer, ev, 2) != planner._stage_rows(stored, ev, 2)
 
 
-def test_sum_memo_and_integer_path_equal_sympy_add():
+def test_sum_memo_and_stage_bytes_integer_path_equal_sympy_add():
     x, y = sympy.symbols("x y", positive=True)
     cases = [(), (sympy.Integer(3), sympy.Integer(4), sympy.S.Zero), (sympy.Integer(2), sympy.Rational(1, 2)),
              (x * 2, sympy.Integer(5), y), (sympy.Integer(7), sympy.Float(0.1))]

@@ -4,8 +4,6 @@ each fast path gives the plain path's answers, bit for bit, on real corpus model
 * :func:`engine.deploy.sizing.front` (only the points a sample of them does not strictly dominate
   are sorted) returns the indices, in the order, of sorting every point, on a real search's points
   (with a sample of every point down to one in 64) and on random points with ties, infinities and NaNs.
-* :func:`engine.deploy.sizing.search` given ``configs`` (the build passes :func:`legal_configs` once
-  for every framework's search) gives the points it finds alone.
 * :func:`engine.build.fronts.evaluate_model`'s disagg columns (appended per column) are the
   per-row appends' values, types included.
 """
@@ -19,7 +17,7 @@ from engine.deploy import sizing
 from engine.deploy.disagg import links
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
-from engine.deploy.sizing import SLA, front, legal_configs, search
+from engine.deploy.sizing import SLA, front, search
 
 from tests.conftest import _evaluation
 
@@ -80,18 +78,6 @@ def test_front_consistency_on_ties_and_non_finite(monkeypatch, sample):
             if n and rng.random() < 0.2:
                 values[rng.integers(0, n, 3)] = special
         assert same(front(x, y), plain_front(x, y)), trial
-
-
-def test_search_with_given_configs_consistency(pooled):
-    ev, gpus, results = pooled
-    tables = load_tables(ev.corpus.root / "fusion")
-    given = search(ev, gpus, 8192, 1024, SLA(1e30, 1e30), max_gpus=4, options=Options(framework="vllm"),
-                   fusion=tables["vllm"], pools=True, configs=legal_configs(ev, 4))
-    for a, b in zip(given, results):
-        assert a.configs == b.configs and a.pool_configs == b.pool_configs and a.kv_share == b.kv_share
-        assert a.points.keys() == b.points.keys() and a.prefill.keys() == b.prefill.keys()
-        assert all(same(a.points[k], b.points[k]) for k in a.points)
-        assert all(same(a.prefill[k], b.prefill[k]) for k in a.prefill)
 
 
 def test_disagg_columns_consistency_with_rows(tmp_path):

@@ -40,11 +40,11 @@ structure, same expressions, same rules) to float rounding; tests/test_site_offg
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 import sympy
 
+from engine.build.export import compact_json
 from engine.deploy.cost import step_totals
 from engine.deploy.fusion import live_token_limits, token_limits
 from engine.deploy.planner import mtp_modules
@@ -68,7 +68,7 @@ class _Table:
     def add(self, value: Any, key=None) -> int:
         """``value``'s index; ``key`` (hashable, one kind per table) stands for its content, by
         default its JSON text."""
-        key = key if key is not None else _COMPACT(value)
+        key = key if key is not None else compact_json(value)
         found = self.index.get(key)        # (the key hashed once or twice, not three times)
         if found is None:
             found = self.index[key] = len(self.items)
@@ -234,11 +234,6 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             "options": options, "programs": programs.items, "trees": trees.items, "strings": strings.items}
 
 
-#: ``json.dumps(value, separators=(",", ":"))``'s text, without its check for circular references
-#: (the documents are trees of plain values built here) and without a new encoder per call.
-_COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
-
-
 def document_json(doc: dict[str, Any]) -> str:
     """``json.dumps(doc, separators=(",", ":"))``'s text for :func:`model_export`'s document, each
     distinct step row encoded once: the programs are most of the text (DeepSeek-V3: 0.77 of its
@@ -251,18 +246,18 @@ def document_json(doc: dict[str, Any]) -> str:
     def row_text(row) -> str:
         text = texts.get(id(row))
         if text is None:
-            text = texts[id(row)] = _COMPACT(row)
+            text = texts[id(row)] = compact_json(row)
         return text
 
     def value_text(key: str, value) -> str:
         if key != "programs" or not isinstance(value, list):
-            return _COMPACT(value)
+            return compact_json(value)
         return "[" + ",".join("[" + ",".join(map(row_text, steps)) + "]" if isinstance(steps, (list, tuple))
-                              else _COMPACT(steps) for steps in value) + "]"
+                              else compact_json(steps) for steps in value) + "]"
 
     if not all(isinstance(k, str) for k in doc):      # (keys the encoder converts: its own text)
-        return _COMPACT(doc)
-    return "{" + ",".join(_COMPACT(k) + ":" + value_text(k, v) for k, v in doc.items()) + "}"
+        return compact_json(doc)
+    return "{" + ",".join(compact_json(k) + ":" + value_text(k, v) for k, v in doc.items()) + "}"
 
 
 def _classes(limits: list[int], live: list[int]) -> list[int]:

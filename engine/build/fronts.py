@@ -237,7 +237,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
     from engine.deploy import Options
     from engine.deploy.fusion import load_tables
     from engine.deploy.hardware import find_gpu
-    from engine.deploy.sizing import SLA, front, legal_configs, search
+    from engine.deploy.sizing import SLA, front, search
     from engine.deploy.structure_cache import StructureCache
 
     fronts = {k: [] for k in FRONTS_SCHEMA}
@@ -254,14 +254,13 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
     max_ctx = int(ev.numeric.max_context)
     # no SLA filters the rows (the bounds are the reader's): both bounds beyond any latency
     unbounded = SLA(1e30, 1e30)
-    configs = legal_configs(ev, spec.max_gpus)      # GPU- and option-free: once for every search below
     for framework in spec.frameworks:
         pools = disagg is not None and (spec.disagg_frameworks is None or framework in spec.disagg_frameworks)
         for kv_dtype in spec.kv_dtypes:
             for input_len, output_len in spec.scenarios:
                 results = search(ev, gpus, input_len, output_len, unbounded, max_gpus=spec.max_gpus,
                                  options=Options(framework=framework, kv_dtype=kv_dtype),
-                                 fusion=tables.get(framework), cache=cache, pools=pools, configs=configs)
+                                 fusion=tables.get(framework), cache=cache, pools=pools)
                 head = {"model_id": ev.model.model_id, "framework": framework, "kv_dtype": kv_dtype,
                         "input_len": input_len, "output_len": output_len,
                         "extrapolated": input_len + output_len > max_ctx, "max_gpus": spec.max_gpus}

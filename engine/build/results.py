@@ -55,7 +55,7 @@ from pathlib import Path
 import polars as pl
 
 from engine.build import collector, landscape, lifeline, publish
-from engine.build.export import KV_LENGTHS
+from engine.build.export import KV_LENGTHS, compact_json
 from engine.project import PACKAGE_ROOT
 from engine.spec import kv
 from engine.spec.api import Evaluation, evaluate_spec
@@ -419,12 +419,6 @@ def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_
                   staging / "variants.parquet")
 
 
-#: ``json.dumps(value, separators=(",", ":"))``'s text without its check for circular references
-#: (about 12% of the time on a model's megabyte of formula trees): the documents are trees of
-#: plain values built here, never cyclic.
-_compact = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
-
-
 def _frame(columns: dict, schema: dict) -> pl.DataFrame:
     return pl.DataFrame([_series(k, columns[k], v[0]) for k, v in schema.items()])
 
@@ -559,7 +553,7 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
             write_parquet(_frame(columns, schema).sort(PARTITION_ORDER, maintain_order=True), folder / "part.parquet",
                           statistics=True, compression="zstd", compression_level=ZSTD_LEVEL)
         (Path(staging) / "formulas").mkdir(exist_ok=True)
-        from engine.build.deploy_export import document_json     # _compact's text, each step row encoded once
+        from engine.build.deploy_export import document_json     # compact_json's text, each step row encoded once
         (Path(staging) / "formulas" / f"{name}.json").write_text(document_json(formulas))
         counts.update(deployments=len(deployments["model_id"]), ops=len(ops["model_id"]), points=points)
     if part in ("all", "extras"):
@@ -573,10 +567,10 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
         from engine.build.export import model_document
         (Path(staging) / "models").mkdir(exist_ok=True)
         (Path(staging) / "models" / f"{name}.json").write_text(
-            _compact(model_document(ev, verification)))
+            compact_json(model_document(ev, verification)))
         (Path(staging) / "playground").mkdir(exist_ok=True)      # the playground's live picks (docs/results.md)
         (Path(staging) / "playground" / f"{name}.json").write_text(
-            _compact(model_playground(ev, sites=sites, gpus=load_gpus(gpu_root))))
+            compact_json(model_playground(ev, sites=sites, gpus=load_gpus(gpu_root))))
     counts["seconds"] = round(time.perf_counter() - started, 3)
     return counts
 

@@ -486,9 +486,8 @@ class CompiledProgram:
         grid evaluates one of them for all (:func:`engine.deploy.sol.phases_many`). An id names
         its entry while this program lives (it holds its entries): compare keys of live programs only."""
         if self._key is None:
-            entries = list(chain(*self._columns, self._calls))
             (dtypes, d_at), (links, l_at), (colls, c_at) = self._kinds
-            self._key = (len(self._calls), np.fromiter(map(id, entries), dtype=np.uintp, count=len(entries)).tobytes(),
+            self._key = (len(self._calls), _ids(chain(*self._columns, self._calls)),
                          tuple(dtypes), d_at.tobytes(), tuple(links), l_at.tobytes(), tuple(colls), c_at.tobytes())
         return self._key
 
@@ -548,24 +547,14 @@ class CompiledProgram:
         rows, constants, functions, _ = self._table_layout(indices)
         if values is None:
             values = _values(args)
-        get = values.get
         if 4 * len(at) >= shape[0]:
             # most points picked: the rows over every point (whole-row copies), then one gather
-            full = np.empty((len(constants) + len(functions),) + shape)
-            full[:len(constants)] = constants.reshape(-1, 1)
-            for j, f in enumerate(functions, len(constants)):
-                value = get(f)
-                if value is None:
-                    value = values.hold(f, _stored(f(*args), args))
-                full[j] = value
-            table = full.take(at, axis=1)
+            table = _filled(constants, functions, values, args, shape).take(at, axis=1)
         else:
             table = np.empty((len(constants) + len(functions), len(at)))
             table[:len(constants)] = constants.reshape(-1, 1)
             for j, f in enumerate(functions, len(constants)):
-                value = get(f)
-                if value is None:
-                    value = values.hold(f, _stored(f(*args), args))
+                value = _value(values, f, args)
                 if type(value) is not np.ndarray or value.shape != shape:
                     value = np.broadcast_to(value, shape)
                 table[j] = value[at]
@@ -589,15 +578,7 @@ class CompiledProgram:
         key = (token, shape)
         table = values.get(key)
         if table is None:
-            table = np.empty((len(constants) + len(functions),) + shape)
-            # constants (weight reads, fixed collectives, zeros) in one assignment; functions one by one
-            table[:len(constants)] = constants.reshape((-1,) + (1,) * len(shape))
-            get = values.get
-            for j, f in enumerate(functions, len(constants)):
-                value = get(f)
-                if value is None:
-                    value = values.hold(f, _stored(f(*args), args))
-                table[j] = value
+            table = _filled(constants, functions, values, args, shape)
             table.flags.writeable = False
             values.hold(key, table)
             _trim_values()
@@ -613,7 +594,7 @@ class CompiledProgram:
         if found is None:
             columns = [self._columns[i] if i < 4 else self._calls for i in indices]
             entries = tuple(chain.from_iterable(columns))
-            key = (len(columns), np.fromiter(map(id, entries), dtype=np.uintp, count=len(entries)).tobytes())
+            key = (len(columns), _ids(entries))
             shared = _LAYOUTS.get(key)
             if shared is None:
                 if len(_LAYOUTS) > 5_000:        # the programs of a model or two: keep it bounded
@@ -805,6 +786,31 @@ def _repeat(expr) -> float:
             _REPEATS.clear()
         value = _REPEATS[expr] = float(expr)
     return value
+
+
+def _value(values, f, args):
+    """Step function ``f``'s value at the points ``args``: from the point set's ``values``
+    (:func:`_values`), else computed and held there (once per function and point set)."""
+    value = values.get(f)
+    if value is None:
+        value = values.hold(f, _stored(f(*args), args))
+    return value
+
+
+def _filled(constants: np.ndarray, functions: list, values, args, shape: tuple) -> np.ndarray:
+    """A layout's table at the points ``args``: the constants' rows (weight reads, fixed
+    collectives, zeros) in one assignment, then each function's row (:func:`_value`)."""
+    table = np.empty((len(constants) + len(functions),) + shape)
+    table[:len(constants)] = constants.reshape((-1,) + (1,) * len(shape))
+    for j, f in enumerate(functions, len(constants)):
+        table[j] = _value(values, f, args)
+    return table
+
+
+def _ids(entries) -> bytes:
+    """The ids of ``entries``, in order, as bytes (a key naming those objects while they live)."""
+    entries = tuple(entries)
+    return np.fromiter(map(id, entries), dtype=np.uintp, count=len(entries)).tobytes()
 
 
 def _add_steps(x: np.ndarray) -> np.ndarray:

@@ -528,7 +528,7 @@ def _stage_bytes(stored: Mapping[str, sympy.Expr], rows: list[tuple[str, sympy.E
     return _sum(tuple(_mul(v, n) for v, n in pairs))
 
 
-#: id(terms) -> (the terms, their sympy.Add): see :func:`_sum`.
+#: ids of terms -> (their sympy.Add, the terms): see :func:`_sum`.
 _SUMS: dict[tuple, tuple] = {}
 
 
@@ -537,20 +537,15 @@ def _sum(terms: tuple) -> sympy.Expr:
     configs of a model store the same bytes per row (numeric: one stage placement under several
     pipeline degrees; symbolic: degrees are symbols, so tp 8 and tp 16 store alike), and placement's
     memo hands back the same product objects, while flattening and sorting a sum of a hundred
-    terms is slow. Keyed by the terms' ids, the entry holding the terms (an id is not reused).
-    Integers (a numeric placement's stored bytes under checkpoint weights) are summed as Python
-    ints: sympy.Add of Integers is the Integer of their sum."""
+    terms is slow. Keyed by the terms' ids, the entry holding the terms (an id is not reused while
+    its object lives)."""
     key = tuple(map(id, terms))
     hit = _SUMS.get(key)
-    if hit is None or hit[0] != key:
+    if hit is None:
         if len(_SUMS) > 4096:
             _SUMS.clear()
-        if all(isinstance(t, sympy.Integer) for t in terms):
-            total = sympy.Integer(sum(t.p for t in terms))
-        else:
-            total = sympy.Add(*terms)
-        hit = _SUMS[key] = (key, total, terms)
-    return hit[1]
+        hit = _SUMS[key] = (sympy.Add(*terms), terms)
+    return hit[0]
 
 
 _MAXIMA: dict[frozenset, sympy.Expr] = {}    # {per-stage KV expressions} -> their sympy.Max
@@ -826,7 +821,7 @@ class _PhasePlacer(Placer):
 
     Across stage configs (``library``, :func:`_library`: other configs' records of the same phase,
     binding, options and stack): a row not repeated so is repeated from another config's record
-    where that row places alike here (:meth:`_repeats_across`: the same checks, the inputs strictly
+    where that row places alike here (:meth:`_repeats` with ``across``: the same checks, the inputs strictly
     equal, and the same answers from this mesh to the questions the row asked that one, which a
     :class:`_LoggedMesh` records). Configs of one TP degree place most rows alike (tp8 and tp8-ep8
     differ in the routed experts and what follows them, tp8 and tp8-dp_attn8 in attention)."""
@@ -875,7 +870,7 @@ class _PhasePlacer(Placer):
         counts = tuple(self.consumers.get(s.uid) for s in inputs)
         if self.library is not None:
             for hit in self.library.get(row.uid, ()):
-                if hit[0] is row and self._repeats_across(hit, inputs, counts):
+                if hit[0] is row and self._repeats(hit, inputs, across=True):
                     _repeat_row(self, hit[3], hit[4])
                     if self.record is not None and self._phase_free(row):
                         self.record[row.uid] = hit
@@ -902,31 +897,24 @@ class _PhasePlacer(Placer):
             kept.insert(0, hit)          # the latest first: the configs nearest this one come in a row
             del kept[_KEPT:]
 
-    def _repeats_across(self, hit: tuple, inputs: list[Step], counts: tuple) -> bool:
-        """Whether the recorded prefill row ``hit`` of another stage config (the same model, binding,
-        options, TP degree and CP kind: :func:`_library`) places here as it did there: as
-        :meth:`_repeats` asks, with the inputs equal down to their groups' names and expressions
-        (:func:`_strict`: groups of equal ranks compare equal whatever their names, and another
-        mesh names them otherwise), and every question the row asked of that mesh answered the
-        same by this one. A row's placement is a function of those (besides what the library's key
-        holds the same), so it places as there: its steps and writes are that placement's."""
-        _, recorded, were, _, _, made, reused, routing, asked = hit
-        return were == counts and len(recorded) == len(inputs) and \
-            all(a is b or (_same_input(a, b) and _strict(a.layout, b.layout)) for a, b in zip(inputs, recorded)) and \
+    def _repeats(self, hit: tuple, inputs: list[Step], across: bool = False) -> bool:
+        """Whether the recorded prefill row ``hit`` places here as it did there (class doc): the
+        inputs' consumer counts equal, the inputs placed alike, every reshard it reused the same
+        object here, none it made existing yet, and the routing tokens equal. ``across``: ``hit``
+        is another stage config's (the same model, binding, options, TP degree and CP kind:
+        :func:`_library`), so the inputs must also be equal down to their groups' names and
+        expressions (:func:`_strict`: groups of equal ranks compare equal whatever their names, and
+        another mesh names them otherwise), and every question the row asked of that mesh must get
+        the same answer from this one. A row's placement is a function of those (besides what the
+        library's key holds the same), so it places as there: its steps and writes are that placement's."""
+        _, recorded, counts, _, _, made, reused, routing, asked = hit
+        same = (lambda a, b: a is b or (_same_input(a, b) and _strict(a.layout, b.layout))) if across else _same_input
+        return counts == tuple(self.consumers.get(s.uid) for s in inputs) and len(recorded) == len(inputs) and \
+            all(same(a, b) for a, b in zip(inputs, recorded)) and \
             all(self.redist.get(key) is step for key, step in reused) and \
             not any(key in self.redist for key in made) and \
             (routing is None or routing == self.routing_tokens) and \
-            all(_strict(method(self.mesh, *args), answer) for method, args, answer in asked)
-
-    def _repeats(self, hit: tuple, inputs: list[Step]) -> bool:
-        """Whether the recorded prefill row ``hit`` places here as it did there (class doc)."""
-        _, recorded, counts, _, _, made, reused, routing, _ = hit
-        return counts == tuple(self.consumers.get(s.uid) for s in inputs) and \
-            all(_same_input(a, b) for a, b in zip(inputs, recorded)) and \
-            all(self.redist.get(key) is step for key, step in reused) and \
-            not any(key in self.redist for key in made) and \
-            (routing is None or routing == self.routing_tokens)
-
+            (not across or all(_strict(method(self.mesh, *args), answer) for method, args, answer in asked))
 
 #: Records kept per row uid in a library (:func:`_library`), the latest first.
 _KEPT = 4
@@ -934,7 +922,7 @@ _KEPT = 4
 
 class _LoggedMesh(Mesh):
     """A :class:`Mesh` that, while ``log`` is a list, appends to it every question a placement rule
-    asks of it (method, arguments, answer): what :meth:`_PhasePlacer._repeats_across` asks another
+    asks of it (method, arguments, answer): what :meth:`_PhasePlacer._repeats` asks another
     mesh again. Nested questions (``extent`` asks ``canonical``) are not logged separately."""
 
     log: list | None = None

@@ -401,7 +401,7 @@ def _stored_bytes(ev: Evaluation) -> float:
 
 def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla: SLA, *, max_gpus: int = 8,
            options: Options = Options(), fusion: FusionTable | None = None, pools: bool = False,
-           cache: StructureCache | None = None, configs: list[ParallelConfig] | None = None) -> list[GPUSearch]:
+           cache: StructureCache | None = None) -> list[GPUSearch]:
     """Every served (legal config, batch) point on each GPU type, with replicas, GPUs and whether it
     meets ``sla`` (see the module doc for the rules). One :class:`GPUSearch` per GPU, in order.
 
@@ -409,9 +409,7 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
     each config's KV share per GPU at the prompt, what :func:`disaggregated` pairs up.
     ``cache``: a :class:`engine.deploy.structure_cache.StructureCache` of ``ev`` whose table for
     ``options.framework`` is ``fusion``, to reuse (and fill) structures compiled elsewhere; the
-    points are the same with or without it. ``configs``: :func:`legal_configs` of ``ev`` and
-    ``max_gpus``, when the caller has them (they depend on neither the GPUs nor the options: the
-    build searches each model once per framework)."""
+    points are the same with or without it."""
     if not (isinstance(max_gpus, int) and 1 <= max_gpus <= MAX_GPUS):
         raise SpecError(option_where("--max-gpus"), f"{max_gpus!r} is not a GPU count",
                         f"write a whole number from 1 to {MAX_GPUS}")
@@ -419,7 +417,7 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
         raise SpecError(option_where("--input/--output"), f"input {input_len!r}, output {output_len!r}",
                         "both must be whole numbers >= 1 (TPOT needs at least one output token)")
     validate_options(options, ev)
-    configs = legal_configs(ev, max_gpus) if configs is None else configs
+    configs = legal_configs(ev, max_gpus)
     stored = _stored_bytes(ev) if options.weight_format == "checkpoint" else 0.0
     evaluator = _Evaluator(ev, options, fusion, cache)
     # 1. per GPU type and config, the batches to try: up to the capacity summarize() reports (its

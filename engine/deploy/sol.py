@@ -421,6 +421,7 @@ def phases_many(gpus: list[GPU], asked: list[tuple], times_only: bool = False) -
             at = stop
     return out
 
+
 def _along(x, n: int) -> np.ndarray:
     """``x`` over ``n`` points: the array itself when it has them already (ints or floats: the
     concatenation and :func:`distinct_rows` make them floats, exactly), else filled as floats."""
