@@ -341,12 +341,14 @@ def front_spec() -> dict:
 def _front_spec() -> dict:
     """The throughput/interactivity chart of serving benchmarks (InferenceMAX style): decode
     tokens/s per GPU against tokens/s per user, one line per GPU type through its Pareto front
-    (rows of fronts.parquet, named dataset ``front``), the legend clickable to highlight a GPU."""
+    (named dataset ``front``: the sizing page's rows of fronts.parquet; the deploy page's fronts of
+    the grid's points, static/js/deploy_eval.js), the legend clickable to highlight a GPU."""
     pick = alt.selection_point(fields=["gpu"], bind="legend")
     line = alt.Chart(alt.Data(name="front")).mark_line(point=alt.OverlayMarkDef(filled=True, size=30)).encode(
         x=alt.X("tokens_per_s_per_user:Q", title="tokens/s per user (1 / TPOT)", axis=_axis("")),
         y=alt.Y("tokens_per_s_per_gpu:Q", title="decode tokens/s per GPU", axis=_axis("")),
-        color=alt.Color("gpu:N", title="GPU", legend=alt.Legend(orient="top")),
+        # 12 GPU types: a 20-colour scheme, so no two lines share a colour
+        color=alt.Color("gpu:N", title="GPU", legend=alt.Legend(orient="top"), scale=alt.Scale(scheme="tableau20")),
         order=alt.Order("tokens_per_s_per_user:Q"),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
         tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("replica:N", title="config"),

@@ -257,7 +257,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
         if "mtp" in c:
             text = mtp_formulas.setdefault(c["mtp"]["weight_formula"], len(mtp_formulas))
             configs[c["key"]]["mtp"] = {**c["mtp"], "kv_dev": trees[c["mtp"]["kv_dev"]], "weight_formula": text}
-    head = {k: doc[k] for k in ("format", "max_context", "budget", "hbm_fraction", "max_batch", "kv_bytes",
+    head = {k: doc[k] for k in ("format", "max_context", "budget", "hbm_fraction", "max_batch", "batches", "kv_bytes",
                                 "kv_request", "gpus", "mtp_modules", "tokens_per_step", "kv_request_mtp") if k in doc}
     if mtp_formulas:
         head["mtp_weight_formulas"] = [strings[i] for i in mtp_formulas]

@@ -347,7 +347,8 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     whole = _hash(code, corpus_wide) if corpus_wide else None
     components = _components_inputs(results)
     groups = [("static", _hash(static_digest), lambda: _copy_static(site, assets)),
-              ("gallery", whole, lambda: _gallery(site, results))]
+              ("gallery", whole, lambda: _gallery(site, results)),
+              ("deploy-shared", whole, lambda: _deploy_shared(site, results))]
     for model_id in results.models["model_id"]:
         key = _hash(code, model_id, per_model[model_id]) if model_id in per_model else None
         groups.append((model_id, key, lambda m=model_id: _model_group(site, results, m)))
@@ -622,20 +623,36 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
                     "best_per_gpu": per_gpu.to_dicts(), "grid": grid, "model": model,
                     "output_len": int(decode["output_len"].min()) if decode.height else 0})
     # the bar charts' heights: the most bars one selection can show (GPU types; configs per GPU type and count)
+    # (the specs and texts every deploy page shares are in DEPLOY_SHARED, fetched once)
     specs = charts.deployment_specs(
         gpu_bars=max([r[-1] for r in per_gpu.group_by(["framework", "kv_dtype"]).len().iter_rows()], default=1),
         config_bars=max([r[-1] for r in best.group_by(["gpu", "n_gpus", "framework", "kv_dtype"]).len().iter_rows()], default=1))
-    data = {"page": "deploy", "slug": name, "max_context": doc["max_context"], "specs": specs,
+    data = {"page": "deploy", "slug": name, "max_context": doc["max_context"],
+            "specs": {k: specs[k] for k in PAGE_SPECS},
             # the model's dims, for the per-op formulas' "where" line (the point's batch, seq, ctx beside them)
             "bound": {d["name"]: d["value"] for d in doc["dims"]},
-            "kv_rows": charts.kv_rows(doc["kv_curve"], doc["max_context"]), "compare_input": COMPARE_INPUT,
-            "docs": dict(_schema_docs()),
-            # the roofline chart's roofs: the build's figures of the GPUs this model was evaluated on
-            "gpus": {g: r for g, r in ((results.landscape or {}).get("gpus") or {}).items()
-                     if g in {o["gpu"] for o in options}}}
-    specs["roofline"] = charts.roofline_spec()
+            "kv_rows": charts.kv_rows(doc["kv_curve"], doc["max_context"]), "compare_input": COMPARE_INPUT}
     site.page(f"models/{name}/deploy", "deploy.html", f"{doc['name']} deployments", data,
               doc=doc, slug=name, compare_input=COMPARE_INPUT, sizing_page=sizing_page)
+
+
+#: What every deploy and sizing page shares, in one file each page fetches (a browser keeps it across
+#: pages) rather than in every page's HTML (17 KB a page): the chart specs that do not depend on the
+#: model, the Parquet column docs behind the summary's numbers, and the roofline's GPU figures.
+DEPLOY_SHARED = "data/deploy/page.json.gz"
+#: The deploy page's specs that stay in its own page data: the bar charts, sized for its model.
+PAGE_SPECS = ("gpus", "ep")
+
+
+def _deploy_shared(site: Site, results: Results) -> None:
+    """:data:`DEPLOY_SHARED`: the model-independent chart specs (the deploy page's batch, KV,
+    roofline and throughput/interactivity charts; the sizing page's front is the same spec), the
+    column docs (:func:`_schema_docs`) and the build's figures of every GPU (the roofline's roofs)."""
+    specs = charts.deployment_specs()
+    site.gzip_json(DEPLOY_SHARED, {
+        "specs": {**{k: v for k, v in specs.items() if k not in PAGE_SPECS},
+                  "roofline": charts.roofline_spec(), "front": charts.front_spec()},
+        "docs": dict(_schema_docs()), "gpus": (results.landscape or {}).get("gpus") or {}})
 
 
 _SCHEMA_DOCS: dict[str, str] = {}

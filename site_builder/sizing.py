@@ -16,7 +16,6 @@ from pathlib import Path
 
 import polars as pl
 
-from site_builder import charts
 
 #: Columns of the page's rows (one list per point, in rank order, under a "framework/kv_dtype/input/output/gpu" key).
 SIZING_COLUMNS = ["config", "n_gpus", "batch", "ttft_s", "tpot_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user"]
@@ -163,6 +162,6 @@ def render(site, results_root: Path, model_id: str, name: str, doc: dict) -> boo
         return False
     site.gzip_json(f"data/sizing/{name}.json.gz", data)
     site.page(f"models/{name}/sizing", "sizing.html", f"{doc['name']} sizing",
-              {"page": "sizing", "slug": name, "model_id": model_id, "specs": {"front": charts.front_spec()}},
+              {"page": "sizing", "slug": name, "model_id": model_id},
               doc=doc, slug=name, sizing=data)
     return True

@@ -20,6 +20,7 @@ The pages must show these parts (the model page's cache table and chart, the gal
 """
 from __future__ import annotations
 
+import gzip
 import json
 import re
 
@@ -254,12 +255,12 @@ def test_kv_chart_has_the_state_and_the_growing_series(out):
     assert set(llama) == {"KV (grows with context)", "total"}
     # the deployment page's chart: the same parts, fed from the page's rows
     data = _page_data(_page(out, "models/Qwen--Qwen3.5-27B/deploy"))
-    assert data["specs"]["kv"]["layer"][0]["encoding"]["color"]["field"] == "part"
+    shared = json.loads(gzip.decompress((out / "site" / "data" / "deploy" / "page.json.gz").read_bytes()))  # every deploy page's specs
+    assert shared["specs"]["kv"]["layer"][0]["encoding"]["color"]["field"] == "part"
     assert {r["part"] for r in data["kv_rows"]} == {"state (flat)", "KV (grows with context)", "total"}
     # ... and the formulas it evaluates carry the state beside the whole (the "of which flat state"
     # card): flat in the context, the growing part on top, at BF16 KV
     from engine.spec.formula_tree import evaluate
-    import gzip
     index = out / "site" / "data" / "deploy" / "Qwen--Qwen3.5-27B" / "index.json.gz"
     kv = json.loads(gzip.decompress(index.read_bytes()))["model"]["kv_request"]
     for n in (K1, M1):

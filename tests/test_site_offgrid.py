@@ -14,11 +14,13 @@ Models: gpt-oss-20b (MoE with sliding-window layers; a DP-attention + EP config)
 """
 from __future__ import annotations
 
+import re
 
+import polars as pl
 import pytest
 
 from tests.deploy_helpers import assert_close, deploy_json
-from tests.site_helpers import DEPLOY_FIELDS, OP_FIELDS, build_small_site, deploy_page, served
+from tests.site_helpers import DEPLOY_FIELDS, OP_FIELDS, build_small_site, deploy_page, result_tables, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 GRID = {
@@ -185,3 +187,81 @@ def test_per_op_formulas_name_their_values(tab, base):
     text = tip.inner_text()
     assert "where" in text and "hidden = 4096" in text and "batch = 37" in text, text
     tab.page.mouse.move(1, 1)
+
+
+# -- the throughput/interactivity front of every GPU type (issue 17) ---------------------------------
+
+def _pareto(points: list[tuple[float, float]]) -> set[tuple[float, float]]:
+    """The hand rule: a point (tokens/s per user, tokens/s per GPU) is on the front when no other point
+    has both at least as large and one larger (exact duplicates are one point)."""
+    return {(u, g) for u, g in points
+            if not any(u2 >= u and g2 >= g and (u2 > u or g2 > g) for u2, g2 in points)}
+
+
+def _fronts(tab, base, model, fw, kv, prompt, output) -> list[dict]:
+    """The deploy page's front rows (every GPU type) for this framework, KV dtype and point."""
+    slug = model.replace("/", "--")
+    tab.goto(f"{base}models/{slug}/deploy/?gpu=H100&fw={fw}&kv={kv}&input={prompt}&output={output}&batch=1")
+    tab.page.wait_for_function("() => document.getElementById('summary').hasAttribute('data-ready')")
+    assert not tab.page.locator("#chart-front").get_attribute("data-ready")    # drawn once in view, not before
+    tab.page.locator("#chart-front").scroll_into_view_if_needed()
+    tab.page.wait_for_function("() => document.getElementById('chart-front').hasAttribute('data-ready')")
+    return tab.page.evaluate("() => window.archDeploy.fronts")
+
+
+def _degrees(config: str) -> dict:
+    """archledger plan's label (tp2-ep2-dp_attn2-pp2) as deploy's options."""
+    return {name: int(n) for name, n in (re.fullmatch(r"([a-z_]+?)(\d+)", part).groups() for part in config.split("-"))
+            if name != "tp" or int(n) > 1}
+
+
+@pytest.mark.parametrize("case", [(GPT, "sglang", "fp8", 4096, 256), (LLAMA, "vllm", "bf16", 1024, 256)],
+                         ids=["gpt-oss-20b-sglang-fp8-4096", "llama-8b-vllm-bf16-1024"])
+def test_front_chart_is_each_gpus_pareto_front_of_the_grid_rows(tab, base, out, case):
+    """At a grid point the chart's lines are, per GPU type, the Pareto front of tokens/s/GPU vs
+    tokens/s/user over the deployments rows the build wrote there (decode rows that fit, every GPU
+    count, config and batch): the same points (by the hand rule, not the page's sort), every one a
+    grid row with its values, and one line per GPU type that serves the point."""
+    model, fw, kv, prompt, output = case
+    rows = _fronts(tab, base, model, fw, kv, prompt, output)
+    grid = result_tables(out)["deployments"].filter(
+        (pl.col("model_id") == model) & (pl.col("phase") == "decode") & (pl.col("framework") == fw)
+        & (pl.col("kv_dtype") == kv) & (pl.col("input_len") == prompt) & (pl.col("output_len") == output) & pl.col("fits"))
+    assert grid.height > 0 and {r["gpu"] for r in rows} == set(grid["gpu"].unique())
+    for gpu in grid["gpu"].unique():
+        mine = grid.filter(pl.col("gpu") == gpu)
+        want = sorted(_pareto([(1 / t, g) for t, g in zip(mine["tpot_s"], mine["tokens_per_s_per_gpu"])]), reverse=True)
+        got = [(r["tokens_per_s_per_user"], r["tokens_per_s_per_gpu"]) for r in rows if r["gpu"] == gpu]
+        assert len(got) == len(want), (gpu, got, want)
+        for g, w in zip(got, want):      # the page lists each front fastest user first
+            _close(g[0], w[0], (gpu, "tokens/s per user"))
+            _close(g[1], w[1], (gpu, "tokens/s per GPU"))
+    keys = {(r["gpu"], r["n_gpus"], r["config"], r["batch"]): r for r in grid.iter_rows(named=True)}
+    for r in rows:                       # every point a grid row (config and batch), with its values
+        row = keys[(r["gpu"], r["n_gpus"], r["config"], r["batch"])]
+        for name in ("tpot_s", "ttft_s", "tokens_per_s_per_gpu"):
+            _close(r[name], row[name], (r["gpu"], r["config"], r["batch"], name))
+    legend = tab.page.locator("#chart-front svg").text_content()
+    assert all(gpu in legend for gpu in grid["gpu"].unique()), legend
+    assert not tab.errors, tab.errors
+
+
+@pytest.mark.parametrize("prompt", [8000, 600_000])
+def test_front_chart_off_grid_points_are_archledger_deploy(tab, base, prompt):
+    """At a prompt length the grid never evaluated (8,000 or 600,000 + 700) the fronts are still the
+    grid's configs and batches, evaluated there: the fastest-user and the highest-throughput point of
+    each GPU's front equal ``archledger deploy`` at that config and batch, and fit. At 600,000 tokens
+    one H100 holds no request of Llama-3.1-8B (BF16 KV: 128 KiB per token, 78.7 GB for one request
+    next to 16 GB of weights in 0.9 x 80 GiB): its configs that serve none are not on the front."""
+    rows = _fronts(tab, base, LLAMA, "vllm", "bf16", prompt, 700)
+    assert {r["gpu"] for r in rows} == {"H100", "H200"}
+    for gpu in ("H100", "H200"):
+        front = [r for r in rows if r["gpu"] == gpu]
+        users = [r["tokens_per_s_per_user"] for r in front]
+        assert users == sorted(users, reverse=True) and len(_pareto([(r["tokens_per_s_per_user"], r["tokens_per_s_per_gpu"]) for r in front])) == len(front)
+        for r in (front[0], front[-1]):
+            want = _cli(LLAMA, gpu, _degrees(r["config"]), "vllm", "bf16", prompt, 700, r["batch"])["deployment"]
+            assert want["fits"] and (want["n_gpus"], want["config"]) == (r["n_gpus"], r["config"])
+            assert r["batch"] in GRID["scenarios"]["batches"] or r["batch"] == want["max_concurrent_requests"]
+            for name in ("tpot_s", "ttft_s", "tokens_per_s_per_gpu"):
+                _close(r[name], want[name], (gpu, r["config"], r["batch"], name))

@@ -23,7 +23,8 @@ Document (``results/formulas/<org--name>.json``, one per model):
   class ``dtypes`` names and the per-call latency of each collective of ``colls``;
 * ``kv_request``: a request's cache bytes (all GPUs; and its state and growing parts) as trees;
   ``kv_bytes``: bytes per element of each KV dtype; ``budget`` and ``hbm_fraction``: the options the
-  grid ran with.
+  grid ran with; ``batches``: the grid's batches (a config's rows are those that fit, plus its
+  capacity below the largest: the deploy page's batch chart and fronts take the same points).
 * speculative decoding with the model's MTP modules (docs/deployment.md), for models with an
   ``mtp`` stack (``mtp_modules`` > 0; absent otherwise): per option ``mtp`` = per phase one program
   per token regime holding the *draft steps* of the structure ``archledger deploy --mtp 1`` builds
@@ -228,7 +229,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                          "peaks": [g.peak_flops(d) for d in dtypes.items],
                          "alpha": [g.collective_latency(op, ranks, nodes) for op, ranks, nodes in colls.items]}
     return {"format": FORMAT, "model_id": ev.model.model_id, "max_context": int(ev.numeric.max_context),
-            "budget": PREFILL_TOKENS, "hbm_fraction": HBM_FRACTION, "max_batch": MAX_BATCH,
+            "budget": PREFILL_TOKENS, "hbm_fraction": HBM_FRACTION, "max_batch": MAX_BATCH, "batches": list(grid.batches),
             "kv_bytes": {d: kv.KV_DTYPE_BYTES[d] for d in grid.kv_dtypes}, "kv_request": kv_request, **mtp,
             "dtypes": dtypes.items, "colls": colls.items, "gpus": gpu_rows, "configs": config_rows,
             "options": options, "programs": programs.items, "trees": trees.items, "strings": strings.items}

@@ -152,24 +152,22 @@
     });
   }
   function chart(id, spec, datasets) {
-    if (!window.vegaEmbed) return;
+    if (!window.vegaEmbed) return Promise.resolve();
     // the build's spec names its datasets; this selection's rows fill them (top-level "datasets")
     var filled = JSON.parse(JSON.stringify(spec));
     filled.datasets = Object.assign({}, filled.datasets || {}, datasets);
-    window.vegaEmbed("#" + id, filled, { actions: false, renderer: "svg" })
+    return window.vegaEmbed("#" + id, filled, { actions: false, renderer: "svg" })
       .catch(function (e) { console.error("chart " + id + ": " + e); });
   }
   // throughput vs batch at the grid's prompt lengths (this output length): as the grid keeps them,
   // the batches that fit plus the capacity itself, or batch 1 when nothing fits
   // (and this point's MTP drafting, if any)
   function batchRows(o, file, p) {
-    var rows = [], batches = index.grid.batches, top = Math.max.apply(null, batches.concat([1]));
+    var rows = [];
     function at(b, input) { return Object.assign({}, p, { batch: b, input: input }); }
     index.grid.inputs.forEach(function (input) {
       var cap = summarize(o, file, at(1, input)).max_concurrent_requests;
-      var list = batches.filter(function (b) { return b <= cap; });
-      if (cap >= 1 && list.indexOf(cap) < 0 && cap < top) list.push(cap);
-      (list.length ? list : [1]).forEach(function (b) {
+      E.gridBatches(model.batches, cap).forEach(function (b) {
         var r = summarize(o, file, at(b, input));
         rows.push({ batch: b, input_len: input, tokens_per_s_per_gpu: r.tokens_per_s_per_gpu, tpot_s: r.tpot_s, fits: r.fits, extrapolated: r.extrapolated });
       });
@@ -214,10 +212,43 @@
       return overCapacity(s, p, dec);
     }).then(function () {   // for tests and tools: the selection whose numbers are on the page
       if (JSON.stringify(state()) === JSON.stringify(s)) document.getElementById("summary").setAttribute("data-ready", JSON.stringify(s));
+      return drawFronts(s, p);
     })
       .catch(function (e) { console.error(e); document.getElementById("summary").textContent = "Could not load the data: " + e.message; });
   }
-  E.index().then(function (idx) {
+  // The throughput/interactivity chart: each GPU type's front over every GPU count, config and
+  // batch the grid evaluates at this point's prompt and output length (deploy_eval.js fronts: the
+  // configs' own formulas, so at any length), for this framework, KV dtype and MTP drafting. It
+  // fetches every config file of the model and evaluates them all: drawn once the chart scrolls into
+  // view (a selection loads only its own file), then again only when those selections change.
+  var frontKey = null, frontSeen = !window.IntersectionObserver, frontWanted = null;
+  if (!frontSeen) {
+    var watch = new IntersectionObserver(function (entries) {
+      if (!entries.some(function (e) { return e.isIntersecting; })) return;
+      frontSeen = true; watch.disconnect();
+      if (frontWanted) drawFronts(frontWanted[0], frontWanted[1]).catch(function (e) { console.error(e); });
+    });
+    watch.observe(document.getElementById("chart-front"));
+  }
+  function drawFronts(s, p) {
+    var key = JSON.stringify([s.fw, s.kv, p.input, p.output, p.mtp, p.acceptance]), box = document.getElementById("chart-front");
+    if (!frontSeen) { frontWanted = [s, p]; return Promise.resolve(); }
+    if (key === frontKey) return Promise.resolve();
+    frontKey = key; box.removeAttribute("data-ready");
+    var options = index.options.filter(function (o) { return o.file && o.framework === s.fw && o.kv_dtype === s.kv; });
+    return E.fronts(options, model.batches, p).then(function (rows) {
+      if (key !== frontKey) return;                 // a newer selection took over
+      window.archDeploy.fronts = rows;
+      document.getElementById("front-note").textContent = rows.length ? "" : "No evaluated config serves a request at this prompt and output length.";
+      return chart("chart-front", page.specs.front, { front: rows }).then(function () {
+        if (key === frontKey) box.setAttribute("data-ready", key);
+      });
+    });
+  }
+  // the page data plus what every deploy page shares (render.DEPLOY_SHARED: chart specs, column docs, GPU figures)
+  Promise.all([E.index(), window.archJSON(root + "data/deploy/page.json.gz")]).then(function (loaded) {
+    var idx = loaded[0], shared = loaded[1];
+    Object.assign(page.specs, shared.specs); page.docs = shared.docs; page.gpus = shared.gpus;
     index = idx; model = idx.model;
     var opts = idx.options, grid = idx.grid;
     if (model.mtp_modules) {   // speculative decoding with the model's MTP modules: k = 0 (off) .. modules

@@ -152,6 +152,49 @@
     return out;
   }
   function fileOf(o) { return get(base + o.file + ".json.gz"); }
+  // The batches the grid keeps at a capacity (engine/build/grid_eval.py): the grid's batches that
+  // fit, plus the capacity itself below the largest; batch 1 when none fits.
+  function gridBatches(batches, cap) {
+    var top = Math.max.apply(null, batches.concat([1])), list = batches.filter(function (b) { return b <= cap; });
+    if (cap >= 1 && list.indexOf(cap) < 0 && cap < top) list.push(cap);
+    return list.length ? list : [1];
+  }
+  // sizing.front: the indices of the non-dominated points of (x, y), both to maximize, in decreasing
+  // x (ties: decreasing y, then input order); of exact duplicates the first is kept
+  function front(x, y) {
+    var order = x.map(function (_, i) { return i; }).sort(function (i, j) { return x[j] - x[i] || y[j] - y[i] || i - j; });
+    var best = -Infinity, keep = [];
+    order.forEach(function (i) { if (y[i] > best) { keep.push(i); best = y[i]; } });
+    return keep;
+  }
+  // The throughput/interactivity front of each GPU type at one prompt and output length (and MTP
+  // drafting): every option of `options` (its file fetched) at the batches the grid keeps
+  // (gridBatches, the capacity read at batch 1 as the grid reads it before any batch), the points
+  // that fit, reduced to each GPU's front. Rows: gpu, n_gpus, config, batch and the summary's
+  // serving fields, in front order per GPU (fastest user first).
+  function fronts(options, batches, p) {
+    return Promise.all(options.map(function (o) { return fileOf(o).then(function (file) { return [o, file]; }); })).then(function (pairs) {
+      var byGpu = {}, gpus = [];
+      pairs.forEach(function (pair) {
+        var o = pair[0], file = pair[1];
+        var cap = summarize(o, file, Object.assign({}, p, { batch: 1 })).max_concurrent_requests;
+        gridBatches(batches, cap).forEach(function (b) {
+          var r = summarize(o, file, Object.assign({}, p, { batch: b }));
+          if (!r.fits) return;
+          if (!byGpu[o.gpu]) { byGpu[o.gpu] = []; gpus.push(o.gpu); }
+          byGpu[o.gpu].push({ gpu: o.gpu, n_gpus: o.n_gpus, config: o.config, batch: b, ttft_s: r.ttft_s, tpot_s: r.tpot_s,
+                              tokens_per_s_per_gpu: r.tokens_per_s_per_gpu, tokens_per_s_per_user: r.tokens_per_s_per_user });
+        });
+      });
+      var rows = [];
+      gpus.forEach(function (g) {
+        var pts = byGpu[g];
+        front(pts.map(function (r) { return r.tokens_per_s_per_user; }), pts.map(function (r) { return r.tokens_per_s_per_gpu; }))
+          .forEach(function (i) { rows.push(pts[i]); });
+      });
+      return rows;
+    });
+  }
   // an upper bound of a config's capacity from index.json alone (no working set, no reserve: both are
   // >= 0), so a caller can skip fetching configs that cannot hold a batch without dropping one that can
   function roomBound(o, p) {
@@ -162,7 +205,7 @@
   return {
     // index.json: options (GPU, config, framework, KV dtype, its file), the model-wide trees and rates
     index: function () { return get(base + "index.json.gz").then(function (idx) { model = idx.model; return idx; }); },
-    file: fileOf, summarize: summarize, opRows: opRows, roomBound: roomBound,
+    file: fileOf, summarize: summarize, opRows: opRows, roomBound: roomBound, gridBatches: gridBatches, front: front, fronts: fronts,
     // the summary and op rows at any point (index() first)
     at: function (o, p) { return fileOf(o).then(function (file) { var s = summarize(o, file, p); s.ops = opRows(o, file, s); return s; }); }
   };

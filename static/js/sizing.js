@@ -228,7 +228,11 @@
       .catch(function (e) { console.error("chart front: " + e); });
   }
   restore();
-  window.archJSON(root + "data/sizing/" + page.slug + ".json.gz")   // site.js: gzip-aware
-    .then(function (d) { data = d; form.addEventListener("input", update); form.addEventListener("change", update); update(); })
+  // this model's rows, and the chart spec every deploy and sizing page shares (render.DEPLOY_SHARED)
+  Promise.all([window.archJSON(root + "data/sizing/" + page.slug + ".json.gz"), window.archJSON(root + "data/deploy/page.json.gz")])   // site.js: gzip-aware
+    .then(function (loaded) {
+      data = loaded[0]; page.specs = { front: loaded[1].specs.front };
+      form.addEventListener("input", update); form.addEventListener("change", update); update();
+    })
     .catch(function (e) { document.getElementById("sizing-answer").textContent = "Could not load the sizing data (" + e.message + ")."; });
 })();
