@@ -236,6 +236,9 @@ def test_front_chart_is_each_gpus_pareto_front_of_the_grid_rows(tab, base, out, 
         for g, w in zip(got, want):      # the page lists each front fastest user first
             _close(g[0], w[0], (gpu, "tokens/s per user"))
             _close(g[1], w[1], (gpu, "tokens/s per GPU"))
+    # ... the rows deployments.parquet flags on_front, no more, no fewer
+    flagged = {(r["gpu"], r["n_gpus"], r["config"], r["batch"]) for r in grid.filter(pl.col("on_front")).iter_rows(named=True)}
+    assert {(r["gpu"], r["n_gpus"], r["config"], r["batch"]) for r in rows} == flagged
     keys = {(r["gpu"], r["n_gpus"], r["config"], r["batch"]): r for r in grid.iter_rows(named=True)}
     for r in rows:                       # every point a grid row (config and batch), with its values
         row = keys[(r["gpu"], r["n_gpus"], r["config"], r["batch"])]
@@ -265,3 +268,37 @@ def test_front_chart_off_grid_points_are_archledger_deploy(tab, base, prompt):
             assert r["batch"] in GRID["scenarios"]["batches"] or r["batch"] == want["max_concurrent_requests"]
             for name in ("tpot_s", "ttft_s", "tokens_per_s_per_gpu"):
                 _close(r[name], want[name], (gpu, r["config"], r["batch"], name))
+
+
+def test_on_front_flags_each_groups_pareto_front(out):
+    """deployments.parquet's on_front: per (model, GPU, framework, KV dtype, prompt, output), the
+    decode rows that fit and that no other such row dominates (the hand rule), one row per distinct
+    point; never a prefill row or a row that does not fit."""
+    rows = result_tables(out)["deployments"]
+    assert rows.filter(pl.col("on_front") & ((pl.col("phase") != "decode") | ~pl.col("fits"))).height == 0
+    served = rows.filter((pl.col("phase") == "decode") & pl.col("fits"))
+    groups = served.partition_by(["model_id", "gpu", "framework", "kv_dtype", "input_len", "output_len"])
+    assert len(groups) > 20
+    for group in groups:
+        points = [(1 / t, g) for t, g in zip(group["tpot_s"], group["tokens_per_s_per_gpu"])]
+        flagged = group.filter(pl.col("on_front"))
+        got = [(1 / t, g) for t, g in zip(flagged["tpot_s"], flagged["tokens_per_s_per_gpu"])]
+        assert sorted(got) == sorted(_pareto(points)), group.row(0, named=True)
+
+
+def test_on_front_consistency_with_sizing_front(out):
+    """Consistency test: grid_front's one polars sort flags, per group, the rows
+    engine.deploy.sizing.front picks from the group's rows in the table's order."""
+    import numpy as np
+    from engine.build.fronts import GRID_FRONT_KEY
+    from engine.build.results import PARTITION_ORDER
+    from engine.deploy.sizing import front
+    rows = result_tables(out)["deployments"]
+    for model in rows.partition_by("model_id"):
+        model = model.sort(PARTITION_ORDER, maintain_order=True)       # the table's own row order
+        served = model.with_row_index("row").filter((pl.col("phase") == "decode") & pl.col("fits"))
+        want = set()
+        for group in served.partition_by(GRID_FRONT_KEY):
+            picked = front(1 / group["tpot_s"].to_numpy(), group["tokens_per_s_per_gpu"].to_numpy())
+            want.update(group["row"].to_numpy()[picked].tolist())
+        assert set(np.flatnonzero(model["on_front"].to_numpy()).tolist()) == want

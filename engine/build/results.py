@@ -153,6 +153,7 @@ DEPLOYMENTS_SCHEMA = {
     "tokens_per_s_per_gpu": (pl.Float64, "Decode throughput per GPU: batch / tpot / GPUs."),
     "prefill_tokens_per_s_per_gpu": (pl.Float64, "Prefill throughput per GPU: batch x input_len / ttft / GPUs."),
     "extrapolated": (pl.Boolean, "input_len + output_len exceeds the model's max_context."),
+    "on_front": (pl.Boolean, "Decode rows: on the Pareto front of tokens_per_s_per_gpu vs tokens/s per user (1 / tpot_s) of this GPU type, framework, KV dtype, input_len and output_len, over every GPU count, config and batch that fits (of exact duplicates, the first row). False on prefill rows and rows that do not fit."),
 }
 
 #: ops.parquet: the per-op SOL table of the deployments the site shows.
@@ -550,8 +551,13 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
         for table, columns, schema in (("deployments", deployments, DEPLOYMENTS_SCHEMA), ("ops", ops, OPS_SCHEMA)):
             folder = Path(staging) / table / f"model={name}"
             folder.mkdir(parents=True, exist_ok=True)
-            write_parquet(_frame(columns, schema).sort(PARTITION_ORDER, maintain_order=True), folder / "part.parquet",
-                          statistics=True, compression="zstd", compression_level=ZSTD_LEVEL)
+            frame = _frame(columns, {k: v for k, v in schema.items() if k in columns}).sort(PARTITION_ORDER,
+                                                                                          maintain_order=True)
+            if table == "deployments":    # each front's rows, in the published row order (its tie-break)
+                from engine.build.fronts import grid_front
+                frame = frame.with_columns(grid_front(frame))
+            write_parquet(frame, folder / "part.parquet", statistics=True, compression="zstd",
+                          compression_level=ZSTD_LEVEL)
         (Path(staging) / "formulas").mkdir(exist_ok=True)
         from engine.build.deploy_export import document_json     # compact_json's text, each step row encoded once
         (Path(staging) / "formulas" / f"{name}.json").write_text(document_json(formulas))
