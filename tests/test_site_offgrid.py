@@ -302,3 +302,21 @@ def test_on_front_consistency_with_sizing_front(out):
             picked = front(1 / group["tpot_s"].to_numpy(), group["tokens_per_s_per_gpu"].to_numpy())
             want.update(group["row"].to_numpy()[picked].tolist())
         assert set(np.flatnonzero(model["on_front"].to_numpy()).tolist()) == want
+
+
+def test_batch_chart_points_are_the_configs_grid_rows(tab, base, out):
+    """The throughput-vs-batch chart draws, at the grid's prompt lengths, exactly the batches the
+    grid wrote for the selected config (those that fit plus the capacity, or batch 1), with their
+    values: Llama-3.1-8B on 2x H100 tp2, SGLang, FP8 KV, output 256."""
+    _page(tab, base, LLAMA, "H100", "2x tp2", "sglang", "fp8", 4096, 256, 8)
+    got = {(r["input_len"], r["batch"]): r for r in tab.page.evaluate("() => window.archDeploy.batchRows")}
+    rows = result_tables(out)["deployments"].filter(
+        (pl.col("model_id") == LLAMA) & (pl.col("gpu") == "H100") & (pl.col("config") == "tp2") & (pl.col("n_gpus") == 2)
+        & (pl.col("framework") == "sglang") & (pl.col("kv_dtype") == "fp8") & (pl.col("phase") == "decode")
+        & (pl.col("output_len") == 256))
+    want = {(r["input_len"], r["batch"]): r for r in rows.iter_rows(named=True)}
+    assert set(got) == set(want) and len(want) >= 6
+    for key, r in want.items():
+        _close(got[key]["tokens_per_s_per_gpu"], r["tokens_per_s_per_gpu"], key)
+        _close(got[key]["tpot_s"], r["tpot_s"], key)
+        assert got[key]["fits"] == r["fits"], key

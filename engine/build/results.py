@@ -156,6 +156,9 @@ DEPLOYMENTS_SCHEMA = {
     "on_front": (pl.Boolean, "Decode rows: on the Pareto front of tokens_per_s_per_gpu vs tokens/s per user (1 / tpot_s) of this GPU type, framework, KV dtype, input_len and output_len, over every GPU count, config and batch that fits (of exact duplicates, the first row). False on prefill rows and rows that do not fit."),
 }
 
+#: Deployment columns computed from the table itself once its rows are in order (not by the grid).
+DERIVED = ("on_front",)
+
 #: ops.parquet: the per-op SOL table of the deployments the site shows.
 OPS_SCHEMA = {
     **_KEY,
@@ -551,9 +554,10 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
         for table, columns, schema in (("deployments", deployments, DEPLOYMENTS_SCHEMA), ("ops", ops, OPS_SCHEMA)):
             folder = Path(staging) / table / f"model={name}"
             folder.mkdir(parents=True, exist_ok=True)
-            frame = _frame(columns, {k: v for k, v in schema.items() if k in columns}).sort(PARTITION_ORDER,
-                                                                                          maintain_order=True)
-            if table == "deployments":    # each front's rows, in the published row order (its tie-break)
+            derived = DERIVED if table == "deployments" else ()
+            frame = _frame(columns, {k: v for k, v in schema.items() if k not in derived}).sort(PARTITION_ORDER,
+                                                                                             maintain_order=True)
+            if derived:          # each front's rows, in the published row order (its tie-break)
                 from engine.build.fronts import grid_front
                 frame = frame.with_columns(grid_front(frame))
             write_parquet(frame, folder / "part.parquet", statistics=True, compression="zstd",

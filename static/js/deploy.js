@@ -205,7 +205,8 @@
       window.archDeploy.current = { option: combo, point: p, summary: dec, ops: ops };
       // both phases' per-op rows of the selected point (static/js/roofline.js draws the decode step's)
       document.dispatchEvent(new CustomEvent("arch:ops", { detail: { rows: ops, gpu: s.gpu, phase: "decode" } }));
-      chart("chart-batch", page.specs.batch, { rows: batchRows(combo, file, p) });
+      var batches = window.archDeploy.batchRows = batchRows(combo, file, p);
+      chart("chart-batch", page.specs.batch, { rows: batches });
       var best = index.best_per_gpu.filter(function (b) { return b.framework === s.fw && b.kv_dtype === s.kv; }).map(function (b) { var o = Object.assign({}, b); o.label = b.gpu + " " + b.n_gpus + "x " + b.config; return o; });
       chart("chart-gpus", page.specs.gpus, { best: best });
       chart("chart-ep", page.specs.ep, { configs: index.best.filter(function (b) { return b.gpu === s.gpu && b.n_gpus === combo.n_gpus && b.framework === s.fw && b.kv_dtype === s.kv; }) });
