@@ -145,12 +145,22 @@ MUTANTS: tuple[Mutant, ...] = (
            "_mul(_cache_bytes(cache), count)",
            ("tests/test_deploy.py",),
            "per-GPU KV not divided by the cache's layout (KV heads under TP)"),
+    Mutant("front-across-groups", "engine/build/fronts.py",
+           'rate > rate.cum_max().shift(1, fill_value=float("-inf")).over("group")',
+           'rate > rate.cum_max().shift(1, fill_value=float("-inf"))',
+           ("tests/test_site_offgrid.py",),
+           "deployments' on_front: the running maximum carried from one GPU type's front into the next"),
     # -- the site: a display bug over a correct engine ---------------------------------------------------
     Mutant("page-kv-per-gpu", "static/js/deploy.js",
            "fmt.bytes(dec.kv_bytes_per_request)",
            "fmt.bytes(dec.kv_bytes_per_gpu)",
            ("tests/test_site_numbers.py",),
            "the deployment page shows the batch's KV per GPU as 'KV per request'"),
+    Mutant("page-front-without-capacity", "static/js/deploy_eval.js",
+           "if (cap >= 1 && list.indexOf(cap) < 0 && cap < top) list.push(cap);",
+           "",
+           ("tests/test_site_offgrid.py",),
+           "the deploy page's fronts leave out each config's capacity point (the grid's largest batch that fits)"),
 )
 
 
