@@ -198,10 +198,10 @@ def _pareto(points: list[tuple[float, float]]) -> set[tuple[float, float]]:
             if not any(u2 >= u and g2 >= g and (u2 > u or g2 > g) for u2, g2 in points)}
 
 
-def _fronts(tab, base, model, fw, kv, prompt, output) -> list[dict]:
+def _fronts(tab, base, model, fw, kv, prompt, output, batch=1) -> list[dict]:
     """The deploy page's front rows (every GPU type) for this framework, KV dtype and point."""
     slug = model.replace("/", "--")
-    tab.goto(f"{base}models/{slug}/deploy/?gpu=H100&fw={fw}&kv={kv}&input={prompt}&output={output}&batch=1")
+    tab.goto(f"{base}models/{slug}/deploy/?gpu=H100&fw={fw}&kv={kv}&input={prompt}&output={output}&batch={batch}")
     tab.page.wait_for_function("() => document.getElementById('summary').hasAttribute('data-ready')")
     assert not tab.page.locator("#chart-front").get_attribute("data-ready")    # drawn once in view, not before
     tab.page.locator("#chart-front").scroll_into_view_if_needed()
@@ -320,3 +320,22 @@ def test_batch_chart_points_are_the_configs_grid_rows(tab, base, out):
         _close(got[key]["tokens_per_s_per_gpu"], r["tokens_per_s_per_gpu"], key)
         _close(got[key]["tpot_s"], r["tpot_s"], key)
         assert got[key]["fits"] == r["fits"], key
+
+
+def test_front_point_click_opens_that_deployment(tab, base):
+    """A click on a point of the throughput/interactivity chart selects its GPU, config and batch
+    (prompt, output, framework and KV dtype kept), and the summary shows that point's numbers."""
+    rows = _fronts(tab, base, GPT, "vllm", "bf16", 4096, 256, batch=3)   # no front point has batch 3
+    assert all(r["batch"] != 3 for r in rows)
+    tab.page.locator("#chart-front svg g.mark-symbol.role-mark path").last.click(force=True)   # (not a legend symbol)
+    tab.page.wait_for_function("() => new URLSearchParams(location.search).get('batch') !== '3'"
+                               " && document.getElementById('summary').getAttribute('data-ready')"
+                               " === JSON.stringify(Object.fromEntries(new URLSearchParams(location.search)))")
+    chosen = dict(kv.split("=") for kv in tab.page.url.split("?", 1)[1].split("&"))
+    assert (chosen["fw"], chosen["kv"], chosen["input"], chosen["output"]) == ("vllm", "bf16", "4096", "256")
+    picked = [r for r in rows if r["gpu"] == chosen["gpu"] and f'{r["n_gpus"]}x+{r["config"]}' == chosen["cfg"]
+              and r["batch"] == int(chosen["batch"])]
+    assert len(picked) == 1, chosen
+    summary = tab.page.evaluate("() => window.archDeploy.current.summary.tpot_s")
+    _close(summary, picked[0]["tpot_s"], "tpot_s")
+    assert not tab.errors, tab.errors

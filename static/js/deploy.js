@@ -222,7 +222,7 @@
   // configs' own formulas, so at any length), for this framework, KV dtype and MTP drafting. It
   // fetches every config file of the model and evaluates them all: drawn once the chart scrolls into
   // view (a selection loads only its own file), then again only when those selections change.
-  var frontKey = null, frontSeen = !window.IntersectionObserver, frontWanted = null;
+  var frontKey = null, frontSeen = !window.IntersectionObserver, frontWanted = null, openPoint = null;
   if (!frontSeen) {
     var watch = new IntersectionObserver(function (entries) {
       if (!entries.some(function (e) { return e.isIntersecting; })) return;
@@ -241,7 +241,12 @@
       if (key !== frontKey) return;                 // a newer selection took over
       window.archDeploy.fronts = rows;
       document.getElementById("front-note").textContent = rows.length ? "" : "No evaluated config serves a request at this prompt and output length.";
-      return chart("chart-front", page.specs.front, { front: rows }).then(function () {
+      return chart("chart-front", page.specs.front, { front: rows }).then(function (drawn) {
+        // a click on a point opens that deployment (its GPU, config and batch at this point)
+        if (drawn && drawn.view) drawn.view.addEventListener("click", function (_, item) {
+          var d = item && item.datum;
+          if (d && d.gpu && d.config && openPoint) openPoint(d);
+        });
         if (key === frontKey) box.setAttribute("data-ready", key);
       });
     });
@@ -279,6 +284,11 @@
     form.elements.batch.value = params.get("batch") || String(grid.batches[0] || 1);
     // a new GPU keeps the point, framework, KV dtype and (where it exists) the config
     form.elements.gpu.addEventListener("change", function () { params = new URLSearchParams(state()); refill(); update(); });
+    openPoint = function (d) {      // a front point: its GPU, config and batch, the rest of the selection kept
+      params = new URLSearchParams(Object.assign(state(), { gpu: d.gpu, cfg: cfgLabel(d), batch: String(d.batch) }));
+      form.elements.gpu.value = d.gpu; refill(); form.elements.batch.value = String(d.batch);
+      update(); window.scrollTo({ top: 0, behavior: "smooth" });
+    };
     KEYS.slice(1).forEach(function (k) { form.elements[k].addEventListener("change", function () { params = new URLSearchParams(location.search); update(); }); });
     form.addEventListener("submit", function (e) { e.preventDefault(); update(); });
     update();
