@@ -249,11 +249,12 @@ def test_front_chart_is_each_gpus_pareto_front_of_the_grid_rows(tab, base, out, 
     assert not tab.errors, tab.errors
 
 
-@pytest.mark.parametrize("prompt", [8000, 600_000])
+@pytest.mark.parametrize("prompt", [8000, 300_000, 600_000])
 def test_front_chart_off_grid_points_are_archledger_deploy(tab, base, prompt):
-    """At a prompt length the grid never evaluated (8,000 or 600,000 + 700) the fronts are still the
-    grid's configs and batches, evaluated there: the fastest-user and the highest-throughput point of
-    each GPU's front equal ``archledger deploy`` at that config and batch, and fit. At 600,000 tokens
+    """At a prompt length the grid never evaluated (8,000, 300,000 or 600,000 + 700) the fronts are
+    still the grid's configs and batches, evaluated there: the fastest-user and the highest-throughput
+    point of each GPU's front equal ``archledger deploy`` at that config and batch, and fit; the
+    highest-throughput point is a capacity when that falls between the grid's batches. At 600,000 tokens
     one H100 holds no request of Llama-3.1-8B (BF16 KV: 128 KiB per token, 78.7 GB for one request
     next to 16 GB of weights in 0.9 x 80 GiB): its configs that serve none are not on the front."""
     rows = _fronts(tab, base, LLAMA, "vllm", "bf16", prompt, 700)
@@ -266,6 +267,11 @@ def test_front_chart_off_grid_points_are_archledger_deploy(tab, base, prompt):
             want = _cli(LLAMA, gpu, _degrees(r["config"]), "vllm", "bf16", prompt, 700, r["batch"])["deployment"]
             assert want["fits"] and (want["n_gpus"], want["config"]) == (r["n_gpus"], r["config"])
             assert r["batch"] in GRID["scenarios"]["batches"] or r["batch"] == want["max_concurrent_requests"]
+            if r is front[-1] and want["max_concurrent_requests"] < GRID["scenarios"]["batches"][1]:
+                # a capacity between the grid's batches: the config's largest point is the capacity
+                # itself (the grid's rule adds it), and the most throughput per GPU is some config's
+                # largest point (at 300,000 tokens: 3 on 2x H100, 5 on 2x H200)
+                assert r["batch"] == want["max_concurrent_requests"]
             for name in ("tpot_s", "ttft_s", "tokens_per_s_per_gpu"):
                 _close(r[name], want[name], (gpu, r["config"], r["batch"], name))
 
