@@ -53,6 +53,10 @@ def _shown(chart, **fields: str):
     return chart.transform_calculate(**{name: human(f"datum[{field!r}]", unit) for name, (field, unit) in fields.items()})
 
 
+#: The colour scheme of GPU types (12 in the grid: a 20-colour scheme, so no two share a colour; the
+#: deploy page's bars and every front chart take it, each GPU the same colour where both show it all).
+GPU_COLORS = "tableau20"
+
 #: Height per bar (px) of the deployment page's bar charts, and the bars' thickness in it.
 BAR_STEP, BAR_SIZE = 20, 14
 
@@ -96,7 +100,7 @@ def _deployment_specs(gpu_bars: int, config_bars: int) -> dict[str, dict]:
     gpus = alt.Chart(alt.Data(name="best")).mark_bar(size=BAR_SIZE).encode(
         x=alt.X("best_tokens_per_s_per_gpu:Q", title="best decode tokens/s per GPU", axis=_axis("")),
         y=alt.Y("label:N", sort="-x", title=None),
-        color=alt.Color("gpu:N", legend=None),
+        color=alt.Color("gpu:N", legend=None, scale=alt.Scale(scheme=GPU_COLORS)),
         tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("n_gpus:Q", title="GPUs"),
                  alt.Tooltip("config:N", title="parallel config"), alt.Tooltip("rate:N", title="best decode tokens/s per GPU"),
                  alt.Tooltip("at_batch:Q", title="at batch")],
@@ -347,8 +351,7 @@ def _front_spec() -> dict:
     line = alt.Chart(alt.Data(name="front")).mark_line(point=alt.OverlayMarkDef(filled=True, size=30)).encode(
         x=alt.X("tokens_per_s_per_user:Q", title="tokens/s per user (1 / TPOT)", axis=_axis("")),
         y=alt.Y("tokens_per_s_per_gpu:Q", title="decode tokens/s per GPU", axis=_axis("")),
-        # 12 GPU types: a 20-colour scheme, so no two lines share a colour
-        color=alt.Color("gpu:N", title="GPU", legend=alt.Legend(orient="top"), scale=alt.Scale(scheme="tableau20")),
+        color=alt.Color("gpu:N", title="GPU", legend=alt.Legend(orient="top"), scale=alt.Scale(scheme=GPU_COLORS)),
         order=alt.Order("tokens_per_s_per_user:Q"),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
         tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("replica:N", title="config"),
