@@ -110,7 +110,7 @@ def grid_front(deployments: pl.DataFrame) -> pl.Series:
     :func:`engine.deploy.sizing.front`'s (decreasing tokens/s/user, then tokens/s/GPU, then row
     order: a row is kept when its tokens/s/GPU beats every row before it, so of exact duplicates
     the first), as one polars sort over all groups rather than a call per group (0.3 against 0.7
-    CPU s over the corpus; tests/test_grid_front.py holds the two equal). The deploy page's chart
+    CPU s over the corpus; tests/test_site_offgrid.py holds the two equal). The deploy page's chart
     draws the same fronts from the configs' formulas (static/js/deploy_eval.js ``fronts``)."""
     served = (deployments.select(*GRID_FRONT_KEY, "phase", "fits", "tpot_s", "tokens_per_s_per_gpu")
               .with_row_index("row")

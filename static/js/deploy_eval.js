@@ -169,8 +169,8 @@
   }
   // The throughput/interactivity front of each GPU type at one prompt and output length (and MTP
   // drafting): every option of `options` (its file fetched) at the batches the grid keeps
-  // (gridBatches, the capacity read at batch 1 as the grid reads it before any batch), the points
-  // that fit, reduced to each GPU's front. Rows: gpu, n_gpus, config, batch and the summary's
+  // (gridBatches at the capacity summarize gives at batch 1, as the batch chart reads it; the rows
+  // the grid wrote agree, tests/test_site_offgrid.py), the points that fit, reduced to each GPU's front. Rows: gpu, n_gpus, config, batch and the summary's
   // serving fields, in front order per GPU (fastest user first).
   function fronts(options, batches, p) {
     return Promise.all(options.map(function (o) { return fileOf(o).then(function (file) { return [o, file]; }); })).then(function (pairs) {
