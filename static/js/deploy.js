@@ -213,7 +213,7 @@
       return overCapacity(s, p, dec);
     }).then(function () {   // for tests and tools: the selection whose numbers are on the page
       if (JSON.stringify(state()) === JSON.stringify(s)) document.getElementById("summary").setAttribute("data-ready", JSON.stringify(s));
-      return drawFronts(s, p);
+      frontsOrSay(s, p);
     })
       .catch(function (e) { console.error(e); document.getElementById("summary").textContent = "Could not load the data: " + e.message; });
   }
@@ -227,9 +227,15 @@
     var watch = new IntersectionObserver(function (entries) {
       if (!entries.some(function (e) { return e.isIntersecting; })) return;
       frontSeen = true; watch.disconnect();
-      if (frontWanted) drawFronts(frontWanted[0], frontWanted[1]).catch(function (e) { console.error(e); });
+      if (frontWanted) frontsOrSay(frontWanted[0], frontWanted[1]);
     });
     watch.observe(document.getElementById("chart-front"));
+  }
+  function frontsOrSay(s, p) {    // a chart that fails says so under itself; the summary stays
+    drawFronts(s, p).catch(function (e) {
+      console.error(e); frontKey = null;
+      document.getElementById("front-note").textContent = "Could not draw the fronts: " + e.message;
+    });
   }
   function drawFronts(s, p) {
     var key = JSON.stringify([s.fw, s.kv, p.input, p.output, p.mtp, p.acceptance]), box = document.getElementById("chart-front");
