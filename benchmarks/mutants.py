@@ -146,10 +146,10 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_deploy.py",),
            "per-GPU KV not divided by the cache's layout (KV heads under TP)"),
     Mutant("front-across-groups", "engine/build/fronts.py",
-           'rate > rate.cum_max().shift(1, fill_value=float("-inf")).over("group")',
-           'rate > rate.cum_max().shift(1, fill_value=float("-inf"))',
+           '.group_by(GRID_FRONT_KEY, maintain_order=True)',
+           '.group_by(["gpu"], maintain_order=True)',
            ("tests/test_site_offgrid.py",),
-           "deployments' on_front: the running maximum carried from one GPU type's front into the next"),
+           "deployments' on_front: one front per GPU type across frameworks, KV dtypes and lengths"),
     # -- the site: a display bug over a correct engine ---------------------------------------------------
     Mutant("page-kv-per-gpu", "static/js/deploy.js",
            "fmt.bytes(dec.kv_bytes_per_request)",

@@ -293,8 +293,8 @@ def test_on_front_flags_each_groups_pareto_front(out):
 
 
 def test_on_front_consistency_with_sizing_front(out):
-    """Consistency test: grid_front's one polars sort flags, per group, the rows
-    engine.deploy.sizing.front picks from the group's rows in the table's order."""
+    """Consistency test: grid_front flags, per group, the rows engine.deploy.sizing.front picks
+    from the group's rows in the table's order (its grouping and row mapping)."""
     import numpy as np
     from engine.build.fronts import GRID_FRONT_KEY
     from engine.build.results import PARTITION_ORDER

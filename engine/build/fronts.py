@@ -106,22 +106,20 @@ def grid_front(deployments: pl.DataFrame) -> pl.Series:
     """``on_front`` for the rows of one model's deployments table, in its row order: true on the
     decode rows that fit and are on the Pareto front of tokens/s/GPU vs tokens/s/user (``1 /
     tpot_s``) of their GPU type, framework, KV dtype, prompt and output length, over every GPU
-    count, config and batch of the grid; false elsewhere. The rule is
-    :func:`engine.deploy.sizing.front`'s (decreasing tokens/s/user, then tokens/s/GPU, then row
-    order: a row is kept when its tokens/s/GPU beats every row before it, so of exact duplicates
-    the first), as one polars sort over all groups rather than a call per group (0.3 against 0.7
-    CPU s over the corpus; tests/test_site_offgrid.py holds the two equal). The deploy page's chart
+    count, config and batch of the grid (:func:`engine.deploy.sizing.front` on each group's rows
+    in table order, so of exact duplicates the first); false elsewhere. The deploy page's chart
     draws the same fronts from the configs' formulas (static/js/deploy_eval.js ``fronts``)."""
+    from engine.deploy.sizing import front
     served = (deployments.select(*GRID_FRONT_KEY, "phase", "fits", "tpot_s", "tokens_per_s_per_gpu")
               .with_row_index("row")
               .filter((pl.col("phase") == "decode") & pl.col("fits"))
-              .select(pl.struct(GRID_FRONT_KEY).rank("dense").alias("group"), "row",
-                      (1 / pl.col("tpot_s")).alias("user"), "tokens_per_s_per_gpu")
-              .sort(["group", "user", "tokens_per_s_per_gpu", "row"], descending=[False, True, True, False]))
-    rate = pl.col("tokens_per_s_per_gpu")
-    rows = served.filter(rate > rate.cum_max().shift(1, fill_value=float("-inf")).over("group"))["row"]
+              .group_by(GRID_FRONT_KEY, maintain_order=True)
+              .agg("row", "tpot_s", "tokens_per_s_per_gpu"))
     flags = np.zeros(deployments.height, dtype=bool)
-    flags[rows.to_numpy()] = True
+    for rows, tpot, rate in zip(served["row"].to_list(), served["tpot_s"].to_list(),
+                                served["tokens_per_s_per_gpu"].to_list()):
+        rows = np.asarray(rows)
+        flags[rows[front(1 / np.asarray(tpot), np.asarray(rate))]] = True
     return pl.Series("on_front", flags)
 
 

@@ -164,12 +164,10 @@
   // (and this point's MTP drafting, if any)
   function batchRows(o, file, p) {
     var rows = [];
-    function at(b, input) { return Object.assign({}, p, { batch: b, input: input }); }
     index.grid.inputs.forEach(function (input) {
-      var cap = summarize(o, file, at(1, input)).max_concurrent_requests;
-      E.gridBatches(model.batches, cap).forEach(function (b) {
-        var r = summarize(o, file, at(b, input));
-        rows.push({ batch: b, input_len: input, tokens_per_s_per_gpu: r.tokens_per_s_per_gpu, tpot_s: r.tpot_s, fits: r.fits, extrapolated: r.extrapolated });
+      E.gridPoints(o, file, model.batches, Object.assign({}, p, { input: input })).forEach(function (point) {
+        var r = point[1];
+        rows.push({ batch: point[0], input_len: input, tokens_per_s_per_gpu: r.tokens_per_s_per_gpu, tpot_s: r.tpot_s, fits: r.fits, extrapolated: r.extrapolated });
       });
     });
     return rows;

@@ -167,19 +167,26 @@
     order.forEach(function (i) { if (y[i] > best) { keep.push(i); best = y[i]; } });
     return keep;
   }
+  // The grid's points of option `o` at one prompt and output length (and MTP drafting): its summary
+  // at each batch the grid keeps (gridBatches at the capacity summarize gives at batch 1; the rows
+  // the grid wrote agree, tests/test_site_offgrid.py), as [batch, summary] pairs.
+  function gridPoints(o, file, batches, p) {
+    var first = summarize(o, file, Object.assign({}, p, { batch: 1 }));
+    return gridBatches(batches, first.max_concurrent_requests).map(function (b) {
+      return [b, b === 1 ? first : summarize(o, file, Object.assign({}, p, { batch: b }))];
+    });
+  }
   // The throughput/interactivity front of each GPU type at one prompt and output length (and MTP
-  // drafting): every option of `options` (its file fetched) at the batches the grid keeps
-  // (gridBatches at the capacity summarize gives at batch 1, as the batch chart reads it; the rows
-  // the grid wrote agree, tests/test_site_offgrid.py), the points that fit, reduced to each GPU's front. Rows: gpu, n_gpus, config, batch and the summary's
+  // drafting): every option of `options` (its file fetched) at its gridPoints, the points that fit,
+  // reduced to each GPU's front. Rows: gpu, n_gpus, config, batch and the summary's
   // serving fields, in front order per GPU (fastest user first).
   function fronts(options, batches, p) {
     return Promise.all(options.map(function (o) { return fileOf(o).then(function (file) { return [o, file]; }); })).then(function (pairs) {
       var byGpu = {}, gpus = [];
       pairs.forEach(function (pair) {
         var o = pair[0], file = pair[1];
-        var cap = summarize(o, file, Object.assign({}, p, { batch: 1 })).max_concurrent_requests;
-        gridBatches(batches, cap).forEach(function (b) {
-          var r = summarize(o, file, Object.assign({}, p, { batch: b }));
+        gridPoints(o, file, batches, p).forEach(function (point) {
+          var b = point[0], r = point[1];
           if (!r.fits) return;
           if (!byGpu[o.gpu]) { byGpu[o.gpu] = []; gpus.push(o.gpu); }
           byGpu[o.gpu].push({ gpu: o.gpu, n_gpus: o.n_gpus, config: o.config, batch: b, ttft_s: r.ttft_s, tpot_s: r.tpot_s,
@@ -205,7 +212,7 @@
   return {
     // index.json: options (GPU, config, framework, KV dtype, its file), the model-wide trees and rates
     index: function () { return get(base + "index.json.gz").then(function (idx) { model = idx.model; return idx; }); },
-    file: fileOf, summarize: summarize, opRows: opRows, roomBound: roomBound, gridBatches: gridBatches, front: front, fronts: fronts,
+    file: fileOf, summarize: summarize, opRows: opRows, roomBound: roomBound, gridPoints: gridPoints, front: front, fronts: fronts,
     // the summary and op rows at any point (index() first)
     at: function (o, p) { return fileOf(o).then(function (file) { var s = summarize(o, file, p); s.ops = opRows(o, file, s); return s; }); }
   };
