@@ -145,7 +145,13 @@ def _open(browser, production: bool = True) -> Tab:
             # late fetch finished): there is no page left to answer, and nothing to record
             if "disposed" in str(exc) or "closed" in str(exc):
                 return
-            raise
+            # any other failure is the test's to judge (``tab.errors``), not an exception raised in
+            # playwright's event loop, which pytest would report at some later teardown
+            tab.errors.append(f"request failed: {url} ({str(exc).splitlines()[0]})")
+            try:
+                r.abort()
+            except Exception:
+                pass
 
     context.route("**/*", route)
     page = context.new_page()

@@ -58,7 +58,9 @@ def base(out):
 
 
 @pytest.fixture(scope="module")
-def tab(browser):  # noqa: F811
+def tab(browser, base):  # noqa: F811
+    # (after ``base``: pytest tears fixtures down in reverse, so the tab closes before the
+    # server stops and no late request of the last test meets a closed socket)
     t = _open(browser)
     yield t
     t.context.close()
