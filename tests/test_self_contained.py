@@ -65,7 +65,9 @@ def test_reference_tests_pass_from_a_copy_with_nothing_beside_it(tmp_path):
     # test_models' per-model consistency of active with total params is left out: it reads each
     # model's config.json, which test_published_configs checks for every model (present, hashed,
     # equal to the snapshot), and evaluating all 31 models again was most of this test's time
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    # -n 0: one process (this test already runs in one of the suite's workers; two more would only
+    # compete with the other worker for the machine's cores)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
                           "tests/test_published_configs.py", "tests/test_hardware.py",
                           "tests/test_models.py", "-k", "not slow and not test_active_params_from_config"],
                          cwd=copy, env=env, capture_output=True, text=True, timeout=600)
