@@ -22,10 +22,18 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class Server(http.server.ThreadingHTTPServer):
+    # a deploy page's throughput/interactivity chart fetches every config file of its model at once
+    # (DeepSeek-V3: 41), and a test's playwright route.fetch is not held to a browser's six
+    # connections per host: past the standard library's listen backlog of 5, a connection waits
+    # for TCP to retransmit its handshake (a second or more)
+    request_queue_size = 128
+
+
 def start(site: Path, port: int = 0) -> tuple[http.server.ThreadingHTTPServer, str]:
     """Serve ``site`` in a background thread; returns the server and its base URL."""
     handler = functools.partial(Handler, directory=str(site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server = Server(("127.0.0.1", port), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
