@@ -30,7 +30,7 @@ class Server(http.server.ThreadingHTTPServer):
     request_queue_size = 128
 
 
-def start(site: Path, port: int = 0) -> tuple[http.server.ThreadingHTTPServer, str]:
+def start(site: Path, port: int = 0) -> tuple[Server, str]:
     """Serve ``site`` in a background thread; returns the server and its base URL."""
     handler = functools.partial(Handler, directory=str(site))
     server = Server(("127.0.0.1", port), handler)

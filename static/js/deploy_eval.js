@@ -212,7 +212,7 @@
   return {
     // index.json: options (GPU, config, framework, KV dtype, its file), the model-wide trees and rates
     index: function () { return get(base + "index.json.gz").then(function (idx) { model = idx.model; return idx; }); },
-    file: fileOf, summarize: summarize, opRows: opRows, roomBound: roomBound, gridPoints: gridPoints, front: front, fronts: fronts,
+    file: fileOf, summarize: summarize, opRows: opRows, roomBound: roomBound, gridPoints: gridPoints, fronts: fronts,
     // the summary and op rows at any point (index() first)
     at: function (o, p) { return fileOf(o).then(function (file) { var s = summarize(o, file, p); s.ops = opRows(o, file, s); return s; }); }
   };
