@@ -30,7 +30,8 @@ import markupsafe
 import polars as pl
 from markdown_it import MarkdownIt
 
-from engine.build import collector, lifeline, publish
+from engine.build import collector, dependencies, lifeline, publish
+from engine.build.workers import default_workers
 from engine.cli import units
 from engine.spec.errors import SpecError, Where
 from site_builder import charts, graphs, sizing
@@ -263,10 +264,11 @@ def _hash(*parts) -> str:
 
 def _code_hash(static_digest: str) -> str:
     """What every page depends on besides the results: the templates, static/ (pages name its
-    hashed files) and the renderer's own code (site_builder/*.py)."""
+    hashed files), the renderer's own code (site_builder/*.py) and the installed versions of the
+    libraries it renders with (:data:`engine.build.dependencies.SITE`)."""
     files = sorted(p for p in TEMPLATES.rglob("*") if p.is_file()) + \
         sorted(Path(__file__).resolve().parent.glob("*.py"))
-    return _hash(SITE_MANIFEST_VERSION, static_digest,
+    return _hash(SITE_MANIFEST_VERSION, static_digest, dependencies.fingerprint(dependencies.SITE),
                  *[(p.name.encode() + b"\0" + p.read_bytes()) for p in files])
 
 
@@ -438,12 +440,13 @@ def _take_share(site: Site, results: Results, queue: list[str], futures: dict) -
 def _render_pool(stack: contextlib.ExitStack, groups: int):
     """Worker processes for the model page groups, or None when one process is enough: fewer than
     :data:`POOL_GROUPS` groups (a worker's start costs about what a small model's pages do), or
-    ``ARCHLEDGER_RENDER_JOBS=1``. The render uses that many processes (default: one per core), the
+    ``ARCHLEDGER_RENDER_JOBS=1``. The render uses that many processes (default:
+    :func:`engine.build.workers.default_workers`: the CPUs, capped by memory and a fixed maximum), the
     calling one among them (:func:`_take_share`): one worker fewer, each worker's start being CPU
     that renders nothing. Spawned, not forked: a forked child inherits polars' thread pool
     mid-state (as in the results build)."""
     asked = os.environ.get("ARCHLEDGER_RENDER_JOBS")
-    jobs = int(asked) if asked else (os.cpu_count() or 1) if groups >= POOL_GROUPS else 1
+    jobs = int(asked) if asked else default_workers() if groups >= POOL_GROUPS else 1
     jobs = max(1, min(jobs, groups)) - 1         # workers beside this process
     if jobs < 1:
         return None

@@ -8,7 +8,8 @@ function it runs is passed in). ``archledger build --jobs N`` runs models in N l
   scheduler of a running cluster (``dask scheduler`` + ``dask worker tcp://HOST:PORT`` on each
   machine, every one with this engine installed: ``pip install -e '.[scale]'``);
 * ``local-cluster[:N]``: a Dask LocalCluster of N worker processes (one thread each; default
-  ``--jobs``, else one per core) on this machine, started and closed by the build;
+  ``--jobs``, else :func:`engine.build.workers.default_workers`) on this machine, started and
+  closed by the build;
 * ``local`` (the default): today's in-process run or process pool.
 
 The unit of work is the same in every executor: one model over the grid
@@ -18,8 +19,9 @@ unpacks them into a temporary folder keyed by their digest (removed from every w
 build ends), evaluates the model into a private
 staging folder and returns the files it wrote as bytes; the client writes them into the build's
 staging folder. So workers need no shared file system, and the files are those the local
-executor writes, byte for byte (``tests/test_executor.py``). A worker whose engine sources differ
-from the client's refuses the task (one line naming both digests): results never mix engines.
+executor writes, byte for byte (``tests/test_executor.py``). A worker whose engine sources or
+library versions (:mod:`engine.build.dependencies`) differ from the client's refuses the task (one
+line naming both digests): results never mix engines.
 
 Dask distributed is an optional extra (``pip install -e '.[scale]'``); it is imported only when
 ``--executor`` names a cluster, and its absence is a one-line error saying how to install it.
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from engine.build import dependencies
 from engine.spec.errors import SpecError, Where
 
 #: Address schemes of a running Dask scheduler (``dask://`` is ours: it means ``tcp://``).
@@ -50,13 +53,13 @@ class Executor:
 
     kind: str
     address: str = ""                 # cluster: the scheduler's address
-    workers: int | None = None        # local-cluster: worker processes (None: --jobs, else cores)
+    workers: int | None = None        # local-cluster: worker processes (None: --jobs, else the default count)
 
     def label(self) -> str:
         if self.kind == "cluster":
             return f"Dask cluster {self.address}"
         if self.kind == "local-cluster":
-            return f"Dask LocalCluster ({self.workers or 'one per core'} workers)"
+            return f"Dask LocalCluster ({self.workers or 'default'} workers)"
         return "local"
 
 
@@ -72,7 +75,7 @@ def parse(text: str | None) -> Executor:
         count = text.partition(":")[2]
         if count and not (count.isdigit() and 1 <= int(count) <= 1024):
             raise SpecError(_where(), f"{count!r} is not a worker count",
-                            "write local-cluster:N with N from 1 to 1024, or local-cluster for one worker per core")
+                            "write local-cluster:N with N from 1 to 1024, or local-cluster for the default count")
         return Executor("local-cluster", workers=int(count) if count else None)
     for scheme in SCHEMES:
         if text.startswith(scheme) and len(text) > len(scheme):
@@ -158,7 +161,8 @@ def remote_task(bundle: dict, fn: Callable, model_id: str, args: tuple, engine_d
     mine = engine_digest()
     if mine != bundle["engine"]:
         raise RuntimeError(f"this Dask worker runs another engine ({mine[:12]}) than the build's client "
-                           f"({bundle['engine'][:12]}): install the same checkout on every worker")
+                           f"({bundle['engine'][:12]}): install the same checkout and the same versions of "
+                           f"{', '.join(dependencies.RESULTS)} on every worker")
     paths = unpack(bundle)
     staging = Path(tempfile.mkdtemp(prefix="archledger-task-"))
     try:
@@ -179,7 +183,8 @@ def run_dask(executor: Executor, jobs: int | None, bundle: dict, fn: Callable, t
     import logging
     cluster = None
     if executor.kind == "local-cluster":
-        workers = executor.workers or jobs or os.cpu_count() or 1
+        from engine.build.workers import default_workers
+        workers = executor.workers or jobs or default_workers()
         cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                            dashboard_address=None, silence_logs=logging.ERROR)
     try:

@@ -19,7 +19,8 @@ skipped specs; the size and SHA-256 of models.parquet and contracts.json).
 
 Incremental: a model's partitions carry a content hash of everything they depend on (its spec,
 snapshot, the component library and its drafts, its quant schemes, the dims/roles tables, the GPU
-files, the fusion tables, the grid, the engine's source). A partition whose hash is unchanged and
+files, the fusion tables, the grid, the engine's source and the installed versions of the
+libraries it computes with: :mod:`engine.build.dependencies`). A partition whose hash is unchanged and
 whose files match their recorded size and SHA-256 is carried over from the previous results without
 evaluating anything; changed or damaged ones are recomputed, models in parallel processes (which
 die with the build process). A subset build (``models``) merges: what it does not name is kept
@@ -27,7 +28,8 @@ die with the build process). A subset build (``models``) merges: what it does no
 
 Verification: every changed spec is validated (:mod:`engine.verify.validate`) before any grid work; a spec
 with guard errors (a missing evidence file included) is skipped with one log line and left out of
-every table (``manifest.json`` lists it under ``skipped``). Published rows carry ``verified`` and
+every table (``manifest.json`` lists it under ``skipped``); ``--strict`` (CI and the deploy) fails
+the build on such a spec instead, before any grid work and with nothing published. Published rows carry ``verified`` and
 the evidence they were checked against; the guard table travels in ``models/<org--name>.json``.
 """
 from __future__ import annotations
@@ -54,7 +56,7 @@ from pathlib import Path
 
 import polars as pl
 
-from engine.build import collector, landscape, lifeline, publish
+from engine.build import collector, dependencies, landscape, lifeline, publish, workers
 from engine.build.export import KV_LENGTHS, compact_json
 from engine.project import PACKAGE_ROOT
 from engine.spec import kv
@@ -226,16 +228,23 @@ def engine_sources() -> list[Path]:
 _ENGINE_DIGEST: list[str] = []
 
 
+def _engine_identity() -> bytes:
+    """What, besides its sources, makes the engine compute what it computes: the results' schema
+    version and the installed versions of the numeric libraries (:mod:`engine.build.dependencies`)."""
+    return str(SCHEMA_VERSION).encode() + b"\0" + dependencies.fingerprint(dependencies.RESULTS)
+
+
 def engine_digest() -> str:
-    """SHA-256 of the engine's sources as this process sees them (once per process): a Dask worker
-    compares it with the client's before working (:mod:`engine.build.executor`)."""
+    """SHA-256 of the engine's sources and library versions as this process sees them (once per
+    process): a Dask worker compares it with the client's before working (:mod:`engine.build.executor`)."""
     if not _ENGINE_DIGEST:
-        _ENGINE_DIGEST.append(_digest(engine_sources(), str(SCHEMA_VERSION).encode()))
+        _ENGINE_DIGEST.append(_digest(engine_sources(), _engine_identity()))
     return _ENGINE_DIGEST[0]
 
 
 def shared_hash(corpus: Corpus, grid_path: Path, gpu_root: Path) -> str:
-    """Everything every model's results depend on: tables, components, GPUs, fusion, grid, engine."""
+    """Everything every model's results depend on: tables, components, GPUs, fusion, grid, engine
+    (its sources and the versions of the libraries it computes with)."""
     root = corpus.root
     files = [root / "dims.yaml", root / "roles.yaml", root / "verification.yaml", grid_path,
              *[p for p in (root / landscape.LINEAGE_FILE,) if p.exists()],
@@ -243,7 +252,7 @@ def shared_hash(corpus: Corpus, grid_path: Path, gpu_root: Path) -> str:
              *sorted((root / "components" / "library").glob("*.yaml")),
              *[p for p in (root / "slots.yaml",) if p.exists()],     # the playground's picks fit its contracts
              *engine_sources()]
-    return _digest(files, str(SCHEMA_VERSION).encode())
+    return _digest(files, _engine_identity())
 
 
 def model_hash(corpus: Corpus, model_id: str, shared: str) -> str:
@@ -514,7 +523,7 @@ SPLIT_SECONDS = 4.0
 def _split(todo: list[str], previous: "Previous", jobs: int | None) -> set[str]:
     """The models of ``todo`` evaluated as two tasks (:data:`PARTS`): none unless there are fewer
     models than workers; then those the previous build timed at :data:`SPLIT_SECONDS` or more."""
-    if len(todo) >= (jobs or os.cpu_count() or 1):
+    if len(todo) >= (jobs or workers.default_workers()):
         return set()
     return {m for m in todo if previous.models.get(m, {}).get("seconds", 0.0) >= SPLIT_SECONDS}
 
@@ -719,10 +728,23 @@ def _skip_line(corpus: Corpus, model_id: str, errors: list) -> str:
     return f"skip {model_id}: not verified ({len(errors)} guard errors; run `archledger validate {model_id}`)"
 
 
+def refuse_unverified(skipped: dict[str, list[str]], log) -> None:
+    """``--strict``: one line per spec that failed its guards (its first error), then the
+    :class:`BuildError` that stops the build before anything is published. A deploy built this way
+    cannot silently drop a model that a merge broke: the deploy fails instead."""
+    for mid, errors in sorted(skipped.items()):
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        first = errors[0] if errors else "its evidence is missing"
+        log(f"unverified {mid}: {first}{more}")
+    raise BuildError(f"--strict: {len(skipped)} spec(s) failed their guards and would be left out of the "
+                     f"results and site: {', '.join(sorted(skipped))}; nothing was published — fix them "
+                     f"(archledger validate MODEL) or build without --strict to skip them")
+
+
 def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path: Path | None = None,
           gpu_root: Path | None = None, jobs: int | None = None, progress=None, log=None, site=None,
           site_progress=None, lock_timeout: float | None = None, command: str = "archledger build",
-          executor: str | None = None) -> Report:
+          executor: str | None = None, strict: bool = False) -> Report:
     """Evaluate (or carry over) the models' partitions into a staged results tree, render the staged
     site from it when ``site`` is given, then publish both together (:mod:`engine.build.publish`).
 
@@ -733,7 +755,9 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     ``site_dir`` and is published with the results; without it (``--no-site``) only the results are
     published and the site is left as it was, its ``pin.json`` naming the results it shows (one log
     line says so when they differ). ``executor``: where models are evaluated (``--executor``:
-    local, local-cluster[:N], or a Dask scheduler address; :mod:`engine.build.executor`)."""
+    local, local-cluster[:N], or a Dask scheduler address; :mod:`engine.build.executor`).
+    ``strict`` (``--strict``, what CI and the deploy run): a spec that fails its guards is not
+    skipped but fails the build before any grid work, nothing published (:func:`refuse_unverified`)."""
     from engine.build import executor as executors
     from engine.build.grid import DEFAULT, load_grid
     from engine.deploy.hardware import DEFAULT_ROOT as GPU_ROOT, load_gpus
@@ -808,10 +832,13 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
             if "errors" in found:
                 report.skipped[mid] = found["errors"]
                 todo.remove(mid)
-                log(found["skip"])
+                if not strict:      # (strict: refuse_unverified says it, below)
+                    log(found["skip"])
                 continue
             checks[mid] = found["check"]
             rows[mid] = found["row"]
+        if strict and report.skipped:
+            refuse_unverified(report.skipped, log)
         targets = [m for m in targets if m in rows]
 
         # -- evaluate: the slowest models first (as last time; else the largest), so the pool's tail is short
@@ -914,7 +941,7 @@ def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Cor
     filed under the content digest :func:`cached_corpus` looks it up by. The pickle goes through a
     file, not the start-up pipe: a worker reads that pipe only after importing the engine, so half
     a megabyte in it held this process for as long at every worker start."""
-    jobs = max(1, min(jobs or os.cpu_count() or 1, tasks or 1))
+    jobs = max(1, min(jobs or workers.default_workers(), tasks or 1))
     if jobs == 1:
         return None
     seed = None
@@ -1069,7 +1096,8 @@ def run(args, site=None) -> int:
     * OUT/results holds one grid: --grid naming another grid file than the one OUT/results was built
       over is an error (use another --out) unless OUT/results holds no model.
     * A spec that fails verification (or whose evidence file is missing) is skipped with one line and
-      published nowhere.
+      published nowhere; with --strict (CI and the deploy) it fails the build instead: one line per
+      such spec, exit 2, nothing published.
     * Previous results are carried only if their files match the size and SHA-256 the manifest
       records; a damaged model is rebuilt (one line), a garbage manifest counts as no results.
     * Results and site are published together and only when complete: a failed, killed or full-disk
@@ -1093,7 +1121,7 @@ def run(args, site=None) -> int:
                        getattr(args, "jobs", None),
                        None if quiet else _model_progress(), log=lambda line: print(line, file=sys.stderr),
                        site=site, lock_timeout=getattr(args, "lock_timeout", None),
-                       executor=getattr(args, "executor", None))
+                       executor=getattr(args, "executor", None), strict=getattr(args, "strict", False))
     except SpecError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2

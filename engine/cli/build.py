@@ -17,13 +17,17 @@ def add_parser(sub, parents: list) -> argparse.ArgumentParser:
                     "built with needs another --out.")
     build.add_argument("--models", nargs="*", metavar="MODEL", help="limit to these models (HF ids or unique suffixes)")
     build.add_argument("--grid", default=None, metavar="FILE", help="grid YAML (default: grid.yaml of the corpus)")
-    build.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
+    build.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per CPU, at most 4 and one per 1.2 GB of available memory)")
     build.add_argument("--executor", default=None, metavar="WHERE",
                        help="where models are evaluated: local (default: this process or --jobs processes), "
                             "local-cluster[:N] (a Dask LocalCluster), or a Dask scheduler: dask://HOST:PORT, "
                             "tcp://HOST:PORT (needs the scale extra: pip install -e '.[scale]'); docs/scaling.md")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.add_argument("--no-site", action="store_true", help="write results/ only, leave the site as it is")
+    build.add_argument("--strict", action="store_true",
+                       help="fail (exit 2, nothing published) when a spec fails its verification guards, "
+                            "instead of skipping it: what CI and the deploy run, so a broken spec cannot "
+                            "silently drop its model from the site")
     build.set_defaults(func=run)
     return build
 
