@@ -268,3 +268,35 @@ def test_malformed_local_checkpoint_is_one_line_naming_the_file(tmp_path, make):
     assert "\n" not in message
     assert expected in message
     assert message.startswith(str(tmp_path))
+
+
+# --- no network ------------------------------------------------------------------------------
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, read, closed)."""
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("call", [
+    lambda endpoint: read_hub("org/single", endpoint=endpoint),
+    lambda endpoint: hub_file_text("org/single", "config.json", endpoint=endpoint),
+    lambda endpoint: hub_file_names("org/single", endpoint=endpoint),
+])
+def test_an_unreachable_hub_says_so_not_file_not_found(tmp_path, monkeypatch, capfd, call):
+    """With no Hub to connect to (a closed port on 127.0.0.1), every Hub read says the Hub cannot
+    be reached, in one line, and not that a file is missing from the repo; huggingface_hub's retry
+    warnings are not printed (its back-off sleeps are skipped here: they take about 23 s)."""
+    import huggingface_hub.utils._http as hub_http
+    confine_huggingface_hub(tmp_path, monkeypatch)
+    monkeypatch.setattr(hub_http.time, "sleep", lambda seconds: None)
+    with pytest.raises(HeaderError) as caught:
+        call(f"http://127.0.0.1:{_closed_port()}")
+    message = str(caught.value)
+    assert "cannot reach the Hub (no network?)" in message and "not found" not in message
+    assert message.startswith("hub:org/single@main") and "\n" not in message
+    assert "--checkpoint DIR" in message                      # what to do offline
+    captured = capfd.readouterr()
+    assert "Retrying" not in captured.err and "thrown while requesting" not in captured.err

@@ -138,3 +138,32 @@ def test_multimodal_prefixes_are_canonicalised_and_vision_tensors_warned(tiny_co
     assert report.verified, "\n".join(f.one_line() for f in report.errors)
     warnings = [f for f in report.findings if f.severity == "warning"]
     assert [(f.guard, "model.visual.patch_embed.proj.weight" in f.message) for f in warnings] == [("weight", True)]
+
+
+def test_meta_rerun_with_another_transformers_refuses_without_force(tiny_corpus, tmp_path, capsys):
+    """Re-running `snapshot --meta` must not silently rewrite reviewed evidence with whatever
+    transformers is installed: evidence recorded with another release is refused in one line
+    naming each file and both releases, nothing written; --force re-records it; the same release
+    re-records without asking."""
+    import transformers
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    run = ["--corpus", str(tiny_corpus), "snapshot", "test/tiny-llama", "--config", str(config), "--meta"]
+    snapshots = tiny_corpus / "snapshots"
+    files = [snapshots / "test--tiny-llama.tensors.yaml", snapshots / "test--tiny-llama.source.yaml"]
+    assert main(run) == 0                                           # first record: nothing to compare with
+    installed = transformers.__version__
+    assert all(f"transformers {installed}" in f.read_text() for f in files)
+    assert main(run) == 0                                           # same release: no question asked
+    for f in files:                                                 # as if recorded with an older release
+        f.write_text(f.read_text().replace(f"transformers {installed}", "transformers 0.0.1"))
+    before = {f: f.read_bytes() for f in files}
+    capsys.readouterr()
+    assert main(run) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--force" in err and "nothing was written" in err
+    for f in files:
+        assert f"corpus/snapshots/{f.name}: recorded with transformers 0.0.1, this run has {installed}" in err
+    assert {f: f.read_bytes() for f in files} == before
+    assert main([*run, "--force"]) == 0
+    assert all(f"transformers {installed}" in f.read_text() and "0.0.1" not in f.read_text() for f in files)

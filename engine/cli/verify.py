@@ -29,6 +29,8 @@ def add_parsers(sub, parents=()) -> None:
     snap.add_argument("--hub", action="store_true", help="read the Hub even when --config is given")
     snap.add_argument("--revision", default=None, help="Hub branch, tag or commit (default: main)")
     snap.add_argument("--endpoint", default=None, help="Hub endpoint (default: huggingface.co or HF_ENDPOINT)")
+    snap.add_argument("--force", action="store_true",
+                      help="rewrite evidence recorded with another transformers release than the installed one")
     snap.set_defaults(func=cmd_snapshot)
 
     val = sub.add_parser("validate", parents=list(parents), help="run the verification guards (exit 1 on errors)")
@@ -75,7 +77,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from engine.verify import modeling_code
     from engine.spec.corpus import load_corpus
     from engine.verify.evidence import forward_excerpts
-    from engine.verify.snapshot import fields_read, manifest_from_scan, snapshot_files, write_atomic
+    from engine.verify.snapshot import (fields_read, manifest_from_scan, snapshot_files, transformers_changes,
+                                         write_atomic)
     from engine.spec.yamlio import refuse_non_finite
     from engine.spec.yamlio import loads_json as strict_json
     # NaN/Infinity in a config.json is refused where the snapshot records it (config_text)
@@ -126,6 +129,11 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             else:
                 source = _source_from_transformers(config)
         files = snapshot_files(corpus, model, config, config_source, manifest, source)
+        changes = transformers_changes(corpus, model, manifest, source)
+        if changes and not getattr(args, "force", False):
+            raise SpecError(where, "; ".join(changes) + " — nothing was written",
+                            "install the recorded transformers release to refresh the same evidence, or pass "
+                            "--force to re-record it with this one (then review the diff)")
     except headers.HeaderError as exc:
         raise SpecError(where, str(exc)) from None
     except modeling_code.ModelingCodeError as exc:

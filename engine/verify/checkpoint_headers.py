@@ -17,7 +17,9 @@ Every failure is a :class:`HeaderError` whose message is one line naming the fil
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import struct
 from dataclasses import dataclass
@@ -247,6 +249,20 @@ def _hub_failures() -> tuple[type[Exception], ...]:
     return (OSError, ValueError, TransportError, NotASafetensorsRepoError, SafetensorsParsingError)
 
 
+@contextlib.contextmanager
+def _quiet_retries():
+    """huggingface_hub logs each retry of a failed request as a warning (five, over about 23 s,
+    before it gives up): the command's answer is its own one line, so they are not shown."""
+    from huggingface_hub.utils import logging as hub_logging   # configures its logger on first import
+
+    level = hub_logging.get_verbosity()
+    hub_logging.set_verbosity(logging.ERROR)
+    try:
+        yield
+    finally:
+        hub_logging.set_verbosity(level)
+
+
 def _api(endpoint: str | None, token: str | None):
     from huggingface_hub import HfApi
 
@@ -254,11 +270,40 @@ def _api(endpoint: str | None, token: str | None):
     return HfApi(endpoint=endpoint, token=False if endpoint and token is None else token)
 
 
+def _unreachable(error: BaseException) -> bool:
+    """Whether ``error`` means the Hub could not be reached at all (no network, a name that does
+    not resolve, a refused connection, a timeout), as opposed to an answer from it. huggingface_hub
+    raises the transport error itself, or (downloads) a LocalEntryNotFoundError, "not in the local
+    cache", whose cause is the transport error: either way the cause chain holds it."""
+    import socket
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    network = [ConnectionError, TimeoutError, socket.gaierror]
+    for module, name in (("httpx2", "TransportError"), ("httpx", "TransportError"),
+                         ("requests.exceptions", "ConnectionError"), ("requests.exceptions", "Timeout")):
+        try:
+            network.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass
+    seen: BaseException | None = error
+    for _ in range(16):            # a cause chain is short; a cycle must not loop forever
+        if seen is None or isinstance(seen, OfflineModeIsEnabled):
+            return False
+        if isinstance(seen, tuple(network)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _hub_error(where: str, error: Exception) -> HeaderError:
     """The HeaderError for a huggingface_hub failure, with what to do about it."""
     from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, OfflineModeIsEnabled,
                                         RepositoryNotFoundError, RevisionNotFoundError)
 
+    if _unreachable(error):       # before EntryNotFoundError: "not in the cache" is its subclass
+        return HeaderError(where, "cannot reach the Hub (no network?)",
+                           "check the connection (or --endpoint / HF_ENDPOINT); offline, record the evidence from "
+                           "a local checkpoint (--checkpoint DIR) or the transformers code (--config FILE --meta)")
     if isinstance(error, GatedRepoError):
         return HeaderError(where, "the repo is gated", "accept its license on the Hub and pass a token")
     if isinstance(error, RepositoryNotFoundError):
@@ -306,10 +351,11 @@ def read_hub(repo_id: str, revision: str | None = None, *, endpoint: str | None 
     api = _api(endpoint, token)
     where = f"hub:{repo_id}@{revision or 'main'}"
     try:
-        commit = _pinned_commit(api, repo_id, revision)
-        pinned = commit or revision
-        where = f"hub:{repo_id}@{pinned or 'main'}"
-        metadata = api.get_safetensors_metadata(repo_id, revision=pinned)
+        with _quiet_retries():
+            commit = _pinned_commit(api, repo_id, revision)
+            pinned = commit or revision
+            where = f"hub:{repo_id}@{pinned or 'main'}"
+            metadata = api.get_safetensors_metadata(repo_id, revision=pinned)
     except HeaderError:
         raise
     except _hub_failures() as error:
@@ -332,7 +378,8 @@ def hub_file_text(repo_id: str, filename: str, revision: str | None = None, *,
     """One text file of a Hub repo (config.json, modeling_*.py), through huggingface_hub's cache."""
     where = f"hub:{repo_id}@{revision or 'main'}/{filename}"
     try:
-        path = _api(endpoint, token).hf_hub_download(repo_id, filename, revision=revision)
+        with _quiet_retries():
+            path = _api(endpoint, token).hf_hub_download(repo_id, filename, revision=revision)
         return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise HeaderError(where, "is not UTF-8 text") from None
@@ -345,6 +392,7 @@ def hub_file_names(repo_id: str, revision: str | None = None, *, endpoint: str |
     """Every file path of a Hub repo at ``revision``, sorted (one tree listing, no downloads)."""
     where = f"hub:{repo_id}@{revision or 'main'}"
     try:
-        return tuple(sorted(_api(endpoint, token).list_repo_files(repo_id, revision=revision)))
+        with _quiet_retries():
+            return tuple(sorted(_api(endpoint, token).list_repo_files(repo_id, revision=revision)))
     except _hub_failures() as error:
         raise _hub_error(where, error) from None

@@ -16,6 +16,7 @@ Files are written to a temp name and moved into place, so a failure leaves the o
 """
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -91,3 +92,42 @@ def snapshot_files(corpus: Corpus, model: ModelSpec, config: dict[str, Any], con
         label, provenance, excerpts = source
         files[evidence_mod.source_path(corpus.root, name)] = evidence_mod.dump_source(label, provenance, excerpts)
     return files
+
+
+#: How an evidence file names the transformers release it was recorded with ("transformers 5.24.0 ...").
+_TRANSFORMERS = re.compile(r"transformers (\S+)")
+
+
+def _transformers_version(provenance: Any) -> str | None:
+    """The transformers release a provenance block names (its ``tool`` or ``file``), else None."""
+    if not isinstance(provenance, dict):
+        return None
+    for key in ("tool", "file"):
+        found = _TRANSFORMERS.match(str(provenance.get(key, "")))
+        if found:
+            return found[1]
+    return None
+
+
+def transformers_changes(corpus: Corpus, model: ModelSpec, manifest: Manifest | None,
+                         source: tuple[str, dict, dict[str, str]] | None) -> list[str]:
+    """``FILE: recorded with transformers A, this run has B`` for each evidence file of ``model``
+    that exists, was recorded from the transformers modeling code, and would now be rewritten from
+    another transformers release. ``archledger snapshot`` refuses these without ``--force``: a
+    re-run must not silently replace reviewed evidence with whatever transformers is installed."""
+    from engine.spec.yamlio import load_yaml
+    name = model.model_id.replace("/", "--")
+    new = [(manifest_mod.manifest_path(corpus.root, name), manifest.provenance if manifest else None),
+           (evidence_mod.source_path(corpus.root, name), source[1] if source else None)]
+    changes = []
+    for path, provenance in new:
+        now = _transformers_version(provenance)
+        if now is None or not path.exists():
+            continue
+        rel = f"corpus/snapshots/{path.name}"
+        data = load_yaml(path, rel, hint="regenerate the file with `archledger snapshot MODEL --force`")
+        was = _transformers_version(data.get("provenance") if isinstance(data, dict) else None)
+        if was is not None and was != now:
+            changes.append(f"{rel}: recorded with transformers {was}, this run has {now}")
+    return changes
+
