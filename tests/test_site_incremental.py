@@ -158,21 +158,22 @@ def test_netlify_marks_only_hashed_paths_immutable():
             assert rule["for"].startswith("/static/"), rule
 
 
-def test_ci_and_netlify_builds_restore_the_previous_build():
-    """The incremental build only pays off in CI and on Netlify if build/ survives between runs:
-    the workflow restores it with actions/cache (an exact key on the inputs, falling back to the
-    newest previous build) before `archledger build`, and Netlify keeps it with the cache plugin."""
+def test_ci_builds_restore_the_previous_build():
+    """The incremental build only pays off if build/ survives between runs: the workflow restores
+    it with actions/cache (an exact key on the inputs, falling back to the newest previous build of
+    the same Python) before `archledger build`. Netlify does not build (CI is the one deploy path:
+    tests/test_ci_workflow.py), so it keeps no build/ of its own."""
     import tomllib
     import yaml
     workflow = yaml.safe_load((REPO / ".github" / "workflows" / "site.yml").read_text())
     steps = workflow["jobs"]["build"]["steps"]
     names = [s.get("name", s.get("uses", "")) for s in steps]
     cache = next(s for s in steps if str(s.get("uses", "")).startswith("actions/cache"))
-    assert cache["with"]["path"] == "build" and cache["with"]["restore-keys"] == "build-"
+    assert cache["with"]["path"] == "build"
+    assert cache["with"]["key"].startswith(cache["with"]["restore-keys"]) and cache["with"]["restore-keys"].startswith("build-")
     assert steps.index(cache) < names.index("Build results and site")
     netlify = tomllib.loads((REPO / "netlify.toml").read_text())
-    plugin = next(p for p in netlify["plugins"] if p["package"] == "netlify-plugin-cache")
-    assert "build" in plugin["inputs"]["paths"]
+    assert not any(p["package"] == "netlify-plugin-cache" for p in netlify.get("plugins", []))
 
 
 def test_parallel_render_is_byte_identical_to_serial(built, tmp_path, monkeypatch):
