@@ -29,8 +29,13 @@ def test_every_table_entry_has_a_doc(corpus):
 
 def test_readme_starts_with_the_two_setup_commands():
     lines = [l for l in (REPO / "README.md").read_text().splitlines() if l.strip()]
-    block = lines[lines.index("```bash") + 1: lines.index("```bash") + 3]
-    assert block[0].startswith("pip install -e . && archledger build")
-    assert block[1].startswith("pip install -e '.[test,oracle]' && python -m pytest")
+    block = lines[lines.index("```bash") + 1: lines.index("```bash") + 4]
+    assert block[2] == "```", "exactly two set-up commands"
+    venv = "python3 -m venv .venv && . .venv/bin/activate && "    # Debian/Ubuntu refuse a system-wide install
+    assert block[0].startswith(venv + "pip install -e . && archledger build")
+    assert block[1].startswith(venv + "pip install -e '.[test,oracle]' && python -m pytest")
+    import tomllib
+    python = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert python == ">=3.11" and "Python >= 3.11" in block[0]
     ci = (REPO / ".ci" / "run").read_text()
     assert "pip install --quiet -e '.[test,oracle]'" in ci and "python3 -m pytest -q" in ci
