@@ -300,3 +300,19 @@ def test_an_unreachable_hub_says_so_not_file_not_found(tmp_path, monkeypatch, ca
     assert "--checkpoint DIR" in message                      # what to do offline
     captured = capfd.readouterr()
     assert "Retrying" not in captured.err and "thrown while requesting" not in captured.err
+
+
+@pytest.mark.parametrize("call", [
+    lambda: read_hub("org/single"),
+    lambda: hub_file_text("org/single", "config.json"),
+    lambda: hub_file_names("org/single"),
+])
+def test_offline_mode_says_so_not_file_not_found(tmp_path, monkeypatch, call):
+    """With HF_HUB_OFFLINE set and nothing cached, every Hub read names the setting (a file missing
+    from the cache is not a file missing from the repo)."""
+    from huggingface_hub import constants
+    confine_huggingface_hub(tmp_path, monkeypatch)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(HeaderError) as caught:
+        call()
+    assert "HF_HUB_OFFLINE is set" in str(caught.value) and "not found" not in str(caught.value)

@@ -300,6 +300,11 @@ def _hub_error(where: str, error: Exception) -> HeaderError:
     from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, OfflineModeIsEnabled,
                                         RepositoryNotFoundError, RevisionNotFoundError)
 
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    if isinstance(error, LocalEntryNotFoundError) and constants.HF_HUB_OFFLINE:
+        error = OfflineModeIsEnabled(str(error))    # offline mode: a file not cached is not "not in the repo"
     if _unreachable(error):       # before EntryNotFoundError: "not in the cache" is its subclass
         return HeaderError(where, "cannot reach the Hub (no network?)",
                            "check the connection (or --endpoint / HF_ENDPOINT); offline, record the evidence from "
