@@ -3,7 +3,8 @@
 Run from the repo root: ``python benchmarks/mutants.py [--only ID ...] [--list] [--keep]``.
 
 Each entry of :data:`MUTANTS` is one bug someone could plausibly write: a file, an exact piece of
-its text, what it becomes, and the test files that should notice. The harness
+its text, what it becomes, and the test files (or single tests, ``file::name``) that should notice.
+The harness
 
 1. checks that every mutant's old text occurs exactly once in its file (otherwise it stops before
    running anything: a list that no longer matches the code must be updated, not silently skipped);
@@ -212,6 +213,18 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_hand_serving.py",),
            "a point meeting the TTFT and TPOT bounds exactly is refused",
            "tests/test_hand_serving.py::test_an_sla_met_exactly_is_met"),
+    Mutant("disagg-sla-strict", "engine/deploy/sizing.py",
+           'points["meets_sla"] = (points["ttft_s"] <= sla.ttft_s) & (points["tpot_s"] <= sla.tpot_s)',
+           'points["meets_sla"] = (points["ttft_s"] < sla.ttft_s) & (points["tpot_s"] < sla.tpot_s)',
+           ("tests/test_hand_serving.py",),
+           "a disaggregated split meeting the TTFT and TPOT bounds exactly is refused",
+           "tests/test_hand_serving.py::test_a_disaggregated_split_meeting_the_bounds_exactly_is_met"),
+    Mutant("sizing-gpus-inverted", "engine/build/fronts.py",
+           'None if gpus == "all" else tuple(gpus)',
+           'None if gpus != "all" else tuple(gpus)',
+           ("tests/test_fronts.py::test_default_grid_declares_the_issue_question",),
+           "the grid's sizing.gpus list read as `all` (the weak test passed whenever gpus was None)",
+           "tests/test_fronts.py::test_default_grid_declares_the_issue_question"),
     Mutant("tree-linear-levels", "engine/deploy/hardware.py",
            'math.log2(N) * far["tree"]',
            '(N - 1) * far["tree"]',
@@ -297,8 +310,8 @@ def check_texts(mutants, root: Path = REPO) -> list[str]:
             problems.append(f"{m.id}: the old text occurs {count} times in {m.file} (expected exactly once): {m.old!r}")
         if m.old == m.new:
             problems.append(f"{m.id}: old and new text are the same")
-        for test in m.tests:
-            if not (root / test).is_file():
+        for test in m.tests:                 # a file, or one test of it (file::name, as pytest takes it)
+            if not (root / test.split("::")[0]).is_file():
                 problems.append(f"{m.id}: test file {test} does not exist")
     return problems
 
