@@ -203,3 +203,57 @@ def test_deploy_eval_js_front_leaves_out_points_that_do_not_fit(deploy_eval):
         "([a, b]) => window.E.fronts([a, b], [1, 2], {input: 1024, output: 64})", [_option("a", 1), _option("b", 1)])
     assert rows == [{"gpu": "G", "n_gpus": 1, "config": "a", "batch": 2, "ttft_s": 1e-3, "tpot_s": 1e-3,
                      "tokens_per_s_per_gpu": 2000, "tokens_per_s_per_user": 1000}]
+
+
+# -- sizing.js: the aggregated answer at bounds met exactly ------------------------------------------
+
+SIZING_FORM = """
+<form id="sizing">
+  <select name="scenario"><option value="1024/64">1024/64</option></select>
+  <select name="fw"><option>vllm</option></select> <select name="kv"><option>bf16</option></select>
+  <input name="ttft" type="number" step="any" value="0.5"> <input name="tpot" type="number" step="any" value="20">
+  <input type="checkbox" name="gpu" value="G" checked>
+</form>
+<p id="sizing-answer"></p>
+<table id="sizing-table"><tbody></tbody></table>
+<code id="sizing-cli"></code>
+"""
+# one GPU type, two sizing rows in rank order: 1 GPU meeting TTFT 0.5 s and TPOT 20 ms exactly, then 2 GPUs
+# well within both (the page's answer is the first row in rank order within the bounds)
+SIZING_DATA = {
+    "columns": {"sizing": ["config", "n_gpus", "batch", "ttft_s", "tpot_s", "tokens_per_s_per_gpu",
+                           "tokens_per_s_per_user"], "front": []},
+    "sizing": {"vllm/bf16/1024/64/G": [["tp1", 1, 8, 0.5, 0.02, 400.0, 50.0], ["tp2", 2, 8, 0.1, 0.005, 800.0, 200.0]]},
+    "front": {}, "disagg": {}, "scenarios": [{"input_len": 1024, "output_len": 64, "max_gpus": 8}],
+}
+
+
+@pytest.fixture(scope="module")
+def sizing_page(browser):  # noqa: F811
+    tab = _open(browser, production=False)
+    tab.page.set_content(SIZING_FORM)
+    # (about:blank has no URL for sync()'s history.replaceState to rewrite: a no-op stands in)
+    tab.page.add_script_tag(content=STUBS + "window.archFmt = {time: String, si: String};"
+                            " history.replaceState = function () {};")
+    tab.page.evaluate("d => Object.assign(window.FIXTURES, {'data/sizing/m.json.gz': d,"
+                      " 'data/deploy/page.json.gz': {specs: {front: {}}}})", SIZING_DATA)
+    tab.page.add_script_tag(path=str(JS / "sizing.js"))
+    tab.page.wait_for_function("() => document.getElementById('sizing-answer').hasAttribute('data-config')")
+    yield tab
+    assert not tab.errors, tab.errors
+    tab.context.close()
+
+
+@pytest.mark.parametrize("ttft,tpot_ms,config", [
+    ("0.5", "20", "tp1"),                       # the 1-GPU row meets both bounds exactly: it is the answer
+    ("0.49999999999999994", "20", "tp2"),       # 1 ulp under its TTFT: the next row in rank order
+    ("0.5", "19.999999999999996", "tp2"),       # TPOT bound 1 ulp (of 20 ms) under its TPOT
+])
+def test_sizing_js_a_row_meeting_the_bounds_exactly_is_the_answer(sizing_page, ttft, tpot_ms, config):
+    """The sizing page's aggregated answer is the first row in rank order with TTFT <= the bound and
+    TPOT <= the bound (TPOT typed in ms: 20 / 1000 is the double 0.02 the row holds)."""
+    page = sizing_page.page
+    page.evaluate("([a, b]) => { var f = document.getElementById('sizing'); f.elements.ttft.value = a;"
+                  " f.elements.tpot.value = b; f.dispatchEvent(new Event('input')); }", [ttft, tpot_ms])
+    assert page.get_attribute("#sizing-answer", "data-config") == config
+    assert page.get_attribute("#sizing-answer", "data-n-gpus") == {"tp1": "1", "tp2": "2"}[config]
