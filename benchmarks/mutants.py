@@ -3,19 +3,24 @@
 Run from the repo root: ``python benchmarks/mutants.py [--only ID ...] [--list] [--keep]``.
 
 Each entry of :data:`MUTANTS` is one bug someone could plausibly write: a file, an exact piece of
-its text, what it becomes, and the test files that should notice. The harness
+its text, what it becomes, and the test files (or single tests, ``file::name``) that should notice.
+The harness
 
 1. checks that every mutant's old text occurs exactly once in its file (otherwise it stops before
    running anything: a list that no longer matches the code must be updated, not silently skipped);
-2. copies the working tree (tracked files, plus untracked files that are not ignored) to a temporary
-   folder and checks that ``import engine`` there resolves to the copy (cwd and PYTHONPATH are the
+2. copies the working tree to a temporary folder with a plain file copy (every file but what
+   ``.gitignore`` ignores and ``.git`` itself: a git checkout's tracked and untracked files, and
+   the same from a tree that is not a checkout, e.g. an unpacked archive, where git has nothing to
+   list) and checks that ``import engine`` there resolves to the copy (cwd and PYTHONPATH are the
    copy, so the editable install of the repo is shadowed);
 3. runs each distinct set of test files once on the unmutated copy; tests that already fail there
    are reported and deselected from the mutant runs (a red baseline would "kill" every mutant);
 4. applies one mutant at a time, runs ``python -m pytest -x -q <tests>`` in the copy, restores the
    file; a failing test kills the mutant (the first FAILED test is recorded), a green run means it
    survived; a run that cannot collect (exit code other than 0 or 1) is an error;
-5. prints a Markdown table and the mutation score (killed / mutants).
+5. prints a Markdown table and the mutation score (killed / mutants). A mutant that names its
+   ``killer`` (the hand-derived test meant to catch it) is reported "killed (by another test)"
+   when a different test failed first, so the table says which test guards which number.
 
 Why a hand-written list rather than mutmut or cosmic-ray: those generate every syntactic mutation
 of every line (operators, constants, comparisons), thousands for engine/, each needing a test run;
@@ -29,6 +34,7 @@ number.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import shutil
 import subprocess
@@ -50,6 +56,8 @@ class Mutant:
     new: str
     tests: tuple[str, ...]
     bug: str
+    #: the test meant to kill it (``file::name``, its expectation hand-derived); "" where not named
+    killer: str = ""
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -161,6 +169,134 @@ MUTANTS: tuple[Mutant, ...] = (
            "",
            ("tests/test_site_offgrid.py",),
            "the deploy page's fronts leave out each config's capacity point (the grid's largest batch that fits)"),
+    # -- issue 36: serving rules at the points where two readings differ (hand tests in
+    #    tests/test_hand_serving.py and, for the browser copies, tests/test_hand_browser.py) ---------
+    Mutant("mtp-every-module", "engine/deploy/planner.py",
+           "repeat = s.repeat * k if layers is None else s.repeat * k / layers",
+           "repeat = s.repeat * k",
+           ("tests/test_hand_serving.py",),
+           "a draft pass runs every MTP module instead of one (MiMo-V2-Flash: 3 modules)",
+           "tests/test_hand_serving.py::test_a_draft_pass_runs_one_mtp_module"),
+    Mutant("dp-attn-even-decode", "engine/deploy/structure.py",
+           "return config.dp_attn * -(-batch // config.dp_attn) / micro_batches(config, batch)",
+           "return batch / micro_batches(config, batch)",
+           ("tests/test_hand_serving.py",),
+           "the decode program runs at the batch spread evenly over DP-attention ranks, not whole requests",
+           "tests/test_hand_serving.py::test_dp_attention_decode_holds_whole_requests_per_rank"),
+    Mutant("dp-attn-even-requests", "engine/deploy/structure.py",
+           "return -(-np.asarray(batch) // config.dp_attn)",
+           "return np.asarray(batch) / config.dp_attn",
+           ("tests/test_hand_serving.py",),
+           "the fullest DP-attention rank holds batch / dp requests (a fraction) instead of ceil(batch / dp)",
+           "tests/test_hand_serving.py::test_dp_attention_decode_holds_whole_requests_per_rank"),
+    Mutant("disagg-faster-nic", "engine/deploy/disagg.py",
+           "min(g.scale_out_bytes_per_s for g in (prefill_gpu, decode_gpu))",
+           "max(g.scale_out_bytes_per_s for g in (prefill_gpu, decode_gpu))",
+           ("tests/test_hand_serving.py",),
+           "KV between two GPU types crosses the faster of the two NICs (H100 -> B300 at 100 GB/s)",
+           "tests/test_hand_serving.py::test_kv_transfer_between_two_gpu_types_takes_the_slower_nic"),
+    Mutant("disagg-domain-strict", "engine/deploy/disagg.py",
+           "on_up = (total <= prefill_gpu.scale_up_domain)",
+           "on_up = (total < prefill_gpu.scale_up_domain)",
+           ("tests/test_hand_serving.py",),
+           "pools filling exactly one scale-up domain (4 + 4 H100s) send the KV over the NIC",
+           "tests/test_hand_serving.py::test_pools_filling_exactly_one_domain_stay_on_nvlink"),
+    Mutant("group-domain-strict", "engine/deploy/parallel.py",
+           'return "scale_up" if self.span(groups) <= self.domain else "scale_out"',
+           'return "scale_up" if self.span(groups) < self.domain else "scale_out"',
+           ("tests/test_hand_comm.py",),
+           "a TP group exactly the size of the domain (TP 8 on an 8-GPU node) priced on the network",
+           "tests/test_hand_comm.py::test_tp_all_reduce_link_and_time"),
+    Mutant("sla-strict", "engine/deploy/sizing.py",
+           'ok = (p["ttft_s"] <= sla.ttft_s) & (p["tpot_s"] <= sla.tpot_s)',
+           'ok = (p["ttft_s"] < sla.ttft_s) & (p["tpot_s"] < sla.tpot_s)',
+           ("tests/test_hand_serving.py",),
+           "a point meeting the TTFT and TPOT bounds exactly is refused",
+           "tests/test_hand_serving.py::test_an_sla_met_exactly_is_met"),
+    Mutant("disagg-sla-strict", "engine/deploy/sizing.py",
+           'points["meets_sla"] = (points["ttft_s"] <= sla.ttft_s) & (points["tpot_s"] <= sla.tpot_s)',
+           'points["meets_sla"] = (points["ttft_s"] < sla.ttft_s) & (points["tpot_s"] < sla.tpot_s)',
+           ("tests/test_hand_serving.py",),
+           "a disaggregated split meeting the TTFT and TPOT bounds exactly is refused",
+           "tests/test_hand_serving.py::test_a_disaggregated_split_meeting_the_bounds_exactly_is_met"),
+    Mutant("sizing-gpus-inverted", "engine/build/fronts.py",
+           'None if gpus == "all" else tuple(gpus)',
+           'None if gpus != "all" else tuple(gpus)',
+           ("tests/test_fronts.py::test_default_grid_declares_the_issue_question",),
+           "the grid's sizing.gpus list read as `all` (the weak test passed whenever gpus was None)",
+           "tests/test_fronts.py::test_default_grid_declares_the_issue_question"),
+    Mutant("tree-linear-levels", "engine/deploy/hardware.py",
+           'math.log2(N) * far["tree"]',
+           '(N - 1) * far["tree"]',
+           ("tests/test_hand_serving.py",),
+           "the tree all-reduce climbs N - 1 network levels instead of log2 N (differs past 2 nodes)",
+           "tests/test_hand_serving.py::test_tree_all_reduce_latency_over_four_nodes"),
+    Mutant("reserve-replica-is-tp", "engine/deploy/fusion.py",
+           "if config.tp * config.pp * config.cp < self.min_replica_gpus:",
+           "if config.tp < self.min_replica_gpus:",
+           ("tests/test_hand_serving.py",),
+           "a replica's GPUs counted as TP only: PP and CP replicas lose vLLM's collective buffers",
+           "tests/test_hand_serving.py::test_runtime_reserve_under_pipeline_and_context_parallelism"),
+    Mutant("reserve-per-tp", "engine/deploy/fusion.py",
+           'return self.bytes * (config.tp * config.pp if self.per == "tp_pp" else 1)',
+           'return self.bytes * (config.tp if self.per == "tp_pp" else 1)',
+           ("tests/test_hand_serving.py",),
+           "SGLang's parallel buffers scale with TP only, not TP x PP",
+           "tests/test_hand_serving.py::test_runtime_reserve_under_pipeline_and_context_parallelism"),
+    Mutant("front-counts-unfit", "engine/build/fronts.py",
+           '.filter((pl.col("phase") == "decode") & pl.col("fits"))',
+           '.filter(pl.col("phase") == "decode")',
+           ("tests/test_hand_serving.py",),
+           "deployments' on_front counts decode rows that do not fit",
+           "tests/test_hand_serving.py::test_grid_front_ignores_decode_rows_that_do_not_fit"),
+    Mutant("mod-as-fmod", "engine/spec/formula_tree.py",
+           "return v[0] - v[1] * math.floor(v[0] / v[1])",
+           "return math.fmod(v[0], v[1])",
+           ("tests/test_hand_serving.py",),
+           "the formula tree's Mod truncates (C's fmod, JavaScript's %) instead of sympy's floor mod",
+           "tests/test_hand_serving.py::test_formula_mod_is_floor_mod"),
+    Mutant("js-mod-as-percent", "static/js/formula.js",
+           'case "mod": return v[0] - v[1] * Math.floor(v[0] / v[1]);',
+           'case "mod": return v[0] % v[1];',
+           ("tests/test_hand_browser.py",),
+           "formula.js's Mod as JavaScript's % (the sign of the dividend)",
+           "tests/test_hand_browser.py::test_formula_js_mod_is_floor_mod"),
+    Mutant("js-faster-nic", "static/js/sizing.js",
+           "bw: Math.min(pg.out[1], dg.out[1])",
+           "bw: Math.max(pg.out[1], dg.out[1])",
+           ("tests/test_hand_browser.py",),
+           "the sizing page's KV between two GPU types crosses the faster NIC",
+           "tests/test_hand_browser.py::test_sizing_js_kv_between_gpu_types_takes_the_slower_nic"),
+    Mutant("js-domain-strict", "static/js/sizing.js",
+           "var onUp = lk.up !== null && total <= pg.domain;",
+           "var onUp = lk.up !== null && total < pg.domain;",
+           ("tests/test_hand_browser.py",),
+           "the sizing page sends the KV of pools filling exactly one domain over the NIC",
+           "tests/test_hand_browser.py::test_sizing_js_pools_filling_exactly_one_domain_stay_on_nvlink"),
+    Mutant("js-sla-strict", "static/js/sizing.js",
+           "if (!(row.ttft_s <= a && row.tpot_s <= b)) continue;",
+           "if (!(row.ttft_s < a && row.tpot_s < b)) continue;",
+           ("tests/test_hand_browser.py",),
+           "the sizing page refuses a split meeting the bounds exactly",
+           "tests/test_hand_browser.py::test_sizing_js_a_split_meeting_the_bounds_exactly_is_an_answer"),
+    Mutant("js-aggregated-sla-strict", "static/js/sizing.js",
+           "if (r.ttft_s <= b.ttft && r.tpot_s <= b.tpot) { best = r; return true; }",
+           "if (r.ttft_s < b.ttft && r.tpot_s < b.tpot) { best = r; return true; }",
+           ("tests/test_hand_browser.py",),
+           "the sizing page's aggregated answer skips a row meeting the bounds exactly",
+           "tests/test_hand_browser.py::test_sizing_js_a_row_meeting_the_bounds_exactly_is_the_answer"),
+    Mutant("js-dp-attn-even", "static/js/deploy_eval.js",
+           "var perRank = Math.ceil(batch / cfg.dp_attn);",
+           "var perRank = batch / cfg.dp_attn;",
+           ("tests/test_hand_browser.py",),
+           "the deploy page spreads the batch evenly over DP-attention ranks",
+           "tests/test_hand_browser.py::test_deploy_eval_js_dp_attention_holds_whole_requests"),
+    Mutant("js-front-counts-unfit", "static/js/deploy_eval.js",
+           "if (!r.fits) return;",
+           "",
+           ("tests/test_hand_browser.py",),
+           "the deploy page's fronts count points that do not fit",
+           "tests/test_hand_browser.py::test_deploy_eval_js_front_leaves_out_points_that_do_not_fit"),
 )
 
 
@@ -180,26 +316,60 @@ def check_texts(mutants, root: Path = REPO) -> list[str]:
             problems.append(f"{m.id}: the old text occurs {count} times in {m.file} (expected exactly once): {m.old!r}")
         if m.old == m.new:
             problems.append(f"{m.id}: old and new text are the same")
-        for test in m.tests:
-            if not (root / test).is_file():
+        for test in m.tests:                 # a file, or one test of it (file::name, as pytest takes it)
+            if not (root / test.split("::")[0]).is_file():
                 problems.append(f"{m.id}: test file {test} does not exist")
     return problems
 
 
-def _git_files(*args: str) -> list[str]:
-    out = subprocess.run(["git", "ls-files", "-z", *args], cwd=REPO, capture_output=True, check=True).stdout
-    return [p for p in out.decode().split("\0") if p]
+#: Never copied, whatever .gitignore says: git's own folder (a file in a worktree).
+ALWAYS_SKIPPED = (".git",)
 
 
-def copy_tree(target: Path) -> int:
-    """Tracked files plus untracked, non-ignored ones (the working tree as it is) into ``target``."""
-    files = sorted(set(_git_files()) | set(_git_files("--others", "--exclude-standard")))
+def _ignore_patterns(root: Path) -> list[tuple[str, bool, bool]]:
+    """``root/.gitignore`` as (glob, anchored at the root, folders only) triples (blank lines and
+    comments dropped; the repo's file uses plain globs only: no negation, no ``**``)."""
+    path = root / ".gitignore"
+    out = []
+    for line in (path.read_text().splitlines() if path.is_file() else []):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        folders = line.endswith("/")
+        line = line.rstrip("/")
+        anchored = line.startswith("/") or "/" in line
+        out.append((line.lstrip("/"), anchored, folders))
+    return out
+
+
+def source_files(root: Path = REPO) -> list[str]:
+    """Every file under ``root`` (relative, sorted) that ``.gitignore`` does not ignore, without
+    ``.git``: what a checkout's tracked and untracked files are, read from the folder itself so a
+    tree that is not a git checkout copies alike (calling git there fails: "not a git repository")."""
+    patterns = _ignore_patterns(root)
+
+    def ignored(rel: str, is_dir: bool) -> bool:
+        name = rel.rsplit("/", 1)[-1]
+        if name in ALWAYS_SKIPPED:
+            return True
+        return any((not folders or is_dir) and fnmatch.fnmatchcase(rel if anchored else name, glob)
+                   for glob, anchored, folders in patterns)
+
+    files = []
+    for folder, dirs, names in os.walk(root):
+        base = Path(folder).relative_to(root).as_posix()
+        prefix = "" if base == "." else base + "/"
+        dirs[:] = sorted(d for d in dirs if not ignored(prefix + d, not os.path.islink(os.path.join(folder, d))))
+        files.extend(prefix + n for n in names if not ignored(prefix + n, False))
+        files.extend(prefix + d for d in dirs if os.path.islink(os.path.join(folder, d)))   # links as links
+    return sorted(files)
+
+
+def copy_tree(target: Path, root: Path = REPO) -> int:
+    """The working tree as it is (:func:`source_files`) into ``target``: a plain file copy."""
     copied = 0
-    for rel in files:
-        src = REPO / rel
-        if not src.exists() and not src.is_symlink():
-            continue                      # deleted in the working tree
-        dst = target / rel
+    for rel in source_files(root):
+        src, dst = root / rel, target / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst, follow_symlinks=False)
         copied += 1
@@ -260,7 +430,7 @@ def main() -> int:
         return 2
     if args.list:
         for m in mutants:
-            print(f"{m.id:30} {m.file:22} {m.bug}  [{' '.join(m.tests)}]")
+            print(f"{m.id:30} {m.file:22} {m.bug}  [{m.killer or ' '.join(m.tests)}]")
         return 0
 
     total_start = time.perf_counter()
@@ -291,6 +461,8 @@ def main() -> int:
             finally:
                 path.write_text(original)
             status = {0: "survived", 1: "killed"}.get(code, "error")
+            if status == "killed" and m.killer and failed and not failed[0].startswith(m.killer):
+                status = "killed (by another test)"
             killer = failed[0] if failed else ("" if code in (0, 1) else f"exit {code}: {tail.splitlines()[-1] if tail else ''}")
             results.append((m, status, killer, seconds))
             print(f"{m.id}: {status} ({seconds:.1f} s) {killer}", file=sys.stderr)
@@ -303,7 +475,7 @@ def main() -> int:
     print("| mutant | file | bug | result | killed by | s |\n|---|---|---|---|---|---|")
     for m, status, killer, seconds in results:
         print(f"| `{m.id}` | {m.file} | {m.bug} | {status} | {f'`{killer}`' if killer else '—'} | {seconds:.0f} |")
-    killed = sum(1 for _, status, _, _ in results if status == "killed")
+    killed = sum(1 for _, status, _, _ in results if status.startswith("killed"))
     elapsed = time.perf_counter() - total_start
     print(f"\nmutation score: {killed}/{len(results)} killed ({100 * killed / max(len(results), 1):.0f}%) "
           f"in {elapsed:.0f} s")

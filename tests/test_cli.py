@@ -19,7 +19,17 @@ def test_show_json_carries_numbers_and_formulas(capsys):
     assert data["kv_bytes_per_token[mla_latent]"]["value"] == 512 * 61 * 2
     assert data["bound"]["kv_lora_rank"] == 512
     assert data["checkpoint_bytes_by_dtype[F8_E4M3]"]["value"] > 0
-    assert data["params_mtp"]["value"] > 0
+    # the MTP module by hand from config.json (hidden h 7168, vocab 129,280, one MoE layer of 256 + 1
+    # shared experts of 2048, MLA with q_lora 1536, kv_lora 512, 128 heads of 128 + 64 rope, v 128):
+    # its own embed and head 2 x 7168 x 129,280, eh_proj 2h x h, five h-wide norms (enorm, hnorm,
+    # shared_head.norm and the layer's two), attention q_a 7168 x 1536 + q_b 1536 x 128 x 192 +
+    # kv_a 7168 x 576 + kv_b 512 x 128 x 256 + o 128 x 128 x 7168 + norms 1536 + 512, experts
+    # 257 x 3 x 2048 x 7168 and the router 7168 x 256 (its correction bias is a buffer, as in
+    # params_total)
+    h, v = 7168, 129_280
+    attention = h * 1536 + 1536 * 128 * 192 + h * 576 + 512 * 128 * 256 + 128 * 128 * h + 1536 + 512
+    mtp = 2 * h * v + 2 * h * h + 5 * h + attention + 257 * 3 * 2048 * h + h * 256
+    assert data["params_mtp"]["value"] == mtp == 13_463_426_048
 
 
 def test_show_text_and_formula(capsys):
@@ -67,7 +77,9 @@ def test_build_writes_models_parquet_with_schema(tmp_path, corpus, capsys):
     assert frame["model_id"].n_unique() == frame.height == 2
     row = frame.filter(pl.col("model_id") == "openai/gpt-oss-20b").row(0, named=True)
     assert row["params_total"] == 20_914_757_184
-    assert row["kv_fixed_bytes"] > 0 and row["max_context"] == 131072
+    # window-capped caches at full window (config.json): 12 of 24 layers slide over 128 tokens,
+    # K and V of 8 heads x 64, BF16: 12 x 128 x 8 x 64 x 2 x 2 B
+    assert row["kv_fixed_bytes"] == 12 * 128 * 8 * 64 * 2 * 2 == 3_145_728 and row["max_context"] == 131072
     assert not list(tmp_path.glob(".results-*")), "staging folder left behind"
 
 

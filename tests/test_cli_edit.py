@@ -78,4 +78,8 @@ def test_a_variant_deploys_with_the_same_planner(capsys):
     c = hf_config("Qwen/Qwen3-32B")
     assert s["model_id"] == "what-if/Qwen3-32B-GDN"
     assert s["kv_growing_bytes_per_request"] == 8192 * 16 * 2 * c["num_key_value_heads"] * c["head_dim"] * 2
-    assert s["kv_state_bytes_per_request"] > 0 and s["fits"]
+    # recurrent states by hand (the variant's bind: Qwen3.5-27B's GDN dims): 48 GDN layers, each a
+    # float32 [128, 128] state per value head (48) and the convolution's last 3 inputs of its
+    # 2 x 16 x 128 + 48 x 128 = 10,240 channels in BF16
+    gdn = 48 * (48 * 128 * 128 * 4 + (2 * 16 * 128 + 48 * 128) * 3 * 2)
+    assert s["kv_state_bytes_per_request"] == gdn == 153_944_064 and s["fits"]

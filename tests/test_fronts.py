@@ -150,10 +150,23 @@ def test_bad_sizing_block_is_one_line(tmp_path, sizing, needle):
 
 
 def test_default_grid_declares_the_issue_question():
+    """The default grid's ``sizing:`` block as corpus/grid.yaml writes it (read here with plain YAML:
+    ``gpus`` and ``models`` are lists, or ``all`` for every GPU file / corpus model, which the loader
+    keeps as None), and it answers the issue's question: DeepSeek-V3 on H200 and B200 at 8192 + 1024
+    under plan's defaults (vLLM, BF16 KV, up to 8 GPUs). ``all`` is resolved to the GPU files and the
+    corpus's models before asking, so a block that lost its list cannot pass as None."""
+    raw = yaml.safe_load((REPO / "corpus" / "grid.yaml").read_text())["sizing"]
     spec = load_sizing(None)
-    assert (8192, 1024) in spec.scenarios and (spec.gpus is None or {"H200", "B200"} <= set(spec.gpus))
-    assert "vllm" in spec.frameworks and "bf16" in spec.kv_dtypes and spec.max_gpus == 8   # plan's defaults
-    assert spec.models is None or "deepseek-ai/DeepSeek-V3" in spec.models
+    assert spec.scenarios == tuple((s["input"], s["output"]) for s in raw["scenarios"])
+    assert spec.gpus == (None if raw["gpus"] == "all" else tuple(raw["gpus"]))
+    assert spec.models == (None if raw.get("models", "all") == "all" else tuple(raw["models"]))
+    assert spec.frameworks == tuple(raw["frameworks"]) and spec.kv_dtypes == tuple(raw["kv_dtypes"])
+    gpus = set(load_gpus()) if spec.gpus is None else set(spec.gpus)
+    models = {p.stem.replace("--", "/", 1) for p in (REPO / "corpus" / "models").glob("*.yaml")} \
+        if spec.models is None else set(spec.models)
+    assert (8192, 1024) in spec.scenarios and {"H200", "B200"} <= gpus
+    assert "vllm" in spec.frameworks and "bf16" in spec.kv_dtypes and spec.max_gpus == raw["max_gpus"] == 8
+    assert "deepseek-ai/DeepSeek-V3" in models
 
 
 def test_results_doc_lists_every_column():

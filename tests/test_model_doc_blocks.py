@@ -8,6 +8,10 @@ import pytest
 from engine.build.export import model_document
 
 MTP_MODELS = ["deepseek-ai/DeepSeek-V3", "Qwen/Qwen3.5-27B"]
+#: The MTP stack's parameters: DeepSeek-V3's by hand from config.json (tests/test_cli.py
+#: test_show_json_carries_numbers_and_formulas writes the sum out), Qwen3.5-27B's as vLLM's
+#: Qwen3_5MultiTokenPredictor counts them (tests/test_mtp_decoding.py MTP_PARAMS).
+MTP_PARAMS = {"deepseek-ai/DeepSeek-V3": 13_463_426_048, "Qwen/Qwen3.5-27B": 424_699_392}
 
 
 @pytest.mark.parametrize("model_id", MTP_MODELS)
@@ -20,7 +24,7 @@ def test_every_block_with_flops_has_bytes(evaluation, model_id):
             if c[f"flops_{phase}"]["value"] > 0:
                 assert c[f"bytes_{phase}"] > 0, (c["uid"], phase)
     mtp = next(c for c in doc["components"] if c["uid"] == "mtp")
-    assert mtp["params"]["value"] > 0
+    assert mtp["params"]["value"] == MTP_PARAMS[model_id]
 
 
 def test_mtp_norm_bytes_by_hand(evaluation):

@@ -117,7 +117,8 @@
     });
     return top;
   }
-  window.archSizing = { decodeDoubles: decodeDoubles };
+  // the pure rules are exported for tests/test_hand_browser.py (hand values on made-up inputs)
+  window.archSizing = { decodeDoubles: decodeDoubles, links: links, join: join, pairAnswer: pairAnswer };
   var page = window.ARCH_PAGE, root = document.documentElement.getAttribute("data-root") || "";
   var form = document.getElementById("sizing"), fmt = window.archFmt, data = null;
   // rows of one (framework, KV dtype, scenario, GPU) in rank order, as objects
