@@ -293,7 +293,7 @@ def test_serve_drops_a_client_that_stops_reading(served, capfd):
     _, port = served
     with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
         conn.sendall(b"GET /data/big.bin HTTP/1.0\r\n\r\n")
-        time.sleep(2.0)             # the 32 MiB response fills the socket buffers (a few MiB) and stalls past 1 s
+        time.sleep(3.0)             # the 32 MiB response fills the socket buffers (a few MiB) and stalls past 1 s
         received, started = 0, time.monotonic()
         while chunk := conn.recv(1 << 20):
             received += len(chunk)
