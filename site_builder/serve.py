@@ -6,25 +6,52 @@ needs (Parquet, JSON); what Netlify serves in production is the same folder (net
 What it refuses, whatever arrives: a path holding a control character (NUL included) or a code
 point no file name can hold is 400; a path reaching through a symbolic link anywhere inside the
 served folder (a linked file, a linked folder, a linked index.html) is 404, so only the folder's own
-regular files are served; a connection that sends or reads nothing for :data:`TIMEOUT` seconds is
-closed. None of these, nor a client that leaves mid-response, logs a traceback.
+regular files are served. A connection whose request head has not arrived whole :data:`TIMEOUT`
+seconds after it connected (silent, or trickling a byte now and then) is closed, and so is one that
+takes nothing of the response for :data:`TIMEOUT` seconds. None of these, nor a client that leaves
+mid-response, logs a traceback.
 """
 from __future__ import annotations
 
 import errno
 import functools
 import http.server
+import io
 import os
 import stat
 import sys
 import threading
+import time
 import urllib.parse
 from http import HTTPStatus
 from pathlib import Path
 
-#: Seconds a connection may stay silent (no byte of its request arrives, no byte of the response is
-#: taken) before it is closed: a slow or stalled client holds a thread and a socket no longer.
+#: Seconds a client has to send its whole request head, and then may leave each part of the
+#: response untaken, before its connection is closed: a slow, stalled or trickling client holds a
+#: thread and a socket no longer.
 TIMEOUT = 20.0
+
+
+class _HeadReader(io.RawIOBase):
+    """The socket's reading side with a deadline: every read may wait only for the time left, so a
+    client sending a byte now and then cannot stretch its request head past the deadline (a plain
+    socket timeout bounds each wait alone). Past it: TimeoutError, which the standard library's
+    request loop answers by closing the connection. One deadline per connection is one per request:
+    the server speaks HTTP/1.0, so it closes every connection after its response."""
+
+    def __init__(self, sock, seconds: float):
+        super().__init__()
+        self.sock, self.deadline = sock, time.monotonic() + seconds
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request head not received in time")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(buffer)
 
 
 def _bad_name(path: str) -> bool:
@@ -36,12 +63,23 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
                       ".parquet": "application/vnd.apache.parquet", ".json": "application/json",
                       ".js": "text/javascript", ".csv": "text/csv", ".svg": "image/svg+xml"}
-    timeout = TIMEOUT          # socketserver.StreamRequestHandler sets it on the socket (reads and writes)
+    timeout = TIMEOUT          # the request head's deadline, then each send's (see setup, parse_request)
 
     def __init__(self, *args, timeout: float | None = None, **kwargs):
         if timeout is not None:
             self.timeout = timeout
         super().__init__(*args, **kwargs)
+
+    def setup(self):
+        super().setup()
+        self.rfile.close()                     # (the socket's own reader: it would hold the socket open)
+        self.rfile = io.BufferedReader(_HeadReader(self.connection, self.timeout))
+
+    def parse_request(self) -> bool:
+        try:
+            return super().parse_request()     # the rest of the head: headers, under the same deadline
+        finally:
+            self.connection.settimeout(self.timeout)     # the response: each send may wait the timeout
 
     def log_message(self, format, *args):  # quiet: one line per request is noise in tests
         pass

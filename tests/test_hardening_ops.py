@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import socket
 import threading
@@ -286,6 +287,24 @@ def test_serve_closes_a_connection_that_stalls_mid_request(served, capfd):
         started = time.monotonic()
         assert conn.recv(100) == b""                    # closed by the server, not by our 10 s
         assert time.monotonic() - started < 5
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_serve_closes_a_connection_that_trickles_its_request(served, capfd):
+    _, port = served
+    trickle = b"GET /index.html HTTP/1.0\r\nX-Slow: " + b"a" * 40      # one byte per 0.25 s: never idle for 1 s
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        started, closed = time.monotonic(), False
+        for byte in trickle:
+            try:
+                conn.sendall(bytes([byte]))
+                if select.select([conn], [], [], 0.25)[0]:
+                    closed = conn.recv(100) == b""      # the server closed it without an answer
+            except ConnectionError:                     # or reset it under our feet
+                closed = True
+            if closed:
+                break
+        assert closed and time.monotonic() - started < 4      # the 1 s head deadline, well before the trickle ends
     assert "Traceback" not in capfd.readouterr().err
 
 
