@@ -513,10 +513,13 @@ def render_site(results_root: Path, out: Path, progress=None) -> Path:
     """``archledger site``: re-render ``out/site`` from the results in ``results_root`` (normally
     ``out/results``), staged beside it and published atomically under ``out``'s build lock (so it
     never interleaves with a build, and finishes or sweeps what an interrupted one left first).
-    Returns the site folder."""
+    Returns the site folder. An ``out`` that is not an ArchLedger output, a held lock past
+    ``ARCHLEDGER_LOCK_TIMEOUT`` or a bad value of it: :class:`engine.build.publish.PublishError`."""
     out = Path(out)
+    publish.claim(out)
+    timeout = publish.lock_timeout()
     out.mkdir(parents=True, exist_ok=True)
-    with publish.lock(out, "archledger site", log=_stderr):
+    with publish.lock(out, "archledger site", timeout, log=_stderr):
         publish.recover(out, _stderr)
         with publish.staged(out, "site") as staging:
             render_pages(results_root, staging, progress, previous=out / "site")

@@ -34,9 +34,17 @@ new one.
 :func:`consistent` checks a published pair agrees. (``archledger build --no-site`` publishes results
 alone and leaves the site as it was; its pin then names the older results it shows.)
 
+Whose files ``out/`` holds (:func:`claim`): publishing replaces ``out/results`` and ``out/site`` whole
+and deletes the trees they replace, and the lock's holder sweeps staging names from ``out/``. So a
+command that publishes first checks, before it creates or locks anything, that a ``results/`` or
+``site/`` in ``out/`` is absent, empty or carries ArchLedger's manifest, and that an ``out/`` which is
+not an ArchLedger output (none of :data:`MARKERS`) holds no staging name; anything else is refused
+with one line and left untouched. No other file in ``out/`` is ever written or deleted.
+
 Test hook: ``ARCHLEDGER_FAULT_AT=<stage>`` makes the process SIGKILL itself at that named stage
 (:func:`fault`; stages are listed in :data:`FAULT_STAGES`). ``ARCHLEDGER_LOCK_TIMEOUT=<seconds>``
-bounds the wait for the lock (default :data:`DEFAULT_LOCK_TIMEOUT`).
+bounds the wait for the lock (default :data:`DEFAULT_LOCK_TIMEOUT`; a value that is not a number of
+seconds from 0 to :data:`MAX_LOCK_TIMEOUT` is one line, :func:`lock_timeout`).
 """
 from __future__ import annotations
 
@@ -46,6 +54,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -62,6 +71,8 @@ PIN = "pin.json"
 #: Names in ``out/`` that only exist while their writer holds the lock: swept by the next holder.
 STAGING_PREFIXES = (".results-", ".site-", ".old-", JOURNAL + ".")
 DEFAULT_LOCK_TIMEOUT = 1800.0     # longer than a cold full build: a live holder is worth waiting for
+LOCK_TIMEOUT_ENV = "ARCHLEDGER_LOCK_TIMEOUT"
+MAX_LOCK_TIMEOUT = 86400.0        # a day: past that a wait is a mistake, not patience
 FAULT_ENV = "ARCHLEDGER_FAULT_AT"
 #: Where :func:`fault` can kill the process (tests/test_faults.py kills a real build at each).
 FAULT_STAGES = {
@@ -77,7 +88,8 @@ FAULT_STAGES = {
 
 
 class PublishError(Exception):
-    """Publishing is impossible right now (lock held too long, unreadable journal): one line."""
+    """Publishing is impossible right now (lock held too long, unreadable journal) or would delete
+    a user's files (:func:`claim`): one line."""
 
 
 def fault(stage: str) -> None:
@@ -86,7 +98,75 @@ def fault(stage: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+# -- whose folder out/ is -------------------------------------------------------------------------
+
+#: What each published target holds that no user's folder does: its manifest (either name for the site).
+TARGET_MANIFESTS = {"results": ("manifest.json",), "site": ("site-manifest.json", PIN)}
+#: Paths in ``out/`` that only ArchLedger writes: one of them makes a non-empty ``out/`` an ArchLedger
+#: output (the lock file: a first build killed before it published leaves only it and its staging folder).
+MARKERS = (LOCK, JOURNAL, *(f"{target}/{name}" for target, names in TARGET_MANIFESTS.items() for name in names))
+
+
+def _foreign_target(folder: Path) -> str | None:
+    """Why publishing over ``folder`` (``out/results`` or ``out/site``) could delete a user's files, or None."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        return "is not a folder ArchLedger wrote (a link or a file)"
+    if not folder.exists() or not any(folder.iterdir()):
+        return None
+    manifests = TARGET_MANIFESTS[folder.name]
+    if any((folder / name).is_file() for name in manifests):
+        return None
+    return f"holds files but no {' or '.join(manifests)}, so it is not an ArchLedger output"
+
+
+def claim(out: Path) -> None:
+    """Refuse (:class:`PublishError`, one line) an ``out`` where publishing could delete a user's
+    files; reads only, touches nothing. Publishing writes nothing in ``out`` but ``results/``,
+    ``site/``, the lock, the journal and staging names, so: ``out/results`` and ``out/site`` must be
+    absent, empty or carry their manifest (they are replaced whole and the old trees deleted), and
+    unless ``out`` holds one of :data:`MARKERS` (it is an ArchLedger output) it must hold no
+    staging name (:func:`recover` sweeps those as leftovers). Other files of the user's in ``out``
+    (a grid.yaml beside the results) are left alone, so they do not make ``out`` foreign."""
+    out = Path(out)
+    hint = "move your files elsewhere or choose an empty or new folder for --out"
+    if out.is_symlink() and not out.exists() or out.exists() and not out.is_dir():
+        raise PublishError(f"{out}: not a folder — {hint}")
+    if not out.exists():
+        return
+    try:
+        for target in TARGET_MANIFESTS:
+            why = _foreign_target(out / target)
+            if why:
+                raise PublishError(f"{out / target}/: {why}; publishing replaces it whole — {hint}")
+        if any((out / marker).exists() for marker in MARKERS):
+            return
+        swept = sorted(p.name for p in out.iterdir() if p.name.startswith(STAGING_PREFIXES))
+    except OSError as exc:
+        raise PublishError(f"{exc.filename or out}: cannot read ({exc.strerror}) — {hint}") from None
+    if swept:
+        raise PublishError(f"{out}/: not an ArchLedger output, yet it holds {swept[0]!r}, a name a build "
+                           f"sweeps as its own leftover — {hint}")
+
+
 # -- the lock -------------------------------------------------------------------------------------
+
+def lock_timeout() -> float:
+    """Seconds to wait for the lock: ``ARCHLEDGER_LOCK_TIMEOUT`` (unset or blank: the default), a
+    finite number from 0 to :data:`MAX_LOCK_TIMEOUT`; anything else is :class:`PublishError` naming
+    the variable and what to write."""
+    text = os.environ.get(LOCK_TIMEOUT_ENV, "")
+    if not text.strip():
+        return DEFAULT_LOCK_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= MAX_LOCK_TIMEOUT):
+        raise PublishError(f"{LOCK_TIMEOUT_ENV}={text[:40]!r}: not a number of seconds from 0 to "
+                           f"{MAX_LOCK_TIMEOUT:g} — write e.g. {LOCK_TIMEOUT_ENV}=60, or unset it to wait "
+                           f"up to {DEFAULT_LOCK_TIMEOUT:g} s")
+    return value
+
 
 _HELD: dict[str, tuple[int, int]] = {}     # resolved out -> (owning thread id, depth)
 _HELD_GUARD = threading.Lock()
@@ -138,7 +218,7 @@ def lock(out: Path, command: str, timeout: float | None = None, log=None):
                 _HELD[key] = (me, _HELD[key][1] - 1)
         return
     if timeout is None:
-        timeout = float(os.environ.get("ARCHLEDGER_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT))
+        timeout = lock_timeout()
     path = out / LOCK
     deadline = time.monotonic() + timeout
     announced = False

@@ -748,7 +748,9 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     """Evaluate (or carry over) the models' partitions into a staged results tree, render the staged
     site from it when ``site`` is given, then publish both together (:mod:`engine.build.publish`).
 
-    Invariants: nothing under ``out/results`` or ``out/site`` changes until the publication commits;
+    Invariants: ``out`` is absent, empty or an ArchLedger output (:func:`engine.build.publish.claim`,
+    else one line and nothing touched); nothing under ``out/results`` or ``out/site`` changes until
+    the publication commits;
     a results tree holds one grid; a model is carried over only if its files match the sizes and
     SHA-256 its manifest records; a subset (``models``) never discards a model it did not rebuild
     (the rules are in :func:`run`). ``site(results_dir, site_dir, progress)`` renders into the empty
@@ -764,6 +766,9 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     from engine.deploy.fusion import load_tables
     started = time.perf_counter()
     log = log or (lambda line: None)
+    publish.claim(out)                     # a user's folder is refused before anything is read or written
+    if lock_timeout is None:
+        lock_timeout = publish.lock_timeout()
     own_grid = corpus.root / "grid.yaml"   # the corpus in use brings its grid (a checkout's, or --corpus)
     grid_path = Path(grid_path) if grid_path else own_grid if own_grid.exists() else DEFAULT
     gpu_root = Path(gpu_root) if gpu_root else GPU_ROOT
@@ -1104,6 +1109,9 @@ def run(args, site=None) -> int:
       build leaves the previous ones as they were; the next command on OUT finishes or discards what
       an interrupted one left. Two commands on one OUT take turns (OUT/.lock): the second waits,
       saying for whom, up to ARCHLEDGER_LOCK_TIMEOUT seconds (default 1800).
+    * OUT must be absent, empty or an ArchLedger output, and a results/ or site/ in it absent, empty
+      or carrying ArchLedger's manifest: publishing replaces them whole, so a folder holding a user's
+      files is refused (one line) and left as it was.
 
     ``args``: out, models, grid, jobs, quiet, corpus (and optionally lock_timeout, seconds, and
     executor, ``--executor``). ``site``:
@@ -1116,11 +1124,14 @@ def run(args, site=None) -> int:
     try:
         from engine.build.executor import parse
         parse(getattr(args, "executor", None))          # a bad --executor is one line before any reading
+        publish.claim(out)                              # so are a user's folder and a bad lock timeout
+        lock_timeout = getattr(args, "lock_timeout", None)
+        lock_timeout = publish.lock_timeout() if lock_timeout is None else lock_timeout
         corpus = load_corpus(args.corpus)
         report = build(corpus, out, args.models, getattr(args, "grid", None), getattr(args, "gpus_root", None),
                        getattr(args, "jobs", None),
                        None if quiet else _model_progress(), log=lambda line: print(line, file=sys.stderr),
-                       site=site, lock_timeout=getattr(args, "lock_timeout", None),
+                       site=site, lock_timeout=lock_timeout,
                        executor=getattr(args, "executor", None), strict=getattr(args, "strict", False))
     except SpecError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)

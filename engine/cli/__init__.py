@@ -75,6 +75,7 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     After this, ``args.corpus`` and ``args.out`` are absolute paths and ``args.project`` is the
     :class:`engine.project.Project` the command works on.
     """
+    from engine.build.publish import PublishError
     from engine.project import locate
     args = parser.parse_args(argv)
     project = locate(getattr(args, "corpus", None), getattr(args, "out", None))
@@ -85,6 +86,9 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
         return code
     except SpecError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except PublishError as exc:     # the output folder's lock or owner (`archledger site`; build says it itself)
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # `archledger show X | head`: the reader left; silence the flush at exit and end like
