@@ -62,8 +62,13 @@
     });
   });
   // a link to a drawing (#c-...) opens its <details> (which loads the drawing)
+  // The hash is whatever the reader's link holds: one that is not valid percent-encoding (#%E0%A4%A)
+  // makes decodeURIComponent throw, which would stop this file before archJSON and the rest are
+  // defined (and with them every page's scripts); such a hash names no drawing, so it is ignored.
   function openTarget() {
-    var id = decodeURIComponent(location.hash.slice(1)), el = id && document.getElementById(id);
+    var id = "";
+    try { id = decodeURIComponent(location.hash.slice(1)); } catch (e) { return; }
+    var el = id && document.getElementById(id);
     if (el && el.tagName === "DETAILS" && !el.open) { el.open = true; el.scrollIntoView(); }
   }
   window.addEventListener("hashchange", openTarget);

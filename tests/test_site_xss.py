@@ -1,0 +1,294 @@
+"""No text from a corpus file runs as script on the site (issue 35, item 1).
+
+Specs, components, GPU files, lineage, variants, contracts, fusion tables, collectives, dims, slots,
+roles, quant schemes, the grid, snapshot evidence and the docs pages arrive in strangers' pull
+requests. The fixture copies the corpus and gpus/, plants a payload in every free-text field of
+every file kind (:data:`FREE_TEXT`: an ``<img onerror>``, an attribute breaker ``"><svg onload>``, a
+``'><script>`` and a ``javascript:`` URL; the docs pages get raw HTML and every ``javascript:`` /
+``data:`` link form Markdown has), builds one small model with it, and visits every page type in
+Chromium with no Content-Security-Policy (``archledger serve`` and other hosts send none), the
+playground's live picks included (the KDA pick draws the diff whose "as in <model name>" line was
+written with ``innerHTML``). Each page must show the payload as text (so the field reached it) and
+hold no element, attribute or URL the payload would add; ``window.__pwned`` must stay unset.
+
+Names that become files, URLs or symbols have a grammar (ids: letters, digits, ``-_.``): where it
+refuses the payload, the refusal is asserted instead (:data:`NAMES`); a name the grammar accepts
+today is planted like free text, so either way it never reaches a page as markup.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engine.spec.errors import SpecError
+from site_builder.render import REPO
+from tests.site_helpers import served
+from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+
+BASE, SLUG = "Qwen/Qwen3-8B", "Qwen--Qwen3-8B"
+VARIANT = "Qwen3-32B-GDN"           # rebased on BASE so that it is built with it
+#: What a page shows where a planted field reached it (as text, never as an element).
+MARK = '<img src=x onerror="window.__pwned=1">'
+PAYLOAD = (MARK + '"><svg onload="window.__pwned=2"></svg>' + "'><script>window.__pwned=3</script>"
+           + " javascript:window.__pwned=4")
+#: Fields holding prose or a citation, per file kind (every YAML file under corpus/ and gpus/): the
+#: payload is appended to each string under these keys, at any depth. ``src`` in a spec or a
+#: component is a quote of the modeling code, checked against the snapshot's excerpts by the source
+#: guard: the planted quotes are added to BASE's excerpts too (a pull request can change both).
+FREE_TEXT = {"name", "family", "notes", "note", "doc", "description", "label", "src", "sources", "vendor", "link",
+             "lineage"}
+#: BASE's snapshot evidence: where it says it was read from.
+SNAPSHOT_TEXT = {"source", "file", "tool"}
+#: The docs pages: raw HTML and every link form Markdown has for a script URL.
+DOC_PAYLOAD = f"""
+
+## Planted {MARK}
+
+{PAYLOAD} <script>window.__pwned=5</script> <iframe src="javascript:window.__pwned=6"></iframe>
+
+[a](javascript:window.__pwned=7) [b](JaVaScRiPt:window.__pwned=8) [c]( javascript:window.__pwned=9)
+<javascript:window.__pwned=10> [d](data:text/html,%3Cscript%3Ewindow.__pwned=11%3C/script%3E)
+[e](&#106;avascript:window.__pwned=12) [f][ref] ![g](x" onerror="window.__pwned=13) [h](vbscript:msgbox)
+
+[ref]: javascript:window.__pwned=14
+"""
+#: Names with a grammar, as (label, file, text, planted text): each is refused when loaded, or, if
+#: the grammar accepts it today, kept in the planted corpus like free text.
+NAMES = [
+    ("model id", f"corpus/models/{SLUG}.yaml", f"model: {BASE}", f"model: 'Qwen/{MARK}'"),
+    ("model_type", f"corpus/models/{SLUG}.yaml", "model_type: qwen3", f"model_type: '{MARK}'"),
+    ("variant id", f"corpus/variants/{VARIANT}.yaml", f"variant: {VARIANT}", f"variant: '{MARK}'"),
+    ("GPU name", "gpus/b200.yaml", "gpu: B200", f"gpu: '{MARK}'"),
+    ("component name", "corpus/components/library/kda_attention.yaml", "component: kda_attention",
+     f"component: '{MARK}'"),
+    ("quant scheme", "corpus/quant/bf16.yaml", "scheme: bf16", f"scheme: '{MARK}'"),
+    ("contract id", "corpus/contracts/attention/gqa.yaml", "model: contract/gqa", f"model: 'contract/{MARK}'"),
+    ("layer template name", f"corpus/models/{SLUG}.yaml", "template: block", f"template: '{MARK}'"),
+]
+GRID = {"doc": f"One GPU, one point. {PAYLOAD}", "gpus": ["B200"], "gpu_counts": [1], "beyond_fit": 1,
+        "parallel": {"max_pp": 1, "cp": [1], "ep": [1], "dp_attn": [1], "tp_in_domain": True, "pp_after_tp": 8},
+        "frameworks": ["sglang"], "kv_dtypes": ["bf16"],
+        "scenarios": {"input_lengths": [4096], "beyond_max_context": 2, "output_lengths": [1024], "batches": [1, 8]},
+        "ops": {"kv_dtypes": ["bf16"], "points": [{"batch": 1, "input": 4096, "output": 1024}]},
+        "sizing": {"scenarios": [{"input": 4096, "output": 1024}], "gpus": ["B200"], "frameworks": ["sglang"],
+                   "kv_dtypes": ["bf16"], "max_gpus": 1}}
+
+
+def _plant(value, key=None, planted=None):
+    """``value`` with the payload appended to every string under a :data:`FREE_TEXT` key;
+    ``planted`` collects the new ``src`` quotes."""
+    if isinstance(value, dict):
+        return {k: _plant(v, k, planted) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plant(v, key, planted) for v in value]
+    if isinstance(value, str) and key in FREE_TEXT:
+        if key == "src" and planted is not None:
+            planted.append(value + " " + PAYLOAD)
+        return value + " " + PAYLOAD
+    return value
+
+
+def _load(root: Path) -> None:
+    """Every loader a build runs (corpus, GPUs, fusion tables, contracts): SpecError on a refusal."""
+    from engine.build.contract import load_contract
+    from engine.deploy.fusion import load_tables
+    from engine.deploy.hardware import load_gpus
+    from engine.spec.corpus import load_corpus
+    corpus = load_corpus(root / "corpus")
+    load_gpus(root / "gpus"), load_tables(corpus.root / "fusion")
+    for folder in sorted(p for p in (corpus.root / "contracts").iterdir() if p.is_dir()):
+        load_contract(folder, corpus)
+
+
+def plant_corpus(root: Path) -> dict[str, str]:
+    """Copies of corpus/ and gpus/ under ``root`` with the payload in every free-text field and in
+    every name :data:`NAMES` the grammar accepts. Returns label -> one-line refusal of the others."""
+    shutil.copytree(REPO / "corpus", root / "corpus")
+    shutil.copytree(REPO / "gpus", root / "gpus")
+    (root / "corpus" / "components" / "drafts").mkdir(exist_ok=True)
+    quotes: list[str] = []
+    for path in sorted([*(root / "corpus").rglob("*.yaml"), *(root / "gpus").rglob("*.yaml")]):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("corpus/models/") and rel != f"corpus/models/{SLUG}.yaml":
+            continue                     # one model is built; the others only have to load
+        data = yaml.safe_load(path.read_text())
+        if rel.startswith("corpus/snapshots/"):
+            if not rel.startswith(f"corpus/snapshots/{SLUG}."):
+                continue
+            data = {k: (v + " " + PAYLOAD if k in SNAPSHOT_TEXT and isinstance(v, str) else v) for k, v in data.items()}
+            if isinstance(data.get("provenance"), dict):
+                data["provenance"] = {k: (v + " " + PAYLOAD if k in SNAPSHOT_TEXT else v)
+                                      for k, v in data["provenance"].items()}
+        elif rel == "corpus/roles.yaml":             # role -> what it is
+            data = {k: v + " " + PAYLOAD for k, v in data.items()}
+        elif rel == "corpus/lineage.yaml":           # a lab whose one family is BASE's (planted) family
+            data["lineages"].append({"lineage": f"Lab {PAYLOAD}", "families": [f"Qwen3 {PAYLOAD}"]})
+        else:
+            data = _plant(data, planted=quotes)
+        if rel == f"corpus/variants/{VARIANT}.yaml":
+            data["base"] = BASE
+        path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    source = root / "corpus" / "snapshots" / f"{SLUG}.source.yaml"      # the planted quotes, "in the code"
+    data = yaml.safe_load(source.read_text())
+    data["excerpts"]["Planted.forward"] = "\n".join(quotes) + "\n"
+    source.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    _load(root)                                       # free text is free: the planted corpus loads
+    refused = {}
+    for label, rel, text, planted in NAMES:
+        path = root / rel
+        before = path.read_text()
+        assert before.count(text) == 1, (label, text)
+        path.write_text(before.replace(text, planted))
+        try:
+            _load(root)
+        except SpecError as err:
+            refused[label] = err.one_line()
+            path.write_text(before)
+    return refused
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """The planted corpus, its refusals, and one small build of it (results and site), its docs
+    pages from planted copies."""
+    from engine.build.results import build
+    from engine.spec.corpus import load_corpus
+    from site_builder import render
+    root = tmp_path_factory.mktemp("xss")
+    refused = plant_corpus(root)
+    repo = root / "repo"                      # the renderer's checkout: static/ as it is, docs planted
+    shutil.copytree(render.STATIC, repo / "static")
+    pages = []
+    for name, path, title in render.DOCS:
+        copy = repo / path.relative_to(REPO)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(path.read_text() + DOC_PAYLOAD)
+        pages.append((name, copy, title))
+    grid = root / "grid.yaml"
+    grid.write_text(yaml.safe_dump(GRID, sort_keys=False))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(render, "REPO", repo)
+        mp.setattr(render, "STATIC", repo / "static")
+        mp.setattr(render, "DOCS", pages)
+        report = build(load_corpus(root / "corpus"), root / "out", [BASE], grid, gpu_root=root / "gpus", jobs=1,
+                       site=render.render_staged)
+    assert report.recomputed == [BASE] and not report.skipped, report.skipped     # published, payload and all
+    return root, refused
+
+
+@pytest.fixture(scope="module")
+def base(planted):
+    yield from served(planted[0] / "out" / "site")
+
+
+def test_names_with_a_grammar_refuse_the_payload(planted):
+    """Ids become file names, URLs and symbols: the loader refuses markup in them with one line
+    naming the file (a name the grammar accepts is planted in the site instead, and checked there)."""
+    refused = planted[1]
+    for label in ("model id", "variant id", "GPU name", "component name", "quant scheme"):
+        assert label in refused, f"{label}: the grammar accepted {MARK!r}"
+    for label, line in refused.items():
+        rel = next(r for lab, r, _, _ in NAMES if lab == label)
+        assert line.startswith(rel + ":") and "\n" not in line, (label, line)
+
+
+def test_every_built_page_escapes_the_payload(planted):
+    """The HTML as written: no page holds the payload's markup raw (the browser test below checks
+    what scripts add after load)."""
+    site = planted[0] / "out" / "site"
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) >= 15
+    for page in pages:
+        text = page.read_text()
+        for raw in ("<img src=x", "<svg onload", "<script>window", "<iframe", 'href="javascript:', "href='javascript:"):
+            assert raw not in text, (page.relative_to(site), raw)
+
+
+#: In the page: what the payload would have added, and the proof that it reached the page as text.
+PROBE = """() => {
+  const bad = [];
+  for (const el of document.querySelectorAll('*')) {
+    for (const a of el.attributes) {
+      if (/^on/i.test(a.name)) bad.push(el.tagName + ' ' + a.name);
+      if (/^(href|src|action|formaction|xlink:href|data)$/i.test(a.name) && /^\\s*(javascript|vbscript|data):/i.test(a.value))
+        bad.push(el.tagName + ' ' + a.name + '=' + a.value);
+    }
+  }
+  for (const el of document.querySelectorAll('img[src="x"], iframe, object, embed')) bad.push(el.outerHTML.slice(0, 80));
+  for (const s of document.scripts) if (s.type !== 'application/json' && s.textContent.includes('__pwned')) bad.push('script');
+  return {pwned: window.__pwned === undefined ? null : String(window.__pwned), bad: bad,
+          shown: document.documentElement.textContent.includes('<img src=x onerror=')};
+}"""
+
+
+def _check(tab, where: str, shown: bool = True) -> None:
+    probe = tab.page.evaluate(PROBE)
+    assert probe["pwned"] is None, f"{where}: the payload ran ({probe['pwned']})"
+    assert not probe["bad"], f"{where}: injected {probe['bad'][:5]}"
+    assert not tab.dialogs, (where, tab.dialogs)
+    if shown:
+        assert probe["shown"], f"{where}: no planted text on the page (did the field stop reaching it?)"
+
+
+def _open_details(page) -> None:
+    """Open every <details> (a model page's drawings load into them when opened) and let them load."""
+    page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
+    page.wait_for_load_state("networkidle")
+
+
+def test_no_page_runs_the_payload(browser, base):  # noqa: F811
+    """Every page type, no CSP: the payload is text on each and never an element, handler or URL."""
+    pages = ["", "landscape/", f"compare/?a={SLUG}&b={SLUG}", "components/", "components/gqa_attention/",
+             f"models/{SLUG}/", f"models/{SLUG}/deploy/", f"models/{SLUG}/sizing/", f"playground/?v={VARIANT}",
+             "methodology/", "methodology/results/", "methodology/security/", "downloads/"]
+    tab = _open(browser, production=False)
+    try:
+        for path in pages:
+            tab.goto(base + path)
+            if path.endswith("/deploy/"):
+                tab.page.wait_for_function("() => document.getElementById('summary').hasAttribute('data-ready')")
+            if path.startswith("compare/"):
+                tab.page.wait_for_selector("#compare table")
+            _open_details(tab.page)
+            for num in tab.page.locator(".num").all()[:3]:        # formula tooltips
+                num.hover()
+            _check(tab, path or "gallery", shown=path not in ("methodology/",))
+        assert not tab.errors, tab.errors
+    finally:
+        tab.context.close()
+
+
+def test_playground_live_picks_do_not_run_the_payload(browser, base):  # noqa: F811
+    """Every component the playground offers for each slot of the planted model: the pick's form,
+    dims' sources and drawings (KDA's diff is drawn from data/playground/diffs.json.gz under an
+    "as in <the model's name>" line, which carried the payload into innerHTML)."""
+    tab = _open(browser, production=False)
+    try:
+        tab.goto(base + "playground/")
+        page = tab.page
+        page.select_option("#pick-model", BASE)
+        slots = page.eval_on_selector_all("#pick-slot option", "os => os.map(o => o.value)")
+        assert "attention" in slots
+        picked = 0
+        for slot in slots:
+            page.select_option("#pick-slot", slot)
+            for comp in page.eval_on_selector_all("#pick-component option", "os => os.map(o => o.value)"):
+                page.select_option("#pick-component", comp)
+                page.wait_for_function("() => document.getElementById('pick-status').textContent !== ''"
+                                       " || document.querySelector('#pick-table tbody tr')")
+                page.wait_for_load_state("networkidle")
+                if slot == "attention" and comp == "kda_attention":
+                    page.wait_for_selector("#pick-graph .graph-wrap svg")
+                    line = page.inner_text("#pick-graph p")
+                    assert f"as in Qwen3 8B {PAYLOAD} (new: walked there)" in line, line   # the name, as text
+                    assert page.locator("#pick-graph .status-only_b").count() >= 1
+                _check(tab, f"pick {slot}={comp}", shown=False)
+                picked += 1
+        assert picked >= 5
+        _check(tab, "playground picks")
+        assert not tab.errors, tab.errors
+    finally:
+        tab.context.close()
