@@ -55,19 +55,22 @@ DOC_PAYLOAD = f"""
 
 [ref]: javascript:window.__pwned=14
 """
-#: Names with a grammar, as (label, file, text, planted text): each is refused when loaded, or, if
-#: the grammar accepts it today, kept in the planted corpus like free text.
-NAMES = [
-    ("model id", f"corpus/models/{SLUG}.yaml", f"model: {BASE}", f"model: 'Qwen/{MARK}'"),
-    ("model_type", f"corpus/models/{SLUG}.yaml", "model_type: qwen3", f"model_type: '{MARK}'"),
-    ("variant id", f"corpus/variants/{VARIANT}.yaml", f"variant: {VARIANT}", f"variant: '{MARK}'"),
-    ("GPU name", "gpus/b200.yaml", "gpu: B200", f"gpu: '{MARK}'"),
-    ("component name", "corpus/components/library/kda_attention.yaml", "component: kda_attention",
-     f"component: '{MARK}'"),
-    ("quant scheme", "corpus/quant/bf16.yaml", "scheme: bf16", f"scheme: '{MARK}'"),
-    ("contract id", "corpus/contracts/attention/gqa.yaml", "model: contract/gqa", f"model: 'contract/{MARK}'"),
-    ("layer template name", f"corpus/models/{SLUG}.yaml", "template: block", f"template: '{MARK}'"),
-]
+#: Names with a grammar, as label -> the edits that rename one consistently (file, text, planted
+#: text): each is refused when loaded, or, if the grammar accepts it today, kept in the planted
+#: corpus like free text.
+NAMES = {
+    "model id": [(f"corpus/models/{SLUG}.yaml", f"model: {BASE}", f"model: 'Qwen/{MARK}'")],
+    "model_type": [(f"corpus/models/{SLUG}.yaml", "model_type: qwen3", f"model_type: '{MARK}'")],
+    "variant id": [(f"corpus/variants/{VARIANT}.yaml", f"variant: {VARIANT}", f"variant: '{MARK}'")],
+    "GPU name": [("gpus/b200.yaml", "gpu: B200", f"gpu: '{MARK}'")],
+    "component name": [("corpus/components/library/kda_attention.yaml", "component: kda_attention",
+                        f"component: '{MARK}'")],
+    "quant scheme": [("corpus/quant/bf16.yaml", "scheme: bf16", f"scheme: '{MARK}'")],
+    "contract id": [("corpus/contracts/attention/gqa.yaml", "model: contract/gqa", f"model: 'contract/{MARK}'")],
+    "layer template name": [(f"corpus/models/{SLUG}.yaml", "\n  block:\n", f"\n  '{MARK}':\n"),
+                            (f"corpus/models/{SLUG}.yaml", "template: block", f"template: '{MARK}'"),
+                            (f"corpus/variants/{VARIANT}.yaml", "  templates:\n  - block\n", f"  templates:\n  - '{MARK}'\n")],
+}
 GRID = {"doc": f"One GPU, one point. {PAYLOAD}", "gpus": ["B200"], "gpu_counts": [1], "beyond_fit": 1,
         "parallel": {"max_pp": 1, "cp": [1], "ep": [1], "dp_attn": [1], "tp_in_domain": True, "pp_after_tp": 8},
         "frameworks": ["sglang"], "kv_dtypes": ["bf16"],
@@ -75,6 +78,10 @@ GRID = {"doc": f"One GPU, one point. {PAYLOAD}", "gpus": ["B200"], "gpu_counts":
         "ops": {"kv_dtypes": ["bf16"], "points": [{"batch": 1, "input": 4096, "output": 1024}]},
         "sizing": {"scenarios": [{"input": 4096, "output": 1024}], "gpus": ["B200"], "frameworks": ["sglang"],
                    "kv_dtypes": ["bf16"], "max_gpus": 1}}
+
+
+#: The test's own YAML reading and writing (libyaml's where installed: a third of the fixture's time)
+_LOADER, _DUMPER = getattr(yaml, "CSafeLoader", yaml.SafeLoader), getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def _plant(value, key=None, planted=None):
@@ -106,18 +113,19 @@ def _load(root: Path) -> None:
 def plant_corpus(root: Path) -> dict[str, str]:
     """Copies of corpus/ and gpus/ under ``root`` with the payload in every free-text field and in
     every name :data:`NAMES` the grammar accepts. Returns label -> one-line refusal of the others."""
-    shutil.copytree(REPO / "corpus", root / "corpus")
+    def other(folder, names):            # one model is built: the others, their evidence and variants stay out
+        keep = {"models": f"{SLUG}.yaml", "variants": f"{VARIANT}.yaml"}.get(Path(folder).name)
+        if Path(folder).name == "snapshots":
+            return [n for n in names if not n.startswith(f"{SLUG}.") and "--" in n]
+        return [n for n in names if keep and n != keep]
+    shutil.copytree(REPO / "corpus", root / "corpus", ignore=other)
     shutil.copytree(REPO / "gpus", root / "gpus")
     (root / "corpus" / "components" / "drafts").mkdir(exist_ok=True)
     quotes: list[str] = []
     for path in sorted([*(root / "corpus").rglob("*.yaml"), *(root / "gpus").rglob("*.yaml")]):
         rel = path.relative_to(root).as_posix()
-        if rel.startswith("corpus/models/") and rel != f"corpus/models/{SLUG}.yaml":
-            continue                     # one model is built; the others only have to load
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_LOADER)
         if rel.startswith("corpus/snapshots/"):
-            if not rel.startswith(f"corpus/snapshots/{SLUG}."):
-                continue
             data = {k: (v + " " + PAYLOAD if k in SNAPSHOT_TEXT and isinstance(v, str) else v) for k, v in data.items()}
             if isinstance(data.get("provenance"), dict):
                 data["provenance"] = {k: (v + " " + PAYLOAD if k in SNAPSHOT_TEXT else v)
@@ -130,23 +138,25 @@ def plant_corpus(root: Path) -> dict[str, str]:
             data = _plant(data, planted=quotes)
         if rel == f"corpus/variants/{VARIANT}.yaml":
             data["base"] = BASE
-        path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        path.write_text(yaml.dump(data, Dumper=_DUMPER, sort_keys=False, allow_unicode=True))
     source = root / "corpus" / "snapshots" / f"{SLUG}.source.yaml"      # the planted quotes, "in the code"
     data = yaml.safe_load(source.read_text())
     data["excerpts"]["Planted.forward"] = "\n".join(quotes) + "\n"
     source.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     _load(root)                                       # free text is free: the planted corpus loads
     refused = {}
-    for label, rel, text, planted in NAMES:
-        path = root / rel
-        before = path.read_text()
-        assert before.count(text) == 1, (label, text)
-        path.write_text(before.replace(text, planted))
+    for label, edits in NAMES.items():
+        before = {rel: (root / rel).read_text() for rel, _, _ in edits}
+        for rel, text, planted in edits:
+            now = (root / rel).read_text()
+            assert now.count(text) == 1, (label, rel, text)
+            (root / rel).write_text(now.replace(text, planted))
         try:
             _load(root)
         except SpecError as err:
             refused[label] = err.one_line()
-            path.write_text(before)
+            for rel, text in before.items():
+                (root / rel).write_text(text)
     return refused
 
 
@@ -191,8 +201,7 @@ def test_names_with_a_grammar_refuse_the_payload(planted):
     for label in ("model id", "variant id", "GPU name", "component name", "quant scheme"):
         assert label in refused, f"{label}: the grammar accepted {MARK!r}"
     for label, line in refused.items():
-        rel = next(r for lab, r, _, _ in NAMES if lab == label)
-        assert line.startswith(rel + ":") and "\n" not in line, (label, line)
+        assert line.startswith(tuple(rel + ":" for rel, _, _ in NAMES[label])) and "\n" not in line, (label, line)
 
 
 def test_every_built_page_escapes_the_payload(planted):
@@ -239,6 +248,22 @@ def _open_details(page) -> None:
     page.wait_for_load_state("networkidle")
 
 
+def _chart_tooltip_shows_the_payload(page) -> None:
+    """Hover the components chart's marks until Vega's tooltip (HTML it builds from the data:
+    vega-embed escapes it) shows a contract variant's planted name."""
+    tooltip = "() => { const e = document.getElementById('vg-tooltip-element');" \
+              " return e && e.classList.contains('visible') ? e.textContent : ''; }"
+    marks = page.locator(".chart svg path")
+    for i in range(min(marks.count(), 200)):
+        try:
+            marks.nth(i).hover(timeout=500, force=True)
+        except Exception:         # a mark drawn off the visible chart area
+            continue
+        if MARK in page.evaluate(tooltip):
+            return
+    pytest.fail("no chart tooltip showed a planted variant name")
+
+
 def test_no_page_runs_the_payload(browser, base):  # noqa: F811
     """Every page type, no CSP: the payload is text on each and never an element, handler or URL."""
     pages = ["", "landscape/", f"compare/?a={SLUG}&b={SLUG}", "components/", "components/gqa_attention/",
@@ -255,6 +280,8 @@ def test_no_page_runs_the_payload(browser, base):  # noqa: F811
             _open_details(tab.page)
             for num in tab.page.locator(".num").all()[:3]:        # formula tooltips
                 num.hover()
+            if path == "components/":
+                _chart_tooltip_shows_the_payload(tab.page)
             _check(tab, path or "gallery", shown=path not in ("methodology/",))
         assert not tab.errors, tab.errors
     finally:
