@@ -267,7 +267,8 @@ def _chart_tooltip_shows_the_payload(page) -> None:
 def test_no_page_runs_the_payload(browser, base):  # noqa: F811
     """Every page type, no CSP: the payload is text on each and never an element, handler or URL."""
     pages = ["", "landscape/", f"compare/?a={SLUG}&b={SLUG}", "components/", "components/gqa_attention/",
-             f"models/{SLUG}/", f"models/{SLUG}/deploy/", f"models/{SLUG}/sizing/", f"playground/?v={VARIANT}",
+             f"models/{SLUG}/", f"models/{SLUG}/deploy/", f"models/{SLUG}/sizing/",
+             f"models/{SLUG}/sizing/?scenario=1/2&fw=nope&ttft=abc&gpu=X#%E0%A4%A", f"playground/?v={VARIANT}",
              "methodology/", "methodology/results/", "methodology/security/", "downloads/"]
     tab = _open(browser, production=False)
     try:
