@@ -320,3 +320,33 @@ def test_playground_live_picks_do_not_run_the_payload(browser, base):  # noqa: F
         assert not tab.errors, tab.errors
     finally:
         tab.context.close()
+
+
+#: A drawing as hostile as markup gets: every way an SVG can run script or navigate to it.
+HOSTILE_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" onload="window.__pwned=20"><script>window.__pwned=21</script>'
+               '<g class="node" onmouseover="window.__pwned=22"><a href="java\tscript:window.__pwned=23"><text>x</text></a>'
+               '<a href="#c-kept"><text>kept</text></a><a xlink:href="data:text/html,x" href="sub/"><text>y</text></a></g>'
+               '<foreignObject><iframe src="javascript:window.__pwned=24"></iframe></foreignObject>'
+               '<image href="x" onerror="window.__pwned=25"/><use href="data:image/svg+xml,x"/>'
+               '<animate attributeName="href" to="javascript:window.__pwned=26"/>'
+               '<set attributeName="onmouseover" to="window.__pwned=27"/></svg>')
+
+
+def test_drawings_are_adopted_without_anything_that_runs(browser, base):  # noqa: F811
+    """The one function that turns markup into page nodes (site.js ``archSVG``: the model pages'
+    lazily loaded drawings, the playground's diffs) drops whatever could run even if the build's
+    escaping failed; the drawing's own text and in-page and relative links stay."""
+    tab = _open(browser, production=False)
+    try:
+        tab.goto(base + f"models/{SLUG}/")
+        kept = tab.page.evaluate("""svg => { const node = window.archSVG(svg);
+            document.querySelector('main').appendChild(node);
+            return {links: Array.from(node.querySelectorAll('a')).map(a => a.getAttribute('href')), text: node.textContent}; }""",
+                                 HOSTILE_SVG)
+        tab.page.wait_for_load_state("networkidle")
+        tab.page.hover("main svg:last-of-type g.node", force=True)
+        _check(tab, "a hostile drawing", shown=False)
+        assert kept == {"links": [None, "#c-kept", "sub/"], "text": "xkepty"}, kept
+        assert tab.page.evaluate("window.archSVG('<p>no drawing</p>')") is None
+    finally:
+        tab.context.close()

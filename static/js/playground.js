@@ -323,8 +323,8 @@
           if (!d) { para(box, "Not drawn: no live pick of this build puts " + comp + " where " + old + " is."); return; }
           legend(box, old, comp).appendChild(document.createTextNode(" · as in " + d.a_in + " (new: walked there)"));
           var wrap = document.createElement("div"); wrap.className = "graph-wrap"; box.appendChild(wrap);
-          var svg = new DOMParser().parseFromString(d.svg, "text/html").querySelector("svg");
-          wrap.appendChild(document.importNode(svg, true));
+          var svg = window.archSVG(d.svg);
+          if (svg) wrap.appendChild(svg); else wrap.textContent = "No drawing for this pair.";
         }).catch(function (e) { para(box, "Could not load the drawing (" + e.message + ")."); });
         return;
       }
@@ -334,8 +334,8 @@
       var line = legend(box, old, comp); line.appendChild(document.createTextNode(" · ")); line.appendChild(full);
       var wrap = document.createElement("div"); wrap.className = "graph-wrap"; box.appendChild(wrap);
       fetch(url).then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); }).then(function (html) {
-        var svg = new DOMParser().parseFromString(html, "text/html").querySelector(".graph-wrap svg");
-        if (svg) wrap.appendChild(document.importNode(svg, true)); else wrap.textContent = "No drawing on " + url;
+        var svg = window.archSVG(html, ".graph-wrap svg");
+        if (svg) wrap.appendChild(svg); else wrap.textContent = "No drawing on " + url;
       }).catch(function (e) { wrap.textContent = "Could not load the drawing (" + e.message + ")."; });
     });
   }
