@@ -17,6 +17,7 @@ today is planted like free text, so either way it never reaches a page as markup
 """
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -350,3 +351,32 @@ def test_drawings_are_adopted_without_anything_that_runs(browser, base):  # noqa
         assert tab.page.evaluate("window.archSVG('<p>no drawing</p>')") is None
     finally:
         tab.context.close()
+
+
+#: Where a script could turn text into markup or code. Pages write text with textContent and
+#: createElement; the one parser of markup is site.js ``archSVG`` (above).
+SINKS = re.compile(r"\.(inner|outer)HTML\b|insertAdjacentHTML|document\.write|createContextualFragment|DOMParser"
+                   r"|\bsrcdoc\b|\beval\(|new Function|set(Timeout|Interval)\(\s*[\"']|setAttribute\(\s*[\"']on")
+#: Template output that autoescape does not touch, each with where its text is made safe.
+RAW = {("component.html", "svg"): "site_builder/graph_svg.py escapes every label",
+       ("model.html", "level.svg"): "site_builder/graph_svg.py",
+       ("playground.html", "d.svg"): "site_builder/graph_svg.py",
+       ("doc.html", "body"): "markdown-it with raw HTML off (site_builder/render.py _docs)",
+       ("base.html", "page_json"): "site_builder/render.py script_json"}
+
+
+def test_scripts_and_templates_write_text_not_markup():
+    """A new HTML sink in static/js, or a new ``|safe`` in templates/, fails here until it is
+    reviewed (and the browser tests above plant text through it)."""
+    hits = [f"{p.name}:{n}: {line.strip()}" for p in sorted((REPO / "static" / "js").glob("*.js"))
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if SINKS.search(line) and not line.lstrip().startswith("//")]
+    assert len(hits) == 1 and hits[0].startswith("site.js:") and "new DOMParser().parseFromString(text, " in hits[0], hits
+    raw = {(p.name, m.group(1)) for p in (REPO / "templates").glob("*.html")
+           for m in re.finditer(r"{{\s*([\w.]+)\s*\|\s*safe\s*}}", p.read_text())}
+    assert raw == set(RAW), raw ^ set(RAW)
+    from site_builder.render import environment
+    assert environment().autoescape is True
+    assert not any("Markup(" in line and "script_json" not in line
+                   for p in (REPO / "site_builder").glob("*.py") for line in p.read_text().splitlines()), \
+        "markupsafe.Markup outside the script_json filter"
