@@ -40,7 +40,7 @@ PAYLOAD = (MARK + '"><svg onload="window.__pwned=2"></svg>' + "'><script>window.
 #: component is a quote of the modeling code, checked against the snapshot's excerpts by the source
 #: guard: the planted quotes are added to BASE's excerpts too (a pull request can change both).
 FREE_TEXT = {"name", "family", "notes", "note", "doc", "description", "label", "src", "sources", "vendor", "link",
-             "lineage"}
+             "lineage", "version", "arch"}
 #: BASE's snapshot evidence: where it says it was read from.
 SNAPSHOT_TEXT = {"source", "file", "tool"}
 #: The docs pages: raw HTML and every link form Markdown has for a script URL.
