@@ -249,6 +249,31 @@ def _open_details(page) -> None:
     page.wait_for_load_state("networkidle")
 
 
+def _bare(browser):  # noqa: F811
+    """A tab (tests/test_site_browser.py ``_open``: errors recorded, requests off 127.0.0.1 aborted)
+    whose responses carry no Content-Security-Policy, whatever the server sends: the pages must be
+    safe on a host that adds none."""
+    from urllib.parse import urlsplit
+
+    from site_builder.screenshots import LOCAL_HOSTS
+    tab = _open(browser, production=False)
+
+    def route(r):                      # registered last, so it answers before _open's
+        if urlsplit(r.request.url).hostname not in LOCAL_HOSTS:
+            tab.blocked.append(r.request.url)
+            return r.abort()
+        try:
+            response = r.fetch()
+        except Exception as exc:       # the page moved on while this was in flight
+            if "disposed" in str(exc) or "closed" in str(exc):
+                return None
+            raise
+        return r.fulfill(response=response, headers={k: v for k, v in response.headers.items()
+                                                     if not k.lower().startswith("content-security-policy")})
+    tab.context.route("**/*", route)
+    return tab
+
+
 def _chart_tooltip_shows_the_payload(page) -> None:
     """Hover the components chart's marks until Vega's tooltip (HTML it builds from the data:
     vega-embed escapes it) shows a contract variant's planted name."""
@@ -271,7 +296,7 @@ def test_no_page_runs_the_payload(browser, base):  # noqa: F811
              f"models/{SLUG}/", f"models/{SLUG}/deploy/", f"models/{SLUG}/sizing/",
              f"models/{SLUG}/sizing/?scenario=1/2&fw=nope&ttft=abc&gpu=X#%E0%A4%A", f"playground/?v={VARIANT}",
              "methodology/", "methodology/results/", "methodology/security/", "downloads/"]
-    tab = _open(browser, production=False)
+    tab = _bare(browser)
     try:
         for path in pages:
             tab.goto(base + path)
@@ -294,7 +319,7 @@ def test_playground_live_picks_do_not_run_the_payload(browser, base):  # noqa: F
     """Every component the playground offers for each slot of the planted model: the pick's form,
     dims' sources and drawings (KDA's diff is drawn from data/playground/diffs.json.gz under an
     "as in <the model's name>" line, which carried the payload into innerHTML)."""
-    tab = _open(browser, production=False)
+    tab = _bare(browser)
     try:
         tab.goto(base + "playground/")
         page = tab.page
@@ -337,7 +362,7 @@ def test_drawings_are_adopted_without_anything_that_runs(browser, base):  # noqa
     """The one function that turns markup into page nodes (site.js ``archSVG``: the model pages'
     lazily loaded drawings, the playground's diffs) drops whatever could run even if the build's
     escaping failed; the drawing's own text and in-page and relative links stay."""
-    tab = _open(browser, production=False)
+    tab = _bare(browser)
     try:
         tab.goto(base + f"models/{SLUG}/")
         kept = tab.page.evaluate("""svg => { const node = window.archSVG(svg);
