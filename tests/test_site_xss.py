@@ -68,6 +68,9 @@ NAMES = {
                         f"component: '{MARK}'")],
     "quant scheme": [("corpus/quant/bf16.yaml", "scheme: bf16", f"scheme: '{MARK}'")],
     "contract id": [("corpus/contracts/attention/gqa.yaml", "model: contract/gqa", f"model: 'contract/{MARK}'")],
+    # the block's last node (nothing names it in an ``in:``), its checkpoint module kept
+    "graph node name": [("corpus/components/library/gqa_attention.yaml", "\n  o_proj:\n    op: linear\n",
+                         f"\n  'o_proj {MARK}':\n    module: o_proj\n    op: linear\n")],
     "layer template name": [(f"corpus/models/{SLUG}.yaml", "\n  block:\n", f"\n  '{MARK}':\n"),
                             (f"corpus/models/{SLUG}.yaml", "template: block", f"template: '{MARK}'"),
                             (f"corpus/variants/{VARIANT}.yaml", "  templates:\n  - block\n", f"  templates:\n  - '{MARK}'\n")],
