@@ -30,6 +30,9 @@ from tests.site_helpers import served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 BASE, SLUG = "Qwen/Qwen3-8B", "Qwen--Qwen3-8B"
+#: The second model: its gated DeltaNet is drawn on the components pages, so the GQA -> GDN diff page
+#: exists and the playground's GDN pick loads its drawing from there.
+OTHER, OTHER_SLUG = "Qwen/Qwen3.5-27B", "Qwen--Qwen3.5-27B"
 VARIANT = "Qwen3-32B-GDN"           # rebased on BASE so that it is built with it
 #: What a page shows where a planted field reached it (as text, never as an element).
 MARK = '<img src=x onerror="window.__pwned=1">'
@@ -38,10 +41,10 @@ PAYLOAD = (MARK + '"><svg onload="window.__pwned=2"></svg>' + "'><script>window.
 #: Fields holding prose or a citation, per file kind (every YAML file under corpus/ and gpus/): the
 #: payload is appended to each string under these keys, at any depth. ``src`` in a spec or a
 #: component is a quote of the modeling code, checked against the snapshot's excerpts by the source
-#: guard: the planted quotes are added to BASE's excerpts too (a pull request can change both).
+#: guard: the planted quotes are added to the models' excerpts too (a pull request can change both).
 FREE_TEXT = {"name", "family", "notes", "note", "doc", "description", "label", "src", "sources", "vendor", "link",
              "lineage", "version", "arch"}
-#: BASE's snapshot evidence: where it says it was read from.
+#: The models' snapshot evidence: where it says it was read from.
 SNAPSHOT_TEXT = {"source", "file", "tool"}
 #: The docs pages: raw HTML and every link form Markdown has for a script URL.
 DOC_PAYLOAD = f"""
@@ -91,8 +94,8 @@ _LOADER, _DUMPER = getattr(yaml, "CSafeLoader", yaml.SafeLoader), getattr(yaml, 
 def _plant(value, key=None, planted=None):
     """``value`` with the payload appended to every string under a :data:`FREE_TEXT` key;
     ``planted`` collects the new ``src`` quotes."""
-    if isinstance(value, dict):
-        return {k: _plant(v, k, planted) for k, v in value.items()}
+    if isinstance(value, dict):        # an op's attrs name checkpoint leaves (attrs.name: dt_bias): ids
+        return {k: v if k == "attrs" else _plant(v, k, planted) for k, v in value.items()}
     if isinstance(value, list):
         return [_plant(v, key, planted) for v in value]
     if isinstance(value, str) and key in FREE_TEXT:
@@ -117,11 +120,11 @@ def _load(root: Path) -> None:
 def plant_corpus(root: Path) -> dict[str, str]:
     """Copies of corpus/ and gpus/ under ``root`` with the payload in every free-text field and in
     every name :data:`NAMES` the grammar accepts. Returns label -> one-line refusal of the others."""
-    def other(folder, names):            # one model is built: the others, their evidence and variants stay out
-        keep = {"models": f"{SLUG}.yaml", "variants": f"{VARIANT}.yaml"}.get(Path(folder).name)
+    def other(folder, names):            # two models are built: the others, their evidence and variants stay out
+        keep = {"models": {f"{SLUG}.yaml", f"{OTHER_SLUG}.yaml"}, "variants": {f"{VARIANT}.yaml"}}.get(Path(folder).name)
         if Path(folder).name == "snapshots":
-            return [n for n in names if not n.startswith(f"{SLUG}.") and "--" in n]
-        return [n for n in names if keep and n != keep]
+            return [n for n in names if not n.startswith((f"{SLUG}.", f"{OTHER_SLUG}.")) and "--" in n]
+        return [n for n in names if keep and n not in keep]
     shutil.copytree(REPO / "corpus", root / "corpus", ignore=other)
     shutil.copytree(REPO / "gpus", root / "gpus")
     (root / "corpus" / "components" / "drafts").mkdir(exist_ok=True)
@@ -136,17 +139,18 @@ def plant_corpus(root: Path) -> dict[str, str]:
                                       for k, v in data["provenance"].items()}
         elif rel == "corpus/roles.yaml":             # role -> what it is
             data = {k: v + " " + PAYLOAD for k, v in data.items()}
-        elif rel == "corpus/lineage.yaml":           # a lab whose one family is BASE's (planted) family
-            data["lineages"].append({"lineage": f"Lab {PAYLOAD}", "families": [f"Qwen3 {PAYLOAD}"]})
+        elif rel == "corpus/lineage.yaml":           # a lab of the two models' (planted) families
+            data["lineages"].append({"lineage": f"Lab {PAYLOAD}", "families": [f"Qwen3 {PAYLOAD}", f"Qwen3.5 {PAYLOAD}"]})
         else:
             data = _plant(data, planted=quotes)
         if rel == f"corpus/variants/{VARIANT}.yaml":
             data["base"] = BASE
         path.write_text(yaml.dump(data, Dumper=_DUMPER, sort_keys=False, allow_unicode=True))
-    source = root / "corpus" / "snapshots" / f"{SLUG}.source.yaml"      # the planted quotes, "in the code"
-    data = yaml.safe_load(source.read_text())
-    data["excerpts"]["Planted.forward"] = "\n".join(quotes) + "\n"
-    source.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    for slug in (SLUG, OTHER_SLUG):               # the planted quotes, "in the code"
+        source = root / "corpus" / "snapshots" / f"{slug}.source.yaml"
+        data = yaml.load(source.read_text(), Loader=_LOADER)
+        data["excerpts"]["Planted.forward"] = "\n".join(quotes) + "\n"
+        source.write_text(yaml.dump(data, Dumper=_DUMPER, sort_keys=False, allow_unicode=True))
     _load(root)                                       # free text is free: the planted corpus loads
     refused = {}
     for label, edits in NAMES.items():
@@ -187,9 +191,9 @@ def planted(tmp_path_factory):
         mp.setattr(render, "REPO", repo)
         mp.setattr(render, "STATIC", repo / "static")
         mp.setattr(render, "DOCS", pages)
-        report = build(load_corpus(root / "corpus"), root / "out", [BASE], grid, gpu_root=root / "gpus", jobs=1,
+        report = build(load_corpus(root / "corpus"), root / "out", [BASE, OTHER], grid, gpu_root=root / "gpus", jobs=1,
                        site=render.render_staged)
-    assert report.recomputed == [BASE] and not report.skipped, report.skipped     # published, payload and all
+    assert sorted(report.recomputed) == [BASE, OTHER] and not report.skipped, report.skipped     # published, payload and all
     return root, refused
 
 
@@ -295,7 +299,8 @@ def _chart_tooltip_shows_the_payload(page) -> None:
 
 def test_no_page_runs_the_payload(browser, base):  # noqa: F811
     """Every page type, no CSP: the payload is text on each and never an element, handler or URL."""
-    pages = ["", "landscape/", f"compare/?a={SLUG}&b={SLUG}", "components/", "components/gqa_attention/",
+    pages = ["", "landscape/", f"compare/?a={SLUG}&b={OTHER_SLUG}", "components/", "components/gqa_attention/",
+             "components/diff/gqa_attention--gated_deltanet/", f"models/{OTHER_SLUG}/",
              f"models/{SLUG}/", f"models/{SLUG}/deploy/", f"models/{SLUG}/sizing/",
              f"models/{SLUG}/sizing/?scenario=1/2&fw=nope&ttft=abc&gpu=X#%E0%A4%A", f"playground/?v={VARIANT}",
              "methodology/", "methodology/results/", "methodology/security/", "downloads/"]
@@ -318,10 +323,11 @@ def test_no_page_runs_the_payload(browser, base):  # noqa: F811
         tab.context.close()
 
 
-def test_playground_live_picks_do_not_run_the_payload(browser, base):  # noqa: F811
+def test_playground_live_picks_do_not_run_the_payload(browser, base, planted):  # noqa: F811
     """Every component the playground offers for each slot of the planted model: the pick's form,
     dims' sources and drawings (KDA's diff is drawn from data/playground/diffs.json.gz under an
-    "as in <the model's name>" line, which carried the payload into innerHTML)."""
+    "as in <the model's name>" line, which carried the payload into innerHTML; GDN's is fetched
+    from its components diff page)."""
     tab = _bare(browser)
     try:
         tab.goto(base + "playground/")
@@ -342,6 +348,12 @@ def test_playground_live_picks_do_not_run_the_payload(browser, base):  # noqa: F
                     line = page.inner_text("#pick-graph p")
                     assert f"as in Qwen3 8B {PAYLOAD} (new: walked there)" in line, line   # the name, as text
                     assert page.locator("#pick-graph .status-only_b").count() >= 1
+                if slot == "attention" and comp == "gated_deltanet":   # drawn on the components pages: fetched
+                    page.wait_for_selector("#pick-graph .graph-wrap svg")
+                    href = page.get_attribute("#pick-graph p a", "href")
+                    assert href.endswith("components/diff/gqa_attention--gated_deltanet/"), href
+                    label = page.eval_on_selector("#pick-graph .graph-wrap svg", "s => s.textContent")
+                    assert "graph node name" in planted[1] or MARK in label     # the planted node, as text
                 _check(tab, f"pick {slot}={comp}", shown=False)
                 picked += 1
         assert picked >= 5
