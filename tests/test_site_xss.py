@@ -5,7 +5,7 @@ roles, quant schemes, the grid, snapshot evidence and the docs pages arrive in s
 requests. The fixture copies the corpus and gpus/, plants a payload in every free-text field of
 every file kind (:data:`FREE_TEXT`: an ``<img onerror>``, an attribute breaker ``"><svg onload>``, a
 ``'><script>`` and a ``javascript:`` URL; the docs pages get raw HTML and every ``javascript:`` /
-``data:`` link form Markdown has), builds one small model with it, and visits every page type in
+``data:`` link form Markdown has), builds two small models with it, and visits every page type in
 Chromium with no Content-Security-Policy (``archledger serve`` and other hosts send none), the
 playground's live picks included (the KDA pick draws the diff whose "as in <model name>" line was
 written with ``innerHTML``). Each page must show the payload as text (so the field reached it) and
@@ -13,7 +13,9 @@ hold no element, attribute or URL the payload would add; ``window.__pwned`` must
 
 Names that become files, URLs or symbols have a grammar (ids: letters, digits, ``-_.``): where it
 refuses the payload, the refusal is asserted instead (:data:`NAMES`); a name the grammar accepts
-today is planted like free text, so either way it never reaches a page as markup.
+today is planted like free text, so either way it never reaches a page as markup. A last test
+keeps the mechanism in place: no HTML sink in static/js but site.js ``archSVG`` (the one parser of
+markup, for the build's drawings), no ``|safe`` in templates/ but the reviewed ones.
 """
 from __future__ import annotations
 
