@@ -3,9 +3,29 @@
   "use strict";
   var root = document.documentElement.getAttribute("data-root") || "";
   var form = document.getElementById("pair"), out = document.getElementById("compare"), fmt = window.archFmt;
-  var params = new URLSearchParams(location.search);
-  if (params.get("a")) form.elements.a.value = params.get("a");
-  if (params.get("b")) form.elements.b.value = params.get("b"); else if (form.elements.b.options.length > 1) form.elements.b.selectedIndex = 1;
+  var params = new URLSearchParams(location.search), unknown = [];
+  // A link may name a model by its slug (org--name, the options' values), its id (org/name), its
+  // name part alone or its display name, in any case: each resolves to its option. Anything else is
+  // said on the page and the default pick is kept (a select given a value it lacks would be empty,
+  // and the page would fetch a file that does not exist).
+  function resolve(text) {
+    var want = text.trim().toLowerCase(), options = Array.prototype.slice.call(form.elements.a.options);
+    var forms = [function (o) { return o.value.toLowerCase(); }, function (o) { return o.value.toLowerCase().replace("--", "/"); },
+                 function (o) { return o.value.toLowerCase().split("--").pop(); }, function (o) { return o.textContent.trim().toLowerCase(); }];
+    for (var i = 0; i < forms.length; i++) {
+      var hit = options.filter(function (o) { return forms[i](o) === want; });
+      if (hit.length === 1) return hit[0].value;
+    }
+    return null;
+  }
+  ["a", "b"].forEach(function (k) {
+    if (!params.get(k)) return;
+    var slug = resolve(params.get(k));
+    if (slug !== null) form.elements[k].value = slug; else unknown.push(params.get(k));
+  });
+  if (!params.get("b") || resolve(params.get("b")) === null) {
+    if (form.elements.b.options.length > 1) form.elements.b.selectedIndex = 1;
+  }
   function load(slug) { return window.archJSON(root + "data/models/" + slug + ".json.gz"); }
   function dims(m) { var d = {}; (m.dims || []).forEach(function (x) { d[x.name] = x.value; }); return d; }
   function cell(q, text, node, m) { var td = document.createElement("td"); td.className = "n"; if (q) td.appendChild(window.archNum(q.value, text, q.formula, node, null, m && dims(m))); else td.textContent = "—"; return td; }
@@ -111,11 +131,18 @@
     var a = form.elements.a.value, b = form.elements.b.value, q = new URLSearchParams(location.search);
     q.set("a", a); q.set("b", b);
     history.replaceState(null, "", "?" + q.toString());
+    if (!a || !b) { out.textContent = "This build has fewer than two models to compare."; return; }
     Promise.all([load(a), load(b)]).then(function (m) {
       render(m[0], m[1]);
+      if (unknown.length) {      // said once, above the pair shown instead
+        var note = document.createElement("p"); note.className = "note"; note.id = "compare-unknown";
+        note.textContent = "No model " + unknown.map(function (u) { return "\u201c" + u + "\u201d"; }).join(" or ")
+          + " in this build (a link names one by its id, org/name, or by its name): showing the pair picked above instead.";
+        out.insertBefore(note, out.firstChild); unknown = [];
+      }
       models = [{ slug: a, name: m[0].name }, { slug: b, name: m[1].name }];
       if (side) sideUpdate(models[0], models[1]);
-    }).catch(function (e) { out.textContent = "Unknown model: " + e.message; });
+    }).catch(function (e) { out.textContent = "Could not load the models' data (" + e.message + ")."; });
   }
   form.addEventListener("change", update);
   if (pick) pick.addEventListener("change", function () { if (models) sideUpdate(models[0], models[1]); });

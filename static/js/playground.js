@@ -297,6 +297,18 @@
   // Any other pair a live pick makes is drawn once for the corpus in data.diffs (old as the base
   // has it, new as the pick's walk puts it: site_builder/render.py _playground_diffs)
   var diffs = null;
+  // the diff's key line (changed, only in old, only in new), built as nodes: the names and the
+  // model's display name after it are corpus text (a spec's name: from a pull request), never markup
+  function legend(box, old, comp) {
+    var p = para(box, "");
+    [["status-changed", "≠ changed"], ["status-only_a", "− only in " + old], ["status-only_b", "+ only in " + comp]].forEach(function (k, i) {
+      var span = document.createElement("span");
+      span.className = k[0]; span.textContent = k[1];
+      if (i) p.appendChild(document.createTextNode(" · "));
+      p.appendChild(span);
+    });
+    return p;
+  }
   function pickGraph(slot, comp) {
     var drawn = data.drawn || [];
     slot.current.filter(function (c) { return c !== comp; }).forEach(function (old) {
@@ -309,21 +321,21 @@
         diffs.then(function (all) {
           var d = all[old + "--" + comp];
           if (!d) { para(box, "Not drawn: no live pick of this build puts " + comp + " where " + old + " is."); return; }
-          para(box, "").innerHTML = '<span class="status-changed">≠ changed</span> · <span class="status-only_a">− only in ' + old
-            + '</span> · <span class="status-only_b">+ only in ' + comp + "</span> · as in " + d.a_in + " (new: walked there)";
+          legend(box, old, comp).appendChild(document.createTextNode(" · as in " + d.a_in + " (new: walked there)"));
           var wrap = document.createElement("div"); wrap.className = "graph-wrap"; box.appendChild(wrap);
-          var svg = new DOMParser().parseFromString(d.svg, "text/html").querySelector("svg");
-          wrap.appendChild(document.importNode(svg, true));
+          var svg = window.archSVG(d.svg);
+          if (svg) wrap.appendChild(svg); else wrap.textContent = "No drawing for this pair.";
         }).catch(function (e) { para(box, "Could not load the drawing (" + e.message + ")."); });
         return;
       }
       var url = root + "components/diff/" + old + "--" + comp + "/";
-      para(box, "").innerHTML = '<span class="status-changed">≠ changed</span> · <span class="status-only_a">− only in ' + old
-        + '</span> · <span class="status-only_b">+ only in ' + comp + '</span> · <a href="' + url + '">full page</a>';
+      var full = document.createElement("a");
+      full.href = url; full.textContent = "full page";
+      var line = legend(box, old, comp); line.appendChild(document.createTextNode(" · ")); line.appendChild(full);
       var wrap = document.createElement("div"); wrap.className = "graph-wrap"; box.appendChild(wrap);
       fetch(url).then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); }).then(function (html) {
-        var svg = new DOMParser().parseFromString(html, "text/html").querySelector(".graph-wrap svg");
-        if (svg) wrap.appendChild(document.importNode(svg, true)); else wrap.textContent = "No drawing on " + url;
+        var svg = window.archSVG(html, ".graph-wrap svg");
+        if (svg) wrap.appendChild(svg); else wrap.textContent = "No drawing on " + url;
       }).catch(function (e) { wrap.textContent = "Could not load the drawing (" + e.message + ")."; });
     });
   }

@@ -57,13 +57,18 @@
       var wrap = d.querySelector(".graph-wrap");
       if (!d.open || !wrap || wrap.firstElementChild || !wrap.getAttribute("data-src")) return;
       window.archText(wrap.getAttribute("data-src"))
-        .then(function (svg) { wrap.innerHTML = svg; })   // our own build output (escaped SVG), same origin
+        .then(function (svg) { var node = window.archSVG(svg); if (node) wrap.appendChild(node); })
         .catch(function (e) { wrap.textContent = "Could not load this drawing (" + e.message + ")."; });
     });
   });
   // a link to a drawing (#c-...) opens its <details> (which loads the drawing)
+  // The hash is whatever the reader's link holds: one that is not valid percent-encoding (#%E0%A4%A)
+  // makes decodeURIComponent throw, which would stop this file before archJSON and the rest are
+  // defined (and with them every page's scripts); such a hash names no drawing, so it is ignored.
   function openTarget() {
-    var id = decodeURIComponent(location.hash.slice(1)), el = id && document.getElementById(id);
+    var id = "";
+    try { id = decodeURIComponent(location.hash.slice(1)); } catch (e) { return; }
+    var el = id && document.getElementById(id);
     if (el && el.tagName === "DETAILS" && !el.open) { el.open = true; el.scrollIntoView(); }
   }
   window.addEventListener("hashchange", openTarget);
@@ -86,6 +91,25 @@
       });
   };
   window.archJSON = function (url) { return window.archText(url).then(JSON.parse); };
+  // The one place a script turns markup into nodes: the build's own drawings (site_builder/graph_svg.py,
+  // which escapes every label; the page's scripts write all other text with textContent). ``text`` is
+  // parsed inert (DOMParser runs nothing and loads nothing); the first element matching ``selector``
+  // (default: svg) is adopted once whatever could run is gone, so a drawing carries no script even
+  // if escaping ever failed: script-bearing elements, on* handlers, and links other than in-page or
+  // plain relative ones. Returns null when there is no such element.
+  var ACTIVE = "script, foreignObject, iframe, object, embed, use, animate, set, handler, listener";
+  window.archSVG = function (text, selector) {
+    var svg = new DOMParser().parseFromString(text, "text/html").querySelector(selector || "svg");
+    if (!svg) return null;
+    Array.prototype.forEach.call(svg.querySelectorAll(ACTIVE), function (el) { el.remove(); });
+    [svg].concat(Array.prototype.slice.call(svg.querySelectorAll("*"))).forEach(function (el) {
+      Array.prototype.slice.call(el.attributes).forEach(function (a) {
+        var link = /(^|:)href$/i.test(a.name), url = a.value.replace(/[\u0000-\u0020]/g, "");
+        if (/^on/i.test(a.name) || (link && /^[^#/?]*:/.test(url))) el.removeAttribute(a.name);
+      });
+    });
+    return document.importNode(svg, true);
+  };
   window.archNum = function (value, text, formula, node, definition, dims) {
     var s = document.createElement("span");
     if (dims) s.archDims = dims;   // {dim: value} for the "where" line (pages of several models)
