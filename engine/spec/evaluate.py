@@ -33,6 +33,17 @@ from engine.spec.yamlio import NonFinite
 ONE = sympy.Integer(1)
 PHASES = frozenset({"prefill", "decode"})
 
+#: Work bounds of one spec, checked before the walk loops over them (specs arrive in pull requests:
+#: a ``repeat:`` or a config's ``num_hidden_layers`` of 10^8 would otherwise walk for minutes and
+#: take gigabytes). The deepest published model has about 130 layers, the widest MoE layer 512
+#: experts and the largest layers x experts of one weight about 31,000 (tests/test_bounds.py holds
+#: the corpus under every bound): each is about 16x or more of headroom. A layer stack is expanded
+#: per layer (schedules, stream plans); an expert weight's checkpoint names per layer and expert
+#: (engine.verify.validate), hence the product bound.
+MAX_LAYERS = 4096
+MAX_INSTANCES = 16384
+MAX_COPIES = 2 ** 19
+
 
 #: sympy.simplify, once per expression per process: a cache's per-token size recurs in every layer
 #: template, site walk and model (typed: a Python number and sympy's equal one differ in type)
@@ -353,6 +364,12 @@ class _Components:
         instances, active = scope.instances, scope.active
         if node.instances is not None:
             count = self._eval(node.instances, expr.Scope(names), node.where.at("instances"))
+            if self.binding.numeric:
+                where = node.where.at("instances")
+                _check_count(count, MAX_INSTANCES, where, f"{node.name!r} has", "instances",
+                             "each instance's weights are named and checked one by one")
+                _check_count(repeat * count, MAX_COPIES, where, f"{node.name!r} has", "copies (layers x instances)",
+                             "each copy's weights are named and checked one by one")
             instances = instances * count
             active = active * (self._eval(node.active, expr.Scope(names), node.where.at("active"))
                                if node.active is not None else count)
@@ -481,6 +498,15 @@ class _Components:
         return got
 
 
+def _check_count(count: Any, limit: int, where: Where, what: str, unit: str, why: str) -> None:
+    """Refuse a count the walk would loop over that is above ``limit`` (:data:`MAX_LAYERS` ...),
+    before any loop runs. A count that is not a number is left to the code that uses it."""
+    if isinstance(count, (int, sympy.Integer)) and not isinstance(count, bool) and int(count) > limit:
+        raise SpecError(where, f"{what} {int(count):,} {unit}, more than the limit of {limit:,}",
+                        f"check the count and the config field it reads ({why}; the bound is "
+                        f"engine/spec/evaluate.py's)")
+
+
 class _LayerStacks:
     """Walker job: a ``repeat:`` stack -> layer groups by schedule and template, walked once per
     group with the stack's streams (:class:`_LayerStreams`) and rolled back when a group waits for
@@ -494,6 +520,8 @@ class _LayerStacks:
                             "put the inner repeat in its own stack under stacks:")
         count_sym = self._eval(node.target, expr.Scope(self.names(scope)), where.at("repeat"))
         count = self._eval(node.target, expr.Scope(self.numeric_dims), where.at("repeat"))
+        _check_count(count, MAX_LAYERS, where.at("repeat"), f"{node.name!r} repeats", "layers",
+                     "a layer stack is expanded layer by layer")
         offset = 0
         if node.index_from is not None:
             offset = int(self._eval(node.index_from, expr.Scope(self.numeric_dims, self.config),
