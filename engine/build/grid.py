@@ -8,7 +8,8 @@ the weights can fit up to ``beyond_fit`` times it. Nothing here computes a numbe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,12 @@ _SCENARIOS = ("input_lengths", "beyond_max_context", "output_lengths", "batches"
 #: times a model's max context.
 MAX_LIST = 64
 MAX_BEYOND_CONTEXT = 16
+#: Bound of one model's grid points (configs x frameworks x KV dtypes x prompts x outputs x batches,
+#: the batches counted with the capacity point each prompt may add), checked as that product before
+#: any structure is built (:func:`model_cells`): lists within MAX_LIST can still multiply to tens of
+#: millions of points (three lists of 64 drove one 8B model to 19 GB). The default grid's largest
+#: model has 72,576 (tests/test_bounds.py); a build's memory grows about linearly with them.
+MAX_POINTS = 500_000
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,8 @@ class Grid:
     batches: tuple[int, ...]
     ops_kv_dtypes: tuple[str, ...]
     ops_points: tuple[tuple[int, int, int], ...]   # (batch, input, output)
+    #: The ``scenarios:`` block's place in the file (the bound on a model's points names it).
+    where: Where = field(default=Where(), compare=False)
 
 
 def _count(item: Any, where: Where, high: int, what: str, allow_tp: bool = False) -> int | str:
@@ -167,21 +176,23 @@ def _load_grid(path: Path) -> Grid:
                 float(beyond),
                 _ints(reader, sc, "output_lengths", "scenarios.output_lengths", MAX_TOKENS, tokens),
                 _ints(reader, sc, "batches", "scenarios.batches", MAX_BATCH, batches),
-                _choices(reader, ops, "kv_dtypes", "ops.kv_dtypes", kv_dtypes, empty_ok=True), tuple(points))
+                _choices(reader, ops, "kv_dtypes", "ops.kv_dtypes", kv_dtypes, empty_ok=True), tuple(points),
+                Where(reader.display, data.line_of("scenarios"), "scenarios"))
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+@lru_cache(maxsize=None)
+def _divisors(n: int) -> tuple[int, ...]:
+    return tuple(d for d in range(1, n + 1) if n % d == 0)
 
 
 def _allowed(value: int, tp: int, choices: tuple) -> bool:
     return any(value == (tp if c == "tp" else c) for c in choices)
 
 
-def configs(ev: Evaluation, grid: Grid, gpu: GPU, n_gpus: int) -> list[ParallelConfig]:
-    """The legal configs of ``n_gpus`` GPUs that the grid allows (no replicas: dp = 1)."""
-    moe = any(r.role == "experts" for r in ev.numeric.rows.values())
-    out = []
+def _candidates(grid: Grid, gpu: GPU, n_gpus: int, moe: bool):
+    """(tp, pp, cp, eps, dp_attns) of every split of ``n_gpus`` GPUs the grid's parallel rules
+    allow (no replicas: dp = 1): the candidate configs are each tuple's eps x dp_attns, before the
+    model's own check. Counting them costs no check (:func:`model_cells` bounds their product)."""
     for cp in grid.cp:
         if n_gpus % cp:
             continue
@@ -191,23 +202,36 @@ def configs(ev: Evaluation, grid: Grid, gpu: GPU, n_gpus: int) -> list[ParallelC
                 continue
             if pp > 1 and tp * cp < min(n_gpus, grid.pp_after_tp):
                 continue      # pipeline stages only once TP (x CP) spans pp_after_tp GPUs
-            for ep in _divisors(tp) if moe else [1]:
-                for dp_attn in _divisors(tp) if moe else [1]:   # dense: attention replicas = replicas
-                    if not (_allowed(ep, tp, grid.ep) and _allowed(dp_attn, tp, grid.dp_attn)):
-                        continue
-                    config = ParallelConfig(tp=tp, ep=ep, dp_attn=dp_attn, pp=pp, cp=cp)
-                    if config not in out and not check(ev, config):
-                        out.append(config)
-    return out
+            # dense: ep = dp_attn = 1 (attention replicas are replicas)
+            degrees = _divisors(tp) if moe else (1,)
+            yield (tp, pp, cp, [d for d in degrees if _allowed(d, tp, grid.ep)],
+                   [d for d in degrees if _allowed(d, tp, grid.dp_attn)])
+
+
+def _is_moe(ev: Evaluation) -> bool:
+    return any(r.role == "experts" for r in ev.numeric.rows.values())
+
+
+def configs(ev: Evaluation, grid: Grid, gpu: GPU, n_gpus: int) -> list[ParallelConfig]:
+    """The legal configs of ``n_gpus`` GPUs that the grid allows (no replicas: dp = 1)."""
+    out: dict[ParallelConfig, None] = {}      # ordered, and a repeated cp in the grid adds nothing
+    for tp, pp, cp, eps, dp_attns in _candidates(grid, gpu, n_gpus, _is_moe(ev)):
+        for ep in eps:
+            for dp_attn in dp_attns:
+                config = ParallelConfig(tp=tp, ep=ep, dp_attn=dp_attn, pp=pp, cp=cp)
+                if config not in out and not check(ev, config):
+                    out[config] = None
+    return list(out)
 
 
 def model_cells(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes: float,
                 hbm_fraction: float = HBM_FRACTION) -> list[tuple[GPU, ParallelConfig]]:
     """(GPU, config) pairs for one model: counts from the first at which ``stored_bytes`` (the
     model's weights) can fit split over every GPU, up to ``beyond_fit`` times that count, and the
-    GPU's whole scale-up domain."""
+    GPU's whole scale-up domain. Refused with one line when the model's points over the grid could
+    exceed :data:`MAX_POINTS` (:func:`check_points`), before any config is checked."""
     names = grid.gpus if grid.gpus is not None else tuple(gpus)
-    cells = []
+    picked = []
     for name in names:
         if name not in gpus:
             raise SpecError(Where(grid.path, field="gpus"),
@@ -218,10 +242,29 @@ def model_cells(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes: 
         first = next((n for n in counts if stored_bytes / n < usable), None)
         if first is None:
             continue
-        for n in counts:   # ... and a whole scale-up domain (an NVL72 rack) when it is in the grid
-            if first <= n <= first * grid.beyond_fit or (n == gpu.scale_up_domain and n >= first):
-                cells.extend((gpu, c) for c in configs(ev, grid, gpu, n))
-    return cells
+        # ... and a whole scale-up domain (an NVL72 rack) when it is in the grid
+        picked += [(gpu, n) for n in counts if first <= n <= first * grid.beyond_fit
+                   or (n == gpu.scale_up_domain and n >= first)]
+    moe = _is_moe(ev)
+    check_points(ev, grid, sum(len(eps) * len(dps) for gpu, n in picked
+                               for _, _, _, eps, dps in _candidates(grid, gpu, n, moe)))
+    return [(gpu, c) for gpu, n in picked for c in configs(ev, grid, gpu, n)]
+
+
+def check_points(ev: Evaluation, grid: Grid, n_configs: int) -> None:
+    """Refuse, in one line naming the product and :data:`MAX_POINTS`, a model whose points over the
+    grid (``n_configs`` candidate (GPU, config) cells x frameworks x KV dtypes x its prompts x
+    outputs x the batches with a capacity point) could exceed the bound."""
+    factors = (n_configs, len(grid.frameworks), len(grid.kv_dtypes),
+               len(input_lengths(grid, int(ev.numeric.max_context))), len(grid.output_lengths), len(grid.batches) + 1)
+    points = math.prod(factors)
+    if points > MAX_POINTS:
+        shown = " x ".join(f"{n:,} {what}" for n, what in zip(factors, (
+            "(GPU, config) cells", "frameworks", "KV dtypes", "prompts", "outputs", "batches")))
+        raise SpecError(grid.where, f"{ev.model.model_id} would be evaluated at up to {points:,} points "
+                        f"({shown}), more than the limit of {MAX_POINTS:,}",
+                        "shorten the grid's lists: every combination is evaluated (the bound is "
+                        "engine/build/grid.py's MAX_POINTS)")
 
 
 def input_lengths(grid: Grid, max_context: int) -> list[int]:
