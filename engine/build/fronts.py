@@ -361,16 +361,22 @@ def check_work(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[Sizing | 
     model; refused in one line (:func:`engine.deploy.sizing.check_pairs`) when the model's searches
     together would cover more (GPU type, config) pairs than the bound: checked before any search."""
     from engine.deploy.hardware import find_gpu
-    from engine.deploy.sizing import check_pairs, legal_configs
+    from engine.deploy.sizing import check_pairs
     spec, all_gpus = _inputs(grid_path, gpu_root)
     if spec is None or (spec.models is not None and ev.model.model_id not in spec.models):
         return None, []
     gpus = [find_gpu(all_gpus, name) for name in spec.gpus] if spec.gpus is not None else list(all_gpus.values())
-    check_pairs({"frameworks": len(spec.frameworks), "KV dtypes": len(spec.kv_dtypes), "scenarios": len(spec.scenarios),
-                 "GPU types": len(gpus), f"configs up to {spec.max_gpus} GPUs": len(legal_configs(ev, spec.max_gpus))},
-                spec.where, f"{ev.model.model_id}: list fewer GPU types, frameworks, KV dtypes or scenarios, "
-                "or a smaller max_gpus")
+    check_pairs(pairs_bound(ev, spec, gpus), spec.where, f"{ev.model.model_id}: list fewer GPU types, frameworks, "
+                "KV dtypes or scenarios, or a smaller max_gpus")
     return spec, gpus
+
+
+def pairs_bound(ev: Evaluation, spec: Sizing, gpus: list) -> dict[str, int]:
+    """The factors whose product is the (GPU type, config) pairs ``ev``'s searches for the block
+    cover together (what :data:`engine.deploy.sizing.MAX_SEARCH_PAIRS` bounds)."""
+    from engine.deploy.sizing import legal_configs
+    return {"frameworks": len(spec.frameworks), "KV dtypes": len(spec.kv_dtypes), "scenarios": len(spec.scenarios),
+            "GPU types": len(gpus), f"configs up to {spec.max_gpus} GPUs": len(legal_configs(ev, spec.max_gpus))}
 
 
 def _inputs(grid_path, gpu_root) -> tuple:

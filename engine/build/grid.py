@@ -36,12 +36,13 @@ _SCENARIOS = ("input_lengths", "beyond_max_context", "output_lengths", "batches"
 #: times a model's max context.
 MAX_LIST = 64
 MAX_BEYOND_CONTEXT = 16
-#: Bound of one model's grid points (configs x frameworks x KV dtypes x prompts x outputs x batches,
-#: the batches counted with the capacity point each prompt may add), checked as that product before
-#: any structure is built (:func:`model_cells`): lists within MAX_LIST can still multiply to tens of
-#: millions of points (three lists of 64 drove one 8B model to 19 GB). The default grid's largest
-#: model has 72,576 (tests/test_bounds.py); a build's memory grows about linearly with them.
-MAX_POINTS = 500_000
+#: Bound of one model's grid points (candidate configs x frameworks x KV dtypes x prompts x outputs
+#: x batches, the batches counted with the capacity point each prompt may add), checked as that
+#: product before any structure is built (:func:`model_cells`): lists within MAX_LIST can still
+#: multiply to tens of millions of points (three lists of 64 drove one 8B model to 19 GB). The
+#: default grid's largest bound is 96,768 (GLM-5.2; tests/test_bounds.py). Memory grows with the
+#: points: Llama-3.1-8B at a bound of 340,032 (174,666 points evaluated) peaked at 0.77 GB.
+MAX_POINTS = 300_000
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,7 @@ def _allowed(value: int, tp: int, choices: tuple) -> bool:
 def _candidates(grid: Grid, gpu: GPU, n_gpus: int, moe: bool):
     """(tp, pp, cp, eps, dp_attns) of every split of ``n_gpus`` GPUs the grid's parallel rules
     allow (no replicas: dp = 1): the candidate configs are each tuple's eps x dp_attns, before the
-    model's own check. Counting them costs no check (:func:`model_cells` bounds their product)."""
+    model's own check. Counting them costs no check (:func:`points_bound`)."""
     for cp in grid.cp:
         if n_gpus % cp:
             continue
@@ -228,8 +229,30 @@ def model_cells(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes: 
                 hbm_fraction: float = HBM_FRACTION) -> list[tuple[GPU, ParallelConfig]]:
     """(GPU, config) pairs for one model: counts from the first at which ``stored_bytes`` (the
     model's weights) can fit split over every GPU, up to ``beyond_fit`` times that count, and the
-    GPU's whole scale-up domain. Refused with one line when the model's points over the grid could
-    exceed :data:`MAX_POINTS` (:func:`check_points`), before any config is checked."""
+    GPU's whole scale-up domain. Refused in one line when the model's points over the grid could
+    exceed :data:`MAX_POINTS` (:func:`points_bound`), before any config is checked."""
+    picked = _gpu_counts(grid, gpus, stored_bytes, hbm_fraction)
+    factors = _point_factors(ev, grid, picked)
+    points = math.prod(factors.values())
+    if points > MAX_POINTS:
+        shown = " x ".join(f"{n:,} {what}" for what, n in factors.items())
+        raise SpecError(grid.where, f"{ev.model.model_id} would be evaluated at up to {points:,} points "
+                        f"({shown}), more than the limit of {MAX_POINTS:,}",
+                        "shorten the grid's lists: every combination is evaluated (the bound is "
+                        "engine/build/grid.py's MAX_POINTS)")
+    return [(gpu, c) for gpu, n in picked for c in configs(ev, grid, gpu, n)]
+
+
+def points_bound(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes: float,
+                 hbm_fraction: float = HBM_FRACTION) -> dict[str, int]:
+    """The factors whose product bounds ``ev``'s points over the grid, what :data:`MAX_POINTS`
+    bounds: candidate (GPU, config) cells (before the model's check) x frameworks x KV dtypes x
+    its prompts x outputs x the batches with the capacity point a prompt may add."""
+    return _point_factors(ev, grid, _gpu_counts(grid, gpus, stored_bytes, hbm_fraction))
+
+
+def _gpu_counts(grid: Grid, gpus: dict[str, GPU], stored_bytes: float, hbm_fraction: float) -> list[tuple[GPU, int]]:
+    """(GPU, count) of :func:`model_cells`, in its order."""
     names = grid.gpus if grid.gpus is not None else tuple(gpus)
     picked = []
     for name in names:
@@ -245,26 +268,15 @@ def model_cells(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes: 
         # ... and a whole scale-up domain (an NVL72 rack) when it is in the grid
         picked += [(gpu, n) for n in counts if first <= n <= first * grid.beyond_fit
                    or (n == gpu.scale_up_domain and n >= first)]
+    return picked
+
+
+def _point_factors(ev: Evaluation, grid: Grid, picked: list[tuple[GPU, int]]) -> dict[str, int]:
     moe = _is_moe(ev)
-    check_points(ev, grid, sum(len(eps) * len(dps) for gpu, n in picked
-                               for _, _, _, eps, dps in _candidates(grid, gpu, n, moe)))
-    return [(gpu, c) for gpu, n in picked for c in configs(ev, grid, gpu, n)]
-
-
-def check_points(ev: Evaluation, grid: Grid, n_configs: int) -> None:
-    """Refuse, in one line naming the product and :data:`MAX_POINTS`, a model whose points over the
-    grid (``n_configs`` candidate (GPU, config) cells x frameworks x KV dtypes x its prompts x
-    outputs x the batches with a capacity point) could exceed the bound."""
-    factors = (n_configs, len(grid.frameworks), len(grid.kv_dtypes),
-               len(input_lengths(grid, int(ev.numeric.max_context))), len(grid.output_lengths), len(grid.batches) + 1)
-    points = math.prod(factors)
-    if points > MAX_POINTS:
-        shown = " x ".join(f"{n:,} {what}" for n, what in zip(factors, (
-            "(GPU, config) cells", "frameworks", "KV dtypes", "prompts", "outputs", "batches")))
-        raise SpecError(grid.where, f"{ev.model.model_id} would be evaluated at up to {points:,} points "
-                        f"({shown}), more than the limit of {MAX_POINTS:,}",
-                        "shorten the grid's lists: every combination is evaluated (the bound is "
-                        "engine/build/grid.py's MAX_POINTS)")
+    cells = sum(len(eps) * len(dps) for gpu, n in picked for _, _, _, eps, dps in _candidates(grid, gpu, n, moe))
+    return {"(GPU, config) cells": cells, "frameworks": len(grid.frameworks), "KV dtypes": len(grid.kv_dtypes),
+            "prompts": len(input_lengths(grid, int(ev.numeric.max_context))), "outputs": len(grid.output_lengths),
+            "batches": len(grid.batches) + 1}
 
 
 def input_lengths(grid: Grid, max_context: int) -> list[int]:

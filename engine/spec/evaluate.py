@@ -564,7 +564,9 @@ class _LayerStacks:
         if whole:
             repeat = count_sym
         else:
-            base = node.target if isinstance(node.target, str) else "layers"
+            # the group's symbol joins names that are identifiers (a `repeat:` that is an expression
+            # is named `layers`; templates are checked at load; tags are letters, digits and _)
+            base = node.target if symbols.is_symbol_name(node.target) else "layers"
             name = f"{base}_{template}" + (f"_{tag}" if tag else "")
             repeat = sympy.Integer(len(layers)) if self.binding.numeric else symbols.dim(name)
             self.values[name] = repeat
@@ -969,7 +971,7 @@ class _LayerStreams:
             sizes.setdefault(t, set()).add(key)
         groups = []
         for (t, h, _), layers in plan.items():
-            tag = ["h" + ".".join(map(str, h))] if h else []
+            tag = ["h" + "_".join(map(str, h))] if h else []     # part of a symbol's name: no '.'
             if len(sizes[t]) > 1:
                 tag.append(f"L{layers[0]}")
             groups.append((t, tuple(layers), "_".join(tag)))
