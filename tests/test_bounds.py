@@ -5,7 +5,8 @@ status 2, nothing written, fast and small: a layer count of 10^8 (from a snapsho
 expert counts and layers x experts beyond the walk's bounds (engine.spec.evaluate MAX_LAYERS,
 MAX_INSTANCES, MAX_COPIES), a grid whose lists are each within bounds but multiply to tens of
 millions of points (engine.build.grid MAX_POINTS), a ``sizing:`` block or a ``plan`` over every GPU
-type at thousands of GPUs (engine.deploy.sizing MAX_SEARCH_PAIRS). The hostile commands run in one
+type at thousands of GPUs (engine.deploy.sizing MAX_SEARCH_PAIRS), a checkpoint manifest's range
+standing for 10^9 tensors (engine.verify.manifest MAX_TENSORS). The hostile commands run in one
 child process under RLIMIT_AS (2 GiB) with a SIGALRM per command, so a regression to looping fails
 (the alarm, or the memory cap) instead of hanging the suite; their peak RSS is asserted too.
 
@@ -36,6 +37,7 @@ from engine.spec import symbols
 from engine.spec.evaluate import MAX_COPIES, MAX_INSTANCES, MAX_LAYERS
 from engine.build.grid import MAX_POINTS, load_grid, points_bound
 from engine.deploy.sizing import MAX_SEARCH_PAIRS, legal_configs
+from engine.verify.manifest import MAX_TENSORS
 from tests.conftest import MODEL_IDS, REPO
 
 LLAMA = "meta-llama--Meta-Llama-3.1-8B"
@@ -113,15 +115,15 @@ def hostile(tmp_path_factory):
     base = tmp_path_factory.mktemp("bounds")
     cases: dict[str, tuple[list[str], dict, Path | None]] = {}
 
-    def spec(name, edits, model, at, field, says):
-        """``show model`` on a corpus copy with ``edits`` (file, old, new), refused at the line of
+    def spec(name, edits, model, at, field, says, command="show"):
+        """``command model`` on a corpus copy with ``edits`` (file, old, new), refused at the line of
         ``at`` (file, a text on that line) and ``field``, saying each of ``says``."""
         root = base / name / "corpus"
         shutil.copytree(REPO / "corpus", root)
         for file, old, new in edits:
             _edit(root / file, old, new)
         where = f"corpus/{at[0]}:{_line_of(root / at[0], at[1])}"
-        cases[name] = (["show", model, "--corpus", str(root)], {"where": where, "field": field, "says": says}, None)
+        cases[name] = ([command, model, "--corpus", str(root)], {"where": where, "field": field, "says": says}, None)
 
     snapshot = f"snapshots/{LLAMA}.yaml"
     spec("layers-from-config", [(snapshot, "num_hidden_layers: 32", "num_hidden_layers: 100000000")],
@@ -144,6 +146,11 @@ def hostile(tmp_path_factory):
     spec("template-name", [(f"models/{LLAMA}.yaml", "templates:\n  block:", 'templates:\n  "a(b)":')],
          "Meta-Llama-3.1-8B", (f"models/{LLAMA}.yaml", '"a(b)":'), "templates.a(b)",
          ["layer template name 'a(b)' is not an identifier"])
+    # a checkpoint manifest's range standing for 10^9 tensors (the real ones: at most 142,773)
+    spec("manifest-range", [(f"snapshots/{LLAMA}.tensors.yaml", "tensors:\n- lm_head",
+                             "tensors:\n- model.layers.{0..999999999}.x.weight BF16 [1]\n- lm_head")],
+         "Meta-Llama-3.1-8B", (f"snapshots/{LLAMA}.tensors.yaml", "{0..999999999}"), "tensors[0]",
+         [f"more than {MAX_TENSORS:,} tensors"], command="validate")
 
     # three lists of 64 values, each within the grid's bounds: 64 prompts x 64 outputs x 65 batches
     grid = _grid(base / "points.yaml", {
@@ -180,7 +187,7 @@ def hostile(tmp_path_factory):
 
 
 CASES = ["layers-from-config", "repeat-literal", "experts", "layers-x-experts", "dim-name", "template-name",
-         "grid-points", "sizing-pairs", "plan-max-gpus"]
+         "manifest-range", "grid-points", "sizing-pairs", "plan-max-gpus"]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -290,6 +297,12 @@ def test_corpus_is_within_the_walk_bounds(evaluation):
             layers, instances = max(layers, int(row.repeat)), max(instances, int(row.instances))
             copies = max(copies, int(row.repeat * row.instances))
     assert layers <= MAX_LAYERS and instances <= MAX_INSTANCES and copies <= MAX_COPIES, (layers, instances, copies)
+
+
+def test_corpus_manifests_are_within_the_tensor_bound():
+    from engine.verify.manifest import load
+    counts = [len(load(path, REPO / "corpus").tensors) for path in sorted((REPO / "corpus" / "snapshots").glob("*.tensors.yaml"))]
+    assert counts and max(counts) <= MAX_TENSORS, max(counts)
 
 
 def test_default_grid_and_plan_are_within_the_work_bounds(evaluation):
