@@ -235,7 +235,12 @@ def _expand_name(name: str, budget: int = MAX_TENSORS) -> list[str]:
     literals = parts[0::2]
     if any("{" in p or "}" in p for p in literals):
         return _expand_name_stepwise(name, budget)   # braces around a range: substitute one at a time
-    if prod(_set_size(text) for text in parts[1::2]) > budget:
+    count = 1
+    for text in parts[1::2]:              # counted in expansion order: an empty set ends it, as below
+        count *= _set_size(text)
+        if not count:
+            return []
+    if count > budget:
         raise TooManyTensors(name)
     names = [literals[0]]
     for text, literal in zip(parts[1::2], literals[1:]):
