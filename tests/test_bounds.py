@@ -132,6 +132,11 @@ def hostile(tmp_path_factory):
     spec("repeat-literal", [(f"models/{LLAMA}.yaml", "{repeat: n_layers,", "{repeat: 123456789,")],
          "Meta-Llama-3.1-8B", (f"models/{LLAMA}.yaml", "{repeat: 123456789,"), "stacks.main.graph.layers.repeat",
          ["123,456,789 layers", f"limit of {MAX_LAYERS:,}"])
+    carried = 'streams: {hidden: {carries: true, src: "hidden_states = decoder_layer("}'
+    spec("stream-elements", [(f"models/{LLAMA}.yaml", carried + "}}",
+                              carried + ', extra: {from: hidden, count: 100000000, src: "x"}}}')],
+         "Meta-Llama-3.1-8B", (f"models/{LLAMA}.yaml", "extra: {from"), "stacks.main.graph.layers.streams.extra.count",
+         ["100,000,000 elements", f"limit of {MAX_LAYERS:,}"])
     moe = f"snapshots/{MIXTRAL}.yaml"
     spec("experts", [(moe, "num_local_experts: 8,", "num_local_experts: 100000,")], "Mixtral-8x7B-v0.1",
          ("components/library/moe.yaml", "instances: n_experts"), "graph.experts.instances", ["100,000 instances", f"limit of {MAX_INSTANCES:,}"])
@@ -186,7 +191,7 @@ def hostile(tmp_path_factory):
     return {name: (answer, expected, out) for (name, (_, expected, out)), answer in zip(cases.items(), answers)}
 
 
-CASES = ["layers-from-config", "repeat-literal", "experts", "layers-x-experts", "dim-name", "template-name",
+CASES = ["layers-from-config", "repeat-literal", "stream-elements", "experts", "layers-x-experts", "dim-name", "template-name",
          "manifest-range", "grid-points", "sizing-pairs", "plan-max-gpus"]
 
 

@@ -500,9 +500,11 @@ class _Components:
 
 def _check_count(count: Any, limit: int, where: Where, what: str, unit: str, why: str) -> None:
     """Refuse a count the walk would loop over that is above ``limit`` (:data:`MAX_LAYERS` ...),
-    before any loop runs. A count that is not a number is left to the code that uses it."""
-    if isinstance(count, (int, sympy.Integer)) and not isinstance(count, bool) and int(count) > limit:
-        raise SpecError(where, f"{what} {int(count):,} {unit}, more than the limit of {limit:,}",
+    before any loop runs (a float too: ``range(int(1e9))`` loops as long). A count that is not a
+    number is left to the code that uses it."""
+    if isinstance(count, (int, float, sympy.Number)) and not isinstance(count, bool) and count > limit:
+        shown = f"{int(count):,}" if count == int(count) else str(count)
+        raise SpecError(where, f"{what} {shown} {unit}, more than the limit of {limit:,}",
                         f"check the count and the config field it reads ({why}; the bound is "
                         f"engine/spec/evaluate.py's)")
 
@@ -917,6 +919,10 @@ class _LayerStreams:
         self.publications: dict[str, list[tuple[int, str, tuple]]] = {s: [] for s in self.specs}
         self.first_value: dict[str, tuple] = {}
         self.readers: dict[str, list] = {s: [] for s in self.specs}
+        for s in self.specs.values():     # a stack node's elements are listed one by one
+            if s.kind == "append" and s.count is not None:
+                _check_count(self._hit(s.count, None), MAX_LAYERS, s.where.at("count"), f"stream {s.name!r} archives",
+                             "elements", "a stream's elements are listed one by one")
         self.points = {s.name: stream_rules.archive_points(s, len(templates), self._hit)
                        for s in self.specs.values() if s.kind == "append"}
         self.reads = {t: self._scan(walker.model.templates[t], walker.model.slots, set())
