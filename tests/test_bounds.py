@@ -34,6 +34,7 @@ import pytest
 import sympy
 
 from engine.spec import symbols
+from engine.spec.corpus import MAX_TEMPLATES
 from engine.spec.evaluate import MAX_COPIES, MAX_INSTANCES, MAX_LAYERS
 from engine.build.grid import MAX_POINTS, load_grid, points_bound
 from engine.deploy.sizing import MAX_SEARCH_PAIRS, legal_configs
@@ -145,6 +146,9 @@ def hostile(tmp_path_factory):
                               (moe, "num_hidden_layers: 32,", f"num_hidden_layers: {MAX_LAYERS},")],
          "Mixtral-8x7B-v0.1", ("components/library/moe.yaml", "instances: n_experts"), "graph.experts.instances",
          [f"{MAX_LAYERS * MAX_INSTANCES:,} copies (layers x instances)", f"limit of {MAX_COPIES:,}"])
+    many = "".join(f"  t{i}: prenorm_block\n" for i in range(11))      # one more than MAX_TEMPLATES
+    spec("templates", [(f"models/{LLAMA}.yaml", "templates:\n", "templates:\n" + many)], "Meta-Llama-3.1-8B",
+         (f"models/{LLAMA}.yaml", "templates:"), "templates", [f"12 layer templates, more than the limit of {MAX_TEMPLATES}"])
     evil = "__import__('os').system('touch PWNED')"
     spec("dim-name", [("dims.yaml", "n_layers: {kind", f'"{evil}": {{kind: hidden, shard: none, doc: x}}\nn_layers: {{kind')],
          "Meta-Llama-3.1-8B", ("dims.yaml", evil), evil, ["dim name", "is not an identifier"])
@@ -191,7 +195,7 @@ def hostile(tmp_path_factory):
     return {name: (answer, expected, out) for (name, (_, expected, out)), answer in zip(cases.items(), answers)}
 
 
-CASES = ["layers-from-config", "repeat-literal", "stream-elements", "experts", "layers-x-experts", "dim-name", "template-name",
+CASES = ["layers-from-config", "repeat-literal", "stream-elements", "experts", "layers-x-experts", "templates", "dim-name", "template-name",
          "manifest-range", "grid-points", "sizing-pairs", "plan-max-gpus"]
 
 
@@ -291,6 +295,7 @@ def test_the_identifier_rule(corpus):
         assert all(symbols.is_symbol_name(t) for t in spec.templates), spec.model_id
     assert not any(symbols.is_symbol_name(n) for n in EVIL_NAMES)
     assert not symbols.is_symbol_name("x" * 97) and symbols.is_symbol_name("x" * 96)
+    assert max(len(spec.templates) for spec in corpus.models.values()) <= MAX_TEMPLATES
 
 
 # -- the real corpus and the default grid stay within every bound ---------------------------------------

@@ -590,6 +590,11 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
 
 # -- models --------------------------------------------------------------------------------------
 
+#: Layer templates one model may declare: the site's playground evaluates a swap in every non-empty
+#: subset of a model's templates (engine.build.whatif.template_subsets: 2^n - 1 of them, 127 for
+#: DeepSeek-V4's seven, the corpus's most), so their number is bounded before any work starts.
+MAX_TEMPLATES = 10
+
 def _fill(reader: Reader, raw: Any, field: str, parent: LineDict) -> Fill:
     if isinstance(raw, str):
         return Fill(raw, reader.where(parent, field, field.rsplit(".", 1)[-1]))
@@ -699,6 +704,10 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
                                    "layer template name", "block"):
                  _fill(reader, raw, f"templates.{name}", data["templates"])
                  for name, raw in (data.get("templates") or {}).items()}
+    if len(templates) > MAX_TEMPLATES:
+        raise SpecError(reader.where(data, "templates", "templates"), f"{len(templates)} layer templates, more than "
+                        f"the limit of {MAX_TEMPLATES}", "merge templates that differ only in a dim (a fill dim may "
+                        f"read `layer`): the playground evaluates every subset of a model's templates (2^n - 1)")
     stacks = {}
     raw_stacks = reader.mapping(data["stacks"], "stacks", data, "stacks")
     if "main" not in raw_stacks:
