@@ -4,7 +4,7 @@ Issue 35, items 2 and 5. Hostile inputs a pull request can make, each refused in
 status 2, nothing written, fast and small: a layer count of 10^8 (from a snapshot or a ``repeat:``),
 expert counts and layers x experts beyond the walk's bounds (engine.spec.evaluate MAX_LAYERS,
 MAX_INSTANCES, MAX_COPIES), a grid whose lists are each within bounds but multiply to tens of
-millions of points (engine.build.grid MAX_POINTS), a ``sizing:`` block or a ``plan`` over every GPU
+millions of points (engine.build.grid MAX_POINTS, MAX_OPS_POINTS for the per-op tables), a ``sizing:`` block or a ``plan`` over every GPU
 type at thousands of GPUs (engine.deploy.sizing MAX_SEARCH_PAIRS), a checkpoint manifest's range
 standing for 10^9 tensors (engine.verify.manifest MAX_TENSORS). The hostile commands run in one
 child process under RLIMIT_AS (2 GiB) with a SIGALRM per command, so a regression to looping fails
@@ -36,7 +36,7 @@ import sympy
 from engine.spec import symbols
 from engine.spec.corpus import MAX_TEMPLATES
 from engine.spec.evaluate import MAX_COPIES, MAX_INSTANCES, MAX_LAYERS
-from engine.build.grid import MAX_POINTS, load_grid, points_bound
+from engine.build.grid import MAX_OPS_POINTS, MAX_POINTS, load_grid, points_bound
 from engine.deploy.sizing import MAX_SEARCH_PAIRS, legal_configs
 from engine.verify.manifest import MAX_TENSORS
 from tests.conftest import MODEL_IDS, REPO
@@ -171,6 +171,17 @@ def hostile(tmp_path_factory):
                              "--jobs", "1", "--quiet", "--no-site"],
                             {"where": f"points.yaml:{_line_of(grid, 'scenarios:')}", "field": "scenarios",
                              "says": ["x 64 prompts x 64 outputs x 65 batches)", f"limit of {MAX_POINTS:,}"]}, out)
+    # 64 per-op points at both KV dtypes: 66 cells x 2 frameworks x 2 x 64
+    ops = "\n".join(f"    - {{batch: {b}, input: 4096, output: 1024}}" for b in range(1, 65))
+    grid = _grid(base / "ops.yaml", {"ops:\n  kv_dtypes: [bf16]": "ops:\n  kv_dtypes: [bf16, fp8]",
+                                     "  points:\n    - {batch: 1, input: 4096, output: 1024}\n"
+                                     "    - {batch: 64, input: 4096, output: 1024}": "  points:\n" + ops})
+    out = base / "out-ops"
+    cases["grid-ops-points"] = (["build", "--out", str(out), "--grid", str(grid), "--models", "Meta-Llama-3.1-8B",
+                                 "--jobs", "1", "--quiet", "--no-site"],
+                                {"where": f"ops.yaml:{_line_of(grid, 'ops:')}", "field": "ops",
+                                 "says": ["x 2 frameworks x 2 ops KV dtypes x 64 ops points)",
+                                          f"limit of {MAX_OPS_POINTS:,}"]}, out)
     # a sizing block of every GPU type up to 4,096 GPUs
     grid = _grid(base / "sizing.yaml", {"gpus: [H100, H200, B200]\n  frameworks": "gpus: all\n  frameworks",
                                         "max_gpus: 8": "max_gpus: 4096"})
@@ -196,7 +207,7 @@ def hostile(tmp_path_factory):
 
 
 CASES = ["layers-from-config", "repeat-literal", "stream-elements", "experts", "layers-x-experts", "templates", "dim-name", "template-name",
-         "manifest-range", "grid-points", "sizing-pairs", "plan-max-gpus"]
+         "manifest-range", "grid-points", "grid-ops-points", "sizing-pairs", "plan-max-gpus"]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -321,12 +332,15 @@ def test_default_grid_and_plan_are_within_the_work_bounds(evaluation):
     import math
     grid, gpus, sizing = load_grid(), load_gpus(), load_sizing(None)
     block_gpus = [find_gpu(gpus, name) for name in sizing.gpus]
-    most_points = most_pairs = most_plan = 0
+    most_points = most_ops = most_pairs = most_plan = 0
     for model_id in MODEL_IDS:
         ev = evaluation(model_id)
         stored = float(sum(t.total_bytes for t in ev.tensors() if t.stack == "main"))
-        most_points = max(most_points, math.prod(points_bound(ev, grid, gpus, stored).values()))
+        factors = points_bound(ev, grid, gpus, stored)
+        most_points = max(most_points, math.prod(factors.values()))
+        most_ops = max(most_ops, factors["(GPU, config) cells"] * factors["frameworks"] * len(grid.ops_kv_dtypes)
+                       * len(grid.ops_points))
         most_pairs = max(most_pairs, math.prod(pairs_bound(ev, sizing, block_gpus).values()))
         most_plan = max(most_plan, len(gpus) * len(legal_configs(ev, 8)))     # plan's default search
-    assert most_points <= MAX_POINTS, most_points
+    assert most_points <= MAX_POINTS and most_ops <= MAX_OPS_POINTS, (most_points, most_ops)
     assert most_pairs <= MAX_SEARCH_PAIRS and most_plan <= MAX_SEARCH_PAIRS, (most_pairs, most_plan)

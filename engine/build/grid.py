@@ -43,6 +43,11 @@ MAX_BEYOND_CONTEXT = 16
 #: default grid's largest bound is 96,768 (GLM-5.2; tests/test_bounds.py). Memory grows with the
 #: points: Llama-3.1-8B at a bound of 340,032 (174,666 points evaluated) peaked at 0.77 GB.
 MAX_POINTS = 300_000
+#: Bound of one model's per-op table points (candidate cells x frameworks x ``ops.kv_dtypes`` x
+#: ``ops.points``), checked with MAX_POINTS: each is every op of a program (about a hundred rows
+#: per phase), so 64 points per cell would write millions of rows. The default grid's largest is
+#: 1,152 (GLM-5.2: 288 cells x 2 frameworks x 1 x 2).
+MAX_OPS_POINTS = 8_192
 
 
 @dataclass(frozen=True)
@@ -65,8 +70,9 @@ class Grid:
     batches: tuple[int, ...]
     ops_kv_dtypes: tuple[str, ...]
     ops_points: tuple[tuple[int, int, int], ...]   # (batch, input, output)
-    #: The ``scenarios:`` block's place in the file (the bound on a model's points names it).
+    #: The ``scenarios:`` and ``ops:`` blocks' places in the file (the bounds on a model's points name them).
     where: Where = field(default=Where(), compare=False)
+    ops_where: Where = field(default=Where(), compare=False)
 
 
 def _count(item: Any, where: Where, high: int, what: str, allow_tp: bool = False) -> int | str:
@@ -178,7 +184,8 @@ def _load_grid(path: Path) -> Grid:
                 _ints(reader, sc, "output_lengths", "scenarios.output_lengths", MAX_TOKENS, tokens),
                 _ints(reader, sc, "batches", "scenarios.batches", MAX_BATCH, batches),
                 _choices(reader, ops, "kv_dtypes", "ops.kv_dtypes", kv_dtypes, empty_ok=True), tuple(points),
-                Where(reader.display, data.line_of("scenarios"), "scenarios"))
+                Where(reader.display, data.line_of("scenarios"), "scenarios"),
+                Where(reader.display, data.line_of("ops"), "ops"))
 
 
 @lru_cache(maxsize=None)
@@ -230,16 +237,21 @@ def model_cells(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes: 
     """(GPU, config) pairs for one model: counts from the first at which ``stored_bytes`` (the
     model's weights) can fit split over every GPU, up to ``beyond_fit`` times that count, and the
     GPU's whole scale-up domain. Refused in one line when the model's points over the grid could
-    exceed :data:`MAX_POINTS` (:func:`points_bound`), before any config is checked."""
+    exceed :data:`MAX_POINTS` (:func:`points_bound`), or its per-op table points
+    :data:`MAX_OPS_POINTS`, before any config is checked."""
     picked = _gpu_counts(grid, gpus, stored_bytes, hbm_fraction)
     factors = _point_factors(ev, grid, picked)
-    points = math.prod(factors.values())
-    if points > MAX_POINTS:
-        shown = " x ".join(f"{n:,} {what}" for what, n in factors.items())
-        raise SpecError(grid.where, f"{ev.model.model_id} would be evaluated at up to {points:,} points "
-                        f"({shown}), more than the limit of {MAX_POINTS:,}",
-                        "shorten the grid's lists: every combination is evaluated (the bound is "
-                        "engine/build/grid.py's MAX_POINTS)")
+    ops = {**{k: factors[k] for k in ("(GPU, config) cells", "frameworks")},
+           "ops KV dtypes": len(grid.ops_kv_dtypes), "ops points": len(grid.ops_points)}
+    for what, found, limit, name, where in (("points", factors, MAX_POINTS, "MAX_POINTS", grid.where),
+                                            ("per-op table points", ops, MAX_OPS_POINTS, "MAX_OPS_POINTS", grid.ops_where)):
+        product = math.prod(found.values())
+        if product > limit:
+            shown = " x ".join(f"{n:,} {k}" for k, n in found.items())
+            raise SpecError(where, f"{ev.model.model_id} would be evaluated at up to {product:,} {what} "
+                            f"({shown}), more than the limit of {limit:,}",
+                            "shorten the grid's lists: every combination is evaluated (the bound is "
+                            f"engine/build/grid.py's {name})")
     return [(gpu, c) for gpu, n in picked for c in configs(ev, grid, gpu, n)]
 
 
