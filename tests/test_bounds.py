@@ -219,7 +219,7 @@ def test_hostile_size_or_name_is_one_line_fast_and_writes_nothing(hostile, name)
     assert err.count("\n") == 1 and err.startswith("error: "), err
     assert answer["seconds"] < ALARM_S
     assert re.match(rf"error: \S*?{re.escape(expected['where'])}: {re.escape(expected['field'])}: ", err), (expected, err)
-    problem, dash, fix = err.partition(" — ")
+    _, dash, fix = err.partition(" — ")
     for says in expected["says"]:
         assert says in err, (says, err)
     assert dash and fix.strip(), err
