@@ -122,7 +122,10 @@ def hostile(tmp_path_factory):
         root = base / name / "corpus"
         shutil.copytree(REPO / "corpus", root)
         for file, old, new in edits:
-            _edit(root / file, old, new)
+            if old is None:          # a new file
+                (root / file).write_text(new)
+            else:
+                _edit(root / file, old, new)
         where = f"corpus/{at[0]}:{_line_of(root / at[0], at[1])}"
         cases[name] = ([command, model, "--corpus", str(root)], {"where": where, "field": field, "says": says}, None)
 
@@ -154,7 +157,15 @@ def hostile(tmp_path_factory):
          "Meta-Llama-3.1-8B", ("dims.yaml", evil), evil, ["dim name", "is not an identifier"])
     spec("template-name", [(f"models/{LLAMA}.yaml", "templates:\n  block:", 'templates:\n  "a(b)":')],
          "Meta-Llama-3.1-8B", (f"models/{LLAMA}.yaml", '"a(b)":'), "templates.a(b)",
-         ["layer template name 'a(b)' is not an identifier"])
+         ["layer template name 'a(b)' is not an identifier"])    # a variant's swapped layers become the template `block_<component>`: a Hub-style component name
+    # (letters, digits, '-', '_', '.') is a valid component, but that template's symbol is no identifier
+    gdn = (REPO / "corpus/components/library/gated_deltanet.yaml").read_text()
+    spec("variant-template", [("components/library/gated-deltanet.yaml", None,
+                               gdn.replace("component: gated_deltanet", "component: gated-deltanet", 1)),
+                              ("variants/Qwen3-32B-GDN.yaml", "component: gated_deltanet", "component: gated-deltanet")],
+         "what-if/Qwen3-32B-GDN", ("variants/Qwen3-32B-GDN.yaml", "component: gated-deltanet"), "swaps[0].component",
+         ["template 'block_gated-deltanet' is not an identifier"])
+
     # a checkpoint manifest's range standing for 10^9 tensors (the real ones: at most 142,773)
     spec("manifest-range", [(f"snapshots/{LLAMA}.tensors.yaml", "tensors:\n- lm_head",
                              "tensors:\n- model.layers.{0..999999999}.x.weight BF16 [1]\n- lm_head")],
@@ -206,7 +217,7 @@ def hostile(tmp_path_factory):
     return {name: (answer, expected, out) for (name, (_, expected, out)), answer in zip(cases.items(), answers)}
 
 
-CASES = ["layers-from-config", "repeat-literal", "stream-elements", "experts", "layers-x-experts", "templates", "dim-name", "template-name",
+CASES = ["layers-from-config", "repeat-literal", "stream-elements", "experts", "layers-x-experts", "templates", "dim-name", "template-name", "variant-template",
          "manifest-range", "grid-points", "grid-ops-points", "sizing-pairs", "plan-max-gpus"]
 
 
