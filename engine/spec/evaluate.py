@@ -35,8 +35,8 @@ PHASES = frozenset({"prefill", "decode"})
 
 #: Work bounds of one spec, checked before the walk loops over them (specs arrive in pull requests:
 #: a ``repeat:`` or a config's ``num_hidden_layers`` of 10^8 would otherwise walk for minutes and
-#: take gigabytes). The deepest published model has about 130 layers, the widest MoE layer 512
-#: experts and the largest layers x experts of one weight about 31,000 (tests/test_bounds.py holds
+#: take gigabytes). The deepest published model has 126 layers, the widest MoE layer 512
+#: experts and the largest layers x experts of one weight 23,040 (tests/test_bounds.py holds
 #: the corpus under every bound): each is about 16x or more of headroom. A layer stack is expanded
 #: per layer (schedules, stream plans); an expert weight's checkpoint names per layer and expert
 #: (engine.verify.validate), hence the product bound.
