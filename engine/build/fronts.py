@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,7 @@ import polars as pl
 
 from engine.spec.api import Evaluation
 from engine.spec.corpus import Reader, shown_value
-from engine.spec.errors import SpecError
+from engine.spec.errors import SpecError, Where
 from engine.spec.filememo import ContentMemo
 from engine.deploy.parallel import MAX_GPUS
 from engine.deploy.structure import MAX_TOKENS
@@ -138,6 +138,8 @@ class Sizing:
     max_gpus: int
     models: tuple[str, ...] | None = None     # Hugging Face ids; None: every model of the corpus
     disagg_frameworks: tuple[str, ...] | None = None   # whose disagg rows are written; None: every framework
+    #: The block's place in the grid file (the bound on a model's searches names it).
+    where: Where = field(default=Where(), compare=False)
 
 
 def load_sizing(grid_path: Path | str | None) -> Sizing | None:
@@ -200,7 +202,8 @@ def _load_sizing(path: Path) -> Sizing | None:
     if "disagg_frameworks" in block:     # the disaggregated answers' points (disagg.parquet) for these only
         disagg = _choices(reader, block, "disagg_frameworks", "sizing.disagg_frameworks", frameworks, empty_ok=True)
     return Sizing(tuple(scenarios), None if gpus == "all" else tuple(gpus), frameworks, kv_dtypes, max_gpus,
-                  None if models == "all" else tuple(models), disagg)
+                  None if models == "all" else tuple(models), disagg,
+                  Where(reader.display, data.line_of("sizing"), "sizing"))
 
 
 def staircase(order: np.ndarray, ttft: np.ndarray, tpot: np.ndarray) -> list[int]:
@@ -261,7 +264,6 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
     prefill-pool points, as plan does (the fronts and sizing rows are the same)."""
     from engine.deploy import Options
     from engine.deploy.fusion import load_tables
-    from engine.deploy.hardware import find_gpu
     from engine.deploy.sizing import SLA, front, search
     from engine.deploy.structure_cache import StructureCache
 
@@ -269,13 +271,12 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
     sizing = {k: [] for k in SIZING_SCHEMA}
     if disagg is not None:
         disagg.update({k: [] for k in DISAGG_SCHEMA})
-    spec, all_gpus = _inputs(grid_path, gpu_root)
-    if spec is None or (spec.models is not None and ev.model.model_id not in spec.models):
+    spec, gpus = check_work(ev, grid_path, gpu_root)
+    if spec is None:
         return fronts, sizing
     if cache is None:
         cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
     tables = cache.tables
-    gpus = [find_gpu(all_gpus, name) for name in spec.gpus] if spec.gpus is not None else list(all_gpus.values())
     max_ctx = int(ev.numeric.max_context)
     # no SLA filters the rows (the bounds are the reader's): both bounds beyond any latency
     unbounded = SLA(1e30, 1e30)
@@ -353,6 +354,29 @@ def _append_disagg(columns: dict, ev: Evaluation, gpus, results, input_len: int,
             columns["tpot_s"].extend(tpots)
             kv = {cfg: float(share[cfg]) for cfg in labels}
             columns["kv_share_bytes"].extend(kv[cfg] for cfg in cfgs)
+
+
+def check_work(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[Sizing | None, list]:
+    """(the sizing block, its GPUs) for ``ev``, or (None, []) when the block does not cover the
+    model; refused in one line (:func:`engine.deploy.sizing.check_pairs`) when the model's searches
+    together would cover more (GPU type, config) pairs than the bound: checked before any search."""
+    from engine.deploy.hardware import find_gpu
+    from engine.deploy.sizing import check_pairs
+    spec, all_gpus = _inputs(grid_path, gpu_root)
+    if spec is None or (spec.models is not None and ev.model.model_id not in spec.models):
+        return None, []
+    gpus = [find_gpu(all_gpus, name) for name in spec.gpus] if spec.gpus is not None else list(all_gpus.values())
+    check_pairs(pairs_bound(ev, spec, gpus), spec.where, f"{ev.model.model_id}: list fewer GPU types, frameworks, "
+                "KV dtypes or scenarios, or a smaller max_gpus")
+    return spec, gpus
+
+
+def pairs_bound(ev: Evaluation, spec: Sizing, gpus: list) -> dict[str, int]:
+    """The factors whose product is the (GPU type, config) pairs ``ev``'s searches for the block
+    cover together (what :data:`engine.deploy.sizing.MAX_SEARCH_PAIRS` bounds)."""
+    from engine.deploy.sizing import legal_configs
+    return {"frameworks": len(spec.frameworks), "KV dtypes": len(spec.kv_dtypes), "scenarios": len(spec.scenarios),
+            "GPU types": len(gpus), f"configs up to {spec.max_gpus} GPUs": len(legal_configs(ev, spec.max_gpus))}
 
 
 def _inputs(grid_path, gpu_root) -> tuple:

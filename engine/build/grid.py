@@ -8,7 +8,8 @@ the weights can fit up to ``beyond_fit`` times it. Nothing here computes a numbe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,18 @@ _SCENARIOS = ("input_lengths", "beyond_max_context", "output_lengths", "batches"
 #: times a model's max context.
 MAX_LIST = 64
 MAX_BEYOND_CONTEXT = 16
+#: Bound of one model's grid points (candidate configs x frameworks x KV dtypes x prompts x outputs
+#: x batches, the batches counted with the capacity point each prompt may add), checked as that
+#: product before any structure is built (:func:`model_cells`): lists within MAX_LIST can still
+#: multiply to tens of millions of points (three lists of 64 drove one 8B model to 19 GB). The
+#: default grid's largest bound is 96,768 (GLM-5.2; tests/test_bounds.py). Memory grows with the
+#: points: Llama-3.1-8B at a bound of 340,032 (174,666 points evaluated) peaked at 0.77 GB.
+MAX_POINTS = 300_000
+#: Bound of one model's per-op table points (candidate cells x frameworks x ``ops.kv_dtypes`` x
+#: ``ops.points``), checked with MAX_POINTS: each is every op of a program (about a hundred rows
+#: per phase), so 64 points per cell would write millions of rows. The default grid's largest is
+#: 1,152 (GLM-5.2: 288 cells x 2 frameworks x 1 x 2).
+MAX_OPS_POINTS = 8_192
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,9 @@ class Grid:
     batches: tuple[int, ...]
     ops_kv_dtypes: tuple[str, ...]
     ops_points: tuple[tuple[int, int, int], ...]   # (batch, input, output)
+    #: The ``scenarios:`` and ``ops:`` blocks' places in the file (the bounds on a model's points name them).
+    where: Where = field(default=Where(), compare=False)
+    ops_where: Where = field(default=Where(), compare=False)
 
 
 def _count(item: Any, where: Where, high: int, what: str, allow_tp: bool = False) -> int | str:
@@ -167,21 +183,24 @@ def _load_grid(path: Path) -> Grid:
                 float(beyond),
                 _ints(reader, sc, "output_lengths", "scenarios.output_lengths", MAX_TOKENS, tokens),
                 _ints(reader, sc, "batches", "scenarios.batches", MAX_BATCH, batches),
-                _choices(reader, ops, "kv_dtypes", "ops.kv_dtypes", kv_dtypes, empty_ok=True), tuple(points))
+                _choices(reader, ops, "kv_dtypes", "ops.kv_dtypes", kv_dtypes, empty_ok=True), tuple(points),
+                Where(reader.display, data.line_of("scenarios"), "scenarios"),
+                Where(reader.display, data.line_of("ops"), "ops"))
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+@lru_cache(maxsize=None)
+def _divisors(n: int) -> tuple[int, ...]:
+    return tuple(d for d in range(1, n + 1) if n % d == 0)
 
 
 def _allowed(value: int, tp: int, choices: tuple) -> bool:
     return any(value == (tp if c == "tp" else c) for c in choices)
 
 
-def configs(ev: Evaluation, grid: Grid, gpu: GPU, n_gpus: int) -> list[ParallelConfig]:
-    """The legal configs of ``n_gpus`` GPUs that the grid allows (no replicas: dp = 1)."""
-    moe = any(r.role == "experts" for r in ev.numeric.rows.values())
-    out = []
+def _candidates(grid: Grid, gpu: GPU, n_gpus: int, moe: bool):
+    """(tp, pp, cp, eps, dp_attns) of every split of ``n_gpus`` GPUs the grid's parallel rules
+    allow (no replicas: dp = 1): the candidate configs are each tuple's eps x dp_attns, before the
+    model's own check. Counting them costs no check (:func:`points_bound`)."""
     for cp in grid.cp:
         if n_gpus % cp:
             continue
@@ -191,23 +210,63 @@ def configs(ev: Evaluation, grid: Grid, gpu: GPU, n_gpus: int) -> list[ParallelC
                 continue
             if pp > 1 and tp * cp < min(n_gpus, grid.pp_after_tp):
                 continue      # pipeline stages only once TP (x CP) spans pp_after_tp GPUs
-            for ep in _divisors(tp) if moe else [1]:
-                for dp_attn in _divisors(tp) if moe else [1]:   # dense: attention replicas = replicas
-                    if not (_allowed(ep, tp, grid.ep) and _allowed(dp_attn, tp, grid.dp_attn)):
-                        continue
-                    config = ParallelConfig(tp=tp, ep=ep, dp_attn=dp_attn, pp=pp, cp=cp)
-                    if config not in out and not check(ev, config):
-                        out.append(config)
-    return out
+            # dense: ep = dp_attn = 1 (attention replicas are replicas)
+            degrees = _divisors(tp) if moe else (1,)
+            yield (tp, pp, cp, [d for d in degrees if _allowed(d, tp, grid.ep)],
+                   [d for d in degrees if _allowed(d, tp, grid.dp_attn)])
+
+
+def _is_moe(ev: Evaluation) -> bool:
+    return any(r.role == "experts" for r in ev.numeric.rows.values())
+
+
+def configs(ev: Evaluation, grid: Grid, gpu: GPU, n_gpus: int) -> list[ParallelConfig]:
+    """The legal configs of ``n_gpus`` GPUs that the grid allows (no replicas: dp = 1)."""
+    out: dict[ParallelConfig, None] = {}      # ordered, and a repeated cp in the grid adds nothing
+    for tp, pp, cp, eps, dp_attns in _candidates(grid, gpu, n_gpus, _is_moe(ev)):
+        for ep in eps:
+            for dp_attn in dp_attns:
+                config = ParallelConfig(tp=tp, ep=ep, dp_attn=dp_attn, pp=pp, cp=cp)
+                if config not in out and not check(ev, config):
+                    out[config] = None
+    return list(out)
 
 
 def model_cells(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes: float,
                 hbm_fraction: float = HBM_FRACTION) -> list[tuple[GPU, ParallelConfig]]:
     """(GPU, config) pairs for one model: counts from the first at which ``stored_bytes`` (the
     model's weights) can fit split over every GPU, up to ``beyond_fit`` times that count, and the
-    GPU's whole scale-up domain."""
+    GPU's whole scale-up domain. Refused in one line when the model's points over the grid could
+    exceed :data:`MAX_POINTS` (:func:`points_bound`), or its per-op table points
+    :data:`MAX_OPS_POINTS`, before any config is checked."""
+    picked = _gpu_counts(grid, gpus, stored_bytes, hbm_fraction)
+    factors = _point_factors(ev, grid, picked)
+    ops = {**{k: factors[k] for k in ("(GPU, config) cells", "frameworks")},
+           "ops KV dtypes": len(grid.ops_kv_dtypes), "ops points": len(grid.ops_points)}
+    for what, found, limit, name, where in (("points", factors, MAX_POINTS, "MAX_POINTS", grid.where),
+                                            ("per-op table points", ops, MAX_OPS_POINTS, "MAX_OPS_POINTS", grid.ops_where)):
+        product = math.prod(found.values())
+        if product > limit:
+            shown = " x ".join(f"{n:,} {k}" for k, n in found.items())
+            raise SpecError(where, f"{ev.model.model_id} would be evaluated at up to {product:,} {what} "
+                            f"({shown}), more than the limit of {limit:,}",
+                            "shorten the grid's lists: every combination is evaluated (the bound is "
+                            f"engine/build/grid.py's {name})")
+    return [(gpu, c) for gpu, n in picked for c in configs(ev, grid, gpu, n)]
+
+
+def points_bound(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes: float,
+                 hbm_fraction: float = HBM_FRACTION) -> dict[str, int]:
+    """The factors whose product bounds ``ev``'s points over the grid, what :data:`MAX_POINTS`
+    bounds: candidate (GPU, config) cells (before the model's check) x frameworks x KV dtypes x
+    its prompts x outputs x the batches with the capacity point a prompt may add."""
+    return _point_factors(ev, grid, _gpu_counts(grid, gpus, stored_bytes, hbm_fraction))
+
+
+def _gpu_counts(grid: Grid, gpus: dict[str, GPU], stored_bytes: float, hbm_fraction: float) -> list[tuple[GPU, int]]:
+    """(GPU, count) of :func:`model_cells`, in its order."""
     names = grid.gpus if grid.gpus is not None else tuple(gpus)
-    cells = []
+    picked = []
     for name in names:
         if name not in gpus:
             raise SpecError(Where(grid.path, field="gpus"),
@@ -218,10 +277,18 @@ def model_cells(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes: 
         first = next((n for n in counts if stored_bytes / n < usable), None)
         if first is None:
             continue
-        for n in counts:   # ... and a whole scale-up domain (an NVL72 rack) when it is in the grid
-            if first <= n <= first * grid.beyond_fit or (n == gpu.scale_up_domain and n >= first):
-                cells.extend((gpu, c) for c in configs(ev, grid, gpu, n))
-    return cells
+        # ... and a whole scale-up domain (an NVL72 rack) when it is in the grid
+        picked += [(gpu, n) for n in counts if first <= n <= first * grid.beyond_fit
+                   or (n == gpu.scale_up_domain and n >= first)]
+    return picked
+
+
+def _point_factors(ev: Evaluation, grid: Grid, picked: list[tuple[GPU, int]]) -> dict[str, int]:
+    moe = _is_moe(ev)
+    cells = sum(len(eps) * len(dps) for gpu, n in picked for _, _, _, eps, dps in _candidates(grid, gpu, n, moe))
+    return {"(GPU, config) cells": cells, "frameworks": len(grid.frameworks), "KV dtypes": len(grid.kv_dtypes),
+            "prompts": len(input_lengths(grid, int(ev.numeric.max_context))), "outputs": len(grid.output_lengths),
+            "batches": len(grid.batches) + 1}
 
 
 def input_lengths(grid: Grid, max_context: int) -> list[int]:

@@ -37,6 +37,14 @@ PHASE_FIELDS = ("step_time_s", "compute_time_s", "memory_time_s", "comm_time_s",
                 "weight_bytes", "comm_bytes", "bound")
 
 
+def check_work(ev: Evaluation, grid_path=None, gpu_root=None) -> None:
+    """Refuse, in one line, a model whose points over the grid could exceed the bound
+    (:func:`engine.build.grid.model_cells`), before any structure is built (the build checks every
+    bound of a model's work before starting any of it)."""
+    stored = float(sum(t.total_bytes for t in ev.tensors() if t.stack == "main"))
+    model_cells(ev, load_grid(grid_path), load_gpus(gpu_root), stored)
+
+
 def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict | None = None,
                    cache: StructureCache | None = None):
     """(deployment columns, op columns, number of points) for one model over the grid. With

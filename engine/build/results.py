@@ -556,6 +556,10 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
     cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
     name = slug(model_id)
     counts: dict = {"model_id": model_id}
+    from engine.build import fronts
+    # every bound on the model's work (its grid points, its sizing pairs) before any of it starts
+    grid_eval.check_work(ev, grid_path, gpu_root)
+    fronts.check_work(ev, grid_path, gpu_root)
     if part in ("all", "grid"):
         formulas: dict = {}        # the deploy page's formula trees (engine.build.deploy_export)
         deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root, formulas, cache)
@@ -575,8 +579,7 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
         from engine.build.deploy_export import document_json     # compact_json's text, each step row encoded once
         (Path(staging) / "formulas" / f"{name}.json").write_text(document_json(formulas))
         counts.update(deployments=len(deployments["model_id"]), ops=len(ops["model_id"]), points=points)
-    if part in ("all", "extras"):
-        from engine.build import fronts    # plan's search per sizing scenario: fronts/ and sizing/ (docs/results.md)
+    if part in ("all", "extras"):      # plan's search per sizing scenario: fronts/ and sizing/ (docs/results.md)
         counts.update(fronts.write_model(ev, grid_path, gpu_root, Path(staging), name,
                                          lambda columns, schema, path: write_parquet(_frame(columns, schema), path,
                                                                                      compression="zstd",

@@ -375,7 +375,7 @@ def _lambdify(expr: sympy.Expr):
                                                              for k in m}}))
         printer = _PRINTER[0]
     # no docstring: printing the expression into it is a quarter of lambdify's time
-    return sympy.lambdify(_ARG_LIST, expr, modules=_MODULES, printer=printer, docstring_limit=0)
+    return symbols.checked_lambdify(_ARG_LIST, expr, modules=_MODULES, printer=printer, docstring_limit=0)
 
 
 #: ARGS as lambdify's one argument: their parameter list as text. lambdify writes an argument that is

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from engine.spec.api import Evaluation
-from engine.spec.errors import SpecError
+from engine.spec.errors import SpecError, Where
 from engine.deploy.fusion import FusionTable, live_token_limits, reserve_bytes
 from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, ROUND, join, links, replicas, \
     transfer_bytes, usd_per_m_tokens
@@ -61,6 +61,15 @@ from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options,
 #: to the capacity (itself included). The front and the cheapest point move by well under 1% with it.
 DENSE_BATCHES = 512
 BATCH_STEP = 1.01
+#: Bound of the (GPU type, config) pairs one model's sizing covers (one search of ``archledger
+#: plan``, or every search of a grid's ``sizing:`` block together), checked as that product before
+#: any structure is built (:func:`check_pairs`): each pair compiles or reuses a structure and
+#: evaluates up to about 1,300 batches (twice that with prefill pools); plan took about 50 ms and
+#: 1.9 MB per pair (Llama-3.1-8B, every GPU type, up to 64 GPUs: 984 pairs, 48 s, 1.8 GB), and a
+#: block of every GPU type up to 4,096 GPUs ran past 5 minutes. ``plan``'s default (every GPU type
+#: of gpus/, up to 8 GPUs) covers at most 600 pairs of a corpus model, the default grid's block 300
+#: (tests/test_bounds.py holds both under the bound).
+MAX_SEARCH_PAIRS = 2_048
 #: Fields of one reported point (JSON names; seconds, tokens/s, requests/s).
 POINT_FIELDS = ("gpu", "config", "n_gpus", "tp", "ep", "dp_attn", "pp", "replicas", "total_gpus", "batch",
                 "ttft_s", "tpot_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "requests_per_s",
@@ -241,6 +250,17 @@ def legal_configs(ev: Evaluation, max_gpus: int) -> list[ParallelConfig]:
     return out
 
 
+def check_pairs(factors: dict[str, int], where: Where, hint: str) -> None:
+    """Refuse, in one line naming the product and :data:`MAX_SEARCH_PAIRS`, a sizing whose
+    (GPU type, config) pairs (the product of ``factors``, what -> how many) exceed the bound."""
+    pairs = math.prod(factors.values())
+    if pairs > MAX_SEARCH_PAIRS:
+        shown = " x ".join(f"{n:,} {what}" for what, n in factors.items())
+        raise SpecError(where, f"the sizing search covers {pairs:,} (GPU type, config) pairs ({shown}), "
+                        f"more than the limit of {MAX_SEARCH_PAIRS:,}",
+                        f"{hint} (the bound is engine/deploy/sizing.py's MAX_SEARCH_PAIRS)")
+
+
 class _Evaluator:
     """Structures from a :class:`engine.deploy.structure_cache.StructureCache` (per config, domain
     class, fusion signature and live token regime: shared between GPU types of one search, and with
@@ -418,6 +438,8 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
                         "both must be whole numbers >= 1 (TPOT needs at least one output token)")
     validate_options(options, ev)
     configs = legal_configs(ev, max_gpus)
+    check_pairs({"GPU types": len(gpus), f"configs up to {max_gpus} GPUs": len(configs)}, option_where("--max-gpus"),
+                "name fewer GPU types (--gpu) or a smaller --max-gpus")
     stored = _stored_bytes(ev) if options.weight_format == "checkpoint" else 0.0
     evaluator = _Evaluator(ev, options, fusion, cache)
     # 1. per GPU type and config, the batches to try: up to the capacity summarize() reports (its

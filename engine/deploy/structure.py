@@ -185,7 +185,7 @@ class Structure:
         if fn is None:       # structures of one placement share the expression: compiled once
             if len(_KV_FNS) > 1024:
                 _KV_FNS.clear()
-            fn = _KV_FNS[self.kv_device_per_request] = sympy.lambdify(
+            fn = _KV_FNS[self.kv_device_per_request] = symbols.checked_lambdify(
                 (LENGTH, KV_BYTES), self.kv_device_per_request, modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
 
         def kv_device_fn(length, kv_bytes):

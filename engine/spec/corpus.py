@@ -193,6 +193,15 @@ def check_name(text: Any, where: Where, what: str, example: str) -> str:
     return text
 
 
+def check_symbol_name(text: Any, where: Where, what: str, example: str) -> str:
+    """``text`` if it can name a sympy symbol (:func:`engine.spec.symbols.is_symbol_name`: dims and
+    layer templates, whose layer groups become symbols), else a one-line :class:`SpecError`."""
+    if not symbols.is_symbol_name(text):
+        raise SpecError(where, f"{what} {shown_value(text)} is not an identifier",
+                        f"write e.g. {example} ({symbols.SYMBOL_RULE})")
+    return text
+
+
 def check_model_id(model_id: Any, where: Where) -> str:
     """A model id is the Hub's ``org/name``: two names (:func:`is_name`) joined by one ``/``."""
     parts = model_id.split("/") if isinstance(model_id, str) else []
@@ -268,6 +277,7 @@ def _load_dims(root: Path) -> dict[str, DimInfo]:
     table = reader.mapping(reader.data, "dims")
     out = {}
     for name, row in table.items():
+        check_symbol_name(name, reader.where(table, name, name), "dim name", "n_kv_heads")
         row = reader.mapping(row, name, table, name)
         reader.keys(row, name, ("kind", "shard", "doc", "replicate"), ("kind", "shard", "doc"))
         shard = row["shard"]
@@ -580,6 +590,11 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
 
 # -- models --------------------------------------------------------------------------------------
 
+#: Layer templates one model may declare: the site's playground evaluates a swap in every non-empty
+#: subset of a model's templates (engine.build.whatif.template_subsets: 2^n - 1 of them, 127 for
+#: DeepSeek-V4's seven, the corpus's most), so their number is bounded before any work starts.
+MAX_TEMPLATES = 10
+
 def _fill(reader: Reader, raw: Any, field: str, parent: LineDict) -> Fill:
     if isinstance(raw, str):
         return Fill(raw, reader.where(parent, field, field.rsplit(".", 1)[-1]))
@@ -685,8 +700,14 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
     dims = reader.mapping(data["dims"], "dims", data, "dims")
     slots = {name: _fill(reader, raw, f"slots.{name}", data["slots"])
              for name, raw in (data.get("slots") or {}).items()}
-    templates = {name: _fill(reader, raw, f"templates.{name}", data["templates"])
+    templates = {check_symbol_name(name, reader.where(data["templates"], f"templates.{name}", name),
+                                   "layer template name", "block"):
+                 _fill(reader, raw, f"templates.{name}", data["templates"])
                  for name, raw in (data.get("templates") or {}).items()}
+    if len(templates) > MAX_TEMPLATES:
+        raise SpecError(reader.where(data, "templates", "templates"), f"{len(templates)} layer templates, more than "
+                        f"the limit of {MAX_TEMPLATES}", "merge templates that differ only in a dim (a fill dim may "
+                        f"read `layer`): the playground evaluates every subset of a model's templates (2^n - 1)")
     stacks = {}
     raw_stacks = reader.mapping(data["stacks"], "stacks", data, "stacks")
     if "main" not in raw_stacks:

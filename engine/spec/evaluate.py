@@ -33,6 +33,17 @@ from engine.spec.yamlio import NonFinite
 ONE = sympy.Integer(1)
 PHASES = frozenset({"prefill", "decode"})
 
+#: Work bounds of one spec, checked before the walk loops over them (specs arrive in pull requests:
+#: a ``repeat:`` or a config's ``num_hidden_layers`` of 10^8 would otherwise walk for minutes and
+#: take gigabytes). The deepest published model has 126 layers, the widest MoE layer 512
+#: experts and the largest layers x experts of one weight 23,040 (tests/test_bounds.py holds
+#: the corpus under every bound): each is about 16x or more of headroom. A layer stack is expanded
+#: per layer (schedules, stream plans); an expert weight's checkpoint names per layer and expert
+#: (engine.verify.validate), hence the product bound.
+MAX_LAYERS = 4096
+MAX_INSTANCES = 16384
+MAX_COPIES = 2 ** 19
+
 
 #: sympy.simplify, once per expression per process: a cache's per-token size recurs in every layer
 #: template, site walk and model (typed: a Python number and sympy's equal one differ in type)
@@ -353,6 +364,12 @@ class _Components:
         instances, active = scope.instances, scope.active
         if node.instances is not None:
             count = self._eval(node.instances, expr.Scope(names), node.where.at("instances"))
+            if self.binding.numeric:
+                where = node.where.at("instances")
+                _check_count(count, MAX_INSTANCES, where, f"{node.name!r} has", "instances",
+                             "each instance's weights are named and checked one by one")
+                _check_count(repeat * count, MAX_COPIES, where, f"{node.name!r} has", "copies (layers x instances)",
+                             "each copy's weights are named and checked one by one")
             instances = instances * count
             active = active * (self._eval(node.active, expr.Scope(names), node.where.at("active"))
                                if node.active is not None else count)
@@ -481,6 +498,17 @@ class _Components:
         return got
 
 
+def _check_count(count: Any, limit: int, where: Where, what: str, unit: str, why: str) -> None:
+    """Refuse a count the walk would loop over that is above ``limit`` (:data:`MAX_LAYERS` ...),
+    before any loop runs (a float too: ``range(int(1e9))`` loops as long). A count that is not a
+    number is left to the code that uses it."""
+    if isinstance(count, (int, float, sympy.Number)) and not isinstance(count, bool) and count > limit:
+        shown = f"{int(count):,}" if count == int(count) else str(count)
+        raise SpecError(where, f"{what} {shown} {unit}, more than the limit of {limit:,}",
+                        f"check the count and the config field it reads ({why}; the bound is "
+                        f"engine/spec/evaluate.py's)")
+
+
 class _LayerStacks:
     """Walker job: a ``repeat:`` stack -> layer groups by schedule and template, walked once per
     group with the stack's streams (:class:`_LayerStreams`) and rolled back when a group waits for
@@ -494,6 +522,8 @@ class _LayerStacks:
                             "put the inner repeat in its own stack under stacks:")
         count_sym = self._eval(node.target, expr.Scope(self.names(scope)), where.at("repeat"))
         count = self._eval(node.target, expr.Scope(self.numeric_dims), where.at("repeat"))
+        _check_count(count, MAX_LAYERS, where.at("repeat"), f"{node.name!r} repeats", "layers",
+                     "a layer stack is expanded layer by layer")
         offset = 0
         if node.index_from is not None:
             offset = int(self._eval(node.index_from, expr.Scope(self.numeric_dims, self.config),
@@ -536,7 +566,9 @@ class _LayerStacks:
         if whole:
             repeat = count_sym
         else:
-            base = node.target if isinstance(node.target, str) else "layers"
+            # the group's symbol joins names that are identifiers (a `repeat:` that is an expression
+            # is named `layers`; templates are checked at load; tags are letters, digits and _)
+            base = node.target if symbols.is_symbol_name(node.target) else "layers"
             name = f"{base}_{template}" + (f"_{tag}" if tag else "")
             repeat = sympy.Integer(len(layers)) if self.binding.numeric else symbols.dim(name)
             self.values[name] = repeat
@@ -887,6 +919,10 @@ class _LayerStreams:
         self.publications: dict[str, list[tuple[int, str, tuple]]] = {s: [] for s in self.specs}
         self.first_value: dict[str, tuple] = {}
         self.readers: dict[str, list] = {s: [] for s in self.specs}
+        for s in self.specs.values():     # a stack node's elements are listed one by one
+            if s.kind == "append" and s.count is not None:
+                _check_count(self._hit(s.count, None), MAX_LAYERS, s.where.at("count"), f"stream {s.name!r} archives",
+                             "elements", "a stream's elements are listed one by one")
         self.points = {s.name: stream_rules.archive_points(s, len(templates), self._hit)
                        for s in self.specs.values() if s.kind == "append"}
         self.reads = {t: self._scan(walker.model.templates[t], walker.model.slots, set())
@@ -941,7 +977,7 @@ class _LayerStreams:
             sizes.setdefault(t, set()).add(key)
         groups = []
         for (t, h, _), layers in plan.items():
-            tag = ["h" + ".".join(map(str, h))] if h else []
+            tag = ["h" + "_".join(map(str, h))] if h else []     # part of a symbol's name: no '.'
             if len(sizes[t]) > 1:
                 tag.append(f"L{layers[0]}")
             groups.append((t, tuple(layers), "_".join(tag)))

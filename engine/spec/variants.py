@@ -168,6 +168,9 @@ def resolve(corpus: "Corpus", name: str, base: str, swaps: list[Swap], binds: li
                 continue
             _check_when(swap)
             new_name = f"{template}_{component.name}"
+            if not symbols.is_symbol_name(new_name):     # its layer group becomes a symbol
+                raise SpecError(swap.where.at("component"), f"the swapped layers' template {new_name!r} "
+                                "is not an identifier", f"swap in a component whose name is one ({symbols.SYMBOL_RULE})")
             templates[new_name] = new
             changed[template] = new_name
             stacks = {k: _reschedule(s, template, new_name, swap.when, swap.where) for k, s in stacks.items()}

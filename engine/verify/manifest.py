@@ -190,6 +190,21 @@ def _natural(name: str) -> list:
     return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name)]
 
 
+#: Bound of the tensors one manifest's lines stand for, counted before any range is expanded: the
+#: largest real checkpoint has 142,773 (tests/test_bounds.py); a range such as ``{0..999999999}``
+#: in a manifest from a pull request would otherwise expand for minutes and take gigabytes.
+MAX_TENSORS = 2 ** 21
+
+
+class TooManyTensors(ValueError):
+    """A manifest line would expand past the tensors left of :data:`MAX_TENSORS`."""
+
+
+def _set_size(text: str) -> int:
+    """How many indices ``_expand_set(text)`` gives, counted without making them."""
+    return sum(max(0, int(high or low) - int(low) + 1) for low, _, high in (p.partition("..") for p in text.split(",")))
+
+
 def _expand_set(text: str) -> list[int]:
     out = []
     for part in text.split(","):
@@ -204,21 +219,29 @@ def expand_line(line: str) -> list[ManifestTensor]:
     return [ManifestTensor(n, group.dtype, group.shape) for n in group.names]
 
 
-def expand_group(line: str) -> TensorGroup:
-    """:func:`expand_line` as one group: the names in the same order, dtype and shape once."""
+def expand_group(line: str, budget: int = MAX_TENSORS) -> TensorGroup:
+    """:func:`expand_line` as one group: the names in the same order, dtype and shape once.
+    :class:`TooManyTensors` (before expanding) when the names would be more than ``budget``."""
     name, dtype, shape_text = line.split(" ", 2)
     shape = tuple(int(x) for x in shape_text.strip("[]").replace(" ", "").split(",") if x)
     if dtype not in DTYPE_BITS:
         raise ValueError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPE_BITS)})")
-    return TensorGroup.of(_expand_name(name), dtype, shape)
+    return TensorGroup.of(_expand_name(name, budget), dtype, shape)
 
 
-def _expand_name(name: str) -> list[str]:
-    """Each name a ranged name stands for, the first range outermost."""
+def _expand_name(name: str, budget: int = MAX_TENSORS) -> list[str]:
+    """Each name a ranged name stands for, the first range outermost (at most ``budget``)."""
     parts = _RANGE.split(name)          # literal, set, literal, set, ..., literal
     literals = parts[0::2]
     if any("{" in p or "}" in p for p in literals):
-        return _expand_name_stepwise(name)   # braces around a range: substitute one at a time
+        return _expand_name_stepwise(name, budget)   # braces around a range: substitute one at a time
+    count = 1
+    for text in parts[1::2]:              # counted in expansion order: an empty set ends it, as below
+        count *= _set_size(text)
+        if not count:
+            return []
+    if count > budget:
+        raise TooManyTensors(name)
     names = [literals[0]]
     for text, literal in zip(parts[1::2], literals[1:]):
         values = _expand_set(text)
@@ -228,11 +251,13 @@ def _expand_name(name: str) -> list[str]:
     return names
 
 
-def _expand_name_stepwise(name: str) -> list[str]:
+def _expand_name_stepwise(name: str, budget: int = MAX_TENSORS) -> list[str]:
     """The reference expansion: replace the first range until none is left (a substituted index can
-    complete a new range, as in ``{{1}}``)."""
+    complete a new range, as in ``{{1}}``); each step counted before it is made."""
     names = [name]
     while any(_RANGE.search(n) for n in names):
+        if sum(_set_size(m[1]) if m else 1 for m in map(_RANGE.search, names)) > budget:
+            raise TooManyTensors(name)
         names = [n[:m.start()] + str(i) + n[m.end():]
                  for n in names for m in [_RANGE.search(n)] for i in _expand_set(m[1])]
     return names
@@ -267,10 +292,16 @@ def load(path: Path, root: Path | None = None) -> Manifest:
                             "regenerate the file with `archledger snapshot MODEL`")
     groups: list[TensorGroup] = []
     lines = data["tensors"]
+    left = MAX_TENSORS
     for i, line in enumerate(lines):
         line_no = getattr(lines, "line", 0) + i   # block style: one line per entry
         try:
-            groups.append(expand_group(str(line)))
+            groups.append(expand_group(str(line), left))
+            left -= len(groups[-1].names)
+        except TooManyTensors:
+            raise SpecError(Where(rel, line_no, f"tensors[{i}]"), f"the lines up to this one stand for more "
+                            f"than {MAX_TENSORS:,} tensors", "a checkpoint manifest lists the real tensors: "
+                            "regenerate the file with `archledger snapshot MODEL`") from None
         except (ValueError, IndexError) as exc:
             raise SpecError(Where(rel, line_no, f"tensors[{i}]"), f"cannot read {line!r}: {exc}",
                             "write `name DTYPE [d0, d1, ...]`") from None
