@@ -32,6 +32,7 @@ from typing import Mapping
 import sympy
 
 from engine.project import PACKAGE_ROOT
+from engine.spec import file_schemas
 from engine.spec.corpus import COMPUTE_CLASSES, Reader
 from engine.spec.errors import SpecError
 from engine.spec.filememo import ContentMemo
@@ -183,7 +184,7 @@ class Match:
 
 
 def load_table(path: Path, root: Path | None = None) -> FusionTable:
-    reader = Reader(path, root or path.parent)
+    reader = Reader(path, root or path.parent, file_schemas.FUSION)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("framework", "version", "doc", "rules", "runtime_reserve"),
                 ("framework", "version", "doc", "rules"))

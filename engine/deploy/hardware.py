@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.project import PACKAGE_ROOT
+from engine.spec import file_schemas
 from engine.spec.corpus import Reader, shown_value, check_name, refuse_symlinks
 from engine.spec.errors import SpecError, Where
 from engine.spec.filememo import ContentMemo
@@ -94,7 +95,7 @@ class CollectiveModel:
 def load_collectives(root: Path) -> CollectiveModel:
     """The latency table under ``root`` (or the repo's, when a GPU folder brings none)."""
     path = _collectives_file(root)
-    reader = Reader(path, path.parent)
+    reader = Reader(path, path.parent, file_schemas.COLLECTIVES)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("model", "src", "base_us", "hop_us"), ("model", "src", "base_us", "hop_us"))
     base = reader.mapping(data["base_us"], "base_us", data, "base_us")
@@ -224,7 +225,7 @@ def _hw(reader: Reader, link: dict, field: str, classes) -> str:
 
 
 def load_gpu(path: Path, root: Path, collectives: CollectiveModel | None = None) -> GPU:
-    reader = Reader(path, root)
+    reader = Reader(path, root, file_schemas.GPU)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", _FIELDS, tuple(f for f in _FIELDS if f not in _OPTIONAL))
     peak = reader.mapping(data["peak_tflops"], "peak_tflops", data, "peak_tflops")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from engine.project import PACKAGE_ROOT
-from engine.spec import expr, symbols, variants as variant_rules
+from engine.spec import expr, file_schemas, symbols, variants as variant_rules
 from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES, DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import (CacheSpec, ComponentSpec, ConfigDefault, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
@@ -100,12 +100,12 @@ class Corpus:
 class Reader:
     """Schema checks on one YAML file, producing :class:`Where` values with lines."""
 
-    def __init__(self, path: Path, root: Path):
+    def __init__(self, path: Path, root: Path, schema: Any = None):
         try:
             self.display = str(path.relative_to(root.parent))
         except ValueError:
             self.display = str(path)
-        self.data = load_yaml(path, self.display)
+        self.data = load_yaml(path, self.display, schema=schema)
 
     def where(self, mapping: Any, field: str = "", key: str | None = None) -> Where:
         """``field`` at ``mapping`` (or at its ``key``); sub-fields resolve to their own lines."""
@@ -264,7 +264,7 @@ def refuse_symlinks(path: Path, below: Path, shown: str = "") -> None:
 # -- tables --------------------------------------------------------------------------------------
 
 def _load_dims(root: Path) -> dict[str, DimInfo]:
-    reader = Reader(root / "dims.yaml", root)
+    reader = Reader(root / "dims.yaml", root, file_schemas.DIMS)
     table = reader.mapping(reader.data, "dims")
     out = {}
     for name, row in table.items():
@@ -283,7 +283,7 @@ def _load_dims(root: Path) -> dict[str, DimInfo]:
 
 
 def _load_roles(root: Path) -> dict[str, RoleInfo]:
-    reader = Reader(root / "roles.yaml", root)
+    reader = Reader(root / "roles.yaml", root, file_schemas.ROLES)
     table = reader.mapping(reader.data, "roles")
     return {name: RoleInfo(name, str(doc)) for name, doc in table.items()}
 
@@ -292,7 +292,7 @@ _MATRIX_AXES = {"rows": symbols.dim("rows"), "cols": symbols.dim("cols")}
 
 
 def _load_scheme(path: Path, root: Path) -> QuantScheme:
-    reader = Reader(path, root)
+    reader = Reader(path, root, file_schemas.QUANT_SCHEME)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("scheme", "doc", "matrix", "vector_dtype", "compute", "activations", "src", "hf"),
                 ("scheme", "doc", "matrix", "vector_dtype", "compute"))
@@ -496,7 +496,7 @@ def _check_edges(graph: dict[str, NodeSpec], known: set[str], where: Where, extr
 
 
 def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec:
-    reader = Reader(path, root)
+    reader = Reader(path, root, file_schemas.COMPONENT)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("component", "role", "doc", "options", "inputs", "dims", "graph", "outputs",
                            "cache", "decode_variant", "label"), ("component", "role", "doc", "graph"))
@@ -654,7 +654,7 @@ def _load_snapshot(root: Path, name: str, where: Where, missing_ok: bool = False
     if not path.exists():
         raise SpecError(where, f"snapshot {name!r} not found at corpus/snapshots/{name}.yaml",
                         "record the config fields the spec binds there (source + fields)")
-    reader = Reader(path, root)
+    reader = Reader(path, root, file_schemas.SNAPSHOT)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("source", "retrieved", "fields"), ("source", "fields"))
     return Snapshot(str(data["source"]), config_view(reader.mapping(data["fields"], "fields", data, "fields")),
@@ -662,7 +662,7 @@ def _load_snapshot(root: Path, name: str, where: Where, missing_ok: bool = False
 
 
 def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool = False) -> ModelSpec:
-    reader = Reader(path, root)
+    reader = Reader(path, root, file_schemas.MODEL)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", ("model", "model_type", "family", "name", "notes", "snapshot", "dims",
                            "max_context", "slots", "templates", "stacks", "quant_context", "drafts",
@@ -765,7 +765,7 @@ def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = Fal
     for path in sorted((root / "variants").glob("*.yaml")):
         # the name becomes the id what-if/<name>, a results partition and a page anchor
         check_name(path.stem, Where(f"corpus/variants/{path.name}"), "variant file name", "DeepSeek-V3-DSA.yaml")
-        found[path.stem] = variant_rules.load(Reader(path, root), path.stem, corpus)
+        found[path.stem] = variant_rules.load(Reader(path, root, file_schemas.VARIANT), path.stem, corpus)
     return replace(corpus, variants=found)
 
 
@@ -773,7 +773,7 @@ def _load_slot_contracts(root: Path, roles: dict[str, RoleInfo]) -> dict[str, "v
     path = root / "slots.yaml"
     if not path.exists():
         return {}
-    reader = Reader(path, root)
+    reader = Reader(path, root, file_schemas.SLOTS)
     table = reader.mapping(reader.data, "slots")
     out = {}
     for name, row in table.items():

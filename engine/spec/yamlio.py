@@ -31,6 +31,7 @@ import yaml
 
 from engine.spec.errors import SpecError, Where
 from engine.spec.expr import MAX_MAGNITUDE
+from engine.spec.schema import check as check_schema
 
 #: The largest corpus YAML is about 31 KB (a modeling-source snapshot); 1 MiB leaves 30x room and
 #: still parses in about a second with the pure-Python loader.
@@ -230,11 +231,13 @@ TOP_LEVEL_HINT = "write the `key: value` fields this file holds (see the files b
 
 
 def load_yaml(path: Path, display: str | None = None, *, mapping: bool = True,
-              hint: str = TOP_LEVEL_HINT) -> Any:
+              hint: str = TOP_LEVEL_HINT, schema: Any = None) -> Any:
     """Parse one corpus YAML file safely; anything wrong is a one-line :class:`SpecError`.
 
     With ``mapping`` (every corpus file today) the top level must be a mapping; ``hint`` says
-    what to write when it is not (e.g. how to regenerate a recorded file).
+    what to write when it is not (e.g. how to regenerate a recorded file). ``schema`` (a node of
+    :mod:`engine.spec.file_schemas`) is checked on the parsed value before it is returned, so a
+    value of the wrong kind or out of its range never reaches the caller.
     """
     name = display or str(path)
     try:
@@ -276,6 +279,8 @@ def load_yaml(path: Path, display: str | None = None, *, mapping: bool = True,
         got = "a list" if isinstance(value, list) else f"a single value {_short(str(value))}"
         raise SpecError(Where(name, getattr(value, "line", 1)), f"expected a mapping at the top level, "
                         f"got {got}", hint)
+    if schema is not None:
+        check_schema(schema, value, name)
     return value
 
 
