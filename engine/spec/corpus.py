@@ -615,23 +615,13 @@ def _config_defaults(reader: Reader, data: LineDict, fields: Mapping[str, Any]) 
     raw = data.get("config_defaults")
     if raw is None:
         return {}
-    raw = reader.mapping(raw, "config_defaults", data, "config_defaults")
-    out = {}
+    out = {}   # kinds and fields: the schema's (engine.spec.file_schemas.MODEL)
     for name, entry in raw.items():
         field = f"config_defaults.{name}"
-        hint = f"write {name}: {{value: <the default>, src: \"<modeling file>: <the line that sets it>\"}}"
-        if not isinstance(name, str) or not name.isidentifier():
+        if not name.isidentifier():
             raise SpecError(reader.where(raw, field, name), f"{name!r} is not a config field name",
                             "name a top-level config field (a multimodal checkpoint's text_config fields are top-level)")
-        if not isinstance(entry, dict):
-            raise SpecError(reader.where(raw, field, name), f"expected {{value, src}}, got {_kind(entry)}", hint)
-        reader.keys(entry, field, ("value", "src"), ("value", "src"))
         value, src = entry["value"], entry["src"]
-        if not isinstance(value, (bool, int, str)):
-            raise SpecError(reader.where(entry, f"{field}.value", "value"),
-                            f"default {value!r} is not an integer, string or boolean", hint)
-        if not isinstance(src, str) or not src.strip():
-            raise SpecError(reader.where(entry, f"{field}.src", "src"), "a config default needs its source", hint)
         out[name] = ConfigDefault(name, value, src, reader.where(entry, field), name not in fields)
     return out
 
@@ -662,12 +652,8 @@ def _load_snapshot(root: Path, name: str, where: Where, missing_ok: bool = False
 
 
 def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool = False) -> ModelSpec:
-    reader = Reader(path, root, file_schemas.MODEL)
-    data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("model", "model_type", "family", "name", "notes", "snapshot", "dims",
-                           "max_context", "slots", "templates", "stacks", "quant_context", "drafts",
-                           "config_defaults"),
-                ("model", "model_type", "family", "dims", "stacks", "max_context"))
+    reader = Reader(path, root, file_schemas.MODEL)   # kinds and fields: its schema
+    data = reader.data
     model_id = check_model_id(data.get("model"), reader.where(data, "model", "model"))
     if path.parent == root / "models" and path.stem != slug(model_id):
         # a corpus spec is found by its slug (tests, snapshots, the site); contract variants are not
@@ -773,19 +759,13 @@ def _load_slot_contracts(root: Path, roles: dict[str, RoleInfo]) -> dict[str, "v
     path = root / "slots.yaml"
     if not path.exists():
         return {}
-    reader = Reader(path, root, file_schemas.SLOTS)
-    table = reader.mapping(reader.data, "slots")
+    reader = Reader(path, root, file_schemas.SLOTS)   # kinds, fields and counts: its schema
     out = {}
-    for name, row in table.items():
-        row = reader.mapping(row, name, table, name)
-        reader.keys(row, name, ("roles", "inputs", "doc"), ("roles", "inputs", "doc"))
+    for name, row in reader.data.items():
         kinds = reader.names(row["roles"], f"{name}.roles", row, "roles")
         for role in kinds:
             if role not in roles:
                 raise SpecError(reader.where(row, f"{name}.roles", "roles"), f"unknown role {role!r}",
                                 "use one of: " + ", ".join(sorted(roles)))
-        if not isinstance(row["inputs"], int) or isinstance(row["inputs"], bool) or row["inputs"] < 1:
-            raise SpecError(reader.where(row, f"{name}.inputs", "inputs"), "expected a positive count",
-                            "write inputs: 1")
-        out[str(name)] = variant_rules.SlotContract(str(name), kinds, row["inputs"], str(row["doc"]))
+        out[name] = variant_rules.SlotContract(name, kinds, row["inputs"], row["doc"])
     return out

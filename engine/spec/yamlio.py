@@ -230,6 +230,28 @@ _Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 TOP_LEVEL_HINT = "write the `key: value` fields this file holds (see the files beside it)"
 
 
+def read_text(path: Path, display: str, cap: int = MAX_FILE_BYTES) -> str:
+    """A text file of the repository (a corpus file, a docs page), read with a bounded read (a FIFO
+    or a 50 MB file is never read whole) and decoded as UTF-8 (a BOM is fine); a file over ``cap``
+    bytes, unreadable or not UTF-8 is a one-line :class:`SpecError` naming ``display`` (and the
+    line of a bad byte)."""
+    try:
+        with open(path, "rb") as handle:   # bounded: never read more than the cap (+1 to notice)
+            data = handle.read(cap + 1)
+    except OSError as exc:
+        raise SpecError(Where(display), f"cannot read file ({exc.strerror})") from None
+    if len(data) > cap:
+        raise SpecError(Where(display), f"file is larger than {cap // (1 << 20)} MiB "
+                        f"(the cap for a corpus file)", "split it, or record less (corpus files are "
+                        "a few KB)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise SpecError(Where(display, line), f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                        f"{exc.start})", "save the file as UTF-8") from None
+
+
 def load_yaml(path: Path, display: str | None = None, *, mapping: bool = True,
               hint: str = TOP_LEVEL_HINT, schema: Any = None) -> Any:
     """Parse one corpus YAML file safely; anything wrong is a one-line :class:`SpecError`.
@@ -240,21 +262,7 @@ def load_yaml(path: Path, display: str | None = None, *, mapping: bool = True,
     value of the wrong kind or out of its range never reaches the caller.
     """
     name = display or str(path)
-    try:
-        with open(path, "rb") as handle:   # bounded: never read more than the cap (+1 to notice)
-            data = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise SpecError(Where(name), f"cannot read file ({exc.strerror})") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise SpecError(Where(name), f"file is larger than {MAX_FILE_BYTES // (1 << 20)} MiB "
-                        f"(the cap for a corpus file)", "split it, or record less (corpus files are "
-                        "a few KB)")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise SpecError(Where(name, line), f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-                        f"{exc.start})", "save the file as UTF-8") from None
+    text = read_text(path, name)
     try:
         value = yaml.load(text, Loader=_Loader)  # noqa: S506 — _Loader derives from SafeLoader
     except _Refused as exc:
