@@ -222,7 +222,8 @@ def figure(doc: str, lo: float, hi: float, unit: str, why: str) -> Node:
     """A hardware figure: a number in ``(lo, hi]``, or ``{value, alt, note, estimate}`` whose value
     and alt both are."""
     number = Number(doc, lo=lo, hi=hi, unit=unit, why=why, above=True)
-    return OneOf(doc, options=(number, Mapping(f"write `{{value: <{unit}>, alt: <{unit}>, note: \"...\"}}`", fields={
+    hint = f"write the {doc} as a number, or `{{value: <{unit}>, alt: <{unit}>, note: \"...\"}}` ({why})"
+    return OneOf(hint, options=(number, Mapping(hint, fields={
         "value": req(number), "alt": number, "note": TEXT, "estimate": Bool("whether the figure is an estimate")})))
 
 
@@ -284,31 +285,18 @@ CONTRACT = Mapping("a component contract", fields={
     "order": ListOf("variant file names (without .yaml)", item=Str()),
 })
 
-# -- the grid (corpus/grid.yaml; its bounds are engine.build.grid's) ----------------------------------
+# -- the grid (corpus/grid.yaml) --------------------------------------------------------------------
+# Its fields and sections are declared here; each value's kind and bounds are engine.build.grid's
+# (and the sizing block's engine.build.fronts'), whose messages list the allowed values.
 
-_COUNTS = ListOf("a list of whole numbers", item=Int())
-_DEGREES = ListOf("a list of degrees (numbers, or `tp`)", item=OneOf(options=(Int(), Str())))
-_TEXTS = ListOf("a list of names", item=Str())
-_ALL_OR_NAMES = OneOf("write `all` or a list of names", options=(Str(), _TEXTS))
-_TOKENS = Mapping("write `{input: 8192, output: 1024}`", fields={"input": req(Int()), "output": req(Int())})
-
+_VALUE = Anything()
 GRID = Mapping("a grid", fields={
-    "doc": TEXT,
-    "gpus": _ALL_OR_NAMES,
-    "gpu_counts": _COUNTS,
-    "beyond_fit": Int(),
-    "parallel": Mapping("the parallel configs", fields={
-        "max_pp": Int(), "cp": _DEGREES, "ep": _DEGREES, "dp_attn": _DEGREES, "tp_in_domain": Bool(),
-        "pp_after_tp": Int()}),
-    "frameworks": _TEXTS,
-    "kv_dtypes": _TEXTS,
-    "scenarios": Mapping("the scenarios", fields={
-        "input_lengths": _COUNTS, "beyond_max_context": Number(), "output_lengths": _COUNTS, "batches": _COUNTS}),
-    "ops": Mapping("the per-op table's points", fields={
-        "kv_dtypes": _TEXTS,
-        "points": ListOf(item=Mapping("write `{batch: 1, input: 4096, output: 1024}`", fields={
-            "batch": req(Int()), "input": req(Int()), "output": req(Int())}))}),
-    "sizing": Mapping("the sizing answers", fields={
-        "scenarios": ListOf(item=_TOKENS), "gpus": _ALL_OR_NAMES, "frameworks": _TEXTS, "kv_dtypes": _TEXTS,
-        "max_gpus": Int(), "models": _ALL_OR_NAMES, "disagg_frameworks": _TEXTS}),
+    **dict.fromkeys(("doc", "gpus", "gpu_counts", "beyond_fit", "frameworks", "kv_dtypes"), _VALUE),
+    "parallel": Mapping("the parallel configs", fields=dict.fromkeys(
+        ("max_pp", "cp", "ep", "dp_attn", "tp_in_domain", "pp_after_tp"), _VALUE)),
+    "scenarios": Mapping("the scenarios", fields=dict.fromkeys(
+        ("input_lengths", "beyond_max_context", "output_lengths", "batches"), _VALUE)),
+    "ops": Mapping("the per-op table's points", fields=dict.fromkeys(("kv_dtypes", "points"), _VALUE)),
+    "sizing": Mapping("the sizing answers", fields=dict.fromkeys(
+        ("scenarios", "gpus", "frameworks", "kv_dtypes", "max_gpus", "models", "disagg_frameworks"), _VALUE)),
 })
