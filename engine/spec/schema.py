@@ -309,7 +309,8 @@ class _At:
         return _At(self.file, line or self.line, f"{self.path}.{key}" if self.path else str(key), value, self.hint)
 
     def index(self, i: int, value: Any) -> "_At":
-        return _At(self.file, getattr(value, "line", 0) or self.line, f"{self.path}[{i}]", value, self.hint)
+        line = self.node.line_of_item(i) if hasattr(self.node, "line_of_item") else getattr(value, "line", 0)
+        return _At(self.file, line or self.line, f"{self.path}[{i}]", value, self.hint)
 
     def within(self, doc: str) -> "_At":
         """The same place, with ``doc`` as the hint of what is inside (when there is one)."""

@@ -69,9 +69,13 @@ class LineDict(dict):
 
 
 class LineList(list):
-    """A sequence from YAML with ``line`` (1-based)."""
+    """A sequence from YAML with ``line`` (1-based) and ``item_lines``, the line of each item."""
 
     line: int = 0
+    item_lines: tuple = ()
+
+    def line_of_item(self, index: int) -> int:
+        return self.item_lines[index] if index < len(self.item_lines) else self.line
 
 
 #: Scalars whose construction can fail or needs a bound: checked while composing, where the
@@ -218,6 +222,7 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
 def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
     out = LineList(loader.construct_object(child, deep=True) for child in node.value)
     out.line = node.start_mark.line + 1
+    out.item_lines = tuple(child.start_mark.line + 1 for child in node.value)
     return out
 
 
