@@ -68,6 +68,8 @@ QUANT_CONTEXT = Mapping("the storage of the weights: `{default: bf16, overrides:
     "overrides": MapOf("a scheme per role (or role.node), `role: scheme`", value=Str("a quant scheme of corpus/quant/")),
 })
 
+_DEFAULT_HINT = ('write `{value: <the default: an integer, text or true/false>, '
+                 'src: "<modeling file>: <the line that sets it>"}`')
 MODEL = Mapping("a model spec", fields={
     "model": req(Str("the Hugging Face id, `org/name`")),
     "model_type": req(Str("the config's model_type")),
@@ -83,9 +85,8 @@ MODEL = Mapping("a model spec", fields={
     "quant_context": QUANT_CONTEXT,
     "drafts": NAMES,
     "config_defaults": MapOf("config fields the modeling code defaults, `field: {value: ..., src: \"...\"}`",
-                             value=Mapping("write `{value: <default>, src: \"<file>: <line>\"}`", fields={
-                                 "value": req(OneOf("an integer, text or true/false",
-                                                    options=(Bool(), Int(), Str()))),
+                             value=Mapping(_DEFAULT_HINT, fields={
+                                 "value": req(OneOf(_DEFAULT_HINT, options=(Bool(), Int(), Str()))),
                                  "src": req(SOURCE)})),
 })
 
