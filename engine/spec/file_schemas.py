@@ -286,6 +286,32 @@ CONTRACT = Mapping("a component contract", fields={
     "order": ListOf("variant file names (without .yaml)", item=Str()),
 })
 
+# -- evidence (corpus/verification.yaml, corpus/snapshots/*.tensors.yaml and *.source.yaml) ----------------
+
+_REGENERATE = "regenerate the file with `archledger snapshot MODEL`"
+
+VERIFICATION = Mapping("the verification registry (docs/verification.md)", fields={
+    "canonical": Mapping("write `canonical: {prefixes: [{from: ..., to: ...}], other_modalities: [...]}`", fields={
+        "prefixes": ListOf(item=Mapping("write `{from: \"model.language_model.\", to: \"model.\"}`", fields={
+            "from": req(Str()), "to": req(Str())})),
+        "other_modalities": ListOf("module prefixes of other modalities", item=Str())}),
+    "layer_plans": ListOf(item=Mapping("write `{field: layer_types, feature: window, expect: \"...\"}`", fields={
+        "field": req(Str("a config path")), "feature": req(Str("a per-layer feature")),
+        "expect": req(Str("an expression over `entry`")), "defaults": MapOf("config defaults the plan reads"),
+        "values": ListOf("the values an entry may take"), "whole": Bool()})),
+    "structural": ListOf(item=Mapping("write `{field: <config path>, op: <op>, dim: <dim>}`", fields={
+        "field": req(Str("a config path")), "op": req(Str("an op")), "dim": req(Str("a dim")), "doc": TEXT,
+        "unless": MapOf("config fields that waive the check"), "compare": Bool(), "cache": Anything()})),
+})
+
+TENSOR_MANIFEST = Mapping(_REGENERATE, fields={
+    "source": req(Str()), "provenance": req(MapOf(_REGENERATE)), "scope": ListOf(_REGENERATE, item=Str()),
+    "tensor_count": Int(lo=0), "total_bytes": req(Int(lo=0)),
+    "tensors": req(ListOf(_REGENERATE, item=Str("write `name DTYPE [d0, d1, ...]`")))})
+
+SOURCE_SNAPSHOT = Mapping(_REGENERATE, fields={
+    "source": req(Str()), "provenance": MapOf(_REGENERATE), "excerpts": req(MapOf(_REGENERATE, value=Str()))})
+
 # -- the grid (corpus/grid.yaml) --------------------------------------------------------------------
 # Its fields and sections are declared here; each value's kind and bounds are engine.build.grid's
 # (and the sizing block's engine.build.fronts'), whose messages list the allowed values.
