@@ -3,7 +3,7 @@
 Issue 35. A copy of a small corpus (two models, one variant, one contract with two variants, every
 component, table, fusion table and GPU file) is made once; each example breaks one file of one kind
 (a spec, a component, a variant, slots, lineage, a fusion table, a GPU file, the collectives table,
-a contract, the grid) by replacing, deleting or adding a value anywhere in it, or by damaging its
+a contract, the grid, the verification registry, a tensor manifest, a source snapshot) by replacing, deleting or adding a value anywhere in it, or by damaging its
 bytes, and runs ``archledger check`` (every input read as a build reads it, nothing evaluated).
 Whatever the edit, the command ends with exit 0 and its one ``ok:`` line, or exit 2 and exactly one
 ``error:`` line on stderr: never a traceback, never another status, nothing written, within a time
@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from engine.cli import main
+from engine.verify import evidence
 from tests.bad_input_helpers import fresh_api_cache, parse_each_yaml_once  # noqa: F401 (fixtures)
 from tests.conftest import REPO
 
@@ -60,6 +61,9 @@ FILES = {   # kind -> the file of the small checkout that its examples break
     "collectives": "gpus/collectives/nccl.yaml",
     "contract": "corpus/contracts/attention/contract.yaml",
     "grid": "corpus/grid.yaml",
+    "verification": "corpus/verification.yaml",
+    "tensor-manifest": "corpus/snapshots/Qwen--Qwen3-8B.tensors.yaml",
+    "source-snapshot": "corpus/snapshots/Qwen--Qwen3-8B.source.yaml",
 }
 
 #: Values put anywhere: every kind, the bounds' edges and beyond, scenario names, hostile text.
@@ -152,6 +156,7 @@ def _listing(root: Path) -> dict[str, tuple[int, int]]:
 
 def run_check() -> tuple[int, str, str]:
     """``archledger check`` in-process: (exit status, stdout, stderr); any exception escapes."""
+    evidence._registry.cache_clear()   # per process by path; a command is one process, these runs are not
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:

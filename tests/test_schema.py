@@ -145,6 +145,18 @@ KINDS = {   # item 4: a value of the wrong kind, in every file kind
     "lineage-family-two-names": Case(LINEAGE, "      - Qwen3.5\n", "      - {Qwen3.5: [], Qwen3.6: []}\n",
                                      "lineages[2].families[1]", "a family is one `Name: [org/model, ...]`, got 2",
                                      line_of="{Qwen3.5"),
+    # -- evidence files ---------------------------------------------------------------------------------
+    "verification-plan-a-scalar": Case("corpus/verification.yaml", "  - field: layer_types\n    feature: window",
+                                       "  - 5\n  - field: layer_types\n    feature: window", "layer_plans[0]",
+                                       "expected a mapping, got 5", line_of="  - 5"),
+    "verification-feature-a-list": Case("corpus/verification.yaml", "    feature: window", "    feature: [window]",
+                                        "layer_plans[0].feature", "expected text, got a list"),
+    "tensor-line-a-list": Case("corpus/snapshots/Qwen--Qwen3-8B.tensors.yaml", "- lm_head.weight BF16 [151936, 4096]",
+                               "- [lm_head.weight, BF16]", "tensors[0]", "expected text, got a list"),
+    "tensor-total-a-word": Case("corpus/snapshots/Qwen--Qwen3-8B.tensors.yaml", "total_bytes: 16381470720",
+                                "total_bytes: many", "total_bytes", "expected a whole number, got the string 'many'"),
+    "source-excerpts-a-list": Case("corpus/snapshots/Qwen--Qwen3-8B.source.yaml", "excerpts:\n",
+                                   "excerpts: [a]\nold_excerpts:\n", "excerpts", "expected a mapping, got a list"),
 }
 
 RANGES = {   # item 6: each GPU, link, collective and contract figure within a physical range

@@ -2,7 +2,8 @@
 
 Layer: engine.cli (the work is :func:`engine.build.inputs.check_all`). The corpus (specs,
 components, quant schemes, snapshots, slots, variants), the GPU files and collectives table, the
-fusion tables, the grid, the lineage and the contracts are loaded exactly as a build loads them:
+fusion tables, the grid, the lineage, the contracts and the evidence files (the verification
+registry, each model's tensor manifest and source snapshot) are loaded exactly as a build loads them:
 exit 0 and one summary line when all load, else exit 2 and the first problem in one line.
 Nothing is written.
 """
@@ -23,10 +24,14 @@ def run(args: argparse.Namespace) -> int:
     from engine.build.grid import DEFAULT
     from engine.build.inputs import check_all
     from engine.spec.corpus import load_corpus
+    from engine.verify.evidence import load_evidence, registry
     corpus = load_corpus(args.corpus)
     own = Path(args.corpus) / "grid.yaml"   # as build: the corpus's grid, else the installed one
     grid = Path(args.grid) if args.grid else own if own.exists() else DEFAULT
     check_all(corpus, grid, Path(args.gpus_root))
+    registry(corpus.root)
+    for model in corpus.models.values():   # what validate reads (it also runs the guards: not here)
+        load_evidence(corpus, model)
     print(f"ok: {len(corpus.models)} models, {len(corpus.variants)} variants, {len(corpus.components)} components; "
-          "GPUs, fusion tables, grid, lineage and contracts load")
+          "GPUs, fusion tables, grid, lineage, contracts and evidence files load")
     return 0
