@@ -264,54 +264,40 @@ def refuse_symlinks(path: Path, below: Path, shown: str = "") -> None:
 # -- tables --------------------------------------------------------------------------------------
 
 def _load_dims(root: Path) -> dict[str, DimInfo]:
-    reader = Reader(root / "dims.yaml", root, file_schemas.DIMS)
-    table = reader.mapping(reader.data, "dims")
+    reader = Reader(root / "dims.yaml", root, file_schemas.DIMS)   # kinds and fields: its schema
     out = {}
-    for name, row in table.items():
-        row = reader.mapping(row, name, table, name)
-        reader.keys(row, name, ("kind", "shard", "doc", "replicate"), ("kind", "shard", "doc"))
+    for name, row in reader.data.items():
         shard = row["shard"]
         if shard not in SHARD_WORLDS:
             raise SpecError(reader.where(row, f"{name}.shard", "shard"), f"unknown world {shard!r}",
                             "use one of: " + ", ".join(SHARD_WORLDS))
-        replicate = row.get("replicate", False)
-        if not isinstance(replicate, bool):
-            raise SpecError(reader.where(row, f"{name}.replicate", "replicate"), "expected true or false",
-                            "write `replicate: true` (KV heads) or leave it out")
-        out[name] = DimInfo(name, row["kind"], shard, row["doc"], replicate)
+        out[name] = DimInfo(name, row["kind"], shard, row["doc"], row.get("replicate", False))
     return out
 
 
 def _load_roles(root: Path) -> dict[str, RoleInfo]:
     reader = Reader(root / "roles.yaml", root, file_schemas.ROLES)
-    table = reader.mapping(reader.data, "roles")
-    return {name: RoleInfo(name, str(doc)) for name, doc in table.items()}
+    return {name: RoleInfo(name, doc) for name, doc in reader.data.items()}
 
 
 _MATRIX_AXES = {"rows": symbols.dim("rows"), "cols": symbols.dim("cols")}
 
 
 def _load_scheme(path: Path, root: Path) -> QuantScheme:
-    reader = Reader(path, root, file_schemas.QUANT_SCHEME)
-    data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("scheme", "doc", "matrix", "vector_dtype", "compute", "activations", "src", "hf"),
-                ("scheme", "doc", "matrix", "vector_dtype", "compute"))
+    reader = Reader(path, root, file_schemas.QUANT_SCHEME)   # kinds and fields: its schema
+    data = reader.data
     for key in ("compute", "activations"):
         if key in data and data[key] not in COMPUTE_CLASSES:
             raise SpecError(reader.where(data, key, key), f"unknown compute class {data[key]!r}",
                             "use one of: " + ", ".join(COMPUTE_CLASSES))
     tensors = []
     for i, entry in enumerate(data["matrix"] or []):
-        entry = reader.mapping(entry, f"matrix[{i}]", data, "matrix")
-        reader.keys(entry, f"matrix[{i}]", ("key", "dtype", "shape"), ("key", "dtype", "shape"))
         try:
             entry["key"].format(weight="w", module="m")
         except (AttributeError, KeyError, IndexError, ValueError):
             raise SpecError(reader.where(entry, f"matrix[{i}].key", "key"), f"bad key template {entry['key']!r}",
                             'write "{weight}", "{weight}_scale" or "{module}.input_scale"') from None
         where = reader.where(entry, f"matrix[{i}].shape", "shape")
-        if not isinstance(entry["shape"], list):
-            raise SpecError(where, f"expected a list, got {_kind(entry['shape'])}", "write shape: [rows, cols]")
         for text in entry["shape"]:  # checked here so a bad scheme fails at load, not mid-build
             try:
                 expr.evaluate(text, expr.Scope(_MATRIX_AXES, unknown="a scheme shape can use rows and cols"))
@@ -329,9 +315,8 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
     if data["vector_dtype"] not in DTYPE_BYTES:
         raise SpecError(reader.where(data, "vector_dtype", "vector_dtype"), f"unknown dtype {data['vector_dtype']!r}",
                         "use one of: " + ", ".join(DTYPE_BYTES))
-    hf = reader.mapping(data.get("hf") or {}, "hf", data, "hf")
     return QuantScheme(data["scheme"], data["doc"], tuple(tensors), data["vector_dtype"],
-                       reader.where(data), data["compute"], data.get("activations", ""), dict(hf))
+                       reader.where(data), data["compute"], data.get("activations", ""), dict(data.get("hf") or {}))
 
 
 # -- graphs --------------------------------------------------------------------------------------
@@ -375,14 +360,10 @@ def _node(reader: Reader, name: str, raw: Any, field: str, parent: LineDict,
     if kind == "reads" and "in" in raw:
         raise SpecError(reader.where(raw, f"{field}.in", "in"), "a `reads:` node takes its value from the stream",
                         "remove `in:`; the engine finds the stream's producer")
-    role = raw.get("role")
-    if role is not None and (not isinstance(role, str) or role not in roles):
+    role = raw.get("role")   # kinds of role, in, dims, attrs, with, modules, weight_axes: file_schemas.NODE
+    if role is not None and role not in roles:
         raise SpecError(reader.where(raw, f"{field}.role", "role"), f"unknown role {role!r}",
                         "use one of: " + ", ".join(sorted(roles)) + " (or add it to corpus/roles.yaml)")
-    for key in ("dims", "attrs", "with", "modules", "weight_axes"):
-        if key in raw and not isinstance(raw[key], dict):
-            raise SpecError(reader.where(raw, f"{field}.{key}", key),
-                            f"expected a mapping, got {_kind(raw[key])}")
     for axis, world in (raw.get("weight_axes") or {}).items():
         if world not in SHARD_WORLDS:
             raise SpecError(reader.where(raw["weight_axes"], f"{field}.weight_axes.{axis}", axis),
@@ -496,17 +477,15 @@ def _check_edges(graph: dict[str, NodeSpec], known: set[str], where: Where, extr
 
 
 def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec:
-    reader = Reader(path, root, file_schemas.COMPONENT)
-    data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("component", "role", "doc", "options", "inputs", "dims", "graph", "outputs",
-                           "cache", "decode_variant", "label"), ("component", "role", "doc", "graph"))
-    name = check_name(reader.string(data, "component", ""), reader.where(data, "component", "component"),
+    reader = Reader(path, root, file_schemas.COMPONENT)   # kinds and fields: its schema
+    data = reader.data
+    name = check_name(data["component"], reader.where(data, "component", "component"),
                       "component name", "`component: gqa_attention`")
     if name != path.stem:
         raise SpecError(reader.where(data, "component", "component"),
                         f"component name {name!r} differs from its file name", f"name the file {name}.yaml")
     role = data["role"]
-    if not isinstance(role, str) or role not in roles:
+    if role not in roles:
         raise SpecError(reader.where(data, "role", "role"), f"unknown role {role!r}",
                         "use one of: " + ", ".join(sorted(roles)) + " (or add it to corpus/roles.yaml)")
     inputs = reader.names(data.get("inputs", ["x"]), "inputs", data, "inputs")
@@ -522,9 +501,6 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
     caches = []
     for i, entry in enumerate(data.get("cache") or []):
         field = f"cache[{i}]"
-        entry = reader.mapping(entry, field, data, "cache")
-        reader.keys(entry, field, ("name", "node", "kind", "growth", "window", "every", "dtype"),
-                    ("name", "node", "kind", "growth"))
         where = reader.where(entry, field)
         target = graph[entry["node"]] if entry["node"] in graph else None
         stateful = target is not None and target.kind == "op" and target.target in OPS \
@@ -581,10 +557,8 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
 # -- models --------------------------------------------------------------------------------------
 
 def _fill(reader: Reader, raw: Any, field: str, parent: LineDict) -> Fill:
-    if isinstance(raw, str):
+    if isinstance(raw, str):   # else a mapping of the schema's fields (engine.spec.file_schemas.FILL)
         return Fill(raw, reader.where(parent, field, field.rsplit(".", 1)[-1]))
-    raw = reader.mapping(raw, field, parent)
-    reader.keys(raw, field, ("component", "with", "dims", "modules", "slots", "module"), ("component",))
     slots = {name: _fill(reader, sub, f"{field}.slots.{name}", raw["slots"])
              for name, sub in (raw.get("slots") or {}).items()}
     return Fill(raw["component"], reader.where(raw, field), dict(raw.get("with") or {}),
@@ -644,11 +618,9 @@ def _load_snapshot(root: Path, name: str, where: Where, missing_ok: bool = False
     if not path.exists():
         raise SpecError(where, f"snapshot {name!r} not found at corpus/snapshots/{name}.yaml",
                         "record the config fields the spec binds there (source + fields)")
-    reader = Reader(path, root, file_schemas.SNAPSHOT)
-    data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("source", "retrieved", "fields"), ("source", "fields"))
-    return Snapshot(str(data["source"]), config_view(reader.mapping(data["fields"], "fields", data, "fields")),
-                    reader.where(data))
+    reader = Reader(path, root, file_schemas.SNAPSHOT)   # kinds and fields: its schema
+    data = reader.data
+    return Snapshot(data["source"], config_view(data["fields"]), reader.where(data))
 
 
 def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool = False) -> ModelSpec:
@@ -668,21 +640,19 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
         raise SpecError(reader.where(data, "model_type", "model_type"),
                         f"model_type {data['model_type']!r} differs from the config's {declared_type!r}",
                         f"write model_type: {declared_type}")
-    dims = reader.mapping(data["dims"], "dims", data, "dims")
+    dims = data["dims"]
     slots = {name: _fill(reader, raw, f"slots.{name}", data["slots"])
              for name, raw in (data.get("slots") or {}).items()}
     templates = {name: _fill(reader, raw, f"templates.{name}", data["templates"])
                  for name, raw in (data.get("templates") or {}).items()}
     stacks = {}
-    raw_stacks = reader.mapping(data["stacks"], "stacks", data, "stacks")
+    raw_stacks = data["stacks"]
     if "main" not in raw_stacks:
         raise SpecError(reader.where(data, "stacks", "stacks"), "no `main` stack",
                         "declare stacks: {main: {inputs: {tokens: [batch, seq]}, graph: ...}}")
     for name, raw in raw_stacks.items():
         field = f"stacks.{name}"
-        raw = reader.mapping(raw, field, raw_stacks, name)
-        reader.keys(raw, field, ("inputs", "graph", "doc"), ("inputs", "graph"))
-        inputs = {k: tuple(v) for k, v in reader.mapping(raw["inputs"], f"{field}.inputs", raw, "inputs").items()}
+        inputs = {k: tuple(v) for k, v in raw["inputs"].items()}
         graph = _graph(reader, raw["graph"], f"{field}.graph", raw, roles)
         _check_edges(graph, set(inputs), reader.where(raw, field))
         for node in graph.values():
@@ -696,8 +666,6 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
         stacks[name] = StackSpec(name, inputs, graph, reader.where(raw, field))
     quant = {}
     raw_quant = data.get("quant_context") or {"default": "bf16"}
-    raw_quant = reader.mapping(raw_quant, "quant_context", data, "quant_context")
-    reader.keys(raw_quant, "quant_context", ("default", "overrides"), ("default",))
     quant["*"] = raw_quant["default"]
     quant_where = {"*": reader.where(raw_quant, "quant_context.default", "default")}
     overrides = raw_quant.get("overrides") or {}

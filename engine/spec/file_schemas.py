@@ -101,9 +101,13 @@ COMPONENT = Mapping("a component", fields={
     "inputs": NAMES,
     "dims": MapOf("dims the component derives, `dim: expression`", value=SIZE),
     "graph": req(GRAPH),
-    "outputs": MapOf("named outputs, `name: node`", value=Str()),
-    "cache": ListOf("the caches, `- {name, node, kind, growth}`",
-                    item=Mapping("write `{name: ..., node: ..., kind: ..., growth: ...}`", open=True)),
+    "outputs": OneOf("write `outputs: node` or `outputs: {name: node}`", options=(Str(), MapOf(value=Str()))),
+    "cache": ListOf("the caches, `- {name, node, kind, growth}`", item=Mapping(
+        "write `{name: key, node: k_cache, kind: kv, growth: every_token}`", fields={
+            "name": req(Str()), "node": req(Str("a node of the graph")), "kind": req(Str()),
+            "growth": req(Str("every_token, window, compressed or state")),
+            "window": Expr("the window in tokens: a number or an expression"),
+            "every": Expr("tokens per entry: a number or an expression"), "dtype": Str("a dtype")})),
     "decode_variant": Mapping("write `{remove: [...], graph: {...}}`", open=True, fields={
         "remove": NAMES, "graph": req(GRAPH), "doc": TEXT}),
 })
