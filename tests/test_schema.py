@@ -138,8 +138,11 @@ KINDS = {   # item 4: a value of the wrong kind, in every file kind
                                   "expected a whole number, got the string 'one'"),
     "contract-lengths-a-scalar": Case(CONTRACT, "lengths: [1024, 4096, 16384, 65536, 131072, 262144, 1048576]",
                                       "lengths: 4096", "lengths", "expected a list, got 4096"),
+    # a build stops on it before any work (it was read per model, in the workers, with a bare safe_load)
     "lineage-family-nested": Case(LINEAGE, "families: [Mixtral]", "families: [[Mixtral]]",
-                                  "lineages[1].families[0]", "expected text or a mapping, got a list"),
+                                  "lineages[1].families[0]", "expected text or a mapping, got a list",
+                                  commands=(("check",), ("build", "--out", "out", "--models", "Qwen3-8B", "--quiet",
+                                                         "--no-site"))),
     "lineage-name-a-list": Case(LINEAGE, "  - lineage: Meta", "  - lineage: [Meta]", "lineages[0].lineage",
                                 "expected text, got a list"),
     "lineage-family-two-names": Case(LINEAGE, "      - Qwen3.5\n", "      - {Qwen3.5: [], Qwen3.6: []}\n",
@@ -380,3 +383,27 @@ def test_a_doc_page_that_is_not_utf8_is_one_line(tmp_path, monkeypatch):
         render._repo_text(page)
     assert err.value.one_line() == ("docs/results.md:4: not UTF-8 text (byte 0xff at offset 14) — "
                                     "save the file as UTF-8")
+
+
+# -- item 3: corpus/lineage.yaml goes through the bounded loader ----------------------------------------
+
+LINEAGE_BYTES = {   # what each gave before (a bare yaml.safe_load): a traceback, or a 20 MB file accepted
+    "not-utf8": (b"lineages:\n  - lineage: Meta\n    families: [Llama \xff]\n", ":3: ", "not UTF-8 text"),
+    "deep-nesting": (b"lineages: " + b"[" * 200 + b"]" * 200 + b"\n", ":1: ", "nested more than 64 levels"),
+    "syntax-error": (b"lineages:\n  - lineage: Meta\n    families: [Llama\n", ":", "invalid YAML"),
+    "lone-surrogate": (b'lineages:\n  - lineage: "Meta \\ud800"\n    families: [x]\n', ":2: ", "lone surrogate"),
+    "over-the-size-cap": (b"lineages: []\n" + b"# padding\n" * 120_000, "", "file is larger than 1 MiB"),
+    "top-level-a-list": (b"- Meta\n", ":1", "expected a mapping at the top level, got a list"),
+}
+
+
+@pytest.mark.parametrize("data, at, says", LINEAGE_BYTES.values(), ids=LINEAGE_BYTES.keys())
+def test_a_hostile_lineage_file_is_one_line(data, at, says, checkout, tmp_path, monkeypatch, capsys):
+    root = tmp_path / "repo"
+    shutil.copytree(checkout, root)
+    (root / LINEAGE).write_bytes(data)
+    monkeypatch.chdir(root)
+    assert main(["check"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err[:500]
+    assert captured.err.startswith(f"error: {LINEAGE}{at}") and says in captured.err, captured.err
