@@ -1,6 +1,6 @@
 """Declarative schemas of the corpus's file kinds, checked right after a file is parsed.
 
-Layer: engine.spec (below corpus; imports only errors, expr, symbols). Every file a pull request can
+Layer: engine.spec (below yamlio and corpus; imports only errors and expr). Every file a pull request can
 touch is read by :func:`engine.spec.yamlio.load_yaml`, which takes one of the schemas below
 (``schema=``) and checks it before any loader looks at the data. So a value of the wrong kind (a
 list where a mapping belongs, a mapping where a name belongs, a number out of its physical range)
@@ -10,8 +10,10 @@ of a ``TypeError`` wherever the value is first used.
 A schema is a tree of small nodes: :class:`Mapping` (named fields, closed: an unknown field is
 refused), :class:`MapOf` (any names, one value schema), :class:`ListOf`, :class:`Str`,
 :class:`Int`, :class:`Number` (with a plausible range), :class:`Bool`, :class:`Expr` (a number or
-an expression text), :class:`OneOf` (alternatives told apart by kind) and :class:`Anything`. Each
-node carries a ``doc`` saying what the value is; errors quote it as the hint.
+an expression text), :class:`OneOf` (alternatives told apart by kind), :class:`Null`,
+:class:`Lazy` (a recursive reference) and :class:`Anything`. Each node carries a ``doc`` saying
+what the value is or what to write; errors quote it as the hint (a node without one: the nearest
+enclosing node's).
 
 Nodes compare and hash by identity (``eq=False``): a schema is a constant, passed around as one.
 
@@ -39,10 +41,13 @@ def kind_of(value: Any) -> str:
         return "nothing"
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
+    return f"the string {_quoted(value)}" if isinstance(value, str) else _quoted(value)
+
+
+def _quoted(value: Any, limit: int = 40) -> str:
+    """``repr`` cut to ``limit`` characters (a hostile value or key can be a megabyte long)."""
     text = repr(value)
-    if len(text) > 40:
-        text = text[:39] + "…"
-    return f"the string {text}" if isinstance(value, str) else text
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _number(value: float | None) -> str:
@@ -229,7 +234,7 @@ class Mapping(Node):
             node = self.fields.get(key)
             if node is None:
                 if not self.open:
-                    at.key(key, item).fail(f"unknown field {key!r}", "allowed: " + ", ".join(self.fields))
+                    at.key(key, item).fail(f"unknown field {_quoted(key)}", "allowed: " + ", ".join(self.fields))
                 continue
             node.check(item, inner.key(key, item))
         for key, node in self.fields.items():
@@ -272,7 +277,7 @@ class OneOf(Node):
     def check(self, value: Any, at: "_At") -> None:
         for option in self.options:
             if option.fits_kind(value):
-                option.check(value, at)
+                option.check(value, at.within(self.doc))
                 return
         at.fail(f"expected {self.expects}, got {kind_of(value)}", self.doc or at.hint or f"write {self.expects}")
 
@@ -306,7 +311,9 @@ class _At:
 
     def key(self, key: str, value: Any) -> "_At":
         line = self.node.line_of(key) if hasattr(self.node, "line_of") else self.line
-        return _At(self.file, line or self.line, f"{self.path}.{key}" if self.path else str(key), value, self.hint)
+        shown = str(key).encode("ascii", "backslashreplace").decode("ascii")   # a key is hostile text too
+        shown = shown if len(shown) <= 40 else shown[:40] + "..."
+        return _At(self.file, line or self.line, f"{self.path}.{shown}" if self.path else shown, value, self.hint)
 
     def index(self, i: int, value: Any) -> "_At":
         line = self.node.line_of_item(i) if hasattr(self.node, "line_of_item") else getattr(value, "line", 0)
