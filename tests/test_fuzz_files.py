@@ -3,7 +3,8 @@
 Issue 35. A copy of a small corpus (two models, one variant, one contract with two variants, every
 component, table, fusion table and GPU file) is made once; each example breaks one file of one kind
 (a spec, a component, a variant, slots, lineage, a fusion table, a GPU file, the collectives table,
-a contract, the grid, the verification registry, a tensor manifest, a source snapshot) by replacing, deleting or adding a value anywhere in it, or by damaging its
+a contract, the grid, a quant scheme, the dims table, the verification registry, a tensor manifest,
+a source snapshot) by replacing, deleting or adding a value anywhere in it, or by damaging its
 bytes, and runs ``archledger check`` (every input read as a build reads it, nothing evaluated).
 Whatever the edit, the command ends with exit 0 and its one ``ok:`` line, or exit 2 and exactly one
 ``error:`` line on stderr: never a traceback, never another status, nothing written, within a time
@@ -61,6 +62,8 @@ FILES = {   # kind -> the file of the small checkout that its examples break
     "collectives": "gpus/collectives/nccl.yaml",
     "contract": "corpus/contracts/attention/contract.yaml",
     "grid": "corpus/grid.yaml",
+    "quant-scheme": "corpus/quant/fp8_block128.yaml",
+    "dims": "corpus/dims.yaml",
     "verification": "corpus/verification.yaml",
     "tensor-manifest": "corpus/snapshots/Qwen--Qwen3-8B.tensors.yaml",
     "source-snapshot": "corpus/snapshots/Qwen--Qwen3-8B.source.yaml",
