@@ -20,7 +20,7 @@ import pytest
 from engine.spec import file_schemas, schema
 from engine.spec.errors import SpecError
 from engine.spec.yamlio import LineDict, LineList
-from tests.bad_input_helpers import cli_status as main, fresh_api_cache  # noqa: F401 (fixture)
+from tests.bad_input_helpers import cli_status as main, fresh_api_cache, parse_each_yaml_once  # noqa: F401 (fixtures)
 from tests.conftest import REPO
 
 QWEN = "corpus/models/Qwen--Qwen3-8B.yaml"

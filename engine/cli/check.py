@@ -14,7 +14,8 @@ from pathlib import Path
 
 
 def add_parser(sub, parents=()) -> None:
-    p = sub.add_parser("check", parents=list(parents), help="read and schema-check every input file (nothing is evaluated)",
+    p = sub.add_parser("check", parents=list(parents),
+                       help="read and schema-check every input file (nothing is evaluated)",
                        description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument("--grid", default=None, metavar="FILE", help="grid YAML (default: grid.yaml of the corpus)")
     p.set_defaults(func=run)

@@ -229,7 +229,8 @@ def _price(data: dict) -> dict[str, Any]:
     (the schema refuses a price without its source: $/M tokens are only as good as the price behind them)."""
     if "price" not in data:
         return {}
-    return {"price_usd_per_hour": _figure(data["price"]["usd_per_hour"]).value, "price_src": data["price"]["src"].strip()}
+    price = data["price"]
+    return {"price_usd_per_hour": _figure(price["usd_per_hour"]).value, "price_src": price["src"].strip()}
 
 
 def load_gpus(root: Path | str | None = None) -> dict[str, GPU]:

@@ -65,7 +65,8 @@ STACK = Mapping("a stack: `{inputs: {tokens: [batch, seq]}, graph: {...}}`", fie
 
 QUANT_CONTEXT = Mapping("the storage of the weights: `{default: bf16, overrides: {experts: mxfp4}}`", fields={
     "default": req(Str("a quant scheme of corpus/quant/")),
-    "overrides": MapOf("a scheme per role (or role.node), `role: scheme`", value=Str("a quant scheme of corpus/quant/")),
+    "overrides": MapOf("a scheme per role (or role.node), `role: scheme`",
+                       value=Str("a quant scheme of corpus/quant/")),
 })
 
 _DEFAULT_HINT = ('write `{value: <the default: an integer, text or true/false>, '

@@ -209,7 +209,8 @@ class ListOf(Node):
             at.fail(f"expected at least {self.min_items} item{'s' if self.min_items > 1 else ''}, "
                     f"got {len(value)}", self.doc or at.hint or "write a longer list")
         if self.max_items is not None and len(value) > self.max_items:
-            at.fail(f"expected at most {self.max_items} items, got {len(value)}", self.doc or at.hint or "write a shorter list")
+            at.fail(f"expected at most {self.max_items} items, got {len(value)}",
+                    self.doc or at.hint or "write a shorter list")
         inner = at.within(self.doc)
         for i, item in enumerate(value):
             self.item.check(item, inner.index(i, item))
