@@ -23,6 +23,7 @@ from engine.spec.ir import (CacheSpec, ComponentSpec, ConfigDefault, DimInfo, Fi
                        RoleInfo, Schedule, ScheduleRule, Snapshot, StackSpec, StoredTensor,
                        StreamSpec, VariantSpec)
 from engine.spec.ops import GROWTHS, OPS
+from engine.spec.schema import kind_of
 from engine.spec.yamlio import LineDict, LineList, load_yaml
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus"
@@ -119,7 +120,7 @@ class Reader:
 
     def mapping(self, value: Any, field: str, parent: Any = None, key: str | None = None) -> LineDict:
         if not isinstance(value, dict):
-            raise SpecError(self.where(parent, field, key), f"expected a mapping, got {_kind(value)}",
+            raise SpecError(self.where(parent, field, key), f"expected a mapping, got {kind_of(value)}",
                             "write `key: value` pairs here")
         return value
 
@@ -137,7 +138,7 @@ class Reader:
         value = mapping.get(key, default)
         if not isinstance(value, str):
             raise SpecError(self.where(mapping, f"{field}.{key}" if field else key, key),
-                            f"expected a string, got {_kind(value)}", f"write `{key}: <name>`")
+                            f"expected a string, got {kind_of(value)}", f"write `{key}: <name>`")
         return value
 
     def names(self, value: Any, field: str, parent: Any, key: str) -> tuple[str, ...]:
@@ -149,16 +150,11 @@ class Reader:
             return tuple(value)
         if isinstance(value, list):
             value = next(v for v in value if not isinstance(v, str))
-            got = f"a list containing {_kind(value)}"
+            got = f"a list containing {kind_of(value)}"
         else:
-            got = _kind(value)
+            got = kind_of(value)
         raise SpecError(self.where(parent, field, key), f"expected a name or list of names, got {got}",
                         f"write `{key}: name` or `{key}: [name, name]`")
-
-
-def _kind(value: Any) -> str:
-    return {dict: "a mapping", LineDict: "a mapping", list: "a list", LineList: "a list",
-            str: f"the string {value!r}", type(None): "nothing"}.get(type(value), repr(value))
 
 
 # -- identity and paths --------------------------------------------------------------------------
@@ -345,7 +341,7 @@ def _node(reader: Reader, name: str, raw: Any, field: str, parent: LineDict,
         streams = _streams(reader, raw, field)
         target = str(target)
     elif not isinstance(target, str):
-        raise SpecError(where.at(kind), f"expected a name, got {_kind(target)}", f"write `{kind}: <name>`")
+        raise SpecError(where.at(kind), f"expected a name, got {kind_of(target)}", f"write `{kind}: <name>`")
     if kind != "repeat" and "streams" in raw:
         raise SpecError(reader.where(raw, f"{field}.streams", "streams"), "only a layer stack declares streams",
                         "move `streams:` to the `repeat:` node of the stack")
@@ -427,7 +423,7 @@ def _streams(reader: Reader, raw: LineDict, field: str) -> dict[str, StreamSpec]
 def _src(reader: Reader, raw: LineDict, field: str) -> str | None:
     src = raw.get("src")
     if src is not None and (not isinstance(src, str) or not src.strip()):
-        raise SpecError(reader.where(raw, f"{field}.src", "src"), f"expected a source excerpt, got {_kind(src)}",
+        raise SpecError(reader.where(raw, f"{field}.src", "src"), f"expected a source excerpt, got {kind_of(src)}",
                         'quote a line of the forward source, e.g. src: "hidden_states = residual + hidden_states"')
     return src
 
