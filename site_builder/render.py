@@ -229,13 +229,15 @@ def _copy_static(site: "Site", names: dict[str, str]) -> None:
 
 def _repo_text(path: Path) -> str:
     """A page source from the repo (docs/*.md, CONTRIBUTING.md), refused if it or a folder on the
-    way to it is a symbolic link, or if it resolves outside the repo: it is published as a page."""
+    way to it is a symbolic link, or if it resolves outside the repo: it is published as a page.
+    Read as the corpus's files are (bounded, UTF-8: a bad byte is one line naming the page)."""
     from engine.spec.corpus import refuse_symlinks      # (not at the top: see _worker_start)
+    from engine.spec.yamlio import read_text
     refuse_symlinks(path, REPO)
+    shown = path.relative_to(REPO).as_posix()
     if not path.resolve().is_relative_to(REPO.resolve()):
-        raise SpecError(Where(str(path.relative_to(REPO))), "resolves outside the repository",
-                        "commit the file itself")
-    return path.read_text(encoding="utf-8")
+        raise SpecError(Where(shown), "resolves outside the repository", "commit the file itself")
+    return read_text(path, shown)
 
 
 def _csv(rows: list[dict]) -> str:

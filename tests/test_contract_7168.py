@@ -476,6 +476,7 @@ def test_a_decode_at_length_outside_the_lengths_is_one_clear_error(tmp_path):
     import shutil
 
     from engine.build.contract import load_contract
+    from engine.deploy.hardware import load_gpus
     from engine.spec.corpus import load_corpus
     from engine.spec.errors import SpecError
 
@@ -485,5 +486,5 @@ def test_a_decode_at_length_outside_the_lengths_is_one_clear_error(tmp_path):
     text = (folder / "contract.yaml").read_text().replace("decode_at: [4096, 1048576]", "decode_at: [4096, 5000]")
     (folder / "contract.yaml").write_text(text)
     with pytest.raises(SpecError) as err:
-        load_contract(folder, corpus)
+        load_contract(folder, corpus, load_gpus())
     assert "decode_at" in str(err.value) and "1048576" in str(err.value)

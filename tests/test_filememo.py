@@ -73,7 +73,7 @@ def test_bad_gpu_file_fails_on_every_call(tmp_path):
         with pytest.raises(SpecError) as err:
             load_gpus(root)
         lines.append(err.value.one_line())
-    assert lines[0] == lines[1] and "h100-sxm.yaml:13: hbm_tb_s: expected a positive number" in lines[0]
+    assert lines[0] == lines[1] and "h100-sxm.yaml:13: hbm_tb_s: -1 TB/s is outside the plausible range" in lines[0]
     path.write_text(good)
     assert load_gpus(root)["H100"].hbm_bw.value == 3.35
 

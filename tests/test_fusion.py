@@ -122,7 +122,7 @@ def test_unfused_program_is_kept():
     (("chain: [add, rmsnorm]", "chain: [add, frobnicate]"), "unknown op 'frobnicate'"),
     (("chain: [add, rmsnorm]", "chain: [add, rmsnorm]\n    siblings: {op: linear}"), "needs exactly one pattern"),
     (("when: {arch: [sm_90], min_degree: {tp: 2}, max_tokens: 32}",
-      "when: {arch: [sm_90], colour: blue}"), "unknown condition 'colour'"),
+      "when: {arch: [sm_90], colour: blue}"), "when.colour: unknown field 'colour'"),
 ])
 def test_bad_rules_fail_on_one_line(tmp_path, edit, needle):
     text = (REPO / "corpus" / "fusion" / "vllm.yaml").read_text()

@@ -104,11 +104,11 @@ def test_adding_a_gpu_is_one_file(tmp_path):
 
 
 @pytest.mark.parametrize("edit,needle", [
-    (("hbm_tb_s: 3.35", "hbm_tb_s: -1"), "h100-sxm.yaml:13: hbm_tb_s: expected a positive number"),
+    (("hbm_tb_s: 3.35", "hbm_tb_s: -1"), "h100-sxm.yaml:13: hbm_tb_s: -1 TB/s is outside the plausible range"),
     (("peak_tflops: {bf16: 989, fp8: 1979}", "peak_tflops: {bf16: 989, int3: 5}"), "unknown dtype 'int3'"),
     (("peak_tflops: {bf16: 989, fp8: 1979}", "peak_tflops: {fp8: 1979}"), "missing bf16"),
     (("scale_up: {link: NVLink4, gb_s: 900, domain: 8, hw: nvlink}", "scale_up: {link: NVLink4, gb_s: 900, domain: many, hw: nvlink}"),
-     "expected a GPU count"),
+     "scale_up.domain: expected a whole number, got the string 'many'"),
     (("arch: sm_90", "arch: sm_90\ncolour: green"), "unknown field 'colour'"),
     (("domain: 8, hw: nvlink}", "domain: 8, hw: copper}"), "unknown link class 'copper'"),
 ])

@@ -213,7 +213,7 @@ def test_bad_lineage_file_is_one_line(tmp_path):
     with pytest.raises(SpecError) as info:
         load_lineage(tmp_path)
     text = str(info.value)
-    assert "lineage.yaml:2:" in text and "lineages[0]" in text and "\n" not in text
+    assert "lineage.yaml:3: lineages[0].families: expected a list" in text and "\n" not in text
     (tmp_path / "lineage.yaml").write_text("lineages:\n  - lineage: Qwen\n    families: [Qwen3, {Qwen3.5: [Qwen/Qwen3.5-27B]}]\n")
     table = load_lineage(tmp_path)
     assert table["families"] == {"Qwen3": ("Qwen", 0), "Qwen3.5": ("Qwen", 1)}

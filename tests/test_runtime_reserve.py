@@ -82,13 +82,13 @@ def _table(tmp_path: Path, reserve: str) -> Path:
 
 
 @pytest.mark.parametrize("reserve, match", [
-    ("  - {name: graphs, mib: 512}\n", "runtime_reserve\\[0\\].*no source.*add `src:`"),
-    ("  - {name: graphs, mib: 512, src: ''}\n", "no source"),
+    ("  - {name: graphs, mib: 512}\n", "runtime_reserve\\[0\\].*missing field 'src'.*add `src:`"),
+    ("  - {name: graphs, mib: 512, src: ''}\n", "runtime_reserve\\[0\\].src: expected text, got an empty string"),
     ("  - {name: graphs, src: x.py}\n", "one size in MiB or GiB"),
     ("  - {name: graphs, mib: 1, gib: 1, src: x.py}\n", "one size in MiB or GiB"),
-    ("  - {name: graphs, mib: -1, src: x.py}\n", "one size in MiB or GiB"),
+    ("  - {name: graphs, mib: -1, src: x.py}\n", "mib: -1 MiB is outside the plausible range"),
     ("  - {name: graphs, mib: 1, per: node, src: x.py}\n", "unknown scaling"),
-    ("  - {name: graphs, mib: 1, src: x.py, when: {arch: sm_90}}\n", "unknown reserve condition"),
+    ("  - {name: graphs, mib: 1, src: x.py, when: {arch: sm_90}}\n", "when.arch: unknown field 'arch'"),
     ("  - {name: graphs, mib: 1, src: x.py, bytes: 3}\n", "unknown field 'bytes'"),
     ("  - {name: a, mib: 1, src: x.py}\n  - {name: a, mib: 2, src: y.py}\n", "declared twice"),
 ])

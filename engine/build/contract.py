@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import sympy
 
-from engine.spec import kv, quantities, symbols
+from engine.spec import file_schemas, kv, quantities, symbols
 from engine.spec.api import evaluate_spec
-from engine.spec.corpus import Corpus, load_model, Reader
+from engine.spec.corpus import Corpus, load_model, Reader, shown_value
 from engine.deploy import Options, plan
 from engine.spec.errors import SpecError
 from engine.spec.quantities import quantity as _q
@@ -37,35 +37,43 @@ from engine.deploy.sol import summarize
 KV_BYTES = 2
 
 
-def load_contract(folder: Path, corpus: Corpus) -> dict[str, Any]:
-    reader = Reader(folder / "contract.yaml", corpus.root)
-    data = reader.mapping(reader.data, "")
-    fields = ("doc", "gpu", "batch", "lengths", "prefill_at")
-    reader.keys(data, "", fields + ("order", "decode_at"), fields)
+def folders(corpus: Corpus) -> list[Path]:
+    """The contract folders under corpus/contracts/, in order."""
+    return sorted(p for p in (corpus.root / "contracts").glob("*") if p.is_dir())
+
+
+def load_contract(folder: Path, corpus: Corpus, gpus: dict) -> dict[str, Any]:
+    """One contract (schema: engine.spec.file_schemas.CONTRACT), its variants loaded; its GPU must
+    be a key of ``gpus``."""
+    reader = Reader(folder / "contract.yaml", corpus.root, file_schemas.CONTRACT)
+    data = reader.data
+    if data["gpu"] not in gpus:
+        raise SpecError(reader.where(data, "gpu", "gpu"), f"unknown GPU {shown_value(data['gpu'])}",
+                        "write a `gpu:` name of gpus/*.yaml: " + ", ".join(sorted(gpus)))
     files = {p.stem: p for p in sorted(folder.glob("*.yaml")) if p.name != "contract.yaml"}
     if not files:
         raise SpecError(reader.where(data), "a contract without variants", "add one model spec per variant beside it")
     # the table's row order: `order` (variant file names) first, the rest by name
-    order = [str(name) for name in data.get("order") or []]
+    order = list(data.get("order") or [])
     unknown = [name for name in order if name not in files]
     if unknown:
         raise SpecError(reader.where(data, "order", "order"), f"order names no variant file {unknown[0]!r}",
                         "list file names beside contract.yaml (without .yaml): " + ", ".join(files))
     names = order + [name for name in files if name not in order]
     variants = [load_model(files[name], corpus.root, corpus.roles, corpus.schemes) for name in names]
-    lengths = [int(n) for n in data["lengths"]]
+    lengths = list(data["lengths"])
     if data["prefill_at"] not in lengths:
         raise SpecError(reader.where(data, "prefill_at", "prefill_at"),
                         f"prefill_at {data['prefill_at']!r} is not one of the lengths",
                         "write one of: " + ", ".join(map(str, lengths)))
     # the table's decode-bytes columns: the contract's `decode_at` lengths (default: prefill_at and the longest)
     decode_at = data.get("decode_at") or [data["prefill_at"], max(lengths)]
-    if not isinstance(decode_at, list) or any(n not in lengths for n in decode_at):
+    if any(n not in lengths for n in decode_at):
         raise SpecError(reader.where(data, "decode_at", "decode_at"),
                         f"decode_at {decode_at!r} is not a list of the lengths",
                         "write a list of some of: " + ", ".join(map(str, lengths)))
-    return {"slot": folder.name, "doc": str(data["doc"]), "gpu": str(data["gpu"]), "batch": int(data["batch"]),
-            "lengths": lengths, "prefill_at": int(data["prefill_at"]), "decode_at": [int(n) for n in decode_at],
+    return {"slot": folder.name, "doc": data["doc"], "gpu": data["gpu"], "batch": data["batch"],
+            "lengths": lengths, "prefill_at": data["prefill_at"], "decode_at": list(decode_at),
             "variants": variants}
 
 
@@ -149,8 +157,8 @@ def evaluate_contracts(corpus: Corpus, gpu_root=None) -> dict[str, Any]:
     """Every contract under corpus/contracts/, evaluated (see the module doc)."""
     gpus, tables = load_gpus(gpu_root), load_tables(corpus.root / "fusion")
     out = {}
-    for folder in sorted(p for p in (corpus.root / "contracts").glob("*") if p.is_dir()):
-        contract = load_contract(folder, corpus)
+    for folder in folders(corpus):
+        contract = load_contract(folder, corpus, gpus)
         gpu = gpus[contract["gpu"]]
         lengths = np.array(contract["lengths"], dtype=float)
         at = contract["lengths"].index(contract["prefill_at"])

@@ -38,6 +38,7 @@ import polars as pl
 
 from engine.spec.api import Evaluation
 from engine.spec.corpus import Reader, shown_value
+from engine.spec.file_schemas import GRID
 from engine.spec.errors import SpecError, Where
 from engine.spec.filememo import ContentMemo
 from engine.deploy.parallel import MAX_GPUS
@@ -161,7 +162,7 @@ def _load_sizing(path: Path) -> Sizing | None:
     from engine.build.grid import _choices, _count, _list
     from engine.deploy.fusion import load_tables
     from engine.spec.kv import KV_DTYPE_BYTES
-    reader = Reader(path, path.parent.parent)
+    reader = Reader(path, path.parent.parent, GRID)
     data = reader.mapping(reader.data, "")
     if "sizing" not in data:
         return None
@@ -431,7 +432,7 @@ def check(grid_path, gpus: dict, model_ids=None) -> None:
     if spec is None:
         return
     path = Path(grid_path) if grid_path else DEFAULT
-    reader = Reader(path, path.parent.parent)
+    reader = Reader(path, path.parent.parent, GRID)
     known = {k.lower() for k in gpus}
     for name in spec.gpus or ():
         if name.lower() not in known:

@@ -16,6 +16,7 @@ from typing import Any
 from engine.project import PACKAGE_ROOT
 from engine.spec.api import Evaluation
 from engine.spec.corpus import Reader, shown_value, is_name
+from engine.spec.file_schemas import GRID
 from engine.deploy import MAX_BATCH, MAX_TOKENS, check
 from engine.deploy.structure import HBM_FRACTION
 from engine.spec.errors import SpecError, Where
@@ -131,7 +132,7 @@ _GRIDS = ContentMemo()
 
 
 def _load_grid(path: Path) -> Grid:
-    reader = Reader(path, path.parent.parent)
+    reader = Reader(path, path.parent.parent, GRID)
     data = reader.mapping(reader.data, "")
     reader.keys(data, "", _TOP, _TOP[1:-1])   # sizing: optional (engine/build/fronts.py reads it)
     par = reader.mapping(data["parallel"], "parallel", data, "parallel")

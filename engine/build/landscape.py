@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import sympy
-import yaml
 
 from engine.spec import kv, symbols
 from engine.spec.api import Evaluation
-from engine.spec.errors import SpecError
+from engine.spec.errors import SpecError, Where
+from engine.spec.file_schemas import LINEAGE
+from engine.spec.yamlio import load_yaml
 from engine.spec.quantities import quantity as _q
 
 #: Trait order on the site (the gallery's filter bar and the landscape page) with one line each.
@@ -96,31 +97,22 @@ def _kind_of(ev: Evaluation) -> dict[str, str]:
 
 def load_lineage(corpus_root: Path) -> dict[str, Any]:
     """``corpus/lineage.yaml`` -> ``{"families": {family: (lineage, generation)}, "models": {model_id:
-    position in its family's release list}}``. Absent file: empty tables."""
+    position in its family's release list}}``. Absent file: empty tables. Read by the bounded loader
+    with its schema (engine.spec.file_schemas.LINEAGE): a wrong kind anywhere is one line there."""
     path = Path(corpus_root) / LINEAGE_FILE
     families: dict[str, tuple[str, int]] = {}
     models: dict[str, int] = {}
     if not path.exists():
         return {"families": families, "models": models}
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    lineages = data.get("lineages") if isinstance(data, dict) else None
-    if not isinstance(lineages, list):
-        raise SpecError(_where(path, "lineages"), "`lineages:` must be a list",
-                        "write lineages: [{lineage: DeepSeek, families: [DeepSeek-V3, DeepSeek-V4]}]")
-    for i, entry in enumerate(lineages):
-        if not isinstance(entry, dict) or not isinstance(entry.get("lineage"), str) \
-                or not isinstance(entry.get("families"), list):
-            raise SpecError(_where(path, f"lineages[{i}]", i), "each lineage needs `lineage:` (text) and `families:` (a list)",
-                            "write {lineage: Qwen, families: [Qwen3, Qwen3.5]}")
+    shown = f"{path.parent.name}/{LINEAGE_FILE}"
+    data = load_yaml(path, shown, schema=LINEAGE)
+    for i, entry in enumerate(data["lineages"]):
         for generation, item in enumerate(entry["families"]):
-            if isinstance(item, dict) and len(item) == 1:
-                (family, listed), = item.items()
-            else:
-                family, listed = item, []
-            if not isinstance(family, str) or not isinstance(listed, list) or not all(isinstance(m, str) for m in listed):
-                raise SpecError(_where(path, f"lineages[{i}].families[{generation}]", i),
-                                "a family is a name, or `Name: [org/model, ...]` (its models in release order)",
+            if isinstance(item, dict) and len(item) != 1:   # the schema allows a name or a mapping
+                raise SpecError(Where(shown, getattr(item, "line", 0), f"lineages[{i}].families[{generation}]"),
+                                f"a family is one `Name: [org/model, ...]`, got {len(item)} names",
                                 "write - Qwen3: [Qwen/Qwen3-8B, Qwen/Qwen3-32B]")
+            family, listed = next(iter(item.items())) if isinstance(item, dict) else (item, [])
             families[family] = (entry["lineage"], generation)
             models.update({m: pos for pos, m in enumerate(listed)})
     return {"families": families, "models": models}
@@ -131,22 +123,6 @@ def lineage_columns(model_id: str, family: str, table: dict[str, Any]) -> dict[s
     not listed: its own lineage, generation 0; a model not listed: after the listed ones)."""
     lineage, generation = table["families"].get(family, (family, 0))
     return {"lineage": lineage, "generation": generation, "release_position": table["models"].get(model_id, 1000)}
-
-
-def _where(path: Path, field: str, index: int | None = None):
-    """The place of ``lineages`` (or its item ``index``) in the file, at its own line."""
-    from engine.spec.errors import Where
-    line = 1
-    try:
-        root = yaml.compose(path.read_text(encoding="utf-8"))
-        for key, value in (root.value if isinstance(root, yaml.MappingNode) else []):
-            if key.value == "lineages":
-                line = value.start_mark.line + 1
-                if index is not None and isinstance(value, yaml.SequenceNode) and index < len(value.value):
-                    line = value.value[index].start_mark.line + 1
-    except yaml.YAMLError:
-        pass
-    return Where(str(path), line, field)
 
 
 # -- per-model facts (in the model document) -------------------------------------------------------------

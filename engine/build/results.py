@@ -764,9 +764,9 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     ``strict`` (``--strict``, what CI and the deploy run): a spec that fails its guards is not
     skipped but fails the build before any grid work, nothing published (:func:`refuse_unverified`)."""
     from engine.build import executor as executors
-    from engine.build.grid import DEFAULT, load_grid
+    from engine.build import inputs
+    from engine.build.grid import DEFAULT
     from engine.deploy.hardware import DEFAULT_ROOT as GPU_ROOT, load_gpus
-    from engine.deploy.fusion import load_tables
     started = time.perf_counter()
     log = log or (lambda line: None)
     publish.claim(out)                     # a user's folder is refused before anything is read or written
@@ -775,9 +775,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     own_grid = corpus.root / "grid.yaml"   # the corpus in use brings its grid (a checkout's, or --corpus)
     grid_path = Path(grid_path) if grid_path else own_grid if own_grid.exists() else DEFAULT
     gpu_root = Path(gpu_root) if gpu_root else GPU_ROOT
-    load_grid(grid_path), load_gpus(gpu_root), load_tables(corpus.root / "fusion")   # fail early, before any work
-    from engine.build import fronts
-    fronts.check(grid_path, load_gpus(gpu_root), set(corpus.models))
+    inputs.check_all(corpus, grid_path, gpu_root)   # fail early, before any work
     where = executors.parse(executor)
     if where.kind != "local":
         executors.distributed_module()         # the optional extra, checked before any work

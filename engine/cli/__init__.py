@@ -56,7 +56,7 @@ def common_options(corpus: bool = True, out: bool = True) -> argparse.ArgumentPa
 
 def add_commands(sub) -> dict[str, argparse.ArgumentParser]:
     """Register the engine's commands on ``sub``; returns them by name (the site half adds more)."""
-    from engine.cli import bench, build, deploy, disagg, edit, plan, show, verify
+    from engine.cli import bench, build, check, deploy, disagg, edit, plan, show, verify
     parents = [common_options(out=False)]
     commands = show.add_parsers(sub, parents)
     verify.add_parsers(sub, parents)
@@ -65,6 +65,7 @@ def add_commands(sub) -> dict[str, argparse.ArgumentParser]:
     plan.add_parser(sub, parents)
     disagg.add_parser(sub, parents)
     edit.add_parser(sub, parents)
+    check.add_parser(sub, parents)
     commands["build"] = build.add_parser(sub, [common_options()])
     return commands
 

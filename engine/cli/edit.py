@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from engine.cli import units
+from engine.spec import file_schemas
 from engine.cli.deploy import positive_int
 from engine.spec.errors import SpecError, Where
 
@@ -62,7 +63,7 @@ def variant_from_args(args, corpus):
         if args.swap or args.bind:
             raise SpecError(cli.at("--swap"), "a variant file takes no --swap/--bind", "edit the file instead")
         check_name(path.stem, cli, "variant file name", "my-variant.yaml")
-        return variant_rules.load(Reader(path.resolve(), corpus.root), path.stem, corpus)
+        return variant_rules.load(Reader(path.resolve(), corpus.root, file_schemas.VARIANT), path.stem, corpus)
     if not args.swap:
         raise SpecError(cli.at("--swap"), "nothing to swap", "add --swap 'layers[TEMPLATES].SLOT=COMPONENT'")
     base = corpus.find_model(args.model)

@@ -32,6 +32,7 @@ from typing import Mapping
 import sympy
 
 from engine.project import PACKAGE_ROOT
+from engine.spec import file_schemas
 from engine.spec.corpus import COMPUTE_CLASSES, Reader
 from engine.spec.errors import SpecError
 from engine.spec.filememo import ContentMemo
@@ -39,9 +40,6 @@ from engine.spec.ops import OPS
 from engine.deploy.placement import COLLECTIVES, ZERO, Program, Step, step_with
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus" / "fusion"
-_RULE_FIELDS = ("name", "doc", "src", "chain", "names", "siblings", "component", "extra", "when", "enabled",
-                "compute")
-_WHEN = ("arch", "phases", "min_degree", "max_tokens", "dims", "weight_dtype")
 MATMULS = ("linear", "head_linear", "embedding")
 
 
@@ -134,43 +132,27 @@ def reserve_bytes(table: "FusionTable | None", config) -> float:
     return float(sum(r.for_config(config) for r in table.reserve)) if table else 0.0
 
 
-_RESERVE_FIELDS = ("name", "doc", "src", "mib", "gib", "per", "when")
-
-
-def _reserve(reader: Reader, data, raw_list) -> tuple[Reserve, ...]:
-    """``runtime_reserve:`` entries; every figure needs its ``src:`` (one-line errors otherwise)."""
-    if raw_list is None:
-        return ()
-    if not isinstance(raw_list, list):
-        raise SpecError(reader.where(data, "runtime_reserve", "runtime_reserve"), "expected a list of entries",
-                        "write runtime_reserve: [{name: ..., mib: ..., src: ...}, ...]")
+def _reserve(reader: Reader, raw_list) -> tuple[Reserve, ...]:
+    """``runtime_reserve:`` entries (kinds, sources and ranges: the schema's, engine.spec.file_schemas.RESERVE)."""
     out, seen = [], set()
-    for i, raw in enumerate(raw_list):
+    for i, raw in enumerate(raw_list or ()):
         field = f"runtime_reserve[{i}]"
-        raw = reader.mapping(raw, field, data, "runtime_reserve")
-        reader.keys(raw, field, _RESERVE_FIELDS, ("name",))
-        if not isinstance(raw.get("src"), str) or not raw["src"].strip():
-            raise SpecError(reader.where(raw, f"{field}.src"), f"reserve {raw['name']!r} has no source",
-                            "add `src:` naming the code, log or measurement the figure comes from")
         units = [k for k in ("mib", "gib") if k in raw]
-        value = raw.get(units[0]) if len(units) == 1 else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1 << 20:
+        if len(units) != 1:
             raise SpecError(reader.where(raw, field), f"reserve {raw['name']!r} needs one size in MiB or GiB",
                             "write exactly one of `mib: <number>` or `gib: <number>` (>= 0)")
+        value = raw[units[0]]
         per = raw.get("per", "")
         if per not in ("", "tp_pp"):
             raise SpecError(reader.where(raw, f"{field}.per", "per"), f"unknown scaling {per!r}",
                             "leave out `per:` (per GPU) or write `per: tp_pp` (times tp x pp)")
         when = raw.get("when") or {}
-        if set(when) - {"min_replica_gpus"} or not isinstance(when.get("min_replica_gpus", 1), int):
-            raise SpecError(reader.where(raw, f"{field}.when", "when"), "unknown reserve condition",
-                            "allowed: when: {min_replica_gpus: <int>}")
         if raw["name"] in seen:
             raise SpecError(reader.where(raw, f"{field}.name", "name"), f"reserve {raw['name']!r} is declared twice",
                             "give every entry its own name")
         seen.add(raw["name"])
         scale = 1 << 20 if units[0] == "mib" else 1 << 30
-        out.append(Reserve(str(raw["name"]), str(raw.get("doc", "")), raw["src"], float(value) * scale, per,
+        out.append(Reserve(raw["name"], raw.get("doc", ""), raw["src"], float(value) * scale, per,
                            int(when.get("min_replica_gpus", 1))))
     return tuple(out)
 
@@ -183,16 +165,12 @@ class Match:
 
 
 def load_table(path: Path, root: Path | None = None) -> FusionTable:
-    reader = Reader(path, root or path.parent)
-    data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("framework", "version", "doc", "rules", "runtime_reserve"),
-                ("framework", "version", "doc", "rules"))
+    reader = Reader(path, root or path.parent, file_schemas.FUSION)   # kinds and fields: its schema
+    data = reader.data
     known_ops = set(OPS) | set(COLLECTIVES)
     rules, seen = [], set()
     for i, raw in enumerate(data["rules"] or []):
         field = f"rules[{i}]"
-        raw = reader.mapping(raw, field, data, "rules")
-        reader.keys(raw, field, _RULE_FIELDS, ("name", "doc", "src"))
         shapes = [k for k in ("chain", "siblings", "component") if k in raw]
         if len(shapes) != 1:
             raise SpecError(reader.where(raw, field), f"rule {raw.get('name')!r} needs exactly one pattern",
@@ -207,22 +185,15 @@ def load_table(path: Path, root: Path | None = None) -> FusionTable:
                 raise SpecError(reader.where(raw, f"{field}.names", "names"), "names and chain differ in length",
                                 "give one name (or null) per chain member")
         elif kind == "siblings":
-            sib = reader.mapping(raw["siblings"], f"{field}.siblings", raw, "siblings")
-            reader.keys(sib, f"{field}.siblings", ("op", "names"), ("op",))
+            sib = raw["siblings"]
             ops, names = (sib["op"],), tuple(sib.get("names") or ())
         else:
-            comp = reader.mapping(raw["component"], f"{field}.component", raw, "component")
-            reader.keys(comp, f"{field}.component", ("role",), ("role",))
-            ops, role = (), comp["role"]
+            ops, role = (), raw["component"]["role"]
         for op in ops + extra:
             if op not in known_ops:
                 raise SpecError(reader.where(raw, field), f"unknown op {op!r} in rule {raw['name']!r}",
                                 "use a primitive op or a collective: " + ", ".join(sorted(known_ops)))
         when = raw.get("when") or {}
-        for key in when:
-            if key not in _WHEN:
-                raise SpecError(reader.where(when, f"{field}.when.{key}", key), f"unknown condition {key!r}",
-                                "allowed: " + ", ".join(_WHEN))
         if raw["name"] in seen:
             raise SpecError(reader.where(raw, f"{field}.name", "name"), f"rule {raw['name']!r} is declared twice",
                             "give every rule its own name")
@@ -231,10 +202,10 @@ def load_table(path: Path, root: Path | None = None) -> FusionTable:
         if compute and compute not in COMPUTE_CLASSES:
             raise SpecError(reader.where(raw, f"{field}.compute", "compute"), f"unknown compute class {compute!r}",
                             "use one of: " + ", ".join(COMPUTE_CLASSES))
-        rules.append(Rule(raw["name"], str(raw["doc"]), str(raw["src"]), kind, ops, names, role, extra,
-                          dict(when), bool(raw.get("enabled", True)), reader.where(raw, field), compute))
-    return FusionTable(str(data["framework"]), str(data["version"]), str(data["doc"]), tuple(rules),
-                       _reserve(reader, data, data.get("runtime_reserve")))
+        rules.append(Rule(raw["name"], raw["doc"], raw["src"], kind, ops, names, role, extra,
+                          dict(when), raw.get("enabled", True), reader.where(raw, field), compute))
+    return FusionTable(data["framework"], data["version"], data["doc"], tuple(rules),
+                       _reserve(reader, data.get("runtime_reserve")))
 
 
 def load_tables(root: Path | str | None = None) -> dict[str, FusionTable]:

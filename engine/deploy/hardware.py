@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.project import PACKAGE_ROOT
+from engine.spec import file_schemas
 from engine.spec.corpus import Reader, shown_value, check_name, refuse_symlinks
 from engine.spec.errors import SpecError, Where
 from engine.spec.filememo import ContentMemo
@@ -33,18 +34,6 @@ DEFAULT_HW = {"scale_up": "nvlink", "scale_out": "net"}
 
 #: Compute dtypes from narrowest to widest (GPU.compute_dtype: which one a matmul runs at).
 COMPUTE_DTYPES = ("fp4", "fp8", "bf16")
-_FIELDS = ("gpu", "name", "vendor", "arch", "doc", "peak_tflops", "hbm_gb", "hbm_tb_s", "scale_up",
-           "scale_out", "sources", "hbm_mib", "price")
-#: Fields a GPU file may leave out (the rest are required).
-_OPTIONAL = ("sources", "hbm_mib", "price")
-
-
-def is_figure(number: Any) -> bool:
-    """A usable hardware figure: a finite number above zero. ``bool`` is refused although Python
-    counts it as an int (YAML ``true`` would be 1 TB/s); NaN and infinity would poison every time
-    and capacity computed from the GPU."""
-    return (isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number)
-            and number > 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,19 +83,10 @@ class CollectiveModel:
 def load_collectives(root: Path) -> CollectiveModel:
     """The latency table under ``root`` (or the repo's, when a GPU folder brings none)."""
     path = _collectives_file(root)
-    reader = Reader(path, path.parent)
-    data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("model", "src", "base_us", "hop_us"), ("model", "src", "base_us", "hop_us"))
-    base = reader.mapping(data["base_us"], "base_us", data, "base_us")
-    reader.keys(base, "base_us", ("ring", "tree"), ("ring", "tree"))
-    hops = reader.mapping(data["hop_us"], "hop_us", data, "hop_us")
-    hop: dict[str, dict[str, float]] = {}
-    for hw, row in hops.items():
-        row = reader.mapping(row, f"hop_us.{hw}", hops, hw)
-        reader.keys(row, f"hop_us.{hw}", ("ring", "tree", "estimate", "note"), ("ring", "tree"))
-        hop[hw] = {a: _figure(reader, row, a, f"hop_us.{hw}.{a}").value * 1e-6 for a in ("ring", "tree")}
-    return CollectiveModel({a: _figure(reader, base, a, f"base_us.{a}").value * 1e-6 for a in ("ring", "tree")},
-                           hop, str(data["src"]))
+    data = Reader(path, path.parent, file_schemas.COLLECTIVES).data   # kinds and ranges: its schema
+    hop = {hw: {a: _figure(row[a]).value * 1e-6 for a in ("ring", "tree")} for hw, row in data["hop_us"].items()}
+    return CollectiveModel({a: _figure(data["base_us"][a]).value * 1e-6 for a in ("ring", "tree")},
+                           hop, data["src"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,26 +173,14 @@ def _native_dtype(native: tuple[str, ...], operands: str) -> str:
     return max(weights, native_act, key=COMPUTE_DTYPES.index)
 
 
-def _figure(reader: Reader, parent: Any, key: str, field: str) -> Figure:
-    value = parent.get(key)
+def _figure(value: Any) -> Figure:
+    """A figure as written (a number, or ``{value, alt, note, estimate}``), already checked for kind
+    and physical range by the file's schema (engine.spec.file_schemas.figure)."""
     if isinstance(value, dict):
-        reader.keys(value, field, ("value", "alt", "note", "estimate"), ("value",))
         alt = value.get("alt")
-        figure = Figure(value["value"], alt, str(value.get("note", "")), value.get("estimate", False))
-        checked = (figure.value, alt) if alt is not None else (figure.value,)
-    else:
-        figure, checked = Figure(value), (value,)
-    for number in checked:
-        if not is_figure(number):
-            raise SpecError(reader.where(parent, field, key),
-                            f"expected a positive number, got {shown_value(number)}",
-                            f"write a finite number above zero: `{key}: 80` or "
-                            f"`{key}: {{value: 80, alt: 96, note: \"...\"}}`")
-    if not isinstance(figure.estimate, bool):
-        raise SpecError(reader.where(parent, f"{field}.estimate", key), f"expected true or false, got "
-                        f"{shown_value(figure.estimate)}", "write `estimate: true` or leave it out")
-    return Figure(float(figure.value), None if figure.alt is None else float(figure.alt), figure.note,
-                  figure.estimate)
+        return Figure(float(value["value"]), None if alt is None else float(alt), value.get("note", ""),
+                      value.get("estimate", False))
+    return Figure(float(value))
 
 
 def _hw(reader: Reader, link: dict, field: str, classes) -> str:
@@ -224,10 +192,11 @@ def _hw(reader: Reader, link: dict, field: str, classes) -> str:
 
 
 def load_gpu(path: Path, root: Path, collectives: CollectiveModel | None = None) -> GPU:
-    reader = Reader(path, root)
-    data = reader.mapping(reader.data, "")
-    reader.keys(data, "", _FIELDS, tuple(f for f in _FIELDS if f not in _OPTIONAL))
-    peak = reader.mapping(data["peak_tflops"], "peak_tflops", data, "peak_tflops")
+    """One GPU file; kinds, fields and the physical range of every figure are its schema's
+    (engine.spec.file_schemas.GPU), the rules across fields are checked here."""
+    reader = Reader(path, root, file_schemas.GPU)
+    data = reader.data
+    peak = data["peak_tflops"]
     for dtype in peak:
         if dtype not in COMPUTE_DTYPES:
             raise SpecError(reader.where(peak, f"peak_tflops.{dtype}", dtype), f"unknown dtype {dtype!r}",
@@ -235,44 +204,33 @@ def load_gpu(path: Path, root: Path, collectives: CollectiveModel | None = None)
     if "bf16" not in peak:
         raise SpecError(reader.where(data, "peak_tflops", "peak_tflops"), "missing bf16",
                         "every GPU needs a BF16 figure (mark an estimate with `estimate: true`)")
-    up = reader.mapping(data["scale_up"], "scale_up", data, "scale_up")
-    reader.keys(up, "scale_up", ("link", "gb_s", "domain", "hw", "note"), ("link", "gb_s", "domain"))
-    out = reader.mapping(data["scale_out"], "scale_out", data, "scale_out")
-    reader.keys(out, "scale_out", ("link", "gb_s", "hw", "note"), ("link", "gb_s"))
+    up, out = data["scale_up"], data["scale_out"]
     collectives = collectives or load_collectives(root)
     domain = up["domain"]
-    if isinstance(domain, bool) or not isinstance(domain, int) or not 1 <= domain <= MAX_GPUS:
+    if domain > MAX_GPUS:
         raise SpecError(reader.where(up, "scale_up.domain", "domain"), f"expected a GPU count, got {shown_value(domain)}",
                         f"write `domain: 8` (GPUs one scale-up link connects, 1 to {MAX_GPUS})")
     # the key names site files (data/deploy/<model>/<gpu>.json): one name, never a path
     key = check_name(data["gpu"], reader.where(data, "gpu", "gpu"), "GPU name", "`gpu: H200`")
-    return GPU(key=key, name=str(data["name"]), vendor=str(data["vendor"]),
-               arch=str(data["arch"]), doc=str(data["doc"]),
-               peak={d: _figure(reader, peak, d, f"peak_tflops.{d}") for d in peak},
-               hbm=_figure(reader, data, "hbm_gb", "hbm_gb"), hbm_bw=_figure(reader, data, "hbm_tb_s", "hbm_tb_s"),
-               scale_up_link=str(up["link"]), scale_up=_figure(reader, up, "gb_s", "scale_up.gb_s"),
-               scale_up_domain=domain, scale_out_link=str(out["link"]),
-               scale_out=_figure(reader, out, "gb_s", "scale_out.gb_s"),
-               sources=tuple(str(s) for s in data.get("sources") or ()), where=reader.where(data),
+    return GPU(key=key, name=data["name"], vendor=data["vendor"], arch=data["arch"], doc=data["doc"],
+               peak={d: _figure(peak[d]) for d in peak},
+               hbm=_figure(data["hbm_gb"]), hbm_bw=_figure(data["hbm_tb_s"]),
+               scale_up_link=up["link"], scale_up=_figure(up["gb_s"]),
+               scale_up_domain=domain, scale_out_link=out["link"], scale_out=_figure(out["gb_s"]),
+               sources=tuple(data.get("sources") or ()), where=reader.where(data),
                scale_up_hw=_hw(reader, up, "scale_up", collectives.hop),
                scale_out_hw=_hw(reader, out, "scale_out", collectives.hop), collectives=collectives,
-               hbm_reported=_figure(reader, data, "hbm_mib", "hbm_mib") if "hbm_mib" in data else None,
-               **_price(reader, data))
+               hbm_reported=_figure(data["hbm_mib"]) if "hbm_mib" in data else None,
+               **_price(data))
 
 
-def _price(reader: Reader, data: dict) -> dict[str, Any]:
+def _price(data: dict) -> dict[str, Any]:
     """``price: {usd_per_hour: X, src: "..."}``: one GPU's on-demand hourly price and where it was read
-    (a price without its source is refused: $/M tokens are only as good as the price behind them)."""
+    (the schema refuses a price without its source: $/M tokens are only as good as the price behind them)."""
     if "price" not in data:
         return {}
-    price = reader.mapping(data["price"], "price", data, "price")
-    reader.keys(price, "price", ("usd_per_hour", "src"), ("usd_per_hour", "src"))
-    src = price["src"]
-    if not isinstance(src, str) or not src.strip():
-        raise SpecError(reader.where(price, "price.src", "src"), f"expected the price's source, got {shown_value(src)}",
-                        'write `src: "<provider> on-demand <instance>, per GPU, <date read>, <URL>"`')
-    return {"price_usd_per_hour": _figure(reader, price, "usd_per_hour", "price.usd_per_hour").value,
-            "price_src": src.strip()}
+    price = data["price"]
+    return {"price_usd_per_hour": _figure(price["usd_per_hour"]).value, "price_src": price["src"].strip()}
 
 
 def load_gpus(root: Path | str | None = None) -> dict[str, GPU]:

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from engine.project import PACKAGE_ROOT
-from engine.spec import expr, symbols, variants as variant_rules
+from engine.spec import expr, file_schemas, symbols, variants as variant_rules
 from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES, DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import (CacheSpec, ComponentSpec, ConfigDefault, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
                        RoleInfo, Schedule, ScheduleRule, Snapshot, StackSpec, StoredTensor,
                        StreamSpec, VariantSpec)
 from engine.spec.ops import GROWTHS, OPS
+from engine.spec.schema import kind_of
 from engine.spec.yamlio import LineDict, LineList, load_yaml
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus"
@@ -100,12 +101,12 @@ class Corpus:
 class Reader:
     """Schema checks on one YAML file, producing :class:`Where` values with lines."""
 
-    def __init__(self, path: Path, root: Path):
+    def __init__(self, path: Path, root: Path, schema: Any = None):
         try:
             self.display = str(path.relative_to(root.parent))
         except ValueError:
             self.display = str(path)
-        self.data = load_yaml(path, self.display)
+        self.data = load_yaml(path, self.display, schema=schema)
 
     def where(self, mapping: Any, field: str = "", key: str | None = None) -> Where:
         """``field`` at ``mapping`` (or at its ``key``); sub-fields resolve to their own lines."""
@@ -119,7 +120,7 @@ class Reader:
 
     def mapping(self, value: Any, field: str, parent: Any = None, key: str | None = None) -> LineDict:
         if not isinstance(value, dict):
-            raise SpecError(self.where(parent, field, key), f"expected a mapping, got {_kind(value)}",
+            raise SpecError(self.where(parent, field, key), f"expected a mapping, got {kind_of(value)}",
                             "write `key: value` pairs here")
         return value
 
@@ -137,7 +138,7 @@ class Reader:
         value = mapping.get(key, default)
         if not isinstance(value, str):
             raise SpecError(self.where(mapping, f"{field}.{key}" if field else key, key),
-                            f"expected a string, got {_kind(value)}", f"write `{key}: <name>`")
+                            f"expected a string, got {kind_of(value)}", f"write `{key}: <name>`")
         return value
 
     def names(self, value: Any, field: str, parent: Any, key: str) -> tuple[str, ...]:
@@ -149,16 +150,11 @@ class Reader:
             return tuple(value)
         if isinstance(value, list):
             value = next(v for v in value if not isinstance(v, str))
-            got = f"a list containing {_kind(value)}"
+            got = f"a list containing {kind_of(value)}"
         else:
-            got = _kind(value)
+            got = kind_of(value)
         raise SpecError(self.where(parent, field, key), f"expected a name or list of names, got {got}",
                         f"write `{key}: name` or `{key}: [name, name]`")
-
-
-def _kind(value: Any) -> str:
-    return {dict: "a mapping", LineDict: "a mapping", list: "a list", LineList: "a list",
-            str: f"the string {value!r}", type(None): "nothing"}.get(type(value), repr(value))
 
 
 # -- identity and paths --------------------------------------------------------------------------
@@ -273,55 +269,41 @@ def refuse_symlinks(path: Path, below: Path, shown: str = "") -> None:
 # -- tables --------------------------------------------------------------------------------------
 
 def _load_dims(root: Path) -> dict[str, DimInfo]:
-    reader = Reader(root / "dims.yaml", root)
-    table = reader.mapping(reader.data, "dims")
+    reader = Reader(root / "dims.yaml", root, file_schemas.DIMS)   # kinds and fields: its schema
     out = {}
-    for name, row in table.items():
-        check_symbol_name(name, reader.where(table, name, name), "dim name", "n_kv_heads")
-        row = reader.mapping(row, name, table, name)
-        reader.keys(row, name, ("kind", "shard", "doc", "replicate"), ("kind", "shard", "doc"))
+    for name, row in reader.data.items():
+        check_symbol_name(name, reader.where(reader.data, name, name), "dim name", "n_kv_heads")
         shard = row["shard"]
         if shard not in SHARD_WORLDS:
             raise SpecError(reader.where(row, f"{name}.shard", "shard"), f"unknown world {shard!r}",
                             "use one of: " + ", ".join(SHARD_WORLDS))
-        replicate = row.get("replicate", False)
-        if not isinstance(replicate, bool):
-            raise SpecError(reader.where(row, f"{name}.replicate", "replicate"), "expected true or false",
-                            "write `replicate: true` (KV heads) or leave it out")
-        out[name] = DimInfo(name, row["kind"], shard, row["doc"], replicate)
+        out[name] = DimInfo(name, row["kind"], shard, row["doc"], row.get("replicate", False))
     return out
 
 
 def _load_roles(root: Path) -> dict[str, RoleInfo]:
-    reader = Reader(root / "roles.yaml", root)
-    table = reader.mapping(reader.data, "roles")
-    return {name: RoleInfo(name, str(doc)) for name, doc in table.items()}
+    reader = Reader(root / "roles.yaml", root, file_schemas.ROLES)
+    return {name: RoleInfo(name, doc) for name, doc in reader.data.items()}
 
 
 _MATRIX_AXES = {"rows": symbols.dim("rows"), "cols": symbols.dim("cols")}
 
 
 def _load_scheme(path: Path, root: Path) -> QuantScheme:
-    reader = Reader(path, root)
-    data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("scheme", "doc", "matrix", "vector_dtype", "compute", "activations", "src", "hf"),
-                ("scheme", "doc", "matrix", "vector_dtype", "compute"))
+    reader = Reader(path, root, file_schemas.QUANT_SCHEME)   # kinds and fields: its schema
+    data = reader.data
     for key in ("compute", "activations"):
         if key in data and data[key] not in COMPUTE_CLASSES:
             raise SpecError(reader.where(data, key, key), f"unknown compute class {data[key]!r}",
                             "use one of: " + ", ".join(COMPUTE_CLASSES))
     tensors = []
     for i, entry in enumerate(data["matrix"] or []):
-        entry = reader.mapping(entry, f"matrix[{i}]", data, "matrix")
-        reader.keys(entry, f"matrix[{i}]", ("key", "dtype", "shape"), ("key", "dtype", "shape"))
         try:
             entry["key"].format(weight="w", module="m")
         except (AttributeError, KeyError, IndexError, ValueError):
             raise SpecError(reader.where(entry, f"matrix[{i}].key", "key"), f"bad key template {entry['key']!r}",
                             'write "{weight}", "{weight}_scale" or "{module}.input_scale"') from None
         where = reader.where(entry, f"matrix[{i}].shape", "shape")
-        if not isinstance(entry["shape"], list):
-            raise SpecError(where, f"expected a list, got {_kind(entry['shape'])}", "write shape: [rows, cols]")
         for text in entry["shape"]:  # checked here so a bad scheme fails at load, not mid-build
             try:
                 expr.evaluate(text, expr.Scope(_MATRIX_AXES, unknown="a scheme shape can use rows and cols"))
@@ -339,9 +321,8 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
     if data["vector_dtype"] not in DTYPE_BYTES:
         raise SpecError(reader.where(data, "vector_dtype", "vector_dtype"), f"unknown dtype {data['vector_dtype']!r}",
                         "use one of: " + ", ".join(DTYPE_BYTES))
-    hf = reader.mapping(data.get("hf") or {}, "hf", data, "hf")
     return QuantScheme(data["scheme"], data["doc"], tuple(tensors), data["vector_dtype"],
-                       reader.where(data), data["compute"], data.get("activations", ""), dict(hf))
+                       reader.where(data), data["compute"], data.get("activations", ""), dict(data.get("hf") or {}))
 
 
 # -- graphs --------------------------------------------------------------------------------------
@@ -370,7 +351,7 @@ def _node(reader: Reader, name: str, raw: Any, field: str, parent: LineDict,
         streams = _streams(reader, raw, field)
         target = str(target)
     elif not isinstance(target, str):
-        raise SpecError(where.at(kind), f"expected a name, got {_kind(target)}", f"write `{kind}: <name>`")
+        raise SpecError(where.at(kind), f"expected a name, got {kind_of(target)}", f"write `{kind}: <name>`")
     if kind != "repeat" and "streams" in raw:
         raise SpecError(reader.where(raw, f"{field}.streams", "streams"), "only a layer stack declares streams",
                         "move `streams:` to the `repeat:` node of the stack")
@@ -385,14 +366,10 @@ def _node(reader: Reader, name: str, raw: Any, field: str, parent: LineDict,
     if kind == "reads" and "in" in raw:
         raise SpecError(reader.where(raw, f"{field}.in", "in"), "a `reads:` node takes its value from the stream",
                         "remove `in:`; the engine finds the stream's producer")
-    role = raw.get("role")
-    if role is not None and (not isinstance(role, str) or role not in roles):
+    role = raw.get("role")   # kinds of role, in, dims, attrs, with, modules, weight_axes: file_schemas.NODE
+    if role is not None and role not in roles:
         raise SpecError(reader.where(raw, f"{field}.role", "role"), f"unknown role {role!r}",
                         "use one of: " + ", ".join(sorted(roles)) + " (or add it to corpus/roles.yaml)")
-    for key in ("dims", "attrs", "with", "modules", "weight_axes"):
-        if key in raw and not isinstance(raw[key], dict):
-            raise SpecError(reader.where(raw, f"{field}.{key}", key),
-                            f"expected a mapping, got {_kind(raw[key])}")
     for axis, world in (raw.get("weight_axes") or {}).items():
         if world not in SHARD_WORLDS:
             raise SpecError(reader.where(raw["weight_axes"], f"{field}.weight_axes.{axis}", axis),
@@ -456,7 +433,7 @@ def _streams(reader: Reader, raw: LineDict, field: str) -> dict[str, StreamSpec]
 def _src(reader: Reader, raw: LineDict, field: str) -> str | None:
     src = raw.get("src")
     if src is not None and (not isinstance(src, str) or not src.strip()):
-        raise SpecError(reader.where(raw, f"{field}.src", "src"), f"expected a source excerpt, got {_kind(src)}",
+        raise SpecError(reader.where(raw, f"{field}.src", "src"), f"expected a source excerpt, got {kind_of(src)}",
                         'quote a line of the forward source, e.g. src: "hidden_states = residual + hidden_states"')
     return src
 
@@ -506,17 +483,15 @@ def _check_edges(graph: dict[str, NodeSpec], known: set[str], where: Where, extr
 
 
 def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec:
-    reader = Reader(path, root)
-    data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("component", "role", "doc", "options", "inputs", "dims", "graph", "outputs",
-                           "cache", "decode_variant", "label"), ("component", "role", "doc", "graph"))
-    name = check_name(reader.string(data, "component", ""), reader.where(data, "component", "component"),
+    reader = Reader(path, root, file_schemas.COMPONENT)   # kinds and fields: its schema
+    data = reader.data
+    name = check_name(data["component"], reader.where(data, "component", "component"),
                       "component name", "`component: gqa_attention`")
     if name != path.stem:
         raise SpecError(reader.where(data, "component", "component"),
                         f"component name {name!r} differs from its file name", f"name the file {name}.yaml")
     role = data["role"]
-    if not isinstance(role, str) or role not in roles:
+    if role not in roles:
         raise SpecError(reader.where(data, "role", "role"), f"unknown role {role!r}",
                         "use one of: " + ", ".join(sorted(roles)) + " (or add it to corpus/roles.yaml)")
     inputs = reader.names(data.get("inputs", ["x"]), "inputs", data, "inputs")
@@ -532,9 +507,6 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
     caches = []
     for i, entry in enumerate(data.get("cache") or []):
         field = f"cache[{i}]"
-        entry = reader.mapping(entry, field, data, "cache")
-        reader.keys(entry, field, ("name", "node", "kind", "growth", "window", "every", "dtype"),
-                    ("name", "node", "kind", "growth"))
         where = reader.where(entry, field)
         target = graph[entry["node"]] if entry["node"] in graph else None
         stateful = target is not None and target.kind == "op" and target.target in OPS \
@@ -596,10 +568,8 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
 MAX_TEMPLATES = 10
 
 def _fill(reader: Reader, raw: Any, field: str, parent: LineDict) -> Fill:
-    if isinstance(raw, str):
+    if isinstance(raw, str):   # else a mapping of the schema's fields (engine.spec.file_schemas.FILL)
         return Fill(raw, reader.where(parent, field, field.rsplit(".", 1)[-1]))
-    raw = reader.mapping(raw, field, parent)
-    reader.keys(raw, field, ("component", "with", "dims", "modules", "slots", "module"), ("component",))
     slots = {name: _fill(reader, sub, f"{field}.slots.{name}", raw["slots"])
              for name, sub in (raw.get("slots") or {}).items()}
     return Fill(raw["component"], reader.where(raw, field), dict(raw.get("with") or {}),
@@ -630,23 +600,13 @@ def _config_defaults(reader: Reader, data: LineDict, fields: Mapping[str, Any]) 
     raw = data.get("config_defaults")
     if raw is None:
         return {}
-    raw = reader.mapping(raw, "config_defaults", data, "config_defaults")
-    out = {}
+    out = {}   # kinds and fields: the schema's (engine.spec.file_schemas.MODEL)
     for name, entry in raw.items():
         field = f"config_defaults.{name}"
-        hint = f"write {name}: {{value: <the default>, src: \"<modeling file>: <the line that sets it>\"}}"
-        if not isinstance(name, str) or not name.isidentifier():
+        if not name.isidentifier():
             raise SpecError(reader.where(raw, field, name), f"{name!r} is not a config field name",
                             "name a top-level config field (a multimodal checkpoint's text_config fields are top-level)")
-        if not isinstance(entry, dict):
-            raise SpecError(reader.where(raw, field, name), f"expected {{value, src}}, got {_kind(entry)}", hint)
-        reader.keys(entry, field, ("value", "src"), ("value", "src"))
         value, src = entry["value"], entry["src"]
-        if not isinstance(value, (bool, int, str)):
-            raise SpecError(reader.where(entry, f"{field}.value", "value"),
-                            f"default {value!r} is not an integer, string or boolean", hint)
-        if not isinstance(src, str) or not src.strip():
-            raise SpecError(reader.where(entry, f"{field}.src", "src"), "a config default needs its source", hint)
         out[name] = ConfigDefault(name, value, src, reader.where(entry, field), name not in fields)
     return out
 
@@ -669,20 +629,14 @@ def _load_snapshot(root: Path, name: str, where: Where, missing_ok: bool = False
     if not path.exists():
         raise SpecError(where, f"snapshot {name!r} not found at corpus/snapshots/{name}.yaml",
                         "record the config fields the spec binds there (source + fields)")
-    reader = Reader(path, root)
-    data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("source", "retrieved", "fields"), ("source", "fields"))
-    return Snapshot(str(data["source"]), config_view(reader.mapping(data["fields"], "fields", data, "fields")),
-                    reader.where(data))
+    reader = Reader(path, root, file_schemas.SNAPSHOT)   # kinds and fields: its schema
+    data = reader.data
+    return Snapshot(data["source"], config_view(data["fields"]), reader.where(data))
 
 
 def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool = False) -> ModelSpec:
-    reader = Reader(path, root)
-    data = reader.mapping(reader.data, "")
-    reader.keys(data, "", ("model", "model_type", "family", "name", "notes", "snapshot", "dims",
-                           "max_context", "slots", "templates", "stacks", "quant_context", "drafts",
-                           "config_defaults"),
-                ("model", "model_type", "family", "dims", "stacks", "max_context"))
+    reader = Reader(path, root, file_schemas.MODEL)   # kinds and fields: its schema
+    data = reader.data
     model_id = check_model_id(data.get("model"), reader.where(data, "model", "model"))
     if path.parent == root / "models" and path.stem != slug(model_id):
         # a corpus spec is found by its slug (tests, snapshots, the site); contract variants are not
@@ -697,7 +651,7 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
         raise SpecError(reader.where(data, "model_type", "model_type"),
                         f"model_type {data['model_type']!r} differs from the config's {declared_type!r}",
                         f"write model_type: {declared_type}")
-    dims = reader.mapping(data["dims"], "dims", data, "dims")
+    dims = data["dims"]
     slots = {name: _fill(reader, raw, f"slots.{name}", data["slots"])
              for name, raw in (data.get("slots") or {}).items()}
     templates = {check_symbol_name(name, reader.where(data["templates"], f"templates.{name}", name),
@@ -709,15 +663,13 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
                         f"the limit of {MAX_TEMPLATES}", "merge templates that differ only in a dim (a fill dim may "
                         f"read `layer`): the playground evaluates every subset of a model's templates (2^n - 1)")
     stacks = {}
-    raw_stacks = reader.mapping(data["stacks"], "stacks", data, "stacks")
+    raw_stacks = data["stacks"]
     if "main" not in raw_stacks:
         raise SpecError(reader.where(data, "stacks", "stacks"), "no `main` stack",
                         "declare stacks: {main: {inputs: {tokens: [batch, seq]}, graph: ...}}")
     for name, raw in raw_stacks.items():
         field = f"stacks.{name}"
-        raw = reader.mapping(raw, field, raw_stacks, name)
-        reader.keys(raw, field, ("inputs", "graph", "doc"), ("inputs", "graph"))
-        inputs = {k: tuple(v) for k, v in reader.mapping(raw["inputs"], f"{field}.inputs", raw, "inputs").items()}
+        inputs = {k: tuple(v) for k, v in raw["inputs"].items()}
         graph = _graph(reader, raw["graph"], f"{field}.graph", raw, roles)
         _check_edges(graph, set(inputs), reader.where(raw, field))
         for node in graph.values():
@@ -731,8 +683,6 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
         stacks[name] = StackSpec(name, inputs, graph, reader.where(raw, field))
     quant = {}
     raw_quant = data.get("quant_context") or {"default": "bf16"}
-    raw_quant = reader.mapping(raw_quant, "quant_context", data, "quant_context")
-    reader.keys(raw_quant, "quant_context", ("default", "overrides"), ("default",))
     quant["*"] = raw_quant["default"]
     quant_where = {"*": reader.where(raw_quant, "quant_context.default", "default")}
     overrides = raw_quant.get("overrides") or {}
@@ -786,7 +736,7 @@ def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = Fal
     for path in sorted((root / "variants").glob("*.yaml")):
         # the name becomes the id what-if/<name>, a results partition and a page anchor
         check_name(path.stem, Where(f"corpus/variants/{path.name}"), "variant file name", "DeepSeek-V3-DSA.yaml")
-        found[path.stem] = variant_rules.load(Reader(path, root), path.stem, corpus)
+        found[path.stem] = variant_rules.load(Reader(path, root, file_schemas.VARIANT), path.stem, corpus)
     return replace(corpus, variants=found)
 
 
@@ -794,19 +744,13 @@ def _load_slot_contracts(root: Path, roles: dict[str, RoleInfo]) -> dict[str, "v
     path = root / "slots.yaml"
     if not path.exists():
         return {}
-    reader = Reader(path, root)
-    table = reader.mapping(reader.data, "slots")
+    reader = Reader(path, root, file_schemas.SLOTS)   # kinds, fields and counts: its schema
     out = {}
-    for name, row in table.items():
-        row = reader.mapping(row, name, table, name)
-        reader.keys(row, name, ("roles", "inputs", "doc"), ("roles", "inputs", "doc"))
+    for name, row in reader.data.items():
         kinds = reader.names(row["roles"], f"{name}.roles", row, "roles")
         for role in kinds:
             if role not in roles:
                 raise SpecError(reader.where(row, f"{name}.roles", "roles"), f"unknown role {role!r}",
                                 "use one of: " + ", ".join(sorted(roles)))
-        if not isinstance(row["inputs"], int) or isinstance(row["inputs"], bool) or row["inputs"] < 1:
-            raise SpecError(reader.where(row, f"{name}.inputs", "inputs"), "expected a positive count",
-                            "write inputs: 1")
-        out[str(name)] = variant_rules.SlotContract(str(name), kinds, row["inputs"], str(row["doc"]))
+        out[name] = variant_rules.SlotContract(name, kinds, row["inputs"], row["doc"])
     return out

@@ -97,51 +97,28 @@ class SlotContract:
 
 # -- loading -------------------------------------------------------------------------------------
 
-_FIELDS = ("variant", "base", "name", "notes", "swaps", "bind")
-_SWAP_FIELDS = ("slot", "templates", "when", "component", "with", "dims", "modules", "module")
-
-
 def load(reader: Any, stem: str, corpus: "Corpus") -> ModelVariant:
-    """Schema-check one ``corpus/variants/<stem>.yaml`` (``reader``: the corpus loader's YAML reader)
-    and resolve it against the loaded corpus."""
-    data = reader.mapping(reader.data, "")
-    reader.keys(data, "", _FIELDS, ("variant", "base", "swaps"))
-    name = reader.string(data, "variant", "")
+    """One ``corpus/variants/<stem>.yaml`` (``reader``: the corpus loader's YAML reader, which has
+    checked its schema, engine.spec.file_schemas.VARIANT), resolved against the loaded corpus."""
+    data = reader.data   # kinds and fields: engine.spec.file_schemas.VARIANT
+    name = data["variant"]
     if name != stem:
         raise SpecError(reader.where(data, "variant", "variant"), f"variant name {name!r} differs from its file name",
                         f"name the file corpus/variants/{name}.yaml or write `variant: {stem}`")
-    base = reader.string(data, "base", "")
-    raw_swaps = data["swaps"]
-    if not isinstance(raw_swaps, list) or not raw_swaps:
-        raise SpecError(reader.where(data, "swaps", "swaps"), "expected a list of swaps",
-                        "write swaps: [{slot: attention, templates: [block], component: <library component>}]")
     swaps = []
-    for i, raw in enumerate(raw_swaps):
+    for i, raw in enumerate(data["swaps"]):
         field = f"swaps[{i}]"
-        raw = reader.mapping(raw, field, data, "swaps")
-        reader.keys(raw, field, _SWAP_FIELDS, ("slot", "component"))
         where = reader.where(raw, field)
         templates = reader.names(raw.get("templates"), f"{field}.templates", raw, "templates")
-        when = raw.get("when")
-        if when is not None and not isinstance(when, str):
-            raise SpecError(where.at("when"), f"expected a condition on `layer`, got {when!r}",
-                            'write e.g. when: "layer % 4 != 3"')
-        fill = Fill(reader.string(raw, "component", field), where, dict(raw.get("with") or {}),
+        fill = Fill(raw["component"], where, dict(raw.get("with") or {}),
                     dict(raw.get("dims") or {}), dict(raw.get("modules") or {}), {}, raw.get("module"))
-        swaps.append(Swap(reader.string(raw, "slot", field), templates, fill, where, when))
+        swaps.append(Swap(raw["slot"], templates, fill, where, raw.get("when")))
     binds = []
-    raw_bind = reader.mapping(data.get("bind") or LineDict(), "bind", data, "bind")
+    raw_bind = data.get("bind") or LineDict()
     for dim, entry in raw_bind.items():
-        where = reader.where(raw_bind, f"bind.{dim}", dim)
-        hint = f"write {dim}: {{value: <number or expression>, src: \"<where the value comes from>\"}}"
-        if not isinstance(entry, dict):
-            raise SpecError(where, f"expected {{value, src}}, got {entry!r}", hint)
-        reader.keys(entry, f"bind.{dim}", ("value", "src"), ("value", "src"))
-        if not isinstance(entry["src"], str) or not entry["src"].strip():
-            raise SpecError(where.at("src"), "a binding needs its source", hint)
-        binds.append(Bind(str(dim), entry["value"], entry["src"], where))
-    return resolve(corpus, name, base, swaps, binds, reader.where(data),
-                   str(data.get("name", name)), str(data.get("notes", "")))
+        binds.append(Bind(dim, entry["value"], entry["src"], reader.where(raw_bind, f"bind.{dim}", dim)))
+    return resolve(corpus, name, data["base"], swaps, binds, reader.where(data),
+                   data.get("name", name), data.get("notes", ""))
 
 
 # -- resolution ----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ import yaml
 
 from engine.spec.errors import SpecError, Where
 from engine.spec.expr import MAX_MAGNITUDE
+from engine.spec.schema import check as check_schema
 
 #: The largest corpus YAML is about 31 KB (a modeling-source snapshot); 1 MiB leaves 30x room and
 #: still parses in about a second with the pure-Python loader.
@@ -68,9 +69,13 @@ class LineDict(dict):
 
 
 class LineList(list):
-    """A sequence from YAML with ``line`` (1-based)."""
+    """A sequence from YAML with ``line`` (1-based) and ``item_lines``, the line of each item."""
 
     line: int = 0
+    item_lines: tuple = ()
+
+    def line_of_item(self, index: int) -> int:
+        return self.item_lines[index] if index < len(self.item_lines) else self.line
 
 
 #: Scalars whose construction can fail or needs a bound: checked while composing, where the
@@ -217,6 +222,7 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
 def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
     out = LineList(loader.construct_object(child, deep=True) for child in node.value)
     out.line = node.start_mark.line + 1
+    out.item_lines = tuple(child.start_mark.line + 1 for child in node.value)
     return out
 
 
@@ -229,29 +235,39 @@ _Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 TOP_LEVEL_HINT = "write the `key: value` fields this file holds (see the files beside it)"
 
 
-def load_yaml(path: Path, display: str | None = None, *, mapping: bool = True,
-              hint: str = TOP_LEVEL_HINT) -> Any:
-    """Parse one corpus YAML file safely; anything wrong is a one-line :class:`SpecError`.
-
-    With ``mapping`` (every corpus file today) the top level must be a mapping; ``hint`` says
-    what to write when it is not (e.g. how to regenerate a recorded file).
-    """
-    name = display or str(path)
+def read_text(path: Path, display: str, cap: int = MAX_FILE_BYTES) -> str:
+    """A text file of the repository (a corpus file, a docs page), read with a bounded read (a FIFO
+    or a 50 MB file is never read whole) and decoded as UTF-8 (a BOM is fine); a file over ``cap``
+    bytes, unreadable or not UTF-8 is a one-line :class:`SpecError` naming ``display`` (and the
+    line of a bad byte)."""
     try:
         with open(path, "rb") as handle:   # bounded: never read more than the cap (+1 to notice)
-            data = handle.read(MAX_FILE_BYTES + 1)
+            data = handle.read(cap + 1)
     except OSError as exc:
-        raise SpecError(Where(name), f"cannot read file ({exc.strerror})") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise SpecError(Where(name), f"file is larger than {MAX_FILE_BYTES // (1 << 20)} MiB "
+        raise SpecError(Where(display), f"cannot read file ({exc.strerror})") from None
+    if len(data) > cap:
+        raise SpecError(Where(display), f"file is larger than {cap // (1 << 20)} MiB "
                         f"(the cap for a corpus file)", "split it, or record less (corpus files are "
                         "a few KB)")
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise SpecError(Where(name, line), f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+        raise SpecError(Where(display, line), f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
                         f"{exc.start})", "save the file as UTF-8") from None
+
+
+def load_yaml(path: Path, display: str | None = None, *, mapping: bool = True,
+              hint: str = TOP_LEVEL_HINT, schema: Any = None) -> Any:
+    """Parse one corpus YAML file safely; anything wrong is a one-line :class:`SpecError`.
+
+    With ``mapping`` (every corpus file today) the top level must be a mapping; ``hint`` says
+    what to write when it is not (e.g. how to regenerate a recorded file). ``schema`` (a node of
+    :mod:`engine.spec.file_schemas`) is checked on the parsed value before it is returned, so a
+    value of the wrong kind or out of its range never reaches the caller.
+    """
+    name = display or str(path)
+    text = read_text(path, name)
     try:
         value = yaml.load(text, Loader=_Loader)  # noqa: S506 — _Loader derives from SafeLoader
     except _Refused as exc:
@@ -276,6 +292,8 @@ def load_yaml(path: Path, display: str | None = None, *, mapping: bool = True,
         got = "a list" if isinstance(value, list) else f"a single value {_short(str(value))}"
         raise SpecError(Where(name, getattr(value, "line", 1)), f"expected a mapping at the top level, "
                         f"got {got}", hint)
+    if schema is not None:
+        check_schema(schema, value, name)
     return value
 
 

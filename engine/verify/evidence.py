@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from engine.verify import manifest as manifest_mod
+from engine.spec import file_schemas
 from engine.spec.corpus import Corpus, is_snapshot_name, snapshot_path
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import ModelSpec
@@ -72,19 +73,15 @@ class Registry:
 @lru_cache(maxsize=8)
 def _registry(path: str, rel: str) -> Registry:
     data = load_yaml(Path(path), rel, hint="write its canonical:, layer_plans: and structural: sections "
-                     "(docs/verification.md)")
+                     "(docs/verification.md)", schema=file_schemas.VERIFICATION)
 
     def where(node, key, i) -> Where:
-        return Where(rel, getattr(node, "line", 0) + i, f"{key}[{i}]")
+        return Where(rel, node.line_of_item(i), f"{key}[{i}]")
 
-    canon = data.get("canonical") or {}
+    canon = data.get("canonical") or {}   # kinds and fields: the schema's (engine.spec.file_schemas)
     prefixes = tuple((p["from"], p["to"]) for p in canon.get("prefixes") or [])
     plans = []
     for i, raw in enumerate(data.get("layer_plans") or []):
-        for key in ("field", "feature", "expect"):
-            if key not in raw:
-                raise SpecError(where(data["layer_plans"], "layer_plans", i), f"missing {key!r}",
-                                "see the comment at the top of layer_plans")
         if raw["feature"] not in FEATURES:
             raise SpecError(where(data["layer_plans"], "layer_plans", i), f"unknown feature {raw['feature']!r}",
                             "use one of: " + ", ".join(FEATURES))
@@ -93,11 +90,7 @@ def _registry(path: str, rel: str) -> Registry:
                                bool(raw.get("whole", False))))
     structural = []
     for i, raw in enumerate(data.get("structural") or []):
-        for key in ("field", "op", "dim"):
-            if key not in raw:
-                raise SpecError(where(data["structural"], "structural", i), f"missing {key!r}",
-                                "write {field: <config path>, op: <op>, dim: <dim>}")
-        structural.append(StructuralField(raw["field"], raw["op"], raw["dim"], str(raw.get("doc", "")),
+        structural.append(StructuralField(raw["field"], raw["op"], raw["dim"], raw.get("doc", ""),
                                           dict(raw.get("unless") or {}), bool(raw.get("compare", True)),
                                           raw.get("cache"), where(data["structural"], "structural", i)))
     return Registry(prefixes, tuple(canon.get("other_modalities") or ()), tuple(plans), tuple(structural))
@@ -163,12 +156,10 @@ def load_evidence(corpus: Corpus, model: ModelSpec) -> Evidence:
     source = None
     if spath.exists():
         rel = f"corpus/snapshots/{spath.name}"
-        data = load_yaml(spath, rel, hint="regenerate the file with `archledger snapshot MODEL`")
-        if not isinstance(data, dict) or not isinstance(data.get("excerpts"), dict):
-            raise SpecError(Where(rel, 1, "excerpts"), "expected a mapping of excerpts",
-                            "regenerate the file with `archledger snapshot MODEL`")
-        source = SourceSnapshot(str(data.get("source", "")), dict(data.get("provenance") or {}),
-                                {str(k): str(v) for k, v in data["excerpts"].items()}, Where(rel, 1))
+        data = load_yaml(spath, rel, hint="regenerate the file with `archledger snapshot MODEL`",
+                         schema=file_schemas.SOURCE_SNAPSHOT)
+        source = SourceSnapshot(data["source"], dict(data.get("provenance") or {}), dict(data["excerpts"]),
+                                Where(rel, 1))
     return Evidence(dict(model.snapshot.fields), model.snapshot.source, manifest, source)
 
 

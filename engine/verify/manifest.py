@@ -282,19 +282,17 @@ def dump(manifest: Manifest) -> str:
 
 def load(path: Path, root: Path | None = None) -> Manifest:
     """Read a manifest file; a malformed line is a one-line error naming the file and line."""
+    from engine.spec import file_schemas
     from engine.spec.yamlio import load_yaml
     rel = str(path.relative_to(root.parent)) if root and path.is_relative_to(root.parent) else str(path)
-    data = load_yaml(path, rel, hint="regenerate the file with `archledger snapshot MODEL`")
+    data = load_yaml(path, rel, hint="regenerate the file with `archledger snapshot MODEL`",
+                     schema=file_schemas.TENSOR_MANIFEST)
     where = Where(rel, 1)
-    for key in ("source", "provenance", "total_bytes", "tensors"):
-        if key not in data:
-            raise SpecError(Where(rel, 1, key), f"missing field {key!r}",
-                            "regenerate the file with `archledger snapshot MODEL`")
     groups: list[TensorGroup] = []
     lines = data["tensors"]
     left = MAX_TENSORS
     for i, line in enumerate(lines):
-        line_no = getattr(lines, "line", 0) + i   # block style: one line per entry
+        line_no = lines.line_of_item(i)
         try:
             groups.append(expand_group(str(line), left))
             left -= len(groups[-1].names)
@@ -310,5 +308,5 @@ def load(path: Path, root: Path | None = None) -> Manifest:
     if count is not None and count != len(tensors):
         raise SpecError(Where(rel, 1, "tensor_count"), f"the lines expand to {len(tensors)} tensors, "
                         f"not {count}", "regenerate the file with `archledger snapshot MODEL`")
-    return Manifest(str(data["source"]), dict(data["provenance"]), int(data["total_bytes"]),
+    return Manifest(data["source"], dict(data["provenance"]), data["total_bytes"],
                     tensors, tuple(data.get("scope") or ("*",)), where, tuple(groups))
