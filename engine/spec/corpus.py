@@ -661,7 +661,7 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
     if len(templates) > MAX_TEMPLATES:
         raise SpecError(reader.where(data, "templates", "templates"), f"{len(templates)} layer templates, more than "
                         f"the limit of {MAX_TEMPLATES}", "merge templates that differ only in a dim (a fill dim may "
-                        f"read `layer`): the playground evaluates every subset of a model's templates (2^n - 1)")
+                        "read `layer`): the playground evaluates every subset of a model's templates (2^n - 1)")
     stacks = {}
     raw_stacks = data["stacks"]
     if "main" not in raw_stacks:

@@ -275,6 +275,7 @@ def _unreachable(error: BaseException) -> bool:
     not resolve, a refused connection, a timeout), as opposed to an answer from it. huggingface_hub
     raises the transport error itself, or (downloads) a LocalEntryNotFoundError, "not in the local
     cache", whose cause is the transport error: either way the cause chain holds it."""
+    import importlib
     import socket
     from huggingface_hub.errors import OfflineModeIsEnabled
 
@@ -282,7 +283,7 @@ def _unreachable(error: BaseException) -> bool:
     for module, name in (("httpx2", "TransportError"), ("httpx", "TransportError"),
                          ("requests.exceptions", "ConnectionError"), ("requests.exceptions", "Timeout")):
         try:
-            network.append(getattr(__import__(module, fromlist=[name]), name))
+            network.append(getattr(importlib.import_module(module), name))
         except (ImportError, AttributeError):
             pass
     seen: BaseException | None = error

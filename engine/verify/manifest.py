@@ -15,7 +15,6 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import product
 from math import prod
 from operator import attrgetter
 from pathlib import Path
