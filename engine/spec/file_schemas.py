@@ -19,9 +19,8 @@ from engine.spec.symbols import LENGTH, SCENARIO_DIMS
 
 # -- shared pieces ----------------------------------------------------------------------------------
 
-NAME = Str("a name")
 NAMES = OneOf("write `name` or `[name, name]`", options=(Str(), ListOf(item=Str())))
-TEXT = Str("free text")
+TEXT = Str("write text (quote it when it holds `: `, `#` or starts with a symbol)")
 SOURCE = Str("where the figure comes from (code, log, datasheet or page)", nonempty=True)
 #: A size of the model: fixed by the spec and its config, never by the scenario (a dim bound to
 #: ``seq`` would be a formula where every consumer expects a number).
