@@ -222,7 +222,8 @@ CASES = {
     "when-not-a-condition": Bad(
         LIB + "gqa_attention.yaml", "in: q_heads, dims: {dim: d_head}, when: qk_norm}",
         "in: q_heads, dims: {dim: d_head}, when: 2}",
-        "graph.q_norm.when: `when:` must be a condition on options", "when: qk_norm", line_of="when: 2}"),
+        "graph.q_norm.when: expected a condition (text) or true or false, got 2", "when: qk_norm",
+        line_of="when: 2}"),
     "when-off-on-node-without-input": Bad(
         LIB + "prenorm_block.yaml", "op: rmsnorm, in: x,", "op: rmsnorm, when: false,",
         "graph.input_layernorm.when: a node with no input cannot be switched off", "in:"),

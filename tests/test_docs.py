@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.spec.corpus import _NODE_FIELDS
+from engine.spec.file_schemas import NODE
 from engine.spec.ops import OPS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -16,7 +16,7 @@ def test_every_op_is_in_the_spec_language_doc():
 
 
 def test_every_node_field_is_documented():
-    missing = [field for field in _NODE_FIELDS if f"`{field}`" not in SPEC_DOC]
+    missing = [field for field in NODE.fields if f"`{field}`" not in SPEC_DOC]
     assert not missing
 
 

@@ -89,6 +89,17 @@ KINDS = {   # item 4: a value of the wrong kind, in every file kind
     "model-id-a-number": Case(QWEN, "model: Qwen/Qwen3-8B", "model: 12", "model", "expected text, got 12"),
     "snapshot-a-list": Case(QWEN, "model: Qwen/Qwen3-8B\n", "model: Qwen/Qwen3-8B\nsnapshot: [a, b]\n", "snapshot",
                             "expected text, got a list", line_of="snapshot: "),
+    # -- graph nodes (the schedule's map was a ValueError, a repeat count a list reached the walk) --------
+    "schedule-map-a-list": Case(OSS, "map: {sliding_attention: sliding, full_attention: full}}", "map: [sliding]}",
+                                "stacks.main.graph.layers.schedule.map", "expected a mapping, got a list",
+                                line_of="schedule: {by:", commands=(("check",), ("show", "gpt-oss-20b"))),
+    "repeat-count-a-list": Case(QWEN, "repeat: n_layers,", "repeat: [n_layers],", "stacks.main.graph.layers.repeat",
+                                "expected a number or an expression, got a list", commands=SHOW),
+    "streams-a-list": Case(QWEN, 'streams: {hidden: {carries: true, src: "hidden_states = decoder_layer("}}',
+                           "streams: [hidden]", "stacks.main.graph.layers.streams", "expected a mapping, got a list",
+                           line_of="layers: {repeat"),
+    "node-module-a-list": Case(QWEN, "module: model.norm}", "module: [model.norm]}", "stacks.main.graph.norm.module",
+                               "expected text, got a list", line_of="norm: {op"),
     # -- sizes that would depend on the scenario ------------------------------------------------------
     "dim-depends-on-seq": Case(QWEN, "d_ff: config.intermediate_size", "d_ff: 4 * seq", "dims.d_ff",
                                "depends on the scenario (seq)", commands=SHOW),

@@ -326,17 +326,11 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
 
 
 # -- graphs --------------------------------------------------------------------------------------
+#
+# A node's fields and the kind of each (and of its streams and schedule) are its file's schema's
+# (engine.spec.file_schemas.NODE); what is checked here is how fields go together.
 
-_NODE_FIELDS = ("op", "component", "slot", "repeat", "reads", "in", "dims", "attrs", "with", "when",
-                "instances", "active", "stacked", "role", "module", "modules", "weight_axes",
-                "schedule", "template", "index_from", "shares", "doc", "src", "stream_out", "take",
-                "streams")
-
-
-def _node(reader: Reader, name: str, raw: Any, field: str, parent: LineDict,
-          roles: dict[str, RoleInfo]) -> NodeSpec:
-    raw = reader.mapping(raw, field, parent, name)
-    reader.keys(raw, field, _NODE_FIELDS)
+def _node(reader: Reader, name: str, raw: LineDict, field: str, roles: dict[str, RoleInfo]) -> NodeSpec:
     kinds = [k for k in NODE_KINDS if k in raw]
     where = reader.where(raw, field)
     if len(kinds) != 1:
@@ -350,19 +344,16 @@ def _node(reader: Reader, name: str, raw: Any, field: str, parent: LineDict,
         schedule = _schedule(reader, raw, field)
         streams = _streams(reader, raw, field)
         target = str(target)
-    elif not isinstance(target, str):
-        raise SpecError(where.at(kind), f"expected a name, got {kind_of(target)}", f"write `{kind}: <name>`")
     if kind != "repeat" and "streams" in raw:
         raise SpecError(reader.where(raw, f"{field}.streams", "streams"), "only a layer stack declares streams",
                         "move `streams:` to the `repeat:` node of the stack")
     if "take" in raw and kind != "reads":
         raise SpecError(reader.where(raw, f"{field}.take", "take"), "`take:` belongs to a `reads:` node",
                         "write e.g. `history: {reads: hidden_history, take: all}`")
-    for key in ("stream_out",):
-        if key in raw and (not isinstance(raw[key], str) or kind in ("repeat", "reads")):
-            raise SpecError(reader.where(raw, f"{field}.{key}", key),
-                            "`stream_out:` names a stream and goes on an op, component or slot node",
-                            "write `stream_out: <stream declared under the layer stack's streams:>`")
+    if "stream_out" in raw and kind in ("repeat", "reads"):
+        raise SpecError(reader.where(raw, f"{field}.stream_out", "stream_out"),
+                        "`stream_out:` names a stream and goes on an op, component or slot node",
+                        "write `stream_out: <stream declared under the layer stack's streams:>`")
     if kind == "reads" and "in" in raw:
         raise SpecError(reader.where(raw, f"{field}.in", "in"), "a `reads:` node takes its value from the stream",
                         "remove `in:`; the engine finds the stream's producer")
@@ -382,7 +373,7 @@ def _node(reader: Reader, name: str, raw: Any, field: str, parent: LineDict,
         stacked=raw.get("stacked", False), role=role, module=raw.get("module"),
         modules=raw.get("modules") or {}, weight_axes=raw.get("weight_axes") or {},
         schedule=schedule, index_from=raw.get("index_from"), shares=raw.get("shares"),
-        src=_src(reader, raw, field), stream_out=raw.get("stream_out"),
+        src=raw.get("src"), stream_out=raw.get("stream_out"),
         take=raw.get("take", "value") if kind == "reads" else None, streams=streams)
 
 
@@ -392,13 +383,10 @@ def _streams(reader: Reader, raw: LineDict, field: str) -> dict[str, StreamSpec]
     if "streams" not in raw:
         raise SpecError(where, "a layer stack declares the streams it carries",
                         'add `streams: {hidden: {carries: true, src: "<the forward line that calls a layer>"}}`')
-    block = reader.mapping(raw["streams"], f"{field}.streams", raw, "streams")
     out = {}
-    for name, entry in block.items():
+    for name, entry in raw["streams"].items():
         at = f"{field}.streams.{name}"
-        entry = reader.mapping(entry, at, block, name)
-        reader.keys(entry, at, ("carries", "from", "after", "before", "count", "src", "doc"), ("src",))
-        src = _src(reader, entry, at)
+        src = entry["src"]
         here = reader.where(entry, at)
         if entry.get("carries"):
             extra = [k for k in ("from", "after", "before", "count") if k in entry]
@@ -430,38 +418,26 @@ def _streams(reader: Reader, raw: LineDict, field: str) -> dict[str, StreamSpec]
     return out
 
 
-def _src(reader: Reader, raw: LineDict, field: str) -> str | None:
-    src = raw.get("src")
-    if src is not None and (not isinstance(src, str) or not src.strip()):
-        raise SpecError(reader.where(raw, f"{field}.src", "src"), f"expected a source excerpt, got {kind_of(src)}",
-                        'quote a line of the forward source, e.g. src: "hidden_states = residual + hidden_states"')
-    return src
-
-
 def _schedule(reader: Reader, raw: LineDict, field: str) -> Schedule:
     if "template" in raw:
-        return Schedule(rules=(ScheduleRule(reader.string(raw, "template", field), where=reader.where(raw, field)),))
+        return Schedule(rules=(ScheduleRule(raw["template"], where=reader.where(raw, field)),))
     sched = raw.get("schedule")
     where = reader.where(raw, f"{field}.schedule", "schedule")
     if isinstance(sched, list):
         rules = []
         for i, rule in enumerate(sched):
-            rule = reader.mapping(rule, f"{field}.schedule[{i}]", raw, "schedule")
-            reader.keys(rule, f"{field}.schedule[{i}]", ("template", "when"), ("template",))
             rules.append(ScheduleRule(rule["template"], rule.get("when"),
                                       reader.where(rule, f"{field}.schedule[{i}]")))
         return Schedule(rules=tuple(rules))
     if isinstance(sched, dict):
-        reader.keys(sched, f"{field}.schedule", ("by", "map"), ("by", "map"))
         return Schedule(by=sched["by"], mapping=dict(sched["map"]))
     raise SpecError(where, "a repeat node needs `template:` or `schedule:`",
                     "write `template: block`, a list of {template, when} rules, or "
                     "`schedule: {by: config.layer_types, map: {...}}`")
 
 
-def _graph(reader: Reader, raw: Any, field: str, parent: LineDict, roles) -> dict[str, NodeSpec]:
-    raw = reader.mapping(raw, field, parent, field.split(".")[-1])
-    return {name: _node(reader, name, node, f"{field}.{name}", raw, roles) for name, node in raw.items()}
+def _graph(reader: Reader, raw: LineDict, field: str, roles) -> dict[str, NodeSpec]:
+    return {name: _node(reader, name, node, f"{field}.{name}", roles) for name, node in raw.items()}
 
 
 def _check_edges(graph: dict[str, NodeSpec], known: set[str], where: Where, extra: set[str] = frozenset()) -> None:
@@ -495,7 +471,7 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
         raise SpecError(reader.where(data, "role", "role"), f"unknown role {role!r}",
                         "use one of: " + ", ".join(sorted(roles)) + " (or add it to corpus/roles.yaml)")
     inputs = reader.names(data.get("inputs", ["x"]), "inputs", data, "inputs")
-    graph = _graph(reader, data["graph"], "graph", data, roles)
+    graph = _graph(reader, data["graph"], "graph", roles)
     _check_edges(graph, set(inputs), reader.where(data, "graph"))
     outputs = data.get("outputs") or {"out": list(graph)[-1]}
     if isinstance(outputs, str):
@@ -541,9 +517,8 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
                             "declare it under cache: with its kind and growth law")
     variant = None
     if "decode_variant" in data:
-        raw = reader.mapping(data["decode_variant"], "decode_variant", data, "decode_variant")
-        reader.keys(raw, "decode_variant", ("remove", "graph", "doc"), ("graph",))
-        vgraph = _graph(reader, raw["graph"], "decode_variant.graph", raw, roles)
+        raw = data["decode_variant"]
+        vgraph = _graph(reader, raw["graph"], "decode_variant.graph", roles)
         remove = reader.names(raw.get("remove"), "decode_variant.remove", raw, "remove")
         for gone in remove:
             if gone not in graph:
@@ -670,7 +645,7 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
     for name, raw in raw_stacks.items():
         field = f"stacks.{name}"
         inputs = {k: tuple(v) for k, v in raw["inputs"].items()}
-        graph = _graph(reader, raw["graph"], f"{field}.graph", raw, roles)
+        graph = _graph(reader, raw["graph"], f"{field}.graph", roles)
         _check_edges(graph, set(inputs), reader.where(raw, field))
         for node in graph.values():
             if node.kind == "repeat":

@@ -19,9 +19,8 @@ from engine.spec.symbols import LENGTH, SCENARIO_DIMS
 
 # -- shared pieces ----------------------------------------------------------------------------------
 
-NAME = Str("a name")
 NAMES = OneOf("write `name` or `[name, name]`", options=(Str(), ListOf(item=Str())))
-TEXT = Str("free text")
+TEXT = Str("write text (quote it when it holds `: `, `#` or starts with a symbol)")
 SOURCE = Str("where the figure comes from (code, log, datasheet or page)", nonempty=True)
 #: A size of the model: fixed by the spec and its config, never by the scenario (a dim bound to
 #: ``seq`` would be a formula where every consumer expects a number).
@@ -45,14 +44,52 @@ FILL: Node = OneOf(
         "module": Str("the checkpoint module path segment of the component"),
     })))
 
-NODE = Mapping("a graph node, e.g. `q_proj: {op: linear, in: x, dims: {in: hidden, out: d_q}}`", open=True, fields={
+#: A condition on ``layer`` (or an option's value), or a plain true/false.
+CONDITION = OneOf('write a condition on the options or on `layer`, e.g. `when: qk_norm` or when: "layer % 2 == 0"',
+                  options=(Str(), Bool()), says="a condition (text) or true or false")
+#: A count of a node (experts, layers): fixed by the model, like a size.
+COUNT = Expr("write a count, e.g. `n_layers` or `n_experts`", forbid=SCENARIO_DIMS + (LENGTH,))
+EXCERPT = Str('quote a line of the forward source, e.g. src: "hidden_states = residual + hidden_states"',
+              nonempty=True)
+
+STREAM = Mapping('write `{carries: true, src: "<the forward line>"}` or `{from: <stream>, src: ...}`', fields={
+    "carries": Bool("whether this is the residual line the layers carry"),
+    "from": Str("the carried stream or stack node it archives"),
+    "after": Str("a condition on `layer`"), "before": Str("a condition on `layer`"),
+    "count": COUNT, "src": req(EXCERPT), "doc": TEXT})
+
+NODE = Mapping("a graph node, e.g. `q_proj: {op: linear, in: x, dims: {in: hidden, out: d_q}}`", fields={
+    "op": Str("a primitive op (engine/spec/ops.py)"),
+    "component": Str("a library component"),
+    "slot": Str("a slot the model fills"),
+    "repeat": COUNT,
+    "reads": Str("a stream declared under the layer stack's streams:"),
+    "in": NAMES,
     "dims": MapOf("the node's dims, `dim: expression`"),
     "attrs": MapOf("the op's attributes, `attr: value`"),
     "with": MapOf("the component's options, `option: value`"),
-    "modules": MapOf("checkpoint module renames, `node: module`"),
-    "weight_axes": MapOf("the parallel world of each weight axis, `axis: tp`", value=Str()),
-    "in": NAMES,
+    "when": CONDITION,
+    "instances": COUNT,
+    "active": COUNT,
+    "stacked": OneOf("write true, false or an option (`$stacked`)", options=(Bool(), Str())),
     "role": Str("a role of corpus/roles.yaml"),
+    "module": Str("the checkpoint module path segment (\"\" for none)"),
+    "modules": MapOf("checkpoint module renames, `node: module`", value=Str()),
+    "weight_axes": MapOf("the parallel world of each weight axis, `axis: tp`", value=Str()),
+    "schedule": OneOf("write a list of `{template, when}` rules or `{by: config.<field>, map: {value: template}}`",
+                      options=(ListOf(item=Mapping("write `{template: <name>, when: \"<condition>\"}`", fields={
+                          "template": req(Str("a layer template")), "when": CONDITION})),
+                               Mapping("write `{by: config.<field>, map: {value: template}}`", fields={
+                                   "by": req(Str("a config list, e.g. config.layer_types")),
+                                   "map": req(MapOf("each value's template, `value: template`", value=Str()))}))),
+    "template": Str("a layer template"),
+    "index_from": Str(),
+    "shares": Str("the node whose weights it shares"),
+    "doc": TEXT,
+    "src": EXCERPT,
+    "stream_out": Str("a stream declared under the layer stack's streams:"),
+    "take": Str("value, each, all or concat"),
+    "streams": MapOf("the streams a layer stack carries, `hidden: {carries: true, src: ...}`", value=STREAM),
 })
 GRAPH = MapOf("nodes by name: `name: {op: ..., in: ...}`", value=NODE)
 
@@ -109,7 +146,7 @@ COMPONENT = Mapping("a component", fields={
             "growth": req(Str("every_token, window, compressed or state")),
             "window": Expr("the window in tokens: a number or an expression"),
             "every": Expr("tokens per entry: a number or an expression"), "dtype": Str("a dtype")})),
-    "decode_variant": Mapping("write `{remove: [...], graph: {...}}`", open=True, fields={
+    "decode_variant": Mapping("write `{remove: [...], graph: {...}}`", fields={
         "remove": NAMES, "graph": req(GRAPH), "doc": TEXT}),
 })
 

@@ -266,9 +266,13 @@ class OneOf(Node):
     listing what each would have been."""
 
     options: tuple[Node, ...] = ()
+    #: What an error says was expected, when the options' kinds joined do not read well.
+    says: str = ""
 
     @property
     def expects(self) -> str:  # type: ignore[override]
+        if self.says:
+            return self.says
         kinds = list(dict.fromkeys(o.expects for o in self.options))
         return ", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else kinds[0]
 
