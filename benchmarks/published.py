@@ -141,6 +141,7 @@ def load_points(path: Path = DATA) -> tuple[dict, list[Point]]:
             for field in ("input_len", "output_len", "measured", "published"):
                 if field not in row:
                     raise _fail(display, line, field, f"point {row['id']!r} has no {field}")
+            _positive(row["measured"], display, line, "measured", float)
             runs = [[row["input_len"], row["output_len"], row["measured"] * row["gpus"]]]
             per_gpu_given = True
         else:
