@@ -108,8 +108,11 @@ def load_points(path: Path = DATA) -> tuple[dict, list[Point]]:
                 raise _fail(display, line, f"sources.{key}.{field}", f"source {key!r} has no {field}",
                             "say where the figure was read and what could be checked")
     points, seen = [], set()
-    for row in data.get("points") or []:
-        line = getattr(row, "line", 0) or 0
+    for i, row in enumerate(data.get("points") or []):
+        if not isinstance(row, dict):
+            raise _fail(display, data["points"].line_of_item(i), f"points[{i}]", "a point must be a mapping",
+                        "write id:, source:, model:, ... (see the file's header)")
+        line = row.line
         for field in REQUIRED:
             if field not in row:
                 raise _fail(display, line, field, f"point {row.get('id', '?')!r} has no {field}")
@@ -157,8 +160,8 @@ def load_points(path: Path = DATA) -> tuple[dict, list[Point]]:
             seen.add(pid)
             measured = row["measured"] if per_gpu_given else run[2] / row["gpus"]
             points.append(Point(pid, row["source"], row["model"], row["gpu"], row["gpus"], row.get("gpus_per_node"),
-                                row["framework"],
-                                degrees, evaluated, options, (int(mtp.get("tokens", 0)), float(mtp.get("acceptance", 0))),
+                                row["framework"], degrees, evaluated, options,
+                                (int(mtp.get("tokens", 0)), float(mtp.get("acceptance", 0))),
                                 row["metric"], int(run[0]), int(run[1]),
                                 None if rpg == "capacity" else int(rpg), float(measured), line))
     if not points:
