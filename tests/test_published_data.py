@@ -80,6 +80,16 @@ def test_numbers_are_positive_and_derived_as_the_sources_say(data):
     assert by_id["trtllm-llama-3.1-8b-h100-tp1-128/2048"].requests_per_gpu is None    # at capacity
 
 
+def test_the_wide_ep_points_run_with_two_micro_batches_as_their_sources_say(data):
+    """The SGLang blog runs two-batch overlap; DeepSeek's profile and overview say "two
+    micro-batches" / "dual-batch overlap": every DeepSeek-V3 point sets overlap two_batch, and
+    no TensorRT-LLM point sets any (its perf-overview recipe states none)."""
+    _, points = data
+    for p in points:
+        want = "two_batch" if p.model == "deepseek-ai/DeepSeek-V3" else None
+        assert p.options.get("overlap") == want, p.id
+
+
 def _write(tmp_path, body: str):
     path = tmp_path / "published.yaml"
     path.write_text(textwrap.dedent(body))
@@ -118,6 +128,7 @@ def test_a_well_formed_file_loads(tmp_path):
     ("        measured: 100\n", "        measured: -3\n", "measured"),
     ("        gpus: 1\n", "        gpus: 0\n", "gpus"),
     ("        metric: decode\n", "        metric: latency\n", "metric"),
+    ("        metric: decode\n", "        metric: decode\n        overlap: dual\n", "overlap"),
     ("      s: {title: t, where: w, date: d, checked: c}\n", "      s: {title: t, where: w, date: d}\n",
      "sources.s.checked"),
 ])
