@@ -17,8 +17,9 @@ What a point compares (the data file's ``metric``):
   wall time holds every prompt's prefill and every decode step).
 
 ``batch`` is requests per model replica = requests_per_gpu x replica GPUs (tp x pp x cp), or the
-capacity the summary reports for ``requests_per_gpu: capacity`` (a steady-state capacity key,
-one holding ``steady`` and ``requests``, is preferred when the summary has one).
+capacity the summary reports for ``requests_per_gpu: capacity``: the steady-state capacity of
+continuous batching (``max_concurrent_requests_steady``, and its ``fits_steady``) where the
+engine has it, else ``max_concurrent_requests`` (every request holding its full KV all its life).
 
 Which columns: the times are read from the deployment summary by name. For each of ``ttft_s``
 and ``tpot_s`` the *bound* is the first key whose words (split at ``_``) are the base's words
@@ -29,7 +30,10 @@ headline ``ttft_s`` / ``tpot_s``, and the line under the table says which key ea
 Before the lower-bound work the headline is the speed of light (a sum of per-step maxima, no
 overlap) and both columns read it; with ``ttft_bound_s`` / ``tpot_bound_s`` beside a headline
 that is the schedule estimate, the bound reads those and the estimate the headline. So the
-script needs no change when the lower bound and the schedule estimate columns land.
+script needs no change when the lower bound and the schedule estimate columns land. An
+``output`` point's TPOT prefers the step at the mean decode context (``tpot_mean_s`` and its
+bound, where the engine has them) to the step at the last position (``tpot_s``): its wall time
+holds every decode step of the output, not the last one ``output_len`` times.
 
 A point's ``overlap:`` (``two_batch`` for SGLang's two-batch overlap and DeepSeek's dual
 micro-batch) is passed as ``Options.overlap`` where the engine has that field; an engine without
@@ -64,7 +68,7 @@ OPTION_DEFAULTS = {"weight_format": "checkpoint", "kv_dtype": "bf16", "act_dtype
 OVERLAPS = ("", "none", "two_batch")
 DEGREES = ("tp", "ep", "dp_attn", "pp", "cp")
 #: Extra words a bound / estimate key may carry besides the base key's words and its kind.
-KIND_WORDS = {"bound": {"bound"}, "estimate": {"estimate", "schedule", "sched"}}
+KIND_WORDS = {"bound": {"bound"}, "estimate": {"estimate", "schedule", "sched"}, "steady": {"steady"}}
 KIND_EXTRA = {"lower", "true"}
 
 
@@ -182,24 +186,32 @@ def load_points(path: Path = DATA) -> tuple[dict, list[Point]]:
     return sources, points
 
 
-def column(summary: dict, base: str, kind: str) -> str:
-    """The summary key holding ``base``'s ``kind`` ("bound" or "estimate"), else ``base`` itself
-    (the speed-of-light column). A key matches when its words are ``base``'s words plus one word
-    of the kind and at most the words of :data:`KIND_EXTRA`."""
-    words = set(base.split("_"))
-    for key in sorted(summary):
-        extra = set(key.split("_")) - words
-        if words <= set(key.split("_")) and extra & KIND_WORDS[kind] and extra <= KIND_WORDS[kind] | KIND_EXTRA:
-            return key
-    return base
+def column(summary: dict, bases: str | tuple[str, ...], kind: str) -> str:
+    """The summary key holding the ``kind`` ("bound", "estimate", "steady") of the first of
+    ``bases`` that has one, else the first of ``bases`` the summary holds (the headline column).
+    A key matches a base when its words are the base's words plus one word of the kind and at
+    most the words of :data:`KIND_EXTRA` (``tpot_bound_s``, ``tpot_s_bound``, ``tpot_lower_bound_s``)."""
+    bases = (bases,) if isinstance(bases, str) else tuple(bases)
+    for base in bases:
+        words = set(base.split("_"))
+        for key in sorted(summary):
+            extra = set(key.split("_")) - words
+            if words <= set(key.split("_")) and extra & KIND_WORDS[kind] and extra <= KIND_WORDS[kind] | KIND_EXTRA:
+                return key
+    return next((b for b in bases if b in summary), bases[-1])
+
+
+def tpot_bases(point: "Point") -> tuple[str, ...]:
+    """TPOT keys in order of preference: an ``output`` point spans a request's whole output, so the
+    step at the mean decode context (``tpot_mean_s``, where the engine has it) comes first; a
+    ``decode`` point is one step at its stated context (``tpot_s``)."""
+    return ("tpot_mean_s", "tpot_s") if point.metric == "output" else ("tpot_s",)
 
 
 def capacity_key(summary: dict) -> str:
-    """The capacity the ``output`` points run at: a steady-state key when the summary has one."""
-    for key in sorted(summary):
-        if "steady" in key and "requests" in key and not isinstance(summary[key], (str, dict)):
-            return key
-    return "max_concurrent_requests"
+    """The capacity the ``output`` points run at: the steady-state one (continuous batching) where
+    the summary has it, else ``max_concurrent_requests`` (every request holding its full KV)."""
+    return column(summary, "max_concurrent_requests", "steady")
 
 
 def throughput(point: Point, summary: dict, ttft_key: str, tpot_key: str) -> float:
@@ -263,11 +275,12 @@ def evaluate_points(points: list[Point]) -> list[dict]:
     rows = []
     for p in points:
         s = ev.summary(p)
-        keys = {kind: (column(s, "ttft_s", kind), column(s, "tpot_s", kind)) for kind in ("bound", "estimate")}
+        keys = {kind: (column(s, "ttft_s", kind), column(s, tpot_bases(p), kind)) for kind in ("bound", "estimate")}
         bound = throughput(p, s, *keys["bound"])
         estimate = throughput(p, s, *keys["estimate"])
-        rows.append({"point": p, "batch": int(s["batch"]), "fits": bool(s["fits"]), "bound": bound,
-                     "estimate": estimate, "keys": keys, "sol": throughput(p, s, "ttft_s", "tpot_s")})
+        fits = s[column(s, "fits", "steady")] if p.requests_per_gpu is None else s["fits"]
+        rows.append({"point": p, "batch": int(s["batch"]), "fits": bool(fits), "bound": bound,
+                     "estimate": estimate, "keys": keys})
     return rows
 
 

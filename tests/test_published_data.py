@@ -152,6 +152,18 @@ def test_column_prefers_bound_and_estimate_keys_else_the_sol_one():
     assert published.column(both, "tpot_s", "estimate") == "tpot_schedule_s"
 
 
+def test_column_prefers_the_mean_context_tpot_and_the_steady_capacity_where_they_exist():
+    last_only = {"tpot_s": 0.1, "tpot_bound_s": 0.05, "max_concurrent_requests": 10}
+    assert published.column(last_only, ("tpot_mean_s", "tpot_s"), "bound") == "tpot_bound_s"
+    assert published.column(last_only, ("tpot_mean_s", "tpot_s"), "estimate") == "tpot_s"
+    assert published.capacity_key(last_only) == "max_concurrent_requests"
+    mean = {**last_only, "tpot_mean_s": 0.08, "tpot_mean_bound_s": 0.04, "max_concurrent_requests_steady": 14,
+            "kv_steady_tokens_per_request": 900}
+    assert published.column(mean, ("tpot_mean_s", "tpot_s"), "bound") == "tpot_mean_bound_s"
+    assert published.column(mean, ("tpot_mean_s", "tpot_s"), "estimate") == "tpot_mean_s"
+    assert published.capacity_key(mean) == "max_concurrent_requests_steady"
+
+
 def test_throughput_formulas_by_hand():
     """batch 10 per replica of 2 GPUs, TTFT 1 s, TPOT 10 ms, 500 prompt and 100 output tokens."""
     s = {"n_gpus": 4, "dp": 2, "batch": 10, "ttft_s": 1.0, "tpot_s": 0.01}
