@@ -297,6 +297,19 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_hand_browser.py",),
            "the deploy page's fronts count points that do not fit",
            "tests/test_hand_browser.py::test_deploy_eval_js_front_leaves_out_points_that_do_not_fit"),
+    # -- benchmarks/published.py: published measurements beside the bound --------------------------
+    Mutant("published-total-as-per-gpu", "benchmarks/published.py",
+           'measured = row["measured"] if per_gpu_given else run[2] / row["gpus"]',
+           'measured = row["measured"] if per_gpu_given else run[2]',
+           ("tests/test_published_data.py",),
+           "a TensorRT-LLM table's total output tok/s (over TP8) compared as tok/s per GPU",
+           "tests/test_published_data.py::test_numbers_are_positive_and_derived_as_the_sources_say"),
+    Mutant("published-output-without-prefill", "benchmarks/published.py",
+           "    return batch * point.output_len / (ttft + point.output_len * tpot) / replica",
+           "    return batch * point.output_len / (point.output_len * tpot) / replica",
+           ("tests/test_published_data.py",),
+           "an offline run's output tok/s priced without the prompts' prefill (a looser bound)",
+           "tests/test_published_data.py::test_throughput_formulas_by_hand"),
 )
 
 

@@ -1,0 +1,349 @@
+"""Published serving measurements beside ArchLedger at the same setup: measured / bound, measured / estimate.
+
+Run from the repo root: ``python benchmarks/published.py [--check] [--only ID]``. Offline: the
+measurements live in ``benchmarks/data/published.yaml``, each with its source (repository, path and
+commit, or URL and date) and how its tokens/s per GPU was derived from the source's text. Each
+point is evaluated with ``engine.deploy.plan(...).at(scenario)`` at the point's model, GPU,
+parallel config, Options (framework, weight format, KV / activation dtype, usable HBM share,
+chunked-prefill budget, MTP) and scenario, and one markdown table is printed.
+
+What a point compares (the data file's ``metric``):
+
+* ``prefill``: prompt tokens/s per GPU = batch x input_len / TTFT / replica GPUs;
+* ``decode``: output tokens/s per GPU = batch / TPOT / replica GPUs (one decode step at the
+  point's context; with MTP the TPOT is per token, as the summary defines it);
+* ``output``: output tokens/s per GPU over whole requests = batch x output_len / (TTFT +
+  output_len x TPOT) / replica GPUs at batch = the capacity (an offline max-throughput run: the
+  wall time holds every prompt's prefill and every decode step).
+
+``batch`` is requests per model replica = requests_per_gpu x replica GPUs (tp x pp x cp), or the
+capacity the summary reports for ``requests_per_gpu: capacity``: the steady-state capacity of
+continuous batching (``max_concurrent_requests_steady``, and its ``fits_steady``) where the
+engine has it, else ``max_concurrent_requests`` (every request holding its full KV all its life).
+
+Which columns: the times are read from the deployment summary by name. For each of ``ttft_s``
+and ``tpot_s`` the *bound* is the first key whose words (split at ``_``) are the base's words
+plus ``bound`` (with at most ``lower``/``true`` besides: ``ttft_bound_s``, ``ttft_s_bound``,
+``ttft_lower_bound_s``), the *estimate* likewise with ``estimate`` (or ``schedule`` /
+``sched``). Where the summary has no such key the column falls back to the deployment's
+headline ``ttft_s`` / ``tpot_s``, and the line under the table says which key each column read.
+Before the lower-bound work the headline is the speed of light (a sum of per-step maxima, no
+overlap) and both columns read it; with ``ttft_bound_s`` / ``tpot_bound_s`` beside a headline
+that is the schedule estimate, the bound reads those and the estimate the headline. So the
+script needs no change when the lower bound and the schedule estimate columns land. An
+``output`` point's TPOT prefers the step at the mean decode context (``tpot_mean_s`` and its
+bound, where the engine has them) to the step at the last position (``tpot_s``): its wall time
+holds every decode step of the output, not the last one ``output_len`` times.
+
+A point's ``overlap:`` (``two_batch`` for SGLang's two-batch overlap and DeepSeek's dual
+micro-batch) is passed as ``Options.overlap`` where the engine has that field; an engine without
+it evaluates the point without overlap, and a line under the table names those points.
+
+``--check`` exits 1 when any point's measured / bound exceeds 1.0 (a published measurement above
+what no schedule can beat means the bound is wrong), after printing the table. A bad data file is
+a one-line error naming the file, the point and the field (exit 2).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from engine.spec.errors import SpecError, Where  # noqa: E402  (after the sys.path line)
+from engine.spec.yamlio import load_yaml  # noqa: E402
+
+DATA = REPO / "benchmarks" / "data" / "published.yaml"
+METRICS = ("prefill", "decode", "output")
+#: Fields every point must hold (a group with ``runs`` holds input_len / output_len / measured in its runs).
+REQUIRED = ("id", "source", "model", "gpu", "gpus", "tp", "framework", "metric", "requests_per_gpu", "derivation")
+#: Options fields a point may set, with their default (the CLI's defaults, engine.cli.deploy).
+OPTION_DEFAULTS = {"weight_format": "checkpoint", "kv_dtype": "bf16", "act_dtype": "bf16", "hbm_fraction": 0.9,
+                   "prefill_tokens": 8192}
+#: A point's ``overlap:`` (the schedule estimate's overlap policy, Options.overlap where the engine
+#: has it; "" = the framework's default). Passed only to an engine whose Options has the field.
+OVERLAPS = ("", "none", "two_batch")
+DEGREES = ("tp", "ep", "dp_attn", "pp", "cp")
+#: Extra words a bound / estimate key may carry besides the base key's words and its kind.
+KIND_WORDS = {"bound": {"bound"}, "estimate": {"estimate", "schedule", "sched"}, "steady": {"steady"}}
+KIND_EXTRA = {"lower", "true"}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One published figure and the setup it ran at (a group's runs expand to one Point each)."""
+
+    id: str
+    source: str
+    model: str
+    gpu: str
+    gpus: int
+    gpus_per_node: int | None
+    framework: str
+    degrees: dict            # the published tp / ep / dp_attn / pp / cp
+    evaluated: dict          # the degrees evaluated (``evaluated_as`` or the published ones)
+    options: dict            # Options fields
+    mtp: tuple[int, float]   # (draft tokens, acceptance); (0, 0.0) = off
+    metric: str
+    input_len: int
+    output_len: int
+    requests_per_gpu: int | None   # None = at capacity
+    measured: float
+    line: int
+
+
+def _fail(path: str, line: int, field: str, problem: str, hint: str = "") -> SpecError:
+    return SpecError(Where(path, line, field), problem, hint)
+
+
+def _positive(value, path, line, field, kind=int) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    if not ok or (kind is int and not isinstance(value, int)):
+        raise _fail(path, line, field, f"{field} must be a positive {'whole number' if kind is int else 'number'}, "
+                    f"got {value!r}")
+
+
+def load_points(path: Path = DATA) -> tuple[dict, list[Point]]:
+    """The sources and the points of the data file; a missing or malformed field is a one-line
+    SpecError naming the file, line and field. Checks the file alone (no corpus, no GPUs)."""
+    display = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+    data = load_yaml(path, display)
+    sources = data.get("sources")
+    if not isinstance(sources, dict) or not sources:
+        raise _fail(display, 1, "sources", "no sources", "add a sources: mapping (title, where, date, checked)")
+    for key, src in sources.items():
+        line = sources.line_of(key)
+        for field in ("title", "where", "date", "checked"):
+            if not isinstance(src, dict) or not str(src.get(field, "")).strip():
+                raise _fail(display, line, f"sources.{key}.{field}", f"source {key!r} has no {field}",
+                            "say where the figure was read and what could be checked")
+    points, seen = [], set()
+    for i, row in enumerate(data.get("points") or []):
+        if not isinstance(row, dict):
+            raise _fail(display, data["points"].line_of_item(i), f"points[{i}]", "a point must be a mapping",
+                        "write id:, source:, model:, ... (see the file's header)")
+        line = row.line
+        for field in REQUIRED:
+            if field not in row:
+                raise _fail(display, line, field, f"point {row.get('id', '?')!r} has no {field}")
+        if row["source"] not in sources:
+            raise _fail(display, line, "source", f"unknown source {row['source']!r}", "one of: " + ", ".join(sources))
+        if row["metric"] not in METRICS:
+            raise _fail(display, line, "metric", f"unknown metric {row['metric']!r}", "one of: " + ", ".join(METRICS))
+        _positive(row["gpus"], display, line, "gpus")
+        degrees = {d: row.get(d, 1) for d in DEGREES}
+        for d, v in degrees.items():
+            _positive(v, display, line, d)
+        evaluated = dict(degrees)
+        if "evaluated_as" in row:
+            alt = row["evaluated_as"]
+            if not str(alt.get("why", "")).strip():
+                raise _fail(display, line, "evaluated_as.why", "evaluated_as without a reason", "add why:")
+            evaluated.update({d: alt[d] for d in DEGREES if d in alt})
+        replica = degrees["tp"] * degrees["pp"] * degrees["cp"]
+        if row["gpus"] % replica:
+            raise _fail(display, line, "gpus", f"{row['gpus']} GPUs are not a multiple of tp x pp x cp = {replica}")
+        rpg = row["requests_per_gpu"]
+        if rpg != "capacity":
+            _positive(rpg, display, line, "requests_per_gpu")
+        options = {k: row.get(k, v) for k, v in OPTION_DEFAULTS.items()}
+        if row.get("overlap", "") not in OVERLAPS:
+            raise _fail(display, line, "overlap", f"unknown overlap {row['overlap']!r}", "none or two_batch")
+        if row.get("overlap"):
+            options["overlap"] = row["overlap"]
+        _positive(options["hbm_fraction"], display, line, "hbm_fraction", float)
+        mtp = row.get("mtp") or {}
+        runs = row.get("runs")
+        if runs is None:
+            for field in ("input_len", "output_len", "measured", "published"):
+                if field not in row:
+                    raise _fail(display, line, field, f"point {row['id']!r} has no {field}")
+            _positive(row["measured"], display, line, "measured", float)
+            runs = [[row["input_len"], row["output_len"], row["measured"] * row["gpus"]]]
+            per_gpu_given = True
+        else:
+            per_gpu_given = False
+        for i, run in enumerate(runs):
+            if not (isinstance(run, list) and len(run) == 3):
+                raise _fail(display, line, f"runs[{i}]", f"run {run!r} is not [input_len, output_len, published]")
+            for field, value in zip(("input_len", "output_len", "published"), run):
+                _positive(value, display, line, f"runs[{i}].{field}", int if field != "published" else float)
+            pid = row["id"] if len(runs) == 1 and per_gpu_given else f"{row['id']}-{run[0]}/{run[1]}"
+            if pid in seen:
+                raise _fail(display, line, "id", f"duplicate point id {pid!r}")
+            seen.add(pid)
+            measured = row["measured"] if per_gpu_given else run[2] / row["gpus"]
+            points.append(Point(pid, row["source"], row["model"], row["gpu"], row["gpus"], row.get("gpus_per_node"),
+                                row["framework"], degrees, evaluated, options,
+                                (int(mtp.get("tokens", 0)), float(mtp.get("acceptance", 0))),
+                                row["metric"], int(run[0]), int(run[1]),
+                                None if rpg == "capacity" else int(rpg), float(measured), line))
+    if not points:
+        raise _fail(display, 1, "points", "no points")
+    return sources, points
+
+
+def column(summary: dict, bases: str | tuple[str, ...], kind: str) -> str:
+    """The summary key holding the ``kind`` ("bound", "estimate", "steady") of the first of
+    ``bases`` that has one, else the first of ``bases`` the summary holds (the headline column).
+    A key matches a base when its words are the base's words plus one word of the kind and at
+    most the words of :data:`KIND_EXTRA` (``tpot_bound_s``, ``tpot_s_bound``, ``tpot_lower_bound_s``)."""
+    bases = (bases,) if isinstance(bases, str) else tuple(bases)
+    for base in bases:
+        words = set(base.split("_"))
+        for key in sorted(summary):
+            extra = set(key.split("_")) - words
+            if words <= set(key.split("_")) and extra & KIND_WORDS[kind] and extra <= KIND_WORDS[kind] | KIND_EXTRA:
+                return key
+    return next((b for b in bases if b in summary), bases[-1])
+
+
+def tpot_bases(point: "Point") -> tuple[str, ...]:
+    """TPOT keys in order of preference: an ``output`` point spans a request's whole output, so the
+    step at the mean decode context (``tpot_mean_s``, where the engine has it) comes first; a
+    ``decode`` point is one step at its stated context (``tpot_s``)."""
+    return ("tpot_mean_s", "tpot_s") if point.metric == "output" else ("tpot_s",)
+
+
+def capacity_key(summary: dict) -> str:
+    """The capacity the ``output`` points run at: the steady-state one (continuous batching) where
+    the summary has it, else ``max_concurrent_requests`` (every request holding its full KV)."""
+    return column(summary, "max_concurrent_requests", "steady")
+
+
+def throughput(point: Point, summary: dict, ttft_key: str, tpot_key: str) -> float:
+    """Tokens/s per GPU of ``point.metric`` from the summary's times under the given keys."""
+    replica = summary["n_gpus"] / summary["dp"]
+    batch, ttft, tpot = float(summary["batch"]), float(summary[ttft_key]), float(summary[tpot_key])
+    if point.metric == "prefill":
+        return batch * point.input_len / ttft / replica
+    if point.metric == "decode":
+        return batch / tpot / replica
+    return batch * point.output_len / (ttft + point.output_len * tpot) / replica
+
+
+class Evaluator:
+    """Evaluations, GPUs and fusion tables loaded once; :meth:`summary` plans one point."""
+
+    def __init__(self, corpus: Path = REPO / "corpus", gpus_root: Path = REPO / "gpus"):
+        from engine.deploy import load_gpus, load_tables
+        self.corpus = corpus
+        self.gpus = load_gpus(gpus_root)
+        self.tables = load_tables(corpus / "fusion")
+        self._evs: dict = {}
+
+    def evaluation(self, model: str):
+        from engine.api import evaluate
+        if model not in self._evs:
+            self._evs[model] = evaluate(model, self.corpus)
+        return self._evs[model]
+
+    def summary(self, point: Point) -> dict:
+        """The deployment summary at the point's setup (at capacity for ``requests_per_gpu: capacity``);
+        ``fits`` false when the point's batch exceeds the KV capacity (the times are still priced)."""
+        from engine.deploy import Options, ParallelConfig, Scenario, find_gpu, plan
+        ev = self.evaluation(point.model)
+        gpu = find_gpu(self.gpus, point.gpu)
+        e = point.evaluated
+        replica = e["tp"] * e["pp"] * e["cp"]
+        config = ParallelConfig(tp=e["tp"], ep=e["ep"], dp_attn=e["dp_attn"], pp=e["pp"], cp=e["cp"], dp=1,
+                                gpus_per_node=point.gpus_per_node)
+        extra = {"mtp_tokens": point.mtp[0], "mtp_acceptance": point.mtp[1]} if point.mtp[0] else {}
+        fields = dict(point.options)
+        if "overlap" in fields and not OVERLAP_MODELLED:
+            del fields["overlap"]      # an engine without overlap policies: noted under the table
+        options = Options(framework=point.framework, **fields, **extra)
+        fusion = self.tables.get(options.framework)
+
+        def at(batch: int) -> dict:
+            scenario = Scenario(batch=batch, input_len=point.input_len, output_len=point.output_len)
+            return plan(ev, gpu, config, options, fusion, scenario).at(scenario).summary
+
+        if point.requests_per_gpu is not None:
+            return at(point.requests_per_gpu * replica)
+        probe = at(1)
+        cap = int(probe[capacity_key(probe)])
+        return at(cap) if cap >= 1 else probe
+
+
+def evaluate_points(points: list[Point]) -> list[dict]:
+    """One result row per point: measured, the bound and estimate throughputs, their keys, fit."""
+    ev = Evaluator()
+    rows = []
+    for p in points:
+        s = ev.summary(p)
+        keys = {kind: (column(s, "ttft_s", kind), column(s, tpot_bases(p), kind)) for kind in ("bound", "estimate")}
+        bound = throughput(p, s, *keys["bound"])
+        estimate = throughput(p, s, *keys["estimate"])
+        fits = s[column(s, "fits", "steady")] if p.requests_per_gpu is None else s["fits"]
+        rows.append({"point": p, "batch": int(s["batch"]), "fits": bool(fits), "bound": bound,
+                     "estimate": estimate, "keys": keys})
+    return rows
+
+
+def _n(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _overlap_modelled() -> bool:
+    from engine.deploy import Options
+    return "overlap" in Options.__dataclass_fields__
+
+
+OVERLAP_MODELLED = _overlap_modelled()
+
+
+def table(rows: list[dict]) -> str:
+    """The markdown table (one line per point) and a line naming the summary keys each column read."""
+    keys = {kind: sorted({r["keys"][kind] for r in rows}) for kind in ("bound", "estimate")}
+    out = ["| point | model | GPUs | config | metric | ISL/OSL | batch/replica | measured tok/s/GPU | bound | "
+           "measured / bound | estimate | measured / estimate |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        p = r["point"]
+        e = p.evaluated
+        config = "-".join(f"{d}{e[d]}" for d in DEGREES if e[d] > 1) or "tp1"
+        if e != p.degrees:
+            config += " (published " + "-".join(f"{d}{p.degrees[d]}" for d in DEGREES if p.degrees[d] > 1) + ")"
+        batch = f"{r['batch']:,}" + ("" if r["fits"] else " (does not fit)")
+        out.append(f"| {p.id} | {p.model.split('/')[-1]} | {p.gpus} x {p.gpu} | {config} | {p.metric} | "
+                   f"{p.input_len}/{p.output_len} | {batch} | {_n(p.measured)} | {_n(r['bound'])} | "
+                   f"{p.measured / r['bound']:.2f} | {_n(r['estimate'])} | {p.measured / r['estimate']:.2f} |")
+    out.append("")
+    out.append("bound read from " + "; ".join(f"({a}, {b})" for a, b in keys["bound"])
+               + " - estimate read from " + "; ".join(f"({a}, {b})" for a, b in keys["estimate"])
+               + " (ttft, tpot): a column with no key of its own reads the deployment's headline ttft_s / tpot_s")
+    skipped = [r["point"].id for r in rows if "overlap" in r["point"].options and not OVERLAP_MODELLED]
+    if skipped:
+        out.append("overlap policy not modelled by this engine (no Options.overlap), evaluated without it: "
+                   + ", ".join(skipped))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA, help="the data file (default benchmarks/data/published.yaml)")
+    ap.add_argument("--only", action="append", default=[], help="only points whose id starts with this (repeatable)")
+    ap.add_argument("--check", action="store_true", help="exit 1 if any measured / bound exceeds 1.0")
+    args = ap.parse_args(argv)
+    try:
+        _, points = load_points(args.data)
+        if args.only:
+            points = [p for p in points if any(p.id.startswith(o) for o in args.only)]
+        rows = evaluate_points(points)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(table(rows))
+    over = [r for r in rows if r["point"].measured > r["bound"]]
+    if args.check and over:
+        print(f"\n{len(over)} point(s) above the bound: " + ", ".join(r["point"].id for r in over), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
