@@ -114,9 +114,10 @@ def _load(root: Path) -> None:
     from engine.deploy.hardware import load_gpus
     from engine.spec.corpus import load_corpus
     corpus = load_corpus(root / "corpus")
-    load_gpus(root / "gpus"), load_tables(corpus.root / "fusion")
+    gpus = load_gpus(root / "gpus")
+    load_tables(corpus.root / "fusion")
     for folder in sorted(p for p in (corpus.root / "contracts").iterdir() if p.is_dir()):
-        load_contract(folder, corpus)
+        load_contract(folder, corpus, gpus)
 
 
 def plant_corpus(root: Path) -> dict[str, str]:
