@@ -445,16 +445,17 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     and memory (the deploy page's export of MTP drafts), never evaluated at a point."""
     numeric, symbolic = placed or (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
     programs, formulas, compiled = {}, {}, {}
+    a2a = fusion.a2a if fusion else None
     for phase in PHASES:
         num, sym = numeric[phase][0], symbolic[phase][0]
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
-        a2a = fusion.a2a if fusion else None
         programs[phase], compiled[phase] = _fused(num, found, compile, memo, a2a)
         # without a symbolic placement (the numeric one stands in) the formulas are the programs
         formulas[phase] = programs[phase] if sym is num else _fused(sym, found, False, memo, a2a)[0]
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
     return Structure(ev, config, options, domain, programs, formulas,
-                     {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
+                     # unfused: before kernel fusion, the framework's all-to-all library still applies
+                     {p: transport(numeric[p][0], a2a) for p in PHASES}, {p: transport(symbolic[p][0], a2a) for p in PHASES},
                      compiled if compile else {}, weights, weight_formula, kv_dev, reserve_bytes(fusion, config))
 
 
