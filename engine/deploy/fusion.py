@@ -16,7 +16,10 @@ runtime holds beside weights, the prefill working set and the KV cache (non-torc
 as NCCL and custom all-reduce buffers, CUDA graph pools where the framework counts them before
 sizing the KV cache, attention metadata), each entry with its figure (``mib:`` or ``gib:``, times
 tp x pp with ``per: tp_pp``; ``when: {min_replica_gpus: n}`` when only multi-GPU replicas hold it)
-and its ``src:``. :func:`reserve_bytes` sums what applies to a parallel config.
+and its ``src:``. :func:`reserve_bytes` sums what applies to a parallel config. ``expert_all_to_all:``
+names the library running the expert dispatch/combine (DeepEP: kernels per phase, payload dtypes),
+read into :class:`~engine.deploy.expert_comm.A2APolicy` (``FusionTable.a2a``) and applied after
+fusion by :func:`engine.deploy.transport.transport`.
 
 View ops are transparent. Matching runs after communication insertion, per phase; overlapping
 matches are resolved largest first. A fused kernel's FLOPs, weight bytes and link bytes are the sum
