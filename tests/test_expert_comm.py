@@ -101,9 +101,9 @@ def test_reach_probability_by_enumeration():
 
 # -- the engine: DeepSeek-V3 EP32 over 4 nodes of 8 H100 ------------------------------------------
 
-def v3_plan(framework: str, tokens_per_gpu: int, phase_batch: int):
+def v3_plan(framework: str, tokens_per_gpu: int, phase_batch: int, weight_format: str = "checkpoint"):
     ev = _evaluation(model_id("DeepSeek-V3"))
-    options = Options(framework=framework, prefill_tokens=tokens_per_gpu * 32)
+    options = Options(framework=framework, prefill_tokens=tokens_per_gpu * 32, weight_format=weight_format)
     config = ParallelConfig(tp=32, ep=32, dp_attn=32)
     return plan(ev, GPUS["H100"], config, options, TABLES.get(framework), Scenario(phase_batch, 4096, 1))
 
@@ -197,3 +197,12 @@ def test_one_node_normal_kernels_nvlink_only():
     holds one group of 32 experts, reached iff its group is among the 4 of 8: 7 x 1/2 = 3.5 copies."""
     r = Routing("dispatch", sympy.Integer(1), sympy.Integer(1), K, E, 8, 4, 8, 1)
     assert copies(r, "normal") == {"scale_out": 0, "scale_up": sympy.Rational(7, 2)}
+
+
+@pytest.mark.parametrize("weight_format,copy", [("checkpoint", FP8_COPY), ("bf16", BF16_COPY)])
+def test_vllm_engine_dispatch_dtype_follows_the_experts(weight_format, copy):
+    """The engine end to end: vLLM's dispatch RDMA hop is 58 x 16,384 x 33/14 copies of 7392 B
+    with the checkpoint's FP8 experts (16.56 GB), of 14,336 B with every matrix in BF16."""
+    d = v3_plan("vllm", 16384, 128, weight_format).at(Scenario(128, 4096, 1))
+    row = a2a_rows(d, "prefill")[DISPATCH + "~rdma"]
+    assert close(row["comm_bytes"], 58 * 16384 * 33 / 14 * copy)
