@@ -206,3 +206,24 @@ def test_vllm_engine_dispatch_dtype_follows_the_experts(weight_format, copy):
     d = v3_plan("vllm", 16384, 128, weight_format).at(Scenario(128, 4096, 1))
     row = a2a_rows(d, "prefill")[DISPATCH + "~rdma"]
     assert close(row["comm_bytes"], 58 * 16384 * 33 / 14 * copy)
+
+
+@pytest.mark.parametrize("block,message", [
+    ("kernels: {prefill: fast}", "unknown phase or kernel prefill: fast"),
+    ("dispatch: {dtype: fp6}", "unknown payload dtype 'fp6'"),
+])
+def test_bad_policy_is_a_one_line_error(tmp_path, block, message):
+    """A table whose expert_all_to_all names an unknown kernel or dtype is refused with the file,
+    the field and what to write (engine.spec.errors.SpecError)."""
+    from engine.deploy.fusion import load_table
+    from engine.spec.errors import SpecError
+    fields = {"kernels": "kernels: {prefill: normal}", "dispatch": "dispatch: {dtype: fp8}",
+              "combine": "combine: {dtype: bf16}"}
+    fields[block.split(":")[0]] = block
+    text = ("framework: demo\nversion: \"1\"\ndoc: d\nrules: []\nexpert_all_to_all:\n  library: deepep\n"
+            "  doc: d\n  src: [\"x.py: y\"]\n" + "".join(f"  {v}\n" for v in fields.values()))
+    path = tmp_path / "demo.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_table(path)
+    assert message in str(err.value) and "demo.yaml" in str(err.value)
