@@ -124,6 +124,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "element = self.types.act_bytes if op.cache_output else",
            ("tests/test_hand_kv_traffic.py",),
            "cache reads priced at the activation dtype (FP8 KV traffic as BF16)"),
+    # -- the expert all-to-all as DeepEP runs it (issue 38; hand tests in tests/test_expert_comm.py) ------
+    Mutant("dispatch-at-bf16", "engine/deploy/expert_comm.py",
+           "            return 1 + sympy.Rational(self.scale_bytes, self.scale_block)",
+           "            return sympy.Integer(PAYLOAD_BYTES[\"bf16\"])",
+           ("tests/test_expert_comm.py",),
+           "DeepEP's FP8 dispatch (1 B + a 4 B scale per 128 elements) priced at BF16",
+           killer="tests/test_expert_comm.py::test_prefill_node_limited_bytes_per_link"),
+    Mutant("rdma-per-expert-not-per-node", "engine/deploy/expert_comm.py",
+           'return {"scale_out": (N - 1) * p_node, "scale_up": (R - N) * p_gpu}',
+           'return {"scale_out": sympy.Rational(k * (N - 1), N), "scale_up": (R - N) * p_gpu}',
+           ("tests/test_expert_comm.py",),
+           "normal kernels send a token over RDMA once per remote expert instead of once per destination node",
+           killer="tests/test_expert_comm.py::test_prefill_node_limited_bytes_per_link"),
     # -- fusion ----------------------------------------------------------------------------------------
     Mutant("fused-writes-intermediates", "engine/deploy/fusion.py",
            "    writes = sympy.Add(*(s.written for s in members\n"

@@ -16,7 +16,10 @@ runtime holds beside weights, the prefill working set and the KV cache (non-torc
 as NCCL and custom all-reduce buffers, CUDA graph pools where the framework counts them before
 sizing the KV cache, attention metadata), each entry with its figure (``mib:`` or ``gib:``, times
 tp x pp with ``per: tp_pp``; ``when: {min_replica_gpus: n}`` when only multi-GPU replicas hold it)
-and its ``src:``. :func:`reserve_bytes` sums what applies to a parallel config.
+and its ``src:``. :func:`reserve_bytes` sums what applies to a parallel config. ``expert_all_to_all:``
+names the library running the expert dispatch/combine (DeepEP: kernels per phase, payload dtypes),
+read into :class:`~engine.deploy.expert_comm.A2APolicy` (``FusionTable.a2a``) and applied after
+fusion by :func:`engine.deploy.transport.transport`.
 
 View ops are transparent. Matching runs after communication insertion, per phase; overlapping
 matches are resolved largest first. A fused kernel's FLOPs, weight bytes and link bytes are the sum
@@ -37,6 +40,7 @@ from engine.spec.corpus import COMPUTE_CLASSES, Reader
 from engine.spec.errors import SpecError
 from engine.spec.filememo import ContentMemo
 from engine.spec.ops import OPS
+from engine.deploy.expert_comm import KERNELS, PAYLOAD_BYTES, A2APolicy
 from engine.deploy.placement import COLLECTIVES, ZERO, Program, Step, step_with
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus" / "fusion"
@@ -84,6 +88,7 @@ class FusionTable:
     doc: str
     rules: tuple[Rule, ...]
     reserve: tuple[Reserve, ...] = ()
+    a2a: A2APolicy | None = None        # the expert all-to-all's library (expert_all_to_all:)
 
 
 def token_limits(table: "FusionTable | None") -> list[int]:
@@ -205,7 +210,28 @@ def load_table(path: Path, root: Path | None = None) -> FusionTable:
         rules.append(Rule(raw["name"], raw["doc"], raw["src"], kind, ops, names, role, extra,
                           dict(when), raw.get("enabled", True), reader.where(raw, field), compute))
     return FusionTable(data["framework"], data["version"], data["doc"], tuple(rules),
-                       _reserve(reader, data.get("runtime_reserve")))
+                       _reserve(reader, data.get("runtime_reserve")), _a2a(reader, data.get("expert_all_to_all")))
+
+
+def _a2a(reader: Reader, raw) -> A2APolicy | None:
+    """The table's ``expert_all_to_all:`` block (None without one: a plain all-to-all)."""
+    if raw is None:
+        return None
+    kernels = raw.get("kernels") or {}
+    for phase, kernel in kernels.items():
+        if phase not in ("prefill", "decode") or kernel not in KERNELS:
+            raise SpecError(reader.where(raw, f"expert_all_to_all.kernels.{phase}", "kernels"),
+                            f"unknown phase or kernel {phase}: {kernel}",
+                            "write kernels: {prefill: normal, decode: low_latency}")
+    dispatch, combine = raw["dispatch"], raw["combine"]
+    for field, value in (("dispatch", dispatch["dtype"]), ("combine", combine["dtype"])):
+        if value not in PAYLOAD_BYTES:
+            raise SpecError(reader.where(raw, f"expert_all_to_all.{field}", field), f"unknown payload dtype {value!r}",
+                            "use one of: " + ", ".join(PAYLOAD_BYTES))
+    return A2APolicy(raw["library"], tuple(sorted(kernels.items())), dispatch["dtype"],
+                     int(dispatch.get("scale_block", 128)), int(dispatch.get("scale_bytes", 4)),
+                     bool(dispatch.get("needs_block_fp8_experts", False)), combine["dtype"], raw["doc"],
+                     tuple(raw["src"]))
 
 
 def load_tables(root: Path | str | None = None) -> dict[str, FusionTable]:

@@ -29,6 +29,7 @@ from engine.spec import expr as exprs
 from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.evaluate import Analysis, NodeRow
 from engine.spec.ops import OPS
+from engine.deploy.expert_comm import Routing
 from engine.deploy.parallel import EXPERT_ROLES, Group, Mesh
 from engine.spec.shapes import Axis, Carried, Merged, Split, Tensor
 from engine.spec import symbols
@@ -96,6 +97,8 @@ class Step:
     collective: str = ""            # the collective this step runs (alone or fused), its ranks and
     ranks: int = 1                  # the scale-up domains they span: its per-call latency
     nodes: int = 1                  # (GPU.collective_latency)
+    routing: object = None          # an expert all-to-all: its expert_comm.Routing (a framework's
+                                    # transport re-prices it, engine.deploy.expert_comm.transport)
 
     @property
     def total_bytes(self) -> sympy.Expr:
@@ -417,11 +420,30 @@ class _ParallelRules:
         if dpa and ep:      # tokens live on their attention replica: all-to-all to the experts' owners
             comm = self.local(row.out, layout) * self.types.act_bytes * (ep.expr - 1) / ep.expr
             x = self.collective(x, "all_to_all", Layout(have.shards), (self.mesh.groups["tp"],), comm, row,
-                                repeat=row.repeat)
+                                repeat=row.repeat, routing=self.routing("dispatch", row, ep, x, have))
         elif dpa:           # experts split by features over the whole group: every device needs every token
             target = Layout(tuple(tuple(g for g in gs if g != dpa) for gs in have.shards))
             x = self.reshard(x, target, row)
         self.emit(row, [x, idx], layout)
+
+    def routing(self, direction: str, row: NodeRow, ep: Group, x: Step, have: Layout) -> Routing | None:
+        """What an expert all-to-all of ``row`` carries (:class:`~engine.deploy.expert_comm.Routing`):
+        the tokens of ``x`` one device holds (layout ``have``) and their width, k from the routing indices, the
+        expert count from the router's scores, node-limited routing from the model's ``n_group``
+        / ``topk_group`` dims (the config fields of those names) where it declares them. None
+        when a size is not a number under ``decide`` (no transport re-prices it then)."""
+        router = self.a.rows.get(row.inputs[1]) or self.a.rows.get(row.inputs[1] + "@decode")
+        sizes = [self.decide(row.in_shapes[1].axes[-1].size),
+                 self.decide(router.in_shapes[0].axes[-1].size) if router is not None else None,
+                 self.decide(self.a.values.get("n_group", ONE)), self.decide(self.a.values.get("topk_group", ONE))]
+        if any(v is None for v in sizes):
+            return None
+        k, experts, n_group, topk_group = (int(v) for v in sizes)
+        tokens = self.local(Tensor(x.out.axes[:-1]), Layout(have.shards[:-1]))
+        routing = Routing(direction, tokens, x.out.axes[-1].size, k, experts, n_group, topk_group,
+                          **self.mesh.extent((ep,)))
+        self._routed[row.component_uid] = routing
+        return routing
 
     def place_combine(self, row: NodeRow, inputs: list[Step]) -> None:
         y, idx = inputs
@@ -435,7 +457,10 @@ class _ParallelRules:
             return
         if ep:              # all-to-all the expert outputs back to the tokens' attention replica
             comm = self.local(row.in_shapes[0], ly) * self.types.act_bytes * (ep.expr - 1) / ep.expr
-            y = self.collective(y, "all_to_all", ly, (self.mesh.groups["tp"],), comm, row, repeat=row.repeat)
+            routing = self._routed.get(row.component_uid)
+            routing = replace(routing, direction="combine") if routing is not None else None
+            y = self.collective(y, "all_to_all", ly, (self.mesh.groups["tp"],), comm, row, repeat=row.repeat,
+                                routing=routing)
             self.emit(row, [y, idx], Layout(tokens + ((),), ly.partial))
             return
         # features split over the whole group, tokens gathered: reduce-scatter back to the replicas
@@ -470,6 +495,7 @@ class Placer(_LayoutRules, _ParallelRules):
         self.layouts: dict[str, Layout] = {}
         self.redist: dict[tuple, Step] = {}
         self.routing_tokens: dict[str, sympy.Expr] = {}
+        self._routed: dict[str, Routing] = {}      # component uid -> its dispatch's Routing (combine's too)
         self.stored: dict[str, sympy.Expr] = {}   # row uid -> weight bytes this device stores per layer
         self._units: dict[str, tuple] = {}
         self._factors: dict[tuple, sympy.Expr] = {}
@@ -635,7 +661,7 @@ class Placer(_LayoutRules, _ParallelRules):
     # -- collectives ---------------------------------------------------------------------------------
     def collective(self, source: Step, op: str, layout: Layout, groups: tuple[Group, ...],
                    comm: sympy.Expr, consumer: NodeRow, repeat: sympy.Expr | None = None,
-                   tensor: Tensor | None = None) -> Step:
+                   tensor: Tensor | None = None, routing=None) -> Step:
         """Insert a collective after ``source`` producing ``layout``; ``comm`` bytes sent per device."""
         tensor = tensor or source.out
         out_bytes = self.local(tensor, layout) * self.types.act_bytes
@@ -646,7 +672,7 @@ class Placer(_LayoutRules, _ParallelRules):
                     repeat if repeat is not None else (source.repeat if source.kind != "input" else consumer.repeat),
                     (source.uid,), ZERO, source.out_read + out_bytes, ZERO, comm, "bf16", layout, tensor,
                     out_bytes, group=name, link=self.mesh.link(groups), written=out_bytes,
-                    last_token=source.last_token, collective=op, **self.mesh.extent(groups))
+                    last_token=source.last_token, collective=op, routing=routing, **self.mesh.extent(groups))
         self.steps.append(step)
         self.layouts[uid] = layout
         return step

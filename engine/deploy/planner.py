@@ -41,6 +41,8 @@ from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
 from engine.deploy.fusion import FusionTable, fuse, match, note_extension, reserve_bytes
+from engine.deploy.expert_comm import A2APolicy
+from engine.deploy.transport import transport
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Group, Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.spec.shapes import Tensor
@@ -443,29 +445,33 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     and memory (the deploy page's export of MTP drafts), never evaluated at a point."""
     numeric, symbolic = placed or (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
     programs, formulas, compiled = {}, {}, {}
+    a2a = fusion.a2a if fusion else None
     for phase in PHASES:
         num, sym = numeric[phase][0], symbolic[phase][0]
         found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
-        programs[phase], compiled[phase] = _fused(num, found, compile, memo)
+        programs[phase], compiled[phase] = _fused(num, found, compile, memo, a2a)
         # without a symbolic placement (the numeric one stands in) the formulas are the programs
-        formulas[phase] = programs[phase] if sym is num else _fused(sym, found, False, memo)[0]
+        formulas[phase] = programs[phase] if sym is num else _fused(sym, found, False, memo, a2a)[0]
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
     return Structure(ev, config, options, domain, programs, formulas,
-                     {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
+                     # unfused: before kernel fusion, the framework's all-to-all library still applies
+                     {p: transport(numeric[p][0], a2a) for p in PHASES}, {p: transport(symbolic[p][0], a2a) for p in PHASES},
                      compiled if compile else {}, weights, weight_formula, kv_dev, reserve_bytes(fusion, config))
 
 
-def _fused(program, found: list, compile_it: bool, memo: dict | None) -> tuple:
-    """``fuse(program, found)`` and (when asked) its compiled form, once per placed program and set
-    of matches in ``memo`` ((id(program), matches, compiled?) -> (program, fused, compiled or None)):
+def _fused(program, found: list, compile_it: bool, memo: dict | None, a2a: A2APolicy | None = None) -> tuple:
+    """``fuse(program, found)`` with its expert all-to-alls priced under ``a2a``
+    (:func:`engine.deploy.transport.transport`) and (when asked) its compiled form, once per placed
+    program, set of matches and policy in ``memo`` ((id(program), matches, compiled?, policy) ->
+    (program, fused, compiled or None)):
     structures of other regimes, arch classes or frameworks often fuse one phase alike (a prefill
     beyond every token limit, a phase no arch-bound rule reaches), and fusing and compiling are pure
     functions of the program and the matches."""
-    key = (id(program), tuple(found), compile_it)
+    key = (id(program), tuple(found), compile_it, a2a)
     hit = memo.get(key) if memo is not None else None
     if hit is not None and hit[0] is program:
         return hit[1], hit[2]
-    fused = fuse(program, found)
+    fused = transport(fuse(program, found), a2a)
     out = (fused, compile_program(fused) if compile_it else None)
     if memo is not None:
         memo[key] = (program, *out)
@@ -715,7 +721,7 @@ def place_symbolic(ev: Evaluation, analysis, config: ParallelConfig, domain: int
             placer.mesh = Mesh(config, domain, True)
         program = _with_pipeline(program, placer)
         found = match(program, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
-        out[phase] = fuse(program, found)
+        out[phase] = transport(fuse(program, found), fusion.a2a if fusion else None)
     return out
 
 

@@ -250,12 +250,30 @@ RESERVE = Mapping("write `{name: ..., gib: <size>, src: \"...\"}`", fields={
         "min_replica_gpus": Int("the least GPUs of a replica", lo=1, hi=4096)}),
 })
 
+#: How the framework runs the expert all-to-all (engine.deploy.expert_comm): DeepEP's kernels per
+#: phase and the payload dtypes of dispatch and combine.
+EXPERT_A2A = Mapping("write `{library: deepep, doc, src: [...], kernels: {prefill: normal, decode: low_latency}, "
+                     "dispatch: {dtype: fp8, scale_block: 128, scale_bytes: 4}, combine: {dtype: bf16}}`", fields={
+    "library": req(Str("the all-to-all library, e.g. deepep")),
+    "doc": req(TEXT),
+    "src": req(ListOf("where each choice was read", item=SOURCE)),
+    "kernels": Mapping("write `{prefill: normal, decode: low_latency}`", fields={
+        "prefill": Str("normal or low_latency"), "decode": Str("normal or low_latency")}),
+    "dispatch": req(Mapping("write `{dtype: fp8, scale_block: 128, scale_bytes: 4}`", fields={
+        "dtype": req(Str("fp8 or bf16")),
+        "scale_block": Int("elements per scale", lo=1, hi=1 << 16),
+        "scale_bytes": Int("bytes per scale", lo=1, hi=8),
+        "needs_block_fp8_experts": Bool("FP8 dispatch only when the routed experts are block-FP8")})),
+    "combine": req(Mapping("write `{dtype: bf16}`", fields={"dtype": req(Str("fp8 or bf16"))})),
+})
+
 FUSION = Mapping("a fusion table", fields={
     "framework": req(Str("the framework's name, e.g. vllm")),
     "version": req(Str('the version read, quoted, e.g. "0.18.2"')),
     "doc": req(TEXT),
     "rules": req(OneOf("a list of rules", options=(ListOf(item=FUSION_RULE), Null()))),
     "runtime_reserve": ListOf("write runtime_reserve: [{name: ..., mib: ..., src: ...}, ...]", item=RESERVE),
+    "expert_all_to_all": EXPERT_A2A,
 })
 
 # -- GPUs (gpus/*.yaml) and collectives (gpus/collectives/*.yaml) -------------------------------------
