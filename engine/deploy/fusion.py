@@ -84,6 +84,32 @@ class FusionTable:
     doc: str
     rules: tuple[Rule, ...]
     reserve: tuple[Reserve, ...] = ()
+    #: schedule overlap policies the framework can run (``overlap:``), policy -> on by default
+    overlap: Mapping = None
+
+
+#: The schedule overlap policies engine.deploy.sol models (``none``: one kernel after another).
+OVERLAP_POLICIES = ("none", "two_batch")
+
+
+def overlap_default(table: "FusionTable | None") -> str:
+    """The policy the framework runs without being asked: a declared policy with ``enabled:``
+    true (left out: false, an opt-in server flag), else ``none``."""
+    on = [p for p, enabled in ((table.overlap or {}).items() if table else ()) if enabled]
+    return on[0] if on else "none"
+
+
+def _overlap(reader: Reader, raw_list) -> dict:
+    """``overlap:`` entries: policy -> enabled by default."""
+    out = {}
+    for i, raw in enumerate(raw_list or ()):
+        policy = raw["policy"]
+        if policy not in OVERLAP_POLICIES[1:] or policy in out:
+            raise SpecError(reader.where(raw, f"overlap[{i}].policy", "policy"),
+                            f"overlap policy {policy!r} is unknown or declared twice",
+                            "declare each of: " + ", ".join(OVERLAP_POLICIES[1:]) + " at most once")
+        out[policy] = bool(raw.get("enabled", False))
+    return out
 
 
 def token_limits(table: "FusionTable | None") -> list[int]:
@@ -205,7 +231,7 @@ def load_table(path: Path, root: Path | None = None) -> FusionTable:
         rules.append(Rule(raw["name"], raw["doc"], raw["src"], kind, ops, names, role, extra,
                           dict(when), raw.get("enabled", True), reader.where(raw, field), compute))
     return FusionTable(data["framework"], data["version"], data["doc"], tuple(rules),
-                       _reserve(reader, data.get("runtime_reserve")))
+                       _reserve(reader, data.get("runtime_reserve")), _overlap(reader, data.get("overlap")))
 
 
 def load_tables(root: Path | str | None = None) -> dict[str, FusionTable]:

@@ -213,12 +213,21 @@ RESERVE = Mapping("write `{name: ..., gib: <size>, src: \"...\"}`", fields={
         "min_replica_gpus": Int("the least GPUs of a replica", lo=1, hi=4096)}),
 })
 
+#: A schedule overlap the framework can run (engine.deploy.sol: ``none`` needs no entry).
+OVERLAP = Mapping("write `{policy: two_batch, enabled: false, doc: ..., src: \"...\"}`", fields={
+    "policy": req(Str("two_batch")),
+    "doc": req(TEXT),
+    "src": req(SOURCE),
+    "enabled": Bool(),
+})
+
 FUSION = Mapping("a fusion table", fields={
     "framework": req(Str("the framework's name, e.g. vllm")),
     "version": req(Str('the version read, quoted, e.g. "0.18.2"')),
     "doc": req(TEXT),
     "rules": req(OneOf("a list of rules", options=(ListOf(item=FUSION_RULE), Null()))),
     "runtime_reserve": ListOf("write runtime_reserve: [{name: ..., mib: ..., src: ...}, ...]", item=RESERVE),
+    "overlap": ListOf("write overlap: [{policy: two_batch, enabled: false, doc: ..., src: ...}]", item=OVERLAP),
 })
 
 # -- GPUs (gpus/*.yaml) and collectives (gpus/collectives/*.yaml) -------------------------------------
