@@ -50,7 +50,7 @@ def serving_options(args):
     command has it) and the framework's fusion table (None for ``none``); an unknown framework is
     one line."""
     from engine.deploy import Options
-    from engine.deploy.fusion import load_tables, overlap_default
+    from engine.deploy.fusion import load_tables
     tables = load_tables(Path(args.corpus) / "fusion")
     if args.framework != "none" and args.framework not in tables:
         raise SpecError(Where("<command line>", field="--framework"), f"unknown framework {args.framework!r}",
@@ -59,8 +59,8 @@ def serving_options(args):
     if hasattr(args, "prefill_tokens"):
         extra["prefill_tokens"] = args.prefill_tokens
     table = tables.get(args.framework)
-    overlap = getattr(args, "overlap", None) or overlap_default(table)
-    if overlap != "none" and overlap not in ((table.overlap or {}) if table else {}):
+    overlap = getattr(args, "overlap", None) or ""
+    if overlap not in ("", "none") and overlap not in ((table.overlap or {}) if table else {}):
         raise SpecError(Where("<command line>", field="--overlap"),
                         f"framework {args.framework!r} declares no {overlap} overlap",
                         "leave out --overlap, or use a framework whose corpus/fusion table lists it (sglang)")

@@ -40,7 +40,7 @@ from engine.deploy.cost import KV_BYTES, compile_program
 from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
-from engine.deploy.fusion import FusionTable, fuse, match, note_extension, reserve_bytes
+from engine.deploy.fusion import FusionTable, fuse, match, note_extension, overlap_default, reserve_bytes
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Group, Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.spec.shapes import Tensor
@@ -450,6 +450,8 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
         # without a symbolic placement (the numeric one stands in) the formulas are the programs
         formulas[phase] = programs[phase] if sym is num else _fused(sym, found, False, memo)[0]
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
+    if not options.overlap:             # the framework's own schedule overlap (its table's default)
+        options = replace(options, overlap=overlap_default(fusion))
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
                      compiled if compile else {}, weights, weight_formula, kv_dev, reserve_bytes(fusion, config))

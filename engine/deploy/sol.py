@@ -277,7 +277,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     config, ev = structure.config, structure.ev
     batch, input_len, output_len, kv_bytes, gpu_index = (np.asarray(x) for x in
                                                          (batch, input_len, output_len, kv_bytes, gpu_index))
-    overlap = structure.options.overlap
+    overlap = structure.options.overlap or "none"
     inputs = None
     if phases is None or overlap != "none":
         inputs = phase_inputs(structure, batch, input_len, output_len, prefill_tokens, not prefill_only)
