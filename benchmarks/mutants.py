@@ -297,6 +297,19 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_hand_browser.py",),
            "the deploy page's fronts count points that do not fit",
            "tests/test_hand_browser.py::test_deploy_eval_js_front_leaves_out_points_that_do_not_fit"),
+    # -- sol: the two times per point (lower bound, schedule estimate) ------------------------------------
+    Mutant("bound-ignores-memory", "engine/deploy/cost.py",
+           '        busiest = np.maximum(sums["t_compute"], sums["t_memory"])',
+           '        busiest = sums["t_compute"]',
+           ("tests/test_phase_bound.py",),
+           "the lower bound forgets HBM: memory-bound decode gets a bound far below what any schedule takes",
+           "tests/test_phase_bound.py::test_decode_bound_is_the_weight_and_kv_read"),
+    Mutant("overlap-one-stream", "engine/deploy/sol.py",
+           '    overlapped = np.maximum(np.maximum(2.0 * kernels, 2.0 * half["comm_stream_s"]), full["step_bound_s"])',
+           '    overlapped = np.maximum(2.0 * kernels + 2.0 * half["comm_stream_s"], full["step_bound_s"])',
+           ("tests/test_phase_bound.py",),
+           "the two-batch schedule hides no collective (both halves one after another on one stream)",
+           "tests/test_phase_bound.py::test_two_batch_decode_by_hand"),
 )
 
 
