@@ -116,3 +116,22 @@ def test_overlap_a_framework_does_not_declare_is_one_line(capsys):
     assert main(["deploy", GPT, "--gpu", "H100", "--framework", "vllm", "--overlap", "two_batch"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--overlap" in err and "declares no two_batch overlap" in err and len(err.splitlines()) == 1
+
+
+def test_plan_answers_with_the_estimate_and_shows_the_bound(llama):
+    import contextlib
+    import io
+    import json
+
+    from engine.cli import main
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["plan", LLAMA, "--gpu", "H100", "--ttft", "10", "--tpot", "1", "--input", "4096", "--output", "1",
+                     "--max-gpus", "1", "--no-disagg", "--framework", "vllm", "--json"]) == 0
+    answer = json.loads(buffer.getvalue())["answer"]
+    # the answer point, evaluated by archledger deploy: the same estimate, and its bound beside it
+    point = deploy_json(LLAMA, "H100", {}, "vllm", "bf16", 4096, 1, answer["batch"])["deployment"]
+    assert answer["ttft_s"] == pytest.approx(point["ttft_s"], rel=1e-9)
+    assert answer["ttft_bound_s"] == pytest.approx(point["ttft_bound_s"], rel=1e-12)
+    assert answer["tpot_bound_s"] == pytest.approx(point["tpot_bound_s"], rel=1e-12)
+    assert answer["ttft_bound_s"] < answer["ttft_s"]      # compute-bound prefill: the elementwise ops' excess

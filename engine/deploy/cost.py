@@ -484,6 +484,7 @@ class CompiledProgram:
                        _distinct((s.collective, s.ranks, s.nodes) if s.collective else None for s in program.steps)]
         #: the steps a second micro-batch's kernels can hide (inserted collectives, kind ``comm``)
         self._comm_steps = np.array([s.kind == "comm" for s in program.steps], dtype=bool)
+        self._bound_rows: tuple | None = None       # _bound_terms' step indices, made on first use
 
     def evaluation_key(self) -> tuple:
         """A key two programs share when they give the same numbers at the same points on the same
@@ -769,11 +770,15 @@ class CompiledProgram:
         """``t_bound`` and ``t_comm_stream`` (module doc) from the stacked (steps, ...) link times
         ``tl`` and step times ``sol``: ``add_rows(rows, x)`` sums the rows ``rows`` of ``x`` in
         program order."""
-        _, l_at = self._kinds[1]
+        if self._bound_rows is None:       # once per program: the steps of each link class, the comm steps
+            # (steps on no link, kernels, send nothing: their t_comm is 0)
+            links, l_at = self._kinds[1]
+            self._bound_rows = ([np.flatnonzero(l_at == i) for i, link in enumerate(links) if link],
+                                np.flatnonzero(self._comm_steps))
+        per_link, comm = self._bound_rows
         busiest = np.maximum(sums["t_compute"], sums["t_memory"])
-        for link in np.unique(l_at):       # each link class serves its collectives one at a time
-            busiest = np.maximum(busiest, add_rows(np.flatnonzero(l_at == link), tl))
-        comm = np.flatnonzero(self._comm_steps)
+        for rows in per_link:               # each link class serves its collectives one at a time
+            busiest = np.maximum(busiest, add_rows(rows, tl))
         stream = add_rows(comm, sol) if len(comm) else np.zeros(shape)
         return {"t_bound": np.broadcast_to(busiest, shape).copy(), "t_comm_stream": np.broadcast_to(stream, shape).copy()}
 
