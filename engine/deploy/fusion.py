@@ -16,7 +16,9 @@ runtime holds beside weights, the prefill working set and the KV cache (non-torc
 as NCCL and custom all-reduce buffers, CUDA graph pools where the framework counts them before
 sizing the KV cache, attention metadata), each entry with its figure (``mib:`` or ``gib:``, times
 tp x pp with ``per: tp_pp``; ``when: {min_replica_gpus: n}`` when only multi-GPU replicas hold it)
-and its ``src:``. :func:`reserve_bytes` sums what applies to a parallel config.
+and its ``src:``. :func:`reserve_bytes` sums what applies to a parallel config. ``overlap:`` lists the
+schedule overlap policies the framework can run (``two_batch``; ``enabled:`` true when on by
+default), each with its ``src:``: engine.deploy.sol's schedule estimate under it.
 
 View ops are transparent. Matching runs after communication insertion, per phase; overlapping
 matches are resolved largest first. A fused kernel's FLOPs, weight bytes and link bytes are the sum
