@@ -310,6 +310,12 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_phase_bound.py",),
            "the two-batch schedule hides no collective (both halves one after another on one stream)",
            "tests/test_phase_bound.py::test_two_batch_decode_by_hand"),
+    Mutant("js-bound-ignores-memory", "static/js/deploy_eval.js",
+           "t.step_bound_s = Math.max(t.compute_time_s, t.memory_time_s);",
+           "t.step_bound_s = t.compute_time_s;",
+           ("tests/test_site_offgrid.py",),
+           "the deploy page's lower bound forgets HBM (memory-bound decode shows a bound below the CLI's)",
+           "tests/test_site_offgrid.py::test_page_equals_archledger_deploy_off_grid"),
 )
 
 
