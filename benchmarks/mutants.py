@@ -323,6 +323,25 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_published_data.py",),
            "an offline run's output tok/s priced without the prompts' prefill (a looser bound)",
            "tests/test_published_data.py::test_throughput_formulas_by_hand"),
+    # -- sol: the two times per point (lower bound, schedule estimate) ------------------------------------
+    Mutant("bound-ignores-memory", "engine/deploy/cost.py",
+           '        busiest = np.maximum(sums["t_compute"], sums["t_memory"])',
+           '        busiest = sums["t_compute"]',
+           ("tests/test_phase_bound.py",),
+           "the lower bound forgets HBM: memory-bound decode gets a bound far below what any schedule takes",
+           "tests/test_phase_bound.py::test_decode_bound_is_the_weight_and_kv_read"),
+    Mutant("overlap-one-stream", "engine/deploy/sol.py",
+           '    overlapped = np.maximum(np.maximum(2.0 * kernels, 2.0 * half["comm_stream_s"]), full["step_bound_s"])',
+           '    overlapped = np.maximum(2.0 * kernels + 2.0 * half["comm_stream_s"], full["step_bound_s"])',
+           ("tests/test_phase_bound.py",),
+           "the two-batch schedule hides no collective (both halves one after another on one stream)",
+           "tests/test_phase_bound.py::test_two_batch_decode_by_hand"),
+    Mutant("js-bound-ignores-memory", "static/js/deploy_eval.js",
+           "t.step_bound_s = Math.max(t.compute_time_s, t.memory_time_s);",
+           "t.step_bound_s = t.compute_time_s;",
+           ("tests/test_site_offgrid.py",),
+           "the deploy page's lower bound forgets HBM (memory-bound decode shows a bound below the CLI's)",
+           "tests/test_site_offgrid.py::test_page_equals_archledger_deploy_off_grid"),
 )
 
 

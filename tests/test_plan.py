@@ -225,8 +225,9 @@ def test_json_schema(capsys):
     for g in out["gpus"]:
         assert set(g) == {"gpu", "configs", "configs_not_fitting", "points", "cheapest", "front"}
         assert g["configs"] >= 3 and g["points"] > 0
-        for r in g["cheapest"]:
-            assert list(r) == list(POINT_FIELDS)
+        for i, r in enumerate(g["cheapest"]):     # the first, this GPU type's answer, with its lower bounds
+            assert list(r) == list(POINT_FIELDS) + (["ttft_bound_s", "tpot_bound_s"] if i == 0 else [])
+            assert i or r["ttft_bound_s"] <= r["ttft_s"] and r["tpot_bound_s"] <= r["tpot_s"]
         for r in g["front"]:
             assert list(r) == list(POINT_FIELDS) + ["sla_latency"]
             assert isinstance(r["batch"], int) and isinstance(r["ttft_s"], float) and r["replicas"] == 1

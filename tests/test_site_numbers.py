@@ -222,6 +222,9 @@ def test_deployment_selection_shows_its_rows(browser, base, tables):
         assert dec["fits"] and shown["Fits"] == "yes"
         _shows(shown["TTFT"], dec["ttft_s"], _TIME)
         _shows(shown["TPOT"], dec["tpot_s"], _TIME)
+        # the lower bounds beside the estimates: the grid's columns, shown as they are
+        _shows(shown["TTFT lower bound"], dec["ttft_bound_s"], _TIME)
+        _shows(shown["TPOT lower bound"], dec["tpot_bound_s"], _TIME)
         _shows(shown["Decode tokens/s per GPU"], dec["tokens_per_s_per_gpu"], {"": 1.0}, digits=4)
         assert shown["Max concurrent requests"] == str(dec["max_concurrent_requests"])
         _shows(shown["Weights per GPU"], dec["weight_bytes_per_gpu"], _BYTES)

@@ -115,6 +115,23 @@ def test_page_equals_archledger_deploy_off_grid(tab, base, point):
     assert not tab.errors, tab.errors
 
 
+def test_two_batch_overlap_in_the_page_equals_archledger_deploy(tab, base):
+    # the grid's frameworks run without overlap (SGLang's two-batch overlap is opt-in): the page's
+    # schedule under two_batch (deploy_eval.js scheduled) against ``archledger deploy --overlap two_batch``
+    model, gpu, cfg, degrees, fw, kv, prompt, output, batch = POINTS[0]
+    _page(tab, base, model, gpu, cfg, fw, kv, prompt, output, batch)
+    got = tab.page.evaluate("""async (p) => { const c = window.archDeploy.current;
+        const o = Object.assign({}, c.option, {overlap: 'two_batch'}), s = await window.archDeploy.at(o, p);
+        return {ttft_s: s.ttft_s, tpot_s: s.tpot_s, ttft_bound_s: s.ttft_bound_s, tpot_bound_s: s.tpot_bound_s,
+                overlap: s.overlap, plain: c.summary.tpot_s}; }""", {"input": prompt, "output": output, "batch": batch})
+    want = _cli(model, gpu, degrees, fw, kv, prompt, output, batch, ("--overlap", "two_batch"))["deployment"]
+    assert got["overlap"] == want["overlap"] == "two_batch"
+    for name in ("ttft_s", "tpot_s", "ttft_bound_s", "tpot_bound_s"):
+        _close(got[name], want[name], name)
+    assert got["tpot_s"] != got["plain"]          # the schedule changed the estimate at this point
+    assert not tab.errors, tab.errors
+
+
 def test_invalid_input_is_refused_in_words(tab, base):
     """A prompt length that is not a whole number in range: one sentence, no numbers recomputed."""
     slug = LLAMA.replace("/", "--")

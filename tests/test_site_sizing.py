@@ -68,6 +68,17 @@ def test_form_gives_plans_answer(browser, base, capsys, scenario, ttft, tpot_ms,
         tab.goto(f"{base}/models/{SLUG}/sizing/?scenario={inp}/{out}&fw={fw}&ttft={ttft}&tpot={tpot_ms}")
         tab.page.wait_for_function("document.querySelectorAll('#sizing-table tbody tr').length > 0")
         got = _form(tab.page)
+        a = plan["answer"]
+        if a:      # the answer's lower bounds beside its estimates, as plan gives them (the deploy page's evaluation)
+            tab.page.wait_for_function("document.getElementById('sizing-answer').hasAttribute('data-ttft-bound')")
+            answer = tab.page.locator("#sizing-answer")
+            if fw == "sglang":        # the tiny grid's framework: its deploy page holds the answer's config
+                for key in ("ttft", "tpot"):
+                    shown = float(answer.get_attribute(f"data-{key}-bound"))
+                    assert shown == pytest.approx(a[f"{key}_bound_s"], rel=1e-9), key
+                assert "Lower bound at this point" in answer.inner_text()
+            else:
+                assert answer.get_attribute("data-ttft-bound") == "" and "archledger deploy" in answer.inner_text()
         assert tab.page.locator("select[name=fw]").input_value() == fw
         assert f"--framework {fw}" in tab.page.locator("#sizing-cli").inner_text()
         assert not tab.errors and not tab.blocked

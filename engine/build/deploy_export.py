@@ -208,7 +208,8 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                                   "kv_dev": tree(drafting[0].kv_device_per_request)}
             options.append({"gpu": gpu.key, "config": configs[key], "framework": framework,
                             "kv_dtypes": list(grid.kv_dtypes), "limits": list(limits),
-                            "reserve": float(base.reserve_bytes_per_gpu), **by_phase})
+                            "reserve": float(base.reserve_bytes_per_gpu), "overlap": base.options.overlap or "none",
+                            **by_phase})
     kv_symbol = symbols.dim("kv_bytes")
     kv_request = {}
     for name, part in (("all", None), *((p, p) for p in kv.PARTS)):

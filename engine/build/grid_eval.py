@@ -33,7 +33,7 @@ from engine.build.columns import Columns
 
 #: A bucket's per-point lists, in the order they are filled.
 BUCKET_FIELDS = ("batch", "input_len", "output_len", "kv_bytes", "kv_dtype", "gpu")
-PHASE_FIELDS = ("step_time_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
+PHASE_FIELDS = ("step_time_s", "step_bound_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
                 "weight_bytes", "comm_bytes", "bound")
 
 

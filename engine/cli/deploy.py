@@ -36,6 +36,10 @@ def add_serving_arguments(p, kv_note: str = "", prefill_tokens: bool = True) -> 
     p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
     p.add_argument("--hbm-fraction", type=float, default=0.9,  # = structure.HBM_FRACTION (the parser stays light)
                    help="usable share of HBM")
+    p.add_argument("--overlap", choices=("none", "two_batch"), default=None,
+                   help="schedule estimate's overlap: none (one kernel after another) or two_batch (two "
+                        "half-batches, SGLang --enable-two-batch-overlap / DeepSeek dual micro-batch; the "
+                        "framework must declare it); default: the framework's own (none for vllm and sglang)")
     if prefill_tokens:
         p.add_argument("--prefill-tokens", type=positive_int, default=8192,
                        help="chunked-prefill token budget per step and replica (vLLM max_num_batched_tokens)")
@@ -54,9 +58,15 @@ def serving_options(args):
     extra = mtp_options(args) if hasattr(args, "mtp") else {}
     if hasattr(args, "prefill_tokens"):
         extra["prefill_tokens"] = args.prefill_tokens
+    table = tables.get(args.framework)
+    overlap = getattr(args, "overlap", None) or ""
+    if overlap not in ("", "none") and overlap not in ((table.overlap or {}) if table else {}):
+        raise SpecError(Where("<command line>", field="--overlap"),
+                        f"framework {args.framework!r} declares no {overlap} overlap",
+                        "leave out --overlap, or use a framework whose corpus/fusion table lists it (sglang)")
     options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
-                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction, **extra)
-    return options, tables.get(args.framework)
+                      weight_format=args.weight_format, hbm_fraction=args.hbm_fraction, overlap=overlap, **extra)
+    return options, table
 
 
 def add_mtp_arguments(p) -> None:
@@ -177,7 +187,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"  expected tokens per step {s['tokens_per_step']:.4g} = {s['tokens_per_step_formula']} "
               f"(a = mtp_acceptance = {a:g}, k = mtp_tokens = {k}); TPOT = decode step / tokens per step")
     print(f"  TTFT {_time(s['ttft_s'])}   TPOT {_time(s['tpot_s'])}   "
-          f"decode {_num(s['tokens_per_s_per_gpu'])} tok/s/GPU   prefill {_num(s['prefill_tokens_per_s_per_gpu'])} tok/s/GPU")
+          f"decode {_num(s['tokens_per_s_per_gpu'])} tok/s/GPU   prefill {_num(s['prefill_tokens_per_s_per_gpu'])} tok/s/GPU"
+          f"   (schedule estimate, overlap {s['overlap']})")
+    print(f"  lower bound: TTFT {_time(s['ttft_bound_s'])}   TPOT {_time(s['tpot_bound_s'])}   "
+          "(per phase the busiest of tensor cores, HBM and each link, everything overlapped; no schedule beats it)")
     if args.formula:
         c = d.plan.structure.config
         bound = {k: int(v) for k, v in sorted(d.plan.structure.ev.bound.items())}
@@ -194,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
     for suffix, ops in tables:
         for phase in phases:
             ph = d.phases[phase]
-            print(f"\n{phase}{suffix}: SOL {_time(ph['step_time_s'])} ({ph['bound']}-bound; compute "
+            print(f"\n{phase}{suffix}: SOL {_time(ph['step_time_s'])} ({ph['bound']}-bound; lower bound "
+                  f"{_time(ph['step_bound_s'])}; compute "
                   f"{_time(ph['compute_time_s'])}, memory {_time(ph['memory_time_s'])}, comm {_time(ph['comm_time_s'])})")
             print(f"  {'op':58s} {'kind':7s} {'FLOPs':>9s} {'bytes':>9s} {'comm':>9s} {'t_comp':>8s} "
                   f"{'t_mem':>8s} {'t_comm':>8s} {'SOL':>8s}  bound")

@@ -114,8 +114,22 @@ def _answer_text(r: dict) -> str:
         return (f"{r['prefill_gpu']} -> {r['decode_gpu']}: {gpus} (disaggregated: {_split_label(r)}, decode batch "
                 f"{r['decode_batch']}, TTFT {_time(r['ttft_s'])} incl. KV transfer {_time(r['kv_transfer_s'])}, TPOT "
                 f"{_time(r['tpot_s'])}, {r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU{price})")
+    bound = (f"; lower bound TTFT {_time(r['ttft_bound_s'])}, TPOT {_time(r['tpot_bound_s'])}"
+             if "ttft_bound_s" in r else "")
     return (f"{r['gpu']}: {gpus} (aggregated: {r['replicas']} x {r['config']}, batch {r['batch']}, TTFT "
-            f"{_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])}, {r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU{price})")
+            f"{_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])} (schedule estimate){bound}, "
+            f"{r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU{price})")
+
+
+def _add_bound(row: dict, ev, gpu, configs, options, fusion, input_len: int, output_len: int) -> None:
+    """The lower bounds (``ttft_bound_s``, ``tpot_bound_s``) of an aggregated answer ``row``, from
+    ``archledger deploy``'s evaluation of that point (the search keeps the estimates only; the
+    answer is chosen on them, docs/deployment.md "Two times per point")."""
+    from engine.deploy import Scenario, plan
+    config = {c.label(): c for c in configs}[row["config"]]
+    scenario = Scenario(row["batch"], input_len, output_len)
+    summary = plan(ev, gpu, config, options, fusion, scenario).at(scenario).summary
+    row["ttft_bound_s"], row["tpot_bound_s"] = summary["ttft_bound_s"], summary["tpot_bound_s"]
 
 
 def _best(rows: list[dict]) -> dict | None:
@@ -152,8 +166,12 @@ def run(args: argparse.Namespace) -> int:
         front = res.front()
         for row in front:   # the latency half of the SLA (the load half needs replicas, see cheapest)
             row["sla_latency"] = row["ttft_s"] <= sla.ttft_s and row["tpot_s"] <= sla.tpot_s
+        cheapest = res.cheapest(args.top)
+        if cheapest:            # the answer of this GPU type: its lower bound beside the estimate
+            _add_bound(cheapest[0], ev, next(g for g in gpus if g.key == res.gpu), res.configs, options, fusion,
+                       args.input, args.output)
         per_gpu.append({"gpu": res.gpu, "configs": len(res.configs), "configs_not_fitting": res.rejected,
-                        "points": int(len(res.points.get("batch", ()))), "cheapest": res.cheapest(args.top),
+                        "points": int(len(res.points.get("batch", ()))), "cheapest": cheapest,
                         "front": front})
     per_pair = []
     if not args.no_disagg:

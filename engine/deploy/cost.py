@@ -10,8 +10,14 @@ use the same code).
 * t_comm    = calls x alpha + bytes sent / link bandwidth (scale-up or scale-out, one direction):
   alpha is the collective's per-call latency on this GPU's links (NCCL's tuner model,
   :meth:`engine.deploy.hardware.CollectiveModel.latency`), beta the link's bandwidth
-* SOL(step) = max of the three, the bound is the largest term; a phase is the sum of its steps
-  (no overlap between kernels is assumed: the bound is on each kernel, not on the schedule).
+* SOL(step) = max of the three, the bound is the largest term; a phase's no-overlap time
+  (``t_sol``) is the sum of its steps: one kernel after another, none hiding another's time.
+* The phase's lower bound (``t_bound``, docs/deployment.md "Two times per point"): each resource
+  serves one thing at a time but resources overlap freely, so no schedule of the phase's work
+  (kernels, collectives, micro-batches, in any order or overlap) beats the busiest resource:
+  max(sum of t_compute (the tensor cores), sum of t_memory (HBM), and per link class the sum of
+  t_comm of the steps on it). ``t_comm_stream``: the no-overlap time of the ``comm`` steps alone
+  (what a second micro-batch can hide, engine.deploy.sol's two-batch schedule).
 """
 from __future__ import annotations
 
@@ -476,6 +482,9 @@ class CompiledProgram:
         self._kinds = [_distinct(s.compute_dtype for s in program.steps),
                        _distinct(s.link for s in program.steps),
                        _distinct((s.collective, s.ranks, s.nodes) if s.collective else None for s in program.steps)]
+        #: the steps a second micro-batch's kernels can hide (inserted collectives, kind ``comm``)
+        self._comm_steps = np.array([s.kind == "comm" for s in program.steps], dtype=bool)
+        self._bound_rows: tuple | None = None       # _bound_terms' step indices, made on first use
 
     def evaluation_key(self) -> tuple:
         """A key two programs share when they give the same numbers at the same points on the same
@@ -488,7 +497,8 @@ class CompiledProgram:
         if self._key is None:
             (dtypes, d_at), (links, l_at), (colls, c_at) = self._kinds
             self._key = (len(self._calls), _ids(chain(*self._columns, self._calls)),
-                         tuple(dtypes), d_at.tobytes(), tuple(links), l_at.tobytes(), tuple(colls), c_at.tobytes())
+                         tuple(dtypes), d_at.tobytes(), tuple(links), l_at.tobytes(), tuple(colls), c_at.tobytes(),
+                         self._comm_steps.tobytes())
         return self._key
 
     def kernel_steps(self) -> tuple[list[int], np.ndarray]:
@@ -677,7 +687,8 @@ class CompiledProgram:
     def totals(self, rates, batch, seq, ctx, kv_bytes, at=None) -> dict[str, np.ndarray]:
         """Phase sums over the broadcast shape: flops, bytes, weight_bytes, comm_bytes, t_compute,
         t_memory, t_comm, t_sol, and t_sol split by the term bounding each step (``by_bound``, shape
-        (3, ...)). ``rates`` is a GPU or the (peaks, links, hbm, alphas) of :meth:`rates_for`.
+        (3, ...)); the phase's lower bound ``t_bound`` and the ``comm`` steps' share of t_sol
+        ``t_comm_stream`` (module doc). ``rates`` is a GPU or the (peaks, links, hbm, alphas) of :meth:`rates_for`.
 
         Two paths, the same floats: a small grid (the build's buckets hold tens of points, the
         sizing search and ``archledger deploy`` single points) stacks every step into one
@@ -714,6 +725,7 @@ class CompiledProgram:
         compute_bound = (tc >= tm) & (tc >= tl)
         memory_bound = ~compute_bound & (tm >= tl)
         sums.update({"t_compute": add(tc), "t_memory": add(tm), "t_comm": add(tl), "t_sol": add(sol)})
+        sums.update(self._bound_terms(lambda rows, x: add(x[rows]), tl, sol, sums, shape))
         part = calls                          # each bound's share: sol where it bounds, else 0
         shares = []
         for mask in (compute_bound, memory_bound, ~compute_bound & ~memory_bound):
@@ -730,6 +742,7 @@ class CompiledProgram:
                                               "t_memory", "t_comm", "t_sol")}
         by_bound = np.zeros((3,) + shape)
         cols = self._columns
+        links_at, per_link, comm_stream = self._kinds[1][1], {}, 0.0
         for i in range(len(self.program.steps)):
             f, b, c, w = (fn(*args) if callable(fn) else fn for fn in (cols[0][i], cols[1][i], cols[2][i], cols[3][i]))
             tc, tm, tl = f / peaks[i], b / hbm, c / links[i] + self.latency(i, args, alphas)
@@ -742,8 +755,32 @@ class CompiledProgram:
             by_bound[0] += np.where(compute_bound, sol, 0.0)
             by_bound[1] += np.where(memory_bound, sol, 0.0)
             by_bound[2] += np.where(~compute_bound & ~memory_bound, sol, 0.0)
+            link = links_at[i]
+            per_link[link] = per_link.get(link, 0.0) + tl
+            if self._comm_steps[i]:
+                comm_stream = comm_stream + sol
         sums["by_bound"] = by_bound
+        sums["t_bound"] = np.maximum(np.maximum(sums["t_compute"], sums["t_memory"]),
+                                     np.maximum.reduce([np.broadcast_to(v, shape) for v in per_link.values()])
+                                     if per_link else 0.0)
+        sums["t_comm_stream"] = np.broadcast_to(comm_stream, shape).copy()
         return sums
+
+    def _bound_terms(self, add_rows, tl, sol, sums, shape) -> dict[str, np.ndarray]:
+        """``t_bound`` and ``t_comm_stream`` (module doc) from the stacked (steps, ...) link times
+        ``tl`` and step times ``sol``: ``add_rows(rows, x)`` sums the rows ``rows`` of ``x`` in
+        program order."""
+        if self._bound_rows is None:       # once per program: the steps of each link class, the comm steps
+            # (steps on no link, kernels, send nothing: their t_comm is 0)
+            links, l_at = self._kinds[1]
+            self._bound_rows = ([np.flatnonzero(l_at == i) for i, link in enumerate(links) if link],
+                                np.flatnonzero(self._comm_steps))
+        per_link, comm = self._bound_rows
+        busiest = np.maximum(sums["t_compute"], sums["t_memory"])
+        for rows in per_link:               # each link class serves its collectives one at a time
+            busiest = np.maximum(busiest, add_rows(rows, tl))
+        stream = add_rows(comm, sol) if len(comm) else np.zeros(shape)
+        return {"t_bound": np.broadcast_to(busiest, shape).copy(), "t_comm_stream": np.broadcast_to(stream, shape).copy()}
 
     def evaluate(self, gpu: GPU, batch, seq, ctx, kv_bytes, weights: bool = False) -> dict[str, np.ndarray]:
         """Arrays of shape (steps, *broadcast shape): flops, bytes, comm_bytes, t_compute, t_memory,

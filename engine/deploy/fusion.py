@@ -20,6 +20,9 @@ and its ``src:``. :func:`reserve_bytes` sums what applies to a parallel config. 
 names the library running the expert dispatch/combine (DeepEP: kernels per phase, payload dtypes),
 read into :class:`~engine.deploy.expert_comm.A2APolicy` (``FusionTable.a2a``) and applied after
 fusion by :func:`engine.deploy.transport.transport`.
+``overlap:`` lists the
+schedule overlap policies the framework can run (``two_batch``; ``enabled:`` true when on by
+default), each with its ``src:``: engine.deploy.sol's schedule estimate under it.
 
 View ops are transparent. Matching runs after communication insertion, per phase; overlapping
 matches are resolved largest first. A fused kernel's FLOPs, weight bytes and link bytes are the sum
@@ -89,6 +92,32 @@ class FusionTable:
     rules: tuple[Rule, ...]
     reserve: tuple[Reserve, ...] = ()
     a2a: A2APolicy | None = None        # the expert all-to-all's library (expert_all_to_all:)
+    #: schedule overlap policies the framework can run (``overlap:``), policy -> on by default
+    overlap: Mapping = None
+
+
+#: The schedule overlap policies engine.deploy.sol models (``none``: one kernel after another).
+OVERLAP_POLICIES = ("none", "two_batch")
+
+
+def overlap_default(table: "FusionTable | None") -> str:
+    """The policy the framework runs without being asked: a declared policy with ``enabled:``
+    true (left out: false, an opt-in server flag), else ``none``."""
+    on = [p for p, enabled in ((table.overlap or {}).items() if table else ()) if enabled]
+    return on[0] if on else "none"
+
+
+def _overlap(reader: Reader, raw_list) -> dict:
+    """``overlap:`` entries: policy -> enabled by default."""
+    out = {}
+    for i, raw in enumerate(raw_list or ()):
+        policy = raw["policy"]
+        if policy not in OVERLAP_POLICIES[1:] or policy in out:
+            raise SpecError(reader.where(raw, f"overlap[{i}].policy", "policy"),
+                            f"overlap policy {policy!r} is unknown or declared twice",
+                            "declare each of: " + ", ".join(OVERLAP_POLICIES[1:]) + " at most once")
+        out[policy] = bool(raw.get("enabled", False))
+    return out
 
 
 def token_limits(table: "FusionTable | None") -> list[int]:
@@ -210,7 +239,8 @@ def load_table(path: Path, root: Path | None = None) -> FusionTable:
         rules.append(Rule(raw["name"], raw["doc"], raw["src"], kind, ops, names, role, extra,
                           dict(when), raw.get("enabled", True), reader.where(raw, field), compute))
     return FusionTable(data["framework"], data["version"], data["doc"], tuple(rules),
-                       _reserve(reader, data.get("runtime_reserve")), _a2a(reader, data.get("expert_all_to_all")))
+                       _reserve(reader, data.get("runtime_reserve")), _a2a(reader, data.get("expert_all_to_all")),
+                       _overlap(reader, data.get("overlap")))
 
 
 def _a2a(reader: Reader, raw) -> A2APolicy | None:

@@ -40,7 +40,7 @@ from engine.deploy.cost import KV_BYTES, compile_program
 from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
-from engine.deploy.fusion import FusionTable, fuse, match, note_extension, reserve_bytes
+from engine.deploy.fusion import FusionTable, fuse, match, note_extension, overlap_default, reserve_bytes
 from engine.deploy.expert_comm import A2APolicy
 from engine.deploy.transport import transport
 from engine.deploy.hardware import GPU
@@ -453,6 +453,8 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
         # without a symbolic placement (the numeric one stands in) the formulas are the programs
         formulas[phase] = programs[phase] if sym is num else _fused(sym, found, False, memo, a2a)[0]
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
+    if not options.overlap:             # the framework's own schedule overlap (its table's default)
+        options = replace(options, overlap=overlap_default(fusion))
     return Structure(ev, config, options, domain, programs, formulas,
                      # unfused: before kernel fusion, the framework's all-to-all library still applies
                      {p: transport(numeric[p][0], a2a) for p in PHASES}, {p: transport(symbolic[p][0], a2a) for p in PHASES},

@@ -11,8 +11,14 @@ in the browser (static/js/deploy.js mirrors :func:`summarize` and :func:`op_rows
 formula trees of engine/build/deploy_export.py): a rule changed here changes there too, and
 tests/test_site_offgrid.py holds the two equal.
 
-* ``step_time_s`` of a phase = sum over its steps of SOL = max(t_compute, t_memory, t_comm);
-  ``bound`` = the term whose steps take most of that time.
+* Two times per phase (docs/deployment.md "Two times per point"). ``step_bound_s``, the lower
+  bound no schedule beats: max(sum of t_compute, sum of t_memory, per link class the sum of its
+  t_comm) (engine.deploy.cost). ``step_time_s``, the schedule estimate under the framework's
+  overlap policy (``Options.overlap``, the policies a fusion table declares): ``none`` = the sum
+  over steps of SOL = max(t_compute, t_memory, t_comm), one kernel after another; ``two_batch``
+  (SGLang's two-batch overlap, DeepSeek's dual micro-batch) = :func:`two_batch_time`. ``bound`` =
+  the term whose steps take most of the no-overlap time. ``ttft_s`` / ``tpot_s`` are composed of
+  the estimates, ``ttft_bound_s`` / ``tpot_bound_s`` of the bounds by the same rules below.
 * One rule for capacity, fit and the prefill schedule (docs/deployment.md "Memory and capacity"),
   chunked prefill as vLLM and SGLang run it: a replica prefills at most ``prefill_tokens`` prompt
   tokens per step, and the framework reserves that step's working set (the largest kernel's
@@ -55,10 +61,35 @@ def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = F
     if times_only:
         return {"step_time_s": compiled.step_time(rates, batch, seq, ctx, kv_bytes, at=at)}
     v = compiled.totals(rates, batch, seq, ctx, kv_bytes, at=at)
-    return {"step_time_s": v["t_sol"], "compute_time_s": v["t_compute"], "memory_time_s": v["t_memory"],
+    return {"step_time_s": v["t_sol"], "step_bound_s": v["t_bound"], "comm_stream_s": v["t_comm_stream"],
+            "compute_time_s": v["t_compute"], "memory_time_s": v["t_memory"],
             "comm_time_s": v["t_comm"], "flops": v["flops"], "bytes": v["bytes"],
             "weight_bytes": v["weight_bytes"], "comm_bytes": v["comm_bytes"],
             "bound": np.asarray(BOUNDS)[np.argmax(v["by_bound"], axis=0)]}
+
+
+#: The fewest requests per attention replica in a step that the two-batch schedule splits in two
+#: (SGLang's compute_split_seq_index returns None when a half would be empty: one request runs alone).
+TWO_BATCH_MIN_REQUESTS = 2
+
+
+def two_batch_time(half: dict, full: dict, requests_per_replica) -> np.ndarray:
+    """One step's time when the batch runs as two half-batches that overlap (SGLang
+    ``--enable-two-batch-overlap``, DeepSeek's dual micro-batch), from ``half`` (:func:`phase_times`
+    of the program at half the batch) and the full batch's lower bound.
+
+    ``full``: :func:`phase_times` of the full batch. The model (simple, and said so in
+    docs/deployment.md): the GPU runs two streams; the compute
+    stream runs both halves' kernels one after another (2 x (t_sol - t_comm_stream) of a half), the
+    communication stream both halves' collectives (2 x t_comm_stream), each half's collective
+    hidden behind the other half's kernels. The step takes the busier stream: max(2 x kernels,
+    2 x collectives); the pipeline's start and end (the first half's first kernels, the second's
+    last collective, with nothing to hide behind) are left out, so is the SMs' share DeepEP's
+    kernels take. Never below the full batch's bound (no schedule is). A step of fewer than
+    :data:`TWO_BATCH_MIN_REQUESTS` requests per replica is not split: its no-overlap time."""
+    kernels = half["step_time_s"] - half["comm_stream_s"]
+    overlapped = np.maximum(np.maximum(2.0 * kernels, 2.0 * half["comm_stream_s"]), full["step_bound_s"])
+    return np.where(np.asarray(requests_per_replica) >= TWO_BATCH_MIN_REQUESTS, overlapped, full["step_time_s"])
 
 
 def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -246,10 +277,21 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     config, ev = structure.config, structure.ev
     batch, input_len, output_len, kv_bytes, gpu_index = (np.asarray(x) for x in
                                                          (batch, input_len, output_len, kv_bytes, gpu_index))
+    overlap = structure.options.overlap or "none"
+    inputs = None
+    if phases is None or overlap != "none":
+        inputs = phase_inputs(structure, batch, input_len, output_len, prefill_tokens, not prefill_only)
     if phases is None:
-        phases = {name: phase_at_points(compiled, gpus, gpu_index, b, seq, ctx, kv_bytes, serving_only)
-                  for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
-                                                                    prefill_tokens, not prefill_only).items()}
+        # the two-batch schedule reads the full batch's bound: every sum, not the step time alone
+        times_only = serving_only and overlap == "none"
+        phases = {name: phase_at_points(compiled, gpus, gpu_index, b, seq, ctx, kv_bytes, times_only)
+                  for name, (compiled, b, seq, ctx) in inputs.items()}
+    if overlap == "two_batch":
+        # each phase at half its program batch: the two half-batches of the schedule (two_batch_time)
+        phases = {name: dict(phases[name], step_time_s=two_batch_time(
+                      phase_at_points(compiled, gpus, gpu_index, np.asarray(b) / 2, seq, ctx, kv_bytes), phases[name],
+                      np.asarray(b) / config.dp_attn))
+                  for name, (compiled, b, seq, ctx) in inputs.items()}
     length = input_len + output_len
     k = micro_batches(config, batch)
     steps = prefill_steps(config, batch, input_len, prefill_tokens)
@@ -275,9 +317,13 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     # micro-batches when the budget does not bind), then each step leaves one stage time later. The
     # steps' sum is taken at the mean step: exact for costs affine in the tokens (greedy full steps +
     # a remainder cost the same), an upper bound for MoE weight reads (concave in the tokens).
-    ttft = steps * prefill["step_time_s"] / config.pp
-    if config.pp > 1:
-        ttft = ttft + (config.pp - 1) * phases["fill"]["step_time_s"] / config.pp
+    def first_token(field):
+        """TTFT composed of each prefill step's ``field`` (the estimate, or the bound)."""
+        out = steps * prefill[field] / config.pp
+        if config.pp > 1:
+            out = out + (config.pp - 1) * phases["fill"][field] / config.pp
+        return out
+    ttft = first_token("step_time_s")
     # speculative decoding: a step emits E tokens per request on average (structure.TOKENS_PER_STEP)
     per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
     if decode is None:           # prefill_only
@@ -307,6 +353,9 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
             return view
         return np.broadcast_to(np.asarray(x), shape)
 
+    # the lower bounds, composed by the same rules (each step's bound in place of its estimate)
+    bound_fields = {"ttft_bound_s": full(first_token("step_bound_s")),
+                    "tpot_bound_s": full(decode["step_bound_s"] / per_step), "overlap": overlap}
     mtp_fields = {} if not options.mtp_tokens else {
         "mtp_tokens": options.mtp_tokens, "mtp_acceptance": float(options.mtp_acceptance),
         "tokens_per_step": per_step, "tokens_per_step_formula": str(TOKENS_PER_STEP),
@@ -332,7 +381,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         "max_prefill_batch": full(max_prefill.astype(np.int64)),
         # fits exactly when ceil(batch / dp_attn) <= capacity per replica (the same inequality)
         "fits": full(per_rank <= per_replica_cap), "shortfall_bytes": full(np.maximum(kv_need - room, 0.0)),
-        "ttft_s": full(ttft), "tpot_s": full(tpot),
+        "ttft_s": full(ttft), "tpot_s": full(tpot), **bound_fields,
         "prefill_tokens_per_s_per_gpu": full(batch * input_len / ttft / replica),
         "tokens_per_s_per_gpu": full(batch / tpot / replica),
         "extrapolated": full(length > max_ctx), "max_context": max_ctx, **mtp_fields,

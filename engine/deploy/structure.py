@@ -67,6 +67,11 @@ class Options:
     #: acceptance rate of each draft given the ones before it were accepted.
     mtp_tokens: int = 0
     mtp_acceptance: float = 0.0
+    #: How a step's kernels and collectives overlap in the schedule estimate (engine.deploy.sol):
+    #: ``none`` (one after another) or ``two_batch`` (two half-batches, one's collectives hidden
+    #: behind the other's kernels), a policy the framework's fusion table declares under ``overlap:``;
+    #: empty: the framework's default (engine.deploy.fusion.overlap_default), set when a structure is built.
+    overlap: str = ""
 
     @property
     def decode_seq(self) -> int:

@@ -267,6 +267,14 @@ EXPERT_A2A = Mapping("write `{library: deepep, doc, src: [...], kernels: {prefil
     "combine": req(Mapping("write `{dtype: bf16}`", fields={"dtype": req(Str("fp8 or bf16"))})),
 })
 
+#: A schedule overlap the framework can run (engine.deploy.sol: ``none`` needs no entry).
+OVERLAP = Mapping("write `{policy: two_batch, enabled: false, doc: ..., src: \"...\"}`", fields={
+    "policy": req(Str("two_batch")),
+    "doc": req(TEXT),
+    "src": req(SOURCE),
+    "enabled": Bool(),
+})
+
 FUSION = Mapping("a fusion table", fields={
     "framework": req(Str("the framework's name, e.g. vllm")),
     "version": req(Str('the version read, quoted, e.g. "0.18.2"')),
@@ -274,6 +282,7 @@ FUSION = Mapping("a fusion table", fields={
     "rules": req(OneOf("a list of rules", options=(ListOf(item=FUSION_RULE), Null()))),
     "runtime_reserve": ListOf("write runtime_reserve: [{name: ..., mib: ..., src: ...}, ...]", item=RESERVE),
     "expert_all_to_all": EXPERT_A2A,
+    "overlap": ListOf("write overlap: [{policy: two_batch, enabled: false, doc: ..., src: ...}]", item=OVERLAP),
 })
 
 # -- GPUs (gpus/*.yaml) and collectives (gpus/collectives/*.yaml) -------------------------------------

@@ -46,7 +46,14 @@
       fits: ["ceil(batch / dp_attn) <= capacity_per_rank", { batch: d.batch, dp_attn: d.dp_attn, capacity_per_rank: d.capacity_per_rank }],
       ttft_s: [d.pp > 1 ? "(prefill_steps * prefill_step + (pp - 1) * largest_step) / pp" : "prefill_steps * prefill_step",
                { prefill_steps: d.prefill_steps, prefill_step: fmt.time(pre.step_time_s), pp: d.pp, largest_step: fmt.time(d.fill_step_s) }],
-      tpot_s: ["decode_step = sum over its kernels of max(flops / peak, bytes / hbm_bw, link_bytes / link_bw + calls * alpha)",
+      ttft_bound_s: [d.pp > 1 ? "(prefill_steps * prefill_bound + (pp - 1) * largest_step_bound) / pp" : "prefill_steps * prefill_bound",
+                     { prefill_steps: d.prefill_steps, prefill_bound: fmt.time(pre.step_bound_s), pp: d.pp }],
+      tpot_bound_s: ["decode_bound = max(sum of flops / peak, sum of bytes / hbm_bw, per link sum of link_bytes / link_bw + calls * alpha)",
+                     { decode_bound: fmt.time(dec.step_bound_s), compute: fmt.time(dec.compute_time_s), memory: fmt.time(dec.memory_time_s),
+                       comm: fmt.time(dec.comm_time_s) }],
+      tpot_s: [d.overlap === "two_batch"
+               ? "decode_step = max(2 x kernels, 2 x collectives of a half-batch, decode_bound): two-batch overlap"
+               : "decode_step = sum over its kernels of max(flops / peak, bytes / hbm_bw, link_bytes / link_bw + calls * alpha)",
                { decode_step: fmt.time(dec.step_time_s), flops: fmt.si(dec.flops, "FLOP"), bytes: fmt.bytes(dec.bytes),
                  hbm_bw: fmt.bytes(d.hbm_bytes_per_s) + "/s", link_bytes: fmt.bytes(dec.comm_bytes) }],
       // speculative decoding with MTP (sol.summarize): a step emits E tokens per request on average
@@ -107,7 +114,10 @@
     var f = cardFormulas(dec);
     var items = [["Fits", dec.fits ? 1 : 0, dec.fits ? "yes" : "no — short by " + fmt.bytes(dec.shortfall_bytes) + " per GPU", docs.fits, f.fits],
       ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s, f.ttft_s],
-      ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s, dec.mtp_tokens ? f.tpot_mtp : f.tpot_s]];
+      ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s, dec.mtp_tokens ? f.tpot_mtp : f.tpot_s],
+      // the lower bounds beside the schedule estimates above (docs/deployment.md "Two times per point")
+      ["TTFT lower bound", dec.ttft_bound_s, fmt.time(dec.ttft_bound_s), docs.ttft_bound_s, f.ttft_bound_s],
+      ["TPOT lower bound", dec.tpot_bound_s, fmt.time(dec.tpot_bound_s), docs.tpot_bound_s, f.tpot_bound_s]];
     if (dec.mtp_tokens)   // the step: the main stack verifying k + 1 tokens plus k draft passes
       items.push(["Decode step", dec.decode_step_time_s, fmt.time(dec.decode_step_time_s), docs.decode_step_time_s || docs.tpot_s, f.tpot_s]);
     items = items.concat([

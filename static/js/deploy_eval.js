@@ -35,19 +35,34 @@
     if (n === 1) return v;
     var o = {}; for (var key in v) o[key] = v[key] * n; return o;
   }
-  // cost.CompiledProgram.totals + sol.phase_times: sums over steps, the bound taking most of the time
+  // cost.CompiledProgram.totals + sol.phase_times: sums over steps, the bound taking most of the time;
+  // step_bound_s = the lower bound, max(sum of compute, sum of memory, per link class the sum of its
+  // comm time); comm_stream_s = the no-overlap time of the comm steps (the two-batch schedule's)
   function phase(file, steps, gpu, e) {
-    var t = { step_time_s: 0, compute_time_s: 0, memory_time_s: 0, comm_time_s: 0, flops: 0, bytes: 0, weight_bytes: 0, comm_bytes: 0 }, by = [0, 0, 0];
+    var t = { step_time_s: 0, compute_time_s: 0, memory_time_s: 0, comm_time_s: 0, flops: 0, bytes: 0, weight_bytes: 0, comm_bytes: 0,
+              comm_stream_s: 0 }, by = [0, 0, 0], links = {};
     steps.forEach(function (x) {
       var v = scaled(stepValues(file, x[0], gpu, e), x[1]);
       t.flops += v.flops; t.bytes += v.bytes; t.weight_bytes += v.weights; t.comm_bytes += v.comm;
       t.compute_time_s += v.tc; t.memory_time_s += v.tm; t.comm_time_s += v.tl; t.step_time_s += v.sol;
+      links[x[0][7]] = (links[x[0][7]] || 0) + v.tl;
+      if (KINDS[x[0][9]] === "comm") t.comm_stream_s += v.sol;
       var cb = v.tc >= v.tm && v.tc >= v.tl, mb = !cb && v.tm >= v.tl;
       by[cb ? 0 : mb ? 1 : 2] += v.sol;
     });
     var k = 0; for (var i = 1; i < 3; i++) if (by[i] > by[k]) k = i;
     t.bound = BOUNDS[k];
+    t.step_bound_s = Math.max(t.compute_time_s, t.memory_time_s);
+    for (var l in links) t.step_bound_s = Math.max(t.step_bound_s, links[l]);
     return t;
+  }
+  // sol.two_batch_time: a phase's step as two overlapped half-batches (the option's overlap policy
+  // two_batch), never below the full batch's bound; fewer than 2 requests per replica: not split
+  function scheduled(o, file, steps, gpu, e, full, perReplica) {
+    if (o.overlap !== "two_batch" || !(perReplica >= 2)) return full;
+    var half = phase(file, steps, gpu, env(e.batch / 2, e.seq, e.ctx, e.kv_bytes)), kernels = half.step_time_s - half.comm_stream_s;
+    full.step_time_s = Math.max(Math.max(2 * kernels, 2 * half.comm_stream_s), full.step_bound_s);
+    return full;
   }
   // sol.prefill_working_set: the largest non-comm step's (bytes - weights) / repeat at the token budget
   function workingSet(file, steps, cfg, input, kv) {
@@ -91,8 +106,9 @@
     // with MTP: prefill runs the first module over the prompt once; decode verifies k + 1 tokens and drafts k
     var preSteps = stepsOf(file, pre, mtp ? o.mtp.prefill[preRegime] : null, 1);
     var decSteps = stepsOf(file, dec, mtp ? o.mtp.decode[decRegime] : null, mtp);
-    var prefill = phase(file, preSteps, gpu, env(meanStep, input, input, kv));
-    var decode = phase(file, decSteps, gpu, env(decBatch, seq, length, kv));
+    var preEnv = env(meanStep, input, input, kv), decEnv = env(decBatch, seq, length, kv);
+    var prefill = scheduled(o, file, preSteps, gpu, preEnv, phase(file, preSteps, gpu, preEnv), meanStep / cfg.dp_attn);
+    var decode = scheduled(o, file, decSteps, gpu, decEnv, phase(file, decSteps, gpu, decEnv), decBatch / cfg.dp_attn);
     var usable = gpu.hbm_bytes * model.hbm_fraction, weights = mem.weight_bytes_per_gpu;
     var kvDev = ev(mem.kv_dev, { length: length, kv_bytes: kv });
     var act = workingSet(file, preSteps, cfg, input, kv);
@@ -100,11 +116,13 @@
     var room = usable - weights - reserve - act;                                  // what the KV cache gets
     var cap = fitCount(room, kvDev), kvNeed = perRank * kvDev;
     var replica = cfg.tp * cfg.pp * cfg.cp;
-    var ttft = steps * prefill.step_time_s / cfg.pp, fill = 0;
+    var ttft = steps * prefill.step_time_s / cfg.pp, fill = 0, ttftBound = steps * prefill.step_bound_s / cfg.pp;
     if (cfg.pp > 1) {   // the pipeline fills with the largest step, then each step leaves one stage later
-      var largest = cfg.dp_attn * Math.min(perRank / k, budget / input);
-      fill = phase(file, preSteps, gpu, env(largest, input, input, kv)).step_time_s;
+      var largest = cfg.dp_attn * Math.min(perRank / k, budget / input), fillEnv = env(largest, input, input, kv);
+      var filled = scheduled(o, file, preSteps, gpu, fillEnv, phase(file, preSteps, gpu, fillEnv), largest / cfg.dp_attn);
+      fill = filled.step_time_s;
       ttft = ttft + (cfg.pp - 1) * fill / cfg.pp;
+      ttftBound = ttftBound + (cfg.pp - 1) * filled.step_bound_s / cfg.pp;
     }
     // speculative decoding: a step emits E tokens per request on average, TPOT = step / E
     var perStep = mtp ? tokensPerStep(mtp, p.acceptance) : 1, tpot = mtp ? decode.step_time_s / perStep : decode.step_time_s;
@@ -122,7 +140,8 @@
       max_concurrent_requests: cfg.dp_attn * cap,
       max_prefill_batch: cfg.dp_attn * Math.min(Math.max(1, Math.floor(budget / input)), cap),
       fits: perRank <= cap, shortfall_bytes: Math.max(kvNeed - room, 0),
-      ttft_s: ttft, tpot_s: tpot, prefill_tokens_per_s_per_gpu: batch * input / ttft / replica,
+      ttft_s: ttft, tpot_s: tpot, ttft_bound_s: ttftBound, tpot_bound_s: decode.step_bound_s / perStep, overlap: o.overlap || "none",
+      prefill_tokens_per_s_per_gpu: batch * input / ttft / replica,
       tokens_per_s_per_gpu: batch / tpot / replica, tokens_per_s_per_user: 1 / tpot, extrapolated: length > model.max_context,
       mtp_tokens: mtp, mtp_acceptance: mtp ? p.acceptance : 0, tokens_per_step: perStep, decode_step_time_s: decode.step_time_s,
       bound: decode.bound, prefill_bound: prefill.bound, phases: { prefill: prefill, decode: decode },

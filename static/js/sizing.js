@@ -161,6 +161,29 @@
     a.textContent = "open"; return a;
   }
   function cell(tr, text, cls) { var td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; tr.appendChild(td); return td; }
+  // The answer's lower bounds beside its estimates: the deploy page's own evaluation of that point
+  // (deploy_eval.js over the model's exported formulas), when the grid exported its config.
+  var boundAsked = 0;
+  function showBound(top, sc, s) {
+    if (!window.archDeployEval) return;
+    var asked = ++boundAsked, E = window.archDeployEval(root, page.slug);
+    E.index().then(function (idx) {
+      var o = idx.options.filter(function (x) { return x.file && x.gpu === top.gpu && x.n_gpus === top.n_gpus && x.config === top.config &&
+                                                       x.framework === s.fw && x.kv_dtype === s.kv; })[0];
+      if (!o) return null;
+      return E.at(o, { input: sc.input, output: sc.output, batch: top.batch });
+    }).then(function (d) {
+      if (asked !== boundAsked) return;
+      var out = document.getElementById("sizing-answer");
+      if (!d) {       // the grid's deploy page does not hold this config, framework or KV dtype
+        out.setAttribute("data-ttft-bound", ""); out.setAttribute("data-tpot-bound", "");
+        out.textContent += " (Its lower bound: archledger deploy at this point; the deploy page's grid does not hold this config.)";
+        return;
+      }
+      out.setAttribute("data-ttft-bound", d.ttft_bound_s); out.setAttribute("data-tpot-bound", d.tpot_bound_s);
+      out.textContent += " Lower bound at this point (what no schedule beats): TTFT " + fmt.time(d.ttft_bound_s) + ", TPOT " + fmt.time(d.tpot_bound_s) + ".";
+    }).catch(function () {});
+  }
   function update() {
     var s = state(), sc = scenarioOf(s), b = bounds(s);
     sync(s);
@@ -191,8 +214,11 @@
     if (!valid) out.textContent = "Give TTFT and TPOT bounds above 0.";
     else if (!s.gpu.length) out.textContent = "Pick at least one GPU type.";
     else if (!top) out.textContent = "No config of up to " + (scenarioMeta(sc).max_gpus || "") + " GPUs on " + s.gpu.join(", ") + " meets TTFT ≤ " + fmt.time(b.ttft) + " and TPOT ≤ " + fmt.time(b.tpot) + ".";
-    else out.textContent = "Answer: " + top.n_gpus + " " + top.gpu + " (" + top.config + ", batch " + top.batch + ": TTFT " + fmt.time(top.ttft_s) +
-      ", TPOT " + fmt.time(top.tpot_s) + ", " + fmt.si(top.tokens_per_s_per_gpu) + " tokens/s per GPU).";
+    else {
+      out.textContent = "Answer: " + top.n_gpus + " " + top.gpu + " (" + top.config + ", batch " + top.batch + ": TTFT " + fmt.time(top.ttft_s) +
+        ", TPOT " + fmt.time(top.tpot_s) + " (schedule estimates), " + fmt.si(top.tokens_per_s_per_gpu) + " tokens/s per GPU).";
+      showBound(top, sc, s);
+    }
     showDisagg(valid && s.gpu.length ? disaggAnswer(s, sc, b) : null, valid && s.gpu.length);
     var cli = "archledger plan " + page.model_id + " --input " + sc.input + " --output " + sc.output + " --ttft " + s.ttft + " --tpot " + (Number(s.tpot) / 1000) +
       s.gpu.map(function (g) { return " --gpu " + g; }).join("") + " --framework " + s.fw + " --kv-dtype " + s.kv + " --max-gpus " + scenarioMeta(sc).max_gpus;
