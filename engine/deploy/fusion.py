@@ -16,7 +16,8 @@ runtime holds beside weights, the prefill working set and the KV cache (non-torc
 as NCCL and custom all-reduce buffers, CUDA graph pools where the framework counts them before
 sizing the KV cache, attention metadata), each entry with its figure (``mib:`` or ``gib:``, times
 tp x pp with ``per: tp_pp``; ``when: {min_replica_gpus: n}`` when only multi-GPU replicas hold it)
-and its ``src:``. :func:`reserve_bytes` sums what applies to a parallel config.
+and its ``src:``. :func:`reserve_bytes` sums what applies to a parallel config. ``kv_admission:``
+states its KV page size and admission headroom (engine.deploy.admission), with its ``src:``.
 
 View ops are transparent. Matching runs after communication insertion, per phase; overlapping
 matches are resolved largest first. A fused kernel's FLOPs, weight bytes and link bytes are the sum
@@ -37,6 +38,7 @@ from engine.spec.corpus import COMPUTE_CLASSES, Reader
 from engine.spec.errors import SpecError
 from engine.spec.filememo import ContentMemo
 from engine.spec.ops import OPS
+from engine.deploy.admission import NO_ADMISSION, Admission
 from engine.deploy.placement import COLLECTIVES, ZERO, Program, Step, step_with
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus" / "fusion"
@@ -84,6 +86,8 @@ class FusionTable:
     doc: str
     rules: tuple[Rule, ...]
     reserve: tuple[Reserve, ...] = ()
+    #: KV paging and admission (``kv_admission:``): the steady-state capacity's policy
+    admission: Admission = NO_ADMISSION
 
 
 def token_limits(table: "FusionTable | None") -> list[int]:
@@ -125,6 +129,11 @@ def representative_tokens(limits: list[int], regime: int) -> int | None:
     if not limits:
         return None
     return limits[regime] if regime < len(limits) else limits[-1] + 1
+
+
+def admission_of(table: "FusionTable | None") -> Admission:
+    """The framework's KV paging and admission policy (:data:`NO_ADMISSION` without a table)."""
+    return table.admission if table else NO_ADMISSION
 
 
 def reserve_bytes(table: "FusionTable | None", config) -> float:
@@ -204,8 +213,12 @@ def load_table(path: Path, root: Path | None = None) -> FusionTable:
                             "use one of: " + ", ".join(COMPUTE_CLASSES))
         rules.append(Rule(raw["name"], raw["doc"], raw["src"], kind, ops, names, role, extra,
                           dict(when), raw.get("enabled", True), reader.where(raw, field), compute))
+    raw = data.get("kv_admission")
+    admission = NO_ADMISSION if raw is None else Admission(
+        int(raw["page_tokens"]), float(raw.get("free_fraction", 0.0)), float(raw.get("reserve_ratio", 0.0)),
+        int(raw.get("reserve_clip_tokens", 0)), raw["src"])
     return FusionTable(data["framework"], data["version"], data["doc"], tuple(rules),
-                       _reserve(reader, data.get("runtime_reserve")))
+                       _reserve(reader, data.get("runtime_reserve")), admission)
 
 
 def load_tables(root: Path | str | None = None) -> dict[str, FusionTable]:

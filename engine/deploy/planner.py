@@ -40,7 +40,7 @@ from engine.deploy.cost import KV_BYTES, compile_program
 from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
-from engine.deploy.fusion import FusionTable, fuse, match, note_extension, reserve_bytes
+from engine.deploy.fusion import FusionTable, admission_of, fuse, match, note_extension, reserve_bytes
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Group, Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.spec.shapes import Tensor
@@ -452,7 +452,8 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
     return Structure(ev, config, options, domain, programs, formulas,
                      {p: numeric[p][0] for p in PHASES}, {p: symbolic[p][0] for p in PHASES},
-                     compiled if compile else {}, weights, weight_formula, kv_dev, reserve_bytes(fusion, config))
+                     compiled if compile else {}, weights, weight_formula, kv_dev, reserve_bytes(fusion, config),
+                     admission_of(fusion))
 
 
 def _fused(program, found: list, compile_it: bool, memo: dict | None) -> tuple:
