@@ -178,6 +178,12 @@ def run(args: argparse.Namespace) -> int:
               f"(a = mtp_acceptance = {a:g}, k = mtp_tokens = {k}); TPOT = decode step / tokens per step")
     print(f"  TTFT {_time(s['ttft_s'])}   TPOT {_time(s['tpot_s'])}   "
           f"decode {_num(s['tokens_per_s_per_gpu'])} tok/s/GPU   prefill {_num(s['prefill_tokens_per_s_per_gpu'])} tok/s/GPU")
+    # the worst case above (every request at its last position); the steady state of continuous
+    # batching beside it (docs/deployment.md "Steady-state capacity")
+    print(f"  steady state (continuous batching, paged KV): {s['kv_steady_tokens_per_request']:.6g} cache tokens per "
+          f"request on average; max concurrent requests {s['max_concurrent_requests_steady']} "
+          f"(worst case {s['max_concurrent_requests']}); TPOT mean over the output {_time(s['tpot_mean_s'])}; "
+          f"decode {_num(s['tokens_per_s_per_gpu_steady'])} tok/s/GPU")
     if args.formula:
         c = d.plan.structure.config
         bound = {k: int(v) for k, v in sorted(d.plan.structure.ev.bound.items())}

@@ -143,7 +143,7 @@
       max_prefill_batch: cfg.dp_attn * Math.min(Math.max(1, Math.floor(budget / input)), cap),
       fits: perRank <= cap, shortfall_bytes: Math.max(kvNeed - room, 0),
       kv_steady_tokens_per_request: steadyTok, kv_bytes_per_request_steady_per_gpu: kvSteady,
-      max_concurrent_requests_steady: cfg.dp_attn * steadyCap, fits_steady: perRank <= steadyCap, capacity_steady_per_rank: steadyCap,
+      max_concurrent_requests_steady: cfg.dp_attn * steadyCap, fits_steady: perRank <= steadyCap, capacity_steady_per_rank: steadyCap, admission: adm,
       tpot_mean_s: tpotMean, tokens_per_s_per_gpu_steady: batch / tpotMean / replica,
       ttft_s: ttft, tpot_s: tpot, prefill_tokens_per_s_per_gpu: batch * input / ttft / replica,
       tokens_per_s_per_gpu: batch / tpot / replica, tokens_per_s_per_user: 1 / tpot, extrapolated: length > model.max_context,
