@@ -169,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"  fits: NO — batch {s['batch']} exceeds the capacity of {s['max_concurrent_requests']} requests; "
               f"short by {_num(s['shortfall_bytes'], 'B')} per GPU "
-              "(fewer requests, more GPUs, or a narrower KV/weight dtype)")
+              "(fewer requests, more GPUs, or a narrower KV/weight dtype)"
+              + (f"; fits the steady state of continuous batching (capacity {s['max_concurrent_requests_steady']})"
+                 if s["fits_steady"] else ""))
     if "tokens_per_step" in s:
         k, a = s["mtp_tokens"], s["mtp_acceptance"]
         print(f"  MTP speculative decoding: {k} draft token(s) per step at acceptance {a:g}; a decode step "
