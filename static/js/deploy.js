@@ -80,7 +80,8 @@
     if (dec.fits) return Promise.resolve();
     var w = document.createElement("p"); w.className = "warn";
     var at = fmt.tokens(p.input) + " prompt tokens + " + fmt.tokens(p.output) + " generated";
-    w.textContent = "Batch " + p.batch + " exceeds this config's capacity of " + dec.max_concurrent_requests + " requests at " + at + " (max concurrent requests: weights, the prefill working set and every request's KV at its last token must fit).";
+    w.textContent = "Batch " + p.batch + " exceeds this config's capacity of " + dec.max_concurrent_requests + " requests at " + at + " (max concurrent requests: weights, the prefill working set and every request's KV at its last token must fit)." +
+      (dec.fits_steady ? " It fits the steady state of continuous batching (capacity " + dec.max_concurrent_requests_steady + ": requests at every stage of their output, paged KV)." : "");
     box.appendChild(w);
     // capacity at this very point, per config (its file fetched when first needed): this GPU's
     // configs first, the other GPUs' only when none of this GPU's holds the batch
