@@ -238,7 +238,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
                              sm[s[11]], sm[s[12]], sm[s[13]], sm[s[14]]] for s in programs[pid]])
             return pmap[pid]
 
-        options.append({**{k: opt[k] for k in ("gpu", "framework", "kv_dtypes", "limits", "reserve", "overlap") if k in opt},
+        options.append({**{k: opt[k] for k in ("gpu", "framework", "kv_dtypes", "limits", "reserve", "overlap", "admission") if k in opt},
                         "file": key,
                         "n_gpus": cfg["n_gpus"], "config": cfg["config"],
                         "prefill": [program(p) for p in opt["prefill"]], "decode": [program(p) for p in opt["decode"]]})

@@ -623,7 +623,7 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
         for o in options:
             f = found.get((o["gpu"], o["n_gpus"], o["config"], o["framework"]))
             if f is not None:
-                o.update({k: f[k] for k in ("cfg", "file", "limits", "reserve", "overlap", "prefill", "decode", "mtp") if k in f})
+                o.update({k: f[k] for k in ("cfg", "file", "limits", "reserve", "overlap", "admission", "prefill", "decode", "mtp") if k in f})
     grid = {k: decode[c].unique().sort().to_list() for k, c in
             (("inputs", "input_len"), ("outputs", "output_len"), ("batches", "batch"))}
     site.gzip_json(f"data/deploy/{name}/index.json.gz",

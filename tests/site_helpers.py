@@ -39,7 +39,9 @@ DEPLOY_FIELDS = ("ttft_s", "tpot_s", "ttft_bound_s", "tpot_bound_s", "tokens_per
                  "max_prefill_batch", "prefill_steps", "micro_batches", "weight_bytes_per_gpu", "usable_bytes_per_gpu",
                  "reserve_bytes_per_gpu", "kv_bytes_per_request", "kv_state_bytes_per_request",
                  "kv_bytes_per_request_per_gpu", "kv_budget_bytes_per_gpu", "kv_bytes_per_gpu",
-                 "activation_bytes_per_gpu", "free_bytes_per_gpu", "shortfall_bytes", "fits", "extrapolated")
+                 "activation_bytes_per_gpu", "free_bytes_per_gpu", "shortfall_bytes", "fits", "extrapolated",
+                 "kv_steady_tokens_per_request", "kv_bytes_per_request_steady_per_gpu", "max_concurrent_requests_steady",
+                 "fits_steady", "tpot_mean_s", "tokens_per_s_per_gpu_steady")
 OP_FIELDS = ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s")
 
 

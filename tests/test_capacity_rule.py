@@ -7,6 +7,7 @@ vectorized call per draw:
 * ``fits`` is exactly ``batch <= max_concurrent_requests``;
 * ``shortfall_bytes`` is 0 exactly when it fits;
 * ``max_prefill_batch <= max_concurrent_requests``;
+* ``fits_steady`` is exactly ``batch <= max_concurrent_requests_steady``, and ``tpot_mean_s <= tpot_s``;
 * the memory fields add up: weights + runtime reserve + working set + KV + free = usable when it fits;
 * TTFT never falls when the batch grows (more prompts are never served sooner);
 * with pp = 1, TTFT = steps x one prefill step, steps = max(min(pp, batch),
@@ -48,6 +49,10 @@ def test_one_rule(plan, input_len, output_len):
     assert np.array_equal(short == 0, fits)
     assert (s["max_prefill_batch"] <= cap).all()
     assert len(np.unique(cap)) == 1                           # a property of the point, not of the batch
+    # the steady state (engine.deploy.admission): its own fit, the same inequality; decode at the
+    # output's mean context never slower than at the last token (costs never fall with context)
+    assert np.array_equal(s["fits_steady"], batch <= s["max_concurrent_requests_steady"])
+    assert (s["tpot_mean_s"] <= s["tpot_s"]).all()
     used = (s["weight_bytes_per_gpu"] + s["reserve_bytes_per_gpu"] + s["activation_bytes_per_gpu"]
             + s["kv_bytes_per_gpu"] + s["free_bytes_per_gpu"])
     np.testing.assert_allclose(used[fits], s["usable_bytes_per_gpu"][fits], rtol=1e-9)

@@ -209,7 +209,8 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             options.append({"gpu": gpu.key, "config": configs[key], "framework": framework,
                             "kv_dtypes": list(grid.kv_dtypes), "limits": list(limits),
                             "reserve": float(base.reserve_bytes_per_gpu), "overlap": base.options.overlap or "none",
-                            **by_phase})
+                            # the steady-state capacity's paging and admission (engine.deploy.admission)
+                            "admission": _admission(base.admission), **by_phase})
     kv_symbol = symbols.dim("kv_bytes")
     kv_request = {}
     for name, part in (("all", None), *((p, p) for p in kv.PARTS)):
@@ -267,3 +268,10 @@ def _classes(limits: list[int], live: list[int]) -> list[int]:
     token count is limits[r], or past the last), how many ``live`` limits that count exceeds."""
     reps = list(limits) + [limits[-1] + 1] if limits else [0]
     return [sum(1 for m in live if m < t) for t in reps]
+
+
+def _admission(a) -> dict:
+    """A framework's KV paging and admission policy as the deploy page reads it (deploy_eval.js
+    ``steadyTokens`` mirrors engine.deploy.admission.steady_tokens over these numbers)."""
+    return {"page_tokens": a.page_tokens, "free_fraction": a.free_fraction, "reserve_ratio": a.reserve_ratio,
+            "reserve_clip_tokens": a.reserve_clip_tokens}

@@ -179,7 +179,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"  fits: NO — batch {s['batch']} exceeds the capacity of {s['max_concurrent_requests']} requests; "
               f"short by {_num(s['shortfall_bytes'], 'B')} per GPU "
-              "(fewer requests, more GPUs, or a narrower KV/weight dtype)")
+              "(fewer requests, more GPUs, or a narrower KV/weight dtype)"
+              + (f"; fits the steady state of continuous batching (capacity {s['max_concurrent_requests_steady']})"
+                 if s["fits_steady"] else ""))
     if "tokens_per_step" in s:
         k, a = s["mtp_tokens"], s["mtp_acceptance"]
         print(f"  MTP speculative decoding: {k} draft token(s) per step at acceptance {a:g}; a decode step "
@@ -191,6 +193,12 @@ def run(args: argparse.Namespace) -> int:
           f"   (schedule estimate, overlap {s['overlap']})")
     print(f"  lower bound: TTFT {_time(s['ttft_bound_s'])}   TPOT {_time(s['tpot_bound_s'])}   "
           "(per phase the busiest of tensor cores, HBM and each link, everything overlapped; no schedule beats it)")
+    # the worst case above (every request at its last position); the steady state of continuous
+    # batching beside it (docs/deployment.md "Steady-state capacity")
+    print(f"  steady state (continuous batching, paged KV): {s['kv_steady_tokens_per_request']:.6g} cache tokens per "
+          f"request on average; max concurrent requests {s['max_concurrent_requests_steady']} "
+          f"(worst case {s['max_concurrent_requests']}); TPOT mean over the output {_time(s['tpot_mean_s'])}; "
+          f"decode {_num(s['tokens_per_s_per_gpu_steady'])} tok/s/GPU")
     if args.formula:
         c = d.plan.structure.config
         bound = {k: int(v) for k, v in sorted(d.plan.structure.ev.bound.items())}

@@ -23,6 +23,8 @@ fusion by :func:`engine.deploy.transport.transport`.
 ``overlap:`` lists the
 schedule overlap policies the framework can run (``two_batch``; ``enabled:`` true when on by
 default), each with its ``src:``: engine.deploy.sol's schedule estimate under it.
+``kv_admission:``
+states its KV page size and admission headroom (engine.deploy.admission), with its ``src:``.
 
 View ops are transparent. Matching runs after communication insertion, per phase; overlapping
 matches are resolved largest first. A fused kernel's FLOPs, weight bytes and link bytes are the sum
@@ -44,6 +46,7 @@ from engine.spec.errors import SpecError
 from engine.spec.filememo import ContentMemo
 from engine.spec.ops import OPS
 from engine.deploy.expert_comm import KERNELS, PAYLOAD_BYTES, A2APolicy
+from engine.deploy.admission import NO_ADMISSION, Admission
 from engine.deploy.placement import COLLECTIVES, ZERO, Program, Step, step_with
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus" / "fusion"
@@ -94,6 +97,8 @@ class FusionTable:
     a2a: A2APolicy | None = None        # the expert all-to-all's library (expert_all_to_all:)
     #: schedule overlap policies the framework can run (``overlap:``), policy -> on by default
     overlap: Mapping = None
+    #: KV paging and admission (``kv_admission:``): the steady-state capacity's policy
+    admission: Admission = NO_ADMISSION
 
 
 #: The schedule overlap policies engine.deploy.sol models (``none``: one kernel after another).
@@ -159,6 +164,11 @@ def representative_tokens(limits: list[int], regime: int) -> int | None:
     if not limits:
         return None
     return limits[regime] if regime < len(limits) else limits[-1] + 1
+
+
+def admission_of(table: "FusionTable | None") -> Admission:
+    """The framework's KV paging and admission policy (:data:`NO_ADMISSION` without a table)."""
+    return table.admission if table else NO_ADMISSION
 
 
 def reserve_bytes(table: "FusionTable | None", config) -> float:
@@ -238,9 +248,13 @@ def load_table(path: Path, root: Path | None = None) -> FusionTable:
                             "use one of: " + ", ".join(COMPUTE_CLASSES))
         rules.append(Rule(raw["name"], raw["doc"], raw["src"], kind, ops, names, role, extra,
                           dict(when), raw.get("enabled", True), reader.where(raw, field), compute))
+    raw = data.get("kv_admission")
+    admission = NO_ADMISSION if raw is None else Admission(
+        int(raw["page_tokens"]), float(raw.get("free_fraction", 0.0)), float(raw.get("reserve_ratio", 0.0)),
+        int(raw.get("reserve_clip_tokens", 0)), raw["src"])
     return FusionTable(data["framework"], data["version"], data["doc"], tuple(rules),
                        _reserve(reader, data.get("runtime_reserve")), _a2a(reader, data.get("expert_all_to_all")),
-                       _overlap(reader, data.get("overlap")))
+                       _overlap(reader, data.get("overlap")), admission)
 
 
 def _a2a(reader: Reader, raw) -> A2APolicy | None:

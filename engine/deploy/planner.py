@@ -40,7 +40,7 @@ from engine.deploy.cost import KV_BYTES, compile_program
 from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
-from engine.deploy.fusion import FusionTable, fuse, match, note_extension, overlap_default, reserve_bytes
+from engine.deploy.fusion import FusionTable, admission_of, fuse, match, note_extension, overlap_default, reserve_bytes
 from engine.deploy.expert_comm import A2APolicy
 from engine.deploy.transport import transport
 from engine.deploy.hardware import GPU
@@ -458,7 +458,8 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     return Structure(ev, config, options, domain, programs, formulas,
                      # unfused: before kernel fusion, the framework's all-to-all library still applies
                      {p: transport(numeric[p][0], a2a) for p in PHASES}, {p: transport(symbolic[p][0], a2a) for p in PHASES},
-                     compiled if compile else {}, weights, weight_formula, kv_dev, reserve_bytes(fusion, config))
+                     compiled if compile else {}, weights, weight_formula, kv_dev, reserve_bytes(fusion, config),
+                     admission_of(fusion))
 
 
 def _fused(program, found: list, compile_it: bool, memo: dict | None, a2a: A2APolicy | None = None) -> tuple:

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from engine.spec import kv
+from engine.deploy.admission import mean_context, steady_tokens as admission_steady_tokens
 from engine.spec.memo_printer import MemoStrPrinter
 from engine.deploy.cost import BOUNDS, compile_program, intensity, step_totals
 from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP, Options, Scenario,
@@ -241,11 +242,13 @@ SERVING_FIELDS = ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "fits", "max_concu
 
 
 def phase_inputs(structure: Structure, batch, input_len, output_len,
-                 prefill_tokens: int = PREFILL_TOKENS, decode: bool = True) -> dict[str, tuple]:
+                 prefill_tokens: int = PREFILL_TOKENS, decode: bool = True, mean: bool = False) -> dict[str, tuple]:
     """The phase evaluations :func:`summarize` reads, as name -> (compiled program, batch, seq,
     ctx) (the KV size and the GPU are the points' own): ``prefill`` at the mean chunked-prefill
     step, ``decode`` (one step per request verifies the last token and k MTP drafts; k = 0: one
-    token; left out when ``decode`` is false) and, with a pipeline, ``fill``: the largest prefill
+    token; left out when ``decode`` is false) at the last position, with ``mean`` also
+    ``decode_mean``: the same step at the context averaged over the output
+    (:func:`engine.deploy.admission.mean_context`) and, with a pipeline, ``fill``: the largest prefill
     step (a full budget, or the batch over min(pp, batch) micro-batches when the budget does not bind)."""
     config = structure.config
     batch, input_len, output_len = (np.asarray(x) for x in (batch, input_len, output_len))
@@ -254,6 +257,9 @@ def phase_inputs(structure: Structure, batch, input_len, output_len,
     if decode:
         out["decode"] = (structure.compiled["decode"], program_batch(config, batch),
                          float(structure.options.decode_seq), input_len + output_len)
+        if mean:
+            out["decode_mean"] = (structure.compiled["decode"], program_batch(config, batch),
+                                  float(structure.options.decode_seq), mean_context(input_len, output_len))
     if config.pp > 1:
         k, per_rank = micro_batches(config, batch), requests_per_replica(config, batch)
         largest = config.dp_attn * np.minimum(per_rank / k, step_tokens(config, prefill_tokens) / input_len)
@@ -280,7 +286,8 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     overlap = structure.options.overlap or "none"
     inputs = None
     if phases is None or overlap != "none":
-        inputs = phase_inputs(structure, batch, input_len, output_len, prefill_tokens, not prefill_only)
+        inputs = phase_inputs(structure, batch, input_len, output_len, prefill_tokens, not prefill_only,
+                              not serving_only)
     if phases is None:
         # the two-batch schedule reads the full batch's bound: every sum, not the step time alone
         times_only = serving_only and overlap == "none"
@@ -335,6 +342,14 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         return {name: np.broadcast_to(np.asarray(value), shape) for name, value in (
             ("ttft_s", ttft), ("tpot_s", tpot), ("tokens_per_s_per_gpu", batch / tpot / replica),
             ("fits", per_rank <= per_replica_cap), ("max_concurrent_requests", config.dp_attn * per_replica_cap))}
+    # steady state under continuous batching (engine.deploy.admission): the mean paged KV per
+    # request plus the admission reservation, in the room less the pages kept free; decode at the
+    # output's mean context
+    admission = structure.admission
+    steady_tokens = admission_steady_tokens(admission, input_len, output_len)
+    kv_steady = np.asarray(structure.kv_device_fn(steady_tokens, kv_bytes), dtype=float)
+    steady_cap = _fit_count(room * (1.0 - admission.free_fraction), kv_steady)
+    tpot_mean = phases["decode_mean"]["step_time_s"] / per_step
     max_ctx = int(ev.numeric.max_context)
     stacks = ("main", MTP_STACK) if options.mtp_tokens else ("main",)
 
@@ -379,6 +394,12 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         "free_bytes_per_gpu": full(np.maximum(room - kv_need, 0.0)),
         "max_concurrent_requests": full(config.dp_attn * per_replica_cap),
         "max_prefill_batch": full(max_prefill.astype(np.int64)),
+        "kv_steady_tokens_per_request": full(steady_tokens),
+        "kv_bytes_per_request_steady_per_gpu": full(kv_steady),
+        "max_concurrent_requests_steady": full(config.dp_attn * steady_cap),
+        "fits_steady": full(per_rank <= steady_cap),
+        "tpot_mean_s": full(tpot_mean),
+        "tokens_per_s_per_gpu_steady": full(batch / tpot_mean / replica),
         # fits exactly when ceil(batch / dp_attn) <= capacity per replica (the same inequality)
         "fits": full(per_rank <= per_replica_cap), "shortfall_bytes": full(np.maximum(kv_need - room, 0.0)),
         "ttft_s": full(ttft), "tpot_s": full(tpot), **bound_fields,
@@ -410,7 +431,7 @@ def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HB
         n = np.broadcast_shapes(*(np.shape(x) for x in (gpu_index, kv_bytes, batch, input_len, output_len)))
         if len(n) != 1:
             raise ValueError(f"summarize_many takes points along one axis, not of shape {n}")
-        asked.append((phase_inputs(structure, batch, input_len, output_len, prefill_tokens),
+        asked.append((phase_inputs(structure, batch, input_len, output_len, prefill_tokens, mean=True),
                       np.broadcast_to(np.asarray(gpu_index), n), kv_bytes))
     phases = phases_many(gpus, asked)
     return [summarize(structure, gpus, gpu_index, kv_bytes, batch, input_len, output_len, hbm_fraction,

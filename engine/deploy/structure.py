@@ -15,6 +15,7 @@ import sympy
 from engine.spec import symbols
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError, Where
+from engine.deploy.admission import NO_ADMISSION, Admission
 from engine.deploy.cost import KV_BYTES, CompiledProgram
 from engine.deploy.parallel import ParallelConfig, is_count
 from engine.deploy.placement import Program
@@ -184,6 +185,9 @@ class Structure:
     kv_device_per_request: sympy.Expr        # in `length` and `kv_bytes`
     #: The framework's runtime reserve per GPU (its fusion table's ``runtime_reserve``; 0 for none)
     reserve_bytes_per_gpu: float = 0.0
+    #: The framework's KV paging and admission policy (its fusion table's ``kv_admission``; for
+    #: none token pages, no headroom): what the steady-state capacity reads (engine.deploy.admission)
+    admission: Admission = NO_ADMISSION
 
     def __post_init__(self):
         fn = _KV_FNS.get(self.kv_device_per_request)

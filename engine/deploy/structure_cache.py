@@ -198,7 +198,7 @@ class StructureCache:
         structure object once over all its points (sizing._Evaluator.evaluate), so equal ones
         are one object. The kept structure holds every object its key names by id."""
         key = (s.config, s.domain, s.options, s.weight_bytes_per_gpu, id(s.weight_formula),
-               id(s.kv_device_per_request), s.reserve_bytes_per_gpu,
+               id(s.kv_device_per_request), s.reserve_bytes_per_gpu, s.admission,
                *((id(s.programs[p]), id(s.formulas[p]), id(s.unfused[p]), id(s.unfused_formulas[p]),
                   id(s.compiled.get(p))) for p in PHASES), len(s.programs), len(s.compiled))
         return self._same.setdefault(key, s)

@@ -275,6 +275,19 @@ OVERLAP = Mapping("write `{policy: two_batch, enabled: false, doc: ..., src: \".
     "enabled": Bool(),
 })
 
+#: A framework's KV paging and admission policy (engine.deploy.admission): steady-state capacity.
+KV_ADMISSION = Mapping("write `kv_admission: {page_tokens: <int>, src: \"...\"}`", fields={
+    "doc": TEXT,
+    "src": req(SOURCE),
+    "page_tokens": req(Int("tokens per KV page (block)", lo=1, hi=4096)),
+    "free_fraction": Number("the fraction of KV pages the scheduler keeps free", lo=0, hi=0.5, unit="",
+                            why="a scheduler keeping more than half its cache free is not one we know"),
+    "reserve_ratio": Number("the share of each running request's remaining output reserved at admission", lo=0,
+                            hi=1, unit="", why="a share of the remaining output"),
+    "reserve_clip_tokens": Int("the most remaining-output tokens one request's reservation counts", lo=0,
+                               hi=1 << 20),
+})
+
 FUSION = Mapping("a fusion table", fields={
     "framework": req(Str("the framework's name, e.g. vllm")),
     "version": req(Str('the version read, quoted, e.g. "0.18.2"')),
@@ -283,6 +296,7 @@ FUSION = Mapping("a fusion table", fields={
     "runtime_reserve": ListOf("write runtime_reserve: [{name: ..., mib: ..., src: ...}, ...]", item=RESERVE),
     "expert_all_to_all": EXPERT_A2A,
     "overlap": ListOf("write overlap: [{policy: two_batch, enabled: false, doc: ..., src: ...}]", item=OVERLAP),
+    "kv_admission": KV_ADMISSION,
 })
 
 # -- GPUs (gpus/*.yaml) and collectives (gpus/collectives/*.yaml) -------------------------------------

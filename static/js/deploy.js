@@ -65,7 +65,14 @@
       max_concurrent_requests: ["dp_attn * floor((usable - weights - reserve - working_set) / kv_per_request_per_gpu)",
         { dp_attn: d.dp_attn, usable: fmt.gib(d.usable_bytes_per_gpu), weights: fmt.bytes(d.weight_bytes_per_gpu),
           reserve: fmt.bytes(d.reserve_bytes_per_gpu), working_set: fmt.bytes(d.activation_bytes_per_gpu),
-          kv_per_request_per_gpu: fmt.bytes(d.kv_bytes_per_request_per_gpu) }]
+          kv_per_request_per_gpu: fmt.bytes(d.kv_bytes_per_request_per_gpu) }],
+      // steady state under continuous batching (engine/deploy/admission.py): display of deploy_eval's values
+      max_concurrent_requests_steady: ["dp_attn * floor((1 - free_fraction) * kv_budget / kv_per_request_steady_per_gpu), kv at steady_tokens",
+        { dp_attn: d.dp_attn, free_fraction: d.admission.free_fraction, kv_budget: fmt.bytes(d.kv_budget_bytes_per_gpu),
+          kv_per_request_steady_per_gpu: fmt.bytes(d.kv_bytes_per_request_steady_per_gpu),
+          steady_tokens: d.kv_steady_tokens_per_request.toPrecision(6), page_tokens: d.admission.page_tokens }],
+      tpot_mean_s: ["decode step at ctx = input + (output - 1) / 2", { decode_step_mean: fmt.time(d.tpot_mean_s) }],
+      tokens_per_s_per_gpu_steady: ["batch / tpot_mean / gpus", { batch: d.batch, tpot_mean: fmt.time(d.tpot_mean_s), gpus: d.gpus_per_replica }]
     };
   }
   function link(o, s, cap) {
@@ -80,7 +87,8 @@
     if (dec.fits) return Promise.resolve();
     var w = document.createElement("p"); w.className = "warn";
     var at = fmt.tokens(p.input) + " prompt tokens + " + fmt.tokens(p.output) + " generated";
-    w.textContent = "Batch " + p.batch + " exceeds this config's capacity of " + dec.max_concurrent_requests + " requests at " + at + " (max concurrent requests: weights, the prefill working set and every request's KV at its last token must fit).";
+    w.textContent = "Batch " + p.batch + " exceeds this config's capacity of " + dec.max_concurrent_requests + " requests at " + at + " (max concurrent requests: weights, the prefill working set and every request's KV at its last token must fit)." +
+      (dec.fits_steady ? " It fits the steady state of continuous batching (capacity " + dec.max_concurrent_requests_steady + ": requests at every stage of their output, paged KV)." : "");
     box.appendChild(w);
     // capacity at this very point, per config (its file fetched when first needed): this GPU's
     // configs first, the other GPUs' only when none of this GPU's holds the batch
@@ -124,6 +132,9 @@
       ["Decode tokens/s per GPU", dec.tokens_per_s_per_gpu, dec.tokens_per_s_per_gpu.toPrecision(4), docs.tokens_per_s_per_gpu, f.tokens_per_s_per_gpu],
       ["Tokens/s per user", dec.tokens_per_s_per_user, dec.tokens_per_s_per_user.toPrecision(4), null, f.tokens_per_s_per_user],
       ["Max concurrent requests", dec.max_concurrent_requests, String(dec.max_concurrent_requests), docs.max_concurrent_requests, f.max_concurrent_requests],
+      ["Max concurrent requests, steady state", dec.max_concurrent_requests_steady, String(dec.max_concurrent_requests_steady), docs.max_concurrent_requests_steady, f.max_concurrent_requests_steady],
+      ["TPOT, mean over the output", dec.tpot_mean_s, fmt.time(dec.tpot_mean_s), docs.tpot_mean_s, f.tpot_mean_s],
+      ["Decode tokens/s per GPU, steady state", dec.tokens_per_s_per_gpu_steady, dec.tokens_per_s_per_gpu_steady.toPrecision(4), docs.tokens_per_s_per_gpu_steady, f.tokens_per_s_per_gpu_steady],
       ["Weights per GPU", dec.weight_bytes_per_gpu, fmt.bytes(dec.weight_bytes_per_gpu), docs.weight_bytes_per_gpu, dec.weight_formula || index.weight_formulas[combo.weight_formula]],
       ["KV per request", dec.kv_bytes_per_request, fmt.bytes(dec.kv_bytes_per_request), docs.kv_bytes_per_request]]);
     if (dec.kv_state_bytes_per_request > 0)   // a hybrid: how much of it is the flat recurrent state

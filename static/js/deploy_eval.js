@@ -83,6 +83,21 @@
     if (n > 0 && n * kvDev > room) n -= 1;
     return room >= 0 ? n : 0;
   }
+  // engine.deploy.admission: the mean paged tokens of one request over its output plus the admission
+  // reservation (steady_tokens), and the output's mean decode context (mean_context); same float steps
+  function ceilSum(n, page) { n = Math.max(n, 0); var q = Math.floor(n / page), r = n - q * page; return page * q * (q + 1) / 2 + r * (q + 1); }
+  function steadyTokens(a, input, output) {
+    var p = a.page_tokens, held = output > 0 ? p * (ceilSum(input + output - 1, p) - ceilSum(input - 1, p)) / Math.max(output, 1)
+                                             : p * Math.ceil(input / p);
+    var reserved = 0;
+    if (a.reserve_ratio) {
+      var k = Math.max(output - 1, 0), c = a.reserve_clip_tokens, total;
+      total = c && k > c ? c * (c + 1) / 2 + (k - c) * c : k * (k + 1) / 2;
+      reserved = a.reserve_ratio * total / Math.max(output, 1);
+    }
+    return held + reserved;
+  }
+  function meanContext(input, output) { return input + Math.max(output - 1, 0) / 2; }
   // engine.build.grid_eval._regime of structure.tokens_per_device: how many token limits a phase exceeds
   function regime(limits, tokens) { var r = 0; while (r < limits.length && limits[r] < tokens) r++; return r; }
   // structure.tokens_per_step: E = Sum(a**i, (i, 0, k)), the tokens a step emits per request
@@ -109,12 +124,17 @@
     var preEnv = env(meanStep, input, input, kv), decEnv = env(decBatch, seq, length, kv);
     var prefill = scheduled(o, file, preSteps, gpu, preEnv, phase(file, preSteps, gpu, preEnv), meanStep / cfg.dp_attn);
     var decode = scheduled(o, file, decSteps, gpu, decEnv, phase(file, decSteps, gpu, decEnv), decBatch / cfg.dp_attn);
+    var meanEnv = env(decBatch, seq, meanContext(input, p.output), kv);                   // decode_mean
+    var decodeMean = scheduled(o, file, decSteps, gpu, meanEnv, phase(file, decSteps, gpu, meanEnv), decBatch / cfg.dp_attn);
     var usable = gpu.hbm_bytes * model.hbm_fraction, weights = mem.weight_bytes_per_gpu;
     var kvDev = ev(mem.kv_dev, { length: length, kv_bytes: kv });
     var act = workingSet(file, preSteps, cfg, input, kv);
     var reserve = o.reserve;                                                      // the framework's runtime reserve
     var room = usable - weights - reserve - act;                                  // what the KV cache gets
     var cap = fitCount(room, kvDev), kvNeed = perRank * kvDev;
+    // steady state under continuous batching (sol.summarize, engine.deploy.admission)
+    var adm = o.admission, steadyTok = steadyTokens(adm, input, p.output);
+    var kvSteady = ev(mem.kv_dev, { length: steadyTok, kv_bytes: kv }), steadyCap = fitCount(room * (1.0 - adm.free_fraction), kvSteady);
     var replica = cfg.tp * cfg.pp * cfg.cp;
     var ttft = steps * prefill.step_time_s / cfg.pp, fill = 0, ttftBound = steps * prefill.step_bound_s / cfg.pp;
     if (cfg.pp > 1) {   // the pipeline fills with the largest step, then each step leaves one stage later
@@ -126,6 +146,7 @@
     }
     // speculative decoding: a step emits E tokens per request on average, TPOT = step / E
     var perStep = mtp ? tokensPerStep(mtp, p.acceptance) : 1, tpot = mtp ? decode.step_time_s / perStep : decode.step_time_s;
+    var tpotMean = decodeMean.step_time_s / perStep;
     var kvEnv = { length: length, kv_bytes: kv };
     function request(part) {   // every deployed stack's cache per request (the MTP stack's when it drafts)
       return ev(model.kv_request[part], kvEnv) + (mtp ? ev(model.kv_request_mtp[part], kvEnv) : 0);
@@ -142,6 +163,9 @@
       fits: perRank <= cap, shortfall_bytes: Math.max(kvNeed - room, 0),
       ttft_s: ttft, tpot_s: tpot, ttft_bound_s: ttftBound, tpot_bound_s: decode.step_bound_s / perStep, overlap: o.overlap || "none",
       prefill_tokens_per_s_per_gpu: batch * input / ttft / replica,
+      kv_steady_tokens_per_request: steadyTok, kv_bytes_per_request_steady_per_gpu: kvSteady,
+      max_concurrent_requests_steady: cfg.dp_attn * steadyCap, fits_steady: perRank <= steadyCap, capacity_steady_per_rank: steadyCap, admission: adm,
+      tpot_mean_s: tpotMean, tokens_per_s_per_gpu_steady: batch / tpotMean / replica,
       tokens_per_s_per_gpu: batch / tpot / replica, tokens_per_s_per_user: 1 / tpot, extrapolated: length > model.max_context,
       mtp_tokens: mtp, mtp_acceptance: mtp ? p.acceptance : 0, tokens_per_step: perStep, decode_step_time_s: decode.step_time_s,
       bound: decode.bound, prefill_bound: prefill.bound, phases: { prefill: prefill, decode: decode },
