@@ -148,6 +148,7 @@ def _step(flops, nbytes, weights):
 
 def _option(cfg, n_gpus):
     return {"cfg": cfg, "gpu": "G", "kv_dtype": "bf16", "limits": [], "prefill": [0], "decode": [1], "reserve": 0,
+            "admission": {"page_tokens": 1, "free_fraction": 0, "reserve_ratio": 0, "reserve_clip_tokens": 0},
             "file": cfg, "n_gpus": n_gpus, "config": cfg}
 
 
@@ -184,7 +185,7 @@ def test_deploy_eval_js_dp_attention_holds_whole_requests(deploy_eval, batch, pe
     request on the fullest rank at 1e15 FLOP/s. KV per GPU = per_rank x 4 B."""
     s = deploy_eval.page.evaluate(
         "b => window.E.file({file: 'dp8'}).then(f => window.E.summarize("
-        "{cfg: 'dp8', gpu: 'G', kv_dtype: 'bf16', limits: [], prefill: [0], decode: [1], reserve: 0}, f,"
+        "{cfg: 'dp8', gpu: 'G', kv_dtype: 'bf16', limits: [], prefill: [0], decode: [1], reserve: 0, admission: {page_tokens: 1, free_fraction: 0, reserve_ratio: 0, reserve_clip_tokens: 0}}, f,"
         " {input: 1024, output: 64, batch: b}))", batch)
     assert s["per_rank"] == per_rank
     assert s["env"]["decode"]["batch"] == 8 * per_rank
