@@ -35,7 +35,7 @@ def shared_small_site(tmp_path_factory, grid: dict, models: list[str]) -> Path:
 
 #: The deploy page's summary fields the browser tests hold equal to ``archledger deploy --json``'s,
 #: and the per-op fields.
-DEPLOY_FIELDS = ("ttft_s", "tpot_s", "ttft_bound_s", "tpot_bound_s", "tokens_per_s_per_gpu", "prefill_tokens_per_s_per_gpu", "max_concurrent_requests",
+DEPLOY_FIELDS = ("ttft_s", "tpot_s", "ttft_bound_s", "tpot_bound_s", "tpot_mean_bound_s", "tokens_per_s_per_gpu", "prefill_tokens_per_s_per_gpu", "max_concurrent_requests",
                  "max_prefill_batch", "prefill_steps", "micro_batches", "weight_bytes_per_gpu", "usable_bytes_per_gpu",
                  "reserve_bytes_per_gpu", "kv_bytes_per_request", "kv_state_bytes_per_request",
                  "kv_bytes_per_request_per_gpu", "kv_budget_bytes_per_gpu", "kv_bytes_per_gpu",

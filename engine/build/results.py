@@ -161,6 +161,7 @@ DEPLOYMENTS_SCHEMA = {
     "tpot_s": (pl.Float64, "Worst case: time per output token at the last position: the schedule estimate, made of step_time_s (s)."),
     "ttft_bound_s": (pl.Float64, "Lower bound of ttft_s: the same composition of the prefill steps' step_bound_s (s)."),
     "tpot_bound_s": (pl.Float64, "Lower bound of tpot_s: the decode step's step_bound_s (per token with MTP) (s)."),
+    "tpot_mean_bound_s": (pl.Float64, "Lower bound of tpot_mean_s: the decode step's step_bound_s at the output's mean context (per token with MTP) (s)."),
     "overlap": (pl.String, "The schedule estimate's overlap policy: none (one kernel after another) or two_batch (two half-batches, one's collectives hidden behind the other's kernels)."),
     "tokens_per_s_per_gpu": (pl.Float64, "Worst-case decode throughput per GPU: batch / tpot / GPUs (schedule estimate)."),
     "prefill_tokens_per_s_per_gpu": (pl.Float64, "Prefill throughput per GPU: batch x input_len / ttft / GPUs."),

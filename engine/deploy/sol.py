@@ -370,7 +370,10 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
 
     # the lower bounds, composed by the same rules (each step's bound in place of its estimate)
     bound_fields = {"ttft_bound_s": full(first_token("step_bound_s")),
-                    "tpot_bound_s": full(decode["step_bound_s"] / per_step), "overlap": overlap}
+                    "tpot_bound_s": full(decode["step_bound_s"] / per_step),
+                    # the steady state's TPOT (at the output's mean context) has its bound too: an
+                    # output throughput at the steady capacity is bounded by this one, not tpot_bound_s
+                    "tpot_mean_bound_s": full(phases["decode_mean"]["step_bound_s"] / per_step), "overlap": overlap}
     mtp_fields = {} if not options.mtp_tokens else {
         "mtp_tokens": options.mtp_tokens, "mtp_acceptance": float(options.mtp_acceptance),
         "tokens_per_step": per_step, "tokens_per_step_formula": str(TOKENS_PER_STEP),
