@@ -64,17 +64,19 @@ def test_glm52_drops_57_indexers(evaluation):
 @pytest.mark.parametrize("length", [4096, 131072, 1048576])
 def test_dsa_kv_bytes_per_request(model_id, length, evaluation):
     """Per token: every layer caches the MLA latent (kv_lora_rank) and its rotary key
-    (qk_rope_head_dim); every layer that runs an indexer caches one index_head_dim key."""
+    (qk_rope_head_dim) in the KV dtype; every layer that runs an indexer caches one index_head_dim
+    key in FP8 plus one f32 scale per 128 elements whatever the KV dtype (vLLM's indexer cache:
+    head_dim + head_dim // 128 * 4 bytes, 132 for a 128-wide key)."""
     c = config(model_id)
     layers = c["num_hidden_layers"]
     indexer_layers = c.get("indexer_types", ["full"] * layers).count("full")
-    per_token = {"mla_latent": layers * c["kv_lora_rank"] * 2, "mla_rope_key": layers * c["qk_rope_head_dim"] * 2,
-                 "indexer_key": indexer_layers * c["index_head_dim"] * 2}
+    index_key = indexer_layers * (c["index_head_dim"] + c["index_head_dim"] // 128 * 4)
+    mla = {"mla_latent": layers * c["kv_lora_rank"], "mla_rope_key": layers * c["qk_rope_head_dim"]}
     a = evaluation(model_id).numeric
-    assert {k: int(v) for k, v in kv.bytes_per_token(a, "bf16").items()} == per_token
-    assert int(kv.bytes_per_request(a, length, "bf16")) == sum(per_token.values()) * length
-    # FP8 caches halve it
-    assert int(kv.bytes_per_request(a, length, "fp8")) == sum(per_token.values()) * length // 2
+    for kv_dtype, element in (("bf16", 2), ("fp8", 1)):
+        per_token = {**{k: v * element for k, v in mla.items()}, "indexer_key": index_key}
+        assert {k: int(v) for k, v in kv.bytes_per_token(a, kv_dtype).items()} == per_token
+        assert int(kv.bytes_per_request(a, length, kv_dtype)) == sum(per_token.values()) * length
 
 
 def _at(expr, batch, seq, ctx):

@@ -108,7 +108,10 @@ COMPONENT = Mapping("a component", fields={
             "name": req(Str()), "node": req(Str("a node of the graph")), "kind": req(Str()),
             "growth": req(Str("every_token, window, compressed or state")),
             "window": Expr("the window in tokens: a number or an expression"),
-            "every": Expr("tokens per entry: a number or an expression"), "dtype": Str("a dtype")})),
+            "every": Expr("tokens per entry: a number or an expression"), "dtype": Str("a dtype"),
+            "scale": Mapping("write `{dtype: f32, block: 128}`: one scale per block elements", fields={
+                "dtype": req(Str("the scale's dtype")), "block": req(Int("elements per scale"))}),
+            "src": Str("the serving code that stores the entry this way")})),
     "decode_variant": Mapping("write `{remove: [...], graph: {...}}`", open=True, fields={
         "remove": NAMES, "graph": req(GRAPH), "doc": TEXT}),
 })

@@ -6,8 +6,9 @@ keeps; how many tokens it keeps at context length L is its growth law:
 * ``every_token``: L;   * ``window``: min(L, window);   * ``compressed``: floor(L / every);
 * ``state``: 1 (a fixed recurrent state per request: ``per_token`` is then the state's elements).
 
-An entry with its own ``dtype`` (a recurrent state kept in float32) is stored in that dtype
-whatever the deployment's KV dtype; the others take the KV dtype.
+An entry with its own ``dtype`` (a recurrent state kept in float32; the DSA indexer's keys in FP8
+with an f32 scale per 128, ``scale:``) is stored in that dtype whatever the deployment's KV dtype;
+the others take the KV dtype.
 
 Nothing here is stored: every number is derived from the Analysis when asked.
 """
@@ -18,7 +19,6 @@ from collections import defaultdict
 import numpy as np
 import sympy
 
-from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.evaluate import Analysis, CacheRow
 from engine.spec import symbols
 
@@ -34,7 +34,7 @@ def element_bytes(kv_dtype: str) -> int:
 
 def cache_element_bytes(cache: CacheRow, kv_dtype: str = "bf16") -> int:
     """Bytes per element of one cache entry: its own dtype, else the deployment's KV dtype."""
-    return CACHE_DTYPE_BYTES[cache.dtype] if cache.dtype else element_bytes(kv_dtype)
+    return cache.own_bytes if cache.dtype else element_bytes(kv_dtype)
 
 
 def tokens_kept(cache: CacheRow, length: sympy.Expr) -> sympy.Expr:
@@ -145,7 +145,7 @@ def request_terms(analysis: Analysis, stack: str = "main", part: str | None = No
     length = symbols.dim(symbols.LENGTH)
     mine = [c for c in caches(analysis, stack) if part is None or part_of(c) == part]
     elements = sum((tokens_kept(c, length) * c.per_token * c.repeat for c in mine if not c.dtype), sympy.Integer(0))
-    own = sum((tokens_kept(c, length) * c.per_token * c.repeat * CACHE_DTYPE_BYTES[c.dtype] for c in mine if c.dtype),
+    own = sum((tokens_kept(c, length) * c.per_token * c.repeat * c.own_bytes for c in mine if c.dtype),
               sympy.Integer(0))
     return elements, own
 
