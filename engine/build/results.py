@@ -302,7 +302,7 @@ def attention_label(ev: Evaluation) -> str:
         if row.role != "attention" or row.stack != "main":
             continue
         mine = [c for c in num.caches if c.node_uid.startswith(uid + "/")]
-        if any(c.growth == "state" for c in mine):
+        if any(kv.is_recurrent(c, num) for c in mine):
             rank, label = 0, None
         elif mine and all(c.growth == "window" for c in mine):
             rank, label = 2, "sliding"

@@ -617,9 +617,15 @@ class Placer(_LayoutRules, _ParallelRules):
         return batch * cache.per_token / shards * element
 
     def state_traffic(self, row: NodeRow, layout: Layout) -> sympy.Expr:
-        """A recurrent state is read and written once per decode step; a prompt writes it once."""
+        """A recurrent state is read and written once per decode step; a prompt writes it once. A
+        rolling window buffer (a compressor's, ``rolling_state``) moves 2 / every of itself per
+        decode step: one row written, the whole read once per ``every`` steps to pool it."""
         state = self.state_bytes(row, layout)
-        return state if state is ZERO else state * (2 if self.phase == "decode" else 1)   # 0 * n is 0
+        if state is ZERO or self.phase != "decode":
+            return state                                                  # 0 * n is 0
+        if OPS[row.op].rolling_state:
+            return state * 2 / row.dim_values["every"]
+        return state * 2
 
     def state_caches(self) -> dict:
         """Node uid (decode suffix dropped) -> the state cache entry a recurrent op keeps."""

@@ -20,6 +20,7 @@ import numpy as np
 import sympy
 
 from engine.spec.evaluate import Analysis, CacheRow
+from engine.spec.ops import OPS
 from engine.spec import symbols
 
 #: Bytes per cached element by KV dtype.
@@ -90,6 +91,16 @@ def fixed_bytes_per_request(analysis: Analysis, kv_dtype: str = "bf16", stack: s
 #: The two parts of a request's cache: ``state`` (``growth: state`` entries, flat in context) and
 #: ``growing`` (every other entry: it grows with context; a window-capped one stops at its window).
 PARTS = ("state", "growing")
+
+
+def is_recurrent(cache: CacheRow, analysis: Analysis) -> bool:
+    """Whether an entry is a recurrent mixer's state (Gated DeltaNet, Mamba2, a short conv): a
+    ``growth: state`` entry on a recurrent op. A compressor's rolling window buffer (DeepSeek-V4)
+    is state too, but its layer still attends a growing cache: it makes no linear-attention layer."""
+    if cache.growth != "state":
+        return False
+    op = OPS[analysis.rows[cache.node_uid].op]
+    return op.state is not None and not op.rolling_state
 
 
 def part_of(cache: CacheRow) -> str:
