@@ -93,6 +93,14 @@ def fixed_bytes_per_request(analysis: Analysis, kv_dtype: str = "bf16", stack: s
 PARTS = ("state", "growing")
 
 
+def dtype_label(cache: CacheRow) -> str:
+    """How an entry is stored, for pages: ``kv`` (the deployment's KV dtype), its own dtype, or that
+    dtype with its block scale (``fp8 + f32 scale per 128``)."""
+    if not cache.dtype:
+        return "kv"
+    return cache.dtype + (f" + {cache.scale[0]} scale per {cache.scale[1]}" if cache.scale else "")
+
+
 def is_recurrent(cache: CacheRow, analysis: Analysis) -> bool:
     """Whether an entry is a recurrent mixer's state (Gated DeltaNet, Mamba2, a short conv): a
     ``growth: state`` entry on a recurrent op. A compressor's rolling window buffer (DeepSeek-V4)
