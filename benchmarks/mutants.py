@@ -315,7 +315,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'Axis("compressor_rows", call.dims["every"])',
            ("tests/test_deepseek_v4.py",),
            "the compressor's state holds every rows, not 2 x every with CSA's overlapping windows",
-           "tests/test_deepseek_v4.py::test_compressor_state_per_layer_by_hand"),
+           "tests/test_deepseek_v4.py::test_kv_bytes_per_request"),
 )
 
 
