@@ -33,8 +33,9 @@ def element_bytes(kv_dtype: str) -> int:
     return KV_DTYPE_BYTES[kv_dtype]
 
 
-def cache_element_bytes(cache: CacheRow, kv_dtype: str = "bf16") -> int:
-    """Bytes per element of one cache entry: its own dtype, else the deployment's KV dtype."""
+def cache_element_bytes(cache: CacheRow, kv_dtype: str = "bf16") -> sympy.Expr | int:
+    """Bytes per element of one cache entry: its own dtype (with its block scales: 33/32 for FP8
+    with an f32 per 128), else the deployment's KV dtype."""
     return cache.own_bytes if cache.dtype else element_bytes(kv_dtype)
 
 
