@@ -354,6 +354,25 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_site_offgrid.py",),
            "the deploy page's lower bound forgets HBM (memory-bound decode shows a bound below the CLI's)",
            "tests/test_site_offgrid.py::test_page_equals_archledger_deploy_off_grid"),
+    # -- caches: per-entry storage dtype and state ------------------------------------------------------
+    Mutant("cache-scale-dropped", "engine/spec/dtypes.py",
+           "    return own + sympy.Rational(CACHE_DTYPE_BYTES[scale[0]], int(scale[1]))",
+           "    return own",
+           ("tests/test_streams.py",),
+           "a cache's block scales (the FP8 indexer key's f32 per 128) take no bytes",
+           "tests/test_streams.py::test_dsa_kv_bytes_per_request"),
+    Mutant("cache-own-dtype-ignored-on-read", "engine/deploy/placement.py",
+           "        element = cache_bytes if op.cache_output else op.out_element_bytes or self.types.act_bytes",
+           "        element = self.types.kv_bytes if op.cache_output else op.out_element_bytes or self.types.act_bytes",
+           ("tests/test_streams.py",),
+           "decode reads the FP8 indexer keys at the KV dtype (1.09 GiB at 64K, not 0.63)",
+           "tests/test_streams.py::test_dsa_decode_reads_only_the_selected_rows"),
+    Mutant("compressor-state-overlap-ignored", "engine/spec/ops.py",
+           'Axis("compressor_rows", windows * call.dims["every"])',
+           'Axis("compressor_rows", call.dims["every"])',
+           ("tests/test_deepseek_v4.py",),
+           "the compressor's state holds every rows, not 2 x every with CSA's overlapping windows",
+           "tests/test_deepseek_v4.py::test_kv_bytes_per_request"),
 )
 
 

@@ -31,8 +31,10 @@ def test_edit_v3_dsa_is_v32(capsys, tmp_path):
     new, old = out["model"]["new"], out["model"]["old"]
     assert new["params"] == HF_PARAMS[V32]
     c = hf_config(V32)
-    assert new["kv_bytes_per_token"] - old["kv_bytes_per_token"] == c["num_hidden_layers"] * c["index_head_dim"] * 2
-    assert new["kv_bytes_per_request"] - old["kv_bytes_per_request"] == 16384 * c["num_hidden_layers"] * c["index_head_dim"] * 2
+    # the indexer key: 128 FP8 values + one f32 scale per 128 (132 B), whatever the KV dtype
+    key = c["index_head_dim"] + c["index_head_dim"] // 128 * 4
+    assert new["kv_bytes_per_token"] - old["kv_bytes_per_token"] == c["num_hidden_layers"] * key == 61 * 132
+    assert new["kv_bytes_per_request"] - old["kv_bytes_per_request"] == 16384 * c["num_hidden_layers"] * key
     groups = {g["group"]: g for g in out["groups"]}
     assert set(groups) == {"layers[dense]", "layers[moe]"}
     assert sum(g["new"]["params"] for g in groups.values()) < new["params"]      # embedding/head outside

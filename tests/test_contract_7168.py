@@ -125,10 +125,16 @@ PARAMS = {"mha": _gqa(56), "gqa": _gqa(8), "mqa": _gqa(1, biases=True), "sliding
           "gqa_kv": GQA_KV, "mla": _mla(), "dsa": DSA, "v4": V4_CSA, "v4_hca": V4_HCA, "gdn": GDN, "kda": KDA,
           "mamba2": MAMBA2}
 
+# an indexer key: 128 FP8 values + one f32 scale per 128 (vLLM's indexer cache), whatever the KV dtype
+INDEX_KEY = 128 + 128 // 128 * F32
+# the compressors' F32 kv_state + score_state per request: CSA 2 x (2 x 4) x (2 x 512) and its
+# indexer's 2 x (2 x 4) x (2 x 128); HCA 2 x 128 x 512 (DeepSeek-V4 inference/model.py Compressor)
+CSA_STATE = 2 * 8 * 1024 * F32 + 2 * 8 * 256 * F32
+HCA_STATE = 2 * 128 * 512 * F32
 # bytes every token of context adds (BF16 K and V, or the latent and rotary key)
 PER_TOKEN = {"mha": 2 * 56 * 128 * BF16, "gqa": 2 * 8 * 128 * BF16, "mqa": 2 * 1 * 128 * BF16,
              "gated": 2 * 2 * 256 * BF16, "gqa_kv": 2 * 2 * 512 * BF16, "mla": (512 + 64) * BF16,
-             "dsa": (512 + 64 + 128) * BF16}                               # + the indexer key
+             "dsa": (512 + 64) * BF16 + INDEX_KEY}                         # + the indexer key
 GDN_STATE = 64 * 128 * 128 * F32 + GDN_CONV * 3 * BF16
 KDA_STATE = 96 * 128 * 128 * F32 + 3 * KDA_W * 3 * BF16
 MAMBA2_STATE = 224 * 64 * 256 * F32 + MAMBA_CONV * 3 * BF16
@@ -140,8 +146,8 @@ def kv_by_hand(variant: str, n: int) -> int:
         return n * PER_TOKEN[variant]
     return {
         "sliding": min(n, 4096) * 2 * 8 * 128 * BF16,
-        "v4": min(n, 128) * 512 * BF16 + n // 4 * (512 + 128) * BF16,      # window + entries + index keys
-        "v4_hca": min(n, 128) * 512 * BF16 + n // 128 * 512 * BF16,
+        "v4": min(n, 128) * 512 * BF16 + n // 4 * (512 * BF16 + INDEX_KEY) + CSA_STATE,   # window + entries
+        "v4_hca": min(n, 128) * 512 * BF16 + n // 128 * 512 * BF16 + HCA_STATE,           # + index keys + state
         "gdn": GDN_STATE, "kda": KDA_STATE, "mamba2": MAMBA2_STATE,
     }[variant]
 
@@ -169,7 +175,8 @@ def test_kv_bytes_per_token_of_gqa_and_mla_by_hand(variants):
     assert variants["gqa"]["kv_bytes_per_token"]["value"] == 2 * 8 * 128 * 2 == 4096
     assert variants["mla"]["kv_bytes_per_token"]["value"] == (512 + 64) * 2 == 1152
     assert variants["sliding"]["kv_fixed_bytes"]["value"] == 4096 * 4096
-    assert variants["v4"]["kv_bytes_per_token"]["value"] == (512 + 128) * 2 / 4 == 320
+    assert variants["v4"]["kv_bytes_per_token"]["value"] == (512 * 2 + 132) / 4 == 289
+    assert INDEX_KEY == 132 and CSA_STATE == 81_920 and HCA_STATE == 524_288 == 2**19   # HCA: 0.5 MiB
 
 
 @pytest.mark.parametrize("variant", sorted(PARAMS))
@@ -211,17 +218,20 @@ def test_mla_crosses_the_linear_mixers_fixed_states(contract):
 
 
 def test_compressed_caches_cross_in_whole_entries(contract):
-    """V4 CSA holds its 128-token window (128 x 512 x 2 B) plus one 640-wide BF16 entry (K = V 512 +
-    index key 128) per 4 tokens: it passes sliding GQA's 16 MiB when floor(L / 4) x 1280 + 131072 >
-    16777216, i.e. at the 13005th entry, L = 52020 (a step: the entry jumps past). HCA (one 512-wide
-    entry per 128 tokens) meets Gated DeltaNet's state exactly at 4040 entries: L = 517120."""
+    """V4 CSA holds its 128-token window (128 x 512 x 2 B), its compressors' F32 state (81,920 B) and
+    per 4 tokens one 512-wide BF16 entry plus one 132 B FP8 index key (1156 B): it passes sliding
+    GQA's 16 MiB when floor(L / 4) x 1156 + 131072 + 81920 > 16777216, i.e. at the 14329th entry,
+    L = 57316 (a step: the entry jumps past). HCA (one 512-wide entry per 128 tokens, plus its
+    0.5 MiB state) meets Gated DeltaNet's state exactly at (4268032 - 131072 - 524288) / 1024 =
+    3528 entries: L = 451584."""
     c = _crossing(contract, "sliding", "v4")
-    entries = (16777216 - 131072) // 1280 + 1
-    assert entries == 13005 and c["length_exact"] == str(4 * entries) == "52020" and c["kind"] == "step"
-    assert c["bytes"] == 16777216 and c["bytes_b" if c["b"] == "v4" else "bytes_a"] == 131072 + 13005 * 1280
+    entries = (16777216 - 131072 - CSA_STATE) // 1156 + 1
+    assert entries == 14329 and c["length_exact"] == str(4 * entries) == "57316" and c["kind"] == "step"
+    assert c["bytes"] == 16777216 and c["bytes_b" if c["b"] == "v4" else "bytes_a"] == \
+        131072 + CSA_STATE + 14329 * 1156
     c = _crossing(contract, "v4_hca", "gdn")
-    assert (GDN_STATE - 131072) % 1024 == 0 and (GDN_STATE - 131072) // 1024 == 4040
-    assert c["length_exact"] == str(4040 * 128) == "517120" and c["bytes"] == GDN_STATE
+    assert (GDN_STATE - 131072 - HCA_STATE) % 1024 == 0 and (GDN_STATE - 131072 - HCA_STATE) // 1024 == 3528
+    assert c["length_exact"] == str(3528 * 128) == "451584" and c["bytes"] == GDN_STATE
 
 
 def test_every_pair_whose_order_flips_between_1k_and_1m_has_a_crossing(contract):
@@ -245,7 +255,10 @@ def test_every_pair_whose_order_flips_between_1k_and_1m_has_a_crossing(contract)
             count = len(listed.get(frozenset((a, b)), []))
             assert count == (1 if lo * hi < 0 else 0), (a, b, count)
     assert frozenset(("gqa", "gqa_kv")) not in listed and frozenset(("gqa", "sliding")) not in listed
-    assert len(contract["crossings"]) == 31
+    # 33: HCA's 0.5 MiB state puts it above MQA (512 B a token) and CSA at 1K, below both at 1M
+    assert len(contract["crossings"]) == 33
+    assert ("mqa", "v4_hca") in {(c["a"], c["b"]) for c in contract["crossings"]} | \
+        {(c["b"], c["a"]) for c in contract["crossings"]}
 
 
 # -- decode bytes per token ---------------------------------------------------------------------------
@@ -383,12 +396,12 @@ def test_components_page_lists_the_crossings(page, contract):
     table = html.split('<table class="data crossings">')[1].split("</table>")[0]
     rows = re.findall(r'<tr><th scope="row">(.*?) × (.*?)</th>.*?<span class="num"[^>]*>([^<]*)</span>'
                       r'.*?<span class="num"[^>]*>([^<]*)</span>', table, re.S)
-    assert len(rows) == len(contract["crossings"]) == 31
+    assert len(rows) == len(contract["crossings"]) == 33
     shown = {(a, b): (length, size) for a, b, length, size in rows}
     names = {v["id"]: v["name"] for v in contract["variants"]}
     assert shown[(names["sliding"], names["mla"])] == ("14,563.6", "16.8 MB")
     assert shown[(names["mla"], names["gdn"])] == ("3,704.9", "4.27 MB")
-    assert shown[(names["sliding"], names["v4"])] == ("52,020", "16.8 MB")
+    assert shown[(names["sliding"], names["v4"])] == ("57,316", "16.8 MB")
     assert 'data-d="exactly 131072/9 tokens (equal)"' in table
 
 

@@ -77,19 +77,45 @@ def test_layer_plan_follows_compress_ratios_and_hash_layers(model_id, evaluation
 def test_kv_bytes_per_request(model_id, length, evaluation):
     """Every layer keeps a window of `sliding_window` 512-wide K=V entries; a layer with
     compress ratio m adds floor(L/m) compressed entries; ratio-4 layers also floor(L/4) indexer
-    keys of index_head_dim (inference/model.py: kv_cache_size = window + max_seq_len // ratio)."""
+    keys of index_head_dim (inference/model.py: kv_cache_size = window + max_seq_len // ratio),
+    in FP8 with one f32 scale per 128 (vLLM: head_dim + head_dim // 128 * 4 = 132 B) whatever
+    the KV dtype. Each compressor also keeps two F32 buffers (kv_state, score_state) of
+    coff x m rows by coff x width (coff 2 with CSA's overlapping windows, 1 for HCA):
+    HCA 2 x 128 x 512 x 4 = 0.5 MiB, CSA 2 x 8 x 1024 x 4 + its indexer's 2 x 8 x 256 x 4 = 80 KiB."""
     c = config(model_id)
     d, di, w = c["head_dim"], c["index_head_dim"], c["sliding_window"]
-    elements = 0
+    elements, indexer_bytes, state_bytes = 0, 0, 0
     for ratio in c["compress_ratios"][:c["num_hidden_layers"]]:
         elements += min(length, w) * d
         if ratio:
             elements += (length // ratio) * d
+            coff = 2 if ratio == 4 else 1
+            state_bytes += 2 * (coff * ratio) * (coff * d) * 4
         if ratio == 4:
-            elements += (length // 4) * di
+            indexer_bytes += (length // 4) * (di + di // 128 * 4)
+            state_bytes += 2 * (2 * 4) * (2 * di) * 4
     a = evaluation(model_id).numeric
-    assert int(kv.bytes_per_request(a, length, "bf16")) == 2 * elements
-    assert int(kv.bytes_per_request(a, length, "fp8")) == elements
+    assert int(kv.bytes_per_request(a, length, "bf16")) == 2 * elements + indexer_bytes + state_bytes
+    assert int(kv.bytes_per_request(a, length, "fp8")) == elements + indexer_bytes + state_bytes
+    assert int(kv.bytes_per_request(a, length, "bf16", part="state")) == state_bytes
+
+
+def test_compressor_state_per_layer_by_hand(evaluation):
+    """The compressor's F32 kv_state + score_state per request and layer, from the Flash config
+    (head_dim 512, index_head_dim 128; HCA ratio 128 without overlap, CSA ratio 4 with it):
+    HCA 2 x (1 x 128) x (1 x 512) x 4 B = 524,288 B = 0.5 MiB, more than HCA's own KV at 32K
+    (32768 / 128 x 512 x 2 + the 128-token window x 512 x 2 = 393,216 B = 0.375 MiB);
+    CSA 2 x 8 x 1024 x 4 = 65,536 B and its indexer's 2 x 8 x 256 x 4 = 16,384 B."""
+    a = evaluation(FLASH).numeric
+    hca = [c for c in a.caches if c.node_uid.startswith("main/layers[hca]/") and c.growth == "state"]
+    csa = {c.name: c for c in a.caches if c.node_uid.startswith("main/layers[csa]/") and c.growth == "state"}
+    assert [int(c.per_token) * 4 for c in hca] == [524_288] and hca[0].dtype == "f32"
+    assert {n: int(c.per_token) * 4 for n, c in csa.items()} == {"compressor_state": 65_536,
+                                                                  "index_compressor_state": 16_384}
+    assert all(c.dtype == "f32" for c in csa.values())
+    hca_kv = [c for c in a.caches if c.node_uid.startswith("main/layers[hca]/") and c.growth != "state"]
+    kv_32k = sum(int(kv.entry_bytes_per_request(c, 32768, "bf16")) / int(c.repeat) for c in hca_kv)
+    assert kv_32k == 393_216 < 524_288
 
 
 def _at(expr, seq, ctx):
@@ -175,11 +201,13 @@ def test_token_id_stream_is_drawn_from_the_stack_input(evaluation):
 
 @pytest.mark.parametrize("model_id", [FLASH, PRO])
 def test_kv_growth_per_context_token(model_id, evaluation):
-    """Past the window, a request grows by d / m per compressed layer and d_I / 4 per CSA layer
-    per token of context (3440 elements for Flash, 4924 for Pro)."""
+    """Past the window, a request grows by d / m elements per compressed layer (3440 - 21 x 32 =
+    2768 for Flash) in the KV dtype and, per CSA layer, one 132 B FP8 indexer key (128 + an f32
+    scale) per 4 tokens."""
     c = config(model_id)
     d, di = c["head_dim"], c["index_head_dim"]
     ratios = [r for r in c["compress_ratios"][:c["num_hidden_layers"]] if r]
-    elements = sum(sympy.Rational(d, r) + (sympy.Rational(di, 4) if r == 4 else 0) for r in ratios)
-    assert elements == {FLASH: 3440, PRO: 4924}[model_id]
-    assert kv.growing_bytes_per_token(evaluation(model_id).numeric) == 2 * elements
+    elements = sum(sympy.Rational(d, r) for r in ratios)
+    indexer = sum(sympy.Rational(di + di // 128 * 4, 4) for r in ratios if r == 4)
+    assert elements + sum(sympy.Rational(di, 4) for r in ratios if r == 4) == {FLASH: 3440, PRO: 4924}[model_id]
+    assert kv.growing_bytes_per_token(evaluation(model_id).numeric) == 2 * elements + indexer

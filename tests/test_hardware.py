@@ -78,12 +78,38 @@ def test_units_and_native_dtypes():
     h100, a100, b200 = (gpus[k] for k in ("H100", "A100", "B200"))
     # capacity: the driver's total (nvidia-smi 81559MiB), not the datasheet's decimal 80 GB
     assert h100.hbm_bytes == 81559 * 2**20 == 85_520_809_984 and h100.hbm.value == 80
-    assert gpus["H200"].hbm_bytes == 141e9              # no reported figure on file: datasheet GB
+    # nvidia-smi: H200 143771MiB, B200 183359MiB (NVIDIA/TensorRT-LLM issue 10278), not 141e9 / 180e9
+    assert gpus["H200"].hbm_bytes == 143771 * 2**20 == 150_754_820_096
+    assert b200.hbm_bytes == 183359 * 2**20 == 192_265_846_784
     assert h100.hbm_bytes_per_s == 3.35e12
     assert h100.scale_up_bytes_per_s == 450e9                 # 900 GB/s both ways -> 450 one way
     assert h100.peak_flops("fp8") == 1979e12
     assert h100.compute_dtype("fp4") == "bf16" and a100.compute_dtype("fp8") == "bf16"
     assert b200.compute_dtype("fp4") == "fp4"
+
+
+def test_every_gpu_file_states_the_driver_total_or_an_estimate(tmp_path):
+    """Capacity is the total the driver reports (hbm_mib); a part with none published says it is an
+    estimate and how. Either way the figure lies between the datasheet's decimal GB and its GiB
+    (a "192 GB" part reports 183,359 MiB = 192.3e9 B; a "80 GB" A100 80 GiB)."""
+    import yaml
+    gpus = load_gpus()
+    for path in sorted((REPO / "gpus").glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text())["hbm_mib"]
+        assert isinstance(raw, dict) and raw["note"], path.name
+        assert raw.get("estimate", False) == raw["note"].startswith("estimate"), path.name
+    for key, gpu in gpus.items():
+        low, high = min(gpu.hbm.value, gpu.hbm.alt or gpu.hbm.value), max(gpu.hbm.value, gpu.hbm.alt or gpu.hbm.value)
+        assert low * 1e9 * 0.99 <= gpu.hbm_bytes <= high * 2**30, key
+    assert {k for k, g in gpus.items() if g.hbm_reported.estimate} == {"H800", "MI325X", "MI355X", "Rubin"}
+    # the schema refuses a GPU file without the figure, or with a bare number (no source)
+    text = (REPO / "gpus" / "h100-sxm.yaml").read_text()
+    line = next(l for l in text.splitlines() if l.startswith("hbm_mib:"))
+    shutil.copytree(REPO / "gpus", tmp_path / "gpus")
+    for bad, said in (("", "missing field 'hbm_mib'"), ("hbm_mib: 81559", "h100-sxm.yaml:12: hbm_mib")):
+        (tmp_path / "gpus" / "h100-sxm.yaml").write_text(text.replace(line, bad))
+        with pytest.raises(SpecError, match=said):
+            load_gpus(tmp_path / "gpus")
 
 
 def test_adding_a_gpu_is_one_file(tmp_path):

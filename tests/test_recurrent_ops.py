@@ -406,3 +406,22 @@ def test_bad_state_cache_entries_are_one_line_errors(tmp_path, old, new, message
         evaluate_spec(corpus, corpus.find_model("Qwen3.5-27B"))
     text = str(err.value)
     assert "\n" not in text and "gated_deltanet.yaml:" in text and message in text, text
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("growth: every_token, dtype: fp8,", "growth: every_token,",
+     "cache[2].scale: a cache scale needs the entry's own `dtype:`"),
+    ("scale: {dtype: f32, block: 128}", "scale: {dtype: f64, block: 128}",
+     "cache[2].scale.dtype: unknown scale dtype 'f64'"),
+    ("scale: {dtype: f32, block: 128}", "scale: {dtype: f32, block: 0}",
+     "cache[2].scale.block: scale block 0 is not a positive integer"),
+])
+def test_bad_cache_scales_are_one_line_errors(tmp_path, old, new, message):
+    """The DSA indexer key's `dtype: fp8, scale: {dtype: f32, block: 128}` spoiled three ways."""
+    from engine.spec.corpus import load_corpus
+    from tests.test_guards import mutate
+    root = mutate(tmp_path, [("components/library/dsa_attention.yaml", old, new)])
+    with pytest.raises(SpecError) as err:
+        load_corpus(root).find_model("DeepSeek-V3.2")
+    text = str(err.value)
+    assert "\n" not in text and "dsa_attention.yaml:" in text and message in text, text

@@ -64,17 +64,19 @@ def test_glm52_drops_57_indexers(evaluation):
 @pytest.mark.parametrize("length", [4096, 131072, 1048576])
 def test_dsa_kv_bytes_per_request(model_id, length, evaluation):
     """Per token: every layer caches the MLA latent (kv_lora_rank) and its rotary key
-    (qk_rope_head_dim); every layer that runs an indexer caches one index_head_dim key."""
+    (qk_rope_head_dim) in the KV dtype; every layer that runs an indexer caches one index_head_dim
+    key in FP8 plus one f32 scale per 128 elements whatever the KV dtype (vLLM's indexer cache:
+    head_dim + head_dim // 128 * 4 bytes, 132 for a 128-wide key)."""
     c = config(model_id)
     layers = c["num_hidden_layers"]
     indexer_layers = c.get("indexer_types", ["full"] * layers).count("full")
-    per_token = {"mla_latent": layers * c["kv_lora_rank"] * 2, "mla_rope_key": layers * c["qk_rope_head_dim"] * 2,
-                 "indexer_key": indexer_layers * c["index_head_dim"] * 2}
+    index_key = indexer_layers * (c["index_head_dim"] + c["index_head_dim"] // 128 * 4)
+    mla = {"mla_latent": layers * c["kv_lora_rank"], "mla_rope_key": layers * c["qk_rope_head_dim"]}
     a = evaluation(model_id).numeric
-    assert {k: int(v) for k, v in kv.bytes_per_token(a, "bf16").items()} == per_token
-    assert int(kv.bytes_per_request(a, length, "bf16")) == sum(per_token.values()) * length
-    # FP8 caches halve it
-    assert int(kv.bytes_per_request(a, length, "fp8")) == sum(per_token.values()) * length // 2
+    for kv_dtype, element in (("bf16", 2), ("fp8", 1)):
+        per_token = {**{k: v * element for k, v in mla.items()}, "indexer_key": index_key}
+        assert {k: int(v) for k, v in kv.bytes_per_token(a, kv_dtype).items()} == per_token
+        assert int(kv.bytes_per_request(a, length, kv_dtype)) == sum(per_token.values()) * length
 
 
 def _at(expr, batch, seq, ctx):
@@ -106,23 +108,32 @@ def test_dsa_prefill_attention_grows_with_context_times_topk(evaluation):
 
 
 def test_dsa_decode_reads_only_the_selected_rows(evaluation):
-    """Absorbed decode gathers index_topk latent rows; the indexer still reads every key."""
+    """Absorbed decode gathers index_topk latent rows; the indexer still reads every key, in FP8
+    with one f32 scale per 128 elements (132 B per 128-wide key) whatever the KV dtype."""
     from engine.deploy.cost import KV_BYTES
     c = config(V32)
     plan = place(evaluation(V32), ParallelConfig(), 8, Options(), False)["decode"][0]
     steps = {s.uid: s for s in plan.steps}
-    ctx = 131072
-    subs = {symbols.dim(symbols.BATCH): 1, symbols.dim(symbols.SEQ): 1, symbols.dim(symbols.CTX): ctx, KV_BYTES: 1}
 
-    def read(uid):
+    def read(uid, ctx, kv_bytes):
+        subs = {symbols.dim(symbols.BATCH): 1, symbols.dim(symbols.SEQ): 1, symbols.dim(symbols.CTX): ctx,
+                KV_BYTES: kv_bytes}
         return int(sympy.sympify(steps[uid].out_read).subs(subs))
 
     layer = "main/layers[moe]/self_attn/"
-    assert read(layer + "latent_rows") == c["index_topk"] * c["kv_lora_rank"]
-    assert read(layer + "rope_key_rows") == c["index_topk"] * c["qk_rope_head_dim"]
-    assert read(layer + "latent_cache") == ctx * c["kv_lora_rank"]
-    assert read(layer + "index_key_cache") == ctx * c["index_head_dim"]
+    key_bytes = c["index_head_dim"] + c["index_head_dim"] // 128 * 4      # 128 fp8 + one f32 scale
+    for ctx, kv_bytes in ((131072, 1), (65536, 2)):
+        assert read(layer + "latent_rows", ctx, kv_bytes) == c["index_topk"] * c["kv_lora_rank"] * kv_bytes
+        assert read(layer + "rope_key_rows", ctx, kv_bytes) == c["index_topk"] * c["qk_rope_head_dim"] * kv_bytes
+        assert read(layer + "latent_cache", ctx, kv_bytes) == ctx * c["kv_lora_rank"] * kv_bytes
+        assert read(layer + "index_key_cache", ctx, kv_bytes) == ctx * key_bytes == ctx * 132
     assert steps[layer + "index_scores"].inputs[1] in (layer + "index_k_head", layer + "index_key_cache")
+    # decode's KV read per token at 64K, BF16 KV, all 61 layers: 2048 gathered latent + rope rows
+    # (2048 x 576 x 2) and every indexer key (65536 x 132): 61 x 11,010,048 B = 0.6255 GiB (the
+    # issue's 0.63; BF16 indexer keys, 65536 x 256, made it 1.087 GiB)
+    per_layer = sum(read(layer + n, 65536, 2) for n in ("latent_rows", "rope_key_rows", "index_key_cache"))
+    assert per_layer == 2048 * 576 * 2 + 65536 * 132 == 11_010_048
+    assert c["num_hidden_layers"] * per_layer / 2**30 == pytest.approx(0.6255, abs=1e-4)
 
 
 def test_glm52_shared_layers_read_the_latest_full_layer(evaluation):
@@ -162,7 +173,9 @@ def test_dsa_models_deploy_with_dp_attention_and_ep(evaluation):
     from engine.deploy import plan
     from engine.deploy.hardware import load_gpus
     c = config(V32)
-    per_token = c["num_hidden_layers"] * (c["kv_lora_rank"] + c["qk_rope_head_dim"] + c["index_head_dim"]) * 2
+    # BF16 latent + rotary key, FP8 indexer key with one f32 scale per 128: 61 x (576 x 2 + 132)
+    per_token = c["num_hidden_layers"] * ((c["kv_lora_rank"] + c["qk_rope_head_dim"]) * 2
+                                          + c["index_head_dim"] + c["index_head_dim"] // 128 * 4)
     ev = evaluation(V32)
     batch, prompt = 64, 4096
     d = plan(ev, load_gpus()["H200"], ParallelConfig(tp=8, dp_attn=8, ep=8), Options(), None,

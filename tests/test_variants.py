@@ -55,10 +55,11 @@ def test_v3_dsa_main_stack_equals_deepseek_v32(variant_eval):
 
 
 def test_v3_dsa_indexer_key_cache(variant_eval):
-    """One 128-wide indexer key per token and layer (V3.2 config), BF16: 61 x 128 x 2 bytes."""
+    """One 128-wide indexer key per token and layer (V3.2 config), FP8 with one f32 scale per 128
+    elements whatever the KV dtype (vLLM's indexer cache): 61 x (128 + 4) bytes."""
     c = hf_config(V32)
     per_token = kv.bytes_per_token(variant_eval("DeepSeek-V3-DSA").numeric, "bf16")
-    assert int(per_token["indexer_key"]) == c["num_hidden_layers"] * c["index_head_dim"] * 2
+    assert int(per_token["indexer_key"]) == c["num_hidden_layers"] * (c["index_head_dim"] + 4) == 61 * 132
     assert int(per_token["mla_latent"]) == c["num_hidden_layers"] * c["kv_lora_rank"] * 2
 
 

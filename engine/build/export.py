@@ -284,7 +284,7 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                                              if c.growth == "state" else None),
                        "layer_bytes_per_token": text.quantity(c.per_token * kv.cache_element_bytes(c),
                                                          s.per_token * kv.cache_element_bytes(s)),
-                       "dtype": c.dtype or "kv"})
+                       "dtype": kv.dtype_label(c)})
     decode = _point("decode")
     landscape = model_facts(ev, decode, at_decode, bytes_at, bytes_formula, overview, text)
     streams = [_stream_entry(stream, num) for stream in num.streams]
@@ -326,7 +326,7 @@ def _kv_split(ev: Evaluation) -> dict[str, Any]:
         return [quantity(sympy.Integer(value_at(n)), formula, lambda _: printed) for n in SPLIT_LENGTHS]
 
     entries = [{"uid": c.uid, "node": c.node_uid, "kind": c.kind, "growth": c.growth, "part": kv.part_of(c),
-                "dtype": c.dtype or "kv",
+                "dtype": kv.dtype_label(c),
                 "bytes": row(lambda n, c=c: kv.entry_bytes_per_request(c, n), kv.entry_bytes_per_request(s, length))}
                for c, s in zip(kv.caches(num), kv.caches(sym))]
     parts = {part: row(lambda n, p=part: kv.bytes_per_request(num, n, part=p), kv.bytes_per_request(sym, part=part))

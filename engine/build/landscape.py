@@ -72,7 +72,7 @@ def traits(ev: Evaluation) -> list[str]:
         found.add("sliding")
     if any(c.growth == "compressed" for c in main_caches):
         found.add("compressed")
-    if any(c.growth == "state" for c in main_caches):
+    if any(kv.is_recurrent(c, num) for c in main_caches):
         found.add("linear")
     if len(attention_kinds(ev)) > 1:
         found.add("hybrid")

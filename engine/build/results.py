@@ -131,7 +131,7 @@ DEPLOYMENTS_SCHEMA = {
     "weight_bytes_per_gpu": (pl.Float64, "Weights stored on the fullest GPU (bytes)."),
     "weight_bytes_per_gpu_formula": (pl.String, "Its formula over the spec's dims and the parallel degrees."),
     "kv_bytes_per_request": (pl.Float64, "KV cache of one request at input_len + output_len, all GPUs (bytes)."),
-    "kv_state_bytes_per_request": (pl.Float64, "The flat part of kv_bytes_per_request: recurrent states (`growth: state` cache entries, e.g. Gated DeltaNet / Mamba2 SSM and convolution states), in their own dtype; the same at every context (bytes)."),
+    "kv_state_bytes_per_request": (pl.Float64, "The flat part of kv_bytes_per_request: recurrent states (`growth: state` cache entries, e.g. Gated DeltaNet / Mamba2 SSM and convolution states, DeepSeek-V4 compressor buffers), in their own dtype; the same at every context (bytes)."),
     "kv_growing_bytes_per_request": (pl.Float64, "The part of kv_bytes_per_request that grows with context: every-token and compressed caches, and window-capped caches up to their window (bytes). kv_state_bytes_per_request + kv_growing_bytes_per_request = kv_bytes_per_request."),
     "kv_bytes_per_request_per_gpu": (pl.Float64, "The share of one request's KV one GPU holds (bytes)."),
     "kv_budget_bytes_per_gpu": (pl.Float64, "What the KV cache gets: usable HBM minus weights, the framework's runtime reserve and the prefill working set (bytes)."),
@@ -313,7 +313,7 @@ def attention_label(ev: Evaluation) -> str:
         if row.role != "attention" or row.stack != "main":
             continue
         mine = [c for c in num.caches if c.node_uid.startswith(uid + "/")]
-        if any(c.growth == "state" for c in mine):
+        if any(kv.is_recurrent(c, num) for c in mine):
             rank, label = 0, None
         elif mine and all(c.growth == "window" for c in mine):
             rank, label = 2, "sliding"

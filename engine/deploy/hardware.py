@@ -124,8 +124,9 @@ class GPU:
 
     @property
     def hbm_bytes(self) -> float:
-        """Capacity the runtime sees: the driver's reported total (``hbm_mib``, MiB) when on file,
-        else the datasheet's decimal GB (a lower bound: "80 GB" parts report 80 GiB or close)."""
+        """Capacity the runtime sees: the driver's reported total (``hbm_mib``, MiB; every GPU file
+        states it, or an estimate marked so), else (a GPU built in code without one) the datasheet's
+        decimal GB (a lower bound: "80 GB" parts report 80 GiB or close)."""
         if self.hbm_reported is not None:
             return self.hbm_reported.value * 2**20
         return self.hbm.value * 1e9

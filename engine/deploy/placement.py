@@ -26,7 +26,6 @@ import operator
 import sympy
 
 from engine.spec import expr as exprs
-from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.evaluate import Analysis, NodeRow
 from engine.spec.ops import OPS
 from engine.deploy.expert_comm import Routing
@@ -502,6 +501,10 @@ class Placer(_LayoutRules, _ParallelRules):
         self._locals: dict[tuple, sympy.Expr] = {}
         self._state_caches = {c.node_uid.removesuffix("@decode"): c for c in analysis.caches
                               if c.growth == "state" and OPS[analysis.rows[c.node_uid].op].state is not None}
+        # kv_cache node uid (decode suffix dropped) -> bytes per element of an entry with its own
+        # dtype (the indexer's FP8 keys with f32 scales); the others take the KV dtype
+        self._own_cache_bytes = {c.node_uid.removesuffix("@decode"): c.own_bytes for c in analysis.caches
+                                 if c.dtype and c.growth != "state"}
 
     # -- sizes through a layout --------------------------------------------------------------------
     def unit(self, name: str) -> tuple[str, sympy.Expr] | None:
@@ -604,7 +607,9 @@ class Placer(_LayoutRules, _ParallelRules):
     def emit(self, row: NodeRow, inputs: list[Step], layout: Layout, **kw) -> Step:
         """Record a compute step for ``row`` with output ``layout``."""
         op = OPS[row.op]
-        element = self.types.kv_bytes if op.cache_output else op.out_element_bytes or self.types.act_bytes
+        cache_bytes = self._own_cache_bytes.get(row.uid.removesuffix("@decode"), self.types.kv_bytes) \
+            if op.cache_output else None
+        element = cache_bytes if op.cache_output else op.out_element_bytes or self.types.act_bytes
         out_bytes = _mul(self.local(row.out, layout), element)
         work = kw.pop("work", layout)   # the layout dividing the work (default: the output's)
         if op.view:
@@ -613,7 +618,7 @@ class Placer(_LayoutRules, _ParallelRules):
             step = self._step(row, inputs, layout, ZERO, ZERO, ZERO, "bf16", read, view=True)
         else:
             flops = _div(row.flops, self.split(row.out, work)) if row.flops != 0 else ZERO
-            written = (_mul(self.local(row.in_shapes[0], layout_of(inputs[0])), self.types.kv_bytes)
+            written = (_mul(self.local(row.in_shapes[0], layout_of(inputs[0])), cache_bytes)
                        if op.cache_output else out_bytes)
             traffic = _add(_add(reduce(_add, (s.out_read for s in inputs), ZERO), written),
                            self.state_traffic(row, layout))
@@ -632,15 +637,21 @@ class Placer(_LayoutRules, _ParallelRules):
         cache = self.state_caches().get(row.uid.removesuffix("@decode"))
         if cache is None:
             return ZERO
-        element = CACHE_DTYPE_BYTES[cache.dtype] if cache.dtype else self.types.kv_bytes
+        element = cache.own_bytes if cache.dtype else self.types.kv_bytes
         shards = self.split(Tensor(row.out.axes[2:]), Layout(layout.shards[2:]))
         batch = self.local(Tensor(row.out.axes[:1]), Layout(layout.shards[:1]))
         return batch * cache.per_token / shards * element
 
     def state_traffic(self, row: NodeRow, layout: Layout) -> sympy.Expr:
-        """A recurrent state is read and written once per decode step; a prompt writes it once."""
+        """A recurrent state is read and written once per decode step; a prompt writes it once. A
+        rolling window buffer (a compressor's, ``rolling_state``) moves 2 / every of itself per
+        decode step: one row written, the whole read once per ``every`` steps to pool it."""
         state = self.state_bytes(row, layout)
-        return state if state is ZERO else state * (2 if self.phase == "decode" else 1)   # 0 * n is 0
+        if state is ZERO or self.phase != "decode":
+            return state                                                  # 0 * n is 0
+        if OPS[row.op].rolling_state:
+            return state * 2 / row.dim_values["every"]
+        return state * 2
 
     def state_caches(self) -> dict:
         """Node uid (decode suffix dropped) -> the state cache entry a recurrent op keeps."""

@@ -37,7 +37,6 @@ import sympy
 from engine.spec import kv, quantities, storage, streams as stream_rules, symbols
 from engine.spec.api import Evaluation
 from engine.deploy.cost import KV_BYTES, compile_program
-from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
 from engine.deploy.fusion import FusionTable, admission_of, fuse, match, note_extension, overlap_default, reserve_bytes
@@ -619,7 +618,7 @@ def _cache_bytes(cache) -> sympy.Expr:
     if found is None or found[0] is not cache:
         if len(_CACHE_BYTES) > 4096:      # the entries of a few models at a time
             _CACHE_BYTES.clear()
-        element = CACHE_DTYPE_BYTES[cache.dtype] if cache.dtype else KV_BYTES
+        element = cache.own_bytes if cache.dtype else KV_BYTES
         found = _CACHE_BYTES[id(cache)] = (cache, kv.tokens_kept(cache, LENGTH) * cache.per_token * element)
     return found[1]
 

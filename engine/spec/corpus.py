@@ -505,12 +505,24 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
         elif "dtype" in entry and CACHE_DTYPE_ALIASES.get(dtype, dtype) not in CACHE_DTYPE_BYTES:
             raise SpecError(where.at("dtype"), f"unknown cache dtype {entry['dtype']!r}",
                             "use one of: " + ", ".join(CACHE_DTYPE_BYTES) + ", or $<option>")
+        scale = entry.get("scale")
+        if scale is not None:
+            if "dtype" not in entry:
+                raise SpecError(where.at("scale"), "a cache scale needs the entry's own `dtype:`",
+                                "write e.g. `dtype: fp8, scale: {dtype: f32, block: 128}`")
+            if scale.get("dtype") not in CACHE_DTYPE_BYTES:
+                raise SpecError(where.at("scale.dtype"), f"unknown scale dtype {scale.get('dtype')!r}",
+                                "use one of: " + ", ".join(CACHE_DTYPE_BYTES))
+            if not isinstance(scale.get("block"), int) or isinstance(scale.get("block"), bool) or scale["block"] < 1:
+                raise SpecError(where.at("scale.block"), f"scale block {scale.get('block')!r} is not a positive "
+                                "integer", "write the elements per scale, e.g. `block: 128`")
+            scale = (scale["dtype"], scale["block"])
         if entry["growth"] == "window" and "window" not in entry:
             raise SpecError(where, "a window-capped cache needs `window:`")
         if entry["growth"] == "compressed" and "every" not in entry:
             raise SpecError(where, "a compressed cache needs `every:` (tokens per entry)")
         caches.append(CacheSpec(entry["name"], entry["node"], entry["kind"], entry["growth"], where,
-                                entry.get("window"), entry.get("every"), entry.get("dtype")))
+                                entry.get("window"), entry.get("every"), entry.get("dtype"), scale))
     for node in graph.values():
         if node.target == "kv_cache" and node.kind == "op" and not any(c.node == node.name for c in caches):
             raise SpecError(node.where, f"kv_cache node {node.name!r} has no `cache:` entry",

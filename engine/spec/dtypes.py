@@ -4,6 +4,8 @@ Layer: engine.spec.
 """
 from __future__ import annotations
 
+import sympy
+
 #: Bytes per element of safetensors dtypes.
 DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
                "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
@@ -22,6 +24,17 @@ CACHE_DTYPE_BYTES = {"f32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 #: torch dtype names a config.json gives a cache dtype in (``mamba_ssm_cache_dtype: "float32"``).
 CACHE_DTYPE_ALIASES = {"float32": "f32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def cache_entry_bytes(dtype: str, scale: tuple[str, int] | None = None):
+    """Bytes per element of a cache entry stored in ``dtype`` with, optionally, one ``scale =
+    (scale dtype, block)`` value per ``block`` elements (vLLM's FP8 indexer key cache: fp8 values
+    plus one f32 scale per 128, 132 B per 128-element key): ``bytes(dtype) + bytes(scale) / block``,
+    exact (a sympy Rational) when the entry's elements per token are a multiple of ``block``."""
+    own = sympy.Integer(CACHE_DTYPE_BYTES[dtype])
+    if scale is None:
+        return own
+    return own + sympy.Rational(CACHE_DTYPE_BYTES[scale[0]], int(scale[1]))
 
 
 def stored_bytes(dtype: str, numel: int) -> int:

@@ -22,7 +22,7 @@ import math
 
 from engine.spec import expr, streams as stream_rules, symbols
 from engine.spec.corpus import TAKES, Corpus
-from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES
+from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES, cache_entry_bytes
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import CacheSpec, ComponentSpec, Fill, ModelSpec, NodeSpec, StackSpec, StreamSpec
 from engine.spec.ops import OPS, Leaf, OpCall
@@ -140,6 +140,13 @@ class CacheRow:
     stack: str
     #: The entry's own element type (a recurrent state in f32); None: the deployment's KV dtype.
     dtype: str | None = None
+    #: ``(scale dtype, block)`` stored beside the entry's own dtype (an FP8 cache with f32 scales).
+    scale: tuple[str, int] | None = None
+
+    @property
+    def own_bytes(self) -> sympy.Expr | None:
+        """Bytes per element in the entry's own dtype (scales included); None: the KV dtype's."""
+        return cache_entry_bytes(self.dtype, self.scale) if self.dtype else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +276,8 @@ class _OpRows:
             per_token = tensors[0].numel / (self.scenario[symbols.BATCH] * self.scenario[symbols.SEQ])
             self.caches.append(CacheRow(f"{scope.uid}#{cache.name}", uid, cache.name, cache.kind, growth,
                                         _simplify(per_token), dims.get("window"), dims.get("every"),
-                                        scope.repeat, scope.stack, self._cache_dtype(cache, scope, node)))
+                                        scope.repeat, scope.stack, self._cache_dtype(cache, scope, node),
+                                        cache.scale))
         if state_cache is not None:
             # a recurrent op's state: fixed per request, kept once whether the prefill (chunked)
             # or the decode (recurrent) form of the node is walked

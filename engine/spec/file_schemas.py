@@ -145,7 +145,10 @@ COMPONENT = Mapping("a component", fields={
             "name": req(Str()), "node": req(Str("a node of the graph")), "kind": req(Str()),
             "growth": req(Str("every_token, window, compressed or state")),
             "window": Expr("the window in tokens: a number or an expression"),
-            "every": Expr("tokens per entry: a number or an expression"), "dtype": Str("a dtype")})),
+            "every": Expr("tokens per entry: a number or an expression"), "dtype": Str("a dtype"),
+            "scale": Mapping("write `{dtype: f32, block: 128}`: one scale per block elements", fields={
+                "dtype": req(Str("the scale's dtype")), "block": req(Int("elements per scale"))}),
+            "src": Str("the serving code that stores the entry this way")})),
     "decode_variant": Mapping("write `{remove: [...], graph: {...}}`", fields={
         "remove": NAMES, "graph": req(GRAPH), "doc": TEXT}),
 })
@@ -316,8 +319,15 @@ def figure(doc: str, lo: float, hi: float, unit: str, why: str) -> Node:
 PEAK = figure("dense peak TFLOP/s", 1, 100_000, "TFLOP/s", "a dense peak between 1 TFLOP/s and 100 PFLOP/s")
 #: HBM: 1 GiB to 4 TiB per GPU (today's parts hold 80 to 288 GB).
 HBM_GB = figure("HBM capacity in decimal GB", 1, 4400, "GB", "HBM between 1 GB and 4 TiB per GPU")
-HBM_MIB = figure("HBM total the driver reports, in MiB", 1024, 1 << 22, "MiB",
-                 "the driver's total between 1 GiB and 4 TiB (an 80 GB part reports about 81,559 MiB)")
+_HBM_MIB_NUMBER = Number("HBM total the driver reports, in MiB", lo=1024, hi=1 << 22, unit="MiB", above=True,
+                         why="the driver's total between 1 GiB and 4 TiB (an 80 GB part reports about 81,559 MiB)")
+#: The capacity deployments use, always with where it was read: the total nvidia-smi / rocm-smi
+#: reports, or (``estimate: true``) a figure the note says how it was estimated (a part with no
+#: published driver total). A bare number is refused: the datasheet's GB is not what the runtime sees.
+HBM_MIB = Mapping('write `hbm_mib: {value: 81559, note: "nvidia-smi total of ... (<source>)"}`, or for a part with '
+                  'no published driver total `{value: <MiB>, estimate: true, note: "estimate: <how>"}`', fields={
+                      "value": req(_HBM_MIB_NUMBER), "note": req(TEXT),
+                      "estimate": Bool("true: no driver-reported total is published; the note says how it was estimated")})
 #: HBM bandwidth: 0.1 to 100 TB/s (A100 2.0, Rubin 22).
 HBM_TB_S = figure("HBM bandwidth in TB/s", 0.1, 100, "TB/s", "HBM bandwidth between 0.1 and 100 TB/s")
 #: A link per GPU: 1 GB/s (a slow NIC) to 100 TB/s (NVLink6 is 3.6 TB/s).
@@ -334,7 +344,7 @@ GPU = Mapping("a GPU file", fields={
     "name": req(TEXT), "vendor": req(TEXT), "arch": req(Str("the arch, e.g. sm_90")), "doc": req(TEXT),
     "peak_tflops": req(MapOf("dense peak per dtype, e.g. `{bf16: 989, fp8: 1979}`", value=PEAK)),
     "hbm_gb": req(HBM_GB),
-    "hbm_mib": HBM_MIB,
+    "hbm_mib": req(HBM_MIB),
     "hbm_tb_s": req(HBM_TB_S),
     "scale_up": req(Mapping("write `{link: NVLink4, gb_s: 900, domain: 8, hw: nvlink}`", fields={
         "link": req(TEXT), "gb_s": req(LINK_GB_S),

@@ -153,6 +153,8 @@ class CacheSpec:
     every: Any = None
     #: Element type of this entry (engine.spec.dtypes.CACHE_DTYPE_BYTES); None: the KV dtype.
     dtype: str | None = None
+    #: ``(scale dtype, block)``: one scale per ``block`` elements stored beside them (needs ``dtype``).
+    scale: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,9 @@ keeps; how many tokens it keeps at context length L is its growth law:
 * ``every_token``: L;   * ``window``: min(L, window);   * ``compressed``: floor(L / every);
 * ``state``: 1 (a fixed recurrent state per request: ``per_token`` is then the state's elements).
 
-An entry with its own ``dtype`` (a recurrent state kept in float32) is stored in that dtype
-whatever the deployment's KV dtype; the others take the KV dtype.
+An entry with its own ``dtype`` (a recurrent state kept in float32; the DSA indexer's keys in FP8
+with an f32 scale per 128, ``scale:``) is stored in that dtype whatever the deployment's KV dtype;
+the others take the KV dtype.
 
 Nothing here is stored: every number is derived from the Analysis when asked.
 """
@@ -18,8 +19,8 @@ from collections import defaultdict
 import numpy as np
 import sympy
 
-from engine.spec.dtypes import CACHE_DTYPE_BYTES
 from engine.spec.evaluate import Analysis, CacheRow
+from engine.spec.ops import OPS
 from engine.spec import symbols
 
 #: Bytes per cached element by KV dtype.
@@ -32,9 +33,10 @@ def element_bytes(kv_dtype: str) -> int:
     return KV_DTYPE_BYTES[kv_dtype]
 
 
-def cache_element_bytes(cache: CacheRow, kv_dtype: str = "bf16") -> int:
-    """Bytes per element of one cache entry: its own dtype, else the deployment's KV dtype."""
-    return CACHE_DTYPE_BYTES[cache.dtype] if cache.dtype else element_bytes(kv_dtype)
+def cache_element_bytes(cache: CacheRow, kv_dtype: str = "bf16") -> sympy.Expr | int:
+    """Bytes per element of one cache entry: its own dtype (with its block scales: 33/32 for FP8
+    with an f32 per 128), else the deployment's KV dtype."""
+    return cache.own_bytes if cache.dtype else element_bytes(kv_dtype)
 
 
 def tokens_kept(cache: CacheRow, length: sympy.Expr) -> sympy.Expr:
@@ -92,6 +94,24 @@ def fixed_bytes_per_request(analysis: Analysis, kv_dtype: str = "bf16", stack: s
 PARTS = ("state", "growing")
 
 
+def dtype_label(cache: CacheRow) -> str:
+    """How an entry is stored, for pages: ``kv`` (the deployment's KV dtype), its own dtype, or that
+    dtype with its block scale (``fp8 + f32 scale per 128``)."""
+    if not cache.dtype:
+        return "kv"
+    return cache.dtype + (f" + {cache.scale[0]} scale per {cache.scale[1]}" if cache.scale else "")
+
+
+def is_recurrent(cache: CacheRow, analysis: Analysis) -> bool:
+    """Whether an entry is a recurrent mixer's state (Gated DeltaNet, Mamba2, a short conv): a
+    ``growth: state`` entry on a recurrent op. A compressor's rolling window buffer (DeepSeek-V4)
+    is state too, but its layer still attends a growing cache: it makes no linear-attention layer."""
+    if cache.growth != "state":
+        return False
+    op = OPS[analysis.rows[cache.node_uid].op]
+    return op.state is not None and not op.rolling_state
+
+
 def part_of(cache: CacheRow) -> str:
     """Which part of a request's cache an entry belongs to (:data:`PARTS`)."""
     return "state" if cache.growth == "state" else "growing"
@@ -145,7 +165,7 @@ def request_terms(analysis: Analysis, stack: str = "main", part: str | None = No
     length = symbols.dim(symbols.LENGTH)
     mine = [c for c in caches(analysis, stack) if part is None or part_of(c) == part]
     elements = sum((tokens_kept(c, length) * c.per_token * c.repeat for c in mine if not c.dtype), sympy.Integer(0))
-    own = sum((tokens_kept(c, length) * c.per_token * c.repeat * CACHE_DTYPE_BYTES[c.dtype] for c in mine if c.dtype),
+    own = sum((tokens_kept(c, length) * c.per_token * c.repeat * c.own_bytes for c in mine if c.dtype),
               sympy.Integer(0))
     return elements, own
 

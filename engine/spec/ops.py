@@ -117,6 +117,11 @@ class Op:
     #: A recurrent op's state per request (``None``: stateless): the tensor a ``growth: state``
     #: cache entry naming this node keeps between decode steps.
     state: Callable[[OpCall], Tensor] | None = None
+    #: The state is a rolling buffer of a window's rows, not a recurrence (DeepSeek-V4's compressor
+    #: keeps the not-yet-pooled tokens of its window): a decode step writes one row and the whole
+    #: buffer is read once per ``every`` steps to pool it, so a step moves 2 / every of it (a
+    #: recurrent state is read and written whole every step); the layer is no linear mixer.
+    rolling_state: bool = False
 
     def params(self, call: OpCall) -> sympy.Expr:
         """Parameter count: the parameter leaves' element counts (buffers excluded)."""
@@ -585,6 +590,17 @@ def _compress_pool_shape(call):
     return out, AxisMap(carried_all(kv)[:-1] + (New(),), ((0, kv.rank - 1), (1, kv.rank - 1)))
 
 
+def _compress_pool_state(call):
+    """Per request: the F32 ``kv_state`` and ``score_state`` buffers of the window being filled,
+    each [windows x every, windows x dim] (DeepSeek-V4 inference/model.py Compressor:
+    ``torch.zeros(max_batch_size, coff * compress_ratio, coff * head_dim)``, coff = 2 with
+    overlapping windows)."""
+    width = call.inputs[0].axes[-1]
+    windows = width.size / call.dims["dim"]
+    return Tensor((Axis("compressor_buffers", sympy.Integer(2)), Axis("compressor_rows", windows * call.dims["every"]),
+                   width))
+
+
 def _compress_pool_flops(call, out):
     """Per token and channel: gate + position bias, softmax over the window (5), weighted sum (2)."""
     return Tensor(call.inputs[0].axes[:-1]).numel * call.inputs[0].axes[-1].size * 8
@@ -1003,7 +1019,7 @@ OPS: dict[str, Op] = {
         "per channel; overlapping windows project 2 x dim (DeepSeek-V4's compressor). Counted per "
         "token.", "contract", (2, 2), _compress_pool_shape, _compress_pool_flops,
         lambda c: (Leaf("ape", (c.axis("every"), c.inputs[0].axes[-1])),),
-        dims=("every", "dim")),
+        dims=("every", "dim"), state=_compress_pool_state, rolling_state=True),
     "grouped_linear": Op(
         "grouped_linear", "One matmul per group: [.., groups, in] -> [.., groups, out] with the "
         "groups' weights stacked as one [groups*out, in] matrix (DeepSeek-V4's wo_a).",

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import sympy
 
-from engine.spec import expr
-from engine.spec.ops import OPS
+from engine.spec import expr, kv
 from engine.verify.guards import Context, Finding
 
 NAME = "schedule"
@@ -40,8 +39,7 @@ def layer_features(ctx: Context) -> dict[int, dict[str, bool]]:
         window = any(c.growth == "window" for c in a.caches if c.node_uid.startswith(prefix))
         indexer = any(c.kind == "indexer_key" for c in a.caches if c.node_uid.startswith(prefix))
         hashed = any(r.op == "hash_route" for u, r in a.rows.items() if u.startswith(prefix))
-        recurrent = any(c.growth == "state" and OPS[a.rows[c.node_uid].op].state is not None
-                        for c in a.caches if c.node_uid.startswith(prefix))
+        recurrent = any(kv.is_recurrent(c, a) for c in a.caches if c.node_uid.startswith(prefix))
         attention = any(c.growth != "state" for c in a.caches if c.node_uid.startswith(prefix))
         for layer in comp.layers:
             out[layer] = {"moe": moe, "window": window, "indexer": indexer, "hash_routed": hashed,
