@@ -132,8 +132,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_hand_comm.py",),
            "all-gather bytes divided by n (the local shard taken for the whole tensor)"),
     Mutant("fp8-kv-as-bf16", "engine/deploy/placement.py",
-           "element = self.types.kv_bytes if op.cache_output else",
-           "element = self.types.act_bytes if op.cache_output else",
+           'cache_bytes = self._own_cache_bytes.get(row.uid.removesuffix("@decode"), self.types.kv_bytes)',
+           'cache_bytes = self._own_cache_bytes.get(row.uid.removesuffix("@decode"), self.types.act_bytes)',
            ("tests/test_hand_kv_traffic.py",),
            "cache reads priced at the activation dtype (FP8 KV traffic as BF16)"),
     # -- the expert all-to-all as DeepEP runs it (issue 38; hand tests in tests/test_expert_comm.py) ------
