@@ -347,7 +347,7 @@ MUTANTS: tuple[Mutant, ...] = (
            '    overlapped = np.maximum(2.0 * kernels + 2.0 * half["comm_stream_s"], full["step_bound_s"])',
            ("tests/test_phase_bound.py",),
            "the two-batch schedule hides no collective (both halves one after another on one stream)",
-           "tests/test_phase_bound.py::test_two_batch_decode_by_hand"),
+           "tests/test_phase_bound.py::test_two_batch_decode_composes_the_half_batch"),
     Mutant("js-bound-ignores-memory", "static/js/deploy_eval.js",
            "t.step_bound_s = Math.max(t.compute_time_s, t.memory_time_s);",
            "t.step_bound_s = t.compute_time_s;",

@@ -55,6 +55,7 @@ sys.path.insert(0, str(REPO))
 
 from engine.spec.errors import SpecError, Where  # noqa: E402  (after the sys.path line)
 from engine.spec.yamlio import load_yaml  # noqa: E402
+from engine.deploy.fusion import OVERLAP_POLICIES  # noqa: E402
 
 DATA = REPO / "benchmarks" / "data" / "published.yaml"
 METRICS = ("prefill", "decode", "output")
@@ -63,9 +64,9 @@ REQUIRED = ("id", "source", "model", "gpu", "gpus", "tp", "framework", "metric",
 #: Options fields a point may set, with their default (the CLI's defaults, engine.cli.deploy).
 OPTION_DEFAULTS = {"weight_format": "checkpoint", "kv_dtype": "bf16", "act_dtype": "bf16", "hbm_fraction": 0.9,
                    "prefill_tokens": 8192}
-#: A point's ``overlap:`` (the schedule estimate's overlap policy, Options.overlap where the engine
-#: has it; "" = the framework's default). Passed only to an engine whose Options has the field.
-OVERLAPS = ("", "none", "two_batch")
+#: A point's ``overlap:`` (the schedule estimate's overlap policy, Options.overlap; "" = the
+#: framework's default): engine.deploy.fusion.OVERLAP_POLICIES.
+OVERLAPS = ("",) + OVERLAP_POLICIES
 DEGREES = ("tp", "ep", "dp_attn", "pp", "cp")
 #: Extra words a bound / estimate key may carry besides the base key's words and its kind.
 KIND_WORDS = {"bound": {"bound"}, "estimate": {"estimate", "schedule", "sched"}, "steady": {"steady"}}
@@ -253,8 +254,6 @@ class Evaluator:
                                 gpus_per_node=point.gpus_per_node)
         extra = {"mtp_tokens": point.mtp[0], "mtp_acceptance": point.mtp[1]} if point.mtp[0] else {}
         fields = dict(point.options)
-        if "overlap" in fields and not OVERLAP_MODELLED:
-            del fields["overlap"]      # an engine without overlap policies: noted under the table
         options = Options(framework=point.framework, **fields, **extra)
         fusion = self.tables.get(options.framework)
 
@@ -288,14 +287,6 @@ def _n(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def _overlap_modelled() -> bool:
-    from engine.deploy import Options
-    return "overlap" in Options.__dataclass_fields__
-
-
-OVERLAP_MODELLED = _overlap_modelled()
-
-
 def table(rows: list[dict]) -> str:
     """The markdown table (one line per point) and a line naming the summary keys each column read."""
     keys = {kind: sorted({r["keys"][kind] for r in rows}) for kind in ("bound", "estimate")}
@@ -316,10 +307,6 @@ def table(rows: list[dict]) -> str:
     out.append("bound read from " + "; ".join(f"({a}, {b})" for a, b in keys["bound"])
                + " - estimate read from " + "; ".join(f"({a}, {b})" for a, b in keys["estimate"])
                + " (ttft, tpot): a column with no key of its own reads the deployment's headline ttft_s / tpot_s")
-    skipped = [r["point"].id for r in rows if "overlap" in r["point"].options and not OVERLAP_MODELLED]
-    if skipped:
-        out.append("overlap policy not modelled by this engine (no Options.overlap), evaluated without it: "
-                   + ", ".join(skipped))
     return "\n".join(out)
 
 

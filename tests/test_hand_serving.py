@@ -84,7 +84,7 @@ def test_dp_attention_decode_holds_whole_requests_per_rank(batch, per_rank):
     d = deploy("DeepSeek-V3", "H200", Scenario(batch, 8192, 1024), tp=8, ep=8, dp_attn=8)
     scores = op(d, "decode", "main/layers[moe]/self_attn/scores@decode")
     assert scores["flops"] == (DS_LAYERS - DS_DENSE) * per_rank * 2 * DS_HEADS * DS_LATENT * ctx
-    assert per_rank != batch / 8
+    assert per_rank == -(-batch // 8)          # whole requests: the fullest of 8 ranks holds ceil(B / 8)
     s = d.summary
     assert s["kv_bytes_per_gpu"] == per_rank * DS_LAYERS * DS_LATENT * BF16 * ctx
     assert s["kv_bytes_per_gpu"] == per_rank * 647_626_752

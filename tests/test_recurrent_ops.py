@@ -414,7 +414,7 @@ def test_bad_state_cache_entries_are_one_line_errors(tmp_path, old, new, message
     ("scale: {dtype: f32, block: 128}", "scale: {dtype: f64, block: 128}",
      "cache[2].scale.dtype: unknown scale dtype 'f64'"),
     ("scale: {dtype: f32, block: 128}", "scale: {dtype: f32, block: 0}",
-     "cache[2].scale.block: scale block 0 is not a positive integer"),
+     "cache[2].scale.block: 0 is outside the plausible range (1 to 65,536) — write the real figure: the elements one scale covers"),
 ])
 def test_bad_cache_scales_are_one_line_errors(tmp_path, old, new, message):
     """The DSA indexer key's `dtype: fp8, scale: {dtype: f32, block: 128}` spoiled three ways."""

@@ -28,6 +28,13 @@ from engine.spec.kv import KV_DTYPE_BYTES
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig
 
 DEFAULT = PACKAGE_ROOT / "corpus" / "grid.yaml"
+
+
+def grid_file(corpus_root: Path, given: "Path | str | None" = None) -> Path:
+    """The grid a command over ``corpus_root`` uses: ``given`` (``--grid``), else the corpus's own
+    grid.yaml (a checkout's, or --corpus), else the installed default."""
+    own = Path(corpus_root) / "grid.yaml"
+    return Path(given) if given else own if own.exists() else DEFAULT
 _TOP = ("doc", "gpus", "gpu_counts", "beyond_fit", "parallel", "frameworks", "kv_dtypes", "scenarios", "ops", "sizing")
 _PARALLEL = ("max_pp", "cp", "ep", "dp_attn", "tp_in_domain", "pp_after_tp")
 _SCENARIOS = ("input_lengths", "beyond_max_context", "output_lengths", "batches")

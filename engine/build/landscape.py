@@ -31,7 +31,7 @@ from engine.spec import kv, symbols
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError, Where
 from engine.spec.file_schemas import LINEAGE
-from engine.spec.yamlio import load_yaml
+from engine.spec.corpus import Reader
 from engine.spec.quantities import quantity as _q
 
 #: Trait order on the site (the gallery's filter bar and the landscape page) with one line each.
@@ -104,12 +104,12 @@ def load_lineage(corpus_root: Path) -> dict[str, Any]:
     models: dict[str, int] = {}
     if not path.exists():
         return {"families": families, "models": models}
-    shown = f"{path.parent.name}/{LINEAGE_FILE}"
-    data = load_yaml(path, shown, schema=LINEAGE)
-    for i, entry in enumerate(data["lineages"]):
+    reader = Reader(path, Path(corpus_root), LINEAGE)
+    for i, entry in enumerate(reader.data["lineages"]):
         for generation, item in enumerate(entry["families"]):
             if isinstance(item, dict) and len(item) != 1:   # the schema allows a name or a mapping
-                raise SpecError(Where(shown, getattr(item, "line", 0), f"lineages[{i}].families[{generation}]"),
+                raise SpecError(Where(reader.display, entry["families"].line_of_item(generation),
+                                      f"lineages[{i}].families[{generation}]"),
                                 f"a family is one `Name: [org/model, ...]`, got {len(item)} names",
                                 "write - Qwen3: [Qwen/Qwen3-8B, Qwen/Qwen3-32B]")
             family, listed = next(iter(item.items())) if isinstance(item, dict) else (item, [])

@@ -776,15 +776,14 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     skipped but fails the build before any grid work, nothing published (:func:`refuse_unverified`)."""
     from engine.build import executor as executors
     from engine.build import inputs
-    from engine.build.grid import DEFAULT
+    from engine.build.grid import grid_file
     from engine.deploy.hardware import DEFAULT_ROOT as GPU_ROOT, load_gpus
     started = time.perf_counter()
     log = log or (lambda line: None)
     publish.claim(out)                     # a user's folder is refused before anything is read or written
     if lock_timeout is None:
         lock_timeout = publish.lock_timeout()
-    own_grid = corpus.root / "grid.yaml"   # the corpus in use brings its grid (a checkout's, or --corpus)
-    grid_path = Path(grid_path) if grid_path else own_grid if own_grid.exists() else DEFAULT
+    grid_path = grid_file(corpus.root, grid_path)
     gpu_root = Path(gpu_root) if gpu_root else GPU_ROOT
     inputs.check_all(corpus, grid_path, gpu_root)   # fail early, before any work
     where = executors.parse(executor)

@@ -22,14 +22,12 @@ def add_parser(sub, parents=()) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.build.grid import DEFAULT
+    from engine.build.grid import grid_file
     from engine.build.inputs import check_all
     from engine.spec.corpus import load_corpus
     from engine.verify.evidence import load_evidence, registry
     corpus = load_corpus(args.corpus)
-    own = Path(args.corpus) / "grid.yaml"   # as build: the corpus's grid, else the installed one
-    grid = Path(args.grid) if args.grid else own if own.exists() else DEFAULT
-    check_all(corpus, grid, Path(args.gpus_root))
+    check_all(corpus, grid_file(corpus.root, args.grid), Path(args.gpus_root))
     registry(corpus.root)
     for model in corpus.models.values():   # what validate reads (it also runs the guards: not here)
         load_evidence(corpus, model)

@@ -59,11 +59,7 @@ def serving_options(args):
     if hasattr(args, "prefill_tokens"):
         extra["prefill_tokens"] = args.prefill_tokens
     table = tables.get(args.framework)
-    overlap = getattr(args, "overlap", None) or ""
-    if overlap not in ("", "none") and overlap not in ((table.overlap or {}) if table else {}):
-        raise SpecError(Where("<command line>", field="--overlap"),
-                        f"framework {args.framework!r} declares no {overlap} overlap",
-                        "leave out --overlap, or use a framework whose corpus/fusion table lists it (sglang)")
+    overlap = getattr(args, "overlap", None) or ""   # checked against the table where the structure is built
     options = Options(framework=args.framework, kv_dtype=args.kv_dtype, act_dtype=args.act_dtype,
                       weight_format=args.weight_format, hbm_fraction=args.hbm_fraction, overlap=overlap, **extra)
     return options, table

@@ -221,7 +221,7 @@ def load_gpu(path: Path, root: Path, collectives: CollectiveModel | None = None)
                sources=tuple(data.get("sources") or ()), where=reader.where(data),
                scale_up_hw=_hw(reader, up, "scale_up", collectives.hop),
                scale_out_hw=_hw(reader, out, "scale_out", collectives.hop), collectives=collectives,
-               hbm_reported=_figure(data["hbm_mib"]) if "hbm_mib" in data else None,
+               hbm_reported=_figure(data["hbm_mib"]),   # required by the schema
                **_price(data))
 
 

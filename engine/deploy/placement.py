@@ -96,7 +96,7 @@ class Step:
     collective: str = ""            # the collective this step runs (alone or fused), its ranks and
     ranks: int = 1                  # the scale-up domains they span: its per-call latency
     nodes: int = 1                  # (GPU.collective_latency)
-    routing: object = None          # an expert all-to-all: its expert_comm.Routing (a framework's
+    routing: Routing | None = None  # an expert all-to-all: its expert_comm.Routing (a framework's
                                     # transport re-prices it, engine.deploy.expert_comm.transport)
 
     @property

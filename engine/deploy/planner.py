@@ -454,6 +454,9 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
     if not options.overlap:             # the framework's own schedule overlap (its table's default)
         options = replace(options, overlap=overlap_default(fusion))
+    elif options.overlap != "none" and options.overlap not in ((fusion.overlap or {}) if fusion else {}):
+        raise SpecError(option_where("--overlap"), f"framework {options.framework!r} declares no {options.overlap} overlap",
+                        "leave out --overlap, or use a framework whose corpus/fusion table lists it (sglang)")
     return Structure(ev, config, options, domain, programs, formulas,
                      # unfused: before kernel fusion, the framework's all-to-all library still applies
                      {p: transport(numeric[p][0], a2a) for p in PHASES}, {p: transport(symbolic[p][0], a2a) for p in PHASES},

@@ -394,7 +394,8 @@ class _Evaluator:
         phases = phases_many(gpus, [(phase_inputs(s, batch, input_len, out_len, self.options.prefill_tokens,
                                                   not prefill_only), index, self.kv_bytes)
                                     for s, prefill_only, _, batch, out_len, index in calls],
-                             times_only=(self.options.overlap or "none") == "none")   # two_batch reads the bound
+                             # two_batch reads the bound: the overlap each structure resolved (its table's default)
+                             times_only=all((s.options.overlap or "none") == "none" for s, *_ in calls))
         out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         for (s, prefill_only, runs, batch, out_len, index), phase in zip(calls, phases):
             got = summarize(s, gpus, index, self.kv_bytes, batch, input_len, out_len, self.options.hbm_fraction,

@@ -134,13 +134,6 @@ class Reader:
                 raise SpecError(self.where(mapping, field), f"missing field {key!r}",
                                 f"add `{key}:`")
 
-    def string(self, mapping: LineDict, key: str, field: str, default: str | None = None) -> str:
-        value = mapping.get(key, default)
-        if not isinstance(value, str):
-            raise SpecError(self.where(mapping, f"{field}.{key}" if field else key, key),
-                            f"expected a string, got {kind_of(value)}", f"write `{key}: <name>`")
-        return value
-
     def names(self, value: Any, field: str, parent: Any, key: str) -> tuple[str, ...]:
         if value is None:
             return ()
@@ -510,12 +503,9 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
             if "dtype" not in entry:
                 raise SpecError(where.at("scale"), "a cache scale needs the entry's own `dtype:`",
                                 "write e.g. `dtype: fp8, scale: {dtype: f32, block: 128}`")
-            if scale.get("dtype") not in CACHE_DTYPE_BYTES:
-                raise SpecError(where.at("scale.dtype"), f"unknown scale dtype {scale.get('dtype')!r}",
+            if scale["dtype"] not in CACHE_DTYPE_BYTES:   # kinds and the block's range: the schema's
+                raise SpecError(where.at("scale.dtype"), f"unknown scale dtype {scale['dtype']!r}",
                                 "use one of: " + ", ".join(CACHE_DTYPE_BYTES))
-            if not isinstance(scale.get("block"), int) or isinstance(scale.get("block"), bool) or scale["block"] < 1:
-                raise SpecError(where.at("scale.block"), f"scale block {scale.get('block')!r} is not a positive "
-                                "integer", "write the elements per scale, e.g. `block: 128`")
             scale = (scale["dtype"], scale["block"])
         if entry["growth"] == "window" and "window" not in entry:
             raise SpecError(where, "a window-capped cache needs `window:`")

@@ -147,7 +147,7 @@ COMPONENT = Mapping("a component", fields={
             "window": Expr("the window in tokens: a number or an expression"),
             "every": Expr("tokens per entry: a number or an expression"), "dtype": Str("a dtype"),
             "scale": Mapping("write `{dtype: f32, block: 128}`: one scale per block elements", fields={
-                "dtype": req(Str("the scale's dtype")), "block": req(Int("elements per scale"))}),
+                "dtype": req(Str("the scale's dtype")), "block": req(Int("elements per scale", lo=1, hi=1 << 16, why="the elements one scale covers, e.g. 128"))}),
             "src": Str("the serving code that stores the entry this way")})),
     "decode_variant": Mapping("write `{remove: [...], graph: {...}}`", fields={
         "remove": NAMES, "graph": req(GRAPH), "doc": TEXT}),
@@ -160,7 +160,7 @@ DIMS = MapOf("the dims table, `name: {kind, shard, doc}`", value=Mapping(
 
 ROLES = MapOf("the roles, `name: \"what it is\"`", value=Str())
 
-QUANT_SCHEME = Mapping("a quant scheme", open=False, fields={
+QUANT_SCHEME = Mapping("a quant scheme", fields={
     "scheme": req(Str("the scheme's name (its file name)")),
     "doc": req(TEXT),
     "matrix": req(OneOf("the stored tensors of a matrix", options=(

@@ -218,11 +218,11 @@ class ListOf(Node):
 
 @dataclass(frozen=True, eq=False)
 class Mapping(Node):
-    """``key: value`` pairs with the named ``fields`` only (each a node; ``req(...)`` for required
-    ones). ``open``: other keys are allowed and not checked."""
+    """``key: value`` pairs: the named ``fields`` (each a node; ``req(...)`` for required ones), and
+    any other key with a value of schema ``rest`` (None: other keys are refused)."""
 
     fields: dict[str, Node] = field(default_factory=dict)
-    open: bool = False
+    rest: Node | None = None
     expects = "a mapping"
 
     def fits_kind(self, value: Any) -> bool:
@@ -232,32 +232,18 @@ class Mapping(Node):
         super().check(value, at)
         inner = at.within(self.doc)
         for key, item in value.items():
-            node = self.fields.get(key)
+            node = self.fields.get(key, self.rest)
             if node is None:
-                if not self.open:
-                    at.key(key, item).fail(f"unknown field {_quoted(key)}", "allowed: " + ", ".join(self.fields))
-                continue
+                at.key(key, item).fail(f"unknown field {_quoted(key)}", "allowed: " + ", ".join(self.fields))
             node.check(item, inner.key(key, item))
         for key, node in self.fields.items():
             if node.required and key not in value:
                 at.fail(f"missing field {key!r}", f"add `{key}:` ({node.doc})" if node.doc else f"add `{key}:`")
 
 
-@dataclass(frozen=True, eq=False)
-class MapOf(Node):
-    """``name: value`` pairs, any names, every value of schema ``value``."""
-
-    value: Node = field(default_factory=Anything)
-    expects = "a mapping"
-
-    def fits_kind(self, value: Any) -> bool:
-        return isinstance(value, dict)
-
-    def check(self, value: Any, at: "_At") -> None:
-        super().check(value, at)
-        inner = at.within(self.doc)
-        for key, item in value.items():
-            self.value.check(item, inner.key(key, item))
+def MapOf(doc: str = "", value: Node | None = None, required: bool = False) -> Mapping:
+    """``name: value`` pairs, any names, every value of schema ``value`` (default: anything)."""
+    return Mapping(doc, required, rest=value if value is not None else Anything())
 
 
 @dataclass(frozen=True, eq=False)

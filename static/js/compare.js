@@ -18,12 +18,13 @@
     }
     return null;
   }
+  var picked = {};
   ["a", "b"].forEach(function (k) {
     if (!params.get(k)) return;
     var slug = resolve(params.get(k));
-    if (slug !== null) form.elements[k].value = slug; else unknown.push(params.get(k));
+    if (slug !== null) { form.elements[k].value = slug; picked[k] = true; } else unknown.push(params.get(k));
   });
-  if (!params.get("b") || resolve(params.get("b")) === null) {
+  if (!picked.b) {
     if (form.elements.b.options.length > 1) form.elements.b.selectedIndex = 1;
   }
   function load(slug) { return window.archJSON(root + "data/models/" + slug + ".json.gz"); }

@@ -47,8 +47,8 @@
       ttft_s: [d.pp > 1 ? "(prefill_steps * prefill_step + (pp - 1) * largest_step) / pp" : "prefill_steps * prefill_step",
                { prefill_steps: d.prefill_steps, prefill_step: fmt.time(pre.step_time_s), pp: d.pp, largest_step: fmt.time(d.fill_step_s) }],
       ttft_bound_s: [d.pp > 1 ? "(prefill_steps * prefill_bound + (pp - 1) * largest_step_bound) / pp" : "prefill_steps * prefill_bound",
-                     { prefill_steps: d.prefill_steps, prefill_bound: fmt.time(pre.step_bound_s), pp: d.pp }],
-      tpot_bound_s: ["decode_bound = max(sum of flops / peak, sum of bytes / hbm_bw, per link sum of link_bytes / link_bw + calls * alpha)",
+                     { prefill_steps: d.prefill_steps, prefill_bound: fmt.time(pre.step_bound_s), pp: d.pp, largest_step_bound: fmt.time(d.fill_bound_s) }],
+      tpot_bound_s: [(d.mtp_tokens ? "decode_bound / E, " : "") + "decode_bound = max(sum of flops / peak, sum of bytes / hbm_bw, per link sum of link_bytes / link_bw + calls * alpha)",
                      { decode_bound: fmt.time(dec.step_bound_s), compute: fmt.time(dec.compute_time_s), memory: fmt.time(dec.memory_time_s),
                        comm: fmt.time(dec.comm_time_s) }],
       tpot_s: [d.overlap === "two_batch"
@@ -71,7 +71,8 @@
         { dp_attn: d.dp_attn, free_fraction: d.admission.free_fraction, kv_budget: fmt.bytes(d.kv_budget_bytes_per_gpu),
           kv_per_request_steady_per_gpu: fmt.bytes(d.kv_bytes_per_request_steady_per_gpu),
           steady_tokens: d.kv_steady_tokens_per_request.toPrecision(6), page_tokens: d.admission.page_tokens }],
-      tpot_mean_s: ["decode step at ctx = input + (output - 1) / 2", { decode_step_mean: fmt.time(d.tpot_mean_s) }],
+      tpot_mean_s: [(d.mtp_tokens ? "decode_step_mean / E, " : "decode_step_mean, ") + "the decode step at ctx = input + (output - 1) / 2",
+                    { decode_step_mean: fmt.time(d.decode_mean_step_time_s), E: d.tokens_per_step }],
       tokens_per_s_per_gpu_steady: ["batch / tpot_mean / gpus", { batch: d.batch, tpot_mean: fmt.time(d.tpot_mean_s), gpus: d.gpus_per_replica }]
     };
   }

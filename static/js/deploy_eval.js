@@ -136,13 +136,13 @@
     var adm = o.admission, steadyTok = steadyTokens(adm, input, p.output);
     var kvSteady = ev(mem.kv_dev, { length: steadyTok, kv_bytes: kv }), steadyCap = fitCount(room * (1.0 - adm.free_fraction), kvSteady);
     var replica = cfg.tp * cfg.pp * cfg.cp;
-    var ttft = steps * prefill.step_time_s / cfg.pp, fill = 0, ttftBound = steps * prefill.step_bound_s / cfg.pp;
+    var ttft = steps * prefill.step_time_s / cfg.pp, fill = 0, fillBound = 0, ttftBound = steps * prefill.step_bound_s / cfg.pp;
     if (cfg.pp > 1) {   // the pipeline fills with the largest step, then each step leaves one stage later
       var largest = cfg.dp_attn * Math.min(perRank / k, budget / input), fillEnv = env(largest, input, input, kv);
       var filled = scheduled(o, file, preSteps, gpu, fillEnv, phase(file, preSteps, gpu, fillEnv), largest / cfg.dp_attn);
-      fill = filled.step_time_s;
+      fill = filled.step_time_s; fillBound = filled.step_bound_s;
       ttft = ttft + (cfg.pp - 1) * fill / cfg.pp;
-      ttftBound = ttftBound + (cfg.pp - 1) * filled.step_bound_s / cfg.pp;
+      ttftBound = ttftBound + (cfg.pp - 1) * fillBound / cfg.pp;
     }
     // speculative decoding: a step emits E tokens per request on average, TPOT = step / E
     var perStep = mtp ? tokensPerStep(mtp, p.acceptance) : 1, tpot = mtp ? decode.step_time_s / perStep : decode.step_time_s;
@@ -165,12 +165,12 @@
       tpot_mean_bound_s: decodeMean.step_bound_s / perStep, overlap: o.overlap || "none",
       prefill_tokens_per_s_per_gpu: batch * input / ttft / replica,
       kv_steady_tokens_per_request: steadyTok, kv_bytes_per_request_steady_per_gpu: kvSteady,
-      max_concurrent_requests_steady: cfg.dp_attn * steadyCap, fits_steady: perRank <= steadyCap, capacity_steady_per_rank: steadyCap, admission: adm,
+      max_concurrent_requests_steady: cfg.dp_attn * steadyCap, fits_steady: perRank <= steadyCap, admission: adm,
       tpot_mean_s: tpotMean, tokens_per_s_per_gpu_steady: batch / tpotMean / replica,
       tokens_per_s_per_gpu: batch / tpot / replica, tokens_per_s_per_user: 1 / tpot, extrapolated: length > model.max_context,
-      mtp_tokens: mtp, mtp_acceptance: mtp ? p.acceptance : 0, tokens_per_step: perStep, decode_step_time_s: decode.step_time_s,
+      mtp_tokens: mtp, mtp_acceptance: mtp ? p.acceptance : 0, tokens_per_step: perStep, decode_step_time_s: decode.step_time_s, decode_mean_step_time_s: decodeMean.step_time_s,
       bound: decode.bound, prefill_bound: prefill.bound, phases: { prefill: prefill, decode: decode },
-      programs: { prefill: pre, decode: dec }, steps: { prefill: preSteps, decode: decSteps }, fill_step_s: fill, pp: cfg.pp, dp_attn: cfg.dp_attn,
+      programs: { prefill: pre, decode: dec }, steps: { prefill: preSteps, decode: decSteps }, fill_step_s: fill, fill_bound_s: fillBound, pp: cfg.pp, dp_attn: cfg.dp_attn,
       gpus_per_replica: replica, per_rank: perRank, capacity_per_rank: cap, peak_flops_dense: Math.max.apply(null, gpu.peaks),
       hbm_bytes_per_s: gpu.hbm_bytes_per_s,
       env: { prefill: env(meanStep, input, input, kv), decode: env(decBatch, seq, length, kv) }
