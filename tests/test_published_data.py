@@ -1,7 +1,7 @@
 """benchmarks/data/published.yaml: every point names a source, its model is in the corpus, its GPU is
 known, its config can be placed, its numbers are positive; and benchmarks/published.py's pure parts
-(the data loader's refusals, the column resolver, the throughput formulas). No timing, no network:
-the measured figures are data, never asserted against ArchLedger's numbers here."""
+(the data loader's refusals, the column resolver, the throughput formulas). No timing, no network.
+The measured figures are held against ArchLedger's lower bound in tests/test_published_bound.py."""
 from __future__ import annotations
 
 import importlib.util
