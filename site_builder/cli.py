@@ -33,7 +33,7 @@ def cmd_build(args) -> int:
 
     def site(results: Path, site_dir: Path, progress=None) -> None:
         # the published site beside the staged one: pages whose inputs did not change are carried from it
-        render_staged(results, site_dir, progress if progress else (None if quiet else progress_printer("pages")))
+        render_staged(results, site_dir, progress if progress else (None if quiet else progress_printer("page groups")))
 
     return run(args, site=None if args.no_site else site)
 
@@ -45,7 +45,7 @@ def cmd_site(args) -> int:
     if not (out / "results" / "models.parquet").exists():
         print(f"error: {out / 'results'}: no results — run `archledger build` first", file=sys.stderr)
         return 2
-    site = render_site(out / "results", out, None if args.quiet else progress_printer("pages"))
+    site = render_site(out / "results", out, None if args.quiet else progress_printer("page groups"))
     pages = sum(1 for _ in site.rglob("index.html"))
     print(f"wrote {site} ({pages} pages)")
     return 0

@@ -65,7 +65,7 @@ PAGE_LIMIT = 300_000
 # -- display filters (formatting only) -------------------------------------------------------------
 
 # one formatter for the CLI and the site (engine/cli/units.py; static/js/site.js mirrors it)
-si, human_bytes, binary_bytes, seconds, tokens = units.si, units.decimal_bytes, units.binary_bytes, units.seconds, units.tokens
+si, human_bytes, seconds, tokens = units.si, units.decimal_bytes, units.seconds, units.tokens
 
 
 def crossing_length(value) -> str:
@@ -128,7 +128,7 @@ def environment(assets: dict[str, str] | None = None) -> jinja2.Environment:
     names = static_assets()[0] if assets is None else assets
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(si=si, bytes=human_bytes, gib=binary_bytes, tokens=tokens, fmt=fmt, anchor=anchor, seconds=seconds,
+    env.filters.update(si=si, bytes=human_bytes, tokens=tokens, fmt=fmt, anchor=anchor, seconds=seconds,
                        landscape_fmt=landscape_fmt, crossing_length=crossing_length)
     # jinja's own tojson escapes < > & ' but not U+2028/U+2029: templates get the one escaper
     env.filters["tojson"] = lambda value, indent=None: markupsafe.Markup(script_json(value))

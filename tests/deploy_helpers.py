@@ -60,8 +60,10 @@ def deploy_json(model: str, gpu: str, degrees: dict, framework: str, kv: str, pr
         argv += [f"--{name.replace('_', '-')}", str(value)]
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        assert main(argv) == 0
-    return json.loads(buffer.getvalue())
+        code = main(argv)
+    out = json.loads(buffer.getvalue())
+    assert code == (0 if out["deployment"]["fits"] else 1), (code, out["deployment"]["fits"])
+    return out
 
 
 def assert_close(got, want, what) -> None:

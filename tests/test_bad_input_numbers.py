@@ -271,8 +271,9 @@ def test_deploy_at_the_bounds_publishes_finite_non_negative_numbers(capsys):
     """The largest point the bounds allow still gives finite, non-negative numbers (no overflow)."""
     import json
     assert main(["deploy", "Qwen3-8B", "--gpu", "H100", "--input", str(MAX_TOKENS), "--output", str(MAX_TOKENS),
-                 "--batch", str(MAX_BATCH), "--json"]) == 0
+                 "--batch", str(MAX_BATCH), "--json"]) == 1      # far past one GPU's memory: exit 1
     out = json.loads(capsys.readouterr().out)
+    assert out["deployment"]["fits"] is False
     numbers = [v for v in out["deployment"].values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
     assert numbers and all(math.isfinite(v) and v >= 0 for v in numbers)
     assert out["deployment"]["kv_bytes_per_request"] > 1e12          # 2**25 tokens of Qwen3-8B KV: big, exact

@@ -39,3 +39,14 @@ def test_list_prints_params_with_si_prefixes(capsys):
     # transformers' meta-device counts: 8,030,261,248 and 1,572,997,179,491 (tests/test_deepseek_v4.py)
     assert by_id["meta-llama/Meta-Llama-3.1-8B"] == ["8.03", "G"]
     assert by_id["deepseek-ai/DeepSeek-V4-Pro"] == ["1.57", "T"]
+
+
+def test_list_columns_line_up_whatever_the_longest_entry(capsys):
+    """Every row's TYPE starts at the header's TYPE and its FAMILY at the header's FAMILY, with at
+    least one space before it (a model_type as long as deepseek_v32 once ran into FAMILY)."""
+    assert main(["list"]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    type_at, family_at = header.index("TYPE"), header.index("FAMILY")
+    for line in lines:
+        assert line[type_at - 1] == " " and line[type_at] != " ", line
+        assert line[family_at - 1] == " " and line[family_at] != " ", line

@@ -52,6 +52,14 @@ def test_every_option_has_help_and_shows_its_default(command):
             assert f"default: {action.default}" in shown or "(default" in shown, (command, shown)
 
 
+@pytest.mark.parametrize("command", sorted(_commands()))
+def test_help_prints_no_rst_markup(command):
+    """``--help`` is read in a terminal: the docstrings' double-backtick literals print as single
+    backticks (issue 41: ``archledger deploy``: printed literally)."""
+    text = _commands()[command].format_help()
+    assert "``" not in text, (command, text[:300])
+
+
 def _checkout(tmp_path: Path, drop: str = "openai--gpt-oss-20b") -> Path:
     """A second checkout (corpus/ and gpus/ only) with one model fewer than the installed one."""
     root = tmp_path / "other-checkout"

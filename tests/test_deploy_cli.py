@@ -86,6 +86,25 @@ def test_bad_input_is_one_line_exit_2(capsys, extra, needle):
 
 def test_context_beyond_max_and_batch_that_does_not_fit(capsys):
     assert main(["deploy", "Llama-3.1-70B", "--gpu", "H100", "--tp", "2", "--input", "200000",
-                 "--output", "100", "--batch", "64"]) == 0
+                 "--output", "100", "--batch", "64"]) == 1     # does not fit: exit 1, numbers still printed
     out = capsys.readouterr().out
     assert "EXTRAPOLATED" in out and "fits: NO — batch 64 exceeds the capacity of" in out and "short by" in out
+
+
+def test_weights_that_cannot_fit_say_so_and_exit_1(capsys):
+    """Llama-3.1-405B in BF16 on one H100: 405.85 G parameters x 2 B = 811.7 GB of weights (Meta's
+    model card: 405B parameters, BF16) against 0.9 x 80 GB (the datasheet's 80 GB; 81,559 MiB =
+    85.5 GB reported, x 0.9 = 77.0 GB usable). The weights alone exceed the GPU: the line says
+    that, in one unit (GB), and the command exits 1 as plan does when nothing fits."""
+    import re
+    assert main(["deploy", "Llama-3.1-405B", "--gpu", "H100"]) == 1
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if l.strip().startswith("fits:"))
+    m = re.search(r"the weights alone \((\d+) GB per GPU\) exceed the usable ([0-9.]+) GB", line)
+    assert m, line
+    assert 800 <= int(m.group(1)) <= 820 and 76 <= float(m.group(2)) <= 78, line
+    assert "iB" not in out
+    # the JSON says the same: exit 1 and fits false
+    assert main(["deploy", "Llama-3.1-405B", "--gpu", "H100", "--json"]) == 1
+    import json
+    assert json.loads(capsys.readouterr().out)["deployment"]["fits"] is False

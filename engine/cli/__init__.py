@@ -15,10 +15,14 @@ from engine.spec.errors import SpecError
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """Every option's help ends with its default (unless it has none or already says it)."""
+    """Every option's help ends with its default (unless it has none or already says it); the
+    docstrings' reStructuredText literals (````x````) print as a terminal reader writes them (```x```)."""
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(text.replace("``", "`"))
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
+        text = (action.help or "").replace("``", "`")
         default = action.default
         if (default is not None and not isinstance(default, bool) and default != argparse.SUPPRESS
                 and action.option_strings and "default" not in text):

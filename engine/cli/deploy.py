@@ -89,7 +89,10 @@ def mtp_options(args) -> dict:
 
 def add_parser(sub, parents=()) -> None:
     p = sub.add_parser("deploy", parents=list(parents), help="memory, capacity and SOL prefill/decode time on GPUs",
-                       description=__doc__.splitlines()[0])
+                       description=__doc__.splitlines()[0],
+                       epilog="Exit status: 0 when the batch fits, 1 when it does not (the numbers are still "
+                              "printed, priced as if it fit: --json's fits and shortfall_bytes say by how much), "
+                              "2 on bad input.")
     p.add_argument("model", help="HF id or a unique suffix, e.g. DeepSeek-V3")
     p.add_argument("--gpu", required=True, help="GPU name from gpus/ (e.g. H200, B200, MI300X; required)")
     p.add_argument("--gpus", type=positive_int, default=None, help="GPUs in total (default tp x pp x cp); "
@@ -145,6 +148,12 @@ def _time(seconds: float) -> str:
     return units.seconds(seconds)
 
 
+def exit_status(summary: dict) -> int:
+    """0 when the point fits, 1 when it does not (as ``plan`` exits 1 when nothing fits): a script
+    can tell a deployment that runs from one that only has numbers."""
+    return 0 if summary["fits"] else 1
+
+
 def run(args: argparse.Namespace) -> int:
     d = deployment_from_args(args)
     phases = ("prefill", "decode") if args.phase == "both" else (args.phase,)
@@ -153,25 +162,28 @@ def run(args: argparse.Namespace) -> int:
                "ops": {p: d.ops[p] for p in phases}}
         json.dump(out, sys.stdout, indent=1, default=float)
         print()
-        return 0
+        return exit_status(d.summary)
     s = d.summary
     print(f"{s['model_id']} on {s['n_gpus']} x {s['gpu']}  ({d.plan.config.label()}, framework {s['framework']}, "
           f"weights {s['weight_format']}, KV {s['kv_dtype']})")
     print(f"  scenario: batch {s['batch']} per replica, input {s['input_len']}, output {s['output_len']}"
           + ("  [EXTRAPOLATED: context beyond the model's max_context "
              f"{s['max_context']}]" if s["extrapolated"] else ""))
-    # usable memory and the KV budget in GiB, as the runtime reports them (vLLM logs GiB);
-    # everything else in decimal units (docs/results.md, "How numbers are printed")
+    # every byte figure in decimal units, usable memory included (docs/results.md, "How numbers are printed")
     print(f"  memory per GPU: weights {_num(s['weight_bytes_per_gpu'], 'B')}, KV {_num(s['kv_bytes_per_gpu'], 'B')}, "
           f"prefill activations {_num(s['activation_bytes_per_gpu'], 'B')}, "
-          f"runtime reserve {units.binary_bytes(s['reserve_bytes_per_gpu'])}, usable {units.binary_bytes(s['usable_bytes_per_gpu'])}")
+          f"runtime reserve {_num(s['reserve_bytes_per_gpu'], 'B')}, usable {_num(s['usable_bytes_per_gpu'], 'B')}")
     print(f"  KV per request {_num(s['kv_bytes_per_request'], 'B')} ({_num(s['kv_bytes_per_request_per_gpu'], 'B')} per GPU); "
-          f"KV budget {units.binary_bytes(s['kv_budget_bytes_per_gpu'])} per GPU; max concurrent requests "
+          f"KV budget {_num(s['kv_budget_bytes_per_gpu'], 'B')} per GPU; max concurrent requests "
           f"{s['max_concurrent_requests']}; max prefill batch {s['max_prefill_batch']} "
           f"(prefill in {s['prefill_steps']} step(s) of at most "
           f"{d.plan.options.prefill_tokens * d.plan.config.cp} prompt tokens per replica)")
     if s["fits"]:
         print("  fits: yes")
+    elif s["weight_bytes_per_gpu"] > s["usable_bytes_per_gpu"]:
+        print(f"  fits: NO — the weights alone ({_num(s['weight_bytes_per_gpu'], 'B')} per GPU) exceed the usable "
+              f"{_num(s['usable_bytes_per_gpu'], 'B')}: spread them over more GPUs (--tp, --pp, --ep) or store them "
+              "narrower (--weight-format); the times below are priced as if it fit")
     else:
         print(f"  fits: NO — batch {s['batch']} exceeds the capacity of {s['max_concurrent_requests']} requests; "
               f"short by {_num(s['shortfall_bytes'], 'B')} per GPU "
@@ -225,5 +237,5 @@ def run(args: argparse.Namespace) -> int:
                     print(f"  {'':58s} bytes = {r['bytes_formula']}")
                     if r["comm_bytes"]:
                         print(f"  {'':58s} comm  = {r['comm_bytes_formula']}")
-    return 0
+    return exit_status(s)
 

@@ -91,7 +91,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         place = lineage_columns(model.model_id, model.family, table)
         rows.append(((place["lineage"].lower(), place["generation"], place["release_position"], params, model.model_id),
                      model, params))
-    print(f"{'MODEL':45s} {'PARAMS':>8s}  {'TYPE':12s} FAMILY")
+    # each column as wide as its longest entry (a model_type of 12+ characters ran into FAMILY)
+    width = max([len("MODEL")] + [len(m.model_id) for _, m, _ in rows])
+    kind = max([len("TYPE")] + [len(m.model_type) for _, m, _ in rows])
+    print(f"{'MODEL':{width}s} {'PARAMS':>8s}  {'TYPE':{kind}s}  FAMILY")
     for _, model, params in sorted(rows, key=lambda row: row[0]):
-        print(f"{model.model_id:45s} {units.si(params):>8s}  {model.model_type:12s} {model.family}")
+        print(f"{model.model_id:{width}s} {units.si(params):>8s}  {model.model_type:{kind}s}  {model.family}")
     return 0

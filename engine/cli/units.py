@@ -9,8 +9,9 @@ The convention (docs/results.md, "How numbers are printed"):
 - Counts and FLOPs take SI prefixes k, M, G, T, P (10^3 steps): 671 G parameters, 37.6 G FLOPs.
   Never "B" for billion: B is the byte.
 - Bytes are decimal (kB, MB, GB, TB: 10^3 steps) — checkpoint files, HBM datasheets and KV sizes
-  are decimal at their source. :func:`binary_bytes` (KiB, MiB, GiB) is for a value the runtime
-  itself reports in binary units (e.g. vLLM's KV-cache budget in GiB).
+  are decimal at their source — and every byte figure prints so, usable memory and the KV budget
+  included (a runtime that logs GiB is read in GB here: one unit on a line and in a table, so a
+  reader never compares 244 GB with 242 GiB).
 - Times pick fs, ps, ns, µs, ms or s so the mantissa is in [1, 1000) (at or above 1000 s: whole
   seconds with thousands separators).
 - Three significant digits, trailing zeros dropped ("2 G", not "2.00 G"); zero prints "0"
@@ -22,7 +23,6 @@ Invariant: the value is rounded to three significant digits *before* the prefix 
 from __future__ import annotations
 
 SI = (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
-BINARY = (("TiB", 2.0 ** 40), ("GiB", 2.0 ** 30), ("MiB", 2.0 ** 20), ("KiB", 2.0 ** 10))
 TIME = (("s", 1.0), ("ms", 1e-3), ("\u00b5s", 1e-6), ("ns", 1e-9), ("ps", 1e-12), ("fs", 1e-15))
 NONE = "\u2014"   # an em dash: no value
 
@@ -55,18 +55,6 @@ def si(value, unit: str = "") -> str:
 def decimal_bytes(value) -> str:
     """Bytes in decimal units: 1.342e12 -> '1.34 TB'; 512 -> '512 B'."""
     return si(value, "B")
-
-
-def binary_bytes(value) -> str:
-    """Bytes in binary units, for values a runtime reports that way: 80 * 2**30 -> '80 GiB'.
-    The mantissa is rounded after scaling (binary steps do not keep decimal digits)."""
-    if value is None:
-        return NONE
-    value = float(value)
-    for suffix, scale in BINARY:
-        if abs(value) >= scale:
-            return f"{_mantissa(value / scale)} {suffix}"
-    return f"{_mantissa(value)} B"
 
 
 def seconds(value) -> str:

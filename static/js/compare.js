@@ -75,7 +75,7 @@
   var ROWS = [["Fits in memory", "fits", function (v) { return v ? "yes" : "no"; }],
     ["Weights per GPU", "weight_bytes_per_gpu", fmt.bytes], ["KV cache per GPU (this batch)", "kv_bytes_per_gpu", fmt.bytes],
     ["Prefill working set per GPU", "activation_bytes_per_gpu", fmt.bytes], ["Free per GPU", "free_bytes_per_gpu", fmt.bytes],
-    ["Usable per GPU", "usable_bytes_per_gpu", fmt.gib], ["TTFT", "ttft_s", fmt.time], ["TPOT", "tpot_s", fmt.time],
+    ["Usable per GPU", "usable_bytes_per_gpu", fmt.bytes], ["TTFT", "ttft_s", fmt.time], ["TPOT", "tpot_s", fmt.time],
     ["Max concurrent requests", "max_concurrent_requests", String], ["Decode tokens/s per GPU", "tokens_per_s_per_gpu", function (v) { return fmt.si(v); }]];
   function sideTable(a, b, ra, rb, o, p) {
     table.textContent = "";

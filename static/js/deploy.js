@@ -63,7 +63,7 @@
       tokens_per_s_per_user: ["1 / tpot", { tpot: fmt.time(d.tpot_s) }],
       tokens_per_s_per_gpu: ["batch / tpot / gpus", { batch: d.batch, tpot: fmt.time(d.tpot_s), gpus: d.gpus_per_replica }],
       max_concurrent_requests: ["dp_attn * floor((usable - weights - reserve - working_set) / kv_per_request_per_gpu)",
-        { dp_attn: d.dp_attn, usable: fmt.gib(d.usable_bytes_per_gpu), weights: fmt.bytes(d.weight_bytes_per_gpu),
+        { dp_attn: d.dp_attn, usable: fmt.bytes(d.usable_bytes_per_gpu), weights: fmt.bytes(d.weight_bytes_per_gpu),
           reserve: fmt.bytes(d.reserve_bytes_per_gpu), working_set: fmt.bytes(d.activation_bytes_per_gpu),
           kv_per_request_per_gpu: fmt.bytes(d.kv_bytes_per_request_per_gpu) }],
       // steady state under continuous batching (engine/deploy/admission.py): display of deploy_eval's values
@@ -150,7 +150,7 @@
       var seg = document.createElement("div"), width = Math.max(0, Math.min(left, 100 * p[1] / usable)); left -= width;
       seg.className = "seg seg-" + p[0]; seg.style.width = width + "%"; seg.textContent = p[0] + " " + fmt.bytes(p[1]); bar.appendChild(seg);
     });
-    bar.setAttribute("aria-label", "memory per GPU: weights " + fmt.bytes(dec.weight_bytes_per_gpu) + ", prefill working set " + fmt.bytes(dec.activation_bytes_per_gpu) + ", KV " + fmt.bytes(dec.kv_bytes_per_gpu) + " of " + fmt.gib(usable) + " usable (the runtime's GiB)");
+    bar.setAttribute("aria-label", "memory per GPU: weights " + fmt.bytes(dec.weight_bytes_per_gpu) + ", prefill working set " + fmt.bytes(dec.activation_bytes_per_gpu) + ", KV " + fmt.bytes(dec.kv_bytes_per_gpu) + " of " + fmt.bytes(usable) + " usable");
   }
   // env: the decode program's point (deploy_eval's summary env: batch per micro-batch, seq, ctx, kv_bytes)
   function renderOps(rows, p, env) {

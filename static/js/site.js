@@ -120,11 +120,10 @@
     return s;
   };
   // The one number formatter, mirroring engine/cli/units.py string for string (tests/test_site_format.py):
-  // SI prefixes for counts and FLOPs (G, never B: B is the byte), decimal bytes (kB, MB, GB), binary
-  // (KiB, MiB, GiB) only for values a runtime reports that way, times in fs/ps/ns/µs/ms/s, 3 significant
+  // SI prefixes for counts and FLOPs (G, never B: B is the byte), decimal bytes (kB, MB, GB) for every
+  // byte figure (one unit per line and table), times in fs/ps/ns/µs/ms/s, 3 significant
   // digits without trailing zeros, 0 prints 0. The value is rounded before the prefix is chosen.
   var NONE = "\u2014", SI = [["P", 1e15], ["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]],
-    BINARY = [["TiB", Math.pow(2, 40)], ["GiB", Math.pow(2, 30)], ["MiB", Math.pow(2, 20)], ["KiB", 1024]],
     TIME = [["s", 1], ["ms", 1e-3], ["\u00b5s", 1e-6], ["ns", 1e-9], ["ps", 1e-12], ["fs", 1e-15]];
   function round3(v) { return v ? Number(Number(v).toPrecision(3)) : 0; }
   function mant(v) { return String(Number(Number(v).toPrecision(3))); }
@@ -137,11 +136,6 @@
   window.archFmt = {
     si: function (v, unit) { return scaled(v, unit || ""); },
     bytes: function (v) { return scaled(v, "B"); },
-    gib: function (v) {
-      if (v === null || v === undefined) return NONE;
-      for (var i = 0; i < BINARY.length; i++) if (Math.abs(v) >= BINARY[i][1]) return mant(v / BINARY[i][1]) + " " + BINARY[i][0];
-      return mant(v) + " B";
-    },
     time: function (s) {
       if (s === null || s === undefined) return NONE;
       var r = round3(s);
