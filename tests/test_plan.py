@@ -233,3 +233,15 @@ def test_json_schema(capsys):
             assert isinstance(r["batch"], int) and isinstance(r["ttft_s"], float) and r["replicas"] == 1
         xs = [r["tokens_per_s_per_user"] for r in g["front"]]
         assert xs == sorted(xs, reverse=True)
+
+
+def test_plan_text_says_fewest_gpus_not_cheapest_and_counts_one_gpu(capsys):
+    """The text ranks by GPUs, so it says so (issue 41: "cheapest" beside a $/M tokens column that
+    disagreed); Qwen3-8B in BF16 (16.4 GB of weights) fits one H100, and one is "1 GPU"."""
+    code = main(["plan", "Qwen3-8B", "--input", "1024", "--output", "256", "--ttft", "1", "--tpot", "0.05",
+                 "--gpu", "H100", "--max-gpus", "2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "cheapest" not in out and "fewest GPUs that meet the SLA" in out
+    assert "H100: 1 GPU (" in out and "1 GPUs" not in out
+    assert "fewest GPUs overall: aggregated, 1 GPU" in out

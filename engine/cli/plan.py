@@ -109,7 +109,7 @@ def _disagg_table(rows: list[dict], front: bool = False) -> list[str]:
 
 def _answer_text(r: dict) -> str:
     price = f", ${r['usd_per_m_tokens']:.3g}/M tokens" if r.get("usd_per_m_tokens") is not None else ""
-    gpus = f"{r['total_gpus']} GPU{'s' if r['total_gpus'] > 1 else ''}"
+    gpus = _gpus(r["total_gpus"])
     if r["kind"] == "disaggregated":
         return (f"{r['prefill_gpu']} -> {r['decode_gpu']}: {gpus} (disaggregated: {_split_label(r)}, decode batch "
                 f"{r['decode_batch']}, TTFT {_time(r['ttft_s'])} incl. KV transfer {_time(r['kv_transfer_s'])}, TPOT "
@@ -134,6 +134,11 @@ def _add_bound(row: dict, ev, gpu, configs, options, fusion, input_len: int, out
 
 def _best(rows: list[dict]) -> dict | None:
     return min(rows, key=lambda r: (r["total_gpus"], -r["tokens_per_s_per_gpu"])) if rows else None
+
+
+def _gpus(n: int) -> str:
+    """``1 GPU``, ``8 GPUs``."""
+    return f"{n} GPU{'s' if n != 1 else ''}"
 
 
 def _counts(most: int) -> str:
@@ -227,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"\n{g['gpu']} aggregated: {g['configs']} configs served, {g['configs_not_fitting']} that fit no "
               f"request, {g['points']:,} (config, batch) points")
         if g["cheapest"]:
-            print("  cheapest that meet the SLA (fewest GPUs, then tokens/s/GPU):")
+            print("  fewest GPUs that meet the SLA (then the most tokens/s/GPU; not the lowest $/M tokens):")
             print("\n".join(_table(g["cheapest"])))
         else:
             print("  no config meets the SLA")
@@ -242,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"\n{g['prefill_gpu']} prefill -> {g['decode_gpu']} decode, disaggregated: {g['points']:,} points "
               "(decode point + the prefill pool that meets TTFT with the fewest GPUs)")
         if g["cheapest"]:
-            print("  cheapest that meet the SLA (fewest GPUs, then tokens/s/GPU); batch = decode batch:")
+            print("  fewest GPUs that meet the SLA (then the most tokens/s/GPU); batch = decode batch:")
             print("\n".join(_disagg_table(g["cheapest"][:args.top if same else 1])))
         else:
             print("  no split meets the SLA")
@@ -254,5 +259,5 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_disagg:
         print("answer, disaggregated: " + (_answer_text(split_answer) if split_answer else "none meets the SLA"))
         best = _best([r for r in (answer, split_answer) if r])
-        print(f"cheapest overall: {best['kind']}, {best['total_gpus']} GPUs")
+        print(f"fewest GPUs overall: {best['kind']}, {_gpus(best['total_gpus'])}")
     return 0
