@@ -53,7 +53,7 @@ def cmd_site(args) -> int:
 
 def cmd_serve(args) -> int:
     from site_builder.serve import serve
-    return serve(Path(args.out) / "site", args.port)
+    return serve(Path(args.out) / "site", args.port, args.project.root / "netlify.toml")
 
 
 def cmd_screenshots(args) -> int:

@@ -2,6 +2,10 @@
 
 Layer: site_builder. The standard library's threaded HTTP server with the MIME types the site
 needs (Parquet, JSON); what Netlify serves in production is the same folder (netlify.toml).
+``archledger serve`` sends the ``[[headers]]`` of the checkout's netlify.toml as Netlify does (every
+rule whose ``for`` pattern matches the path, in file order: the Content-Security-Policy, the cache
+and Parquet media-type headers), and, as Netlify, lists no folder (a folder without index.html is
+404), so the preview is what production serves.
 
 What it refuses, whatever arrives: a path holding a control character (NUL included) or a code
 point no file name can hold is 400; a path reaching through a symbolic link anywhere inside the
@@ -18,10 +22,12 @@ import functools
 import http.server
 import io
 import os
+import re
 import stat
 import sys
 import threading
 import time
+import tomllib
 import urllib.parse
 from http import HTTPStatus
 from pathlib import Path
@@ -54,6 +60,28 @@ class _HeadReader(io.RawIOBase):
         return self.sock.recv_into(buffer)
 
 
+def load_headers(netlify_toml: Path) -> list[tuple[re.Pattern, dict[str, str]]]:
+    """netlify.toml's ``[[headers]]`` as (path pattern, headers) in file order; none when the file
+    is absent. Netlify's ``*`` matches any characters, ``/`` included (``/*`` is every path)."""
+    if not netlify_toml.is_file():
+        return []
+    rules = []
+    for rule in tomllib.loads(netlify_toml.read_text()).get("headers", []):
+        pattern = "^" + ".*".join(re.escape(part) for part in str(rule["for"]).split("*")) + "$"
+        rules.append((re.compile(pattern), {str(k): str(v) for k, v in rule.get("values", {}).items()}))
+    return rules
+
+
+def headers_for(rules: list[tuple[re.Pattern, dict[str, str]]], path: str) -> dict[str, str]:
+    """The headers Netlify sends for URL ``path``: every matching rule's, a later rule's value
+    replacing an earlier one's of the same name."""
+    out: dict[str, str] = {}
+    for pattern, values in rules:
+        if pattern.match(path):
+            out.update(values)
+    return out
+
+
 def _bad_name(path: str) -> bool:
     """The URL path holds a control character or a lone surrogate."""
     return any(ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in path)
@@ -64,11 +92,33 @@ class Handler(http.server.SimpleHTTPRequestHandler):
                       ".parquet": "application/vnd.apache.parquet", ".json": "application/json",
                       ".js": "text/javascript", ".csv": "text/csv", ".svg": "image/svg+xml"}
     timeout = TIMEOUT          # the request head's deadline, then each send's (see setup, parse_request)
+    rules: list = []           # netlify.toml's [[headers]] (load_headers); none: the standard library's alone
 
-    def __init__(self, *args, timeout: float | None = None, **kwargs):
+    def __init__(self, *args, timeout: float | None = None, rules: list | None = None, **kwargs):
         if timeout is not None:
             self.timeout = timeout
+        if rules is not None:
+            self.rules = rules
         super().__init__(*args, **kwargs)
+
+    def _rule_headers(self) -> dict[str, str]:
+        return headers_for(self.rules, urllib.parse.urlsplit(self.path).path) if self.rules else {}
+
+    def send_header(self, keyword, value):
+        """A header a rule sets is sent once, with the rule's value (Netlify's custom headers
+        replace the server's own, e.g. Content-Type)."""
+        if keyword.lower() not in {k.lower() for k in self._rule_headers()}:
+            super().send_header(keyword, value)
+
+    def end_headers(self):
+        for name, value in self._rule_headers().items():
+            super().send_header(name, value)
+        super().end_headers()
+
+    def list_directory(self, path):
+        """No listing (Netlify lists none): a folder without index.html is 404."""
+        self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+        return None
 
     def setup(self):
         super().setup()
@@ -133,21 +183,21 @@ class Server(http.server.ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def start(site: Path, port: int = 0, timeout: float = TIMEOUT) -> tuple[Server, str]:
+def start(site: Path, port: int = 0, timeout: float = TIMEOUT, rules: list | None = None) -> tuple[Server, str]:
     """Serve ``site`` in a background thread; returns the server and its base URL. ``timeout``:
-    seconds a connection may stay silent before it is closed."""
-    handler = functools.partial(Handler, directory=str(site), timeout=timeout)
+    seconds a connection may stay silent before it is closed; ``rules``: :func:`load_headers`' to send."""
+    handler = functools.partial(Handler, directory=str(site), timeout=timeout, rules=rules)
     server = Server(("127.0.0.1", port), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
 
-def serve(site: Path, port: int) -> int:
+def serve(site: Path, port: int, netlify_toml: Path | None = None) -> int:
     if not (site / "index.html").exists():
         print(f"error: {site}: no site — run `archledger build` first", file=sys.stderr)
         return 2
     try:
-        server, url = start(site, port)
+        server, url = start(site, port, rules=load_headers(netlify_toml) if netlify_toml else None)
     except OSError as exc:
         reason = "port already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
         print(f"error: 127.0.0.1:{port}: cannot serve ({reason}) — pass --port N for another port "

@@ -253,8 +253,38 @@ def test_serve_still_serves_the_folders_own_files(served):
     url, _ = served
     assert _get(url) == (200, b"<!doctype html>home")
     assert _get(url + "models/a/") == (200, b"<!doctype html>model a")
-    status, body = _get(url + "models/")                       # a folder without index.html is listed
-    assert status == 200 and b'href="a/"' in body
+    assert _get(url + "models/") == (404, b"")     # a folder without index.html is not listed (Netlify lists none)
+
+
+def test_serve_sends_the_netlify_headers_netlify_sends(tmp_path):
+    """`archledger serve` previews what production serves: the checkout's netlify.toml [[headers]]
+    (its Content-Security-Policy on every page, the Parquet media type and cache under
+    /downloads/, the immutable cache under /static/), read from the file itself here."""
+    import tomllib
+    from site_builder.serve import load_headers
+    from tests.conftest import REPO
+    site = tmp_path / "site"
+    (site / "downloads").mkdir(parents=True)
+    (site / "static").mkdir()
+    (site / "index.html").write_text("<!doctype html>home")
+    (site / "downloads" / "models.parquet").write_bytes(b"PAR1")
+    (site / "static" / "site.0123abcd.js").write_text("//")
+    declared = tomllib.loads((REPO / "netlify.toml").read_text())["headers"]
+    csp = next(r["values"]["Content-Security-Policy"] for r in declared if r["for"] == "/*")
+    server, url = start(site, timeout=5.0, rules=load_headers(REPO / "netlify.toml"))
+    try:
+        with urllib.request.urlopen(url, timeout=10) as page:
+            assert page.headers["Content-Security-Policy"] == csp
+            assert page.headers["X-Content-Type-Options"] == "nosniff"
+        with urllib.request.urlopen(url + "downloads/models.parquet", timeout=10) as parquet:
+            assert parquet.headers.get_all("Content-Type") == ["application/vnd.apache.parquet"]   # once
+            assert parquet.headers["Cache-Control"] == "public, max-age=3600, must-revalidate"
+            assert parquet.headers["Content-Security-Policy"] == csp          # "/*" matches it too
+        with urllib.request.urlopen(url + "static/site.0123abcd.js", timeout=10) as js:
+            assert js.headers["Cache-Control"] == "public, max-age=31536000, immutable"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize("path", ["passwd", "secret.txt", "linked-dir/secret.txt", "linked-dir/", "linked-dir",
