@@ -106,6 +106,7 @@ class Tab:
     errors: list[str] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)
     dialogs: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)     # console warnings (a test asserts on them where it means to)
 
     def goto(self, url: str):
         return self.page.goto(url, wait_until="networkidle")
@@ -159,6 +160,8 @@ def _open(browser, production: bool = True) -> Tab:
     tab.page = page
 
     def console(msg):
+        if msg.type == "warning":
+            tab.warnings.append(msg.text)
         if msg.type == "error":
             where = msg.location.get("url", "") if isinstance(msg.location, dict) else ""
             tab.errors.append(f"console error: {msg.text}" + (f" [{where}]" if where else ""))
@@ -691,6 +694,20 @@ def test_compare_prints_max_context_as_the_gallery(tab, base):
     tip = tab.page.locator("#tip")
     tip.wait_for(state="visible", timeout=5_000)
     assert "hidden = 7168" in tip.inner_text(), tip.inner_text()
+    assert not tab.errors, tab.errors
+
+
+def test_compare_shows_the_fixed_kv_beside_the_growing(tab, base, built):
+    """Issue 41: compare's KV row left out a hybrid's fixed state per request that the gallery shows.
+    Both models here hold no state and no window (Llama-3.1-8B: full attention in every layer;
+    DeepSeek-V3: MLA in every layer), so 0 B each; the row reads models.parquet's kv_fixed_bytes."""
+    import polars as pl
+    fixed = dict(pl.read_parquet(built / "results" / "models.parquet").select("model_id", "kv_fixed_bytes").iter_rows())
+    assert fixed["meta-llama/Meta-Llama-3.1-8B"] == 0 and fixed["deepseek-ai/DeepSeek-V3"] == 0
+    tab.goto(base + COMPARE_URL)
+    tab.page.wait_for_selector("#compare table")
+    row = tab.page.locator("#compare table tr:has(th:text-is('KV fixed per request (BF16)'))")
+    assert [row.locator("td").nth(i).inner_text() for i in range(2)] == ["0 B", "0 B"]
     assert not tab.errors, tab.errors
 
 

@@ -109,6 +109,14 @@ def test_front_chart_has_one_line_per_gpu_type_and_a_legend(browser, base, built
         # unchecking a GPU type drops its line
         tab.page.uncheck("input[name=gpu][value=B200]")
         tab.page.wait_for_function("document.querySelectorAll('#chart-front svg .mark-line path').length === 1")
+        # none left: a sentence, not an empty chart (which logged Vega warnings)
+        tab.page.uncheck("input[name=gpu][value=H100]")
+        tab.page.wait_for_function("!document.querySelector('#chart-front svg')")
+        assert tab.page.locator("#chart-front").inner_text() == "Pick a GPU type above to draw its front."
+        assert tab.page.locator("#sizing-answer").inner_text() == "Pick at least one GPU type."
+        assert not tab.warnings, tab.warnings           # an empty chart logged 8 Vega warnings (issue 41)
+        tab.page.check("input[name=gpu][value=H100]")
+        tab.page.wait_for_selector("#chart-front svg .mark-line path")
         # the framework selector switches the rows (and the command line) to the other framework's
         tab.page.select_option("select[name=fw]", "sglang")
         tab.page.wait_for_function("document.getElementById('sizing-cli').textContent.includes('--framework sglang')")

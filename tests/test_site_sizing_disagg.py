@@ -219,6 +219,10 @@ def test_form_gives_plans_disaggregated_answer(browser, base, capsys, scenario, 
     assert {k: got[k] for k in want if k not in ("kind", "meets_sla")} == \
         {k: v for k, v in want.items() if k not in ("kind", "meets_sla")}
     assert f"{want['total_gpus']} GPUs" in text and want["prefill_config"] in text and want["decode_config"] in text
+    if want["usd_per_m_tokens"] is not None:     # the $/M figure names the $/GPU-hour it assumes (gpus/*.yaml price)
+        from engine.deploy import find_gpu, load_gpus
+        gpu = find_gpu(load_gpus(REPO / "gpus"), want["decode_gpu"])
+        assert f"${gpu.price_usd_per_hour:g} per {want['decode_gpu']}-hour" in text, text
 
 
 def test_tpot_codec_reads_back_the_builds_doubles(browser, base):

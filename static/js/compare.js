@@ -37,7 +37,10 @@
     var head = t.createTHead().insertRow(); ["", a.name, b.name].forEach(function (x) { var th = document.createElement("th"); th.scope = "col"; th.textContent = x; head.appendChild(th); });
     var body = t.createTBody();
     [["Parameters", "params_total", fmt.si], ["Active per token (with embedding)", "params_active", fmt.si], ["Layers", "n_layers", String], ["Max context", "max_context", fmt.tokens],
-     ["KV per token (BF16)", "kv_bytes_per_token_growing", fmt.bytes], ["Checkpoint bytes", "checkpoint_bytes", fmt.bytes]].forEach(function (r) {
+     ["KV per token (BF16)", "kv_bytes_per_token_growing", fmt.bytes],
+     // the per-request KV that does not grow with context (recurrent states, window-capped caches at
+     // their full window): the gallery shows it, so a hybrid is not compared on its growing part alone
+     ["KV fixed per request (BF16)", "kv_fixed_bytes", fmt.bytes], ["Checkpoint bytes", "checkpoint_bytes", fmt.bytes]].forEach(function (r) {
       var tr = body.insertRow(); var th = document.createElement("th"); th.scope = "row"; th.textContent = r[0]; tr.appendChild(th);
       [a, b].forEach(function (m) { var q = m.overview[r[1]]; tr.appendChild(cell(q, r[2](q.value), "", m)); });
     });

@@ -219,14 +219,16 @@
         ", TPOT " + fmt.time(top.tpot_s) + " (schedule estimates), " + fmt.si(top.tokens_per_s_per_gpu) + " tokens/s per GPU).";
       showBound(top, sc, s);
     }
-    showDisagg(valid && s.gpu.length ? disaggAnswer(s, sc, b) : null, valid && s.gpu.length);
+    showDisagg(valid && s.gpu.length ? disaggAnswer(s, sc, b) : null, valid && s.gpu.length,
+               (data.disagg || {})[[s.fw, s.kv, sc.input, sc.output].join("/")]);
     var cli = "archledger plan " + page.model_id + " --input " + sc.input + " --output " + sc.output + " --ttft " + s.ttft + " --tpot " + (Number(s.tpot) / 1000) +
       s.gpu.map(function (g) { return " --gpu " + g; }).join("") + " --framework " + s.fw + " --kv-dtype " + s.kv + " --max-gpus " + scenarioMeta(sc).max_gpus;
     document.getElementById("sizing-cli").textContent = cli;
     chart([].concat.apply([], s.gpu.map(function (g) { return records(data.front, data.columns.front, s, sc, g); })));
   }
   function gpus(n) { return n + (n === 1 ? " GPU" : " GPUs"); }
-  function showDisagg(r, asked) {
+  // scen: the scenario's disaggregated data (its GPU types' prices among them)
+  function showDisagg(r, asked, scen) {
     var out = document.getElementById("sizing-disagg");
     if (!out) return;
     window.archSizing.disaggregated = r || null;
@@ -238,7 +240,11 @@
     if (r === undefined) { out.textContent = "Disaggregated serving was not precomputed for this scenario: run the command below."; return; }
     if (!asked) return;
     if (!r) { out.textContent = "Disaggregated: no split of a prefill pool and a decode pool on these GPU types meets both bounds."; return; }
-    var price = r.usd_per_m_tokens === null ? "" : ", $" + Number(r.usd_per_m_tokens.toPrecision(3)) + " per million output tokens";
+    // the price the figure assumes, per GPU type of the pair (the GPU files' $/GPU-hour)
+    var rates = [r.prefill_gpu, r.decode_gpu].filter(function (g, i, all) { return all.indexOf(g) === i; })
+      .map(function (g) { return "$" + scen.gpus[g].price + " per " + g + "-hour"; });
+    var price = r.usd_per_m_tokens === null ? "" : ", $" + Number(r.usd_per_m_tokens.toPrecision(3)) +
+      " per million output tokens at " + rates.join(" and ") + " (the GPU files' prices)";
     out.textContent = "Disaggregated: " + gpus(r.total_gpus) + ": " + r.prefill_replicas + " × " + r.prefill_gpu + " " +
       r.prefill_config + " prefilling " + r.prefill_batch + (r.prefill_batch === 1 ? " prompt" : " prompts") + " at once (" + gpus(r.prefill_n_gpus) + " each) + " +
       r.decode_replicas + " × " + r.decode_gpu + " " + r.decode_config + " decoding a batch of " + r.decode_batch + " (" +
@@ -248,6 +254,11 @@
   }
   function scenarioMeta(sc) { return data.scenarios.filter(function (x) { return x.input_len === sc.input && x.output_len === sc.output; })[0] || {}; }
   function chart(rows) {
+    var el = document.getElementById("chart-front");
+    if (!rows.length) {        // nothing to draw (no GPU type picked): say so, no empty chart and its warnings
+      el.textContent = "Pick a GPU type above to draw its front.";
+      return;
+    }
     if (!window.vegaEmbed) return;
     var spec = JSON.parse(JSON.stringify(page.specs.front));
     spec.datasets = Object.assign({}, spec.datasets || {}, { front: rows });
