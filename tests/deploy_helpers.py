@@ -66,6 +66,20 @@ def deploy_json(model: str, gpu: str, degrees: dict, framework: str, kv: str, pr
     return out
 
 
+#: A sizing point's columns (archledger plan, fronts and sizing tables) and the ``archledger deploy``
+#: fields they equal at the same config and batch: the search serves by the steady state of
+#: continuous batching (docs/deployment.md "Steady-state capacity"), the worst case beside it.
+PLAN_FROM_DEPLOY = {"ttft_s": "ttft_s", "tpot_s": "tpot_mean_s", "tpot_last_s": "tpot_s",
+                    "tokens_per_s_per_gpu": "tokens_per_s_per_gpu_steady",
+                    "max_concurrent_requests": "max_concurrent_requests_steady",
+                    "max_concurrent_requests_worst": "max_concurrent_requests"}
+
+
+def served_in_steady_state(summary: dict, batch: int) -> bool:
+    """Whether deploy's summary serves ``batch`` requests per replica as the sizing search does."""
+    return bool(summary["fits_steady"]) and batch <= summary["max_concurrent_requests_steady"]
+
+
 def assert_close(got, want, what) -> None:
     """A page's number against the CLI's: equal truth values for flags, else within 1e-9 relative."""
     if isinstance(want, bool) or isinstance(got, bool):

@@ -130,9 +130,11 @@ def test_plan_answers_with_the_estimate_and_shows_the_bound(llama):
         assert main(["plan", LLAMA, "--gpu", "H100", "--ttft", "10", "--tpot", "1", "--input", "4096", "--output", "1",
                      "--max-gpus", "1", "--no-disagg", "--framework", "vllm", "--json"]) == 0
     answer = json.loads(buffer.getvalue())["answer"]
-    # the answer point, evaluated by archledger deploy: the same estimate, and its bound beside it
+    # the answer point, evaluated by archledger deploy: the same estimate, and its bound beside it (plan's
+    # TPOT is the steady state's, deploy's tpot_mean_s, so its bound is deploy's tpot_mean_bound_s)
     point = deploy_json(LLAMA, "H100", {}, "vllm", "bf16", 4096, 1, answer["batch"])["deployment"]
     assert answer["ttft_s"] == pytest.approx(point["ttft_s"], rel=1e-9)
+    assert answer["tpot_s"] == pytest.approx(point["tpot_mean_s"], rel=1e-9)
     assert answer["ttft_bound_s"] == pytest.approx(point["ttft_bound_s"], rel=1e-12)
-    assert answer["tpot_bound_s"] == pytest.approx(point["tpot_bound_s"], rel=1e-12)
+    assert answer["tpot_bound_s"] == pytest.approx(point["tpot_mean_bound_s"], rel=1e-12)
     assert answer["ttft_bound_s"] < answer["ttft_s"]      # compute-bound prefill: the elementwise ops' excess

@@ -67,10 +67,11 @@ _KEY = {
     "pp": (pl.Int64, "Pipeline stages."),
     "batch": (pl.Int64, "Concurrent requests per model replica."),
     "ttft_s": (pl.Float64, "Time to first token at this batch, as archledger deploy computes it: the schedule estimate, not the lower bound ttft_bound_s (s)."),
-    "tpot_s": (pl.Float64, "Time per output token at the last position: the schedule estimate, not the lower bound tpot_bound_s (s)."),
-    "tokens_per_s_per_gpu": (pl.Float64, "Decode throughput per GPU: batch / tpot / n_gpus."),
-    "tokens_per_s_per_user": (pl.Float64, "Decode tokens per second one request sees: 1 / tpot."),
-    "max_concurrent_requests": (pl.Int64, "The config's capacity at input_len + output_len (requests per replica)."),
+    "tpot_s": (pl.Float64, "Time per output token in the steady state of continuous batching (the batch's requests at every stage of their output: the decode step at the output's mean context, archledger deploy's tpot_mean_s): the schedule estimate, not a lower bound (s)."),
+    "tpot_last_s": (pl.Float64, "Time per output token with every request at its last position (archledger deploy's tpot_s), the worst case beside tpot_s (s)."),
+    "tokens_per_s_per_gpu": (pl.Float64, "Decode throughput per GPU in the steady state: batch / tpot_s / n_gpus."),
+    "tokens_per_s_per_user": (pl.Float64, "Decode tokens per second one request sees in the steady state: 1 / tpot_s."),
+    "max_concurrent_requests": (pl.Int64, "The config's steady-state capacity under continuous batching (requests per replica; archledger deploy's max_concurrent_requests_steady): the points served."),
 }
 
 #: fronts.parquet: one row per point of the Pareto front of tokens/s/GPU vs tokens/s/user.

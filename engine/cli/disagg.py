@@ -54,10 +54,16 @@ def split_from_args(args) -> dict:
                         args.input, args.output, options, fusion, users=args.users, rate=args.rate)
 
 
-def _fit(s: dict) -> str:
-    if s["fits"]:
-        return f"fits (capacity {s['max_concurrent_requests']:,})"
-    return f"DOES NOT FIT: batch {s['batch']} > capacity {s['max_concurrent_requests']:,}"
+def _fit(s: dict, steady: bool = False) -> str:
+    """The pool's fit: the prefill pool holds every prompt at once (its worst case); the decode pool
+    runs continuous batching (``steady``: its steady-state capacity, the worst case beside it)."""
+    fits, cap = (s["fits_steady"], s["max_concurrent_requests_steady"]) if steady else \
+        (s["fits"], s["max_concurrent_requests"])
+    worst = f"; every request at its last token: {s['max_concurrent_requests']:,}" if steady else ""
+    what = "steady-state capacity" if steady else "capacity"
+    if fits:
+        return f"fits ({what} {cap:,}{worst})"
+    return f"DOES NOT FIT: batch {s['batch']} > {what} {cap:,}{worst}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
           f"per replica (batch / TTFT); {_fit(p)}")
     print(f"  decode pool:  {r['decode_replicas']} x ({r['decode_n_gpus']} {r['decode_gpu']}, {r['decode_config']}), "
           f"batch {r['decode_batch']}: TPOT {t(r['tpot_s'])}, {r['decode_requests_per_s']:.3g} requests/s per replica "
-          f"(batch / (output x TPOT)); {_fit(d)}")
+          f"(batch / (output x TPOT), TPOT in the steady state); {_fit(d, steady=True)}")
     print(f"  KV per request {b(r['kv_transfer_bytes'])} (every cache at the prompt length); busiest link "
           f"{b(r['kv_link_bytes'])} per GPU (prefill GPU holds {b(p['kv_share_bytes'])}, decode GPU "
           f"{b(d['kv_share_bytes'])}) over {r['kv_link'].replace('_', '-')}: {t(r['kv_transfer_s'])}")
@@ -90,4 +96,4 @@ def run(args: argparse.Namespace) -> int:
           f"{r['tokens_per_s_per_user']:,.1f} tok/s/user" + price)
     if args.users and not r["users_held_exactly"]:
         print(f"  note: {args.users} users over {r['decode_replicas']} decode replicas is not {args.batch} per replica")
-    return 0 if p["fits"] and d["fits"] else 1
+    return 0 if p["fits"] and d["fits_steady"] else 1

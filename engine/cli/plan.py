@@ -117,19 +117,21 @@ def _answer_text(r: dict) -> str:
     bound = (f"; lower bound TTFT {_time(r['ttft_bound_s'])}, TPOT {_time(r['tpot_bound_s'])}"
              if "ttft_bound_s" in r else "")
     return (f"{r['gpu']}: {gpus} (aggregated: {r['replicas']} x {r['config']}, batch {r['batch']}, TTFT "
-            f"{_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])} (schedule estimate){bound}, "
+            f"{_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])} (schedule estimates; TPOT in the steady state, "
+            f"{_time(r['tpot_last_s'])} at the last token){bound}, "
             f"{r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU{price})")
 
 
 def _add_bound(row: dict, ev, gpu, configs, options, fusion, input_len: int, output_len: int) -> None:
     """The lower bounds (``ttft_bound_s``, ``tpot_bound_s``) of an aggregated answer ``row``, from
     ``archledger deploy``'s evaluation of that point (the search keeps the estimates only; the
-    answer is chosen on them, docs/deployment.md "Two times per point")."""
+    answer is chosen on them, docs/deployment.md "Two times per point"). The row's TPOT is the
+    steady state's (deploy's ``tpot_mean_s``), so its bound is deploy's ``tpot_mean_bound_s``."""
     from engine.deploy import Scenario, plan
     config = {c.label(): c for c in configs}[row["config"]]
     scenario = Scenario(row["batch"], input_len, output_len)
     summary = plan(ev, gpu, config, options, fusion, scenario).at(scenario).summary
-    row["ttft_bound_s"], row["tpot_bound_s"] = summary["ttft_bound_s"], summary["tpot_bound_s"]
+    row["ttft_bound_s"], row["tpot_bound_s"] = summary["ttft_bound_s"], summary["tpot_mean_bound_s"]
 
 
 def _best(rows: list[dict]) -> dict | None:
@@ -221,9 +223,12 @@ def run(args: argparse.Namespace) -> int:
           + (f", MTP {options.mtp_tokens} draft token(s) at acceptance {options.mtp_acceptance:g}"
              if options.mtp_tokens else "")
           + f"; configs of {_counts(args.max_gpus)} GPUs per replica "
-          "(legal TP/EP/DP-attention/PP), every batch up to capacity; "
+          "(legal TP/EP/DP-attention/PP), every batch up to the steady-state capacity of continuous batching; "
           + ("aggregated only" if args.no_disagg else "aggregated, and disaggregated prefill/decode pools")
           + ("  [EXTRAPOLATED: context beyond the model's max_context]" if long else ""))
+    print("  batch = concurrent requests per replica in the steady state of continuous batching (each request's mean "
+          "paged KV plus the admission headroom); TPOT = the decode step at the output's mean context, the mean a "
+          "request sees (archledger deploy's tpot_mean_s; its tpot_s, at the last token, is in --json as tpot_last_s)")
     priced = [g for g in gpus if g.price_usd_per_hour is not None]
     print("  $/M output tokens = GPUs x $/h / (tokens/s x 3600) x 1e6: " + ("; ".join(
         f"{g.key} ${g.price_usd_per_hour:g}/h ({g.price_src.split(';')[0]})" for g in priced) or "no GPU here has a price")

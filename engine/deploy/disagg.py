@@ -200,7 +200,8 @@ def disaggregate(ev: Evaluation, prefill: Pool, decode: Pool, input_len: int, ou
                  options: Options = Options(), fusion: FusionTable | None = None, *,
                  users: int | None = None, rate: float | None = None) -> dict[str, Any]:
     """One split: both pools planned as ``deploy`` plans them (fusion decided at each pool's own
-    point), joined by :func:`join`. Returns the :data:`FIELDS` row (``meets_sla`` None: no SLA here)
+    point), joined by :func:`join`; the decode pool at its steady state of continuous batching
+    (``tpot_mean_s``, served when ``fits_steady``), as the sizing search serves it. Returns the :data:`FIELDS` row (``meets_sla`` None: no SLA here)
     plus ``prefill`` and ``decode``, each pool's ``summarize`` fields (fits, capacity, memory)."""
     validate_options(options)
     for option, pool in (("--prefill", prefill), ("--decode", decode)):
@@ -225,7 +226,9 @@ def disaggregate(ev: Evaluation, prefill: Pool, decode: Pool, input_len: int, ou
     p, d = summaries["prefill"], summaries["decode"]
     kv_request = float(transfer_bytes(ev, input_len, kv.KV_DTYPE_BYTES[options.kv_dtype]))
     joined = join(prefill.gpu, decode.gpu, n_p=prefill.config.n_gpus, batch_p=prefill.batch, ttft_p=p["ttft_s"],
-                  share_p=p["kv_share_bytes"], n_d=decode.config.n_gpus, batch_d=decode.batch, tpot_d=d["tpot_s"],
+                  share_p=p["kv_share_bytes"], n_d=decode.config.n_gpus, batch_d=decode.batch,
+                  # the decode pool runs continuous batching: its steady TPOT (the output's mean context)
+                  tpot_d=d["tpot_mean_s"],
                   share_d=d["kv_share_bytes"], kv_request=kv_request, output_len=output_len, users=users, rate=rate)
     row = {"kind": "disaggregated", "prefill_gpu": prefill.gpu.key, "prefill_config": prefill.config.label(),
            "prefill_n_gpus": prefill.config.n_gpus, "prefill_batch": prefill.batch, "prefill_ttft_s": p["ttft_s"],

@@ -13,9 +13,16 @@ against tokens/s/user.
 
 Rules (also in docs/deployment.md, "Sizing: archledger plan"):
 
-* a point (config, batch) is *served* when it fits (``fits``) and ``batch <= max_concurrent_requests``;
-  it *meets the SLA* when also ``ttft_s <= ttft`` and ``tpot_s <= tpot``. ``batch`` is requests per
-  model replica, as in ``archledger deploy``; the numbers are those ``deploy`` prints at that point.
+* a point (config, batch) is *served* when the steady state of continuous batching holds it
+  (``fits_steady`` and ``batch <= max_concurrent_requests_steady``: each request's mean paged KV
+  plus the framework's admission headroom, docs/deployment.md "Steady-state capacity"); it *meets
+  the SLA* when also ``ttft_s <= ttft`` and its steady TPOT (the decode step at the output's mean
+  context, deploy's ``tpot_mean_s``) ``<= tpot``. ``batch`` is requests per model replica, as in
+  ``archledger deploy``; the numbers are those ``deploy`` prints at that point. A point's ``tpot_s``,
+  ``tokens_per_s_per_gpu`` and ``max_concurrent_requests`` are those steady figures
+  (:data:`STEADY_COLUMNS`); ``tpot_last_s`` and ``max_concurrent_requests_worst`` are the worst case
+  (every request at its last position), shown beside them. A prefill-pool point holds every prompt
+  at once (its worst case).
 * replicas: without load, one replica. With ``users = U`` concurrent users, ``r = ceil(U / batch)``
   replicas and the point is kept only when ``batch = ceil(U / r)`` (the load a replica really
   holds). With ``rate = R`` requests/s, a replica at batch ``b`` completes ``b / (TTFT + output x
@@ -46,7 +53,8 @@ import numpy as np
 
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError, Where
-from engine.deploy.fusion import FusionTable, live_token_limits, reserve_bytes
+from engine.deploy.admission import steady_tokens
+from engine.deploy.fusion import FusionTable, admission_of, live_token_limits, reserve_bytes
 from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, ROUND, join, links, replicas, \
     transfer_bytes, usd_per_m_tokens
 from engine.deploy.hardware import GPU
@@ -72,8 +80,17 @@ BATCH_STEP = 1.01
 MAX_SEARCH_PAIRS = 2_048
 #: Fields of one reported point (JSON names; seconds, tokens/s, requests/s).
 POINT_FIELDS = ("gpu", "config", "n_gpus", "tp", "ep", "dp_attn", "pp", "replicas", "total_gpus", "batch",
-                "ttft_s", "tpot_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "requests_per_s",
-                "max_concurrent_requests", "meets_sla", "kind", "usd_per_hour", "usd_per_m_tokens")
+                "ttft_s", "tpot_s", "tpot_last_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "requests_per_s",
+                "max_concurrent_requests", "max_concurrent_requests_worst", "meets_sla", "kind", "usd_per_hour",
+                "usd_per_m_tokens")
+#: A point's columns from :func:`engine.deploy.sol.summarize`'s serving fields: the search serves by
+#: the steady state of continuous batching (docs/deployment.md "Steady-state capacity"), so its
+#: headline TPOT, throughput and capacity are deploy's steady ones; the worst case (every request at
+#: its last position, deploy's ``tpot_s`` and ``max_concurrent_requests``) is kept beside them.
+STEADY_COLUMNS = {"ttft_s": "ttft_s", "tpot_s": "tpot_mean_s", "tpot_last_s": "tpot_s",
+                  "tokens_per_s_per_gpu": "tokens_per_s_per_gpu_steady",
+                  "max_concurrent_requests": "max_concurrent_requests_steady",
+                  "max_concurrent_requests_worst": "max_concurrent_requests"}
 #: The fields of a point that are its own evaluated columns (the rest are labels or derived).
 _COLUMNS = POINT_FIELDS[POINT_FIELDS.index("replicas"):POINT_FIELDS.index("kind")]
 
@@ -316,9 +333,9 @@ class _Evaluator:
             self._first[key] = self.structure(config, gpu, regimes)
         return self._first[key]
 
-    def capacity(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> np.ndarray:
-        """``max_concurrent_requests`` at batch 1's structure for each output length (summarize()'s
-        own rule, without its phase times)."""
+    def capacity(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len, steady: bool = False) -> np.ndarray:
+        """``max_concurrent_requests`` (``steady``: ``max_concurrent_requests_steady``) at batch 1's
+        structure for each output length (summarize()'s own rule, without its phase times)."""
         s = self.first(config, gpu, input_len)
         out_len = np.asarray(output_len)
         # capacity()'s GPU-free terms (KV per request per GPU, the prefill working set), once per
@@ -329,10 +346,10 @@ class _Evaluator:
             found = self._terms[key] = (s, capacity_terms(s, input_len, out_len, self.kv_bytes,
                                                           self.options.prefill_tokens))
         return np.asarray(capacity(s, gpu.hbm_bytes * self.options.hbm_fraction, input_len, out_len,
-                                   self.kv_bytes, self.options.prefill_tokens, terms=found[1]))
+                                   self.kv_bytes, self.options.prefill_tokens, terms=found[1], steady=steady))
 
     def cannot_fit(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> bool:
-        """Whether :meth:`capacity` is 0 at every output length, decided from the placements alone
+        """Whether :meth:`capacity`, worst case and steady, is 0 at every output length, decided from the placements alone
         (no fusion, no compilation): the room capacity() leaves for the KV cache is usable -
         weights - reserve - the prefill working set, and a working set is never negative, so when
         usable - weights - reserve is short of one request's KV per GPU no request fits, whatever
@@ -341,10 +358,15 @@ class _Evaluator:
         weights, kv_dev = self.cache.memory(config, gpu.scale_up_domain, self.options)
         usable = gpu.hbm_bytes * self.options.hbm_fraction
         room = usable - weights - reserve_bytes(self.fusion, config)
+        admission = admission_of(self.fusion)
         for out in np.atleast_1d(output_len).tolist():
-            kv = self.cache.kv_at(kv_dev, input_len + int(out), self.kv_bytes)
-            if not (kv > 0 and room + 1e-6 * usable < kv * (1 - 1e-9)):
-                return False
+            # the worst case's KV at the last position, and the steady state's at its mean cache
+            # tokens in the room less the pages kept free (sol.steady_fit)
+            steady = float(steady_tokens(admission, input_len, int(out)))
+            for tokens, share in ((input_len + int(out), 1.0), (steady, 1.0 - admission.free_fraction)):
+                kv = self.cache.kv_at(kv_dev, tokens, self.kv_bytes)
+                if not (kv > 0 and share * room + 1e-6 * usable < kv * (1 - 1e-9)):
+                    return False
         return True
 
     def kv_share(self, config: ParallelConfig, gpu: GPU, input_len: int) -> float:
@@ -392,7 +414,7 @@ class _Evaluator:
         # each compiled program once over the points of every call and phase running it (times only;
         # prefill-only calls leave the decode step out)
         phases = phases_many(gpus, [(phase_inputs(s, batch, input_len, out_len, self.options.prefill_tokens,
-                                                  not prefill_only), index, self.kv_bytes)
+                                                  not prefill_only, not prefill_only), index, self.kv_bytes)
                                     for s, prefill_only, _, batch, out_len, index in calls],
                              # two_batch reads the bound: the overlap each structure resolved (its table's default)
                              times_only=all((s.options.overlap or "none") == "none" for s, *_ in calls))
@@ -444,8 +466,9 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
                 "name fewer GPU types (--gpu) or a smaller --max-gpus")
     stored = _stored_bytes(ev) if options.weight_format == "checkpoint" else 0.0
     evaluator = _Evaluator(ev, options, fusion, cache)
-    # 1. per GPU type and config, the batches to try: up to the capacity summarize() reports (its
-    # fit then decides which of them are served); a prefill pool holds the prompt and the first token only
+    # 1. per GPU type and config, the batches to try: up to the steady-state capacity summarize()
+    # reports (its steady fit then decides which of them are served); a prefill pool holds the prompt
+    # and the first token only (its worst case: a pool's requests leave after their first token)
     work: dict[tuple[int, int], tuple] = {}
     pool_start: dict[tuple[int, int], int] = {}
     for g, gpu in enumerate(gpus):
@@ -457,7 +480,7 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
             if evaluator.cannot_fit(config, gpu, input_len, outs):     # capacity 0: no structure needed
                 continue
             caps = evaluator.capacity(config, gpu, input_len, outs)
-            cap = int(caps[0])
+            cap = int(evaluator.capacity(config, gpu, input_len, outs[:1], steady=True)[0])
             batch = batch_list(cap, sla.users) if cap >= 1 else np.zeros(0, dtype=np.int64)
             out_len = np.full(batch.shape, output_len)
             pool_start[g, k] = len(batch)                 # prefill-pool points (output 1) after the others
@@ -473,8 +496,9 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
     results = []
     for g, gpu in enumerate(gpus):
         res = GPUSearch(gpu.key, price=gpu.price_usd_per_hour)
-        cols: dict[str, list] = {k: [] for k in ("config", "batch", "ttft_s", "tpot_s", "tokens_per_s_per_gpu",
-                                                 "max_concurrent_requests", "n_gpus")}
+        cols: dict[str, list] = {k: [] for k in ("config", "batch", "ttft_s", "tpot_s", "tpot_last_s",
+                                                 "tokens_per_s_per_gpu", "max_concurrent_requests",
+                                                 "max_concurrent_requests_worst", "n_gpus")}
         pre: dict[str, list] = {k: [] for k in ("config", "batch", "ttft_s")}
         for k, config in enumerate(configs):
             if (g, k) not in work:
@@ -483,10 +507,11 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
             _, batch, _ = work[g, k]
             got = evaluated[g, k]
             is_pool = np.arange(len(batch)) >= pool_start[g, k]
-            ok = got["fits"].astype(bool) & (batch <= got["max_concurrent_requests"])
-            served = ok & ~is_pool
+            # served: the steady state of continuous batching holds the batch; a prefill-pool point:
+            # every prompt's KV at once (its worst case)
+            served = got["fits_steady"].astype(bool) & (batch <= got["max_concurrent_requests_steady"]) & ~is_pool
             if pools:
-                pooled = ok & is_pool
+                pooled = got["fits"].astype(bool) & (batch <= got["max_concurrent_requests"]) & is_pool
                 if pooled.any():
                     res.pool_configs.append(config)
                     pre["config"].append(np.full(int(pooled.sum()), len(res.pool_configs) - 1))
@@ -502,8 +527,10 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
             cols["config"].append(np.full(n, len(res.configs) - 1))
             cols["batch"].append(batch[served])
             cols["n_gpus"].append(np.full(n, config.n_gpus))
-            for name in ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "max_concurrent_requests"):
-                cols[name].append(np.asarray(got[name])[served])
+            # a point's headline figures are the steady state's (what continuous batching holds and
+            # a request sees on average, deploy's *_steady / tpot_mean_s), the worst case beside them
+            for name, field in STEADY_COLUMNS.items():
+                cols[name].append(np.asarray(got[field])[served])
         if res.configs:
             p = {k: np.concatenate(v) for k, v in cols.items()}
             p.update(_load(p, sla, output_len))

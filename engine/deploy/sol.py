@@ -228,17 +228,33 @@ def capacity_terms(structure: Structure, input_len, output_len, kv_bytes,
 
 
 def capacity(structure: Structure, usable, input_len, output_len, kv_bytes,
-             prefill_tokens: int = PREFILL_TOKENS, terms: tuple | None = None) -> np.ndarray:
+             prefill_tokens: int = PREFILL_TOKENS, terms: tuple | None = None, steady: bool = False) -> np.ndarray:
     """``max_concurrent_requests``: dp_attn x the requests per replica whose KV at the last position
     fits next to the weights and the prefill step's working set (the module's one rule). ``terms``:
-    :func:`capacity_terms` of these points, when the caller has them."""
+    :func:`capacity_terms` of these points, when the caller has them. ``steady``:
+    ``max_concurrent_requests_steady`` instead (:func:`steady_fit`), the same room."""
     kv_dev, act = terms if terms is not None else capacity_terms(structure, input_len, output_len, kv_bytes,
                                                                   prefill_tokens)
-    return structure.config.dp_attn * _fit_count(_room(structure, usable, act), kv_dev)
+    room = _room(structure, usable, act)
+    if steady:
+        return structure.config.dp_attn * steady_fit(structure, room, input_len, output_len, kv_bytes)[1]
+    return structure.config.dp_attn * _fit_count(room, kv_dev)
 
 
-#: The fields :func:`summarize` returns with ``serving_only`` (what the sizing search reads).
-SERVING_FIELDS = ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "fits", "max_concurrent_requests")
+def steady_fit(structure: Structure, room, input_len, output_len, kv_bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The steady state of continuous batching (engine.deploy.admission): (mean cache tokens per
+    request, their KV bytes per GPU, requests per attention replica that fit) — the mean paged KV
+    plus the admission reservation, in the room less the pages the scheduler keeps free."""
+    admission = structure.admission
+    tokens = admission_steady_tokens(admission, input_len, output_len)
+    kv_steady = np.asarray(structure.kv_device_fn(tokens, kv_bytes), dtype=float)
+    return tokens, kv_steady, _fit_count(np.asarray(room) * (1.0 - admission.free_fraction), kv_steady)
+
+
+#: The fields :func:`summarize` returns with ``serving_only`` (what the sizing search reads): the
+#: worst case (every request at its last position) and the steady state the search serves by.
+SERVING_FIELDS = ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "fits", "max_concurrent_requests",
+                  "tpot_mean_s", "tokens_per_s_per_gpu_steady", "fits_steady", "max_concurrent_requests_steady")
 
 
 def phase_inputs(structure: Structure, batch, input_len, output_len,
@@ -287,7 +303,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     inputs = None
     if phases is None or overlap != "none":
         inputs = phase_inputs(structure, batch, input_len, output_len, prefill_tokens, not prefill_only,
-                              not serving_only)
+                              not prefill_only)
     if phases is None:
         # the two-batch schedule reads the full batch's bound: every sum, not the step time alone
         times_only = serving_only and overlap == "none"
@@ -334,22 +350,20 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     # speculative decoding: a step emits E tokens per request on average (structure.TOKENS_PER_STEP)
     per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
     if decode is None:           # prefill_only
-        tpot = np.nan
+        tpot = tpot_mean = np.nan
     else:
         tpot = decode["step_time_s"] / per_step if options.mtp_tokens else decode["step_time_s"]
+        # steady state: decode at the output's mean context
+        tpot_mean = phases["decode_mean"]["step_time_s"] / per_step
+    # steady state under continuous batching (steady_fit): its cache per request and capacity
+    steady_tokens, kv_steady, steady_cap = steady_fit(structure, room, input_len, output_len, kv_bytes)
     shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)
     if serving_only:
         return {name: np.broadcast_to(np.asarray(value), shape) for name, value in (
             ("ttft_s", ttft), ("tpot_s", tpot), ("tokens_per_s_per_gpu", batch / tpot / replica),
-            ("fits", per_rank <= per_replica_cap), ("max_concurrent_requests", config.dp_attn * per_replica_cap))}
-    # steady state under continuous batching (engine.deploy.admission): the mean paged KV per
-    # request plus the admission reservation, in the room less the pages kept free; decode at the
-    # output's mean context
-    admission = structure.admission
-    steady_tokens = admission_steady_tokens(admission, input_len, output_len)
-    kv_steady = np.asarray(structure.kv_device_fn(steady_tokens, kv_bytes), dtype=float)
-    steady_cap = _fit_count(room * (1.0 - admission.free_fraction), kv_steady)
-    tpot_mean = phases["decode_mean"]["step_time_s"] / per_step
+            ("fits", per_rank <= per_replica_cap), ("max_concurrent_requests", config.dp_attn * per_replica_cap),
+            ("tpot_mean_s", tpot_mean), ("tokens_per_s_per_gpu_steady", batch / tpot_mean / replica),
+            ("fits_steady", per_rank <= steady_cap), ("max_concurrent_requests_steady", config.dp_attn * steady_cap))}
     max_ctx = int(ev.numeric.max_context)
     stacks = ("main", MTP_STACK) if options.mtp_tokens else ("main",)
 

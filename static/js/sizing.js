@@ -255,6 +255,7 @@
   function scenarioMeta(sc) { return data.scenarios.filter(function (x) { return x.input_len === sc.input && x.output_len === sc.output; })[0] || {}; }
   function chart(rows) {
     var el = document.getElementById("chart-front");
+    if (!el) return;
     if (!rows.length) {        // nothing to draw (no GPU type picked): say so, no empty chart and its warnings
       el.textContent = "Pick a GPU type above to draw its front.";
       return;
