@@ -180,8 +180,9 @@
         out.textContent += " (Its lower bound: archledger deploy at this point; the deploy page's grid does not hold this config.)";
         return;
       }
-      out.setAttribute("data-ttft-bound", d.ttft_bound_s); out.setAttribute("data-tpot-bound", d.tpot_bound_s);
-      out.textContent += " Lower bound at this point (what no schedule beats): TTFT " + fmt.time(d.ttft_bound_s) + ", TPOT " + fmt.time(d.tpot_bound_s) + ".";
+      // the answer's TPOT is the steady state's (the output's mean context): its bound is that step's
+      out.setAttribute("data-ttft-bound", d.ttft_bound_s); out.setAttribute("data-tpot-bound", d.tpot_mean_bound_s);
+      out.textContent += " Lower bound at this point (what no schedule beats): TTFT " + fmt.time(d.ttft_bound_s) + ", TPOT " + fmt.time(d.tpot_mean_bound_s) + ".";
     }).catch(function () {});
   }
   function update() {
@@ -216,7 +217,8 @@
     else if (!top) out.textContent = "No config of up to " + (scenarioMeta(sc).max_gpus || "") + " GPUs on " + s.gpu.join(", ") + " meets TTFT ≤ " + fmt.time(b.ttft) + " and TPOT ≤ " + fmt.time(b.tpot) + ".";
     else {
       out.textContent = "Answer: " + top.n_gpus + " " + top.gpu + " (" + top.config + ", batch " + top.batch + ": TTFT " + fmt.time(top.ttft_s) +
-        ", TPOT " + fmt.time(top.tpot_s) + " (schedule estimates), " + fmt.si(top.tokens_per_s_per_gpu) + " tokens/s per GPU).";
+        ", TPOT " + fmt.time(top.tpot_s) + " (schedule estimates; TPOT in the steady state of continuous batching, the mean a request sees), " +
+        fmt.si(top.tokens_per_s_per_gpu) + " tokens/s per GPU).";
       showBound(top, sc, s);
     }
     showDisagg(valid && s.gpu.length ? disaggAnswer(s, sc, b) : null, valid && s.gpu.length,
