@@ -111,8 +111,9 @@ def test_new_force_rewrites_an_existing_spec(capsys, tmp_path):
     corpus = tmp_path / "corpus"
     shutil.copytree(REPO / "corpus", corpus)
     config = corpus / "snapshots" / "Qwen--Qwen3-8B.config.json"
-    code, out, err = _run(capsys, corpus, "Qwen/Qwen3-8B", "--config", str(config), "--like", "Qwen/Qwen3-32B", "--force")
+    code, out, err = _run(capsys, corpus, "Qwen/Qwen3-8B", "--config", str(config), "--force")
     assert code == 0, out + err
+    assert "like Qwen/Qwen3-8B" not in out   # the spec being rewritten is not its own base
     text = (corpus / "models" / "Qwen--Qwen3-8B.yaml").read_text()
     assert text.startswith("model: Qwen/Qwen3-8B\n") and "name: Qwen3 8B" in text
     assert (corpus / "lineage.yaml").read_text() == (REPO / "corpus" / "lineage.yaml").read_text()
@@ -137,3 +138,68 @@ def test_a_family_in_two_lineages_is_one_line(tmp_path):
     from engine.spec.errors import SpecError
     with pytest.raises(SpecError, match="family 'B' is already in lineage 'Z'"):
         _lineage(tmp_path, "lineages:\n  - lineage: Z\n    families: [B]\n  - lineage: Y\n    families: [B]\n")
+
+
+def test_new_takes_the_quant_context_from_quantization_config(capsys, tmp_path):
+    """The same small Qwen3 published as FP8 with 128x128 block scales (the quantization_config of
+    Qwen3-32B-FP8): the spec stores its linear weights as fp8_block128 and the weight guard holds
+    each tensor and scale to the manifest transformers' quantizer rule gives (embedding, tied head
+    and norms stay BF16)."""
+    pytest.importorskip("transformers")
+    corpus = tmp_path / "corpus"
+    shutil.copytree(REPO / "corpus", corpus)
+    config = json.loads(FIXTURE.read_text())
+    config["quantization_config"] = {"activation_scheme": "dynamic", "quant_method": "fp8", "weight_block_size": [128, 128]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, out, err = _run(capsys, corpus, "acme/Tiny-Qwen3-FP8", "--config", str(path))
+    assert code == 0, out + err
+    spec = (corpus / "models" / "acme--Tiny-Qwen3-FP8.yaml").read_text()
+    assert "quant_context:\n  default: fp8_block128\n  overrides:\n    embedding: bf16\n" in spec   # the tied head stores nothing
+    tensors = (corpus / "snapshots" / "acme--Tiny-Qwen3-FP8.tensors.yaml").read_text()
+    assert "q_proj.weight F8_E4M3 [64, 64]" in tensors and "q_proj.weight_scale_inv F32 [1, 1]" in tensors
+
+
+def test_an_unquantized_checkpoint_of_a_quantized_base_is_bf16_with_its_f32_buffers():
+    """Consistency of the text rewrite: DeepSeek-V3's FP8 spec, given a config without
+    quantization_config, becomes BF16 and keeps only the overrides that name a buffer's own dtype
+    (the routing bias transformers creates in float32)."""
+    from engine.spec.corpus import load_corpus
+    from engine.verify.scaffold import published_config, spec_text
+    corpus = load_corpus()
+    base = corpus.models["deepseek-ai/DeepSeek-V3"]
+    config = {k: v for k, v in published_config(corpus.root, base).items() if k != "quantization_config"}
+    text, todo = spec_text((corpus.root / "models" / "deepseek-ai--DeepSeek-V3.yaml").read_text(), base,
+                           "acme/DeepSeek-V3-BF16", config, published_config(corpus.root, base), corpus, set(), set())
+    assert "quant_context:\n  default: bf16\n  overrides:\n    router.e_score_correction_bias: f32\n" in text
+    assert "fp8" not in text.split("quant_context:")[1].split("\n\n")[0]
+    assert todo == []
+
+
+def test_a_config_without_a_layer_count_binds_it_to_its_per_layer_list(capsys, tmp_path):
+    """Nemotron 3 Nano's published config rewritten the way later Nemotron 3 configs are (Ultra):
+    layers_block_type instead of hybrid_override_pattern, no num_hidden_layers. The layer count
+    becomes len(config.layers_block_type); the pattern the base spec schedules by comes from
+    transformers' NemotronHConfig (with that class as its src) and equals the published one; the
+    count equals transformers' for the original config."""
+    pytest.importorskip("transformers")
+    from tests import hf_oracle
+    corpus = tmp_path / "corpus"
+    shutil.copytree(REPO / "corpus", corpus)
+    published = corpus / "snapshots" / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.config.json"
+    config = json.loads(published.read_text())
+    pattern = config.pop("hybrid_override_pattern")
+    del config["num_hidden_layers"]
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}   # NemotronHConfig's legacy names
+    config["layers_block_type"] = [names[c] for c in pattern]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, out, err = _run(capsys, corpus, "acme/Nano-Listed", "--config", str(path),
+                          "--like", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert code in (0, 1), out + err
+    spec = (corpus / "models" / "acme--Nano-Listed.yaml").read_text()
+    assert "  n_layers: len(config.layers_block_type)\n" in spec
+    assert f'  hybrid_override_pattern: {{value: "{pattern}", src: "transformers ' in spec
+    assert "NemotronHConfig.hybrid_override_pattern" in spec
+    theirs = hf_oracle.hf_meta_report(published).total_params
+    assert f"ArchLedger {theirs:,}, transformers (meta device) {theirs:,}" in out

@@ -101,13 +101,17 @@ def published_config(corpus_root: Path, model: ModelSpec) -> dict[str, Any]:
     return dict(model.snapshot.fields)
 
 
-def match_family(corpus: Corpus, config: dict[str, Any], like: str | None, where: Where) -> ModelSpec:
-    """The base spec: ``like``, else the closest corpus model of the config's family (module doc)."""
+def match_family(corpus: Corpus, config: dict[str, Any], like: str | None, where: Where,
+                 model_id: str = "") -> ModelSpec:
+    """The base spec: ``like``, else the closest corpus model of the config's family other than
+    ``model_id`` itself (module doc)."""
     if like:
         return corpus.find_model(like)
     archs = set(config.get("architectures") or ())
     scored = []
     for model in corpus.models.values():
+        if model.model_id == model_id:   # --force: the spec being rewritten is no base of itself
+            continue
         theirs = published_config(corpus.root, model)
         same_type = theirs.get("model_type", model.model_type) == config["model_type"]
         same_arch = bool(archs) and archs == set(theirs.get("architectures") or ())
@@ -263,7 +267,11 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
             todo.append(f"quantization_config {json.dumps({k: qc[k] for k in list(qc)[:4]})[:120]}: no corpus quant "
                         "scheme has matching hf: keys — add one (CONTRIBUTING.md, \"Add a quant scheme\") and set quant_context")
             return
-        new = ["quant_context:", f"  default: {scheme.name}", "  overrides:", "    embedding: bf16", "    lm_head: bf16"]
+        # transformers' quantizer leaves the input embedding and the output head unquantized; a
+        # head tied to the embedding stores nothing of its own, so it has no override
+        new = ["quant_context:", f"  default: {scheme.name}", "  overrides:", "    embedding: bf16"]
+        if not config.get("tie_word_embeddings"):
+            new.append("    lm_head: bf16")
         skipped = qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("exclude_modules")
         if skipped:
             todo.append(f"quant_context: modules kept unquantized {json.dumps(skipped)[:100]} — add their roles under "
@@ -344,7 +352,7 @@ def scaffold(corpus_root: Path, model_id: str, config_path: Path, like: str | No
         raise SpecError(Where(f"corpus/models/{name}.yaml"), "the spec exists — nothing was written",
                         "pass --force to write it again from the config")
     corpus = load_corpus(root, missing_snapshots_ok=True)
-    base = match_family(corpus, config, like, Where(str(config_path)))
+    base = match_family(corpus, config, like, Where(str(config_path)), model_id)
     if base.model_id == model_id:
         raise SpecError(Where("<command line>", 0, "--like"), f"{model_id} cannot be its own base",
                         "pass --like another model of the family")
