@@ -134,6 +134,15 @@ def test_a_repeated_lineage_continues_it(tmp_path):
     assert table["families"] == {"A": ("Z", 0), "B": ("Z", 1), "C": ("Z", 2)}
 
 
+def test_a_repeated_family_places_its_new_models_beside_the_ones_it_names(tmp_path):
+    """`[z/b1, z/b1.5]` at the end puts z/b1.5 between z/b1 and z/b2 (release order); new models
+    named before a known one go just before it."""
+    table = _lineage(tmp_path, "lineages:\n  - lineage: Z\n    families: [{B: [z/b1, z/b2]}]\n"
+                               "  - lineage: Z\n    families:\n      - B: [z/b1, z/b1.5]\n"
+                               "  - lineage: Z\n    families:\n      - B: [z/b0.1, z/b0.2, z/b1]\n")
+    assert sorted(table["models"], key=table["models"].get) == ["z/b0.1", "z/b0.2", "z/b1", "z/b1.5", "z/b2"]
+
+
 def test_a_family_in_two_lineages_is_one_line(tmp_path):
     from engine.spec.errors import SpecError
     with pytest.raises(SpecError, match="family 'B' is already in lineage 'Z'"):

@@ -98,8 +98,8 @@ def _kind_of(ev: Evaluation) -> dict[str, str]:
 def load_lineage(corpus_root: Path) -> dict[str, Any]:
     """``corpus/lineage.yaml`` -> ``{"families": {family: (lineage, generation)}, "models": {model_id:
     position in its family's release list}}``. An entry naming a lineage again continues it: its new
-    families follow that lineage's, and a family listed again appends its new models to its release
-    list (a family in two lineages is an error). Absent file: empty tables. Read by the bounded
+    families follow that lineage's, and a family listed again merges its models into its release
+    list (:func:`_merge_release`; a family in two lineages is an error). Absent file: empty tables. Read by the bounded
     loader with its schema (engine.spec.file_schemas.LINEAGE): a wrong kind anywhere is one line there."""
     path = Path(corpus_root) / LINEAGE_FILE
     families: dict[str, tuple[str, int]] = {}
@@ -128,10 +128,28 @@ def load_lineage(corpus_root: Path) -> dict[str, Any]:
             else:
                 families[family] = (entry["lineage"], generations.get(entry["lineage"], 0))
                 generations[entry["lineage"]] = generations.get(entry["lineage"], 0) + 1
-            release = listed_by_family.setdefault(family, [])
-            release += [m for m in listed if m not in release]
-            models.update({m: pos for pos, m in enumerate(release)})
+            _merge_release(listed_by_family.setdefault(family, []), listed)
+            models.update({m: pos for pos, m in enumerate(listed_by_family[family])})
     return {"families": families, "models": models}
+
+
+def _merge_release(release: list[str], listed: list[str]) -> None:
+    """Merge a family's later list into its release list: a model already there is an anchor, the
+    new models before the first anchor go just before it, those after an anchor just after it;
+    with no anchor they follow the listed ones (`[GLM-5, GLM-5.1]` puts GLM-5.1 after GLM-5)."""
+    pending: list[str] = []
+    at = None
+    for model in listed:
+        if model in release:
+            i = release.index(model)
+            release[i:i] = pending
+            pending, at = [], release.index(model) + 1
+        elif at is None:
+            pending.append(model)
+        else:
+            release.insert(at, model)
+            at += 1
+    release += pending
 
 
 def lineage_columns(model_id: str, family: str, table: dict[str, Any]) -> dict[str, Any]:

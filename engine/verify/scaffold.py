@@ -312,21 +312,22 @@ def readme_text(text: str, model_id: str, sha256: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def lineage_text(text: str, family: str, model_id: str) -> str | None:
+def lineage_text(text: str, family: str, model_id: str, base_id: str) -> str | None:
     """``corpus/lineage.yaml`` with ``model_id`` appended to its family's release list (an entry at
-    the end continuing the family's lineage), or None when nothing changes (the family is not listed,
-    or the model already is)."""
+    the end continuing the family's lineage; the base first when the family lists no models yet),
+    or None when nothing changes (the family is not listed, or the model already is)."""
     data = yaml.safe_load(text) or {}
-    lineage = None
+    lineage, release = None, []
     for entry in data.get("lineages") or []:
         for item in entry.get("families") or []:
             name, listed = next(iter(item.items())) if isinstance(item, dict) else (item, [])
             if name == family:
                 lineage = entry["lineage"]
-                if model_id in (listed or []):
-                    return None
-    if lineage is None:
+                release += listed or []
+    if lineage is None or model_id in release:
         return None
+    if not release and base_id != model_id:
+        model_id = f"{base_id}, {model_id}"   # the family's order starts with the model it was like
     lines = text.rstrip("\n").splitlines()
     last = re.fullmatch(r"      - (.+): \[(.*)\]", lines[-1]) if len(lines) >= 3 else None
     if last and last[1] == _scalar(family) and lines[-3] == f"  - lineage: {_scalar(lineage)}":
@@ -370,7 +371,8 @@ def scaffold(corpus_root: Path, model_id: str, config_path: Path, like: str | No
     files: dict[Path, str | bytes] = {spec_path: text, root / "snapshots" / f"{name}.config.json": raw,
                                       readme: readme_text(readme.read_text(encoding="utf-8"), model_id,
                                                           hashlib.sha256(raw).hexdigest())}
-    new_lineage = lineage_text(lineage.read_text(encoding="utf-8"), base.family, model_id) if lineage.exists() else None
+    new_lineage = (lineage_text(lineage.read_text(encoding="utf-8"), base.family, model_id, base.model_id)
+                   if lineage.exists() else None)
     if new_lineage is not None:
         files[lineage] = new_lineage
     with tempfile.TemporaryDirectory(prefix=".archledger-new-", dir=root.parent) as tmp:
