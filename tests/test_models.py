@@ -63,6 +63,25 @@ def test_qwen3_params_from_model_cards(model_id, total_b, non_embedding_b, evalu
     assert round(float(non_embedding), digits) == non_embedding_b
 
 
+@pytest.mark.parametrize("model_id, total_b, non_embedding_b", [("Qwen/Qwen3-0.6B", 0.6, 0.44),
+                                                              ("Qwen/Qwen3-1.7B", 1.7, 1.4)])
+def test_small_qwen3_params_from_model_cards_with_a_tied_head(model_id, total_b, non_embedding_b, evaluation):
+    """Qwen3-0.6B and 1.7B model cards: 0.6B (0.44B non-embedding) and 1.7B (1.4B non-embedding).
+    Their config ties the head to the embedding (tie_word_embeddings), so it stores no weights."""
+    a = evaluation(model_id).numeric
+    total = float(quantities.params_total(a)) / 1e9
+    assert float(quantities.params_by_role(a, "lm_head")) == 0
+    assert round(total, 1) == total_b
+    assert round(total - float(quantities.params_embedding(a)) / 1e9, len(str(non_embedding_b)) - 2) == non_embedding_b
+
+
+def test_deepseek_r1_params_from_model_card(evaluation):
+    """DeepSeek-R1 model card: 671B total, 37B activated (DeepSeek-V3's architecture)."""
+    a = evaluation("deepseek-ai/DeepSeek-R1").numeric
+    assert round(float(quantities.params_total(a)) / 1e9) == 671
+    assert round(float(quantities.params_active(a) - quantities.params_embedding(a)) / 1e9) == 37
+
+
 @pytest.mark.parametrize("model_id, activated_b", [("Qwen/Qwen3-30B-A3B", 3.3), ("Qwen/Qwen3-235B-A22B", 22)])
 def test_qwen3_moe_activated(model_id, activated_b, evaluation):
     """Qwen3 model cards: "3.3B activated" / "22B activated" (figures truncated, not rounded)."""

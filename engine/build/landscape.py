@@ -97,25 +97,59 @@ def _kind_of(ev: Evaluation) -> dict[str, str]:
 
 def load_lineage(corpus_root: Path) -> dict[str, Any]:
     """``corpus/lineage.yaml`` -> ``{"families": {family: (lineage, generation)}, "models": {model_id:
-    position in its family's release list}}``. Absent file: empty tables. Read by the bounded loader
-    with its schema (engine.spec.file_schemas.LINEAGE): a wrong kind anywhere is one line there."""
+    position in its family's release list}}``. An entry naming a lineage again continues it: its new
+    families follow that lineage's, and a family listed again merges its models into its release
+    list (:func:`_merge_release`; a family in two lineages is an error). Absent file: empty tables. Read by the bounded
+    loader with its schema (engine.spec.file_schemas.LINEAGE): a wrong kind anywhere is one line there."""
     path = Path(corpus_root) / LINEAGE_FILE
     families: dict[str, tuple[str, int]] = {}
     models: dict[str, int] = {}
     if not path.exists():
         return {"families": families, "models": models}
     reader = Reader(path, Path(corpus_root), LINEAGE)
+    listed_by_family: dict[str, list[str]] = {}
+    generations: dict[str, int] = {}   # per lineage: families placed so far
     for i, entry in enumerate(reader.data["lineages"]):
-        for generation, item in enumerate(entry["families"]):
+        for position, item in enumerate(entry["families"]):
             if isinstance(item, dict) and len(item) != 1:   # the schema allows a name or a mapping
-                raise SpecError(Where(reader.display, entry["families"].line_of_item(generation),
-                                      f"lineages[{i}].families[{generation}]"),
+                raise SpecError(Where(reader.display, entry["families"].line_of_item(position),
+                                      f"lineages[{i}].families[{position}]"),
                                 f"a family is one `Name: [org/model, ...]`, got {len(item)} names",
                                 "write - Qwen3: [Qwen/Qwen3-8B, Qwen/Qwen3-32B]")
             family, listed = next(iter(item.items())) if isinstance(item, dict) else (item, [])
-            families[family] = (entry["lineage"], generation)
-            models.update({m: pos for pos, m in enumerate(listed)})
+            # an entry repeating a lineage continues it (`archledger new` appends one at the end):
+            # a family already placed keeps its generation and its release list grows
+            if family in families:
+                if families[family][0] != entry["lineage"]:
+                    raise SpecError(Where(reader.display, entry["families"].line_of_item(position),
+                                          f"lineages[{i}].families[{position}]"),
+                                    f"family {family!r} is already in lineage {families[family][0]!r}",
+                                    f"list it under lineage {families[family][0]!r} only")
+            else:
+                families[family] = (entry["lineage"], generations.get(entry["lineage"], 0))
+                generations[entry["lineage"]] = generations.get(entry["lineage"], 0) + 1
+            _merge_release(listed_by_family.setdefault(family, []), listed)
+            models.update({m: pos for pos, m in enumerate(listed_by_family[family])})
     return {"families": families, "models": models}
+
+
+def _merge_release(release: list[str], listed: list[str]) -> None:
+    """Merge a family's later list into its release list: a model already there is an anchor, the
+    new models before the first anchor go just before it, those after an anchor just after it;
+    with no anchor they follow the listed ones (`[GLM-5, GLM-5.1]` puts GLM-5.1 after GLM-5)."""
+    pending: list[str] = []
+    at = None
+    for model in listed:
+        if model in release:
+            i = release.index(model)
+            release[i:i] = pending
+            pending, at = [], release.index(model) + 1
+        elif at is None:
+            pending.append(model)
+        else:
+            release.insert(at, model)
+            at += 1
+    release += pending
 
 
 def lineage_columns(model_id: str, family: str, table: dict[str, Any]) -> dict[str, Any]:

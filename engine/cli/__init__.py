@@ -1,7 +1,7 @@
 """The ``archledger`` command line.
 
 Layer: engine.cli, on top of every engine concern (one module per command: show, verify, bench,
-deploy, plan, disagg, build); ``archledger`` itself is :mod:`site_builder.cli`, which adds the site's commands.
+deploy, plan, disagg, build, new); ``archledger`` itself is :mod:`site_builder.cli`, which adds the site's commands.
 Every failure caused by input prints one line (``file:line: field: problem — hint``) on stderr
 and exits with status 2; nothing is written in that case.
 """
@@ -60,7 +60,7 @@ def common_options(corpus: bool = True, out: bool = True) -> argparse.ArgumentPa
 
 def add_commands(sub) -> dict[str, argparse.ArgumentParser]:
     """Register the engine's commands on ``sub``; returns them by name (the site half adds more)."""
-    from engine.cli import bench, build, check, deploy, disagg, edit, plan, show, verify
+    from engine.cli import bench, build, check, deploy, disagg, edit, new, plan, show, verify
     parents = [common_options(out=False)]
     commands = show.add_parsers(sub, parents)
     verify.add_parsers(sub, parents)
@@ -70,6 +70,7 @@ def add_commands(sub) -> dict[str, argparse.ArgumentParser]:
     disagg.add_parser(sub, parents)
     edit.add_parser(sub, parents)
     check.add_parser(sub, parents)
+    new.add_parser(sub, parents)
     commands["build"] = build.add_parser(sub, [common_options()])
     return commands
 

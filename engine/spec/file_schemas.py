@@ -390,6 +390,8 @@ VERIFICATION = Mapping("the verification registry (docs/verification.md)", field
         "other_modalities": ListOf("module prefixes of other modalities", item=Str())}),
     "layer_plans": ListOf(item=Mapping("write `{field: layer_types, feature: window, expect: \"...\"}`", fields={
         "field": req(Str("a config path")), "feature": req(Str("a per-layer feature")),
+        "kind": req(Str("what the field holds: per_layer, layer_set or scalar")),
+        "reads": MapOf("other config fields `expect` reads, with their kinds", value=Str()),
         "expect": req(Str("an expression over `entry`")), "defaults": MapOf("config defaults the plan reads"),
         "values": ListOf("the values an entry may take"), "whole": Bool()})),
     "structural": ListOf(item=Mapping("write `{field: <config path>, op: <op>, dim: <dim>}`", fields={

@@ -40,6 +40,10 @@ class LayerPlan:
     where: Where
     #: the list (or one-character-per-layer string) has exactly one entry per main-stack layer
     whole: bool = False
+    #: what the config holds at ``field`` (:data:`PLAN_KINDS`); an entry applies only to a value of its kind
+    kind: str = "scalar"
+    #: other config fields ``expect`` reads, with their kinds: the entry applies only where they fit
+    reads: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +89,13 @@ def _registry(path: str, rel: str) -> Registry:
         if raw["feature"] not in FEATURES:
             raise SpecError(where(data["layer_plans"], "layer_plans", i), f"unknown feature {raw['feature']!r}",
                             "use one of: " + ", ".join(FEATURES))
+        for key, kind in [("kind", raw["kind"])] + [(f"reads.{f}", k) for f, k in (raw.get("reads") or {}).items()]:
+            if kind not in PLAN_KINDS:
+                raise SpecError(where(data["layer_plans"], "layer_plans", i).at(key), f"unknown kind {kind!r}",
+                                "use one of: " + ", ".join(f"{k} ({doc})" for k, doc in PLAN_KINDS.items()))
         plans.append(LayerPlan(raw["field"], raw["feature"], raw["expect"], dict(raw.get("defaults") or {}),
                                tuple(raw.get("values") or ()), where(data["layer_plans"], "layer_plans", i),
-                               bool(raw.get("whole", False))))
+                               bool(raw.get("whole", False)), raw["kind"], dict(raw.get("reads") or {})))
     structural = []
     for i, raw in enumerate(data.get("structural") or []):
         structural.append(StructuralField(raw["field"], raw["op"], raw["dim"], raw.get("doc", ""),
@@ -95,6 +103,12 @@ def _registry(path: str, rel: str) -> Registry:
                                           raw.get("cache"), where(data["structural"], "structural", i)))
     return Registry(prefixes, tuple(canon.get("other_modalities") or ()), tuple(plans), tuple(structural))
 
+
+#: What a layer plan's config field holds: the schedule guard applies an entry to a value of its
+#: kind only, and says which kinds the registry expects when a config holds another.
+PLAN_KINDS = {"per_layer": "a list, or a string of one character, per layer: `entry` is the layer's",
+              "layer_set": "a list of layer numbers, read as config.<field> in `expect`",
+              "scalar": "one number, flag or name for the whole stack"}
 
 #: Per-layer features the evaluation can state (see guards/schedule.py).
 FEATURES = ("moe", "window", "indexer", "hash_routed", "recurrent", "attention")

@@ -6,12 +6,24 @@
 The evaluation says what each layer *is* (a feature read from its nodes: routed experts, a
 window-capped cache). Every layer must agree, so a plan with the right counts but the wrong
 layers is caught too, and a list value the registry does not know is an error, not a guess.
+
+A field is a config path, nested sections included (``linear_attn_config.kda_layers``; an entry's
+``expect`` may read ``config.block_configs[layer].attention.no_op``). Each registry entry is typed
+(``kind``: per_layer, layer_set, scalar): it applies to a value of its kind only, so one field may
+mean one thing as a number and another as a per-layer list (``moe_layer_freq``); an entry's
+``reads`` types the other fields its ``expect`` reads, and it applies only where they fit. A value
+that fits none of its field's entries (nor any ``reads``) is one error saying which kinds the
+registry expects, and an ``expect`` that uses a list as a number names the field and what it holds.
 """
 from __future__ import annotations
+
+import re
+from typing import Any
 
 import sympy
 
 from engine.spec import expr, kv
+from engine.verify.evidence import PLAN_KINDS
 from engine.verify.guards import Context, Finding
 
 NAME = "schedule"
@@ -19,7 +31,8 @@ EVIDENCE = "config per-layer plans"
 
 
 def evidence(ctx: Context) -> str:
-    fields = list(dict.fromkeys(p.field for p in ctx.registry.layer_plans if p.field in ctx.evidence.config))
+    fields = list(dict.fromkeys(p.field for p in ctx.registry.layer_plans
+                                if lookup(ctx.evidence.config, p.field) is not _MISSING))
     return "config " + (", ".join(fields) if fields else "(no per-layer plan fields)")
 
 
@@ -61,24 +74,108 @@ def _resolver(config: dict, defaults: dict):
     return resolve
 
 
+_MISSING = object()
+_CONFIG_PATH = re.compile(r"\bconfig\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")
+
+
+def lookup(config: dict, dotted: str) -> Any:
+    """The value at a dotted config path (``linear_attn_config.kda_layers``), or ``_MISSING``."""
+    value: Any = config
+    for key in dotted.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return _MISSING
+        value = value[key]
+    return value
+
+
+def fits(kind: str, value: Any) -> bool:
+    """Whether a config value is of a registry entry's kind (engine.verify.evidence.PLAN_KINDS)."""
+    if kind == "per_layer":
+        return isinstance(value, (list, str))
+    if kind == "layer_set":
+        return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def described(value: Any) -> str:
+    """What a config value is, in the words of an error (``a list of 62 entries``)."""
+    if isinstance(value, list):
+        return f"a list of {len(value)} entries"
+    if isinstance(value, dict):
+        return f"a mapping ({', '.join(list(value)[:4])}{', ...' if len(value) > 4 else ''})"
+    if isinstance(value, str):
+        return f"the string {_short(repr(value))}"
+    return f"the {type(value).__name__} {value!r}"
+
+
+def _kind_findings(ctx: Context, layers_uid: str) -> tuple[list[Finding], set[str]]:
+    """One error per config field whose value fits none of its registry entries' kinds; and the
+    fields the check found so (their entries are skipped)."""
+    out, skipped = [], set()
+    by_field: dict[str, list] = {}
+    for plan in ctx.registry.layer_plans:
+        by_field.setdefault(plan.field, []).append(plan)
+    declared: dict[str, set[str]] = {}   # kinds other entries' `reads:` accept for a field
+    for plan in ctx.registry.layer_plans:
+        for name, kind in plan.reads.items():
+            declared.setdefault(name, set()).add(kind)
+    for field, plans in by_field.items():
+        value = lookup(ctx.evidence.config, field)
+        if value is _MISSING or any(fits(k, value) for k in {p.kind for p in plans} | declared.get(field, set())):
+            continue
+        skipped.add(field)
+        kinds = sorted({p.kind for p in plans} | declared.get(field, set()))
+        lines = ", ".join(f"line {p.where.line}" for p in plans if p.where.line)
+        want = " or ".join(f"{k} ({PLAN_KINDS[k]})" for k in kinds)
+        hint = (f"add a layer_plans entry `{{field: {field}, kind: per_layer, ...}}` whose `expect` reads `entry`"
+                if isinstance(value, (list, str)) else
+                f"add a layer_plans entry for config.{field} of the kind it holds here")
+        out.append(Finding(NAME, "error", layers_uid,
+                           f"config.{field} is {described(value)}; corpus/verification.yaml reads it as {want}"
+                           + (f" ({lines})" if lines else ""), hint))
+    return out, skipped
+
+
+def _evaluation_error(plan, exc: Exception, layer: int, config: dict) -> tuple[str, str]:
+    """(message, hint) for an ``expect`` that cannot be evaluated: a config field of another kind
+    than the expression uses, or missing, is named with what was expected."""
+    for path in _CONFIG_PATH.findall(plan.expect):
+        value = lookup(config, path)
+        if value is _MISSING and path not in plan.defaults:
+            return (f"`{plan.expect}` reads config.{path}, which this config does not have",
+                    f"give the entry `defaults: {{{path}: <the modeling code's value>}}`")
+        if isinstance(value, (list, dict)) and not re.search(rf"config\.{re.escape(path)}\s*\[|in\s+config\.{re.escape(path)}\b|len\(config\.{re.escape(path)}\)", plan.expect):
+            return (f"`{plan.expect}` uses config.{path} as one value, but this config holds "
+                    f"{described(value)} there",
+                    f"add a `kind: per_layer` entry for config.{path} (its `entry` is the layer's element)")
+    return (f"cannot evaluate {plan.expect!r} at layer {layer}: {exc}",
+            "correct the entry's `expect` in corpus/verification.yaml")
+
+
 def check(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     features = layer_features(ctx)
     config = ctx.evidence.config
     layers_uid = next((u.split("[")[0] for u, c in ctx.numeric.components.items()
                        if c.template and c.stack == "main"), "main")
+    if not features:
+        return out
+    out, skipped = _kind_findings(ctx, layers_uid)
     for plan in ctx.registry.layer_plans:
-        if plan.field not in config or not features:
+        value = lookup(config, plan.field)
+        if value is _MISSING or plan.field in skipped or not fits(plan.kind, value):
             continue
-        value = config[plan.field]
-        per_layer = isinstance(value, (list, str))   # a string: one character per layer
+        if any(lookup(config, name) is not _MISSING and not fits(kind, lookup(config, name))
+               for name, kind in plan.reads.items()):
+            continue   # another entry reads that field in the kind it holds here
+        per_layer = plan.kind == "per_layer"   # a string: one character per layer
         if plan.whole and per_layer and len(value) != len(features):
             out.append(Finding(NAME, "error", layers_uid, f"config.{plan.field} has {len(value)} entries but "
                                f"the spec's main stack has {len(features)} layers",
                                f"repeat the layers once per entry of config.{plan.field}"))
             continue
         if plan.values and per_layer:
-            unknown = sorted({v for v in value if v not in plan.values})
+            unknown = sorted({v for v in value if isinstance(v, (str, int, float)) and v not in plan.values}, key=str)
             if unknown:
                 out.append(Finding(NAME, "error", layers_uid, f"config.{plan.field} holds {unknown}, whose "
                                    "meaning the verification registry does not know",
@@ -92,8 +189,8 @@ def check(ctx: Context) -> list[Finding]:
                     names["entry"] = value[layer] if layer < len(value) else None
                 want = expr.evaluate(plan.expect, expr.Scope(names, _resolver(config, plan.defaults)))
             except (expr.ExprError, KeyError, IndexError, TypeError) as exc:
-                out.append(Finding(NAME, "error", str(plan.where), f"cannot evaluate {plan.expect!r} at "
-                                   f"layer {layer}: {exc}", "fix the registry entry"))
+                message, hint = _evaluation_error(plan, exc, layer, config)
+                out.append(Finding(NAME, "error", str(plan.where), message, hint))
                 break
             want = bool(want)
             expected_count += want

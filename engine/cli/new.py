@@ -1,0 +1,44 @@
+"""``archledger new HF_ID --config PATH``: a verified spec for a checkpoint of a known family.
+
+Layer: engine.cli; the work is :func:`engine.verify.scaffold.scaffold`. Exit codes: 0 written and
+verified with equal parameter counts, 1 written with lines a person must settle (printed one each),
+2 refused (the one-line error; nothing written).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parser(sub, parents=()) -> argparse.ArgumentParser:
+    new = sub.add_parser(
+        "new", parents=list(parents), help="write, record and verify the spec of a checkpoint of a known family",
+        description="Write corpus/models/<org>--<name>.yaml from the closest corpus spec of the config's family "
+                    "(or --like), copy config.json into corpus/snapshots/ with its sha256, add the lineage entry, "
+                    "record evidence on the meta device, validate, and print ArchLedger's parameter count beside "
+                    "transformers'. Lists one line per thing a person must add.")
+    new.add_argument("model", metavar="HF_ID", help="the checkpoint's Hub id, org/name")
+    new.add_argument("--config", required=True, metavar="PATH", help="its published config.json")
+    new.add_argument("--like", metavar="MODEL", help="the corpus model to start from (default: the closest of the family)")
+    new.add_argument("--force", action="store_true", help="overwrite an existing spec of this id")
+    new.set_defaults(func=cmd_new)
+    return new
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    from engine.verify.scaffold import scaffold
+    result = scaffold(Path(args.corpus), args.model, Path(args.config), args.like, args.force,
+                      progress=lambda line: print(line, file=sys.stderr))
+    for path in result.files:
+        print(f"wrote {path}")
+    ours = f"{result.ours:,}" if result.ours is not None else "(does not evaluate)"
+    theirs = f"{result.theirs:,}" if result.theirs is not None else "(transformers cannot build it)"
+    print(f"parameters: ArchLedger {ours}, transformers (meta device) {theirs}")
+    if result.done:
+        print(f"{args.model}: verified, like {result.base}, with no hand edit")
+        return 0
+    print(f"{args.model}: {len(result.todo)} thing(s) to add by hand (base {result.base}):")
+    for line in result.todo:
+        print(f"  - {line}")
+    return 1

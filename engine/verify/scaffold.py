@@ -1,0 +1,478 @@
+"""``archledger new``: the spec of a published checkpoint of a family the corpus already knows.
+
+Layer: engine.verify (it records evidence and validates, like ``snapshot``). Given a model id and
+its published config.json, :func:`scaffold`
+
+1. reads the config (JSON object with a ``model_type``) and the id (a Hub id ``org/name``);
+2. picks the base spec: ``--like MODEL``, else the corpus model of the same ``model_type`` (or
+   the same ``architectures``) whose published config has the most keys in common, then the
+   fewest differing values;
+3. writes the spec from the base's text: id, name, the dims whose config key is absent rebound
+   (``len(config.<per-layer list>)`` for the layer count) or defaulted from the transformers config
+   class (``config_defaults`` with that class as ``src``), the quant context from
+   ``quantization_config`` where a corpus scheme's ``hf:`` keys match, a tied head sharing the
+   embedding's weights when ``tie_word_embeddings`` says so;
+4. copies config.json byte for byte into ``corpus/snapshots/`` with its source and sha256 row, and
+   appends the model to its family's lineage at the end of ``corpus/lineage.yaml``;
+5. records the evidence as ``archledger snapshot --config --meta`` does, validates, and compares
+   ArchLedger's parameter count with transformers' meta-device count.
+
+Invariants: everything is built in a copy of the corpus and moved into place only when all of it
+was made; a refusal (:class:`SpecError`: unreadable config, no ``model_type``, unknown family, not a
+Hub id, an existing spec without ``force``) writes nothing. What could not be made mechanically is
+one line each in :attr:`Result.todo`; an empty list, a passing validation and equal counts are
+what "verified with no hand edit" means.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from engine.spec.corpus import Corpus, check_model_id, load_corpus, load_model, slug
+from engine.spec.errors import SpecError, Where
+from engine.spec.ir import ModelSpec
+from engine.spec.yamlio import loads_json
+
+#: Config keys that say how a file was written or how a runtime starts, never what the model is:
+#: a change in them alone leaves the base's spec exact ("equal up to version fields").
+UNSHAPING_KEYS = frozenset({
+    "transformers_version", "_name_or_path", "use_cache", "bos_token_id", "eos_token_id",
+    "pad_token_id", "initializer_range", "attention_dropout", "output_router_logits",
+    "router_aux_loss_coef", "tokenizer_class", "torch_dtype", "dtype", "architectures", "auto_map",
+    "quantization_config",   # compared on its own (the quant context)
+})
+
+#: A spec's reads of the config, ``config.<field>`` (multimodal text settings read the same way).
+_CONFIG_READ = re.compile(r"\bconfig\.(?!json\b)([A-Za-z_]\w*)")
+_TOP_KEY = re.compile(r"^([A-Za-z_]\w*):")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][\w .()+-]*")
+
+
+@dataclass
+class Result:
+    """What ``archledger new`` made: the files it wrote, the counts, and what is left to a person."""
+
+    model_id: str
+    base: str
+    files: list[Path] = field(default_factory=list)
+    todo: list[str] = field(default_factory=list)
+    ours: int | None = None
+    theirs: int | None = None
+    verified: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.verified and not self.todo and self.ours is not None and self.ours == self.theirs
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+def read_config(path: Path) -> tuple[bytes, dict[str, Any]]:
+    """(bytes, parsed) of a config.json; one-line errors for a file that is not a usable config."""
+    where = Where(str(path))
+    try:
+        raw = Path(path).read_bytes()
+        data = loads_json(raw.decode("utf-8"))
+    except OSError as exc:
+        raise SpecError(where, f"cannot read the config: {exc.strerror or exc}", "pass --config path/to/config.json") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecError(where, f"not JSON: {exc}", "pass the model's published config.json") from None
+    if not isinstance(data, dict):
+        raise SpecError(where, f"a config.json is a JSON object, this is a {type(data).__name__}",
+                        "pass the model's published config.json")
+    if not isinstance(data.get("model_type"), str) or not data["model_type"]:
+        raise SpecError(where.at("model_type"), "no model_type", "pass a transformers config.json (it names its model_type)")
+    return raw, data
+
+
+def published_config(corpus_root: Path, model: ModelSpec) -> dict[str, Any]:
+    """The base's published config.json (kept beside its snapshot), else its recorded fields."""
+    path = Path(corpus_root) / "snapshots" / f"{slug(model.model_id)}.config.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    return dict(model.snapshot.fields)
+
+
+def match_family(corpus: Corpus, config: dict[str, Any], like: str | None, where: Where,
+                 model_id: str = "") -> ModelSpec:
+    """The base spec: ``like``, else the closest corpus model of the config's family other than
+    ``model_id`` itself (module doc)."""
+    if like:
+        return corpus.find_model(like)
+    archs = set(config.get("architectures") or ())
+    scored = []
+    for model in corpus.models.values():
+        if model.model_id == model_id:   # --force: the spec being rewritten is no base of itself
+            continue
+        theirs = published_config(corpus.root, model)
+        same_type = theirs.get("model_type", model.model_type) == config["model_type"]
+        same_arch = bool(archs) and archs == set(theirs.get("architectures") or ())
+        if not (same_type or same_arch):
+            continue
+        keys = set(config) | set(theirs)
+        common = len(set(config) & set(theirs)) / len(keys)
+        differ = sum(config.get(k) != theirs.get(k) for k in keys if k not in UNSHAPING_KEYS)
+        scored.append((-common, differ, model.model_id, model))
+    if not scored:
+        types = sorted({m.model_type for m in corpus.models.values()})
+        raise SpecError(where.at("model_type"), f"no corpus family has model_type {config['model_type']!r} "
+                        f"or architectures {sorted(archs)}",
+                        "pass --like MODEL to start from a corpus spec of the same architecture, or write the spec "
+                        f"by hand (CONTRIBUTING.md); known model_types: {', '.join(types)}")
+    return min(scored, key=lambda s: s[:3])[3]
+
+
+# -- the spec text --------------------------------------------------------------------------------
+
+def _block(lines: list[str], key: str) -> tuple[int, int] | None:
+    """[start, end) of the top-level ``key:`` block in a spec's lines, or None."""
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"{key}:")), None)
+    if start is None:
+        return None
+    end = start + 1
+    while end < len(lines) and not _TOP_KEY.match(lines[end]):
+        end += 1
+    return start, end
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _scalar(text: str) -> str:
+    return text if _PLAIN_NAME.fullmatch(text) and ": " not in text else json.dumps(text)
+
+
+def display_name(base: ModelSpec, model_id: str) -> str:
+    """The base's naming habit applied to the new repo name (``Qwen3-8B`` is "Qwen3 8B", so
+    ``Qwen3-0.6B`` is "Qwen3 0.6B"); else the repo name."""
+    repo, base_repo = model_id.split("/")[1], base.model_id.split("/")[1]
+    if base.display_name == base_repo.replace("-", " ", 1) and "-" in repo:
+        return repo.replace("-", " ", 1)
+    return repo
+
+
+def _dims_lines(lines: list[str]) -> dict[str, int]:
+    """``dim -> line index`` of the ``dims:`` block's ``  dim: config.field`` lines."""
+    span = _block(lines, "dims")
+    out = {}
+    if span:
+        for i in range(span[0] + 1, span[1]):
+            found = re.match(r"^  ([A-Za-z_]\w*): *config\.([A-Za-z_]\w*) *$", lines[i])
+            if found:
+                out[found[2]] = i
+    return out
+
+
+def _class_default(config: dict[str, Any], key: str) -> tuple[Any, str] | None:
+    """(value, src) of ``key`` in the transformers config class built from ``config``, or None."""
+    from engine.verify import modeling_code
+    try:
+        cfg = modeling_code.hf_config(config)
+        import transformers
+    except (modeling_code.ModelingCodeError, ImportError, TypeError, ValueError):
+        return None
+    value = getattr(cfg, key, None)
+    if value is None or not isinstance(value, (int, float, str, bool, list)):
+        return None
+    return value, f"transformers {transformers.__version__} {type(cfg).__name__}.{key}: the class's value when config.json omits it"
+
+
+def _layer_list(config: dict[str, Any], registry_fields: set[str]) -> str | None:
+    """A per-layer list the config holds (one entry per layer), named by the verification registry."""
+    return next((k for k in sorted(registry_fields) if isinstance(config.get(k), list) and config[k]), None)
+
+
+def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, Any],
+              base_config: dict[str, Any], corpus: Corpus, registry_fields: set[str],
+              plan_fields: set[str]) -> tuple[str, list[str]]:
+    """The new spec's text from the base's, and the to-do lines it could not settle (module doc).
+
+    ``registry_fields``: the top-level config fields the verification registry reads (a field new
+    in this config and read by neither the spec nor the registry is a to-do line);
+    ``plan_fields``: its per-layer plan fields (a layer count may be the length of one)."""
+    todo: list[str] = []
+    lines = base_text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("model:"):
+            lines[i] = f"model: {model_id}"
+        elif line.startswith("name:"):
+            lines[i] = f"name: {_scalar(display_name(base, model_id))}"
+    differing = [k for k in set(config) | set(base_config) if k not in UNSHAPING_KEYS and config.get(k) != base_config.get(k)]
+    quoted = [k for k in differing if re.search(rf"\b{re.escape(str(base_config.get(k)))}\b", base.notes)]
+    if quoted:   # the base's notes quote a size this checkpoint changes
+        span = _block(lines, "notes")
+        if span:
+            note = f"{base.display_name}'s architecture ({base.model_id}) at this checkpoint's sizes (archledger new)."
+            lines[span[0]:span[1]] = [f"notes: {json.dumps(note)}"]
+    view = {**(config.get("text_config") or {}), **config}
+    reads = set(_CONFIG_READ.findall(base_text))
+    for key in sorted(set(config) - set(base_config) - UNSHAPING_KEYS - reads - registry_fields - {"tie_word_embeddings"}):
+        todo.append(f"config.{key} = {_short(config[key])}: new in this config ({base.model_id}'s has no such field) and "
+                    "nothing reads it — bind it in the spec if it shapes the model, or name it in corpus/verification.yaml")
+    # dims (and any other reads) of config keys this config lacks
+    defaults: dict[str, tuple[Any, str]] = {}
+    declared = set(base.config_defaults)
+    rebound = _dims_lines(lines)
+    for key in sorted(reads):
+        if key in view or key in declared:
+            continue
+        listed = _layer_list(view, plan_fields) if key == "num_hidden_layers" else None
+        if listed and key in rebound:
+            i = rebound[key]
+            lines[i] = lines[i].split(":")[0] + f": len(config.{listed})"
+            continue
+        found = _class_default(config, key)
+        if found is None:
+            todo.append(f"config.{key}: the spec reads it but this config has no such field and transformers gives "
+                        f"no default — bind the dim to this config's field or declare it under config_defaults")
+            continue
+        defaults[key] = found
+    if defaults:
+        entries = [f"  {k}: {{value: {json.dumps(v)}, src: {json.dumps(src)}}}" for k, (v, src) in defaults.items()]
+        span = _block(lines, "config_defaults")
+        if span:
+            lines[span[0] + 1:span[0] + 1] = entries
+        else:
+            at = _block(lines, "dims")[0]
+            lines[at:at] = ["config_defaults:"] + entries
+    _quant(lines, config, base_config, corpus, todo)
+    _tied(lines, config, base_config, todo)
+    return "\n".join(lines) + "\n", todo
+
+
+def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, todo: list[str]) -> None:
+    """The quant context: the base's when the quantization_config is the same; bf16 for an
+    unquantized checkpoint of a quantized base; a matching scheme's name otherwise."""
+    qc, base_qc = config.get("quantization_config"), base_config.get("quantization_config")
+    if qc == base_qc:
+        return
+    span = _block(lines, "quant_context")
+    if not qc:
+        new = ["quant_context:", "  default: bf16"]
+        kept = [line for line in lines[span[0]:span[1]] if re.match(r"^    \S+: (f32|i64)\b", line)] if span else []
+        new += ["  overrides:"] + kept if kept else []
+    else:
+        scheme = next((s for s in corpus.schemes.values() if s.hf and all(qc.get(k) == v for k, v in s.hf.items())), None)
+        if scheme is None:
+            todo.append(f"quantization_config {json.dumps({k: qc[k] for k in list(qc)[:4]})[:120]}: no corpus quant "
+                        "scheme has matching hf: keys — add one (CONTRIBUTING.md, \"Add a quant scheme\") and set quant_context")
+            return
+        # transformers' quantizer leaves the input embedding and the output head unquantized; a
+        # head tied to the embedding stores nothing of its own, so it has no override
+        new = ["quant_context:", f"  default: {scheme.name}", "  overrides:", "    embedding: bf16"]
+        if not config.get("tie_word_embeddings"):
+            new.append("    lm_head: bf16")
+        skipped = qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("exclude_modules")
+        if skipped:
+            todo.append(f"quant_context: modules kept unquantized {json.dumps(skipped)[:100]} — add their roles under "
+                        "quant_context.overrides (bf16)")
+    if span:
+        lines[span[0]:span[1]] = new
+    else:
+        lines.extend(new)
+
+
+def _tied(lines: list[str], config: dict, base_config: dict, todo: list[str]) -> None:
+    """A head tied to the embedding stores no weights of its own (``shares:`` the embedding node)."""
+    tied, base_tied = bool(config.get("tie_word_embeddings")), bool(base_config.get("tie_word_embeddings"))
+    if tied == base_tied:
+        return
+    head = next((i for i, line in enumerate(lines) if "role: lm_head" in line and line.rstrip().endswith("}")), None)
+    embed = next((re.match(r"^\s+(\w+): \{op: embedding", line) for line in lines
+                  if re.match(r"^\s+\w+: \{op: embedding", line)), None)
+    if head is None or embed is None:
+        todo.append(f"tie_word_embeddings is {tied} here, {base_tied} in the base: "
+                    + ("add `shares: <embedding node>` to the lm_head node" if tied else "drop the lm_head's `shares:`"))
+        return
+    if tied:
+        lines[head] = lines[head].rstrip()[:-1].rstrip() + f", shares: {embed[1]}}}"
+    else:
+        lines[head] = re.sub(r",\s*shares: \w+", "", lines[head])
+
+
+# -- the other files ------------------------------------------------------------------------------
+
+def readme_text(text: str, model_id: str, sha256: str) -> str:
+    """``corpus/snapshots/README.md`` with this config's row (replaced if it is there)."""
+    name = f"{slug(model_id)}.config.json"
+    row = f"| `{name}` | https://huggingface.co/{model_id}/blob/main/config.json | `{sha256}` |"
+    lines = [line for line in text.splitlines() if not line.startswith(f"| `{name}` |")]
+    last = max(i for i, line in enumerate(lines) if line.startswith("| `"))
+    lines.insert(last + 1, row)
+    return "\n".join(lines) + "\n"
+
+
+def lineage_text(text: str, family: str, model_id: str, base_id: str) -> str | None:
+    """``corpus/lineage.yaml`` with ``model_id`` appended to its family's release list (an entry at
+    the end continuing the family's lineage; the base first when the family lists no models yet),
+    or None when nothing changes (the family is not listed, or the model already is)."""
+    data = yaml.safe_load(text) or {}
+    lineage, release = None, []
+    for entry in data.get("lineages") or []:
+        for item in entry.get("families") or []:
+            name, listed = next(iter(item.items())) if isinstance(item, dict) else (item, [])
+            if name == family:
+                lineage = entry["lineage"]
+                release += listed or []
+    if lineage is None or model_id in release:
+        return None
+    if not release and base_id != model_id:
+        model_id = f"{base_id}, {model_id}"   # the family's order starts with the model it was like
+    lines = text.rstrip("\n").splitlines()
+    last = re.fullmatch(r"      - (.+): \[(.*)\]", lines[-1]) if len(lines) >= 3 else None
+    if last and last[1] == _scalar(family) and lines[-3] == f"  - lineage: {_scalar(lineage)}":
+        lines[-1] = f"      - {last[1]}: [{last[2]}, {model_id}]"   # the last entry continues this family
+        return "\n".join(lines) + "\n"
+    return text.rstrip("\n") + (f"\n  - lineage: {_scalar(lineage)}\n    families:\n"
+                                f"      - {_scalar(family)}: [{model_id}]\n")
+
+
+# -- the whole step -------------------------------------------------------------------------------
+
+def scaffold(corpus_root: Path, model_id: str, config_path: Path, like: str | None = None,
+             force: bool = False, progress=None) -> Result:
+    """Make, check and move into place every file of a new model (module doc); ``progress(line)``
+    hears each step."""
+    say = progress or (lambda line: None)
+    root = Path(corpus_root)
+    check_model_id(model_id, Where("<command line>", 0, "HF_ID"))
+    raw, config = read_config(config_path)
+    name = slug(model_id)
+    spec_path = root / "models" / f"{name}.yaml"
+    if spec_path.exists() and not force:
+        raise SpecError(Where(f"corpus/models/{name}.yaml"), "the spec exists — nothing was written",
+                        "pass --force to write it again from the config")
+    corpus = load_corpus(root, missing_snapshots_ok=True)
+    base = match_family(corpus, config, like, Where(str(config_path)), model_id)
+    if base.model_id == model_id:
+        raise SpecError(Where("<command line>", 0, "--like"), f"{model_id} cannot be its own base",
+                        "pass --like another model of the family")
+    result = Result(model_id, base.model_id)
+    say(f"base: {base.model_id} ({base.family})")
+    from engine.verify.evidence import registry
+    reg = registry(root)
+    plan_fields = {p.field for p in reg.layer_plans}
+    base_text = (root / "models" / f"{slug(base.model_id)}.yaml").read_text(encoding="utf-8")
+    text, todo = spec_text(base_text, base, model_id, config, published_config(root, base), corpus,
+                           reg.top_level_fields(), plan_fields)
+    result.todo += todo
+    readme = root / "snapshots" / "README.md"
+    lineage = root / "lineage.yaml"
+    files: dict[Path, str | bytes] = {spec_path: text, root / "snapshots" / f"{name}.config.json": raw,
+                                      readme: readme_text(readme.read_text(encoding="utf-8"), model_id,
+                                                          hashlib.sha256(raw).hexdigest())}
+    new_lineage = (lineage_text(lineage.read_text(encoding="utf-8"), base.family, model_id, base.model_id)
+                   if lineage.exists() else None)
+    if new_lineage is not None:
+        files[lineage] = new_lineage
+    with tempfile.TemporaryDirectory(prefix=".archledger-new-", dir=root.parent) as tmp:
+        work = Path(tmp) / root.name
+        shutil.copytree(root, work)
+        for path, content in files.items():
+            target = work / path.relative_to(root)
+            if isinstance(content, bytes):
+                target.write_bytes(content)
+            else:
+                target.write_text(content, encoding="utf-8")
+        for stale in ("yaml", "tensors.yaml", "source.yaml"):   # --force: evidence of the old spec goes
+            (work / "snapshots" / f"{name}.{stale}").unlink(missing_ok=True)
+        files.update(_evidence(work, root, model_id, config, result, say))
+        _check(work, model_id, config, result, say)
+    _move(files)
+    result.files = sorted(files)
+    return result
+
+
+def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Result, say) -> dict[Path, str]:
+    """The three evidence files (``snapshot --config --meta``) made in ``work``; to-dos if not."""
+    from engine.verify import modeling_code
+    from engine.verify.evidence import forward_excerpts
+    from engine.verify.snapshot import snapshot_files
+    corpus = load_corpus(work, missing_snapshots_ok=True)
+    model = load_model(work / "models" / f"{slug(model_id)}.yaml", work, corpus.roles, corpus.schemes, True)
+    corpus = replace(corpus, models={**corpus.models, model_id: model})
+    source_label = f"hf:{model_id} config.json"
+    manifest = source = None
+    try:
+        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}")
+        label, text = modeling_code.modeling_source(config)
+        source = (label, {"kind": "modeling-code", "file": label}, forward_excerpts(text))
+        say(f"evidence: {manifest.provenance.get('class')} on the meta device ({manifest.provenance.get('tool')})")
+    except (modeling_code.ModelingCodeError, ImportError, KeyError) as exc:
+        result.todo.append(f"evidence: {' '.join(str(exc).split())[:200]} — record it with `archledger snapshot "
+                           f"{model_id}` (Hub or --checkpoint)")
+    try:
+        made = snapshot_files(corpus, model, config, source_label, manifest, source)
+    except SpecError as exc:   # the spec does not walk: keep the fields it names, say why
+        result.todo.append(f"the spec does not evaluate: {exc.one_line()}")
+        keys = set(_CONFIG_READ.findall((work / "models" / f"{slug(model_id)}.yaml").read_text())) | {"model_type"}
+        header = "# Config fields this spec names (it does not evaluate yet). Refresh with: archledger snapshot MODEL\n"
+        made = {work / "snapshots" / f"{slug(model_id)}.yaml": header + yaml.safe_dump(
+            {"source": source_label, "fields": {k: config[k] for k in sorted(keys) if k in config}},
+            sort_keys=False, default_flow_style=None, width=100)}
+    out = {}
+    for path, text in made.items():
+        path.write_text(text, encoding="utf-8")
+        out[root / path.relative_to(work)] = text
+    return out
+
+
+def _check(work: Path, model_id: str, config: dict, result: Result, say) -> None:
+    """Validate the new spec in ``work`` and compare its parameter count with transformers'."""
+    from engine.spec import quantities
+    from engine.spec.evaluate import Binding, walk_model
+    from engine.verify.validate import validate
+    try:
+        corpus = load_corpus(work)
+        model = corpus.models[model_id]
+        report = validate(corpus, model)
+    except SpecError as exc:
+        result.todo.append(f"the spec does not load: {exc.one_line()}")
+        return
+    result.verified = report.verified
+    for finding in report.errors:
+        result.todo.append(f"validate: {finding.one_line()}")
+    try:
+        result.ours = int(quantities.params_total(walk_model(corpus, model, Binding("numeric"))))
+    except SpecError:
+        pass
+    result.theirs = meta_param_count(config)
+    if result.ours is not None and result.theirs is not None and result.ours != result.theirs:
+        result.todo.append(f"parameters: ArchLedger counts {result.ours:,}, transformers {result.theirs:,} "
+                           f"(differ by {result.ours - result.theirs:+,}) — find the module the spec sizes differently")
+
+
+def meta_param_count(config: dict[str, Any]) -> int | None:
+    """transformers' parameter count of the causal LM built from ``config`` on the meta device
+    (tied tensors once), or None when transformers cannot build it."""
+    from engine.verify import modeling_code
+    try:
+        model = modeling_code.build_meta_model(config)
+    except (modeling_code.ModelingCodeError, ImportError, KeyError, ValueError, TypeError):
+        return None
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def _move(files: dict[Path, str | bytes]) -> None:
+    """Write every file to a temp name beside it, then rename them all into place."""
+    temps = {}
+    for path, content in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".new-tmp")
+        if isinstance(content, bytes):
+            tmp.write_bytes(content)
+        else:
+            tmp.write_text(content, encoding="utf-8")
+        temps[tmp] = path
+    for tmp, path in temps.items():
+        tmp.replace(path)

@@ -1,0 +1,214 @@
+"""``archledger new``: a checkpoint of a known family, written, recorded, validated and counted.
+
+The end-to-end test runs the command on a small Qwen3 config (tests/data/new/, tied embeddings:
+the head must share the embedding's weights) in a copy of the corpus; its expectations come from
+outside the scaffold: transformers' meta-device count (tests/hf_oracle.py), a hand count, and the
+corpus' own loader and validator reading what was written. The refusal tests each give one bad
+input and check one error line, exit status 2 and a corpus left byte for byte as it was.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from site_builder import cli
+from tests.conftest import REPO
+
+FIXTURE = REPO / "tests" / "data" / "new" / "tiny-qwen3.config.json"
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file below ``root`` (and beside it: a leftover temp folder) by content hash."""
+    return {str(p.relative_to(root.parent)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.parent.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def corpus_copy(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("new") / "corpus"
+    shutil.copytree(REPO / "corpus", root)
+    return root
+
+
+def _run(capsys, corpus: Path, *args: str) -> tuple[int, str, str]:
+    code = cli.main(["--corpus", str(corpus), "new", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_new_writes_records_and_verifies_a_config_of_a_known_family(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    from engine.spec import quantities
+    from engine.spec.corpus import load_corpus
+    from engine.spec.evaluate import Binding, walk_model
+    from engine.verify.validate import validate
+    from tests import hf_oracle
+    corpus = tmp_path / "corpus"
+    shutil.copytree(REPO / "corpus", corpus)
+    code, out, err = _run(capsys, corpus, "acme/Tiny-Qwen3", "--config", str(FIXTURE))
+    assert code == 0, out + err
+    assert "verified" in out and "with no hand edit" in out
+    spec = corpus / "models" / "acme--Tiny-Qwen3.yaml"
+    assert spec.read_text().startswith("model: acme/Tiny-Qwen3\n")
+    snapshots = corpus / "snapshots"
+    assert (snapshots / "acme--Tiny-Qwen3.config.json").read_bytes() == FIXTURE.read_bytes()
+    sha = hashlib.sha256(FIXTURE.read_bytes()).hexdigest()
+    assert (f"| `acme--Tiny-Qwen3.config.json` | https://huggingface.co/acme/Tiny-Qwen3/blob/main/config.json "
+            f"| `{sha}` |") in (snapshots / "README.md").read_text()
+    assert "acme/Tiny-Qwen3" in (corpus / "lineage.yaml").read_text()
+    tensors = (snapshots / "acme--Tiny-Qwen3.tensors.yaml").read_text()
+    assert "kind: modeling-code" in tensors and "Qwen3ForCausalLM" in tensors
+    assert (snapshots / "acme--Tiny-Qwen3.source.yaml").exists()
+    loaded = load_corpus(corpus)
+    model = loaded.models["acme/Tiny-Qwen3"]
+    assert validate(loaded, model).verified
+    ours = int(quantities.params_total(walk_model(loaded, model, Binding("numeric"))))
+    theirs = hf_oracle.hf_meta_report(FIXTURE).total_params
+    # by hand: embedding 256x64 (the head is tied to it); per layer q 64x64, k and v 64x32 each,
+    # o 64x64, q/k norms 16 each, SwiGLU 3x64x128, two norms of 64; a final norm of 64
+    layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 2 * 16 + 3 * 64 * 128 + 2 * 64
+    assert ours == theirs == 256 * 64 + 2 * layer + 64
+    assert f"ArchLedger {ours:,}, transformers (meta device) {theirs:,}" in out
+    from engine.build.landscape import load_lineage
+    table = load_lineage(corpus)
+    assert table["models"]["acme/Tiny-Qwen3"] > table["models"]["Qwen/Qwen3-8B"]   # appended to Qwen3's release list
+
+
+BAD = {
+    "not JSON": ("acme/X", "{not json", "not JSON"),
+    "a JSON list": ("acme/X", "[1, 2]", "JSON object"),
+    "no model_type": ("acme/X", json.dumps({"hidden_size": 64}), "no model_type"),
+    "an unknown family": ("acme/X", json.dumps({"model_type": "no_such_family", "architectures": ["NoSuchForCausalLM"]}),
+                          "no corpus family has model_type 'no_such_family'"),
+    "an id without org": ("Tiny-Qwen3", None, "not a Hugging Face id"),
+    "an id with a path": ("acme/../x", None, "not a Hugging Face id"),
+    "an existing spec": ("Qwen/Qwen3-8B", None, "the spec exists"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_new_refuses_in_one_line_and_writes_nothing(case, capsys, corpus_copy, tmp_path):
+    model_id, text, says = BAD[case]
+    config = tmp_path / "config.json"
+    if text is None:
+        shutil.copy(FIXTURE, config)
+    else:
+        config.write_text(text)
+    before = _tree(corpus_copy)
+    code, out, err = _run(capsys, corpus_copy, model_id, "--config", str(config))
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ") and says in err, err
+    assert _tree(corpus_copy) == before
+
+
+def test_new_force_rewrites_an_existing_spec(capsys, tmp_path):
+    """--force: the refusal above goes, and the rewritten spec is the scaffold's (its id kept)."""
+    pytest.importorskip("transformers")
+    corpus = tmp_path / "corpus"
+    shutil.copytree(REPO / "corpus", corpus)
+    config = corpus / "snapshots" / "Qwen--Qwen3-8B.config.json"
+    code, out, err = _run(capsys, corpus, "Qwen/Qwen3-8B", "--config", str(config), "--force")
+    assert code == 0, out + err
+    assert "like Qwen/Qwen3-8B" not in out   # the spec being rewritten is not its own base
+    text = (corpus / "models" / "Qwen--Qwen3-8B.yaml").read_text()
+    assert text.startswith("model: Qwen/Qwen3-8B\n") and "name: Qwen3 8B" in text
+    assert (corpus / "lineage.yaml").read_text() == (REPO / "corpus" / "lineage.yaml").read_text()
+
+
+def _lineage(tmp_path: Path, text: str) -> dict:
+    from engine.build.landscape import load_lineage
+    (tmp_path / "lineage.yaml").write_text(text)
+    return load_lineage(tmp_path)
+
+
+def test_a_repeated_lineage_continues_it(tmp_path):
+    """What `new` appends: an entry naming a lineage again extends its family's release list and
+    places a new family after the lineage's others (not at generation 0)."""
+    table = _lineage(tmp_path, "lineages:\n  - lineage: Z\n    families: [A, {B: [z/b1, z/b2]}]\n"
+                               "  - lineage: Z\n    families:\n      - B: [z/b3]\n      - C\n")
+    assert table["models"] == {"z/b1": 0, "z/b2": 1, "z/b3": 2}
+    assert table["families"] == {"A": ("Z", 0), "B": ("Z", 1), "C": ("Z", 2)}
+
+
+def test_a_repeated_family_places_its_new_models_beside_the_ones_it_names(tmp_path):
+    """`[z/b1, z/b1.5]` at the end puts z/b1.5 between z/b1 and z/b2 (release order); new models
+    named before a known one go just before it."""
+    table = _lineage(tmp_path, "lineages:\n  - lineage: Z\n    families: [{B: [z/b1, z/b2]}]\n"
+                               "  - lineage: Z\n    families:\n      - B: [z/b1, z/b1.5]\n"
+                               "  - lineage: Z\n    families:\n      - B: [z/b0.1, z/b0.2, z/b1]\n")
+    assert sorted(table["models"], key=table["models"].get) == ["z/b0.1", "z/b0.2", "z/b1", "z/b1.5", "z/b2"]
+
+
+def test_a_family_in_two_lineages_is_one_line(tmp_path):
+    from engine.spec.errors import SpecError
+    with pytest.raises(SpecError, match="family 'B' is already in lineage 'Z'"):
+        _lineage(tmp_path, "lineages:\n  - lineage: Z\n    families: [B]\n  - lineage: Y\n    families: [B]\n")
+
+
+def test_new_takes_the_quant_context_from_quantization_config(capsys, tmp_path):
+    """The same small Qwen3 published as FP8 with 128x128 block scales (the quantization_config of
+    Qwen3-32B-FP8): the spec stores its linear weights as fp8_block128 and the weight guard holds
+    each tensor and scale to the manifest transformers' quantizer rule gives (embedding, tied head
+    and norms stay BF16)."""
+    pytest.importorskip("transformers")
+    corpus = tmp_path / "corpus"
+    shutil.copytree(REPO / "corpus", corpus)
+    config = json.loads(FIXTURE.read_text())
+    config["quantization_config"] = {"activation_scheme": "dynamic", "quant_method": "fp8", "weight_block_size": [128, 128]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, out, err = _run(capsys, corpus, "acme/Tiny-Qwen3-FP8", "--config", str(path))
+    assert code == 0, out + err
+    spec = (corpus / "models" / "acme--Tiny-Qwen3-FP8.yaml").read_text()
+    assert "quant_context:\n  default: fp8_block128\n  overrides:\n    embedding: bf16\n" in spec   # the tied head stores nothing
+    tensors = (corpus / "snapshots" / "acme--Tiny-Qwen3-FP8.tensors.yaml").read_text()
+    assert "q_proj.weight F8_E4M3 [64, 64]" in tensors and "q_proj.weight_scale_inv F32 [1, 1]" in tensors
+
+
+def test_an_unquantized_checkpoint_of_a_quantized_base_is_bf16_with_its_f32_buffers():
+    """Consistency of the text rewrite: DeepSeek-V3's FP8 spec, given a config without
+    quantization_config, becomes BF16 and keeps only the overrides that name a buffer's own dtype
+    (the routing bias transformers creates in float32)."""
+    from engine.spec.corpus import load_corpus
+    from engine.verify.scaffold import published_config, spec_text
+    corpus = load_corpus()
+    base = corpus.models["deepseek-ai/DeepSeek-V3"]
+    config = {k: v for k, v in published_config(corpus.root, base).items() if k != "quantization_config"}
+    text, todo = spec_text((corpus.root / "models" / "deepseek-ai--DeepSeek-V3.yaml").read_text(), base,
+                           "acme/DeepSeek-V3-BF16", config, published_config(corpus.root, base), corpus, set(), set())
+    assert "quant_context:\n  default: bf16\n  overrides:\n    router.e_score_correction_bias: f32\n" in text
+    assert "fp8" not in text.split("quant_context:")[1].split("\n\n")[0]
+    assert todo == []
+
+
+def test_a_config_without_a_layer_count_binds_it_to_its_per_layer_list(capsys, tmp_path):
+    """Nemotron 3 Nano's published config rewritten the way later Nemotron 3 configs are (Ultra):
+    layers_block_type instead of hybrid_override_pattern, no num_hidden_layers. The layer count
+    becomes len(config.layers_block_type); the pattern the base spec schedules by comes from
+    transformers' NemotronHConfig (with that class as its src) and equals the published one; the
+    count equals transformers' for the original config."""
+    pytest.importorskip("transformers")
+    from tests import hf_oracle
+    corpus = tmp_path / "corpus"
+    shutil.copytree(REPO / "corpus", corpus)
+    published = corpus / "snapshots" / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.config.json"
+    config = json.loads(published.read_text())
+    pattern = config.pop("hybrid_override_pattern")
+    del config["num_hidden_layers"]
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}   # NemotronHConfig's legacy names
+    config["layers_block_type"] = [names[c] for c in pattern]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, out, err = _run(capsys, corpus, "acme/Nano-Listed", "--config", str(path),
+                          "--like", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert code in (0, 1), out + err
+    spec = (corpus / "models" / "acme--Nano-Listed.yaml").read_text()
+    assert "  n_layers: len(config.layers_block_type)\n" in spec
+    assert f'  hybrid_override_pattern: {{value: "{pattern}", src: "transformers ' in spec
+    assert "NemotronHConfig.hybrid_override_pattern" in spec
+    theirs = hf_oracle.hf_meta_report(published).total_params
+    assert f"ArchLedger {theirs:,}, transformers (meta device) {theirs:,}" in out
