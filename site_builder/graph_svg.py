@@ -45,6 +45,7 @@ Y_SPACE = 52          # between layers: room for an edge label in the gap
 COMPONENT_GAP = 40    # between disconnected components
 MAX_ROW_WIDTH = 1400  # wrap disconnected components onto a new row past this width
 DUMMY_W = 24          # width reserved for a long edge passing through a layer
+REPEAT_OUT = 26       # how far a repeat loop bulges right of the boxes it spans
 MIN_W, PAD = 90, 10
 LABEL_CH, DETAIL_CH, SMALL_CH = 7.0, 6.0, 6.0  # px per character at 12px / 10px fonts
 EDGE_CH = 5.4         # px per character of an edge label at 9px
@@ -62,6 +63,7 @@ def _style() -> str:
         if fill != "#ffffff":
             fills.setdefault(fill, []).append(f".kind-{kind} .node-shape")
     rules = [(".edge>path", "fill:none;stroke:#666;stroke-width:1.3"), (".kind-stream>path", "stroke:#2a6fdb"),
+             (".kind-repeat>path", "stroke:#7a4fb5;stroke-width:1.6"), (".kind-repeat>text", "fill:#5b3590;font-weight:bold"),
              (".edge-label", "font-size:9px;fill:#444;stroke:#fff;stroke-width:3;paint-order:stroke"),
              (".node-shape", "fill:#fff;stroke:#555;stroke-width:1.3"),
              (".node-inner", "fill:none;stroke:#555;stroke-width:0.8")]
@@ -190,8 +192,9 @@ def _laid_out(nodes, edges, sizes):
     out_deg = {n["id"]: 0 for n in nodes}
     in_deg = dict(out_deg)
     for e in edges:
-        out_deg[e["src"]] += 1
-        in_deg[e["dst"]] += 1
+        if e.get("kind") != "repeat":
+            out_deg[e["src"]] += 1
+            in_deg[e["dst"]] += 1
     pos: dict[str, tuple[float, float]] = {}
     geoms: dict[tuple[str, str], tuple] = {}
     cursor_x, row_y, row_bottom = float(MARGIN), float(MARGIN), float(MARGIN)
@@ -206,7 +209,7 @@ def _laid_out(nodes, edges, sizes):
                 v.view = _View(*sizes[nid])
             gedges = []
             for e in comp_edges:
-                if e["src"] != e["dst"]:
+                if e["src"] != e["dst"] and e.get("kind") != "repeat":   # a repeat loop is drawn aside
                     ge = Edge(verts[e["src"]], verts[e["dst"]])
                     ge.view = _View()
                     gedges.append(((e["src"], e["dst"]), ge))
@@ -221,8 +224,7 @@ def _laid_out(nodes, edges, sizes):
             centres = {nid: v.view.xy for nid, v in verts.items()}
             routes = {key: ge.view.path for key, ge in gedges}
         local = {n: (centres[n][0] - sizes[n][0] / 2, centres[n][1] - sizes[n][1] / 2) for n in comp}
-        cgeoms = {(e["src"], e["dst"]): _edge_geom(e, local, sizes, routes, out_deg, in_deg)
-                  for e in comp_edges}
+        cgeoms = _edge_geoms(comp_edges, local, sizes, routes, out_deg, in_deg)
         xs = [local[n][0] for n in comp] + [local[n][0] + sizes[n][0] for n in comp]
         ys = [local[n][1] for n in comp] + [local[n][1] + sizes[n][1] for n in comp]
         for e in comp_edges:
@@ -230,7 +232,7 @@ def _laid_out(nodes, edges, sizes):
             xs += [p[0] for p in pts]
             ys += [p[1] for p in pts]
             if e["label"]:
-                xs.append(lx + 5 + (len(e["label"]) + 2) * EDGE_CH)
+                xs += [lx + 5, lx + 5 + (len(e["label"]) + 2) * EDGE_CH]
                 ys += [ly - 7, ly + 5]
         left, top = min(xs), min(ys)
         width, height = max(xs) - left, max(ys) - top
@@ -253,6 +255,69 @@ def _cubic(a, b, t):
     x = a[0] * u**3 + 3 * a[0] * u * u * t + 3 * b[0] * u * t * t + b[0] * t**3
     y = a[1] * u**3 + 3 * ym * u * u * t + 3 * ym * u * t * t + b[1] * t**3
     return x, y
+
+
+def _label_box(label: str, at) -> tuple:
+    """The box an edge label's text covers (generous: EDGE_CH is wider than the mean glyph; the
+    text's baseline is 3 px below the anchor, at 9 px)."""
+    return (at[0] + 5, at[1] - 7, at[0] + 5 + (len(label) + 1) * EDGE_CH, at[1] + 7)
+
+
+def _hits(box, boxes) -> bool:
+    return any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in boxes)
+
+
+def _edge_geoms(edges, pos, sizes, routes, out_deg, in_deg) -> dict:
+    """Every edge of one component: (points, label anchor, is_loop) by (src, dst).
+
+    No two labels overlap: a label whose usual spot (:func:`_edge_geom`) is taken moves to the
+    nearest free point of its own route clear of the boxes, else up or down from its spot. Repeat
+    loops come last and go round everything to the left of the boxes they span."""
+    geoms, placed = {}, []
+    boxes = [(x, y, x + sizes[n][0], y + sizes[n][1]) for n, (x, y) in pos.items()]
+    for e in edges:
+        if e.get("kind") == "repeat":
+            continue
+        pts, at, loop = _edge_geom(e, pos, sizes, routes, out_deg, in_deg)
+        if e["label"]:
+            at = _free_spot(e["label"], at, [] if loop else pts, placed, boxes)
+            placed.append(_label_box(e["label"], at))
+        geoms[(e["src"], e["dst"])] = (pts, at, loop)
+    for e in edges:
+        if e.get("kind") == "repeat":
+            geoms[(e["src"], e["dst"])] = geom = _repeat_geom(e, pos, sizes, placed)
+            placed.append(_label_box(e["label"], geom[1]))
+    return geoms
+
+
+def _free_spot(label, at, pts, placed, boxes):
+    """``at`` when the label fits there beside the labels ``placed``, else the nearest point of the
+    route ``pts`` where it fits clear of labels and node ``boxes``, else ``at`` moved up or down."""
+    if not _hits(_label_box(label, at), placed):
+        return at
+    along = [_cubic(a, b, t) for a, b in zip(pts, pts[1:]) for t in (0.5, 0.3, 0.7, 0.15, 0.85)]
+    along.sort(key=lambda p: (p[0] - at[0]) ** 2 + (p[1] - at[1]) ** 2)
+    shifted = [(at[0], at[1] + d) for k in range(1, 7) for d in (14 * k, -14 * k)]
+    for spot in along + shifted:
+        box = _label_box(label, spot)
+        if not _hits(box, placed) and not _hits(box, boxes):
+            return spot
+    return at
+
+
+def _repeat_geom(e, pos, sizes, placed):
+    """A period's repeat loop: from its last box's left side back up to its first box's, bulging
+    left of every box and label between them; its label left of the bulge."""
+    (sx, sy), (_, sh) = pos[e["src"]], sizes[e["src"]]
+    (tx, ty), (_, th) = pos[e["dst"]], sizes[e["dst"]]
+    y1, y0 = sy + sh / 2, ty + th / 2
+    lo, hi = min(ty, sy), max(ty + th, sy + sh)
+    lefts = [x for n, (x, y) in pos.items() if y < hi and y + sizes[n][1] > lo]
+    lefts += [b[0] for b in placed if b[1] < hi and b[3] > lo]
+    far = min(lefts) - REPEAT_OUT
+    c = (far - (sx + tx) / 8) / 0.75   # the cubic's widest point (t = 1/2) lands on ``far``
+    width = _label_box(e["label"], (0, 0))[2]
+    return [(sx, y1), (c, y1), (c, y0), (tx, y0)], (far - 6 - width, (y1 + y0) / 2), True
 
 
 def _edge_geom(e, pos, sizes, routes, out_deg, in_deg):
@@ -298,7 +363,8 @@ def _edge_svg(e, geom, status, pid) -> str:
     est = est if est in STATUS_DASH else None
     pts, (lx, ly), loop = geom
     stream = e.get("kind") == "stream"   # a cross-layer stream: its own dash and colour
-    cls = "edge" + (f" status-{est}" if est else "") + (" kind-stream" if stream else "")
+    kind = e.get("kind") if e.get("kind") in ("stream", "repeat") else ""
+    cls = "edge" + (f" status-{est}" if est else "") + (f" kind-{kind}" if kind else "")
     dash = f' stroke-dasharray="{STATUS_DASH[est]}"' if est else (' stroke-dasharray="4 2"' if stream else "")
     out = [f'<g class="{cls}" data-src="{_esc(src)}" data-dst="{_esc(dst)}">',
            f'<path d="{_path_d(pts, loop)}"{dash} marker-end="url(#{pid}-arrow)"/>']
@@ -399,6 +465,15 @@ def render_svg(graph: dict, *, status: dict[str, str] | None = None, title: str 
         parts.append(_node_svg(n, pos[n["id"]], sizes[n["id"]], boxes[n["id"]][2], status.get(n["id"]), href))
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+_VIEWBOX = re.compile(r'viewBox="0 0 ([0-9.]+) ([0-9.]+)"')
+
+
+def svg_size(svg: str) -> tuple[float, float]:
+    """Width and height (drawing units, one per px at natural size) of a :func:`render_svg` drawing."""
+    w, h = _VIEWBOX.search(svg).groups()
+    return float(w), float(h)
 
 
 def diff_graphs(a: dict, b: dict) -> tuple[dict, dict[str, str]]:
