@@ -12,6 +12,10 @@ Invariants:
   first node, coordinates are printed rounded, element ids derive from a hash of the node/edge ids.
 - Escaped: every piece of caller text (ids, labels, details, badges, titles, hrefs) goes through
   ``_esc``, which also drops characters XML 1.0 forbids; the result always parses as XML.
+- Edges of ``kind: "repeat"`` (a layer stack's repeated period, site_builder/graphs.py) stay out of
+  the layering: each is drawn as a loop left of the boxes it spans, from its source back up to its
+  target. Edge labels never overlap one another: one whose usual spot is taken moves along its own
+  route, else up or down (boxes estimated generously from the label's length, :func:`_label_box`).
 - Accessible: the SVG and each node have a ``<title>`` (node titles keep the full, untruncated
   detail); nodes are keyboard-focusable (``tabindex="0"``, or the ``<a>`` itself when linked);
   diff status is never colour-only — each non-"same" node carries a text marker and a dash pattern.
@@ -168,8 +172,9 @@ def _components(nodes: list[dict], edges: list[dict]) -> list[list[str]]:
 
 
 #: :func:`_layout`'s answers in this process, by everything it reads (node ids and box sizes, edge
-#: ends and labels, in order): the same drawing recurs (a component drawn in each model that uses
-#: it, on its own page and in graph diffs), and the layout is most of a drawing's time.
+#: ends, labels and whether each is a repeat loop, in order): the same drawing recurs (a component
+#: drawn in each model that uses it, on its own page and in graph diffs), and the layout is most of
+#: a drawing's time.
 _LAYOUTS: dict[tuple, tuple] = {}
 
 
@@ -180,7 +185,8 @@ def _layout(nodes, edges, sizes):
     Edge geometry is (points, label anchor, is_loop); a component's bounding box covers its
     nodes, its routes and its edge labels, so side-by-side components never overlap.
     """
-    key = (tuple((n["id"], sizes[n["id"]]) for n in nodes), tuple((e["src"], e["dst"], e["label"]) for e in edges))
+    key = (tuple((n["id"], sizes[n["id"]]) for n in nodes),
+           tuple((e["src"], e["dst"], e["label"], e.get("kind") == "repeat") for e in edges))
     found = _LAYOUTS.get(key)
     if found is None:
         found = _LAYOUTS[key] = _laid_out(nodes, edges, sizes)

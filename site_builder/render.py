@@ -34,7 +34,7 @@ from engine.build import collector, dependencies, lifeline, publish
 from engine.build.workers import default_workers
 from engine.cli import units
 from engine.spec.errors import SpecError, Where
-from site_builder import charts, graphs, sizing
+from site_builder import charts, graph_svg, graphs, sizing
 from site_builder import downloads, landscape
 from site_builder.data import (Results, compact_json, deploy_formulas, deployment_options, deployment_rows,
                                gallery_index, lineages, read_json, slug, split_formulas, trait_index)
@@ -795,6 +795,8 @@ def _playground(site: Site, results: Results, previous: Path | None = None) -> N
 
 
 _PLAYGROUND_DATA = "data/playground/{}.json.gz"
+#: The layout's own code: a drawing is reused (_playground_diffs) only when drawn by the same layout.
+_GRAPH_CODE = hashlib.sha256(Path(graph_svg.__file__).read_bytes()).hexdigest()
 _PLAYGROUND_DIFFS = "data/playground/diffs.json.gz"
 
 
@@ -815,7 +817,8 @@ def _playground_diffs(results: Results, uses: dict, drawn: dict[str, str] | None
     it there: engine.build.whatif.block_graph) and the models each side is drawn from. One drawing
     per pair, from the first model (corpus order) whose pick makes it. ``key`` is the SHA-256 of
     what a drawing draws; ``drawn`` (key -> drawing, the previous site's) is reused, not laid out
-    again: the layout is most of the playground's render, and the same inputs draw the same SVG."""
+    again: the layout is most of the playground's render, and the same inputs (and layout code,
+    :data:`_GRAPH_CODE`) draw the same SVG."""
     drawn = drawn or {}
     out: dict[str, dict] = {}
     for model_id in results.models["model_id"].to_list():
@@ -834,7 +837,7 @@ def _playground_diffs(results: Results, uses: dict, drawn: dict[str, str] | None
                         continue
                     a, b = _short(graphs.level_graph(base, block["site"])), _short(graphs.level_graph(block, block["site"]))
                     title = f"{old} vs {new}"
-                    digest = hashlib.sha256(json.dumps([a, b, title], sort_keys=True).encode()).hexdigest()
+                    digest = hashlib.sha256(json.dumps([a, b, title, _GRAPH_CODE], sort_keys=True).encode()).hexdigest()
                     svg = drawn.get(digest)
                     if svg is None:
                         union, status = diff_graphs(a, b)
