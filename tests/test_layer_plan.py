@@ -19,6 +19,7 @@ from engine.build.layer_plan import layer_plans
 from site_builder import graphs
 from site_builder.graph_svg import render_svg
 from tests.conftest import hf_config
+from tests.test_graph_svg import _label_boxes, _overlap
 from tests.site_helpers import drawn_layers, expected_layers
 
 NS = "{http://www.w3.org/2000/svg}"
@@ -93,7 +94,7 @@ def test_plan_follows_the_published_config(model_id):
 def test_stack_drawing_is_one_chain_in_layer_order(model_id):
     """Embedding -> every layer group in layer order -> final norm, as the SVG draws it: the path
     walked in the drawing, with its run badges and repeat loops, gives back the template the walk
-    put at each layer (the document's component rows) and the config's."""
+    put at each layer (the document's component rows) and the config's; no edge labels overlap."""
     doc = _document(model_id)
     root = ET.fromstring(render_svg(graphs.level_graph(doc, "main"), title="main"))
     nodes, edges = {}, []
@@ -113,3 +114,6 @@ def test_stack_drawing_is_one_chain_in_layer_order(model_id):
     drawn = drawn_layers(nodes, edges, embed, norm)
     assert drawn == expected_layers(doc, "main/layers")
     assert [g[g.index("[") + 1:-1] for g in drawn] == _templates_from_config(model_id)
+    # and no two edge labels meet (DeepSeek-V4-Pro's stack drawing once printed two over each other)
+    boxes = _label_boxes(root)
+    assert [(a[1], b[1]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _overlap(a[0], b[0])] == []
