@@ -125,7 +125,7 @@ def _chain(plan: dict, nodes: dict[str, dict], edges: list[dict]) -> tuple[dict[
                 continue                  # group to group: the chain below stands for it
             if (e["src"], e["dst"]) in pairs:
                 continue
-        pairs.add((e["src"], e["dst"]))
+            pairs.add((e["src"], e["dst"]))
         chained.append(e)
     chained += [{"src": a["id"], "dst": b["id"], "label": carried} for a, b in zip(boxes, boxes[1:])]
     out: dict[str, dict] = {}

@@ -337,3 +337,23 @@ def test_repeat_edge_is_a_loop_left_of_its_span():
     label = loop.find(NS + "text")
     assert label.text == "x16, layers 0-63"
     assert float(label.get("x")) + len(label.text) * 4.5 < min(full[0], linear[0])
+
+
+def test_an_edge_beside_another_between_the_same_boxes_is_drawn_aside():
+    """A stream joining the two boxes a data edge already joins (either way) keeps its own route:
+    a loop right of both boxes, never over the data edge; both are drawn."""
+    chain = _graph([("a", "component", "", ""), ("b", "component", "", "")], [("a", "b", "[b, s, h]")])
+    chain["edges"] += [{"src": "a", "dst": "b", "kind": "stream", "label": "stream x (layers 3-5)"},
+                       {"src": "b", "dst": "a", "kind": "stream", "label": "stream y (layers 7-9)"}]
+    root = _parse(render_svg(chain))
+    nodes = {k: _box(g) for k, g in _nodes(root).items()}
+    right = max(nodes["a"][0] + nodes["a"][2], nodes["b"][0] + nodes["b"][2])
+    paths = {(g.get("data-src"), g.get("data-dst"), g.get("class")): g.find(NS + "path").get("d")
+             for g in root.iter(NS + "g") if "edge" in g.get("class").split()}
+    assert len(paths) == 3
+    for (src, dst, cls), d in paths.items():
+        xs = [float(v) for v in re.findall(r"-?[0-9.]+", d)][0::2]
+        if "kind-stream" in cls:
+            assert max(xs) > right + 10, (src, dst, d)      # out to the right of both boxes
+        else:
+            assert max(xs) <= right, d                      # the data edge between them
