@@ -107,7 +107,7 @@ def _chain(plan: dict, nodes: dict[str, dict], edges: list[dict]) -> tuple[dict[
             node = nodes[group]
             detail = node["detail"] + (f", {seg['span']}" if seg["times"] == 1 else "")
             boxes.append({**node, "id": box, "badge": f"x{run['count']}" if run["count"] > 1 else "",
-                          "detail": detail, "data": {**node["data"], "group": group}})
+                          "detail": detail})      # its data keeps the group's uid: every box links there
         if seg["times"] > 1:
             repeats.append({"src": boxes[-1]["id"], "dst": boxes[first]["id"], "kind": "repeat",
                             "label": f"x{seg['times']}, {seg['span']}"})
