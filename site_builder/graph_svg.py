@@ -12,6 +12,11 @@ Invariants:
   first node, coordinates are printed rounded, element ids derive from a hash of the node/edge ids.
 - Escaped: every piece of caller text (ids, labels, details, badges, titles, hrefs) goes through
   ``_esc``, which also drops characters XML 1.0 forbids; the result always parses as XML.
+- Edges of ``kind: "repeat"`` (a layer stack's repeated period, site_builder/graphs.py) stay out of
+  the layering: each is drawn as a loop left of the boxes it spans, from its source back up to its
+  target. An edge between two boxes another edge already joins (a stream beside the data edge,
+  either way) is drawn the same way on the right, never over the other's route. Edge labels never overlap one another: one whose usual spot is taken moves along its own
+  route, else up or down (boxes estimated generously from the label's length, :func:`_label_box`).
 - Accessible: the SVG and each node have a ``<title>`` (node titles keep the full, untruncated
   detail); nodes are keyboard-focusable (``tabindex="0"``, or the ``<a>`` itself when linked);
   diff status is never colour-only — each non-"same" node carries a text marker and a dash pattern.
@@ -45,6 +50,7 @@ Y_SPACE = 52          # between layers: room for an edge label in the gap
 COMPONENT_GAP = 40    # between disconnected components
 MAX_ROW_WIDTH = 1400  # wrap disconnected components onto a new row past this width
 DUMMY_W = 24          # width reserved for a long edge passing through a layer
+REPEAT_OUT = 26       # how far a repeat loop bulges right of the boxes it spans
 MIN_W, PAD = 90, 10
 LABEL_CH, DETAIL_CH, SMALL_CH = 7.0, 6.0, 6.0  # px per character at 12px / 10px fonts
 EDGE_CH = 5.4         # px per character of an edge label at 9px
@@ -62,6 +68,7 @@ def _style() -> str:
         if fill != "#ffffff":
             fills.setdefault(fill, []).append(f".kind-{kind} .node-shape")
     rules = [(".edge>path", "fill:none;stroke:#666;stroke-width:1.3"), (".kind-stream>path", "stroke:#2a6fdb"),
+             (".kind-repeat>path", "stroke:#7a4fb5;stroke-width:1.6"), (".kind-repeat>text", "fill:#5b3590;font-weight:bold"),
              (".edge-label", "font-size:9px;fill:#444;stroke:#fff;stroke-width:3;paint-order:stroke"),
              (".node-shape", "fill:#fff;stroke:#555;stroke-width:1.3"),
              (".node-inner", "fill:none;stroke:#555;stroke-width:0.8")]
@@ -122,8 +129,13 @@ def _node_box(node: dict, status: str | None) -> tuple[float, float, list[tuple[
     return w, h, lines
 
 
+def _edge_key(e: dict) -> tuple[str, str, str]:
+    """An edge's identity: its ends and its kind (a stream may join the boxes a data edge joins)."""
+    return e["src"], e["dst"], e.get("kind") or ""
+
+
 def _normalize(graph: dict) -> tuple[list[dict], list[dict]]:
-    """Nodes with every field present, and edges deduplicated by (src, dst), first one wins."""
+    """Nodes with every field present, and edges deduplicated by (src, dst, kind), first one wins."""
     nodes, seen = [], set()
     for raw in graph.get("nodes", []):
         nid = str(raw["id"])
@@ -139,9 +151,10 @@ def _normalize(graph: dict) -> tuple[list[dict], list[dict]]:
         for end in (src, dst):
             if end not in seen:
                 raise ValueError(f"edge {src!r} -> {dst!r} names unknown node {end!r}")
-        if (src, dst) not in pairs:
-            pairs.add((src, dst))
-            edges.append({**raw, "src": src, "dst": dst, "label": str(raw.get("label") or "")})
+        edge = {**raw, "src": src, "dst": dst, "label": str(raw.get("label") or "")}
+        if _edge_key(edge) not in pairs:
+            pairs.add(_edge_key(edge))
+            edges.append(edge)
     return nodes, edges
 
 
@@ -166,8 +179,9 @@ def _components(nodes: list[dict], edges: list[dict]) -> list[list[str]]:
 
 
 #: :func:`_layout`'s answers in this process, by everything it reads (node ids and box sizes, edge
-#: ends and labels, in order): the same drawing recurs (a component drawn in each model that uses
-#: it, on its own page and in graph diffs), and the layout is most of a drawing's time.
+#: ends, kinds and labels, in order): the same drawing recurs (a component
+#: drawn in each model that uses it, on its own page and in graph diffs), and the layout is most of
+#: a drawing's time.
 _LAYOUTS: dict[tuple, tuple] = {}
 
 
@@ -178,7 +192,8 @@ def _layout(nodes, edges, sizes):
     Edge geometry is (points, label anchor, is_loop); a component's bounding box covers its
     nodes, its routes and its edge labels, so side-by-side components never overlap.
     """
-    key = (tuple((n["id"], sizes[n["id"]]) for n in nodes), tuple((e["src"], e["dst"], e["label"]) for e in edges))
+    key = (tuple((n["id"], sizes[n["id"]]) for n in nodes),
+           tuple((*_edge_key(e), e["label"]) for e in edges))
     found = _LAYOUTS.get(key)
     if found is None:
         found = _LAYOUTS[key] = _laid_out(nodes, edges, sizes)
@@ -190,10 +205,12 @@ def _laid_out(nodes, edges, sizes):
     out_deg = {n["id"]: 0 for n in nodes}
     in_deg = dict(out_deg)
     for e in edges:
-        out_deg[e["src"]] += 1
-        in_deg[e["dst"]] += 1
+        if e.get("kind") != "repeat":
+            out_deg[e["src"]] += 1
+            in_deg[e["dst"]] += 1
     pos: dict[str, tuple[float, float]] = {}
-    geoms: dict[tuple[str, str], tuple] = {}
+    geoms: dict[tuple[str, str, str], tuple] = {}
+    aside = {_edge_key(e): "left" for e in edges if e.get("kind") == "repeat"}
     cursor_x, row_y, row_bottom = float(MARGIN), float(MARGIN), float(MARGIN)
     for comp in _components(nodes, edges):
         members = set(comp)
@@ -205,11 +222,20 @@ def _laid_out(nodes, edges, sizes):
             for nid, v in verts.items():
                 v.view = _View(*sizes[nid])
             gedges = []
-            for e in comp_edges:
-                if e["src"] != e["dst"]:
-                    ge = Edge(verts[e["src"]], verts[e["dst"]])
-                    ge.view = _View()
-                    gedges.append(((e["src"], e["dst"]), ge))
+            routed = set()
+            # data edges first, then streams; a repeat loop, and an edge that would retrace one
+            # already routed (the same two boxes, either way), is drawn aside (_aside_geom)
+            for e in sorted(comp_edges, key=lambda e: e.get("kind") == "stream"):
+                pair = frozenset((e["src"], e["dst"]))
+                if e["src"] == e["dst"] or e.get("kind") == "repeat":
+                    continue
+                if pair in routed:
+                    aside[_edge_key(e)] = "right"
+                    continue
+                routed.add(pair)
+                ge = Edge(verts[e["src"]], verts[e["dst"]])
+                ge.view = _View()
+                gedges.append(((e["src"], e["dst"]), ge))
             # graph_core rather than Graph: Graph gathers each component's edges in a set(),
             # whose order follows object ids and would make the layout vary between runs.
             core = graph_core(list(verts.values()), [ge for _, ge in gedges])
@@ -221,16 +247,15 @@ def _laid_out(nodes, edges, sizes):
             centres = {nid: v.view.xy for nid, v in verts.items()}
             routes = {key: ge.view.path for key, ge in gedges}
         local = {n: (centres[n][0] - sizes[n][0] / 2, centres[n][1] - sizes[n][1] / 2) for n in comp}
-        cgeoms = {(e["src"], e["dst"]): _edge_geom(e, local, sizes, routes, out_deg, in_deg)
-                  for e in comp_edges}
+        cgeoms = _edge_geoms(comp_edges, local, sizes, routes, out_deg, in_deg, aside)
         xs = [local[n][0] for n in comp] + [local[n][0] + sizes[n][0] for n in comp]
         ys = [local[n][1] for n in comp] + [local[n][1] + sizes[n][1] for n in comp]
         for e in comp_edges:
-            pts, (lx, ly), _ = cgeoms[(e["src"], e["dst"])]
+            pts, (lx, ly), _ = cgeoms[_edge_key(e)]
             xs += [p[0] for p in pts]
             ys += [p[1] for p in pts]
             if e["label"]:
-                xs.append(lx + 5 + (len(e["label"]) + 2) * EDGE_CH)
+                xs += [lx + 5, lx + 5 + (len(e["label"]) + 2) * EDGE_CH]
                 ys += [ly - 7, ly + 5]
         left, top = min(xs), min(ys)
         width, height = max(xs) - left, max(ys) - top
@@ -253,6 +278,77 @@ def _cubic(a, b, t):
     x = a[0] * u**3 + 3 * a[0] * u * u * t + 3 * b[0] * u * t * t + b[0] * t**3
     y = a[1] * u**3 + 3 * ym * u * u * t + 3 * ym * u * t * t + b[1] * t**3
     return x, y
+
+
+def _label_box(label: str, at) -> tuple:
+    """The box an edge label's text covers (generous: EDGE_CH is wider than the mean glyph; the
+    text's baseline is 3 px below the anchor, at 9 px)."""
+    return (at[0] + 5, at[1] - 7, at[0] + 5 + (len(label) + 1) * EDGE_CH, at[1] + 7)
+
+
+def _hits(box, boxes) -> bool:
+    return any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in boxes)
+
+
+def _edge_geoms(edges, pos, sizes, routes, out_deg, in_deg, aside) -> dict:
+    """Every edge of one component: (points, label anchor, is_loop) by :func:`_edge_key`.
+
+    No two labels overlap: a label whose usual spot (:func:`_edge_geom`) is taken moves to the
+    nearest free point of its own route clear of the boxes, else up or down from its spot. Edges
+    drawn ``aside`` (key -> "left" or "right") come last and go round everything beside the boxes
+    they span."""
+    geoms, placed = {}, []
+    boxes = [(x, y, x + sizes[n][0], y + sizes[n][1]) for n, (x, y) in pos.items()]
+    for e in edges:
+        if _edge_key(e) in aside:
+            continue
+        pts, at, loop = _edge_geom(e, pos, sizes, routes, out_deg, in_deg)
+        if e["label"]:
+            at = _free_spot(e["label"], at, [] if loop else pts, placed, boxes)
+            placed.append(_label_box(e["label"], at))
+        geoms[_edge_key(e)] = (pts, at, loop)
+    for e in edges:
+        if _edge_key(e) in aside:
+            geoms[_edge_key(e)] = geom = _aside_geom(e, aside[_edge_key(e)], pos, sizes, placed)
+            if e["label"]:
+                placed.append(_label_box(e["label"], geom[1]))
+    return geoms
+
+
+def _free_spot(label, at, pts, placed, boxes):
+    """``at`` when the label fits there beside the labels ``placed``, else the nearest point of the
+    route ``pts`` where it fits clear of labels and node ``boxes``, else ``at`` moved up or down."""
+    if not _hits(_label_box(label, at), placed):
+        return at
+    along = [_cubic(a, b, t) for a, b in zip(pts, pts[1:]) for t in (0.5, 0.3, 0.7, 0.15, 0.85)]
+    along.sort(key=lambda p: (p[0] - at[0]) ** 2 + (p[1] - at[1]) ** 2)
+    shifted = [(at[0], at[1] + d) for k in range(1, 7) for d in (14 * k, -14 * k)]
+    for spot in along + shifted:
+        box = _label_box(label, spot)
+        if not _hits(box, placed) and not _hits(box, boxes):
+            return spot
+    return at
+
+
+def _aside_geom(e, side, pos, sizes, placed):
+    """An edge drawn beside the layout: from its source's ``side`` ("left" or "right") to its
+    target's, bulging out past every box and label between them, its label outside the bulge (a
+    repeat loop on the left; on the right an edge that would retrace another's route)."""
+    (sx, sy), (sw, sh) = pos[e["src"]], sizes[e["src"]]
+    (tx, ty), (tw, th) = pos[e["dst"]], sizes[e["dst"]]
+    y1, y0 = sy + sh / 2, ty + th / 2
+    lo, hi = min(ty, sy), max(ty + th, sy + sh)
+    span = [(x, x + sizes[n][0]) for n, (x, y) in pos.items() if y < hi and y + sizes[n][1] > lo]
+    span += [(b[0], b[2]) for b in placed if b[1] < hi and b[3] > lo]
+    width = _label_box(e["label"], (0, 0))[2] if e["label"] else 0
+    if side == "left":
+        far, x1, x0 = min(a for a, _ in span) - REPEAT_OUT, sx, tx
+        label_at = (far - 6 - width, (y1 + y0) / 2)
+    else:
+        far, x1, x0 = max(b for _, b in span) + REPEAT_OUT, sx + sw, tx + tw
+        label_at = (far + 1, (y1 + y0) / 2)
+    c = (far - (x1 + x0) / 8) / 0.75   # the cubic's widest point (t = 1/2) lands on ``far``
+    return [(x1, y1), (c, y1), (c, y0), (x0, y0)], label_at, True
 
 
 def _edge_geom(e, pos, sizes, routes, out_deg, in_deg):
@@ -298,7 +394,8 @@ def _edge_svg(e, geom, status, pid) -> str:
     est = est if est in STATUS_DASH else None
     pts, (lx, ly), loop = geom
     stream = e.get("kind") == "stream"   # a cross-layer stream: its own dash and colour
-    cls = "edge" + (f" status-{est}" if est else "") + (" kind-stream" if stream else "")
+    kind = e.get("kind") if e.get("kind") in ("stream", "repeat") else ""
+    cls = "edge" + (f" status-{est}" if est else "") + (f" kind-{kind}" if kind else "")
     dash = f' stroke-dasharray="{STATUS_DASH[est]}"' if est else (' stroke-dasharray="4 2"' if stream else "")
     out = [f'<g class="{cls}" data-src="{_esc(src)}" data-dst="{_esc(dst)}">',
            f'<path d="{_path_d(pts, loop)}"{dash} marker-end="url(#{pid}-arrow)"/>']
@@ -375,7 +472,7 @@ def render_svg(graph: dict, *, status: dict[str, str] | None = None, title: str 
     xs = [pos[n][0] + sizes[n][0] for n in pos]
     ys = [pos[n][1] + sizes[n][1] for n in pos]
     for e in edges:
-        pts, (lx, ly), _ = geoms[(e["src"], e["dst"])]
+        pts, (lx, ly), _ = geoms[_edge_key(e)]
         xs += [p[0] for p in pts] + ([lx + 5 + (len(e["label"]) + 2) * EDGE_CH] if e["label"] else [])
         ys += [p[1] for p in pts]
     width, height = max(xs, default=MARGIN) + MARGIN, max(ys, default=MARGIN) + MARGIN
@@ -393,12 +490,21 @@ def render_svg(graph: dict, *, status: dict[str, str] | None = None, title: str 
              f'markerWidth="7" markerHeight="7" orient="auto">'
              f'<path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>']
     # edges first so node boxes paint over edge ends
-    parts.extend(_edge_svg(e, geoms[(e["src"], e["dst"])], status, pid) for e in edges)
+    parts.extend(_edge_svg(e, geoms[_edge_key(e)], status, pid) for e in edges)
     for n in nodes:
         href = link(n) if link else None
         parts.append(_node_svg(n, pos[n["id"]], sizes[n["id"]], boxes[n["id"]][2], status.get(n["id"]), href))
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+_VIEWBOX = re.compile(r'viewBox="0 0 ([0-9.]+) ([0-9.]+)"')
+
+
+def svg_size(svg: str) -> tuple[float, float]:
+    """Width and height (drawing units, one per px at natural size) of a :func:`render_svg` drawing."""
+    w, h = _VIEWBOX.search(svg).groups()
+    return float(w), float(h)
 
 
 def diff_graphs(a: dict, b: dict) -> tuple[dict, dict[str, str]]:
@@ -407,7 +513,7 @@ def diff_graphs(a: dict, b: dict) -> tuple[dict, dict[str, str]]:
     Status: "same" (label, kind and detail equal), "changed" (the union node is b's, with a's
     detail in ``data["a_detail"]`` and a's label in ``data["a_label"]`` when it differs),
     "only_a", "only_b". Nodes: a's order, then b's extra nodes in b's order. Edges: all edges of
-    both, deduplicated by (src, dst), a's order first; each union edge also carries a
+    both, deduplicated by (src, dst, kind), a's order first; each union edge also carries a
     ``"status"`` ("same", "changed" when the labels differ — b's label is kept — "only_a",
     "only_b") which ``render_svg`` draws for edges between nodes present in both graphs.
     Inputs are not modified.
@@ -435,16 +541,16 @@ def diff_graphs(a: dict, b: dict) -> tuple[dict, dict[str, str]]:
         if n["id"] not in amap:
             nodes.append(n)
             status[n["id"]] = "only_b"
-    bedge = {(e["src"], e["dst"]): e for e in be}
-    aedge = {(e["src"], e["dst"]) for e in ae}
+    bedge = {_edge_key(e): e for e in be}
+    aedge = {_edge_key(e) for e in ae}
     edges = []
     for e in ae:
-        other = bedge.get((e["src"], e["dst"]))
+        other = bedge.get(_edge_key(e))
         if other is None:
             edges.append({**e, "status": "only_a"})
         elif other["label"] == e["label"]:
             edges.append({**other, "status": "same"})
         else:
             edges.append({**other, "status": "changed", "a_label": e["label"]})
-    edges.extend({**e, "status": "only_b"} for e in be if (e["src"], e["dst"]) not in aedge)
+    edges.extend({**e, "status": "only_b"} for e in be if _edge_key(e) not in aedge)
     return {"nodes": nodes, "edges": edges}, status

@@ -4,12 +4,20 @@ Layer: site_builder. A level's nodes are its direct children — sub-components 
 primitive ops — and an edge joins two children when an op inside one reads an op inside the other.
 Edges carry the producer's output axes. Nothing is computed beyond this regrouping of the walk's
 own rows and components.
+
+A layer stack is drawn as the sequence it is: the stack's inputs -> its layer groups in layer order
+-> what reads the stack's output (the final norm, the head), following the document's
+``layer_plan`` (engine/build/layer_plan.py): one box per run of a template ("x3" when the run is
+longer than a layer; a template that recurs later gets a box per recurrence, id ``<group>#<n>``)
+and, for a repeated period, a ``kind: repeat`` edge from its last box back to its first, labelled
+with the repeat count and the layers it spans. The walk's own edges into and out of the groups
+(each group read the stack's input; only the last walked fed the output) are replaced by that chain.
 """
 from __future__ import annotations
 
 from typing import Any
 
-def _child_of(uid: str, parent: str) -> str | None:
+def child_of(uid: str, parent: str) -> str | None:
     """The direct child of ``parent`` that contains ``uid`` (the uid itself for a direct op)."""
     if not uid.startswith(parent + "/"):
         return None
@@ -24,7 +32,7 @@ def level_graph(doc: dict[str, Any], parent: str, phase: str = "prefill") -> dic
     ops = [o for o in doc["ops"] if phase in o["phases"]]
     nodes: dict[str, dict] = {}
     for op in ops:
-        child = _child_of(op["uid"], parent)
+        child = child_of(op["uid"], parent)
         if child is None or child in nodes:
             continue
         if child in comps:
@@ -51,11 +59,11 @@ def level_graph(doc: dict[str, Any], parent: str, phase: str = "prefill") -> dic
     edges, seen = [], set()
     by_uid = {o["uid"]: o for o in doc["ops"]}
     for op in ops:
-        dst = _child_of(op["uid"], parent)
+        dst = child_of(op["uid"], parent)
         if dst is None:
             continue
         for src_uid in ([] if op["op"] == "stream_read" else op["inputs"]):   # streams: drawn below
-            src = _child_of(src_uid, parent)
+            src = child_of(src_uid, parent)
             if src is None:        # from outside this level: an input of the component
                 src = "in:" + src_uid.rsplit("/", 1)[-1] if ":" not in src_uid else "in:" + src_uid.split(":")[-1]
                 if src not in nodes:
@@ -69,7 +77,7 @@ def level_graph(doc: dict[str, Any], parent: str, phase: str = "prefill") -> dic
             edges.append({"src": src, "dst": dst, "label": label})
     for stream in doc.get("streams", []):   # cross-layer edges: producing group -> reading group
         for e in stream["edges"]:
-            src, dst = _child_of(e["src"], parent), _child_of(e["dst"], parent)
+            src, dst = child_of(e["src"], parent), child_of(e["dst"], parent)
             if src is None and ":" in e["src"] and "in:" + e["src"].split(":")[-1] in nodes:
                 src = "in:" + e["src"].split(":")[-1]   # a stack input (DeepSeek-V4's token ids)
             if src in nodes and dst in nodes and src != dst:
@@ -78,7 +86,55 @@ def level_graph(doc: dict[str, Any], parent: str, phase: str = "prefill") -> dic
             elif src in nodes and src == dst:   # a group that feeds its own later layers
                 nodes[src]["badge"] = (nodes[src]["badge"] + " " if nodes[src]["badge"] else "") + \
                     f"stream {stream['name']} to later layers"
+    for plan in doc.get("layer_plan", []):
+        nodes, edges = _chain(plan, nodes, edges)
     return {"nodes": list(nodes.values()), "edges": edges}
+
+
+def _chain(plan: dict, nodes: dict[str, dict], edges: list[dict]) -> tuple[dict[str, dict], list[dict]]:
+    """``nodes`` and ``edges`` with the layer groups of ``plan`` drawn as one chain in layer order
+    (see the module doc); unchanged when the groups are not drawn at this level."""
+    groups = {r["group"] for seg in plan["segments"] for r in seg["runs"]}
+    if not groups <= nodes.keys():
+        return nodes, edges
+    boxes, repeats, seen = [], [], {}
+    for seg in plan["segments"]:
+        first = len(boxes)
+        for run in seg["runs"]:
+            group = run["group"]
+            seen[group] = seen.get(group, 0) + 1
+            box = group if seen[group] == 1 else f"{group}#{seen[group]}"
+            node = nodes[group]
+            detail = node["detail"] + (f", {seg['span']}" if seg["times"] == 1 else "")
+            boxes.append({**node, "id": box, "badge": f"x{run['count']}" if run["count"] > 1 else "",
+                          "detail": detail})      # its data keeps the group's uid: every box links there
+        if seg["times"] > 1:
+            repeats.append({"src": boxes[-1]["id"], "dst": boxes[first]["id"], "kind": "repeat",
+                            "label": f"x{seg['times']}, {seg['span']}"})
+    into = [e for e in edges if e["dst"] in groups and e["src"] not in groups and e.get("kind") != "stream"]
+    out_of = [e for e in edges if e["src"] in groups and e["dst"] not in groups and e.get("kind") != "stream"]
+    carried = (out_of or into or [{"label": ""}])[0]["label"]
+    chained, pairs = [], set()
+    for e in edges:
+        if e.get("kind") != "stream" and (e["src"] in groups or e["dst"] in groups):
+            if e in into:
+                e = {**e, "dst": boxes[0]["id"]}
+            elif e in out_of:
+                e = {**e, "src": boxes[-1]["id"]}
+            else:
+                continue                  # group to group: the chain below stands for it
+            if (e["src"], e["dst"]) in pairs:
+                continue
+            pairs.add((e["src"], e["dst"]))
+        chained.append(e)
+    chained += [{"src": a["id"], "dst": b["id"], "label": carried} for a, b in zip(boxes, boxes[1:])]
+    out: dict[str, dict] = {}
+    for nid, node in nodes.items():       # the boxes where the first group was
+        if nid not in groups:
+            out[nid] = node
+        elif boxes[0]["id"] not in out:
+            out.update((b["id"], b) for b in boxes)
+    return out, chained + repeats
 
 
 def levels(doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -34,11 +34,11 @@ from engine.build import collector, dependencies, lifeline, publish
 from engine.build.workers import default_workers
 from engine.cli import units
 from engine.spec.errors import SpecError, Where
-from site_builder import charts, graphs, sizing
+from site_builder import charts, graph_svg, graphs, sizing
 from site_builder import downloads, landscape
 from site_builder.data import (Results, compact_json, deploy_formulas, deployment_options, deployment_rows,
                                gallery_index, lineages, read_json, slug, split_formulas, trait_index)
-from site_builder.graph_svg import diff_graphs, render_svg
+from site_builder.graph_svg import diff_graphs, render_svg, svg_size
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO / "templates"
@@ -56,6 +56,10 @@ OVERVIEW = [("params_total", "Parameters"), ("params_active", "Active per token 
             ("checkpoint_bytes", "Checkpoint bytes"), ("checkpoint_tensors", "Checkpoint tensors"),
             ("kv_bytes_per_token_growing", "KV per token (BF16)"), ("kv_fixed_bytes", "KV fixed per request")]
 COMPARE_INPUT = 4096
+#: The widest drawing a model page shows unzoomed (px): its content column (static/css/site.css's
+#: ``main``, less its padding). A wider one would be shrunk to fit, so it gets zoom and pan
+#: (static/js/panzoom.js), as the components pages have.
+ZOOM_WIDTH = 1138
 #: Most bytes of HTML one page may have (issue 19; tests/test_site_size.py, benchmarks/site.py): what
 #: would pass it is drawn from data the site already has (a model's per-op table from its document,
 #: static/js/model.js) or loaded on demand (structure drawings).
@@ -558,8 +562,9 @@ def _model(site: Site, results: Results, model_id: str) -> None:
         name_svg = f"graphs/{anchor(level['uid'])}.svg.gz"
         if levels:
             site.gzip_text(f"models/{name}/{name_svg}", svg)
+        plans = [p for p in doc.get("layer_plan", []) if graphs.child_of(p["uid"], level["uid"]) == p["uid"]]
         levels.append({**level, "anchor": anchor(level["uid"]), "svg": svg if not levels else "",
-                       "src": name_svg if levels else ""})
+                       "src": name_svg if levels else "", "plans": plans, "zoom": svg_size(svg)[0] > ZOOM_WIDTH})
     site.gzip_json(f"data/models/{name}.json.gz", doc)
     op_rows = [{"uid": o["uid"], "op": o["op"], "out_shape": " x ".join(o["out_shape"]),
                 "params": o["params"]["value"], "params_formula": o["params"]["formula"],
@@ -790,6 +795,8 @@ def _playground(site: Site, results: Results, previous: Path | None = None) -> N
 
 
 _PLAYGROUND_DATA = "data/playground/{}.json.gz"
+#: The layout's own code: a drawing is reused (_playground_diffs) only when drawn by the same layout.
+_GRAPH_CODE = hashlib.sha256(Path(graph_svg.__file__).read_bytes()).hexdigest()
 _PLAYGROUND_DIFFS = "data/playground/diffs.json.gz"
 
 
@@ -810,7 +817,8 @@ def _playground_diffs(results: Results, uses: dict, drawn: dict[str, str] | None
     it there: engine.build.whatif.block_graph) and the models each side is drawn from. One drawing
     per pair, from the first model (corpus order) whose pick makes it. ``key`` is the SHA-256 of
     what a drawing draws; ``drawn`` (key -> drawing, the previous site's) is reused, not laid out
-    again: the layout is most of the playground's render, and the same inputs draw the same SVG."""
+    again: the layout is most of the playground's render, and the same inputs (and layout code,
+    :data:`_GRAPH_CODE`) draw the same SVG."""
     drawn = drawn or {}
     out: dict[str, dict] = {}
     for model_id in results.models["model_id"].to_list():
@@ -829,7 +837,7 @@ def _playground_diffs(results: Results, uses: dict, drawn: dict[str, str] | None
                         continue
                     a, b = _short(graphs.level_graph(base, block["site"])), _short(graphs.level_graph(block, block["site"]))
                     title = f"{old} vs {new}"
-                    digest = hashlib.sha256(json.dumps([a, b, title], sort_keys=True).encode()).hexdigest()
+                    digest = hashlib.sha256(json.dumps([a, b, title, _GRAPH_CODE], sort_keys=True).encode()).hexdigest()
                     svg = drawn.get(digest)
                     if svg is None:
                         union, status = diff_graphs(a, b)

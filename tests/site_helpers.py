@@ -75,3 +75,60 @@ def served(site: Path) -> Iterator[str]:
     yield url
     server.shutdown()
     server.server_close()
+
+
+def expected_layers(doc: dict, stack: str) -> list[str]:
+    """The layer group the walk put at each layer of the layer stack ``stack`` (a repeat node's
+    uid), in layer order: read from the model document's component rows (``template``, ``layers``),
+    not from its ``layer_plan``."""
+    at = {layer: c["uid"] for c in doc["components"]
+          if c["template"] and c["uid"].startswith(stack + "[") for layer in c["layers"]}
+    return [at[i] for i in sorted(at)]
+
+
+def drawn_layers(nodes: dict[str, dict], edges: list[dict], start: str, end: str) -> list[str]:
+    """The layer groups a stack drawing shows between ``start`` and ``end``, one entry per layer:
+    the forward path from ``start`` to ``end`` (edges other than streams and repeat loops), each
+    group box counted as its badge says ("x3", else once), each repeat loop's span as often as its
+    label says ("x16, layers 0-63"). ``nodes``: id -> {"badge": text}; ``edges``: {"src", "dst",
+    "kind", "label"}. Raises AssertionError when ``end`` cannot be reached from ``start``."""
+    forward: dict[str, list[str]] = {}
+    for e in edges:
+        if e["kind"] not in ("stream", "repeat"):
+            forward.setdefault(e["src"], []).append(e["dst"])
+    path, stack, seen = None, [(start, [start])], set()
+    while stack:
+        node, trail = stack.pop()
+        if node == end:
+            path = trail
+            break
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend((nxt, trail + [nxt]) for nxt in forward.get(node, []))
+    assert path is not None, f"no path from {start} to {end} in the drawing"
+    loops = {e["dst"]: (e["src"], int(e["label"].split(",")[0].lstrip("x"))) for e in edges if e["kind"] == "repeat"}
+
+    out, k = [], 0
+    while k < len(path):
+        node = path[k]
+        if node in loops and loops[node][0] in path[k:]:     # a period: its boxes, times its count
+            j = path.index(loops[node][0], k)
+            out += _counted(path[k:j + 1], nodes) * loops[node][1]
+            k = j + 1
+        else:
+            out += _counted([node], nodes)
+            k += 1
+    return out
+
+
+def _counted(part: list[str], nodes: dict[str, dict]) -> list[str]:
+    """Group boxes of ``part`` (ids ``<group>`` or ``<group>#<n>``), each repeated as its badge says;
+    other nodes (the stack's own ops) left out."""
+    out = []
+    for node in part:
+        if "[" not in node.split("/")[-1]:
+            continue
+        badge = nodes[node].get("badge", "")
+        out += [node.split("#")[0]] * (int(badge[1:]) if badge.startswith("x") and badge[1:].isdigit() else 1)
+    return out

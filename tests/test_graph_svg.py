@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import random
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -287,3 +288,72 @@ def test_bad_input_is_rejected():
         render_svg({"nodes": [{"id": "a"}, {"id": "a"}]})
     with pytest.raises(ValueError, match="status"):
         render_svg(GQA, status={"x": "different"})
+
+
+def _label_boxes(root):
+    """Each edge label's box at 9 px: its anchor (x, baseline y) and at least 4.5 px per character
+    (narrower than any glyph of the labels' font but "i", "l", "," and brackets)."""
+    out = []
+    for t in root.iter(NS + "text"):
+        if t.get("class") == "edge-label":
+            x, y = float(t.get("x")), float(t.get("y"))
+            out.append(((x, y - 7, len(t.text) * 4.5, 9), t.text))
+    return out
+
+
+def test_edge_labels_never_overlap():
+    """A fan-out whose long labels would meet where the edges are still close together (each label
+    near its target, the targets side by side), the random DAG and a diff: no two label boxes meet."""
+    fan = _graph([("src", "op", "", "")] + [(f"t{i}", "op", "", "") for i in range(4)],
+                 [("src", f"t{i}", f"stream token_ids (layers {i}-{i + 40}) [batch, seq, hc_mult, hidden]")
+                  for i in range(4)])
+    for graph in (fan, _random_dag(), diff_graphs(GQA, MLA)[0]):
+        boxes = _label_boxes(_parse(render_svg(graph)))
+        assert len(boxes) >= 4
+        clash = [(a[1], b[1]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _overlap(a[0], b[0])]
+        assert clash == []
+
+
+def test_repeat_edge_is_a_loop_left_of_its_span():
+    """A ``kind: repeat`` edge (a repeated period of layers) leaves the chain's layering alone: the
+    boxes stay one column top to bottom, and the loop runs from the last box's left side back up to
+    the first's, left of every box it spans, its label left of the loop."""
+    chain = _graph([("embed", "op", "", ""), ("linear", "component", "", "x3"), ("full", "component", "", ""),
+                    ("norm", "op", "", "")],
+                   [("embed", "linear", "[b, s, h]"), ("linear", "full", "[b, s, h]"), ("full", "norm", "[b, s, h]")])
+    chain["edges"].append({"src": "full", "dst": "linear", "kind": "repeat", "label": "x16, layers 0-63"})
+    root = _parse(render_svg(chain))
+    nodes = {k: _box(g) for k, g in _nodes(root).items()}
+    ys = [nodes[k][1] for k in ("embed", "linear", "full", "norm")]
+    assert ys == sorted(ys) and len(set(ys)) == 4
+    loop = _edges(root)[("full", "linear")]
+    assert "kind-repeat" in loop.get("class").split()
+    d = [float(v) for v in re.findall(r"-?[0-9.]+", loop.find(NS + "path").get("d"))]
+    (x1, y1), (x0, y0) = d[:2], d[-2:]
+    full, linear = nodes["full"], nodes["linear"]
+    assert x1 == pytest.approx(full[0]) and y1 == pytest.approx(full[1] + full[3] / 2, abs=0.1)
+    assert x0 == pytest.approx(linear[0]) and y0 == pytest.approx(linear[1] + linear[3] / 2, abs=0.1)
+    assert min(d[0::2]) < min(full[0], linear[0])              # bulges left of both boxes
+    label = loop.find(NS + "text")
+    assert label.text == "x16, layers 0-63"
+    assert float(label.get("x")) + len(label.text) * 4.5 < min(full[0], linear[0])
+
+
+def test_an_edge_beside_another_between_the_same_boxes_is_drawn_aside():
+    """A stream joining the two boxes a data edge already joins (either way) keeps its own route:
+    a loop right of both boxes, never over the data edge; both are drawn."""
+    chain = _graph([("a", "component", "", ""), ("b", "component", "", "")], [("a", "b", "[b, s, h]")])
+    chain["edges"] += [{"src": "a", "dst": "b", "kind": "stream", "label": "stream x (layers 3-5)"},
+                       {"src": "b", "dst": "a", "kind": "stream", "label": "stream y (layers 7-9)"}]
+    root = _parse(render_svg(chain))
+    nodes = {k: _box(g) for k, g in _nodes(root).items()}
+    right = max(nodes["a"][0] + nodes["a"][2], nodes["b"][0] + nodes["b"][2])
+    paths = {(g.get("data-src"), g.get("data-dst"), g.get("class")): g.find(NS + "path").get("d")
+             for g in root.iter(NS + "g") if "edge" in g.get("class").split()}
+    assert len(paths) == 3
+    for (src, dst, cls), d in paths.items():
+        xs = [float(v) for v in re.findall(r"-?[0-9.]+", d)][0::2]
+        if "kind-stream" in cls:
+            assert max(xs) > right + 10, (src, dst, d)      # out to the right of both boxes
+        else:
+            assert max(xs) <= right, d                      # the data edge between them

@@ -25,6 +25,7 @@ from engine.spec.api import Evaluation
 from engine.deploy.cost import KV_BYTES, intensity, step_totals
 from engine.build.finite import check_document
 from engine.build.landscape import model_facts
+from engine.build.layer_plan import layer_plans
 
 #: ``json.dumps(value, separators=(",", ":"))``'s text, without its check for circular references
 #: (about 12% of the time on a model's megabyte of formula trees) and without a new encoder per
@@ -297,6 +298,8 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
         "snapshot_source": model.snapshot.source, "max_context": int(num.max_context),
         "dims": _dims(ev), "overview": flat, "components": components, "ops": ops, "caches": caches,
         "streams": streams,
+        # which layer template runs at which layer index, stack by stack (engine/build/layer_plan.py)
+        "layer_plan": layer_plans((c["uid"], c["template"], c["layers"]) for c in components),
         "kv_curve": {"context": length.astype(int).tolist(), "bytes_bf16": curve[None],
                      "state_bf16": curve["state"], "growing_bf16": curve["growing"]},
         "kv_split": _kv_split(ev),

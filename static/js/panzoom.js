@@ -1,12 +1,14 @@
 // Zoom and pan for the component drawings and graph diffs (.graph-wrap[data-panzoom]): the SVG keeps
 // the page's width and a fixed height, and shows a window of the drawing by moving its viewBox.
-// It opens at natural size (one drawing unit per pixel: the labels read as drawn) at the top left;
-// buttons zoom in, zoom out, fit the whole drawing and reset; drag pans; Ctrl (or ⌘) + wheel and a
+// It opens fitted: the whole drawing, or on a graph diff the changed nodes (status-changed, -only_a,
+// -only_b) centred, as large as fits up to natural size (one drawing unit per pixel) and never
+// smaller than the whole drawing; buttons zoom in, zoom out, fit the whole drawing and reset to
+// natural size at the top left; drag pans; Ctrl (or ⌘) + wheel and a
 // trackpad pinch zoom about the pointer; with the drawing focused, + − 0 f and the arrow keys do
 // the same. No library: the viewBox is the whole state.
 (function () {
   "use strict";
-  var STEP = 1.25, MIN_SCALE = 0.05, MAX_SCALE = 4, PAN_PX = 60;
+  var STEP = 1.25, MIN_SCALE = 0.05, MAX_SCALE = 4, PAN_PX = 60, PAD = 24;
 
   function init(wrap) {
     var svg = wrap.querySelector("svg");
@@ -42,6 +44,31 @@
       var px = size(), s = Math.min(px.w / full.w, px.h / full.h);
       view.w = px.w / s; view.h = px.h / s;
       view.x = full.x + (full.w - view.w) / 2; view.y = full.y + (full.h - view.h) / 2;
+      apply();
+    }
+    // the box (drawing units) around the nodes a diff marks, from their data-x/y/w/h (graph_svg.py)
+    function changed() {
+      var nodes = svg.querySelectorAll(".node.status-changed, .node.status-only_a, .node.status-only_b");
+      if (!nodes.length) return null;
+      var x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+      Array.prototype.forEach.call(nodes, function (n) {
+        var x = +n.getAttribute("data-x"), y = +n.getAttribute("data-y");
+        x0 = Math.min(x0, x); y0 = Math.min(y0, y);
+        x1 = Math.max(x1, x + +n.getAttribute("data-w")); y1 = Math.max(y1, y + +n.getAttribute("data-h"));
+      });
+      return { x: x0 - PAD, y: y0 - PAD, w: x1 - x0 + 2 * PAD, h: y1 - y0 + 2 * PAD };
+    }
+    function open() {
+      var px = size(), box = changed();
+      svg.style.height = px.h + "px";
+      if (!box) { fit(); return; }
+      var whole = Math.min(px.w / full.w, px.h / full.h);
+      var s = Math.max(whole, Math.min(1, px.w / box.w, px.h / box.h));
+      view.w = px.w / s; view.h = px.h / s;
+      // centred on the changes, kept on the drawing where it is larger than the window
+      view.x = box.x + box.w / 2 - view.w / 2; view.y = box.y + box.h / 2 - view.h / 2;
+      view.x = view.w >= full.w ? full.x + (full.w - view.w) / 2 : Math.max(full.x, Math.min(view.x, full.x + full.w - view.w));
+      view.y = view.h >= full.h ? full.y + (full.h - view.h) / 2 : Math.max(full.y, Math.min(view.y, full.y + full.h - view.h));
       apply();
     }
     function zoom(f) { setScale(scaleNow() * f, view.x + view.w / 2, view.y + view.h / 2); }
@@ -102,7 +129,7 @@
       svg.style.height = px.h + "px"; view.w = px.w / s; view.h = px.h / s; apply();
     });
     wrap.archPanZoom = { zoom: zoom, pan: pan, fit: fit, reset: reset, view: function () { return Object.assign({}, view); } };
-    reset();
+    open();
   }
   window.archPanZoom = init;
   Array.prototype.forEach.call(document.querySelectorAll(".graph-wrap[data-panzoom]"), init);

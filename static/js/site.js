@@ -34,11 +34,29 @@
     if (b) { var p = document.createElement("div"); p.className = "bound"; p.textContent = "where " + b; tip.appendChild(p); }
     var row = el.getAttribute("data-n") ? el : el.closest("[data-n]"), n = row && row.getAttribute("data-n");   // a table row names its node once
     if (n) { var q = document.createElement("div"); q.className = "node"; q.textContent = "from " + n; tip.appendChild(q); }
-    var r = el.getBoundingClientRect();
     tip.hidden = false;
-    tip.style.left = Math.max(4, Math.min(window.scrollX + r.left, window.scrollX + document.documentElement.clientWidth - tip.offsetWidth - 8)) + "px";
-    tip.style.top = (window.scrollY + r.bottom + 6) + "px";
+    place(el);
     el.setAttribute("aria-describedby", "tip");
+  }
+  // The tooltip stays in the viewport: below the number when it fits there, else above, else on
+  // the roomier side with its height clamped to that room (it scrolls); never over the number
+  // (the pointer would leave it); left-aligned with the number, moved left as far as the right
+  // edge needs.
+  var GAP = 6, EDGE = 8;
+  function place(el) {
+    var r = el.getBoundingClientRect(), vw = document.documentElement.clientWidth,
+      vh = document.documentElement.clientHeight;
+    tip.style.maxHeight = ""; tip.style.overflowY = "";
+    tip.style.left = window.scrollX + "px"; tip.style.top = window.scrollY + "px";   // measured unsqueezed
+    var below = vh - r.bottom - GAP - EDGE, above = r.top - GAP - EDGE, h = tip.offsetHeight, top;
+    if (h > below && h > above) {
+      tip.style.maxHeight = Math.max(48, below, above) + "px"; tip.style.overflowY = "auto";
+      h = tip.offsetHeight;
+    }
+    top = h <= below || below >= above ? r.bottom + GAP : r.top - GAP - h;
+    var left = Math.max(EDGE, Math.min(r.left, vw - tip.offsetWidth - EDGE));
+    tip.style.left = (window.scrollX + left) + "px";
+    tip.style.top = (window.scrollY + top) + "px";
   }
   function hide(el) { tip.hidden = true; if (el && el.removeAttribute) el.removeAttribute("aria-describedby"); }
   document.addEventListener("mouseover", function (e) { var el = e.target.closest && e.target.closest(".num"); if (el) show(el); });
@@ -57,7 +75,12 @@
       var wrap = d.querySelector(".graph-wrap");
       if (!d.open || !wrap || wrap.firstElementChild || !wrap.getAttribute("data-src")) return;
       window.archText(wrap.getAttribute("data-src"))
-        .then(function (svg) { var node = window.archSVG(svg); if (node) wrap.appendChild(node); })
+        .then(function (svg) {
+          var node = window.archSVG(svg);
+          if (!node) return;
+          wrap.appendChild(node);
+          if (wrap.hasAttribute("data-panzoom") && window.archPanZoom) window.archPanZoom(wrap);   // a wide drawing (panzoom.js)
+        })
         .catch(function (e) { wrap.textContent = "Could not load this drawing (" + e.message + ")."; });
     });
   });
