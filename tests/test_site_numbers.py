@@ -236,9 +236,9 @@ def test_deployment_selection_shows_its_rows(browser, base, tables):
                                             ("free", "free_bytes_per_gpu"))):
             assert text.startswith(label + " "), bar
             _shows(text[len(label) + 1:], dec[key], _BYTES)
-        # usable memory in the runtime's binary units: 0.9 x 81,559 MiB = 71.7 GiB on an H100
+        # usable memory in decimal units as every byte figure: 0.9 x 81,559 MiB = 76,968,728,986 B = 77 GB on an H100
         label = tab.page.locator("#membar").get_attribute("aria-label")
-        assert f"of {USABLE / 2**30:.1f} GiB usable" in label, label
+        assert USABLE == 0.9 * 81_559 * 2**20 and "of 77 GB usable" in label, label
 
         ops = tables["ops"].filter((pl.col("model_id") == MODEL) & (pl.col("n_gpus") == 2) & (pl.col("phase") == "decode")
                                    & (pl.col("batch") == 8) & (pl.col("input_len") == 4096) & (pl.col("output_len") == 256))
