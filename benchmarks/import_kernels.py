@@ -1,0 +1,259 @@
+"""Import measured kernel times from the public ``aiconfigurator-core`` package into ``gpus/measured/``.
+
+Run from the repo root, with the package installed (``pip install aiconfigurator-core==0.12.0``, or
+``pip install --no-deps --target DIR <wheel>`` and ``--site DIR``)::
+
+    python benchmarks/import_kernels.py [--site DIR] [--out gpus/measured]
+
+The package (Apache-2.0, NVIDIA; github.com/ai-dynamo/aiconfigurator) ships its collected kernel
+database as Parquet under ``aiconfigurator_core/systems/data/<system>/<op>/<framework>/<version>/``.
+This script is the only place that reads it: ArchLedger builds and tests without it. It writes one
+small YAML table per GPU x framework x version x kernel class (engine.deploy.measured reads them;
+their schema: engine.spec.file_schemas.MEASURED), each naming the package, its version, the path
+inside it, the licence and the rows it kept.
+
+What is kept (:data:`RECIPES`, one per package version this script knows; any other version is
+refused in one line, exit 2, nothing written):
+
+* GEMM: bf16, fp8 (per-tensor scaled) and fp8_block (128x128 block scales) at m, n, k on powers
+  of two (m 1..32768, n and k 128..16384 and 65536): the grid the source measures on every GPU,
+  without its in-between points (log-space interpolation covers them within a few per cent) so a
+  table stays about 15 KB. Axis values whose grid has holes in the source are dropped.
+* all-reduce: the framework's custom all-reduce (CUDA-graph and eager) and NCCL's all_reduce,
+  all_gather, reduce_scatter and alltoall (fp16/bf16 rows) at 2, 4, 8 GPUs over message sizes.
+
+Units: latency in µs (the source's ms x 1000, 4 significant digits: the source's own repeat noise
+is larger), message sizes in bytes (the source counts 2-byte elements).
+
+Why YAML: the tables are input like a GPU file (the project's one schema mechanism and its bounded
+reader check them), diffs read line by line (one line per row of the innermost axis), and the
+whole set stays a few hundred KB.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+PACKAGE = "aiconfigurator-core"
+MODULE = "aiconfigurator_core"
+#: The licence of the package, and where it is stated (the wheel has no LICENSE file).
+LICENCE = "Apache-2.0"
+LICENCE_SRC = ("the wheel's METADATA (License-Expression: Apache-2.0), its CycloneDX SBOM and the "
+               "SPDX-License-Identifier header of each collection_meta.yaml")
+
+#: The source's system folder -> the ``gpu:`` name of the GPU file (gpus/*.yaml) it measured.
+SYSTEMS = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200"}
+
+#: GEMM dtypes of the source -> ArchLedger's names.
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block"}
+#: Elements -> bytes of the communication tables' dtypes kept.
+ELEMENT_BYTES = {"half": 2, "bfloat16": 2}
+#: NCCL op names of the source -> ArchLedger's collective names.
+NCCL_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+            "alltoall": "all_to_all"}
+
+POW2_M = [1 << i for i in range(16)]                       # 1 .. 32768
+POW2_NK = [1 << i for i in range(7, 15)] + [65536]         # 128 .. 16384, 65536
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What to read from one package version: per framework the data version of each table."""
+
+    frameworks: dict[str, str]      # framework -> version of its gemm and custom all-reduce tables
+    nccl: str                       # NCCL version
+
+
+#: One entry per package version whose layout this script has read (a new version: read its
+#: tree, add an entry; the paths are the package's own).
+RECIPES = {"0.12.0": Recipe(frameworks={"sglang": "0.5.14", "vllm": "0.24.0"}, nccl="2.29.2")}
+
+
+class Refused(Exception):
+    """Input the import cannot use: one line, exit 2."""
+
+
+def package_root(site: str | None) -> tuple[Path, str]:
+    """(the installed package's folder, its version); Refused when absent or of an unknown version."""
+    if site:
+        sys.path.insert(0, site)
+    import importlib.metadata
+    import importlib.util
+    spec = importlib.util.find_spec(MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        raise Refused(f"{PACKAGE} is not installed — pip install {PACKAGE}=="
+                      f"{max(RECIPES)} (or pass --site DIR of a --target install)")
+    root = Path(list(spec.submodule_search_locations)[0])
+    # the version of the copy found (beside it), not of another install the metadata finder may see first
+    found = sorted(root.parent.glob(f"{MODULE}-*.dist-info"))
+    version = (found[0].name.removesuffix(".dist-info").split("-", 1)[1] if found
+               else importlib.metadata.version(PACKAGE))
+    if version not in RECIPES:
+        raise Refused(f"{PACKAGE} {version} is not a version this import knows — install one of "
+                      f"{', '.join(sorted(RECIPES))} or add a recipe for {version} to {Path(__file__).name}")
+    return root, version
+
+
+def _sig(x: float) -> float:
+    """``x`` to 4 significant digits (the table's precision)."""
+    return float(f"{x:.4g}")
+
+
+def complete_grid(points: dict[tuple, float], axes: list[list]) -> list[list]:
+    """``axes`` with values dropped, one at a time (the one missing most points first), until every
+    combination of the kept values is in ``points``."""
+    import itertools
+    axes = [[v for v in a if any(key[i] == v for key in points)] for i, a in enumerate(axes)]   # values measured at all
+    while True:
+        missing = [c for c in itertools.product(*axes) if c not in points]
+        if not missing:
+            return axes
+        counts = {}
+        for combo in missing:
+            for i, v in enumerate(combo):
+                counts[(i, v)] = counts.get((i, v), 0) + 1
+        i, v = max(counts, key=lambda key: (counts[key], key[0]))
+        axes[i].remove(v)
+        if len(axes[i]) < 2:
+            raise Refused(f"no complete grid: axis {i} has fewer than two values left")
+
+
+def grid_rows(points: dict[tuple, float], axes: list[list]) -> list[list[float]]:
+    """Latencies row-major over ``axes`` (the last innermost), one list per row of the last axis."""
+    import itertools
+    heads = list(itertools.product(*axes[:-1]))
+    return [[points[(*head, v)] for v in axes[-1]] for head in heads]
+
+
+def table(kind: str, variant: str, gpu: str, framework: str, version: str, package_version: str,
+          path: str, device: str, selection: str, axes: list[tuple[str, str, list]], rows: list[list[float]]) -> dict:
+    """One measured table as the YAML mapping written (engine.spec.file_schemas.MEASURED)."""
+    return {"kernel": kind, "variant": variant, "gpu": gpu, "framework": framework, "framework_version": version,
+            "source": {"package": PACKAGE, "version": package_version, "path": path, "licence": LICENCE,
+                       "licence_src": LICENCE_SRC, "device": device, "selection": selection},
+            "axes": [{"name": n, "unit": u, "values": v} for n, u, v in axes],
+            "latency_us": rows}
+
+
+def gemm_tables(frame, gpu: str, framework: str, version: str, package_version: str, path: str) -> list[dict]:
+    """One table per GEMM dtype of the source's gemm_perf (the kernel source with the most points
+    when several measure one dtype)."""
+    import polars as pl
+    out = []
+    for dtype, name in GEMM_DTYPES.items():
+        rows = frame.filter(pl.col("gemm_dtype") == dtype)
+        if rows.is_empty():
+            continue
+        kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"], descending=True)["kernel_source"][0]
+        rows = rows.filter(pl.col("kernel_source") == kernel)
+        points: dict[tuple, list] = {}
+        for m, n, k, ms in rows.select(["m", "n", "k", "latency"]).iter_rows():
+            points.setdefault((m, n, k), []).append(ms)
+        points = {key: _sig(1000 * min(v)) for key, v in points.items() if min(v) > 0}   # repeats: the fastest
+        axes = complete_grid(points, [POW2_M, POW2_NK, POW2_NK])
+        out.append(table("gemm", name, gpu, framework, version, package_version, path, rows["device"][0],
+                         f"gemm_dtype == {dtype}, kernel_source == {kernel}; m, n, k on powers of two",
+                         [("m", "tokens", axes[0]), ("n", "output features", axes[1]),
+                          ("k", "input features", axes[2])], grid_rows(points, axes)))
+    return out
+
+
+def comm_table(frame, kind: str, variant: str, gpu: str, framework: str, version: str, package_version: str,
+               path: str, selection: str, element_bytes: int) -> dict:
+    """A collective's table over (GPUs, message bytes)."""
+    points: dict[tuple, float] = {}
+    for ranks, size, ms in frame.select(["num_gpus", "message_size", "latency"]).iter_rows():
+        if ms > 0:
+            key = (ranks, size * element_bytes)
+            points[key] = min(points.get(key, float("inf")), _sig(1000 * ms))
+    axes = complete_grid(points, [sorted({k[0] for k in points}), sorted({k[1] for k in points})])
+    return table(kind, variant, gpu, framework, version, package_version, path, frame["device"][0], selection,
+                 [("gpus", "GPUs", axes[0]), ("bytes", "message bytes", axes[1])], grid_rows(points, axes))
+
+
+def collect(root: Path, package_version: str) -> dict[Path, dict]:
+    """Every table of the recipe: relative output path -> mapping."""
+    import polars as pl
+    recipe = RECIPES[package_version]
+    data = root / "systems" / "data"
+    out: dict[Path, dict] = {}
+
+    def rel(p: Path) -> str:
+        return str(p.relative_to(root.parent))
+
+    def read(p: Path):
+        if not p.is_file():
+            raise Refused(f"{rel(p)}: missing from {PACKAGE} {package_version} — the recipe names it")
+        return pl.read_parquet(p)
+
+    for system, gpu in SYSTEMS.items():
+        stem = gpu.lower()                                  # engine.deploy.measured.folder
+        for framework, version in recipe.frameworks.items():
+            folder = Path(stem) / f"{framework}-{version}"
+            path = data / system / "gemm" / framework / version / "gemm_perf.parquet"
+            for t in gemm_tables(read(path), gpu, framework, version, package_version, rel(path)):
+                out[folder / f"gemm-{t['variant']}.yaml"] = t
+            path = data / system / "comm" / framework / version / "custom_allreduce_perf.parquet"
+            frame = read(path)
+            for backend in sorted(frame["backend"].unique()):
+                mode = backend.rsplit("_", 1)[-1]          # sglang_graph -> graph
+                rows = frame.filter(pl.col("backend") == backend)
+                dtype = rows["allreduce_dtype"][0]
+                out[folder / f"all_reduce-custom_{mode}.yaml"] = comm_table(
+                    rows, "all_reduce", f"custom_{mode}", gpu, framework, version, package_version, rel(path),
+                    f"backend == {backend} ({dtype})", ELEMENT_BYTES[dtype])
+        path = data / system / "comm" / "nccl" / recipe.nccl / "nccl_perf.parquet"
+        frame = read(path)
+        for op, name in NCCL_OPS.items():
+            rows = frame.filter((pl.col("op_name") == op) & (pl.col("nccl_dtype") == "half"))
+            out[Path(stem) / f"nccl-{recipe.nccl}" / f"{name}-nccl.yaml"] = comm_table(
+                rows, name, "nccl", gpu, "nccl", recipe.nccl, package_version, rel(path),
+                f"op_name == {op}, nccl_dtype == half", ELEMENT_BYTES["half"])
+    return out
+
+
+def dump(mapping: dict) -> str:
+    """The YAML text of one table: a header saying how it was made, block style, the latency rows
+    (and axis values) as one flow list per line."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def flow(dumper, value):     # lists of numbers on one line
+        flat = all(isinstance(x, (int, float)) for x in value)
+        return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flat)
+    Dumper.add_representer(list, flow)
+    head = ("# Measured kernel times imported by benchmarks/import_kernels.py from the public "
+            f"{PACKAGE} package; do not edit by hand\n# (re-run the import). Read by engine/deploy/measured.py.\n")
+    return head + yaml.dump(mapping, Dumper=Dumper, sort_keys=False, width=100000, allow_unicode=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--site", help="folder the package was installed into (pip install --target)")
+    parser.add_argument("--out", default=str(REPO / "gpus" / "measured"), help="output folder")
+    args = parser.parse_args(argv)
+    try:
+        root, version = package_root(args.site)
+        tables = collect(root, version)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    texts = {out / rel: dump(t) for rel, t in sorted(tables.items())}   # all made before one is written
+    total = 0
+    for path, text in texts.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        total += len(text.encode())
+    print(f"wrote {len(texts)} tables, {total:,} bytes, under {out} ({PACKAGE} {version})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""Measured kernel times (``gpus/measured/``): loading, interpolation, and each op's expected time.
+
+Layer: engine.deploy. The tables are written by ``benchmarks/import_kernels.py`` from the public
+aiconfigurator-core package (one file per GPU x framework x version x kernel class; their schema:
+engine.spec.file_schemas.MEASURED) and are input like a GPU file: a damaged, truncated or absurd
+table is one line naming the file and field (exit 2). Nothing here reads the package itself.
+
+Invariants:
+
+* **Interpolation** (:func:`interpolate`): multilinear in log(latency) over log(axis value)
+  between the measured grid points, so a point on the grid returns its measured time and time
+  scales as a power law between two neighbours. Outside the measured range of an axis the point
+  is clamped to the range, the time at the clamped point is interpolated, and it is scaled by
+  the ratio of the kernel class's roofline at the point to the roofline at the clamped point
+  (:func:`gemm_roof`, :func:`collective_roof`): beyond the largest measured GEMM the time grows
+  as its FLOPs (or bytes) do, at the efficiency measured at the edge.
+* **Expected time of an op** (:func:`expected_steps`): the measured time per call x calls where a
+  table covers the op's kernel class on this GPU and framework, never below the op's bound
+  (``t_sol_s``: no kernel beats the speed of light, whatever a table or its extrapolation says);
+  elsewhere the bound / :data:`DEFAULT_EFFICIENCY`, flagged ``measured: false``.
+* Which table covers which op (:func:`kernel_of`): a dense ``linear`` step (or a fused step whose
+  members all are: QKV, gate-up) is a GEMM at m = its tokens per call, n x k = its FLOPs per call /
+  (2 m), k its input features (n its output features when its output is a partial sum: a
+  row-parallel matmul's k is the split one); its dtype is the GPU's compute dtype of its
+  operands, FP8 reading the per-tensor ``fp8`` table, else ``fp8_block``. A collective step inside
+  one scale-up domain is its collective at the step's ranks and message bytes (the output it
+  writes per call); an all-reduce takes the faster of the framework's custom all-reduce (its
+  CUDA-graph table for decode, eager for prefill) and NCCL's, as the frameworks switch between
+  them by size. Other ops (attention, MoE, norms, elementwise) have no table yet.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import sympy
+
+from engine.project import PACKAGE_ROOT
+from engine.spec import file_schemas, symbols
+from engine.spec.corpus import Reader, refuse_symlinks
+from engine.spec.errors import SpecError, Where
+from engine.spec.filememo import ContentMemo
+from engine.deploy.cost import ARGS, KV_BYTES
+
+DEFAULT_ROOT = PACKAGE_ROOT / "gpus" / "measured"
+SEQ = symbols.dim(symbols.SEQ)
+
+#: The expected time of an op no table covers: its bound / this. Not fitted: a round figure
+#: below the GEMM tables' efficiency at decode sizes (their memory-bound GEMMs reach 60 to 90% of
+#: HBM bandwidth on H100 and H200), standing for kernels nobody measured yet (norms,
+#: elementwise, attention, MoE); docs/deployment.md "Expected time".
+DEFAULT_EFFICIENCY = 0.7
+
+#: Kernel class -> its axes in order (the file's ``axes`` must name exactly these).
+KERNELS = {"gemm": ("m", "n", "k"), "all_reduce": ("gpus", "bytes"), "all_gather": ("gpus", "bytes"),
+           "reduce_scatter": ("gpus", "bytes"), "all_to_all": ("gpus", "bytes")}
+#: The most grid points one table holds (a million-row table is refused before it is used).
+MAX_POINTS = 100_000
+
+
+@dataclass(frozen=True)
+class Table:
+    """One measured table: the grid's axis values (ascending) and latency in seconds over them."""
+
+    kernel: str
+    variant: str
+    gpu: str
+    framework: str
+    version: str
+    axes: tuple[str, ...]
+    values: tuple[np.ndarray, ...]
+    seconds: np.ndarray                 # shape: the axes' lengths
+    path: str                           # the file, relative to the repo
+    source: str                         # package and version it was imported from
+
+    @property
+    def name(self) -> str:
+        return f"{self.kernel}-{self.variant} {self.framework} {self.version}"
+
+
+#: (gpu, framework, kernel, variant) -> Table
+Tables = dict[tuple[str, str, str, str], Table]
+
+
+def folder(gpu: str) -> str:
+    """The folder of a GPU's tables under ``gpus/measured/``: its ``gpu:`` name in lower case (a
+    deployment reads its own GPU's folder alone: parsing every table costs about a second)."""
+    return gpu.lower()
+
+
+def load_measured(root: Path | str | None = None, gpus: dict | None = None, gpu: str | None = None) -> Tables:
+    """Every table under ``root`` (default: the repo's ``gpus/measured/``; absent: none), or with
+    ``gpu`` that GPU's alone, keyed by (gpu, framework, kernel, variant); ``gpus`` (load_gpus'
+    dict): each table's GPU must be one. A table lies in ``<folder(gpu)>/<framework>-<version>/``."""
+    root = Path(root) if root else DEFAULT_ROOT
+    if not root.is_dir():
+        return {}
+    refuse_symlinks(root, root.parent, root.parent.name)
+    files = sorted(root.glob(f"{folder(gpu) if gpu else '*'}/*/*.yaml"))
+    tables = dict(_MEMO.get(("measured", str(root), gpu), files, lambda: _load(root, files)))
+    if gpus is not None:
+        for t in tables.values():
+            if t.gpu not in gpus:
+                raise SpecError(_where(t.path, "gpu"), f"unknown GPU {t.gpu!r}",
+                                "use a `gpu:` name of gpus/*.yaml: " + ", ".join(sorted(gpus)))
+    return tables
+
+
+_MEMO = ContentMemo()
+
+
+def _where(path: str, field: str) -> Where:
+    return Where(path, 0, field)
+
+
+def _load(root: Path, files: list[Path]) -> Tables:
+    out: Tables = {}
+    for path in files:
+        table = load_table(path, root.parent.parent)
+        place = f"{folder(table.gpu)}/{table.framework}-{table.version}"
+        if path.parent.relative_to(root).as_posix() != place:
+            raise SpecError(_where(table.path, "gpu"), f"a {table.gpu} {table.framework} {table.version} table "
+                            f"in {path.parent.relative_to(root).as_posix()}/", f"move it to gpus/measured/{place}/")
+        key = (table.gpu, table.framework, table.kernel, table.variant)
+        if key in out:
+            raise SpecError(_where(table.path, "variant"), f"a second {table.name} table for {table.gpu}",
+                            f"also {out[key].path}; keep one version per framework")
+        out[key] = table
+    return out
+
+
+def load_table(path: Path, repo: Path) -> Table:
+    """One table file, schema-checked (kinds and ranges) and then checked for what a schema cannot
+    say: the kernel's axes by name, each axis strictly ascending, the rows the axes ask for."""
+    reader = Reader(path, repo / "gpus", file_schemas.MEASURED)
+    data = reader.data
+    kernel = data["kernel"]
+    if kernel not in KERNELS:
+        raise SpecError(reader.where(data, "kernel", "kernel"), f"unknown kernel class {kernel!r}",
+                        "use one of: " + ", ".join(KERNELS))
+    names = tuple(a["name"] for a in data["axes"])
+    if names != KERNELS[kernel]:
+        raise SpecError(reader.where(data, "axes", "axes"), f"axes {list(names)} for {kernel}",
+                        f"write the axes {list(KERNELS[kernel])} in that order")
+    values = []
+    for i, axis in enumerate(data["axes"]):
+        v = np.asarray(axis["values"], dtype=float)
+        bad = np.flatnonzero(np.diff(v) <= 0)
+        if bad.size:
+            raise SpecError(reader.where(axis, f"axes[{i}].values", "values"),
+                            f"axis {axis['name']} is not ascending ({v[bad[0]]:g} then {v[bad[0] + 1]:g})",
+                            "write each axis's values in strictly ascending order")
+        values.append(v)
+    shape = tuple(len(v) for v in values)
+    points = math.prod(shape)
+    rows = data["latency_us"]
+    if points > MAX_POINTS:
+        raise SpecError(reader.where(data, "axes", "axes"), f"{points:,} grid points",
+                        f"keep at most {MAX_POINTS:,} (distil the table)")
+    if len(rows) != points // shape[-1]:
+        raise SpecError(reader.where(data, "latency_us", "latency_us"),
+                        f"{len(rows)} rows, the axes ask for {points // shape[-1]}",
+                        "write one row per combination of the axes but the last (re-run the import)")
+    for j, row in enumerate(rows):
+        if len(row) != shape[-1]:
+            raise SpecError(reader.where(data, f"latency_us[{j}]", "latency_us"),
+                            f"{len(row)} latencies, the last axis has {shape[-1]} values",
+                            "write one latency per value of the last axis (re-run the import)")
+    seconds = np.asarray(rows, dtype=float).reshape(shape) * 1e-6
+    seconds.flags.writeable = False
+    src = data["source"]
+    return Table(kernel, data["variant"], data["gpu"], data["framework"], data["framework_version"], names,
+                 tuple(values), seconds, reader.display, f"{src['package']} {src['version']}")
+
+
+# -- interpolation ----------------------------------------------------------------------------------
+
+def gemm_roof(peak_flops: float, hbm_bytes_per_s: float, element_bytes: float) -> Callable:
+    """The roofline of a GEMM at (m, n, k): max(2mnk / peak, (mk + nk + mn) x element bytes / HBM)."""
+    def roof(m, n, k):
+        return max(2.0 * m * n * k / peak_flops, (m * k + n * k + m * n) * element_bytes / hbm_bytes_per_s)
+    return roof
+
+
+def collective_roof(kernel: str) -> Callable:
+    """Proportional to a collective's bandwidth time at (gpus, bytes): bytes x its algorithm's
+    share (2(g-1)/g for an all-reduce, (g-1)/g otherwise); only its ratios are used."""
+    def roof(gpus, size):
+        share = (gpus - 1) / gpus
+        return size * (2 * share if kernel == "all_reduce" else share)
+    return roof
+
+
+def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple[float, bool]:
+    """(seconds at ``point``, whether it lies outside the measured range) by the module's rule:
+    multilinear in log time over log axis values inside; outside, the clamped point's time x
+    roof(point) / roof(clamped)."""
+    clamped = tuple(min(max(float(x), v[0]), v[-1]) for x, v in zip(point, table.values))
+    lo, weights = [], []
+    for x, v in zip(clamped, table.values):
+        i = min(int(np.searchsorted(v, x, side="right")) - 1, len(v) - 2)
+        lo.append(i)
+        weights.append((math.log(x) - math.log(v[i])) / (math.log(v[i + 1]) - math.log(v[i])))
+    log_t = 0.0
+    for corner in range(1 << len(lo)):
+        w, index = 1.0, []
+        for d, (i, f) in enumerate(zip(lo, weights)):
+            up = (corner >> d) & 1
+            w *= f if up else 1.0 - f
+            index.append(i + up)
+        if w:
+            log_t += w * math.log(table.seconds[tuple(index)])
+    t = math.exp(log_t)
+    outside = clamped != tuple(float(x) for x in point)
+    if outside:
+        t *= roof(*point) / roof(*clamped)
+    return t, outside
+
+
+# -- expected time of each step of a compiled program ---------------------------------------------
+
+_FUNCS: dict = {}
+
+
+def _at(expr, args: dict) -> float:
+    """A step expression's value at one point (``args``: symbol -> number), once compiled per expression."""
+    f = _FUNCS.get(expr)
+    if f is None:
+        if len(_FUNCS) > 50_000:        # the step expressions of a model or two: keep it bounded
+            _FUNCS.clear()
+        f = _FUNCS[expr] = sympy.lambdify(ARGS, expr, "math")
+    return float(f(*(args[a] for a in ARGS)))
+
+
+def _linear(step, member_ops: dict) -> bool:
+    """A dense matmul kernel: a ``linear`` step, or a fused step whose members all are linear."""
+    if step.op == "linear" and step.kind == "compute":
+        return True
+    return step.kind == "fused" and not step.collective and bool(step.parts) and \
+        all(member_ops.get(uid) == "linear" for uid in step.parts)
+
+
+def kernel_of(step, member_ops: dict) -> str:
+    """The kernel class of a step (:data:`KERNELS`), or "" where no table applies."""
+    if _linear(step, member_ops):
+        return "gemm"
+    if step.collective in KERNELS and step.nodes <= 1:
+        return step.collective
+    return ""
+
+
+def _gemm_shape(step, args: dict, flops_per_call: float) -> tuple[float, float, float]:
+    """(m, n, k) per device of a matmul step at one point (the module's rule)."""
+    symbolic = [e for e in step.dims.values() if not getattr(e, "is_number", True)]
+    numeric = [float(e) for e in step.dims.values() if getattr(e, "is_number", True)]
+    m = 1.0
+    for e in symbolic:
+        m *= _at(e, args)
+    if step.last_token:              # the prefill logits: the last position of each prompt
+        m /= max(args[SEQ], 1.0)
+    m = max(m, 1.0)
+    nk = flops_per_call / (2.0 * m)
+    if step.layout.partial:          # row-parallel: the output features are whole, k is split
+        n = numeric[0]
+        return m, n, nk / n
+    k = numeric[-1]
+    return m, nk / k, k
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What :func:`expected_steps` reads besides the program: the GPU, framework, phase and tables."""
+
+    gpu: object
+    framework: str
+    phase: str
+    tables: Tables
+
+
+def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
+    g, fw, t = lookup.gpu.key, lookup.framework, lookup.tables
+    if kernel == "gemm":
+        names = ("fp8", "fp8_block") if dtype == "fp8" else (dtype,)
+        found = [t[(g, fw, "gemm", v)] for v in names if (g, fw, "gemm", v) in t]
+        return found[:1]
+    found = [t[(g, "nccl", kernel, "nccl")]] if (g, "nccl", kernel, "nccl") in t else []
+    if kernel == "all_reduce":
+        mode = "custom_graph" if lookup.phase == "decode" else "custom_eager"
+        if (g, fw, kernel, mode) in t:
+            found.append(t[(g, fw, kernel, mode)])
+    return found
+
+
+def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: float, flops: float,
+                  repeat: float | None) -> tuple[float, bool, str]:
+    """(expected seconds of the step's calls, measured?, source text) at one point; ``t_sol``,
+    ``flops``: the step's bound and FLOPs over its calls there."""
+    kernel = kernel_of(step, member_ops) if repeat else ""
+    if kernel and t_sol > 0:
+        if kernel == "gemm":
+            dtype = lookup.gpu.compute_dtype(step.compute_dtype)
+            point = _gemm_shape(step, args, flops / repeat)
+            roof = gemm_roof(lookup.gpu.peak_flops(step.compute_dtype), lookup.gpu.hbm_bytes_per_s,
+                             1.0 if dtype == "fp8" else 2.0)
+        else:
+            dtype = ""
+            point = (float(step.ranks), _at(step.written, args))
+            roof = collective_roof(kernel)
+        best = None
+        for table in _tables_for(lookup, kernel, dtype):
+            t, outside = interpolate(table, point, roof)
+            if best is None or t < best[0]:
+                best = (t, outside, table)
+        if best is not None:
+            t, outside, table = best
+            at = " ".join(f"{a}={x:.0f}" for a, x in zip(table.axes, point))
+            src = f"{table.name} ({table.source}) at {at}{', extrapolated' if outside else ''}"
+            return max(t * repeat, t_sol), True, src
+    return t_sol / DEFAULT_EFFICIENCY, False, f"bound / {DEFAULT_EFFICIENCY:g}"
+
+
+def member_ops(structure, phase: str) -> dict[str, str]:
+    """Step uid -> op of the phase's unfused program (what a fused step's members are)."""
+    return {s.uid: s.op for s in structure.unfused[phase].steps}
+
+
+def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, t_sol: np.ndarray, flops: np.ndarray,
+                   keep=None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Per kept step (``keep``: indices into the program's steps, default all) and point
+    (``batch``, ``seq``, ``ctx``: 1-D arrays of the points), point-major like the per-op table:
+    (expected seconds, measured?, source text). ``t_sol``, ``flops``: (steps, points) arrays of
+    the compiled program's evaluation at those points (engine.deploy.cost)."""
+    s = plan.structure
+    steps = s.programs[phase].steps
+    keep = range(len(steps)) if keep is None else keep
+    lookup = Lookup(plan.gpu, s.options.framework, phase, tables)
+    members = member_ops(s, phase)
+    dims = [symbols.dim(n) for n in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
+    times, measured, sources = [], [], []
+    for p in range(len(batch)):
+        args = dict(zip(dims, (float(batch[p]), float(seq[p]), float(ctx[p]))))
+        args[KV_BYTES] = float(plan.kv_bytes)
+        for i in keep:
+            step = steps[i]
+            repeat = float(step.repeat) if step.repeat.is_number else None
+            t, m, src = step_expected(step, lookup, members, args, float(t_sol[i, p]), float(flops[i, p]), repeat)
+            times.append(t)
+            measured.append(m)
+            sources.append(src)
+    return np.asarray(times), np.asarray(measured, dtype=bool), sources
