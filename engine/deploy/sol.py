@@ -575,18 +575,33 @@ class Plan:
 def expected_phase_times(plan: Plan, batch, input_len, output_len, tables) -> dict[str, np.ndarray]:
     """Each of :func:`phase_inputs`' step times from measured kernels: the sum over the program's
     steps of their expected times (engine.deploy.measured.expected_steps) at the input's points,
-    one kernel after another. Never below the input's no-overlap step time (each op's expected
-    time is at least its bound)."""
-    inputs = phase_inputs(plan.structure, batch, input_len, output_len, plan.options.prefill_tokens, mean=True)
+    one kernel after another; under the ``two_batch`` overlap :func:`two_batch_time` of the
+    half-batch's expected kernels and collectives (the estimate's rule, expected times in place
+    of SOL). Never below the input's bound (each op's expected time is at least its SOL)."""
+    structure = plan.structure
+    inputs = phase_inputs(structure, batch, input_len, output_len, plan.options.prefill_tokens, mean=True)
     out = {}
     for name, (compiled, b, seq, ctx) in inputs.items():
         shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
         b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
-        v = compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes)
         phase = "decode" if name.startswith("decode") else "prefill"
-        times, _, _ = expected_steps(plan, phase, b, seq, ctx, tables, v["t_sol"], v["flops"])
-        out[name] = times.reshape(len(b), -1).sum(axis=1).reshape(shape)    # point-major: each point's steps
+        full = _expected_step(plan, phase, compiled, b, seq, ctx, tables)
+        if (structure.options.overlap or "none") == "two_batch":
+            half = _expected_step(plan, phase, compiled, b / 2, seq, ctx, tables)
+            bound = phase_at_points(compiled, [plan.gpu], 0, b, seq, ctx, plan.kv_bytes)["step_bound_s"]
+            full["step_time_s"] = two_batch_time(half, dict(full, step_bound_s=bound), b / structure.config.dp_attn)
+        out[name] = full["step_time_s"].reshape(shape)
     return out
+
+
+def _expected_step(plan: Plan, phase: str, compiled, b, seq, ctx, tables) -> dict[str, np.ndarray]:
+    """{step_time_s, comm_stream_s} of a program from its steps' expected times at 1-D points: all
+    steps, and the ``comm`` steps alone (what :func:`two_batch_time` reads)."""
+    v = compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes)
+    times, _, _ = expected_steps(plan, phase, b, seq, ctx, tables, v["t_sol"], v["flops"])
+    times = times.reshape(len(b), -1)                                  # point-major: each point's steps
+    comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps])
+    return {"step_time_s": times.sum(axis=1), "comm_stream_s": times[:, comm].sum(axis=1)}
 
 
 def summarize_plan(plan: Plan, batch, input_len, output_len, tables=None) -> dict[str, Any]:
