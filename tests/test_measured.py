@@ -217,8 +217,10 @@ def _deployment(model, gpu, **kw):
     from engine.deploy import Options, ParallelConfig, find_gpu, load_gpus, plan
     from engine.deploy.fusion import load_tables
     framework = kw.pop("framework", "vllm")
+    options = kw.pop("options", {})
     scenario = Scenario(kw.pop("batch", 64), 1024, 1024)
-    built = plan(evaluate(model), find_gpu(load_gpus(), gpu), ParallelConfig(**kw), Options(framework=framework),
+    built = plan(evaluate(model), find_gpu(load_gpus(), gpu), ParallelConfig(**kw),
+                 Options(framework=framework, **options),
                  load_tables(Path(REPO / "corpus" / "fusion")).get(framework), scenario)
     return built.at(scenario)
 
@@ -258,3 +260,13 @@ def test_all_reduce_reads_the_collective_tables():
     assert rows and all(r["measured"] for r in rows)
     # 64 tokens x 4096 hidden x 2 bytes = 524,288 bytes per call on 2 GPUs
     assert any("all_reduce-" in r["expected_src"] and "gpus=2 bytes=524288" in r["expected_src"] for r in rows)
+
+
+def test_fp8_matmuls_read_the_fp8_table():
+    """FP8 weights and activations on H100 run at FP8: their GEMMs read the per-tensor fp8 table,
+    BF16 ones the bf16 table (a dtype mix-up would read a table twice as slow or fast)."""
+    d = _deployment("Meta-Llama-3.1-8B", "H100", options={"weight_format": "fp8_block128", "act_dtype": "fp8"})
+    row = next(r for r in d.ops["decode"] if r["op_name"] == "o_proj")
+    assert row["compute_dtype"] == "fp8" and row["expected_src"].startswith("gemm-fp8 vllm")
+    plain = _deployment("Meta-Llama-3.1-8B", "H100")
+    assert next(r for r in plain.ops["decode"] if r["op_name"] == "o_proj")["expected_src"].startswith("gemm-bf16 ")
