@@ -19,6 +19,9 @@ refused in one line, exit 2, nothing written):
   of two (m 1..32768, n and k 128..16384 and 65536): the grid the source measures on every GPU,
   without its in-between points (log-space interpolation covers them within a few per cent) so a
   table stays about 15 KB. Axis values whose grid has holes in the source are dropped.
+* attention (full, head size 128): the framework's prefill (context) and decode (generation)
+  attention per KV-cache dtype over batch, prompt length or context, KV heads per GPU (1, 2, 4,
+  8) and query heads per KV head (1, 2, 4, 8).
 * all-reduce: the framework's custom all-reduce (CUDA-graph and eager) and NCCL's all_reduce,
   all_gather, reduce_scatter and alltoall (fp16/bf16 rows) at 2, 4, 8 GPUs over message sizes.
 
@@ -32,6 +35,7 @@ whole set stays a few hundred KB.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,10 +108,14 @@ def _sig(x: float) -> float:
 
 
 def complete_grid(points: dict[tuple, float], axes: list[list]) -> list[list]:
-    """``axes`` with values dropped, one at a time (the one missing most points first), until every
-    combination of the kept values is in ``points``."""
+    """``axes`` with values dropped, one at a time, until every combination of the kept values is
+    in ``points``: each time the value whose removal takes out the most missing combinations per
+    measured grid point lost (ties: the largest value of the earliest axis, so a batch axis loses
+    its largest batches before a length axis loses its longest lengths; beyond the kept range the
+    lookup scales by the roofline)."""
     import itertools
-    axes = [[v for v in a if any(key[i] == v for key in points)] for i, a in enumerate(axes)]   # values measured at all
+    present = [{key[i] for key in points} for i in range(len(axes))]
+    axes = [[v for v in a if v in present[i]] for i, a in enumerate(axes)]   # values measured at all
     while True:
         missing = [c for c in itertools.product(*axes) if c not in points]
         if not missing:
@@ -116,10 +124,16 @@ def complete_grid(points: dict[tuple, float], axes: list[list]) -> list[list]:
         for combo in missing:
             for i, v in enumerate(combo):
                 counts[(i, v)] = counts.get((i, v), 0) + 1
-        i, v = max(counts, key=lambda key: (counts[key], key[0]))
+        size = math.prod(len(a) for a in axes)
+
+        def score(key):
+            i, v = key
+            lost = size // len(axes[i]) - counts[key]          # measured points the removal drops
+            return (counts[key] / max(lost, 0.5), -i, v)
+        i, v = max((key for key in counts if len(axes[key[0]]) > 2), key=score, default=(None, None))
+        if i is None:
+            raise Refused("no complete grid with two values per axis")
         axes[i].remove(v)
-        if len(axes[i]) < 2:
-            raise Refused(f"no complete grid: axis {i} has fewer than two values left")
 
 
 def grid_rows(points: dict[tuple, float], axes: list[list]) -> list[list[float]]:
@@ -162,6 +176,54 @@ def gemm_tables(frame, gpu: str, framework: str, version: str, package_version: 
     return out
 
 
+#: Attention: the head size imported, the KV heads per GPU and query heads per KV head kept (the
+#: grid every framework measures at full attention; window 0).
+ATTENTION_HEAD_DIM = 128
+ATTENTION_KV_HEADS = [1, 2, 4, 8]
+ATTENTION_Q_PER_KV = [1, 2, 4, 8]
+KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+
+
+def attention_tables(frame, phase: str, gpu: str, framework: str, version: str, package_version: str,
+                     path: str) -> list[dict]:
+    """One table per KV-cache dtype of the source's context (``phase`` prefill) or generation
+    (decode) attention at head size :data:`ATTENTION_HEAD_DIM`, full attention, the kernel source
+    with the most points. Decode axes: batch, KV heads, query heads per KV head, context (the
+    source's step + 1: the cached tokens the new one attends to); prefill: batch, prompt length
+    (isl), KV heads, query heads per KV head."""
+    import polars as pl
+    out = []
+    for dtype, name in KV_DTYPES.items():
+        rows = frame.filter((pl.col("kv_cache_dtype") == dtype) & (pl.col("head_dim") == ATTENTION_HEAD_DIM)
+                            & (pl.col("window_size") == 0))
+        if rows.is_empty():
+            continue
+        kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"], descending=True)["kernel_source"][0]
+        rows = rows.filter(pl.col("kernel_source") == kernel)
+        points: dict[tuple, float] = {}
+        for b, isl, h, kv, step, ms in rows.select(["batch_size", "isl", "num_heads", "num_key_value_heads", "step",
+                                                    "latency"]).iter_rows():
+            if h % kv or ms <= 0:
+                continue
+            key = (b, kv, h // kv, step + 1) if phase == "decode" else (b, isl, kv, h // kv)
+            points[key] = min(points.get(key, float("inf")), _sig(1000 * ms))
+        present = lambda i: sorted({k[i] for k in points})          # noqa: E731
+        if phase == "decode":
+            axes = [("batch", "requests", present(0)), ("kv_heads", "KV heads per GPU", ATTENTION_KV_HEADS),
+                    ("q_per_kv", "query heads per KV head", ATTENTION_Q_PER_KV), ("ctx", "cached tokens", present(3))]
+        else:
+            axes = [("batch", "prompts", present(0)), ("isl", "prompt tokens", [x for x in present(1) if x >= 16]),
+                    ("kv_heads", "KV heads per GPU", ATTENTION_KV_HEADS),
+                    ("q_per_kv", "query heads per KV head", ATTENTION_Q_PER_KV)]
+        values = complete_grid(points, [a[2] for a in axes])
+        out.append(table(f"{phase}_attention", f"{name}_d{ATTENTION_HEAD_DIM}", gpu, framework, version,
+                         package_version, path, rows["device"][0],
+                         f"kv_cache_dtype == {dtype}, head_dim == {ATTENTION_HEAD_DIM}, window_size == 0, "
+                         f"kernel_source == {kernel}",
+                         [(a[0], a[1], v) for a, v in zip(axes, values)], grid_rows(points, values)))
+    return out
+
+
 def comm_table(frame, kind: str, variant: str, gpu: str, framework: str, version: str, package_version: str,
                path: str, selection: str, element_bytes: int) -> dict:
     """A collective's table over (GPUs, message bytes)."""
@@ -197,6 +259,10 @@ def collect(root: Path, package_version: str) -> dict[Path, dict]:
             path = data / system / "gemm" / framework / version / "gemm_perf.parquet"
             for t in gemm_tables(read(path), gpu, framework, version, package_version, rel(path)):
                 out[folder / f"gemm-{t['variant']}.yaml"] = t
+            for phase, file in (("prefill", "context_attention_perf"), ("decode", "generation_attention_perf")):
+                path = data / system / "attention" / framework / version / f"{file}.parquet"
+                for t in attention_tables(read(path), phase, gpu, framework, version, package_version, rel(path)):
+                    out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
             path = data / system / "comm" / framework / version / "custom_allreduce_perf.parquet"
             frame = read(path)
             for backend in sorted(frame["backend"].unique()):

@@ -62,32 +62,44 @@ def test_interpolation_hand_values(tiny):
     assert us((2, 10 ** 3.5)) == pytest.approx(10 * 10 ** 0.25)
 
 
-def test_outside_the_range_scales_by_the_roofline(tiny):
+def test_outside_the_range_continues_the_last_span(tiny):
     roof = collective_roof("all_reduce")
-    # 1e6 bytes: clamped to 1e5 (100 µs), then x roof(2, 1e6) / roof(2, 1e5) = x 10
+    us = lambda point: interpolate(tiny, point, roof)[0] * 1e6     # noqa: E731
+    # 1e6 bytes at 2 GPUs: the last span 1e3 -> 1e5 went 10 -> 100 µs, slope ln 10 / ln 100 = 0.5
+    # (under the roofline's 1), so 100 x (1e6 / 1e5)^0.5 = 100 sqrt(10)
     t, outside = interpolate(tiny, (2, 1e6), roof)
-    assert outside and t * 1e6 == pytest.approx(1000)
-    # 16 GPUs: clamped to 8 (at 1e3 bytes: 20 µs), x the all-reduce shares 2(15/16) / 2(7/8) = 15/14
-    t, outside = interpolate(tiny, (16, 1000), roof)
-    assert outside and t * 1e6 == pytest.approx(20 * (15 / 16) / (7 / 8))
-    t, outside = interpolate(tiny, (8, 1000), roof)
-    assert not outside
+    assert outside and t * 1e6 == pytest.approx(100 * math.sqrt(10))                # 316.2 µs
+    # 100 bytes: the same slope downward from 10 µs: 10 / sqrt(10)
+    assert us((2, 100)) == pytest.approx(10 / math.sqrt(10))                        # 3.162 µs
+    # 16 GPUs at 1e3 bytes: the span 2 -> 8 went 10 -> 20 µs, slope ln 2 / ln 4 = 0.5; the
+    # all-reduce roofline 2(g-1)/g went 1 -> 1.75, slope ln 1.75 / ln 4 = 0.404: clipped to it, so
+    # 20 x 2^(ln 1.75 / ln 4) = 20 x 1.75^0.5
+    assert us((16, 1000)) == pytest.approx(20 * 1.75 ** 0.5)                         # 26.46 µs
+    assert not interpolate(tiny, (8, 1000), roof)[1]
 
 
-def test_gemm_extrapolation_by_flops(tmp_path):
-    """A 2 x 2 x 2 GEMM table; m beyond the largest measured grows as the roofline does: at m = 4096,
-    n = k = 8192 on 1000 TFLOP/s, 3 TB/s, 2-byte elements the compute term 2mnk / peak = 0.5498 ms
-    beats the memory term (mk + nk + mn) 2 / bw = 0.1342 ms, and at the clamped m = 2048 the
-    compute term 0.2749 ms beats 0.0895 ms: ratio 2 exactly."""
+def test_a_falling_edge_stays_flat(tmp_path):
+    """A last span whose time falls (measurement noise) continues flat: more work is never faster."""
     root = tmp_path / "gpus" / "measured"
-    write_table(root, [[100, 200], [300, 400], [500, 600], [700, 800]], kernel="gemm", variant="bf16",
+    write_table(root, [[10, 8], [20, 400]])
+    table = load_measured(root)[("H100", "nccl", "all_reduce", "nccl")]
+    assert interpolate(table, (2, 1e7), collective_roof("all_reduce"))[0] * 1e6 == pytest.approx(8)
+
+
+def test_gemm_extrapolation_clipped_to_the_roofline(tmp_path):
+    """A 2 x 2 x 2 GEMM table. At n = k = 8192 the last m span 1024 -> 2048 went 400 -> 1200 µs
+    (slope ln 3 / ln 2 = 1.58); the roofline on 1000 TFLOP/s, 3 TB/s, 2-byte elements is
+    compute-bound at both (m 1024: 2mnk / peak = 0.137 ms against (mk + nk + mn) 2 / bw = 0.056 ms;
+    m 2048: 0.275 against 0.067 ms), slope 1: clipped, so m 4096 takes 1200 x 2."""
+    root = tmp_path / "gpus" / "measured"
+    write_table(root, [[100, 200], [300, 400], [500, 600], [700, 1200]], kernel="gemm", variant="bf16",
                 framework="vllm", version="0.24.0",
                 axes=[{"name": "m", "values": [1024, 2048]}, {"name": "n", "values": [4096, 8192]},
                       {"name": "k", "values": [4096, 8192]}])
     table = load_measured(root)[("H100", "vllm", "gemm", "bf16")]
     roof = gemm_roof(1000e12, 3e12, 2.0)
     t, outside = interpolate(table, (4096, 8192, 8192), roof)
-    assert outside and t * 1e6 == pytest.approx(800 * 2)
+    assert outside and t * 1e6 == pytest.approx(1200 * 2)
     # inside: (m 2048, n 4096, k 8192) is a grid point: row (m 2048, n 4096), k 8192 -> 600 µs
     assert interpolate(table, (2048, 4096, 8192), roof)[0] * 1e6 == pytest.approx(600)
     # n halfway in log between 4096 and 8192 at m 1024, k 4096: sqrt(100 x 300)
@@ -129,13 +141,14 @@ def test_unknown_gpu_is_refused(tmp_path):
 
 def test_the_repo_tables_load_and_stay_small():
     """Every committed table loads with its GPU known; the whole set stays lean (the import's
-    distillation: a few hundred KB, not the package's 80 MB)."""
+    distillation: under 600 KB, not the package's 80 MB wheel)."""
     from engine.deploy.hardware import load_gpus
     tables = load_measured(REPO / "gpus" / "measured", load_gpus())
     assert {(g, k) for g, _, k, _ in tables} >= {(g, k) for g in ("H100", "H200", "B200")
-                                                  for k in ("gemm", "all_reduce", "all_to_all")}
+                                                  for k in ("gemm", "all_reduce", "all_to_all",
+                                                            "decode_attention", "prefill_attention")}
     size = sum(p.stat().st_size for p in (REPO / "gpus" / "measured").rglob("*.yaml"))
-    assert size < 400_000
+    assert size < 600_000
 
 
 # -- the import, on a fixture package -------------------------------------------------------------
@@ -167,6 +180,22 @@ def _fixture_package(tmp_path, version="0.12.0"):
                                                                         "alltoall") for dt in ("half", "int8")])
     (data / "comm" / "nccl" / "2.29.2").mkdir(parents=True)
     nccl.write_parquet(data / "comm" / "nccl" / "2.29.2" / "nccl_perf.parquet")
+    attention = []
+    for phase, lengths in (("context", (16, 32)), ("generation", (1, 3))):
+        for b in (1, 2):
+            for length in lengths:
+                for h, kv in ((1, 1), (2, 1), (2, 2), (4, 2), (3, 2)):        # 3 / 2: no whole ratio, dropped
+                    for dt in ("bfloat16", "fp8"):
+                        attention.append(dict(phase=phase, batch_size=b, isl=length if phase == "context" else 1,
+                                              step=0 if phase == "context" else length, num_heads=h,
+                                              num_key_value_heads=kv, head_dim=128, window_size=0,
+                                              kv_cache_dtype=dt, kernel_source="fa3", device="NVIDIA H100 80GB HBM3",
+                                              latency=0.01 * b + 0.001 * length + 0.0001 * h + 0.00001 * kv))
+    frame = pl.DataFrame(attention)
+    (data / "attention" / "sglang" / "0.5.14").mkdir(parents=True)
+    for phase in ("context", "generation"):
+        frame.filter(pl.col("phase") == phase).drop("phase").write_parquet(
+            data / "attention" / "sglang" / "0.5.14" / f"{phase}_attention_perf.parquet")
     (pkg / "__init__.py").write_text("")
     return site
 
@@ -196,6 +225,11 @@ def test_import_round_trip(tmp_path, one_gpu_recipe):
     nccl = tables[("H100", "nccl", "all_to_all", "nccl")]             # the source's `alltoall`, half rows
     # 8 GPUs, 512 half elements = 1024 bytes: 0.08 + 512e-8 ms = 80.00512 µs -> 80.01
     assert interpolate(nccl, (8, 1024), collective_roof("all_to_all"))[0] == pytest.approx(80.01e-6)
+    decode = tables[("H100", "sglang", "decode_attention", "fp8_d128")]
+    # the source's step 3 is 4 cached tokens; batch 2, 2 KV heads, 2 query heads per KV head (4
+    # heads): 0.02 + 0.003 + 0.0004 + 0.00002 ms = 23.42 µs
+    assert [list(v) for v in decode.values] == [[1, 2], [1, 2], [1, 2], [2, 4]]
+    assert interpolate(decode, (2, 2, 2, 4), lambda *a: 1.0)[0] == pytest.approx(23.42e-6)
     text = (out / "h100" / "sglang-0.5.14" / "gemm-bf16.yaml").read_text()
     assert "licence: Apache-2.0" in text and "aiconfigurator_core/systems/data/h100_sxm/gemm/sglang/0.5.14" in text
 
@@ -270,3 +304,33 @@ def test_fp8_matmuls_read_the_fp8_table():
     assert row["compute_dtype"] == "fp8" and row["expected_src"].startswith("gemm-fp8 vllm")
     plain = _deployment("Meta-Llama-3.1-8B", "H100")
     assert next(r for r in plain.ops["decode"] if r["op_name"] == "o_proj")["expected_src"].startswith("gemm-bf16 ")
+
+
+def test_attention_reads_its_table():
+    """Llama-3.1-8B decode on H100 at tp 1: 32 query and 8 KV heads of 128, BF16 cache; the decode
+    attention table at (64 requests, 8 KV heads, 4 query heads per KV head, 2048 cached tokens: a
+    grid point), the data file's own number x 32 layers."""
+    d = _deployment("Meta-Llama-3.1-8B", "H100")
+    data = yaml.safe_load((REPO / "gpus/measured/h100/vllm-0.24.0/decode_attention-bf16_d128.yaml").read_text())
+    b, kv, r, ctx = (a["values"] for a in data["axes"])
+    us = data["latency_us"][(b.index(64) * len(kv) + kv.index(8)) * len(r) + r.index(4)][ctx.index(2048)]
+    row = next(r for r in d.ops["decode"] if r["op_name"] == "flash_attention")
+    assert "batch=64 kv_heads=8 q_per_kv=4 ctx=2048" in row["expected_src"] and "extrapolated" not in row["expected_src"]
+    assert row["t_expected_s"] == pytest.approx(max(us * 1e-6 * 32, row["t_sol_s"]), rel=1e-9)
+
+
+@pytest.mark.parametrize("degrees, expected", [
+    # Llama-3.1-8B: hidden 4096, 32 query and 8 KV heads of 128, FFN 14336; tp 4 splits heads and
+    # the FFN by 4: QKV n = (32 + 8 + 8) x 128 / 4 = 1536; o_proj and down_proj are row-parallel,
+    # k split: 4096 / 4 = 1024 and 14336 / 4 = 3584; attention holds 8 / 4 = 2 KV heads, 4 query
+    # heads per KV head
+    (dict(tp=4), {"qkv_proj": "m=64 n=1536 k=4096", "o_proj": "m=64 n=4096 k=1024",
+                  "down_proj": "m=64 n=4096 k=3584", "flash_attention": "batch=64 kv_heads=2 q_per_kv=4 ctx=2048"}),
+    # two attention replicas: 64 requests are 32 per replica, each GPU whole heads
+    (dict(tp=2, dp_attn=2), {"o_proj": "m=32 n=4096 k=4096", "flash_attention": "batch=32 kv_heads=8 q_per_kv=4"}),
+])
+def test_table_points_are_per_gpu(degrees, expected):
+    d = _deployment("Meta-Llama-3.1-8B", "H100", **degrees)
+    rows = {r["op_name"]: r for r in d.ops["decode"]}
+    for name, at in expected.items():
+        assert at in rows[name]["expected_src"], (name, rows[name]["expected_src"])

@@ -9,24 +9,31 @@ Invariants:
 
 * **Interpolation** (:func:`interpolate`): multilinear in log(latency) over log(axis value)
   between the measured grid points, so a point on the grid returns its measured time and time
-  scales as a power law between two neighbours. Outside the measured range of an axis the point
-  is clamped to the range, the time at the clamped point is interpolated, and it is scaled by
-  the ratio of the kernel class's roofline at the point to the roofline at the clamped point
-  (:func:`gemm_roof`, :func:`collective_roof`): beyond the largest measured GEMM the time grows
-  as its FLOPs (or bytes) do, at the efficiency measured at the edge.
+  scales as a power law between two neighbours. Outside the measured range of an axis the time
+  continues from the nearest point of the range as the power law of the axis's last measured
+  span, its slope clipped to [0, the slope of the kernel class's roofline over that span]
+  (:func:`gemm_roof`, :func:`collective_roof`, :func:`attention_roof`): never steeper than the
+  work grows, never faster with more work; a GEMM beyond the largest measured m grows as its
+  FLOPs once the edge is compute-bound, a message below the smallest keeps its latency floor.
 * **Expected time of an op** (:func:`expected_steps`): the measured time per call x calls where a
   table covers the op's kernel class on this GPU and framework, never below the op's bound
   (``t_sol_s``: no kernel beats the speed of light, whatever a table or its extrapolation says);
   elsewhere the bound / :data:`DEFAULT_EFFICIENCY`, flagged ``measured: false``.
 * Which table covers which op (:func:`kernel_of`): a dense ``linear`` step (or a fused step whose
-  members all are: QKV, gate-up) is a GEMM at m = its tokens per call, n x k = its FLOPs per call /
-  (2 m), k its input features (n its output features when its output is a partial sum: a
-  row-parallel matmul's k is the split one); its dtype is the GPU's compute dtype of its
+  members all are: QKV, gate-up) is a GEMM at m = its output rows on one GPU, k = its input
+  features (split by the partial-sum groups of a row-parallel matmul), n = its FLOPs per call /
+  2mk; its dtype is the GPU's compute dtype of its
   operands, FP8 reading the per-tensor ``fp8`` table, else ``fp8_block``. A collective step inside
   one scale-up domain is its collective at the step's ranks and message bytes (the output it
   writes per call); an all-reduce takes the faster of the framework's custom all-reduce (its
   CUDA-graph table for decode, eager for prefill) and NCCL's, as the frameworks switch between
-  them by size. Other ops (attention, MoE, norms, elementwise) have no table yet.
+  them by size. A fused attention step (the ``flash_attention`` rule, plain GQA/MHA dims) is
+  decode or prefill attention of its head size and KV-cache dtype at (requests, KV heads per GPU,
+  query heads per KV head, context) or (prompts, prompt tokens, KV heads, query heads per KV
+  head), requests and query heads as one GPU holds them (its output's local sizes), KV heads in
+  the model's proportion (at least one); not with context parallelism or several query tokens
+  per decode step. Other
+  ops (MLA, MoE, norms, elementwise) have no table yet.
 """
 from __future__ import annotations
 
@@ -56,7 +63,12 @@ DEFAULT_EFFICIENCY = 0.7
 
 #: Kernel class -> its axes in order (the file's ``axes`` must name exactly these).
 KERNELS = {"gemm": ("m", "n", "k"), "all_reduce": ("gpus", "bytes"), "all_gather": ("gpus", "bytes"),
-           "reduce_scatter": ("gpus", "bytes"), "all_to_all": ("gpus", "bytes")}
+           "reduce_scatter": ("gpus", "bytes"), "all_to_all": ("gpus", "bytes"),
+           "decode_attention": ("batch", "kv_heads", "q_per_kv", "ctx"),
+           "prefill_attention": ("batch", "isl", "kv_heads", "q_per_kv")}
+#: The dims a fused attention step (the ``flash_attention`` rule) may have for an attention table
+#: to cover it (a step with other dims, e.g. a latent or windowed variant, has none yet).
+ATTENTION_DIMS = {"batch", "seq", "n_heads", "d_head", "kv_len", "n_kv_heads"}
 #: The most grid points one table holds (a million-row table is refused before it is used).
 MAX_POINTS = 100_000
 
@@ -194,13 +206,18 @@ def collective_roof(kernel: str) -> Callable:
     return roof
 
 
-def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple[float, bool]:
-    """(seconds at ``point``, whether it lies outside the measured range) by the module's rule:
-    multilinear in log time over log axis values inside; outside, the clamped point's time x
-    roof(point) / roof(clamped)."""
-    clamped = tuple(min(max(float(x), v[0]), v[-1]) for x, v in zip(point, table.values))
+def attention_roof(kernel: str) -> Callable:
+    """Proportional to an attention kernel's roofline: decode reads the KV cache (batch x KV heads
+    x context), prefill computes scores (prompts x prompt length² x heads); only ratios are used."""
+    if kernel == "decode_attention":
+        return lambda batch, kv_heads, q_per_kv, ctx: batch * kv_heads * ctx
+    return lambda batch, isl, kv_heads, q_per_kv: batch * isl * isl * kv_heads * q_per_kv
+
+
+def _inside(table: Table, point: tuple[float, ...]) -> float:
+    """Multilinear interpolation of log time over log axis values at a point inside the grid."""
     lo, weights = [], []
-    for x, v in zip(clamped, table.values):
+    for x, v in zip(point, table.values):
         i = min(int(np.searchsorted(v, x, side="right")) - 1, len(v) - 2)
         lo.append(i)
         weights.append((math.log(x) - math.log(v[i])) / (math.log(v[i + 1]) - math.log(v[i])))
@@ -213,10 +230,31 @@ def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple
             index.append(i + up)
         if w:
             log_t += w * math.log(table.seconds[tuple(index)])
-    t = math.exp(log_t)
-    outside = clamped != tuple(float(x) for x in point)
-    if outside:
-        t *= roof(*point) / roof(*clamped)
+    return math.exp(log_t)
+
+
+def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple[float, bool]:
+    """(seconds at ``point``, whether it lies outside the measured range) by the module's rule.
+
+    Inside: :func:`_inside`. Outside on an axis: from the clamped point (the nearest on the grid's
+    range) the time continues as the power law of the axis's last measured span (its slope in
+    log time over log value between the edge value and the one next to it), the slope clipped to
+    [0, the roofline's slope over the same span]: a kernel grows no faster than its roofline (one
+    overhead-dominated edge point does not scale like the work) and never gets faster with more
+    work. Axes outside add their log steps."""
+    clamped = tuple(min(max(float(x), v[0]), v[-1]) for x, v in zip(point, table.values))
+    t = _inside(table, clamped)
+    outside = False
+    for a, (x, c, v) in enumerate(zip(point, clamped, table.values)):
+        if float(x) == c:
+            continue
+        outside = True
+        inner = list(clamped)
+        inner[a] = v[-2] if c == v[-1] else v[1]         # one measured value inward
+        span = math.log(c) - math.log(inner[a])
+        slope = (math.log(_inside(table, clamped)) - math.log(_inside(table, tuple(inner)))) / span
+        roof_slope = (math.log(roof(*clamped)) - math.log(roof(*inner))) / span
+        t *= math.exp(min(max(slope, 0.0), max(roof_slope, 0.0)) * (math.log(float(x)) - math.log(c)))
     return t, outside
 
 
@@ -243,31 +281,58 @@ def _linear(step, member_ops: dict) -> bool:
         all(member_ops.get(uid) == "linear" for uid in step.parts)
 
 
-def kernel_of(step, member_ops: dict) -> str:
+def kernel_of(step, member_ops: dict, phase: str = "decode") -> str:
     """The kernel class of a step (:data:`KERNELS`), or "" where no table applies."""
     if _linear(step, member_ops):
         return "gemm"
     if step.collective in KERNELS and step.nodes <= 1:
         return step.collective
+    if step.op == "flash_attention" and step.kind == "fused" and set(step.dims) <= ATTENTION_DIMS:
+        return f"{phase}_attention"
     return ""
 
 
+def _attention_shape(step, args: dict, config, kernel: str) -> tuple[float, ...] | None:
+    """The attention table's point of a fused attention step (the module's rule), or None where
+    the table does not apply (context parallelism, several query tokens per decode step)."""
+    local = _local_axes(step, args)
+    if config.cp > 1 or not {"batch", "seq", "n_heads"} <= set(local):
+        return None
+    d = step.dims
+    heads = local["n_heads"]
+    # KV heads split as the query heads are; fewer KV heads than that: each GPU keeps one
+    kv_heads = max(1.0, float(d["n_kv_heads"]) * heads / float(d["n_heads"]))
+    batch, seq, ctx = local["batch"], local["seq"], _at(d["kv_len"], args)
+    if kernel == "decode_attention":
+        return (batch, kv_heads, heads / kv_heads, ctx) if seq == 1 else None
+    return batch, seq, kv_heads, heads / kv_heads
+
+
+def _local_axes(step, args: dict) -> dict[str, float]:
+    """Each axis of the step's output by name: its size on one GPU at the point (the size over the
+    groups that split it; more GPUs than units of a fixed-size axis: one unit each, as placement
+    splits heads)."""
+    out = {}
+    for axis, groups in zip(step.out.axes, step.layout.shards):
+        size = _at(axis.size, args)
+        ways = math.prod(g.size for g in groups)
+        if getattr(axis.size, "is_number", False):
+            ways = min(ways, size)
+        out.setdefault(axis.name, size / max(ways, 1))
+    return out
+
+
 def _gemm_shape(step, args: dict, flops_per_call: float) -> tuple[float, float, float]:
-    """(m, n, k) per device of a matmul step at one point (the module's rule)."""
-    symbolic = [e for e in step.dims.values() if not getattr(e, "is_number", True)]
+    """(m, n, k) per GPU of a matmul step at one point (the module's rule): m the step's output
+    rows on one GPU (the prefill logits: one position per prompt), k its input features (split by
+    the partial-sum groups of a row-parallel matmul), n = FLOPs per call / 2mk (a fused QKV or
+    gate-up: the members' output features together)."""
+    local = _local_axes(step, args)
+    rows = list(local.items())[:-1]                  # the last output axis: the features
+    m = max(math.prod(1.0 if (step.last_token and name == "seq") else size for name, size in rows), 1.0)
     numeric = [float(e) for e in step.dims.values() if getattr(e, "is_number", True)]
-    m = 1.0
-    for e in symbolic:
-        m *= _at(e, args)
-    if step.last_token:              # the prefill logits: the last position of each prompt
-        m /= max(args[SEQ], 1.0)
-    m = max(m, 1.0)
-    nk = flops_per_call / (2.0 * m)
-    if step.layout.partial:          # row-parallel: the output features are whole, k is split
-        n = numeric[0]
-        return m, n, nk / n
-    k = numeric[-1]
-    return m, nk / k, k
+    k = numeric[-1] / math.prod(g.size for g in step.layout.partial)
+    return m, flops_per_call / (2.0 * m * k), k
 
 
 @dataclass(frozen=True)
@@ -278,6 +343,8 @@ class Lookup:
     framework: str
     phase: str
     tables: Tables
+    kv_dtype: str = "bf16"
+    config: object = None
 
 
 def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
@@ -286,6 +353,9 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
         names = ("fp8", "fp8_block") if dtype == "fp8" else (dtype,)
         found = [t[(g, fw, "gemm", v)] for v in names if (g, fw, "gemm", v) in t]
         return found[:1]
+    if kernel.endswith("_attention"):
+        key = (g, fw, kernel, f"{lookup.kv_dtype}_d{dtype}")
+        return [t[key]] if key in t else []
     found = [t[(g, "nccl", kernel, "nccl")]] if (g, "nccl", kernel, "nccl") in t else []
     if kernel == "all_reduce":
         mode = "custom_graph" if lookup.phase == "decode" else "custom_eager"
@@ -298,9 +368,16 @@ def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: flo
                   repeat: float | None) -> tuple[float, bool, str]:
     """(expected seconds of the step's calls, measured?, source text) at one point; ``t_sol``,
     ``flops``: the step's bound and FLOPs over its calls there."""
-    kernel = kernel_of(step, member_ops) if repeat else ""
+    kernel = kernel_of(step, member_ops, lookup.phase) if repeat else ""
+    point = None
+    if kernel.endswith("_attention"):
+        point = _attention_shape(step, args, lookup.config, kernel)
+        kernel = kernel if point is not None else ""
     if kernel and t_sol > 0:
-        if kernel == "gemm":
+        if point is not None:                   # attention: the table of its head size and KV dtype
+            dtype = f"{float(step.dims['d_head']):g}"
+            roof = attention_roof(kernel)
+        elif kernel == "gemm":
             dtype = lookup.gpu.compute_dtype(step.compute_dtype)
             point = _gemm_shape(step, args, flops / repeat)
             roof = gemm_roof(lookup.gpu.peak_flops(step.compute_dtype), lookup.gpu.hbm_bytes_per_s,
@@ -310,7 +387,8 @@ def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: flo
             point = (float(step.ranks), _at(step.written, args))
             roof = collective_roof(kernel)
         best = None
-        for table in _tables_for(lookup, kernel, dtype):
+        tables = _tables_for(lookup, kernel, dtype) if min(point) > 0 else []   # an empty shape: no lookup
+        for table in tables:
             t, outside = interpolate(table, point, roof)
             if best is None or t < best[0]:
                 best = (t, outside, table)
@@ -336,7 +414,7 @@ def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, t_sol: np.
     s = plan.structure
     steps = s.programs[phase].steps
     keep = range(len(steps)) if keep is None else keep
-    lookup = Lookup(plan.gpu, s.options.framework, phase, tables)
+    lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config)
     members = member_ops(s, phase)
     dims = [symbols.dim(n) for n in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
     times, measured, sources = [], [], []
