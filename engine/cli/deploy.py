@@ -189,6 +189,11 @@ def run(args: argparse.Namespace) -> int:
           f"   (schedule estimate, overlap {s['overlap']})")
     print(f"  lower bound: TTFT {_time(s['ttft_bound_s'])}   TPOT {_time(s['tpot_bound_s'])}   "
           "(per phase the busiest of tensor cores, HBM and each link, everything overlapped; no schedule beats it)")
+    if "ttft_expected_s" in s:
+        rows = [r for p in phases for r in d.ops[p]]
+        print(f"  expected from measured kernels: TTFT {_time(s['ttft_expected_s'])}   TPOT {_time(s['tpot_expected_s'])}   "
+              f"({sum(r['measured'] for r in rows)} of {len(rows)} ops from gpus/measured/, the others their SOL / 0.7; "
+              "never below the SOL)")
     # the worst case above (every request at its last position); the steady state of continuous
     # batching beside it (docs/deployment.md "Steady-state capacity")
     print(f"  steady state (continuous batching, paged KV): {s['kv_steady_tokens_per_request']:.6g} cache tokens per "
@@ -215,11 +220,13 @@ def run(args: argparse.Namespace) -> int:
                   f"{_time(ph['step_bound_s'])}; compute "
                   f"{_time(ph['compute_time_s'])}, memory {_time(ph['memory_time_s'])}, comm {_time(ph['comm_time_s'])})")
             print(f"  {'op':58s} {'kind':7s} {'FLOPs':>9s} {'bytes':>9s} {'comm':>9s} {'t_comp':>8s} "
-                  f"{'t_mem':>8s} {'t_comm':>8s} {'SOL':>8s}  bound")
+                  f"{'t_mem':>8s} {'t_comm':>8s} {'SOL':>8s}  bound    expected")
             for r in ops[phase]:
                 print(f"  {r['op_uid'][-58:]:58s} {r['kind']:7s} {_num(r['flops']):>9s} {_num(r['bytes'], 'B'):>9s} "
                       f"{_num(r['comm_bytes'], 'B'):>9s} {_time(r['t_compute_s']):>8s} {_time(r['t_memory_s']):>8s} "
-                      f"{_time(r['t_comm_s']):>8s} {_time(r['t_sol_s']):>8s}  {r['bound']}")
+                      f"{_time(r['t_comm_s']):>8s} {_time(r['t_sol_s']):>8s}  {r['bound']:7s}"
+                      + (f"  {_time(r['t_expected_s']):>8s}{' measured' if r['measured'] else ''}"
+                         if "t_expected_s" in r else ""))
                 if args.formula:
                     print(f"  {'':58s} flops = {r['flops_formula']}")
                     print(f"  {'':58s} bytes = {r['bytes_formula']}")
