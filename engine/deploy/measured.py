@@ -25,7 +25,7 @@ Invariants:
   2mk; its dtype is the GPU's compute dtype of its
   operands, FP8 reading the per-tensor ``fp8`` table, else ``fp8_block``. A collective step inside
   one scale-up domain is its collective at the step's ranks and message bytes (the output it
-  writes per call); an all-reduce takes the faster of the framework's custom all-reduce (its
+  writes per call; a fused all-reduce + norm: its link bytes over the algorithm's share); an all-reduce takes the faster of the framework's custom all-reduce (its
   CUDA-graph table for decode, eager for prefill) and NCCL's, as the frameworks switch between
   them by size. A fused attention step (the ``flash_attention`` rule, plain GQA/MHA dims) is
   decode or prefill attention of its head size and KV-cache dtype at (requests, KV heads per GPU,
@@ -365,9 +365,9 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
 
 
 def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: float, flops: float,
-                  repeat: float | None) -> tuple[float, bool, str]:
+                  repeat: float | None, comm: float = 0.0) -> tuple[float, bool, str]:
     """(expected seconds of the step's calls, measured?, source text) at one point; ``t_sol``,
-    ``flops``: the step's bound and FLOPs over its calls there."""
+    ``flops``, ``comm``: the step's bound, FLOPs and link bytes over its calls there."""
     kernel = kernel_of(step, member_ops, lookup.phase) if repeat else ""
     point = None
     if kernel.endswith("_attention"):
@@ -384,8 +384,11 @@ def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: flo
                              1.0 if dtype == "fp8" else 2.0)
         else:
             dtype = ""
-            point = (float(step.ranks), _at(step.written, args))
             roof = collective_roof(kernel)
+            # the message: what a collective step writes; a fused one (all-reduce + norm) also
+            # writes its norm's output, so its link bytes over the algorithm's share
+            size = _at(step.written, args) if step.kind == "comm" else comm / repeat / roof(step.ranks, 1.0)
+            point = (float(step.ranks), size)
         best = None
         tables = _tables_for(lookup, kernel, dtype) if min(point) > 0 else []   # an empty shape: no lookup
         for table in tables:
@@ -405,12 +408,13 @@ def member_ops(structure, phase: str) -> dict[str, str]:
     return {s.uid: s.op for s in structure.unfused[phase].steps}
 
 
-def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, t_sol: np.ndarray, flops: np.ndarray,
+def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict,
                    keep=None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Per kept step (``keep``: indices into the program's steps, default all) and point
     (``batch``, ``seq``, ``ctx``: 1-D arrays of the points), point-major like the per-op table:
-    (expected seconds, measured?, source text). ``t_sol``, ``flops``: (steps, points) arrays of
-    the compiled program's evaluation at those points (engine.deploy.cost)."""
+    (expected seconds, measured?, source text). ``values``: the compiled program's evaluation at
+    those points (engine.deploy.cost: ``t_sol``, ``flops``, ``comm_bytes``, each (steps, points))."""
+    t_sol, flops, comm = values["t_sol"], values["flops"], values["comm_bytes"]
     s = plan.structure
     steps = s.programs[phase].steps
     keep = range(len(steps)) if keep is None else keep
@@ -424,7 +428,8 @@ def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, t_sol: np.
         for i in keep:
             step = steps[i]
             repeat = float(step.repeat) if step.repeat.is_number else None
-            t, m, src = step_expected(step, lookup, members, args, float(t_sol[i, p]), float(flops[i, p]), repeat)
+            t, m, src = step_expected(step, lookup, members, args, float(t_sol[i, p]), float(flops[i, p]), repeat,
+                                      float(comm[i, p]))
             times.append(t)
             measured.append(m)
             sources.append(src)

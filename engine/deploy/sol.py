@@ -598,7 +598,7 @@ def _expected_step(plan: Plan, phase: str, compiled, b, seq, ctx, tables) -> dic
     """{step_time_s, comm_stream_s} of a program from its steps' expected times at 1-D points: all
     steps, and the ``comm`` steps alone (what :func:`two_batch_time` reads)."""
     v = compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes)
-    times, _, _ = expected_steps(plan, phase, b, seq, ctx, tables, v["t_sol"], v["flops"])
+    times, _, _ = expected_steps(plan, phase, b, seq, ctx, tables, v)
     times = times.reshape(len(b), -1)                                  # point-major: each point's steps
     comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps])
     return {"step_time_s": times.sum(axis=1), "comm_stream_s": times[:, comm].sum(axis=1)}
@@ -824,8 +824,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
 
     extra = {}
     if tables is not None:
-        t_exp, measured, src = expected_steps(plan, phase, batch, seq, ctx, tables, values["t_sol"],
-                                              values["flops"], keep)
+        t_exp, measured, src = expected_steps(plan, phase, batch, seq, ctx, tables, values, keep)
         extra = {"t_expected_s": numbers(t_exp), "measured": numbers(measured), "expected_src": src}
     return {
         "op_uid": label["op_uid"], "op_name": label["op_name"], "op": label["op"], "component": label["component"],
