@@ -22,18 +22,18 @@ Invariants:
 * Which table covers which op (:func:`kernel_of`): a dense ``linear`` step (or a fused step whose
   members all are: QKV, gate-up) is a GEMM at m = its output rows on one GPU, k = its input
   features (split by the partial-sum groups of a row-parallel matmul), n = its FLOPs per call /
-  2mk; its dtype is the GPU's compute dtype of its
-  operands, FP8 reading the per-tensor ``fp8`` table, else ``fp8_block``. A collective step inside
-  one scale-up domain is its collective at the step's ranks and message bytes (the output it
-  writes per call; a fused all-reduce + norm: its link bytes over the algorithm's share); an all-reduce takes the faster of the framework's custom all-reduce (its
-  CUDA-graph table for decode, eager for prefill) and NCCL's, as the frameworks switch between
-  them by size. A fused attention step (the ``flash_attention`` rule, plain GQA/MHA dims) is
-  decode or prefill attention of its head size and KV-cache dtype at (requests, KV heads per GPU,
-  query heads per KV head, context) or (prompts, prompt tokens, KV heads, query heads per KV
-  head), requests and query heads as one GPU holds them (its output's local sizes), KV heads in
-  the model's proportion (at least one); not with context parallelism or several query tokens
-  per decode step. Other
-  ops (MLA, MoE, norms, elementwise) have no table yet.
+  2mk; its dtype is the GPU's compute dtype of its operands, FP8 reading the per-tensor ``fp8``
+  table, else ``fp8_block``. A collective step inside one scale-up domain is its collective at the
+  step's ranks and message bytes (the output it writes per call; a fused all-reduce + norm: its
+  link bytes over the algorithm's share); an all-reduce takes the faster of the framework's
+  custom all-reduce (its CUDA-graph table for decode, eager for prefill) and NCCL's, as the
+  frameworks switch between them by size. A fused attention step (the ``flash_attention`` rule,
+  plain GQA/MHA dims) is decode or prefill attention of its head size and KV-cache dtype at
+  (requests, KV heads per GPU, query heads per KV head, context) or (prompts, prompt tokens, KV
+  heads, query heads per KV head), requests and query heads as one GPU holds them (its output's
+  local sizes), KV heads in the model's proportion (at least one); not with context parallelism
+  or several query tokens per decode step. Other ops (MLA, MoE, norms, elementwise) have no table
+  yet.
 """
 from __future__ import annotations
 
