@@ -22,6 +22,9 @@ refused in one line, exit 2, nothing written):
 * attention (full, head size 128): the framework's prefill (context) and decode (generation)
   attention per KV-cache dtype over batch, prompt length or context, KV heads per GPU (1, 2, 4,
   8) and query heads per KV head (1, 2, 4, 8).
+* MoE (the fused routed experts): per expert shape and split (hidden, expert intermediate size,
+  top-k, experts, moe_tp, moe_ep within 8 GPUs) the framework's time over the tokens entering the
+  layer (powers of two to 8192), bf16, fp8 and fp8_block weights, balanced routing.
 * all-reduce: the framework's custom all-reduce (CUDA-graph and eager) and NCCL's all_reduce,
   all_gather, reduce_scatter and alltoall (fp16/bf16 rows) at 2, 4, 8 GPUs over message sizes.
 
@@ -224,6 +227,57 @@ def attention_tables(frame, phase: str, gpu: str, framework: str, version: str, 
     return out
 
 
+#: MoE: the weight dtypes kept, the token counts (powers of two), the largest moe_tp x moe_ep
+#: (one scale-up domain; wide expert parallelism runs DeepEP, priced apart), the workload.
+MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block"}
+MOE_TOKENS = [1 << i for i in range(14)]                   # 1 .. 8192
+MOE_MAX_GPUS = 8
+#: The exact-match keys of an MoE table (engine.deploy.measured.MOE_KEYS) and the source's columns.
+MOE_KEYS = {"hidden": "hidden_size", "inter": "inter_size", "topk": "topk", "experts": "num_experts",
+            "moe_tp": "moe_tp_size", "moe_ep": "moe_ep_size"}
+
+
+def moe_tables(frame, gpu: str, framework: str, version: str, package_version: str, path: str) -> list[dict]:
+    """One table per MoE weight dtype of the source's moe_perf (balanced routing): per expert shape
+    and split (hidden, expert intermediate size, top-k, experts, moe_tp, moe_ep; moe_tp x moe_ep at
+    most :data:`MOE_MAX_GPUS`) a curve over the tokens entering the layer (the source's num_tokens:
+    one attention replica's tokens x attention DP), from the kernel source whose complete curve
+    is fastest over all of :data:`MOE_TOKENS` (the framework's backends differ by split: vLLM's
+    FlashInfer CUTLASS runs expert parallelism, its Triton experts tensor parallelism). A shape
+    no kernel source measured at every token count is left out."""
+    import polars as pl
+    out = []
+    for dtype, name in MOE_DTYPES.items():
+        rows = frame.filter((pl.col("moe_dtype") == dtype) & (pl.col("distribution") == "balanced")
+                            & (pl.col("moe_tp_size") * pl.col("moe_ep_size") <= MOE_MAX_GPUS))
+        if rows.is_empty():
+            continue
+        by_kernel: dict[tuple, dict] = {}          # (shape, kernel source) -> tokens -> µs
+        for r in rows.iter_rows(named=True):
+            if r["latency"] > 0 and r["num_tokens"] in MOE_TOKENS:
+                curve = by_kernel.setdefault((tuple(r[c] for c in MOE_KEYS.values()), r["kernel_source"]), {})
+                curve[r["num_tokens"]] = min(curve.get(r["num_tokens"], float("inf")), _sig(1000 * r["latency"]))
+        curves: dict[tuple, dict] = {}
+        for (shape, _), curve in sorted(by_kernel.items()):
+            if len(curve) == len(MOE_TOKENS) and (shape not in curves or sum(map(math.log, curve.values()))
+                                                  < sum(map(math.log, curves[shape].values()))):
+                curves[shape] = curve
+        keys = sorted(curves)
+        kernel = ", ".join(sorted({k for (_, k), c in by_kernel.items() if len(c) == len(MOE_TOKENS)}))
+        if not keys:
+            continue
+        t = table("moe", name, gpu, framework, version, package_version, path, rows["device"][0],
+                  f"moe_dtype == {dtype}, distribution == balanced, moe_tp x moe_ep <= {MOE_MAX_GPUS}, "
+                  f"num_tokens on powers of two; per shape the fastest complete curve of: {kernel}",
+                  [("tokens", "tokens into the layer (one attention replica's x attention DP)", MOE_TOKENS)],
+                  [[curves[k][n] for n in MOE_TOKENS] for k in keys])
+        rows_us = t.pop("latency_us")              # the keys before the rows they name
+        t["keys"] = {"names": list(MOE_KEYS), "values": [list(k) for k in keys]}
+        t["latency_us"] = rows_us
+        out.append(t)
+    return out
+
+
 def comm_table(frame, kind: str, variant: str, gpu: str, framework: str, version: str, package_version: str,
                path: str, selection: str, element_bytes: int) -> dict:
     """A collective's table over (GPUs, message bytes)."""
@@ -263,6 +317,9 @@ def collect(root: Path, package_version: str) -> dict[Path, dict]:
                 path = data / system / "attention" / framework / version / f"{file}.parquet"
                 for t in attention_tables(read(path), phase, gpu, framework, version, package_version, rel(path)):
                     out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
+            path = data / system / "moe" / framework / version / "moe_perf.parquet"
+            for t in moe_tables(read(path), gpu, framework, version, package_version, rel(path)):
+                out[folder / f"moe-{t['variant']}.yaml"] = t
             path = data / system / "comm" / framework / version / "custom_allreduce_perf.parquet"
             frame = read(path)
             for backend in sorted(frame["backend"].unique()):

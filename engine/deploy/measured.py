@@ -32,13 +32,16 @@ Invariants:
   (requests, KV heads per GPU, query heads per KV head, context) or (prompts, prompt tokens, KV
   heads, query heads per KV head), requests and query heads as one GPU holds them (its output's
   local sizes), KV heads in the model's proportion (at least one); not with context parallelism
-  or several query tokens per decode step. Other ops (MLA, MoE, norms, elementwise) have no table
-  yet.
+  or several query tokens per decode step. A fused MoE step (``fused_moe``) reads the curve of
+  its exact expert shape and split (:data:`KEYED`: the model's hidden, d_ff_expert, top_k,
+  n_experts; moe_tp = tp / ep, moe_ep = ep) at the layer's tokens (the point's batch x seq: one
+  attention replica's tokens x dp_attn, the source's num_tokens). Other ops (MLA, norms,
+  elementwise) have no table yet.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -54,6 +57,7 @@ from engine.deploy.cost import ARGS, KV_BYTES
 
 DEFAULT_ROOT = PACKAGE_ROOT / "gpus" / "measured"
 SEQ = symbols.dim(symbols.SEQ)
+BATCH = symbols.dim(symbols.BATCH)
 
 #: The expected time of an op no table covers: its bound / this. Not fitted: a round figure
 #: below the GEMM tables' efficiency at decode sizes (their memory-bound GEMMs reach 60 to 90% of
@@ -65,7 +69,10 @@ DEFAULT_EFFICIENCY = 0.7
 KERNELS = {"gemm": ("m", "n", "k"), "all_reduce": ("gpus", "bytes"), "all_gather": ("gpus", "bytes"),
            "reduce_scatter": ("gpus", "bytes"), "all_to_all": ("gpus", "bytes"),
            "decode_attention": ("batch", "kv_heads", "q_per_kv", "ctx"),
-           "prefill_attention": ("batch", "isl", "kv_heads", "q_per_kv")}
+           "prefill_attention": ("batch", "isl", "kv_heads", "q_per_kv"),
+           "moe": ("tokens",)}
+#: Kernel classes whose rows are curves picked by exact keys (the file's ``keys``), in this order.
+KEYED = {"moe": ("hidden", "inter", "topk", "experts", "moe_tp", "moe_ep")}
 #: The dims a fused attention step (the ``flash_attention`` rule) may have for an attention table
 #: to cover it (a step with other dims, e.g. a latent or windowed variant, has none yet).
 ATTENTION_DIMS = {"batch", "seq", "n_heads", "d_head", "kv_len", "n_kv_heads"}
@@ -87,10 +94,16 @@ class Table:
     seconds: np.ndarray                 # shape: the axes' lengths
     path: str                           # the file, relative to the repo
     source: str                         # package and version it was imported from
+    keys: dict = None                   # keyed tables: key values -> index of the first axis of seconds
 
     @property
     def name(self) -> str:
         return f"{self.kernel}-{self.variant} {self.framework} {self.version}"
+
+    def curve(self, key: tuple) -> "Table | None":
+        """A keyed table's curve at ``key`` (a table of the axes alone), None where it has none."""
+        i = self.keys.get(tuple(int(k) for k in key)) if self.keys else None
+        return None if i is None else replace(self, seconds=self.seconds[i], keys=None)
 
 
 #: (gpu, framework, kernel, variant) -> Table
@@ -166,7 +179,8 @@ def load_table(path: Path, repo: Path) -> Table:
                             f"axis {axis['name']} is not ascending ({v[bad[0]]:g} then {v[bad[0] + 1]:g})",
                             "write each axis's values in strictly ascending order")
         values.append(v)
-    shape = tuple(len(v) for v in values)
+    keys = _keys(reader, data, kernel)
+    shape = ((len(keys),) if keys is not None else ()) + tuple(len(v) for v in values)
     points = math.prod(shape)
     rows = data["latency_us"]
     if points > MAX_POINTS:
@@ -185,7 +199,32 @@ def load_table(path: Path, repo: Path) -> Table:
     seconds.flags.writeable = False
     src = data["source"]
     return Table(kernel, data["variant"], data["gpu"], data["framework"], data["framework_version"], names,
-                 tuple(values), seconds, reader.display, f"{src['package']} {src['version']}")
+                 tuple(values), seconds, reader.display, f"{src['package']} {src['version']}", keys)
+
+
+def _keys(reader, data, kernel: str) -> dict | None:
+    """A keyed table's key values -> row (None for a grid table): the kernel's key names in
+    order, one value per name, no key twice."""
+    keys = data.get("keys")
+    if (keys is None) != (kernel not in KEYED):
+        raise SpecError(reader.where(data, "keys", "keys" if keys is not None else None),
+                        f"the {kernel} table {'has' if keys is not None else 'lacks'} keys",
+                        f"write keys: {{names: {list(KEYED[kernel])}, values: [...]}}" if kernel in KEYED
+                        else "leave keys out (only " + ", ".join(KEYED) + " tables have them)")
+    if keys is None:
+        return None
+    if tuple(keys["names"]) != KEYED[kernel]:
+        raise SpecError(reader.where(keys, "keys.names", "names"), f"keys {list(keys['names'])} for {kernel}",
+                        f"write the keys {list(KEYED[kernel])} in that order")
+    out: dict[tuple, int] = {}
+    for i, row in enumerate(keys["values"]):
+        if len(row) != len(keys["names"]) or tuple(row) in out:
+            problem = (f"{len(row)} key values for {len(keys['names'])} names" if len(row) != len(keys["names"])
+                       else f"key {row} twice")
+            raise SpecError(reader.where(keys, f"keys.values[{i}]", "values"), problem,
+                            "write one value per key name, each key once (re-run the import)")
+        out[tuple(row)] = i
+    return out
 
 
 # -- interpolation ----------------------------------------------------------------------------------
@@ -289,7 +328,22 @@ def kernel_of(step, member_ops: dict, phase: str = "decode") -> str:
         return step.collective
     if step.op == "flash_attention" and step.kind == "fused" and set(step.dims) <= ATTENTION_DIMS:
         return f"{phase}_attention"
+    if step.op == "fused_moe" and step.kind == "fused":
+        return "moe"
     return ""
+
+
+#: The model's dims an MoE table's key reads, in :data:`KEYED` order (moe_tp, moe_ep follow).
+MOE_DIMS = ("hidden", "d_ff_expert", "top_k", "n_experts")
+
+
+def _moe_key(bound: dict, config) -> tuple | None:
+    """An MoE table's key for the model's routed experts under ``config``: (hidden, expert
+    intermediate size, top-k, experts, moe_tp = tp / ep, moe_ep = ep); None where the model lacks
+    one of the dims."""
+    if any(d not in bound for d in MOE_DIMS) or config.tp % config.ep:
+        return None
+    return tuple(int(bound[d]) for d in MOE_DIMS) + (config.tp // config.ep, config.ep)
 
 
 def _attention_shape(step, args: dict, config, kernel: str) -> tuple[float, ...] | None:
@@ -345,6 +399,7 @@ class Lookup:
     tables: Tables
     kv_dtype: str = "bf16"
     config: object = None
+    bound: dict = None                  # the model's bound dims (an MoE table's key)
 
 
 def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
@@ -356,6 +411,11 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
     if kernel.endswith("_attention"):
         key = (g, fw, kernel, f"{lookup.kv_dtype}_d{dtype}")
         return [t[key]] if key in t else []
+    if kernel == "moe":
+        key = _moe_key(lookup.bound or {}, lookup.config)
+        names = ("fp8", "fp8_block") if dtype == "fp8" else (dtype,)
+        curves = [t[(g, fw, "moe", v)].curve(key) for v in names if key and (g, fw, "moe", v) in t]
+        return [c for c in curves if c is not None][:1]
     found = [t[(g, "nccl", kernel, "nccl")]] if (g, "nccl", kernel, "nccl") in t else []
     if kernel == "all_reduce":
         mode = "custom_graph" if lookup.phase == "decode" else "custom_eager"
@@ -369,7 +429,7 @@ def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: flo
     """(expected seconds of the step's calls, measured?, source text) at one point; ``t_sol``,
     ``flops``, ``comm``: the step's bound, FLOPs and link bytes over its calls there."""
     kernel = kernel_of(step, member_ops, lookup.phase) if repeat else ""
-    point = None
+    point, shape = None, ""
     if kernel.endswith("_attention"):
         point = _attention_shape(step, args, lookup.config, kernel)
         kernel = kernel if point is not None else ""
@@ -377,6 +437,12 @@ def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: flo
         if point is not None:                   # attention: the table of its head size and KV dtype
             dtype = f"{float(step.dims['d_head']):g}"
             roof = attention_roof(kernel)
+        elif kernel == "moe":                   # the layer's tokens: one attention replica's x dp_attn
+            dtype = lookup.gpu.compute_dtype(step.compute_dtype)
+            point = (args[BATCH] * args[SEQ],)
+            roof = lambda tokens: tokens        # noqa: E731  (work grows with the tokens at most linearly)
+            key = _moe_key(lookup.bound or {}, lookup.config) or ()
+            shape = " " + " ".join(f"{n}={v}" for n, v in zip(KEYED["moe"], key))
         elif kernel == "gemm":
             dtype = lookup.gpu.compute_dtype(step.compute_dtype)
             point = _gemm_shape(step, args, flops / repeat)
@@ -397,7 +463,7 @@ def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: flo
                 best = (t, outside, table)
         if best is not None:
             t, outside, table = best
-            at = " ".join(f"{a}={x:.0f}" for a, x in zip(table.axes, point))
+            at = " ".join(f"{a}={x:.0f}" for a, x in zip(table.axes, point)) + shape
             src = f"{table.name} ({table.source}) at {at}{', extrapolated' if outside else ''}"
             return max(t * repeat, t_sol), True, src
     return t_sol / DEFAULT_EFFICIENCY, False, f"bound / {DEFAULT_EFFICIENCY:g}"
@@ -418,7 +484,7 @@ def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, values: di
     s = plan.structure
     steps = s.programs[phase].steps
     keep = range(len(steps)) if keep is None else keep
-    lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config)
+    lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config, s.ev.bound)
     members = member_ops(s, phase)
     dims = [symbols.dim(n) for n in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
     times, measured, sources = [], [], []

@@ -433,8 +433,10 @@ MAX_AXIS_VALUES = 64
 MAX_MEASURED_ROWS = 4096
 
 MEASURED = Mapping("a measured kernel table (re-run benchmarks/import_kernels.py)", fields={
-    "kernel": req(Str("the kernel class: gemm, all_reduce, all_gather, reduce_scatter or all_to_all")),
-    "variant": req(Str("the dtype (bf16, fp8, fp8_block) or the backend (nccl, custom_graph, custom_eager)")),
+    "kernel": req(Str("the kernel class: gemm, decode_attention, prefill_attention, moe, all_reduce, all_gather, "
+                      "reduce_scatter or all_to_all")),
+    "variant": req(Str("the dtype (bf16, fp8, fp8_block; attention: <kv dtype>_d<head size>) or the backend "
+                       "(nccl, custom_graph, custom_eager)")),
     "gpu": req(Str("a `gpu:` name of gpus/*.yaml")),
     "framework": req(Str("the framework measured (sglang, vllm) or nccl")),
     "framework_version": req(Str('its version, quoted, e.g. "0.5.14"')),
@@ -448,12 +450,19 @@ MEASURED = Mapping("a measured kernel table (re-run benchmarks/import_kernels.py
         "selection": TEXT})),
     "axes": req(ListOf("write axes: [{name: m, unit: tokens, values: [1, 2, 4]}, ...]", min_items=1, max_items=4,
                        item=Mapping("write `{name: m, unit: tokens, values: [1, 2, 4]}`", fields={
-                           "name": req(Str("the axis name (gemm: m, n, k; a collective: gpus, bytes)")),
+                           "name": req(Str("the axis name (engine.deploy.measured.KERNELS: gemm m, n, k; a "
+                                           "collective gpus, bytes; ...)")),
                            "unit": TEXT,
                            "values": req(ListOf("the measured values, ascending", min_items=2,
                                                 max_items=MAX_AXIS_VALUES,
                                                 item=Number("an axis value", lo=0, hi=1 << 40, above=True,
                                                             why="a size above 0")))}))),
+    "keys": Mapping("exact-match keys of the rows (an MoE table: one curve per expert shape and split)", fields={
+        "names": req(ListOf("the key names, e.g. [hidden, inter, topk, experts, moe_tp, moe_ep]", min_items=1,
+                            max_items=8, item=Str())),
+        "values": req(ListOf("one list of key values per curve", min_items=1, max_items=MAX_MEASURED_ROWS,
+                             item=ListOf("the curve's key values, one per name", max_items=8,
+                                         item=Int("a key value", lo=1, hi=1 << 24))))}),
     "latency_us": req(ListOf("one row per combination of the axes but the last, each over the last axis",
                              min_items=1, max_items=MAX_MEASURED_ROWS,
                              item=ListOf("the row's latencies in µs", min_items=2, max_items=MAX_AXIS_VALUES,
