@@ -410,3 +410,26 @@ def test_moe_reads_its_curve():
     moe = next(r for r in d.ops["decode"] if r["op"] == "fused_moe")
     assert "tokens=64 hidden=2048 inter=768 topk=8 experts=128 moe_tp=1 moe_ep=2" in moe["expected_src"]
     assert moe["t_expected_s"] == pytest.approx(max(us * 1e-6 * 48, moe["t_sol_s"]), rel=1e-9)
+
+
+@pytest.mark.parametrize("command", [["deploy", "Qwen3-8B", "--gpu", "H100"], ["check"]])
+def test_a_broken_table_stops_the_command_in_one_line(command, tmp_path, monkeypatch, capsys):
+    """Inside a checkout whose gpus/measured/ table lost a row (a truncated file): `deploy` (this
+    GPU's tables) and `check` (every table) exit 2 with one line naming the file and field, and
+    write nothing."""
+    import shutil
+    from site_builder.cli import main
+    shutil.copytree(REPO / "corpus", tmp_path / "corpus")
+    (tmp_path / "corpus" / "components" / "drafts").mkdir(exist_ok=True)
+    shutil.copytree(REPO / "gpus", tmp_path / "gpus")
+    path = tmp_path / "gpus/measured/h100/vllm-0.24.0/gemm-bf16.yaml"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]))                   # the last latency row gone
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    assert main(command) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith("error: gpus/measured/h100/vllm-0.24.0/gemm-bf16.yaml:") and \
+        "latency_us: " in captured.err and "rows, the axes ask for" in captured.err, captured.err
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == before

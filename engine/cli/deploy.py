@@ -119,6 +119,8 @@ def deployment_from_args(args):
     from engine.spec.api import evaluate
     from engine.deploy import Scenario, plan
     from engine.deploy.hardware import find_gpu, load_gpus
+    from engine.deploy.measured import load_measured
+    from engine.deploy.sol import Deployment
     from engine.deploy.parallel import ParallelConfig
 
     ev = evaluate(args.model, args.corpus)
@@ -134,7 +136,9 @@ def deployment_from_args(args):
     options, fusion = serving_options(args)
     scenario = Scenario(batch=args.batch, input_len=args.input, output_len=args.output)
     built = plan(ev, gpu, config, options, fusion, scenario)
-    return built.at(scenario)
+    # the measured kernel tables of the checkout's gpus/ (as its GPU files), this GPU's
+    tables = load_measured(Path(args.gpus_root) / "measured", gpu=gpu.key)
+    return Deployment.build(built, scenario, tables)
 
 
 def _num(value: float, unit: str = "") -> str:

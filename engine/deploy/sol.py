@@ -633,11 +633,14 @@ class Deployment:
     ops: dict[str, list[dict[str, Any]]]
 
     @staticmethod
-    def build(plan: Plan, scenario: Scenario) -> "Deployment":
+    def build(plan: Plan, scenario: Scenario, tables=None) -> "Deployment":
+        """The deployment at ``scenario``; ``tables``: measured kernel tables for the expected
+        times (engine.deploy.measured.load_measured; default: the repo's, this GPU's)."""
         if scenario.batch < 1 or scenario.input_len < 1 or scenario.output_len < 0:
             raise SpecError(option_where("--batch/--input/--output"), f"bad scenario {scenario}",
                             "batch and input must be positive, output not negative")
-        tables = load_measured(gpu=plan.gpu.key)       # this GPU's measured kernels (gpus/measured/)
+        if tables is None:
+            tables = load_measured(gpu=plan.gpu.key)   # this GPU's measured kernels (gpus/measured/)
         out = summarize_plan(plan, scenario.batch, scenario.input_len, scenario.output_len, tables)
         raw = out.pop("phases")
         phases = {p: {k: _scalar(v) for k, v in raw[p].items()} for p in PHASES}
