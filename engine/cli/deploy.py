@@ -137,7 +137,7 @@ def deployment_from_args(args):
     scenario = Scenario(batch=args.batch, input_len=args.input, output_len=args.output)
     built = plan(ev, gpu, config, options, fusion, scenario)
     # the measured kernel tables of the checkout's gpus/ (as its GPU files), this GPU's
-    tables = load_measured(Path(args.gpus_root) / "measured", gpu=gpu.key)
+    tables = load_measured(Path(args.gpus_root) / "measured", gpu=gpu.key, framework=options.framework)
     return Deployment.build(built, scenario, tables)
 
 

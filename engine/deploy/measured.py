@@ -116,16 +116,20 @@ def folder(gpu: str) -> str:
     return gpu.lower()
 
 
-def load_measured(root: Path | str | None = None, gpus: dict | None = None, gpu: str | None = None) -> Tables:
+def load_measured(root: Path | str | None = None, gpus: dict | None = None, gpu: str | None = None,
+                  framework: str | None = None) -> Tables:
     """Every table under ``root`` (default: the repo's ``gpus/measured/``; absent: none), or with
-    ``gpu`` that GPU's alone, keyed by (gpu, framework, kernel, variant); ``gpus`` (load_gpus'
+    ``gpu`` that GPU's alone (and with ``framework`` that framework's and NCCL's alone: a
+    deployment reads no other), keyed by (gpu, framework, kernel, variant); ``gpus`` (load_gpus'
     dict): each table's GPU must be one. A table lies in ``<folder(gpu)>/<framework>-<version>/``."""
     root = Path(root) if root else DEFAULT_ROOT
     if not root.is_dir():
         return {}
     refuse_symlinks(root, root.parent, root.parent.name)
-    files = sorted(root.glob(f"{folder(gpu) if gpu else '*'}/*/*.yaml"))
-    tables = dict(_MEMO.get(("measured", str(root), gpu), files, lambda: _load(root, files)))
+    where = folder(gpu) if gpu else "*"
+    globs = [f"{where}/{framework}-*/*.yaml", f"{where}/nccl-*/*.yaml"] if framework else [f"{where}/*/*.yaml"]
+    files = sorted({p for g in globs for p in root.glob(g)})
+    tables = dict(_MEMO.get(("measured", str(root), gpu, framework), files, lambda: _load(root, files)))
     if gpus is not None:
         for t in tables.values():
             if t.gpu not in gpus:

@@ -640,7 +640,8 @@ class Deployment:
             raise SpecError(option_where("--batch/--input/--output"), f"bad scenario {scenario}",
                             "batch and input must be positive, output not negative")
         if tables is None:
-            tables = load_measured(gpu=plan.gpu.key)   # this GPU's measured kernels (gpus/measured/)
+            # this GPU's measured kernels under this framework (gpus/measured/)
+            tables = load_measured(gpu=plan.gpu.key, framework=plan.options.framework)
         out = summarize_plan(plan, scenario.batch, scenario.input_len, scenario.output_len, tables)
         raw = out.pop("phases")
         phases = {p: {k: _scalar(v) for k, v in raw[p].items()} for p in PHASES}
