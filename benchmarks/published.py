@@ -1,4 +1,4 @@
-"""Published serving measurements beside ArchLedger at the same setup: measured / bound, measured / estimate.
+"""Published serving measurements beside ArchLedger at the same setup: measured / bound, measured / estimate, measured / expected.
 
 Run from the repo root: ``python benchmarks/published.py [--check] [--only ID]``. Offline: the
 measurements live in ``benchmarks/data/published.yaml``, each with its source (repository, path and
@@ -35,6 +35,11 @@ script needs no change when the lower bound and the schedule estimate columns la
 bound, where the engine has them) to the step at the last position (``tpot_s``): its wall time
 holds every decode step of the output, not the last one ``output_len`` times.
 
+The *expected* column reads ``ttft_expected_s`` / ``tpot_expected_s`` (``tpot_mean_expected_s``
+for an ``output`` point): the times from measured kernels (engine.deploy.measured,
+``gpus/measured/``); the last line counts the points whose measured / expected lies within
+:data:`WITHIN` (20%), beside the estimate's and the bound's counts.
+
 A point's ``overlap:`` (``two_batch`` for SGLang's two-batch overlap and DeepSeek's dual
 micro-batch) is passed as ``Options.overlap`` where the engine has that field; an engine without
 it evaluates the point without overlap, and a line under the table names those points.
@@ -69,7 +74,13 @@ OPTION_DEFAULTS = {"weight_format": "checkpoint", "kv_dtype": "bf16", "act_dtype
 OVERLAPS = ("",) + OVERLAP_POLICIES
 DEGREES = ("tp", "ep", "dp_attn", "pp", "cp")
 #: Extra words a bound / estimate key may carry besides the base key's words and its kind.
-KIND_WORDS = {"bound": {"bound"}, "estimate": {"estimate", "schedule", "sched"}, "steady": {"steady"}}
+KIND_WORDS = {"bound": {"bound"}, "estimate": {"estimate", "schedule", "sched"}, "steady": {"steady"},
+              "expected": {"expected"}}
+#: The throughput columns: the lower bound, the schedule estimate, the expected time from measured
+#: kernels (engine.deploy.measured; the estimate's keys where the engine has no expected time).
+KINDS = ("bound", "estimate", "expected")
+#: A point is "within" when measured / expected lies in [1 - WITHIN, 1 + WITHIN] (issue 39's 20%).
+WITHIN = 0.2
 KIND_EXTRA = {"lower", "true"}
 
 
@@ -274,12 +285,10 @@ def evaluate_points(points: list[Point]) -> list[dict]:
     rows = []
     for p in points:
         s = ev.summary(p)
-        keys = {kind: (column(s, "ttft_s", kind), column(s, tpot_bases(p), kind)) for kind in ("bound", "estimate")}
-        bound = throughput(p, s, *keys["bound"])
-        estimate = throughput(p, s, *keys["estimate"])
+        keys = {kind: (column(s, "ttft_s", kind), column(s, tpot_bases(p), kind)) for kind in KINDS}
         fits = s[column(s, "fits", "steady")] if p.requests_per_gpu is None else s["fits"]
-        rows.append({"point": p, "batch": int(s["batch"]), "fits": bool(fits), "bound": bound,
-                     "estimate": estimate, "keys": keys})
+        rows.append({"point": p, "batch": int(s["batch"]), "fits": bool(fits), "keys": keys,
+                     **{kind: throughput(p, s, *keys[kind]) for kind in KINDS}})
     return rows
 
 
@@ -289,10 +298,10 @@ def _n(x: float) -> str:
 
 def table(rows: list[dict]) -> str:
     """The markdown table (one line per point) and a line naming the summary keys each column read."""
-    keys = {kind: sorted({r["keys"][kind] for r in rows}) for kind in ("bound", "estimate")}
+    keys = {kind: sorted({r["keys"][kind] for r in rows}) for kind in KINDS}
     out = ["| point | model | GPUs | config | metric | ISL/OSL | batch/replica | measured tok/s/GPU | bound | "
-           "measured / bound | estimate | measured / estimate |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "measured / bound | estimate | measured / estimate | expected | measured / expected |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r["point"]
         e = p.evaluated
@@ -302,12 +311,23 @@ def table(rows: list[dict]) -> str:
         batch = f"{r['batch']:,}" + ("" if r["fits"] else " (does not fit)")
         out.append(f"| {p.id} | {p.model.split('/')[-1]} | {p.gpus} x {p.gpu} | {config} | {p.metric} | "
                    f"{p.input_len}/{p.output_len} | {batch} | {_n(p.measured)} | {_n(r['bound'])} | "
-                   f"{p.measured / r['bound']:.2f} | {_n(r['estimate'])} | {p.measured / r['estimate']:.2f} |")
+                   f"{p.measured / r['bound']:.2f} | {_n(r['estimate'])} | {p.measured / r['estimate']:.2f} | "
+                   f"{_n(r['expected'])} | {p.measured / r['expected']:.2f} |")
     out.append("")
     out.append("bound read from " + "; ".join(f"({a}, {b})" for a, b in keys["bound"])
                + " - estimate read from " + "; ".join(f"({a}, {b})" for a, b in keys["estimate"])
+               + " - expected read from " + "; ".join(f"({a}, {b})" for a, b in keys["expected"])
                + " (ttft, tpot): a column with no key of its own reads the deployment's headline ttft_s / tpot_s")
+    out.append(within_line(rows))
     return "\n".join(out)
+
+
+def within_line(rows: list[dict]) -> str:
+    """How many points' measured / estimate and measured / expected lie within :data:`WITHIN`."""
+    def count(kind: str) -> int:
+        return sum(abs(r["point"].measured / r[kind] - 1) <= WITHIN for r in rows)
+    return (f"within {WITHIN:.0%} of the measurement: expected {count('expected')} of {len(rows)} points, "
+            f"estimate {count('estimate')}, bound {count('bound')}")
 
 
 def main(argv: list[str] | None = None) -> int:

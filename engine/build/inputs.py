@@ -14,15 +14,18 @@ from engine.spec.corpus import Corpus
 
 
 def check_all(corpus: Corpus, grid_path: Path, gpu_root: Path) -> None:
-    """Load the grid (and its sizing block), every GPU file and the collectives table, the fusion
+    """Load the grid (and its sizing block), every GPU file and the collectives table, the measured
+    kernel tables (gpus/measured/), the fusion
     tables, the lineage and every contract (its variants and its GPU); raises the first
     :class:`SpecError`. The corpus itself (specs, components, slots, variants) is loaded already."""
     from engine.build import contract, fronts, landscape
     from engine.build.grid import load_grid
     from engine.deploy.fusion import load_tables
     from engine.deploy.hardware import load_gpus
+    from engine.deploy.measured import load_measured
     load_grid(grid_path)
     gpus = load_gpus(gpu_root)
+    load_measured(Path(gpu_root) / "measured", gpus)     # the measured kernel tables, each GPU known
     load_tables(corpus.root / "fusion")
     fronts.check(grid_path, gpus, set(corpus.models))
     landscape.load_lineage(corpus.root)

@@ -2,7 +2,7 @@
 
 Layer: engine.cli (the work is :func:`engine.build.inputs.check_all`). The corpus (specs,
 components, quant schemes, snapshots, slots, variants), the GPU files and collectives table, the
-fusion tables, the grid, the lineage, the contracts and the evidence files (the verification
+measured kernel tables (gpus/measured/), the fusion tables, the grid, the lineage, the contracts and the evidence files (the verification
 registry, each model's tensor manifest and source snapshot) are loaded exactly as a build loads them:
 exit 0 and one summary line when all load, else exit 2 and the first problem in one line.
 Nothing is written.
@@ -32,5 +32,5 @@ def run(args: argparse.Namespace) -> int:
     for model in corpus.models.values():   # what validate reads (it also runs the guards: not here)
         load_evidence(corpus, model)
     print(f"ok: {len(corpus.models)} models, {len(corpus.variants)} variants, {len(corpus.components)} components; "
-          "GPUs, fusion tables, grid, lineage, contracts and evidence files load")
+          "GPUs, measured kernel tables, fusion tables, grid, lineage, contracts and evidence files load")
     return 0

@@ -122,6 +122,8 @@ def deployment_from_args(args):
     from engine.spec.api import evaluate
     from engine.deploy import Scenario, plan
     from engine.deploy.hardware import find_gpu, load_gpus
+    from engine.deploy.measured import load_measured
+    from engine.deploy.sol import Deployment
     from engine.deploy.parallel import ParallelConfig
 
     ev = evaluate(args.model, args.corpus)
@@ -137,7 +139,9 @@ def deployment_from_args(args):
     options, fusion = serving_options(args)
     scenario = Scenario(batch=args.batch, input_len=args.input, output_len=args.output)
     built = plan(ev, gpu, config, options, fusion, scenario)
-    return built.at(scenario)
+    # the measured kernel tables of the checkout's gpus/ (as its GPU files), this GPU's
+    tables = load_measured(Path(args.gpus_root) / "measured", gpu=gpu.key, framework=options.framework)
+    return Deployment.build(built, scenario, tables)
 
 
 def _num(value: float, unit: str = "") -> str:
@@ -201,6 +205,11 @@ def run(args: argparse.Namespace) -> int:
           f"   (schedule estimate, overlap {s['overlap']})")
     print(f"  lower bound: TTFT {_time(s['ttft_bound_s'])}   TPOT {_time(s['tpot_bound_s'])}   "
           "(per phase the busiest of tensor cores, HBM and each link, everything overlapped; no schedule beats it)")
+    if "ttft_expected_s" in s:
+        rows = [r for p in phases for r in d.ops[p]]
+        print(f"  expected from measured kernels: TTFT {_time(s['ttft_expected_s'])}   TPOT {_time(s['tpot_expected_s'])}   "
+              f"({sum(r['measured'] for r in rows)} of {len(rows)} ops from gpus/measured/, the others their SOL / 0.7; "
+              "never below the SOL)")
     # the worst case above (every request at its last position); the steady state of continuous
     # batching beside it (docs/deployment.md "Steady-state capacity")
     print(f"  steady state (continuous batching, paged KV): {s['kv_steady_tokens_per_request']:.6g} cache tokens per "
@@ -227,11 +236,13 @@ def run(args: argparse.Namespace) -> int:
                   f"{_time(ph['step_bound_s'])}; compute "
                   f"{_time(ph['compute_time_s'])}, memory {_time(ph['memory_time_s'])}, comm {_time(ph['comm_time_s'])})")
             print(f"  {'op':58s} {'kind':7s} {'FLOPs':>9s} {'bytes':>9s} {'comm':>9s} {'t_comp':>8s} "
-                  f"{'t_mem':>8s} {'t_comm':>8s} {'SOL':>8s}  bound")
+                  f"{'t_mem':>8s} {'t_comm':>8s} {'SOL':>8s}  bound    expected")
             for r in ops[phase]:
                 print(f"  {r['op_uid'][-58:]:58s} {r['kind']:7s} {_num(r['flops']):>9s} {_num(r['bytes'], 'B'):>9s} "
                       f"{_num(r['comm_bytes'], 'B'):>9s} {_time(r['t_compute_s']):>8s} {_time(r['t_memory_s']):>8s} "
-                      f"{_time(r['t_comm_s']):>8s} {_time(r['t_sol_s']):>8s}  {r['bound']}")
+                      f"{_time(r['t_comm_s']):>8s} {_time(r['t_sol_s']):>8s}  {r['bound']:7s}"
+                      + (f"  {_time(r['t_expected_s']):>8s}{' measured' if r['measured'] else ''}"
+                         if "t_expected_s" in r else ""))
                 if args.formula:
                     print(f"  {'':58s} flops = {r['flops_formula']}")
                     print(f"  {'':58s} bytes = {r['bytes_formula']}")

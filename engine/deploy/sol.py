@@ -52,6 +52,7 @@ from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES,
                                      option_where, prefill_program_batch, prefill_steps, program_batch,
                                      requests_per_replica, step_tokens)
 from engine.deploy.hardware import GPU
+from engine.deploy.measured import expected_steps, load_measured
 from engine.spec.errors import SpecError
 
 
@@ -285,7 +286,8 @@ def phase_inputs(structure: Structure, batch, input_len, output_len,
 
 def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch, input_len, output_len,
               hbm_fraction: float = HBM_FRACTION, prefill_tokens: int = PREFILL_TOKENS,
-              serving_only: bool = False, phases: dict | None = None, prefill_only: bool = False) -> dict[str, Any]:
+              serving_only: bool = False, phases: dict | None = None, prefill_only: bool = False,
+              expected: dict | None = None) -> dict[str, Any]:
     """Every numeric deployment field at the broadcast of the per-point arrays. Point ``i`` runs on
     ``gpus[gpu_index[i]]`` with ``kv_bytes[i]`` per cache element; one call serves every GPU and
     KV dtype that share a structure (the grid's batching). ``serving_only``: just
@@ -293,7 +295,10 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     ``prefill_only`` (with ``serving_only``): no decode step is evaluated, ``tpot_s`` and
     ``tokens_per_s_per_gpu`` are NaN (the sizing search's prefill-pool points, read for their TTFT,
     fit and capacity only). ``phases``: :func:`phase_at_points` of each of :func:`phase_inputs` at
-    these points, when the caller has them (:func:`summarize_many`)."""
+    these points, when the caller has them (:func:`summarize_many`). ``expected``: each phase
+    input's step time from measured kernels (:func:`expected_phase_times`), composed into
+    ``ttft_expected_s`` / ``tpot_expected_s`` / ``tpot_mean_expected_s`` by the rules of the
+    estimate (no overlap: a sum of per-op expected times)."""
     if prefill_only and not serving_only:
         raise ValueError("prefill_only gives the serving fields only: pass serving_only=True")
     config, ev = structure.config, structure.ev
@@ -315,6 +320,9 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
                       phase_at_points(compiled, gpus, gpu_index, np.asarray(b) / 2, seq, ctx, kv_bytes), phases[name],
                       np.asarray(b) / config.dp_attn))
                   for name, (compiled, b, seq, ctx) in inputs.items()}
+    if expected is not None:     # each phase's expected step time beside its estimate and bound
+        phases = {name: dict(v, step_expected_s=expected[name]) if name in expected else v
+                  for name, v in phases.items()}
     length = input_len + output_len
     k = micro_batches(config, batch)
     steps = prefill_steps(config, batch, input_len, prefill_tokens)
@@ -388,6 +396,10 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
                     # the steady state's TPOT (at the output's mean context) has its bound too: an
                     # output throughput at the steady capacity is bounded by this one, not tpot_bound_s
                     "tpot_mean_bound_s": full(phases["decode_mean"]["step_bound_s"] / per_step), "overlap": overlap}
+    if expected is not None:     # from measured kernels (engine.deploy.measured), by the same rules
+        bound_fields.update({"ttft_expected_s": full(first_token("step_expected_s")),
+                             "tpot_expected_s": full(decode["step_expected_s"] / per_step),
+                             "tpot_mean_expected_s": full(phases["decode_mean"]["step_expected_s"] / per_step)})
     mtp_fields = {} if not options.mtp_tokens else {
         "mtp_tokens": options.mtp_tokens, "mtp_acceptance": float(options.mtp_acceptance),
         "tokens_per_step": per_step, "tokens_per_step_formula": str(TOKENS_PER_STEP),
@@ -574,11 +586,45 @@ class Plan:
         return Plan(unfused, self.gpu, self.kv_dtype)
 
 
-def summarize_plan(plan: Plan, batch, input_len, output_len) -> dict[str, Any]:
-    """:func:`summarize` for one plan (one GPU, one KV dtype), with the plan's labels."""
+def expected_phase_times(plan: Plan, batch, input_len, output_len, tables) -> dict[str, np.ndarray]:
+    """Each of :func:`phase_inputs`' step times from measured kernels: the sum over the program's
+    steps of their expected times (engine.deploy.measured.expected_steps) at the input's points,
+    one kernel after another; under the ``two_batch`` overlap :func:`two_batch_time` of the
+    half-batch's expected kernels and collectives (the estimate's rule, expected times in place
+    of SOL). Never below the input's bound (each op's expected time is at least its SOL)."""
+    structure = plan.structure
+    inputs = phase_inputs(structure, batch, input_len, output_len, plan.options.prefill_tokens, mean=True)
+    out = {}
+    for name, (compiled, b, seq, ctx) in inputs.items():
+        shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
+        b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
+        phase = "decode" if name.startswith("decode") else "prefill"
+        full = _expected_step(plan, phase, compiled, b, seq, ctx, tables)
+        if (structure.options.overlap or "none") == "two_batch":
+            half = _expected_step(plan, phase, compiled, b / 2, seq, ctx, tables)
+            bound = phase_at_points(compiled, [plan.gpu], 0, b, seq, ctx, plan.kv_bytes)["step_bound_s"]
+            full["step_time_s"] = two_batch_time(half, dict(full, step_bound_s=bound), b / structure.config.dp_attn)
+        out[name] = full["step_time_s"].reshape(shape)
+    return out
+
+
+def _expected_step(plan: Plan, phase: str, compiled, b, seq, ctx, tables) -> dict[str, np.ndarray]:
+    """{step_time_s, comm_stream_s} of a program from its steps' expected times at 1-D points: all
+    steps, and the ``comm`` steps alone (what :func:`two_batch_time` reads)."""
+    v = compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes)
+    times, _, _ = expected_steps(plan, phase, b, seq, ctx, tables, v)
+    times = times.reshape(len(b), -1)                                  # point-major: each point's steps
+    comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps])
+    return {"step_time_s": times.sum(axis=1), "comm_stream_s": times[:, comm].sum(axis=1)}
+
+
+def summarize_plan(plan: Plan, batch, input_len, output_len, tables=None) -> dict[str, Any]:
+    """:func:`summarize` for one plan (one GPU, one KV dtype), with the plan's labels; ``tables``
+    (engine.deploy.measured.load_measured): add the expected times."""
     options = plan.options
+    expected = None if tables is None else expected_phase_times(plan, batch, input_len, output_len, tables)
     out = summarize(plan.structure, [plan.gpu], 0, plan.kv_bytes, batch, input_len, output_len,
-                    options.hbm_fraction, options.prefill_tokens)
+                    options.hbm_fraction, options.prefill_tokens, expected=expected)
     out.update({"model_id": plan.model_id, "gpu": plan.gpu.key, "framework": options.framework,
                 "weight_format": options.weight_format, "kv_dtype": options.kv_dtype,
                 "act_dtype": options.act_dtype})
@@ -601,15 +647,20 @@ class Deployment:
     ops: dict[str, list[dict[str, Any]]]
 
     @staticmethod
-    def build(plan: Plan, scenario: Scenario) -> "Deployment":
+    def build(plan: Plan, scenario: Scenario, tables=None) -> "Deployment":
+        """The deployment at ``scenario``; ``tables``: measured kernel tables for the expected
+        times (engine.deploy.measured.load_measured; default: the repo's, this GPU's)."""
         if scenario.batch < 1 or scenario.input_len < 1 or scenario.output_len < 0:
             raise SpecError(option_where("--batch/--input/--output"), f"bad scenario {scenario}",
                             "batch and input must be positive, output not negative")
-        out = summarize_plan(plan, scenario.batch, scenario.input_len, scenario.output_len)
+        if tables is None:
+            # this GPU's measured kernels under this framework (gpus/measured/)
+            tables = load_measured(gpu=plan.gpu.key, framework=plan.options.framework)
+        out = summarize_plan(plan, scenario.batch, scenario.input_len, scenario.output_len, tables)
         raw = out.pop("phases")
         phases = {p: {k: _scalar(v) for k, v in raw[p].items()} for p in PHASES}
         summary = {k: _scalar(v) for k, v in out.items()}
-        ops = {p: op_rows(plan, p, scenario) for p in PHASES}
+        ops = {p: op_rows(plan, p, scenario, tables) for p in PHASES}
         return Deployment(plan, scenario, summary, phases, ops)
 
 
@@ -762,8 +813,8 @@ def _labels(s: Structure, phase: str) -> tuple:
     return mine[2], mine[3]
 
 
-def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario], arrays: bool = False
-                    ) -> dict[str, list]:
+def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario], arrays: bool = False,
+                    tables=None) -> dict[str, list]:
     """The per-op SOL table of one phase at one or several points, as columns (Parquet names),
     formulas included; several points are evaluated in one vectorized call, point-major. With
     ``arrays`` the numeric columns are NumPy arrays (the build's tables), else lists of floats.
@@ -772,7 +823,9 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
     one chunked-prefill step (:func:`engine.deploy.structure.prefill_steps`). The GPU-free part (labels,
     FLOPs and bytes, intensity) comes from :func:`_point_rows`, computed once per program pair and
     point set (with ``arrays`` those columns are its read-only arrays, shared by the GPU types that
-    ask); only the times are this GPU's."""
+    ask); only the times are this GPU's. ``tables`` (engine.deploy.measured.load_measured): add
+    each op's expected time ``t_expected_s``, whether a measured table gave it (``measured``) and
+    which (``expected_src``), engine.deploy.measured's rule."""
     points = scenario if isinstance(scenario, list) else [scenario]
     compiled, (batch, seq, ctx), keep, one, v = _point_rows(plan, phase, points)
     values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
@@ -787,13 +840,17 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
     # the GPU's dtype of each operand class, looked up once per class
     dtype = {d: plan.gpu.compute_dtype(d) for d in set(one["dtype"])}
 
+    extra = {}
+    if tables is not None:
+        t_exp, measured, src = expected_steps(plan, phase, batch, seq, ctx, tables, values, keep)
+        extra = {"t_expected_s": numbers(t_exp), "measured": numbers(measured), "expected_src": src}
     return {
         "op_uid": label["op_uid"], "op_name": label["op_name"], "op": label["op"], "component": label["component"],
         "role": label["role"], "kind": label["kind"], "repeat": label["repeat"],
         "flops": numbers(v["flops"]), "bytes": numbers(v["bytes"]), "weight_bytes": numbers(v["weight_bytes"]),
         "comm_bytes": numbers(v["comm_bytes"]), "intensity": numbers(v["intensity"]),
         "t_compute_s": numbers(t["t_compute"]), "t_memory_s": numbers(t["t_memory"]),
-        "t_comm_s": numbers(t["t_comm"]), "t_sol_s": numbers(t["t_sol"]),
+        "t_comm_s": numbers(t["t_comm"]), "t_sol_s": numbers(t["t_sol"]), **extra,
         "bound": _BOUND_NAMES[np.argmax(np.stack([t["t_compute"], t["t_memory"], t["t_comm"]]), axis=0)].tolist(),
         "link": label["link"], "group": label["group"],
         "compute_dtype": [dtype[d] for d in one["dtype"]] * n,
@@ -803,7 +860,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
     }
 
 
-def op_rows(plan: Plan, phase: str, scenario: Scenario) -> list[dict[str, Any]]:
+def op_rows(plan: Plan, phase: str, scenario: Scenario, tables=None) -> list[dict[str, Any]]:
     """:func:`op_rows_columns` as one dict per op."""
-    columns = op_rows_columns(plan, phase, scenario)
+    columns = op_rows_columns(plan, phase, scenario, tables=tables)
     return [dict(zip(columns, values)) for values in zip(*columns.values())]

@@ -422,3 +422,51 @@ GRID = Mapping("a grid", fields={
     "sizing": Mapping("the sizing answers", fields=dict.fromkeys(
         ("scenarios", "gpus", "frameworks", "kv_dtypes", "max_gpus", "models", "disagg_frameworks"), _VALUE)),
 })
+
+# -- measured kernel tables (gpus/measured/<gpu>/<framework>-<version>/<kernel>-<variant>.yaml) ---------
+
+#: A measured kernel time: above 0 and at most 10 s (the source's slowest GEMM, 32768 x 65536 x
+#: 16384 in BF16 on an A100, is about 0.2 s; a latency of 0 or below is a broken table).
+MEASURED_US = Number("a kernel time in µs", lo=0, hi=1e7, unit="µs", above=True,
+                     why="a measured kernel time above 0 and at most 10 s (written by benchmarks/import_kernels.py)")
+#: The most values one axis holds and the most rows of latencies a table holds (the bounded
+#: reader caps the file at 1 MB too): the imported tables have at most 23 values and 144 rows.
+MAX_AXIS_VALUES = 64
+MAX_MEASURED_ROWS = 4096
+
+MEASURED = Mapping("a measured kernel table (re-run benchmarks/import_kernels.py)", fields={
+    "kernel": req(Str("the kernel class: gemm, decode_attention, prefill_attention, moe, all_reduce, all_gather, "
+                      "reduce_scatter or all_to_all")),
+    "variant": req(Str("the dtype (bf16, fp8, fp8_block; attention: <kv dtype>_d<head size>) or the backend "
+                       "(nccl, custom_graph, custom_eager)")),
+    "gpu": req(Str("a `gpu:` name of gpus/*.yaml")),
+    "framework": req(Str("the framework measured (sglang, vllm) or nccl")),
+    "framework_version": req(Str('its version, quoted, e.g. "0.5.14"')),
+    "source": req(Mapping("where the table comes from", fields={
+        "package": req(Str("the package read, e.g. aiconfigurator-core")),
+        "version": req(Str("its version")),
+        "path": req(SOURCE),
+        "licence": req(Str("the package's licence, e.g. Apache-2.0", nonempty=True)),
+        "licence_src": req(SOURCE),
+        "device": TEXT,
+        "selection": TEXT})),
+    "axes": req(ListOf("write axes: [{name: m, unit: tokens, values: [1, 2, 4]}, ...]", min_items=1, max_items=4,
+                       item=Mapping("write `{name: m, unit: tokens, values: [1, 2, 4]}`", fields={
+                           "name": req(Str("the axis name (engine.deploy.measured.KERNELS: gemm m, n, k; a "
+                                           "collective gpus, bytes; ...)")),
+                           "unit": TEXT,
+                           "values": req(ListOf("the measured values, ascending", min_items=2,
+                                                max_items=MAX_AXIS_VALUES,
+                                                item=Number("an axis value", lo=0, hi=1 << 40, above=True,
+                                                            why="a size above 0")))}))),
+    "keys": Mapping("exact-match keys of the rows (an MoE table: one curve per expert shape and split)", fields={
+        "names": req(ListOf("the key names, e.g. [hidden, inter, topk, experts, moe_tp, moe_ep]", min_items=1,
+                            max_items=8, item=Str())),
+        "values": req(ListOf("one list of key values per curve", min_items=1, max_items=MAX_MEASURED_ROWS,
+                             item=ListOf("the curve's key values, one per name", max_items=8,
+                                         item=Int("a key value", lo=1, hi=1 << 24))))}),
+    "latency_us": req(ListOf("one row per combination of the axes but the last, each over the last axis",
+                             min_items=1, max_items=MAX_MEASURED_ROWS,
+                             item=ListOf("the row's latencies in µs", min_items=2, max_items=MAX_AXIS_VALUES,
+                                         item=MEASURED_US))),
+})

@@ -1,0 +1,382 @@
+"""Import measured kernel times from the public ``aiconfigurator-core`` package into ``gpus/measured/``.
+
+Run from the repo root, with the package installed (``pip install aiconfigurator-core==0.12.0``, or
+``pip install --no-deps --target DIR <wheel>`` and ``--site DIR``)::
+
+    python benchmarks/import_kernels.py [--site DIR] [--out gpus/measured]
+
+The package (Apache-2.0, NVIDIA; github.com/ai-dynamo/aiconfigurator) ships its collected kernel
+database as Parquet under ``aiconfigurator_core/systems/data/<system>/<op>/<framework>/<version>/``.
+This script is the only place that reads it: ArchLedger builds and tests without it. It writes one
+small YAML table per GPU x framework x version x kernel class (engine.deploy.measured reads them;
+their schema: engine.spec.file_schemas.MEASURED), each naming the package, its version, the path
+inside it, the licence and the rows it kept.
+
+What is kept (:data:`RECIPES`, one per package version this script knows; any other version is
+refused in one line, exit 2, nothing written):
+
+* GEMM: bf16, fp8 (per-tensor scaled) and fp8_block (128x128 block scales) at m, n, k on powers
+  of two (m 1..32768, n and k 128..16384 and 65536): the grid the source measures on every GPU,
+  without its in-between points (log-space interpolation covers them within a few per cent) so a
+  table stays about 15 KB. Axis values whose grid has holes in the source are dropped.
+* attention (full, head size 128): the framework's prefill (context) and decode (generation)
+  attention per KV-cache dtype over batch, prompt length or context, KV heads per GPU (1, 2, 4,
+  8) and query heads per KV head (1, 2, 4, 8).
+* MoE (the fused routed experts): per expert shape and split (hidden, expert intermediate size,
+  top-k, experts, moe_tp, moe_ep within 8 GPUs) the framework's time over the tokens entering the
+  layer (powers of two to 8192), bf16, fp8 and fp8_block weights, balanced routing.
+* all-reduce: the framework's custom all-reduce (CUDA-graph and eager) and NCCL's all_reduce,
+  all_gather, reduce_scatter and alltoall (fp16/bf16 rows) at 2, 4, 8 GPUs over message sizes.
+
+Units: latency in µs (the source's ms x 1000, 4 significant digits: the source's own repeat noise
+is larger), message sizes in bytes (the source counts 2-byte elements).
+
+Why YAML: the tables are input like a GPU file (the project's one schema mechanism and its bounded
+reader check them), diffs read line by line (one line per row of the innermost axis), and the
+whole set stays a few hundred KB.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+PACKAGE = "aiconfigurator-core"
+MODULE = "aiconfigurator_core"
+#: The licence of the package, and where it is stated (the wheel has no LICENSE file).
+LICENCE = "Apache-2.0"
+LICENCE_SRC = ("the wheel's METADATA (License-Expression: Apache-2.0), its CycloneDX SBOM and the "
+               "SPDX-License-Identifier header of each collection_meta.yaml")
+
+#: The source's system folder -> the ``gpu:`` name of the GPU file (gpus/*.yaml) it measured.
+SYSTEMS = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200"}
+
+#: GEMM dtypes of the source -> ArchLedger's names.
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block"}
+#: Elements -> bytes of the communication tables' dtypes kept.
+ELEMENT_BYTES = {"half": 2, "bfloat16": 2}
+#: NCCL op names of the source -> ArchLedger's collective names.
+NCCL_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+            "alltoall": "all_to_all"}
+
+POW2_M = [1 << i for i in range(16)]                       # 1 .. 32768
+POW2_NK = [1 << i for i in range(7, 15)] + [65536]         # 128 .. 16384, 65536
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What to read from one package version: per framework the data version of each table."""
+
+    frameworks: dict[str, str]      # framework -> version of its gemm and custom all-reduce tables
+    nccl: str                       # NCCL version
+
+
+#: One entry per package version whose layout this script has read (a new version: read its
+#: tree, add an entry; the paths are the package's own).
+RECIPES = {"0.12.0": Recipe(frameworks={"sglang": "0.5.14", "vllm": "0.24.0"}, nccl="2.29.2")}
+
+
+class Refused(Exception):
+    """Input the import cannot use: one line, exit 2."""
+
+
+def package_root(site: str | None) -> tuple[Path, str]:
+    """(the installed package's folder, its version); Refused when absent or of an unknown version."""
+    if site:
+        sys.path.insert(0, site)
+    import importlib.metadata
+    import importlib.util
+    spec = importlib.util.find_spec(MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        raise Refused(f"{PACKAGE} is not installed — pip install {PACKAGE}=="
+                      f"{max(RECIPES)} (or pass --site DIR of a --target install)")
+    root = Path(list(spec.submodule_search_locations)[0])
+    # the version of the copy found (beside it), not of another install the metadata finder may see first
+    found = sorted(root.parent.glob(f"{MODULE}-*.dist-info"))
+    version = (found[0].name.removesuffix(".dist-info").split("-", 1)[1] if found
+               else importlib.metadata.version(PACKAGE))
+    if version not in RECIPES:
+        raise Refused(f"{PACKAGE} {version} is not a version this import knows — install one of "
+                      f"{', '.join(sorted(RECIPES))} or add a recipe for {version} to {Path(__file__).name}")
+    return root, version
+
+
+def _sig(x: float) -> float:
+    """``x`` to 4 significant digits (the table's precision)."""
+    return float(f"{x:.4g}")
+
+
+def complete_grid(points: dict[tuple, float], axes: list[list]) -> list[list]:
+    """``axes`` with values dropped, one at a time, until every combination of the kept values is
+    in ``points``: each time the value whose removal takes out the most missing combinations per
+    measured grid point lost (ties: the largest value of the earliest axis, so a batch axis loses
+    its largest batches before a length axis loses its longest lengths; beyond the kept range the
+    lookup scales by the roofline)."""
+    import itertools
+    present = [{key[i] for key in points} for i in range(len(axes))]
+    axes = [[v for v in a if v in present[i]] for i, a in enumerate(axes)]   # values measured at all
+    while True:
+        missing = [c for c in itertools.product(*axes) if c not in points]
+        if not missing:
+            return axes
+        counts = {}
+        for combo in missing:
+            for i, v in enumerate(combo):
+                counts[(i, v)] = counts.get((i, v), 0) + 1
+        size = math.prod(len(a) for a in axes)
+
+        def score(key):
+            i, v = key
+            lost = size // len(axes[i]) - counts[key]          # measured points the removal drops
+            return (counts[key] / max(lost, 0.5), -i, v)
+        i, v = max((key for key in counts if len(axes[key[0]]) > 2), key=score, default=(None, None))
+        if i is None:
+            raise Refused("no complete grid with two values per axis")
+        axes[i].remove(v)
+
+
+def grid_rows(points: dict[tuple, float], axes: list[list]) -> list[list[float]]:
+    """Latencies row-major over ``axes`` (the last innermost), one list per row of the last axis."""
+    import itertools
+    heads = list(itertools.product(*axes[:-1]))
+    return [[points[(*head, v)] for v in axes[-1]] for head in heads]
+
+
+def table(kind: str, variant: str, gpu: str, framework: str, version: str, package_version: str,
+          path: str, device: str, selection: str, axes: list[tuple[str, str, list]], rows: list[list[float]]) -> dict:
+    """One measured table as the YAML mapping written (engine.spec.file_schemas.MEASURED)."""
+    return {"kernel": kind, "variant": variant, "gpu": gpu, "framework": framework, "framework_version": version,
+            "source": {"package": PACKAGE, "version": package_version, "path": path, "licence": LICENCE,
+                       "licence_src": LICENCE_SRC, "device": device, "selection": selection},
+            "axes": [{"name": n, "unit": u, "values": v} for n, u, v in axes],
+            "latency_us": rows}
+
+
+def gemm_tables(frame, gpu: str, framework: str, version: str, package_version: str, path: str) -> list[dict]:
+    """One table per GEMM dtype of the source's gemm_perf (the kernel source with the most points
+    when several measure one dtype)."""
+    import polars as pl
+    out = []
+    for dtype, name in GEMM_DTYPES.items():
+        rows = frame.filter(pl.col("gemm_dtype") == dtype)
+        if rows.is_empty():
+            continue
+        kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"], descending=True)["kernel_source"][0]
+        rows = rows.filter(pl.col("kernel_source") == kernel)
+        points: dict[tuple, list] = {}
+        for m, n, k, ms in rows.select(["m", "n", "k", "latency"]).iter_rows():
+            points.setdefault((m, n, k), []).append(ms)
+        points = {key: _sig(1000 * min(v)) for key, v in points.items() if min(v) > 0}   # repeats: the fastest
+        axes = complete_grid(points, [POW2_M, POW2_NK, POW2_NK])
+        out.append(table("gemm", name, gpu, framework, version, package_version, path, rows["device"][0],
+                         f"gemm_dtype == {dtype}, kernel_source == {kernel}; m, n, k on powers of two",
+                         [("m", "tokens", axes[0]), ("n", "output features", axes[1]),
+                          ("k", "input features", axes[2])], grid_rows(points, axes)))
+    return out
+
+
+#: Attention: the head size imported, the KV heads per GPU and query heads per KV head kept (the
+#: grid every framework measures at full attention; window 0).
+ATTENTION_HEAD_DIM = 128
+ATTENTION_KV_HEADS = [1, 2, 4, 8]
+ATTENTION_Q_PER_KV = [1, 2, 4, 8]
+KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+
+
+def attention_tables(frame, phase: str, gpu: str, framework: str, version: str, package_version: str,
+                     path: str) -> list[dict]:
+    """One table per KV-cache dtype of the source's context (``phase`` prefill) or generation
+    (decode) attention at head size :data:`ATTENTION_HEAD_DIM`, full attention, the kernel source
+    with the most points. Decode axes: batch, KV heads, query heads per KV head, context (the
+    source's step + 1: the cached tokens the new one attends to); prefill: batch, prompt length
+    (isl), KV heads, query heads per KV head."""
+    import polars as pl
+    out = []
+    for dtype, name in KV_DTYPES.items():
+        rows = frame.filter((pl.col("kv_cache_dtype") == dtype) & (pl.col("head_dim") == ATTENTION_HEAD_DIM)
+                            & (pl.col("window_size") == 0))
+        if rows.is_empty():
+            continue
+        kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"], descending=True)["kernel_source"][0]
+        rows = rows.filter(pl.col("kernel_source") == kernel)
+        points: dict[tuple, float] = {}
+        for b, isl, h, kv, step, ms in rows.select(["batch_size", "isl", "num_heads", "num_key_value_heads", "step",
+                                                    "latency"]).iter_rows():
+            if h % kv or ms <= 0:
+                continue
+            key = (b, kv, h // kv, step + 1) if phase == "decode" else (b, isl, kv, h // kv)
+            points[key] = min(points.get(key, float("inf")), _sig(1000 * ms))
+        present = lambda i: sorted({k[i] for k in points})          # noqa: E731
+        if phase == "decode":
+            axes = [("batch", "requests", present(0)), ("kv_heads", "KV heads per GPU", ATTENTION_KV_HEADS),
+                    ("q_per_kv", "query heads per KV head", ATTENTION_Q_PER_KV), ("ctx", "cached tokens", present(3))]
+        else:
+            axes = [("batch", "prompts", present(0)), ("isl", "prompt tokens", [x for x in present(1) if x >= 16]),
+                    ("kv_heads", "KV heads per GPU", ATTENTION_KV_HEADS),
+                    ("q_per_kv", "query heads per KV head", ATTENTION_Q_PER_KV)]
+        values = complete_grid(points, [a[2] for a in axes])
+        out.append(table(f"{phase}_attention", f"{name}_d{ATTENTION_HEAD_DIM}", gpu, framework, version,
+                         package_version, path, rows["device"][0],
+                         f"kv_cache_dtype == {dtype}, head_dim == {ATTENTION_HEAD_DIM}, window_size == 0, "
+                         f"kernel_source == {kernel}",
+                         [(a[0], a[1], v) for a, v in zip(axes, values)], grid_rows(points, values)))
+    return out
+
+
+#: MoE: the weight dtypes kept, the token counts (powers of two), the largest moe_tp x moe_ep
+#: (one scale-up domain; wide expert parallelism runs DeepEP, priced apart), the workload.
+MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block"}
+MOE_TOKENS = [1 << i for i in range(14)]                   # 1 .. 8192
+MOE_MAX_GPUS = 8
+#: The exact-match keys of an MoE table (engine.deploy.measured.MOE_KEYS) and the source's columns.
+MOE_KEYS = {"hidden": "hidden_size", "inter": "inter_size", "topk": "topk", "experts": "num_experts",
+            "moe_tp": "moe_tp_size", "moe_ep": "moe_ep_size"}
+
+
+def moe_tables(frame, gpu: str, framework: str, version: str, package_version: str, path: str) -> list[dict]:
+    """One table per MoE weight dtype of the source's moe_perf (balanced routing): per expert shape
+    and split (hidden, expert intermediate size, top-k, experts, moe_tp, moe_ep; moe_tp x moe_ep at
+    most :data:`MOE_MAX_GPUS`) a curve over the tokens entering the layer (the source's num_tokens:
+    one attention replica's tokens x attention DP), from the kernel source whose complete curve
+    is fastest over all of :data:`MOE_TOKENS` (the framework's backends differ by split: vLLM's
+    FlashInfer CUTLASS runs expert parallelism, its Triton experts tensor parallelism). A shape
+    no kernel source measured at every token count is left out."""
+    import polars as pl
+    out = []
+    for dtype, name in MOE_DTYPES.items():
+        rows = frame.filter((pl.col("moe_dtype") == dtype) & (pl.col("distribution") == "balanced")
+                            & (pl.col("moe_tp_size") * pl.col("moe_ep_size") <= MOE_MAX_GPUS))
+        if rows.is_empty():
+            continue
+        by_kernel: dict[tuple, dict] = {}          # (shape, kernel source) -> tokens -> µs
+        for r in rows.iter_rows(named=True):
+            if r["latency"] > 0 and r["num_tokens"] in MOE_TOKENS:
+                curve = by_kernel.setdefault((tuple(r[c] for c in MOE_KEYS.values()), r["kernel_source"]), {})
+                curve[r["num_tokens"]] = min(curve.get(r["num_tokens"], float("inf")), _sig(1000 * r["latency"]))
+        curves: dict[tuple, dict] = {}
+        for (shape, _), curve in sorted(by_kernel.items()):
+            if len(curve) == len(MOE_TOKENS) and (shape not in curves or sum(map(math.log, curve.values()))
+                                                  < sum(map(math.log, curves[shape].values()))):
+                curves[shape] = curve
+        keys = sorted(curves)
+        kernel = ", ".join(sorted({k for (_, k), c in by_kernel.items() if len(c) == len(MOE_TOKENS)}))
+        if not keys:
+            continue
+        t = table("moe", name, gpu, framework, version, package_version, path, rows["device"][0],
+                  f"moe_dtype == {dtype}, distribution == balanced, moe_tp x moe_ep <= {MOE_MAX_GPUS}, "
+                  f"num_tokens on powers of two; per shape the fastest complete curve of: {kernel}",
+                  [("tokens", "tokens into the layer (one attention replica's x attention DP)", MOE_TOKENS)],
+                  [[curves[k][n] for n in MOE_TOKENS] for k in keys])
+        rows_us = t.pop("latency_us")              # the keys before the rows they name
+        t["keys"] = {"names": list(MOE_KEYS), "values": [list(k) for k in keys]}
+        t["latency_us"] = rows_us
+        out.append(t)
+    return out
+
+
+def comm_table(frame, kind: str, variant: str, gpu: str, framework: str, version: str, package_version: str,
+               path: str, selection: str, element_bytes: int) -> dict:
+    """A collective's table over (GPUs, message bytes)."""
+    points: dict[tuple, float] = {}
+    for ranks, size, ms in frame.select(["num_gpus", "message_size", "latency"]).iter_rows():
+        if ms > 0:
+            key = (ranks, size * element_bytes)
+            points[key] = min(points.get(key, float("inf")), _sig(1000 * ms))
+    axes = complete_grid(points, [sorted({k[0] for k in points}), sorted({k[1] for k in points})])
+    return table(kind, variant, gpu, framework, version, package_version, path, frame["device"][0], selection,
+                 [("gpus", "GPUs", axes[0]), ("bytes", "message bytes", axes[1])], grid_rows(points, axes))
+
+
+def collect(root: Path, package_version: str) -> dict[Path, dict]:
+    """Every table of the recipe: relative output path -> mapping."""
+    import polars as pl
+    recipe = RECIPES[package_version]
+    data = root / "systems" / "data"
+    out: dict[Path, dict] = {}
+
+    def rel(p: Path) -> str:
+        return str(p.relative_to(root.parent))
+
+    def read(p: Path):
+        if not p.is_file():
+            raise Refused(f"{rel(p)}: missing from {PACKAGE} {package_version} — the recipe names it")
+        return pl.read_parquet(p)
+
+    for system, gpu in SYSTEMS.items():
+        stem = gpu.lower()                                  # engine.deploy.measured.folder
+        for framework, version in recipe.frameworks.items():
+            folder = Path(stem) / f"{framework}-{version}"
+            path = data / system / "gemm" / framework / version / "gemm_perf.parquet"
+            for t in gemm_tables(read(path), gpu, framework, version, package_version, rel(path)):
+                out[folder / f"gemm-{t['variant']}.yaml"] = t
+            for phase, file in (("prefill", "context_attention_perf"), ("decode", "generation_attention_perf")):
+                path = data / system / "attention" / framework / version / f"{file}.parquet"
+                for t in attention_tables(read(path), phase, gpu, framework, version, package_version, rel(path)):
+                    out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
+            path = data / system / "moe" / framework / version / "moe_perf.parquet"
+            for t in moe_tables(read(path), gpu, framework, version, package_version, rel(path)):
+                out[folder / f"moe-{t['variant']}.yaml"] = t
+            path = data / system / "comm" / framework / version / "custom_allreduce_perf.parquet"
+            frame = read(path)
+            for backend in sorted(frame["backend"].unique()):
+                mode = backend.rsplit("_", 1)[-1]          # sglang_graph -> graph
+                rows = frame.filter(pl.col("backend") == backend)
+                dtype = rows["allreduce_dtype"][0]
+                out[folder / f"all_reduce-custom_{mode}.yaml"] = comm_table(
+                    rows, "all_reduce", f"custom_{mode}", gpu, framework, version, package_version, rel(path),
+                    f"backend == {backend} ({dtype})", ELEMENT_BYTES[dtype])
+        path = data / system / "comm" / "nccl" / recipe.nccl / "nccl_perf.parquet"
+        frame = read(path)
+        for op, name in NCCL_OPS.items():
+            rows = frame.filter((pl.col("op_name") == op) & (pl.col("nccl_dtype") == "half"))
+            out[Path(stem) / f"nccl-{recipe.nccl}" / f"{name}-nccl.yaml"] = comm_table(
+                rows, name, "nccl", gpu, "nccl", recipe.nccl, package_version, rel(path),
+                f"op_name == {op}, nccl_dtype == half", ELEMENT_BYTES["half"])
+    return out
+
+
+def dump(mapping: dict) -> str:
+    """The YAML text of one table: a header saying how it was made, block style, the latency rows
+    (and axis values) as one flow list per line."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def flow(dumper, value):     # lists of numbers on one line
+        flat = all(isinstance(x, (int, float)) for x in value)
+        return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flat)
+    Dumper.add_representer(list, flow)
+    head = ("# Measured kernel times imported by benchmarks/import_kernels.py from the public "
+            f"{PACKAGE} package; do not edit by hand\n# (re-run the import). Read by engine/deploy/measured.py.\n")
+    return head + yaml.dump(mapping, Dumper=Dumper, sort_keys=False, width=100000, allow_unicode=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--site", help="folder the package was installed into (pip install --target)")
+    parser.add_argument("--out", default=str(REPO / "gpus" / "measured"), help="output folder")
+    args = parser.parse_args(argv)
+    try:
+        root, version = package_root(args.site)
+        tables = collect(root, version)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    texts = {out / rel: dump(t) for rel, t in sorted(tables.items())}   # all made before one is written
+    total = 0
+    for path, text in texts.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        total += len(text.encode())
+    print(f"wrote {len(texts)} tables, {total:,} bytes, under {out} ({PACKAGE} {version})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
