@@ -23,6 +23,10 @@ import pytest
 from tests.site_helpers import build_small_site, served, result_tables
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its small site twice.
+pytestmark = pytest.mark.xdist_group("site_numbers")
+
 MODEL = "meta-llama/Meta-Llama-3.1-8B"
 SLUG = "meta-llama--Meta-Llama-3.1-8B"
 GRID = {

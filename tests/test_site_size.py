@@ -28,6 +28,10 @@ from engine.cli import units
 from tests.site_helpers import build_small_site, result_tables, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its small site twice.
+pytestmark = pytest.mark.xdist_group("site_size")
+
 QWEN = "Qwen/Qwen3-8B"
 QWEN_SLUG = "Qwen--Qwen3-8B"
 V4_PRO = "deepseek-ai/DeepSeek-V4-Pro"
