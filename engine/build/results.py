@@ -193,7 +193,9 @@ def without_copies(frame: pl.DataFrame) -> pl.DataFrame:
                               .otherwise(pl.col(name)).alias(name) for name, original in DECODE_COPIES.items())
 
 
-#: ops.parquet: the per-op SOL table of the deployments the site shows.
+#: ops.parquet: the per-op SOL table of the deployments the site shows. An op's SOL time (the largest
+#: of its three times, the one ``bound`` names) and its intensity (flops / bytes) are not stored:
+#: copies and divisions of stored columns cost bytes zstd cannot find (docs/results.md).
 OPS_SCHEMA = {
     **_KEY,
     "op_uid": (pl.String, "Spec node uid (e.g. main/layers[moe]/self_attn/q_b_proj); inserted collectives "
@@ -209,12 +211,10 @@ OPS_SCHEMA = {
     "bytes": (pl.Float64, "HBM bytes one GPU moves for this op (weights included)."),
     "weight_bytes": (pl.Float64, "Weight bytes among them."),
     "comm_bytes": (pl.Float64, "Bytes one GPU sends on a link."),
-    "intensity": (pl.Float64, "FLOPs per HBM byte."),
     "t_compute_s": (pl.Float64, "FLOPs / peak of the operand dtype (s)."),
     "t_memory_s": (pl.Float64, "Bytes / HBM bandwidth (s)."),
     "t_comm_s": (pl.Float64, "Link bytes / link bandwidth (s)."),
-    "t_sol_s": (pl.Float64, "max of the three (s)."),
-    "bound": (pl.String, "compute, memory or comm."),
+    "bound": (pl.String, "compute, memory or comm: the largest of the three, the op's SOL time (t_sol_s = max of the three, not stored)."),
     "link": (pl.String, "scale_up, scale_out, or empty for compute."),
     "group": (pl.String, "The GPUs a collective spans (tp, ep, dp_attn, cp, pp, ...); empty for compute."),
     "flops_formula": (pl.String, "Formula of flops over the spec's dims and the parallel degrees."),
