@@ -7,9 +7,11 @@ and the model document its per-op table is drawn from listed apart) and its depl
 in headless Chromium served from 127.0.0.1 (best of N cold loads): the gallery's first contentful paint, and the
 deploy page's time to interactive, from navigation to the summary numbers of a selection being on
 the page (``#summary .num``), with what that load fetched under ``data/`` (uncompressed and gzip,
-as a CDN serves it). Prints Markdown tables for README. Targets (issue 19): site <= 50 MB, every
-HTML page <= 300 KB, one deployment selection <= 300 KB compressed, gallery first paint < 500 ms,
-deploy page interactive < 1 s. Timings are measured here, never asserted in tests.
+as a CDN serves it). Prints Markdown tables for README. Targets: the site <= 1.5 MB per model plus
+10 MB of fixed pages (issue 42, :mod:`site_builder.budget`: bytes per model, mean and largest, and
+fixed bytes are printed), every HTML page <= 300 KB, one deployment selection <= 300 KB compressed,
+gallery first paint < 500 ms, deploy page interactive < 1 s (issue 19). ``--sizes-only``: the sizes
+without a browser. Timings are measured here, never asserted in tests.
 """
 from __future__ import annotations
 
@@ -22,11 +24,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from site_builder import budget  # noqa: E402
+from site_builder.budget import folder_bytes  # noqa: E402
 from site_builder.render import PAGE_LIMIT as PAGE_TARGET  # noqa: E402  (bytes of HTML per page)
 from site_builder.screenshots import VIEWPORT, block_remote, launch  # noqa: E402
 from site_builder.serve import start  # noqa: E402
 
-SITE_TARGET = 50_000_000     # bytes of the whole site
 FCP_TARGET_MS = 500.0
 INTERACTIVE_TARGET_MS = 1000.0
 SELECTION_TARGET = 300_000   # bytes, compressed, one deployment selection fetches
@@ -57,10 +60,6 @@ def kb(n: float) -> str:
 
 def mb(n: float) -> str:
     return f"{n / 1e6:,.2f} MB"
-
-
-def folder_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
 
 def _size(path: Path) -> int:
@@ -149,6 +148,27 @@ def deploy_interactive(site: Path, path: str, runs: int) -> list[dict]:
     return out
 
 
+def ok(good: bool) -> str:
+    return "✓" if good else "✗"
+
+
+def _size_rows(site: Path) -> None:
+    """The size rows: the whole site against its per-model budget, bytes per model (mean, largest),
+    fixed bytes, and each top folder."""
+    sizes = budget.measure(site)
+    n = len(sizes.per_model)
+    largest = max(sizes.per_model, key=sizes.per_model.get)
+    print(f"| total site size ({sizes.files:,} files, {n} models) | {mb(sizes.total)} "
+          f"| ≤ {mb(sizes.budget)} ({mb(budget.PER_MODEL_BYTES)} x {n} + {mb(budget.FIXED_BYTES)}) | {ok(sizes.within())} |")
+    print(f"| … per model, mean | {mb(sizes.mean_per_model)} | ≤ {mb(budget.PER_MODEL_BYTES)} "
+          f"| {ok(sizes.mean_per_model <= budget.PER_MODEL_BYTES)} |")
+    print(f"| … per model, largest ({largest}) | {mb(sizes.per_model[largest])} | | |")
+    print(f"| … fixed (pages that do not grow with the corpus) | {mb(sizes.fixed)} | ≤ {mb(budget.FIXED_BYTES)} "
+          f"| {ok(sizes.fixed <= budget.FIXED_BYTES)} |")
+    for part in sorted(p.name for p in site.iterdir() if p.is_dir()):
+        print(f"| … of which {part}/ | {mb(folder_bytes(site / part))} | | |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--site", default="build/site", type=Path)
@@ -156,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deploy", default=None, metavar="PATH",
                         help="deploy page to time, relative to the site (default: the default selection of the "
                              "model with the most deployment data, models/<org--name>/deploy/)")
+    parser.add_argument("--sizes-only", action="store_true", help="the site's size per model and fixed, no browser")
     args = parser.parse_args(argv)
     site: Path = args.site
     if not (site / "index.html").exists():
@@ -165,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     if not sizes:
         print(f"error: {site}: no model pages under models/", file=sys.stderr)
         return 2
+    if args.sizes_only:
+        print("| measure | value | target | |\n|---|---|---|---|")
+        _size_rows(site)
+        return 0
     deploy = args.deploy or f"models/{max(sizes, key=lambda r: r['deploy_data'])['slug']}/deploy/"
     try:
         timings = first_render(site, args.runs)
@@ -173,12 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the browser timings need Playwright and Chromium: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
 
-    def ok(good: bool) -> str:
-        return "✓" if good else "✗"
-
     biggest = max(sizes, key=lambda r: r["model"])
     page, page_bytes = largest_page(site)
-    total = folder_bytes(site)
     fcps = [t["fcp"] for t in timings if t["fcp"] is not None]
     best_fcp = min(fcps) if fcps else None
     best_dcl = min(t["dcl"] for t in timings if t["dcl"] is not None)
@@ -186,10 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     readies = [t["ready"] for t in loads if t["ready"] is not None]
     fetched = max(loads, key=lambda t: t["gzip"])
     print("| measure | value | target | |\n|---|---|---|---|")
-    print(f"| total site size ({sum(1 for _ in site.rglob('*') if _.is_file()):,} files) | {mb(total)} "
-          f"| ≤ {mb(SITE_TARGET)} | {ok(total <= SITE_TARGET)} |")
-    for part in sorted(p.name for p in site.iterdir() if p.is_dir()):
-        print(f"| … of which {part}/ | {mb(folder_bytes(site / part))} | | |")
+    _size_rows(site)
     print(f"| largest HTML page ({page}) | {kb(page_bytes)} | ≤ {kb(PAGE_TARGET)} | {ok(page_bytes <= PAGE_TARGET)} |")
     print(f"| largest model page HTML ({biggest['slug']}; its per-op table drawn from the model document, "
           f"{kb(biggest['doc'])} / {kb(biggest['doc_gz'])} gzip, fetched beside it) "

@@ -675,8 +675,9 @@ def _schema_docs() -> dict[str, str]:
     """The Parquet column docs (engine.build.results.DEPLOYMENTS_SCHEMA's, by column), shown as the
     definition behind each deployment number; a render worker is handed them (:func:`_worker_start`)."""
     if not _SCHEMA_DOCS:
-        from engine.build.results import DEPLOYMENTS_SCHEMA
+        from engine.build.results import DEPLOYMENTS_SCHEMA, UNSTORED
         _SCHEMA_DOCS.update({k: v[1] for k, v in DEPLOYMENTS_SCHEMA.items()})
+        _SCHEMA_DOCS.update(UNSTORED)       # what the page shows beside the columns, not stored
     return _SCHEMA_DOCS
 
 

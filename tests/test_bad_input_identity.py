@@ -28,6 +28,10 @@ from engine.spec.corpus import load_corpus, slug
 from engine.spec.errors import SpecError, Where
 from engine.verify.evidence import snapshot_name, source_path
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its build twice.
+pytestmark = pytest.mark.xdist_group("bad_input_identity")
+
 REPO = Path(__file__).resolve().parent.parent
 QWEN = "models/Qwen--Qwen3-8B.yaml"
 CANARY = "CANARY-4f1d9c"          # planted in every file a link points at; must never be printed or written

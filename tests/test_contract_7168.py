@@ -29,6 +29,10 @@ import yaml
 from tests.site_helpers import served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its built site twice.
+pytestmark = pytest.mark.xdist_group("contract_7168")
+
 _WHY = "the transformers oracle is not installed: pip install -e '.[oracle]' (torch, transformers)"
 
 H = 7168                                     # the contract's hidden size (DeepSeek-V3's)

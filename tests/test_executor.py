@@ -22,6 +22,10 @@ from engine.spec.corpus import load_corpus
 from engine.spec.errors import SpecError
 from tests.conftest import REPO
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its Dask cluster twice.
+pytestmark = pytest.mark.xdist_group("executor")
+
 try:        # the test extra installs dask[distributed]: a missing package fails, never skips
     import distributed
 except ImportError:  # pragma: no cover

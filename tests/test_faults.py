@@ -35,6 +35,10 @@ from site_builder.render import render_site, render_staged
 
 from tests.conftest import REPO
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its published build of two models twice.
+pytestmark = pytest.mark.xdist_group("faults")
+
 MODELS = ["Qwen3-8B", "Llama-3.1-8B"]
 QWEN, LLAMA = "Qwen/Qwen3-8B", "meta-llama/Meta-Llama-3.1-8B"
 SMALL = Path(__file__).parent / "data" / "grid_small.yaml"

@@ -18,6 +18,10 @@ from site_builder.render import REPO
 from tests.deploy_helpers import make_plan
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its Chromium page twice.
+pytestmark = pytest.mark.xdist_group("formula_tree")
+
 b, L = sympy.symbols("batch length", positive=True)
 
 # (expression, environment, value by hand)

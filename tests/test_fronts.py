@@ -22,6 +22,10 @@ from engine.spec.errors import SpecError
 
 from tests.conftest import _evaluation
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its fronts and sizing evaluation twice.
+pytestmark = pytest.mark.xdist_group("fronts")
+
 REPO = Path(__file__).resolve().parent.parent
 MODEL, MODEL_ID = "Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B"
 GPUS, INPUT, OUTPUT, MAX_GPUS = ["H100", "B200"], 2048, 256, 2

@@ -22,6 +22,10 @@ from engine.deploy.structure_cache import StructureCache
 from tests.conftest import _evaluation
 from tests.deploy_helpers import PLAN_FROM_DEPLOY, deploy
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its grid and sizing evaluation twice.
+pytestmark = pytest.mark.xdist_group("fronts_cache")
+
 REPO = Path(__file__).resolve().parent.parent
 MODEL, MODEL_ID = "Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B"
 # Hopper, Blackwell (8- and 72-GPU domains: one placement), Ampere and CDNA: every fusion signature class

@@ -23,6 +23,10 @@ from site_builder.render import REPO
 from site_builder.sizing import encode_doubles
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its Chromium pages twice.
+pytestmark = pytest.mark.xdist_group("hand_browser")
+
 JS = REPO / "static" / "js"
 STUBS = """
 window.ARCH_PAGE = {slug: "m", model_id: "m"};

@@ -30,6 +30,10 @@ from engine.build import publish
 from site_builder.cli import main
 from site_builder.serve import start
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its served site twice.
+pytestmark = pytest.mark.xdist_group("hardening_ops")
+
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
 BUILD = ["--grid", str(TINY), "--models", "Qwen3-8B", "--quiet", "--jobs", "1"]
 

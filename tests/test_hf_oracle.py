@@ -14,6 +14,11 @@ _WHY = "the transformers oracle is not installed: pip install -e '.[oracle]' (to
 pytest.importorskip("torch", reason=_WHY)
 pytest.importorskip("transformers", reason=_WHY)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): each model's
+#: meta-device build is cached per process (tests/hf_oracle.py) and read by five tests, so tests
+#: spread over two workers built most models twice.
+pytestmark = pytest.mark.xdist_group("hf_oracle")
+
 from engine.spec import quantities  # noqa: E402
 from tests import hf_oracle  # noqa: E402
 from tests.conftest import MODEL_IDS, hf_config, hf_config_path  # noqa: E402

@@ -29,6 +29,10 @@ import yaml
 
 from tests.conftest import hf_config as config
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its built site twice.
+pytestmark = pytest.mark.xdist_group("landscape")
+
 REPO = Path(__file__).resolve().parents[1]
 MODELS = ["deepseek-ai/DeepSeek-V3", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen3-8B"]
 GRID = {

@@ -28,6 +28,10 @@ import yaml
 from site_builder.screenshots import CHROMIUM_ARGS, LOCAL_HOSTS, VIEWPORT, chromium_path, screenshots
 from site_builder.serve import start
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its small site and Chromium twice.
+pytestmark = pytest.mark.xdist_group("site_browser")
+
 REPO = Path(__file__).resolve().parent.parent
 MODELS = ["Llama-3.1-8B", "Qwen3-30B-A3B", "DeepSeek-V3"]
 LLAMA, QWEN, DEEPSEEK = "meta-llama--Meta-Llama-3.1-8B", "Qwen--Qwen3-30B-A3B", "deepseek-ai--DeepSeek-V3"

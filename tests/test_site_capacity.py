@@ -21,6 +21,10 @@ import pytest
 from tests.site_helpers import build_small_site, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its small site twice.
+pytestmark = pytest.mark.xdist_group("site_capacity")
+
 SLUG = "meta-llama--Meta-Llama-3.1-8B"
 GRID = {
     "doc": "Tiny grid for tests/test_site_capacity.py.",

@@ -25,6 +25,10 @@ from site_builder import charts
 from site_builder.render import REPO
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its Chromium page twice.
+pytestmark = pytest.mark.xdist_group("site_format")
+
 V4_PRO = 1_572_997_179_491
 CONV_STATE = (4 - 1) * (2 * 16 * 128 + 48 * 128) * 2
 NORM_DECODE_S = (5120 * 2 * 2 + 5120 * 2) / 3.35e12

@@ -32,6 +32,10 @@ from site_builder.render import human_bytes
 from tests.conftest import hf_config
 from tests.site_helpers import result_tables
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its small site twice.
+pytestmark = pytest.mark.xdist_group("site_hybrid")
+
 QWEN, LLAMA = "Qwen/Qwen3.5-27B", "meta-llama/Meta-Llama-3.1-8B"
 GRID = {
     "doc": "Tiny grid for tests/test_site_hybrid.py.",

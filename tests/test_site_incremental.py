@@ -20,6 +20,10 @@ from engine.build.results import build
 from engine.spec.corpus import load_corpus
 from site_builder.render import SITE_MANIFEST, render_pages, render_staged
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its built site twice.
+pytestmark = pytest.mark.xdist_group("site_incremental")
+
 REPO = Path(__file__).resolve().parent.parent
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
 MODELS = ["Qwen3-8B", "gpt-oss-20b"]

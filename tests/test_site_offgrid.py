@@ -23,6 +23,10 @@ from tests.deploy_helpers import assert_close, deploy_json
 from tests.site_helpers import DEPLOY_FIELDS, OP_FIELDS, build_small_site, deploy_page, result_tables, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its small site and Chromium tab twice.
+pytestmark = pytest.mark.xdist_group("site_offgrid")
+
 GRID = {
     "doc": "Tiny grid for tests/test_site_offgrid.py.",
     "gpus": ["H100", "H200"], "gpu_counts": [1, 2], "beyond_fit": 2,

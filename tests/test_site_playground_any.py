@@ -23,6 +23,11 @@ from site_builder.render import REPO
 from tests.site_helpers import served, shared_small_site
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid the small site it shares with test_site_playground_sol.py and test_site_urls.py
+#: (tests/site_helpers.shared_small_site: one build per process) twice.
+pytestmark = pytest.mark.xdist_group("playground_site")
+
 BASE = "Qwen/Qwen3-8B"
 #: edit --json's whole-model keys that the page's table also shows
 EDIT_KEYS = ("params", "weight_bytes", "kv_bytes_per_token", "kv_bytes_per_request", "prefill_flops")

@@ -8,12 +8,18 @@ reading the nodes its ``in`` names (``x``: the block's input, from outside the s
 """
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from engine.build import whatif
 from site_builder.render import REPO
 from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)
 from tests.test_site_playground_any import BASE, base, choose, out, playground  # noqa: F401  (the shared small site)
+
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid the small site it shares with the other playground tests
+#: (tests/site_helpers.shared_small_site: one build per process) twice.
+pytestmark = pytest.mark.xdist_group("playground_site")
 
 #: No corpus model uses KDA: before the diffs file the page said "Not drawn".
 NEW = "kda_attention"

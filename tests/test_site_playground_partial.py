@@ -21,6 +21,11 @@ from tests.test_site_browser import browser  # noqa: F401  (the module's Chromiu
 from tests.test_site_playground_any import cells, choose, playground
 from tests.test_site_playground_sol import KEYS, at, base, edit, entry  # noqa: F401  (base: the shared small site)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid the small site it shares with the other playground tests
+#: (tests/site_helpers.shared_small_site: one build per process) twice.
+pytestmark = pytest.mark.xdist_group("playground_site")
+
 MODEL = "Qwen/Qwen3.5-27B"
 PICKS = {("attention", "mla_attention"), ("ffn", "moe")}
 _DOC: list = []

@@ -21,6 +21,11 @@ from tests.site_helpers import served, shared_small_site
 from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)
 from tests.test_site_playground_any import BASE, cells, choose, edit_json, playground
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid the small site it shares with test_site_playground_any.py and test_site_urls.py
+#: (tests/site_helpers.shared_small_site: one build per process) twice.
+pytestmark = pytest.mark.xdist_group("playground_site")
+
 KEYS = ("prefill_sol_s", "decode_bytes", "decode_sol_s")
 
 

@@ -27,6 +27,10 @@ from engine.cli import units
 from tests.site_helpers import build_small_site, result_tables, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its small site twice.
+pytestmark = pytest.mark.xdist_group("site_polish")
+
 LLAMA, QWEN = "meta-llama--Meta-Llama-3.1-8B", "Qwen--Qwen3.5-27B"
 GRID = {
     "doc": "Tiny grid for tests/test_site_polish.py.",

@@ -28,6 +28,10 @@ from engine.cli import units
 from tests.site_helpers import build_small_site, result_tables, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its small site twice.
+pytestmark = pytest.mark.xdist_group("site_size")
+
 QWEN = "Qwen/Qwen3-8B"
 QWEN_SLUG = "Qwen--Qwen3-8B"
 V4_PRO = "deepseek-ai/DeepSeek-V4-Pro"
@@ -197,3 +201,40 @@ def test_model_page_draws_its_op_table_with_tooltips(out, browser):  # noqa: F81
             assert not tab.errors, tab.errors
         finally:
             tab.context.close()
+
+
+# -- the size budget per model (issue 42) ---------------------------------------------------------------
+
+def test_site_files_belong_to_their_model_or_to_the_fixed_pages():
+    """Hand-written paths of each kind the site writes: a dotted slug that starts another's
+    (GLM-5.2 beside GLM-5, Qwen3.5 beside Qwen3) is its own, never the text up to its first dot."""
+    from site_builder.budget import owner
+    slugs = {"zai-org--GLM-5", "zai-org--GLM-5.2", "Qwen--Qwen3.5-397B-A17B", "Qwen--Qwen3-8B"}
+    cases = {"models/zai-org--GLM-5.2/deploy/index.html": "zai-org--GLM-5.2",
+             "data/models/zai-org--GLM-5.2.json.gz": "zai-org--GLM-5.2",
+             "data/models/zai-org--GLM-5.json.gz": "zai-org--GLM-5",
+             "data/sizing/Qwen--Qwen3.5-397B-A17B.json.gz": "Qwen--Qwen3.5-397B-A17B",
+             "downloads/deployments/model=Qwen--Qwen3-8B/part.parquet": "Qwen--Qwen3-8B",
+             "data/deploy/zai-org--GLM-5/8-tp8-d8.json.gz": "zai-org--GLM-5",
+             "models/Qwen--Qwen3-8B/graphs/main-layers-block-.svg.gz": "Qwen--Qwen3-8B",
+             "components/diff/gqa_attention/mla_attention/index.html": None,
+             "downloads/landscape.json": None, "static/js/deploy.js": None, "index.html": None}
+    assert {rel: owner(Path(rel), slugs) for rel in cases} == cases
+
+
+def test_a_small_build_keeps_the_budget_per_model(out):
+    """Every byte of the site is its model's or fixed (the sum is the site), the model's own files
+    are counted as its, and the small build is within 1.5 MB per model and 10 MB fixed. (The full
+    site's figures are benchmarks/site.py's: this build's grid is a few points.)"""
+    from site_builder import budget
+    site = out / "site"
+    sizes = budget.measure(site)
+    assert sizes.total == sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
+    assert list(sizes.per_model) == [QWEN_SLUG]
+    own = [site / "models" / QWEN_SLUG / "index.html", site / "data" / "models" / f"{QWEN_SLUG}.json.gz",
+           *(site / "downloads" / t / f"model={QWEN_SLUG}" / "part.parquet" for t in ("deployments", "ops"))]
+    assert all(p.is_file() for p in own)
+    assert sizes.per_model[QWEN_SLUG] >= sum(p.stat().st_size for p in own) + budget.folder_bytes(site / "data" / "deploy" / QWEN_SLUG)
+    assert sizes.fixed >= budget.folder_bytes(site / "static") + budget.folder_bytes(site / "components")
+    assert sizes.per_model[QWEN_SLUG] <= budget.PER_MODEL_BYTES and sizes.fixed <= budget.FIXED_BYTES
+    assert sizes.within()

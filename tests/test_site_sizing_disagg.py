@@ -35,6 +35,11 @@ from tests.conftest import _evaluation
 from tests.site_helpers import served, shared_small_site
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid the small site it shares with test_site_sizing.py
+#: (tests/site_helpers.shared_small_site: one build per process) twice.
+pytestmark = pytest.mark.xdist_group("sizing_site")
+
 REPO = Path(__file__).resolve().parent.parent
 # the small site of tests/test_site_sizing.py (one build shared by both modules)
 MODEL, MODEL_ID, SLUG = "Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B", "meta-llama--Meta-Llama-3.1-8B"

@@ -18,6 +18,11 @@ from site_builder.render import REPO
 from tests.site_helpers import served, shared_small_site
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid the small site it shares with the playground tests
+#: (tests/site_helpers.shared_small_site: one build per process) twice.
+pytestmark = pytest.mark.xdist_group("playground_site")
+
 A, B = "Qwen/Qwen3-8B", "Qwen/Qwen3.5-27B"
 SLUG_A, SLUG_B = A.replace("/", "--"), B.replace("/", "--")
 HASHES = ["#%E0%A4%A", "#%", "#{{", "#a=b&&&=", "#c-no-such-drawing", "#%00%ZZ"]

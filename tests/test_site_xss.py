@@ -31,6 +31,10 @@ from site_builder.render import REPO
 from tests.site_helpers import served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
+#: over two workers paid its planted site twice.
+pytestmark = pytest.mark.xdist_group("site_xss")
+
 BASE, SLUG = "Qwen/Qwen3-8B", "Qwen--Qwen3-8B"
 #: The second model: its gated DeltaNet is drawn on the components pages, so the GQA -> GDN diff page
 #: exists and the playground's GDN pick loads its drawing from there.

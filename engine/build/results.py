@@ -145,10 +145,9 @@ DEPLOYMENTS_SCHEMA = {
     "max_concurrent_requests_steady": (pl.Int64, "Steady-state capacity: dp_attn x the requests per attention replica whose steady KV (kv_bytes_per_request_steady_per_gpu) fits in (1 - free_fraction) x the KV budget (per model replica). Usually well above max_concurrent_requests; it can fall below it for very short outputs, whose page rounding and reservation the unpaged worst case does not count."),
     "fits_steady": (pl.Boolean, "Steady state: ceil(batch / dp_attn) <= max_concurrent_requests_steady / dp_attn."),
     "tpot_mean_s": (pl.Float64, "Steady state: time per output token averaged over the output, the decode step at the mean context input_len + (output_len - 1) / 2 (exact for costs linear in the context, an upper bound for window-capped ones) (s)."),
-    "tokens_per_s_per_gpu_steady": (pl.Float64, "Steady-state decode throughput per GPU: batch / tpot_mean_s / GPUs (at batch = max_concurrent_requests_steady: the throughput at capacity)."),
     "max_prefill_batch": (pl.Int64, "Whole prompts one chunked-prefill step holds: dp_attn x min(max(1, floor(8192 / input_len)), capacity per replica)."),
-    "step_time_s": (pl.Float64, "Schedule estimate of one step of this phase (prefill: one chunked-prefill step of the batch's prompts) under the overlap policy `overlap`: none = the sum over ops of max(compute, memory, comm), one kernel after another (s)."),
-    "step_bound_s": (pl.Float64, "Lower bound of the same step, what no schedule beats: max(sum over ops of compute time, sum of memory time, per link class the sum of its comm time), every resource overlapped with the others (s)."),
+    "step_time_s": (pl.Float64, "Schedule estimate of one step of this phase (prefill: one chunked-prefill step of the batch's prompts) under the overlap policy `overlap`: none = the sum over ops of max(compute, memory, comm), one kernel after another (s). Null on a decode row, where it is tpot_s (DECODE_COPIES: one token per request per step)."),
+    "step_bound_s": (pl.Float64, "Lower bound of the same step, what no schedule beats: max(sum over ops of compute time, sum of memory time, per link class the sum of its comm time), every resource overlapped with the others (s). Null on a decode row, where it is tpot_bound_s."),
     "compute_time_s": (pl.Float64, "Sum over ops of FLOPs / peak (s)."),
     "memory_time_s": (pl.Float64, "Sum over ops of HBM bytes / bandwidth (s)."),
     "comm_time_s": (pl.Float64, "Sum over ops of link bytes / link bandwidth (s)."),
@@ -164,7 +163,6 @@ DEPLOYMENTS_SCHEMA = {
     "tpot_mean_bound_s": (pl.Float64, "Lower bound of tpot_mean_s: the decode step's step_bound_s at the output's mean context (per token with MTP) (s)."),
     "overlap": (pl.String, "The schedule estimate's overlap policy: none (one kernel after another) or two_batch (two half-batches, one's collectives hidden behind the other's kernels)."),
     "tokens_per_s_per_gpu": (pl.Float64, "Worst-case decode throughput per GPU: batch / tpot / GPUs (schedule estimate)."),
-    "prefill_tokens_per_s_per_gpu": (pl.Float64, "Prefill throughput per GPU: batch x input_len / ttft / GPUs."),
     "extrapolated": (pl.Boolean, "input_len + output_len exceeds the model's max_context."),
     "on_front": (pl.Boolean, "Decode rows: on the Pareto front of tokens_per_s_per_gpu vs tokens/s per user (1 / tpot_s) of this GPU type, framework, KV dtype, input_len and output_len, over every GPU count, config and batch that fits (of exact duplicates, the first row). False on prefill rows and rows that do not fit."),
 }
@@ -172,7 +170,32 @@ DEPLOYMENTS_SCHEMA = {
 #: Deployment columns computed from the table itself once its rows are in order (not by the grid).
 DERIVED = ("on_front",)
 
-#: ops.parquet: the per-op SOL table of the deployments the site shows.
+#: What ``archledger deploy`` reports beside the stored columns but deployments.parquet does not
+#: store, each a division of stored columns (docs/results.md): name -> doc. The site shows these
+#: docs as the definitions of the deploy page's numbers, as it shows the stored columns' docs.
+UNSTORED = {
+    "tokens_per_s_per_gpu_steady": "Steady-state decode throughput per GPU: batch / tpot_mean_s / GPUs (at batch = max_concurrent_requests_steady: the throughput at capacity).",
+    "prefill_tokens_per_s_per_gpu": "Prefill throughput per GPU: batch x input_len / ttft / GPUs.",
+}
+
+#: Deployment columns a decode row would only repeat: a decode step emits one token per request,
+#: so its step_time_s and step_bound_s are the row's tpot_s and tpot_bound_s (MTP's several tokens
+#: per step would make them differ; such a value stays). Stored null where they are that copy:
+#: zstd finds repeats inside a column, not across two, so the copies cost 12% of the downloads.
+DECODE_COPIES = {"step_time_s": "tpot_s", "step_bound_s": "tpot_bound_s"}
+
+
+def without_copies(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with each :data:`DECODE_COPIES` column null on the decode rows where it equals
+    the column it copies (the reader's ``pl.coalesce(copy, original)`` gives the value back)."""
+    decode = pl.col("phase") == "decode"
+    return frame.with_columns(pl.when(decode & (pl.col(name) == pl.col(original))).then(None)
+                              .otherwise(pl.col(name)).alias(name) for name, original in DECODE_COPIES.items())
+
+
+#: ops.parquet: the per-op SOL table of the deployments the site shows. An op's SOL time (the largest
+#: of its three times, the one ``bound`` names) and its intensity (flops / bytes) are not stored:
+#: copies and divisions of stored columns cost bytes zstd cannot find (docs/results.md).
 OPS_SCHEMA = {
     **_KEY,
     "op_uid": (pl.String, "Spec node uid (e.g. main/layers[moe]/self_attn/q_b_proj); inserted collectives "
@@ -188,12 +211,10 @@ OPS_SCHEMA = {
     "bytes": (pl.Float64, "HBM bytes one GPU moves for this op (weights included)."),
     "weight_bytes": (pl.Float64, "Weight bytes among them."),
     "comm_bytes": (pl.Float64, "Bytes one GPU sends on a link."),
-    "intensity": (pl.Float64, "FLOPs per HBM byte."),
     "t_compute_s": (pl.Float64, "FLOPs / peak of the operand dtype (s)."),
     "t_memory_s": (pl.Float64, "Bytes / HBM bandwidth (s)."),
     "t_comm_s": (pl.Float64, "Link bytes / link bandwidth (s)."),
-    "t_sol_s": (pl.Float64, "max of the three (s)."),
-    "bound": (pl.String, "compute, memory or comm."),
+    "bound": (pl.String, "compute, memory or comm: the largest of the three, the op's SOL time (t_sol_s = max of the three, not stored)."),
     "link": (pl.String, "scale_up, scale_out, or empty for compute."),
     "group": (pl.String, "The GPUs a collective spans (tp, ep, dp_attn, cp, pp, ...); empty for compute."),
     "flops_formula": (pl.String, "Formula of flops over the spec's dims and the parallel degrees."),
@@ -581,6 +602,8 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
             derived = DERIVED if table == "deployments" else ()
             frame = _frame(columns, {k: v for k, v in schema.items() if k not in derived}).sort(PARTITION_ORDER,
                                                                                              maintain_order=True)
+            if table == "deployments":
+                frame = without_copies(frame)
             if derived:          # each front's rows, in the published row order (its tie-break)
                 from engine.build.fronts import grid_front
                 frame = frame.with_columns(grid_front(frame))

@@ -81,9 +81,9 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     After this, ``args.corpus`` and ``args.out`` are absolute paths and ``args.project`` is the
     :class:`engine.project.Project` the command works on.
     """
+    args = parser.parse_args(argv)    # `--help` and a usage error end here, before the imports below
     from engine.build.publish import PublishError
     from engine.project import locate
-    args = parser.parse_args(argv)
     project = locate(getattr(args, "corpus", None), getattr(args, "out", None))
     args.project, args.corpus, args.out, args.gpus_root = project, str(project.corpus), str(project.out), project.gpus
     try:

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 from engine.cli import units
-from engine.spec import file_schemas
 from engine.cli.deploy import positive_int
 from engine.spec.errors import SpecError, Where
 
@@ -48,6 +47,7 @@ def variant_from_args(args, corpus):
     """The variant the arguments name or build."""
     from engine.build import whatif
     from engine.spec import variants as variant_rules
+    from engine.spec import file_schemas     # here, not at the top: it brings sympy (`--help` stays light)
     from engine.spec.corpus import Reader, check_name
     cli = Where("<command line>")
     if args.variant:

@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-
-import sympy
+from typing import TYPE_CHECKING
 
 from engine.cli import units
+
+if TYPE_CHECKING:   # sympy is imported by the commands that evaluate, not by `--help` or the parser
+    import sympy
 
 
 def add_parsers(sub, parents=()) -> dict[str, argparse.ArgumentParser]:
