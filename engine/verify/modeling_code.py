@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,39 +49,116 @@ def _offline() -> None:
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 
+def _mappings():
+    try:
+        import transformers
+        from transformers.models.auto import configuration_auto, modeling_auto
+    except ImportError:
+        raise ModelingCodeError("transformers is not installed — pip install -e '.[oracle]'") from None
+    transformers.logging.set_verbosity_error()   # its config warnings are not ours: one line on failure
+    return transformers, configuration_auto.CONFIG_MAPPING_NAMES, modeling_auto
+
+
 def hf_config(data: dict[str, Any]):
     """A transformers config object from config.json data (quantization and remote code stripped).
 
     A checkpoint that ships its own code under a new ``model_type`` (Kimi-K2's ``kimi_k2``) but
     declares a built-in architecture (``DeepseekV3ForCausalLM``) gets that architecture's config.
+    A model_type transformers lacks, or a config its config class refuses, is a one-line
+    :class:`ModelingCodeError`.
     """
     _offline()
-    try:
-        from transformers import AutoConfig
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    except ImportError:
-        raise ModelingCodeError("transformers is not installed — pip install -e '.[oracle]'") from None
+    transformers, config_names, auto = _mappings()
+    from transformers import AutoConfig
     data = {k: v for k, v in data.items() if k not in _STRIP_KEYS}
-    model_type = data.pop("model_type")
-    if model_type not in CONFIG_MAPPING_NAMES:
-        by_class = {cls: mt for mt, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
-        known = [by_class[a] for a in data.get("architectures", []) if a in by_class]
+    model_type = data.pop("model_type", None)
+    if not isinstance(model_type, str):
+        raise ModelingCodeError("config.json has no model_type — pass the checkpoint's published config.json")
+    if model_type not in config_names:
+        by_class = {cls: mt for mt, cls in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
+        known = [by_class[a] for a in data.get("architectures") or [] if a in by_class]
         if not known:
-            raise ModelingCodeError(f"transformers knows neither model_type {model_type!r} nor its "
-                                    "architectures — snapshot from the Hub or a local checkpoint instead")
+            raise ModelingCodeError(f"transformers {transformers.__version__} knows neither model_type "
+                                    f"{model_type!r} nor its architectures {_short(data.get('architectures'))} — "
+                                    "the spec stays unverified: snapshot from the Hub or a local checkpoint instead")
         model_type = known[0]
-    return AutoConfig.for_model(model_type, **data)
+    try:
+        return AutoConfig.for_model(model_type, **data)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ModelingCodeError(f"transformers {transformers.__version__} cannot read this {model_type} config: "
+                                f"{_short(exc)}") from None
 
 
-def build_meta_model(config: dict[str, Any]):
-    """The causal-LM module tree on the meta device, in the config's dtype."""
+def _short(value: Any, limit: int = 120) -> str:
+    """One short line of ``value`` (a config section or an exception can be kilobytes)."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class TextStack:
+    """Which transformers class the evidence of a config is built from, and what of it counts.
+
+    ``model`` is what transformers builds on ``meta``: the causal-LM class of the config's
+    model_type, or, for a multimodal checkpoint whose causal-LM class is the whole
+    vision-language model (or that has none: Qwen3-VL), that model's own image-text class.
+    ``keep`` names the module prefixes that are the text stack inside it (the language model and
+    the output head; empty: everything); ``class_name`` and ``model_type`` are the text stack's
+    own (``Qwen3VLTextModel``, ``qwen3_vl_text``), never another model's.
+    """
+
+    model: Any
+    class_name: str
+    model_type: str
+    keep: tuple[str, ...] = ()
+
+    def kept(self, name: str) -> bool:
+        """Whether tensor ``name`` belongs to the text stack."""
+        return not self.keep or any(name.startswith(prefix) for prefix in self.keep)
+
+
+def _dtype_name(config: dict[str, Any]) -> str:
+    """The checkpoint's parameter dtype: config.json's ``torch_dtype`` / ``dtype``, top level first,
+    then the text stack's (Qwen3-VL declares it only under ``text_config``); BF16 if none."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    for section in (config, text):
+        value = section.get("torch_dtype") or section.get("dtype")
+        if value:
+            return str(value)
+    return "bfloat16"
+
+
+def _text_plan(cfg) -> tuple[str, str, Any]:
+    """(kind, class name, text config): ``causal`` builds the config's causal-LM class,
+    ``composite`` the image-text class of a multimodal config, keeping its language model."""
+    transformers, _, auto = _mappings()
+    causal = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(cfg.model_type)
+    text = cfg.get_text_config()
+    if causal and not causal.endswith("ForConditionalGeneration"):
+        return "causal", causal, cfg
+    composite = auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.get(cfg.model_type)
+    if text is not cfg and composite:
+        return "composite", composite, text
+    raise ModelingCodeError(f"transformers {transformers.__version__} has no causal-LM class for model_type "
+                            f"{cfg.model_type!r} — the spec stays unverified: snapshot from the Hub or a local "
+                            "checkpoint instead")
+
+
+def build_meta_model(config: dict[str, Any]) -> TextStack:
+    """The text stack's module tree on the meta device, in the config's dtype (see :class:`TextStack`)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
     cfg = hf_config(config)
-    dtype = getattr(torch, str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"))
+    kind, _, text = _text_plan(cfg)
+    dtype = getattr(torch, _dtype_name(config))
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+        if kind == "causal":
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+            return TextStack(model, type(model).__name__, cfg.model_type)
+        model = AutoModelForImageTextToText.from_config(cfg, dtype=dtype)
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    keep = tuple(n + "." for n, m in model.named_modules() if m is decoder or (head is not None and m is head))
+    return TextStack(model, type(decoder).__name__, text.model_type, keep)
 
 
 def _scheme_for(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> QuantScheme | None:
@@ -90,7 +168,8 @@ def _scheme_for(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> Quan
     for scheme in schemes.values():
         if scheme.hf and all(qc.get(k) == v for k, v in scheme.hf.items()):
             return scheme
-    raise ModelingCodeError(f"no corpus quant scheme matches quantization_config {qc} — add `hf:` "
+    keys = {k: v for k, v in qc.items() if not isinstance(v, (list, dict))}   # ignore lists can be 60 KB
+    raise ModelingCodeError(f"no corpus quant scheme matches quantization_config {_short(keys)} — add `hf:` "
                             "keys to the scheme in corpus/quant/ that stores this format")
 
 
@@ -124,7 +203,8 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
         from transformers.core_model_loading import revert_weight_conversion
     except ImportError:
         raise ModelingCodeError("torch and transformers are needed — pip install -e '.[oracle]'") from None
-    model = build_meta_model(config)
+    stack = build_meta_model(config)
+    model = stack.model
     linear = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     experts = {name for name, m in model.named_modules() if type(m).__name__.endswith("Experts")}
     skip = set()
@@ -133,11 +213,14 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
         if module is not None:
             skip.update(n for n, m in model.named_modules() if m is module)
     buffers = {name for name, _ in model.named_buffers()}
-    hf_state = model.state_dict()
+    # the text stack's tensors only (another modality's tower is not this evidence), chosen by
+    # their in-memory names before the revert renames and splits them
+    hf_state = {n: t for n, t in model.state_dict().items() if stack.kept(n)}
     hf_name = {id(t): n for n, t in hf_state.items()}   # a renamed tensor keeps its identity
     state = revert_weight_conversion(model, hf_state)
-    param_dtype = _TORCH_DTYPES[str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")]
-    tied = getattr(model.config, "tie_word_embeddings", False)
+    param_dtype = _TORCH_DTYPES[_dtype_name(config)]
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    tied = embed is not None and head is not None and head.weight is embed.weight
     scheme = _scheme_for(config, schemes)
     expert_scheme = _expert_scheme(config, schemes) or scheme
     not_convert = list((config.get("quantization_config") or {}).get("modules_to_not_convert") or [])
@@ -175,7 +258,9 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
         if expert_scheme is not scheme:
             quantization += f"; experts {expert_scheme.name} for expert_dtype {config['expert_dtype']}"
     provenance = {"kind": "modeling-code", "tool": f"transformers {transformers.__version__}",
-                  "class": type(model).__name__, "quantization": quantization}
+                  "class": stack.class_name, "model_type": stack.model_type, "quantization": quantization}
+    if stack.keep:
+        provenance["text_stack_of"] = f"{type(model).__name__} ({', '.join(p.rstrip('.') for p in stack.keep)})"
     return Manifest(source, provenance, sum(t.nbytes for t in tensors), tuple(tensors), ("main",))
 
 
@@ -185,16 +270,14 @@ def _input_name(model) -> str:
 
 
 def modeling_source(config: dict[str, Any]) -> tuple[str, str]:
-    """(label, text) of the transformers modeling file that implements ``config``'s class."""
+    """(label, text) of the transformers modeling file that implements the text stack's class
+    (:func:`build_meta_model`'s choice, looked up without building the model)."""
     import inspect
-    model_cls = _causal_lm_class(config)
-    path = Path(inspect.getsourcefile(model_cls))
-    import transformers
+    transformers, _, auto = _mappings()
+    cfg = hf_config(config)
+    kind, name, text = _text_plan(cfg)
+    if kind == "composite":   # the language model's class: Qwen3VLTextModel, Gemma4TextModel
+        name = auto.MODEL_MAPPING_NAMES.get(text.model_type, name)
+    path = Path(inspect.getsourcefile(getattr(transformers, name)))
     rel = path.relative_to(Path(transformers.__file__).parent.parent)
     return f"transformers {transformers.__version__} {rel.as_posix()}", path.read_text(encoding="utf-8")
-
-
-def _causal_lm_class(config: dict[str, Any]):
-    from transformers import AutoModelForCausalLM
-    cfg = hf_config(config)
-    return AutoModelForCausalLM._model_mapping[type(cfg)]
