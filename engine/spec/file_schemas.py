@@ -384,6 +384,8 @@ CONTRACT = Mapping("a component contract", fields={
 _REGENERATE = "regenerate the file with `archledger snapshot MODEL`"
 
 VERIFICATION = Mapping("the verification registry (docs/verification.md)", fields={
+    "oracle": Mapping("write `oracle: {transformers: \"5.25.0\"}`", fields={
+        "transformers": req(Str("the transformers release modeling-code evidence is recorded with"))}),
     "canonical": Mapping("write `canonical: {prefixes: [{from: ..., to: ...}], other_modalities: [...]}`", fields={
         "prefixes": ListOf(item=Mapping("write `{from: \"model.language_model.\", to: \"model.\"}`", fields={
             "from": req(Str()), "to": req(Str())})),

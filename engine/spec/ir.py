@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from engine.spec.errors import Where
+from engine.spec.module_patterns import is_pattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +241,12 @@ class ModelSpec:
     #: Config fields the modeling code supplies when config.json omits them (``config_defaults:``),
     #: already merged into ``snapshot.fields`` where absent.
     config_defaults: Mapping[str, "ConfigDefault"] = field(default_factory=dict)
+
+    @property
+    def quant_patterns(self) -> tuple[str, ...]:
+        """The ``quant_context`` keys that are module-path patterns, in file order (the first that
+        covers a leaf picks its scheme; engine.spec.storage.scheme_for)."""
+        return tuple(k for k in self.quant if k != "*" and is_pattern(k))
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,7 +258,7 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
         if expert_scheme is not scheme:
             quantization += f"; experts {expert_scheme.name} for expert_dtype {config['expert_dtype']}"
     provenance = {"kind": "modeling-code", "tool": f"transformers {transformers.__version__}",
-                  "class": stack.class_name, "model_type": stack.model_type, "quantization": quantization}
+                  "source_sha256": source_evidence(config)[1]["sha256"], "class": stack.class_name, "model_type": stack.model_type, "quantization": quantization}
     if stack.keep:
         provenance["text_stack_of"] = f"{type(model).__name__} ({', '.join(p.rstrip('.') for p in stack.keep)})"
     return Manifest(source, provenance, sum(t.nbytes for t in tensors), tuple(tensors), ("main",))
@@ -267,6 +267,18 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
 def _input_name(model) -> str:
     module = model.get_input_embeddings()
     return next(n for n, m in model.named_modules() if m is module)
+
+
+def source_evidence(config: dict[str, Any]) -> tuple[str, dict[str, str], str]:
+    """(label, provenance, text) of the modeling source the evidence of ``config`` is checked
+    against: the provenance names the transformers release and the sha256 of the whole file, so a
+    re-record under another release shows whether the code changed (the source guard reads it)."""
+    import hashlib
+    import transformers
+    label, text = modeling_source(config)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return label, {"kind": "modeling-code", "file": label, "transformers": transformers.__version__,
+                   "sha256": digest}, text
 
 
 def modeling_source(config: dict[str, Any]) -> tuple[str, str]:
