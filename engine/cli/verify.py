@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from engine.spec.errors import SpecError, Where
+from engine.verify.evidence import registry
 
 
 def add_parsers(sub, parents=()) -> None:
@@ -79,7 +80,6 @@ def _source_from_transformers(config: dict) -> tuple[str, dict, dict[str, str]] 
 
 def _installed_vs_pin(corpus) -> tuple[str, str | None]:
     """(installed transformers release, the corpus' pinned one); one-line error without transformers."""
-    from engine.verify.evidence import registry
     try:
         import transformers
     except ImportError:
@@ -113,7 +113,8 @@ def cmd_snapshot_all(args: argparse.Namespace) -> int:
 
     def build(model, config_path):
         config = loads_json(config_path.read_text())
-        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model.model_id}")
+        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model.model_id}",
+                                               registry(corpus.root).prefixes)
         return manifest, _source_from_transformers(config)
 
     try:
@@ -197,7 +198,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             config = loads_json(Path(args.config).read_text())
             config_source = f"hf:{repo} config.json"
             refuse_non_finite(fields_read(corpus, model, config))   # before transformers sees it
-            manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{repo}")
+            manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{repo}",
+                                                  registry(corpus.root).prefixes)
             source = _source_from_transformers(config)
         elif args.config and not args.hub:
             config = loads_json(Path(args.config).read_text())

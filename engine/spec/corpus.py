@@ -316,7 +316,8 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
         raise SpecError(reader.where(data, "vector_dtype", "vector_dtype"), f"unknown dtype {data['vector_dtype']!r}",
                         "use one of: " + ", ".join(DTYPE_BYTES))
     return QuantScheme(data["scheme"], data["doc"], tuple(tensors), data["vector_dtype"],
-                       reader.where(data), data["compute"], data.get("activations", ""), dict(data.get("hf") or {}))
+                       reader.where(data), data["compute"], data.get("activations", ""), dict(data.get("hf") or {}),
+                       dict(data.get("hf_layer") or {}))
 
 
 # -- graphs --------------------------------------------------------------------------------------

@@ -173,6 +173,7 @@ QUANT_SCHEME = Mapping("a quant scheme", fields={
     "activations": Str("fp4, fp8 or bf16"),
     "src": TEXT,
     "hf": MapOf("the Hugging Face quantization_config fields it matches"),
+    "hf_layer": MapOf("the entry of ModelOpt's per-module `quantized_layers` map it matches"),
 })
 
 SNAPSHOT = Mapping("a config snapshot (regenerate with `archledger snapshot MODEL`)", fields={

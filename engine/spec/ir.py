@@ -60,6 +60,9 @@ class QuantScheme:
     #: ``quantization_config`` keys (config.json) that identify this format in a published
     #: checkpoint, e.g. ``{quant_method: fp8, weight_block_size: [128, 128]}``; empty for plain dtypes.
     hf: Mapping[str, Any] = field(default_factory=dict)
+    #: The entry of ModelOpt's per-module ``quantized_layers`` map (a MIXED_PRECISION checkpoint)
+    #: that names this format for one module, e.g. ``{quant_algo: FP8}``; empty if none.
+    hf_layer: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def operands(self) -> str:

@@ -16,7 +16,12 @@ How the manifest is made, and why each step is independent of the spec being che
 4. If the config carries a ``quantization_config``, the corpus quant scheme whose ``hf:`` match is
    contained in it says what a quantized matrix becomes (payload plus scale tensors). Which
    tensors are quantized follows transformers' rule: weights of ``nn.Linear`` modules and expert
-   tensors, except the input embedding, the output head and ``modules_to_not_convert``.
+   tensors, except the input embedding, the output head and the modules the quantization_config
+   lists as unquantized: compressed-tensors' and ModelOpt's ``ignore``, ModelOpt's
+   ``exclude_modules`` and Hugging Face's ``modules_to_not_convert`` (globs or ``re:`` regexes,
+   :mod:`engine.spec.module_patterns`, the rule the spec's quant_context uses). A ModelOpt
+   MIXED_PRECISION checkpoint names each quantized module's algorithm (``quantized_layers``): the
+   scheme whose ``hf_layer:`` matches it stores that module, and an unlisted module stays unquantized.
    A 3-D expert tensor that survives the revert is laid out ``[experts, in, out]`` (the ``x @ W``
    convention of gpt-oss's checkpoint); a scheme's ``rows`` are its out features.
 
@@ -25,12 +30,12 @@ not part of transformers' causal-LM classes.
 """
 from __future__ import annotations
 
-import fnmatch
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.spec import module_patterns
 from engine.spec.ir import QuantScheme
 from engine.verify.manifest import Manifest, ManifestTensor
 
@@ -161,16 +166,61 @@ def build_meta_model(config: dict[str, Any]) -> TextStack:
     return TextStack(model, type(decoder).__name__, text.model_type, keep)
 
 
-def _scheme_for(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> QuantScheme | None:
+def quantization_config(config: dict[str, Any]) -> dict[str, Any]:
+    """config.json's ``quantization_config``, or its text stack's (Kimi-K2.5 declares it in both)."""
     qc = config.get("quantization_config")
-    if not qc:
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    qc = qc or text.get("quantization_config")
+    return qc if isinstance(qc, dict) else {}
+
+
+def _contains(found: Any, wanted: Any) -> bool:
+    """Whether ``found`` (a config value) has every key of ``wanted`` with an equal value, nested
+    mappings compared the same way (a scheme's ``hf:`` names only the keys that identify it)."""
+    if isinstance(wanted, dict):
+        return isinstance(found, dict) and all(k in found and _contains(found[k], v) for k, v in wanted.items())
+    return found == wanted
+
+
+def _scheme_for(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> QuantScheme | None:
+    """The corpus scheme whose ``hf:`` keys the config's quantization_config contains; None if the
+    config has none, or if it names a scheme per module (ModelOpt's ``quantized_layers``)."""
+    qc = quantization_config(config)
+    if not qc or isinstance(qc.get("quantized_layers"), dict):
         return None
     for scheme in schemes.values():
-        if scheme.hf and all(qc.get(k) == v for k, v in scheme.hf.items()):
+        if scheme.hf and _contains(qc, dict(scheme.hf)):
             return scheme
     keys = {k: v for k, v in qc.items() if not isinstance(v, (list, dict))}   # ignore lists can be 60 KB
     raise ModelingCodeError(f"no corpus quant scheme matches quantization_config {_short(keys)} — add `hf:` "
                             "keys to the scheme in corpus/quant/ that stores this format")
+
+
+def _layer_schemes(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> dict[str, QuantScheme]:
+    """Module path -> scheme for a MIXED_PRECISION checkpoint (ModelOpt's ``quantized_layers``:
+    each quantized module names its own algorithm; a module it does not list stays unquantized)."""
+    layers = quantization_config(config).get("quantized_layers")
+    if not isinstance(layers, dict):
+        return {}
+    out = {}
+    for module, entry in layers.items():
+        match = next((s for s in schemes.values() if s.hf_layer and _contains(entry, dict(s.hf_layer))), None)
+        if match is None:
+            raise ModelingCodeError(f"no corpus quant scheme has `hf_layer:` matching quantized_layers entry "
+                                    f"{_short(entry)} (module {module}) — add one to corpus/quant/")
+        out[module] = match
+    return out
+
+
+def _canonical(prefixes: tuple[tuple[str, str], ...]):
+    """A module path (or a glob's literal start) with the registry's first matching prefix rewritten,
+    so ``model.language_model.layers.0.mlp`` and ``model.layers.0.mlp`` name one module."""
+    def canon(path: str) -> str:
+        for old, new in prefixes:
+            if path.startswith(old):
+                return new + path[len(old):]
+        return path
+    return canon
 
 
 def _stored(name: str, shape: tuple[int, ...], scheme: QuantScheme) -> list[ManifestTensor]:
@@ -195,8 +245,12 @@ def _expert_scheme(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> Q
     raise ModelingCodeError(f"no corpus quant scheme has `hf: {{expert_dtype: {value}}}` — add one to corpus/quant/")
 
 
-def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], source: str) -> Manifest:
-    """The checkpoint manifest the modeling code implies for ``config`` (see module docstring)."""
+def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], source: str,
+                  prefixes: tuple[tuple[str, str], ...] = ()) -> Manifest:
+    """The checkpoint manifest the modeling code implies for ``config`` (see module docstring).
+    ``prefixes`` (the verification registry's canonical prefixes) let a quantization_config that
+    names modules by the checkpoint's paths (``model.language_model.layers.0...``) meet the
+    modules transformers builds (``model.layers.0...``)."""
     try:
         import torch
         import transformers
@@ -223,7 +277,10 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
     tied = embed is not None and head is not None and head.weight is embed.weight
     scheme = _scheme_for(config, schemes)
     expert_scheme = _expert_scheme(config, schemes) or scheme
-    not_convert = list((config.get("quantization_config") or {}).get("modules_to_not_convert") or [])
+    canon = _canonical(tuple(prefixes))
+    per_module = {canon(m): sc for m, sc in _layer_schemes(config, schemes).items()}
+    # ignore (compressed-tensors, ModelOpt), exclude_modules (ModelOpt), modules_to_not_convert (HF)
+    exclusions = [p if p.startswith("re:") else canon(p) for p in module_patterns.exclusions(quantization_config(config))]
     # modules transformers' own quantizer leaves unquantized because the checkpoint ships them so
     unquantized = sorted(getattr(model, "_keep_in_fp32_modules", None) or ())
     tensors: list[ManifestTensor] = []
@@ -242,19 +299,24 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
         in_experts = any(original.startswith(e + ".") for e in experts) or (id(tensor) not in hf_name and bool(experts))
         quantizable = ((module in linear and original.endswith(".weight"))
                        or (in_experts and (original.endswith(".weight") or len(shape) >= 3)))
-        excluded = module in skip or any(
-            fnmatch.fnmatch(module, pat) or fnmatch.fnmatch(module, pat + ".*") for pat in not_convert) or any(
+        paths = {canon(module), canon(name.rsplit(".", 1)[0])}   # in memory and as the checkpoint names it
+        excluded = module in skip or any(module_patterns.first_match(exclusions, p) for p in paths) or any(
             module == u or module.endswith("." + u) for u in unquantized)
         chosen = expert_scheme if in_experts else scheme
+        if per_module:
+            chosen = next((per_module[p] for p in paths if p in per_module), None)
         if chosen is not None and quantizable and not excluded and len(shape) >= 2:
             tensors.extend(_stored(name, shape, chosen))
         else:
             tensors.append(ManifestTensor(name, dtype, shape))
     tensors.sort(key=lambda t: t.name)
     quantization = "none"
+    if per_module:
+        names = sorted({sc.name for sc in per_module.values()})
+        quantization = f"{', '.join(names)} (corpus/quant) per module for quantization_config quantized_layers"
     if scheme:
         quantization = (f"{scheme.name} (corpus/quant) for quantization_config "
-                        f"{config['quantization_config'].get('quant_method')}")
+                        f"{quantization_config(config).get('quant_method') or quantization_config(config).get('quant_algo')}")
         if expert_scheme is not scheme:
             quantization += f"; experts {expert_scheme.name} for expert_dtype {config['expert_dtype']}"
     provenance = {"kind": "modeling-code", "tool": f"transformers {transformers.__version__}",
