@@ -72,6 +72,18 @@ def test_oracle_counts_the_text_model_without_the_vision_tower():
     assert not report.tied
 
 
+def test_corpus_qwen3_vl_8b_is_its_text_stack(evaluation):
+    """The corpus spec of Qwen3-VL-8B-Instruct counts the text stack by hand (no vision tower) and
+    keeps Qwen3's GQA KV: 36 layers x (K + V) x 8 heads x 128 x 2 bytes per token in BF16."""
+    from engine.spec import quantities
+    numeric = evaluation("Qwen/Qwen3-VL-8B-Instruct").numeric
+    assert int(quantities.params_total(numeric)) == qwen3_vl_8b_text_params()
+    assert int(quantities.params_active(numeric)) == qwen3_vl_8b_text_params()
+    overview = evaluation("Qwen/Qwen3-VL-8B-Instruct").overview()
+    assert int(overview["kv_bytes_per_token_growing"].value) == 36 * 2 * 8 * 128 * 2 == 147_456
+    assert int(overview["checkpoint_bytes"].value) == 2 * qwen3_vl_8b_text_params()
+
+
 # -- every corpus snapshot is the checkpoint's own architecture -------------------------------------
 
 def own_architecture(config: dict) -> tuple[set[str], set[str]]:
