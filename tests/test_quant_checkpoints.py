@@ -199,3 +199,16 @@ def test_spec_quant_context_honours_the_ignore_list(tiny_corpus, tmp_path):
     corpus = load_corpus(tiny_corpus)
     report = validate(corpus, corpus.models["test/tiny-llama"])
     assert report.verified, "\n".join(f.one_line() for f in report.errors)
+
+
+def test_a_bad_pattern_override_is_one_line(tiny_corpus, capsys):
+    """A module-path override that is not a valid regex names the spec, its line and the field."""
+    (tiny_corpus / "models" / "test--tiny-llama.yaml").unlink()
+    spec = tiny_corpus / "models" / "Qwen--Qwen3-8B.yaml"
+    spec.write_text(spec.read_text().replace("quant_context: {default: bf16}",
+                                             'quant_context: {default: bf16, overrides: {"re:(self_attn": fp8_block128}}'))
+    capsys.readouterr()
+    assert main(["--corpus", str(tiny_corpus), "check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Qwen--Qwen3-8B.yaml:" in err and "quant_context.overrides.re:(self_attn" in err
+    assert "bad pattern" in err and "re:<regex>" in err
