@@ -212,3 +212,27 @@ def test_a_bad_pattern_override_is_one_line(tiny_corpus, capsys):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Qwen--Qwen3-8B.yaml:" in err and "quant_context.overrides.re:(self_attn" in err
     assert "bad pattern" in err and "re:<regex>" in err
+
+
+def test_a_published_per_layer_ignore_list_collapses_to_spec_patterns():
+    """Gemma-4-26B-A4B-NVFP4's ignore list names the attention, router and dense MLP of each of
+    its 30 layers: three patterns over every layer, nothing left for a person. Qwen3.5-122B's names
+    the Gated DeltaNet of its linear layers only: every layer that has one (each fourth layer is
+    full attention), once the caller says which layers have a `linear_attn`. A list naming some
+    layers of a kind (the first ones) is returned as it is."""
+    from engine.spec.module_patterns import canonical, collapse_layers
+    gemma = ["lm_head", "model.embed_vision*"] + [f"model.language_model.layers.{i}.{m}*" for i in range(30)
+                                                  for m in ("mlp", "router", "self_attn")]
+    kept, partial = collapse_layers(gemma, 30)
+    assert partial == []
+    assert kept == ["lm_head", "model.embed_vision*", "model.language_model.layers.*.mlp*",
+                    "model.language_model.layers.*.router*", "model.language_model.layers.*.self_attn*"]
+    assert canonical(kept[2], [("model.language_model.", "model.")]) == "model.layers.*.mlp*"
+    linear = {i for i in range(48) if i % 4 != 3}
+    qwen = ["lm_head"] + [f"model.language_model.layers.{i}.linear_attn*" for i in sorted(linear)]
+    assert collapse_layers(qwen, 48) == (["lm_head"], [f"model.language_model.layers.{i}.linear_attn*"
+                                                         for i in sorted(linear)])
+    assert collapse_layers(qwen, 48, lambda pattern: linear) == (
+        ["lm_head", "model.language_model.layers.*.linear_attn*"], [])
+    assert collapse_layers(["model.layers.0.mlp*", "model.layers.1.mlp*"], 4) == (
+        [], ["model.layers.0.mlp*", "model.layers.1.mlp*"])

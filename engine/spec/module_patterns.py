@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 #: quantization_config keys that list modules stored unquantized, by format: compressed-tensors and
 #: ModelOpt (config.json) ``ignore``, ModelOpt (hf_quant_config.json) ``exclude_modules``, and the
@@ -58,3 +58,44 @@ def exclusions(quantization_config: Any) -> list[str]:
 def first_match(patterns: Iterable[str], module: str) -> str | None:
     """The first of ``patterns`` that covers ``module``, or None."""
     return next((p for p in patterns if matches(p, module)), None)
+
+
+#: A per-layer entry of an exclusion list: the layer index after ``layers.`` (``...layers.12.mlp*``).
+_LAYER = re.compile(r"(?<=layers\.)(\d+)(?=\.|\*|$)")
+
+
+def collapse_layers(patterns: Iterable[str], n_layers: int,
+                    layers_of: Callable[[str], set[int]] | None = None) -> tuple[list[str], list[str]]:
+    """A published exclusion list as spec overrides: entries that differ only in their layer index
+    and name every layer ``0 .. n_layers - 1`` become one pattern with ``*`` for the index
+    (Gemma-4-26B-A4B-NVFP4 lists ``layers.0.self_attn*`` .. ``layers.29.self_attn*``); an entry
+    without an index is kept as it is. ``layers_of(pattern)``, when given, says which layers have a
+    module the ``*`` pattern can match (a hybrid's ``linear_attn`` exists in its linear layers
+    only): naming all of those is naming every layer. Returns (patterns a spec can use, entries
+    naming only some layers: a spec needs those layers in a template of their own, so they are
+    listed for a person)."""
+    by_shape: dict[str, set[int]] = {}
+    kept: list[str] = []
+    for pattern in patterns:
+        if pattern.startswith("re:") or not _LAYER.search(pattern):
+            kept.append(pattern)
+            continue
+        shape = _LAYER.sub("*", pattern, count=1)
+        by_shape.setdefault(shape, set()).add(int(_LAYER.search(pattern)[1]))
+    partial = []
+    for shape, layers in by_shape.items():
+        if layers == (layers_of(shape) if layers_of else set(range(n_layers))):
+            kept.append(shape)
+        else:
+            partial += [shape.replace("layers.*", f"layers.{i}", 1) for i in sorted(layers)]
+    return kept, partial
+
+
+def canonical(path: str, prefixes: Iterable[tuple[str, str]]) -> str:
+    """``path`` (a module path, or a glob's literal start) with the first matching ``(from, to)``
+    prefix rewritten (the verification registry's canonical prefixes: ``model.language_model.`` ->
+    ``model.``), so a checkpoint's multimodal path and the spec's path name one module."""
+    for old, new in prefixes:
+        if path.startswith(old):
+            return new + path[len(old):]
+    return path

@@ -212,17 +212,6 @@ def _layer_schemes(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> d
     return out
 
 
-def _canonical(prefixes: tuple[tuple[str, str], ...]):
-    """A module path (or a glob's literal start) with the registry's first matching prefix rewritten,
-    so ``model.language_model.layers.0.mlp`` and ``model.layers.0.mlp`` name one module."""
-    def canon(path: str) -> str:
-        for old, new in prefixes:
-            if path.startswith(old):
-                return new + path[len(old):]
-        return path
-    return canon
-
-
 def _stored(name: str, shape: tuple[int, ...], scheme: QuantScheme) -> list[ManifestTensor]:
     """A quantized matrix as the scheme stores it (payload and scales): the spec's storage rule."""
     from engine.spec.storage import scheme_tensors
@@ -277,7 +266,9 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
     tied = embed is not None and head is not None and head.weight is embed.weight
     scheme = _scheme_for(config, schemes)
     expert_scheme = _expert_scheme(config, schemes) or scheme
-    canon = _canonical(tuple(prefixes))
+    def canon(path: str) -> str:
+        return module_patterns.canonical(path, prefixes)
+
     per_module = {canon(m): sc for m, sc in _layer_schemes(config, schemes).items()}
     # ignore (compressed-tensors, ModelOpt), exclude_modules (ModelOpt), modules_to_not_convert (HF)
     exclusions = [p if p.startswith("re:") else canon(p) for p in module_patterns.exclusions(quantization_config(config))]
