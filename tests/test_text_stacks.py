@@ -12,6 +12,7 @@ import json
 import pytest
 
 from engine.cli import main
+from engine.spec.yamlio import load_yaml
 from engine.verify.manifest import load as load_manifest
 from tests.conftest import REPO
 from tests.test_snapshot_evidence import TINY, tiny_corpus  # noqa: F401 (a fixture)
@@ -118,6 +119,11 @@ def test_every_snapshot_is_verified_against_its_own_architecture(path):
     types, classes = own_architecture(config)
     assert manifest.provenance["class"] in classes
     assert manifest.provenance["model_type"] in types
+    # and the forward source the anchors are checked against is that class's own file
+    import transformers
+    source = load_yaml(path.with_name(path.name.replace(".tensors.", ".source.")), path.name)
+    own_file = getattr(transformers, manifest.provenance["class"]).__module__.replace(".", "/") + ".py"
+    assert source["source"].endswith(" " + own_file)
 
 
 def test_own_architecture_refuses_another_models_code():
