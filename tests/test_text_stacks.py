@@ -85,6 +85,20 @@ def test_corpus_qwen3_vl_8b_is_its_text_stack(evaluation):
     assert int(overview["checkpoint_bytes"].value) == 2 * qwen3_vl_8b_text_params()
 
 
+def test_corpus_qwen3_vl_32b_is_its_text_stack(evaluation):
+    """Qwen3-VL-32B-Instruct's text stack by hand from its text_config (h 5120, 64 layers of 64
+    query and 8 KV heads of 128, SwiGLU 25600, untied head over 151,936 tokens): the model issue 40
+    found "verified" against Qwen3's code, now against its own (the snapshot test above)."""
+    from engine.spec import quantities
+    vocab, hidden, layers, heads, kv, head_dim, ff = 151936, 5120, 64, 64, 8, 128, 25600
+    per_layer = (2 * hidden * heads * head_dim + 2 * hidden * kv * head_dim + 2 * head_dim
+                 + 3 * hidden * ff + 2 * hidden)
+    total = 2 * vocab * hidden + layers * per_layer + hidden
+    assert total == 32_762_123_264
+    numeric = evaluation("Qwen/Qwen3-VL-32B-Instruct").numeric
+    assert int(quantities.params_total(numeric)) == total
+
+
 # -- every corpus snapshot is the checkpoint's own architecture -------------------------------------
 
 def own_architecture(config: dict) -> tuple[set[str], set[str]]:
