@@ -85,13 +85,26 @@ def _report_cached(resolved_path: str) -> HFReport:
     cfg = load_hf_config(resolved_path)
     # A multimodal checkpoint whose causal-LM class is the whole vision-language model (Gemma 4):
     # the corpus models its text stack, so build the text stack's own causal LM from text_config.
+    # A text stack with no causal-LM class of its own (Qwen3-VL's qwen3_vl_text) is the language
+    # model and the output head of the vision-language model, nothing else of it.
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     text = cfg.get_text_config()
     if text is not cfg and MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(cfg.model_type, "").endswith(
             "ForConditionalGeneration"):
         cfg = text
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    if text is not cfg and text.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        from transformers import AutoModelForImageTextToText
+        with torch.device("meta"):
+            whole = AutoModelForImageTextToText.from_config(cfg, dtype=torch.bfloat16)
+        model = torch.nn.Module()
+        model.model, model.lm_head = whole.get_decoder(), whole.get_output_embeddings()
+        model.get_input_embeddings = whole.get_input_embeddings
+        model.get_output_embeddings = whole.get_output_embeddings
+        model_class = f"{type(whole).__name__}.{type(model.model).__name__}"
+    else:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        model_class = type(model).__name__
 
     params = {name: tuple(p.shape) for name, p in model.named_parameters()}
     total = sum(p.numel() for p in model.parameters())
@@ -111,7 +124,7 @@ def _report_cached(resolved_path: str) -> HFReport:
         tied = out_emb.weight is in_emb.weight
 
     return HFReport(
-        model_class=type(model).__name__,
+        model_class=model_class,
         total_params=int(total),
         params=params,
         buffers=buffers,

@@ -115,7 +115,8 @@ def _layer_leaves(analysis, layer: int) -> dict[str, tuple[int, ...]]:
 # HF's module tree and the checkpoint share names, so every name and shape of a
 # layer must agree both ways (MoE experts are fused into 3-D tensors by transformers 5, unlike
 # the per-expert checkpoints, and are covered by the totals above).
-DENSE = [m for m in MODEL_IDS if "Llama" in m or m in ("Qwen/Qwen3-8B", "Qwen/Qwen3-32B")]
+DENSE = [m for m in MODEL_IDS if "Llama" in m or m in ("Qwen/Qwen3-8B", "Qwen/Qwen3-32B",
+                                                       "Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-32B-Instruct")]
 
 
 @pytest.mark.parametrize("model_id", DENSE)

@@ -190,8 +190,10 @@ def test_deepseek_v3_fp8_checkpoint(evaluation):
                                       and "Qwen3.5" not in m   # hybrid: test_qwen35_state_and_kv
                                       and "Llama-4" not in m])  # chunked layers: test_models_llama4
 def test_gqa_kv_bytes_per_token(model_id, evaluation):
-    """GQA: keys and values, n_kv_heads x head_dim each, every layer, 2 bytes in BF16."""
+    """GQA: keys and values, n_kv_heads x head_dim each, every layer, 2 bytes in BF16 (a multimodal
+    checkpoint's text settings are under text_config)."""
     c = config(model_id)
+    c = {**c.get("text_config", {}), **c}
     head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
     expected = 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * head_dim * 2
     a = evaluation(model_id).numeric

@@ -156,7 +156,8 @@ def test_meta_rerun_with_another_transformers_refuses_without_force(tiny_corpus,
     assert all(f"transformers {installed}" in f.read_text() for f in files)
     assert main(run) == 0                                           # same release: no question asked
     for f in files:                                                 # as if recorded with an older release
-        f.write_text(f.read_text().replace(f"transformers {installed}", "transformers 0.0.1"))
+        f.write_text(f.read_text().replace(f"transformers {installed}", "transformers 0.0.1")
+                     .replace(f"transformers: {installed}", "transformers: 0.0.1"))
     before = {f: f.read_bytes() for f in files}
     capsys.readouterr()
     assert main(run) == 2

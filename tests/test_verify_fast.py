@@ -24,7 +24,7 @@ from tests.verify_reference import load as reference_load, reference_validate
 CORPUS = REPO / "corpus"
 QWEN_MOE = "Qwen/Qwen3-30B-A3B"
 QWEN_TENSORS = "snapshots/Qwen--Qwen3-30B-A3B.tensors.yaml"
-GEMMA = "google/gemma-4-26B-A4B"                 # nests the language model; vision tensors
+GEMMA = "google/gemma-4-26B-A4B"                 # nests the language model (its evidence: the text stack)
 GEMMA_TENSORS = "snapshots/google--gemma-4-26B-A4B.tensors.yaml"
 GPT = "openai/gpt-oss-20b"
 
@@ -84,8 +84,8 @@ def test_prefix_collisions_and_modalities_are_the_per_tensor_verdicts(tmp_path):
     # a nested and a plain name for the same module (the later in name order is looked up), a
     # vision tensor more, and a registry prefix longer than the names' common head (decided per name)
     corpus = _edited(tmp_path, [
-        (GEMMA_TENSORS, "- model.embed_vision.embedding_projection.weight BF16 [2816, 1152]\n",
-         "- model.embed_vision.embedding_projection.weight BF16 [2816, 1152]\n"
+        (GEMMA_TENSORS, "- model.language_model.embed_tokens.weight BF16 [262144, 2816]\n",
+         "- model.language_model.embed_tokens.weight BF16 [262144, 2816]\n"
          "- model.layers.{0..2}.self_attn.k_norm.weight BF16 [128]\n- model.vision_tower.extra.weight BF16 [4]\n"),
         ("verification.yaml", '    - {from: "model.language_model.", to: "model."}\n',
          '    - {from: "model.language_model.layers.1", to: "model.layers.2"}\n'

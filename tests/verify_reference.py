@@ -18,6 +18,7 @@ from engine.spec.errors import SpecError, Where
 from engine.spec.evaluate import Analysis, Binding, walk_model
 from engine.verify.evidence import Evidence, load_evidence, registry
 from engine.verify.guards import Finding, SpecTensor, axiom, schedule, source, structural
+from engine.spec.module_patterns import first_match, is_pattern
 from engine.verify.guards import packing as packing_mod, shape as shape_mod, weight as weight_mod
 from engine.verify.guards.weight import canonical
 from engine.verify.manifest import KINDS, Manifest, ManifestTensor, _RANGE, compress
@@ -163,8 +164,8 @@ def packing_check(ctx) -> list[Finding]:
         ours, theirs = pairs[0]
         out.append(Finding("packing", "error", uid, f"{len(pairs)} tensor(s) stored as {theirs.dtype} in the "
                            f"checkpoint, {ours.dtype} by scheme {scheme}, e.g. {ours.name}",
-                           f"set quant_context for role {ours.role!r} (or {ours.role}.{ours.leaf}) to the "
-                           "scheme that stores this dtype"))
+                           f"set quant_context for role {ours.role!r} (or {ours.role}.{ours.leaf}, or a "
+                           "module-path pattern) to the scheme that stores this dtype"))
     for (uid, scheme), pairs in count_bad.items():
         ours, theirs = pairs[0]
         out.append(Finding("packing", "error", uid, f"{len(pairs)} tensor(s) hold {theirs.numel:,} elements in the "
@@ -173,7 +174,11 @@ def packing_check(ctx) -> list[Finding]:
     for key, scheme in ctx.model.quant.items():
         if key == "*":
             continue
-        hits = [t for t in ctx.spec_tensors if key in (t.role, f"{t.role}.{t.leaf}")]
+        if is_pattern(key):   # the tensors whose scheme this pattern picked
+            hits = [t for t in ctx.spec_tensors if t.scheme == scheme
+                    and first_match(ctx.model.quant_patterns, _leaf_module(ctx, t)) == key]
+        else:
+            hits = [t for t in ctx.spec_tensors if key in (t.role, f"{t.role}.{t.leaf}")]
         stored = [t for t in hits if t.name in ctx.checkpoint]
         if hits and not any(m.covers(t.stack) for t in hits):
             out.append(Finding("packing", "info", str(ctx.model.where.at(f"quant_context.overrides.{key}")),
@@ -183,9 +188,15 @@ def packing_check(ctx) -> list[Finding]:
             where = ctx.model.where.at(f"quant_context.overrides.{key}")
             out.append(Finding("packing", "error", str(where),
                                f"override {key}: {scheme} stores no checkpoint tensor"
-                               + ("" if hits else " (no leaf has this role)"),
-                               "use a role (or role.leaf) from the spec, or delete the override"))
+                               + ("" if hits else (" (it covers no module path of the spec)" if is_pattern(key)
+                                                   else " (no leaf has this role)")),
+                               "use a module-path pattern, a role (or role.leaf) from the spec, or delete the override"))
     return out
+
+
+def _leaf_module(ctx, t) -> str:
+    key = next(leaf.key for leaf in ctx.numeric.rows[t.uid].leaves if leaf.name == t.leaf)
+    return key.rsplit(".", 1)[0]
 
 
 def shape_check(ctx) -> list[Finding]:

@@ -97,9 +97,10 @@ def _kind_of(ev: Evaluation) -> dict[str, str]:
 
 def load_lineage(corpus_root: Path) -> dict[str, Any]:
     """``corpus/lineage.yaml`` -> ``{"families": {family: (lineage, generation)}, "models": {model_id:
-    position in its family's release list}}``. An entry naming a lineage again continues it: its new
-    families follow that lineage's, and a family listed again merges its models into its release
-    list (:func:`_merge_release`; a family in two lineages is an error). Absent file: empty tables. Read by the bounded
+    position in its family's release list}}``. An entry naming a lineage again continues it: the
+    families it names merge into that lineage's order and a family listed again merges its models
+    into its release list, both by :func:`_merge_release` (a name already placed is an anchor; a
+    family in two lineages is an error). Absent file: empty tables. Read by the bounded
     loader with its schema (engine.spec.file_schemas.LINEAGE): a wrong kind anywhere is one line there."""
     path = Path(corpus_root) / LINEAGE_FILE
     families: dict[str, tuple[str, int]] = {}
@@ -108,8 +109,10 @@ def load_lineage(corpus_root: Path) -> dict[str, Any]:
         return {"families": families, "models": models}
     reader = Reader(path, Path(corpus_root), LINEAGE)
     listed_by_family: dict[str, list[str]] = {}
-    generations: dict[str, int] = {}   # per lineage: families placed so far
+    lineage_of: dict[str, str] = {}
+    order: dict[str, list[str]] = {}    # per lineage: its families in generation order
     for i, entry in enumerate(reader.data["lineages"]):
+        named = []
         for position, item in enumerate(entry["families"]):
             if isinstance(item, dict) and len(item) != 1:   # the schema allows a name or a mapping
                 raise SpecError(Where(reader.display, entry["families"].line_of_item(position),
@@ -117,19 +120,20 @@ def load_lineage(corpus_root: Path) -> dict[str, Any]:
                                 f"a family is one `Name: [org/model, ...]`, got {len(item)} names",
                                 "write - Qwen3: [Qwen/Qwen3-8B, Qwen/Qwen3-32B]")
             family, listed = next(iter(item.items())) if isinstance(item, dict) else (item, [])
-            # an entry repeating a lineage continues it (`archledger new` appends one at the end):
-            # a family already placed keeps its generation and its release list grows
-            if family in families:
-                if families[family][0] != entry["lineage"]:
-                    raise SpecError(Where(reader.display, entry["families"].line_of_item(position),
-                                          f"lineages[{i}].families[{position}]"),
-                                    f"family {family!r} is already in lineage {families[family][0]!r}",
-                                    f"list it under lineage {families[family][0]!r} only")
-            else:
-                families[family] = (entry["lineage"], generations.get(entry["lineage"], 0))
-                generations[entry["lineage"]] = generations.get(entry["lineage"], 0) + 1
+            if lineage_of.setdefault(family, entry["lineage"]) != entry["lineage"]:
+                raise SpecError(Where(reader.display, entry["families"].line_of_item(position),
+                                      f"lineages[{i}].families[{position}]"),
+                                f"family {family!r} is already in lineage {lineage_of[family]!r}",
+                                f"list it under lineage {lineage_of[family]!r} only")
+            named.append(family)
             _merge_release(listed_by_family.setdefault(family, []), listed)
             models.update({m: pos for pos, m in enumerate(listed_by_family[family])})
+        # an entry repeating a lineage continues it (`archledger new` appends one at the end): the
+        # families it names again are anchors, a new family goes right after the one named before it
+        # (`[Qwen3, Qwen3-VL, Qwen3.5]` puts Qwen3-VL between them), the same rule as a release list's
+        _merge_release(order.setdefault(entry["lineage"], []), named)
+    for lineage, names in order.items():
+        families.update({family: (lineage, generation) for generation, family in enumerate(names)})
     return {"families": families, "models": models}
 
 

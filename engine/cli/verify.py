@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from engine.spec.errors import SpecError, Where
+from engine.verify.evidence import registry
 
 
 def add_parsers(sub, parents=()) -> None:
@@ -22,7 +23,11 @@ def add_parsers(sub, parents=()) -> None:
                     "--checkpoint DIR reads a local checkpoint; --meta builds the transformers "
                     "modeling code on the meta device (needs --config, offline); --config alone "
                     "refreshes only the config fields.")
-    snap.add_argument("model", help="the model's HF id (its spec must be in corpus/models/)")
+    snap.add_argument("model", nargs="?", help="the model's HF id (its spec must be in corpus/models/)")
+    snap.add_argument("--all", action="store_true",
+                      help="with --meta: re-record every model's modeling-code evidence from its published "
+                           "config.json with the installed transformers and print what changed (with --force: "
+                           "move the oracle pin to the installed release)")
     snap.add_argument("--config", help="config.json to read instead of the Hub's / the checkpoint's")
     snap.add_argument("--checkpoint", help="local checkpoint directory (safetensors + config.json)")
     snap.add_argument("--meta", action="store_true", help="manifest from the transformers modeling code")
@@ -30,7 +35,8 @@ def add_parsers(sub, parents=()) -> None:
     snap.add_argument("--revision", default=None, help="Hub branch, tag or commit (default: main)")
     snap.add_argument("--endpoint", default=None, help="Hub endpoint (default: huggingface.co or HF_ENDPOINT)")
     snap.add_argument("--force", action="store_true",
-                      help="rewrite evidence recorded with another transformers release than the installed one")
+                      help="rewrite evidence recorded with another transformers release than the installed one "
+                           "(with --all: bump the pinned release)")
     snap.set_defaults(func=cmd_snapshot)
 
     val = sub.add_parser("validate", parents=list(parents), help="run the verification guards (exit 1 on errors)")
@@ -66,13 +72,90 @@ def _source_from_transformers(config: dict) -> tuple[str, dict, dict[str, str]] 
     from engine.verify import modeling_code
     from engine.verify.evidence import forward_excerpts
     try:
-        label, text = modeling_code.modeling_source(config)
+        label, provenance, text = modeling_code.source_evidence(config)
     except (modeling_code.ModelingCodeError, ImportError, KeyError):
         return None
-    return label, {"kind": "modeling-code", "file": label}, forward_excerpts(text)
+    return label, provenance, forward_excerpts(text)
+
+
+def _installed_vs_pin(corpus) -> tuple[str, str | None]:
+    """(installed transformers release, the corpus' pinned one); one-line error without transformers."""
+    try:
+        import transformers
+    except ImportError:
+        raise SpecError(Where("archledger snapshot"), "transformers is not installed",
+                        "pip install -e '.[oracle]'") from None
+    return transformers.__version__, registry(corpus.root).oracle
+
+
+def cmd_snapshot_all(args: argparse.Namespace) -> int:
+    """``snapshot --all --meta``: every modeling-code model re-recorded together, what changed, validate."""
+    from engine.spec.corpus import load_corpus
+    from engine.spec.yamlio import loads_json as strict_json
+    from engine.verify import modeling_code, rerecord
+    from engine.verify.snapshot import snapshot_files, write_atomic
+    from engine.verify.validate import validate
+    where = Where("archledger snapshot --all")
+    if args.model or not args.meta or args.checkpoint or args.config or args.hub:
+        raise SpecError(where, "--all takes no model, only --meta (each model's config is its published "
+                        "corpus/snapshots/<org>--<name>.config.json)", "run: archledger snapshot --all --meta")
+    corpus = load_corpus(args.corpus)
+    installed, pin = _installed_vs_pin(corpus)
+    bump = installed != pin
+    if bump and not args.force:
+        raise SpecError(where, f"the corpus pins transformers {pin} (corpus/verification.yaml oracle) and "
+                        f"{installed} is installed — nothing was written",
+                        f"pass --force to move the pin to {installed} and re-record every model, or "
+                        f"pip install transformers=={pin}")
+
+    # NaN/Infinity in a config.json is refused where the snapshot records it (config_text)
+    loads_json = functools.partial(strict_json, keep_non_finite=True)
+
+    def build(model, config_path):
+        config = loads_json(config_path.read_text())
+        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model.model_id}",
+                                               registry(corpus.root).prefixes)
+        return manifest, _source_from_transformers(config)
+
+    try:
+        done = rerecord.rerecord(corpus, build)
+    except modeling_code.ModelingCodeError as exc:
+        raise SpecError(where, str(exc)) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecError(where, f"cannot read a published config.json: {exc}") from None
+    files = {}
+    for item in done:
+        name = item.model.model_id.replace("/", "--")
+        config = loads_json((corpus.root / "snapshots" / f"{name}.config.json").read_text())
+        files.update(snapshot_files(corpus, item.model, config, f"hf:{item.model.model_id} config.json",
+                                    item.manifest, item.source))
+    if bump:
+        files.update(rerecord.pin_files(corpus.root, installed))
+    write_atomic(files)
+    print(f"re-recorded {len(done)} models with transformers {installed}"
+          + (f" (pin moved from {pin}: corpus/verification.yaml, pyproject.toml)" if bump else ""))
+    for item in done:
+        print(f"{item.model.model_id}: " + ("unchanged" if not item.changes else "; ".join(item.changes)))
+    from engine.verify import evidence
+    evidence.clear_registry()   # the pin may have moved: read corpus/verification.yaml again
+    corpus = load_corpus(args.corpus)
+    failed = []
+    for item in done:
+        report = validate(corpus, corpus.models[item.model.model_id])
+        if not report.verified:
+            failed.append(item.model.model_id)
+            for finding in report.errors:
+                print(f"  {item.model.model_id}: {finding.one_line()}")
+    print(f"{len(done)} models: {len(done) - len(failed)} verified, {len(failed)} with errors"
+          + (f" ({', '.join(failed)}): fix the specs or anchors, then archledger validate" if failed else ""))
+    return 0 if not failed else 1
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
+    if getattr(args, "all", False):
+        return cmd_snapshot_all(args)
+    if not args.model:
+        raise SpecError(Where("archledger snapshot"), "no model given", "name one (its HF id), or pass --all --meta")
     from engine.verify import checkpoint_headers as headers
     from engine.verify import modeling_code
     from engine.spec.corpus import load_corpus
@@ -106,10 +189,17 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         elif args.meta:
             if not args.config:
                 raise SpecError(where, "--meta needs --config", "pass the model's config.json")
+            installed, pin = _installed_vs_pin(corpus)
+            if pin is not None and installed != pin:
+                raise SpecError(where, f"the corpus pins transformers {pin} (corpus/verification.yaml oracle) "
+                                f"and {installed} is installed — nothing was written",
+                                f"pip install transformers=={pin}, or move every model to {installed} at once: "
+                                "archledger snapshot --all --meta --force")
             config = loads_json(Path(args.config).read_text())
             config_source = f"hf:{repo} config.json"
             refuse_non_finite(fields_read(corpus, model, config))   # before transformers sees it
-            manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{repo}")
+            manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{repo}",
+                                                  registry(corpus.root).prefixes)
             source = _source_from_transformers(config)
         elif args.config and not args.hub:
             config = loads_json(Path(args.config).read_text())

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from engine.project import PACKAGE_ROOT
-from engine.spec import expr, file_schemas, symbols, variants as variant_rules
+from engine.spec import expr, file_schemas, module_patterns, symbols, variants as variant_rules
+from engine.spec.module_patterns import is_pattern
 from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES, DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
 from engine.spec.ir import (CacheSpec, ComponentSpec, ConfigDefault, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
@@ -315,7 +316,8 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
         raise SpecError(reader.where(data, "vector_dtype", "vector_dtype"), f"unknown dtype {data['vector_dtype']!r}",
                         "use one of: " + ", ".join(DTYPE_BYTES))
     return QuantScheme(data["scheme"], data["doc"], tuple(tensors), data["vector_dtype"],
-                       reader.where(data), data["compute"], data.get("activations", ""), dict(data.get("hf") or {}))
+                       reader.where(data), data["compute"], data.get("activations", ""), dict(data.get("hf") or {}),
+                       dict(data.get("hf_layer") or {}))
 
 
 # -- graphs --------------------------------------------------------------------------------------
@@ -671,7 +673,13 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
             raise SpecError(quant_where[key], f"unknown quant scheme {scheme!r}",
                             "use one of: " + ", ".join(sorted(schemes)) + " (or add corpus/quant/<name>.yaml)")
         role = key.split(".")[0]
-        if key != "*" and role not in roles:
+        if is_pattern(key):   # a module path pattern: a valid glob or regex, checked here
+            try:
+                module_patterns.matches(key, "")
+            except re.error as exc:
+                raise SpecError(quant_where[key], f"bad pattern {key!r}: {exc}",
+                                "write a glob over module paths (`*.indexer.weights_proj`) or `re:<regex>`") from None
+        elif key != "*" and role not in roles:
             raise SpecError(quant_where[key], f"unknown role {role!r}",
                             "use one of: " + ", ".join(sorted(roles)))
     drafts = reader.names(data.get("drafts"), "drafts", data, "drafts")

@@ -173,6 +173,7 @@ QUANT_SCHEME = Mapping("a quant scheme", fields={
     "activations": Str("fp4, fp8 or bf16"),
     "src": TEXT,
     "hf": MapOf("the Hugging Face quantization_config fields it matches"),
+    "hf_layer": MapOf("the entry of ModelOpt's per-module `quantized_layers` map it matches"),
 })
 
 SNAPSHOT = Mapping("a config snapshot (regenerate with `archledger snapshot MODEL`)", fields={
@@ -384,6 +385,8 @@ CONTRACT = Mapping("a component contract", fields={
 _REGENERATE = "regenerate the file with `archledger snapshot MODEL`"
 
 VERIFICATION = Mapping("the verification registry (docs/verification.md)", fields={
+    "oracle": Mapping("write `oracle: {transformers: \"5.25.0\"}`", fields={
+        "transformers": req(Str("the transformers release modeling-code evidence is recorded with"))}),
     "canonical": Mapping("write `canonical: {prefixes: [{from: ..., to: ...}], other_modalities: [...]}`", fields={
         "prefixes": ListOf(item=Mapping("write `{from: \"model.language_model.\", to: \"model.\"}`", fields={
             "from": req(Str()), "to": req(Str())})),

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from engine.spec.errors import Where
+from engine.spec.module_patterns import is_pattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,9 @@ class QuantScheme:
     #: ``quantization_config`` keys (config.json) that identify this format in a published
     #: checkpoint, e.g. ``{quant_method: fp8, weight_block_size: [128, 128]}``; empty for plain dtypes.
     hf: Mapping[str, Any] = field(default_factory=dict)
+    #: The entry of ModelOpt's per-module ``quantized_layers`` map (a MIXED_PRECISION checkpoint)
+    #: that names this format for one module, e.g. ``{quant_algo: FP8}``; empty if none.
+    hf_layer: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def operands(self) -> str:
@@ -240,6 +244,12 @@ class ModelSpec:
     #: Config fields the modeling code supplies when config.json omits them (``config_defaults:``),
     #: already merged into ``snapshot.fields`` where absent.
     config_defaults: Mapping[str, "ConfigDefault"] = field(default_factory=dict)
+
+    @property
+    def quant_patterns(self) -> tuple[str, ...]:
+        """The ``quant_context`` keys that are module-path patterns, in file order (the first that
+        covers a leaf picks its scheme; engine.spec.storage.scheme_for)."""
+        return tuple(k for k in self.quant if k != "*" and is_pattern(k))
 
 
 @dataclass(frozen=True, slots=True)

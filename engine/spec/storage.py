@@ -14,7 +14,7 @@ import operator
 
 import sympy
 
-from engine.spec import expr
+from engine.spec import expr, module_patterns
 from engine.spec.corpus import Corpus
 from engine.spec.dtypes import DTYPE_BYTES
 from engine.spec.errors import SpecError
@@ -52,7 +52,19 @@ class TensorRow:
 
 
 def scheme_for(model: ModelSpec, corpus: Corpus, leaf: LeafRow) -> QuantScheme:
-    """The quant scheme of a leaf: ``role.leaf`` override, then ``role``, then the default."""
+    """The quant scheme of a leaf: the first module-path pattern override that covers its module
+    path, then its ``role.leaf`` override, then ``role``, then the default.
+
+    A pattern is matched against the module path as the spec keys it, per-layer and per-expert
+    indices as written (``model.layers.{layer}.self_attn.indexer.weights_proj``): it covers a
+    leaf in every layer of its template or in none (a layer stored unlike its neighbours needs a
+    template of its own; the packing guard reports a pattern that stores no checkpoint tensor)."""
+    patterns = model.quant_patterns
+    if patterns:
+        module = leaf.key.rsplit(".", 1)[0]
+        found = module_patterns.first_match(patterns, module)
+        if found is not None:
+            return corpus.schemes[model.quant[found]]
     for key in (f"{leaf.role}.{leaf.name}", leaf.role, "*"):
         if key in model.quant:
             return corpus.schemes[model.quant[key]]

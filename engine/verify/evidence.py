@@ -14,6 +14,7 @@ the build and the site never need it unless they validate.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -64,6 +65,9 @@ class Registry:
     other_modalities: tuple[str, ...]
     layer_plans: tuple[LayerPlan, ...]
     structural: tuple[StructuralField, ...]
+    #: the transformers release every modeling-code evidence file is recorded with (the oracle
+    #: extra of pyproject.toml pins the same; ``archledger snapshot --all --meta`` moves both)
+    oracle: str | None = None
 
     def top_level_fields(self) -> set[str]:
         """Config keys the snapshot records for the guards even when no spec reads them."""
@@ -101,7 +105,9 @@ def _registry(path: str, rel: str) -> Registry:
         structural.append(StructuralField(raw["field"], raw["op"], raw["dim"], raw.get("doc", ""),
                                           dict(raw.get("unless") or {}), bool(raw.get("compare", True)),
                                           raw.get("cache"), where(data["structural"], "structural", i)))
-    return Registry(prefixes, tuple(canon.get("other_modalities") or ()), tuple(plans), tuple(structural))
+    oracle = (data.get("oracle") or {}).get("transformers")
+    return Registry(prefixes, tuple(canon.get("other_modalities") or ()), tuple(plans), tuple(structural),
+                    str(oracle) if oracle is not None else None)
 
 
 #: What a layer plan's config field holds: the schedule guard applies an entry to a value of its
@@ -114,9 +120,32 @@ PLAN_KINDS = {"per_layer": "a list, or a string of one character, per layer: `en
 FEATURES = ("moe", "window", "indexer", "hash_routed", "recurrent", "attention")
 
 
+def clear_registry() -> None:
+    """Forget the registries read so far (after ``snapshot --all`` rewrote the pin)."""
+    _registry.cache_clear()
+
+
 def registry(corpus_root: Path) -> Registry:
     path = Path(corpus_root) / "verification.yaml"
     return _registry(str(path), "corpus/verification.yaml")
+
+
+#: How an evidence file names the transformers release it was recorded with ("transformers 5.24.0 ...").
+_TRANSFORMERS = re.compile(r"transformers (\S+)")
+
+
+def transformers_release(provenance: Any) -> str | None:
+    """The transformers release a provenance block was recorded with (its ``transformers``,
+    ``tool`` or ``file``), else None (checkpoint-header evidence names none)."""
+    if not isinstance(provenance, dict):
+        return None
+    if provenance.get("transformers"):
+        return str(provenance["transformers"])
+    for key in ("tool", "file"):
+        found = _TRANSFORMERS.match(str(provenance.get(key, "")))
+        if found:
+            return found[1]
+    return None
 
 
 # -- evidence files ------------------------------------------------------------------------------

@@ -16,7 +16,12 @@ How the manifest is made, and why each step is independent of the spec being che
 4. If the config carries a ``quantization_config``, the corpus quant scheme whose ``hf:`` match is
    contained in it says what a quantized matrix becomes (payload plus scale tensors). Which
    tensors are quantized follows transformers' rule: weights of ``nn.Linear`` modules and expert
-   tensors, except the input embedding, the output head and ``modules_to_not_convert``.
+   tensors, except the input embedding, the output head and the modules the quantization_config
+   lists as unquantized: compressed-tensors' and ModelOpt's ``ignore``, ModelOpt's
+   ``exclude_modules`` and Hugging Face's ``modules_to_not_convert`` (globs or ``re:`` regexes,
+   :mod:`engine.spec.module_patterns`, the rule the spec's quant_context uses). A ModelOpt
+   MIXED_PRECISION checkpoint names each quantized module's algorithm (``quantized_layers``): the
+   scheme whose ``hf_layer:`` matches it stores that module, and an unlisted module stays unquantized.
    A 3-D expert tensor that survives the revert is laid out ``[experts, in, out]`` (the ``x @ W``
    convention of gpt-oss's checkpoint); a scheme's ``rows`` are its out features.
 
@@ -25,11 +30,12 @@ not part of transformers' causal-LM classes.
 """
 from __future__ import annotations
 
-import fnmatch
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.spec import module_patterns
 from engine.spec.ir import QuantScheme
 from engine.verify.manifest import Manifest, ManifestTensor
 
@@ -48,50 +54,162 @@ def _offline() -> None:
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 
+def _mappings():
+    try:
+        import transformers
+        from transformers.models.auto import configuration_auto, modeling_auto
+    except ImportError:
+        raise ModelingCodeError("transformers is not installed — pip install -e '.[oracle]'") from None
+    transformers.logging.set_verbosity_error()   # its config warnings are not ours: one line on failure
+    return transformers, configuration_auto.CONFIG_MAPPING_NAMES, modeling_auto
+
+
 def hf_config(data: dict[str, Any]):
     """A transformers config object from config.json data (quantization and remote code stripped).
 
     A checkpoint that ships its own code under a new ``model_type`` (Kimi-K2's ``kimi_k2``) but
     declares a built-in architecture (``DeepseekV3ForCausalLM``) gets that architecture's config.
+    A model_type transformers lacks, or a config its config class refuses, is a one-line
+    :class:`ModelingCodeError`.
     """
     _offline()
-    try:
-        from transformers import AutoConfig
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    except ImportError:
-        raise ModelingCodeError("transformers is not installed — pip install -e '.[oracle]'") from None
+    transformers, config_names, auto = _mappings()
+    from transformers import AutoConfig
     data = {k: v for k, v in data.items() if k not in _STRIP_KEYS}
-    model_type = data.pop("model_type")
-    if model_type not in CONFIG_MAPPING_NAMES:
-        by_class = {cls: mt for mt, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
-        known = [by_class[a] for a in data.get("architectures", []) if a in by_class]
+    model_type = data.pop("model_type", None)
+    if not isinstance(model_type, str):
+        raise ModelingCodeError("config.json has no model_type — pass the checkpoint's published config.json")
+    if model_type not in config_names:
+        by_class = {cls: mt for mt, cls in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
+        known = [by_class[a] for a in data.get("architectures") or [] if a in by_class]
         if not known:
-            raise ModelingCodeError(f"transformers knows neither model_type {model_type!r} nor its "
-                                    "architectures — snapshot from the Hub or a local checkpoint instead")
+            raise ModelingCodeError(f"transformers {transformers.__version__} knows neither model_type "
+                                    f"{model_type!r} nor its architectures {_short(data.get('architectures'))} — "
+                                    "the spec stays unverified: snapshot from the Hub or a local checkpoint instead")
         model_type = known[0]
-    return AutoConfig.for_model(model_type, **data)
+    try:
+        return AutoConfig.for_model(model_type, **data)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ModelingCodeError(f"transformers {transformers.__version__} cannot read this {model_type} config: "
+                                f"{_short(exc)}") from None
 
 
-def build_meta_model(config: dict[str, Any]):
-    """The causal-LM module tree on the meta device, in the config's dtype."""
+def _short(value: Any, limit: int = 120) -> str:
+    """One short line of ``value`` (a config section or an exception can be kilobytes)."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class TextStack:
+    """Which transformers class the evidence of a config is built from, and what of it counts.
+
+    ``model`` is what transformers builds on ``meta``: the causal-LM class of the config's
+    model_type, or, for a multimodal checkpoint whose causal-LM class is the whole
+    vision-language model (or that has none: Qwen3-VL), that model's own image-text class.
+    ``keep`` names the module prefixes that are the text stack inside it (the language model and
+    the output head; empty: everything); ``class_name`` and ``model_type`` are the text stack's
+    own (``Qwen3VLTextModel``, ``qwen3_vl_text``), never another model's.
+    """
+
+    model: Any
+    class_name: str
+    model_type: str
+    keep: tuple[str, ...] = ()
+
+    def kept(self, name: str) -> bool:
+        """Whether tensor ``name`` belongs to the text stack."""
+        return not self.keep or any(name.startswith(prefix) for prefix in self.keep)
+
+
+def _dtype_name(config: dict[str, Any]) -> str:
+    """The checkpoint's parameter dtype: config.json's ``torch_dtype`` / ``dtype``, top level first,
+    then the text stack's (Qwen3-VL declares it only under ``text_config``); BF16 if none."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    for section in (config, text):
+        value = section.get("torch_dtype") or section.get("dtype")
+        if value:
+            return str(value)
+    return "bfloat16"
+
+
+def _text_plan(cfg) -> tuple[str, str, Any]:
+    """(kind, class name, text config): ``causal`` builds the config's causal-LM class,
+    ``composite`` the image-text class of a multimodal config, keeping its language model."""
+    transformers, _, auto = _mappings()
+    causal = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(cfg.model_type)
+    text = cfg.get_text_config()
+    if causal and not causal.endswith("ForConditionalGeneration"):
+        return "causal", causal, cfg
+    composite = auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.get(cfg.model_type)
+    if text is not cfg and composite:
+        return "composite", composite, text
+    raise ModelingCodeError(f"transformers {transformers.__version__} has no causal-LM class for model_type "
+                            f"{cfg.model_type!r} — the spec stays unverified: snapshot from the Hub or a local "
+                            "checkpoint instead")
+
+
+def build_meta_model(config: dict[str, Any]) -> TextStack:
+    """The text stack's module tree on the meta device, in the config's dtype (see :class:`TextStack`)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
     cfg = hf_config(config)
-    dtype = getattr(torch, str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"))
+    kind, _, text = _text_plan(cfg)
+    dtype = getattr(torch, _dtype_name(config))
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+        if kind == "causal":
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+            return TextStack(model, type(model).__name__, cfg.model_type)
+        model = AutoModelForImageTextToText.from_config(cfg, dtype=dtype)
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    keep = tuple(n + "." for n, m in model.named_modules() if m is decoder or (head is not None and m is head))
+    return TextStack(model, type(decoder).__name__, text.model_type, keep)
+
+
+def quantization_config(config: dict[str, Any]) -> dict[str, Any]:
+    """config.json's ``quantization_config``, or its text stack's (Kimi-K2.5 declares it in both)."""
+    qc = config.get("quantization_config")
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    qc = qc or text.get("quantization_config")
+    return qc if isinstance(qc, dict) else {}
+
+
+def _contains(found: Any, wanted: Any) -> bool:
+    """Whether ``found`` (a config value) has every key of ``wanted`` with an equal value, nested
+    mappings compared the same way (a scheme's ``hf:`` names only the keys that identify it)."""
+    if isinstance(wanted, dict):
+        return isinstance(found, dict) and all(k in found and _contains(found[k], v) for k, v in wanted.items())
+    return found == wanted
 
 
 def _scheme_for(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> QuantScheme | None:
-    qc = config.get("quantization_config")
-    if not qc:
+    """The corpus scheme whose ``hf:`` keys the config's quantization_config contains; None if the
+    config has none, or if it names a scheme per module (ModelOpt's ``quantized_layers``)."""
+    qc = quantization_config(config)
+    if not qc or isinstance(qc.get("quantized_layers"), dict):
         return None
     for scheme in schemes.values():
-        if scheme.hf and all(qc.get(k) == v for k, v in scheme.hf.items()):
+        if scheme.hf and _contains(qc, dict(scheme.hf)):
             return scheme
-    raise ModelingCodeError(f"no corpus quant scheme matches quantization_config {qc} — add `hf:` "
+    keys = {k: v for k, v in qc.items() if not isinstance(v, (list, dict))}   # ignore lists can be 60 KB
+    raise ModelingCodeError(f"no corpus quant scheme matches quantization_config {_short(keys)} — add `hf:` "
                             "keys to the scheme in corpus/quant/ that stores this format")
+
+
+def _layer_schemes(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> dict[str, QuantScheme]:
+    """Module path -> scheme for a MIXED_PRECISION checkpoint (ModelOpt's ``quantized_layers``:
+    each quantized module names its own algorithm; a module it does not list stays unquantized)."""
+    layers = quantization_config(config).get("quantized_layers")
+    if not isinstance(layers, dict):
+        return {}
+    out = {}
+    for module, entry in layers.items():
+        match = next((s for s in schemes.values() if s.hf_layer and _contains(entry, dict(s.hf_layer))), None)
+        if match is None:
+            raise ModelingCodeError(f"no corpus quant scheme has `hf_layer:` matching quantized_layers entry "
+                                    f"{_short(entry)} (module {module}) — add one to corpus/quant/")
+        out[module] = match
+    return out
 
 
 def _stored(name: str, shape: tuple[int, ...], scheme: QuantScheme) -> list[ManifestTensor]:
@@ -116,15 +234,20 @@ def _expert_scheme(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> Q
     raise ModelingCodeError(f"no corpus quant scheme has `hf: {{expert_dtype: {value}}}` — add one to corpus/quant/")
 
 
-def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], source: str) -> Manifest:
-    """The checkpoint manifest the modeling code implies for ``config`` (see module docstring)."""
+def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], source: str,
+                  prefixes: tuple[tuple[str, str], ...] = ()) -> Manifest:
+    """The checkpoint manifest the modeling code implies for ``config`` (see module docstring).
+    ``prefixes`` (the verification registry's canonical prefixes) let a quantization_config that
+    names modules by the checkpoint's paths (``model.language_model.layers.0...``) meet the
+    modules transformers builds (``model.layers.0...``)."""
     try:
         import torch
         import transformers
         from transformers.core_model_loading import revert_weight_conversion
     except ImportError:
         raise ModelingCodeError("torch and transformers are needed — pip install -e '.[oracle]'") from None
-    model = build_meta_model(config)
+    stack = build_meta_model(config)
+    model = stack.model
     linear = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     experts = {name for name, m in model.named_modules() if type(m).__name__.endswith("Experts")}
     skip = set()
@@ -133,14 +256,22 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
         if module is not None:
             skip.update(n for n, m in model.named_modules() if m is module)
     buffers = {name for name, _ in model.named_buffers()}
-    hf_state = model.state_dict()
+    # the text stack's tensors only (another modality's tower is not this evidence), chosen by
+    # their in-memory names before the revert renames and splits them
+    hf_state = {n: t for n, t in model.state_dict().items() if stack.kept(n)}
     hf_name = {id(t): n for n, t in hf_state.items()}   # a renamed tensor keeps its identity
     state = revert_weight_conversion(model, hf_state)
-    param_dtype = _TORCH_DTYPES[str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")]
-    tied = getattr(model.config, "tie_word_embeddings", False)
+    param_dtype = _TORCH_DTYPES[_dtype_name(config)]
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    tied = embed is not None and head is not None and head.weight is embed.weight
     scheme = _scheme_for(config, schemes)
     expert_scheme = _expert_scheme(config, schemes) or scheme
-    not_convert = list((config.get("quantization_config") or {}).get("modules_to_not_convert") or [])
+    def canon(path: str) -> str:
+        return module_patterns.canonical(path, prefixes)
+
+    per_module = {canon(m): sc for m, sc in _layer_schemes(config, schemes).items()}
+    # ignore (compressed-tensors, ModelOpt), exclude_modules (ModelOpt), modules_to_not_convert (HF)
+    exclusions = [p if p.startswith("re:") else canon(p) for p in module_patterns.exclusions(quantization_config(config))]
     # modules transformers' own quantizer leaves unquantized because the checkpoint ships them so
     unquantized = sorted(getattr(model, "_keep_in_fp32_modules", None) or ())
     tensors: list[ManifestTensor] = []
@@ -159,23 +290,30 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
         in_experts = any(original.startswith(e + ".") for e in experts) or (id(tensor) not in hf_name and bool(experts))
         quantizable = ((module in linear and original.endswith(".weight"))
                        or (in_experts and (original.endswith(".weight") or len(shape) >= 3)))
-        excluded = module in skip or any(
-            fnmatch.fnmatch(module, pat) or fnmatch.fnmatch(module, pat + ".*") for pat in not_convert) or any(
+        paths = {canon(module), canon(name.rsplit(".", 1)[0])}   # in memory and as the checkpoint names it
+        excluded = module in skip or any(module_patterns.first_match(exclusions, p) for p in paths) or any(
             module == u or module.endswith("." + u) for u in unquantized)
         chosen = expert_scheme if in_experts else scheme
+        if per_module:
+            chosen = next((per_module[p] for p in paths if p in per_module), None)
         if chosen is not None and quantizable and not excluded and len(shape) >= 2:
             tensors.extend(_stored(name, shape, chosen))
         else:
             tensors.append(ManifestTensor(name, dtype, shape))
     tensors.sort(key=lambda t: t.name)
     quantization = "none"
+    if per_module:
+        names = sorted({sc.name for sc in per_module.values()})
+        quantization = f"{', '.join(names)} (corpus/quant) per module for quantization_config quantized_layers"
     if scheme:
         quantization = (f"{scheme.name} (corpus/quant) for quantization_config "
-                        f"{config['quantization_config'].get('quant_method')}")
+                        f"{quantization_config(config).get('quant_method') or quantization_config(config).get('quant_algo')}")
         if expert_scheme is not scheme:
             quantization += f"; experts {expert_scheme.name} for expert_dtype {config['expert_dtype']}"
     provenance = {"kind": "modeling-code", "tool": f"transformers {transformers.__version__}",
-                  "class": type(model).__name__, "quantization": quantization}
+                  "source_sha256": source_evidence(config)[1]["sha256"], "class": stack.class_name, "model_type": stack.model_type, "quantization": quantization}
+    if stack.keep:
+        provenance["text_stack_of"] = f"{type(model).__name__} ({', '.join(p.rstrip('.') for p in stack.keep)})"
     return Manifest(source, provenance, sum(t.nbytes for t in tensors), tuple(tensors), ("main",))
 
 
@@ -184,17 +322,27 @@ def _input_name(model) -> str:
     return next(n for n, m in model.named_modules() if m is module)
 
 
-def modeling_source(config: dict[str, Any]) -> tuple[str, str]:
-    """(label, text) of the transformers modeling file that implements ``config``'s class."""
-    import inspect
-    model_cls = _causal_lm_class(config)
-    path = Path(inspect.getsourcefile(model_cls))
+def source_evidence(config: dict[str, Any]) -> tuple[str, dict[str, str], str]:
+    """(label, provenance, text) of the modeling source the evidence of ``config`` is checked
+    against: the provenance names the transformers release and the sha256 of the whole file, so a
+    re-record under another release shows whether the code changed (the source guard reads it)."""
+    import hashlib
     import transformers
+    label, text = modeling_source(config)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return label, {"kind": "modeling-code", "file": label, "transformers": transformers.__version__,
+                   "sha256": digest}, text
+
+
+def modeling_source(config: dict[str, Any]) -> tuple[str, str]:
+    """(label, text) of the transformers modeling file that implements the text stack's class
+    (:func:`build_meta_model`'s choice, looked up without building the model)."""
+    import inspect
+    transformers, _, auto = _mappings()
+    cfg = hf_config(config)
+    kind, name, text = _text_plan(cfg)
+    if kind == "composite":   # the language model's class: Qwen3VLTextModel, Gemma4TextModel
+        name = auto.MODEL_MAPPING_NAMES.get(text.model_type, name)
+    path = Path(inspect.getsourcefile(getattr(transformers, name)))
     rel = path.relative_to(Path(transformers.__file__).parent.parent)
     return f"transformers {transformers.__version__} {rel.as_posix()}", path.read_text(encoding="utf-8")
-
-
-def _causal_lm_class(config: dict[str, Any]):
-    from transformers import AutoModelForCausalLM
-    cfg = hf_config(config)
-    return AutoModelForCausalLM._model_mapping[type(cfg)]

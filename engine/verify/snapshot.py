@@ -16,7 +16,6 @@ Files are written to a temp name and moved into place, so a failure leaves the o
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -94,21 +93,6 @@ def snapshot_files(corpus: Corpus, model: ModelSpec, config: dict[str, Any], con
     return files
 
 
-#: How an evidence file names the transformers release it was recorded with ("transformers 5.24.0 ...").
-_TRANSFORMERS = re.compile(r"transformers (\S+)")
-
-
-def _transformers_version(provenance: Any) -> str | None:
-    """The transformers release a provenance block names (its ``tool`` or ``file``), else None."""
-    if not isinstance(provenance, dict):
-        return None
-    for key in ("tool", "file"):
-        found = _TRANSFORMERS.match(str(provenance.get(key, "")))
-        if found:
-            return found[1]
-    return None
-
-
 def transformers_changes(corpus: Corpus, model: ModelSpec, manifest: Manifest | None,
                          source: tuple[str, dict, dict[str, str]] | None) -> list[str]:
     """``FILE: recorded with transformers A, this run has B`` for each evidence file of ``model``
@@ -121,12 +105,12 @@ def transformers_changes(corpus: Corpus, model: ModelSpec, manifest: Manifest | 
            (evidence_mod.source_path(corpus.root, name), source[1] if source else None)]
     changes = []
     for path, provenance in new:
-        now = _transformers_version(provenance)
+        now = evidence_mod.transformers_release(provenance)
         if now is None or not path.exists():
             continue
         rel = f"corpus/snapshots/{path.name}"
         data = load_yaml(path, rel, hint="regenerate the file with `archledger snapshot MODEL --force`")
-        was = _transformers_version(data.get("provenance") if isinstance(data, dict) else None)
+        was = evidence_mod.transformers_release(data.get("provenance") if isinstance(data, dict) else None)
         if was is not None and was != now:
             changes.append(f"{rel}: recorded with transformers {was}, this run has {now}")
     return changes

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from engine.spec.module_patterns import first_match, is_pattern
 from engine.verify.guards import Context, Finding
 
 NAME = "packing"
@@ -45,7 +46,7 @@ def check(ctx: Context) -> list[Finding]:
         ours, theirs = pairs[0]
         out.append(Finding(NAME, "error", uid, f"{len(pairs)} tensor(s) stored as {theirs.dtype} in the "
                            f"checkpoint, {ours.dtype} by scheme {scheme}, e.g. {ours.name}",
-                           f"set quant_context for role {ours.role!r} (or {ours.role}.{ours.leaf}) to the "
+                           f"set quant_context for role {ours.role!r} (or {ours.role}.{ours.leaf}, or a module-path pattern) to the "
                            "scheme that stores this dtype"))
     for (uid, scheme), pairs in count_bad.items():
         ours, theirs = pairs[0]
@@ -55,7 +56,11 @@ def check(ctx: Context) -> list[Finding]:
     for key, scheme in ctx.model.quant.items():
         if key == "*":
             continue
-        hits = [f for f in ctx.families if f.names and key in (f.role, f"{f.role}.{f.leaf}")]
+        if is_pattern(key):   # the leaves whose scheme this pattern picked
+            hits = [f for f in ctx.families if f.names and f.scheme == scheme
+                    and first_match(ctx.model.quant_patterns, _module(ctx, f)) == key]
+        else:
+            hits = [f for f in ctx.families if f.names and key in (f.role, f"{f.role}.{f.leaf}")]
         if hits and not any(m.covers(f.stack) for f in hits):
             out.append(Finding(NAME, "info", str(ctx.model.where.at(f"quant_context.overrides.{key}")),
                                f"override {key}: {scheme} applies to the {hits[0].stack} stack only, "
@@ -64,6 +69,14 @@ def check(ctx: Context) -> list[Finding]:
             where = ctx.model.where.at(f"quant_context.overrides.{key}")
             out.append(Finding(NAME, "error", str(where),
                                f"override {key}: {scheme} stores no checkpoint tensor"
-                               + ("" if hits else " (no leaf has this role)"),
-                               "use a role (or role.leaf) from the spec, or delete the override"))
+                               + ("" if hits else (" (it covers no module path of the spec)" if is_pattern(key)
+                                                   else " (no leaf has this role)")),
+                               "use a module-path pattern, a role (or role.leaf) from the spec, or delete the override"))
     return out
+
+
+def _module(ctx: Context, family) -> str:
+    """The module path a family's leaf is keyed under (``model.layers.{layer}.mlp.gate_proj``)."""
+    row = ctx.numeric.rows[family.uid]
+    key = next(leaf.key for leaf in row.leaves if leaf.name == family.leaf)
+    return key.rsplit(".", 1)[0]
