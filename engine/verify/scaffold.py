@@ -405,8 +405,9 @@ def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Resul
     manifest = source = None
     try:
         manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}")
-        label, text = modeling_code.modeling_source(config)
-        source = (label, {"kind": "modeling-code", "file": label}, forward_excerpts(text))
+        # the release and the file's sha256 with it, as `snapshot --meta` records them (the source guard reads them)
+        label, provenance, text = modeling_code.source_evidence(config)
+        source = (label, provenance, forward_excerpts(text))
         say(f"evidence: {manifest.provenance.get('class')} on the meta device ({manifest.provenance.get('tool')})")
     except (modeling_code.ModelingCodeError, ImportError, KeyError) as exc:
         result.todo.append(f"evidence: {' '.join(str(exc).split())[:200]} — record it with `archledger snapshot "
@@ -453,14 +454,15 @@ def _check(work: Path, model_id: str, config: dict, result: Result, say) -> None
 
 
 def meta_param_count(config: dict[str, Any]) -> int | None:
-    """transformers' parameter count of the causal LM built from ``config`` on the meta device
-    (tied tensors once), or None when transformers cannot build it."""
+    """transformers' parameter count of the text stack built from ``config`` on the meta device
+    (:func:`engine.verify.modeling_code.build_meta_model`: its own class; tied tensors once), or
+    None when transformers cannot build it."""
     from engine.verify import modeling_code
     try:
-        model = modeling_code.build_meta_model(config)
+        stack = modeling_code.build_meta_model(config)
     except (modeling_code.ModelingCodeError, ImportError, KeyError, ValueError, TypeError):
         return None
-    return int(sum(p.numel() for p in model.parameters()))
+    return int(sum(p.numel() for name, p in stack.model.named_parameters() if stack.kept(name)))
 
 
 def _move(files: dict[Path, str | bytes]) -> None:
