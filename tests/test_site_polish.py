@@ -224,7 +224,7 @@ def test_compare_side_by_side_equals_the_deployment_rows(tab, base, tables):
         .map(tr => [tr.getAttribute('data-k'), [...tr.querySelectorAll('td')].map(td => td.textContent)]))""")
     fmt = {"fits": lambda v: "yes" if v else "no", "weight_bytes_per_gpu": units.decimal_bytes,
            "kv_bytes_per_gpu": units.decimal_bytes, "activation_bytes_per_gpu": units.decimal_bytes,
-           "free_bytes_per_gpu": units.decimal_bytes, "usable_bytes_per_gpu": units.binary_bytes,
+           "free_bytes_per_gpu": units.decimal_bytes, "usable_bytes_per_gpu": units.decimal_bytes,
            "ttft_s": units.seconds, "tpot_s": units.seconds, "max_concurrent_requests": str,
            "tokens_per_s_per_gpu": units.si}
     assert set(shown) == set(fmt)

@@ -50,6 +50,8 @@ PAYLOAD = (MARK + '"><svg onload="window.__pwned=2"></svg>' + "'><script>window.
 #: guard: the planted quotes are added to the models' excerpts too (a pull request can change both).
 FREE_TEXT = {"name", "family", "notes", "note", "doc", "description", "label", "src", "sources", "vendor", "link",
              "lineage", "version", "arch"}
+#: A measured kernel table's provenance text (gpus/measured/: benchmarks/import_kernels.py).
+MEASURED_TEXT = {"licence_src", "device", "selection"}
 #: The models' snapshot evidence: where it says it was read from.
 SNAPSHOT_TEXT = {"source", "file", "tool"}
 #: The docs pages: raw HTML and every link form Markdown has for a script URL.
@@ -144,6 +146,9 @@ def plant_corpus(root: Path) -> dict[str, str]:
             if isinstance(data.get("provenance"), dict):
                 data["provenance"] = {k: (v + " " + PAYLOAD if k in SNAPSHOT_TEXT else v)
                                       for k, v in data["provenance"].items()}
+        elif rel.startswith("gpus/measured/"):      # measured kernel tables: names with a grammar (axes,
+            # kernel, variant), numbers, and where they were read (free text)
+            data["source"] = {k: (v + " " + PAYLOAD if k in MEASURED_TEXT else v) for k, v in data["source"].items()}
         elif rel == "corpus/roles.yaml":             # role -> what it is
             data = {k: v + " " + PAYLOAD for k, v in data.items()}
         elif rel == "corpus/lineage.yaml":           # a lab of the two models' (planted) families

@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import sympy
 
 from engine.project import PACKAGE_ROOT
 from engine.spec import file_schemas, symbols
@@ -312,7 +311,7 @@ def _at(expr, args: dict) -> float:
     if f is None:
         if len(_FUNCS) > 50_000:        # the step expressions of a model or two: keep it bounded
             _FUNCS.clear()
-        f = _FUNCS[expr] = sympy.lambdify(ARGS, expr, "math")
+        f = _FUNCS[expr] = symbols.checked_lambdify(ARGS, expr, modules="math")
     return float(f(*(args[a] for a in ARGS)))
 
 
