@@ -58,7 +58,11 @@ def read(results: Path, columns: list[str]) -> Built | None:
         return None
     import polars as pl          # only where a build is there to read
     wanted = list(dict.fromkeys(["model_id", "spec_hash", *columns]))
-    for row in pl.read_parquet(path, columns=wanted).to_dicts():
+    try:
+        table = pl.read_parquet(path, columns=wanted).to_dicts()
+    except Exception:        # noqa: BLE001 — a table of an older schema (a column missing): no build to read
+        return None
+    for row in table:
         entry = entries.get(row["model_id"])
         if isinstance(entry, dict) and entry.get("hash") == row["spec_hash"]:
             built.rows[row["model_id"]] = row
