@@ -47,3 +47,68 @@ def test_the_check_sees_an_import_when_there_is_one():
     evaluates a model (so the help's empty answer above is not an artefact of the parsing)."""
     _, names = _imported("show", "Qwen3-8B", "--json")
     assert "sympy" in names and "engine.spec.corpus" in names
+
+
+# -- `list` on a built checkout: the build's models.parquet, no spec language ---------------------
+
+#: Two models of the corpus, their parameter counts as Hugging Face publishes them (the model cards:
+#: Qwen3-8B 8.19B, Llama-3.1-8B 8.03B), as `list` prints them (3 significant digits).
+LISTED = {"Qwen/Qwen3-8B": "8.19 G", "meta-llama/Meta-Llama-3.1-8B": "8.03 G"}
+TINY = REPO / "tests" / "data" / "grid_tiny.yaml"
+
+
+@pytest.fixture(scope="module")
+def two_model_checkout(tmp_path_factory):
+    """A corpus copy holding only LISTED's specs (the what-if variants dropped: their bases are gone),
+    built over the tiny grid without the site, as `archledger build` leaves it."""
+    import shutil
+    from engine.build.results import build
+    from engine.spec.corpus import load_corpus
+    root = tmp_path_factory.mktemp("listed")
+    shutil.copytree(REPO / "corpus", root / "corpus")
+    keep = {"Qwen--Qwen3-8B.yaml", "meta-llama--Meta-Llama-3.1-8B.yaml"}
+    for spec in (root / "corpus" / "models").glob("*.yaml"):
+        if spec.name not in keep:
+            spec.unlink()
+    for variant in (root / "corpus" / "variants").glob("*.yaml"):
+        variant.unlink()
+    report = build(load_corpus(root / "corpus"), root / "out", grid_path=TINY, jobs=1)
+    assert sorted(report.recomputed) == sorted(LISTED)
+    return root
+
+
+def _listing(text: str) -> dict[str, str]:
+    lines = text.splitlines()
+    assert lines[0].split() == ["MODEL", "PARAMS", "TYPE", "FAMILY"]
+    return {line.split()[0]: " ".join(line.split()[1:3]) for line in lines[1:]}
+
+
+def test_list_on_a_fresh_build_imports_no_sympy(two_model_checkout):
+    root = two_model_checkout
+    text, names = _imported("list", "--corpus", str(root / "corpus"), "--out", str(root / "out"))
+    assert _listing(text) == LISTED
+    assert not {n.split(".")[0] for n in names} & {"sympy", "mpmath"}
+    assert not {n for n in names if n.startswith(("engine.spec.corpus", "engine.spec.expr", "engine.spec.evaluate"))}
+
+
+def test_list_from_the_build_equals_the_evaluation_consistency(two_model_checkout, tmp_path):
+    """Consistency: the rows read from models.parquet print byte for byte what evaluating every spec
+    prints (an --out with no build: nothing to read, every model evaluated)."""
+    root = two_model_checkout
+    from_build, _ = _imported("list", "--corpus", str(root / "corpus"), "--out", str(root / "out"))
+    evaluated, names = _imported("list", "--corpus", str(root / "corpus"), "--out", str(tmp_path / "nothing"))
+    assert "sympy" in names          # (it did evaluate)
+    assert from_build == evaluated
+
+
+def test_list_evaluates_a_model_whose_inputs_changed(two_model_checkout, tmp_path):
+    """An edited spec is not the build's input any more: `list` loads the corpus and evaluates (it
+    imports the spec language), and still prints the same numbers for an edit that changes none."""
+    import shutil
+    root = tmp_path / "copy"
+    shutil.copytree(two_model_checkout, root)
+    spec = root / "corpus" / "models" / "Qwen--Qwen3-8B.yaml"
+    spec.write_text(spec.read_text() + "\n# edited\n")
+    text, names = _imported("list", "--corpus", str(root / "corpus"), "--out", str(root / "out"))
+    assert "sympy" in names and "engine.spec.corpus" in names
+    assert _listing(text) == LISTED

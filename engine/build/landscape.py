@@ -27,6 +27,7 @@ from typing import Any
 
 import sympy
 
+from engine.build.hashing import LINEAGE_FILE   # (re-exported: the hashes read the file too)
 from engine.spec import kv, symbols
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError, Where
@@ -52,7 +53,6 @@ KV_CONTEXTS = {"4k": 4096, "128k": 131072, "1m": 1048576}
 #: Bytes per element of the ridge-batch model: BF16 weights and activations (see docs/results.md).
 RIDGE_BYTES = 2
 
-LINEAGE_FILE = "lineage.yaml"
 
 
 def traits(ev: Evaluation) -> list[str]:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
-import hashlib
 import io
 import json
 import multiprocessing
@@ -56,7 +55,10 @@ from pathlib import Path
 
 import polars as pl
 
-from engine.build import collector, dependencies, landscape, lifeline, publish, workers
+from engine.build import collector, landscape, lifeline, publish, workers
+from engine.build.hashing import (  # re-exported: the build's hashes live in one light module
+    ENGINE, SCHEMA_VERSION, _digest, _engine_identity, corpus_digest, engine_sources, evidence_files, model_hash,
+    shared_hash)
 from engine.build.export import KV_LENGTHS, compact_json
 from engine.project import PACKAGE_ROOT
 from engine.spec import kv
@@ -65,9 +67,6 @@ from engine.spec.corpus import Corpus, load_corpus
 from engine.spec.errors import SpecError
 from engine.verify.validate import validate
 
-#: The engine's own sources (every subpackage) are an input of every model's results.
-ENGINE = PACKAGE_ROOT / "engine"
-SCHEMA_VERSION = 1
 
 #: models.parquet columns: name -> (polars dtype, doc). The schema test reads these tables.
 MODELS_SCHEMA = {
@@ -242,28 +241,7 @@ class Report:
 
 # -- hashing --------------------------------------------------------------------------------------
 
-def _digest(paths, extra: bytes = b"") -> str:
-    """SHA-256 over file names and contents in the given order (where the files live is not part
-    of the identity: a copied folder hashes the same)."""
-    digest = hashlib.sha256(extra)
-    for path in paths:
-        digest.update(str(path.name).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def engine_sources() -> list[Path]:
-    """Every ``.py`` file below ``engine/`` (all subpackages), sorted, caches excluded."""
-    return sorted(p for p in ENGINE.rglob("*.py") if "__pycache__" not in p.parts)
-
-
 _ENGINE_DIGEST: list[str] = []
-
-
-def _engine_identity() -> bytes:
-    """What, besides its sources, makes the engine compute what it computes: the results' schema
-    version and the installed versions of the numeric libraries (:mod:`engine.build.dependencies`)."""
-    return str(SCHEMA_VERSION).encode() + b"\0" + dependencies.fingerprint(dependencies.RESULTS)
 
 
 def engine_digest() -> str:
@@ -272,38 +250,6 @@ def engine_digest() -> str:
     if not _ENGINE_DIGEST:
         _ENGINE_DIGEST.append(_digest(engine_sources(), _engine_identity()))
     return _ENGINE_DIGEST[0]
-
-
-def shared_hash(corpus: Corpus, grid_path: Path, gpu_root: Path) -> str:
-    """Everything every model's results depend on: tables, components, GPUs, fusion, grid, engine
-    (its sources and the versions of the libraries it computes with)."""
-    root = corpus.root
-    files = [root / "dims.yaml", root / "roles.yaml", root / "verification.yaml", grid_path,
-             *[p for p in (root / landscape.LINEAGE_FILE,) if p.exists()],
-             *sorted(gpu_root.glob("*.yaml")), *sorted((root / "fusion").glob("*.yaml")),
-             *sorted((root / "components" / "library").glob("*.yaml")),
-             *[p for p in (root / "slots.yaml",) if p.exists()],     # the playground's picks fit its contracts
-             *engine_sources()]
-    return _digest(files, _engine_identity())
-
-
-def model_hash(corpus: Corpus, model_id: str, shared: str) -> str:
-    """A model's partition hash: its own files on top of the shared ones."""
-    model = corpus.models[model_id]
-    base = corpus.root.parent
-    files = {base / model.where.file, base / model.snapshot.where.file}
-    files.update(p for p in evidence_files(corpus, model) if p.exists())
-    files.update(base / corpus.drafts[d].where.file for d in model.drafts if d in corpus.drafts)
-    files.update(base / corpus.schemes[s].where.file for s in set(model.quant.values()))
-    return _digest(sorted(files, key=lambda p: (p.parent.name, p.name)), shared.encode())
-
-
-def evidence_files(corpus: Corpus, model) -> list[Path]:
-    """The model's tensor manifest and source snapshot (part of its hash: new evidence re-validates)."""
-    from engine.verify.evidence import snapshot_name, source_path
-    from engine.verify.manifest import manifest_path
-    name = snapshot_name(model)
-    return [manifest_path(corpus.root, name), source_path(corpus.root, name)]
 
 
 def slug(model_id: str) -> str:
@@ -514,16 +460,6 @@ ZSTD_LEVEL = 9      # 15 and above cost 2-6x the time for 1-3% less
 
 
 _CORPORA: dict[tuple[str, str], Corpus] = {}
-
-
-def corpus_digest(root: Path | str) -> str:
-    """SHA-256 over every file below a corpus folder (relative names and contents; 1.5 MB, a few ms)."""
-    root = Path(root)
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def cached_corpus(root: str | None) -> Corpus:
@@ -919,6 +855,9 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
             landscape.tables(facts, rows, load_gpus(gpu_root)), separators=(",", ":")))
         manifest = {"schema_version": SCHEMA_VERSION, "shared_hash": shared, "grid": grid,
                     "contracts_hash": contracts_digest,
+                    # the corpus as this build read it: a command finds an unchanged corpus (so
+                    # unchanged model hashes) without loading it (engine.build.built)
+                    "corpus": {"digest": corpus_digest(corpus.root), "models": sorted(corpus.models)},
                     "models": {m: entries[m] for m in targets}, "skipped": report.skipped,
                     "files": {name: publish.file_digest(staging / name)
                               for name in ("models.parquet", "contracts.json", "landscape.json",

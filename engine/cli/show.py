@@ -24,7 +24,9 @@ def add_parsers(sub, parents=()) -> dict[str, argparse.ArgumentParser]:
     show.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"], help="KV cache dtype")
     show.set_defaults(func=cmd_show)
 
-    lst = sub.add_parser("list", parents=parents, help="the models in the corpus")
+    from engine.cli import common_options
+    lst = sub.add_parser("list", parents=[*parents, common_options(corpus=False)],
+                         help="the models in the corpus (from the build's results when its inputs are unchanged)")
     lst.set_defaults(func=cmd_list)
     return {"show": show, "list": lst}
 
@@ -78,25 +80,54 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The models.parquet columns ``list`` shows or orders by (the build wrote them from the same evaluation).
+LIST_COLUMNS = ["family", "model_type", "params_total", "lineage", "generation", "release_position"]
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """The corpus as the gallery orders it: lineage, family in release order, the model's place in
-    its family's release list (corpus/lineage.yaml), then size; a header names the columns."""
+    its family's release list (corpus/lineage.yaml), then size; a header names the columns.
+
+    On a built checkout whose inputs are unchanged the rows come from build/results/models.parquet
+    without loading the corpus (no sympy: :mod:`engine.build.built`); a model whose input hash
+    differs from the build's is evaluated, as every model is without a build (same numbers)."""
+    rows = _listed(args)
+    # each column as wide as its longest entry (a model_type of 12+ characters ran into FAMILY)
+    width = max([len("MODEL")] + [len(r["model_id"]) for r in rows])
+    kind = max([len("TYPE")] + [len(r["model_type"]) for r in rows])
+    print(f"{'MODEL':{width}s} {'PARAMS':>8s}  {'TYPE':{kind}s}  FAMILY")
+    for r in sorted(rows, key=lambda r: (r["lineage"].lower(), r["generation"], r["release_position"],
+                                         r["params_total"], r["model_id"])):
+        print(f"{r['model_id']:{width}s} {units.si(r['params_total']):>8s}  {r['model_type']:{kind}s}  {r['family']}")
+    return 0
+
+
+def _listed(args: argparse.Namespace) -> list[dict]:
+    """One row (model_id and :data:`LIST_COLUMNS`) per model of the corpus: the build's where its
+    input hash is the build's, else evaluated."""
+    from pathlib import Path
+    from engine.build import built
+    corpus_root, gpu_root = Path(args.corpus), Path(args.gpus_root)
+    done = built.read(Path(args.out) / "results", LIST_COLUMNS)
+    if done is not None and built.unchanged(done, corpus_root, gpu_root):
+        ids = built.corpus_models(done)
+        if ids and all(m in done.rows for m in ids):
+            return [done.rows[m] for m in ids]
+    from engine.build.hashing import model_hash
     from engine.build.landscape import lineage_columns, load_lineage
     from engine.spec import quantities
     from engine.spec.corpus import load_corpus
     from engine.spec.evaluate import Binding, walk_model
     corpus = load_corpus(args.corpus)
+    shared = done.shared_hash_now(corpus.root, gpu_root) if done is not None else None
+    reusable = shared is not None and shared == done.manifest.get("shared_hash")
     table = load_lineage(corpus.root)
     rows = []
     for model in corpus.models.values():
-        params = int(quantities.params_total(walk_model(corpus, model, Binding("numeric", {}))))
-        place = lineage_columns(model.model_id, model.family, table)
-        rows.append(((place["lineage"].lower(), place["generation"], place["release_position"], params, model.model_id),
-                     model, params))
-    # each column as wide as its longest entry (a model_type of 12+ characters ran into FAMILY)
-    width = max([len("MODEL")] + [len(m.model_id) for _, m, _ in rows])
-    kind = max([len("TYPE")] + [len(m.model_type) for _, m, _ in rows])
-    print(f"{'MODEL':{width}s} {'PARAMS':>8s}  {'TYPE':{kind}s}  FAMILY")
-    for _, model, params in sorted(rows, key=lambda row: row[0]):
-        print(f"{model.model_id:{width}s} {units.si(params):>8s}  {model.model_type:{kind}s}  {model.family}")
-    return 0
+        row = done.rows.get(model.model_id) if reusable else None
+        if row is None or row["spec_hash"] != model_hash(corpus, model.model_id, shared):
+            params = int(quantities.params_total(walk_model(corpus, model, Binding("numeric", {}))))
+            row = {"model_id": model.model_id, "family": model.family, "model_type": model.model_type,
+                   "params_total": params, **lineage_columns(model.model_id, model.family, table)}
+        rows.append(row)
+    return rows

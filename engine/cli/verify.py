@@ -12,7 +12,13 @@ import sys
 from pathlib import Path
 
 from engine.spec.errors import SpecError, Where
-from engine.verify.evidence import registry
+
+
+def registry(root: Path):
+    """The corpus's verification registry (engine.verify.evidence, imported here: it loads the
+    spec language and sympy, which the parser and ``--help`` must not)."""
+    from engine.verify.evidence import registry as read
+    return read(root)
 
 
 def add_parsers(sub, parents=()) -> None:
