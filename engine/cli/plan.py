@@ -111,8 +111,13 @@ def _disagg_table(rows: list[dict], front: bool = False) -> list[str]:
     return lines
 
 
-def _answer_text(r: dict) -> str:
+def _words(time: str, measured: bool = True) -> str:
+    """A time in words; a GPU without measured tables has the expected time of no table."""
     from engine.deploy.retime import TIME_WORDS
+    return TIME_WORDS[time] if measured or time != "expected" else "expected time (no measured tables: bound / 0.7)"
+
+
+def _answer_text(r: dict, measured: bool = True) -> str:
     price = f", ${r['usd_per_m_tokens']:.3g}/M tokens" if r.get("usd_per_m_tokens") is not None else ""
     gpus = _gpus(r["total_gpus"])
     if r["kind"] == "disaggregated":
@@ -120,10 +125,10 @@ def _answer_text(r: dict) -> str:
                 f"{r['decode_batch']}, TTFT {_time(r['ttft_s'])} incl. KV transfer {_time(r['kv_transfer_s'])}, TPOT "
                 f"{_time(r['tpot_s'])}, {r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU{price})")
     time = r.get("time", "estimate")
-    beside = "".join(f"; {TIME_WORDS[t]} TTFT {_time(v['ttft_s'])}, TPOT {_time(v['tpot_s'])}"
+    beside = "".join(f"; {_words(t, measured)} TTFT {_time(v['ttft_s'])}, TPOT {_time(v['tpot_s'])}"
                      for t, v in r.get("times", {}).items() if t != time)
     return (f"{r['gpu']}: {gpus} (aggregated: {r['replicas']} x {r['config']}, batch {r['batch']}, TTFT "
-            f"{_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])} ({TIME_WORDS[time]}; TPOT in the steady state, "
+            f"{_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])} ({_words(time, measured)}; TPOT in the steady state, "
             f"{_time(r['tpot_last_s'])} at the last token){beside}, "
             f"{r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU{price})")
 
@@ -279,14 +284,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"  Pareto front ({len(g['front'])} points, {len(shown)} shown; --json for all):")
             print("\n".join(_disagg_table(shown, front=True)))
     print("\n" + _times_text(args, per_gpu))
-    print("answer, aggregated: " + ("; ".join(_answer_text(r) for r in answers) or "none meets the SLA"))
-    for time in TIMES:       # the answer the other times give, beside it
-        if any(g["time"] != time for g in per_gpu):
-            rows = [g["answers"][time] for g in per_gpu]
+    print("answer, aggregated: " + ("; ".join(_answer_text(g["answers"][g["time"]], g["measured_tables"])
+                                               for g in per_gpu if g["answers"][g["time"]]) or "none meets the SLA"))
+    for time in TIMES:       # the answer each other time gives, beside it (GPU types answering on another)
+        others = [g for g in per_gpu if g["time"] != time]
+        if others:
             print(f"  on the {TIME_WORDS[time]} instead: " + "; ".join(
                 f"{g['gpu']}: " + (_gpus(r["total_gpus"]) + f" ({r['replicas']} x {r['config']}, batch {r['batch']}, "
                                    f"TTFT {_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])})" if r else "none meets the SLA")
-                for g, r in zip(per_gpu, rows)))
+                + ("" if g["measured_tables"] or time != "expected" else " (no measured tables: bound / 0.7)")
+                for g in others for r in [g["answers"][time]]))
     if not args.no_disagg:
         print("answer, disaggregated: " + (_answer_text(split_answer) if split_answer else "none meets the SLA")
               + ("" if all(g["time"] == "estimate" for g in per_gpu) else
