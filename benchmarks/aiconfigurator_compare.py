@@ -58,6 +58,21 @@ def _quiet(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
+def offline_aic() -> str | None:
+    """The installed aiconfigurator's version, set up to run offline and quietly; None (after a
+    line saying so) where it is not installed."""
+    try:
+        import aiconfigurator  # noqa: F401
+        from importlib.metadata import version
+        aic_version = version("aiconfigurator")
+    except ImportError:
+        print("aiconfigurator is not installed (pip install aiconfigurator); nothing to compare.")
+        return None
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.disable(logging.WARNING)
+    return aic_version
+
+
 def aic_estimate(model: str, system: str, tp: int, batch: int, moe: dict):
     """AIConfigurator's static SOL estimate: (TTFT s, TPOT s, per-op ms dicts, OOM flag)."""
     from aiconfigurator.cli.api import cli_estimate
@@ -91,15 +106,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--detail", action="store_true", help="print both sides' per-op times")
     args = parser.parse_args()
-    try:
-        import aiconfigurator  # noqa: F401
-        from importlib.metadata import version
-        aic_version = version("aiconfigurator")
-    except ImportError:
-        print("aiconfigurator is not installed (pip install aiconfigurator); nothing to compare.")
+    aic_version = offline_aic()
+    if aic_version is None:
         return 0
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    logging.disable(logging.WARNING)
 
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.spec.api import evaluate

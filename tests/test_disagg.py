@@ -166,8 +166,7 @@ def test_plan_cli_marks_both_kinds_and_keeps_the_aggregated_answer(capsys):
             "--tpot", "0.02", "--max-gpus", "2", "--json"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["answer"]["kind"] == "aggregated" and list(out["answer"]) == list(POINT_FIELDS) + ["ttft_bound_s",
-                                                                                                  "tpot_bound_s"]
+    assert out["answer"]["kind"] == "aggregated" and list(out["answer"]) == list(POINT_FIELDS) + ["time", "times"]
     split = out["answer_disaggregated"]
     assert split["kind"] == "disaggregated" and split["meets_sla"]
     assert split == min((g["cheapest"][0] for g in out["disaggregated"] if g["cheapest"]),

@@ -57,7 +57,7 @@ def tables(tmp_path_factory):
 
 def _plan(capsys, ttft: float, tpot: float) -> dict:
     args = ["plan", MODEL, "--input", str(INPUT), "--output", str(OUTPUT), "--ttft", repr(ttft), "--tpot", repr(tpot),
-            "--max-gpus", str(MAX_GPUS), "--framework", "vllm", "--kv-dtype", "bf16", "--top", "1", "--json"]
+            "--max-gpus", str(MAX_GPUS), "--framework", "vllm", "--kv-dtype", "bf16", "--top", "1", "--time", "estimate", "--json"]
     for g in GPUS:
         args += ["--gpu", g]
     main(args)

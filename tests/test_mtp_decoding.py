@@ -173,7 +173,7 @@ def test_plan_takes_the_mtp_options(capsys):
     ``deploy`` gives with the same options."""
     assert main(["plan", "Qwen3.5-27B", "--input", "4096", "--output", "1024", "--ttft", "2", "--tpot", "0.02",
                  "--gpu", "H100", "--max-gpus", "1", "--framework", "none", "--mtp", "1", "--acceptance", "0.8",
-                 "--json"]) == 0
+                 "--time", "estimate", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["mtp_tokens"] == 1 and out["mtp_acceptance"] == 0.8
     answer = out["answer"]

@@ -128,13 +128,14 @@ def test_plan_answers_with_the_estimate_and_shows_the_bound(llama):
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         assert main(["plan", LLAMA, "--gpu", "H100", "--ttft", "10", "--tpot", "1", "--input", "4096", "--output", "1",
-                     "--max-gpus", "1", "--no-disagg", "--framework", "vllm", "--json"]) == 0
+                     "--max-gpus", "1", "--no-disagg", "--framework", "vllm", "--time", "estimate", "--json"]) == 0
     answer = json.loads(buffer.getvalue())["answer"]
     # the answer point, evaluated by archledger deploy: the same estimate, and its bound beside it (plan's
     # TPOT is the steady state's, deploy's tpot_mean_s, so its bound is deploy's tpot_mean_bound_s)
     point = deploy_json(LLAMA, "H100", {}, "vllm", "bf16", 4096, 1, answer["batch"])["deployment"]
     assert answer["ttft_s"] == pytest.approx(point["ttft_s"], rel=1e-9)
     assert answer["tpot_s"] == pytest.approx(point["tpot_mean_s"], rel=1e-9)
-    assert answer["ttft_bound_s"] == pytest.approx(point["ttft_bound_s"], rel=1e-12)
-    assert answer["tpot_bound_s"] == pytest.approx(point["tpot_mean_bound_s"], rel=1e-12)
-    assert answer["ttft_bound_s"] < answer["ttft_s"]      # compute-bound prefill: the elementwise ops' excess
+    bound = answer["times"]["bound"]
+    assert bound["ttft_s"] == pytest.approx(point["ttft_bound_s"], rel=1e-12)
+    assert bound["tpot_s"] == pytest.approx(point["tpot_mean_bound_s"], rel=1e-12)
+    assert bound["ttft_s"] < answer["ttft_s"]      # compute-bound prefill: the elementwise ops' excess

@@ -131,10 +131,10 @@ def test_cheapest_agree_with_archledger_deploy(capsys):
     batch, meets it there with the same numbers; replicas hold the users."""
     users = 300
     code, out = _plan_json(capsys, MOE, "--input", str(INPUT), "--output", str(OUTPUT), "--gpu", "H100",
-                           "--ttft", "1", "--tpot", "0.02", "--users", str(users), "--max-gpus", "8", "--top", "3")
+                           "--ttft", "1", "--tpot", "0.02", "--users", str(users), "--max-gpus", "8", "--top", "3", "--time", "estimate")
     assert code == 0
     rows = out["gpus"][0]["cheapest"]
-    assert len(rows) == 3 and out["answer"] == rows[0]
+    assert len(rows) == 3 and {k: out["answer"][k] for k in POINT_FIELDS} == rows[0]
     assert [r["total_gpus"] for r in rows] == sorted(r["total_gpus"] for r in rows)
     for r in rows:
         assert r["meets_sla"] and r["ttft_s"] <= 1 and r["tpot_s"] <= 0.02
@@ -218,16 +218,25 @@ def test_json_schema(capsys):
                            "--ttft", "0.5", "--tpot", "0.02", "--max-gpus", "2")
     assert code == 0
     assert set(out) == {"model_id", "input_len", "output_len", "sla", "framework", "kv_dtype", "act_dtype",
-                        "weight_format", "max_gpus", "extrapolated", "gpus", "answer",
+                        "weight_format", "max_gpus", "extrapolated", "time", "gpus", "answer",
                         "disaggregated", "answer_disaggregated", "prices"}   # the last three: tests/test_disagg.py
     assert out["sla"] == {"ttft_s": 0.5, "tpot_s": 0.02, "users": None, "rate_rps": None}
     assert [g["gpu"] for g in out["gpus"]] == ["H100", "H200"]
     for g in out["gpus"]:
-        assert set(g) == {"gpu", "configs", "configs_not_fitting", "points", "cheapest", "front"}
+        assert set(g) == {"gpu", "time", "measured_tables", "configs", "configs_not_fitting", "points", "cheapest",
+                          "front", "answers"}
         assert g["configs"] >= 3 and g["points"] > 0
-        for i, r in enumerate(g["cheapest"]):     # the first, this GPU type's answer, with its lower bounds
-            assert list(r) == list(POINT_FIELDS) + (["ttft_bound_s", "tpot_bound_s"] if i == 0 else [])
-            assert i or r["ttft_bound_s"] <= r["ttft_s"] and r["tpot_bound_s"] <= r["tpot_s"]
+        for r in g["cheapest"]:                   # the search's rows, on the schedule estimate
+            assert list(r) == list(POINT_FIELDS)
+        # this GPU type's answer on each time (H100 and H200 have measured tables: expected by default)
+        assert g["time"] == "expected" and g["measured_tables"] and set(g["answers"]) == {"estimate", "bound", "expected"}
+        for time, r in g["answers"].items():
+            assert list(r) == list(POINT_FIELDS) + ["time", "times"] and r["time"] == time and r["meets_sla"]
+            assert r["ttft_s"] <= 0.5 and r["tpot_s"] <= 0.02
+            t = r["times"]
+            assert (t[time]["ttft_s"], t[time]["tpot_s"]) == (r["ttft_s"], r["tpot_s"])
+            assert t["bound"]["ttft_s"] <= t["estimate"]["ttft_s"] <= t["expected"]["ttft_s"]
+        assert {k: g["answers"]["estimate"][k] for k in POINT_FIELDS} == g["cheapest"][0]
         for r in g["front"]:
             assert list(r) == list(POINT_FIELDS) + ["sla_latency"]
             assert isinstance(r["batch"], int) and isinstance(r["ttft_s"], float) and r["replicas"] == 1

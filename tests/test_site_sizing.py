@@ -42,7 +42,7 @@ def base(built):
 
 def _plan(capsys, inp: int, out: int, ttft: float, tpot: float, fw: str) -> dict:
     args = ["plan", MODEL, "--input", str(inp), "--output", str(out), "--ttft", repr(ttft), "--tpot", repr(tpot),
-            "--max-gpus", str(MAX_GPUS), "--framework", fw, "--kv-dtype", "bf16", "--top", "1", "--json"]
+            "--max-gpus", str(MAX_GPUS), "--framework", fw, "--kv-dtype", "bf16", "--top", "1", "--time", "estimate", "--json"]
     for g in GPUS:
         args += ["--gpu", g]
     main(args)
@@ -80,7 +80,7 @@ def test_form_gives_plans_answer(browser, base, capsys, scenario, ttft, tpot_ms,
             if fw == "sglang":        # the tiny grid's framework: its deploy page holds the answer's config
                 for key in ("ttft", "tpot"):
                     shown = float(answer.get_attribute(f"data-{key}-bound"))
-                    assert shown == pytest.approx(a[f"{key}_bound_s"], rel=1e-9), key
+                    assert shown == pytest.approx(a["times"]["bound"][f"{key}_s"], rel=1e-9), key
                 assert "Lower bound at this point" in answer.inner_text()
             else:
                 assert answer.get_attribute("data-ttft-bound") == "" and "archledger deploy" in answer.inner_text()
@@ -157,3 +157,21 @@ def test_rebuild_with_nothing_changed_carries_the_sizing_tables(built):
     for t, data in files.items():
         assert (built / "results" / t / f"model={SLUG}" / "part.parquet").read_bytes() == data
     assert (built / "site" / "data" / "sizing" / f"{SLUG}.json.gz").exists()
+
+
+def test_pages_say_which_time_they_show(built):
+    """Issue 39: the model, deploy and sizing pages say in one sentence which time they show (the
+    estimate and bound the pages compute; the expected time is plan's and deploy's)."""
+    import re
+    site = built / "site" / "models" / SLUG
+    said = {}
+    for page in ("", "deploy/", "sizing/"):
+        text = (site / page / "index.html").read_text()
+        found = re.findall(r'<p class="note" id="which-time">(.*?)</p>', text)
+        assert len(found) == 1, page
+        said[page] = re.sub(r"<[^>]+>", "", found[0])
+        assert said[page].count(". ") == 0 and said[page].endswith(".")      # one sentence
+    assert "no times" in said[""]
+    assert "schedule estimate" in said["deploy/"] and "lower bound" in said["deploy/"] \
+        and "ttft_expected_s" in said["deploy/"]
+    assert "schedule estimate" in said["sizing/"] and "archledger plan --time estimate" in said["sizing/"]

@@ -57,6 +57,10 @@ def add_parser(sub, parents=()) -> None:
     p.add_argument("--top", type=positive_int, default=5, help="cheapest configs listed per GPU type")
     p.add_argument("--no-disagg", action="store_true",
                    help="search aggregated serving only (no disaggregated prefill/decode pairs)")
+    p.add_argument("--time", choices=("estimate", "expected", "bound"), default=None,
+                   help="the time the answer is on: the schedule estimate, the expected time from measured "
+                        "kernels (gpus/measured/), or the lower bound (default: expected where the GPU has "
+                        "measured tables, else estimate); the other two are printed beside it")
     p.add_argument("--json", action="store_true", help="machine-readable output (same fields)")
     p.set_defaults(func=run)
 
@@ -107,31 +111,49 @@ def _disagg_table(rows: list[dict], front: bool = False) -> list[str]:
     return lines
 
 
-def _answer_text(r: dict) -> str:
+def _words(time: str, measured: bool = True) -> str:
+    """A time in words; a GPU without measured tables has the expected time of no table."""
+    from engine.deploy.retime import TIME_WORDS
+    return TIME_WORDS[time] if measured or time != "expected" else "expected time (no measured tables: bound / 0.7)"
+
+
+def _answer_text(r: dict, measured: bool = True) -> str:
     price = f", ${r['usd_per_m_tokens']:.3g}/M tokens" if r.get("usd_per_m_tokens") is not None else ""
     gpus = _gpus(r["total_gpus"])
     if r["kind"] == "disaggregated":
         return (f"{r['prefill_gpu']} -> {r['decode_gpu']}: {gpus} (disaggregated: {_split_label(r)}, decode batch "
                 f"{r['decode_batch']}, TTFT {_time(r['ttft_s'])} incl. KV transfer {_time(r['kv_transfer_s'])}, TPOT "
                 f"{_time(r['tpot_s'])}, {r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU{price})")
-    bound = (f"; lower bound TTFT {_time(r['ttft_bound_s'])}, TPOT {_time(r['tpot_bound_s'])}"
-             if "ttft_bound_s" in r else "")
+    time = r.get("time", "estimate")
+    beside = "".join(f"; {_words(t, measured)} TTFT {_time(v['ttft_s'])}, TPOT {_time(v['tpot_s'])}"
+                     for t, v in r.get("times", {}).items() if t != time)
     return (f"{r['gpu']}: {gpus} (aggregated: {r['replicas']} x {r['config']}, batch {r['batch']}, TTFT "
-            f"{_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])} (schedule estimates; TPOT in the steady state, "
-            f"{_time(r['tpot_last_s'])} at the last token){bound}, "
+            f"{_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])} ({_words(time, measured)}; TPOT in the steady state, "
+            f"{_time(r['tpot_last_s'])} at the last token){beside}, "
             f"{r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU{price})")
 
 
-def _add_bound(row: dict, ev, gpu, configs, options, fusion, input_len: int, output_len: int) -> None:
-    """The lower bounds (``ttft_bound_s``, ``tpot_bound_s``) of an aggregated answer ``row``, from
-    ``archledger deploy``'s evaluation of that point (the search keeps the estimates only; the
-    answer is chosen on them, docs/deployment.md "Two times per point"). The row's TPOT is the
-    steady state's (deploy's ``tpot_mean_s``), so its bound is deploy's ``tpot_mean_bound_s``."""
-    from engine.deploy import Scenario, plan
-    config = {c.label(): c for c in configs}[row["config"]]
-    scenario = Scenario(row["batch"], input_len, output_len)
-    summary = plan(ev, gpu, config, options, fusion, scenario).at(scenario).summary
-    row["ttft_bound_s"], row["tpot_bound_s"] = summary["ttft_bound_s"], summary["tpot_mean_bound_s"]
+def _answers(res, ev, gpu, options, fusion, args, sla) -> tuple[str, bool, dict]:
+    """One GPU type's answers on each time (engine.deploy.retime): (the time it answers on, whether
+    the GPU has measured tables for the framework, time -> its answer row or None). The estimate's
+    is the search's own cheapest point; the bound's and the expected time's are read from deploy's
+    summary (docs/deployment.md "Sizing on another time")."""
+    from engine.deploy.measured import load_measured
+    from engine.deploy.retime import TIMES, PointReader, answer_on, times_of
+
+    tables = load_measured(gpu=gpu.key, framework=options.framework)
+    measured = any(key[1] == options.framework for key in tables)
+    used = args.time or ("expected" if measured else "estimate")
+    read = PointReader(ev, gpu, options, fusion, args.input, args.output, tables)
+    out = {}
+    for time in TIMES:
+        if time == "estimate":
+            top = res.cheapest(1)
+            config = {c.label(): c for c in res.configs}[top[0]["config"]] if top else None
+            out[time] = dict(top[0], time=time, times=times_of(read(config, top[0]["batch"]))) if top else None
+        else:
+            out[time] = answer_on(time, res, read, sla)
+    return used, measured, out
 
 
 def _best(rows: list[dict]) -> dict | None:
@@ -158,6 +180,7 @@ def _thin(rows: list, n: int) -> list:
 def run(args: argparse.Namespace) -> int:
     from engine.spec.api import evaluate
     from engine.deploy.hardware import find_gpu, load_gpus
+    from engine.deploy.retime import TIME_WORDS, TIMES
     from engine.deploy.sizing import SLA, disaggregated, search
 
     sla = SLA(args.ttft, args.tpot, users=args.users, rate=args.rate)
@@ -174,12 +197,12 @@ def run(args: argparse.Namespace) -> int:
         for row in front:   # the latency half of the SLA (the load half needs replicas, see cheapest)
             row["sla_latency"] = row["ttft_s"] <= sla.ttft_s and row["tpot_s"] <= sla.tpot_s
         cheapest = res.cheapest(args.top)
-        if cheapest:            # the answer of this GPU type: its lower bound beside the estimate
-            _add_bound(cheapest[0], ev, next(g for g in gpus if g.key == res.gpu), res.configs, options, fusion,
-                       args.input, args.output)
-        per_gpu.append({"gpu": res.gpu, "configs": len(res.configs), "configs_not_fitting": res.rejected,
-                        "points": int(len(res.points.get("batch", ()))), "cheapest": cheapest,
-                        "front": front})
+        # this GPU type's answer on each time; it answers on --time (default: expected where measured)
+        used, measured, by_time = _answers(res, ev, next(g for g in gpus if g.key == res.gpu), options, fusion,
+                                           args, sla)
+        per_gpu.append({"gpu": res.gpu, "time": used, "measured_tables": measured, "configs": len(res.configs),
+                        "configs_not_fitting": res.rejected, "points": int(len(res.points.get("batch", ()))),
+                        "cheapest": cheapest, "front": front, "answers": by_time})
     per_pair = []
     if not args.no_disagg:
         for pair in disaggregated(ev, results, gpus, args.input, args.output, sla, options):
@@ -189,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             per_pair.append({"prefill_gpu": pair.prefill_gpu, "decode_gpu": pair.decode_gpu,
                              "points": int(len(pair.points.get("ttft_s", ()))), "cheapest": pair.cheapest(args.top),
                              "front": front})
-    answers = [g["cheapest"][0] for g in per_gpu if g["cheapest"]]
+    answers = [g["answers"][g["time"]] for g in per_gpu if g["answers"][g["time"]]]
     split_answers = [g["cheapest"][0] for g in per_pair if g["cheapest"]]
     answer, split_answer = _best(answers), _best(split_answers)
     long = args.input + args.output > int(ev.numeric.max_context)
@@ -198,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
                "sla": {"ttft_s": sla.ttft_s, "tpot_s": sla.tpot_s, "users": sla.users, "rate_rps": sla.rate},
                "framework": args.framework, "kv_dtype": args.kv_dtype, "act_dtype": args.act_dtype,
                "weight_format": args.weight_format, "max_gpus": args.max_gpus,
-               "extrapolated": long, **({"mtp_tokens": options.mtp_tokens, "mtp_acceptance": options.mtp_acceptance}
+               "extrapolated": long, "time": args.time or "default", **({"mtp_tokens": options.mtp_tokens, "mtp_acceptance": options.mtp_acceptance}
                                         if options.mtp_tokens else {}),
                "gpus": per_gpu, "answer": answer,
                "disaggregated": per_pair, "answer_disaggregated": split_answer,
@@ -260,9 +283,37 @@ def run(args: argparse.Namespace) -> int:
             shown = _thin(g["front"], FRONT_SHOWN // 2)
             print(f"  Pareto front ({len(g['front'])} points, {len(shown)} shown; --json for all):")
             print("\n".join(_disagg_table(shown, front=True)))
-    print("\nanswer, aggregated: " + ("; ".join(_answer_text(r) for r in answers) or "none meets the SLA"))
+    print("\n" + _times_text(args, per_gpu))
+    print("answer, aggregated: " + ("; ".join(_answer_text(g["answers"][g["time"]], g["measured_tables"])
+                                               for g in per_gpu if g["answers"][g["time"]]) or "none meets the SLA"))
+    for time in TIMES:       # the answer each other time gives, beside it (GPU types answering on another)
+        others = [g for g in per_gpu if g["time"] != time]
+        if others:
+            print(f"  on the {TIME_WORDS[time]} instead: " + "; ".join(
+                f"{g['gpu']}: " + (_gpus(r["total_gpus"]) + f" ({r['replicas']} x {r['config']}, batch {r['batch']}, "
+                                   f"TTFT {_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])})" if r else "none meets the SLA")
+                + ("" if g["measured_tables"] or time != "expected" else " (no measured tables: bound / 0.7)")
+                for g in others for r in [g["answers"][time]]))
     if not args.no_disagg:
-        print("answer, disaggregated: " + (_answer_text(split_answer) if split_answer else "none meets the SLA"))
+        print("answer, disaggregated: " + (_answer_text(split_answer) if split_answer else "none meets the SLA")
+              + ("" if all(g["time"] == "estimate" for g in per_gpu) else
+                 " [schedule estimates: disaggregated pairs are searched on the estimate alone]"))
         best = _best([r for r in (answer, split_answer) if r])
-        print(f"fewest GPUs overall: {best['kind']}, {_gpus(best['total_gpus'])}")
+        print(f"fewest GPUs overall: {best['kind']}, {_gpus(best['total_gpus'])}"
+              + ("" if all(g["time"] == "estimate" for g in per_gpu) else
+                 " (aggregated on the time above, disaggregated on the schedule estimate)"))
     return 0
+
+
+def _times_text(args, per_gpu: list[dict]) -> str:
+    """One line: which time the answers use, per GPU type where it differs (the default)."""
+    from engine.deploy.retime import TIME_WORDS
+    used = {g["gpu"]: g["time"] for g in per_gpu}
+    if args.time:
+        head = f"answers on the {TIME_WORDS[args.time]} (--time {args.time})"
+    else:
+        head = "answers on the " + "; ".join(
+            f"{TIME_WORDS[t]} for {', '.join(n for n, u in used.items() if u == t)}"
+            for t in dict.fromkeys(used.values())) + " (default: expected where gpus/measured/ has the GPU's " \
+            "kernel tables for the framework, else the estimate; --time estimate|expected|bound)"
+    return head + "; the tables above are the search's, on the schedule estimate"

@@ -1,0 +1,126 @@
+"""A sizing answer on another time: the cheapest served point under the lower bound or the expected time.
+
+Layer: engine.deploy (on sizing, planner, sol and measured; nothing here prints). The search
+(:func:`engine.deploy.sizing.search`) ranks every served point on one time, the schedule estimate.
+:func:`answer_on` answers the same question on ``bound`` (no schedule beats it) or ``expected``
+(from measured kernels, engine.deploy.measured) from the summary ``archledger deploy`` prints at
+each point it reads (:func:`engine.deploy.sol.summarize_plan`, with the GPU's measured tables for
+``expected``), so every number of such an answer is deploy's at that point.
+
+Rules (also in docs/deployment.md, "Sizing on another time"):
+
+* the candidates are the search's served points (served is a capacity rule, the same on every
+  time); a point meets the SLA when its TTFT and steady TPOT on that time (:data:`TIMES`) are
+  within the bounds and, with ``users``, its batch is what a replica holds (sizing's rule);
+* per served config, the largest served batch within the TTFT and TPOT bounds, found by bisection
+  over its served batches: this reads each time as non-decreasing in the batch within a config
+  (more requests per step never make a step faster), and the largest batch as the config's best
+  (the fewest replicas and the most tokens/s/GPU when TPOT grows slower than the batch); with
+  ``users``, the largest batch below it that a replica holds (``batch = ceil(U / r)``);
+* of those, the search's ranking: the fewest GPUs, then the most tokens/s/GPU, then the fewest
+  GPUs per replica. A config with more GPUs per replica than the best answer so far is not read.
+
+tests/test_plan_times.py checks on the estimate that this reproduces the search's own answer.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.deploy.sizing import SLA, GPUSearch, _load
+
+#: time -> the summary fields of its (TTFT, steady TPOT, TPOT at the last token).
+TIMES = {"estimate": ("ttft_s", "tpot_mean_s", "tpot_s"),
+         "bound": ("ttft_bound_s", "tpot_mean_bound_s", "tpot_bound_s"),
+         "expected": ("ttft_expected_s", "tpot_mean_expected_s", "tpot_expected_s")}
+#: What each time is, in words (plan's text).
+TIME_WORDS = {"estimate": "schedule estimate", "bound": "lower bound",
+              "expected": "expected time (measured kernels)"}
+
+
+class PointReader:
+    """Deploy's summary at (config, batch) of one GPU type, each point read once; ``tables``:
+    the GPU's measured tables (engine.deploy.measured.load_measured), None: no expected times."""
+
+    def __init__(self, ev, gpu, options, fusion, input_len: int, output_len: int, tables=None):
+        self.ev, self.gpu, self.options, self.fusion = ev, gpu, options, fusion
+        self.input_len, self.output_len, self.tables = input_len, output_len, tables
+        self.read: dict = {}
+
+    def __call__(self, config, batch: int) -> dict[str, Any]:
+        key = (config, int(batch))
+        if key not in self.read:
+            from engine.deploy import Scenario, plan
+            from engine.deploy.sol import summarize_plan
+            scenario = Scenario(int(batch), self.input_len, self.output_len)
+            p = plan(self.ev, self.gpu, config, self.options, self.fusion, scenario)
+            s = summarize_plan(p, scenario.batch, self.input_len, self.output_len, self.tables)
+            self.read[key] = {k: (np.asarray(v).reshape(-1)[0].item() if isinstance(v, np.ndarray) else v)
+                              for k, v in s.items() if k != "phases"}
+        return self.read[key]
+
+
+def times_of(summary: dict, has_expected: bool = True) -> dict[str, dict[str, float]]:
+    """A point's three times (two without measured tables): time -> {ttft_s, tpot_s, tpot_last_s}."""
+    return {t: dict(zip(("ttft_s", "tpot_s", "tpot_last_s"), (float(summary[f]) for f in fields)))
+            for t, fields in TIMES.items() if t != "expected" or (has_expected and fields[0] in summary)}
+
+
+def row_on(res: GPUSearch, config, batch: int, summary: dict, time: str, sla: SLA, output_len: int) -> dict:
+    """One point on ``time`` as a search row (sizing.POINT_FIELDS, by sizing's own row maker),
+    with ``time`` and the point's ``times`` beside."""
+    ttft, tpot, last = (float(summary[f]) for f in TIMES[time])
+    replica = config.tp * config.pp * config.cp          # GPUs of one model replica (dp = 1 in the search)
+    p = {"config": np.array([0]), "batch": np.array([int(batch)]), "n_gpus": np.array([config.n_gpus]),
+         "ttft_s": np.array([ttft]), "tpot_s": np.array([tpot]), "tpot_last_s": np.array([last]),
+         "tokens_per_s_per_gpu": np.array([batch / tpot / replica]),
+         "max_concurrent_requests": np.array([summary["max_concurrent_requests_steady"]]),
+         "max_concurrent_requests_worst": np.array([summary["max_concurrent_requests"]])}
+    p.update(_load(p, sla, output_len))
+    row = GPUSearch(res.gpu, configs=[config], points=p, price=res.price).rows([0])[0]
+    row["time"] = time
+    row["times"] = times_of(summary)
+    return row
+
+
+def _holds(batch: int, users: int | None) -> bool:
+    """Whether a replica at ``batch`` holds its share of ``users`` (sizing's rule; no users: any)."""
+    return users is None or batch == -(-users // -(-users // batch))
+
+
+def answer_on(time: str, res: GPUSearch, read: PointReader, sla: SLA) -> dict | None:
+    """The cheapest point of ``res``'s served points on ``time`` (the module's rules), as a
+    :func:`row_on` row; None where no served point meets the SLA on it."""
+    ttft_f, tpot_f, _ = TIMES[time]
+    if not res.points:
+        return None
+    best, key = None, None
+    order = sorted(range(len(res.configs)), key=lambda k: res.configs[k].n_gpus)
+    for k in order:
+        config = res.configs[k]
+        if best is not None and config.n_gpus > best["total_gpus"]:
+            break
+        batches = np.sort(res.points["batch"][res.points["config"] == k])
+
+        def within(i):
+            s = read(config, int(batches[i]))
+            return s[ttft_f] <= sla.ttft_s and s[tpot_f] <= sla.tpot_s
+        if not within(0):
+            continue
+        lo, hi = 0, len(batches) - 1                 # within(lo); the last within is in [lo, hi]
+        if not within(hi):
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if within(mid) else (lo, mid)
+            hi = lo
+        held = [int(b) for b in batches[:hi + 1] if _holds(int(b), sla.users)]
+        if not held:
+            continue
+        row = row_on(res, config, held[-1], read(config, held[-1]), time, sla, read.output_len)
+        if not row["meets_sla"]:
+            continue
+        rank = (row["total_gpus"], -row["tokens_per_s_per_gpu"], row["n_gpus"])
+        if key is None or rank < key:
+            best, key = row, rank
+    return best
