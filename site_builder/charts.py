@@ -66,7 +66,7 @@ def _shown(chart, **fields: str):
 #: chart take them, each GPU the same colour where both show it all. tests/test_site_charts.py holds
 #: every pair apart.
 GPU_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-              "#bcbd22", "#17becf", "#1b1f24", "#f6c700"]
+              "#bcbd22", "#17becf", "#1b1f24", "#000075"]
 
 #: The colours of categorical series that are not GPUs (the batch chart's prompt lengths).
 SERIES_COLORS = "tableau10"
