@@ -323,3 +323,23 @@ def test_kv_table_marks_lengths_past_max_context(tab, base, built):  # noqa: F81
         assert c["head"] == want and c["mark"] == want and all(x == want for x in c["cells"]), c
     assert tab.page.locator("#kv-past-note").count() == 1
     assert not tab.errors, tab.errors
+
+
+def test_landscape_kv_table_marks_lengths_past_max_context(tab, base, built):  # noqa: F811
+    """The landscape's KV table marks a model's cell exactly when the column's context (its header,
+    "KV B/token @ 1M") is past that model's maximum context (models.parquet); the small site has
+    both: Llama-3.1-8B at 128K is its maximum, not past it."""
+    limit = dict(result_tables(built)["models"].select("model_id", "max_context").iter_rows())
+    tab.goto(base + "landscape/")
+    cells = tab.page.evaluate("""() => { const t = document.querySelector("table[data-table='kv']");
+        const heads = [...t.tHead.rows[0].cells].map(th => th.textContent.trim());
+        return [...t.tBodies[0].rows].flatMap(r => [...r.cells].map((c, i) => ({model: r.cells[0].dataset.v, head: heads[i],
+            past: c.classList.contains('past-max'), mark: !!c.querySelector('.past-mark')}))
+          .filter(c => c.head.startsWith('KV B/token @'))); }""")
+    assert cells and set(c["model"] for c in cells) == set(limit)
+    for c in cells:
+        want = _tokens(c["head"].split("@ ")[1]) > limit[c["model"]]
+        assert c["past"] == want and c["mark"] == want, c
+    assert any(c["past"] for c in cells) and not all(c["past"] for c in cells)
+    assert tab.page.locator("#past-note-kv").count() == 1
+    assert not tab.errors, tab.errors
