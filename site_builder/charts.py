@@ -48,14 +48,43 @@ def _axis(unit: str, **kw) -> alt.Axis:
     return alt.Axis(labelExpr=human("datum.value", unit), **kw)
 
 
+def _log_axis() -> alt.Axis:
+    """A log axis labelled at 1, 2 and 5 times a power of ten (Vega ticks every 1..9 x 10^k, whose
+    labels would run into each other), in :func:`human` units."""
+    m = "datum.value / pow(10, floor(log(datum.value) / LN10 + 1e-9))"
+    keep = " || ".join(f"abs({m} - {k}) < 1e-6" for k in (1, 2, 5))
+    return alt.Axis(labelExpr=f"({keep}) ? {human('datum.value')} : ''")
+
+
 def _shown(chart, **fields: str):
     """Tooltip fields in human units: ``name=(field, unit)`` adds a calculated field ``name``."""
     return chart.transform_calculate(**{name: human(f"datum[{field!r}]", unit) for name, (field, unit) in fields.items()})
 
 
-#: The colour scheme of GPU types (12 in the grid: a 20-colour scheme, so no two share a colour; the
-#: deploy page's bars and every front chart take it, each GPU the same colour where both show it all).
-GPU_COLORS = "tableau20"
+#: The colours of GPU types (12 in the grid), in the order Vega meets them: twelve hues a reader tells
+#: apart (no light/dark pairs of one hue, as tableau20 has); the deploy page's bars and every front
+#: chart take them, each GPU the same colour where both show it all. tests/test_site_charts.py holds
+#: every pair apart.
+GPU_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+              "#bcbd22", "#17becf", "#1b1f24", "#000075"]
+
+#: The colours of categorical series that are not GPUs (the batch chart's prompt lengths).
+SERIES_COLORS = "tableau10"
+
+#: Words for a point past the model's maximum context and one within it: legends and tooltips
+#: never print a raw boolean.
+PAST, WITHIN = "past max context (extrapolated)", "within max context"
+
+
+#: A row's ``span`` field: :data:`PAST` or :data:`WITHIN` from its ``extrapolated``.
+_SPAN = f"datum.extrapolated ? '{PAST}' : '{WITHIN}'"
+
+
+def _context_words(chart):
+    """``chart`` with ``span``: :data:`PAST` or :data:`WITHIN` from the row's ``extrapolated``, and
+    ``fits_words`` from ``fits`` (where the row has it)."""
+    return chart.transform_calculate(span=_SPAN,
+                                     fits_words="datum.fits ? 'yes' : 'no'")
 
 #: Height per bar (px) of the deployment page's bar charts, and the bars' thickness in it.
 BAR_STEP, BAR_SIZE = 20, 14
@@ -86,21 +115,32 @@ def _deployment_specs(gpu_bars: int, config_bars: int) -> dict[str, dict]:
     type and count) and a fixed bar thickness: a discrete height (``alt.Step``) next to a
     container-wide width makes Vega-Lite drop "fit-y" with a console warning on every draw."""
     highlight = alt.selection_point(fields=["input_len"], bind="legend")
-    batch = alt.Chart(alt.Data(name="rows")).mark_line(point=alt.OverlayMarkDef(filled=False, size=50)).encode(
-        x=alt.X("batch:Q", scale=alt.Scale(type="log", base=2), title="batch (requests per replica)"),
-        y=alt.Y("tokens_per_s_per_gpu:Q", title="decode tokens/s per GPU", axis=_axis("")),
-        color=alt.Color("input_len:O", title="prompt tokens"),
-        strokeDash=alt.StrokeDash("extrapolated:N", title="past max context"),
-        opacity=alt.condition(highlight, alt.value(1.0), alt.value(0.2)),
+    # one colour per prompt length from a categorical scheme (an ordinal field's default is one
+    # hue's shades); a dashed line past the maximum context, and hollow points there only
+    color = alt.Color("input_len:O", title="prompt tokens", scale=alt.Scale(scheme=SERIES_COLORS))
+    x = alt.X("batch:Q", scale=alt.Scale(type="log", base=2), title="batch (requests per replica)")
+    y = alt.Y("tokens_per_s_per_gpu:Q", title="decode tokens/s per GPU", axis=_axis(""))
+    opacity = alt.condition(highlight, alt.value(1.0), alt.value(0.2))
+    line = alt.Chart(alt.Data(name="rows")).mark_line().encode(
+        x=x, y=y, color=color, detail="span:N", opacity=opacity,
+        strokeDash=alt.StrokeDash("span:N", title="context", scale=alt.Scale(domain=[WITHIN, PAST], range=[[1, 0], [5, 3]])),
+    ).add_params(highlight)
+    # the ring in the line's colour; filled with it within the maximum context, white past it (the
+    # fill's scale is the colour's: same scheme, same sorted prompt lengths)
+    points = alt.Chart(alt.Data(name="rows")).mark_point(filled=False, size=50, strokeWidth=1.5).encode(
+        x=x, y=y, color=color, opacity=opacity,
+        fill=alt.condition("datum.extrapolated", alt.value("#ffffff"),
+                           alt.Fill("input_len:O", legend=None, scale=alt.Scale(scheme=SERIES_COLORS))),
         tooltip=[alt.Tooltip("batch:Q", title="batch"), alt.Tooltip("input_len:Q", title="prompt tokens", format=","),
                  alt.Tooltip("rate:N", title="decode tokens/s per GPU"), alt.Tooltip("tpot:N", title="TPOT"),
-                 alt.Tooltip("fits:N", title="fits in memory"), alt.Tooltip("extrapolated:N", title="past max context")],
-    ).add_params(highlight).properties(width="container", height=260)
-    batch = _shown(batch, rate=("tokens_per_s_per_gpu", ""), tpot=("tpot_s", "s"))
+                 alt.Tooltip("fits_words:N", title="fits in memory"), alt.Tooltip("span:N", title="context")],
+    )
+    points = _shown(points, rate=("tokens_per_s_per_gpu", ""), tpot=("tpot_s", "s"))
+    batch = alt.layer(_context_words(line), _context_words(points)).properties(width="container", height=260)
     gpus = alt.Chart(alt.Data(name="best")).mark_bar(size=BAR_SIZE).encode(
         x=alt.X("best_tokens_per_s_per_gpu:Q", title="best decode tokens/s per GPU", axis=_axis("")),
         y=alt.Y("label:N", sort="-x", title=None),
-        color=alt.Color("gpu:N", legend=None, scale=alt.Scale(scheme=GPU_COLORS)),
+        color=alt.Color("gpu:N", legend=None, scale=alt.Scale(range=GPU_COLORS)),
         tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("n_gpus:Q", title="GPUs"),
                  alt.Tooltip("config:N", title="parallel config"), alt.Tooltip("rate:N", title="best decode tokens/s per GPU"),
                  alt.Tooltip("at_batch:Q", title="at batch")],
@@ -159,11 +199,11 @@ def _kv_line(data: alt.Data) -> alt.Chart:
         y=alt.Y("bytes:Q", scale=alt.Scale(type="log"), axis=_axis("B"), title="bytes per request (BF16 KV)"),
         color=alt.Color("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
         strokeDash=alt.StrokeDash("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
-        shape=alt.Shape("extrapolated:N", title="past max context"),
+        shape=alt.Shape("span:N", title="context", scale=alt.Scale(domain=[WITHIN, PAST])),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
         tooltip=[alt.Tooltip("part:N", title="part"), alt.Tooltip("context:Q", title="context (tokens)", format=","),
-                 alt.Tooltip("shown:N", title="bytes per request"), alt.Tooltip("extrapolated:N", title="past max context")],
-    ).transform_calculate(shown=human("datum.bytes", "B")).add_params(pick)
+                 alt.Tooltip("shown:N", title="bytes per request"), alt.Tooltip("span:N", title="context")],
+    ).transform_calculate(shown=human("datum.bytes", "B"), span=_SPAN).add_params(pick)
 
 
 def model_specs(doc: dict) -> dict[str, dict]:
@@ -318,7 +358,10 @@ def _roofline_spec() -> dict:
              .mark_point(shape="diamond", size=90, filled=True, color="#1b1f24")
              .encode(x=x, y=y, tooltip=ridge_tip).properties(name="ridges"))
     ridge_label = (alt.Chart(roofs).transform_calculate(**ridge_fields)
-                   .mark_text(align="left", dx=7, dy=-8, fontSize=11)
+                   # above and left of its ridge: every roof shares the one bandwidth slope, so the
+                   # higher dtypes' slopes run on up and right through a lower ridge, and left of a
+                   # ridge every roof lies below it
+                   .mark_text(align="right", baseline="bottom", dx=-6, dy=-4, fontSize=11)
                    .encode(x=x, y=y, text="label:N").properties(name="ridge_labels"))
     ops = (alt.Chart(alt.Data(name="ops"))
            .transform_filter("datum.intensity > 0 && datum.attained > 0")
@@ -349,9 +392,13 @@ def _front_spec() -> dict:
     the grid's points, static/js/deploy_eval.js), the legend clickable to highlight a GPU."""
     pick = alt.selection_point(fields=["gpu"], bind="legend")
     line = alt.Chart(alt.Data(name="front")).mark_line(point=alt.OverlayMarkDef(filled=True, size=30)).encode(
-        x=alt.X("tokens_per_s_per_user:Q", title="tokens/s per user (1 / TPOT)", axis=_axis("")),
-        y=alt.Y("tokens_per_s_per_gpu:Q", title="decode tokens/s per GPU", axis=_axis("")),
-        color=alt.Color("gpu:N", title="GPU", legend=alt.Legend(orient="top"), scale=alt.Scale(scheme=GPU_COLORS)),
+        # log axes: one GPU an order of magnitude ahead (Rubin) no longer squashes the others
+        # into the bottom band; ticks at 1, 2 and 5 per decade
+        x=alt.X("tokens_per_s_per_user:Q", title="tokens/s per user (1 / TPOT)", scale=alt.Scale(type="log"),
+                axis=_log_axis()),
+        y=alt.Y("tokens_per_s_per_gpu:Q", title="decode tokens/s per GPU", scale=alt.Scale(type="log"),
+                axis=_log_axis()),
+        color=alt.Color("gpu:N", title="GPU", legend=alt.Legend(orient="top"), scale=alt.Scale(range=GPU_COLORS)),
         order=alt.Order("tokens_per_s_per_user:Q"),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
         tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("replica:N", title="config"),

@@ -109,7 +109,22 @@ def gallery_index(results: Results) -> list[dict[str, Any]]:
                          "kv_state_bytes": doc["kv_split"]["parts"]["state"][0]["formula"]},
         })
         out[-1]["dims"] = _named_dims(doc, out[-1]["formulas"].values())
+    labels = {key: info["label"] for key, info in ((results.landscape or {}).get("traits") or {}).items()}
+    for m in out:
+        m["search"] = search_text(m, labels)
     return out
+
+
+def search_text(m: dict[str, Any], trait_labels: dict[str, str]) -> str:
+    """The gallery search's text for one entry: every field a gallery filter reads (family, dense or
+    MoE, each trait by its key and its label) and the columns the row shows (id, mixers, model type),
+    lower case. The search and the filters read the same fields, so a word a filter offers
+    ("MLA", "moe") finds every model that filter finds."""
+    words = [m["model_id"], m["name"], m["family"], "moe" if m["moe"] else "dense", m["attention_label"],
+             *m["attention_kinds"], m["model_type"]]
+    for key in m["traits"]:
+        words += [key, trait_labels.get(key, "")]
+    return " ".join(w for w in words if w).lower()
 
 
 def _named_dims(doc: dict, formulas) -> dict[str, int]:
@@ -169,6 +184,14 @@ def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
     part = results.root / "deployments" / f"model={slug(model_id)}" / "part.parquet"
     table = pl.scan_parquet(part) if part.is_file() else results.deployments
     return table.filter(pl.col("model_id") == model_id).select(columns).collect()
+
+
+def config_twins(results: Results, model_id: str) -> list[dict[str, Any]]:
+    """The model's parallel configs identical in every deployment row (site_builder.twins), with the
+    note the deploy page prints beside them."""
+    from site_builder import twins
+    part = results.root / "deployments" / f"model={slug(model_id)}" / "part.parquet"
+    return twins.twins(twins.read_rows(part if part.is_file() else results.deployments, model_id))
 
 
 def deployment_options(rows: pl.DataFrame) -> list[dict[str, Any]]:

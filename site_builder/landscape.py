@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.build.landscape import KV_CONTEXTS
 from site_builder.data import Results, landscape_tables
 
 
@@ -39,6 +40,14 @@ def tooltip(cell: dict) -> str:
     return cell["formula"] + (f"   where {where}" if where else "")
 
 
+def past_max(results: Results) -> set[tuple[str, str]]:
+    """(model id, column key) of each landscape cell taken at a context past the model's maximum
+    context (the KV table's ``kv_<length>`` columns): the page marks them, as the charts mark
+    their points past the maximum context."""
+    limit = dict(zip(results.models["model_id"], results.models["max_context"]))
+    return {(m, f"kv_{label}") for m, top in limit.items() for label, n in KV_CONTEXTS.items() if n > top}
+
+
 def render(site, results: Results, csv) -> None:
     """Write ``landscape/index.html``, its formula file and its CSV twins (``csv`` turns rows into CSV text)."""
     tables = landscape_tables(results)
@@ -48,6 +57,9 @@ def render(site, results: Results, csv) -> None:
     keys = {id(cell): texts.setdefault(tooltip(cell), len(texts))
             for table in tables for row in table["rows"] for cell in row.values() if isinstance(cell, dict)}
     site.gzip_json(FORMULAS, list(texts))
+    past = past_max(results)
     site.page("landscape", "landscape.html", "Landscape", {"page": "landscape", "formulas_src": "../" + FORMULAS},
-              tables=tables, formula_key=lambda cell: keys[id(cell)],
+              tables=tables, formula_key=lambda cell: keys[id(cell)], past=past,
+              marked={t["name"] for t in tables if any((r.get("model_id"), c["key"]) in past
+                                                        for r in t["rows"] for c in t["columns"])},
               traits=(results.landscape or {}).get("traits") or {})

@@ -36,7 +36,7 @@ from engine.cli import units
 from engine.spec.errors import SpecError, Where
 from site_builder import charts, graph_svg, graphs, sizing
 from site_builder import downloads, landscape
-from site_builder.data import (Results, compact_json, deploy_formulas, deployment_options, deployment_rows,
+from site_builder.data import (Results, compact_json, config_twins, deploy_formulas, deployment_options, deployment_rows,
                                gallery_index, lineages, read_json, slug, split_formulas, trait_index)
 from site_builder.graph_svg import diff_graphs, render_svg, svg_size
 
@@ -633,6 +633,7 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
             (("inputs", "input_len"), ("outputs", "output_len"), ("batches", "batch"))}
     site.gzip_json(f"data/deploy/{name}/index.json.gz",
                    {"options": options, "weight_formulas": weight_formulas, "best": best.to_dicts(),
+                    "twins": config_twins(results, model_id),
                     "best_per_gpu": per_gpu.to_dicts(), "grid": grid, "model": model,
                     "output_len": int(decode["output_len"].min()) if decode.height else 0})
     # the bar charts' heights: the most bars one selection can show (GPU types; configs per GPU type and count)

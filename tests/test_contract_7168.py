@@ -379,8 +379,8 @@ def test_components_page_lists_every_mixer_with_its_built_numbers(page, contract
     from site_builder.render import human_bytes, seconds, si
 
     html, _ = page
-    table = html.split('<table class="data contract">')[1].split("</table>")[0]
-    rows = {m[1]: m[2] for m in re.finditer(r'<tr><th scope="row">(.*?)<br>(.*?)</tr>', table, re.S)}
+    table = html.split('<table class="data contract sortable">')[1].split("</table>")[0]
+    rows = {m[1]: m[2] for m in re.finditer(r'<tr><th scope="row"[^>]*>(.*?)<br>(.*?)</tr>', table, re.S)}
     assert len(rows) == 13
     for v in contract["variants"]:
         cells = re.findall(r'<span class="num"[^>]*>([^<]*)</span>', rows[v["name"]])
@@ -389,8 +389,8 @@ def test_components_page_lists_every_mixer_with_its_built_numbers(page, contract
                          human_bytes(v["kv_fixed_bytes"]["value"])] \
             + [human_bytes(b) for b in v["kv_bytes_per_request"]] + [seconds(v["prefill_at_s"])] \
             + [human_bytes(b) for b in v["decode_bytes_at"]]
-    assert '<th scope="col">decode bytes per token @4K</th>' in html and '<th scope="col">decode bytes per token @1M</th>' in html
-    assert '<th scope="col">prefill 4K</th>' in html
+    assert '<button type="button">decode bytes per token @4K</button>' in html and '<button type="button">decode bytes per token @1M</button>' in html
+    assert '<button type="button">prefill 4K</button>' in html
     # a component only the contract uses has no page of its own: no dead link
     assert '<a href="kda_attention/">' not in html and ">kda_attention<" in html
 

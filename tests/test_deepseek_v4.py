@@ -211,3 +211,19 @@ def test_kv_growth_per_context_token(model_id, evaluation):
     indexer = sum(sympy.Rational(di + di // 128 * 4, 4) for r in ratios if r == 4)
     assert elements + sum(sympy.Rational(di, 4) for r in ratios if r == 4) == {FLASH: 3440, PRO: 4924}[model_id]
     assert kv.growing_bytes_per_token(evaluation(model_id).numeric) == 2 * elements + indexer
+
+
+@pytest.mark.parametrize("model_id", [FLASH, PRO])
+def test_attention_label_and_kinds_say_the_same(model_id, evaluation):
+    """The gallery's label and its tooltip (models.parquet attention_label, attention_kinds) agree on
+    sliding layers, expected from the published config: every V4 layer keeps a local window, and only
+    a layer of compress_ratio 0 keeps nothing else (a sliding-window layer); the others' compressed
+    entries grow with context. So V4-Flash (swa layers) reads "v4 + sliding" with a ``+window`` kind,
+    V4-Pro (none) "v4" with none."""
+    from engine.build.results import attention_kinds, attention_label
+    c = config(model_id)
+    ratios = c["compress_ratios"][:c["num_hidden_layers"]]
+    ev = evaluation(model_id)
+    sliding, growing = 0 in ratios, any(r > 0 for r in ratios)
+    assert attention_kinds(ev) == sorted(["v4_attention"] * growing + ["v4_attention+window"] * sliding)
+    assert attention_label(ev) == " + ".join(["v4"] * growing + ["sliding"] * sliding)

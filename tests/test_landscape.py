@@ -76,7 +76,7 @@ def _gpus() -> dict[str, tuple[float, float]]:
 def _page_tables(html: str) -> dict[str, list[dict[str, str]]]:
     """Each landscape table's rows as {column key: data-v}, read from the page's markup."""
     tables = {}
-    for name, body in re.findall(r'<table class="data landscape" data-table="([a-z_]+)">(.*?)</table>', html, re.S):
+    for name, body in re.findall(r'<table class="data landscape[a-z ]*" data-table="([a-z_]+)">(.*?)</table>', html, re.S):
         rows = []
         for tr in re.findall(r"<tbody>(.*?)</tbody>", body, re.S)[0].split("</tr>"):
             cells = dict(re.findall(r'data-k="([^"]+)" data-v="([^"]*)"', tr))

@@ -46,3 +46,28 @@ def test_checks_on_raise(monkeypatch):
         return alt.Chart(alt.Data(name="x")).mark_line().encode(x=alt.X("a:Q", scale=alt.Scale(type=17)))
     with pytest.raises(Exception):
         bad()
+
+
+def _lab(color: str) -> tuple[float, float, float]:
+    """CIE L*a*b* (D65) of an sRGB hex colour, by the published sRGB and CIE formulas."""
+    rgb = [int(color[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+    xyz = (sum(w * c for w, c in zip((0.4124, 0.3576, 0.1805), lin)) / 0.95047,
+           sum(w * c for w, c in zip((0.2126, 0.7152, 0.0722), lin)),
+           sum(w * c for w, c in zip((0.0193, 0.1192, 0.9505), lin)) / 1.08883)
+    f = [t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116 for t in xyz]
+    return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+
+def test_gpu_colours_tell_twelve_gpus_apart():
+    """The grid's twelve GPU types get twelve colours no two of which are near (CIE76 distance 25 at
+    least; tableau20's light/dark pairs, which the front chart had, come to 16), and the front chart
+    and the GPU bars both take them."""
+    import itertools
+    import math
+    assert len(charts.GPU_COLORS) == 12 and len(set(charts.GPU_COLORS)) == 12
+    for a, b in itertools.combinations(charts.GPU_COLORS, 2):
+        assert math.dist(_lab(a), _lab(b)) >= 25, (a, b)
+    front = charts.front_spec()["encoding"]["color"]["scale"]
+    bars = charts.deployment_specs()["gpus"]["encoding"]["color"]["scale"]
+    assert front == bars == {"range": charts.GPU_COLORS}

@@ -82,15 +82,23 @@ def traits(ev: Evaluation) -> list[str]:
 
 
 def attention_kinds(ev: Evaluation) -> list[str]:
-    """Attention components of the main stack, ``+window`` when one declares a window-capped cache."""
+    """Attention components of the main stack, ``+window`` where every cache an instance keeps is
+    window-capped (the rule by which the gallery's label says ``sliding``: results.attention_label)."""
     return sorted(set(_kind_of(ev).values()))
 
 
 def _kind_of(ev: Evaluation) -> dict[str, str]:
-    """Attention component uid -> its kind label."""
-    windowed = {c.node_uid.rsplit("/", 1)[0] for c in ev.numeric.caches if c.growth == "window"}
-    return {uid: row.component + ("+window" if uid in windowed else "")
+    """Attention component uid -> its kind label (component, ``+window`` when :func:`all_windowed`)."""
+    return {uid: row.component + ("+window" if all_windowed(ev, uid) else "")
             for uid, row in ev.numeric.components.items() if row.role == "attention" and row.stack == "main"}
+
+
+def all_windowed(ev: Evaluation, uid: str) -> bool:
+    """Whether the component instance ``uid`` keeps caches and every one is window-capped: a
+    sliding-window layer. An instance with a window beside a cache that grows (DeepSeek-V4's local
+    window next to its compressed entries) is not: its cache grows with context."""
+    mine = [c for c in ev.numeric.caches if c.node_uid.startswith(uid + "/")]
+    return bool(mine) and all(c.growth == "window" for c in mine)
 
 
 # -- lineage -------------------------------------------------------------------------------------------

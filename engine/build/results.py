@@ -86,7 +86,7 @@ MODELS_SCHEMA = {
     "kv_fixed_bytes": (pl.Int64, "Per-request KV bytes of window-capped caches at full window and recurrent states (BF16)."),
     "max_context": (pl.Int64, "Longest context the config declares (tokens)."),
     "n_layers": (pl.Int64, "Layers of the main stack."),
-    "attention_kinds": (pl.List(pl.String), "Attention components used, with '+window' when a window-capped cache is declared."),
+    "attention_kinds": (pl.List(pl.String), "Attention components used, with '+window' for sliding-window instances (every cache they keep window-capped; attention_label's 'sliding')."),
     "attention_label": (pl.String, "The mixers the layer plans use, as the gallery lists them: the attention-role components' `label`s joined by ' + ', recurrent-state mixers first, then attention whose cache grows with context, then 'sliding' for layers whose caches are all window-capped (e.g. 'gdn + gqa', 'mla', 'gqa + sliding')."),
     "kv_state_bytes": (pl.Int64, "Per-request bytes of the recurrent states (`growth: state` cache entries) in their own dtype (BF16 for any without one): the flat part of a request's cache, the same at every context; 0 for a model without recurrent mixers (main stack)."),
     "kv_context_lengths": (pl.List(pl.Int64), "Context lengths (tokens) at which kv_growing_bytes_per_request is given."),
@@ -259,12 +259,9 @@ def slug(model_id: str) -> str:
 # -- one model (runs in a worker process) ----------------------------------------------------------
 
 def attention_kinds(ev: Evaluation) -> list[str]:
-    kinds = set()
-    windowed = {c.node_uid.rsplit("/", 1)[0] for c in ev.numeric.caches if c.growth == "window"}
-    for uid, row in ev.numeric.components.items():
-        if row.role == "attention" and row.stack == "main":
-            kinds.add(row.component + ("+window" if uid in windowed else ""))
-    return sorted(kinds)
+    """The main stack's attention components, ``+window`` for sliding-window instances (one rule with
+    :func:`attention_label`'s ``sliding``: engine.build.landscape.all_windowed)."""
+    return landscape.attention_kinds(ev)
 
 
 def attention_label(ev: Evaluation) -> str:
@@ -282,7 +279,7 @@ def attention_label(ev: Evaluation) -> str:
         mine = [c for c in num.caches if c.node_uid.startswith(uid + "/")]
         if any(kv.is_recurrent(c, num) for c in mine):
             rank, label = 0, None
-        elif mine and all(c.growth == "window" for c in mine):
+        elif landscape.all_windowed(ev, uid):
             rank, label = 2, "sliding"
         else:
             rank, label = 1, None

@@ -30,6 +30,8 @@
   function load(slug) { return window.archJSON(root + "data/models/" + slug + ".json.gz"); }
   function dims(m) { var d = {}; (m.dims || []).forEach(function (x) { d[x.name] = x.value; }); return d; }
   function cell(q, text, node, m) { var td = document.createElement("td"); td.className = "n"; if (q) td.appendChild(window.archNum(q.value, text, q.formula, node, null, m && dims(m))); else td.textContent = "—"; return td; }
+  // a table in its own horizontal scroller: on a phone a wide table scrolls, not the page
+  function wrapped(t) { var w = document.createElement("div"); w.className = "table-wrap"; w.appendChild(t); return w; }
   function render(a, b) {
     out.textContent = "";
     var h = document.createElement("h2"); h.textContent = a.name + " vs " + b.name; out.appendChild(h);
@@ -44,7 +46,7 @@
       var tr = body.insertRow(); var th = document.createElement("th"); th.scope = "row"; th.textContent = r[0]; tr.appendChild(th);
       [a, b].forEach(function (m) { var q = m.overview[r[1]]; tr.appendChild(cell(q, r[2](q.value), "", m)); });
     });
-    out.appendChild(t);
+    out.appendChild(wrapped(t));
     var h2 = document.createElement("h2"); h2.textContent = "Block by block"; out.appendChild(h2);
     var grid = document.createElement("div"); grid.className = "cols";
     [a, b].forEach(function (m) {
@@ -58,7 +60,7 @@
         tr.appendChild(cell(c.params_per_layer, fmt.si(c.params_per_layer.value), c.uid, m)); tr.appendChild(cell(c.repeat, String(c.repeat.value), c.uid, m));
         tr.appendChild(cell(c.kv_bytes_per_token_per_layer, fmt.bytes(c.kv_bytes_per_token_per_layer.value), c.uid, m));
       });
-      col.appendChild(tb); grid.appendChild(col);
+      col.appendChild(wrapped(tb)); grid.appendChild(col);
     });
     out.appendChild(grid);
   }
@@ -99,7 +101,7 @@
         tr.appendChild(td);
       });
     });
-    table.appendChild(t);
+    table.appendChild(wrapped(t));
     var n = document.createElement("p"); n.className = "note";
     n.textContent = fmt.tokens(p.input) + " prompt tokens, " + fmt.tokens(p.output) + " generated, batch " + p.batch + "; one model replica on " + o.n_gpus + " " + o.gpu + ", each model's own formulas by the engine's rules (archledger deploy prints the same).";
     table.appendChild(n);

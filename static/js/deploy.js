@@ -144,13 +144,39 @@
     items.forEach(function (it) { var d = document.createElement("div"); row(it[0], it[1], it[2], it[3], it[4]).forEach(function (e) { d.appendChild(e); }); dl.appendChild(d); });
     sum.appendChild(dl);
     if (dec.extrapolated) { var w = document.createElement("p"); w.className = "warn"; w.textContent = "! Context past the model's maximum (" + page.max_context + " tokens): extrapolation."; sum.appendChild(w); }
-    var bar = document.getElementById("membar"), usable = dec.usable_bytes_per_gpu; bar.textContent = ""; bar.style.display = "";
-    var left = 100;   // a batch over capacity needs more than usable: its KV fills the rest of the bar
-    [["weights", dec.weight_bytes_per_gpu], ["prefill", dec.activation_bytes_per_gpu], ["KV", dec.kv_bytes_per_gpu], ["free", dec.free_bytes_per_gpu]].forEach(function (p) {
-      var seg = document.createElement("div"), width = Math.max(0, Math.min(left, 100 * p[1] / usable)); left -= width;
-      seg.className = "seg seg-" + p[0]; seg.style.width = width + "%"; seg.textContent = p[0] + " " + fmt.bytes(p[1]); bar.appendChild(seg);
-    });
+    var bar = document.getElementById("membar"), usable = dec.usable_bytes_per_gpu;
+    memoryBar(bar, [["weights", dec.weight_bytes_per_gpu], ["prefill", dec.activation_bytes_per_gpu], ["KV", dec.kv_bytes_per_gpu], ["free", dec.free_bytes_per_gpu]], usable);
     bar.setAttribute("aria-label", "memory per GPU: weights " + fmt.bytes(dec.weight_bytes_per_gpu) + ", prefill working set " + fmt.bytes(dec.activation_bytes_per_gpu) + ", KV " + fmt.bytes(dec.kv_bytes_per_gpu) + " of " + fmt.bytes(usable) + " usable");
+  }
+  // The memory bar: one segment per part, its width exactly its share of the usable bytes (a batch
+  // over capacity needs more than usable: its KV fills the rest of the bar). A label that does not
+  // fit inside its segment is set below the bar instead, one line per such label, so that no
+  // segment is widened to hold its text.
+  function memoryBar(bar, parts, usable) {
+    bar.textContent = ""; bar.style.display = "";
+    var left = 100;
+    parts.forEach(function (p) {
+      var seg = document.createElement("div"), label = document.createElement("span"), width = Math.max(0, Math.min(left, 100 * p[1] / usable));
+      left -= width;
+      seg.className = "seg seg-" + p[0]; seg.style.width = width + "%"; seg.setAttribute("data-bytes", String(p[1]));
+      label.className = "seg-label"; label.textContent = p[0] + " " + fmt.bytes(p[1]);
+      seg.appendChild(label); bar.appendChild(seg);
+    });
+    placeLabels(bar);
+    if (window.ResizeObserver && !bar.archWatched) { bar.archWatched = true; new ResizeObserver(function () { placeLabels(bar); }).observe(bar); }
+  }
+  function placeLabels(bar) {
+    var out = 0, line = 18, room = bar.clientWidth;
+    Array.prototype.forEach.call(bar.querySelectorAll(".seg"), function (seg) {
+      var label = seg.firstChild;
+      seg.classList.remove("label-out"); label.style.left = ""; label.style.top = "";
+      if (label.offsetWidth <= seg.clientWidth) return;
+      seg.classList.add("label-out");
+      label.style.left = Math.max(0, Math.min(seg.offsetLeft, room - label.offsetWidth)) + "px";
+      label.style.top = (bar.clientHeight + 4 + out * line) + "px";
+      out++;
+    });
+    bar.style.marginBottom = (8 + out * line) + "px";
   }
   // env: the decode program's point (deploy_eval's summary env: batch per micro-batch, seq, ctx, kv_bytes)
   function renderOps(rows, p, env) {
@@ -230,6 +256,10 @@
       var best = index.best_per_gpu.filter(function (b) { return b.framework === s.fw && b.kv_dtype === s.kv; }).map(function (b) { var o = Object.assign({}, b); o.label = b.gpu + " " + b.n_gpus + "x " + b.config; return o; });
       chart("chart-gpus", page.specs.gpus, { best: best });
       chart("chart-ep", page.specs.ep, { configs: index.best.filter(function (b) { return b.gpu === s.gpu && b.n_gpus === combo.n_gpus && b.framework === s.fw && b.kv_dtype === s.kv; }) });
+      // configs the build found identical on this GPU type and count, and why (site_builder/twins.py)
+      document.getElementById("ep-note").textContent = (index.twins || []).filter(function (t) {
+        return t.gpu === s.gpu && t.n_gpus === combo.n_gpus && t.framework === s.fw && t.kv_dtype === s.kv;
+      }).map(function (t) { return t.note; }).join(" ");
       return overCapacity(s, p, dec);
     }).then(function () {   // for tests and tools: the selection whose numbers are on the page
       if (JSON.stringify(state()) === JSON.stringify(s)) document.getElementById("summary").setAttribute("data-ready", JSON.stringify(s));

@@ -173,3 +173,28 @@
     }
   };
 })();
+// Sortable tables (table.sortable): a header's button sorts the body rows by that column's cells'
+// data-v (numbers as numbers, an empty value last), ascending then descending; aria-sort says which.
+(function () {
+  "use strict";
+  Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), function (table) {
+    var heads = Array.prototype.slice.call(table.tHead.rows[0].cells);
+    heads.forEach(function (th, col) {
+      var button = th.querySelector("button"); if (!button) return;
+      button.addEventListener("click", function () {
+        var asc = th.getAttribute("aria-sort") !== "ascending", body = table.tBodies[0];
+        heads.forEach(function (h) { h.setAttribute("aria-sort", "none"); });
+        th.setAttribute("aria-sort", asc ? "ascending" : "descending");
+        var rows = Array.prototype.slice.call(body.rows);
+        function key(r) { var c = r.cells[col]; return c ? c.getAttribute("data-v") || "" : ""; }
+        rows.sort(function (a, b) {
+          var x = key(a), y = key(b);
+          if (x === "" || y === "") return (x === "") - (y === "");        // empty cells last either way
+          var nx = Number(x), ny = Number(y), c = isFinite(nx) && isFinite(ny) ? nx - ny : x.localeCompare(y);
+          return asc ? c : -c;
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      });
+    });
+  });
+})();

@@ -1,0 +1,76 @@
+"""Parallel configs that the build found identical, and why: the deploy page's note beside them.
+
+Layer: site_builder. Two configs of one model on one GPU type, GPU count, framework and KV dtype are
+*twins* when every deployment row the build wrote for them (each phase, batch, prompt and output
+length) holds the same :data:`COMPARED` values. The reason is said from the rows' own degrees, never
+from a model's name: where the twins differ only in ``ep`` and the expert group is the whole TP group
+(ep = tp) with attention not data-parallel (dp_attn = 1), every GPU already holds every token, so
+the experts' outputs are combined by an all-reduce over the same GPUs either way and each GPU holds
+the same share of the expert weights (split by expert, or within each expert). Other twins are
+named as identical, with no reason claimed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+#: The values compared: what a reader sees of a deployment (times, throughput, memory, link bytes).
+COMPARED = ("fits", "ttft_s", "tpot_s", "tokens_per_s_per_gpu", "weight_bytes_per_gpu", "kv_bytes_per_gpu",
+            "free_bytes_per_gpu", "max_concurrent_requests", "step_time_s", "comm_bytes", "bytes", "flops")
+POINT = ("phase", "batch", "input_len", "output_len")
+GROUP = ("gpu", "n_gpus", "framework", "kv_dtype")
+DEGREES = ("tp", "ep", "dp_attn", "pp", "cp")
+
+
+def read_rows(part: Path | pl.LazyFrame, model_id: str) -> pl.DataFrame:
+    """The model's rows with the columns :func:`twins` compares (``part``: its partition file, or
+    the whole deployments table)."""
+    table = pl.scan_parquet(part) if isinstance(part, Path) else part
+    return (table.filter(pl.col("model_id") == model_id)
+            .select([*GROUP, "config", *DEGREES, *POINT, *COMPARED]).collect())
+
+
+def twins(rows: pl.DataFrame) -> list[dict[str, Any]]:
+    """Each set of configs identical in every row (:data:`COMPARED` at every :data:`POINT`), per
+    (GPU, GPU count, framework, KV dtype): {gpu, n_gpus, framework, kv_dtype, configs, note}."""
+    if rows.height == 0:
+        return []
+    # one fingerprint per config: the sum of its rows' hashes (each row with its point), and the
+    # row count; equal fingerprints are then checked row by row
+    prints = (rows.group_by([*GROUP, "config"])
+              .agg(pl.struct([*POINT, *COMPARED]).hash().sum().alias("h"), pl.len().alias("n"),
+                   *[pl.col(d).first() for d in DEGREES])
+              .sort([*GROUP, "config"]))
+    out = []
+    for key, group in prints.group_by([*GROUP, "h", "n"], maintain_order=True):
+        if group.height < 2:
+            continue
+        configs = group.sort("config")
+        names = configs["config"].to_list()
+        where = dict(zip(GROUP, key[:len(GROUP)]))
+        if not _same_rows(rows, where, names):
+            continue
+        out.append({**where, "configs": names, "note": _reason(configs.select(DEGREES).to_dicts(), names)})
+    return out
+
+
+def _same_rows(rows: pl.DataFrame, where: dict, names: list[str]) -> bool:
+    mine = rows.filter(*[pl.col(k) == v for k, v in where.items()])
+    tables = [mine.filter(pl.col("config") == n).sort(POINT).select([*POINT, *COMPARED]) for n in names]
+    return all(t.equals(tables[0]) for t in tables[1:])
+
+
+def _reason(degrees: list[dict[str, int]], names: list[str]) -> str:
+    """Why configs with these degrees give the same numbers, as far as their degrees say."""
+    same = " and ".join(names)
+    differ = {d for d in DEGREES if len({row[d] for row in degrees}) > 1}
+    if differ == {"ep"} and all(r["dp_attn"] == 1 and r["ep"] in (1, r["tp"]) for r in degrees):
+        tp = degrees[0]["tp"]
+        return (f"{same} give the same numbers in every row: EP inside TP{tp} changes nothing when the expert "
+                f"group is the whole TP group (ep = tp = {tp}) and attention is not data-parallel (dp_attn 1). "
+                f"Every GPU then holds every token, so the experts' outputs are combined by an all-reduce over "
+                f"the same {tp} GPUs either way (no all-to-all), and each GPU holds 1/{tp} of the expert "
+                f"weights either way (whole experts with EP, a slice of each with TP).")
+    return f"{same} give the same numbers in every row the build evaluated."
