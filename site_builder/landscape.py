@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.build.landscape import KV_CONTEXTS
 from site_builder.data import Results, landscape_tables
 
 
@@ -42,10 +41,12 @@ def tooltip(cell: dict) -> str:
 
 def past_max(results: Results) -> set[tuple[str, str]]:
     """(model id, column key) of each landscape cell taken at a context past the model's maximum
-    context (the KV table's ``kv_<length>`` columns): the page marks them, as the charts mark
-    their points past the maximum context."""
+    context (a column's ``context``, which landscape.json gives the KV table's ``kv_<length>``
+    columns): the page marks them, as the charts mark their points past the maximum context."""
     limit = dict(zip(results.models["model_id"], results.models["max_context"]))
-    return {(m, f"kv_{label}") for m, top in limit.items() for label, n in KV_CONTEXTS.items() if n > top}
+    contexts = {c["key"]: c["context"] for t in (results.landscape or {}).get("tables") or []
+                for c in t["columns"] if "context" in c}
+    return {(m, key) for m, top in limit.items() for key, n in contexts.items() if n > top}
 
 
 def render(site, results: Results, csv) -> None:

@@ -302,7 +302,7 @@ def tables(facts: dict[str, dict], rows: dict[str, dict], gpus: dict) -> dict[st
     kv_rows = [{**base(m), "kinds": ", ".join(rows[m]["attention_kinds"]),
                 **{f"kv_{label}": facts[m]["kv_per_token"][label] for label in KV_CONTEXTS}} for m in order]
     kv_cols = ident + [{"key": "kinds", "label": "Attention", "doc": "Attention kinds of the main stack."}] + [
-        {"key": f"kv_{label}", "label": f"KV B/token @ {label.upper()}",
+        {"key": f"kv_{label}", "label": f"KV B/token @ {label.upper()}", "context": n,
          "doc": f"KV bytes one request holds at {n:,} tokens of context, divided by {n:,} (BF16 KV, main stack; "
                 "windows and states included, so a capped cache costs less per token as the context grows)."}
         for label, n in KV_CONTEXTS.items()]
