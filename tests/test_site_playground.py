@@ -109,6 +109,32 @@ def test_page_recomputes_as_python_does(browser, base, corpus):  # noqa: F811
     tab.context.close()
 
 
+def test_an_empty_or_zero_dim_is_said_not_recomputed(browser, base):  # noqa: F811
+    """Issue 41: an empty field or 0 recomputed silently as 0. A free dim or the context that is not a
+    positive whole number empties the table and names the field (aria-invalid on it); a good value
+    brings the numbers back."""
+    tab = _open(browser)
+    tab.goto(base + f"playground/?v={GDN}")
+    page = tab.page
+    page.wait_for_selector("#pg-table tbody tr")
+    rows = page.locator("#pg-table tbody tr").count()
+    for text in ("", "0", "2.5", "-8"):
+        page.fill("#pg-dim-lin_k_heads", text)
+        assert page.locator("#pg-table tbody tr").count() == 0, text
+        assert page.get_attribute("#pg-status", "data-invalid") == "lin_k_heads", text
+        assert "lin_k_heads" in page.inner_text("#pg-status")
+        assert page.get_attribute("#pg-dim-lin_k_heads", "aria-invalid") == "true"
+    page.fill("#pg-dim-lin_k_heads", "16")
+    page.fill("#pg-context", "")
+    assert page.get_attribute("#pg-status", "data-invalid") == "context"
+    page.fill("#pg-context", "4096")
+    assert page.locator("#pg-table tbody tr").count() == rows
+    assert page.get_attribute("#pg-status", "data-invalid") is None and page.inner_text("#pg-status") == ""
+    assert page.get_attribute("#pg-dim-lin_k_heads", "aria-invalid") is None
+    assert not tab.errors, tab.errors
+    tab.context.close()
+
+
 def test_dsa_formula_trees_equal_the_walk(corpus):
     """V3 + DSA's exported trees at other indexer sizes and lengths (the page's inputs) equal the walk."""
     v = corpus.variants["DeepSeek-V3-DSA"]

@@ -29,11 +29,31 @@
     return { old: old, new: neu };
   }
 
+  // the context and each free dim must be a positive whole number, as the live picks below and the
+  // deploy page check theirs: an empty or zero field is said, never recomputed as 0
+  function whole(text) { var t = String(text).trim(), n = Number(t); return t !== "" && Number.isInteger(n) && n >= 1; }
+  function invalid(v) {
+    var fields = [["context", context]];
+    v.bind_list.forEach(function (b) { if (b.tree === null) fields.push([b.dim, $("pg-dim-" + b.dim)]); });
+    var bad = [];
+    fields.forEach(function (f) {
+      var ok = whole(f[1].value);
+      if (ok) f[1].removeAttribute("aria-invalid"); else { f[1].setAttribute("aria-invalid", "true"); bad.push(f[0]); }
+    });
+    return bad;
+  }
+
   function recompute() {
     var v = byName[select.value];
     if (!v) return;
-    var e = envs(v);
+    var status = $("pg-status"), bad = invalid(v);
     tbody.textContent = "";
+    if (status) {
+      status.textContent = bad.length ? "Enter a positive whole number for " + bad.join(", ") + " to see the numbers." : "";
+      if (bad.length) status.setAttribute("data-invalid", bad.join(",")); else status.removeAttribute("data-invalid");
+    }
+    if (bad.length) return;
+    var e = envs(v);
     Object.keys(v.recomputed).forEach(function (key) {
       var o = F.evaluate(v.formulas.old[key], e.old), n = F.evaluate(v.formulas.new[key], e.new);
       var tr = document.createElement("tr"), th = document.createElement("th");
