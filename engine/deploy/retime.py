@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.deploy.sizing import SLA, GPUSearch, _load
+from engine.deploy.sizing import SLA, GPUSearch, _load, users_held
 
 #: time -> the summary fields of its (TTFT, steady TPOT, TPOT at the last token).
 TIMES = {"estimate": ("ttft_s", "tpot_mean_s", "tpot_s"),
@@ -84,11 +84,6 @@ def row_on(res: GPUSearch, config, batch: int, summary: dict, time: str, sla: SL
     return row
 
 
-def _holds(batch: int, users: int | None) -> bool:
-    """Whether a replica at ``batch`` holds its share of ``users`` (sizing's rule; no users: any)."""
-    return users is None or batch == -(-users // -(-users // batch))
-
-
 def answer_on(time: str, res: GPUSearch, read: PointReader, sla: SLA) -> dict | None:
     """The cheapest point of ``res``'s served points on ``time`` (the module's rules), as a
     :func:`row_on` row; None where no served point meets the SLA on it."""
@@ -114,7 +109,7 @@ def answer_on(time: str, res: GPUSearch, read: PointReader, sla: SLA) -> dict | 
                 mid = (lo + hi) // 2
                 lo, hi = (mid, hi) if within(mid) else (lo, mid)
             hi = lo
-        held = [int(b) for b in batches[:hi + 1] if _holds(int(b), sla.users)]
+        held = [int(b) for b in batches[:hi + 1] if users_held(int(b), sla.users)]
         if not held:
             continue
         row = row_on(res, config, held[-1], read(config, held[-1]), time, sla, read.output_len)

@@ -541,6 +541,15 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
     return results
 
 
+def users_held(batch, users: int | None):
+    """Whether a replica at ``batch`` holds its share of ``users`` concurrent users: with ``r =
+    ceil(U / batch)`` replicas, ``batch = ceil(U / r)`` (the load each really holds); no users: any
+    batch. Whole numbers or integer arrays."""
+    if users is None:
+        return np.ones_like(np.asarray(batch), dtype=bool) if np.ndim(batch) else True
+    return batch == -(-users // -(-users // batch))
+
+
 def _load(p: dict[str, np.ndarray], sla: SLA, output_len: int) -> dict[str, np.ndarray]:
     """Replicas, GPUs, requests/s and the SLA verdict of every point (module doc)."""
     batch = p["batch"].astype(np.int64)
@@ -548,7 +557,7 @@ def _load(p: dict[str, np.ndarray], sla: SLA, output_len: int) -> dict[str, np.n
     ok = (p["ttft_s"] <= sla.ttft_s) & (p["tpot_s"] <= sla.tpot_s)
     if sla.users is not None:
         replicas = -(-sla.users // batch)
-        ok &= batch == -(-sla.users // replicas)
+        ok &= users_held(batch, sla.users)
     elif sla.rate is not None:
         replicas = np.maximum(1, np.ceil(sla.rate / rps * ROUND)).astype(np.int64)
     else:
