@@ -44,6 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from engine.deploy.measured_write import dump_yaml, grid_rows, sig4 as _sig  # noqa: E402,F401  (after the sys.path line)
 
 PACKAGE = "aiconfigurator-core"
 MODULE = "aiconfigurator_core"
@@ -105,11 +108,6 @@ def package_root(site: str | None) -> tuple[Path, str]:
     return root, version
 
 
-def _sig(x: float) -> float:
-    """``x`` to 4 significant digits (the table's precision)."""
-    return float(f"{x:.4g}")
-
-
 def complete_grid(points: dict[tuple, float], axes: list[list]) -> list[list]:
     """``axes`` with values dropped, one at a time, until every combination of the kept values is
     in ``points``: each time the value whose removal takes out the most missing combinations per
@@ -137,13 +135,6 @@ def complete_grid(points: dict[tuple, float], axes: list[list]) -> list[list]:
         if i is None:
             raise Refused("no complete grid with two values per axis")
         axes[i].remove(v)
-
-
-def grid_rows(points: dict[tuple, float], axes: list[list]) -> list[list[float]]:
-    """Latencies row-major over ``axes`` (the last innermost), one list per row of the last axis."""
-    import itertools
-    heads = list(itertools.product(*axes[:-1]))
-    return [[points[(*head, v)] for v in axes[-1]] for head in heads]
 
 
 def table(kind: str, variant: str, gpu: str, framework: str, version: str, package_version: str,
@@ -340,20 +331,10 @@ def collect(root: Path, package_version: str) -> dict[Path, dict]:
 
 
 def dump(mapping: dict) -> str:
-    """The YAML text of one table: a header saying how it was made, block style, the latency rows
-    (and axis values) as one flow list per line."""
-    import yaml
-
-    class Dumper(yaml.SafeDumper):
-        pass
-
-    def flow(dumper, value):     # lists of numbers on one line
-        flat = all(isinstance(x, (int, float)) for x in value)
-        return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flat)
-    Dumper.add_representer(list, flow)
+    """The YAML text of one table (engine.deploy.measured_write.dump_yaml) under a header saying how it was made."""
     head = ("# Measured kernel times imported by benchmarks/import_kernels.py from the public "
             f"{PACKAGE} package; do not edit by hand\n# (re-run the import). Read by engine/deploy/measured.py.\n")
-    return head + yaml.dump(mapping, Dumper=Dumper, sort_keys=False, width=100000, allow_unicode=True)
+    return dump_yaml(mapping, head)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,8 @@ import pytest
 
 from tests.conftest import REPO
 
-#: Top-level packages the help must not import (the evaluation, the tables, the charts).
-HEAVY = {"sympy", "mpmath", "polars", "numpy", "altair", "pyarrow", "yaml", "jinja2"}
+#: Top-level packages the help must not import (the evaluation, the tables, the charts, kernelbench's torch).
+HEAVY = {"sympy", "mpmath", "polars", "numpy", "altair", "pyarrow", "yaml", "jinja2", "torch"}
 
 
 def _imported(*argv: str) -> tuple[str, set[str]]:
@@ -30,12 +30,13 @@ def _imported(*argv: str) -> tuple[str, set[str]]:
     return done.stdout, names
 
 
-@pytest.mark.parametrize("argv", [("--help",), ("deploy", "--help"), ("edit", "--help"), ("show", "--help")])
+@pytest.mark.parametrize("argv", [("--help",), ("deploy", "--help"), ("edit", "--help"), ("show", "--help"),
+                                  ("kernelbench", "--help")])
 def test_help_imports_no_evaluation_library(argv):
     text, names = _imported(*argv)
     assert text.startswith("usage: archledger")
     # the whole parser was built: every command module is imported (so the check covers their tops)
-    assert {"engine.cli.show", "engine.cli.edit", "engine.cli.deploy", "engine.cli.plan"} <= names
+    assert {"engine.cli.show", "engine.cli.edit", "engine.cli.deploy", "engine.cli.plan", "engine.cli.kernelbench"} <= names
     assert {n.split(".")[0] for n in names} & HEAVY == set()
     # nor the spec language or the build (the help never evaluates or publishes)
     assert not {n for n in names if n.startswith(("engine.spec.corpus", "engine.spec.expr", "engine.build.results",

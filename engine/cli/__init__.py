@@ -1,7 +1,7 @@
 """The ``archledger`` command line.
 
 Layer: engine.cli, on top of every engine concern (one module per command: show, verify, bench,
-deploy, plan, disagg, build, new); ``archledger`` itself is :mod:`site_builder.cli`, which adds the site's commands.
+kernelbench, deploy, plan, disagg, build, new); ``archledger`` itself is :mod:`site_builder.cli`, which adds the site's commands.
 Every failure caused by input prints one line (``file:line: field: problem — hint``) on stderr
 and exits with status 2; nothing is written in that case.
 """
@@ -60,11 +60,12 @@ def common_options(corpus: bool = True, out: bool = True) -> argparse.ArgumentPa
 
 def add_commands(sub) -> dict[str, argparse.ArgumentParser]:
     """Register the engine's commands on ``sub``; returns them by name (the site half adds more)."""
-    from engine.cli import bench, build, check, deploy, disagg, edit, new, plan, show, verify
+    from engine.cli import bench, build, check, deploy, disagg, edit, kernelbench, new, plan, show, verify
     parents = [common_options(out=False)]
     commands = show.add_parsers(sub, parents)
     verify.add_parsers(sub, parents)
     commands["bench"] = bench.add_parser(sub, parents)
+    kernelbench.add_parser(sub, parents)
     deploy.add_parser(sub, parents)
     plan.add_parser(sub, parents)
     disagg.add_parser(sub, parents)

@@ -437,7 +437,7 @@ MEASURED_US = Number("a kernel time in µs", lo=0, hi=1e7, unit="µs", above=Tru
 MAX_AXIS_VALUES = 64
 MAX_MEASURED_ROWS = 4096
 
-MEASURED = Mapping("a measured kernel table (re-run benchmarks/import_kernels.py)", fields={
+MEASURED = Mapping("a measured kernel table (re-run benchmarks/import_kernels.py or archledger kernelbench)", fields={
     "kernel": req(Str("the kernel class: gemm, decode_attention, prefill_attention, moe, all_reduce, all_gather, "
                       "reduce_scatter or all_to_all")),
     "variant": req(Str("the dtype (bf16, fp8, fp8_block; attention: <kv dtype>_d<head size>) or the backend "
@@ -452,7 +452,11 @@ MEASURED = Mapping("a measured kernel table (re-run benchmarks/import_kernels.py
         "licence": req(Str("the package's licence, e.g. Apache-2.0", nonempty=True)),
         "licence_src": req(SOURCE),
         "device": TEXT,
-        "selection": TEXT})),
+        "selection": TEXT,
+        # a table measured on the user's machine (archledger kernelbench) says how and when
+        "tool": TEXT,
+        "date": TEXT,
+        "command": TEXT})),
     "axes": req(ListOf("write axes: [{name: m, unit: tokens, values: [1, 2, 4]}, ...]", min_items=1, max_items=4,
                        item=Mapping("write `{name: m, unit: tokens, values: [1, 2, 4]}`", fields={
                            "name": req(Str("the axis name (engine.deploy.measured.KERNELS: gemm m, n, k; a "
