@@ -65,6 +65,9 @@ def test_tp_wider_than_the_kv_heads_keeps_one_per_gpu():
 def test_the_grid_spreads_the_corpus_values_in_log_space():
     # nine powers of two 128 .. 32768 thinned to three: the log-even targets are 128, 2048, 32768
     assert spread([1 << i for i in range(7, 16)], 3) == [128, 2048, 32768]
+    # nearest in log, not in value: to the middle target 2048, 3500 is 1.71x away and 1024 2x
+    # (though 1024 is nearer in value)
+    assert spread([128, 1024, 3500, 32768], 3) == [128, 3500, 32768]
     # few enough: kept as they are, sorted, distinct
     assert spread([4096, 1024, 4096], 24) == [1024, 4096]
     # one value: the loader interpolates between two, so v gains 2v
@@ -159,3 +162,48 @@ def test_missing_torch_is_one_line(tmp_path, monkeypatch, capsys):
     assert code == 2
     assert err == "error: torch is not installed — kernelbench measures with it: pip install -e '.[oracle]'"
     assert not out.exists()
+
+
+# -- the writer: each number lands where the loader reads it; a bad table is never moved in ------
+
+def _bench_of(torch):
+    from engine.deploy.kernelbench import Bench
+    return Bench(torch, "cpu", "H100", "vllm", "test", "archledger kernelbench (test)")
+
+
+def test_each_point_lands_where_the_loader_reads_it(tmp_path):
+    """Eight points with eight different times (µs = 100 m + 10 n/64 + k/32 by construction): the
+    lookup at each returns its own time, so no axis is swapped or transposed in the rows."""
+    torch = pytest.importorskip("torch", reason=_WHY)
+    from engine.deploy.kernelbench import table, write_tables
+    from engine.deploy.hardware import load_gpus
+    axes = [("m", [1, 2]), ("n", [64, 128]), ("k", [32, 64])]
+    points = {(m, n, k): (100 * m + 10 * n / 64 + k / 32) * 1e-6 for m in (1, 2) for n in (64, 128) for k in (32, 64)}
+    out = tmp_path / "gpus" / "measured"
+    write_tables([table(_bench_of(torch), "gemm", "bf16", "vllm", "test", "hand-made points", axes, points)],
+                 out, load_gpus(REPO / "gpus"))
+    t = load_measured(out)[("H100", "vllm", "gemm", "bf16")]
+    for (m, n, k), seconds in points.items():
+        assert interpolate(t, (m, n, k), ROOF)[0] == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["zero", "gpu"])
+def test_a_table_the_loader_refuses_is_never_written(tmp_path, bad):
+    """A zero time (a timer that read nothing) or a GPU no gpus/*.yaml names: refused by the
+    project's loader in the staging folder, one line naming the field; nothing under the output."""
+    torch = pytest.importorskip("torch", reason=_WHY)
+    from engine.deploy.kernelbench import table, write_tables
+    from engine.deploy.hardware import load_gpus
+    from engine.spec.errors import SpecError
+    bench = _bench_of(torch)
+    points = {(m, n, k): 1e-5 for m in (1, 2) for n in (64, 128) for k in (32, 64)}
+    if bad == "zero":
+        points[(2, 128, 64)] = 0.0
+    else:
+        bench.gpu = "H100-lookalike"
+    out = tmp_path / "gpus" / "measured"
+    with pytest.raises(SpecError) as e:
+        write_tables([table(bench, "gemm", "bf16", "vllm", "test", "hand-made points",
+                            [("m", [1, 2]), ("n", [64, 128]), ("k", [32, 64])], points)], out, load_gpus(REPO / "gpus"))
+    assert ("latency_us" if bad == "zero" else "unknown GPU") in e.value.one_line()
+    assert list(tmp_path.iterdir()) == []          # no output, no staging folder left
