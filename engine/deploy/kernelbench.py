@@ -14,8 +14,9 @@ Invariants:
   prefill) per head size of the corpus, on the axes of the imported tables; NCCL all-reduce and
   all-gather (bf16, ``torch.distributed``) at 2, 4, 8 GPUs where at least 4 CUDA GPUs are
   visible (a table needs two GPU counts), else skipped with a one-line note.
-* **Timing**: ``warmup`` calls, then the median of ``reps`` timed calls: CUDA events around each
-  call on cuda, ``time.perf_counter`` on cpu; a collective's time is the slowest rank's.
+* **Timing**: ``warmup`` calls, then the median of ``reps`` timed calls (fewer, at least 3, where
+  they would take over :data:`BUDGET_S`): CUDA events around each call on cuda,
+  ``time.perf_counter`` on cpu; a collective's time is the slowest rank's.
 * **Writing** (:func:`write_tables`): every table is made before one is written; an existing
   file is refused without ``force``; the tables are written to a temporary folder beside the
   output, loaded there by the project's loader (engine.deploy.measured.load_measured, with the
@@ -28,6 +29,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -60,6 +62,8 @@ QUICK_PREFILL = {"batch": [1, 2], "isl": [8, 32], "kv_heads": [1, 2], "q_per_kv"
 COLLECTIVE_GPUS = [2, 4, 8]
 BYTES = [1 << i for i in range(10, 29, 2)]           # 1 KiB .. 256 MiB
 QUICK_BYTES = [1 << 10, 1 << 20]
+#: About the most seconds of timed calls per point (a 0.3 s GEMM is timed 3 times, not 20).
+BUDGET_S = 1.0
 UNITS = {"m": "tokens", "n": "output features", "k": "input features", "batch": "requests", "ctx": "cached tokens",
          "isl": "prompt tokens", "kv_heads": "KV heads per GPU", "q_per_kv": "query heads per KV head",
          "gpus": "GPUs", "bytes": "message bytes"}
@@ -91,6 +95,8 @@ class Bench:
     warmup: int = 3
     reps: int = 20
     notes: list[str] = field(default_factory=list)
+    #: fewer calls for a slow kernel; off for a collective (every rank must make the same calls)
+    adapt: bool = True
 
     @property
     def device_name(self) -> str:
@@ -109,13 +115,19 @@ class Bench:
                 "command": self.command}
 
     def time(self, fn) -> float:
-        """Median seconds of one call of ``fn`` after the warmup (the module's timing rule)."""
+        """Median seconds of one call of ``fn`` after the warmup (the module's timing rule); a
+        kernel slower than :data:`BUDGET_S` / reps per call gets fewer calls (at least 3)."""
+        start = time.perf_counter()
         for _ in range(self.warmup):
             fn()
         if self.device == "cuda":
-            return _cuda_median(self.torch, fn, self.reps)
+            self.torch.cuda.synchronize()
+        per_call = (time.perf_counter() - start) / max(self.warmup, 1)
+        reps = self.reps if not self.adapt or per_call * self.reps <= BUDGET_S else max(3, int(BUDGET_S / per_call))
+        if self.device == "cuda":
+            return _cuda_median(self.torch, fn, reps)
         times = []
-        for _ in range(self.reps):
+        for _ in range(reps):
             start = time.perf_counter()
             fn()
             times.append(time.perf_counter() - start)
@@ -174,7 +186,6 @@ def attention_tables(bench: Bench, head_dim: int, quick: bool) -> list[dict]:
                          ("prefill_attention", QUICK_PREFILL if quick else PREFILL)):
         points = {}
         names = list(axes)
-        import itertools
         with torch.inference_mode():
             for combo in itertools.product(*axes.values()):
                 a = dict(zip(names, combo))
@@ -199,13 +210,19 @@ def nccl_version(torch) -> str:
     return ".".join(map(str, v)) if isinstance(v, tuple) else f"{v // 10000}.{v // 100 % 100}.{v % 100}"
 
 
+def _collective_counts(bench: Bench) -> list[int]:
+    """The GPU counts of :data:`COLLECTIVE_GPUS` this machine can run (CUDA GPUs visible)."""
+    visible = bench.torch.cuda.device_count() if bench.device == "cuda" else 0
+    return [g for g in COLLECTIVE_GPUS if g <= visible]
+
+
 def collective_tables(bench: Bench, quick: bool) -> list[dict]:
     """NCCL all-reduce and all-gather over (GPUs, message bytes); none (a note) with fewer than two
     GPU counts to measure (a table needs two values per axis)."""
     torch = bench.torch
-    visible = torch.cuda.device_count() if bench.device == "cuda" else 0
-    counts = [g for g in COLLECTIVE_GPUS if g <= visible]
+    counts = _collective_counts(bench)
     if len(counts) < 2:
+        visible = torch.cuda.device_count() if bench.device == "cuda" else 0
         bench.notes.append(f"nccl: skipped — {visible} CUDA GPU(s) visible; a table needs two GPU counts "
                            f"of {COLLECTIVE_GPUS} (at least 4 GPUs)")
         return []
@@ -221,7 +238,9 @@ def collective_tables(bench: Bench, quick: bool) -> list[dict]:
                   [("gpus", counts), ("bytes", sizes)], points[kind]) for kind in points]
 
 
-def _spawn_collectives(torch, world: int, sizes: list[int], warmup: int, reps: int) -> dict:
+def _spawn_collectives(torch, world: int, sizes: list[int], warmup: int, reps: int, backend: str = "nccl") -> dict:
+    """(kind, bytes) -> the slowest rank's median seconds at ``world`` ranks, one process per rank
+    (``backend`` gloo: CPU processes, to check the plumbing without GPUs)."""
     import socket
     import torch.multiprocessing as mp
     with socket.socket() as s:
@@ -229,27 +248,32 @@ def _spawn_collectives(torch, world: int, sizes: list[int], warmup: int, reps: i
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
-        mp.spawn(_collective_worker, args=(world, port, sizes, warmup, reps, str(result)), nprocs=world, join=True)
+        mp.spawn(_collective_worker, args=(world, port, sizes, warmup, reps, str(result), backend), nprocs=world,
+                 join=True)
         rows = json.loads(result.read_text())
     return {(kind, size): seconds for kind, size, seconds in rows}
 
 
 def _collective_worker(rank: int, world: int, port: int, sizes: list[int], warmup: int, reps: int,
-                       result: str) -> None:
+                       result: str, backend: str = "nccl") -> None:
     """One rank of a collective bench (a spawned process): times each collective, rank 0 writes
     the slowest rank's medians."""
     import torch
     import torch.distributed as dist
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    bench = Bench(torch, "cuda", "", "nccl", "", "", warmup=warmup, reps=reps)
+    device = "cuda" if backend == "nccl" else "cpu"
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    bench = Bench(torch, device, "", backend, "", "", warmup=warmup, reps=reps, adapt=False)
+    # all_gather_single (torch >= 2.13) is all_gather_into_tensor renamed
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     rows = []
     for size in sizes:
-        whole = torch.ones(size // 2, dtype=torch.bfloat16, device="cuda")
-        part = torch.ones(size // 2 // world, dtype=torch.bfloat16, device="cuda")
+        whole = torch.ones(size // 2, dtype=torch.bfloat16, device=device)
+        part = torch.ones(size // 2 // world, dtype=torch.bfloat16, device=device)
         for kind, fn in (("all_reduce", lambda: dist.all_reduce(whole)),
-                         ("all_gather", lambda: dist.all_gather_into_tensor(whole, part))):
-            t = torch.tensor([bench.time(fn)], dtype=torch.float64, device="cuda")
+                         ("all_gather", lambda: gather(whole, part))):
+            t = torch.tensor([bench.time(fn)], dtype=torch.float64, device=device)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             rows.append((kind, size, float(t.item())))
     if rank == 0:
@@ -275,6 +299,9 @@ def planned(bench: Bench, classes, head_dims: list[int]) -> list[Path]:
     out = [place / "gemm-bf16.yaml"] if "gemm" in classes else []
     if "attention" in classes:
         out += [place / f"{k}_attention-bf16_d{d}.yaml" for d in head_dims for k in ("decode", "prefill")]
+    if "nccl" in classes and len(_collective_counts(bench)) >= 2:
+        nccl = Path(folder(bench.gpu)) / f"nccl-{nccl_version(bench.torch)}"
+        out += [nccl / f"{kind}-nccl.yaml" for kind in ("all_reduce", "all_gather")]
     return out
 
 
