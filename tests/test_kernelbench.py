@@ -118,6 +118,19 @@ def test_round_trip_through_the_loader(tmp_path):
     assert decode.axes == ("batch", "kv_heads", "q_per_kv", "ctx")
 
 
+def test_default_destination_is_the_checkouts_measured_tables(tmp_path, monkeypatch):
+    """Without --out the tables go where deploy and plan read them, the checkout's gpus/measured/
+    (not the build's output folder, which the command line's other --out names)."""
+    pytest.importorskip("torch", reason=_WHY)
+    shutil.copytree(REPO / "gpus", tmp_path / "gpus", ignore=shutil.ignore_patterns("measured"))
+    shutil.copytree(REPO / "corpus" / "fusion", tmp_path / "corpus" / "fusion")
+    (tmp_path / "corpus" / "models").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(["kernelbench", *TINY, "--classes", "gemm"]) == 0
+    (path,) = tmp_path.rglob("gemm-bf16.yaml")
+    assert path.relative_to(tmp_path).parts[:3] == ("gpus", "measured", "h100")
+
+
 def test_refuses_to_overwrite_without_force(tmp_path, capsys):
     pytest.importorskip("torch", reason=_WHY)
     out, code = _bench(tmp_path, "--classes", "gemm")

@@ -48,7 +48,8 @@ def add_parser(sub, parents=()):
                        epilog="Needs torch (pip install -e '.[oracle]'). --device cpu checks the plumbing, its "
                               "times are not a GPU's. Exit status 2 on bad input, a missing torch or an existing "
                               "file without --force; nothing is written then.")
-    p.add_argument("--out", metavar="DIR", default=None,
+    # its own dest: `args.out` is the project's output folder (engine.cli.dispatch fills it in)
+    p.add_argument("--out", dest="tables_out", metavar="DIR", default=None,
                    help="measured-tables folder written into (<gpu>/<framework>-<version>/<kernel>-<variant>.yaml); "
                         "default: the checkout's gpus/measured/, which deploy and plan read")
     p.add_argument("--gpu-name", default=None,
@@ -101,7 +102,7 @@ def _command(args, device: str) -> str:
     """The command line of this run, every option spelled out (its defaults included)."""
     words = ["archledger", "kernelbench", "--device", device, "--framework", args.framework,
              "--classes", ",".join(args.classes)]
-    for flag, value in (("--gpu-name", args.gpu_name), ("--out", args.out),
+    for flag, value in (("--gpu-name", args.gpu_name), ("--out", args.tables_out),
                         ("--tokens", args.tokens and ",".join(map(str, args.tokens))),
                         ("--gemm-shapes", args.gemm_shapes and ",".join(f"{n}x{k}" for n, k in args.gemm_shapes))):
         if value:
@@ -136,7 +137,7 @@ def run(args) -> int:
     bench = kb.Bench(torch, device, _gpu_name(args, gpus, torch, device), args.framework,
                      _version(args.framework, torch), _command(args, device),
                      warmup=1 if args.quick else 3, reps=3 if args.quick else 20)
-    out = Path(args.out) if args.out else Path(args.gpus_root) / "measured"
+    out = Path(args.tables_out) if args.tables_out else Path(args.gpus_root) / "measured"
     heads = _head_dims(args) if "attention" in args.classes else []
     kb.refuse_existing(kb.planned(bench, args.classes, heads), out, args.force)
     tables = []
