@@ -152,13 +152,57 @@ def _scalar(text: str) -> str:
     return text if _PLAIN_NAME.fullmatch(text) and ": " not in text else json.dumps(text)
 
 
+#: A size token of a repo name (``8B``, ``0.6B``, ``A3B``, ``16E``, ``8K``); any other token is a word.
+_SIZE_TOKEN = re.compile(r"A?\d+(\.\d+)?[BMKE]", re.IGNORECASE)
+
+
+def _token_kind(token: str) -> str:
+    return "size" if _SIZE_TOKEN.fullmatch(token) else "word"
+
+
 def display_name(base: ModelSpec, model_id: str) -> str:
-    """The base's naming habit applied to the new repo name (``Qwen3-8B`` is "Qwen3 8B", so
-    ``Qwen3-0.6B`` is "Qwen3 0.6B"); else the repo name."""
+    """The base's naming habit applied to the new repo name; else the repo name.
+
+    The habit is read from the base: its display name must be its repo name with each hyphen kept
+    or made a space, and the choice must depend only on the kinds of the two tokens it joins
+    (word or size). ``Qwen3-8B`` is "Qwen3 8B", so ``Qwen3-0.6B`` is "Qwen3 0.6B";
+    ``Qwen3-VL-8B-Instruct`` is "Qwen3-VL 8B Instruct", so ``Qwen3-VL-30B-A3B-Instruct`` is
+    "Qwen3-VL 30B-A3B Instruct" (a pair of kinds the base never joins keeps its hyphen)."""
     repo, base_repo = model_id.split("/")[1], base.model_id.split("/")[1]
-    if base.display_name == base_repo.replace("-", " ", 1) and "-" in repo:
-        return repo.replace("-", " ", 1)
-    return repo
+    shown = base.display_name
+    if len(shown) != len(base_repo) or any(a != b and not (a == "-" and b == " ") for a, b in zip(base_repo, shown)):
+        return repo
+    tokens = base_repo.split("-")
+    seps = [shown[i] for i, ch in enumerate(base_repo) if ch == "-"]
+    habit: dict[tuple[str, str], str] = {}
+    for a, b, sep in zip(tokens, tokens[1:], seps):
+        if habit.setdefault((_token_kind(a), _token_kind(b)), sep) != sep:
+            return repo   # the base joins the same kinds both ways: no habit to follow
+    new = repo.split("-")
+    return new[0] + "".join(habit.get((_token_kind(a), _token_kind(b)), "-") + b for a, b in zip(new, new[1:]))
+
+
+def _text_view(config: dict[str, Any]) -> dict[str, Any]:
+    """The fields a spec reads as ``config.<field>``: a multimodal checkpoint's ``text_config``
+    under its top-level fields (the sections themselves are not fields of the text stack)."""
+    view = {**(config.get("text_config") or {}), **config}
+    return {k: v for k, v in view.items() if k not in ("text_config", "vision_config")}
+
+
+def notes_outdated(base: ModelSpec, config: dict[str, Any], base_config: dict[str, Any], model_id: str) -> bool:
+    """Whether the base's notes describe the base's sizes, not this checkpoint's: they quote a
+    value this config changes (numbers compared without thousands separators: "5,000,000") or a
+    size token of the base's repo name this one lacks ("Qwen3 8B's ...")."""
+    view, base_view = _text_view(config), _text_view(base_config)
+    notes = re.sub(r"(?<=\d),(?=\d{3})", "", base.notes)
+    for key in set(view) | set(base_view):
+        if key in UNSHAPING_KEYS or view.get(key) == base_view.get(key) or key not in base_view:
+            continue
+        if re.search(rf"(?<![\w.]){re.escape(str(base_view[key]))}(?![\w.])", notes):
+            return True
+    repo = set(model_id.split("/")[1].split("-"))
+    sizes = [t for t in base.model_id.split("/")[1].split("-") if _token_kind(t) == "size" and t not in repo]
+    return any(re.search(rf"(?<![\w.]){re.escape(t)}(?![\w.])", base.notes) for t in sizes)
 
 
 def _dims_lines(lines: list[str]) -> dict[str, int]:
@@ -207,16 +251,15 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
             lines[i] = f"model: {model_id}"
         elif line.startswith("name:"):
             lines[i] = f"name: {_scalar(display_name(base, model_id))}"
-    differing = [k for k in set(config) | set(base_config) if k not in UNSHAPING_KEYS and config.get(k) != base_config.get(k)]
-    quoted = [k for k in differing if re.search(rf"\b{re.escape(str(base_config.get(k)))}\b", base.notes)]
-    if quoted:   # the base's notes quote a size this checkpoint changes
+    if notes_outdated(base, config, base_config, model_id):
         span = _block(lines, "notes")
         if span:
             note = f"{base.display_name}'s architecture ({base.model_id}) at this checkpoint's sizes (archledger new)."
             lines[span[0]:span[1]] = [f"notes: {json.dumps(note)}"]
-    view = {**(config.get("text_config") or {}), **config}
+    view = _text_view(config)
     reads = set(_CONFIG_READ.findall(base_text))
-    for key in sorted(set(config) - set(base_config) - UNSHAPING_KEYS - reads - registry_fields - {"tie_word_embeddings"}):
+    # a new field of the text stack counts as much as a new top-level one
+    for key in sorted(set(view) - set(_text_view(base_config)) - UNSHAPING_KEYS - reads - registry_fields - {"tie_word_embeddings"}):
         todo.append(f"config.{key} = {_short(config[key])}: new in this config ({base.model_id}'s has no such field) and "
                     "nothing reads it — bind it in the spec if it shapes the model, or name it in corpus/verification.yaml")
     # dims (and any other reads) of config keys this config lacks
