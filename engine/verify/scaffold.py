@@ -64,6 +64,7 @@ class Result:
     base: str
     files: list[Path] = field(default_factory=list)
     todo: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # said, but nothing to add by hand
     ours: int | None = None
     theirs: int | None = None
     verified: bool = False
@@ -205,6 +206,14 @@ def notes_outdated(base: ModelSpec, config: dict[str, Any], base_config: dict[st
     return any(re.search(rf"(?<![\w.]){re.escape(t)}(?![\w.])", base.notes) for t in sizes)
 
 
+def _unread(config: dict[str, Any], keys: set[str]) -> set[str]:
+    """The ``keys`` transformers' code for this config never reads (none when it cannot tell)."""
+    if not keys:
+        return set()
+    from engine.verify import modeling_code
+    return modeling_code.unread_fields(config, keys) or set()
+
+
 def _dims_lines(lines: list[str]) -> dict[str, int]:
     """``dim -> line index`` of the ``dims:`` block's ``  dim: config.field`` lines."""
     span = _block(lines, "dims")
@@ -238,13 +247,17 @@ def _layer_list(config: dict[str, Any], registry_fields: set[str]) -> str | None
 
 def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, Any],
               base_config: dict[str, Any], corpus: Corpus, registry_fields: set[str],
-              plan_fields: set[str]) -> tuple[str, list[str]]:
+              plan_fields: set[str], prefixes: tuple[tuple[str, str], ...] = (),
+              notes: list[str] | None = None) -> tuple[str, list[str]]:
     """The new spec's text from the base's, and the to-do lines it could not settle (module doc).
 
     ``registry_fields``: the top-level config fields the verification registry reads (a field new
     in this config and read by neither the spec nor the registry is a to-do line);
-    ``plan_fields``: its per-layer plan fields (a layer count may be the length of one)."""
+    ``plan_fields``: its per-layer plan fields (a layer count may be the length of one);
+    ``prefixes``: its canonical prefixes (a quantization_config names modules by the checkpoint's paths);
+    ``notes`` hears what is worth saying but needs no hand (a new field transformers never reads)."""
     todo: list[str] = []
+    notes = [] if notes is None else notes
     lines = base_text.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("model:"):
@@ -259,8 +272,13 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
     view = _text_view(config)
     reads = set(_CONFIG_READ.findall(base_text))
     # a new field of the text stack counts as much as a new top-level one
-    for key in sorted(set(view) - set(_text_view(base_config)) - UNSHAPING_KEYS - reads - registry_fields - {"tie_word_embeddings"}):
-        todo.append(f"config.{key} = {_short(config[key])}: new in this config ({base.model_id}'s has no such field) and "
+    new_keys = set(view) - set(_text_view(base_config)) - UNSHAPING_KEYS - reads - registry_fields - {"tie_word_embeddings"}
+    unread = _unread(config, new_keys)
+    for key in sorted(new_keys & unread):
+        notes.append(f"config.{key} = {_short(view[key])}: new in this config; the transformers code it is "
+                     "verified against never reads it (the spec follows that code)")
+    for key in sorted(new_keys - unread):
+        todo.append(f"config.{key} = {_short(view[key])}: new in this config ({base.model_id}'s has no such field) and "
                     "nothing reads it — bind it in the spec if it shapes the model, or name it in corpus/verification.yaml")
     # dims (and any other reads) of config keys this config lacks
     defaults: dict[str, tuple[Any, str]] = {}
@@ -288,15 +306,20 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
         else:
             at = _block(lines, "dims")[0]
             lines[at:at] = ["config_defaults:"] + entries
-    _quant(lines, config, base_config, corpus, todo)
+    _quant(lines, config, base_config, corpus, todo, prefixes)
     _tied(lines, config, base_config, todo)
     return "\n".join(lines) + "\n", todo
 
 
-def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, todo: list[str]) -> None:
+def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, todo: list[str],
+           prefixes: tuple[tuple[str, str], ...] = ()) -> None:
     """The quant context: the base's when the quantization_config is the same; bf16 for an
-    unquantized checkpoint of a quantized base; a matching scheme's name otherwise."""
-    qc, base_qc = config.get("quantization_config"), base_config.get("quantization_config")
+    unquantized checkpoint of a quantized base; the scheme ``snapshot --meta`` matches otherwise
+    (the same rule, :func:`modeling_code.scheme_for`), or, for a checkpoint naming a scheme per
+    module (ModelOpt MIXED_PRECISION ``quantized_layers``), bf16 with one module-path override per
+    module kind (:func:`_module_overrides`)."""
+    from engine.verify import modeling_code
+    qc, base_qc = modeling_code.quantization_config(config), modeling_code.quantization_config(base_config)
     if qc == base_qc:
         return
     span = _block(lines, "quant_context")
@@ -305,24 +328,56 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
         kept = [line for line in lines[span[0]:span[1]] if re.match(r"^    \S+: (f32|i64)\b", line)] if span else []
         new += ["  overrides:"] + kept if kept else []
     else:
-        scheme = next((s for s in corpus.schemes.values() if s.hf and all(qc.get(k) == v for k, v in s.hf.items())), None)
-        if scheme is None:
-            todo.append(f"quantization_config {json.dumps({k: qc[k] for k in list(qc)[:4]})[:120]}: no corpus quant "
-                        "scheme has matching hf: keys — add one (CONTRIBUTING.md, \"Add a quant scheme\") and set quant_context")
+        try:
+            scheme = modeling_code.scheme_for(config, corpus.schemes)
+            per_module = modeling_code.layer_schemes(config, corpus.schemes)
+        except modeling_code.ModelingCodeError as exc:
+            todo.append(f"quantization_config: {' '.join(str(exc).split())[:200]}; then set quant_context")
             return
-        # transformers' quantizer leaves the input embedding and the output head unquantized; a
-        # head tied to the embedding stores nothing of its own, so it has no override
-        new = ["quant_context:", f"  default: {scheme.name}", "  overrides:", "    embedding: bf16"]
-        if not config.get("tie_word_embeddings"):
-            new.append("    lm_head: bf16")
-        skipped = qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("exclude_modules")
-        if skipped:
-            todo.append(f"quant_context: modules kept unquantized {json.dumps(skipped)[:100]} — add their roles under "
-                        "quant_context.overrides (bf16)")
+        if per_module:
+            overrides = _module_overrides(per_module, prefixes, todo)
+            if overrides is None:
+                return
+            new = ["quant_context:", "  default: bf16", "  overrides:"] + [f"    {json.dumps(p)}: {n}" for p, n in overrides]
+        else:
+            # transformers' quantizer leaves the input embedding and the output head unquantized; a
+            # head tied to the embedding stores nothing of its own, so it has no override
+            new = ["quant_context:", f"  default: {scheme.name}", "  overrides:", "    embedding: bf16"]
+            if not config.get("tie_word_embeddings"):
+                new.append("    lm_head: bf16")
+            skipped = qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("exclude_modules")
+            if skipped:
+                todo.append(f"quant_context: modules kept unquantized {json.dumps(skipped)[:100]} — add their roles under "
+                            "quant_context.overrides (bf16)")
     if span:
         lines[span[0]:span[1]] = new
     else:
         lines.extend(new)
+
+
+#: The layer index of a module path (``model.layers.12.mlp.down_proj``).
+_LAYER_INDEX = re.compile(r"(?<=\.layers\.)\d+(?=\.)")
+
+
+def _module_overrides(per_module: dict[str, Any], prefixes: tuple[tuple[str, str], ...],
+                      todo: list[str]) -> list[tuple[str, str]] | None:
+    """``quantized_layers`` (module path -> scheme) as spec overrides: each module with its layer
+    index made ``*`` and its checkpoint prefix made canonical (``model.language_model.layers.3.
+    self_attn.q_proj`` -> ``model.layers.*.self_attn.q_proj``: a glob of the main stack only, so an
+    MTP module the checkpoint keeps in BF16 stays so). One kind of module stored two ways (FP8 in
+    some layers, NVFP4 in others) needs a template of its own: a to-do line, and None. Whether every
+    layer of a template holds its pattern is the packing and weight guards' to say."""
+    from engine.spec import module_patterns
+    chosen: dict[str, set[str]] = {}
+    for module, scheme in per_module.items():
+        pattern = _LAYER_INDEX.sub("*", module_patterns.canonical(module, prefixes), count=1)
+        chosen.setdefault(pattern, set()).add(scheme.name)
+    mixed = sorted(p for p, names in chosen.items() if len(names) > 1)
+    if mixed:
+        todo.append(f"quantized_layers store {', '.join(mixed)[:120]} in more than one scheme across layers — "
+                    "give those layers a template of their own and write their overrides by hand")
+        return None
+    return sorted((p, next(iter(names))) for p, names in chosen.items())
 
 
 def _tied(lines: list[str], config: dict, base_config: dict, todo: list[str]) -> None:
@@ -407,7 +462,7 @@ def scaffold(corpus_root: Path, model_id: str, config_path: Path, like: str | No
     plan_fields = {p.field for p in reg.layer_plans}
     base_text = (root / "models" / f"{slug(base.model_id)}.yaml").read_text(encoding="utf-8")
     text, todo = spec_text(base_text, base, model_id, config, published_config(root, base), corpus,
-                           reg.top_level_fields(), plan_fields)
+                           reg.top_level_fields(), plan_fields, reg.prefixes, result.notes)
     result.todo += todo
     readme = root / "snapshots" / "README.md"
     lineage = root / "lineage.yaml"
@@ -439,7 +494,7 @@ def scaffold(corpus_root: Path, model_id: str, config_path: Path, like: str | No
 def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Result, say) -> dict[Path, str]:
     """The three evidence files (``snapshot --config --meta``) made in ``work``; to-dos if not."""
     from engine.verify import modeling_code
-    from engine.verify.evidence import forward_excerpts
+    from engine.verify.evidence import forward_excerpts, registry
     from engine.verify.snapshot import snapshot_files
     corpus = load_corpus(work, missing_snapshots_ok=True)
     model = load_model(work / "models" / f"{slug(model_id)}.yaml", work, corpus.roles, corpus.schemes, True)
@@ -447,7 +502,9 @@ def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Resul
     source_label = f"hf:{model_id} config.json"
     manifest = source = None
     try:
-        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}")
+        # the registry's canonical prefixes, as `snapshot --meta` passes them: a quantization_config
+        # naming modules by the checkpoint's paths (model.language_model.layers...) meets the modules
+        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}", registry(work).prefixes)
         # the release and the file's sha256 with it, as `snapshot --meta` records them (the source guard reads them)
         label, provenance, text = modeling_code.source_evidence(config)
         source = (label, provenance, forward_excerpts(text))
