@@ -10,8 +10,10 @@ its published config.json, :func:`scaffold`
 3. writes the spec from the base's text: id, name, the dims whose config key is absent rebound
    (``len(config.<per-layer list>)`` for the layer count) or defaulted from the transformers config
    class (``config_defaults`` with that class as ``src``), the quant context from
-   ``quantization_config`` where a corpus scheme's ``hf:`` keys match, a tied head sharing the
-   embedding's weights when ``tie_word_embeddings`` says so;
+   ``quantization_config`` where a corpus scheme's ``hf:`` keys match (per module kind for a
+   MIXED_PRECISION ``quantized_layers``), a tied head sharing the embedding's weights when
+   ``tie_word_embeddings`` says so; fields compared on the text stack's view (``text_config``
+   under the top level); a new field transformers never reads is a note, not a to-do;
 4. copies config.json byte for byte into ``corpus/snapshots/`` with its source and sha256 row, and
    appends the model to its family's lineage at the end of ``corpus/lineage.yaml``;
 5. records the evidence as ``archledger snapshot --config --meta`` does, validates, and compares
