@@ -277,3 +277,18 @@ def test_a_field_transformers_never_reads_is_a_note_not_a_to_do():
     from engine.verify.modeling_code import unread_fields
     config = json.loads((REPO / "corpus" / "snapshots" / "nvidia--Qwen3.6-27B-NVFP4.config.json").read_text())
     assert unread_fields(config, {"output_gate_type", "linear_num_value_heads", "linear_conv_kernel_dim"}) == {"output_gate_type"}
+
+
+def test_a_base_of_another_model_type_gets_the_configs_type_and_a_family_to_confirm():
+    """--like across model types (Qwen3-VL-30B-A3B's config, Qwen3-30B-A3B's spec): the spec is
+    written with the config's model_type (the loader would refuse the base's), and the family,
+    the base's, is a to-do line for a person."""
+    from engine.spec.corpus import load_corpus
+    from engine.verify.scaffold import published_config, spec_text
+    corpus = load_corpus()
+    base = corpus.models["Qwen/Qwen3-30B-A3B"]
+    config = json.loads((corpus.root / "snapshots" / "Qwen--Qwen3-VL-30B-A3B-Instruct.config.json").read_text())
+    text, todo = spec_text((corpus.root / "models" / "Qwen--Qwen3-30B-A3B.yaml").read_text(), base,
+                           "acme/VL-MoE", config, published_config(corpus.root, base), corpus, set(), set())
+    assert "\nmodel_type: qwen3_vl_moe\n" in text and "\nfamily: Qwen3\n" in text
+    assert [line for line in todo if line.startswith("family: Qwen3 is Qwen/Qwen3-30B-A3B's (model_type qwen3_moe)")]

@@ -264,6 +264,12 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
     for i, line in enumerate(lines):
         if line.startswith("model:"):
             lines[i] = f"model: {model_id}"
+        elif line.startswith("model_type:") and config["model_type"] != base.model_type:
+            # --like a spec of another model_type (Qwen3-VL-30B-A3B like Qwen3-30B-A3B): the
+            # config's own type, and the family is for a person to confirm
+            lines[i] = f"model_type: {config['model_type']}"
+            todo.append(f"family: {base.family} is {base.model_id}'s (model_type {base.model_type}); this config is "
+                        f"{config['model_type']} — keep it or write the family this checkpoint belongs to")
         elif line.startswith("name:"):
             lines[i] = f"name: {_scalar(display_name(base, model_id))}"
     if notes_outdated(base, config, base_config, model_id):
