@@ -260,3 +260,14 @@ def test_axiom_guard_catches_a_history_declared_as_a_state(tmp_path):
     found, _ = findings(root, "Qwen3.5-27B", "axiom")
     assert [f.node for f in found] == ["main/layers[full]/self_attn/k_cache"]
     assert "keeps a history that grows with the context" in found[0].message
+
+
+def test_structural_guard_reads_a_setting_written_twice_once_and_refuses_two_values(tmp_path):
+    # nvidia/Qwen3.6-27B-NVFP4's text_config carries partial_rotary_factor both at its top and in
+    # rope_parameters (0.25 each); the spec reads the second, which counts for both while they are
+    # equal (the corpus validates clean). Two different values are a contradiction to report.
+    root = mutate(tmp_path, [("snapshots/nvidia--Qwen3.6-27B-NVFP4.yaml", "\n    partial_rotary_factor: 0.25",
+                              "\n    partial_rotary_factor: 0.5")])
+    found, _ = findings(root, "Qwen3.6-27B-NVFP4", "structural")
+    assert len(found) == 2   # one per entry: each names the other path
+    assert "config.partial_rotary_factor = 0.5 but config.rope_parameters.partial_rotary_factor = 0.25" in found[0].message

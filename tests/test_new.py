@@ -212,3 +212,83 @@ def test_a_config_without_a_layer_count_binds_it_to_its_per_layer_list(capsys, t
     assert "NemotronHConfig.hybrid_override_pattern" in spec
     theirs = hf_oracle.hf_meta_report(published).total_params
     assert f"ArchLedger {theirs:,}, transformers (meta device) {theirs:,}" in out
+
+
+def test_the_display_name_follows_the_bases_habit_by_token_kind():
+    """The base's display name is its repo name with each hyphen kept or made a space; the choice
+    per pair of token kinds (word, size) carries over: "Qwen3-VL 8B Instruct" keeps the hyphen
+    inside the family name, so its 30B-A3B sibling is "Qwen3-VL 30B-A3B Instruct" (two sizes the
+    base never joins keep theirs). A base that joins the same kinds both ways has no habit: the
+    repo name as it is."""
+    from types import SimpleNamespace as base
+    from engine.verify.scaffold import display_name
+    vl = base(model_id="Qwen/Qwen3-VL-8B-Instruct", display_name="Qwen3-VL 8B Instruct")
+    assert display_name(vl, "Qwen/Qwen3-VL-30B-A3B-Instruct") == "Qwen3-VL 30B-A3B Instruct"
+    assert display_name(vl, "Qwen/Qwen3-VL-2B-Instruct") == "Qwen3-VL 2B Instruct"
+    assert display_name(base(model_id="Qwen/Qwen3-8B", display_name="Qwen3 8B"), "Qwen/Qwen3-0.6B") == "Qwen3 0.6B"
+    mixed = base(model_id="acme/Big-Model-Two-7B", display_name="Big Model-Two 7B")   # word-word both ways
+    assert display_name(mixed, "acme/Big-Model-Two-9B") == "Big-Model-Two-9B"
+    llama = base(model_id="meta-llama/Llama-4-Scout-17B-16E-Instruct", display_name="Llama-4-Scout-17B-16E")
+    assert display_name(llama, "meta-llama/Llama-4-Maverick-17B-128E-Instruct") == "Llama-4-Maverick-17B-128E-Instruct"
+
+
+def test_the_bases_notes_are_dropped_when_they_describe_its_own_sizes():
+    """Notes naming the base's size ("Qwen3 8B's ...") or quoting a value the new config changes,
+    also under text_config and written with thousands separators, are the base's, not this
+    checkpoint's; notes that name neither stay."""
+    from types import SimpleNamespace as base
+    from engine.verify.scaffold import notes_outdated
+    sized = base(model_id="Qwen/Qwen3-VL-8B-Instruct", notes="The text stack: Qwen3 8B's dense GQA transformer.")
+    same = {"text_config": {"hidden_size": 64}}
+    assert notes_outdated(sized, same, same, "Qwen/Qwen3-VL-2B-Instruct")
+    assert not notes_outdated(sized, same, same, "Qwen/Qwen3-VL-8B-Thinking")
+    quoted = base(model_id="acme/M-1", notes="RoPE base 5,000,000 and a dense MLP.")
+    assert notes_outdated(quoted, {"text_config": {"rope_theta": 1000000}}, {"text_config": {"rope_theta": 5000000}}, "acme/M-2")
+    assert not notes_outdated(quoted, {"text_config": {"rope_theta": 5000000, "hidden_size": 8}},
+                              {"text_config": {"rope_theta": 5000000, "hidden_size": 4}}, "acme/M-2")
+
+
+def test_per_module_quantization_becomes_one_override_per_module_kind():
+    """ModelOpt MIXED_PRECISION names each module by its checkpoint path (nvidia/Qwen3.6-27B-NVFP4):
+    the spec gets one main-stack glob per module kind, the layer index made `*` and the multimodal
+    prefix made canonical (an MTP module, mtp.layers..., is not covered). A kind stored two ways
+    across layers cannot be one override: a to-do line, and nothing written."""
+    from types import SimpleNamespace as scheme
+    from engine.verify.scaffold import _module_overrides
+    fp8, w4 = scheme(name="fp8_per_tensor"), scheme(name="nvfp4_w4a16")
+    prefixes = (("model.language_model.", "model."),)
+    listed = {"lm_head": w4, **{f"model.language_model.layers.{i}.mlp.down_proj": w4 for i in range(4)},
+              **{f"model.language_model.layers.{i}.self_attn.q_proj": fp8 for i in (3, 7)}}
+    todo: list[str] = []
+    assert _module_overrides(listed, prefixes, todo) == [
+        ("lm_head", "nvfp4_w4a16"), ("model.layers.*.mlp.down_proj", "nvfp4_w4a16"),
+        ("model.layers.*.self_attn.q_proj", "fp8_per_tensor")]
+    assert todo == []
+    listed["model.language_model.layers.2.mlp.down_proj"] = fp8
+    assert _module_overrides(listed, prefixes, todo) is None
+    assert len(todo) == 1 and "model.layers.*.mlp.down_proj" in todo[0]
+
+
+def test_a_field_transformers_never_reads_is_a_note_not_a_to_do():
+    """nvidia/Qwen3.6-27B-NVFP4's text_config adds output_gate_type ("swish"), which neither
+    transformers' Qwen3.5 modeling file nor its configuration file mentions: it cannot change the
+    evidence, so it is said, not left to a person. A field the code reads is not in that set."""
+    pytest.importorskip("transformers")
+    from engine.verify.modeling_code import unread_fields
+    config = json.loads((REPO / "corpus" / "snapshots" / "nvidia--Qwen3.6-27B-NVFP4.config.json").read_text())
+    assert unread_fields(config, {"output_gate_type", "linear_num_value_heads", "linear_conv_kernel_dim"}) == {"output_gate_type"}
+
+
+def test_a_base_of_another_model_type_gets_the_configs_type_and_a_family_to_confirm():
+    """--like across model types (Qwen3-VL-30B-A3B's config, Qwen3-30B-A3B's spec): the spec is
+    written with the config's model_type (the loader would refuse the base's), and the family,
+    the base's, is a to-do line for a person."""
+    from engine.spec.corpus import load_corpus
+    from engine.verify.scaffold import published_config, spec_text
+    corpus = load_corpus()
+    base = corpus.models["Qwen/Qwen3-30B-A3B"]
+    config = json.loads((corpus.root / "snapshots" / "Qwen--Qwen3-VL-30B-A3B-Instruct.config.json").read_text())
+    text, todo = spec_text((corpus.root / "models" / "Qwen--Qwen3-30B-A3B.yaml").read_text(), base,
+                           "acme/VL-MoE", config, published_config(corpus.root, base), corpus, set(), set())
+    assert "\nmodel_type: qwen3_vl_moe\n" in text and "\nfamily: Qwen3\n" in text
+    assert [line for line in todo if line.startswith("family: Qwen3 is Qwen/Qwen3-30B-A3B's (model_type qwen3_moe)")]

@@ -182,6 +182,18 @@ def test_modelopt_mixed_precision_per_module(tiny_corpus, tmp_path):
                              + layer_bytes(lambda n: w4a16 if n == "mlp.down_proj" else bf16))
 
 
+def test_modelopt_mixed_precision_quantizes_a_listed_head(tiny_corpus, tmp_path):
+    """nvidia/Qwen3.6-27B-NVFP4 lists lm_head in quantized_layers (W4A16_NVFP4): the head is
+    stored so, although an unlisted head stays BF16 (the rule of transformers' own quantizers)."""
+    qc = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+          "quantized_layers": {"lm_head": {"quant_algo": "W4A16_NVFP4", "group_size": 16}}}
+    m = manifest_for(tiny_corpus, tmp_path, qc)
+    names = {t.name: t for t in m.tensors}
+    assert (names["lm_head.weight"].dtype, names["lm_head.weight"].shape) == ("U8", (V, H // 2))
+    assert names["model.embed_tokens.weight"].dtype == "BF16"
+    assert m.total_bytes == OUTER - bf16(V, H) + w4a16(V, H) + 2 * layer_bytes(lambda n: bf16)
+
+
 def test_spec_quant_context_honours_the_ignore_list(tiny_corpus, tmp_path):
     """The spec side: NVFP4 by default with the checkpoint's ignore list written as a module-path
     override verifies against the manifest transformers and that list give; without the override

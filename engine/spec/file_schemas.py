@@ -399,7 +399,8 @@ VERIFICATION = Mapping("the verification registry (docs/verification.md)", field
         "values": ListOf("the values an entry may take"), "whole": Bool()})),
     "structural": ListOf(item=Mapping("write `{field: <config path>, op: <op>, dim: <dim>}`", fields={
         "field": req(Str("a config path")), "op": req(Str("an op")), "dim": req(Str("a dim")), "doc": TEXT,
-        "unless": MapOf("config fields that waive the check"), "compare": Bool(), "cache": Anything()})),
+        "unless": MapOf("config fields that waive the check"), "compare": Bool(), "cache": Anything(),
+        "same_as": Str("the config path of the same setting in another layout (a dim reading it counts)")})),
 })
 
 TENSOR_MANIFEST = Mapping(_REGENERATE, fields={

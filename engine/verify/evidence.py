@@ -57,6 +57,7 @@ class StructuralField:
     compare: bool
     cache: str | None   # a cache growth law the field demands (axiom guard)
     where: Where
+    same_as: str | None = None   # the same setting under another config path (read either one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +105,8 @@ def _registry(path: str, rel: str) -> Registry:
     for i, raw in enumerate(data.get("structural") or []):
         structural.append(StructuralField(raw["field"], raw["op"], raw["dim"], raw.get("doc", ""),
                                           dict(raw.get("unless") or {}), bool(raw.get("compare", True)),
-                                          raw.get("cache"), where(data["structural"], "structural", i)))
+                                          raw.get("cache"), where(data["structural"], "structural", i),
+                                          raw.get("same_as")))
     oracle = (data.get("oracle") or {}).get("transformers")
     return Registry(prefixes, tuple(canon.get("other_modalities") or ()), tuple(plans), tuple(structural),
                     str(oracle) if oracle is not None else None)

@@ -21,7 +21,8 @@ How the manifest is made, and why each step is independent of the spec being che
    ``exclude_modules`` and Hugging Face's ``modules_to_not_convert`` (globs or ``re:`` regexes,
    :mod:`engine.spec.module_patterns`, the rule the spec's quant_context uses). A ModelOpt
    MIXED_PRECISION checkpoint names each quantized module's algorithm (``quantized_layers``): the
-   scheme whose ``hf_layer:`` matches it stores that module, and an unlisted module stays unquantized.
+   scheme whose ``hf_layer:`` matches it stores that module (the output head too, when listed),
+   and an unlisted module stays unquantized.
    A 3-D expert tensor that survives the revert is laid out ``[experts, in, out]`` (the ``x @ W``
    convention of gpt-oss's checkpoint); a scheme's ``rows`` are its out features.
 
@@ -182,7 +183,7 @@ def _contains(found: Any, wanted: Any) -> bool:
     return found == wanted
 
 
-def _scheme_for(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> QuantScheme | None:
+def scheme_for(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> QuantScheme | None:
     """The corpus scheme whose ``hf:`` keys the config's quantization_config contains; None if the
     config has none, or if it names a scheme per module (ModelOpt's ``quantized_layers``)."""
     qc = quantization_config(config)
@@ -196,7 +197,7 @@ def _scheme_for(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> Quan
                             "keys to the scheme in corpus/quant/ that stores this format")
 
 
-def _layer_schemes(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> dict[str, QuantScheme]:
+def layer_schemes(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> dict[str, QuantScheme]:
     """Module path -> scheme for a MIXED_PRECISION checkpoint (ModelOpt's ``quantized_layers``:
     each quantized module names its own algorithm; a module it does not list stays unquantized)."""
     layers = quantization_config(config).get("quantized_layers")
@@ -210,6 +211,19 @@ def _layer_schemes(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> d
                                     f"{_short(entry)} (module {module}) — add one to corpus/quant/")
         out[module] = match
     return out
+
+
+def _listed(per_module: dict[str, QuantScheme], paths: set[str]) -> QuantScheme | None:
+    """The scheme quantized_layers gives the module at one of ``paths`` or the nearest module
+    above it: ModelOpt lists a fused experts module once (``...mlp.experts``), and the revert
+    splits it into per-expert tensors (``...mlp.experts.7.gate_proj``)."""
+    for path in paths:
+        parts = path.split(".")
+        for end in range(len(parts), 0, -1):
+            scheme = per_module.get(".".join(parts[:end]))
+            if scheme is not None:
+                return scheme
+    return None
 
 
 def _stored(name: str, shape: tuple[int, ...], scheme: QuantScheme) -> list[ManifestTensor]:
@@ -264,12 +278,12 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
     param_dtype = _TORCH_DTYPES[_dtype_name(config)]
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
     tied = embed is not None and head is not None and head.weight is embed.weight
-    scheme = _scheme_for(config, schemes)
+    scheme = scheme_for(config, schemes)
     expert_scheme = _expert_scheme(config, schemes) or scheme
     def canon(path: str) -> str:
         return module_patterns.canonical(path, prefixes)
 
-    per_module = {canon(m): sc for m, sc in _layer_schemes(config, schemes).items()}
+    per_module = {canon(m): sc for m, sc in layer_schemes(config, schemes).items()}
     # ignore (compressed-tensors, ModelOpt), exclude_modules (ModelOpt), modules_to_not_convert (HF)
     exclusions = [p if p.startswith("re:") else canon(p) for p in module_patterns.exclusions(quantization_config(config))]
     # modules transformers' own quantizer leaves unquantized because the checkpoint ships them so
@@ -291,11 +305,15 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
         quantizable = ((module in linear and original.endswith(".weight"))
                        or (in_experts and (original.endswith(".weight") or len(shape) >= 3)))
         paths = {canon(module), canon(name.rsplit(".", 1)[0])}   # in memory and as the checkpoint names it
-        excluded = module in skip or any(module_patterns.first_match(exclusions, p) for p in paths) or any(
+        # the embedding and the head stay unquantized unless a MIXED_PRECISION checkpoint names
+        # them in quantized_layers (nvidia/Qwen3.6-27B-NVFP4 lists lm_head as W4A16_NVFP4)
+        listed = _listed(per_module, paths)
+        named = listed is not None
+        excluded = (module in skip and not named) or any(module_patterns.first_match(exclusions, p) for p in paths) or any(
             module == u or module.endswith("." + u) for u in unquantized)
         chosen = expert_scheme if in_experts else scheme
         if per_module:
-            chosen = next((per_module[p] for p in paths if p in per_module), None)
+            chosen = listed
         if chosen is not None and quantizable and not excluded and len(shape) >= 2:
             tensors.extend(_stored(name, shape, chosen))
         else:
@@ -346,3 +364,20 @@ def modeling_source(config: dict[str, Any]) -> tuple[str, str]:
     path = Path(inspect.getsourcefile(getattr(transformers, name)))
     rel = path.relative_to(Path(transformers.__file__).parent.parent)
     return f"transformers {transformers.__version__} {rel.as_posix()}", path.read_text(encoding="utf-8")
+
+
+def unread_fields(config: dict[str, Any], keys: set[str]) -> set[str] | None:
+    """The ``keys`` that neither the modeling file of the config's text stack nor its configuration
+    files (the composite's and the text config's) mention as a whole word: fields transformers
+    stores and never reads, so they cannot shape what the evidence records. None when
+    transformers cannot resolve the config."""
+    import inspect
+    import re
+    try:
+        _, text = modeling_source(config)
+        cfg = hf_config(config)
+        files = {inspect.getsourcefile(type(c)) for c in (cfg, cfg.get_text_config())}
+    except (ModelingCodeError, ImportError, TypeError, ValueError, KeyError):
+        return None
+    text += "".join(Path(f).read_text(encoding="utf-8") for f in files if f)
+    return {k for k in keys if not re.search(rf"\b{re.escape(k)}\b", text)}

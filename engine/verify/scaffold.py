@@ -10,8 +10,10 @@ its published config.json, :func:`scaffold`
 3. writes the spec from the base's text: id, name, the dims whose config key is absent rebound
    (``len(config.<per-layer list>)`` for the layer count) or defaulted from the transformers config
    class (``config_defaults`` with that class as ``src``), the quant context from
-   ``quantization_config`` where a corpus scheme's ``hf:`` keys match, a tied head sharing the
-   embedding's weights when ``tie_word_embeddings`` says so;
+   ``quantization_config`` where a corpus scheme's ``hf:`` keys match (per module kind for a
+   MIXED_PRECISION ``quantized_layers``), a tied head sharing the embedding's weights when
+   ``tie_word_embeddings`` says so; fields compared on the text stack's view (``text_config``
+   under the top level); a new field transformers never reads is a note, not a to-do;
 4. copies config.json byte for byte into ``corpus/snapshots/`` with its source and sha256 row, and
    appends the model to its family's lineage at the end of ``corpus/lineage.yaml``;
 5. records the evidence as ``archledger snapshot --config --meta`` does, validates, and compares
@@ -64,6 +66,7 @@ class Result:
     base: str
     files: list[Path] = field(default_factory=list)
     todo: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # said, but nothing to add by hand
     ours: int | None = None
     theirs: int | None = None
     verified: bool = False
@@ -152,13 +155,65 @@ def _scalar(text: str) -> str:
     return text if _PLAIN_NAME.fullmatch(text) and ": " not in text else json.dumps(text)
 
 
+#: A size token of a repo name (``8B``, ``0.6B``, ``A3B``, ``16E``, ``8K``); any other token is a word.
+_SIZE_TOKEN = re.compile(r"A?\d+(\.\d+)?[BMKE]", re.IGNORECASE)
+
+
+def _token_kind(token: str) -> str:
+    return "size" if _SIZE_TOKEN.fullmatch(token) else "word"
+
+
 def display_name(base: ModelSpec, model_id: str) -> str:
-    """The base's naming habit applied to the new repo name (``Qwen3-8B`` is "Qwen3 8B", so
-    ``Qwen3-0.6B`` is "Qwen3 0.6B"); else the repo name."""
+    """The base's naming habit applied to the new repo name; else the repo name.
+
+    The habit is read from the base: its display name must be its repo name with each hyphen kept
+    or made a space, and the choice must depend only on the kinds of the two tokens it joins
+    (word or size). ``Qwen3-8B`` is "Qwen3 8B", so ``Qwen3-0.6B`` is "Qwen3 0.6B";
+    ``Qwen3-VL-8B-Instruct`` is "Qwen3-VL 8B Instruct", so ``Qwen3-VL-30B-A3B-Instruct`` is
+    "Qwen3-VL 30B-A3B Instruct" (a pair of kinds the base never joins keeps its hyphen)."""
     repo, base_repo = model_id.split("/")[1], base.model_id.split("/")[1]
-    if base.display_name == base_repo.replace("-", " ", 1) and "-" in repo:
-        return repo.replace("-", " ", 1)
-    return repo
+    shown = base.display_name
+    if len(shown) != len(base_repo) or any(a != b and not (a == "-" and b == " ") for a, b in zip(base_repo, shown)):
+        return repo
+    tokens = base_repo.split("-")
+    seps = [shown[i] for i, ch in enumerate(base_repo) if ch == "-"]
+    habit: dict[tuple[str, str], str] = {}
+    for a, b, sep in zip(tokens, tokens[1:], seps):
+        if habit.setdefault((_token_kind(a), _token_kind(b)), sep) != sep:
+            return repo   # the base joins the same kinds both ways: no habit to follow
+    new = repo.split("-")
+    return new[0] + "".join(habit.get((_token_kind(a), _token_kind(b)), "-") + b for a, b in zip(new, new[1:]))
+
+
+def _text_view(config: dict[str, Any]) -> dict[str, Any]:
+    """The fields a spec reads as ``config.<field>``: a multimodal checkpoint's ``text_config``
+    under its top-level fields (the sections themselves are not fields of the text stack)."""
+    view = {**(config.get("text_config") or {}), **config}
+    return {k: v for k, v in view.items() if k not in ("text_config", "vision_config")}
+
+
+def notes_outdated(base: ModelSpec, config: dict[str, Any], base_config: dict[str, Any], model_id: str) -> bool:
+    """Whether the base's notes describe the base's sizes, not this checkpoint's: they quote a
+    value this config changes (numbers compared without thousands separators: "5,000,000") or a
+    size token of the base's repo name this one lacks ("Qwen3 8B's ...")."""
+    view, base_view = _text_view(config), _text_view(base_config)
+    notes = re.sub(r"(?<=\d),(?=\d{3})", "", base.notes)
+    for key in set(view) | set(base_view):
+        if key in UNSHAPING_KEYS or view.get(key) == base_view.get(key) or key not in base_view:
+            continue
+        if re.search(rf"(?<![\w.]){re.escape(str(base_view[key]))}(?![\w.])", notes):
+            return True
+    repo = set(model_id.split("/")[1].split("-"))
+    sizes = [t for t in base.model_id.split("/")[1].split("-") if _token_kind(t) == "size" and t not in repo]
+    return any(re.search(rf"(?<![\w.]){re.escape(t)}(?![\w.])", base.notes) for t in sizes)
+
+
+def _unread(config: dict[str, Any], keys: set[str]) -> set[str]:
+    """The ``keys`` transformers' code for this config never reads (none when it cannot tell)."""
+    if not keys:
+        return set()
+    from engine.verify import modeling_code
+    return modeling_code.unread_fields(config, keys) or set()
 
 
 def _dims_lines(lines: list[str]) -> dict[str, int]:
@@ -194,30 +249,44 @@ def _layer_list(config: dict[str, Any], registry_fields: set[str]) -> str | None
 
 def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, Any],
               base_config: dict[str, Any], corpus: Corpus, registry_fields: set[str],
-              plan_fields: set[str]) -> tuple[str, list[str]]:
+              plan_fields: set[str], prefixes: tuple[tuple[str, str], ...] = (),
+              notes: list[str] | None = None) -> tuple[str, list[str]]:
     """The new spec's text from the base's, and the to-do lines it could not settle (module doc).
 
     ``registry_fields``: the top-level config fields the verification registry reads (a field new
     in this config and read by neither the spec nor the registry is a to-do line);
-    ``plan_fields``: its per-layer plan fields (a layer count may be the length of one)."""
+    ``plan_fields``: its per-layer plan fields (a layer count may be the length of one);
+    ``prefixes``: its canonical prefixes (a quantization_config names modules by the checkpoint's paths);
+    ``notes`` hears what is worth saying but needs no hand (a new field transformers never reads)."""
     todo: list[str] = []
+    notes = [] if notes is None else notes
     lines = base_text.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("model:"):
             lines[i] = f"model: {model_id}"
+        elif line.startswith("model_type:") and config["model_type"] != base.model_type:
+            # --like a spec of another model_type (Qwen3-VL-30B-A3B like Qwen3-30B-A3B): the
+            # config's own type, and the family is for a person to confirm
+            lines[i] = f"model_type: {config['model_type']}"
+            todo.append(f"family: {base.family} is {base.model_id}'s (model_type {base.model_type}); this config is "
+                        f"{config['model_type']} — keep it or write the family this checkpoint belongs to")
         elif line.startswith("name:"):
             lines[i] = f"name: {_scalar(display_name(base, model_id))}"
-    differing = [k for k in set(config) | set(base_config) if k not in UNSHAPING_KEYS and config.get(k) != base_config.get(k)]
-    quoted = [k for k in differing if re.search(rf"\b{re.escape(str(base_config.get(k)))}\b", base.notes)]
-    if quoted:   # the base's notes quote a size this checkpoint changes
+    if notes_outdated(base, config, base_config, model_id):
         span = _block(lines, "notes")
         if span:
             note = f"{base.display_name}'s architecture ({base.model_id}) at this checkpoint's sizes (archledger new)."
             lines[span[0]:span[1]] = [f"notes: {json.dumps(note)}"]
-    view = {**(config.get("text_config") or {}), **config}
+    view = _text_view(config)
     reads = set(_CONFIG_READ.findall(base_text))
-    for key in sorted(set(config) - set(base_config) - UNSHAPING_KEYS - reads - registry_fields - {"tie_word_embeddings"}):
-        todo.append(f"config.{key} = {_short(config[key])}: new in this config ({base.model_id}'s has no such field) and "
+    # a new field of the text stack counts as much as a new top-level one
+    new_keys = set(view) - set(_text_view(base_config)) - UNSHAPING_KEYS - reads - registry_fields - {"tie_word_embeddings"}
+    unread = _unread(config, new_keys)
+    for key in sorted(new_keys & unread):
+        notes.append(f"config.{key} = {_short(view[key])}: new in this config; the transformers code it is "
+                     "verified against never reads it (the spec follows that code)")
+    for key in sorted(new_keys - unread):
+        todo.append(f"config.{key} = {_short(view[key])}: new in this config ({base.model_id}'s has no such field) and "
                     "nothing reads it — bind it in the spec if it shapes the model, or name it in corpus/verification.yaml")
     # dims (and any other reads) of config keys this config lacks
     defaults: dict[str, tuple[Any, str]] = {}
@@ -245,15 +314,20 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
         else:
             at = _block(lines, "dims")[0]
             lines[at:at] = ["config_defaults:"] + entries
-    _quant(lines, config, base_config, corpus, todo)
+    _quant(lines, config, base_config, corpus, todo, prefixes)
     _tied(lines, config, base_config, todo)
     return "\n".join(lines) + "\n", todo
 
 
-def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, todo: list[str]) -> None:
+def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, todo: list[str],
+           prefixes: tuple[tuple[str, str], ...] = ()) -> None:
     """The quant context: the base's when the quantization_config is the same; bf16 for an
-    unquantized checkpoint of a quantized base; a matching scheme's name otherwise."""
-    qc, base_qc = config.get("quantization_config"), base_config.get("quantization_config")
+    unquantized checkpoint of a quantized base; the scheme ``snapshot --meta`` matches otherwise
+    (the same rule, :func:`modeling_code.scheme_for`), or, for a checkpoint naming a scheme per
+    module (ModelOpt MIXED_PRECISION ``quantized_layers``), bf16 with one module-path override per
+    module kind (:func:`_module_overrides`)."""
+    from engine.verify import modeling_code
+    qc, base_qc = modeling_code.quantization_config(config), modeling_code.quantization_config(base_config)
     if qc == base_qc:
         return
     span = _block(lines, "quant_context")
@@ -262,24 +336,56 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
         kept = [line for line in lines[span[0]:span[1]] if re.match(r"^    \S+: (f32|i64)\b", line)] if span else []
         new += ["  overrides:"] + kept if kept else []
     else:
-        scheme = next((s for s in corpus.schemes.values() if s.hf and all(qc.get(k) == v for k, v in s.hf.items())), None)
-        if scheme is None:
-            todo.append(f"quantization_config {json.dumps({k: qc[k] for k in list(qc)[:4]})[:120]}: no corpus quant "
-                        "scheme has matching hf: keys — add one (CONTRIBUTING.md, \"Add a quant scheme\") and set quant_context")
+        try:
+            scheme = modeling_code.scheme_for(config, corpus.schemes)
+            per_module = modeling_code.layer_schemes(config, corpus.schemes)
+        except modeling_code.ModelingCodeError as exc:
+            todo.append(f"quantization_config: {' '.join(str(exc).split())[:200]}; then set quant_context")
             return
-        # transformers' quantizer leaves the input embedding and the output head unquantized; a
-        # head tied to the embedding stores nothing of its own, so it has no override
-        new = ["quant_context:", f"  default: {scheme.name}", "  overrides:", "    embedding: bf16"]
-        if not config.get("tie_word_embeddings"):
-            new.append("    lm_head: bf16")
-        skipped = qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("exclude_modules")
-        if skipped:
-            todo.append(f"quant_context: modules kept unquantized {json.dumps(skipped)[:100]} — add their roles under "
-                        "quant_context.overrides (bf16)")
+        if per_module:
+            overrides = _module_overrides(per_module, prefixes, todo)
+            if overrides is None:
+                return
+            new = ["quant_context:", "  default: bf16", "  overrides:"] + [f"    {json.dumps(p)}: {n}" for p, n in overrides]
+        else:
+            # transformers' quantizer leaves the input embedding and the output head unquantized; a
+            # head tied to the embedding stores nothing of its own, so it has no override
+            new = ["quant_context:", f"  default: {scheme.name}", "  overrides:", "    embedding: bf16"]
+            if not config.get("tie_word_embeddings"):
+                new.append("    lm_head: bf16")
+            skipped = qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("exclude_modules")
+            if skipped:
+                todo.append(f"quant_context: modules kept unquantized {json.dumps(skipped)[:100]} — add their roles under "
+                            "quant_context.overrides (bf16)")
     if span:
         lines[span[0]:span[1]] = new
     else:
         lines.extend(new)
+
+
+#: The layer index of a module path (``model.layers.12.mlp.down_proj``).
+_LAYER_INDEX = re.compile(r"(?<=\.layers\.)\d+(?=\.)")
+
+
+def _module_overrides(per_module: dict[str, Any], prefixes: tuple[tuple[str, str], ...],
+                      todo: list[str]) -> list[tuple[str, str]] | None:
+    """``quantized_layers`` (module path -> scheme) as spec overrides: each module with its layer
+    index made ``*`` and its checkpoint prefix made canonical (``model.language_model.layers.3.
+    self_attn.q_proj`` -> ``model.layers.*.self_attn.q_proj``: a glob of the main stack only, so an
+    MTP module the checkpoint keeps in BF16 stays so). One kind of module stored two ways (FP8 in
+    some layers, NVFP4 in others) needs a template of its own: a to-do line, and None. Whether every
+    layer of a template holds its pattern is the packing and weight guards' to say."""
+    from engine.spec import module_patterns
+    chosen: dict[str, set[str]] = {}
+    for module, scheme in per_module.items():
+        pattern = _LAYER_INDEX.sub("*", module_patterns.canonical(module, prefixes), count=1)
+        chosen.setdefault(pattern, set()).add(scheme.name)
+    mixed = sorted(p for p, names in chosen.items() if len(names) > 1)
+    if mixed:
+        todo.append(f"quantized_layers store {', '.join(mixed)[:120]} in more than one scheme across layers — "
+                    "give those layers a template of their own and write their overrides by hand")
+        return None
+    return sorted((p, next(iter(names))) for p, names in chosen.items())
 
 
 def _tied(lines: list[str], config: dict, base_config: dict, todo: list[str]) -> None:
@@ -364,7 +470,7 @@ def scaffold(corpus_root: Path, model_id: str, config_path: Path, like: str | No
     plan_fields = {p.field for p in reg.layer_plans}
     base_text = (root / "models" / f"{slug(base.model_id)}.yaml").read_text(encoding="utf-8")
     text, todo = spec_text(base_text, base, model_id, config, published_config(root, base), corpus,
-                           reg.top_level_fields(), plan_fields)
+                           reg.top_level_fields(), plan_fields, reg.prefixes, result.notes)
     result.todo += todo
     readme = root / "snapshots" / "README.md"
     lineage = root / "lineage.yaml"
@@ -396,7 +502,7 @@ def scaffold(corpus_root: Path, model_id: str, config_path: Path, like: str | No
 def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Result, say) -> dict[Path, str]:
     """The three evidence files (``snapshot --config --meta``) made in ``work``; to-dos if not."""
     from engine.verify import modeling_code
-    from engine.verify.evidence import forward_excerpts
+    from engine.verify.evidence import forward_excerpts, registry
     from engine.verify.snapshot import snapshot_files
     corpus = load_corpus(work, missing_snapshots_ok=True)
     model = load_model(work / "models" / f"{slug(model_id)}.yaml", work, corpus.roles, corpus.schemes, True)
@@ -404,7 +510,9 @@ def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Resul
     source_label = f"hf:{model_id} config.json"
     manifest = source = None
     try:
-        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}")
+        # the registry's canonical prefixes, as `snapshot --meta` passes them: a quantization_config
+        # naming modules by the checkpoint's paths (model.language_model.layers...) meets the modules
+        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}", registry(work).prefixes)
         # the release and the file's sha256 with it, as `snapshot --meta` records them (the source guard reads them)
         label, provenance, text = modeling_code.source_evidence(config)
         source = (label, provenance, forward_excerpts(text))

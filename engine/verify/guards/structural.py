@@ -86,6 +86,20 @@ def _reads_field(paths: set[tuple], field: str) -> bool:
     return any(p[:len(want)] == want or want[:len(p)] == p for p in paths)
 
 
+def _users(ctx: Context, reads: dict[str, set[tuple]], entry, field: str) -> list[str]:
+    """The nodes of the entry's op whose entry dim is bound from a model dim reading ``field``."""
+    users = []
+    for uid, row in ctx.symbolic.rows.items():
+        # any stack: DeepSeek-V4-Pro's main RoPE base shapes only its MTP layer
+        if row.op != entry.op or entry.dim not in row.dim_values:
+            continue
+        symbols = getattr(row.dim_values[entry.dim], "free_symbols", set())
+        paths = set().union(*(reads.get(s.name, set()) for s in symbols)) if symbols else set()
+        if _reads_field(paths, field):
+            users.append(uid)
+    return users
+
+
 def check(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     reads = dim_reads(ctx)
@@ -93,15 +107,16 @@ def check(ctx: Context) -> list[Finding]:
         if not active(ctx, entry):
             continue
         value = lookup(ctx.evidence.config, entry.field)
-        users = []
-        for uid, row in ctx.symbolic.rows.items():
-            # any stack: DeepSeek-V4-Pro's main RoPE base shapes only its MTP layer
-            if row.op != entry.op or entry.dim not in row.dim_values:
-                continue
-            symbols = getattr(row.dim_values[entry.dim], "free_symbols", set())
-            paths = set().union(*(reads.get(s.name, set()) for s in symbols)) if symbols else set()
-            if _reads_field(paths, entry.field):
-                users.append(uid)
+        users = _users(ctx, reads, entry, entry.field)
+        alias = lookup(ctx.evidence.config, entry.same_as) if entry.same_as else None
+        if alias is not None and alias != value:
+            # one setting written twice with two values: which one the code reads is not ours to guess
+            out.append(Finding(NAME, "error", "", f"config.{entry.field} = {value} but config.{entry.same_as} = "
+                               f"{alias}: the config states {entry.doc} twice, differently",
+                               "check the published config.json; the modeling code reads one of them"))
+            continue
+        if not users and alias is not None and _users(ctx, reads, entry, entry.same_as):
+            continue   # the same value under its other path reaches the op (checked under that entry)
         if not users:
             out.append(Finding(NAME, "error", "", f"config.{entry.field} = {value} ({entry.doc}) is declared "
                                f"but no {entry.op} op binds its {entry.dim!r} from it",
