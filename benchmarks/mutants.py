@@ -196,10 +196,10 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_site_numbers.py",),
            "the deployment page shows the batch's KV per GPU as 'KV per request'"),
     Mutant("page-front-without-capacity", "static/js/deploy_eval.js",
-           "caps.forEach(function (c) { if (c >= 1 && c < top) kept[c] = true; });",
+           "if (most >= 1 && list.indexOf(most) < 0 && most < top) list.push(most);",
            "",
            ("tests/test_site_offgrid.py",),
-           "the deploy page's fronts leave out each config's capacity points (the grid's largest batches served)"),
+           "the deploy page's fronts leave out each config's capacity point (the grid's largest batch served)"),
     # -- issue 36: serving rules at the points where two readings differ (hand tests in
     #    tests/test_hand_serving.py and, for the browser copies, tests/test_hand_browser.py) ---------
     Mutant("mtp-every-module", "engine/deploy/planner.py",

@@ -175,8 +175,7 @@ def hostile(tmp_path_factory):
          "Meta-Llama-3.1-8B", (f"snapshots/{LLAMA}.tensors.yaml", "{0..999999999}"), "tensors[0]",
          [f"more than {MAX_TENSORS:,} tensors"], command="validate")
 
-    # three lists of 64 values, each within the grid's bounds: 64 prompts x 64 outputs x 66 batches
-    # (the 64 and the two capacities, worst case and steady state)
+    # three lists of 64 values, each within the grid's bounds: 64 prompts x 64 outputs x 65 batches
     grid = _grid(base / "points.yaml", {
         "input_lengths: [1024, 4096, 16384, 65536, 131072, 262144, 1048576]": f"input_lengths: {_values(1024, 1024)}",
         "output_lengths: [1024]": f"output_lengths: {_values(16, 16)}",
@@ -185,7 +184,7 @@ def hostile(tmp_path_factory):
     cases["grid-points"] = (["build", "--out", str(out), "--grid", str(grid), "--models", "Meta-Llama-3.1-8B",
                              "--jobs", "1", "--quiet", "--no-site"],
                             {"where": f"points.yaml:{_line_of(grid, 'scenarios:')}", "field": "scenarios",
-                             "says": ["x 64 prompts x 64 outputs x 66 batches)", f"limit of {MAX_POINTS:,}"]}, out)
+                             "says": ["x 64 prompts x 64 outputs x 65 batches)", f"limit of {MAX_POINTS:,}"]}, out)
     # 64 per-op points at both KV dtypes: 66 cells x 2 frameworks x 2 x 64
     ops = "\n".join(f"    - {{batch: {b}, input: 4096, output: 1024}}" for b in range(1, 65))
     grid = _grid(base / "ops.yaml", {"ops:\n  kv_dtypes: [bf16]": "ops:\n  kv_dtypes: [bf16, fp8]",
@@ -253,13 +252,13 @@ def test_hostile_commands_stay_small(hostile):
 
 def test_grid_points_name_the_product(hostile):
     """The product in the message is the factors' product (66 candidate cells of the 8B model on the
-    default grid's GPUs and parallel rules, x 2 x 2 x 64 x 64 x 66: the 64 batches and both capacities)."""
+    default grid's GPUs and parallel rules, x 2 x 2 x 64 x 64 x 65)."""
     err = hostile["grid-points"][0]["err"]
     match = re.search(r"up to ([\d,]+) points \(([\d,]+) \(GPU, config\) cells x 2 frameworks x 2 KV dtypes x 64 "
-                      r"prompts x 64 outputs x 66 batches\)", err)
+                      r"prompts x 64 outputs x 65 batches\)", err)
     assert match, err
     cells = int(match[2].replace(",", ""))
-    assert int(match[1].replace(",", "")) == cells * 2 * 2 * 64 * 64 * 66 > MAX_POINTS
+    assert int(match[1].replace(",", "")) == cells * 2 * 2 * 64 * 64 * 65 > MAX_POINTS
 
 
 # -- names that reach compiled code ------------------------------------------------------------------

@@ -151,17 +151,19 @@ def test_grid_keeps_and_fronts_the_steady_capacity(tmp_path):
     case beside it. Llama-3.1-8B on one H100, vLLM, BF16 KV, prompt 128, output 2048, grid batches
     1, 256 and 512. By hand (test_llama_8b_steady_capacity_by_hand): KV per token 131,072 B, room
     60,063,976,980.48 B; worst case floor(room / (131,072 x 2176)) = 210, steady state floor(room /
-    (131,072 x 1159)) = 395. So the grid's batches are 1 and 256 (<= 395; 512 is past both), plus
-    the two capacities 210 and 395: rows 1, 210, 256, 395. Batches 256 and 395 do not fit the worst
-    case and the steady state serves them.
+    (131,072 x 1159)) = 395. So the grid's batches are 1 and 256 (<= 395, the larger capacity; 512
+    is past both), plus that capacity itself: rows 1, 256, 395 (the worst case's 210 is each row's
+    max_concurrent_requests, not a row). Batches 256 and 395 do not fit the worst case and the
+    steady state serves them.
 
     The front: the decode step reads the weights once for the whole batch and each request's
     cache, so its time is a + b x B with a > 0 (the 16 GB of weights) and tokens/s per GPU = B / (a
     + b x B) rises with the batch while tokens/s per user = 1 / (a + b x B) falls: every served
     batch is on the front, 395 (the steady capacity) the highest throughput. Under the worst case
     256 and 395 would not be served and 210 would be the front's end. Planted bugs caught: the
-    grid's batches cut at the worst-case capacity (no 256 / 395 rows), the steady capacity on the
-    last position's KV (395 -> 210), on_front served by ``fits``."""
+    grid's batches cut at the worst-case capacity (rows 1, 210), the steady capacity on the last
+    position's KV (395 -> 210), capacity(steady=True) returning bytes (rows up to 512), on_front
+    served by ``fits``."""
     import polars as pl
     import yaml
     from engine.build.fronts import grid_front
@@ -180,8 +182,8 @@ def test_grid_keeps_and_fronts_the_steady_capacity(tmp_path):
     columns, _, _ = evaluate_model(_evaluation("meta-llama/Meta-Llama-3.1-8B"), path)
     rows = pl.DataFrame(columns)
     rows = rows.with_columns(grid_front(rows)).filter(pl.col("phase") == "decode").sort("batch")
-    assert rows["batch"].to_list() == [1, 210, 256, 395]
+    assert rows["batch"].to_list() == [1, 256, 395]
     assert set(rows["max_concurrent_requests"]) == {210} and set(rows["max_concurrent_requests_steady"]) == {395}
-    assert rows["fits"].to_list() == [True, True, False, False]
-    assert rows["fits_steady"].to_list() == [True, True, True, True]
-    assert rows["on_front"].to_list() == [True, True, True, True]
+    assert rows["fits"].to_list() == [True, False, False]
+    assert rows["fits_steady"].to_list() == [True, True, True]
+    assert rows["on_front"].to_list() == [True, True, True]

@@ -24,7 +24,7 @@ Document (``results/formulas/<org--name>.json``, one per model):
 * ``kv_request``: a request's cache bytes (all GPUs; and its state and growing parts) as trees;
   ``kv_bytes``: bytes per element of each KV dtype; ``budget`` and ``hbm_fraction``: the options the
   grid ran with; ``batches``: the grid's batches (a config's rows are those up to the larger of its
-  worst-case and steady-state capacities, plus each capacity below the largest:
+  worst-case and steady-state capacities, plus that capacity below the largest:
   :func:`engine.build.grid_eval.grid_batches`; the deploy page's batch chart and fronts take the same points).
 * speculative decoding with the model's MTP modules (docs/deployment.md), for models with an
   ``mtp`` stack (``mtp_modules`` > 0; absent otherwise): per option ``mtp`` = per phase one program

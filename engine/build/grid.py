@@ -267,8 +267,8 @@ def points_bound(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes:
                  hbm_fraction: float = HBM_FRACTION) -> dict[str, int]:
     """The factors whose product bounds ``ev``'s points over the grid, what :data:`MAX_POINTS`
     bounds: candidate (GPU, config) cells (before the model's check) x frameworks x KV dtypes x
-    its prompts x outputs x the batches with the two capacity points (worst case, steady state) a
-    prompt may add (engine.build.grid_eval.grid_batches)."""
+    its prompts x outputs x the batches with the capacity point a prompt may add
+    (engine.build.grid_eval.grid_batches: the larger of the worst-case and steady-state capacities)."""
     return _point_factors(ev, grid, _gpu_counts(grid, gpus, stored_bytes, hbm_fraction))
 
 
@@ -297,7 +297,7 @@ def _point_factors(ev: Evaluation, grid: Grid, picked: list[tuple[GPU, int]]) ->
     cells = sum(len(eps) * len(dps) for gpu, n in picked for _, _, _, eps, dps in _candidates(grid, gpu, n, moe))
     return {"(GPU, config) cells": cells, "frameworks": len(grid.frameworks), "KV dtypes": len(grid.kv_dtypes),
             "prompts": len(input_lengths(grid, int(ev.numeric.max_context))), "outputs": len(grid.output_lengths),
-            "batches": len(grid.batches) + 2}
+            "batches": len(grid.batches) + 1}
 
 
 def input_lengths(grid: Grid, max_context: int) -> list[int]:

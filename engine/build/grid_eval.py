@@ -13,9 +13,9 @@ Points per cell: the grid's prompt lengths (up to ``beyond_max_context`` x the m
 flagged extrapolated beyond it) x output lengths x the batches (:func:`grid_batches`) that fit the
 KV budget at that context in the steady state of continuous batching or in the worst case
 (``max_concurrent_requests_steady``, ``max_concurrent_requests``: usually the steady one is the
-larger), plus each of the two capacities itself; a context that fits no request in either keeps a
-batch-1 row with ``fits = false`` and the shortfall. The fronts (``on_front``) serve by the steady
-state; the worst case's own capacity stays a row beside it.
+larger), plus the larger capacity itself; a context that fits no request in either keeps a batch-1
+row with ``fits = false`` and the shortfall. The fronts (``on_front``) serve by the steady state;
+the worst case stays on every row beside it (``fits``, ``tpot_s``, ``max_concurrent_requests``).
 """
 from __future__ import annotations
 
@@ -266,15 +266,19 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
 def grid_batches(batches, caps) -> list[int]:
     """The batches the grid keeps for one (config, GPU, framework, KV dtype, prompt, output) at its
     capacities ``caps`` (``max_concurrent_requests`` and ``max_concurrent_requests_steady``): the
-    grid's ``batches`` up to the larger, and each capacity itself below the largest batch, in batch
-    order; ``[1]`` when neither holds a request (that row says by how much it does not fit). So
-    every batch the steady state serves at a grid batch or at its capacity is a row, and so is the
-    worst case's capacity. static/js/deploy_eval.js ``gridBatches`` mirrors it."""
+    grid's ``batches`` up to the larger (usually the steady state's), and that capacity itself when
+    it is below the largest batch, in batch order; ``[1]`` when neither holds a request (that row
+    says by how much it does not fit). So every batch the steady state serves at a grid batch or
+    at its capacity is a row (the fronts' points), and so is every grid batch the worst case holds;
+    the worst case's own capacity is each row's ``max_concurrent_requests`` beside it, not a row
+    (a row per capacity would add 3-5% to the table for a front no reader draws).
+    static/js/deploy_eval.js ``gridBatches`` mirrors it."""
     top = max(batches)
     most = max(caps)
-    kept = {b for b in batches if b <= most}
-    kept.update(int(c) for c in caps if 1 <= c < top)
-    return sorted(kept) or [1]
+    kept = [b for b in batches if b <= most]
+    if 1 <= most < top and most not in kept:
+        kept.append(int(most))
+    return kept or [1]
 
 
 def _tokens_at(config, pairs: list[tuple[int, int]]) -> list[dict[str, int]]:

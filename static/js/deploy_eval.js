@@ -197,13 +197,12 @@
   }
   function fileOf(o) { return get(base + o.file + ".json.gz"); }
   // The batches the grid keeps at a config's capacities, worst case and steady state
-  // (engine/build/grid_eval.py grid_batches): the grid's batches up to the larger, plus each
-  // capacity itself below the largest batch, in batch order; batch 1 when neither holds a request.
+  // (engine/build/grid_eval.py grid_batches): the grid's batches up to the larger, plus that
+  // capacity itself below the largest batch; batch 1 when neither holds a request.
   function gridBatches(batches, caps) {
-    var top = Math.max.apply(null, batches.concat([1])), most = Math.max.apply(null, caps), kept = {};
-    batches.forEach(function (b) { if (b <= most) kept[b] = true; });
-    caps.forEach(function (c) { if (c >= 1 && c < top) kept[c] = true; });
-    var list = Object.keys(kept).map(Number).sort(function (a, b) { return a - b; });
+    var top = Math.max.apply(null, batches.concat([1])), most = Math.max.apply(null, caps);
+    var list = batches.filter(function (b) { return b <= most; });
+    if (most >= 1 && list.indexOf(most) < 0 && most < top) list.push(most);
     return list.length ? list : [1];
   }
   // sizing.front: the indices of the non-dominated points of (x, y), both to maximize, in decreasing
