@@ -105,10 +105,10 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         """The batches a prompt length runs at the capacities ``caps`` (worst case, steady state:
         :func:`grid_batches`), grouped by regime: (regimes, batches) in the order they first occur,
         batches in batch order (so buckets fill, and are created, as point by point). Remembered
-        in ``memo`` per (prompt, capacities up to the largest batch): the batches read no more
-        than that, the regimes the batch and the prompt (as :func:`regimes_at`), and the other KV
-        dtypes and output lengths of a cell meet the same ones again."""
-        key = ("batches", inp, *(max(0, min(c, top)) for c in caps))
+        in ``memo`` per (prompt, the larger capacity up to the largest batch): the batches read no
+        more than that, the regimes the batch and the prompt (as :func:`regimes_at`), and the other
+        KV dtypes and output lengths of a cell meet the same ones again."""
+        key = ("batches", inp, max(0, min(max(caps), top)))
         found = memo.get(key)
         if found is None:
             by_regime: dict[tuple, list] = {}
@@ -123,7 +123,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         """Put the tokens per device of the (batch, prompt) pairs a cell's points ask into the
         config's memo at once (:func:`_tokens_at`): with a config's first cell, the grid's batches at
         every prompt; then the capacities the cell adds (each prompt's column of ``cell_caps``, the
-        worst-case and the steady-state capacities stacked).
+        larger of the worst-case and the steady-state capacity: the one :func:`grid_batches` adds).
         :func:`regimes_at` computes any other pair itself."""
         tokens = token_memo.get(config)
         pairs = []
@@ -161,7 +161,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             # the steady state's too (the fronts serve by it: sol.steady_fit in the same room)
             steady_caps = capacity(base, usable, *lane_points, terms=mine[1],
                                    steady=True).reshape(len(lanes), len(inputs))
-            fill_tokens(config, np.concatenate([cell_caps, steady_caps]))
+            fill_tokens(config, np.maximum(cell_caps, steady_caps))
             # this cell and framework's buckets by regimes (the buckets' key past the regimes is the
             # cell's and framework's own: not hashed again per point), each bucket's columns at hand
             mine_buckets: dict[tuple, tuple] = {}
