@@ -82,9 +82,10 @@ _SPAN = f"datum.extrapolated ? '{PAST}' : '{WITHIN}'"
 
 def _context_words(chart):
     """``chart`` with ``span``: :data:`PAST` or :data:`WITHIN` from the row's ``extrapolated``, and
-    ``fits_words`` from ``fits`` (where the row has it)."""
+    ``fits_words`` from ``fits`` and ``fits_worst_words`` from ``fits_worst`` (where the row has them)."""
     return chart.transform_calculate(span=_SPAN,
-                                     fits_words="datum.fits ? 'yes' : 'no'")
+                                     fits_words="datum.fits ? 'yes' : 'no'",
+                                     fits_worst_words="datum.fits_worst ? 'yes' : 'no'")
 
 #: Height per bar (px) of the deployment page's bar charts, and the bars' thickness in it.
 BAR_STEP, BAR_SIZE = 20, 14
@@ -132,10 +133,14 @@ def _deployment_specs(gpu_bars: int, config_bars: int) -> dict[str, dict]:
         fill=alt.condition("datum.extrapolated", alt.value("#ffffff"),
                            alt.Fill("input_len:O", legend=None, scale=alt.Scale(scheme=SERIES_COLORS))),
         tooltip=[alt.Tooltip("batch:Q", title="batch"), alt.Tooltip("input_len:Q", title="prompt tokens", format=","),
-                 alt.Tooltip("rate:N", title="decode tokens/s per GPU"), alt.Tooltip("tpot:N", title="TPOT"),
-                 alt.Tooltip("fits_words:N", title="fits in memory"), alt.Tooltip("span:N", title="context")],
+                 alt.Tooltip("rate:N", title="decode tokens/s per GPU (steady state)"),
+                 alt.Tooltip("tpot:N", title="TPOT (steady state)"),
+                 alt.Tooltip("tpot_last:N", title="TPOT at the last token (worst case)"),
+                 alt.Tooltip("fits_words:N", title="served (steady state)"),
+                 alt.Tooltip("fits_worst_words:N", title="fits with every request at its last token"),
+                 alt.Tooltip("span:N", title="context")],
     )
-    points = _shown(points, rate=("tokens_per_s_per_gpu", ""), tpot=("tpot_s", "s"))
+    points = _shown(points, rate=("tokens_per_s_per_gpu", ""), tpot=("tpot_s", "s"), tpot_last=("tpot_last_s", "s"))
     batch = alt.layer(_context_words(line), _context_words(points)).properties(width="container", height=260)
     gpus = alt.Chart(alt.Data(name="best")).mark_bar(size=BAR_SIZE).encode(
         x=alt.X("best_tokens_per_s_per_gpu:Q", title="best decode tokens/s per GPU", axis=_axis("")),
@@ -403,9 +408,11 @@ def _front_spec() -> dict:
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
         tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("replica:N", title="config"),
                  alt.Tooltip("batch:Q", title="batch"), alt.Tooltip("ttft:N", title="TTFT"),
-                 alt.Tooltip("tpot:N", title="TPOT"), alt.Tooltip("rate:N", title="decode tokens/s per GPU"),
+                 alt.Tooltip("tpot:N", title="TPOT (steady state)"),
+                 alt.Tooltip("tpot_last:N", title="TPOT at the last token (worst case)"),
+                 alt.Tooltip("rate:N", title="decode tokens/s per GPU"),
                  alt.Tooltip("user:N", title="tokens/s per user")],
     ).transform_calculate(replica="datum.n_gpus + 'x ' + datum.config").add_params(pick)
-    line = _shown(line, ttft=("ttft_s", "s"), tpot=("tpot_s", "s"), rate=("tokens_per_s_per_gpu", ""),
-                  user=("tokens_per_s_per_user", ""))
+    line = _shown(line, ttft=("ttft_s", "s"), tpot=("tpot_s", "s"), tpot_last=("tpot_last_s", "s"),
+                  rate=("tokens_per_s_per_gpu", ""), user=("tokens_per_s_per_user", ""))
     return _spec(line.properties(width="container", height=320))

@@ -178,7 +178,7 @@ def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
     every other number in the browser from the formula files, and reading the other columns of the
     two million rows was two thirds of the rows' time."""
     columns = ["gpu", "n_gpus", "config", "tp", "ep", "dp_attn", "pp", "framework", "kv_dtype", "phase", "batch",
-               "weight_bytes_per_gpu_formula", "input_len", "output_len", "fits", "tokens_per_s_per_gpu"]
+               "weight_bytes_per_gpu_formula", "input_len", "output_len", "fits_steady", "tpot_mean_s"]
     # from the model's own partition when it has one (the build writes one per model): a scan of
     # the whole table opens every model's file to find this model's rows
     part = results.root / "deployments" / f"model={slug(model_id)}" / "part.parquet"

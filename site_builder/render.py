@@ -31,6 +31,7 @@ import polars as pl
 from markdown_it import MarkdownIt
 
 from engine.build import collector, dependencies, lifeline, publish
+from engine.build.steady import FRONT_BASIS, steady_rate
 from engine.build.workers import default_workers
 from engine.cli import units
 from engine.spec.errors import SpecError, Where
@@ -137,6 +138,7 @@ def environment(assets: dict[str, str] | None = None) -> jinja2.Environment:
     # jinja's own tojson escapes < > & ' but not U+2028/U+2029: templates get the one escaper
     env.filters["tojson"] = lambda value, indent=None: markupsafe.Markup(script_json(value))
     env.globals["asset"] = lambda rel: "static/" + names[rel]
+    env.globals["front_basis"] = FRONT_BASIS    # the one sentence every front chart's caption states
     return env
 
 
@@ -606,11 +608,12 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
     for o in options:
         o["weight_formula"] = weight_number[o.pop("weight_bytes_per_gpu_formula")]
     decode = rows.filter(pl.col("phase") == "decode").drop("phase")
-    # the GPU comparison: each evaluated combination's best decode throughput among points that fit
-    best = (decode.filter(pl.col("fits") & (pl.col("input_len") == COMPARE_INPUT))
+    # the GPU comparison: each evaluated combination's best decode throughput among the points the
+    # steady state of continuous batching serves (the fronts' rule, FRONT_BASIS)
+    rate = steady_rate()
+    best = (decode.filter(pl.col("fits_steady") & (pl.col("input_len") == COMPARE_INPUT))
             .group_by(["gpu", "n_gpus", "config", "framework", "kv_dtype"])
-            .agg(pl.col("tokens_per_s_per_gpu").max().alias("best_tokens_per_s_per_gpu"),
-                 pl.col("batch").sort_by("tokens_per_s_per_gpu").last().alias("at_batch"))
+            .agg(rate.max().alias("best_tokens_per_s_per_gpu"), pl.col("batch").sort_by(rate).last().alias("at_batch"))
             .sort(["gpu", "n_gpus", "config", "framework", "kv_dtype"]))    # every key: group_by's order is random
     # ... and each GPU type's best combination (one bar per GPU in the comparison chart)
     per_gpu = (best.sort("best_tokens_per_s_per_gpu", descending=True, maintain_order=True)

@@ -19,7 +19,7 @@ import polars as pl
 
 #: Columns of the page's rows (one list per point, in rank order, under a "framework/kv_dtype/input/output/gpu" key).
 SIZING_COLUMNS = ["config", "n_gpus", "batch", "ttft_s", "tpot_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user"]
-FRONT_COLUMNS = SIZING_COLUMNS + ["max_concurrent_requests"]
+FRONT_COLUMNS = SIZING_COLUMNS + ["max_concurrent_requests", "tpot_last_s"]   # the worst case beside the steady TPOT
 #: Front points drawn per line: the chart needs no more (evenly spaced by rank, both ends kept, as
 #: `archledger plan` thins its text); fronts.parquet has every point.
 FRONT_SHOWN = 120

@@ -178,6 +178,11 @@ def test_results_doc_lists_every_column():
     for schema in (FRONTS_SCHEMA, SIZING_SCHEMA):
         for name, (dtype, text) in schema.items():
             assert f"| `{name}` | {dtype} | {text} |" in doc, name
+    # the fronts' section says which time and which capacity they use, in the sentence plan prints
+    from engine.build.steady import FRONT_BASIS
+    section = doc[doc.index("### fronts.parquet"):doc.index("### sizing.parquet")]
+    assert FRONT_BASIS in section
+    assert "schedule estimate" in FRONT_BASIS and "steady state" in FRONT_BASIS and FRONT_BASIS.count(". ") == 0
 
 
 def test_models_list_limits_the_step_and_names_corpus_models(tmp_path):

@@ -160,7 +160,11 @@ def _config(tp, dp_attn, weights):
     return {"tp": tp, "pp": 1, "cp": 1, "dp_attn": dp_attn, "weight_bytes_per_gpu": weights, "kv_dev": 4, "mtp": None}
 
 
-MODEL = {"configs": {"dp8": _config(8, 8, 1e9), "a": _config(1, 1, 1e9), "b": _config(1, 1, 1e12)},
+#: "c": KV that grows with the context (1e6 B per token) next to 8.785e10 B of weights: room 0.9 x
+#: 1e11 - 8.785e10 = 2.15e9 B (test_deploy_eval_js_front_serves_by_the_steady_state)
+C_WEIGHTS = 0.9e11 - 2.15e9
+MODEL = {"configs": {"dp8": _config(8, 8, 1e9), "a": _config(1, 1, 1e9), "b": _config(1, 1, 1e12),
+                     "c": {**_config(1, 1, C_WEIGHTS), "kv_dev": ["*", "length", 1e6]}},
          "gpus": {"G": GPU}, "kv_bytes": {"bf16": 2}, "budget": 8192, "hbm_fraction": 0.9, "max_batch": 4096,
          "max_context": 1 << 30, "kv_request": {"all": 0, "state": 0}}
 FILES = {
@@ -169,6 +173,7 @@ FILES = {
     # "a" (fits: 1e9 B of weights) and "b" (does not: 1e12 B > 0.9 x 1e11): decode reads 1e9 / 1e8 B
     "a": {"trees": TREES, "strings": ["step", "f"], "programs": [[_step(0, 1, 1)], [_step(0, 1, 0)]]},
     "b": {"trees": TREES, "strings": ["step", "f"], "programs": [[_step(0, 1, 1)], [_step(0, 3, 0)]]},
+    "c": {"trees": TREES, "strings": ["step", "f"], "programs": [[_step(0, 1, 1)], [_step(0, 1, 0)]]},
 }
 
 
@@ -206,8 +211,29 @@ def test_deploy_eval_js_front_leaves_out_points_that_do_not_fit(deploy_eval):
     dominate every point of "a", but a point that does not fit is not served: the front is a's batch 2."""
     rows = deploy_eval.page.evaluate(
         "([a, b]) => window.E.fronts([a, b], [1, 2], {input: 1024, output: 64})", [_option("a", 1), _option("b", 1)])
+    # "a"'s KV is 4 B whatever the context: both capacities floor(8.9e10 / 4) = 2.225e10; one decode
+    # time at every context, so the steady TPOT and the last token's are both 1 ms
     assert rows == [{"gpu": "G", "n_gpus": 1, "config": "a", "batch": 2, "ttft_s": 1e-3, "tpot_s": 1e-3,
-                     "tokens_per_s_per_gpu": 2000, "tokens_per_s_per_user": 1000}]
+                     "tpot_last_s": 1e-3, "tokens_per_s_per_gpu": 2000, "tokens_per_s_per_user": 1000,
+                     "max_concurrent_requests": 22_250_000_000, "max_concurrent_requests_worst": 22_250_000_000}]
+
+
+def test_deploy_eval_js_front_serves_by_the_steady_state(deploy_eval):
+    """The page's front serves by the steady state of continuous batching (engine.build.steady.
+    FRONT_BASIS), as on_front does. Config "c": KV 1e6 B per token of context, room 2.15e9 B, prompt
+    1024, output 64, token pages, no reservation or free pages. Worst case: every request at 1024 +
+    64 = 1088 tokens, 1.088e9 B, floor(2.15e9 / 1.088e9) = 1 request. Steady state: the mean over j
+    = 1..64 of 1024 + j - 1 = 1055.5 tokens, 1.0555e9 B, floor(2.15e9 / 1.0555e9) = 2 requests.
+    Decode reads 1e9 B in 1 ms at any batch, so batch 2 (1000 tokens/s/user, 2000 tokens/s/GPU)
+    dominates batch 1 (1000, 1000): the front is batch 2, past the worst-case capacity (under the
+    worst case it would be batch 1). Planted bugs caught: the front served by ``fits``; the grid's
+    batches cut at the worst-case capacity (the page's gridBatches)."""
+    assert (2.15e9 // 1.088e9, 2.15e9 // 1.0555e9) == (1, 2)
+    rows = deploy_eval.page.evaluate(
+        "c => window.E.fronts([c], [1, 2], {input: 1024, output: 64})", _option("c", 1))
+    assert [(r["config"], r["batch"], r["max_concurrent_requests_worst"], r["max_concurrent_requests"]) for r in rows] \
+        == [("c", 2, 1, 2)]
+    assert (rows[0]["tokens_per_s_per_gpu"], rows[0]["tokens_per_s_per_user"]) == (2000, 1000)
 
 
 # -- sizing.js: the aggregated answer at bounds met exactly ------------------------------------------

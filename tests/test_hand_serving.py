@@ -180,28 +180,47 @@ def test_runtime_reserve_under_pipeline_and_context_parallelism(framework, confi
     assert s["reserve_bytes_per_gpu"] == pytest.approx(mib * MIB, rel=1e-12)
 
 
-# -- on_front ignores rows that do not fit ------------------------------------------------------------------
+# -- on_front: the steady state's front, rows it does not serve ignored -----------------------------------
 
-def test_grid_front_ignores_decode_rows_that_do_not_fit():
-    """A grid of one (GPU, framework, KV dtype, prompt, output) group, by hand: rows (tokens/s/user
-    = 1 / tpot, tokens/s/GPU):
+def test_grid_front_is_the_steady_states_and_ignores_rows_it_does_not_serve():
+    """A grid of one (GPU, framework, KV dtype, prompt, output) group, by hand. The front is the
+    steady state's (engine.build.steady.FRONT_BASIS): tokens/s/user = 1 / tpot_mean_s, tokens/s/GPU
+    = batch / tpot_mean_s / n_gpus, over the decode rows fits_steady serves; the worst case (fits,
+    tpot_s at the last token) decides nothing. Rows (phase, batch, GPUs, tpot_mean_s, tpot_s,
+    fits_steady, fits) -> steady (user, GPU):
 
-    0  decode, fits      (10, 100)  on the front: nothing that fits beats it on both
-    1  decode, fits      (20,  50)  on the front (fastest user that fits)
-    2  decode, NO fit    (40, 200)  would dominate 0 and 1 were it served; never on the front
-    3  decode, fits      ( 5,  60)  dominated by 0
-    4  prefill, fits     (50, 500)  a prefill row: never on the decode front
-    5  decode, fits, other output length (1, 1): its own group, alone, so on its front."""
+    0  decode   10 x 1  0.1    0.1    served      fits      -> (10,  100)
+    1  decode    5 x 2  0.05   0.05   served      fits      -> (20,   50)
+    2  decode   80 x 1  0.025  0.025  NOT served  fits      -> (40, 3200): it would dominate all
+       were it served (a short output's page rounding can make the steady capacity the smaller)
+    3  decode   12 x 1  0.2    0.2    served      fits      -> ( 5,   60)
+    4  prefill 100 x 1  0.02   0.02   served      fits      -> a prefill row: never on the front
+    5  decode  300 x 1  0.1    0.3    served      NOT fits  -> (10, 3000): past the worst-case
+       capacity, served by the steady state: on the front (the most tokens/s/GPU)
+    6  decode   10 x 1  0.01   0.5    served      fits      -> (100, 1000): the fastest user; at
+       its last-token TPOT it would be (2, 20), dominated by every row above
+    7  decode, other output length: its own group, alone, so on its front.
+
+    Served rows of the first group: 0 (10, 100), 1 (20, 50), 3 (5, 60), 5 (10, 3000), 6 (100,
+    1000). Row 6 is the fastest user, row 5 the most tokens/s/GPU; 0 and 3 are dominated by 5, 1 by
+    6. So the flags are 5, 6 and 7. Planted bugs caught: the front served by ``fits`` (row 5 drops,
+    row 2 comes on), or timed by ``tpot_s`` (row 6 falls off, rows 0 and 1 come on)."""
     import polars as pl
     from engine.build.fronts import grid_front
     base = {"gpu": "H100", "framework": "vllm", "kv_dtype": "bf16", "input_len": 1024, "output_len": 256}
-    rows = [("decode", True, 10, 100), ("decode", True, 20, 50), ("decode", False, 40, 200),
-            ("decode", True, 5, 60), ("prefill", True, 50, 500)]
-    table = [{**base, "phase": ph, "fits": fits, "tpot_s": 1 / user, "tokens_per_s_per_gpu": float(rate)}
-             for ph, fits, user, rate in rows]
-    table.append({**base, "output_len": 512, "phase": "decode", "fits": True, "tpot_s": 1.0, "tokens_per_s_per_gpu": 1.0})
+    rows = [("decode", 10, 1, 0.1, 0.1, True, True), ("decode", 5, 2, 0.05, 0.05, True, True),
+            ("decode", 80, 1, 0.025, 0.025, False, True), ("decode", 12, 1, 0.2, 0.2, True, True),
+            ("prefill", 100, 1, 0.02, 0.02, True, True), ("decode", 300, 1, 0.1, 0.3, True, False),
+            ("decode", 10, 1, 0.01, 0.5, True, True)]
+    table = [{**base, "phase": ph, "batch": b, "n_gpus": n, "tpot_mean_s": mean, "tpot_s": last,
+              "fits_steady": steady, "fits": worst} for ph, b, n, mean, last, steady, worst in rows]
+    table.append({**base, "output_len": 512, "phase": "decode", "batch": 1, "n_gpus": 1, "tpot_mean_s": 1.0,
+                  "tpot_s": 1.0, "fits_steady": True, "fits": True})
+    # by hand, (user, GPU) of the served decode rows of the first group: 0 (10, 100), 1 (20, 50),
+    # 3 (5, 60), 5 (10, 3000), 6 (100, 1000). Row 6 is the fastest user; row 5 the most tokens/s/GPU
+    # (3000 > 1000); 0 is dominated by 5 (same user speed, 100 < 3000); 1 (20, 50) by 6; 3 by 5.
     flags = grid_front(pl.DataFrame(table)).to_list()
-    assert flags == [True, True, False, False, False, True]
+    assert flags == [False, False, False, False, False, True, True, True]
 
 
 # -- the formula interpreter on negative operands ---------------------------------------------------------

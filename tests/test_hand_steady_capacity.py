@@ -144,3 +144,46 @@ def test_no_framework_pages_by_the_token():
     s0 = deploy("Llama-3.1-8B", "H100", Scenario(1, 100, 0), framework="vllm", tp=1).summary
     assert s0["kv_steady_tokens_per_request"] == 112
     assert s0["tpot_mean_s"] == s0["tpot_s"]
+
+
+def test_grid_keeps_and_fronts_the_steady_capacity(tmp_path):
+    """The grid and its fronts serve by the steady state (engine.build.steady.FRONT_BASIS), the worst
+    case beside it. Llama-3.1-8B on one H100, vLLM, BF16 KV, prompt 128, output 2048, grid batches
+    1, 256 and 512. By hand (test_llama_8b_steady_capacity_by_hand): KV per token 131,072 B, room
+    60,063,976,980.48 B; worst case floor(room / (131,072 x 2176)) = 210, steady state floor(room /
+    (131,072 x 1159)) = 395. So the grid's batches are 1 and 256 (<= 395, the larger capacity; 512
+    is past both), plus that capacity itself: rows 1, 256, 395 (the worst case's 210 is each row's
+    max_concurrent_requests, not a row). Batches 256 and 395 do not fit the worst case and the
+    steady state serves them.
+
+    The front: the decode step reads the weights once for the whole batch and each request's
+    cache, so its time is a + b x B with a > 0 (the 16 GB of weights) and tokens/s per GPU = B / (a
+    + b x B) rises with the batch while tokens/s per user = 1 / (a + b x B) falls: every served
+    batch is on the front, 395 (the steady capacity) the highest throughput. Under the worst case
+    256 and 395 would not be served and 210 would be the front's end. Planted bugs caught: the
+    grid's batches cut at the worst-case capacity (rows 1, 210), the steady capacity on the last
+    position's KV (395 -> 210), capacity(steady=True) returning bytes (rows up to 512), on_front
+    served by ``fits``."""
+    import polars as pl
+    import yaml
+    from engine.build.fronts import grid_front
+    from engine.build.grid_eval import evaluate_model
+    from tests.conftest import _evaluation
+
+    grid = {"doc": "One H100, one config.", "gpus": ["H100"], "gpu_counts": [1], "beyond_fit": 1,
+            "parallel": {"max_pp": 1, "cp": [1], "ep": [1], "dp_attn": [1], "tp_in_domain": True, "pp_after_tp": 8},
+            "frameworks": ["vllm"], "kv_dtypes": ["bf16"],
+            "scenarios": {"input_lengths": [PROMPT], "beyond_max_context": 1, "output_lengths": [GEN],
+                          "batches": [1, 256, 512]},
+            "ops": {"kv_dtypes": ["bf16"], "points": [{"batch": 1, "input": PROMPT, "output": GEN}]}}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid, sort_keys=False))
+    assert math.floor(ROOM / (KV_TOKEN * (PROMPT + GEN))) == 210 and math.floor(ROOM / (KV_TOKEN * 1159)) == 395
+    columns, _, _ = evaluate_model(_evaluation("meta-llama/Meta-Llama-3.1-8B"), path)
+    rows = pl.DataFrame(columns)
+    rows = rows.with_columns(grid_front(rows)).filter(pl.col("phase") == "decode").sort("batch")
+    assert rows["batch"].to_list() == [1, 256, 395]
+    assert set(rows["max_concurrent_requests"]) == {210} and set(rows["max_concurrent_requests_steady"]) == {395}
+    assert rows["fits"].to_list() == [True, False, False]
+    assert rows["fits_steady"].to_list() == [True, True, True]
+    assert rows["on_front"].to_list() == [True, True, True]

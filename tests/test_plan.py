@@ -218,8 +218,10 @@ def test_json_schema(capsys):
                            "--ttft", "0.5", "--tpot", "0.02", "--max-gpus", "2")
     assert code == 0
     assert set(out) == {"model_id", "input_len", "output_len", "sla", "framework", "kv_dtype", "act_dtype",
-                        "weight_format", "max_gpus", "extrapolated", "time", "gpus", "answer",
+                        "weight_format", "max_gpus", "extrapolated", "time", "front_basis", "gpus", "answer",
                         "disaggregated", "answer_disaggregated", "prices"}   # the last three: tests/test_disagg.py
+    # the fronts say which time and which capacity they use: the schedule estimate, steady state
+    assert "schedule estimate" in out["front_basis"] and "steady state" in out["front_basis"]
     assert out["sla"] == {"ttft_s": 0.5, "tpot_s": 0.02, "users": None, "rate_rps": None}
     assert [g["gpu"] for g in out["gpus"]] == ["H100", "H200"]
     for g in out["gpus"]:

@@ -5,8 +5,9 @@ Llama-3.1-8B over a tiny grid (H100 and H200, one and two GPUs, vLLM, BF16 KV, 1
 numbers): one H100 holds floor((76,968,728,985.6 - 16,060,522,496 - 139,586,437.12 (vLLM's runtime
 reserve) - 704,643,072) / 167,772,160) = 358 requests, so batch 512 has no row there; two H100
 (TP 2) hold 810 (tests/test_site_numbers.py). The grid keeps each
-config's batches that fit plus its capacity when that is below the largest batch swept, so the
-H100 data has batches 1, 8, 358 and 512.
+config's batches that fit the worst case or the steady state of continuous batching plus the
+larger capacity when below the largest batch swept, so the one-H100 data has batches 1, 8 and its
+steady-state capacity (about 395: each request's mean paged KV), never 512.
 
 The page must (1) keep batch 512 on one H100, say in words that it exceeds the capacity of 358
 (sol.summarize's max_concurrent_requests, which the page computes from the config's formula trees by

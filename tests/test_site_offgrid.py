@@ -242,18 +242,21 @@ def _degrees(config: str) -> dict:
                          ids=["gpt-oss-20b-sglang-fp8-4096", "llama-8b-vllm-bf16-1024"])
 def test_front_chart_is_each_gpus_pareto_front_of_the_grid_rows(tab, base, out, case):
     """At a grid point the chart's lines are, per GPU type, the Pareto front of tokens/s/GPU vs
-    tokens/s/user over the deployments rows the build wrote there (decode rows that fit, every GPU
-    count, config and batch): the same points (by the hand rule, not the page's sort), every one a
-    grid row with its values, and one line per GPU type that serves the point."""
+    tokens/s/user in the steady state of continuous batching (engine.build.steady.FRONT_BASIS:
+    batch / tpot_mean_s / GPUs vs 1 / tpot_mean_s) over the deployments rows the build wrote there
+    (decode rows the steady state serves, fits_steady, every GPU count, config and batch): the same
+    points (by the hand rule, not the page's sort), every one a grid row with its values (the
+    worst case's tpot_s beside as tpot_last_s), and one line per GPU type that serves the point."""
     model, fw, kv, prompt, output = case
     rows = _fronts(tab, base, model, fw, kv, prompt, output)
     grid = result_tables(out)["deployments"].filter(
         (pl.col("model_id") == model) & (pl.col("phase") == "decode") & (pl.col("framework") == fw)
-        & (pl.col("kv_dtype") == kv) & (pl.col("input_len") == prompt) & (pl.col("output_len") == output) & pl.col("fits"))
+        & (pl.col("kv_dtype") == kv) & (pl.col("input_len") == prompt) & (pl.col("output_len") == output)
+        & pl.col("fits_steady")).with_columns(steady=pl.col("batch") / pl.col("tpot_mean_s") / pl.col("n_gpus"))
     assert grid.height > 0 and {r["gpu"] for r in rows} == set(grid["gpu"].unique())
     for gpu in grid["gpu"].unique():
         mine = grid.filter(pl.col("gpu") == gpu)
-        want = sorted(_pareto([(1 / t, g) for t, g in zip(mine["tpot_s"], mine["tokens_per_s_per_gpu"])]), reverse=True)
+        want = sorted(_pareto([(1 / t, g) for t, g in zip(mine["tpot_mean_s"], mine["steady"])]), reverse=True)
         got = [(r["tokens_per_s_per_user"], r["tokens_per_s_per_gpu"]) for r in rows if r["gpu"] == gpu]
         assert len(got) == len(want), (gpu, got, want)
         for g, w in zip(got, want):      # the page lists each front fastest user first
@@ -265,8 +268,9 @@ def test_front_chart_is_each_gpus_pareto_front_of_the_grid_rows(tab, base, out, 
     keys = {(r["gpu"], r["n_gpus"], r["config"], r["batch"]): r for r in grid.iter_rows(named=True)}
     for r in rows:                       # every point a grid row (config and batch), with its values
         row = keys[(r["gpu"], r["n_gpus"], r["config"], r["batch"])]
-        for name in ("tpot_s", "ttft_s", "tokens_per_s_per_gpu"):
-            _close(r[name], row[name], (r["gpu"], r["config"], r["batch"], name))
+        for name, column in (("tpot_s", "tpot_mean_s"), ("ttft_s", "ttft_s"), ("tokens_per_s_per_gpu", "steady"),
+                             ("tpot_last_s", "tpot_s"), ("max_concurrent_requests", "max_concurrent_requests_steady")):
+            _close(r[name], row[column], (r["gpu"], r["config"], r["batch"], name))
     legend = tab.page.locator("#chart-front svg").text_content()
     assert all(gpu in legend for gpu in grid["gpu"].unique()), legend
     assert not tab.errors, tab.errors
@@ -288,30 +292,35 @@ def test_front_chart_off_grid_points_are_archledger_deploy(tab, base, prompt):
         assert users == sorted(users, reverse=True) and len(_pareto([(r["tokens_per_s_per_user"], r["tokens_per_s_per_gpu"]) for r in front])) == len(front)
         for r in (front[0], front[-1]):
             want = _cli(LLAMA, gpu, _degrees(r["config"]), "vllm", "bf16", prompt, 700, r["batch"])["deployment"]
-            assert want["fits"] and (want["n_gpus"], want["config"]) == (r["n_gpus"], r["config"])
-            assert r["batch"] in GRID["scenarios"]["batches"] or r["batch"] == want["max_concurrent_requests"]
-            if r is front[-1] and want["max_concurrent_requests"] < GRID["scenarios"]["batches"][1]:
-                # a capacity between the grid's batches: the config's largest point is the capacity
-                # itself (the grid's rule adds it), and the most throughput per GPU is some config's
-                # largest point (at 300,000 tokens: 3 on 2x H100, 5 on 2x H200)
-                assert r["batch"] == want["max_concurrent_requests"]
-            for name in ("tpot_s", "ttft_s", "tokens_per_s_per_gpu"):
-                _close(r[name], want[name], (gpu, r["config"], r["batch"], name))
+            assert want["fits_steady"] and (want["n_gpus"], want["config"]) == (r["n_gpus"], r["config"])
+            cap = max(want["max_concurrent_requests"], want["max_concurrent_requests_steady"])
+            assert r["batch"] in GRID["scenarios"]["batches"] or r["batch"] == cap
+            if r is front[-1] and cap < GRID["scenarios"]["batches"][1]:
+                # a capacity between the grid's batches: the config's largest point is its steady
+                # capacity itself (the grid's rule adds it), and the most throughput per GPU is some
+                # config's largest point
+                assert r["batch"] == want["max_concurrent_requests_steady"]
+            for name, field in (("tpot_s", "tpot_mean_s"), ("ttft_s", "ttft_s"),
+                                ("tokens_per_s_per_gpu", "tokens_per_s_per_gpu_steady"), ("tpot_last_s", "tpot_s")):
+                _close(r[name], want[field], (gpu, r["config"], r["batch"], name))
 
 
 def test_on_front_flags_each_groups_pareto_front(out):
     """deployments.parquet's on_front: per (model, GPU, framework, KV dtype, prompt, output), the
-    decode rows that fit and that no other such row dominates (the hand rule), one row per distinct
-    point; never a prefill row or a row that does not fit."""
-    rows = result_tables(out)["deployments"]
-    assert rows.filter(pl.col("on_front") & ((pl.col("phase") != "decode") | ~pl.col("fits"))).height == 0
-    served = rows.filter((pl.col("phase") == "decode") & pl.col("fits"))
+    decode rows the steady state serves (fits_steady) that no other such row dominates in (1 /
+    tpot_mean_s, batch / tpot_mean_s / n_gpus) (the hand rule), one row per distinct point; never a
+    prefill row or a row the steady state does not serve (tests/test_hand_steady_capacity.py has a
+    point past the worst-case capacity on the front, by hand)."""
+    rows = result_tables(out)["deployments"].with_columns(
+        steady=pl.col("batch") / pl.col("tpot_mean_s") / pl.col("n_gpus"))
+    assert rows.filter(pl.col("on_front") & ((pl.col("phase") != "decode") | ~pl.col("fits_steady"))).height == 0
+    served = rows.filter((pl.col("phase") == "decode") & pl.col("fits_steady"))
     groups = served.partition_by(["model_id", "gpu", "framework", "kv_dtype", "input_len", "output_len"])
     assert len(groups) > 20
     for group in groups:
-        points = [(1 / t, g) for t, g in zip(group["tpot_s"], group["tokens_per_s_per_gpu"])]
+        points = [(1 / t, g) for t, g in zip(group["tpot_mean_s"], group["steady"])]
         flagged = group.filter(pl.col("on_front"))
-        got = [(1 / t, g) for t, g in zip(flagged["tpot_s"], flagged["tokens_per_s_per_gpu"])]
+        got = [(1 / t, g) for t, g in zip(flagged["tpot_mean_s"], flagged["steady"])]
         assert sorted(got) == sorted(_pareto(points)), group.row(0, named=True)
 
 
@@ -325,18 +334,20 @@ def test_on_front_consistency_with_sizing_front(out):
     rows = result_tables(out)["deployments"]
     for model in rows.partition_by("model_id"):
         model = model.sort(PARTITION_ORDER, maintain_order=True)       # the table's own row order
-        served = model.with_row_index("row").filter((pl.col("phase") == "decode") & pl.col("fits"))
+        served = model.with_row_index("row").filter((pl.col("phase") == "decode") & pl.col("fits_steady"))
         want = set()
         for group in served.partition_by(GRID_FRONT_KEY):
-            picked = front(1 / group["tpot_s"].to_numpy(), group["tokens_per_s_per_gpu"].to_numpy())
+            mean = group["tpot_mean_s"].to_numpy()
+            picked = front(1 / mean, group["batch"].to_numpy() / mean / group["n_gpus"].to_numpy())
             want.update(group["row"].to_numpy()[picked].tolist())
         assert set(np.flatnonzero(model["on_front"].to_numpy()).tolist()) == want
 
 
 def test_batch_chart_points_are_the_configs_grid_rows(tab, base, out):
     """The throughput-vs-batch chart draws, at the grid's prompt lengths, exactly the batches the
-    grid wrote for the selected config (those that fit plus the capacity, or batch 1), with their
-    values: Llama-3.1-8B on 2x H100 tp2, SGLang, FP8 KV, output 256."""
+    grid wrote for the selected config (those the steady state or the worst case holds plus the
+    larger capacity, or batch 1), with their steady-state values and the worst case beside: Llama-3.1-8B
+    on 2x H100 tp2, SGLang, FP8 KV, output 256."""
     _page(tab, base, LLAMA, "H100", "2x tp2", "sglang", "fp8", 4096, 256, 8)
     got = {(r["input_len"], r["batch"]): r for r in tab.page.evaluate("() => window.archDeploy.batchRows")}
     rows = result_tables(out)["deployments"].filter(
@@ -346,9 +357,10 @@ def test_batch_chart_points_are_the_configs_grid_rows(tab, base, out):
     want = {(r["input_len"], r["batch"]): r for r in rows.iter_rows(named=True)}
     assert set(got) == set(want) and len(want) >= 6
     for key, r in want.items():
-        _close(got[key]["tokens_per_s_per_gpu"], r["tokens_per_s_per_gpu"], key)
-        _close(got[key]["tpot_s"], r["tpot_s"], key)
-        assert got[key]["fits"] == r["fits"], key
+        _close(got[key]["tokens_per_s_per_gpu"], r["batch"] / r["tpot_mean_s"] / r["n_gpus"], key)
+        _close(got[key]["tpot_s"], r["tpot_mean_s"], key)
+        _close(got[key]["tpot_last_s"], r["tpot_s"], key)
+        assert (got[key]["fits"], got[key]["fits_worst"]) == (r["fits_steady"], r["fits"]), key
 
 
 def test_front_point_click_opens_that_deployment(tab, base):
@@ -365,6 +377,7 @@ def test_front_point_click_opens_that_deployment(tab, base):
     picked = [r for r in rows if r["gpu"] == chosen["gpu"] and f'{r["n_gpus"]}x+{r["config"]}' == chosen["cfg"]
               and r["batch"] == int(chosen["batch"])]
     assert len(picked) == 1, chosen
-    summary = tab.page.evaluate("() => window.archDeploy.current.summary.tpot_s")
-    _close(summary, picked[0]["tpot_s"], "tpot_s")
+    summary = tab.page.evaluate("() => window.archDeploy.current.summary")
+    _close(summary["tpot_mean_s"], picked[0]["tpot_s"], "tpot_s")     # the front's TPOT: the steady one
+    _close(summary["tpot_s"], picked[0]["tpot_last_s"], "tpot_last_s")
     assert not tab.errors, tab.errors

@@ -175,3 +175,14 @@ def test_pages_say_which_time_they_show(built):
     assert "schedule estimate" in said["deploy/"] and "lower bound" in said["deploy/"] \
         and "ttft_expected_s" in said["deploy/"]
     assert "schedule estimate" in said["sizing/"] and "archledger plan --time estimate" in said["sizing/"]
+    # issue 38: each page's front chart says, in one sentence, which time and which capacity it uses:
+    # the schedule estimate (not the bound) in the steady state, the worst case named as what it is not
+    for page in ("deploy/", "sizing/"):
+        text = (site / page / "index.html").read_text()
+        found = re.findall(r'<span class="front-basis">(.*?)</span>', text)
+        assert len(found) == 1, page
+        basis = found[0].replace("&#39;", "'")
+        assert basis.count(". ") == 0 and basis.endswith("."), basis
+        for words in ("schedule estimate", "not the lower bound", "steady state of continuous batching",
+                      "tpot_mean_s", "max_concurrent_requests_steady", "worst case"):
+            assert words in basis, (page, words)

@@ -23,8 +23,9 @@ Document (``results/formulas/<org--name>.json``, one per model):
   class ``dtypes`` names and the per-call latency of each collective of ``colls``;
 * ``kv_request``: a request's cache bytes (all GPUs; and its state and growing parts) as trees;
   ``kv_bytes``: bytes per element of each KV dtype; ``budget`` and ``hbm_fraction``: the options the
-  grid ran with; ``batches``: the grid's batches (a config's rows are those that fit, plus its
-  capacity below the largest: the deploy page's batch chart and fronts take the same points).
+  grid ran with; ``batches``: the grid's batches (a config's rows are those up to the larger of its
+  worst-case and steady-state capacities, plus that capacity below the largest:
+  :func:`engine.build.grid_eval.grid_batches`; the deploy page's batch chart and fronts take the same points).
 * speculative decoding with the model's MTP modules (docs/deployment.md), for models with an
   ``mtp`` stack (``mtp_modules`` > 0; absent otherwise): per option ``mtp`` = per phase one program
   per token regime holding the *draft steps* of the structure ``archledger deploy --mtp 1`` builds

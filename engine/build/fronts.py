@@ -89,7 +89,7 @@ DISAGG_SCHEMA = {
     "rank": (pl.Int64, "Order within (model, GPU, framework, KV dtype, scenario, pool), from 0: decode points in the search's order (plan's tie-break), prefill points by config in the search's order, then TTFT."),
     **{k: _KEY[k] for k in ("config", "n_gpus", "tp", "ep", "dp_attn", "pp", "batch")},
     "ttft_s": (pl.Float64, "Prefill rows: TTFT of the prefill point (the prompt and the first token, output 1). Decode rows: the served point's own TTFT."),
-    "tpot_s": (pl.Float64, "Decode rows: time per output token at the last position (s). Prefill rows: null."),
+    "tpot_s": (pl.Float64, "Decode rows: the served point's time per output token in the steady state of continuous batching (the decode step at the output's mean context, as fronts' and sizing's tpot_s) (s). Prefill rows: null."),
     "kv_share_bytes": (pl.Float64, "KV bytes one GPU of the config holds of a request at the prompt length (the KV transfer's busiest link carries the larger of the two pools')."),
     "kv_transfer_bytes": (pl.Float64, "KV bytes of one request at the prompt length, every cache (kv_transfer_bytes of archledger disagg)."),
     "usd_per_gpu_hour": (pl.Float64, "The GPU file's price of one GPU ($/h); null without one."),
@@ -106,20 +106,26 @@ GRID_FRONT_KEY = ["gpu", "framework", "kv_dtype", "input_len", "output_len"]
 
 def grid_front(deployments: pl.DataFrame) -> pl.Series:
     """``on_front`` for the rows of one model's deployments table, in its row order: true on the
-    decode rows that fit and are on the Pareto front of tokens/s/GPU vs tokens/s/user (``1 /
-    tpot_s``) of their GPU type, framework, KV dtype, prompt and output length, over every GPU
-    count, config and batch of the grid (:func:`engine.deploy.sizing.front` on each group's rows
-    in table order, so of exact duplicates the first); false elsewhere. The deploy page's chart
-    draws the same fronts from the configs' formulas (static/js/deploy_eval.js ``fronts``)."""
+    decode rows the steady state of continuous batching serves (``fits_steady``, the search's own
+    served rule: :func:`engine.deploy.sol.steady_fit`) that are on the Pareto front of steady
+    tokens/s/GPU (``batch / tpot_mean_s / n_gpus``) vs tokens/s/user (``1 / tpot_mean_s``) of their
+    GPU type, framework, KV dtype, prompt and output length, over every GPU count, config and batch
+    of the grid (:func:`engine.deploy.sizing.front` on each group's rows in table order, so of
+    exact duplicates the first); false elsewhere. :data:`engine.build.steady.FRONT_BASIS` says so in words: the front
+    fronts.parquet and ``archledger plan`` draw, on the grid's points. The worst case (``fits``,
+    ``tpot_s``) stays on the rows beside it. The deploy page's chart draws the same fronts from the
+    configs' formulas (static/js/deploy_eval.js ``fronts``)."""
+    from engine.build.steady import steady_rate
     from engine.deploy.sizing import front
-    served = (deployments.select(*GRID_FRONT_KEY, "phase", "fits", "tpot_s", "tokens_per_s_per_gpu")
+    served = (deployments.select(*GRID_FRONT_KEY, "phase", "fits_steady", "tpot_mean_s", "batch", "n_gpus")
               .with_row_index("row")
-              .filter((pl.col("phase") == "decode") & pl.col("fits"))
+              .filter((pl.col("phase") == "decode") & pl.col("fits_steady"))
+              .with_columns(rate=steady_rate())
               .group_by(GRID_FRONT_KEY, maintain_order=True)
-              .agg("row", "tpot_s", "tokens_per_s_per_gpu"))
+              .agg("row", "tpot_mean_s", "rate"))
     flags = np.zeros(deployments.height, dtype=bool)
-    for rows, tpot, rate in zip(served["row"].to_list(), served["tpot_s"].to_list(),
-                                served["tokens_per_s_per_gpu"].to_list()):
+    for rows, tpot, rate in zip(served["row"].to_list(), served["tpot_mean_s"].to_list(),
+                                served["rate"].to_list()):
         rows = np.asarray(rows)
         flags[rows[front(1 / np.asarray(tpot), np.asarray(rate))]] = True
     return pl.Series("on_front", flags)

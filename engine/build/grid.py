@@ -267,7 +267,8 @@ def points_bound(ev: Evaluation, grid: Grid, gpus: dict[str, GPU], stored_bytes:
                  hbm_fraction: float = HBM_FRACTION) -> dict[str, int]:
     """The factors whose product bounds ``ev``'s points over the grid, what :data:`MAX_POINTS`
     bounds: candidate (GPU, config) cells (before the model's check) x frameworks x KV dtypes x
-    its prompts x outputs x the batches with the capacity point a prompt may add."""
+    its prompts x outputs x the batches with the capacity point a prompt may add
+    (engine.build.grid_eval.grid_batches: the larger of the worst-case and steady-state capacities)."""
     return _point_factors(ev, grid, _gpu_counts(grid, gpus, stored_bytes, hbm_fraction))
 
 

@@ -10,9 +10,12 @@ token regime) and shared by every GPU, KV dtype and scenario point that maps to 
 every structure that holds it). No per-point graph walk happens.
 
 Points per cell: the grid's prompt lengths (up to ``beyond_max_context`` x the model's maximum,
-flagged extrapolated beyond it) x output lengths x the batches that fit the KV budget at that
-context, plus the capacity itself; a context that fits no request keeps a batch-1 row with
-``fits = false`` and the shortfall.
+flagged extrapolated beyond it) x output lengths x the batches (:func:`grid_batches`) that fit the
+KV budget at that context in the steady state of continuous batching or in the worst case
+(``max_concurrent_requests_steady``, ``max_concurrent_requests``: usually the steady one is the
+larger), plus the larger capacity itself; a context that fits no request in either keeps a batch-1
+row with ``fits = false`` and the shortfall. The fronts (``on_front``) serve by the steady state;
+the worst case stays on every row beside it (``fits``, ``tpot_s``, ``max_concurrent_requests``).
 """
 from __future__ import annotations
 
@@ -98,31 +101,29 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
 
     top = max(grid.batches)
 
-    def grouped(memo: dict, config, limits, inp, cap, out_len) -> list[tuple]:
-        """The batches a prompt length runs at a capacity ``cap`` (the grid's that fit, and the
-        capacity itself; batch 1 when none fits), grouped by regime: (regimes, batches) in the
-        order they first occur, batches in batch order (so buckets fill, and are created, as point
-        by point). Remembered in ``memo`` per (prompt, capacity up to the largest batch): the
-        batches read no more than that, the regimes the batch and the prompt (as :func:`regimes_at`),
-        and the other KV dtypes and output lengths of a cell meet the same ones again."""
-        key = ("batches", inp, max(0, min(cap, top)))
+    def grouped(memo: dict, config, limits, inp, caps: tuple[int, int], out_len) -> list[tuple]:
+        """The batches a prompt length runs at the capacities ``caps`` (worst case, steady state:
+        :func:`grid_batches`), grouped by regime: (regimes, batches) in the order they first occur,
+        batches in batch order (so buckets fill, and are created, as point by point). Remembered
+        in ``memo`` per (prompt, the larger capacity up to the largest batch): the batches read no
+        more than that, the regimes the batch and the prompt (as :func:`regimes_at`), and the other
+        KV dtypes and output lengths of a cell meet the same ones again."""
+        key = ("batches", inp, max(0, min(max(caps), top)))
         found = memo.get(key)
         if found is None:
-            batches = [b for b in grid.batches if b <= cap]
-            if cap >= 1 and cap not in batches and cap < top:
-                batches.append(int(cap))
             by_regime: dict[tuple, list] = {}
-            for b in batches or [1]:
+            for b in grid_batches(grid.batches, caps):
                 by_regime.setdefault(regimes_at(memo, config, limits, b, inp, out_len), []).append(b)
             found = memo[key] = list(by_regime.items())
         return found
 
-    grid_batches = set(grid.batches)
+    batch_set = set(grid.batches)
 
     def fill_tokens(config, cell_caps: np.ndarray) -> None:
         """Put the tokens per device of the (batch, prompt) pairs a cell's points ask into the
         config's memo at once (:func:`_tokens_at`): with a config's first cell, the grid's batches at
-        every prompt; then the capacities the cell adds (each prompt's column of ``cell_caps``).
+        every prompt; then the capacities the cell adds (each prompt's column of ``cell_caps``, the
+        larger of the worst-case and the steady-state capacity: the one :func:`grid_batches` adds).
         :func:`regimes_at` computes any other pair itself."""
         tokens = token_memo.get(config)
         pairs = []
@@ -131,7 +132,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             pairs = [(b, inp) for inp in inputs for b in grid.batches]
         for inp, column in zip(inputs, cell_caps.T.tolist()):
             for cap in set(column):
-                if 1 <= cap < top and cap not in grid_batches and (cap, inp) not in tokens:
+                if 1 <= cap < top and cap not in batch_set and (cap, inp) not in tokens:
                     pairs.append((cap, inp))
         if pairs:
             tokens.update(zip(pairs, _tokens_at(config, pairs)))
@@ -157,14 +158,19 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             if mine is None or mine[0] is not base:
                 mine = lane_terms[id(base)] = (base, capacity_terms(base, *lane_points))
             cell_caps = capacity(base, usable, *lane_points, terms=mine[1]).reshape(len(lanes), len(inputs))
-            fill_tokens(config, cell_caps)
+            # the steady state's too (the fronts serve by it: sol.steady_fit in the same room)
+            steady_caps = capacity(base, usable, *lane_points, terms=mine[1],
+                                   steady=True).reshape(len(lanes), len(inputs))
+            fill_tokens(config, np.maximum(cell_caps, steady_caps))
             # this cell and framework's buckets by regimes (the buckets' key past the regimes is the
             # cell's and framework's own: not hashed again per point), each bucket's columns at hand
             mine_buckets: dict[tuple, tuple] = {}
             for kv_dtype in grid.kv_dtypes:
                 kv_bytes = kv.KV_DTYPE_BYTES[kv_dtype]
                 for out_len in grid.output_lengths:
-                    caps = cell_caps[lanes.index((kv_dtype, out_len))].tolist()   # Python ints compare faster
+                    lane = lanes.index((kv_dtype, out_len))
+                    # Python ints compare faster
+                    caps = zip(cell_caps[lane].tolist(), steady_caps[lane].tolist())
                     for inp, cap in zip(inputs, caps):
                         for regimes, bs in grouped(memo, config, limits, inp, cap, out_len):
                             lists = mine_buckets.get(regimes)
@@ -255,6 +261,24 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         export.update(model_export(ev, cells, grid, gpus, tables, structure,
                                    lambda s, gpu: s.weight_bytes_per_gpu < gpu.hbm_bytes * HBM_FRACTION))
     return deployments, ops, total
+
+
+def grid_batches(batches, caps) -> list[int]:
+    """The batches the grid keeps for one (config, GPU, framework, KV dtype, prompt, output) at its
+    capacities ``caps`` (``max_concurrent_requests`` and ``max_concurrent_requests_steady``): the
+    grid's ``batches`` up to the larger (usually the steady state's), and that capacity itself when
+    it is below the largest batch, in batch order; ``[1]`` when neither holds a request (that row
+    says by how much it does not fit). So every batch the steady state serves at a grid batch or
+    at its capacity is a row (the fronts' points), and so is every grid batch the worst case holds;
+    the worst case's own capacity is each row's ``max_concurrent_requests`` beside it, not a row
+    (a row per capacity would add 3-5% to the table for a front no reader draws).
+    static/js/deploy_eval.js ``gridBatches`` mirrors it."""
+    top = max(batches)
+    most = max(caps)
+    kept = [b for b in batches if b <= most]
+    if 1 <= most < top and most not in kept:
+        kept.append(int(most))
+    return kept or [1]
 
 
 def _tokens_at(config, pairs: list[tuple[int, int]]) -> list[dict[str, int]]:

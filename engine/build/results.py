@@ -123,7 +123,7 @@ DEPLOYMENTS_SCHEMA = {
     **_KEY,
     "micro_batches": (pl.Int64, "Decode micro-batches in flight through the pipeline (min(pp, batch))."),
     "prefill_steps": (pl.Int64, "Chunked-prefill steps of the fullest replica: max(micro_batches, ceil(ceil(batch / dp_attn) x input_len / 8192)); with pp = 1, TTFT = prefill_steps x step_time_s (one step at the mean size; with pp > 1 the pipeline fills with the largest step)."),
-    "fits": (pl.Boolean, "Worst case: batch <= max_concurrent_requests: weights, the prefill step's working set and every request's KV at the last position fit in usable HBM."),
+    "fits": (pl.Boolean, "Worst case: batch <= max_concurrent_requests: weights, the prefill step's working set and every request's KV at the last position fit in usable HBM. The grid also keeps batches past it up to max_concurrent_requests_steady (fits false, fits_steady true): the fronts serve by the steady state."),
     "shortfall_bytes": (pl.Float64, "Bytes per GPU missing when it does not fit (0 when it fits)."),
     "hbm_bytes_per_gpu": (pl.Float64, "HBM capacity per GPU (bytes)."),
     "usable_bytes_per_gpu": (pl.Float64, "HBM the deployment may use: 0.9 x capacity (bytes)."),
@@ -163,7 +163,7 @@ DEPLOYMENTS_SCHEMA = {
     "overlap": (pl.String, "The schedule estimate's overlap policy: none (one kernel after another) or two_batch (two half-batches, one's collectives hidden behind the other's kernels)."),
     "tokens_per_s_per_gpu": (pl.Float64, "Worst-case decode throughput per GPU: batch / tpot / GPUs (schedule estimate)."),
     "extrapolated": (pl.Boolean, "input_len + output_len exceeds the model's max_context."),
-    "on_front": (pl.Boolean, "Decode rows: on the Pareto front of tokens_per_s_per_gpu vs tokens/s per user (1 / tpot_s) of this GPU type, framework, KV dtype, input_len and output_len, over every GPU count, config and batch that fits (of exact duplicates, the first row). False on prefill rows and rows that do not fit."),
+    "on_front": (pl.Boolean, "Decode rows: on the Pareto front of the steady state of continuous batching, steady tokens/s per GPU (batch / tpot_mean_s / n_gpus) vs tokens/s per user (1 / tpot_mean_s), of this GPU type, framework, KV dtype, input_len and output_len, over every GPU count, config and batch the steady state serves (fits_steady; of exact duplicates, the first row): the schedule estimate, not the lower bound, and not the worst case (fits, tpot_s). False on prefill rows and rows fits_steady excludes."),
 }
 
 #: Deployment columns computed from the table itself once its rows are in order (not by the grid).

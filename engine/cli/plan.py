@@ -16,6 +16,7 @@ import json
 import math
 import sys
 
+from engine.build.steady import FRONT_BASIS
 from engine.cli import units
 from engine.cli.deploy import add_mtp_arguments, add_serving_arguments, positive_int, serving_options
 
@@ -223,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
                "weight_format": args.weight_format, "max_gpus": args.max_gpus,
                "extrapolated": long, "time": args.time or "default", **({"mtp_tokens": options.mtp_tokens, "mtp_acceptance": options.mtp_acceptance}
                                         if options.mtp_tokens else {}),
-               "gpus": per_gpu, "answer": answer,
+               "front_basis": FRONT_BASIS, "gpus": per_gpu, "answer": answer,
                "disaggregated": per_pair, "answer_disaggregated": split_answer,
                "prices": {g.key: {"usd_per_hour": g.price_usd_per_hour, "src": g.price_src}
                           for g in gpus if g.price_usd_per_hour is not None}}
@@ -283,6 +284,8 @@ def run(args: argparse.Namespace) -> int:
             shown = _thin(g["front"], FRONT_SHOWN // 2)
             print(f"  Pareto front ({len(g['front'])} points, {len(shown)} shown; --json for all):")
             print("\n".join(_disagg_table(shown, front=True)))
+    if any(g["front"] for g in per_gpu) or any(g["front"] for g in per_pair):
+        print("\n" + FRONT_BASIS)
     print("\n" + _times_text(args, per_gpu))
     print("answer, aggregated: " + ("; ".join(_answer_text(g["answers"][g["time"]], g["measured_tables"])
                                                for g in per_gpu if g["answers"][g["time"]]) or "none meets the SLA"))

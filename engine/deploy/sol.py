@@ -238,7 +238,7 @@ def capacity(structure: Structure, usable, input_len, output_len, kv_bytes,
                                                                   prefill_tokens)
     room = _room(structure, usable, act)
     if steady:
-        return structure.config.dp_attn * steady_fit(structure, room, input_len, output_len, kv_bytes)[1]
+        return structure.config.dp_attn * steady_fit(structure, room, input_len, output_len, kv_bytes)[2]
     return structure.config.dp_attn * _fit_count(room, kv_dev)
 
 

@@ -135,6 +135,8 @@
       ["Max concurrent requests", dec.max_concurrent_requests, String(dec.max_concurrent_requests), docs.max_concurrent_requests, f.max_concurrent_requests],
       ["Max concurrent requests, steady state", dec.max_concurrent_requests_steady, String(dec.max_concurrent_requests_steady), docs.max_concurrent_requests_steady, f.max_concurrent_requests_steady],
       ["TPOT, mean over the output", dec.tpot_mean_s, fmt.time(dec.tpot_mean_s), docs.tpot_mean_s, f.tpot_mean_s],
+      // the steady TPOT's lower bound beside it (the fronts' time: engine.build.steady.FRONT_BASIS)
+      ["TPOT mean lower bound", dec.tpot_mean_bound_s, fmt.time(dec.tpot_mean_bound_s), docs.tpot_mean_bound_s],
       ["Decode tokens/s per GPU, steady state", dec.tokens_per_s_per_gpu_steady, dec.tokens_per_s_per_gpu_steady.toPrecision(4), docs.tokens_per_s_per_gpu_steady, f.tokens_per_s_per_gpu_steady],
       ["Weights per GPU", dec.weight_bytes_per_gpu, fmt.bytes(dec.weight_bytes_per_gpu), docs.weight_bytes_per_gpu, dec.weight_formula || index.weight_formulas[combo.weight_formula]],
       ["KV per request", dec.kv_bytes_per_request, fmt.bytes(dec.kv_bytes_per_request), docs.kv_bytes_per_request]]);
@@ -208,14 +210,16 @@
       .catch(function (e) { console.error("chart " + id + ": " + e); });
   }
   // throughput vs batch at the grid's prompt lengths (this output length): as the grid keeps them,
-  // the batches that fit plus the capacity itself, or batch 1 when nothing fits
+  // the batches that fit plus the capacities themselves (steady and worst case), or batch 1 when nothing fits
   // (and this point's MTP drafting, if any)
   function batchRows(o, file, p) {
     var rows = [];
     index.grid.inputs.forEach(function (input) {
       E.gridPoints(o, file, model.batches, Object.assign({}, p, { input: input })).forEach(function (point) {
         var r = point[1];
-        rows.push({ batch: point[0], input_len: input, tokens_per_s_per_gpu: r.tokens_per_s_per_gpu, tpot_s: r.tpot_s, fits: r.fits, extrapolated: r.extrapolated });
+        // the steady state of continuous batching (FRONT_BASIS), the worst case beside it
+        rows.push({ batch: point[0], input_len: input, tokens_per_s_per_gpu: r.tokens_per_s_per_gpu_steady, tpot_s: r.tpot_mean_s,
+                    tpot_last_s: r.tpot_s, fits: r.fits_steady, fits_worst: r.fits, extrapolated: r.extrapolated });
       });
     });
     return rows;

@@ -196,11 +196,13 @@
     return out;
   }
   function fileOf(o) { return get(base + o.file + ".json.gz"); }
-  // The batches the grid keeps at a capacity (engine/build/grid_eval.py): the grid's batches that
-  // fit, plus the capacity itself below the largest; batch 1 when none fits.
-  function gridBatches(batches, cap) {
-    var top = Math.max.apply(null, batches.concat([1])), list = batches.filter(function (b) { return b <= cap; });
-    if (cap >= 1 && list.indexOf(cap) < 0 && cap < top) list.push(cap);
+  // The batches the grid keeps at a config's capacities, worst case and steady state
+  // (engine/build/grid_eval.py grid_batches): the grid's batches up to the larger, plus that
+  // capacity itself below the largest batch; batch 1 when neither holds a request.
+  function gridBatches(batches, caps) {
+    var top = Math.max.apply(null, batches.concat([1])), most = Math.max.apply(null, caps);
+    var list = batches.filter(function (b) { return b <= most; });
+    if (most >= 1 && list.indexOf(most) < 0 && most < top) list.push(most);
     return list.length ? list : [1];
   }
   // sizing.front: the indices of the non-dominated points of (x, y), both to maximize, in decreasing
@@ -212,18 +214,20 @@
     return keep;
   }
   // The grid's points of option `o` at one prompt and output length (and MTP drafting): its summary
-  // at each batch the grid keeps (gridBatches at the capacity summarize gives at batch 1; the rows
+  // at each batch the grid keeps (gridBatches at the capacities summarize gives at batch 1; the rows
   // the grid wrote agree, tests/test_site_offgrid.py), as [batch, summary] pairs.
   function gridPoints(o, file, batches, p) {
     var first = summarize(o, file, Object.assign({}, p, { batch: 1 }));
-    return gridBatches(batches, first.max_concurrent_requests).map(function (b) {
+    return gridBatches(batches, [first.max_concurrent_requests, first.max_concurrent_requests_steady]).map(function (b) {
       return [b, b === 1 ? first : summarize(o, file, Object.assign({}, p, { batch: b }))];
     });
   }
   // The throughput/interactivity front of each GPU type at one prompt and output length (and MTP
-  // drafting): every option of `options` (its file fetched) at its gridPoints, the points that fit,
-  // reduced to each GPU's front. Rows: gpu, n_gpus, config, batch and the summary's
-  // serving fields, in front order per GPU (fastest user first).
+  // drafting): every option of `options` (its file fetched) at its gridPoints, the points the steady
+  // state of continuous batching serves (fits_steady), reduced to each GPU's front of steady
+  // tokens/s per GPU vs 1 / tpot_mean_s (engine.build.fronts.grid_front, FRONT_BASIS). Rows: gpu,
+  // n_gpus, config, batch and fronts.parquet's serving fields (tpot_s the steady TPOT, tpot_last_s
+  // the worst case beside it), in front order per GPU (fastest user first).
   function fronts(options, batches, p) {
     return Promise.all(options.map(function (o) { return fileOf(o).then(function (file) { return [o, file]; }); })).then(function (pairs) {
       var byGpu = {}, gpus = [];
@@ -231,10 +235,12 @@
         var o = pair[0], file = pair[1];
         gridPoints(o, file, batches, p).forEach(function (point) {
           var b = point[0], r = point[1];
-          if (!r.fits) return;
+          if (!r.fits_steady) return;
           if (!byGpu[o.gpu]) { byGpu[o.gpu] = []; gpus.push(o.gpu); }
-          byGpu[o.gpu].push({ gpu: o.gpu, n_gpus: o.n_gpus, config: o.config, batch: b, ttft_s: r.ttft_s, tpot_s: r.tpot_s,
-                              tokens_per_s_per_gpu: r.tokens_per_s_per_gpu, tokens_per_s_per_user: r.tokens_per_s_per_user });
+          byGpu[o.gpu].push({ gpu: o.gpu, n_gpus: o.n_gpus, config: o.config, batch: b, ttft_s: r.ttft_s, tpot_s: r.tpot_mean_s,
+                              tpot_last_s: r.tpot_s, tokens_per_s_per_gpu: r.tokens_per_s_per_gpu_steady,
+                              tokens_per_s_per_user: 1 / r.tpot_mean_s, max_concurrent_requests: r.max_concurrent_requests_steady,
+                              max_concurrent_requests_worst: r.max_concurrent_requests });
         });
       });
       var rows = [];
