@@ -10,7 +10,8 @@ Each point of ``benchmarks/data/published.yaml`` is evaluated as benchmarks/publ
 point, and the expected throughput from measured kernels), then run through
 ``cli_estimate(mode="static", database_mode="SILICON")`` at the same model (the corpus model's HF
 id), system (``h100_sxm``, ``h200_sxm``, ``b200_sxm``), backend (the framework that measured:
-``trtllm`` for the TensorRT-LLM perf-overview rows, which ArchLedger evaluates under vLLM),
+``trtllm`` for the TensorRT-LLM perf-overview rows, which ArchLedger evaluates under its own
+TensorRT-LLM fusion and kernel tables, ``framework: trtllm``),
 degrees (tp, pp, attention DP; MoE: moe_tp = tp / ep, moe_ep = ep), quantization (the point's
 weight format and KV dtype where given, else AIConfigurator's own inference from the checkpoint)
 and batch: ``batch_size`` = ArchLedger's batch per replica / attention-DP degree (AIConfigurator's
@@ -45,9 +46,8 @@ KV = {"bf16": "bfloat16", "fp8": "fp8"}
 
 def backend(point) -> str:
     """The AIConfigurator backend of a point: the framework that made the measurement (a
-    TensorRT-LLM perf-overview row runs AIConfigurator's ``trtllm`` tables, though ArchLedger,
-    which has no TensorRT-LLM fusion or kernel tables, evaluates it under vLLM's), else the
-    point's framework."""
+    TensorRT-LLM perf-overview row runs AIConfigurator's ``trtllm`` tables, as ArchLedger's
+    ``framework: trtllm`` reads the same tables, imported), else the point's framework."""
     return "trtllm" if point.source.startswith("trtllm") else point.framework
 
 

@@ -24,8 +24,10 @@ refused in one line, exit 2, nothing written):
   8) and query heads per KV head (1, 2, 4, 8).
 * MoE (the fused routed experts): per expert shape and split (hidden, expert intermediate size,
   top-k, experts, moe_tp, moe_ep within 8 GPUs) the framework's time over the tokens entering the
-  layer (powers of two to 8192), bf16, fp8 and fp8_block weights, balanced routing.
-* all-reduce: the framework's custom all-reduce (CUDA-graph and eager) and NCCL's all_reduce,
+  layer (powers of two to 8192), bf16, fp8 and fp8_block weights, balanced routing, gated experts
+  only (TensorRT-LLM's ``*_nongated`` kernel sources run a plain up-projection MLP: another op).
+* all-reduce: the framework's custom all-reduce (vLLM and SGLang: CUDA-graph and eager, one table
+  each; TensorRT-LLM: its one allreduce op, ``custom``) and NCCL's all_reduce,
   all_gather, reduce_scatter and alltoall (fp16/bf16 rows) at 2, 4, 8 GPUs over message sizes.
 
 Units: latency in µs (the source's ms x 1000, 4 significant digits: the source's own repeat noise
@@ -80,7 +82,7 @@ class Recipe:
 
 #: One entry per package version whose layout this script has read (a new version: read its
 #: tree, add an entry; the paths are the package's own).
-RECIPES = {"0.12.0": Recipe(frameworks={"sglang": "0.5.14", "vllm": "0.24.0"}, nccl="2.29.2")}
+RECIPES = {"0.12.0": Recipe(frameworks={"sglang": "0.5.14", "vllm": "0.24.0", "trtllm": "1.3.0rc20"}, nccl="2.29.2")}
 
 
 class Refused(Exception):
@@ -240,7 +242,8 @@ def moe_tables(frame, gpu: str, framework: str, version: str, package_version: s
     out = []
     for dtype, name in MOE_DTYPES.items():
         rows = frame.filter((pl.col("moe_dtype") == dtype) & (pl.col("distribution") == "balanced")
-                            & (pl.col("moe_tp_size") * pl.col("moe_ep_size") <= MOE_MAX_GPUS))
+                            & (pl.col("moe_tp_size") * pl.col("moe_ep_size") <= MOE_MAX_GPUS)
+                            & ~pl.col("kernel_source").str.contains("nongated"))
         if rows.is_empty():
             continue
         by_kernel: dict[tuple, dict] = {}          # (shape, kernel source) -> tokens -> µs
@@ -282,6 +285,16 @@ def comm_table(frame, kind: str, variant: str, gpu: str, framework: str, version
                  [("gpus", "GPUs", axes[0]), ("bytes", "message bytes", axes[1])], grid_rows(points, axes))
 
 
+def custom_allreduce_variants(frame) -> list[tuple[str, str, str]]:
+    """(column, value, variant) per table of a framework's custom all-reduce file: vLLM and
+    SGLang measure a CUDA-graph and an eager backend (``backend`` vllm_graph -> custom_graph),
+    TensorRT-LLM its one allreduce op (no ``backend`` column; ``implementation`` trtllm -> custom,
+    read by engine.deploy.measured in both phases)."""
+    if "backend" in frame.columns:
+        return [("backend", b, f"custom_{b.rsplit('_', 1)[-1]}") for b in sorted(frame["backend"].unique())]
+    return [("implementation", b, "custom") for b in sorted(frame["implementation"].unique())]
+
+
 def collect(root: Path, package_version: str) -> dict[Path, dict]:
     """Every table of the recipe: relative output path -> mapping."""
     import polars as pl
@@ -313,13 +326,12 @@ def collect(root: Path, package_version: str) -> dict[Path, dict]:
                 out[folder / f"moe-{t['variant']}.yaml"] = t
             path = data / system / "comm" / framework / version / "custom_allreduce_perf.parquet"
             frame = read(path)
-            for backend in sorted(frame["backend"].unique()):
-                mode = backend.rsplit("_", 1)[-1]          # sglang_graph -> graph
-                rows = frame.filter(pl.col("backend") == backend)
+            for column, backend, variant in custom_allreduce_variants(frame):
+                rows = frame.filter(pl.col(column) == backend)
                 dtype = rows["allreduce_dtype"][0]
-                out[folder / f"all_reduce-custom_{mode}.yaml"] = comm_table(
-                    rows, "all_reduce", f"custom_{mode}", gpu, framework, version, package_version, rel(path),
-                    f"backend == {backend} ({dtype})", ELEMENT_BYTES[dtype])
+                out[folder / f"all_reduce-{variant}.yaml"] = comm_table(
+                    rows, "all_reduce", variant, gpu, framework, version, package_version, rel(path),
+                    f"{column} == {backend} ({dtype})", ELEMENT_BYTES[dtype])
         path = data / system / "comm" / "nccl" / recipe.nccl / "nccl_perf.parquet"
         frame = read(path)
         for op, name in NCCL_OPS.items():

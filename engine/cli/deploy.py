@@ -30,7 +30,7 @@ def add_serving_arguments(p, kv_note: str = "", prefill_tokens: bool = True) -> 
     """The serving options deploy, plan and disagg share (one place for their names, defaults and
     help): framework, KV / activation dtypes, weight format, usable HBM share and, unless
     ``prefill_tokens`` is false, the chunked-prefill token budget."""
-    p.add_argument("--framework", default="vllm", help="fusion table of corpus/fusion/ (vllm, sglang) or none")
+    p.add_argument("--framework", default="vllm", help="fusion table of corpus/fusion/ (vllm, sglang, trtllm) or none")
     p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8)" + kv_note)
     p.add_argument("--act-dtype", default="bf16", help="activation dtype (bf16, fp8)")
     p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")

@@ -26,7 +26,8 @@ Invariants:
   table, else ``fp8_block``. A collective step inside one scale-up domain is its collective at the
   step's ranks and message bytes (the output it writes per call; a fused all-reduce + norm: its
   link bytes over the algorithm's share); an all-reduce takes the faster of the framework's
-  custom all-reduce (its CUDA-graph table for decode, eager for prefill) and NCCL's, as the
+  custom all-reduce (its CUDA-graph table for decode, eager for prefill; a framework with one
+  table, TensorRT-LLM, that one: ``custom``) and NCCL's, as the
   frameworks switch between them by size. A fused attention step (the ``flash_attention`` rule,
   plain GQA/MHA dims) is decode or prefill attention of its head size and KV-cache dtype at
   (requests, KV heads per GPU, query heads per KV head, context) or (prompts, prompt tokens, KV
@@ -421,9 +422,13 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
         return [c for c in curves if c is not None][:1]
     found = [t[(g, "nccl", kernel, "nccl")]] if (g, "nccl", kernel, "nccl") in t else []
     if kernel == "all_reduce":
+        # the phase's backend where the framework measured two (vLLM, SGLang: CUDA graphs in
+        # decode, eager in prefill), else its one custom all-reduce (TensorRT-LLM's allreduce op)
         mode = "custom_graph" if lookup.phase == "decode" else "custom_eager"
-        if (g, fw, kernel, mode) in t:
-            found.append(t[(g, fw, kernel, mode)])
+        for variant in (mode, "custom"):
+            if (g, fw, kernel, variant) in t:
+                found.append(t[(g, fw, kernel, variant)])
+                break
     return found
 
 

@@ -135,6 +135,16 @@ class DeviceTypes:
     act_bytes: int = 2
     kv_bytes: int = 2
 
+    @property
+    def partial_bytes(self) -> int:
+        """Element size of partial sums on the wire: at least BF16's 2 bytes. An FP8 GEMM writes
+        its output at BF16 and the reduction of a row-parallel GEMM's partial sums runs on that
+        output; FP8 comes after the reduction (TensorRT-LLM's all-reduce + RMSNorm + FP8-quant
+        fusion, AllReduceFusionOp.RESIDUAL_RMS_NORM_QUANT_FP8, and vLLM's
+        AllReduceFusedAddRMSNormStaticQuantFP8Pattern take the BF16 sum and quantize the norm's
+        output), so ``act_dtype fp8`` does not halve an all-reduce or reduce-scatter message."""
+        return max(self.act_bytes, 2)
+
 
 def _prod(values) -> sympy.Expr:
     """The product of ``values`` (from ``ONE``), by the memoized :func:`_mul`.
@@ -672,10 +682,11 @@ class Placer(_LayoutRules, _ParallelRules):
     # -- collectives ---------------------------------------------------------------------------------
     def collective(self, source: Step, op: str, layout: Layout, groups: tuple[Group, ...],
                    comm: sympy.Expr, consumer: NodeRow, repeat: sympy.Expr | None = None,
-                   tensor: Tensor | None = None, routing=None) -> Step:
-        """Insert a collective after ``source`` producing ``layout``; ``comm`` bytes sent per device."""
+                   tensor: Tensor | None = None, routing=None, element_bytes: int | None = None) -> Step:
+        """Insert a collective after ``source`` producing ``layout``; ``comm`` bytes sent per device;
+        ``element_bytes`` of its output (default the activation dtype's)."""
         tensor = tensor or source.out
-        out_bytes = self.local(tensor, layout) * self.types.act_bytes
+        out_bytes = self.local(tensor, layout) * (element_bytes or self.types.act_bytes)
         name = "+".join(g.name for g in groups)
         uid = f"{source.uid}>{op}[{name}]"
         step = Step(uid, f"{op}({name})", op, "comm", source.role if source.kind != "input" else consumer.role,
@@ -706,13 +717,15 @@ class Placer(_LayoutRules, _ParallelRules):
             scatter = [i for i, gs in enumerate(target.shards) if set(groups) <= set(gs)
                        and not set(groups) & set(have.shards[i])]
             shards = list(have.shards)
+            # the partial sums travel at DeviceTypes.partial_bytes (BF16 under FP8 activations)
+            wire = self.local(tensor, have) * self.types.partial_bytes
             if scatter:
                 shards[scatter[0]] = have.shards[scatter[0]] + groups
-                op, comm = "reduce_scatter", (n - 1) / n * step.out_read
+                op, comm = "reduce_scatter", (n - 1) / n * wire
             else:
-                op, comm = "all_reduce", 2 * (n - 1) / n * step.out_read
+                op, comm = "all_reduce", 2 * (n - 1) / n * wire
             layout = Layout(tuple(shards), tuple(g for g in have.partial if g not in groups))
-            step = self.collective(step, op, layout, groups, comm, consumer)
+            step = self.collective(step, op, layout, groups, comm, consumer, element_bytes=self.types.partial_bytes)
             have = layout
         # 2. splits the target does not have: move them to another axis, or gather them
         for i, gs in enumerate(have.shards):

@@ -442,9 +442,9 @@ MEASURED = Mapping("a measured kernel table (re-run benchmarks/import_kernels.py
     "kernel": req(Str("the kernel class: gemm, decode_attention, prefill_attention, moe, all_reduce, all_gather, "
                       "reduce_scatter or all_to_all")),
     "variant": req(Str("the dtype (bf16, fp8, fp8_block; attention: <kv dtype>_d<head size>) or the backend "
-                       "(nccl, custom_graph, custom_eager)")),
+                       "(nccl, custom_graph, custom_eager, custom)")),
     "gpu": req(Str("a `gpu:` name of gpus/*.yaml")),
-    "framework": req(Str("the framework measured (sglang, vllm) or nccl")),
+    "framework": req(Str("the framework measured (sglang, vllm, trtllm) or nccl")),
     "framework_version": req(Str('its version, quoted, e.g. "0.5.14"')),
     "source": req(Mapping("where the table comes from", fields={
         "package": req(Str("the package read, e.g. aiconfigurator-core")),
