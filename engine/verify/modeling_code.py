@@ -182,7 +182,7 @@ def _contains(found: Any, wanted: Any) -> bool:
     return found == wanted
 
 
-def _scheme_for(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> QuantScheme | None:
+def scheme_for_config(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> QuantScheme | None:
     """The corpus scheme whose ``hf:`` keys the config's quantization_config contains; None if the
     config has none, or if it names a scheme per module (ModelOpt's ``quantized_layers``)."""
     qc = quantization_config(config)
@@ -264,7 +264,7 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
     param_dtype = _TORCH_DTYPES[_dtype_name(config)]
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
     tied = embed is not None and head is not None and head.weight is embed.weight
-    scheme = _scheme_for(config, schemes)
+    scheme = scheme_for_config(config, schemes)
     expert_scheme = _expert_scheme(config, schemes) or scheme
     def canon(path: str) -> str:
         return module_patterns.canonical(path, prefixes)

@@ -48,7 +48,26 @@ UNSHAPING_KEYS = frozenset({
     "pad_token_id", "initializer_range", "attention_dropout", "output_router_logits",
     "router_aux_loss_coef", "tokenizer_class", "torch_dtype", "dtype", "architectures", "auto_map",
     "quantization_config",   # compared on its own (the quant context)
+    "ep_size",               # DeepSeek's remote code: the expert-parallel degree of a run
+}) | frozenset({
+    # transformers 4.x's PretrainedConfig wrote its generation and bookkeeping attributes into every
+    # nested config it saved (Kimi-K2.5's text_config carries all of them): never the architecture
+    "add_cross_attention", "bad_words_ids", "begin_suppress_tokens", "chunk_size_feed_forward",
+    "cross_attention_hidden_size", "decoder_start_token_id", "diversity_penalty", "do_sample",
+    "early_stopping", "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty",
+    "finetuning_task", "forced_bos_token_id", "forced_eos_token_id", "id2label", "is_decoder",
+    "is_encoder_decoder", "label2id", "length_penalty", "max_length", "min_length",
+    "no_repeat_ngram_size", "num_beam_groups", "num_beams", "num_return_sequences",
+    "output_attentions", "output_hidden_states", "output_scores", "prefix", "problem_type",
+    "pruned_heads", "remove_invalid_values", "repetition_penalty", "return_dict",
+    "return_dict_in_generate", "sep_token_id", "suppress_tokens", "task_specific_params",
+    "temperature", "tf_legacy_loss", "tie_encoder_decoder", "top_k", "top_p", "torchscript",
+    "typical_p", "use_bfloat16",
 })
+
+#: Schemes that keep a tensor unquantized: a base's override naming one says "stored as is", true of
+#: any checkpoint of the family (DeepSeek's router in BF16, its routing bias in F32).
+_UNQUANTIZED = frozenset({"bf16", "f16", "f32", "i64"})
 
 #: A spec's reads of the config, ``config.<field>`` (multimodal text settings read the same way).
 _CONFIG_READ = re.compile(r"\bconfig\.(?!json\b)([A-Za-z_]\w*)")
@@ -152,6 +171,14 @@ def _scalar(text: str) -> str:
     return text if _PLAIN_NAME.fullmatch(text) and ": " not in text else json.dumps(text)
 
 
+def text_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The fields that describe the text stack: a multimodal config's ``text_config`` (its wrapper's
+    own keys describe the other towers and the prompt format, which the spec leaves out), else the
+    whole config."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
+
+
 def display_name(base: ModelSpec, model_id: str) -> str:
     """The base's naming habit applied to the new repo name (``Qwen3-8B`` is "Qwen3 8B", so
     ``Qwen3-0.6B`` is "Qwen3 0.6B"); else the repo name."""
@@ -205,19 +232,24 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
     for i, line in enumerate(lines):
         if line.startswith("model:"):
             lines[i] = f"model: {model_id}"
+        elif line.startswith("model_type:"):   # --like a sibling of another model_type (kimi_k2 -> kimi_k25)
+            lines[i] = f"model_type: {_scalar(config['model_type'])}"
         elif line.startswith("name:"):
             lines[i] = f"name: {_scalar(display_name(base, model_id))}"
-    differing = [k for k in set(config) | set(base_config) if k not in UNSHAPING_KEYS and config.get(k) != base_config.get(k)]
-    quoted = [k for k in differing if re.search(rf"\b{re.escape(str(base_config.get(k)))}\b", base.notes)]
-    if quoted:   # the base's notes quote a size this checkpoint changes
+    ours, theirs = text_fields(config), text_fields(base_config)
+    differing = [k for k in set(ours) | set(theirs) if k not in UNSHAPING_KEYS and ours.get(k) != theirs.get(k)]
+    quoted = [k for k in differing if re.search(rf"\b{re.escape(str(theirs.get(k)))}\b", base.notes)]
+    from engine.verify.modeling_code import quantization_config
+    if quoted or quantization_config(config) != quantization_config(base_config):
+        # the base's notes quote a size (or a storage format) this checkpoint changes
         span = _block(lines, "notes")
         if span:
             note = f"{base.display_name}'s architecture ({base.model_id}) at this checkpoint's sizes (archledger new)."
             lines[span[0]:span[1]] = [f"notes: {json.dumps(note)}"]
     view = {**(config.get("text_config") or {}), **config}
     reads = set(_CONFIG_READ.findall(base_text))
-    for key in sorted(set(config) - set(base_config) - UNSHAPING_KEYS - reads - registry_fields - {"tie_word_embeddings"}):
-        todo.append(f"config.{key} = {_short(config[key])}: new in this config ({base.model_id}'s has no such field) and "
+    for key in sorted(set(ours) - set(theirs) - UNSHAPING_KEYS - reads - registry_fields - {"tie_word_embeddings", "text_config"}):
+        todo.append(f"config.{key} = {_short(ours[key])}: new in this config ({base.model_id}'s has no such field) and "
                     "nothing reads it — bind it in the spec if it shapes the model, or name it in corpus/verification.yaml")
     # dims (and any other reads) of config keys this config lacks
     defaults: dict[str, tuple[Any, str]] = {}
@@ -252,30 +284,52 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
 
 def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, todo: list[str]) -> None:
     """The quant context: the base's when the quantization_config is the same; bf16 for an
-    unquantized checkpoint of a quantized base; a matching scheme's name otherwise."""
-    qc, base_qc = config.get("quantization_config"), base_config.get("quantization_config")
+    unquantized checkpoint of a quantized base; else the scheme whose ``hf:`` keys the config's
+    quantization_config (or its text stack's) contains, with the base's unquantized overrides and
+    the config's exclusion lists as module-path overrides (``bf16``)."""
+    from engine.spec import module_patterns
+    from engine.verify import modeling_code
+    qc, base_qc = modeling_code.quantization_config(config), modeling_code.quantization_config(base_config)
     if qc == base_qc:
         return
     span = _block(lines, "quant_context")
+    old = lines[span[0]:span[1]] if span else []
     if not qc:
         new = ["quant_context:", "  default: bf16"]
-        kept = [line for line in lines[span[0]:span[1]] if re.match(r"^    \S+: (f32|i64)\b", line)] if span else []
+        kept = [line for line in old if re.match(r"^    \S+: (f32|i64)\b", line)]
         new += ["  overrides:"] + kept if kept else []
     else:
-        scheme = next((s for s in corpus.schemes.values() if s.hf and all(qc.get(k) == v for k, v in s.hf.items())), None)
+        try:
+            scheme = modeling_code.scheme_for_config(config, corpus.schemes)
+        except modeling_code.ModelingCodeError:
+            scheme = None
         if scheme is None:
-            todo.append(f"quantization_config {json.dumps({k: qc[k] for k in list(qc)[:4]})[:120]}: no corpus quant "
-                        "scheme has matching hf: keys — add one (CONTRIBUTING.md, \"Add a quant scheme\") and set quant_context")
+            keys = {k: v for k, v in qc.items() if not isinstance(v, (list, dict))}
+            todo.append(f"quantization_config {json.dumps(keys)[:120]}: no corpus quant scheme has matching hf: keys "
+                        "— add one (CONTRIBUTING.md, \"Add a quant scheme\") and set quant_context")
             return
         # transformers' quantizer leaves the input embedding and the output head unquantized; a
         # head tied to the embedding stores nothing of its own, so it has no override
-        new = ["quant_context:", f"  default: {scheme.name}", "  overrides:", "    embedding: bf16"]
+        overrides = {"embedding": "bf16"}
         if not config.get("tie_word_embeddings"):
-            new.append("    lm_head: bf16")
-        skipped = qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("exclude_modules")
-        if skipped:
-            todo.append(f"quant_context: modules kept unquantized {json.dumps(skipped)[:100]} — add their roles under "
-                        "quant_context.overrides (bf16)")
+            overrides["lm_head"] = "bf16"
+        for line in old:
+            found = re.match(r"^    (\S+|\"[^\"]+\"): (\w+)\s*$", line)
+            if found and found[2] in _UNQUANTIZED:
+                overrides.setdefault(found[1].strip('"'), found[2])
+        n_layers = text_fields(config).get("num_hidden_layers")
+        patterns, partial = module_patterns.collapse_layers(module_patterns.exclusions(qc), n_layers or 0)
+        for pattern in patterns:
+            if module_patterns.is_pattern(pattern):
+                overrides.setdefault(pattern, "bf16")
+            elif pattern.rsplit(".", 1)[-1] != "lm_head":   # the head is a role override above
+                todo.append(f"quant_context: {pattern!r} is kept unquantized — add an override for its role or a "
+                            "module-path pattern (bf16)")
+        if partial:
+            todo.append(f"quant_context: {len(partial)} module(s) kept unquantized in some layers only, e.g. "
+                        f"{partial[0]} — give those layers a template of their own with a bf16 override")
+        new = ["quant_context:", f"  default: {scheme.name}", "  overrides:"]
+        new += [f"    {_scalar(k) if not module_patterns.is_pattern(k) else json.dumps(k)}: {v}" for k, v in overrides.items()]
     if span:
         lines[span[0]:span[1]] = new
     else:
