@@ -65,6 +65,10 @@ UNSHAPING_KEYS = frozenset({
     "typical_p", "use_bfloat16",
 })
 
+#: Config sections transformers 5 renamed: a spec reading the old name reads the new one where a
+#: config has only that (Kimi-K2.7-Code's text_config: rope_parameters, with the same yarn factor).
+_RENAMED = {"rope_scaling": "rope_parameters"}
+
 #: Schemes that keep a tensor unquantized: a base's override naming one says "stored as is", true of
 #: any checkpoint of the family (DeepSeek's router in BF16, its routing bias in F32).
 _UNQUANTIZED = frozenset({"bf16", "f16", "f32", "i64"})
@@ -251,12 +255,22 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
     for key in sorted(set(ours) - set(theirs) - UNSHAPING_KEYS - reads - registry_fields - {"tie_word_embeddings", "text_config"}):
         todo.append(f"config.{key} = {_short(ours[key])}: new in this config ({base.model_id}'s has no such field) and "
                     "nothing reads it — bind it in the spec if it shapes the model, or name it in corpus/verification.yaml")
+    # transformers 5's layout carries the RoPE base inside rope_parameters; where a config declares
+    # it there the structural guard wants the rope op to read it from there (values are equal)
+    params = view.get("rope_parameters")
+    if isinstance(params, dict) and "rope_theta" in params and "rope_theta" in reads:
+        lines = [re.sub(r"\bconfig\.rope_theta\b", "config.rope_parameters.rope_theta", line) for line in lines]
+        reads = set(_CONFIG_READ.findall("\n".join(lines)))
     # dims (and any other reads) of config keys this config lacks
     defaults: dict[str, tuple[Any, str]] = {}
     declared = set(base.config_defaults)
     rebound = _dims_lines(lines)
     for key in sorted(reads):
         if key in view or key in declared:
+            continue
+        renamed = _RENAMED.get(key)
+        if renamed in view:   # the same settings under transformers 5's name
+            lines = [re.sub(rf"\bconfig\.{key}\b", f"config.{renamed}", line) for line in lines]
             continue
         listed = _layer_list(view, plan_fields) if key == "num_hidden_layers" else None
         if listed and key in rebound:
@@ -313,16 +327,24 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
         overrides = {"embedding": "bf16"}
         if not config.get("tie_word_embeddings"):
             overrides["lm_head"] = "bf16"
-        for line in old:
-            found = re.match(r"^    (\S+|\"[^\"]+\"): (\w+)\s*$", line)
+        for line in old:   # the base's roles kept as they are (its module paths are its checkpoint's list)
+            found = re.match(r"^    ([\w.]+): (\w+)\s*$", line)
             if found and found[2] in _UNQUANTIZED:
-                overrides.setdefault(found[1].strip('"'), found[2])
+                overrides.setdefault(found[1], found[2])
         n_layers = text_fields(config).get("num_hidden_layers")
-        patterns, partial = module_patterns.collapse_layers(module_patterns.exclusions(qc), n_layers or 0)
+        # a multimodal checkpoint's paths (language_model.model.layers...) as the spec names them;
+        # another tower's modules (vision_tower*, mm_projector*) are not the text stack's
+        from engine.verify.evidence import registry
+        reg = registry(corpus.root)
+        excluded = [p if p.startswith("re:") else module_patterns.canonical(p, reg.prefixes)
+                    for p in module_patterns.exclusions(qc)]
+        patterns, partial = module_patterns.collapse_layers(excluded, n_layers or 0)
         for pattern in patterns:
+            if not _text_stack(pattern, reg.other_modalities):
+                continue
             if module_patterns.is_pattern(pattern):
                 overrides.setdefault(pattern, "bf16")
-            elif pattern.rsplit(".", 1)[-1] != "lm_head":   # the head is a role override above
+            elif pattern.rsplit(".", 1)[-1] not in ("lm_head", "embed_tokens"):   # role overrides above
                 todo.append(f"quant_context: {pattern!r} is kept unquantized — add an override for its role or a "
                             "module-path pattern (bf16)")
         if partial:
@@ -334,6 +356,14 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
         lines[span[0]:span[1]] = new
     else:
         lines.extend(new)
+
+
+def _text_stack(pattern: str, other_modalities) -> bool:
+    """Whether an exclusion pattern (canonical) can name a module of the text stack: a regex, a
+    leading wildcard, or a path under ``model.`` / ``lm_head`` that is no other modality's."""
+    if pattern.startswith(("re:", "*", "?", "[")):
+        return True
+    return pattern.startswith(("model.", "lm_head")) and not pattern.startswith(tuple(other_modalities))
 
 
 def _tied(lines: list[str], config: dict, base_config: dict, todo: list[str]) -> None:
@@ -450,7 +480,7 @@ def scaffold(corpus_root: Path, model_id: str, config_path: Path, like: str | No
 def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Result, say) -> dict[Path, str]:
     """The three evidence files (``snapshot --config --meta``) made in ``work``; to-dos if not."""
     from engine.verify import modeling_code
-    from engine.verify.evidence import forward_excerpts
+    from engine.verify.evidence import forward_excerpts, registry
     from engine.verify.snapshot import snapshot_files
     corpus = load_corpus(work, missing_snapshots_ok=True)
     model = load_model(work / "models" / f"{slug(model_id)}.yaml", work, corpus.roles, corpus.schemes, True)
@@ -458,7 +488,7 @@ def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Resul
     source_label = f"hf:{model_id} config.json"
     manifest = source = None
     try:
-        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}")
+        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}", registry(work).prefixes)
         # the release and the file's sha256 with it, as `snapshot --meta` records them (the source guard reads them)
         label, provenance, text = modeling_code.source_evidence(config)
         source = (label, provenance, forward_excerpts(text))

@@ -86,6 +86,20 @@ def _reads_field(paths: set[tuple], field: str) -> bool:
     return any(p[:len(want)] == want or want[:len(p)] == p for p in paths)
 
 
+def _users(ctx: Context, entry, reads) -> list[str]:
+    """The op rows that bind ``entry.dim`` from a model dim reading ``entry.field``."""
+    users = []
+    for uid, row in ctx.symbolic.rows.items():
+        # any stack: DeepSeek-V4-Pro's main RoPE base shapes only its MTP layer
+        if row.op != entry.op or entry.dim not in row.dim_values:
+            continue
+        symbols = getattr(row.dim_values[entry.dim], "free_symbols", set())
+        paths = set().union(*(reads.get(s.name, set()) for s in symbols)) if symbols else set()
+        if _reads_field(paths, entry.field):
+            users.append(uid)
+    return users
+
+
 def check(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     reads = dim_reads(ctx)
@@ -93,15 +107,13 @@ def check(ctx: Context) -> list[Finding]:
         if not active(ctx, entry):
             continue
         value = lookup(ctx.evidence.config, entry.field)
-        users = []
-        for uid, row in ctx.symbolic.rows.items():
-            # any stack: DeepSeek-V4-Pro's main RoPE base shapes only its MTP layer
-            if row.op != entry.op or entry.dim not in row.dim_values:
-                continue
-            symbols = getattr(row.dim_values[entry.dim], "free_symbols", set())
-            paths = set().union(*(reads.get(s.name, set()) for s in symbols)) if symbols else set()
-            if _reads_field(paths, entry.field):
-                users.append(uid)
+        users = _users(ctx, entry, reads)
+        if not users:
+            # the same setting in another layout the config also declares (transformers 4's
+            # rope_theta beside 5's rope_parameters.rope_theta, Kimi-K2.7's text_config): the op
+            # reads one of them; this one is used when it holds the value the op binds
+            users = [uid for other in ctx.registry.structural if other is not entry and active(ctx, other)
+                     and (other.op, other.dim) == (entry.op, entry.dim) for uid in _users(ctx, other, reads)]
         if not users:
             out.append(Finding(NAME, "error", "", f"config.{entry.field} = {value} ({entry.doc}) is declared "
                                f"but no {entry.op} op binds its {entry.dim!r} from it",
