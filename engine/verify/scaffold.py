@@ -363,7 +363,7 @@ def _text_stack(pattern: str, other_modalities) -> bool:
     leading wildcard, or a path under ``model.`` / ``lm_head`` that is no other modality's."""
     if pattern.startswith(("re:", "*", "?", "[")):
         return True
-    return pattern.startswith(("model.", "lm_head")) and not pattern.startswith(tuple(other_modalities))
+    return pattern.startswith(("model.", "lm_head")) and not pattern.startswith(tuple(o.rstrip(".") for o in other_modalities))
 
 
 def _tied(lines: list[str], config: dict, base_config: dict, todo: list[str]) -> None:
