@@ -218,6 +218,18 @@ def _class_default(config: dict[str, Any], key: str) -> tuple[Any, str] | None:
     return value, f"transformers {transformers.__version__} {type(cfg).__name__}.{key}: the class's value when config.json omits it"
 
 
+def _class_values(config: dict[str, Any]) -> dict[str, Any]:
+    """Every attribute of the transformers config class built from ``config`` (its text stack's
+    for a multimodal one), or {} when transformers cannot build it."""
+    from engine.verify import modeling_code
+    try:
+        cfg = modeling_code.hf_config(config)
+    except (modeling_code.ModelingCodeError, ImportError, TypeError, ValueError):
+        return {}
+    cfg = getattr(cfg, "text_config", None) or cfg if isinstance(config.get("text_config"), dict) else cfg
+    return dict(vars(cfg))
+
+
 def _layer_list(config: dict[str, Any], registry_fields: set[str]) -> str | None:
     """A per-layer list the config holds (one entry per layer), named by the verification registry."""
     return next((k for k in sorted(registry_fields) if isinstance(config.get(k), list) and config[k]), None)
@@ -252,7 +264,10 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
             lines[span[0]:span[1]] = [f"notes: {json.dumps(note)}"]
     view = {**(config.get("text_config") or {}), **config}
     reads = set(_CONFIG_READ.findall(base_text))
+    base_class = _class_values(base_config)
     for key in sorted(set(ours) - set(theirs) - UNSHAPING_KEYS - reads - registry_fields - {"tie_word_embeddings", "text_config"}):
+        if key in base_class and base_class[key] == ours[key]:
+            continue   # the base already has this value: its config class's default where its file omits it
         todo.append(f"config.{key} = {_short(ours[key])}: new in this config ({base.model_id}'s has no such field) and "
                     "nothing reads it — bind it in the spec if it shapes the model, or name it in corpus/verification.yaml")
     # transformers 5's layout carries the RoPE base inside rope_parameters; where a config declares
