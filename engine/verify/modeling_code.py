@@ -30,6 +30,7 @@ not part of transformers' causal-LM classes.
 """
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,7 +76,10 @@ def hf_config(data: dict[str, Any]):
     _offline()
     transformers, config_names, auto = _mappings()
     from transformers import AutoConfig
-    data = {k: v for k, v in data.items() if k not in _STRIP_KEYS}
+    # a deep copy: config classes edit nested sections in place (Kimi_K25Config rewrites its
+    # text_config's model_type, rope validation adds rope_theta to rope_scaling), and the caller
+    # records these same dicts as the published config afterwards
+    data = copy.deepcopy({k: v for k, v in data.items() if k not in _STRIP_KEYS})
     model_type = data.pop("model_type", None)
     if not isinstance(model_type, str):
         raise ModelingCodeError("config.json has no model_type — pass the checkpoint's published config.json")
