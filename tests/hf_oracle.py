@@ -87,10 +87,15 @@ def _report_cached(resolved_path: str) -> HFReport:
     # the corpus models its text stack, so build the text stack's own causal LM from text_config.
     # A text stack with no causal-LM class of its own (Qwen3-VL's qwen3_vl_text) is the language
     # model and the output head of the vision-language model, nothing else of it.
+    # A wrapper with no causal-LM class at all (Kimi-K2.5's kimi_k25) whose text stack has one
+    # (deepseek_v3: Kimi_K25Model builds it with AutoModel from text_config) is that text stack.
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     text = cfg.get_text_config()
     if text is not cfg and MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(cfg.model_type, "").endswith(
             "ForConditionalGeneration"):
+        cfg = text
+    elif text is not cfg and cfg.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES \
+            and text.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         cfg = text
     if text is not cfg and text.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         from transformers import AutoModelForImageTextToText

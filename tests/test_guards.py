@@ -271,3 +271,20 @@ def test_structural_guard_reads_a_setting_written_twice_once_and_refuses_two_val
     found, _ = findings(root, "Qwen3.6-27B-NVFP4", "structural")
     assert len(found) == 2   # one per entry: each names the other path
     assert "config.partial_rotary_factor = 0.5 but config.rope_parameters.partial_rotary_factor = 0.25" in found[0].message
+def test_structural_guard_reads_a_setting_declared_in_two_layouts_as_one(tmp_path):
+    """A config may declare the RoPE base twice (transformers 4's ``rope_theta`` and 5's
+    ``rope_parameters.rope_theta``: Kimi-K2.7-Code's text_config). The rope op binds one; the other
+    is used when it holds the same value (Llama 3.1 8B's 500,000 written in both layouts passes)
+    and an error when it does not (400,000 beside the bound 500,000)."""
+    snapshot = "snapshots/meta-llama--Meta-Llama-3.1-8B.yaml"
+    same = mutate(tmp_path / "same", [(snapshot, "  rope_theta: 500000.0\n",
+                                       "  rope_theta: 500000.0\n  rope_parameters: {rope_theta: 500000.0}\n")])
+    corpus = load_corpus(same)
+    report = validate(corpus, corpus.find_model("Llama-3.1-8B"))
+    assert [f.one_line() for f in report.errors] == []
+    assert "rope_parameters.rope_theta" in next(r.evidence for r in report.results if r.guard == "structural")
+    other = mutate(tmp_path / "other", [(snapshot, "  rope_theta: 500000.0\n",
+                                         "  rope_theta: 500000.0\n  rope_parameters: {rope_theta: 400000.0}\n")])
+    found, _ = findings(other, "Llama-3.1-8B", "structural")
+    assert len(found) >= 1 and all("config.rope_parameters.rope_theta = 400000.0" in f.message for f in found)
+    assert "binds theta = 500000" in found[0].message

@@ -50,7 +50,9 @@ def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
     per_expert = 3 * c["hidden_size"] * width
     if c["model_type"] == "gpt_oss":
         per_expert += 2 * width + c["hidden_size"]
-    moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
+    # Nemotron 3 Ultra / 3.5 list their layers by name (layers_block_type) instead of counting them
+    n_layers = c.get("num_hidden_layers") or len(c["layers_block_type"])
+    moe_layers = n_layers - c.get("first_k_dense_replace", 0)
     if "interleave_moe_layer_step" in c:   # Llama 4: every step-th layer (Llama4TextConfig.moe_layers)
         moe_layers = len(range(c["interleave_moe_layer_step"] - 1, c["num_hidden_layers"], c["interleave_moe_layer_step"]))
     if isinstance(c.get("moe_layer_freq"), list):   # MiMo-V2-Flash: 1 marks an MoE layer
@@ -59,7 +61,8 @@ def test_active_params_equal_hf_total_minus_idle_experts(model_id, evaluation):
     if c["model_type"] == "nemotron_h":
         # NemotronHExperts: up and down only, in moe_latent_size when set; MoE layers are the Es
         per_expert = 2 * (c.get("moe_latent_size") or c["hidden_size"]) * width
-        moe_layers = c["hybrid_override_pattern"].count("E")
+        moe_layers = (c["hybrid_override_pattern"].count("E") if "hybrid_override_pattern" in c
+                      else c["layers_block_type"].count("moe"))
     assert active == total - (n_experts - top_k) * per_expert * moe_layers
 
 

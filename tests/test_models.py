@@ -108,14 +108,17 @@ def test_active_params_from_config(model_id, evaluation):
     per_expert = 3 * c["hidden_size"] * width
     if c["model_type"] == "gpt_oss":
         per_expert += 2 * width + c["hidden_size"]   # gate_up and down biases
-    moe_layers = c["num_hidden_layers"] - c.get("first_k_dense_replace", 0)
+    # Nemotron 3 Ultra / 3.5 list their layers by name (layers_block_type) instead of counting them
+    n_layers = c.get("num_hidden_layers") or len(c["layers_block_type"])
+    moe_layers = n_layers - c.get("first_k_dense_replace", 0)
     if "interleave_moe_layer_step" in c:   # Llama 4: every step-th layer
         moe_layers = c["num_hidden_layers"] // c["interleave_moe_layer_step"]
     if isinstance(c.get("moe_layer_freq"), list):   # MiMo-V2-Flash: 1 marks an MoE layer
         moe_layers = sum(c["moe_layer_freq"])
     if c["model_type"] == "nemotron_h":   # up/down experts in moe_latent_size (else hidden); the "E" layers
         per_expert = 2 * (c.get("moe_latent_size") or c["hidden_size"]) * width
-        moe_layers = c["hybrid_override_pattern"].count("E")
+        moe_layers = (c["hybrid_override_pattern"].count("E") if "hybrid_override_pattern" in c
+                      else c["layers_block_type"].count("moe"))
     expected = quantities.params_total(a) - (n_experts - top_k) * per_expert * moe_layers
     assert quantities.params_active(a) == expected
 

@@ -292,3 +292,26 @@ def test_a_base_of_another_model_type_gets_the_configs_type_and_a_family_to_conf
                            "acme/VL-MoE", config, published_config(corpus.root, base), corpus, set(), set())
     assert "\nmodel_type: qwen3_vl_moe\n" in text and "\nfamily: Qwen3\n" in text
     assert [line for line in todo if line.startswith("family: Qwen3 is Qwen/Qwen3-30B-A3B's (model_type qwen3_moe)")]
+def test_a_multimodal_quantized_checkpoint_of_a_text_family_gets_its_type_and_its_storage():
+    """Consistency of the text rewrite on Kimi-K2.5's published config (corpus/snapshots) from Kimi
+    K2 Instruct's spec: the model_type becomes the config's (kimi_k25); the wrapper's keys (vision
+    settings) and the generation defaults transformers 4.x wrote into its text_config are no
+    to-do; the quant context comes from the text_config's quantization_config (compressed-tensors
+    int4, group 32) with its ignore list, entry by entry, as BF16 module-path overrides, and the
+    base's BF16 router and F32 routing bias kept."""
+    from engine.spec.corpus import load_corpus
+    from engine.verify.evidence import registry
+    from engine.verify.scaffold import published_config, spec_text
+    corpus = load_corpus()
+    base = corpus.models["moonshotai/Kimi-K2-Instruct"]
+    config = json.loads((corpus.root / "snapshots" / "moonshotai--Kimi-K2.5.config.json").read_text())
+    reg = registry(corpus.root)
+    text, todo = spec_text((corpus.root / "models" / "moonshotai--Kimi-K2-Instruct.yaml").read_text(), base,
+                           "acme/Kimi-K2.5-copy", config, published_config(corpus.root, base), corpus,
+                           reg.top_level_fields(), {p.field for p in reg.layer_plans})
+    assert todo == []
+    assert "\nmodel_type: kimi_k25\n" in text
+    assert text.endswith("quant_context:\n  default: int4_g32_packed\n  overrides:\n    embedding: bf16\n    lm_head: bf16\n"
+                         "    router: bf16\n    router.e_score_correction_bias: f32\n"
+                         '    "re:.*self_attn.*": bf16\n    "re:.*shared_experts.*": bf16\n'
+                         '    "re:.*mlp\\\\.(gate|up|gate_up|down)_proj.*": bf16\n')

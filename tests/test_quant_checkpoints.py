@@ -248,3 +248,16 @@ def test_a_published_per_layer_ignore_list_collapses_to_spec_patterns():
         ["lm_head", "model.language_model.layers.*.linear_attn*"], [])
     assert collapse_layers(["model.layers.0.mlp*", "model.layers.1.mlp*"], 4) == (
         [], ["model.layers.0.mlp*", "model.layers.1.mlp*"])
+
+
+def test_a_whole_layer_exclusion_counts_towards_every_shape_of_that_layer():
+    """Kimi-K2.6-NVFP4's ignore list, by hand: layer 0 (the dense layer) whole, then the attention
+    and the shared experts of layers 1..3 (of 4). Attention and shared experts are then named in
+    every layer (one pattern each); layer 0 itself is named alone (a person's to-do)."""
+    from engine.spec.module_patterns import collapse_layers
+    listed = ["lm_head", "model.layers.0*"] + [f"model.layers.{i}.{m}*" for i in (1, 2, 3)
+                                              for m in ("mlp.shared_experts", "self_attn")]
+    assert collapse_layers(listed, 4) == (["lm_head", "model.layers.*.mlp.shared_experts*", "model.layers.*.self_attn*"],
+                                          ["model.layers.0*"])
+    # without the whole-layer entry, layers 1..3 are some layers only
+    assert collapse_layers(["model.layers.1.self_attn*", "model.layers.2.self_attn*", "model.layers.3.self_attn*"], 4)[0] == []

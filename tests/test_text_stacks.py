@@ -112,8 +112,8 @@ def own_architecture(config: dict) -> tuple[set[str], set[str]]:
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     types = {config["model_type"], text.get("model_type")} - {None}
     archs = set(config.get("architectures") or []) | set(text.get("architectures") or [])
-    by_class = {cls: mt for mapping in mappings for mt, cls in mapping.items()}
-    types |= {by_class[a] for a in archs if a in by_class}
+    # every model type registering a declared class (several share DeepseekV3ForCausalLM: deepseek_v3, sarvam_mla)
+    types |= {mt for mapping in mappings for mt, cls in mapping.items() if cls in archs}
     classes = archs | {m[t] for t in types for m in mappings if t in m}
     return types, classes
 

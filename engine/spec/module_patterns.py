@@ -73,15 +73,27 @@ def collapse_layers(patterns: Iterable[str], n_layers: int,
     module the ``*`` pattern can match (a hybrid's ``linear_attn`` exists in its linear layers
     only): naming all of those is naming every layer. Returns (patterns a spec can use, entries
     naming only some layers: a spec needs those layers in a template of their own, so they are
-    listed for a person)."""
+    listed for a person).
+
+    An entry naming a whole layer (``...layers.0*`` or ``...layers.0``: Kimi-K2.6-NVFP4 keeps its
+    dense first layer whole) covers that layer's modules of every shape: it counts towards each
+    shape with the same prefix, and is itself kept only where it names every layer."""
     by_shape: dict[str, set[int]] = {}
+    whole: dict[str, set[int]] = {}   # the text before "layers.<i>" -> layers named whole
     kept: list[str] = []
     for pattern in patterns:
         if pattern.startswith("re:") or not _LAYER.search(pattern):
             kept.append(pattern)
             continue
+        found = _LAYER.search(pattern)
         shape = _LAYER.sub("*", pattern, count=1)
-        by_shape.setdefault(shape, set()).add(int(_LAYER.search(pattern)[1]))
+        if pattern[found.end():] in ("", "*"):
+            whole.setdefault(pattern[:found.start()], set()).add(int(found[1]))
+        by_shape.setdefault(shape, set()).add(int(found[1]))
+    for shape, layers in by_shape.items():
+        head, _, tail = shape.partition("layers.*")
+        if tail not in ("", "*"):
+            layers |= whole.get(head + "layers.", set())
     partial = []
     for shape, layers in by_shape.items():
         if layers == (layers_of(shape) if layers_of else set(range(n_layers))):

@@ -31,6 +31,7 @@ not part of transformers' causal-LM classes.
 """
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,10 @@ def hf_config(data: dict[str, Any]):
     _offline()
     transformers, config_names, auto = _mappings()
     from transformers import AutoConfig
-    data = {k: v for k, v in data.items() if k not in _STRIP_KEYS}
+    # a deep copy: config classes edit nested sections in place (Kimi_K25Config rewrites its
+    # text_config's model_type, rope validation adds rope_theta to rope_scaling), and the caller
+    # records these same dicts as the published config afterwards
+    data = copy.deepcopy({k: v for k, v in data.items() if k not in _STRIP_KEYS})
     model_type = data.pop("model_type", None)
     if not isinstance(model_type, str):
         raise ModelingCodeError("config.json has no model_type — pass the checkpoint's published config.json")
@@ -183,7 +187,7 @@ def _contains(found: Any, wanted: Any) -> bool:
     return found == wanted
 
 
-def scheme_for(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> QuantScheme | None:
+def scheme_for_config(config: dict[str, Any], schemes: dict[str, QuantScheme]) -> QuantScheme | None:
     """The corpus scheme whose ``hf:`` keys the config's quantization_config contains; None if the
     config has none, or if it names a scheme per module (ModelOpt's ``quantized_layers``)."""
     qc = quantization_config(config)
@@ -278,7 +282,7 @@ def meta_manifest(config: dict[str, Any], schemes: dict[str, QuantScheme], sourc
     param_dtype = _TORCH_DTYPES[_dtype_name(config)]
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
     tied = embed is not None and head is not None and head.weight is embed.weight
-    scheme = scheme_for(config, schemes)
+    scheme = scheme_for_config(config, schemes)
     expert_scheme = _expert_scheme(config, schemes) or scheme
     def canon(path: str) -> str:
         return module_patterns.canonical(path, prefixes)

@@ -50,7 +50,30 @@ UNSHAPING_KEYS = frozenset({
     "pad_token_id", "initializer_range", "attention_dropout", "output_router_logits",
     "router_aux_loss_coef", "tokenizer_class", "torch_dtype", "dtype", "architectures", "auto_map",
     "quantization_config",   # compared on its own (the quant context)
+    "ep_size",               # DeepSeek's remote code: the expert-parallel degree of a run
+}) | frozenset({
+    # transformers 4.x's PretrainedConfig wrote its generation and bookkeeping attributes into every
+    # nested config it saved (Kimi-K2.5's text_config carries all of them): never the architecture
+    "add_cross_attention", "bad_words_ids", "begin_suppress_tokens", "chunk_size_feed_forward",
+    "cross_attention_hidden_size", "decoder_start_token_id", "diversity_penalty", "do_sample",
+    "early_stopping", "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty",
+    "finetuning_task", "forced_bos_token_id", "forced_eos_token_id", "id2label", "is_decoder",
+    "is_encoder_decoder", "label2id", "length_penalty", "max_length", "min_length",
+    "no_repeat_ngram_size", "num_beam_groups", "num_beams", "num_return_sequences",
+    "output_attentions", "output_hidden_states", "output_scores", "prefix", "problem_type",
+    "pruned_heads", "remove_invalid_values", "repetition_penalty", "return_dict",
+    "return_dict_in_generate", "sep_token_id", "suppress_tokens", "task_specific_params",
+    "temperature", "tf_legacy_loss", "tie_encoder_decoder", "top_k", "top_p", "torchscript",
+    "typical_p", "use_bfloat16",
 })
+
+#: Config sections transformers 5 renamed: a spec reading the old name reads the new one where a
+#: config has only that (Kimi-K2.7-Code's text_config: rope_parameters, with the same yarn factor).
+_RENAMED = {"rope_scaling": "rope_parameters"}
+
+#: Schemes that keep a tensor unquantized: a base's override naming one says "stored as is", true of
+#: any checkpoint of the family (DeepSeek's router in BF16, its routing bias in F32).
+_UNQUANTIZED = frozenset({"bf16", "f16", "f32", "i64"})
 
 #: A spec's reads of the config, ``config.<field>`` (multimodal text settings read the same way).
 _CONFIG_READ = re.compile(r"\bconfig\.(?!json\b)([A-Za-z_]\w*)")
@@ -163,6 +186,14 @@ def _token_kind(token: str) -> str:
     return "size" if _SIZE_TOKEN.fullmatch(token) else "word"
 
 
+def text_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The fields that describe the text stack: a multimodal config's ``text_config`` (its wrapper's
+    own keys describe the other towers and the prompt format, which the spec leaves out), else the
+    whole config."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
+
+
 def display_name(base: ModelSpec, model_id: str) -> str:
     """The base's naming habit applied to the new repo name; else the repo name.
 
@@ -242,6 +273,18 @@ def _class_default(config: dict[str, Any], key: str) -> tuple[Any, str] | None:
     return value, f"transformers {transformers.__version__} {type(cfg).__name__}.{key}: the class's value when config.json omits it"
 
 
+def _class_values(config: dict[str, Any]) -> dict[str, Any]:
+    """Every attribute of the transformers config class built from ``config`` (its text stack's
+    for a multimodal one), or {} when transformers cannot build it."""
+    from engine.verify import modeling_code
+    try:
+        cfg = modeling_code.hf_config(config)
+    except (modeling_code.ModelingCodeError, ImportError, TypeError, ValueError):
+        return {}
+    cfg = getattr(cfg, "text_config", None) or cfg if isinstance(config.get("text_config"), dict) else cfg
+    return dict(vars(cfg))
+
+
 def _layer_list(config: dict[str, Any], registry_fields: set[str]) -> str | None:
     """A per-layer list the config holds (one entry per layer), named by the verification registry."""
     return next((k for k in sorted(registry_fields) if isinstance(config.get(k), list) and config[k]), None)
@@ -265,35 +308,53 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
         if line.startswith("model:"):
             lines[i] = f"model: {model_id}"
         elif line.startswith("model_type:") and config["model_type"] != base.model_type:
-            # --like a spec of another model_type (Qwen3-VL-30B-A3B like Qwen3-30B-A3B): the
-            # config's own type, and the family is for a person to confirm
-            lines[i] = f"model_type: {config['model_type']}"
+            # --like a spec of another model_type (Qwen3-VL-30B-A3B like Qwen3-30B-A3B, Kimi-K2.5 like
+            # Kimi-K2): the config's own type, and the family is for a person to confirm
+            lines[i] = f"model_type: {_scalar(config['model_type'])}"
             todo.append(f"family: {base.family} is {base.model_id}'s (model_type {base.model_type}); this config is "
                         f"{config['model_type']} — keep it or write the family this checkpoint belongs to")
         elif line.startswith("name:"):
             lines[i] = f"name: {_scalar(display_name(base, model_id))}"
-    if notes_outdated(base, config, base_config, model_id):
+    from engine.verify.modeling_code import quantization_config
+    if (notes_outdated(base, config, base_config, model_id)
+            or quantization_config(config) != quantization_config(base_config)):
+        # the base's notes quote a size (or a storage format) this checkpoint changes
         span = _block(lines, "notes")
         if span:
             note = f"{base.display_name}'s architecture ({base.model_id}) at this checkpoint's sizes (archledger new)."
             lines[span[0]:span[1]] = [f"notes: {json.dumps(note)}"]
     view = _text_view(config)
     reads = set(_CONFIG_READ.findall(base_text))
-    # a new field of the text stack counts as much as a new top-level one
-    new_keys = set(view) - set(_text_view(base_config)) - UNSHAPING_KEYS - reads - registry_fields - {"tie_word_embeddings"}
+    # new fields of the text stack (a multimodal wrapper's own keys describe the other towers)
+    ours, theirs = text_fields(config), text_fields(base_config)
+    base_class = _class_values(base_config)
+    new_keys = {k for k in set(ours) - set(theirs) - UNSHAPING_KEYS - reads - registry_fields
+                - {"tie_word_embeddings", "text_config"}
+                # the base already has this value: its config class's default where its file omits it
+                if not (k in base_class and base_class[k] == ours[k])}
     unread = _unread(config, new_keys)
     for key in sorted(new_keys & unread):
-        notes.append(f"config.{key} = {_short(view[key])}: new in this config; the transformers code it is "
+        notes.append(f"config.{key} = {_short(ours[key])}: new in this config; the transformers code it is "
                      "verified against never reads it (the spec follows that code)")
     for key in sorted(new_keys - unread):
-        todo.append(f"config.{key} = {_short(view[key])}: new in this config ({base.model_id}'s has no such field) and "
+        todo.append(f"config.{key} = {_short(ours[key])}: new in this config ({base.model_id}'s has no such field) and "
                     "nothing reads it — bind it in the spec if it shapes the model, or name it in corpus/verification.yaml")
+    # transformers 5's layout carries the RoPE base inside rope_parameters; where a config declares
+    # it there the structural guard wants the rope op to read it from there (values are equal)
+    params = view.get("rope_parameters")
+    if isinstance(params, dict) and "rope_theta" in params and "rope_theta" in reads:
+        lines = [re.sub(r"\bconfig\.rope_theta\b", "config.rope_parameters.rope_theta", line) for line in lines]
+        reads = set(_CONFIG_READ.findall("\n".join(lines)))
     # dims (and any other reads) of config keys this config lacks
     defaults: dict[str, tuple[Any, str]] = {}
     declared = set(base.config_defaults)
     rebound = _dims_lines(lines)
     for key in sorted(reads):
         if key in view or key in declared:
+            continue
+        renamed = _RENAMED.get(key)
+        if renamed in view:   # the same settings under transformers 5's name
+            lines = [re.sub(rf"\bconfig\.{key}\b", f"config.{renamed}", line) for line in lines]
             continue
         listed = _layer_list(view, plan_fields) if key == "num_hidden_layers" else None
         if listed and key in rebound:
@@ -323,21 +384,24 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
            prefixes: tuple[tuple[str, str], ...] = ()) -> None:
     """The quant context: the base's when the quantization_config is the same; bf16 for an
     unquantized checkpoint of a quantized base; the scheme ``snapshot --meta`` matches otherwise
-    (the same rule, :func:`modeling_code.scheme_for`), or, for a checkpoint naming a scheme per
-    module (ModelOpt MIXED_PRECISION ``quantized_layers``), bf16 with one module-path override per
-    module kind (:func:`_module_overrides`)."""
+    (the same rule, :func:`modeling_code.scheme_for_config`), with the base's unquantized overrides
+    and the config's exclusion lists (its text stack's) as module-path overrides (``bf16``), or, for
+    a checkpoint naming a scheme per module (ModelOpt MIXED_PRECISION ``quantized_layers``), bf16
+    with one module-path override per module kind (:func:`_module_overrides`)."""
+    from engine.spec import module_patterns
     from engine.verify import modeling_code
     qc, base_qc = modeling_code.quantization_config(config), modeling_code.quantization_config(base_config)
     if qc == base_qc:
         return
     span = _block(lines, "quant_context")
+    old = lines[span[0]:span[1]] if span else []
     if not qc:
         new = ["quant_context:", "  default: bf16"]
-        kept = [line for line in lines[span[0]:span[1]] if re.match(r"^    \S+: (f32|i64)\b", line)] if span else []
+        kept = [line for line in old if re.match(r"^    \S+: (f32|i64)\b", line)]
         new += ["  overrides:"] + kept if kept else []
     else:
         try:
-            scheme = modeling_code.scheme_for(config, corpus.schemes)
+            scheme = modeling_code.scheme_for_config(config, corpus.schemes)
             per_module = modeling_code.layer_schemes(config, corpus.schemes)
         except modeling_code.ModelingCodeError as exc:
             todo.append(f"quantization_config: {' '.join(str(exc).split())[:200]}; then set quant_context")
@@ -347,16 +411,42 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
             if overrides is None:
                 return
             new = ["quant_context:", "  default: bf16", "  overrides:"] + [f"    {json.dumps(p)}: {n}" for p, n in overrides]
+        elif scheme is None:
+            keys = {k: v for k, v in qc.items() if not isinstance(v, (list, dict))}
+            todo.append(f"quantization_config {json.dumps(keys)[:120]}: no corpus quant scheme has matching hf: keys "
+                        "— add one (CONTRIBUTING.md, \"Add a quant scheme\") and set quant_context")
+            return
         else:
             # transformers' quantizer leaves the input embedding and the output head unquantized; a
             # head tied to the embedding stores nothing of its own, so it has no override
-            new = ["quant_context:", f"  default: {scheme.name}", "  overrides:", "    embedding: bf16"]
+            overrides = {"embedding": "bf16"}
             if not config.get("tie_word_embeddings"):
-                new.append("    lm_head: bf16")
-            skipped = qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("exclude_modules")
-            if skipped:
-                todo.append(f"quant_context: modules kept unquantized {json.dumps(skipped)[:100]} — add their roles under "
-                            "quant_context.overrides (bf16)")
+                overrides["lm_head"] = "bf16"
+            for line in old:   # the base's roles kept as they are (its module paths are its checkpoint's list)
+                found = re.match(r"^    ([\w.]+): (\w+)\s*$", line)
+                if found and found[2] in _UNQUANTIZED:
+                    overrides.setdefault(found[1], found[2])
+            n_layers = text_fields(config).get("num_hidden_layers")
+            # a multimodal checkpoint's paths (language_model.model.layers...) as the spec names them;
+            # another tower's modules (vision_tower*, mm_projector*) are not the text stack's
+            from engine.verify.evidence import registry
+            reg = registry(corpus.root)
+            excluded = [p if p.startswith("re:") else module_patterns.canonical(p, reg.prefixes)
+                        for p in module_patterns.exclusions(qc)]
+            patterns, partial = module_patterns.collapse_layers(excluded, n_layers or 0)
+            for pattern in patterns:
+                if not _text_stack(pattern, reg.other_modalities):
+                    continue
+                if module_patterns.is_pattern(pattern):
+                    overrides.setdefault(pattern, "bf16")
+                elif pattern.rsplit(".", 1)[-1] not in ("lm_head", "embed_tokens"):   # role overrides above
+                    todo.append(f"quant_context: {pattern!r} is kept unquantized — add an override for its role or a "
+                                "module-path pattern (bf16)")
+            if partial:
+                todo.append(f"quant_context: {len(partial)} module(s) kept unquantized in some layers only, e.g. "
+                            f"{partial[0]} — give those layers a template of their own with a bf16 override")
+            new = ["quant_context:", f"  default: {scheme.name}", "  overrides:"]
+            new += [f"    {_scalar(k) if not module_patterns.is_pattern(k) else json.dumps(k)}: {v}" for k, v in overrides.items()]
     if span:
         lines[span[0]:span[1]] = new
     else:
@@ -386,6 +476,14 @@ def _module_overrides(per_module: dict[str, Any], prefixes: tuple[tuple[str, str
                     "give those layers a template of their own and write their overrides by hand")
         return None
     return sorted((p, next(iter(names))) for p, names in chosen.items())
+
+
+def _text_stack(pattern: str, other_modalities) -> bool:
+    """Whether an exclusion pattern (canonical) can name a module of the text stack: a regex, a
+    leading wildcard, or a path under ``model.`` / ``lm_head`` that is no other modality's."""
+    if pattern.startswith(("re:", "*", "?", "[")):
+        return True
+    return pattern.startswith(("model.", "lm_head")) and not pattern.startswith(tuple(o.rstrip(".") for o in other_modalities))
 
 
 def _tied(lines: list[str], config: dict, base_config: dict, todo: list[str]) -> None:
