@@ -308,11 +308,14 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
         if line.startswith("model:"):
             lines[i] = f"model: {model_id}"
         elif line.startswith("model_type:") and config["model_type"] != base.model_type:
-            # --like a spec of another model_type (Qwen3-VL-30B-A3B like Qwen3-30B-A3B, Kimi-K2.5 like
-            # Kimi-K2): the config's own type, and the family is for a person to confirm
+            # --like a spec of another model_type (Qwen3-VL-30B-A3B like Qwen3-30B-A3B): the config's
+            # own type; the family is the one the corpus already files that type under (Kimi-K2.5's
+            # kimi_k25 under Kimi K2 once it is there), else for a person to confirm
             lines[i] = f"model_type: {_scalar(config['model_type'])}"
-            todo.append(f"family: {base.family} is {base.model_id}'s (model_type {base.model_type}); this config is "
-                        f"{config['model_type']} — keep it or write the family this checkpoint belongs to")
+            families = {m.family for m in corpus.models.values() if m.model_type == config["model_type"]}
+            if families != {base.family}:
+                todo.append(f"family: {base.family} is {base.model_id}'s (model_type {base.model_type}); this config "
+                            f"is {config['model_type']} — keep it or write the family this checkpoint belongs to")
         elif line.startswith("name:"):
             lines[i] = f"name: {_scalar(display_name(base, model_id))}"
     from engine.verify.modeling_code import quantization_config
