@@ -233,9 +233,10 @@ def _keys(reader, data, kernel: str) -> dict | None:
 # -- interpolation ----------------------------------------------------------------------------------
 
 def gemm_roof(peak_flops: float, hbm_bytes_per_s: float, element_bytes: float) -> Callable:
-    """The roofline of a GEMM at (m, n, k): max(2mnk / peak, (mk + nk + mn) x element bytes / HBM)."""
+    """The roofline of a GEMM at (m, n, k) (numbers or arrays of points): max(2mnk / peak,
+    (mk + nk + mn) x element bytes / HBM)."""
     def roof(m, n, k):
-        return max(2.0 * m * n * k / peak_flops, (m * k + n * k + m * n) * element_bytes / hbm_bytes_per_s)
+        return np.maximum(2.0 * m * n * k / peak_flops, (m * k + n * k + m * n) * element_bytes / hbm_bytes_per_s)
     return roof
 
 
@@ -256,27 +257,50 @@ def attention_roof(kernel: str) -> Callable:
     return lambda batch, isl, kv_heads, q_per_kv: batch * isl * isl * kv_heads * q_per_kv
 
 
-def _inside(table: Table, point: tuple[float, ...]) -> float:
-    """Multilinear interpolation of log time over log axis values at a point inside the grid."""
-    lo, weights = [], []
-    for x, v in zip(point, table.values):
-        i = min(int(np.searchsorted(v, x, side="right")) - 1, len(v) - 2)
-        lo.append(i)
-        weights.append((math.log(x) - math.log(v[i])) / (math.log(v[i + 1]) - math.log(v[i])))
-    log_t = 0.0
+_LOGS: dict[int, tuple] = {}        # id(table.seconds) -> (seconds, log seconds): tables are read-only
+
+
+def _log_seconds(table: Table) -> np.ndarray:
+    found = _LOGS.get(id(table.seconds))
+    if found is None or found[0] is not table.seconds:
+        if len(_LOGS) > 1_000:
+            _LOGS.clear()
+        found = _LOGS[id(table.seconds)] = (table.seconds, np.log(table.seconds))
+    return found[1]
+
+
+def _lower(table: Table, points: np.ndarray) -> list[np.ndarray]:
+    """Per axis, the index of the measured value at or below each point's value (points inside
+    the range; the last span's lower end at its top): ``searchsorted`` on the sorted axis."""
+    return [np.clip(np.searchsorted(v, points[:, d], side="right") - 1, 0, max(len(v) - 2, 0))
+            for d, v in enumerate(table.values)]
+
+
+def _inside(table: Table, points: np.ndarray) -> np.ndarray:
+    """Log time at points inside the grid (``points``: (P, axes)): multilinear in log time over
+    log axis values between the 2^axes corners of each point's cell, all points at once."""
+    logs = _log_seconds(table)
+    lo, weights = _lower(table, points), []
+    for d, (i, v) in enumerate(zip(lo, table.values)):
+        if len(v) == 1:                           # a one-value axis: its only value
+            weights.append(np.zeros(len(points)))
+            continue
+        lv = np.log(v)
+        weights.append((np.log(points[:, d]) - lv[i]) / (lv[i + 1] - lv[i]))
+    log_t = np.zeros(len(points))
     for corner in range(1 << len(lo)):
         w, index = 1.0, []
         for d, (i, f) in enumerate(zip(lo, weights)):
-            up = (corner >> d) & 1
-            w *= f if up else 1.0 - f
-            index.append(i + up)
-        if w:
-            log_t += w * math.log(table.seconds[tuple(index)])
-    return math.exp(log_t)
+            up = (corner >> d) & 1 and len(table.values[d]) > 1
+            w = w * (f if up else 1.0 - f)
+            index.append(i + 1 if up else i)
+        log_t = log_t + w * logs[tuple(index)]
+    return log_t
 
 
-def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple[float, bool]:
-    """(seconds at ``point``, whether it lies outside the measured range) by the module's rule.
+def interpolate_many(table: Table, points, roof: Callable) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds at each of ``points`` ((P, axes), or one point's values), whether each lies outside
+    the measured range), by the module's rule, every point at once.
 
     Inside: :func:`_inside`. Outside on an axis: from the clamped point (the nearest on the grid's
     range) the time continues as the power law of the axis's last measured span (its slope in
@@ -284,20 +308,46 @@ def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple
     [0, the roofline's slope over the same span]: a kernel grows no faster than its roofline (one
     overhead-dominated edge point does not scale like the work) and never gets faster with more
     work. Axes outside add their log steps."""
-    clamped = tuple(min(max(float(x), v[0]), v[-1]) for x, v in zip(point, table.values))
-    t = _inside(table, clamped)
-    outside = False
-    for a, (x, c, v) in enumerate(zip(point, clamped, table.values)):
-        if float(x) == c:
+    x = np.atleast_2d(np.asarray(points, dtype=float))
+    clamped = np.column_stack([np.clip(x[:, d], v[0], v[-1]) for d, v in enumerate(table.values)])
+    at_clamped = _inside(table, clamped)
+    log_t = at_clamped.copy()
+    outside = np.zeros(len(x), dtype=bool)
+    for a, v in enumerate(table.values):
+        out = x[:, a] != clamped[:, a]
+        if not out.any() or len(v) == 1:
+            outside |= out
             continue
-        outside = True
-        inner = list(clamped)
-        inner[a] = v[-2] if c == v[-1] else v[1]         # one measured value inward
-        span = math.log(c) - math.log(inner[a])
-        slope = (math.log(_inside(table, clamped)) - math.log(_inside(table, tuple(inner)))) / span
-        roof_slope = (math.log(roof(*clamped)) - math.log(roof(*inner))) / span
-        t *= math.exp(min(max(slope, 0.0), max(roof_slope, 0.0)) * (math.log(float(x)) - math.log(c)))
-    return t, outside
+        outside |= out
+        c = clamped[out]
+        inner = c.copy()                                  # one measured value inward
+        inner[:, a] = np.where(c[:, a] == v[-1], v[-2], v[1])
+        span = np.log(c[:, a]) - np.log(inner[:, a])
+        slope = (at_clamped[out] - _inside(table, inner)) / span
+        roof_slope = (np.log(roof(*c.T)) - np.log(roof(*inner.T))) / span
+        log_t[out] += np.minimum(np.maximum(slope, 0.0), np.maximum(roof_slope, 0.0)) * \
+            (np.log(x[out, a]) - np.log(c[:, a]))
+    return np.exp(log_t), outside
+
+
+def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple[float, bool]:
+    """(seconds at one ``point``, whether it lies outside the measured range):
+    :func:`interpolate_many` at that point alone (one rule for one point and for a grid)."""
+    t, outside = interpolate_many(table, [tuple(float(p) for p in point)], roof)
+    return float(t[0]), bool(outside[0])
+
+
+def nearest(table: Table, point: tuple[float, ...]) -> str:
+    """The measured values around one point, per axis (its value on the grid, the two values it
+    lies between, or the edge it continues from): e.g. ``m 64..128 n 4096 k 4096``."""
+    x = np.asarray([point], dtype=float)
+    clamped = np.column_stack([np.clip(x[:, d], v[0], v[-1]) for d, v in enumerate(table.values)])
+    parts = []
+    for name, v, i, c in zip(table.axes, table.values, _lower(table, clamped), clamped[0]):
+        i = int(i[0])
+        ends = [c] if c in (v[i], v[min(i + 1, len(v) - 1)]) else [v[i], v[i + 1]]
+        parts.append(f"{name} " + "..".join(f"{e:g}" for e in ends))
+    return " ".join(parts)
 
 
 # -- expected time of each step of a compiled program ---------------------------------------------
@@ -305,14 +355,16 @@ def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple
 _FUNCS: dict = {}
 
 
-def _at(expr, args: dict) -> float:
-    """A step expression's value at one point (``args``: symbol -> number), once compiled per expression."""
+def _at(expr, args: dict) -> np.ndarray:
+    """A step expression's values at the points (``args``: symbol -> 1-D array of the points),
+    as an array over them; compiled once per expression (NumPy)."""
     f = _FUNCS.get(expr)
     if f is None:
         if len(_FUNCS) > 50_000:        # the step expressions of a model or two: keep it bounded
             _FUNCS.clear()
-        f = _FUNCS[expr] = symbols.checked_lambdify(ARGS, expr, modules="math")
-    return float(f(*(args[a] for a in ARGS)))
+        f = _FUNCS[expr] = symbols.checked_lambdify(ARGS, expr, modules="numpy")
+    n = len(args[ARGS[0]])
+    return np.broadcast_to(np.asarray(f(*(args[a] for a in ARGS)), dtype=float), (n,))
 
 
 def _linear(step, member_ops: dict) -> bool:
@@ -349,47 +401,52 @@ def _moe_key(bound: dict, config) -> tuple | None:
     return tuple(int(bound[d]) for d in MOE_DIMS) + (config.tp // config.ep, config.ep)
 
 
-def _attention_shape(step, args: dict, config, kernel: str) -> tuple[float, ...] | None:
-    """The attention table's point of a fused attention step (the module's rule), or None where
-    the table does not apply (context parallelism, several query tokens per decode step)."""
+def _attention_shape(step, args: dict, config, kernel: str) -> tuple | None:
+    """(the attention table's point of a fused attention step at each point (the module's rule),
+    whether the table applies there), or None where it applies nowhere (context parallelism);
+    a decode point with several query tokens per request has none."""
     local = _local_axes(step, args)
     if config.cp > 1 or not {"batch", "seq", "n_heads"} <= set(local):
         return None
     d = step.dims
     heads = local["n_heads"]
     # KV heads split as the query heads are; fewer KV heads than that: each GPU keeps one
-    kv_heads = max(1.0, float(d["n_kv_heads"]) * heads / float(d["n_heads"]))
+    kv_heads = np.maximum(1.0, float(d["n_kv_heads"]) * heads / float(d["n_heads"]))
     batch, seq, ctx = local["batch"], local["seq"], _at(d["kv_len"], args)
     if kernel == "decode_attention":
-        return (batch, kv_heads, heads / kv_heads, ctx) if seq == 1 else None
-    return batch, seq, kv_heads, heads / kv_heads
+        return (batch, kv_heads, heads / kv_heads, ctx), seq == 1
+    return (batch, seq, kv_heads, heads / kv_heads), np.ones(len(batch), dtype=bool)
 
 
-def _local_axes(step, args: dict) -> dict[str, float]:
-    """Each axis of the step's output by name: its size on one GPU at the point (the size over the
-    groups that split it; more GPUs than units of a fixed-size axis: one unit each, as placement
-    splits heads)."""
+def _local_axes(step, args: dict) -> dict[str, np.ndarray]:
+    """Each axis of the step's output by name: its size on one GPU at each point (the size over
+    the groups that split it; more GPUs than units of a fixed-size axis: one unit each, as
+    placement splits heads)."""
     out = {}
     for axis, groups in zip(step.out.axes, step.layout.shards):
         size = _at(axis.size, args)
         ways = math.prod(g.size for g in groups)
         if getattr(axis.size, "is_number", False):
-            ways = min(ways, size)
-        out.setdefault(axis.name, size / max(ways, 1))
+            ways = np.minimum(ways, size)
+        out.setdefault(axis.name, size / np.maximum(ways, 1))
     return out
 
 
-def _gemm_shape(step, args: dict, flops_per_call: float) -> tuple[float, float, float]:
-    """(m, n, k) per GPU of a matmul step at one point (the module's rule): m the step's output
+def _gemm_shape(step, args: dict, flops_per_call: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(m, n, k) per GPU of a matmul step at each point (the module's rule): m the step's output
     rows on one GPU (the prefill logits: one position per prompt), k its input features (split by
     the partial-sum groups of a row-parallel matmul), n = FLOPs per call / 2mk (a fused QKV or
     gate-up: the members' output features together)."""
     local = _local_axes(step, args)
     rows = list(local.items())[:-1]                  # the last output axis: the features
-    m = max(math.prod(1.0 if (step.last_token and name == "seq") else size for name, size in rows), 1.0)
+    m = np.ones(len(flops_per_call))
+    for name, size in rows:
+        if not (step.last_token and name == "seq"):
+            m = m * size
+    m = np.maximum(m, 1.0)
     numeric = [float(e) for e in step.dims.values() if getattr(e, "is_number", True)]
     k = numeric[-1] / math.prod(g.size for g in step.layout.partial)
-    return m, flops_per_call / (2.0 * m * k), k
+    return m, flops_per_call / (2.0 * m * k), np.full(len(m), k)
 
 
 @dataclass(frozen=True)
@@ -427,49 +484,79 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
     return found
 
 
-def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: float, flops: float,
-                  repeat: float | None, comm: float = 0.0) -> tuple[float, bool, str]:
-    """(expected seconds of the step's calls, measured?, source text) at one point; ``t_sol``,
-    ``flops``, ``comm``: the step's bound, FLOPs and link bytes over its calls there."""
+@dataclass
+class Expected:
+    """Per point of one step: its expected seconds, whether a table gave them; with ``detail``
+    also the source text, the table file and the measured values around the point (each ""
+    where no table covers it)."""
+
+    seconds: np.ndarray
+    measured: np.ndarray
+    src: list | None = None
+    table: list | None = None
+    nearest: list | None = None
+
+
+def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, flops: np.ndarray,
+                  repeat: float | None, comm: np.ndarray, detail: bool = False) -> Expected:
+    """The step's expected time at every point (``args``: symbol -> 1-D array of the points;
+    ``t_sol``, ``flops``, ``comm``: the step's bound, FLOPs and link bytes over its calls there),
+    one interpolation per table over all the points at once (:func:`interpolate_many`)."""
+    n = len(t_sol)
+    out = Expected(t_sol / DEFAULT_EFFICIENCY, np.zeros(n, dtype=bool))
+    tables, point, shape = [], None, ""
     kernel = kernel_of(step, member_ops, lookup.phase) if repeat else ""
-    point, shape = None, ""
+    valid = t_sol > 0
     if kernel.endswith("_attention"):
-        point = _attention_shape(step, args, lookup.config, kernel)
-        kernel = kernel if point is not None else ""
-    if kernel and t_sol > 0:
-        if point is not None:                   # attention: the table of its head size and KV dtype
-            dtype = f"{float(step.dims['d_head']):g}"
+        found = _attention_shape(step, args, lookup.config, kernel)
+        if found is not None:                   # attention: the table of its head size and KV dtype
+            point, applies = found
+            valid = valid & applies
             roof = attention_roof(kernel)
-        elif kernel == "moe":                   # the layer's tokens: one attention replica's x dp_attn
-            dtype = lookup.gpu.compute_dtype(step.compute_dtype)
-            point = (args[BATCH] * args[SEQ],)
-            roof = lambda tokens: tokens        # noqa: E731  (work grows with the tokens at most linearly)
-            key = _moe_key(lookup.bound or {}, lookup.config) or ()
-            shape = " " + " ".join(f"{n}={v}" for n, v in zip(KEYED["moe"], key))
-        elif kernel == "gemm":
-            dtype = lookup.gpu.compute_dtype(step.compute_dtype)
-            point = _gemm_shape(step, args, flops / repeat)
-            roof = gemm_roof(lookup.gpu.peak_flops(step.compute_dtype), lookup.gpu.hbm_bytes_per_s,
-                             1.0 if dtype == "fp8" else 2.0)
-        else:
-            dtype = ""
-            roof = collective_roof(kernel)
-            # the message: what a collective step writes; a fused one (all-reduce + norm) also
-            # writes its norm's output, so its link bytes over the algorithm's share
-            size = _at(step.written, args) if step.kind == "comm" else comm / repeat / roof(step.ranks, 1.0)
-            point = (float(step.ranks), size)
-        best = None
-        tables = _tables_for(lookup, kernel, dtype) if min(point) > 0 else []   # an empty shape: no lookup
-        for table in tables:
-            t, outside = interpolate(table, point, roof)
-            if best is None or t < best[0]:
-                best = (t, outside, table)
-        if best is not None:
-            t, outside, table = best
-            at = " ".join(f"{a}={x:.0f}" for a, x in zip(table.axes, point)) + shape
-            src = f"{table.name} ({table.source}) at {at}{', extrapolated' if outside else ''}"
-            return max(t * repeat, t_sol), True, src
-    return t_sol / DEFAULT_EFFICIENCY, False, f"bound / {DEFAULT_EFFICIENCY:g}"
+            tables = _tables_for(lookup, kernel, f"{float(step.dims['d_head']):g}")
+    elif kernel == "moe":                       # the layer's tokens: one attention replica's x dp_attn
+        point = (args[BATCH] * args[SEQ],)
+        roof = lambda tokens: tokens            # noqa: E731  (work grows with the tokens at most linearly)
+        key = _moe_key(lookup.bound or {}, lookup.config) or ()
+        shape = " " + " ".join(f"{k}={v}" for k, v in zip(KEYED["moe"], key))
+        tables = _tables_for(lookup, kernel, lookup.gpu.compute_dtype(step.compute_dtype))
+    elif kernel == "gemm":
+        dtype = lookup.gpu.compute_dtype(step.compute_dtype)
+        point = _gemm_shape(step, args, flops / repeat)
+        roof = gemm_roof(lookup.gpu.peak_flops(step.compute_dtype), lookup.gpu.hbm_bytes_per_s,
+                         1.0 if dtype == "fp8" else 2.0)
+        tables = _tables_for(lookup, kernel, dtype)
+    elif kernel:
+        roof = collective_roof(kernel)
+        # the message: what a collective step writes; a fused one (all-reduce + norm) also
+        # writes its norm's output, so its link bytes over the algorithm's share
+        size = _at(step.written, args) if step.kind == "comm" else comm / repeat / roof(step.ranks, 1.0)
+        point = (np.full(n, float(step.ranks)), size)
+        tables = _tables_for(lookup, kernel, "")
+    if tables:
+        points = np.column_stack(point)
+        valid = valid & (points.min(axis=1) > 0)            # an empty shape: no lookup
+    if not tables or not valid.any():
+        if detail:
+            out.src, out.table, out.nearest = [f"bound / {DEFAULT_EFFICIENCY:g}"] * n, [""] * n, [""] * n
+        return out
+    at = points[valid]
+    found = [interpolate_many(table, at, roof) for table in tables]
+    times = np.stack([t for t, _ in found])
+    best = np.argmin(times, axis=0)                          # the faster table (the first of equals)
+    t = times[best, np.arange(len(at))]
+    out.seconds = out.seconds.copy()
+    out.seconds[valid] = np.maximum(t * repeat, t_sol[valid])
+    out.measured[valid] = True
+    if detail:
+        out.src, out.table, out.nearest = [f"bound / {DEFAULT_EFFICIENCY:g}"] * n, [""] * n, [""] * n
+        for j, p in enumerate(np.flatnonzero(valid)):
+            table, outside = tables[best[j]], found[best[j]][1][j]
+            where = " ".join(f"{a}={x:.0f}" for a, x in zip(table.axes, at[j])) + shape
+            out.src[p] = f"{table.name} ({table.source}) at {where}{', extrapolated' if outside else ''}"
+            out.table[p] = table.path
+            out.nearest[p] = nearest(table, tuple(at[j])) + shape
+    return out
 
 
 def member_ops(structure, phase: str) -> dict[str, str]:
@@ -478,28 +565,34 @@ def member_ops(structure, phase: str) -> dict[str, str]:
 
 
 def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict,
-                   keep=None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                   keep=None, detail: bool = False) -> tuple[np.ndarray, np.ndarray, dict | None]:
     """Per kept step (``keep``: indices into the program's steps, default all) and point
     (``batch``, ``seq``, ``ctx``: 1-D arrays of the points), point-major like the per-op table:
-    (expected seconds, measured?, source text). ``values``: the compiled program's evaluation at
-    those points (engine.deploy.cost: ``t_sol``, ``flops``, ``comm_bytes``, each (steps, points))."""
-    t_sol, flops, comm = values["t_sol"], values["flops"], values["comm_bytes"]
+    (expected seconds, measured?, with ``detail`` {src, table, nearest}: lists of text, else None).
+    ``values``: the compiled program's evaluation at those points (engine.deploy.cost: ``t_sol``,
+    ``flops``, ``comm_bytes``, each (steps, points)). Each step is looked up at all the points at
+    once (:func:`step_expected`): the grid asks this over every point of a structure."""
+    t_sol, flops, comm = (np.asarray(values[k], dtype=float) for k in ("t_sol", "flops", "comm_bytes"))
     s = plan.structure
     steps = s.programs[phase].steps
     keep = range(len(steps)) if keep is None else keep
     lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config, s.ev.bound)
     members = member_ops(s, phase)
     dims = [symbols.dim(n) for n in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
-    times, measured, sources = [], [], []
-    for p in range(len(batch)):
-        args = dict(zip(dims, (float(batch[p]), float(seq[p]), float(ctx[p]))))
-        args[KV_BYTES] = float(plan.kv_bytes)
-        for i in keep:
-            step = steps[i]
-            repeat = float(step.repeat) if step.repeat.is_number else None
-            t, m, src = step_expected(step, lookup, members, args, float(t_sol[i, p]), float(flops[i, p]), repeat,
-                                      float(comm[i, p]))
-            times.append(t)
-            measured.append(m)
-            sources.append(src)
-    return np.asarray(times), np.asarray(measured, dtype=bool), sources
+    n = len(batch)
+    args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
+    args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
+    found = []
+    for i in keep:
+        step = steps[i]
+        repeat = float(step.repeat) if step.repeat.is_number else None
+        found.append(step_expected(step, lookup, members, args, np.broadcast_to(t_sol[i], (n,)),
+                                   np.broadcast_to(flops[i], (n,)), repeat, np.broadcast_to(comm[i], (n,)), detail))
+    if not found:
+        return np.zeros(0), np.zeros(0, dtype=bool), ({"src": [], "table": [], "nearest": []} if detail else None)
+    times = np.stack([e.seconds for e in found], axis=1).reshape(-1)          # point-major
+    measured = np.stack([e.measured for e in found], axis=1).reshape(-1)
+    if not detail:
+        return times, measured, None
+    text = {k: [getattr(e, k)[p] for p in range(n) for e in found] for k in ("src", "table", "nearest")}
+    return times, measured, text

@@ -824,8 +824,10 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
     FLOPs and bytes, intensity) comes from :func:`_point_rows`, computed once per program pair and
     point set (with ``arrays`` those columns are its read-only arrays, shared by the GPU types that
     ask); only the times are this GPU's. ``tables`` (engine.deploy.measured.load_measured): add
-    each op's expected time ``t_expected_s``, whether a measured table gave it (``measured``) and
-    which (``expected_src``), engine.deploy.measured's rule."""
+    each op's expected time ``t_expected_s``, whether a measured table gave it (``measured``),
+    which (``expected_src``: its kernel, framework, version and source package at the op's point,
+    or the default efficiency; ``expected_table``: its file; ``expected_nearest``: the measured
+    values around the point), engine.deploy.measured's rule."""
     points = scenario if isinstance(scenario, list) else [scenario]
     compiled, (batch, seq, ctx), keep, one, v = _point_rows(plan, phase, points)
     values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
@@ -842,8 +844,9 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
 
     extra = {}
     if tables is not None:
-        t_exp, measured, src = expected_steps(plan, phase, batch, seq, ctx, tables, values, keep)
-        extra = {"t_expected_s": numbers(t_exp), "measured": numbers(measured), "expected_src": src}
+        t_exp, measured, text = expected_steps(plan, phase, batch, seq, ctx, tables, values, keep, detail=True)
+        extra = {"t_expected_s": numbers(t_exp), "measured": numbers(measured), "expected_src": text["src"],
+                 "expected_table": text["table"], "expected_nearest": text["nearest"]}
     return {
         "op_uid": label["op_uid"], "op_name": label["op_name"], "op": label["op"], "component": label["component"],
         "role": label["role"], "kind": label["kind"], "repeat": label["repeat"],
