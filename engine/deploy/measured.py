@@ -147,7 +147,7 @@ def _where(path: str, field: str) -> Where:
 def _load(root: Path, files: list[Path]) -> Tables:
     out: Tables = {}
     for path in files:
-        table = load_table(path, root.parent.parent)
+        table = _table_at(path, root.parent.parent)
         place = f"{folder(table.gpu)}/{table.framework}-{table.version}"
         if path.parent.relative_to(root).as_posix() != place:
             raise SpecError(_where(table.path, "gpu"), f"a {table.gpu} {table.framework} {table.version} table "
@@ -158,6 +158,21 @@ def _load(root: Path, files: list[Path]) -> Tables:
                             f"also {out[key].path}; keep one version per framework")
         out[key] = table
     return out
+
+
+_TABLES: dict[str, tuple[bytes, Table]] = {}      # path -> (its bytes, its table): each file parsed once
+
+
+def _table_at(path: Path, repo: Path) -> Table:
+    """:func:`load_table`, once per file content per process: the grid asks every GPU's tables
+    under each framework, and parsing them all costs seconds (a bad file raises every time; an
+    edited file is parsed again)."""
+    data = path.read_bytes()
+    key = f"{path.resolve()}|{repo.resolve()}"
+    found = _TABLES.get(key)
+    if found is None or found[0] != data:
+        found = _TABLES[key] = (data, load_table(path, repo))
+    return found[1]
 
 
 def load_table(path: Path, repo: Path) -> Table:
@@ -272,30 +287,42 @@ def _log_seconds(table: Table) -> np.ndarray:
 def _lower(table: Table, points: np.ndarray) -> list[np.ndarray]:
     """Per axis, the index of the measured value at or below each point's value (points inside
     the range; the last span's lower end at its top): ``searchsorted`` on the sorted axis."""
-    return [np.clip(np.searchsorted(v, points[:, d], side="right") - 1, 0, max(len(v) - 2, 0))
+    return [np.maximum(np.minimum(np.searchsorted(v, points[:, d], side="right") - 1, len(v) - 2), 0)
             for d, v in enumerate(table.values)]
+
+
+_CORNERS: dict[int, np.ndarray] = {}      # axes -> (2^axes, axes) of 0/1: each corner's side per axis
 
 
 def _inside(table: Table, points: np.ndarray) -> np.ndarray:
     """Log time at points inside the grid (``points``: (P, axes)): multilinear in log time over
-    log axis values between the 2^axes corners of each point's cell, all points at once."""
-    logs = _log_seconds(table)
-    lo, weights = _lower(table, points), []
+    log axis values, the sum over the 2^axes corners of each point's cell of the corner's log time
+    x the product over axes of its weight (f on the upper side, 1 - f on the lower), all points
+    and corners at once."""
+    axes = len(table.values)
+    bits = _CORNERS.get(axes)
+    if bits is None:
+        bits = _CORNERS[axes] = (np.arange(1 << axes)[:, None] >> np.arange(axes)) & 1
+    lo = _lower(table, points)
+    frac = np.empty(points.shape)
+    index = []
     for d, (i, v) in enumerate(zip(lo, table.values)):
         if len(v) == 1:                           # a one-value axis: its only value
-            weights.append(np.zeros(len(points)))
+            frac[:, d] = 0.0
+            index.append(np.broadcast_to(i[:, None], (len(i), len(bits))))
             continue
         lv = np.log(v)
-        weights.append((np.log(points[:, d]) - lv[i]) / (lv[i + 1] - lv[i]))
-    log_t = np.zeros(len(points))
-    for corner in range(1 << len(lo)):
-        w, index = 1.0, []
-        for d, (i, f) in enumerate(zip(lo, weights)):
-            up = (corner >> d) & 1 and len(table.values[d]) > 1
-            w = w * (f if up else 1.0 - f)
-            index.append(i + 1 if up else i)
-        log_t = log_t + w * logs[tuple(index)]
-    return log_t
+        frac[:, d] = (np.log(points[:, d]) - lv[i]) / (lv[i + 1] - lv[i])
+        index.append(i[:, None] + bits[:, d])
+    weights = np.where(bits[None, :, :] == 1, frac[:, None, :], 1.0 - frac[:, None, :]).prod(axis=2)
+    return (weights * _log_seconds(table)[tuple(index)]).sum(axis=1)
+
+
+def _clamped(table: Table, points: np.ndarray) -> np.ndarray:
+    """``points`` each clamped into the measured range of each axis."""
+    low = np.array([v[0] for v in table.values])
+    high = np.array([v[-1] for v in table.values])
+    return np.minimum(np.maximum(points, low), high)
 
 
 def interpolate_many(table: Table, points, roof: Callable) -> tuple[np.ndarray, np.ndarray]:
@@ -309,7 +336,7 @@ def interpolate_many(table: Table, points, roof: Callable) -> tuple[np.ndarray, 
     overhead-dominated edge point does not scale like the work) and never gets faster with more
     work. Axes outside add their log steps."""
     x = np.atleast_2d(np.asarray(points, dtype=float))
-    clamped = np.column_stack([np.clip(x[:, d], v[0], v[-1]) for d, v in enumerate(table.values)])
+    clamped = _clamped(table, x)
     at_clamped = _inside(table, clamped)
     log_t = at_clamped.copy()
     outside = np.zeros(len(x), dtype=bool)
@@ -340,12 +367,11 @@ def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple
 def nearest(table: Table, point: tuple[float, ...]) -> str:
     """The measured values around one point, per axis (its value on the grid, the two values it
     lies between, or the edge it continues from): e.g. ``m 64..128 n 4096 k 4096``."""
-    x = np.asarray([point], dtype=float)
-    clamped = np.column_stack([np.clip(x[:, d], v[0], v[-1]) for d, v in enumerate(table.values)])
     parts = []
-    for name, v, i, c in zip(table.axes, table.values, _lower(table, clamped), clamped[0]):
-        i = int(i[0])
-        ends = [c] if c in (v[i], v[min(i + 1, len(v) - 1)]) else [v[i], v[i + 1]]
+    for name, v, x in zip(table.axes, table.values, point):
+        c = min(max(float(x), v[0]), v[-1])
+        i = int(np.searchsorted(v, c))                  # v[i] >= c
+        ends = [c] if v[i] == c else [v[i - 1], v[i]]
         parts.append(f"{name} " + "..".join(f"{e:g}" for e in ends))
     return " ".join(parts)
 
@@ -564,35 +590,64 @@ def member_ops(structure, phase: str) -> dict[str, str]:
     return {s.uid: s.op for s in structure.unfused[phase].steps}
 
 
+_COVERED: dict[tuple, tuple] = {}
+
+
+def _covered(plan, phase: str, lookup: Lookup, members: dict, keep) -> list[int]:
+    """The positions in ``keep`` of the steps a table may cover (a kernel class with a table of
+    this GPU and framework: the others are bound / the default efficiency at every point), once
+    per program, GPU, framework, KV dtype and config (the grid asks the same again and again)."""
+    steps = plan.structure.programs[phase].steps
+    key = (id(steps), id(lookup.tables), lookup.gpu.key, lookup.framework, phase, lookup.kv_dtype,
+           lookup.config, tuple(keep))
+    found = _COVERED.get(key)
+    if found is None or found[0] is not steps or found[1] is not lookup.tables:
+        if len(_COVERED) > 20_000:
+            _COVERED.clear()
+        out = []
+        for j, i in enumerate(keep):
+            step = steps[i]
+            kernel = kernel_of(step, members, phase) if step.repeat.is_number else ""
+            if kernel and any(k[0] == lookup.gpu.key and k[2] == kernel for k in lookup.tables):
+                out.append(j)
+        found = _COVERED[key] = (steps, lookup.tables, out)
+    return found[2]
+
+
 def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict,
                    keep=None, detail: bool = False) -> tuple[np.ndarray, np.ndarray, dict | None]:
     """Per kept step (``keep``: indices into the program's steps, default all) and point
     (``batch``, ``seq``, ``ctx``: 1-D arrays of the points), point-major like the per-op table:
     (expected seconds, measured?, with ``detail`` {src, table, nearest}: lists of text, else None).
     ``values``: the compiled program's evaluation at those points (engine.deploy.cost: ``t_sol``,
-    ``flops``, ``comm_bytes``, each (steps, points)). Each step is looked up at all the points at
-    once (:func:`step_expected`): the grid asks this over every point of a structure."""
-    t_sol, flops, comm = (np.asarray(values[k], dtype=float) for k in ("t_sol", "flops", "comm_bytes"))
+    ``flops``, ``comm_bytes``, each (steps, points)). Each step a table may cover is looked up at
+    all the points at once (:func:`step_expected`); every other step is its bound / the default
+    efficiency (the grid asks this over every point of a structure)."""
     s = plan.structure
     steps = s.programs[phase].steps
-    keep = range(len(steps)) if keep is None else keep
-    lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config, s.ev.bound)
-    members = member_ops(s, phase)
-    dims = [symbols.dim(n) for n in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
+    keep = list(range(len(steps)) if keep is None else keep)
     n = len(batch)
-    args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
-    args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
-    found = []
-    for i in keep:
-        step = steps[i]
-        repeat = float(step.repeat) if step.repeat.is_number else None
-        found.append(step_expected(step, lookup, members, args, np.broadcast_to(t_sol[i], (n,)),
-                                   np.broadcast_to(flops[i], (n,)), repeat, np.broadcast_to(comm[i], (n,)), detail))
-    if not found:
-        return np.zeros(0), np.zeros(0, dtype=bool), ({"src": [], "table": [], "nearest": []} if detail else None)
-    times = np.stack([e.seconds for e in found], axis=1).reshape(-1)          # point-major
-    measured = np.stack([e.measured for e in found], axis=1).reshape(-1)
-    if not detail:
-        return times, measured, None
-    text = {k: [getattr(e, k)[p] for p in range(n) for e in found] for k in ("src", "table", "nearest")}
-    return times, measured, text
+    t_sol, flops, comm = (np.broadcast_to(np.asarray(values[k], dtype=float)[keep], (len(keep), n))
+                          for k in ("t_sol", "flops", "comm_bytes"))
+    times = t_sol / DEFAULT_EFFICIENCY                          # (kept steps, points)
+    measured = np.zeros(times.shape, dtype=bool)
+    fallback = f"bound / {DEFAULT_EFFICIENCY:g}"
+    text = {k: [[fallback if k == "src" else ""] * n for _ in keep] for k in ("src", "table", "nearest")} \
+        if detail else None
+    lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config, s.ev.bound)
+    members = member_ops(s, phase) if tables else {}
+    covered = _covered(plan, phase, lookup, members, keep) if tables else []
+    if covered:
+        dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
+        args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
+        args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
+        times = times.copy()
+        for j in covered:
+            step = steps[keep[j]]
+            e = step_expected(step, lookup, members, args, t_sol[j], flops[j], float(step.repeat), comm[j], detail)
+            times[j], measured[j] = e.seconds, e.measured
+            if detail:
+                text["src"][j], text["table"][j], text["nearest"][j] = e.src, e.table, e.nearest
+    if detail:      # point-major, as the times
+        text = {k: [rows[j][p] for p in range(n) for j in range(len(keep))] for k, rows in text.items()}
+    return times.T.reshape(-1), measured.T.reshape(-1), text
