@@ -237,9 +237,9 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         s = structure(config, domain, framework, gpu, regimes)
         plan = Plan(s, gpu, kv_dtype)
         scenarios = [Scenario(b, inp, out_len) for b, inp, out_len in points]
-        tables = _tables(measured, gpu_key, framework)
+        kernels = _measured_tables(measured, gpu_key, framework)       # measured kernels (`tables`: the fusion tables)
         for phase in PHASES:
-            columns = op_rows_columns(plan, phase, scenarios, arrays=True, tables=tables)
+            columns = op_rows_columns(plan, phase, scenarios, arrays=True, tables=kernels)
             rows = len(columns["op_uid"])
             per_point = rows // len(scenarios)
             key = {"model_id": ev.model.model_id, "gpu": gpu_key, "n_gpus": config.n_gpus,
@@ -263,7 +263,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     return deployments, ops, total
 
 
-def _tables(measured: dict, gpu_key: str, framework: str) -> dict:
+def _measured_tables(measured: dict, gpu_key: str, framework: str) -> dict:
     """The measured tables the deploy command reads for this GPU and framework, read once per model
     (``measured``: (GPU, framework) -> tables)."""
     found = measured.get((gpu_key, framework))
@@ -277,14 +277,14 @@ def _expected(calls: list[tuple], buckets: list[dict], gpus: dict, measured: dic
     points (:func:`engine.deploy.sol.expected_phase_times_many`, every call of the model at once):
     each (GPU, KV dtype) of a bucket's points with its own measured tables (the deploy command's
     lookup: that GPU's under the structure's framework; a GPU without any: bound / the default
-    efficiency; :func:`_tables`), gathered back in the points' order."""
+    efficiency; :func:`_measured_tables`), gathered back in the points' order."""
     asked, where = [], []
     for c, (call, points) in enumerate(zip(calls, buckets)):
         s = call[0]
         gpu_of, kv_of = np.array(points["gpu"]), np.array(points["kv_dtype"])
         batch, inp, out_len = call[3], call[4], call[5]
         for gpu_key in dict.fromkeys(points["gpu"]):
-            tables = _tables(measured, gpu_key, s.options.framework)
+            tables = _measured_tables(measured, gpu_key, s.options.framework)
             for kv_dtype in dict.fromkeys(points["kv_dtype"]):
                 mine = np.flatnonzero((gpu_of == gpu_key) & (kv_of == kv_dtype))
                 if len(mine):
