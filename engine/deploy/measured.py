@@ -390,7 +390,8 @@ def _at(expr, args: dict) -> np.ndarray:
             _FUNCS.clear()
         f = _FUNCS[expr] = symbols.checked_lambdify(ARGS, expr, modules="numpy")
     n = len(args[ARGS[0]])
-    return np.broadcast_to(np.asarray(f(*(args[a] for a in ARGS)), dtype=float), (n,))
+    value = np.asarray(f(*(args[a] for a in ARGS)), dtype=float)
+    return value if value.shape == (n,) else np.broadcast_to(value, (n,))
 
 
 def _linear(step, member_ops: dict) -> bool:
@@ -510,26 +511,39 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
     return found
 
 
+def _roof(key: tuple) -> Callable:
+    """The roofline of a lookup by its key (:func:`_ask`): ("gemm", peak, HBM bytes/s, element
+    bytes), (kernel,) for a collective, an attention kernel or the MoE layer (its tokens)."""
+    if key[0] == "gemm":
+        return gemm_roof(*key[1:])
+    if key[0].endswith("_attention"):
+        return attention_roof(key[0])
+    if key[0] == "moe":
+        return lambda tokens: tokens        # work grows with the tokens at most linearly
+    return collective_roof(key[0])
+
+
 @dataclass
-class Expected:
-    """Per point of one step: its expected seconds, whether a table gave them; with ``detail``
-    also the source text, the table file and the measured values around the point (each ""
-    where no table covers it)."""
+class Ask:
+    """One step's lookups: at its points ``at`` (rows of ``points``) in each of ``tables`` under the
+    roofline ``roof``; :func:`resolve` fills ``found`` (per table: seconds, outside?)."""
 
-    seconds: np.ndarray
-    measured: np.ndarray
-    src: list | None = None
-    table: list | None = None
-    nearest: list | None = None
+    row: int                            # the step's row in its Gathered
+    at: np.ndarray                      # indices of the points a table covers
+    points: np.ndarray                  # (len(at), axes): the step's point on the tables' axes
+    tables: list
+    roof: tuple
+    repeat: float
+    shape: str                          # an MoE table's key, as text
+    found: list = None
 
 
-def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, flops: np.ndarray,
-                  repeat: float | None, comm: np.ndarray, detail: bool = False) -> Expected:
-    """The step's expected time at every point (``args``: symbol -> 1-D array of the points;
-    ``t_sol``, ``flops``, ``comm``: the step's bound, FLOPs and link bytes over its calls there),
-    one interpolation per table over all the points at once (:func:`interpolate_many`)."""
+def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, flops: np.ndarray,
+         repeat: float | None, comm: np.ndarray, row: int) -> Ask | None:
+    """The step's lookups at every point (``args``: symbol -> 1-D array of the points; ``t_sol``,
+    ``flops``, ``comm``: the step's bound, FLOPs and link bytes over its calls there), by the
+    module's rule; None where no table covers it at any point."""
     n = len(t_sol)
-    out = Expected(t_sol / DEFAULT_EFFICIENCY, np.zeros(n, dtype=bool))
     tables, point, shape = [], None, ""
     kernel = kernel_of(step, member_ops, lookup.phase) if repeat else ""
     valid = t_sol > 0
@@ -538,51 +552,119 @@ def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.
         if found is not None:                   # attention: the table of its head size and KV dtype
             point, applies = found
             valid = valid & applies
-            roof = attention_roof(kernel)
+            roof = (kernel,)
             tables = _tables_for(lookup, kernel, f"{float(step.dims['d_head']):g}")
     elif kernel == "moe":                       # the layer's tokens: one attention replica's x dp_attn
         point = (args[BATCH] * args[SEQ],)
-        roof = lambda tokens: tokens            # noqa: E731  (work grows with the tokens at most linearly)
+        roof = ("moe",)
         key = _moe_key(lookup.bound or {}, lookup.config) or ()
         shape = " " + " ".join(f"{k}={v}" for k, v in zip(KEYED["moe"], key))
         tables = _tables_for(lookup, kernel, lookup.gpu.compute_dtype(step.compute_dtype))
     elif kernel == "gemm":
         dtype = lookup.gpu.compute_dtype(step.compute_dtype)
         point = _gemm_shape(step, args, flops / repeat)
-        roof = gemm_roof(lookup.gpu.peak_flops(step.compute_dtype), lookup.gpu.hbm_bytes_per_s,
-                         1.0 if dtype == "fp8" else 2.0)
+        roof = ("gemm", lookup.gpu.peak_flops(step.compute_dtype), lookup.gpu.hbm_bytes_per_s,
+                1.0 if dtype == "fp8" else 2.0)
         tables = _tables_for(lookup, kernel, dtype)
     elif kernel:
-        roof = collective_roof(kernel)
+        roof = (kernel,)
         # the message: what a collective step writes; a fused one (all-reduce + norm) also
         # writes its norm's output, so its link bytes over the algorithm's share
-        size = _at(step.written, args) if step.kind == "comm" else comm / repeat / roof(step.ranks, 1.0)
+        size = _at(step.written, args) if step.kind == "comm" else comm / repeat / _roof(roof)(step.ranks, 1.0)
         point = (np.full(n, float(step.ranks)), size)
         tables = _tables_for(lookup, kernel, "")
-    if tables:
-        points = np.column_stack(point)
-        valid = valid & (points.min(axis=1) > 0)            # an empty shape: no lookup
-    if not tables or not valid.any():
-        if detail:
-            out.src, out.table, out.nearest = [f"bound / {DEFAULT_EFFICIENCY:g}"] * n, [""] * n, [""] * n
+    if not tables:
+        return None
+    points = np.column_stack(point)
+    at = np.flatnonzero(valid & (points.min(axis=1) > 0))   # an empty shape: no lookup
+    if not len(at):
+        return None
+    return Ask(row, at, points[at], tables, roof, repeat, shape)
+
+
+def resolve(asks: list[Ask]) -> None:
+    """Interpolate every ask's points, each table once over the points of all the asks that read it
+    under one roofline (:func:`interpolate_many`): the grid gathers thousands of asks of a few
+    dozen points each, and an interpolation's cost is mostly per call."""
+    by_table: dict[tuple, list] = {}
+    for a in asks:
+        a.found = [None] * len(a.tables)
+        for i, table in enumerate(a.tables):
+            by_table.setdefault((id(table), a.roof), (table, []))[1].append((a, i))
+    for (_, roof), (table, users) in by_table.items():
+        t, outside = interpolate_many(table, np.concatenate([a.points for a, _ in users]), _roof(roof))
+        start = 0
+        for a, i in users:
+            cut = slice(start, start + len(a.points))
+            a.found[i] = (t[cut], outside[cut])
+            start += len(a.points)
+
+
+@dataclass
+class Gathered:
+    """One program's expected times over its points before the lookups are resolved: every step
+    at its bound / :data:`DEFAULT_EFFICIENCY`, ``asks`` the lookups of the steps a table covers."""
+
+    times: np.ndarray                   # (kept steps, points)
+    measured: np.ndarray
+    t_sol: np.ndarray
+    asks: list
+
+
+def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep=None) -> Gathered:
+    """The lookups of a program's kept steps (``keep``: indices into its steps, default all) at the
+    points (``batch``, ``seq``, ``ctx``: 1-D arrays), each step a table may cover at all the points
+    at once; ``values``: the compiled program's evaluation there (engine.deploy.cost: ``t_sol``,
+    ``flops``, ``comm_bytes``, each (steps, points))."""
+    s = plan.structure
+    steps = s.programs[phase].steps
+    keep = list(range(len(steps)) if keep is None else keep)
+    n = len(batch)
+    t_sol, flops, comm = (_rows(values[k], keep, n) for k in ("t_sol", "flops", "comm_bytes"))
+    out = Gathered(t_sol / DEFAULT_EFFICIENCY, np.zeros((len(keep), n), dtype=bool), t_sol, [])
+    if not tables:
         return out
-    at = points[valid]
-    found = [interpolate_many(table, at, roof) for table in tables]
-    times = np.stack([t for t, _ in found])
-    best = np.argmin(times, axis=0)                          # the faster table (the first of equals)
-    t = times[best, np.arange(len(at))]
-    out.seconds = out.seconds.copy()
-    out.seconds[valid] = np.maximum(t * repeat, t_sol[valid])
-    out.measured[valid] = True
-    if detail:
-        out.src, out.table, out.nearest = [f"bound / {DEFAULT_EFFICIENCY:g}"] * n, [""] * n, [""] * n
-        for j, p in enumerate(np.flatnonzero(valid)):
-            table, outside = tables[best[j]], found[best[j]][1][j]
-            where = " ".join(f"{a}={x:.0f}" for a, x in zip(table.axes, at[j])) + shape
-            out.src[p] = f"{table.name} ({table.source}) at {where}{', extrapolated' if outside else ''}"
-            out.table[p] = table.path
-            out.nearest[p] = nearest(table, tuple(at[j])) + shape
+    lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config, s.ev.bound)
+    members = member_ops(s, phase)
+    covered = _covered(plan, phase, lookup, members, keep)
+    if covered:
+        dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
+        args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
+        args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
+        for j in covered:
+            step = steps[keep[j]]
+            a = _ask(step, lookup, members, args, t_sol[j], flops[j], float(step.repeat), comm[j], j)
+            if a is not None:
+                out.asks.append(a)
     return out
+
+
+def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, dict | None]:
+    """A gathered program's expected times once :func:`resolve` ran: at a covered point the faster
+    table's time x calls, never below the step's bound; point-major (expected seconds, measured?,
+    with ``detail`` {src, table, nearest}: per row the source text, the table file and the
+    measured points around the point, "" or ``bound / 0.7`` where no table covers it)."""
+    times, measured = g.times.copy(), g.measured
+    k, n = times.shape
+    fallback = f"bound / {DEFAULT_EFFICIENCY:g}"
+    text = {key: [[fallback if key == "src" else ""] * n for _ in range(k)] for key in ("src", "table", "nearest")} \
+        if detail else None
+    for a in g.asks:
+        t_all = np.stack([t for t, _ in a.found])
+        best = np.argmin(t_all, axis=0)                     # the faster table (the first of equals)
+        t = t_all[best, np.arange(len(a.at))]
+        times[a.row, a.at] = np.maximum(t * a.repeat, g.t_sol[a.row, a.at])
+        measured[a.row, a.at] = True
+        if detail:
+            for j, p in enumerate(a.at.tolist()):
+                table, outside = a.tables[best[j]], a.found[best[j]][1][j]
+                where = " ".join(f"{ax}={x:.0f}" for ax, x in zip(table.axes, a.points[j])) + a.shape
+                text["src"][a.row][p] = f"{table.name} ({table.source}) at {where}{', extrapolated' if outside else ''}"
+                text["table"][a.row][p] = table.path
+                text["nearest"][a.row][p] = nearest(table, tuple(a.points[j])) + a.shape
+    if detail:      # point-major, as the times
+        text = {key: [rows[j][p] for p in range(n) for j in range(k)] for key, rows in text.items()}
+    return times.T.reshape(-1), measured.T.reshape(-1), text
 
 
 def member_ops(structure, phase: str) -> dict[str, str]:
@@ -597,11 +679,12 @@ def _covered(plan, phase: str, lookup: Lookup, members: dict, keep) -> list[int]
     """The positions in ``keep`` of the steps a table may cover (a kernel class with a table of
     this GPU and framework: the others are bound / the default efficiency at every point), once
     per program, GPU, framework, KV dtype and config (the grid asks the same again and again)."""
-    steps = plan.structure.programs[phase].steps
-    key = (id(steps), id(lookup.tables), lookup.gpu.key, lookup.framework, phase, lookup.kv_dtype,
-           lookup.config, tuple(keep))
+    program = plan.structure.programs[phase]
+    steps = program.steps
+    key = (id(program), id(lookup.tables), lookup.gpu.key, lookup.framework, phase, lookup.kv_dtype,
+           lookup.config, len(keep), keep[0] if keep else -1, keep[-1] if keep else -1)
     found = _COVERED.get(key)
-    if found is None or found[0] is not steps or found[1] is not lookup.tables:
+    if found is None or found[0] is not program or found[1] is not lookup.tables or found[3] != keep:
         if len(_COVERED) > 20_000:
             _COVERED.clear()
         out = []
@@ -610,8 +693,14 @@ def _covered(plan, phase: str, lookup: Lookup, members: dict, keep) -> list[int]
             kernel = kernel_of(step, members, phase) if step.repeat.is_number else ""
             if kernel and any(k[0] == lookup.gpu.key and k[2] == kernel for k in lookup.tables):
                 out.append(j)
-        found = _COVERED[key] = (steps, lookup.tables, out)
+        found = _COVERED[key] = (program, lookup.tables, out, list(keep))
     return found[2]
+
+
+def _rows(value, keep: list[int], n: int) -> np.ndarray:
+    """The kept steps' rows of an evaluation (steps, points) over the ``n`` points."""
+    rows = np.asarray(value, dtype=float)[keep]
+    return rows if rows.shape == (len(keep), n) else np.broadcast_to(rows, (len(keep), n))
 
 
 def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict,
@@ -620,34 +709,9 @@ def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, values: di
     (``batch``, ``seq``, ``ctx``: 1-D arrays of the points), point-major like the per-op table:
     (expected seconds, measured?, with ``detail`` {src, table, nearest}: lists of text, else None).
     ``values``: the compiled program's evaluation at those points (engine.deploy.cost: ``t_sol``,
-    ``flops``, ``comm_bytes``, each (steps, points)). Each step a table may cover is looked up at
-    all the points at once (:func:`step_expected`); every other step is its bound / the default
-    efficiency (the grid asks this over every point of a structure)."""
-    s = plan.structure
-    steps = s.programs[phase].steps
-    keep = list(range(len(steps)) if keep is None else keep)
-    n = len(batch)
-    t_sol, flops, comm = (np.broadcast_to(np.asarray(values[k], dtype=float)[keep], (len(keep), n))
-                          for k in ("t_sol", "flops", "comm_bytes"))
-    times = t_sol / DEFAULT_EFFICIENCY                          # (kept steps, points)
-    measured = np.zeros(times.shape, dtype=bool)
-    fallback = f"bound / {DEFAULT_EFFICIENCY:g}"
-    text = {k: [[fallback if k == "src" else ""] * n for _ in keep] for k in ("src", "table", "nearest")} \
-        if detail else None
-    lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config, s.ev.bound)
-    members = member_ops(s, phase) if tables else {}
-    covered = _covered(plan, phase, lookup, members, keep) if tables else []
-    if covered:
-        dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
-        args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
-        args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
-        times = times.copy()
-        for j in covered:
-            step = steps[keep[j]]
-            e = step_expected(step, lookup, members, args, t_sol[j], flops[j], float(step.repeat), comm[j], detail)
-            times[j], measured[j] = e.seconds, e.measured
-            if detail:
-                text["src"][j], text["table"][j], text["nearest"][j] = e.src, e.table, e.nearest
-    if detail:      # point-major, as the times
-        text = {k: [rows[j][p] for p in range(n) for j in range(len(keep))] for k, rows in text.items()}
-    return times.T.reshape(-1), measured.T.reshape(-1), text
+    ``flops``, ``comm_bytes``, each (steps, points)). :func:`gather`, :func:`resolve` and
+    :func:`finish` of one program; the build runs the three over many programs at once
+    (engine.deploy.sol.expected_phase_times_many), the same arithmetic per point."""
+    g = gather(plan, phase, batch, seq, ctx, tables, values, keep)
+    resolve(g.asks)
+    return finish(g, detail)

@@ -52,7 +52,7 @@ from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES,
                                      option_where, prefill_program_batch, prefill_steps, program_batch,
                                      requests_per_replica, step_tokens)
 from engine.deploy.hardware import GPU
-from engine.deploy.measured import expected_steps, load_measured
+from engine.deploy.measured import expected_steps, finish, gather, load_measured, resolve
 from engine.spec.errors import SpecError
 
 
@@ -602,8 +602,9 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     with each program looked up once over the points of every plan that runs it on one GPU, KV
     dtype, framework, config and table set (the grid's buckets of one structure and their
     sibling structures ask the same programs over a few dozen points each; a lookup's cost is
-    mostly per call). Every number is per-point arithmetic, so each plan gets the floats its own
-    call gives."""
+    mostly per call): every program's lookups are gathered first and each measured table is
+    interpolated once over all of them (engine.deploy.measured.gather / resolve / finish). Every
+    number is per-point arithmetic, so each plan gets the floats its own call gives."""
     groups: dict[tuple, tuple] = {}
     for i, (plan, batch, input_len, output_len, tables) in enumerate(asked):
         structure = plan.structure
@@ -620,12 +621,15 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
             runs = groups.setdefault(key, (plan, phase, compiled, tables, []))[4]
             for half in halves:
                 runs.append((i, name, half, b / 2 if half else b, seq, ctx, shape))
-    found: dict[tuple, dict] = {}
+    # every program's lookups first, then each table interpolated once over all of them
+    gathered = []
     for plan, phase, compiled, tables, runs in groups.values():
         b, seq, ctx = (np.concatenate([r[k] for r in runs]) for k in (3, 4, 5))
-        v = compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes)
-        times, _, _ = expected_steps(plan, phase, b, seq, ctx, tables, v)
-        times = times.reshape(len(b), -1)                              # point-major: each point's steps
+        gathered.append(gather(plan, phase, b, seq, ctx, tables, compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes)))
+    resolve([a for g in gathered for a in g.asks])
+    found: dict[tuple, dict] = {}
+    for (plan, phase, compiled, tables, runs), g in zip(groups.values(), gathered):
+        times = finish(g)[0].reshape(g.times.shape[1], -1)            # point-major: each point's steps
         comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps], dtype=bool)
         total, stream = times.sum(axis=1), times[:, comm].sum(axis=1)
         start = 0
