@@ -86,17 +86,23 @@ def test_a_falling_edge_stays_flat(tmp_path):
     assert interpolate(table, (2, 1e7), collective_roof("all_reduce"))[0] * 1e6 == pytest.approx(8)
 
 
-def test_gemm_extrapolation_clipped_to_the_roofline(tmp_path):
-    """A 2 x 2 x 2 GEMM table. At n = k = 8192 the last m span 1024 -> 2048 went 400 -> 1200 µs
-    (slope ln 3 / ln 2 = 1.58); the roofline on 1000 TFLOP/s, 3 TB/s, 2-byte elements is
-    compute-bound at both (m 1024: 2mnk / peak = 0.137 ms against (mk + nk + mn) 2 / bw = 0.056 ms;
-    m 2048: 0.275 against 0.067 ms), slope 1: clipped, so m 4096 takes 1200 x 2."""
+def _gemm_table(tmp_path):
+    """The 2 x 2 x 2 GEMM table of the hand computations: m [1024, 2048] x n [4096, 8192] x k
+    [4096, 8192], µs per row (m, n) over k: [100, 200], [300, 400], [500, 600], [700, 1200]."""
     root = tmp_path / "gpus" / "measured"
     write_table(root, [[100, 200], [300, 400], [500, 600], [700, 1200]], kernel="gemm", variant="bf16",
                 framework="vllm", version="0.24.0",
                 axes=[{"name": "m", "values": [1024, 2048]}, {"name": "n", "values": [4096, 8192]},
                       {"name": "k", "values": [4096, 8192]}])
-    table = load_measured(root)[("H100", "vllm", "gemm", "bf16")]
+    return load_measured(root)[("H100", "vllm", "gemm", "bf16")]
+
+
+def test_gemm_extrapolation_clipped_to_the_roofline(tmp_path):
+    """A 2 x 2 x 2 GEMM table. At n = k = 8192 the last m span 1024 -> 2048 went 400 -> 1200 µs
+    (slope ln 3 / ln 2 = 1.58); the roofline on 1000 TFLOP/s, 3 TB/s, 2-byte elements is
+    compute-bound at both (m 1024: 2mnk / peak = 0.137 ms against (mk + nk + mn) 2 / bw = 0.056 ms;
+    m 2048: 0.275 against 0.067 ms), slope 1: clipped, so m 4096 takes 1200 x 2."""
+    table = _gemm_table(tmp_path)
     roof = gemm_roof(1000e12, 3e12, 2.0)
     t, outside = interpolate(table, (4096, 8192, 8192), roof)
     assert outside and t * 1e6 == pytest.approx(1200 * 2)
@@ -111,12 +117,7 @@ def test_vectorized_lookup_hand_values(tmp_path):
     2^3 corners of each point's cell), each against log interpolation worked by hand on the
     2 x 2 x 2 GEMM table m [1024, 2048] x n [4096, 8192] x k [4096, 8192], µs (row (m, n), k):
     (1024, 4096): [100, 200], (1024, 8192): [300, 400], (2048, 4096): [500, 600], (2048, 8192): [700, 1200]."""
-    root = tmp_path / "gpus" / "measured"
-    write_table(root, [[100, 200], [300, 400], [500, 600], [700, 1200]], kernel="gemm", variant="bf16",
-                framework="vllm", version="0.24.0",
-                axes=[{"name": "m", "values": [1024, 2048]}, {"name": "n", "values": [4096, 8192]},
-                      {"name": "k", "values": [4096, 8192]}])
-    table = load_measured(root)[("H100", "vllm", "gemm", "bf16")]
+    table = _gemm_table(tmp_path)
     r = 2 ** 0.5                       # halfway in log between two powers of two
     points = [
         (2048, 4096, 4096),            # a grid corner: 500
