@@ -212,6 +212,30 @@ def ops_rows(results: Results, model_id: str) -> pl.DataFrame:
     return results.ops.filter(pl.col("model_id") == model_id).collect()
 
 
+#: The per-op point key of :func:`expected_ops` (the deploy page's selection: static/js/deploy.js).
+EXPECTED_KEY = ("gpu", "n_gpus", "config", "framework", "kv_dtype", "batch", "input_len", "output_len")
+
+
+def expected_ops(results: Results, model_id: str) -> dict[str, dict[str, list]]:
+    """The deploy page's expected time per op at the grid's per-op points (ops.parquet's decode
+    rows): ``"gpu|n_gpus|config|framework|kv_dtype|batch|input_len|output_len"`` -> op uid ->
+    [t_expected_s, tooltip]; the tooltip says the measured source as the results store it (the
+    table's kernel, framework and version at the op's point, its file, the measured points around
+    it) or ``no measurement: bound / 0.7``. Empty for results built before the expected columns."""
+    if "t_expected_s" not in results.ops.collect_schema().names():
+        return {}
+    rows = (results.ops.filter((pl.col("model_id") == model_id) & (pl.col("phase") == "decode"))
+            .select(*EXPECTED_KEY, "op_uid", "t_expected_s", "measured", "expected_src", "expected_table",
+                    "expected_nearest").collect())
+    out: dict[str, dict[str, list]] = {}
+    for r in rows.iter_rows(named=True):
+        key = "|".join(str(r[k]) for k in EXPECTED_KEY)
+        tip = (f"measured: {r['expected_src']}; table {r['expected_table']}; measured points around it: "
+               f"{r['expected_nearest']}" if r["measured"] else f"no measurement: {r['expected_src']}")
+        out.setdefault(key, {})[r["op_uid"]] = [r["t_expected_s"], tip]
+    return out
+
+
 def deploy_formulas(results: Results, model_id: str) -> dict | None:
     """The model's formula document (``formulas/<org--name>.json``, engine/build/deploy_export.py), or
     None for results built before it existed."""

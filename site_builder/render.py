@@ -38,6 +38,7 @@ from engine.spec.errors import SpecError, Where
 from site_builder import charts, graph_svg, graphs, sizing
 from site_builder import downloads, landscape
 from site_builder.data import (Results, compact_json, config_twins, deploy_formulas, deployment_options, deployment_rows,
+                               expected_ops,
                                gallery_index, lineages, read_json, slug, split_formulas, trait_index)
 from site_builder.graph_svg import diff_graphs, render_svg, svg_size
 
@@ -639,6 +640,9 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
                     "twins": config_twins(results, model_id),
                     "best_per_gpu": per_gpu.to_dicts(), "grid": grid, "model": model,
                     "output_len": int(decode["output_len"].min()) if decode.height else 0})
+    # each op's expected time and its measured source at the grid's per-op points (ops.parquet), for the
+    # per-op table: fetched when a selection is one of those points
+    site.gzip_json(f"data/deploy/{name}/expected.json.gz", expected_ops(results, model_id))
     # the bar charts' heights: the most bars one selection can show (GPU types; configs per GPU type and count)
     # (the specs and texts every deploy page shares are in DEPLOY_SHARED, fetched once)
     specs = charts.deployment_specs(

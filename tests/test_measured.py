@@ -12,7 +12,7 @@ import yaml
 
 from engine.deploy import Scenario
 from engine.deploy.measured import (DEFAULT_EFFICIENCY, MAX_POINTS, collective_roof, gemm_roof, interpolate,
-                                    load_measured)
+                                    interpolate_many, load_measured, nearest)
 from engine.spec.errors import SpecError
 
 from tests.conftest import REPO
@@ -86,17 +86,23 @@ def test_a_falling_edge_stays_flat(tmp_path):
     assert interpolate(table, (2, 1e7), collective_roof("all_reduce"))[0] * 1e6 == pytest.approx(8)
 
 
-def test_gemm_extrapolation_clipped_to_the_roofline(tmp_path):
-    """A 2 x 2 x 2 GEMM table. At n = k = 8192 the last m span 1024 -> 2048 went 400 -> 1200 µs
-    (slope ln 3 / ln 2 = 1.58); the roofline on 1000 TFLOP/s, 3 TB/s, 2-byte elements is
-    compute-bound at both (m 1024: 2mnk / peak = 0.137 ms against (mk + nk + mn) 2 / bw = 0.056 ms;
-    m 2048: 0.275 against 0.067 ms), slope 1: clipped, so m 4096 takes 1200 x 2."""
+def _gemm_table(tmp_path):
+    """The 2 x 2 x 2 GEMM table of the hand computations: m [1024, 2048] x n [4096, 8192] x k
+    [4096, 8192], µs per row (m, n) over k: [100, 200], [300, 400], [500, 600], [700, 1200]."""
     root = tmp_path / "gpus" / "measured"
     write_table(root, [[100, 200], [300, 400], [500, 600], [700, 1200]], kernel="gemm", variant="bf16",
                 framework="vllm", version="0.24.0",
                 axes=[{"name": "m", "values": [1024, 2048]}, {"name": "n", "values": [4096, 8192]},
                       {"name": "k", "values": [4096, 8192]}])
-    table = load_measured(root)[("H100", "vllm", "gemm", "bf16")]
+    return load_measured(root)[("H100", "vllm", "gemm", "bf16")]
+
+
+def test_gemm_extrapolation_clipped_to_the_roofline(tmp_path):
+    """A 2 x 2 x 2 GEMM table. At n = k = 8192 the last m span 1024 -> 2048 went 400 -> 1200 µs
+    (slope ln 3 / ln 2 = 1.58); the roofline on 1000 TFLOP/s, 3 TB/s, 2-byte elements is
+    compute-bound at both (m 1024: 2mnk / peak = 0.137 ms against (mk + nk + mn) 2 / bw = 0.056 ms;
+    m 2048: 0.275 against 0.067 ms), slope 1: clipped, so m 4096 takes 1200 x 2."""
+    table = _gemm_table(tmp_path)
     roof = gemm_roof(1000e12, 3e12, 2.0)
     t, outside = interpolate(table, (4096, 8192, 8192), roof)
     assert outside and t * 1e6 == pytest.approx(1200 * 2)
@@ -104,6 +110,41 @@ def test_gemm_extrapolation_clipped_to_the_roofline(tmp_path):
     assert interpolate(table, (2048, 4096, 8192), roof)[0] * 1e6 == pytest.approx(600)
     # n halfway in log between 4096 and 8192 at m 1024, k 4096: sqrt(100 x 300)
     assert interpolate(table, (1024, 4096 * 2 ** 0.5, 4096), roof)[0] * 1e6 == pytest.approx(math.sqrt(30000))
+
+
+def test_vectorized_lookup_hand_values(tmp_path):
+    """The grid's lookup: every point of an array at once (searchsorted on each sorted axis, the
+    2^3 corners of each point's cell), each against log interpolation worked by hand on the
+    2 x 2 x 2 GEMM table m [1024, 2048] x n [4096, 8192] x k [4096, 8192], µs (row (m, n), k):
+    (1024, 4096): [100, 200], (1024, 8192): [300, 400], (2048, 4096): [500, 600], (2048, 8192): [700, 1200]."""
+    table = _gemm_table(tmp_path)
+    r = 2 ** 0.5                       # halfway in log between two powers of two
+    points = [
+        (2048, 4096, 4096),            # a grid corner: 500
+        (1024, 8192, 8192),            # another: 400
+        (1024 * 2 ** 0.25, 4096, 8192),  # m a quarter of the way in log, n and k on the grid: 200^0.75 x 600^0.25
+        (2048, 4096 * r, 4096),        # n halfway at m 2048, k 4096: sqrt(500 x 700)
+        (1024, 4096, 4096 * r),        # k halfway at m 1024, n 4096: sqrt(100 x 200)
+        (1024 * r, 4096 * r, 4096 * r),  # the cell's centre: the geometric mean of all eight corners
+        (2048, 8192, 4096 * 2 ** 0.75),  # k three quarters of the way at (2048, 8192): 700^0.25 x 1200^0.75
+    ]
+    hand = [500, 400, 200 ** 0.75 * 600 ** 0.25, math.sqrt(500 * 700), math.sqrt(100 * 200),
+            (100 * 200 * 300 * 400 * 500 * 600 * 700 * 1200) ** (1 / 8), 700 ** 0.25 * 1200 ** 0.75]
+    # 263.2, 591.6, 141.4, 396.0, 1048.7 µs between the corners: a swapped axis, a corner read from
+    # the wrong side or a linear (not log) weight gives another number at all but the corners
+    t, outside = interpolate_many(table, points, gemm_roof(1000e12, 3e12, 2.0))
+    assert list(t * 1e6) == pytest.approx(hand, rel=1e-12)
+    assert not outside.any()
+    # a point's value does not read its companions: alone it is the same number
+    assert interpolate(table, points[5], gemm_roof(1000e12, 3e12, 2.0))[0] * 1e6 == pytest.approx(hand[5], rel=1e-12)
+    # outside on m with the others inside, in the same array: (4096, 8192, 8192) continues the
+    # compute-bound last span 400 -> 1200 µs clipped to the roofline's slope 1: 1200 x 2 (as
+    # test_gemm_extrapolation_clipped_to_the_roofline), the inside points unchanged beside it
+    t, outside = interpolate_many(table, [points[2], (4096, 8192, 8192)], gemm_roof(1000e12, 3e12, 2.0))
+    assert list(t * 1e6) == pytest.approx([hand[2], 2400], rel=1e-12) and list(outside) == [False, True]
+    # the measured points around a point, per axis, as ops.parquet's expected_nearest says them
+    assert nearest(table, points[2]) == "m 1024..2048 n 4096 k 8192"
+    assert nearest(table, (4096, 8192, 8192)) == "m 2048 n 8192 k 8192"
 
 
 @pytest.mark.parametrize("change, message", [

@@ -14,6 +14,7 @@ and driven in headless Chromium (the fixtures of tests/test_site_browser.py).
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -111,6 +112,39 @@ def test_deployment_rows_by_hand(tables):
     assert two["max_concurrent_requests"] == math.floor(
         (USABLE - weights - (0.13 + 0.42) * 2**30 - 3 * 8192 * (FF // 2) * 2) / (KV_TOKEN * 1280 / 2)) == 810
     assert two["tokens_per_s_per_gpu"] == pytest.approx(8 / two["tpot_s"] / 2, rel=1e-12)
+
+
+def test_expected_times_deploy_json_equal_the_results_consistency(tables, capsys):
+    """Consistency (one source of truth): at a grid point ``archledger deploy --json``'s expected
+    TTFT and TPOT are deployments.parquet's row there, and its per-op expected times and their
+    sources ops.parquet's rows (H100 has measured vLLM tables: the matmuls, attention and the
+    all-reduce read them; a grid that dropped the KV dtype, a GPU's tables or a point would differ)."""
+    from engine.cli import main
+    assert main(["deploy", MODEL, "--gpu", "H100", "--tp", "2", "--framework", "vllm", "--kv-dtype", "bf16",
+                 "--batch", "8", "--input", "4096", "--output", "256", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    dep = out["deployment"]
+    row = _deployment(tables, 2, batch=8, input_len=4096)
+    assert dep["n_gpus"] == 2 and dep["config"] == row["config"]
+    for key in ("ttft_expected_s", "tpot_expected_s", "tpot_mean_expected_s"):
+        assert row[key] == pytest.approx(dep[key], rel=1e-12), key
+    assert row["tpot_expected_s"] >= row["tpot_bound_s"] and row["ttft_expected_s"] >= row["ttft_bound_s"]
+    prefill = _deployment(tables, 2, phase="prefill", batch=8, input_len=4096)
+    assert prefill["step_expected_s"] == pytest.approx(out["phases"]["prefill"]["step_expected_s"], rel=1e-12)
+    ops = tables["ops"].filter((pl.col("model_id") == MODEL) & (pl.col("n_gpus") == 2) & (pl.col("batch") == 8)
+                               & (pl.col("input_len") == 4096) & (pl.col("output_len") == 256))
+    for phase in ("prefill", "decode"):
+        stored = {r["op_uid"]: r for r in ops.filter(pl.col("phase") == phase).iter_rows(named=True)}
+        assert len(stored) == len(out["ops"][phase])
+        for theirs in out["ops"][phase]:
+            r = stored[theirs["op_uid"]]
+            assert r["t_expected_s"] == pytest.approx(theirs["t_expected_s"], rel=1e-12), r["op_uid"]
+            assert (r["measured"], r["expected_src"], r["expected_table"], r["expected_nearest"]) == \
+                (theirs["measured"], theirs["expected_src"], theirs["expected_table"], theirs["expected_nearest"])
+        assert any(r["measured"] for r in stored.values()) and not all(r["measured"] for r in stored.values())
+    o_proj = stored["main/layers[block]/self_attn/o_proj"]
+    assert o_proj["expected_table"] == "gpus/measured/h100/vllm-0.24.0/gemm-bf16.yaml"
+    assert "vllm 0.24.0" in o_proj["expected_src"]
 
 
 def test_ops_rows_by_hand(tables):
@@ -264,6 +298,19 @@ def test_deployment_selection_shows_its_rows(browser, base, tables):
                 else:
                     _shows(cells[j], r[key], _TIME)
             assert cells[9] == r["bound"], cells
+            # the expected time of the grid's per-op point, its measured source in the tooltip (the
+            # results' own columns: a tooltip built from another row, or made up, differs)
+            tab.page.wait_for_selector("#ops[data-expected-ready=point]")
+            expected = rows.nth(i).locator("td").nth(10)
+            _shows(expected.inner_text(), r["t_expected_s"], _TIME)
+            tip = expected.get_attribute("title")
+            if r["measured"]:
+                assert tip == (f"measured: {r['expected_src']}; table {r['expected_table']}; measured points around "
+                               f"it: {r['expected_nearest']}"), tip
+                assert r["expected_table"].startswith("gpus/measured/h100/vllm-") and " at " in r["expected_src"]
+            else:
+                assert tip == "no measurement: bound / 0.7", tip
+        assert any(r["measured"] for r in by_uid.values()) and not all(r["measured"] for r in by_uid.values())
         assert not tab.errors, tab.errors
     finally:
         tab.context.close()

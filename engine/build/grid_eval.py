@@ -30,13 +30,15 @@ from engine.deploy.fusion import load_tables, token_limits
 from engine.deploy.structure_cache import StructureCache, regime, signature
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
-from engine.deploy.sol import capacity, capacity_terms, op_rows_columns, summarize_many, weight_text
+from engine.deploy.measured import load_measured
+from engine.deploy.sol import (capacity, capacity_terms, expected_phase_times_many, op_rows_columns, summarize_many,
+                               weight_text)
 from engine.deploy.structure import HBM_FRACTION, device_tokens
 from engine.build.columns import Columns
 
 #: A bucket's per-point lists, in the order they are filled.
 BUCKET_FIELDS = ("batch", "input_len", "output_len", "kv_bytes", "kv_dtype", "gpu")
-PHASE_FIELDS = ("step_time_s", "step_bound_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
+PHASE_FIELDS = ("step_time_s", "step_bound_s", "step_expected_s", "compute_time_s", "memory_time_s", "comm_time_s", "flops", "bytes",
                 "weight_bytes", "comm_bytes", "bound")
 
 
@@ -203,8 +205,11 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         s = structure(config, domain, framework, gpu, regimes)
         calls.append((s, np.array([gpu_pos[g] for g in points["gpu"]]), np.array(points["kv_bytes"], dtype=float),
                       np.array(points["batch"]), np.array(points["input_len"]), np.array(points["output_len"])))
+    # the expected times from measured kernels (gpus/measured/), by deploy's own rule
+    measured: dict[tuple, dict] = {}         # (GPU, framework) -> its tables, read once per model
+    expected = _expected(calls, list(merged.values()), gpus, measured)
     # sibling structures share compiled programs: each evaluated once over all their points
-    summaries = summarize_many(gpu_objs, calls)
+    summaries = summarize_many(gpu_objs, calls, expected=expected)
     for ((config, domain, framework, sig, regimes), points), call, out in zip(merged.items(), calls, summaries):
         s = call[0]
         n = len(call[1])
@@ -238,8 +243,9 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         s = structure(config, domain, framework, gpu, regimes)
         plan = Plan(s, gpu, kv_dtype)
         scenarios = [Scenario(b, inp, out_len) for b, inp, out_len in points]
+        kernels = _measured_tables(measured, gpu_key, framework)       # measured kernels (`tables`: the fusion tables)
         for phase in PHASES:
-            columns = op_rows_columns(plan, phase, scenarios, arrays=True)
+            columns = op_rows_columns(plan, phase, scenarios, arrays=True, tables=kernels)
             rows = len(columns["op_uid"])
             per_point = rows // len(scenarios)
             key = {"model_id": ev.model.model_id, "gpu": gpu_key, "n_gpus": config.n_gpus,
@@ -279,6 +285,39 @@ def grid_batches(batches, caps) -> list[int]:
     if 1 <= most < top and most not in kept:
         kept.append(int(most))
     return kept or [1]
+def _measured_tables(measured: dict, gpu_key: str, framework: str) -> dict:
+    """The measured tables the deploy command reads for this GPU and framework, read once per model
+    (``measured``: (GPU, framework) -> tables)."""
+    found = measured.get((gpu_key, framework))
+    if found is None:
+        found = measured[(gpu_key, framework)] = load_measured(gpu=gpu_key, framework=framework)
+    return found
+
+
+def _expected(calls: list[tuple], buckets: list[dict], gpus: dict, measured: dict) -> list[dict[str, np.ndarray]]:
+    """Per call (a structure over a bucket's points), each phase input's expected step time at its
+    points (:func:`engine.deploy.sol.expected_phase_times_many`, every call of the model at once):
+    each (GPU, KV dtype) of a bucket's points with its own measured tables (the deploy command's
+    lookup: that GPU's under the structure's framework; a GPU without any: bound / the default
+    efficiency; :func:`_measured_tables`), gathered back in the points' order."""
+    asked, where = [], []
+    for c, (call, points) in enumerate(zip(calls, buckets)):
+        s = call[0]
+        gpu_of, kv_of = np.array(points["gpu"]), np.array(points["kv_dtype"])
+        batch, inp, out_len = call[3], call[4], call[5]
+        for gpu_key in dict.fromkeys(points["gpu"]):
+            tables = _measured_tables(measured, gpu_key, s.options.framework)
+            for kv_dtype in dict.fromkeys(points["kv_dtype"]):
+                mine = np.flatnonzero((gpu_of == gpu_key) & (kv_of == kv_dtype))
+                if len(mine):
+                    asked.append((Plan(s, gpus[gpu_key], kv_dtype), batch[mine], inp[mine], out_len[mine], tables))
+                    where.append((c, mine))
+    out: list[dict[str, np.ndarray]] = [{} for _ in calls]
+    for (c, mine), times in zip(where, expected_phase_times_many(asked)):
+        n = len(calls[c][1])
+        for name, value in times.items():
+            out[c].setdefault(name, np.zeros(n))[mine] = np.broadcast_to(value, (len(mine),))
+    return out
 
 
 def _tokens_at(config, pairs: list[tuple[int, int]]) -> list[dict[str, int]]:

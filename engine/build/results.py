@@ -147,6 +147,7 @@ DEPLOYMENTS_SCHEMA = {
     "max_prefill_batch": (pl.Int64, "Whole prompts one chunked-prefill step holds: dp_attn x min(max(1, floor(8192 / input_len)), capacity per replica)."),
     "step_time_s": (pl.Float64, "Schedule estimate of one step of this phase (prefill: one chunked-prefill step of the batch's prompts) under the overlap policy `overlap`: none = the sum over ops of max(compute, memory, comm), one kernel after another (s). Null on a decode row, where it is tpot_s (DECODE_COPIES: one token per request per step)."),
     "step_bound_s": (pl.Float64, "Lower bound of the same step, what no schedule beats: max(sum over ops of compute time, sum of memory time, per link class the sum of its comm time), every resource overlapped with the others (s). Null on a decode row, where it is tpot_bound_s."),
+    "step_expected_s": (pl.Float64, "Expected time of the same step from measured kernels (gpus/measured/, docs/deployment.md \"Expected time from measured kernels\"): the sum over ops of their t_expected_s (ops.parquet), one kernel after another, at least step_bound_s (s). Null on a decode row, where it is tpot_expected_s."),
     "compute_time_s": (pl.Float64, "Sum over ops of FLOPs / peak (s)."),
     "memory_time_s": (pl.Float64, "Sum over ops of HBM bytes / bandwidth (s)."),
     "comm_time_s": (pl.Float64, "Sum over ops of link bytes / link bandwidth (s)."),
@@ -160,6 +161,9 @@ DEPLOYMENTS_SCHEMA = {
     "ttft_bound_s": (pl.Float64, "Lower bound of ttft_s: the same composition of the prefill steps' step_bound_s (s)."),
     "tpot_bound_s": (pl.Float64, "Lower bound of tpot_s: the decode step's step_bound_s (per token with MTP) (s)."),
     "tpot_mean_bound_s": (pl.Float64, "Lower bound of tpot_mean_s: the decode step's step_bound_s at the output's mean context (per token with MTP) (s)."),
+    "ttft_expected_s": (pl.Float64, "Expected time to first token from measured kernels: the composition of ttft_s with the prefill steps' step_expected_s; at least ttft_bound_s (s). The same number as `archledger deploy --json` at this point."),
+    "tpot_expected_s": (pl.Float64, "Expected time per output token at the last position from measured kernels: the decode step's step_expected_s (per token with MTP); at least tpot_bound_s (s)."),
+    "tpot_mean_expected_s": (pl.Float64, "The same at the output's mean decode context; at least tpot_mean_bound_s (s)."),
     "overlap": (pl.String, "The schedule estimate's overlap policy: none (one kernel after another) or two_batch (two half-batches, one's collectives hidden behind the other's kernels)."),
     "tokens_per_s_per_gpu": (pl.Float64, "Worst-case decode throughput per GPU: batch / tpot / GPUs (schedule estimate)."),
     "extrapolated": (pl.Boolean, "input_len + output_len exceeds the model's max_context."),
@@ -181,7 +185,7 @@ UNSTORED = {
 #: so its step_time_s and step_bound_s are the row's tpot_s and tpot_bound_s (MTP's several tokens
 #: per step would make them differ; such a value stays). Stored null where they are that copy:
 #: zstd finds repeats inside a column, not across two, so the copies cost 12% of the downloads.
-DECODE_COPIES = {"step_time_s": "tpot_s", "step_bound_s": "tpot_bound_s"}
+DECODE_COPIES = {"step_time_s": "tpot_s", "step_bound_s": "tpot_bound_s", "step_expected_s": "tpot_expected_s"}
 
 
 def without_copies(frame: pl.DataFrame) -> pl.DataFrame:
@@ -214,6 +218,11 @@ OPS_SCHEMA = {
     "t_memory_s": (pl.Float64, "Bytes / HBM bandwidth (s)."),
     "t_comm_s": (pl.Float64, "Link bytes / link bandwidth (s)."),
     "bound": (pl.String, "compute, memory or comm: the largest of the three, the op's SOL time (t_sol_s = max of the three, not stored)."),
+    "t_expected_s": (pl.Float64, "Expected time of the op's calls in the step (s): the measured table's time at the op's shape (interpolated in log space) x calls, never below its SOL time; where no table covers the op, its SOL time / 0.7 (docs/deployment.md \"Expected time from measured kernels\")."),
+    "measured": (pl.Boolean, "Whether a measured table gave t_expected_s (false: the SOL time / the default efficiency 0.7)."),
+    "expected_src": (pl.String, "Where t_expected_s comes from: the table's kernel class and variant, framework and version, source package and the op's point on the table's axes (`, extrapolated` outside the measured range), e.g. `gemm-bf16 vllm 0.24.0 (aiconfigurator-core 0.12.0) at m=64 n=4096 k=4096`; `bound / 0.7` without a table."),
+    "expected_table": (pl.String, "The measured table's file (gpus/measured/<gpu>/<framework>-<version>/<kernel>-<variant>.yaml); empty without a table."),
+    "expected_nearest": (pl.String, "The measured points around the op's point, per axis the grid value it sits on or the two it lies between (at the edge it continues from, outside the range), e.g. `m 32..64 n 4096 k 4096`; empty without a table."),
     "link": (pl.String, "scale_up, scale_out, or empty for compute."),
     "group": (pl.String, "The GPUs a collective spans (tp, ep, dp_attn, cp, pp, ...); empty for compute."),
     "flops_formula": (pl.String, "Formula of flops over the spec's dims and the parallel degrees."),

@@ -148,7 +148,7 @@ def _where(path: str, field: str) -> Where:
 def _load(root: Path, files: list[Path]) -> Tables:
     out: Tables = {}
     for path in files:
-        table = load_table(path, root.parent.parent)
+        table = _table_at(path, root.parent.parent)
         place = f"{folder(table.gpu)}/{table.framework}-{table.version}"
         if path.parent.relative_to(root).as_posix() != place:
             raise SpecError(_where(table.path, "gpu"), f"a {table.gpu} {table.framework} {table.version} table "
@@ -159,6 +159,21 @@ def _load(root: Path, files: list[Path]) -> Tables:
                             f"also {out[key].path}; keep one version per framework")
         out[key] = table
     return out
+
+
+_TABLES: dict[str, tuple[bytes, Table]] = {}      # path -> (its bytes, its table): each file parsed once
+
+
+def _table_at(path: Path, repo: Path) -> Table:
+    """:func:`load_table`, once per file content per process: the grid asks every GPU's tables
+    under each framework, and parsing them all costs seconds (a bad file raises every time; an
+    edited file is parsed again)."""
+    data = path.read_bytes()
+    key = f"{path.resolve()}|{repo.resolve()}"
+    found = _TABLES.get(key)
+    if found is None or found[0] != data:
+        found = _TABLES[key] = (data, load_table(path, repo))
+    return found[1]
 
 
 def load_table(path: Path, repo: Path) -> Table:
@@ -234,9 +249,10 @@ def _keys(reader, data, kernel: str) -> dict | None:
 # -- interpolation ----------------------------------------------------------------------------------
 
 def gemm_roof(peak_flops: float, hbm_bytes_per_s: float, element_bytes: float) -> Callable:
-    """The roofline of a GEMM at (m, n, k): max(2mnk / peak, (mk + nk + mn) x element bytes / HBM)."""
+    """The roofline of a GEMM at (m, n, k) (numbers or arrays of points): max(2mnk / peak,
+    (mk + nk + mn) x element bytes / HBM)."""
     def roof(m, n, k):
-        return max(2.0 * m * n * k / peak_flops, (m * k + n * k + m * n) * element_bytes / hbm_bytes_per_s)
+        return np.maximum(2.0 * m * n * k / peak_flops, (m * k + n * k + m * n) * element_bytes / hbm_bytes_per_s)
     return roof
 
 
@@ -257,27 +273,62 @@ def attention_roof(kernel: str) -> Callable:
     return lambda batch, isl, kv_heads, q_per_kv: batch * isl * isl * kv_heads * q_per_kv
 
 
-def _inside(table: Table, point: tuple[float, ...]) -> float:
-    """Multilinear interpolation of log time over log axis values at a point inside the grid."""
-    lo, weights = [], []
-    for x, v in zip(point, table.values):
-        i = min(int(np.searchsorted(v, x, side="right")) - 1, len(v) - 2)
-        lo.append(i)
-        weights.append((math.log(x) - math.log(v[i])) / (math.log(v[i + 1]) - math.log(v[i])))
-    log_t = 0.0
-    for corner in range(1 << len(lo)):
-        w, index = 1.0, []
-        for d, (i, f) in enumerate(zip(lo, weights)):
-            up = (corner >> d) & 1
-            w *= f if up else 1.0 - f
-            index.append(i + up)
-        if w:
-            log_t += w * math.log(table.seconds[tuple(index)])
-    return math.exp(log_t)
+_LOGS: dict[int, tuple] = {}        # id(table.seconds) -> (seconds, log seconds): tables are read-only
 
 
-def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple[float, bool]:
-    """(seconds at ``point``, whether it lies outside the measured range) by the module's rule.
+def _log_seconds(table: Table) -> np.ndarray:
+    found = _LOGS.get(id(table.seconds))
+    if found is None or found[0] is not table.seconds:
+        if len(_LOGS) > 1_000:
+            _LOGS.clear()
+        found = _LOGS[id(table.seconds)] = (table.seconds, np.log(table.seconds))
+    return found[1]
+
+
+def _lower(table: Table, points: np.ndarray) -> list[np.ndarray]:
+    """Per axis, the index of the measured value at or below each point's value (points inside
+    the range; the last span's lower end at its top): ``searchsorted`` on the sorted axis."""
+    return [np.maximum(np.minimum(np.searchsorted(v, points[:, d], side="right") - 1, len(v) - 2), 0)
+            for d, v in enumerate(table.values)]
+
+
+_CORNERS: dict[int, np.ndarray] = {}      # axes -> (2^axes, axes) of 0/1: each corner's side per axis
+
+
+def _inside(table: Table, points: np.ndarray) -> np.ndarray:
+    """Log time at points inside the grid (``points``: (P, axes)): multilinear in log time over
+    log axis values, the sum over the 2^axes corners of each point's cell of the corner's log time
+    x the product over axes of its weight (f on the upper side, 1 - f on the lower), all points
+    and corners at once."""
+    axes = len(table.values)
+    bits = _CORNERS.get(axes)
+    if bits is None:
+        bits = _CORNERS[axes] = (np.arange(1 << axes)[:, None] >> np.arange(axes)) & 1
+    lo = _lower(table, points)
+    frac = np.empty(points.shape)
+    index = []
+    for d, (i, v) in enumerate(zip(lo, table.values)):
+        if len(v) == 1:                           # a one-value axis: its only value
+            frac[:, d] = 0.0
+            index.append(np.broadcast_to(i[:, None], (len(i), len(bits))))
+            continue
+        lv = np.log(v)
+        frac[:, d] = (np.log(points[:, d]) - lv[i]) / (lv[i + 1] - lv[i])
+        index.append(i[:, None] + bits[:, d])
+    weights = np.where(bits[None, :, :] == 1, frac[:, None, :], 1.0 - frac[:, None, :]).prod(axis=2)
+    return (weights * _log_seconds(table)[tuple(index)]).sum(axis=1)
+
+
+def _clamped(table: Table, points: np.ndarray) -> np.ndarray:
+    """``points`` each clamped into the measured range of each axis."""
+    low = np.array([v[0] for v in table.values])
+    high = np.array([v[-1] for v in table.values])
+    return np.minimum(np.maximum(points, low), high)
+
+
+def interpolate_many(table: Table, points, roof: Callable) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds at each of ``points`` ((P, axes), or one point's values), whether each lies outside
+    the measured range), by the module's rule, every point at once.
 
     Inside: :func:`_inside`. Outside on an axis: from the clamped point (the nearest on the grid's
     range) the time continues as the power law of the axis's last measured span (its slope in
@@ -285,20 +336,45 @@ def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple
     [0, the roofline's slope over the same span]: a kernel grows no faster than its roofline (one
     overhead-dominated edge point does not scale like the work) and never gets faster with more
     work. Axes outside add their log steps."""
-    clamped = tuple(min(max(float(x), v[0]), v[-1]) for x, v in zip(point, table.values))
-    t = _inside(table, clamped)
-    outside = False
-    for a, (x, c, v) in enumerate(zip(point, clamped, table.values)):
-        if float(x) == c:
+    x = np.atleast_2d(np.asarray(points, dtype=float))
+    clamped = _clamped(table, x)
+    at_clamped = _inside(table, clamped)
+    log_t = at_clamped.copy()
+    outside = np.zeros(len(x), dtype=bool)
+    for a, v in enumerate(table.values):
+        out = x[:, a] != clamped[:, a]
+        if not out.any() or len(v) == 1:
+            outside |= out
             continue
-        outside = True
-        inner = list(clamped)
-        inner[a] = v[-2] if c == v[-1] else v[1]         # one measured value inward
-        span = math.log(c) - math.log(inner[a])
-        slope = (math.log(_inside(table, clamped)) - math.log(_inside(table, tuple(inner)))) / span
-        roof_slope = (math.log(roof(*clamped)) - math.log(roof(*inner))) / span
-        t *= math.exp(min(max(slope, 0.0), max(roof_slope, 0.0)) * (math.log(float(x)) - math.log(c)))
-    return t, outside
+        outside |= out
+        c = clamped[out]
+        inner = c.copy()                                  # one measured value inward
+        inner[:, a] = np.where(c[:, a] == v[-1], v[-2], v[1])
+        span = np.log(c[:, a]) - np.log(inner[:, a])
+        slope = (at_clamped[out] - _inside(table, inner)) / span
+        roof_slope = (np.log(roof(*c.T)) - np.log(roof(*inner.T))) / span
+        log_t[out] += np.minimum(np.maximum(slope, 0.0), np.maximum(roof_slope, 0.0)) * \
+            (np.log(x[out, a]) - np.log(c[:, a]))
+    return np.exp(log_t), outside
+
+
+def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple[float, bool]:
+    """(seconds at one ``point``, whether it lies outside the measured range):
+    :func:`interpolate_many` at that point alone (one rule for one point and for a grid)."""
+    t, outside = interpolate_many(table, [tuple(float(p) for p in point)], roof)
+    return float(t[0]), bool(outside[0])
+
+
+def nearest(table: Table, point: tuple[float, ...]) -> str:
+    """The measured values around one point, per axis (its value on the grid, the two values it
+    lies between, or the edge it continues from): e.g. ``m 64..128 n 4096 k 4096``."""
+    parts = []
+    for name, v, x in zip(table.axes, table.values, point):
+        c = min(max(float(x), v[0]), v[-1])
+        i = int(np.searchsorted(v, c))                  # v[i] >= c
+        ends = [c] if v[i] == c else [v[i - 1], v[i]]
+        parts.append(f"{name} " + "..".join(f"{e:g}" for e in ends))
+    return " ".join(parts)
 
 
 # -- expected time of each step of a compiled program ---------------------------------------------
@@ -306,14 +382,17 @@ def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple
 _FUNCS: dict = {}
 
 
-def _at(expr, args: dict) -> float:
-    """A step expression's value at one point (``args``: symbol -> number), once compiled per expression."""
+def _at(expr, args: dict) -> np.ndarray:
+    """A step expression's values at the points (``args``: symbol -> 1-D array of the points),
+    as an array over them; compiled once per expression (NumPy)."""
     f = _FUNCS.get(expr)
     if f is None:
         if len(_FUNCS) > 50_000:        # the step expressions of a model or two: keep it bounded
             _FUNCS.clear()
-        f = _FUNCS[expr] = symbols.checked_lambdify(ARGS, expr, modules="math")
-    return float(f(*(args[a] for a in ARGS)))
+        f = _FUNCS[expr] = symbols.checked_lambdify(ARGS, expr, modules="numpy")
+    n = len(args[ARGS[0]])
+    value = np.asarray(f(*(args[a] for a in ARGS)), dtype=float)
+    return value if value.shape == (n,) else np.broadcast_to(value, (n,))
 
 
 def _linear(step, member_ops: dict) -> bool:
@@ -350,47 +429,52 @@ def _moe_key(bound: dict, config) -> tuple | None:
     return tuple(int(bound[d]) for d in MOE_DIMS) + (config.tp // config.ep, config.ep)
 
 
-def _attention_shape(step, args: dict, config, kernel: str) -> tuple[float, ...] | None:
-    """The attention table's point of a fused attention step (the module's rule), or None where
-    the table does not apply (context parallelism, several query tokens per decode step)."""
+def _attention_shape(step, args: dict, config, kernel: str) -> tuple | None:
+    """(the attention table's point of a fused attention step at each point (the module's rule),
+    whether the table applies there), or None where it applies nowhere (context parallelism);
+    a decode point with several query tokens per request has none."""
     local = _local_axes(step, args)
     if config.cp > 1 or not {"batch", "seq", "n_heads"} <= set(local):
         return None
     d = step.dims
     heads = local["n_heads"]
     # KV heads split as the query heads are; fewer KV heads than that: each GPU keeps one
-    kv_heads = max(1.0, float(d["n_kv_heads"]) * heads / float(d["n_heads"]))
+    kv_heads = np.maximum(1.0, float(d["n_kv_heads"]) * heads / float(d["n_heads"]))
     batch, seq, ctx = local["batch"], local["seq"], _at(d["kv_len"], args)
     if kernel == "decode_attention":
-        return (batch, kv_heads, heads / kv_heads, ctx) if seq == 1 else None
-    return batch, seq, kv_heads, heads / kv_heads
+        return (batch, kv_heads, heads / kv_heads, ctx), seq == 1
+    return (batch, seq, kv_heads, heads / kv_heads), np.ones(len(batch), dtype=bool)
 
 
-def _local_axes(step, args: dict) -> dict[str, float]:
-    """Each axis of the step's output by name: its size on one GPU at the point (the size over the
-    groups that split it; more GPUs than units of a fixed-size axis: one unit each, as placement
-    splits heads)."""
+def _local_axes(step, args: dict) -> dict[str, np.ndarray]:
+    """Each axis of the step's output by name: its size on one GPU at each point (the size over
+    the groups that split it; more GPUs than units of a fixed-size axis: one unit each, as
+    placement splits heads)."""
     out = {}
     for axis, groups in zip(step.out.axes, step.layout.shards):
         size = _at(axis.size, args)
         ways = math.prod(g.size for g in groups)
         if getattr(axis.size, "is_number", False):
-            ways = min(ways, size)
-        out.setdefault(axis.name, size / max(ways, 1))
+            ways = np.minimum(ways, size)
+        out.setdefault(axis.name, size / np.maximum(ways, 1))
     return out
 
 
-def _gemm_shape(step, args: dict, flops_per_call: float) -> tuple[float, float, float]:
-    """(m, n, k) per GPU of a matmul step at one point (the module's rule): m the step's output
+def _gemm_shape(step, args: dict, flops_per_call: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(m, n, k) per GPU of a matmul step at each point (the module's rule): m the step's output
     rows on one GPU (the prefill logits: one position per prompt), k its input features (split by
     the partial-sum groups of a row-parallel matmul), n = FLOPs per call / 2mk (a fused QKV or
     gate-up: the members' output features together)."""
     local = _local_axes(step, args)
     rows = list(local.items())[:-1]                  # the last output axis: the features
-    m = max(math.prod(1.0 if (step.last_token and name == "seq") else size for name, size in rows), 1.0)
+    m = np.ones(len(flops_per_call))
+    for name, size in rows:
+        if not (step.last_token and name == "seq"):
+            m = m * size
+    m = np.maximum(m, 1.0)
     numeric = [float(e) for e in step.dims.values() if getattr(e, "is_number", True)]
     k = numeric[-1] / math.prod(g.size for g in step.layout.partial)
-    return m, flops_per_call / (2.0 * m * k), k
+    return m, flops_per_call / (2.0 * m * k), np.full(len(m), k)
 
 
 @dataclass(frozen=True)
@@ -432,49 +516,160 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
     return found
 
 
-def step_expected(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: float, flops: float,
-                  repeat: float | None, comm: float = 0.0) -> tuple[float, bool, str]:
-    """(expected seconds of the step's calls, measured?, source text) at one point; ``t_sol``,
-    ``flops``, ``comm``: the step's bound, FLOPs and link bytes over its calls there."""
+def _roof(key: tuple) -> Callable:
+    """The roofline of a lookup by its key (:func:`_ask`): ("gemm", peak, HBM bytes/s, element
+    bytes), (kernel,) for a collective, an attention kernel or the MoE layer (its tokens)."""
+    if key[0] == "gemm":
+        return gemm_roof(*key[1:])
+    if key[0].endswith("_attention"):
+        return attention_roof(key[0])
+    if key[0] == "moe":
+        return lambda tokens: tokens        # work grows with the tokens at most linearly
+    return collective_roof(key[0])
+
+
+@dataclass
+class Ask:
+    """One step's lookups: at its points ``at`` (rows of ``points``) in each of ``tables`` under the
+    roofline ``roof``; :func:`resolve` fills ``found`` (per table: seconds, outside?)."""
+
+    row: int                            # the step's row in its Gathered
+    at: np.ndarray                      # indices of the points a table covers
+    points: np.ndarray                  # (len(at), axes): the step's point on the tables' axes
+    tables: list
+    roof: tuple
+    repeat: float
+    shape: str                          # an MoE table's key, as text
+    found: list = None
+
+
+def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, flops: np.ndarray,
+         repeat: float | None, comm: np.ndarray, row: int) -> Ask | None:
+    """The step's lookups at every point (``args``: symbol -> 1-D array of the points; ``t_sol``,
+    ``flops``, ``comm``: the step's bound, FLOPs and link bytes over its calls there), by the
+    module's rule; None where no table covers it at any point."""
+    n = len(t_sol)
+    tables, point, shape = [], None, ""
     kernel = kernel_of(step, member_ops, lookup.phase) if repeat else ""
-    point, shape = None, ""
+    valid = t_sol > 0
     if kernel.endswith("_attention"):
-        point = _attention_shape(step, args, lookup.config, kernel)
-        kernel = kernel if point is not None else ""
-    if kernel and t_sol > 0:
-        if point is not None:                   # attention: the table of its head size and KV dtype
-            dtype = f"{float(step.dims['d_head']):g}"
-            roof = attention_roof(kernel)
-        elif kernel == "moe":                   # the layer's tokens: one attention replica's x dp_attn
-            dtype = lookup.gpu.compute_dtype(step.compute_dtype)
-            point = (args[BATCH] * args[SEQ],)
-            roof = lambda tokens: tokens        # noqa: E731  (work grows with the tokens at most linearly)
-            key = _moe_key(lookup.bound or {}, lookup.config) or ()
-            shape = " " + " ".join(f"{n}={v}" for n, v in zip(KEYED["moe"], key))
-        elif kernel == "gemm":
-            dtype = lookup.gpu.compute_dtype(step.compute_dtype)
-            point = _gemm_shape(step, args, flops / repeat)
-            roof = gemm_roof(lookup.gpu.peak_flops(step.compute_dtype), lookup.gpu.hbm_bytes_per_s,
-                             1.0 if dtype == "fp8" else 2.0)
-        else:
-            dtype = ""
-            roof = collective_roof(kernel)
-            # the message: what a collective step writes; a fused one (all-reduce + norm) also
-            # writes its norm's output, so its link bytes over the algorithm's share
-            size = _at(step.written, args) if step.kind == "comm" else comm / repeat / roof(step.ranks, 1.0)
-            point = (float(step.ranks), size)
-        best = None
-        tables = _tables_for(lookup, kernel, dtype) if min(point) > 0 else []   # an empty shape: no lookup
-        for table in tables:
-            t, outside = interpolate(table, point, roof)
-            if best is None or t < best[0]:
-                best = (t, outside, table)
-        if best is not None:
-            t, outside, table = best
-            at = " ".join(f"{a}={x:.0f}" for a, x in zip(table.axes, point)) + shape
-            src = f"{table.name} ({table.source}) at {at}{', extrapolated' if outside else ''}"
-            return max(t * repeat, t_sol), True, src
-    return t_sol / DEFAULT_EFFICIENCY, False, f"bound / {DEFAULT_EFFICIENCY:g}"
+        found = _attention_shape(step, args, lookup.config, kernel)
+        if found is not None:                   # attention: the table of its head size and KV dtype
+            point, applies = found
+            valid = valid & applies
+            roof = (kernel,)
+            tables = _tables_for(lookup, kernel, f"{float(step.dims['d_head']):g}")
+    elif kernel == "moe":                       # the layer's tokens: one attention replica's x dp_attn
+        point = (args[BATCH] * args[SEQ],)
+        roof = ("moe",)
+        key = _moe_key(lookup.bound or {}, lookup.config) or ()
+        shape = " " + " ".join(f"{k}={v}" for k, v in zip(KEYED["moe"], key))
+        tables = _tables_for(lookup, kernel, lookup.gpu.compute_dtype(step.compute_dtype))
+    elif kernel == "gemm":
+        dtype = lookup.gpu.compute_dtype(step.compute_dtype)
+        point = _gemm_shape(step, args, flops / repeat)
+        roof = ("gemm", lookup.gpu.peak_flops(step.compute_dtype), lookup.gpu.hbm_bytes_per_s,
+                1.0 if dtype == "fp8" else 2.0)
+        tables = _tables_for(lookup, kernel, dtype)
+    elif kernel:
+        roof = (kernel,)
+        # the message: what a collective step writes; a fused one (all-reduce + norm) also
+        # writes its norm's output, so its link bytes over the algorithm's share
+        size = _at(step.written, args) if step.kind == "comm" else comm / repeat / _roof(roof)(step.ranks, 1.0)
+        point = (np.full(n, float(step.ranks)), size)
+        tables = _tables_for(lookup, kernel, "")
+    if not tables:
+        return None
+    points = np.column_stack(point)
+    at = np.flatnonzero(valid & (points.min(axis=1) > 0))   # an empty shape: no lookup
+    if not len(at):
+        return None
+    return Ask(row, at, points[at], tables, roof, repeat, shape)
+
+
+def resolve(asks: list[Ask]) -> None:
+    """Interpolate every ask's points, each table once over the points of all the asks that read it
+    under one roofline (:func:`interpolate_many`): the grid gathers thousands of asks of a few
+    dozen points each, and an interpolation's cost is mostly per call."""
+    by_table: dict[tuple, list] = {}
+    for a in asks:
+        a.found = [None] * len(a.tables)
+        for i, table in enumerate(a.tables):
+            by_table.setdefault((id(table), a.roof), (table, []))[1].append((a, i))
+    for (_, roof), (table, users) in by_table.items():
+        t, outside = interpolate_many(table, np.concatenate([a.points for a, _ in users]), _roof(roof))
+        start = 0
+        for a, i in users:
+            cut = slice(start, start + len(a.points))
+            a.found[i] = (t[cut], outside[cut])
+            start += len(a.points)
+
+
+@dataclass
+class Gathered:
+    """One program's expected times over its points before the lookups are resolved: every step
+    at its bound / :data:`DEFAULT_EFFICIENCY`, ``asks`` the lookups of the steps a table covers."""
+
+    times: np.ndarray                   # (kept steps, points)
+    measured: np.ndarray
+    t_sol: np.ndarray
+    asks: list
+
+
+def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep=None) -> Gathered:
+    """The lookups of a program's kept steps (``keep``: indices into its steps, default all) at the
+    points (``batch``, ``seq``, ``ctx``: 1-D arrays), each step a table may cover at all the points
+    at once; ``values``: the compiled program's evaluation there (engine.deploy.cost: ``t_sol``,
+    ``flops``, ``comm_bytes``, each (steps, points))."""
+    s = plan.structure
+    steps = s.programs[phase].steps
+    keep = list(range(len(steps)) if keep is None else keep)
+    n = len(batch)
+    t_sol, flops, comm = (_rows(values[k], keep, n) for k in ("t_sol", "flops", "comm_bytes"))
+    out = Gathered(t_sol / DEFAULT_EFFICIENCY, np.zeros((len(keep), n), dtype=bool), t_sol, [])
+    if not tables:
+        return out
+    lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config, s.ev.bound)
+    members = member_ops(s, phase)
+    covered = _covered(plan, phase, lookup, members, keep)
+    if covered:
+        dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
+        args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
+        args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
+        for j in covered:
+            step = steps[keep[j]]
+            a = _ask(step, lookup, members, args, t_sol[j], flops[j], float(step.repeat), comm[j], j)
+            if a is not None:
+                out.asks.append(a)
+    return out
+
+
+def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, dict | None]:
+    """A gathered program's expected times once :func:`resolve` ran: at a covered point the faster
+    table's time x calls, never below the step's bound; point-major (expected seconds, measured?,
+    with ``detail`` {src, table, nearest}: per row the source text, the table file and the
+    measured points around the point, "" or ``bound / 0.7`` where no table covers it)."""
+    times, measured = g.times.copy(), g.measured
+    k, n = times.shape
+    fallback = f"bound / {DEFAULT_EFFICIENCY:g}"
+    text = {key: [[fallback if key == "src" else ""] * n for _ in range(k)] for key in ("src", "table", "nearest")} \
+        if detail else None
+    for a in g.asks:
+        t_all = np.stack([t for t, _ in a.found])
+        best = np.argmin(t_all, axis=0)                     # the faster table (the first of equals)
+        t = t_all[best, np.arange(len(a.at))]
+        times[a.row, a.at] = np.maximum(t * a.repeat, g.t_sol[a.row, a.at])
+        measured[a.row, a.at] = True
+        if detail:
+            for j, p in enumerate(a.at.tolist()):
+                table, outside = a.tables[best[j]], a.found[best[j]][1][j]
+                where = " ".join(f"{ax}={x:.0f}" for ax, x in zip(table.axes, a.points[j])) + a.shape
+                text["src"][a.row][p] = f"{table.name} ({table.source}) at {where}{', extrapolated' if outside else ''}"
+                text["table"][a.row][p] = table.path
+                text["nearest"][a.row][p] = nearest(table, tuple(a.points[j])) + a.shape
+    if detail:      # point-major, as the times
+        text = {key: [rows[j][p] for p in range(n) for j in range(k)] for key, rows in text.items()}
+    return times.T.reshape(-1), measured.T.reshape(-1), text
 
 
 def member_ops(structure, phase: str) -> dict[str, str]:
@@ -482,29 +677,46 @@ def member_ops(structure, phase: str) -> dict[str, str]:
     return {s.uid: s.op for s in structure.unfused[phase].steps}
 
 
+_COVERED: dict[tuple, tuple] = {}
+
+
+def _covered(plan, phase: str, lookup: Lookup, members: dict, keep) -> list[int]:
+    """The positions in ``keep`` of the steps a table may cover (a kernel class with a table of
+    this GPU and framework: the others are bound / the default efficiency at every point), once
+    per program, GPU, framework, KV dtype and config (the grid asks the same again and again)."""
+    program = plan.structure.programs[phase]
+    steps = program.steps
+    key = (id(program), id(lookup.tables), lookup.gpu.key, lookup.framework, phase, lookup.kv_dtype,
+           lookup.config, len(keep), keep[0] if keep else -1, keep[-1] if keep else -1)
+    found = _COVERED.get(key)
+    if found is None or found[0] is not program or found[1] is not lookup.tables or found[3] != keep:
+        if len(_COVERED) > 20_000:
+            _COVERED.clear()
+        out = []
+        for j, i in enumerate(keep):
+            step = steps[i]
+            kernel = kernel_of(step, members, phase) if step.repeat.is_number else ""
+            if kernel and any(k[0] == lookup.gpu.key and k[2] == kernel for k in lookup.tables):
+                out.append(j)
+        found = _COVERED[key] = (program, lookup.tables, out, list(keep))
+    return found[2]
+
+
+def _rows(value, keep: list[int], n: int) -> np.ndarray:
+    """The kept steps' rows of an evaluation (steps, points) over the ``n`` points."""
+    rows = np.asarray(value, dtype=float)[keep]
+    return rows if rows.shape == (len(keep), n) else np.broadcast_to(rows, (len(keep), n))
+
+
 def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict,
-                   keep=None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                   keep=None, detail: bool = False) -> tuple[np.ndarray, np.ndarray, dict | None]:
     """Per kept step (``keep``: indices into the program's steps, default all) and point
     (``batch``, ``seq``, ``ctx``: 1-D arrays of the points), point-major like the per-op table:
-    (expected seconds, measured?, source text). ``values``: the compiled program's evaluation at
-    those points (engine.deploy.cost: ``t_sol``, ``flops``, ``comm_bytes``, each (steps, points))."""
-    t_sol, flops, comm = values["t_sol"], values["flops"], values["comm_bytes"]
-    s = plan.structure
-    steps = s.programs[phase].steps
-    keep = range(len(steps)) if keep is None else keep
-    lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config, s.ev.bound)
-    members = member_ops(s, phase)
-    dims = [symbols.dim(n) for n in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
-    times, measured, sources = [], [], []
-    for p in range(len(batch)):
-        args = dict(zip(dims, (float(batch[p]), float(seq[p]), float(ctx[p]))))
-        args[KV_BYTES] = float(plan.kv_bytes)
-        for i in keep:
-            step = steps[i]
-            repeat = float(step.repeat) if step.repeat.is_number else None
-            t, m, src = step_expected(step, lookup, members, args, float(t_sol[i, p]), float(flops[i, p]), repeat,
-                                      float(comm[i, p]))
-            times.append(t)
-            measured.append(m)
-            sources.append(src)
-    return np.asarray(times), np.asarray(measured, dtype=bool), sources
+    (expected seconds, measured?, with ``detail`` {src, table, nearest}: lists of text, else None).
+    ``values``: the compiled program's evaluation at those points (engine.deploy.cost: ``t_sol``,
+    ``flops``, ``comm_bytes``, each (steps, points)). :func:`gather`, :func:`resolve` and
+    :func:`finish` of one program; the build runs the three over many programs at once
+    (engine.deploy.sol.expected_phase_times_many), the same arithmetic per point."""
+    g = gather(plan, phase, batch, seq, ctx, tables, values, keep)
+    resolve(g.asks)
+    return finish(g, detail)

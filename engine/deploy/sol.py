@@ -52,7 +52,7 @@ from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES,
                                      option_where, prefill_program_batch, prefill_steps, program_batch,
                                      requests_per_replica, step_tokens)
 from engine.deploy.hardware import GPU
-from engine.deploy.measured import expected_steps, load_measured
+from engine.deploy.measured import expected_steps, finish, gather, load_measured, resolve
 from engine.spec.errors import SpecError
 
 
@@ -441,7 +441,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
 
 
 def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HBM_FRACTION,
-                   prefill_tokens: int = PREFILL_TOKENS) -> list[dict[str, Any]]:
+                   prefill_tokens: int = PREFILL_TOKENS, expected: list | None = None) -> list[dict[str, Any]]:
     """``[summarize(structure, gpus, gpu_index, kv_bytes, batch, input_len, output_len) for (structure,
     gpu_index, kv_bytes, batch, input_len, output_len) in calls]`` (points along one axis), with
     every compiled program evaluated once over the points of all the calls that hold it.
@@ -454,7 +454,8 @@ def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HB
     call and phase that runs it, go to one :func:`phase_at_points` call and its answers are cut
     back into the calls. Every number is per-point arithmetic (phase_at_points' own invariant:
     a point's sums do not read its companions), so each call gets the floats :func:`summarize`
-    alone gives it (tests/test_numeric_speed2.py)."""
+    alone gives it (tests/test_numeric_speed2.py). ``expected``: per call, :func:`summarize`'s
+    ``expected`` (each phase input's expected step time at the call's points), or None."""
     asked = []
     for structure, gpu_index, kv_bytes, batch, input_len, output_len in calls:
         n = np.broadcast_shapes(*(np.shape(x) for x in (gpu_index, kv_bytes, batch, input_len, output_len)))
@@ -464,7 +465,7 @@ def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HB
                       np.broadcast_to(np.asarray(gpu_index), n), kv_bytes))
     phases = phases_many(gpus, asked)
     return [summarize(structure, gpus, gpu_index, kv_bytes, batch, input_len, output_len, hbm_fraction,
-                      prefill_tokens, phases=phases[i])
+                      prefill_tokens, phases=phases[i], expected=expected[i] if expected else None)
             for i, (structure, gpu_index, kv_bytes, batch, input_len, output_len) in enumerate(calls)]
 
 
@@ -591,31 +592,67 @@ def expected_phase_times(plan: Plan, batch, input_len, output_len, tables) -> di
     steps of their expected times (engine.deploy.measured.expected_steps) at the input's points,
     one kernel after another; under the ``two_batch`` overlap :func:`two_batch_time` of the
     half-batch's expected kernels and collectives (the estimate's rule, expected times in place
-    of SOL). Never below the input's bound (each op's expected time is at least its SOL)."""
-    structure = plan.structure
-    inputs = phase_inputs(structure, batch, input_len, output_len, plan.options.prefill_tokens, mean=True)
-    out = {}
-    for name, (compiled, b, seq, ctx) in inputs.items():
-        shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
-        b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
-        phase = "decode" if name.startswith("decode") else "prefill"
-        full = _expected_step(plan, phase, compiled, b, seq, ctx, tables)
-        if (structure.options.overlap or "none") == "two_batch":
-            half = _expected_step(plan, phase, compiled, b / 2, seq, ctx, tables)
-            bound = phase_at_points(compiled, [plan.gpu], 0, b, seq, ctx, plan.kv_bytes)["step_bound_s"]
-            full["step_time_s"] = two_batch_time(half, dict(full, step_bound_s=bound), b / structure.config.dp_attn)
-        out[name] = full["step_time_s"].reshape(shape)
+    of SOL). Never below the input's bound (each op's expected time is at least its SOL).
+    :func:`expected_phase_times_many` of this one plan."""
+    return expected_phase_times_many([(plan, batch, input_len, output_len, tables)])[0]
+
+
+def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]:
+    """``[expected_phase_times(plan, batch, input_len, output_len, tables) for each of asked]``,
+    with each program looked up once over the points of every plan that runs it on one GPU, KV
+    dtype, framework, config and table set (the grid's buckets of one structure and their
+    sibling structures ask the same programs over a few dozen points each; a lookup's cost is
+    mostly per call): every program's lookups are gathered first and each measured table is
+    interpolated once over all of them (engine.deploy.measured.gather / resolve / finish). Every
+    number is per-point arithmetic, so each plan gets the floats its own call gives."""
+    groups: dict[tuple, tuple] = {}
+    for i, (plan, batch, input_len, output_len, tables) in enumerate(asked):
+        structure = plan.structure
+        halves = (False, True) if (structure.options.overlap or "none") == "two_batch" else (False,)
+        for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
+                                                          plan.options.prefill_tokens, mean=True).items():
+            shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
+            b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
+            phase = "decode" if name.startswith("decode") else "prefill"
+            # what expected_steps reads of the plan: its program and compiled form, GPU, KV dtype,
+            # framework, config (and model); the tables
+            key = (id(structure.programs[phase]), id(compiled), plan.gpu.key, plan.options.kv_dtype,
+                   structure.options.framework, structure.config, id(tables), phase)
+            runs = groups.setdefault(key, (plan, phase, compiled, tables, []))[4]
+            for half in halves:
+                runs.append((i, name, half, b / 2 if half else b, seq, ctx, shape))
+    # every program's lookups first, then each table interpolated once over all of them
+    gathered = []
+    for plan, phase, compiled, tables, runs in groups.values():
+        b, seq, ctx = (np.concatenate([r[k] for r in runs]) for k in (3, 4, 5))
+        gathered.append(gather(plan, phase, b, seq, ctx, tables, compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes)))
+    resolve([a for g in gathered for a in g.asks])
+    found: dict[tuple, dict] = {}
+    for (plan, phase, compiled, tables, runs), g in zip(groups.values(), gathered):
+        times = finish(g)[0].reshape(g.times.shape[1], -1)            # point-major: each point's steps
+        comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps], dtype=bool)
+        total, stream = times.sum(axis=1), times[:, comm].sum(axis=1)
+        start = 0
+        for i, name, half, rb, _, _, _ in runs:
+            cut = slice(start, start + len(rb))
+            found[(i, name, half)] = {"step_time_s": total[cut], "comm_stream_s": stream[cut]}
+            start += len(rb)
+    out = []
+    for i, (plan, batch, input_len, output_len, tables) in enumerate(asked):
+        structure = plan.structure
+        mine = {}
+        for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
+                                                          plan.options.prefill_tokens, mean=True).items():
+            shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
+            full = found[(i, name, False)]
+            if (structure.options.overlap or "none") == "two_batch":
+                b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
+                bound = phase_at_points(compiled, [plan.gpu], 0, b, seq, ctx, plan.kv_bytes)["step_bound_s"]
+                full = dict(full, step_time_s=two_batch_time(found[(i, name, True)], dict(full, step_bound_s=bound),
+                                                             b / structure.config.dp_attn))
+            mine[name] = full["step_time_s"].reshape(shape)
+        out.append(mine)
     return out
-
-
-def _expected_step(plan: Plan, phase: str, compiled, b, seq, ctx, tables) -> dict[str, np.ndarray]:
-    """{step_time_s, comm_stream_s} of a program from its steps' expected times at 1-D points: all
-    steps, and the ``comm`` steps alone (what :func:`two_batch_time` reads)."""
-    v = compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes)
-    times, _, _ = expected_steps(plan, phase, b, seq, ctx, tables, v)
-    times = times.reshape(len(b), -1)                                  # point-major: each point's steps
-    comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps])
-    return {"step_time_s": times.sum(axis=1), "comm_stream_s": times[:, comm].sum(axis=1)}
 
 
 def summarize_plan(plan: Plan, batch, input_len, output_len, tables=None) -> dict[str, Any]:
@@ -824,8 +861,10 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
     FLOPs and bytes, intensity) comes from :func:`_point_rows`, computed once per program pair and
     point set (with ``arrays`` those columns are its read-only arrays, shared by the GPU types that
     ask); only the times are this GPU's. ``tables`` (engine.deploy.measured.load_measured): add
-    each op's expected time ``t_expected_s``, whether a measured table gave it (``measured``) and
-    which (``expected_src``), engine.deploy.measured's rule."""
+    each op's expected time ``t_expected_s``, whether a measured table gave it (``measured``),
+    which (``expected_src``: its kernel, framework, version and source package at the op's point,
+    or the default efficiency; ``expected_table``: its file; ``expected_nearest``: the measured
+    values around the point), engine.deploy.measured's rule."""
     points = scenario if isinstance(scenario, list) else [scenario]
     compiled, (batch, seq, ctx), keep, one, v = _point_rows(plan, phase, points)
     values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
@@ -842,8 +881,9 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
 
     extra = {}
     if tables is not None:
-        t_exp, measured, src = expected_steps(plan, phase, batch, seq, ctx, tables, values, keep)
-        extra = {"t_expected_s": numbers(t_exp), "measured": numbers(measured), "expected_src": src}
+        t_exp, measured, text = expected_steps(plan, phase, batch, seq, ctx, tables, values, keep, detail=True)
+        extra = {"t_expected_s": numbers(t_exp), "measured": numbers(measured), "expected_src": text["src"],
+                 "expected_table": text["table"], "expected_nearest": text["nearest"]}
     return {
         "op_uid": label["op_uid"], "op_name": label["op_name"], "op": label["op"], "component": label["component"],
         "role": label["role"], "kind": label["kind"], "repeat": label["repeat"],

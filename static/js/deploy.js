@@ -180,8 +180,33 @@
     });
     bar.style.marginBottom = (8 + out * line) + "px";
   }
-  // env: the decode program's point (deploy_eval's summary env: batch per micro-batch, seq, ctx, kv_bytes)
-  function renderOps(rows, p, env) {
+  // each op's expected time from measured kernels at the grid's per-op points, with its measured
+  // source as the tooltip (ops.parquet's t_expected_s and source columns, written by the build as
+  // data/deploy/<model>/expected.json.gz: point key -> op uid -> [seconds, tooltip]); displayed only
+  var expectedFile = null, opsDrawn = 0;
+  function expectedOps() {
+    if (!expectedFile) expectedFile = window.archJSON(base + "expected.json.gz").catch(function () { return {}; });
+    return expectedFile;
+  }
+  var NO_EXPECTED = "No expected time at this point: the results hold it at the grid's per-op points (ops.parquet); archledger deploy --json gives it at any point.";
+  function fillExpected(cells, key, drawn) {
+    var table = document.getElementById("ops");
+    table.removeAttribute("data-expected-ready");
+    return expectedOps().then(function (all) {
+      if (drawn !== opsDrawn) return;                   // a newer selection redrew the table
+      var mine = (key && all[key]) || null;
+      cells.forEach(function (c) {
+        var found = mine && mine[c[0]];
+        c[1].textContent = found ? fmt.time(found[0]) : "—";
+        c[1].title = found ? found[1] : NO_EXPECTED;
+      });
+      table.setAttribute("data-expected-ready", mine ? "point" : "none");
+    });
+  }
+  // env: the decode program's point (deploy_eval's summary env: batch per micro-batch, seq, ctx, kv_bytes);
+  // key: the selection as expected.json.gz keys a grid per-op point (null with MTP drafts: none there)
+  function renderOps(rows, p, env, key) {
+    var expectedCells = [], drawn = ++opsDrawn;
     var dims = Object.assign({}, page.bound || {}, env);   // the tooltips' "where" line
     var tbody = document.querySelector("#ops tbody"); tbody.textContent = "";
     document.getElementById("ops-note").textContent = "Decode, batch " + p.batch + ", prompt " + p.input + " + " + p.output + " generated tokens (one step at the last position; a pipeline micro-batch)." +
@@ -197,9 +222,12 @@
         else if (defs[i]) td.appendChild(window.archNum(0, c[0], null, r.op_uid, defs[i]));
         else if (i === 0) { var code = document.createElement("code"); code.textContent = c[0]; td.appendChild(code); } else td.textContent = c[0];
         tr.appendChild(td); });
+      var td = document.createElement("td"); td.className = "n expected"; td.textContent = "…";
+      tr.appendChild(td); expectedCells.push([r.op_uid, td]);
       if (r.kind === "comm") tr.className = "comm"; if (r.kind === "fused") tr.className = "fused";
       tbody.appendChild(tr);
     });
+    fillExpected(expectedCells, key, drawn);
   }
   function chart(id, spec, datasets) {
     if (!window.vegaEmbed) return Promise.resolve();
@@ -251,7 +279,7 @@
       document.getElementById("dl-json").href = base + combo.file + ".json.gz";
       var dec = summarize(combo, file, p), ops = opRows(combo, file, dec);
       render(dec, combo);
-      renderOps(ops, p, dec.env.decode);
+      renderOps(ops, p, dec.env.decode, p.mtp ? null : [s.gpu, combo.n_gpus, combo.config, s.fw, s.kv, p.batch, p.input, p.output].join("|"));
       window.archDeploy.current = { option: combo, point: p, summary: dec, ops: ops };
       // both phases' per-op rows of the selected point (static/js/roofline.js draws the decode step's)
       document.dispatchEvent(new CustomEvent("arch:ops", { detail: { rows: ops, gpu: s.gpu, phase: "decode" } }));
