@@ -200,11 +200,10 @@
     });
   }
   function chart(id, spec, datasets) {
-    if (!window.vegaEmbed) return Promise.resolve();
     // the build's spec names its datasets; this selection's rows fill them (top-level "datasets")
     var filled = JSON.parse(JSON.stringify(spec));
     filled.datasets = Object.assign({}, filled.datasets || {}, datasets);
-    return window.vegaEmbed("#" + id, filled, { actions: false, renderer: "svg" })
+    return window.archChart("#" + id, filled)   // drawn once in view (site.js)
       .catch(function (e) { console.error("chart " + id + ": " + e); });
   }
   // throughput vs batch at the grid's prompt lengths (this output length): as the grid keeps them,
