@@ -218,7 +218,9 @@
     entries.forEach(function (e) {
       if (!e.isIntersecting) return;
       seen.unobserve(e.target); e.target.archVisible = true;
-      var wait = e.target.archWaiting; e.target.archWaiting = null;
+      var wait = e.target.archWaiting, then = e.target.archOnSeen || [];
+      e.target.archWaiting = null; e.target.archOnSeen = null;
+      then.forEach(function (fn) { fn(); });
       if (wait) draw(e.target, wait.spec).then(wait.resolve, wait.reject);
     });
   }, { rootMargin: "200px 0px" });
@@ -233,7 +235,8 @@
   // chart (its text alternative, beyond the caption), rebuilt on every redraw.
   function chartReadable(el) {
     var items = Array.prototype.filter.call(el.querySelectorAll("svg [aria-label]"), function (n) {
-      return n.getAttribute("role") === "graphics-symbol" && /: /.test(n.getAttribute("aria-label"));
+      return n.getAttribute("role") === "graphics-symbol" && /: /.test(n.getAttribute("aria-label")) &&
+        !n.closest(".role-axis, .role-legend, .role-title");      // the data's marks, not the axes and legends
     });
     el.archItems = items; el.archAt = -1;
     el.tabIndex = 0; el.setAttribute("role", "group");
@@ -271,6 +274,13 @@
   }
   document.addEventListener("keydown", function (e) { var el = document.activeElement; if (el && el.archItems) chartKey(el, e); });
   document.addEventListener("focusout", function (e) { if (e.target.archItems) hide(e.target); });
+  // ``fn`` once ``el`` has come into view (at once if it has): a chart whose data is costly to
+  // fetch (the deploy page's front) fetches it then, through the same watch as the library.
+  window.archWhenSeen = function (el, fn) {
+    if (el.archVisible || !seen) { fn(); return; }
+    (el.archOnSeen = el.archOnSeen || []).push(fn);
+    seen.observe(el);
+  };
   window.archChart = function (el, spec) {
     if (typeof el === "string") el = document.querySelector(el);
     if (!el) return Promise.resolve(null);
@@ -289,7 +299,7 @@
   window.archNum = function (value, text, formula, node, definition, dims) {
     var s = document.createElement("span");
     if (dims) s.archDims = dims;   // {dim: value} for the "where" line (pages of several models)
-    s.className = "num"; s.tabIndex = -1;   // its group's tab stop is set by rove() s.textContent = text;
+    s.className = "num"; s.tabIndex = -1; s.textContent = text;   // its group's tab stop: rove()
     if (formula) s.setAttribute("data-f", formula);
     if (definition) s.setAttribute("data-d", definition);
     if (node) s.setAttribute("data-n", node);
