@@ -164,7 +164,7 @@ def page_requests(site: Path, path: str) -> dict:
         block_remote(context)
         page = context.new_page()
         responses: list = []
-        page.on("response", responses.append)
+        page.on("response", lambda r: responses.append(r))
         page.goto(base + path, wait_until="networkidle")
         page.wait_for_timeout(300)
 
