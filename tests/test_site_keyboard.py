@@ -55,7 +55,7 @@ def tab_stops(page) -> list[str]:
         seen.add(key)
         out.append(key.split(" ", 1)[1])
     else:
-        pytest.fail(f"{TAB_WALK_LIMIT} presses of Tab never came back round")
+        pytest.fail(f"more than {TAB_WALK_LIMIT} tab stops: {TAB_WALK_LIMIT} presses of Tab never came back round")
     return out
 
 

@@ -168,7 +168,10 @@
     });
   }
   rove();
-  new MutationObserver(function () { if (!roving) { roving = true; setTimeout(rove, 0); } })
+  new MutationObserver(function (records) {       // the tooltip's own text changes are not new numbers
+    if (roving || records.every(function (r) { return tip.contains(r.target); })) return;
+    roving = true; setTimeout(rove, 0);
+  })
     .observe(document.body, { childList: true, subtree: true });
   function column(el, g, step) {       // the nearest number in el's column, ``step`` rows on
     var td = el.closest("td, th"), tr = td && td.parentElement;
