@@ -12,8 +12,8 @@ DeepSeek-V3 over tests/data/grid_small.yaml). What each test holds:
   one row per mark;
 - the gallery's "Compare selected" goes nowhere on Enter until two models are ticked;
 - axe-core (the copy bundled in the PyPI package ``axe-playwright-python``, MPL-2.0, no network)
-  finds no serious or critical violation on one page of every page type, read to its end (charts
-  drawn, structure drawings open). tests/test_site_sizing.py runs the same check on a sizing page.
+  finds no serious or critical violation on one page of every page type, its charts drawn and
+  structure drawings open. tests/test_site_sizing.py runs the same check on a sizing page.
 """
 from __future__ import annotations
 
@@ -211,12 +211,13 @@ PAGES = {
 
 @pytest.mark.parametrize("kind", sorted(PAGES))
 def test_axe_finds_no_serious_violation(tab, base, kind):  # noqa: F811
-    """One page of each type, read to its end (every chart drawn) with its structure drawings open."""
+    """One page of each type with every chart drawn (each scrolled into view) and its structure drawings open."""
     page = tab.page
     tab.goto(base + PAGES[kind])
     page.evaluate("() => document.querySelectorAll('details.level').forEach(d => { d.open = true; })")
-    if page.locator(".chart").count():
-        scroll_through(page)                                   # every chart drawn, with its data table
+    for chart in page.locator(".chart").all():                 # every chart drawn, with its data table
+        chart.scroll_into_view_if_needed()
+        chart.locator("svg").first.wait_for(state="attached")
     if page.locator(".graph-wrap[data-src]").count():
         page.wait_for_function("() => [...document.querySelectorAll('details.level .graph-wrap[data-src]')].every(w => w.firstElementChild)")
     found = axe_serious(page)
