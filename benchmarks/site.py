@@ -10,8 +10,11 @@ the page (``#summary .num``), with what that load fetched under ``data/`` (uncom
 as a CDN serves it). Prints Markdown tables for README. Targets: the site <= 1.5 MB per model plus
 10 MB of fixed pages (issue 42, :mod:`site_builder.budget`: bytes per model, mean and largest, and
 fixed bytes are printed), every HTML page <= 300 KB, one deployment selection <= 300 KB compressed,
-gallery first paint < 500 ms, deploy page interactive < 1 s (issue 19). ``--sizes-only``: the sizes
-without a browser. Timings are measured here, never asserted in tests.
+gallery first paint < 500 ms, deploy page interactive < 1 s (issue 19). Page weight (issue 41): the
+requests the deploy page makes on load and after a reader has scrolled it to its end (every chart
+drawn; charts load their library and data only once in view), with their bytes, and whether the
+largest model page's first view requests the chart library (it should not). ``--sizes-only``: the
+sizes without a browser. Timings are measured here, never asserted in tests.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from site_builder import budget  # noqa: E402
 from site_builder.budget import folder_bytes  # noqa: E402
 from site_builder.render import PAGE_LIMIT as PAGE_TARGET  # noqa: E402  (bytes of HTML per page)
-from site_builder.screenshots import VIEWPORT, block_remote, launch  # noqa: E402
+from site_builder.screenshots import VIEWPORT, block_remote, launch, scroll_through  # noqa: E402
 from site_builder.serve import start  # noqa: E402
 
 FCP_TARGET_MS = 500.0
@@ -148,6 +151,41 @@ def deploy_interactive(site: Path, path: str, runs: int) -> list[dict]:
     return out
 
 
+CHART_LIBRARY = "/vendor/vega-embed."      # static/vendor/vega-embed.<sha8>.js
+
+
+def page_requests(site: Path, path: str) -> dict:
+    """One cold load of ``path``: the requests (every URL, the page itself included) and the bytes
+    of their responses once the load is idle, and again after scrolling the page to its end; and
+    how many of each were for the chart library."""
+    out = {}
+    with _served_browser(site) as (browser, base):
+        context = browser.new_context(viewport=VIEWPORT)
+        block_remote(context)
+        page = context.new_page()
+        responses: list = []
+        page.on("response", lambda r: responses.append(r))
+        page.goto(base + path, wait_until="networkidle")
+        page.wait_for_timeout(300)
+
+        def size(r) -> int:
+            try:
+                return len(r.body()) if r.ok else 0
+            except Exception:     # playwright's Error: a response without a body (a redirect, a 204)
+                return 0
+
+        def tally() -> dict:
+            done = list(responses)
+            return {"requests": len(done), "bytes": sum(size(r) for r in done),
+                    "library": sum(CHART_LIBRARY in r.url for r in done)}
+
+        out["load"] = tally()
+        scroll_through(page)
+        out["scrolled"] = tally()
+        context.close()
+    return out
+
+
 def ok(good: bool) -> str:
     return "✓" if good else "✗"
 
@@ -194,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         timings = first_render(site, args.runs)
         loads = deploy_interactive(site, deploy, args.runs)
+        deploy_weight = page_requests(site, deploy)
+        model_path = f"models/{max(sizes, key=lambda r: r['model'])['slug']}/"
+        model_weight = page_requests(site, model_path)
     except (ImportError, RuntimeError) as exc:
         print(f"error: the browser timings need Playwright and Chromium: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -226,6 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| data that selection fetched ({fetched['files']} files under data/), uncompressed / gzip "
           f"| {kb(fetched['bytes'])} / {kb(fetched['gzip'])} | ≤ {kb(SELECTION_TARGET)} compressed "
           f"| {ok(fetched['gzip'] <= SELECTION_TARGET)} |")
+    for label, path, weight in (("deploy page", deploy, deploy_weight), ("model page", model_path, model_weight)):
+        load, scrolled = weight["load"], weight["scrolled"]
+        print(f"| {label} requests, `{path}`: on load / after scrolling to its end (every chart drawn) "
+              f"| {load['requests']} ({mb(load['bytes'])}) / {scrolled['requests']} ({mb(scrolled['bytes'])}) | | |")
+    first = model_weight["load"]["library"]
+    print(f"| model page's first view requests the chart library (`{model_path}`) | {'yes' if first else 'no'} "
+          f"| no | {ok(not first)} |")
     print()
     print("| model | model page HTML | model document it fetches (per-op table), uncompressed / gzip | structure drawings (on demand) "
           "| deployment page HTML | deployment data (all selections) | |")

@@ -3,7 +3,7 @@
 Layer: site_builder (imports only grandalf and the standard library).
 
 ``render_svg(graph)`` lays a DAG out top to bottom with grandalf's Sugiyama layout and returns one
-``<svg class="graph" role="img">`` element; ``diff_graphs(a, b)`` pairs two graphs' nodes by id and
+``<svg class="graph" role="group">`` element; ``diff_graphs(a, b)`` pairs two graphs' nodes by id and
 returns their union plus a node-status map for ``render_svg(..., status=...)``.
 
 Invariants:
@@ -481,7 +481,9 @@ def render_svg(graph: dict, *, status: dict[str, str] | None = None, title: str 
     pid = "g" + hashlib.sha1(key.encode()).hexdigest()[:10]
 
     name = title or "Computation graph"
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" role="img" '
+    # role "group", not "img": an image's content is presentational, and these nodes are focusable
+    # (axe: nested-interactive); the title names the group
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" role="group" '
              f'aria-labelledby="{pid}-title" viewBox="0 0 {_n(width)} {_n(height)}" width="100%" '
              f'style="max-width:{_n(width)}px" font-family="sans-serif" font-size="12">',
              f'<title id="{pid}-title">{_esc(name)}</title>',

@@ -51,6 +51,25 @@ def block_remote(context, blocked: list[str] | None = None) -> None:
     context.route("**/*", handle)
 
 
+#: Scroll a page through, a window at a time, and back to the top: what a reader who reads it all
+#: does, so every chart comes into view and is drawn (charts load their library and data only then,
+#: static/js/site.js archChart). Resolves once back at the top and no request has finished for
+#: 600 ms (the page's resource timing entries; 15 s at most).
+SCROLL_THROUGH_JS = """async () => {
+  const step = Math.max(200, window.innerHeight - 100), pause = ms => new Promise(r => setTimeout(r, ms));
+  for (let y = 0; y < document.documentElement.scrollHeight; y += step) { window.scrollTo(0, y); await pause(150); }
+  window.scrollTo(0, document.documentElement.scrollHeight); await pause(150);
+  window.scrollTo(0, 0);
+  const count = () => performance.getEntriesByType('resource').length;
+  for (let t = 0, n = -1; t < 15000 && n !== count(); t += 600) { n = count(); await pause(600); }
+}"""
+
+
+def scroll_through(page) -> None:
+    """:data:`SCROLL_THROUGH_JS` on ``page``."""
+    page.evaluate(SCROLL_THROUGH_JS)
+
+
 def screenshots(site: Path, to: Path, model_slug: str) -> int:
     """Save gallery.png, model.png, deploy.png, compare.png and (when the site has graph diffs)
     diff.png, full page, under ``to``; 0 on success, 2 on error."""
@@ -93,6 +112,7 @@ def screenshots(site: Path, to: Path, model_slug: str) -> int:
                 page = context.new_page()
                 for name, url, ready in shots:
                     page.goto(url, wait_until="networkidle")
+                    scroll_through(page)     # a full-page picture shows every chart, drawn once seen
                     try:
                         page.wait_for_selector(ready, state="attached", timeout=15_000)
                         page.wait_for_timeout(300)  # let the last chart finish its transition

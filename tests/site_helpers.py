@@ -1,6 +1,7 @@
 """Helpers shared by the tests that build a small site: one build over a tiny grid, and its tables."""
 from __future__ import annotations
 
+import importlib.resources
 from pathlib import Path
 from typing import Iterator
 
@@ -132,3 +133,27 @@ def _counted(part: list[str], nodes: dict[str, dict]) -> list[str]:
         badge = nodes[node].get("badge", "")
         out += [node.split("#")[0]] * (int(badge[1:]) if badge.startswith("x") and badge[1:].isdigit() else 1)
     return out
+
+
+def axe_source() -> str:
+    """axe.min.js as the PyPI package ``axe-playwright-python`` ships it (installed by the test extra)."""
+    try:
+        return (importlib.resources.files("axe_playwright_python") / "axe.min.js").read_text()
+    except ModuleNotFoundError:
+        import pytest
+        pytest.fail("the Python package `axe-playwright-python` is not installed: pip install -e '.[test]'", pytrace=False)
+
+
+def axe_serious(page) -> list[str]:
+    """axe-core's serious and critical violations on ``page`` as it is now, one line each: rule, impact,
+    the first targets. axe is evaluated through the DevTools protocol, which the page's CSP does not govern.
+
+    A table's body rows past its fifth are left out: one loop writes all of a table's rows, so the
+    first five have every row's markup, and the colour-contrast rule over a thousand rows of numbers
+    (a large model's per-op table) costs about ten seconds a page."""
+    page.evaluate(axe_source())
+    found = page.evaluate("""() => axe.run({include: [document], exclude: [['table tbody tr:nth-child(n+6)']]},
+                                           {resultTypes: ['violations']}).then(r => r.violations
+        .filter(v => v.impact === 'serious' || v.impact === 'critical')
+        .map(v => v.id + ' (' + v.impact + ', ' + v.nodes.length + '): ' + v.nodes.slice(0, 3).map(n => n.target.join(' ')).join(' | ')))""")
+    return found

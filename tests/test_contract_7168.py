@@ -433,6 +433,7 @@ def test_crossing_diamonds_render_with_a_tooltip_naming_the_pair(out, browser, c
     try:
         tab.goto(base + "components/")
         chart = '.chart[data-spec="attention.kv"]'
+        tab.page.locator(chart).scroll_into_view_if_needed()      # charts are drawn once in view
         tab.page.wait_for_selector(f"{chart} svg g.crossings_marks path", state="attached")
         diamonds = tab.page.locator(f"{chart} svg g.crossings_marks path")
         assert diamonds.count() == len(contract["crossings"])

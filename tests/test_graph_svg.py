@@ -59,7 +59,7 @@ def _random_dag(n=60, seed=1):
 def _parse(svg: str) -> ET.Element:
     root = ET.fromstring(svg)  # every test: the output is well-formed XML
     assert root.tag == NS + "svg"
-    assert root.get("class") == "graph" and root.get("role") == "img" and root.get("width") == "100%"
+    assert root.get("class") == "graph" and root.get("role") == "group" and root.get("width") == "100%"
     assert root.find(NS + "title") is not None
     assert len(root.get("viewBox").split()) == 4
     return root

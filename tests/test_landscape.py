@@ -165,7 +165,7 @@ def test_cells_carry_formulas(out):
     import json
     html = (out / "site" / "landscape" / "index.html").read_text()
     texts = json.loads(gzip.decompress((out / "site" / "data" / "landscape-formulas.json.gz").read_bytes()))
-    keys = re.findall(r'<span class="num" tabindex="0" data-fk="(\d+)">', html)
+    keys = re.findall(r'<span class="num" tabindex="-1" data-fk="(\d+)">', html)
     assert keys and len(keys) == html.count('class="num"')
     spans = [texts[int(k)] for k in keys]           # the page's tooltips, numbered in its formula file
     assert spans and all(f.strip() for f in spans)

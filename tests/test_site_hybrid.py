@@ -212,7 +212,7 @@ def _split_rows(html: str) -> list[tuple[str, str, list[tuple[str, str, str]]]]:
     rows = []
     for part, body in re.findall(r'<tr (?:class="sum" )?data-part="(\w+)">(.*?)</tr>', table, re.S):
         head = re.sub(r"<[^>]+>", "", re.split(r"<td class=\"n\">", body)[0]).strip()
-        cells = re.findall(r'<span class="num" tabindex="0" data-f="([^"]*)"[^>]*?(?:data-w="([^"]*)")?>([^<]*)</span>', body)
+        cells = re.findall(r'<span class="num" tabindex="-1" data-f="([^"]*)"[^>]*?(?:data-w="([^"]*)")?>([^<]*)</span>', body)
         rows.append((part, head, [(text, formula, where) for formula, where, text in cells]))
     return rows
 

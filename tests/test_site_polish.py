@@ -24,6 +24,7 @@ import polars as pl
 import pytest
 
 from engine.cli import units
+from site_builder.screenshots import scroll_through
 from tests.site_helpers import build_small_site, result_tables, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
@@ -165,6 +166,7 @@ def test_no_vega_dropping_warning(tab, base):
     for path, marks in ((f"models/{LLAMA}/", "#chart-model-kv svg g.mark-line path"),
                         (f"models/{QWEN}/deploy/", "#chart-ep svg g.mark-rect path")):
         tab.goto(base + path)
+        scroll_through(tab.page)                               # charts are drawn once in view
         tab.page.wait_for_selector(marks, state="attached")
         if "deploy" in path:
             tab.page.wait_for_selector("#chart-gpus svg g.mark-rect path", state="attached")
@@ -178,6 +180,7 @@ def test_no_vega_dropping_warning(tab, base):
 def test_roofline_one_point_per_op_and_the_ridge_by_hand(tab, base, tables):
     page = tab.page
     tab.goto(base + TP2)
+    page.locator("#chart-roofline").scroll_into_view_if_needed()     # charts are drawn once in view
     page.wait_for_selector("#chart-roofline svg g.ops_marks path", state="attached")
     page.wait_for_function("() => document.getElementById('chart-roofline').archView")
     ops = tables["ops"].filter((pl.col("model_id") == "meta-llama/Meta-Llama-3.1-8B") & (pl.col("gpu") == "H100")

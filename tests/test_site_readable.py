@@ -46,6 +46,7 @@ def tab(browser):  # noqa: F811
 def _deploy(tab, base, url=DS_DEPLOY):  # noqa: F811
     tab.goto(base + url)
     tab.page.wait_for_function("() => document.getElementById('summary').hasAttribute('data-ready')")
+    tab.page.locator("#chart-batch").scroll_into_view_if_needed()      # charts are drawn once in view
     tab.page.wait_for_selector("#chart-batch svg g.mark-symbol path", state="attached")
 
 
@@ -86,11 +87,13 @@ def test_legends_name_things_in_words(tab, base):  # noqa: F811
     """No legend on the deploy page (batch, KV, roofline) or the model page's KV chart prints a raw
     boolean: the extrapolation is named in words."""
     _deploy(tab, base)
-    tab.page.locator("#chart-roofline").scroll_into_view_if_needed()
+    tab.page.locator("#chart-kv").scroll_into_view_if_needed()
     tab.page.wait_for_selector("#chart-kv svg g.role-legend", state="attached")
+    tab.page.locator("#chart-roofline").scroll_into_view_if_needed()
     tab.page.wait_for_selector("#chart-roofline svg g.role-legend", state="attached")
     legends = tab.page.evaluate("() => [...document.querySelectorAll('svg g.role-legend text')].map(t => t.textContent)")
     tab.goto(base + f"models/{DEEPSEEK}/")
+    tab.page.locator("#chart-model-kv").scroll_into_view_if_needed()
     tab.page.wait_for_selector("#chart-model-kv svg g.role-legend", state="attached")
     legends += tab.page.evaluate("() => [...document.querySelectorAll('svg g.role-legend text')].map(t => t.textContent)")
     assert "past max context (extrapolated)" in legends, legends

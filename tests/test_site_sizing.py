@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from engine.cli import main
-from tests.site_helpers import served, shared_small_site
+from site_builder.screenshots import scroll_through
+from tests.site_helpers import axe_serious, served, shared_small_site
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -107,6 +108,7 @@ def test_front_chart_has_one_line_per_gpu_type_and_a_legend(browser, base, built
     tab = _open(browser)
     try:
         tab.goto(f"{base}/models/{SLUG}/sizing/")
+        tab.page.locator("#chart-front").scroll_into_view_if_needed()  # charts are drawn once in view
         tab.page.wait_for_selector("#chart-front svg .mark-line path")
         lines = tab.page.locator("#chart-front svg .mark-line path").count()
         legend = tab.page.eval_on_selector_all("#chart-front svg .role-legend-label text",
@@ -130,6 +132,21 @@ def test_front_chart_has_one_line_per_gpu_type_and_a_legend(browser, base, built
     finally:
         tab.context.close()
     assert lines == len(GPUS) and sorted(legend) == sorted(GPUS)
+
+
+def test_axe_finds_no_serious_violation_on_the_sizing_page(browser, base):  # noqa: F811
+    """The sizing page type's share of tests/test_site_keyboard.py's axe pass: read to its end (its
+    chart drawn), no serious or critical axe-core violation."""
+    tab = _open(browser)
+    try:
+        tab.goto(f"{base}/models/{SLUG}/sizing/")
+        scroll_through(tab.page)
+        tab.page.wait_for_selector("#chart-front svg .mark-line path", state="attached")
+        found = axe_serious(tab.page)
+        assert not found, "\n".join(found)
+        assert not tab.errors, tab.errors
+    finally:
+        tab.context.close()
 
 
 def test_deploy_page_links_the_sizing_page_and_results_record_the_tables(built):

@@ -230,11 +230,10 @@
     fillExpected(expectedCells, key, drawn);
   }
   function chart(id, spec, datasets) {
-    if (!window.vegaEmbed) return Promise.resolve();
     // the build's spec names its datasets; this selection's rows fill them (top-level "datasets")
     var filled = JSON.parse(JSON.stringify(spec));
     filled.datasets = Object.assign({}, filled.datasets || {}, datasets);
-    return window.vegaEmbed("#" + id, filled, { actions: false, renderer: "svg" })
+    return window.archChart("#" + id, filled)   // drawn once in view (site.js)
       .catch(function (e) { console.error("chart " + id + ": " + e); });
   }
   // throughput vs batch at the grid's prompt lengths (this output length): as the grid keeps them,
@@ -303,16 +302,13 @@
   // batch the grid evaluates at this point's prompt and output length (deploy_eval.js fronts: the
   // configs' own formulas, so at any length), for this framework, KV dtype and MTP drafting. It
   // fetches every config file of the model and evaluates them all: drawn once the chart scrolls into
-  // view (a selection loads only its own file), then again only when those selections change.
-  var frontKey = null, frontSeen = !window.IntersectionObserver, frontWanted = null, openPoint = null;
-  if (!frontSeen) {
-    var watch = new IntersectionObserver(function (entries) {
-      if (!entries.some(function (e) { return e.isIntersecting; })) return;
-      frontSeen = true; watch.disconnect();
-      if (frontWanted) frontsOrSay(frontWanted[0], frontWanted[1]);
-    });
-    watch.observe(document.getElementById("chart-front"));
-  }
+  // view (site.js archWhenSeen, the watch that loads the chart library; a selection loads only its
+  // own file), then again only when those selections change.
+  var frontKey = null, frontSeen = false, frontWanted = null, openPoint = null;
+  window.archWhenSeen(document.getElementById("chart-front"), function () {
+    frontSeen = true;
+    if (frontWanted) frontsOrSay(frontWanted[0], frontWanted[1]);
+  });
   function frontsOrSay(s, p) {    // a chart that fails says so under itself; the summary stays
     drawFronts(s, p).catch(function (e) {
       console.error(e); frontKey = null;

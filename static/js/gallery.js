@@ -57,5 +57,8 @@
       link.removeAttribute("aria-disabled");
     } else { link.setAttribute("aria-disabled", "true"); }
   });
+  // aria-disabled only looks disabled (CSS stops the pointer, not Enter, which clicks a focused
+  // link): the link goes nowhere until two models are ticked
+  link.addEventListener("click", function (e) { if (link.getAttribute("aria-disabled") === "true") e.preventDefault(); });
   apply();
 })();

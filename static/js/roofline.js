@@ -19,7 +19,7 @@
   }
   function draw(detail) {
     var gpu = gpuOf(detail.gpu), spec = (page().specs || {}).roofline;
-    if (!gpu || !spec || !window.vegaEmbed) { el.textContent = ""; if (note) note.textContent = "No roofline for this GPU."; return; }
+    if (!gpu || !spec) { window.archChart(el, null); el.textContent = ""; if (note) note.textContent = "No roofline for this GPU."; return; }
     var rows = detail.rows || [], drawn = [], left = 0;
     var phase = detail.phase || null;   // rows may carry both phases: draw the one asked for
     rows.forEach(function (r) {
@@ -34,8 +34,8 @@
     });
     var filled = JSON.parse(JSON.stringify(spec));
     filled.datasets = Object.assign({}, filled.datasets || {}, { ops: drawn, roofs: roofs });
-    window.vegaEmbed(el, filled, { actions: false, renderer: "svg" }).then(function (res) {
-      el.archView = res.view;   // the drawn data, for readers' tools and the browser tests
+    window.archChart(el, filled).then(function (res) {   // drawn once in view (site.js)
+      if (res) el.archView = res.view;   // the drawn data, for readers' tools and the browser tests
     }).catch(function (e) { console.error("chart roofline: " + e); });
     if (note) {
       note.textContent = "";

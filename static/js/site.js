@@ -133,10 +133,176 @@
     });
     return document.importNode(svg, true);
   };
+  // Keyboard: a number is not a tab stop of its own (a large model page has over a thousand). Each
+  // group of numbers (a table, a card list, else the nearest list, paragraph, figure or section) is
+  // one tab stop: its first number, then the one last reached (a roving tabindex); the arrow keys
+  // move within the group (left/right: the previous/next number; up/down: in a table, the nearest
+  // number in the same column of the rows above/below, elsewhere as left/right), Home/End to its
+  // first/last. Reaching a number shows its formula, as focus always did. Numbers drawn later
+  // (the per-op and deploy tables) join their group as they are added (a MutationObserver).
+  var GROUP = "table, dl, ul, ol, p, figure, section, main";
+  function groupOf(el) { return el.closest(GROUP) || document.body; }
+  function membersOf(g) {
+    return Array.prototype.filter.call(g.querySelectorAll(".num"), function (n) { return groupOf(n) === g; });
+  }
+  var roving = false;
+  function rove() {
+    roving = false;
+    Array.prototype.forEach.call(document.querySelectorAll(".num"), function (n) {
+      var g = groupOf(n);
+      if (g.archStop && g.archStop !== n && g.contains(g.archStop)) { if (n.tabIndex !== -1) n.tabIndex = -1; return; }
+      g.archStop = n; n.tabIndex = 0;
+    });
+    scrollers();
+  }
+  // A box that scrolls (a wide table's wrapper, a long code block) with nothing focusable inside
+  // is itself a tab stop, so the keyboard can scroll it (axe: scrollable-region-focusable); named
+  // by its table's caption.
+  function scrollers() {
+    Array.prototype.forEach.call(document.querySelectorAll(".table-wrap, pre"), function (el) {
+      if (el.hasAttribute("tabindex") || (el.scrollWidth <= el.clientWidth + 1 && el.scrollHeight <= el.clientHeight + 1)) return;
+      if (el.querySelector("a[href], button, input, select, textarea, [tabindex='0']")) return;
+      var cap = el.querySelector("caption");
+      el.tabIndex = 0; el.setAttribute("role", "group");
+      el.setAttribute("aria-label", "scrollable " + (cap ? "table: " + cap.textContent.slice(0, 80) : el.tagName === "PRE" ? "code" : "table"));
+    });
+  }
+  rove();
+  new MutationObserver(function (records) {       // the tooltip's own text changes are not new numbers
+    if (roving || records.every(function (r) { return tip.contains(r.target); })) return;
+    roving = true; setTimeout(rove, 0);
+  })
+    .observe(document.body, { childList: true, subtree: true });
+  function column(el, g, step) {       // the nearest number in el's column, ``step`` rows on
+    var td = el.closest("td, th"), tr = td && td.parentElement;
+    if (!tr || tr.closest("table") !== g) return undefined;
+    for (var i = tr.rowIndex + step; i >= 0 && i < g.rows.length; i += step) {
+      var cell = g.rows[i].cells[td.cellIndex], n = cell && cell.querySelector(".num");
+      if (n && groupOf(n) === g) return n;
+    }
+    return null;
+  }
+  document.addEventListener("keydown", function (e) {
+    var el = e.target;
+    if (!el.classList || !el.classList.contains("num") || e.altKey || e.ctrlKey || e.metaKey) return;
+    var g = groupOf(el), all = membersOf(g), i = all.indexOf(el), to;
+    if (e.key === "ArrowRight") to = all[i + 1];
+    else if (e.key === "ArrowLeft") to = all[i - 1];
+    else if (e.key === "Home") to = all[0];
+    else if (e.key === "End") to = all[all.length - 1];
+    else if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      var step = e.key === "ArrowDown" ? 1 : -1;
+      to = column(el, g, step);
+      if (to === undefined) to = all[i + step];
+    } else return;
+    e.preventDefault();                // the arrows move between numbers, not the page
+    if (!to || to === el) return;
+    el.tabIndex = -1; to.tabIndex = 0; g.archStop = to; to.focus();
+  });
+  // Charts: every chart on every page type is drawn through archChart, the one loader. The chart
+  // library (static/vendor/vega-embed.js, ~900 kB, the bulk of a page's weight) is inserted as a
+  // script only when the first chart comes within a screen of the viewport, once per page; a chart
+  // is drawn when it comes into view, with the latest spec its page gave it (a spec given while the
+  // chart is out of view replaces the one waiting). Resolves to vega-embed's result once drawn, or
+  // null when a newer spec took over first. The library's URL is the site.js tag's data-vega.
+  var VEGA = (document.currentScript && document.currentScript.getAttribute("data-vega")) || "", library = null;
+  function loadLibrary() {
+    if (window.vegaEmbed) return Promise.resolve(window.vegaEmbed);
+    if (!library) library = new Promise(function (resolve, reject) {
+      var s = document.createElement("script");
+      s.src = VEGA;
+      s.onload = function () { window.vegaEmbed ? resolve(window.vegaEmbed) : reject(new Error("the chart library defined no vegaEmbed")); };
+      s.onerror = function () { library = null; reject(new Error("could not load the chart library " + VEGA)); };
+      document.head.appendChild(s);
+    });
+    return library;
+  }
+  var seen = typeof IntersectionObserver === "undefined" ? null : new IntersectionObserver(function (entries) {
+    entries.forEach(function (e) {
+      if (!e.isIntersecting) return;
+      seen.unobserve(e.target); e.target.archVisible = true;
+      var wait = e.target.archWaiting, then = e.target.archOnSeen || [];
+      e.target.archWaiting = null; e.target.archOnSeen = null;
+      then.forEach(function (fn) { fn(); });
+      if (wait) draw(e.target, wait.spec).then(wait.resolve, wait.reject);
+    });
+  }, { rootMargin: "200px 0px" });
+  function draw(el, spec) {
+    return loadLibrary().then(function (embed) {
+      return embed(el, spec, { actions: false, renderer: "svg" }).then(function (result) { chartReadable(el, result); return result; });
+    });
+  }
+  // A drawn chart reads without a mouse: the chart is one tab stop whose arrow keys step through
+  // its marks, each mark's own description (vega's aria-label: its tooltip fields) shown in the
+  // formula tooltip beside it; and the same descriptions, one row per mark, in a table under the
+  // chart (its text alternative, beyond the caption), rebuilt on every redraw.
+  function chartReadable(el) {
+    var items = Array.prototype.filter.call(el.querySelectorAll("svg [aria-label]"), function (n) {
+      return n.getAttribute("role") === "graphics-symbol" && /: /.test(n.getAttribute("aria-label")) &&
+        !n.closest(".role-axis, .role-legend, .role-title");      // the data's marks, not the axes and legends
+    });
+    el.archItems = items; el.archAt = -1;
+    el.tabIndex = 0; el.setAttribute("role", "group");
+    el.setAttribute("aria-label", "Chart of " + items.length + " marks: the arrow keys read each; the table below lists them");
+    if (el.archTable) el.archTable.remove();
+    var rows = items.map(function (n) {
+      var row = {};
+      n.getAttribute("aria-label").split("; ").forEach(function (part) {
+        var i = part.indexOf(": "); if (i > 0) row[part.slice(0, i)] = part.slice(i + 2);
+      });
+      return row;
+    }), keys = [];
+    rows.forEach(function (r) { Object.keys(r).forEach(function (k) { if (keys.indexOf(k) < 0) keys.push(k); }); });
+    var details = document.createElement("details"), summary = document.createElement("summary");
+    details.className = "chart-data"; summary.textContent = "The chart's data (" + rows.length + " marks)";
+    details.appendChild(summary);
+    var wrap = document.createElement("div"), table = document.createElement("table"), head = table.createTHead().insertRow(), body = table.createTBody();
+    wrap.className = "table-wrap"; table.className = "data";
+    keys.forEach(function (k) { var th = document.createElement("th"); th.scope = "col"; th.textContent = k; head.appendChild(th); });
+    rows.forEach(function (r) { var tr = body.insertRow(); keys.forEach(function (k) { tr.insertCell().textContent = r[k] === undefined ? "" : r[k]; }); });
+    wrap.appendChild(table); details.appendChild(wrap);
+    el.parentNode.insertBefore(details, el.nextSibling);
+    el.archTable = details;
+  }
+  function chartKey(el, e) {
+    var items = el.archItems, n = items.length, at = el.archAt;
+    var to = { ArrowRight: at + 1, ArrowDown: at + 1, ArrowLeft: at - 1, ArrowUp: at - 1, Home: 0, End: n - 1 }[e.key];
+    if (to === undefined || !n) return;
+    e.preventDefault();
+    el.archAt = Math.max(0, Math.min(n - 1, to));
+    var item = items[el.archAt];
+    tip.textContent = item.getAttribute("aria-label");
+    tip.hidden = false; place(item);
+    el.setAttribute("aria-describedby", "tip");
+  }
+  document.addEventListener("keydown", function (e) { var el = document.activeElement; if (el && el.archItems) chartKey(el, e); });
+  document.addEventListener("focusout", function (e) { if (e.target.archItems) hide(e.target); });
+  // ``fn`` once ``el`` has come into view (at once if it has): a chart whose data is costly to
+  // fetch (the deploy page's front) fetches it then, through the same watch as the library.
+  window.archWhenSeen = function (el, fn) {
+    if (el.archVisible || !seen) { fn(); return; }
+    (el.archOnSeen = el.archOnSeen || []).push(fn);
+    seen.observe(el);
+  };
+  window.archChart = function (el, spec) {
+    if (typeof el === "string") el = document.querySelector(el);
+    if (!el) return Promise.resolve(null);
+    if (!spec) {                       // no chart here now: nothing waits, no table of an old one
+      if (el.archWaiting) { el.archWaiting.resolve(null); el.archWaiting = null; }
+      if (el.archTable) { el.archTable.remove(); el.archTable = null; }
+      return Promise.resolve(null);
+    }
+    if (el.archVisible || !seen) return draw(el, spec);
+    if (el.archWaiting) el.archWaiting.resolve(null);      // superseded before it was seen
+    return new Promise(function (resolve, reject) {
+      el.archWaiting = { spec: spec, resolve: resolve, reject: reject };
+      seen.observe(el);
+    });
+  };
   window.archNum = function (value, text, formula, node, definition, dims) {
     var s = document.createElement("span");
     if (dims) s.archDims = dims;   // {dim: value} for the "where" line (pages of several models)
-    s.className = "num"; s.tabIndex = 0; s.textContent = text;
+    s.className = "num"; s.tabIndex = -1; s.textContent = text;   // its group's tab stop: rove()
     if (formula) s.setAttribute("data-f", formula);
     if (definition) s.setAttribute("data-d", definition);
     if (node) s.setAttribute("data-n", node);

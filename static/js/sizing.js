@@ -259,13 +259,12 @@
     var el = document.getElementById("chart-front");
     if (!el) return;
     if (!rows.length) {        // nothing to draw (no GPU type picked): say so, no empty chart and its warnings
-      el.textContent = "Pick a GPU type above to draw its front.";
+      window.archChart(el, null); el.textContent = "Pick a GPU type above to draw its front.";
       return;
     }
-    if (!window.vegaEmbed) return;
     var spec = JSON.parse(JSON.stringify(page.specs.front));
     spec.datasets = Object.assign({}, spec.datasets || {}, { front: rows });
-    window.vegaEmbed("#chart-front", spec, { actions: false, renderer: "svg" })
+    window.archChart("#chart-front", spec)
       .catch(function (e) { console.error("chart front: " + e); });
   }
   restore();
