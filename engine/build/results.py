@@ -835,7 +835,8 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
                                      str(staging), shared, str(gpu_root), targets))
         results = _evaluate(corpus, todo, grid_path, gpu_root, staging, hashes, checks, jobs,
                             progress, len(targets), len(targets) - len(todo), where, pool,
-                            variants_to_pool if pool is not None else None, split)
+                            variants_to_pool if pool is not None else None, split,
+                            {m: e.get("seconds", 0.0) for m, e in previous.models.items()})
         if pool is not None:
             for future in early:        # (their errors are raised where their results are read)
                 future.exception()
@@ -940,12 +941,14 @@ def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Cor
 
 def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, staging: Path, hashes: dict,
               checks: dict, jobs: int | None, progress, total: int, done: int, where=None, pool=None,
-              submitted=None, split: set[str] = frozenset()) -> list[dict]:
+              submitted=None, split: set[str] = frozenset(), previous_seconds: dict | None = None) -> list[dict]:
     """Run :func:`build_model` for each model: in this process, in the ``pool`` of --jobs worker
     processes, or on a Dask cluster (``where``, an :class:`engine.build.executor.Executor`); the
     same files either way. ``submitted()``: called once the models' tasks are in the pool's queue;
-    ``split``: the models run as two tasks in the pool (:func:`_split`)."""
-    from engine.build import executor as executors
+    ``split``: the models run as two tasks in the pool (:func:`_split`); ``previous_seconds``: each
+    model's seconds in the previous build (the chains' order, :mod:`engine.build.families`)."""
+    from engine.build import executor as executors, families
+    previous_seconds = previous_seconds or {}
     args = [(str(corpus.root), mid, str(grid_path), str(gpu_root), str(staging), hashes[mid], checks[mid])
             for mid in todo]
     results: list[dict] = []
@@ -971,16 +974,26 @@ def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, 
             executors.run_dask(where, jobs, bundle, build_model, [(mid, (hashes[mid], checks[mid])) for mid in todo],
                                staging, engine_digest, finished)
         return results
+    # a family's models one after the other in one process: what it keeps from the first answers
+    # for the next (engine.build.families); a model run as halves is two tasks of its own
+    by_id = {a[1]: a for a in args}
+    chained = families.chains([m for m in todo if parts[m] == ("all",)], lambda m: corpus.models[m].family,
+                              lambda m: previous_seconds.get(m, 0.0))
     if pool is None:
-        for a in args:
-            finished(build_model(*a, corpus=corpus))
+        for chain in chained:
+            for mid in chain:
+                finished(build_model(*by_id[mid], corpus=corpus))
         return results
-    futures = [pool.submit(_build_model_in_worker, *a, part=part) for a in args for part in parts[a[1]]]
+    futures = ([pool.submit(_build_model_in_worker, *by_id[m], part=part) for m in todo if parts[m] != ("all",)
+                for part in parts[m]]
+               + [pool.submit(_build_chain_in_worker, [by_id[m] for m in chain]) for chain in chained])
     if submitted is not None:
         submitted()
     try:
         for future in as_completed(futures):
-            finished(future.result())
+            done_now = future.result()        # a chain's results, or one half's
+            for result in done_now if isinstance(done_now, list) else [done_now]:
+                finished(result)
     except BaseException:
         for future in futures:          # a failure stops the build: do not finish the others first
             future.cancel()
@@ -1014,6 +1027,12 @@ def _end_worker() -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(0)
+
+
+def _build_chain_in_worker(chain: list[tuple]) -> list[dict]:
+    """:func:`build_model` of each model of a family chain (:func:`engine.build.families.chains`),
+    in order, in this worker."""
+    return [_build_model_in_worker(*args) for args in chain]
 
 
 def _build_model_in_worker(*args, part: str = "all") -> dict:

@@ -1,0 +1,69 @@
+"""Family chains (engine/build/families.py): which models a worker runs together, and (consistency, the
+engine with itself) that a family evaluated one model after the other in one process, sharing what
+the process keeps between models, writes the files each model writes evaluated alone in a fresh
+process.
+
+Planted bugs the consistency test catches: a cross-model memo keyed by an expression or a spec
+shape alone that hands the second model the first one's structure, placement or compiled program
+(Qwen3-0.6B, 1.7B and 8B share every symbolic expression and differ in every dim value), so its
+rows carry the first model's numbers; a memo keyed by ``id`` of a freed object (a model's) that
+answers for the next model's object at the same address.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from engine.build import results
+from engine.build.families import chains
+from engine.spec.corpus import load_corpus
+from tests.conftest import REPO
+
+TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
+FAMILY = ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-8B"]      # one spec shape, three sets of dims
+
+
+def test_chains_group_a_family_in_the_builds_order_longest_chain_first():
+    todo = ["a1", "b1", "a2", "c1", "b2", "d1"]
+    family = {"a1": "A", "a2": "A", "b1": "B", "b2": "B", "c1": "C", "d1": "D"}.__getitem__
+    # without previous timings (cost 0) the chains keep the order of their first model in todo
+    assert chains(todo, family, lambda m: 0.0) == [["a1", "a2"], ["b1", "b2"], ["c1"], ["d1"]]
+    # with them, the longest chain first: B = 3 + 4 = 7 > C = 6 > A = 1 + 2 = 3 > D = 0
+    cost = {"a1": 1.0, "a2": 2.0, "b1": 3.0, "b2": 4.0, "c1": 6.0, "d1": 0.0}.__getitem__
+    assert chains(todo, family, cost) == [["b1", "b2"], ["c1"], ["a1", "a2"], ["d1"]]
+    # every model in exactly one chain
+    assert sorted(m for chain in chains(todo, family, cost) for m in chain) == sorted(todo)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+_ALONE = """
+import sys
+from engine.build import collector
+collector.tune()
+from engine.build.results import build_model
+build_model(None, sys.argv[1], sys.argv[2], None, sys.argv[3], "h", None)
+"""
+
+
+def test_consistency_a_family_chain_writes_what_each_model_writes_alone(tmp_path):
+    corpus = load_corpus()
+    assert {corpus.models[m].family for m in FAMILY} == {"Qwen3"}
+    # the build's chain: the three models back to back in one process (this one)
+    chained = tmp_path / "chain"
+    for mid in FAMILY:
+        results.build_model(str(corpus.root), mid, str(TINY), None, str(chained), "h", None, corpus=corpus)
+    shared = _files(chained)
+    # each model alone: a fresh process that evaluated nothing before it
+    alone = tmp_path / "alone"
+    for mid in FAMILY:
+        subprocess.run([sys.executable, "-c", _ALONE, mid, str(TINY), str(alone)], cwd=REPO, check=True)
+    apart = _files(alone)
+    assert sorted(shared) == sorted(apart)
+    for mid in FAMILY:       # each model wrote its partitions, formulas, sizing and documents
+        assert sum(results.slug(mid) in name for name in shared) >= 5, mid
+    for name in shared:
+        assert shared[name] == apart[name], f"{name}: the family chain's file differs from the model's alone"
