@@ -266,7 +266,7 @@ def _answer_table(text: str, title: str) -> list[list[str]]:
     i = next(k for k, line in enumerate(lines) if line.startswith(title))
     rows = []
     for line in lines[i + 2:]:
-        if not line.startswith("  ") or line.startswith("  *"):
+        if not line.startswith("  ") or line.startswith(("  *", "  (")):      # a note under the table
             break
         rows.append([c for c in line.strip().split("  ") if c.strip()])
     return rows

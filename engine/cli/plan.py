@@ -249,8 +249,12 @@ def _answer_lines(per_gpu: list[dict], split: list[dict], args) -> list[str]:
             lines.append(f"  {_where(r):26s} {r['total_gpus']:>4d}  {pools:48s} {r['decode_batch']:>5d} "
                          f"{_time(r['ttft_s']):>8s} {_time(r['kv_transfer_s']):>8s} {_time(r['tpot_s']):>8s} "
                          f"{r['tokens_per_s_per_gpu']:>9,.0f} {_usd(r)}")
+        own = {r["decode_gpu"] for r in split if r["prefill_gpu"] == r["decode_gpu"]}
+        missing = [g["gpu"] for g in per_gpu if g["gpu"] not in own]
         if not split:
             lines.append("  no split meets the SLA")
+        elif missing:
+            lines.append(f"  (no split within one GPU type meets the SLA on {', '.join(missing)})")
     rows = shown + split
     lines.append("")
     best = _best(rows)
