@@ -351,6 +351,13 @@ def test_default_pairs_are_one_vendors(capsys):
     assert "H100 -> MI300X" not in text and "MI300X -> H100" not in text
 
 
+def test_parser_pair_policies_are_the_engines():
+    """Consistency of the CLI with the engine: the parser stays light, so it writes the policies out."""
+    from engine.cli import plan
+    from engine.deploy import sizing
+    assert plan.PAIR_POLICIES == sizing.PAIR_POLICIES and plan.DEFAULT_PAIRS == sizing.DEFAULT_PAIRS
+
+
 def test_pair_rule_by_hand():
     """engine.deploy.sizing.pair_allowed on the GPU files' vendors: H100, H200 NVIDIA; MI300X AMD."""
     from engine.deploy.sizing import pair_allowed

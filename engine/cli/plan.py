@@ -22,10 +22,12 @@ from pathlib import Path
 
 from engine.cli import units
 from engine.cli.deploy import add_mtp_arguments, add_serving_arguments, positive_int, serving_options
-from engine.deploy.sizing import DEFAULT_PAIRS, PAIR_POLICIES
 
 #: Front points printed as text (evenly spaced, both ends kept); --json has every one.
 FRONT_SHOWN = 12
+#: = engine.deploy.sizing.PAIR_POLICIES and DEFAULT_PAIRS, written out: the parser stays light (no numpy
+#: for --help; tests/test_plan.py checks they agree).
+PAIR_POLICIES, DEFAULT_PAIRS = ("same-gpu", "same-vendor", "all"), "same-vendor"
 
 
 def positive_float(text: str) -> float:
@@ -59,7 +61,8 @@ def add_parser(sub, parents=()) -> None:
                    help="largest model replica searched (GPU counts 1, 2, 4 ... up to it)")
     add_serving_arguments(p, prefill_tokens=False)
     add_mtp_arguments(p)
-    p.add_argument("--top", type=positive_int, default=5, help="cheapest configs listed per GPU type")
+    p.add_argument("--top", type=positive_int, default=5,
+                   help="configs with the fewest GPUs listed per GPU type (with --detail)")
     p.add_argument("--no-disagg", action="store_true",
                    help="search aggregated serving only (no disaggregated prefill/decode pairs)")
     p.add_argument("--pairs", choices=PAIR_POLICIES, default=DEFAULT_PAIRS,
@@ -74,7 +77,7 @@ def add_parser(sub, parents=()) -> None:
                    help="the time the answer is on: the schedule estimate, the expected time from measured "
                         "kernels (gpus/measured/), or the lower bound (default: expected where the GPU has "
                         "measured tables, else estimate); the other two are printed beside it")
-    p.add_argument("--json", action="store_true", help="machine-readable output (same fields)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (every field, every pair searched)")
     p.set_defaults(func=run)
 
 
