@@ -106,7 +106,8 @@ def _pool(frame: pl.DataFrame) -> dict:
 def disagg_data(frame: pl.DataFrame | None, scenarios: list[str]) -> dict:
     """The disagg table (engine/build/fronts.py DISAGG_SCHEMA) for the page: per
     "framework/kv_dtype/input/output" of ``scenarios``, the request's KV bytes and per GPU type its
-    price, scale-up domain, links (alpha s, bytes/s) and its prefill and decode points in rank order.
+    price, scale-up domain, links (alpha s, bytes/s), the decode GPU types its prefill pool pairs
+    with (the engine's rule, written by the build) and its prefill and decode points in rank order.
     A scenario of a framework the table has rows of but that has none itself gets no GPU type (no
     split serves it); one of a framework without rows (the grid's ``disagg_frameworks`` left it out,
     or results built before the table) is absent, and the page says so."""
@@ -121,7 +122,8 @@ def disagg_data(frame: pl.DataFrame | None, scenarios: list[str]) -> dict:
             first = rows.row(0, named=True)
             g = {"price": first["usd_per_gpu_hour"], "domain": first["scale_up_domain"],
                  "up": [first["scale_up_alpha_s"], first["scale_up_bytes_per_s"]],
-                 "out": [first["scale_out_alpha_s"], first["scale_out_bytes_per_s"]]}
+                 "out": [first["scale_out_alpha_s"], first["scale_out_bytes_per_s"]],
+                 "pairs_with": first["pairs_with"].split(",")}
             for pool in ("prefill", "decode"):
                 part = rows.filter(pl.col("pool") == pool)
                 g[pool] = _pool(part) if part.height else {"configs": [], "config": [], "batch": [],

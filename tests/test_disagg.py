@@ -177,7 +177,10 @@ def test_plan_cli_marks_both_kinds_and_keeps_the_aggregated_answer(capsys):
     assert plain["answer"] == out["answer"] and plain["disaggregated"] == [] and plain["answer_disaggregated"] is None
     assert main(args[:-1]) == 0
     text = capsys.readouterr().out
-    assert "answer, aggregated: H100:" in text and "answer, disaggregated: H100 -> H100:" in text
+    assert "\n  H100 " in text and "\n  H100 -> H100 " in text      # a row in each answer table
+    assert main(args[:-1] + ["--detail"]) == 0
+    text = capsys.readouterr().out
+    assert "answer, aggregated, on each time:\n  H100:" in text and "answer, disaggregated: H100 -> H100:" in text
 
 
 def test_disaggregated_front_is_pareto_over_evaluated_points(plan_pairs):

@@ -137,6 +137,18 @@ def test_sizing_js_a_split_meeting_the_bounds_exactly_is_an_answer(page, ttft_bo
     assert row["tokens_per_s_per_gpu"] == 64 and row["requests_per_s"] == 2
 
 
+
+def test_sizing_js_pairs_only_what_the_build_allows(page):
+    """The same split as above (an answer at TTFT <= 1 s, TPOT <= 2**-6 s) is none when the build
+    wrote that P's prefill pool pairs only with P (``pairs_with``: plan's default rule, e.g. an NVIDIA
+    prefill GPU and an AMD decode GPU), and is the answer again when it lists D."""
+    scen = _scenario(2.0 ** -6)
+    call = "([s, a, b]) => window.archSizing.pairAnswer(s, 'P', 'D', 64, a, b)"
+    scen["gpus"]["P"]["pairs_with"] = ["P"]
+    assert page.page.evaluate(call, [scen, 1.0, 2.0 ** -6]) is None
+    scen["gpus"]["P"]["pairs_with"] = ["P", "D"]
+    assert page.page.evaluate(call, [scen, 1.0, 2.0 ** -6])["total_gpus"] == 2
+
 # -- deploy_eval.js: DP-attention per rank, fronts of points that fit ----------------------------------
 
 GPU = {"peaks": [1e15], "hbm_bytes_per_s": 1e12, "hbm_bytes": 1e11, "scale_up": 1e11, "scale_out": 1e10,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -218,7 +219,7 @@ def test_json_schema(capsys):
                            "--ttft", "0.5", "--tpot", "0.02", "--max-gpus", "2")
     assert code == 0
     assert set(out) == {"model_id", "input_len", "output_len", "sla", "framework", "kv_dtype", "act_dtype",
-                        "weight_format", "max_gpus", "extrapolated", "time", "front_basis", "gpus", "answer",
+                        "weight_format", "max_gpus", "extrapolated", "time", "front_basis", "pairs", "gpus", "answer",
                         "disaggregated", "answer_disaggregated", "prices"}   # the last three: tests/test_disagg.py
     # the fronts say which time and which capacity they use: the schedule estimate, steady state
     assert "schedule estimate" in out["front_basis"] and "steady state" in out["front_basis"]
@@ -250,9 +251,162 @@ def test_plan_text_says_fewest_gpus_not_cheapest_and_counts_one_gpu(capsys):
     """The text ranks by GPUs, so it says so (issue 41: "cheapest" beside a $/M tokens column that
     disagreed); Qwen3-8B in BF16 (16.4 GB of weights) fits one H100, and one is "1 GPU"."""
     code = main(["plan", "Qwen3-8B", "--input", "1024", "--output", "256", "--ttft", "1", "--tpot", "0.05",
-                 "--gpu", "H100", "--max-gpus", "2"])
+                 "--gpu", "H100", "--max-gpus", "1", "--detail"])
     out = capsys.readouterr().out
     assert code == 0
     assert "cheapest" not in out and "fewest GPUs that meet the SLA" in out
     assert "H100: 1 GPU (" in out and "1 GPUs" not in out
-    assert "fewest GPUs overall: aggregated, 1 GPU" in out
+    assert "fewest GPUs overall (then the most tok/s/GPU): H100, aggregated, 1 GPU" in out
+
+
+# -- the answer first (issue 41 item 12) --------------------------------------------------------------
+
+def _answer_table(text: str, title: str) -> list[list[str]]:
+    """The rows of the text table under the line starting with ``title`` (its header line skipped),
+    split into columns at two or more spaces."""
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith(title))
+    rows = []
+    for line in lines[i + 2:]:
+        if not line.startswith("  ") or line.startswith(("  *", "  (")):      # a note under the table
+            break
+        rows.append([c for c in line.strip().split("  ") if c.strip()])
+    return rows
+
+
+def _gpus_column(rows: list[list[str]], index: int) -> list[int]:
+    return [int(r[index]) for r in rows if r[index].strip().isdigit()]
+
+
+def _seconds(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * {"s": 1, "ms": 1e-3, "µs": 1e-6}[unit]
+
+
+def test_answer_table_is_consistent_with_json(capsys):
+    """Consistency test (the text against --json of the same run): one row per GPU type given, in
+    the order given, each with the JSON answer's GPUs, config, batch, TTFT, TPOT, tok/s/GPU, $/M
+    tokens, the time it is on and the lower bound's TTFT and TPOT; then the 'fewest GPUs overall'
+    line names the row whose GPUs are the least of the tables' GPUs columns, and the 'lowest $/M
+    tokens' line (when printed) the least of the $/M column."""
+    args = ["plan", "Qwen3-8B", "--input", "1024", "--output", "256", "--ttft", "1", "--tpot", "0.05",
+            "--gpu", "H200", "--gpu", "H100", "--gpu", "MI300X", "--max-gpus", "1"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    code, out = _plan_json(capsys, *args[1:])
+    assert code == 0 and out["pairs"] == "same-vendor"
+    rows = _answer_table(text, "aggregated (")
+    assert [r[0].strip() for r in rows] == ["H200", "H100", "MI300X"]
+    for row, g in zip(rows, out["gpus"]):
+        a = g["answers"][g["time"]]
+        if a is None:
+            assert row[1:] == ["-", "none meets the SLA"]
+            continue
+        gpus, config, batch, ttft, tpot, tokens, usd, on, bttft, btpot = (c.strip() for c in row[1:])
+        assert int(gpus) == a["total_gpus"] and config == f"{a['replicas']} x {a['config']}"
+        assert int(batch) == a["batch"] and on == g["time"]
+        assert _seconds(ttft) == pytest.approx(a["ttft_s"], rel=5e-3)
+        assert _seconds(tpot) == pytest.approx(a["tpot_s"], rel=5e-3)
+        assert float(tokens.replace(",", "")) == pytest.approx(a["tokens_per_s_per_gpu"], abs=0.5)
+        assert usd == "-" if a["usd_per_m_tokens"] is None else float(usd) == pytest.approx(a["usd_per_m_tokens"], rel=5e-3)
+        assert _seconds(bttft) == pytest.approx(a["times"]["bound"]["ttft_s"], rel=5e-3)
+        assert _seconds(btpot) == pytest.approx(a["times"]["bound"]["tpot_s"], rel=5e-3)
+    split = _answer_table(text, "disaggregated (")
+    # every disaggregated row is a pair's own answer in --json; the overall answer is among them
+    answers = {(g["prefill_gpu"], g["decode_gpu"]): g["cheapest"][0] for g in out["disaggregated"] if g["cheapest"]}
+    for row in split:
+        pair = tuple(row[0].strip().split(" -> "))
+        assert int(row[1]) == answers[pair]["total_gpus"]
+    assert any(tuple(r[0].strip().split(" -> ")) == (out["answer_disaggregated"]["prefill_gpu"],
+                                                    out["answer_disaggregated"]["decode_gpu"]) for r in split)
+    # the words agree with the columns
+    column = _gpus_column(rows, 1) + _gpus_column(split, 1)
+    fewest = next(line for line in text.splitlines() if line.startswith("fewest GPUs overall"))
+    n = int(re.search(r", (\d+) GPUs?\b", fewest).group(1))
+    assert n == min(column)
+    prices = [float(r[7]) for r in rows if len(r) > 7 and r[7].strip() != "-"] + \
+        [float(r[8]) for r in split if r[8].strip() != "-"]
+    lowest = [line for line in text.splitlines() if line.startswith("lowest $/M tokens: ")]
+    if lowest:
+        assert float(re.search(r"\$([\d.]+)/M", lowest[0]).group(1)) == pytest.approx(min(prices), rel=5e-3)
+    assert "cheapest" not in text and "1 GPUs" not in text
+
+
+def test_default_pairs_are_one_vendors(capsys):
+    """Hand reasoning from the GPU files: gpus/h100-sxm.yaml says ``vendor: NVIDIA`` and
+    gpus/mi300x.yaml ``vendor: AMD``, so by default (same-vendor) the disaggregated search pairs
+    H100 with H100 and MI300X with MI300X only (2 of the 4 ordered pairs); ``--pairs all`` adds
+    H100 -> MI300X and MI300X -> H100, ``--pairs same-gpu`` is the 2 same-type pairs, and the
+    text's disaggregated table names no cross-vendor pair by default."""
+    base = ["Qwen3-8B", "--input", "1024", "--output", "256", "--ttft", "1", "--tpot", "0.05",
+            "--gpu", "H100", "--gpu", "MI300X", "--max-gpus", "1"]
+    pairs = {}
+    for policy in (None, "all", "same-gpu"):
+        code, out = _plan_json(capsys, *base, *(["--pairs", policy] if policy else []))
+        assert code == 0 and out["pairs"] == (policy or "same-vendor")
+        pairs[policy] = {(g["prefill_gpu"], g["decode_gpu"]) for g in out["disaggregated"]}
+    same = {("H100", "H100"), ("MI300X", "MI300X")}
+    assert pairs[None] == same and pairs["same-gpu"] == same
+    assert pairs["all"] == same | {("H100", "MI300X"), ("MI300X", "H100")}
+    assert main(["plan", *base]) == 0
+    text = capsys.readouterr().out
+    assert "H100 -> MI300X" not in text and "MI300X -> H100" not in text
+
+
+def test_parser_pair_policies_are_the_engines():
+    """Consistency of the CLI with the engine: the parser stays light, so it writes the policies out."""
+    from engine.cli import plan
+    from engine.deploy import sizing
+    assert plan.PAIR_POLICIES == sizing.PAIR_POLICIES and plan.DEFAULT_PAIRS == sizing.DEFAULT_PAIRS
+
+
+def test_pair_rule_by_hand():
+    """engine.deploy.sizing.pair_allowed on the GPU files' vendors: H100, H200 NVIDIA; MI300X AMD."""
+    from engine.deploy.sizing import pair_allowed
+    g = load_gpus()
+    assert pair_allowed(g["H100"], g["H200"]) and not pair_allowed(g["H100"], g["MI300X"])
+    assert pair_allowed(g["H100"], g["MI300X"], "all") and not pair_allowed(g["H100"], g["H200"], "same-gpu")
+    assert pair_allowed(g["MI300X"], g["MI300X"], "same-gpu")
+    with pytest.raises(ValueError):
+        pair_allowed(g["H100"], g["H100"], "any")
+
+
+#: Lines of the default text for every GPU type of gpus/: the title, 3 lines above the aggregated
+#: rows (blank, title, header), one row per GPU type (12), a '*' note, 3 above the disaggregated
+#: rows, at most one row per GPU type plus two other pairs (14), a blank, 2 answer lines, a blank,
+#: 9 assumption lines and one price line per priced GPU (12 at most): 60 at most; 100 leaves room
+#: for a few more GPU files (two lines each) and stays a few screens (today: 930 lines).
+MAX_LINES_ALL_GPUS = 100
+
+
+def test_all_gpus_fit_a_few_screens(capsys):
+    code = main(["plan", "Qwen3-8B", "--input", "1024", "--output", "256", "--ttft", "1", "--tpot", "0.05",
+                 "--max-gpus", "1"])
+    text = capsys.readouterr().out
+    assert code == 0
+    lines = text.splitlines()
+    assert len(lines) <= 2 * len(load_gpus()) + 40 and len(lines) <= MAX_LINES_ALL_GPUS, len(lines)
+    assert max(len(line) for line in lines) <= 160
+    rows = _answer_table(text, "aggregated (")
+    assert [r[0].strip() for r in rows] == sorted(load_gpus())
+
+
+def test_plan_reads_measured_tables_of_the_checkouts_gpus(capsys, tmp_path, monkeypatch):
+    """plan reads gpus/measured/ of the checkout it runs in, as deploy does: a checkout whose gpus/
+    has no measured tables answers on the schedule estimate (no expected time); one with H100's
+    tables copied in answers on the expected time."""
+    import shutil
+    from engine.project import PACKAGE_ROOT
+    checkout = tmp_path / "checkout"
+    (checkout / "corpus" / "models").mkdir(parents=True)
+    shutil.copytree(PACKAGE_ROOT / "gpus", checkout / "gpus", ignore=shutil.ignore_patterns("measured"))
+    monkeypatch.chdir(checkout)
+    args = [DENSE, "--input", "1024", "--output", "128", "--ttft", "1", "--tpot", "0.05", "--gpu", "H100",
+            "--max-gpus", "1", "--no-disagg", "--corpus", str(PACKAGE_ROOT / "corpus")]
+    code, out = _plan_json(capsys, *args)
+    assert code == 0
+    g = out["gpus"][0]
+    assert not g["measured_tables"] and g["time"] == "estimate" and out["answer"]["time"] == "estimate"
+    shutil.copytree(PACKAGE_ROOT / "gpus" / "measured" / "h100", checkout / "gpus" / "measured" / "h100")
+    code, out = _plan_json(capsys, *args)
+    assert code == 0 and out["gpus"][0]["measured_tables"] and out["answer"]["time"] == "expected"

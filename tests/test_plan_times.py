@@ -48,19 +48,23 @@ def _deploy(capsys, gpu: str, row: dict, fitting: bool = True) -> dict:
 
 
 def test_issue_example_answers_on_expected_times_with_the_bound_answer_beside(capsys):
-    assert main(EXAMPLE) == 0
+    assert main(EXAMPLE + ["--detail"]) == 0
     text = capsys.readouterr().out
     lines = text.splitlines()
+    # the answer table: each row names the time it is on, the lower bound's TTFT and TPOT beside it
+    for gpu in ("H200", "B200"):
+        row = next(line for line in lines if line.startswith(f"  {gpu} "))
+        assert re.match(rf"  {gpu} +\d+  \d+ x \S+ +\d+ +\S+ m?s +\S+ m?s +[\d,]+ +\S+  expected +\S+ [mµ]?s +\S+ [mµ]?s$", row), row
     said = next(line for line in lines if line.startswith("answers on the"))
     assert "expected time (measured kernels) for H200, B200" in said and "--time estimate|expected|bound" in said
-    answer = next(line for line in lines if line.startswith("answer, aggregated: "))
-    for gpu in ("H200", "B200"):        # each answer names its time and carries the other two beside it
-        part = answer[answer.index(f"{gpu}: "):]
-        assert re.match(rf"{gpu}: \d+ GPUs? \(aggregated: .*\(expected time \(measured kernels\); TPOT in the "
-                        r"steady state.*; schedule estimate TTFT .*, TPOT .*; lower bound TTFT .*, TPOT ", part)
-    bound = next(line for line in lines if line.startswith("  on the lower bound instead: "))
-    assert re.search(r"H200: \d+ GPUs? \(1 x \S+, batch \d+, TTFT .*\); B200: \d+ GPUs? \(", bound)
-    assert any(line.startswith("  on the schedule estimate instead: H200: ") for line in lines)
+    at = lines.index("answer, aggregated, on each time:")
+    for gpu, line in zip(("H200", "B200"), lines[at + 1:at + 3]):   # each answer names its time, the other two beside
+        assert re.match(rf"  {gpu}: \d+ GPUs? \(aggregated: .*\(expected time \(measured kernels\); TPOT in the "
+                        r"steady state.*; schedule estimate TTFT .*, TPOT .*; lower bound TTFT .*, TPOT ", line), line
+    bound = [line for line in lines if " on the lower bound instead: " in line]
+    assert re.match(r"  H200 on the lower bound instead: \d+ GPUs? \(1 x \S+, batch \d+, TTFT .*\)$", bound[0])
+    assert re.match(r"  B200 on the lower bound instead: \d+ GPUs? \(", bound[1])
+    assert any(line.startswith("  H200 on the schedule estimate instead: ") for line in lines)
 
     assert main(EXAMPLE + ["--no-disagg", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -95,13 +99,14 @@ def test_issue_example_answers_on_expected_times_with_the_bound_answer_beside(ca
 
 def test_time_bound_answers_on_the_lower_bound(capsys):
     assert main(["plan", "Llama-3.1-8B", "--input", "4096", "--output", "512", "--ttft", "0.3", "--tpot", "0.01",
-                 "--gpu", "H100", "--max-gpus", "4", "--no-disagg", "--time", "bound"]) == 0
+                 "--gpu", "H100", "--max-gpus", "4", "--no-disagg", "--time", "bound", "--detail"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("answers on the lower bound (--time bound)") for line in lines)
-    answer = next(line for line in lines if line.startswith("answer, aggregated: "))
+    assert re.match(r"  H100 +\d+  .*  bound ", next(line for line in lines if line.startswith("  H100 ")))
+    answer = lines[lines.index("answer, aggregated, on each time:") + 1]
     assert "(lower bound; TPOT in the steady state" in answer and "; schedule estimate TTFT " in answer \
         and "; expected time (measured kernels) TTFT " in answer
-    assert any(line.startswith("  on the expected time (measured kernels) instead: H100: ") for line in lines)
+    assert any(line.startswith("  H100 on the expected time (measured kernels) instead: ") for line in lines)
 
 
 @pytest.mark.parametrize("users", [None, 300])

@@ -281,3 +281,20 @@ def test_prefill_pools_leave_the_fronts_and_sizing_rows_unchanged(tmp_path):
     ev = _evaluation(MODEL_ID)
     columns: dict = {}
     assert evaluate_model(ev, path, disagg=columns) == evaluate_model(ev, path) and columns["model_id"]
+
+
+def test_build_rows_pair_one_vendor_as_plan_does():
+    """Hand reasoning from the GPU files: gpus/h100-sxm.yaml is ``vendor: NVIDIA``, gpus/mi300x.yaml
+    ``vendor: AMD``, so under plan's default (one vendor) each pairs only with itself: the build's
+    rows say so (``pairs_with``, what the page reads), the page data carries it, and the kept points
+    give plan's default ``answer_disaggregated`` (the cross-vendor pairs not searched)."""
+    from site_builder.sizing import disagg_data
+    sc = Scenario(MODEL_ID, ["H100", "MI300X"], 1024, 128, 1)
+    for gpu in ("H100", "MI300X"):
+        assert set(sc.rows.filter(pl.col("gpu") == gpu)["pairs_with"]) == {gpu}
+    page = disagg_data(sc.rows, ["vllm/bf16/1024/128"])["vllm/bf16/1024/128"]["gpus"]
+    assert page["H100"]["pairs_with"] == ["H100"] and page["MI300X"]["pairs_with"] == ["MI300X"]
+    for ttft, tpot in [(2.0, 0.05), (0.5, 0.02), (10.0, 0.2), NONE_MEETS]:
+        want = sc.answer(sc.full, ttft, tpot)
+        _same(sc.answer(sc.kept, ttft, tpot), want)
+        assert want is None or want["prefill_gpu"] == want["decode_gpu"]

@@ -123,7 +123,8 @@ def test_disagg_columns_consistency_with_rows(tmp_path):
                    "tpot_s": tpot, "kv_share_bytes": float(share[cfg]), "kv_transfer_bytes": kv_request,
                    "usd_per_gpu_hour": gpu.price_usd_per_hour, "scale_up_domain": int(gpu.scale_up_domain),
                    "scale_up_alpha_s": float(up.alpha_s), "scale_up_bytes_per_s": float(up.bytes_per_s),
-                   "scale_out_alpha_s": float(out.alpha_s), "scale_out_bytes_per_s": float(out.bytes_per_s)}
+                   "scale_out_alpha_s": float(out.alpha_s), "scale_out_bytes_per_s": float(out.bytes_per_s),
+                   "pairs_with": "H100,B200"}     # both vendor: NVIDIA (gpus/h100-sxm.yaml, gpus/b200.yaml)
             ranks[pool] += 1
             for k, v in row.items():
                 want[k].append(v)

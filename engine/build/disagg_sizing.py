@@ -75,7 +75,7 @@ import numpy as np
 
 from engine.deploy.disagg import ROUND, links
 from engine.deploy.hardware import GPU
-from engine.deploy.sizing import GPUSearch, prefill_choice, prefill_staircases, prefix_argmax
+from engine.deploy.sizing import DEFAULT_PAIRS, GPUSearch, pair_allowed, prefill_choice, prefill_staircases, prefix_argmax
 
 def records(pres: GPUSearch, c: int) -> tuple[np.ndarray, np.ndarray]:
     """(ttft_s, batch) of pool config ``c``'s records, in ``pair_points``' order (TTFT, stable)."""
@@ -604,11 +604,12 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     return set(zip(point.tolist(), *(a.tolist() for a in np.divmod(found, n_batch))))
 
 
-def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int
+def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs: str = DEFAULT_PAIRS
                ) -> tuple[dict[str, GPUSearch], dict[str, GPUSearch]]:
     """Per GPU type (``search(..., pools=True)``'s results), the prefill side (:func:`prefill_records`
     kept to the records some answer picks) and the decode side (:func:`decode_subset` kept to the
-    points some answer holds), over every ordered pair of the GPU types: what the sizing form needs
+    points some answer holds), over every ordered pair of the GPU types that ``pairs`` allows
+    (:func:`engine.deploy.sizing.pair_allowed`, plan's rule and default): what the sizing form needs
     to give ``answer_disaggregated`` for any bounds."""
     by_key = {g.key: g for g in gpus}
     slowest = min(float(g.scale_out_bytes_per_s) for g in gpus)     # every pair's scale-out is at least this
@@ -621,6 +622,8 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int
         pr = pools[pres.gpu]
         position = {cfg: k for k, cfg in enumerate(pres.pool_configs)}
         for dres in results:
+            if not pair_allowed(by_key[pres.gpu], by_key[dres.gpu], pairs):
+                continue
             found = pair_candidates(by_key[pres.gpu], by_key[dres.gpu], pr, dres, output_len,
                                     sides.get(dres.gpu))
             for d, c, b in found:

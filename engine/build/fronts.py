@@ -98,6 +98,7 @@ DISAGG_SCHEMA = {
     "scale_up_bytes_per_s": (pl.Float64, "Scale-up bandwidth of one GPU, one direction (B/s)."),
     "scale_out_alpha_s": (pl.Float64, "Point-to-point latency over scale-out (s); a pair of GPU types takes the larger."),
     "scale_out_bytes_per_s": (pl.Float64, "Scale-out bandwidth of one GPU, one direction (B/s); a pair of GPU types takes the smaller."),
+    "pairs_with": (pl.String, "The decode GPU types this GPU type's prefill pool pairs with, comma-separated (plan's default rule, one vendor: engine.deploy.sizing.pair_allowed)."),
 }
 
 #: deployments.parquet's ``on_front`` column: the rows of each Pareto front, grouped by these keys.
@@ -315,6 +316,7 @@ def _append_disagg(columns: dict, ev: Evaluation, gpus, results, input_len: int,
     :func:`engine.build.disagg_sizing.candidates` keeps, with what the pairing needs of the GPU."""
     from engine.build.disagg_sizing import candidates, records
     from engine.deploy.disagg import links, transfer_bytes
+    from engine.deploy.sizing import pair_allowed
     from engine.spec.kv import KV_DTYPE_BYTES
     kv_request = float(transfer_bytes(ev, input_len, KV_DTYPE_BYTES[kv_dtype]))
     prefill, decode = candidates(results, gpus, output_len)
@@ -343,7 +345,8 @@ def _append_disagg(columns: dict, ev: Evaluation, gpus, results, input_len: int,
         link = {"usd_per_gpu_hour": gpu.price_usd_per_hour, "scale_up_domain": int(gpu.scale_up_domain),
                 "scale_up_alpha_s": float(up.alpha_s), "scale_up_bytes_per_s": float(up.bytes_per_s),
                 "scale_out_alpha_s": float(out.alpha_s), "scale_out_bytes_per_s": float(out.bytes_per_s),
-                "kv_transfer_bytes": kv_request}
+                "kv_transfer_bytes": kv_request,
+                "pairs_with": ",".join(g.key for g in gpus if pair_allowed(gpu, g))}
         for pool, (cfgs, batches, ttfts, tpots) in pools.items():
             n = len(cfgs)
             for k, v in head.items():

@@ -3,11 +3,14 @@
 Layer: engine.cli (CLI). Searches every legal aggregated config up to ``--max-gpus`` and every
 batch up to its capacity (:func:`engine.deploy.sizing.search`), and every disaggregated pair of a
 prefill pool and a decode pool on the given GPU types (:func:`engine.deploy.sizing.disaggregated`;
-``--no-disagg`` leaves them out); prints per GPU type the cheapest configs that meet the SLA and the
-Pareto front of tokens/s/GPU vs tokens/s/user, the same per (prefill GPU, decode GPU) pair, each
-answer marked aggregated or disaggregated, with $/M output tokens where every GPU involved has a
-price; ``--json`` prints the same for machines. Exit status 0 when some config meets the SLA, 1 when
-none does (one line says so), 2 on bad input.
+``--no-disagg`` leaves them out; ``--pairs`` which pairs, default one vendor's GPUs on both sides:
+:func:`engine.deploy.sizing.pair_allowed`). The text is the answer first: one row per GPU type
+(aggregated), the disaggregated answers as a table, the fewest GPUs overall (and the lowest $/M
+output tokens where another row has it), then short lines of assumptions; ``--detail`` adds per GPU
+type the configs with the fewest GPUs, the Pareto front of tokens/s/GPU vs tokens/s/user and the
+answer on each time, and the same per (prefill GPU, decode GPU) pair. ``--json`` prints every field
+for machines. Exit status 0 when some config meets the SLA, 1 when none does (one line says so), 2
+on bad input.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 from engine.build.steady import FRONT_BASIS
 from engine.cli import units
@@ -22,6 +26,9 @@ from engine.cli.deploy import add_mtp_arguments, add_serving_arguments, positive
 
 #: Front points printed as text (evenly spaced, both ends kept); --json has every one.
 FRONT_SHOWN = 12
+#: = engine.deploy.sizing.PAIR_POLICIES and DEFAULT_PAIRS, written out: the parser stays light (no numpy
+#: for --help; tests/test_plan.py checks they agree).
+PAIR_POLICIES, DEFAULT_PAIRS = ("same-gpu", "same-vendor", "all"), "same-vendor"
 
 
 def positive_float(text: str) -> float:
@@ -55,14 +62,23 @@ def add_parser(sub, parents=()) -> None:
                    help="largest model replica searched (GPU counts 1, 2, 4 ... up to it)")
     add_serving_arguments(p, prefill_tokens=False)
     add_mtp_arguments(p)
-    p.add_argument("--top", type=positive_int, default=5, help="cheapest configs listed per GPU type")
+    p.add_argument("--top", type=positive_int, default=5,
+                   help="configs with the fewest GPUs listed per GPU type (with --detail)")
     p.add_argument("--no-disagg", action="store_true",
                    help="search aggregated serving only (no disaggregated prefill/decode pairs)")
+    p.add_argument("--pairs", choices=PAIR_POLICIES, default=DEFAULT_PAIRS,
+                   help="which (prefill GPU, decode GPU) pairs disaggregated serving joins: one GPU type, one "
+                        f"vendor (gpus/*.yaml vendor:), or any (default: {DEFAULT_PAIRS}; serving frameworks move "
+                        "the KV cache between one vendor's GPUs)")
+    p.add_argument("--detail", action="store_true",
+                   help="also print, per GPU type and per pair, the configs with the fewest GPUs, the Pareto front "
+                        "and the answer on each time (default, for any number of GPU types: the answer tables "
+                        "and the assumptions only)")
     p.add_argument("--time", choices=("estimate", "expected", "bound"), default=None,
                    help="the time the answer is on: the schedule estimate, the expected time from measured "
                         "kernels (gpus/measured/), or the lower bound (default: expected where the GPU has "
                         "measured tables, else estimate); the other two are printed beside it")
-    p.add_argument("--json", action="store_true", help="machine-readable output (same fields)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (every field, every pair searched)")
     p.set_defaults(func=run)
 
 
@@ -142,7 +158,8 @@ def _answers(res, ev, gpu, options, fusion, args, sla) -> tuple[str, bool, dict]
     from engine.deploy.measured import load_measured
     from engine.deploy.retime import TIMES, PointReader, answer_on, times_of
 
-    tables = load_measured(gpu=gpu.key, framework=options.framework)
+    # the checkout's gpus/measured, as deploy reads it (not the installed package's)
+    tables = load_measured(Path(args.gpus_root) / "measured", gpu=gpu.key, framework=options.framework)
     measured = any(key[1] == options.framework for key in tables)
     used = args.time or ("expected" if measured else "estimate")
     read = PointReader(ev, gpu, options, fusion, args.input, args.output, tables)
@@ -178,6 +195,114 @@ def _thin(rows: list, n: int) -> list:
     return [rows[round(i * step)] for i in range(n)]
 
 
+def _lowest_usd(rows: list[dict]) -> dict | None:
+    """The row of the lowest $/M output tokens (the first on a tie); None when no row has a price."""
+    priced = [r for r in rows if r.get("usd_per_m_tokens") is not None]
+    return min(priced, key=lambda r: r["usd_per_m_tokens"]) if priced else None
+
+
+def _split_rows(per_pair: list[dict]) -> list[dict]:
+    """The disaggregated rows the answer shows: each GPU type's own pair (prefill and decode on it)
+    that meets the SLA, in the GPUs' order, then the pair with the fewest GPUs and the pair of the
+    lowest $/M tokens over every pair searched, where another pair has it (--detail shows every pair)."""
+    answers = [g["cheapest"][0] for g in per_pair if g["cheapest"]]
+    rows = [r for r in answers if r["prefill_gpu"] == r["decode_gpu"]]
+    for r in (_best(answers), _lowest_usd(answers)):
+        if r is not None and not any(r is q for q in rows):
+            rows.append(r)
+    return rows
+
+
+def _where(r: dict) -> str:
+    return r["gpu"] if r["kind"] == "aggregated" else f"{r['prefill_gpu']} -> {r['decode_gpu']}"
+
+
+def _answer_lines(per_gpu: list[dict], split: list[dict], args) -> list[str]:
+    """The answer: a table of one row per GPU type (aggregated, on the time it answers on, the lower
+    bound's TTFT and TPOT beside), the disaggregated rows, the fewest GPUs overall, and the lowest
+    $/M tokens where another row has it. The two last lines name a row of the tables, so their
+    words and the columns agree."""
+    from engine.deploy.retime import TIME_WORDS
+    lines = ["aggregated (one pool serves prefill and decode), one row per GPU type:",
+             f"  {'GPU':12s} {'GPUs':>4s}  {'replicas x config':24s} {'batch':>5s} {'TTFT':>8s} {'TPOT':>8s} "
+             f"{'tok/s/GPU':>9s} {'$/M tok':>8s}  {'on':9s} {'bound: TTFT':>11s} {'TPOT':>8s}"]
+    shown = []
+    for g in per_gpu:
+        r = g["answers"][g["time"]]
+        if r is None:
+            lines.append(f"  {g['gpu']:12s} {'-':>4s}  none meets the SLA")
+            continue
+        shown.append(r)
+        on = g["time"] + ("*" if g["time"] == "expected" and not g["measured_tables"] else "")
+        bound = r["times"]["bound"]
+        lines.append(f"  {g['gpu']:12s} {r['total_gpus']:>4d}  {str(r['replicas']) + ' x ' + r['config']:24s} "
+                     f"{r['batch']:>5d} {_time(r['ttft_s']):>8s} {_time(r['tpot_s']):>8s} "
+                     f"{r['tokens_per_s_per_gpu']:>9,.0f} {_usd(r)}  {on:9s} {_time(bound['ttft_s']):>11s} "
+                     f"{_time(bound['tpot_s']):>8s}")
+    if any(g["time"] == "expected" and not g["measured_tables"] for g in per_gpu):
+        lines.append("  * no measured tables for this GPU: its expected time is the bound / 0.7")
+    if not args.no_disagg:
+        lines += ["", f"disaggregated (a prefill pool -> a decode pool; pairs: {args.pairs}; on the "
+                  f"{TIME_WORDS['estimate']}; TTFT includes the KV transfer):"]
+        if split:
+            lines.append(f"  {'prefill -> decode':26s} {'GPUs':>4s}  {'prefill x config b batch + decode x config':48s} "
+                         f"{'batch':>5s} {'TTFT':>8s} {'KV xfer':>8s} {'TPOT':>8s} {'tok/s/GPU':>9s} {'$/M tok':>8s}")
+        for r in split:
+            pools = (f"{r['prefill_replicas']} x {r['prefill_config']} b{r['prefill_batch']} + "
+                     f"{r['decode_replicas']} x {r['decode_config']}")
+            lines.append(f"  {_where(r):26s} {r['total_gpus']:>4d}  {pools:48s} {r['decode_batch']:>5d} "
+                         f"{_time(r['ttft_s']):>8s} {_time(r['kv_transfer_s']):>8s} {_time(r['tpot_s']):>8s} "
+                         f"{r['tokens_per_s_per_gpu']:>9,.0f} {_usd(r)}")
+        own = {r["decode_gpu"] for r in split if r["prefill_gpu"] == r["decode_gpu"]}
+        missing = [g["gpu"] for g in per_gpu if g["gpu"] not in own]
+        if not split:
+            lines.append("  no split meets the SLA")
+        elif missing:
+            lines.append(f"  (no split within one GPU type meets the SLA on {', '.join(missing)})")
+    rows = shown + split
+    lines.append("")
+    best = _best(rows)
+    lines.append(f"fewest GPUs overall (then the most tok/s/GPU): {_where(best)}, {best['kind']}, {_gpus(best['total_gpus'])}"
+                 + (f" (${best['usd_per_m_tokens']:.3g}/M tokens)" if best.get("usd_per_m_tokens") is not None else ""))
+    low = _lowest_usd(rows)
+    if low is not None and low is not best and low["usd_per_m_tokens"] < (best.get("usd_per_m_tokens") or math.inf):
+        lines.append(f"lowest $/M tokens: {_where(low)}, {low['kind']}, ${low['usd_per_m_tokens']:.3g}/M tokens "
+                     f"on {_gpus(low['total_gpus'])}")
+    return lines
+
+
+def _assumptions(args, options, gpus: list) -> list[str]:
+    """Short lines: what the numbers assume (framework, dtypes, the search, batch, TPOT, times, prices)."""
+    from engine.deploy.retime import TIME_WORDS
+    priced = [g for g in gpus if g.price_usd_per_hour is not None]
+    lines = ["assumptions:",
+             f"  framework {args.framework}; weights {args.weight_format}, KV {args.kv_dtype}, activations {args.act_dtype}"
+             + (f"; MTP {options.mtp_tokens} draft token(s) at acceptance {options.mtp_acceptance:g}"
+                if options.mtp_tokens else ""),
+             f"  searched: replicas of {_counts(args.max_gpus)} GPU{'s' if args.max_gpus > 1 else ''} (legal "
+             "TP/EP/DP-attention/PP), every batch up to the steady-state capacity; "
+             + ("aggregated only" if args.no_disagg else "aggregated and disaggregated"),
+             "  batch: requests per replica in the steady state of continuous batching (each request's mean paged KV",
+             "         plus the admission headroom)",
+             "  TPOT: the decode step at the output's mean context, the mean a request sees (deploy's tpot_mean_s;",
+             "        tpot_last_s in --json: at the last token)",
+             "  on: the time an answer is on: " + (f"--time {args.time}" if args.time else
+                                                   "expected (measured kernels) where gpus/measured/ has the GPU's"),
+             *([] if args.time else ["      kernel tables for the framework, else the schedule estimate "
+                                     "(--time estimate|expected|bound)"]),
+             "  bound: the lower bound of the same point"]
+    if not args.no_disagg:
+        lines.append(f"  disaggregated: on the {TIME_WORDS['estimate']} alone; pairs: {args.pairs} "
+                     "(--pairs same-gpu|same-vendor|all)")
+    lines.append("  $/M output tokens = GPUs x $/h / (tokens/s x 3600) x 1e6"
+                 + ("" if len(priced) == len(gpus) else "; '-': the GPU has no price in gpus/"))
+    lines += [f"  price {g.key}: ${g.price_usd_per_hour:g}/h ({g.price_src.split(';')[0]})" for g in priced] \
+        or ["  no GPU here has a price"]
+    if not args.detail:
+        lines.append("  --detail: per GPU type and pair the configs with the fewest GPUs, the Pareto front, each time's answer")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.spec.api import evaluate
     from engine.deploy.hardware import find_gpu, load_gpus
@@ -206,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
                         "cheapest": cheapest, "front": front, "answers": by_time})
     per_pair = []
     if not args.no_disagg:
-        for pair in disaggregated(ev, results, gpus, args.input, args.output, sla, options):
+        for pair in disaggregated(ev, results, gpus, args.input, args.output, sla, options, pairs=args.pairs):
             front = pair.front()
             for row in front:   # every disaggregated point is within TTFT (module doc of sizing.disaggregated)
                 row["sla_latency"] = row["ttft_s"] <= sla.ttft_s and row["tpot_s"] <= sla.tpot_s
@@ -222,7 +347,8 @@ def run(args: argparse.Namespace) -> int:
                "sla": {"ttft_s": sla.ttft_s, "tpot_s": sla.tpot_s, "users": sla.users, "rate_rps": sla.rate},
                "framework": args.framework, "kv_dtype": args.kv_dtype, "act_dtype": args.act_dtype,
                "weight_format": args.weight_format, "max_gpus": args.max_gpus,
-               "extrapolated": long, "time": args.time or "default", **({"mtp_tokens": options.mtp_tokens, "mtp_acceptance": options.mtp_acceptance}
+               "extrapolated": long, "time": args.time or "default",
+               "pairs": None if args.no_disagg else args.pairs, **({"mtp_tokens": options.mtp_tokens, "mtp_acceptance": options.mtp_acceptance}
                                         if options.mtp_tokens else {}),
                "front_basis": FRONT_BASIS, "gpus": per_gpu, "answer": answer,
                "disaggregated": per_pair, "answer_disaggregated": split_answer,
@@ -241,22 +367,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"no config of {ev.model.model_id} on {names} ({kinds}, up to {args.max_gpus} GPUs per replica) meets "
               f"{_sla_text(args)} at input {args.input}, output {args.output} ({reach})")
         return 1
-    print(f"{ev.model.model_id}: input {args.input}, output {args.output} tokens; {_sla_text(args)}")
-    print(f"  framework {args.framework}, weights {args.weight_format}, KV {args.kv_dtype}, activations "
-          f"{args.act_dtype}"
-          + (f", MTP {options.mtp_tokens} draft token(s) at acceptance {options.mtp_acceptance:g}"
-             if options.mtp_tokens else "")
-          + f"; configs of {_counts(args.max_gpus)} GPUs per replica "
-          "(legal TP/EP/DP-attention/PP), every batch up to the steady-state capacity of continuous batching; "
-          + ("aggregated only" if args.no_disagg else "aggregated, and disaggregated prefill/decode pools")
+    print(f"{ev.model.model_id}: input {args.input}, output {args.output} tokens; {_sla_text(args)}"
           + ("  [EXTRAPOLATED: context beyond the model's max_context]" if long else ""))
-    print("  batch = concurrent requests per replica in the steady state of continuous batching (each request's mean "
-          "paged KV plus the admission headroom); TPOT = the decode step at the output's mean context, the mean a "
-          "request sees (archledger deploy's tpot_mean_s; its tpot_s, at the last token, is in --json as tpot_last_s)")
-    priced = [g for g in gpus if g.price_usd_per_hour is not None]
-    print("  $/M output tokens = GPUs x $/h / (tokens/s x 3600) x 1e6: " + ("; ".join(
-        f"{g.key} ${g.price_usd_per_hour:g}/h ({g.price_src.split(';')[0]})" for g in priced) or "no GPU here has a price")
-        + ("" if len(priced) == len(gpus) else "; '-' where a GPU has no price in gpus/"))
+    rows = _split_rows(per_pair)
+    print("\n" + "\n".join(_answer_lines(per_gpu, rows, args)))
+    print("\n" + "\n".join(_assumptions(args, options, gpus)))
+    if not args.detail:
+        return 0
     for g in per_gpu:
         print(f"\n{g['gpu']} aggregated: {g['configs']} configs served, {g['configs_not_fitting']} that fit no "
               f"request, {g['points']:,} (config, batch) points")
@@ -287,24 +404,20 @@ def run(args: argparse.Namespace) -> int:
     if any(g["front"] for g in per_gpu) or any(g["front"] for g in per_pair):
         print("\n" + FRONT_BASIS)
     print("\n" + _times_text(args, per_gpu))
-    print("answer, aggregated: " + ("; ".join(_answer_text(g["answers"][g["time"]], g["measured_tables"])
-                                               for g in per_gpu if g["answers"][g["time"]]) or "none meets the SLA"))
+    print("answer, aggregated, on each time:")
+    for g in per_gpu:
+        r = g["answers"][g["time"]]
+        print("  " + (_answer_text(r, g["measured_tables"]) if r else f"{g['gpu']}: none meets the SLA"))
     for time in TIMES:       # the answer each other time gives, beside it (GPU types answering on another)
-        others = [g for g in per_gpu if g["time"] != time]
-        if others:
-            print(f"  on the {TIME_WORDS[time]} instead: " + "; ".join(
-                f"{g['gpu']}: " + (_gpus(r["total_gpus"]) + f" ({r['replicas']} x {r['config']}, batch {r['batch']}, "
-                                   f"TTFT {_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])})" if r else "none meets the SLA")
-                + ("" if g["measured_tables"] or time != "expected" else " (no measured tables: bound / 0.7)")
-                for g in others for r in [g["answers"][time]]))
+        for g in per_gpu:
+            if g["time"] != time:
+                r = g["answers"][time]
+                print(f"  {g['gpu']} on the {TIME_WORDS[time]} instead: "
+                      + (_gpus(r["total_gpus"]) + f" ({r['replicas']} x {r['config']}, batch {r['batch']}, "
+                         f"TTFT {_time(r['ttft_s'])}, TPOT {_time(r['tpot_s'])})" if r else "none meets the SLA")
+                      + ("" if g["measured_tables"] or time != "expected" else " (no measured tables: bound / 0.7)"))
     if not args.no_disagg:
-        print("answer, disaggregated: " + (_answer_text(split_answer) if split_answer else "none meets the SLA")
-              + ("" if all(g["time"] == "estimate" for g in per_gpu) else
-                 " [schedule estimates: disaggregated pairs are searched on the estimate alone]"))
-        best = _best([r for r in (answer, split_answer) if r])
-        print(f"fewest GPUs overall: {best['kind']}, {_gpus(best['total_gpus'])}"
-              + ("" if all(g["time"] == "estimate" for g in per_gpu) else
-                 " (aggregated on the time above, disaggregated on the schedule estimate)"))
+        print("answer, disaggregated: " + (_answer_text(split_answer) if split_answer else "none meets the SLA"))
     return 0
 
 

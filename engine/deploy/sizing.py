@@ -35,7 +35,8 @@ Rules (also in docs/deployment.md, "Sizing: archledger plan"):
 
 * disaggregated (:func:`disaggregated`, on ``search(..., pools=True)``): every served decode point
   joined with the prefill (config, batch) that meets TTFT with the fewest prefill GPUs; the joining
-  rules (KV transfer, pool ratio, replicas, price) are :mod:`engine.deploy.disagg`'s.
+  rules (KV transfer, pool ratio, replicas, price) are :mod:`engine.deploy.disagg`'s; the pairs of
+  GPU types joined are those :func:`pair_allowed` allows (default: one vendor on both sides).
 * price: ``usd_per_hour`` = GPUs x the GPU file's price, ``usd_per_m_tokens`` = $/h / (decode tokens/s
   x 3600) x 1e6; None where a GPU has no price.
 
@@ -633,9 +634,34 @@ def _front_rows(search) -> list[dict[str, Any]]:
     return search.rows(front(p["tokens_per_s_per_user"], p["tokens_per_s_per_gpu"]))
 
 
+#: Which (prefill GPU, decode GPU) pairs a disaggregated search joins (:func:`pair_allowed`).
+PAIR_POLICIES = ("same-gpu", "same-vendor", "all")
+#: The default: one vendor's GPUs on both sides. A disaggregated deployment moves the KV cache GPU
+#: to GPU with a KV connector on each vendor's own stack: vLLM's NixlConnector builds on NIXL on
+#: NVIDIA GPUs and on RIXL (AMD's port) on ROCm (https://docs.vllm.ai/en/stable/features/
+#: nixl_connector_usage/, "Installation"); a transfer between two vendors' GPUs exists only as
+#: host-staged proofs of concept outside a framework's release (vllm-project/vllm-neuron#26:
+#: Trainium prefill -> H100 decode through CPU memory, seven patches; qualcomm/vllm-qaic#121), and
+#: the join's scale-out link (engine.deploy.disagg.links) is a GPU-to-GPU RDMA path that such a
+#: staging does not have. ``all`` keeps every ordered pair for what-if questions.
+DEFAULT_PAIRS = "same-vendor"
+
+
+def pair_allowed(prefill: GPU, decode: GPU, policy: str = DEFAULT_PAIRS) -> bool:
+    """Whether ``policy`` (:data:`PAIR_POLICIES`) pairs a prefill pool of ``prefill`` GPUs with a
+    decode pool of ``decode`` GPUs: ``same-gpu`` one GPU type, ``same-vendor`` one ``vendor:`` of
+    gpus/*.yaml, ``all`` any. The one rule plan's search and the build's sizing rows read."""
+    if policy not in PAIR_POLICIES:
+        raise ValueError(f"unknown pair policy {policy!r}: one of {', '.join(PAIR_POLICIES)}")
+    if policy == "same-gpu":
+        return prefill.key == decode.key
+    return policy == "all" or prefill.vendor == decode.vendor
+
+
 def disaggregated(ev: Evaluation, results: list[GPUSearch], gpus: list[GPU], input_len: int, output_len: int,
-                  sla: SLA, options: Options = Options()) -> list[DisaggSearch]:
-    """Disaggregated points for every ordered pair of the searched GPU types (``search(..., pools=True)``).
+                  sla: SLA, options: Options = Options(), pairs: str = DEFAULT_PAIRS) -> list[DisaggSearch]:
+    """Disaggregated points for every ordered pair of the searched GPU types (``search(..., pools=True)``)
+    that ``pairs`` allows (:func:`pair_allowed`; the others are not searched and not returned).
 
     Each served decode point (config, ``b_d``: the aggregated search's points, whose TPOT and capacity
     a decode pool shares) is joined with the prefill (config, batch) that needs the fewest prefill GPUs
@@ -650,6 +676,8 @@ def disaggregated(ev: Evaluation, results: list[GPUSearch], gpus: list[GPU], inp
     out = []
     for pres in results:
         for dres in results:
+            if not pair_allowed(by_key[pres.gpu], by_key[dres.gpu], pairs):
+                continue
             pair = DisaggSearch(pres.gpu, dres.gpu)
             pair.labels = {"prefill": [c.label() for c in pres.pool_configs], "decode": [c.label() for c in dres.configs]}
             pair.n_gpus = {"prefill": [c.n_gpus for c in pres.pool_configs], "decode": [c.n_gpus for c in dres.configs]}

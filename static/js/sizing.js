@@ -39,6 +39,8 @@
   function pairAnswer(scen, pgKey, dgKey, output, a, b) {
     var pg = scen.gpus[pgKey], dg = scen.gpus[dgKey];
     if (!pg || !dg || !pg.prefill.config.length || !dg.decode.config.length) return null;
+    // the pairs the build's rule allows (engine/deploy/sizing.py pair_allowed, plan's default: one vendor)
+    if (pg.pairs_with && pg.pairs_with.indexOf(dgKey) < 0) return null;
     var P = pg.prefill, D = decodePoints(dg.decode), tpotD = D._tpot;
     var lk = links(pg, dg, pgKey === dgKey), n = D.config.length, nCp = P.configs.length;
     var shareD = D.configs.map(function (c) { return c[2]; });
