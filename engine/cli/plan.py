@@ -20,7 +20,6 @@ import math
 import sys
 from pathlib import Path
 
-from engine.build.steady import FRONT_BASIS
 from engine.cli import units
 from engine.cli.deploy import add_mtp_arguments, add_serving_arguments, positive_int, serving_options
 
@@ -304,6 +303,7 @@ def _assumptions(args, options, gpus: list) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.build.steady import FRONT_BASIS   # polars: never on --help (tests/test_cli_fast.py)
     from engine.spec.api import evaluate
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.deploy.retime import TIME_WORDS, TIMES
