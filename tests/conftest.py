@@ -38,6 +38,18 @@ def evaluation():
     return _evaluation
 
 
+@pytest.fixture(scope="module")
+def oracle_installed():
+    """Skips the module's tests where the oracle extra (torch, transformers) is not installed. A
+    module asks for it (``pytest.mark.usefixtures``) instead of calling ``pytest.importorskip`` at
+    its top: every pytest-xdist worker collects every module, and importing torch and transformers
+    while collecting cost each worker about 3 CPU-s, the worker that runs none of the oracle's tests
+    too. The check now runs where the tests run, with the same skip."""
+    why = "the transformers oracle is not installed: pip install -e '.[oracle]' (torch, transformers)"
+    pytest.importorskip("torch", reason=why)
+    pytest.importorskip("transformers", reason=why)
+
+
 def hf_config(model_id: str) -> dict:
     """The model's published config.json (an external fact, kept byte for byte in the corpus)."""
     return json.loads(hf_config_path(model_id).read_text())
