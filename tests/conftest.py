@@ -20,6 +20,12 @@ HF_CONFIGS = Path(os.environ["ARCHLEDGER_HF_CONFIGS"]) if os.environ.get("ARCHLE
 
 MODEL_IDS = sorted(p.stem.replace("--", "/", 1) for p in (REPO / "corpus" / "models").glob("*.yaml"))
 
+#: The pytest-xdist group (``--dist loadgroup``) of the tests that evaluate every corpus model: they run
+#: on one worker, so each model's evaluation (cached per process: :func:`evaluation`) and its oracle
+#: build are paid once per suite, not once per worker the tests were spread over (about 0.3 CPU-s a
+#: model a worker at 38 models; it grows with the corpus).
+EVERY_MODEL = pytest.mark.xdist_group("every_model")
+
 
 @pytest.fixture(scope="session")
 def corpus() -> Corpus:
