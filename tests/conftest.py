@@ -20,6 +20,12 @@ HF_CONFIGS = Path(os.environ["ARCHLEDGER_HF_CONFIGS"]) if os.environ.get("ARCHLE
 
 MODEL_IDS = sorted(p.stem.replace("--", "/", 1) for p in (REPO / "corpus" / "models").glob("*.yaml"))
 
+#: The pytest-xdist group (``--dist loadgroup``) of the tests that evaluate every corpus model: they run
+#: on one worker, so each model's evaluation (cached per process: :func:`evaluation`) and its oracle
+#: build are paid once per suite, not once per worker the tests were spread over (about 0.3 CPU-s a
+#: model a worker at 38 models; it grows with the corpus).
+EVERY_MODEL = pytest.mark.xdist_group("every_model")
+
 
 @pytest.fixture(scope="session")
 def corpus() -> Corpus:
@@ -36,6 +42,18 @@ def _evaluation(model_id: str) -> Evaluation:
 def evaluation():
     """``evaluation(model_id)`` -> the model's Evaluation (cached for the session)."""
     return _evaluation
+
+
+@pytest.fixture(scope="module")
+def oracle_installed():
+    """Skips the module's tests where the oracle extra (torch, transformers) is not installed. A
+    module asks for it (``pytest.mark.usefixtures``) instead of calling ``pytest.importorskip`` at
+    its top: every pytest-xdist worker collects every module, and importing torch and transformers
+    while collecting cost each worker about 3 CPU-s, the worker that runs none of the oracle's tests
+    too. The check now runs where the tests run, with the same skip."""
+    why = "the transformers oracle is not installed: pip install -e '.[oracle]' (torch, transformers)"
+    pytest.importorskip("torch", reason=why)
+    pytest.importorskip("transformers", reason=why)
 
 
 def hf_config(model_id: str) -> dict:

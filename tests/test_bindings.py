@@ -13,7 +13,9 @@ import pytest
 import sympy
 
 from engine.spec import symbols
-from tests.conftest import MODEL_IDS
+from tests.conftest import EVERY_MODEL, MODEL_IDS
+
+pytestmark = EVERY_MODEL      # every model's evaluation, on one worker
 
 
 def _at(formula, bound: dict) -> sympy.Expr:

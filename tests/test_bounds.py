@@ -39,7 +39,7 @@ from engine.spec.evaluate import MAX_COPIES, MAX_INSTANCES, MAX_LAYERS
 from engine.build.grid import MAX_OPS_POINTS, MAX_POINTS, load_grid, points_bound
 from engine.deploy.sizing import MAX_SEARCH_PAIRS, legal_configs
 from engine.verify.manifest import MAX_TENSORS
-from tests.conftest import MODEL_IDS, REPO
+from tests.conftest import EVERY_MODEL, MODEL_IDS, REPO
 
 LLAMA = "meta-llama--Meta-Llama-3.1-8B"
 MIXTRAL = "mistralai--Mixtral-8x7B-v0.1"
@@ -327,6 +327,7 @@ def test_the_identifier_rule(corpus):
 
 # -- the real corpus and the default grid stay within every bound ---------------------------------------
 
+@EVERY_MODEL
 def test_corpus_is_within_the_walk_bounds(evaluation):
     layers = instances = copies = 0
     for model_id in MODEL_IDS:
@@ -342,6 +343,7 @@ def test_corpus_manifests_are_within_the_tensor_bound():
     assert counts and max(counts) <= MAX_TENSORS, max(counts)
 
 
+@EVERY_MODEL
 def test_default_grid_and_plan_are_within_the_work_bounds(evaluation):
     from engine.build.fronts import load_sizing, pairs_bound
     from engine.deploy.hardware import find_gpu, load_gpus

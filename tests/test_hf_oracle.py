@@ -8,20 +8,16 @@ from __future__ import annotations
 
 import pytest
 
-# tests/hf_oracle.py imports torch and transformers lazily (inside the call), so importing it would
-# always succeed: the skip must name the packages themselves.
-_WHY = "the transformers oracle is not installed: pip install -e '.[oracle]' (torch, transformers)"
-pytest.importorskip("torch", reason=_WHY)
-pytest.importorskip("transformers", reason=_WHY)
+from engine.spec import quantities
+from tests import hf_oracle
+from tests.conftest import EVERY_MODEL, MODEL_IDS, hf_config, hf_config_path
 
-#: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): each model's
+#: One pytest-xdist worker runs the whole module with the other every-model tests (conftest.EVERY_MODEL): each model's
 #: meta-device build is cached per process (tests/hf_oracle.py) and read by five tests, so tests
-#: spread over two workers built most models twice.
-pytestmark = pytest.mark.xdist_group("hf_oracle")
-
-from engine.spec import quantities  # noqa: E402
-from tests import hf_oracle  # noqa: E402
-from tests.conftest import MODEL_IDS, hf_config, hf_config_path  # noqa: E402
+#: spread over two workers built most models twice. tests/hf_oracle.py imports torch and
+#: transformers lazily (inside the call), so importing it always succeeds: the skip names the
+#: packages themselves (conftest.oracle_installed), when the tests run, not when they are collected.
+pytestmark = [EVERY_MODEL, pytest.mark.usefixtures("oracle_installed")]
 
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from engine.deploy import Scenario
-from tests.conftest import MODEL_IDS, REPO
+from tests.conftest import EVERY_MODEL, MODEL_IDS, REPO
 from tests.deploy_helpers import make_plan
 
 GRID = yaml.safe_load((REPO / "corpus" / "grid.yaml").read_text())
@@ -38,6 +38,7 @@ def _prefill_bytes(model: str, framework: str, length: int) -> tuple[list, np.nd
     return steps, values["bytes"][:, 0], values["bytes"][:, 1]
 
 
+@EVERY_MODEL
 @pytest.mark.parametrize("framework", ["vllm", "sglang"])
 @pytest.mark.parametrize("model", [m.split("/")[1] for m in MODEL_IDS])
 def test_no_prefill_kernel_moves_quadratic_traffic(model, framework):

@@ -10,7 +10,7 @@ import pytest
 import sympy
 
 from engine.spec import kv, quantities, storage
-from tests.conftest import MODEL_IDS, hf_config as config
+from tests.conftest import EVERY_MODEL, MODEL_IDS, hf_config as config
 
 GIB = 2**30
 
@@ -90,6 +90,7 @@ def test_qwen3_moe_activated(model_id, activated_b, evaluation):
     assert int(float(quantities.params_active(a)) / 1e9 * scale) / scale == activated_b
 
 
+@EVERY_MODEL
 @pytest.mark.parametrize("model_id", MODEL_IDS)
 def test_active_params_from_config(model_id, evaluation):
     """Consistency of active with total: active = total - (n_experts - top_k) x per-expert params
@@ -196,6 +197,7 @@ def _gdn_hybrid(model_id: str) -> bool:
     return "linear_attention" in ({**c.get("text_config", {}), **c}.get("layer_types") or [])
 
 
+@EVERY_MODEL
 @pytest.mark.parametrize("model_id", [m for m in MODEL_IDS if ("Llama" in m or "Qwen" in m or "Mixtral" in m)
                                       and not _gdn_hybrid(m)
                                       and "Llama-4" not in m])  # chunked layers: test_models_llama4

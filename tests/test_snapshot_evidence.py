@@ -20,7 +20,9 @@ from engine.verify.validate import validate
 from tests.conftest import REPO
 from tests.hub_server import confine_huggingface_hub, serve_hub, write_checkpoint
 
-pytest.importorskip("transformers", reason="the forward source comes from transformers: pip install -e '.[oracle]'")
+#: the forward source comes from transformers (the oracle extra): checked when the tests run, not at
+#: collection (conftest.oracle_installed)
+pytestmark = pytest.mark.usefixtures("oracle_installed")
 
 TINY = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
         "intermediate_size": 160, "num_attention_heads": 4, "num_key_value_heads": 2,

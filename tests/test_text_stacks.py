@@ -17,8 +17,8 @@ from engine.verify.manifest import load as load_manifest
 from tests.conftest import REPO
 from tests.test_snapshot_evidence import TINY, tiny_corpus  # noqa: F401 (a fixture)
 
-pytest.importorskip("torch", reason="the oracle extra is needed: pip install -e '.[oracle]'")
-pytest.importorskip("transformers", reason="the oracle extra is needed: pip install -e '.[oracle]'")
+#: the oracle extra is needed (torch, transformers): checked when the tests run, not at collection
+pytestmark = pytest.mark.usefixtures("oracle_installed")
 
 FIXTURES = REPO / "tests" / "fixtures"
 QWEN3_VL_8B = FIXTURES / "Qwen--Qwen3-VL-8B-Instruct.config.json"
