@@ -100,9 +100,19 @@ class Table:
         return f"{self.kernel}-{self.variant} {self.framework} {self.version}"
 
     def curve(self, key: tuple) -> "Table | None":
-        """A keyed table's curve at ``key`` (a table of the axes alone), None where it has none."""
+        """A keyed table's curve at ``key`` (a table of the axes alone), None where it has none; the
+        same object on every call for one key (:func:`_inside` memoizes by table)."""
         i = self.keys.get(tuple(int(k) for k in key)) if self.keys else None
-        return None if i is None else replace(self, seconds=self.seconds[i], keys=None)
+        if i is None:
+            return None
+        found = _CURVES.get((id(self), i))
+        if found is None or found[0] is not self:
+            found = _CURVES[(id(self), i)] = (self, replace(self, seconds=self.seconds[i], keys=None))
+        return found[1]
+
+
+#: (id(table), row) -> (table, its curve): the table is kept so its id is not reused.
+_CURVES: dict = {}
 
 
 #: (gpu, framework, kernel, variant) -> Table
@@ -256,8 +266,26 @@ def attention_roof(kernel: str) -> Callable:
     return lambda batch, isl, kv_heads, q_per_kv: batch * isl * isl * kv_heads * q_per_kv
 
 
+#: (id(table), point) -> (table, _inside's value): plan reads the same kernels at the same shapes
+#: for many (config, batch) points (a DeepSeek-V3 plan: 41,000 interpolations of 2,500 distinct
+#: points). The table is kept so its id is not reused; a pure function of both, so equal values.
+_INSIDE: dict = {}
+
+
 def _inside(table: Table, point: tuple[float, ...]) -> float:
     """Multilinear interpolation of log time over log axis values at a point inside the grid."""
+    key = (id(table), point)
+    found = _INSIDE.get(key)
+    if found is not None and found[0] is table:
+        return found[1]
+    if len(_INSIDE) > 200_000:
+        _INSIDE.clear()
+    value = _inside_at(table, point)
+    _INSIDE[key] = (table, value)
+    return value
+
+
+def _inside_at(table: Table, point: tuple[float, ...]) -> float:
     lo, weights = [], []
     for x, v in zip(point, table.values):
         i = min(int(np.searchsorted(v, x, side="right")) - 1, len(v) - 2)
