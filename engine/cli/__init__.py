@@ -86,6 +86,8 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     from engine.project import locate
     project = locate(getattr(args, "corpus", None), getattr(args, "out", None))
     args.project, args.corpus, args.out, args.gpus_root = project, str(project.corpus), str(project.out), project.gpus
+    from engine.spec import parse_cache
+    parse_cache.use(parse_cache.folder_for(project.out))   # YAML parsed once per text on a built checkout
     try:
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit flush
