@@ -107,6 +107,8 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        parse_cache.use(None)     # this command's output folder only (main() may run again in-process)
 
 
 def parser() -> argparse.ArgumentParser:

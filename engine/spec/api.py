@@ -19,7 +19,7 @@ from typing import Any, Callable
 import sympy
 
 from engine.spec import kv, quantities, storage
-from engine.spec.corpus import Corpus, load_corpus
+from engine.spec.corpus import Corpus, load_corpus, load_shared
 from engine.spec.evaluate import Analysis, Binding, walk_model
 from engine.spec.model_index import corpus_for_model
 from engine.spec.ir import ModelSpec
@@ -118,7 +118,12 @@ def evaluate_one(model_id: str, corpus_root: str | Path | None = None,
 @lru_cache(maxsize=16)
 def _model_corpus(model_id: str, root: str | None) -> Corpus | None:
     # cached per root as _corpus is (a process re-reads neither after an edit)
-    return corpus_for_model(model_id, Path(root) if root else None)
+    return corpus_for_model(model_id, Path(root) if root else None, _shared)
+
+
+@lru_cache(maxsize=4)
+def _shared(root: Path) -> Corpus:
+    return load_shared(root)
 
 
 def evaluate(model_id: str, corpus_root: str | Path | None = None,

@@ -30,6 +30,7 @@ import re
 import stat
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from engine.spec.corpus import (DEFAULT_ROOT, Corpus, is_name, load_model, load_shared, pick_model, refuse_symlinks,
                                 slug)
@@ -64,9 +65,11 @@ def model_index(root: Path) -> dict[str, Path] | None:
     return out
 
 
-def corpus_for_model(query: str, root: Path | str | None = None) -> Corpus | None:
+def corpus_for_model(query: str, root: Path | str | None = None,
+                     shared: Callable[[Path], Corpus] = load_shared) -> Corpus | None:
     """The corpus holding only the model ``query`` names (its ``models`` has that one spec, no
-    variants), or None when the index cannot tell which (the caller then loads the whole corpus)."""
+    variants), or None when the index cannot tell which (the caller then loads the whole corpus).
+    ``shared``: :func:`load_shared`, or a memo of it (the caller's, per root)."""
     root = Path(root) if root else DEFAULT_ROOT
     if not (root / "dims.yaml").exists():
         return None
@@ -77,5 +80,5 @@ def corpus_for_model(query: str, root: Path | str | None = None) -> Corpus | Non
     model_id, _ = pick_model(query, index)
     if model_id is None:
         return None
-    shared = load_shared(root)
-    return replace(shared, models={model_id: load_model(index[model_id], root, shared.roles, shared.schemes)})
+    tables = shared(root)
+    return replace(tables, models={model_id: load_model(index[model_id], root, tables.roles, tables.schemes)})
