@@ -207,3 +207,35 @@ def test_a_deploy_imports_neither_f2py_nor_sympy_units(tmp_path):
     names = {m.group(1).strip() for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|(.+)$", done.stderr, re.M)}
     assert {"sympy", "numpy", "engine.spec.model_index"} <= names
     assert not {n for n in names if n.startswith(("numpy.f2py", "numpy.testing", "sympy.physics"))}
+
+
+# -- plan's reads of deploy's summary share one structure per fusion regime --------------------------
+
+def test_consistency_point_reader_shares_plans_and_answers_as_deploy(evaluation):
+    """retime.PointReader builds one plan per (config, fusion token regime) and reuses it for every
+    batch of that regime; each summary it gives equals the one a fresh ``plan`` (deploy's own path)
+    gives at that batch, and at least two batches did share a plan (else nothing was checked).
+    At TP 2 on an H100 vLLM fuses the all-reduce with the residual add and RMSNorm up to 32 tokens
+    per device (corpus/fusion/vllm.yaml), so decode at batch 1-32 and at 64-256 are two regimes of
+    different programs: a reader that shared plans across them would answer wrongly."""
+    from engine.deploy import Options, Scenario, plan
+    from engine.deploy.fusion import load_tables
+    from engine.deploy.hardware import find_gpu, load_gpus
+    from engine.deploy.measured import load_measured
+    from engine.deploy.parallel import ParallelConfig
+    from engine.deploy.retime import PointReader
+    from engine.deploy.sol import summarize_plan
+
+    ev = evaluation("Qwen/Qwen3-0.6B")
+    gpu = find_gpu(load_gpus(REPO / "gpus"), "H100")
+    fusion = load_tables(REPO / "corpus" / "fusion")["vllm"]
+    tables = load_measured(REPO / "gpus" / "measured", gpu=gpu.key, framework="vllm")
+    options, config = Options(framework="vllm"), ParallelConfig(tp=2)
+    reader = PointReader(ev, gpu, options, fusion, 1024, 128, tables)
+    batches = (1, 8, 32, 64, 256)
+    for b in batches:
+        fresh = summarize_plan(plan(ev, gpu, config, options, fusion, Scenario(b, 1024, 128)), b, 1024, 128, tables)
+        fresh = {k: (np.asarray(v).reshape(-1)[0].item() if isinstance(v, np.ndarray) else v)
+                 for k, v in fresh.items() if k != "phases"}
+        assert reader(config, b) == fresh, b
+    assert len(reader._plans) < len(batches)
