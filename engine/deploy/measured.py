@@ -519,14 +519,14 @@ def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, values: di
     members = member_ops(s, phase)
     dims = [symbols.dim(n) for n in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
     times, measured, sources = [], [], []
+    # each kept step's repeat as a float, once (not once per point: sympy's float() is slow)
+    repeats = {i: float(steps[i].repeat) if steps[i].repeat.is_number else None for i in keep}
     for p in range(len(batch)):
         args = dict(zip(dims, (float(batch[p]), float(seq[p]), float(ctx[p]))))
         args[KV_BYTES] = float(plan.kv_bytes)
         for i in keep:
-            step = steps[i]
-            repeat = float(step.repeat) if step.repeat.is_number else None
-            t, m, src = step_expected(step, lookup, members, args, float(t_sol[i, p]), float(flops[i, p]), repeat,
-                                      float(comm[i, p]))
+            t, m, src = step_expected(steps[i], lookup, members, args, float(t_sol[i, p]), float(flops[i, p]),
+                                      repeats[i], float(comm[i, p]))
             times.append(t)
             measured.append(m)
             sources.append(src)
