@@ -8,9 +8,10 @@ process reads it back instead of parsing.
 
 Invariants:
 
-* the key is the SHA-256 of :data:`FORMAT`, PyYAML's version, the bytes of ``yamlio.py`` and this
-  module (the loader and its limits), and the file's text: an edited file, or an edited loader,
-  is a different key, so a stale entry is never read (there is nothing to invalidate);
+* the key is the SHA-256 of :data:`FORMAT`, PyYAML's version, the bytes of ``yamlio.py``,
+  ``expr.py`` (its number bound) and this module (the loader and its limits), and the file's
+  text: an edited file, or an edited loader, is a different key, so a stale entry is never read
+  (there is nothing to invalidate);
 * only a parse that succeeded is kept (an error is never cached: a bad file raises the same
   one-line error every time); the caller's other checks (top-level mapping, the file's schema)
   run on a cached value as on a parsed one;
@@ -60,9 +61,9 @@ def folder_for(out: Path) -> Path | None:
 def _key(text: str) -> str:
     if not _SALT:
         import yaml
-        from engine.spec import yamlio
+        from engine.spec import expr, yamlio
         h = hashlib.sha256(f"{FORMAT}\0{yaml.__version__}\0".encode())
-        for source in (yamlio.__file__, __file__):
+        for source in (yamlio.__file__, expr.__file__, __file__):   # the loader, its number bound, this
             h.update(Path(source).read_bytes())
         _SALT.append(h)
     h = _SALT[0].copy()
