@@ -39,7 +39,9 @@ and deletes the trees they replace, and the lock's holder sweeps staging names f
 command that publishes first checks, before it creates or locks anything, that a ``results/`` or
 ``site/`` in ``out/`` is absent, empty or carries ArchLedger's manifest, and that an ``out/`` which is
 not an ArchLedger output (none of :data:`MARKERS`) holds no staging name; anything else is refused
-with one line and left untouched. No other file in ``out/`` is ever written or deleted.
+with one line and left untouched. No other file in ``out/`` is ever written or deleted, but for
+the parse cache ``out/cache/yaml/`` (engine.spec.parse_cache: content-addressed files, each
+written whole by a rename, by any command on a built checkout; never read by publishing).
 
 Test hook: ``ARCHLEDGER_FAULT_AT=<stage>`` makes the process SIGKILL itself at that named stage
 (:func:`fault`; stages are listed in :data:`FAULT_STAGES`). ``ARCHLEDGER_LOCK_TIMEOUT=<seconds>``

@@ -87,6 +87,8 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     from engine.project import locate
     project = locate(getattr(args, "corpus", None), getattr(args, "out", None))
     args.project, args.corpus, args.out, args.gpus_root = project, str(project.corpus), str(project.out), project.gpus
+    from engine.spec import parse_cache
+    parse_cache.use(parse_cache.folder_for(project.out))   # YAML parsed once per text on a built checkout
     try:
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit flush
@@ -106,6 +108,8 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        parse_cache.use(None)     # this command's output folder only (main() may run again in-process)
 
 
 def parser() -> argparse.ArgumentParser:

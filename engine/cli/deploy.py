@@ -119,14 +119,14 @@ def add_parser(sub, parents=()) -> None:
 
 
 def deployment_from_args(args):
-    from engine.spec.api import evaluate
+    from engine.spec.api import evaluate_one
     from engine.deploy import Scenario, plan
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.deploy.measured import load_measured
     from engine.deploy.sol import Deployment
     from engine.deploy.parallel import ParallelConfig
 
-    ev = evaluate(args.model, args.corpus)
+    ev = evaluate_one(args.model, args.corpus)
     gpu = find_gpu(load_gpus(args.gpus_root), args.gpu)
     replica = args.tp * args.pp * args.cp
     gpus = args.gpus if args.gpus is not None else replica

@@ -39,7 +39,7 @@ def add_parser(sub, parents=()) -> None:
 
 
 def split_from_args(args) -> dict:
-    from engine.spec.api import evaluate
+    from engine.spec.api import evaluate_one
     from engine.deploy.disagg import Pool, check_load, default_prefill_batch, disaggregate, parse_pool
     from engine.deploy.hardware import load_gpus
 
@@ -48,7 +48,7 @@ def split_from_args(args) -> dict:
     prefill_gpu, prefill_config = parse_pool(args.prefill, gpus, "--prefill")
     decode_gpu, decode_config = parse_pool(args.decode, gpus, "--decode")
     options, fusion = serving_options(args)
-    ev = evaluate(args.model, args.corpus)
+    ev = evaluate_one(args.model, args.corpus)
     batch_p = args.prefill_batch or default_prefill_batch(prefill_config, args.input, args.prefill_tokens)
     return disaggregate(ev, Pool(prefill_gpu, prefill_config, batch_p), Pool(decode_gpu, decode_config, args.batch),
                         args.input, args.output, options, fusion, users=args.users, rate=args.rate)

@@ -304,7 +304,7 @@ def _assumptions(args, options, gpus: list) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from engine.build.steady import FRONT_BASIS   # polars: never on --help (tests/test_cli_fast.py)
-    from engine.spec.api import evaluate
+    from engine.spec.api import evaluate_one
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.deploy.retime import TIME_WORDS, TIMES
     from engine.deploy.sizing import SLA, disaggregated, search
@@ -314,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
     gpus = [find_gpu(all_gpus, name) for name in args.gpu] if args.gpu else [all_gpus[k] for k in sorted(all_gpus)]
     gpus = list({g.key: g for g in gpus}.values())
     options, fusion = serving_options(args)
-    ev = evaluate(args.model, args.corpus)
+    ev = evaluate_one(args.model, args.corpus)
     results = search(ev, gpus, args.input, args.output, sla, max_gpus=args.max_gpus, options=options,
                      fusion=fusion, pools=not args.no_disagg)
     per_gpu = []

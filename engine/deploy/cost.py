@@ -40,7 +40,7 @@ BOUNDS = ("compute", "memory", "comm")
 #: serves every KV dtype (bound at evaluation).
 KV_BYTES = symbols.dim("kv_bytes")
 ARGS = tuple(symbols.dim(n) for n in symbols.SCENARIO_DIMS) + (KV_BYTES,)
-_MODULES = [{"Min": np.minimum, "Max": np.maximum}, "numpy"]
+_MODULES = list(symbols.NUMPY_MODULES)
 #: Largest steps x points a program's totals stack at once (8 MB per term); above it, step by step.
 STACKED_ELEMENTS = 1 << 20
 

@@ -101,9 +101,19 @@ class Table:
         return f"{self.kernel}-{self.variant} {self.framework} {self.version}"
 
     def curve(self, key: tuple) -> "Table | None":
-        """A keyed table's curve at ``key`` (a table of the axes alone), None where it has none."""
+        """A keyed table's curve at ``key`` (a table of the axes alone), None where it has none; the
+        same object on every call for one key (:func:`_inside` memoizes by table)."""
         i = self.keys.get(tuple(int(k) for k in key)) if self.keys else None
-        return None if i is None else replace(self, seconds=self.seconds[i], keys=None)
+        if i is None:
+            return None
+        found = _CURVES.get((id(self), i))
+        if found is None or found[0] is not self:
+            found = _CURVES[(id(self), i)] = (self, replace(self, seconds=self.seconds[i], keys=None))
+        return found[1]
+
+
+#: (id(table), row) -> (table, its curve): the table is kept so its id is not reused.
+_CURVES: dict = {}
 
 
 #: (gpu, framework, kernel, variant) -> Table

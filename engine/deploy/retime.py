@@ -47,18 +47,36 @@ class PointReader:
         self.ev, self.gpu, self.options, self.fusion = ev, gpu, options, fusion
         self.input_len, self.output_len, self.tables = input_len, output_len, tables
         self.read: dict = {}
+        self._plans: dict = {}       # (config, fusion token regime per phase) -> deploy's plan
 
     def __call__(self, config, batch: int) -> dict[str, Any]:
         key = (config, int(batch))
         if key not in self.read:
-            from engine.deploy import Scenario, plan
+            from engine.deploy import Scenario
             from engine.deploy.sol import summarize_plan
             scenario = Scenario(int(batch), self.input_len, self.output_len)
-            p = plan(self.ev, self.gpu, config, self.options, self.fusion, scenario)
-            s = summarize_plan(p, scenario.batch, self.input_len, self.output_len, self.tables)
+            s = summarize_plan(self._plan(config, scenario), scenario.batch, self.input_len, self.output_len,
+                               self.tables)
             self.read[key] = {k: (np.asarray(v).reshape(-1)[0].item() if isinstance(v, np.ndarray) else v)
                               for k, v in s.items() if k != "phases"}
         return self.read[key]
+
+    def _plan(self, config, scenario):
+        """Deploy's plan of ``config`` at ``scenario``, built once per fusion token regime: the
+        batch reaches the structure only through the tokens per device its fusion rules compare
+        with their ``max_tokens`` (engine.deploy.fusion, ``_rule_conditions``), so two batches
+        exceeding the same limits (:func:`engine.deploy.structure_cache.regime`) fuse, place and
+        compile alike, and the summary evaluates the one structure at each point."""
+        from engine.deploy import PHASES, plan, tokens_per_device
+        from engine.deploy.fusion import token_limits
+        from engine.deploy.structure_cache import regime
+        tokens = tokens_per_device(config, scenario, self.options.prefill_tokens, self.options.decode_seq)
+        limits = token_limits(self.fusion)
+        key = (config, tuple(regime(limits, tokens[p]) for p in PHASES))
+        found = self._plans.get(key)
+        if found is None:
+            found = self._plans[key] = plan(self.ev, self.gpu, config, self.options, self.fusion, scenario)
+        return found
 
 
 def times_of(summary: dict, has_expected: bool = True) -> dict[str, dict[str, float]]:

@@ -195,7 +195,7 @@ class Structure:
             if len(_KV_FNS) > 1024:
                 _KV_FNS.clear()
             fn = _KV_FNS[self.kv_device_per_request] = symbols.checked_lambdify(
-                (LENGTH, KV_BYTES), self.kv_device_per_request, modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
+                (LENGTH, KV_BYTES), self.kv_device_per_request, modules=list(symbols.NUMPY_MODULES))
 
         def kv_device_fn(length, kv_bytes):
             """KV bytes per request on one GPU, shaped like ``length`` x ``kv_bytes`` even when the

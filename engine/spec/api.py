@@ -19,8 +19,9 @@ from typing import Any, Callable
 import sympy
 
 from engine.spec import kv, quantities, storage
-from engine.spec.corpus import Corpus, load_corpus
+from engine.spec.corpus import Corpus, load_corpus, load_shared
 from engine.spec.evaluate import Analysis, Binding, walk_model
+from engine.spec.model_index import corpus_for_model
 from engine.spec.ir import ModelSpec
 from engine.spec.variants import VARIANT_ORG
 
@@ -92,7 +93,37 @@ def evaluate_spec(corpus: Corpus, model: ModelSpec, scenario: dict[str, int] | N
 
 @lru_cache(maxsize=4)
 def _corpus(root: str | None) -> Corpus:
+    _loaded_roots.add(root)
     return load_corpus(Path(root) if root else None)
+
+
+_loaded_roots: set = set()     # roots whose whole corpus _corpus has loaded (evaluate_one then reuses it)
+
+
+def evaluate_one(model_id: str, corpus_root: str | Path | None = None,
+                 scenario: dict[str, int] | None = None) -> Evaluation:
+    """:func:`evaluate` for a command that evaluates this one model in its process (``deploy``,
+    ``plan``, ``disagg``): it reads the model's own spec and the shared tables and components, not
+    the other specs (:mod:`engine.spec.model_index`), unless the full corpus is already loaded or the
+    index cannot tell which file holds the model (then as :func:`evaluate`). Same evaluation either
+    way: the walk reads only the model, its components and the shared tables."""
+    key = str(corpus_root) if corpus_root else None
+    if not model_id.startswith(VARIANT_ORG + "/") and key not in _loaded_roots:
+        corpus = _model_corpus(model_id, key)
+        if corpus is not None:
+            return evaluate_spec(corpus, next(iter(corpus.models.values())), scenario)
+    return evaluate(model_id, corpus_root, scenario)
+
+
+@lru_cache(maxsize=16)
+def _model_corpus(model_id: str, root: str | None) -> Corpus | None:
+    # cached per root as _corpus is (a process re-reads neither after an edit)
+    return corpus_for_model(model_id, Path(root) if root else None, _shared)
+
+
+@lru_cache(maxsize=4)
+def _shared(root: Path) -> Corpus:
+    return load_shared(root)
 
 
 def evaluate(model_id: str, corpus_root: str | Path | None = None,

@@ -81,20 +81,27 @@ class Corpus:
 
     def find_model(self, query: str) -> ModelSpec:
         """A model by HF id, file stem, or a case-insensitive part of its id that picks one model."""
-        if query in self.models:
-            return self.models[query]
-        wanted = query.lower().replace("--", "/")
-        hits = [m for m in self.models.values() if wanted in m.model_id.lower()]
-        exact = [m for m in hits if m.model_id.lower().split("/")[-1] == wanted.split("/")[-1]]
-        if len(exact) == 1:
-            return exact[0]
-        if len(hits) == 1:
-            return hits[0]
+        picked, hits = pick_model(query, self.models)
+        if picked is not None:
+            return self.models[picked]
         known = ", ".join(sorted(self.models))
         if not hits:
             raise SpecError(Where("<command line>"), f"unknown model {query!r}", f"known: {known}")
         raise SpecError(Where("<command line>"), f"{query!r} matches several models",
-                        "one of: " + ", ".join(sorted(m.model_id for m in hits)))
+                        "one of: " + ", ".join(sorted(hits)))
+
+
+def pick_model(query: str, ids) -> tuple[str | None, list[str]]:
+    """(the model id of ``ids`` that ``query`` names, or None; the ids it matches): the HF id itself,
+    a file stem, or a case-insensitive part of an id that picks one (an exact last name first)."""
+    if query in ids:
+        return query, [query]
+    wanted = query.lower().replace("--", "/")
+    hits = [i for i in ids if wanted in i.lower()]
+    exact = [i for i in hits if i.lower().split("/")[-1] == wanted.split("/")[-1]]
+    if len(exact) == 1:
+        return exact[0], hits
+    return (hits[0] if len(hits) == 1 else None), hits
 
 
 # -- small schema helpers ------------------------------------------------------------------------
@@ -697,6 +704,27 @@ def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = Fal
     if not (root / "dims.yaml").exists():
         raise SpecError(Where(str(root)), "not a corpus folder (no dims.yaml)",
                         "pass --corpus pointing at the corpus/ directory")
+    shared = load_shared(root)
+    models: dict[str, ModelSpec] = {}
+    for path in sorted((root / "models").glob("*.yaml")):
+        model = load_model(path, root, shared.roles, shared.schemes, missing_snapshots_ok)
+        if model.model_id in models:
+            raise SpecError(model.where, f"model {model.model_id!r} is declared twice",
+                            f"also in {models[model.model_id].where.file}; keep one")
+        models[model.model_id] = model
+    corpus = replace(shared, models=models)
+    found = {}
+    for path in sorted((root / "variants").glob("*.yaml")):
+        # the name becomes the id what-if/<name>, a results partition and a page anchor
+        check_name(path.stem, Where(f"corpus/variants/{path.name}"), "variant file name", "DeepSeek-V3-DSA.yaml")
+        found[path.stem] = variant_rules.load(Reader(path, root, file_schemas.VARIANT), path.stem, corpus)
+    return replace(corpus, variants=found)
+
+
+def load_shared(root: Path) -> Corpus:
+    """The corpus without its model specs and variants (``models`` empty): the tables, quant
+    schemes, components (library and drafts) and slot contracts every model may use, each
+    schema-checked as :func:`load_corpus` checks it. ``root`` must hold ``dims.yaml``."""
     refuse_symlinks(root, root, root.name)   # before reading anything: a link could read any file
     dims = _load_dims(root)
     roles = _load_roles(root)
@@ -709,20 +737,7 @@ def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = Fal
         if name in components:
             raise SpecError(drafts[name].where, f"draft {name!r} has the name of a library component",
                             "rename the draft")
-    models: dict[str, ModelSpec] = {}
-    for path in sorted((root / "models").glob("*.yaml")):
-        model = load_model(path, root, roles, schemes, missing_snapshots_ok)
-        if model.model_id in models:
-            raise SpecError(model.where, f"model {model.model_id!r} is declared twice",
-                            f"also in {models[model.model_id].where.file}; keep one")
-        models[model.model_id] = model
-    corpus = Corpus(root, dims, roles, schemes, components, drafts, models, _load_slot_contracts(root, roles))
-    found = {}
-    for path in sorted((root / "variants").glob("*.yaml")):
-        # the name becomes the id what-if/<name>, a results partition and a page anchor
-        check_name(path.stem, Where(f"corpus/variants/{path.name}"), "variant file name", "DeepSeek-V3-DSA.yaml")
-        found[path.stem] = variant_rules.load(Reader(path, root, file_schemas.VARIANT), path.stem, corpus)
-    return replace(corpus, variants=found)
+    return Corpus(root, dims, roles, schemes, components, drafts, {}, _load_slot_contracts(root, roles))
 
 
 def _load_slot_contracts(root: Path, roles: dict[str, RoleInfo]) -> dict[str, "variant_rules.SlotContract"]:

@@ -45,9 +45,30 @@ MAX_INSTANCES = 16384
 MAX_COPIES = 2 ** 19
 
 
-#: sympy.simplify, once per expression per process: a cache's per-token size recurs in every layer
-#: template, site walk and model (typed: a Python number and sympy's equal one differ in type)
-_simplify = functools.lru_cache(maxsize=8192, typed=True)(sympy.simplify)
+def is_monomial(e) -> bool:
+    """A product of a positive whole coefficient and symbols (each to a positive whole power), e.g.
+    ``d_head*n_kv_heads`` or ``32*d_head``: already its own simplest form, which ``sympy.simplify``
+    hands back unchanged (tests/test_deploy_fast.py checks it against sympy on the corpus's caches
+    and on hand-written products)."""
+    if not isinstance(e, sympy.Mul):
+        return False
+    for f in e.args:
+        if isinstance(f, sympy.Pow):
+            if not (f.base.is_Symbol and f.exp.is_Integer and f.exp > 0):
+                return False
+        elif not (f.is_Symbol or (f.is_Integer and f > 0)):
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=8192, typed=True)
+def _simplify(e):
+    """sympy.simplify, once per expression per process (a cache's per-token size recurs in every
+    layer template, site walk and model; typed: a Python number and sympy's equal one differ in
+    type). A monomial (:func:`is_monomial`, most caches' size: ``d_head*n_kv_heads``) is its own
+    answer without the call: simplify's first call on a product imports ``sympy.physics.units``
+    (0.15 s of a cold ``archledger deploy``) only to ask whether it holds a physical quantity."""
+    return e if is_monomial(e) else sympy.simplify(e)
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,7 +175,7 @@ def _compiled(analysis: Analysis, stack: str, dtype: str, part: str | None = Non
     if key not in _COMPILED:   # the analysis is kept alive beside its function so ids stay unique
         length = symbols.dim(symbols.LENGTH)
         total = request_terms(analysis, stack, part)[0 if dtype == "kv" else 1]
-        raw = symbols.checked_lambdify(length, total, modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
+        raw = symbols.checked_lambdify(length, total, modules=list(symbols.NUMPY_MODULES))
         fn = (lambda x, raw=raw: raw(x) + np.zeros_like(np.asarray(x, dtype=float)))
         _COMPILED[key] = (analysis, fn)
     return _COMPILED[key][1]

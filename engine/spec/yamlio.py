@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from engine.spec import parse_cache
 from engine.spec.errors import SpecError, Where
 from engine.spec.expr import MAX_MAGNITUDE
 from engine.spec.schema import check as check_schema
@@ -312,8 +313,11 @@ def load_yaml(path: Path, display: str | None = None, *, mapping: bool = True,
     """
     name = display or str(path)
     text = read_text(path, name)
+    value = parse_cache.get(text)      # a built checkout's earlier parse of this very text
     try:
-        value = _parse(text)
+        if value is parse_cache.MISS:
+            value = _parse(text)
+            parse_cache.put(text, value)
     except _Refused as exc:
         raise SpecError(Where(name, exc.mark.line + 1 if exc.mark else 0, _field(exc.path or ())),
                         exc.problem, exc.hint) from None
