@@ -399,7 +399,7 @@ def _at(expr, args: dict) -> np.ndarray:
     if f is None:
         if len(_FUNCS) > 50_000:        # the step expressions of a model or two: keep it bounded
             _FUNCS.clear()
-        f = _FUNCS[expr] = symbols.checked_lambdify(ARGS, expr, modules="numpy")
+        f = _FUNCS[expr] = symbols.checked_lambdify(ARGS, expr, modules=list(symbols.NUMPY_MODULES))
     n = len(args[ARGS[0]])
     value = np.asarray(f(*(args[a] for a in ARGS)), dtype=float)
     return value if value.shape == (n,) else np.broadcast_to(value, (n,))
