@@ -53,15 +53,16 @@ def block_remote(context, blocked: list[str] | None = None) -> None:
 
 #: Scroll a page through, a window at a time, and back to the top: what a reader who reads it all
 #: does, so every chart comes into view and is drawn (charts load their library and data only then,
-#: static/js/site.js archChart). Resolves once back at the top and no request has finished for
-#: 600 ms (the page's resource timing entries; 15 s at most).
+#: static/js/site.js archChart: an IntersectionObserver fires within a frame, so 60 ms a window is
+#: enough). Resolves once back at the top and no request has finished for 400 ms (the page's
+#: resource timing entries; 15 s at most).
 SCROLL_THROUGH_JS = """async () => {
   const step = Math.max(200, window.innerHeight - 100), pause = ms => new Promise(r => setTimeout(r, ms));
-  for (let y = 0; y < document.documentElement.scrollHeight; y += step) { window.scrollTo(0, y); await pause(150); }
-  window.scrollTo(0, document.documentElement.scrollHeight); await pause(150);
+  for (let y = 0; y < document.documentElement.scrollHeight; y += step) { window.scrollTo(0, y); await pause(60); }
+  window.scrollTo(0, document.documentElement.scrollHeight); await pause(60);
   window.scrollTo(0, 0);
   const count = () => performance.getEntriesByType('resource').length;
-  for (let t = 0, n = -1; t < 15000 && n !== count(); t += 600) { n = count(); await pause(600); }
+  for (let t = 0, n = -1; t < 15000 && n !== count(); t += 400) { n = count(); await pause(400); }
 }"""
 
 

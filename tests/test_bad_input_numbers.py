@@ -149,7 +149,7 @@ GRID_CASES = {   # (old, new, field, says, hint)
     "pp-after-tp-negative": ("pp_after_tp: 8", "pp_after_tp: -2", "parallel.pp_after_tp",
                              "-2 is not a positive integer", "4,096"),
     "unknown-framework": ("frameworks: [vllm]", "frameworks: [vlm]", "frameworks[0]", "unknown framework 'vlm'",
-                          "none, sglang, vllm"),
+                          "none, sglang, trtllm, vllm"),
     "framework-a-number": ("frameworks: [vllm]", "frameworks: [1]", "frameworks[0]", "unknown framework 1", "vllm"),
     "unknown-kv-dtype": ("kv_dtypes: [bf16]\nscenarios", "kv_dtypes: [fp3]\nscenarios", "kv_dtypes[0]",
                          "unknown kv_dtype 'fp3'", "bf16, fp16, fp8"),

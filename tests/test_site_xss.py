@@ -284,12 +284,12 @@ def _bare(browser):  # noqa: F811
             return r.abort()
         try:
             response = r.fetch()
-        except Exception as exc:       # the page moved on while this was in flight
+            return r.fulfill(response=response, headers={k: v for k, v in response.headers.items()
+                                                         if not k.lower().startswith("content-security-policy")})
+        except Exception as exc:       # the page moved on while this was in flight (a chart drawn late)
             if "disposed" in str(exc) or "closed" in str(exc):
                 return None
             raise
-        return r.fulfill(response=response, headers={k: v for k, v in response.headers.items()
-                                                     if not k.lower().startswith("content-security-policy")})
     tab.context.route("**/*", route)
     return tab
 

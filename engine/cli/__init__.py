@@ -76,6 +76,12 @@ def add_commands(sub) -> dict[str, argparse.ArgumentParser]:
     return commands
 
 
+#: The commands that keep parsed YAML in ``<out>/cache/yaml/`` (engine.spec.parse_cache): questions
+#: asked of a built checkout, which never write its results or site. ``build``, ``site`` and the
+#: rest leave the output folder to the publish protocol alone (its lock, its owner check).
+CACHED_COMMANDS = frozenset({"deploy", "plan", "disagg", "show", "list"})
+
+
 def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     """Parse, resolve the project's folders, run the command; errors and closed pipes end quietly.
 
@@ -88,7 +94,8 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     project = locate(getattr(args, "corpus", None), getattr(args, "out", None))
     args.project, args.corpus, args.out, args.gpus_root = project, str(project.corpus), str(project.out), project.gpus
     from engine.spec import parse_cache
-    parse_cache.use(parse_cache.folder_for(project.out))   # YAML parsed once per text on a built checkout
+    if args.command in CACHED_COMMANDS:   # YAML parsed once per text on a built checkout
+        parse_cache.use(parse_cache.folder_for(project.out))
     try:
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit flush
