@@ -52,11 +52,12 @@ def block_remote(context, blocked: list[str] | None = None) -> None:
 
 
 #: Scroll a page through, a window at a time, and back to the top: what a reader who reads it all
-#: does, so every chart comes into view and is drawn (charts load their library and data only then,
+#: does, so every chart (a ``.chart`` element; a page without one returns at once) comes into view and is drawn (charts load their library and data only then,
 #: static/js/site.js archChart: an IntersectionObserver fires within a frame, so 60 ms a window is
 #: enough). Resolves once back at the top and no request has finished for 400 ms (the page's
 #: resource timing entries; 15 s at most).
 SCROLL_THROUGH_JS = """async () => {
+  if (!document.querySelector('.chart')) return;      // every chart is a .chart: nothing waits to be seen
   const step = Math.max(200, window.innerHeight - 100), pause = ms => new Promise(r => setTimeout(r, ms));
   for (let y = 0; y < document.documentElement.scrollHeight; y += step) { window.scrollTo(0, y); await pause(60); }
   window.scrollTo(0, document.documentElement.scrollHeight); await pause(60);
