@@ -30,7 +30,7 @@ import pytest
 from tests.site_helpers import result_tables
 from tests.test_site_browser import (DEEPSEEK, LLAMA, _open, base, browser, built, site)  # noqa: F401  (fixtures)
 
-pytestmark = pytest.mark.xdist_group("site_browser")
+pytestmark = pytest.mark.xdist_group("site_readable")   # its own module-scoped site (the fixtures are per module)
 
 PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1280, "height": 800}
 DS_DEPLOY = f"models/{DEEPSEEK}/deploy/?gpu=B200&cfg=8x+tp8&fw=vllm&kv=bf16"
