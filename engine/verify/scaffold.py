@@ -223,6 +223,11 @@ def _text_view(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in view.items() if k not in ("text_config", "vision_config")}
 
 
+#: A storage format a spec's notes may quote ("Published in FP8 with ..."): a checkpoint stored
+#: another way makes such notes wrong; notes that name no format stay (Qwen3.5-27B's for Qwen3.6).
+_STORAGE_WORD = re.compile(r"\b(BF16|FP8|FP4|NVFP4|MXFP4|INT4|W4A16|quantiz\w*)\b", re.IGNORECASE)
+
+
 def notes_outdated(base: ModelSpec, config: dict[str, Any], base_config: dict[str, Any], model_id: str) -> bool:
     """Whether the base's notes describe the base's sizes, not this checkpoint's: they quote a
     value this config changes (numbers compared without thousands separators: "5,000,000") or a
@@ -320,7 +325,8 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
             lines[i] = f"name: {_scalar(display_name(base, model_id))}"
     from engine.verify.modeling_code import quantization_config
     if (notes_outdated(base, config, base_config, model_id)
-            or quantization_config(config) != quantization_config(base_config)):
+            or (quantization_config(config) != quantization_config(base_config)
+                and _STORAGE_WORD.search(base.notes))):
         # the base's notes quote a size (or a storage format) this checkpoint changes
         span = _block(lines, "notes")
         if span:
