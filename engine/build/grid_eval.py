@@ -206,7 +206,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         calls.append((s, np.array([gpu_pos[g] for g in points["gpu"]]), np.array(points["kv_bytes"], dtype=float),
                       np.array(points["batch"]), np.array(points["input_len"]), np.array(points["output_len"])))
     # the expected times from measured kernels (gpus/measured/), by deploy's own rule
-    measured: dict[tuple, dict] = {}         # (GPU, framework) -> its tables, read once per model
+    measured = _measured_reader(gpu_root)
     expected = _expected(calls, list(merged.values()), gpus, measured)
     # sibling structures share compiled programs: each evaluated once over all their points
     summaries = summarize_many(gpu_objs, calls, expected=expected)
@@ -243,7 +243,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         s = structure(config, domain, framework, gpu, regimes)
         plan = Plan(s, gpu, kv_dtype)
         scenarios = [Scenario(b, inp, out_len) for b, inp, out_len in points]
-        kernels = _measured_tables(measured, gpu_key, framework)       # measured kernels (`tables`: the fusion tables)
+        kernels = measured(gpu_key, framework)       # measured kernels (`tables`: the fusion tables)
         for phase in PHASES:
             columns = op_rows_columns(plan, phase, scenarios, arrays=True, tables=kernels)
             rows = len(columns["op_uid"])
@@ -285,28 +285,29 @@ def grid_batches(batches, caps) -> list[int]:
     if 1 <= most < top and most not in kept:
         kept.append(int(most))
     return kept or [1]
-def _measured_tables(measured: dict, gpu_key: str, framework: str) -> dict:
-    """The measured tables the deploy command reads for this GPU and framework, read once per model
-    (``measured``: (GPU, framework) -> tables)."""
-    found = measured.get((gpu_key, framework))
-    if found is None:
-        found = measured[(gpu_key, framework)] = load_measured(gpu=gpu_key, framework=framework)
-    return found
+def _measured_reader(gpu_root):
+    """(GPU key, framework) -> the measured tables the deploy command reads for them, from the
+    build's GPU folder (``<gpu_root>/measured``, as deploy and plan read theirs; the repo's when
+    None), each pair read once per model."""
+    from functools import cache
+    from pathlib import Path
+    root = Path(gpu_root) / "measured" if gpu_root else None
+    return cache(lambda gpu_key, framework: load_measured(root, gpu=gpu_key, framework=framework))
 
 
-def _expected(calls: list[tuple], buckets: list[dict], gpus: dict, measured: dict) -> list[dict[str, np.ndarray]]:
+def _expected(calls: list[tuple], buckets: list[dict], gpus: dict, measured) -> list[dict[str, np.ndarray]]:
     """Per call (a structure over a bucket's points), each phase input's expected step time at its
     points (:func:`engine.deploy.sol.expected_phase_times_many`, every call of the model at once):
     each (GPU, KV dtype) of a bucket's points with its own measured tables (the deploy command's
     lookup: that GPU's under the structure's framework; a GPU without any: bound / the default
-    efficiency; :func:`_measured_tables`), gathered back in the points' order."""
+    efficiency; ``measured``: :func:`_measured_reader`), gathered back in the points' order."""
     asked, where = [], []
     for c, (call, points) in enumerate(zip(calls, buckets)):
         s = call[0]
         gpu_of, kv_of = np.array(points["gpu"]), np.array(points["kv_dtype"])
         batch, inp, out_len = call[3], call[4], call[5]
         for gpu_key in dict.fromkeys(points["gpu"]):
-            tables = _measured_tables(measured, gpu_key, s.options.framework)
+            tables = measured(gpu_key, s.options.framework)
             for kv_dtype in dict.fromkeys(points["kv_dtype"]):
                 mine = np.flatnonzero((gpu_of == gpu_key) & (kv_of == kv_dtype))
                 if len(mine):

@@ -41,7 +41,8 @@ command that publishes first checks, before it creates or locks anything, that a
 not an ArchLedger output (none of :data:`MARKERS`) holds no staging name; anything else is refused
 with one line and left untouched. No other file in ``out/`` is ever written or deleted, but for
 the parse cache ``out/cache/yaml/`` (engine.spec.parse_cache: content-addressed files, each
-written whole by a rename, by any command on a built checkout; never read by publishing).
+written whole by a rename by the question commands on a built checkout,
+engine.cli.CACHED_COMMANDS; never by build or site, never read by publishing).
 
 Test hook: ``ARCHLEDGER_FAULT_AT=<stage>`` makes the process SIGKILL itself at that named stage
 (:func:`fault`; stages are listed in :data:`FAULT_STAGES`). ``ARCHLEDGER_LOCK_TIMEOUT=<seconds>``
