@@ -22,6 +22,10 @@ refused in one line, exit 2, nothing written):
 * attention (full, head size 128): the framework's prefill (context) and decode (generation)
   attention per KV-cache dtype over batch, prompt length or context, KV heads per GPU (1, 2, 4,
   8) and query heads per KV head (1, 2, 4, 8).
+* MLA decode (absorbed multi-head latent attention, the ``flash_mla`` step): the framework's
+  generation MLA per KV-cache dtype over batch, query heads per GPU and context, at the source's
+  one latent shape (kv_lora_rank 512, rotary 64: DeepSeek-V3's; the variant names the rank),
+  where the recipe lists the framework (the package has no vLLM table at 0.24.0).
 * MoE (the fused routed experts): per expert shape and split (hidden, expert intermediate size,
   top-k, experts, moe_tp, moe_ep within 8 GPUs) the framework's time over the tokens entering the
   layer (powers of two to 8192), bf16, fp8 and fp8_block weights, balanced routing, gated experts
@@ -78,11 +82,13 @@ class Recipe:
 
     frameworks: dict[str, str]      # framework -> version of its gemm and custom all-reduce tables
     nccl: str                       # NCCL version
+    mla: tuple[str, ...] = ()       # frameworks whose generation MLA table is read (at their version)
 
 
 #: One entry per package version whose layout this script has read (a new version: read its
 #: tree, add an entry; the paths are the package's own).
-RECIPES = {"0.12.0": Recipe(frameworks={"sglang": "0.5.14", "vllm": "0.24.0", "trtllm": "1.3.0rc20"}, nccl="2.29.2")}
+RECIPES = {"0.12.0": Recipe(frameworks={"sglang": "0.5.14", "vllm": "0.24.0", "trtllm": "1.3.0rc20"}, nccl="2.29.2",
+                            mla=("sglang", "trtllm"))}
 
 
 class Refused(Exception):
@@ -220,6 +226,40 @@ def attention_tables(frame, phase: str, gpu: str, framework: str, version: str, 
     return out
 
 
+#: MLA: the latent rank of every row of the source's generation_mla_perf (DeepSeek-V3's
+#: kv_lora_rank 512 with a 64-wide rotary key; the source's op has no rank column: its collector
+#: builds DeepSeek-V3's attention module at num_heads = 128 / tp_size, or 64 heads at tp 1).
+MLA_RANK = 512
+
+
+def mla_tables(frame, gpu: str, framework: str, version: str, package_version: str, path: str) -> list[dict]:
+    """One table per KV-cache dtype of the source's generation MLA (absorbed decode attention at
+    latent rank :data:`MLA_RANK`), the kernel source with the most points: axes batch, query heads
+    per GPU (the source's num_heads), context (its step + 1, as decode attention)."""
+    import polars as pl
+    out = []
+    for dtype, name in KV_DTYPES.items():
+        rows = frame.filter(pl.col("kv_cache_dtype") == dtype)
+        if rows.is_empty():
+            continue
+        kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"], descending=True)["kernel_source"][0]
+        rows = rows.filter(pl.col("kernel_source") == kernel)
+        points: dict[tuple, float] = {}
+        for b, h, step, ms in rows.select(["batch_size", "num_heads", "step", "latency"]).iter_rows():
+            if ms > 0:
+                key = (b, h, step + 1)
+                points[key] = min(points.get(key, float("inf")), _sig(1000 * ms))
+        present = lambda i: sorted({k[i] for k in points})          # noqa: E731
+        values = complete_grid(points, [present(0), present(1), present(2)])
+        out.append(table("decode_mla", f"{name}_r{MLA_RANK}", gpu, framework, version, package_version, path,
+                         rows["device"][0],
+                         f"kv_cache_dtype == {dtype}, mla_dtype == {rows['mla_dtype'][0]}, kernel_source == {kernel} "
+                         f"(latent rank {MLA_RANK}, rotary 64)",
+                         [("batch", "requests", values[0]), ("heads", "query heads per GPU", values[1]),
+                          ("ctx", "cached tokens", values[2])], grid_rows(points, values)))
+    return out
+
+
 #: MoE: the weight dtypes kept, the token counts (powers of two), the largest moe_tp x moe_ep
 #: (one scale-up domain; wide expert parallelism runs DeepEP, priced apart), the workload.
 MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block"}
@@ -320,6 +360,10 @@ def collect(root: Path, package_version: str) -> dict[Path, dict]:
             for phase, file in (("prefill", "context_attention_perf"), ("decode", "generation_attention_perf")):
                 path = data / system / "attention" / framework / version / f"{file}.parquet"
                 for t in attention_tables(read(path), phase, gpu, framework, version, package_version, rel(path)):
+                    out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
+            if framework in recipe.mla:
+                path = data / system / "mla" / framework / version / "generation_mla_perf.parquet"
+                for t in mla_tables(read(path), gpu, framework, version, package_version, rel(path)):
                     out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
             path = data / system / "moe" / framework / version / "moe_perf.parquet"
             for t in moe_tables(read(path), gpu, framework, version, package_version, rel(path)):

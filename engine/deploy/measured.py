@@ -36,7 +36,11 @@ Invariants:
   or several query tokens per decode step. A fused MoE step (``fused_moe``) reads the curve of
   its exact expert shape and split (:data:`KEYED`: the model's hidden, d_ff_expert, top_k,
   n_experts; moe_tp = tp / ep, moe_ep = ep) at the layer's tokens (the point's batch x seq: one
-  attention replica's tokens x dp_attn, the source's num_tokens). Other ops (MLA, norms,
+  attention replica's tokens x dp_attn, the source's num_tokens). An absorbed-MLA decode
+  attention step (the ``flash_mla`` rule: scores, softmax and the latent-space output over the
+  latent + rotary cache) is ``decode_mla`` of its KV-cache dtype and latent rank
+  (``<kv dtype>_r<kv_lora_rank>``) at (requests, query heads, context) as one GPU holds them; one
+  query token per request, no context parallelism. Other ops (the MLA BMMs, prefill MLA, norms,
   elementwise) have no table yet.
 """
 from __future__ import annotations
@@ -70,6 +74,7 @@ KERNELS = {"gemm": ("m", "n", "k"), "all_reduce": ("gpus", "bytes"), "all_gather
            "reduce_scatter": ("gpus", "bytes"), "all_to_all": ("gpus", "bytes"),
            "decode_attention": ("batch", "kv_heads", "q_per_kv", "ctx"),
            "prefill_attention": ("batch", "isl", "kv_heads", "q_per_kv"),
+           "decode_mla": ("batch", "heads", "ctx"),
            "moe": ("tokens",)}
 #: Kernel classes whose rows are curves picked by exact keys (the file's ``keys``), in this order.
 KEYED = {"moe": ("hidden", "inter", "topk", "experts", "moe_tp", "moe_ep")}
@@ -280,6 +285,8 @@ def attention_roof(kernel: str) -> Callable:
     x context), prefill computes scores (prompts x prompt length² x heads); only ratios are used."""
     if kernel == "decode_attention":
         return lambda batch, kv_heads, q_per_kv, ctx: batch * kv_heads * ctx
+    if kernel == "decode_mla":          # one shared latent cache; the heads' work grows with them
+        return lambda batch, heads, ctx: batch * heads * ctx
     return lambda batch, isl, kv_heads, q_per_kv: batch * isl * isl * kv_heads * q_per_kv
 
 
@@ -423,6 +430,8 @@ def kernel_of(step, member_ops: dict, phase: str = "decode") -> str:
         return f"{phase}_attention"
     if step.op == "fused_moe" and step.kind == "fused":
         return "moe"
+    if step.op == "flash_mla" and step.kind == "fused" and phase == "decode":
+        return "decode_mla"
     return ""
 
 
@@ -454,6 +463,16 @@ def _attention_shape(step, args: dict, config, kernel: str) -> tuple | None:
     if kernel == "decode_attention":
         return (batch, kv_heads, heads / kv_heads, ctx), seq == 1
     return (batch, seq, kv_heads, heads / kv_heads), np.ones(len(batch), dtype=bool)
+
+
+def _mla_shape(step, args: dict, config) -> tuple | None:
+    """(the ``decode_mla`` table's point of a ``flash_mla`` decode step at each point: requests
+    and query heads as one GPU holds them (its output's local sizes) and the cached tokens; whether
+    the table applies there: one query token per request), or None with context parallelism."""
+    local = _local_axes(step, args)
+    if config.cp > 1 or not {"batch", "seq", "n_heads"} <= set(local) or "kv_len" not in step.dims:
+        return None
+    return (local["batch"], local["n_heads"], _at(step.dims["kv_len"], args)), local["seq"] == 1
 
 
 def _local_axes(step, args: dict) -> dict[str, np.ndarray]:
@@ -509,6 +528,9 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
     if kernel.endswith("_attention"):
         key = (g, fw, kernel, f"{lookup.kv_dtype}_d{dtype}")
         return [t[key]] if key in t else []
+    if kernel == "decode_mla":          # ``dtype``: the latent rank
+        key = (g, fw, kernel, f"{lookup.kv_dtype}_r{dtype}")
+        return [t[key]] if key in t else []
     if kernel == "moe":
         key = _moe_key(lookup.bound or {}, lookup.config)
         names = ("fp8", "fp8_block") if dtype == "fp8" else (dtype,)
@@ -531,7 +553,7 @@ def _roof(key: tuple) -> Callable:
     bytes), (kernel,) for a collective, an attention kernel or the MoE layer (its tokens)."""
     if key[0] == "gemm":
         return gemm_roof(*key[1:])
-    if key[0].endswith("_attention"):
+    if key[0].endswith("_attention") or key[0] == "decode_mla":
         return attention_roof(key[0])
     if key[0] == "moe":
         return lambda tokens: tokens        # work grows with the tokens at most linearly
@@ -569,6 +591,13 @@ def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, 
             valid = valid & applies
             roof = (kernel,)
             tables = _tables_for(lookup, kernel, f"{float(step.dims['d_head']):g}")
+    elif kernel == "decode_mla":
+        found = _mla_shape(step, args, lookup.config)
+        if found is not None:                   # MLA: the table of its latent rank and KV dtype
+            point, applies = found
+            valid = valid & applies
+            roof = (kernel,)
+            tables = _tables_for(lookup, kernel, f"{float(step.dims['kv_lora_rank']):g}")
     elif kernel == "moe":                       # the layer's tokens: one attention replica's x dp_attn
         point = (args[BATCH] * args[SEQ],)
         roof = ("moe",)
