@@ -25,7 +25,10 @@ refused in one line, exit 2, nothing written):
 * MLA decode (absorbed multi-head latent attention, the ``flash_mla`` step): the framework's
   generation MLA per KV-cache dtype over batch, query heads per GPU and context, at the source's
   one latent shape (kv_lora_rank 512, rotary 64: DeepSeek-V3's; the variant names the rank),
-  where the recipe lists the framework (the package has no vLLM table at 0.24.0).
+  where the recipe lists the framework (the package has no vLLM table at 0.24.0); and the two
+  per-head matmuls around it (the source's mla_bmm: ``mla_gen_pre`` absorbs the query into the
+  latent, ``mla_gen_post`` up-projects the latent output) per side and dtype over tokens and
+  heads per GPU.
 * MoE (the fused routed experts): per expert shape and split (hidden, expert intermediate size,
   top-k, experts, moe_tp, moe_ep within 8 GPUs) the framework's time over the tokens entering the
   layer (powers of two to 8192), bf16, fp8 and fp8_block weights, balanced routing, gated experts
@@ -260,6 +263,37 @@ def mla_tables(frame, gpu: str, framework: str, version: str, package_version: s
     return out
 
 
+#: MLA BMM: the source's op names -> the side ArchLedger's lookup names (engine.deploy.measured._bmm_side).
+MLA_BMM_SIDES = {"mla_gen_pre": "pre", "mla_gen_post": "post"}
+MLA_BMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+
+
+def mla_bmm_tables(frame, gpu: str, framework: str, version: str, package_version: str, path: str) -> list[dict]:
+    """One table per side and dtype of the source's mla_bmm_perf (DeepSeek-V3's per-head matmuls
+    of 128 x :data:`MLA_RANK`), the kernel source with the most points: axes tokens (the source's
+    num_tokens: requests x query tokens on one GPU) and heads per GPU."""
+    import polars as pl
+    out = []
+    for op, side in MLA_BMM_SIDES.items():
+        for dtype, name in MLA_BMM_DTYPES.items():
+            rows = frame.filter((pl.col("op_name") == op) & (pl.col("bmm_dtype") == dtype))
+            if rows.is_empty():
+                continue
+            kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"],
+                                                               descending=True)["kernel_source"][0]
+            rows = rows.filter(pl.col("kernel_source") == kernel)
+            points: dict[tuple, float] = {}
+            for n, h, ms in rows.select(["num_tokens", "num_heads", "latency"]).iter_rows():
+                if ms > 0:
+                    points[(n, h)] = min(points.get((n, h), float("inf")), _sig(1000 * ms))
+            values = complete_grid(points, [sorted({k[0] for k in points}), sorted({k[1] for k in points})])
+            out.append(table("mla_bmm", f"{side}_{name}_r{MLA_RANK}", gpu, framework, version, package_version, path,
+                             rows["device"][0], f"op_name == {op}, bmm_dtype == {dtype}, kernel_source == {kernel}",
+                             [("tokens", "query tokens on one GPU", values[0]), ("heads", "query heads per GPU", values[1])],
+                             grid_rows(points, values)))
+    return out
+
+
 #: MoE: the weight dtypes kept, the token counts (powers of two), the largest moe_tp x moe_ep
 #: (one scale-up domain; wide expert parallelism runs DeepEP, priced apart), the workload.
 MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block"}
@@ -364,6 +398,9 @@ def collect(root: Path, package_version: str) -> dict[Path, dict]:
             if framework in recipe.mla:
                 path = data / system / "mla" / framework / version / "generation_mla_perf.parquet"
                 for t in mla_tables(read(path), gpu, framework, version, package_version, rel(path)):
+                    out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
+                path = data / system / "mla_bmm" / framework / version / "mla_bmm_perf.parquet"
+                for t in mla_bmm_tables(read(path), gpu, framework, version, package_version, rel(path)):
                     out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
             path = data / system / "moe" / framework / version / "moe_perf.parquet"
             for t in moe_tables(read(path), gpu, framework, version, package_version, rel(path)):

@@ -40,7 +40,10 @@ Invariants:
   attention step (the ``flash_mla`` rule: scores, softmax and the latent-space output over the
   latent + rotary cache) is ``decode_mla`` of its KV-cache dtype and latent rank
   (``<kv dtype>_r<kv_lora_rank>``) at (requests, query heads, context) as one GPU holds them; one
-  query token per request, no context parallelism. Other ops (the MLA BMMs, prefill MLA, norms,
+  query token per request, no context parallelism. The two per-head matmuls around it in decode
+  (``head_linear`` steps: the query's absorption into the latent, ``pre``, and the latent output's
+  up-projection, ``post``) are ``mla_bmm`` of their side, the GPU's compute dtype and the latent
+  rank (``pre_bf16_r512``) at (tokens, heads) on one GPU. Other ops (prefill MLA, norms,
   elementwise) have no table yet.
 """
 from __future__ import annotations
@@ -75,6 +78,7 @@ KERNELS = {"gemm": ("m", "n", "k"), "all_reduce": ("gpus", "bytes"), "all_gather
            "decode_attention": ("batch", "kv_heads", "q_per_kv", "ctx"),
            "prefill_attention": ("batch", "isl", "kv_heads", "q_per_kv"),
            "decode_mla": ("batch", "heads", "ctx"),
+           "mla_bmm": ("tokens", "heads"),
            "moe": ("tokens",)}
 #: Kernel classes whose rows are curves picked by exact keys (the file's ``keys``), in this order.
 KEYED = {"moe": ("hidden", "inter", "topk", "experts", "moe_tp", "moe_ep")}
@@ -287,6 +291,8 @@ def attention_roof(kernel: str) -> Callable:
         return lambda batch, kv_heads, q_per_kv, ctx: batch * kv_heads * ctx
     if kernel == "decode_mla":          # one shared latent cache; the heads' work grows with them
         return lambda batch, heads, ctx: batch * heads * ctx
+    if kernel == "mla_bmm":             # one (d x rank) matmul per head and token
+        return lambda tokens, heads: tokens * heads
     return lambda batch, isl, kv_heads, q_per_kv: batch * isl * isl * kv_heads * q_per_kv
 
 
@@ -432,7 +438,19 @@ def kernel_of(step, member_ops: dict, phase: str = "decode") -> str:
         return "moe"
     if step.op == "flash_mla" and step.kind == "fused" and phase == "decode":
         return "decode_mla"
+    if step.op == "head_linear" and step.kind == "compute" and phase == "decode" and _bmm_side(step):
+        return "mla_bmm"
     return ""
+
+
+def _bmm_side(step) -> str:
+    """An MLA per-head matmul's side: ``pre`` when it writes the latent (the query absorbed into
+    it: its output's last axis ``kv_lora_rank``), ``post`` when it reads the latent and writes the
+    value heads (``d_v_head``); "" for another per-head matmul."""
+    if "kv_lora_rank" not in step.dims or not step.out.axes:
+        return ""
+    last = step.out.axes[-1].name
+    return "pre" if last == "kv_lora_rank" else "post" if last == "d_v_head" else ""
 
 
 #: The model's dims an MoE table's key reads, in :data:`KEYED` order (moe_tp, moe_ep follow).
@@ -463,6 +481,11 @@ def _attention_shape(step, args: dict, config, kernel: str) -> tuple | None:
     if kernel == "decode_attention":
         return (batch, kv_heads, heads / kv_heads, ctx), seq == 1
     return (batch, seq, kv_heads, heads / kv_heads), np.ones(len(batch), dtype=bool)
+
+
+def _no_cp(config) -> bool:
+    """A per-GPU table applies: no context parallelism (its tokens are not split by position)."""
+    return config is None or config.cp == 1
 
 
 def _mla_shape(step, args: dict, config) -> tuple | None:
@@ -531,6 +554,9 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
     if kernel == "decode_mla":          # ``dtype``: the latent rank
         key = (g, fw, kernel, f"{lookup.kv_dtype}_r{dtype}")
         return [t[key]] if key in t else []
+    if kernel == "mla_bmm":             # ``dtype``: side_dtype_rank, e.g. pre_bf16_r512
+        key = (g, fw, kernel, dtype)
+        return [t[key]] if key in t else []
     if kernel == "moe":
         key = _moe_key(lookup.bound or {}, lookup.config)
         names = ("fp8", "fp8_block") if dtype == "fp8" else (dtype,)
@@ -553,7 +579,7 @@ def _roof(key: tuple) -> Callable:
     bytes), (kernel,) for a collective, an attention kernel or the MoE layer (its tokens)."""
     if key[0] == "gemm":
         return gemm_roof(*key[1:])
-    if key[0].endswith("_attention") or key[0] == "decode_mla":
+    if key[0].endswith("_attention") or key[0] in ("decode_mla", "mla_bmm"):
         return attention_roof(key[0])
     if key[0] == "moe":
         return lambda tokens: tokens        # work grows with the tokens at most linearly
@@ -598,6 +624,13 @@ def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, 
             valid = valid & applies
             roof = (kernel,)
             tables = _tables_for(lookup, kernel, f"{float(step.dims['kv_lora_rank']):g}")
+    elif kernel == "mla_bmm":                   # tokens and heads on one GPU
+        local = _local_axes(step, args)
+        if _no_cp(lookup.config) and {"batch", "seq", "n_heads"} <= set(local):
+            point = (local["batch"] * local["seq"], local["n_heads"])
+            roof = (kernel,)
+            dtype = lookup.gpu.compute_dtype(step.compute_dtype)      # bf16 or fp8 tables; another: none
+            tables = _tables_for(lookup, kernel, f"{_bmm_side(step)}_{dtype}_r{float(step.dims['kv_lora_rank']):g}")
     elif kernel == "moe":                       # the layer's tokens: one attention replica's x dp_attn
         point = (args[BATCH] * args[SEQ],)
         roof = ("moe",)
