@@ -28,7 +28,8 @@ refused in one line, exit 2, nothing written):
   where the recipe lists the framework (the package has no vLLM table at 0.24.0); and the two
   per-head matmuls around it (the source's mla_bmm: ``mla_gen_pre`` absorbs the query into the
   latent, ``mla_gen_post`` up-projects the latent output) per side and dtype over tokens and
-  heads per GPU.
+  heads per GPU; and the prefill (context) MLA, per KV-cache dtype over prompts, prompt length
+  and heads per GPU (no cached prefix: the source's step 0).
 * MoE (the fused routed experts): per expert shape and split (hidden, expert intermediate size,
   top-k, experts, moe_tp, moe_ep within 8 GPUs) the framework's time over the tokens entering the
   layer (powers of two to 8192), bf16, fp8 and fp8_block weights, balanced routing, gated experts
@@ -263,6 +264,32 @@ def mla_tables(frame, gpu: str, framework: str, version: str, package_version: s
     return out
 
 
+def context_mla_tables(frame, gpu: str, framework: str, version: str, package_version: str, path: str) -> list[dict]:
+    """One table per KV-cache dtype of the source's context MLA (prefill attention over K and V
+    decompressed from the latent, DeepSeek-V3's shape), the kernel source with the most points:
+    axes batch (prompts), isl (prompt tokens), heads per GPU."""
+    import polars as pl
+    out = []
+    for dtype, name in KV_DTYPES.items():
+        rows = frame.filter((pl.col("kv_cache_dtype") == dtype) & (pl.col("step") == 0))
+        if rows.is_empty():
+            continue
+        kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"], descending=True)["kernel_source"][0]
+        rows = rows.filter(pl.col("kernel_source") == kernel)
+        points: dict[tuple, float] = {}
+        for b, isl, h, ms in rows.select(["batch_size", "isl", "num_heads", "latency"]).iter_rows():
+            if ms > 0 and isl >= 16:
+                points[(b, isl, h)] = min(points.get((b, isl, h), float("inf")), _sig(1000 * ms))
+        present = lambda i: sorted({k[i] for k in points})          # noqa: E731
+        values = complete_grid(points, [present(0), present(1), present(2)])
+        out.append(table("prefill_mla", f"{name}_r{MLA_RANK}", gpu, framework, version, package_version, path,
+                         rows["device"][0], f"kv_cache_dtype == {dtype}, step == 0, mla_dtype == {rows['mla_dtype'][0]}, "
+                         f"kernel_source == {kernel} (latent rank {MLA_RANK}, heads of 128 + 64 rotary, values 128)",
+                         [("batch", "prompts", values[0]), ("isl", "prompt tokens", values[1]),
+                          ("heads", "query heads per GPU", values[2])], grid_rows(points, values)))
+    return out
+
+
 #: MLA BMM: the source's op names -> the side ArchLedger's lookup names (engine.deploy.measured._bmm_side).
 MLA_BMM_SIDES = {"mla_gen_pre": "pre", "mla_gen_post": "post"}
 MLA_BMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
@@ -398,6 +425,9 @@ def collect(root: Path, package_version: str) -> dict[Path, dict]:
             if framework in recipe.mla:
                 path = data / system / "mla" / framework / version / "generation_mla_perf.parquet"
                 for t in mla_tables(read(path), gpu, framework, version, package_version, rel(path)):
+                    out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
+                path = data / system / "mla" / framework / version / "context_mla_perf.parquet"
+                for t in context_mla_tables(read(path), gpu, framework, version, package_version, rel(path)):
                     out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
                 path = data / system / "mla_bmm" / framework / version / "mla_bmm_perf.parquet"
                 for t in mla_bmm_tables(read(path), gpu, framework, version, package_version, rel(path)):

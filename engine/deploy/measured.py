@@ -43,8 +43,11 @@ Invariants:
   query token per request, no context parallelism. The two per-head matmuls around it in decode
   (``head_linear`` steps: the query's absorption into the latent, ``pre``, and the latent output's
   up-projection, ``post``) are ``mla_bmm`` of their side, the GPU's compute dtype and the latent
-  rank (``pre_bf16_r512``) at (tokens, heads) on one GPU. Other ops (prefill MLA, norms,
-  elementwise) have no table yet.
+  rank (``pre_bf16_r512``) at (tokens, heads) on one GPU. An MLA model's prefill attention (a
+  fused attention step whose value heads are ``d_v_head``: K and V decompressed from the latent)
+  is ``prefill_mla`` of its KV dtype and latent rank at (prompts, prompt tokens, query heads) on
+  one GPU, where the model has the source's one shape (:data:`MLA_SHAPE`) and the prompt has no
+  cached prefix (its context = its tokens). Other ops (norms, elementwise) have no table.
 """
 from __future__ import annotations
 
@@ -79,12 +82,16 @@ KERNELS = {"gemm": ("m", "n", "k"), "all_reduce": ("gpus", "bytes"), "all_gather
            "prefill_attention": ("batch", "isl", "kv_heads", "q_per_kv"),
            "decode_mla": ("batch", "heads", "ctx"),
            "mla_bmm": ("tokens", "heads"),
+           "prefill_mla": ("batch", "isl", "heads"),
            "moe": ("tokens",)}
 #: Kernel classes whose rows are curves picked by exact keys (the file's ``keys``), in this order.
 KEYED = {"moe": ("hidden", "inter", "topk", "experts", "moe_tp", "moe_ep")}
 #: The dims a fused attention step (the ``flash_attention`` rule) may have for an attention table
 #: to cover it (a step with other dims, e.g. a latent or windowed variant, has none yet).
 ATTENTION_DIMS = {"batch", "seq", "n_heads", "d_head", "kv_len", "n_kv_heads"}
+#: The MLA shape the imported MLA tables measured (DeepSeek-V3's: latent 512, query/key heads of
+#: 128 + 64 rotary, value heads of 128); a model of another shape has no MLA table.
+MLA_SHAPE = {"kv_lora_rank": 512, "d_qk_nope": 128, "d_qk_rope": 64, "d_v_head": 128}
 #: The most grid points one table holds (a million-row table is refused before it is used).
 MAX_POINTS = 100_000
 
@@ -293,6 +300,8 @@ def attention_roof(kernel: str) -> Callable:
         return lambda batch, heads, ctx: batch * heads * ctx
     if kernel == "mla_bmm":             # one (d x rank) matmul per head and token
         return lambda tokens, heads: tokens * heads
+    if kernel == "prefill_mla":
+        return lambda batch, isl, heads: batch * isl * isl * heads
     return lambda batch, isl, kv_heads, q_per_kv: batch * isl * isl * kv_heads * q_per_kv
 
 
@@ -436,6 +445,8 @@ def kernel_of(step, member_ops: dict, phase: str = "decode") -> str:
         return f"{phase}_attention"
     if step.op == "fused_moe" and step.kind == "fused":
         return "moe"
+    if step.op == "flash_attention" and step.kind == "fused" and phase == "prefill" and "d_v_head" in step.dims:
+        return "prefill_mla"
     if step.op == "flash_mla" and step.kind == "fused" and phase == "decode":
         return "decode_mla"
     if step.op == "head_linear" and step.kind == "compute" and phase == "decode" and _bmm_side(step):
@@ -554,6 +565,12 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
     if kernel == "decode_mla":          # ``dtype``: the latent rank
         key = (g, fw, kernel, f"{lookup.kv_dtype}_r{dtype}")
         return [t[key]] if key in t else []
+    if kernel == "prefill_mla":         # the model's MLA shape must be the tables'
+        bound = lookup.bound or {}
+        if any(bound.get(d) != v for d, v in MLA_SHAPE.items()):
+            return []
+        key = (g, fw, kernel, f"{lookup.kv_dtype}_r{MLA_SHAPE['kv_lora_rank']}")
+        return [t[key]] if key in t else []
     if kernel == "mla_bmm":             # ``dtype``: side_dtype_rank, e.g. pre_bf16_r512
         key = (g, fw, kernel, dtype)
         return [t[key]] if key in t else []
@@ -579,7 +596,7 @@ def _roof(key: tuple) -> Callable:
     bytes), (kernel,) for a collective, an attention kernel or the MoE layer (its tokens)."""
     if key[0] == "gemm":
         return gemm_roof(*key[1:])
-    if key[0].endswith("_attention") or key[0] in ("decode_mla", "mla_bmm"):
+    if key[0].endswith("_attention") or key[0] in ("decode_mla", "mla_bmm", "prefill_mla"):
         return attention_roof(key[0])
     if key[0] == "moe":
         return lambda tokens: tokens        # work grows with the tokens at most linearly
@@ -624,6 +641,13 @@ def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, 
             valid = valid & applies
             roof = (kernel,)
             tables = _tables_for(lookup, kernel, f"{float(step.dims['kv_lora_rank']):g}")
+    elif kernel == "prefill_mla":               # prompts, their tokens, heads on one GPU
+        local = _local_axes(step, args)
+        if _no_cp(lookup.config) and {"batch", "seq", "n_heads"} <= set(local):
+            point = (local["batch"], local["seq"], local["n_heads"])
+            valid = valid & (local["seq"] == _at(step.dims["kv_len"], args))   # no cached prefix
+            roof = (kernel,)
+            tables = _tables_for(lookup, kernel, "")
     elif kernel == "mla_bmm":                   # tokens and heads on one GPU
         local = _local_axes(step, args)
         if _no_cp(lookup.config) and {"batch", "seq", "n_heads"} <= set(local):
