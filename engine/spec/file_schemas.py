@@ -439,10 +439,11 @@ MAX_AXIS_VALUES = 64
 MAX_MEASURED_ROWS = 4096
 
 MEASURED = Mapping("a measured kernel table (re-run benchmarks/import_kernels.py or archledger kernelbench)", fields={
-    "kernel": req(Str("the kernel class: gemm, decode_attention, prefill_attention, moe, all_reduce, all_gather, "
-                      "reduce_scatter or all_to_all")),
-    "variant": req(Str("the dtype (bf16, fp8, fp8_block; attention: <kv dtype>_d<head size>) or the backend "
-                       "(nccl, custom_graph, custom_eager, custom)")),
+    "kernel": req(Str("the kernel class: gemm, decode_attention, prefill_attention, decode_mla, prefill_mla, "
+                      "mla_bmm, moe, all_reduce, all_gather, reduce_scatter or all_to_all")),
+    "variant": req(Str("the dtype (bf16, fp8, fp8_block; attention: <kv dtype>_d<head size>; MLA: <kv dtype>_r<latent "
+                       "rank>, its BMMs <pre|post>_<dtype>_r<rank>) or the backend (nccl, custom_graph, custom_eager, "
+                       "custom)")),
     "gpu": req(Str("a `gpu:` name of gpus/*.yaml")),
     "framework": req(Str("the framework measured (sglang, vllm, trtllm) or nccl")),
     "framework_version": req(Str('its version, quoted, e.g. "0.5.14"')),
