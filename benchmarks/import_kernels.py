@@ -149,6 +149,25 @@ def complete_grid(points: dict[tuple, float], axes: list[list]) -> list[list]:
         axes[i].remove(v)
 
 
+def busiest_source(rows):
+    """(the kernel source with the most rows, its rows): where several of the framework's kernels
+    measured one op, the one measured most (ties: the name's order)."""
+    import polars as pl
+    kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"], descending=True)["kernel_source"][0]
+    return kernel, rows.filter(pl.col("kernel_source") == kernel)
+
+
+def fastest(rows, columns: list[str], key=lambda *v: v) -> dict[tuple, float]:
+    """Grid point ``key(*values of columns)`` -> µs (the source's ms x 1000, 4 digits), the fastest
+    of its repeats, rows with a positive latency only; ``key`` None drops a row."""
+    points: dict[tuple, float] = {}
+    for *values, ms in rows.select(columns + ["latency"]).iter_rows():
+        k = key(*values)
+        if ms > 0 and k is not None:
+            points[k] = min(points.get(k, float("inf")), _sig(1000 * ms))
+    return points
+
+
 def table(kind: str, variant: str, gpu: str, framework: str, version: str, package_version: str,
           path: str, device: str, selection: str, axes: list[tuple[str, str, list]], rows: list[list[float]]) -> dict:
     """One measured table as the YAML mapping written (engine.spec.file_schemas.MEASURED)."""
@@ -168,8 +187,7 @@ def gemm_tables(frame, gpu: str, framework: str, version: str, package_version: 
         rows = frame.filter(pl.col("gemm_dtype") == dtype)
         if rows.is_empty():
             continue
-        kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"], descending=True)["kernel_source"][0]
-        rows = rows.filter(pl.col("kernel_source") == kernel)
+        kernel, rows = busiest_source(rows)
         points: dict[tuple, list] = {}
         for m, n, k, ms in rows.select(["m", "n", "k", "latency"]).iter_rows():
             points.setdefault((m, n, k), []).append(ms)
@@ -204,8 +222,7 @@ def attention_tables(frame, phase: str, gpu: str, framework: str, version: str, 
                             & (pl.col("window_size") == 0))
         if rows.is_empty():
             continue
-        kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"], descending=True)["kernel_source"][0]
-        rows = rows.filter(pl.col("kernel_source") == kernel)
+        kernel, rows = busiest_source(rows)
         points: dict[tuple, float] = {}
         for b, isl, h, kv, step, ms in rows.select(["batch_size", "isl", "num_heads", "num_key_value_heads", "step",
                                                     "latency"]).iter_rows():
@@ -246,13 +263,8 @@ def mla_tables(frame, gpu: str, framework: str, version: str, package_version: s
         rows = frame.filter(pl.col("kv_cache_dtype") == dtype)
         if rows.is_empty():
             continue
-        kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"], descending=True)["kernel_source"][0]
-        rows = rows.filter(pl.col("kernel_source") == kernel)
-        points: dict[tuple, float] = {}
-        for b, h, step, ms in rows.select(["batch_size", "num_heads", "step", "latency"]).iter_rows():
-            if ms > 0:
-                key = (b, h, step + 1)
-                points[key] = min(points.get(key, float("inf")), _sig(1000 * ms))
+        kernel, rows = busiest_source(rows)
+        points = fastest(rows, ["batch_size", "num_heads", "step"], lambda b, h, step: (b, h, step + 1))
         present = lambda i: sorted({k[i] for k in points})          # noqa: E731
         values = complete_grid(points, [present(0), present(1), present(2)])
         out.append(table("decode_mla", f"{name}_r{MLA_RANK}", gpu, framework, version, package_version, path,
@@ -274,12 +286,8 @@ def context_mla_tables(frame, gpu: str, framework: str, version: str, package_ve
         rows = frame.filter((pl.col("kv_cache_dtype") == dtype) & (pl.col("step") == 0))
         if rows.is_empty():
             continue
-        kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"], descending=True)["kernel_source"][0]
-        rows = rows.filter(pl.col("kernel_source") == kernel)
-        points: dict[tuple, float] = {}
-        for b, isl, h, ms in rows.select(["batch_size", "isl", "num_heads", "latency"]).iter_rows():
-            if ms > 0 and isl >= 16:
-                points[(b, isl, h)] = min(points.get((b, isl, h), float("inf")), _sig(1000 * ms))
+        kernel, rows = busiest_source(rows)
+        points = fastest(rows, ["batch_size", "isl", "num_heads"], lambda b, isl, h: (b, isl, h) if isl >= 16 else None)
         present = lambda i: sorted({k[i] for k in points})          # noqa: E731
         values = complete_grid(points, [present(0), present(1), present(2)])
         out.append(table("prefill_mla", f"{name}_r{MLA_RANK}", gpu, framework, version, package_version, path,
@@ -306,13 +314,8 @@ def mla_bmm_tables(frame, gpu: str, framework: str, version: str, package_versio
             rows = frame.filter((pl.col("op_name") == op) & (pl.col("bmm_dtype") == dtype))
             if rows.is_empty():
                 continue
-            kernel = rows.group_by("kernel_source").len().sort(["len", "kernel_source"],
-                                                               descending=True)["kernel_source"][0]
-            rows = rows.filter(pl.col("kernel_source") == kernel)
-            points: dict[tuple, float] = {}
-            for n, h, ms in rows.select(["num_tokens", "num_heads", "latency"]).iter_rows():
-                if ms > 0:
-                    points[(n, h)] = min(points.get((n, h), float("inf")), _sig(1000 * ms))
+            kernel, rows = busiest_source(rows)
+            points = fastest(rows, ["num_tokens", "num_heads"])
             values = complete_grid(points, [sorted({k[0] for k in points}), sorted({k[1] for k in points})])
             out.append(table("mla_bmm", f"{side}_{name}_r{MLA_RANK}", gpu, framework, version, package_version, path,
                              rows["device"][0], f"op_name == {op}, bmm_dtype == {dtype}, kernel_source == {kernel}",
@@ -422,15 +425,11 @@ def collect(root: Path, package_version: str) -> dict[Path, dict]:
                 path = data / system / "attention" / framework / version / f"{file}.parquet"
                 for t in attention_tables(read(path), phase, gpu, framework, version, package_version, rel(path)):
                     out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
-            if framework in recipe.mla:
-                path = data / system / "mla" / framework / version / "generation_mla_perf.parquet"
-                for t in mla_tables(read(path), gpu, framework, version, package_version, rel(path)):
-                    out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
-                path = data / system / "mla" / framework / version / "context_mla_perf.parquet"
-                for t in context_mla_tables(read(path), gpu, framework, version, package_version, rel(path)):
-                    out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
-                path = data / system / "mla_bmm" / framework / version / "mla_bmm_perf.parquet"
-                for t in mla_bmm_tables(read(path), gpu, framework, version, package_version, rel(path)):
+            mla = (("mla", "generation_mla_perf", mla_tables), ("mla", "context_mla_perf", context_mla_tables),
+                   ("mla_bmm", "mla_bmm_perf", mla_bmm_tables)) if framework in recipe.mla else ()
+            for op, file, tables in mla:
+                path = data / system / op / framework / version / f"{file}.parquet"
+                for t in tables(read(path), gpu, framework, version, package_version, rel(path)):
                     out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
             path = data / system / "moe" / framework / version / "moe_perf.parquet"
             for t in moe_tables(read(path), gpu, framework, version, package_version, rel(path)):
