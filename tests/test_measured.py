@@ -582,6 +582,20 @@ def test_prefill_mla_reads_its_table():
     assert not any("_mla" in r["expected_src"] for r in plain.ops["prefill"])
 
 
+def test_mla_tables_only_for_their_shape_and_dense_attention():
+    """GLM-5's MLA (latent 512 but query/key heads of 192 + 64, value heads of 256) is another
+    kernel than the tables' DeepSeek-V3 shape: none of its MLA steps reads an MLA table;
+    DeepSeek-V3.2's decode attention is sparse (DSA: min(2048, ctx) tokens): its flash_mla reads
+    none, its per-head matmuls (DeepSeek-V3's shapes) do."""
+    glm = _deployment("GLM-5", "H100", tp=8, ep=8, dp_attn=8, batch=64, framework="sglang")
+    assert not any("_mla" in r["expected_src"] or "mla_" in r["expected_src"]
+                   for phase in ("prefill", "decode") for r in glm.ops[phase])
+    v32 = {r["op_name"]: r for r in _deployment("DeepSeek-V3.2", "H100", tp=8, ep=8, dp_attn=8, batch=64,
+                                                  framework="sglang").ops["decode"]}
+    assert v32["flash_mla"]["expected_src"] == f"bound / {DEFAULT_EFFICIENCY:g}"
+    assert v32["q_absorb"]["expected_src"].startswith("mla_bmm-pre_")
+
+
 def test_mla_bmm_reads_its_side():
     """The same deployment's per-head matmuls: q_absorb writes the latent (``pre``), the decode
     output's up-projection reads it (``post``); each at 64 tokens and 128 heads on one GPU (grid

@@ -46,8 +46,10 @@ Invariants:
   rank (``pre_bf16_r512``) at (tokens, heads) on one GPU. An MLA model's prefill attention (a
   fused attention step whose value heads are ``d_v_head``: K and V decompressed from the latent)
   is ``prefill_mla`` of its KV dtype and latent rank at (prompts, prompt tokens, query heads) on
-  one GPU, where the model has the source's one shape (:data:`MLA_SHAPE`) and the prompt has no
-  cached prefix (its context = its tokens). Other ops (norms, elementwise) have no table.
+  one GPU, where the prompt has no cached prefix (its context = its tokens). All three only where
+  the model has the source's one MLA shape (:data:`MLA_SHAPE`) and attends to the whole context
+  (a sparse DSA step, ``kv_len`` min(2048, ctx), reads none). Other ops (norms, elementwise) have
+  no table.
 """
 from __future__ import annotations
 
@@ -67,6 +69,7 @@ from engine.deploy.cost import ARGS, KV_BYTES
 
 DEFAULT_ROOT = PACKAGE_ROOT / "gpus" / "measured"
 SEQ = symbols.dim(symbols.SEQ)
+CTX = symbols.dim(symbols.CTX)
 BATCH = symbols.dim(symbols.BATCH)
 
 #: The expected time of an op no table covers: its bound / this. Not fitted: a round figure
@@ -494,6 +497,13 @@ def _attention_shape(step, args: dict, config, kernel: str) -> tuple | None:
     return (batch, seq, kv_heads, heads / kv_heads), np.ones(len(batch), dtype=bool)
 
 
+def _mla_model(bound: dict | None) -> bool:
+    """The model's MLA has the shape the MLA tables measured (:data:`MLA_SHAPE`): another rank,
+    rotary width, query/key or value head size (GLM-5's 192 / 256) is another kernel."""
+    bound = bound or {}
+    return all(bound.get(d) == v for d, v in MLA_SHAPE.items())
+
+
 def _no_cp(config) -> bool:
     """A per-GPU table applies: no context parallelism (its tokens are not split by position)."""
     return config is None or config.cp == 1
@@ -504,8 +514,8 @@ def _mla_shape(step, args: dict, config) -> tuple | None:
     and query heads as one GPU holds them (its output's local sizes) and the cached tokens; whether
     the table applies there: one query token per request), or None with context parallelism."""
     local = _local_axes(step, args)
-    if config.cp > 1 or not {"batch", "seq", "n_heads"} <= set(local) or "kv_len" not in step.dims:
-        return None
+    if config.cp > 1 or not {"batch", "seq", "n_heads"} <= set(local) or step.dims.get("kv_len") != CTX:
+        return None                         # a sparse step (DSA: kv_len min(2048, ctx)) is another kernel
     return (local["batch"], local["n_heads"], _at(step.dims["kv_len"], args)), local["seq"] == 1
 
 
@@ -562,13 +572,12 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
     if kernel.endswith("_attention"):
         key = (g, fw, kernel, f"{lookup.kv_dtype}_d{dtype}")
         return [t[key]] if key in t else []
+    if kernel in ("decode_mla", "prefill_mla", "mla_bmm") and not _mla_model(lookup.bound):
+        return []
     if kernel == "decode_mla":          # ``dtype``: the latent rank
         key = (g, fw, kernel, f"{lookup.kv_dtype}_r{dtype}")
         return [t[key]] if key in t else []
-    if kernel == "prefill_mla":         # the model's MLA shape must be the tables'
-        bound = lookup.bound or {}
-        if any(bound.get(d) != v for d, v in MLA_SHAPE.items()):
-            return []
+    if kernel == "prefill_mla":
         key = (g, fw, kernel, f"{lookup.kv_dtype}_r{MLA_SHAPE['kv_lora_rank']}")
         return [t[key]] if key in t else []
     if kernel == "mla_bmm":             # ``dtype``: side_dtype_rank, e.g. pre_bf16_r512
