@@ -612,17 +612,21 @@ def test_mla_bmm_reads_its_side():
         assert row["t_expected_s"] == pytest.approx(max(us * 1e-6 * 58, row["t_sol_s"]), rel=1e-9)
 
 
-@pytest.mark.parametrize("command", [["deploy", "Qwen3-8B", "--gpu", "H100"], ["check"]])
-def test_a_broken_table_stops_the_command_in_one_line(command, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("command, table", [
+    (["deploy", "Qwen3-8B", "--gpu", "H100"], "h100/vllm-0.24.0/gemm-bf16.yaml"),
+    (["check"], "h100/vllm-0.24.0/gemm-bf16.yaml"),
+    (["deploy", "DeepSeek-V3", "--gpu", "H100", "--framework", "sglang"], "h100/sglang-0.5.14/decode_mla-bf16_r512.yaml"),
+])
+def test_a_broken_table_stops_the_command_in_one_line(command, table, tmp_path, monkeypatch, capsys):
     """Inside a checkout whose gpus/measured/ table lost a row (a truncated file): `deploy` (this
-    GPU's tables) and `check` (every table) exit 2 with one line naming the file and field, and
-    write nothing."""
+    GPU's tables: a GEMM table, or an MLA table under SGLang) and `check` (every table) exit 2 with
+    one line naming the file and field, and write nothing."""
     import shutil
     from site_builder.cli import main
     shutil.copytree(REPO / "corpus", tmp_path / "corpus")
     (tmp_path / "corpus" / "components" / "drafts").mkdir(exist_ok=True)
     shutil.copytree(REPO / "gpus", tmp_path / "gpus")
-    path = tmp_path / "gpus/measured/h100/vllm-0.24.0/gemm-bf16.yaml"
+    path = tmp_path / "gpus/measured" / table
     lines = path.read_text().splitlines(keepends=True)
     path.write_text("".join(lines[:-1]))                   # the last latency row gone
     monkeypatch.chdir(tmp_path)
@@ -630,6 +634,6 @@ def test_a_broken_table_stops_the_command_in_one_line(command, tmp_path, monkeyp
     assert main(command) == 2
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1, captured.err
-    assert captured.err.startswith("error: gpus/measured/h100/vllm-0.24.0/gemm-bf16.yaml:") and \
+    assert captured.err.startswith(f"error: gpus/measured/{table}:") and \
         "latency_us: " in captured.err and "rows, the axes ask for" in captured.err, captured.err
     assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == before
