@@ -544,12 +544,19 @@ def test_moe_reads_its_curve():
     assert moe["t_expected_s"] == pytest.approx(max(us * 1e-6 * 48, moe["t_sol_s"]), rel=1e-9)
 
 
-def test_mla_decode_reads_its_table():
+@pytest.fixture(scope="module")
+def deepseek_decode():
+    """DeepSeek-V3 on 8 H100 under SGLang, tp 8 = dp_attn 8, ep 8, BF16 cache, 512 requests of
+    1,024 + 1,024 tokens (one deployment for the MLA decode tests)."""
+    return _deployment("DeepSeek-V3", "H100", tp=8, ep=8, dp_attn=8, batch=512, framework="sglang")
+
+
+def test_mla_decode_reads_its_table(deepseek_decode):
     """DeepSeek-V3 decode on 8 H100 under SGLang, tp 8 = dp_attn 8, ep 8, BF16 cache, 512
     requests: each GPU holds 64 requests and all 128 query heads; the flash_mla step of the 58 MoE
     layers reads decode_mla-bf16_r512 at (64, 128, 2048 cached tokens: a grid point), the data
     file's number x 58."""
-    d = _deployment("DeepSeek-V3", "H100", tp=8, ep=8, dp_attn=8, batch=512, framework="sglang")
+    d = deepseek_decode
     data = yaml.safe_load((REPO / "gpus/measured/h100/sglang-0.5.14/decode_mla-bf16_r512.yaml").read_text())
     b, h, ctx = (a["values"] for a in data["axes"])
     us = data["latency_us"][b.index(64) * len(h) + h.index(128)][ctx.index(2048)]
@@ -596,11 +603,11 @@ def test_mla_tables_only_for_their_shape_and_dense_attention():
     assert v32["q_absorb"]["expected_src"].startswith("mla_bmm-pre_")
 
 
-def test_mla_bmm_reads_its_side():
+def test_mla_bmm_reads_its_side(deepseek_decode):
     """The same deployment's per-head matmuls: q_absorb writes the latent (``pre``), the decode
     output's up-projection reads it (``post``); each at 64 tokens and 128 heads on one GPU (grid
     points), the data file's number x 58 MoE layers, at the step's compute dtype."""
-    d = _deployment("DeepSeek-V3", "H100", tp=8, ep=8, dp_attn=8, batch=512, framework="sglang")
+    d = deepseek_decode
     for name, side in (("q_absorb", "pre"), ("attn", "post")):
         row = next(r for r in d.ops["decode"] if r["op_name"] == name and float(r["repeat"]) == 58)
         assert "tokens=64 heads=128" in row["expected_src"]
