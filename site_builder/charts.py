@@ -13,6 +13,8 @@ import functools
 import altair as alt
 from altair.utils import schemapi
 
+from engine.cli import units
+
 #: Whether Altair checks the specs against the Vega-Lite schema as they are built (each object at
 #: creation, the whole spec in :func:`_spec`). Off in the render: the checks only raise, never change
 #: a spec; every spec's structure is fixed by the code here (only embedded data rows vary), and
@@ -34,14 +36,30 @@ def _spec(chart: alt.TopLevelMixin) -> dict:
 
 
 def human(expr: str, unit: str = "") -> str:
-    """A Vega expression printing ``expr`` as engine/cli/units.py does: 3 significant digits, an SI
-    prefix (k, M, G, T; m, µ, n for seconds) and ``unit`` after a space: 8e10 bytes -> '80 GB',
-    0.005168 s -> '5.17 ms', 0 -> '0 B'. Chart axes and tooltips use it (no raw '80,000,000,000')."""
-    number = f"replace(format({expr}, '.3~s'), regexp('([0-9.])([kMGTPEmµnpf]?)$'), '$1 $2')"
-    text = f"trim({number} + '{unit}')"
-    if unit == "s":   # from 1000 s on, whole seconds ('4,320 s'), never kiloseconds
-        return f"(abs({expr}) >= 999.5 ? format({expr}, ',.3r') + ' s' : {text})"
-    return text
+    """A Vega expression printing ``expr`` as engine/cli/units.py does, generated from its rule
+    (:data:`engine.cli.units.FORMAT`: digits, SI prefixes, time scales), never a second rule:
+    8e10 bytes -> '80 GB', 0.005168 s -> '5.17 ms', 0 -> '0 B', 4321 s -> '4,320 s'; ``unit`` "s"
+    takes the time scales, any other the SI prefixes with ``unit`` after them. Chart axes and
+    tooltips use it (no raw '80,000,000,000'). The magnitude is rounded first with d3's ``e`` format
+    (toExponential: ties away from zero, as units.round_sig), then the first scale it reaches is taken."""
+    rule = units.FORMAT
+    digits = rule["digits"]
+    r = f"toNumber(format(abs({expr}), '.{digits - 1}e'))"         # |expr| rounded to the rule's digits
+
+    def mantissa(scale: float) -> str:
+        return f"format({r} / {scale!r}, '.{digits}~g')"
+
+    if unit == rule["time"]["unit"]:
+        time = rule["time"]
+        body = "".join(f"{r} >= {scale * (1 - time['slack'])!r} ? {mantissa(scale)} + ' {suffix}' : "
+                       for suffix, scale in time["scales"])
+        last_suffix, last = time["scales"][-1]
+        body = (f"{r} >= {time['whole_from']!r} ? format({r}, ',.0f') + ' {unit}' : {r} == 0 ? '0 {unit}' : "
+                f"{body}{mantissa(last)} + ' {last_suffix}'")
+    else:
+        body = "".join(f"{r} >= {scale!r} ? {mantissa(scale)} + ' {prefix}{unit}' : " for prefix, scale in rule["si"])
+        body += f"trim({mantissa(1.0)} + ' {unit}')"
+    return f"(isValid({expr}) ? ({expr} < 0 ? '-' : '') + ({body}) : '{rule['none']}')"
 
 
 def _axis(unit: str, **kw) -> alt.Axis:

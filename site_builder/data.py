@@ -263,7 +263,9 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     the programs, trees and strings its options use, renumbered from 0 (what one selection loads;
     configs whose files are identical share one), as its compact JSON text (``{"programs", "trees",
     "strings"}``; written as it is, never encoded twice). Options name their config (``cfg``) and file.
-    Reshaping only: every tree and number is the build's."""
+    Reshaping only: every tree and number is the build's; the rule picking the grid's batches travels
+    beside them (``grid_batches``: engine.build.grid_eval.GRID_BATCHES, read by formula.js ``select``)."""
+    from engine.build.grid_eval import GRID_BATCHES      # (here: the module's other readers need no engine)
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
     files: dict[str, tuple[list, _Numbering, _Numbering]] = {}
     local: dict[str, dict[int, int]] = {}
@@ -309,6 +311,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
                                 "kv_request", "gpus", "mtp_modules", "tokens_per_step", "kv_request_mtp") if k in doc}
     if mtp_formulas:
         head["mtp_weight_formulas"] = [strings[i] for i in mtp_formulas]
+    head["grid_batches"] = GRID_BATCHES
     return {**head, "configs": configs, "options": options}, texts
 
 

@@ -70,7 +70,8 @@ PAGE_LIMIT = 300_000
 
 # -- display filters (formatting only) -------------------------------------------------------------
 
-# one formatter for the CLI and the site (engine/cli/units.py; static/js/site.js mirrors it)
+# one formatter for the CLI and the site (engine/cli/units.py; its FORMAT ships to every page, where
+# static/js/site.js archFmt interprets it)
 si, human_bytes, seconds, tokens = units.si, units.decimal_bytes, units.seconds, units.tokens
 
 
@@ -139,6 +140,7 @@ def environment(assets: dict[str, str] | None = None) -> jinja2.Environment:
     # jinja's own tojson escapes < > & ' but not U+2028/U+2029: templates get the one escaper
     env.filters["tojson"] = lambda value, indent=None: markupsafe.Markup(script_json(value))
     env.globals["asset"] = lambda rel: "static/" + names[rel]
+    env.globals["number_format"] = units.FORMAT   # base.html's data-fmt: the rule archFmt reads
     env.globals["front_basis"] = FRONT_BASIS    # the one sentence every front chart's caption states
     return env
 

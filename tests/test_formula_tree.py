@@ -105,3 +105,33 @@ def test_browser_equals_python(page):
     for got, tree, env in zip(shown, trees, envs):
         assert math.isclose(got, ft.evaluate(tree, env), rel_tol=1e-12), (tree, env)
     assert not page.errors, page.errors
+
+
+# -- selection rules: the grid's batches (engine/build/grid_eval.py GRID_BATCHES) --------------------
+
+#: (worst, steady) capacities -> the batches of the grid [1, 2, 4, 8, 16, 32, 64] kept, by hand: the
+#: batches up to the larger capacity, then that capacity if it is >= 1, below 64 and not a grid batch
+BATCH_CASES = [((0, 0), [1]),                        # nothing fits: batch 1 (its row says by how much)
+               ((3, 5), [1, 2, 4, 5]),               # 5 is below 64 and no grid batch: added
+               ((8, 3), [1, 2, 4, 8]),               # the larger capacity is a grid batch: once
+               ((1, 0), [1]),
+               ((64, 10), [1, 2, 4, 8, 16, 32, 64]),
+               ((100, 200), [1, 2, 4, 8, 16, 32, 64])]   # past the largest batch: not a row
+GRID = [1, 2, 4, 8, 16, 32, 64]
+
+
+@pytest.mark.parametrize("caps,kept", BATCH_CASES)
+def test_grid_batches_by_hand(caps, kept):
+    from engine.build.grid_eval import grid_batches
+    got = grid_batches(GRID, caps)
+    assert got == kept and all(type(b) is int for b in got)
+
+
+def test_browser_selects_the_same_batches(page):
+    """formula.js ``select`` reads the build's rule (GRID_BATCHES, as index.json ships it) and keeps
+    the hand-derived batches."""
+    from engine.build.grid_eval import GRID_BATCHES
+    shown = page.page.evaluate("([rule, grid, cases]) => cases.map(c => window.archFormula.select(rule, grid,"
+                               " {worst: c[0], steady: c[1]}))", [GRID_BATCHES, GRID, [c for c, _ in BATCH_CASES]])
+    assert shown == [k for _, k in BATCH_CASES]
+    assert not page.errors, page.errors

@@ -19,6 +19,7 @@ import math
 
 import pytest
 
+from engine.build.grid_eval import GRID_BATCHES
 from site_builder.render import REPO
 from site_builder.sizing import encode_doubles
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
@@ -178,7 +179,7 @@ C_WEIGHTS = 0.9e11 - 2.15e9
 MODEL = {"configs": {"dp8": _config(8, 8, 1e9), "a": _config(1, 1, 1e9), "b": _config(1, 1, 1e12),
                      "c": {**_config(1, 1, C_WEIGHTS), "kv_dev": ["*", "length", 1e6]}},
          "gpus": {"G": GPU}, "kv_bytes": {"bf16": 2}, "budget": 8192, "hbm_fraction": 0.9, "max_batch": 4096,
-         "max_context": 1 << 30, "kv_request": {"all": 0, "state": 0}}
+         "max_context": 1 << 30, "kv_request": {"all": 0, "state": 0}, "grid_batches": GRID_BATCHES}
 FILES = {
     # decode: one step of batch x 1e9 FLOPs (the replica's program: the fullest rank's requests x dp_attn)
     "dp8": {"trees": TREES, "strings": ["step", "f"], "programs": [[_step(0, 1, 1)], [_step(2, 0, 0)]]},
@@ -239,7 +240,7 @@ def test_deploy_eval_js_front_serves_by_the_steady_state(deploy_eval):
     Decode reads 1e9 B in 1 ms at any batch, so batch 2 (1000 tokens/s/user, 2000 tokens/s/GPU)
     dominates batch 1 (1000, 1000): the front is batch 2, past the worst-case capacity (under the
     worst case it would be batch 1). Planted bugs caught: the front served by ``fits``; the grid's
-    batches cut at the worst-case capacity (the page's gridBatches)."""
+    batches cut at the worst-case capacity (the grid's batch rule, GRID_BATCHES)."""
     assert (2.15e9 // 1.088e9, 2.15e9 // 1.0555e9) == (1, 2)
     rows = deploy_eval.page.evaluate(
         "c => window.E.fronts([c], [1, 2], {input: 1024, output: 64})", _option("c", 1))

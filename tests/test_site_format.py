@@ -1,6 +1,8 @@
-"""The one number formatter (engine/cli/units.py), its JavaScript mirror (static/js/site.js
-``archFmt``) and the Vega expression the charts use (site_builder/charts.py ``human``): the same
-strings for the same values, from the smallest values the corpus prints to the largest.
+"""The one number formatter: its rule (engine/cli/units.py ``FORMAT``, data) and its three readers,
+units.py's functions, the page's interpreter (static/js/site.js ``archFmt``, reading the rule from the
+site.js tag's ``data-fmt``) and the Vega expression the charts use (site_builder/charts.py ``human``,
+generated from the rule): the same strings for the same values, from the smallest values the corpus
+prints to the largest.
 
 The values are derived here, not read from the engine:
 
@@ -22,7 +24,7 @@ import pytest
 
 from engine.cli import units
 from site_builder import charts
-from site_builder.render import REPO
+from site_builder.render import REPO, environment, script_json
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -89,7 +91,9 @@ def test_site_filters_are_the_formatter():
 @pytest.fixture(scope="module")
 def page(browser):  # noqa: F811
     tab = _open(browser, production=False)
-    tab.page.set_content('<script type="application/json" id="page-data">{}</script><div id="tip" hidden></div>')
+    # the rule as base.html ships it (an attribute of a script tag site.js finds by data-fmt)
+    tab.page.set_content('<script type="application/json" id="page-data">{}</script><div id="tip" hidden></div>'
+                         f"<script type='application/json' data-fmt='{script_json(units.FORMAT)}'></script>")
     tab.page.add_script_tag(path=str(REPO / "static" / "vendor" / "vega-embed.js"))
     tab.page.add_script_tag(path=str(REPO / "static" / "js" / "site.js"))
     yield tab
@@ -102,25 +106,60 @@ def test_javascript_formatter_prints_the_same(page):
     assert not page.errors, page.errors
 
 
-# The chart expression uses d3's SI format: same prefixes, same 3 digits (d3 keeps µ, m, n below 1)
+# The chart expression, generated from the rule: the same strings
 CHART_CASES = [(8e10, "B", "80 GB"), (CONV_STATE, "B", "61.4 kB"), (512, "B", "512 B"), (0, "B", "0 B"),
                (5.168e-3, "s", "5.17 ms"), (NORM_DECODE_S, "s", "9.17 ns"), (12_345, "", "12.3 k"),
                (V4_PRO, "", "1.57 T"), (37.5, "", "37.5"), (4321, "s", "4,320 s"), (5.82e-13, "s", "582 fs")]
 
 
 def test_chart_expression_prints_human_units(page):
+    assert _chart_strings(page, [c[:2] for c in CHART_CASES]) == [c[2] for c in CHART_CASES]
+    assert not page.errors, page.errors
+
+
+def _chart_strings(page, cases):
+    """What the charts' ``human`` expression prints for each (value, unit) of ``cases``, in Vega."""
     spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-            "data": {"name": "rows", "values": [{"v": v, "i": i} for i, (v, _, _) in enumerate(CHART_CASES)]},
-            "transform": [{"calculate": f"[{', '.join(charts.human('datum.v', u) for _, u, _ in CHART_CASES)}]"
-                           "[datum.i]", "as": "shown"}],
-            "mark": "point", "encoding": {"x": {"field": "v", "type": "quantitative"}}}
-    shown = page.page.evaluate("""async spec => {
+            "data": {"name": "rows", "values": [{"v": v, "i": i} for i, (v, _) in enumerate(cases)]},
+            "transform": [{"calculate": f"[{', '.join(charts.human('datum.v', u) for _, u in cases)}][datum.i]",
+                           "as": "shown"}],    # x on the index: a null value must stay a row (Vega-Lite drops invalid x)
+            "mark": "point", "encoding": {"x": {"field": "i", "type": "quantitative"}}}
+    return page.page.evaluate("""async spec => {
         const el = document.createElement("div"); document.body.appendChild(el);
         const r = await window.vegaEmbed(el, spec, {actions: false, renderer: "svg"});
         return r.view.data("data_0").map(d => d.shown);
     }""", json.loads(json.dumps(spec)))
-    assert shown == [c[2] for c in CHART_CASES]
+
+
+#: Edge values of the rule (a consistency test: the expected strings are units.py's own): rounding
+#: ties (1005 and 1.125 are exact floats halfway between 3-digit values), the values that round up
+#: into the next prefix (999.5, 999,500) and those that do not (999.4), negatives, the whole-seconds
+#: switch, a time below the smallest scale, and no value.
+EDGE = {"": [0, 1, -1, 0.5, 1e-4, 37.5, 999.4, 999.5, 1005, -1005, 1.125, 12_345, 99_950, 999_499, 999_500,
+             1.2355e9, 2.5e12, 9.99e17, None],
+        "B": [0, 512, 1005, 81559 * 2**20, 1_342_177_280_000, 61_440, None],
+        "s": [0, 5.82e-13, 1e-15, 4.2e-16, 9.995e-10, 9.995e-7, 1e-6, 1.125e-3, 0.9996, 999.4, 999.5, 4321,
+              1.23456e7, -0.5, None]}
+
+
+def test_every_reader_of_the_rule_prints_what_units_py_prints(page):
+    """A port drifting from the rule fails here: archFmt and the generated chart expression, given
+    the rule units.py reads, print units.py's strings at its edge values."""
+    cases = [(v, u) for u, values in EDGE.items() for v in values]
+    python = [units.seconds(v) if u == "s" else units.si(v, u) for v, u in cases]
+    assert python[:4] == ["0", "1", "-1", "0.5"] and "1.01 k" in python and "1.13" in python   # ties go away from zero
+    shown = page.page.evaluate("cases => cases.map(c => c[1] === 's' ? window.archFmt.time(c[0]) : window.archFmt.si(c[0], c[1]))",
+                               [list(c) for c in cases])
+    assert list(zip(cases, shown)) == list(zip(cases, python))
+    assert list(zip(cases, _chart_strings(page, cases))) == list(zip(cases, python))
     assert not page.errors, page.errors
+
+
+def test_pages_ship_the_rule_on_the_site_js_tag():
+    """base.html hands the rule to site.js as data (the one source archFmt reads), escaped to stay inert."""
+    html = environment().get_template("base.html").render(title="t", root="", page_json="{}")
+    attr = next(line for line in html.splitlines() if "data-fmt=" in line).split("data-fmt='", 1)[1].split("'", 1)[0]
+    assert json.loads(attr) == units.FORMAT
 
 
 def test_chart_specs_name_no_raw_fields_in_tooltips():

@@ -23,7 +23,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from engine.spec import kv
+from engine.spec import formula_tree, kv
 from engine.spec.api import Evaluation
 from engine.deploy import PHASES, Plan, Scenario, tokens_per_device
 from engine.deploy.fusion import load_tables, token_limits
@@ -269,22 +269,26 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     return deployments, ops, total
 
 
+#: The batches the grid keeps for one (config, GPU, framework, KV dtype, prompt, output) at its
+#: capacities ``worst`` and ``steady`` (``max_concurrent_requests`` and
+#: ``max_concurrent_requests_steady``), as a selection rule (engine.spec.formula_tree.select; the deploy
+#: page's formula.js reads this same rule from index.json): the grid's batches up to the larger
+#: capacity (usually the steady state's), and that capacity itself when it is at least 1 and below
+#: the largest batch ``top``, in batch order; ``[1]`` when neither holds a request (that row says by
+#: how much it does not fit). So every batch the steady state serves at a grid batch or at its
+#: capacity is a row (the fronts' points), and so is every grid batch the worst case holds; the
+#: worst case's own capacity is each row's ``max_concurrent_requests`` beside it, not a row (a row
+#: per capacity would add 3-5% to the table for a front no reader draws).
+_MOST = ["max", "worst", "steady"]
+GRID_BATCHES = {"each": "b", "largest": "top", "keep": ["<=", "b", _MOST],
+                "add": [[_MOST, ["and", [">=", _MOST, 1], ["<", _MOST, "top"]]]], "else": [1]}
+
+
 def grid_batches(batches, caps) -> list[int]:
-    """The batches the grid keeps for one (config, GPU, framework, KV dtype, prompt, output) at its
-    capacities ``caps`` (``max_concurrent_requests`` and ``max_concurrent_requests_steady``): the
-    grid's ``batches`` up to the larger (usually the steady state's), and that capacity itself when
-    it is below the largest batch, in batch order; ``[1]`` when neither holds a request (that row
-    says by how much it does not fit). So every batch the steady state serves at a grid batch or
-    at its capacity is a row (the fronts' points), and so is every grid batch the worst case holds;
-    the worst case's own capacity is each row's ``max_concurrent_requests`` beside it, not a row
-    (a row per capacity would add 3-5% to the table for a front no reader draws).
-    static/js/deploy_eval.js ``gridBatches`` mirrors it."""
-    top = max(batches)
-    most = max(caps)
-    kept = [b for b in batches if b <= most]
-    if 1 <= most < top and most not in kept:
-        kept.append(int(most))
-    return kept or [1]
+    """:data:`GRID_BATCHES` at the capacities ``caps`` (worst case, steady state) over ``batches``."""
+    return formula_tree.select(GRID_BATCHES, list(batches), {"worst": caps[0], "steady": caps[1]})
+
+
 def _measured_reader(gpu_root):
     """(GPU key, framework) -> the measured tables the deploy command reads for them, from the
     build's GPU folder (``<gpu_root>/measured``, as deploy and plan read theirs; the repo's when

@@ -12,6 +12,13 @@ Format (one JSON value per node):
 * a free symbol: its name as a JSON string (the caller's environment binds it);
 * an operation: ``[op, arg, ...]`` with ``op`` one of :data:`OPS`.
 
+A selection rule (:func:`select`, ``select`` in formula.js) picks a list of values with trees: a JSON
+object ``{"each": name, "largest": name, "keep": tree, "add": [[value, condition], ...], "else":
+[values]}``. Of the values given, those whose ``keep`` holds with ``each`` bound to the value, in
+order; then each ``add`` value whose condition holds and that is not kept already; ``else`` when none
+is. Its environment binds the caller's names and ``largest`` to the largest value given (the grid's
+batches: engine/build/grid_eval.py ``GRID_BATCHES``).
+
 Invariant: ``evaluate(to_tree(e), env) == float(e.subs(env))`` up to float rounding, for every
 expression made of the node types in :data:`OPS` (the only ones the spec language and the deploy
 planner produce); any other node type raises ``TypeError`` naming it, so an unsupported function
@@ -154,3 +161,21 @@ def evaluate(tree: Any, env: Mapping[str, float]) -> float:
 
 _RELATION_FUNCTIONS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, "==": lambda a, b: a == b,
                        ">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "!=": lambda a, b: a != b}
+
+
+def _whole(x: float):
+    """An integral float as an int (a selected batch is a count), any other value as it is."""
+    return int(x) if float(x).is_integer() else x
+
+
+def select(rule: Mapping[str, Any], values: list, env: Mapping[str, float]) -> list:
+    """The values a selection rule keeps of ``values`` (the module docstring's semantics, formula.js's
+    ``select``): kept values are returned as given, added ones as ints when whole."""
+    scope = {**env, rule["largest"]: max(values)}
+    kept = [v for v in values if evaluate(rule["keep"], {**scope, rule["each"]: v})]
+    for value, condition in rule["add"]:
+        if evaluate(condition, scope):
+            x = _whole(evaluate(value, scope))
+            if x not in kept:
+                kept.append(x)
+    return kept or list(rule["else"])

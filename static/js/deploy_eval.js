@@ -196,15 +196,6 @@
     return out;
   }
   function fileOf(o) { return get(base + o.file + ".json.gz"); }
-  // The batches the grid keeps at a config's capacities, worst case and steady state
-  // (engine/build/grid_eval.py grid_batches): the grid's batches up to the larger, plus that
-  // capacity itself below the largest batch; batch 1 when neither holds a request.
-  function gridBatches(batches, caps) {
-    var top = Math.max.apply(null, batches.concat([1])), most = Math.max.apply(null, caps);
-    var list = batches.filter(function (b) { return b <= most; });
-    if (most >= 1 && list.indexOf(most) < 0 && most < top) list.push(most);
-    return list.length ? list : [1];
-  }
   // sizing.front: the indices of the non-dominated points of (x, y), both to maximize, in decreasing
   // x (ties: decreasing y, then input order); of exact duplicates the first is kept
   function front(x, y) {
@@ -214,11 +205,13 @@
     return keep;
   }
   // The grid's points of option `o` at one prompt and output length (and MTP drafting): its summary
-  // at each batch the grid keeps (gridBatches at the capacities summarize gives at batch 1; the rows
+  // at each batch the grid keeps (the build's rule, engine/build/grid_eval.py GRID_BATCHES, shipped in
+  // index.json and read by archFormula.select, at the capacities summarize gives at batch 1; the rows
   // the grid wrote agree, tests/test_site_offgrid.py), as [batch, summary] pairs.
   function gridPoints(o, file, batches, p) {
     var first = summarize(o, file, Object.assign({}, p, { batch: 1 }));
-    return gridBatches(batches, [first.max_concurrent_requests, first.max_concurrent_requests_steady]).map(function (b) {
+    var caps = { worst: first.max_concurrent_requests, steady: first.max_concurrent_requests_steady };
+    return window.archFormula.select(model.grid_batches, batches, caps).map(function (b) {
       return [b, b === 1 ? first : summarize(o, file, Object.assign({}, p, { batch: b }))];
     });
   }

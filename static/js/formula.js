@@ -48,5 +48,21 @@
     };
     return function (env) { return evaluate(tree, env); };
   }
-  window.archFormula = { evaluate: evaluate, compile: compile };
+  // a selection rule (formula_tree.select): the values whose "keep" holds ("each" bound to the value),
+  // then each "add" value whose condition holds and is not kept yet; "else" when none is
+  function select(rule, values, env) {
+    var scope = Object.assign({}, env), kept = [];
+    scope[rule.largest] = Math.max.apply(null, values);
+    values.forEach(function (v) {
+      var e = Object.assign({}, scope); e[rule.each] = v;
+      if (evaluate(rule.keep, e)) kept.push(v);
+    });
+    rule.add.forEach(function (pair) {
+      if (!evaluate(pair[1], scope)) return;
+      var x = evaluate(pair[0], scope);
+      if (kept.indexOf(x) < 0) kept.push(x);
+    });
+    return kept.length ? kept : rule["else"].slice();
+  }
+  window.archFormula = { evaluate: evaluate, compile: compile, select: select };
 })();

@@ -308,34 +308,34 @@
     if (node) s.setAttribute("data-n", node);
     return s;
   };
-  // The one number formatter, mirroring engine/cli/units.py string for string (tests/test_site_format.py):
-  // SI prefixes for counts and FLOPs (G, never B: B is the byte), decimal bytes (kB, MB, GB) for every
-  // byte figure (one unit per line and table), times in fs/ps/ns/µs/ms/s, 3 significant
-  // digits without trailing zeros, 0 prints 0. The value is rounded before the prefix is chosen.
-  var NONE = "\u2014", SI = [["P", 1e15], ["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]],
-    TIME = [["s", 1], ["ms", 1e-3], ["\u00b5s", 1e-6], ["ns", 1e-9], ["ps", 1e-12], ["fs", 1e-15]];
-  function round3(v) { return v ? Number(Number(v).toPrecision(3)) : 0; }
-  function mant(v) { return String(Number(Number(v).toPrecision(3))); }
-  function scaled(v, unit) {
-    if (v === null || v === undefined) return NONE;
-    var r = round3(v);
-    for (var i = 0; i < SI.length; i++) if (Math.abs(r) >= SI[i][1]) return mant(r / SI[i][1]) + " " + SI[i][0] + unit;
+  // The one number formatter: an interpreter of the rule engine/cli/units.py FORMAT defines as data
+  // (digits, SI prefixes, time scales, token suffixes), shipped on the site.js tag's data-fmt
+  // (tests/test_site_format.py holds it to units.py string for string). The value is rounded to the
+  // rule's digits before a prefix is chosen (toPrecision: ties away from zero, as units.round_sig).
+  var tag = document.querySelector("script[data-fmt]"), RULE = tag && JSON.parse(tag.getAttribute("data-fmt"));
+  function round(v) { return v ? Number(Number(v).toPrecision(RULE.digits)) : 0; }
+  function mant(v) { return String(round(v)); }
+  function scaled(v, scales, unit) {
+    if (v === null || v === undefined) return RULE.none;
+    var r = round(v);
+    for (var i = 0; i < scales.length; i++) if (Math.abs(r) >= scales[i][1]) return mant(r / scales[i][1]) + " " + scales[i][0] + unit;
     return (mant(r) + " " + unit).trim();
   }
-  window.archFmt = {
-    si: function (v, unit) { return scaled(v, unit || ""); },
-    bytes: function (v) { return scaled(v, "B"); },
+  if (RULE) window.archFmt = {
+    si: function (v, unit) { return scaled(v, RULE.si, unit || ""); },
+    bytes: function (v) { return scaled(v, RULE.si, RULE.bytes); },
     time: function (s) {
-      if (s === null || s === undefined) return NONE;
-      var r = round3(s);
-      if (Math.abs(r) >= 1000) return Math.round(r).toLocaleString("en-US") + " s";
-      if (r === 0) return "0 s";
-      for (var i = 0; i < TIME.length; i++) if (Math.abs(r) >= TIME[i][1] * (1 - 1e-12)) return mant(r / TIME[i][1]) + " " + TIME[i][0];
-      return mant(r / 1e-15) + " fs";
+      var T = RULE.time, last = T.scales[T.scales.length - 1];
+      if (s === null || s === undefined) return RULE.none;
+      var r = round(s);
+      if (Math.abs(r) >= T.whole_from) return Math.round(r).toLocaleString("en-US") + " " + T.unit;
+      if (r === 0) return "0 " + T.unit;
+      for (var i = 0; i < T.scales.length; i++) if (Math.abs(r) >= T.scales[i][1] * (1 - T.slack)) return mant(r / T.scales[i][1]) + " " + T.scales[i][0];
+      return mant(r / last[1]) + " " + last[0];
     },
     tokens: function (v) {
-      if (v % 1048576 === 0 && v >= 1048576) return v / 1048576 + "M";
-      return v % 1024 === 0 && v >= 1024 ? v / 1024 + "K" : Number(v).toLocaleString("en-US");
+      for (var i = 0; i < RULE.tokens.length; i++) if (v >= RULE.tokens[i][1] && v % RULE.tokens[i][1] === 0) return v / RULE.tokens[i][1] + RULE.tokens[i][0];
+      return Number(v).toLocaleString("en-US");
     }
   };
 })();
