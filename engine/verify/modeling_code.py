@@ -51,6 +51,11 @@ class ModelingCodeError(RuntimeError):
     """transformers is missing or cannot build this config; the message says what to do."""
 
 
+class ArchitectureMissing(ModelingCodeError):
+    """The installed transformers has no model for this config's model_type or architectures: no
+    meta-device evidence can exist, and the spec is declared ``unverified:`` (``archledger new``)."""
+
+
 def _offline() -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -88,7 +93,7 @@ def hf_config(data: dict[str, Any]):
         by_class = {cls: mt for mt, cls in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
         known = [by_class[a] for a in data.get("architectures") or [] if a in by_class]
         if not known:
-            raise ModelingCodeError(f"transformers {transformers.__version__} knows neither model_type "
+            raise ArchitectureMissing(f"transformers {transformers.__version__} knows neither model_type "
                                     f"{model_type!r} nor its architectures {_short(data.get('architectures'))} — "
                                     "the spec stays unverified: snapshot from the Hub or a local checkpoint instead")
         model_type = known[0]
@@ -149,7 +154,7 @@ def _text_plan(cfg) -> tuple[str, str, Any]:
     composite = auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.get(cfg.model_type)
     if text is not cfg and composite:
         return "composite", composite, text
-    raise ModelingCodeError(f"transformers {transformers.__version__} has no causal-LM class for model_type "
+    raise ArchitectureMissing(f"transformers {transformers.__version__} has no causal-LM class for model_type "
                             f"{cfg.model_type!r} — the spec stays unverified: snapshot from the Hub or a local "
                             "checkpoint instead")
 
