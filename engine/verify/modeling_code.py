@@ -97,6 +97,7 @@ def hf_config(data: dict[str, Any]):
                                     f"{model_type!r} nor its architectures {_short(data.get('architectures'))} — "
                                     "the spec stays unverified: snapshot from the Hub or a local checkpoint instead")
         model_type = known[0]
+    _refuse_flat_text_fields(transformers, auto, model_type, data)
     try:
         return AutoConfig.for_model(model_type, **data)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
@@ -141,6 +142,29 @@ def _dtype_name(config: dict[str, Any]) -> str:
         if value:
             return str(value)
     return "bfloat16"
+
+
+def _refuse_flat_text_fields(transformers, auto, model_type: str, data: dict[str, Any]) -> None:
+    """A flat text-only config whose ``model_type`` transformers files as a multimodal config with a
+    ``text_config`` (Step-3.7-Flash's ``step3p7``, ``Step3p7FlashForCausalLM``) would build that
+    class with a *default* text stack, the config's own fields ignored: evidence of another model.
+    Refused as :class:`ArchitectureMissing` when none of the config's architectures is a class
+    transformers has."""
+    from transformers import AutoConfig
+    archs = data.get("architectures") or []
+    if not archs or "text_config" in data:
+        return
+    cls = AutoConfig.for_model(model_type).__class__
+    if "text_config" not in (getattr(cls, "sub_configs", None) or {}):
+        return
+    classes = {name for mapping in (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, auto.MODEL_MAPPING_NAMES,
+                                    auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+               for names in mapping.values() for name in ((names,) if isinstance(names, str) else names)}
+    if not any(a in classes for a in archs):
+        raise ArchitectureMissing(
+            f"transformers {transformers.__version__} has no {_short(archs)}: its {model_type!r} is the multimodal "
+            f"{cls.__name__}, whose text stack reads text_config, and this flat config would build it from defaults "
+            "— the spec stays unverified: snapshot from the Hub or a local checkpoint instead")
 
 
 def _text_plan(cfg) -> tuple[str, str, Any]:
