@@ -94,3 +94,27 @@ def test_mimo_counts_equal_a_hand_count_of_its_modeling_code(capsys):
     assert data["params_total"]["value"] == main == 7_622_619_136
     assert data["params_mtp"]["value"] == mtp == 210_790_400
     assert round((main + mtp) / 1e9, 2) == 7.83
+
+
+def test_nemotron_super_49b_counts_equal_a_hand_count_of_its_block_configs(capsys):
+    """modeling_decilm.py (remote code): a layer whose attention is no_op keeps only its MLP and
+    post_attention_layernorm; otherwise Llama attention with n_heads // n_heads_in_group KV heads
+    and input_layernorm; each MLP int(2 x ffn_mult x hidden / 3) rounded up to a multiple of 256
+    (_ffn_mult_to_intermediate_size). Counted here layer by layer from the published config."""
+    from tests.conftest import SNAPSHOTS
+    c = json.loads((SNAPSHOTS / "nvidia--Llama-3_3-Nemotron-Super-49B-v1.config.json").read_text())
+    h, heads, vocab = c["hidden_size"], c["num_attention_heads"], c["vocab_size"]
+    d = h // heads
+    total, kv_bytes = 2 * vocab * h + h, 0
+    for block in c["block_configs"]:
+        ff = int(2 * block["ffn"]["ffn_mult"] * h / 3)
+        ff = ff if ff % 256 == 0 else ff + 256 - ff % 256
+        total += 3 * h * ff + h
+        if not block["attention"]["no_op"]:
+            kv_heads = heads // block["attention"]["n_heads_in_group"]
+            total += 2 * h * heads * d + 2 * h * kv_heads * d + h
+            kv_bytes += 2 * kv_heads * d * 2          # K and V, BF16
+    assert cli.main(["show", "nvidia/Llama-3_3-Nemotron-Super-49B-v1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["params_total"]["value"] == total and round(total / 1e9, 1) == 49.9   # the model card's 49.9B
+    assert data["kv_bytes_per_token[kv]"]["value"] == kv_bytes == 49 * 8 * 128 * 2 * 2
