@@ -56,6 +56,9 @@ def test_new_declares_a_spec_transformers_cannot_build_unverified(capsys, tmp_pa
     code = cli.main(["--corpus", str(corpus), "validate", "acme/Tiny-MiMo"])
     out = capsys.readouterr().out
     assert code == 0 and "1 declared unverified" in out and "0 with errors" in out, out
+    code = cli.main(["--corpus", str(corpus), "validate", "acme/Tiny-MiMo", "--json"])
+    [report] = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["verified"] is False and report["unverified"] == declared[0].split(": ", 1)[1].strip('"')
 
 
 def test_strict_build_lists_a_declared_spec_with_its_reason_and_publishes_none_of_it(tmp_path):
