@@ -122,3 +122,17 @@ def test_nemotron_super_49b_counts_equal_a_hand_count_of_its_block_configs(capsy
     data = json.loads(capsys.readouterr().out)
     assert data["params_total"]["value"] == total and round(total / 1e9, 1) == 49.9   # the model card's 49.9B
     assert data["kv_bytes_per_token[kv]"]["value"] == kv_bytes == 49 * 8 * 128 * 2 * 2
+
+
+def test_declared_specs_stay_out_of_the_playground_and_the_oracle_rerecord(corpus):
+    """The playground offers and cites only published models; `snapshot --all --meta` has no
+    modeling code to re-record for a declared spec and keeps its evidence as it is."""
+    from engine.build import whatif
+    from engine.verify.rerecord import modeling_code_models
+    declared = {m for m, spec in corpus.models.items() if spec.unverified}
+    assert MIMO in declared
+    assert not declared & set(whatif.catalog(corpus))
+    cited = {e["model"] for dims in whatif.component_dims(corpus).values() for uses in dims.values() for e in uses}
+    assert cited and not declared & cited
+    chosen, kept = modeling_code_models(corpus)
+    assert declared <= set(kept) and not declared & {m.model_id for m, _ in chosen}
