@@ -13,7 +13,7 @@ import re
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,8 @@ class Results:
     deployments: pl.LazyFrame
     ops: pl.LazyFrame
     landscape: dict | None = None      # landscape.json (the landscape page's tables), when built
+    #: model -> why its spec cannot be verified (manifest.json ``unverified``): listed, never published
+    unverified: Mapping[str, str] = field(default_factory=dict)
 
     @staticmethod
     def load(root: Path) -> "Results":
@@ -85,7 +87,16 @@ class Results:
         deployments = pl.scan_parquet(str(root / "deployments" / "**" / "*.parquet"), hive_partitioning=True)
         ops = pl.scan_parquet(str(root / "ops" / "**" / "*.parquet"), hive_partitioning=True)
         landscape = json.loads((root / "landscape.json").read_text()) if (root / "landscape.json").exists() else None
-        return Results(root, models, documents, deployments, ops, landscape)
+        return Results(root, models, documents, deployments, ops, landscape, _declared_unverified(root))
+
+
+def _declared_unverified(root: Path) -> dict[str, str]:
+    """The build's ``unverified`` list (manifest.json); {} for results without one."""
+    try:
+        listed = json.loads((root / "manifest.json").read_text()).get("unverified")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in listed.items()} if isinstance(listed, dict) else {}
 
 
 def gallery_index(results: Results) -> list[dict[str, Any]]:

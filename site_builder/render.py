@@ -302,7 +302,8 @@ def _results_inputs(results: "Results") -> tuple[dict, dict]:
             per_model[row["model_id"]] = _hash(entry.get("hash"), entry["files"], row)
     if len(per_model) != results.models.height:
         return {}, {}
-    return per_model, {"models": per_model, "contracts": contracts, "landscape": landscape_file}
+    return per_model, {"models": per_model, "contracts": contracts, "landscape": landscape_file,
+                       "unverified": manifest.get("unverified")}
 
 
 def _previous_groups(previous: Path | None) -> dict:
@@ -548,7 +549,7 @@ def _gallery(site: Site, results: Results) -> None:
     families = sorted({m["family"] for m in index})
     site.page("", "gallery.html", "Gallery", {"page": "gallery", "bounds": {m["slug"]: m["dims"] for m in index}},
               models=index, families=families,
-              traits=trait_index(results, index), lineages=lineages(index))
+              traits=trait_index(results, index), lineages=lineages(index), unverified=results.unverified)
 
 
 def _model(site: Site, results: Results, model_id: str) -> None:

@@ -29,7 +29,9 @@ die with the build process). A subset build (``models``) merges: what it does no
 Verification: every changed spec is validated (:mod:`engine.verify.validate`) before any grid work; a spec
 with guard errors (a missing evidence file included) is skipped with one log line and left out of
 every table (``manifest.json`` lists it under ``skipped``); ``--strict`` (CI and the deploy) fails
-the build on such a spec instead, before any grid work and with nothing published. Published rows carry ``verified`` and
+the build on such a spec instead, before any grid work and with nothing published. A spec that declares
+``unverified: <why>`` (transformers lacks its architecture) is neither: it is listed with that reason
+(``manifest.json`` ``unverified``, the gallery's note) and never checked or published. Published rows carry ``verified`` and
 the evidence they were checked against; the guard table travels in ``models/<org--name>.json``.
 """
 from __future__ import annotations
@@ -240,6 +242,7 @@ class Report:
     recomputed: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
     skipped: dict[str, list[str]] = field(default_factory=dict)   # model -> its guard errors
+    unverified: dict[str, str] = field(default_factory=dict)      # model -> why it cannot be verified (its spec's `unverified:`)
     stale: list[str] = field(default_factory=list)     # kept by a subset build although their inputs changed
     site: Path | None = None                            # the published site, when one was rendered
     deployment_rows: int = 0
@@ -793,6 +796,12 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
                 todo.append(mid)
         if models:       # a subset keeps the verdicts of models it did not look at
             report.skipped.update({m: e for m, e in previous.skipped.items() if m not in named and m in corpus.models})
+        # a spec declaring why no evidence can verify it (transformers lacks its architecture) is
+        # listed with that reason, never checked, evaluated or published, and --strict accepts it
+        report.unverified = {m: spec.unverified for m, spec in corpus.models.items() if spec.unverified}
+        for mid in [m for m in todo if m in report.unverified]:
+            todo.remove(mid)
+            log(f"unverified {mid}: {report.unverified[mid]} (declared in its spec; not published)")
         if report.stale:
             log(f"kept {len(report.stale)} model(s) not named as they were, marked stale in manifest.json: "
                 + ", ".join(f"{m} ({entries[m]['stale']})" for m in report.stale)
@@ -866,6 +875,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
                     # unchanged model hashes) without loading it (engine.build.built)
                     "corpus": {"digest": corpus_digest(corpus.root), "models": sorted(corpus.models)},
                     "models": {m: entries[m] for m in targets}, "skipped": report.skipped,
+                    "unverified": report.unverified,
                     "files": {name: publish.file_digest(staging / name)
                               for name in ("models.parquet", "contracts.json", "landscape.json",
                                            "variants.json", "variants.parquet")}}

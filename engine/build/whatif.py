@@ -223,6 +223,8 @@ def config_aliases(corpus: Corpus) -> dict[str, str]:
     """Config field -> the dim corpus models bind to exactly ``config.<field>`` (one dim only)."""
     seen: dict[str, set[str]] = {}
     for model in corpus.models.values():
+        if model.unverified:       # never published (as component_dims)
+            continue
         for dim, text in model.dims.items():
             if isinstance(text, str) and re.fullmatch(r"config\.\w+", text.strip()):
                 seen.setdefault(text.strip()[7:], set()).add(dim)
@@ -304,6 +306,8 @@ def component_dims(corpus: Corpus) -> dict[str, dict[str, list[dict]]]:
     needs: dict[str, set[str]] = {}
     skip = {"hidden", *symbols.SCENARIO_DIMS}     # every model binds these: no suggestion to make
     for model in corpus.models.values():
+        if model.unverified:       # never published: the playground cites only gallery models
+            continue
         used = {f.component for t in model.templates.values()
                 for f in [t, *variant_rules.slots_reached(corpus, model, t).values()]}
         try:
@@ -359,7 +363,7 @@ def catalog(corpus: Corpus) -> dict[str, Any]:
     components that fit the slot's contract (what the playground offers), each with the dims it
     needs that the model does not bind (their corpus values: :func:`component_dims`)."""
     return {model.model_id: {"name": model.display_name, "slots": model_slots(corpus, model)}
-            for model in corpus.models.values()}
+            for model in corpus.models.values() if not model.unverified}   # published models only
 
 
 def model_slots(corpus: Corpus, model: ModelSpec) -> dict[str, dict]:

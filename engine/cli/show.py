@@ -62,10 +62,14 @@ def cmd_show(args: argparse.Namespace) -> int:
         if ev.model.config_defaults:   # config fields the modeling code supplies (spec config_defaults)
             out["config_defaults"] = {d.field: {"value": d.value, "src": d.src, "applied": d.applied}
                                       for d in ev.model.config_defaults.values()}
+        if ev.model.unverified:        # the spec's declaration: these numbers are checked by nothing
+            out["unverified"] = ev.model.unverified
         json.dump(out, sys.stdout, indent=2)
         print()
         return 0
     print(f"{ev.model.display_name}  ({ev.model.model_id}, {ev.model.model_type})")
+    if ev.model.unverified:
+        print(f"  UNVERIFIED: {ev.model.unverified}")
     units = {"params": "", "checkpoint_bytes": "B", "kv": "B"}
     for key, q in _flatten(overview):
         unit = next((u for prefix, u in units.items() if key.startswith(prefix)), "")

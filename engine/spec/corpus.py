@@ -692,7 +692,8 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
     drafts = reader.names(data.get("drafts"), "drafts", data, "drafts")
     return ModelSpec(model_id, data["model_type"], data["family"], str(data.get("name", model_id.split("/")[-1])),
                      str(data.get("notes", "")), reader.where(data), dims, data["max_context"], slots,
-                     templates, stacks, quant, drafts, snapshot, config_defaults)
+                     templates, stacks, quant, drafts, snapshot, config_defaults,
+                     " ".join(str(data.get("unverified", "")).split()))
 
 
 def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = False) -> Corpus:

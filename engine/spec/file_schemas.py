@@ -114,6 +114,8 @@ MODEL = Mapping("a model spec", fields={
     "family": req(Str("the model family, e.g. `family: Qwen3` (corpus/lineage.yaml orders families)")),
     "name": Str("the display name, e.g. `name: Qwen3 8B`"),
     "notes": TEXT,
+    "unverified": Str("why no evidence can verify this spec, e.g. `unverified: transformers 5.25.0 has no "
+                      "mimo model (remote code)`; the build lists it instead of publishing it"),
     "snapshot": Str("the snapshot's base name under corpus/snapshots/"),
     "dims": req(MapOf("the model's dims, `dim: size`", value=SIZE)),
     "max_context": req(SIZE),

@@ -244,6 +244,11 @@ class ModelSpec:
     #: Config fields the modeling code supplies when config.json omits them (``config_defaults:``),
     #: already merged into ``snapshot.fields`` where absent.
     config_defaults: Mapping[str, "ConfigDefault"] = field(default_factory=dict)
+    #: Why the spec cannot be verified (``unverified:``: transformers lacks the architecture and no
+    #: checkpoint headers are recorded), or "" for a spec held to every guard. A declared spec is
+    #: evaluated for ``show`` and ``edit`` but never published: the build lists it, with this reason,
+    #: instead of failing ``--strict`` on it, and the gallery says why it is absent.
+    unverified: str = ""
 
     @property
     def quant_patterns(self) -> tuple[str, ...]:

@@ -341,7 +341,9 @@ def _pairs(call) -> sympy.Expr:
     """
     mask = call.attrs["mask"]
     every = call.dims["every"] if "every" in call.dims and mask != "bidirectional" else None
-    cap = call.inputs[2].axes[-1].size if mask == "topk" else None
+    # top-k: the selected tokens, or with `block` the selected blocks of `block` keys each (an
+    # upper bound per query: its own block is partial)
+    cap = call.inputs[2].axes[-1].size * call.dims.get("block", 1) if mask == "topk" else None
     window = call.dims["window"] if mask in ("chunked", "sliding") and every is None else None
     return _pair_count(mask, call.scenario[symbols.SEQ], call.scenario[symbols.CTX], every, cap, window)
 
@@ -441,6 +443,35 @@ def _head_sum_shape(call):
     valid = scores.computed / h.size
     out = Tensor((b, s, t), valid)
     return out, AxisMap((Carried(0, 0), Carried(0, 2), Carried(0, 3)), ((0, 1), (1, 2)))
+
+
+def _visible_blocks(seq, ctx, block) -> sympy.Expr:
+    """Key blocks the ``seq`` queries ending at ``ctx`` see, per request and group: the query at
+    0-based position p sees floor(p / B) + 1 blocks (its own partial block included), so n
+    queries see sum_{i=1..n} ceil(i / B) = B q(q+1)/2 + r(q+1) with q = floor(n / B), r = n - qB."""
+    def total(n):
+        q = sympy.floor(n / block)
+        r = n - block * q
+        return block * q * (q + 1) / 2 + r * (q + 1)
+    return sympy.expand(total(ctx) - total(ctx - seq))
+
+
+def _block_topk_shape(call):
+    call.require_rank(0, 4, "index scores [batch, groups, seq, kv_len]")
+    x = call.inputs[0]
+    b, g, s = x.axes[:3]
+    # int32 block indices (the kernel's contract); the main attention reads k x block keys per
+    # query from them (attention_score `mask: topk` with `dims: {block: ...}`)
+    out = Tensor((b, g, s, call.axis("k")))
+    return out, AxisMap((Carried(0, 0), Carried(0, 1), Carried(0, 2), New()), ((0, 3),))
+
+
+def _block_topk_flops(call, out):
+    """1 FLOP per unmasked score into its block's max (the pool) + 1 per visible block score (the
+    top-k's comparisons); future blocks are -inf padding and not counted."""
+    b, g = call.inputs[0].axes[:2]
+    blocks = _visible_blocks(call.scenario[symbols.SEQ], call.scenario[symbols.CTX], call.dims["block"])
+    return call.inputs[0].computed + b.size * g.size * blocks
 
 
 def _score_flops(call, out):
@@ -947,9 +978,9 @@ OPS: dict[str, Op] = {
     "attention_score": Op(
         "attention_score", "q k^T per head over unmasked pairs; mask causal, sliding (the last `window` "
         "keys), chunked (the keys of the query's own `window`-token chunk up to itself), bidirectional, or topk (a third input holds the k selected tokens per query: "
-        "DSA); with `every`, keys are compressed entries (one per `every` tokens); key heads may "
+        "DSA; with `block`, k selected blocks of `block` keys: MiniMax-M3); with `every`, keys are compressed entries (one per `every` tokens); key heads may "
         "be fewer than query heads (GQA/MQA).",
-        "contract", (2, 3), _score_shape, _score_flops, optional_dims=("window", "every"),
+        "contract", (2, 3), _score_shape, _score_flops, optional_dims=("window", "every", "block"),
         attrs={"mask": "causal"}, placement="attention"),
     "softmax": Op(
         "softmax", "Softmax over the last axis (5 FLOPs per computed element); optional learned "
@@ -974,6 +1005,13 @@ OPS: dict[str, Op] = {
         "token_topk", "Select the k highest-scoring cached tokens per query: [b, s, kv_len] -> "
         "[b, s, k] int32 indices (1 FLOP per computed score).",
         "contract", (1, 1), _token_topk_shape, lambda c, out: c.inputs[0].computed, dims=("k",),
+        out_element_bytes=4),
+    "block_topk": Op(
+        "block_topk", "Block-sparse key selection (MiniMax-M3's indexer): causal index scores [b, "
+        "groups, s, kv_len] max-pooled per block of `block` keys, then the top `k` blocks per query "
+        "and group -> [b, groups, s, k] int32 block indices (1 FLOP per unmasked score + 1 per "
+        "visible block).",
+        "contract", (1, 1), _block_topk_shape, _block_topk_flops, dims=("block", "k"),
         out_element_bytes=4),
     "token_gather": Op(
         "token_gather", "The cache rows a query selected: [b, kv_len, ...] with [b, s, k] indices -> "

@@ -51,6 +51,11 @@ class ModelingCodeError(RuntimeError):
     """transformers is missing or cannot build this config; the message says what to do."""
 
 
+class ArchitectureMissing(ModelingCodeError):
+    """The installed transformers has no model for this config's model_type or architectures: no
+    meta-device evidence can exist, and the spec is declared ``unverified:`` (``archledger new``)."""
+
+
 def _offline() -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -88,10 +93,11 @@ def hf_config(data: dict[str, Any]):
         by_class = {cls: mt for mt, cls in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
         known = [by_class[a] for a in data.get("architectures") or [] if a in by_class]
         if not known:
-            raise ModelingCodeError(f"transformers {transformers.__version__} knows neither model_type "
+            raise ArchitectureMissing(f"transformers {transformers.__version__} knows neither model_type "
                                     f"{model_type!r} nor its architectures {_short(data.get('architectures'))} — "
                                     "the spec stays unverified: snapshot from the Hub or a local checkpoint instead")
         model_type = known[0]
+    _refuse_flat_text_fields(transformers, auto, model_type, data)
     try:
         return AutoConfig.for_model(model_type, **data)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
@@ -138,6 +144,29 @@ def _dtype_name(config: dict[str, Any]) -> str:
     return "bfloat16"
 
 
+def _refuse_flat_text_fields(transformers, auto, model_type: str, data: dict[str, Any]) -> None:
+    """A flat text-only config whose ``model_type`` transformers files as a multimodal config with a
+    ``text_config`` (Step-3.7-Flash's ``step3p7``, ``Step3p7FlashForCausalLM``) would build that
+    class with a *default* text stack, the config's own fields ignored: evidence of another model.
+    Refused as :class:`ArchitectureMissing` when none of the config's architectures is a class
+    transformers has."""
+    from transformers import AutoConfig
+    archs = data.get("architectures") or []
+    if not archs or "text_config" in data:
+        return
+    cls = AutoConfig.for_model(model_type).__class__
+    if "text_config" not in (getattr(cls, "sub_configs", None) or {}):
+        return
+    classes = {name for mapping in (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, auto.MODEL_MAPPING_NAMES,
+                                    auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+               for names in mapping.values() for name in ((names,) if isinstance(names, str) else names)}
+    if not any(a in classes for a in archs):
+        raise ArchitectureMissing(
+            f"transformers {transformers.__version__} has no {_short(archs)}: its {model_type!r} is the multimodal "
+            f"{cls.__name__}, whose text stack reads text_config, and this flat config would build it from defaults "
+            "— the spec stays unverified: snapshot from the Hub or a local checkpoint instead")
+
+
 def _text_plan(cfg) -> tuple[str, str, Any]:
     """(kind, class name, text config): ``causal`` builds the config's causal-LM class,
     ``composite`` the image-text class of a multimodal config, keeping its language model."""
@@ -149,7 +178,7 @@ def _text_plan(cfg) -> tuple[str, str, Any]:
     composite = auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.get(cfg.model_type)
     if text is not cfg and composite:
         return "composite", composite, text
-    raise ModelingCodeError(f"transformers {transformers.__version__} has no causal-LM class for model_type "
+    raise ArchitectureMissing(f"transformers {transformers.__version__} has no causal-LM class for model_type "
                             f"{cfg.model_type!r} — the spec stays unverified: snapshot from the Hub or a local "
                             "checkpoint instead")
 

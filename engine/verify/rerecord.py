@@ -46,7 +46,8 @@ def modeling_code_models(corpus: Corpus) -> tuple[list[tuple[ModelSpec, Path]], 
         path = manifest_mod.manifest_path(corpus.root, name)
         config = corpus.root / "snapshots" / f"{name}.config.json"
         kind = manifest_mod.load(path, corpus.root).kind if path.exists() else "modeling-code"
-        if kind == "modeling-code" and config.exists():
+        # a declared-unverified spec has no modeling code to re-record (transformers lacks it)
+        if kind == "modeling-code" and config.exists() and not model.unverified:
             chosen.append((model, config))
         else:
             kept.append(model.model_id)

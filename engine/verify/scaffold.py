@@ -348,6 +348,17 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
     for key in sorted(new_keys - unread):
         todo.append(f"config.{key} = {_short(ours[key])}: new in this config ({base.model_id}'s has no such field) and "
                     "nothing reads it — bind it in the spec if it shapes the model, or name it in corpus/verification.yaml")
+    if not _class_values(config):
+        # no transformers count will catch it (the spec stays unverified): a field the base also
+        # has, with another value, that the spec never reads may shape the model (MiMo-7B's
+        # attention_bias: true against Qwen3's false)
+        changed = {k for k in set(ours) & set(theirs) - UNSHAPING_KEYS - reads - registry_fields
+                   - {"tie_word_embeddings", "text_config", "model_type"}
+                   if ours[k] != theirs[k] and not k.endswith("_eps")}   # a norm epsilon shapes nothing
+        for key in sorted(changed):
+            todo.append(f"config.{key} = {_short(ours[key])} ({base.model_id}'s: {_short(theirs[key])}): nothing in "
+                        "the spec reads it and transformers cannot count this model — bind it in the spec if it "
+                        "shapes the model, or name it in corpus/verification.yaml")
     # transformers 5's layout carries the RoPE base inside rope_parameters; where a config declares
     # it there the structural guard wants the rope op to read it from there (values are equal)
     params = view.get("rope_parameters")
@@ -627,6 +638,15 @@ def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Resul
     except (modeling_code.ModelingCodeError, ImportError, KeyError) as exc:
         result.todo.append(f"evidence: {' '.join(str(exc).split())[:200]} — record it with `archledger snapshot "
                            f"{model_id}` (Hub or --checkpoint)")
+        if isinstance(exc, modeling_code.ArchitectureMissing):
+            # nothing installed can count it: the spec says so (the build lists it with this reason
+            # instead of failing --strict, the gallery says why it is absent)
+            spec_path = work / "models" / f"{slug(model_id)}.yaml"
+            why = (f"{str(exc).split(' — ')[0]}: no meta-device count checks this spec; a networked "
+                   f"`archledger snapshot {model_id}` (the checkpoint's safetensors headers) is the way in")
+            spec_path.write_text(declare_unverified(spec_path.read_text(encoding="utf-8"), why), encoding="utf-8")
+            model = load_model(spec_path, work, corpus.roles, corpus.schemes, True)
+            corpus = replace(corpus, models={**corpus.models, model_id: model})
     try:
         made = snapshot_files(corpus, model, config, source_label, manifest, source)
     except SpecError as exc:   # the spec does not walk: keep the fields it names, say why
@@ -637,10 +657,23 @@ def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Resul
             {"source": source_label, "fields": {k: config[k] for k in sorted(keys) if k in config}},
             sort_keys=False, default_flow_style=None, width=100)}
     out = {}
+    if model.unverified:
+        spec_path = work / "models" / f"{slug(model_id)}.yaml"
+        out[root / spec_path.relative_to(work)] = spec_path.read_text(encoding="utf-8")
     for path, text in made.items():
         path.write_text(text, encoding="utf-8")
         out[root / path.relative_to(work)] = text
     return out
+
+
+def declare_unverified(text: str, why: str) -> str:
+    """The spec ``text`` with ``unverified: <why>`` in place of any earlier declaration, after
+    ``name:`` (or ``family:``)."""
+    lines = [line for line in text.splitlines() if not line.startswith("unverified:")]
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("name:")),
+              next(i + 1 for i, line in enumerate(lines) if line.startswith("family:")))
+    lines.insert(at, f"unverified: {json.dumps(why)}")
+    return "\n".join(lines) + "\n"
 
 
 def _check(work: Path, model_id: str, config: dict, result: Result, say) -> None:
