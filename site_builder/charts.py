@@ -118,13 +118,17 @@ def _deployment_specs(gpu_bars: int, config_bars: int) -> dict[str, dict]:
     highlight = alt.selection_point(fields=["input_len"], bind="legend")
     # one colour per prompt length from a categorical scheme (an ordinal field's default is one
     # hue's shades); a dashed line past the maximum context, and hollow points there only
-    color = alt.Color("input_len:O", title="prompt tokens", scale=alt.Scale(scheme=SERIES_COLORS))
+    # its legend: a line in each colour (the points' rings would read as "past max context", the
+    # hollow mark), below the plot so the plot keeps the figure's width
+    color = alt.Color("input_len:O", title="prompt tokens", scale=alt.Scale(scheme=SERIES_COLORS),
+                      legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5, orient="bottom", direction="horizontal"))
     x = alt.X("batch:Q", scale=alt.Scale(type="log", base=2), title="batch (requests per replica)")
     y = alt.Y("tokens_per_s_per_gpu:Q", title="decode tokens/s per GPU", axis=_axis(""))
     opacity = alt.condition(highlight, alt.value(1.0), alt.value(0.2))
     line = alt.Chart(alt.Data(name="rows")).mark_line().encode(
         x=x, y=y, color=color, detail="span:N", opacity=opacity,
-        strokeDash=alt.StrokeDash("span:N", title="context", scale=alt.Scale(domain=[WITHIN, PAST], range=[[1, 0], [5, 3]])),
+        strokeDash=alt.StrokeDash("span:N", title="context", scale=alt.Scale(domain=[WITHIN, PAST], range=[[1, 0], [5, 3]]),
+                                  legend=alt.Legend(orient="bottom", direction="vertical")),
     ).add_params(highlight)
     # the ring in the line's colour; filled with it within the maximum context, white past it (the
     # fill's scale is the colour's: same scheme, same sorted prompt lengths)

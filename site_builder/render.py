@@ -885,6 +885,13 @@ def _short(graph: dict) -> dict:
 
 def _methodology(site: Site, texts: dict[str, str]) -> None:
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    # a table scrolls in its own box (.table-wrap), as every other table of the site: a wide one
+    # (architecture.md's packages) made the page 698 px wide on a 390 px phone
+    for side, markup in (("table_open", '<div class="table-wrap">'), ("table_close", "")):
+        def rule(renderer, tokens, idx, options, env, _markup=markup, _side=side):
+            html = renderer.renderToken(tokens, idx, options, env)
+            return _markup + html if _side == "table_open" else html + "</div>\n"
+        md.add_render_rule(side, rule)
     items = []
     pages = {path.name: name for name, path, _ in DOCS}
 
