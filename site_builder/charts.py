@@ -128,7 +128,10 @@ def _deployment_specs(gpu_bars: int, config_bars: int) -> dict[str, dict]:
     line = alt.Chart(alt.Data(name="rows")).mark_line().encode(
         x=x, y=y, color=color, detail="span:N", opacity=opacity,
         strokeDash=alt.StrokeDash("span:N", title="context", scale=alt.Scale(domain=[WITHIN, PAST], range=[[1, 0], [5, 3]]),
-                                  legend=alt.Legend(orient="bottom", direction="vertical")),
+                                  # above the plot: beside the prompt lengths' legend it would run past
+                                  # the figure's width (a third of the page; Vega-Lite lays one orient's
+                                  # legends side by side)
+                                  legend=alt.Legend(orient="top", direction="horizontal")),
     ).add_params(highlight)
     # the ring in the line's colour; filled with it within the maximum context, white past it (the
     # fill's scale is the colour's: same scheme, same sorted prompt lengths)

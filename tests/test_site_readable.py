@@ -100,6 +100,13 @@ def test_legends_name_things_in_words(tab, base):  # noqa: F811
     tab.page.locator("#chart-roofline").scroll_into_view_if_needed()
     tab.page.wait_for_selector("#chart-roofline svg g.role-legend", state="attached")
     legends = tab.page.evaluate("() => [...document.querySelectorAll('svg g.role-legend text')].map(t => t.textContent)")
+    # and every legend lies inside its chart's drawing (two legends side by side below the batch
+    # chart ran past its figure, the second cut off)
+    outside = tab.page.evaluate("""() => [...document.querySelectorAll('.chart svg g.role-legend')].filter(g => {
+        const r = g.getBoundingClientRect(), s = g.ownerSVGElement.getBoundingClientRect();
+        return r.left < s.left - 1 || r.right > s.right + 1 || r.top < s.top - 1 || r.bottom > s.bottom + 1;
+      }).map(g => g.closest('.chart').id + ': ' + g.textContent)""")
+    assert not outside, outside
     tab.goto(base + f"models/{DEEPSEEK}/")
     tab.page.locator("#chart-model-kv").scroll_into_view_if_needed()
     tab.page.wait_for_selector("#chart-model-kv svg g.role-legend", state="attached")
@@ -142,8 +149,8 @@ def test_front_chart_no_gpu_confined_to_the_bottom(tab, base):  # noqa: F811
     """Issue 41 "the front chart readable": no GPU's line lies wholly in the bottom 5 % of the plot
     (on the linear axes of old one fast GPU, ~15k tokens/s per GPU, squashed ten of twelve into the
     bottom band while it filled the plot). Read off the drawn SVG: each line's highest point against
-    the plot's extent (its grid lines)."""
-    _deploy(tab, base)
+    the plot's extent (its grid lines). Llama-3.1-8B: both GPUs of the test grid serve it."""
+    _deploy(tab, base, f"models/{LLAMA}/deploy/?gpu=H100&cfg=1x+tp1&fw=vllm&kv=bf16")
     tab.page.locator("#chart-front").scroll_into_view_if_needed()
     tab.page.wait_for_selector("#chart-front[data-ready] svg g.mark-line path", state="attached")
     got = tab.page.evaluate("""() => {
