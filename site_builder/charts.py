@@ -121,7 +121,8 @@ def _deployment_specs(gpu_bars: int, config_bars: int) -> dict[str, dict]:
     # its legend: a line in each colour (the points' rings would read as "past max context", the
     # hollow mark), below the plot so the plot keeps the figure's width
     color = alt.Color("input_len:O", title="prompt tokens", scale=alt.Scale(scheme=SERIES_COLORS),
-                      legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5, orient="bottom", direction="horizontal"))
+                      legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5, orient="bottom", direction="horizontal",
+                                        columns=4))
     x = alt.X("batch:Q", scale=alt.Scale(type="log", base=2), title="batch (requests per replica)")
     y = alt.Y("tokens_per_s_per_gpu:Q", title="decode tokens/s per GPU", axis=_axis(""))
     opacity = alt.condition(highlight, alt.value(1.0), alt.value(0.2))
@@ -209,8 +210,13 @@ def _kv_line(data: alt.Data) -> alt.Chart:
     return alt.Chart(data).mark_line(point=True).encode(
         x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=ticks, title="context (tokens)"),
         y=alt.Y("bytes:Q", scale=alt.Scale(type="log"), axis=_axis("B"), title="bytes per request (BF16 KV)"),
-        color=alt.Color("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
-        strokeDash=alt.StrokeDash("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
+        # the parts the rows hold, in KV_PARTS's order: a legend entry for a part with no line (a model
+        # without recurrent state listed "state (flat)") would name nothing drawn
+        # (one legend, the colour's, drawn as lines: Vega-Lite merges a dash legend with it only over
+        # a fixed domain, and a second legend beside it ran past the chart's width)
+        color=alt.Color("part:N", title="part", sort=list(KV_PARTS.values()),
+                        legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5)),
+        strokeDash=alt.StrokeDash("part:N", title="part", sort=list(KV_PARTS.values()), legend=None),
         shape=alt.Shape("span:N", title="context", scale=alt.Scale(domain=[WITHIN, PAST])),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
         tooltip=[alt.Tooltip("part:N", title="part"), alt.Tooltip("context:Q", title="context (tokens)", format=","),

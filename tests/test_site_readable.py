@@ -110,6 +110,11 @@ def test_legends_name_things_in_words(tab, base):  # noqa: F811
     tab.goto(base + f"models/{DEEPSEEK}/")
     tab.page.locator("#chart-model-kv").scroll_into_view_if_needed()
     tab.page.wait_for_selector("#chart-model-kv svg g.role-legend", state="attached")
+    # a legend lists only what is drawn: DeepSeek-V3 holds no recurrent state, so no "state (flat)"
+    parts = tab.page.evaluate("""() => [...document.querySelectorAll('#chart-model-kv svg g.role-legend')]
+        .filter(g => g.querySelector('.role-legend-title').textContent === 'part')
+        .flatMap(g => [...g.querySelectorAll('.role-legend-label text')].map(t => t.textContent))""")
+    assert parts == ["KV (grows with context)", "total"], parts
     legends += tab.page.evaluate("() => [...document.querySelectorAll('svg g.role-legend text')].map(t => t.textContent)")
     assert "past max context (extrapolated)" in legends, legends
     assert not {"true", "false"} & set(legends), legends
