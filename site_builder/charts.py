@@ -136,13 +136,21 @@ def _deployment_specs(gpu_bars: int, config_bars: int) -> dict[str, dict]:
     highlight = alt.selection_point(fields=["input_len"], bind="legend")
     # one colour per prompt length from a categorical scheme (an ordinal field's default is one
     # hue's shades); a dashed line past the maximum context, and hollow points there only
-    color = alt.Color("input_len:O", title="prompt tokens", scale=alt.Scale(scheme=SERIES_COLORS))
+    # its legend: a line in each colour (the points' rings would read as "past max context", the
+    # hollow mark), below the plot so the plot keeps the figure's width
+    color = alt.Color("input_len:O", title="prompt tokens", scale=alt.Scale(scheme=SERIES_COLORS),
+                      legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5, orient="bottom", direction="horizontal",
+                                        columns=4))
     x = alt.X("batch:Q", scale=alt.Scale(type="log", base=2), title="batch (requests per replica)")
     y = alt.Y("tokens_per_s_per_gpu:Q", title="decode tokens/s per GPU", axis=_axis(""))
     opacity = alt.condition(highlight, alt.value(1.0), alt.value(0.2))
     line = alt.Chart(alt.Data(name="rows")).mark_line().encode(
         x=x, y=y, color=color, detail="span:N", opacity=opacity,
-        strokeDash=alt.StrokeDash("span:N", title="context", scale=alt.Scale(domain=[WITHIN, PAST], range=[[1, 0], [5, 3]])),
+        strokeDash=alt.StrokeDash("span:N", title="context", scale=alt.Scale(domain=[WITHIN, PAST], range=[[1, 0], [5, 3]]),
+                                  # above the plot: beside the prompt lengths' legend it would run past
+                                  # the figure's width (a third of the page; Vega-Lite lays one orient's
+                                  # legends side by side)
+                                  legend=alt.Legend(orient="top", direction="horizontal")),
     ).add_params(highlight)
     # the ring in the line's colour; filled with it within the maximum context, white past it (the
     # fill's scale is the colour's: same scheme, same sorted prompt lengths)
@@ -220,8 +228,13 @@ def _kv_line(data: alt.Data) -> alt.Chart:
     return alt.Chart(data).mark_line(point=True).encode(
         x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=ticks, title="context (tokens)"),
         y=alt.Y("bytes:Q", scale=alt.Scale(type="log"), axis=_axis("B"), title="bytes per request (BF16 KV)"),
-        color=alt.Color("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
-        strokeDash=alt.StrokeDash("part:N", title="part", scale=alt.Scale(domain=list(KV_PARTS.values()))),
+        # the parts the rows hold, in KV_PARTS's order: a legend entry for a part with no line (a model
+        # without recurrent state listed "state (flat)") would name nothing drawn
+        # (one legend, the colour's, drawn as lines: Vega-Lite merges a dash legend with it only over
+        # a fixed domain, and a second legend beside it ran past the chart's width)
+        color=alt.Color("part:N", title="part", sort=list(KV_PARTS.values()),
+                        legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5)),
+        strokeDash=alt.StrokeDash("part:N", title="part", sort=list(KV_PARTS.values()), legend=None),
         shape=alt.Shape("span:N", title="context", scale=alt.Scale(domain=[WITHIN, PAST])),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
         tooltip=[alt.Tooltip("part:N", title="part"), alt.Tooltip("context:Q", title="context (tokens)", format=","),
@@ -287,52 +300,96 @@ def _fill(node, data: dict[str, list], names: tuple[str, str]):
     return node
 
 
+#: The most variants one contract chart draws in colour (a legend a reader matches by eye); a contract
+#: of more is drawn as small multiples (:func:`contract_panels`), the other variants grey behind.
+PANEL_LINES = 5
+#: The colours of one panel's variants (tableau10's first five: hues a reader tells apart), each with its
+#: own dash; and the grey of the other variants drawn behind them for context.
+PANEL_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2"]
+CONTEXT_GREY = "#c9ced4"
+
+
+#: The name of a contract's rows (variant, context, kv_bytes, prefill_s, decode_s) in its specs: given
+#: once beside them (``contract_specs``'s "datasets"), every panel's spec reads them by this name.
+CONTRACT_ROWS = "contract_rows"
+
+
+def contract_panels(contract: dict) -> list[list[str]]:
+    """The variants of ``contract`` split into the fewest panels of at most :data:`PANEL_LINES`,
+    in the contract's order (its variants are listed family by family), the panels as even as
+    that allows (13 variants: 5, 4, 4)."""
+    names = [v["name"] for v in contract["variants"]]
+    n = max(1, -(-len(names) // PANEL_LINES))
+    size, extra = divmod(len(names), n)
+    out, at = [], 0
+    for i in range(n):
+        k = size + (1 if i < extra else 0)
+        out.append(names[at:at + k])
+        at += k
+    return out
+
+
 @_built
-def contract_specs(contract: dict) -> dict[str, dict]:
+def contract_specs(contract: dict) -> dict:
     """KV (and recurrent state) per request, prefill time and decode step vs context for every
-    variant of a contract, data embedded as built. Log-log: flat recurrent states (MB) and caches
-    growing to GB, microsecond and minute steps share one plot; ticks at the contract's lengths,
-    labelled in binary units (1K, 1M); the legend below the plot (it names a dozen variants). The
-    KV chart marks every crossing point the build solved (``crossings``) with a diamond whose
-    tooltip names the pair, the length and the bytes there."""
+    variant of a contract, its rows given once (``datasets``, named :data:`CONTRACT_ROWS`; the
+    page adds them to each spec, static/js/charts.js): per chart, one spec per panel of
+    :func:`contract_panels`, each drawing its variants (at most :data:`PANEL_LINES`) in colour and
+    dash with a legend, and every other variant as a thin grey line behind (its tooltip still names
+    it), on the same axes. Log-log: flat recurrent states (MB) and caches growing to GB,
+    microsecond and minute steps share one plot; ticks at the contract's lengths, labelled in
+    binary units (1K, 1M). The KV chart marks every crossing point the build solved
+    (``crossings``) that involves one of the panel's variants with a diamond whose tooltip names
+    the pair, the length and the bytes there."""
     rows = []
     for v in contract["variants"]:
         for length, kv, prefill, decode in zip(contract["lengths"], v["kv_bytes_per_request"], v["prefill_s"],
                                                v["decode_s"]):
             rows.append({"variant": v["name"], "context": length, "kv_bytes": kv, "prefill_s": prefill,
                          "decode_s": decode})
-    data = alt.Data(values=rows)
-    pick = alt.selection_point(fields=["variant"], bind="legend")
+    data = alt.Data(name=CONTRACT_ROWS)     # the rows once per contract ("datasets"), not once per panel
     ticks = alt.Axis(values=contract["lengths"], labelExpr="datum.value >= 1048576 ? "
                      "(datum.value / 1048576) + 'M' : (datum.value / 1024) + 'K'")
     legend = alt.Legend(orient="bottom", columns=1, labelLimit=400, symbolStrokeWidth=2)
+    x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=ticks, title="context (tokens)")
 
-    def line(field: str, title: str, unit: str) -> alt.Chart:
-        return (alt.Chart(data).transform_calculate(shown=human(f"datum.{field}", unit)).mark_line(point=True).encode(
-            x=alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=ticks, title="context (tokens)"),
-            y=alt.Y(f"{field}:Q", title=title, scale=alt.Scale(type="log"), axis=_axis(unit)),
-            color=alt.Color("variant:N", title="variant", sort=None, scale=alt.Scale(scheme="tableau20"),
-                            legend=legend),
-            strokeDash=alt.StrokeDash("variant:N", title="variant", sort=None, legend=legend),
-            opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)),
-            tooltip=[alt.Tooltip("variant:N", title="variant"), alt.Tooltip("context:Q", title="context (tokens)", format=","),
-                     alt.Tooltip("shown:N", title=title)]).add_params(pick))
-    # the crossing points (contracts.json "crossings", solved by the build): one diamond each, its
-    # tooltip naming the pair, the length and the bytes there; no colour field, so no legend entry
-    cross = alt.Data(values=[{"pair": f"{c['a_name']} × {c['b_name']}", "context": c["length"], "kv_bytes": c["bytes"],
-                              "exact": c["length_exact"], "above": c["above_name"]}
-                             for c in contract.get("crossings", [])])
-    marks = (alt.Chart(cross).transform_calculate(shown=human("datum.kv_bytes", "B"))
-             .mark_point(shape="diamond", size=70, filled=True, color="#1b1f24", opacity=0.85)
-             .encode(x="context:Q", y="kv_bytes:Q",
-                     tooltip=[alt.Tooltip("pair:N", title="crossing"),
-                              alt.Tooltip("context:Q", title="at context (tokens)", format=",.1~f"),
-                              alt.Tooltip("exact:N", title="exactly (tokens)"), alt.Tooltip("shown:N", title="bytes there"),
-                              alt.Tooltip("above:N", title="holds more past it")]).properties(name="crossings"))
-    size = {"width": "container", "height": 260}
-    kv = alt.layer(line("kv_bytes", "KV + state bytes per request (one layer)", "B"), marks).properties(**size)
-    return {"kv": _spec(kv), "prefill": _spec(line("prefill_s", "prefill time, SOL", "s").properties(**size)),
-            "decode": _spec(line("decode_s", "decode step at this context, SOL", "s").properties(**size))}
+    def line(field: str, title: str, unit: str, panel: list[str]) -> alt.LayerChart:
+        pick = alt.selection_point(fields=["variant"], bind="legend")
+        y = alt.Y(f"{field}:Q", title=title, scale=alt.Scale(type="log"), axis=_axis(unit))
+        tip = [alt.Tooltip("variant:N", title="variant"), alt.Tooltip("context:Q", title="context (tokens)", format=","),
+               alt.Tooltip("shown:N", title=title)]
+        shown = alt.Chart(data).transform_calculate(shown=human(f"datum.{field}", unit))
+        inside = alt.FieldOneOfPredicate(field="variant", oneOf=panel)
+        behind = (shown.transform_filter(alt.LogicalNotPredicate(**{"not": inside}))
+                  .mark_line(color=CONTEXT_GREY, strokeWidth=1).encode(x=x, y=y, detail="variant:N", tooltip=tip))
+        scale = alt.Scale(domain=panel, range=PANEL_COLORS[:len(panel)])
+        front = (shown.transform_filter(inside).mark_line(point=True).encode(
+            x=x, y=y, color=alt.Color("variant:N", title="variant", sort=None, scale=scale, legend=legend),
+            strokeDash=alt.StrokeDash("variant:N", title="variant", sort=None, scale=alt.Scale(domain=panel), legend=legend),
+            opacity=alt.condition(pick, alt.value(1.0), alt.value(0.2)), tooltip=tip).add_params(pick))
+        return alt.layer(behind, front) if len(panel) < len(contract["variants"]) else alt.layer(front)
+
+    def marks(panel: list[str]) -> alt.Chart:
+        # the crossing points (contracts.json "crossings", solved by the build) of the panel's variants:
+        # one diamond each, its tooltip naming the pair, the length and the bytes there; no colour field
+        cross = alt.Data(values=[{"pair": f"{c['a_name']} × {c['b_name']}", "context": c["length"], "kv_bytes": c["bytes"],
+                                  "exact": c["length_exact"], "above": c["above_name"]}
+                                 for c in contract.get("crossings", []) if c["a_name"] in panel or c["b_name"] in panel])
+        return (alt.Chart(cross).transform_calculate(shown=human("datum.kv_bytes", "B"))
+                .mark_point(shape="diamond", size=70, filled=True, color="#1b1f24", opacity=0.85)
+                .encode(x="context:Q", y="kv_bytes:Q",
+                        tooltip=[alt.Tooltip("pair:N", title="crossing"),
+                                 alt.Tooltip("context:Q", title="at context (tokens)", format=",.1~f"),
+                                 alt.Tooltip("exact:N", title="exactly (tokens)"), alt.Tooltip("shown:N", title="bytes there"),
+                                 alt.Tooltip("above:N", title="holds more past it")]).properties(name="crossings"))
+    size = {"width": "container", "height": 240}
+    panels = contract_panels(contract)
+    return {"datasets": {CONTRACT_ROWS: rows},
+            "kv": [_spec(alt.layer(line("kv_bytes", "KV + state bytes per request (one layer)", "B", p), marks(p))
+                         .properties(**size)) for p in panels],
+            "prefill": [_spec(line("prefill_s", "prefill time, SOL", "s", p).properties(**size)) for p in panels],
+            "decode": [_spec(line("decode_s", "decode step at this context, SOL", "s", p).properties(**size))
+                       for p in panels]}
 
 
 #: The roofline's slope runs from ridge / ROOF_LEFT to the ridge, its flat roof on to ridge x ROOF_RIGHT

@@ -197,6 +197,16 @@ def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
     return table.filter(pl.col("model_id") == model_id).select(columns).collect()
 
 
+def front_files(results: Results, model_id: str) -> dict[tuple[str, str, int, int], dict]:
+    """The model's grid fronts as the deploy page draws them (engine.build.steady.front_points), per
+    (framework, KV dtype, prompt, output): what its throughput/interactivity chart fetches, one small
+    file per selection, instead of every config's formulas."""
+    from engine.build.steady import front_points
+    part = results.root / "deployments" / f"model={slug(model_id)}" / "part.parquet"
+    table = pl.scan_parquet(part) if part.is_file() else results.deployments.filter(pl.col("model_id") == model_id)
+    return front_points(table)
+
+
 def config_twins(results: Results, model_id: str) -> list[dict[str, Any]]:
     """The model's parallel configs identical in every deployment row (site_builder.twins), with the
     note the deploy page prints beside them."""

@@ -38,6 +38,7 @@ from engine.spec.errors import SpecError, Where
 from site_builder import charts, graph_svg, graphs, sizing
 from site_builder import downloads, landscape
 from site_builder.data import (Results, compact_json, config_twins, deploy_formulas, deployment_options, deployment_rows,
+                               front_files,
                                expected_ops,
                                gallery_index, lineages, read_json, slug, split_formulas, trait_index)
 from site_builder.graph_svg import diff_graphs, render_svg, svg_size
@@ -638,10 +639,16 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
                 o.update({k: f[k] for k in ("cfg", "file", "limits", "reserve", "overlap", "admission", "prefill", "decode", "mtp") if k in f})
     grid = {k: decode[c].unique().sort().to_list() for k, c in
             (("inputs", "input_len"), ("outputs", "output_len"), ("batches", "batch"))}
+    # the grid's fronts, one small file per (framework, KV dtype, prompt, output): the front chart at a
+    # grid point fetches its one file; off the grid (or with MTP drafting) it evaluates the configs
+    fronts = []
+    for (fw, kv, prompt, output), table in front_files(results, model_id).items():
+        site.gzip_json(f"data/deploy/{name}/{FRONTS_DIR}/{fw}-{kv}-{prompt}-{output}.json.gz", table)
+        fronts.append([fw, kv, prompt, output])
     site.gzip_json(f"data/deploy/{name}/index.json.gz",
                    {"options": options, "weight_formulas": weight_formulas, "best": best.to_dicts(),
                     "twins": config_twins(results, model_id),
-                    "best_per_gpu": per_gpu.to_dicts(), "grid": grid, "model": model,
+                    "best_per_gpu": per_gpu.to_dicts(), "grid": grid, "model": model, "fronts": fronts,
                     "output_len": int(decode["output_len"].min()) if decode.height else 0})
     # each op's expected time and its measured source at the grid's per-op points (ops.parquet), for the
     # per-op table: fetched when a selection is one of those points
@@ -664,6 +671,8 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
 #: pages) rather than in every page's HTML (17 KB a page): the chart specs that do not depend on the
 #: model, the Parquet column docs behind the summary's numbers, and the roofline's GPU figures.
 DEPLOY_SHARED = "data/deploy/page.json.gz"
+#: The folder of a model's precomputed grid fronts under data/deploy/<model>/ (:func:`_deploy`).
+FRONTS_DIR = "fronts"
 #: The deploy page's specs that stay in its own page data: the bar charts, sized for its model.
 PAGE_SPECS = ("gpus", "ep")
 
@@ -753,8 +762,9 @@ def _components(site: Site, inputs: dict) -> None:
             items.append({"href": f"diff/{a}--{b}/", "label": f"graph diff: {a} vs {b}", "note": ""})
     contracts = inputs["contracts"]
     specs = {slot: charts.contract_specs(c) for slot, c in contracts.items()}
+    contracts = {slot: {**c, "panels": charts.contract_panels(c)} for slot, c in contracts.items()}
     site.page("components", "components.html", "Components", {"page": "components", "specs": specs},
-              items=items, contracts=contracts, paged=set(names),
+              items=items, contracts=contracts, paged=set(names), panel_lines=charts.PANEL_LINES,
               intro="The token mixers (attention and its linear-time successors) side by side under one fixed "
                     "contract; the attention components the corpus uses drawn as instantiated in the models, "
                     "and graph diffs between every pair.")
@@ -878,6 +888,13 @@ def _short(graph: dict) -> dict:
 
 def _methodology(site: Site, texts: dict[str, str]) -> None:
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    # a table scrolls in its own box (.table-wrap), as every other table of the site: a wide one
+    # (architecture.md's packages) made the page 698 px wide on a 390 px phone
+    for side, markup in (("table_open", '<div class="table-wrap">'), ("table_close", "")):
+        def rule(renderer, tokens, idx, options, env, _markup=markup, _side=side):
+            html = renderer.renderToken(tokens, idx, options, env)
+            return _markup + html if _side == "table_open" else html + "</div>\n"
+        md.add_render_rule(side, rule)
     items = []
     pages = {path.name: name for name, path, _ in DOCS}
 

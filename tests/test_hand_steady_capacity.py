@@ -187,3 +187,34 @@ def test_grid_keeps_and_fronts_the_steady_capacity(tmp_path):
     assert rows["fits"].to_list() == [True, False, False]
     assert rows["fits_steady"].to_list() == [True, True, True]
     assert rows["on_front"].to_list() == [True, True, True]
+
+
+def test_front_points_are_the_flagged_rows_by_hand():
+    """engine.build.steady.front_points, what the deploy page's front chart fetches at a grid point:
+    per (framework, KV dtype, prompt, output) the decode rows flagged on_front, with steady tokens/s
+    per GPU = batch / tpot_mean_s / n_gpus and tokens/s per user = 1 / tpot_mean_s (hand values
+    below), tpot_s the steady TPOT and tpot_last_s the worst case, by GPU then fastest user first;
+    a (framework, KV dtype, prompt, output) with no flagged row still has its (empty) entry."""
+    import polars as pl
+    from engine.build.steady import front_points
+
+    def row(gpu, n, batch, tpot_mean, on, phase="decode", prompt=1024):
+        return {"gpu": gpu, "n_gpus": n, "config": f"tp{n}", "batch": batch, "framework": "vllm", "kv_dtype": "bf16",
+                "input_len": prompt, "output_len": 256, "phase": phase, "on_front": on, "ttft_s": 0.5,
+                "tpot_mean_s": tpot_mean, "tpot_s": tpot_mean * 1.25, "max_concurrent_requests_steady": 40,
+                "max_concurrent_requests": 30}
+    table = pl.DataFrame([row("H100", 2, 8, 0.02, True), row("B200", 1, 1, 0.004, True), row("H100", 2, 1, 0.01, True),
+                          row("H100", 2, 4, 0.015, False), row("H100", 2, 8, 0.02, False, phase="prefill"),
+                          row("H100", 2, 1, 0.01, False, prompt=8192)])
+    out = front_points(table)
+    assert set(out) == {("vllm", "bf16", 1024, 256), ("vllm", "bf16", 8192, 256)}
+    assert out[("vllm", "bf16", 8192, 256)]["rows"] == []
+    got = [dict(zip(out[("vllm", "bf16", 1024, 256)]["columns"], r)) for r in out[("vllm", "bf16", 1024, 256)]["rows"]]
+    assert [(r["gpu"], r["batch"]) for r in got] == [("B200", 1), ("H100", 1), ("H100", 8)]
+    # B200, 1 GPU, batch 1 at 4 ms: 1 / 0.004 / 1 = 250 tokens/s per GPU and per user
+    # H100, 2 GPUs: batch 1 at 10 ms -> 1 / 0.01 / 2 = 50 per GPU, 100 per user;
+    #               batch 8 at 20 ms -> 8 / 0.02 / 2 = 200 per GPU, 50 per user
+    assert [round(r["tokens_per_s_per_gpu"], 9) for r in got] == [250.0, 50.0, 200.0]
+    assert [round(r["tokens_per_s_per_user"], 9) for r in got] == [250.0, 100.0, 50.0]
+    assert [r["tpot_last_s"] for r in got] == [0.004 * 1.25, 0.01 * 1.25, 0.02 * 1.25]
+    assert {(r["max_concurrent_requests"], r["max_concurrent_requests_worst"]) for r in got} == {(40, 30)}

@@ -67,6 +67,16 @@ def _form(tab) -> dict:
                              ".map(k => [k, document.querySelector('#pick [name=' + k + ']').value]))")
 
 
+def _card(tab, label: str) -> str:
+    return tab.page.locator(f"#summary dl.cards > div:has(dt:text-is('{label}')) dd").inner_text()
+
+
+#: Issue 38/41: the cards lead with the steady state of continuous batching (the basis of every front,
+#: engine.build.steady.FRONT_BASIS), each with its worst case (every request at its last token) next.
+LEAD = ["Fits, steady state", "Fits, worst case", "Max concurrent requests, steady state",
+        "Max concurrent requests, worst case", "TPOT, mean over the output", "TPOT, last token"]
+
+
 def test_capacities_by_hand(caps):
     assert caps[("H100", 1)] == ONE_H100 and caps[("H100", 2)] == TWO_H100
     assert caps[("H200", 1)] >= 512                      # 143 GB: one H200 holds the batch
@@ -86,13 +96,14 @@ def test_batch_over_capacity_is_explained_and_points_to_configs(browser, base, c
         links = tab.page.locator("#capacity ul.holders a")
         assert links.all_inner_texts() == [f"H100 2x tp2 (capacity {TWO_H100})"]
         # the point is computed all the same (as `archledger deploy` prints it): it does not fit
-        assert tab.page.locator("#summary dl.cards > div").first.locator("dd").inner_text().startswith("no — short by")
+        assert _card(tab, "Fits, worst case").startswith("no — short by")
         links.first.click()
         tab.page.wait_for_function("() => document.querySelector('#pick [name=cfg]').value === '2x tp2'"
                                    " && document.querySelectorAll('#summary dl.cards').length === 1")
         assert _form(tab) == {"gpu": "H100", "cfg": "2x tp2", "input": "1024", "batch": "512"}
         tab.page.wait_for_function("() => document.getElementById('capacity').innerText.trim() === ''")
-        assert tab.page.locator("#summary dl.cards > div").first.locator("dd").inner_text() == "yes"
+        assert _card(tab, "Fits, worst case") == "yes"
+        assert tab.page.locator("#summary dl.cards > div > dt").all_inner_texts()[:len(LEAD)] == LEAD
         assert tab.page.locator("#membar .seg").count() == 4
         assert not tab.errors, tab.errors
     finally:

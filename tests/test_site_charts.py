@@ -71,3 +71,49 @@ def test_gpu_colours_tell_twelve_gpus_apart():
     front = charts.front_spec()["encoding"]["color"]["scale"]
     bars = charts.deployment_specs()["gpus"]["encoding"]["color"]["scale"]
     assert front == bars == {"range": charts.GPU_COLORS}
+
+
+def _coloured_lines(spec: dict, rows: list[dict]) -> set[str]:
+    """The variants a contract chart spec draws as coloured lines: for each of its layers with a
+    colour field, the rows its filters keep (a field-oneOf predicate, or none), by the rule of
+    Vega-Lite's filter transform, read off the spec rather than from the code that wrote it."""
+    out: set[str] = set()
+    if "layer" in spec:                  # a layer of layers (the KV chart: the lines, then the crossings)
+        for layer in spec["layer"]:
+            out |= _coloured_lines(layer, rows)
+        return out
+    for layer in [spec]:
+        color = layer.get("encoding", {}).get("color", {})
+        if "field" not in color:
+            continue
+        keep = [r[color["field"]] for r in rows]
+        for t in layer.get("transform", []):
+            f = t.get("filter")
+            if isinstance(f, dict) and "oneOf" in f:
+                keep = [v for v in keep if v in f["oneOf"]]
+            elif isinstance(f, dict) and "not" in f:
+                keep = [v for v in keep if v not in f["not"]["oneOf"]]
+        out |= set(keep)
+    return out
+
+
+def test_components_charts_draw_at_most_five_lines_in_colour_and_every_variant_somewhere():
+    """Issue 41 item 4: a contract of 14 variants drawn as 14 coloured lines cannot be read. Each
+    chart the components page draws (KV, prefill, decode; every panel) colours at most 5 variants
+    (a legend matched by eye), and each variant is coloured in exactly one panel of each chart
+    (none lost, none twice); 14 variants take 3 panels (ceil(14 / 5)), even in size (5, 5, 4)."""
+    names = [f"variant {i}" for i in range(14)]
+    contract = {"lengths": [1024, 4096, 16384],
+                "variants": [{"name": n, "kv_bytes_per_request": [1e6 * (i + 1)] * 3, "prefill_s": [0.01] * 3,
+                              "decode_s": [0.001] * 3} for i, n in enumerate(names)],
+                "crossings": []}
+    specs = charts.contract_specs(contract)
+    rows = specs["datasets"][charts.CONTRACT_ROWS]
+    assert {r["variant"] for r in rows} == set(names)
+    for kind in ("kv", "prefill", "decode"):
+        panels = [_coloured_lines(s, rows) for s in specs[kind]]
+        assert [len(p) for p in panels] == [5, 5, 4], (kind, panels)
+        assert set().union(*panels) == set(names) and sum(len(p) for p in panels) == 14
+    # a contract of five or fewer is one panel with no grey lines behind it
+    assert [len(_coloured_lines(s, charts.contract_specs(CONTRACT)["datasets"][charts.CONTRACT_ROWS]))
+            for s in charts.contract_specs(CONTRACT)["kv"]] == [2]

@@ -92,6 +92,29 @@ def test_deploy_page_loads_the_chart_library_once_for_all_its_charts(tab, base):
     assert not tab.errors, tab.errors
 
 
+def test_deploy_page_read_to_its_end_fetches_one_config_and_one_front(tab, base):  # noqa: F811
+    """Item 7: a deploy page read to its end (every chart drawn) at a grid point fetches the formulas
+    of the selected config only, and its throughput/interactivity front as one file of the build's
+    fronts (data/deploy/<model>/fronts/<fw>-<kv>-<input>-<output>.json.gz); before, the front chart
+    fetched every config's formulas (DeepSeek-V3: 39 files). Off the grid's lengths the front is
+    evaluated from the configs' formulas (tests/test_site_offgrid.py), fetched only then."""
+    requested: list[str] = []
+    tab.page.on("request", lambda r: requested.append(r.url))
+    slug = DEEPSEEK
+    tab.goto(f"{base}models/{slug}/deploy/?gpu=H100&fw=vllm&kv=bf16&input=1024&output=256&batch=1")
+    scroll_through(tab.page)
+    tab.page.wait_for_selector("#chart-front[data-ready] svg .role-mark", state="attached")
+    mine = [u.split(f"data/deploy/{slug}/", 1)[1] for u in requested if f"data/deploy/{slug}/" in u]
+    shared = {"index.json.gz", "expected.json.gz"}
+    configs = [u for u in mine if u not in shared and not u.startswith("fronts/")]
+    fronts = [u for u in mine if u.startswith("fronts/")]
+    assert len(configs) == 1, mine
+    assert fronts == ["fronts/vllm-bf16-1024-256.json.gz"], mine
+    rows = tab.page.evaluate("() => window.archDeploy.fronts")
+    assert rows and {"gpu", "n_gpus", "config", "batch", "tokens_per_s_per_gpu", "tokens_per_s_per_user"} <= set(rows[0])
+    assert not tab.errors, tab.errors
+
+
 # -- item 8: keyboard ----------------------------------------------------------------------------------
 
 def test_model_page_under_100_tab_stops_with_every_formula_reachable(tab, base):  # noqa: F811

@@ -130,8 +130,8 @@ def test_page_equals_archledger_deploy_mtp(tab, base, point):
     assert tab.page.locator("#pick [name=mtp]").is_visible() and tab.page.locator("#pick [name=acc]").is_visible()
     assert f"&mtp={k}&acc={a}" in tab.page.url
     shown = _cards(tab)
-    assert shown["Max concurrent requests"] == str(summary["max_concurrent_requests"])
-    assert ("Decode step" in shown) == bool(k) and "Tokens/s per user" in shown
+    assert shown["Max concurrent requests, worst case"] == str(summary["max_concurrent_requests"])
+    assert ("Decode step" in shown) == bool(k) and "Tokens/s per user, last token" in shown and "Tokens/s per user, steady state" in shown
     assert not tab.errors, tab.errors
 
 
@@ -157,7 +157,7 @@ def test_tpot_tooltip_shows_E(tab, base):
     mtp_num_hidden_layers, the spec's n_mtp_layers)."""
     want = _cli({}, "bf16", 3000, 500, 7, 1, 0.7)["deployment"]
     _page(tab, base, "1x tp1", "bf16", 3000, 500, 7, 1, 0.7)
-    tab.page.locator("#summary dl.cards > div:has(dt:text-is('TPOT')) .num").hover()
+    tab.page.locator("#summary dl.cards > div:has(dt:text-is('TPOT, last token')) .num").hover()
     tip = tab.page.locator("#tip")
     tip.wait_for(state="visible", timeout=5_000)
     text = tip.inner_text()

@@ -257,14 +257,14 @@ def test_deployment_selection_shows_its_rows(browser, base, tables):
         cards = tab.page.locator("#summary dl.cards > div")
         shown = {cards.nth(i).locator("dt").inner_text(): cards.nth(i).locator("dd").inner_text()
                  for i in range(cards.count())}
-        assert dec["fits"] and shown["Fits"] == "yes"
+        assert dec["fits"] and shown["Fits, worst case"] == "yes"
         _shows(shown["TTFT"], dec["ttft_s"], _TIME)
-        _shows(shown["TPOT"], dec["tpot_s"], _TIME)
+        _shows(shown["TPOT, last token"], dec["tpot_s"], _TIME)
         # the lower bounds beside the estimates: the grid's columns, shown as they are
         _shows(shown["TTFT lower bound"], dec["ttft_bound_s"], _TIME)
-        _shows(shown["TPOT lower bound"], dec["tpot_bound_s"], _TIME)
-        _shows(shown["Decode tokens/s per GPU"], dec["tokens_per_s_per_gpu"], {"": 1.0}, digits=4)
-        assert shown["Max concurrent requests"] == str(dec["max_concurrent_requests"])
+        _shows(shown["TPOT last token lower bound"], dec["tpot_bound_s"], _TIME)
+        _shows(shown["Decode tokens/s per GPU, worst case"], dec["tokens_per_s_per_gpu"], {"": 1.0}, digits=4)
+        assert shown["Max concurrent requests, worst case"] == str(dec["max_concurrent_requests"])
         _shows(shown["Weights per GPU"], dec["weight_bytes_per_gpu"], _BYTES)
         _shows(shown["KV per request"], dec["kv_bytes_per_request"], _BYTES)
         assert shown["Decode bound"] == dec["bound"] and shown["Prefill bound"] == pre["bound"]

@@ -106,8 +106,10 @@ def test_page_equals_archledger_deploy_off_grid(tab, base, point):
     assert f"&input={prompt}&output={output}&batch={batch}" in tab.page.url
     cards = tab.page.locator("#summary dl.cards > div")
     shown = {cards.nth(i).locator("dt").inner_text(): cards.nth(i).locator("dd").inner_text() for i in range(cards.count())}
-    assert shown["Max concurrent requests"] == str(summary["max_concurrent_requests"])
-    assert shown["Fits"] == "yes" if summary["fits"] else shown["Fits"].startswith("no — short by")
+    assert shown["Max concurrent requests, worst case"] == str(summary["max_concurrent_requests"])
+    assert shown["Fits, worst case"] == "yes" if summary["fits"] else shown["Fits, worst case"].startswith("no — short by")
+    assert shown["Max concurrent requests, steady state"] == str(summary["max_concurrent_requests_steady"])
+    assert shown["Fits, steady state"] == ("yes" if summary["fits_steady"] else f"no — over the steady-state capacity of {summary['max_concurrent_requests_steady']}")
     assert tab.page.locator("#ops tbody tr").count() == len(want["ops"]["decode"])
     first = tab.page.locator("#ops tbody tr").first.locator("td").first.inner_text()
     assert first == want["ops"]["decode"][0]["op_uid"]
@@ -187,9 +189,9 @@ def test_summary_cards_show_their_rule_with_this_points_values(tab, base):
     ttft = hover("TTFT")
     assert "(prefill_steps * prefill_step + (pp - 1) * largest_step) / pp" in ttft, ttft
     assert f"prefill_steps = {want['prefill_steps']}" in ttft and "pp = 2" in ttft, ttft
-    tpot = hover("TPOT")
+    tpot = hover("TPOT, last token")
     assert "max(flops / peak, bytes / hbm_bw" in tpot and "hbm_bw = 3.35 TB/s" in tpot, tpot   # gpus/h100-sxm.yaml
-    cap = hover("Max concurrent requests")
+    cap = hover("Max concurrent requests, worst case")
     assert "dp_attn = 1" in cap and f"reserve = {units.decimal_bytes(want['reserve_bytes_per_gpu'])}" in cap, cap
     kv = hover("KV per request")                     # no rule of its own here: the column's definition, as prose
     assert not kv.startswith("=") and kv.strip(), kv

@@ -27,6 +27,7 @@ import re
 import polars as pl
 import pytest
 
+from site_builder.screenshots import scroll_through
 from tests.site_helpers import result_tables
 from tests.test_site_browser import (DEEPSEEK, LLAMA, _open, base, browser, built, site)  # noqa: F401  (fixtures)
 
@@ -72,6 +73,13 @@ def test_batch_chart_hollow_only_past_max_context(tab, base):  # noqa: F811
     assert past and within and len(past) + len(within) == len(points)
     assert all(p["fill"] == "#ffffff" for p in past), past
     assert all(p["fill"] not in ("#ffffff", "transparent", None) for p in within), within
+    # the legend's prompt lengths are not drawn as the hollow ring that means "past max context":
+    # each a line (no fill) in its colour, or a filled symbol
+    swatches = tab.page.evaluate("""() => [...document.querySelectorAll('#chart-batch g.role-legend-symbol path')]
+        .map(p => ({fill: p.getAttribute('fill'), stroke: p.getAttribute('stroke'), d: p.getAttribute('d') || ''}))""")
+    rings = [w for w in swatches if w["fill"] in ("#ffffff", "white") or (w["fill"] in ("transparent", "none", None)
+                                                                         and "A" in w["d"].upper())]
+    assert swatches and not rings, swatches
     strokes = tab.page.evaluate("""() => [...new Set([...document.querySelectorAll('#chart-batch g.mark-line.role-mark path')]
         .map(p => p.getAttribute('stroke')))]""")
     lengths = {int(m) for p in points for m in re.findall(r"prompt tokens: ([0-9,]+)", p["label"].replace(",", ""))}
@@ -92,9 +100,21 @@ def test_legends_name_things_in_words(tab, base):  # noqa: F811
     tab.page.locator("#chart-roofline").scroll_into_view_if_needed()
     tab.page.wait_for_selector("#chart-roofline svg g.role-legend", state="attached")
     legends = tab.page.evaluate("() => [...document.querySelectorAll('svg g.role-legend text')].map(t => t.textContent)")
+    # and every legend lies inside its chart's drawing (two legends side by side below the batch
+    # chart ran past its figure, the second cut off)
+    outside = tab.page.evaluate("""() => [...document.querySelectorAll('.chart svg g.role-legend')].filter(g => {
+        const r = g.getBoundingClientRect(), s = g.ownerSVGElement.getBoundingClientRect();
+        return r.left < s.left - 1 || r.right > s.right + 1 || r.top < s.top - 1 || r.bottom > s.bottom + 1;
+      }).map(g => g.closest('.chart').id + ': ' + g.textContent)""")
+    assert not outside, outside
     tab.goto(base + f"models/{DEEPSEEK}/")
     tab.page.locator("#chart-model-kv").scroll_into_view_if_needed()
     tab.page.wait_for_selector("#chart-model-kv svg g.role-legend", state="attached")
+    # a legend lists only what is drawn: DeepSeek-V3 holds no recurrent state, so no "state (flat)"
+    parts = tab.page.evaluate("""() => [...document.querySelectorAll('#chart-model-kv svg g.role-legend')]
+        .filter(g => g.querySelector('.role-legend-title').textContent === 'part')
+        .flatMap(g => [...g.querySelectorAll('.role-legend-label text')].map(t => t.textContent))""")
+    assert parts == ["KV (grows with context)", "total"], parts
     legends += tab.page.evaluate("() => [...document.querySelectorAll('svg g.role-legend text')].map(t => t.textContent)")
     assert "past max context (extrapolated)" in legends, legends
     assert not {"true", "false"} & set(legends), legends
@@ -127,6 +147,29 @@ def test_front_axes_are_logarithmic(tab, base):  # noqa: F811
         pos = [t["x"] if horizontal else t["y"] for t in ticks]
         per_decade = [(pos[i + 1] - pos[0]) / math.log10(values[i + 1] / values[0]) for i in range(len(values) - 1)]
         assert max(per_decade) - min(per_decade) < 0.05 * abs(per_decade[0]), (ticks, per_decade)   # (edge labels sit flush: a few px)
+    assert not tab.errors, tab.errors
+
+
+def test_front_chart_no_gpu_confined_to_the_bottom(tab, base):  # noqa: F811
+    """Issue 41 "the front chart readable": no GPU's line lies wholly in the bottom 5 % of the plot
+    (on the linear axes of old one fast GPU, ~15k tokens/s per GPU, squashed ten of twelve into the
+    bottom band while it filled the plot). Read off the drawn SVG: each line's highest point against
+    the plot's extent (its grid lines). Llama-3.1-8B: both GPUs of the test grid serve it."""
+    _deploy(tab, base, f"models/{LLAMA}/deploy/?gpu=H100&cfg=1x+tp1&fw=vllm&kv=bf16")
+    tab.page.locator("#chart-front").scroll_into_view_if_needed()
+    tab.page.wait_for_selector("#chart-front[data-ready] svg g.mark-line path", state="attached")
+    got = tab.page.evaluate("""() => {
+        const svg = document.querySelector('#chart-front svg');
+        const grid = [...svg.querySelectorAll('g.role-axis-grid line')].map(l => l.getBoundingClientRect());
+        const lines = [...svg.querySelectorAll('g.mark-line path')].map(p => p.getBoundingClientRect())
+          .filter(r => r.width > 0 || r.height > 0);
+        return {top: Math.min(...grid.map(r => r.top)), bottom: Math.max(...grid.map(r => r.bottom)),
+                tops: lines.map(r => r.top)};
+    }""")
+    height = got["bottom"] - got["top"]
+    assert height > 100 and len(got["tops"]) >= 2, got
+    rise = [(got["bottom"] - t) / height for t in got["tops"]]    # each line's highest point, 0 at the bottom
+    assert min(rise) > 0.05, rise
     assert not tab.errors, tab.errors
 
 
@@ -181,11 +224,12 @@ def test_identical_configs_are_explained(tab, base, built):  # noqa: F811
 
 def _pages(base):  # noqa: F811
     return ["", f"models/{DEEPSEEK}/", DS_DEPLOY, f"compare/?a={LLAMA}&b={DEEPSEEK}", "playground/",
-            "landscape/", "components/"]
+            "landscape/", "components/", "components/mla_attention/", "components/diff/gqa_attention--mla_attention/",
+            "methodology/", "methodology/architecture/", "downloads/"]
 
 
 def test_no_page_wider_than_a_phone(browser, base):  # noqa: F811
-    """At 390 px the document is no wider than the window on every page type (the compare page's
+    """At 390 px the document is no wider than the window on every page type, its charts drawn (the compare page's
     block tables scroll in their own container, the playground's swap strings wrap)."""
     tab = _open(browser)
     try:
@@ -195,6 +239,7 @@ def test_no_page_wider_than_a_phone(browser, base):  # noqa: F811
             tab.goto(base + url)
             if url.startswith("compare"):
                 tab.page.wait_for_selector("#compare .cols table", state="attached")
+            scroll_through(tab.page)          # every chart drawn (charts are drawn once in view)
             width = tab.page.evaluate("() => document.documentElement.scrollWidth")
             if width > PHONE["width"]:
                 wide[url] = width

@@ -61,6 +61,8 @@
                  { decode_step: fmt.time(d.decode_step_time_s), E: d.tokens_per_step.toPrecision(6),
                    mtp_acceptance: d.mtp_acceptance, mtp_tokens: d.mtp_tokens }],
       tokens_per_s_per_user: ["1 / tpot", { tpot: fmt.time(d.tpot_s) }],
+      tokens_per_s_per_user_steady: ["1 / tpot_mean", { tpot_mean: fmt.time(d.tpot_mean_s) }],
+      fits_steady: ["ceil(batch / dp_attn) <= capacity_steady_per_rank", { batch: d.batch, dp_attn: d.dp_attn, capacity_steady_per_rank: d.capacity_steady_per_rank }],
       tokens_per_s_per_gpu: ["batch / tpot / gpus", { batch: d.batch, tpot: fmt.time(d.tpot_s), gpus: d.gpus_per_replica }],
       max_concurrent_requests: ["dp_attn * floor((usable - weights - reserve - working_set) / kv_per_request_per_gpu)",
         { dp_attn: d.dp_attn, usable: fmt.bytes(d.usable_bytes_per_gpu), weights: fmt.bytes(d.weight_bytes_per_gpu),
@@ -121,23 +123,28 @@
     var sum = document.getElementById("summary"); sum.textContent = "";
     var docs = page.docs, dl = document.createElement("dl"); dl.className = "cards";
     var f = cardFormulas(dec);
-    var items = [["Fits", dec.fits ? 1 : 0, dec.fits ? "yes" : "no — short by " + fmt.bytes(dec.shortfall_bytes) + " per GPU", docs.fits, f.fits],
+    // The steady state of continuous batching first (the basis of every front, FRONT_BASIS: the
+    // decode step at the output's mean context, the steady-state capacity), each with its worst case
+    // (every request at its last token) beside it; then TTFT, the weights and the KV.
+    var items = [
+      ["Fits, steady state", dec.fits_steady ? 1 : 0, dec.fits_steady ? "yes" : "no — over the steady-state capacity of " + dec.max_concurrent_requests_steady, docs.fits_steady, f.fits_steady],
+      ["Fits, worst case", dec.fits ? 1 : 0, dec.fits ? "yes" : "no — short by " + fmt.bytes(dec.shortfall_bytes) + " per GPU", docs.fits, f.fits],
+      ["Max concurrent requests, steady state", dec.max_concurrent_requests_steady, String(dec.max_concurrent_requests_steady), docs.max_concurrent_requests_steady, f.max_concurrent_requests_steady],
+      ["Max concurrent requests, worst case", dec.max_concurrent_requests, String(dec.max_concurrent_requests), docs.max_concurrent_requests, f.max_concurrent_requests],
+      ["TPOT, mean over the output", dec.tpot_mean_s, fmt.time(dec.tpot_mean_s), docs.tpot_mean_s, f.tpot_mean_s],
+      ["TPOT, last token", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s, dec.mtp_tokens ? f.tpot_mtp : f.tpot_s],
+      // the lower bounds beside the schedule estimates (docs/deployment.md "Two times per point")
+      ["TPOT mean lower bound", dec.tpot_mean_bound_s, fmt.time(dec.tpot_mean_bound_s), docs.tpot_mean_bound_s],
+      ["TPOT last token lower bound", dec.tpot_bound_s, fmt.time(dec.tpot_bound_s), docs.tpot_bound_s, f.tpot_bound_s],
+      ["Decode tokens/s per GPU, steady state", dec.tokens_per_s_per_gpu_steady, dec.tokens_per_s_per_gpu_steady.toPrecision(4), docs.tokens_per_s_per_gpu_steady, f.tokens_per_s_per_gpu_steady],
+      ["Decode tokens/s per GPU, worst case", dec.tokens_per_s_per_gpu, dec.tokens_per_s_per_gpu.toPrecision(4), docs.tokens_per_s_per_gpu, f.tokens_per_s_per_gpu],
+      ["Tokens/s per user, steady state", dec.tokens_per_s_per_user_steady, dec.tokens_per_s_per_user_steady.toPrecision(4), null, f.tokens_per_s_per_user_steady],
+      ["Tokens/s per user, last token", dec.tokens_per_s_per_user, dec.tokens_per_s_per_user.toPrecision(4), null, f.tokens_per_s_per_user],
       ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s, f.ttft_s],
-      ["TPOT", dec.tpot_s, fmt.time(dec.tpot_s), docs.tpot_s, dec.mtp_tokens ? f.tpot_mtp : f.tpot_s],
-      // the lower bounds beside the schedule estimates above (docs/deployment.md "Two times per point")
-      ["TTFT lower bound", dec.ttft_bound_s, fmt.time(dec.ttft_bound_s), docs.ttft_bound_s, f.ttft_bound_s],
-      ["TPOT lower bound", dec.tpot_bound_s, fmt.time(dec.tpot_bound_s), docs.tpot_bound_s, f.tpot_bound_s]];
+      ["TTFT lower bound", dec.ttft_bound_s, fmt.time(dec.ttft_bound_s), docs.ttft_bound_s, f.ttft_bound_s]];
     if (dec.mtp_tokens)   // the step: the main stack verifying k + 1 tokens plus k draft passes
       items.push(["Decode step", dec.decode_step_time_s, fmt.time(dec.decode_step_time_s), docs.decode_step_time_s || docs.tpot_s, f.tpot_s]);
     items = items.concat([
-      ["Decode tokens/s per GPU", dec.tokens_per_s_per_gpu, dec.tokens_per_s_per_gpu.toPrecision(4), docs.tokens_per_s_per_gpu, f.tokens_per_s_per_gpu],
-      ["Tokens/s per user", dec.tokens_per_s_per_user, dec.tokens_per_s_per_user.toPrecision(4), null, f.tokens_per_s_per_user],
-      ["Max concurrent requests", dec.max_concurrent_requests, String(dec.max_concurrent_requests), docs.max_concurrent_requests, f.max_concurrent_requests],
-      ["Max concurrent requests, steady state", dec.max_concurrent_requests_steady, String(dec.max_concurrent_requests_steady), docs.max_concurrent_requests_steady, f.max_concurrent_requests_steady],
-      ["TPOT, mean over the output", dec.tpot_mean_s, fmt.time(dec.tpot_mean_s), docs.tpot_mean_s, f.tpot_mean_s],
-      // the steady TPOT's lower bound beside it (the fronts' time: engine.build.steady.FRONT_BASIS)
-      ["TPOT mean lower bound", dec.tpot_mean_bound_s, fmt.time(dec.tpot_mean_bound_s), docs.tpot_mean_bound_s],
-      ["Decode tokens/s per GPU, steady state", dec.tokens_per_s_per_gpu_steady, dec.tokens_per_s_per_gpu_steady.toPrecision(4), docs.tokens_per_s_per_gpu_steady, f.tokens_per_s_per_gpu_steady],
       ["Weights per GPU", dec.weight_bytes_per_gpu, fmt.bytes(dec.weight_bytes_per_gpu), docs.weight_bytes_per_gpu, dec.weight_formula || index.weight_formulas[combo.weight_formula]],
       ["KV per request", dec.kv_bytes_per_request, fmt.bytes(dec.kv_bytes_per_request), docs.kv_bytes_per_request]]);
     if (dec.kv_state_bytes_per_request > 0)   // a hybrid: how much of it is the flat recurrent state
@@ -299,11 +306,20 @@
       .catch(function (e) { console.error(e); document.getElementById("summary").textContent = "Could not load the data: " + e.message; });
   }
   // The throughput/interactivity chart: each GPU type's front over every GPU count, config and
-  // batch the grid evaluates at this point's prompt and output length (deploy_eval.js fronts: the
-  // configs' own formulas, so at any length), for this framework, KV dtype and MTP drafting. It
-  // fetches every config file of the model and evaluates them all: drawn once the chart scrolls into
-  // view (site.js archWhenSeen, the watch that loads the chart library; a selection loads only its
-  // own file), then again only when those selections change.
+  // batch the grid evaluates at this point's prompt and output length, for this framework, KV dtype
+  // and MTP drafting. At a grid point without drafting it is the build's own front (the rows
+  // deployments.parquet flags on_front, engine.build.steady.front_points): one small file,
+  // data/deploy/<model>/fronts/<fw>-<kv>-<input>-<output>.json.gz. Elsewhere deploy_eval.js fronts
+  // evaluates every config's formulas (every config file fetched): only once the reader picks such
+  // a point. Drawn once the chart scrolls into view (site.js archWhenSeen, the watch that loads the
+  // chart library), then again only when those selections change.
+  function gridFront(s, p) {
+    var on = !p.mtp && (index.fronts || []).some(function (k) { return k[0] === s.fw && k[1] === s.kv && k[2] === p.input && k[3] === p.output; });
+    if (!on) return null;
+    return window.archJSON(base + "fronts/" + [s.fw, s.kv, p.input, p.output].join("-") + ".json.gz").then(function (t) {
+      return t.rows.map(function (r) { var o = {}; t.columns.forEach(function (c, i) { o[c] = r[i]; }); return o; });
+    });
+  }
   var frontKey = null, frontSeen = false, frontWanted = null, openPoint = null;
   window.archWhenSeen(document.getElementById("chart-front"), function () {
     frontSeen = true;
@@ -321,7 +337,7 @@
     if (key === frontKey) return Promise.resolve();
     frontKey = key; box.removeAttribute("data-ready");
     var options = index.options.filter(function (o) { return o.file && o.framework === s.fw && o.kv_dtype === s.kv; });
-    return E.fronts(options, model.batches, p).then(function (rows) {
+    return (gridFront(s, p) || E.fronts(options, model.batches, p)).then(function (rows) {
       if (key !== frontKey) return;                 // a newer selection took over
       window.archDeploy.fronts = rows;
       document.getElementById("front-note").textContent = rows.length ? "" : "No evaluated config serves a request at this prompt and output length.";

@@ -168,6 +168,7 @@
       max_concurrent_requests_steady: cfg.dp_attn * steadyCap, fits_steady: perRank <= steadyCap, admission: adm,
       tpot_mean_s: tpotMean, tokens_per_s_per_gpu_steady: batch / tpotMean / replica,
       tokens_per_s_per_gpu: batch / tpot / replica, tokens_per_s_per_user: 1 / tpot, extrapolated: length > model.max_context,
+      tokens_per_s_per_user_steady: 1 / tpotMean, capacity_steady_per_rank: steadyCap,   // the steady state's, beside the worst case's
       mtp_tokens: mtp, mtp_acceptance: mtp ? p.acceptance : 0, tokens_per_step: perStep, decode_step_time_s: decode.step_time_s, decode_mean_step_time_s: decodeMean.step_time_s,
       bound: decode.bound, prefill_bound: prefill.bound, phases: { prefill: prefill, decode: decode },
       programs: { prefill: pre, decode: dec }, steps: { prefill: preSteps, decode: decSteps }, fill_step_s: fill, fill_bound_s: fillBound, pp: cfg.pp, dp_attn: cfg.dp_attn,
