@@ -230,8 +230,11 @@ def test_compare_side_by_side_equals_the_deployment_rows(tab, base, tables):
            "kv_bytes_per_gpu": units.decimal_bytes, "activation_bytes_per_gpu": units.decimal_bytes,
            "free_bytes_per_gpu": units.decimal_bytes, "usable_bytes_per_gpu": units.decimal_bytes,
            "ttft_s": units.seconds, "tpot_s": units.seconds, "max_concurrent_requests": str,
-           "tokens_per_s_per_gpu": units.si}
+           "tokens_per_s_per_gpu": units.si, "fits_steady": lambda v: "yes" if v else "no",
+           "max_concurrent_requests_steady": str, "tpot_mean_s": units.seconds}
     assert set(shown) == set(fmt)
+    # the steady state leads (the basis of every front), each worst case right after its steady figure
+    assert list(shown)[:4] == ["fits_steady", "fits", "max_concurrent_requests_steady", "max_concurrent_requests"]
     rows = []
     for model in ("meta-llama/Meta-Llama-3.1-8B", "Qwen/Qwen3.5-27B"):
         frame = tables["deployments"].filter(

@@ -78,11 +78,17 @@
     if (current !== null && current !== undefined && values.map(String).indexOf(String(current)) >= 0) select.value = String(current);
   }
   function whole(text, low) { var n = Number(text); return text !== "" && Number.isInteger(n) && n >= low ? n : null; }
-  var ROWS = [["Fits in memory", "fits", function (v) { return v ? "yes" : "no"; }],
+  // the steady state of continuous batching first (the basis every front and answer uses:
+  // engine/build/steady.FRONT_BASIS), each worst-case figure right after its steady one
+  var yesNo = function (v) { return v ? "yes" : "no"; }, si = function (v) { return fmt.si(v); };
+  var ROWS = [["Fits (steady state)", "fits_steady", yesNo], ["Fits with every request at its last token (worst case)", "fits", yesNo],
+    ["Max concurrent requests (steady state)", "max_concurrent_requests_steady", String], ["Max concurrent requests (worst case)", "max_concurrent_requests", String],
+    ["TPOT (steady state: mean over the output)", "tpot_mean_s", fmt.time], ["TPOT at the last token (worst case)", "tpot_s", fmt.time],
+    ["Decode tokens/s per GPU (at the last token)", "tokens_per_s_per_gpu", si],
+    ["TTFT", "ttft_s", fmt.time],
     ["Weights per GPU", "weight_bytes_per_gpu", fmt.bytes], ["KV cache per GPU (this batch)", "kv_bytes_per_gpu", fmt.bytes],
     ["Prefill working set per GPU", "activation_bytes_per_gpu", fmt.bytes], ["Free per GPU", "free_bytes_per_gpu", fmt.bytes],
-    ["Usable per GPU", "usable_bytes_per_gpu", fmt.bytes], ["TTFT", "ttft_s", fmt.time], ["TPOT", "tpot_s", fmt.time],
-    ["Max concurrent requests", "max_concurrent_requests", String], ["Decode tokens/s per GPU", "tokens_per_s_per_gpu", function (v) { return fmt.si(v); }]];
+    ["Usable per GPU", "usable_bytes_per_gpu", fmt.bytes]];
   function sideTable(a, b, ra, rb, o, p) {
     table.textContent = "";
     var t = document.createElement("table"); t.className = "data side";
