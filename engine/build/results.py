@@ -463,10 +463,10 @@ def write_parquet(frame: pl.DataFrame, path: Path, **options) -> None:
 #: evaluation order at polars' default level (DeepSeek-V4-Pro: 1.46 -> 1.14 MB of deployments).
 #: ``phase`` comes last: a point's prefill and decode rows sit side by side, and the columns they
 #: share (memory, capacity, TTFT, TPOT) repeat within zstd's reach: 1.8% fewer bytes over the
-#: 51 models' deployments and ops (74.1 -> 72.8 MB), the decode rows' own order unchanged (so
+#: 51 models' deployments and ops (75.14 -> 73.75 MB), the decode rows' own order unchanged (so
 #: ``on_front``'s tie-break, which reads them in table order, too). Level 12 would save 1.2% more
 #: for half again the write time; 15 and above cost 2-6x the time for 1-3% less. The rest is the
-#: float64 values themselves: a column costs about 8 bytes per distinct value (benchmarks/downloads.py).
+#: float64 values themselves: a column costs 5-9 bytes per distinct value (benchmarks/downloads.py).
 #: The site publishes these files as its downloads (hard links), so this is the downloads' size too.
 PARTITION_ORDER = ["gpu", "n_gpus", "config", "framework", "kv_dtype", "input_len", "output_len", "batch", "phase"]
 ZSTD_LEVEL = 9
