@@ -12,7 +12,8 @@ as a CDN serves it). Prints Markdown tables for README. Targets: the site <= 1.5
 fixed bytes are printed), every HTML page <= 300 KB, one deployment selection <= 300 KB compressed,
 gallery first paint < 500 ms, deploy page interactive < 1 s (issue 19). Page weight (issue 41): the
 requests the deploy page makes on load and after a reader has scrolled it to its end (every chart
-drawn; charts load their library and data only once in view), with their bytes, and whether the
+drawn; charts load their library and data only once in view), with their bytes, the first view's
+bytes as transferred compressed (issue 42: <= 500 KB), and whether the
 largest model page's first view requests the chart library (it should not). ``--sizes-only``: the
 sizes without a browser. Timings are measured here, never asserted in tests.
 """
@@ -36,6 +37,7 @@ from site_builder.serve import start  # noqa: E402
 FCP_TARGET_MS = 500.0
 INTERACTIVE_TARGET_MS = 1000.0
 SELECTION_TARGET = 300_000   # bytes, compressed, one deployment selection fetches
+FIRST_VIEW_TARGET = 500_000  # bytes, compressed, a page's first view transfers (issue 42)
 
 FCP_JS = """() => new Promise(resolve => {
   const find = () => performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint');
@@ -174,9 +176,19 @@ def page_requests(site: Path, path: str) -> dict:
             except Exception:     # playwright's Error: a response without a body (a redirect, a 204)
                 return 0
 
+        def transferred(r) -> int:
+            """The response's bytes as a CDN sends them: gzip -6 where that is smaller (text), else as
+            stored (the data files are gzip already, images compressed)."""
+            try:
+                body = r.body() if r.ok else b""
+            except Exception:     # playwright's Error: a response without a body
+                return 0
+            return min(len(body), len(gzip.compress(body, 6)))
+
         def tally() -> dict:
             done = list(responses)
             return {"requests": len(done), "bytes": sum(size(r) for r in done),
+                    "compressed": sum(transferred(r) for r in done),
                     "library": sum(CHART_LIBRARY in r.url for r in done)}
 
         out["load"] = tally()
@@ -271,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         load, scrolled = weight["load"], weight["scrolled"]
         print(f"| {label} requests, `{path}`: on load / after scrolling to its end (every chart drawn) "
               f"| {load['requests']} ({mb(load['bytes'])}) / {scrolled['requests']} ({mb(scrolled['bytes'])}) | | |")
+    for label, path, weight in (("deploy page", deploy, deploy_weight), ("model page", model_path, model_weight)):
+        sent = weight["load"]["compressed"]
+        print(f"| {label} first view transferred, compressed (gzip -6 where smaller, as a CDN serves it), `{path}` "
+              f"| {kb(sent)} | ≤ {kb(FIRST_VIEW_TARGET)} | {ok(sent <= FIRST_VIEW_TARGET)} |")
     first = model_weight["load"]["library"]
     print(f"| model page's first view requests the chart library (`{model_path}`) | {'yes' if first else 'no'} "
           f"| no | {ok(not first)} |")

@@ -85,10 +85,11 @@ def _listing(text: str) -> dict[str, str]:
 
 
 def test_list_on_a_fresh_build_imports_no_sympy(two_model_checkout):
+    """Nor polars (issue 42): the rows come from models.json, models.parquet's JSON twin."""
     root = two_model_checkout
     text, names = _imported("list", "--corpus", str(root / "corpus"), "--out", str(root / "out"))
     assert _listing(text) == LISTED
-    assert not {n.split(".")[0] for n in names} & {"sympy", "mpmath"}
+    assert not {n.split(".")[0] for n in names} & {"sympy", "mpmath", "polars", "pyarrow", "numpy"}
     assert not {n for n in names if n.startswith(("engine.spec.corpus", "engine.spec.expr", "engine.spec.evaluate"))}
 
 
@@ -113,3 +114,35 @@ def test_list_evaluates_a_model_whose_inputs_changed(two_model_checkout, tmp_pat
     text, names = _imported("list", "--corpus", str(root / "corpus"), "--out", str(root / "out"))
     assert "sympy" in names and "engine.spec.corpus" in names
     assert _listing(text) == LISTED
+
+
+def test_models_json_is_models_parquet_row_for_row_consistency(two_model_checkout):
+    """Consistency: the JSON twin the commands read holds models.parquet's rows exactly (same
+    columns, same order, every value equal: integers, strings and lists survive JSON unchanged)."""
+    import json
+    import polars as pl
+    results = two_model_checkout / "out" / "results"
+    assert json.loads((results / "models.json").read_text()) == pl.read_parquet(results / "models.parquet").to_dicts()
+
+
+def test_list_reads_the_parquet_where_the_json_twin_is_damaged(two_model_checkout, tmp_path):
+    """A models.json that does not match its manifest record is not trusted: the rows come from
+    models.parquet (through polars), the same listing."""
+    import shutil
+    root = tmp_path / "copy"
+    shutil.copytree(two_model_checkout, root)
+    twin = root / "out" / "results" / "models.json"
+    twin.write_text(twin.read_text().replace("8", "9"))
+    text, names = _imported("list", "--corpus", str(root / "corpus"), "--out", str(root / "out"))
+    assert _listing(text) == LISTED
+    assert "polars" in names and "sympy" not in names
+
+
+def test_plan_imports_no_polars():
+    """`plan` evaluates (sympy, numpy) but reads no table: the sentence of the fronts' rule it prints
+    (engine.build.steady.FRONT_BASIS) comes without polars (issue 42: about 0.2 s of a cold plan)."""
+    text, names = _imported("plan", "Qwen3-0.6B", "--input", "128", "--output", "16", "--ttft", "1", "--tpot", "0.1",
+                            "--gpu", "H100", "--max-gpus", "1", "--no-disagg", "--json")
+    assert '"front_basis": "Fronts use the schedule estimate' in text
+    tops = {n.split(".")[0] for n in names}
+    assert "sympy" in tops and not tops & {"polars", "pyarrow"}

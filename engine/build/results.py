@@ -58,6 +58,7 @@ from pathlib import Path
 import polars as pl
 
 from engine.build import collector, landscape, lifeline, publish, workers
+from engine.build.built import MODELS_JSON  # models.parquet's rows as JSON: what commands read without polars
 from engine.build.hashing import (  # re-exported: the build's hashes live in one light module
     ENGINE, SCHEMA_VERSION, _digest, _engine_identity, corpus_digest, engine_sources, evidence_files, model_hash,
     shared_hash)
@@ -463,9 +464,15 @@ def write_parquet(frame: pl.DataFrame, path: Path, **options) -> None:
 #: order). Rows of one deployment sit together, so Parquet's dictionary and run-length encodings
 #: see long runs; with zstd level :data:`ZSTD_LEVEL` the partitions are about 22% smaller than in
 #: evaluation order at polars' default level (DeepSeek-V4-Pro: 1.46 -> 1.14 MB of deployments).
+#: ``phase`` comes last: a point's prefill and decode rows sit side by side, and the columns they
+#: share (memory, capacity, TTFT, TPOT) repeat within zstd's reach: 1.8% fewer bytes over the
+#: 51 models' deployments and ops (75.14 -> 73.75 MB), the decode rows' own order unchanged (so
+#: ``on_front``'s tie-break, which reads them in table order, too). Level 12 would save 1.2% more
+#: for half again the write time; 15 and above cost 2-6x the time for 1-3% less. The rest is the
+#: float64 values themselves: a column costs 5-9 bytes per distinct value (benchmarks/downloads.py).
 #: The site publishes these files as its downloads (hard links), so this is the downloads' size too.
-PARTITION_ORDER = ["gpu", "n_gpus", "config", "phase", "framework", "kv_dtype", "input_len", "output_len", "batch"]
-ZSTD_LEVEL = 9      # 15 and above cost 2-6x the time for 1-3% less
+PARTITION_ORDER = ["gpu", "n_gpus", "config", "framework", "kv_dtype", "input_len", "output_len", "batch", "phase"]
+ZSTD_LEVEL = 9
 
 
 _CORPORA: dict[tuple[str, str], Corpus] = {}
@@ -866,6 +873,9 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         ordered = [rows[m] for m in targets]
         write_parquet(_frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
                       staging / "models.parquet")
+        # the same rows as JSON (exact: integers, strings, lists, booleans): a command reads them
+        # without importing polars (engine.build.built; `list` answers in a fifth of the time)
+        (staging / MODELS_JSON).write_text(compact_json([{k: r[k] for k in MODELS_SCHEMA} for r in ordered]))
         facts = {m: json.loads((staging / "models" / f"{slug(m)}.json").read_text())["landscape"] for m in targets}
         (staging / "landscape.json").write_text(json.dumps(
             landscape.tables(facts, rows, load_gpus(gpu_root)), separators=(",", ":")))
@@ -877,7 +887,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
                     "models": {m: entries[m] for m in targets}, "skipped": report.skipped,
                     "unverified": report.unverified,
                     "files": {name: publish.file_digest(staging / name)
-                              for name in ("models.parquet", "contracts.json", "landscape.json",
+                              for name in ("models.parquet", MODELS_JSON, "contracts.json", "landscape.json",
                                            "variants.json", "variants.parquet")}}
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
         report.deployment_rows = sum(entries[m]["deployments"] for m in targets)

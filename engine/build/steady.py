@@ -1,7 +1,8 @@
 """The rule the Pareto fronts serve by, as the results tables and the pages read it.
 
-Layer: engine.build (polars only: a render worker imports it without the engine's evaluation,
-site_builder/render.py ``_worker_start``). Every front (deployments' ``on_front``, fronts.parquet,
+Layer: engine.build (polars only, and only inside :func:`steady_rate`: ``archledger plan`` reads
+:data:`FRONT_BASIS` without importing it; a render worker imports this module without the engine's
+evaluation, site_builder/render.py ``_worker_start``). Every front (deployments' ``on_front``, fronts.parquet,
 the deploy and sizing pages' charts, ``archledger plan``) is on the schedule estimate in the
 steady state of continuous batching (engine.deploy.sol.steady_fit decides what is served; the
 search's points and the grid's ``fits_steady`` are its output): :data:`FRONT_BASIS` says so in one
@@ -10,7 +11,10 @@ columns (the division ``archledger deploy`` prints as ``tokens_per_s_per_gpu_ste
 """
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
 
 #: Which time and which capacity every Pareto front uses (fronts.parquet, deployments' ``on_front``,
 #: the deploy and sizing pages' charts, ``archledger plan``), in one sentence.
@@ -24,6 +28,7 @@ FRONT_BASIS = ("Fronts use the schedule estimate (not the lower bound) in the st
 def steady_rate() -> pl.Expr:
     """``tokens_per_s_per_gpu_steady`` from a deployments table's stored columns: batch /
     tpot_mean_s / n_gpus (engine.build.results UNSTORED), what the fronts and the GPU comparison read."""
+    import polars as pl
     return pl.col("batch") / pl.col("tpot_mean_s") / pl.col("n_gpus")
 
 
