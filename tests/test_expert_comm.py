@@ -227,3 +227,60 @@ def test_bad_policy_is_a_one_line_error(tmp_path, block, message):
     with pytest.raises(SpecError) as err:
         load_table(path)
     assert message in str(err.value) and "demo.yaml" in str(err.value)
+
+
+# -- TensorRT-LLM: all-gather and reduce-scatter under attention DP --------------------------------
+#
+# CutlassFusedMoE (tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py, corpus/fusion/
+# trtllm.yaml) all-gathers every attention rank's tokens to every rank and reduce-scatters the
+# output: each token goes to all R - 1 other ranks, whatever its top-k. Mixtral-8x7B (its published
+# config): hidden 4096, 8 experts, top-2, 32 layers; TP8 / EP8 / attention DP 8 on one H100 node;
+# a decode step at 64 requests per replica = 8 tokens per rank.
+
+MX = hf_config("mistralai/Mixtral-8x7B-v0.1")
+MX_HIDDEN, MX_K, MX_LAYERS = MX["hidden_size"], MX["num_experts_per_tok"], MX["num_hidden_layers"]   # 4096, 2, 32
+MX_DISPATCH = "main/layers[block]/post_attention_layernorm>all_to_all[tp]"
+MX_COMBINE = "main/layers[block]/mlp/experts/down_proj>all_to_all[tp]"
+
+
+def mixtral_decode(framework: str, **options):
+    ev = _evaluation(model_id("Mixtral-8x7B-v0.1"))
+    scenario = Scenario(64, 1000, 1)
+    p = plan(ev, GPUS["H100"], ParallelConfig(tp=8, ep=8, dp_attn=8), Options(framework=framework, **options),
+             TABLES.get(framework), scenario)
+    return {r["op_uid"]: r for r in p.at(scenario).ops["decode"] if r["op"] == "all_to_all"}
+
+
+def test_allgather_copies_every_other_rank():
+    """Every other rank once, whatever k: R - 1 copies in one node; over N nodes the ranks of the
+    other nodes on the network (R - R/N) and the sender's node-mates on NVLink (R/N - 1)."""
+    one_node = Routing("dispatch", sympy.Integer(1), sympy.Integer(1), 2, 8, 1, 1, 8, 1)
+    assert copies(one_node, "allgather") == {"scale_out": 0, "scale_up": 7}
+    two_nodes = Routing("dispatch", sympy.Integer(1), sympy.Integer(1), 8, 256, 8, 4, 16, 2)
+    assert copies(two_nodes, "allgather") == {"scale_out": 8, "scale_up": 7}
+
+
+def test_trtllm_attention_dp_all_gathers_every_token():
+    """BF16 Mixtral: TensorRT-LLM's dispatch sends each of a rank's 8 tokens to the 7 other ranks,
+    32 x 8 x 7 x 4096 x 2 B = 14,680,064 B per step, and the reduce-scatter returns as much; the
+    plain all-to-all (no framework) sends each token once per selected expert off the rank,
+    32 x 8 x 2 x 7/8 x 8192 B = 3,670,016 B. The measured NCCL all-gather / reduce-scatter tables
+    price them, at the whole buffer: 8 ranks x 8 tokens x 4096 x 2 B = 524,288 B per call."""
+    assert (MX_HIDDEN, MX_K, MX_LAYERS) == (4096, 2, 32)
+    trt, plain = mixtral_decode("trtllm"), mixtral_decode("none")
+    gathered = MX_LAYERS * 8 * 7 * MX_HIDDEN * 2
+    assert gathered == 14_680_064
+    for uid, op in ((MX_DISPATCH, "all_gather"), (MX_COMBINE, "reduce_scatter")):
+        assert trt[uid]["comm_bytes"] == gathered and trt[uid]["link"] == "scale_up"
+        assert trt[uid]["op_name"] == f"{op}(tp)"
+        assert f"{op}-nccl.yaml" in trt[uid]["expected_table"] and "bytes=524288" in trt[uid]["expected_src"]
+        assert plain[uid]["comm_bytes"] == MX_LAYERS * 8 * MX_K * 7 / 8 * MX_HIDDEN * 2 == 3_670_016
+
+
+def test_trtllm_gathers_fp8_and_reduce_scatters_bf16():
+    """FP8 experts: the tokens are quantized with one per-tensor scale before the all-gather
+    (static_quantize_e4m3_per_tensor: 1 B per element, nothing per token), 7,340,032 B; the output
+    is reduce-scattered in the hidden states' BF16, 14,680,064 B."""
+    trt = mixtral_decode("trtllm", weight_format="fp8_block128", act_dtype="fp8")
+    assert trt[MX_DISPATCH]["comm_bytes"] == MX_LAYERS * 8 * 7 * MX_HIDDEN * 1 == 7_340_032
+    assert trt[MX_COMBINE]["comm_bytes"] == MX_LAYERS * 8 * 7 * MX_HIDDEN * 2 == 14_680_064

@@ -18,6 +18,12 @@ move the data (``docs/legacy.md`` of github.com/deepseek-ai/DeepEP):
   forwarding and no deduplication; same-node peers over NVLink ("Support NVLink protocol for
   intranode low-latency kernels").
 
+A framework may instead exchange the tokens by **all-gather and reduce-scatter** (kernel
+``allgather``; TensorRT-LLM's CutlassFusedMoE under attention DP without multi-node NVLink): the
+dispatch all-gathers every attention rank's tokens to every rank of the EP group, each rank runs
+its experts over all of them, and the combine reduce-scatters the partial outputs back to the
+tokens' ranks. Routing does not decide who receives a token: every other rank does, once.
+
 Expected copies under uniform routing (every token picks ``k`` of ``E`` experts uniformly; experts
 lie in contiguous blocks, ``E / R`` per GPU of the ``R``-GPU group, ``E / N`` per node of ``N``):
 a *unit* (node or GPU) holding ``E / u`` experts receives a token with probability
@@ -44,7 +50,10 @@ device sends is what the group sends over its devices):
   NVLink ``(R - N) p(R)`` (destination GPUs but the one forwarder per node; in the sender's own
   node the sender itself);  N = 1: NVLink ``(R - 1) p(R)``;
 * low-latency: RDMA ``k (N - 1) / N`` (experts on other nodes), NVLink ``k (1/N - 1/R)`` (experts
-  on other GPUs of the sender's node).
+  on other GPUs of the sender's node);
+* allgather: every other rank once, RDMA ``R - R/N`` (the ranks of other nodes), NVLink
+  ``R/N - 1`` (the other ranks of the sender's node); the combine's reduce-scatter sends the
+  same copies of the output back.
 
 A copy is one token's hidden vector: ``hidden`` bytes in FP8 plus one fp32 scale per 128 elements
 (``hidden * (1 + 4/128)``) when the framework dispatches FP8, else the activation dtype; combine is
@@ -60,7 +69,9 @@ import sympy
 
 #: Bytes per element of the dtypes a policy may name for an all-to-all payload.
 PAYLOAD_BYTES = {"fp8": 1, "bf16": 2}
-KERNELS = ("normal", "low_latency")
+KERNELS = ("normal", "low_latency", "allgather")
+#: The collective each direction of the ``allgather`` kernel runs (what the measured tables key).
+ALLGATHER_COLLECTIVES = {"dispatch": "all_gather", "combine": "reduce_scatter"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +100,7 @@ class A2APolicy:
     combine payload, and where each was read."""
 
     library: str
-    kernels: tuple[tuple[str, str], ...]      # (phase, normal | low_latency)
+    kernels: tuple[tuple[str, str], ...]      # (phase, normal | low_latency | allgather)
     dispatch: str
     scale_block: int
     scale_bytes: int
@@ -130,6 +141,8 @@ def copies(r: Routing, kernel: str) -> dict[str, sympy.Expr]:
     """Expected copies of one token a device sends per call, by link (``scale_out`` = RDMA,
     ``scale_up`` = NVLink)."""
     R, N, k = r.ranks, r.nodes, r.k
+    if kernel == "allgather":
+        return {"scale_out": sympy.Integer(R - R // max(N, 1)), "scale_up": sympy.Integer(R // max(N, 1) - 1)}
     if kernel == "low_latency":
         return {"scale_out": sympy.Rational(k * (N - 1), N),
                 "scale_up": k * (sympy.Rational(1, N) - sympy.Rational(1, R))}

@@ -9,14 +9,20 @@ both links do (normal kernels across nodes), the step keeps its uid on the hop i
 last (dispatch: NVLink fan-out after the RDMA hop; combine: the RDMA hop after the NVLink reduce)
 and the other hop becomes a step of its own before it (uid ``<uid>~rdma`` or ``<uid>~nvlink``).
 The two hops are summed in a phase like any two steps (DeepEP pipelines them; the NVLink hop is
-the smaller by the links' ratio). A program without routed all-to-alls, or a framework without a
-policy, is returned unchanged.
+the smaller by the links' ratio). Under the ``allgather`` kernel a step runs the collective of its
+direction instead (:data:`~engine.deploy.expert_comm.ALLGATHER_COLLECTIVES`: the dispatch an
+all-gather, the combine a reduce-scatter), so a measured table of that collective prices it; its
+message (``written``, what the tables key) is the whole buffer, ``ranks x`` the sender's tokens
+in the direction's dtype, for both: NCCL's size convention, which the imported tables follow
+(H200 ``reduce_scatter-nccl``: 512 MiB at 1,083 us over 8 GPUs is 7/8 x 512 MiB / 1.083 ms =
+433 GB/s of NVLink; read as one rank's shard it would be 3.5 TB/s, beyond the link). A program without routed all-to-alls, or a framework without a policy, is returned
+unchanged.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.deploy.expert_comm import A2APolicy, link_bytes
+from engine.deploy.expert_comm import ALLGATHER_COLLECTIVES, A2APolicy, link_bytes
 from engine.deploy.placement import ZERO, Program, Step, step_with
 
 #: (id(program.steps), policy) -> (steps, transported program)
@@ -59,12 +65,24 @@ def transport(program: Program, policy: A2APolicy | None) -> Program:
             layouts[uid] = layouts.get(step.uid, step.layout)
             inputs = (uid,)
         name = f"{step.name} {_HOP[link]}" if first else step.name
-        steps.append(step_with(step, name=name, inputs=inputs, comm_bytes=comm, link=link, **_extent(step, link)))
+        steps.append(step_with(step, **{"name": name, "inputs": inputs, "comm_bytes": comm, "link": link,
+                                        **_extent(step, link), **_gathered(step, policy, program.phase, fp8)}))
     out = replace(program, steps=tuple(steps), layouts=layouts)
     if len(_MEMO) > 1024:
         _MEMO.clear()
     _MEMO[key] = (program.steps, out)
     return out
+
+
+def _gathered(step: Step, policy: A2APolicy, phase: str, fp8: bool) -> dict:
+    """Under the ``allgather`` kernel, the collective the step runs and its message per call (the
+    whole buffer: module doc); nothing to change under DeepEP's kernels."""
+    if policy.kernel(phase) != "allgather":
+        return {}
+    r = step.routing
+    op = ALLGATHER_COLLECTIVES[r.direction]
+    return {"collective": op, "name": f"{op}({step.group})",
+            "written": r.ranks * r.tokens * r.hidden * policy.bytes_per_element(r.direction, fp8)}
 
 
 def _extent(step: Step, link: str) -> dict:

@@ -264,12 +264,12 @@ EXPERT_A2A = Mapping("write `{library: deepep, doc, src: [...], kernels: {prefil
     "doc": req(TEXT),
     "src": req(ListOf("where each choice was read", item=SOURCE)),
     "kernels": Mapping("write `{prefill: normal, decode: low_latency}`", fields={
-        "prefill": Str("normal or low_latency"), "decode": Str("normal or low_latency")}),
+        "prefill": Str("normal, low_latency or allgather"), "decode": Str("normal, low_latency or allgather")}),
     "dispatch": req(Mapping("write `{dtype: fp8, scale_block: 128, scale_bytes: 4}`", fields={
         "dtype": req(Str("fp8 or bf16")),
         "scale_block": Int("elements per scale", lo=1, hi=1 << 16),
-        "scale_bytes": Int("bytes per scale", lo=1, hi=8),
-        "needs_block_fp8_experts": Bool("FP8 dispatch only when the routed experts are block-FP8")})),
+        "scale_bytes": Int("bytes per scale (0: one scale per tensor, nothing per token)", lo=0, hi=8),
+        "needs_block_fp8_experts": Bool("FP8 dispatch only when the routed experts run FP8")})),
     "combine": req(Mapping("write `{dtype: bf16}`", fields={"dtype": req(Str("fp8 or bf16"))})),
 })
 
