@@ -245,15 +245,21 @@ def expected_ops(results: Results, model_id: str) -> dict[str, dict[str, list]]:
     it) or ``no measurement: bound / 0.7``. Empty for results built before the expected columns."""
     if "t_expected_s" not in results.ops.collect_schema().names():
         return {}
+    # the key and the tooltip are joined by polars, not per row in Python (a model's decode ops are
+    # tens of thousands of rows): each column as str() writes it, a missing value as "None"
+    def text(name: str) -> pl.Expr:
+        return pl.col(name).cast(pl.String).fill_null("None")
     rows = (results.ops.filter((pl.col("model_id") == model_id) & (pl.col("phase") == "decode"))
-            .select(*EXPECTED_KEY, "op_uid", "t_expected_s", "measured", "expected_src", "expected_table",
-                    "expected_nearest").collect())
+            .select(pl.concat_str([text(k) for k in EXPECTED_KEY], separator="|").alias("key"), "op_uid",
+                    "t_expected_s",
+                    pl.when(pl.col("measured"))
+                    .then(pl.format("measured: {}; table {}; measured points around it: {}", text("expected_src"),
+                                    text("expected_table"), text("expected_nearest")))
+                    .otherwise(pl.format("no measurement: {}", text("expected_src"))).alias("tip"))
+            .collect())
     out: dict[str, dict[str, list]] = {}
-    for r in rows.iter_rows(named=True):
-        key = "|".join(str(r[k]) for k in EXPECTED_KEY)
-        tip = (f"measured: {r['expected_src']}; table {r['expected_table']}; measured points around it: "
-               f"{r['expected_nearest']}" if r["measured"] else f"no measurement: {r['expected_src']}")
-        out.setdefault(key, {})[r["op_uid"]] = [r["t_expected_s"], tip]
+    for key, uid, seconds, tip in zip(*(rows[c].to_list() for c in ("key", "op_uid", "t_expected_s", "tip"))):
+        out.setdefault(key, {})[uid] = [seconds, tip]
     return out
 
 

@@ -44,21 +44,28 @@ def twins(rows: pl.DataFrame) -> list[dict[str, Any]]:
                    *[pl.col(d).first() for d in DEGREES])
               .sort([*GROUP, "config"]))
     out = []
-    for key, group in prints.group_by([*GROUP, "h", "n"], maintain_order=True):
-        if group.height < 2:
+    parts: dict = {}     # (GPU, count, framework, KV dtype, config) -> its rows, split once when first needed
+    # grouped in Python: the configs are a few hundred rows, and each polars call on a small frame
+    # costs about a millisecond (prints is sorted by config within a group, as the groups keep it)
+    groups: dict[tuple, list[dict]] = {}
+    for row in prints.iter_rows(named=True):
+        groups.setdefault(tuple(row[k] for k in (*GROUP, "h", "n")), []).append(row)
+    for key, configs in groups.items():
+        if len(configs) < 2:
             continue
-        configs = group.sort("config")
-        names = configs["config"].to_list()
+        names = [c["config"] for c in configs]
         where = dict(zip(GROUP, key[:len(GROUP)]))
-        if not _same_rows(rows, where, names):
+        if not parts:     # sorted once, split once: each eager polars call on a small frame costs ~1 ms
+            parts = (rows.sort([*GROUP, "config", *POINT]).select([*GROUP, "config", *POINT, *COMPARED])
+                     .partition_by([*GROUP, "config"], as_dict=True, include_key=False, maintain_order=True))
+        if not _same_rows(parts, where, names):
             continue
-        out.append({**where, "configs": names, "note": _reason(configs.select(DEGREES).to_dicts(), names)})
+        out.append({**where, "configs": names, "note": _reason([{d: c[d] for d in DEGREES} for c in configs], names)})
     return out
 
 
-def _same_rows(rows: pl.DataFrame, where: dict, names: list[str]) -> bool:
-    mine = rows.filter(*[pl.col(k) == v for k, v in where.items()])
-    tables = [mine.filter(pl.col("config") == n).sort(POINT).select([*POINT, *COMPARED]) for n in names]
+def _same_rows(parts: dict, where: dict, names: list[str]) -> bool:
+    tables = [parts[(*where.values(), n)] for n in names]
     return all(t.equals(tables[0]) for t in tables[1:])
 
 

@@ -56,6 +56,8 @@ def shared_hash_at(corpus_root: Path, grid_path: Path, gpu_root: Path) -> str:
     files = [root / "dims.yaml", root / "roles.yaml", root / "verification.yaml", Path(grid_path),
              *[p for p in (root / LINEAGE_FILE,) if p.exists()],
              *sorted(Path(gpu_root).glob("*.yaml")), *sorted((root / "fusion").glob("*.yaml")),
+             # the measured kernel tables every expected time reads (engine.deploy.measured's files)
+             *sorted(Path(gpu_root).glob("measured/*/*/*.yaml")),
              *sorted((root / "components" / "library").glob("*.yaml")),
              *[p for p in (root / "slots.yaml",) if p.exists()],     # the playground's picks fit its contracts
              *engine_sources()]
@@ -63,7 +65,8 @@ def shared_hash_at(corpus_root: Path, grid_path: Path, gpu_root: Path) -> str:
 
 
 def shared_hash(corpus: Corpus, grid_path: Path, gpu_root: Path) -> str:
-    """Everything every model's results depend on: tables, components, GPUs, fusion, grid, engine
+    """Everything every model's results depend on: tables, components, GPUs and their measured kernel
+    tables, fusion, grid, engine
     (its sources and the versions of the libraries it computes with)."""
     return shared_hash_at(corpus.root, grid_path, gpu_root)
 

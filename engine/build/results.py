@@ -760,12 +760,13 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         lock_timeout = publish.lock_timeout()
     grid_path = grid_file(corpus.root, grid_path)
     gpu_root = Path(gpu_root) if gpu_root else GPU_ROOT
-    inputs.check_all(corpus, grid_path, gpu_root)   # fail early, before any work
+    shared = shared_hash(corpus, grid_path, gpu_root)
+    if not _checked_before(Path(out) / "results", shared, corpus.root):
+        inputs.check_all(corpus, grid_path, gpu_root)   # fail early, before any work
     where = executors.parse(executor)
     if where.kind != "local":
         executors.distributed_module()         # the optional extra, checked before any work
     named = list(dict.fromkeys(corpus.find_model(m).model_id for m in models)) if models else list(corpus.models)
-    shared = shared_hash(corpus, grid_path, gpu_root)
     hashes = {mid: model_hash(corpus, mid, shared) for mid in corpus.models}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -910,6 +911,21 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     return report
 
 
+def _checked_before(final: Path, shared: str, corpus_root: Path) -> bool:
+    """Whether the published results were built from exactly these inputs: their manifest records
+    this shared hash (the grid, the GPU files and measured tables, the fusion tables, the engine's
+    sources and libraries) and this corpus digest (every file under the corpus). Such a build ran
+    :func:`engine.build.inputs.check_all` on the same bytes with the same code and passed, so the
+    check would pass again: a build with nothing changed skips it (parsing the measured tables was
+    half of its time). Anything unreadable or different: False, and the files are checked."""
+    try:
+        manifest = json.loads((final / "manifest.json").read_text())
+        return (manifest["shared_hash"] == shared
+                and manifest["corpus"]["digest"] == corpus_digest(corpus_root))
+    except Exception:       # noqa: BLE001 — absent, damaged or older: check the inputs
+        return False
+
+
 def check_model(corpus_root: str | None, model_id: str, spec_hash: str, corpus: Corpus | None = None) -> dict:
     """Walk and verify one changed spec: ``{model_id, check, row}`` (its verdict and models.parquet
     row) when verified, else ``{model_id, errors, skip}`` (the guard errors and the log line). A
@@ -953,7 +969,11 @@ def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Cor
     if corpus is not None:
         root = Path(corpus.root).resolve()
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="archledger-corpus-")))
-        (folder / "corpus.pickle").write_bytes(pickle.dumps(corpus, protocol=pickle.HIGHEST_PROTOCOL))
+        from engine.deploy import measured
+        # with the measured kernel tables this process parsed (inputs.check_all): a worker would
+        # parse them again, about a second of its start (each keeps its file's bytes: measured.adopt_tables)
+        (folder / "corpus.pickle").write_bytes(pickle.dumps((corpus, measured.parsed_tables()),
+                                                            protocol=pickle.HIGHEST_PROTOCOL))
         seed = ((str(root), corpus_digest(root)), str(folder / "corpus.pickle"))
     return stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                                    initializer=worker_init, initargs=(os.getpid(), seed)))
@@ -1027,7 +1047,9 @@ def worker_init(parent: int, seed: tuple | None = None) -> None:
     global _IN_WORKER
     _IN_WORKER = parent
     if seed is not None:             # (key, the pickled corpus's file: _pool)
-        _CORPORA[seed[0]] = pickle.loads(Path(seed[1]).read_bytes())
+        from engine.deploy import measured
+        _CORPORA[seed[0]], parsed = pickle.loads(Path(seed[1]).read_bytes())
+        measured.adopt_tables(parsed)
     gc.freeze()                      # the modules and the corpus live as long as the worker (each model's
                                      # evaluation freezes the heap again: collector.model_heap)
     collector.tune()                 # (already so when spawned by the archledger command: site_builder.cli)

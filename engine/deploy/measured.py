@@ -205,6 +205,21 @@ def _table_at(path: Path, repo: Path) -> Table:
     return found[1]
 
 
+def parsed_tables() -> dict:
+    """What this process has parsed so far (:func:`_table_at`'s memo): handed to a build's worker
+    processes, which would otherwise parse the same files again (about a second each)."""
+    return dict(_TABLES)
+
+
+def adopt_tables(parsed: dict) -> None:
+    """Take another process's :func:`parsed_tables` (unpickled). Each entry keeps the bytes it was
+    parsed from and :func:`_table_at` uses it only while the file still has them, so an adopted
+    table is exactly the one this process would parse (an edited file is parsed again)."""
+    for key, (data, table) in parsed.items():
+        table.seconds.flags.writeable = False       # (unpickled arrays are writeable)
+        _TABLES.setdefault(key, (data, table))
+
+
 def load_table(path: Path, repo: Path) -> Table:
     """One table file, schema-checked (kinds and ranges) and then checked for what a schema cannot
     say: the kernel's axes by name, each axis strictly ascending, the rows the axes ask for."""
