@@ -13,7 +13,8 @@ id), system (``h100_sxm``, ``h200_sxm``, ``b200_sxm``), backend (the framework t
 ``trtllm`` for the TensorRT-LLM perf-overview rows, which ArchLedger evaluates under its own
 TensorRT-LLM fusion and kernel tables, ``framework: trtllm``),
 degrees (tp, pp, attention DP; MoE: moe_tp = tp / ep, moe_ep = ep), quantization (the point's
-weight format and KV dtype where given, else AIConfigurator's own inference from the checkpoint)
+weight format and KV dtype where given, else AIConfigurator's own inference from the checkpoint;
+the perf-overview's ModelOpt FP8 rows at AIConfigurator's per-tensor ``fp8``, :func:`quant`)
 and batch: ``batch_size`` = ArchLedger's batch per replica / attention-DP degree (AIConfigurator's
 batch is per attention-DP rank). Static batching: one prefill of the batch, then the decode steps;
 its TPOT is the mean decode step over the generation (ArchLedger's ``tpot_mean_expected_s`` for an
@@ -51,6 +52,18 @@ def backend(point) -> str:
     return "trtllm" if point.source.startswith("trtllm") else point.framework
 
 
+def quant(point, fmt: str) -> str:
+    """AIConfigurator's GEMM / MoE quant mode for the point's weight format. The TensorRT-LLM
+    perf-overview rows ran ModelOpt FP8 checkpoints (per-tensor scales; the header of
+    benchmarks/data/published.yaml), evaluated by ArchLedger as ``fp8_block128`` weights whose FP8
+    lookup reads the per-tensor tables first (engine.deploy.measured ``_tables_for``): AIConfigurator
+    runs the same per-tensor ``fp8`` tables there, not its ``fp8_block`` ones (a 128-block
+    checkpoint's kernels)."""
+    if fmt == "fp8_block128" and point.source.startswith("trtllm"):
+        return "fp8"
+    return QUANT[fmt]
+
+
 def aic_times(point, model_id: str, batch: int, moe: bool) -> tuple[float, float, bool] | str:
     """AIConfigurator's silicon (TTFT s, TPOT s, whether it reports the point out of memory) at
     the point, or the reason it has no times. Its static run holds every prompt's activations at
@@ -70,9 +83,9 @@ def aic_times(point, model_id: str, batch: int, moe: bool) -> tuple[float, float
         kwargs.update(moe_tp_size=e["tp"] // e["ep"], moe_ep_size=e["ep"])
     fmt, kv = point.options.get("weight_format"), point.options.get("kv_dtype")
     if fmt in QUANT:
-        kwargs["gemm_quant_mode"] = QUANT[fmt]
-        if moe:
-            kwargs["moe_quant_mode"] = QUANT[fmt]
+        kwargs["gemm_quant_mode"] = kwargs["moe_quant_mode"] = quant(point, fmt)
+        if not moe:
+            del kwargs["moe_quant_mode"]
     if kv in KV:
         kwargs["kvcache_quant_mode"] = KV[kv]
     per_rank = max(1, batch // e["dp_attn"])

@@ -33,7 +33,10 @@ refused in one line, exit 2, nothing written):
 * MoE (the fused routed experts): per expert shape and split (hidden, expert intermediate size,
   top-k, experts, moe_tp, moe_ep within 8 GPUs) the framework's time over the tokens entering the
   layer (powers of two to 8192), bf16, fp8 and fp8_block weights, balanced routing, gated experts
-  only (TensorRT-LLM's ``*_nongated`` kernel sources run a plain up-projection MLP: another op).
+  only (TensorRT-LLM's ``*_nongated`` kernel sources run a plain up-projection MLP: another op);
+  and, for a framework the recipe names in ``moe_routing``, the same at the source's uneven
+  routing (``power_law_1.2``: AIConfigurator's default for its MoE models) for moe_ep > 1 only
+  (variant ``<dtype>_power_law_1.2``; docs/deployment.md "Uneven expert routing").
 * all-reduce: the framework's custom all-reduce (vLLM and SGLang: CUDA-graph and eager, one table
   each; TensorRT-LLM: its one allreduce op, ``custom``) and NCCL's all_reduce,
   all_gather, reduce_scatter and alltoall (fp16/bf16 rows) at 2, 4, 8 GPUs over message sizes.
@@ -87,12 +90,15 @@ class Recipe:
     frameworks: dict[str, str]      # framework -> version of its gemm and custom all-reduce tables
     nccl: str                       # NCCL version
     mla: tuple[str, ...] = ()       # frameworks whose generation MLA table is read (at their version)
+    #: framework -> the uneven routing whose MoE tables are read besides the balanced ones, at
+    #: moe_ep > 1 only (the routing its fusion table's ``moe_routing:`` names; engine.deploy.measured)
+    moe_routing: tuple[tuple[str, str], ...] = ()
 
 
 #: One entry per package version whose layout this script has read (a new version: read its
 #: tree, add an entry; the paths are the package's own).
 RECIPES = {"0.12.0": Recipe(frameworks={"sglang": "0.5.14", "vllm": "0.24.0", "trtllm": "1.3.0rc20"}, nccl="2.29.2",
-                            mla=("sglang", "trtllm"))}
+                            mla=("sglang", "trtllm"), moe_routing=(("trtllm", "power_law_1.2"),))}
 
 
 class Refused(Exception):
@@ -334,8 +340,11 @@ MOE_KEYS = {"hidden": "hidden_size", "inter": "inter_size", "topk": "topk", "exp
             "moe_tp": "moe_tp_size", "moe_ep": "moe_ep_size"}
 
 
-def moe_tables(frame, gpu: str, framework: str, version: str, package_version: str, path: str) -> list[dict]:
-    """One table per MoE weight dtype of the source's moe_perf (balanced routing): per expert shape
+def moe_tables(frame, gpu: str, framework: str, version: str, package_version: str, path: str,
+               distribution: str = "balanced") -> list[dict]:
+    """One table per MoE weight dtype of the source's moe_perf (``distribution``: its routing,
+    ``balanced`` by default; another, e.g. ``power_law_1.2``, only at moe_ep > 1, where ranks wait
+    for the busiest, named in the variant: ``fp8_power_law_1.2``): per expert shape
     and split (hidden, expert intermediate size, top-k, experts, moe_tp, moe_ep; moe_tp x moe_ep at
     most :data:`MOE_MAX_GPUS`) a curve over the tokens entering the layer (the source's num_tokens:
     one attention replica's tokens x attention DP), from the kernel source whose complete curve
@@ -345,8 +354,10 @@ def moe_tables(frame, gpu: str, framework: str, version: str, package_version: s
     import polars as pl
     out = []
     for dtype, name in MOE_DTYPES.items():
-        rows = frame.filter((pl.col("moe_dtype") == dtype) & (pl.col("distribution") == "balanced")
+        uneven = distribution != "balanced"
+        rows = frame.filter((pl.col("moe_dtype") == dtype) & (pl.col("distribution") == distribution)
                             & (pl.col("moe_tp_size") * pl.col("moe_ep_size") <= MOE_MAX_GPUS)
+                            & ((pl.col("moe_ep_size") > 1) | pl.lit(not uneven))
                             & ~pl.col("kernel_source").str.contains("nongated"))
         if rows.is_empty():
             continue
@@ -364,8 +375,10 @@ def moe_tables(frame, gpu: str, framework: str, version: str, package_version: s
         kernel = ", ".join(sorted({k for (_, k), c in by_kernel.items() if len(c) == len(MOE_TOKENS)}))
         if not keys:
             continue
-        t = table("moe", name, gpu, framework, version, package_version, path, rows["device"][0],
-                  f"moe_dtype == {dtype}, distribution == balanced, moe_tp x moe_ep <= {MOE_MAX_GPUS}, "
+        t = table("moe", f"{name}_{distribution}" if uneven else name, gpu, framework, version, package_version,
+                  path, rows["device"][0],
+                  f"moe_dtype == {dtype}, distribution == {distribution}, moe_tp x moe_ep <= {MOE_MAX_GPUS}"
+                  f"{', moe_ep > 1' if uneven else ''}, "
                   f"num_tokens on powers of two; per shape the fastest complete curve of: {kernel}",
                   [("tokens", "tokens into the layer (one attention replica's x attention DP)", MOE_TOKENS)],
                   [[curves[k][n] for n in MOE_TOKENS] for k in keys])
@@ -432,8 +445,10 @@ def collect(root: Path, package_version: str) -> dict[Path, dict]:
                 for t in tables(read(path), gpu, framework, version, package_version, rel(path)):
                     out[folder / f"{t['kernel']}-{t['variant']}.yaml"] = t
             path = data / system / "moe" / framework / version / "moe_perf.parquet"
-            for t in moe_tables(read(path), gpu, framework, version, package_version, rel(path)):
-                out[folder / f"moe-{t['variant']}.yaml"] = t
+            frame = read(path)
+            for distribution in ("balanced",) + tuple(d for f, d in recipe.moe_routing if f == framework):
+                for t in moe_tables(frame, gpu, framework, version, package_version, rel(path), distribution):
+                    out[folder / f"moe-{t['variant']}.yaml"] = t
             path = data / system / "comm" / framework / version / "custom_allreduce_perf.parquet"
             frame = read(path)
             for column, backend, variant in custom_allreduce_variants(frame):

@@ -256,15 +256,15 @@ def test_unknown_gpu_is_refused(tmp_path):
 
 def test_the_repo_tables_load_and_stay_small():
     """Every committed table loads with its GPU known; the whole set stays lean (the import's
-    distillation: under 1.4 MB for three frameworks (vLLM, SGLang, TensorRT-LLM) on three GPUs,
-    not the package's 80 MB wheel)."""
+    distillation: under 1.6 MB for three frameworks (vLLM, SGLang, TensorRT-LLM) on three GPUs,
+    TensorRT-LLM's MoE at two routings, not the package's 80 MB wheel)."""
     from engine.deploy.hardware import load_gpus
     tables = load_measured(REPO / "gpus" / "measured", load_gpus())
     assert {(g, k) for g, _, k, _ in tables} >= {(g, k) for g in ("H100", "H200", "B200")
                                                   for k in ("gemm", "all_reduce", "all_to_all",
                                                             "decode_attention", "prefill_attention", "moe")}
     size = sum(p.stat().st_size for p in (REPO / "gpus" / "measured").rglob("*.yaml"))
-    assert size < 1_400_000
+    assert size < 1_600_000
 
 
 # -- the import, on a fixture package -------------------------------------------------------------

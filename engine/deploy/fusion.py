@@ -25,6 +25,10 @@ schedule overlap policies the framework can run (``two_batch``; ``enabled:`` tru
 default), each with its ``src:``: engine.deploy.sol's schedule estimate under it.
 ``kv_admission:``
 states its KV page size and admission headroom (engine.deploy.admission), with its ``src:``.
+``moe_routing:`` names the expert routing whose measured MoE tables an expert-parallel fused MoE
+reads (``distribution: power_law_1.2``, the variant suffix of gpus/measured's ``moe-<dtype>_<distribution>``
+tables; left out: ``balanced``), with its ``src:`` (engine.deploy.measured; docs/deployment.md
+"Uneven expert routing").
 
 View ops are transparent. Matching runs after communication insertion, per phase; overlapping
 matches are resolved largest first. A fused kernel's FLOPs, weight bytes and link bytes are the sum
@@ -50,6 +54,8 @@ from engine.deploy.admission import NO_ADMISSION, Admission
 from engine.deploy.placement import COLLECTIVES, ZERO, Program, Step, step_with
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus" / "fusion"
+#: The routing of a framework whose table states no ``moe_routing:`` (every expert equally loaded).
+BALANCED = "balanced"
 MATMULS = ("linear", "head_linear", "embedding")
 
 
@@ -99,6 +105,8 @@ class FusionTable:
     overlap: Mapping = None
     #: KV paging and admission (``kv_admission:``): the steady-state capacity's policy
     admission: Admission = NO_ADMISSION
+    #: the routing an expert-parallel MoE's measured table is read at (``moe_routing:``)
+    moe_routing: str = BALANCED
 
 
 #: The schedule overlap policies engine.deploy.sol models (``none``: one kernel after another).
@@ -169,6 +177,12 @@ def representative_tokens(limits: list[int], regime: int) -> int | None:
 def admission_of(table: "FusionTable | None") -> Admission:
     """The framework's KV paging and admission policy (:data:`NO_ADMISSION` without a table)."""
     return table.admission if table else NO_ADMISSION
+
+
+def moe_routing_of(table: "FusionTable | None") -> str:
+    """The expert routing an expert-parallel MoE's measured table is read at (:data:`BALANCED`
+    without a table or a ``moe_routing:``)."""
+    return table.moe_routing if table else BALANCED
 
 
 def reserve_bytes(table: "FusionTable | None", config) -> float:
@@ -254,7 +268,20 @@ def load_table(path: Path, root: Path | None = None) -> FusionTable:
         int(raw.get("reserve_clip_tokens", 0)), raw["src"])
     return FusionTable(data["framework"], data["version"], data["doc"], tuple(rules),
                        _reserve(reader, data.get("runtime_reserve")), _a2a(reader, data.get("expert_all_to_all")),
-                       _overlap(reader, data.get("overlap")), admission)
+                       _overlap(reader, data.get("overlap")), admission, _moe_routing(reader, data.get("moe_routing")))
+
+
+def _moe_routing(reader: Reader, raw) -> str:
+    """The table's ``moe_routing:`` distribution (:data:`BALANCED` without one): ``balanced`` or a
+    power law ``power_law_<alpha>``, the routings the measured MoE tables are imported at."""
+    if raw is None:
+        return BALANCED
+    value = raw["distribution"]
+    alpha = value.removeprefix("power_law_")
+    if value != BALANCED and (alpha == value or not alpha.replace(".", "", 1).isdigit()):
+        raise SpecError(reader.where(raw, "moe_routing.distribution", "distribution"),
+                        f"unknown expert routing {value!r}", "write balanced or power_law_<alpha>, e.g. power_law_1.2")
+    return value
 
 
 def _a2a(reader: Reader, raw) -> A2APolicy | None:

@@ -36,7 +36,9 @@ Invariants:
   or several query tokens per decode step. A fused MoE step (``fused_moe``) reads the curve of
   its exact expert shape and split (:data:`KEYED`: the model's hidden, d_ff_expert, top_k,
   n_experts; moe_tp = tp / ep, moe_ep = ep) at the layer's tokens (the point's batch x seq: one
-  attention replica's tokens x dp_attn, the source's num_tokens). An absorbed-MLA decode
+  attention replica's tokens x dp_attn, the source's num_tokens); under expert parallelism
+  (moe_ep > 1) the table of the framework's routing (its fusion table's ``moe_routing``, e.g.
+  ``fp8_power_law_1.2``: every rank waits for the busiest), else the balanced one. An absorbed-MLA decode
   attention step (the ``flash_mla`` rule: scores, softmax and the latent-space output over the
   latent + rotary cache) is ``decode_mla`` of its KV-cache dtype and latent rank
   (``<kv dtype>_r<kv_lora_rank>``) at (requests, query heads, context) as one GPU holds them; one
@@ -576,6 +578,7 @@ class Lookup:
     kv_dtype: str = "bf16"
     config: object = None
     bound: dict = None                  # the model's bound dims (an MoE table's key)
+    moe_routing: str = "balanced"       # the framework's routing of an expert-parallel MoE (its fusion table's)
 
 
 def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
@@ -601,6 +604,10 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
     if kernel == "moe":
         key = _moe_key(lookup.bound or {}, lookup.config)
         names = ("fp8", "fp8_block") if dtype == "fp8" else (dtype,)
+        if key and key[-1] > 1 and lookup.moe_routing != "balanced":
+            # under expert parallelism every rank waits for the busiest: the tables measured at the
+            # framework's uneven routing (moe_routing:), never the balanced ones in their place
+            names = tuple(f"{v}_{lookup.moe_routing}" for v in names)
         curves = [t[(g, fw, "moe", v)].curve(key) for v in names if key and (g, fw, "moe", v) in t]
         return [c for c in curves if c is not None][:1]
     found = [t[(g, "nccl", kernel, "nccl")]] if (g, "nccl", kernel, "nccl") in t else []
@@ -749,7 +756,8 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
     out = Gathered(t_sol / DEFAULT_EFFICIENCY, np.zeros((len(keep), n), dtype=bool), t_sol, [])
     if not tables:
         return out
-    lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config, s.ev.bound)
+    lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config, s.ev.bound,
+                    s.moe_routing)
     members = member_ops(s, phase)
     covered = _covered(plan, phase, lookup, members, keep)
     if covered:

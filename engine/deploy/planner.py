@@ -39,7 +39,8 @@ from engine.spec.api import Evaluation
 from engine.deploy.cost import KV_BYTES, compile_program
 from engine.spec.errors import SpecError
 from engine.spec.ops import OPS
-from engine.deploy.fusion import FusionTable, admission_of, fuse, match, note_extension, overlap_default, reserve_bytes
+from engine.deploy.fusion import (FusionTable, admission_of, fuse, match, moe_routing_of, note_extension, overlap_default,
+                                  reserve_bytes)
 from engine.deploy.expert_comm import A2APolicy
 from engine.deploy.transport import transport
 from engine.deploy.hardware import GPU
@@ -461,7 +462,7 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
                      # unfused: before kernel fusion, the framework's all-to-all library still applies
                      {p: transport(numeric[p][0], a2a) for p in PHASES}, {p: transport(symbolic[p][0], a2a) for p in PHASES},
                      compiled if compile else {}, weights, weight_formula, kv_dev, reserve_bytes(fusion, config),
-                     admission_of(fusion))
+                     admission_of(fusion), moe_routing_of(fusion))
 
 
 def _fused(program, found: list, compile_it: bool, memo: dict | None, a2a: A2APolicy | None = None) -> tuple:

@@ -188,6 +188,9 @@ class Structure:
     #: The framework's KV paging and admission policy (its fusion table's ``kv_admission``; for
     #: none token pages, no headroom): what the steady-state capacity reads (engine.deploy.admission)
     admission: Admission = NO_ADMISSION
+    #: The expert routing an expert-parallel fused MoE's measured table is read at (its fusion
+    #: table's ``moe_routing``; ``balanced`` for none): engine.deploy.measured
+    moe_routing: str = "balanced"
 
     def __post_init__(self):
         fn = _KV_FNS.get(self.kv_device_per_request)

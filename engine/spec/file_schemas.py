@@ -294,6 +294,14 @@ KV_ADMISSION = Mapping("write `kv_admission: {page_tokens: <int>, src: \"...\"}`
                                hi=1 << 20),
 })
 
+#: The expert routing an expert-parallel MoE's measured table is read at (engine.deploy.measured).
+MOE_ROUTING = Mapping("write `moe_routing: {distribution: power_law_1.2, doc: ..., src: \"...\"}`", fields={
+    "distribution": req(Str("the routing of the measured MoE tables read under expert parallelism: balanced or "
+                            "the suffix of their variant, e.g. power_law_1.2 (moe-fp8_power_law_1.2)")),
+    "doc": req(TEXT),
+    "src": req(SOURCE),
+})
+
 FUSION = Mapping("a fusion table", fields={
     "framework": req(Str("the framework's name, e.g. vllm")),
     "version": req(Str('the version read, quoted, e.g. "0.18.2"')),
@@ -303,6 +311,7 @@ FUSION = Mapping("a fusion table", fields={
     "expert_all_to_all": EXPERT_A2A,
     "overlap": ListOf("write overlap: [{policy: two_batch, enabled: false, doc: ..., src: ...}]", item=OVERLAP),
     "kv_admission": KV_ADMISSION,
+    "moe_routing": MOE_ROUTING,
 })
 
 # -- GPUs (gpus/*.yaml) and collectives (gpus/collectives/*.yaml) -------------------------------------
