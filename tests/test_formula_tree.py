@@ -112,7 +112,7 @@ def test_browser_equals_python(page):
 #: A 2 x 3 all-reduce table, gpus [2, 8] x bytes [1e3, 1e4, 1e5], µs [[10, 30, 100], [20, 80, 400]]
 #: (3 bytes values: a lookup reading the seconds in the wrong axis order reads other corners).
 LOOKUP_TABLE = {"axes": ["gpus", "bytes"], "values": [[2, 8], [1e3, 1e4, 1e5]],
-                "seconds": [10e-6, 30e-6, 100e-6, 20e-6, 80e-6, 400e-6], "name": "all_reduce-nccl (hand)",
+                "us": [10, 30, 100, 20, 80, 400], "name": "all_reduce-nccl (hand)",
                 "path": "hand"}
 # (point, µs by hand): log-space interpolation; outside the range, the edge span's power law clipped
 # to the roofline's (an all-reduce: bytes x 2(g-1)/g)

@@ -691,12 +691,18 @@ def distil(table: Table, point: tuple) -> Table:
 
 
 def lookup_table(table: Table, roof: tuple) -> dict:
-    """A lookup node's table as JSON: the axes' names and values, the seconds over them (flat, last
-    axis fastest), the roofline as a formula tree of the axes (:func:`roof_expr`), and what the
+    """A lookup node's table as JSON: the axes' names and values, the latencies over them in µs as
+    the table file writes them (flat, last axis fastest; seconds = µs x 1e-6, as :func:`load_table`
+    reads them), the roofline as a formula tree of the axes (:func:`roof_expr`), and what the
     per-op tooltip names (the kernel and source, the file)."""
-    return {"axes": list(table.axes), "values": [v.tolist() for v in table.values],
-            "seconds": table.seconds.reshape(-1).tolist(), "roof": to_tree(roof_expr(roof)),
-            "name": f"{table.name} ({table.source})", "path": table.path}
+    return {"axes": list(table.axes), "values": [[_short(x) for x in v.tolist()] for v in table.values],
+            "us": [_short(float(f"{x * 1e6:.12g}")) for x in table.seconds.reshape(-1).tolist()],
+            "roof": to_tree(roof_expr(roof)), "name": f"{table.name} ({table.source})", "path": table.path}
+
+
+def _short(x: float):
+    """A whole float as an int (shorter JSON; the same number)."""
+    return int(x) if x.is_integer() and abs(x) < 2 ** 53 else x
 
 
 def expected_tree(step, lookup: Lookup, member_ops: dict, table_ref: Callable[[dict], object]) -> list:
@@ -725,7 +731,7 @@ def node_lookup(tables: dict) -> Callable[[object, list], float]:
         entry = tables[ref]
         axes = tuple(entry["axes"])
         values = tuple(np.asarray(v, dtype=float) for v in entry["values"])
-        seconds = np.asarray(entry["seconds"], dtype=float).reshape([len(v) for v in values])
+        seconds = np.asarray(entry["us"], dtype=float).reshape([len(v) for v in values]) * 1e-6
         table = Table("", "", "", "", "", axes, values, seconds, entry["path"], entry["name"])
 
         def roof(*columns):

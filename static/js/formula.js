@@ -11,8 +11,8 @@
   // A measured table's time at point x (a "lookup" node; engine/deploy/measured.py interpolate_many, the
   // rule's one definition): multilinear in log time over log axis values inside the grid; outside an
   // axis's range, from the clamped point as the power law of the axis's edge span, its slope clipped
-  // to [0, the roofline's slope there] (t.roof: a tree of the axes' names). t: {axes, values, seconds
-  // (flat, last axis fastest), roof}.
+  // to [0, the roofline's slope there] (t.roof: a tree of the axes' names). t: {axes, values, us (the
+  // latencies in µs, flat, last axis fastest; seconds = us x 1e-6, as the table files are read), roof}.
   function lower(v, x) {     // numpy searchsorted(v, x, "right") - 1, clipped to a span's lower end
     var i = 0; while (i < v.length && v[i] <= x) i++;
     return Math.max(Math.min(i - 1, v.length - 2), 0);
@@ -30,7 +30,7 @@
         w *= bit ? frac[d] : 1 - frac[d];
         at = at * t.values[d].length + (t.values[d].length === 1 ? lo[d] : lo[d] + bit);
       }
-      total += w * Math.log(t.seconds[at]);
+      total += w * Math.log(t.us[at] * 1e-6);
     }
     return total;
   }
