@@ -177,6 +177,16 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             checked[key] = pair
         return program(drafting, phase)
 
+    refs: dict[int, tuple] = {}
+
+    def lookup_ref(entry: dict) -> int:
+        """A lookup table's index among ``lookups``: by object first (the measured module hands out
+        one JSON object per distilled table), then by its JSON text."""
+        found = refs.get(id(entry))
+        if found is None or found[0] is not entry:
+            found = refs[id(entry)] = (entry, lookups.add(entry))
+        return found[1]
+
     def expected(s, phase: str, gpu, framework: str, kv_dtype: str) -> int:
         """The index (among ``expected``) of the list of the phase program's per-step expected-time
         trees (engine.deploy.measured.expected_tree) on ``gpu`` under ``framework`` with ``kv_dtype``."""
@@ -188,7 +198,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         kernels = measured(gpu.key, framework) if measured else {}
         lookup = Lookup(gpu, framework, phase, kernels, kv_dtype, s.config, s.ev.bound)
         members = member_ops(s, phase)
-        rows = [trees.add(expected_tree(st, lookup, members, lookups.add)) for st in program.steps]
+        rows = [trees.add(expected_tree(st, lookup, members, lookup_ref)) for st in program.steps]
         index = expected_lists.add(rows, key=tuple(rows))
         expected_of[key] = (program, index)
         return index

@@ -41,6 +41,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -265,6 +266,7 @@ def _keys(reader, data, kernel: str) -> dict | None:
 AXIS = {name: sympy.Symbol(name, positive=True) for names in KERNELS.values() for name in names}
 
 
+@functools.lru_cache(maxsize=4096)
 def roof_expr(key: tuple) -> sympy.Expr:
     """The roofline of a lookup by its key, an expression of its kernel's :data:`KERNELS` axes
     (:data:`AXIS`): ("gemm", peak FLOP/s, HBM bytes/s, element bytes): max(2mnk / peak, (mk + nk
@@ -605,7 +607,7 @@ def step_spec(step, lookup: Lookup, member_ops: dict) -> Spec | None:
     applies, shape, point = sympy.true, "", None
     tables: list = []
     if kernel.endswith("_attention"):
-        got = _attention_point(step, lookup.config, kernel)
+        got = _step_point(step, kernel, lookup.config)
         if got is not None:                     # attention: the table of its head size and KV dtype
             point, applies = got
             roof = (kernel,)
@@ -617,23 +619,46 @@ def step_spec(step, lookup: Lookup, member_ops: dict) -> Spec | None:
         tables = _tables_for(lookup, kernel, lookup.gpu.compute_dtype(step.compute_dtype))
     elif kernel == "gemm":
         dtype = lookup.gpu.compute_dtype(step.compute_dtype)
-        point = _gemm_point(step)
+        point = _step_point(step, kernel, lookup.config)[0]
         roof = ("gemm", lookup.gpu.peak_flops(step.compute_dtype), lookup.gpu.hbm_bytes_per_s,
                 1.0 if dtype == "fp8" else 2.0)
         tables = _tables_for(lookup, kernel, dtype)
     else:
         roof = (kernel,)
-        # the message: what a collective step writes; a fused one (all-reduce + norm) also
-        # writes its norm's output, so its link bytes over the algorithm's share
-        size = _sym(step.written) if step.kind == "comm" else \
-            step_totals(step)[2] / step.repeat / sympy.Float(float(_roof(roof)(step.ranks, 1.0)))
-        point = (_sym(step.ranks), size)
+        point = _step_point(step, kernel, lookup.config)[0]
         tables = _tables_for(lookup, kernel, "")
     spec = Spec(kernel, tuple(tables), roof, point, applies, shape) if tables else None
     if len(_SPECS) > 50_000:
         _SPECS.clear()
     _SPECS[key] = (step, lookup.tables, spec)
     return spec
+
+
+_POINTS: dict = {}
+
+
+def _step_point(step, kernel: str, config) -> tuple | None:
+    """(the step's point on its kernel class's axes, when a table applies) as expressions of the
+    point, by the module's rule; what no table selection changes, so once per step object and
+    kernel (and context parallelism, which attention reads): building them costs sympy work."""
+    key = (id(step), kernel, config.cp if kernel.endswith("_attention") else 1)
+    found = _POINTS.get(key)
+    if found is not None and found[0] is step:
+        return found[1]
+    if kernel.endswith("_attention"):
+        got = _attention_point(step, config, kernel)
+    elif kernel == "gemm":
+        got = _gemm_point(step), sympy.true
+    else:
+        # the message: what a collective step writes; a fused one (all-reduce + norm) also
+        # writes its norm's output, so its link bytes over the algorithm's share
+        size = _sym(step.written) if step.kind == "comm" else \
+            step_totals(step)[2] / step.repeat / sympy.Float(float(_roof((kernel,))(step.ranks, 1.0)))
+        got = (_sym(step.ranks), size), sympy.true
+    if len(_POINTS) > 50_000:
+        _POINTS.clear()
+    _POINTS[key] = (step, got)
+    return got
 
 
 @dataclass
@@ -679,6 +704,10 @@ def distil(table: Table, point: tuple) -> Table:
     whose coordinate is a number, the two measured values of the span it lies in (or of the edge
     span it continues from), the only ones the interpolation and the out-of-range rule read
     there; the whole axis elsewhere. Interpolating the part gives the whole table's floats."""
+    constants = tuple(float(e) if getattr(e, "is_number", False) else None for e in point)
+    found = _DISTILLED.get((id(table), constants))
+    if found is not None and found[0] is table:
+        return found[1]
     values, cut = [], []
     for v, e in zip(table.values, point):
         if getattr(e, "is_number", False) and len(v) > 2:
@@ -687,7 +716,15 @@ def distil(table: Table, point: tuple) -> Table:
         else:
             cut.append(slice(None))
         values.append(v[cut[-1]])
-    return replace(table, values=tuple(values), seconds=table.seconds[tuple(cut)], keys=None)
+    part = replace(table, values=tuple(values), seconds=table.seconds[tuple(cut)], keys=None)
+    if len(_DISTILLED) > 20_000:
+        _DISTILLED.clear()
+    _DISTILLED[(id(table), constants)] = (table, part)
+    return part
+
+
+_DISTILLED: dict = {}        # (id(table), the point's constants) -> (table, its part): tables are read-only
+_ENTRIES: dict = {}          # (id(part), roof) -> (part, its JSON)
 
 
 def lookup_table(table: Table, roof: tuple) -> dict:
@@ -695,9 +732,21 @@ def lookup_table(table: Table, roof: tuple) -> dict:
     the table file writes them (flat, last axis fastest; seconds = µs x 1e-6, as :func:`load_table`
     reads them), the roofline as a formula tree of the axes (:func:`roof_expr`), and what the
     per-op tooltip names (the kernel and source, the file)."""
-    return {"axes": list(table.axes), "values": [[_short(x) for x in v.tolist()] for v in table.values],
-            "us": [_short(float(f"{x * 1e6:.12g}")) for x in table.seconds.reshape(-1).tolist()],
-            "roof": to_tree(roof_expr(roof)), "name": f"{table.name} ({table.source})", "path": table.path}
+    found = _ENTRIES.get((id(table), roof))
+    if found is not None and found[0] is table:
+        return found[1]
+    entry = {"axes": list(table.axes), "values": [[_short(x) for x in v.tolist()] for v in table.values],
+             "us": [_short(float(f"{x * 1e6:.12g}")) for x in table.seconds.reshape(-1).tolist()],
+             "roof": _roof_tree(roof), "name": f"{table.name} ({table.source})", "path": table.path}
+    if len(_ENTRIES) > 20_000:
+        _ENTRIES.clear()
+    _ENTRIES[(id(table), roof)] = (table, entry)
+    return entry
+
+
+@functools.lru_cache(maxsize=4096)
+def _roof_tree(roof: tuple) -> list:
+    return to_tree(roof_expr(roof))
 
 
 def _short(x: float):
