@@ -138,6 +138,40 @@ def test_two_batch_overlap_in_the_page_equals_archledger_deploy(tab, base):
     assert not tab.errors, tab.errors
 
 
+def test_expected_times_off_grid_read_the_measured_tables(tab, base):
+    """Issue 39: the page's expected times come from the measured tables at the point itself, as
+    `archledger deploy --json` gives them (the summary fields are in DEPLOY_FIELDS, the per-op ones in
+    OP_FIELDS): Llama-3.1-8B on 2x H200 (TP2, vLLM, FP8 KV) at prompt 20,000 + 3,000, batch 90, where
+    the decode GEMMs, the FP8-KV attention and the all-reduce each read a table of their own
+    (gpus/measured/h200/vllm-0.24.0/: a KV dtype read wrong reads the bf16 attention table), and the
+    cards and the per-op column show them with their measured source."""
+    model, gpu, cfg, degrees, fw, kv, prompt, output, batch = POINTS[4]
+    page = _page(tab, base, model, gpu, cfg, fw, kv, prompt, output, batch)
+    want = _cli(model, gpu, degrees, fw, kv, prompt, output, batch)
+    decode = want["ops"]["decode"]
+    tables = {r["expected_table"].rsplit("/", 1)[-1] for r in decode if r["measured"]}
+    assert {"gemm-bf16.yaml", "decode_attention-fp8_d128.yaml"} <= tables, tables
+    assert any(not r["measured"] for r in decode)          # norms and the like: bound / 0.7
+    rows = [r for r in page["ops"] if r["phase"] == "decode"]
+    assert [r["measured"] for r in rows] == [r["measured"] for r in decode]
+    for r, c in zip(rows, decode):
+        _close(r["t_expected_s"], c["t_expected_s"], r["op_uid"])
+        if c["measured"]:         # the tooltip off grid: the tables the lookup read, by file
+            assert any(c["expected_table"] in t for t in r["expected_tables"]), (r["expected_tables"], c["expected_table"])
+    summary = want["deployment"]
+    assert summary["tpot_expected_s"] > summary["tpot_bound_s"]
+    cards = tab.page.locator("#summary dl.cards > div")
+    shown = {cards.nth(i).locator("dt").inner_text(): cards.nth(i).locator("dd").inner_text() for i in range(cards.count())}
+    for label, name in (("TTFT expected", "ttft_expected_s"), ("TPOT last token expected", "tpot_expected_s"),
+                        ("TPOT mean expected", "tpot_mean_expected_s")):
+        # the CLI's number in the page's one time format (site.js archFmt.time)
+        assert shown[label] == tab.page.evaluate("s => window.archFmt.time(s)", summary[name]), (label, shown[label])
+    tab.page.wait_for_selector("#ops[data-expected-ready]")
+    cell = tab.page.locator("#ops tbody tr").nth([c["measured"] for c in decode].index(True)).locator("td").nth(10)
+    assert cell.get_attribute("title").startswith("measured: ") and "gpus/measured/h200/vllm-" in cell.get_attribute("title")
+    assert not tab.errors, tab.errors
+
+
 def test_invalid_input_is_refused_in_words(tab, base):
     """A prompt length that is not a whole number in range: one sentence, no numbers recomputed."""
     slug = LLAMA.replace("/", "--")
