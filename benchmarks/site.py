@@ -153,6 +153,27 @@ def deploy_interactive(site: Path, path: str, runs: int) -> list[dict]:
     return out
 
 
+def selection_fetches(site: Path, slugs: list[str]) -> dict[str, list[tuple[str, int]]]:
+    """Per model (``org--name``), one cold load of its deploy page's default selection: each file
+    under ``data/`` it fetched until the per-op table's expected times are filled and the network
+    is idle (the page, its index, the selected config's formulas and expected times, the shared
+    texts), as (path under data/, bytes as transferred: the stored gzip)."""
+    out = {}
+    with _served_browser(site) as (browser, base):
+        for slug in slugs:
+            context = browser.new_context(viewport=VIEWPORT)
+            block_remote(context)
+            page = context.new_page()
+            fetched: list = []
+            page.on("response", lambda r: "/data/" in r.url and fetched.append(r))
+            page.goto(f"{base}models/{slug}/deploy/", wait_until="commit")
+            page.wait_for_selector("#ops[data-expected-ready]", state="attached", timeout=60_000)
+            page.wait_for_load_state("networkidle")
+            out[slug] = [(r.url.split("/data/", 1)[1], len(r.body())) for r in fetched if r.ok]
+            context.close()
+    return out
+
+
 CHART_LIBRARY = "/vendor/vega-embed."      # static/vendor/vega-embed.<sha8>.js
 
 
@@ -227,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="deploy page to time, relative to the site (default: the default selection of the "
                              "model with the most deployment data, models/<org--name>/deploy/)")
     parser.add_argument("--sizes-only", action="store_true", help="the site's size per model and fixed, no browser")
+    parser.add_argument("--selection", nargs="+", metavar="MODEL", default=None,
+                        help="only the data one deploy-page selection fetches for these models (org--name or a "
+                             "unique suffix, e.g. DeepSeek-V4-Pro DeepSeek-V3), per file")
     args = parser.parse_args(argv)
     site: Path = args.site
     if not (site / "index.html").exists():
@@ -239,6 +263,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.sizes_only:
         print("| measure | value | target | |\n|---|---|---|---|")
         _size_rows(site)
+        return 0
+    if args.selection:
+        slugs = []
+        for name in args.selection:
+            hits = [r["slug"] for r in sizes if r["slug"] == name or r["slug"].endswith(name)]
+            if len(hits) != 1:
+                print(f"error: --selection {name}: {len(hits)} models match ({', '.join(hits[:5])})", file=sys.stderr)
+                return 2
+            slugs.append(hits[0])
+        print("| model | files one selection fetched under data/ (bytes as transferred) | total | target | |\n"
+              "|---|---|---|---|---|")
+        for slug, files in selection_fetches(site, slugs).items():
+            total = sum(n for _, n in files)
+            listed = ", ".join(f"`{f}` {kb(n)}" for f, n in sorted(files, key=lambda x: -x[1]))
+            print(f"| {slug} | {listed} | {kb(total)} | ≤ {kb(SELECTION_TARGET)} | {ok(total <= SELECTION_TARGET)} |")
         return 0
     deploy = args.deploy or f"models/{max(sizes, key=lambda r: r['deploy_data'])['slug']}/deploy/"
     try:

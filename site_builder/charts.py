@@ -397,6 +397,11 @@ def contract_specs(contract: dict) -> dict:
 ROOF_LEFT, ROOF_RIGHT = 1e4, 1e2
 
 
+#: The roofline's op shapes: where an op's expected time comes from (roofline.js fills ``expected``
+#: with one of these from the op row's ``measured``).
+EXPECTED_SOURCES = ("measured table", "bound / default efficiency")
+
+
 def roofline_spec() -> dict:
     return copy.deepcopy(_roofline_spec())
 
@@ -409,8 +414,11 @@ def _roofline_spec() -> dict:
     under the GPU's roofs: per native dtype min(peak, HBM bandwidth x intensity), each ridge point
     (peak / bandwidth) marked and labelled.
 
+    Each op's shape marks where its expected time comes from (:data:`EXPECTED_SOURCES`: a measured
+    table at this point, or the bound / the default efficiency).
+
     Named datasets, filled by static/js/roofline.js: ``ops`` rows {op, kind, bound, intensity,
-    attained, t_sol_s}; ``roofs`` one row per dtype {dtype, peak, ridge, bw} as the build wrote them
+    attained, t_sol_s, t_expected_s, expected}; ``roofs`` one row per dtype {dtype, peak, ridge, bw} as the build wrote them
     (landscape.json ``gpus``). The roof polyline's points are placed by the spec (display only)."""
     roofs = alt.Data(name="roofs")
     # log axes labelled at powers of ten only (Vega ticks every 1..9 x 10^k)
@@ -443,17 +451,23 @@ def _roofline_spec() -> dict:
                    # ridge every roof lies below it
                    .mark_text(align="right", baseline="bottom", dx=-6, dy=-4, fontSize=11)
                    .encode(x=x, y=y, text="label:N").properties(name="ridge_labels"))
+    # each op's shape says where its expected time comes from: a measured table (gpus/measured/) at
+    # this point, or the bound / the default efficiency (no table covers its kernel class)
     ops = (alt.Chart(alt.Data(name="ops"))
            .transform_filter("datum.intensity > 0 && datum.attained > 0")
            .transform_calculate(x="datum.intensity", y="datum.attained", x_shown="format(datum.intensity, '.3~s') + ' FLOP/B'",
-                                y_shown=human("datum.attained", "FLOP/s"), t_shown=human("datum.t_sol_s", "s"))
-           .mark_circle(size=60, opacity=0.8)
+                                y_shown=human("datum.attained", "FLOP/s"), t_shown=human("datum.t_sol_s", "s"),
+                                e_shown=human("datum.t_expected_s", "s"))
+           .mark_point(size=70, opacity=0.85, filled=True)
            .encode(x=x, y=y,
                    color=alt.Color("bound:N", title="bound", scale=alt.Scale(domain=["compute", "memory", "comm"],
                                                                             range=["#d62728", "#1f77b4", "#ff7f0e"])),
+                   shape=alt.Shape("expected:N", title="expected time",
+                                   scale=alt.Scale(domain=list(EXPECTED_SOURCES), range=["circle", "triangle-up"])),
                    tooltip=[alt.Tooltip("op:N", title="op"), alt.Tooltip("kind:N", title="kind"),
                             alt.Tooltip("bound:N", title="bound"), alt.Tooltip("x_shown:N", title="arithmetic intensity"),
-                            alt.Tooltip("y_shown:N", title="attained"), alt.Tooltip("t_shown:N", title="SOL time")])
+                            alt.Tooltip("y_shown:N", title="attained"), alt.Tooltip("t_shown:N", title="SOL time"),
+                            alt.Tooltip("e_shown:N", title="expected time"), alt.Tooltip("expected:N", title="expected from")])
            .properties(name="ops"))
     return _spec(alt.layer(roof, ridge, ridge_label, ops).properties(width="container", height=340)
                  .configure_legend(orient="bottom"))

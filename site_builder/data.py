@@ -289,13 +289,17 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     options, the KV trees) for index.json, and one file per (config, scale-up domain) holding only
     the programs, trees and strings its options use, renumbered from 0 (what one selection loads;
     configs whose files are identical share one), as its compact JSON text (``{"programs", "trees",
-    "strings"}``; written as it is, never encoded twice). Options name their config (``cfg``) and file.
+    "strings", "expected", "lookups"}``: ``expected`` the per-step expected-time tree lists its
+    options name per KV dtype, ``lookups`` the measured tables their lookup nodes read, by their
+    model-wide ref; written as it is, never encoded twice). Options name their config (``cfg``) and file.
     Reshaping only: every tree and number is the build's; the rule picking the grid's batches travels
     beside them (``grid_batches``: engine.build.grid_eval.GRID_BATCHES, read by formula.js ``select``)."""
     from engine.build.grid_eval import GRID_BATCHES      # (here: the module's other readers need no engine)
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
+    expected = doc.get("expected", [])
     files: dict[str, tuple[list, _Numbering, _Numbering]] = {}
     local: dict[str, dict[int, int]] = {}
+    lists: dict[str, _Numbering] = {}         # per file: the expected-time lists it holds, renumbered
     options = []
     for opt in doc["options"]:
         cfg = doc["configs"][opt["config"]]
@@ -303,7 +307,8 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
         if key not in files:
             files[key] = ([], _Numbering(), _Numbering())
             local[key] = {}
-        (out, tm, sm), pmap = files[key], local[key]
+            lists[key] = _Numbering()
+        (out, tm, sm), pmap, lm = files[key], local[key], lists[key]
 
         def program(pid: int) -> int:
             if pid not in pmap:
@@ -320,8 +325,20 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
                         "prefill": [program(p) for p in opt["prefill"]], "decode": [program(p) for p in opt["decode"]]})
         if "mtp" in opt:          # the MTP drafts' steps (models with an mtp stack)
             options[-1]["mtp"] = {ph: [program(p) for p in pids] for ph, pids in opt["mtp"].items()}
-    bodies = {key: {"programs": out, "trees": [trees[i] for i in tm], "strings": [strings[i] for i in sm]}
-              for key, (out, tm, sm) in files.items()}
+        if "expected" in opt:     # per KV dtype and phase, each regime's list of step expected-time trees
+            options[-1]["expected"] = {kv: {ph: ({m: [lm[i] for i in ids] for m, ids in v.items()} if ph == "mtp"
+                                                 else [lm[i] for i in v]) for ph, v in by.items()}
+                                       for kv, by in opt["expected"].items()}
+    bodies = {}
+    for key, (out, tm, sm) in files.items():
+        # the expected-time lists' trees numbered after the programs' (first use, as theirs)
+        lists_here = [[tm[t] for t in expected[i]] for i in lists[key]]
+        body = {"programs": out, "trees": [trees[i] for i in tm], "strings": [strings[i] for i in sm]}
+        if expected:
+            body["expected"] = lists_here
+            # the measured tables the lists' lookup nodes name (by their index in the model's lookups)
+            body["lookups"] = {str(r): doc["lookups"][r] for r in sorted(_lookup_refs(body["trees"]))}
+        bodies[key] = body
     texts, same = _shared(bodies)
     for o in options:
         o["cfg"], o["file"] = o["file"], same[o["file"]]
@@ -335,11 +352,26 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
             text = mtp_formulas.setdefault(c["mtp"]["weight_formula"], len(mtp_formulas))
             configs[c["key"]]["mtp"] = {**c["mtp"], "kv_dev": trees[c["mtp"]["kv_dev"]], "weight_formula": text}
     head = {k: doc[k] for k in ("format", "max_context", "budget", "hbm_fraction", "max_batch", "batches", "kv_bytes",
-                                "kv_request", "gpus", "mtp_modules", "tokens_per_step", "kv_request_mtp") if k in doc}
+                                "kv_request", "gpus", "mtp_modules", "tokens_per_step", "kv_request_mtp", "default_efficiency")
+            if k in doc}
     if mtp_formulas:
         head["mtp_weight_formulas"] = [strings[i] for i in mtp_formulas]
     head["grid_batches"] = GRID_BATCHES
     return {**head, "configs": configs, "options": options}, texts
+
+
+def _lookup_refs(trees: list) -> set[int]:
+    """The table refs of the ``lookup`` nodes in ``trees`` (engine.spec.formula_tree)."""
+    found, todo = set(), list(trees)
+    while todo:
+        t = todo.pop()
+        if isinstance(t, list) and t:
+            if t[0] == "lookup":
+                found.add(t[1])
+                todo.extend(t[2:])
+            else:       # an op's arguments, or a piecewise pair [value, condition]
+                todo.extend(t[1:] if isinstance(t[0], str) else t)
+    return found
 
 
 def _shared(bodies: dict[str, dict]) -> tuple[dict[str, str], dict[str, str]]:

@@ -636,7 +636,8 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
         for o in options:
             f = found.get((o["gpu"], o["n_gpus"], o["config"], o["framework"]))
             if f is not None:
-                o.update({k: f[k] for k in ("cfg", "file", "limits", "reserve", "overlap", "admission", "prefill", "decode", "mtp") if k in f})
+                o.update({k: f[k] for k in ("cfg", "file", "limits", "reserve", "overlap", "admission", "prefill", "decode", "mtp",
+                                             "expected") if k in f})
     grid = {k: decode[c].unique().sort().to_list() for k, c in
             (("inputs", "input_len"), ("outputs", "output_len"), ("batches", "batch"))}
     # the grid's fronts, one small file per (framework, KV dtype, prompt, output): the front chart at a
@@ -650,9 +651,16 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
                     "twins": config_twins(results, model_id),
                     "best_per_gpu": per_gpu.to_dicts(), "grid": grid, "model": model, "fronts": fronts,
                     "output_len": int(decode["output_len"].min()) if decode.height else 0})
-    # each op's expected time and its measured source at the grid's per-op points (ops.parquet), for the
-    # per-op table: fetched when a selection is one of those points
-    site.gzip_json(f"data/deploy/{name}/expected.json.gz", expected_ops(results, model_id))
+    # each op's measured source at the grid's per-op points (ops.parquet), for the per-op table's
+    # tooltips: one file per (config, scale-up domain), as the formulas, so one selection fetches its own
+    cfg_of = {(o["gpu"], str(o["n_gpus"]), o["config"], o["framework"]): o["cfg"] for o in options if "cfg" in o}
+    by_cfg: dict[str, dict] = {}
+    for key, ops in expected_ops(results, model_id).items():
+        cfg = cfg_of.get(tuple(key.split("|")[:4]))
+        if cfg is not None:
+            by_cfg.setdefault(cfg, {})[key] = ops
+    for cfg, part in by_cfg.items():
+        site.gzip_json(f"data/deploy/{name}/expected-{cfg}.json.gz", part)
     # the bar charts' heights: the most bars one selection can show (GPU types; configs per GPU type and count)
     # (the specs and texts every deploy page shares are in DEPLOY_SHARED, fetched once)
     specs = charts.deployment_specs(

@@ -42,8 +42,11 @@ DEPLOY_FIELDS = ("ttft_s", "tpot_s", "ttft_bound_s", "tpot_bound_s", "tpot_mean_
                  "kv_bytes_per_request_per_gpu", "kv_budget_bytes_per_gpu", "kv_bytes_per_gpu",
                  "activation_bytes_per_gpu", "free_bytes_per_gpu", "shortfall_bytes", "fits", "extrapolated",
                  "kv_steady_tokens_per_request", "kv_bytes_per_request_steady_per_gpu", "max_concurrent_requests_steady",
-                 "fits_steady", "tpot_mean_s", "tokens_per_s_per_gpu_steady")
-OP_FIELDS = ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s")
+                 "fits_steady", "tpot_mean_s", "tokens_per_s_per_gpu_steady",
+                 # from measured kernels: the formula trees' lookup nodes (engine.deploy.measured.expected_tree)
+                 "ttft_expected_s", "tpot_expected_s", "tpot_mean_expected_s")
+OP_FIELDS = ("flops", "bytes", "weight_bytes", "comm_bytes", "t_compute_s", "t_memory_s", "t_comm_s", "t_sol_s",
+             "t_expected_s", "measured")
 
 
 def deploy_page(tab, base: str, model: str, query: str) -> dict:

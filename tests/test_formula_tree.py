@@ -134,4 +134,60 @@ def test_browser_selects_the_same_batches(page):
     shown = page.page.evaluate("([rule, grid, cases]) => cases.map(c => window.archFormula.select(rule, grid,"
                                " {worst: c[0], steady: c[1]}))", [GRID_BATCHES, GRID, [c for c, _ in BATCH_CASES]])
     assert shown == [k for _, k in BATCH_CASES]
+
+
+# -- the lookup node: a measured table's time at a point (engine.deploy.measured.node_lookup) ---------
+
+#: A 2 x 3 all-reduce table, gpus [2, 8] x bytes [1e3, 1e4, 1e5], µs [[10, 30, 100], [20, 80, 400]]
+#: (3 bytes values: a lookup reading the seconds in the wrong axis order reads other corners).
+LOOKUP_TABLE = {"axes": ["gpus", "bytes"], "values": [[2, 8], [1e3, 1e4, 1e5]],
+                "us": [10, 30, 100, 20, 80, 400], "name": "all_reduce-nccl (hand)",
+                "path": "hand"}
+# (point, µs by hand): log-space interpolation; outside the range, the edge span's power law clipped
+# to the roofline's (an all-reduce: bytes x 2(g-1)/g)
+LOOKUP_HAND = [
+    ((2, 1e4), 30.0),                               # on the grid: the measured number
+    ((4, 1e4), math.sqrt(30 * 80)),                 # gpus halfway in log (ln 2 / ln 4): sqrt(30 x 80) = 48.99
+    ((2, 10 ** 3.5), math.sqrt(10 * 30)),           # bytes halfway in log: 17.32 (linear in bytes: 16.5)
+    ((4, 10 ** 4.5), (30 * 100 * 80 * 400) ** 0.25),  # both halfway: the corners' geometric mean, 89.9
+    ((2, 1e7), 100 * (100 / 30) ** 2),              # above: the last span's slope ln(100/30) / ln 10 = 0.52 (< the
+                                                    # roof's 1) over two decades: 1,111 µs
+    ((2, 1e2), 10 / 3),                             # below: the first span's slope ln 3 / ln 10 over one decade down
+    ((32, 1e4), 80 * 1.75),                         # gpus past 8: the edge span's slope ln(8/3) / ln 4 = 0.71, clipped
+                                                    # to the roof's ln(1.75) / ln 4 = 0.40 (2(g-1)/g: 1 at 2, 1.75 at
+                                                    # 8), over ln 4: x 1.75 = 140 µs
+]
+
+
+def _lookup_table():
+    from engine.deploy.measured import roof_expr
+    return dict(LOOKUP_TABLE, roof=ft.to_tree(roof_expr(("all_reduce",))))
+
+
+def test_lookup_node_hand_values_python():
+    """The lookup node's meaning (engine.deploy.measured.node_lookup) at hand-computed points."""
+    from engine.deploy.measured import node_lookup
+    lookup = node_lookup({0: _lookup_table()})
+    for (g, size), us in LOOKUP_HAND:
+        tree = ["lookup", 0, ["*", g, 1], size]        # coordinates are trees too
+        assert math.isclose(ft.evaluate(tree, {}, lookup) * 1e6, us, rel_tol=1e-12), (g, size)
+    assert ft.free_names(["lookup", 0, "batch", ["*", "seq", 2]]) == {"batch", "seq"}     # the ref is no symbol
+    with pytest.raises(ValueError, match="lookup"):
+        ft.evaluate(["lookup", 0, 2, 1e4], {})
+
+
+def test_lookup_node_hand_values_in_the_browser(page):
+    """formula.js evaluates the lookup node generically (the table travels with the tree's caller): the
+    same hand values. Kills an interpolation in linear space, on the wrong axis, or a seconds array read
+    in the wrong axis order (benchmarks/mutants.py)."""
+    trees = [["lookup", 0, g, size] for (g, size), _ in LOOKUP_HAND]
+    shown = page.page.evaluate("([ts, tables]) => ts.map(t => window.archFormula.evaluate(t, {}, tables))",
+                               [trees, {"0": _lookup_table()}])
+    for got, ((g, size), us) in zip(shown, LOOKUP_HAND):
+        assert math.isclose(got * 1e6, us, rel_tol=1e-12), (g, size, got * 1e6, us)
+    # which tables an evaluation read (the per-op "measured" flag): a piecewise branch not taken reads none
+    read = page.page.evaluate("""tables => [1, 0].map(x => { const r = [];
+        window.archFormula.evaluate(['pw', [['lookup', 0, 2, 1e4], ['>', 'x', 0]], [0, 1]], {x: x}, tables, r); return r; })""",
+                              {"0": _lookup_table()})
+    assert read == [[0], []]
     assert not page.errors, page.errors

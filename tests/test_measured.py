@@ -644,3 +644,58 @@ def test_a_broken_table_stops_the_command_in_one_line(command, table, tmp_path, 
     assert captured.err.startswith(f"error: gpus/measured/{table}:") and \
         "latency_us: " in captured.err and "rows, the axes ask for" in captured.err, captured.err
     assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == before
+
+
+#: (model, GPU, framework, KV dtype, degrees, prefill seq per point (ctx below), tables the trees must read)
+TREE_CASES = [
+    ("Llama-3.1-8B", "H100", "sglang", "fp8", dict(tp=2), [700.0, 8000.0, 3.0],
+     {"gemm-bf16.yaml", "decode_attention-fp8_d128.yaml", "all_reduce-custom_graph.yaml", "all_reduce-nccl.yaml"}),
+    # DeepSeek-V3's MLA: the prefill points' second has no cached prefix (seq = ctx: prefill_mla
+    # applies), the others have one (it does not); decode reads decode_mla and both BMM sides
+    ("DeepSeek-V3", "H200", "sglang", "bf16", dict(tp=8, ep=8, dp_attn=8), [700.0, 8700.0, 3.0],
+     {"decode_mla-bf16_r512.yaml", "prefill_mla-bf16_r512.yaml", "mla_bmm-pre_fp8_r512.yaml",
+      "mla_bmm-post_fp8_r512.yaml"}),   # FP8 weights: the FP8 BMM tables
+]
+
+
+@pytest.mark.parametrize("model, gpu, fw, kv, degrees, prefill_seq, read", TREE_CASES, ids=[c[0] for c in TREE_CASES])
+def test_expected_trees_equal_the_lookup_consistency(model, gpu, fw, kv, degrees, prefill_seq, read):
+    """Consistency (the engine against itself): each step's exported expected-time tree
+    (expected_tree: lookup nodes over distilled tables, evaluated by formula_tree with
+    node_lookup) gives what expected_steps gives at off-grid points, inside and outside the
+    measured ranges: Llama-3.1-8B on 2x H100 (TP2, SGLang, FP8 KV: GEMMs, FP8-KV attention, both
+    all-reduce tables), DeepSeek-V3 on 8x H200 (SGLang, DP8 attention, EP8: the three MLA kernel
+    classes, their applicability conditions included); a distilled GEMM table keeps 2 values of k
+    (and of n where n is a number: Llama's)."""
+    import numpy as np
+    from engine.deploy.measured import Lookup, expected_steps, expected_tree, member_ops, node_lookup
+    from engine.spec import formula_tree
+    from tests.deploy_helpers import make_plan
+    p = make_plan(model, gpu, fw, None, kv, **degrees)
+    s = p.structure
+    tables = load_measured(gpu=gpu, framework=fw)
+    found = {}
+
+    def ref(entry):
+        return found.setdefault(str(entry), (len(found), entry))[0]
+    lookups = 0
+    for phase, seq in (("prefill", prefill_seq), ("decode", [1.0, 1.0, 1.0])):
+        batch, seq, ctx = np.array([3.0, 37.0, 500.0]), np.array(seq), np.array([900.0, 8700.0, 100_000.0])
+        values = s.compiled[phase].evaluate(p.gpu, batch, seq, ctx, p.kv_bytes)
+        want = expected_steps(p, phase, batch, seq, ctx, tables, values)[0].reshape(len(batch), -1)
+        lookup = Lookup(p.gpu, fw, phase, tables, kv, s.config, s.ev.bound)
+        trees = [expected_tree(st, lookup, member_ops(s, phase), ref) for st in s.programs[phase].steps]
+        evaluate = node_lookup({i: e for i, e in found.values()})
+        t_sol = np.broadcast_to(values["t_sol"], (len(trees), len(batch)))
+        for j in range(len(batch)):
+            env = {"batch": batch[j], "seq": seq[j], "ctx": ctx[j], "kv_bytes": p.kv_bytes}
+            for i, tree in enumerate(trees):
+                got = formula_tree.evaluate(tree, dict(env, t_sol=t_sol[i, j]), evaluate)
+                assert got == pytest.approx(want[j, i], rel=1e-12), (phase, s.programs[phase].steps[i].uid)
+        lookups += sum(t[0] == "pw" for t in trees)
+    assert lookups >= 10
+    gemm = [e for _, e in found.values() if e["axes"] == ["m", "n", "k"]]
+    assert gemm and all(len(e["values"][2]) == 2 for e in gemm)
+    if model == "Llama-3.1-8B":         # every matmul's n a number (DeepSeek-V3's has one that varies)
+        assert all(len(e["values"][1]) == 2 for e in gemm)
+    assert {e["path"].rsplit("/", 1)[-1] for _, e in found.values()} >= read

@@ -10,7 +10,8 @@ expectations come from the CLI, not from the export: a wrong tree, regime or rul
 
 Models: gpt-oss-20b (MoE with sliding-window layers; a DP-attention + EP config) and Llama-3.1-8B
 (dense; a pipeline-parallel config) over a tiny grid whose prompt lengths (1024, 4096), output
-(256) and batches (1, 8, 64) none of the points below are.
+(256) and batches (1, 8, 64) none of the points below are; DeepSeek-V3 (its MLA kernel classes' expected
+times) over a tiny 8x H200 grid of its own.
 """
 from __future__ import annotations
 
@@ -135,6 +136,40 @@ def test_two_batch_overlap_in_the_page_equals_archledger_deploy(tab, base):
     for name in ("ttft_s", "tpot_s", "ttft_bound_s", "tpot_bound_s"):
         _close(got[name], want[name], name)
     assert got["tpot_s"] != got["plain"]          # the schedule changed the estimate at this point
+    assert not tab.errors, tab.errors
+
+
+def test_expected_times_off_grid_read_the_measured_tables(tab, base):
+    """Issue 39: the page's expected times come from the measured tables at the point itself, as
+    `archledger deploy --json` gives them (the summary fields are in DEPLOY_FIELDS, the per-op ones in
+    OP_FIELDS): Llama-3.1-8B on 2x H200 (TP2, vLLM, FP8 KV) at prompt 20,000 + 3,000, batch 90, where
+    the decode GEMMs, the FP8-KV attention and the all-reduce each read a table of their own
+    (gpus/measured/h200/vllm-0.24.0/: a KV dtype read wrong reads the bf16 attention table), and the
+    cards and the per-op column show them with their measured source."""
+    model, gpu, cfg, degrees, fw, kv, prompt, output, batch = POINTS[4]
+    page = _page(tab, base, model, gpu, cfg, fw, kv, prompt, output, batch)
+    want = _cli(model, gpu, degrees, fw, kv, prompt, output, batch)
+    decode = want["ops"]["decode"]
+    tables = {r["expected_table"].rsplit("/", 1)[-1] for r in decode if r["measured"]}
+    assert {"gemm-bf16.yaml", "decode_attention-fp8_d128.yaml"} <= tables, tables
+    assert any(not r["measured"] for r in decode)          # norms and the like: bound / 0.7
+    rows = [r for r in page["ops"] if r["phase"] == "decode"]
+    assert [r["measured"] for r in rows] == [r["measured"] for r in decode]
+    for r, c in zip(rows, decode):
+        _close(r["t_expected_s"], c["t_expected_s"], r["op_uid"])
+        if c["measured"]:         # the tooltip off grid: the tables the lookup read, by file
+            assert any(c["expected_table"] in t for t in r["expected_tables"]), (r["expected_tables"], c["expected_table"])
+    summary = want["deployment"]
+    assert summary["tpot_expected_s"] > summary["tpot_bound_s"]
+    cards = tab.page.locator("#summary dl.cards > div")
+    shown = {cards.nth(i).locator("dt").inner_text(): cards.nth(i).locator("dd").inner_text() for i in range(cards.count())}
+    for label, name in (("TTFT expected", "ttft_expected_s"), ("TPOT last token expected", "tpot_expected_s"),
+                        ("TPOT mean expected", "tpot_mean_expected_s")):
+        # the CLI's number in the page's one time format (site.js archFmt.time)
+        assert shown[label] == tab.page.evaluate("s => window.archFmt.time(s)", summary[name]), (label, shown[label])
+    tab.page.wait_for_selector("#ops[data-expected-ready]")
+    cell = tab.page.locator("#ops tbody tr").nth([c["measured"] for c in decode].index(True)).locator("td").nth(10)
+    assert cell.get_attribute("title").startswith("measured: ") and "gpus/measured/h200/vllm-" in cell.get_attribute("title")
     assert not tab.errors, tab.errors
 
 
@@ -382,4 +417,49 @@ def test_front_point_click_opens_that_deployment(tab, base):
     summary = tab.page.evaluate("() => window.archDeploy.current.summary")
     _close(summary["tpot_mean_s"], picked[0]["tpot_s"], "tpot_s")     # the front's TPOT: the steady one
     _close(summary["tpot_s"], picked[0]["tpot_last_s"], "tpot_last_s")
+    assert not tab.errors, tab.errors
+
+
+#: DeepSeek-V3 (absorbed MLA: decode_mla, prefill_mla and mla_bmm tables) on one tiny grid of its own:
+#: 8x H200 under SGLang, TP8 = EP8 = DP-attention 8, BF16 KV; prompts 1024, output 256, batches 8, 64.
+MLA_GRID = {
+    "doc": "Tiny MLA grid for tests/test_site_offgrid.py.",
+    "gpus": ["H200"], "gpu_counts": [8], "beyond_fit": 1,
+    "parallel": {"max_pp": 1, "cp": [1], "ep": ["tp"], "dp_attn": ["tp"], "tp_in_domain": True, "pp_after_tp": 1},
+    "frameworks": ["sglang"], "kv_dtypes": ["bf16"],
+    "scenarios": {"input_lengths": [1024], "beyond_max_context": 1, "output_lengths": [256], "batches": [8, 64]},
+    "ops": {"kv_dtypes": ["bf16"], "points": [{"batch": 8, "input": 1024, "output": 256}]},
+}
+
+
+@pytest.fixture(scope="module")
+def mla_tab(browser, tmp_path_factory):  # noqa: F811
+    site = build_small_site(tmp_path_factory.mktemp("site-offgrid-mla"), MLA_GRID, ["DeepSeek-V3"])
+    for url in served(site / "site"):
+        t = _open(browser)
+        yield t, url
+        t.context.close()
+
+
+def test_mla_expected_times_off_grid_equal_archledger_deploy(mla_tab):
+    """Issue 39: DeepSeek-V3's expected times off the grid (prompt 3,000 + 700, batch 40: none of
+    the grid's) in the page equal `archledger deploy --json`'s, summary and every op of both phases,
+    and the ops that read the MLA tables (flash_mla: decode_mla; the prefill attention: prefill_mla;
+    the per-head matmuls: mla_bmm's two sides) are among them (gpus/measured/h200/sglang-*/)."""
+    tab, base = mla_tab
+    degrees = dict(tp=8, ep=8, dp_attn=8)
+    page = _page(tab, base, "deepseek-ai/DeepSeek-V3", "H200", "8x tp8-ep8-dp_attn8", "sglang", "bf16", 3000, 700, 40)
+    want = _cli("deepseek-ai/DeepSeek-V3", "H200", degrees, "sglang", "bf16", 3000, 700, 40)
+    read = {r["expected_table"].rsplit("/", 1)[-1].split(".")[0] for phase in ("prefill", "decode")
+            for r in want["ops"][phase] if r["measured"]}
+    assert {"decode_mla-bf16_r512", "prefill_mla-bf16_r512", "mla_bmm-pre_fp8_r512", "mla_bmm-post_fp8_r512"} <= read, read
+    for name in ("ttft_expected_s", "tpot_expected_s", "tpot_mean_expected_s"):
+        _close(page["summary"][name], want["deployment"][name], name)
+    for phase in ("prefill", "decode"):
+        rows = [r for r in page["ops"] if r["phase"] == phase]
+        cli = want["ops"][phase]
+        assert [r["op_uid"] for r in rows] == [r["op_uid"] for r in cli], phase
+        assert [r["measured"] for r in rows] == [r["measured"] for r in cli], phase
+        for r, c in zip(rows, cli):
+            _close(r["t_expected_s"], c["t_expected_s"], (phase, r["op_uid"]))
     assert not tab.errors, tab.errors

@@ -191,6 +191,11 @@ def test_roofline_one_point_per_op_and_the_ridge_by_hand(tab, base, tables):
     with_flops = ops.filter((pl.col("flops") > 0) & (pl.col("bytes") > 0))
     assert 0 < with_flops.height < ops.height         # the collectives carry no FLOPs: left out
     assert page.locator("#chart-roofline svg g.ops_marks path").count() == with_flops.height
+    # issue 39: each op's mark says where its expected time comes from, as ops.parquet's `measured` does
+    drawn = {r["op"]: r["expected"] for r in page.evaluate("() => document.getElementById('chart-roofline').archView.data('ops')")}
+    assert drawn == {r["op_uid"]: "measured table" if r["measured"] else "bound / default efficiency"
+                     for r in with_flops.iter_rows(named=True)}
+    assert "measured table" in drawn.values()
     roofs = {r["dtype"]: r for r in page.evaluate("() => document.getElementById('chart-roofline').archView.data('roofs')")}
     assert set(roofs) == set(H100_RIDGE)
     for dtype, ridge in H100_RIDGE.items():

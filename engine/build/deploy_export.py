@@ -37,6 +37,12 @@ Document (``results/formulas/<org--name>.json``, one per model):
   seq = k + 1 plus k times the draft steps (a draft step's calls are linear in k: ``repeat x k /
   layers``), in the decode regime of k + 1 tokens per request; prefill adds the draft steps once.
 
+* expected times from measured kernels (gpus/measured/, engine.deploy.measured): per option and
+  KV dtype ``expected`` = per phase (and ``mtp``) one index per token regime into ``expected``, the
+  lists of each program step's expected-time tree (:func:`engine.deploy.measured.expected_tree`: a
+  tree of the point and the step's bound ``t_sol``, with ``["lookup", ref, ...]`` nodes reading
+  ``lookups[ref]``, a measured table distilled to the part the step reads, with its roofline tree).
+
 Invariant: the browser's summary at a point equals ``archledger deploy`` at that point (same
 structure, same expressions, same rules) to float rounding; tests/test_site_offgrid.py checks it.
 """
@@ -49,6 +55,7 @@ import sympy
 from engine.build.export import compact_json
 from engine.deploy.cost import step_totals
 from engine.deploy.fusion import live_token_limits, token_limits
+from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, expected_tree, member_ops
 from engine.deploy.planner import mtp_modules
 from engine.deploy.sol import formula_text, weight_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
@@ -78,13 +85,18 @@ class _Table:
         return found
 
 
-def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable, fits: Callable) -> dict[str, Any]:
+def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable, fits: Callable,
+                 measured: Callable | None = None) -> dict[str, Any]:
     """The document described in the module doc for one model.
 
     ``cells``: the (GPU, config) pairs of the grid; ``structure(config, domain, framework, gpu,
     regimes)`` the grid's structure cache (regimes of :func:`engine.deploy.fusion.token_limits`);
-    ``fits(structure, gpu)`` whether the weights leave room (combinations without are not published)."""
+    ``fits(structure, gpu)`` whether the weights leave room (combinations without are not published);
+    ``measured(gpu key, framework)``: the measured kernel tables the grid's expected times read
+    (engine.deploy.measured.load_measured; None: none, every step at its bound / the default efficiency)."""
     trees, strings, programs, colls, dtypes = _Table(), _Table(), _Table(), _Table(), _Table()
+    lookups, expected_lists = _Table(), _Table()
+    expected_of: dict[tuple, tuple] = {}
     tree_of: dict = {}
     tree_by_id: dict[int, tuple] = {}
 
@@ -165,6 +177,32 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             checked[key] = pair
         return program(drafting, phase)
 
+    refs: dict[int, tuple] = {}
+
+    def lookup_ref(entry: dict) -> int:
+        """A lookup table's index among ``lookups``: by object first (the measured module hands out
+        one JSON object per distilled table), then by its JSON text."""
+        found = refs.get(id(entry))
+        if found is None or found[0] is not entry:
+            found = refs[id(entry)] = (entry, lookups.add(entry))
+        return found[1]
+
+    def expected(s, phase: str, gpu, framework: str, kv_dtype: str) -> int:
+        """The index (among ``expected``) of the list of the phase program's per-step expected-time
+        trees (engine.deploy.measured.expected_tree) on ``gpu`` under ``framework`` with ``kv_dtype``."""
+        program = s.programs[phase]
+        key = (id(program), gpu.key, framework, kv_dtype, s.config, phase)
+        found = expected_of.get(key)
+        if found is not None and found[0] is program:
+            return found[1]
+        kernels = measured(gpu.key, framework) if measured else {}
+        lookup = Lookup(gpu, framework, phase, kernels, kv_dtype, s.config, s.ev.bound)
+        members = member_ops(s, phase)
+        rows = [trees.add(expected_tree(st, lookup, members, lookup_ref)) for st in program.steps]
+        index = expected_lists.add(rows, key=tuple(rows))
+        expected_of[key] = (program, index)
+        return index
+
     modules = mtp_modules(ev)
     # (ids of) placed main and draft programs found apart -> them (held: an id stays theirs)
     checked: dict[tuple, tuple] = {}
@@ -207,6 +245,14 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                     row["mtp"] = {"weight_bytes_per_gpu": float(drafting[0].weight_bytes_per_gpu),
                                   "weight_formula": strings.add(weight_text(drafting[0].weight_formula)),
                                   "kv_dev": tree(drafting[0].kv_device_per_request)}
+            # each step's expected time from measured kernels (a tree per step, per KV dtype: the
+            # attention tables are the KV dtype's), the programs' regimes as by_phase's
+            by_phase["expected"] = {kv_dtype: {p: [expected(built[c], p, gpu, framework, kv_dtype) for c in classes[p]]
+                                               for p in PHASES} for kv_dtype in grid.kv_dtypes}
+            if modules:
+                for kv_dtype in grid.kv_dtypes:
+                    by_phase["expected"][kv_dtype]["mtp"] = {
+                        p: [expected(drafting[c], p, gpu, framework, kv_dtype) for c in classes[p]] for p in PHASES}
             options.append({"gpu": gpu.key, "config": configs[key], "framework": framework,
                             "kv_dtypes": list(grid.kv_dtypes), "limits": list(limits),
                             "reserve": float(base.reserve_bytes_per_gpu), "overlap": base.options.overlap or "none",
@@ -235,7 +281,9 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             "budget": PREFILL_TOKENS, "hbm_fraction": HBM_FRACTION, "max_batch": MAX_BATCH, "batches": list(grid.batches),
             "kv_bytes": {d: kv.KV_DTYPE_BYTES[d] for d in grid.kv_dtypes}, "kv_request": kv_request, **mtp,
             "dtypes": dtypes.items, "colls": colls.items, "gpus": gpu_rows, "configs": config_rows,
-            "options": options, "programs": programs.items, "trees": trees.items, "strings": strings.items}
+            "options": options, "programs": programs.items, "trees": trees.items, "strings": strings.items,
+            "expected": expected_lists.items, "lookups": lookups.items,
+            "default_efficiency": DEFAULT_EFFICIENCY}
 
 
 def document_json(doc: dict[str, Any]) -> str:

@@ -265,7 +265,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     if export is not None:
         from engine.build.deploy_export import model_export
         export.update(model_export(ev, cells, grid, gpus, tables, structure,
-                                   lambda s, gpu: s.weight_bytes_per_gpu < gpu.hbm_bytes * HBM_FRACTION))
+                                   lambda s, gpu: s.weight_bytes_per_gpu < gpu.hbm_bytes * HBM_FRACTION, measured))
     return deployments, ops, total
 
 

@@ -55,19 +55,22 @@ Invariants:
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import sympy
 
 from engine.project import PACKAGE_ROOT
-from engine.spec import file_schemas, symbols
+from engine.spec import file_schemas, formula_tree, symbols
+from engine.spec.formula_tree import to_tree
 from engine.spec.corpus import Reader, refuse_symlinks
 from engine.spec.errors import SpecError, Where
 from engine.spec.filememo import ContentMemo
-from engine.deploy.cost import ARGS, KV_BYTES
+from engine.deploy.cost import ARGS, KV_BYTES, step_totals
 
 DEFAULT_ROOT = PACKAGE_ROOT / "gpus" / "measured"
 SEQ = symbols.dim(symbols.SEQ)
@@ -97,6 +100,8 @@ ATTENTION_DIMS = {"batch", "seq", "n_heads", "d_head", "kv_len", "n_kv_heads"}
 #: The MLA shape the imported MLA tables measured (DeepSeek-V3's: latent 512, query/key heads of
 #: 128 + 64 rotary, value heads of 128); a model of another shape has no MLA table.
 MLA_SHAPE = {"kv_lora_rank": 512, "d_qk_nope": 128, "d_qk_rope": 64, "d_v_head": 128}
+#: The kernel classes of those tables (only a model of :data:`MLA_SHAPE` reads them).
+MLA_KERNELS = ("decode_mla", "prefill_mla", "mla_bmm")
 #: The most grid points one table holds (a million-row table is refused before it is used).
 MAX_POINTS = 100_000
 
@@ -294,35 +299,70 @@ def _keys(reader, data, kernel: str) -> dict | None:
 
 # -- interpolation ----------------------------------------------------------------------------------
 
+#: Each axis of :data:`KERNELS` as a symbol: the variables of a roofline (:func:`roof_expr`) and
+#: of a lookup node's table in the formula trees (:func:`expected_tree`).
+AXIS = {name: sympy.Symbol(name, positive=True) for names in KERNELS.values() for name in names}
+
+
+@functools.lru_cache(maxsize=4096)
+def roof_expr(key: tuple) -> sympy.Expr:
+    """The roofline of a lookup by its key, an expression of its kernel's :data:`KERNELS` axes
+    (:data:`AXIS`): ("gemm", peak FLOP/s, HBM bytes/s, element bytes): max(2mnk / peak, (mk + nk
+    + mn) x element bytes / HBM); a collective (kernel,): bytes x its algorithm's share (2(g-1)/g
+    for an all-reduce, (g-1)/g otherwise); decode attention: batch x KV heads x context (the KV
+    cache read); prefill attention: prompts x prompt length² x heads (the scores); decode MLA:
+    batch x query heads x context (one shared latent cache; the heads' work grows with them);
+    prefill MLA: prompts x prompt length² x heads; an MLA BMM: tokens x heads (one (d x rank)
+    matmul per head and token); ("moe",): the tokens (work grows with them at most linearly). Only the ratios of the collective, attention
+    and MoE roofs are used (the out-of-range rule's slope). One definition: :func:`_roof` (numpy)
+    and the formula trees' lookup nodes (the browser) both come from here."""
+    a = AXIS
+    if key[0] == "gemm":
+        peak, hbm, element = (sympy.Float(float(x)) for x in key[1:])
+        m, n, k = a["m"], a["n"], a["k"]
+        return sympy.Max(2 * m * n * k / peak, (m * k + n * k + m * n) * element / hbm)
+    if key[0] == "decode_attention":
+        return a["batch"] * a["kv_heads"] * a["ctx"]
+    if key[0] == "prefill_attention":
+        return a["batch"] * a["isl"] ** 2 * a["kv_heads"] * a["q_per_kv"]
+    if key[0] == "decode_mla":
+        return a["batch"] * a["heads"] * a["ctx"]
+    if key[0] == "prefill_mla":
+        return a["batch"] * a["isl"] ** 2 * a["heads"]
+    if key[0] == "mla_bmm":
+        return a["tokens"] * a["heads"]
+    if key[0] == "moe":
+        return a["tokens"]
+    share = (a["gpus"] - 1) / a["gpus"]
+    return a["bytes"] * (2 * share if key[0] == "all_reduce" else share)
+
+
+_ROOFS: dict[tuple, Callable] = {}
+
+
+def _roof(key: tuple) -> Callable:
+    """:func:`roof_expr` of ``key`` as a numpy function of its kernel's axes (numbers or arrays of
+    points), compiled once per key."""
+    f = _ROOFS.get(key)
+    if f is None:
+        axes = [AXIS[n] for n in KERNELS["gemm" if key[0] == "gemm" else key[0]]]
+        f = _ROOFS[key] = symbols.checked_lambdify(axes, roof_expr(key), modules=list(symbols.NUMPY_MODULES))
+    return f
+
+
 def gemm_roof(peak_flops: float, hbm_bytes_per_s: float, element_bytes: float) -> Callable:
-    """The roofline of a GEMM at (m, n, k) (numbers or arrays of points): max(2mnk / peak,
-    (mk + nk + mn) x element bytes / HBM)."""
-    def roof(m, n, k):
-        return np.maximum(2.0 * m * n * k / peak_flops, (m * k + n * k + m * n) * element_bytes / hbm_bytes_per_s)
-    return roof
+    """The roofline of a GEMM at (m, n, k) (numbers or arrays of points): :func:`roof_expr`'s."""
+    return _roof(("gemm", float(peak_flops), float(hbm_bytes_per_s), float(element_bytes)))
 
 
 def collective_roof(kernel: str) -> Callable:
-    """Proportional to a collective's bandwidth time at (gpus, bytes): bytes x its algorithm's
-    share (2(g-1)/g for an all-reduce, (g-1)/g otherwise); only its ratios are used."""
-    def roof(gpus, size):
-        share = (gpus - 1) / gpus
-        return size * (2 * share if kernel == "all_reduce" else share)
-    return roof
+    """Proportional to a collective's bandwidth time at (gpus, bytes): :func:`roof_expr`'s."""
+    return _roof((kernel,))
 
 
 def attention_roof(kernel: str) -> Callable:
-    """Proportional to an attention kernel's roofline: decode reads the KV cache (batch x KV heads
-    x context), prefill computes scores (prompts x prompt length² x heads); only ratios are used."""
-    if kernel == "decode_attention":
-        return lambda batch, kv_heads, q_per_kv, ctx: batch * kv_heads * ctx
-    if kernel == "decode_mla":          # one shared latent cache; the heads' work grows with them
-        return lambda batch, heads, ctx: batch * heads * ctx
-    if kernel == "mla_bmm":             # one (d x rank) matmul per head and token
-        return lambda tokens, heads: tokens * heads
-    if kernel == "prefill_mla":
-        return lambda batch, isl, heads: batch * isl * isl * heads
-    return lambda batch, isl, kv_heads, q_per_kv: batch * isl * isl * kv_heads * q_per_kv
+    """Proportional to an attention kernel's roofline: :func:`roof_expr`'s."""
+    return _roof((kernel,))
 
 
 _LOGS: dict[int, tuple] = {}        # id(table.seconds) -> (seconds, log seconds): tables are read-only
@@ -497,21 +537,29 @@ def _moe_key(bound: dict, config) -> tuple | None:
     return tuple(int(bound[d]) for d in MOE_DIMS) + (config.tp // config.ep, config.ep)
 
 
-def _attention_shape(step, args: dict, config, kernel: str) -> tuple | None:
-    """(the attention table's point of a fused attention step at each point (the module's rule),
-    whether the table applies there), or None where it applies nowhere (context parallelism);
-    a decode point with several query tokens per request has none."""
-    local = _local_axes(step, args)
+def _sym(x) -> sympy.Expr:
+    """A step's size as a sympy expression (an int or float as its exact sympy number; no text)."""
+    if isinstance(x, sympy.Basic):
+        return x
+    return sympy.Integer(x) if isinstance(x, int) else sympy.Float(float(x))
+
+
+def _attention_point(step, config, kernel: str) -> tuple | None:
+    """(the attention table's point of a fused attention step, when the table applies), as
+    expressions of the point (the module's rule), or None where it applies nowhere (context
+    parallelism); a decode point with several query tokens per request has none (it applies
+    where the step's local seq is 1)."""
+    local = _local_axes(step)
     if config.cp > 1 or not {"batch", "seq", "n_heads"} <= set(local):
         return None
     d = step.dims
     heads = local["n_heads"]
     # KV heads split as the query heads are; fewer KV heads than that: each GPU keeps one
-    kv_heads = np.maximum(1.0, float(d["n_kv_heads"]) * heads / float(d["n_heads"]))
-    batch, seq, ctx = local["batch"], local["seq"], _at(d["kv_len"], args)
+    kv_heads = sympy.Max(1, _sym(d["n_kv_heads"]) * heads / _sym(d["n_heads"]))
+    batch, seq, ctx = local["batch"], local["seq"], _sym(d["kv_len"])
     if kernel == "decode_attention":
-        return (batch, kv_heads, heads / kv_heads, ctx), seq == 1
-    return (batch, seq, kv_heads, heads / kv_heads), np.ones(len(batch), dtype=bool)
+        return (batch, kv_heads, heads / kv_heads, ctx), sympy.Eq(seq, 1)
+    return (batch, seq, kv_heads, heads / kv_heads), sympy.true
 
 
 def _mla_model(bound: dict | None) -> bool:
@@ -521,50 +569,63 @@ def _mla_model(bound: dict | None) -> bool:
     return all(bound.get(d) == v for d, v in MLA_SHAPE.items())
 
 
-def _no_cp(config) -> bool:
-    """A per-GPU table applies: no context parallelism (its tokens are not split by position)."""
-    return config is None or config.cp == 1
+def _cp(config) -> int:
+    """The context-parallel degree (1 without a configuration): a per-GPU table applies only at 1
+    (its tokens are not split by position)."""
+    return 1 if config is None else config.cp
 
 
-def _mla_shape(step, args: dict, config) -> tuple | None:
-    """(the ``decode_mla`` table's point of a ``flash_mla`` decode step at each point: requests
-    and query heads as one GPU holds them (its output's local sizes) and the cached tokens; whether
-    the table applies there: one query token per request), or None with context parallelism."""
-    local = _local_axes(step, args)
-    if config.cp > 1 or not {"batch", "seq", "n_heads"} <= set(local) or step.dims.get("kv_len") != CTX:
-        return None                         # a sparse step (DSA: kv_len min(2048, ctx)) is another kernel
-    return (local["batch"], local["n_heads"], _at(step.dims["kv_len"], args)), local["seq"] == 1
+def _mla_point(step, config, kernel: str) -> tuple | None:
+    """(an MLA table's point of the step, when the table applies) as expressions of the point (the
+    module's rule), or None where it applies nowhere (context parallelism, no local batch, seq
+    and heads). ``decode_mla`` (a ``flash_mla`` decode step): requests and query heads as one GPU
+    holds them (its output's local sizes) and the cached tokens, where one query token per request;
+    a sparse step (DSA: kv_len min(2048, ctx)) is another kernel. ``prefill_mla``: prompts, their
+    tokens and heads on one GPU, where the prompt has no cached prefix (its tokens = its context).
+    ``mla_bmm``: tokens and heads on one GPU."""
+    local = _local_axes(step)
+    if _cp(config) > 1 or not {"batch", "seq", "n_heads"} <= set(local):
+        return None
+    batch, seq, heads = local["batch"], local["seq"], local["n_heads"]
+    if kernel == "decode_mla":
+        if step.dims.get("kv_len") != CTX:
+            return None
+        return (batch, heads, _sym(step.dims["kv_len"])), sympy.Eq(seq, 1)
+    if kernel == "prefill_mla":
+        return (batch, seq, heads), sympy.Eq(seq, _sym(step.dims["kv_len"]))
+    return (batch * seq, heads), sympy.true
 
 
-def _local_axes(step, args: dict) -> dict[str, np.ndarray]:
-    """Each axis of the step's output by name: its size on one GPU at each point (the size over
-    the groups that split it; more GPUs than units of a fixed-size axis: one unit each, as
-    placement splits heads)."""
+def _local_axes(step) -> dict[str, sympy.Expr]:
+    """Each axis of the step's output by name: its size on one GPU (the size over the groups that
+    split it; more GPUs than units of a fixed-size axis: one unit each, as placement splits
+    heads), an expression of the point."""
     out = {}
     for axis, groups in zip(step.out.axes, step.layout.shards):
-        size = _at(axis.size, args)
-        ways = math.prod(g.size for g in groups)
-        if getattr(axis.size, "is_number", False):
-            ways = np.minimum(ways, size)
-        out.setdefault(axis.name, size / np.maximum(ways, 1))
+        size = _sym(axis.size)
+        ways = sympy.Integer(math.prod(g.size for g in groups))
+        if size.is_number:
+            ways = sympy.Min(ways, size)
+        out.setdefault(axis.name, size / sympy.Max(ways, 1))
     return out
 
 
-def _gemm_shape(step, args: dict, flops_per_call: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(m, n, k) per GPU of a matmul step at each point (the module's rule): m the step's output
-    rows on one GPU (the prefill logits: one position per prompt), k its input features (split by
-    the partial-sum groups of a row-parallel matmul), n = FLOPs per call / 2mk (a fused QKV or
-    gate-up: the members' output features together)."""
-    local = _local_axes(step, args)
+def _gemm_point(step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
+    """(m, n, k) per GPU of a matmul step (the module's rule), expressions of the point: m the
+    step's output rows on one GPU (the prefill logits: one position per prompt), k its input
+    features (split by the partial-sum groups of a row-parallel matmul), n = FLOPs per call / 2mk
+    (a fused QKV or gate-up: the members' output features together)."""
+    local = _local_axes(step)
     rows = list(local.items())[:-1]                  # the last output axis: the features
-    m = np.ones(len(flops_per_call))
+    m = sympy.Integer(1)
     for name, size in rows:
         if not (step.last_token and name == "seq"):
             m = m * size
-    m = np.maximum(m, 1.0)
+    m = sympy.Max(m, 1)
     numeric = [float(e) for e in step.dims.values() if getattr(e, "is_number", True)]
-    k = numeric[-1] / math.prod(g.size for g in step.layout.partial)
-    return m, flops_per_call / (2.0 * m * k), np.full(len(m), k)
+    k = sympy.Float(numeric[-1] / math.prod(g.size for g in step.layout.partial))
+    flops = step_totals(step)[0] / step.repeat
+    return m, flops / (2 * m * k), k
 
 
 @dataclass(frozen=True)
@@ -590,7 +651,7 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
     if kernel.endswith("_attention"):
         key = (g, fw, kernel, f"{lookup.kv_dtype}_d{dtype}")
         return [t[key]] if key in t else []
-    if kernel in ("decode_mla", "prefill_mla", "mla_bmm") and not _mla_model(lookup.bound):
+    if kernel in MLA_KERNELS and not _mla_model(lookup.bound):
         return []
     if kernel == "decode_mla":          # ``dtype``: the latent rank
         key = (g, fw, kernel, f"{lookup.kv_dtype}_r{dtype}")
@@ -622,16 +683,108 @@ def _tables_for(lookup: Lookup, kernel: str, dtype: str) -> list[Table]:
     return found
 
 
-def _roof(key: tuple) -> Callable:
-    """The roofline of a lookup by its key (:func:`_ask`): ("gemm", peak, HBM bytes/s, element
-    bytes), (kernel,) for a collective, an attention kernel or the MoE layer (its tokens)."""
-    if key[0] == "gemm":
-        return gemm_roof(*key[1:])
-    if key[0].endswith("_attention") or key[0] in ("decode_mla", "mla_bmm", "prefill_mla"):
-        return attention_roof(key[0])
-    if key[0] == "moe":
-        return lambda tokens: tokens        # work grows with the tokens at most linearly
-    return collective_roof(key[0])
+@dataclass(frozen=True)
+class Spec:
+    """What the tables read of one step, whatever the point: its kernel class, the tables that
+    cover it (the faster one's time wins), the roofline key (:func:`roof_expr`), its point on the
+    tables' axes and the condition under which a table applies, as expressions of the point
+    (engine.deploy.cost.ARGS), and an MoE table's key as text. :func:`_ask` evaluates it at the
+    grid's points, :func:`expected_tree` exports it for the browser: one rule for both."""
+
+    kernel: str
+    tables: tuple
+    roof: tuple
+    point: tuple
+    applies: object                     # a sympy condition (sympy.true where the table always applies)
+    shape: str
+
+
+_SPECS: dict = {}
+
+
+def step_spec(step, lookup: Lookup, member_ops: dict) -> Spec | None:
+    """The step's :class:`Spec` by the module's rule, None where no table covers it (a kernel class
+    without a table of this GPU, framework, dtype or shape); once per step object and lookup."""
+    if not step.repeat.is_number or not float(step.repeat):
+        return None
+    kernel = kernel_of(step, member_ops, lookup.phase)
+    if not kernel:
+        return None
+    moe = _moe_key(lookup.bound or {}, lookup.config) if kernel == "moe" else None
+    key = (id(step), id(lookup.tables), lookup.gpu.key, lookup.framework, lookup.phase, lookup.kv_dtype,
+           lookup.config, kernel, moe)
+    found = _SPECS.get(key)
+    if found is not None and found[0] is step and found[1] is lookup.tables:
+        return found[2]
+    applies, shape, point = sympy.true, "", None
+    tables: list = []
+    if kernel.endswith("_attention"):
+        got = _step_point(step, kernel, lookup.config)
+        if got is not None:                     # attention: the table of its head size and KV dtype
+            point, applies = got
+            roof = (kernel,)
+            tables = _tables_for(lookup, kernel, f"{float(step.dims['d_head']):g}")
+    elif kernel in MLA_KERNELS:
+        got = _step_point(step, kernel, lookup.config)
+        if got is not None:                     # MLA: the table of its latent rank, KV or compute dtype
+            point, applies = got
+            roof = (kernel,)
+            if kernel == "prefill_mla":         # its K and V decompressed: the rank is the model's
+                tables = _tables_for(lookup, kernel, "")
+            else:
+                rank = f"{float(step.dims['kv_lora_rank']):g}"
+                dtype = lookup.gpu.compute_dtype(step.compute_dtype)    # bf16 or fp8 BMM tables; another: none
+                tables = _tables_for(lookup, kernel, rank if kernel == "decode_mla" else
+                                     f"{_bmm_side(step)}_{dtype}_r{rank}")
+    elif kernel == "moe":                       # the layer's tokens: one attention replica's x dp_attn
+        point = (BATCH * SEQ,)
+        roof = ("moe",)
+        shape = " " + " ".join(f"{k}={v}" for k, v in zip(KEYED["moe"], moe or ()))
+        tables = _tables_for(lookup, kernel, lookup.gpu.compute_dtype(step.compute_dtype))
+    elif kernel == "gemm":
+        dtype = lookup.gpu.compute_dtype(step.compute_dtype)
+        point = _step_point(step, kernel, lookup.config)[0]
+        roof = ("gemm", lookup.gpu.peak_flops(step.compute_dtype), lookup.gpu.hbm_bytes_per_s,
+                1.0 if dtype == "fp8" else 2.0)
+        tables = _tables_for(lookup, kernel, dtype)
+    else:
+        roof = (kernel,)
+        point = _step_point(step, kernel, lookup.config)[0]
+        tables = _tables_for(lookup, kernel, "")
+    spec = Spec(kernel, tuple(tables), roof, point, applies, shape) if tables else None
+    if len(_SPECS) > 50_000:
+        _SPECS.clear()
+    _SPECS[key] = (step, lookup.tables, spec)
+    return spec
+
+
+_POINTS: dict = {}
+
+
+def _step_point(step, kernel: str, config) -> tuple | None:
+    """(the step's point on its kernel class's axes, when a table applies) as expressions of the
+    point, by the module's rule; what no table selection changes, so once per step object and
+    kernel (and context parallelism, which attention reads): building them costs sympy work."""
+    key = (id(step), kernel, _cp(config) if kernel.endswith("_attention") or kernel in MLA_KERNELS else 1)
+    found = _POINTS.get(key)
+    if found is not None and found[0] is step:
+        return found[1]
+    if kernel.endswith("_attention"):
+        got = _attention_point(step, config, kernel)
+    elif kernel in MLA_KERNELS:
+        got = _mla_point(step, config, kernel)
+    elif kernel == "gemm":
+        got = _gemm_point(step), sympy.true
+    else:
+        # the message: what a collective step writes; a fused one (all-reduce + norm) also
+        # writes its norm's output, so its link bytes over the algorithm's share
+        size = _sym(step.written) if step.kind == "comm" else \
+            step_totals(step)[2] / step.repeat / sympy.Float(float(_roof((kernel,))(step.ranks, 1.0)))
+        got = (_sym(step.ranks), size), sympy.true
+    if len(_POINTS) > 50_000:
+        _POINTS.clear()
+    _POINTS[key] = (step, got)
+    return got
 
 
 @dataclass
@@ -649,69 +802,117 @@ class Ask:
     found: list = None
 
 
-def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, flops: np.ndarray,
-         repeat: float | None, comm: np.ndarray, row: int) -> Ask | None:
-    """The step's lookups at every point (``args``: symbol -> 1-D array of the points; ``t_sol``,
-    ``flops``, ``comm``: the step's bound, FLOPs and link bytes over its calls there), by the
-    module's rule; None where no table covers it at any point."""
-    n = len(t_sol)
-    tables, point, shape = [], None, ""
-    kernel = kernel_of(step, member_ops, lookup.phase) if repeat else ""
-    valid = t_sol > 0
-    if kernel.endswith("_attention"):
-        found = _attention_shape(step, args, lookup.config, kernel)
-        if found is not None:                   # attention: the table of its head size and KV dtype
-            point, applies = found
-            valid = valid & applies
-            roof = (kernel,)
-            tables = _tables_for(lookup, kernel, f"{float(step.dims['d_head']):g}")
-    elif kernel == "decode_mla":
-        found = _mla_shape(step, args, lookup.config)
-        if found is not None:                   # MLA: the table of its latent rank and KV dtype
-            point, applies = found
-            valid = valid & applies
-            roof = (kernel,)
-            tables = _tables_for(lookup, kernel, f"{float(step.dims['kv_lora_rank']):g}")
-    elif kernel == "prefill_mla":               # prompts, their tokens, heads on one GPU
-        local = _local_axes(step, args)
-        if _no_cp(lookup.config) and {"batch", "seq", "n_heads"} <= set(local):
-            point = (local["batch"], local["seq"], local["n_heads"])
-            valid = valid & (local["seq"] == _at(step.dims["kv_len"], args))   # no cached prefix
-            roof = (kernel,)
-            tables = _tables_for(lookup, kernel, "")
-    elif kernel == "mla_bmm":                   # tokens and heads on one GPU
-        local = _local_axes(step, args)
-        if _no_cp(lookup.config) and {"batch", "seq", "n_heads"} <= set(local):
-            point = (local["batch"] * local["seq"], local["n_heads"])
-            roof = (kernel,)
-            dtype = lookup.gpu.compute_dtype(step.compute_dtype)      # bf16 or fp8 tables; another: none
-            tables = _tables_for(lookup, kernel, f"{_bmm_side(step)}_{dtype}_r{float(step.dims['kv_lora_rank']):g}")
-    elif kernel == "moe":                       # the layer's tokens: one attention replica's x dp_attn
-        point = (args[BATCH] * args[SEQ],)
-        roof = ("moe",)
-        key = _moe_key(lookup.bound or {}, lookup.config) or ()
-        shape = " " + " ".join(f"{k}={v}" for k, v in zip(KEYED["moe"], key))
-        tables = _tables_for(lookup, kernel, lookup.gpu.compute_dtype(step.compute_dtype))
-    elif kernel == "gemm":
-        dtype = lookup.gpu.compute_dtype(step.compute_dtype)
-        point = _gemm_shape(step, args, flops / repeat)
-        roof = ("gemm", lookup.gpu.peak_flops(step.compute_dtype), lookup.gpu.hbm_bytes_per_s,
-                1.0 if dtype == "fp8" else 2.0)
-        tables = _tables_for(lookup, kernel, dtype)
-    elif kernel:
-        roof = (kernel,)
-        # the message: what a collective step writes; a fused one (all-reduce + norm) also
-        # writes its norm's output, so its link bytes over the algorithm's share
-        size = _at(step.written, args) if step.kind == "comm" else comm / repeat / _roof(roof)(step.ranks, 1.0)
-        point = (np.full(n, float(step.ranks)), size)
-        tables = _tables_for(lookup, kernel, "")
-    if not tables:
+def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, row: int) -> Ask | None:
+    """The step's lookups at every point (``args``: symbol -> 1-D array of the points; ``t_sol``:
+    the step's bound over its calls there): its :class:`Spec` evaluated there; a table applies
+    where the step's bound and every coordinate of its point are positive and the spec's
+    condition holds. None where no table covers it at any point."""
+    spec = step_spec(step, lookup, member_ops)
+    if spec is None:
         return None
-    points = np.column_stack(point)
+    points = np.column_stack([_at(e, args) for e in spec.point])
+    valid = (t_sol > 0) & (_at(spec.applies, args) != 0)
     at = np.flatnonzero(valid & (points.min(axis=1) > 0))   # an empty shape: no lookup
     if not len(at):
         return None
-    return Ask(row, at, points[at], tables, roof, repeat, shape)
+    return Ask(row, at, points[at], list(spec.tables), spec.roof, float(step.repeat), spec.shape)
+
+
+# -- the same rule as a formula tree (engine.spec.formula_tree's ``lookup`` node) --------------------
+
+#: The symbol of a step's bound (its t_sol over its calls) in :func:`expected_tree`: the evaluator of
+#: the step's formula trees computes it beside (static/js/deploy_eval.js stepValues).
+T_SOL = "t_sol"
+
+
+def distil(table: Table, point: tuple) -> Table:
+    """The part of ``table`` a lookup at ``point`` (expressions of the point) can read: on an axis
+    whose coordinate is a number, the two measured values of the span it lies in (or of the edge
+    span it continues from), the only ones the interpolation and the out-of-range rule read
+    there; the whole axis elsewhere. Interpolating the part gives the whole table's floats."""
+    constants = tuple(float(e) if getattr(e, "is_number", False) else None for e in point)
+    found = _DISTILLED.get((id(table), constants))
+    if found is not None and found[0] is table:
+        return found[1]
+    values, cut = [], []
+    for v, e in zip(table.values, point):
+        if getattr(e, "is_number", False) and len(v) > 2:
+            i = int(_lower(replace(table, values=(v,)), np.array([[float(e)]]))[0][0])
+            cut.append(slice(i, i + 2))
+        else:
+            cut.append(slice(None))
+        values.append(v[cut[-1]])
+    part = replace(table, values=tuple(values), seconds=table.seconds[tuple(cut)], keys=None)
+    if len(_DISTILLED) > 20_000:
+        _DISTILLED.clear()
+    _DISTILLED[(id(table), constants)] = (table, part)
+    return part
+
+
+_DISTILLED: dict = {}        # (id(table), the point's constants) -> (table, its part): tables are read-only
+_ENTRIES: dict = {}          # (id(part), roof) -> (part, its JSON)
+
+
+def lookup_table(table: Table, roof: tuple) -> dict:
+    """A lookup node's table as JSON: the axes' names and values, the latencies over them in µs as
+    the table file writes them (flat, last axis fastest; seconds = µs x 1e-6, as :func:`load_table`
+    reads them), the roofline as a formula tree of the axes (:func:`roof_expr`), and what the
+    per-op tooltip names (the kernel and source, the file)."""
+    found = _ENTRIES.get((id(table), roof))
+    if found is not None and found[0] is table:
+        return found[1]
+    entry = {"axes": list(table.axes), "values": [[_short(x) for x in v.tolist()] for v in table.values],
+             "us": [_short(float(f"{x * 1e6:.12g}")) for x in table.seconds.reshape(-1).tolist()],
+             "roof": _roof_tree(roof), "name": f"{table.name} ({table.source})", "path": table.path}
+    if len(_ENTRIES) > 20_000:
+        _ENTRIES.clear()
+    _ENTRIES[(id(table), roof)] = (table, entry)
+    return entry
+
+
+@functools.lru_cache(maxsize=4096)
+def _roof_tree(roof: tuple) -> list:
+    return to_tree(roof_expr(roof))
+
+
+def _short(x: float):
+    """A whole float as an int (shorter JSON; the same number)."""
+    return int(x) if x.is_integer() and abs(x) < 2 ** 53 else x
+
+
+def expected_tree(step, lookup: Lookup, member_ops: dict, table_ref: Callable[[dict], object]) -> list:
+    """The step's expected time as a formula tree of the point and its bound :data:`T_SOL`, by the
+    module's rule (what :func:`expected_steps` gives at any point): where a table applies, max(calls
+    x the faster table's time, the bound); elsewhere the bound / :data:`DEFAULT_EFFICIENCY`. A
+    table is a ``lookup`` node ``["lookup", ref, coordinate trees...]``, ``ref`` what ``table_ref``
+    gives for the :func:`lookup_table` of its distilled table (:func:`distil`; the file's table index)."""
+    fallback = ["/", T_SOL, DEFAULT_EFFICIENCY]
+    spec = step_spec(step, lookup, member_ops)
+    if spec is None:
+        return fallback
+    point = [to_tree(e) for e in spec.point]
+    nodes = [["lookup", table_ref(lookup_table(distil(t, spec.point), spec.roof)), *point] for t in spec.tables]
+    time = nodes[0] if len(nodes) == 1 else ["min", *nodes]
+    applies = ["and", [">", T_SOL, 0], *([">", p, 0] for p in point), to_tree(spec.applies)]
+    return ["pw", [["max", ["*", float(step.repeat), time], T_SOL], applies], [fallback, 1]]
+
+
+def node_lookup(tables: dict) -> Callable[[object, list], float]:
+    """The ``lookup`` of :func:`engine.spec.formula_tree.evaluate` for trees whose lookup nodes
+    refer to ``tables`` (ref -> :func:`lookup_table`'s JSON): :func:`interpolate` of that table at
+    the node's point under its roofline tree. This is the lookup node's meaning; static/js/formula.js
+    mirrors it."""
+    def lookup(ref, point: list) -> float:
+        entry = tables[ref]
+        axes = tuple(entry["axes"])
+        values = tuple(np.asarray(v, dtype=float) for v in entry["values"])
+        seconds = np.asarray(entry["us"], dtype=float).reshape([len(v) for v in values]) * 1e-6
+        table = Table("", "", "", "", "", axes, values, seconds, entry["path"], entry["name"])
+
+        def roof(*columns):
+            return np.array([formula_tree.evaluate(entry["roof"], dict(zip(axes, p))) for p in zip(*columns)])
+        return interpolate(table, tuple(point), roof)[0]
+    return lookup
 
 
 def resolve(asks: list[Ask]) -> None:
@@ -752,7 +953,7 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
     steps = s.programs[phase].steps
     keep = list(range(len(steps)) if keep is None else keep)
     n = len(batch)
-    t_sol, flops, comm = (_rows(values[k], keep, n) for k in ("t_sol", "flops", "comm_bytes"))
+    t_sol = _rows(values["t_sol"], keep, n)
     out = Gathered(t_sol / DEFAULT_EFFICIENCY, np.zeros((len(keep), n), dtype=bool), t_sol, [])
     if not tables:
         return out
@@ -766,7 +967,7 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
         args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
         for j in covered:
             step = steps[keep[j]]
-            a = _ask(step, lookup, members, args, t_sol[j], flops[j], float(step.repeat), comm[j], j)
+            a = _ask(step, lookup, members, args, t_sol[j], j)
             if a is not None:
                 out.asks.append(a)
     return out

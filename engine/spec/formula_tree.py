@@ -10,7 +10,11 @@ Format (one JSON value per node):
 * a number: a JSON number (an integer when the value is one, else a float; a rational p/q becomes
   ``["/", p, q]`` so it stays exact up to the final division, as in numpy's float evaluation);
 * a free symbol: its name as a JSON string (the caller's environment binds it);
-* an operation: ``[op, arg, ...]`` with ``op`` one of :data:`OPS`.
+* an operation: ``[op, arg, ...]`` with ``op`` one of :data:`OPS`;
+* a table lookup: ``["lookup", ref, coordinate, ...]``: a measured table's time at the point the
+  coordinate trees give. ``ref`` (an integer, not a tree) names a table the caller holds; its
+  meaning is the caller's ``lookup(ref, point)`` (engine.deploy.measured.node_lookup: the
+  measured tables' interpolation, defined there once; static/js/formula.js mirrors it).
 
 A selection rule (:func:`select`, ``select`` in formula.js) picks a list of values with trees: a JSON
 object ``{"each": name, "largest": name, "keep": tree, "add": [[value, condition], ...], "else":
@@ -37,7 +41,7 @@ import sympy
 OPS = {
     "+": "sum of the arguments",
     "*": "product of the arguments",
-    "/": "first argument over the second (exact rationals only)",
+    "/": "first argument over the second (exact rationals; a step's bound over the default efficiency)",
     "^": "first argument to the power of the second",
     "min": "smallest argument",
     "max": "largest argument",
@@ -50,6 +54,9 @@ OPS = {
     ">": "1 when a > b else 0", ">=": "1 when a >= b else 0", "!=": "1 when a != b else 0",
     "and": "1 when every argument is non-zero", "or": "1 when any argument is non-zero",
     "not": "1 when the argument is zero",
+    "lookup": "a measured table's time at a point: [\"lookup\", ref, coordinate, ...], ref naming a table "
+              "the caller holds (axes, values, seconds, roofline tree); interpolated by the rule of "
+              "engine.deploy.measured.interpolate (the caller's ``lookup``)",
 }
 
 _NARY = {sympy.Add: "+", sympy.Mul: "*", sympy.Min: "min", sympy.Max: "max",
@@ -111,12 +118,15 @@ def free_names(tree: Any) -> set[str]:
     if isinstance(tree, list):
         if tree and tree[0] == "pw":
             return set().union(*(free_names(v) | free_names(c) for v, c in tree[1:]))
+        if tree and tree[0] == "lookup":
+            return set().union(set(), *(free_names(a) for a in tree[2:]))
         return set().union(set(), *(free_names(a) for a in tree[1:]))
     return set()
 
 
-def evaluate(tree: Any, env: Mapping[str, float]) -> float:
-    """The value of ``tree`` with its symbols bound by ``env`` (the semantics formula.js mirrors)."""
+def evaluate(tree: Any, env: Mapping[str, float], lookup=None) -> float:
+    """The value of ``tree`` with its symbols bound by ``env`` (the semantics formula.js mirrors);
+    ``lookup(ref, point)``: the value of a ``lookup`` node (a tree with one and no ``lookup`` raises)."""
     if isinstance(tree, (int, float)):
         return float(tree)
     if isinstance(tree, str):
@@ -126,10 +136,14 @@ def evaluate(tree: Any, env: Mapping[str, float]) -> float:
     op, args = tree[0], tree[1:]
     if op == "pw":
         for value, cond in args:
-            if evaluate(cond, env):
-                return evaluate(value, env)
+            if evaluate(cond, env, lookup):
+                return evaluate(value, env, lookup)
         return math.nan
-    v = [evaluate(a, env) for a in args]
+    if op == "lookup":
+        if lookup is None:
+            raise ValueError("formula tree: a lookup node needs its tables (pass lookup=)")
+        return float(lookup(args[0], [evaluate(a, env, lookup) for a in args[1:]]))
+    v = [evaluate(a, env, lookup) for a in args]
     if op == "+":
         return math.fsum(v)
     if op == "*":

@@ -142,6 +142,12 @@
       ["Tokens/s per user, last token", dec.tokens_per_s_per_user, dec.tokens_per_s_per_user.toPrecision(4), null, f.tokens_per_s_per_user],
       ["TTFT", dec.ttft_s, fmt.time(dec.ttft_s), docs.ttft_s, f.ttft_s],
       ["TTFT lower bound", dec.ttft_bound_s, fmt.time(dec.ttft_bound_s), docs.ttft_bound_s, f.ttft_bound_s]];
+    // the expected times from measured kernels beside them (each step's lookup node, at this very
+    // point): the steady TPOT's first, as above
+    if (isFinite(dec.ttft_expected_s))
+      items.push(["TPOT mean expected", dec.tpot_mean_expected_s, isFinite(dec.tpot_mean_expected_s) ? fmt.time(dec.tpot_mean_expected_s) : "\u2014", docs.tpot_mean_expected_s],
+                 ["TPOT last token expected", dec.tpot_expected_s, fmt.time(dec.tpot_expected_s), docs.tpot_expected_s],
+                 ["TTFT expected", dec.ttft_expected_s, fmt.time(dec.ttft_expected_s), docs.ttft_expected_s]);
     if (dec.mtp_tokens)   // the step: the main stack verifying k + 1 tokens plus k draft passes
       items.push(["Decode step", dec.decode_step_time_s, fmt.time(dec.decode_step_time_s), docs.decode_step_time_s || docs.tpot_s, f.tpot_s]);
     items = items.concat([
@@ -187,32 +193,38 @@
     });
     bar.style.marginBottom = (8 + out * line) + "px";
   }
-  // each op's expected time from measured kernels at the grid's per-op points, with its measured
-  // source as the tooltip (ops.parquet's t_expected_s and source columns, written by the build as
-  // data/deploy/<model>/expected.json.gz: point key -> op uid -> [seconds, tooltip]); displayed only
-  var expectedFile = null, opsDrawn = 0;
-  function expectedOps() {
-    if (!expectedFile) expectedFile = window.archJSON(base + "expected.json.gz").catch(function () { return {}; });
-    return expectedFile;
+  // each op's expected time from measured kernels (deploy_eval's opRows: its lookup tree at this point);
+  // its tooltip the measured source: at the grid's per-op points as the results store it (the table,
+  // version, measured points around it: ops.parquet's expected_src, written by the build per config as
+  // data/deploy/<model>/expected-<cfg>.json.gz: point key -> op uid -> [seconds, tooltip]), elsewhere
+  // the tables the lookup read. Displayed only
+  var expectedFiles = {}, opsDrawn = 0;
+  function expectedOps(cfg) {
+    if (!expectedFiles[cfg]) expectedFiles[cfg] = window.archJSON(base + "expected-" + cfg + ".json.gz").catch(function () { return {}; });
+    return expectedFiles[cfg];
   }
-  var NO_EXPECTED = "No expected time at this point: the results hold it at the grid's per-op points (ops.parquet); archledger deploy --json gives it at any point.";
-  function fillExpected(cells, key, drawn) {
+  function expectedTip(r) {
+    return r.measured ? "measured: " + r.expected_tables.join(", ") + ", interpolated in log space at this point"
+                      : "no measurement: bound / " + model.default_efficiency;
+  }
+  function fillExpected(cells, cfg, key, drawn) {
     var table = document.getElementById("ops");
     table.removeAttribute("data-expected-ready");
-    return expectedOps().then(function (all) {
+    return expectedOps(cfg).then(function (all) {
       if (drawn !== opsDrawn) return;                   // a newer selection redrew the table
       var mine = (key && all[key]) || null;
       cells.forEach(function (c) {
-        var found = mine && mine[c[0]];
-        c[1].textContent = found ? fmt.time(found[0]) : "—";
-        c[1].title = found ? found[1] : NO_EXPECTED;
+        var found = mine && mine[c[0].op_uid];
+        c[1].textContent = isFinite(c[0].t_expected_s) ? fmt.time(c[0].t_expected_s) : "—";
+        c[1].title = found ? found[1] : expectedTip(c[0]);
       });
-      table.setAttribute("data-expected-ready", mine ? "point" : "none");
+      table.setAttribute("data-expected-ready", mine ? "point" : "any");
     });
   }
   // env: the decode program's point (deploy_eval's summary env: batch per micro-batch, seq, ctx, kv_bytes);
-  // key: the selection as expected.json.gz keys a grid per-op point (null with MTP drafts: none there)
-  function renderOps(rows, p, env, key) {
+  // cfg: the option's config file key; key: the selection as expected-<cfg>.json.gz keys a grid per-op
+  // point (null with MTP drafts: none there)
+  function renderOps(rows, p, env, cfg, key) {
     var expectedCells = [], drawn = ++opsDrawn;
     var dims = Object.assign({}, page.bound || {}, env);   // the tooltips' "where" line
     var tbody = document.querySelector("#ops tbody"); tbody.textContent = "";
@@ -230,11 +242,11 @@
         else if (i === 0) { var code = document.createElement("code"); code.textContent = c[0]; td.appendChild(code); } else td.textContent = c[0];
         tr.appendChild(td); });
       var td = document.createElement("td"); td.className = "n expected"; td.textContent = "…";
-      tr.appendChild(td); expectedCells.push([r.op_uid, td]);
+      tr.appendChild(td); expectedCells.push([r, td]);
       if (r.kind === "comm") tr.className = "comm"; if (r.kind === "fused") tr.className = "fused";
       tbody.appendChild(tr);
     });
-    fillExpected(expectedCells, key, drawn);
+    fillExpected(expectedCells, cfg, key, drawn);
   }
   function chart(id, spec, datasets) {
     // the build's spec names its datasets; this selection's rows fill them (top-level "datasets")
@@ -285,7 +297,7 @@
       document.getElementById("dl-json").href = base + combo.file + ".json.gz";
       var dec = summarize(combo, file, p), ops = opRows(combo, file, dec);
       render(dec, combo);
-      renderOps(ops, p, dec.env.decode, p.mtp ? null : [s.gpu, combo.n_gpus, combo.config, s.fw, s.kv, p.batch, p.input, p.output].join("|"));
+      renderOps(ops, p, dec.env.decode, combo.cfg, p.mtp ? null : [s.gpu, combo.n_gpus, combo.config, s.fw, s.kv, p.batch, p.input, p.output].join("|"));
       window.archDeploy.current = { option: combo, point: p, summary: dec, ops: ops };
       // both phases' per-op rows of the selected point (static/js/roofline.js draws the decode step's)
       document.dispatchEvent(new CustomEvent("arch:ops", { detail: { rows: ops, gpu: s.gpu, phase: "decode" } }));

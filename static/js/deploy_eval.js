@@ -24,12 +24,24 @@
   }
   function env(batch, seq, ctx, kv) { return { batch: batch, seq: seq, ctx: ctx, kv_bytes: kv }; }
   // a phase's steps: its program, then (speculative decoding with MTP, planner.with_drafts) the draft
-  // steps `times` over (a draft step's calls are repeat x k / layers: linear in k). [[step, times], ...]
-  function stepsOf(file, pid, drafts, times) {
-    var out = file.programs[pid].map(function (s) { return [s, 1]; });
-    if (drafts !== undefined && drafts !== null && times > 0)
-      file.programs[drafts].forEach(function (s) { out.push([s, times]); });
+  // steps `times` over (a draft step's calls are repeat x k / layers: linear in k). [[step, times,
+  // expected-time tree index or -1], ...]; exp / expDrafts: the programs' lists of step expected-time
+  // trees (file.expected, engine.deploy.measured.expected_tree), absent for a build without them
+  function stepsOf(file, pid, drafts, times, exp, expDrafts) {
+    var ex = exp === undefined || exp === null ? null : file.expected[exp];
+    var out = file.programs[pid].map(function (s, i) { return [s, 1, ex ? ex[i] : -1]; });
+    if (drafts !== undefined && drafts !== null && times > 0) {
+      var exd = expDrafts === undefined || expDrafts === null ? null : file.expected[expDrafts];
+      file.programs[drafts].forEach(function (s, i) { out.push([s, times, exd ? exd[i] : -1]); });
+    }
     return out;
+  }
+  // a step's expected time from measured kernels at env e (its tree bound to the step's t_sol;
+  // engine.deploy.measured.expected_tree), x `times`; read: the measured tables it read (refs)
+  function expectedOf(file, x, sol, e, read) {
+    if (x[2] < 0) return NaN;
+    var ee = Object.assign({}, e, { t_sol: sol });
+    return window.archFormula.evaluate(tree(file, x[2]), ee, file.lookups, read) * x[1];
   }
   function scaled(v, n) {
     if (n === 1) return v;
@@ -40,9 +52,12 @@
   // comm time); comm_stream_s = the no-overlap time of the comm steps (the two-batch schedule's)
   function phase(file, steps, gpu, e) {
     var t = { step_time_s: 0, compute_time_s: 0, memory_time_s: 0, comm_time_s: 0, flops: 0, bytes: 0, weight_bytes: 0, comm_bytes: 0,
-              comm_stream_s: 0 }, by = [0, 0, 0], links = {};
+              comm_stream_s: 0, step_expected_s: 0, comm_expected_s: 0 }, by = [0, 0, 0], links = {};
     steps.forEach(function (x) {
-      var v = scaled(stepValues(file, x[0], gpu, e), x[1]);
+      var one = stepValues(file, x[0], gpu, e), v = scaled(one, x[1]), ex = expectedOf(file, x, one.sol, e);
+      // sol.expected_phase_times: the steps' expected times one after another (the comm steps' apart)
+      t.step_expected_s += ex;
+      if (KINDS[x[0][9]] === "comm") t.comm_expected_s += ex;
       t.flops += v.flops; t.bytes += v.bytes; t.weight_bytes += v.weights; t.comm_bytes += v.comm;
       t.compute_time_s += v.tc; t.memory_time_s += v.tm; t.comm_time_s += v.tl; t.step_time_s += v.sol;
       links[x[0][7]] = (links[x[0][7]] || 0) + v.tl;
@@ -58,10 +73,13 @@
   }
   // sol.two_batch_time: a phase's step as two overlapped half-batches (the option's overlap policy
   // two_batch), never below the full batch's bound; fewer than 2 requests per replica: not split
+  // (the expected step time too: the half-batch's expected kernels and collectives, sol.expected_phase_times)
   function scheduled(o, file, steps, gpu, e, full, perReplica) {
     if (o.overlap !== "two_batch" || !(perReplica >= 2)) return full;
     var half = phase(file, steps, gpu, env(e.batch / 2, e.seq, e.ctx, e.kv_bytes)), kernels = half.step_time_s - half.comm_stream_s;
     full.step_time_s = Math.max(Math.max(2 * kernels, 2 * half.comm_stream_s), full.step_bound_s);
+    full.step_expected_s = Math.max(Math.max(2 * (half.step_expected_s - half.comm_expected_s), 2 * half.comm_expected_s),
+                                    full.step_bound_s);
     return full;
   }
   // sol.prefill_working_set: the largest non-comm step's (bytes - weights) / repeat at the token budget
@@ -119,8 +137,11 @@
     var preRegime = regime(o.limits, Math.ceil(meanStep * input / (cfg.dp_attn * cfg.cp))), pre = o.prefill[preRegime];
     var decRegime = regime(o.limits, Math.ceil(decBatch * seq / cfg.dp_attn)), dec = o.decode[decRegime];
     // with MTP: prefill runs the first module over the prompt once; decode verifies k + 1 tokens and drafts k
-    var preSteps = stepsOf(file, pre, mtp ? o.mtp.prefill[preRegime] : null, 1);
-    var decSteps = stepsOf(file, dec, mtp ? o.mtp.decode[decRegime] : null, mtp);
+    var ex = o.expected ? o.expected[o.kv_dtype] : null;      // each step's expected-time tree (measured kernels)
+    var preSteps = stepsOf(file, pre, mtp ? o.mtp.prefill[preRegime] : null, 1, ex && ex.prefill[preRegime],
+                           ex && mtp ? ex.mtp.prefill[preRegime] : null);
+    var decSteps = stepsOf(file, dec, mtp ? o.mtp.decode[decRegime] : null, mtp, ex && ex.decode[decRegime],
+                           ex && mtp ? ex.mtp.decode[decRegime] : null);
     var preEnv = env(meanStep, input, input, kv), decEnv = env(decBatch, seq, length, kv);
     var prefill = scheduled(o, file, preSteps, gpu, preEnv, phase(file, preSteps, gpu, preEnv), meanStep / cfg.dp_attn);
     var decode = scheduled(o, file, decSteps, gpu, decEnv, phase(file, decSteps, gpu, decEnv), decBatch / cfg.dp_attn);
@@ -137,12 +158,14 @@
     var kvSteady = ev(mem.kv_dev, { length: steadyTok, kv_bytes: kv }), steadyCap = fitCount(room * (1.0 - adm.free_fraction), kvSteady);
     var replica = cfg.tp * cfg.pp * cfg.cp;
     var ttft = steps * prefill.step_time_s / cfg.pp, fill = 0, fillBound = 0, ttftBound = steps * prefill.step_bound_s / cfg.pp;
+    var ttftExpected = steps * prefill.step_expected_s / cfg.pp;
     if (cfg.pp > 1) {   // the pipeline fills with the largest step, then each step leaves one stage later
       var largest = cfg.dp_attn * Math.min(perRank / k, budget / input), fillEnv = env(largest, input, input, kv);
       var filled = scheduled(o, file, preSteps, gpu, fillEnv, phase(file, preSteps, gpu, fillEnv), largest / cfg.dp_attn);
       fill = filled.step_time_s; fillBound = filled.step_bound_s;
       ttft = ttft + (cfg.pp - 1) * fill / cfg.pp;
       ttftBound = ttftBound + (cfg.pp - 1) * fillBound / cfg.pp;
+      ttftExpected = ttftExpected + (cfg.pp - 1) * filled.step_expected_s / cfg.pp;
     }
     // speculative decoding: a step emits E tokens per request on average, TPOT = step / E
     var perStep = mtp ? tokensPerStep(mtp, p.acceptance) : 1, tpot = mtp ? decode.step_time_s / perStep : decode.step_time_s;
@@ -163,6 +186,9 @@
       fits: perRank <= cap, shortfall_bytes: Math.max(kvNeed - room, 0),
       ttft_s: ttft, tpot_s: tpot, ttft_bound_s: ttftBound, tpot_bound_s: decode.step_bound_s / perStep,
       tpot_mean_bound_s: decodeMean.step_bound_s / perStep, overlap: o.overlap || "none",
+      // from measured kernels (sol.summarize's *_expected_s; NaN for a build without the trees)
+      ttft_expected_s: ttftExpected, tpot_expected_s: decode.step_expected_s / perStep,
+      tpot_mean_expected_s: decodeMean.step_expected_s / perStep,
       prefill_tokens_per_s_per_gpu: batch * input / ttft / replica,
       kv_steady_tokens_per_request: steadyTok, kv_bytes_per_request_steady_per_gpu: kvSteady,
       max_concurrent_requests_steady: cfg.dp_attn * steadyCap, fits_steady: perRank <= steadyCap, admission: adm,
@@ -185,13 +211,18 @@
       sum.steps[ph].forEach(function (x) {
         var s = x[0], n = x[1];
         if (s[10]) return;
-        var v = scaled(stepValues(file, s, gpu, sum.env[ph]), n), t = [v.tc, v.tm, v.tl], k = 0;
+        var one = stepValues(file, s, gpu, sum.env[ph]), v = scaled(one, n), t = [v.tc, v.tm, v.tl], k = 0, read = [];
+        var ex = expectedOf(file, x, one.sol, sum.env[ph], read);
         function text(i) { var f = file.strings[s[i]]; return n === 1 ? f : n + "*(" + f + ")"; }
         for (var i = 1; i < 3; i++) if (t[i] > t[k]) k = i;
         out.push({ phase: ph, op_uid: file.strings[s[11]], kind: KINDS[s[9]], flops: v.flops, bytes: v.bytes,
                    weight_bytes: v.weights, comm_bytes: v.comm, intensity: v.bytes > 0 ? v.flops / v.bytes : Infinity,
                    t_compute_s: v.tc, t_memory_s: v.tm, t_comm_s: v.tl, t_sol_s: v.sol, bound: BOUNDS[k],
-                   flops_formula: text(12), bytes_formula: text(13), comm_bytes_formula: text(14) });
+                   flops_formula: text(12), bytes_formula: text(13), comm_bytes_formula: text(14),
+                   // ops.parquet's t_expected_s and measured: a measured table read (its name and file), else
+                   // the bound / the default efficiency
+                   t_expected_s: ex, measured: read.length > 0,
+                   expected_tables: read.map(function (r) { return file.lookups[r].name + " (" + file.lookups[r].path + ")"; }) });
       });
     });
     return out;

@@ -8,7 +8,50 @@
     "==": function (a, b) { return a === b; }, ">": function (a, b) { return a > b; },
     ">=": function (a, b) { return a >= b; }, "!=": function (a, b) { return a !== b; }
   };
-  function evaluate(tree, env) {
+  // A measured table's time at point x (a "lookup" node; engine/deploy/measured.py interpolate_many, the
+  // rule's one definition): multilinear in log time over log axis values inside the grid; outside an
+  // axis's range, from the clamped point as the power law of the axis's edge span, its slope clipped
+  // to [0, the roofline's slope there] (t.roof: a tree of the axes' names). t: {axes, values, us (the
+  // latencies in µs, flat, last axis fastest; seconds = us x 1e-6, as the table files are read), roof}.
+  function lower(v, x) {     // numpy searchsorted(v, x, "right") - 1, clipped to a span's lower end
+    var i = 0; while (i < v.length && v[i] <= x) i++;
+    return Math.max(Math.min(i - 1, v.length - 2), 0);
+  }
+  function inside(t, p) {    // log time at a point inside the grid: the cell's 2^axes corners
+    var n = t.values.length, lo = [], frac = [], d, c, total = 0;
+    for (d = 0; d < n; d++) {
+      var v = t.values[d], i = lower(v, p[d]); lo.push(i);
+      frac.push(v.length === 1 ? 0 : (Math.log(p[d]) - Math.log(v[i])) / (Math.log(v[i + 1]) - Math.log(v[i])));
+    }
+    for (c = 0; c < (1 << n); c++) {
+      var w = 1, at = 0;
+      for (d = 0; d < n; d++) {
+        var bit = (c >> d) & 1;
+        w *= bit ? frac[d] : 1 - frac[d];
+        at = at * t.values[d].length + (t.values[d].length === 1 ? lo[d] : lo[d] + bit);
+      }
+      total += w * Math.log(t.us[at] * 1e-6);
+    }
+    return total;
+  }
+  function lookup(t, x) {
+    var n = x.length, c = [], a;
+    for (a = 0; a < n; a++) { var v = t.values[a]; c.push(Math.min(Math.max(x[a], v[0]), v[v.length - 1])); }
+    function roof(p) { var e = {}; for (var k = 0; k < n; k++) e[t.axes[k]] = p[k]; return evaluate(t.roof, e); }
+    var atC = inside(t, c), logT = atC;
+    for (a = 0; a < n; a++) {
+      var vals = t.values[a];
+      if (x[a] === c[a] || vals.length === 1) continue;
+      var inner = c.slice(); inner[a] = c[a] === vals[vals.length - 1] ? vals[vals.length - 2] : vals[1];
+      var span = Math.log(c[a]) - Math.log(inner[a]);
+      var slope = (atC - inside(t, inner)) / span, roofSlope = (Math.log(roof(c)) - Math.log(roof(inner))) / span;
+      logT += Math.min(Math.max(slope, 0), Math.max(roofSlope, 0)) * (Math.log(x[a]) - Math.log(c[a]));
+    }
+    return Math.exp(logT);
+  }
+  // tables: what a "lookup" node's ref names (ref -> table); read: an optional array each lookup's
+  // ref is pushed onto (which tables an evaluation read)
+  function evaluate(tree, env, tables, read) {
     if (typeof tree === "number") return tree;
     if (typeof tree === "string") {
       if (!Object.prototype.hasOwnProperty.call(env, tree)) throw new Error("formula: symbol " + tree + " is not bound");
@@ -16,11 +59,17 @@
     }
     var op = tree[0], i, n = tree.length;
     if (op === "pw") {
-      for (i = 1; i < n; i++) if (evaluate(tree[i][1], env)) return evaluate(tree[i][0], env);
+      for (i = 1; i < n; i++) if (evaluate(tree[i][1], env, tables, read)) return evaluate(tree[i][0], env, tables, read);
       return NaN;
     }
     var v = [];
-    for (i = 1; i < n; i++) v.push(evaluate(tree[i], env));
+    if (op === "lookup") {
+      if (!tables || !tables[tree[1]]) throw new Error("formula: lookup table " + tree[1] + " is not given");
+      for (i = 2; i < n; i++) v.push(evaluate(tree[i], env, tables, read));
+      if (read) read.push(tree[1]);
+      return lookup(tables[tree[1]], v);
+    }
+    for (i = 1; i < n; i++) v.push(evaluate(tree[i], env, tables, read));
     switch (op) {
       case "+": return v.reduce(function (a, b) { return a + b; }, 0);
       case "*": return v.reduce(function (a, b) { return a * b; }, 1);
@@ -46,7 +95,7 @@
     if (typeof tree === "string") return function (env) {
       var x = env[tree]; if (x === undefined) throw new Error("formula: symbol " + tree + " is not bound"); return x;
     };
-    return function (env) { return evaluate(tree, env); };
+    return function (env, tables, read) { return evaluate(tree, env, tables, read); };
   }
   // a selection rule (formula_tree.select): the values whose "keep" holds ("each" bound to the value),
   // then each "add" value whose condition holds and is not kept yet; "else" when none is

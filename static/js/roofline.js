@@ -2,7 +2,8 @@
 // attained FLOP/s) under the GPU's roofs, each dtype's ridge point marked. The deployment page's
 // script announces the per-op rows it renders with
 //   document.dispatchEvent(new CustomEvent("arch:ops", {detail: {rows, gpu, phase}}))
-// (rows: the per-op records {phase, op_uid, kind, flops, bytes, t_sol_s, bound}, drawn for ``phase``
+// (rows: the per-op records {phase, op_uid, kind, flops, bytes, t_sol_s, bound, t_expected_s, measured},
+// drawn for ``phase``
 // when given; gpu: its name, or an
 // object shaped like the page data's gpus[name]). The roofs come from the build (landscape.json
 // "gpus", page data "gpus"); this file divides FLOPs by bytes and by time per row (display) and
@@ -25,7 +26,9 @@
     rows.forEach(function (r) {
       if (phase && r.phase && r.phase !== phase) return;
       if (r.flops > 0 && r.bytes > 0 && r.t_sol_s > 0) {
-        drawn.push({ op: r.op_uid, kind: r.kind, bound: r.bound, t_sol_s: r.t_sol_s,
+        // expected: where the op's expected time comes from (charts.py EXPECTED_SOURCES)
+        drawn.push({ op: r.op_uid, kind: r.kind, bound: r.bound, t_sol_s: r.t_sol_s, t_expected_s: r.t_expected_s,
+                     expected: r.measured ? "measured table" : "bound / default efficiency",
                      intensity: r.flops / r.bytes, attained: r.flops / r.t_sol_s });
       } else left++;
     });
