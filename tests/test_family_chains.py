@@ -11,6 +11,7 @@ answers for the next model's object at the same address.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,54 @@ def test_consistency_a_family_chain_writes_what_each_model_writes_alone(tmp_path
         assert sum(results.slug(mid) in name for name in shared) >= 5, mid
     for name in shared:
         assert shared[name] == apart[name], f"{name}: the family chain's file differs from the model's alone"
+
+
+_PLAYGROUND = """
+import json, sys
+from engine.spec.corpus import load_corpus
+from engine.build.whatif import evaluate_with_sites, model_playground
+corpus = load_corpus()
+for mid in sys.argv[1:]:      # one after the other in this process, as a build worker runs them
+    ev, sites = evaluate_with_sites(corpus, corpus.models[mid])
+    doc = model_playground(ev, sites=sites, only={("attention", "kda_attention")})
+sys.stdout.write(json.dumps(doc, sort_keys=True))
+"""
+
+
+def _playground_after(*models: str) -> str:
+    done = subprocess.run([sys.executable, "-c", _PLAYGROUND, *models], cwd=REPO, check=True,
+                          capture_output=True, text=True)
+    return done.stdout
+
+
+def test_consistency_a_playground_pick_does_not_depend_on_the_model_walked_before():
+    """The smallest schedule the cold build tripped on: DeepSeek-V3's MTP layer and Qwen3.6-27B-NVFP4's
+    walk kda_attention in the same scope (one shared site walk), but at different module paths
+    (``model.layers.{layer}.self_attn`` vs ``mtp.layers.{layer}.self_attn``), and Qwen3.6-27B-NVFP4
+    stores ``model.layers.*.self_attn.q_proj`` (and k, v, o) as fp8 by module-path pattern, its MTP
+    layer's as bf16. A walk shared by a key without the module path hands Qwen3.6 DeepSeek's leaf
+    keys, so its MTP projections were weighed as fp8. Each side in a fresh process, so no earlier
+    test's walks are shared."""
+    alone = _playground_after("nvidia/Qwen3.6-27B-NVFP4")
+    chained = _playground_after("deepseek-ai/DeepSeek-V3", "nvidia/Qwen3.6-27B-NVFP4")
+    assert chained == alone, "the playground document depends on the model evaluated before it"
+    # the right one (consistency with the reference route): the pick's stored bytes, base + change at
+    # its pre-filled kda dims, are those of the variant `edit --swap layers.attention=kda_attention`
+    # walked whole, every stack (its MTP layer's q/k/v/o at mtp.layers.{layer}.self_attn: bf16, no
+    # pattern covers them); the chained document was 83,886,048 B short of it
+    from engine.spec import formula_tree, variants
+    from engine.spec.api import evaluate_spec
+    from engine.spec.ir import Fill
+    from engine.build import whatif
+    doc = json.loads(alone)
+    entry = doc["picks"]["attention"]["kda_attention"]["sol"]["linear,full,mtp"]
+    assert entry["at"] == {"kda_head_dim": 64, "kda_heads": 64}
+    bound = doc["sol_trees"][entry["valid"][0][0]]      # ["and", ["<=", ["*", 1.25, base + change], capacity]]
+    weights = bound[1][1][2]
+    corpus = load_corpus()
+    swap = variants.Swap("attention", (), Fill("kda_attention", whatif._PAGE, {}), whatif._PAGE)
+    binds = [variants.Bind(d, v, "pre-fill", whatif._PAGE) for d, v in entry["at"].items()]
+    spec = variants.resolve(corpus, "pick", "nvidia/Qwen3.6-27B-NVFP4", [swap], binds, whatif._PAGE).spec
+    whole = evaluate_spec(corpus, spec)
+    assert {t.dtype for t in whole.tensors() if t.key.startswith("mtp.layers.{layer}.self_attn.q_proj")} == {"BF16"}
+    assert formula_tree.evaluate(weights, entry["at"]) == float(sum(t.total_bytes for t in whole.tensors()))

@@ -482,9 +482,11 @@ def _under_any(sites: list[str]):
 #: The layer count a site is walked at (substituted by each site's own: every number is linear in it).
 _REPEAT = sympy.Symbol("site_repeat", positive=True, integer=True)
 #: Site walks shared by every pick of a process (key -> [(config values read, rows, caches, quant
-#: -> formula trees)]): the same component in the same scope walks to the same rows whichever model
-#: the scope is in, and with the same quant schemes to the same formulas.
+#: -> formula trees)]): the same component in the same scope, at the same module path, walks to the
+#: same rows whichever model the scope is in, and with the same quant schemes to the same formulas.
+#: One corpus at a time (:data:`_SITE_CORPUS`): a key names components and schemes, not their text.
 _SITE_CACHE: dict[tuple, list[tuple[dict, dict, tuple, dict]]] = {}
+_SITE_CORPUS: list = []      # [the corpus _SITE_CACHE's walks were made with]: kept, so no id is reused
 #: (key, index) of :data:`_SITE_CACHE` -> the site uid, input uids and outputs it was walked with
 #: (:func:`site_walk` relabels the rows for another site sharing the walk).
 _SITE_WALKS: dict[tuple, tuple] = {}
@@ -518,7 +520,7 @@ def site_bytes(ev: Evaluation, key: tuple, index: int, site: tuple) -> sympy.Exp
     """Stored bytes (every stack) of a cached site walk's rows at ``site``'s layer count; computed
     once per walk and quant scheme (the walk's rows hold :data:`_REPEAT`)."""
     _, rows, _, trees = _SITE_CACHE[key][index]
-    tag = ("bytes", repr(sorted(ev.model.quant.items())))
+    tag = ("bytes", _quant_key(ev.model))
     if tag not in trees:
         part = replace(ev.symbolic, rows=rows, caches=())
         trees[tag] = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(part, ev.model, ev.corpus)))
@@ -526,6 +528,12 @@ def site_bytes(ev: Evaluation, key: tuple, index: int, site: tuple) -> sympy.Exp
     if at not in trees:
         trees[at] = _subs(trees[tag], {_REPEAT: site[2].repeat})
     return trees[at]
+
+
+def _quant_key(model: ModelSpec) -> str:
+    """What a walk's stored bytes read of ``model``: its ``quant_context`` in file order (the first
+    module-path pattern covering a leaf wins, so two orders of the same patterns may differ)."""
+    return repr(list(model.quant.items()))
 
 
 def _subs(value, mapping: dict):
@@ -569,12 +577,21 @@ def _has_slots(corpus: Corpus, name: str, seen: frozenset = frozenset()) -> bool
 def _site_key(model: ModelSpec, corpus: Corpus, component: str, fill: Fill, node, inputs, scope, layer,
               kv_dtype: str) -> tuple:
     """Everything a site walk of ``fill`` reads besides config values (checked separately) and
-    labels (uids, module paths): a model dim bound to its own symbol is left out, since a dim the
-    component reads is that symbol whether the base binds it or the page does."""
+    uids (:func:`site_walk` relabels them): a model dim bound to its own symbol is left out, since a
+    dim the component reads is that symbol whether the base binds it or the page does.
+
+    The module path (``scope.module``, with the fill's and node's ``module``/``modules`` and the
+    scope's renames) is in the key although it is a label: it makes the rows' weight-leaf keys,
+    and a model that stores layers by module-path pattern (``quant_context`` overrides such as
+    ``model.layers.*.self_attn.q_proj``) weighs a leaf by its key (engine.spec.storage.scheme_for).
+    Without it an MTP layer at ``mtp.layers.{layer}.self_attn`` shared the walk another model made at
+    ``model.layers.{layer}.self_attn``, and the playground's bytes depended on which model walked
+    first (tests/test_family_chains.py)."""
     dims = tuple(sorted((k, str(v)) for k, v in scope.dims.items() if v != symbols.dim(k)))
     slots = repr(sorted(scope.slots.items())) if _has_slots(corpus, component) else ""
     per_layer = layer if any("layer" in str(t) for t in node.dims.values()) else None
-    return (component, kv_dtype, repr(fill.options), repr(node), repr([v for v, _ in inputs]), dims,
+    return (component, kv_dtype, repr(replace(fill, where=None)), scope.module, repr(node),
+            repr([v for v, _ in inputs]), dims,
             repr(sorted(scope.options.items())), slots, str(scope.instances), str(scope.active), scope.stacked,
             repr(sorted(scope.renames.items())), scope.role, scope.component, scope.stack,
             tuple(sorted(scope.phases)), per_layer, tuple(sorted(model.drafts)))
@@ -598,6 +615,10 @@ def _site_formulas(ev: Evaluation, walker: Walker, component: str, site: tuple, 
     fill = variant_rules.inherit(Fill(component, _PAGE, {}), corpus.components[component], scope.slots[node.target])
     dims = {**{d: symbols.dim(d) for d in needs}, **scope.dims}      # a dim the base's scope binds stays the base's
     key = _site_key(ev.model, corpus, component, fill, node, inputs, scope, layer, kv_dtype)
+    if not _SITE_CORPUS or _SITE_CORPUS[0] is not corpus:     # another corpus: its components may differ
+        _SITE_CACHE.clear()
+        _SITE_WALKS.clear()
+        _SITE_CORPUS[:] = [corpus]
     entries = _SITE_CACHE.setdefault(key, [])
     for i, (values, rows, caches, trees) in enumerate(entries):
         if _config_matches(walker, values):
@@ -612,7 +633,7 @@ def _site_formulas(ev: Evaluation, walker: Walker, component: str, site: tuple, 
         _SITE_WALKS[(key, i)] = (uid, [u for _, u in inputs], outputs)
     if not counted:
         return (key, i, None), None
-    quant = repr(sorted(ev.model.quant.items()))      # how the weights are stored: the weight bytes only
+    quant = _quant_key(ev.model)      # how the weights are stored: the weight bytes only
     if quant not in trees:
         part = replace(ev.symbolic, rows=rows, caches=caches)
         trees[quant] = {k: formula_tree.to_tree(f) for k, f in _sum_of_parts(part, ev.model, corpus, kv_dtype).items()}
