@@ -26,10 +26,28 @@ NEW = "kda_attention"
 
 
 def _declared() -> dict[str, list[str]]:
-    """The component's graph as its YAML declares it: node name -> the names it reads."""
+    """The component's graph as its YAML declares it at its default options: node name -> the names
+    it reads. A node whose ``when:`` (an option, or ``not`` an option) is false by default is not in
+    the block; an input ``a|b`` reads whichever of the two is."""
     spec = yaml.safe_load((REPO / "corpus" / "components" / "library" / f"{NEW}.yaml").read_text())
-    return {name: ([node["in"]] if isinstance(node["in"], str) else list(node["in"]))
-            for name, node in spec["graph"].items()}
+    options = spec.get("options") or {}
+
+    def live(node: dict) -> bool:
+        when = node.get("when")
+        if when is None:
+            return True
+        negated = when.startswith("not ")
+        return bool(options[when.removeprefix("not ")]) != negated
+
+    nodes = {name: node for name, node in spec["graph"].items() if live(node)}
+
+    def read(ref: str) -> str:
+        found = [a for a in ref.split("|") if a in nodes or a == "x"]
+        assert len(found) == 1, (ref, found)
+        return found[0]
+
+    return {name: [read(r) for r in ([node["in"]] if isinstance(node["in"], str) else node["in"])]
+            for name, node in nodes.items()}
 
 
 def test_the_pick_stores_the_new_block_as_the_component_declares_it(corpus):
