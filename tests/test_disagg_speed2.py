@@ -1,4 +1,4 @@
-"""engine/build/disagg_sizing.py's second round of build-speed changes (issue 19) against the plain
+"""engine/serving/disagg_sizing.py's second round of build-speed changes (issue 19) against the plain
 code they replace, on a corpus model's real search (an MoE model: many pool configs, KV shares and
 decode points; up to 4 GPUs, so configs dominate one another):
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine.build.disagg_sizing as ds
+import engine.serving.disagg_sizing as ds
 from tests.deploy_helpers import pool_pairs, pool_search
 
 MODEL_ID, GPUS, INPUT, OUTPUT, MAX_GPUS = "Qwen/Qwen3-30B-A3B", ["H100", "B200"], 2048, 256, 4

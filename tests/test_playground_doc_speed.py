@@ -1,14 +1,15 @@
 """Consistency: the memos and shared printers of the playground and model-document export vs their slow paths.
 
-Each fast path below (engine.build.playground_sol._step_trees's memo, engine.spec.storage._axis's,
+Each fast path below (engine.playground.playground_sol._step_trees's memo, engine.spec.storage._axis's,
 engine.build.export._reference_bytes's per-expression division, model_facts printed by the
 document's printer) must give exactly what the plain computation gives; these tests compare the two
 paths on a corpus model. They are consistency tests of one engine with itself, so the name says so.
 """
 from __future__ import annotations
 
-from engine.build import export, landscape, playground_sol
-from engine.build.whatif import PLAYGROUND, _tables
+from engine.build import export, landscape
+from engine.playground import playground_sol
+from engine.playground.whatif import PLAYGROUND, _tables
 from engine.deploy import Options, place
 from engine.deploy.cost import step_totals
 from engine.deploy.hardware import find_gpu, load_gpus

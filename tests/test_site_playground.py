@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from engine.api import evaluate_spec
-from engine.build import whatif
+from engine.playground import whatif
 from engine.spec import formula_tree, kv, quantities, symbols
 from engine.spec import variants as variant_rules
 from engine.spec.corpus import load_corpus

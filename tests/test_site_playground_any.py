@@ -2,7 +2,7 @@
 shipped variants (corpus/variants/).
 
 The page evaluates, in Chromium, the base's exported formula trees plus each pick's exported change
-(engine.build.whatif.pick) at the dims the reader enters. The expectation comes from another path:
+(engine.playground.whatif.pick) at the dims the reader enters. The expectation comes from another path:
 ``archledger edit MODEL --swap ... --bind ... --json`` run in-process through the real command line
 (numeric walk and the deploy planner's comparison, no formula trees), and for the two numbers
 ``edit`` does not print (active params, decode FLOPs) the numeric walk of the same variant.
@@ -16,8 +16,8 @@ import json
 import pytest
 import yaml
 
-from engine.build import whatif
-from engine.build.playground_sol import KEYS as SOL_KEYS
+from engine.playground import whatif
+from engine.playground.playground_sol import KEYS as SOL_KEYS
 from engine.spec import formula_tree, quantities, symbols
 from site_builder.render import REPO
 from tests.site_helpers import served, shared_small_site

@@ -2,7 +2,7 @@
 
 The page lets the reader untick layer templates of a pick (``tickable``: no layer stream touches
 the slot); the build exports the SOL change for every non-empty subset of them
-(engine.build.playground_sol: each subset on its own parallel config and with its own validity
+(engine.playground.playground_sol: each subset on its own parallel config and with its own validity
 conditions). The expectation is ``archledger edit MODEL --swap 'layers[SUBSET].SLOT=COMPONENT'
 --bind ... --context N --json`` run through the real command line (a whole plan of both sides),
 never the exported trees. Qwen3.5-27B's slots reach three templates (48 DeltaNet layers ``linear``,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.build import whatif
+from engine.playground import whatif
 from engine.spec import formula_tree
 from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)
 from tests.test_site_playground_any import cells, choose, playground
@@ -103,7 +103,7 @@ def test_consistency_every_subset_equals_the_subset_planned_alone(corpus):
     pre-filled binding and at other dims and contexts, the same three numbers; the exported
     conditions include the alone plan's (the whole swap's placement decisions may add some)."""
     import json
-    from engine.build import playground_sol
+    from engine.playground import playground_sol
     from engine.deploy.hardware import find_gpu
     ev, sites = whatif.evaluate_with_sites(corpus, corpus.models[MODEL])
     doc = whatif.model_playground(ev, sites=sites, only=PICKS)

@@ -127,7 +127,7 @@ def test_nemotron_super_49b_counts_equal_a_hand_count_of_its_block_configs(capsy
 def test_declared_specs_stay_out_of_the_playground_and_the_oracle_rerecord(corpus):
     """The playground offers and cites only published models; `snapshot --all --meta` has no
     modeling code to re-record for a declared spec and keeps its evidence as it is."""
-    from engine.build import whatif
+    from engine.playground import whatif
     from engine.verify.rerecord import modeling_code_models
     declared = {m for m, spec in corpus.models.items() if spec.unverified}
     assert MIMO in declared

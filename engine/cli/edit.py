@@ -4,7 +4,7 @@ Layer: engine.cli. ``archledger edit MODEL --swap 'layers[dense,moe].attention=d
 index_n_heads=64 ...`` builds a what-if variant on the fly (the same checks as
 ``corpus/variants/*.yaml``: unbound dims and misfits are one-line errors), evaluates it and its base
 with the same walk, deploys both with the same planner on ``--gpu``/``--config`` and prints per
-layer group and for the whole model old -> new (engine.build.whatif.METRICS). ``archledger edit
+layer group and for the whole model old -> new (engine.playground.whatif.METRICS). ``archledger edit
 corpus/variants/x.yaml`` or ``--variant NAME`` does the same for a saved variant; ``--save FILE``
 writes the variant's YAML; ``--json`` prints the comparison as data.
 """
@@ -45,7 +45,7 @@ def add_parser(sub, parents=()) -> None:
 
 def variant_from_args(args, corpus):
     """The variant the arguments name or build."""
-    from engine.build import whatif
+    from engine.playground import whatif
     from engine.spec import variants as variant_rules
     from engine.spec import file_schemas     # here, not at the top: it brings sympy (`--help` stays light)
     from engine.spec.corpus import Reader, check_name
@@ -76,7 +76,7 @@ def variant_from_args(args, corpus):
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.build import whatif
+    from engine.playground import whatif
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.spec.api import evaluate_spec
     from engine.spec.corpus import load_corpus
@@ -119,7 +119,7 @@ def _delta(old, new) -> str:
 
 
 def print_table(result: dict) -> None:
-    from engine.build.whatif import METRICS
+    from engine.playground.whatif import METRICS
     s = result["setting"]
     print(f"{result['model_id']}  [{result['label']}: not a published model]  from {result['variant_of']}")
     for swap in result["swaps"]:

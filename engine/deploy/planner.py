@@ -699,7 +699,7 @@ def place_symbolic(ev: Evaluation, analysis, config: ParallelConfig, domain: int
                    record: dict | None = None, reuse: dict | None = None) -> dict[str, Program]:
     """Per phase, the fused symbolic program :func:`build_structure` makes, of ``analysis`` (``ev``'s
     symbolic analysis, or one made from it: the playground splices a new filler's rows into a
-    base's, engine.build.playground_sol) with decisions by ``decide`` (:func:`decider`): the same
+    base's, engine.playground.playground_sol) with decisions by ``decide`` (:func:`decider`): the same
     placement, pipeline hops and fusion rules; the matches are found on this program (build_structure
     finds them on the numeric one: the same steps and tests). ``ev`` supplies the weights' storage
     (its spec's quant) and the dims table. ``record`` (a dict) receives per phase what placing each

@@ -415,7 +415,7 @@ SOURCE_SNAPSHOT = Mapping(_REGENERATE, fields={
 
 # -- the grid (corpus/grid.yaml) --------------------------------------------------------------------
 # Its fields and sections are declared here; each value's kind and bounds are engine.build.grid's
-# (and the sizing block's engine.build.fronts'), whose messages list the allowed values.
+# (and the sizing block's engine.serving.fronts'), whose messages list the allowed values.
 
 _VALUE = Anything()
 GRID = Mapping("a grid", fields={

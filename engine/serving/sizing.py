@@ -1,6 +1,6 @@
 """Sizing: the cheapest deployments that meet a latency SLA, aggregated and disaggregated, and the front.
 
-Layer: engine.deploy (on planner and sol; nothing here prints). :func:`search` walks, for each GPU
+Layer: engine.serving (on planner and sol; nothing here prints). :func:`search` walks, for each GPU
 type, every GPU count that is a power of two up to a limit, every legal TP / EP / DP-attention / PP
 config at that count (:func:`engine.deploy.parallel.enumerate_configs` filtered by
 :func:`engine.deploy.planner.check`; ``dp = 1``: whole-model replicas are counted separately) and
@@ -35,14 +35,14 @@ Rules (also in docs/deployment.md, "Sizing: archledger plan"):
 
 * disaggregated (:func:`disaggregated`, on ``search(..., pools=True)``): every served decode point
   joined with the prefill (config, batch) that meets TTFT with the fewest prefill GPUs; the joining
-  rules (KV transfer, pool ratio, replicas, price) are :mod:`engine.deploy.disagg`'s; the pairs of
+  rules (KV transfer, pool ratio, replicas, price) are :mod:`engine.serving.disagg`'s; the pairs of
   GPU types joined are those :func:`pair_allowed` allows (default: one vendor on both sides).
 * price: ``usd_per_hour`` = GPUs x the GPU file's price, ``usd_per_m_tokens`` = $/h / (decode tokens/s
   x 3600) x 1e6; None where a GPU has no price.
 
 Invariant: every point reported (cheapest or front) is a (legal config, batch) that was evaluated,
 with the fields :func:`engine.deploy.sol.summarize` gave it; a disaggregated point is a pair of
-them (a prefill-pool point and a decode point) joined by :func:`engine.deploy.disagg.join`.
+them (a prefill-pool point and a decode point) joined by :func:`engine.serving.disagg.join`.
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError, Where
 from engine.deploy.admission import steady_tokens
 from engine.deploy.fusion import FusionTable, admission_of, live_token_limits, reserve_bytes
-from engine.deploy.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, ROUND, join, links, replicas, \
+from engine.serving.disagg import FIELDS as DISAGG_FIELDS, PREFILL_OUTPUT, ROUND, join, links, replicas, \
     transfer_bytes, usd_per_m_tokens
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
@@ -276,7 +276,7 @@ def check_pairs(factors: dict[str, int], where: Where, hint: str) -> None:
         shown = " x ".join(f"{n:,} {what}" for what, n in factors.items())
         raise SpecError(where, f"the sizing search covers {pairs:,} (GPU type, config) pairs ({shown}), "
                         f"more than the limit of {MAX_SEARCH_PAIRS:,}",
-                        f"{hint} (the bound is engine/deploy/sizing.py's MAX_SEARCH_PAIRS)")
+                        f"{hint} (the bound is engine/serving/sizing.py's MAX_SEARCH_PAIRS)")
 
 
 class _Evaluator:
@@ -642,7 +642,7 @@ PAIR_POLICIES = ("same-gpu", "same-vendor", "all")
 #: nixl_connector_usage/, "Installation"); a transfer between two vendors' GPUs exists only as
 #: host-staged proofs of concept outside a framework's release (vllm-project/vllm-neuron#26:
 #: Trainium prefill -> H100 decode through CPU memory, seven patches; qualcomm/vllm-qaic#121), and
-#: the join's scale-out link (engine.deploy.disagg.links) is a GPU-to-GPU RDMA path that such a
+#: the join's scale-out link (engine.serving.disagg.links) is a GPU-to-GPU RDMA path that such a
 #: staging does not have. ``all`` keeps every ordered pair for what-if questions.
 DEFAULT_PAIRS = "same-vendor"
 
@@ -669,7 +669,7 @@ def disaggregated(ev: Evaluation, results: list[GPUSearch], gpus: list[GPU], inp
     (an upper bound of the transfer) is within ``sla.ttft_s``: per prefill config the fewest replicas
     its fastest batch within the bound needs, then the batch of the shortest TTFT that needs no more;
     across configs the fewest GPUs, then the shortest TTFT. Decode points no prefill choice brings
-    within the TTFT bound are left out. The joined fields are :func:`engine.deploy.disagg.join`'s, the link
+    within the TTFT bound are left out. The joined fields are :func:`engine.serving.disagg.join`'s, the link
     the point's own (scale-up when the whole deployment fits one domain of one GPU type)."""
     by_key = {g.key: g for g in gpus}
     kv_request = float(transfer_bytes(ev, input_len, _kv_bytes(options)))
@@ -695,7 +695,7 @@ def pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_reque
     rules), as columns: every decode point of ``dres`` some prefill choice brings within the TTFT bound,
     ``decode_point`` its index among ``dres.points`` (columns ``prefill_config`` / ``decode_config`` index
     ``pres.pool_configs`` / ``dres.configs``). Empty when none is. Each decode point's columns depend on
-    that point, the prefill points and the bounds only (engine/build/disagg_sizing.py relies on it)."""
+    that point, the prefill points and the bounds only (engine/serving/disagg_sizing.py relies on it)."""
     d = dres.points
     kd = d["config"].astype(int)
     share_d = np.array([dres.kv_share[c] for c in dres.configs])
@@ -749,7 +749,7 @@ def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.nd
     needs no more; of the configs, the fewest GPUs, then the shortest TTFT (ttft / 2 bound < 0.5
     GPU), the first config on a tie. Returns per point its choice and the choice's GPUs (inf: no
     config has a point within the bound, no prefill pool), TTFT and batch. :func:`pair_points` and
-    engine/build/disagg_sizing.py's probes (a bisection level's bounds in one call)."""
+    engine/serving/disagg_sizing.py's probes (a bisection level's bounds in one call)."""
     bounds = np.atleast_1d(np.asarray(bound, dtype=float))
     which = np.zeros(len(kd), dtype=np.intp) if which is None else which
     half = (2 * bounds)[which]

@@ -1,6 +1,6 @@
 """The rule the Pareto fronts serve by, as the results tables and the pages read it.
 
-Layer: engine.build (polars only, and only inside :func:`steady_rate`: ``archledger plan`` reads
+Layer: engine.serving (polars only, and only inside :func:`steady_rate`: ``archledger plan`` reads
 :data:`FRONT_BASIS` without importing it; a render worker imports this module without the engine's
 evaluation, site_builder/render.py ``_worker_start``). Every front (deployments' ``on_front``, fronts.parquet,
 the deploy and sizing pages' charts, ``archledger plan``) is on the schedule estimate in the
@@ -55,7 +55,7 @@ FRONT_SOURCE = ("gpu", "n_gpus", "config", "batch", "framework", "kv_dtype", "in
 
 def front_points(deployments: pl.LazyFrame | pl.DataFrame) -> dict[tuple[str, str, int, int], dict]:
     """Each grid front as the pages draw it, precomputed: per (framework, KV dtype, prompt, output)
-    of the decode rows, the rows flagged ``on_front`` (engine.build.fronts.grid_front: each GPU
+    of the decode rows, the rows flagged ``on_front`` (engine.serving.fronts.grid_front: each GPU
     type's Pareto front on :data:`FRONT_BASIS`) as ``{"columns": [...], "rows": [[...], ...]}`` with
     the fields of :func:`front_point`, by GPU name then fastest user first (the front's order).
     Every (framework, KV dtype, prompt, output) the grid evaluated has an entry, empty when no GPU

@@ -1,6 +1,6 @@
 """Old -> new: a what-if variant beside its base model, per layer group and for the whole model.
 
-Layer: engine.build. Both sides are evaluated by the same walk (:func:`engine.api.evaluate_spec`)
+Layer: engine.playground. Both sides are evaluated by the same walk (:func:`engine.api.evaluate_spec`)
 and deployed by the same planner (:func:`engine.deploy.plan`) on one GPU, parallel config and
 scenario, so every difference is the swap's. What is compared (:data:`METRICS`): parameters, stored
 weight bytes, KV bytes per token of context and per request at ``context`` tokens, the prefill of a
@@ -38,8 +38,8 @@ from engine.spec.corpus import Corpus
 from engine.spec.errors import SpecError, Where
 from engine.spec.evaluate import Analysis, Binding, Walker, walk_model
 from engine.spec.ir import Fill, ModelSpec
-from engine.build.playground_sol import default_config  # noqa: F401  (edit's config; it lives beside the SOL export)
-from engine.build.playground_sol import free_names
+from engine.playground.playground_sol import default_config  # noqa: F401  (edit's config; it lives beside the SOL export)
+from engine.playground.playground_sol import free_names
 
 #: (key, label, unit) of every compared number, in print order.
 METRICS = (
@@ -821,11 +821,11 @@ def template_subsets(p: dict) -> list[tuple[str, ...]]:
 
 
 def _pick_sol(bases, slot: str, component: str, p: dict, shared: Picks | None = None) -> dict[str, Any]:
-    """The SOL times of pick ``p`` (engine.build.playground_sol) at its pre-filled binding, per subset
+    """The SOL times of pick ``p`` (engine.playground.playground_sol) at its pre-filled binding, per subset
     of its layer templates the page lets the reader tick (:func:`template_subsets`; key: the subset
     joined with commas): each the variant ``edit --swap 'layers[SUBSET].SLOT=COMPONENT'`` makes,
     by the site route where the pick has one and it applies, else from the variant's whole plan."""
-    from engine.build import playground_sol
+    from engine.playground import playground_sol
     corpus, base = bases.ev.corpus, bases.ev.model
     values = prefill_values(corpus, component, p["needs"])
     subsets = template_subsets(p)
@@ -899,7 +899,7 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
     snapshot, the component library, slots.yaml and the engine only (pre-fill values live in
     variants.json), so it is carried with the model's other results. ``sites``: the base's
     (:func:`evaluate_with_sites`), else recorded here; ``only``: just these (slot, component) picks
-    (the tests'). Each pick also carries its SOL times (``sol``, engine.build.playground_sol: one
+    (the tests'). Each pick also carries its SOL times (``sol``, engine.playground.playground_sol: one
     entry per subset of its layer templates the reader may tick, :func:`template_subsets`) on
     :data:`PLAYGROUND`'s GPU from ``gpus`` (default: gpus/), the base's in ``sol_base``."""
     context = context or PLAYGROUND["context"]
@@ -908,9 +908,9 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
     picks = {slot: {c: pick(ev, slot, c, PLAYGROUND["kv_dtype"], shared) for c in entry["fits"]
                     if entry["current"] != [c] and (only is None or (slot, c) in only)}
              for slot, entry in slots.items()}
-    # the SOL times: the planner's programs at the page's setting (engine.build.playground_sol)
-    from engine.build import playground_sol
-    from engine.build.playground_sol import Bases
+    # the SOL times: the planner's programs at the page's setting (engine.playground.playground_sol)
+    from engine.playground import playground_sol
+    from engine.playground.playground_sol import Bases
     from engine.deploy.hardware import find_gpu
     gpu = find_gpu(gpus if gpus is not None else _default_gpus(), PLAYGROUND["gpu"])
     bases = Bases(ev, gpu, _tables(ev.corpus.root / "fusion").get(PLAYGROUND["framework"]), context,

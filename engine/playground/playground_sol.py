@@ -1,7 +1,7 @@
 """The playground's live SOL times: a pick's prefill and decode speed-of-light as formula trees over its dims.
 
-Layer: engine.build (on engine.deploy and engine.spec.formula_tree). ``archledger edit MODEL --swap
-... --bind ...`` deploys both sides with the planner (:func:`engine.build.whatif.compare`): one
+Layer: engine.playground (on engine.deploy and engine.spec.formula_tree). ``archledger edit MODEL --swap
+... --bind ...`` deploys both sides with the planner (:func:`engine.playground.whatif.compare`): one
 prefill of the whole ``context``-token prompt (batch 1: one step, TTFT = its step time) and one
 decode step at ``context`` (TPOT = its step time; the bytes it reads), on H200 under
 :func:`default_config`. A step's time is max(FLOPs / peak, bytes / HBM bandwidth, link bytes / link
@@ -14,11 +14,11 @@ the GPU's rates, and the page (static/js/playground.js) sums ``max`` terms with 
 Per base model and parallel config (:class:`Bases`): the old side's three numbers as trees over
 ``seq`` and ``ctx``. Per pick (``sol``), one entry per subset of its layer templates the page lets
 the reader tick (every non-empty subset where no layer stream touches the slot, ``tickable``; else
-all of them: engine.build.whatif.template_subsets), keyed by the subset comma-joined in the pick's
+all of them: engine.playground.whatif.template_subsets), keyed by the subset comma-joined in the pick's
 order: the steps the swap in those templates adds and those it removes (their difference is new -
 old), as trees over the pick's dims and the context, per template, from the variant planned at the
 pre-filled binding (the first corpus value of each dim, the page's pre-fill;
-:data:`engine.build.whatif.PLACEHOLDER` where no corpus model binds it). The variant's symbolic
+:data:`engine.playground.whatif.PLACEHOLDER` where no corpus model binds it). The variant's symbolic
 analysis is the base's with the new filler's site walks spliced in (:func:`site_sol`), or pick()'s
 whole walk of it where a layer stream crosses the slot (:func:`whole_sol`); the planner repeats its
 record of the base's placement for the rows the swap leaves alone.
@@ -70,7 +70,7 @@ from engine.deploy.structure import tokens_per_device
 from engine.spec import formula_tree, kv, symbols
 from engine.spec.api import Evaluation
 
-#: The numbers exported, in the page's order (engine.build.whatif.METRICS's keys).
+#: The numbers exported, in the page's order (engine.playground.whatif.METRICS's keys).
 KEYS = ("prefill_sol_s", "decode_bytes", "decode_sol_s")
 #: The (tp, pp) rungs :func:`default_config` climbs.
 LADDER = ((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16))
@@ -107,7 +107,7 @@ _NO_NAMES: frozenset = frozenset()
 
 def forget() -> None:
     """Empty the memos of trees (_NAMES, _TEXTS, _TERMS, _STEPS, _DIVISIBLE, _SUMS:
-    :func:`engine.build.whatif.model_playground` after each model: its trees are bound by its own dims, so the next model shares none of them)."""
+    :func:`engine.playground.whatif.model_playground` after each model: its trees are bound by its own dims, so the next model shares none of them)."""
     _NAMES.clear()
     _TEXTS.clear()
     _TERMS.clear()
@@ -161,7 +161,7 @@ _DEGREES = ("tp", "ep", "dp_attn", "cp", "pp", "dp")
 
 
 def options_for(context: int, framework: str, kv_dtype: str) -> tuple[Options, Scenario]:
-    """What :func:`engine.build.whatif._side` plans with at ``context`` (batch 1)."""
+    """What :func:`engine.playground.whatif._side` plans with at ``context`` (batch 1)."""
     return (Options(framework=framework, kv_dtype=kv_dtype, prefill_tokens=max(8192, context)),
             Scenario(batch=1, input_len=context, output_len=0))
 
@@ -204,7 +204,7 @@ class Bases:
         return self._sites[uid]
 
     def weight_bytes(self) -> float:
-        """The base's stored bytes, every stack (what :func:`engine.build.whatif.default_config` weighs)."""
+        """The base's stored bytes, every stack (what :func:`engine.playground.whatif.default_config` weighs)."""
         if not hasattr(self, "_weights"):
             self._weights = float(sum(t.total_bytes for t in self.ev.tensors()))
         return self._weights
@@ -586,8 +586,8 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
     """The SOL part of a pick without a walk of the variant (:func:`_planned`), per subset of its
     layer templates (``subsets``, the first: all of them; each the swap in those templates only):
     the new filler walked at each site of the base (``sites``: the base's slot sites the pick swaps,
-    engine.build.whatif.Picks, site[4] the template; ``walks``: per site the new filler's rows,
-    caches and output uids there and their stored bytes, engine.build.whatif.site_walk and
+    engine.playground.whatif.Picks, site[4] the template; ``walks``: per site the new filler's rows,
+    caches and output uids there and their stored bytes, engine.playground.whatif.site_walk and
     site_bytes) spliced into the base's symbolic analysis: the rows under each site replaced, the
     new output taking the old one's uid (or, where a new row already has it, the old output's
     readers reading the new one). None where the splice does not apply (an output that is not one

@@ -1,8 +1,8 @@
 """Disaggregated sizing answers, precomputed: the few prefill and decode points that decide
 ``archledger plan``'s ``answer_disaggregated`` for every TTFT and TPOT bound (one replica, no load).
 
-Layer: engine.build (on engine.deploy.sizing; nothing here evaluates a point itself). The site's
-sizing form runs :func:`engine.deploy.sizing.pair_points`' arithmetic (static/js/sizing.js, a port:
+Layer: engine.serving (on engine.serving.sizing; nothing here evaluates a point itself). The site's
+sizing form runs :func:`engine.serving.sizing.pair_points`' arithmetic (static/js/sizing.js, a port:
 same formulas, same tie-breaks) over the points :func:`candidates` keeps, so what it must keep is
 every point that is part of an answer for some bounds, and nothing it drops may change an answer.
 
@@ -73,9 +73,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from engine.deploy.disagg import ROUND, links
+from engine.serving.disagg import ROUND, links
 from engine.deploy.hardware import GPU
-from engine.deploy.sizing import DEFAULT_PAIRS, GPUSearch, pair_allowed, prefill_choice, prefill_staircases, prefix_argmax
+from engine.serving.sizing import DEFAULT_PAIRS, GPUSearch, pair_allowed, prefill_choice, prefill_staircases, prefix_argmax
 
 def records(pres: GPUSearch, c: int) -> tuple[np.ndarray, np.ndarray]:
     """(ttft_s, batch) of pool config ``c``'s records, in ``pair_points``' order (TTFT, stable)."""
@@ -214,7 +214,7 @@ def _breakpoints(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch) -> tupl
 
 
 class _Pairing:
-    """:func:`engine.deploy.sizing.pair_points`' arithmetic for one pair, reduced to what a probe
+    """:func:`engine.serving.sizing.pair_points`' arithmetic for one pair, reduced to what a probe
     reads (per decode point: total GPUs, tokens/s/GPU, TTFT, prefill config and batch at a TTFT
     bound, no TPOT bound, no load), with what does not depend on the bound computed once: the
     probes call it once per bisection level, on its probes' points (thousands of probes in all),
@@ -250,7 +250,7 @@ class _Pairing:
     def outcome(self, a, i: np.ndarray, which: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         """(points of ``i`` with a prefill choice, their total GPUs, tokens/s/GPU, TTFT, prefill
         config, prefill batch) at TTFT bound ``a`` (or bounds ``a`` and ``which`` the one of each
-        point, as :func:`engine.deploy.sizing.prefill_choice`)."""
+        point, as :func:`engine.serving.sizing.prefill_choice`)."""
         kd = self.kd[i]
         choice, cost, ttft, batch = prefill_choice(self.configs, a, kd, self.x_d[i], self.n_p, which)
         at = np.flatnonzero(np.isfinite(cost))
@@ -258,7 +258,7 @@ class _Pairing:
             c, k, b_p, t_p, i = choice[at], kd[at], batch[at], ttft[at], i[at]
         else:                       # every point has a choice (most probes): the arrays as they are
             c, k, b_p, t_p = choice, kd, batch, ttft
-        # engine.deploy.disagg.join and replicas, the columns read
+        # engine.serving.disagg.join and replicas, the columns read
         # (one decode replica: join's multiplications by its count, 1, are left out, being exact)
         x_p = np.asarray(b_p, dtype=float) / np.asarray(t_p, dtype=float)
         x_d = self.x_d[i]
@@ -609,7 +609,7 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs
     """Per GPU type (``search(..., pools=True)``'s results), the prefill side (:func:`prefill_records`
     kept to the records some answer picks) and the decode side (:func:`decode_subset` kept to the
     points some answer holds), over every ordered pair of the GPU types that ``pairs`` allows
-    (:func:`engine.deploy.sizing.pair_allowed`, plan's rule and default): what the sizing form needs
+    (:func:`engine.serving.sizing.pair_allowed`, plan's rule and default): what the sizing form needs
     to give ``answer_disaggregated`` for any bounds."""
     by_key = {g.key: g for g in gpus}
     slowest = min(float(g.scale_out_bytes_per_s) for g in gpus)     # every pair's scale-out is at least this
