@@ -62,12 +62,12 @@ class Mutant:
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- ops: FLOPs rules --------------------------------------------------------------------------
-    Mutant("apply-no-2", "engine/spec/ops.py",
+    Mutant("apply-no-2", "engine/spec/ops/attention.py",
            "    return 2 * call.inputs[0].computed * call.inputs[1].axes[3].size",
            "    return call.inputs[0].computed * call.inputs[1].axes[3].size",
            ("tests/test_hand_attention.py",),
            "attention apply (probabilities x values) counted as 1 FLOP per multiply-add"),
-    Mutant("causal-off-by-one", "engine/spec/ops.py",
+    Mutant("causal-off-by-one", "engine/spec/ops/attention.py",
            "            return n * (n + 1) / 2",
            "            return n * (n - 1) / 2",
            ("tests/test_hand_attention.py",),
@@ -415,7 +415,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_streams.py",),
            "decode reads the FP8 indexer keys at the KV dtype (1.09 GiB at 64K, not 0.63)",
            "tests/test_streams.py::test_dsa_decode_reads_only_the_selected_rows"),
-    Mutant("compressor-state-overlap-ignored", "engine/spec/ops.py",
+    Mutant("compressor-state-overlap-ignored", "engine/spec/ops/attention.py",
            'Axis("compressor_rows", windows * call.dims["every"])',
            'Axis("compressor_rows", call.dims["every"])',
            ("tests/test_deepseek_v4.py",),

@@ -59,7 +59,7 @@ STREAM = Mapping('write `{carries: true, src: "<the forward line>"}` or `{from: 
     "count": COUNT, "src": req(EXCERPT), "doc": TEXT})
 
 NODE = Mapping("a graph node, e.g. `q_proj: {op: linear, in: x, dims: {in: hidden, out: d_q}}`", fields={
-    "op": Str("a primitive op (engine/spec/ops.py)"),
+    "op": Str("a primitive op (engine/spec/ops/)"),
     "component": Str("a library component"),
     "slot": Str("a slot the model fills"),
     "repeat": COUNT,
