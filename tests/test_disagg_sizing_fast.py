@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from engine.serving.disagg_sizing import _breakpoints, _Pairing, prefill_records
-from engine.serving.sizing import SLA, pair_points
+from engine.serving.sizing import SLA
+from engine.serving.pairing import pair_points
 from tests.deploy_helpers import pool_search
 
 MODEL_ID, GPUS, INPUT, OUTPUT, MAX_GPUS = "meta-llama/Meta-Llama-3.1-8B", ["H100", "B200"], 2048, 256, 2

@@ -251,7 +251,8 @@ def test_a_disaggregated_split_meeting_the_bounds_exactly_is_met(ttft_bound, tpo
     import numpy as np
     from engine.deploy.hardware import Figure, load_gpus
     from engine.deploy.parallel import ParallelConfig
-    from engine.serving.sizing import SLA, GPUSearch, pair_points
+    from engine.serving.sizing import SLA, GPUSearch
+    from engine.serving.pairing import pair_points
     h100 = load_gpus()["H100"]
     pgpu = dataclasses.replace(h100, key="P", scale_out=Figure(50), collectives=None, price_usd_per_hour=None)
     dgpu = dataclasses.replace(h100, key="D", scale_out=Figure(100), collectives=None, price_usd_per_hour=None)

@@ -356,13 +356,13 @@ def test_default_pairs_are_one_vendors(capsys):
 def test_parser_pair_policies_are_the_engines():
     """Consistency of the CLI with the engine: the parser stays light, so it writes the policies out."""
     from engine.cli import plan
-    from engine.serving import sizing
-    assert plan.PAIR_POLICIES == sizing.PAIR_POLICIES and plan.DEFAULT_PAIRS == sizing.DEFAULT_PAIRS
+    from engine.serving import pairing
+    assert plan.PAIR_POLICIES == pairing.PAIR_POLICIES and plan.DEFAULT_PAIRS == pairing.DEFAULT_PAIRS
 
 
 def test_pair_rule_by_hand():
-    """engine.serving.sizing.pair_allowed on the GPU files' vendors: H100, H200 NVIDIA; MI300X AMD."""
-    from engine.serving.sizing import pair_allowed
+    """engine.serving.pairing.pair_allowed on the GPU files' vendors: H100, H200 NVIDIA; MI300X AMD."""
+    from engine.serving.pairing import pair_allowed
     g = load_gpus()
     assert pair_allowed(g["H100"], g["H200"]) and not pair_allowed(g["H100"], g["MI300X"])
     assert pair_allowed(g["H100"], g["MI300X"], "all") and not pair_allowed(g["H100"], g["H200"], "same-gpu")

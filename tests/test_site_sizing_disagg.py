@@ -29,7 +29,8 @@ from engine.serving.disagg import transfer_bytes
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.serving.sizing import SLA, GPUSearch, disaggregated, search
+from engine.serving.sizing import SLA, GPUSearch, search
+from engine.serving.pairing import disaggregated
 from engine.spec.kv import KV_DTYPE_BYTES
 from tests.conftest import _evaluation
 from tests.site_helpers import served, shared_small_site

@@ -7,7 +7,7 @@ each fast path gives the plain path's numbers, bit for bit, on real corpus model
   GPU types of several archs, both prompt-only (output 1) and full-length points.
 * the search with pools (where pool points take ``prefill_only``) gives the same served and
   pool points as the search evaluating every point with summarize.
-* :func:`engine.serving.sizing.prefill_choice` (no gathered copies when every point has a point of
+* :func:`engine.serving.pairing.prefill_choice` (no gathered copies when every point has a point of
   a config within its bound) gives each point what it gets alone, on a mix of bounds where some
   points have no prefill point of some configs within theirs and some of none at all.
 * :func:`engine.serving.fronts.staircase` (points cheaply dominated dropped before its loop) keeps
@@ -25,7 +25,8 @@ from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.serving.disagg import links
-from engine.serving.sizing import SLA, prefill_choice, prefill_staircases, search
+from engine.serving.sizing import SLA, search
+from engine.serving.pairing import prefill_choice, prefill_staircases
 from engine.deploy.sol import summarize
 from engine.serving.fronts import preference, staircase
 

@@ -2,9 +2,9 @@
 
 Layer: engine.cli (CLI). Searches every legal aggregated config up to ``--max-gpus`` and every
 batch up to its capacity (:func:`engine.serving.sizing.search`), and every disaggregated pair of a
-prefill pool and a decode pool on the given GPU types (:func:`engine.serving.sizing.disaggregated`;
+prefill pool and a decode pool on the given GPU types (:func:`engine.serving.pairing.disaggregated`;
 ``--no-disagg`` leaves them out; ``--pairs`` which pairs, default one vendor's GPUs on both sides:
-:func:`engine.serving.sizing.pair_allowed`). The text is the answer first: one row per GPU type
+:func:`engine.serving.pairing.pair_allowed`). The text is the answer first: one row per GPU type
 (aggregated), the disaggregated answers as a table, the fewest GPUs overall (and the lowest $/M
 output tokens where another row has it), then short lines of assumptions; ``--detail`` adds per GPU
 type the configs with the fewest GPUs, the Pareto front of tokens/s/GPU vs tokens/s/user and the
@@ -25,7 +25,7 @@ from engine.cli.deploy import add_mtp_arguments, add_serving_arguments, positive
 
 #: Front points printed as text (evenly spaced, both ends kept); --json has every one.
 FRONT_SHOWN = 12
-#: = engine.serving.sizing.PAIR_POLICIES and DEFAULT_PAIRS, written out: the parser stays light (no numpy
+#: = engine.serving.pairing.PAIR_POLICIES and DEFAULT_PAIRS, written out: the parser stays light (no numpy
 #: for --help; tests/test_plan.py checks they agree).
 PAIR_POLICIES, DEFAULT_PAIRS = ("same-gpu", "same-vendor", "all"), "same-vendor"
 
@@ -307,7 +307,8 @@ def run(args: argparse.Namespace) -> int:
     from engine.spec.api import evaluate_one
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.serving.retime import TIME_WORDS, TIMES
-    from engine.serving.sizing import SLA, disaggregated, search
+    from engine.serving.sizing import SLA, search
+    from engine.serving.pairing import disaggregated
 
     sla = SLA(args.ttft, args.tpot, users=args.users, rate=args.rate)
     all_gpus = load_gpus(args.gpus_root)
@@ -333,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_disagg:
         for pair in disaggregated(ev, results, gpus, args.input, args.output, sla, options, pairs=args.pairs):
             front = pair.front()
-            for row in front:   # every disaggregated point is within TTFT (module doc of sizing.disaggregated)
+            for row in front:   # every disaggregated point is within TTFT (module doc of pairing.disaggregated)
                 row["sla_latency"] = row["ttft_s"] <= sla.ttft_s and row["tpot_s"] <= sla.tpot_s
             per_pair.append({"prefill_gpu": pair.prefill_gpu, "decode_gpu": pair.decode_gpu,
                              "points": int(len(pair.points.get("ttft_s", ()))), "cheapest": pair.cheapest(args.top),

@@ -2,7 +2,7 @@
 ``archledger plan``'s ``answer_disaggregated`` for every TTFT and TPOT bound (one replica, no load).
 
 Layer: engine.serving (on engine.serving.sizing; nothing here evaluates a point itself). The site's
-sizing form runs :func:`engine.serving.sizing.pair_points`' arithmetic (static/js/sizing.js, a port:
+sizing form runs :func:`engine.serving.pairing.pair_points`' arithmetic (static/js/sizing.js, a port:
 same formulas, same tie-breaks) over the points :func:`candidates` keeps, so what it must keep is
 every point that is part of an answer for some bounds, and nothing it drops may change an answer.
 
@@ -75,7 +75,8 @@ import numpy as np
 
 from engine.serving.disagg import ROUND, links
 from engine.deploy.hardware import GPU
-from engine.serving.sizing import DEFAULT_PAIRS, GPUSearch, pair_allowed, prefill_choice, prefill_staircases, prefix_argmax
+from engine.serving.sizing import GPUSearch
+from engine.serving.pairing import DEFAULT_PAIRS, pair_allowed, prefill_choice, prefill_staircases, prefix_argmax
 
 def records(pres: GPUSearch, c: int) -> tuple[np.ndarray, np.ndarray]:
     """(ttft_s, batch) of pool config ``c``'s records, in ``pair_points``' order (TTFT, stable)."""
@@ -214,13 +215,13 @@ def _breakpoints(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch) -> tupl
 
 
 class _Pairing:
-    """:func:`engine.serving.sizing.pair_points`' arithmetic for one pair, reduced to what a probe
+    """:func:`engine.serving.pairing.pair_points`' arithmetic for one pair, reduced to what a probe
     reads (per decode point: total GPUs, tokens/s/GPU, TTFT, prefill config and batch at a TTFT
     bound, no TPOT bound, no load), with what does not depend on the bound computed once: the
     probes call it once per bisection level, on its probes' points (thousands of probes in all),
     where pair_points' set-up (per config sorts and running maxima, the transfer times, join's
     other columns) would cost more than the points. The prefill pool is chosen by pair_points' own
-    code (sizing.prefill_staircases once, sizing.prefill_choice per level, a bound per point);
+    code (pairing.prefill_staircases once, pairing.prefill_choice per level, a bound per point);
     join's columns a probe reads (a decode point's requests/s computed once, the KV transfer time
     per pair of configs once, join's multiplications by the one decode replica left out: exact) are
     the same numpy operations in the same order, so the same doubles (tests/test_disagg_sizing_fast.py
@@ -250,7 +251,7 @@ class _Pairing:
     def outcome(self, a, i: np.ndarray, which: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         """(points of ``i`` with a prefill choice, their total GPUs, tokens/s/GPU, TTFT, prefill
         config, prefill batch) at TTFT bound ``a`` (or bounds ``a`` and ``which`` the one of each
-        point, as :func:`engine.serving.sizing.prefill_choice`)."""
+        point, as :func:`engine.serving.pairing.prefill_choice`)."""
         kd = self.kd[i]
         choice, cost, ttft, batch = prefill_choice(self.configs, a, kd, self.x_d[i], self.n_p, which)
         at = np.flatnonzero(np.isfinite(cost))
@@ -609,7 +610,7 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs
     """Per GPU type (``search(..., pools=True)``'s results), the prefill side (:func:`prefill_records`
     kept to the records some answer picks) and the decode side (:func:`decode_subset` kept to the
     points some answer holds), over every ordered pair of the GPU types that ``pairs`` allows
-    (:func:`engine.serving.sizing.pair_allowed`, plan's rule and default): what the sizing form needs
+    (:func:`engine.serving.pairing.pair_allowed`, plan's rule and default): what the sizing form needs
     to give ``answer_disaggregated`` for any bounds."""
     by_key = {g.key: g for g in gpus}
     slowest = min(float(g.scale_out_bytes_per_s) for g in gpus)     # every pair's scale-out is at least this

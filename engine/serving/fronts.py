@@ -98,7 +98,7 @@ DISAGG_SCHEMA = {
     "scale_up_bytes_per_s": (pl.Float64, "Scale-up bandwidth of one GPU, one direction (B/s)."),
     "scale_out_alpha_s": (pl.Float64, "Point-to-point latency over scale-out (s); a pair of GPU types takes the larger."),
     "scale_out_bytes_per_s": (pl.Float64, "Scale-out bandwidth of one GPU, one direction (B/s); a pair of GPU types takes the smaller."),
-    "pairs_with": (pl.String, "The decode GPU types this GPU type's prefill pool pairs with, comma-separated (plan's default rule, one vendor: engine.serving.sizing.pair_allowed)."),
+    "pairs_with": (pl.String, "The decode GPU types this GPU type's prefill pool pairs with, comma-separated (plan's default rule, one vendor: engine.serving.pairing.pair_allowed)."),
 }
 
 #: deployments.parquet's ``on_front`` column: the rows of each Pareto front, grouped by these keys.
@@ -316,7 +316,7 @@ def _append_disagg(columns: dict, ev: Evaluation, gpus, results, input_len: int,
     :func:`engine.serving.disagg_sizing.candidates` keeps, with what the pairing needs of the GPU."""
     from engine.serving.disagg_sizing import candidates, records
     from engine.serving.disagg import links, transfer_bytes
-    from engine.serving.sizing import pair_allowed
+    from engine.serving.pairing import pair_allowed
     from engine.spec.kv import KV_DTYPE_BYTES
     kv_request = float(transfer_bytes(ev, input_len, KV_DTYPE_BYTES[kv_dtype]))
     prefill, decode = candidates(results, gpus, output_len)
