@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from engine.build import export, landscape
 from engine.playground import playground_sol
-from engine.playground.whatif import PLAYGROUND, _tables
+from engine.playground.whatif import _tables
+from engine.playground.catalog import PLAYGROUND
 from engine.deploy import Options, place
 from engine.deploy.cost import step_totals
 from engine.deploy.hardware import find_gpu, load_gpus

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.playground import whatif
+from engine.playground import catalog, sites as playground_sites, whatif
 from engine.spec import formula_tree
 from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)
 from tests.test_site_playground_any import cells, choose, playground
@@ -109,16 +109,17 @@ def test_consistency_every_subset_equals_the_subset_planned_alone(corpus):
     doc = whatif.model_playground(ev, sites=sites, only=PICKS)
     # one Bases for both (the planner's weight cache holds rows by id while their analyses live)
     shared = whatif.Picks(ev, sites)
-    gpu = find_gpu(whatif._default_gpus(), whatif.PLAYGROUND["gpu"])
-    bases = playground_sol.Bases(ev, gpu, whatif._tables(corpus.root / "fusion").get(whatif.PLAYGROUND["framework"]),
-                                 doc["context"], whatif.PLAYGROUND["framework"], whatif.PLAYGROUND["kv_dtype"])
+    gpu = find_gpu(whatif._default_gpus(), catalog.PLAYGROUND["gpu"])
+    bases = playground_sol.Bases(ev, gpu, whatif._tables(corpus.root / "fusion").get(catalog.PLAYGROUND["framework"]),
+                                 doc["context"], catalog.PLAYGROUND["framework"], catalog.PLAYGROUND["kv_dtype"])
     trees = doc["sol_trees"]
     checked = 0
     for slot, component in sorted(PICKS):
         p = doc["picks"][slot][component]
-        whatif.pick(ev, slot, component, whatif.PLAYGROUND["kv_dtype"], shared)
+        whatif.pick(ev, slot, component, catalog.PLAYGROUND["kv_dtype"], shared)
         needs, every_site, walked = shared.walks[(slot, component)]
-        rows = {u: (*whatif.site_walk(*walked[u], u, s), whatif.site_bytes(ev, *walked[u], s)) for u, s in every_site.items()}
+        rows = {u: (*playground_sites.site_walk(*walked[u], u, s), playground_sites.site_bytes(ev, *walked[u], s))
+                for u, s in every_site.items()}
         for key, got in p["sol"].items():
             chosen = tuple(key.split(","))
             mine = {u: s for u, s in every_site.items() if s[4] in chosen}

@@ -1,7 +1,7 @@
 """The playground's live SOL times: a pick's prefill and decode speed-of-light as formula trees over its dims.
 
 Layer: engine.playground (on engine.deploy and engine.spec.formula_tree). ``archledger edit MODEL --swap
-... --bind ...`` deploys both sides with the planner (:func:`engine.playground.whatif.compare`): one
+... --bind ...`` deploys both sides with the planner (:func:`engine.playground.variant.compare`): one
 prefill of the whole ``context``-token prompt (batch 1: one step, TTFT = its step time) and one
 decode step at ``context`` (TPOT = its step time; the bytes it reads), on H200 under
 :func:`default_config`. A step's time is max(FLOPs / peak, bytes / HBM bandwidth, link bytes / link
@@ -18,7 +18,7 @@ all of them: engine.playground.whatif.template_subsets), keyed by the subset com
 order: the steps the swap in those templates adds and those it removes (their difference is new -
 old), as trees over the pick's dims and the context, per template, from the variant planned at the
 pre-filled binding (the first corpus value of each dim, the page's pre-fill;
-:data:`engine.playground.whatif.PLACEHOLDER` where no corpus model binds it). The variant's symbolic
+:data:`engine.playground.sites.PLACEHOLDER` where no corpus model binds it). The variant's symbolic
 analysis is the base's with the new filler's site walks spliced in (:func:`site_sol`), or pick()'s
 whole walk of it where a layer stream crosses the slot (:func:`whole_sol`); the planner repeats its
 record of the base's placement for the rows the swap leaves alone.
@@ -70,7 +70,7 @@ from engine.deploy.structure import tokens_per_device
 from engine.spec import formula_tree, kv, symbols
 from engine.spec.api import Evaluation
 
-#: The numbers exported, in the page's order (engine.playground.whatif.METRICS's keys).
+#: The numbers exported, in the page's order (engine.playground.variant.METRICS's keys).
 KEYS = ("prefill_sol_s", "decode_bytes", "decode_sol_s")
 #: The (tp, pp) rungs :func:`default_config` climbs.
 LADDER = ((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16))
@@ -587,7 +587,7 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
     layer templates (``subsets``, the first: all of them; each the swap in those templates only):
     the new filler walked at each site of the base (``sites``: the base's slot sites the pick swaps,
     engine.playground.whatif.Picks, site[4] the template; ``walks``: per site the new filler's rows,
-    caches and output uids there and their stored bytes, engine.playground.whatif.site_walk and
+    caches and output uids there and their stored bytes, engine.playground.sites.site_walk and
     site_bytes) spliced into the base's symbolic analysis: the rows under each site replaced, the
     new output taking the old one's uid (or, where a new row already has it, the old output's
     readers reading the new one). None where the splice does not apply (an output that is not one
