@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from engine.playground import catalog, variant as playground_variant, whatif
-from engine.playground.playground_sol import KEYS as SOL_KEYS
+from engine.playground.steps import KEYS as SOL_KEYS
 from engine.spec import formula_tree, quantities, symbols
 from site_builder.render import REPO
 from tests.site_helpers import served, shared_small_site

@@ -28,6 +28,7 @@ RECOMPUTED = {
     "kv_bytes_per_token": ("KV per token", "B"), "kv_bytes_per_request": ("KV per request", "B"),
     "prefill_flops": ("prefill FLOPs", ""), "decode_flops": ("decode FLOPs per token", ""),
 }
+from engine.playground.playground_sol import default_config
 from engine.playground.variant import Setting, compare
 
 

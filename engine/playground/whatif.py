@@ -23,7 +23,7 @@ from engine.spec.corpus import Corpus
 from engine.spec.errors import SpecError
 from engine.spec.evaluate import Binding, Walker, walk_model
 from engine.spec.ir import Fill, ModelSpec
-from engine.playground.playground_sol import free_names
+from engine.playground.trees import free_names
 from engine.playground.catalog import (PLAYGROUND, RECOMPUTED, catalog, component_dims, environment, model_slots,
                                        playground_entry)
 from engine.playground.sites import (PLACEHOLDER, _PAGE, _REPEAT, _NoStreams, _Sites, _Streams, _old_at_sites,
