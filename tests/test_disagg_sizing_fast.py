@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.serving.disagg_sizing import _breakpoints, _Pairing, prefill_records
+from engine.serving.disagg_sizing import prefill_records
+from engine.serving.disagg_probe import _breakpoints, _Pairing
 from engine.serving.sizing import SLA
 from engine.serving.pairing import pair_points
 from tests.deploy_helpers import pool_search
