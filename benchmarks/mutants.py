@@ -244,7 +244,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_hand_serving.py",),
            "a point meeting the TTFT and TPOT bounds exactly is refused",
            "tests/test_hand_serving.py::test_an_sla_met_exactly_is_met"),
-    Mutant("disagg-sla-strict", "engine/serving/sizing.py",
+    Mutant("disagg-sla-strict", "engine/serving/pairing.py",
            'points["meets_sla"] = (points["ttft_s"] <= sla.ttft_s) & (points["tpot_s"] <= sla.tpot_s)',
            'points["meets_sla"] = (points["ttft_s"] < sla.ttft_s) & (points["tpot_s"] < sla.tpot_s)',
            ("tests/test_hand_serving.py",),
