@@ -1,4 +1,4 @@
-"""The build's sizing step (engine/build/fronts.py): its cost per model, and the issue's question.
+"""The build's sizing step (engine/serving/fronts.py): its cost per model, and the issue's question.
 
 Run from the repo root: ``python benchmarks/sizing.py [--all] [MODEL ...]``. For each model (default:
 the `models:` list of corpus/grid.yaml's `sizing:` block; ``--all``: every model of the corpus) it
@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import polars as pl  # noqa: E402
 import yaml  # noqa: E402
 
-from engine.build.grid import DEFAULT  # noqa: E402
+from engine.project import GRID_FILE as DEFAULT  # noqa: E402
 
 from engine.build import grid_eval  # noqa: E402
-from engine.build.fronts import evaluate_model, load_sizing  # noqa: E402
+from engine.serving.fronts import evaluate_model, load_sizing  # noqa: E402
 from engine.deploy.fusion import load_tables  # noqa: E402
 from engine.deploy.structure_cache import StructureCache  # noqa: E402
 from engine.cli import main as cli  # noqa: E402

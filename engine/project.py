@@ -14,6 +14,9 @@ from pathlib import Path
 
 #: The tree this package was installed from (an editable install) or shipped in.
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+#: The grid the build evaluates when no ``--grid`` is given (engine/build/grid.py; its ``sizing:``
+#: block, engine/serving/fronts.py).
+GRID_FILE = PACKAGE_ROOT / "corpus" / "grid.yaml"
 
 
 def find_checkout(start: Path) -> Path | None:

@@ -198,10 +198,10 @@ def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
 
 
 def front_files(results: Results, model_id: str) -> dict[tuple[str, str, int, int], dict]:
-    """The model's grid fronts as the deploy page draws them (engine.build.steady.front_points), per
+    """The model's grid fronts as the deploy page draws them (engine.serving.steady.front_points), per
     (framework, KV dtype, prompt, output): what its throughput/interactivity chart fetches, one small
     file per selection, instead of every config's formulas."""
-    from engine.build.steady import front_points
+    from engine.serving.steady import front_points
     part = results.root / "deployments" / f"model={slug(model_id)}" / "part.parquet"
     table = pl.scan_parquet(part) if part.is_file() else results.deployments.filter(pl.col("model_id") == model_id)
     return front_points(table)

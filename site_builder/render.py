@@ -31,7 +31,7 @@ import polars as pl
 from markdown_it import MarkdownIt
 
 from engine.build import collector, dependencies, lifeline, publish
-from engine.build.steady import FRONT_BASIS, steady_rate
+from engine.serving.steady import FRONT_BASIS, steady_rate
 from engine.build.workers import default_workers
 from engine.cli import units
 from engine.spec.errors import SpecError, Where
@@ -125,7 +125,7 @@ def script_json(value: Any) -> str:
     The one way data reaches a page's inline script (the ``page-data`` block of base.html, and the
     templates' ``tojson`` filter, replaced by this): model ids, names, notes and docs come from spec
     files in pull requests, so any string may be hostile. NaN and infinity are refused (they are not
-    JSON; engine/build/finite.py keeps them out of the results)."""
+    JSON; engine/spec/finite.py keeps them out of the results)."""
     text = json.dumps(value, allow_nan=False)
     return _SCRIPT_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
@@ -844,7 +844,7 @@ def _playground_diffs(results: Results, uses: dict, drawn: dict[str, str] | None
     """The graph diff of every (old filler, new component) pair a live pick makes that the
     components pages do not draw (they draw the token mixers corpus models use): ``old--new`` ->
     the drawing (old as the base's document has it at the slot's site, new as the pick's walk puts
-    it there: engine.build.whatif.block_graph) and the models each side is drawn from. One drawing
+    it there: engine.playground.whatif.block_graph) and the models each side is drawn from. One drawing
     per pair, from the first model (corpus order) whose pick makes it. ``key`` is the SHA-256 of
     what a drawing draws; ``drawn`` (key -> drawing, the previous site's) is reused, not laid out
     again: the layout is most of the playground's render, and the same inputs (and layout code,
@@ -878,7 +878,7 @@ def _playground_diffs(results: Results, uses: dict, drawn: dict[str, str] | None
 
 def _playground_data(site: Site, results: Results, model_id: str) -> None:
     """The playground's live picks of one base model (results/playground/<org--name>.json,
-    engine.build.whatif.model_playground), compressed beside the model's other data: rendered with
+    engine.playground.whatif.model_playground), compressed beside the model's other data: rendered with
     the model's pages, so a model whose results did not change keeps its file."""
     source = results.root / "playground" / f"{slug(model_id)}.json"
     if source.exists():        # the blocks' graphs are drawn once for the corpus (_playground_diffs)

@@ -1,12 +1,12 @@
 """The sizing page of a model: ``/models/<org--name>/sizing/``, from the build's fronts and sizing tables.
 
 Layer: site_builder (reads build/results only; computes no cost: the page's disaggregated answer is
-static/js/sizing.js's port of engine/deploy/sizing.py pair_points, over the rows written here). The page shows, per sizing
+static/js/sizing.js's port of engine/serving/sizing.py pair_points, over the rows written here). The page shows, per sizing
 scenario, the throughput-per-GPU vs tokens/s-per-user chart (one line per GPU type: the Pareto
 front ``archledger plan`` prints) and a form answering "how many GPUs of which kind within TTFT <=
 a and TPOT <= b". The form selects rows: the lowest-``rank`` row of ``sizing.parquet`` whose
 ``ttft_s`` and ``tpot_s`` are within the bounds is plan's cheapest point for that GPU type
-(engine/build/fronts.py states why). Values are written at full precision (JSON floats round-trip),
+(engine/serving/fronts.py states why). Values are written at full precision (JSON floats round-trip),
 so the page's comparisons are the engine's.
 """
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _pool(frame: pl.DataFrame) -> dict:
 
 
 def disagg_data(frame: pl.DataFrame | None, scenarios: list[str]) -> dict:
-    """The disagg table (engine/build/fronts.py DISAGG_SCHEMA) for the page: per
+    """The disagg table (engine/serving/fronts.py DISAGG_SCHEMA) for the page: per
     "framework/kv_dtype/input/output" of ``scenarios``, the request's KV bytes and per GPU type its
     price, scale-up domain, links (alpha s, bytes/s), the decode GPU types its prefill pool pairs
     with (the engine's rule, written by the build) and its prefill and decode points in rank order.

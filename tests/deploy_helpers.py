@@ -102,7 +102,7 @@ def direct_column(compiled, index, args, shape):
 def pool_search(model_id: str, gpu_names: list[str], input_len: int, output_len: int, max_gpus: int):
     """(the GPUs, ``archledger plan``'s search over them with prefill pools, vLLM, no SLA bound):
     what the disaggregated sizing tests pair up."""
-    from engine.deploy.sizing import SLA, search
+    from engine.serving.sizing import SLA, search
     gpus = [GPUS[g] for g in gpu_names]
     return gpus, search(_evaluation(model_id), gpus, input_len, output_len, SLA(1e30, 1e30), max_gpus=max_gpus,
                         options=Options(framework="vllm"), fusion=TABLES["vllm"], pools=True)
@@ -111,7 +111,7 @@ def pool_search(model_id: str, gpu_names: list[str], input_len: int, output_len:
 def pool_pairs(searched) -> list[tuple]:
     """Every (prefill GPU, decode GPU, prefill records, decode search) pair of :func:`pool_search`'s
     result, the prefill records cut at the slowest scale-out link (what disagg_sizing.candidates pairs)."""
-    import engine.build.disagg_sizing as ds
+    import engine.serving.disagg_sizing as ds
     gpus, res = searched
     slowest = min(g.scale_out_bytes_per_s for g in gpus)
     by_key = {g.key: g for g in gpus}

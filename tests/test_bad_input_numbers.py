@@ -5,7 +5,7 @@ Bounds (one place each): GPU counts and parallel degrees 1..4096 (engine.deploy.
 and output lengths up to 2**24 tokens and batches up to 2**20 (engine.deploy.MAX_TOKENS and
 MAX_BATCH), at most 64 values per grid list and prompts up to 16x a model's max context
 (engine.build.grid.MAX_LIST, MAX_BEYOND_CONTEXT). GPU figures are finite numbers above zero, never
-booleans (YAML ``true`` is an int to Python). The backstop (engine/build/finite.py) rejects a model
+booleans (YAML ``true`` is an int to Python). The backstop (engine/spec/finite.py) rejects a model
 whose tables would publish a non-finite or negative number, naming the column and the point.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from engine import api
 from tests.bad_input_helpers import cli_status as main, fresh_api_cache  # noqa: F401 (fixture)
 from engine.deploy import MAX_BATCH, MAX_TOKENS, Scenario
 from engine.spec.errors import SpecError
-from engine.build.finite import check_document, check_tables, first_bad
+from engine.spec.finite import check_document, check_tables, first_bad
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -311,7 +311,7 @@ def test_check_tables_rejects_a_planted_bad_number(qwen, column, values, says):
 
 
 def test_check_tables_passes_labels_flags_missing_values_and_zeros(qwen, monkeypatch):
-    from engine.build import finite
+    from engine.spec import finite
     check_tables(qwen, {"ops": _table(flops=[0.0, 1e30, 5], intensity=[None, 3.5, 0])})
     assert first_bad([1, 2, None]) is None and first_bad(["a", "b"]) is None and first_bad([True, False]) is None
     assert first_bad([-1.0, 2.0]) == (0, "-1.0 is negative")

@@ -5,7 +5,7 @@ status 2, nothing written, fast and small: a layer count of 10^8 (from a snapsho
 expert counts and layers x experts beyond the walk's bounds (engine.spec.evaluate MAX_LAYERS,
 MAX_INSTANCES, MAX_COPIES), a grid whose lists are each within bounds but multiply to tens of
 millions of points (engine.build.grid MAX_POINTS, MAX_OPS_POINTS for the per-op tables), a ``sizing:`` block or a ``plan`` over every GPU
-type at thousands of GPUs (engine.deploy.sizing MAX_SEARCH_PAIRS), a checkpoint manifest's range
+type at thousands of GPUs (engine.serving.sizing MAX_SEARCH_PAIRS), a checkpoint manifest's range
 standing for 10^9 tensors (engine.verify.manifest MAX_TENSORS). The hostile commands run in one
 child process under RLIMIT_AS (2 GiB) with a SIGALRM per command, so a regression to looping fails
 (the alarm, or the memory cap) instead of hanging the suite; their peak RSS is asserted too.
@@ -37,7 +37,7 @@ from engine.spec import symbols
 from engine.spec.corpus import MAX_TEMPLATES
 from engine.spec.evaluate import MAX_COPIES, MAX_INSTANCES, MAX_LAYERS
 from engine.build.grid import MAX_OPS_POINTS, MAX_POINTS, load_grid, points_bound
-from engine.deploy.sizing import MAX_SEARCH_PAIRS, legal_configs
+from engine.serving.sizing import MAX_SEARCH_PAIRS, legal_configs
 from engine.verify.manifest import MAX_TENSORS
 from tests.conftest import EVERY_MODEL, MODEL_IDS, REPO
 
@@ -345,7 +345,7 @@ def test_corpus_manifests_are_within_the_tensor_bound():
 
 @EVERY_MODEL
 def test_default_grid_and_plan_are_within_the_work_bounds(evaluation):
-    from engine.build.fronts import load_sizing, pairs_bound
+    from engine.serving.fronts import load_sizing, pairs_bound
     from engine.deploy.hardware import find_gpu, load_gpus
     import math
     grid, gpus, sizing = load_grid(), load_gpus(), load_sizing(None)

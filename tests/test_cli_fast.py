@@ -140,7 +140,7 @@ def test_list_reads_the_parquet_where_the_json_twin_is_damaged(two_model_checkou
 
 def test_plan_imports_no_polars():
     """`plan` evaluates (sympy, numpy) but reads no table: the sentence of the fronts' rule it prints
-    (engine.build.steady.FRONT_BASIS) comes without polars (issue 42: about 0.2 s of a cold plan)."""
+    (engine.serving.steady.FRONT_BASIS) comes without polars (issue 42: about 0.2 s of a cold plan)."""
     text, names = _imported("plan", "Qwen3-0.6B", "--input", "128", "--output", "16", "--ttft", "1", "--tpot", "0.1",
                             "--gpu", "H100", "--max-gpus", "1", "--no-disagg", "--json")
     assert '"front_basis": "Fronts use the schedule estimate' in text

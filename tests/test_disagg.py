@@ -1,4 +1,4 @@
-"""Disaggregated prefill/decode (engine.deploy.disagg, ``archledger disagg``) and its place in
+"""Disaggregated prefill/decode (engine.serving.disagg, ``archledger disagg``) and its place in
 ``archledger plan``: KV transfer bytes and time by hand from config numbers and link figures, the pool
 ratio by hand from each pool's ``deploy`` numbers, TTFT = prefill TTFT + transfer, plan's
 disaggregated answers equal ``disagg`` at the same point, the front is a true Pareto front of
@@ -13,10 +13,11 @@ import pytest
 
 from engine.cli import main
 from engine.deploy import Options, Scenario
-from engine.deploy.disagg import FIELDS, Pool, disaggregate, parse_pool, transfer_bytes
+from engine.serving.disagg import FIELDS, Pool, disaggregate, parse_pool, transfer_bytes
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import DEFAULT_ROOT, load_gpu, load_gpus
-from engine.deploy.sizing import POINT_FIELDS, SLA, disaggregated, search
+from engine.serving.sizing import POINT_FIELDS, SLA, search
+from engine.serving.pairing import disaggregated
 from engine.spec.errors import SpecError
 
 from tests.conftest import _evaluation, hf_config

@@ -1,4 +1,4 @@
-"""engine/build/disagg_sizing.py's shortcuts give plan's own numbers (issue 17's build cost):
+"""engine/serving/disagg_sizing.py's shortcuts give plan's own numbers (issue 17's build cost):
 
 - the record cut (:func:`prefill_records` with the slowest link's bandwidth: dominated records and
   configs left out) leaves ``pair_points``' outcome of every decode point as it was (GPUs, tokens/s/GPU,
@@ -12,8 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.build.disagg_sizing import _breakpoints, _Pairing, prefill_records
-from engine.deploy.sizing import SLA, pair_points
+from engine.serving.disagg_sizing import prefill_records
+from engine.serving.disagg_probe import _breakpoints, _Pairing
+from engine.serving.sizing import SLA
+from engine.serving.pairing import pair_points
 from tests.deploy_helpers import pool_search
 
 MODEL_ID, GPUS, INPUT, OUTPUT, MAX_GPUS = "meta-llama/Meta-Llama-3.1-8B", ["H100", "B200"], 2048, 256, 2

@@ -1,4 +1,4 @@
-"""engine/build/disagg_sizing.py's build-speed shortcuts (issue 19) against the plain bisection:
+"""engine/serving/disagg_sizing.py's build-speed shortcuts (issue 19) against the plain bisection:
 
 - a bisection midpoint probes only the rows whose outcome differs at the interval's two ends (the
   others are copied from its bottom end);
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine.build.disagg_sizing as ds
+import engine.serving.disagg_sizing as ds
 from tests.deploy_helpers import pool_pairs, pool_search
 
 MODEL_ID, GPUS, INPUT, OUTPUT, MAX_GPUS = "Qwen/Qwen3-30B-A3B", ["H100", "B200"], 2048, 256, 2

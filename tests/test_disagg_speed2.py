@@ -1,4 +1,4 @@
-"""engine/build/disagg_sizing.py's second round of build-speed changes (issue 19) against the plain
+"""engine/serving/disagg_sizing.py's second round of build-speed changes (issue 19) against the plain
 code they replace, on a corpus model's real search (an MoE model: many pool configs, KV shares and
 decode points; up to 4 GPUs, so configs dominate one another):
 
@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine.build.disagg_sizing as ds
+import engine.serving.disagg_sizing as ds
+from engine.serving.disagg import links
 from tests.deploy_helpers import pool_pairs, pool_search
 
 MODEL_ID, GPUS, INPUT, OUTPUT, MAX_GPUS = "Qwen/Qwen3-30B-A3B", ["H100", "B200"], 2048, 256, 4
@@ -77,7 +78,7 @@ def test_consistency_dominated_equals_pair_by_pair(searched):
 
 def _plain_breakpoints(pgpu, dgpu, pres, dres):
     """_breakpoints as it was: config by config."""
-    _, scale_out = ds.links(pgpu, dgpu)
+    _, scale_out = links(pgpu, dgpu)
     shares = sorted({dres.kv_share[c] for c in dres.configs})
     bps, first = [], {s: np.inf for s in shares}
     for c, cfg in enumerate(pres.pool_configs):
@@ -179,7 +180,7 @@ def test_consistency_inert_rows_cut_finds_the_same_answers(pairs, monkeypatch):
 def test_consistency_outcome_transfer_table_is_joins_expression(pairs):
     for pgpu, dgpu, pres, dres in pairs:
         pairing = ds._Pairing(pgpu, dgpu, pres, dres, OUTPUT)
-        up, out = ds.links(pgpu, dgpu)
+        up, out = links(pgpu, dgpu)
         for c in range(len(pres.pool_configs)):
             for k in range(len(dres.configs)):
                 link = max(float(pairing.share_p[c]), float(pairing.share_d[k]))

@@ -73,7 +73,7 @@ def test_consistency_a_family_chain_writes_what_each_model_writes_alone(tmp_path
 _PLAYGROUND = """
 import json, sys
 from engine.spec.corpus import load_corpus
-from engine.build.whatif import evaluate_with_sites, model_playground
+from engine.playground.whatif import evaluate_with_sites, model_playground
 corpus = load_corpus()
 for mid in sys.argv[1:]:      # one after the other in this process, as a build worker runs them
     ev, sites = evaluate_with_sites(corpus, corpus.models[mid])

@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 import sympy
 
-from engine.build.fronts import load_sizing
+from engine.serving.fronts import load_sizing
 from engine.build.grid import load_grid
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus

@@ -1,4 +1,4 @@
-"""The build's fronts and sizing tables (engine/build/fronts.py) against ``archledger plan``: the front
+"""The build's fronts and sizing tables (engine/serving/fronts.py) against ``archledger plan``: the front
 is non-dominated over every point plan's search evaluated and is plan's ``--json`` front row for row;
 the thinned sizing rows give plan's cheapest point for any TTFT/TPOT bound; the grid's ``sizing:``
 block is checked like the rest of the grid; a build writes, records and carries the two partitions."""
@@ -12,12 +12,12 @@ import polars as pl
 import pytest
 import yaml
 
-from engine.build.fronts import FRONTS_SCHEMA, SIZING_SCHEMA, evaluate_model, load_sizing, staircase
+from engine.serving.fronts import FRONTS_SCHEMA, SIZING_SCHEMA, evaluate_model, load_sizing, staircase
 from engine.cli import main
 from engine.deploy import Options
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus
-from engine.deploy.sizing import SLA, search
+from engine.serving.sizing import SLA, search
 from engine.spec.errors import SpecError
 
 from tests.conftest import _evaluation
@@ -179,14 +179,14 @@ def test_results_doc_lists_every_column():
         for name, (dtype, text) in schema.items():
             assert f"| `{name}` | {dtype} | {text} |" in doc, name
     # the fronts' section says which time and which capacity they use, in the sentence plan prints
-    from engine.build.steady import FRONT_BASIS
+    from engine.serving.steady import FRONT_BASIS
     section = doc[doc.index("### fronts.parquet"):doc.index("### sizing.parquet")]
     assert FRONT_BASIS in section
     assert "schedule estimate" in FRONT_BASIS and "steady state" in FRONT_BASIS and FRONT_BASIS.count(". ") == 0
 
 
 def test_models_list_limits_the_step_and_names_corpus_models(tmp_path):
-    from engine.build.fronts import check
+    from engine.serving.fronts import check
     grid = small_grid(tmp_path, {**SIZING, "models": ["deepseek-ai/DeepSeek-V3"]})
     fronts, sizing = evaluate_model(_evaluation(MODEL_ID), grid)
     assert fronts["model_id"] == [] and sizing["model_id"] == []

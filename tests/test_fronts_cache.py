@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import yaml
 
-from engine.build import fronts, grid_eval
+from engine.build import grid_eval
+from engine.serving import fronts
 from engine.deploy import Options, Scenario
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus
-from engine.deploy.sizing import SLA, search
+from engine.serving.sizing import SLA, search
 from engine.deploy.structure_cache import StructureCache
 
 from tests.conftest import _evaluation

@@ -232,7 +232,7 @@ def test_deploy_eval_js_front_leaves_out_points_that_do_not_fit(deploy_eval):
 
 
 def test_deploy_eval_js_front_serves_by_the_steady_state(deploy_eval):
-    """The page's front serves by the steady state of continuous batching (engine.build.steady.
+    """The page's front serves by the steady state of continuous batching (engine.serving.steady.
     FRONT_BASIS), as on_front does. Config "c": KV 1e6 B per token of context, room 2.15e9 B, prompt
     1024, output 64, token pages, no reservation or free pages. Worst case: every request at 1024 +
     64 = 1088 tokens, 1.088e9 B, floor(2.15e9 / 1.088e9) = 1 request. Steady state: the mean over j

@@ -131,7 +131,7 @@ def test_an_sla_met_exactly_is_met():
     (1 GPU each, batch 4, output 100): exactly at both bounds (met), 1 ulp over the TPOT bound,
     1 ulp over the TTFT bound (not met). requests/s of one replica = 4 / (ttft + 100 x tpot)."""
     import numpy as np
-    from engine.deploy.sizing import SLA, _load
+    from engine.serving.sizing import SLA, _load
     ttft, tpot = 0.5, 0.02
     p = {"batch": np.array([4, 4, 4]), "n_gpus": np.array([1, 1, 1]),
          "ttft_s": np.array([ttft, ttft, math.nextafter(ttft, 1)]),
@@ -184,7 +184,7 @@ def test_runtime_reserve_under_pipeline_and_context_parallelism(framework, confi
 
 def test_grid_front_is_the_steady_states_and_ignores_rows_it_does_not_serve():
     """A grid of one (GPU, framework, KV dtype, prompt, output) group, by hand. The front is the
-    steady state's (engine.build.steady.FRONT_BASIS): tokens/s/user = 1 / tpot_mean_s, tokens/s/GPU
+    steady state's (engine.serving.steady.FRONT_BASIS): tokens/s/user = 1 / tpot_mean_s, tokens/s/GPU
     = batch / tpot_mean_s / n_gpus, over the decode rows fits_steady serves; the worst case (fits,
     tpot_s at the last token) decides nothing. Rows (phase, batch, GPUs, tpot_mean_s, tpot_s,
     fits_steady, fits) -> steady (user, GPU):
@@ -206,7 +206,7 @@ def test_grid_front_is_the_steady_states_and_ignores_rows_it_does_not_serve():
     6. So the flags are 5, 6 and 7. Planted bugs caught: the front served by ``fits`` (row 5 drops,
     row 2 comes on), or timed by ``tpot_s`` (row 6 falls off, rows 0 and 1 come on)."""
     import polars as pl
-    from engine.build.fronts import grid_front
+    from engine.serving.fronts import grid_front
     base = {"gpu": "H100", "framework": "vllm", "kv_dtype": "bf16", "input_len": 1024, "output_len": 256}
     rows = [("decode", 10, 1, 0.1, 0.1, True, True), ("decode", 5, 2, 0.05, 0.05, True, True),
             ("decode", 80, 1, 0.025, 0.025, False, True), ("decode", 12, 1, 0.2, 0.2, True, True),
@@ -251,7 +251,8 @@ def test_a_disaggregated_split_meeting_the_bounds_exactly_is_met(ttft_bound, tpo
     import numpy as np
     from engine.deploy.hardware import Figure, load_gpus
     from engine.deploy.parallel import ParallelConfig
-    from engine.deploy.sizing import SLA, GPUSearch, pair_points
+    from engine.serving.sizing import SLA, GPUSearch
+    from engine.serving.pairing import pair_points
     h100 = load_gpus()["H100"]
     pgpu = dataclasses.replace(h100, key="P", scale_out=Figure(50), collectives=None, price_usd_per_hour=None)
     dgpu = dataclasses.replace(h100, key="D", scale_out=Figure(100), collectives=None, price_usd_per_hour=None)

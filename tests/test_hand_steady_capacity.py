@@ -147,7 +147,7 @@ def test_no_framework_pages_by_the_token():
 
 
 def test_grid_keeps_and_fronts_the_steady_capacity(tmp_path):
-    """The grid and its fronts serve by the steady state (engine.build.steady.FRONT_BASIS), the worst
+    """The grid and its fronts serve by the steady state (engine.serving.steady.FRONT_BASIS), the worst
     case beside it. Llama-3.1-8B on one H100, vLLM, BF16 KV, prompt 128, output 2048, grid batches
     1, 256 and 512. By hand (test_llama_8b_steady_capacity_by_hand): KV per token 131,072 B, room
     60,063,976,980.48 B; worst case floor(room / (131,072 x 2176)) = 210, steady state floor(room /
@@ -166,7 +166,7 @@ def test_grid_keeps_and_fronts_the_steady_capacity(tmp_path):
     served by ``fits``."""
     import polars as pl
     import yaml
-    from engine.build.fronts import grid_front
+    from engine.serving.fronts import grid_front
     from engine.build.grid_eval import evaluate_model
     from tests.conftest import _evaluation
 
@@ -190,13 +190,13 @@ def test_grid_keeps_and_fronts_the_steady_capacity(tmp_path):
 
 
 def test_front_points_are_the_flagged_rows_by_hand():
-    """engine.build.steady.front_points, what the deploy page's front chart fetches at a grid point:
+    """engine.serving.steady.front_points, what the deploy page's front chart fetches at a grid point:
     per (framework, KV dtype, prompt, output) the decode rows flagged on_front, with steady tokens/s
     per GPU = batch / tpot_mean_s / n_gpus and tokens/s per user = 1 / tpot_mean_s (hand values
     below), tpot_s the steady TPOT and tpot_last_s the worst case, by GPU then fastest user first;
     a (framework, KV dtype, prompt, output) with no flagged row still has its (empty) entry."""
     import polars as pl
-    from engine.build.steady import front_points
+    from engine.serving.steady import front_points
 
     def row(gpu, n, batch, tpot_mean, on, phase="decode", prompt=1024):
         return {"gpu": gpu, "n_gpus": n, "config": f"tp{n}", "batch": batch, "framework": "vllm", "kv_dtype": "bf16",

@@ -22,7 +22,7 @@ ROLES = {
     "formula.js": ("interpreter", "engine/spec/formula_tree.py", "OPS"),         # formula trees and selection rules
     "site.js": ("interpreter", "engine/cli/units.py", "FORMAT"),                # archFmt; the rest is page glue
     "deploy_eval.js": ("port", "engine/deploy/sol.py", None),                   # summarize's capacity, schedule, TTFT/TPOT
-    "sizing.js": ("port", "engine/deploy/sizing.py", None),                     # pair_points, prefill_choice; disagg.join
+    "sizing.js": ("port", "engine/serving/pairing.py", None),                   # pair_points, prefill_choice; disagg.join
     "charts.js": ("glue", None, None),
     "compare.js": ("glue", None, None),
     "deploy.js": ("glue", None, None),

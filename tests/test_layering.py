@@ -1,7 +1,8 @@
 """House rules checked mechanically: imports only go downward; spec text never reaches eval.
 
 Inside ``engine/`` the concerns are packages (docs/architecture.md): ``spec`` at the bottom,
-``deploy`` and ``verify`` beside each other on it, ``build`` on both, ``cli`` on top. A module
+``deploy`` and ``verify`` beside each other on it, the features ``serving`` and ``playground``
+beside each other on ``deploy``, ``build`` on all of them, ``cli`` on top. A module
 imports its own concern and the ones below it, never a higher or a sideways one, and across a
 concern only public names (no ``_private`` module or name).
 """
@@ -36,14 +37,18 @@ def test_imports_only_go_downward():
 
 #: engine's concerns: the package (or top-level module) -> the concerns it may import.
 #: ``project`` (where the checkout is) imports nothing of the engine; ``api`` and the package
-#: ``__init__`` are the public facade over spec; deploy and verify never import each other.
+#: ``__init__`` are the public facade over spec; deploy and verify never import each other, nor
+#: do the two features (serving, playground); the batch build imports the features for the
+#: tables it writes, never the reverse.
 CONCERNS = {
     "project": set(),
     "spec": {"project"},
     "deploy": {"spec", "project"},
     "verify": {"spec", "project"},
-    "build": {"deploy", "verify", "spec", "project"},
-    "cli": {"build", "deploy", "verify", "spec", "project"},
+    "serving": {"deploy", "spec", "project"},
+    "playground": {"deploy", "spec", "project"},
+    "build": {"serving", "playground", "deploy", "verify", "spec", "project"},
+    "cli": {"build", "serving", "playground", "deploy", "verify", "spec", "project"},
     "api": {"spec"},
     "__init__": set(),
 }

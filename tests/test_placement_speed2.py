@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import sympy
 
-from engine.deploy import planner
+from engine.deploy import planner, replay
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.placement import ZERO
 from engine.deploy.structure import Options
@@ -152,8 +152,8 @@ def test_strict_tells_groups_of_equal_ranks_apart():
     from engine.deploy.placement import Layout
     mesh = Mesh(ParallelConfig(tp=8, ep=8), 8)
     tp, ep = mesh.groups["tp"], mesh.groups["ep"]
-    assert tp == ep and not planner._strict(tp, ep) and planner._strict(tp, Mesh(ParallelConfig(tp=8), 8).groups["tp"])
-    assert Layout(((tp,),)) == Layout(((ep,),)) and not planner._strict(Layout(((tp,),)), Layout(((ep,),)))
-    assert not planner._strict((tp,), (tp, tp)) and planner._strict(None, None) and not planner._strict(tp, None)
+    assert tp == ep and not replay._strict(tp, ep) and replay._strict(tp, Mesh(ParallelConfig(tp=8), 8).groups["tp"])
+    assert Layout(((tp,),)) == Layout(((ep,),)) and not replay._strict(Layout(((tp,),)), Layout(((ep,),)))
+    assert not replay._strict((tp,), (tp, tp)) and replay._strict(None, None) and not replay._strict(tp, None)
     symbolic = Mesh(ParallelConfig(tp=8), 8, True).groups["tp"]
-    assert symbolic == tp and not planner._strict(symbolic, tp)
+    assert symbolic == tp and not replay._strict(symbolic, tp)

@@ -1,4 +1,4 @@
-"""``archledger plan`` and engine.deploy.sizing: the front is a true Pareto front of evaluated points,
+"""``archledger plan`` and engine.serving.sizing: the front is a true Pareto front of evaluated points,
 the SLA answers agree with ``archledger deploy`` at the same config and batch, an SLA nobody meets
 is one line and exit 1, and the JSON schema."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from engine.deploy import Options, Scenario, check, tokens_per_device
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.sizing import BATCH_STEP, POINT_FIELDS, SLA, _device_tokens, batch_list, front, search
+from engine.serving.sizing import BATCH_STEP, POINT_FIELDS, SLA, _device_tokens, batch_list, front, search
 from engine.spec.errors import SpecError
 
 from tests.conftest import _evaluation
@@ -356,13 +356,13 @@ def test_default_pairs_are_one_vendors(capsys):
 def test_parser_pair_policies_are_the_engines():
     """Consistency of the CLI with the engine: the parser stays light, so it writes the policies out."""
     from engine.cli import plan
-    from engine.deploy import sizing
-    assert plan.PAIR_POLICIES == sizing.PAIR_POLICIES and plan.DEFAULT_PAIRS == sizing.DEFAULT_PAIRS
+    from engine.serving import pairing
+    assert plan.PAIR_POLICIES == pairing.PAIR_POLICIES and plan.DEFAULT_PAIRS == pairing.DEFAULT_PAIRS
 
 
 def test_pair_rule_by_hand():
-    """engine.deploy.sizing.pair_allowed on the GPU files' vendors: H100, H200 NVIDIA; MI300X AMD."""
-    from engine.deploy.sizing import pair_allowed
+    """engine.serving.pairing.pair_allowed on the GPU files' vendors: H100, H200 NVIDIA; MI300X AMD."""
+    from engine.serving.pairing import pair_allowed
     g = load_gpus()
     assert pair_allowed(g["H100"], g["H200"]) and not pair_allowed(g["H100"], g["MI300X"])
     assert pair_allowed(g["H100"], g["MI300X"], "all") and not pair_allowed(g["H100"], g["H200"], "same-gpu")

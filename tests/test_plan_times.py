@@ -18,8 +18,8 @@ from engine.deploy import Options
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.measured import load_measured
-from engine.deploy.retime import PointReader, answer_on
-from engine.deploy.sizing import POINT_FIELDS, SLA, search
+from engine.serving.retime import PointReader, answer_on
+from engine.serving.sizing import POINT_FIELDS, SLA, search
 
 from tests.conftest import _evaluation
 from tests.deploy_helpers import model_id
@@ -111,7 +111,7 @@ def test_time_bound_answers_on_the_lower_bound(capsys):
 
 @pytest.mark.parametrize("users", [None, 300])
 def test_answer_on_the_estimate_is_the_searchs_answer(users):
-    """Consistency test (engine vs engine): the bisection of engine.deploy.retime, run on the
+    """Consistency test (engine vs engine): the bisection of engine.serving.retime, run on the
     schedule estimate, finds the point the exhaustive search ranks first (its reading of the time
     as non-decreasing in the batch, and of the largest batch as a config's best, hold here), with
     and without a user load."""

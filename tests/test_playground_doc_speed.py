@@ -1,14 +1,16 @@
 """Consistency: the memos and shared printers of the playground and model-document export vs their slow paths.
 
-Each fast path below (engine.build.playground_sol._step_trees's memo, engine.spec.storage._axis's,
+Each fast path below (engine.playground.steps._step_trees's memo, engine.spec.storage._axis's,
 engine.build.export._reference_bytes's per-expression division, model_facts printed by the
 document's printer) must give exactly what the plain computation gives; these tests compare the two
 paths on a corpus model. They are consistency tests of one engine with itself, so the name says so.
 """
 from __future__ import annotations
 
-from engine.build import export, landscape, playground_sol
-from engine.build.whatif import PLAYGROUND, _tables
+from engine.build import export, landscape
+from engine.playground import playground_sol, steps, trees
+from engine.playground.whatif import _tables
+from engine.playground.catalog import PLAYGROUND
 from engine.deploy import Options, place
 from engine.deploy.cost import step_totals
 from engine.deploy.hardware import find_gpu, load_gpus
@@ -30,10 +32,10 @@ def test_step_trees_memo_consistency(evaluation):
     checked = 0
     for phase in ("prefill", "decode"):
         for step in programs[phase].steps:
-            fresh = playground_sol._step_trees_of(gpu, step, env[phase])
-            assert playground_sol._step_trees(gpu, step, env[phase]) == fresh
+            fresh = steps._step_trees_of(gpu, step, env[phase])
+            assert steps._step_trees(gpu, step, env[phase]) == fresh
             renamed = replace(step, uid=step.uid + "/other")
-            assert playground_sol._step_trees(gpu, renamed, env[phase]) == fresh
+            assert steps._step_trees(gpu, renamed, env[phase]) == fresh
             checked += 1
     assert checked > 10
     playground_sol.forget()
@@ -119,8 +121,8 @@ def test_printer_term_order_consistency(evaluation):
 def test_summed_memo_consistency():
     """_summed equals _fold of the same trees, and gives one object for one list of tree objects."""
     a, b = ["*", 2, "x"], ["+", "y", 3]
-    assert playground_sol._summed([a, b]) == playground_sol._fold("+", [0, a, b])
-    assert playground_sol._summed([a, b]) is playground_sol._summed([a, b])
-    assert playground_sol._summed([]) == 0
-    assert playground_sol._summed([b, a]) == playground_sol._fold("+", [0, b, a])
+    assert steps._summed([a, b]) == trees._fold("+", [0, a, b])
+    assert steps._summed([a, b]) is steps._summed([a, b])
+    assert steps._summed([]) == 0
+    assert steps._summed([b, a]) == trees._fold("+", [0, b, a])
     playground_sol.forget()

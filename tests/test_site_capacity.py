@@ -72,7 +72,7 @@ def _card(tab, label: str) -> str:
 
 
 #: Issue 38/41: the cards lead with the steady state of continuous batching (the basis of every front,
-#: engine.build.steady.FRONT_BASIS), each with its worst case (every request at its last token) next.
+#: engine.serving.steady.FRONT_BASIS), each with its worst case (every request at its last token) next.
 LEAD = ["Fits, steady state", "Fits, worst case", "Max concurrent requests, steady state",
         "Max concurrent requests, worst case", "TPOT, mean over the output", "TPOT, last token"]
 

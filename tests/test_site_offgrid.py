@@ -279,7 +279,7 @@ def _degrees(config: str) -> dict:
                          ids=["gpt-oss-20b-sglang-fp8-4096", "llama-8b-vllm-bf16-1024"])
 def test_front_chart_is_each_gpus_pareto_front_of_the_grid_rows(tab, base, out, case):
     """At a grid point the chart's lines are, per GPU type, the Pareto front of tokens/s/GPU vs
-    tokens/s/user in the steady state of continuous batching (engine.build.steady.FRONT_BASIS:
+    tokens/s/user in the steady state of continuous batching (engine.serving.steady.FRONT_BASIS:
     batch / tpot_mean_s / GPUs vs 1 / tpot_mean_s) over the deployments rows the build wrote there
     (decode rows the steady state serves, fits_steady, every GPU count, config and batch): the same
     points (by the hand rule, not the page's sort), every one a grid row with its values (the
@@ -362,12 +362,12 @@ def test_on_front_flags_each_groups_pareto_front(out):
 
 
 def test_on_front_consistency_with_sizing_front(out):
-    """Consistency test: grid_front flags, per group, the rows engine.deploy.sizing.front picks
+    """Consistency test: grid_front flags, per group, the rows engine.serving.sizing.front picks
     from the group's rows in the table's order (its grouping and row mapping)."""
     import numpy as np
-    from engine.build.fronts import GRID_FRONT_KEY
+    from engine.serving.fronts import GRID_FRONT_KEY
     from engine.build.results import PARTITION_ORDER
-    from engine.deploy.sizing import front
+    from engine.serving.sizing import front
     rows = result_tables(out)["deployments"]
     for model in rows.partition_by("model_id"):
         model = model.sort(PARTITION_ORDER, maintain_order=True)       # the table's own row order

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from engine.api import evaluate_spec
-from engine.build import whatif
+from engine.playground import catalog, whatif
 from engine.spec import formula_tree, kv, quantities, symbols
 from engine.spec import variants as variant_rules
 from engine.spec.corpus import load_corpus
@@ -82,7 +82,7 @@ def test_page_recomputes_as_python_does(browser, base, corpus):  # noqa: F811
 
     def numbers():
         return {k: float(page.get_attribute(f'#pg-table td[data-side="new"][data-k="{k}"]', "data-v"))
-                for k in whatif.RECOMPUTED}
+                for k in catalog.RECOMPUTED}
 
     settings = [({}, 32768), ({"lin_k_heads": 8, "lin_v_heads": 32}, 65536), ({"lin_k_heads": 8, "lin_v_heads": 32, "lin_dv": 64, "conv_kernel": 3}, 4096)]   # inputs keep their values
     for dims, context in settings:
@@ -90,7 +90,7 @@ def test_page_recomputes_as_python_does(browser, base, corpus):  # noqa: F811
         for dim, value in dims.items():
             page.fill(f"#pg-dim-{dim}", str(value))
         got, want = numbers(), engine_numbers(corpus, GDN, dims, context)
-        for key in whatif.RECOMPUTED:
+        for key in catalog.RECOMPUTED:
             assert got[key] == pytest.approx(want[key], rel=1e-12), (dims, context, key)
         # the derived binding follows its expression: 2 x key heads x d_k + value heads x d_v
         h, v = dims.get("lin_k_heads", 16), dims.get("lin_v_heads", 48)
@@ -139,9 +139,9 @@ def test_dsa_formula_trees_equal_the_walk(corpus):
     """V3 + DSA's exported trees at other indexer sizes and lengths (the page's inputs) equal the walk."""
     v = corpus.variants["DeepSeek-V3-DSA"]
     ev = evaluate_spec(corpus, v.spec)
-    trees = {k: formula_tree.to_tree(f) for k, f in whatif.formulas(ev).items()}
+    trees = {k: formula_tree.to_tree(f) for k, f in catalog.formulas(ev).items()}
     for dims, context in [({"n_index_heads": 32, "index_topk": 1024}, 131072), ({"d_index_head": 64}, 2048)]:
-        env = {**whatif.environment(ev, context), **dims}
+        env = {**catalog.environment(ev, context), **dims}
         want = engine_numbers(corpus, "DeepSeek-V3-DSA", dims, context)
         for key, tree in trees.items():
             assert formula_tree.evaluate(tree, env) == pytest.approx(want[key], rel=1e-12), (dims, key)

@@ -2,7 +2,7 @@
 shipped variants (corpus/variants/).
 
 The page evaluates, in Chromium, the base's exported formula trees plus each pick's exported change
-(engine.build.whatif.pick) at the dims the reader enters. The expectation comes from another path:
+(engine.playground.whatif.pick) at the dims the reader enters. The expectation comes from another path:
 ``archledger edit MODEL --swap ... --bind ... --json`` run in-process through the real command line
 (numeric walk and the deploy planner's comparison, no formula trees), and for the two numbers
 ``edit`` does not print (active params, decode FLOPs) the numeric walk of the same variant.
@@ -16,8 +16,8 @@ import json
 import pytest
 import yaml
 
-from engine.build import whatif
-from engine.build.playground_sol import KEYS as SOL_KEYS
+from engine.playground import catalog, variant as playground_variant, whatif
+from engine.playground.steps import KEYS as SOL_KEYS
 from engine.spec import formula_tree, quantities, symbols
 from site_builder.render import REPO
 from tests.site_helpers import served, shared_small_site
@@ -59,8 +59,8 @@ def walked(corpus, swap: str, binds: dict[str, int], context: int) -> dict[str, 
     """Active params and one decode token's FLOPs of the same variant by the numeric walk."""
     from engine.spec import variants as variant_rules
     from engine.spec.api import evaluate_spec
-    parsed = [whatif.parse_bind(corpus, f"{d}={v}") for d, v in binds.items()]
-    variant = variant_rules.resolve(corpus, "t", BASE, [whatif.parse_swap(swap)], parsed, whatif._CLI)
+    parsed = [playground_variant.parse_bind(corpus, f"{d}={v}") for d, v in binds.items()]
+    variant = variant_rules.resolve(corpus, "t", BASE, [playground_variant.parse_swap(swap)], parsed, playground_variant._CLI)
     a = evaluate_spec(corpus, variant.spec).numeric
     point = {symbols.dim("batch"): 1, symbols.dim("seq"): 1, symbols.dim("ctx"): context}
     return {"params_active": int(quantities.params_active(a)),
@@ -75,7 +75,7 @@ def choose(page, slot: str, component: str, dim: str, model: str = BASE) -> None
     page.wait_for_selector("#pick-dim-" + dim)
 
 
-def cells(page, keys=whatif.RECOMPUTED) -> dict[str, dict[str, float]]:
+def cells(page, keys=catalog.RECOMPUTED) -> dict[str, dict[str, float]]:
     """The old and new values the pick's table shows for ``keys`` (once the last one is drawn)."""
     page.wait_for_selector(f'#pick-table td[data-side="new"][data-k="{list(keys)[-1]}"]')
     return {side: {k: float(page.get_attribute(f'#pick-table td[data-side="{side}"][data-k="{k}"]', "data-v"))
@@ -128,7 +128,7 @@ def test_ffn_to_moe_and_the_prefill_names_its_source(browser, base, corpus):  # 
     with playground(browser, base) as tab:
         page = tab.page
         choose(page, "ffn", "moe", "n_experts")
-        used = whatif.component_dims(corpus)["moe"]
+        used = catalog.component_dims(corpus)["moe"]
         names = {m.model_id: m.display_name for m in corpus.models.values()}
         binds = {}
         for dim in ("d_ff_expert", "n_experts", "top_k"):
@@ -156,7 +156,7 @@ def test_a_missing_binding_is_reported_not_computed(browser, base):  # noqa: F81
         assert page.query_selector_all("#pick-table td") == []
         page.fill("#pick-dim-kv_lora_rank", "512")
         # old and new of each recomputed number and of the SOL times (tests/test_site_playground_sol.py)
-        assert len(page.query_selector_all("#pick-table td[data-k]")) == 2 * (len(whatif.RECOMPUTED) + len(SOL_KEYS))
+        assert len(page.query_selector_all("#pick-table td[data-k]")) == 2 * (len(catalog.RECOMPUTED) + len(SOL_KEYS))
         # no built model instantiates MLA: drawn from the pick's walk (tests/test_site_playground_diff.py)
         page.wait_for_selector("#pick-graph .graph-wrap svg")
 
@@ -226,7 +226,7 @@ def test_site_walks_agree_with_the_whole_walk(corpus, model_id):
                        **{d: value + i for i, d in enumerate(p["needs"])}}
                 got = whatif.pick_change(doc, p, env, slot)
                 want = {k: formula_tree.evaluate(t, env) for k, t in whole["delta"].items()}
-                for key in whatif.RECOMPUTED:
+                for key in catalog.RECOMPUTED:
                     assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-6), (slot, component, key)
             checked += 1
     assert checked >= 9

@@ -1,6 +1,6 @@
 """The playground's graph diff for any fitting component, not only the token mixers corpus models use.
 
-The build stores each live pick's new block (engine.build.whatif.block_graph: the new filler's rows
+The build stores each live pick's new block (engine.playground.whatif.block_graph: the new filler's rows
 at the slot's site, from the pick's walk); the site draws every (old, new) pair the components pages
 do not draw once for the corpus (site_builder/render.py ``_playground_diffs``, data/playground/
 diffs.json.gz). The expectation is the component's own YAML: every node it declares is drawn, each
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from engine.build import whatif
+from engine.playground import whatif
 from site_builder.render import REPO
 from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)
 from tests.test_site_playground_any import BASE, base, choose, out, playground  # noqa: F401  (the shared small site)

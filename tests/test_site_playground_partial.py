@@ -2,7 +2,7 @@
 
 The page lets the reader untick layer templates of a pick (``tickable``: no layer stream touches
 the slot); the build exports the SOL change for every non-empty subset of them
-(engine.build.playground_sol: each subset on its own parallel config and with its own validity
+(engine.playground.playground_sol: each subset on its own parallel config and with its own validity
 conditions). The expectation is ``archledger edit MODEL --swap 'layers[SUBSET].SLOT=COMPONENT'
 --bind ... --context N --json`` run through the real command line (a whole plan of both sides),
 never the exported trees. Qwen3.5-27B's slots reach three templates (48 DeltaNet layers ``linear``,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.build import whatif
+from engine.playground import catalog, sites as playground_sites, whatif
 from engine.spec import formula_tree
 from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)
 from tests.test_site_playground_any import cells, choose, playground
@@ -103,22 +103,23 @@ def test_consistency_every_subset_equals_the_subset_planned_alone(corpus):
     pre-filled binding and at other dims and contexts, the same three numbers; the exported
     conditions include the alone plan's (the whole swap's placement decisions may add some)."""
     import json
-    from engine.build import playground_sol
+    from engine.playground import playground_sol
     from engine.deploy.hardware import find_gpu
     ev, sites = whatif.evaluate_with_sites(corpus, corpus.models[MODEL])
     doc = whatif.model_playground(ev, sites=sites, only=PICKS)
     # one Bases for both (the planner's weight cache holds rows by id while their analyses live)
     shared = whatif.Picks(ev, sites)
-    gpu = find_gpu(whatif._default_gpus(), whatif.PLAYGROUND["gpu"])
-    bases = playground_sol.Bases(ev, gpu, whatif._tables(corpus.root / "fusion").get(whatif.PLAYGROUND["framework"]),
-                                 doc["context"], whatif.PLAYGROUND["framework"], whatif.PLAYGROUND["kv_dtype"])
+    gpu = find_gpu(whatif._default_gpus(), catalog.PLAYGROUND["gpu"])
+    bases = playground_sol.Bases(ev, gpu, whatif._tables(corpus.root / "fusion").get(catalog.PLAYGROUND["framework"]),
+                                 doc["context"], catalog.PLAYGROUND["framework"], catalog.PLAYGROUND["kv_dtype"])
     trees = doc["sol_trees"]
     checked = 0
     for slot, component in sorted(PICKS):
         p = doc["picks"][slot][component]
-        whatif.pick(ev, slot, component, whatif.PLAYGROUND["kv_dtype"], shared)
+        whatif.pick(ev, slot, component, catalog.PLAYGROUND["kv_dtype"], shared)
         needs, every_site, walked = shared.walks[(slot, component)]
-        rows = {u: (*whatif.site_walk(*walked[u], u, s), whatif.site_bytes(ev, *walked[u], s)) for u, s in every_site.items()}
+        rows = {u: (*playground_sites.site_walk(*walked[u], u, s), playground_sites.site_bytes(ev, *walked[u], s))
+                for u, s in every_site.items()}
         for key, got in p["sol"].items():
             chosen = tuple(key.split(","))
             mine = {u: s for u, s in every_site.items() if s[4] in chosen}

@@ -1,7 +1,7 @@
 """Consistency: the playground's live prefill and decode SOL times vs the deploy planner run independently.
 
 The build exports, per catalog pick, the change of ``prefill_sol_s``, ``decode_bytes`` and
-``decode_sol_s`` as formula trees over the pick's dims and the context (engine.build.playground_sol:
+``decode_sol_s`` as formula trees over the pick's dims and the context (engine.playground.playground_sol:
 the planner's steps at the pre-filled binding), with the conditions under which the planner's
 decisions stand. The expectation is ``archledger edit MODEL --swap ... --bind ... --context N --json``
 run through the real command line at each binding (a whole plan of both sides: placement, fusion,
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from engine.build import whatif
+from engine.playground import whatif
 from engine.spec import formula_tree
 from site_builder.render import REPO
 from tests.site_helpers import served, shared_small_site

@@ -1,5 +1,5 @@
 """The sizing page's disaggregated answer (issue 17): the build keeps the prefill and decode points
-that decide plan's ``answer_disaggregated`` (engine/build/disagg_sizing.py), and the page pairs them
+that decide plan's ``answer_disaggregated`` (engine/serving/disagg_sizing.py), and the page pairs them
 by a port of plan's rules (static/js/sizing.js).
 
 - Python: the kept points, paired by plan's own code (``disaggregated``, ``cheapest``, plan's choice
@@ -21,15 +21,16 @@ import polars as pl
 import pytest
 import yaml
 
-from engine.build.fronts import DISAGG_SCHEMA, _append_disagg
+from engine.serving.fronts import DISAGG_SCHEMA, _append_disagg
 from engine.cli import main
 from engine.cli.plan import _best
 from engine.deploy import Options
-from engine.deploy.disagg import transfer_bytes
+from engine.serving.disagg import transfer_bytes
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.sizing import SLA, GPUSearch, disaggregated, search
+from engine.serving.sizing import SLA, GPUSearch, search
+from engine.serving.pairing import disaggregated
 from engine.spec.kv import KV_DTYPE_BYTES
 from tests.conftest import _evaluation
 from tests.site_helpers import served, shared_small_site
@@ -250,7 +251,7 @@ def test_results_doc_lists_every_disagg_column():
 
 
 def test_disagg_frameworks_limits_the_rows_and_the_page_says_which(tmp_path):
-    from engine.build.fronts import evaluate_model, load_sizing
+    from engine.serving.fronts import evaluate_model, load_sizing
     from engine.spec.errors import SpecError
     from site_builder.sizing import disagg_data
     grid = _grid()
@@ -273,7 +274,7 @@ def test_disagg_frameworks_limits_the_rows_and_the_page_says_which(tmp_path):
 
 
 def test_prefill_pools_leave_the_fronts_and_sizing_rows_unchanged(tmp_path):
-    from engine.build.fronts import evaluate_model
+    from engine.serving.fronts import evaluate_model
     grid = _grid()
     grid["sizing"].update(scenarios=[{"input": 1024, "output": 128}], frameworks=["vllm"])
     path = tmp_path / "grid.yaml"

@@ -1,7 +1,7 @@
 """The sizing search skips a config's structure only when no request can fit: checked against the
 capacity of the structure itself.
 
-:meth:`engine.deploy.sizing._Evaluator.cannot_fit` decides from the placements alone (weights,
+:meth:`engine.serving.sizing._Evaluator.cannot_fit` decides from the placements alone (weights,
 runtime reserve, KV per request per GPU); :meth:`_Evaluator.capacity` reads the fused and compiled
 structure (with the prefill working set). Whenever the first says "cannot fit", the second must
 say 0 requests, on configs with pipeline stages, expert parallelism and DP-attention, at the
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from engine.deploy import Options
-from engine.deploy.disagg import PREFILL_OUTPUT
+from engine.serving.disagg import PREFILL_OUTPUT
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
-from engine.deploy.sizing import _Evaluator, _stored_bytes, legal_configs
+from engine.serving.sizing import _Evaluator, _stored_bytes, legal_configs
 from engine.deploy.structure_cache import StructureCache
 
 from tests.conftest import _evaluation

@@ -5,7 +5,7 @@
   point evaluated alone (nothing to share), on configs where points repeat (DP-attention,
   pipeline, expert parallel; chunked prefill at the step budget) over GPU types of several archs
   and ragged per-GPU batches, for the sizing search's step times and for every field.
-* :func:`engine.deploy.sizing.batch_list` takes its steps from one precomputed sequence: checked
+* :func:`engine.serving.sizing.batch_list` takes its steps from one precomputed sequence: checked
   against the rule written out here (every batch to 512, then floor(512 x 1.01^k), the capacity).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from engine.deploy import Options
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.sizing import batch_list
+from engine.serving.sizing import batch_list
 from engine.deploy import sol
 from engine.deploy.sol import SERVING_FIELDS, summarize
 from engine.deploy.structure_cache import StructureCache

@@ -1,4 +1,4 @@
-"""Consistency tests for the sizing step's speed paths (engine/deploy/sizing.py, engine/build/):
+"""Consistency tests for the sizing step's speed paths (engine/serving/sizing.py, engine/build/):
 each fast path gives the plain path's numbers, bit for bit, on real corpus models.
 
 * :func:`engine.deploy.sol.summarize` with ``prefill_only`` (a prefill-pool point's TTFT, fit and
@@ -7,10 +7,10 @@ each fast path gives the plain path's numbers, bit for bit, on real corpus model
   GPU types of several archs, both prompt-only (output 1) and full-length points.
 * the search with pools (where pool points take ``prefill_only``) gives the same served and
   pool points as the search evaluating every point with summarize.
-* :func:`engine.deploy.sizing.prefill_choice` (no gathered copies when every point has a point of
+* :func:`engine.serving.pairing.prefill_choice` (no gathered copies when every point has a point of
   a config within its bound) gives each point what it gets alone, on a mix of bounds where some
   points have no prefill point of some configs within theirs and some of none at all.
-* :func:`engine.build.fronts.staircase` (points cheaply dominated dropped before its loop) keeps
+* :func:`engine.serving.fronts.staircase` (points cheaply dominated dropped before its loop) keeps
   the points the plain loop over every point keeps, on a real search's points and on random
   points with many ties.
 """
@@ -20,14 +20,15 @@ import numpy as np
 import pytest
 
 from engine.deploy import Options
-from engine.deploy import sizing
+from engine.serving import sizing
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.disagg import links
-from engine.deploy.sizing import SLA, prefill_choice, prefill_staircases, search
+from engine.serving.disagg import links
+from engine.serving.sizing import SLA, search
+from engine.serving.pairing import prefill_choice, prefill_staircases
 from engine.deploy.sol import summarize
-from engine.build.fronts import preference, staircase
+from engine.serving.fronts import preference, staircase
 
 from tests.conftest import _evaluation
 from tests.deploy_helpers import structure_cache

@@ -1,4 +1,4 @@
-"""Consistency tests for the sizing search's speed paths (engine/deploy/sizing.py, third round):
+"""Consistency tests for the sizing search's speed paths (engine/serving/sizing.py, third round):
 each fast path gives the plain path's numbers, bit for bit, on real corpus models.
 
 * :func:`engine.deploy.sol.phases_many` as the search calls it (every compiled program's step times
@@ -6,9 +6,9 @@ each fast path gives the plain path's numbers, bit for bit, on real corpus model
   points it gets when each summarize() call evaluates its own phases, on a MoE model with
   pipeline, DP-attention and expert-parallel configs, GPU types of several archs, and pool
   (prefill-only) points.
-* :meth:`engine.deploy.sizing._Evaluator.limits` (once per config and GPU arch),
-  :meth:`engine.deploy.sizing._Evaluator.first` (batch 1's regimes once per config and live
-  limits) and :meth:`engine.deploy.sizing._Evaluator.capacity` (capacity()'s GPU-free terms once per
+* :meth:`engine.serving.sizing._Evaluator.limits` (once per config and GPU arch),
+  :meth:`engine.serving.sizing._Evaluator.first` (batch 1's regimes once per config and live
+  limits) and :meth:`engine.serving.sizing._Evaluator.capacity` (capacity()'s GPU-free terms once per
   structure and lengths) give what the plain calls give for every GPU type, of several archs and
   memory sizes, and configs; a GPU of another arch or other lengths are not served a memo's answer.
 """
@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from engine.deploy import Options
-from engine.deploy import sizing
+from engine.serving import sizing
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.fusion import live_token_limits
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.sizing import SLA, search
+from engine.serving.sizing import SLA, search
 from engine.deploy.sol import capacity
 from engine.deploy.structure import PHASES
 

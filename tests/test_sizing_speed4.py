@@ -1,10 +1,10 @@
-"""Consistency tests for the sizing step's speed paths of engine/deploy/sizing.py and engine/build/fronts.py:
+"""Consistency tests for the sizing step's speed paths of engine/serving/sizing.py and engine/serving/fronts.py:
 each fast path gives the plain path's answers, bit for bit, on real corpus models.
 
-* :func:`engine.deploy.sizing.front` (only the points a sample of them does not strictly dominate
+* :func:`engine.serving.sizing.front` (only the points a sample of them does not strictly dominate
   are sorted) returns the indices, in the order, of sorting every point, on a real search's points
   (with a sample of every point down to one in 64) and on random points with ties, infinities and NaNs.
-* :func:`engine.build.fronts.evaluate_model`'s disagg columns (appended per column) are the
+* :func:`engine.serving.fronts.evaluate_model`'s disagg columns (appended per column) are the
   per-row appends' values, types included.
 """
 from __future__ import annotations
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from engine.deploy import Options
-from engine.deploy import sizing
-from engine.deploy.disagg import links
+from engine.serving import sizing
+from engine.serving.disagg import links
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
-from engine.deploy.sizing import SLA, front, search
+from engine.serving.sizing import SLA, front, search
 
 from tests.conftest import _evaluation
 
@@ -82,9 +82,9 @@ def test_front_consistency_on_ties_and_non_finite(monkeypatch, sample):
 
 def test_disagg_columns_consistency_with_rows(tmp_path):
     """The disagg columns equal what appending row by row gave (the pre-column code, replayed here)."""
-    from engine.build import fronts
-    from engine.build.disagg_sizing import candidates, records
-    from engine.deploy.disagg import transfer_bytes
+    from engine.serving import fronts
+    from engine.serving.disagg_sizing import candidates, records
+    from engine.serving.disagg import transfer_bytes
     from engine.spec.kv import KV_DTYPE_BYTES
     grid = tmp_path / "corpus" / "grid.yaml"
     grid.parent.mkdir()

@@ -127,12 +127,12 @@ def test_nemotron_super_49b_counts_equal_a_hand_count_of_its_block_configs(capsy
 def test_declared_specs_stay_out_of_the_playground_and_the_oracle_rerecord(corpus):
     """The playground offers and cites only published models; `snapshot --all --meta` has no
     modeling code to re-record for a declared spec and keeps its evidence as it is."""
-    from engine.build import whatif
+    from engine.playground import catalog
     from engine.verify.rerecord import modeling_code_models
     declared = {m for m, spec in corpus.models.items() if spec.unverified}
     assert MIMO in declared
-    assert not declared & set(whatif.catalog(corpus))
-    cited = {e["model"] for dims in whatif.component_dims(corpus).values() for uses in dims.values() for e in uses}
+    assert not declared & set(catalog.catalog(corpus))
+    cited = {e["model"] for dims in catalog.component_dims(corpus).values() for uses in dims.values() for e in uses}
     assert cited and not declared & cited
     chosen, kept = modeling_code_models(corpus)
     assert declared <= set(kept) and not declared & {m.model_id for m, _ in chosen}

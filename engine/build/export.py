@@ -23,7 +23,7 @@ from engine.spec.memo_printer import MemoStrPrinter
 from engine.spec.quantities import quantity
 from engine.spec.api import Evaluation
 from engine.deploy.cost import KV_BYTES, intensity, step_totals
-from engine.build.finite import check_document
+from engine.spec.finite import check_document
 from engine.build.landscape import model_facts
 from engine.build.layer_plan import layer_plans
 
@@ -308,7 +308,7 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
         "verification": verification or {"verified": False, "evidence": "", "guards": []},
         "landscape": landscape,
     }
-    check_document(model, document)    # a NaN or negative number is never published (engine/build/finite.py)
+    check_document(model, document)    # a NaN or negative number is never published (engine/spec/finite.py)
     return document
 
 

@@ -13,7 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from engine.project import PACKAGE_ROOT
+from engine.project import GRID_FILE as DEFAULT
+from engine.spec.checked import choices_field as _choices, count_field as _count, list_field as _list
 from engine.spec.api import Evaluation
 from engine.spec.corpus import Reader, shown_value, is_name
 from engine.spec.file_schemas import GRID
@@ -27,7 +28,6 @@ from engine.deploy.hardware import GPU
 from engine.spec.kv import KV_DTYPE_BYTES
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig
 
-DEFAULT = PACKAGE_ROOT / "corpus" / "grid.yaml"
 
 
 def grid_file(corpus_root: Path, given: "Path | str | None" = None) -> Path:
@@ -42,7 +42,6 @@ _SCENARIOS = ("input_lengths", "beyond_max_context", "output_lengths", "batches"
 #: degrees, engine.deploy.MAX_TOKENS and MAX_BATCH for lengths and batches): every list is
 #: evaluated in every combination, so each list is short, and prompts reach at most this many
 #: times a model's max context.
-MAX_LIST = 64
 MAX_BEYOND_CONTEXT = 16
 #: Bound of one model's grid points (candidate configs x frameworks x KV dtypes x prompts x outputs
 #: x batches, the batches counted with the capacity point each prompt may add), checked as that
@@ -83,43 +82,9 @@ class Grid:
     ops_where: Where = field(default=Where(), compare=False)
 
 
-def _count(item: Any, where: Where, high: int, what: str, allow_tp: bool = False) -> int | str:
-    """One whole number from 1 to ``high`` (or ``tp`` where a degree may follow the TP group)."""
-    if allow_tp and item == "tp":
-        return item
-    also = " or `tp`" if allow_tp else ""
-    if isinstance(item, bool) or not isinstance(item, int) or item < 1:
-        raise SpecError(where, f"{shown_value(item)} is not a positive integer", f"write {what} from 1 to {high:,}{also}")
-    if item > high:
-        raise SpecError(where, f"{item:,} is more than {high:,}",
-                        f"write {what} from 1 to {high:,}{also} (the grid's bound: see engine/build/grid.py)")
-    return item
-
-
-def _list(reader: Reader, parent, key: str, field: str, empty_ok: bool = False) -> list:
-    value = parent.get(key)
-    where = reader.where(parent, field, key)
-    if not isinstance(value, list) or (not value and not empty_ok):
-        raise SpecError(where, f"expected a {'' if empty_ok else 'non-empty '}list, got {shown_value(value)}",
-                        f"write `{key}: [a, b]`")
-    if len(value) > MAX_LIST:
-        raise SpecError(where, f"{len(value)} entries, more than {MAX_LIST}",
-                        f"list at most {MAX_LIST} values (every combination of the lists is evaluated)")
-    return value
-
-
 def _ints(reader: Reader, parent, key: str, field: str, high: int, what: str, allow_tp: bool = False) -> tuple:
     return tuple(_count(item, reader.where(parent, f"{field}[{i}]", key), high, what, allow_tp)
                  for i, item in enumerate(_list(reader, parent, key, field)))
-
-
-def _choices(reader: Reader, parent, key: str, field: str, allowed, empty_ok: bool = False) -> tuple[str, ...]:
-    value = _list(reader, parent, key, field, empty_ok)
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or item not in allowed:
-            raise SpecError(reader.where(parent, f"{field}[{i}]", key), f"unknown {key.rstrip('s')} {shown_value(item)}",
-                            "use one of: " + ", ".join(allowed))
-    return tuple(value)
 
 
 def load_grid(path: Path | str | None = None) -> Grid:
@@ -141,7 +106,7 @@ _GRIDS = ContentMemo()
 def _load_grid(path: Path) -> Grid:
     reader = Reader(path, path.parent.parent, GRID)
     data = reader.mapping(reader.data, "")
-    reader.keys(data, "", _TOP, _TOP[1:-1])   # sizing: optional (engine/build/fronts.py reads it)
+    reader.keys(data, "", _TOP, _TOP[1:-1])   # sizing: optional (engine/serving/fronts.py reads it)
     par = reader.mapping(data["parallel"], "parallel", data, "parallel")
     reader.keys(par, "parallel", _PARALLEL, _PARALLEL)
     sc = reader.mapping(data["scenarios"], "scenarios", data, "scenarios")

@@ -18,7 +18,8 @@ def check_all(corpus: Corpus, grid_path: Path, gpu_root: Path) -> None:
     kernel tables (gpus/measured/), the fusion
     tables, the lineage and every contract (its variants and its GPU); raises the first
     :class:`SpecError`. The corpus itself (specs, components, slots, variants) is loaded already."""
-    from engine.build import contract, fronts, landscape
+    from engine.build import contract, landscape
+    from engine.serving import fronts
     from engine.build.grid import load_grid
     from engine.deploy.fusion import load_tables
     from engine.deploy.hardware import load_gpus

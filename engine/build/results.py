@@ -12,7 +12,7 @@ in docs/results.md): ``models.parquet``; ``models/<org--name>.json`` (the inspec
 ``contracts.json`` (component variants under fixed contracts, always re-evaluated: it is small); ``deployments/model=<org--name>/part.parquet`` and
 ``ops/model=<org--name>/part.parquet`` (one hive partition per model, so
 ``pl.scan_parquet("build/results/deployments/**/*.parquet")`` reads the table); ``fronts/`` and
-``sizing/`` partitions alike (:mod:`engine.build.fronts`: plan's search for the grid's ``sizing:``
+``sizing/`` partitions alike (:mod:`engine.serving.fronts`: plan's search for the grid's ``sizing:``
 block); ``manifest.json``
 (per model: its input hash, row counts and the size and SHA-256 of each of its files; the grid; the
 skipped specs; the size and SHA-256 of models.parquet and contracts.json).
@@ -391,11 +391,11 @@ def _corpus_wide_in_worker(name: str, root: str, final: str, staging: str, share
 
 def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_root: Path,
                    models: list[str]) -> None:
-    """``variants.json`` (the playground's data: engine.build.whatif.playground_document) and
+    """``variants.json`` (the playground's data: engine.playground.whatif.playground_document) and
     ``variants.parquet`` (:data:`VARIANTS_SCHEMA`) for the variants whose base is among the published
     ``models`` (a variant follows its base), carried from the previous results when their inputs
     (the shared hash, the variants, slots and every model spec and snapshot) are unchanged."""
-    from engine.build import whatif
+    from engine.playground import whatif
     from engine.deploy.hardware import load_gpus
     from engine.spec import variants as variant_rules
     root, base = corpus.root, corpus.root.parent
@@ -528,19 +528,20 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
                  staging: str, spec_hash: str, verification: dict | None, corpus: Corpus | None,
                  part: str) -> dict:
     """:func:`build_model`'s work."""
-    from engine.build import finite, grid_eval
+    from engine.build import grid_eval
+    from engine.spec import finite
     from engine.deploy.fusion import load_tables
     from engine.deploy.structure_cache import StructureCache
     started = time.perf_counter()
     corpus = corpus if corpus is not None else cached_corpus(corpus_root)
-    from engine.build.whatif import evaluate_with_sites, model_playground
+    from engine.playground.whatif import evaluate_with_sites, model_playground
     from engine.deploy.hardware import load_gpus
     ev, sites = evaluate_with_sites(corpus, corpus.models[model_id])   # evaluate_spec's walks; its slot sites for the playground
     # one cache of placements and structures for the grid and the sizing step (the same configs)
     cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
     name = slug(model_id)
     counts: dict = {"model_id": model_id}
-    from engine.build import fronts
+    from engine.serving import fronts
     # every bound on the model's work (its grid points, its sizing pairs) before any of it starts
     grid_eval.check_work(ev, grid_path, gpu_root)
     fronts.check_work(ev, grid_path, gpu_root)
@@ -557,7 +558,7 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
             if table == "deployments":
                 frame = without_copies(frame)
             if derived:          # each front's rows, in the published row order (its tie-break)
-                from engine.build.fronts import grid_front
+                from engine.serving.fronts import grid_front
                 frame = frame.with_columns(grid_front(frame))
             write_parquet(frame, folder / "part.parquet", statistics=True, compression="zstd",
                           compression_level=ZSTD_LEVEL)

@@ -1,7 +1,7 @@
 """``archledger disagg``: one disaggregated prefill/decode split, its KV transfer and its pool ratio.
 
 Layer: engine.cli (CLI). Plans the prefill pool and the decode pool as ``archledger deploy`` plans
-them (:func:`engine.deploy.disagg.disaggregate`), prints each pool, the KV transfer per request, the
+them (:func:`engine.serving.disagg.disaggregate`), prints each pool, the KV transfer per request, the
 pool ratio with the replicas it rounds to, and the split's TTFT, TPOT, GPUs, throughput and price;
 ``--json`` prints the same fields (docs/deployment.md, "Disaggregated prefill/decode").
 """
@@ -40,7 +40,7 @@ def add_parser(sub, parents=()) -> None:
 
 def split_from_args(args) -> dict:
     from engine.spec.api import evaluate_one
-    from engine.deploy.disagg import Pool, check_load, default_prefill_batch, disaggregate, parse_pool
+    from engine.serving.disagg import Pool, check_load, default_prefill_batch, disaggregate, parse_pool
     from engine.deploy.hardware import load_gpus
 
     check_load(args.users, args.rate)

@@ -4,7 +4,7 @@ Layer: engine.cli. ``archledger edit MODEL --swap 'layers[dense,moe].attention=d
 index_n_heads=64 ...`` builds a what-if variant on the fly (the same checks as
 ``corpus/variants/*.yaml``: unbound dims and misfits are one-line errors), evaluates it and its base
 with the same walk, deploys both with the same planner on ``--gpu``/``--config`` and prints per
-layer group and for the whole model old -> new (engine.build.whatif.METRICS). ``archledger edit
+layer group and for the whole model old -> new (engine.playground.variant.METRICS). ``archledger edit
 corpus/variants/x.yaml`` or ``--variant NAME`` does the same for a saved variant; ``--save FILE``
 writes the variant's YAML; ``--json`` prints the comparison as data.
 """
@@ -45,7 +45,7 @@ def add_parser(sub, parents=()) -> None:
 
 def variant_from_args(args, corpus):
     """The variant the arguments name or build."""
-    from engine.build import whatif
+    from engine.playground import playground_sol, variant as playground_variant
     from engine.spec import variants as variant_rules
     from engine.spec import file_schemas     # here, not at the top: it brings sympy (`--help` stays light)
     from engine.spec.corpus import Reader, check_name
@@ -67,8 +67,8 @@ def variant_from_args(args, corpus):
     if not args.swap:
         raise SpecError(cli.at("--swap"), "nothing to swap", "add --swap 'layers[TEMPLATES].SLOT=COMPONENT'")
     base = corpus.find_model(args.model)
-    swaps = [whatif.parse_swap(text) for text in args.swap]
-    binds = [whatif.parse_bind(corpus, text) for text in args.bind]
+    swaps = [playground_variant.parse_swap(text) for text in args.swap]
+    binds = [playground_variant.parse_bind(corpus, text) for text in args.bind]
     name = args.name or re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{base.model_id.split('/')[-1]}-"
                                 + "-".join(s.fill.component for s in swaps)).strip("-.")
     check_name(name, cli.at("--name"), "variant name", "--name V3-with-DSA")
@@ -76,7 +76,7 @@ def variant_from_args(args, corpus):
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.build import whatif
+    from engine.playground import playground_sol, variant as playground_variant
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.spec.api import evaluate_spec
     from engine.spec.corpus import load_corpus
@@ -85,14 +85,14 @@ def run(args: argparse.Namespace) -> int:
     variant = variant_from_args(args, corpus)
     gpu = find_gpu(load_gpus(args.gpus_root), args.gpu)
     if args.config:
-        config = whatif.parse_config(args.config)
+        config = playground_variant.parse_config(args.config)
     else:
-        config = whatif.default_config([evaluate_spec(corpus, corpus.models[variant.base]),
+        config = playground_sol.default_config([evaluate_spec(corpus, corpus.models[variant.base]),
                                         evaluate_spec(corpus, variant.spec)], gpu)
-    setting = whatif.Setting(gpu, config, args.framework, args.kv_dtype, args.batch, args.context)
-    result = whatif.compare(corpus, variant, setting)
+    setting = playground_variant.Setting(gpu, config, args.framework, args.kv_dtype, args.batch, args.context)
+    result = playground_variant.compare(corpus, variant, setting)
     if args.save:
-        text = yaml.safe_dump(whatif.variant_yaml(variant), sort_keys=False, width=100)
+        text = yaml.safe_dump(playground_variant.variant_yaml(variant), sort_keys=False, width=100)
         Path(args.save).write_text(text)
     if args.json:
         json.dump(result, sys.stdout, indent=1)
@@ -119,7 +119,7 @@ def _delta(old, new) -> str:
 
 
 def print_table(result: dict) -> None:
-    from engine.build.whatif import METRICS
+    from engine.playground.variant import METRICS
     s = result["setting"]
     print(f"{result['model_id']}  [{result['label']}: not a published model]  from {result['variant_of']}")
     for swap in result["swaps"]:

@@ -1,10 +1,10 @@
 """``archledger plan``: the fewest GPUs that serve a model within a TTFT/TPOT SLA, and the front.
 
 Layer: engine.cli (CLI). Searches every legal aggregated config up to ``--max-gpus`` and every
-batch up to its capacity (:func:`engine.deploy.sizing.search`), and every disaggregated pair of a
-prefill pool and a decode pool on the given GPU types (:func:`engine.deploy.sizing.disaggregated`;
+batch up to its capacity (:func:`engine.serving.sizing.search`), and every disaggregated pair of a
+prefill pool and a decode pool on the given GPU types (:func:`engine.serving.pairing.disaggregated`;
 ``--no-disagg`` leaves them out; ``--pairs`` which pairs, default one vendor's GPUs on both sides:
-:func:`engine.deploy.sizing.pair_allowed`). The text is the answer first: one row per GPU type
+:func:`engine.serving.pairing.pair_allowed`). The text is the answer first: one row per GPU type
 (aggregated), the disaggregated answers as a table, the fewest GPUs overall (and the lowest $/M
 output tokens where another row has it), then short lines of assumptions; ``--detail`` adds per GPU
 type the configs with the fewest GPUs, the Pareto front of tokens/s/GPU vs tokens/s/user and the
@@ -25,7 +25,7 @@ from engine.cli.deploy import add_mtp_arguments, add_serving_arguments, positive
 
 #: Front points printed as text (evenly spaced, both ends kept); --json has every one.
 FRONT_SHOWN = 12
-#: = engine.deploy.sizing.PAIR_POLICIES and DEFAULT_PAIRS, written out: the parser stays light (no numpy
+#: = engine.serving.pairing.PAIR_POLICIES and DEFAULT_PAIRS, written out: the parser stays light (no numpy
 #: for --help; tests/test_plan.py checks they agree).
 PAIR_POLICIES, DEFAULT_PAIRS = ("same-gpu", "same-vendor", "all"), "same-vendor"
 
@@ -129,7 +129,7 @@ def _disagg_table(rows: list[dict], front: bool = False) -> list[str]:
 
 def _words(time: str, measured: bool = True) -> str:
     """A time in words; a GPU without measured tables has the expected time of no table."""
-    from engine.deploy.retime import TIME_WORDS
+    from engine.serving.retime import TIME_WORDS
     return TIME_WORDS[time] if measured or time != "expected" else "expected time (no measured tables: bound / 0.7)"
 
 
@@ -150,12 +150,12 @@ def _answer_text(r: dict, measured: bool = True) -> str:
 
 
 def _answers(res, ev, gpu, options, fusion, args, sla) -> tuple[str, bool, dict]:
-    """One GPU type's answers on each time (engine.deploy.retime): (the time it answers on, whether
+    """One GPU type's answers on each time (engine.serving.retime): (the time it answers on, whether
     the GPU has measured tables for the framework, time -> its answer row or None). The estimate's
     is the search's own cheapest point; the bound's and the expected time's are read from deploy's
     summary (docs/deployment.md "Sizing on another time")."""
     from engine.deploy.measured import load_measured
-    from engine.deploy.retime import TIMES, PointReader, answer_on, times_of
+    from engine.serving.retime import TIMES, PointReader, answer_on, times_of
 
     # the checkout's gpus/measured, as deploy reads it (not the installed package's)
     tables = load_measured(Path(args.gpus_root) / "measured", gpu=gpu.key, framework=options.framework)
@@ -221,7 +221,7 @@ def _answer_lines(per_gpu: list[dict], split: list[dict], args) -> list[str]:
     bound's TTFT and TPOT beside), the disaggregated rows, the fewest GPUs overall, and the lowest
     $/M tokens where another row has it. The two last lines name a row of the tables, so their
     words and the columns agree."""
-    from engine.deploy.retime import TIME_WORDS
+    from engine.serving.retime import TIME_WORDS
     lines = ["aggregated (one pool serves prefill and decode), one row per GPU type:",
              f"  {'GPU':12s} {'GPUs':>4s}  {'replicas x config':24s} {'batch':>5s} {'TTFT':>8s} {'TPOT':>8s} "
              f"{'tok/s/GPU':>9s} {'$/M tok':>8s}  {'on':9s} {'bound: TTFT':>11s} {'TPOT':>8s}"]
@@ -272,7 +272,7 @@ def _answer_lines(per_gpu: list[dict], split: list[dict], args) -> list[str]:
 
 def _assumptions(args, options, gpus: list) -> list[str]:
     """Short lines: what the numbers assume (framework, dtypes, the search, batch, TPOT, times, prices)."""
-    from engine.deploy.retime import TIME_WORDS
+    from engine.serving.retime import TIME_WORDS
     priced = [g for g in gpus if g.price_usd_per_hour is not None]
     lines = ["assumptions:",
              f"  framework {args.framework}; weights {args.weight_format}, KV {args.kv_dtype}, activations {args.act_dtype}"
@@ -303,11 +303,12 @@ def _assumptions(args, options, gpus: list) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.build.steady import FRONT_BASIS   # polars: never on --help (tests/test_cli_fast.py)
+    from engine.serving.steady import FRONT_BASIS   # polars: never on --help (tests/test_cli_fast.py)
     from engine.spec.api import evaluate_one
     from engine.deploy.hardware import find_gpu, load_gpus
-    from engine.deploy.retime import TIME_WORDS, TIMES
-    from engine.deploy.sizing import SLA, disaggregated, search
+    from engine.serving.retime import TIME_WORDS, TIMES
+    from engine.serving.sizing import SLA, search
+    from engine.serving.pairing import disaggregated
 
     sla = SLA(args.ttft, args.tpot, users=args.users, rate=args.rate)
     all_gpus = load_gpus(args.gpus_root)
@@ -333,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_disagg:
         for pair in disaggregated(ev, results, gpus, args.input, args.output, sla, options, pairs=args.pairs):
             front = pair.front()
-            for row in front:   # every disaggregated point is within TTFT (module doc of sizing.disaggregated)
+            for row in front:   # every disaggregated point is within TTFT (module doc of pairing.disaggregated)
                 row["sla_latency"] = row["ttft_s"] <= sla.ttft_s and row["tpot_s"] <= sla.tpot_s
             per_pair.append({"prefill_gpu": pair.prefill_gpu, "decode_gpu": pair.decode_gpu,
                              "points": int(len(pair.points.get("ttft_s", ()))), "cheapest": pair.cheapest(args.top),
@@ -423,7 +424,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _times_text(args, per_gpu: list[dict]) -> str:
     """One line: which time the answers use, per GPU type where it differs (the default)."""
-    from engine.deploy.retime import TIME_WORDS
+    from engine.serving.retime import TIME_WORDS
     used = {g["gpu"]: g["time"] for g in per_gpu}
     if args.time:
         head = f"answers on the {TIME_WORDS[args.time]} (--time {args.time})"

@@ -1,7 +1,7 @@
 """One model's placements and compiled structures, shared by every evaluation of it in a process.
 
 Layer: engine.deploy (on planner and fusion). The grid evaluation (:mod:`engine.build.grid_eval`)
-and plan's search (:func:`engine.deploy.sizing.search`, the build's sizing step) compile the same
+and plan's search (:func:`engine.serving.sizing.search`, the build's sizing step) compile the same
 (config, domain, framework, fusion regime) structures of one model on the same GPUs; a
 :class:`StructureCache` passed to both builds each once.
 

@@ -549,7 +549,7 @@ def _load_component(path: Path, root: Path, roles, draft: bool) -> ComponentSpec
 # -- models --------------------------------------------------------------------------------------
 
 #: Layer templates one model may declare: the site's playground evaluates a swap in every non-empty
-#: subset of a model's templates (engine.build.whatif.template_subsets: 2^n - 1 of them, 127 for
+#: subset of a model's templates (engine.playground.whatif.template_subsets: 2^n - 1 of them, 127 for
 #: DeepSeek-V4's seven, the corpus's most), so their number is bounded before any work starts.
 MAX_TEMPLATES = 10
 

@@ -59,7 +59,7 @@ STREAM = Mapping('write `{carries: true, src: "<the forward line>"}` or `{from: 
     "count": COUNT, "src": req(EXCERPT), "doc": TEXT})
 
 NODE = Mapping("a graph node, e.g. `q_proj: {op: linear, in: x, dims: {in: hidden, out: d_q}}`", fields={
-    "op": Str("a primitive op (engine/spec/ops.py)"),
+    "op": Str("a primitive op (engine/spec/ops/)"),
     "component": Str("a library component"),
     "slot": Str("a slot the model fills"),
     "repeat": COUNT,
@@ -424,7 +424,7 @@ SOURCE_SNAPSHOT = Mapping(_REGENERATE, fields={
 
 # -- the grid (corpus/grid.yaml) --------------------------------------------------------------------
 # Its fields and sections are declared here; each value's kind and bounds are engine.build.grid's
-# (and the sizing block's engine.build.fronts'), whose messages list the allowed values.
+# (and the sizing block's engine.serving.fronts'), whose messages list the allowed values.
 
 _VALUE = Anything()
 GRID = Mapping("a grid", fields={

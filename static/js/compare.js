@@ -79,7 +79,7 @@
   }
   function whole(text, low) { var n = Number(text); return text !== "" && Number.isInteger(n) && n >= low ? n : null; }
   // the steady state of continuous batching first (the basis every front and answer uses:
-  // engine/build/steady.FRONT_BASIS), each worst-case figure right after its steady one
+  // engine/serving/steady.FRONT_BASIS), each worst-case figure right after its steady one
   var yesNo = function (v) { return v ? "yes" : "no"; }, si = function (v) { return fmt.si(v); };
   var ROWS = [["Fits (steady state)", "fits_steady", yesNo], ["Fits with every request at its last token (worst case)", "fits", yesNo],
     ["Max concurrent requests (steady state)", "max_concurrent_requests_steady", String], ["Max concurrent requests (worst case)", "max_concurrent_requests", String],

@@ -320,7 +320,7 @@
   // The throughput/interactivity chart: each GPU type's front over every GPU count, config and
   // batch the grid evaluates at this point's prompt and output length, for this framework, KV dtype
   // and MTP drafting. At a grid point without drafting it is the build's own front (the rows
-  // deployments.parquet flags on_front, engine.build.steady.front_points): one small file,
+  // deployments.parquet flags on_front, engine.serving.steady.front_points): one small file,
   // data/deploy/<model>/fronts/<fw>-<kv>-<input>-<output>.json.gz. Elsewhere deploy_eval.js fronts
   // evaluates every config's formulas (every config file fetched): only once the reader picks such
   // a point. Drawn once the chart scrolls into view (site.js archWhenSeen, the watch that loads the

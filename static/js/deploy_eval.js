@@ -250,7 +250,7 @@
   // The throughput/interactivity front of each GPU type at one prompt and output length (and MTP
   // drafting): every option of `options` (its file fetched) at its gridPoints, the points the steady
   // state of continuous batching serves (fits_steady), reduced to each GPU's front of steady
-  // tokens/s per GPU vs 1 / tpot_mean_s (engine.build.fronts.grid_front, FRONT_BASIS). Rows: gpu,
+  // tokens/s per GPU vs 1 / tpot_mean_s (engine.serving.fronts.grid_front, FRONT_BASIS). Rows: gpu,
   // n_gpus, config, batch and fronts.parquet's serving fields (tpot_s the steady TPOT, tpot_last_s
   // the worst case beside it), in front order per GPU (fastest user first).
   function fronts(options, batches, p) {

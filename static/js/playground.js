@@ -1,5 +1,5 @@
 // The playground: a what-if variant's old -> new numbers, recomputed as the reader changes its dims.
-// The numbers are the engine's own formulas (engine/build/whatif.formulas, exported as formula trees)
+// The numbers are the engine's own formulas (engine/playground/catalog.formulas, exported as formula trees)
 // evaluated by static/js/formula.js at the build's values with the reader's dims put in: no second
 // estimator. A derived binding (lin_conv_dim = 2 * lin_k_heads * lin_dk + ...) is its own exported
 // tree, evaluated first. tests/test_site_playground.py checks the page against the Python walk.
@@ -119,7 +119,7 @@
 
   // -- pick a base model and a slot: the components fitting its contract, live. The build exports
   // per base model its numbers' formula trees and, per pick, each number's change new - old as
-  // trees over the base's dims, the component's new dims and the scenario (engine/build/whatif.pick):
+  // trees over the base's dims, the component's new dims and the scenario (engine/playground/whatif.pick):
   // new = old + change, all evaluated here by formula.js at the reader's dims.
   var cat = data.catalog || {}, pm = $("pick-model"), ps = $("pick-slot"), pc = $("pick-component"), out = $("pick-out");
   var sec = $("pick-sec"), root = sec ? sec.getAttribute("data-root") : "", live = data.live || {}, loaded = {};
@@ -256,7 +256,7 @@
     });
     solRows(cur, env, neu);
   }
-  // The SOL times (engine/build/playground_sol.py): the base's planner programs at the pick's
+  // The SOL times (engine/playground/playground_sol.py): the base's planner programs at the pick's
   // parallel config as trees over the context, plus the pick's change (the planner's steps it adds
   // less those it removes, per layer template) as trees over its dims; each sum of per-step
   // max(compute, memory, link) terms is evaluated by formula.js. The pick carries one entry per
@@ -296,7 +296,7 @@
       ptbody.appendChild(tr);
     });
   }
-  // new - old of one number (engine/build/whatif.pick_change is the same in Python): the whole
+  // new - old of one number (engine/playground/whatif.pick_change is the same in Python): the whole
   // walk's change, or at each site of the slot in the ticked templates the new filler's numbers
   // (at that site's layer count) in place of the old filler's
   function change(cur, key, env) {

@@ -1,10 +1,10 @@
 // Sizing form and throughput/interactivity front: selects rows of the build's data/sizing/<slug>.json.gz
 // (the aggregated answer computes nothing; the disaggregated one is the port below). Per GPU type the answer is the lowest-rank sizing row whose TTFT and TPOT are
-// within the bounds (engine/build/fronts.py: plan's order, thinned where no answer can change); across
+// within the bounds (engine/serving/fronts.py: plan's order, thinned where no answer can change); across
 // GPU types, the fewest GPUs then the most tokens/s per GPU, as `archledger plan --json`'s "answer".
 // The disaggregated answer (plan's "answer_disaggregated", one replica, no load) pairs the build's
-// prefill and decode points (engine/build/disagg_sizing.py keeps every point some answer needs) by a
-// port of engine/deploy/sizing.py pair_points and engine/deploy/disagg.py join: the same formulas in
+// prefill and decode points (engine/serving/disagg_sizing.py keeps every point some answer needs) by a
+// port of engine/serving/pairing.py pair_points and engine/serving/disagg.py join: the same formulas in
 // the same order (so the same doubles), the same tie-breaks; the points' times are the build's.
 (function () {
   "use strict";
@@ -39,7 +39,7 @@
   function pairAnswer(scen, pgKey, dgKey, output, a, b) {
     var pg = scen.gpus[pgKey], dg = scen.gpus[dgKey];
     if (!pg || !dg || !pg.prefill.config.length || !dg.decode.config.length) return null;
-    // the pairs the build's rule allows (engine/deploy/sizing.py pair_allowed, plan's default: one vendor)
+    // the pairs the build's rule allows (engine/serving/pairing.py pair_allowed, plan's default: one vendor)
     if (pg.pairs_with && pg.pairs_with.indexOf(dgKey) < 0) return null;
     var P = pg.prefill, D = decodePoints(dg.decode), tpotD = D._tpot;
     var lk = links(pg, dg, pgKey === dgKey), n = D.config.length, nCp = P.configs.length;

@@ -1,6 +1,6 @@
 """The rule the Pareto fronts serve by, as the results tables and the pages read it.
 
-Layer: engine.build (polars only, and only inside :func:`steady_rate`: ``archledger plan`` reads
+Layer: engine.serving (polars only, and only inside :func:`steady_rate`: ``archledger plan`` reads
 :data:`FRONT_BASIS` without importing it; a render worker imports this module without the engine's
 evaluation, site_builder/render.py ``_worker_start``). Every front (deployments' ``on_front``, fronts.parquet,
 the deploy and sizing pages' charts, ``archledger plan``) is on the schedule estimate in the
@@ -32,19 +32,19 @@ def steady_rate() -> pl.Expr:
     return pl.col("batch") / pl.col("tpot_mean_s") / pl.col("n_gpus")
 
 
-#: The fields of one front point as the pages draw it (the deploy page's throughput/interactivity
-#: chart, static/js/deploy_eval.js ``fronts`` gives the same at any length), from the stored columns:
-#: (field, expression). ``tpot_s`` is the steady TPOT (tpot_mean_s), ``tpot_last_s`` the worst case
-#: beside it; the capacities likewise.
+# The fields of one front point as the pages draw it (the deploy page's throughput/interactivity
+# chart, static/js/deploy_eval.js ``fronts`` gives the same at any length), from the stored columns:
+# (field, expression). ``tpot_s`` is the steady TPOT (tpot_mean_s), ``tpot_last_s`` the worst case
+# beside it; the capacities likewise.
 def front_point() -> tuple[tuple[str, pl.Expr], ...]:
-    """(field, expression) pairs; a function so that importing this module imports no polars."""
+    """(field, expression) per field of one front point (built on call: polars is imported only here)."""
     import polars as pl
     return (
-    ("gpu", pl.col("gpu")), ("n_gpus", pl.col("n_gpus")), ("config", pl.col("config")), ("batch", pl.col("batch")),
-    ("ttft_s", pl.col("ttft_s")), ("tpot_s", pl.col("tpot_mean_s")), ("tpot_last_s", pl.col("tpot_s")),
-    ("tokens_per_s_per_gpu", steady_rate()), ("tokens_per_s_per_user", 1 / pl.col("tpot_mean_s")),
-    ("max_concurrent_requests", pl.col("max_concurrent_requests_steady")),
-    ("max_concurrent_requests_worst", pl.col("max_concurrent_requests")))
+        ("gpu", pl.col("gpu")), ("n_gpus", pl.col("n_gpus")), ("config", pl.col("config")), ("batch", pl.col("batch")),
+        ("ttft_s", pl.col("ttft_s")), ("tpot_s", pl.col("tpot_mean_s")), ("tpot_last_s", pl.col("tpot_s")),
+        ("tokens_per_s_per_gpu", steady_rate()), ("tokens_per_s_per_user", 1 / pl.col("tpot_mean_s")),
+        ("max_concurrent_requests", pl.col("max_concurrent_requests_steady")),
+        ("max_concurrent_requests_worst", pl.col("max_concurrent_requests")))
 
 
 #: The columns :func:`front_points` reads from a deployments table.
@@ -55,21 +55,21 @@ FRONT_SOURCE = ("gpu", "n_gpus", "config", "batch", "framework", "kv_dtype", "in
 
 def front_points(deployments: pl.LazyFrame | pl.DataFrame) -> dict[tuple[str, str, int, int], dict]:
     """Each grid front as the pages draw it, precomputed: per (framework, KV dtype, prompt, output)
-    of the decode rows, the rows flagged ``on_front`` (engine.build.fronts.grid_front: each GPU
+    of the decode rows, the rows flagged ``on_front`` (engine.serving.fronts.grid_front: each GPU
     type's Pareto front on :data:`FRONT_BASIS`) as ``{"columns": [...], "rows": [[...], ...]}`` with
     the fields of :func:`front_point`, by GPU name then fastest user first (the front's order).
     Every (framework, KV dtype, prompt, output) the grid evaluated has an entry, empty when no GPU
     serves a request there. Nothing is evaluated here: a selection and a division of stored columns."""
     import polars as pl
-    point = front_point()
+    fields = front_point()
     table = deployments.lazy().select(FRONT_SOURCE).filter(pl.col("phase") == "decode")
     key = ["framework", "kv_dtype", "input_len", "output_len"]
     keys = table.select(key).unique().collect()
     points = (table.filter(pl.col("on_front"))
-              .select(*key, *(expr.alias(name) for name, expr in point))
+              .select(*key, *(expr.alias(name) for name, expr in fields))
               .sort(*key, "gpu", "tokens_per_s_per_user", "tokens_per_s_per_gpu", descending=[False] * 5 + [True, False])
               .collect())
-    names = [name for name, _ in point]
+    names = [name for name, _ in fields]
     out = {tuple(k): {"columns": names, "rows": []} for k in keys.sort(key).iter_rows()}
     for group, rows in points.group_by(key, maintain_order=True):
         out[tuple(group)]["rows"] = [list(r) for r in rows.select(names).iter_rows()]

@@ -1,7 +1,7 @@
 """A sizing answer on another time: the cheapest served point under the lower bound or the expected time.
 
-Layer: engine.deploy (on sizing, planner, sol and measured; nothing here prints). The search
-(:func:`engine.deploy.sizing.search`) ranks every served point on one time, the schedule estimate.
+Layer: engine.serving (on sizing, planner, sol and measured; nothing here prints). The search
+(:func:`engine.serving.sizing.search`) ranks every served point on one time, the schedule estimate.
 :func:`answer_on` answers the same question on ``bound`` (no schedule beats it) or ``expected``
 (from measured kernels, engine.deploy.measured) from the summary ``archledger deploy`` prints at
 each point it reads (:func:`engine.deploy.sol.summarize_plan`, with the GPU's measured tables for
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.deploy.sizing import SLA, GPUSearch, _load, users_held
+from engine.serving.sizing import SLA, GPUSearch, _load, users_held
 
 #: time -> the summary fields of its (TTFT, steady TPOT, TPOT at the last token).
 TIMES = {"estimate": ("ttft_s", "tpot_mean_s", "tpot_s"),

@@ -1,6 +1,7 @@
 """Every published number is finite and non-negative: the last check before results are written.
 
-Layer: engine.build -> build/results. The deployment and op tables and the inspector's document hold
+Layer: engine.spec (a check of any table of a model's numbers, the build's and the serving
+answers'), before build/results. The deployment and op tables and the inspector's document hold
 counts, bytes, seconds, FLOPs and ratios of them; none of these can be negative, NaN or infinite
 unless something upstream went wrong (an int64 overflow once published a negative KV size; a NaN
 in a GPU file would make every time NaN). Inputs are bounded where they are read (gpus/*.yaml,

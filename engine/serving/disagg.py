@@ -1,10 +1,10 @@
 """Disaggregated prefill/decode: a prefill pool, a decode pool, the KV transfer between them, the pool ratio.
 
-Layer: engine.deploy (on planner, sol and hardware; nothing here prints). Each pool is replicas of
+Layer: engine.serving (on planner, sol and hardware; nothing here prints). Each pool is replicas of
 one (GPU type, parallel config) as ``archledger deploy`` evaluates it; framework, KV dtype and the
 other options are shared. The arithmetic that joins two pools lives in :func:`join` (vectorized),
 so :func:`disaggregate` (one split, ``archledger disagg``) and the search of ``archledger plan``
-(:func:`engine.deploy.sizing.disaggregated`) give the same numbers at the same point.
+(:func:`engine.serving.pairing.disaggregated`) give the same numbers at the same point.
 
 Rules (also in docs/deployment.md, "Disaggregated prefill/decode"):
 

@@ -1,7 +1,7 @@
 """The playground's live SOL times: a pick's prefill and decode speed-of-light as formula trees over its dims.
 
-Layer: engine.build (on engine.deploy and engine.spec.formula_tree). ``archledger edit MODEL --swap
-... --bind ...`` deploys both sides with the planner (:func:`engine.build.whatif.compare`): one
+Layer: engine.playground (on engine.deploy and engine.spec.formula_tree). ``archledger edit MODEL --swap
+... --bind ...`` deploys both sides with the planner (:func:`engine.playground.variant.compare`): one
 prefill of the whole ``context``-token prompt (batch 1: one step, TTFT = its step time) and one
 decode step at ``context`` (TPOT = its step time; the bytes it reads), on H200 under
 :func:`default_config`. A step's time is max(FLOPs / peak, bytes / HBM bandwidth, link bytes / link
@@ -14,11 +14,11 @@ the GPU's rates, and the page (static/js/playground.js) sums ``max`` terms with 
 Per base model and parallel config (:class:`Bases`): the old side's three numbers as trees over
 ``seq`` and ``ctx``. Per pick (``sol``), one entry per subset of its layer templates the page lets
 the reader tick (every non-empty subset where no layer stream touches the slot, ``tickable``; else
-all of them: engine.build.whatif.template_subsets), keyed by the subset comma-joined in the pick's
+all of them: engine.playground.whatif.template_subsets), keyed by the subset comma-joined in the pick's
 order: the steps the swap in those templates adds and those it removes (their difference is new -
 old), as trees over the pick's dims and the context, per template, from the variant planned at the
 pre-filled binding (the first corpus value of each dim, the page's pre-fill;
-:data:`engine.build.whatif.PLACEHOLDER` where no corpus model binds it). The variant's symbolic
+:data:`engine.playground.sites.PLACEHOLDER` where no corpus model binds it). The variant's symbolic
 analysis is the base's with the new filler's site walks spliced in (:func:`site_sol`), or pick()'s
 whole walk of it where a layer stream crosses the slot (:func:`whole_sol`); the planner repeats its
 record of the base's placement for the rows the swap leaves alone.
@@ -54,14 +54,13 @@ binding and at doubled dims found no difference above 1e-9).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import sympy
 
 from engine.deploy import Options, Scenario
-from engine.deploy.cost import KV_BYTES, link_bandwidth
+from engine.deploy.cost import KV_BYTES
 from engine.deploy.fusion import live_rules
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig
@@ -69,9 +68,10 @@ from engine.deploy.planner import check, decider, place_symbolic
 from engine.deploy.structure import tokens_per_device
 from engine.spec import formula_tree, kv, symbols
 from engine.spec.api import Evaluation
+from engine.playground.trees import (_NAMES, _TERMS, _TEXTS, _collected, _fold, _folded, bind_tree, free_names,
+                                     tree_text)
+from engine.playground.steps import KEYS, _STEPS, _SUMS, _programs_change, _step_trees, _template_of, _under
 
-#: The numbers exported, in the page's order (engine.build.whatif.METRICS's keys).
-KEYS = ("prefill_sol_s", "decode_bytes", "decode_sol_s")
 #: The (tp, pp) rungs :func:`default_config` climbs.
 LADDER = ((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16))
 
@@ -94,20 +94,12 @@ def config_for_bytes(weight_bytes: float, moe: bool, gpu: GPU, hbm_fraction: flo
     return ParallelConfig(tp=tp, pp=pp, ep=tp if moe else 1)
 
 
-# -- memoized walks of formula trees ------------------------------------------------------------------
-# A pick's trees share their sub-trees by object: the bound step formulas (_BOUND), the base's steps,
-# a template's delta in each of the pick's subsets. Nothing mutates a tree (bind_tree and _fold build
-# new ones), so a walk's result can be kept per list object; each memo holds the tree it is keyed
-# by (its id is not reused while the entry lives) and is emptied when it grows large.
-
-_NAMES: dict[int, tuple] = {}     # id(list) -> (the list, its free names)
-_TEXTS: dict[int, tuple] = {}     # id(list) -> (the list, its JSON text)
-_NO_NAMES: frozenset = frozenset()
+# -- the memos of formula trees (engine/playground/trees.py, steps.py and the site route below) -----
 
 
 def forget() -> None:
     """Empty the memos of trees (_NAMES, _TEXTS, _TERMS, _STEPS, _DIVISIBLE, _SUMS:
-    :func:`engine.build.whatif.model_playground` after each model: its trees are bound by its own dims, so the next model shares none of them)."""
+    :func:`engine.playground.whatif.model_playground` after each model: its trees are bound by its own dims, so the next model shares none of them)."""
     _NAMES.clear()
     _TEXTS.clear()
     _TERMS.clear()
@@ -116,52 +108,12 @@ def forget() -> None:
     _SUMS.clear()
 
 
-def free_names(tree: Any) -> frozenset:
-    """:func:`engine.spec.formula_tree.free_names` (the same set), memoized per list object."""
-    kind = type(tree)
-    if kind is str:
-        return frozenset((tree,))
-    if kind is not list:
-        return _NO_NAMES
-    hit = _NAMES.get(id(tree))
-    if hit is not None and hit[0] is tree:
-        return hit[1]
-    found: set = set()
-    for a in ([x for pair in tree[1:] for x in pair] if tree and tree[0] == "pw" else tree[1:]):
-        kind = type(a)
-        if kind is list:
-            found |= free_names(a)
-        elif kind is str:
-            found.add(a)
-    names = frozenset(found) if found else _NO_NAMES
-    if len(_NAMES) > 400_000:
-        _NAMES.clear()
-    _NAMES[id(tree)] = (tree, names)
-    return names
-
-
-def tree_text(tree: Any) -> str:
-    """``json.dumps(tree, separators=(",", ":"))`` of a formula tree, memoized per list object (json's
-    C encoder writes a new tree faster than a walk reusing its sub-trees' texts): a key that tells
-    distinct trees apart."""
-    if type(tree) is not list:          # a leaf: rare, not memoized
-        return json.dumps(tree, separators=(",", ":"))
-    hit = _TEXTS.get(id(tree))
-    if hit is not None and hit[0] is tree:
-        return hit[1]
-    text = json.dumps(tree, separators=(",", ":"))
-    if len(_TEXTS) > 400_000:
-        _TEXTS.clear()
-    _TEXTS[id(tree)] = (tree, text)
-    return text
-
-
 _SEQ, _CTX, _BATCH = (symbols.dim(n) for n in (symbols.SEQ, symbols.CTX, symbols.BATCH))
 _DEGREES = ("tp", "ep", "dp_attn", "cp", "pp", "dp")
 
 
 def options_for(context: int, framework: str, kv_dtype: str) -> tuple[Options, Scenario]:
-    """What :func:`engine.build.whatif._side` plans with at ``context`` (batch 1)."""
+    """What :func:`engine.playground.whatif._side` plans with at ``context`` (batch 1)."""
     return (Options(framework=framework, kv_dtype=kv_dtype, prefill_tokens=max(8192, context)),
             Scenario(batch=1, input_len=context, output_len=0))
 
@@ -204,7 +156,7 @@ class Bases:
         return self._sites[uid]
 
     def weight_bytes(self) -> float:
-        """The base's stored bytes, every stack (what :func:`engine.build.whatif.default_config` weighs)."""
+        """The base's stored bytes, every stack (what :func:`engine.playground.whatif.default_config` weighs)."""
         if not hasattr(self, "_weights"):
             self._weights = float(sum(t.total_bytes for t in self.ev.tensors()))
         return self._weights
@@ -304,281 +256,6 @@ def _has_experts(rows) -> bool:
 
 # -- the site route: the variant's plan without its walks ---------------------------------------------
 
-_NUMBER = (int, float)
-
-
-def bind_tree(tree: Any, env: dict[str, Any]) -> Any:
-    """``tree`` with the symbols of ``env`` put in and the numbers of each sum and product folded
-    (exact for integers), so a tree over the base's dims becomes one over the pick's dims only."""
-    kind = type(tree)
-    if kind is str:
-        return env.get(tree, tree)
-    if kind is not list:
-        return tree
-    return _fold(tree[0], [a if type(a) in _NUMBER else bind_tree(a, env) for a in tree[1:]])
-
-
-def _fold(op: str, args: list) -> Any:
-    """``[op, *args]`` with ``args`` already bound (:func:`bind_tree`'s last step, which binding a
-    bound tree again leaves alone): a sum or product of sums or products flattened one level, its
-    numbers folded."""
-    if op == "pw":
-        return [op, *args]
-    if op in ("+", "*"):
-        flat, numbers = [], []
-        for a in args:
-            if type(a) is list and a[0] == op:
-                for x in a[1:]:
-                    (numbers if type(x) in _NUMBER else flat).append(x)
-            else:
-                (numbers if type(a) in _NUMBER else flat).append(a)
-        rest = flat
-        if len(numbers) > 1:
-            value = numbers[0]
-            for n in numbers[1:]:
-                value = value + n if op == "+" else value * n
-            numbers = [value]
-        if numbers and numbers[0] == (0 if op == "+" else 1) and rest:
-            numbers = []
-        if op == "*" and numbers and numbers[0] == 0:
-            return 0
-        args = numbers + rest
-        if not args:
-            return 0 if op == "+" else 1
-        return args[0] if len(args) == 1 else [op, *args]
-    for a in args:
-        if not isinstance(a, _NUMBER):
-            return [op, *args]
-    # every argument a number: the number (an exact quotient of integers stays an integer)
-    if op == "/":
-        if all(isinstance(a, int) for a in args) and args[1] and args[0] % args[1] == 0:
-            return args[0] // args[1]
-        return [op, *args]
-    return formula_tree.evaluate([op, *args], {}) if args else [op]
-
-
-def _folded(tree: Any) -> Any:
-    """``tree`` with every sub-tree that reads no symbol replaced by its value (what
-    :func:`engine.spec.formula_tree.evaluate` gives it at any binding: the value is the same, the
-    tree shorter), the numbers of each sum and product folded (:func:`_fold`). A stored-bytes
-    delta's constant parts (ceil(a / b) of numbers) go, so a pick's subsets' sums of them stay small."""
-    if type(tree) is not list:
-        return tree
-    if tree[0] == "pw":
-        return ["pw", *([_folded(v), _folded(c)] for v, c in tree[1:])]
-    args = [_folded(a) for a in tree[1:]]
-    if all(type(a) in _NUMBER for a in args):
-        return formula_tree.evaluate([tree[0], *args], {})
-    return _fold(tree[0], args)
-
-
-def _collected(trees: list) -> Any:
-    """The sum of ``trees`` with like terms collected (c1 x t + c2 x t = (c1 + c2) x t, the numbers
-    added): the templates' stored-bytes deltas of a subset, which repeat one filler's terms."""
-    terms: dict[str, list] = {}
-    for tree in trees:
-        for key, coef, rest in _terms(tree):
-            if key in terms:
-                terms[key][0] += coef
-            else:
-                terms[key] = [coef, rest]
-    return _fold("+", [0, *(_fold("*", [coef, *rest]) if rest else coef for coef, rest in terms.values())])
-
-
-_TERMS: dict[int, tuple] = {}     # id(list) -> (the list, its _terms): a template's delta is in many subsets
-
-
-def _terms(tree: Any) -> list[tuple[str, Any, list]]:
-    """The terms of a sum ``tree`` (one term if it is not a sum) as (the key of the term's
-    non-number factors, its number factor, those factors) for :func:`_collected`."""
-    if type(tree) is list:
-        hit = _TERMS.get(id(tree))
-        if hit is not None and hit[0] is tree:
-            return hit[1]
-    out = []
-    for arg in (tree[1:] if type(tree) is list and tree[0] == "+" else [tree]):
-        if type(arg) in _NUMBER:
-            coef, rest = arg, []
-        elif type(arg) is list and arg[0] == "*" and type(arg[1]) in _NUMBER:
-            coef, rest = arg[1], arg[2:]
-        else:
-            coef, rest = 1, [arg]
-        out.append(("[" + ",".join([tree_text(x) for x in rest]) + "]", coef, rest))    # tree_text(rest): rest is new
-    if type(tree) is list:
-        if len(_TERMS) > 50_000:
-            _TERMS.clear()
-        _TERMS[id(tree)] = (tree, out)
-    return out
-
-
-_STEPS: dict[tuple, tuple] = {}     # (id(gpu), id(env), what a step's trees read) -> (gpu, env, trees)
-
-
-def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
-    """One step's SOL, max(f / peak, b / hbm, c / link + calls x alpha), and its HBM bytes b, as
-    trees bound by ``env``: :func:`engine.deploy.cost.step_totals` (every call of the step; a
-    ``last_token`` step at seq 1) and :mod:`engine.deploy.cost`'s rates, without sympy arithmetic.
-    Memoized per GPU, env and every field of the step the trees read (:func:`_step_fields`; not its
-    uid): a pick's plans repeat the steps of its other plans and of the other picks of its slot."""
-    key = (id(g), id(env), _step_fields(step))
-    hit = _STEPS.get(key)
-    if hit is None or hit[0] is not g or hit[1] is not env:
-        if len(_STEPS) > 50_000:
-            _STEPS.clear()
-        hit = _STEPS[key] = (g, env, _step_trees_of(g, step, env))
-    return hit[2]
-
-
-def _step_fields(step) -> tuple:
-    """Every field of a step :func:`_step_trees_of` reads (:func:`_raw_key` without the uid)."""
-    return (step.flops, step.bytes, step.weight_bytes, step.comm_bytes, step.repeat, step.last_token,
-            step.compute_dtype, step.link, step.collective, step.ranks, step.nodes)
-
-
-def _step_trees_of(g: GPU, step, env: dict) -> tuple[list, Any]:
-    """:func:`_step_trees` computed."""
-    if step.last_token:
-        env = _last_token_env(env)
-
-    def tree(expr):      # bound by env, once per (formula, env) per process: steps of a pick share formulas
-        t = _tree(expr)
-        if type(t) is not list:
-            return bind_tree(t, env)
-        key = (id(t), id(env))
-        hit = _BOUND.get(key)
-        if hit is None or hit[0] is not t or hit[1] is not env:
-            if len(_BOUND) > 50_000:
-                _BOUND.clear()
-            hit = _BOUND[key] = (t, env, bind_tree(t, env))
-        return hit[2]
-    # bind_tree([op, *args]) is _fold(op, [bind_tree(arg) ...]): the repeat is bound once for all three
-    repeat = tree(step.repeat)
-    f = _fold("*", [tree(step.flops), repeat])
-    b = _fold("*", [_fold("+", [tree(step.bytes), tree(step.weight_bytes)]), repeat])
-    c = _fold("*", [tree(step.comm_bytes), repeat])
-    link = link_bandwidth(g, step.link)
-    alpha = g.collective_latency(step.collective, step.ranks, step.nodes) if step.collective else 0.0
-    comm: list = ["+", 0]
-    if link != float("inf"):
-        comm.append(["*", c, 1.0 / link])
-    if alpha:
-        comm.append(["*", repeat, alpha])       # calls: the step's repeat
-    # bound throughout (as bind_tree of the whole would leave it), so sums of steps only fold their top
-    return _fold("max", [_fold("*", [f, 1.0 / g.peak_flops(step.compute_dtype)]),
-                         _fold("*", [b, 1.0 / g.hbm_bytes_per_s]), bind_tree(comm, {})]), b
-
-
-_BOUND: dict = {}     # (id(tree), id(env)) -> (tree, env, the tree bound by env): both kept, so no id is reused
-_SEQ1: dict = {}      # id(env) -> (env, env at seq 1): a last-token step's
-
-
-def _last_token_env(env: dict) -> dict:
-    hit = _SEQ1.get(id(env))
-    if hit is None or hit[0] is not env:
-        if len(_SEQ1) > 10_000:
-            _SEQ1.clear()
-        hit = _SEQ1[id(env)] = (env, {**env, symbols.SEQ: 1})
-    return hit[1]
-
-
-_TREES: dict = {}     # sympy expression -> its formula tree: the same step formulas recur across picks and models
-
-
-def _tree(expr) -> Any:
-    """:func:`engine.spec.formula_tree.to_tree`, once per expression per process (the tree is shared:
-    nothing mutates a tree; :func:`bind_tree` builds new ones)."""
-    if not isinstance(expr, sympy.Basic):
-        return formula_tree.to_tree(expr)
-    found = _TREES.get(expr)
-    if found is None:
-        if len(_TREES) > 200_000:
-            _TREES.clear()
-        found = _TREES[expr] = formula_tree.to_tree(expr)
-    return found
-
-
-def _raw_key(step) -> tuple:
-    """A step by what its totals and rates are made of (no arithmetic: :func:`step_totals` of two
-    steps with equal keys are equal)."""
-    return (step.uid, *_step_fields(step))
-
-
-_KEYS: dict[int, tuple] = {}      # id(program) -> (program, {raw key: step}): the base's, reused by every pick
-
-
-def _keyed(program) -> dict:
-    hit = _KEYS.get(id(program))
-    if hit is not None and hit[0] is program:
-        return hit[1]
-    if len(_KEYS) > 64:
-        _KEYS.clear()
-    keyed = {_raw_key(st): st for st in program.steps}
-    _KEYS[id(program)] = (program, keyed)
-    return keyed
-
-
-def _programs_change(bases: "Bases", old: dict, new: dict, config: ParallelConfig, needs,
-                     part) -> tuple[dict[Any, dict[str, list]], set]:
-    """new - old of the three numbers from two sets of symbolic fused programs (phase -> Program):
-    the steps one has and the other lacks, each a tree bound by the base's values but ``needs``
-    (the old ones, the base's steps, memoized on ``bases``), summed per ``part(step uid)`` (the
-    layer template the step is in; None: none of the swapped ones): {part: {key: [added, removed]}}
-    (a part with no such step is absent); and the symbols those trees read (a step's bytes tree is
-    inside its SOL tree; a sum of trees reads what they read)."""
-    names: set[str] = set()
-    env = bases.env(config, needs)
-    old_env = bases.env(config)
-    terms: dict[tuple, list] = {}        # (part, key, sign) -> trees
-    for phase in ("prefill", "decode"):
-        sides = [_keyed(old[phase]), {_raw_key(st): st for st in new[phase].steps}]
-        for sign, mine, other in ((-1, sides[0], sides[1]), (1, sides[1], sides[0])):
-            for key, step in mine.items():
-                if key not in other:
-                    if sign < 0:     # a base step: the base's values throughout (its dims are not the page's)
-                        (t, b), read = bases.step_with_names(step, old_env[phase])
-                    else:
-                        t, b = _step_trees(bases.gpu, step, env[phase])
-                        read = free_names(t)
-                    names |= read
-                    where = part(step.uid)
-                    terms.setdefault((where, f"{phase}_sol_s", sign), []).append(t)
-                    if phase == "decode":
-                        terms.setdefault((where, "decode_bytes", sign), []).append(b)
-    out: dict[Any, dict[str, list]] = {}
-    for where in dict.fromkeys(w for w, _, _ in terms):
-        # [added, removed]: the removed steps are the same for most picks of a slot (shared, intern())
-        out[where] = {k: [_fold("+", [0, *terms.get((where, k, 1), ())]), _summed(terms.get((where, k, -1), []))]
-                      for k in KEYS}
-    return out, names
-
-
-_SUMS: dict[tuple, tuple] = {}     # ids of a list of trees -> (the list, their sum): the base's removed steps
-
-
-def _summed(trees: list) -> Any:
-    """``_fold("+", [0, *trees])``, one tree object per list of tree objects: the picks of a slot
-    remove the same base steps (whose trees are shared, :meth:`Bases.step_with_names`), so their
-    sums are one object and :func:`intern` writes its text once."""
-    key = tuple(map(id, trees))
-    hit = _SUMS.get(key)
-    if hit is None or any(a is not b for a, b in zip(hit[0], trees)):
-        if len(_SUMS) > 10_000:
-            _SUMS.clear()
-        hit = _SUMS[key] = (list(trees), _fold("+", [0, *trees]))
-    return hit[1]
-
-
-def _template_of(sites: dict[str, str]):
-    """A step uid -> the layer template whose sites (``sites``: site uid -> template) hold its row
-    (a fused step's uid is ``rule@row``, a decode step's ``row@decode``), else None."""
-    def part(uid: str) -> str | None:
-        for piece in uid.split("@"):
-            for site, template in sites.items():
-                if _under(piece, site):
-                    return template
-        return None
-    return part
-
 
 def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dict[str, tuple],
              values: dict[str, int], subsets: list[tuple[str, ...]],
@@ -586,8 +263,8 @@ def site_sol(bases: Bases, needs: list[str], sites: dict[str, tuple], walks: dic
     """The SOL part of a pick without a walk of the variant (:func:`_planned`), per subset of its
     layer templates (``subsets``, the first: all of them; each the swap in those templates only):
     the new filler walked at each site of the base (``sites``: the base's slot sites the pick swaps,
-    engine.build.whatif.Picks, site[4] the template; ``walks``: per site the new filler's rows,
-    caches and output uids there and their stored bytes, engine.build.whatif.site_walk and
+    engine.playground.whatif.Picks, site[4] the template; ``walks``: per site the new filler's rows,
+    caches and output uids there and their stored bytes, engine.playground.sites.site_walk and
     site_bytes) spliced into the base's symbolic analysis: the rows under each site replaced, the
     new output taking the old one's uid (or, where a new row already has it, the old output's
     readers reading the new one). None where the splice does not apply (an output that is not one
@@ -774,10 +451,6 @@ def _entry(bases: Bases, plan: tuple, chosen: tuple[str, ...], every: bool, conf
     mine = [g for g in groups if every or g in chosen]
     change = {k: [[groups[g][k][i] for g in mine if groups[g][k][i] != 0] for i in (0, 1)] for k in KEYS}
     return {"config": config.label(), "change": change, "valid": valid, "at": dict(values), "route": route}
-
-
-def _under(uid: str, site: str) -> bool:
-    return uid == site or uid.startswith(site + "/")
 
 
 def _config_bounds(config: ParallelConfig, gpu: GPU, old_total: float, new_delta: Any, moe: bool,

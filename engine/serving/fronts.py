@@ -1,8 +1,8 @@
 """Pareto fronts and sizing answers: ``archledger plan``'s search, precomputed per model at build time.
 
-Layer: engine.build (on engine.deploy.sizing; nothing here evaluates a point itself). For each
+Layer: engine.serving (on engine.serving.sizing; nothing here evaluates a point itself). For each
 scenario (input, output) of the grid's ``sizing:`` block, each framework and KV dtype, one
-:func:`engine.deploy.sizing.search` over the block's GPU types runs exactly what ``archledger plan
+:func:`engine.serving.sizing.search` over the block's GPU types runs exactly what ``archledger plan
 MODEL --input I --output O --gpu G ... --framework F --kv-dtype D --max-gpus N`` runs (one replica:
 no ``--users`` / ``--rate``), and two tables are written per model:
 
@@ -81,7 +81,7 @@ FRONTS_SCHEMA = {**_KEY, "rank": (pl.Int64, "Position on the front, from 0 (the 
 SIZING_SCHEMA = {**_KEY, "rank": (pl.Int64, "archledger plan's order of preference, from 0: fewest GPUs, then the highest tokens/s/GPU, then the search's order. The cheapest point meeting TTFT <= a and TPOT <= b is the lowest-rank row with ttft_s <= a and tpot_s <= b.")}
 
 #: disagg.parquet: the prefill and decode points that decide plan's ``answer_disaggregated`` for any
-#: TTFT and TPOT bounds (engine/build/disagg_sizing.py: what is kept and why no answer changes).
+#: TTFT and TPOT bounds (engine/serving/disagg_sizing.py: what is kept and why no answer changes).
 DISAGG_SCHEMA = {
     **{k: _KEY[k] for k in ("model_id", "gpu", "framework", "kv_dtype", "input_len", "output_len", "extrapolated",
                             "max_gpus")},
@@ -98,7 +98,7 @@ DISAGG_SCHEMA = {
     "scale_up_bytes_per_s": (pl.Float64, "Scale-up bandwidth of one GPU, one direction (B/s)."),
     "scale_out_alpha_s": (pl.Float64, "Point-to-point latency over scale-out (s); a pair of GPU types takes the larger."),
     "scale_out_bytes_per_s": (pl.Float64, "Scale-out bandwidth of one GPU, one direction (B/s); a pair of GPU types takes the smaller."),
-    "pairs_with": (pl.String, "The decode GPU types this GPU type's prefill pool pairs with, comma-separated (plan's default rule, one vendor: engine.deploy.sizing.pair_allowed)."),
+    "pairs_with": (pl.String, "The decode GPU types this GPU type's prefill pool pairs with, comma-separated (plan's default rule, one vendor: engine.serving.pairing.pair_allowed)."),
 }
 
 #: deployments.parquet's ``on_front`` column: the rows of each Pareto front, grouped by these keys.
@@ -111,13 +111,13 @@ def grid_front(deployments: pl.DataFrame) -> pl.Series:
     served rule: :func:`engine.deploy.sol.steady_fit`) that are on the Pareto front of steady
     tokens/s/GPU (``batch / tpot_mean_s / n_gpus``) vs tokens/s/user (``1 / tpot_mean_s``) of their
     GPU type, framework, KV dtype, prompt and output length, over every GPU count, config and batch
-    of the grid (:func:`engine.deploy.sizing.front` on each group's rows in table order, so of
-    exact duplicates the first); false elsewhere. :data:`engine.build.steady.FRONT_BASIS` says so in words: the front
+    of the grid (:func:`engine.serving.sizing.front` on each group's rows in table order, so of
+    exact duplicates the first); false elsewhere. :data:`engine.serving.steady.FRONT_BASIS` says so in words: the front
     fronts.parquet and ``archledger plan`` draw, on the grid's points. The worst case (``fits``,
     ``tpot_s``) stays on the rows beside it. The deploy page's chart draws the same fronts from the
     configs' formulas (static/js/deploy_eval.js ``fronts``)."""
-    from engine.build.steady import steady_rate
-    from engine.deploy.sizing import front
+    from engine.serving.steady import steady_rate
+    from engine.serving.sizing import front
     served = (deployments.select(*GRID_FRONT_KEY, "phase", "fits_steady", "tpot_mean_s", "batch", "n_gpus")
               .with_row_index("row")
               .filter((pl.col("phase") == "decode") & pl.col("fits_steady"))
@@ -154,7 +154,7 @@ class Sizing:
 def load_sizing(grid_path: Path | str | None) -> Sizing | None:
     """The ``sizing:`` block of a grid file, checked (one line per mistake), or None when the grid
     has none (then the build writes empty fronts and sizing tables)."""
-    from engine.build.grid import DEFAULT
+    from engine.project import GRID_FILE as DEFAULT
     from engine.deploy import fusion
     path = Path(grid_path) if grid_path else DEFAULT
     # once per process and content of the files read (a build asks per model; the fusion tables
@@ -167,7 +167,7 @@ _SIZINGS = ContentMemo()
 
 
 def _load_sizing(path: Path) -> Sizing | None:
-    from engine.build.grid import _choices, _count, _list
+    from engine.spec.checked import choices_field as _choices, count_field as _count, list_field as _list
     from engine.deploy.fusion import load_tables
     from engine.spec.kv import KV_DTYPE_BYTES
     reader = Reader(path, path.parent.parent, GRID)
@@ -258,7 +258,7 @@ def _cheaply_dominated(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def preference(points: dict) -> np.ndarray:
     """Indices of a search's points in plan's order of preference for one replica: fewest GPUs,
     then the highest tokens/s/GPU, ties in the search's order (the stable lexsort of
-    :meth:`engine.deploy.sizing.GPUSearch.cheapest`)."""
+    :meth:`engine.serving.sizing.GPUSearch.cheapest`)."""
     return np.lexsort((-points["tokens_per_s_per_gpu"], points["n_gpus"]))
 
 
@@ -273,7 +273,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
     prefill-pool points, as plan does (the fronts and sizing rows are the same)."""
     from engine.deploy import Options
     from engine.deploy.fusion import load_tables
-    from engine.deploy.sizing import SLA, front, search
+    from engine.serving.sizing import SLA, front, search
     from engine.deploy.structure_cache import StructureCache
 
     fronts = {k: [] for k in FRONTS_SCHEMA}
@@ -313,10 +313,10 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
 def _append_disagg(columns: dict, ev: Evaluation, gpus, results, input_len: int, output_len: int, kv_dtype: str,
                    head: dict) -> None:
     """Append one scenario's disagg rows: per GPU type the prefill and decode points
-    :func:`engine.build.disagg_sizing.candidates` keeps, with what the pairing needs of the GPU."""
-    from engine.build.disagg_sizing import candidates, records
-    from engine.deploy.disagg import links, transfer_bytes
-    from engine.deploy.sizing import pair_allowed
+    :func:`engine.serving.disagg_sizing.candidates` keeps, with what the pairing needs of the GPU."""
+    from engine.serving.disagg_sizing import candidates, records
+    from engine.serving.disagg import links, transfer_bytes
+    from engine.serving.pairing import pair_allowed
     from engine.spec.kv import KV_DTYPE_BYTES
     kv_request = float(transfer_bytes(ev, input_len, KV_DTYPE_BYTES[kv_dtype]))
     prefill, decode = candidates(results, gpus, output_len)
@@ -369,10 +369,10 @@ def _append_disagg(columns: dict, ev: Evaluation, gpus, results, input_len: int,
 
 def check_work(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[Sizing | None, list]:
     """(the sizing block, its GPUs) for ``ev``, or (None, []) when the block does not cover the
-    model; refused in one line (:func:`engine.deploy.sizing.check_pairs`) when the model's searches
+    model; refused in one line (:func:`engine.serving.sizing.check_pairs`) when the model's searches
     together would cover more (GPU type, config) pairs than the bound: checked before any search."""
     from engine.deploy.hardware import find_gpu
-    from engine.deploy.sizing import check_pairs
+    from engine.serving.sizing import check_pairs
     spec, all_gpus = _inputs(grid_path, gpu_root)
     if spec is None or (spec.models is not None and ev.model.model_id not in spec.models):
         return None, []
@@ -384,8 +384,8 @@ def check_work(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[Sizing | 
 
 def pairs_bound(ev: Evaluation, spec: Sizing, gpus: list) -> dict[str, int]:
     """The factors whose product is the (GPU type, config) pairs ``ev``'s searches for the block
-    cover together (what :data:`engine.deploy.sizing.MAX_SEARCH_PAIRS` bounds)."""
-    from engine.deploy.sizing import legal_configs
+    cover together (what :data:`engine.serving.sizing.MAX_SEARCH_PAIRS` bounds)."""
+    from engine.serving.sizing import legal_configs
     return {"frameworks": len(spec.frameworks), "KV dtypes": len(spec.kv_dtypes), "scenarios": len(spec.scenarios),
             "GPU types": len(gpus), f"configs up to {spec.max_gpus} GPUs": len(legal_configs(ev, spec.max_gpus))}
 
@@ -421,7 +421,7 @@ def write_model(ev: Evaluation, grid_path, gpu_root, staging: Path, slug: str, w
     empty without a ``sizing:`` block, so a model's files are the same set for every grid. Returns
     row counts and seconds."""
     started = time.perf_counter()
-    from engine.build import finite
+    from engine.spec import finite
     disagg: dict = {}
     fronts, sizing = evaluate_model(ev, grid_path, gpu_root, cache, disagg)
     finite.check_tables(ev.model, {"fronts": fronts, "sizing": sizing, "disagg": disagg})
@@ -437,7 +437,7 @@ def write_model(ev: Evaluation, grid_path, gpu_root, staging: Path, slug: str, w
 def check(grid_path, gpus: dict, model_ids=None) -> None:
     """Fail early (before any model is evaluated) on a bad ``sizing:`` block, an unknown GPU in it,
     or a model id that is not in the corpus (``model_ids``)."""
-    from engine.build.grid import DEFAULT
+    from engine.project import GRID_FILE as DEFAULT
     spec = load_sizing(grid_path)
     if spec is None:
         return
