@@ -106,7 +106,7 @@ def test_consistency_a_playground_pick_does_not_depend_on_the_model_walked_befor
     from engine.spec import formula_tree, variants
     from engine.spec.api import evaluate_spec
     from engine.spec.ir import Fill
-    from engine.build import whatif
+    from engine.playground import whatif
     doc = json.loads(alone)
     entry = doc["picks"]["attention"]["kda_attention"]["sol"]["linear,full,mtp"]
     assert entry["at"] == {"kda_head_dim": 64, "kda_heads": 64}
