@@ -95,6 +95,10 @@ MODELS_SCHEMA = {
     "lineage": (pl.String, "The lab's line of families the model belongs to (corpus/lineage.yaml; an unlisted family is its own)."),
     "generation": (pl.Int64, "Position of the model's family in its lineage, oldest first (0-based)."),
     "release_position": (pl.Int64, "Position of the model in its family's release list (corpus/lineage.yaml; 1000 when not listed)."),
+    "weight_formats": (pl.List(pl.String), "The model's published weight formats: 'checkpoint' (the spec's own storage) first, then each published checkpoint of the same architecture the spec lists (`checkpoints:`, e.g. 'fp8', 'nvfp4'); deployments and ops rows carry these names in weight_format."),
+    "weight_format_models": (pl.List(pl.String), "The Hugging Face id of each of weight_formats, in the same order (the first is model_id)."),
+    "weight_format_bytes": (pl.List(pl.Int64), "Exact bytes of every stored tensor of each of weight_formats (all stacks, scales included; the first equals checkpoint_bytes), checked against that checkpoint's own evidence."),
+    "weight_format_tensors": (pl.List(pl.Int64), "Number of stored tensors of each of weight_formats."),
 }
 
 _KEY = {
@@ -335,8 +339,17 @@ def model_row(ev: Evaluation, spec_hash: str = "", verification: dict | None = N
         "attention_kinds": attention_kinds(ev), "attention_label": attention_label(ev),
         **kv_split(ev, KV_LENGTHS),     # the lengths of the model page's curve (engine.build.export)
         "traits": landscape.traits(ev),
+        **weight_format_columns(ev),
         **landscape.lineage_columns(ev.model.model_id, ev.model.family, landscape.load_lineage(ev.corpus.root)),
     }
+
+
+def weight_format_columns(ev: Evaluation) -> dict:
+    """models.parquet's weight_format* columns: each published format's name, id, bytes, tensors."""
+    formats = ev.weight_formats()
+    return {"weight_formats": [f["format"] for f in formats], "weight_format_models": [f["model_id"] for f in formats],
+            "weight_format_bytes": [int(f["bytes"].value) for f in formats],
+            "weight_format_tensors": [int(f["tensors"].value) for f in formats]}
 
 
 #: variants.parquet: one row per what-if variant (corpus/variants/): models.parquet's columns

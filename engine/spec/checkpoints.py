@@ -83,3 +83,11 @@ def _short(value: Any) -> str:
 def tensors(analysis, model: ModelSpec, corpus, name: str = OWN) -> list[storage.TensorRow]:
     """Every stored tensor of weight format ``name`` (the spec's walk, that format's storage)."""
     return storage.checkpoint_tensors(analysis, for_format(model, name), corpus)
+
+
+def format_compute(model: ModelSpec, name: str, corpus) -> set[str]:
+    """The matmul operand classes (quant schemes' ``compute``) narrower than BF16 that weight
+    format ``name`` stores weights in, e.g. ``{"fp8"}`` or ``{"fp4", "fp8"}``: the build gives a
+    published checkpoint rows on the GPUs whose tensor cores run every one of them natively."""
+    quant = for_format(model, name).quant
+    return {corpus.schemes[s].compute for s in quant.values()} - {"bf16", "fp16", "f32", "fp32"}

@@ -434,6 +434,8 @@ GRID = Mapping("a grid", fields={
     "ops": Mapping("the per-op table's points", fields=dict.fromkeys(("kv_dtypes", "points"), _VALUE)),
     "sizing": Mapping("the sizing answers", fields=dict.fromkeys(
         ("scenarios", "gpus", "frameworks", "kv_dtypes", "max_gpus", "models", "disagg_frameworks"), _VALUE)),
+    "checkpoints": Mapping("where published checkpoints get rows", fields=dict.fromkeys(
+        ("doc", "gpus", "frameworks", "kv_dtypes"), _VALUE)),
 })
 
 # -- measured kernel tables (gpus/measured/<gpu>/<framework>-<version>/<kernel>-<variant>.yaml) ---------
