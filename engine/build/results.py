@@ -114,7 +114,7 @@ _KEY = {
     "cp_kind": (pl.String, "ring or ulysses when cp > 1, else empty."),
     "config": (pl.String, "Short label of the parallel config, e.g. tp8-ep8-dp_attn8."),
     "framework": (pl.String, "Fusion table applied: vllm, sglang or none."),
-    "weight_format": (pl.String, "checkpoint (the published storage) or a quant scheme."),
+    "weight_format": (pl.String, "checkpoint (the storage of the checkpoint the spec is named after), or the `format` of another published checkpoint the spec lists (models.parquet weight_formats; its own storage, on the grid's `checkpoints:` GPUs where the format is native), or a quant scheme."),
     "kv_dtype": (pl.String, "KV cache dtype (bf16, fp8)."),
     "phase": (pl.String, "prefill (the prompt, TTFT) or decode (one token per request, TPOT)."),
     "batch": (pl.Int64, "Concurrent requests per model replica."),

@@ -68,6 +68,8 @@ def _checkpoint(args: argparse.Namespace) -> int:
     ours = f"{result.ours:,}" if result.ours is not None else "(does not evaluate)"
     theirs = f"{result.theirs:,}" if result.theirs is not None else "(transformers cannot build it)"
     print(f"parameters: ArchLedger {ours}, transformers (meta device) {theirs}")
+    for line in result.notes:
+        print(f"note: {line}")
     if result.done:
         print(f"{args.model}: verified as a checkpoint of {result.base}, with no hand edit")
         return 0

@@ -87,7 +87,9 @@ def add_checkpoint(corpus_root: Path, model_id: str, config_path: Path, like: st
         raise SpecError(where.at("model_type"), f"model_type {config.get('model_type')!r} is not {base.model_id}'s "
                         f"{base_config.get('model_type', base.model_type)!r}",
                         "a checkpoint is the base's architecture: drop --checkpoint to write a spec of its own")
-    diffs = checkpoints.differences(base_config, config, ignore=sc.UNSHAPING_KEYS)
+    # a field one config omits and the other gives the transformers class default of is the same
+    diffs = checkpoints.differences(_with_defaults(base_config, config), _with_defaults(config, base_config),
+                                    ignore=sc.UNSHAPING_KEYS | _OTHER_TOWERS)
     if diffs:
         raise SpecError(where, f"not {base.model_id}'s architecture: {len(diffs)} config field(s) differ, e.g. {diffs[0]}",
                         "a checkpoint differs from its base only in storage: drop --checkpoint to write a spec of its own")
@@ -112,8 +114,11 @@ def add_checkpoint(corpus_root: Path, model_id: str, config_path: Path, like: st
     base_text = spec_path.read_text(encoding="utf-8")
     span = sc._block(base_text.splitlines(), "quant_context")
     quant = base_text.splitlines()[span[0]:span[1]] if span else ["quant_context:", "  default: bf16"]
-    sc._quant(quant, config, base_config, corpus, result.todo, reg.prefixes)
+    # the exclusion lists' leftovers are notes here: the weight and packing guards hold every
+    # tensor of the result to the manifest, and nothing is written unless they pass
+    sc._quant(quant, config, base_config, corpus, result.notes, reg.prefixes)
     quant = [line for line in quant if line.strip() and not line.lstrip().startswith("#")]
+    quant = _kept_matrices(quant, config, corpus, model_id, reg.prefixes, result)
     text = spec_with_checkpoint(base_text, model_id, entry_lines(model_id, fmt, quant))
     name = slug(model_id)
     readme = root / "snapshots" / "README.md"
@@ -134,6 +139,80 @@ def add_checkpoint(corpus_root: Path, model_id: str, config_path: Path, like: st
         sc._move(files)
         result.files = sorted(files)
     return result
+
+
+def _with_defaults(config: dict, other: dict) -> dict:
+    """``config`` with each field it omits and ``other`` gives filled in with the value ``config``
+    implies: the same key of its own ``rope_parameters`` (transformers 5 moved RoPE settings there;
+    Qwen3.5's ``partial_rotary_factor``), null where ``other`` says null (unset either way), else the
+    transformers config class built from ``config`` (its value when config.json omits it).
+    Top-level fields, or a multimodal config's ``text_config`` fields (the class values are then
+    its text stack's)."""
+    values = sc._class_values(config)
+    text, other_text = config.get("text_config"), other.get("text_config")
+    nested = isinstance(text, dict) and isinstance(other_text, dict)
+    mine, theirs = (text, other_text) if nested else (config, other)
+    rope = mine.get("rope_parameters") if isinstance(mine.get("rope_parameters"), dict) else {}
+    filled = {}
+    for key in theirs:
+        if key in mine:
+            continue
+        if key in rope:
+            filled[key] = rope[key]
+        elif theirs[key] is None:
+            filled[key] = None
+        elif key in values:
+            filled[key] = values[key]
+    return {**config, "text_config": {**filled, **text}} if nested else {**filled, **config}
+
+
+#: Sections of a multimodal config that describe other towers, never the text stack a spec models.
+_OTHER_TOWERS = frozenset({"vision_config", "audio_config"})
+
+#: A checkpoint matrix stored unquantized (its weight in one of these, no scale beside it).
+_PLAIN = frozenset({"BF16", "F16", "F32"})
+
+
+def _kept_matrices(quant: list[str], config: dict, corpus, model_id: str, prefixes, result: sc.Result) -> list[str]:
+    """The quant context lines with a ``bf16`` module-path override for each kind of linear the
+    checkpoint keeps unquantized in every layer (transformers' quantizer on the meta device: its
+    own skip rules beside the config's lists, e.g. GLM-5's indexer ``weights_proj``), unless the
+    overrides already name it; the guards check each tensor against the same manifest."""
+    from engine.spec import module_patterns
+    from engine.verify import modeling_code
+    if not modeling_code.quantization_config(config) or not any(line.startswith("  default: ") and
+                                                                line.split()[-1] not in sc._UNQUANTIZED for line in quant):
+        return quant
+    try:
+        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}", prefixes)
+    except (modeling_code.ModelingCodeError, ImportError, KeyError):
+        return quant
+    names = {t.name for t in manifest.tensors}
+    layers: dict[str, set[int]] = {}
+    quantized: set[str] = set()
+    for t in manifest.tensors:
+        if not t.name.endswith(".weight") or len(t.shape) != 2:
+            continue
+        module = module_patterns.canonical(t.name[:-len(".weight")], prefixes)
+        found = re.search(r"(?<=\.layers\.)(\d+)(?=\.)", module)
+        if not found:
+            continue
+        shape = module[:found.start()] + "*" + module[found.end():]
+        scaled = any(n.startswith(t.name[:-len("weight")]) and n != t.name for n in names)
+        if t.dtype in _PLAIN and not scaled:
+            layers.setdefault(shape, set()).add(int(found[1]))
+        else:
+            quantized.add(shape)
+    known = {line.split(":")[0].strip().strip('"') for line in quant}
+    extra = [f'    "{shape}": bf16' for shape in sorted(layers) if shape not in quantized and shape not in known
+             and not any(module_patterns.matches(k, shape.replace("*", "0")) for k in known if module_patterns.is_pattern(k))]
+    if not extra:
+        return quant
+    result.notes.append(f"{len(extra)} kind(s) of linear the quantizer keeps unquantized, from the manifest: "
+                        + ", ".join(e.split('"')[1] for e in extra)[:200])
+    if "  overrides:" not in quant:
+        quant = quant + ["  overrides:"]
+    return quant + extra
 
 
 def _evidence(work: Path, root: Path, base_id: str, model_id: str, config: dict, result: sc.Result,

@@ -442,7 +442,7 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
             reg = registry(corpus.root)
             excluded = [p if p.startswith("re:") else module_patterns.canonical(p, reg.prefixes)
                         for p in module_patterns.exclusions(qc)]
-            patterns, partial = module_patterns.collapse_layers(excluded, n_layers or 0)
+            patterns, partial = module_patterns.collapse_layers(excluded, n_layers or 0, _layers_having(config, reg.prefixes))
             for pattern in patterns:
                 if not _text_stack(pattern, reg.other_modalities):
                     continue
@@ -460,6 +460,33 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
         lines[span[0]:span[1]] = new
     else:
         lines.extend(new)
+
+
+def _layers_having(config: dict, prefixes):
+    """``layers_of`` for :func:`module_patterns.collapse_layers`: the layers whose modules or
+    parameters (transformers' own, on the meta device, canonical paths) a ``layers.*`` pattern
+    matches (an MoE router exists in the MoE layers only: naming all of those is naming every
+    layer that has one); None when transformers cannot build the config."""
+    import fnmatch
+    from engine.spec import module_patterns
+    from engine.verify import modeling_code
+    try:
+        stack = modeling_code.build_meta_model(config)
+    except (modeling_code.ModelingCodeError, ImportError, KeyError, ValueError, TypeError):
+        return None
+    names = {module_patterns.canonical(n, prefixes) for n, _ in stack.model.named_modules()}
+    names |= {module_patterns.canonical(n, prefixes) for n, _ in stack.model.named_parameters()}
+
+    def layers_of(shape: str) -> set[int]:
+        head, _, tail = shape.partition("layers.*")
+        found = set()
+        for name in names:
+            if name.startswith(head + "layers."):
+                index, _, rest = name[len(head) + 7:].partition(".")
+                if index.isdigit() and fnmatch.fnmatchcase("." + rest if rest else "", tail or ""):
+                    found.add(int(index))
+        return found
+    return layers_of
 
 
 #: The layer index of a module path (``model.layers.12.mlp.down_proj``).
