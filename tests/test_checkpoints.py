@@ -193,3 +193,31 @@ def test_a_bad_checkpoints_entry_is_one_line_naming_its_field(entry, expected, t
         load_corpus(corpus, missing_snapshots_ok=True)
     line = err.value.one_line()
     assert expected in line and "Qwen--Qwen3-8B.yaml" in line and "checkpoints.0" in line and "\n" not in line
+
+
+def _corpus_checkpoints() -> list[tuple[str, str]]:
+    import yaml
+    out = []
+    for path in sorted((REPO / "corpus" / "models").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        out += [(data["model"], c["model"]) for c in data.get("checkpoints") or []]
+    return out
+
+
+@pytest.mark.parametrize("base,checkpoint", _corpus_checkpoints())
+def test_each_corpus_checkpoint_snapshot_equals_its_published_config(base, checkpoint):
+    """Each checkpoint's recorded fields are its own published config.json's (the file whose
+    sha256 corpus/snapshots/README.md pins; tests/test_published_configs.py checks the hash), and
+    its manifest was recorded from that config with its quantization."""
+    import yaml
+    from tests.test_published_configs import _agrees
+    name = checkpoint.replace("/", "--")
+    snapshots = REPO / "corpus" / "snapshots"
+    config = json.loads((snapshots / f"{name}.config.json").read_text())
+    snapshot = yaml.safe_load((snapshots / f"{name}.yaml").read_text())
+    assert snapshot["source"] == f"hf:{checkpoint} config.json"
+    wrong = {k: v for k, v in snapshot["fields"].items()
+             if not _agrees(v, config.get(k, "<absent>"), {**config.get("text_config", {}), **config})}
+    assert not wrong, wrong
+    manifest = yaml.safe_load((snapshots / f"{name}.tensors.yaml").read_text())
+    assert manifest["source"] == f"hf:{checkpoint}" and manifest["provenance"]["quantization"] != "none"

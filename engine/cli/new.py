@@ -42,20 +42,8 @@ def cmd_new(args: argparse.Namespace) -> int:
     from engine.verify.scaffold import scaffold
     result = scaffold(Path(args.corpus), args.model, Path(args.config), args.like, args.force,
                       progress=lambda line: print(line, file=sys.stderr))
-    for path in result.files:
-        print(f"wrote {path}")
-    ours = f"{result.ours:,}" if result.ours is not None else "(does not evaluate)"
-    theirs = f"{result.theirs:,}" if result.theirs is not None else "(transformers cannot build it)"
-    print(f"parameters: ArchLedger {ours}, transformers (meta device) {theirs}")
-    for line in result.notes:
-        print(f"note: {line}")
-    if result.done:
-        print(f"{args.model}: verified, like {result.base}, with no hand edit")
-        return 0
-    print(f"{args.model}: {len(result.todo)} thing(s) to add by hand (base {result.base}):")
-    for line in result.todo:
-        print(f"  - {line}")
-    return 1
+    return _report(result, f"{args.model}: verified, like {result.base}, with no hand edit",
+                   f"{args.model}: {len(result.todo)} thing(s) to add by hand (base {result.base}):")
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
@@ -63,6 +51,13 @@ def _checkpoint(args: argparse.Namespace) -> int:
     from engine.verify.add_checkpoint import add_checkpoint
     result = add_checkpoint(Path(args.corpus), args.model, Path(args.config), args.like, args.force, args.format,
                             progress=lambda line: print(line, file=sys.stderr))
+    return _report(result, f"{args.model}: verified as a checkpoint of {result.base}, with no hand edit",
+                   f"{args.model}: not added to {result.base} (nothing written); {len(result.todo)} thing(s) to settle:")
+
+
+def _report(result, done: str, todo: str) -> int:
+    """Print the files written, both parameter counts, the notes, then ``done`` (exit 0) or
+    ``todo`` and one line per thing to settle (exit 1): ``new`` with or without --checkpoint."""
     for path in result.files:
         print(f"wrote {path}")
     ours = f"{result.ours:,}" if result.ours is not None else "(does not evaluate)"
@@ -71,9 +66,9 @@ def _checkpoint(args: argparse.Namespace) -> int:
     for line in result.notes:
         print(f"note: {line}")
     if result.done:
-        print(f"{args.model}: verified as a checkpoint of {result.base}, with no hand edit")
+        print(done)
         return 0
-    print(f"{args.model}: not added to {result.base} (nothing written); {len(result.todo)} thing(s) to settle:")
+    print(todo)
     for line in result.todo:
         print(f"  - {line}")
     return 1

@@ -220,18 +220,13 @@ def _evidence(work: Path, root: Path, base_id: str, model_id: str, config: dict,
     """The checkpoint's evidence files made in ``work`` (as ``snapshot --config --meta`` records a
     spec's, for the base spec stored as the checkpoint)."""
     from engine.verify import modeling_code
-    from engine.verify.evidence import forward_excerpts, registry
+    from engine.verify.evidence import registry
     from engine.verify.snapshot import snapshot_files
     corpus = load_corpus(work, missing_snapshots_ok=True)
     base = corpus.models[base_id]
-    ckpt = checkpoints.find(base, model_id)
-    model = checkpoints.variant(base, ckpt)
-    manifest = source = None
+    model = checkpoints.variant(base, checkpoints.find(base, model_id))
     try:
-        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}", registry(work).prefixes)
-        label, provenance, text = modeling_code.source_evidence(config)
-        source = (label, provenance, forward_excerpts(text))
-        say(f"evidence: {manifest.provenance.get('class')} on the meta device ({manifest.provenance.get('tool')})")
+        manifest, source = sc.meta_evidence(config, corpus.schemes, model_id, registry(work).prefixes, say)
     except (modeling_code.ModelingCodeError, ImportError, KeyError) as exc:
         result.todo.append(f"evidence: {' '.join(str(exc).split())[:200]}")
         return {}

@@ -309,6 +309,9 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
     todo: list[str] = []
     notes = [] if notes is None else notes
     lines = base_text.splitlines()
+    span = _block(lines, "checkpoints")
+    if span:   # the base's other published checkpoints are the base's, never the new model's
+        del lines[span[0]:span[1]]
     for i, line in enumerate(lines):
         if line.startswith("model:"):
             lines[i] = f"model: {model_id}"
@@ -633,10 +636,24 @@ def scaffold(corpus_root: Path, model_id: str, config_path: Path, like: str | No
     return result
 
 
+def meta_evidence(config: dict, schemes, model_id: str, prefixes, say):
+    """(tensor manifest, (source label, provenance, forward excerpts)) of ``config`` on the meta
+    device, as ``snapshot --meta`` records them; raises ModelingCodeError / ImportError / KeyError."""
+    from engine.verify import modeling_code
+    from engine.verify.evidence import forward_excerpts
+    # the registry's canonical prefixes, as `snapshot --meta` passes them: a quantization_config
+    # naming modules by the checkpoint's paths (model.language_model.layers...) meets the modules
+    manifest = modeling_code.meta_manifest(config, schemes, f"hf:{model_id}", prefixes)
+    # the release and the file's sha256 with it, as `snapshot --meta` records them (the source guard reads them)
+    label, provenance, text = modeling_code.source_evidence(config)
+    say(f"evidence: {manifest.provenance.get('class')} on the meta device ({manifest.provenance.get('tool')})")
+    return manifest, (label, provenance, forward_excerpts(text))
+
+
 def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Result, say) -> dict[Path, str]:
     """The three evidence files (``snapshot --config --meta``) made in ``work``; to-dos if not."""
     from engine.verify import modeling_code
-    from engine.verify.evidence import forward_excerpts, registry
+    from engine.verify.evidence import registry
     from engine.verify.snapshot import snapshot_files
     corpus = load_corpus(work, missing_snapshots_ok=True)
     model = load_model(work / "models" / f"{slug(model_id)}.yaml", work, corpus.roles, corpus.schemes, True)
@@ -644,13 +661,7 @@ def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Resul
     source_label = f"hf:{model_id} config.json"
     manifest = source = None
     try:
-        # the registry's canonical prefixes, as `snapshot --meta` passes them: a quantization_config
-        # naming modules by the checkpoint's paths (model.language_model.layers...) meets the modules
-        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}", registry(work).prefixes)
-        # the release and the file's sha256 with it, as `snapshot --meta` records them (the source guard reads them)
-        label, provenance, text = modeling_code.source_evidence(config)
-        source = (label, provenance, forward_excerpts(text))
-        say(f"evidence: {manifest.provenance.get('class')} on the meta device ({manifest.provenance.get('tool')})")
+        manifest, source = meta_evidence(config, corpus.schemes, model_id, registry(work).prefixes, say)
     except (modeling_code.ModelingCodeError, ImportError, KeyError) as exc:
         result.todo.append(f"evidence: {' '.join(str(exc).split())[:200]} — record it with `archledger snapshot "
                            f"{model_id}` (Hub or --checkpoint)")
