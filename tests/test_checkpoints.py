@@ -221,3 +221,27 @@ def test_each_corpus_checkpoint_snapshot_equals_its_published_config(base, check
     assert not wrong, wrong
     manifest = yaml.safe_load((snapshots / f"{name}.tensors.yaml").read_text())
     assert manifest["source"] == f"hf:{checkpoint}" and manifest["provenance"]["quantization"] != "none"
+
+
+def test_show_and_deploy_take_a_published_checkpoint_by_format_or_id(capsys):
+    """``--weight-format fp8`` (or the checkpoint's id) prices Qwen3-32B as Qwen/Qwen3-32B-FP8 is
+    stored: its bytes are the total of that checkpoint's tensor manifest (recorded from transformers'
+    model with its FP8 quantizer, corpus/snapshots/Qwen--Qwen3-32B-FP8.tensors.yaml)."""
+    import yaml
+    manifest = yaml.safe_load((REPO / "corpus" / "snapshots" / "Qwen--Qwen3-32B-FP8.tensors.yaml").read_text())
+    for name in ("fp8", "Qwen/Qwen3-32B-FP8"):
+        assert cli.main(["show", "Qwen/Qwen3-32B", "--weight-format", name, "--json"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert shown["model_id"] == "Qwen/Qwen3-32B-FP8"
+        assert shown["checkpoint_bytes"]["value"] == manifest["total_bytes"]
+        assert {f["format"]: f["bytes"] for f in shown["weight_formats"]}["fp8"] == manifest["total_bytes"]
+    assert cli.main(["deploy", "Qwen/Qwen3-32B", "--gpu", "H100", "--weight-format", "fp8", "--input", "1024",
+                     "--output", "128", "--batch", "1", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["deployment"]
+    assert row["weight_format"] == "fp8"
+    # main stack only (no extra stacks in Qwen3-32B); every weight on the one GPU
+    assert row["weight_bytes_per_gpu"] == manifest["total_bytes"]
+    code = cli.main(["deploy", "Qwen/Qwen3-32B", "--gpu", "H100", "--weight-format", "fp4", "--input", "1024",
+                     "--output", "128", "--batch", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "unknown weight format 'fp4'" in err[0] and "checkpoint, fp8, fp8-static" in err[0]

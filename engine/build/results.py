@@ -868,7 +868,8 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         contracts_digest, _ = [f.result() for f in early] if early else \
             [fn(corpus, final, staging, shared, gpu_root, *extra) for fn, extra in corpus_wide]
         ordered = [rows[m] for m in targets]
-        write_parquet(_frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
+        # a row carried from results written before a column existed (a subset build's stale rows) reads null there
+        write_parquet(_frame({k: [r.get(k) for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
                       staging / "models.parquet")
         facts = {m: json.loads((staging / "models" / f"{slug(m)}.json").read_text())["landscape"] for m in targets}
         (staging / "landscape.json").write_text(json.dumps(
