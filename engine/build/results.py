@@ -344,6 +344,15 @@ def model_row(ev: Evaluation, spec_hash: str = "", verification: dict | None = N
     }
 
 
+def _with_formats(row: dict) -> dict:
+    """A models.parquet row as this build writes it: one written before the weight_format* columns
+    (a subset build carries such rows, stale) had one published format, its own storage."""
+    if "weight_formats" in row:
+        return row
+    return {**row, "weight_formats": ["checkpoint"], "weight_format_models": [row["model_id"]],
+            "weight_format_bytes": [row["checkpoint_bytes"]], "weight_format_tensors": [row["checkpoint_tensors"]]}
+
+
 def weight_format_columns(ev: Evaluation) -> dict:
     """models.parquet's weight_format* columns: each published format's name, id, bytes, tensors."""
     formats = ev.weight_formats()
@@ -644,7 +653,7 @@ def _read_previous(final: Path, log) -> Previous:
     try:
         if record is not None and not publish.matches(final / "models.parquet", record):
             raise ValueError("its size or SHA-256 differs from the manifest's record")
-        previous.rows = {r["model_id"]: r for r in pl.read_parquet(final / "models.parquet").to_dicts()}
+        previous.rows = {r["model_id"]: _with_formats(r) for r in pl.read_parquet(final / "models.parquet").to_dicts()}
     except Exception as exc:      # polars raises its own errors on garbage; every one means "damaged"
         if previous.models:
             log(f"{final / 'models.parquet'} is damaged ({' '.join(str(exc).split())[:120]}): "
@@ -868,8 +877,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         contracts_digest, _ = [f.result() for f in early] if early else \
             [fn(corpus, final, staging, shared, gpu_root, *extra) for fn, extra in corpus_wide]
         ordered = [rows[m] for m in targets]
-        # a row carried from results written before a column existed (a subset build's stale rows) reads null there
-        write_parquet(_frame({k: [r.get(k) for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
+        write_parquet(_frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
                       staging / "models.parquet")
         facts = {m: json.loads((staging / "models" / f"{slug(m)}.json").read_text())["landscape"] for m in targets}
         (staging / "landscape.json").write_text(json.dumps(
