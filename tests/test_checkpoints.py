@@ -245,3 +245,16 @@ def test_show_and_deploy_take_a_published_checkpoint_by_format_or_id(capsys):
                      "--output", "128", "--batch", "1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "unknown weight format 'fp4'" in err[0] and "checkpoint, fp8, fp8-static" in err[0]
+
+
+def test_a_checkpoints_evidence_is_part_of_its_models_build_hash(two_checkpoints, tmp_path):
+    """A re-recorded checkpoint manifest rebuilds (and re-validates) the model it belongs to."""
+    from engine.build.hashing import model_hash
+    from engine.spec.corpus import load_corpus
+    corpus, _ = two_checkpoints
+    copy = tmp_path / "corpus"
+    shutil.copytree(corpus, copy)
+    before = model_hash(load_corpus(copy), "acme/Tiny-Qwen3", "shared")
+    manifest = copy / "snapshots" / "acme--Tiny-Qwen3-FP8.tensors.yaml"
+    manifest.write_text(manifest.read_text() + "# re-recorded\n")
+    assert model_hash(load_corpus(copy), "acme/Tiny-Qwen3", "shared") != before
