@@ -116,9 +116,15 @@ def add_checkpoint(corpus_root: Path, model_id: str, config_path: Path, like: st
     quant = base_text.splitlines()[span[0]:span[1]] if span else ["quant_context:", "  default: bf16"]
     # the exclusion lists' leftovers are notes here: the weight and packing guards hold every
     # tensor of the result to the manifest, and nothing is written unless they pass
+    from engine.verify import modeling_code
+    try:     # once: the quant context's kept matrices and the evidence files both read it
+        evidence = sc.meta_evidence(config, corpus.schemes, model_id, reg.prefixes, say)
+    except (modeling_code.ModelingCodeError, ImportError, KeyError) as exc:
+        result.todo.append(f"evidence: {' '.join(str(exc).split())[:200]}")
+        return result
     sc._quant(quant, config, base_config, corpus, result.notes, reg.prefixes)
     quant = [line for line in quant if line.strip() and not line.lstrip().startswith("#")]
-    quant = _kept_matrices(quant, config, corpus, model_id, reg.prefixes, result)
+    quant = _kept_matrices(quant, evidence[0], reg.prefixes, result)
     text = spec_with_checkpoint(base_text, model_id, entry_lines(model_id, fmt, quant))
     name = slug(model_id)
     readme = root / "snapshots" / "README.md"
@@ -133,7 +139,7 @@ def add_checkpoint(corpus_root: Path, model_id: str, config_path: Path, like: st
             target.write_bytes(content) if isinstance(content, bytes) else target.write_text(content, encoding="utf-8")
         for stale in ("yaml", "tensors.yaml", "source.yaml"):   # --force: the old evidence goes
             (work / "snapshots" / f"{name}.{stale}").unlink(missing_ok=True)
-        files.update(_evidence(work, root, base.model_id, model_id, config, result, say))
+        files.update(_evidence(work, root, base.model_id, model_id, config, evidence, result))
         _check(work, base.model_id, fmt, config, result, say)
     if result.done:
         sc._move(files)
@@ -173,19 +179,13 @@ _OTHER_TOWERS = frozenset({"vision_config", "audio_config"})
 _PLAIN = frozenset({"BF16", "F16", "F32"})
 
 
-def _kept_matrices(quant: list[str], config: dict, corpus, model_id: str, prefixes, result: sc.Result) -> list[str]:
+def _kept_matrices(quant: list[str], manifest, prefixes, result: sc.Result) -> list[str]:
     """The quant context lines with a ``bf16`` module-path override for each kind of linear the
-    checkpoint keeps unquantized in every layer (transformers' quantizer on the meta device: its
-    own skip rules beside the config's lists, e.g. GLM-5's indexer ``weights_proj``), unless the
-    overrides already name it; the guards check each tensor against the same manifest."""
+    checkpoint keeps unquantized in every layer (``manifest``: transformers' quantizer on the meta
+    device, its own skip rules beside the config's lists, e.g. GLM-5's indexer ``weights_proj``),
+    unless the overrides already name it; the guards check each tensor against the same manifest."""
     from engine.spec import module_patterns
-    from engine.verify import modeling_code
-    if not modeling_code.quantization_config(config) or not any(line.startswith("  default: ") and
-                                                                line.split()[-1] not in sc._UNQUANTIZED for line in quant):
-        return quant
-    try:
-        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}", prefixes)
-    except (modeling_code.ModelingCodeError, ImportError, KeyError):
+    if not any(line.startswith("  default: ") and line.split()[-1] not in sc._UNQUANTIZED for line in quant):
         return quant
     names = {t.name for t in manifest.tensors}
     layers: dict[str, set[int]] = {}
@@ -215,21 +215,15 @@ def _kept_matrices(quant: list[str], config: dict, corpus, model_id: str, prefix
     return quant + extra
 
 
-def _evidence(work: Path, root: Path, base_id: str, model_id: str, config: dict, result: sc.Result,
-              say) -> dict[Path, str]:
+def _evidence(work: Path, root: Path, base_id: str, model_id: str, config: dict, evidence, result: sc.Result
+              ) -> dict[Path, str]:
     """The checkpoint's evidence files made in ``work`` (as ``snapshot --config --meta`` records a
-    spec's, for the base spec stored as the checkpoint)."""
-    from engine.verify import modeling_code
-    from engine.verify.evidence import registry
+    spec's, for the base spec stored as the checkpoint); ``evidence``: (manifest, source)."""
     from engine.verify.snapshot import snapshot_files
     corpus = load_corpus(work, missing_snapshots_ok=True)
     base = corpus.models[base_id]
     model = checkpoints.variant(base, checkpoints.find(base, model_id))
-    try:
-        manifest, source = sc.meta_evidence(config, corpus.schemes, model_id, registry(work).prefixes, say)
-    except (modeling_code.ModelingCodeError, ImportError, KeyError) as exc:
-        result.todo.append(f"evidence: {' '.join(str(exc).split())[:200]}")
-        return {}
+    manifest, source = evidence
     out = {}
     try:
         made = snapshot_files(corpus, model, config, f"hf:{model_id} config.json", manifest, source)
