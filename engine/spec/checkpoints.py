@@ -70,9 +70,12 @@ def differences(base: Mapping[str, Any], other: Mapping[str, Any], ignore=frozen
         a, b = base.get(key, "<absent>"), other.get(key, "<absent>")
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             out += differences(a, b, ignore, f"{path}{key}.")
-        elif a != b:
+        elif a != b and not (a in _UNSET and b in _UNSET):   # absent and null both say "not set"
             out.append(f"{path}{key}: {_short(a)} -> {_short(b)}")
     return out
+
+
+_UNSET = (None, "<absent>")
 
 
 def _short(value: Any) -> str:
