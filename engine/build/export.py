@@ -307,6 +307,12 @@ def model_document(ev: Evaluation, verification: dict | None = None) -> dict[str
                       "activations": "bf16", "kv": "bf16", "fusion": "none"},
         "verification": verification or {"verified": False, "evidence": "", "guards": []},
         "landscape": landscape,
+        # the published checkpoints of the model (its own first), each with its exact stored bytes
+        "weight_formats": [{"format": f["format"], "model_id": f["model_id"],
+                            "tensors": text.quantity(f["tensors"].value, f["tensors"].formula),
+                            "bytes": text.quantity(f["bytes"].value, f["bytes"].formula),
+                            "bytes_by_dtype": {k: text.quantity(q.value, q.formula) for k, q in f["bytes_by_dtype"].items()}}
+                           for f in ev.weight_formats()],
     }
     check_document(model, document)    # a NaN or negative number is never published (engine/spec/finite.py)
     return document

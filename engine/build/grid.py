@@ -8,7 +8,7 @@ the weights can fit up to ``beyond_fit`` times it. Nothing here computes a numbe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,9 @@ def grid_file(corpus_root: Path, given: "Path | str | None" = None) -> Path:
     grid.yaml (a checkout's, or --corpus), else the installed default."""
     own = Path(corpus_root) / "grid.yaml"
     return Path(given) if given else own if own.exists() else DEFAULT
-_TOP = ("doc", "gpus", "gpu_counts", "beyond_fit", "parallel", "frameworks", "kv_dtypes", "scenarios", "ops", "sizing")
+_TOP = ("doc", "gpus", "gpu_counts", "beyond_fit", "parallel", "frameworks", "kv_dtypes", "scenarios", "ops", "sizing",
+        "checkpoints")
+_REQUIRED = _TOP[1:-2]
 _PARALLEL = ("max_pp", "cp", "ep", "dp_attn", "tp_in_domain", "pp_after_tp")
 _SCENARIOS = ("input_lengths", "beyond_max_context", "output_lengths", "batches")
 #: Bounds of a grid, on top of those of one deployment (engine.deploy.parallel.MAX_GPUS for GPU counts and
@@ -80,6 +82,19 @@ class Grid:
     #: The ``scenarios:`` and ``ops:`` blocks' places in the file (the bounds on a model's points name them).
     where: Where = field(default=Where(), compare=False)
     ops_where: Where = field(default=Where(), compare=False)
+    #: The ``checkpoints:`` block: where a model's other published checkpoints (weight formats
+    #: besides ``checkpoint``) get rows: these GPUs (None: the grid's), frameworks and KV dtypes.
+    checkpoint_gpus: tuple[str, ...] | None = None
+    checkpoint_frameworks: tuple[str, ...] = ()
+    checkpoint_kv_dtypes: tuple[str, ...] = ()
+
+    def for_checkpoints(self) -> "Grid":
+        """The grid a published checkpoint's rows are evaluated over (its GPUs, frameworks, KV
+        dtypes; the per-op points at those KV dtypes only)."""
+        kv = self.checkpoint_kv_dtypes or self.kv_dtypes
+        return replace(self, gpus=self.checkpoint_gpus if self.checkpoint_gpus is not None else self.gpus,
+                       frameworks=self.checkpoint_frameworks or self.frameworks, kv_dtypes=kv,
+                       ops_kv_dtypes=tuple(d for d in self.ops_kv_dtypes if d in kv))
 
 
 def _ints(reader: Reader, parent, key: str, field: str, high: int, what: str, allow_tp: bool = False) -> tuple:
@@ -106,7 +121,7 @@ _GRIDS = ContentMemo()
 def _load_grid(path: Path) -> Grid:
     reader = Reader(path, path.parent.parent, GRID)
     data = reader.mapping(reader.data, "")
-    reader.keys(data, "", _TOP, _TOP[1:-1])   # sizing: optional (engine/serving/fronts.py reads it)
+    reader.keys(data, "", _TOP, _REQUIRED)   # sizing (engine/serving/fronts.py reads it) and checkpoints: optional
     par = reader.mapping(data["parallel"], "parallel", data, "parallel")
     reader.keys(par, "parallel", _PARALLEL, _PARALLEL)
     sc = reader.mapping(data["scenarios"], "scenarios", data, "scenarios")
@@ -140,6 +155,17 @@ def _load_grid(path: Path) -> Grid:
         raise SpecError(reader.where(sc, "scenarios.beyond_max_context", "beyond_max_context"),
                         f"{shown_value(beyond)} is not a number above 0 and at most {MAX_BEYOND_CONTEXT}",
                         "write e.g. `beyond_max_context: 2` (prompts up to twice the model's max context)")
+    ck = {"gpus": None, "frameworks": (), "kv_dtypes": ()}
+    if data.get("checkpoints") is not None:
+        raw = reader.mapping(data["checkpoints"], "checkpoints", data, "checkpoints")
+        reader.keys(raw, "checkpoints", ("doc", "gpus", "frameworks", "kv_dtypes"), ("gpus", "frameworks", "kv_dtypes"))
+        names = _list(reader, raw, "gpus", "checkpoints.gpus")
+        for i, name in enumerate(names):
+            if not is_name(name):
+                raise SpecError(reader.where(raw, f"checkpoints.gpus[{i}]", "gpus"), f"{shown_value(name)} is not a GPU name",
+                                "write e.g. `gpus: [H100, B200]` (the `gpu:` names of gpus/*.yaml)")
+        ck = {"gpus": tuple(names), "frameworks": _choices(reader, raw, "frameworks", "checkpoints.frameworks", frameworks),
+              "kv_dtypes": _choices(reader, raw, "kv_dtypes", "checkpoints.kv_dtypes", kv_dtypes)}
     return Grid(str(path), None if gpus == "all" else tuple(gpus),
                 _ints(reader, data, "gpu_counts", "gpu_counts", MAX_GPUS, counts),
                 _count(data["beyond_fit"], reader.where(data, "beyond_fit", "beyond_fit"), MAX_GPUS,
@@ -158,7 +184,8 @@ def _load_grid(path: Path) -> Grid:
                 _ints(reader, sc, "batches", "scenarios.batches", MAX_BATCH, batches),
                 _choices(reader, ops, "kv_dtypes", "ops.kv_dtypes", kv_dtypes, empty_ok=True), tuple(points),
                 Where(reader.display, data.line_of("scenarios"), "scenarios"),
-                Where(reader.display, data.line_of("ops"), "ops"))
+                Where(reader.display, data.line_of("ops"), "ops"),
+                ck["gpus"], ck["frameworks"], ck["kv_dtypes"])
 
 
 @lru_cache(maxsize=None)

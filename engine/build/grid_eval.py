@@ -20,10 +20,11 @@ the worst case stays on every row beside it (``fits``, ``tpot_s``, ``max_concurr
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 
-from engine.spec import formula_tree, kv
+from engine.spec import checkpoints, formula_tree, kv
 from engine.spec.api import Evaluation
 from engine.deploy import PHASES, Plan, Scenario, tokens_per_device
 from engine.deploy.fusion import load_tables, token_limits
@@ -33,7 +34,7 @@ from engine.deploy.hardware import load_gpus
 from engine.deploy.measured import load_measured
 from engine.deploy.sol import (capacity, capacity_terms, expected_phase_times_many, op_rows_columns, summarize_many,
                                weight_text)
-from engine.deploy.structure import HBM_FRACTION, device_tokens
+from engine.deploy.structure import HBM_FRACTION, Options, device_tokens
 from engine.build.columns import Columns
 
 #: A bucket's per-point lists, in the order they are filled.
@@ -61,7 +62,37 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
     if cache is None:
         cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
     tables = cache.tables
-    stored = float(sum(t.total_bytes for t in ev.tensors() if t.stack == "main"))
+    deployments, ops = Columns(), Columns()
+    measured = _measured_reader(gpu_root)     # one reader for every format's rows and the export
+    cells, structure, total = _evaluate_format(ev, grid, gpus, measured, cache, checkpoints.OWN, deployments, ops)
+    for name in checkpoints.formats(ev.model)[1:]:
+        # a published checkpoint's rows: the grid's `checkpoints:` block (GPUs, frameworks, KV
+        # dtypes), on those of its GPUs whose tensor cores run the format natively (elsewhere
+        # frameworks dequantize to BF16): docs/results.md, "Weight formats"
+        small = grid.for_checkpoints()
+        compute = checkpoints.format_compute(ev.model, name, ev.corpus)
+        names = tuple(n for n in (small.gpus if small.gpus is not None else tuple(gpus))
+                      if n not in gpus or compute <= set(gpus[n].peak))   # an unknown name: model_cells says so
+        if names:
+            total += _evaluate_format(ev, replace(small, gpus=names), gpus, measured, cache, name, deployments, ops)[2]
+    deployments, ops = deployments.joined(), ops.joined()
+    if export is not None:
+        from engine.build.deploy_export import model_export
+        export.update(model_export(ev, cells, grid, gpus, tables, structure,
+                                   lambda s, gpu: s.weight_bytes_per_gpu < gpu.hbm_bytes * HBM_FRACTION, measured))
+    return deployments, ops, total
+
+
+
+def _evaluate_format(ev: Evaluation, grid, gpus: dict, measured, cache: StructureCache, fmt: str,
+                     deployments: Columns, ops: Columns):
+    """Append one weight format's deployment and op rows over ``gpus`` to ``deployments`` and
+    ``ops``; (its cells, its structure lookup, its number of points). ``measured``: the build's
+    :func:`_measured_reader`."""
+    options = Options(weight_format=fmt)
+    tables = cache.tables
+    stored = float(sum(t.total_bytes for t in checkpoints.tensors(ev.numeric, ev.model, ev.corpus, fmt)
+                       if t.stack == "main"))
     cells = model_cells(ev, grid, gpus, stored)
     gpu_list = sorted({g.key for g, _ in cells})
     gpu_objs = [gpus[k] for k in gpu_list]
@@ -76,7 +107,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         and its memory (the deploy page's export: StructureCache.drafting)."""
         if mtp:
             return cache.drafting(config, domain, framework, gpu, regimes, mtp)
-        return cache.structure(config, domain, framework, gpu, regimes)
+        return cache.structure(config, domain, framework, gpu, regimes, options)
 
     # 1. the points of every cell, bucketed by the structure that evaluates them
     buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -197,7 +228,6 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         into = merged[(config, domain, framework, sig, regimes)]
         for name, values in points.items():
             into[name].extend(values)
-    deployments = Columns()
     total = 0
     calls = []
     for (config, domain, framework, sig, regimes), points in merged.items():
@@ -206,7 +236,6 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
         calls.append((s, np.array([gpu_pos[g] for g in points["gpu"]]), np.array(points["kv_bytes"], dtype=float),
                       np.array(points["batch"]), np.array(points["input_len"]), np.array(points["output_len"])))
     # the expected times from measured kernels (gpus/measured/), by deploy's own rule
-    measured = _measured_reader(gpu_root)
     expected = _expected(calls, list(merged.values()), gpus, measured)
     # sibling structures share compiled programs: each evaluated once over all their points
     summaries = summarize_many(gpu_objs, calls, expected=expected)
@@ -224,7 +253,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             deployments.repeat("model_id", ev.model.model_id, n)
             deployments.add("gpu", points["gpu"])
             deployments.repeat("framework", framework, n)
-            deployments.repeat("weight_format", "checkpoint", n)
+            deployments.repeat("weight_format", fmt, n)
             deployments.add("kv_dtype", points["kv_dtype"])
             deployments.repeat("phase", phase, n)
             for name, value, per_point in fields:
@@ -234,10 +263,8 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                     deployments.repeat(name, value, n)
             for name in PHASE_FIELDS:
                 deployments.add(name, _points(np.asarray(phases[phase][name]), n))
-    deployments = deployments.joined()
 
     # 3. per-op tables of the points the site shows
-    ops = Columns()
     for (config, domain, framework, gpu_key, regimes, kv_dtype), points in ops_points.items():
         gpu = gpus[gpu_key]
         s = structure(config, domain, framework, gpu, regimes)
@@ -251,7 +278,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
             key = {"model_id": ev.model.model_id, "gpu": gpu_key, "n_gpus": config.n_gpus,
                    "gpus_per_node": domain, "tp": config.tp, "ep": config.ep, "dp_attn": config.dp_attn,
                    "pp": config.pp, "cp": config.cp, "cp_kind": config.cp_kind if config.cp > 1 else "",
-                   "config": config.label(), "framework": framework, "weight_format": "checkpoint",
+                   "config": config.label(), "framework": framework, "weight_format": fmt,
                    "kv_dtype": kv_dtype, "phase": phase}
             for name, value in key.items():
                 ops.repeat(name, value, rows)
@@ -261,12 +288,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, export: dict |
                 ops.repeat("output_len", point.output_len, per_point)
             for name, values in columns.items():
                 ops.add(name, values)
-    ops = ops.joined()
-    if export is not None:
-        from engine.build.deploy_export import model_export
-        export.update(model_export(ev, cells, grid, gpus, tables, structure,
-                                   lambda s, gpu: s.weight_bytes_per_gpu < gpu.hbm_bytes * HBM_FRACTION, measured))
-    return deployments, ops, total
+    return cells, structure, total
 
 
 #: The batches the grid keeps for one (config, GPU, framework, KV dtype, prompt, output) at its

@@ -77,8 +77,13 @@ def model_hash(corpus: Corpus, model_id: str, shared: str) -> str:
     base = corpus.root.parent
     files = {base / model.where.file, base / model.snapshot.where.file}
     files.update(p for p in evidence_files(corpus, model) if p.exists())
+    from engine.spec import checkpoints
+    for ckpt in getattr(model, "checkpoints", ()):     # each published checkpoint's own evidence too
+        files.add(base / ckpt.snapshot.where.file)
+        files.update(p for p in evidence_files(corpus, checkpoints.variant(model, ckpt)) if p.exists())
     files.update(base / corpus.drafts[d].where.file for d in model.drafts if d in corpus.drafts)
-    files.update(base / corpus.schemes[s].where.file for s in set(model.quant.values()))
+    quant = set(model.quant.values()).union(*(c.quant.values() for c in getattr(model, "checkpoints", ())))
+    files.update(base / corpus.schemes[s].where.file for s in quant)
     return _digest(sorted(files, key=lambda p: (p.parent.name, p.name)), shared.encode())
 
 

@@ -98,6 +98,10 @@ MODELS_SCHEMA = {
     "lineage": (pl.String, "The lab's line of families the model belongs to (corpus/lineage.yaml; an unlisted family is its own)."),
     "generation": (pl.Int64, "Position of the model's family in its lineage, oldest first (0-based)."),
     "release_position": (pl.Int64, "Position of the model in its family's release list (corpus/lineage.yaml; 1000 when not listed)."),
+    "weight_formats": (pl.List(pl.String), "The model's published weight formats: 'checkpoint' (the spec's own storage) first, then each published checkpoint of the same architecture the spec lists (`checkpoints:`, e.g. 'fp8', 'nvfp4'); deployments and ops rows carry these names in weight_format."),
+    "weight_format_models": (pl.List(pl.String), "The Hugging Face id of each of weight_formats, in the same order (the first is model_id)."),
+    "weight_format_bytes": (pl.List(pl.Int64), "Exact bytes of every stored tensor of each of weight_formats (all stacks, scales included; the first equals checkpoint_bytes), checked against that checkpoint's own evidence."),
+    "weight_format_tensors": (pl.List(pl.Int64), "Number of stored tensors of each of weight_formats."),
 }
 
 _KEY = {
@@ -113,7 +117,7 @@ _KEY = {
     "cp_kind": (pl.String, "ring or ulysses when cp > 1, else empty."),
     "config": (pl.String, "Short label of the parallel config, e.g. tp8-ep8-dp_attn8."),
     "framework": (pl.String, "Fusion table applied: vllm, sglang or none."),
-    "weight_format": (pl.String, "checkpoint (the published storage) or a quant scheme."),
+    "weight_format": (pl.String, "checkpoint (the storage of the checkpoint the spec is named after), or the `format` of another published checkpoint the spec lists (models.parquet weight_formats; its own storage, on the grid's `checkpoints:` GPUs where the format is native), or a quant scheme."),
     "kv_dtype": (pl.String, "KV cache dtype (bf16, fp8)."),
     "phase": (pl.String, "prefill (the prompt, TTFT) or decode (one token per request, TPOT)."),
     "batch": (pl.Int64, "Concurrent requests per model replica."),
@@ -339,8 +343,26 @@ def model_row(ev: Evaluation, spec_hash: str = "", verification: dict | None = N
         "attention_kinds": attention_kinds(ev), "attention_label": attention_label(ev),
         **kv_split(ev, KV_LENGTHS),     # the lengths of the model page's curve (engine.build.export)
         "traits": landscape.traits(ev),
+        **weight_format_columns(ev),
         **landscape.lineage_columns(ev.model.model_id, ev.model.family, landscape.load_lineage(ev.corpus.root)),
     }
+
+
+def _with_formats(row: dict) -> dict:
+    """A models.parquet row as this build writes it: one written before the weight_format* columns
+    (a subset build carries such rows, stale) had one published format, its own storage."""
+    if "weight_formats" in row:
+        return row
+    return {**row, "weight_formats": ["checkpoint"], "weight_format_models": [row["model_id"]],
+            "weight_format_bytes": [row["checkpoint_bytes"]], "weight_format_tensors": [row["checkpoint_tensors"]]}
+
+
+def weight_format_columns(ev: Evaluation) -> dict:
+    """models.parquet's weight_format* columns: each published format's name, id, bytes, tensors."""
+    formats = ev.weight_formats()
+    return {"weight_formats": [f["format"] for f in formats], "weight_format_models": [f["model_id"] for f in formats],
+            "weight_format_bytes": [int(f["bytes"].value) for f in formats],
+            "weight_format_tensors": [int(f["tensors"].value) for f in formats]}
 
 
 #: variants.parquet: one row per what-if variant (corpus/variants/): models.parquet's columns
@@ -642,7 +664,7 @@ def _read_previous(final: Path, log) -> Previous:
     try:
         if record is not None and not publish.matches(final / "models.parquet", record):
             raise ValueError("its size or SHA-256 differs from the manifest's record")
-        previous.rows = {r["model_id"]: r for r in pl.read_parquet(final / "models.parquet").to_dicts()}
+        previous.rows = {r["model_id"]: _with_formats(r) for r in pl.read_parquet(final / "models.parquet").to_dicts()}
     except Exception as exc:      # polars raises its own errors on garbage; every one means "damaged"
         if previous.models:
             log(f"{final / 'models.parquet'} is damaged ({' '.join(str(exc).split())[:120]}): "

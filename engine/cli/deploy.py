@@ -33,7 +33,9 @@ def add_serving_arguments(p, kv_note: str = "", prefill_tokens: bool = True) -> 
     p.add_argument("--framework", default="vllm", help="fusion table of corpus/fusion/ (vllm, sglang, trtllm) or none")
     p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8)" + kv_note)
     p.add_argument("--act-dtype", default="bf16", help="activation dtype (bf16, fp8)")
-    p.add_argument("--weight-format", default="checkpoint", help="checkpoint, or a quant scheme for every matrix")
+    p.add_argument("--weight-format", default="checkpoint", help="checkpoint (the spec's own published storage), a published checkpoint of the model by its format "
+                        "or Hub id (the spec's `checkpoints:`, e.g. fp8 or Qwen/Qwen3-32B-FP8: that checkpoint's real "
+                        "storage), or a quant scheme for every matrix (a what-if)")
     p.add_argument("--hbm-fraction", type=float, default=0.9,  # = structure.HBM_FRACTION (the parser stays light)
                    help="usable share of HBM")
     p.add_argument("--overlap", choices=("none", "two_batch"), default=None,

@@ -22,6 +22,9 @@ def add_parsers(sub, parents=()) -> dict[str, argparse.ArgumentParser]:
     show.add_argument("--formula", action="store_true", help="print the formula behind each number")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"], help="KV cache dtype")
+    show.add_argument("--weight-format", default="checkpoint",
+                      help="the storage the checkpoint figures are of: checkpoint (the spec's own), a published "
+                           "checkpoint's format or id (the spec's `checkpoints:`, e.g. fp8), or a quant scheme for every matrix")
     show.set_defaults(func=cmd_show)
 
     from engine.cli import common_options
@@ -51,12 +54,19 @@ def _flatten(overview: dict) -> list[tuple[str, object]]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+    from engine.deploy.planner import weight_format_model
     from engine.spec.api import evaluate
     ev = evaluate(args.model, args.corpus)
+    formats = ev.weight_formats()       # every published checkpoint, whichever storage is shown
+    ev = replace(ev, model=weight_format_model(ev.model, ev.corpus, args.weight_format))
     overview = ev.overview(args.kv_dtype)
     if args.json:
         out = {"model_id": ev.model.model_id, "family": ev.model.family, "kv_dtype": args.kv_dtype,
-               "bound": {k: int(v) for k, v in sorted(ev.bound.items())}}
+               "weight_format": args.weight_format,
+               "bound": {k: int(v) for k, v in sorted(ev.bound.items())},
+               "weight_formats": [{"format": f["format"], "model_id": f["model_id"], "bytes": int(f["bytes"].value),
+                                   "tensors": int(f["tensors"].value)} for f in formats]}
         for key, q in _flatten(overview):
             out[key] = {"value": int(q.value), "formula": _formula(q.formula)}
         if ev.model.config_defaults:   # config fields the modeling code supplies (spec config_defaults)
@@ -70,6 +80,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"{ev.model.display_name}  ({ev.model.model_id}, {ev.model.model_type})")
     if ev.model.unverified:
         print(f"  UNVERIFIED: {ev.model.unverified}")
+    if len(formats) > 1:
+        print("  published checkpoints (--weight-format): " + "; ".join(
+            f"{f['format']} {f['model_id']} {_human(f['bytes'].value, 'B')}" for f in formats))
     units = {"params": "", "checkpoint_bytes": "B", "kv": "B"}
     for key, q in _flatten(overview):
         unit = next((u for prefix, u in units.items() if key.startswith(prefix)), "")

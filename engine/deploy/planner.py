@@ -34,7 +34,7 @@ from typing import Mapping
 
 import sympy
 
-from engine.spec import kv, quantities, storage, streams as stream_rules, symbols
+from engine.spec import checkpoints, kv, quantities, storage, streams as stream_rules, symbols
 from engine.spec.api import Evaluation
 from engine.deploy.cost import KV_BYTES, compile_program
 from engine.spec.errors import SpecError
@@ -149,6 +149,23 @@ def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> 
     return int(axis.size / per_unit)
 
 
+def weight_format_model(model, corpus, name: str):
+    """The spec stored as weight format ``name``: ``checkpoint`` (its own published storage), a
+    published checkpoint's format or Hub id (its REAL storage: that checkpoint's quant context,
+    engine.spec.checkpoints), or a quant scheme applied to every matrix (a what-if, not published)."""
+    if name == checkpoints.OWN:
+        return model
+    found = checkpoints.find(model, name)
+    if found is not None:
+        return checkpoints.variant(model, found)
+    if name not in corpus.schemes:
+        published = ", ".join(checkpoints.formats(model))
+        raise SpecError(option_where("--weight-format"), f"unknown weight format {name!r}",
+                        f"use a published checkpoint of {model.model_id} ({published}) or a quant scheme for "
+                        "every matrix: " + ", ".join(sorted(corpus.schemes)))
+    return replace(model, quant={"*": name})
+
+
 _WEIGHTS: list = []      # [(numeric, symbolic analysis, {weight format: row -> stored leaves})]: the last model
 
 
@@ -156,10 +173,7 @@ def _weights_fn(ev: Evaluation, options: Options):
     corpus, model = ev.corpus, ev.model
     override = None
     if options.weight_format != "checkpoint":
-        if options.weight_format not in corpus.schemes:
-            raise SpecError(option_where("--weight-format"), f"unknown weight format {options.weight_format!r}",
-                            "use checkpoint or one of: " + ", ".join(sorted(corpus.schemes)))
-        override = replace(model, quant={"*": options.weight_format})
+        override = weight_format_model(model, corpus, options.weight_format)
     # a row's stored leaves do not depend on the config: one cache per model and weight format
     if not (_WEIGHTS and _WEIGHTS[0][0] is ev.numeric and _WEIGHTS[0][1] is ev.symbolic):
         _WEIGHTS[:] = [(ev.numeric, ev.symbolic, {})]

@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.spec import checkpoints, storage
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError, Where
 from engine.deploy.admission import steady_tokens
@@ -59,7 +60,7 @@ from engine.deploy.fusion import FusionTable, admission_of, live_token_limits, r
 from engine.serving.disagg import PREFILL_OUTPUT, ROUND, usd_per_m_tokens
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
-from engine.deploy.planner import check, validate_options
+from engine.deploy.planner import check, validate_options, weight_format_model
 from engine.deploy.sol import capacity, capacity_terms, phase_inputs, phases_many, summarize
 from engine.deploy.structure_cache import StructureCache
 from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
@@ -439,8 +440,10 @@ def _kv_bytes(options: Options) -> int:
     return KV_DTYPE_BYTES[options.kv_dtype]
 
 
-def _stored_bytes(ev: Evaluation) -> float:
-    return float(sum(t.total_bytes for t in ev.tensors() if t.stack == "main"))
+def _stored_bytes(ev: Evaluation, weight_format: str = "checkpoint") -> float:
+    """The main stack's stored bytes in ``weight_format`` (its published storage, or a checkpoint's)."""
+    model = weight_format_model(ev.model, ev.corpus, weight_format)
+    return float(sum(t.total_bytes for t in storage.checkpoint_tensors(ev.numeric, model, ev.corpus) if t.stack == "main"))
 
 
 def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla: SLA, *, max_gpus: int = 8,
@@ -464,7 +467,9 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
     configs = legal_configs(ev, max_gpus)
     check_pairs({"GPU types": len(gpus), f"configs up to {max_gpus} GPUs": len(configs)}, option_where("--max-gpus"),
                 "name fewer GPU types (--gpu) or a smaller --max-gpus")
-    stored = _stored_bytes(ev) if options.weight_format == "checkpoint" else 0.0
+    # a published format's bytes bound every split's; a blanket scheme's are not computed here
+    published = options.weight_format == "checkpoint" or checkpoints.find(ev.model, options.weight_format)
+    stored = _stored_bytes(ev, options.weight_format) if published else 0.0
     evaluator = _Evaluator(ev, options, fusion, cache)
     # 1. per GPU type and config, the batches to try: up to the steady-state capacity summarize()
     # reports (its steady fit then decides which of them are served); a prefill pool holds the prompt

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import sympy
 
-from engine.spec import kv, quantities, storage
+from engine.spec import checkpoints, kv, quantities, storage
 from engine.spec.corpus import Corpus, load_corpus, load_shared
 from engine.spec.evaluate import Analysis, Binding, walk_model
 from engine.spec.model_index import corpus_for_model
@@ -55,6 +55,23 @@ class Evaluation:
     def tensors(self, binding: str = "numeric") -> list[storage.TensorRow]:
         analysis = self.numeric if binding == "numeric" else self.symbolic
         return storage.checkpoint_tensors(analysis, self.model, self.corpus)
+
+    def weight_formats(self) -> list[dict[str, Any]]:
+        """Every published weight format of the model (``checkpoint``, then each ``checkpoints:``
+        entry, engine.spec.checkpoints): its name, Hub id, and exact stored bytes (all stacks, scales
+        included), bytes by dtype and tensor count, each a :class:`Quantity` (number and formula)."""
+        out = []
+        for name in checkpoints.formats(self.model):
+            stored = checkpoints.for_format(self.model, name)
+            num_t = storage.checkpoint_tensors(self.numeric, stored, self.corpus)
+            sym_t = storage.checkpoint_tensors(self.symbolic, stored, self.corpus)
+            by_num, by_sym = storage.bytes_by_dtype(num_t), storage.bytes_by_dtype(sym_t)
+            out.append({"format": name, "model_id": stored.model_id,
+                        "tensors": Quantity(storage.tensor_count(num_t), storage.tensor_count(sym_t)),
+                        "bytes": Quantity(sympy.Add(*(t.total_bytes for t in num_t)),
+                                          sympy.Add(*(t.total_bytes for t in sym_t))),
+                        "bytes_by_dtype": {k: Quantity(by_num[k], by_sym[k]) for k in by_num}})
+        return out
 
     def overview(self, kv_dtype: str = "bf16") -> dict[str, Any]:
         """What ``archledger show`` prints: params, checkpoint bytes by dtype, KV per token by kind."""

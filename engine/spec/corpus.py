@@ -20,7 +20,7 @@ from engine.spec import expr, file_schemas, module_patterns, symbols, variants a
 from engine.spec.module_patterns import is_pattern
 from engine.spec.dtypes import CACHE_DTYPE_ALIASES, CACHE_DTYPE_BYTES, DTYPE_BYTES
 from engine.spec.errors import SpecError, Where
-from engine.spec.ir import (CacheSpec, ComponentSpec, ConfigDefault, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
+from engine.spec.ir import (CacheSpec, Checkpoint, ComponentSpec, ConfigDefault, DimInfo, Fill, ModelSpec, NodeSpec, QuantScheme,
                        RoleInfo, Schedule, ScheduleRule, Snapshot, StackSpec, StoredTensor,
                        StreamSpec, VariantSpec)
 from engine.spec.ops import GROWTHS, OPS
@@ -667,14 +667,24 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
                         raise SpecError(where, f"unknown template {template!r}",
                                         "declare it under templates: (known: " + ", ".join(templates) + ")")
         stacks[name] = StackSpec(name, inputs, graph, reader.where(raw, field))
-    quant = {}
-    raw_quant = data.get("quant_context") or {"default": "bf16"}
-    quant["*"] = raw_quant["default"]
-    quant_where = {"*": reader.where(raw_quant, "quant_context.default", "default")}
+    quant = _quant_context(reader, data.get("quant_context") or {"default": "bf16"}, "quant_context", roles, schemes)
+    checkpoints = _checkpoints(reader, data, model_id, root, roles, schemes, missing_snapshot_ok, config_defaults)
+    drafts = reader.names(data.get("drafts"), "drafts", data, "drafts")
+    return ModelSpec(model_id, data["model_type"], data["family"], str(data.get("name", model_id.split("/")[-1])),
+                     str(data.get("notes", "")), reader.where(data), dims, data["max_context"], slots,
+                     templates, stacks, quant, drafts, snapshot, config_defaults,
+                     unverified=" ".join(str(data.get("unverified", "")).split()), checkpoints=checkpoints)
+
+
+def _quant_context(reader: "Reader", raw_quant: Any, field: str, roles, schemes) -> dict[str, str]:
+    """A ``quant_context`` block (the spec's or a checkpoint's) as ``{"*": default, key: scheme}``,
+    every scheme known, every key a role, ``role.leaf`` or a valid module-path pattern."""
+    quant = {"*": raw_quant["default"]}
+    quant_where = {"*": reader.where(raw_quant, f"{field}.default", "default")}
     overrides = raw_quant.get("overrides") or {}
     for key, scheme in overrides.items():
         quant[key] = scheme
-        quant_where[key] = reader.where(overrides, f"quant_context.overrides.{key}", key)
+        quant_where[key] = reader.where(overrides, f"{field}.overrides.{key}", key)
     for key, scheme in quant.items():
         if scheme not in schemes:
             raise SpecError(quant_where[key], f"unknown quant scheme {scheme!r}",
@@ -689,11 +699,41 @@ def load_model(path: Path, root: Path, roles, schemes, missing_snapshot_ok: bool
         elif key != "*" and role not in roles:
             raise SpecError(quant_where[key], f"unknown role {role!r}",
                             "use one of: " + ", ".join(sorted(roles)))
-    drafts = reader.names(data.get("drafts"), "drafts", data, "drafts")
-    return ModelSpec(model_id, data["model_type"], data["family"], str(data.get("name", model_id.split("/")[-1])),
-                     str(data.get("notes", "")), reader.where(data), dims, data["max_context"], slots,
-                     templates, stacks, quant, drafts, snapshot, config_defaults,
-                     " ".join(str(data.get("unverified", "")).split()))
+    return quant
+
+
+#: A weight-format name: lower case, digits and ``-`` (it is a CLI value and a results key).
+_FORMAT_NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")
+
+
+def _checkpoints(reader: "Reader", data: Any, model_id: str, root: Path, roles, schemes, missing_ok: bool,
+                 config_defaults) -> tuple[Checkpoint, ...]:
+    """The spec's ``checkpoints:`` list: each id a Hub id other than the spec's and the others',
+    each format name well formed, unique and not ``checkpoint`` (the spec's own storage), each
+    quant context checked as the spec's, each config snapshot loaded from
+    ``corpus/snapshots/<org>--<name>.yaml`` (with the spec's ``config_defaults`` filled in)."""
+    out: list[Checkpoint] = []
+    raw = data.get("checkpoints") or []
+    for i, entry in enumerate(raw):
+        field = f"checkpoints.{i}"
+        at = reader.where(entry, field)
+        cid = check_model_id(entry.get("model"), reader.where(entry, f"{field}.model", "model"))
+        fmt = entry.get("format")
+        fwhere = reader.where(entry, f"{field}.format", "format")
+        if not _FORMAT_NAME.fullmatch(fmt or "") or fmt == "checkpoint":
+            raise SpecError(fwhere, f"format {str(fmt)[:40]!r} is not a weight-format name",
+                            "write a lower-case name other than `checkpoint`, e.g. `format: fp8` or `format: nvfp4`")
+        if cid == model_id or any(c.model_id == cid for c in out):
+            raise SpecError(reader.where(entry, f"{field}.model", "model"), f"checkpoint {cid!r} is listed twice",
+                            "list each published checkpoint once (the spec's own id is its `checkpoint` format)")
+        if any(c.format == fmt for c in out):
+            raise SpecError(fwhere, f"format {fmt!r} names two checkpoints",
+                            "give each checkpoint its own format name, e.g. `fp8` and `fp8-static`")
+        quant = _quant_context(reader, entry["quant_context"], f"{field}.quant_context", roles, schemes)
+        snap = _load_snapshot(root, slug(cid), at, missing_ok)
+        snap = Snapshot(snap.source, with_config_defaults(snap.fields, config_defaults), snap.where)
+        out.append(Checkpoint(cid, fmt, quant, snap, str(entry.get("notes", "")), at))
+    return tuple(out)
 
 
 def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = False) -> Corpus:

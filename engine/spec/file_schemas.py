@@ -106,6 +106,14 @@ QUANT_CONTEXT = Mapping("the storage of the weights: `{default: bf16, overrides:
                        value=Str("a quant scheme of corpus/quant/")),
 })
 
+#: One more published checkpoint of the same model (docs/spec-language.md, "Checkpoints").
+CHECKPOINT = Mapping("a published checkpoint: `{model: org/name, format: fp8, quant_context: {default: ...}}`", fields={
+    "model": req(Str("the checkpoint's Hugging Face id, `org/name`")),
+    "format": req(Str("its weight-format name, lower case, e.g. `fp8` or `nvfp4`")),
+    "quant_context": req(QUANT_CONTEXT),
+    "notes": TEXT,
+})
+
 _DEFAULT_HINT = ('write `{value: <the default: an integer, text or true/false>, '
                  'src: "<modeling file>: <the line that sets it>"}`')
 MODEL = Mapping("a model spec", fields={
@@ -124,6 +132,7 @@ MODEL = Mapping("a model spec", fields={
     "stacks": req(MapOf("the stacks, `main: {inputs: ..., graph: ...}`", value=STACK)),
     "quant_context": QUANT_CONTEXT,
     "drafts": NAMES,
+    "checkpoints": ListOf("write a list of `{model: org/name, format: fp8, quant_context: {...}}`", item=CHECKPOINT),
     "config_defaults": MapOf("config fields the modeling code defaults, `field: {value: ..., src: \"...\"}`",
                              value=Mapping(_DEFAULT_HINT, fields={
                                  "value": req(OneOf(_DEFAULT_HINT, options=(Bool(), Int(), Str()))),
@@ -436,6 +445,8 @@ GRID = Mapping("a grid", fields={
     "ops": Mapping("the per-op table's points", fields=dict.fromkeys(("kv_dtypes", "points"), _VALUE)),
     "sizing": Mapping("the sizing answers", fields=dict.fromkeys(
         ("scenarios", "gpus", "frameworks", "kv_dtypes", "max_gpus", "models", "disagg_frameworks"), _VALUE)),
+    "checkpoints": Mapping("where published checkpoints get rows", fields=dict.fromkeys(
+        ("doc", "gpus", "frameworks", "kv_dtypes"), _VALUE)),
 })
 
 # -- measured kernel tables (gpus/measured/<gpu>/<framework>-<version>/<kernel>-<variant>.yaml) ---------

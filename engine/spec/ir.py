@@ -249,12 +249,33 @@ class ModelSpec:
     #: evaluated for ``show`` and ``edit`` but never published: the build lists it, with this reason,
     #: instead of failing ``--strict`` on it, and the gallery says why it is absent.
     unverified: str = ""
+    #: Other published checkpoints of this same model (``checkpoints:``): the same architecture
+    #: stored another way (FP8, NVFP4, ...), each a weight format of the spec with its own evidence.
+    checkpoints: tuple["Checkpoint", ...] = ()
 
     @property
     def quant_patterns(self) -> tuple[str, ...]:
         """The ``quant_context`` keys that are module-path patterns, in file order (the first that
         covers a leaf picks its scheme; engine.spec.storage.scheme_for)."""
         return tuple(k for k in self.quant if k != "*" and is_pattern(k))
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A published checkpoint of a spec's model in another storage (``checkpoints:`` entry): its Hub
+    id, the weight-format name it is asked for by (``--weight-format``, results' ``weight_format``),
+    its quant context (same keys as the spec's) and its own config snapshot
+    (``corpus/snapshots/<org>--<name>.yaml``, beside its tensors and source evidence).
+
+    Invariant (checked by :mod:`engine.verify.validate`): its config equals the spec's own up to
+    storage fields (engine.spec.checkpoints.STORAGE_KEYS), so the spec's walk is its walk too."""
+
+    model_id: str
+    format: str
+    quant: Mapping[str, str]
+    snapshot: Snapshot
+    notes: str
+    where: Where
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,7 +96,9 @@ def collapse_layers(patterns: Iterable[str], n_layers: int,
             layers |= whole.get(head + "layers.", set())
     partial = []
     for shape, layers in by_shape.items():
-        if layers == (layers_of(shape) if layers_of else set(range(n_layers))):
+        # an index past the main stack's layers (an MTP module stored as layer N) names no main-stack layer
+        main = {i for i in layers if i < n_layers} if n_layers else layers
+        if main == (layers_of(shape) if layers_of else set(range(n_layers))):
             kept.append(shape)
         else:
             partial += [shape.replace("layers.*", f"layers.{i}", 1) for i in sorted(layers)]

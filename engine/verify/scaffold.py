@@ -309,6 +309,9 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
     todo: list[str] = []
     notes = [] if notes is None else notes
     lines = base_text.splitlines()
+    span = _block(lines, "checkpoints")
+    if span:   # the base's other published checkpoints are the base's, never the new model's
+        del lines[span[0]:span[1]]
     for i, line in enumerate(lines):
         if line.startswith("model:"):
             lines[i] = f"model: {model_id}"
@@ -453,7 +456,7 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
             reg = registry(corpus.root)
             excluded = [p if p.startswith("re:") else module_patterns.canonical(p, reg.prefixes)
                         for p in module_patterns.exclusions(qc)]
-            patterns, partial = module_patterns.collapse_layers(excluded, n_layers or 0)
+            patterns, partial = module_patterns.collapse_layers(excluded, n_layers or 0, _layers_having(config, reg.prefixes))
             for pattern in patterns:
                 if not _text_stack(pattern, reg.other_modalities):
                     continue
@@ -471,6 +474,33 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
         lines[span[0]:span[1]] = new
     else:
         lines.extend(new)
+
+
+def _layers_having(config: dict, prefixes):
+    """``layers_of`` for :func:`module_patterns.collapse_layers`: the layers whose modules or
+    parameters (transformers' own, on the meta device, canonical paths) a ``layers.*`` pattern
+    matches (an MoE router exists in the MoE layers only: naming all of those is naming every
+    layer that has one); None when transformers cannot build the config."""
+    import fnmatch
+    from engine.spec import module_patterns
+    from engine.verify import modeling_code
+    try:
+        stack = modeling_code.build_meta_model(config)
+    except (modeling_code.ModelingCodeError, ImportError, KeyError, ValueError, TypeError):
+        return None
+    names = {module_patterns.canonical(n, prefixes) for n, _ in stack.model.named_modules()}
+    names |= {module_patterns.canonical(n, prefixes) for n, _ in stack.model.named_parameters()}
+
+    def layers_of(shape: str) -> set[int]:
+        head, _, tail = shape.partition("layers.*")
+        found = set()
+        for name in names:
+            if name.startswith(head + "layers."):
+                index, _, rest = name[len(head) + 7:].partition(".")
+                if index.isdigit() and fnmatch.fnmatchcase("." + rest if rest else "", tail or ""):
+                    found.add(int(index))
+        return found
+    return layers_of
 
 
 #: The layer index of a module path (``model.layers.12.mlp.down_proj``).
@@ -617,10 +647,24 @@ def scaffold(corpus_root: Path, model_id: str, config_path: Path, like: str | No
     return result
 
 
+def meta_evidence(config: dict, schemes, model_id: str, prefixes, say):
+    """(tensor manifest, (source label, provenance, forward excerpts)) of ``config`` on the meta
+    device, as ``snapshot --meta`` records them; raises ModelingCodeError / ImportError / KeyError."""
+    from engine.verify import modeling_code
+    from engine.verify.evidence import forward_excerpts
+    # the registry's canonical prefixes, as `snapshot --meta` passes them: a quantization_config
+    # naming modules by the checkpoint's paths (model.language_model.layers...) meets the modules
+    manifest = modeling_code.meta_manifest(config, schemes, f"hf:{model_id}", prefixes)
+    # the release and the file's sha256 with it, as `snapshot --meta` records them (the source guard reads them)
+    label, provenance, text = modeling_code.source_evidence(config)
+    say(f"evidence: {manifest.provenance.get('class')} on the meta device ({manifest.provenance.get('tool')})")
+    return manifest, (label, provenance, forward_excerpts(text))
+
+
 def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Result, say) -> dict[Path, str]:
     """The three evidence files (``snapshot --config --meta``) made in ``work``; to-dos if not."""
     from engine.verify import modeling_code
-    from engine.verify.evidence import forward_excerpts, registry
+    from engine.verify.evidence import registry
     from engine.verify.snapshot import snapshot_files
     corpus = load_corpus(work, missing_snapshots_ok=True)
     model = load_model(work / "models" / f"{slug(model_id)}.yaml", work, corpus.roles, corpus.schemes, True)
@@ -628,13 +672,7 @@ def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Resul
     source_label = f"hf:{model_id} config.json"
     manifest = source = None
     try:
-        # the registry's canonical prefixes, as `snapshot --meta` passes them: a quantization_config
-        # naming modules by the checkpoint's paths (model.language_model.layers...) meets the modules
-        manifest = modeling_code.meta_manifest(config, corpus.schemes, f"hf:{model_id}", registry(work).prefixes)
-        # the release and the file's sha256 with it, as `snapshot --meta` records them (the source guard reads them)
-        label, provenance, text = modeling_code.source_evidence(config)
-        source = (label, provenance, forward_excerpts(text))
-        say(f"evidence: {manifest.provenance.get('class')} on the meta device ({manifest.provenance.get('tool')})")
+        manifest, source = meta_evidence(config, corpus.schemes, model_id, registry(work).prefixes, say)
     except (modeling_code.ModelingCodeError, ImportError, KeyError) as exc:
         result.todo.append(f"evidence: {' '.join(str(exc).split())[:200]} — record it with `archledger snapshot "
                            f"{model_id}` (Hub or --checkpoint)")

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-from engine.spec import storage
+from engine.spec import checkpoints, storage
+from engine.spec.corpus import slug as corpus_slug
 from engine.spec.corpus import Corpus
 from engine.spec.dtypes import stored_bytes
 from engine.spec.errors import SpecError
@@ -107,6 +108,25 @@ def validate(corpus: Corpus, model: ModelSpec, evaluation=None) -> Report:
         results = [GuardResult(g.NAME, g.EVIDENCE, "fail" if g is shape else "not run",
                                (failed,) if g is shape else ()) for g in ORDER]
         return Report(model.model_id, kind, label, tuple(results))
+    results = [GuardResult(g.NAME, g.evidence(ctx), _status(f), f)
+               for g, f, ctx in _run(corpus, model, evidence, reg, numeric, symbolic, ORDER)]
+    results += [_checkpoint(corpus, model, c, reg, numeric, symbolic) for c in model.checkpoints]
+    return Report(model.model_id, kind, label, tuple(results))
+
+
+#: The guards a published checkpoint of the spec runs against its own evidence: what its storage
+#: changes (the others read the walk and the config fields, equal to the spec's by the
+#: architecture check that runs first).
+CHECKPOINT_GUARDS = (weight, packing, source)
+
+
+def _status(findings) -> str:
+    severities = {f.severity for f in findings}
+    return "fail" if "error" in severities else "warn" if "warning" in severities else "pass"
+
+
+def _run(corpus, model, evidence, reg, numeric, symbolic, guards):
+    """(guard, its findings, the context) for each of ``guards`` on ``model`` and ``evidence``."""
     ctx = Context(corpus, model, evidence, reg, numeric, symbolic)
     ctx.families = spec_families(ctx, numeric)
     m = evidence.manifest
@@ -114,13 +134,42 @@ def validate(corpus: Corpus, model: ModelSpec, evaluation=None) -> Report:
         ctx.checkpoint = CheckpointTable(m, reg.prefixes)
         lookup = ctx.checkpoint.index.get
         ctx.hits = [list(map(lookup, f.names)) if m.covers(f.stack) else None for f in ctx.families]
-    results = []
-    for guard in ORDER:
-        findings = tuple(guard.check(ctx))
-        severities = {f.severity for f in findings}
-        status = "fail" if "error" in severities else "warn" if "warning" in severities else "pass"
-        results.append(GuardResult(guard.NAME, guard.evidence(ctx), status, findings))
-    return Report(model.model_id, kind, label, tuple(results))
+    return [(guard, tuple(guard.check(ctx)), ctx) for guard in guards]
+
+
+def _checkpoint(corpus, model, ckpt, reg, numeric, symbolic) -> GuardResult:
+    """One published checkpoint of ``model`` (``checkpoints:``): its config must be the spec's
+    architecture (:func:`engine.spec.checkpoints.differences` empty: only storage fields differ),
+    its evidence must hold a tensor manifest, and :data:`CHECKPOINT_GUARDS` must pass on the spec
+    stored as its quant context says (so the quant context matches the ``quantization_config`` the
+    manifest was recorded from, tensor by tensor)."""
+    name = f"checkpoint {ckpt.format}"
+    where = str(ckpt.where)
+    if not ckpt.snapshot.fields:
+        found = Finding(name, "error", where, f"{ckpt.model_id}: no config snapshot",
+                        f"record it: archledger new {ckpt.model_id} --config PATH --like {model.model_id} --checkpoint")
+        return GuardResult(name, f"{ckpt.model_id}: config", "fail", (found,))
+    from engine.verify.scaffold import UNSHAPING_KEYS   # fields that say how a file was written, never the architecture
+    diffs = checkpoints.differences(model.snapshot.fields, ckpt.snapshot.fields,
+                                    ignore=UNSHAPING_KEYS | {"vision_config", "audio_config"})
+    if diffs:
+        found = Finding(name, "error", where, f"{ckpt.model_id} is not this architecture: {len(diffs)} config "
+                        f"field(s) differ, e.g. {diffs[0]}",
+                        "only storage fields (quantization_config, dtype) may differ: make it a spec of its own "
+                        "(archledger new without --checkpoint)")
+        return GuardResult(name, f"{ckpt.model_id}: config", "fail", (found,))
+    sub = checkpoints.variant(model, ckpt)
+    evidence = load_evidence(corpus, sub)
+    if evidence.manifest is None:
+        found = Finding(name, "error", where, f"{ckpt.model_id}: no tensor manifest (corpus/snapshots/"
+                        f"{corpus_slug(ckpt.model_id)}.tensors.yaml)",
+                        f"record it: archledger snapshot {ckpt.model_id} --config PATH --meta, or archledger new --checkpoint")
+        return GuardResult(name, f"{ckpt.model_id}: config", "fail", (found,))
+    findings = []
+    for guard, found, _ in _run(corpus, sub, evidence, reg, numeric, symbolic, CHECKPOINT_GUARDS):
+        findings += [Finding(f"{ckpt.format}/{f.guard}", f.severity, f.node, f.message, f.hint) for f in found]
+    label = KINDS.get(evidence.manifest.kind, "config only")
+    return GuardResult(name, f"{ckpt.model_id}: {label}", _status(findings), tuple(findings))
 
 
 def render_text(report: Report) -> str:
