@@ -32,6 +32,7 @@ from pathlib import Path
 from engine.spec import checkpoints
 from engine.spec.corpus import check_model_id, load_corpus, slug
 from engine.spec.errors import SpecError, Where
+from engine.verify.config_keys import UNSHAPING_KEYS
 from engine.verify import scaffold as sc
 
 
@@ -89,7 +90,7 @@ def add_checkpoint(corpus_root: Path, model_id: str, config_path: Path, like: st
                         "a checkpoint is the base's architecture: drop --checkpoint to write a spec of its own")
     # a field one config omits and the other gives the transformers class default of is the same
     diffs = checkpoints.differences(_with_defaults(base_config, config), _with_defaults(config, base_config),
-                                    ignore=sc.UNSHAPING_KEYS | _OTHER_TOWERS)
+                                    ignore=UNSHAPING_KEYS | _OTHER_TOWERS)
     if diffs:
         raise SpecError(where, f"not {base.model_id}'s architecture: {len(diffs)} config field(s) differ, e.g. {diffs[0]}",
                         "a checkpoint differs from its base only in storage: drop --checkpoint to write a spec of its own")

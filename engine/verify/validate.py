@@ -149,7 +149,7 @@ def _checkpoint(corpus, model, ckpt, reg, numeric, symbolic) -> GuardResult:
         found = Finding(name, "error", where, f"{ckpt.model_id}: no config snapshot",
                         f"record it: archledger new {ckpt.model_id} --config PATH --like {model.model_id} --checkpoint")
         return GuardResult(name, f"{ckpt.model_id}: config", "fail", (found,))
-    from engine.verify.scaffold import UNSHAPING_KEYS   # fields that say how a file was written, never the architecture
+    from engine.verify.config_keys import UNSHAPING_KEYS   # fields that say how a file was written, never the architecture
     diffs = checkpoints.differences(model.snapshot.fields, ckpt.snapshot.fields,
                                     ignore=UNSHAPING_KEYS | {"vision_config", "audio_config"})
     if diffs:
