@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,13 @@ REPO = Path(__file__).resolve().parent.parent
 SNAPSHOTS = REPO / "corpus" / "snapshots"
 HF_CONFIGS = Path(os.environ["ARCHLEDGER_HF_CONFIGS"]) if os.environ.get("ARCHLEDGER_HF_CONFIGS") else None
 
-MODEL_IDS = sorted(p.stem.replace("--", "/", 1) for p in (REPO / "corpus" / "models").glob("*.yaml"))
+#: Specs that declare themselves unverified (a top-level ``unverified: <why>``: transformers lacks the
+#: architecture; tests/test_unverified.py covers them): no published count checks them, so the
+#: per-model tests, which compare with published facts, run over the other specs (MODEL_IDS).
+DECLARED_UNVERIFIED = sorted(p.stem.replace("--", "/", 1) for p in (REPO / "corpus" / "models").glob("*.yaml")
+                             if re.search(r"(?m)^unverified:", p.read_text()))
+MODEL_IDS = sorted(p.stem.replace("--", "/", 1) for p in (REPO / "corpus" / "models").glob("*.yaml")
+                   if p.stem.replace("--", "/", 1) not in DECLARED_UNVERIFIED)
 
 #: The pytest-xdist group (``--dist loadgroup``) of the tests that evaluate every corpus model: they run
 #: on one worker, so each model's evaluation (cached per process: :func:`evaluation`) and its oracle
