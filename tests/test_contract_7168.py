@@ -410,18 +410,26 @@ def test_components_page_lists_the_crossings(page, contract):
 
 
 def test_kv_chart_marks_every_crossing_on_log_scales(page, contract):
+    """The KV chart, drawn as small multiples (site_builder.charts.contract_panels): the contract's
+    rows given once, log-log axes in every panel, and every crossing the build solved marked as a
+    diamond in a panel of one of its two variants."""
+    from site_builder.charts import CONTRACT_ROWS
     _, data = page
-    spec = data["specs"]["attention"]["kv"]
-    lines, marks = spec["layer"]
-    assert lines["encoding"]["x"]["scale"]["type"] == "log" and lines["encoding"]["y"]["scale"]["type"] == "log"
+    specs = data["specs"]["attention"]
     series: dict[str, list] = {}
-    for row in lines["data"]["values"]:
+    for row in specs["datasets"][CONTRACT_ROWS]:
         series.setdefault(row["variant"], []).append((row["context"], row["kv_bytes"]))
     for v in contract["variants"]:
         assert series[v["name"]] == list(zip(LENGTHS, v["kv_bytes_per_request"]))
-    points = {(p["pair"], p["context"], p["kv_bytes"]) for p in marks["data"]["values"]}
+    points = set()
+    for spec in specs["kv"]:
+        lines, marks = spec["layer"]
+        for line in lines["layer"]:
+            assert line["encoding"]["x"]["scale"]["type"] == "log" and line["encoding"]["y"]["scale"]["type"] == "log"
+        values = marks["data"]["values"] if "values" in marks["data"] else spec["datasets"][marks["data"]["name"]]
+        points |= {(p["pair"], p["context"], p["kv_bytes"]) for p in values}
+        assert marks["mark"]["shape"] == "diamond" and "color" not in marks["encoding"]   # no legend entry
     assert points == {(f"{c['a_name']} × {c['b_name']}", c["length"], c["bytes"]) for c in contract["crossings"]}
-    assert marks["mark"]["shape"] == "diamond" and "color" not in marks["encoding"]   # no legend entry
 
 
 def test_crossing_diamonds_render_with_a_tooltip_naming_the_pair(out, browser, contract):  # noqa: F811
@@ -432,13 +440,20 @@ def test_crossing_diamonds_render_with_a_tooltip_naming_the_pair(out, browser, c
     tab = _open(browser)
     try:
         tab.goto(base + "components/")
-        chart = '.chart[data-spec="attention.kv"]'
-        tab.page.locator(chart).scroll_into_view_if_needed()      # charts are drawn once in view
-        tab.page.wait_for_selector(f"{chart} svg g.crossings_marks path", state="attached")
-        diamonds = tab.page.locator(f"{chart} svg g.crossings_marks path")
-        assert diamonds.count() == len(contract["crossings"])
+        from site_builder.charts import contract_panels
         names = {v["id"]: v["name"] for v in contract["variants"]}
-        at = next(i for i, c in enumerate(contract["crossings"]) if {c["a"], c["b"]} == {"sliding", "mla"})
+        pair = {names["sliding"], names["mla"]}
+        for i, panel in enumerate(contract_panels(contract)):    # small multiples: each panel its crossings
+            chart = f'.chart[data-spec="attention.kv.{i}"]'
+            tab.page.locator(chart).scroll_into_view_if_needed()      # charts are drawn once in view
+            mine = [c for c in contract["crossings"] if c["a_name"] in panel or c["b_name"] in panel]
+            if mine:
+                tab.page.wait_for_selector(f"{chart} svg g.crossings_marks path", state="attached")
+            diamonds = tab.page.locator(f"{chart} svg g.crossings_marks path")
+            assert diamonds.count() == len(mine)
+            at = next((k for k, c in enumerate(mine) if {c["a_name"], c["b_name"]} == pair), None)
+            if at is not None:
+                break
         diamonds.nth(at).hover(force=True)
         tip = tab.page.locator("#vg-tooltip-element")
         tip.wait_for(state="visible", timeout=5_000)

@@ -105,10 +105,12 @@ def test_deploy_page_read_to_its_end_fetches_one_config_and_one_front(tab, base)
     scroll_through(tab.page)
     tab.page.wait_for_selector("#chart-front[data-ready] svg .role-mark", state="attached")
     mine = [u.split(f"data/deploy/{slug}/", 1)[1] for u in requested if f"data/deploy/{slug}/" in u]
-    shared = {"index.json.gz", "expected.json.gz"}
-    configs = [u for u in mine if u not in shared and not u.startswith("fronts/")]
+    shared = {"index.json.gz"}
+    configs = [u for u in mine if u not in shared and not u.startswith(("fronts/", "expected-"))]
+    expected = [u for u in mine if u.startswith("expected-")]
     fronts = [u for u in mine if u.startswith("fronts/")]
     assert len(configs) == 1, mine
+    assert expected == ["expected-" + configs[0]], mine      # the selected config's expected times only
     assert fronts == ["fronts/vllm-bf16-1024-256.json.gz"], mine
     rows = tab.page.evaluate("() => window.archDeploy.fronts")
     assert rows and {"gpu", "n_gpus", "config", "batch", "tokens_per_s_per_gpu", "tokens_per_s_per_user"} <= set(rows[0])

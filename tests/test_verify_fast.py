@@ -32,6 +32,12 @@ GPT = "openai/gpt-oss-20b"
 def _same(corpus, model_id: str) -> dict:
     model = corpus.models[model_id]
     ours, theirs = validate(corpus, model).as_dict(), reference_validate(corpus, model).as_dict()
+    # the reference judges the spec's own evidence; each published checkpoint the spec lists has a
+    # guard of its own after the seven (tests/test_checkpoints.py judges those)
+    extra = [g for g in ours["guards"] if g["guard"].startswith("checkpoint ")]
+    assert [g["guard"] for g in extra] == [f"checkpoint {c.format}" for c in model.checkpoints]
+    rest = [g for g in ours["guards"] if g not in extra]
+    ours = dict(ours, guards=rest, verified=not any(g["status"] == "fail" for g in rest))
     assert ours == theirs
     return ours
 

@@ -32,10 +32,20 @@ LINEAGE_FILE = "lineage.yaml"
 def _digest(paths, extra: bytes = b"") -> str:
     """SHA-256 over file names and contents in the given order (where the files live is not part
     of the identity: a copied folder hashes the same)."""
+    from engine.spec.errors import SpecError, Where
+    from engine.spec.yamlio import MAX_FILE_BYTES
     digest = hashlib.sha256(extra)
     for path in paths:
         digest.update(str(path.name).encode())
-        digest.update(path.read_bytes())
+        # a bounded read, as every input is read (engine.spec.yamlio.read_text): the hash is taken
+        # before the inputs are checked, and a FIFO or /dev/zero given as the grid must not be read
+        # forever (every hashed file is a corpus file, a GPU table or an engine source: all small)
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise SpecError(Where(str(path)), f"file is larger than {MAX_FILE_BYTES // (1 << 20)} MiB "
+                            "(the cap for a corpus file)", "split it, or record less (corpus files are a few KB)")
+        digest.update(data)
     return digest.hexdigest()
 
 
