@@ -61,3 +61,10 @@ def locate(corpus: str | Path | None = None, out: str | Path | None = None,
                    corpus=(cwd / corpus).resolve() if corpus else root / "corpus",
                    gpus=root / "gpus",
                    out=(cwd / out).resolve() if out else default_out.resolve())
+
+
+#: The cap on one input file's bytes (a corpus YAML, a GPU or measured table, an engine source): the
+#: largest corpus YAML is about 31 KB (a modeling-source snapshot); 1 MiB leaves 30x room and still
+#: parses in about a second with the pure-Python loader. Every read of an input is bounded by it
+#: (engine.spec.yamlio, the input hash), so a FIFO or /dev/zero is never read forever.
+MAX_FILE_BYTES = 1 << 20

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.build import dependencies
-from engine.project import PACKAGE_ROOT
+from engine.project import MAX_FILE_BYTES, PACKAGE_ROOT
 
 if TYPE_CHECKING:       # the corpus type only: loading a corpus imports sympy
     from engine.spec.corpus import Corpus
@@ -32,8 +32,6 @@ LINEAGE_FILE = "lineage.yaml"
 def _digest(paths, extra: bytes = b"") -> str:
     """SHA-256 over file names and contents in the given order (where the files live is not part
     of the identity: a copied folder hashes the same)."""
-    from engine.spec.errors import SpecError, Where
-    from engine.spec.yamlio import MAX_FILE_BYTES
     digest = hashlib.sha256(extra)
     for path in paths:
         digest.update(str(path.name).encode())
@@ -43,6 +41,7 @@ def _digest(paths, extra: bytes = b"") -> str:
         with open(path, "rb") as handle:
             data = handle.read(MAX_FILE_BYTES + 1)
         if len(data) > MAX_FILE_BYTES:
+            from engine.spec.errors import SpecError, Where
             raise SpecError(Where(str(path)), f"file is larger than {MAX_FILE_BYTES // (1 << 20)} MiB "
                             "(the cap for a corpus file)", "split it, or record less (corpus files are a few KB)")
         digest.update(data)

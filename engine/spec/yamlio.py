@@ -34,9 +34,7 @@ from engine.spec.errors import SpecError, Where
 from engine.spec.expr import MAX_MAGNITUDE
 from engine.spec.schema import check as check_schema
 
-#: The largest corpus YAML is about 31 KB (a modeling-source snapshot); 1 MiB leaves 30x room and
-#: still parses in about a second with the pure-Python loader.
-MAX_FILE_BYTES = 1 << 20
+from engine.project import MAX_FILE_BYTES  # noqa: E402  (the one cap on an input file's bytes)
 #: Corpus files nest at most 9 levels deep (a stack's graph's node's dims); 64 is far above.
 MAX_DEPTH = 64
 #: Nodes that aliases may add when expanded, over one file. The corpus's aliases (shared fills
