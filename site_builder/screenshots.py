@@ -121,7 +121,9 @@ def screenshots(site: Path, to: Path, model_slug: str) -> int:
                     except PlaywrightError:
                         print(f"warning: {url}: {ready} did not appear; saving the page as it is", file=sys.stderr)
                     target = to / f"{name}.png"
-                    page.screenshot(path=str(target), full_page=True)
+                    # a full-page picture of a long page (every chart drawn) on a busy two-core
+                    # machine can take longer than Playwright's default 30 s
+                    page.screenshot(path=str(target), full_page=True, timeout=120_000)
                     print(target)
             finally:
                 browser.close()
