@@ -251,10 +251,11 @@ def test_a_checkpoints_evidence_is_part_of_its_models_build_hash(two_checkpoints
     """A re-recorded checkpoint manifest rebuilds (and re-validates) the model it belongs to."""
     from engine.build.hashing import model_hash
     from engine.spec.corpus import load_corpus
+    SHARED_HASH = "0" * 64       # any fixed shared-inputs hash: only the checkpoint's evidence changes
     corpus, _ = two_checkpoints
     copy = tmp_path / "corpus"
     shutil.copytree(corpus, copy)
-    before = model_hash(load_corpus(copy), "acme/Tiny-Qwen3", "shared")
+    before = model_hash(load_corpus(copy), "acme/Tiny-Qwen3", SHARED_HASH)
     manifest = copy / "snapshots" / "acme--Tiny-Qwen3-FP8.tensors.yaml"
     manifest.write_text(manifest.read_text() + "# re-recorded\n")
-    assert model_hash(load_corpus(copy), "acme/Tiny-Qwen3", "shared") != before
+    assert model_hash(load_corpus(copy), "acme/Tiny-Qwen3", SHARED_HASH) != before

@@ -241,14 +241,10 @@ def _check(work: Path, base_id: str, fmt: str, config: dict, result: sc.Result, 
     """Validate the base with its new checkpoint in ``work``; compare the parameter counts."""
     from engine.spec import quantities
     from engine.spec.evaluate import Binding, walk_model
-    from engine.verify.validate import validate
-    try:
-        corpus = load_corpus(work)
-        model = corpus.models[base_id]
-        report = validate(corpus, model)
-    except SpecError as exc:
-        result.todo.append(f"the spec does not load: {exc.one_line()}")
+    found = sc.validated(work, base_id, result)
+    if found is None:
         return
+    corpus, model, report = found
     mine = [r for r in report.results if r.guard == f"checkpoint {fmt}"]
     result.verified = report.verified
     for finding in report.errors:

@@ -692,18 +692,27 @@ def declare_unverified(text: str, why: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _check(work: Path, model_id: str, config: dict, result: Result, say) -> None:
-    """Validate the new spec in ``work`` and compare its parameter count with transformers'."""
-    from engine.spec import quantities
-    from engine.spec.evaluate import Binding, walk_model
+def validated(work: Path, model_id: str, result: Result):
+    """(corpus, model, validate's report) of ``model_id`` in the corpus copy ``work``; None, with
+    the one-line reason added to ``result.todo``, where the spec does not load."""
     from engine.verify.validate import validate
     try:
         corpus = load_corpus(work)
         model = corpus.models[model_id]
-        report = validate(corpus, model)
+        return corpus, model, validate(corpus, model)
     except SpecError as exc:
         result.todo.append(f"the spec does not load: {exc.one_line()}")
+        return None
+
+
+def _check(work: Path, model_id: str, config: dict, result: Result, say) -> None:
+    """Validate the new spec in ``work`` and compare its parameter count with transformers'."""
+    from engine.spec import quantities
+    from engine.spec.evaluate import Binding, walk_model
+    found = validated(work, model_id, result)
+    if found is None:
         return
+    corpus, model, report = found
     result.verified = report.verified
     for finding in report.errors:
         result.todo.append(f"validate: {finding.one_line()}")
