@@ -98,6 +98,29 @@ def aic_times(point, model_id: str, batch: int, moe: bool) -> tuple[float, float
     return r.ttft / 1e3, r.tpot / 1e3, bool(getattr(r.summary, "_is_oom", False))
 
 
+def aic_run(point, model_id: str, row: dict, moe: bool) -> tuple[float, bool] | str:
+    """AIConfigurator's tokens/s per GPU at the point (and whether it reported out of memory), or
+    the reason it has none: at ArchLedger's batch, or for a point under a harness (published.py
+    ``harness_run``: the run's waves of requests) at each wave's batch, the waves' times summed as
+    ArchLedger's expected sums them (each wave its TTFT plus output_len decode steps)."""
+    e = point.evaluated
+    replica = e["tp"] * e["pp"] * e["cp"]
+    run = row.get("harness")
+    batches = run["waves"] if run else [row["batch"]]
+    seconds, oom = 0.0, False
+    for batch in sorted(set(batches)):
+        got = aic_times(point, model_id, batch, moe)
+        if isinstance(got, str):
+            return got
+        ttft, tpot, low = got
+        if point.metric != "output":
+            summary = {"n_gpus": replica, "dp": 1, "batch": batch, "ttft": ttft, "tpot": tpot}
+            return published.throughput(point, summary, "ttft", "tpot"), low
+        seconds += batches.count(batch) * (ttft + point.output_len * tpot)
+        oom |= low
+    return sum(batches) * point.output_len / seconds / replica, oom
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", action="append", default=[], help="only points whose id starts with this")
@@ -120,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         evaluation = ev.evaluation(p.model)
         model_id = evaluation.model.model_id
         moe = "n_experts" in evaluation.bound
-        got = aic_times(p, model_id, r["batch"], moe)
+        got = aic_run(p, model_id, r, moe)
         e = p.evaluated
         config = "-".join(f"{d}{e[d]}" for d in published.DEGREES if e[d] > 1) or "tp1"
         ours = p.measured / r["expected"]
@@ -129,9 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(got, str):
             print(f"{head} - ({got}) | - | - |")
             continue
-        ttft, tpot, oom = got
-        summary = {"n_gpus": e["tp"] * e["pp"] * e["cp"], "dp": 1, "batch": r["batch"], "ttft": ttft, "tpot": tpot}
-        aic = published.throughput(p, summary, "ttft", "tpot")
+        aic, oom = got
         theirs = p.measured / aic
         better = abs(ours - 1) < abs(theirs - 1)
         both += 1

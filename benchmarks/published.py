@@ -51,12 +51,14 @@ a one-line error naming the file, the point and the field (exit 2).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 from engine.spec.errors import SpecError, Where  # noqa: E402  (after the sys.path line)
 from engine.spec.yamlio import load_yaml  # noqa: E402
@@ -105,6 +107,7 @@ class Point:
     requests_per_gpu: int | None   # None = at capacity
     measured: float
     line: int
+    harness: dict | None = None   # the benchmark harness's settings (``harness:`` of the data file), None = none
 
 
 def _fail(path: str, line: int, field: str, problem: str, hint: str = "") -> SpecError:
@@ -132,6 +135,7 @@ def load_points(path: Path = DATA) -> tuple[dict, list[Point]]:
             if not isinstance(src, dict) or not str(src.get(field, "")).strip():
                 raise _fail(display, line, f"sources.{key}.{field}", f"source {key!r} has no {field}",
                             "say where the figure was read and what could be checked")
+    harnesses = data.get("harness") or {}
     points, seen = [], set()
     for i, row in enumerate(data.get("points") or []):
         if not isinstance(row, dict):
@@ -167,6 +171,10 @@ def load_points(path: Path = DATA) -> tuple[dict, list[Point]]:
         if row.get("overlap"):
             options["overlap"] = row["overlap"]
         _positive(options["hbm_fraction"], display, line, "hbm_fraction", float)
+        harness = row.get("harness")
+        if harness is not None and harness not in harnesses:
+            raise _fail(display, line, "harness", f"unknown harness {harness!r}",
+                        "one of the file's harness: entries: " + ", ".join(harnesses))
         mtp = row.get("mtp") or {}
         runs = row.get("runs")
         if runs is None:
@@ -192,10 +200,26 @@ def load_points(path: Path = DATA) -> tuple[dict, list[Point]]:
                                 row["framework"], degrees, evaluated, options,
                                 (int(mtp.get("tokens", 0)), float(mtp.get("acceptance", 0))),
                                 row["metric"], int(run[0]), int(run[1]),
-                                None if rpg == "capacity" else int(rpg), float(measured), line))
+                                None if rpg == "capacity" else int(rpg), float(measured), line,
+                                _harness_at(harness, harnesses[harness], display, line, run) if harness else None))
     if not points:
         raise _fail(display, 1, "points", "no points")
     return sources, points
+
+
+def _harness_at(name: str, h: dict, path: str, line: int, run: list) -> dict:
+    """A harness's settings for one run: its CUDA-graph batch sizes and the requests the run queued
+    (``num_requests`` by ``"ISL/OSL"``); a run the table lacks is a one-line error."""
+    sizes = h.get("cuda_graph_batch_sizes") if isinstance(h, dict) else None
+    if not (isinstance(sizes, list) and sizes and all(isinstance(x, int) and x > 0 for x in sizes)):
+        raise _fail(path, line, "harness", f"the harness {name!r} has no cuda_graph_batch_sizes",
+                    "write cuda_graph_batch_sizes: [1, 2, 4, ...] (the recipe's captured sizes)")
+    key = f"{run[0]}/{run[1]}"
+    n = (h.get("num_requests") or {}).get(key)
+    if not isinstance(n, int) or n < 1:
+        raise _fail(path, line, "harness", f"the harness has no num_requests for {key}",
+                    f"add {key}: N under harness.<name>.num_requests")
+    return {"name": name, "requests": n, "batch_sizes": tuple(h["cuda_graph_batch_sizes"])}
 
 
 def column(summary: dict, bases: str | tuple[str, ...], kind: str) -> str:
@@ -278,6 +302,62 @@ class Evaluator:
         cap = int(probe[capacity_key(probe)])
         return at(cap) if cap >= 1 else probe
 
+    def _plan(self, point: Point, batch: int):
+        """The deployment at the point's setup and ``batch`` requests per replica, and its scenario."""
+        from engine.deploy import Options, ParallelConfig, Scenario, find_gpu, plan
+        e = point.evaluated
+        config = ParallelConfig(tp=e["tp"], ep=e["ep"], dp_attn=e["dp_attn"], pp=e["pp"], cp=e["cp"], dp=1,
+                                gpus_per_node=point.gpus_per_node)
+        extra = {"mtp_tokens": point.mtp[0], "mtp_acceptance": point.mtp[1]} if point.mtp[0] else {}
+        options = Options(framework=point.framework, **point.options, **extra)
+        scenario = Scenario(batch=batch, input_len=point.input_len, output_len=point.output_len)
+        return plan(self.evaluation(point.model), find_gpu(self.gpus, point.gpu), config, options,
+                    self.tables.get(options.framework), scenario).at(scenario)
+
+    def harness_run(self, point: Point, capacity: int) -> dict:
+        """An ``output`` point under its harness (benchmarks/trtllm_bench.py): trtllm-bench's batch
+        limits from its own KV estimate, the CUDA-graph sizes it captures, the waves of the run's
+        requests (each at most the KV capacity and the limit) and, per wave, the expected TTFT of its
+        prefill and its decode steps, each padded to the captured size (the token-proportional ops
+        at the padded batch, attention at the real requests). Returns the expected tokens/s per GPU
+        and what it read (limits, waves, padded batch per rank)."""
+        import trtllm_bench as tb
+        h, e = point.harness, point.evaluated
+        ev = self.evaluation(point.model)
+        b = ev.bound
+        replica = e["tp"] * e["pp"] * e["cp"]
+        ranks = max(e["dp_attn"], 1)
+        fmt = point.options["weight_format"]
+        max_bs, max_tokens = tb.engine_setting(
+            params=int(ev.overview()["params_total"].value), n_layers=int(b["n_layers"]),
+            n_kv_heads=int(b["n_kv_heads"]), d_head=int(b["d_head"]), tp=e["tp"], pp=e["pp"],
+            hbm_mib=float(self.gpu_mib(point.gpu)), input_len=point.input_len, output_len=point.output_len,
+            kv_fraction=float(point.options["hbm_fraction"]), weight_bytes=tb.BYTES_PER_ELEM[fmt],
+            kv_bytes=tb.BYTES_PER_ELEM[point.options["kv_dtype"]])
+        sizes = tb.captured(h["batch_sizes"], max_bs, max_tokens, point.mtp[0])
+        # the running batch: the KV capacity, and max_batch_size per executor (one per attention rank)
+        limit = min(capacity, max_bs * ranks)
+        requests = h["requests"] * replica // point.gpus
+        waves = tb.waves(requests, limit)
+        seconds, pads = 0.0, []
+        for batch in sorted(set(waves)):
+            s = self._plan(point, batch)
+            ttft, tpot = float(s.summary[column(s.summary, "ttft_s", "expected")]), \
+                float(s.summary[column(s.summary, tpot_bases(point), "expected")])
+            rank = math.ceil(batch / ranks)
+            pad = tb.padded(rank, sizes)
+            if pad != rank:
+                tpot += token_ops_s(self._plan(point, pad * ranks).ops["decode"]) - token_ops_s(s.ops["decode"])
+            pads.append((rank, pad))
+            seconds += waves.count(batch) * (ttft + point.output_len * tpot)
+        return {"expected": requests * point.output_len / seconds / replica, "max_batch_size": max_bs,
+                "max_num_tokens": max_tokens, "waves": waves, "padded": pads}
+
+    def gpu_mib(self, name: str) -> float:
+        """The GPU's memory as the driver reports it (MiB; NVML's total, what trtllm-bench reads)."""
+        from engine.deploy import find_gpu
+        return find_gpu(self.gpus, name).hbm_bytes / 2**20
+
 
 def evaluate_points(points: list[Point]) -> list[dict]:
     """One result row per point: measured, the bound and estimate throughputs, their keys, fit."""
@@ -287,9 +367,23 @@ def evaluate_points(points: list[Point]) -> list[dict]:
         s = ev.summary(p)
         keys = {kind: (column(s, "ttft_s", kind), column(s, tpot_bases(p), kind)) for kind in KINDS}
         fits = s[column(s, "fits", "steady")] if p.requests_per_gpu is None else s["fits"]
-        rows.append({"point": p, "batch": int(s["batch"]), "fits": bool(fits), "keys": keys,
-                     **{kind: throughput(p, s, *keys[kind]) for kind in KINDS}})
+        row = {"point": p, "batch": int(s["batch"]), "fits": bool(fits), "keys": keys,
+               **{kind: throughput(p, s, *keys[kind]) for kind in KINDS}}
+        if p.harness and p.metric == "output":
+            row["harness"] = ev.harness_run(p, int(s["batch"]))
+            row["expected"] = row["harness"]["expected"]
+        rows.append(row)
     return rows
+
+
+#: Ops of a decode step whose work is per request and its context (a CUDA-graph dummy request reads
+#: one KV block: these stay at the real requests when a step is padded).
+PER_CONTEXT = ("flash_attention", "flash_mla", "attention_score", "softmax", "attention_apply")
+
+
+def token_ops_s(ops: list[dict]) -> float:
+    """Expected seconds of a decode step's token-proportional ops (all but :data:`PER_CONTEXT`)."""
+    return sum(r["t_expected_s"] for r in ops if r["op"] not in PER_CONTEXT)
 
 
 def _n(x: float) -> str:
@@ -309,6 +403,11 @@ def table(rows: list[dict]) -> str:
         if e != p.degrees:
             config += " (published " + "-".join(f"{d}{p.degrees[d]}" for d in DEGREES if p.degrees[d] > 1) + ")"
         batch = f"{r['batch']:,}" + ("" if r["fits"] else " (does not fit)")
+        if "harness" in r:          # the expected column's run: its waves and padded decode batch per rank
+            h = r["harness"]
+            batch += (f"; {p.harness['name'] or 'harness'}: {len(h['waves'])} wave(s) of {h['waves'][0]:,}"
+                      + (f", last {h['waves'][-1]:,}" if h["waves"][-1] != h["waves"][0] else "")
+                      + ", padded " + ", ".join(f"{a}->{b}" for a, b in h["padded"] if a != b))
         out.append(f"| {p.id} | {p.model.split('/')[-1]} | {p.gpus} x {p.gpu} | {config} | {p.metric} | "
                    f"{p.input_len}/{p.output_len} | {batch} | {_n(p.measured)} | {_n(r['bound'])} | "
                    f"{p.measured / r['bound']:.2f} | {_n(r['estimate'])} | {p.measured / r['estimate']:.2f} | "
