@@ -150,8 +150,10 @@ LOOKUP_HAND = [
     ((4, 1e4), math.sqrt(30 * 80)),                 # gpus halfway in log (ln 2 / ln 4): sqrt(30 x 80) = 48.99
     ((2, 10 ** 3.5), math.sqrt(10 * 30)),           # bytes halfway in log: 17.32 (linear in bytes: 16.5)
     ((4, 10 ** 4.5), (30 * 100 * 80 * 400) ** 0.25),  # both halfway: the corners' geometric mean, 89.9
-    ((2, 1e7), 100 * (100 / 30) ** 2),              # above: the last span's slope ln(100/30) / ln 10 = 0.52 (< the
-                                                    # roof's 1) over two decades: 1,111 µs
+    ((2, 3e5), 300.0),                              # above: the last span's slope ln(100/30) / ln 10 = 0.52 (< the
+                                                    # roof's 1): 100 x 3^0.523 = 177.6 µs, 1.7e9 per s, above the
+                                                    # grid's best rate ((2, 1e5): 1e5 x 2(2-1)/2 in 100 µs = 1e9;
+                                                    # (8, 1e5) 4.4e8; (2, 1e4) 3.3e8): the floor 3e5 / 1e9 s
     ((2, 1e2), 10 / 3),                             # below: the first span's slope ln 3 / ln 10 over one decade down
     ((32, 1e4), 80 * 1.75),                         # gpus past 8: the edge span's slope ln(8/3) / ln 4 = 0.71, clipped
                                                     # to the roof's ln(1.75) / ln 4 = 0.40 (2(g-1)/g: 1 at 2, 1.75 at
@@ -159,9 +161,42 @@ LOOKUP_HAND = [
 ]
 
 
-def _lookup_table():
+def _lookup_table(**extra):
     from engine.deploy.measured import roof_expr
-    return dict(LOOKUP_TABLE, roof=ft.to_tree(roof_expr(("all_reduce",))))
+    return dict(LOOKUP_TABLE, roof=ft.to_tree(roof_expr(("all_reduce",))), **extra)
+
+
+#: The same table carrying a rate of its own (a distilled part carries its whole table's
+#: engine.deploy.measured.peak_rate, which its own few grid points may not reach): 2e9 per s here,
+#: twice its grid's 1e9. Outside the range the time is at least the roofline's work over that rate:
+#: (point, µs by hand).
+LOOKUP_RATE = 2e9
+LOOKUP_RATE_HAND = [
+    ((2, 1e4), 30.0),                   # inside: the measurement, never the floor
+    ((2, 1e6), 1e6 / 2e9 * 1e6),        # the power law's 100 x 10^0.523 = 333.3 µs: the floor 500 µs
+    ((2, 3e5), 100 * 3 ** (math.log(100 / 30) / math.log(10))),   # 177.6 µs against the floor 150 µs
+    ((2, 1e2), 10 / 3),                 # below the range the floor is 0.05 µs: the power law stands
+    ((32, 1e4), 80 * 1.75),             # 140 µs against 1e4 x 2 x 31/32 / 2e9 = 9.7 µs: the power law
+]
+
+
+def test_lookup_node_floor_of_the_tables_best_rate_python():
+    """A lookup node whose table carries its whole table's peak rate (a distilled part in a page's
+    trees) applies the out-of-range floor; hand values above."""
+    from engine.deploy.measured import node_lookup
+    lookup = node_lookup({0: _lookup_table(rate=LOOKUP_RATE)})
+    for (g, size), us in LOOKUP_RATE_HAND:
+        assert math.isclose(ft.evaluate(["lookup", 0, g, size], {}, lookup) * 1e6, us, rel_tol=1e-12), (g, size)
+
+
+def test_lookup_node_floor_of_the_tables_best_rate_in_the_browser(page):
+    """formula.js applies the same floor from the table's ``rate`` (the same hand values)."""
+    trees = [["lookup", 0, g, size] for (g, size), _ in LOOKUP_RATE_HAND]
+    shown = page.page.evaluate("([ts, tables]) => ts.map(t => window.archFormula.evaluate(t, {}, tables))",
+                               [trees, {"0": _lookup_table(rate=LOOKUP_RATE)}])
+    for got, ((g, size), us) in zip(shown, LOOKUP_RATE_HAND):
+        assert math.isclose(got * 1e6, us, rel_tol=1e-12), (g, size, got * 1e6, us)
+    assert not page.errors, page.errors
 
 
 def test_lookup_node_hand_values_python():

@@ -12,7 +12,7 @@ import yaml
 
 from engine.deploy import Scenario
 from engine.deploy.measured import (DEFAULT_EFFICIENCY, MAX_POINTS, attention_roof, collective_roof, gemm_roof,
-                                    interpolate, interpolate_many, load_measured, nearest)
+                                    interpolate, interpolate_many, load_measured, nearest, peak_rate)
 from engine.spec.errors import SpecError
 
 from tests.conftest import REPO
@@ -65,10 +65,11 @@ def test_interpolation_hand_values(tiny):
 def test_outside_the_range_continues_the_last_span(tiny):
     roof = collective_roof("all_reduce")
     us = lambda point: interpolate(tiny, point, roof)[0] * 1e6     # noqa: E731
-    # 1e6 bytes at 2 GPUs: the last span 1e3 -> 1e5 went 10 -> 100 µs, slope ln 10 / ln 100 = 0.5
-    # (under the roofline's 1), so 100 x (1e6 / 1e5)^0.5 = 100 sqrt(10)
-    t, outside = interpolate(tiny, (2, 1e6), roof)
-    assert outside and t * 1e6 == pytest.approx(100 * math.sqrt(10))                # 316.2 µs
+    # 5e5 bytes at 2 GPUs: the last span 1e3 -> 1e5 went 10 -> 100 µs, slope ln 10 / ln 100 = 0.5
+    # (under the roofline's 1), so 100 x 5^0.5 = 223.6 µs; the floor of the table's best rate (below)
+    # is 5e5 / 1e9 s = 500 µs there, so the floor wins: never more efficient than measured
+    t, outside = interpolate(tiny, (2, 5e5), roof)
+    assert outside and t * 1e6 == pytest.approx(500)
     # 100 bytes: the same slope downward from 10 µs: 10 / sqrt(10)
     assert us((2, 100)) == pytest.approx(10 / math.sqrt(10))                        # 3.162 µs
     # 16 GPUs at 1e3 bytes: the span 2 -> 8 went 10 -> 20 µs, slope ln 2 / ln 4 = 0.5; the
@@ -78,12 +79,35 @@ def test_outside_the_range_continues_the_last_span(tiny):
     assert not interpolate(tiny, (8, 1000), roof)[1]
 
 
+def test_outside_the_range_never_beats_the_tables_best_rate(tiny):
+    """The floor by hand. The all-reduce roofline is bytes x 2(g - 1)/g: per grid point (g, bytes,
+    µs) its work per second is (2, 1e3, 10): 1e3 / 10 µs = 1e8; (2, 1e5, 100): 1e9; (8, 1e3, 20):
+    1.75e3 / 20 µs = 8.75e7; (8, 1e5, 400): 1.75e5 / 400 µs = 4.375e8: the peak rate is 1e9 per s.
+    At (2, 1e6) the last span's power law gives 100 x 10^0.5 = 316.2 µs (3.2e9 per s, above any
+    measurement): the floor 1e6 / 1e9 s = 1,000 µs. At (2, 2e5): 141.4 µs against the floor 200 µs.
+    Below the range (100 bytes) the floor is 0.1 µs: the power law's 3.162 µs stands."""
+    roof = collective_roof("all_reduce")
+    assert peak_rate(tiny, roof) == pytest.approx(1e9)
+    us = lambda point: interpolate(tiny, point, roof)[0] * 1e6     # noqa: E731
+    assert us((2, 1e6)) == pytest.approx(1000)
+    assert us((2, 2e5)) == pytest.approx(200)
+    assert us((2, 100)) == pytest.approx(10 / math.sqrt(10))
+    # inside the grid the measurement stands even where it is slower than the best rate
+    assert us((8, 1000)) == pytest.approx(20)
+
+
 def test_a_falling_edge_stays_flat(tmp_path):
-    """A last span whose time falls (measurement noise) continues flat: more work is never faster."""
+    """A last span whose time falls (measurement noise) continues flat, never faster with more work;
+    here the floor of the best rate is slower still: the edge (2 GPUs, 1e5 bytes in 8 µs, 1.25e10
+    per s) is the table's peak rate, so 1e7 bytes take at least 1e7 / 1.25e10 s = 800 µs."""
     root = tmp_path / "gpus" / "measured"
     write_table(root, [[10, 8], [20, 400]])
     table = load_measured(root)[("H100", "nccl", "all_reduce", "nccl")]
-    assert interpolate(table, (2, 1e7), collective_roof("all_reduce"))[0] * 1e6 == pytest.approx(8)
+    roof = collective_roof("all_reduce")
+    assert interpolate(table, (2, 1e7), roof)[0] * 1e6 == pytest.approx(800)
+    # the flat continuation alone (a rate the floor does not reach): 2 GPUs, 1.1e5 bytes -> 8 µs x 1
+    # against the floor 1.1e5 / 1.25e10 s = 8.8 µs: the floor; the time never falls below the edge's
+    assert interpolate(table, (2, 1.1e5), roof)[0] * 1e6 == pytest.approx(8.8)
 
 
 def _gemm_table(tmp_path):

@@ -14,7 +14,9 @@ Invariants:
   span, its slope clipped to [0, the slope of the kernel class's roofline over that span]
   (:func:`gemm_roof`, :func:`collective_roof`, :func:`attention_roof`): never steeper than the
   work grows, never faster with more work; a GEMM beyond the largest measured m grows as its
-  FLOPs once the edge is compute-bound, a message below the smallest keeps its latency floor.
+  FLOPs once the edge is compute-bound, a message below the smallest keeps its latency floor; and
+  never more efficient than the table's best measured point (:func:`peak_rate`: the time at least
+  the roofline's work over the highest work per second the grid reaches).
 * **Expected time of an op** (:func:`expected_steps`): the measured time per call x calls where a
   table covers the op's kernel class on this GPU and framework, never below the op's bound
   (``t_sol_s``: no kernel beats the speed of light, whatever a table or its extrapolation says);
@@ -121,6 +123,7 @@ class Table:
     path: str                           # the file, relative to the repo
     source: str                         # package and version it was imported from
     keys: dict = None                   # keyed tables: key values -> index of the first axis of seconds
+    rate: float | None = None           # a distilled part: its whole table's peak_rate under its roofline
 
     @property
     def name(self) -> str:
@@ -427,7 +430,11 @@ def interpolate_many(table: Table, points, roof: Callable) -> tuple[np.ndarray, 
     log time over log value between the edge value and the one next to it), the slope clipped to
     [0, the roofline's slope over the same span]: a kernel grows no faster than its roofline (one
     overhead-dominated edge point does not scale like the work) and never gets faster with more
-    work. Axes outside add their log steps."""
+    work. Axes outside add their log steps. A point outside on any axis also takes at least the
+    roofline's work there over :func:`peak_rate` (the highest rate any measured point reaches):
+    beyond the grid a kernel is never more efficient than the best the table measured (a
+    sub-linear last span, e.g. decode attention's batch 64 -> 128 before HBM saturates, would
+    otherwise let the efficiency grow without end)."""
     x = np.atleast_2d(np.asarray(points, dtype=float))
     clamped = _clamped(table, x)
     at_clamped = _inside(table, clamped)
@@ -447,7 +454,32 @@ def interpolate_many(table: Table, points, roof: Callable) -> tuple[np.ndarray, 
         roof_slope = (np.log(roof(*c.T)) - np.log(roof(*inner.T))) / span
         log_t[out] += np.minimum(np.maximum(slope, 0.0), np.maximum(roof_slope, 0.0)) * \
             (np.log(x[out, a]) - np.log(c[:, a]))
+    if outside.any():
+        # never more efficient than the best the table measured: the roofline's work at the point
+        # over the highest rate (roofline work per second) of any measured point
+        floor = np.log(roof(*x[outside].T)) - math.log(peak_rate(table, roof))
+        log_t[outside] = np.maximum(log_t[outside], floor)
     return np.exp(log_t), outside
+
+
+_RATES: dict = {}       # (id(table.seconds), id(roof)) -> (seconds, roof, rate): tables are read-only
+
+
+def peak_rate(table: Table, roof: Callable) -> float:
+    """The highest rate any measured point of ``table`` reaches: max over its grid of the
+    roofline's work there (``roof``: :func:`roof_expr` of the lookup, in its units) / the measured
+    seconds (a distilled part, :func:`distil`, carries its whole table's in ``table.rate``)."""
+    if table.rate is not None:
+        return table.rate
+    key = (id(table.seconds), id(roof))
+    found = _RATES.get(key)
+    if found is None or found[0] is not table.seconds or found[1] is not roof:
+        grid = np.meshgrid(*table.values, indexing="ij")
+        work = np.broadcast_to(np.asarray(roof(*(g.reshape(-1) for g in grid)), dtype=float), (table.seconds.size,))
+        if len(_RATES) > 10_000:
+            _RATES.clear()
+        found = _RATES[key] = (table.seconds, roof, float(np.max(work / table.seconds.reshape(-1))))
+    return found[2]
 
 
 def interpolate(table: Table, point: tuple[float, ...], roof: Callable) -> tuple[float, bool]:
@@ -853,20 +885,23 @@ _DISTILLED: dict = {}        # (id(table), the point's constants) -> (table, its
 _ENTRIES: dict = {}          # (id(part), roof) -> (part, its JSON)
 
 
-def lookup_table(table: Table, roof: tuple) -> dict:
+def lookup_table(table: Table, roof: tuple, rate: float | None = None) -> dict:
     """A lookup node's table as JSON: the axes' names and values, the latencies over them in µs as
     the table file writes them (flat, last axis fastest; seconds = µs x 1e-6, as :func:`load_table`
     reads them), the roofline as a formula tree of the axes (:func:`roof_expr`), and what the
-    per-op tooltip names (the kernel and source, the file)."""
-    found = _ENTRIES.get((id(table), roof))
+    per-op tooltip names (the kernel and source, the file); with ``rate`` (a distilled part: its
+    whole table's :func:`peak_rate`) that rate, the out-of-range floor's."""
+    found = _ENTRIES.get((id(table), roof, rate))
     if found is not None and found[0] is table:
         return found[1]
     entry = {"axes": list(table.axes), "values": [[_short(x) for x in v.tolist()] for v in table.values],
              "us": [_short(float(f"{x * 1e6:.12g}")) for x in table.seconds.reshape(-1).tolist()],
              "roof": _roof_tree(roof), "name": f"{table.name} ({table.source})", "path": table.path}
+    if rate is not None:
+        entry["rate"] = float(rate)
     if len(_ENTRIES) > 20_000:
         _ENTRIES.clear()
-    _ENTRIES[(id(table), roof)] = (table, entry)
+    _ENTRIES[(id(table), roof, rate)] = (table, entry)
     return entry
 
 
@@ -891,7 +926,8 @@ def expected_tree(step, lookup: Lookup, member_ops: dict, table_ref: Callable[[d
     if spec is None:
         return fallback
     point = [to_tree(e) for e in spec.point]
-    nodes = [["lookup", table_ref(lookup_table(distil(t, spec.point), spec.roof)), *point] for t in spec.tables]
+    nodes = [["lookup", table_ref(lookup_table(distil(t, spec.point), spec.roof, peak_rate(t, _roof(spec.roof)))),
+              *point] for t in spec.tables]
     time = nodes[0] if len(nodes) == 1 else ["min", *nodes]
     applies = ["and", [">", T_SOL, 0], *([">", p, 0] for p in point), to_tree(spec.applies)]
     return ["pw", [["max", ["*", float(step.repeat), time], T_SOL], applies], [fallback, 1]]
@@ -907,7 +943,7 @@ def node_lookup(tables: dict) -> Callable[[object, list], float]:
         axes = tuple(entry["axes"])
         values = tuple(np.asarray(v, dtype=float) for v in entry["values"])
         seconds = np.asarray(entry["us"], dtype=float).reshape([len(v) for v in values]) * 1e-6
-        table = Table("", "", "", "", "", axes, values, seconds, entry["path"], entry["name"])
+        table = Table("", "", "", "", "", axes, values, seconds, entry["path"], entry["name"], rate=entry.get("rate"))
 
         def roof(*columns):
             return np.array([formula_tree.evaluate(entry["roof"], dict(zip(axes, p))) for p in zip(*columns)])

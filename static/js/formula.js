@@ -11,8 +11,9 @@
   // A measured table's time at point x (a "lookup" node; engine/deploy/measured.py interpolate_many, the
   // rule's one definition): multilinear in log time over log axis values inside the grid; outside an
   // axis's range, from the clamped point as the power law of the axis's edge span, its slope clipped
-  // to [0, the roofline's slope there] (t.roof: a tree of the axes' names). t: {axes, values, us (the
-  // latencies in µs, flat, last axis fastest; seconds = us x 1e-6, as the table files are read), roof}.
+  // to [0, the roofline's slope there] (t.roof: a tree of the axes' names), and never below the
+  // roofline's work over the table's highest measured rate (t.rate, else its own grid's). t: {axes, values, us (the
+  // latencies in µs, flat, last axis fastest; seconds = us x 1e-6, as the table files are read), roof, rate}.
   function lower(v, x) {     // numpy searchsorted(v, x, "right") - 1, clipped to a span's lower end
     var i = 0; while (i < v.length && v[i] <= x) i++;
     return Math.max(Math.min(i - 1, v.length - 2), 0);
@@ -34,19 +35,32 @@
     }
     return total;
   }
+  function peakRate(t, roof) {   // the highest roofline work per second of any grid point (measured.peak_rate)
+    var best = 0, i, d;
+    for (i = 0; i < t.us.length; i++) {
+      var p = [], rest = i;
+      for (d = t.values.length - 1; d >= 0; d--) { p[d] = t.values[d][rest % t.values[d].length]; rest = Math.floor(rest / t.values[d].length); }
+      best = Math.max(best, roof(p) / (t.us[i] * 1e-6));
+    }
+    return best;
+  }
   function lookup(t, x) {
     var n = x.length, c = [], a;
     for (a = 0; a < n; a++) { var v = t.values[a]; c.push(Math.min(Math.max(x[a], v[0]), v[v.length - 1])); }
     function roof(p) { var e = {}; for (var k = 0; k < n; k++) e[t.axes[k]] = p[k]; return evaluate(t.roof, e); }
-    var atC = inside(t, c), logT = atC;
+    var atC = inside(t, c), logT = atC, out = false;
     for (a = 0; a < n; a++) {
       var vals = t.values[a];
+      if (x[a] !== c[a]) out = true;
       if (x[a] === c[a] || vals.length === 1) continue;
       var inner = c.slice(); inner[a] = c[a] === vals[vals.length - 1] ? vals[vals.length - 2] : vals[1];
       var span = Math.log(c[a]) - Math.log(inner[a]);
       var slope = (atC - inside(t, inner)) / span, roofSlope = (Math.log(roof(c)) - Math.log(roof(inner))) / span;
       logT += Math.min(Math.max(slope, 0), Math.max(roofSlope, 0)) * (Math.log(x[a]) - Math.log(c[a]));
     }
+    // outside: never more efficient than the best the whole table measured (t.rate: its highest
+    // roofline work per second)
+    if (out) logT = Math.max(logT, Math.log(roof(x)) - Math.log(t.rate || peakRate(t, roof)));
     return Math.exp(logT);
   }
   // tables: what a "lookup" node's ref names (ref -> table); read: an optional array each lookup's
