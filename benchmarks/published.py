@@ -280,21 +280,11 @@ class Evaluator:
     def summary(self, point: Point) -> dict:
         """The deployment summary at the point's setup (at capacity for ``requests_per_gpu: capacity``);
         ``fits`` false when the point's batch exceeds the KV capacity (the times are still priced)."""
-        from engine.deploy import Options, ParallelConfig, Scenario, find_gpu, plan
-        ev = self.evaluation(point.model)
-        gpu = find_gpu(self.gpus, point.gpu)
         e = point.evaluated
         replica = e["tp"] * e["pp"] * e["cp"]
-        config = ParallelConfig(tp=e["tp"], ep=e["ep"], dp_attn=e["dp_attn"], pp=e["pp"], cp=e["cp"], dp=1,
-                                gpus_per_node=point.gpus_per_node)
-        extra = {"mtp_tokens": point.mtp[0], "mtp_acceptance": point.mtp[1]} if point.mtp[0] else {}
-        fields = dict(point.options)
-        options = Options(framework=point.framework, **fields, **extra)
-        fusion = self.tables.get(options.framework)
 
         def at(batch: int) -> dict:
-            scenario = Scenario(batch=batch, input_len=point.input_len, output_len=point.output_len)
-            return plan(ev, gpu, config, options, fusion, scenario).at(scenario).summary
+            return self._plan(point, batch).summary
 
         if point.requests_per_gpu is not None:
             return at(point.requests_per_gpu * replica)
@@ -303,7 +293,8 @@ class Evaluator:
         return at(cap) if cap >= 1 else probe
 
     def _plan(self, point: Point, batch: int):
-        """The deployment at the point's setup and ``batch`` requests per replica, and its scenario."""
+        """The deployment evaluated at the point's setup and ``batch`` requests per replica
+        (``plan(...).at``: its summary and per-op rows)."""
         from engine.deploy import Options, ParallelConfig, Scenario, find_gpu, plan
         e = point.evaluated
         config = ParallelConfig(tp=e["tp"], ep=e["ep"], dp_attn=e["dp_attn"], pp=e["pp"], cp=e["cp"], dp=1,
