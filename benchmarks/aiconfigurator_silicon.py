@@ -15,7 +15,8 @@ TensorRT-LLM fusion and kernel tables, ``framework: trtllm``),
 degrees (tp, pp, attention DP; MoE: moe_tp = tp / ep, moe_ep = ep), quantization (the point's
 weight format and KV dtype where given, else AIConfigurator's own inference from the checkpoint;
 the perf-overview's ModelOpt FP8 rows at AIConfigurator's per-tensor ``fp8``, :func:`quant`)
-and batch: ``batch_size`` = ArchLedger's batch per replica / attention-DP degree (AIConfigurator's
+and batch (a point under a harness, the perf-overview rows under trtllm-bench: each wave of its run
+at that wave's batch, the waves' times summed as published.py sums ArchLedger's, :func:`aic_run`): ``batch_size`` = ArchLedger's batch per replica / attention-DP degree (AIConfigurator's
 batch is per attention-DP rank). Static batching: one prefill of the batch, then the decode steps;
 its TPOT is the mean decode step over the generation (ArchLedger's ``tpot_mean_expected_s`` for an
 ``output`` point). A ``prefill`` point's output length and a ``decode`` point's are raised to 2

@@ -38,7 +38,11 @@ holds every decode step of the output, not the last one ``output_len`` times.
 The *expected* column reads ``ttft_expected_s`` / ``tpot_expected_s`` (``tpot_mean_expected_s``
 for an ``output`` point): the times from measured kernels (engine.deploy.measured,
 ``gpus/measured/``); the last line counts the points whose measured / expected lies within
-:data:`WITHIN` (20%), beside the estimate's and the bound's counts.
+:data:`WITHIN` (20%), beside the estimate's and the bound's counts. A point whose row names a
+``harness`` (the data file's ``harness:`` entries; ``trtllm-bench`` for the TensorRT-LLM
+perf-overview rows) gets its expected throughput from :meth:`Evaluator.harness_run`: the run as that
+tool makes it (benchmarks/trtllm_bench.py: its batch limits, CUDA-graph padding and the waves of its
+requests); the bound and the estimate stay at the capacity.
 
 A point's ``overlap:`` (``two_batch`` for SGLang's two-batch overlap and DeepSeek's dual
 micro-batch) is passed as ``Options.overlap`` where the engine has that field; an engine without
