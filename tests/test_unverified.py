@@ -136,3 +136,72 @@ def test_declared_specs_stay_out_of_the_playground_and_the_oracle_rerecord(corpu
     assert cited and not declared & cited
     chosen, kept = modeling_code_models(corpus)
     assert declared <= set(kept) and not declared & {m.model_id for m, _ in chosen}
+
+
+K3 = "moonshotai/Kimi-K3"
+
+
+def test_kimi_k3_counts_equal_a_hand_count_of_its_published_config(capsys):
+    """Kimi K3's text stack, counted from its config.json (text_config) without the engine:
+    h 7168, vocab 163840 (untied head), 93 layers: KDA on the 69 of linear_attn_config.kda_layers
+    (96 heads of 128: q/k/v, three depthwise convolutions of 4, f_a [h -> 128], f_b [128 -> 12288],
+    dt_bias, A_log per head, b_proj [h -> 96], the full-rank g_proj [h -> 12288], o_norm of 128,
+    o_proj), MLA on the 24 others (q_a 1536 + its norm, q_b [1536 -> 96 x 192], kv_a [h -> 512 + 64]
+    + its norm of 512, kv_b [512 -> 96 x 256], the output gate g_proj [h -> 96 x 128], o_proj), two
+    RMSNorms per layer; layer 0 a dense SwiGLU of 33792, the 92 others a router [h -> 896], the latent
+    projections [h -> 3584] and [3584 -> h] with a norm of 3584 between, 896 SwiGLU experts of 3072 at
+    width 3584 and shared experts 2 x 3072 wide at width h. The routing correction bias (896 per
+    layer) is a buffer, not a parameter (it is in the checkpoint bytes, F32). External checks: public
+    K3 reimplementations read each routed expert of the release as 33,030,144 parameters in exactly
+    17,547,264 bytes of MXFP4, and call the model 2.8T parameters, ~1.56 TB."""
+    h, vocab, w = 7168, 163840, 96 * 128
+    kda = 3 * h * w + 3 * w * 4 + h * 128 + 128 * w + w + 96 + h * 96 + h * w + 128 + w * h
+    mla = h * 1536 + 1536 + 1536 * 96 * 192 + h * 576 + 512 + 512 * 96 * 256 + h * 96 * 128 + 96 * 128 * h
+    expert = 3 * 3584 * 3072
+    moe = h * 896 + h * 3584 + 3584 + 3584 * h + 3 * h * 6144
+    total = 2 * vocab * h + h + 69 * (kda + 2 * h) + 24 * (mla + 2 * h) + 3 * h * 33792 + 92 * (moe + 896 * expert)
+    active = total - 92 * (896 - 16) * expert
+    assert cli.main(["show", K3, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["unverified"].startswith("transformers 5.25.0 has no kimi_k3 model")
+    assert data["params_total"]["value"] == total == 2_779_481_712_736 and round(total / 1e12, 1) == 2.8
+    assert data["params_active"]["value"] == active
+    assert expert == 33_030_144
+    assert data["checkpoint_bytes_by_dtype[U8]"]["value"] == 92 * 896 * 17_547_264
+    assert data["checkpoint_bytes_by_dtype[F32]"]["value"] == 92 * 896 * 4
+    assert round(data["checkpoint_bytes"]["value"] / 1e12, 2) == 1.56
+    # the cache: 512 latent + 64 rope key per MLA layer and token (BF16); per KDA layer a [128, 128]
+    # F32 state per head and three convolutions' last 3 columns (BF16)
+    assert data["kv_bytes_per_token_growing"]["value"] == 24 * (512 + 64) * 2
+    assert data["kv_fixed_bytes"]["value"] == 69 * (96 * 128 * 128 * 4 + 3 * w * 3 * 2)
+
+
+def test_kimi_k3_reason_names_what_transformers_kimi_linear_lacks():
+    """The declaration's claims, checked against the installed transformers: no kimi_k3 model; its
+    kimi_linear code (config and modeling) mentions none of the config fields K3 adds, and ACT2FN
+    has no "situ" (KimiLinearDecoderLayer looks it up: KeyError)."""
+    pytest.importorskip("transformers")
+    import inspect
+    import transformers
+    from transformers.activations import ACT2FN
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.kimi_linear import configuration_kimi_linear, modeling_kimi_linear
+    from engine.spec.corpus import load_corpus
+    why = load_corpus(REPO / "corpus").models[K3].unverified
+    assert why.startswith(f"transformers {transformers.__version__} has no kimi_k3 model")
+    assert "kimi_k3" not in CONFIG_MAPPING_NAMES and "kimi_linear" in CONFIG_MAPPING_NAMES
+    assert "situ" not in ACT2FN and "KeyError 'situ'" in why
+    published = json.loads((REPO / "corpus" / "snapshots" / "moonshotai--Kimi-K3.config.json").read_text())["text_config"]
+    code = inspect.getsource(configuration_kimi_linear) + inspect.getsource(modeling_kimi_linear)
+    added = ["attn_res_block_size", "mla_use_output_gate", "routed_expert_hidden_size", "latent_moe_use_norm"]
+    for field in added:
+        assert field in published and field not in code and field in why, field
+    assert "use_full_rank_gate" in published["linear_attn_config"] and "use_full_rank_gate" not in code
+
+
+def test_list_shows_each_declared_spec_with_its_reason(capsys, corpus):
+    assert cli.main(["list"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    for model_id, spec in corpus.models.items():
+        assert rows[model_id].endswith(f"(unverified: {spec.unverified})") == bool(spec.unverified), model_id
+    assert "(unverified: transformers 5.25.0 has no kimi_k3 model" in rows[K3]

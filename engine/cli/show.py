@@ -103,7 +103,8 @@ LIST_COLUMNS = ["family", "model_type", "params_total", "lineage", "generation",
 
 def cmd_list(args: argparse.Namespace) -> int:
     """The corpus as the gallery orders it: lineage, family in release order, the model's place in
-    its family's release list (corpus/lineage.yaml), then size; a header names the columns.
+    its family's release list (corpus/lineage.yaml), then size; a header names the columns. A spec
+    declaring ``unverified:`` ends its row with ``(unverified: <why>)`` (the build never publishes it).
 
     On a built checkout whose inputs are unchanged the rows come from build/results/models.parquet
     without loading the corpus (no sympy: :mod:`engine.build.built`); a model whose input hash
@@ -115,7 +116,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     print(f"{'MODEL':{width}s} {'PARAMS':>8s}  {'TYPE':{kind}s}  FAMILY")
     for r in sorted(rows, key=lambda r: (r["lineage"].lower(), r["generation"], r["release_position"],
                                          r["params_total"], r["model_id"])):
-        print(f"{r['model_id']:{width}s} {units.si(r['params_total']):>8s}  {r['model_type']:{kind}s}  {r['family']}")
+        # a spec declaring `unverified:` is listed with its reason (the gallery leaves it out)
+        why = f"  (unverified: {r['unverified']})" if r.get("unverified") else ""
+        print(f"{r['model_id']:{width}s} {units.si(r['params_total']):>8s}  {r['model_type']:{kind}s}  {r['family']}{why}")
     return 0
 
 
@@ -146,5 +149,5 @@ def _listed(args: argparse.Namespace) -> list[dict]:
             params = int(quantities.params_total(walk_model(corpus, model, Binding("numeric", {}))))
             row = {"model_id": model.model_id, "family": model.family, "model_type": model.model_type,
                    "params_total": params, **lineage_columns(model.model_id, model.family, table)}
-        rows.append(row)
+        rows.append({**row, "unverified": model.unverified} if model.unverified else row)
     return rows
