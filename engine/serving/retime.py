@@ -41,25 +41,47 @@ TIME_WORDS = {"estimate": "schedule estimate", "bound": "lower bound",
 
 class PointReader:
     """Deploy's summary at (config, batch) of one GPU type, each point read once; ``tables``:
-    the GPU's measured tables (engine.deploy.measured.load_measured), None: no expected times."""
+    the GPU's measured tables (engine.deploy.measured.load_measured), None: no expected times.
+    ``cache``: the search's :class:`engine.deploy.structure_cache.StructureCache` (of ``ev`` and
+    ``fusion``), whose structures the plans then are (its live key: the structures the search
+    placed and compiled already, the same numbers by that cache's invariant); without it each
+    plan is built as ``archledger deploy`` builds it."""
 
-    def __init__(self, ev, gpu, options, fusion, input_len: int, output_len: int, tables=None):
+    def __init__(self, ev, gpu, options, fusion, input_len: int, output_len: int, tables=None, cache=None):
         self.ev, self.gpu, self.options, self.fusion = ev, gpu, options, fusion
-        self.input_len, self.output_len, self.tables = input_len, output_len, tables
+        self.input_len, self.output_len, self.tables, self.cache = input_len, output_len, tables, cache
         self.read: dict = {}
+        self.calls = 0               # summaries evaluated (each over every batch of one plan)
         self._plans: dict = {}       # (config, fusion token regime per phase) -> deploy's plan
+        self._live: dict = {}        # config -> per phase its live token limits (with ``cache``)
 
     def __call__(self, config, batch: int) -> dict[str, Any]:
         key = (config, int(batch))
         if key not in self.read:
-            from engine.deploy import Scenario
-            from engine.deploy.sol import summarize_plan
-            scenario = Scenario(int(batch), self.input_len, self.output_len)
-            s = summarize_plan(self._plan(config, scenario), scenario.batch, self.input_len, self.output_len,
-                               self.tables)
-            self.read[key] = {k: (np.asarray(v).reshape(-1)[0].item() if isinstance(v, np.ndarray) else v)
-                              for k, v in s.items() if k != "phases"}
+            self.read_all(config, [int(batch)])
         return self.read[key]
+
+    def read_all(self, config, batches) -> None:
+        """Deploy's summary at every one of ``batches`` of ``config`` not read yet, one vectorized
+        :func:`engine.deploy.sol.summarize_plan` call per plan (fusion token regime) over its
+        batches: a call's cost is mostly per call, not per point (a config's few hundred served
+        batches cost about what a dozen single points do), and every field is per-point
+        arithmetic, so each point gets the floats a call at that point alone gives
+        (tests/test_plan_times.py)."""
+        from engine.deploy import Scenario
+        from engine.deploy.sol import summarize_plan
+        by_plan: dict[int, tuple] = {}
+        for b in dict.fromkeys(int(b) for b in batches):
+            if (config, b) not in self.read:
+                p = self._plan(config, Scenario(b, self.input_len, self.output_len))
+                by_plan.setdefault(id(p), (p, []))[1].append(b)
+        for p, group in by_plan.values():
+            self.calls += 1
+            s = summarize_plan(p, np.array(group), self.input_len, self.output_len, self.tables)
+            fields = {k: (np.broadcast_to(v, (len(group),)).tolist() if isinstance(v, np.ndarray) else [v] * len(group))
+                      for k, v in s.items() if k != "phases"}
+            for i, b in enumerate(group):
+                self.read[(config, b)] = {k: v[i] for k, v in fields.items()}
 
     def _plan(self, config, scenario):
         """Deploy's plan of ``config`` at ``scenario``, built once per fusion token regime: the
@@ -68,9 +90,20 @@ class PointReader:
         exceeding the same limits (:func:`engine.deploy.structure_cache.regime`) fuse, place and
         compile alike, and the summary evaluates the one structure at each point."""
         from engine.deploy import PHASES, plan, tokens_per_device
-        from engine.deploy.fusion import token_limits
+        from engine.deploy.fusion import live_token_limits, token_limits
         from engine.deploy.structure_cache import regime
         tokens = tokens_per_device(config, scenario, self.options.prefill_tokens, self.options.decode_seq)
+        if self.cache is not None:      # the search's structure of this live regime
+            limits = self._live.get(config)
+            if limits is None:
+                limits = self._live[config] = [live_token_limits(self.fusion, self.gpu, config, p) for p in PHASES]
+            key = (config, "live", tuple(regime(m, tokens[p]) for m, p in zip(limits, PHASES)))
+            found = self._plans.get(key)
+            if found is None:
+                from engine.deploy.sol import Plan
+                found = self._plans[key] = Plan(self.cache.live_structure(
+                    config, self.gpu.scale_up_domain, self.options.framework, self.gpu, key[2], self.options), self.gpu)
+            return found
         limits = token_limits(self.fusion)
         key = (config, tuple(regime(limits, tokens[p]) for p in PHASES))
         found = self._plans.get(key)
@@ -115,6 +148,7 @@ def answer_on(time: str, res: GPUSearch, read: PointReader, sla: SLA) -> dict | 
         if best is not None and config.n_gpus > best["total_gpus"]:
             break
         batches = np.sort(res.points["batch"][res.points["config"] == k])
+        read.read_all(config, batches)      # every served batch at once; the bisection reads them
 
         def within(i):
             s = read(config, int(batches[i]))
