@@ -62,37 +62,51 @@ class PointReader:
         return self.read[key]
 
     def read_all(self, config, batches) -> None:
-        """Deploy's summary at every one of ``batches`` of ``config`` not read yet, one vectorized
-        :func:`engine.deploy.sol.summarize_plan` call per plan (fusion token regime) over its
-        batches: a call's cost is mostly per call, not per point (a config's few hundred served
-        batches cost about what a dozen single points do), and every field is per-point
-        arithmetic, so each point gets the floats a call at that point alone gives
-        (tests/test_plan_times.py)."""
-        from engine.deploy import Scenario
-        from engine.deploy.sol import summarize_plan
+        """:meth:`read_many` of one config."""
+        self.read_many([(config, batches)])
+
+    def read_many(self, wanted) -> None:
+        """Deploy's summary at every (config, batch) of ``wanted`` ((config, batches) pairs) not
+        read yet: one vectorized :func:`engine.deploy.sol.summarize_plan` per plan (config and
+        fusion token regime) over its batches, the expected times of them all together
+        (:func:`engine.deploy.sol.summarize_plans`, each measured table interpolated once). A
+        call's cost is mostly per call, not per point (a config's few hundred served batches cost
+        about what a dozen single points do), and every field is per-point arithmetic, so each
+        point gets the floats a call at that point alone gives (tests/test_deploy_fast.py)."""
+        from engine.deploy import PHASES
+        from engine.deploy.sol import summarize_plans
+        from engine.deploy.structure import device_tokens
         by_plan: dict[int, tuple] = {}
-        for b in dict.fromkeys(int(b) for b in batches):
-            if (config, b) not in self.read:
-                p = self._plan(config, Scenario(b, self.input_len, self.output_len))
-                by_plan.setdefault(id(p), (p, []))[1].append(b)
-        for p, group in by_plan.values():
-            self.calls += 1
-            s = summarize_plan(p, np.array(group), self.input_len, self.output_len, self.tables)
+        for config, batches in wanted:
+            todo = [b for b in dict.fromkeys(int(b) for b in batches) if (config, b) not in self.read]
+            if not todo:
+                continue
+            # tokens_per_device of every batch at once (its own arrays: the same whole numbers)
+            tokens = device_tokens(config, np.array(todo, dtype=float), self.input_len, self.options.prefill_tokens,
+                                   self.options.decode_seq)
+            for i, b in enumerate(todo):
+                p = self._plan(config, b, {phase: int(t[i]) for phase, t in zip(PHASES, tokens)})
+                by_plan.setdefault(id(p), (p, config, []))[2].append(b)
+        groups = list(by_plan.values())
+        self.calls += len(groups)
+        summaries = summarize_plans([(p, np.array(group), self.input_len, self.output_len, self.tables)
+                                     for p, _, group in groups])
+        for (p, config, group), s in zip(groups, summaries):
             fields = {k: (np.broadcast_to(v, (len(group),)).tolist() if isinstance(v, np.ndarray) else [v] * len(group))
                       for k, v in s.items() if k != "phases"}
             for i, b in enumerate(group):
                 self.read[(config, b)] = {k: v[i] for k, v in fields.items()}
 
-    def _plan(self, config, scenario):
-        """Deploy's plan of ``config`` at ``scenario``, built once per fusion token regime: the
+    def _plan(self, config, batch: int, tokens: dict):
+        """Deploy's plan of ``config`` at ``batch`` (``tokens``: its tokens per device by phase,
+        engine.deploy.structure.tokens_per_device), built once per fusion token regime: the
         batch reaches the structure only through the tokens per device its fusion rules compare
         with their ``max_tokens`` (engine.deploy.fusion, ``_rule_conditions``), so two batches
         exceeding the same limits (:func:`engine.deploy.structure_cache.regime`) fuse, place and
         compile alike, and the summary evaluates the one structure at each point."""
-        from engine.deploy import PHASES, plan, tokens_per_device
+        from engine.deploy import PHASES, Scenario, plan
         from engine.deploy.fusion import live_token_limits, token_limits
         from engine.deploy.structure_cache import regime
-        tokens = tokens_per_device(config, scenario, self.options.prefill_tokens, self.options.decode_seq)
         if self.cache is not None:      # the search's structure of this live regime
             limits = self._live.get(config)
             if limits is None:
@@ -108,7 +122,8 @@ class PointReader:
         key = (config, tuple(regime(limits, tokens[p]) for p in PHASES))
         found = self._plans.get(key)
         if found is None:
-            found = self._plans[key] = plan(self.ev, self.gpu, config, self.options, self.fusion, scenario)
+            found = self._plans[key] = plan(self.ev, self.gpu, config, self.options, self.fusion,
+                                            Scenario(batch, self.input_len, self.output_len))
         return found
 
 
@@ -143,12 +158,18 @@ def answer_on(time: str, res: GPUSearch, read: PointReader, sla: SLA) -> dict | 
         return None
     best, key = None, None
     order = sorted(range(len(res.configs)), key=lambda k: res.configs[k].n_gpus)
+    served = {k: np.sort(res.points["batch"][res.points["config"] == k]) for k in order}
+    fetched = None                                   # the GPU count whose configs are read
     for k in order:
         config = res.configs[k]
         if best is not None and config.n_gpus > best["total_gpus"]:
             break
-        batches = np.sort(res.points["batch"][res.points["config"] == k])
-        read.read_all(config, batches)      # every served batch at once; the bisection reads them
+        batches = served[k]
+        if config.n_gpus != fetched:
+            # every served batch of the configs of this GPU count at once (each of them is read: the
+            # best so far has at least this many GPUs in all); the bisection below reads them
+            read.read_many([(res.configs[j], served[j]) for j in order if res.configs[j].n_gpus == config.n_gpus])
+            fetched = config.n_gpus
 
         def within(i):
             s = read(config, int(batches[i]))
