@@ -158,18 +158,15 @@ def answer_on(time: str, res: GPUSearch, read: PointReader, sla: SLA) -> dict | 
         return None
     best, key = None, None
     order = sorted(range(len(res.configs)), key=lambda k: res.configs[k].n_gpus)
-    served = {k: np.sort(res.points["batch"][res.points["config"] == k]) for k in order}
-    fetched = None                                   # the GPU count whose configs are read
     for k in order:
         config = res.configs[k]
         if best is not None and config.n_gpus > best["total_gpus"]:
             break
-        batches = served[k]
-        if config.n_gpus != fetched:
-            # every served batch of the configs of this GPU count at once (each of them is read: the
-            # best so far has at least this many GPUs in all); the bisection below reads them
-            read.read_many([(res.configs[j], served[j]) for j in order if res.configs[j].n_gpus == config.n_gpus])
-            fetched = config.n_gpus
+        batches = np.sort(res.points["batch"][res.points["config"] == k])
+        # every served batch of the config at once (one config at a time: a GPU count's configs
+        # together hold a few hundred MB of per-step arrays for no faster answer); the bisection
+        # below reads them
+        read.read_all(config, batches)
 
         def within(i):
             s = read(config, int(batches[i]))
