@@ -239,3 +239,39 @@ def test_consistency_point_reader_shares_plans_and_answers_as_deploy(evaluation)
                  for k, v in fresh.items() if k != "phases"}
         assert reader(config, b) == fresh, b
     assert len(reader._plans) < len(batches)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own-plans", "search-cache"])
+def test_consistency_point_reader_reads_a_config_at_once_as_deploy(evaluation, shared):
+    """``PointReader.read_all`` (what plan's answers on the bound and the expected time read)
+    evaluates a config's batches in one vectorized summary per plan; with ``shared`` its plans are
+    the search's structures (a StructureCache's live key), as ``archledger plan`` passes them. Each
+    point's summary equals the one deploy's own fresh plan gives at that batch alone, float for
+    float, across the two fusion regimes of the test above (decode at batch 1-32 and 64-256 at TP 2
+    on an H100): one summary call per plan, not per batch."""
+    from engine.deploy import Options, Scenario, plan
+    from engine.deploy.fusion import load_tables
+    from engine.deploy.hardware import find_gpu, load_gpus
+    from engine.deploy.measured import load_measured
+    from engine.deploy.parallel import ParallelConfig
+    from engine.deploy.sol import summarize_plan
+    from engine.deploy.structure_cache import StructureCache
+    from engine.serving.retime import PointReader
+
+    ev = evaluation("Qwen/Qwen3-0.6B")
+    gpu = find_gpu(load_gpus(REPO / "gpus"), "H100")
+    fusion = load_tables(REPO / "corpus" / "fusion")["vllm"]
+    tables = load_measured(REPO / "gpus" / "measured", gpu=gpu.key, framework="vllm")
+    options, config = Options(framework="vllm"), ParallelConfig(tp=2)
+    cache = StructureCache(ev, {"vllm": fusion}) if shared else None
+    reader = PointReader(ev, gpu, options, fusion, 1024, 128, tables, cache)
+    batches = (1, 8, 32, 64, 256)
+    reader.read_all(config, batches)
+    calls = reader.calls
+    assert 2 <= calls == len(reader._plans) < len(batches)     # one call per plan; two regimes at least
+    for b in batches:
+        fresh = summarize_plan(plan(ev, gpu, config, options, fusion, Scenario(b, 1024, 128)), b, 1024, 128, tables)
+        fresh = {k: (np.asarray(v).reshape(-1)[0].item() if isinstance(v, np.ndarray) else v)
+                 for k, v in fresh.items() if k != "phases"}
+        assert reader(config, b) == fresh, b
+    assert reader.calls == calls      # (every point above was read already)

@@ -149,7 +149,7 @@ def _answer_text(r: dict, measured: bool = True) -> str:
             f"{r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU{price})")
 
 
-def _answers(res, ev, gpu, options, fusion, args, sla) -> tuple[str, bool, dict]:
+def _answers(res, ev, gpu, options, fusion, args, sla, cache=None) -> tuple[str, bool, dict]:
     """One GPU type's answers on each time (engine.serving.retime): (the time it answers on, whether
     the GPU has measured tables for the framework, time -> its answer row or None). The estimate's
     is the search's own cheapest point; the bound's and the expected time's are read from deploy's
@@ -161,7 +161,7 @@ def _answers(res, ev, gpu, options, fusion, args, sla) -> tuple[str, bool, dict]
     tables = load_measured(Path(args.gpus_root) / "measured", gpu=gpu.key, framework=options.framework)
     measured = any(key[1] == options.framework for key in tables)
     used = args.time or ("expected" if measured else "estimate")
-    read = PointReader(ev, gpu, options, fusion, args.input, args.output, tables)
+    read = PointReader(ev, gpu, options, fusion, args.input, args.output, tables, cache)
     out = {}
     for time in TIMES:
         if time == "estimate":
@@ -309,6 +309,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.serving.retime import TIME_WORDS, TIMES
     from engine.serving.sizing import SLA, search
     from engine.serving.pairing import disaggregated
+    from engine.deploy.structure_cache import StructureCache
 
     sla = SLA(args.ttft, args.tpot, users=args.users, rate=args.rate)
     all_gpus = load_gpus(args.gpus_root)
@@ -316,8 +317,10 @@ def run(args: argparse.Namespace) -> int:
     gpus = list({g.key: g for g in gpus}.values())
     options, fusion = serving_options(args)
     ev = evaluate_one(args.model, args.corpus)
+    # one structure cache for the search and the answers on the other times (their plans are its structures)
+    cache = StructureCache(ev, {options.framework: fusion} if fusion is not None else {})
     results = search(ev, gpus, args.input, args.output, sla, max_gpus=args.max_gpus, options=options,
-                     fusion=fusion, pools=not args.no_disagg)
+                     fusion=fusion, pools=not args.no_disagg, cache=cache)
     per_gpu = []
     for res in results:
         front = res.front()
@@ -326,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
         cheapest = res.cheapest(args.top)
         # this GPU type's answer on each time; it answers on --time (default: expected where measured)
         used, measured, by_time = _answers(res, ev, next(g for g in gpus if g.key == res.gpu), options, fusion,
-                                           args, sla)
+                                           args, sla, cache)
         per_gpu.append({"gpu": res.gpu, "time": used, "measured_tables": measured, "configs": len(res.configs),
                         "configs_not_fitting": res.rejected, "points": int(len(res.points.get("batch", ()))),
                         "cheapest": cheapest, "front": front, "answers": by_time})

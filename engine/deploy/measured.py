@@ -628,6 +628,22 @@ def _mla_point(step, config, kernel: str) -> tuple | None:
     return (batch * seq, heads), sympy.true
 
 
+_MAXIMA: dict = {}
+
+
+def _at_least(expr: sympy.Expr, floor: int) -> sympy.Expr:
+    """``sympy.Max(expr, floor)``, once per distinct pair: its simplification compares the
+    arguments symbolically (most of a plan's expected-time setup), and the steps of another
+    config or fusion regime repeat the same local sizes (equal arguments, an equal Max)."""
+    key = (expr, floor)
+    found = _MAXIMA.get(key)
+    if found is None:
+        if len(_MAXIMA) > 50_000:
+            _MAXIMA.clear()
+        found = _MAXIMA[key] = sympy.Max(expr, floor)
+    return found
+
+
 def _local_axes(step) -> dict[str, sympy.Expr]:
     """Each axis of the step's output by name: its size on one GPU (the size over the groups that
     split it; more GPUs than units of a fixed-size axis: one unit each, as placement splits
@@ -638,7 +654,7 @@ def _local_axes(step) -> dict[str, sympy.Expr]:
         ways = sympy.Integer(math.prod(g.size for g in groups))
         if size.is_number:
             ways = sympy.Min(ways, size)
-        out.setdefault(axis.name, size / sympy.Max(ways, 1))
+        out.setdefault(axis.name, size / _at_least(ways, 1))
     return out
 
 
@@ -653,7 +669,7 @@ def _gemm_point(step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
     for name, size in rows:
         if not (step.last_token and name == "seq"):
             m = m * size
-    m = sympy.Max(m, 1)
+    m = _at_least(m, 1)
     numeric = [float(e) for e in step.dims.values() if getattr(e, "is_number", True)]
     k = sympy.Float(numeric[-1] / math.prod(g.size for g in step.layout.partial))
     flops = step_totals(step)[0] / step.repeat

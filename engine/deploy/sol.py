@@ -658,13 +658,26 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
 def summarize_plan(plan: Plan, batch, input_len, output_len, tables=None) -> dict[str, Any]:
     """:func:`summarize` for one plan (one GPU, one KV dtype), with the plan's labels; ``tables``
     (engine.deploy.measured.load_measured): add the expected times."""
-    options = plan.options
-    expected = None if tables is None else expected_phase_times(plan, batch, input_len, output_len, tables)
-    out = summarize(plan.structure, [plan.gpu], 0, plan.kv_bytes, batch, input_len, output_len,
-                    options.hbm_fraction, options.prefill_tokens, expected=expected)
-    out.update({"model_id": plan.model_id, "gpu": plan.gpu.key, "framework": options.framework,
-                "weight_format": options.weight_format, "kv_dtype": options.kv_dtype,
-                "act_dtype": options.act_dtype})
+    return summarize_plans([(plan, batch, input_len, output_len, tables)])[0]
+
+
+def summarize_plans(asked: list[tuple]) -> list[dict[str, Any]]:
+    """``[summarize_plan(plan, batch, input_len, output_len, tables) for each of asked]``, the
+    expected times of all of them from one :func:`expected_phase_times_many` (each measured table
+    interpolated once over every plan's points: plan's answers read a config's fusion regimes
+    together); every number is per-point arithmetic, so each gets its own call's floats."""
+    with_tables = [a for a in asked if a[4] is not None]
+    found = iter(expected_phase_times_many(with_tables) if with_tables else [])
+    out = []
+    for plan, batch, input_len, output_len, tables in asked:
+        options = plan.options
+        expected = None if tables is None else next(found)
+        s = summarize(plan.structure, [plan.gpu], 0, plan.kv_bytes, batch, input_len, output_len,
+                      options.hbm_fraction, options.prefill_tokens, expected=expected)
+        s.update({"model_id": plan.model_id, "gpu": plan.gpu.key, "framework": options.framework,
+                  "weight_format": options.weight_format, "kv_dtype": options.kv_dtype,
+                  "act_dtype": options.act_dtype})
+        out.append(s)
     return out
 
 

@@ -41,41 +41,89 @@ TIME_WORDS = {"estimate": "schedule estimate", "bound": "lower bound",
 
 class PointReader:
     """Deploy's summary at (config, batch) of one GPU type, each point read once; ``tables``:
-    the GPU's measured tables (engine.deploy.measured.load_measured), None: no expected times."""
+    the GPU's measured tables (engine.deploy.measured.load_measured), None: no expected times.
+    ``cache``: the search's :class:`engine.deploy.structure_cache.StructureCache` (of ``ev`` and
+    ``fusion``), whose structures the plans then are (its live key: the structures the search
+    placed and compiled already, the same numbers by that cache's invariant); without it each
+    plan is built as ``archledger deploy`` builds it."""
 
-    def __init__(self, ev, gpu, options, fusion, input_len: int, output_len: int, tables=None):
+    def __init__(self, ev, gpu, options, fusion, input_len: int, output_len: int, tables=None, cache=None):
         self.ev, self.gpu, self.options, self.fusion = ev, gpu, options, fusion
-        self.input_len, self.output_len, self.tables = input_len, output_len, tables
+        self.input_len, self.output_len, self.tables, self.cache = input_len, output_len, tables, cache
         self.read: dict = {}
+        self.calls = 0               # summaries evaluated (each over every batch of one plan)
         self._plans: dict = {}       # (config, fusion token regime per phase) -> deploy's plan
+        self._live: dict = {}        # config -> per phase its live token limits (with ``cache``)
 
     def __call__(self, config, batch: int) -> dict[str, Any]:
         key = (config, int(batch))
         if key not in self.read:
-            from engine.deploy import Scenario
-            from engine.deploy.sol import summarize_plan
-            scenario = Scenario(int(batch), self.input_len, self.output_len)
-            s = summarize_plan(self._plan(config, scenario), scenario.batch, self.input_len, self.output_len,
-                               self.tables)
-            self.read[key] = {k: (np.asarray(v).reshape(-1)[0].item() if isinstance(v, np.ndarray) else v)
-                              for k, v in s.items() if k != "phases"}
+            self.read_all(config, [int(batch)])
         return self.read[key]
 
-    def _plan(self, config, scenario):
-        """Deploy's plan of ``config`` at ``scenario``, built once per fusion token regime: the
+    def read_all(self, config, batches) -> None:
+        """:meth:`read_many` of one config."""
+        self.read_many([(config, batches)])
+
+    def read_many(self, wanted) -> None:
+        """Deploy's summary at every (config, batch) of ``wanted`` ((config, batches) pairs) not
+        read yet: one vectorized :func:`engine.deploy.sol.summarize_plan` per plan (config and
+        fusion token regime) over its batches, the expected times of them all together
+        (:func:`engine.deploy.sol.summarize_plans`, each measured table interpolated once). A
+        call's cost is mostly per call, not per point (a config's few hundred served batches cost
+        about what a dozen single points do), and every field is per-point arithmetic, so each
+        point gets the floats a call at that point alone gives (tests/test_deploy_fast.py)."""
+        from engine.deploy import PHASES
+        from engine.deploy.sol import summarize_plans
+        from engine.deploy.structure import device_tokens
+        by_plan: dict[int, tuple] = {}
+        for config, batches in wanted:
+            todo = [b for b in dict.fromkeys(int(b) for b in batches) if (config, b) not in self.read]
+            if not todo:
+                continue
+            # tokens_per_device of every batch at once (its own arrays: the same whole numbers)
+            tokens = device_tokens(config, np.array(todo, dtype=float), self.input_len, self.options.prefill_tokens,
+                                   self.options.decode_seq)
+            for i, b in enumerate(todo):
+                p = self._plan(config, b, {phase: int(t[i]) for phase, t in zip(PHASES, tokens)})
+                by_plan.setdefault(id(p), (p, config, []))[2].append(b)
+        groups = list(by_plan.values())
+        self.calls += len(groups)
+        summaries = summarize_plans([(p, np.array(group), self.input_len, self.output_len, self.tables)
+                                     for p, _, group in groups])
+        for (p, config, group), s in zip(groups, summaries):
+            fields = {k: (np.broadcast_to(v, (len(group),)).tolist() if isinstance(v, np.ndarray) else [v] * len(group))
+                      for k, v in s.items() if k != "phases"}
+            for i, b in enumerate(group):
+                self.read[(config, b)] = {k: v[i] for k, v in fields.items()}
+
+    def _plan(self, config, batch: int, tokens: dict):
+        """Deploy's plan of ``config`` at ``batch`` (``tokens``: its tokens per device by phase,
+        engine.deploy.structure.tokens_per_device), built once per fusion token regime: the
         batch reaches the structure only through the tokens per device its fusion rules compare
         with their ``max_tokens`` (engine.deploy.fusion, ``_rule_conditions``), so two batches
         exceeding the same limits (:func:`engine.deploy.structure_cache.regime`) fuse, place and
         compile alike, and the summary evaluates the one structure at each point."""
-        from engine.deploy import PHASES, plan, tokens_per_device
-        from engine.deploy.fusion import token_limits
+        from engine.deploy import PHASES, Scenario, plan
+        from engine.deploy.fusion import live_token_limits, token_limits
         from engine.deploy.structure_cache import regime
-        tokens = tokens_per_device(config, scenario, self.options.prefill_tokens, self.options.decode_seq)
+        if self.cache is not None:      # the search's structure of this live regime
+            limits = self._live.get(config)
+            if limits is None:
+                limits = self._live[config] = [live_token_limits(self.fusion, self.gpu, config, p) for p in PHASES]
+            key = (config, "live", tuple(regime(m, tokens[p]) for m, p in zip(limits, PHASES)))
+            found = self._plans.get(key)
+            if found is None:
+                from engine.deploy.sol import Plan
+                found = self._plans[key] = Plan(self.cache.live_structure(
+                    config, self.gpu.scale_up_domain, self.options.framework, self.gpu, key[2], self.options), self.gpu)
+            return found
         limits = token_limits(self.fusion)
         key = (config, tuple(regime(limits, tokens[p]) for p in PHASES))
         found = self._plans.get(key)
         if found is None:
-            found = self._plans[key] = plan(self.ev, self.gpu, config, self.options, self.fusion, scenario)
+            found = self._plans[key] = plan(self.ev, self.gpu, config, self.options, self.fusion,
+                                            Scenario(batch, self.input_len, self.output_len))
         return found
 
 
@@ -115,6 +163,10 @@ def answer_on(time: str, res: GPUSearch, read: PointReader, sla: SLA) -> dict | 
         if best is not None and config.n_gpus > best["total_gpus"]:
             break
         batches = np.sort(res.points["batch"][res.points["config"] == k])
+        # every served batch of the config at once (one config at a time: a GPU count's configs
+        # together hold a few hundred MB of per-step arrays for no faster answer); the bisection
+        # below reads them
+        read.read_all(config, batches)
 
         def within(i):
             s = read(config, int(batches[i]))
