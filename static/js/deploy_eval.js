@@ -227,7 +227,18 @@
     });
     return out;
   }
-  function fileOf(o) { return get(base + o.file + ".json.gz"); }
+  // a config's file with its measured tables in place: the file names the model's one tables file
+  // (site_builder/data.py TABLES, ref -> table, fetched once for every config) rather than carrying
+  // its own copy; a file that carries them (an older build, a hand fixture) is used as it is
+  var withTables = {};
+  function fileOf(o) {
+    var url = base + o.file + ".json.gz";
+    if (!withTables[url]) withTables[url] = get(url).then(function (file) {
+      if (typeof file.lookups !== "string") return file;
+      return get(base + file.lookups + ".json.gz").then(function (tables) { file.lookups = tables; return file; });
+    });
+    return withTables[url];
+  }
   // sizing.front: the indices of the non-dominated points of (x, y), both to maximize, in decreasing
   // x (ties: decreasing y, then input order); of exact duplicates the first is kept
   function front(x, y) {
@@ -277,6 +288,21 @@
       return rows;
     });
   }
+  // A precomputed front file (site_builder/data.py front_files: {columns, values: one list per
+  // column}) as the chart's rows: its stored fields, and the two rates it plots from them by
+  // engine.serving.steady.front_point's divisions, in the same order (so the build's bits): tokens/s
+  // per GPU = batch / tpot_s / n_gpus, per user = 1 / tpot_s (tpot_s: the steady state's mean TPOT)
+  function frontRows(t) {
+    var n = t.values.length ? t.values[0].length : 0, rows = [];
+    for (var k = 0; k < n; k++) {
+      var o = {};
+      t.columns.forEach(function (c, i) { o[c] = t.values[i][k]; });
+      o.tokens_per_s_per_gpu = o.batch / o.tpot_s / o.n_gpus;
+      o.tokens_per_s_per_user = 1 / o.tpot_s;
+      rows.push(o);
+    }
+    return rows;
+  }
   // an upper bound of a config's capacity from index.json alone (no working set, no reserve: both are
   // >= 0), so a caller can skip fetching configs that cannot hold a batch without dropping one that can
   function roomBound(o, p) {
@@ -288,6 +314,7 @@
     // index.json: options (GPU, config, framework, KV dtype, its file), the model-wide trees and rates
     index: function () { return get(base + "index.json.gz").then(function (idx) { model = idx.model; return idx; }); },
     file: fileOf, summarize: summarize, opRows: opRows, roomBound: roomBound, gridPoints: gridPoints, fronts: fronts,
+    frontRows: frontRows,
     // the summary and op rows at any point (index() first)
     at: function (o, p) { return fileOf(o).then(function (file) { var s = summarize(o, file, p); s.ops = opRows(o, file, s); return s; }); }
   };
