@@ -324,19 +324,27 @@ def compact_json(value) -> str:
 
 def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     """The formula document as the deploy page fetches it: the model-wide part (GPU rates, configs,
-    options, the KV trees) for index.json, and one file per (config, scale-up domain) holding only
-    the programs, trees and strings its options use, renumbered from 0 (what one selection loads;
-    configs whose files are identical share one), as its compact JSON text (``{"programs", "trees",
-    "strings", "expected", "lookups"}``: ``expected`` the per-step expected-time tree lists its
-    options name per KV dtype, ``lookups`` the name of the model's one file of measured tables,
-    :data:`TABLES`, which holds every table the files' lookup nodes read, by its model-wide ref;
-    written as it is, never encoded twice). Options name their config (``cfg``) and file.
-    Reshaping only: every tree and number is the build's; the rule picking the grid's batches travels
-    beside them (``grid_batches``: engine.build.grid_eval.GRID_BATCHES, read by formula.js ``select``)."""
+    options, the KV trees) for index.json, one file per (config, scale-up domain) holding the
+    programs its options use, renumbered from 0 (what one selection loads; configs whose files are
+    identical share one), and one :data:`SHARED` file per model holding the trees, strings and
+    measured tables those programs name, numbered once for the model; each as its compact JSON
+    text. A config file is ``{"programs", "expected", "shared"}``: ``expected`` the per-step
+    expected-time tree lists its options name per KV dtype, ``shared`` the shared file's name; the
+    shared file ``{"trees", "strings", "lookups"}``, ``lookups`` the tables the trees' lookup nodes
+    read, by their model-wide ref (written as they are, never encoded twice). A step's formulas are
+    over the parallel degrees, so most trees and every formula text are the same in every config:
+    each config file used to carry its own copy of them and of the tables (over the 51 models'
+    1,546 config files: 17.4 MB compressed, now 2.6 MB plus 2.5 MB of shared files). Options name
+    their config (``cfg``) and file. Reshaping only: every tree and number is the build's; the rule
+    picking the grid's batches travels beside them (``grid_batches``: engine.build.grid_eval.GRID_BATCHES,
+    read by formula.js ``select``)."""
     from engine.build.grid_eval import GRID_BATCHES      # (here: the module's other readers need no engine)
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
     expected = doc.get("expected", [])
-    files: dict[str, tuple[list, _Numbering, _Numbering]] = {}
+    # trees and strings numbered once for the model (first use: the programs in option order, each
+    # program's steps in order, fields left to right; then the expected-time lists, file by file)
+    tm, sm = _Numbering(), _Numbering()
+    files: dict[str, list] = {}               # per file: its programs' step rows
     local: dict[str, dict[int, int]] = {}
     lists: dict[str, _Numbering] = {}         # per file: the expected-time lists it holds, renumbered
     options = []
@@ -344,15 +352,14 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
         cfg = doc["configs"][opt["config"]]
         key = cfg["key"]
         if key not in files:
-            files[key] = ([], _Numbering(), _Numbering())
+            files[key] = []
             local[key] = {}
             lists[key] = _Numbering()
-        (out, tm, sm), pmap, lm = files[key], local[key], lists[key]
+        out, pmap, lm = files[key], local[key], lists[key]
 
         def program(pid: int) -> int:
             if pid not in pmap:
-                # a step: 5 tree indices, 6 numbers, 4 string indices; trees and strings numbered
-                # in their own order of first use (steps in order, fields left to right)
+                # a step: 5 tree indices, 6 numbers, 4 string indices
                 pmap[pid] = len(out)
                 out.append([[tm[s[0]], tm[s[1]], tm[s[2]], tm[s[3]], tm[s[4]], s[5], s[6], s[7], s[8], s[9], s[10],
                              sm[s[11]], sm[s[12]], sm[s[13]], sm[s[14]]] for s in programs[pid]])
@@ -369,22 +376,19 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
                                                  else [lm[i] for i in v]) for ph, v in by.items()}
                                        for kv, by in opt["expected"].items()}
     bodies = {}
-    read: set[int] = set()            # every table a file's lookup nodes name: the shared TABLES file
-    for key, (out, tm, sm) in files.items():
-        # the expected-time lists' trees numbered after the programs' (first use, as theirs)
-        lists_here = [[tm[t] for t in expected[i]] for i in lists[key]]
-        body = {"programs": out, "trees": [trees[i] for i in tm], "strings": [strings[i] for i in sm]}
+    for key, out in files.items():
+        body: dict = {"programs": out}
         if expected:
-            body["expected"] = lists_here
-            # the measured tables the lists' lookup nodes name (by their index in the model's
-            # lookups) are in one file per model, named here: each config's file used to carry its
-            # own copy of the same tables (GLM-5.2: about 100 KB compressed in each of 30 files)
-            read |= _lookup_refs(body["trees"])
-            body["lookups"] = TABLES
+            body["expected"] = [[tm[t] for t in expected[i]] for i in lists[key]]
+        body["shared"] = SHARED
         bodies[key] = body
-    texts, same = _shared(bodies)
+    shared_trees = [trees[i] for i in tm]
+    shared: dict = {"trees": shared_trees, "strings": [strings[i] for i in sm]}
     if expected:
-        texts[TABLES] = compact_json({str(r): doc["lookups"][r] for r in sorted(read)})
+        # the measured tables the trees' lookup nodes name (by their index in the model's lookups)
+        shared["lookups"] = {str(r): doc["lookups"][r] for r in sorted(_lookup_refs(shared_trees))}
+    texts, same = _shared(bodies)
+    texts[SHARED] = compact_json(shared)
     for o in options:
         o["cfg"], o["file"] = o["file"], same[o["file"]]
     # the weight formula's text travels once per model in index.json's weight_formulas
@@ -405,10 +409,10 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     return {**head, "configs": configs, "options": options}, texts
 
 
-#: The model's measured tables (``{ref: table}``, every ``lookup`` node's ``ref`` among the model's
-#: lookups) as one file beside the config files, which name it in their ``lookups`` field
-#: (:func:`split_formulas`; static/js/deploy_eval.js resolves the name on fetching a config's file).
-TABLES = "tables"
+#: The name of a model's file of the trees, formula texts and measured tables its config files
+#: share (:func:`split_formulas`; each config file names it in its ``shared`` field and
+#: static/js/deploy_eval.js puts its lists in place on fetching a config's file).
+SHARED = "shared"
 
 
 def _lookup_refs(trees: list) -> set[int]:

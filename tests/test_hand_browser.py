@@ -262,18 +262,19 @@ def test_deploy_eval_js_front_file_rows_divide_the_stored_fields(deploy_eval):
     assert deploy_eval.page.evaluate("() => window.E.frontRows({columns: ['gpu'], values: [[]]})") == []
 
 
-def test_deploy_eval_js_config_file_reads_the_models_shared_tables(deploy_eval):
-    """A config file naming the model's tables file (``"lookups": "tables"``, site_builder.data.TABLES)
-    is handed over with that file's tables in place, the same object for every config (fetched once);
-    a file carrying its own tables (a hand fixture, an older build) keeps them."""
-    tables = {"3": {"name": "t3"}}
+def test_deploy_eval_js_config_file_reads_the_models_shared_file(deploy_eval):
+    """A config file naming the model's shared file (``"shared": "shared"``, site_builder.data.SHARED)
+    is handed over with that file's trees, strings and tables in place, the same lists for every
+    config (fetched once); a file carrying its own (a hand fixture, an older build) keeps them."""
+    shared = {"trees": ["batch"], "strings": ["u"], "lookups": {"3": {"name": "t3"}}}
     got = deploy_eval.page.evaluate(
-        """t => { Object.assign(window.FIXTURES, {'data/deploy/m/tables.json.gz': t,
-                  'data/deploy/m/x1.json.gz': {trees: [], lookups: 'tables'}, 'data/deploy/m/x2.json.gz': {trees: [], lookups: 'tables'},
-                  'data/deploy/m/x3.json.gz': {trees: [], lookups: {'0': {name: 'own'}}}});
+        """sh => { Object.assign(window.FIXTURES, {'data/deploy/m/shared.json.gz': sh,
+                  'data/deploy/m/x1.json.gz': {programs: [], shared: 'shared'}, 'data/deploy/m/x2.json.gz': {programs: [], shared: 'shared'},
+                  'data/deploy/m/x3.json.gz': {programs: [], trees: [1], strings: ['own'], lookups: {}}});
                 return Promise.all(['x1', 'x2', 'x3'].map(f => window.E.file({file: f}))).then(fs =>
-                  [fs[0].lookups, fs[0].lookups === fs[1].lookups, fs[2].lookups]); }""", tables)
-    assert got == [tables, True, {"0": {"name": "own"}}]
+                  [[fs[0].trees, fs[0].strings, fs[0].lookups], fs[0].trees === fs[1].trees, [fs[2].trees, fs[2].strings]]); }""",
+        shared)
+    assert got == [[["batch"], ["u"], {"3": {"name": "t3"}}], True, [[1], ["own"]]]
 
 
 # -- sizing.js: the aggregated answer at bounds met exactly ------------------------------------------

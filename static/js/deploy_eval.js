@@ -227,17 +227,21 @@
     });
     return out;
   }
-  // a config's file with its measured tables in place: the file names the model's one tables file
-  // (site_builder/data.py TABLES, ref -> table, fetched once for every config) rather than carrying
-  // its own copy; a file that carries them (an older build, a hand fixture) is used as it is
-  var withTables = {};
+  // a config's file with the model's shared lists in place: the file holds its programs and names
+  // the model's one shared file (site_builder/data.py SHARED: the trees, formula texts and measured
+  // tables every config's programs index, fetched once for every config) for its trees, strings and
+  // lookups; a file that carries its own (an older build, a hand fixture) is used as it is
+  var withShared = {};
   function fileOf(o) {
     var url = base + o.file + ".json.gz";
-    if (!withTables[url]) withTables[url] = get(url).then(function (file) {
-      if (typeof file.lookups !== "string") return file;
-      return get(base + file.lookups + ".json.gz").then(function (tables) { file.lookups = tables; return file; });
+    if (!withShared[url]) withShared[url] = get(url).then(function (file) {
+      if (typeof file.shared !== "string") return file;
+      return get(base + file.shared + ".json.gz").then(function (sh) {
+        file.trees = sh.trees; file.strings = sh.strings; file.lookups = sh.lookups;
+        return file;
+      });
     });
-    return withTables[url];
+    return withShared[url];
   }
   // sizing.front: the indices of the non-dominated points of (x, y), both to maximize, in decreasing
   // x (ties: decreasing y, then input order); of exact duplicates the first is kept
