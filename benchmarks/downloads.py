@@ -10,7 +10,8 @@ Markdown tables for README / docs/results.md:
   and bytes per distinct value. A float64 column whose values are the results of divisions and sums
   has about 8 bytes of entropy per distinct value that no lossless codec removes: a column near
   8 B per distinct value is at its floor; one far below it is repetitive and already cheap;
-* the writer settings tried on the largest partitions (codec level, row order; the stored file
+* the writer settings tried on the largest partitions (codec level, row order, column encodings
+  through pyarrow: byte-stream split, dictionary; without the derivable columns; the stored file
   is the reference): what each would save, with its write time (a measurement, not a test);
 * the stored columns that are an exact function of other stored columns on every row (bytes an
   analyst could compute back, which only a schema change would drop).
@@ -67,6 +68,29 @@ def _written(frame: pl.DataFrame, **options) -> tuple[int, float]:
     return len(buffer.getbuffer()), time.perf_counter() - start
 
 
+def _written_arrow(frame: pl.DataFrame, **options) -> tuple[int, float]:
+    """Bytes and time of pyarrow's writer with column-encoding ``options``, the file read back and
+    checked equal to ``frame`` (an encoding that changed a value would be no candidate)."""
+    import pyarrow as pa
+    table = frame.to_arrow()
+    floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
+    chosen = {k: (floats if v == "floats" else [c for c in table.column_names if c not in floats] if v == "not floats" else v)
+              for k, v in options.items()}
+    buffer = io.BytesIO()
+    start = time.perf_counter()
+    pq.write_table(table, buffer, compression="zstd", compression_level=ZSTD_LEVEL, **chosen)
+    seconds = time.perf_counter() - start
+    if not pl.read_parquet(io.BytesIO(buffer.getvalue())).equals(frame):
+        raise AssertionError(f"pyarrow {options}: the file read back differs")
+    return len(buffer.getbuffer()), seconds
+
+
+#: Row orders tried beside the published one (benchmarks only): the framework innermost, so the
+#: columns that do not depend on it (bounds, FLOPs, bytes) would repeat in neighbouring rows.
+FRAMEWORK_INNER = ["gpu", "n_gpus", "config", "kv_dtype", "input_len", "output_len", "batch", "phase", "framework"]
+FRAMEWORK_BEFORE_PHASE = ["gpu", "n_gpus", "config", "kv_dtype", "input_len", "output_len", "batch", "framework", "phase"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default=REPO / "build" / "results", type=Path)
@@ -118,6 +142,24 @@ def main(argv: list[str] | None = None) -> int:
             n, seconds = _written(frame.sort(order, maintain_order=True), compression_level=level)
             trials[label][0] += n
             trials[label][1] += seconds
+        published = frame.sort(PARTITION_ORDER, maintain_order=True)
+        for label, order in (("framework innermost (after phase)", FRAMEWORK_INNER),
+                             ("framework just before phase", FRAMEWORK_BEFORE_PHASE)):
+            n, seconds = _written(frame.sort(order, maintain_order=True), compression_level=ZSTD_LEVEL)
+            trials[label][0] += n
+            trials[label][1] += seconds
+        # column encodings through pyarrow (polars' writer has no per-column encoding option):
+        # floats byte-stream split, floats dictionary-encoded, the default; each read back equal
+        for label, options in (("pyarrow: floats BYTE_STREAM_SPLIT, no dictionary", {"use_dictionary": "not floats",
+                                                                                     "use_byte_stream_split": "floats"}),
+                               ("pyarrow: floats PLAIN, no dictionary", {"use_dictionary": "not floats"}),
+                               ("pyarrow: every column dictionary-encoded (its default)", {})):
+            n, seconds = _written_arrow(published, **options)
+            trials[label][0] += n
+            trials[label][1] += seconds
+        n, seconds = _written(published.drop(*DERIVABLE), compression_level=ZSTD_LEVEL)
+        trials["published, without the derivable columns (a schema change)"][0] += n
+        trials["published, without the derivable columns (a schema change)"][1] += seconds
     print(f"\nwriter settings on the {len(largest)} largest deployments partitions ({mb(stored)} stored)\n")
     print("| settings | bytes | vs stored | write time |\n|---|---|---|---|")
     for label, (n, seconds) in trials.items():

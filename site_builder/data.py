@@ -197,14 +197,30 @@ def deployment_rows(results: Results, model_id: str) -> pl.DataFrame:
     return table.filter(pl.col("model_id") == model_id).select(columns).collect()
 
 
+#: The fields of a front file (:func:`front_files`): the stored values the chart's points need. The
+#: two rates it plots are divisions of them (tokens/s per GPU = batch / tpot_s / n_gpus, per user =
+#: 1 / tpot_s: engine.serving.steady.front_point's expressions, tpot_s being the steady tpot_mean_s),
+#: done where the file is read (static/js/deploy_eval.js ``frontRows``, the same float64 operations in
+#: the same order, so the same bits); the capacities no chart reads are left out. 40% of the files'
+#: bytes were the two rates (7.7 -> 4.4 MB over the 51 models with the columns below).
+FRONT_FIELDS = ("gpu", "n_gpus", "config", "batch", "ttft_s", "tpot_s", "tpot_last_s")
+
+
 def front_files(results: Results, model_id: str) -> dict[tuple[str, str, int, int], dict]:
     """The model's grid fronts as the deploy page draws them (engine.serving.steady.front_points), per
     (framework, KV dtype, prompt, output): what its throughput/interactivity chart fetches, one small
-    file per selection, instead of every config's formulas."""
+    file per selection, instead of every config's formulas. Each as ``{"columns": FRONT_FIELDS,
+    "values": [one list per column]}`` (column-wise: a column's like values sit together for gzip),
+    the points in front_points' order."""
     from engine.serving.steady import front_points
     part = results.root / "deployments" / f"model={slug(model_id)}" / "part.parquet"
     table = pl.scan_parquet(part) if part.is_file() else results.deployments.filter(pl.col("model_id") == model_id)
-    return front_points(table)
+    out = {}
+    for key, front in front_points(table).items():
+        rows = front["rows"]
+        out[key] = {"columns": list(FRONT_FIELDS),
+                    "values": [[r[i] for r in rows] for i in (front["columns"].index(c) for c in FRONT_FIELDS)]}
+    return out
 
 
 def config_twins(results: Results, model_id: str) -> list[dict[str, Any]]:
@@ -263,6 +279,28 @@ def expected_ops(results: Results, model_id: str) -> dict[str, dict[str, list]]:
     return out
 
 
+def expected_tips(expected: dict[str, dict[str, list]]) -> dict:
+    """One config's part of :func:`expected_ops` as its file on the site (``expected-<cfg>.json.gz``):
+    what the page reads of it, each op's tooltip at each grid per-op point, indexed: ``{"ops": [op
+    uid, ...], "tips": [tooltip, ...], "points": {point key: [index into tips per op of ops, -1 where
+    the point has no such op]}}``. The seconds are left out: the page shows the expected time its
+    own lookup tree gives (static/js/deploy_eval.js opRows), the stored one only in ops.parquet; and
+    each distinct tooltip and op uid is written once (8.1 -> 1.7 MB over the 51 models' files)."""
+    ops: dict[str, int] = {}
+    tips: dict[str, int] = {}
+    for found in expected.values():
+        for uid, (_, tip) in found.items():
+            ops.setdefault(uid, len(ops))
+            tips.setdefault(tip, len(tips))
+    points = {}
+    for key, found in expected.items():
+        row = [-1] * len(ops)
+        for uid, (_, tip) in found.items():
+            row[ops[uid]] = tips[tip]
+        points[key] = row
+    return {"ops": list(ops), "tips": list(tips), "points": points}
+
+
 def deploy_formulas(results: Results, model_id: str) -> dict | None:
     """The model's formula document (``formulas/<org--name>.json``, engine/build/deploy_export.py), or
     None for results built before it existed."""
@@ -286,18 +324,27 @@ def compact_json(value) -> str:
 
 def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     """The formula document as the deploy page fetches it: the model-wide part (GPU rates, configs,
-    options, the KV trees) for index.json, and one file per (config, scale-up domain) holding only
-    the programs, trees and strings its options use, renumbered from 0 (what one selection loads;
-    configs whose files are identical share one), as its compact JSON text (``{"programs", "trees",
-    "strings", "expected", "lookups"}``: ``expected`` the per-step expected-time tree lists its
-    options name per KV dtype, ``lookups`` the measured tables their lookup nodes read, by their
-    model-wide ref; written as it is, never encoded twice). Options name their config (``cfg``) and file.
-    Reshaping only: every tree and number is the build's; the rule picking the grid's batches travels
-    beside them (``grid_batches``: engine.build.grid_eval.GRID_BATCHES, read by formula.js ``select``)."""
+    options, the KV trees) for index.json, one file per (config, scale-up domain) holding the
+    programs its options use, renumbered from 0 (what one selection loads; configs whose files are
+    identical share one), and one :data:`SHARED` file per model holding the trees, strings and
+    measured tables those programs name, numbered once for the model; each as its compact JSON
+    text. A config file is ``{"programs", "expected", "shared"}``: ``expected`` the per-step
+    expected-time tree lists its options name per KV dtype, ``shared`` the shared file's name; the
+    shared file ``{"trees", "strings", "lookups"}``, ``lookups`` the tables the trees' lookup nodes
+    read, by their model-wide ref (written as they are, never encoded twice). A step's formulas are
+    over the parallel degrees, so most trees and every formula text are the same in every config:
+    each config file used to carry its own copy of them and of the tables (over the 51 models'
+    1,546 config files: 17.4 MB compressed, now 2.6 MB plus 2.5 MB of shared files). Options name
+    their config (``cfg``) and file. Reshaping only: every tree and number is the build's; the rule
+    picking the grid's batches travels beside them (``grid_batches``: engine.build.grid_eval.GRID_BATCHES,
+    read by formula.js ``select``)."""
     from engine.build.grid_eval import GRID_BATCHES      # (here: the module's other readers need no engine)
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
     expected = doc.get("expected", [])
-    files: dict[str, tuple[list, _Numbering, _Numbering]] = {}
+    # trees and strings numbered once for the model (first use: the programs in option order, each
+    # program's steps in order, fields left to right; then the expected-time lists, file by file)
+    tm, sm = _Numbering(), _Numbering()
+    files: dict[str, list] = {}               # per file: its programs' step rows
     local: dict[str, dict[int, int]] = {}
     lists: dict[str, _Numbering] = {}         # per file: the expected-time lists it holds, renumbered
     options = []
@@ -305,15 +352,14 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
         cfg = doc["configs"][opt["config"]]
         key = cfg["key"]
         if key not in files:
-            files[key] = ([], _Numbering(), _Numbering())
+            files[key] = []
             local[key] = {}
             lists[key] = _Numbering()
-        (out, tm, sm), pmap, lm = files[key], local[key], lists[key]
+        out, pmap, lm = files[key], local[key], lists[key]
 
         def program(pid: int) -> int:
             if pid not in pmap:
-                # a step: 5 tree indices, 6 numbers, 4 string indices; trees and strings numbered
-                # in their own order of first use (steps in order, fields left to right)
+                # a step: 5 tree indices, 6 numbers, 4 string indices
                 pmap[pid] = len(out)
                 out.append([[tm[s[0]], tm[s[1]], tm[s[2]], tm[s[3]], tm[s[4]], s[5], s[6], s[7], s[8], s[9], s[10],
                              sm[s[11]], sm[s[12]], sm[s[13]], sm[s[14]]] for s in programs[pid]])
@@ -330,16 +376,19 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
                                                  else [lm[i] for i in v]) for ph, v in by.items()}
                                        for kv, by in opt["expected"].items()}
     bodies = {}
-    for key, (out, tm, sm) in files.items():
-        # the expected-time lists' trees numbered after the programs' (first use, as theirs)
-        lists_here = [[tm[t] for t in expected[i]] for i in lists[key]]
-        body = {"programs": out, "trees": [trees[i] for i in tm], "strings": [strings[i] for i in sm]}
+    for key, out in files.items():
+        body: dict = {"programs": out}
         if expected:
-            body["expected"] = lists_here
-            # the measured tables the lists' lookup nodes name (by their index in the model's lookups)
-            body["lookups"] = {str(r): doc["lookups"][r] for r in sorted(_lookup_refs(body["trees"]))}
+            body["expected"] = [[tm[t] for t in expected[i]] for i in lists[key]]
+        body["shared"] = SHARED
         bodies[key] = body
+    shared_trees = [trees[i] for i in tm]
+    shared: dict = {"trees": shared_trees, "strings": [strings[i] for i in sm]}
+    if expected:
+        # the measured tables the trees' lookup nodes name (by their index in the model's lookups)
+        shared["lookups"] = {str(r): doc["lookups"][r] for r in sorted(_lookup_refs(shared_trees))}
     texts, same = _shared(bodies)
+    texts[SHARED] = compact_json(shared)
     for o in options:
         o["cfg"], o["file"] = o["file"], same[o["file"]]
     # the weight formula's text travels once per model in index.json's weight_formulas
@@ -358,6 +407,12 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
         head["mtp_weight_formulas"] = [strings[i] for i in mtp_formulas]
     head["grid_batches"] = GRID_BATCHES
     return {**head, "configs": configs, "options": options}, texts
+
+
+#: The name of a model's file of the trees, formula texts and measured tables its config files
+#: share (:func:`split_formulas`; each config file names it in its ``shared`` field and
+#: static/js/deploy_eval.js puts its lists in place on fetching a config's file).
+SHARED = "shared"
 
 
 def _lookup_refs(trees: list) -> set[int]:

@@ -39,7 +39,7 @@ from site_builder import charts, graph_svg, graphs, sizing
 from site_builder import downloads, landscape
 from site_builder.data import (Results, compact_json, config_twins, deploy_formulas, deployment_options, deployment_rows,
                                front_files,
-                               expected_ops,
+                               expected_ops, expected_tips,
                                gallery_index, lineages, read_json, slug, split_formulas, trait_index)
 from site_builder.graph_svg import diff_graphs, render_svg, svg_size
 
@@ -660,7 +660,7 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
         if cfg is not None:
             by_cfg.setdefault(cfg, {})[key] = ops
     for cfg, part in by_cfg.items():
-        site.gzip_json(f"data/deploy/{name}/expected-{cfg}.json.gz", part)
+        site.gzip_json(f"data/deploy/{name}/expected-{cfg}.json.gz", expected_tips(part))
     # the bar charts' heights: the most bars one selection can show (GPU types; configs per GPU type and count)
     # (the specs and texts every deploy page shares are in DEPLOY_SHARED, fetched once)
     specs = charts.deployment_specs(

@@ -249,6 +249,34 @@ def test_deploy_eval_js_front_serves_by_the_steady_state(deploy_eval):
     assert (rows[0]["tokens_per_s_per_gpu"], rows[0]["tokens_per_s_per_user"]) == (2000, 1000)
 
 
+def test_deploy_eval_js_front_file_rows_divide_the_stored_fields(deploy_eval):
+    """A precomputed front file (site_builder.data.front_files: stored fields, one list per column)
+    as the chart's rows: tokens/s per GPU = batch / tpot_s / n_gpus, per user = 1 / tpot_s. By hand:
+    batch 8 at 20 ms on 2 GPUs: 8 / 0.02 / 2 = 200 per GPU, 50 per user; batch 1 at 4 ms on one: 250."""
+    rows = deploy_eval.page.evaluate(
+        "t => window.E.frontRows(t)",
+        {"columns": ["gpu", "n_gpus", "config", "batch", "ttft_s", "tpot_s", "tpot_last_s"],
+         "values": [["B200", "H100"], [1, 2], ["tp1", "tp2"], [1, 8], [0.5, 0.5], [0.004, 0.02], [0.005, 0.025]]})
+    assert [(r["gpu"], r["batch"], r["tpot_last_s"]) for r in rows] == [("B200", 1, 0.005), ("H100", 8, 0.025)]
+    assert [(r["tokens_per_s_per_gpu"], r["tokens_per_s_per_user"]) for r in rows] == [(250, 250), (200, 50)]
+    assert deploy_eval.page.evaluate("() => window.E.frontRows({columns: ['gpu'], values: [[]]})") == []
+
+
+def test_deploy_eval_js_config_file_reads_the_models_shared_file(deploy_eval):
+    """A config file naming the model's shared file (``"shared": "shared"``, site_builder.data.SHARED)
+    is handed over with that file's trees, strings and tables in place, the same lists for every
+    config (fetched once); a file carrying its own (a hand fixture, an older build) keeps them."""
+    shared = {"trees": ["batch"], "strings": ["u"], "lookups": {"3": {"name": "t3"}}}
+    got = deploy_eval.page.evaluate(
+        """sh => { Object.assign(window.FIXTURES, {'data/deploy/m/shared.json.gz': sh,
+                  'data/deploy/m/x1.json.gz': {programs: [], shared: 'shared'}, 'data/deploy/m/x2.json.gz': {programs: [], shared: 'shared'},
+                  'data/deploy/m/x3.json.gz': {programs: [], trees: [1], strings: ['own'], lookups: {}}});
+                return Promise.all(['x1', 'x2', 'x3'].map(f => window.E.file({file: f}))).then(fs =>
+                  [[fs[0].trees, fs[0].strings, fs[0].lookups], fs[0].trees === fs[1].trees, [fs[2].trees, fs[2].strings]]); }""",
+        shared)
+    assert got == [[["batch"], ["u"], {"3": {"name": "t3"}}], True, [[1], ["own"]]]
+
+
 # -- sizing.js: the aggregated answer at bounds met exactly ------------------------------------------
 
 SIZING_FORM = """

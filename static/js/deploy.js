@@ -1,6 +1,7 @@
 // Deployment explorer at any prompt length, output length and batch. The selection lives in the URL
-// query. Numbers come from the selected structure's formula trees (data/deploy/<model>/<config>.json.gz,
-// written by engine/build/deploy_export.py), evaluated by static/js/deploy_eval.js (the rules of
+// query. Numbers come from the selected structure's formula trees (data/deploy/<model>/<config>.json.gz
+// and the model's shared.json.gz, written by engine/build/deploy_export.py, split by
+// site_builder/data.py split_formulas), evaluated by static/js/deploy_eval.js (the rules of
 // engine/deploy/sol.py summarize()); this file is the page around them.
 (function () {
   "use strict";
@@ -196,11 +197,19 @@
   // each op's expected time from measured kernels (deploy_eval's opRows: its lookup tree at this point);
   // its tooltip the measured source: at the grid's per-op points as the results store it (the table,
   // version, measured points around it: ops.parquet's expected_src, written by the build per config as
-  // data/deploy/<model>/expected-<cfg>.json.gz: point key -> op uid -> [seconds, tooltip]), elsewhere
-  // the tables the lookup read. Displayed only
+  // data/deploy/<model>/expected-<cfg>.json.gz, site_builder/data.py expected_tips: {ops, tips,
+  // points: point key -> per op of ops its index in tips or -1}), elsewhere the tables the lookup
+  // read. Displayed only. expectedOps: the file as point key -> op uid -> tooltip
   var expectedFiles = {}, opsDrawn = 0;
   function expectedOps(cfg) {
-    if (!expectedFiles[cfg]) expectedFiles[cfg] = window.archJSON(base + "expected-" + cfg + ".json.gz").catch(function () { return {}; });
+    if (!expectedFiles[cfg]) expectedFiles[cfg] = window.archJSON(base + "expected-" + cfg + ".json.gz").then(function (f) {
+      var out = {};
+      Object.keys(f.points).forEach(function (key) {
+        var tips = out[key] = {};
+        f.points[key].forEach(function (t, i) { if (t >= 0) tips[f.ops[i]] = f.tips[t]; });
+      });
+      return out;
+    }).catch(function () { return {}; });
     return expectedFiles[cfg];
   }
   function expectedTip(r) {
@@ -216,7 +225,7 @@
       cells.forEach(function (c) {
         var found = mine && mine[c[0].op_uid];
         c[1].textContent = isFinite(c[0].t_expected_s) ? fmt.time(c[0].t_expected_s) : "—";
-        c[1].title = found ? found[1] : expectedTip(c[0]);
+        c[1].title = found || expectedTip(c[0]);
       });
       table.setAttribute("data-expected-ready", mine ? "point" : "any");
     });
@@ -328,9 +337,7 @@
   function gridFront(s, p) {
     var on = !p.mtp && (index.fronts || []).some(function (k) { return k[0] === s.fw && k[1] === s.kv && k[2] === p.input && k[3] === p.output; });
     if (!on) return null;
-    return window.archJSON(base + "fronts/" + [s.fw, s.kv, p.input, p.output].join("-") + ".json.gz").then(function (t) {
-      return t.rows.map(function (r) { var o = {}; t.columns.forEach(function (c, i) { o[c] = r[i]; }); return o; });
-    });
+    return window.archJSON(base + "fronts/" + [s.fw, s.kv, p.input, p.output].join("-") + ".json.gz").then(E.frontRows);
   }
   var frontKey = null, frontSeen = false, frontWanted = null, openPoint = null;
   window.archWhenSeen(document.getElementById("chart-front"), function () {

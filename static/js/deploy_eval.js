@@ -227,7 +227,22 @@
     });
     return out;
   }
-  function fileOf(o) { return get(base + o.file + ".json.gz"); }
+  // a config's file with the model's shared lists in place: the file holds its programs and names
+  // the model's one shared file (site_builder/data.py SHARED: the trees, formula texts and measured
+  // tables every config's programs index, fetched once for every config) for its trees, strings and
+  // lookups; a file that carries its own (an older build, a hand fixture) is used as it is
+  var withShared = {};
+  function fileOf(o) {
+    var url = base + o.file + ".json.gz";
+    if (!withShared[url]) withShared[url] = get(url).then(function (file) {
+      if (typeof file.shared !== "string") return file;
+      return get(base + file.shared + ".json.gz").then(function (sh) {
+        file.trees = sh.trees; file.strings = sh.strings; file.lookups = sh.lookups;
+        return file;
+      });
+    });
+    return withShared[url];
+  }
   // sizing.front: the indices of the non-dominated points of (x, y), both to maximize, in decreasing
   // x (ties: decreasing y, then input order); of exact duplicates the first is kept
   function front(x, y) {
@@ -277,6 +292,21 @@
       return rows;
     });
   }
+  // A precomputed front file (site_builder/data.py front_files: {columns, values: one list per
+  // column}) as the chart's rows: its stored fields, and the two rates it plots from them by
+  // engine.serving.steady.front_point's divisions, in the same order (so the build's bits): tokens/s
+  // per GPU = batch / tpot_s / n_gpus, per user = 1 / tpot_s (tpot_s: the steady state's mean TPOT)
+  function frontRows(t) {
+    var n = t.values.length ? t.values[0].length : 0, rows = [];
+    for (var k = 0; k < n; k++) {
+      var o = {};
+      t.columns.forEach(function (c, i) { o[c] = t.values[i][k]; });
+      o.tokens_per_s_per_gpu = o.batch / o.tpot_s / o.n_gpus;
+      o.tokens_per_s_per_user = 1 / o.tpot_s;
+      rows.push(o);
+    }
+    return rows;
+  }
   // an upper bound of a config's capacity from index.json alone (no working set, no reserve: both are
   // >= 0), so a caller can skip fetching configs that cannot hold a batch without dropping one that can
   function roomBound(o, p) {
@@ -288,6 +318,7 @@
     // index.json: options (GPU, config, framework, KV dtype, its file), the model-wide trees and rates
     index: function () { return get(base + "index.json.gz").then(function (idx) { model = idx.model; return idx; }); },
     file: fileOf, summarize: summarize, opRows: opRows, roomBound: roomBound, gridPoints: gridPoints, fronts: fronts,
+    frontRows: frontRows,
     // the summary and op rows at any point (index() first)
     at: function (o, p) { return fileOf(o).then(function (file) { var s = summarize(o, file, p); s.ops = opRows(o, file, s); return s; }); }
   };
