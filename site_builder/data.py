@@ -295,6 +295,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     Reshaping only: every tree and number is the build's; the rule picking the grid's batches travels
     beside them (``grid_batches``: engine.build.grid_eval.GRID_BATCHES, read by formula.js ``select``)."""
     from engine.build.grid_eval import GRID_BATCHES      # (here: the module's other readers need no engine)
+    from engine.deploy.rules import exported as deploy_rules
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
     expected = doc.get("expected", [])
     files: dict[str, tuple[list, _Numbering, _Numbering]] = {}
@@ -357,6 +358,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     if mtp_formulas:
         head["mtp_weight_formulas"] = [strings[i] for i in mtp_formulas]
     head["grid_batches"] = GRID_BATCHES
+    head["rules"] = deploy_rules()        # the deploy summary's rule programs (engine.deploy.rules)
     return {**head, "configs": configs, "options": options}, texts
 
 

@@ -20,6 +20,7 @@ import math
 import pytest
 
 from engine.build.grid_eval import GRID_BATCHES
+from engine.deploy.rules import exported as deploy_rules
 from site_builder.render import REPO
 from site_builder.sizing import encode_doubles
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
@@ -179,7 +180,8 @@ C_WEIGHTS = 0.9e11 - 2.15e9
 MODEL = {"configs": {"dp8": _config(8, 8, 1e9), "a": _config(1, 1, 1e9), "b": _config(1, 1, 1e12),
                      "c": {**_config(1, 1, C_WEIGHTS), "kv_dev": ["*", "length", 1e6]}},
          "gpus": {"G": GPU}, "kv_bytes": {"bf16": 2}, "budget": 8192, "hbm_fraction": 0.9, "max_batch": 4096,
-         "max_context": 1 << 30, "kv_request": {"all": 0, "state": 0}, "grid_batches": GRID_BATCHES}
+         "max_context": 1 << 30, "kv_request": {"all": 0, "state": 0}, "grid_batches": GRID_BATCHES,
+         "rules": deploy_rules()}     # the rule programs index.json carries (site_builder/data.py)
 FILES = {
     # decode: one step of batch x 1e9 FLOPs (the replica's program: the fullest rank's requests x dp_attn)
     "dp8": {"trees": TREES, "strings": ["step", "f"], "programs": [[_step(0, 1, 1)], [_step(2, 0, 0)]]},

@@ -50,8 +50,10 @@ from engine.deploy.cost import BOUNDS, compile_program, intensity, step_totals
 from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP, Options, Scenario,
                                      Structure, micro_batches, tokens_per_step,
                                      option_where, prefill_program_batch, prefill_steps, program_batch,
-                                     requests_per_replica, step_tokens)
+                                     requests_per_replica, step_tokens, _schedule)
 from engine.deploy.hardware import GPU
+from engine.deploy import rules
+from engine.spec.formula_tree import run_arrays
 from engine.deploy.measured import expected_steps, finish, gather, load_measured, resolve
 from engine.spec.errors import SpecError
 
@@ -72,7 +74,7 @@ def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = F
 
 #: The fewest requests per attention replica in a step that the two-batch schedule splits in two
 #: (SGLang's compute_split_seq_index returns None when a half would be empty: one request runs alone).
-TWO_BATCH_MIN_REQUESTS = 2
+TWO_BATCH_MIN_REQUESTS = rules.TWO_BATCH_MIN_REQUESTS
 
 
 def two_batch_time(half: dict, full: dict, requests_per_replica) -> np.ndarray:
@@ -89,9 +91,9 @@ def two_batch_time(half: dict, full: dict, requests_per_replica) -> np.ndarray:
     last collective, with nothing to hide behind) are left out, so is the SMs' share DeepEP's
     kernels take. Never below the full batch's bound (no schedule is). A step of fewer than
     :data:`TWO_BATCH_MIN_REQUESTS` requests per replica is not split: its no-overlap time."""
-    kernels = half["step_time_s"] - half["comm_stream_s"]
-    overlapped = np.maximum(np.maximum(2.0 * kernels, 2.0 * half["comm_stream_s"]), full["step_bound_s"])
-    return np.where(np.asarray(requests_per_replica) >= TWO_BATCH_MIN_REQUESTS, overlapped, full["step_time_s"])
+    env = {"half_time": half["step_time_s"], "half_comm": half["comm_stream_s"], "full_bound": full["step_bound_s"],
+           "full_time": full["step_time_s"], "requests": np.asarray(requests_per_replica)}
+    return np.asarray(run_arrays(rules.TWO_BATCH, env)["time"])
 
 
 def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -183,7 +185,7 @@ def _working_set(structure: Structure, inp: np.ndarray, kv_bytes, prefill_tokens
     per program: the sizing search asks per GPU type and config)."""
     compiled = structure.compiled["prefill"]
     shape = np.broadcast_shapes(inp.shape, np.shape(kv_bytes))
-    prompts = structure.config.dp_attn * step_tokens(structure.config, prefill_tokens) / inp   # per replica
+    prompts = _schedule(structure.config, "budget_batch", 1, inp, prefill_tokens)   # per replica
     args = [np.asarray(v, dtype=float) for v in (prompts, inp, inp, kv_bytes)]
     key = tuple(float(a) for a in args) if not shape else None
     if key is not None and key in compiled.working_sets:
@@ -202,7 +204,9 @@ def _working_set(structure: Structure, inp: np.ndarray, kv_bytes, prefill_tokens
 def _room(structure: Structure, usable, act) -> np.ndarray:
     """Bytes per GPU left for the KV cache: usable - weights - the runtime reserve - the prefill
     step's working set ``act``."""
-    return np.asarray(usable) - structure.weight_bytes_per_gpu - structure.reserve_bytes_per_gpu - act
+    env = {"usable": np.asarray(usable), "weights": structure.weight_bytes_per_gpu,
+           "reserve": structure.reserve_bytes_per_gpu, "act": act}
+    return run_arrays(rules.ROOM, env)["room"]
 
 
 def _fit_count(room, kv_dev) -> np.ndarray:
@@ -210,12 +214,7 @@ def _fit_count(room, kv_dev) -> np.ndarray:
     uses (a float floor(room / kv_dev) can be one off at an exact boundary); MAX_BATCH when a
     request holds no cache, 0 when nothing is left."""
     room, kv_dev = np.broadcast_arrays(np.asarray(room, dtype=float), np.asarray(kv_dev, dtype=float))
-    safe = np.where(kv_dev > 0, kv_dev, 1.0)
-    n = np.floor(np.maximum(room, 0.0) / safe)
-    n = np.where((n + 1) * safe <= room, n + 1, n)
-    n = np.where((n > 0) & (n * safe > room), n - 1, n)
-    n = np.where(kv_dev > 0, n, MAX_BATCH)
-    return np.where(room >= 0, n, 0).astype(np.int64)
+    return np.asarray(run_arrays(rules.FIT, {"room": room, "kv_dev": kv_dev, "max_batch": MAX_BATCH})["cap"]).astype(np.int64)
 
 
 def capacity_terms(structure: Structure, input_len, output_len, kv_bytes,
@@ -249,7 +248,8 @@ def steady_fit(structure: Structure, room, input_len, output_len, kv_bytes) -> t
     admission = structure.admission
     tokens = admission_steady_tokens(admission, input_len, output_len)
     kv_steady = np.asarray(structure.kv_device_fn(tokens, kv_bytes), dtype=float)
-    return tokens, kv_steady, _fit_count(np.asarray(room) * (1.0 - admission.free_fraction), kv_steady)
+    steady_room = run_arrays(rules.STEADY_ROOM, {"room": np.asarray(room), "free_fraction": admission.free_fraction})
+    return tokens, kv_steady, _fit_count(steady_room["steady_room"], kv_steady)
 
 
 #: The fields :func:`summarize` returns with ``serving_only`` (what the sizing search reads): the
@@ -278,8 +278,7 @@ def phase_inputs(structure: Structure, batch, input_len, output_len,
             out["decode_mean"] = (structure.compiled["decode"], program_batch(config, batch),
                                   float(structure.options.decode_seq), mean_context(input_len, output_len))
     if config.pp > 1:
-        k, per_rank = micro_batches(config, batch), requests_per_replica(config, batch)
-        largest = config.dp_attn * np.minimum(per_rank / k, step_tokens(config, prefill_tokens) / input_len)
+        largest = _schedule(config, "fill_batch", batch, input_len, prefill_tokens)
         out["fill"] = (structure.compiled["prefill"], largest, input_len, input_len)
     return out
 
@@ -316,9 +315,11 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
                   for name, (compiled, b, seq, ctx) in inputs.items()}
     if overlap == "two_batch":
         # each phase at half its program batch: the two half-batches of the schedule (two_batch_time)
+        halves = {name: run_arrays(rules.HALVES, {"batch": np.asarray(b), "dp_attn": config.dp_attn})
+                  for name, (compiled, b, seq, ctx) in inputs.items()}
         phases = {name: dict(phases[name], step_time_s=two_batch_time(
-                      phase_at_points(compiled, gpus, gpu_index, np.asarray(b) / 2, seq, ctx, kv_bytes), phases[name],
-                      np.asarray(b) / config.dp_attn))
+                      phase_at_points(compiled, gpus, gpu_index, halves[name]["half_batch"], seq, ctx, kv_bytes),
+                      phases[name], halves[name]["requests"]))
                   for name, (compiled, b, seq, ctx) in inputs.items()}
     if expected is not None:     # each phase's expected step time beside its estimate and bound
         phases = {name: dict(v, step_expected_s=expected[name]) if name in expected else v
@@ -329,7 +330,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     prefill, decode = phases["prefill"], phases.get("decode")
     options = structure.options
     hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
-    usable = hbm * hbm_fraction
+    usable = run_arrays(rules.USABLE, {"hbm": hbm, "hbm_fraction": hbm_fraction})["usable"]
     weights = structure.weight_bytes_per_gpu
     kv_dev = np.asarray(structure.kv_device_fn(length, kv_bytes), dtype=float)
     per_rank = requests_per_replica(config, batch)        # requests on the fullest attention replica
@@ -337,41 +338,40 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     # the one rule: weights + the framework's runtime reserve + the prefill step's working set +
     # every request's KV at its last position
     reserve = structure.reserve_bytes_per_gpu
-    room = usable - weights - reserve - act                # what the KV cache gets
+    room = _room(structure, usable, act)                  # what the KV cache gets
     per_replica_cap = _fit_count(room, kv_dev)
-    kv_need = per_rank * kv_dev
-    budget = step_tokens(config, prefill_tokens)
-    whole_prompts = np.maximum(1, budget // input_len)
-    max_prefill = config.dp_attn * np.minimum(whole_prompts, per_replica_cap)
-    replica = config.tp * config.pp * config.cp
     # TTFT: the pipeline fills with the largest step (a full budget, or the batch over min(pp, batch)
     # micro-batches when the budget does not bind), then each step leaves one stage time later. The
     # steps' sum is taken at the mean step: exact for costs affine in the tokens (greedy full steps +
     # a remainder cost the same), an upper bound for MoE weight reads (concave in the tokens).
     def first_token(field):
-        """TTFT composed of each prefill step's ``field`` (the estimate, or the bound)."""
-        out = steps * prefill[field] / config.pp
+        """TTFT composed of each prefill step's ``field`` (the estimate, or the bound): rules.FIRST_TOKEN."""
+        env = {"steps": steps, "pp": config.pp, "prefill": prefill[field]}
         if config.pp > 1:
-            out = out + (config.pp - 1) * phases["fill"][field] / config.pp
-        return out
+            env["fill"] = phases["fill"][field]
+        return run_arrays(rules.FIRST_TOKEN, env)["ttft"]
     ttft = first_token("step_time_s")
     # speculative decoding: a step emits E tokens per request on average (structure.TOKENS_PER_STEP)
     per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
-    if decode is None:           # prefill_only
-        tpot = tpot_mean = np.nan
-    else:
-        tpot = decode["step_time_s"] / per_step if options.mtp_tokens else decode["step_time_s"]
-        # steady state: decode at the output's mean context
-        tpot_mean = phases["decode_mean"]["step_time_s"] / per_step
     # steady state under continuous batching (steady_fit): its cache per request and capacity
     steady_tokens, kv_steady, steady_cap = steady_fit(structure, room, input_len, output_len, kv_bytes)
+    # the serving fields (rules.SERVING); TPOT at the last position and, the steady state's, at the
+    # output's mean context; prefill_only: no decode step (NaN)
+    serving = run_arrays(rules.SERVING, {
+        "batch": batch, "input_len": input_len, "tp": config.tp, "pp": config.pp, "cp": config.cp,
+        "dp_attn": config.dp_attn, "per_step": per_step, "ttft": ttft,
+        "decode_time": np.nan if decode is None else decode["step_time_s"],
+        "decode_mean_time": np.nan if decode is None else phases["decode_mean"]["step_time_s"],
+        "per_rank": per_rank, "cap": per_replica_cap, "steady_cap": steady_cap, "kv_dev": kv_dev, "room": room,
+        "step_tokens": step_tokens(config, prefill_tokens)})
+    tpot, tpot_mean = serving["tpot"], serving["tpot_mean"]
     shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)
     if serving_only:
-        return {name: np.broadcast_to(np.asarray(value), shape) for name, value in (
-            ("ttft_s", ttft), ("tpot_s", tpot), ("tokens_per_s_per_gpu", batch / tpot / replica),
-            ("fits", per_rank <= per_replica_cap), ("max_concurrent_requests", config.dp_attn * per_replica_cap),
-            ("tpot_mean_s", tpot_mean), ("tokens_per_s_per_gpu_steady", batch / tpot_mean / replica),
-            ("fits_steady", per_rank <= steady_cap), ("max_concurrent_requests_steady", config.dp_attn * steady_cap))}
+        return {name: np.broadcast_to(np.asarray(serving[key]), shape) for name, key in (
+            ("ttft_s", "ttft"), ("tpot_s", "tpot"), ("tokens_per_s_per_gpu", "tokens_per_s_per_gpu"),
+            ("fits", "fits"), ("max_concurrent_requests", "max_concurrent_requests"),
+            ("tpot_mean_s", "tpot_mean"), ("tokens_per_s_per_gpu_steady", "tokens_per_s_per_gpu_steady"),
+            ("fits_steady", "fits_steady"), ("max_concurrent_requests_steady", "max_concurrent_requests_steady"))}
     max_ctx = int(ev.numeric.max_context)
     stacks = ("main", MTP_STACK) if options.mtp_tokens else ("main",)
 
@@ -391,15 +391,18 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         return np.broadcast_to(np.asarray(x), shape)
 
     # the lower bounds, composed by the same rules (each step's bound in place of its estimate)
+    def per_token(step):
+        """A decode step's time per output token (rules.PER_TOKEN)."""
+        return run_arrays(rules.PER_TOKEN, {"step": step, "per_step": per_step})["per_token"]
     bound_fields = {"ttft_bound_s": full(first_token("step_bound_s")),
-                    "tpot_bound_s": full(decode["step_bound_s"] / per_step),
+                    "tpot_bound_s": full(per_token(decode["step_bound_s"])),
                     # the steady state's TPOT (at the output's mean context) has its bound too: an
                     # output throughput at the steady capacity is bounded by this one, not tpot_bound_s
-                    "tpot_mean_bound_s": full(phases["decode_mean"]["step_bound_s"] / per_step), "overlap": overlap}
+                    "tpot_mean_bound_s": full(per_token(phases["decode_mean"]["step_bound_s"])), "overlap": overlap}
     if expected is not None:     # from measured kernels (engine.deploy.measured), by the same rules
         bound_fields.update({"ttft_expected_s": full(first_token("step_expected_s")),
-                             "tpot_expected_s": full(decode["step_expected_s"] / per_step),
-                             "tpot_mean_expected_s": full(phases["decode_mean"]["step_expected_s"] / per_step)})
+                             "tpot_expected_s": full(per_token(decode["step_expected_s"])),
+                             "tpot_mean_expected_s": full(per_token(phases["decode_mean"]["step_expected_s"]))})
     mtp_fields = {} if not options.mtp_tokens else {
         "mtp_tokens": options.mtp_tokens, "mtp_acceptance": float(options.mtp_acceptance),
         "tokens_per_step": per_step, "tokens_per_step_formula": str(TOKENS_PER_STEP),
@@ -417,23 +420,23 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         # the same bytes in two parts: flat recurrent states, and the caches that grow with context
         **{f"kv_{part}_bytes_per_request": full(np.asarray(request_bytes_fn(part)(length, kv_bytes),
                                                            dtype=float)) for part in kv.PARTS},
-        "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(np.maximum(room, 0.0)),
-        "kv_bytes_per_gpu": full(per_rank * kv_dev), "activation_bytes_per_gpu": full(act),
+        "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(serving["kv_budget"]),
+        "kv_bytes_per_gpu": full(serving["kv_need"]), "activation_bytes_per_gpu": full(act),
         "reserve_bytes_per_gpu": full(float(reserve)),
-        "free_bytes_per_gpu": full(np.maximum(room - kv_need, 0.0)),
-        "max_concurrent_requests": full(config.dp_attn * per_replica_cap),
-        "max_prefill_batch": full(max_prefill.astype(np.int64)),
+        "free_bytes_per_gpu": full(serving["free_bytes"]),
+        "max_concurrent_requests": full(serving["max_concurrent_requests"]),
+        "max_prefill_batch": full(np.asarray(serving["max_prefill_batch"]).astype(np.int64)),
         "kv_steady_tokens_per_request": full(steady_tokens),
         "kv_bytes_per_request_steady_per_gpu": full(kv_steady),
-        "max_concurrent_requests_steady": full(config.dp_attn * steady_cap),
-        "fits_steady": full(per_rank <= steady_cap),
+        "max_concurrent_requests_steady": full(serving["max_concurrent_requests_steady"]),
+        "fits_steady": full(serving["fits_steady"]),
         "tpot_mean_s": full(tpot_mean),
-        "tokens_per_s_per_gpu_steady": full(batch / tpot_mean / replica),
+        "tokens_per_s_per_gpu_steady": full(serving["tokens_per_s_per_gpu_steady"]),
         # fits exactly when ceil(batch / dp_attn) <= capacity per replica (the same inequality)
-        "fits": full(per_rank <= per_replica_cap), "shortfall_bytes": full(np.maximum(kv_need - room, 0.0)),
+        "fits": full(serving["fits"]), "shortfall_bytes": full(serving["shortfall_bytes"]),
         "ttft_s": full(ttft), "tpot_s": full(tpot), **bound_fields,
-        "prefill_tokens_per_s_per_gpu": full(batch * input_len / ttft / replica),
-        "tokens_per_s_per_gpu": full(batch / tpot / replica),
+        "prefill_tokens_per_s_per_gpu": full(serving["prefill_tokens_per_s_per_gpu"]),
+        "tokens_per_s_per_gpu": full(serving["tokens_per_s_per_gpu"]),
         "extrapolated": full(length > max_ctx), "max_context": max_ctx, **mtp_fields,
         "phases": {"prefill": {k2: full(v) for k2, v in prefill.items()},
                    "decode": {k2: full(v) for k2, v in decode.items()}},
