@@ -22,7 +22,8 @@ import pytest
 from engine.build.grid_eval import GRID_BATCHES
 from engine.deploy.rules import exported as deploy_rules
 from site_builder.render import REPO
-from site_builder.sizing import encode_doubles
+from engine.serving.rules import exported as serving_rules
+from site_builder.sizing import encode_doubles, stairs
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -49,6 +50,8 @@ def page(browser):  # noqa: F811
     tab.page.add_script_tag(content=STUBS)
     for name in ("formula.js", "deploy_eval.js", "sizing.js"):
         tab.page.add_script_tag(path=str(JS / name))
+    # the pairing and join programs the sizing page's data carries (site_builder/sizing.py)
+    tab.page.evaluate("r => window.archSizing.useRules(r)", serving_rules())
     yield tab
     assert not tab.errors, tab.errors
     tab.context.close()
@@ -113,7 +116,8 @@ def _scenario(tpot: float) -> dict:
     the transfer takes 0.25 + 2**28 / 2**30 = 0.5 s, so TTFT = 0.5 + 0.5 = 1.0 s exactly."""
     share = 2.0 ** 28
     gpu = {"price": None, "domain": 8, "up": [1e-6, 2.0 ** 32],
-           "prefill": {"configs": [["tp1", 1, share]], "config": [0], "batch": [4], "ttft": [0.5]},
+           "prefill": {"configs": [["tp1", 1, share]], "config": [0], "batch": [4], "ttft": [0.5],
+                       "stairs": stairs([0], [4], [0.5], 1)},
            "decode": {"configs": [["tp1", 1, share]], "config": [0], "batch": [2], "tpot": encode_doubles([tpot])}}
     return {"kv_request": share, "gpus": {"P": {**gpu, "out": [0.25, 2.0 ** 30]},
                                           "D": {**json.loads(json.dumps(gpu)), "out": [0.125, 2.0 ** 31]}}}

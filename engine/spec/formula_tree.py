@@ -67,6 +67,9 @@ OPS = {
     "cdiv": "ceil(a / b) of whole numbers (numpy's -(-a // b): integers stay integers)",
     "rank": "[\"rank\", name, x]: how many values of the ascending list bound to ``name`` are < x "
             "(numpy searchsorted, side left: the fusion regime a token count falls in)",
+    "rank_le": "[\"rank_le\", name, x]: how many values of the ascending list bound to ``name`` are <= x "
+               "(numpy searchsorted, side right: the last prefill point within a bound)",
+    "at": "[\"at\", name, i]: the value at index i (from 0) of the list bound to ``name``",
     "lookup": "a measured table's time at a point: [\"lookup\", ref, coordinate, ...], ref naming a table "
               "the caller holds (axes, values, seconds, roofline tree); interpolated by the rule of "
               "engine.deploy.measured.interpolate (the caller's ``lookup``)",
@@ -133,7 +136,7 @@ def free_names(tree: Any) -> set[str]:
             return set().union(*(free_names(v) | free_names(c) for v, c in tree[1:]))
         if tree and tree[0] == "lookup":
             return set().union(set(), *(free_names(a) for a in tree[2:]))
-        if tree and tree[0] == "rank":
+        if tree and tree[0] in _LIST_OPS:
             return {tree[1]} | free_names(tree[2])
         return set().union(set(), *(free_names(a) for a in tree[1:]))
     return set()
@@ -158,9 +161,11 @@ def evaluate(tree: Any, env: Mapping[str, float], lookup=None) -> float:
         if lookup is None:
             raise ValueError("formula tree: a lookup node needs its tables (pass lookup=)")
         return float(lookup(args[0], [evaluate(a, env, lookup) for a in args[1:]]))
-    if op == "rank":
-        x = evaluate(args[1], env, lookup)
-        return float(sum(1 for value in env[args[0]] if value < x))
+    if op in _LIST_OPS:
+        x, values = evaluate(args[1], env, lookup), env[args[0]]
+        if op == "at":
+            return float(values[int(x)])
+        return float(sum(1 for value in values if (value <= x if op == "rank_le" else value < x)))
     v = [evaluate(a, env, lookup) for a in args]
     if op == "-":
         return v[0] - v[1]
@@ -194,6 +199,9 @@ def evaluate(tree: Any, env: Mapping[str, float], lookup=None) -> float:
         return float(_RELATION_FUNCTIONS[op](v[0], v[1]))
     raise ValueError(f"formula tree: unknown op {op!r}")
 
+
+#: the ops whose first argument names a list the environment binds (not a tree)
+_LIST_OPS = ("rank", "rank_le", "at")
 
 _RELATION_FUNCTIONS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, "==": lambda a, b: a == b,
                        ">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "!=": lambda a, b: a != b}
@@ -277,9 +285,12 @@ def compile_arrays(tree: Any):
                     out = np.where(c, value(env), out)
             return out
         return piecewise
-    if op == "rank":
+    if op in _LIST_OPS:
         name, x = args[0], compile_arrays(args[1])
-        return lambda env: np.searchsorted(np.asarray(env[name]), x(env), side="left")
+        if op == "at":
+            return lambda env: np.asarray(env[name])[x(env)]
+        side = "right" if op == "rank_le" else "left"
+        return lambda env: np.searchsorted(np.asarray(env[name]), x(env), side=side)
     if op not in _ARRAY_OPS:
         raise ValueError(f"formula tree: unknown op {op!r}")
     fn, parts = _ARRAY_OPS[op], [compile_arrays(a) for a in args]
@@ -289,19 +300,20 @@ def compile_arrays(tree: Any):
 _COMPILED: dict = {}
 
 
-def _plan(program: list, only: tuple | None) -> list:
+def _plan(program: list, only: tuple | None, given: tuple) -> list:
     """The compiled bindings :func:`run_arrays` evaluates for ``only`` (every one when None): the
-    bindings ``only`` names and those they read, in program order (remembered per program)."""
-    key = (id(program), only)
+    bindings ``only`` names and those they read, in program order, less those the caller ``given``
+    (remembered per program)."""
+    key = (id(program), only, given)
     found = _COMPILED.get(key)
     if found is not None and found[0] is program:
         return found[1]
-    keep = [True] * len(program)
+    keep = [name not in given for name, _ in program]
     if only:
         need, keep = set(only), [False] * len(program)
         for i in range(len(program) - 1, -1, -1):
             name, tree = program[i]
-            if name in need:
+            if name in need and name not in given:
                 keep[i] = True
                 need |= free_names(tree)
     plan = [(name, compile_arrays(tree)) for (name, tree), k in zip(program, keep) if k]
@@ -312,9 +324,11 @@ def _plan(program: list, only: tuple | None) -> list:
 def run_arrays(program: list, env: Mapping[str, Any], only: tuple | None = None) -> dict[str, Any]:
     """A rule program's bindings (module doc) over numbers or numpy arrays: ``env`` plus each
     ``[name, tree]`` in order. ``only``: just these names and the bindings they read (a caller
-    that needs a program's first steps does not evaluate, nor bind the inputs of, the rest)."""
+    that needs a program's first steps does not evaluate, nor bind the inputs of, the rest). A
+    binding ``env`` gives already is the caller's (a later step evaluated alone)."""
     out = dict(env)
-    for name, fn in _plan(program, only):
+    given = tuple(name for name, _ in program if name in out)
+    for name, fn in _plan(program, only, given):
         out[name] = fn(out)
     return out
 
@@ -352,8 +366,8 @@ def call(op: str, *args) -> Rule:
     """``[op, arg, ...]`` of :data:`OPS` as a :class:`Rule` (min, max, ceil, cdiv, pw pairs as tuples)."""
     if op == "pw":
         return Rule(["pw", *([Rule(v).tree, Rule(c).tree] for v, c in args)])
-    if op == "rank":
-        return Rule(["rank", args[0], Rule(args[1]).tree])
+    if op in _LIST_OPS:
+        return Rule([op, args[0], Rule(args[1]).tree])
     return Rule([op, *(Rule(a).tree for a in args)])
 
 

@@ -63,9 +63,12 @@
       return NaN;
     }
     var v = [];
-    if (op === "rank") {       // how many values of the ascending list env[name] are < x (searchsorted left)
+    if (op === "rank" || op === "rank_le" || op === "at") {   // the first argument names a list of env
       var list = env[tree[1]], x = evaluate(tree[2], env, tables, read), r = 0;
-      while (r < list.length && list[r] < x) r++;
+      if (op === "at") return list[x];
+      // how many values of the ascending list are < x (rank: searchsorted left) or <= x (rank_le: right)
+      if (op === "rank") while (r < list.length && list[r] < x) r++;
+      else while (r < list.length && list[r] <= x) r++;
       return r;
     }
     if (op === "lookup") {
@@ -124,7 +127,8 @@
   // the names bound before; returns env with every binding (env itself is left as it was)
   function run(program, env, tables, read) {
     var out = Object.assign({}, env);
-    program.forEach(function (b) { out[b[0]] = evaluate(b[1], out, tables, read); });
+    // a binding env gives already is the caller's (formula_tree.run_arrays: a later step alone)
+    program.forEach(function (b) { if (!Object.prototype.hasOwnProperty.call(env, b[0])) out[b[0]] = evaluate(b[1], out, tables, read); });
     return out;
   }
   // op ("+", "max", "min", "*") over a list of numbers, as the tree [op, ...values] (the empty sum 0,
