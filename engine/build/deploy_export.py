@@ -320,7 +320,7 @@ def _classes(limits: list[int], live: list[int]) -> list[int]:
 
 
 def _admission(a) -> dict:
-    """A framework's KV paging and admission policy as the deploy page reads it (deploy_eval.js
-    ``steadyTokens`` mirrors engine.deploy.admission.steady_tokens over these numbers)."""
+    """A framework's KV paging and admission policy as the deploy page reads it (the inputs of
+    engine.deploy.rules.ADMISSION, which deploy_eval.js runs)."""
     return {"page_tokens": a.page_tokens, "free_fraction": a.free_fraction, "reserve_ratio": a.reserve_ratio,
             "reserve_clip_tokens": a.reserve_clip_tokens}

@@ -3,7 +3,7 @@
 Layer: engine.deploy (formula trees only; no engine state). Each rule below is the one definition
 of its arithmetic: the engine evaluates it over numpy arrays (:func:`engine.spec.formula_tree.run_arrays`,
 the floats of the numpy expression in the written order: results unchanged by the move here), and
-engine/build/deploy_export.py ships :data:`ALL` to the deploy page, whose glue (static/js/deploy_eval.js)
+site_builder/data.py ships :func:`exported` to the deploy page (index.json ``model.rules``), whose glue (static/js/deploy_eval.js)
 hands the same programs to the one interpreter (static/js/formula.js ``run``). A rule changed here
 changes the grid, the CLI and the browser at once; tests/test_site_offgrid.py checks the browser
 against ``archledger deploy --json`` at off-grid points (one mechanism, two interpreters).
@@ -64,11 +64,13 @@ STEP = program(
     ("t_comm", _("comm") / _("link") + _("calls") * _("alpha")),
     ("t_sol", call("max", call("max", _("t_compute"), _("t_memory")), _("t_comm"))),
     ("working_set", (_("bytes") - _("weights")) / _("repeat")),
-    ("intensity", _("flops") / _("bytes")),
     # the deploy page's MTP drafts: a draft step `times` over is the exported --mtp 1 step's values
     # x times (a draft step's calls are repeat x k / layers: linear in k; planner.with_drafts)
     *((f"{name}_n", _(name) * _("times")) for name in ("flops", "bytes", "comm", "weights",
                                                           "t_compute", "t_memory", "t_comm", "t_sol")),
+    # the roofline's coordinates: FLOPs per HBM byte (cost.intensity) and the FLOP/s the step attains
+    ("intensity", _("flops_n") / _("bytes_n")),
+    ("attained", _("flops_n") / _("t_sol_n")),
 )
 
 #: sol._fit_count: the largest n >= 0 with n x kv_dev <= room, decided by the float product the fit

@@ -7,8 +7,9 @@ The grid build calls it once per structure with every point that shares it; ``ar
 those of the Parquet schema. :class:`Plan` (a structure on one GPU type) and :class:`Deployment`
 live here; the types they hold are :mod:`engine.deploy.structure`'s, and :mod:`engine.deploy.planner`
 (which makes plans) imports this module, never the reverse. The deploy page computes the same fields
-in the browser (static/js/deploy.js mirrors :func:`summarize` and :func:`op_rows_columns` over the
-formula trees of engine/build/deploy_export.py): a rule changed here changes there too, and
+in the browser from the formula trees of engine/build/deploy_export.py and the rule programs this
+module evaluates (engine.deploy.rules: schedule, capacity, TTFT/TPOT, the two-batch schedule, each
+defined there once; static/js/deploy_eval.js gathers their inputs and formula.js runs them);
 tests/test_site_offgrid.py holds the two equal.
 
 * Two times per phase (docs/deployment.md "Two times per point"). ``step_bound_s``, the lower

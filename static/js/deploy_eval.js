@@ -26,7 +26,8 @@
                           peak: gpu.peaks[s[6]], hbm: gpu.hbm_bytes_per_s, link: linkRate(gpu, s[7]),
                           alpha: s[8] >= 0 ? gpu.alpha[s[8]] : 0, times: times === undefined ? 1 : times });
     return { flops: v.flops_n, bytes: v.bytes_n, comm: v.comm_n, weights: v.weights_n, tc: v.t_compute_n, tm: v.t_memory_n,
-             tl: v.t_comm_n, sol: v.t_sol_n, one_sol: v.t_sol, working_set: v.working_set, intensity: v.intensity };
+             tl: v.t_comm_n, sol: v.t_sol_n, one_sol: v.t_sol, working_set: v.working_set, intensity: v.intensity,
+             attained: v.attained };
   }
   function env(batch, seq, ctx, kv) { return { batch: batch, seq: seq, ctx: ctx, kv_bytes: kv }; }
   // a phase's steps: its program, then (speculative decoding with MTP, planner.with_drafts) the draft
@@ -186,6 +187,7 @@
         for (var i = 1; i < 3; i++) if (t[i] > t[k]) k = i;
         out.push({ phase: ph, op_uid: file.strings[s[11]], kind: KINDS[s[9]], flops: v.flops, bytes: v.bytes,
                    weight_bytes: v.weights, comm_bytes: v.comm, intensity: v.bytes > 0 ? v.intensity : Infinity,
+                   attained_flops_per_s: v.attained,
                    t_compute_s: v.tc, t_memory_s: v.tm, t_comm_s: v.tl, t_sol_s: v.sol, bound: BOUNDS[k],
                    flops_formula: text(12), bytes_formula: text(13), comm_bytes_formula: text(14),
                    // ops.parquet's t_expected_s and measured: a measured table read (its name and file), else
