@@ -224,7 +224,7 @@ def test_consistency_point_reader_shares_plans_and_answers_as_deploy(evaluation)
     from engine.deploy.measured import load_measured
     from engine.deploy.parallel import ParallelConfig
     from engine.serving.retime import PointReader
-    from engine.deploy.sol import summarize_plan
+    from engine.deploy.plan import summarize_plan
 
     ev = evaluation("Qwen/Qwen3-0.6B")
     gpu = find_gpu(load_gpus(REPO / "gpus"), "H100")

@@ -57,7 +57,7 @@ from engine.deploy.cost import step_totals
 from engine.deploy.fusion import live_token_limits, token_limits
 from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, expected_tree, member_ops
 from engine.deploy.planner import mtp_modules
-from engine.deploy.sol import formula_text, weight_text
+from engine.deploy.op_rows import formula_text, weight_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
 from engine.spec import kv, symbols
 from engine.spec.formula_tree import to_tree

@@ -821,7 +821,7 @@ def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, 
 # -- the same rule as a formula tree (engine.spec.formula_tree's ``lookup`` node) --------------------
 
 #: The symbol of a step's bound (its t_sol over its calls) in :func:`expected_tree`: the evaluator of
-#: the step's formula trees computes it beside (engine.deploy.rules.STEP, run by static/js/deploy_eval.js).
+#: the step's formula trees computes it beside (static/js/deploy_eval.js stepValues).
 T_SOL = "t_sol"
 
 

@@ -2,7 +2,7 @@
 
 Layer: engine.deploy. This module owns the types; :mod:`engine.deploy.planner` builds a
 :class:`Structure` (placement, fusion, compilation) and :mod:`engine.deploy.sol` evaluates it at
-scenario points (:class:`engine.deploy.sol.Plan`, :class:`engine.deploy.sol.Deployment`). Neither
+scenario points (:class:`engine.deploy.plan.Plan`, :class:`engine.deploy.plan.Deployment`). Neither
 of those imports the other's internals, and neither is imported here.
 """
 from __future__ import annotations

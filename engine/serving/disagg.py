@@ -59,7 +59,7 @@ from engine.deploy.fusion import FusionTable
 from engine.deploy.hardware import GPU, find_gpu
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig
 from engine.deploy.planner import check, plan, validate_options
-from engine.deploy.sol import summarize_plan
+from engine.deploy.plan import summarize_plan
 from engine.deploy.structure import MAX_BATCH, Options, Scenario, option_where
 
 #: Output tokens of a prefill-pool request: the first token, sampled where the prompt was computed.

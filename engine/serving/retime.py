@@ -4,7 +4,7 @@ Layer: engine.serving (on sizing, planner, sol and measured; nothing here prints
 (:func:`engine.serving.sizing.search`) ranks every served point on one time, the schedule estimate.
 :func:`answer_on` answers the same question on ``bound`` (no schedule beats it) or ``expected``
 (from measured kernels, engine.deploy.measured) from the summary ``archledger deploy`` prints at
-each point it reads (:func:`engine.deploy.sol.summarize_plan`, with the GPU's measured tables for
+each point it reads (:func:`engine.deploy.plan.summarize_plan`, with the GPU's measured tables for
 ``expected``), so every number of such an answer is deploy's at that point.
 
 Rules (also in docs/deployment.md, "Sizing on another time"):
@@ -53,7 +53,7 @@ class PointReader:
         key = (config, int(batch))
         if key not in self.read:
             from engine.deploy import Scenario
-            from engine.deploy.sol import summarize_plan
+            from engine.deploy.plan import summarize_plan
             scenario = Scenario(int(batch), self.input_len, self.output_len)
             s = summarize_plan(self._plan(config, scenario), scenario.batch, self.input_len, self.output_len,
                                self.tables)

@@ -22,7 +22,9 @@ several steps (the deploy summary, engine.deploy.rules; the disaggregated join, 
 is written once in Python and evaluated by both interpreters. The engine evaluates rule programs with
 :func:`run_arrays` over numpy arrays (:func:`compile_arrays`): binary operations in argument order,
 left to right, integers kept integers, so a rule program gives the floats of the numpy expression
-written in the same order (``+`` and ``*`` fold left; formula.js does the same).
+written in the same order (``+`` and ``*`` fold left; formula.js does the same; its ``fold(op,
+values)`` is the tree ``[op, *values]``, how the page sums a phase's steps). A binding the caller's
+environment gives already is not evaluated (a later step alone).
 
 A selection rule (:func:`select`, ``select`` in formula.js) picks a list of values with trees: a JSON
 object ``{"each": name, "largest": name, "keep": tree, "add": [[value, condition], ...], "else":
