@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.spec.formula_tree import run_arrays
+import engine.deploy.rules as rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +57,6 @@ NO_ADMISSION = Admission()
 def _admission(input_len, output_len, page_tokens: int = 1, ratio: float = 0.0, clip: int = 0,
                want: tuple = ("steady_tokens",)) -> dict:
     """:data:`engine.deploy.rules.ADMISSION` (the rules' one definition) at these points, as floats."""
-    from engine.deploy import rules          # (rules reads structure, which reads this module)
     env = {"input_len": np.asarray(input_len, dtype=float), "output_len": np.asarray(output_len, dtype=float),
            "page_tokens": page_tokens, "reserve_ratio": ratio, "reserve_clip_tokens": clip}
     return run_arrays(rules.ADMISSION, env, only=want)

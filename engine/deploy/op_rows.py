@@ -9,7 +9,7 @@ Parquet schema's.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -18,8 +18,8 @@ from engine.deploy.cost import BOUNDS, intensity, step_totals
 from engine.deploy.structure import Scenario, Structure, prefill_program_batch, program_batch
 from engine.deploy.measured import expected_steps
 
-if TYPE_CHECKING:
-    from engine.deploy.plan import Plan
+#: ``plan`` arguments below are :class:`engine.deploy.plan.Plan` (which imports this module: not
+#: imported here)
 
 
 _TEXT: dict = {}
@@ -110,7 +110,7 @@ _LABELS: dict[tuple, tuple] = {}
 _POINT_ROWS: dict[tuple, tuple] = {}
 
 
-def _point_rows(plan: Plan, phase: str, points: list[Scenario]) -> tuple:
+def _point_rows(plan, phase: str, points: list[Scenario]) -> tuple:
     """(the compiled program, (batch, seq, ctx) of the points, kept step indices, one point's
     labels, the GPU-free value columns point-major) of :func:`op_rows_columns`, once per program
     pair, KV size and point set (:data:`_POINT_ROWS`; the arrays are read-only, shared by callers)."""
@@ -171,7 +171,7 @@ def _labels(s: Structure, phase: str) -> tuple:
     return mine[2], mine[3]
 
 
-def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario], arrays: bool = False,
+def op_rows_columns(plan, phase: str, scenario: Scenario | list[Scenario], arrays: bool = False,
                     tables=None) -> dict[str, list]:
     """The per-op SOL table of one phase at one or several points, as columns (Parquet names),
     formulas included; several points are evaluated in one vectorized call, point-major. With
@@ -221,7 +221,7 @@ def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario],
     }
 
 
-def op_rows(plan: Plan, phase: str, scenario: Scenario, tables=None) -> list[dict[str, Any]]:
+def op_rows(plan, phase: str, scenario: Scenario, tables=None) -> list[dict[str, Any]]:
     """:func:`op_rows_columns` as one dict per op."""
     columns = op_rows_columns(plan, phase, scenario, tables=tables)
     return [dict(zip(columns, values)) for values in zip(*columns.values())]

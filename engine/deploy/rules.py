@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import sympy
 
+from engine.spec import symbols
 from engine.spec.formula_tree import Rule, call, program, to_tree
 
 _ = Rule
@@ -166,8 +167,16 @@ SERVING = program(
 SERVING_BOUND = program(("max_concurrent_requests", dp_attn * _("cap")))
 
 
+#: Speculative decoding (engine.deploy.structure): k draft tokens per step, each kept with
+#: probability a once the drafts before it were, so a step emits E = sum_{i=0..k} a^i tokens per
+#: request on average (the engine evaluates the Sum exactly; the page its closed form's tree)
+MTP_TOKENS = symbols.index("mtp_tokens")
+MTP_ACCEPTANCE = symbols.rate("mtp_acceptance")
+_DRAFT = symbols.index("i")
+TOKENS_PER_STEP = sympy.Sum(MTP_ACCEPTANCE ** _DRAFT, (_DRAFT, 0, MTP_TOKENS))
+
+
 def _tokens_per_step_tree():
-    from engine.deploy.structure import MTP_ACCEPTANCE, MTP_TOKENS, TOKENS_PER_STEP
     closed = TOKENS_PER_STEP.doit()            # Piecewise((k + 1, a == 1), ((1 - a^(k+1)) / (1 - a), True))
     return to_tree(closed.subs({MTP_TOKENS: sympy.Symbol("mtp_tokens"), MTP_ACCEPTANCE: sympy.Symbol("mtp_acceptance")}))
 

@@ -49,7 +49,7 @@ from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PREFILL
                                      Structure, micro_batches, tokens_per_step, prefill_program_batch, prefill_steps,
                                      program_batch, requests_per_replica, step_tokens, _schedule)
 from engine.deploy.hardware import GPU
-from engine.deploy import rules
+import engine.deploy.rules as rules
 from engine.spec.formula_tree import run_arrays
 
 

@@ -16,7 +16,7 @@ from engine.spec import symbols
 from engine.spec.formula_tree import run_arrays
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError, Where
-from engine.deploy import rules
+import engine.deploy.rules as rules
 from engine.deploy.admission import NO_ADMISSION, Admission
 from engine.deploy.cost import KV_BYTES, CompiledProgram
 from engine.deploy.parallel import ParallelConfig, is_count
@@ -39,10 +39,7 @@ HBM_FRACTION = 0.9
 #: (chain acceptance), so a step emits E = sum_{i=0..k} a^i tokens per request on average.
 #: The stack of a model's multi-token-prediction modules (``stacks: mtp`` in its spec).
 MTP_STACK = "mtp"
-MTP_TOKENS = symbols.index("mtp_tokens")
-MTP_ACCEPTANCE = symbols.rate("mtp_acceptance")
-_DRAFT = symbols.index("i")
-TOKENS_PER_STEP = sympy.Sum(MTP_ACCEPTANCE ** _DRAFT, (_DRAFT, 0, MTP_TOKENS))
+MTP_TOKENS, MTP_ACCEPTANCE, TOKENS_PER_STEP = rules.MTP_TOKENS, rules.MTP_ACCEPTANCE, rules.TOKENS_PER_STEP
 
 
 def tokens_per_step(mtp_tokens: int, acceptance: float) -> float:

@@ -52,7 +52,7 @@ import numpy as np
 
 from engine.spec import kv
 from engine.spec.formula_tree import run_arrays
-from engine.serving import rules
+import engine.serving.rules as rules
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError, Where
 from engine.deploy.fusion import FusionTable
