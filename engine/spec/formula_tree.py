@@ -42,6 +42,7 @@ by the tests that compare the browser with Python.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -296,8 +297,17 @@ def compile_arrays(tree: Any):
     if op not in _ARRAY_OPS:
         raise ValueError(f"formula tree: unknown op {op!r}")
     fn, parts = _ARRAY_OPS[op], [compile_arrays(a) for a in args]
+    binary = _BINARY.get(op)
+    if binary is not None and len(parts) == 2:      # most nodes: one call, no list (the same operation)
+        a, b = parts
+        return lambda env: binary(a(env), b(env))
     return lambda env: fn([p(env) for p in parts])
 
+
+#: the two-argument form of each op of :data:`_ARRAY_OPS` that has one (the same numpy operation)
+_BINARY = {"+": operator.add, "*": operator.mul, "-": operator.sub, "/": operator.truediv, "cdiv": _cdiv,
+           "min": np.minimum, "max": np.maximum, "<": np.less, "<=": np.less_equal, "==": np.equal,
+           ">": np.greater, ">=": np.greater_equal, "!=": np.not_equal, "and": np.logical_and, "or": np.logical_or}
 
 _COMPILED: dict = {}
 
