@@ -18,7 +18,7 @@ import sympy
 
 from engine.cli import main
 from engine.spec import api, parse_cache, symbols
-from engine.spec.evaluate import _simplify, is_monomial
+from engine.spec.walk_records import _simplify, is_monomial
 from engine.spec.model_index import model_index
 from engine.spec.yamlio import LineDict, LineList, load_yaml
 from tests.conftest import REPO
