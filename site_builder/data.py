@@ -339,6 +339,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     picking the grid's batches travels beside them (``grid_batches``: engine.build.grid_eval.GRID_BATCHES,
     read by formula.js ``select``)."""
     from engine.build.grid_eval import GRID_BATCHES      # (here: the module's other readers need no engine)
+    from engine.deploy.rules import exported as deploy_rules
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
     expected = doc.get("expected", [])
     # trees and strings numbered once for the model (first use: the programs in option order, each
@@ -406,6 +407,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     if mtp_formulas:
         head["mtp_weight_formulas"] = [strings[i] for i in mtp_formulas]
     head["grid_batches"] = GRID_BATCHES
+    head["rules"] = deploy_rules()        # the deploy summary's rule programs (engine.deploy.rules)
     return {**head, "configs": configs, "options": options}, texts
 
 

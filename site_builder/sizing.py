@@ -1,7 +1,7 @@
 """The sizing page of a model: ``/models/<org--name>/sizing/``, from the build's fronts and sizing tables.
 
 Layer: site_builder (reads build/results only; computes no cost: the page's disaggregated answer is
-static/js/sizing.js's port of engine/serving/sizing.py pair_points, over the rows written here). The page shows, per sizing
+engine/serving/rules.py's programs, run by static/js/formula.js over the rows and staircases written here). The page shows, per sizing
 scenario, the throughput-per-GPU vs tokens/s-per-user chart (one line per GPU type: the Pareto
 front ``archledger plan`` prints) and a form answering "how many GPUs of which kind within TTFT <=
 a and TPOT <= b". The form selects rows: the lowest-``rank`` row of ``sizing.parquet`` whose
@@ -98,9 +98,24 @@ def _pool(frame: pl.DataFrame) -> dict:
             meta.append([label, n, share])
     index = [configs[c] for c in frame["config"]]
     if frame["pool"][0] == "prefill":
-        return {"configs": meta, "config": index, "batch": frame["batch"].to_list(), "ttft": frame["ttft_s"].to_list()}
+        batch, ttft = frame["batch"].to_list(), frame["ttft_s"].to_list()
+        return {"configs": meta, "config": index, "batch": batch, "ttft": ttft, "stairs": stairs(index, batch, ttft, len(meta))}
     return {"configs": meta, "config": index, "batch": frame["batch"].to_list(),
             "tpot": encode_doubles(frame["tpot_s"].to_list())}
+
+
+def stairs(config: list[int], batch: list, ttft: list, n: int) -> list[list[list]]:
+    """Per prefill config (index 0..n-1) its staircase as the engine's pairing reads it
+    (engine.serving.pairing.staircase: TTFTs ascending, batches, the running best requests/s and
+    where it was reached), for the page's run of engine.serving.rules' CHOICE: data, no rule."""
+    import numpy as np
+    from engine.serving.pairing import staircase          # (here: the page's other readers need no engine)
+    cfg, out = np.asarray(config), []
+    for c in range(n):
+        sel = np.flatnonzero(cfg == c)
+        t, b, best, arg = staircase(np.asarray(ttft, dtype=float)[sel], np.asarray(batch)[sel])
+        out.append([t.tolist(), b.tolist(), best.tolist(), arg.tolist()])
+    return out
 
 
 def disagg_data(frame: pl.DataFrame | None, scenarios: list[str]) -> dict:
@@ -138,6 +153,7 @@ def page_data(results_root: Path, name: str) -> dict | None:
     sizing rows for it (a grid without a ``sizing:`` block, or no config served). ``sizing`` and
     ``front`` map "framework/kv_dtype/input/output/gpu" to rows of :data:`SIZING_COLUMNS` /
     :data:`FRONT_COLUMNS`, in rank order: the first sizing row within both bounds is plan's answer."""
+    from engine.serving.rules import exported as serving_rules     # the pairing and join programs
     sizing, front = _read(results_root, "sizing", name), _read(results_root, "fronts", name)
     if sizing is None or front is None or not sizing.height:
         return None
@@ -149,7 +165,7 @@ def page_data(results_root: Path, name: str) -> dict | None:
         "gpus": list(dict.fromkeys(sizing["gpu"])),       # the build's order (the grid's sizing.gpus)
         "frameworks": list(dict.fromkeys(sizing["framework"])), "kv_dtypes": list(dict.fromkeys(sizing["kv_dtype"])),
         "scenarios": scenarios, "columns": {"sizing": SIZING_COLUMNS, "front": FRONT_COLUMNS},
-        "sizing": _groups(sizing, SIZING_COLUMNS), "front": shown,
+        "sizing": _groups(sizing, SIZING_COLUMNS), "front": shown, "rules": serving_rules(),
         "disagg": disagg_data(_read(results_root, "disagg", name), [
             "/".join(map(str, k)) for k in sizing.select(_GROUP[:4]).unique(maintain_order=True).iter_rows()]),
     }

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.deploy.sol import summarize_plan
+from engine.deploy.plan import summarize_plan
 from tests.deploy_helpers import make_plan
 
 CASES = [

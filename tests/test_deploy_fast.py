@@ -18,7 +18,7 @@ import sympy
 
 from engine.cli import main
 from engine.spec import api, parse_cache, symbols
-from engine.spec.evaluate import _simplify, is_monomial
+from engine.spec.walk_records import _simplify, is_monomial
 from engine.spec.model_index import model_index
 from engine.spec.yamlio import LineDict, LineList, load_yaml
 from tests.conftest import REPO
@@ -224,7 +224,7 @@ def test_consistency_point_reader_shares_plans_and_answers_as_deploy(evaluation)
     from engine.deploy.measured import load_measured
     from engine.deploy.parallel import ParallelConfig
     from engine.serving.retime import PointReader
-    from engine.deploy.sol import summarize_plan
+    from engine.deploy.plan import summarize_plan
 
     ev = evaluation("Qwen/Qwen3-0.6B")
     gpu = find_gpu(load_gpus(REPO / "gpus"), "H100")
@@ -254,7 +254,7 @@ def test_consistency_point_reader_reads_a_config_at_once_as_deploy(evaluation, s
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.deploy.measured import load_measured
     from engine.deploy.parallel import ParallelConfig
-    from engine.deploy.sol import summarize_plan
+    from engine.deploy.plan import summarize_plan
     from engine.deploy.structure_cache import StructureCache
     from engine.serving.retime import PointReader
 

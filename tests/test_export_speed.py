@@ -16,7 +16,7 @@ from sympy.printing.str import StrPrinter
 
 
 def test_memo_printer_consistency_with_sympy_printing():
-    from engine.deploy import sol
+    from engine.deploy import op_rows as sol     # (the printers moved with the op rows)
     from engine.deploy.cost import step_totals
     from engine.deploy.fusion import load_tables, token_limits
     from engine.deploy.hardware import load_gpus

@@ -1,9 +1,9 @@
 """The grid evaluation's shortcuts around the phase evaluation give what the plain code gives.
 
-* :func:`engine.deploy.sol.op_rows_columns` keeps the GPU-free part of a per-op table (labels,
+* :func:`engine.deploy.op_rows.op_rows_columns` keeps the GPU-free part of a per-op table (labels,
   FLOPs and bytes, intensity) per program pair, KV size and point set (``_point_rows``): a table
   asked for a second GPU type, or again, equals the one computed from the plan's own
-  :meth:`engine.deploy.sol.Plan.evaluate` (consistency test), and another KV dtype or point set
+  :meth:`engine.deploy.Plan.evaluate` (consistency test), and another KV dtype or point set
   is seen (not served from the memo);
 * :meth:`engine.build.columns.Columns.repeat` lengthens the last run when it holds the very same
   value: the joined columns equal a plain concatenation of every chunk, value types included, and
@@ -63,42 +63,43 @@ def _same_bits(a, b) -> bool:
 
 def test_op_rows_memo_consistency_over_gpus_kv_and_points(plans):
     from engine.deploy import Scenario
-    from engine.deploy import sol
+    from engine.deploy import op_rows
+    from engine.deploy.plan import Plan
     s, pair = plans
-    sol._POINT_ROWS.clear()
+    op_rows._POINT_ROWS.clear()
     asked = [([Scenario(1, 4096, 1024), Scenario(64, 4096, 1024)], "bf16"),
              ([Scenario(1, 4096, 1024), Scenario(64, 4096, 1024)], "fp8"),      # another KV size
              ([Scenario(8, 16384, 1024)], "bf16")]                              # another point set
     for points, kv_dtype in asked:
         for phase in ("prefill", "decode"):
             for gpu in pair + pair:                    # the second round is served by the memo
-                plan = sol.Plan(s, gpu, kv_dtype)
-                got = sol.op_rows_columns(plan, phase, points, arrays=True)
+                plan = Plan(s, gpu, kv_dtype)
+                got = op_rows.op_rows_columns(plan, phase, points, arrays=True)
                 want = _plain(plan, phase, points)
                 for name, value in want.items():
                     if name == "op_uid":
                         assert got[name] == value
                     else:
                         assert _same_bits(got[name], value), (name, phase, gpu.key, kv_dtype)
-                listed = sol.op_rows_columns(plan, phase, points)
+                listed = op_rows.op_rows_columns(plan, phase, points)
                 assert listed["flops"] == got["flops"].tolist() and type(listed["flops"]) is list
     # the two GPU types differ in their times, not in their GPU-free numbers (the memo's premise)
-    a, b = (sol.op_rows_columns(sol.Plan(s, g, "bf16"), "decode", [Scenario(64, 4096, 1024)], arrays=True)
+    a, b = (op_rows.op_rows_columns(Plan(s, g, "bf16"), "decode", [Scenario(64, 4096, 1024)], arrays=True)
             for g in pair)
     assert _same_bits(a["flops"], b["flops"]) and _same_bits(a["bytes"], b["bytes"])
-    fp8 = sol.op_rows_columns(sol.Plan(s, pair[0], "fp8"), "decode", [Scenario(64, 4096, 1024)], arrays=True)
+    fp8 = op_rows.op_rows_columns(Plan(s, pair[0], "fp8"), "decode", [Scenario(64, 4096, 1024)], arrays=True)
     assert not _same_bits(a["bytes"], fp8["bytes"])          # a KV size change is seen
 
 
 def test_plan_kv_bytes_is_the_options_kv_dtype(plans):
     from dataclasses import replace
-    from engine.deploy import sol
+    from engine.deploy.plan import Plan
     from engine.spec import kv
     s, pair = plans
     for kv_dtype in ("", "bf16", "fp8"):
-        plan = sol.Plan(s, pair[0], kv_dtype)
+        plan = Plan(s, pair[0], kv_dtype)
         assert plan.kv_bytes == kv.KV_DTYPE_BYTES[plan.options.kv_dtype]
-    other = sol.Plan(replace(s, options=replace(s.options, kv_dtype="fp8")), pair[0])
+    other = Plan(replace(s, options=replace(s.options, kv_dtype="fp8")), pair[0])
     assert other.kv_bytes == kv.KV_DTYPE_BYTES["fp8"] == kv.KV_DTYPE_BYTES[other.options.kv_dtype]
 
 

@@ -226,3 +226,58 @@ def test_lookup_node_hand_values_in_the_browser(page):
                               {"0": _lookup_table()})
     assert read == [[0], []]
     assert not page.errors, page.errors
+
+
+# -- rule programs (issue 37): list nodes, run_arrays, formula.js run ------------------------------
+
+#: [name, tree] bindings over a list "limits" and scalars; each value worked by hand below
+PROGRAM = [["per_rank", ["cdiv", "batch", "dp"]],                 # ceil(37 / 8) = 5
+           ["spare", ["-", ["*", "per_rank", "dp"], "batch"]],   # 5 x 8 - 37 = 3
+           ["regime", ["rank", "limits", "tokens"]],               # limits < 256: 64, 128 -> 2 (256 is not < 256)
+           ["regime_le", ["rank_le", "limits", "tokens"]],         # limits <= 256: 64, 128, 256 -> 3
+           ["picked", ["at", "limits", ["-", "regime_le", 1]]],    # limits[2] = 256
+           ["fill", ["pw", [["+", "spare", 100], [">", "pp", 1]], ["spare", 1]]]]   # pp = 1: 3
+PROGRAM_ENV = {"batch": 37, "dp": 8, "tokens": 256, "limits": [64, 128, 256, 512], "pp": 1}
+PROGRAM_HAND = {"per_rank": 5, "spare": 3, "regime": 2, "regime_le": 3, "picked": 256, "fill": 3}
+
+
+def test_rule_program_hand_values():
+    """Each binding of PROGRAM at PROGRAM_ENV, by hand; the scalar reference (``evaluate``) and the
+    numpy evaluation (``run_arrays``) agree with it."""
+    out = ft.run_arrays(PROGRAM, PROGRAM_ENV)
+    scope = dict(PROGRAM_ENV)
+    for name, tree in PROGRAM:
+        scope[name] = ft.evaluate(tree, scope)
+        assert scope[name] == PROGRAM_HAND[name] == out[name], name
+
+
+def test_rule_program_over_arrays_keeps_integers_and_reads_only_the_branch_taken():
+    """Over arrays: ceil(batch / dp) of integers stays an integer array (-(-b // d), numpy's), a
+    per-point ``pw`` picks per point, and a ``pw`` on one truth value evaluates only its branch (the
+    pipeline's fill time is bound only when pp > 1)."""
+    import numpy as np
+    out = ft.run_arrays(PROGRAM, {**PROGRAM_ENV, "batch": np.array([1, 8, 9, 37])})
+    assert out["per_rank"].dtype.kind == "i" and out["per_rank"].tolist() == [1, 1, 2, 5]
+    assert out["fill"].tolist() == [7, 0, 7, 3]                      # spare: 8 - 1, 0, 16 - 9, 3
+    per_point = [["x", ["pw", [1.5, [">", "b", 2]], [-1.5, 1]]]]
+    assert ft.run_arrays(per_point, {"b": np.array([1, 3])})["x"].tolist() == [-1.5, 1.5]
+    lazy = [["ttft", ["pw", [["+", "prefill", "fill"], [">", "pp", 1]], ["prefill", 1]]]]
+    assert ft.run_arrays(lazy, {"prefill": 2.0, "pp": 1})["ttft"] == 2.0      # "fill" never read
+
+
+def test_run_arrays_only_evaluates_what_is_asked_and_keeps_given_bindings():
+    """``only``: the bindings asked and those they read (an unbound input of a later one is never
+    read); a binding the caller gives is the caller's."""
+    out = ft.run_arrays(PROGRAM, {"batch": 9, "dp": 8}, only=("spare",))
+    assert (out["per_rank"], out["spare"]) == (2, 7) and "regime" not in out
+    assert ft.run_arrays(PROGRAM, {"batch": 9, "dp": 8, "per_rank": 4}, only=("spare",))["spare"] == 23
+
+
+def test_browser_runs_rule_programs_as_python(page):
+    """formula.js ``run`` gives PROGRAM's hand values; ``fold`` sums and maxes a list as the tree
+    [op, ...values] (empty: 0 and -Infinity)."""
+    got = page.page.evaluate("([p, e]) => window.archFormula.run(p, e)", [PROGRAM, PROGRAM_ENV])
+    assert {k: got[k] for k in PROGRAM_HAND} == PROGRAM_HAND
+    folds = page.page.evaluate("() => [archFormula.fold('+', [0.1, 0.2, 0.3]), archFormula.fold('max', [1, 5, 2]),"
+                               " archFormula.fold('+', []), archFormula.fold('max', []) === -Infinity]")
+    assert folds == [(0.1 + 0.2) + 0.3, 5, 0, True]

@@ -47,7 +47,8 @@ def test_capacity_over_lanes_is_capacity_per_lane(qwen):
 
 def test_op_bound_is_the_largest_time(qwen):
     from engine.deploy import Scenario
-    from engine.deploy.sol import Plan, op_rows_columns
+    from engine.deploy.op_rows import op_rows_columns
+    from engine.deploy.plan import Plan
     _, s, gpu = qwen
     for phase in ("prefill", "decode"):
         cols = op_rows_columns(Plan(s, gpu, "bf16"), phase, [Scenario(1, 4096, 256), Scenario(64, 4096, 256)])

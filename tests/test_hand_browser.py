@@ -20,8 +20,10 @@ import math
 import pytest
 
 from engine.build.grid_eval import GRID_BATCHES
+from engine.deploy.rules import exported as deploy_rules
 from site_builder.render import REPO
-from site_builder.sizing import encode_doubles
+from engine.serving.rules import exported as serving_rules
+from site_builder.sizing import encode_doubles, stairs
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -48,6 +50,8 @@ def page(browser):  # noqa: F811
     tab.page.add_script_tag(content=STUBS)
     for name in ("formula.js", "deploy_eval.js", "sizing.js"):
         tab.page.add_script_tag(path=str(JS / name))
+    # the pairing and join programs the sizing page's data carries (site_builder/sizing.py)
+    tab.page.evaluate("r => window.archSizing.useRules(r)", serving_rules())
     yield tab
     assert not tab.errors, tab.errors
     tab.context.close()
@@ -112,7 +116,8 @@ def _scenario(tpot: float) -> dict:
     the transfer takes 0.25 + 2**28 / 2**30 = 0.5 s, so TTFT = 0.5 + 0.5 = 1.0 s exactly."""
     share = 2.0 ** 28
     gpu = {"price": None, "domain": 8, "up": [1e-6, 2.0 ** 32],
-           "prefill": {"configs": [["tp1", 1, share]], "config": [0], "batch": [4], "ttft": [0.5]},
+           "prefill": {"configs": [["tp1", 1, share]], "config": [0], "batch": [4], "ttft": [0.5],
+                       "stairs": stairs([0], [4], [0.5], 1)},
            "decode": {"configs": [["tp1", 1, share]], "config": [0], "batch": [2], "tpot": encode_doubles([tpot])}}
     return {"kv_request": share, "gpus": {"P": {**gpu, "out": [0.25, 2.0 ** 30]},
                                           "D": {**json.loads(json.dumps(gpu)), "out": [0.125, 2.0 ** 31]}}}
@@ -179,7 +184,8 @@ C_WEIGHTS = 0.9e11 - 2.15e9
 MODEL = {"configs": {"dp8": _config(8, 8, 1e9), "a": _config(1, 1, 1e9), "b": _config(1, 1, 1e12),
                      "c": {**_config(1, 1, C_WEIGHTS), "kv_dev": ["*", "length", 1e6]}},
          "gpus": {"G": GPU}, "kv_bytes": {"bf16": 2}, "budget": 8192, "hbm_fraction": 0.9, "max_batch": 4096,
-         "max_context": 1 << 30, "kv_request": {"all": 0, "state": 0}, "grid_batches": GRID_BATCHES}
+         "max_context": 1 << 30, "kv_request": {"all": 0, "state": 0}, "grid_batches": GRID_BATCHES,
+         "rules": deploy_rules()}     # the rule programs index.json carries (site_builder/data.py)
 FILES = {
     # decode: one step of batch x 1e9 FLOPs (the replica's program: the fullest rank's requests x dp_attn)
     "dp8": {"trees": TREES, "strings": ["step", "f"], "programs": [[_step(0, 1, 1)], [_step(2, 0, 0)]]},

@@ -213,10 +213,13 @@ def test_roofline_one_point_per_op_and_the_ridge_by_hand(tab, base, tables):
     labels = page.locator("#chart-roofline g.ridge_labels_marks text").all_text_contents()
     assert sorted(labels) == ["BF16 ridge 295 FLOP/B", "FP8 ridge 591 FLOP/B"]
     assert "ridge 295 FLOP/B" in page.text_content("#roofline-note")
-    # the event contract other scripts use: rows and a GPU name draw one point per row with FLOPs
+    # the event contract other scripts use: rows (with their roofline coordinates, deploy_eval.js opRows'
+    # intensity and attained_flops_per_s) and a GPU name draw one point per row with FLOPs
     page.evaluate("""() => document.dispatchEvent(new CustomEvent('arch:ops', {detail: {gpu: 'H100', rows: [
-        {op_uid: 'x', kind: 'compute', flops: 2e9, bytes: 1e6, t_sol_s: 3e-7, bound: 'memory'},
-        {op_uid: 'y', kind: 'comm', flops: 0, bytes: 4e6, t_sol_s: 1e-6, bound: 'comm'}]}}))""")
+        {op_uid: 'x', kind: 'compute', flops: 2e9, bytes: 1e6, t_sol_s: 3e-7, bound: 'memory', intensity: 2000,
+         attained_flops_per_s: 2e9 / 3e-7},
+        {op_uid: 'y', kind: 'comm', flops: 0, bytes: 4e6, t_sol_s: 1e-6, bound: 'comm', intensity: 0,
+         attained_flops_per_s: 0}]}}))""")
     page.wait_for_function("() => document.querySelectorAll('#chart-roofline g.ops_marks path').length === 1")
     _no_vega_warning(tab)
     assert not tab.errors, tab.errors

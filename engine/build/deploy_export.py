@@ -57,7 +57,7 @@ from engine.deploy.cost import step_totals
 from engine.deploy.fusion import live_token_limits, token_limits
 from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, expected_tree, member_ops
 from engine.deploy.planner import mtp_modules
-from engine.deploy.sol import formula_text, weight_text
+from engine.deploy.op_rows import formula_text, weight_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
 from engine.spec import kv, symbols
 from engine.spec.formula_tree import to_tree
@@ -320,7 +320,7 @@ def _classes(limits: list[int], live: list[int]) -> list[int]:
 
 
 def _admission(a) -> dict:
-    """A framework's KV paging and admission policy as the deploy page reads it (deploy_eval.js
-    ``steadyTokens`` mirrors engine.deploy.admission.steady_tokens over these numbers)."""
+    """A framework's KV paging and admission policy as the deploy page reads it (the inputs of
+    engine.deploy.rules.ADMISSION, which deploy_eval.js runs)."""
     return {"page_tokens": a.page_tokens, "free_fraction": a.free_fraction, "reserve_ratio": a.reserve_ratio,
             "reserve_clip_tokens": a.reserve_clip_tokens}

@@ -32,8 +32,9 @@ from engine.deploy.structure_cache import StructureCache, regime, signature
 from engine.build.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
 from engine.deploy.measured import load_measured
-from engine.deploy.sol import (capacity, capacity_terms, expected_phase_times_many, op_rows_columns, summarize_many,
-                               weight_text)
+from engine.deploy.op_rows import op_rows_columns, weight_text
+from engine.deploy.plan import expected_phase_times_many
+from engine.deploy.sol import capacity, capacity_terms, summarize_many
 from engine.deploy.structure import HBM_FRACTION, Options, device_tokens
 from engine.build.columns import Columns
 
@@ -323,7 +324,7 @@ def _measured_reader(gpu_root):
 
 def _expected(calls: list[tuple], buckets: list[dict], gpus: dict, measured) -> list[dict[str, np.ndarray]]:
     """Per call (a structure over a bucket's points), each phase input's expected step time at its
-    points (:func:`engine.deploy.sol.expected_phase_times_many`, every call of the model at once):
+    points (:func:`engine.deploy.plan.expected_phase_times_many`, every call of the model at once):
     each (GPU, KV dtype) of a bucket's points with its own measured tables (the deploy command's
     lookup: that GPU's under the structure's framework; a GPU without any: bound / the default
     efficiency; ``measured``: :func:`_measured_reader`), gathered back in the points' order."""

@@ -125,7 +125,7 @@ def deployment_from_args(args):
     from engine.deploy import Scenario, plan
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.deploy.measured import load_measured
-    from engine.deploy.sol import Deployment
+    from engine.deploy.plan import Deployment
     from engine.deploy.parallel import ParallelConfig
 
     ev = evaluate_one(args.model, args.corpus)

@@ -15,7 +15,7 @@ from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.planner import build_structure, check, configs_for, place, plan
-from engine.deploy.sol import Deployment, Plan
+from engine.deploy.plan import Deployment, Plan
 from engine.deploy.structure import MAX_BATCH, MAX_TOKENS, PHASES, Options, Scenario, Structure, tokens_per_device
 
 __all__ = ["MAX_BATCH", "MAX_TOKENS", "PHASES", "Deployment", "Options", "ParallelConfig", "Plan", "Scenario",

@@ -3,7 +3,8 @@ averaged over a request's output: the framework's paging and admission policy as
 
 Layer: engine.deploy (numbers only; the policy is read from corpus/fusion/<framework>.yaml
 ``kv_admission:`` by engine.deploy.fusion). docs/deployment.md "Steady-state capacity" derives
-both rules; the deploy page mirrors them (static/js/deploy_eval.js ``steadyTokens``).
+both rules; their arithmetic is engine.deploy.rules.ADMISSION (the one definition, which the deploy page
+evaluates too).
 
 A request of prompt I and output O emits output token j (j = 1..O) with the cache of
 c_j = I + j - 1 tokens: the prompt and the j - 1 outputs before it (token 1 comes from prefill,
@@ -34,6 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.spec.formula_tree import run_arrays
+import engine.deploy.rules as rules
+
 
 @dataclass(frozen=True, slots=True)
 class Admission:
@@ -50,45 +54,27 @@ class Admission:
 NO_ADMISSION = Admission()
 
 
-def _ceil_sum(n, page: int) -> np.ndarray:
-    """S(n) = sum_{t=1..n} ceil(t / page) for whole n >= 0 (float arrays)."""
-    n = np.maximum(np.asarray(n, dtype=float), 0.0)
-    q = np.floor(n / page)
-    r = n - q * page
-    return page * q * (q + 1) / 2 + r * (q + 1)
+def _admission(input_len, output_len, page_tokens: int = 1, ratio: float = 0.0, clip: int = 0,
+               want: tuple = ("steady_tokens",)) -> dict:
+    """:data:`engine.deploy.rules.ADMISSION` (the rules' one definition) at these points, as floats."""
+    env = {"input_len": np.asarray(input_len, dtype=float), "output_len": np.asarray(output_len, dtype=float),
+           "page_tokens": page_tokens, "reserve_ratio": ratio, "reserve_clip_tokens": clip}
+    return run_arrays(rules.ADMISSION, env, only=want)
 
 
 def mean_paged_tokens(input_len, output_len, page_tokens: int) -> np.ndarray:
     """Tokens of whole pages one request holds, averaged over its output tokens (module doc)."""
-    inp, out = np.asarray(input_len, dtype=float), np.asarray(output_len, dtype=float)
-    p = float(page_tokens)
-    held = p * (_ceil_sum(inp + out - 1, page_tokens) - _ceil_sum(inp - 1, page_tokens)) / np.maximum(out, 1.0)
-    return np.where(out > 0, held, p * np.ceil(inp / p))
-
-
-def mean_reserved_tokens(output_len, ratio: float, clip: int) -> np.ndarray:
-    """ratio x mean over j = 1..O of min(O - j, clip) (clip 0: none): the remaining output a
-    scheduler reserves per running request, averaged over the request's output."""
-    out = np.asarray(output_len, dtype=float)
-    if not ratio:
-        return np.zeros_like(out)
-    k = np.maximum(out - 1, 0.0)                   # remaining after token j: O - j in 0..O - 1
-    if clip:
-        c = float(clip)
-        total = np.where(k <= c, k * (k + 1) / 2, c * (c + 1) / 2 + (k - c) * c)
-    else:
-        total = k * (k + 1) / 2
-    return ratio * total / np.maximum(out, 1.0)
+    return _admission(input_len, output_len, page_tokens, want=("paged_tokens",))["paged_tokens"]
 
 
 def steady_tokens(admission: Admission, input_len, output_len) -> np.ndarray:
     """The tokens of cache one request holds on average in a steady continuous batch: its mean
-    paged tokens plus the admission reservation (module doc)."""
-    return (mean_paged_tokens(input_len, output_len, admission.page_tokens)
-            + mean_reserved_tokens(output_len, admission.reserve_ratio, admission.reserve_clip_tokens))
+    paged tokens plus the admission reservation, ratio x mean over j = 1..O of min(O - j, clip)
+    (clip 0: none; module doc)."""
+    return _admission(input_len, output_len, admission.page_tokens, admission.reserve_ratio,
+                      admission.reserve_clip_tokens)["steady_tokens"]
 
 
 def mean_context(input_len, output_len) -> np.ndarray:
     """The decode context averaged over the output tokens: I + (O - 1) / 2 (I with O <= 1)."""
-    inp, out = np.asarray(input_len, dtype=float), np.asarray(output_len, dtype=float)
-    return inp + np.maximum(out - 1, 0.0) / 2
+    return _admission(input_len, output_len, want=("mean_context",))["mean_context"]

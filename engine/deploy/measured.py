@@ -1097,7 +1097,7 @@ def expected_steps(plan, phase: str, batch, seq, ctx, tables: Tables, values: di
     ``values``: the compiled program's evaluation at those points (engine.deploy.cost: ``t_sol``,
     ``flops``, ``comm_bytes``, each (steps, points)). :func:`gather`, :func:`resolve` and
     :func:`finish` of one program; the build runs the three over many programs at once
-    (engine.deploy.sol.expected_phase_times_many), the same arithmetic per point."""
+    (engine.deploy.plan.expected_phase_times_many), the same arithmetic per point."""
     g = gather(plan, phase, batch, seq, ctx, tables, values, keep)
     resolve(g.asks)
     return finish(g, detail)

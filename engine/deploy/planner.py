@@ -6,7 +6,7 @@ decode, under the numeric binding (numbers in the scenario symbols) and the symb
 over dims and parallel degrees), then compiles the numeric programs for vectorized evaluation
 (:func:`build_structure`; GPU-free, so the grid build shares one structure between GPUs of the
 same arch and domain). The types it builds are :mod:`engine.deploy.structure`'s; the
-:class:`~engine.deploy.sol.Plan` it returns and :meth:`Plan.at` (a scenario point) are
+:class:`~engine.deploy.plan.Plan` it returns and :meth:`Plan.at` (a scenario point) are
 :mod:`engine.deploy.sol`'s, which never imports this module; the grid build evaluates arrays of
 points with the same functions.
 
@@ -48,7 +48,7 @@ from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_c
 from engine.spec.shapes import Tensor
 from engine.deploy.placement import (ZERO, DeviceTypes, Layout, Placer, Program, Step, _add, _div, _mul, phase_rows,
                                      shard_unit, step_with)
-from engine.deploy.sol import Plan
+from engine.deploy.plan import Plan
 from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, MAX_TOKENS, MTP_STACK, PHASES, Options, Scenario, Structure,
                                      option_where, tokens_per_device)
 from engine.deploy.replay import _LoggedMesh, _PhasePlacer, _ReplayPlacer

@@ -4,11 +4,12 @@ Layer: engine.deploy. :func:`summarize` is vectorized: batch, lengths, KV elemen
 per point (broadcastable arrays), and every field comes back as an array of their broadcast shape.
 The grid build calls it once per structure with every point that shares it; ``archledger deploy``
 (:meth:`Deployment.build`) with one point, then adds the per-op table. Field names and units are
-those of the Parquet schema. :class:`Plan` (a structure on one GPU type) and :class:`Deployment`
-live here; the types they hold are :mod:`engine.deploy.structure`'s, and :mod:`engine.deploy.planner`
-(which makes plans) imports this module, never the reverse. The deploy page computes the same fields
-in the browser (static/js/deploy.js mirrors :func:`summarize` and :func:`op_rows_columns` over the
-formula trees of engine/build/deploy_export.py): a rule changed here changes there too, and
+those of the Parquet schema. :class:`~engine.deploy.plan.Plan` (a structure on one GPU type) and
+:class:`~engine.deploy.plan.Deployment` live in :mod:`engine.deploy.plan`, the per-op rows in
+:mod:`engine.deploy.op_rows`; both import this module, never the reverse. The deploy page computes the same fields
+in the browser from the formula trees of engine/build/deploy_export.py and the rule programs this
+module evaluates (engine.deploy.rules: schedule, capacity, TTFT/TPOT, the two-batch schedule, each
+defined there once; static/js/deploy_eval.js gathers their inputs and formula.js runs them);
 tests/test_site_offgrid.py holds the two equal.
 
 * Two times per phase (docs/deployment.md "Two times per point"). ``step_bound_s``, the lower
@@ -37,23 +38,19 @@ tests/test_site_offgrid.py holds the two equal.
 """
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from engine.spec import kv
 from engine.deploy.admission import mean_context, steady_tokens as admission_steady_tokens
-from engine.spec.memo_printer import MemoStrPrinter
-from engine.deploy.cost import BOUNDS, compile_program, intensity, step_totals
-from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP, Options, Scenario,
-                                     Structure, micro_batches, tokens_per_step,
-                                     option_where, prefill_program_batch, prefill_steps, program_batch,
-                                     requests_per_replica, step_tokens)
+from engine.deploy.cost import BOUNDS
+from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PREFILL_TOKENS, TOKENS_PER_STEP,
+                                     Structure, micro_batches, tokens_per_step, prefill_program_batch, prefill_steps,
+                                     program_batch, requests_per_replica, step_tokens, _schedule)
 from engine.deploy.hardware import GPU
-from engine.deploy.measured import expected_steps, finish, gather, load_measured, resolve
-from engine.spec.errors import SpecError
+import engine.deploy.rules as rules
+from engine.spec.formula_tree import run_arrays
 
 
 def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = False, at=None) -> dict[str, np.ndarray]:
@@ -72,7 +69,7 @@ def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = F
 
 #: The fewest requests per attention replica in a step that the two-batch schedule splits in two
 #: (SGLang's compute_split_seq_index returns None when a half would be empty: one request runs alone).
-TWO_BATCH_MIN_REQUESTS = 2
+TWO_BATCH_MIN_REQUESTS = rules.TWO_BATCH_MIN_REQUESTS
 
 
 def two_batch_time(half: dict, full: dict, requests_per_replica) -> np.ndarray:
@@ -89,9 +86,9 @@ def two_batch_time(half: dict, full: dict, requests_per_replica) -> np.ndarray:
     last collective, with nothing to hide behind) are left out, so is the SMs' share DeepEP's
     kernels take. Never below the full batch's bound (no schedule is). A step of fewer than
     :data:`TWO_BATCH_MIN_REQUESTS` requests per replica is not split: its no-overlap time."""
-    kernels = half["step_time_s"] - half["comm_stream_s"]
-    overlapped = np.maximum(np.maximum(2.0 * kernels, 2.0 * half["comm_stream_s"]), full["step_bound_s"])
-    return np.where(np.asarray(requests_per_replica) >= TWO_BATCH_MIN_REQUESTS, overlapped, full["step_time_s"])
+    env = {"half_time": half["step_time_s"], "half_comm": half["comm_stream_s"], "full_bound": full["step_bound_s"],
+           "full_time": full["step_time_s"], "requests": np.asarray(requests_per_replica)}
+    return np.asarray(run_arrays(rules.TWO_BATCH, env)["time"])
 
 
 def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -183,7 +180,7 @@ def _working_set(structure: Structure, inp: np.ndarray, kv_bytes, prefill_tokens
     per program: the sizing search asks per GPU type and config)."""
     compiled = structure.compiled["prefill"]
     shape = np.broadcast_shapes(inp.shape, np.shape(kv_bytes))
-    prompts = structure.config.dp_attn * step_tokens(structure.config, prefill_tokens) / inp   # per replica
+    prompts = _schedule(structure.config, "budget_batch", 1, inp, prefill_tokens)   # per replica
     args = [np.asarray(v, dtype=float) for v in (prompts, inp, inp, kv_bytes)]
     key = tuple(float(a) for a in args) if not shape else None
     if key is not None and key in compiled.working_sets:
@@ -202,7 +199,9 @@ def _working_set(structure: Structure, inp: np.ndarray, kv_bytes, prefill_tokens
 def _room(structure: Structure, usable, act) -> np.ndarray:
     """Bytes per GPU left for the KV cache: usable - weights - the runtime reserve - the prefill
     step's working set ``act``."""
-    return np.asarray(usable) - structure.weight_bytes_per_gpu - structure.reserve_bytes_per_gpu - act
+    env = {"usable": np.asarray(usable), "weights": structure.weight_bytes_per_gpu,
+           "reserve": structure.reserve_bytes_per_gpu, "act": act}
+    return run_arrays(rules.ROOM, env)["room"]
 
 
 def _fit_count(room, kv_dev) -> np.ndarray:
@@ -210,12 +209,7 @@ def _fit_count(room, kv_dev) -> np.ndarray:
     uses (a float floor(room / kv_dev) can be one off at an exact boundary); MAX_BATCH when a
     request holds no cache, 0 when nothing is left."""
     room, kv_dev = np.broadcast_arrays(np.asarray(room, dtype=float), np.asarray(kv_dev, dtype=float))
-    safe = np.where(kv_dev > 0, kv_dev, 1.0)
-    n = np.floor(np.maximum(room, 0.0) / safe)
-    n = np.where((n + 1) * safe <= room, n + 1, n)
-    n = np.where((n > 0) & (n * safe > room), n - 1, n)
-    n = np.where(kv_dev > 0, n, MAX_BATCH)
-    return np.where(room >= 0, n, 0).astype(np.int64)
+    return np.asarray(run_arrays(rules.FIT, {"room": room, "kv_dev": kv_dev, "max_batch": MAX_BATCH})["cap"]).astype(np.int64)
 
 
 def capacity_terms(structure: Structure, input_len, output_len, kv_bytes,
@@ -249,7 +243,8 @@ def steady_fit(structure: Structure, room, input_len, output_len, kv_bytes) -> t
     admission = structure.admission
     tokens = admission_steady_tokens(admission, input_len, output_len)
     kv_steady = np.asarray(structure.kv_device_fn(tokens, kv_bytes), dtype=float)
-    return tokens, kv_steady, _fit_count(np.asarray(room) * (1.0 - admission.free_fraction), kv_steady)
+    steady_room = run_arrays(rules.STEADY_ROOM, {"room": np.asarray(room), "free_fraction": admission.free_fraction})
+    return tokens, kv_steady, _fit_count(steady_room["steady_room"], kv_steady)
 
 
 #: The fields :func:`summarize` returns with ``serving_only`` (what the sizing search reads): the
@@ -278,8 +273,7 @@ def phase_inputs(structure: Structure, batch, input_len, output_len,
             out["decode_mean"] = (structure.compiled["decode"], program_batch(config, batch),
                                   float(structure.options.decode_seq), mean_context(input_len, output_len))
     if config.pp > 1:
-        k, per_rank = micro_batches(config, batch), requests_per_replica(config, batch)
-        largest = config.dp_attn * np.minimum(per_rank / k, step_tokens(config, prefill_tokens) / input_len)
+        largest = _schedule(config, "fill_batch", batch, input_len, prefill_tokens)
         out["fill"] = (structure.compiled["prefill"], largest, input_len, input_len)
     return out
 
@@ -316,9 +310,11 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
                   for name, (compiled, b, seq, ctx) in inputs.items()}
     if overlap == "two_batch":
         # each phase at half its program batch: the two half-batches of the schedule (two_batch_time)
+        halves = {name: run_arrays(rules.HALVES, {"batch": np.asarray(b), "dp_attn": config.dp_attn})
+                  for name, (compiled, b, seq, ctx) in inputs.items()}
         phases = {name: dict(phases[name], step_time_s=two_batch_time(
-                      phase_at_points(compiled, gpus, gpu_index, np.asarray(b) / 2, seq, ctx, kv_bytes), phases[name],
-                      np.asarray(b) / config.dp_attn))
+                      phase_at_points(compiled, gpus, gpu_index, halves[name]["half_batch"], seq, ctx, kv_bytes),
+                      phases[name], halves[name]["requests"]))
                   for name, (compiled, b, seq, ctx) in inputs.items()}
     if expected is not None:     # each phase's expected step time beside its estimate and bound
         phases = {name: dict(v, step_expected_s=expected[name]) if name in expected else v
@@ -329,7 +325,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     prefill, decode = phases["prefill"], phases.get("decode")
     options = structure.options
     hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
-    usable = hbm * hbm_fraction
+    usable = run_arrays(rules.USABLE, {"hbm": hbm, "hbm_fraction": hbm_fraction})["usable"]
     weights = structure.weight_bytes_per_gpu
     kv_dev = np.asarray(structure.kv_device_fn(length, kv_bytes), dtype=float)
     per_rank = requests_per_replica(config, batch)        # requests on the fullest attention replica
@@ -337,41 +333,40 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     # the one rule: weights + the framework's runtime reserve + the prefill step's working set +
     # every request's KV at its last position
     reserve = structure.reserve_bytes_per_gpu
-    room = usable - weights - reserve - act                # what the KV cache gets
+    room = _room(structure, usable, act)                  # what the KV cache gets
     per_replica_cap = _fit_count(room, kv_dev)
-    kv_need = per_rank * kv_dev
-    budget = step_tokens(config, prefill_tokens)
-    whole_prompts = np.maximum(1, budget // input_len)
-    max_prefill = config.dp_attn * np.minimum(whole_prompts, per_replica_cap)
-    replica = config.tp * config.pp * config.cp
     # TTFT: the pipeline fills with the largest step (a full budget, or the batch over min(pp, batch)
     # micro-batches when the budget does not bind), then each step leaves one stage time later. The
     # steps' sum is taken at the mean step: exact for costs affine in the tokens (greedy full steps +
     # a remainder cost the same), an upper bound for MoE weight reads (concave in the tokens).
     def first_token(field):
-        """TTFT composed of each prefill step's ``field`` (the estimate, or the bound)."""
-        out = steps * prefill[field] / config.pp
+        """TTFT composed of each prefill step's ``field`` (the estimate, or the bound): rules.FIRST_TOKEN."""
+        env = {"steps": steps, "pp": config.pp, "prefill": prefill[field]}
         if config.pp > 1:
-            out = out + (config.pp - 1) * phases["fill"][field] / config.pp
-        return out
+            env["fill"] = phases["fill"][field]
+        return run_arrays(rules.FIRST_TOKEN, env)["ttft"]
     ttft = first_token("step_time_s")
     # speculative decoding: a step emits E tokens per request on average (structure.TOKENS_PER_STEP)
     per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
-    if decode is None:           # prefill_only
-        tpot = tpot_mean = np.nan
-    else:
-        tpot = decode["step_time_s"] / per_step if options.mtp_tokens else decode["step_time_s"]
-        # steady state: decode at the output's mean context
-        tpot_mean = phases["decode_mean"]["step_time_s"] / per_step
     # steady state under continuous batching (steady_fit): its cache per request and capacity
     steady_tokens, kv_steady, steady_cap = steady_fit(structure, room, input_len, output_len, kv_bytes)
+    # the serving fields (rules.SERVING); TPOT at the last position and, the steady state's, at the
+    # output's mean context; prefill_only: no decode step (NaN)
+    serving = run_arrays(rules.SERVING, {
+        "batch": batch, "input_len": input_len, "tp": config.tp, "pp": config.pp, "cp": config.cp,
+        "dp_attn": config.dp_attn, "per_step": per_step, "ttft": ttft,
+        "decode_time": np.nan if decode is None else decode["step_time_s"],
+        "decode_mean_time": np.nan if decode is None else phases["decode_mean"]["step_time_s"],
+        "per_rank": per_rank, "cap": per_replica_cap, "steady_cap": steady_cap, "kv_dev": kv_dev, "room": room,
+        "step_tokens": step_tokens(config, prefill_tokens)})
+    tpot, tpot_mean = serving["tpot"], serving["tpot_mean"]
     shape = np.broadcast_shapes(batch.shape, input_len.shape, output_len.shape, kv_bytes.shape, gpu_index.shape)
     if serving_only:
-        return {name: np.broadcast_to(np.asarray(value), shape) for name, value in (
-            ("ttft_s", ttft), ("tpot_s", tpot), ("tokens_per_s_per_gpu", batch / tpot / replica),
-            ("fits", per_rank <= per_replica_cap), ("max_concurrent_requests", config.dp_attn * per_replica_cap),
-            ("tpot_mean_s", tpot_mean), ("tokens_per_s_per_gpu_steady", batch / tpot_mean / replica),
-            ("fits_steady", per_rank <= steady_cap), ("max_concurrent_requests_steady", config.dp_attn * steady_cap))}
+        return {name: np.broadcast_to(np.asarray(serving[key]), shape) for name, key in (
+            ("ttft_s", "ttft"), ("tpot_s", "tpot"), ("tokens_per_s_per_gpu", "tokens_per_s_per_gpu"),
+            ("fits", "fits"), ("max_concurrent_requests", "max_concurrent_requests"),
+            ("tpot_mean_s", "tpot_mean"), ("tokens_per_s_per_gpu_steady", "tokens_per_s_per_gpu_steady"),
+            ("fits_steady", "fits_steady"), ("max_concurrent_requests_steady", "max_concurrent_requests_steady"))}
     max_ctx = int(ev.numeric.max_context)
     stacks = ("main", MTP_STACK) if options.mtp_tokens else ("main",)
 
@@ -391,15 +386,18 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         return np.broadcast_to(np.asarray(x), shape)
 
     # the lower bounds, composed by the same rules (each step's bound in place of its estimate)
+    def per_token(step):
+        """A decode step's time per output token (rules.PER_TOKEN)."""
+        return run_arrays(rules.PER_TOKEN, {"step": step, "per_step": per_step})["per_token"]
     bound_fields = {"ttft_bound_s": full(first_token("step_bound_s")),
-                    "tpot_bound_s": full(decode["step_bound_s"] / per_step),
+                    "tpot_bound_s": full(per_token(decode["step_bound_s"])),
                     # the steady state's TPOT (at the output's mean context) has its bound too: an
                     # output throughput at the steady capacity is bounded by this one, not tpot_bound_s
-                    "tpot_mean_bound_s": full(phases["decode_mean"]["step_bound_s"] / per_step), "overlap": overlap}
+                    "tpot_mean_bound_s": full(per_token(phases["decode_mean"]["step_bound_s"])), "overlap": overlap}
     if expected is not None:     # from measured kernels (engine.deploy.measured), by the same rules
         bound_fields.update({"ttft_expected_s": full(first_token("step_expected_s")),
-                             "tpot_expected_s": full(decode["step_expected_s"] / per_step),
-                             "tpot_mean_expected_s": full(phases["decode_mean"]["step_expected_s"] / per_step)})
+                             "tpot_expected_s": full(per_token(decode["step_expected_s"])),
+                             "tpot_mean_expected_s": full(per_token(phases["decode_mean"]["step_expected_s"]))})
     mtp_fields = {} if not options.mtp_tokens else {
         "mtp_tokens": options.mtp_tokens, "mtp_acceptance": float(options.mtp_acceptance),
         "tokens_per_step": per_step, "tokens_per_step_formula": str(TOKENS_PER_STEP),
@@ -417,23 +415,23 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         # the same bytes in two parts: flat recurrent states, and the caches that grow with context
         **{f"kv_{part}_bytes_per_request": full(np.asarray(request_bytes_fn(part)(length, kv_bytes),
                                                            dtype=float)) for part in kv.PARTS},
-        "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(np.maximum(room, 0.0)),
-        "kv_bytes_per_gpu": full(per_rank * kv_dev), "activation_bytes_per_gpu": full(act),
+        "kv_bytes_per_request_per_gpu": full(kv_dev), "kv_budget_bytes_per_gpu": full(serving["kv_budget"]),
+        "kv_bytes_per_gpu": full(serving["kv_need"]), "activation_bytes_per_gpu": full(act),
         "reserve_bytes_per_gpu": full(float(reserve)),
-        "free_bytes_per_gpu": full(np.maximum(room - kv_need, 0.0)),
-        "max_concurrent_requests": full(config.dp_attn * per_replica_cap),
-        "max_prefill_batch": full(max_prefill.astype(np.int64)),
+        "free_bytes_per_gpu": full(serving["free_bytes"]),
+        "max_concurrent_requests": full(serving["max_concurrent_requests"]),
+        "max_prefill_batch": full(np.asarray(serving["max_prefill_batch"]).astype(np.int64)),
         "kv_steady_tokens_per_request": full(steady_tokens),
         "kv_bytes_per_request_steady_per_gpu": full(kv_steady),
-        "max_concurrent_requests_steady": full(config.dp_attn * steady_cap),
-        "fits_steady": full(per_rank <= steady_cap),
+        "max_concurrent_requests_steady": full(serving["max_concurrent_requests_steady"]),
+        "fits_steady": full(serving["fits_steady"]),
         "tpot_mean_s": full(tpot_mean),
-        "tokens_per_s_per_gpu_steady": full(batch / tpot_mean / replica),
+        "tokens_per_s_per_gpu_steady": full(serving["tokens_per_s_per_gpu_steady"]),
         # fits exactly when ceil(batch / dp_attn) <= capacity per replica (the same inequality)
-        "fits": full(per_rank <= per_replica_cap), "shortfall_bytes": full(np.maximum(kv_need - room, 0.0)),
+        "fits": full(serving["fits"]), "shortfall_bytes": full(serving["shortfall_bytes"]),
         "ttft_s": full(ttft), "tpot_s": full(tpot), **bound_fields,
-        "prefill_tokens_per_s_per_gpu": full(batch * input_len / ttft / replica),
-        "tokens_per_s_per_gpu": full(batch / tpot / replica),
+        "prefill_tokens_per_s_per_gpu": full(serving["prefill_tokens_per_s_per_gpu"]),
+        "tokens_per_s_per_gpu": full(serving["tokens_per_s_per_gpu"]),
         "extrapolated": full(length > max_ctx), "max_context": max_ctx, **mtp_fields,
         "phases": {"prefill": {k2: full(v) for k2, v in prefill.items()},
                    "decode": {k2: full(v) for k2, v in decode.items()}},
@@ -542,378 +540,3 @@ def _distinct_codes(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarra
     slot = np.empty(size, dtype=np.intp)
     slot[distinct] = np.arange(len(distinct))
     return distinct, slot[codes]
-
-
-@dataclass
-class Plan:
-    """A structure on one GPU type: what :meth:`at` and the grid build evaluate."""
-
-    structure: Structure
-    gpu: GPU
-    kv_dtype: str = ""                    # empty: the structure's options (KV size is a free symbol)
-
-    def __getattr__(self, name):          # programs, formulas, weights ... live on the structure
-        if name == "structure":
-            raise AttributeError(name)
-        return getattr(self.structure, name)
-
-    @property
-    def options(self) -> Options:
-        s = self.structure.options
-        return replace(s, kv_dtype=self.kv_dtype) if self.kv_dtype else s
-
-    @property
-    def model_id(self) -> str:
-        return self.structure.ev.model.model_id
-
-    @property
-    def kv_bytes(self) -> int:
-        # options' KV dtype without the dataclass copy :attr:`options` makes (the per-op tables ask per call)
-        return kv.KV_DTYPE_BYTES[self.kv_dtype or self.structure.options.kv_dtype]
-
-    def evaluate(self, phase: str, batch, seq, ctx, weights: bool = False) -> dict[str, np.ndarray]:
-        """Per-step arrays at (batch, seq, ctx) (broadcastable arrays) on this plan's GPU."""
-        return self.structure.compiled[phase].evaluate(self.gpu, batch, seq, ctx, self.kv_bytes, weights)
-
-    def at(self, scenario: Scenario):
-        """The deployment at one scenario point (summary, phase totals, per-op table)."""
-        return Deployment.build(self, scenario)
-
-    def without_fusion(self) -> "Plan":
-        """The same plan with the programs as they were before fusion."""
-        s = self.structure
-        unfused = replace(s, programs=s.unfused, formulas=s.unfused_formulas,
-                          compiled={p: compile_program(s.unfused[p]) for p in PHASES})
-        return Plan(unfused, self.gpu, self.kv_dtype)
-
-
-def expected_phase_times(plan: Plan, batch, input_len, output_len, tables) -> dict[str, np.ndarray]:
-    """Each of :func:`phase_inputs`' step times from measured kernels: the sum over the program's
-    steps of their expected times (engine.deploy.measured.expected_steps) at the input's points,
-    one kernel after another; under the ``two_batch`` overlap :func:`two_batch_time` of the
-    half-batch's expected kernels and collectives (the estimate's rule, expected times in place
-    of SOL). Never below the input's bound (each op's expected time is at least its SOL).
-    :func:`expected_phase_times_many` of this one plan."""
-    return expected_phase_times_many([(plan, batch, input_len, output_len, tables)])[0]
-
-
-def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]:
-    """``[expected_phase_times(plan, batch, input_len, output_len, tables) for each of asked]``,
-    with each program looked up once over the points of every plan that runs it on one GPU, KV
-    dtype, framework, config and table set (the grid's buckets of one structure and their
-    sibling structures ask the same programs over a few dozen points each; a lookup's cost is
-    mostly per call): every program's lookups are gathered first and each measured table is
-    interpolated once over all of them (engine.deploy.measured.gather / resolve / finish). Every
-    number is per-point arithmetic, so each plan gets the floats its own call gives."""
-    groups: dict[tuple, tuple] = {}
-    for i, (plan, batch, input_len, output_len, tables) in enumerate(asked):
-        structure = plan.structure
-        halves = (False, True) if (structure.options.overlap or "none") == "two_batch" else (False,)
-        for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
-                                                          plan.options.prefill_tokens, mean=True).items():
-            shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
-            b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
-            phase = "decode" if name.startswith("decode") else "prefill"
-            # what expected_steps reads of the plan: its program and compiled form, GPU, KV dtype,
-            # framework, config (and model); the tables
-            key = (id(structure.programs[phase]), id(compiled), plan.gpu.key, plan.options.kv_dtype,
-                   structure.options.framework, structure.config, id(tables), phase)
-            runs = groups.setdefault(key, (plan, phase, compiled, tables, []))[4]
-            for half in halves:
-                runs.append((i, name, half, b / 2 if half else b, seq, ctx, shape))
-    # every program's lookups first, then each table interpolated once over all of them
-    gathered = []
-    for plan, phase, compiled, tables, runs in groups.values():
-        b, seq, ctx = (np.concatenate([r[k] for r in runs]) for k in (3, 4, 5))
-        gathered.append(gather(plan, phase, b, seq, ctx, tables, compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes)))
-    resolve([a for g in gathered for a in g.asks])
-    found: dict[tuple, dict] = {}
-    for (plan, phase, compiled, tables, runs), g in zip(groups.values(), gathered):
-        times = finish(g)[0].reshape(g.times.shape[1], -1)            # point-major: each point's steps
-        comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps], dtype=bool)
-        total, stream = times.sum(axis=1), times[:, comm].sum(axis=1)
-        start = 0
-        for i, name, half, rb, _, _, _ in runs:
-            cut = slice(start, start + len(rb))
-            found[(i, name, half)] = {"step_time_s": total[cut], "comm_stream_s": stream[cut]}
-            start += len(rb)
-    out = []
-    for i, (plan, batch, input_len, output_len, tables) in enumerate(asked):
-        structure = plan.structure
-        mine = {}
-        for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
-                                                          plan.options.prefill_tokens, mean=True).items():
-            shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
-            full = found[(i, name, False)]
-            if (structure.options.overlap or "none") == "two_batch":
-                b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
-                bound = phase_at_points(compiled, [plan.gpu], 0, b, seq, ctx, plan.kv_bytes)["step_bound_s"]
-                full = dict(full, step_time_s=two_batch_time(found[(i, name, True)], dict(full, step_bound_s=bound),
-                                                             b / structure.config.dp_attn))
-            mine[name] = full["step_time_s"].reshape(shape)
-        out.append(mine)
-    return out
-
-
-def summarize_plan(plan: Plan, batch, input_len, output_len, tables=None) -> dict[str, Any]:
-    """:func:`summarize` for one plan (one GPU, one KV dtype), with the plan's labels; ``tables``
-    (engine.deploy.measured.load_measured): add the expected times."""
-    return summarize_plans([(plan, batch, input_len, output_len, tables)])[0]
-
-
-def summarize_plans(asked: list[tuple]) -> list[dict[str, Any]]:
-    """``[summarize_plan(plan, batch, input_len, output_len, tables) for each of asked]``, the
-    expected times of all of them from one :func:`expected_phase_times_many` (each measured table
-    interpolated once over every plan's points: plan's answers read a config's fusion regimes
-    together); every number is per-point arithmetic, so each gets its own call's floats."""
-    with_tables = [a for a in asked if a[4] is not None]
-    found = iter(expected_phase_times_many(with_tables) if with_tables else [])
-    out = []
-    for plan, batch, input_len, output_len, tables in asked:
-        options = plan.options
-        expected = None if tables is None else next(found)
-        s = summarize(plan.structure, [plan.gpu], 0, plan.kv_bytes, batch, input_len, output_len,
-                      options.hbm_fraction, options.prefill_tokens, expected=expected)
-        s.update({"model_id": plan.model_id, "gpu": plan.gpu.key, "framework": options.framework,
-                  "weight_format": options.weight_format, "kv_dtype": options.kv_dtype,
-                  "act_dtype": options.act_dtype})
-        out.append(s)
-    return out
-
-
-def _scalar(value) -> Any:
-    value = np.asarray(value).reshape(-1)[0] if isinstance(value, np.ndarray) else value
-    return value.item() if hasattr(value, "item") else value
-
-
-@dataclass
-class Deployment:
-    """One scenario point of a plan: the summary (Parquet field names) and per-phase op tables."""
-
-    plan: Plan
-    scenario: Scenario
-    summary: dict[str, Any]
-    phases: dict[str, dict[str, Any]]
-    ops: dict[str, list[dict[str, Any]]]
-
-    @staticmethod
-    def build(plan: Plan, scenario: Scenario, tables=None) -> "Deployment":
-        """The deployment at ``scenario``; ``tables``: measured kernel tables for the expected
-        times (engine.deploy.measured.load_measured; default: the repo's, this GPU's)."""
-        if scenario.batch < 1 or scenario.input_len < 1 or scenario.output_len < 0:
-            raise SpecError(option_where("--batch/--input/--output"), f"bad scenario {scenario}",
-                            "batch and input must be positive, output not negative")
-        if tables is None:
-            # this GPU's measured kernels under this framework (gpus/measured/)
-            tables = load_measured(gpu=plan.gpu.key, framework=plan.options.framework)
-        out = summarize_plan(plan, scenario.batch, scenario.input_len, scenario.output_len, tables)
-        raw = out.pop("phases")
-        phases = {p: {k: _scalar(v) for k, v in raw[p].items()} for p in PHASES}
-        summary = {k: _scalar(v) for k, v in out.items()}
-        ops = {p: op_rows(plan, p, scenario, tables) for p in PHASES}
-        return Deployment(plan, scenario, summary, phases, ops)
-
-
-_TEXT: dict = {}
-#: The per-op formulas' printers: sympy's own, with the terms of a sum in the expression's stored
-#: order (sympy's canonical one, the same in every process) instead of re-sorted by degree for
-#: display; that sort was two thirds of printing the tens of thousands of distinct op formulas a
-#: build writes.
-_PRINTER = MemoStrPrinter({"order": "none"})
-
-
-def _text(expr) -> str:
-    """A per-op formula as text; printing is slow and the same formula recurs across configs, GPUs
-    and frameworks (degrees are symbols), so each distinct formula is printed once per process."""
-    text = _TEXT.get(expr)
-    if text is None:
-        text = _TEXT[expr] = _PRINTER.doprint(expr)
-    return text
-
-
-_PLAIN: dict = {}
-#: ``str(expr)``'s printer (sympy's default settings)
-_STR = MemoStrPrinter()
-_PLAIN_BY_ID: dict[int, tuple] = {}        # id(formula) -> (formula, text): structures share formula objects
-
-
-def weight_text(expr) -> str:
-    """A weights-per-GPU formula as ``str()`` prints it (the deployments table's
-    ``weight_bytes_per_gpu_formula`` and the deploy page's config rows), printed once per process:
-    the same formula recurs across every regime, framework and domain of a config, and across
-    configs whose degrees are symbols."""
-    mine = _PLAIN_BY_ID.get(id(expr))
-    if mine is not None and mine[0] is expr:      # the same object: no formula compared term by term
-        return mine[1]
-    text = _PLAIN.get(expr)
-    if text is None:
-        text = _PLAIN[expr] = _STR.doprint(expr)
-    if len(_PLAIN_BY_ID) > 200_000:
-        _PLAIN_BY_ID.clear()
-    _PLAIN_BY_ID[id(expr)] = (expr, text)
-    return text
-
-
-#: id(symbolic step) -> (step, its four texts): structures share most of their steps (the same
-#: objects), and looking a step's totals up by their expressions compares large formulas.
-_STEP_TEXT: dict[int, tuple] = {}
-
-
-def _step_text(step) -> tuple[str, str, str, str]:
-    """The four totals of one symbolic step as text (:func:`_text`), once per step object."""
-    mine = _STEP_TEXT.get(id(step))
-    if mine is not None and mine[0] is step:      # the same object (an id alone can be reused)
-        return mine[1]
-    text = tuple(_text(e) for e in step_totals(step))
-    if len(_STEP_TEXT) > 200_000:                 # steps are shared within one model: keep it bounded
-        _STEP_TEXT.clear()
-    _STEP_TEXT[id(step)] = (step, text)
-    return text
-
-
-#: id(symbolic program) -> (program, its steps' texts): structures of other regimes, domains and
-#: GPUs hold the very same program objects (planner._fused's memo).
-_PROGRAM_TEXT: dict[int, tuple] = {}
-
-
-def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
-    """The four formulas of every step as text (GPU- and point-free: once per symbolic program)."""
-    program = structure.formulas[phase]
-    mine = _PROGRAM_TEXT.get(id(program))
-    if mine is not None and mine[0] is program:   # the same object (an id alone can be reused)
-        return mine[1]
-    text = [_step_text(sym) for sym in program.steps]
-    if len(_PROGRAM_TEXT) > 5_000:                # programs are shared within one model: keep it bounded
-        _PROGRAM_TEXT.clear()
-    _PROGRAM_TEXT[id(program)] = (program, text)
-    return text
-
-
-#: :data:`engine.deploy.cost.BOUNDS` as an array: a row's bound is one gather, not a lookup per row.
-_BOUND_NAMES = np.asarray(BOUNDS, dtype=object)
-
-#: (id(numeric program), id(symbolic program)) -> (numeric, symbolic, their op rows' GPU-free labels)
-_LABELS: dict[tuple, tuple] = {}
-
-#: (ids of the numeric, symbolic and compiled programs, the phase, config, prefill budget, decode
-#: seq, KV bytes, points) -> (those three programs, the GPU-free part of their op rows there): the
-#: grid asks the same structure at the same points once per GPU type of its class, and only the
-#: times divide by the GPU's rates.
-_POINT_ROWS: dict[tuple, tuple] = {}
-
-
-def _point_rows(plan: Plan, phase: str, points: list[Scenario]) -> tuple:
-    """(the compiled program, (batch, seq, ctx) of the points, kept step indices, one point's
-    labels, the GPU-free value columns point-major) of :func:`op_rows_columns`, once per program
-    pair, KV size and point set (:data:`_POINT_ROWS`; the arrays are read-only, shared by callers)."""
-    from engine.deploy.cost import scenario_point
-    s = plan.structure
-    numeric, symbolic, compiled = s.programs[phase], s.formulas[phase], s.compiled[phase]
-    options = s.options
-    key = (id(numeric), id(symbolic), id(compiled), phase, s.config, options.prefill_tokens, options.decode_seq,
-           plan.kv_bytes, tuple((p.batch, p.input_len, p.output_len) for p in points))
-    mine = _POINT_ROWS.get(key)
-    if mine is not None and mine[0] is numeric and mine[1] is symbolic and mine[2]() is compiled:
-        return (compiled, *mine[3])
-    budget = options.prefill_tokens
-    batch = np.array([prefill_program_batch(s.config, p.batch, p.input_len, budget) if phase == "prefill"
-                      else program_batch(s.config, p.batch) for p in points], dtype=float)
-    where = [scenario_point(phase, p.input_len, p.output_len, options.decode_seq) for p in points]
-    seq = np.array([w["seq"] for w in where], dtype=float)
-    ctx = np.array([w["ctx"] for w in where], dtype=float)
-    keep, one = _labels(s, phase)
-    values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
-    # point-major: the kept steps of each point in turn (one gather of every value, already in
-    # that order: each is (steps, points))
-    names = ("flops", "bytes", "weight_bytes", "comm_bytes")
-    v = dict(zip(names, np.stack([values[name] for name in names])[:, keep].transpose(0, 2, 1).reshape(len(names), -1)))
-    v["intensity"] = intensity(v["flops"], v["bytes"])
-    for array in (batch, seq, ctx, *v.values()):
-        array.flags.writeable = False            # shared by every GPU type that asks
-    found = (compiled, (batch, seq, ctx), keep, one, v)
-    if len(_POINT_ROWS) > 5_000:                  # a model's structures and points: keep it bounded
-        _POINT_ROWS.clear()
-    # the compiled program by a weak reference (its own caches are large; the structure holds it), the
-    # programs as _LABELS holds them; the entry stored has no strong reference to the compiled program
-    _POINT_ROWS[key] = (numeric, symbolic, weakref.ref(compiled), found[1:])
-    return found
-
-
-def _labels(s: Structure, phase: str) -> tuple:
-    """(kept step indices, their op rows' GPU-free labels for one point), once per (numeric,
-    symbolic) program pair: several GPU types, and structures of other regimes and domains,
-    share the very same programs."""
-    key = (id(s.programs[phase]), id(s.formulas[phase]))
-    mine = _LABELS.get(key)
-    if mine is None or mine[0] is not s.programs[phase] or mine[1] is not s.formulas[phase]:
-        if len(_LABELS) > 5_000:                  # programs are shared within one model: keep it bounded
-            _LABELS.clear()
-        text = formula_text(s, phase)
-        steps = s.programs[phase].steps
-        keep = [i for i, step in enumerate(steps) if not step.view]          # views launch nothing
-        mine = _LABELS[key] = (s.programs[phase], s.formulas[phase], np.array(keep, dtype=np.intp), {
-            "op_uid": [steps[i].uid for i in keep], "op_name": [steps[i].name for i in keep],
-            "op": [steps[i].op for i in keep], "component": [steps[i].component for i in keep],
-            "role": [steps[i].role for i in keep], "kind": [steps[i].kind for i in keep],
-            "repeat": [int(steps[i].repeat) if steps[i].repeat.is_number else None for i in keep],
-            "link": [steps[i].link for i in keep], "group": [steps[i].group for i in keep],
-            "flops_formula": [text[i][0] for i in keep], "bytes_formula": [text[i][1] for i in keep],
-            "comm_bytes_formula": [text[i][2] for i in keep], "weight_bytes_formula": [text[i][3] for i in keep],
-            "parts": [list(steps[i].parts) for i in keep], "dtype": [steps[i].compute_dtype for i in keep]})
-    return mine[2], mine[3]
-
-
-def op_rows_columns(plan: Plan, phase: str, scenario: Scenario | list[Scenario], arrays: bool = False,
-                    tables=None) -> dict[str, list]:
-    """The per-op SOL table of one phase at one or several points, as columns (Parquet names),
-    formulas included; several points are evaluated in one vectorized call, point-major. With
-    ``arrays`` the numeric columns are NumPy arrays (the build's tables), else lists of floats.
-
-    Values are those of one pipeline micro-batch (the unit the phase totals are made of): for prefill
-    one chunked-prefill step (:func:`engine.deploy.structure.prefill_steps`). The GPU-free part (labels,
-    FLOPs and bytes, intensity) comes from :func:`_point_rows`, computed once per program pair and
-    point set (with ``arrays`` those columns are its read-only arrays, shared by the GPU types that
-    ask); only the times are this GPU's. ``tables`` (engine.deploy.measured.load_measured): add
-    each op's expected time ``t_expected_s``, whether a measured table gave it (``measured``),
-    which (``expected_src``: its kernel, framework, version and source package at the op's point,
-    or the default efficiency; ``expected_table``: its file; ``expected_nearest``: the measured
-    values around the point), engine.deploy.measured's rule."""
-    points = scenario if isinstance(scenario, list) else [scenario]
-    compiled, (batch, seq, ctx), keep, one, v = _point_rows(plan, phase, points)
-    values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
-    n = len(points)
-
-    def numbers(values: np.ndarray):
-        return values if arrays else values.tolist()
-
-    label = {name: values * n for name, values in one.items()}
-    names = ("t_compute", "t_memory", "t_comm", "t_sol")
-    t = dict(zip(names, np.stack([values[name] for name in names])[:, keep].transpose(0, 2, 1).reshape(len(names), -1)))
-    # the GPU's dtype of each operand class, looked up once per class
-    dtype = {d: plan.gpu.compute_dtype(d) for d in set(one["dtype"])}
-
-    extra = {}
-    if tables is not None:
-        t_exp, measured, text = expected_steps(plan, phase, batch, seq, ctx, tables, values, keep, detail=True)
-        extra = {"t_expected_s": numbers(t_exp), "measured": numbers(measured), "expected_src": text["src"],
-                 "expected_table": text["table"], "expected_nearest": text["nearest"]}
-    return {
-        "op_uid": label["op_uid"], "op_name": label["op_name"], "op": label["op"], "component": label["component"],
-        "role": label["role"], "kind": label["kind"], "repeat": label["repeat"],
-        "flops": numbers(v["flops"]), "bytes": numbers(v["bytes"]), "weight_bytes": numbers(v["weight_bytes"]),
-        "comm_bytes": numbers(v["comm_bytes"]), "intensity": numbers(v["intensity"]),
-        "t_compute_s": numbers(t["t_compute"]), "t_memory_s": numbers(t["t_memory"]),
-        "t_comm_s": numbers(t["t_comm"]), "t_sol_s": numbers(t["t_sol"]), **extra,
-        "bound": _BOUND_NAMES[np.argmax(np.stack([t["t_compute"], t["t_memory"], t["t_comm"]]), axis=0)].tolist(),
-        "link": label["link"], "group": label["group"],
-        "compute_dtype": [dtype[d] for d in one["dtype"]] * n,
-        "parts": label["parts"],
-        "flops_formula": label["flops_formula"], "bytes_formula": label["bytes_formula"],
-        "comm_bytes_formula": label["comm_bytes_formula"], "weight_bytes_formula": label["weight_bytes_formula"],
-    }
-
-
-def op_rows(plan: Plan, phase: str, scenario: Scenario, tables=None) -> list[dict[str, Any]]:
-    """:func:`op_rows_columns` as one dict per op."""
-    columns = op_rows_columns(plan, phase, scenario, tables=tables)
-    return [dict(zip(columns, values)) for values in zip(*columns.values())]

@@ -2,7 +2,7 @@
 
 Layer: engine.deploy. This module owns the types; :mod:`engine.deploy.planner` builds a
 :class:`Structure` (placement, fusion, compilation) and :mod:`engine.deploy.sol` evaluates it at
-scenario points (:class:`engine.deploy.sol.Plan`, :class:`engine.deploy.sol.Deployment`). Neither
+scenario points (:class:`engine.deploy.plan.Plan`, :class:`engine.deploy.plan.Deployment`). Neither
 of those imports the other's internals, and neither is imported here.
 """
 from __future__ import annotations
@@ -13,8 +13,10 @@ import numpy as np
 import sympy
 
 from engine.spec import symbols
+from engine.spec.formula_tree import run_arrays
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError, Where
+import engine.deploy.rules as rules
 from engine.deploy.admission import NO_ADMISSION, Admission
 from engine.deploy.cost import KV_BYTES, CompiledProgram
 from engine.deploy.parallel import ParallelConfig, is_count
@@ -37,10 +39,7 @@ HBM_FRACTION = 0.9
 #: (chain acceptance), so a step emits E = sum_{i=0..k} a^i tokens per request on average.
 #: The stack of a model's multi-token-prediction modules (``stacks: mtp`` in its spec).
 MTP_STACK = "mtp"
-MTP_TOKENS = symbols.index("mtp_tokens")
-MTP_ACCEPTANCE = symbols.rate("mtp_acceptance")
-_DRAFT = symbols.index("i")
-TOKENS_PER_STEP = sympy.Sum(MTP_ACCEPTANCE ** _DRAFT, (_DRAFT, 0, MTP_TOKENS))
+MTP_TOKENS, MTP_ACCEPTANCE, TOKENS_PER_STEP = rules.MTP_TOKENS, rules.MTP_ACCEPTANCE, rules.TOKENS_PER_STEP
 
 
 def tokens_per_step(mtp_tokens: int, acceptance: float) -> float:
@@ -104,22 +103,29 @@ def option_where(field_name: str) -> Where:
     return Where("<command line>", field=field_name)
 
 
+def _schedule(config: ParallelConfig, want: str, batch, input_len=0, prefill_tokens: int = PREFILL_TOKENS,
+              decode_seq: int = 1):
+    """``want`` of :data:`engine.deploy.rules.SCHEDULE` (the rule's one definition) at these points."""
+    env = {"batch": batch, "input_len": input_len, "pp": config.pp, "dp_attn": config.dp_attn, "cp": config.cp,
+           "prefill_tokens": prefill_tokens, "decode_seq": decode_seq}
+    return run_arrays(rules.SCHEDULE, env, only=(want,))[want]
+
+
 def micro_batches(config: ParallelConfig, batch):
     """Micro-batches in flight through the pipeline: one per stage, at most one per request."""
-    return np.maximum(1, np.minimum(config.pp, batch))
+    return _schedule(config, "micro_batches", batch)
 
 
 def program_batch(config: ParallelConfig, batch):
     """The batch a device program runs at, per micro-batch: DP-attention replicas hold whole
     requests, so every rank works at the fullest replica's ceil(batch / dp_attn) (with fewer
     requests than replicas some ranks idle; a fraction of a request is never spread over them)."""
-    batch = np.asarray(batch)
-    return config.dp_attn * -(-batch // config.dp_attn) / micro_batches(config, batch)
+    return _schedule(config, "program_batch", np.asarray(batch))
 
 
 def requests_per_replica(config: ParallelConfig, batch):
     """Requests on the fullest attention replica: ceil(batch / dp_attn) (replicas hold whole requests)."""
-    return -(-np.asarray(batch) // config.dp_attn)
+    return _schedule(config, "per_rank", np.asarray(batch))
 
 
 def step_tokens(config: ParallelConfig, prefill_tokens: int = PREFILL_TOKENS) -> int:
@@ -133,15 +139,13 @@ def prefill_steps(config: ParallelConfig, batch, input_len, prefill_tokens: int 
     ceil(batch / dp_attn) x input_len prompt tokens run in ceil(tokens / :func:`step_tokens`) steps
     (a step holds at most the token budget; a prompt longer than it is chunked over several steps),
     and at least one per pipeline stage (:func:`micro_batches`)."""
-    tokens = requests_per_replica(config, batch) * np.asarray(input_len)
-    return np.maximum(micro_batches(config, batch), -(-tokens // step_tokens(config, prefill_tokens)))
+    return _schedule(config, "prefill_steps", batch, np.asarray(input_len), prefill_tokens)
 
 
 def prefill_program_batch(config: ParallelConfig, batch, input_len, prefill_tokens: int = PREFILL_TOKENS):
     """The batch the prefill program runs at per step: the fullest replica's requests spread over its
     :func:`prefill_steps` (a fraction of a prompt is a chunk), times dp_attn like :func:`program_batch`."""
-    return (config.dp_attn * requests_per_replica(config, batch)
-            / prefill_steps(config, batch, input_len, prefill_tokens))
+    return _schedule(config, "prefill_batch", batch, np.asarray(input_len), prefill_tokens)
 
 
 def tokens_per_device(config: ParallelConfig, scenario: Scenario,
@@ -156,10 +160,10 @@ def device_tokens(config: ParallelConfig, batch, input_len, prefill_tokens: int 
                   decode_seq: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """:func:`tokens_per_device`'s (prefill, decode) at numbers or arrays of batches and prompts
     (whole numbers as floats): the grid asks it for every (batch, prompt) of a config at once."""
-    batch_p = np.asarray(prefill_program_batch(config, batch, input_len, prefill_tokens), dtype=float)
-    prefill = batch_p * input_len / (config.dp_attn * config.cp)
-    decode = np.asarray(program_batch(config, batch), dtype=float) * decode_seq
-    return -(-prefill // 1), -(-decode // config.dp_attn)
+    env = {"batch": batch, "input_len": input_len, "pp": config.pp, "dp_attn": config.dp_attn, "cp": config.cp,
+           "prefill_tokens": prefill_tokens, "decode_seq": decode_seq}
+    out = run_arrays(rules.SCHEDULE, env, only=("prefill_device_tokens", "decode_device_tokens"))
+    return out["prefill_device_tokens"], out["decode_device_tokens"]
 
 
 _KV_FNS: dict = {}

@@ -51,19 +51,21 @@ from typing import Any
 import numpy as np
 
 from engine.spec import kv
+from engine.spec.formula_tree import run_arrays
+import engine.serving.rules as rules
 from engine.spec.api import Evaluation
 from engine.spec.errors import SpecError, Where
 from engine.deploy.fusion import FusionTable
 from engine.deploy.hardware import GPU, find_gpu
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig
 from engine.deploy.planner import check, plan, validate_options
-from engine.deploy.sol import summarize_plan
+from engine.deploy.plan import summarize_plan
 from engine.deploy.structure import MAX_BATCH, Options, Scenario, option_where
 
 #: Output tokens of a prefill-pool request: the first token, sampled where the prompt was computed.
 PREFILL_OUTPUT = 1
 #: A tolerance for ceilings of ratios that are whole numbers up to rounding (0.9999999 x 3 -> 3).
-ROUND = 1 - 1e-12
+ROUND = rules.ROUND
 #: Fields of one disaggregated row (JSON names; bytes, seconds, requests/s, tokens/s, USD).
 FIELDS = ("kind", "prefill_gpu", "prefill_config", "prefill_n_gpus", "prefill_batch", "prefill_replicas",
           "prefill_ttft_s", "prefill_requests_per_s", "decode_gpu", "decode_config", "decode_n_gpus", "decode_batch",
@@ -91,7 +93,8 @@ class Link:
 
     def time(self, nbytes):
         """Seconds to move ``nbytes`` in one send: alpha + bytes / bandwidth (arrays broadcast)."""
-        return self.alpha_s + np.asarray(nbytes, dtype=float) / self.bytes_per_s
+        env = {"alpha": self.alpha_s, "nbytes": np.asarray(nbytes, dtype=float), "bw": self.bytes_per_s}
+        return run_arrays(rules.LINK_TIME, env)["seconds"]
 
 
 def links(prefill_gpu: GPU, decode_gpu: GPU) -> tuple[Link | None, Link]:
@@ -100,8 +103,10 @@ def links(prefill_gpu: GPU, decode_gpu: GPU) -> tuple[Link | None, Link]:
     up = None
     if prefill_gpu.key == decode_gpu.key:
         up = Link("scale_up", prefill_gpu.collective_latency("send_recv", 2, 1), prefill_gpu.scale_up_bytes_per_s)
-    out = Link("scale_out", max(g.collective_latency("send_recv", 2, 2) for g in (prefill_gpu, decode_gpu)),
-               min(g.scale_out_bytes_per_s for g in (prefill_gpu, decode_gpu)))
+    path = run_arrays(rules.LINKS, {"p_out_alpha": prefill_gpu.collective_latency("send_recv", 2, 2),
+                                    "d_out_alpha": decode_gpu.collective_latency("send_recv", 2, 2),
+                                    "p_out_bw": prefill_gpu.scale_out_bytes_per_s, "d_out_bw": decode_gpu.scale_out_bytes_per_s})
+    out = Link("scale_out", float(path["out_alpha"]), float(path["out_bw"]))
     return up, out
 
 
@@ -117,18 +122,17 @@ def replicas(x_p, x_d, batch_d, users: int | None = None, rate: float | None = N
     batch_d = np.asarray(batch_d).astype(np.int64)
     shape = np.broadcast_shapes(x_p.shape, x_d.shape, batch_d.shape)
     exact = np.ones(shape, dtype=bool)
+    load = {"x_d": x_d, "batch_d": batch_d, "users": 0 if users is None else users, "has_users": users is not None,
+            "rate": 0.0 if rate is None else rate, "has_rate": rate is not None}
+    d = run_arrays(rules.DECODE, load)           # the rules' one definition (engine.serving.rules)
+    decode = np.broadcast_to(np.asarray(d["decode_replicas"]).astype(np.int64), shape)
     if users is not None:
-        decode = np.broadcast_to(-(-users // batch_d), shape)
         exact = np.broadcast_to(batch_d == -(-users // decode), shape)
-    elif rate is not None:
-        decode = np.maximum(1, np.ceil(rate / x_d * ROUND)).astype(np.int64)
-    else:
-        decode = np.ones(shape, dtype=np.int64)
-    demand = rate if rate is not None else decode * x_d
-    prefill = np.maximum(1, np.ceil(demand / x_p * ROUND)).astype(np.int64)
-    return {"pool_ratio": np.broadcast_to(x_d / x_p, shape), "prefill_replicas": np.broadcast_to(prefill, shape),
-            "decode_replicas": np.broadcast_to(decode, shape),
-            "requests_per_s": np.minimum(prefill * x_p, decode * x_d), "exact": exact}
+    r = run_arrays(rules.REPLICAS, {"x_p": x_p, "x_d": x_d, "demand": d["demand"], "decode_replicas": decode})
+    prefill = np.asarray(r["prefill_replicas"]).astype(np.int64)
+    return {"pool_ratio": np.broadcast_to(r["pool_ratio"], shape), "prefill_replicas": np.broadcast_to(prefill, shape),
+            "decode_replicas": decode,
+            "requests_per_s": r["requests_per_s"], "exact": exact}
 
 
 def join(prefill_gpu: GPU, decode_gpu: GPU, *, n_p, batch_p, ttft_p, share_p, n_d, batch_d, tpot_d, share_d,
@@ -136,33 +140,43 @@ def join(prefill_gpu: GPU, decode_gpu: GPU, *, n_p, batch_p, ttft_p, share_p, n_
     """The rules of the module doc over arrays of (prefill point, decode point) pairs: replicas, GPUs,
     the link and the KV transfer, TTFT, throughput and price. ``share_*`` are the KV bytes one GPU of
     each pool holds of a request at the prompt length; ``kv_request`` the request's whole KV."""
-    x_p = np.asarray(batch_p, dtype=float) / np.asarray(ttft_p, dtype=float)
-    x_d = np.asarray(batch_d, dtype=float) / (output_len * np.asarray(tpot_d, dtype=float))
+    x_p = run_arrays(rules.X_P, {"batch_p": np.asarray(batch_p, dtype=float), "ttft_p": np.asarray(ttft_p, dtype=float)})["x_p"]
+    x_d = run_arrays(rules.X_D, {"batch_d": np.asarray(batch_d, dtype=float), "output": output_len,
+                                 "tpot_d": np.asarray(tpot_d, dtype=float)})["x_d"]
     r = replicas(x_p, x_d, batch_d, users, rate)
-    total = r["prefill_replicas"] * np.asarray(n_p) + r["decode_replicas"] * np.asarray(n_d)
-    link_bytes = np.maximum(np.asarray(share_p, dtype=float), np.asarray(share_d, dtype=float))
     up, out = links(prefill_gpu, decode_gpu)
-    on_up = (total <= prefill_gpu.scale_up_domain) if up is not None else np.zeros(np.shape(total), dtype=bool)
-    seconds = np.where(on_up, up.time(link_bytes) if up else 0.0, out.time(link_bytes))
-    tokens = r["requests_per_s"] * output_len
+    priced = prefill_gpu.price_usd_per_hour is not None and decode_gpu.price_usd_per_hour is not None
     tpot_d = np.asarray(tpot_d, dtype=float)
-    price = None
-    if prefill_gpu.price_usd_per_hour is not None and decode_gpu.price_usd_per_hour is not None:
-        price = (r["prefill_replicas"] * np.asarray(n_p) * prefill_gpu.price_usd_per_hour
-                 + r["decode_replicas"] * np.asarray(n_d) * decode_gpu.price_usd_per_hour)
+    j = run_arrays(rules.JOIN, {
+        "prefill_replicas": r["prefill_replicas"], "decode_replicas": r["decode_replicas"],
+        "requests_per_s": r["requests_per_s"], "n_p": np.asarray(n_p), "n_d": np.asarray(n_d),
+        "share_p": np.asarray(share_p, dtype=float), "share_d": np.asarray(share_d, dtype=float),
+        "has_up": up is not None, "domain": prefill_gpu.scale_up_domain,
+        "up_alpha": up.alpha_s if up else 0.0, "up_bw": up.bytes_per_s if up else 1.0,
+        "out_alpha": out.alpha_s, "out_bw": out.bytes_per_s, "output": output_len,
+        "ttft_p": np.asarray(ttft_p, dtype=float), "tpot_d": tpot_d,
+        "price_p": prefill_gpu.price_usd_per_hour if priced else 0.0,
+        "price_d": decode_gpu.price_usd_per_hour if priced else 0.0},
+        only=("total_gpus", "kv_link_bytes", "on_up", "kv_transfer_s", "tokens", "ttft_s", "tokens_per_s_per_gpu",
+              "tokens_per_s_per_user") + (("usd_per_hour", "usd_per_m_tokens") if priced else ()))
+    total = np.asarray(j["total_gpus"]).astype(np.int64)
+    on_up = np.broadcast_to(np.asarray(j["on_up"], dtype=bool), np.shape(total))
     return {"prefill_replicas": r["prefill_replicas"], "prefill_requests_per_s": x_p,
             "decode_replicas": r["decode_replicas"], "decode_requests_per_s": x_d, "pool_ratio": r["pool_ratio"],
             "kv_transfer_bytes": np.broadcast_to(np.asarray(kv_request, dtype=float), np.shape(total)),
-            "kv_link_bytes": link_bytes, "kv_link": np.where(on_up, "scale_up", "scale_out"),
-            "kv_transfer_s": seconds, "total_gpus": total, "ttft_s": np.asarray(ttft_p, dtype=float) + seconds,
-            "tpot_s": tpot_d, "tokens_per_s_per_gpu": tokens / total, "tokens_per_s_per_user": 1.0 / tpot_d,
+            "kv_link_bytes": j["kv_link_bytes"], "kv_link": np.where(on_up, "scale_up", "scale_out"),
+            "kv_transfer_s": j["kv_transfer_s"], "total_gpus": total, "ttft_s": j["ttft_s"],
+            "tpot_s": tpot_d, "tokens_per_s_per_gpu": j["tokens_per_s_per_gpu"],
+            "tokens_per_s_per_user": j["tokens_per_s_per_user"],
             "requests_per_s": r["requests_per_s"], "exact": r["exact"],
-            "usd_per_hour": price, "usd_per_m_tokens": None if price is None else usd_per_m_tokens(price, tokens)}
+            "usd_per_hour": j["usd_per_hour"] if priced else None,
+            "usd_per_m_tokens": j["usd_per_m_tokens"] if priced else None}
 
 
 def usd_per_m_tokens(usd_per_hour, tokens_per_s):
-    """Dollars per million output tokens: $/h of every GPU / (tokens/s x 3600) x 1e6."""
-    return np.asarray(usd_per_hour, dtype=float) / (np.asarray(tokens_per_s, dtype=float) * 3600.0) * 1e6
+    """Dollars per million output tokens: $/h of every GPU / (tokens/s x 3600) x 1e6 (rules.JOIN's)."""
+    return run_arrays(rules.JOIN, {"usd_per_hour": np.asarray(usd_per_hour, dtype=float),
+                                   "tokens": np.asarray(tokens_per_s, dtype=float)}, only=("usd_per_m_tokens",))["usd_per_m_tokens"]
 
 
 # -- one split (archledger disagg) -------------------------------------------------------------------

@@ -13,7 +13,7 @@ import numpy as np
 from engine.serving.disagg import ROUND, links
 from engine.deploy.hardware import GPU
 from engine.serving.sizing import GPUSearch
-from engine.serving.pairing import prefill_choice, prefill_staircases
+from engine.serving.pairing import prefill_choice, prefill_staircases, transfer_time
 
 
 def _breakpoints(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch) -> tuple[np.ndarray, list[float]]:
@@ -29,7 +29,7 @@ def _breakpoints(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch) -> tupl
     t = pres.prefill["ttft_s"]
     share = np.array([pres.kv_share[cfg] for cfg in pres.pool_configs])[pres.prefill["config"]]
     for s in shares:
-        bps.append(t + scale_out.time(np.maximum(share, s)))
+        bps.append(t + transfer_time(scale_out, share, s))
         first[s] = min(first[s], float(bps[-1].min()))
     bps = np.unique(np.concatenate(bps))
     return np.unique(np.concatenate([bps, (bps[1:] + bps[:-1]) / 2, [bps[0] / 2, bps[-1] * 2]])), list(first.values())
@@ -60,7 +60,7 @@ class _Pairing:
         self.batch_d, self.tpot_d, self.n_d = d["batch"], d["tpot_s"], d["n_gpus"]
         # a decode replica's requests/s: the demand on the prefill pool (one decode replica, no load)
         self.x_d = np.asarray(self.batch_d, dtype=float) / (output_len * np.asarray(self.tpot_d, dtype=float))
-        self.configs = prefill_staircases(pres, lambda c: self.out.time(np.maximum(self.share_p[c], self.share_d)))
+        self.configs = prefill_staircases(pres, lambda c: transfer_time(self.out, self.share_p[c], self.share_d))
         # join's KV transfer time per (prefill config, decode config), on each link: the same
         # elementwise operations on the same shares as join's per point, done once per pair, so a
         # probe gathers them (the flat index c * n_decode_configs + k) instead of recomputing them

@@ -2,8 +2,8 @@
 ``archledger plan``'s ``answer_disaggregated`` for every TTFT and TPOT bound (one replica, no load).
 
 Layer: engine.serving (on engine.serving.sizing; nothing here evaluates a point itself). The site's
-sizing form runs :func:`engine.serving.pairing.pair_points`' arithmetic (static/js/sizing.js, a port:
-same formulas, same tie-breaks) over the points :func:`candidates` keeps, so what it must keep is
+sizing form runs :func:`engine.serving.pairing.pair_points`' arithmetic (engine.serving.rules'
+programs, run by static/js/formula.js; sizing.js keeps the same tie-breaks) over the points :func:`candidates` keeps, so what it must keep is
 every point that is part of an answer for some bounds, and nothing it drops may change an answer.
 
 What is kept, per GPU type:

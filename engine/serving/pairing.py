@@ -2,8 +2,8 @@
 prefill pool and a decode pool meeting an SLA (``archledger plan``'s disaggregated answer).
 
 Layer: engine.serving (on :mod:`engine.serving.sizing`'s searches and :mod:`engine.serving.disagg`'s
-join; nothing here evaluates a point itself). The sizing page's port (static/js/sizing.js) follows
-:func:`pair_points` and :func:`prefill_choice` formula for formula.
+join; nothing here evaluates a point itself). The arithmetic of :func:`prefill_choice` is
+engine.serving.rules' (LAST, CHOICE), which the sizing page (static/js/sizing.js) runs too.
 """
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import numpy as np
 from engine.spec.api import Evaluation
 from engine.deploy.hardware import GPU
 from engine.deploy.structure import Options
-from engine.serving.disagg import FIELDS as DISAGG_FIELDS, ROUND, join, links, replicas, transfer_bytes
+from engine.spec.formula_tree import run_arrays
+import engine.serving.rules as rules
+from engine.serving.disagg import FIELDS as DISAGG_FIELDS, join, links, transfer_bytes
 from engine.serving.sizing import SLA, GPUSearch, _first_per_key, _front_rows, _kv_bytes
 
 
@@ -134,10 +136,12 @@ def pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_reque
     n_p = np.array([c.n_gpus for c in pres.pool_configs])
     _, scale_out = links(pgpu, dgpu)
     # decode replicas and the demand they put on the prefill pool (the prefill choice does not change them)
-    x_d = d["batch"] / (output_len * d["tpot_s"])
-    demand = sla.rate if sla.rate is not None else replicas(1.0, x_d, d["batch"], sla.users, sla.rate)["decode_replicas"] * x_d
+    x_d = run_arrays(rules.X_D, {"batch_d": d["batch"], "output": output_len, "tpot_d": d["tpot_s"]})["x_d"]
+    demand = run_arrays(rules.DECODE, {"x_d": x_d, "batch_d": np.asarray(d["batch"]).astype(np.int64),
+                                       "users": sla.users or 0, "has_users": sla.users is not None,
+                                       "rate": sla.rate or 0.0, "has_rate": sla.rate is not None})["demand"]
     demand = np.broadcast_to(np.asarray(demand, dtype=float), x_d.shape)
-    staircases = prefill_staircases(pres, lambda c: scale_out.time(np.maximum(share_p[c], share_d)))
+    staircases = prefill_staircases(pres, lambda c: transfer_time(scale_out, share_p[c], share_d))
     choice, cost, ttft, batch = prefill_choice(staircases, sla.ttft_s, kd, demand, n_p)
     i = np.flatnonzero(np.isfinite(cost))
     if not i.size:
@@ -156,6 +160,13 @@ def pair_points(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, kv_reque
     return points
 
 
+def transfer_time(link, share_p, share_d) -> np.ndarray:
+    """Seconds to send the larger of the pools' KV shares over ``link`` (rules.TRANSFER)."""
+    env = {"share_p": np.asarray(share_p, dtype=float), "share_d": np.asarray(share_d, dtype=float),
+           "alpha": link.alpha_s, "bw": link.bytes_per_s}
+    return run_arrays(rules.TRANSFER, env)["seconds"]
+
+
 def prefill_staircases(pres: GPUSearch, transfer) -> list[tuple]:
     """Per prefill config of ``pres``: its points by TTFT (a stable sort), their batches, the most
     requests/s within each TTFT and the first point reaching it, and ``transfer(c)``: the KV
@@ -164,11 +175,18 @@ def prefill_staircases(pres: GPUSearch, transfer) -> list[tuple]:
     pc = pres.prefill["config"]
     for c in range(len(pres.pool_configs)):
         sel = np.flatnonzero(pc == c)
-        order = np.argsort(pres.prefill["ttft_s"][sel], kind="stable")
-        t, b = pres.prefill["ttft_s"][sel][order], pres.prefill["batch"][sel][order]
-        x = b / t
-        out.append((t, b, np.maximum.accumulate(x), prefix_argmax(x), transfer(c)))
+        out.append((*staircase(pres.prefill["ttft_s"][sel], pres.prefill["batch"][sel]), transfer(c)))
     return out
+
+
+def staircase(ttft, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One prefill config's points as :func:`prefill_choice` reads them (and the sizing page, as
+    data: site_builder/sizing.py): TTFTs ascending (a stable sort), their batches, the most
+    requests/s (batch / TTFT) within each TTFT and the first point reaching it."""
+    order = np.argsort(np.asarray(ttft), kind="stable")
+    t, b = np.asarray(ttft)[order], np.asarray(batch)[order]
+    x = b / t
+    return t, b, np.maximum.accumulate(x), prefix_argmax(x)
 
 
 def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.ndarray, n_p: np.ndarray,
@@ -183,14 +201,14 @@ def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.nd
     engine/serving/disagg_sizing.py's probes (a bisection level's bounds in one call)."""
     bounds = np.atleast_1d(np.asarray(bound, dtype=float))
     which = np.zeros(len(kd), dtype=np.intp) if which is None else which
-    half = (2 * bounds)[which]
+    half = run_arrays(rules.HALF, {"bound": bounds})["half"][which]
     n = len(kd)
     choice, cost, ttft, batch = np.zeros(n, dtype=np.intp), np.full(n, np.inf), np.zeros(n), np.zeros(n, dtype=np.int64)
     least = np.full(n, np.inf)            # the choice's GPUs + TTFT / 2 bound
     cell = which * len(staircases[0][4]) + kd if staircases else kd    # a point's (bound, decode config)
     for c, (t, b, best, arg, seconds) in enumerate(staircases):
         # the TTFT bound left after the (scale-out, an upper bound) transfer, per bound and decode config
-        last = np.searchsorted(t, bounds[:, None] - seconds, side="right") - 1
+        last = run_arrays(rules.LAST, {"t": t, "bound": bounds[:, None], "seconds": seconds})["last"]
         j = last.ravel()[cell]
         if j.size and j.min() >= 0:       # every point has a point of the config within its bound: the
             at, d, h, low = None, demand, half, least    # arrays themselves, no gathered copies
@@ -200,10 +218,9 @@ def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.nd
                 continue
             j, d, h, low = j[at], demand[at], half[at], least[at]
         # fewest prefill replicas for the demand, then the shortest TTFT that still needs no more
-        reps = np.maximum(1, np.ceil(d / best[j] * ROUND))
-        pick = arg[np.minimum(np.searchsorted(best, d / reps * ROUND, side="left"), j)]
-        gpus, seconds_p = reps * n_p[c], t[pick]
-        key = gpus + seconds_p / h
+        got = run_arrays(rules.CHOICE, {"t": t, "b": b, "best": best, "arg": arg, "demand": d, "j": j,
+                                        "half": h, "n_p": n_p[c]}, only=("key", "pick"))
+        pick, gpus, seconds_p, key = got["pick"], got["gpus"], got["ttft"], got["key"]
         better = np.flatnonzero(key < low)
         i = better if at is None else at[better]
         choice[i], least[i], cost[i], ttft[i], batch[i] = c, key[better], gpus[better], seconds_p[better], b[pick[better]]

@@ -4,7 +4,7 @@ Layer: engine.serving (on sizing, planner, sol and measured; nothing here prints
 (:func:`engine.serving.sizing.search`) ranks every served point on one time, the schedule estimate.
 :func:`answer_on` answers the same question on ``bound`` (no schedule beats it) or ``expected``
 (from measured kernels, engine.deploy.measured) from the summary ``archledger deploy`` prints at
-each point it reads (:func:`engine.deploy.sol.summarize_plan`, with the GPU's measured tables for
+each point it reads (:func:`engine.deploy.plan.summarize_plan`, with the GPU's measured tables for
 ``expected``), so every number of such an answer is deploy's at that point.
 
 Rules (also in docs/deployment.md, "Sizing on another time"):
@@ -67,14 +67,14 @@ class PointReader:
 
     def read_many(self, wanted) -> None:
         """Deploy's summary at every (config, batch) of ``wanted`` ((config, batches) pairs) not
-        read yet: one vectorized :func:`engine.deploy.sol.summarize_plan` per plan (config and
+        read yet: one vectorized :func:`engine.deploy.plan.summarize_plan` per plan (config and
         fusion token regime) over its batches, the expected times of them all together
-        (:func:`engine.deploy.sol.summarize_plans`, each measured table interpolated once). A
+        (:func:`engine.deploy.plan.summarize_plans`, each measured table interpolated once). A
         call's cost is mostly per call, not per point (a config's few hundred served batches cost
         about what a dozen single points do), and every field is per-point arithmetic, so each
         point gets the floats a call at that point alone gives (tests/test_deploy_fast.py)."""
         from engine.deploy import PHASES
-        from engine.deploy.sol import summarize_plans
+        from engine.deploy.plan import summarize_plans
         from engine.deploy.structure import device_tokens
         by_plan: dict[int, tuple] = {}
         for config, batches in wanted:
@@ -114,7 +114,7 @@ class PointReader:
             key = (config, "live", tuple(regime(m, tokens[p]) for m, p in zip(limits, PHASES)))
             found = self._plans.get(key)
             if found is None:
-                from engine.deploy.sol import Plan
+                from engine.deploy.plan import Plan
                 found = self._plans[key] = Plan(self.cache.live_structure(
                     config, self.gpu.scale_up_domain, self.options.framework, self.gpu, key[2], self.options), self.gpu)
             return found

@@ -238,7 +238,7 @@
     var dims = Object.assign({}, page.bound || {}, env);   // the tooltips' "where" line
     var tbody = document.querySelector("#ops tbody"); tbody.textContent = "";
     document.getElementById("ops-note").textContent = "Decode, batch " + p.batch + ", prompt " + p.input + " + " + p.output + " generated tokens (one step at the last position; a pipeline micro-batch)." +
-      (p.mtp ? " With " + p.mtp + " MTP draft token" + (p.mtp > 1 ? "s" : "") + ": the main stack verifies " + (p.mtp + 1) + " tokens per request, then the mtp/ ops run once per draft (their rows are all " + p.mtp + " drafts)." : "");
+      (p.mtp ? " With " + p.mtp + " MTP draft token" + (p.mtp > 1 ? "s" : "") + ": the main stack verifies " + env.seq + " tokens per request, then the mtp/ ops run once per draft (their rows are all " + p.mtp + " drafts)." : "");
     var defs = [null, null, null, null, null, "FLOPs / peak of the operand dtype on this GPU", "bytes / HBM bandwidth",
                 "link bytes / link bandwidth (scale-up or scale-out) + calls x per-call latency", "max(compute, memory, comm)", null];
     rows.filter(function (r) { return r.phase === "decode"; }).forEach(function (r) {

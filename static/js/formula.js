@@ -77,6 +77,14 @@
       return NaN;
     }
     var v = [];
+    if (op === "rank" || op === "rank_le" || op === "at") {   // the first argument names a list of env
+      var list = env[tree[1]], x = evaluate(tree[2], env, tables, read), r = 0;
+      if (op === "at") return list[x];
+      // how many values of the ascending list are < x (rank: searchsorted left) or <= x (rank_le: right)
+      if (op === "rank") while (r < list.length && list[r] < x) r++;
+      else while (r < list.length && list[r] <= x) r++;
+      return r;
+    }
     if (op === "lookup") {
       if (!tables || !tables[tree[1]]) throw new Error("formula: lookup table " + tree[1] + " is not given");
       for (i = 2; i < n; i++) v.push(evaluate(tree[i], env, tables, read));
@@ -85,9 +93,11 @@
     }
     for (i = 1; i < n; i++) v.push(evaluate(tree[i], env, tables, read));
     switch (op) {
-      case "+": return v.reduce(function (a, b) { return a + b; }, 0);
-      case "*": return v.reduce(function (a, b) { return a * b; }, 1);
+      case "+": return v.reduce(function (a, b) { return a + b; });      // left fold, as run_arrays
+      case "*": return v.reduce(function (a, b) { return a * b; });
+      case "-": return v[0] - v[1];
       case "/": return v[0] / v[1];
+      case "cdiv": return Math.ceil(v[0] / v[1]);
       case "^": return Math.pow(v[0], v[1]);
       case "min": return Math.min.apply(null, v);
       case "max": return Math.max.apply(null, v);
@@ -127,5 +137,19 @@
     });
     return kept.length ? kept : rule["else"].slice();
   }
-  window.archFormula = { evaluate: evaluate, compile: compile, select: select };
+  // a rule program (formula_tree.run_arrays): [[name, tree], ...] bound in order over env's names and
+  // the names bound before; returns env with every binding (env itself is left as it was)
+  function run(program, env, tables, read) {
+    var out = Object.assign({}, env);
+    // a binding env gives already is the caller's (formula_tree.run_arrays: a later step alone)
+    program.forEach(function (b) { if (!Object.prototype.hasOwnProperty.call(env, b[0])) out[b[0]] = evaluate(b[1], out, tables, read); });
+    return out;
+  }
+  // op ("+", "max", "min", "*") over a list of numbers, as the tree [op, ...values] (the empty sum 0,
+  // the empty max -Infinity): a total over a program's steps is the interpreter's arithmetic
+  function fold(op, values) {
+    if (!values.length) return op === "+" ? 0 : op === "*" ? 1 : op === "max" ? -Infinity : Infinity;
+    return evaluate([op].concat(values), {});
+  }
+  window.archFormula = { evaluate: evaluate, compile: compile, select: select, run: run, fold: fold };
 })();

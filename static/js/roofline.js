@@ -2,12 +2,13 @@
 // attained FLOP/s) under the GPU's roofs, each dtype's ridge point marked. The deployment page's
 // script announces the per-op rows it renders with
 //   document.dispatchEvent(new CustomEvent("arch:ops", {detail: {rows, gpu, phase}}))
-// (rows: the per-op records {phase, op_uid, kind, flops, bytes, t_sol_s, bound, t_expected_s, measured},
+// (rows: the per-op records {phase, op_uid, kind, flops, bytes, t_sol_s, bound, t_expected_s, measured,
+// intensity, attained_flops_per_s: engine/deploy/rules.py STEP's, computed by deploy_eval.js},
 // drawn for ``phase``
 // when given; gpu: its name, or an
 // object shaped like the page data's gpus[name]). The roofs come from the build (landscape.json
-// "gpus", page data "gpus"); this file divides FLOPs by bytes and by time per row (display) and
-// draws the build's spec (site_builder/charts.py roofline_spec).
+// "gpus", page data "gpus"); this file only picks the rows' coordinates and draws the build's spec
+// (site_builder/charts.py roofline_spec): chart glue, no arithmetic.
 (function () {
   "use strict";
   var el = document.getElementById("chart-roofline"), note = document.getElementById("roofline-note");
@@ -29,7 +30,7 @@
         // expected: where the op's expected time comes from (charts.py EXPECTED_SOURCES)
         drawn.push({ op: r.op_uid, kind: r.kind, bound: r.bound, t_sol_s: r.t_sol_s, t_expected_s: r.t_expected_s,
                      expected: r.measured ? "measured table" : "bound / default efficiency",
-                     intensity: r.flops / r.bytes, attained: r.flops / r.t_sol_s });
+                     intensity: r.intensity, attained: r.attained_flops_per_s });   // deploy_eval.js opRows (rules.STEP)
       } else left++;
     });
     var bw = gpu.hbm_bytes_per_s.value, roofs = Object.keys(gpu.peaks).map(function (d) {

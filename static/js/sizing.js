@@ -1,14 +1,17 @@
 // Sizing form and throughput/interactivity front: selects rows of the build's data/sizing/<slug>.json.gz
-// (the aggregated answer computes nothing; the disaggregated one is the port below). Per GPU type the answer is the lowest-rank sizing row whose TTFT and TPOT are
-// within the bounds (engine/serving/fronts.py: plan's order, thinned where no answer can change); across
-// GPU types, the fewest GPUs then the most tokens/s per GPU, as `archledger plan --json`'s "answer".
-// The disaggregated answer (plan's "answer_disaggregated", one replica, no load) pairs the build's
-// prefill and decode points (engine/serving/disagg_sizing.py keeps every point some answer needs) by a
-// port of engine/serving/pairing.py pair_points and engine/serving/disagg.py join: the same formulas in
-// the same order (so the same doubles), the same tie-breaks; the points' times are the build's.
+// (the aggregated answer computes nothing). Per GPU type the answer is the lowest-rank sizing row whose
+// TTFT and TPOT are within the bounds (engine/serving/fronts.py: plan's order, thinned where no answer
+// can change); across GPU types, the fewest GPUs then the most tokens/s per GPU, as `archledger plan
+// --json`'s "answer". The disaggregated answer (plan's "answer_disaggregated", one replica, no load)
+// pairs the build's prefill and decode points (engine/serving/disagg_sizing.py keeps every point some
+// answer needs) by engine/serving/rules.py's programs (the page data's "rules": links, transfer,
+// demand, last, choice, join), run by the one interpreter (formula.js): this file is page glue that
+// gathers their inputs and keeps plan's tie-breaks (comparisons only); the points' times and each
+// prefill config's staircase (engine.serving.pairing.staircase) are the build's.
 (function () {
   "use strict";
-  var ROUND = 1 - 1e-12;     // disagg.ROUND and pair_points' (1 - 1e-12): ceilings of ratios up to rounding
+  var F = window.archFormula, R = null;      // R: engine/serving/rules.py's programs (data.rules)
+  function run(name, env) { return F.run(R[name], env); }
   // site_builder/sizing.py encode_doubles, inverted: the first double's bits, then second differences
   function decodeDoubles(enc) {
     var out = [], view = new DataView(new ArrayBuffer(8)), bits = null, step = null;
@@ -19,64 +22,39 @@
     });
     return out;
   }
-  // numpy.searchsorted on an ascending array: "right" counts the values <= v, "left" those < v
-  function searchsorted(arr, v, right) {
-    var lo = 0, hi = arr.length;
-    while (lo < hi) { var mid = (lo + hi) >> 1; if (right ? arr[mid] <= v : arr[mid] < v) lo = mid + 1; else hi = mid; }
-    return lo;
-  }
-  function linkTime(link, bytes) { return link.alpha + bytes / link.bw; }     // disagg.Link.time
-  // disagg.links: scale-up only within one GPU type; scale-out at the larger alpha and the smaller bandwidth
+  // rules.LINKS: scale-up only within one GPU type; scale-out at the larger alpha and the smaller bandwidth
   function links(pg, dg, same) {
-    return { up: same ? { alpha: pg.up[0], bw: pg.up[1] } : null,
-             out: { alpha: Math.max(pg.out[0], dg.out[0]), bw: Math.min(pg.out[1], dg.out[1]) } };
+    var o = run("links", { p_out_alpha: pg.out[0], d_out_alpha: dg.out[0], p_out_bw: pg.out[1], d_out_bw: dg.out[1] });
+    return { up: same ? { alpha: pg.up[0], bw: pg.up[1] } : null, out: { alpha: o.out_alpha, bw: o.out_bw } };
   }
   function decodePoints(side) {
     if (!side._tpot) side._tpot = decodeDoubles(side.tpot);
     return side;
   }
-  // pair_points + DisaggSearch.cheapest()[0] for one (prefill GPU, decode GPU) pair at bounds (a, b)
+  var NO_LOAD = { users: 0, has_users: 0, rate: 0, has_rate: 0 };   // plan's page answer: one decode replica
+  // pairing.pair_points + DisaggSearch.cheapest()[0] for one (prefill GPU, decode GPU) pair at bounds (a, b)
   function pairAnswer(scen, pgKey, dgKey, output, a, b) {
     var pg = scen.gpus[pgKey], dg = scen.gpus[dgKey];
     if (!pg || !dg || !pg.prefill.config.length || !dg.decode.config.length) return null;
     // the pairs the build's rule allows (engine/serving/pairing.py pair_allowed, plan's default: one vendor)
     if (pg.pairs_with && pg.pairs_with.indexOf(dgKey) < 0) return null;
     var P = pg.prefill, D = decodePoints(dg.decode), tpotD = D._tpot;
-    var lk = links(pg, dg, pgKey === dgKey), n = D.config.length, nCp = P.configs.length;
-    var shareD = D.configs.map(function (c) { return c[2]; });
-    var xd = D.batch.map(function (bd, i) { return bd / (output * tpotD[i]); });
-    var demand = xd;                 // replicas(1.0, x_d, ...)["decode_replicas"] (1, no load) x x_d
-    var cost = [], ttft = [], batch = [];
-    for (var c = 0; c < nCp; c++) {
-      var t = [], bb = [];
-      P.config.forEach(function (k, i) { if (k === c) { t.push(P.ttft[i]); bb.push(P.batch[i]); } });
-      var order = t.map(function (_, i) { return i; }).sort(function (i, j) { return t[i] - t[j] || i - j; });
-      t = order.map(function (i) { return t[i]; }); bb = order.map(function (i) { return bb[i]; });
-      var best = [], arg = [], run = -Infinity, at = 0;
-      for (var i = 0; i < t.length; i++) { var x = bb[i] / t[i]; if (x > run) { run = x; at = i; } best.push(run); arg.push(at); }
-      var last = shareD.map(function (sd) {
-        return searchsorted(t, a - linkTime(lk.out, Math.max(P.configs[c][2], sd)), true) - 1;
-      });
-      var cc = [], tc = [], bc = [];
-      for (var d = 0; d < n; d++) {
-        var j = last[D.config[d]], ok = j >= 0, jj = Math.max(j, 0), xMax = best[jj];
-        var reps = Math.max(1, Math.ceil(demand[d] / xMax * ROUND));
-        var first = Math.min(searchsorted(best, demand[d] / reps * ROUND, false), jj), pick = arg[first];
-        cc.push(ok ? reps * P.configs[c][1] : Infinity); tc.push(t[pick]); bc.push(bb[pick]);
+    var lk = links(pg, dg, pgKey === dgKey), half = run("half", { bound: a }).half, top = null;
+    for (var d = 0; d < D.config.length; d++) {
+      var dc = D.configs[D.config[d]];
+      var demand = run("demand", Object.assign({ batch_d: D.batch[d], output: output, tpot_d: tpotD[d] }, NO_LOAD)).demand;
+      // of the prefill configs with a point within the bound: the least key (rules.CHOICE), the first on a tie
+      var pick = null, pickAt = -1;
+      for (var c = 0; c < P.configs.length; c++) {
+        var st = P.stairs[c], pc = P.configs[c];
+        var seconds = run("transfer", { share_p: pc[2], share_d: dc[2], alpha: lk.out.alpha, bw: lk.out.bw }).seconds;
+        var last = st[0].length ? run("last", { t: st[0], bound: a, seconds: seconds }).last : -1;
+        if (last < 0) continue;
+        var ch = run("choice", { t: st[0], b: st[1], best: st[2], arg: st[3], demand: demand, j: last, half: half, n_p: pc[1] });
+        if (pick === null || ch.key < pick.key) { pick = ch; pickAt = c; }
       }
-      cost.push(cc); ttft.push(tc); batch.push(bc);
-    }
-    var top = null;
-    for (var d2 = 0; d2 < n; d2++) {
-      // of the prefill configs, the fewest GPUs, then the shortest TTFT (numpy argmin: the first minimum)
-      var choice = 0, key = Infinity;
-      for (var c2 = 0; c2 < nCp; c2++) {
-        var k2 = cost[c2][d2] + (isFinite(cost[c2][d2]) ? ttft[c2][d2] / (2 * a) : 0);
-        if (k2 < key) { key = k2; choice = c2; }
-      }
-      if (!isFinite(cost[choice][d2])) continue;
-      var row = join(pg, dg, lk, P.configs[choice], batch[choice][d2], ttft[choice][d2], D.configs[D.config[d2]],
-                     D.batch[d2], tpotD[d2], scen.kv_request, output);
+      if (pick === null) continue;
+      var row = join(pg, dg, lk, P.configs[pickAt], pick.batch, pick.ttft, dc, D.batch[d], tpotD[d], scen.kv_request, output);
       if (!(row.ttft_s <= a && row.tpot_s <= b)) continue;
       if (cheaper(row, top)) top = row;
     }
@@ -88,22 +66,21 @@
     return !top || row.total_gpus < top.total_gpus ||
       (row.total_gpus === top.total_gpus && row.tokens_per_s_per_gpu > top.tokens_per_s_per_gpu);
   }
-  // disagg.join and disagg.replicas for one (prefill point, decode point), one decode replica
+  // rules.JOINED (disagg.join and disagg.replicas) for one (prefill point, decode point), one decode replica
   function join(pg, dg, lk, pc, batchP, ttftP, dc, batchD, tpotD, kvRequest, output) {
-    var xp = batchP / ttftP, xd = batchD / (output * tpotD);
-    var decode = 1, prefill = Math.max(1, Math.ceil(decode * xd / xp * ROUND));
-    var rps = Math.min(prefill * xp, decode * xd);
-    var total = prefill * pc[1] + decode * dc[1], linkBytes = Math.max(pc[2], dc[2]);
-    var onUp = lk.up !== null && total <= pg.domain;
-    var seconds = onUp ? linkTime(lk.up, linkBytes) : linkTime(lk.out, linkBytes), tokens = rps * output;
-    var price = (pg.price !== null && dg.price !== null) ? prefill * pc[1] * pg.price + decode * dc[1] * dg.price : null;
-    return { prefill_config: pc[0], prefill_n_gpus: pc[1], prefill_batch: batchP, prefill_replicas: prefill,
-             prefill_ttft_s: ttftP, prefill_requests_per_s: xp, decode_config: dc[0], decode_n_gpus: dc[1],
-             decode_batch: batchD, decode_replicas: decode, decode_requests_per_s: xd, pool_ratio: xd / xp,
-             kv_transfer_bytes: kvRequest, kv_link_bytes: linkBytes, kv_link: onUp ? "scale_up" : "scale_out",
-             kv_transfer_s: seconds, total_gpus: total, ttft_s: ttftP + seconds, tpot_s: tpotD,
-             tokens_per_s_per_gpu: tokens / total, tokens_per_s_per_user: 1 / tpotD, requests_per_s: rps,
-             usd_per_hour: price, usd_per_m_tokens: price === null ? null : price / (tokens * 3600) * 1e6 };
+    var priced = pg.price !== null && dg.price !== null;
+    var r = run("join", Object.assign({ batch_p: batchP, ttft_p: ttftP, batch_d: batchD, tpot_d: tpotD, output: output,
+      n_p: pc[1], n_d: dc[1], share_p: pc[2], share_d: dc[2], has_up: lk.up !== null ? 1 : 0, domain: pg.domain,
+      up_alpha: lk.up ? lk.up.alpha : 0, up_bw: lk.up ? lk.up.bw : 1, out_alpha: lk.out.alpha, out_bw: lk.out.bw,
+      price_p: priced ? pg.price : 0, price_d: priced ? dg.price : 0 }, NO_LOAD));
+    return { prefill_config: pc[0], prefill_n_gpus: pc[1], prefill_batch: batchP, prefill_replicas: r.prefill_replicas,
+             prefill_ttft_s: ttftP, prefill_requests_per_s: r.x_p, decode_config: dc[0], decode_n_gpus: dc[1],
+             decode_batch: batchD, decode_replicas: r.decode_replicas, decode_requests_per_s: r.x_d, pool_ratio: r.pool_ratio,
+             kv_transfer_bytes: kvRequest, kv_link_bytes: r.kv_link_bytes, kv_link: r.on_up ? "scale_up" : "scale_out",
+             kv_transfer_s: r.kv_transfer_s, total_gpus: r.total_gpus, ttft_s: r.ttft_s, tpot_s: tpotD,
+             tokens_per_s_per_gpu: r.tokens_per_s_per_gpu, tokens_per_s_per_user: r.tokens_per_s_per_user,
+             requests_per_s: r.requests_per_s, usd_per_hour: priced ? r.usd_per_hour : null,
+             usd_per_m_tokens: priced ? r.usd_per_m_tokens : null };
   }
   // plan's answer_disaggregated: every ordered pair of the picked GPU types (prefill outer, in the
   // build's GPU order), the fewest GPUs, then the most tokens/s/GPU, the first pair on a tie
@@ -120,7 +97,8 @@
     return top;
   }
   // the pure rules are exported for tests/test_hand_browser.py (hand values on made-up inputs)
-  window.archSizing = { decodeDoubles: decodeDoubles, links: links, join: join, pairAnswer: pairAnswer };
+  window.archSizing = { decodeDoubles: decodeDoubles, links: links, join: join, pairAnswer: pairAnswer,
+                        useRules: function (rules) { R = rules; } };
   var page = window.ARCH_PAGE, root = document.documentElement.getAttribute("data-root") || "";
   var form = document.getElementById("sizing"), fmt = window.archFmt, data = null;
   // rows of one (framework, KV dtype, scenario, GPU) in rank order, as objects
@@ -273,7 +251,7 @@
   // this model's rows, and the chart spec every deploy and sizing page shares (render.DEPLOY_SHARED)
   Promise.all([window.archJSON(root + "data/sizing/" + page.slug + ".json.gz"), window.archJSON(root + "data/deploy/page.json.gz")])   // site.js: gzip-aware
     .then(function (loaded) {
-      data = loaded[0]; page.specs = { front: loaded[1].specs.front };
+      data = loaded[0]; R = data.rules; page.specs = { front: loaded[1].specs.front };
       form.addEventListener("input", update); form.addEventListener("change", update); update();
     })
     .catch(function (e) { document.getElementById("sizing-answer").textContent = "Could not load the sizing data (" + e.message + ")."; });

@@ -1,0 +1,227 @@
+"""Per-op rows of a plan at scenario points (the ``ops`` table, ``archledger deploy``'s per-op
+listing) and the formula texts of each step (the per-op table's and the deploy page's formulas).
+
+Layer: engine.deploy. Values come from the compiled programs (:class:`engine.deploy.plan.Plan`'s
+structure, :mod:`engine.deploy.cost`), expected times from :mod:`engine.deploy.measured`; the texts
+are printed once per distinct step (structures share their step objects). Field names are the
+Parquet schema's.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+
+from engine.spec.memo_printer import MemoStrPrinter
+from engine.deploy.cost import BOUNDS, intensity, step_totals
+from engine.deploy.structure import Scenario, Structure, prefill_program_batch, program_batch
+from engine.deploy.measured import expected_steps
+
+#: ``plan`` arguments below are :class:`engine.deploy.plan.Plan` (which imports this module: not
+#: imported here)
+
+
+_TEXT: dict = {}
+#: The per-op formulas' printers: sympy's own, with the terms of a sum in the expression's stored
+#: order (sympy's canonical one, the same in every process) instead of re-sorted by degree for
+#: display; that sort was two thirds of printing the tens of thousands of distinct op formulas a
+#: build writes.
+_PRINTER = MemoStrPrinter({"order": "none"})
+
+
+def _text(expr) -> str:
+    """A per-op formula as text; printing is slow and the same formula recurs across configs, GPUs
+    and frameworks (degrees are symbols), so each distinct formula is printed once per process."""
+    text = _TEXT.get(expr)
+    if text is None:
+        text = _TEXT[expr] = _PRINTER.doprint(expr)
+    return text
+
+
+_PLAIN: dict = {}
+#: ``str(expr)``'s printer (sympy's default settings)
+_STR = MemoStrPrinter()
+_PLAIN_BY_ID: dict[int, tuple] = {}        # id(formula) -> (formula, text): structures share formula objects
+
+
+def weight_text(expr) -> str:
+    """A weights-per-GPU formula as ``str()`` prints it (the deployments table's
+    ``weight_bytes_per_gpu_formula`` and the deploy page's config rows), printed once per process:
+    the same formula recurs across every regime, framework and domain of a config, and across
+    configs whose degrees are symbols."""
+    mine = _PLAIN_BY_ID.get(id(expr))
+    if mine is not None and mine[0] is expr:      # the same object: no formula compared term by term
+        return mine[1]
+    text = _PLAIN.get(expr)
+    if text is None:
+        text = _PLAIN[expr] = _STR.doprint(expr)
+    if len(_PLAIN_BY_ID) > 200_000:
+        _PLAIN_BY_ID.clear()
+    _PLAIN_BY_ID[id(expr)] = (expr, text)
+    return text
+
+
+#: id(symbolic step) -> (step, its four texts): structures share most of their steps (the same
+#: objects), and looking a step's totals up by their expressions compares large formulas.
+_STEP_TEXT: dict[int, tuple] = {}
+
+
+def _step_text(step) -> tuple[str, str, str, str]:
+    """The four totals of one symbolic step as text (:func:`_text`), once per step object."""
+    mine = _STEP_TEXT.get(id(step))
+    if mine is not None and mine[0] is step:      # the same object (an id alone can be reused)
+        return mine[1]
+    text = tuple(_text(e) for e in step_totals(step))
+    if len(_STEP_TEXT) > 200_000:                 # steps are shared within one model: keep it bounded
+        _STEP_TEXT.clear()
+    _STEP_TEXT[id(step)] = (step, text)
+    return text
+
+
+#: id(symbolic program) -> (program, its steps' texts): structures of other regimes, domains and
+#: GPUs hold the very same program objects (planner._fused's memo).
+_PROGRAM_TEXT: dict[int, tuple] = {}
+
+
+def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
+    """The four formulas of every step as text (GPU- and point-free: once per symbolic program)."""
+    program = structure.formulas[phase]
+    mine = _PROGRAM_TEXT.get(id(program))
+    if mine is not None and mine[0] is program:   # the same object (an id alone can be reused)
+        return mine[1]
+    text = [_step_text(sym) for sym in program.steps]
+    if len(_PROGRAM_TEXT) > 5_000:                # programs are shared within one model: keep it bounded
+        _PROGRAM_TEXT.clear()
+    _PROGRAM_TEXT[id(program)] = (program, text)
+    return text
+
+
+#: :data:`engine.deploy.cost.BOUNDS` as an array: a row's bound is one gather, not a lookup per row.
+_BOUND_NAMES = np.asarray(BOUNDS, dtype=object)
+
+#: (id(numeric program), id(symbolic program)) -> (numeric, symbolic, their op rows' GPU-free labels)
+_LABELS: dict[tuple, tuple] = {}
+
+#: (ids of the numeric, symbolic and compiled programs, the phase, config, prefill budget, decode
+#: seq, KV bytes, points) -> (those three programs, the GPU-free part of their op rows there): the
+#: grid asks the same structure at the same points once per GPU type of its class, and only the
+#: times divide by the GPU's rates.
+_POINT_ROWS: dict[tuple, tuple] = {}
+
+
+def _point_rows(plan, phase: str, points: list[Scenario]) -> tuple:
+    """(the compiled program, (batch, seq, ctx) of the points, kept step indices, one point's
+    labels, the GPU-free value columns point-major) of :func:`op_rows_columns`, once per program
+    pair, KV size and point set (:data:`_POINT_ROWS`; the arrays are read-only, shared by callers)."""
+    from engine.deploy.cost import scenario_point
+    s = plan.structure
+    numeric, symbolic, compiled = s.programs[phase], s.formulas[phase], s.compiled[phase]
+    options = s.options
+    key = (id(numeric), id(symbolic), id(compiled), phase, s.config, options.prefill_tokens, options.decode_seq,
+           plan.kv_bytes, tuple((p.batch, p.input_len, p.output_len) for p in points))
+    mine = _POINT_ROWS.get(key)
+    if mine is not None and mine[0] is numeric and mine[1] is symbolic and mine[2]() is compiled:
+        return (compiled, *mine[3])
+    budget = options.prefill_tokens
+    batch = np.array([prefill_program_batch(s.config, p.batch, p.input_len, budget) if phase == "prefill"
+                      else program_batch(s.config, p.batch) for p in points], dtype=float)
+    where = [scenario_point(phase, p.input_len, p.output_len, options.decode_seq) for p in points]
+    seq = np.array([w["seq"] for w in where], dtype=float)
+    ctx = np.array([w["ctx"] for w in where], dtype=float)
+    keep, one = _labels(s, phase)
+    values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
+    # point-major: the kept steps of each point in turn (one gather of every value, already in
+    # that order: each is (steps, points))
+    names = ("flops", "bytes", "weight_bytes", "comm_bytes")
+    v = dict(zip(names, np.stack([values[name] for name in names])[:, keep].transpose(0, 2, 1).reshape(len(names), -1)))
+    v["intensity"] = intensity(v["flops"], v["bytes"])
+    for array in (batch, seq, ctx, *v.values()):
+        array.flags.writeable = False            # shared by every GPU type that asks
+    found = (compiled, (batch, seq, ctx), keep, one, v)
+    if len(_POINT_ROWS) > 5_000:                  # a model's structures and points: keep it bounded
+        _POINT_ROWS.clear()
+    # the compiled program by a weak reference (its own caches are large; the structure holds it), the
+    # programs as _LABELS holds them; the entry stored has no strong reference to the compiled program
+    _POINT_ROWS[key] = (numeric, symbolic, weakref.ref(compiled), found[1:])
+    return found
+
+
+def _labels(s: Structure, phase: str) -> tuple:
+    """(kept step indices, their op rows' GPU-free labels for one point), once per (numeric,
+    symbolic) program pair: several GPU types, and structures of other regimes and domains,
+    share the very same programs."""
+    key = (id(s.programs[phase]), id(s.formulas[phase]))
+    mine = _LABELS.get(key)
+    if mine is None or mine[0] is not s.programs[phase] or mine[1] is not s.formulas[phase]:
+        if len(_LABELS) > 5_000:                  # programs are shared within one model: keep it bounded
+            _LABELS.clear()
+        text = formula_text(s, phase)
+        steps = s.programs[phase].steps
+        keep = [i for i, step in enumerate(steps) if not step.view]          # views launch nothing
+        mine = _LABELS[key] = (s.programs[phase], s.formulas[phase], np.array(keep, dtype=np.intp), {
+            "op_uid": [steps[i].uid for i in keep], "op_name": [steps[i].name for i in keep],
+            "op": [steps[i].op for i in keep], "component": [steps[i].component for i in keep],
+            "role": [steps[i].role for i in keep], "kind": [steps[i].kind for i in keep],
+            "repeat": [int(steps[i].repeat) if steps[i].repeat.is_number else None for i in keep],
+            "link": [steps[i].link for i in keep], "group": [steps[i].group for i in keep],
+            "flops_formula": [text[i][0] for i in keep], "bytes_formula": [text[i][1] for i in keep],
+            "comm_bytes_formula": [text[i][2] for i in keep], "weight_bytes_formula": [text[i][3] for i in keep],
+            "parts": [list(steps[i].parts) for i in keep], "dtype": [steps[i].compute_dtype for i in keep]})
+    return mine[2], mine[3]
+
+
+def op_rows_columns(plan, phase: str, scenario: Scenario | list[Scenario], arrays: bool = False,
+                    tables=None) -> dict[str, list]:
+    """The per-op SOL table of one phase at one or several points, as columns (Parquet names),
+    formulas included; several points are evaluated in one vectorized call, point-major. With
+    ``arrays`` the numeric columns are NumPy arrays (the build's tables), else lists of floats.
+
+    Values are those of one pipeline micro-batch (the unit the phase totals are made of): for prefill
+    one chunked-prefill step (:func:`engine.deploy.structure.prefill_steps`). The GPU-free part (labels,
+    FLOPs and bytes, intensity) comes from :func:`_point_rows`, computed once per program pair and
+    point set (with ``arrays`` those columns are its read-only arrays, shared by the GPU types that
+    ask); only the times are this GPU's. ``tables`` (engine.deploy.measured.load_measured): add
+    each op's expected time ``t_expected_s``, whether a measured table gave it (``measured``),
+    which (``expected_src``: its kernel, framework, version and source package at the op's point,
+    or the default efficiency; ``expected_table``: its file; ``expected_nearest``: the measured
+    values around the point), engine.deploy.measured's rule."""
+    points = scenario if isinstance(scenario, list) else [scenario]
+    compiled, (batch, seq, ctx), keep, one, v = _point_rows(plan, phase, points)
+    values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
+    n = len(points)
+
+    def numbers(values: np.ndarray):
+        return values if arrays else values.tolist()
+
+    label = {name: values * n for name, values in one.items()}
+    names = ("t_compute", "t_memory", "t_comm", "t_sol")
+    t = dict(zip(names, np.stack([values[name] for name in names])[:, keep].transpose(0, 2, 1).reshape(len(names), -1)))
+    # the GPU's dtype of each operand class, looked up once per class
+    dtype = {d: plan.gpu.compute_dtype(d) for d in set(one["dtype"])}
+
+    extra = {}
+    if tables is not None:
+        t_exp, measured, text = expected_steps(plan, phase, batch, seq, ctx, tables, values, keep, detail=True)
+        extra = {"t_expected_s": numbers(t_exp), "measured": numbers(measured), "expected_src": text["src"],
+                 "expected_table": text["table"], "expected_nearest": text["nearest"]}
+    return {
+        "op_uid": label["op_uid"], "op_name": label["op_name"], "op": label["op"], "component": label["component"],
+        "role": label["role"], "kind": label["kind"], "repeat": label["repeat"],
+        "flops": numbers(v["flops"]), "bytes": numbers(v["bytes"]), "weight_bytes": numbers(v["weight_bytes"]),
+        "comm_bytes": numbers(v["comm_bytes"]), "intensity": numbers(v["intensity"]),
+        "t_compute_s": numbers(t["t_compute"]), "t_memory_s": numbers(t["t_memory"]),
+        "t_comm_s": numbers(t["t_comm"]), "t_sol_s": numbers(t["t_sol"]), **extra,
+        "bound": _BOUND_NAMES[np.argmax(np.stack([t["t_compute"], t["t_memory"], t["t_comm"]]), axis=0)].tolist(),
+        "link": label["link"], "group": label["group"],
+        "compute_dtype": [dtype[d] for d in one["dtype"]] * n,
+        "parts": label["parts"],
+        "flops_formula": label["flops_formula"], "bytes_formula": label["bytes_formula"],
+        "comm_bytes_formula": label["comm_bytes_formula"], "weight_bytes_formula": label["weight_bytes_formula"],
+    }
+
+
+def op_rows(plan, phase: str, scenario: Scenario, tables=None) -> list[dict[str, Any]]:
+    """:func:`op_rows_columns` as one dict per op."""
+    columns = op_rows_columns(plan, phase, scenario, tables=tables)
+    return [dict(zip(columns, values)) for values in zip(*columns.values())]

@@ -1,0 +1,193 @@
+"""A plan (a structure on one GPU type) and its deployment at a scenario point: summary, phase
+totals and per-op tables, with the expected times from measured kernels.
+
+Layer: engine.deploy. :class:`Plan` and :class:`Deployment` are what ``archledger deploy`` and the
+planner hand around; the numbers are :mod:`engine.deploy.sol`'s (:func:`~engine.deploy.sol.summarize`
+at the plan's points) and the per-op rows :mod:`engine.deploy.op_rows`'. :mod:`engine.deploy.planner`
+(which makes plans) imports this module, never the reverse.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from engine.spec import kv
+from engine.deploy.cost import compile_program
+from engine.deploy.structure import PHASES, Options, Scenario, Structure, option_where
+from engine.deploy.hardware import GPU
+from engine.deploy.measured import finish, gather, load_measured, resolve
+from engine.deploy.op_rows import op_rows
+from engine.deploy.sol import phase_at_points, phase_inputs, summarize, two_batch_time
+from engine.spec.errors import SpecError
+
+
+@dataclass
+class Plan:
+    """A structure on one GPU type: what :meth:`at` and the grid build evaluate."""
+
+    structure: Structure
+    gpu: GPU
+    kv_dtype: str = ""                    # empty: the structure's options (KV size is a free symbol)
+
+    def __getattr__(self, name):          # programs, formulas, weights ... live on the structure
+        if name == "structure":
+            raise AttributeError(name)
+        return getattr(self.structure, name)
+
+    @property
+    def options(self) -> Options:
+        s = self.structure.options
+        return replace(s, kv_dtype=self.kv_dtype) if self.kv_dtype else s
+
+    @property
+    def model_id(self) -> str:
+        return self.structure.ev.model.model_id
+
+    @property
+    def kv_bytes(self) -> int:
+        # options' KV dtype without the dataclass copy :attr:`options` makes (the per-op tables ask per call)
+        return kv.KV_DTYPE_BYTES[self.kv_dtype or self.structure.options.kv_dtype]
+
+    def evaluate(self, phase: str, batch, seq, ctx, weights: bool = False) -> dict[str, np.ndarray]:
+        """Per-step arrays at (batch, seq, ctx) (broadcastable arrays) on this plan's GPU."""
+        return self.structure.compiled[phase].evaluate(self.gpu, batch, seq, ctx, self.kv_bytes, weights)
+
+    def at(self, scenario: Scenario):
+        """The deployment at one scenario point (summary, phase totals, per-op table)."""
+        return Deployment.build(self, scenario)
+
+    def without_fusion(self) -> "Plan":
+        """The same plan with the programs as they were before fusion."""
+        s = self.structure
+        unfused = replace(s, programs=s.unfused, formulas=s.unfused_formulas,
+                          compiled={p: compile_program(s.unfused[p]) for p in PHASES})
+        return Plan(unfused, self.gpu, self.kv_dtype)
+
+
+def expected_phase_times(plan: Plan, batch, input_len, output_len, tables) -> dict[str, np.ndarray]:
+    """Each of :func:`phase_inputs`' step times from measured kernels: the sum over the program's
+    steps of their expected times (engine.deploy.measured.expected_steps) at the input's points,
+    one kernel after another; under the ``two_batch`` overlap :func:`two_batch_time` of the
+    half-batch's expected kernels and collectives (the estimate's rule, expected times in place
+    of SOL). Never below the input's bound (each op's expected time is at least its SOL).
+    :func:`expected_phase_times_many` of this one plan."""
+    return expected_phase_times_many([(plan, batch, input_len, output_len, tables)])[0]
+
+
+def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]:
+    """``[expected_phase_times(plan, batch, input_len, output_len, tables) for each of asked]``,
+    with each program looked up once over the points of every plan that runs it on one GPU, KV
+    dtype, framework, config and table set (the grid's buckets of one structure and their
+    sibling structures ask the same programs over a few dozen points each; a lookup's cost is
+    mostly per call): every program's lookups are gathered first and each measured table is
+    interpolated once over all of them (engine.deploy.measured.gather / resolve / finish). Every
+    number is per-point arithmetic, so each plan gets the floats its own call gives."""
+    groups: dict[tuple, tuple] = {}
+    for i, (plan, batch, input_len, output_len, tables) in enumerate(asked):
+        structure = plan.structure
+        halves = (False, True) if (structure.options.overlap or "none") == "two_batch" else (False,)
+        for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
+                                                          plan.options.prefill_tokens, mean=True).items():
+            shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
+            b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
+            phase = "decode" if name.startswith("decode") else "prefill"
+            # what expected_steps reads of the plan: its program and compiled form, GPU, KV dtype,
+            # framework, config (and model); the tables
+            key = (id(structure.programs[phase]), id(compiled), plan.gpu.key, plan.options.kv_dtype,
+                   structure.options.framework, structure.config, id(tables), phase)
+            runs = groups.setdefault(key, (plan, phase, compiled, tables, []))[4]
+            for half in halves:
+                runs.append((i, name, half, b / 2 if half else b, seq, ctx, shape))
+    # every program's lookups first, then each table interpolated once over all of them
+    gathered = []
+    for plan, phase, compiled, tables, runs in groups.values():
+        b, seq, ctx = (np.concatenate([r[k] for r in runs]) for k in (3, 4, 5))
+        gathered.append(gather(plan, phase, b, seq, ctx, tables, compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes)))
+    resolve([a for g in gathered for a in g.asks])
+    found: dict[tuple, dict] = {}
+    for (plan, phase, compiled, tables, runs), g in zip(groups.values(), gathered):
+        times = finish(g)[0].reshape(g.times.shape[1], -1)            # point-major: each point's steps
+        comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps], dtype=bool)
+        total, stream = times.sum(axis=1), times[:, comm].sum(axis=1)
+        start = 0
+        for i, name, half, rb, _, _, _ in runs:
+            cut = slice(start, start + len(rb))
+            found[(i, name, half)] = {"step_time_s": total[cut], "comm_stream_s": stream[cut]}
+            start += len(rb)
+    out = []
+    for i, (plan, batch, input_len, output_len, tables) in enumerate(asked):
+        structure = plan.structure
+        mine = {}
+        for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
+                                                          plan.options.prefill_tokens, mean=True).items():
+            shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
+            full = found[(i, name, False)]
+            if (structure.options.overlap or "none") == "two_batch":
+                b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
+                bound = phase_at_points(compiled, [plan.gpu], 0, b, seq, ctx, plan.kv_bytes)["step_bound_s"]
+                full = dict(full, step_time_s=two_batch_time(found[(i, name, True)], dict(full, step_bound_s=bound),
+                                                             b / structure.config.dp_attn))
+            mine[name] = full["step_time_s"].reshape(shape)
+        out.append(mine)
+    return out
+
+
+def summarize_plan(plan: Plan, batch, input_len, output_len, tables=None) -> dict[str, Any]:
+    """:func:`summarize` for one plan (one GPU, one KV dtype), with the plan's labels; ``tables``
+    (engine.deploy.measured.load_measured): add the expected times."""
+    return summarize_plans([(plan, batch, input_len, output_len, tables)])[0]
+
+
+def summarize_plans(asked: list[tuple]) -> list[dict[str, Any]]:
+    """``[summarize_plan(plan, batch, input_len, output_len, tables) for each of asked]``, the
+    expected times of all of them from one :func:`expected_phase_times_many` (each measured table
+    interpolated once over every plan's points: plan's answers read a config's fusion regimes
+    together); every number is per-point arithmetic, so each gets its own call's floats."""
+    with_tables = [a for a in asked if a[4] is not None]
+    found = iter(expected_phase_times_many(with_tables) if with_tables else [])
+    out = []
+    for plan, batch, input_len, output_len, tables in asked:
+        options = plan.options
+        expected = None if tables is None else next(found)
+        s = summarize(plan.structure, [plan.gpu], 0, plan.kv_bytes, batch, input_len, output_len,
+                      options.hbm_fraction, options.prefill_tokens, expected=expected)
+        s.update({"model_id": plan.model_id, "gpu": plan.gpu.key, "framework": options.framework,
+                  "weight_format": options.weight_format, "kv_dtype": options.kv_dtype,
+                  "act_dtype": options.act_dtype})
+        out.append(s)
+    return out
+
+
+def _scalar(value) -> Any:
+    value = np.asarray(value).reshape(-1)[0] if isinstance(value, np.ndarray) else value
+    return value.item() if hasattr(value, "item") else value
+
+
+@dataclass
+class Deployment:
+    """One scenario point of a plan: the summary (Parquet field names) and per-phase op tables."""
+
+    plan: Plan
+    scenario: Scenario
+    summary: dict[str, Any]
+    phases: dict[str, dict[str, Any]]
+    ops: dict[str, list[dict[str, Any]]]
+
+    @staticmethod
+    def build(plan: Plan, scenario: Scenario, tables=None) -> "Deployment":
+        """The deployment at ``scenario``; ``tables``: measured kernel tables for the expected
+        times (engine.deploy.measured.load_measured; default: the repo's, this GPU's)."""
+        if scenario.batch < 1 or scenario.input_len < 1 or scenario.output_len < 0:
+            raise SpecError(option_where("--batch/--input/--output"), f"bad scenario {scenario}",
+                            "batch and input must be positive, output not negative")
+        if tables is None:
+            # this GPU's measured kernels under this framework (gpus/measured/)
+            tables = load_measured(gpu=plan.gpu.key, framework=plan.options.framework)
+        out = summarize_plan(plan, scenario.batch, scenario.input_len, scenario.output_len, tables)
+        raw = out.pop("phases")
+        phases = {p: {k: _scalar(v) for k, v in raw[p].items()} for p in PHASES}
+        summary = {k: _scalar(v) for k, v in out.items()}
+        ops = {p: op_rows(plan, p, scenario, tables) for p in PHASES}
+        return Deployment(plan, scenario, summary, phases, ops)
