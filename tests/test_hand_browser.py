@@ -255,14 +255,17 @@ def test_deploy_eval_js_front_serves_by_the_steady_state(deploy_eval):
     assert (rows[0]["tokens_per_s_per_gpu"], rows[0]["tokens_per_s_per_user"]) == (2000, 1000)
 
 
-def test_deploy_eval_js_front_file_rows_divide_the_stored_fields(deploy_eval):
+def test_deploy_eval_js_front_file_rows_are_the_stored_fields(deploy_eval):
     """A precomputed front file (site_builder.data.front_files: stored fields, one list per column)
-    as the chart's rows: tokens/s per GPU = batch / tpot_s / n_gpus, per user = 1 / tpot_s. By hand:
-    batch 8 at 20 ms on 2 GPUs: 8 / 0.02 / 2 = 200 per GPU, 50 per user; batch 1 at 4 ms on one: 250."""
+    as the chart's rows, each row the file's values column by column, the rates as stored (the page
+    computes nothing: engine.serving.steady.front_point is the one rule). By hand: two rows, the
+    second's fields from the second entry of each column."""
     rows = deploy_eval.page.evaluate(
         "t => window.E.frontRows(t)",
-        {"columns": ["gpu", "n_gpus", "config", "batch", "ttft_s", "tpot_s", "tpot_last_s"],
-         "values": [["B200", "H100"], [1, 2], ["tp1", "tp2"], [1, 8], [0.5, 0.5], [0.004, 0.02], [0.005, 0.025]]})
+        {"columns": ["gpu", "n_gpus", "config", "batch", "ttft_s", "tpot_s", "tpot_last_s", "tokens_per_s_per_gpu",
+                     "tokens_per_s_per_user"],
+         "values": [["B200", "H100"], [1, 2], ["tp1", "tp2"], [1, 8], [0.5, 0.5], [0.004, 0.02], [0.005, 0.025],
+                    [250, 200], [250, 50]]})
     assert [(r["gpu"], r["batch"], r["tpot_last_s"]) for r in rows] == [("B200", 1, 0.005), ("H100", 8, 0.025)]
     assert [(r["tokens_per_s_per_gpu"], r["tokens_per_s_per_user"]) for r in rows] == [(250, 250), (200, 50)]
     assert deploy_eval.page.evaluate("() => window.E.frontRows({columns: ['gpu'], values: [[]]})") == []

@@ -79,7 +79,8 @@ def test_a_lookup_through_the_shared_file_equals_the_documents_own_tree_and_tabl
 def test_front_file_holds_the_charts_stored_fields_column_wise(tmp_path):
     """site_builder.data.front_files: per (framework, KV dtype, prompt, output) the flagged decode
     rows' stored fields the chart needs, one list per column, in front order (by GPU, fastest user
-    first); the rates are not stored (the page divides: 8 / 0.02 / 2 = 200 tokens/s per GPU)."""
+    first), the rates as the build computes them (engine.serving.steady.front_point: tokens/s per GPU =
+    batch / mean TPOT / GPUs, per user = 1 / mean TPOT; the page computes nothing)."""
     import types
 
     import polars as pl
@@ -99,9 +100,12 @@ def test_front_file_holds_the_charts_stored_fields_column_wise(tmp_path):
     out = front_files(types.SimpleNamespace(root=tmp_path), "m/x")
     assert list(out) == [("vllm", "bf16", 1024, 256)]
     front = out[("vllm", "bf16", 1024, 256)]
-    assert front["columns"] == list(FRONT_FIELDS) == ["gpu", "n_gpus", "config", "batch", "ttft_s", "tpot_s", "tpot_last_s"]
-    assert front["values"] == [["B200", "H100", "H100"], [1, 2, 2], ["tp1", "tp2", "tp2"], [1, 1, 8], [0.5, 0.5, 0.5],
-                               [0.004, 0.01, 0.02], [0.004 * 1.25, 0.01 * 1.25, 0.02 * 1.25]]
+    assert front["columns"] == list(FRONT_FIELDS) == ["gpu", "n_gpus", "config", "batch", "ttft_s", "tpot_s", "tpot_last_s",
+                                                      "tokens_per_s_per_gpu", "tokens_per_s_per_user"]
+    assert front["values"][:7] == [["B200", "H100", "H100"], [1, 2, 2], ["tp1", "tp2", "tp2"], [1, 1, 8], [0.5, 0.5, 0.5],
+                                   [0.004, 0.01, 0.02], [0.004 * 1.25, 0.01 * 1.25, 0.02 * 1.25]]
+    # by hand: 1 / 0.004 / 1 = 250, 1 / 0.01 / 2 = 50, 8 / 0.02 / 2 = 200 per GPU; 250, 100, 50 per user
+    assert front["values"][7:] == [[250.0, 50.0, 200.0], [250.0, 100.0, 50.0]]
 
 
 def test_expected_file_indexes_each_tooltip_once_and_drops_the_seconds():

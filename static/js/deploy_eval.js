@@ -264,16 +264,13 @@
     });
   }
   // A precomputed front file (site_builder/data.py front_files: {columns, values: one list per
-  // column}) as the chart's rows: its stored fields, and the two rates it plots from them by
-  // engine.serving.steady.front_point's divisions, in the same order (so the build's bits): tokens/s
-  // per GPU = batch / tpot_s / n_gpus, per user = 1 / tpot_s (tpot_s: the steady state's mean TPOT)
+  // column}) as the chart's rows: the build's stored fields, rates included (engine.serving.steady.
+  // front_point computes them; the page only reads them)
   function frontRows(t) {
     var n = t.values.length ? t.values[0].length : 0, rows = [];
     for (var k = 0; k < n; k++) {
       var o = {};
       t.columns.forEach(function (c, i) { o[c] = t.values[i][k]; });
-      o.tokens_per_s_per_gpu = o.batch / o.tpot_s / o.n_gpus;
-      o.tokens_per_s_per_user = 1 / o.tpot_s;
       rows.push(o);
     }
     return rows;
