@@ -97,3 +97,25 @@ def test_spec_tree_is_the_steps_tree_consistency(llama_tp2):
             spec = step_spec(st, lookup, members)
             repeat = float(st.repeat) if spec is not None else 0.0
             assert spec_tree(spec, repeat, id) == expected_tree(st, lookup, members, id)
+
+
+def test_step_spec_separates_moe_routing():
+    """An expert-parallel MoE step under TensorRT-LLM's uneven routing reads the tables measured at
+    that routing (``moe-*_power_law_1.2``), under balanced routing the balanced ones: asked in either
+    order, each lookup gets its own (DeepSeek-V3 on 8x H200, EP8: hidden 7168, 2048 per expert,
+    top-8 of 256, moe_tp 1, moe_ep 8, a key both TensorRT-LLM tables hold)."""
+    p = make_plan("DeepSeek-V3", "H200", "trtllm", None, "bf16", tp=8, ep=8, dp_attn=8)
+    s = p.structure
+    assert s.moe_routing == "power_law_1.2"
+    tables = load_measured(gpu="H200", framework="trtllm")
+    members = member_ops(s, "decode")
+    moe = next(st for st in s.programs["decode"].steps if st.op == "fused_moe")
+    files = {}
+    for routing in ("balanced", "power_law_1.2", "balanced"):
+        lookup = Lookup(p.gpu, "trtllm", "decode", tables, "bf16", s.config, s.ev.bound, routing)
+        spec = step_spec(moe, lookup, members)
+        assert spec.shape == " hidden=7168 inter=2048 topk=8 experts=256 moe_tp=1 moe_ep=8"
+        files.setdefault(routing, set()).add(spec.tables[0].path.rsplit("/", 1)[-1])
+    assert len(files["balanced"]) == 1 and len(files["power_law_1.2"]) == 1
+    (balanced,), (routed,) = files["balanced"], files["power_law_1.2"]
+    assert routed == balanced.replace(".yaml", "_power_law_1.2.yaml") and "power_law" not in balanced

@@ -213,7 +213,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         if found is not None and found[0] is program:
             return found[1]
         kernels = measured(gpu.key, framework) if measured else {}
-        lookup = Lookup(gpu, framework, phase, kernels, kv_dtype, s.config, s.ev.bound)
+        lookup = Lookup(gpu, framework, phase, kernels, kv_dtype, s.config, s.ev.bound, s.moe_routing)
         members = member_ops(s, phase)
         rows = [spec_tree_index(step_spec(st, lookup, members), st) for st in program.steps]
         index = expected_lists.add(rows, key=tuple(rows))

@@ -767,7 +767,7 @@ def step_spec(step, lookup: Lookup, member_ops: dict) -> Spec | None:
     moe = _moe_key(lookup.bound or {}, config) if kernel == "moe" else None
     mla = _mla_model(lookup.bound) if kernel in MLA_KERNELS else None
     key = (id(step), id(lookup.tables), lookup.gpu.key, lookup.framework, lookup.phase, lookup.kv_dtype,
-           _cp(config), kernel, moe, mla)
+           _cp(config), kernel, moe, lookup.moe_routing if moe else None, mla)
     found = _SPECS.get(key)
     if found is not None and found[0] is step and found[1] is lookup.tables:
         return found[2]
