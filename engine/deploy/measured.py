@@ -625,7 +625,7 @@ def _gemm_key(step) -> tuple:
     calls. Steps of other placements, regimes and frameworks repeat these exactly (a GEMM's point
     is the same wherever the same shard of the same matmul runs); sympy compares the expressions
     structurally (an Integer is not a Float of the same value), so equal keys give equal points."""
-    return (tuple((a.name, a.size) for a in step.out.axes),
+    return (tuple((a.name, _sym(a.size)) for a in step.out.axes),     # (as _local_axes reads them)
             tuple(tuple(g.size for g in groups) for groups in step.layout.shards),
             tuple(g.size for g in step.layout.partial), step.last_token,
             tuple(e for e in step.dims.values() if getattr(e, "is_number", True)),
