@@ -55,7 +55,7 @@ import sympy
 from engine.build.export import compact_json
 from engine.deploy.cost import step_totals
 from engine.deploy.fusion import live_token_limits, token_limits
-from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, expected_tree, member_ops
+from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, member_ops, spec_tree, step_spec
 from engine.deploy.planner import mtp_modules
 from engine.deploy.op_rows import formula_text, weight_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
@@ -187,6 +187,23 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             found = refs[id(entry)] = (entry, lookups.add(entry))
         return found[1]
 
+    # (id(spec), calls) -> (spec, its tree's index): a step's expected-time tree is a function of its
+    # Spec and calls alone (measured.spec_tree), and steps of other programs, configs, GPUs and KV
+    # dtypes repeat both (spec objects are memoized; the held spec keeps its id its own)
+    spec_trees: dict[tuple, tuple] = {}
+    step_trees: dict[tuple, tuple] = {}     # (id(step), id(spec)) -> (them, the index): no float again
+
+    def spec_tree_index(spec, st) -> int:
+        mine = step_trees.get((id(st), id(spec)))
+        if mine is not None and mine[0] is st and mine[1] is spec:
+            return mine[2]
+        repeat = float(st.repeat) if spec is not None else 0.0
+        found = spec_trees.get((id(spec), repeat))
+        if found is None or found[0] is not spec:
+            found = spec_trees[(id(spec), repeat)] = (spec, trees.add(spec_tree(spec, repeat, lookup_ref)))
+        step_trees[(id(st), id(spec))] = (st, spec, found[1])
+        return found[1]
+
     def expected(s, phase: str, gpu, framework: str, kv_dtype: str) -> int:
         """The index (among ``expected``) of the list of the phase program's per-step expected-time
         trees (engine.deploy.measured.expected_tree) on ``gpu`` under ``framework`` with ``kv_dtype``."""
@@ -196,9 +213,9 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         if found is not None and found[0] is program:
             return found[1]
         kernels = measured(gpu.key, framework) if measured else {}
-        lookup = Lookup(gpu, framework, phase, kernels, kv_dtype, s.config, s.ev.bound)
+        lookup = Lookup(gpu, framework, phase, kernels, kv_dtype, s.config, s.ev.bound, s.moe_routing)
         members = member_ops(s, phase)
-        rows = [trees.add(expected_tree(st, lookup, members, lookup_ref)) for st in program.steps]
+        rows = [spec_tree_index(step_spec(st, lookup, members), st) for st in program.steps]
         index = expected_lists.add(rows, key=tuple(rows))
         expected_of[key] = (program, index)
         return index

@@ -519,6 +519,14 @@ def _at(expr, args: dict) -> np.ndarray:
     return value if value.shape == (n,) else np.broadcast_to(value, (n,))
 
 
+def _at_once(expr, args: dict, values: dict) -> np.ndarray:
+    """:func:`_at` of ``expr`` over ``args``, once per expression in ``values`` (for these args alone)."""
+    found = values.get(expr)
+    if found is None:
+        found = values[expr] = _at(expr, args)
+    return found
+
+
 def _linear(step, member_ops: dict) -> bool:
     """A dense matmul kernel: a ``linear`` step, or a fused step whose members all are linear."""
     if step.op == "linear" and step.kind == "compute":
@@ -658,11 +666,39 @@ def _local_axes(step) -> dict[str, sympy.Expr]:
     return out
 
 
+def _gemm_key(step) -> tuple:
+    """Everything :func:`_gemm_point` reads of a step, by value: its output axes (names and
+    sizes), the sizes of the groups splitting each axis and of its partial-sum groups, whether it
+    computes the last token alone, its numeric dims in order, its FLOPs over all calls and its
+    calls. Steps of other placements, regimes and frameworks repeat these exactly (a GEMM's point
+    is the same wherever the same shard of the same matmul runs); sympy compares the expressions
+    structurally (an Integer is not a Float of the same value), so equal keys give equal points."""
+    return (tuple((a.name, _sym(a.size)) for a in step.out.axes),     # (as _local_axes reads them)
+            tuple(tuple(g.size for g in groups) for groups in step.layout.shards),
+            tuple(g.size for g in step.layout.partial), step.last_token,
+            tuple(e for e in step.dims.values() if getattr(e, "is_number", True)),
+            step_totals(step)[0], step.repeat)
+
+
+_GEMMS: dict[tuple, tuple] = {}      # _gemm_key -> the point: building it is sympy Min/Max work
+
+
 def _gemm_point(step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
     """(m, n, k) per GPU of a matmul step (the module's rule), expressions of the point: m the
     step's output rows on one GPU (the prefill logits: one position per prompt), k its input
     features (split by the partial-sum groups of a row-parallel matmul), n = FLOPs per call / 2mk
-    (a fused QKV or gate-up: the members' output features together)."""
+    (a fused QKV or gate-up: the members' output features together). Once per :func:`_gemm_key`."""
+    key = _gemm_key(step)
+    found = _GEMMS.get(key)
+    if found is None:
+        if len(_GEMMS) > 50_000:
+            _GEMMS.clear()
+        found = _GEMMS[key] = _gemm_point_of(step)
+    return found
+
+
+def _gemm_point_of(step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
+    """:func:`_gemm_point` computed (its key's fields are all this reads)."""
     local = _local_axes(step)
     rows = list(local.items())[:-1]                  # the last output axis: the features
     m = sympy.Integer(1)
@@ -748,19 +784,38 @@ class Spec:
 
 
 _SPECS: dict = {}
+_KERNELS: dict = {}     # (id(step), id(member_ops), phase) -> (them, the step's kernel class or "")
+
+
+def _kernel(step, member_ops: dict, phase: str) -> str:
+    """:func:`kernel_of` of a step that runs (a whole, non-zero number of calls), else ""; once per
+    step object, ``member_ops`` object (:func:`member_ops` hands out one per program) and phase."""
+    key = (id(step), id(member_ops), phase)
+    found = _KERNELS.get(key)
+    if found is not None and found[0] is step and found[1] is member_ops:
+        return found[2]
+    kernel = kernel_of(step, member_ops, phase) if step.repeat.is_number and float(step.repeat) else ""
+    if len(_KERNELS) > 200_000:
+        _KERNELS.clear()
+    _KERNELS[key] = (step, member_ops, kernel)
+    return kernel
 
 
 def step_spec(step, lookup: Lookup, member_ops: dict) -> Spec | None:
     """The step's :class:`Spec` by the module's rule, None where no table covers it (a kernel class
-    without a table of this GPU, framework, dtype or shape); once per step object and lookup."""
-    if not step.repeat.is_number or not float(step.repeat):
-        return None
-    kernel = kernel_of(step, member_ops, lookup.phase)
+    without a table of this GPU, framework, dtype or shape); once per step object and what of the
+    lookup it reads (the grid and the deploy export ask each step under every GPU, framework, KV
+    dtype and config: the step's kernel class is derived once per step, and of the config only the
+    context-parallel degree and an MoE table's key are read, of the model's dims only that key and
+    whether it has the MLA tables' shape)."""
+    kernel = _kernel(step, member_ops, lookup.phase)
     if not kernel:
         return None
-    moe = _moe_key(lookup.bound or {}, lookup.config) if kernel == "moe" else None
+    config = lookup.config
+    moe = _moe_key(lookup.bound or {}, config) if kernel == "moe" else None
+    mla = _mla_model(lookup.bound) if kernel in MLA_KERNELS else None
     key = (id(step), id(lookup.tables), lookup.gpu.key, lookup.framework, lookup.phase, lookup.kv_dtype,
-           lookup.config, kernel, moe)
+           _cp(config), kernel, moe, lookup.moe_routing if moe else None, mla)
     found = _SPECS.get(key)
     if found is not None and found[0] is step and found[1] is lookup.tables:
         return found[2]
@@ -850,16 +905,20 @@ class Ask:
     found: list = None
 
 
-def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, row: int) -> Ask | None:
+def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, row: int,
+         values: dict | None = None) -> Ask | None:
     """The step's lookups at every point (``args``: symbol -> 1-D array of the points; ``t_sol``:
     the step's bound over its calls there): its :class:`Spec` evaluated there; a table applies
     where the step's bound and every coordinate of its point are positive and the spec's
-    condition holds. None where no table covers it at any point."""
+    condition holds. None where no table covers it at any point. ``values``: expression -> its
+    :func:`_at` over these very ``args`` (a program's steps share most coordinates: ``batch``,
+    a shard's heads), filled as the steps ask; the arrays are only read."""
     spec = step_spec(step, lookup, member_ops)
     if spec is None:
         return None
-    points = np.column_stack([_at(e, args) for e in spec.point])
-    valid = (t_sol > 0) & (_at(spec.applies, args) != 0)
+    at = _at if values is None else lambda e, a: _at_once(e, a, values)
+    points = np.column_stack([at(e, args) for e in spec.point])
+    valid = (t_sol > 0) & (at(spec.applies, args) != 0)
     at = np.flatnonzero(valid & (points.min(axis=1) > 0))   # an empty shape: no lookup
     if not len(at):
         return None
@@ -937,8 +996,15 @@ def expected_tree(step, lookup: Lookup, member_ops: dict, table_ref: Callable[[d
     x the faster table's time, the bound); elsewhere the bound / :data:`DEFAULT_EFFICIENCY`. A
     table is a ``lookup`` node ``["lookup", ref, coordinate trees...]``, ``ref`` what ``table_ref``
     gives for the :func:`lookup_table` of its distilled table (:func:`distil`; the file's table index)."""
-    fallback = ["/", T_SOL, DEFAULT_EFFICIENCY]
     spec = step_spec(step, lookup, member_ops)
+    return spec_tree(spec, float(step.repeat) if spec is not None else 0.0, table_ref)
+
+
+def spec_tree(spec: Spec | None, repeat: float, table_ref: Callable[[dict], object]) -> list:
+    """:func:`expected_tree` of a step whose :func:`step_spec` is ``spec`` and whose calls are
+    ``repeat``: the tree reads nothing else of the step (so steps of one spec and repeat share
+    one tree; ``repeat`` is unused where ``spec`` is None)."""
+    fallback = ["/", T_SOL, DEFAULT_EFFICIENCY]
     if spec is None:
         return fallback
     point = [to_tree(e) for e in spec.point]
@@ -946,7 +1012,7 @@ def expected_tree(step, lookup: Lookup, member_ops: dict, table_ref: Callable[[d
               *point] for t in spec.tables]
     time = nodes[0] if len(nodes) == 1 else ["min", *nodes]
     applies = ["and", [">", T_SOL, 0], *([">", p, 0] for p in point), to_tree(spec.applies)]
-    return ["pw", [["max", ["*", float(step.repeat), time], T_SOL], applies], [fallback, 1]]
+    return ["pw", [["max", ["*", repeat, time], T_SOL], applies], [fallback, 1]]
 
 
 def node_lookup(tables: dict) -> Callable[[object, list], float]:
@@ -1017,9 +1083,10 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
         dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
         args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
         args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
+        values: dict = {}       # each coordinate's values at these points, once per expression
         for j in covered:
             step = steps[keep[j]]
-            a = _ask(step, lookup, members, args, t_sol[j], j)
+            a = _ask(step, lookup, members, args, t_sol[j], j, values)
             if a is not None:
                 out.asks.append(a)
     return out
@@ -1036,9 +1103,12 @@ def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, d
     text = {key: [[fallback if key == "src" else ""] * n for _ in range(k)] for key in ("src", "table", "nearest")} \
         if detail else None
     for a in g.asks:
-        t_all = np.stack([t for t, _ in a.found])
-        best = np.argmin(t_all, axis=0)                     # the faster table (the first of equals)
-        t = t_all[best, np.arange(len(a.at))]
+        if len(a.found) == 1 and not detail:            # one table: its times (argmin's only choice)
+            t = a.found[0][0]
+        else:
+            t_all = np.stack([t for t, _ in a.found])
+            best = np.argmin(t_all, axis=0)                 # the faster table (the first of equals)
+            t = t_all[best, np.arange(len(a.at))]
         times[a.row, a.at] = np.maximum(t * a.repeat, g.t_sol[a.row, a.at])
         measured[a.row, a.at] = True
         if detail:
@@ -1054,8 +1124,19 @@ def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, d
 
 
 def member_ops(structure, phase: str) -> dict[str, str]:
-    """Step uid -> op of the phase's unfused program (what a fused step's members are)."""
-    return {s.uid: s.op for s in structure.unfused[phase].steps}
+    """Step uid -> op of the phase's unfused program (what a fused step's members are); one dict
+    per program object (structures of other regimes share their unfused programs), which callers
+    only read, so :func:`step_spec` can key on it by identity."""
+    program = structure.unfused[phase]
+    found = _MEMBERS.get(id(program))
+    if found is None or found[0] is not program:
+        if len(_MEMBERS) > 20_000:
+            _MEMBERS.clear()
+        found = _MEMBERS[id(program)] = (program, {s.uid: s.op for s in program.steps})
+    return found[1]
+
+
+_MEMBERS: dict[int, tuple] = {}      # id(unfused program) -> (program, its member_ops)
 
 
 _COVERED: dict[tuple, tuple] = {}
