@@ -241,7 +241,10 @@ def deployment_options(rows: pl.DataFrame) -> list[dict[str, Any]]:
     # grouped on the short columns, the formulas (KB each, one per combination) only compared
     # inside a group: a unique() over all the columns copies every row's formula to compare rows
     combos = rows.group_by(KEY + ["tp", "ep", "dp_attn", "pp"]).agg(pl.col("weight_bytes_per_gpu_formula").unique())
-    return combos.explode("weight_bytes_per_gpu_formula").sort(["gpu", "n_gpus", "config", "framework", "kv_dtype"]).to_dicts()
+    # sorted on every column: a combination with two formulas (two weight formats) has one order
+    # whatever order group_by returned them in (the page's index is the same bytes every build)
+    first = ["gpu", "n_gpus", "config", "framework", "kv_dtype"]
+    return combos.explode("weight_bytes_per_gpu_formula").sort(first + [c for c in columns if c not in first]).to_dicts()
 
 
 def ops_rows(results: Results, model_id: str) -> pl.DataFrame:
