@@ -54,7 +54,11 @@ def test_the_check_sees_an_import_when_there_is_one():
 
 #: Two models of the corpus, their parameter counts as Hugging Face publishes them (the model cards:
 #: Qwen3-8B 8.19B, Llama-3.1-8B 8.03B), as `list` prints them (3 significant digits).
-LISTED = {"Qwen/Qwen3-8B": "8.19 G", "meta-llama/Meta-Llama-3.1-8B": "8.03 G"}
+BUILT = {"Qwen/Qwen3-8B": "8.19 G", "meta-llama/Meta-Llama-3.1-8B": "8.03 G"}
+#: ... and a spec declared unverified (never published: its row is the manifest's): MiMo-7B-Base,
+#: 7.83B on its model card less its 211M MTP layer (params_total leaves MTP modules out, as for every
+#: model): 7.62B
+LISTED = {**BUILT, "XiaomiMiMo/MiMo-7B-Base": "7.62 G"}
 TINY = REPO / "tests" / "data" / "grid_tiny.yaml"
 
 
@@ -67,14 +71,14 @@ def two_model_checkout(tmp_path_factory):
     from engine.spec.corpus import load_corpus
     root = tmp_path_factory.mktemp("listed")
     shutil.copytree(REPO / "corpus", root / "corpus")
-    keep = {"Qwen--Qwen3-8B.yaml", "meta-llama--Meta-Llama-3.1-8B.yaml"}
+    keep = {"Qwen--Qwen3-8B.yaml", "meta-llama--Meta-Llama-3.1-8B.yaml", "XiaomiMiMo--MiMo-7B-Base.yaml"}
     for spec in (root / "corpus" / "models").glob("*.yaml"):
         if spec.name not in keep:
             spec.unlink()
     for variant in (root / "corpus" / "variants").glob("*.yaml"):
         variant.unlink()
     report = build(load_corpus(root / "corpus"), root / "out", grid_path=TINY, jobs=1)
-    assert sorted(report.recomputed) == sorted(LISTED)
+    assert sorted(report.recomputed) == sorted(BUILT)
     return root
 
 
@@ -89,6 +93,7 @@ def test_list_on_a_fresh_build_imports_no_sympy(two_model_checkout):
     root = two_model_checkout
     text, names = _imported("list", "--corpus", str(root / "corpus"), "--out", str(root / "out"))
     assert _listing(text) == LISTED
+    assert [line for line in text.splitlines() if "(unverified: " in line][0].startswith("XiaomiMiMo/MiMo-7B-Base")
     assert not {n.split(".")[0] for n in names} & {"sympy", "mpmath", "polars", "pyarrow", "numpy"}
     assert not {n for n in names if n.startswith(("engine.spec.corpus", "engine.spec.expr", "engine.spec.evaluate"))}
 

@@ -97,6 +97,19 @@ def unchanged(built: Built, corpus_root: Path, gpu_root: Path) -> bool:
     return built.manifest.get("shared_hash") == built.shared_hash_now(corpus_root, gpu_root)
 
 
+def unverified_rows(built: Built, columns: list[str]) -> tuple[dict[str, dict], dict[str, str]]:
+    """The manifest's rows of the declared-unverified specs (``unverified_listed``: ``columns`` of
+    each, engine.build.results.unverified_listed) and their reasons (``unverified``); a row of the
+    wrong form (not a mapping, a missing column, a reason that is not text) is left out, so the
+    caller evaluates that spec instead."""
+    rows, why = built.manifest.get("unverified_listed"), built.manifest.get("unverified")
+    if not isinstance(rows, dict) or not isinstance(why, dict):
+        return {}, {}
+    kept = {m: {c: r[c] for c in columns} for m, r in rows.items()
+            if isinstance(r, dict) and all(c in r for c in columns) and isinstance(why.get(m), str)}
+    return kept, {m: why[m] for m in kept}
+
+
 def corpus_models(built: Built) -> list[str]:
     """The model ids of the corpus the build read (every spec, built, skipped or not named)."""
     models = (built.manifest.get("corpus") or {}).get("models")

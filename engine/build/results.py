@@ -740,6 +740,23 @@ def _skip_line(corpus: Corpus, model_id: str, errors: list) -> str:
     return f"skip {model_id}: not verified ({len(errors)} guard errors; run `archledger validate {model_id}`)"
 
 
+def unverified_listed(corpus: Corpus, unverified: dict[str, str]) -> dict[str, dict]:
+    """What ``archledger list`` prints of each declared-unverified spec (engine.cli.show.LIST_COLUMNS:
+    family, model_type, parameters from a numeric walk, lineage columns), kept in the manifest so
+    that ``list`` on a built checkout answers without loading the corpus or importing sympy (such a
+    spec is never published, so models.parquet has no row for it)."""
+    from engine.spec import quantities
+    from engine.spec.evaluate import Binding, walk_model
+    table = landscape.load_lineage(corpus.root)
+    out = {}
+    for mid in sorted(unverified):
+        model = corpus.models[mid]
+        params = int(quantities.params_total(walk_model(corpus, model, Binding("numeric", {}))))
+        out[mid] = {"family": model.family, "model_type": model.model_type, "params_total": params,
+                    **landscape.lineage_columns(mid, model.family, table)}
+    return out
+
+
 def refuse_unverified(skipped: dict[str, list[str]], log) -> None:
     """``--strict``: one line per spec that failed its guards (its first error), then the
     :class:`BuildError` that stops the build before anything is published. A deploy built this way
@@ -910,6 +927,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
                     "corpus": {"digest": corpus_digest(corpus.root), "models": sorted(corpus.models)},
                     "models": {m: entries[m] for m in targets}, "skipped": report.skipped,
                     "unverified": report.unverified,
+                    "unverified_listed": unverified_listed(corpus, report.unverified),
                     "files": {name: publish.file_digest(staging / name)
                               for name in ("models.parquet", MODELS_JSON, "contracts.json", "landscape.json",
                                            "variants.json", "variants.parquet")}}

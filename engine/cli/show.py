@@ -131,8 +131,10 @@ def _listed(args: argparse.Namespace) -> list[dict]:
     done = built.read(Path(args.out) / "results", LIST_COLUMNS)
     if done is not None and built.unchanged(done, corpus_root, gpu_root):
         ids = built.corpus_models(done)
-        if ids and all(m in done.rows for m in ids):
-            return [done.rows[m] for m in ids]
+        # a declared-unverified spec is never published: its row is the manifest's (the build's walk)
+        listed, why = built.unverified_rows(done, LIST_COLUMNS)
+        if ids and all(m in done.rows or m in listed for m in ids):
+            return [done.rows[m] if m in done.rows else {"model_id": m, **listed[m], "unverified": why[m]} for m in ids]
     from engine.build.hashing import model_hash
     from engine.build.landscape import lineage_columns, load_lineage
     from engine.spec import quantities
