@@ -225,7 +225,9 @@ def scheme_for_config(config: dict[str, Any], schemes: dict[str, QuantScheme]) -
     for scheme in schemes.values():
         if scheme.hf and _contains(qc, dict(scheme.hf)):
             return scheme
-    keys = {k: v for k, v in qc.items() if not isinstance(v, (list, dict))}   # ignore lists can be 60 KB
+    # the scalars that say what format this is, those first (ignore lists can be 60 KB, nulls say nothing)
+    scalars = {k: v for k, v in qc.items() if not isinstance(v, (list, dict)) and v is not None}
+    keys = {k: scalars[k] for k in sorted(scalars, key=lambda k: (k not in ("quant_method", "format"), k))}
     raise ModelingCodeError(f"no corpus quant scheme matches quantization_config {_short(keys)} — add `hf:` "
                             "keys to the scheme in corpus/quant/ that stores this format")
 

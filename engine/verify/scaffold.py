@@ -405,7 +405,8 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
             scheme = modeling_code.scheme_for_config(config, corpus.schemes)
             per_module = modeling_code.layer_schemes(config, corpus.schemes)
         except modeling_code.ModelingCodeError as exc:
-            todo.append(f"quantization_config: {' '.join(str(exc).split())[:200]}; then set quant_context")
+            # whole: the error bounds its own quoted config (modeling_code._short), and its advice is the end
+            todo.append(f"quantization_config: {' '.join(str(exc).split())}; then set quant_context")
             return
         if per_module:
             overrides = _module_overrides(per_module, prefixes, todo)
