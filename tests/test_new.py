@@ -169,6 +169,24 @@ def test_new_takes_the_quant_context_from_quantization_config(capsys, tmp_path):
     assert "q_proj.weight F8_E4M3 [64, 64]" in tensors and "q_proj.weight_scale_inv F32 [1, 1]" in tensors
 
 
+def test_a_recorded_configs_row_keeps_its_place_in_the_snapshots_readme():
+    """scaffold.readme_text: a config recorded again replaces its row where it stands (the same hash
+    leaves the text byte for byte; a new hash changes that line only), a new config's row goes after
+    the last row. By hand on a three-row table."""
+    from engine.verify.scaffold import readme_text
+    text = ("# Snapshots\n\n| file | source | sha256 |\n|---|---|---|\n"
+            "| `a--A.config.json` | https://huggingface.co/a/A/blob/main/config.json | `11` |\n"
+            "| `b--B.config.json` | https://huggingface.co/b/B/blob/main/config.json | `22` |\n"
+            "| `c--C.config.json` | https://huggingface.co/c/C/blob/main/config.json | `33` |\n\nNotes.\n")
+    assert readme_text(text, "a/A", "11") == text
+    again = readme_text(text, "a/A", "99").splitlines()
+    assert again[4] == "| `a--A.config.json` | https://huggingface.co/a/A/blob/main/config.json | `99` |"
+    assert again[:4] + again[5:] == text.splitlines()[:4] + text.splitlines()[5:]
+    added = readme_text(text, "d/D", "44").splitlines()
+    assert added[7] == "| `d--D.config.json` | https://huggingface.co/d/D/blob/main/config.json | `44` |"
+    assert added[8:] == ["", "Notes."]
+
+
 def test_a_quantization_config_no_scheme_matches_is_a_to_do_with_its_whole_advice(capsys, tmp_path):
     """A format no corpus scheme stores (compressed-tensors' MXFP4 packing, as Kimi-K3 publishes it)
     is one to-do line naming the format and ending with what to write: the scheme's `hf:` keys, then

@@ -536,12 +536,17 @@ def _tied(lines: list[str], config: dict, base_config: dict, todo: list[str]) ->
 # -- the other files ------------------------------------------------------------------------------
 
 def readme_text(text: str, model_id: str, sha256: str) -> str:
-    """``corpus/snapshots/README.md`` with this config's row (replaced if it is there)."""
+    """``corpus/snapshots/README.md`` with this config's row: replaced where it is (a re-recorded
+    config keeps its place, so an unchanged one leaves the file as it was), else after the last row."""
     name = f"{slug(model_id)}.config.json"
     row = f"| `{name}` | https://huggingface.co/{model_id}/blob/main/config.json | `{sha256}` |"
-    lines = [line for line in text.splitlines() if not line.startswith(f"| `{name}` |")]
-    last = max(i for i, line in enumerate(lines) if line.startswith("| `"))
-    lines.insert(last + 1, row)
+    lines = text.splitlines()
+    mine = [i for i, line in enumerate(lines) if line.startswith(f"| `{name}` |")]
+    if mine:
+        lines = [row if i == mine[0] else line for i, line in enumerate(lines) if i not in mine[1:]]
+    else:
+        last = max(i for i, line in enumerate(lines) if line.startswith("| `"))
+        lines.insert(last + 1, row)
     return "\n".join(lines) + "\n"
 
 
