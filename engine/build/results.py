@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
-import io
 import json
 import multiprocessing
 import os
@@ -55,188 +54,28 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import polars as pl
 
 from engine.build import collector, landscape, lifeline, publish, workers
 from engine.build.built import MODELS_JSON  # models.parquet's rows as JSON: what commands read without polars
 from engine.build.hashing import (  # re-exported: the build's hashes live in one light module
     ENGINE, SCHEMA_VERSION, _digest, _engine_identity, corpus_digest, engine_sources, evidence_files, model_hash,
     shared_hash)
-from engine.build.export import KV_LENGTHS, compact_json
-from engine.project import PACKAGE_ROOT
-from engine.spec import kv
-from engine.spec.api import Evaluation, evaluate_spec
+from engine.build.export import compact_json
+# re-exported: the tables' schemas, the model row, the writer and the previous results moved out
+# of this module (one job each); importers keep reading them here
+from engine.build.model_row import (  # noqa: F401
+    _first_layer, _with_formats, attention_kinds, attention_label, kv_split, model_row, slug, weight_format_columns)
+from engine.build.parquet_writer import (  # noqa: F401
+    LONG_TEXT, PARTITION_ORDER, ZSTD_LEVEL, _frame, _long_texts, _series, write_parquet)
+from engine.build.previous import (  # noqa: F401
+    Previous, _carry, _file_records, _grid_of, _intact, _model_files, _read_previous, grid_id)
+from engine.build.schema import (  # noqa: F401
+    _KEY, DECODE_COPIES, DEPLOYMENTS_SCHEMA, DERIVED, MODELS_SCHEMA, OPS_SCHEMA, UNSTORED, VARIANTS_SCHEMA,
+    without_copies)
+from engine.spec.api import evaluate_spec
 from engine.spec.corpus import Corpus, load_corpus
 from engine.spec.errors import SpecError
 from engine.verify.validate import validate
-
-
-#: models.parquet columns: name -> (polars dtype, doc). The schema test reads these tables.
-MODELS_SCHEMA = {
-    "model_id": (pl.String, "Hugging Face model id the spec describes."),
-    "family": (pl.String, "Model family (Llama 3.1, Qwen3, DeepSeek-V3, ...)."),
-    "model_type": (pl.String, "The config's model_type."),
-    "spec_hash": (pl.String, "SHA-256 of everything the model's results depend on (the partition hash)."),
-    "verified": (pl.Boolean, "The spec passed every verification guard (always true: unverified specs are not published)."),
-    "verified_against": (pl.String, "Evidence the guards checked: 'checkpoint headers' or 'modeling code'."),
-    "params_total": (pl.Int64, "Parameters of the main stack (buffers excluded)."),
-    "params_active": (pl.Int64, "Parameters one token uses in the main stack (experts counted top_k times)."),
-    "params_embedding": (pl.Int64, "Parameters of the input embedding table."),
-    "params_extra_stacks": (pl.Int64, "Parameters outside the main stack (e.g. DeepSeek-V3's MTP module); 0 if none."),
-    "checkpoint_bytes": (pl.Int64, "Bytes of all stored tensors in the published format, scales and extra stacks included."),
-    "checkpoint_tensors": (pl.Int64, "Number of stored tensors."),
-    "kv_bytes_per_token": (pl.Int64, "KV cache bytes per token of context that grow without bound: every-token caches, and compressed caches at one entry per `every` tokens (BF16 KV, main stack)."),
-    "kv_fixed_bytes": (pl.Int64, "Per-request KV bytes of window-capped caches at full window and recurrent states (BF16)."),
-    "max_context": (pl.Int64, "Longest context the config declares (tokens)."),
-    "n_layers": (pl.Int64, "Layers of the main stack."),
-    "attention_kinds": (pl.List(pl.String), "Attention components used, with '+window' for sliding-window instances (every cache they keep window-capped; attention_label's 'sliding')."),
-    "attention_label": (pl.String, "The mixers the layer plans use, as the gallery lists them: the attention-role components' `label`s joined by ' + ', recurrent-state mixers first, then attention whose cache grows with context, then 'sliding' for layers whose caches are all window-capped (e.g. 'gdn + gqa', 'mla', 'gqa + sliding')."),
-    "kv_state_bytes": (pl.Int64, "Per-request bytes of the recurrent states (`growth: state` cache entries) in their own dtype (BF16 for any without one): the flat part of a request's cache, the same at every context; 0 for a model without recurrent mixers (main stack)."),
-    "kv_context_lengths": (pl.List(pl.Int64), "Context lengths (tokens) at which kv_growing_bytes_per_request is given."),
-    "kv_growing_bytes_per_request": (pl.List(pl.Int64), "Per-request bytes of the caches that grow with context (every-token and compressed caches; window-capped caches up to their window), BF16 KV, at each of kv_context_lengths (main stack). A request's whole cache at length L is kv_state_bytes + this."),
-    "traits": (pl.List(pl.String), "Architecture traits read from the evaluated graph (engine/build/landscape.py TRAITS): moe, mla, sparse, sliding, compressed, linear, hybrid, mtp."),
-    "lineage": (pl.String, "The lab's line of families the model belongs to (corpus/lineage.yaml; an unlisted family is its own)."),
-    "generation": (pl.Int64, "Position of the model's family in its lineage, oldest first (0-based)."),
-    "release_position": (pl.Int64, "Position of the model in its family's release list (corpus/lineage.yaml; 1000 when not listed)."),
-    "weight_formats": (pl.List(pl.String), "The model's published weight formats: 'checkpoint' (the spec's own storage) first, then each published checkpoint of the same architecture the spec lists (`checkpoints:`, e.g. 'fp8', 'nvfp4'); deployments and ops rows carry these names in weight_format."),
-    "weight_format_models": (pl.List(pl.String), "The Hugging Face id of each of weight_formats, in the same order (the first is model_id)."),
-    "weight_format_bytes": (pl.List(pl.Int64), "Exact bytes of every stored tensor of each of weight_formats (all stacks, scales included; the first equals checkpoint_bytes), checked against that checkpoint's own evidence."),
-    "weight_format_tensors": (pl.List(pl.Int64), "Number of stored tensors of each of weight_formats."),
-}
-
-_KEY = {
-    "model_id": (pl.String, "Hugging Face model id."),
-    "gpu": (pl.String, "GPU name (gpus/*.yaml `gpu:`)."),
-    "n_gpus": (pl.Int64, "GPUs of the deployment (tp x pp x cp; no whole-model replicas in the grid)."),
-    "gpus_per_node": (pl.Int64, "GPUs in one scale-up domain (NVLink / Infinity Fabric)."),
-    "tp": (pl.Int64, "Tensor-parallel group size per pipeline stage."),
-    "ep": (pl.Int64, "Expert-parallel degree inside the TP group."),
-    "dp_attn": (pl.Int64, "Attention data-parallel replicas inside the TP group."),
-    "pp": (pl.Int64, "Pipeline stages."),
-    "cp": (pl.Int64, "Context-parallel degree."),
-    "cp_kind": (pl.String, "ring or ulysses when cp > 1, else empty."),
-    "config": (pl.String, "Short label of the parallel config, e.g. tp8-ep8-dp_attn8."),
-    "framework": (pl.String, "Fusion table applied: vllm, sglang or none."),
-    "weight_format": (pl.String, "checkpoint (the storage of the checkpoint the spec is named after), or the `format` of another published checkpoint the spec lists (models.parquet weight_formats; its own storage, on the grid's `checkpoints:` GPUs where the format is native), or a quant scheme."),
-    "kv_dtype": (pl.String, "KV cache dtype (bf16, fp8)."),
-    "phase": (pl.String, "prefill (the prompt, TTFT) or decode (one token per request, TPOT)."),
-    "batch": (pl.Int64, "Concurrent requests per model replica."),
-    "input_len": (pl.Int64, "Prompt tokens per request."),
-    "output_len": (pl.Int64, "Generated tokens per request (decode runs at input_len + output_len)."),
-}
-
-#: deployments.parquet: one row per (deployment point, phase).
-DEPLOYMENTS_SCHEMA = {
-    **_KEY,
-    "micro_batches": (pl.Int64, "Decode micro-batches in flight through the pipeline (min(pp, batch))."),
-    "prefill_steps": (pl.Int64, "Chunked-prefill steps of the fullest replica: max(micro_batches, ceil(ceil(batch / dp_attn) x input_len / 8192)); with pp = 1, TTFT = prefill_steps x step_time_s (one step at the mean size; with pp > 1 the pipeline fills with the largest step)."),
-    "fits": (pl.Boolean, "Worst case: batch <= max_concurrent_requests: weights, the prefill step's working set and every request's KV at the last position fit in usable HBM. The grid also keeps batches past it up to max_concurrent_requests_steady (fits false, fits_steady true): the fronts serve by the steady state."),
-    "shortfall_bytes": (pl.Float64, "Bytes per GPU missing when it does not fit (0 when it fits)."),
-    "hbm_bytes_per_gpu": (pl.Float64, "HBM capacity per GPU (bytes)."),
-    "usable_bytes_per_gpu": (pl.Float64, "HBM the deployment may use: 0.9 x capacity (bytes)."),
-    "weight_bytes_per_gpu": (pl.Float64, "Weights stored on the fullest GPU (bytes)."),
-    "weight_bytes_per_gpu_formula": (pl.String, "Its formula over the spec's dims and the parallel degrees."),
-    "kv_bytes_per_request": (pl.Float64, "KV cache of one request at input_len + output_len, all GPUs (bytes)."),
-    "kv_state_bytes_per_request": (pl.Float64, "The flat part of kv_bytes_per_request: recurrent states (`growth: state` cache entries, e.g. Gated DeltaNet / Mamba2 SSM and convolution states, DeepSeek-V4 compressor buffers), in their own dtype; the same at every context (bytes)."),
-    "kv_growing_bytes_per_request": (pl.Float64, "The part of kv_bytes_per_request that grows with context: every-token and compressed caches, and window-capped caches up to their window (bytes). kv_state_bytes_per_request + kv_growing_bytes_per_request = kv_bytes_per_request."),
-    "kv_bytes_per_request_per_gpu": (pl.Float64, "The share of one request's KV one GPU holds (bytes)."),
-    "kv_budget_bytes_per_gpu": (pl.Float64, "What the KV cache gets: usable HBM minus weights, the framework's runtime reserve and the prefill working set (bytes)."),
-    "kv_bytes_per_gpu": (pl.Float64, "KV held by the fullest GPU for this batch (bytes)."),
-    "free_bytes_per_gpu": (pl.Float64, "Usable HBM left after weights, the prefill working set and this batch's KV (bytes, 0 if none)."),
-    "activation_bytes_per_gpu": (pl.Float64, "Prefill working set reserved per GPU: the largest kernel's activations in a step of 8192 prompt tokens per replica (bytes)."),
-    "reserve_bytes_per_gpu": (pl.Float64, "The framework's runtime reserve per GPU (corpus/fusion/<framework>.yaml runtime_reserve, each figure with its source; 0 for framework none) (bytes)."),
-    "max_concurrent_requests": (pl.Int64, "Worst-case capacity: dp_attn x the requests per attention replica whose KV at the last position fits next to the weights and the prefill working set (per model replica)."),
-    "kv_steady_tokens_per_request": (pl.Float64, "Steady state under continuous batching with paged KV: the cache tokens one request holds averaged over its output (token j of O emitted at context input_len + j - 1, in whole pages of the framework's kv_admission page_tokens) plus the admission reservation (reserve_ratio x its remaining output, clipped); docs/deployment.md \"Steady-state capacity\"."),
-    "kv_bytes_per_request_steady_per_gpu": (pl.Float64, "The share of one request's KV one GPU holds at kv_steady_tokens_per_request tokens (bytes)."),
-    "max_concurrent_requests_steady": (pl.Int64, "Steady-state capacity: dp_attn x the requests per attention replica whose steady KV (kv_bytes_per_request_steady_per_gpu) fits in (1 - free_fraction) x the KV budget (per model replica). Usually well above max_concurrent_requests; it can fall below it for very short outputs, whose page rounding and reservation the unpaged worst case does not count."),
-    "fits_steady": (pl.Boolean, "Steady state: ceil(batch / dp_attn) <= max_concurrent_requests_steady / dp_attn."),
-    "tpot_mean_s": (pl.Float64, "Steady state: time per output token averaged over the output, the decode step at the mean context input_len + (output_len - 1) / 2 (exact for costs linear in the context, an upper bound for window-capped ones) (s)."),
-    "max_prefill_batch": (pl.Int64, "Whole prompts one chunked-prefill step holds: dp_attn x min(max(1, floor(8192 / input_len)), capacity per replica)."),
-    "step_time_s": (pl.Float64, "Schedule estimate of one step of this phase (prefill: one chunked-prefill step of the batch's prompts) under the overlap policy `overlap`: none = the sum over ops of max(compute, memory, comm), one kernel after another (s). Null on a decode row, where it is tpot_s (DECODE_COPIES: one token per request per step)."),
-    "step_bound_s": (pl.Float64, "Lower bound of the same step, what no schedule beats: max(sum over ops of compute time, sum of memory time, per link class the sum of its comm time), every resource overlapped with the others (s). Null on a decode row, where it is tpot_bound_s."),
-    "step_expected_s": (pl.Float64, "Expected time of the same step from measured kernels (gpus/measured/, docs/deployment.md \"Expected time from measured kernels\"): the sum over ops of their t_expected_s (ops.parquet), one kernel after another, at least step_bound_s (s). Null on a decode row, where it is tpot_expected_s."),
-    "compute_time_s": (pl.Float64, "Sum over ops of FLOPs / peak (s)."),
-    "memory_time_s": (pl.Float64, "Sum over ops of HBM bytes / bandwidth (s)."),
-    "comm_time_s": (pl.Float64, "Sum over ops of link bytes / link bandwidth (s)."),
-    "flops": (pl.Float64, "FLOPs one GPU executes in the step."),
-    "bytes": (pl.Float64, "HBM bytes one GPU moves in the step (weights included)."),
-    "weight_bytes": (pl.Float64, "Weight bytes one GPU reads in the step."),
-    "comm_bytes": (pl.Float64, "Bytes one GPU sends on links in the step."),
-    "bound": (pl.String, "compute, memory or comm: the term bounding most of the step time."),
-    "ttft_s": (pl.Float64, "Time to first token of the batch's last request, its prompts prefilled in prefill_steps steps: the schedule estimate, made of step_time_s (s)."),
-    "tpot_s": (pl.Float64, "Worst case: time per output token at the last position: the schedule estimate, made of step_time_s (s)."),
-    "ttft_bound_s": (pl.Float64, "Lower bound of ttft_s: the same composition of the prefill steps' step_bound_s (s)."),
-    "tpot_bound_s": (pl.Float64, "Lower bound of tpot_s: the decode step's step_bound_s (per token with MTP) (s)."),
-    "tpot_mean_bound_s": (pl.Float64, "Lower bound of tpot_mean_s: the decode step's step_bound_s at the output's mean context (per token with MTP) (s)."),
-    "ttft_expected_s": (pl.Float64, "Expected time to first token from measured kernels: the composition of ttft_s with the prefill steps' step_expected_s; at least ttft_bound_s (s). The same number as `archledger deploy --json` at this point."),
-    "tpot_expected_s": (pl.Float64, "Expected time per output token at the last position from measured kernels: the decode step's step_expected_s (per token with MTP); at least tpot_bound_s (s)."),
-    "tpot_mean_expected_s": (pl.Float64, "The same at the output's mean decode context; at least tpot_mean_bound_s (s)."),
-    "overlap": (pl.String, "The schedule estimate's overlap policy: none (one kernel after another) or two_batch (two half-batches, one's collectives hidden behind the other's kernels)."),
-    "tokens_per_s_per_gpu": (pl.Float64, "Worst-case decode throughput per GPU: batch / tpot / GPUs (schedule estimate)."),
-    "extrapolated": (pl.Boolean, "input_len + output_len exceeds the model's max_context."),
-    "on_front": (pl.Boolean, "Decode rows: on the Pareto front of the steady state of continuous batching, steady tokens/s per GPU (batch / tpot_mean_s / n_gpus) vs tokens/s per user (1 / tpot_mean_s), of this GPU type, framework, KV dtype, input_len and output_len, over every GPU count, config and batch the steady state serves (fits_steady; of exact duplicates, the first row): the schedule estimate, not the lower bound, and not the worst case (fits, tpot_s). False on prefill rows and rows fits_steady excludes."),
-}
-
-#: Deployment columns computed from the table itself once its rows are in order (not by the grid).
-DERIVED = ("on_front",)
-
-#: What ``archledger deploy`` reports beside the stored columns but deployments.parquet does not
-#: store, each a division of stored columns (docs/results.md): name -> doc. The site shows these
-#: docs as the definitions of the deploy page's numbers, as it shows the stored columns' docs.
-UNSTORED = {
-    "tokens_per_s_per_gpu_steady": "Steady-state decode throughput per GPU: batch / tpot_mean_s / GPUs (at batch = max_concurrent_requests_steady: the throughput at capacity).",
-    "prefill_tokens_per_s_per_gpu": "Prefill throughput per GPU: batch x input_len / ttft / GPUs.",
-}
-
-#: Deployment columns a decode row would only repeat: a decode step emits one token per request,
-#: so its step_time_s and step_bound_s are the row's tpot_s and tpot_bound_s (MTP's several tokens
-#: per step would make them differ; such a value stays). Stored null where they are that copy:
-#: zstd finds repeats inside a column, not across two, so the copies cost 12% of the downloads.
-DECODE_COPIES = {"step_time_s": "tpot_s", "step_bound_s": "tpot_bound_s", "step_expected_s": "tpot_expected_s"}
-
-
-def without_copies(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with each :data:`DECODE_COPIES` column null on the decode rows where it equals
-    the column it copies (the reader's ``pl.coalesce(copy, original)`` gives the value back)."""
-    decode = pl.col("phase") == "decode"
-    return frame.with_columns(pl.when(decode & (pl.col(name) == pl.col(original))).then(None)
-                              .otherwise(pl.col(name)).alias(name) for name, original in DECODE_COPIES.items())
-
-
-#: ops.parquet: the per-op SOL table of the deployments the site shows. An op's SOL time (the largest
-#: of its three times, the one ``bound`` names) and its intensity (flops / bytes) are not stored:
-#: copies and divisions of stored columns cost bytes zstd cannot find (docs/results.md).
-OPS_SCHEMA = {
-    **_KEY,
-    "op_uid": (pl.String, "Spec node uid (e.g. main/layers[moe]/self_attn/q_b_proj); inserted collectives "
-                          "append >op[group]; fused kernels are rule@first-member."),
-    "op_name": (pl.String, "The node's name, the collective or the fusion rule."),
-    "op": (pl.String, "Primitive op (linear, attention_score, ...), collective (all_reduce, ...) or fusion rule."),
-    "component": (pl.String, "Component the op belongs to (gqa_attention, moe, ...)."),
-    "role": (pl.String, "Role of the op (attention, experts, norm, ...)."),
-    "kind": (pl.String, "compute, comm (an inserted collective) or fused (a kernel of several ops)."),
-    "parts": (pl.List(pl.String), "For a fused kernel, the op_uids it replaces; empty otherwise."),
-    "compute_dtype": (pl.String, "Dtype whose peak the op's FLOPs run at on this GPU (bf16, fp8, fp4)."),
-    "flops": (pl.Float64, "FLOPs one GPU executes for this op in the step (all layers)."),
-    "bytes": (pl.Float64, "HBM bytes one GPU moves for this op (weights included)."),
-    "weight_bytes": (pl.Float64, "Weight bytes among them."),
-    "comm_bytes": (pl.Float64, "Bytes one GPU sends on a link."),
-    "t_compute_s": (pl.Float64, "FLOPs / peak of the operand dtype (s)."),
-    "t_memory_s": (pl.Float64, "Bytes / HBM bandwidth (s)."),
-    "t_comm_s": (pl.Float64, "Link bytes / link bandwidth (s)."),
-    "bound": (pl.String, "compute, memory or comm: the largest of the three, the op's SOL time (t_sol_s = max of the three, not stored)."),
-    "t_expected_s": (pl.Float64, "Expected time of the op's calls in the step (s): the measured table's time at the op's shape (interpolated in log space) x calls, never below its SOL time; where no table covers the op, its SOL time / 0.7 (docs/deployment.md \"Expected time from measured kernels\")."),
-    "measured": (pl.Boolean, "Whether a measured table gave t_expected_s (false: the SOL time / the default efficiency 0.7)."),
-    "expected_src": (pl.String, "Where t_expected_s comes from: the table's kernel class and variant, framework and version, source package and the op's point on the table's axes (`, extrapolated` outside the measured range), e.g. `gemm-bf16 vllm 0.24.0 (aiconfigurator-core 0.12.0) at m=64 n=4096 k=4096`; `bound / 0.7` without a table."),
-    "expected_table": (pl.String, "The measured table's file (gpus/measured/<gpu>/<framework>-<version>/<kernel>-<variant>.yaml); empty without a table."),
-    "expected_nearest": (pl.String, "The measured points around the op's point, per axis the grid value it sits on or the two it lies between (at the edge it continues from, outside the range), e.g. `m 32..64 n 4096 k 4096`; empty without a table."),
-    "link": (pl.String, "scale_up, scale_out, or empty for compute."),
-    "group": (pl.String, "The GPUs a collective spans (tp, ep, dp_attn, cp, pp, ...); empty for compute."),
-    "flops_formula": (pl.String, "Formula of flops over the spec's dims and the parallel degrees."),
-    "bytes_formula": (pl.String, "Formula of bytes (kv_bytes = bytes per cache element)."),
-    "weight_bytes_formula": (pl.String, "Formula of weight_bytes."),
-    "comm_bytes_formula": (pl.String, "Formula of comm_bytes."),
-}
 
 
 @dataclass
@@ -267,112 +106,6 @@ def engine_digest() -> str:
     if not _ENGINE_DIGEST:
         _ENGINE_DIGEST.append(_digest(engine_sources(), _engine_identity()))
     return _ENGINE_DIGEST[0]
-
-
-def slug(model_id: str) -> str:
-    return model_id.replace("/", "--")
-
-
-# -- one model (runs in a worker process) ----------------------------------------------------------
-
-def attention_kinds(ev: Evaluation) -> list[str]:
-    """The main stack's attention components, ``+window`` for sliding-window instances (one rule with
-    :func:`attention_label`'s ``sliding``: engine.build.landscape.all_windowed)."""
-    return landscape.attention_kinds(ev)
-
-
-def attention_label(ev: Evaluation) -> str:
-    """The mixers of the main stack's layer plans, as one label ("gdn + gqa", "mla", "gqa + sliding").
-
-    Each attention-role component instance (one per layer template) contributes its component's
-    ``label`` (corpus YAML), or ``sliding`` when every cache it keeps is window-capped. Order:
-    instances with a recurrent state first, then those whose cache grows with context, then the
-    sliding ones, each by first layer; a label appears once."""
-    model, num = ev.model, ev.numeric
-    found: dict[str, tuple] = {}
-    for uid, row in num.components.items():
-        if row.role != "attention" or row.stack != "main":
-            continue
-        mine = [c for c in num.caches if c.node_uid.startswith(uid + "/")]
-        if any(kv.is_recurrent(c, num) for c in mine):
-            rank, label = 0, None
-        elif landscape.all_windowed(ev, uid):
-            rank, label = 2, "sliding"
-        else:
-            rank, label = 1, None
-        if label is None:
-            label = ev.corpus.component_for(model, row.component, model.where).label
-        key = (rank, _first_layer(num, uid))
-        found[label] = min(found.get(label, key), key)
-    return " + ".join(sorted(found, key=lambda k: found[k]))
-
-
-def _first_layer(num, uid: str) -> int:
-    """The first layer index of the layer template a component instance sits in (0 outside one)."""
-    while uid:
-        row = num.components.get(uid)
-        if row is not None and row.layers:
-            return min(row.layers)
-        uid = uid.rpartition("/")[0]
-    return 0
-
-
-def kv_split(ev: Evaluation, lengths) -> dict:
-    """The two parts of a request's cache (BF16 KV): the flat state bytes, and the growing part at
-    each length. Exact integers from the spec's formulas (:func:`engine.spec.kv.bytes_per_request`)."""
-    state = kv.bytes_per_request(ev.numeric, 1, part="state")      # a state holds no context term
-    growing = [int(kv.bytes_per_request(ev.numeric, int(n), part="growing")) for n in lengths]
-    return {"kv_state_bytes": int(state), "kv_context_lengths": [int(n) for n in lengths],
-            "kv_growing_bytes_per_request": growing}
-
-
-def model_row(ev: Evaluation, spec_hash: str = "", verification: dict | None = None) -> dict:
-    """One models.parquet row, read from the same overview ``archledger show`` prints."""
-    overview = ev.overview()
-    value = {key: int(q.value) for key, q in overview.items() if not isinstance(q, dict)}
-    extra = sum(value[f"params_{stack}"] for stack in ev.numeric.stacks if stack != "main")
-    return {
-        "model_id": ev.model.model_id, "family": ev.model.family, "model_type": ev.model.model_type,
-        "spec_hash": spec_hash, "verified": bool(verification and verification["verified"]),
-        "verified_against": (verification or {}).get("evidence", ""),
-        "params_total": value["params_total"], "params_active": value["params_active"],
-        "params_embedding": value["params_embedding"], "params_extra_stacks": extra,
-        "checkpoint_bytes": value["checkpoint_bytes"], "checkpoint_tensors": value["checkpoint_tensors"],
-        "kv_bytes_per_token": value["kv_bytes_per_token_growing"], "kv_fixed_bytes": value["kv_fixed_bytes"],
-        "max_context": value["max_context"], "n_layers": value["n_layers"],
-        "attention_kinds": attention_kinds(ev), "attention_label": attention_label(ev),
-        **kv_split(ev, KV_LENGTHS),     # the lengths of the model page's curve (engine.build.export)
-        "traits": landscape.traits(ev),
-        **weight_format_columns(ev),
-        **landscape.lineage_columns(ev.model.model_id, ev.model.family, landscape.load_lineage(ev.corpus.root)),
-    }
-
-
-def _with_formats(row: dict) -> dict:
-    """A models.parquet row as this build writes it: one written before the weight_format* columns
-    (a subset build carries such rows, stale) had one published format, its own storage."""
-    if "weight_formats" in row:
-        return row
-    return {**row, "weight_formats": ["checkpoint"], "weight_format_models": [row["model_id"]],
-            "weight_format_bytes": [row["checkpoint_bytes"]], "weight_format_tensors": [row["checkpoint_tensors"]]}
-
-
-def weight_format_columns(ev: Evaluation) -> dict:
-    """models.parquet's weight_format* columns: each published format's name, id, bytes, tensors."""
-    formats = ev.weight_formats()
-    return {"weight_formats": [f["format"] for f in formats], "weight_format_models": [f["model_id"] for f in formats],
-            "weight_format_bytes": [int(f["bytes"].value) for f in formats],
-            "weight_format_tensors": [int(f["tensors"].value) for f in formats]}
-
-
-#: variants.parquet: one row per what-if variant (corpus/variants/): models.parquet's columns
-#: (``verified`` always false, ``verified_against`` "what-if") and these.
-VARIANTS_SCHEMA = {
-    **MODELS_SCHEMA,
-    "variant_of": (pl.String, "The corpus model the variant swaps a module of (its base)."),
-    "label": (pl.String, "Always 'what-if': a variant is an unpublished design, never a verified model."),
-    "swaps": (pl.List(pl.String), "The swaps, in `archledger edit --swap` form."),
-}
 
 
 def write_contracts(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_root: Path) -> str:
@@ -440,61 +173,6 @@ def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_
     (staging / "variants.json").write_text(json.dumps(doc, separators=(",", ":")))
     write_parquet(_frame({k: [r[k] for r in rows] for k in VARIANTS_SCHEMA}, VARIANTS_SCHEMA),
                   staging / "variants.parquet")
-
-
-def _frame(columns: dict, schema: dict) -> pl.DataFrame:
-    return pl.DataFrame([_series(k, columns[k], v[0]) for k, v in schema.items()])
-
-
-def _series(name: str, values, dtype) -> pl.Series:
-    """One column. A list column (an op's fused ``parts``) is built from its distinct values and
-    gathered: polars converts nested Python lists at ~6 s per million rows, and a table of a
-    million op rows holds a few hundred distinct ones. So is a column of long texts (a deployment's
-    weight formula, about a kilobyte, repeated on every row of its config): polars copies each
-    string it converts, ~0.6 s per million rows per kilobyte, and the gathered column shares the
-    few distinct ones (the same values: the Parquet bytes are the same)."""
-    nested = isinstance(dtype, pl.List)
-    if isinstance(values, list) and (nested or (dtype == pl.String and _long_texts(values))):
-        distinct: dict = {}
-        index = [distinct.setdefault(tuple(v) if nested else v, len(distinct)) for v in values]
-        firsts = [list(v) for v in distinct] if nested else list(distinct)
-        return pl.Series(name, firsts, dtype=dtype).gather(pl.Series(index, dtype=pl.UInt32))
-    return pl.Series(name, values, dtype=dtype)
-
-
-#: Mean length from which a text column is gathered from its distinct values (:func:`_series`):
-#: below it, hashing every value costs more than polars' copy of it (short labels: 2-3x more).
-LONG_TEXT = 256
-
-
-def _long_texts(values: list) -> bool:
-    """Whether the first rows of a text column are long texts on average (a cheap sample: the
-    choice changes the time :func:`_series` takes, never the values)."""
-    head = [v for v in values[:64] if isinstance(v, str)]
-    return bool(head) and sum(map(len, head)) >= LONG_TEXT * len(head)
-
-
-def write_parquet(frame: pl.DataFrame, path: Path, **options) -> None:
-    """Write a Parquet file through Python's file API: polars reports a full disk as a ComputeError
-    that may not carry the errno ("Invalid thrift: transport error"), this raises OSError(ENOSPC)."""
-    buffer = io.BytesIO()
-    frame.write_parquet(buffer, **options)
-    Path(path).write_bytes(buffer.getbuffer())
-
-
-#: Row order of a deployments or ops partition (a stable sort: an ops point keeps its ops in step
-#: order). Rows of one deployment sit together, so Parquet's dictionary and run-length encodings
-#: see long runs; with zstd level :data:`ZSTD_LEVEL` the partitions are about 22% smaller than in
-#: evaluation order at polars' default level (DeepSeek-V4-Pro: 1.46 -> 1.14 MB of deployments).
-#: ``phase`` comes last: a point's prefill and decode rows sit side by side, and the columns they
-#: share (memory, capacity, TTFT, TPOT) repeat within zstd's reach: 1.8% fewer bytes over the
-#: 51 models' deployments and ops (75.14 -> 73.75 MB), the decode rows' own order unchanged (so
-#: ``on_front``'s tie-break, which reads them in table order, too). Level 12 would save 1.2% more
-#: for half again the write time; 15 and above cost 2-6x the time for 1-3% less. The rest is the
-#: float64 values themselves: a column costs 5-9 bytes per distinct value (benchmarks/downloads.py).
-#: The site publishes these files as its downloads (hard links), so this is the downloads' size too.
-PARTITION_ORDER = ["gpu", "n_gpus", "config", "framework", "kv_dtype", "input_len", "output_len", "batch", "phase"]
-ZSTD_LEVEL = 9
 
 
 _CORPORA: dict[tuple[str, str], Corpus] = {}
@@ -623,111 +301,6 @@ class BuildError(Exception):
 #: errno values that mean "the output cannot be written" (reported in one line, exit 2).
 WRITE_ERRORS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM}
 _IN_WORKER: int | None = None          # the parent's pid inside a --jobs worker, else None
-
-
-@dataclass
-class Previous:
-    """The published results as far as they can be trusted: a manifest that is not one, or a
-    models.parquet that does not match its record, counts as absent."""
-
-    root: Path
-    grid: str | None = None
-    models: dict[str, dict] = field(default_factory=dict)       # model -> manifest entry
-    rows: dict[str, dict] = field(default_factory=dict)         # model -> models.parquet row
-    skipped: dict[str, list[str]] = field(default_factory=dict)
-
-
-def _read_previous(final: Path, log) -> Previous:
-    previous = Previous(final)
-    path = final / "manifest.json"
-    if not path.exists():
-        if (final / "models.parquet").exists():
-            log(f"{path} is missing: treating the previous results as absent, rebuilding every model")
-        return previous
-    try:
-        manifest = json.loads(path.read_text())
-        problem = "" if isinstance(manifest, dict) else f"a JSON {type(manifest).__name__}, not an object"
-    except (OSError, ValueError) as exc:
-        manifest, problem = None, f"not JSON: {' '.join(str(exc).split())}"
-    if not problem and not isinstance(manifest.get("models"), dict):
-        problem = "no models table"
-    if problem:
-        log(f"{path} is not a results manifest ({problem}): treating the previous results as absent, "
-            f"rebuilding every model")
-        return previous
-    previous.grid = manifest.get("grid") if isinstance(manifest.get("grid"), str) else None
-    previous.models = {mid: e for mid, e in manifest["models"].items()
-                       if isinstance(e, dict) and isinstance(e.get("hash"), str) and isinstance(e.get("files"), dict)}
-    skipped = manifest.get("skipped")
-    previous.skipped = {k: v for k, v in skipped.items() if isinstance(v, list)} if isinstance(skipped, dict) else {}
-    record = (manifest.get("files") or {}).get("models.parquet") if isinstance(manifest.get("files"), dict) else None
-    try:
-        if record is not None and not publish.matches(final / "models.parquet", record):
-            raise ValueError("its size or SHA-256 differs from the manifest's record")
-        previous.rows = {r["model_id"]: _with_formats(r) for r in pl.read_parquet(final / "models.parquet").to_dicts()}
-    except Exception as exc:      # polars raises its own errors on garbage; every one means "damaged"
-        if previous.models:
-            log(f"{final / 'models.parquet'} is damaged ({' '.join(str(exc).split())[:120]}): "
-                f"rebuilding every model it listed")
-        previous.rows = {}
-    return previous
-
-
-def _model_files(root: Path, model_id: str) -> list[Path]:
-    """A model's files under a results folder (partitions and its inspector document)."""
-    name = slug(model_id)
-    return [root / t / f"model={name}" / "part.parquet" for t in ("deployments", "ops", "fronts", "sizing", "disagg")] + \
-        [root / "models" / f"{name}.json", root / "formulas" / f"{name}.json", root / "playground" / f"{name}.json"]
-
-
-def _file_records(root: Path, model_id: str) -> dict[str, dict]:
-    return {p.relative_to(root).as_posix(): publish.file_digest(p) for p in _model_files(root, model_id)}
-
-
-def _intact(previous: Previous, model_id: str) -> tuple[bool, str]:
-    """Can the model's previous files be carried over? (ok, why not: '' when already reported)."""
-    entry, row = previous.models[model_id], previous.rows.get(model_id)
-    if row is None or row.get("spec_hash") != entry["hash"]:
-        return False, ""                              # models.parquet damaged: said once already
-    for path in _model_files(previous.root, model_id):
-        rel = path.relative_to(previous.root).as_posix()
-        record = entry["files"].get(rel)
-        if not publish.matches(path, record):
-            expected = record.get("size") if isinstance(record, dict) else None
-            if not path.exists():
-                state = "missing"
-            elif path.stat().st_size != expected:
-                state = f"{path.stat().st_size:,} bytes, recorded {expected}"
-            else:
-                state = "content differs from its recorded SHA-256"
-            return False, f"{path} does not match the results manifest ({state})"
-    return True, ""
-
-
-def _carry(previous: Path, staging: Path, model_id: str) -> None:
-    """Hard-link (or copy) a model's verified files from the previous results."""
-    for src, dst in zip(_model_files(previous, model_id), _model_files(staging, model_id)):
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-
-def grid_id(grid_path: Path) -> str:
-    """Which grid a results tree was built over: the grid file's path relative to this checkout when
-    inside it (a moved checkout keeps its results), else absolute. Editing that file is an input
-    change (every model's hash changes), not another grid."""
-    path = Path(grid_path).resolve()
-    try:
-        return path.relative_to(PACKAGE_ROOT).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def _grid_of(recorded: str) -> str:
-    """A manifest's grid entry in :func:`grid_id`'s form (relative entries are relative to the checkout)."""
-    return grid_id(Path(recorded)) if Path(recorded).is_absolute() else Path(recorded).as_posix()
 
 
 def _skip_line(corpus: Corpus, model_id: str, errors: list) -> str:
