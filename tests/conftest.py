@@ -36,12 +36,19 @@ EVERY_MODEL = pytest.mark.xdist_group("every_model")
 
 @pytest.fixture(scope="session")
 def corpus() -> Corpus:
+    return _session_corpus()
+
+
+@functools.lru_cache(maxsize=None)
+def _session_corpus() -> Corpus:
+    """The corpus, read once per process for :func:`_evaluation` (the tests never edit corpus/; each
+    read re-checks all its specs: about 0.3 CPU-s, which every model's evaluation paid again)."""
     return load_corpus()
 
 
 @functools.lru_cache(maxsize=None)
 def _evaluation(model_id: str) -> Evaluation:
-    corpus = load_corpus()
+    corpus = _session_corpus()
     return evaluate_spec(corpus, corpus.models[model_id])
 
 

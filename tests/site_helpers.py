@@ -34,6 +34,22 @@ def shared_small_site(tmp_path_factory, grid: dict, models: list[str]) -> Path:
     return _SHARED[key]
 
 
+#: The small site of tests/test_site_numbers.py and tests/test_site_polish.py (one build per process,
+#: :func:`shared_small_site`; the two modules share an xdist group): one H100 and two, vLLM, BF16 KV,
+#: prompts of 1K and 4K tokens, batches 1 and 8, one per-op point; Llama-3.1-8B (the hand-checked
+#: rows) and Qwen3.5-27B (a hybrid stack beside it).
+H100_PAIR_GRID = {
+    "doc": "Tiny grid for tests/test_site_numbers.py and tests/test_site_polish.py.",
+    "gpus": ["H100"], "gpu_counts": [1, 2], "beyond_fit": 2,
+    "parallel": {"max_pp": 1, "cp": [1], "ep": [1], "dp_attn": [1], "tp_in_domain": True, "pp_after_tp": 8},
+    "frameworks": ["vllm"], "kv_dtypes": ["bf16"],
+    "scenarios": {"input_lengths": [1024, 4096], "beyond_max_context": 1, "output_lengths": [256],
+                  "batches": [1, 8]},
+    "ops": {"kv_dtypes": ["bf16"], "points": [{"batch": 8, "input": 4096, "output": 256}]},
+}
+H100_PAIR_MODELS = ["Llama-3.1-8B", "Qwen3.5-27B"]
+
+
 #: The deploy page's summary fields the browser tests hold equal to ``archledger deploy --json``'s,
 #: and the per-op fields.
 DEPLOY_FIELDS = ("ttft_s", "tpot_s", "ttft_bound_s", "tpot_bound_s", "tpot_mean_bound_s", "tokens_per_s_per_gpu", "prefill_tokens_per_s_per_gpu", "max_concurrent_requests",

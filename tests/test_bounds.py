@@ -113,6 +113,11 @@ _RUNNER = textwrap.dedent("""
 """).format(cap=MEMORY_CAP, alarm=ALARM_S)
 
 
+#: The tests reading :func:`hostile` run in one pytest-xdist worker (``--dist loadgroup``): spread one by
+#: one, each worker they landed on ran every hostile command again.
+HOSTILE = pytest.mark.xdist_group("bounds_hostile")
+
+
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
     """Every hostile command, run once in one capped child: name -> (answer, expected, out folder)."""
@@ -224,6 +229,7 @@ CASES = ["layers-from-config", "repeat-literal", "stream-elements", "experts", "
          "manifest-range", "grid-points", "grid-ops-points", "sizing-pairs", "plan-max-gpus"]
 
 
+@HOSTILE
 @pytest.mark.parametrize("name", CASES)
 def test_hostile_size_or_name_is_one_line_fast_and_writes_nothing(hostile, name):
     answer, expected, out = hostile[name]
@@ -241,6 +247,7 @@ def test_hostile_size_or_name_is_one_line_fast_and_writes_nothing(hostile, name)
         assert sorted(p.name for p in out.iterdir()) == [], "a refused build wrote files"
 
 
+@HOSTILE
 def test_hostile_commands_stay_small(hostile):
     """The child's peak RSS over every hostile command (each under a 2 GiB address-space cap):
     the refusals happen before any work, so none comes near the regressions' gigabytes."""
@@ -250,6 +257,7 @@ def test_hostile_commands_stay_small(hostile):
         f"{name} {answer['peak_kb'] // 1024} MiB" for name, (answer, _, _) in hostile.items())
 
 
+@HOSTILE
 def test_grid_points_name_the_product(hostile):
     """The product in the message is the factors' product (66 candidate cells of the 8B model on the
     default grid's GPUs and parallel rules, x 2 x 2 x 64 x 64 x 65)."""

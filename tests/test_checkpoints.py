@@ -22,6 +22,10 @@ import pytest
 from site_builder import cli
 from tests.conftest import REPO
 
+#: One pytest-xdist worker runs the whole module (``--dist loadgroup``): its tests spread over two
+#: workers built its module fixture (two checkpoints of a tiny model) on each.
+pytestmark = pytest.mark.xdist_group("checkpoints")
+
 FIXTURE = REPO / "tests" / "data" / "new" / "tiny-qwen3.config.json"
 BLOCK_FP8 = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
 # Qwen/Qwen3-32B-FP8-Static-PerTensor's quantization_config, as published

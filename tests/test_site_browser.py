@@ -29,7 +29,9 @@ from site_builder.screenshots import CHROMIUM_ARGS, LOCAL_HOSTS, VIEWPORT, chrom
 from site_builder.serve import start
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
-#: over two workers paid its small site and Chromium twice.
+#: over two workers paid its small site and Chromium twice. tests/test_site_readable.py and
+#: tests/test_site_keyboard.py read the same site (:func:`built`, one build per process) and are in
+#: this group too: apart, each worker that ran one of them built the three models' site again.
 pytestmark = pytest.mark.xdist_group("site_browser")
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,13 +47,21 @@ XSS_NAME = 'Llama 3.1 8B"><img src=x onerror=alert(2)>'
 
 # -- the site, its server, the browser ----------------------------------------------------------------
 
+_BUILT: list[Path] = []       # the site of :func:`built`, once per test process
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    """``out`` with ``results/`` and ``site/`` for three models over the small test grid.
+    """``out`` with ``results/`` and ``site/`` for three models over the small test grid, built once
+    per test process: this module, tests/test_site_readable.py and tests/test_site_keyboard.py
+    import this fixture and only read the folder (a test that renders or writes works in a copy
+    or in its own tmp_path).
 
     The grid is tests/data/grid_small.yaml plus the prompt length the deployment page's GPU and
     parallel-config charts compare at (4096 tokens), so that those two charts have data too.
     """
+    if _BUILT:
+        return _BUILT[0]
     from engine.build.results import build
     from engine.spec.corpus import load_corpus
     from site_builder import render
@@ -62,9 +72,12 @@ def built(tmp_path_factory) -> Path:
     grid["scenarios"]["input_lengths"] = sorted(set(grid["scenarios"]["input_lengths"]) | {compare_input})
     grid_path = out / "grid.yaml"
     grid_path.write_text(yaml.safe_dump(grid, sort_keys=False))
-    build(load_corpus(), out, MODELS, grid_path, jobs=2)
+    # in this process: two --jobs workers each paid the imports and the measured tables again (12.2 -> 9.0
+    # CPU-s alone); tests/test_build.py builds with a worker pool
+    build(load_corpus(), out, MODELS, grid_path, jobs=1)
     site = render.render_site(out / "results", out)
     assert (site / "index.html").exists()
+    _BUILT.append(out)
     return out
 
 

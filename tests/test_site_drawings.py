@@ -26,6 +26,10 @@ from site_builder.render import REPO
 from tests.site_helpers import drawn_layers, expected_layers, served, shared_small_site
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
+#: The playground tests' group: they read the same small site (tests/site_helpers.shared_small_site, one
+#: build per process), which this module's tests, spread one by one, built again on each worker.
+pytestmark = pytest.mark.xdist_group("playground_site")
+
 MODELS = ["Qwen/Qwen3-8B", "Qwen/Qwen3.5-27B"]
 #: The plan text each model page prints, from the published configs: Qwen3-8B's 36 layers are one
 #: template (``block``); Qwen3.5-27B's ``layer_types`` is 3 x linear_attention then full_attention,

@@ -23,7 +23,9 @@ from site_builder.screenshots import scroll_through
 from tests.site_helpers import axe_serious
 from tests.test_site_browser import (DEEPSEEK, LLAMA, _open, base, browser, built, site)  # noqa: F401  (fixtures)
 
-pytestmark = pytest.mark.xdist_group("site_keyboard")   # its own module-scoped site (the fixtures are per module): a group of its own runs beside test_site_browser
+#: test_site_browser's group: its three-model site is built once per process (tests.test_site_browser.built)
+#: and read here, so the modules run in the one worker that holds it.
+pytestmark = pytest.mark.xdist_group("site_browser")
 
 VEGA = "vendor/vega-embed."          # the chart library's published name: static/vendor/vega-embed.<sha8>.js
 MODEL = f"models/{DEEPSEEK}/"

@@ -1,8 +1,9 @@
 """Grid rows checked by hand, and the numbers the pages show checked against those rows.
 
-One model (Llama-3.1-8B) is built over a tiny grid (one H100 and two, vLLM, BF16 KV, prompts of
-1K and 4K tokens, batches 1 and 8, one per-op point), then the site is rendered from the results
-and driven in headless Chromium (the fixtures of tests/test_site_browser.py).
+Llama-3.1-8B is built over a tiny grid (one H100 and two, vLLM, BF16 KV, prompts of 1K and 4K
+tokens, batches 1 and 8, one per-op point; Qwen3.5-27B beside it: the site is tests/test_site_polish.py's
+too, tests/site_helpers.H100_PAIR_GRID), then the site is rendered from the results and driven in
+headless Chromium (the fixtures of tests/test_site_browser.py). Every check here reads Llama's rows.
 
 1. A few rows of ``deployments/`` and ``ops/`` against values derived by hand from config.json
    (hidden 4096, 32 layers, 32 heads of 128, 8 KV heads, FFN 14336, vocab 128256) and the H100's
@@ -21,24 +22,18 @@ import re
 import polars as pl
 import pytest
 
-from tests.site_helpers import build_small_site, served, result_tables
+from tests.site_helpers import H100_PAIR_GRID, H100_PAIR_MODELS, shared_small_site, served, result_tables
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
-#: over two workers paid its small site twice.
-pytestmark = pytest.mark.xdist_group("site_numbers")
+#: over two workers paid its small site twice. The group holds tests/test_site_numbers.py and
+#: tests/test_site_polish.py, which read one small site (tests/site_helpers.H100_PAIR_GRID, one build
+#: per process; apart, each module built its own).
+pytestmark = pytest.mark.xdist_group("site_h100_pair")
 
 MODEL = "meta-llama/Meta-Llama-3.1-8B"
 SLUG = "meta-llama--Meta-Llama-3.1-8B"
-GRID = {
-    "doc": "Tiny grid for tests/test_site_numbers.py.",
-    "gpus": ["H100"], "gpu_counts": [1, 2], "beyond_fit": 2,
-    "parallel": {"max_pp": 1, "cp": [1], "ep": [1], "dp_attn": [1], "tp_in_domain": True, "pp_after_tp": 8},
-    "frameworks": ["vllm"], "kv_dtypes": ["bf16"],
-    "scenarios": {"input_lengths": [1024, 4096], "beyond_max_context": 1, "output_lengths": [256],
-                  "batches": [1, 8]},
-    "ops": {"kv_dtypes": ["bf16"], "points": [{"batch": 8, "input": 4096, "output": 256}]},
-}
+GRID = H100_PAIR_GRID
 
 # Llama-3.1-8B by hand (config.json)
 HID, L, HEADS, KVH, FF, VOCAB = 4096, 32, 32, 8, 14336, 128256
@@ -52,7 +47,7 @@ NVLINK4 = 900e9 / 2
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    return build_small_site(tmp_path_factory.mktemp("site-numbers"), GRID, ["Llama-3.1-8B"])
+    return shared_small_site(tmp_path_factory, GRID, H100_PAIR_MODELS)
 
 
 @pytest.fixture(scope="module")

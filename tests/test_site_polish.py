@@ -25,23 +25,17 @@ import pytest
 
 from engine.cli import units
 from site_builder.screenshots import scroll_through
-from tests.site_helpers import build_small_site, result_tables, served
+from tests.site_helpers import H100_PAIR_GRID, H100_PAIR_MODELS, shared_small_site, result_tables, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
-#: over two workers paid its small site twice.
-pytestmark = pytest.mark.xdist_group("site_polish")
+#: over two workers paid its small site twice. The group holds tests/test_site_numbers.py and
+#: tests/test_site_polish.py, which read one small site (tests/site_helpers.H100_PAIR_GRID, one build
+#: per process; apart, each module built its own).
+pytestmark = pytest.mark.xdist_group("site_h100_pair")
 
 LLAMA, QWEN = "meta-llama--Meta-Llama-3.1-8B", "Qwen--Qwen3.5-27B"
-GRID = {
-    "doc": "Tiny grid for tests/test_site_polish.py.",
-    "gpus": ["H100"], "gpu_counts": [1, 2], "beyond_fit": 2,
-    "parallel": {"max_pp": 1, "cp": [1], "ep": [1], "dp_attn": [1], "tp_in_domain": True, "pp_after_tp": 8},
-    "frameworks": ["vllm"], "kv_dtypes": ["bf16"],
-    "scenarios": {"input_lengths": [1024, 4096], "beyond_max_context": 1, "output_lengths": [256],
-                  "batches": [1, 8]},
-    "ops": {"kv_dtypes": ["bf16"], "points": [{"batch": 8, "input": 4096, "output": 256}]},
-}
+GRID = H100_PAIR_GRID
 #: gpus/h100-sxm.yaml: peak_tflops {bf16: 989, fp8: 1979}, hbm_tb_s 3.35
 H100_RIDGE = {"bf16": 989e12 / 3.35e12, "fp8": 1979e12 / 3.35e12}
 TP2 = f"models/{LLAMA}/deploy/?gpu=H100&cfg=2x+tp2&fw=vllm&kv=bf16&input=4096&batch=8"
@@ -49,7 +43,7 @@ TP2 = f"models/{LLAMA}/deploy/?gpu=H100&cfg=2x+tp2&fw=vllm&kv=bf16&input=4096&ba
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    return build_small_site(tmp_path_factory.mktemp("site-polish"), GRID, ["Llama-3.1-8B", "Qwen3.5-27B"])
+    return shared_small_site(tmp_path_factory, GRID, H100_PAIR_MODELS)
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,9 @@ from site_builder.screenshots import scroll_through
 from tests.site_helpers import result_tables
 from tests.test_site_browser import (DEEPSEEK, LLAMA, _open, base, browser, built, site)  # noqa: F401  (fixtures)
 
-pytestmark = pytest.mark.xdist_group("site_readable")   # its own module-scoped site (the fixtures are per module)
+#: test_site_browser's group: its three-model site is built once per process (tests.test_site_browser.built)
+#: and read here, so the modules run in the one worker that holds it.
+pytestmark = pytest.mark.xdist_group("site_browser")
 
 PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1280, "height": 800}
 DS_DEPLOY = f"models/{DEEPSEEK}/deploy/?gpu=B200&cfg=8x+tp8&fw=vllm&kv=bf16"
