@@ -48,19 +48,15 @@ def finetune_setting(kv_cache_max_requests: float, input_len: int, output_len: i
     below 8,192, else to 1,024."""
     raw_bs = min(kv_cache_max_requests, 4096) / pp
     raw_token = min(raw_bs * (1 + input_len / output_len), 32768)
-    if raw_bs < 256:
-        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        max_bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        max_bs = 256 * math.ceil(raw_bs / 256)
-    if raw_token < 4096:
-        max_token = max(2048, 256 * math.ceil(raw_token / 256))
-    elif raw_token < 8192:
-        max_token = 512 * math.ceil(raw_token / 512)
-    else:
-        max_token = 1024 * math.ceil(raw_token / 1024)
+    max_bs = max(64, _ceil_to(raw_bs, 32)) if raw_bs < 256 else _ceil_to(raw_bs, 128 if raw_bs < 1024 else 256)
+    max_token = (max(2048, _ceil_to(raw_token, 256)) if raw_token < 4096
+                 else _ceil_to(raw_token, 512 if raw_token < 8192 else 1024))
     return max_bs, max_token
+
+
+def _ceil_to(value: float, step: int) -> int:
+    """``value`` rounded up to a multiple of ``step``."""
+    return step * math.ceil(value / step)
 
 
 def engine_setting(*, params: int, n_layers: int, n_kv_heads: int, d_head: int, tp: int, pp: int,

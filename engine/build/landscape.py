@@ -164,6 +164,18 @@ def _merge_release(release: list[str], listed: list[str]) -> None:
     release += pending
 
 
+def list_row(corpus, model, table: dict[str, Any]) -> dict[str, Any]:
+    """What ``archledger list`` prints of one spec (engine.cli.show.LIST_COLUMNS and ``model_id``):
+    its family and model type, its parameters from a numeric walk, and its lineage columns
+    (``table``: :func:`load_lineage`). The one definition for a model the build did not publish
+    (a declared-unverified spec, kept in the manifest) and for one ``list`` evaluates itself."""
+    from engine.spec import quantities
+    from engine.spec.evaluate import Binding, walk_model
+    params = int(quantities.params_total(walk_model(corpus, model, Binding("numeric", {}))))
+    return {"model_id": model.model_id, "family": model.family, "model_type": model.model_type,
+            "params_total": params, **lineage_columns(model.model_id, model.family, table)}
+
+
 def lineage_columns(model_id: str, family: str, table: dict[str, Any]) -> dict[str, Any]:
     """models.parquet's ``lineage``, ``generation`` and ``release_position`` for one model (a family
     not listed: its own lineage, generation 0; a model not listed: after the listed ones)."""

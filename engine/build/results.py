@@ -64,13 +64,13 @@ from engine.build.export import compact_json
 # re-exported: the tables' schemas, the model row, the writer and the previous results moved out
 # of this module (one job each); importers keep reading them here
 from engine.build.model_row import (  # noqa: F401
-    _first_layer, _with_formats, attention_kinds, attention_label, kv_split, model_row, slug, weight_format_columns)
+    attention_kinds, attention_label, model_row, slug)
 from engine.build.parquet_writer import (  # noqa: F401
-    LONG_TEXT, PARTITION_ORDER, ZSTD_LEVEL, _frame, _long_texts, _series, write_parquet)
+    LONG_TEXT, PARTITION_ORDER, ZSTD_LEVEL, _frame, _series, write_parquet)
 from engine.build.previous import (  # noqa: F401
-    Previous, _carry, _file_records, _grid_of, _intact, _model_files, _read_previous, grid_id)
+    Previous, _carry, _file_records, _grid_of, _intact, _read_previous, grid_id)
 from engine.build.schema import (  # noqa: F401
-    _KEY, DECODE_COPIES, DEPLOYMENTS_SCHEMA, DERIVED, MODELS_SCHEMA, OPS_SCHEMA, UNSTORED, VARIANTS_SCHEMA,
+    DECODE_COPIES, DEPLOYMENTS_SCHEMA, DERIVED, MODELS_SCHEMA, OPS_SCHEMA, UNSTORED, VARIANTS_SCHEMA,
     without_copies)
 from engine.spec.api import evaluate_spec
 from engine.spec.corpus import Corpus, load_corpus
@@ -318,15 +318,11 @@ def unverified_listed(corpus: Corpus, unverified: dict[str, str]) -> dict[str, d
     family, model_type, parameters from a numeric walk, lineage columns), kept in the manifest so
     that ``list`` on a built checkout answers without loading the corpus or importing sympy (such a
     spec is never published, so models.parquet has no row for it)."""
-    from engine.spec import quantities
-    from engine.spec.evaluate import Binding, walk_model
     table = landscape.load_lineage(corpus.root)
     out = {}
     for mid in sorted(unverified):
-        model = corpus.models[mid]
-        params = int(quantities.params_total(walk_model(corpus, model, Binding("numeric", {}))))
-        out[mid] = {"family": model.family, "model_type": model.model_type, "params_total": params,
-                    **landscape.lineage_columns(mid, model.family, table)}
+        row = landscape.list_row(corpus, corpus.models[mid], table)
+        out[mid] = {k: v for k, v in row.items() if k != "model_id"}
     return out
 
 

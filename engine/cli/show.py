@@ -136,10 +136,8 @@ def _listed(args: argparse.Namespace) -> list[dict]:
         if ids and all(m in done.rows or m in listed for m in ids):
             return [done.rows[m] if m in done.rows else {"model_id": m, **listed[m], "unverified": why[m]} for m in ids]
     from engine.build.hashing import model_hash
-    from engine.build.landscape import lineage_columns, load_lineage
-    from engine.spec import quantities
+    from engine.build.landscape import list_row, load_lineage
     from engine.spec.corpus import load_corpus
-    from engine.spec.evaluate import Binding, walk_model
     corpus = load_corpus(args.corpus)
     shared = done.shared_hash_now(corpus.root, gpu_root) if done is not None else None
     reusable = shared is not None and shared == done.manifest.get("shared_hash")
@@ -148,8 +146,6 @@ def _listed(args: argparse.Namespace) -> list[dict]:
     for model in corpus.models.values():
         row = done.rows.get(model.model_id) if reusable else None
         if row is None or row["spec_hash"] != model_hash(corpus, model.model_id, shared):
-            params = int(quantities.params_total(walk_model(corpus, model, Binding("numeric", {}))))
-            row = {"model_id": model.model_id, "family": model.family, "model_type": model.model_type,
-                   "params_total": params, **lineage_columns(model.model_id, model.family, table)}
+            row = list_row(corpus, model, table)
         rows.append({**row, "unverified": model.unverified} if model.unverified else row)
     return rows

@@ -71,11 +71,11 @@ from engine.deploy.cost import ARGS, KV_BYTES, step_totals
 # re-exported: the tables (their classes, one table, loading) and how a table is read moved out of
 # this module (one job each); importers keep reading them here
 from engine.deploy.interpolation import (  # noqa: F401
-    AXIS, _clamped, _inside, _log_seconds, _lower, _roof, attention_roof, collective_roof, gemm_roof, interpolate,
+    _lower, _roof, attention_roof, collective_roof, gemm_roof, interpolate,
     interpolate_many, nearest, peak_rate, roof_expr)
 from engine.deploy.measured_tables import (  # noqa: F401
-    ATTENTION_DIMS, DEFAULT_ROOT, KERNELS, KEYED, MAX_POINTS, MLA_KERNELS, MLA_SHAPE, Table, Tables, _keys, _load,
-    _MEMO, _table_at, _where, adopt_tables, folder, load_measured, load_table, parsed_tables)
+    ATTENTION_DIMS, KERNELS, KEYED, MAX_POINTS, MLA_KERNELS, MLA_SHAPE, Table, Tables,
+    adopt_tables, folder, load_measured, load_table, parsed_tables)
 
 SEQ = symbols.dim(symbols.SEQ)
 CTX = symbols.dim(symbols.CTX)
