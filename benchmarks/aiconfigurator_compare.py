@@ -111,7 +111,7 @@ def main() -> int:
         return 0
 
     from engine.deploy.hardware import find_gpu, load_gpus
-    from engine.spec.api import evaluate
+    from engine.language.api import evaluate
 
     gpus = load_gpus(REPO / "gpus")
     rows = []

@@ -17,12 +17,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.build import collector  # noqa: E402
+from engine.batch import collector  # noqa: E402
 
 collector.tune()        # as the archledger command does first (its workers inherit sympy's cache size)
 
-from engine.build.results import build  # noqa: E402
-from engine.spec.corpus import load_corpus  # noqa: E402
+from engine.batch.results import build  # noqa: E402
+from engine.language.corpus import load_corpus  # noqa: E402
 
 
 def _peak_mib() -> float:

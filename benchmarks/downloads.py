@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 import polars as pl  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from engine.build.results import PARTITION_ORDER, ZSTD_LEVEL  # noqa: E402
+from engine.batch.results import PARTITION_ORDER, ZSTD_LEVEL  # noqa: E402
 
 TABLES = ("deployments", "ops", "fronts", "sizing", "disagg")
 

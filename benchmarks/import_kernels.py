@@ -9,7 +9,7 @@ The package (Apache-2.0, NVIDIA; github.com/ai-dynamo/aiconfigurator) ships its 
 database as Parquet under ``aiconfigurator_core/systems/data/<system>/<op>/<framework>/<version>/``.
 This script is the only place that reads it: ArchLedger builds and tests without it. It writes one
 small YAML table per GPU x framework x version x kernel class (engine.deploy.measured reads them;
-their schema: engine.spec.file_schemas.MEASURED), each naming the package, its version, the path
+their schema: engine.language.file_schemas.MEASURED), each naming the package, its version, the path
 inside it, the licence and the rows it kept.
 
 What is kept (:data:`RECIPES`, one per package version this script knows; any other version is
@@ -176,7 +176,7 @@ def fastest(rows, columns: list[str], key=lambda *v: v) -> dict[tuple, float]:
 
 def table(kind: str, variant: str, gpu: str, framework: str, version: str, package_version: str,
           path: str, device: str, selection: str, axes: list[tuple[str, str, list]], rows: list[list[float]]) -> dict:
-    """One measured table as the YAML mapping written (engine.spec.file_schemas.MEASURED)."""
+    """One measured table as the YAML mapping written (engine.language.file_schemas.MEASURED)."""
     return {"kernel": kind, "variant": variant, "gpu": gpu, "framework": framework, "framework_version": version,
             "source": {"package": PACKAGE, "version": package_version, "path": path, "licence": LICENCE,
                        "licence_src": LICENCE_SRC, "device": device, "selection": selection},

@@ -64,8 +64,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from engine.spec.errors import SpecError, Where  # noqa: E402  (after the sys.path line)
-from engine.spec.yamlio import load_yaml  # noqa: E402
+from engine.language.errors import SpecError, Where  # noqa: E402  (after the sys.path line)
+from engine.language.yamlio import load_yaml  # noqa: E402
 from engine.deploy.fusion import OVERLAP_POLICIES  # noqa: E402
 
 DATA = REPO / "benchmarks" / "data" / "published.yaml"

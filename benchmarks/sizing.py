@@ -30,13 +30,13 @@ import yaml  # noqa: E402
 
 from engine.project import GRID_FILE as DEFAULT  # noqa: E402
 
-from engine.build import grid_eval  # noqa: E402
+from engine.batch import grid_eval  # noqa: E402
 from engine.serving.fronts import evaluate_model, load_sizing  # noqa: E402
 from engine.deploy.fusion import load_tables  # noqa: E402
 from engine.deploy.structure_cache import StructureCache  # noqa: E402
 from engine.cli import main as cli  # noqa: E402
-from engine.spec.api import evaluate_spec  # noqa: E402
-from engine.spec.corpus import load_corpus  # noqa: E402
+from engine.language.api import evaluate_spec  # noqa: E402
+from engine.language.corpus import load_corpus  # noqa: E402
 
 QUESTION = ("DeepSeek-V3", 8192, 1024, 2.0, 0.05, ["H200", "B200"])
 FIELDS = ("config", "n_gpus", "batch", "ttft_s", "tpot_s", "tokens_per_s_per_gpu")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 #: The tree this package was installed from (an editable install) or shipped in.
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-#: The grid the build evaluates when no ``--grid`` is given (engine/build/grid.py; its ``sizing:``
+#: The grid the build evaluates when no ``--grid`` is given (engine/batch/grid.py; its ``sizing:``
 #: block, engine/serving/fronts.py).
 GRID_FILE = PACKAGE_ROOT / "corpus" / "grid.yaml"
 
@@ -66,5 +66,5 @@ def locate(corpus: str | Path | None = None, out: str | Path | None = None,
 #: The cap on one input file's bytes (a corpus YAML, a GPU or measured table, an engine source): the
 #: largest corpus YAML is about 31 KB (a modeling-source snapshot); 1 MiB leaves 30x room and still
 #: parses in about a second with the pure-Python loader. Every read of an input is bounded by it
-#: (engine.spec.yamlio, the input hash), so a FIFO or /dev/zero is never read forever.
+#: (engine.language.yamlio, the input hash), so a FIFO or /dev/zero is never read forever.
 MAX_FILE_BYTES = 1 << 20

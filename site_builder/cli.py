@@ -13,21 +13,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from engine.build import collector
+from engine.batch import collector
 
 # before the imports below: in this process and in every worker the build spawns (a spawned worker
-# runs this module's top first), collections are rare (engine/build/collector.py)
+# runs this module's top first), collections are rare (engine/batch/collector.py)
 collector.tune()
 
 from engine import cli as engine_cli  # noqa: E402
 
-# engine.build.results (the build, and its progress printer) is imported by the commands that use
+# engine.batch.results (the build, and its progress printer) is imported by the commands that use
 # it, not here: a site render worker runs this module's top too, and never evaluates (that import
 # brings sympy and the spec language: half of a render worker's start)
 
 
 def cmd_build(args) -> int:
-    from engine.build.results import progress_printer, run
+    from engine.batch.results import progress_printer, run
     from site_builder.render import render_staged
     quiet = args.quiet
 
@@ -39,7 +39,7 @@ def cmd_build(args) -> int:
 
 
 def cmd_site(args) -> int:
-    from engine.build.results import progress_printer
+    from engine.batch.results import progress_printer
     from site_builder.render import render_site
     out = Path(args.out)
     if not (out / "results" / "models.parquet").exists():

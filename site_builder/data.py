@@ -304,7 +304,7 @@ def expected_tips(expected: dict[str, dict[str, list]]) -> dict:
 
 
 def deploy_formulas(results: Results, model_id: str) -> dict | None:
-    """The model's formula document (``formulas/<org--name>.json``, engine/build/deploy_export.py), or
+    """The model's formula document (``formulas/<org--name>.json``, engine/batch/deploy_export.py), or
     None for results built before it existed."""
     path = results.root / "formulas" / f"{slug(model_id)}.json"
     return read_json(path) if path.exists() else None
@@ -338,9 +338,9 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     each config file used to carry its own copy of them and of the tables (over the 51 models'
     1,546 config files: 17.4 MB compressed, now 2.6 MB plus 2.5 MB of shared files). Options name
     their config (``cfg``) and file. Reshaping only: every tree and number is the build's; the rule
-    picking the grid's batches travels beside them (``grid_batches``: engine.build.grid_eval.GRID_BATCHES,
+    picking the grid's batches travels beside them (``grid_batches``: engine.batch.grid_eval.GRID_BATCHES,
     read by formula.js ``select``)."""
-    from engine.build.grid_eval import GRID_BATCHES      # (here: the module's other readers need no engine)
+    from engine.batch.grid_eval import GRID_BATCHES      # (here: the module's other readers need no engine)
     from engine.deploy.rules import exported as deploy_rules
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
     expected = doc.get("expected", [])
@@ -420,7 +420,7 @@ SHARED = "shared"
 
 
 def _lookup_refs(trees: list) -> set[int]:
-    """The table refs of the ``lookup`` nodes in ``trees`` (engine.spec.formula_tree)."""
+    """The table refs of the ``lookup`` nodes in ``trees`` (engine.language.formula_tree)."""
     found, todo = set(), list(trees)
     while todo:
         t = todo.pop()
@@ -437,7 +437,7 @@ def _shared(bodies: dict[str, dict]) -> tuple[dict[str, str], dict[str, str]]:
     """The files' compact JSON texts, one per distinct text, and each key's file: the first key (in
     order) whose text is the same (configs whose files come out identical, one GPU on an 8- or a
     72-GPU domain, share one file). Equal values give equal texts: a body's keys are in one order,
-    and its trees are the build's, interned by their compact text (engine/build/deploy_export.py)."""
+    and its trees are the build's, interned by their compact text (engine/batch/deploy_export.py)."""
     texts: dict[str, str] = {}
     same: dict[str, str] = {}
     kept: dict[str, str] = {}            # compact text -> its first key

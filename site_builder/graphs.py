@@ -7,7 +7,7 @@ own rows and components.
 
 A layer stack is drawn as the sequence it is: the stack's inputs -> its layer groups in layer order
 -> what reads the stack's output (the final norm, the head), following the document's
-``layer_plan`` (engine/build/layer_plan.py): one box per run of a template ("x3" when the run is
+``layer_plan`` (engine/batch/layer_plan.py): one box per run of a template ("x3" when the run is
 longer than a layer; a template that recurs later gets a box per recurrence, id ``<group>#<n>``)
 and, for a repeated period, a ``kind: repeat`` edge from its last box back to its first, labelled
 with the repeat count and the layers it spans. The walk's own edges into and out of the groups

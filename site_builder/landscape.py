@@ -1,7 +1,7 @@
 """The landscape page (``/landscape/``): the corpus as a 2026 survey of LLM operators would print it.
 
 Layer: site_builder (reads build/results only). Every table and every number comes from
-``build/results/landscape.json`` (engine/build/landscape.py computes them, formulas included);
+``build/results/landscape.json`` (engine/batch/landscape.py computes them, formulas included);
 this module formats labels, writes the page and one CSV twin per table
 (``downloads/landscape/<table>.csv``: the same rows and columns, exact values).
 """

@@ -30,11 +30,11 @@ import markupsafe
 import polars as pl
 from markdown_it import MarkdownIt
 
-from engine.build import collector, dependencies, lifeline, publish
+from engine.batch import collector, dependencies, lifeline, publish
 from engine.serving.steady import FRONT_BASIS, steady_rate
-from engine.build.workers import default_workers
+from engine.batch.workers import default_workers
 from engine.cli import units
-from engine.spec.errors import SpecError, Where
+from engine.language.errors import SpecError, Where
 from site_builder import charts, graph_svg, graphs, sizing
 from site_builder import downloads, landscape
 from site_builder.data import (Results, compact_json, config_twins, deploy_formulas, deployment_options, deployment_rows,
@@ -125,7 +125,7 @@ def script_json(value: Any) -> str:
     The one way data reaches a page's inline script (the ``page-data`` block of base.html, and the
     templates' ``tojson`` filter, replaced by this): model ids, names, notes and docs come from spec
     files in pull requests, so any string may be hostile. NaN and infinity are refused (they are not
-    JSON; engine/spec/finite.py keeps them out of the results)."""
+    JSON; engine/language/finite.py keeps them out of the results)."""
     text = json.dumps(value, allow_nan=False)
     return _SCRIPT_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
@@ -203,9 +203,9 @@ def static_assets() -> tuple[dict[str, str], str]:
     """static/'s files (without its README) and the content-hashed name each is published under
     (``js/deploy.js`` -> ``js/deploy.<first 8 hex of its SHA-256>.js``: a changed file gets a new
     URL, so netlify.toml may let browsers keep /static/* for a year), and one digest of them all.
-    A symbolic link under static/ is refused with one line first (engine.spec.corpus.refuse_symlinks):
+    A symbolic link under static/ is refused with one line first (engine.language.corpus.refuse_symlinks):
     a committed link to /proc/self/environ would otherwise publish the build machine's environment."""
-    from engine.spec.corpus import refuse_symlinks      # (not at the top: see _worker_start)
+    from engine.language.corpus import refuse_symlinks      # (not at the top: see _worker_start)
     refuse_symlinks(STATIC, REPO)
     names, digest = {}, hashlib.sha256()
     for path in sorted(p for p in STATIC.rglob("*") if p.is_file() and not p.is_symlink()):
@@ -241,8 +241,8 @@ def _repo_text(path: Path) -> str:
     """A page source from the repo (docs/*.md, CONTRIBUTING.md), refused if it or a folder on the
     way to it is a symbolic link, or if it resolves outside the repo: it is published as a page.
     Read as the corpus's files are (bounded, UTF-8: a bad byte is one line naming the page)."""
-    from engine.spec.corpus import refuse_symlinks      # (not at the top: see _worker_start)
-    from engine.spec.yamlio import read_text
+    from engine.language.corpus import refuse_symlinks      # (not at the top: see _worker_start)
+    from engine.language.yamlio import read_text
     refuse_symlinks(path, REPO)
     shown = path.relative_to(REPO).as_posix()
     if not path.resolve().is_relative_to(REPO.resolve()):
@@ -277,7 +277,7 @@ def _hash(*parts) -> str:
 def _code_hash(static_digest: str) -> str:
     """What every page depends on besides the results: the templates, static/ (pages name its
     hashed files), the renderer's own code (site_builder/*.py) and the installed versions of the
-    libraries it renders with (:data:`engine.build.dependencies.SITE`)."""
+    libraries it renders with (:data:`engine.batch.dependencies.SITE`)."""
     files = sorted(p for p in TEMPLATES.rglob("*") if p.is_file()) + \
         sorted(Path(__file__).resolve().parent.glob("*.py"))
     return _hash(SITE_MANIFEST_VERSION, static_digest, dependencies.fingerprint(dependencies.SITE),
@@ -454,7 +454,7 @@ def _render_pool(stack: contextlib.ExitStack, groups: int):
     """Worker processes for the model page groups, or None when one process is enough: fewer than
     :data:`POOL_GROUPS` groups (a worker's start costs about what a small model's pages do), or
     ``ARCHLEDGER_RENDER_JOBS=1``. The render uses that many processes (default:
-    :func:`engine.build.workers.default_workers`: the CPUs, capped by memory and a fixed maximum), the
+    :func:`engine.batch.workers.default_workers`: the CPUs, capped by memory and a fixed maximum), the
     calling one among them (:func:`_take_share`): one worker fewer, each worker's start being CPU
     that renders nothing. Spawned, not forked: a forked child inherits polars' thread pool
     mid-state (as in the results build)."""
@@ -478,10 +478,10 @@ _WORKER: dict[str, tuple] = {}       # results folder -> (Results, Site environm
 
 def _worker_start(parent: int, schema_docs: dict[str, str]) -> None:
     """In each render worker, first: die when the rendering process dies, however it dies
-    (:func:`engine.build.lifeline.die_with`, as a build worker does); collect rarely
-    (engine/build/collector.py), the start-up heap frozen; take the Parquet column docs the deploy
+    (:func:`engine.batch.lifeline.die_with`, as a build worker does); collect rarely
+    (engine/batch/collector.py), the start-up heap frozen; take the Parquet column docs the deploy
     pages show (:func:`_schema_docs`) from ``parent``. A render worker never evaluates, so it
-    imports nothing of the engine's evaluation (sympy, the spec language: engine.build.results
+    imports nothing of the engine's evaluation (sympy, the spec language: engine.batch.results
     imports both, and that was half of a worker's start); site_builder/cli.py's top imports none
     either (a spawned worker runs it first)."""
     _SCHEMA_DOCS.update(schema_docs)
@@ -514,7 +514,7 @@ def _model_group(site: Site, results: Results, model_id: str) -> None:
 def render_staged(results_dir: Path, site_dir: Path, progress=None) -> None:
     """:func:`render_pages` into a staging folder ``OUT/.site-*`` whose published site ``OUT/site``
     (if any) supplies the page groups whose inputs did not change: what ``archledger build`` renders
-    with (the ``site`` callable of :func:`engine.build.results.run`)."""
+    with (the ``site`` callable of :func:`engine.batch.results.run`)."""
     render_pages(results_dir, site_dir, progress, previous=Path(site_dir).parent / "site")
 
 
@@ -527,7 +527,7 @@ def render_site(results_root: Path, out: Path, progress=None) -> Path:
     ``out/results``), staged beside it and published atomically under ``out``'s build lock (so it
     never interleaves with a build, and finishes or sweeps what an interrupted one left first).
     Returns the site folder. An ``out`` that is not an ArchLedger output, a held lock past
-    ``ARCHLEDGER_LOCK_TIMEOUT`` or a bad value of it: :class:`engine.build.publish.PublishError`."""
+    ``ARCHLEDGER_LOCK_TIMEOUT`` or a bad value of it: :class:`engine.batch.publish.PublishError`."""
     out = Path(out)
     publish.claim(out)
     timeout = publish.lock_timeout()
@@ -700,10 +700,10 @@ _SCHEMA_DOCS: dict[str, str] = {}
 
 
 def _schema_docs() -> dict[str, str]:
-    """The Parquet column docs (engine.build.results.DEPLOYMENTS_SCHEMA's, by column), shown as the
+    """The Parquet column docs (engine.batch.results.DEPLOYMENTS_SCHEMA's, by column), shown as the
     definition behind each deployment number; a render worker is handed them (:func:`_worker_start`)."""
     if not _SCHEMA_DOCS:
-        from engine.build.results import DEPLOYMENTS_SCHEMA, UNSTORED
+        from engine.batch.results import DEPLOYMENTS_SCHEMA, UNSTORED
         _SCHEMA_DOCS.update({k: v[1] for k, v in DEPLOYMENTS_SCHEMA.items()})
         _SCHEMA_DOCS.update(UNSTORED)       # what the page shows beside the columns, not stored
     return _SCHEMA_DOCS

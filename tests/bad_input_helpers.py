@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.spec import api
-from engine.spec import yamlio
+from engine.language import api
+from engine.language import yamlio
 from engine.cli import main as cli_main
 from tests.conftest import REPO
 
@@ -48,7 +48,7 @@ def parse_each_yaml_once(monkeypatch):
     """Speed only: a file whose exact bytes were parsed before (in another case's copy) is not
     parsed again. The broken file's bytes are new, so its error always comes from the real
     loader (errors are never cached); the loader never mutates what it returns."""
-    from engine.spec import corpus as corpus_module
+    from engine.language import corpus as corpus_module
     from engine.verify import evidence
     real = yamlio.load_yaml
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.api import Evaluation, evaluate_spec
-from engine.spec.corpus import Corpus, load_corpus
+from engine.language.corpus import Corpus, load_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 #: Published config.json files, copied byte for byte into the corpus beside each snapshot

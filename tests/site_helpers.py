@@ -12,8 +12,8 @@ import yaml
 def build_small_site(root: Path, grid: dict, models: list[str]) -> Path:
     """Build ``models`` over ``grid`` (a grid.yaml mapping) into ``root``: results and site, the way
     ``archledger build`` publishes them (staged, then moved into place)."""
-    from engine.build.results import build
-    from engine.spec.corpus import load_corpus
+    from engine.batch.results import build
+    from engine.language.corpus import load_corpus
     from site_builder.render import render_staged
 
     path = root / "grid.yaml"

@@ -3,7 +3,7 @@
 Each case copies the real ``corpus/`` to a temporary folder, breaks one file with a text edit, and
 runs the real CLI in-process (``build`` and ``show``). The expected line is found by searching the
 broken file, never hard-coded, so the cases survive edits elsewhere in the corpus. The second half
-unit-tests :mod:`engine.spec.expr`, the restricted expression language spec text is parsed with.
+unit-tests :mod:`engine.language.expr`, the restricted expression language spec text is parsed with.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 import sympy
 
 from engine import api
-from engine.spec import expr
-from engine.spec import corpus as corpus_module
+from engine.language import expr
+from engine.language import corpus as corpus_module
 from engine.cli import main
 from tests.bad_input_helpers import copy_corpus, fresh_api_cache, parse_each_yaml_once  # noqa: F401 (fixtures)
 
@@ -350,7 +350,7 @@ def test_failed_rebuild_keeps_previous_results(name, tmp_path, capsys):
     assert files_under(out) == before, "the previous results changed (or staging folders were left behind)"
 
 
-# -- engine.spec.expr directly -----------------------------------------------------------------------------
+# -- engine.language.expr directly -----------------------------------------------------------------------------
 
 CONFIG = {"hidden_size": 4096, "num_attention_heads": 32, "rope": {"theta": 500000},
           "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention",

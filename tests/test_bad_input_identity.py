@@ -2,7 +2,7 @@
 and whatever reaches a page's inline script cannot end it.
 
 Model ids become folders of the site (``models/<org--name>/``) and snapshot names become paths
-under ``corpus/snapshots/``; both follow the Hub's name grammar (engine.spec.corpus.NAME_RULE). A link
+under ``corpus/snapshots/``; both follow the Hub's name grammar (engine.language.corpus.NAME_RULE). A link
 under ``corpus/``, ``gpus/``, ``static/`` or ``docs/`` could read and publish any file of the
 machine that builds, so links are refused there. Every corpus case runs the real CLI on a copy of
 the corpus and checks: exit 2, one stderr line naming the file (and line and field when there is
@@ -24,8 +24,8 @@ import yaml
 
 from engine import api
 from tests.bad_input_helpers import cli_status as main, copy_corpus, fresh_api_cache  # noqa: F401 (fixture)
-from engine.spec.corpus import load_corpus, slug
-from engine.spec.errors import SpecError, Where
+from engine.language.corpus import load_corpus, slug
+from engine.language.errors import SpecError, Where
 from engine.verify.evidence import snapshot_name, source_path
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -222,7 +222,7 @@ TINY_GRID = {
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
     """``build/results`` for Qwen3-8B over a one-GPU grid (the site cases render from copies)."""
-    from engine.build.results import build
+    from engine.batch.results import build
     out = tmp_path_factory.mktemp("identity-build")
     grid = out / "grid.yaml"
     grid.write_text(yaml.safe_dump(TINY_GRID, sort_keys=False))

@@ -4,8 +4,8 @@ line, and no published number is NaN, infinite or negative.
 Bounds (one place each): GPU counts and parallel degrees 1..4096 (engine.deploy.parallel.MAX_GPUS), prompt
 and output lengths up to 2**24 tokens and batches up to 2**20 (engine.deploy.MAX_TOKENS and
 MAX_BATCH), at most 64 values per grid list and prompts up to 16x a model's max context
-(engine.build.grid.MAX_LIST, MAX_BEYOND_CONTEXT). GPU figures are finite numbers above zero, never
-booleans (YAML ``true`` is an int to Python). The backstop (engine/spec/finite.py) rejects a model
+(engine.batch.grid.MAX_LIST, MAX_BEYOND_CONTEXT). GPU figures are finite numbers above zero, never
+booleans (YAML ``true`` is an int to Python). The backstop (engine/language/finite.py) rejects a model
 whose tables would publish a non-finite or negative number, naming the column and the point.
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pytest
 from engine import api
 from tests.bad_input_helpers import cli_status as main, fresh_api_cache  # noqa: F401 (fixture)
 from engine.deploy import MAX_BATCH, MAX_TOKENS, Scenario
-from engine.spec.errors import SpecError
-from engine.spec.finite import check_document, check_tables, first_bad
+from engine.language.errors import SpecError
+from engine.language.finite import check_document, check_tables, first_bad
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ H200 = "h200.yaml"
 PEAK = "peak_tflops: {bf16: 989, fp8: 1979}"
 UP = "scale_up: {link: NVLink4, gb_s: 900, domain: 8, hw: nvlink}"
 GPU_CASES = {   # (old, new, field, says)
-    # NaN and infinity are refused by the YAML reader itself (engine.spec.yamlio) or by the figure check
+    # NaN and infinity are refused by the YAML reader itself (engine.language.yamlio) or by the figure check
     "nan": ("hbm_gb: 141", "hbm_gb: .nan", "hbm_gb", "nan"),
     "inf": ("hbm_gb: 141", "hbm_gb: .inf", "hbm_gb", "inf"),
     "boolean": ("hbm_gb: 141", "hbm_gb: true", "hbm_gb", "expected a number or a mapping, got the boolean true"),
@@ -205,7 +205,7 @@ def test_bad_grid_value_is_one_line_and_writes_nothing(case, tmp_path, capsys):
 
 
 def test_the_repo_grids_are_within_the_bounds():
-    from engine.build.grid import load_grid
+    from engine.batch.grid import load_grid
     for path in (None, REPO / "tests" / "data" / "grid_small.yaml"):
         grid = load_grid(path)
         assert max(grid.gpu_counts) <= MAX_GPUS and max(grid.batches) <= MAX_BATCH
@@ -311,7 +311,7 @@ def test_check_tables_rejects_a_planted_bad_number(qwen, column, values, says):
 
 
 def test_check_tables_passes_labels_flags_missing_values_and_zeros(qwen, monkeypatch):
-    from engine.spec import finite
+    from engine.language import finite
     check_tables(qwen, {"ops": _table(flops=[0.0, 1e30, 5], intensity=[None, 3.5, 0])})
     assert first_bad([1, 2, None]) is None and first_bad(["a", "b"]) is None and first_bad([True, False]) is None
     assert first_bad([-1.0, 2.0]) == (0, "-1.0 is negative")
@@ -337,7 +337,7 @@ def test_check_document_rejects_a_planted_bad_number(qwen):
 def test_build_refuses_a_model_whose_tables_hold_a_nan(tmp_path, monkeypatch, capsys):
     """The check sits between evaluation and writing in the real build: a NaN planted in what the
     grid evaluation returns fails the build on one line, and no results are written."""
-    from engine.build import grid_eval
+    from engine.batch import grid_eval
     real = grid_eval.evaluate_model
 
     def planted(*args, **kwargs):

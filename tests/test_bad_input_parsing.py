@@ -8,8 +8,8 @@ breaks one file and runs the real CLI in-process: exit 2, exactly one stderr lin
 file, the line (where known) and the field, with a hint after " — ", nothing on stdout, no build
 output, the corpus untouched. A per-test SIGALRM turns a hang back into a failure.
 
-The limits themselves (engine.spec.yamlio, engine.spec.expr) are fuzzed in tests/test_fuzz.py; the last part
-of this file unit-tests the bounds and messages of engine.spec.expr directly.
+The limits themselves (engine.language.yamlio, engine.language.expr) are fuzzed in tests/test_fuzz.py; the last part
+of this file unit-tests the bounds and messages of engine.language.expr directly.
 """
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ import pytest
 import sympy
 
 from engine import api
-from engine.spec import expr, yamlio
+from engine.language import expr, yamlio
 from engine.deploy import hardware
 from engine.cli import main
 from tests.bad_input_helpers import copy_corpus, fresh_api_cache, parse_each_yaml_once  # noqa: F401 (fixtures)
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "corpus"
@@ -310,7 +310,7 @@ def test_json_that_is_valid_still_loads():
     assert yamlio.loads_json('{"a": [1, 2.5, "NaN"], "b": "Infinity"}') == {"a": [1, 2.5, "NaN"], "b": "Infinity"}
 
 
-# -- engine.spec.expr bounds, directly ----------------------------------------------------------------------
+# -- engine.language.expr bounds, directly ----------------------------------------------------------------------
 
 X = sympy.Symbol("x", positive=True, integer=True)
 

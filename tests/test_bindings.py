@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import sympy
 
-from engine.spec import symbols
+from engine.language import symbols
 from tests.conftest import EVERY_MODEL, MODEL_IDS
 
 pytestmark = EVERY_MODEL      # every model's evaluation, on one worker

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import sympy
 
-from engine.spec import symbols
-from engine.spec.ops import OPS
+from engine.language import symbols
+from engine.language.ops import OPS
 from tests.test_ops import run, tensor
 
 I = sympy.Integer

@@ -2,9 +2,9 @@
 
 Issue 35, items 2 and 5. Hostile inputs a pull request can make, each refused in one line with exit
 status 2, nothing written, fast and small: a layer count of 10^8 (from a snapshot or a ``repeat:``),
-expert counts and layers x experts beyond the walk's bounds (engine.spec.evaluate MAX_LAYERS,
+expert counts and layers x experts beyond the walk's bounds (engine.language.evaluate MAX_LAYERS,
 MAX_INSTANCES, MAX_COPIES), a grid whose lists are each within bounds but multiply to tens of
-millions of points (engine.build.grid MAX_POINTS, MAX_OPS_POINTS for the per-op tables), a ``sizing:`` block or a ``plan`` over every GPU
+millions of points (engine.batch.grid MAX_POINTS, MAX_OPS_POINTS for the per-op tables), a ``sizing:`` block or a ``plan`` over every GPU
 type at thousands of GPUs (engine.serving.sizing MAX_SEARCH_PAIRS), a checkpoint manifest's range
 standing for 10^9 tensors (engine.verify.manifest MAX_TENSORS). The hostile commands run in one
 child process under RLIMIT_AS (2 GiB) with a SIGALRM per command, so a regression to looping fails
@@ -33,10 +33,10 @@ from pathlib import Path
 import pytest
 import sympy
 
-from engine.spec import symbols
-from engine.spec.corpus import MAX_TEMPLATES
-from engine.spec.evaluate import MAX_COPIES, MAX_INSTANCES, MAX_LAYERS
-from engine.build.grid import MAX_OPS_POINTS, MAX_POINTS, load_grid, points_bound
+from engine.language import symbols
+from engine.language.corpus import MAX_TEMPLATES
+from engine.language.evaluate import MAX_COPIES, MAX_INSTANCES, MAX_LAYERS
+from engine.batch.grid import MAX_OPS_POINTS, MAX_POINTS, load_grid, points_bound
 from engine.serving.sizing import MAX_SEARCH_PAIRS, legal_configs
 from engine.verify.manifest import MAX_TENSORS
 from tests.conftest import EVERY_MODEL, MODEL_IDS, REPO
@@ -308,7 +308,7 @@ def test_compile_step_compiles_identifiers():
 
 def test_every_compile_goes_through_the_checked_lambdify():
     """No engine module calls sympy's lambdify, nor compiles or runs text, but the one checked call
-    in engine/spec/symbols.py (``re.compile`` of a pattern is no code)."""
+    in engine/language/symbols.py (``re.compile`` of a pattern is no code)."""
     found = []
     for path in sorted((REPO / "engine").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -320,7 +320,7 @@ def test_every_compile_goes_through_the_checked_lambdify():
                 continue
             if name in ("lambdify", "exec", "eval", "compile", "ufuncify", "autowrap", "__import__"):
                 found.append(f"{path.relative_to(REPO)} {name}")
-    assert found == ["engine/spec/symbols.py lambdify"], found
+    assert found == ["engine/language/symbols.py lambdify"], found
 
 
 def test_the_identifier_rule(corpus):

@@ -10,12 +10,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.build import results as build_mod
-from engine.build.results import DEPLOYMENTS_SCHEMA, MODELS_SCHEMA, OPS_SCHEMA, build
+from engine.batch import results as build_mod
+from engine.batch.results import DEPLOYMENTS_SCHEMA, MODELS_SCHEMA, OPS_SCHEMA, build
 from engine.cli import main
-from engine.spec.corpus import load_corpus
-from engine.spec.errors import SpecError
-from engine.build.grid import load_grid
+from engine.language.corpus import load_corpus
+from engine.language.errors import SpecError
+from engine.batch.grid import load_grid
 
 from tests.conftest import REPO
 
@@ -316,14 +316,14 @@ def test_bad_grid_is_a_one_line_error_and_nothing_is_written(tmp_path, capsys):
     assert "unknown GPU 'H1000'" in capsys.readouterr().err
 
 
-# -- subsets and other grids: merge, never discard (engine.build.results.run's rules) ---------------------
+# -- subsets and other grids: merge, never discard (engine.batch.results.run's rules) ---------------------
 
 QWEN, LLAMA = "Qwen/Qwen3-8B", "meta-llama/Meta-Llama-3.1-8B"
 
 
 def _run_build(corpus_dir: Path, out: Path, models: list[str], grid: Path) -> int:
     import argparse
-    from engine.build.results import run
+    from engine.batch.results import run
     return run(argparse.Namespace(out=str(out), models=models, grid=str(grid), jobs=1, quiet=True,
                                   corpus=str(corpus_dir)))
 

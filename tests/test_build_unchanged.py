@@ -1,5 +1,5 @@
 """A build whose inputs are byte for byte those of the published results skips the input checks
-(engine.build.results._checked_before), and only then: the measured kernel tables are part of the
+(engine.batch.results._checked_before), and only then: the measured kernel tables are part of the
 input hash, so an edited table is checked (a broken one stops the build) and rebuilds every model."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.build import inputs, results
-from engine.spec.corpus import load_corpus
-from engine.spec.errors import SpecError
+from engine.batch import inputs, results
+from engine.language.corpus import load_corpus
+from engine.language.errors import SpecError
 from tests.conftest import REPO
 
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"

@@ -90,8 +90,8 @@ def two_checkpoints(tmp_path_factory):
 
 
 def test_a_quantized_config_of_a_corpus_model_becomes_its_checkpoint_with_evidence(two_checkpoints):
-    from engine.spec.api import evaluate_spec
-    from engine.spec.corpus import load_corpus
+    from engine.language.api import evaluate_spec
+    from engine.language.corpus import load_corpus
     from engine.verify.validate import validate
     corpus, outs = two_checkpoints
     for code, out, err in outs:
@@ -123,9 +123,9 @@ def test_a_quantized_config_of_a_corpus_model_becomes_its_checkpoint_with_eviden
 
 def test_the_grid_has_rows_for_each_checkpoint_where_its_format_is_native(two_checkpoints, tmp_path):
     import polars as pl
-    from engine.build import grid_eval
-    from engine.spec.api import evaluate_spec
-    from engine.spec.corpus import load_corpus
+    from engine.batch import grid_eval
+    from engine.language.api import evaluate_spec
+    from engine.language.corpus import load_corpus
     corpus, _ = two_checkpoints
     import yaml
     grid = yaml.safe_load((REPO / "corpus" / "grid.yaml").read_text())
@@ -166,7 +166,7 @@ def test_a_checkpoint_of_other_dims_is_refused_in_one_line(two_checkpoints, caps
 def test_a_spec_whose_checkpoint_config_differs_fails_validation_in_one_line(two_checkpoints, tmp_path):
     """The guard in validate: a checkpoint snapshot edited to another layer count is no longer the
     spec's architecture."""
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
     from engine.verify.validate import validate
     corpus, _ = two_checkpoints
     copy = tmp_path / "corpus"
@@ -185,8 +185,8 @@ def test_a_spec_whose_checkpoint_config_differs_fails_validation_in_one_line(two
     ("  - {model: acme/X-FP8, format: fp8, quant_context: {default: int3}}", "unknown quant scheme 'int3'"),
 ])
 def test_a_bad_checkpoints_entry_is_one_line_naming_its_field(entry, expected, tmp_path):
-    from engine.spec.corpus import load_corpus
-    from engine.spec.errors import SpecError
+    from engine.language.corpus import load_corpus
+    from engine.language.errors import SpecError
     corpus = tmp_path / "corpus"
     shutil.copytree(REPO / "corpus", corpus, ignore=shutil.ignore_patterns("models"))
     (corpus / "models").mkdir()
@@ -253,8 +253,8 @@ def test_show_and_deploy_take_a_published_checkpoint_by_format_or_id(capsys):
 
 def test_a_checkpoints_evidence_is_part_of_its_models_build_hash(two_checkpoints, tmp_path):
     """A re-recorded checkpoint manifest rebuilds (and re-validates) the model it belongs to."""
-    from engine.build.hashing import model_hash
-    from engine.spec.corpus import load_corpus
+    from engine.batch.hashing import model_hash
+    from engine.language.corpus import load_corpus
     SHARED_HASH = "0" * 64       # any fixed shared-inputs hash: only the checkpoint's evidence changes
     corpus, _ = two_checkpoints
     copy = tmp_path / "corpus"

@@ -16,7 +16,7 @@ import tomllib
 import pytest
 import yaml
 
-from engine.build import dependencies
+from engine.batch import dependencies
 from tests.conftest import REPO
 
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.y*ml"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from engine.build.results import MODELS_SCHEMA
+from engine.batch.results import MODELS_SCHEMA
 from engine.cli import main
 
 

@@ -39,15 +39,15 @@ def test_help_imports_no_evaluation_library(argv):
     assert {"engine.cli.show", "engine.cli.edit", "engine.cli.deploy", "engine.cli.plan", "engine.cli.kernelbench"} <= names
     assert {n.split(".")[0] for n in names} & HEAVY == set()
     # nor the spec language or the build (the help never evaluates or publishes)
-    assert not {n for n in names if n.startswith(("engine.spec.corpus", "engine.spec.expr", "engine.build.results",
-                                                   "engine.build.publish"))}
+    assert not {n for n in names if n.startswith(("engine.language.corpus", "engine.language.expr", "engine.batch.results",
+                                                   "engine.batch.publish"))}
 
 
 def test_the_check_sees_an_import_when_there_is_one():
     """The same reading of ``-X importtime`` finds sympy where a command does import it: ``show``
     evaluates a model (so the help's empty answer above is not an artefact of the parsing)."""
     _, names = _imported("show", "Qwen3-8B", "--json")
-    assert "sympy" in names and "engine.spec.corpus" in names
+    assert "sympy" in names and "engine.language.corpus" in names
 
 
 # -- `list` on a built checkout: the build's models.parquet, no spec language ---------------------
@@ -67,8 +67,8 @@ def two_model_checkout(tmp_path_factory):
     """A corpus copy holding only LISTED's specs (the what-if variants dropped: their bases are gone),
     built over the tiny grid without the site, as `archledger build` leaves it."""
     import shutil
-    from engine.build.results import build
-    from engine.spec.corpus import load_corpus
+    from engine.batch.results import build
+    from engine.language.corpus import load_corpus
     root = tmp_path_factory.mktemp("listed")
     shutil.copytree(REPO / "corpus", root / "corpus")
     keep = {"Qwen--Qwen3-8B.yaml", "meta-llama--Meta-Llama-3.1-8B.yaml", "XiaomiMiMo--MiMo-7B-Base.yaml"}
@@ -95,7 +95,7 @@ def test_list_on_a_fresh_build_imports_no_sympy(two_model_checkout):
     assert _listing(text) == LISTED
     assert [line for line in text.splitlines() if "(unverified: " in line][0].startswith("XiaomiMiMo/MiMo-7B-Base")
     assert not {n.split(".")[0] for n in names} & {"sympy", "mpmath", "polars", "pyarrow", "numpy"}
-    assert not {n for n in names if n.startswith(("engine.spec.corpus", "engine.spec.expr", "engine.spec.evaluate"))}
+    assert not {n for n in names if n.startswith(("engine.language.corpus", "engine.language.expr", "engine.language.evaluate"))}
 
 
 def test_list_from_the_build_equals_the_evaluation_consistency(two_model_checkout, tmp_path):
@@ -117,7 +117,7 @@ def test_list_evaluates_a_model_whose_inputs_changed(two_model_checkout, tmp_pat
     spec = root / "corpus" / "models" / "Qwen--Qwen3-8B.yaml"
     spec.write_text(spec.read_text() + "\n# edited\n")
     text, names = _imported("list", "--corpus", str(root / "corpus"), "--out", str(root / "out"))
-    assert "sympy" in names and "engine.spec.corpus" in names
+    assert "sympy" in names and "engine.language.corpus" in names
     assert _listing(text) == LISTED
 
 

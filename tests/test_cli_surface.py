@@ -160,7 +160,7 @@ def test_corpus_before_build_and_out_with_equals_still_render_the_site(tmp_path,
                      "--models", "Qwen3-8B", "--quiet", "--jobs", "1"]) == 0
     assert (out / "site" / "index.html").is_file() and (out / "results" / "models.parquet").is_file()
     assert (out / "site" / "models" / "Qwen--Qwen3-8B" / "index.html").is_file()
-    from engine.build.publish import consistent
+    from engine.batch.publish import consistent
     assert consistent(out)                 # the site was rendered from these results
 
 

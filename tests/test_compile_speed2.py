@@ -29,7 +29,7 @@ from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.placement import step_with
 from engine.deploy.structure import PHASES
-from engine.spec import symbols
+from engine.language import symbols
 
 B, S, C = cost.ARGS[:3]
 K = cost.KV_BYTES

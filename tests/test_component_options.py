@@ -30,9 +30,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.spec import kv, quantities
-from engine.spec.api import evaluate_spec
-from engine.spec.corpus import load_model
+from engine.language import kv, quantities
+from engine.language.api import evaluate_spec
+from engine.language.corpus import load_model
 from tests.conftest import REPO, SNAPSHOTS
 
 CONTRACTS = REPO / "corpus" / "contracts" / "attention"

@@ -51,8 +51,8 @@ GRID = {
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    from engine.build.results import build
-    from engine.spec.corpus import load_corpus
+    from engine.batch.results import build
+    from engine.language.corpus import load_corpus
     from site_builder.render import render_site
 
     root = tmp_path_factory.mktemp("contract-7168")
@@ -157,7 +157,7 @@ def kv_by_hand(variant: str, n: int) -> int:
 
 
 def test_the_contract_is_at_hidden_7168(contract):
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
 
     corpus = load_corpus()
     text = (corpus.root / "contracts" / "attention" / "contract.yaml").read_text()
@@ -468,7 +468,7 @@ def test_crossing_diamonds_render_with_a_tooltip_naming_the_pair(out, browser, c
 # -- the solver's edge cases, on curves written here --------------------------------------------------
 
 class _Curve:
-    """A curve as engine.build.contract.crossings reads one: bytes over a whole-token grid, exact
+    """A curve as engine.batch.contract.crossings reads one: bytes over a whole-token grid, exact
     bytes at a rational length, the widest compressed step."""
 
     def __init__(self, fn, period=1):
@@ -486,7 +486,7 @@ def test_a_staircase_rippling_around_a_line_crosses_once():
     token on average): from the 13th step on the staircase jumps above the line and the line climbs
     back over it within the step, until the staircase stays above. One crossing, at the first
     flip: L = 52 (1000 + 300 x 52 = 16600 < 13 x 1280 = 16640; at 51, 16300 > 12 x 1280)."""
-    from engine.build.contract import crossings
+    from engine.batch.contract import crossings
 
     line = _Curve(lambda n: 1000 + 300 * n)
     stairs = _Curve(lambda n: 1280 * math.floor(n / 4), period=4)
@@ -496,7 +496,7 @@ def test_a_staircase_rippling_around_a_line_crosses_once():
 
 
 def test_lines_cross_at_their_exact_fraction_and_touching_is_no_crossing():
-    from engine.build.contract import crossings
+    from engine.batch.contract import crossings
 
     flat = _Curve(lambda n: 1000)
     found = crossings({"flat": flat, "steep": _Curve(lambda n: 3 * n)}, 1, 1000)
@@ -508,10 +508,10 @@ def test_lines_cross_at_their_exact_fraction_and_touching_is_no_crossing():
 def test_a_decode_at_length_outside_the_lengths_is_one_clear_error(tmp_path):
     import shutil
 
-    from engine.build.contract import load_contract
+    from engine.batch.contract import load_contract
     from engine.deploy.hardware import load_gpus
-    from engine.spec.corpus import load_corpus
-    from engine.spec.errors import SpecError
+    from engine.language.corpus import load_corpus
+    from engine.language.errors import SpecError
 
     corpus = load_corpus()
     folder = tmp_path / "attention"

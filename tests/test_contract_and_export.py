@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.build.contract import evaluate_contracts
-from engine.spec.corpus import load_corpus
-from engine.build.export import model_document
+from engine.batch.contract import evaluate_contracts
+from engine.language.corpus import load_corpus
+from engine.batch.export import model_document
 from site_builder.cli import main as site_main
 
 from tests.conftest import _evaluation

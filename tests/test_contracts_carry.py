@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 
-from engine.build import contract, publish, results
-from engine.spec.corpus import load_corpus
+from engine.batch import contract, publish, results
+from engine.language.corpus import load_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 INPUTS = "0" * 64      # the shared inputs' hash: any fixed value, the same each call

@@ -21,7 +21,7 @@ from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.structure import PHASES
-from engine.spec import symbols
+from engine.language import symbols
 
 B, S, C = (symbols.dim(n) for n in symbols.SCENARIO_DIMS)
 K = cost.KV_BYTES

@@ -13,7 +13,7 @@ import math
 import pytest
 import sympy
 
-from engine.spec import kv, quantities, storage, symbols
+from engine.language import kv, quantities, storage, symbols
 from engine.deploy import Options, place
 from engine.deploy.parallel import ParallelConfig
 from tests.conftest import hf_config as config
@@ -188,7 +188,7 @@ def test_pro_experts_split_over_expert_parallelism(evaluation):
 
 def test_token_id_stream_is_drawn_from_the_stack_input(evaluation):
     """The hash-routed layers read the stack's token ids: the stack drawing joins them."""
-    from engine.build.export import model_document
+    from engine.batch.export import model_document
     from site_builder.graphs import level_graph
     doc = model_document(evaluation(FLASH))
     stream = next(s for s in doc["streams"] if s["name"] == "token_ids")
@@ -220,7 +220,7 @@ def test_attention_label_and_kinds_say_the_same(model_id, evaluation):
     a layer of compress_ratio 0 keeps nothing else (a sliding-window layer); the others' compressed
     entries grow with context. So V4-Flash (swa layers) reads "v4 + sliding" with a ``+window`` kind,
     V4-Pro (none) "v4" with none."""
-    from engine.build.results import attention_kinds, attention_label
+    from engine.batch.results import attention_kinds, attention_label
     c = config(model_id)
     ratios = c["compress_ratios"][:c["num_hidden_layers"]]
     ev = evaluation(model_id)

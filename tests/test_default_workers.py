@@ -1,5 +1,5 @@
 """Default worker counts (`--jobs`, local-cluster, the site render) are bounded: a build container
-that reports 64 CPUs must not start 64 processes of ~1.1 GB each (engine/build/workers.py).
+that reports 64 CPUs must not start 64 processes of ~1.1 GB each (engine/batch/workers.py).
 
 The expectations are written from the rule the module states: min(CPUs this process may use,
 available memory // 1.2 GB, 4), at least 1; an explicit count is used as given.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.build import results, workers
+from engine.batch import results, workers
 
 GB = 1_000_000_000
 

@@ -1,5 +1,5 @@
 """The models' input hash covers the versions of the libraries that compute the results
-(engine/build/dependencies.py): after a sympy/numpy/polars/pyyaml release every model is
+(engine/batch/dependencies.py): after a sympy/numpy/polars/pyyaml release every model is
 re-evaluated, never a mix of restored results from the old version and new ones from the new.
 
 The version lookup is monkeypatched (importlib.metadata is what reports an installed version).
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.build import dependencies, results
-from engine.spec.corpus import load_corpus
+from engine.batch import dependencies, results
+from engine.language.corpus import load_corpus
 from tests.conftest import REPO
 
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"

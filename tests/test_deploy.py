@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from engine.spec import storage
+from engine.language import storage
 from engine.deploy import Scenario, configs_for, check
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 from engine.deploy.hardware import find_gpu
 from engine.deploy.parallel import ParallelConfig
 
@@ -319,7 +319,7 @@ def test_formulas_evaluate_to_the_numbers():
     """Consistency of the two bindings of one placement (symbolic formulas vs numbers): a bug
     shared by both passes; the absolute numbers are checked by the hand-derived tests."""
     import sympy
-    from engine.spec import symbols
+    from engine.language import symbols
     from engine.deploy.cost import step_totals
     ev = _evaluation(model_id("DeepSeek-V3"))
     config = ParallelConfig(tp=8, dp_attn=2, ep=4)

@@ -17,10 +17,10 @@ import pytest
 import sympy
 
 from engine.cli import main
-from engine.spec import api, parse_cache, symbols
-from engine.spec.walk_records import _simplify, is_monomial
-from engine.spec.model_index import model_index
-from engine.spec.yamlio import LineDict, LineList, load_yaml
+from engine.language import api, parse_cache, symbols
+from engine.language.walk_records import _simplify, is_monomial
+from engine.language.model_index import model_index
+from engine.language.yamlio import LineDict, LineList, load_yaml
 from tests.conftest import REPO
 
 MODEL = "Qwen3-0.6B"
@@ -205,7 +205,7 @@ def test_a_deploy_imports_neither_f2py_nor_sympy_units(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     names = {m.group(1).strip() for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|(.+)$", done.stderr, re.M)}
-    assert {"sympy", "numpy", "engine.spec.model_index"} <= names
+    assert {"sympy", "numpy", "engine.language.model_index"} <= names
     assert not {n for n in names if n.startswith(("numpy.f2py", "numpy.testing", "sympy.physics"))}
 
 

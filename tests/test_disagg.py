@@ -18,7 +18,7 @@ from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import DEFAULT_ROOT, load_gpu, load_gpus
 from engine.serving.sizing import POINT_FIELDS, SLA, search
 from engine.serving.pairing import disaggregated
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 
 from tests.conftest import _evaluation, hf_config
 from tests.deploy_helpers import close, deploy, model_id

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.spec.file_schemas import NODE
-from engine.spec.ops import OPS
+from engine.language.file_schemas import NODE
+from engine.language.ops import OPS
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC_DOC = (REPO / "docs" / "spec-language.md").read_text()

@@ -24,8 +24,8 @@ KEY = ["gpu", "n_gpus", "config", "phase", "framework", "kv_dtype", "input_len",
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, evaluation):
-    from engine.build import grid_eval
-    from engine.build.results import build_model, slug
+    from engine.batch import grid_eval
+    from engine.batch.results import build_model, slug
     staging = tmp_path_factory.mktemp("roundtrip")
     ev = evaluation(MODEL)
     build_model(None, MODEL, str(TINY), None, str(staging), "test", corpus=ev.corpus, part="grid")
@@ -41,7 +41,7 @@ def _evaluated(columns: dict) -> pl.DataFrame:
 
 
 def test_deployments_read_back_equal_the_evaluation(built):
-    from engine.build.results import DECODE_COPIES, DEPLOYMENTS_SCHEMA, DERIVED
+    from engine.batch.results import DECODE_COPIES, DEPLOYMENTS_SCHEMA, DERIVED
     read, evaluated = built
     frame = read["deployments"]
     # a decode row's step is its TPOT: the reader's coalesce (docs/results.md) gives it back
@@ -58,7 +58,7 @@ def test_deployments_read_back_equal_the_evaluation(built):
 
 
 def test_ops_read_back_equal_the_evaluation(built):
-    from engine.build.results import OPS_SCHEMA
+    from engine.batch.results import OPS_SCHEMA
     read, evaluated = built
     expected = _evaluated(evaluated["ops"])
     got = read["ops"].sort(KEY, maintain_order=True)

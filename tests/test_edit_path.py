@@ -2,7 +2,7 @@
 
 The site parses the results' JSON with the cyclic collector paused (site_builder.data.read_json),
 and a --jobs worker runs with the corpus frozen out of the collector's sight and rarer collections
-(engine/build/collector.py). Neither may change a result: the first must give what
+(engine/batch/collector.py). Neither may change a result: the first must give what
 ``json.loads`` gives and leave the collector as it found it; the second must be what a worker runs
 with.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.build import collector, results
+from engine.batch import collector, results
 from site_builder.data import gc_paused, read_json
 
 

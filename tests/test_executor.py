@@ -1,4 +1,4 @@
-"""The distributed executor (engine/build/executor.py): a build on a Dask cluster writes the same
+"""The distributed executor (engine/batch/executor.py): a build on a Dask cluster writes the same
 files as the local executor, byte for byte; bad --executor values and a missing extra are one line.
 
 The cluster is a Dask LocalCluster of 2 worker processes with one thread each, reached through its
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.build import executor as executors, results
-from engine.build.results import build
+from engine.batch import executor as executors, results
+from engine.batch.results import build
 from engine.cli import main
-from engine.spec.corpus import load_corpus
-from engine.spec.errors import SpecError
+from engine.language.corpus import load_corpus
+from engine.language.errors import SpecError
 from tests.conftest import REPO
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -96,7 +96,7 @@ def test_a_build_on_a_dask_cluster_writes_the_local_executors_files_byte_for_byt
     # the models were evaluated in the cluster's worker processes, and each worker removed its
     # unpacked inputs when the build ended (a long-lived cluster's /tmp does not fill up)
     def worker_state():
-        from engine.build import executor
+        from engine.batch import executor
         return executor.TASKS_RUN, len(executor._UNPACKED), sorted(
             p.name for p in Path(tempfile.gettempdir()).glob(f"archledger-bundle-*-{os.getpid()}"))
     with distributed.Client(cluster.scheduler_address) as client:

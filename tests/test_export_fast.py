@@ -1,6 +1,6 @@
 """The model document's shortcuts print and evaluate exactly what sympy's own ``str`` and ``subs`` do.
 
-engine/build/export.py prints each formula once with a printer that remembers sub-terms, and
+engine/batch/export.py prints each formula once with a printer that remembers sub-terms, and
 evaluates at the reference point with ``xreplace`` when that gives an exact number. The written
 JSON must not change by a byte, so each shortcut is compared here with the plain call it replaces,
 on the formulas of real models and on expressions built to trip it (Floats below the top level,
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import sympy
 
-from engine.build.export import _Texts, _at, _point
-from engine.spec import symbols
+from engine.batch.export import _Texts, _at, _point
+from engine.language import symbols
 
 
 @pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V4-Flash", "Qwen/Qwen3.5-27B"])

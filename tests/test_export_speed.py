@@ -1,10 +1,10 @@
 """The export side's shortcuts (issue 19) give the text and values of the plain calls they replace.
 
-* the memo printers of :mod:`engine.deploy.sol` (:class:`engine.spec.memo_printer.MemoStrPrinter`) print every formula as sympy's own printer of
+* the memo printers of :mod:`engine.deploy.sol` (:class:`engine.language.memo_printer.MemoStrPrinter`) print every formula as sympy's own printer of
   the same settings does (``str()`` for weights, ``order="none"`` for the per-op formulas), for the
   formulas of a real structure and for nodes whose text depends on where they sit (Floats, square
   roots, negative terms);
-* :meth:`engine.build.columns.Columns.joined` joins runs of constants in one call: the values and
+* :meth:`engine.batch.columns.Columns.joined` joins runs of constants in one call: the values and
   dtypes of joining chunk by chunk;
 * the grid's capacity from :func:`engine.deploy.sol.capacity_terms` shared by the GPU types of a
   structure equals a plain :func:`engine.deploy.sol.capacity` call per GPU.
@@ -22,7 +22,7 @@ def test_memo_printer_consistency_with_sympy_printing():
     from engine.deploy.hardware import load_gpus
     from engine.deploy.parallel import ParallelConfig
     from engine.deploy.structure_cache import StructureCache
-    from engine.spec.api import evaluate
+    from engine.language.api import evaluate
     ev = evaluate("Qwen/Qwen3-8B")
     cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
     gpu = load_gpus()["H100"]
@@ -45,10 +45,10 @@ def test_memo_printer_consistency_with_sympy_printing():
 
 
 def test_columns_joined_consistency_with_chunk_by_chunk():
-    """:meth:`engine.build.columns.Columns.joined` (runs of constants in one np.repeat) gives the
+    """:meth:`engine.batch.columns.Columns.joined` (runs of constants in one np.repeat) gives the
     dtype and values of concatenating every chunk on its own (np.full for a constant)."""
     import numpy as np
-    from engine.build.columns import Columns
+    from engine.batch.columns import Columns
     chunks = {"f": [1.5, 2.5, np.array([0.25, 3.0]), 7.0, 1.0],            # floats around an array
               "i": [3, 4, np.array([1, 2]), 5, 6, 7],                        # ints
               "mixed": [2, 2.5, np.array([1, 2]), True, 3],                  # int, float, bool: promoted
@@ -84,7 +84,7 @@ def test_capacity_terms_consistency_with_capacity():
     from engine.deploy.parallel import ParallelConfig
     from engine.deploy.sol import capacity, capacity_terms
     from engine.deploy.structure_cache import StructureCache
-    from engine.spec.api import evaluate
+    from engine.language.api import evaluate
     ev = evaluate("Qwen/Qwen3-8B")
     cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
     gpus = load_gpus()

@@ -5,7 +5,7 @@
   asked for a second GPU type, or again, equals the one computed from the plan's own
   :meth:`engine.deploy.Plan.evaluate` (consistency test), and another KV dtype or point set
   is seen (not served from the memo);
-* :meth:`engine.build.columns.Columns.repeat` lengthens the last run when it holds the very same
+* :meth:`engine.batch.columns.Columns.repeat` lengthens the last run when it holds the very same
   value: the joined columns equal a plain concatenation of every chunk, value types included, and
   values that are equal but not the same (0.0 and -0.0, 1 and True, 1 and 1.0) stay apart.
 """
@@ -17,7 +17,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def plans():
-    from engine.spec.api import evaluate
+    from engine.language.api import evaluate
     from engine.deploy.fusion import load_tables, token_limits
     from engine.deploy.structure_cache import StructureCache
     from engine.deploy.hardware import load_gpus
@@ -94,7 +94,7 @@ def test_op_rows_memo_consistency_over_gpus_kv_and_points(plans):
 def test_plan_kv_bytes_is_the_options_kv_dtype(plans):
     from dataclasses import replace
     from engine.deploy.plan import Plan
-    from engine.spec import kv
+    from engine.language import kv
     s, pair = plans
     for kv_dtype in ("", "bf16", "fp8"):
         plan = Plan(s, pair[0], kv_dtype)
@@ -121,7 +121,7 @@ def _plain_join(chunks):
     [("repeat", "x", 2), ("add", np.array(["p", "q"]), 0), ("repeat", "x", 2)],
 ])
 def test_columns_merged_runs_equal_plain_concatenation(chunks):
-    from engine.build.columns import Columns, _Constant
+    from engine.batch.columns import Columns, _Constant
     merged, apart = Columns(), Columns()
     for kind, value, count in chunks:
         if kind == "repeat":
@@ -141,7 +141,7 @@ def test_columns_merged_runs_equal_plain_concatenation(chunks):
 
 
 def test_columns_merge_only_the_same_value():
-    from engine.build.columns import Columns
+    from engine.batch.columns import Columns
     cols = Columns()
     for value in ("a", "a", "b", "b", "a"):
         cols.repeat("t", value, 2)
@@ -156,11 +156,11 @@ def test_tokens_at_consistency_with_tokens_per_device():
     """The grid's vectorized tokens per device equal :func:`engine.deploy.tokens_per_device` per
     point, over the configs of corpus models (TP, EP, DP-attention, PP) and odd batches (the
     capacities the grid adds)."""
-    from engine.build.grid import input_lengths, load_grid, model_cells
-    from engine.build.grid_eval import _tokens_at
+    from engine.batch.grid import input_lengths, load_grid, model_cells
+    from engine.batch.grid_eval import _tokens_at
     from engine.deploy import Scenario, tokens_per_device
     from engine.deploy.hardware import load_gpus
-    from engine.spec.api import evaluate
+    from engine.language.api import evaluate
     grid, gpus = load_grid(), load_gpus()
     checked = set()
     for model in ("deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-8B"):

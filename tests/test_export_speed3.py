@@ -1,13 +1,13 @@
 """The per-model documents' shortcuts give what the plain code gives.
 
-* :func:`engine.build.deploy_export.document_json` encodes each distinct step row of the formula
+* :func:`engine.batch.deploy_export.document_json` encodes each distinct step row of the formula
   document once: its text equals ``json.dumps(doc, separators=(",", ":"))`` (what the build wrote
   before) on real corpus exports (consistency test), and on documents that do not share their rows
   or hold other shapes;
-* :func:`engine.build.deploy_export.model_export` keys a program by its rows' numbers among the
+* :func:`engine.batch.deploy_export.model_export` keys a program by its rows' numbers among the
   distinct rows and shares one list per distinct row: the programs are still distinct by content
   and every program's rows are the rows of its steps;
-* :func:`engine.build.export.model_document` prints an op's output sizes with the document's memo
+* :func:`engine.batch.export.model_document` prints an op's output sizes with the document's memo
   printer and a cache row's formula once for all its lengths: the texts are ``str()``'s.
 """
 from __future__ import annotations
@@ -34,8 +34,8 @@ def _plain(value) -> str:
 
 @pytest.fixture(scope="module")
 def docs(tmp_path_factory):
-    from engine.build.grid_eval import evaluate_model
-    from engine.spec.api import evaluate
+    from engine.batch.grid_eval import evaluate_model
+    from engine.language.api import evaluate
     path = tmp_path_factory.mktemp("export-speed3") / "grid.yaml"
     path.write_text(yaml.safe_dump(GRID, sort_keys=False))
     out = {}
@@ -47,7 +47,7 @@ def docs(tmp_path_factory):
 
 
 def test_document_json_consistency_with_json_dumps(docs):
-    from engine.build.deploy_export import document_json
+    from engine.batch.deploy_export import document_json
     for model, doc in docs.items():
         rows = [r for p in doc["programs"] for r in p]
         assert len({id(r) for r in rows}) < len(rows), model      # rows are shared: the memo is used
@@ -56,7 +56,7 @@ def test_document_json_consistency_with_json_dumps(docs):
 
 
 def test_document_json_of_other_documents_is_json_dumps():
-    from engine.build.deploy_export import document_json
+    from engine.batch.deploy_export import document_json
     row = [1, 2.5, -0.0, float("inf"), "é\n\"", None, True]
     docs = [
         {},
@@ -91,9 +91,9 @@ def test_programs_keyed_by_row_numbers_are_distinct_rows_of_their_steps(docs):
 def test_model_document_texts_consistency_with_str(model):
     """The model document prints an op's output sizes with its memo printer and a cache row's
     formula once for all its lengths: the texts are ``str()``'s, as before."""
-    from engine.build.export import SPLIT_LENGTHS, model_document
-    from engine.spec import kv
-    from engine.spec.api import evaluate
+    from engine.batch.export import SPLIT_LENGTHS, model_document
+    from engine.language import kv
+    from engine.language.api import evaluate
     ev = evaluate(model)
     doc = model_document(ev)
     for entry in doc["ops"]:

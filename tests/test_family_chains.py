@@ -1,4 +1,4 @@
-"""Family chains (engine/build/families.py): which models a worker runs together, and (consistency, the
+"""Family chains (engine/batch/families.py): which models a worker runs together, and (consistency, the
 engine with itself) that a family evaluated one model after the other in one process, sharing what
 the process keeps between models, writes the files each model writes evaluated alone in a fresh
 process.
@@ -16,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.build import results
-from engine.build.families import chains
-from engine.spec.corpus import load_corpus
+from engine.batch import results
+from engine.batch.families import chains
+from engine.language.corpus import load_corpus
 from tests.conftest import REPO
 
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
@@ -43,9 +43,9 @@ def _files(root: Path) -> dict[str, bytes]:
 
 _ALONE = """
 import sys
-from engine.build import collector
+from engine.batch import collector
 collector.tune()
-from engine.build.results import build_model
+from engine.batch.results import build_model
 build_model(None, sys.argv[1], sys.argv[2], None, sys.argv[3], "h", None)
 """
 
@@ -72,7 +72,7 @@ def test_consistency_a_family_chain_writes_what_each_model_writes_alone(tmp_path
 
 _PLAYGROUND = """
 import json, sys
-from engine.spec.corpus import load_corpus
+from engine.language.corpus import load_corpus
 from engine.playground.whatif import evaluate_with_sites, model_playground
 corpus = load_corpus()
 for mid in sys.argv[1:]:      # one after the other in this process, as a build worker runs them
@@ -103,9 +103,9 @@ def test_consistency_a_playground_pick_does_not_depend_on_the_model_walked_befor
     # its pre-filled kda dims, are those of the variant `edit --swap layers.attention=kda_attention`
     # walked whole, every stack (its MTP layer's q/k/v/o at mtp.layers.{layer}.self_attn: bf16, no
     # pattern covers them); the chained document was 83,886,048 B short of it
-    from engine.spec import formula_tree, variants
-    from engine.spec.api import evaluate_spec
-    from engine.spec.ir import Fill
+    from engine.language import formula_tree, variants
+    from engine.language.api import evaluate_spec
+    from engine.language.ir import Fill
     from engine.playground import whatif
     doc = json.loads(alone)
     entry = doc["picks"]["attention"]["kda_attention"]["sol"]["linear,full,mtp"]

@@ -1,10 +1,10 @@
-"""Faults: a killed, raced or starved build loses nothing (engine.build.publish, engine.build.results, site_builder.render).
+"""Faults: a killed, raced or starved build loses nothing (engine.batch.publish, engine.batch.results, site_builder.render).
 
 Every scenario ends with the same checks: ``out/results`` and ``out/site`` are byte for byte the
 previous pair or the new pair (every file hashed), the site's pin names the published results'
 manifest, no staging folder survives the next start, and the next build succeeds. Real builds run
 in subprocesses killed with SIGKILL at named stages (the ``ARCHLEDGER_FAULT_AT`` test hook of
-engine.build.publish); two models over a tiny grid keep each run to a few seconds.
+engine.batch.publish); two models over a tiny grid keep each run to a few seconds.
 """
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.build import results as build_mod
-from engine.build import publish
-from engine.build.publish import swap_into_place
-from engine.build.results import build, run
-from engine.spec.corpus import load_corpus
+from engine.batch import results as build_mod
+from engine.batch import publish
+from engine.batch.publish import swap_into_place
+from engine.batch.results import build, run
+from engine.language.corpus import load_corpus
 from site_builder.render import render_site, render_staged
 
 from tests.conftest import REPO
@@ -42,16 +42,16 @@ pytestmark = pytest.mark.xdist_group("faults")
 MODELS = ["Qwen3-8B", "Llama-3.1-8B"]
 QWEN, LLAMA = "Qwen/Qwen3-8B", "meta-llama/Meta-Llama-3.1-8B"
 SMALL = Path(__file__).parent / "data" / "grid_small.yaml"
-#: Runs engine.build.results.run with the site renderer, as the CLI does (incremental against the
+#: Runs engine.batch.results.run with the site renderer, as the CLI does (incremental against the
 #: published site; argv[1]: the args as JSON). Its YAML parses are kept in the module's parse cache
-#: (engine.spec.parse_cache, content-addressed: a file's entry is its parse, whatever process wrote
+#: (engine.language.parse_cache, content-addressed: a file's entry is its parse, whatever process wrote
 #: it): each killed build is a fresh process, and parsing the measured kernel tables was about half
 #: of its CPU; what the scenarios check (the kill, the recovery, the published pair) is unchanged.
 SCRIPT = """
 import argparse, json, sys
 from pathlib import Path
-from engine.build.results import run
-from engine.spec import parse_cache
+from engine.batch.results import run
+from engine.language import parse_cache
 from site_builder.render import render_staged
 args = json.loads(sys.argv[1])
 site = render_staged if args.pop("site") else None
@@ -292,7 +292,7 @@ def test_lock_is_exclusive_across_threads_and_reentrant_in_one(tmp_path):
 SWAPPER = """
 import sys, tempfile
 from pathlib import Path
-from engine.build.publish import swap_into_place
+from engine.batch.publish import swap_into_place
 out, who, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 for i in range(n):
     staging = Path(tempfile.mkdtemp(prefix=".results-", dir=out))

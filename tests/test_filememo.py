@@ -1,4 +1,4 @@
-"""The per-process memo of the grid, GPU, fusion and sizing loaders (engine/spec/filememo.py), and
+"""The per-process memo of the grid, GPU, fusion and sizing loaders (engine/language/filememo.py), and
 the build's other per-model shortcuts: each must give exactly what the plain computation gives.
 
 A memoized loader is read once per content of its files: an edit between two calls is seen (even
@@ -16,10 +16,10 @@ import pytest
 import sympy
 
 from engine.serving.fronts import load_sizing
-from engine.build.grid import load_grid
+from engine.batch.grid import load_grid
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -129,7 +129,7 @@ def test_grid_and_sizing_read_once_per_content(tmp_path):
 def test_long_text_column_same_parquet_bytes():
     """A long-text column gathered from its distinct values (results._series) holds the same values
     and writes the same Parquet bytes as polars' own conversion of the list."""
-    from engine.build.results import LONG_TEXT, _series
+    from engine.batch.results import LONG_TEXT, _series
     formulas = ["w" * (LONG_TEXT + i) for i in range(3)]
     values = [formulas[i % 3] for i in range(1000)] + [None, formulas[1], "short"]
     ours, plain = _series("f", values, pl.String), pl.Series("f", values, dtype=pl.String)

@@ -1,4 +1,4 @@
-"""Formula trees (engine/spec/formula_tree.py) and their browser evaluator (static/js/formula.js).
+"""Formula trees (engine/language/formula_tree.py) and their browser evaluator (static/js/formula.js).
 
 Hand cases first (values worked out here), then a consistency test on the engine's own expressions:
 every step formula of DeepSeek-V3's decode and prefill programs (TP8 EP8 DP-attention 8 on H100, SGLang fusions: Min,
@@ -13,7 +13,7 @@ import pytest
 import sympy
 
 from engine.deploy.cost import ARGS, step_totals
-from engine.spec import formula_tree as ft
+from engine.language import formula_tree as ft
 from site_builder.render import REPO
 from tests.deploy_helpers import make_plan
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
@@ -107,7 +107,7 @@ def test_browser_equals_python(page):
     assert not page.errors, page.errors
 
 
-# -- selection rules: the grid's batches (engine/build/grid_eval.py GRID_BATCHES) --------------------
+# -- selection rules: the grid's batches (engine/batch/grid_eval.py GRID_BATCHES) --------------------
 
 #: (worst, steady) capacities -> the batches of the grid [1, 2, 4, 8, 16, 32, 64] kept, by hand: the
 #: batches up to the larger capacity, then that capacity if it is >= 1, below 64 and not a grid batch
@@ -122,7 +122,7 @@ GRID = [1, 2, 4, 8, 16, 32, 64]
 
 @pytest.mark.parametrize("caps,kept", BATCH_CASES)
 def test_grid_batches_by_hand(caps, kept):
-    from engine.build.grid_eval import grid_batches
+    from engine.batch.grid_eval import grid_batches
     got = grid_batches(GRID, caps)
     assert got == kept and all(type(b) is int for b in got)
 
@@ -130,7 +130,7 @@ def test_grid_batches_by_hand(caps, kept):
 def test_browser_selects_the_same_batches(page):
     """formula.js ``select`` reads the build's rule (GRID_BATCHES, as index.json ships it) and keeps
     the hand-derived batches."""
-    from engine.build.grid_eval import GRID_BATCHES
+    from engine.batch.grid_eval import GRID_BATCHES
     shown = page.page.evaluate("([rule, grid, cases]) => cases.map(c => window.archFormula.select(rule, grid,"
                                " {worst: c[0], steady: c[1]}))", [GRID_BATCHES, GRID, [c for c, _ in BATCH_CASES]])
     assert shown == [k for _, k in BATCH_CASES]

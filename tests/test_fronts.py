@@ -18,7 +18,7 @@ from engine.deploy import Options
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.serving.sizing import SLA, search
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 
 from tests.conftest import _evaluation
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from engine.build import grid_eval
+from engine.batch import grid_eval
 from engine.serving import fronts
 from engine.deploy import Options, Scenario
 from engine.deploy.fusion import load_tables

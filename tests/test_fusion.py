@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from engine.deploy import Scenario
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 from engine.deploy.fusion import load_table, load_tables
 
 from tests.conftest import REPO

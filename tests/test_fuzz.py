@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the two parsers hostile spec text reaches: engine.spec.expr and engine.spec.yamlio.
+"""Property-based fuzzing of the two parsers hostile spec text reaches: engine.language.expr and engine.language.yamlio.
 
 Issue 12. Whatever the text, the expression evaluator and the YAML loader either answer or raise
 their one documented error (ExprError / SpecError, one line), within a deadline, without running
@@ -29,8 +29,8 @@ import sympy
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
-from engine.spec import expr, yamlio
-from engine.spec.errors import SpecError
+from engine.language import expr, yamlio
+from engine.language.errors import SpecError
 
 REPO = Path(__file__).resolve().parent.parent
 PWNED = "PWNED"

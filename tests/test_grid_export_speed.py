@@ -1,4 +1,4 @@
-"""The grid evaluation's shortcuts (engine/build/grid_eval.py, engine/deploy/sol.py, engine/deploy/planner.py)
+"""The grid evaluation's shortcuts (engine/batch/grid_eval.py, engine/deploy/sol.py, engine/deploy/planner.py)
 give the numbers of the plain calls they replace.
 
 * the grid asks :func:`engine.deploy.sol.capacity` once per cell over every (KV dtype, output length,
@@ -17,7 +17,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def qwen():
-    from engine.spec.api import evaluate
+    from engine.language.api import evaluate
     from engine.deploy.fusion import load_tables
     from engine.deploy.structure_cache import StructureCache
     from engine.deploy.fusion import token_limits
@@ -65,7 +65,7 @@ def test_draft_steps_kept_per_mtp_program_equal_a_fresh_derivation():
     from engine.deploy import planner
     from engine.deploy.parallel import ParallelConfig
     from engine.deploy.structure import MTP_STACK
-    from engine.spec.api import evaluate
+    from engine.language.api import evaluate
     ev = evaluate("deepseek-ai/DeepSeek-V3")
     config = ParallelConfig(tp=8, ep=8)
     main = planner.place(ev, config, 8, Options(), False)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.spec.corpus import load_corpus
+from engine.language.corpus import load_corpus
 from engine.verify.manifest import ManifestTensor, compress, expand_line
 from engine.verify.validate import validate
 from tests.conftest import MODEL_IDS, REPO

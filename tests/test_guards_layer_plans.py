@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.spec.corpus import load_corpus
-from engine.spec.errors import SpecError
+from engine.language.corpus import load_corpus
+from engine.language.errors import SpecError
 from engine.verify.evidence import registry
 from engine.verify.validate import validate
 from tests.conftest import REPO

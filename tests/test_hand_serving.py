@@ -230,7 +230,7 @@ def test_formula_mod_is_floor_mod(a, b, value):
     """sympy's Mod (and Python's %) takes the sign of the divisor: -7 mod 3 = -7 - 3 x floor(-7/3)
     = -7 + 9 = 2, where C's fmod and JavaScript's % give -1."""
     import sympy
-    from engine.spec import formula_tree as ft
+    from engine.language import formula_tree as ft
     x = sympy.Symbol("x")
     assert ft.evaluate(["mod", a, b], {}) == value
     assert ft.evaluate(ft.to_tree(sympy.Mod(x, b)), {"x": a}) == value == sympy.Mod(a, b) == a % b

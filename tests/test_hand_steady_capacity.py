@@ -167,7 +167,7 @@ def test_grid_keeps_and_fronts_the_steady_capacity(tmp_path):
     import polars as pl
     import yaml
     from engine.serving.fronts import grid_front
-    from engine.build.grid_eval import evaluate_model
+    from engine.batch.grid_eval import evaluate_model
     from tests.conftest import _evaluation
 
     grid = {"doc": "One H100, one config.", "gpus": ["H100"], "gpu_counts": [1], "beyond_fit": 1,

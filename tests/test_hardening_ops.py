@@ -8,7 +8,7 @@ ArchLedger output still works. The server: control bytes and undecodable bytes i
 clean 400 with no traceback, nothing is served through a symbolic link inside the folder, and a
 silent client's connection is closed after the timeout.
 
-Expectations come from the issue's cases and the documented forms (engine/build/publish.py,
+Expectations come from the issue's cases and the documented forms (engine/batch/publish.py,
 site_builder/serve.py), not from the code under test.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.build import publish
+from engine.batch import publish
 from site_builder.cli import main
 from site_builder.serve import start
 

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from engine.deploy import Scenario
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 from engine.deploy.hardware import load_gpus
 
 from tests.conftest import REPO

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.spec import quantities
+from engine.language import quantities
 from tests import hf_oracle
 from tests.conftest import EVERY_MODEL, MODEL_IDS, hf_config, hf_config_path
 

@@ -34,7 +34,7 @@ JS = REPO / "static" / "js"
 
 #: script -> (role, the Python the rule it reads or runs lives in, that module's exported rule)
 ROLES = {
-    "formula.js": ("interpreter", "engine/spec/formula_tree.py", "OPS"),       # trees, rule programs, selections
+    "formula.js": ("interpreter", "engine/language/formula_tree.py", "OPS"),       # trees, rule programs, selections
     "site.js": ("interpreter", "engine/cli/units.py", "FORMAT"),               # archFmt; the rest is page glue
     "deploy_eval.js": ("page glue", "engine/deploy/rules.py", "exported"),     # runs the deploy summary's programs
     "sizing.js": ("page glue", "engine/serving/rules.py", "exported"),         # runs the pairing and join programs

@@ -25,12 +25,12 @@ import pytest
 import sympy
 import yaml
 
-from engine.spec import kv, quantities, symbols
-from engine.spec.api import evaluate_spec
-from engine.spec.corpus import load_model
-from engine.spec.errors import SpecError, Where
-from engine.spec.ops import OPS, OpCall
-from engine.spec.shapes import Axis, Tensor
+from engine.language import kv, quantities, symbols
+from engine.language.api import evaluate_spec
+from engine.language.corpus import load_model
+from engine.language.errors import SpecError, Where
+from engine.language.ops import OPS, OpCall
+from engine.language.shapes import Axis, Tensor
 from tests.conftest import SNAPSHOTS
 
 # tests/test_hf_oracle.py's skip reason: the transformers oracle is an optional extra

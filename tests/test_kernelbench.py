@@ -207,7 +207,7 @@ def test_a_table_the_loader_refuses_is_never_written(tmp_path, bad):
     torch = pytest.importorskip("torch", reason=_WHY)
     from engine.deploy.kernelbench import table, write_tables
     from engine.deploy.hardware import load_gpus
-    from engine.spec.errors import SpecError
+    from engine.language.errors import SpecError
     bench = _bench_of(torch)
     points = {(m, n, k): 1e-5 for m in (1, 2) for n in (64, 128) for k in (32, 64)}
     if bad == "zero":

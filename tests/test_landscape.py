@@ -48,8 +48,8 @@ TRAITS = ["moe", "mla", "sparse", "sliding", "compressed", "linear", "hybrid", "
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    from engine.build.results import build
-    from engine.spec.corpus import load_corpus
+    from engine.batch.results import build
+    from engine.language.corpus import load_corpus
     from site_builder.render import render_site
 
     root = tmp_path_factory.mktemp("landscape")
@@ -206,13 +206,13 @@ def test_landscape_is_in_the_nav(out):
     ("MiniMaxAI/MiniMax-M2.5", {"moe"}),                               # MTP declared but not modeled
 ])
 def test_traits_from_the_graph(model_id, expected, evaluation):
-    from engine.build.landscape import traits
+    from engine.batch.landscape import traits
     assert set(traits(evaluation(model_id))) == expected
 
 
 def test_bad_lineage_file_is_one_line(tmp_path):
-    from engine.build.landscape import load_lineage
-    from engine.spec.errors import SpecError
+    from engine.batch.landscape import load_lineage
+    from engine.language.errors import SpecError
     (tmp_path / "lineage.yaml").write_text("lineages:\n  - lineage: Qwen\n    families: Qwen3\n")
     with pytest.raises(SpecError) as info:
         load_lineage(tmp_path)

@@ -1,4 +1,4 @@
-"""The layer plan (engine/build/layer_plan.py) and the stack drawing made from it (site_builder/graphs.py).
+"""The layer plan (engine/batch/layer_plan.py) and the stack drawing made from it (site_builder/graphs.py).
 
 Expectations come from outside the code under test: hand-written layer sequences with their plan
 text written out, and the published config.json of four models whose layer stacks mix templates
@@ -14,8 +14,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from engine.build.export import model_document
-from engine.build.layer_plan import layer_plans
+from engine.batch.export import model_document
+from engine.batch.layer_plan import layer_plans
 from site_builder import graphs
 from site_builder.graph_svg import render_svg
 from tests.conftest import hf_config

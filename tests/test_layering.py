@@ -37,19 +37,19 @@ def test_imports_only_go_downward():
 
 #: engine's concerns: the package (or top-level module) -> the concerns it may import.
 #: ``project`` (where the checkout is) imports nothing of the engine; ``api`` and the package
-#: ``__init__`` are the public facade over spec; deploy and verify never import each other, nor
+#: ``__init__`` are the public facade over language; deploy and verify never import each other, nor
 #: do the two features (serving, playground); the batch build imports the features for the
 #: tables it writes, never the reverse.
 CONCERNS = {
     "project": set(),
-    "spec": {"project"},
-    "deploy": {"spec", "project"},
-    "verify": {"spec", "project"},
-    "serving": {"deploy", "spec", "project"},
-    "playground": {"deploy", "spec", "project"},
-    "build": {"serving", "playground", "deploy", "verify", "spec", "project"},
-    "cli": {"build", "serving", "playground", "deploy", "verify", "spec", "project"},
-    "api": {"spec"},
+    "language": {"project"},
+    "deploy": {"language", "project"},
+    "verify": {"language", "project"},
+    "serving": {"deploy", "language", "project"},
+    "playground": {"deploy", "language", "project"},
+    "batch": {"serving", "playground", "deploy", "verify", "language", "project"},
+    "cli": {"batch", "serving", "playground", "deploy", "verify", "language", "project"},
+    "api": {"language"},
     "__init__": set(),
 }
 

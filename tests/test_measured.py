@@ -13,7 +13,7 @@ import yaml
 from engine.deploy import Scenario
 from engine.deploy.measured import (DEFAULT_EFFICIENCY, MAX_POINTS, attention_roof, collective_roof, gemm_roof,
                                     interpolate, interpolate_many, load_measured, nearest, peak_rate)
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 
 from tests.conftest import REPO
 
@@ -693,7 +693,7 @@ def test_expected_trees_equal_the_lookup_consistency(model, gpu, fw, kv, degrees
     (and of n where n is a number: Llama's)."""
     import numpy as np
     from engine.deploy.measured import Lookup, expected_steps, expected_tree, member_ops, node_lookup
-    from engine.spec import formula_tree
+    from engine.language import formula_tree
     from tests.deploy_helpers import make_plan
     p = make_plan(model, gpu, fw, None, kv, **degrees)
     s = p.structure

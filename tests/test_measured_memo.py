@@ -1,5 +1,5 @@
 """The measured-kernel lookups' memos (engine.deploy.measured: ``_gemm_point`` by value, ``step_spec``
-by step object and what it reads of the lookup; engine.build.deploy_export: one tree per spec and
+by step object and what it reads of the lookup; engine.batch.deploy_export: one tree per spec and
 calls) never merge steps or lookups that differ in what the rule reads.
 
 The hand values: Llama-3.1-8B's decode ``o_proj`` on 2 GPUs (TP2) is a row-parallel matmul of
@@ -14,7 +14,7 @@ import sympy
 from engine.deploy import measured
 from engine.deploy.measured import Lookup, _gemm_point, expected_tree, load_measured, member_ops, spec_tree, step_spec
 from engine.deploy.placement import Layout, step_with
-from engine.spec import symbols
+from engine.language import symbols
 from tests.deploy_helpers import make_plan
 
 BATCH, SEQ = symbols.dim(symbols.BATCH), symbols.dim(symbols.SEQ)

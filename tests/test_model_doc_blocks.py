@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.build.export import model_document
+from engine.batch.export import model_document
 
 MTP_MODELS = ["deepseek-ai/DeepSeek-V3", "Qwen/Qwen3.5-27B"]
 #: The MTP stack's parameters: DeepSeek-V3's by hand from config.json (tests/test_cli.py

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import sympy
 
-from engine.spec import kv, quantities, storage
+from engine.language import kv, quantities, storage
 from tests.conftest import EVERY_MODEL, MODEL_IDS, hf_config as config
 
 GIB = 2**30

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from engine.spec import kv, quantities, storage
+from engine.language import kv, quantities, storage
 from tests.conftest import hf_config as config
 
 MINIMAX = "MiniMaxAI/MiniMax-M2.5"
@@ -147,6 +147,6 @@ def test_minimax_partial_rope_flops(evaluation):
     c = config(MINIMAX)
     a = evaluation(MINIMAX).numeric
     (uid,) = [u for u in a.rows if u.endswith("self_attn/q_rope")]
-    from engine.spec import symbols
+    from engine.language import symbols
     flops = a.rows[uid].flops.subs({symbols.dim("batch"): 1, symbols.dim("seq"): 1, symbols.dim("ctx"): 1})
     assert flops == 3 * c["num_attention_heads"] * c["rotary_dim"]

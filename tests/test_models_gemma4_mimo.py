@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.spec import kv, quantities
+from engine.language import kv, quantities
 from tests.conftest import hf_config, hf_config_path
 
 GEMMA, MIMO = "google/gemma-4-26B-A4B", "XiaomiMiMo/MiMo-V2-Flash"
@@ -215,7 +215,7 @@ def test_gemma_double_wide_mlp_is_a_per_layer_dim(tmp_path):
     shares KV) the spec's per-layer d_ff splits each template by width, and the MLP parameters are
     the hand sum. (KV sharing itself is not modelled: only the MLP width rule is checked here.)"""
     from engine.api import evaluate_spec
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
     from tests.test_guards import mutate
     snap = "snapshots/google--gemma-4-26B-A4B.yaml"
     root = mutate(tmp_path, [(snap, "num_kv_shared_layers: 0", "num_kv_shared_layers: 10"),

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import sympy
 
-from engine.spec import kv as kv_mod
-from engine.spec import quantities, symbols
+from engine.language import kv as kv_mod
+from engine.language import quantities, symbols
 from tests.conftest import hf_config
 
 SCOUT = "meta-llama/Llama-4-Scout-17B-16E-Instruct"

@@ -24,9 +24,9 @@ from __future__ import annotations
 import pytest
 
 from engine.api import evaluate_spec
-from engine.spec import kv, quantities
-from engine.spec.corpus import load_corpus
-from engine.spec.errors import SpecError
+from engine.language import kv, quantities
+from engine.language.corpus import load_corpus
+from engine.language.errors import SpecError
 from tests.conftest import hf_config, hf_config_path
 from tests.test_guards import mutate
 

@@ -17,7 +17,7 @@ import dataclasses
 
 import pytest
 
-from engine.spec import kv, quantities, storage
+from engine.language import kv, quantities, storage
 from tests.conftest import hf_config, hf_config_path
 
 MOE = ["Qwen/Qwen3.5-35B-A3B", "Qwen/Qwen3.5-122B-A10B", "Qwen/Qwen3.5-397B-A17B"]

@@ -16,7 +16,7 @@ import yaml
 
 from engine.deploy.fusion import BALANCED, load_table as load_fusion, moe_routing_of
 from engine.deploy.measured import Lookup, Table, _tables_for, interpolate
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 
 from tests.conftest import REPO
 from tests.test_measured import _deployment, _fixture_package, import_kernels  # the measured tests' helpers

@@ -13,7 +13,7 @@ from engine.cli import main
 from engine.deploy import Options, ParallelConfig, Scenario, plan
 from engine.deploy.hardware import load_gpus
 from engine.deploy.structure import TOKENS_PER_STEP, tokens_per_step
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 
 from tests.conftest import _evaluation
 
@@ -189,7 +189,7 @@ def test_plan_takes_the_mtp_options(capsys):
 def test_weight_formula_counts_the_mtp_stack(model, config):
     """The weights-per-GPU formula (over dims and degrees) evaluates to the number, MTP included
     (on the last pipeline stage)."""
-    from engine.spec import symbols
+    from engine.language import symbols
     ev = _evaluation(model)
     built = plan(ev, GPUS["H200"], ParallelConfig(**config), Options(mtp_tokens=1, mtp_acceptance=0.5))
     off = plan(ev, GPUS["H200"], ParallelConfig(**config))

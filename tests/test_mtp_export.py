@@ -2,9 +2,9 @@
 not build: DeepSeek-V3 (one MTP module, MoE with MLA) and MiMo-V2-Flash (three modules, so K = 2, 3).
 
 The page (static/js/deploy_eval.js) runs, for K drafts, the exported main program at seq = K + 1 plus
-K times the exported draft steps (the --mtp 1 structure's, fused alone; engine/build/deploy_export.py),
+K times the exported draft steps (the --mtp 1 structure's, fused alone; engine/batch/deploy_export.py),
 with the weights and KV of the exported ``mtp`` block of the config. Here the same rule is applied to
-the exported trees (engine.spec.formula_tree.evaluate, the reference semantics of static/js/formula.js)
+the exported trees (engine.language.formula_tree.evaluate, the reference semantics of static/js/formula.js)
 and compared with the programs and memory of :func:`engine.deploy.plan` with ``mtp_tokens = K``: the
 plan's program is the main program's steps, then draft steps whose uids are the exported ones and
 whose totals are K times theirs, within 1e-9 relative. No browser: the export is what is tested.
@@ -41,7 +41,7 @@ def _close(got, want, what):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0].split("/")[1])
 def test_export_plus_k_drafts_is_archledger_deploy_mtp(grid_path, case):
-    from engine.build.grid_eval import evaluate_model
+    from engine.batch.grid_eval import evaluate_model
     from engine.deploy.structure_cache import regime as _regime
     from engine.deploy import Options, Scenario, plan, tokens_per_device
     from engine.deploy.cost import step_totals
@@ -49,9 +49,9 @@ def test_export_plus_k_drafts_is_archledger_deploy_mtp(grid_path, case):
     from engine.deploy.hardware import load_gpus
     from engine.deploy.parallel import ParallelConfig
     from engine.deploy.planner import mtp_modules
-    from engine.spec import symbols
-    from engine.spec.api import evaluate
-    from engine.spec.formula_tree import evaluate as tree_value
+    from engine.language import symbols
+    from engine.language.api import evaluate
+    from engine.language.formula_tree import evaluate as tree_value
 
     model, ks, (batch, prompt, output) = case
     ev = evaluate(model)

@@ -42,9 +42,9 @@ def _run(capsys, corpus: Path, *args: str) -> tuple[int, str, str]:
 
 def test_new_writes_records_and_verifies_a_config_of_a_known_family(capsys, tmp_path):
     pytest.importorskip("transformers")
-    from engine.spec import quantities
-    from engine.spec.corpus import load_corpus
-    from engine.spec.evaluate import Binding, walk_model
+    from engine.language import quantities
+    from engine.language.corpus import load_corpus
+    from engine.language.evaluate import Binding, walk_model
     from engine.verify.validate import validate
     from tests import hf_oracle
     corpus = tmp_path / "corpus"
@@ -73,7 +73,7 @@ def test_new_writes_records_and_verifies_a_config_of_a_known_family(capsys, tmp_
     layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 2 * 16 + 3 * 64 * 128 + 2 * 64
     assert ours == theirs == 256 * 64 + 2 * layer + 64
     assert f"ArchLedger {ours:,}, transformers (meta device) {theirs:,}" in out
-    from engine.build.landscape import load_lineage
+    from engine.batch.landscape import load_lineage
     table = load_lineage(corpus)
     assert table["models"]["acme/Tiny-Qwen3"] > table["models"]["Qwen/Qwen3-8B"]   # appended to Qwen3's release list
 
@@ -120,7 +120,7 @@ def test_new_force_rewrites_an_existing_spec(capsys, tmp_path):
 
 
 def _lineage(tmp_path: Path, text: str) -> dict:
-    from engine.build.landscape import load_lineage
+    from engine.batch.landscape import load_lineage
     (tmp_path / "lineage.yaml").write_text(text)
     return load_lineage(tmp_path)
 
@@ -144,7 +144,7 @@ def test_a_repeated_family_places_its_new_models_beside_the_ones_it_names(tmp_pa
 
 
 def test_a_family_in_two_lineages_is_one_line(tmp_path):
-    from engine.spec.errors import SpecError
+    from engine.language.errors import SpecError
     with pytest.raises(SpecError, match="family 'B' is already in lineage 'Z'"):
         _lineage(tmp_path, "lineages:\n  - lineage: Z\n    families: [B]\n  - lineage: Y\n    families: [B]\n")
 
@@ -211,7 +211,7 @@ def test_an_unquantized_checkpoint_of_a_quantized_base_is_bf16_with_its_f32_buff
     """Consistency of the text rewrite: DeepSeek-V3's FP8 spec, given a config without
     quantization_config, becomes BF16 and keeps only the overrides that name a buffer's own dtype
     (the routing bias transformers creates in float32)."""
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
     from engine.verify.scaffold import published_config, spec_text
     corpus = load_corpus()
     base = corpus.models["deepseek-ai/DeepSeek-V3"]
@@ -321,7 +321,7 @@ def test_a_base_of_another_model_type_gets_the_configs_type_and_a_family_to_conf
     """--like across model types (Qwen3-VL-30B-A3B's config, Qwen3-30B-A3B's spec): the spec is
     written with the config's model_type (the loader would refuse the base's), and the family,
     the base's, is a to-do line for a person."""
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
     from engine.verify.scaffold import published_config, spec_text
     corpus = load_corpus()
     base = corpus.models["Qwen/Qwen3-30B-A3B"]
@@ -337,7 +337,7 @@ def test_a_multimodal_quantized_checkpoint_of_a_text_family_gets_its_type_and_it
     to-do; the quant context comes from the text_config's quantization_config (compressed-tensors
     int4, group 32) with its ignore list, entry by entry, as BF16 module-path overrides, and the
     base's BF16 router and F32 routing bias kept."""
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
     from engine.verify.evidence import registry
     from engine.verify.scaffold import published_config, spec_text
     corpus = load_corpus()

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import sympy
 
-from engine.spec import symbols
-from engine.spec.errors import SpecError, Where
-from engine.spec.ops import OPS, OpCall
-from engine.spec.shapes import Axis, Carried, Merged, New, Split, Tensor
+from engine.language import symbols
+from engine.language.errors import SpecError, Where
+from engine.language.ops import OPS, OpCall
+from engine.language.shapes import Axis, Carried, Merged, New, Split, Tensor
 
 B, S, C = (symbols.dim(n) for n in (symbols.BATCH, symbols.SEQ, symbols.CTX))
 H, KV, D, HID, FF, W = (symbols.dim(n) for n in ("n_heads", "n_kv_heads", "d_head", "hidden", "d_ff", "window"))

@@ -2,9 +2,9 @@
 scalar, scaled embeddings and soft-capped logits): exact shapes, axis maps, formulas and leaves."""
 from __future__ import annotations
 
-from engine.spec import symbols
-from engine.spec.ops import OPS
-from engine.spec.shapes import Carried
+from engine.language import symbols
+from engine.language.ops import OPS
+from engine.language.shapes import Carried
 from tests.test_ops import B, HID, S, run, tensor
 
 E, K = symbols.dim("n_experts"), symbols.dim("top_k")

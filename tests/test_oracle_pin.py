@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
-from engine.spec.corpus import load_corpus
+from engine.language.corpus import load_corpus
 from engine.verify import evidence
 from engine.verify.validate import validate
-from engine.spec.yamlio import load_yaml
+from engine.language.yamlio import load_yaml
 from tests.conftest import REPO
 
 SNAPSHOTS = REPO / "corpus" / "snapshots"

@@ -14,8 +14,8 @@ import operator
 import sympy
 
 from engine.deploy.placement import _div, _mul, _prod, _row_dims
-from engine.spec import symbols
-from engine.spec.shapes import Axis, Tensor
+from engine.language import symbols
+from engine.language.shapes import Axis, Tensor
 
 
 def _plain(values):

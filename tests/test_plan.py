@@ -16,7 +16,7 @@ from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.serving.sizing import BATCH_STEP, POINT_FIELDS, SLA, _device_tokens, batch_list, front, search
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 
 from tests.conftest import _evaluation
 from tests.deploy_helpers import PLAN_FROM_DEPLOY, close, deploy, model_id, served_in_steady_state

@@ -7,8 +7,8 @@ import dataclasses
 
 from engine.deploy import Options
 from engine.deploy import planner
-from engine.spec.api import evaluate_spec
-from engine.spec.corpus import load_corpus
+from engine.language.api import evaluate_spec
+from engine.language.corpus import load_corpus
 
 
 def test_a_dropped_rows_storage_never_answers_for_a_later_row():

@@ -1,13 +1,13 @@
 """Consistency: the memos and shared printers of the playground and model-document export vs their slow paths.
 
-Each fast path below (engine.playground.steps._step_trees's memo, engine.spec.storage._axis's,
-engine.build.export._reference_bytes's per-expression division, model_facts printed by the
+Each fast path below (engine.playground.steps._step_trees's memo, engine.language.storage._axis's,
+engine.batch.export._reference_bytes's per-expression division, model_facts printed by the
 document's printer) must give exactly what the plain computation gives; these tests compare the two
 paths on a corpus model. They are consistency tests of one engine with itself, so the name says so.
 """
 from __future__ import annotations
 
-from engine.build import export, landscape
+from engine.batch import export, landscape
 from engine.playground import playground_sol, steps, trees
 from engine.playground.whatif import _tables
 from engine.playground.catalog import PLAYGROUND
@@ -15,7 +15,7 @@ from engine.deploy import Options, place
 from engine.deploy.cost import step_totals
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.spec import expr, storage
+from engine.language import expr, storage
 
 MODEL = "Qwen/Qwen3-30B-A3B"
 

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from engine.deploy import ParallelConfig, check, find_gpu, load_gpus
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 from tests.conftest import REPO, _evaluation
 
 _spec = importlib.util.spec_from_file_location("benchmarks_published", REPO / "benchmarks" / "published.py")

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from engine.cli import main
-from engine.spec.corpus import load_corpus
-from engine.spec.module_patterns import matches
-from engine.spec.storage import scheme_tensors
+from engine.language.corpus import load_corpus
+from engine.language.module_patterns import matches
+from engine.language.storage import scheme_tensors
 from engine.verify.manifest import load as load_manifest
 from engine.verify.validate import validate
 from tests.test_snapshot_evidence import TINY, tiny_corpus  # noqa: F401 (a fixture)
@@ -235,7 +235,7 @@ def test_a_published_per_layer_ignore_list_collapses_to_spec_patterns():
     the Gated DeltaNet of its linear layers only: every layer that has one (each fourth layer is
     full attention), once the caller says which layers have a `linear_attn`. A list naming some
     layers of a kind (the first ones) is returned as it is."""
-    from engine.spec.module_patterns import canonical, collapse_layers
+    from engine.language.module_patterns import canonical, collapse_layers
     gemma = ["lm_head", "model.embed_vision*"] + [f"model.language_model.layers.{i}.{m}*" for i in range(30)
                                                   for m in ("mlp", "router", "self_attn")]
     kept, partial = collapse_layers(gemma, 30)
@@ -257,7 +257,7 @@ def test_a_whole_layer_exclusion_counts_towards_every_shape_of_that_layer():
     """Kimi-K2.6-NVFP4's ignore list, by hand: layer 0 (the dense layer) whole, then the attention
     and the shared experts of layers 1..3 (of 4). Attention and shared experts are then named in
     every layer (one pattern each); layer 0 itself is named alone (a person's to-do)."""
-    from engine.spec.module_patterns import collapse_layers
+    from engine.language.module_patterns import collapse_layers
     listed = ["lm_head", "model.layers.0*"] + [f"model.layers.{i}.{m}*" for i in (1, 2, 3)
                                               for m in ("mlp.shared_experts", "self_attn")]
     assert collapse_layers(listed, 4) == (["lm_head", "model.layers.*.mlp.shared_experts*", "model.layers.*.self_attn*"],

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import sympy
 
-from engine.spec import symbols
-from engine.spec.errors import SpecError, Where
-from engine.spec.ops import OPS, OpCall
-from engine.spec.shapes import Axis, Carried, Tensor
+from engine.language import symbols
+from engine.language.errors import SpecError, Where
+from engine.language.ops import OPS, OpCall
+from engine.language.shapes import Axis, Carried, Tensor
 
 
 class Count:
@@ -397,8 +397,8 @@ def test_parameter_op_counts_and_leaf():
      "cache[0].node: cache entry names 'conv_act', not a kv_cache node or a recurrent op"),
 ])
 def test_bad_state_cache_entries_are_one_line_errors(tmp_path, old, new, message):
-    from engine.spec.api import evaluate_spec
-    from engine.spec.corpus import load_corpus
+    from engine.language.api import evaluate_spec
+    from engine.language.corpus import load_corpus
     from tests.test_guards import mutate
     root = mutate(tmp_path, [("components/library/gated_deltanet.yaml", old, new)])
     with pytest.raises(SpecError) as err:
@@ -418,7 +418,7 @@ def test_bad_state_cache_entries_are_one_line_errors(tmp_path, old, new, message
 ])
 def test_bad_cache_scales_are_one_line_errors(tmp_path, old, new, message):
     """The DSA indexer key's `dtype: fp8, scale: {dtype: f32, block: 128}` spoiled three ways."""
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
     from tests.test_guards import mutate
     root = mutate(tmp_path, [("components/library/dsa_attention.yaml", old, new)])
     with pytest.raises(SpecError) as err:

@@ -17,7 +17,7 @@ import pytest
 from engine.deploy import Scenario
 from engine.deploy.fusion import DEFAULT_ROOT, load_table, load_tables
 from engine.deploy.parallel import ParallelConfig
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 from tests.conftest import hf_config
 from tests.deploy_helpers import deploy
 

@@ -1,4 +1,4 @@
-"""The load-time schema (engine.spec.schema, engine.spec.file_schemas): every file kind a pull request
+"""The load-time schema (engine.language.schema, engine.language.file_schemas): every file kind a pull request
 can touch gives one line — file:line: field: what was found — what to write — for a value of the
 wrong kind or a figure outside its physical range, and writes nothing.
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.spec import file_schemas, schema
-from engine.spec.errors import SpecError
-from engine.spec.yamlio import LineDict, LineList
+from engine.language import file_schemas, schema
+from engine.language.errors import SpecError
+from engine.language.yamlio import LineDict, LineList
 from tests.bad_input_helpers import cli_status as main, fresh_api_cache, parse_each_yaml_once  # noqa: F401 (fixtures)
 from tests.conftest import REPO
 

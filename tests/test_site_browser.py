@@ -62,8 +62,8 @@ def built(tmp_path_factory) -> Path:
     """
     if _BUILT:
         return _BUILT[0]
-    from engine.build.results import build
-    from engine.spec.corpus import load_corpus
+    from engine.batch.results import build
+    from engine.language.corpus import load_corpus
     from site_builder import render
 
     out = tmp_path_factory.mktemp("browser-site")

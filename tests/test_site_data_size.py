@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 
-from engine.spec import formula_tree as ft
+from engine.language import formula_tree as ft
 from site_builder.data import SHARED, split_formulas
 
 #: Three measured tables (engine.deploy.measured.lookup_table's JSON: axes, their values, µs per
@@ -122,7 +122,7 @@ def test_expected_file_indexes_each_tooltip_once_and_drops_the_seconds():
 
 
 def test_partition_writer_round_trips_every_value_bit_for_bit(tmp_path):
-    """The deployments/ops writer (engine.build.results.write_parquet with the partitions' zstd level,
+    """The deployments/ops writer (engine.batch.results.write_parquet with the partitions' zstd level,
     rows in PARTITION_ORDER) loses nothing: floats that no decimal rounding keeps (a third, 2^-1074,
     the largest double, 0.1 + 0.2), int64 beyond 2^53 and nulls read back equal, bit for bit. (The
     encodings and orders measured against it, none of them smaller: benchmarks/downloads.py.)"""
@@ -130,7 +130,7 @@ def test_partition_writer_round_trips_every_value_bit_for_bit(tmp_path):
 
     import polars as pl
 
-    from engine.build.results import PARTITION_ORDER, ZSTD_LEVEL, write_parquet
+    from engine.batch.results import PARTITION_ORDER, ZSTD_LEVEL, write_parquet
     odd = [1 / 3, 5e-324, 1.7976931348623157e308, 0.1 + 0.2, None]
     frame = pl.DataFrame({"gpu": ["H100", "B200", "H100", "A100", "H100"], "n_gpus": [8, 1, 8, 2, 8],
                           "config": ["tp8", "tp1", "tp8", "tp2", "tp8"], "framework": ["vllm"] * 5,

@@ -86,8 +86,8 @@ def test_hand_numbers():
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    from engine.build.results import build
-    from engine.spec.corpus import load_corpus
+    from engine.batch.results import build
+    from engine.language.corpus import load_corpus
     from site_builder.render import render_staged
 
     root = tmp_path_factory.mktemp("site-hybrid")
@@ -264,7 +264,7 @@ def test_kv_chart_has_the_state_and_the_growing_series(out):
     assert {r["part"] for r in data["kv_rows"]} == {"state (flat)", "KV (grows with context)", "total"}
     # ... and the formulas it evaluates carry the state beside the whole (the "of which flat state"
     # card): flat in the context, the growing part on top, at BF16 KV
-    from engine.spec.formula_tree import evaluate
+    from engine.language.formula_tree import evaluate
     index = out / "site" / "data" / "deploy" / "Qwen--Qwen3.5-27B" / "index.json.gz"
     kv = json.loads(gzip.decompress(index.read_bytes()))["model"]["kv_request"]
     for n in (K1, M1):
@@ -293,14 +293,14 @@ def test_gallery_labels_the_mixers(out):
     (QWEN, "gdn + gqa"),                            # linear_attention layers first, whatever the layer order
 ])
 def test_attention_label_follows_the_layer_plans(model_id, label):
-    from engine.build.results import attention_label
+    from engine.batch.results import attention_label
     from tests.conftest import _evaluation
     assert attention_label(_evaluation(model_id)) == label
 
 
 def test_a_component_label_must_be_a_short_name(tmp_path):
-    from engine.spec.corpus import _load_component, load_corpus
-    from engine.spec.errors import SpecError
+    from engine.language.corpus import _load_component, load_corpus
+    from engine.language.errors import SpecError
     roles = load_corpus().roles
     path = tmp_path / "odd_mixer.yaml"
     body = "component: odd_mixer\nrole: attention\n{label}doc: x\ngraph:\n  o: {{op: linear, in: x, dims: {{in: hidden, out: hidden}}}}\n"

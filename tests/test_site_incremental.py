@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.build.results import build
-from engine.spec.corpus import load_corpus
+from engine.batch.results import build
+from engine.language.corpus import load_corpus
 from site_builder.render import SITE_MANIFEST, render_pages, render_staged
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread

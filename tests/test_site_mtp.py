@@ -2,7 +2,7 @@
 
 The deploy page of a model with an ``mtp`` stack has two more controls, "MTP draft tokens k" and
 "acceptance rate a". The page adds the exported draft steps of the ``--mtp 1`` structure
-(engine/build/deploy_export.py) k times to the main program run at seq = k + 1 (the rule of
+(engine/batch/deploy_export.py) k times to the main program run at seq = k + 1 (the rule of
 engine.deploy.planner.with_drafts), takes weights and KV with the MTP stack on the last stage, and
 TPOT = decode step / E with E = Sum(a**i, (i, 0, k)) (sol.summarize). Every number it shows must
 equal the CLI's own path (``archledger deploy ... --mtp K --acceptance A --json``: its argument parser
@@ -196,7 +196,7 @@ def test_mtp_modules_bound_k():
     one for Qwen3.5-27B (config.json text_config.mtp_num_hidden_layers), none for Llama-3.1-8B, whose
     page gets no controls."""
     from engine.deploy.planner import mtp_modules
-    from engine.spec.api import evaluate
+    from engine.language.api import evaluate
     assert mtp_modules(evaluate(MODEL)) == 1          # config.json text_config.mtp_num_hidden_layers
     assert mtp_modules(evaluate("meta-llama/Meta-Llama-3.1-8B")) == 0
 

@@ -1,6 +1,6 @@
 """The deploy page at points the grid never evaluated, against ``archledger deploy``, in headless Chromium.
 
-The page evaluates the selected structure's formula trees (engine/build/deploy_export.py) with
+The page evaluates the selected structure's formula trees (engine/batch/deploy_export.py) with
 static/js/formula.js and the rules of engine/deploy/sol.py summarize (mirrored in static/js/deploy.js).
 Here every number it computes at an off-grid point (prompt 8,000 + 700 generated, batch 37, ...) must
 equal what the CLI's own path (``archledger deploy``'s argument parser and
@@ -369,7 +369,7 @@ def test_on_front_consistency_with_sizing_front(out):
     from the group's rows in the table's order (its grouping and row mapping)."""
     import numpy as np
     from engine.serving.fronts import GRID_FRONT_KEY
-    from engine.build.results import PARTITION_ORDER
+    from engine.batch.results import PARTITION_ORDER
     from engine.serving.sizing import front
     rows = result_tables(out)["deployments"]
     for model in rows.partition_by("model_id"):

@@ -16,9 +16,9 @@ import yaml
 
 from engine.api import evaluate_spec
 from engine.playground import catalog, whatif
-from engine.spec import formula_tree, kv, quantities, symbols
-from engine.spec import variants as variant_rules
-from engine.spec.corpus import load_corpus
+from engine.language import formula_tree, kv, quantities, symbols
+from engine.language import variants as variant_rules
+from engine.language.corpus import load_corpus
 from site_builder.render import REPO
 from tests.site_helpers import build_small_site, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
@@ -170,7 +170,7 @@ INPUTS = "0" * 64
 
 
 def test_variants_are_carried_when_unchanged_and_rebuilt_when_damaged(tmp_path, corpus, monkeypatch):
-    from engine.build import publish, results
+    from engine.batch import publish, results
     gpus = REPO / "gpus"
     final, again, third = tmp_path / "final", tmp_path / "again", tmp_path / "third"
     for folder in (final, again, third):

@@ -18,7 +18,7 @@ import yaml
 
 from engine.playground import catalog, variant as playground_variant, whatif
 from engine.playground.steps import KEYS as SOL_KEYS
-from engine.spec import formula_tree, quantities, symbols
+from engine.language import formula_tree, quantities, symbols
 from site_builder.render import REPO
 from tests.site_helpers import served, shared_small_site
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
@@ -57,8 +57,8 @@ def edit_json(args: list[str]) -> dict:
 
 def walked(corpus, swap: str, binds: dict[str, int], context: int) -> dict[str, float]:
     """Active params and one decode token's FLOPs of the same variant by the numeric walk."""
-    from engine.spec import variants as variant_rules
-    from engine.spec.api import evaluate_spec
+    from engine.language import variants as variant_rules
+    from engine.language.api import evaluate_spec
     parsed = [playground_variant.parse_bind(corpus, f"{d}={v}") for d, v in binds.items()]
     variant = variant_rules.resolve(corpus, "t", BASE, [playground_variant.parse_swap(swap)], parsed, playground_variant._CLI)
     a = evaluate_spec(corpus, variant.spec).numeric

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from engine.playground import whatif
-from engine.spec import formula_tree
+from engine.language import formula_tree
 from site_builder.render import REPO
 from tests.site_helpers import served, shared_small_site
 from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)

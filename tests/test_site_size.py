@@ -56,8 +56,8 @@ def _page(out: Path, rel: str) -> str:
 # -- page weight ------------------------------------------------------------------------------------
 
 def test_largest_model_page_stays_under_the_limit(tmp_path, evaluation):
-    from engine.build.export import model_document
-    from engine.build.results import MODELS_SCHEMA, _frame, model_row
+    from engine.batch.export import model_document
+    from engine.batch.results import MODELS_SCHEMA, _frame, model_row
     from site_builder import render
     from site_builder.data import Results
 
@@ -153,7 +153,7 @@ def test_polars_snippet_reads_the_saved_files_back(out, tmp_path):
 
 
 def test_partitions_are_in_deployment_order_with_zstd(out):
-    from engine.build.results import PARTITION_ORDER
+    from engine.batch.results import PARTITION_ORDER
     for table in ("deployments", "ops"):
         path = out / "results" / table / f"model={QWEN_SLUG}" / "part.parquet"
         frame = pl.read_parquet(path)

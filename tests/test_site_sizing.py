@@ -164,8 +164,8 @@ def test_deploy_page_links_the_sizing_page_and_results_record_the_tables(built):
 
 
 def test_rebuild_with_nothing_changed_carries_the_sizing_tables(built):
-    from engine.build.results import build
-    from engine.spec.corpus import load_corpus
+    from engine.batch.results import build
+    from engine.language.corpus import load_corpus
     from site_builder.render import render_staged
 
     files = {t: (built / "results" / t / f"model={SLUG}" / "part.parquet").read_bytes() for t in ("fronts", "sizing")}

@@ -31,7 +31,7 @@ from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.serving.sizing import SLA, GPUSearch, search
 from engine.serving.pairing import disaggregated
-from engine.spec.kv import KV_DTYPE_BYTES
+from engine.language.kv import KV_DTYPE_BYTES
 from tests.conftest import _evaluation
 from tests.site_helpers import served, shared_small_site
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
@@ -252,7 +252,7 @@ def test_results_doc_lists_every_disagg_column():
 
 def test_disagg_frameworks_limits_the_rows_and_the_page_says_which(tmp_path):
     from engine.serving.fronts import evaluate_model, load_sizing
-    from engine.spec.errors import SpecError
+    from engine.language.errors import SpecError
     from site_builder.sizing import disagg_data
     grid = _grid()
     grid["sizing"].update(scenarios=[{"input": 1024, "output": 128}], gpus=["B200"], disagg_frameworks=["vllm"])

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 from site_builder.render import REPO
 from site_builder.screenshots import scroll_through
 from tests.site_helpers import served
@@ -116,10 +116,10 @@ def _plant(value, key=None, planted=None):
 
 def _load(root: Path) -> None:
     """Every loader a build runs (corpus, GPUs, fusion tables, contracts): SpecError on a refusal."""
-    from engine.build.contract import load_contract
+    from engine.batch.contract import load_contract
     from engine.deploy.fusion import load_tables
     from engine.deploy.hardware import load_gpus
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
     corpus = load_corpus(root / "corpus")
     gpus = load_gpus(root / "gpus")
     load_tables(corpus.root / "fusion")
@@ -185,8 +185,8 @@ def plant_corpus(root: Path) -> dict[str, str]:
 def planted(tmp_path_factory):
     """The planted corpus, its refusals, and one small build of it (results and site), its docs
     pages from planted copies."""
-    from engine.build.results import build
-    from engine.spec.corpus import load_corpus
+    from engine.batch.results import build
+    from engine.language.corpus import load_corpus
     from site_builder import render
     root = tmp_path_factory.mktemp("xss")
     refused = plant_corpus(root)

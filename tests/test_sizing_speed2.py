@@ -1,4 +1,4 @@
-"""Consistency tests for the sizing step's speed paths (engine/serving/sizing.py, engine/build/):
+"""Consistency tests for the sizing step's speed paths (engine/serving/sizing.py, engine/batch/):
 each fast path gives the plain path's numbers, bit for bit, on real corpus models.
 
 * :func:`engine.deploy.sol.summarize` with ``prefill_only`` (a prefill-pool point's TTFT, fit and

@@ -85,7 +85,7 @@ def test_disagg_columns_consistency_with_rows(tmp_path):
     from engine.serving import fronts
     from engine.serving.disagg_sizing import candidates, records
     from engine.serving.disagg import transfer_bytes
-    from engine.spec.kv import KV_DTYPE_BYTES
+    from engine.language.kv import KV_DTYPE_BYTES
     grid = tmp_path / "corpus" / "grid.yaml"
     grid.parent.mkdir()
     grid.write_text("sizing:\n  scenarios: [{input: 8192, output: 1024}]\n  gpus: [H100, B200]\n"

@@ -14,12 +14,12 @@ from __future__ import annotations
 import pytest
 import sympy
 
-from engine.spec import symbols
-from engine.spec.corpus import load_corpus
-from engine.spec.errors import SpecError
-from engine.spec.ops import OPS
+from engine.language import symbols
+from engine.language.corpus import load_corpus
+from engine.language.errors import SpecError
+from engine.language.ops import OPS
 from engine.api import evaluate_spec
-from engine.spec import kv as kv_mod
+from engine.language import kv as kv_mod
 from tests.test_guards import findings, mutate
 from tests.test_ops import call, run, tensor
 
@@ -121,7 +121,7 @@ def test_linear_layout_in_out_stores_the_matrix_transposed():
 
 
 def test_stacked_experts_are_stored_e_in_out(evaluation, corpus):
-    from engine.spec.storage import checkpoint_tensors
+    from engine.language.storage import checkpoint_tensors
     ev = evaluation(SCOUT_ID)
     shapes = {t.key: tuple(int(x) for x in t.shape) for t in checkpoint_tensors(ev.numeric, corpus.models[SCOUT_ID], corpus)}
     assert shapes[next(k for k in shapes if k.endswith("experts.gate_up_proj"))] == (16, 5120, 2 * 8192)

@@ -13,9 +13,9 @@ import pytest
 import sympy
 
 from engine.api import evaluate_spec
-from engine.spec import quantities
-from engine.spec.corpus import load_corpus
-from engine.spec.errors import SpecError
+from engine.language import quantities
+from engine.language.corpus import load_corpus
+from engine.language.errors import SpecError
 from tests.conftest import REPO
 
 HIDDEN, VOCAB, HEADS, D_HEAD = 64, 100, 4, 16

@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 import sympy
 
-from engine.spec.errors import SpecError
-from engine.spec.ops import OPS
+from engine.language.errors import SpecError
+from engine.language.ops import OPS
 from tests.test_recurrent_ops import (DELTA_DIMS, Count, check_delta_rule_flops, delta_inputs, engine_call,
                                       random_heads, run_delta, t)
 
@@ -391,9 +391,9 @@ def test_mamba2_mixer_params_and_states_match_transformers(tmp_path, hidden, hea
     transformers = pytest.importorskip("transformers")
     from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
     from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
-    from engine.spec import kv, quantities
-    from engine.spec.api import evaluate_spec
-    from engine.spec.corpus import load_corpus, load_model
+    from engine.language import kv, quantities
+    from engine.language.api import evaluate_spec
+    from engine.language.corpus import load_corpus, load_model
     corpus = load_corpus()
     path = tmp_path / "mamba2.yaml"
     path.write_text(MIXER_SPEC.format(hidden=hidden, heads=heads, head_dim=head_dim, groups=groups, state=state,

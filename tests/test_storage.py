@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from engine.spec import quantities, storage
+from engine.language import quantities, storage
 from engine.api import evaluate_spec
 
 
@@ -45,7 +45,7 @@ def test_every_parameter_is_stored_once(corpus, scheme):
 
 def test_scheme_that_cannot_store_a_matrix_is_an_error(corpus):
     """A scheme whose packed shape is fractional for some matrix fails naming the tensor."""
-    from engine.spec.errors import SpecError
+    from engine.language.errors import SpecError
     model = dataclasses.replace(corpus.models["Qwen/Qwen3-8B"], quant={"*": "mxfp4"})
     ev = evaluate_spec(corpus, model)
     storage.checkpoint_tensors(ev.numeric, model, corpus)   # every Qwen3-8B width divides by 32
@@ -57,8 +57,8 @@ def test_scheme_that_cannot_store_a_matrix_is_an_error(corpus):
 
 
 def test_draft_components_are_private_to_their_spec(corpus):
-    from engine.spec.errors import SpecError
-    from engine.spec.evaluate import Binding, walk_model
+    from engine.language.errors import SpecError
+    from engine.language.evaluate import Binding, walk_model
     draft = dataclasses.replace(corpus.components["swiglu_mlp"], draft=True)
     hidden = dataclasses.replace(corpus, components={k: v for k, v in corpus.components.items() if k != "swiglu_mlp"},
                                  drafts={"swiglu_mlp": draft})

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import sympy
 
-from engine.spec import kv, quantities, symbols
+from engine.language import kv, quantities, symbols
 from engine.api import evaluate_spec
-from engine.spec.corpus import load_corpus
+from engine.language.corpus import load_corpus
 from engine.deploy import Options, Scenario, place
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 from engine.deploy.parallel import ParallelConfig
 from engine.verify.validate import validate
 from tests.conftest import REPO, hf_config as config
@@ -364,7 +364,7 @@ def test_glm52_page_lists_streams_and_draws_cross_layer_edges(tmp_path):
     producing layer groups to the reading one with stream edges."""
     import re
 
-    from engine.build.results import build
+    from engine.batch.results import build
     from site_builder.render import render_site
     build(load_corpus(), tmp_path, ["GLM-5.2"], REPO / "tests" / "data" / "grid_small.yaml", jobs=1)
     page = (render_site(tmp_path / "results", tmp_path) / "models" / "zai-org--GLM-5.2" / "index.html").read_text()

@@ -18,7 +18,7 @@ from engine.deploy.fusion import fuse, load_tables, match
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.placement import _div, _mul
-from engine.spec import symbols
+from engine.language import symbols
 
 
 def test_fusing_subsets_of_matches_equals_fusing_afresh(corpus, evaluation):

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from engine.cli import main
-from engine.spec.yamlio import load_yaml
+from engine.language.yamlio import load_yaml
 from engine.verify.manifest import load as load_manifest
 from tests.conftest import REPO
 from tests.test_snapshot_evidence import TINY, tiny_corpus  # noqa: F401 (a fixture)
@@ -46,7 +46,7 @@ def test_multimodal_text_stack_is_built_with_its_own_class():
     """`snapshot --meta`'s manifest of a Qwen3-VL config is the language model and the head of
     Qwen3VLForConditionalGeneration, recorded as qwen3_vl_text's Qwen3VLTextModel (never Qwen3's
     code), with no tensor of the vision tower, and its parameters add up to the hand count."""
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
     from engine.verify.modeling_code import meta_manifest, modeling_source
     config = json.loads(QWEN3_VL_8B.read_text())
     manifest = meta_manifest(config, load_corpus().schemes, "hf:Qwen/Qwen3-VL-8B-Instruct")
@@ -76,7 +76,7 @@ def test_oracle_counts_the_text_model_without_the_vision_tower():
 def test_corpus_qwen3_vl_8b_is_its_text_stack(evaluation):
     """The corpus spec of Qwen3-VL-8B-Instruct counts the text stack by hand (no vision tower) and
     keeps Qwen3's GQA KV: 36 layers x (K + V) x 8 heads x 128 x 2 bytes per token in BF16."""
-    from engine.spec import quantities
+    from engine.language import quantities
     numeric = evaluation("Qwen/Qwen3-VL-8B-Instruct").numeric
     assert int(quantities.params_total(numeric)) == qwen3_vl_8b_text_params()
     assert int(quantities.params_active(numeric)) == qwen3_vl_8b_text_params()
@@ -89,7 +89,7 @@ def test_corpus_qwen3_vl_32b_is_its_text_stack(evaluation):
     """Qwen3-VL-32B-Instruct's text stack by hand from its text_config (h 5120, 64 layers of 64
     query and 8 KV heads of 128, SwiGLU 25600, untied head over 151,936 tokens): the model issue 40
     found "verified" against Qwen3's code, now against its own (the snapshot test above)."""
-    from engine.spec import quantities
+    from engine.language import quantities
     vocab, hidden, layers, heads, kv, head_dim, ff = 151936, 5120, 64, 64, 8, 128, 25600
     per_layer = (2 * hidden * heads * head_dim + 2 * hidden * kv * head_dim + 2 * head_dim
                  + 3 * hidden * ff + 2 * hidden)

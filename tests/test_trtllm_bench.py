@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 from tests.conftest import REPO
 
 _spec = importlib.util.spec_from_file_location("trtllm_bench", REPO / "benchmarks" / "trtllm_bench.py")

@@ -62,8 +62,8 @@ def test_new_declares_a_spec_transformers_cannot_build_unverified(capsys, tmp_pa
 
 
 def test_strict_build_lists_a_declared_spec_with_its_reason_and_publishes_none_of_it(tmp_path):
-    from engine.build.results import build
-    from engine.spec.corpus import load_corpus
+    from engine.batch.results import build
+    from engine.language.corpus import load_corpus
     from site_builder.render import render_staged
     corpus = load_corpus(REPO / "corpus")
     why = corpus.models[MIMO].unverified
@@ -186,7 +186,7 @@ def test_kimi_k3_reason_names_what_transformers_kimi_linear_lacks():
     from transformers.activations import ACT2FN
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     from transformers.models.kimi_linear import configuration_kimi_linear, modeling_kimi_linear
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
     why = load_corpus(REPO / "corpus").models[K3].unverified
     assert why.startswith(f"transformers {transformers.__version__} has no kimi_k3 model")
     assert "kimi_k3" not in CONFIG_MAPPING_NAMES and "kimi_linear" in CONFIG_MAPPING_NAMES

@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 from engine.api import evaluate_spec
-from engine.spec import kv, quantities, storage
-from engine.spec import variants as variant_rules
-from engine.spec.corpus import Reader
-from engine.spec.errors import SpecError, Where
-from engine.spec.ir import Fill
+from engine.language import kv, quantities, storage
+from engine.language import variants as variant_rules
+from engine.language.corpus import Reader
+from engine.language.errors import SpecError, Where
+from engine.language.ir import Fill
 from tests.conftest import SNAPSHOTS, hf_config
 from tests.test_streams import HF_PARAMS, V32
 
@@ -176,7 +176,7 @@ def test_file_name_must_match(tmp_path, corpus):
 
 
 def test_variants_columns_are_documented():
-    from engine.build.results import MODELS_SCHEMA, VARIANTS_SCHEMA
+    from engine.batch.results import MODELS_SCHEMA, VARIANTS_SCHEMA
     from tests.conftest import REPO
     doc = (REPO / "docs" / "results.md").read_text()
     for name, (dtype, text) in VARIANTS_SCHEMA.items():

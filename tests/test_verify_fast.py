@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.spec.corpus import load_corpus
+from engine.language.corpus import load_corpus
 from engine.verify.manifest import SortedTensors, expand_group, expand_line, load as load_manifest
 from engine.verify.validate import validate
 from tests.conftest import REPO

@@ -1,4 +1,4 @@
-"""engine/spec/yamlio.py reads with libyaml's parser under its own Python composer (issue 42: YAML
+"""engine/language/yamlio.py reads with libyaml's parser under its own Python composer (issue 42: YAML
 parsing was most of `archledger deploy`'s CPU). The values must be those PyYAML's pure-Python
 reader gives, and the module's limits must still hold on the fast path."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from engine.spec import yamlio
+from engine.language import yamlio
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(not yamlio._FAST, reason="PyYAML without libyaml: one reader only")

@@ -12,13 +12,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from engine.spec import storage
-from engine.spec.dtypes import DTYPE_BITS, stored_bytes
-from engine.spec.errors import SpecError, Where
-from engine.spec.evaluate import Analysis, Binding, walk_model
+from engine.language import storage
+from engine.language.dtypes import DTYPE_BITS, stored_bytes
+from engine.language.errors import SpecError, Where
+from engine.language.evaluate import Analysis, Binding, walk_model
 from engine.verify.evidence import Evidence, load_evidence, registry
 from engine.verify.guards import Finding, SpecTensor, axiom, schedule, source, structural
-from engine.spec.module_patterns import first_match, is_pattern
+from engine.language.module_patterns import first_match, is_pattern
 from engine.verify.guards import packing as packing_mod, shape as shape_mod, weight as weight_mod
 from engine.verify.guards.weight import canonical
 from engine.verify.manifest import KINDS, Manifest, ManifestTensor, _RANGE, compress
@@ -260,7 +260,7 @@ def expand_line(line: str) -> list[ManifestTensor]:
 
 def load(path: Path, root: Path | None = None) -> Manifest:
     """Read a manifest file; a malformed line is a one-line error naming the file and line."""
-    from engine.spec.yamlio import load_yaml
+    from engine.language.yamlio import load_yaml
     rel = str(path.relative_to(root.parent)) if root and path.is_relative_to(root.parent) else str(path)
     data = load_yaml(path, rel, hint="regenerate the file with `archledger snapshot MODEL`")
     where = Where(rel, 1)

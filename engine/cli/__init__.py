@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -76,7 +76,7 @@ def add_commands(sub) -> dict[str, argparse.ArgumentParser]:
     return commands
 
 
-#: The commands that keep parsed YAML in ``<out>/cache/yaml/`` (engine.spec.parse_cache): questions
+#: The commands that keep parsed YAML in ``<out>/cache/yaml/`` (engine.language.parse_cache): questions
 #: asked of a built checkout, which never write its results or site. ``build``, ``site`` and the
 #: rest leave the output folder to the publish protocol alone (its lock, its owner check).
 CACHED_COMMANDS = frozenset({"deploy", "plan", "disagg", "show", "list"})
@@ -89,11 +89,11 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     :class:`engine.project.Project` the command works on.
     """
     args = parser.parse_args(argv)    # `--help` and a usage error end here, before the imports below
-    from engine.build.publish import PublishError
+    from engine.batch.publish import PublishError
     from engine.project import locate
     project = locate(getattr(args, "corpus", None), getattr(args, "out", None))
     args.project, args.corpus, args.out, args.gpus_root = project, str(project.corpus), str(project.out), project.gpus
-    from engine.spec import parse_cache
+    from engine.language import parse_cache
     if args.command in CACHED_COMMANDS:   # YAML parsed once per text on a built checkout
         parse_cache.use(parse_cache.folder_for(project.out))
     try:

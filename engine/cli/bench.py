@@ -31,8 +31,8 @@ def _say(text: str) -> None:
 
 
 def run(args) -> int:
-    from engine.spec.corpus import load_corpus
-    from engine.spec.api import evaluate_spec
+    from engine.language.corpus import load_corpus
+    from engine.language.api import evaluate_spec
     repeat = max(1, args.repeat)
     load_times, model_times = [], {}
     for run_index in range(repeat):
@@ -76,7 +76,7 @@ def _bench_validate(corpus, repeat: int) -> None:
 def _bench_deploy(corpus, repeat: int, gpus_root=None) -> None:
     import numpy as np
     from engine.deploy import Options, ParallelConfig, load_gpus, load_tables, plan
-    from engine.spec.api import evaluate_spec
+    from engine.language.api import evaluate_spec
     gpus, table = load_gpus(gpus_root), load_tables(corpus.root / "fusion")["vllm"]
     # the grid as the build evaluates it: batch down a column, context along a row (broadcast)
     batch, ctx = np.arange(1, 257, dtype=float)[:, None], np.linspace(1024, 131072, 400)[None, :]

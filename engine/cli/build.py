@@ -1,6 +1,6 @@
 """``archledger build``: every verified spec over the grid -> OUT/results/ (and, from site_builder, OUT/site/).
 
-Layer: engine.cli (the command's options; the work is :func:`engine.build.results.run`).
+Layer: engine.cli (the command's options; the work is :func:`engine.batch.results.run`).
 """
 from __future__ import annotations
 
@@ -33,5 +33,5 @@ def add_parser(sub, parents: list) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.build.results import run as build_run
+    from engine.batch.results import run as build_run
     return build_run(args)

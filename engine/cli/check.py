@@ -1,6 +1,6 @@
 """``archledger check``: read and schema-check every input file; evaluate nothing.
 
-Layer: engine.cli (the work is :func:`engine.build.inputs.check_all`). The corpus (specs,
+Layer: engine.cli (the work is :func:`engine.batch.inputs.check_all`). The corpus (specs,
 components, quant schemes, snapshots, slots, variants), the GPU files and collectives table, the
 measured kernel tables (gpus/measured/), the fusion tables, the grid, the lineage, the contracts and the evidence files (the verification
 registry, each model's tensor manifest and source snapshot) are loaded exactly as a build loads them:
@@ -22,9 +22,9 @@ def add_parser(sub, parents=()) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.build.grid import grid_file
-    from engine.build.inputs import check_all
-    from engine.spec.corpus import load_corpus
+    from engine.batch.grid import grid_file
+    from engine.batch.inputs import check_all
+    from engine.language.corpus import load_corpus
     from engine.verify.evidence import load_evidence, registry
     corpus = load_corpus(args.corpus)
     check_all(corpus, grid_file(corpus.root, args.grid), Path(args.gpus_root))

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from engine.cli import units
-from engine.spec.errors import SpecError, Where
+from engine.language.errors import SpecError, Where
 
 
 def positive_int(text: str) -> int:
@@ -121,7 +121,7 @@ def add_parser(sub, parents=()) -> None:
 
 
 def deployment_from_args(args):
-    from engine.spec.api import evaluate_one
+    from engine.language.api import evaluate_one
     from engine.deploy import Scenario, plan
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.deploy.measured import load_measured

@@ -39,7 +39,7 @@ def add_parser(sub, parents=()) -> None:
 
 
 def split_from_args(args) -> dict:
-    from engine.spec.api import evaluate_one
+    from engine.language.api import evaluate_one
     from engine.serving.disagg import Pool, check_load, default_prefill_batch, disaggregate, parse_pool
     from engine.deploy.hardware import load_gpus
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from engine.cli import units
 from engine.cli.deploy import positive_int
-from engine.spec.errors import SpecError, Where
+from engine.language.errors import SpecError, Where
 
 
 def add_parser(sub, parents=()) -> None:
@@ -46,9 +46,9 @@ def add_parser(sub, parents=()) -> None:
 def variant_from_args(args, corpus):
     """The variant the arguments name or build."""
     from engine.playground import playground_sol, variant as playground_variant
-    from engine.spec import variants as variant_rules
-    from engine.spec import file_schemas     # here, not at the top: it brings sympy (`--help` stays light)
-    from engine.spec.corpus import Reader, check_name
+    from engine.language import variants as variant_rules
+    from engine.language import file_schemas     # here, not at the top: it brings sympy (`--help` stays light)
+    from engine.language.corpus import Reader, check_name
     cli = Where("<command line>")
     if args.variant:
         if args.swap or args.bind:
@@ -78,8 +78,8 @@ def variant_from_args(args, corpus):
 def run(args: argparse.Namespace) -> int:
     from engine.playground import playground_sol, variant as playground_variant
     from engine.deploy.hardware import find_gpu, load_gpus
-    from engine.spec.api import evaluate_spec
-    from engine.spec.corpus import load_corpus
+    from engine.language.api import evaluate_spec
+    from engine.language.corpus import load_corpus
     import yaml
     corpus = load_corpus(args.corpus)
     variant = variant_from_args(args, corpus)

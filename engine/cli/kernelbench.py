@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from engine.spec.errors import SpecError, Where
+from engine.language.errors import SpecError, Where
 
 
 def _list(kind):
@@ -165,7 +165,7 @@ def run(args) -> int:
 @functools.lru_cache(maxsize=2)
 def _dims(corpus: str, models: tuple | None) -> dict:
     from engine.deploy.kernel_shapes import corpus_dims
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
     return corpus_dims(load_corpus(Path(corpus)), models)
 
 

@@ -36,7 +36,7 @@ def cmd_new(args: argparse.Namespace) -> int:
     if args.checkpoint:
         return _checkpoint(args)
     if args.format:
-        from engine.spec.errors import SpecError, Where
+        from engine.language.errors import SpecError, Where
         raise SpecError(Where("<command line>", 0, "--format"), "--format names a checkpoint's weight format",
                         "add --checkpoint (or leave out --format)")
     from engine.verify.scaffold import scaffold

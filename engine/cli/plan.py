@@ -304,7 +304,7 @@ def _assumptions(args, options, gpus: list) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from engine.serving.steady import FRONT_BASIS   # polars: never on --help (tests/test_cli_fast.py)
-    from engine.spec.api import evaluate_one
+    from engine.language.api import evaluate_one
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.serving.retime import TIME_WORDS, TIMES
     from engine.serving.sizing import SLA, search

@@ -1,6 +1,6 @@
 """``archledger show`` (one model's overview, with formulas) and ``archledger list`` (the corpus).
 
-Layer: engine.cli (imports engine.spec).
+Layer: engine.cli (imports engine.language).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def _flatten(overview: dict) -> list[tuple[str, object]]:
 def cmd_show(args: argparse.Namespace) -> int:
     from dataclasses import replace
     from engine.deploy.planner import weight_format_model
-    from engine.spec.api import evaluate
+    from engine.language.api import evaluate
     ev = evaluate(args.model, args.corpus)
     formats = ev.weight_formats()       # every published checkpoint, whichever storage is shown
     ev = replace(ev, model=weight_format_model(ev.model, ev.corpus, args.weight_format))
@@ -107,7 +107,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     declaring ``unverified:`` ends its row with ``(unverified: <why>)`` (the build never publishes it).
 
     On a built checkout whose inputs are unchanged the rows come from build/results/models.parquet
-    without loading the corpus (no sympy: :mod:`engine.build.built`); a model whose input hash
+    without loading the corpus (no sympy: :mod:`engine.batch.built`); a model whose input hash
     differs from the build's is evaluated, as every model is without a build (same numbers)."""
     rows = _listed(args)
     # each column as wide as its longest entry (a model_type of 12+ characters ran into FAMILY)
@@ -126,7 +126,7 @@ def _listed(args: argparse.Namespace) -> list[dict]:
     """One row (model_id and :data:`LIST_COLUMNS`) per model of the corpus: the build's where its
     input hash is the build's, else evaluated."""
     from pathlib import Path
-    from engine.build import built
+    from engine.batch import built
     corpus_root, gpu_root = Path(args.corpus), Path(args.gpus_root)
     done = built.read(Path(args.out) / "results", LIST_COLUMNS)
     if done is not None and built.unchanged(done, corpus_root, gpu_root):
@@ -135,9 +135,9 @@ def _listed(args: argparse.Namespace) -> list[dict]:
         listed, why = built.unverified_rows(done, LIST_COLUMNS)
         if ids and all(m in done.rows or m in listed for m in ids):
             return [done.rows[m] if m in done.rows else {"model_id": m, **listed[m], "unverified": why[m]} for m in ids]
-    from engine.build.hashing import model_hash
-    from engine.build.landscape import list_row, load_lineage
-    from engine.spec.corpus import load_corpus
+    from engine.batch.hashing import model_hash
+    from engine.batch.landscape import list_row, load_lineage
+    from engine.language.corpus import load_corpus
     corpus = load_corpus(args.corpus)
     shared = done.shared_hash_now(corpus.root, gpu_root) if done is not None else None
     reusable = shared is not None and shared == done.manifest.get("shared_hash")

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from engine.spec.errors import SpecError, Where
+from engine.language.errors import SpecError, Where
 
 
 def registry(root: Path):
@@ -52,7 +52,7 @@ def add_parsers(sub, parents=()) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
     from engine.verify.validate import render_text, validate
     corpus = load_corpus(args.corpus)
     models = [corpus.find_model(m) for m in args.models] if args.models else list(corpus.models.values())
@@ -102,8 +102,8 @@ def _installed_vs_pin(corpus) -> tuple[str, str | None]:
 
 def cmd_snapshot_all(args: argparse.Namespace) -> int:
     """``snapshot --all --meta``: every modeling-code model re-recorded together, what changed, validate."""
-    from engine.spec.corpus import load_corpus
-    from engine.spec.yamlio import loads_json as strict_json
+    from engine.language.corpus import load_corpus
+    from engine.language.yamlio import loads_json as strict_json
     from engine.verify import modeling_code, rerecord
     from engine.verify.snapshot import snapshot_files, write_atomic
     from engine.verify.validate import validate
@@ -170,12 +170,12 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         raise SpecError(Where("archledger snapshot"), "no model given", "name one (its HF id), or pass --all --meta")
     from engine.verify import checkpoint_headers as headers
     from engine.verify import modeling_code
-    from engine.spec.corpus import load_corpus
+    from engine.language.corpus import load_corpus
     from engine.verify.evidence import forward_excerpts
     from engine.verify.snapshot import (fields_read, manifest_from_scan, snapshot_files, transformers_changes,
                                          write_atomic)
-    from engine.spec.yamlio import refuse_non_finite
-    from engine.spec.yamlio import loads_json as strict_json
+    from engine.language.yamlio import refuse_non_finite
+    from engine.language.yamlio import loads_json as strict_json
     # NaN/Infinity in a config.json is refused where the snapshot records it (config_text)
     loads_json = functools.partial(strict_json, keep_non_finite=True)
 

@@ -1,6 +1,6 @@
 """Deployment: a spec's evaluation on GPUs under a parallel config -> compiled programs -> SOL times.
 
-Layer: engine.deploy (imports engine.spec; never engine.verify or engine.build). Reading order:
+Layer: engine.deploy (imports engine.language; never engine.verify or engine.batch). Reading order:
 hardware (GPU files), parallel (configs and the device mesh) -> placement (split propagation and
 communication) -> fusion (framework kernels) -> cost (compiled step costs) -> structure (the
 types: Options, Scenario, Structure) -> planner (:func:`plan`, :func:`place`) -> sol (Plan,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.spec.formula_tree import run_arrays
+from engine.language.formula_tree import run_arrays
 import engine.deploy.rules as rules
 
 

@@ -30,8 +30,8 @@ import numpy as np
 import sympy
 from sympy.printing.numpy import NumPyPrinter
 
-from engine.spec import symbols
-from engine.spec.memo_printer import MemoPrinting
+from engine.language import symbols
+from engine.language.memo_printer import MemoPrinting
 from engine.deploy.hardware import GPU
 from engine.deploy.placement import Program, Step
 
@@ -352,7 +352,7 @@ def _step_functions(step: Step) -> tuple:
 
 class _MemoPrinter(MemoPrinting, NumPyPrinter):
     """The NumPy printer lambdify makes for ``modules=_MODULES``, printing each distinct
-    sub-expression once per process (:class:`engine.spec.memo_printer.MemoPrinting`). Used only
+    sub-expression once per process (:class:`engine.language.memo_printer.MemoPrinting`). Used only
     on the node types of :data:`_PLAIN` (no printer state: no unsupported functions or number
     constants, which doprint collects per call)."""
 

@@ -44,11 +44,11 @@ from typing import Mapping
 import sympy
 
 from engine.project import PACKAGE_ROOT
-from engine.spec import file_schemas
-from engine.spec.corpus import COMPUTE_CLASSES, Reader
-from engine.spec.errors import SpecError
-from engine.spec.filememo import ContentMemo
-from engine.spec.ops import OPS
+from engine.language import file_schemas
+from engine.language.corpus import COMPUTE_CLASSES, Reader
+from engine.language.errors import SpecError
+from engine.language.filememo import ContentMemo
+from engine.language.ops import OPS
 from engine.deploy.expert_comm import KERNELS, PAYLOAD_BYTES, A2APolicy
 from engine.deploy.admission import NO_ADMISSION, Admission
 from engine.deploy.placement import COLLECTIVES, ZERO, Program, Step, step_with
@@ -191,7 +191,7 @@ def reserve_bytes(table: "FusionTable | None", config) -> float:
 
 
 def _reserve(reader: Reader, raw_list) -> tuple[Reserve, ...]:
-    """``runtime_reserve:`` entries (kinds, sources and ranges: the schema's, engine.spec.file_schemas.RESERVE)."""
+    """``runtime_reserve:`` entries (kinds, sources and ranges: the schema's, engine.language.file_schemas.RESERVE)."""
     out, seen = [], set()
     for i, raw in enumerate(raw_list or ()):
         field = f"runtime_reserve[{i}]"

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.project import PACKAGE_ROOT
-from engine.spec import file_schemas
-from engine.spec.corpus import Reader, shown_value, check_name, refuse_symlinks
-from engine.spec.errors import SpecError, Where
-from engine.spec.filememo import ContentMemo
+from engine.language import file_schemas
+from engine.language.corpus import Reader, shown_value, check_name, refuse_symlinks
+from engine.language.errors import SpecError, Where
+from engine.language.filememo import ContentMemo
 from engine.deploy.parallel import MAX_GPUS
 
 DEFAULT_ROOT = PACKAGE_ROOT / "gpus"
@@ -176,7 +176,7 @@ def _native_dtype(native: tuple[str, ...], operands: str) -> str:
 
 def _figure(value: Any) -> Figure:
     """A figure as written (a number, or ``{value, alt, note, estimate}``), already checked for kind
-    and physical range by the file's schema (engine.spec.file_schemas.figure)."""
+    and physical range by the file's schema (engine.language.file_schemas.figure)."""
     if isinstance(value, dict):
         alt = value.get("alt")
         return Figure(float(value["value"]), None if alt is None else float(alt), value.get("note", ""),
@@ -194,7 +194,7 @@ def _hw(reader: Reader, link: dict, field: str, classes) -> str:
 
 def load_gpu(path: Path, root: Path, collectives: CollectiveModel | None = None) -> GPU:
     """One GPU file; kinds, fields and the physical range of every figure are its schema's
-    (engine.spec.file_schemas.GPU), the rules across fields are checked here."""
+    (engine.language.file_schemas.GPU), the rules across fields are checked here."""
     reader = Reader(path, root, file_schemas.GPU)
     data = reader.data
     peak = data["peak_tflops"]

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import sympy
 
-from engine.spec import symbols
+from engine.language import symbols
 from engine.deploy.measured_tables import KERNELS, Table
 
 # -- interpolation ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The shapes ``archledger kernelbench`` measures, derived from the corpus's models' dims.
 
-Layer: engine.deploy (reads engine.spec; no torch). A kernel bench measures the kernels the
+Layer: engine.deploy (reads engine.language; no torch). A kernel bench measures the kernels the
 lookup (engine.deploy.measured) will read, so its GEMM grid is the (n, k) of the corpus's dense
 matmuls, not a hard-coded model.
 
@@ -61,7 +61,7 @@ def model_gemms(dims: Mapping[str, int], tp: int = 1) -> list[tuple[str, int, in
 def corpus_dims(corpus, model_ids: Iterable[str] | None = None) -> dict[str, dict[str, int]]:
     """Model id -> its bound dims (numbers from its config; no walk of its graph: a few ms for the
     corpus), for ``model_ids`` (HF ids or unique suffixes) or every model of the corpus."""
-    from engine.spec.evaluate import Binding, Walker
+    from engine.language.evaluate import Binding, Walker
     models = [corpus.find_model(m) for m in model_ids] if model_ids else list(corpus.models.values())
     return {m.model_id: {k: int(v) for k, v in Walker(corpus, m, Binding("numeric")).model_dims().items()}
             for m in models}

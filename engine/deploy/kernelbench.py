@@ -2,7 +2,7 @@
 
 Layer: engine.deploy. torch is optional (the ``oracle`` extra) and imported only when a bench
 runs (:func:`require_torch`: absent, one line and exit 2). The tables written are the schema the
-imported ones follow (engine.spec.file_schemas.MEASURED, serialized by
+imported ones follow (engine.language.file_schemas.MEASURED, serialized by
 engine.deploy.measured_write), so ``deploy``, ``plan`` and the build use a user's own tables
 like the imported ones (engine.deploy.measured).
 
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from engine.deploy.measured import folder, load_measured
 from engine.deploy.measured_write import dump_yaml, grid_rows, sig4
-from engine.spec.errors import SpecError, Where
+from engine.language.errors import SpecError, Where
 
 TOOL = "archledger kernelbench"
 #: The one-line answer when torch is not installed.

@@ -2,7 +2,7 @@
 
 Layer: engine.deploy. The tables are written by ``benchmarks/import_kernels.py`` from the public
 aiconfigurator-core package (one file per GPU x framework x version x kernel class; their schema:
-engine.spec.file_schemas.MEASURED) and are input like a GPU file: a damaged, truncated or absurd
+engine.language.file_schemas.MEASURED) and are input like a GPU file: a damaged, truncated or absurd
 table is one line naming the file and field (exit 2). Nothing here reads the package itself.
 
 Invariants:
@@ -65,8 +65,8 @@ from typing import Callable
 import numpy as np
 import sympy
 
-from engine.spec import formula_tree, symbols
-from engine.spec.formula_tree import to_tree
+from engine.language import formula_tree, symbols
+from engine.language.formula_tree import to_tree
 from engine.deploy.cost import ARGS, KV_BYTES, step_totals
 # re-exported: the tables (their classes, one table, loading) and how a table is read moved out of
 # this module (one job each); importers keep reading them here
@@ -511,7 +511,7 @@ def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, 
     return Ask(row, at, points[at], list(spec.tables), spec.roof, float(step.repeat), spec.shape)
 
 
-# -- the same rule as a formula tree (engine.spec.formula_tree's ``lookup`` node) --------------------
+# -- the same rule as a formula tree (engine.language.formula_tree's ``lookup`` node) --------------------
 
 #: The symbol of a step's bound (its t_sol over its calls) in :func:`expected_tree`: the evaluator of
 #: the step's formula trees computes it beside (static/js/deploy_eval.js stepValues).
@@ -602,7 +602,7 @@ def spec_tree(spec: Spec | None, repeat: float, table_ref: Callable[[dict], obje
 
 
 def node_lookup(tables: dict) -> Callable[[object, list], float]:
-    """The ``lookup`` of :func:`engine.spec.formula_tree.evaluate` for trees whose lookup nodes
+    """The ``lookup`` of :func:`engine.language.formula_tree.evaluate` for trees whose lookup nodes
     refer to ``tables`` (ref -> :func:`lookup_table`'s JSON): :func:`interpolate` of that table at
     the node's point under its roofline tree. This is the lookup node's meaning; static/js/formula.js
     mirrors it."""

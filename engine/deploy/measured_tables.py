@@ -3,7 +3,7 @@ loading them (checked like any input file).
 
 Layer: engine.deploy. The tables are written by ``benchmarks/import_kernels.py`` from the public
 aiconfigurator-core package (one file per GPU x framework x version x kernel class; their schema:
-engine.spec.file_schemas.MEASURED) and are input like a GPU file: a damaged, truncated or absurd
+engine.language.file_schemas.MEASURED) and are input like a GPU file: a damaged, truncated or absurd
 table is one line naming the file and field (exit 2). Nothing here reads the package itself. How a
 table is read (interpolation) is engine.deploy.interpolation; which table an op reads and its
 expected time, engine.deploy.measured.
@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from engine.project import PACKAGE_ROOT
-from engine.spec import file_schemas
-from engine.spec.corpus import Reader, refuse_symlinks
-from engine.spec.errors import SpecError, Where
-from engine.spec.filememo import ContentMemo
+from engine.language import file_schemas
+from engine.language.corpus import Reader, refuse_symlinks
+from engine.language.errors import SpecError, Where
+from engine.language.filememo import ContentMemo
 
 DEFAULT_ROOT = PACKAGE_ROOT / "gpus" / "measured"
 

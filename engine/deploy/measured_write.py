@@ -2,7 +2,7 @@
 
 Layer: engine.deploy. ``benchmarks/import_kernels.py`` (tables from the public
 aiconfigurator-core package) and ``archledger kernelbench`` (tables measured on this machine,
-engine.deploy.kernelbench) write the same schema (engine.spec.file_schemas.MEASURED) read by
+engine.deploy.kernelbench) write the same schema (engine.language.file_schemas.MEASURED) read by
 engine.deploy.measured; this module is their one serializer.
 
 Invariants: latencies carry 4 significant digits (:func:`sig4`: finer than any source's repeat

@@ -25,8 +25,8 @@ from itertools import product
 
 import sympy
 
-from engine.spec import symbols
-from engine.spec.errors import SpecError, Where
+from engine.language import symbols
+from engine.language.errors import SpecError, Where
 
 CP_KINDS = ("ring", "ulysses")
 #: Which group a parallel world (the dims table's ``shard:``) uses, per region of the model.

@@ -25,13 +25,13 @@ import operator
 
 import sympy
 
-from engine.spec import expr as exprs
-from engine.spec.evaluate import Analysis, NodeRow
-from engine.spec.ops import OPS
+from engine.language import expr as exprs
+from engine.language.evaluate import Analysis, NodeRow
+from engine.language.ops import OPS
 from engine.deploy.expert_comm import Routing
 from engine.deploy.parallel import EXPERT_ROLES, Group, Mesh
-from engine.spec.shapes import Axis, Carried, Merged, Split, Tensor
-from engine.spec import symbols
+from engine.language.shapes import Axis, Carried, Merged, Split, Tensor
+from engine.language import symbols
 
 ONE = sympy.Integer(1)
 ZERO = sympy.Integer(0)

@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from engine.spec import kv
+from engine.language import kv
 from engine.deploy.cost import compile_program
 from engine.deploy.structure import PHASES, Options, Scenario, Structure, option_where
 from engine.deploy.hardware import GPU
 from engine.deploy.measured import finish, gather, load_measured, resolve
 from engine.deploy.op_rows import op_rows
 from engine.deploy.sol import phase_at_points, phase_inputs, summarize, two_batch_time
-from engine.spec.errors import SpecError
+from engine.language.errors import SpecError
 
 
 @dataclass

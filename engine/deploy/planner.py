@@ -34,18 +34,18 @@ from typing import Mapping
 
 import sympy
 
-from engine.spec import checkpoints, kv, quantities, storage, streams as stream_rules, symbols
-from engine.spec.api import Evaluation
+from engine.language import checkpoints, kv, quantities, storage, streams as stream_rules, symbols
+from engine.language.api import Evaluation
 from engine.deploy.cost import KV_BYTES, compile_program
-from engine.spec.errors import SpecError
-from engine.spec.ops import OPS
+from engine.language.errors import SpecError
+from engine.language.ops import OPS
 from engine.deploy.fusion import (FusionTable, admission_of, fuse, match, moe_routing_of, note_extension, overlap_default,
                                   reserve_bytes)
 from engine.deploy.expert_comm import A2APolicy
 from engine.deploy.transport import transport
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
-from engine.spec.shapes import Tensor
+from engine.language.shapes import Tensor
 from engine.deploy.placement import (ZERO, DeviceTypes, Layout, Placer, Program, Step, _add, _div, _mul, phase_rows,
                                      shard_unit, step_with)
 from engine.deploy.plan import Plan
@@ -140,7 +140,7 @@ def configs_for(ev: Evaluation, n_gpus: int, **limits) -> tuple[list[ParallelCon
 def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> int:
     """How many units of ``unit`` an axis named ``name`` holds in this row (component-local
     bindings such as an expert's ``d_ff: d_ff_expert`` keep the name but change the size)."""
-    from engine.spec import expr as exprs
+    from engine.language import expr as exprs
     axis = next(a for axes in (row.out.axes, *(t.axes for t in row.in_shapes), *(l.axes for l in row.leaves))
                 for a in axes if a.name == name)
     values = {**values, **row.name_values}   # the names' values where the row was walked
@@ -152,7 +152,7 @@ def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> 
 def weight_format_model(model, corpus, name: str):
     """The spec stored as weight format ``name``: ``checkpoint`` (its own published storage), a
     published checkpoint's format or Hub id (its REAL storage: that checkpoint's quant context,
-    engine.spec.checkpoints), or a quant scheme applied to every matrix (a what-if, not published)."""
+    engine.language.checkpoints), or a quant scheme applied to every matrix (a what-if, not published)."""
     if name == checkpoints.OWN:
         return model
     found = checkpoints.find(model, name)
@@ -398,7 +398,7 @@ def with_mtp(main: dict[str, tuple[Program, Placer]], drafts: dict[str, tuple[Pr
     """The main stack's placements (:func:`place`, per phase) with ``k`` MTP draft tokens added from
     the MTP stack's (``place(..., stack=MTP_STACK)``): decode drafts ``k`` tokens (:func:`with_drafts`);
     prefill runs the first MTP module over the prompt (its KV cache, the first draft) whatever ``k``.
-    The grid's export (engine.build.deploy_export) builds its k = 1 structures from this too."""
+    The grid's export (engine.batch.deploy_export) builds its k = 1 structures from this too."""
     return {"decode": (with_drafts(main["decode"][0], drafts["decode"][0], analysis, k), main["decode"][1]),
             "prefill": (with_drafts(main["prefill"][0], drafts["prefill"][0], analysis, 1, one_token=False),
                         main["prefill"][1])}
@@ -415,7 +415,7 @@ def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool =
     k = 1) the first module runs over the same tokens as the main stack, as the drafters' first
     pass over new tokens does. Layouts and stored weights of both stacks are kept (weights and KV
     of the MTP stack are counted from them). The deploy page applies this rule in the browser
-    (static/js/deploy_eval.js: k times the exported k = 1 draft steps, engine.build.deploy_export):
+    (static/js/deploy_eval.js: k times the exported k = 1 draft steps, engine.batch.deploy_export):
     a change here changes there too; tests/test_site_mtp.py and tests/test_mtp_export.py hold them
     equal."""
     return replace(main, steps=main.steps + _draft_steps(mtp, analysis, k, one_token),
@@ -667,7 +667,7 @@ _ON_STAGE: dict[int, tuple] = {}
 
 def _with_pipeline(program: Program, placer: Placer) -> Program:
     """Add the pipeline's send/recv steps: the carried hidden state leaving each stage (pp - 1
-    hops) and every stream value that crosses a stage boundary (engine.spec.streams.stage_hops)."""
+    hops) and every stream value that crosses a stage boundary (engine.language.streams.stage_hops)."""
     config = placer.mesh.config
     if config.pp == 1:
         return program

@@ -1,7 +1,7 @@
-"""The deployment summary's rules, written once as rule programs (engine.spec.formula_tree).
+"""The deployment summary's rules, written once as rule programs (engine.language.formula_tree).
 
 Layer: engine.deploy (formula trees only; no engine state). Each rule below is the one definition
-of its arithmetic: the engine evaluates it over numpy arrays (:func:`engine.spec.formula_tree.run_arrays`,
+of its arithmetic: the engine evaluates it over numpy arrays (:func:`engine.language.formula_tree.run_arrays`,
 the floats of the numpy expression in the written order: results unchanged by the move here), and
 site_builder/data.py ships :func:`exported` to the deploy page (index.json ``model.rules``), whose glue (static/js/deploy_eval.js)
 hands the same programs to the one interpreter (static/js/formula.js ``run``). A rule changed here
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import sympy
 
-from engine.spec import symbols
-from engine.spec.formula_tree import Rule, call, program, to_tree
+from engine.language import symbols
+from engine.language.formula_tree import Rule, call, program, to_tree
 
 _ = Rule
 batch, input_len, output_len = _("batch"), _("input_len"), _("output_len")

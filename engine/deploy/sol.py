@@ -7,7 +7,7 @@ The grid build calls it once per structure with every point that shares it; ``ar
 those of the Parquet schema. :class:`~engine.deploy.plan.Plan` (a structure on one GPU type) and
 :class:`~engine.deploy.plan.Deployment` live in :mod:`engine.deploy.plan`, the per-op rows in
 :mod:`engine.deploy.op_rows`; both import this module, never the reverse. The deploy page computes the same fields
-in the browser from the formula trees of engine/build/deploy_export.py and the rule programs this
+in the browser from the formula trees of engine/batch/deploy_export.py and the rule programs this
 module evaluates (engine.deploy.rules: schedule, capacity, TTFT/TPOT, the two-batch schedule, each
 defined there once; static/js/deploy_eval.js gathers their inputs and formula.js runs them);
 tests/test_site_offgrid.py holds the two equal.
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.spec import kv
+from engine.language import kv
 from engine.deploy.admission import mean_context, steady_tokens as admission_steady_tokens
 from engine.deploy.cost import BOUNDS
 from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PREFILL_TOKENS, TOKENS_PER_STEP,
@@ -50,7 +50,7 @@ from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PREFILL
                                      program_batch, requests_per_replica, step_tokens, _schedule)
 from engine.deploy.hardware import GPU
 import engine.deploy.rules as rules
-from engine.spec.formula_tree import run_arrays
+from engine.language.formula_tree import run_arrays
 
 
 def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = False, at=None) -> dict[str, np.ndarray]:

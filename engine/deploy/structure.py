@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from engine.spec import symbols
-from engine.spec.formula_tree import run_arrays
-from engine.spec.api import Evaluation
-from engine.spec.errors import SpecError, Where
+from engine.language import symbols
+from engine.language.formula_tree import run_arrays
+from engine.language.api import Evaluation
+from engine.language.errors import SpecError, Where
 import engine.deploy.rules as rules
 from engine.deploy.admission import NO_ADMISSION, Admission
 from engine.deploy.cost import KV_BYTES, CompiledProgram
@@ -23,7 +23,7 @@ from engine.deploy.parallel import ParallelConfig, is_count
 from engine.deploy.placement import Program
 
 PHASES = ("prefill", "decode")
-#: Bounds of a scenario point (also the grid's, engine.build.grid). Far above any served model (16M
+#: Bounds of a scenario point (also the grid's, engine.batch.grid). Far above any served model (16M
 #: tokens of context, a million concurrent requests per replica) and low enough that every count
 #: derived from them (KV elements x context x batch, FLOPs) stays exact and far from overflowing.
 MAX_TOKENS = 2 ** 24

@@ -1,6 +1,6 @@
 """One model's placements and compiled structures, shared by every evaluation of it in a process.
 
-Layer: engine.deploy (on planner and fusion). The grid evaluation (:mod:`engine.build.grid_eval`)
+Layer: engine.deploy (on planner and fusion). The grid evaluation (:mod:`engine.batch.grid_eval`)
 and plan's search (:func:`engine.serving.sizing.search`, the build's sizing step) compile the same
 (config, domain, framework, fusion regime) structures of one model on the same GPUs; a
 :class:`StructureCache` passed to both builds each once.
@@ -36,7 +36,7 @@ import copy
 from bisect import bisect_left
 from dataclasses import replace
 
-from engine.spec.api import Evaluation
+from engine.language.api import Evaluation
 from engine.deploy.cost import KV_BYTES
 from engine.deploy.fusion import FusionTable, live_rules, live_token_limits, representative_tokens, token_limits
 from engine.deploy.planner import _memory, build_structure, place, with_mtp

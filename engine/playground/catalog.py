@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 import sympy
-from engine.spec import expr, formula_tree, kv, quantities, storage, symbols
-from engine.spec import variants as variant_rules
-from engine.spec.api import Evaluation, evaluate_spec
-from engine.spec.corpus import Corpus
-from engine.spec.errors import SpecError
-from engine.spec.evaluate import Analysis
-from engine.spec.ir import ModelSpec
+from engine.language import expr, formula_tree, kv, quantities, storage, symbols
+from engine.language import variants as variant_rules
+from engine.language.api import Evaluation, evaluate_spec
+from engine.language.corpus import Corpus
+from engine.language.errors import SpecError
+from engine.language.evaluate import Analysis
+from engine.language.ir import ModelSpec
 
 
 #: Where the playground's build-time comparison is deployed (the page recomputes the spec-level
@@ -67,7 +67,7 @@ def environment(ev: Evaluation, context: int, batch: int = 1) -> dict[str, float
 def component_dims(corpus: Corpus) -> dict[str, dict[str, list[dict]]]:
     """Component -> dim -> the corpus models whose layers use that component and the value each
     binds the dim to (the playground's pre-fill, each value with its model as the source)."""
-    from engine.spec.evaluate import Binding, Walker
+    from engine.language.evaluate import Binding, Walker
     out: dict[str, dict[str, list[dict]]] = {}
     needs: dict[str, set[str]] = {}
     skip = {"hidden", *symbols.SCENARIO_DIMS}     # every model binds these: no suggestion to make
@@ -155,7 +155,7 @@ _NEEDS: dict[int, tuple] = {}     # id(corpus) -> (corpus, component -> required
 
 
 def _component_needs(corpus: Corpus) -> dict[str, set]:
-    """Every component's :func:`engine.spec.variants.required_dims` (no options given), once per
+    """Every component's :func:`engine.language.variants.required_dims` (no options given), once per
     corpus: each model's :func:`model_slots` reads all of them."""
     if id(corpus) not in _NEEDS or _NEEDS[id(corpus)][0] is not corpus:
         _NEEDS.clear()

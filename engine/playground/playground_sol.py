@@ -1,6 +1,6 @@
 """The playground's live SOL times: a pick's prefill and decode speed-of-light as formula trees over its dims.
 
-Layer: engine.playground (on engine.deploy and engine.spec.formula_tree). ``archledger edit MODEL --swap
+Layer: engine.playground (on engine.deploy and engine.language.formula_tree). ``archledger edit MODEL --swap
 ... --bind ...`` deploys both sides with the planner (:func:`engine.playground.variant.compare`): one
 prefill of the whole ``context``-token prompt (batch 1: one step, TTFT = its step time) and one
 decode step at ``context`` (TPOT = its step time; the bytes it reads), on H200 under
@@ -66,8 +66,8 @@ from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig
 from engine.deploy.planner import check, decider, place_symbolic
 from engine.deploy.structure import tokens_per_device
-from engine.spec import formula_tree, kv, symbols
-from engine.spec.api import Evaluation
+from engine.language import formula_tree, kv, symbols
+from engine.language.api import Evaluation
 from engine.playground.trees import (_NAMES, _TERMS, _TEXTS, _collected, _fold, _folded, bind_tree, free_names,
                                      tree_text)
 from engine.playground.steps import KEYS, _STEPS, _SUMS, _programs_change, _step_trees, _template_of, _under
@@ -226,7 +226,7 @@ def whole_sol(bases: Bases, spec, symbolic, needs: list[str], values: dict[str, 
     [removed trees]]), ``valid`` ([[tree, reason]]), ``at`` (the pre-filled binding); or
     ``{"error": ...}`` when the planner refuses the pick there; None where a formula reads a symbol
     the page cannot bind."""
-    from engine.spec import storage
+    from engine.language import storage
     ev = bases.ev
     new_bytes = sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(symbolic, spec, ev.corpus)))
     fixed = {k: int(v) for k, v in ev.bound.items() if k not in needs}
@@ -325,7 +325,7 @@ def _splice(bases: Bases, uid: str, walk: tuple) -> tuple | None:
     one's uid where it can, else (old output, new output) for the old output's readers to read,
     (its stored bytes, the old filler's)); None where the splice does not apply (:func:`site_sol`)."""
     from dataclasses import replace
-    from engine.spec import storage
+    from engine.language import storage
     ev, a = bases.ev, bases.ev.symbolic
     new_rows, new_caches, new_out, new_bytes = walk
     old_rows, outs = bases.site(uid)
@@ -517,7 +517,7 @@ def _divisible(rows, config: ParallelConfig, dims_table, values) -> list:
 
 def _divisible_of(rows, config: ParallelConfig, dims_table, values) -> list:
     """:func:`_divisible` computed."""
-    from engine.spec import expr as exprs
+    from engine.language import expr as exprs
     from engine.deploy.placement import shard_unit
     mesh = Mesh(config, 1 << 30)
     out, seen = [], set()

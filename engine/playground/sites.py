@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 import sympy
-from engine.spec import formula_tree, storage, symbols
-from engine.spec import variants as variant_rules
-from engine.spec.api import Evaluation
-from engine.spec.corpus import Corpus
-from engine.spec.errors import Where
-from engine.spec.evaluate import Analysis, Binding, Walker
-from engine.spec.ir import Fill, ModelSpec
+from engine.language import formula_tree, storage, symbols
+from engine.language import variants as variant_rules
+from engine.language.api import Evaluation
+from engine.language.corpus import Corpus
+from engine.language.errors import Where
+from engine.language.evaluate import Analysis, Binding, Walker
+from engine.language.ir import Fill, ModelSpec
 from engine.playground.catalog import RECOMPUTED, analysis_formulas
 
 
@@ -209,7 +209,7 @@ def _site_key(model: ModelSpec, corpus: Corpus, component: str, fill: Fill, node
     The module path (``scope.module``, with the fill's and node's ``module``/``modules`` and the
     scope's renames) is in the key although it is a label: it makes the rows' weight-leaf keys,
     and a model that stores layers by module-path pattern (``quant_context`` overrides such as
-    ``model.layers.*.self_attn.q_proj``) weighs a leaf by its key (engine.spec.storage.scheme_for).
+    ``model.layers.*.self_attn.q_proj``) weighs a leaf by its key (engine.language.storage.scheme_for).
     Without it an MTP layer at ``mtp.layers.{layer}.self_attn`` shared the walk another model made at
     ``model.layers.{layer}.self_attn``, and the playground's bytes depended on which model walked
     first (tests/test_family_chains.py)."""

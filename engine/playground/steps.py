@@ -10,7 +10,7 @@ from typing import Any
 from engine.deploy.cost import link_bandwidth
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import ParallelConfig
-from engine.spec import symbols
+from engine.language import symbols
 from engine.playground.trees import _BOUND, _fold, _tree, bind_tree, free_names
 
 

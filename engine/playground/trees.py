@@ -1,7 +1,7 @@
 """Memoized walks of formula trees: free names, JSON text, binding, folding and the sums the
 playground's SOL export builds its trees with.
 
-Layer: engine.playground (on engine.spec.formula_tree's node types). A pick's trees share their
+Layer: engine.playground (on engine.language.formula_tree's node types). A pick's trees share their
 sub-trees by object: the bound step formulas (_BOUND), the base's steps, a template's delta in
 each of the pick's subsets. Nothing mutates a tree (:func:`bind_tree` and :func:`_fold` build new
 ones), so a walk's result can be kept per list object; each memo holds the tree it is keyed by
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 import sympy
-from engine.spec import formula_tree
+from engine.language import formula_tree
 
 
 _NAMES: dict[int, tuple] = {}     # id(list) -> (the list, its free names)
@@ -26,7 +26,7 @@ _NO_NAMES: frozenset = frozenset()
 
 
 def free_names(tree: Any) -> frozenset:
-    """:func:`engine.spec.formula_tree.free_names` (the same set), memoized per list object."""
+    """:func:`engine.language.formula_tree.free_names` (the same set), memoized per list object."""
     kind = type(tree)
     if kind is str:
         return frozenset((tree,))
@@ -120,7 +120,7 @@ def _fold(op: str, args: list) -> Any:
 
 def _folded(tree: Any) -> Any:
     """``tree`` with every sub-tree that reads no symbol replaced by its value (what
-    :func:`engine.spec.formula_tree.evaluate` gives it at any binding: the value is the same, the
+    :func:`engine.language.formula_tree.evaluate` gives it at any binding: the value is the same, the
     tree shorter), the numbers of each sum and product folded (:func:`_fold`). A stored-bytes
     delta's constant parts (ceil(a / b) of numbers) go, so a pick's subsets' sums of them stay small."""
     if type(tree) is not list:
@@ -179,7 +179,7 @@ _TREES: dict = {}     # sympy expression -> its formula tree: the same step form
 
 
 def _tree(expr) -> Any:
-    """:func:`engine.spec.formula_tree.to_tree`, once per expression per process (the tree is shared:
+    """:func:`engine.language.formula_tree.to_tree`, once per expression per process (the tree is shared:
     nothing mutates a tree; :func:`bind_tree` builds new ones)."""
     if not isinstance(expr, sympy.Basic):
         return formula_tree.to_tree(expr)

@@ -1,7 +1,7 @@
 """A what-if variant beside its base model, old -> new: the command line's swaps, binds and config,
 and the comparison per layer group and for the whole model (``archledger edit``).
 
-Layer: engine.playground (on engine.deploy and engine.spec). Both sides are evaluated by the same
+Layer: engine.playground (on engine.deploy and engine.language). Both sides are evaluated by the same
 walk (:func:`engine.api.evaluate_spec`) and deployed by the same planner (:func:`engine.deploy.plan`)
 on one GPU, parallel config and scenario, so every difference is the swap's (:data:`METRICS`).
 """
@@ -15,12 +15,12 @@ from engine.deploy import Options, Scenario, plan
 from engine.deploy.fusion import load_tables
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import ParallelConfig
-from engine.spec import kv, quantities, symbols
-from engine.spec import variants as variant_rules
-from engine.spec.api import Evaluation, evaluate_spec
-from engine.spec.corpus import Corpus
-from engine.spec.errors import SpecError, Where
-from engine.spec.ir import Fill
+from engine.language import kv, quantities, symbols
+from engine.language import variants as variant_rules
+from engine.language.api import Evaluation, evaluate_spec
+from engine.language.corpus import Corpus
+from engine.language.errors import SpecError, Where
+from engine.language.ir import Fill
 
 
 #: (key, label, unit) of every compared number, in print order.

@@ -16,13 +16,13 @@ import functools
 from typing import Any
 
 from engine.deploy.fusion import load_tables
-from engine.spec import formula_tree, symbols
-from engine.spec import variants as variant_rules
-from engine.spec.api import Evaluation
-from engine.spec.corpus import Corpus
-from engine.spec.errors import SpecError
-from engine.spec.evaluate import Binding, Walker, walk_model
-from engine.spec.ir import Fill, ModelSpec
+from engine.language import formula_tree, symbols
+from engine.language import variants as variant_rules
+from engine.language.api import Evaluation
+from engine.language.corpus import Corpus
+from engine.language.errors import SpecError
+from engine.language.evaluate import Binding, Walker, walk_model
+from engine.language.ir import Fill, ModelSpec
 from engine.playground.trees import free_names
 from engine.playground.catalog import (PLAYGROUND, RECOMPUTED, catalog, component_dims, environment, model_slots,
                                        playground_entry)
@@ -169,7 +169,7 @@ def sites_of(ev: Evaluation) -> dict[str, dict[str, tuple]]:
 
 
 def evaluate_with_sites(corpus: Corpus, model: ModelSpec) -> tuple[Evaluation, dict]:
-    """:func:`engine.spec.api.evaluate_spec` whose symbolic walk also records the slot sites (the
+    """:func:`engine.language.api.evaluate_spec` whose symbolic walk also records the slot sites (the
     same Walker, so the same analysis), and those sites."""
     recorder = _Sites(corpus, model)
     symbolic = recorder.walk()

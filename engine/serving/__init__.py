@@ -1,6 +1,6 @@
 """Serving answers: how many GPUs of which kind serve a model under a TTFT/TPOT SLA.
 
-Layer: engine.serving (on engine.deploy and engine.spec; engine.build writes its tables, the
+Layer: engine.serving (on engine.deploy and engine.language; engine.batch writes its tables, the
 commands print them). ``sizing`` searches configs and batches (``archledger plan``), ``retime``
 ranks the served points on one time, ``disagg`` joins a prefill pool to a decode pool
 (``archledger disagg``), ``disagg_sizing`` pairs the searched pools (the sizing page's

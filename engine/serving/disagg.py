@@ -50,11 +50,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.spec import kv
-from engine.spec.formula_tree import run_arrays
+from engine.language import kv
+from engine.language.formula_tree import run_arrays
 import engine.serving.rules as rules
-from engine.spec.api import Evaluation
-from engine.spec.errors import SpecError, Where
+from engine.language.api import Evaluation
+from engine.language.errors import SpecError, Where
 from engine.deploy.fusion import FusionTable
 from engine.deploy.hardware import GPU, find_gpu
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig

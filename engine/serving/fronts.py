@@ -36,11 +36,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from engine.spec.api import Evaluation
-from engine.spec.corpus import Reader, shown_value
-from engine.spec.file_schemas import GRID
-from engine.spec.errors import SpecError, Where
-from engine.spec.filememo import ContentMemo
+from engine.language.api import Evaluation
+from engine.language.corpus import Reader, shown_value
+from engine.language.file_schemas import GRID
+from engine.language.errors import SpecError, Where
+from engine.language.filememo import ContentMemo
 from engine.deploy.parallel import MAX_GPUS
 from engine.deploy.structure import MAX_TOKENS
 
@@ -167,9 +167,9 @@ _SIZINGS = ContentMemo()
 
 
 def _load_sizing(path: Path) -> Sizing | None:
-    from engine.spec.checked import choices_field as _choices, count_field as _count, list_field as _list
+    from engine.language.checked import choices_field as _choices, count_field as _count, list_field as _list
     from engine.deploy.fusion import load_tables
-    from engine.spec.kv import KV_DTYPE_BYTES
+    from engine.language.kv import KV_DTYPE_BYTES
     reader = Reader(path, path.parent.parent, GRID)
     data = reader.mapping(reader.data, "")
     if "sizing" not in data:
@@ -317,7 +317,7 @@ def _append_disagg(columns: dict, ev: Evaluation, gpus, results, input_len: int,
     from engine.serving.disagg_sizing import candidates, records
     from engine.serving.disagg import links, transfer_bytes
     from engine.serving.pairing import pair_allowed
-    from engine.spec.kv import KV_DTYPE_BYTES
+    from engine.language.kv import KV_DTYPE_BYTES
     kv_request = float(transfer_bytes(ev, input_len, KV_DTYPE_BYTES[kv_dtype]))
     prefill, decode = candidates(results, gpus, output_len)
     for gpu in gpus:
@@ -421,7 +421,7 @@ def write_model(ev: Evaluation, grid_path, gpu_root, staging: Path, slug: str, w
     empty without a ``sizing:`` block, so a model's files are the same set for every grid. Returns
     row counts and seconds."""
     started = time.perf_counter()
-    from engine.spec import finite
+    from engine.language import finite
     disagg: dict = {}
     fronts, sizing = evaluate_model(ev, grid_path, gpu_root, cache, disagg)
     finite.check_tables(ev.model, {"fronts": fronts, "sizing": sizing, "disagg": disagg})

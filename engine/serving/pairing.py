@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.spec.api import Evaluation
+from engine.language.api import Evaluation
 from engine.deploy.hardware import GPU
 from engine.deploy.structure import Options
-from engine.spec.formula_tree import run_arrays
+from engine.language.formula_tree import run_arrays
 import engine.serving.rules as rules
 from engine.serving.disagg import FIELDS as DISAGG_FIELDS, join, links, transfer_bytes
 from engine.serving.sizing import SLA, GPUSearch, _first_per_key, _front_rows, _kv_bytes

@@ -1,7 +1,7 @@
-"""The disaggregated pairing and join rules, written once as rule programs (engine.spec.formula_tree).
+"""The disaggregated pairing and join rules, written once as rule programs (engine.language.formula_tree).
 
 Layer: engine.serving (formula trees only). The engine evaluates each program over numpy arrays
-(:func:`engine.spec.formula_tree.run_arrays`: the floats of the numpy expression in the written
+(:func:`engine.language.formula_tree.run_arrays`: the floats of the numpy expression in the written
 order): :mod:`engine.serving.disagg` (links, the link time, replicas, join) and
 :mod:`engine.serving.pairing` (each prefill config's choice for a decode point). The sizing page
 (static/js/sizing.js, page glue) runs :func:`exported` with the one interpreter (static/js/formula.js
@@ -29,7 +29,7 @@ Programs (docs/deployment.md "Disaggregated serving" derives the rules):
 """
 from __future__ import annotations
 
-from engine.spec.formula_tree import Rule, call, program
+from engine.language.formula_tree import Rule, call, program
 
 _ = Rule
 

@@ -52,9 +52,9 @@ from typing import Any
 
 import numpy as np
 
-from engine.spec import checkpoints, storage
-from engine.spec.api import Evaluation
-from engine.spec.errors import SpecError, Where
+from engine.language import checkpoints, storage
+from engine.language.api import Evaluation
+from engine.language.errors import SpecError, Where
 from engine.deploy.admission import steady_tokens
 from engine.deploy.fusion import FusionTable, admission_of, live_token_limits, reserve_bytes
 from engine.serving.disagg import PREFILL_OUTPUT, ROUND, usd_per_m_tokens
@@ -436,7 +436,7 @@ class _Evaluator:
 
 
 def _kv_bytes(options: Options) -> int:
-    from engine.spec.kv import KV_DTYPE_BYTES
+    from engine.language.kv import KV_DTYPE_BYTES
     return KV_DTYPE_BYTES[options.kv_dtype]
 
 

@@ -27,7 +27,7 @@ FRONT_BASIS = ("Fronts use the schedule estimate (not the lower bound) in the st
 
 def steady_rate() -> pl.Expr:
     """``tokens_per_s_per_gpu_steady`` from a deployments table's stored columns: batch /
-    tpot_mean_s / n_gpus (engine.build.results UNSTORED), what the fronts and the GPU comparison read."""
+    tpot_mean_s / n_gpus (engine.batch.results UNSTORED), what the fronts and the GPU comparison read."""
     import polars as pl
     return pl.col("batch") / pl.col("tpot_mean_s") / pl.col("n_gpus")
 

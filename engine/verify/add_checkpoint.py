@@ -6,7 +6,7 @@ pieces it reuses). Steps:
 
 1. reads the id and config (one-line refusals as ``new``); picks the base (``--like``, else the
    family match); refuses a config whose ``model_type`` or any architecture field differs from
-   the base's published config (:func:`engine.spec.checkpoints.differences`, fields that say how a
+   the base's published config (:func:`engine.language.checkpoints.differences`, fields that say how a
    file was written ignored) and a config whose ``quantization_config`` is the base's (no storage
    of its own in the evidence);
 2. derives the quant context from ``quantization_config`` and its ignore / exclude lists by the
@@ -29,9 +29,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from engine.spec import checkpoints
-from engine.spec.corpus import check_model_id, load_corpus, slug
-from engine.spec.errors import SpecError, Where
+from engine.language import checkpoints
+from engine.language.corpus import check_model_id, load_corpus, slug
+from engine.language.errors import SpecError, Where
 from engine.verify.config_keys import UNSHAPING_KEYS
 from engine.verify import scaffold as sc
 
@@ -185,7 +185,7 @@ def _kept_matrices(quant: list[str], manifest, prefixes, result: sc.Result) -> l
     checkpoint keeps unquantized in every layer (``manifest``: transformers' quantizer on the meta
     device, its own skip rules beside the config's lists, e.g. GLM-5's indexer ``weights_proj``),
     unless the overrides already name it; the guards check each tensor against the same manifest."""
-    from engine.spec import module_patterns
+    from engine.language import module_patterns
     if not any(line.startswith("  default: ") and line.split()[-1] not in sc._UNQUANTIZED for line in quant):
         return quant
     names = {t.name for t in manifest.tensors}
@@ -239,8 +239,8 @@ def _evidence(work: Path, root: Path, base_id: str, model_id: str, config: dict,
 
 def _check(work: Path, base_id: str, fmt: str, config: dict, result: sc.Result, say) -> None:
     """Validate the base with its new checkpoint in ``work``; compare the parameter counts."""
-    from engine.spec import quantities
-    from engine.spec.evaluate import Binding, walk_model
+    from engine.language import quantities
+    from engine.language.evaluate import Binding, walk_model
     found = sc.validated(work, base_id, result)
     if found is None:
         return

@@ -23,12 +23,12 @@ from typing import Any
 import yaml
 
 from engine.verify import manifest as manifest_mod
-from engine.spec import file_schemas
-from engine.spec.corpus import Corpus, is_snapshot_name, snapshot_path
-from engine.spec.errors import SpecError, Where
-from engine.spec.ir import ModelSpec
+from engine.language import file_schemas
+from engine.language.corpus import Corpus, is_snapshot_name, snapshot_path
+from engine.language.errors import SpecError, Where
+from engine.language.ir import ModelSpec
 from engine.verify.manifest import Manifest
-from engine.spec.yamlio import load_yaml
+from engine.language.yamlio import load_yaml
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,7 @@ def _registry(path: str, rel: str) -> Registry:
     def where(node, key, i) -> Where:
         return Where(rel, node.line_of_item(i), f"{key}[{i}]")
 
-    canon = data.get("canonical") or {}   # kinds and fields: the schema's (engine.spec.file_schemas)
+    canon = data.get("canonical") or {}   # kinds and fields: the schema's (engine.language.file_schemas)
     prefixes = tuple((p["from"], p["to"]) for p in canon.get("prefixes") or [])
     plans = []
     for i, raw in enumerate(data.get("layer_plans") or []):
@@ -179,7 +179,7 @@ class Evidence:
 
 
 def snapshot_name(model: ModelSpec) -> str:
-    """The model's snapshot base name. The loader already checked it (engine.spec.corpus.snapshot_path);
+    """The model's snapshot base name. The loader already checked it (engine.language.corpus.snapshot_path);
     checked again because evidence paths are built from it, and a ModelSpec can be made by hand."""
     name = Path(model.snapshot.where.file).stem
     if not is_snapshot_name(name):

@@ -22,8 +22,8 @@ from typing import Any, Iterable
 
 import yaml
 
-from engine.spec.dtypes import DTYPE_BITS, stored_bytes
-from engine.spec.errors import SpecError, Where
+from engine.language.dtypes import DTYPE_BITS, stored_bytes
+from engine.language.errors import SpecError, Where
 
 #: Evidence kinds and how the site names them ("verified against ...").
 KINDS = {"checkpoint-headers": "checkpoint headers", "modeling-code": "modeling code"}
@@ -281,8 +281,8 @@ def dump(manifest: Manifest) -> str:
 
 def load(path: Path, root: Path | None = None) -> Manifest:
     """Read a manifest file; a malformed line is a one-line error naming the file and line."""
-    from engine.spec import file_schemas
-    from engine.spec.yamlio import load_yaml
+    from engine.language import file_schemas
+    from engine.language.yamlio import load_yaml
     rel = str(path.relative_to(root.parent)) if root and path.is_relative_to(root.parent) else str(path)
     data = load_yaml(path, rel, hint="regenerate the file with `archledger snapshot MODEL`",
                      schema=file_schemas.TENSOR_MANIFEST)

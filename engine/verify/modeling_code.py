@@ -19,7 +19,7 @@ How the manifest is made, and why each step is independent of the spec being che
    tensors, except the input embedding, the output head and the modules the quantization_config
    lists as unquantized: compressed-tensors' and ModelOpt's ``ignore``, ModelOpt's
    ``exclude_modules`` and Hugging Face's ``modules_to_not_convert`` (globs or ``re:`` regexes,
-   :mod:`engine.spec.module_patterns`, the rule the spec's quant_context uses). A ModelOpt
+   :mod:`engine.language.module_patterns`, the rule the spec's quant_context uses). A ModelOpt
    MIXED_PRECISION checkpoint names each quantized module's algorithm (``quantized_layers``): the
    scheme whose ``hf_layer:`` matches it stores that module (the output head too, when listed),
    and an unlisted module stays unquantized.
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.spec import module_patterns
-from engine.spec.ir import QuantScheme
+from engine.language import module_patterns
+from engine.language.ir import QuantScheme
 from engine.verify.manifest import Manifest, ManifestTensor
 
 _STRIP_KEYS = ("quantization_config", "auto_map")
@@ -263,7 +263,7 @@ def _listed(per_module: dict[str, QuantScheme], paths: set[str]) -> QuantScheme 
 
 def _stored(name: str, shape: tuple[int, ...], scheme: QuantScheme) -> list[ManifestTensor]:
     """A quantized matrix as the scheme stores it (payload and scales): the spec's storage rule."""
-    from engine.spec.storage import scheme_tensors
+    from engine.language.storage import scheme_tensors
     if len(shape) >= 3:   # [experts, in, out] (see the module docstring)
         lead, rows, cols = shape[:-2], shape[-1], shape[-2]
     else:

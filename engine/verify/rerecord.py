@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from engine.spec.corpus import Corpus
-from engine.spec.ir import ModelSpec
+from engine.language.corpus import Corpus
+from engine.language.ir import ModelSpec
 from engine.verify import manifest as manifest_mod
 from engine.verify.evidence import SourceSnapshot, load_evidence, snapshot_name
 from engine.verify.manifest import Manifest

@@ -38,10 +38,10 @@ from typing import Any
 
 import yaml
 
-from engine.spec.corpus import Corpus, check_model_id, load_corpus, load_model, slug
-from engine.spec.errors import SpecError, Where
-from engine.spec.ir import ModelSpec
-from engine.spec.yamlio import loads_json
+from engine.language.corpus import Corpus, check_model_id, load_corpus, load_model, slug
+from engine.language.errors import SpecError, Where
+from engine.language.ir import ModelSpec
+from engine.language.yamlio import loads_json
 
 from engine.verify.config_keys import UNSHAPING_KEYS  # noqa: E402  (the guards share it)
 
@@ -389,7 +389,7 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
     and the config's exclusion lists (its text stack's) as module-path overrides (``bf16``), or, for
     a checkpoint naming a scheme per module (ModelOpt MIXED_PRECISION ``quantized_layers``), bf16
     with one module-path override per module kind (:func:`_module_overrides`)."""
-    from engine.spec import module_patterns
+    from engine.language import module_patterns
     from engine.verify import modeling_code
     qc, base_qc = modeling_code.quantization_config(config), modeling_code.quantization_config(base_config)
     if qc == base_qc:
@@ -461,7 +461,7 @@ def _layers_having(config: dict, prefixes):
     matches (an MoE router exists in the MoE layers only: naming all of those is naming every
     layer that has one); None when transformers cannot build the config."""
     import fnmatch
-    from engine.spec import module_patterns
+    from engine.language import module_patterns
     from engine.verify import modeling_code
     try:
         stack = modeling_code.build_meta_model(config)
@@ -494,7 +494,7 @@ def _module_overrides(per_module: dict[str, Any], prefixes: tuple[tuple[str, str
     MTP module the checkpoint keeps in BF16 stays so). One kind of module stored two ways (FP8 in
     some layers, NVFP4 in others) needs a template of its own: a to-do line, and None. Whether every
     layer of a template holds its pattern is the packing and weight guards' to say."""
-    from engine.spec import module_patterns
+    from engine.language import module_patterns
     chosen: dict[str, set[str]] = {}
     for module, scheme in per_module.items():
         pattern = _LAYER_INDEX.sub("*", module_patterns.canonical(module, prefixes), count=1)
@@ -713,8 +713,8 @@ def validated(work: Path, model_id: str, result: Result):
 
 def _check(work: Path, model_id: str, config: dict, result: Result, say) -> None:
     """Validate the new spec in ``work`` and compare its parameter count with transformers'."""
-    from engine.spec import quantities
-    from engine.spec.evaluate import Binding, walk_model
+    from engine.language import quantities
+    from engine.language.evaluate import Binding, walk_model
     found = validated(work, model_id, result)
     if found is None:
         return

@@ -24,11 +24,11 @@ import yaml
 
 from engine.verify import evidence as evidence_mod
 from engine.verify import manifest as manifest_mod
-from engine.spec.corpus import TEXT_CONFIG, Corpus, config_view, with_config_defaults
-from engine.spec.evaluate import Binding, Walker
-from engine.spec.ir import ModelSpec, Snapshot
+from engine.language.corpus import TEXT_CONFIG, Corpus, config_view, with_config_defaults
+from engine.language.evaluate import Binding, Walker
+from engine.language.ir import ModelSpec, Snapshot
 from engine.verify.manifest import Manifest, ManifestTensor
-from engine.spec.yamlio import loads_json, refuse_non_finite
+from engine.language.yamlio import loads_json, refuse_non_finite
 
 
 def fields_read(corpus: Corpus, model: ModelSpec, config: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +99,7 @@ def transformers_changes(corpus: Corpus, model: ModelSpec, manifest: Manifest | 
     that exists, was recorded from the transformers modeling code, and would now be rewritten from
     another transformers release. ``archledger snapshot`` refuses these without ``--force``: a
     re-run must not silently replace reviewed evidence with whatever transformers is installed."""
-    from engine.spec.yamlio import load_yaml
+    from engine.language.yamlio import load_yaml
     name = model.model_id.replace("/", "--")
     new = [(manifest_mod.manifest_path(corpus.root, name), manifest.provenance if manifest else None),
            (evidence_mod.source_path(corpus.root, name), source[1] if source else None)]

@@ -12,16 +12,16 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-from engine.spec import checkpoints, storage
-from engine.spec.corpus import slug as corpus_slug
-from engine.spec.corpus import Corpus
-from engine.spec.dtypes import stored_bytes
-from engine.spec.errors import SpecError
-from engine.spec.evaluate import Analysis, Binding, walk_model
+from engine.language import checkpoints, storage
+from engine.language.corpus import slug as corpus_slug
+from engine.language.corpus import Corpus
+from engine.language.dtypes import stored_bytes
+from engine.language.errors import SpecError
+from engine.language.evaluate import Analysis, Binding, walk_model
 from engine.verify.evidence import load_evidence, registry
 from engine.verify.guards import (CheckpointTable, Context, Finding, SpecFamily, axiom, canonical_names, packing,
                                   schedule, shape, source, structural, weight)
-from engine.spec.ir import ModelSpec
+from engine.language.ir import ModelSpec
 from engine.verify.manifest import KINDS
 
 #: Guards in the order they run and appear in the guard table.
@@ -92,7 +92,7 @@ def spec_families(ctx: Context, analysis: Analysis) -> list[SpecFamily]:
 def validate(corpus: Corpus, model: ModelSpec, evaluation=None) -> Report:
     """Run every guard of :data:`ORDER` on ``model`` against its evidence snapshots.
 
-    ``evaluation`` (an :class:`engine.spec.api.Evaluation` of this model) saves walking it again."""
+    ``evaluation`` (an :class:`engine.language.api.Evaluation` of this model) saves walking it again."""
     reg = registry(corpus.root)
     evidence = load_evidence(corpus, model)
     kind = evidence.manifest.kind if evidence.manifest else ""
@@ -139,7 +139,7 @@ def _run(corpus, model, evidence, reg, numeric, symbolic, guards):
 
 def _checkpoint(corpus, model, ckpt, reg, numeric, symbolic) -> GuardResult:
     """One published checkpoint of ``model`` (``checkpoints:``): its config must be the spec's
-    architecture (:func:`engine.spec.checkpoints.differences` empty: only storage fields differ),
+    architecture (:func:`engine.language.checkpoints.differences` empty: only storage fields differ),
     its evidence must hold a tensor manifest, and :data:`CHECKPOINT_GUARDS` must pass on the spec
     stored as its quant context says (so the quant context matches the ``quantization_config`` the
     manifest was recorded from, tensor by tensor)."""

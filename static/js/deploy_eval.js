@@ -1,5 +1,5 @@
 // The engine's deployment rules in the browser: one model's structures (formula trees written by
-// engine/build/deploy_export.py, split per config by site_builder/data.py) evaluated with archFormula
+// engine/batch/deploy_export.py, split per config by site_builder/data.py) evaluated with archFormula
 // (static/js/formula.js) and combined by the rules of engine/deploy/sol.py summarize(), mirrored below
 // function by function. Used by the deploy page (deploy.js) and compare's side-by-side (compare.js);
 // tests/test_site_offgrid.py checks it against `archledger deploy --json` at off-grid points.
@@ -223,7 +223,7 @@
     return keep;
   }
   // The grid's points of option `o` at one prompt and output length (and MTP drafting): its summary
-  // at each batch the grid keeps (the build's rule, engine/build/grid_eval.py GRID_BATCHES, shipped in
+  // at each batch the grid keeps (the build's rule, engine/batch/grid_eval.py GRID_BATCHES, shipped in
   // index.json and read by archFormula.select, at the capacities summarize gives at batch 1; the rows
   // the grid wrote agree, tests/test_site_offgrid.py), as [batch, summary] pairs.
   function gridPoints(o, file, batches, p) {

@@ -1,4 +1,4 @@
-// Formula trees (engine/spec/formula_tree.py) evaluated in the browser: the engine's own expressions,
+// Formula trees (engine/language/formula_tree.py) evaluated in the browser: the engine's own expressions,
 // exported at build time, bound to the reader's inputs. Semantics mirror formula_tree.evaluate;
 // tests/test_formula_tree.py checks this file against Python in Chromium.
 (function () {

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Sequence
 
-from engine.spec.corpus import Corpus
-from engine.spec.evaluate import Analysis
+from engine.language.corpus import Corpus
+from engine.language.evaluate import Analysis
 from engine.verify.evidence import Evidence, Registry
-from engine.spec.ir import ModelSpec
+from engine.language.ir import ModelSpec
 from engine.verify.manifest import Manifest, ManifestTensor, TensorGroup
 
 SEVERITIES = ("error", "warning", "info")

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import sympy
 
-from engine.spec import symbols
-from engine.spec.ops import OPS
+from engine.language import symbols
+from engine.language.ops import OPS
 from engine.verify.guards import Context, Finding
 from engine.verify.guards.structural import active, lookup
 

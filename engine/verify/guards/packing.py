@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from engine.spec.module_patterns import first_match, is_pattern
+from engine.language.module_patterns import first_match, is_pattern
 from engine.verify.guards import Context, Finding
 
 NAME = "packing"

@@ -22,7 +22,7 @@ from typing import Any
 
 import sympy
 
-from engine.spec import expr, kv
+from engine.language import expr, kv
 from engine.verify.evidence import PLAN_KINDS
 from engine.verify.guards import Context, Finding
 

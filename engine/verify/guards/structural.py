@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import sympy
 
-from engine.spec import expr
+from engine.language import expr
 from engine.verify.guards import Context, Finding
 
 NAME = "structural"

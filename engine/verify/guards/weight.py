@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import repeat
 
-from engine.spec.dtypes import stored_bytes
+from engine.language.dtypes import stored_bytes
 from engine.verify.evidence import Registry
 from engine.verify.guards import Context, Finding
 from engine.verify.manifest import compress
