@@ -24,7 +24,7 @@ import pytest
 import sympy
 
 from engine.deploy import Options, cost, plan
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.placement import step_with

@@ -17,7 +17,7 @@ import sympy
 
 from engine.serving.fronts import load_sizing
 from engine.batch.grid import load_grid
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.language.errors import SpecError
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from engine.deploy import cost, sol
-from engine.deploy.fusion import load_tables, token_limits
+from engine.deploy.fusion_table import load_tables, token_limits
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.structure import PHASES

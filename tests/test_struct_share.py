@@ -16,7 +16,8 @@ import pytest
 import sympy
 
 from engine.deploy import fusion, planner
-from engine.deploy.fusion import _fused_step, _Graph, fuse, load_tables, match
+from engine.deploy.fusion import _fused_step, _Graph, fuse, match
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.placement import Program

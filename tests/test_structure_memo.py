@@ -14,7 +14,8 @@ from dataclasses import replace
 import sympy
 
 from engine.deploy import Options, plan
-from engine.deploy.fusion import fuse, load_tables, match
+from engine.deploy.fusion import fuse, match
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.placement import _div, _mul

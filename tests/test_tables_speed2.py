@@ -94,7 +94,7 @@ def test_shared_layout_follows_changed_entries_consistency():
 def test_phases_many_by_evaluation_key_consistency_with_own_program(evaluation):
     # two caches build the same structures apart: other program objects, the very same entries
     from engine.deploy import sol
-    from engine.deploy.fusion import load_tables, token_limits
+    from engine.deploy.fusion_table import load_tables, token_limits
     from engine.deploy.hardware import find_gpu
     from engine.deploy.structure_cache import StructureCache
     ev = evaluation(MODEL)

@@ -54,7 +54,7 @@ import sympy
 
 from engine.batch.export import compact_json
 from engine.deploy.cost import step_totals
-from engine.deploy.fusion import live_token_limits, token_limits
+from engine.deploy.fusion_table import live_token_limits, token_limits
 from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, member_ops, spec_tree, step_spec
 from engine.deploy.planner import mtp_modules
 from engine.deploy.op_rows import formula_text, weight_text
@@ -90,7 +90,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
     """The document described in the module doc for one model.
 
     ``cells``: the (GPU, config) pairs of the grid; ``structure(config, domain, framework, gpu,
-    regimes)`` the grid's structure cache (regimes of :func:`engine.deploy.fusion.token_limits`);
+    regimes)`` the grid's structure cache (regimes of :func:`engine.deploy.fusion_table.token_limits`);
     ``fits(structure, gpu)`` whether the weights leave room (combinations without are not published);
     ``measured(gpu key, framework)``: the measured kernel tables the grid's expected times read
     (engine.deploy.measured.load_measured; None: none, every step at its bound / the default efficiency)."""

@@ -52,7 +52,7 @@ def serving_options(args):
     command has it) and the framework's fusion table (None for ``none``); an unknown framework is
     one line."""
     from engine.deploy import Options
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     tables = load_tables(Path(args.corpus) / "fusion")
     if args.framework != "none" and args.framework not in tables:
         raise SpecError(Where("<command line>", field="--framework"), f"unknown framework {args.framework!r}",

@@ -39,8 +39,8 @@ from engine.language.api import Evaluation
 from engine.deploy.cost import KV_BYTES, compile_program
 from engine.language.errors import SpecError
 from engine.language.ops import OPS
-from engine.deploy.fusion import (FusionTable, admission_of, fuse, match, moe_routing_of, note_extension, overlap_default,
-                                  reserve_bytes)
+from engine.deploy.fusion import fuse, match, note_extension
+from engine.deploy.fusion_table import FusionTable, admission_of, moe_routing_of, overlap_default, reserve_bytes
 from engine.deploy.expert_comm import A2APolicy
 from engine.deploy.transport import transport
 from engine.deploy.hardware import GPU

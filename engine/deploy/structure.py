@@ -70,7 +70,7 @@ class Options:
     #: How a step's kernels and collectives overlap in the schedule estimate (engine.deploy.sol):
     #: ``none`` (one after another) or ``two_batch`` (two half-batches, one's collectives hidden
     #: behind the other's kernels), a policy the framework's fusion table declares under ``overlap:``;
-    #: empty: the framework's default (engine.deploy.fusion.overlap_default), set when a structure is built.
+    #: empty: the framework's default (engine.deploy.fusion_table.overlap_default), set when a structure is built.
     overlap: str = ""
 
     @property

@@ -61,7 +61,7 @@ import sympy
 
 from engine.deploy import Options, Scenario
 from engine.deploy.cost import KV_BYTES
-from engine.deploy.fusion import live_rules
+from engine.deploy.fusion_table import live_rules
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig
 from engine.deploy.planner import check, decider, place_symbolic

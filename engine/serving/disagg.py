@@ -55,7 +55,7 @@ from engine.language.formula_tree import run_arrays
 import engine.serving.rules as rules
 from engine.language.api import Evaluation
 from engine.language.errors import SpecError, Where
-from engine.deploy.fusion import FusionTable
+from engine.deploy.fusion_table import FusionTable
 from engine.deploy.hardware import GPU, find_gpu
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig
 from engine.deploy.planner import check, plan, validate_options

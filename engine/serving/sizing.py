@@ -56,7 +56,7 @@ from engine.language import checkpoints, storage
 from engine.language.api import Evaluation
 from engine.language.errors import SpecError, Where
 from engine.deploy.admission import steady_tokens
-from engine.deploy.fusion import FusionTable, admission_of, live_token_limits, reserve_bytes
+from engine.deploy.fusion_table import FusionTable, admission_of, live_token_limits, reserve_bytes
 from engine.serving.disagg import PREFILL_OUTPUT, ROUND, usd_per_m_tokens
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
@@ -299,8 +299,8 @@ class _Evaluator:
         self._terms: dict[tuple, tuple] = {}         # (id(structure), input_len, outputs) -> (structure, terms)
 
     def limits(self, config: ParallelConfig, gpu: GPU) -> tuple[list[int], list[int]]:
-        """Per phase, :func:`engine.deploy.fusion.live_token_limits` (once per config and GPU arch:
-        :func:`engine.deploy.fusion.live_rules` reads the GPU's arch only, and this search's table is fixed)."""
+        """Per phase, :func:`engine.deploy.fusion_table.live_token_limits` (once per config and GPU arch:
+        :func:`engine.deploy.fusion_table.live_rules` reads the GPU's arch only, and this search's table is fixed)."""
         key = (config, gpu.arch)
         found = self._limits.get(key)
         if found is None:
