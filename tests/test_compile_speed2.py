@@ -27,7 +27,7 @@ from engine.deploy import Options, cost, plan
 from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.placement import step_with
+from engine.deploy.device_program import step_with
 from engine.deploy.structure import PHASES
 from engine.language import symbols
 

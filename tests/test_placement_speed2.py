@@ -14,7 +14,7 @@ import sympy
 
 from engine.deploy import planner, replay
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.placement import ZERO
+from engine.deploy.device_program import ZERO
 from engine.deploy.structure import Options
 
 MODELS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V4-Flash", "nvidia/Nemotron-H-56B-Base-8K")
@@ -149,7 +149,7 @@ def test_rows_repeated_across_configs_share_step_objects(evaluation):
 
 def test_strict_tells_groups_of_equal_ranks_apart():
     from engine.deploy.parallel import Mesh
-    from engine.deploy.placement import Layout
+    from engine.deploy.device_program import Layout
     mesh = Mesh(ParallelConfig(tp=8, ep=8), 8)
     tp, ep = mesh.groups["tp"], mesh.groups["ep"]
     assert tp == ep and not replay._strict(tp, ep) and replay._strict(tp, Mesh(ParallelConfig(tp=8), 8).groups["tp"])

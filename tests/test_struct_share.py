@@ -20,7 +20,7 @@ from engine.deploy.fusion import _fused_step, _Graph, fuse, match
 from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.placement import Program
+from engine.deploy.device_program import Program
 from engine.deploy.structure import Options, PHASES
 from engine.deploy.structure_cache import StructureCache
 

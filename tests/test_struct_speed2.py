@@ -24,7 +24,8 @@ import sympy
 from engine.deploy import cost, planner
 from engine.deploy.cost import KV_BYTES
 from engine.deploy.parallel import Mesh, ParallelConfig
-from engine.deploy.placement import DeviceTypes, Placer, phase_rows
+from engine.deploy.placement import Placer, phase_rows
+from engine.deploy.device_program import DeviceTypes
 from engine.deploy.structure import Options
 
 CASES = [
@@ -128,7 +129,7 @@ def test_consistency_compiled_step_functions_are_lambdify_s(evaluation):
 
 
 def test_consistency_step_with_is_dataclasses_replace(evaluation):
-    from engine.deploy.placement import step_with
+    from engine.deploy.device_program import step_with
     ev = evaluation("Qwen/Qwen3-30B-A3B")
     placed = planner.place(ev, ParallelConfig(tp=4, ep=2, dp_attn=2, pp=2), 8, Options(), True)
     steps = [s for phase in ("prefill", "decode") for s in placed[phase][0].steps]

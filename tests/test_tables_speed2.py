@@ -19,7 +19,7 @@ import pytest
 from engine.deploy import Options, cost, plan
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.placement import Program
+from engine.deploy.device_program import Program
 from engine.deploy.structure import PHASES
 
 MODEL = "Qwen/Qwen3-30B-A3B"          # MoE with expert parallelism: collectives, weight reads, zeros

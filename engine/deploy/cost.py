@@ -33,7 +33,7 @@ from sympy.printing.numpy import NumPyPrinter
 from engine.language import symbols
 from engine.language.memo_printer import MemoPrinting
 from engine.deploy.hardware import GPU
-from engine.deploy.placement import Program, Step
+from engine.deploy.device_program import Program, Step
 
 BOUNDS = ("compute", "memory", "comm")
 #: Symbol for the bytes of one cache element: programs keep it free so one compiled program

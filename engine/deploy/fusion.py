@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import sympy
 
 from engine.deploy.fusion_table import FusionTable, Rule
-from engine.deploy.placement import ZERO, Program, Step, step_with
+from engine.deploy.device_program import ZERO, Program, Step, step_with
 
 MATMULS = ("linear", "head_linear", "embedding")
 

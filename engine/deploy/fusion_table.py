@@ -50,7 +50,7 @@ from engine.language.filememo import ContentMemo
 from engine.language.ops import OPS
 from engine.deploy.expert_comm import KERNELS, PAYLOAD_BYTES, A2APolicy
 from engine.deploy.admission import NO_ADMISSION, Admission
-from engine.deploy.placement import COLLECTIVES
+from engine.deploy.device_program import COLLECTIVES
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus" / "fusion"
 #: The routing of a framework whose table states no ``moe_routing:`` (every expert equally loaded).

@@ -46,8 +46,9 @@ from engine.deploy.transport import transport
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
 from engine.language.shapes import Tensor
-from engine.deploy.placement import (ZERO, DeviceTypes, Layout, Placer, Program, Step, _add, _div, _mul, phase_rows,
-                                     shard_unit, step_with)
+from engine.deploy.placement import Placer, phase_rows, shard_unit
+from engine.deploy.placement_arith import _add, _div, _mul
+from engine.deploy.device_program import ZERO, DeviceTypes, Layout, Program, Step, step_with
 from engine.deploy.plan import Plan
 from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, MAX_TOKENS, MTP_STACK, PHASES, Options, Scenario, Structure,
                                      option_where, tokens_per_device)

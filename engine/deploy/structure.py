@@ -20,7 +20,7 @@ import engine.deploy.rules as rules
 from engine.deploy.admission import NO_ADMISSION, Admission
 from engine.deploy.cost import KV_BYTES, CompiledProgram
 from engine.deploy.parallel import ParallelConfig, is_count
-from engine.deploy.placement import Program
+from engine.deploy.device_program import Program
 
 PHASES = ("prefill", "decode")
 #: Bounds of a scenario point (also the grid's, engine.batch.grid). Far above any served model (16M
