@@ -179,7 +179,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        return length",
            ("tests/test_models.py",),
            "a sliding-window cache grows with the context"),
-    Mutant("kv-not-split", "engine/deploy/planner.py",
+    Mutant("kv-not-split", "engine/deploy/stage_memory.py",
            "_mul(_div(_cache_bytes(cache), split), count)",
            "_mul(_cache_bytes(cache), count)",
            ("tests/test_deploy.py",),

@@ -48,7 +48,7 @@ def test_export_plus_k_drafts_is_archledger_deploy_mtp(grid_path, case):
     from engine.deploy.fusion_table import load_tables
     from engine.deploy.hardware import load_gpus
     from engine.deploy.parallel import ParallelConfig
-    from engine.deploy.planner import mtp_modules
+    from engine.deploy.legality import mtp_modules
     from engine.language import symbols
     from engine.language.api import evaluate
     from engine.language.formula_tree import evaluate as tree_value

@@ -56,7 +56,7 @@ from engine.batch.export import compact_json
 from engine.deploy.cost import step_totals
 from engine.deploy.fusion_table import live_token_limits, token_limits
 from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, member_ops, spec_tree, step_spec
-from engine.deploy.planner import mtp_modules
+from engine.deploy.legality import mtp_modules
 from engine.deploy.op_rows import formula_text, weight_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
 from engine.language import kv, symbols

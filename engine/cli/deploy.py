@@ -77,7 +77,7 @@ def add_mtp_arguments(p) -> None:
 
 def mtp_options(args) -> dict:
     """Options fields of ``--mtp`` / ``--acceptance`` (empty when off); the values themselves are
-    checked by engine.deploy.planner.validate_options."""
+    checked by engine.deploy.legality.validate_options."""
     if not args.mtp:
         if args.acceptance is not None:
             raise SpecError(Where("<command line>", field="--acceptance"), "--acceptance without --mtp",

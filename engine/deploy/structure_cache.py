@@ -39,7 +39,8 @@ from dataclasses import replace
 from engine.language.api import Evaluation
 from engine.deploy.cost import KV_BYTES
 from engine.deploy.fusion_table import FusionTable, live_rules, live_token_limits, representative_tokens, token_limits
-from engine.deploy.planner import _memory, build_structure, place, with_mtp
+from engine.deploy.planner import build_structure, place, with_mtp
+from engine.deploy.stage_memory import _memory
 from engine.deploy.structure import LENGTH, MTP_STACK, PHASES, Options, Structure
 
 
