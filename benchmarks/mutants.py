@@ -163,7 +163,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_hand_attention.py",),
            "a fused kernel writes its intermediates (flash attention's scores) to HBM"),
     # -- cost --------------------------------------------------------------------------------------------
-    Mutant("memory-time-without-weights", "engine/deploy/cost.py",
+    Mutant("memory-time-without-weights", "engine/deploy/compiled_totals.py",
            "tm = np.divide(b, hbm, out=b)",
            "tm = np.divide(b - w, hbm, out=b)",
            ("tests/test_hand_kv_traffic.py",),
@@ -371,7 +371,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "an offline run's output tok/s priced without the prompts' prefill (a looser bound)",
            "tests/test_published_data.py::test_throughput_formulas_by_hand"),
     # -- sol: the two times per point (lower bound, schedule estimate) ------------------------------------
-    Mutant("bound-ignores-memory", "engine/deploy/cost.py",
+    Mutant("bound-ignores-memory", "engine/deploy/compiled_totals.py",
            '        busiest = np.maximum(sums["t_compute"], sums["t_memory"])',
            '        busiest = sums["t_compute"]',
            ("tests/test_phase_bound.py",),
@@ -383,7 +383,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_phase_bound.py",),
            "the two-batch schedule hides no collective (both halves one after another on one stream)",
            "tests/test_phase_bound.py::test_two_batch_decode_composes_the_half_batch"),
-    Mutant("bound-serializes-links", "engine/deploy/cost.py",
+    Mutant("bound-serializes-links", "engine/deploy/compiled_totals.py",
            "            busiest = np.maximum(busiest, add_rows(rows, tl))",
            "            busiest = busiest + add_rows(rows, tl)",
            ("tests/test_published_bound.py",),

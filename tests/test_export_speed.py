@@ -17,7 +17,7 @@ from sympy.printing.str import StrPrinter
 
 def test_memo_printer_consistency_with_sympy_printing():
     from engine.deploy import op_rows as sol     # (the printers moved with the op rows)
-    from engine.deploy.cost import step_totals
+    from engine.deploy.step_totals import step_totals
     from engine.deploy.fusion_table import load_tables, token_limits
     from engine.deploy.hardware import load_gpus
     from engine.deploy.parallel import ParallelConfig

@@ -8,7 +8,7 @@ the plain paths give.
   a repeated logits step keeping prefill's ``last_token``, a repeated recurrent step keeping
   prefill's state traffic, a row repeated under cp reading a split its decode input lacks, a
   reshard repeated where decode already made it (a doubled collective).
-* The compiled step functions (engine.deploy.cost._lambdify, lambdify given the parameter list as
+* The compiled step functions (engine.deploy.step_functions._lambdify, lambdify given the parameter list as
   text) have the source ``sympy.lambdify(ARGS, ...)`` writes, and its floats, on a model's real
   step expressions.
 """
@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import sympy
 
-from engine.deploy import cost, planner
-from engine.deploy.cost import KV_BYTES
+from engine.deploy import planner, step_functions, step_totals
+from engine.deploy.step_functions import KV_BYTES
 from engine.deploy.parallel import Mesh, ParallelConfig
 from engine.deploy.placement import Placer, phase_rows
 from engine.deploy.device_program import DeviceTypes
@@ -116,14 +116,14 @@ def test_consistency_compiled_step_functions_are_lambdify_s(evaluation):
     exprs = []
     for phase in ("prefill", "decode"):
         for step in placed[phase][0].steps:
-            exprs.extend(t for t in cost.step_totals(step) if not t.is_number)
+            exprs.extend(t for t in step_totals.step_totals(step) if not t.is_number)
     exprs = list(dict.fromkeys(exprs))
     assert len(exprs) > 30
     args = (np.array([1.0, 3.0, 64.0])[:, None], np.array([1.0, 17.0, 8192.0])[:, None],
             np.array([1.0, 1000.0, 131072.0])[None, :], np.array(2.0))
     for expr in exprs:
-        theirs = sympy.lambdify(cost.ARGS, expr, modules=cost._MODULES, docstring_limit=0)
-        ours = cost._lambdify(expr)
+        theirs = sympy.lambdify(step_functions.ARGS, expr, modules=step_functions._MODULES, docstring_limit=0)
+        ours = step_functions._lambdify(expr)
         assert inspect.getsource(ours) == inspect.getsource(theirs)
         assert np.array_equal(ours(*args), theirs(*args))
 

@@ -2,7 +2,7 @@
 
 Layer: engine.batch (on engine.deploy and engine.language.formula_tree). The deploy page answers at any
 prompt length, output length and batch, not only at grid points: it evaluates the selected
-structure's own compiled step expressions (:func:`engine.deploy.cost.step_totals` of the numeric
+structure's own compiled step expressions (:func:`engine.deploy.step_totals.step_totals` of the numeric
 programs, in ``batch``, ``seq``, ``ctx`` and ``kv_bytes``) with ``static/js/formula.js`` and
 combines them by the rules of :func:`engine.deploy.sol.summarize`, which ``static/js/deploy.js``
 mirrors line by line. Nothing here evaluates a point: it exports expressions and rates.
@@ -53,7 +53,7 @@ from typing import Any, Callable
 import sympy
 
 from engine.batch.export import compact_json
-from engine.deploy.cost import step_totals
+from engine.deploy.step_totals import step_totals
 from engine.deploy.fusion_table import live_token_limits, token_limits
 from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, member_ops, spec_tree, step_spec
 from engine.deploy.legality import mtp_modules

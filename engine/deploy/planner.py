@@ -38,7 +38,8 @@ import sympy
 
 from engine.language import checkpoints, storage, streams as stream_rules, symbols
 from engine.language.api import Evaluation
-from engine.deploy.cost import KV_BYTES, compile_program
+from engine.deploy.cost import compile_program
+from engine.deploy.step_functions import KV_BYTES
 from engine.language.errors import SpecError
 from engine.deploy.fusion import fuse, match, note_extension
 from engine.deploy.fusion_table import FusionTable, admission_of, moe_routing_of, overlap_default, reserve_bytes
@@ -240,7 +241,7 @@ def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool =
     layer templates (draft i uses module i, as vLLM's and SGLang's MTP drafters do) and its other
     steps once, so each step's calls are ``repeat x k / layers`` inside a template and ``repeat x
     k`` outside. With ``one_token`` the draft steps are marked ``last_token`` so their totals take
-    seq = 1 whatever the step's seq (:func:`engine.deploy.cost.step_totals`); without it (prefill,
+    seq = 1 whatever the step's seq (:func:`engine.deploy.step_totals.step_totals`); without it (prefill,
     k = 1) the first module runs over the same tokens as the main stack, as the drafters' first
     pass over new tokens does. Layouts and stored weights of both stacks are kept (weights and KV
     of the MTP stack are counted from them). The deploy page applies this rule in the browser

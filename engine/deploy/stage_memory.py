@@ -19,7 +19,7 @@ from engine.language import kv, streams as stream_rules
 from engine.language.api import Evaluation
 from engine.language.ops import OPS
 from engine.language.shapes import Tensor
-from engine.deploy.cost import KV_BYTES
+from engine.deploy.step_functions import KV_BYTES
 from engine.deploy.device_program import ZERO, Layout, Program
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.placement import Placer

@@ -18,7 +18,8 @@ from engine.language.api import Evaluation
 from engine.language.errors import SpecError, Where
 import engine.deploy.rules as rules
 from engine.deploy.admission import NO_ADMISSION, Admission
-from engine.deploy.cost import KV_BYTES, CompiledProgram
+from engine.deploy.cost import CompiledProgram
+from engine.deploy.step_functions import KV_BYTES
 from engine.deploy.parallel import ParallelConfig, is_count
 from engine.deploy.device_program import Program
 

@@ -37,7 +37,7 @@ from bisect import bisect_left
 from dataclasses import replace
 
 from engine.language.api import Evaluation
-from engine.deploy.cost import KV_BYTES
+from engine.deploy.step_functions import KV_BYTES
 from engine.deploy.fusion_table import FusionTable, live_rules, live_token_limits, representative_tokens, token_limits
 from engine.deploy.planner import build_structure, place, with_mtp
 from engine.deploy.stage_memory import _memory

@@ -60,7 +60,7 @@ from typing import Any
 import sympy
 
 from engine.deploy import Options, Scenario
-from engine.deploy.cost import KV_BYTES
+from engine.deploy.step_functions import KV_BYTES
 from engine.deploy.fusion_table import live_rules
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig
