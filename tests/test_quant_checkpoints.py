@@ -75,10 +75,19 @@ def test_mxfp4_layer_bytes_by_hand():
     assert nbytes(stored("mxfp4")) == N // 32 * 16 + N // 32 == 69_632
 
 
+def test_mxfp4_pack_quantized_layer_bytes_by_hand():
+    """compressed-tensors mxfp4-pack-quantized (Kimi K3's experts): two E2M1 values per byte
+    (U8 [rows, cols/2]) and one U8 E8M0 scale per 32 weights; no global or activation scale."""
+    assert stored("mxfp4_pack_quantized") == [("m.w.weight_packed", "U8", (256, 256)),
+                                              ("m.w.weight_scale", "U8", (256, 16))]
+    assert nbytes(stored("mxfp4_pack_quantized")) == N // 2 + N // 32 == 69_632
+
+
 def test_every_scheme_names_its_source():
     """Each quantized format says where its layout comes from (`src:` in corpus/quant)."""
     from tests.conftest import REPO
-    for scheme in ("nvfp4", "nvfp4_w4a16", "fp8_per_tensor", "int4_g32_packed", "mxfp4", "fp8_block128"):
+    for scheme in ("nvfp4", "nvfp4_w4a16", "fp8_per_tensor", "int4_g32_packed", "mxfp4", "fp8_block128",
+                   "mxfp4_pack_quantized"):
         text = (REPO / "corpus" / "quant" / f"{scheme}.yaml").read_text()
         assert "\nsrc: " in text, scheme
 
@@ -150,6 +159,35 @@ def test_compressed_tensors_ignore_regexes(tiny_corpus, tmp_path):
     assert names["model.layers.1.mlp.down_proj.weight_packed"].shape == (H, F // 8)
     assert "model.layers.0.mlp.gate_proj.weight" not in names
     assert m.total_bytes == OUTER + 2 * layer_bytes(lambda n: bf16 if n.startswith("self_attn") else int4)
+
+
+def mxfp4(rows, cols):
+    return rows * cols // 2 + rows * cols // 32
+
+
+#: moonshotai/Kimi-K3 config.json text_config.quantization_config, copied (its ignore list shortened
+#: to the entries a llama layer has: self_attn, the dense MLP's projections, the head)
+KIMI_K3_QC = {"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
+              "quantization_status": "compressed",
+              "config_groups": {"group_0": {"format": "mxfp4-pack-quantized", "input_activations": None,
+                                            "targets": ["Linear"],
+                                            "weights": {"num_bits": 4, "type": "float", "group_size": 32,
+                                                        "strategy": "group", "symmetric": True,
+                                                        "scale_dtype": "torch.uint8", "dynamic": False}}},
+              "ignore": ["re:.*self_attn.*", "re:.*lm_head.*"]}
+
+
+def test_compressed_tensors_mxfp4_matches_its_scheme(tiny_corpus, tmp_path):
+    """Kimi K3's format (mxfp4-pack-quantized) is matched by the mxfp4_pack_quantized scheme's
+    `hf:` keys: the MLP's linears as weight_packed [rows, cols/2] + weight_scale [rows, cols/32]
+    (U8 both), attention and the head BF16 (`ignore`)."""
+    m = manifest_for(tiny_corpus, tmp_path, KIMI_K3_QC)
+    names = {t.name: t for t in m.tensors}
+    assert names["model.layers.0.mlp.down_proj.weight_packed"].shape == (H, F // 2)
+    assert names["model.layers.0.mlp.down_proj.weight_scale"].shape == (H, F // 32)
+    assert names["model.layers.0.mlp.down_proj.weight_scale"].dtype == "U8"
+    assert names["model.layers.1.self_attn.o_proj.weight"].dtype == "BF16"
+    assert m.total_bytes == OUTER + 2 * layer_bytes(lambda n: bf16 if n.startswith("self_attn") else mxfp4)
 
 
 def test_modelopt_nvfp4_ignore_globs(tiny_corpus, tmp_path):

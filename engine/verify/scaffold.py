@@ -38,12 +38,13 @@ from typing import Any
 
 import yaml
 
-from engine.language.corpus import Corpus, check_model_id, load_corpus, load_model, slug
+from engine.language.corpus import TEXT_CONFIG, Corpus, check_model_id, load_corpus, load_model, slug
 from engine.language.errors import SpecError, Where
 from engine.language.ir import ModelSpec
 from engine.language.yamlio import loads_json
 
 from engine.verify.config_keys import UNSHAPING_KEYS  # noqa: E402  (the guards share it)
+from engine.verify import scaffold_plan as plan
 
 #: Config sections transformers 5 renamed: a spec reading the old name reads the new one where a
 #: config has only that (Kimi-K2.7-Code's text_config: rope_parameters, with the same yarn factor).
@@ -314,7 +315,17 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
             note = f"{base.display_name}'s architecture ({base.model_id}) at this checkpoint's sizes (archledger new)."
             lines[span[0]:span[1]] = [f"notes: {json.dumps(note)}"]
     view = _text_view(config)
-    reads = set(_CONFIG_READ.findall(base_text))
+    # a field the base reads under the name its config class gives it, this config under another
+    lines = plan.apply_aliases(lines, set(_CONFIG_READ.findall(base_text)), view,
+                               plan.aliases(text_fields(config), text_fields(base_config)), notes)
+    reads = set(_CONFIG_READ.findall("\n".join(lines)))
+    # per-layer plans that name their layers' mixer, then the switches that set component options
+    from engine.verify.evidence import registry
+    reg = registry(corpus.root)
+    lines, settled = plan.plan_templates(lines, view, reads, reg.layer_plans, corpus, model_id, todo, notes)
+    settled |= plan.apply_switches(lines, view, reg.switches, corpus.components, _slot_names(corpus.root),
+                                   todo, notes)
+    reads = set(_CONFIG_READ.findall("\n".join(lines))) | settled
     # new fields of the text stack (a multimodal wrapper's own keys describe the other towers)
     ours, theirs = text_fields(config), text_fields(base_config)
     base_class = _class_values(base_config)
@@ -379,6 +390,12 @@ def spec_text(base_text: str, base: ModelSpec, model_id: str, config: dict[str, 
     _quant(lines, config, base_config, corpus, todo, prefixes)
     _tied(lines, config, base_config, todo)
     return "\n".join(lines) + "\n", todo
+
+
+def _slot_names(corpus_root: Path) -> set[str]:
+    """The slot names of ``corpus/slots.yaml`` (a fill's key in a spec)."""
+    path = Path(corpus_root) / "slots.yaml"
+    return set(yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.exists() else set()
 
 
 def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, todo: list[str],
@@ -676,7 +693,7 @@ def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Resul
         keys = set(_CONFIG_READ.findall((work / "models" / f"{slug(model_id)}.yaml").read_text())) | {"model_type"}
         header = "# Config fields this spec names (it does not evaluate yet). Refresh with: archledger snapshot MODEL\n"
         made = {work / "snapshots" / f"{slug(model_id)}.yaml": header + yaml.safe_dump(
-            {"source": source_label, "fields": {k: config[k] for k in sorted(keys) if k in config}},
+            {"source": source_label, "fields": named_fields(config, keys)},
             sort_keys=False, default_flow_style=None, width=100)}
     out = {}
     if model.unverified:
@@ -686,6 +703,16 @@ def _evidence(work: Path, root: Path, model_id: str, config: dict, result: Resul
         path.write_text(text, encoding="utf-8")
         out[root / path.relative_to(work)] = text
     return out
+
+
+def named_fields(config: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+    """The fields of ``config`` among ``keys``, with a multimodal config's ``text_config`` recorded
+    whole where a key lives only there (as ``snapshot`` records it: the spec reads the text stack's
+    settings through it, so a snapshot without it binds nothing)."""
+    nested = config.get(TEXT_CONFIG) if isinstance(config.get(TEXT_CONFIG), dict) else {}
+    if any(key not in config and key in nested for key in keys):
+        keys = keys | {TEXT_CONFIG}
+    return {k: config[k] for k in sorted(keys) if k in config}
 
 
 def declare_unverified(text: str, why: str) -> str:
