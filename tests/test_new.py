@@ -188,21 +188,21 @@ def test_a_recorded_configs_row_keeps_its_place_in_the_snapshots_readme():
 
 
 def test_a_quantization_config_no_scheme_matches_is_a_to_do_with_its_whole_advice(capsys, tmp_path):
-    """A format no corpus scheme stores (compressed-tensors' MXFP4 packing, as Kimi-K3 publishes it)
-    is one to-do line naming the format and ending with what to write: the scheme's `hf:` keys, then
+    """A format no corpus scheme stores (compressed-tensors' NVFP4 packing, nvfp4-pack-quantized: the
+    corpus's nvfp4 is ModelOpt's) is one to-do line naming the format and ending with what to write: the scheme's `hf:` keys, then
     quant_context (it was cut at 200 characters, mid-word, before the advice)."""
     pytest.importorskip("transformers")
     corpus = tmp_path / "corpus"
     shutil.copytree(REPO / "corpus", corpus)
     config = json.loads(FIXTURE.read_text())
-    config["quantization_config"] = {"format": "mxfp4-pack-quantized", "global_compression_ratio": None,
+    config["quantization_config"] = {"format": "nvfp4-pack-quantized", "global_compression_ratio": None,
                                      "kv_cache_scheme": None, "quant_method": "compressed-tensors",
                                      "ignore": [f"model.layers.{i}.self_attn.q_proj" for i in range(500)]}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    code, out, err = _run(capsys, corpus, "acme/Tiny-Qwen3-MXFP4", "--config", str(path))
+    code, out, err = _run(capsys, corpus, "acme/Tiny-Qwen3-NVFP4", "--config", str(path))
     line = next(line for line in (out + err).splitlines() if "quantization_config:" in line)
-    assert "mxfp4-pack-quantized" in line and "compressed-tensors" in line
+    assert "nvfp4-pack-quantized" in line and "compressed-tensors" in line
     assert line.rstrip().endswith("add `hf:` keys to the scheme in corpus/quant/ that stores this format; then set quant_context")
     assert "model.layers.499" not in line          # the 500-entry ignore list is not quoted
 
