@@ -188,7 +188,13 @@ def _kept_matrices(quant: list[str], manifest, prefixes, result: sc.Result) -> l
     from engine.language import module_patterns
     if not any(line.startswith("  default: ") and line.split()[-1] not in sc._UNQUANTIZED for line in quant):
         return quant
+    # a weight with a scale beside it (``weight_scale``, ``weight_scale_inv``, ``input_scale``)
+    # is stored quantized; another vector of the module (the router's e_score_correction_bias) is
+    # no scale. Found once for all weights: GLM-5's FP8 manifest has ~180,000 tensors, and a scan
+    # of all of them per weight never finished
     names = {t.name for t in manifest.tensors}
+    scaled_weights = {n[:n.rindex(".weight_") + len(".weight")] for n in names if ".weight_" in n}
+    scaled_weights |= {n[:-len("input_scale")] + "weight" for n in names if n.endswith(".input_scale")}
     layers: dict[str, set[int]] = {}
     quantized: set[str] = set()
     for t in manifest.tensors:
@@ -199,18 +205,37 @@ def _kept_matrices(quant: list[str], manifest, prefixes, result: sc.Result) -> l
         if not found:
             continue
         shape = module[:found.start()] + "*" + module[found.end():]
-        scaled = any(n.startswith(t.name[:-len("weight")]) and n != t.name for n in names)
+        scaled = t.name in scaled_weights
         if t.dtype in _PLAIN and not scaled:
             layers.setdefault(shape, set()).add(int(found[1]))
         else:
             quantized.add(shape)
     known = {line.split(":")[0].strip().strip('"') for line in quant}
-    extra = [f'    "{shape}": bf16' for shape in sorted(layers) if shape not in quantized and shape not in known
-             and not any(module_patterns.matches(k, shape.replace("*", "0")) for k in known if module_patterns.is_pattern(k))]
-    if not extra:
+    kept = [shape for shape in sorted(layers) if shape not in quantized and shape not in known
+            and not any(module_patterns.matches(k, shape.replace("*", "0")) for k in known if module_patterns.is_pattern(k))]
+    if not kept:
         return quant
-    result.notes.append(f"{len(extra)} kind(s) of linear the quantizer keeps unquantized, from the manifest: "
-                        + ", ".join(e.split('"')[1] for e in extra)[:200])
+    result.notes.append(f"{len(kept)} kind(s) of linear the quantizer keeps unquantized, from the manifest: "
+                        + ", ".join(kept)[:200])
+    # a module path override covers every leaf of the module and comes before `role.leaf` ones: a
+    # kept module holding a leaf the base stores by `role.leaf` in another unquantized scheme (the
+    # router's F32 `e_score_correction_bias`) is named by that role instead, so the leaf keeps it
+    by_leaf = {}
+    for line in quant:
+        found = re.match(r"^    (\w+)\.(\w+): (\w+)\s*$", line)
+        if found and found[3] in sc._UNQUANTIZED:
+            by_leaf[found[2]] = found[1]
+    leaves: dict[str, set[str]] = {}
+    for t in manifest.tensors:
+        module, _, leaf = module_patterns.canonical(t.name, prefixes).rpartition(".")
+        leaves.setdefault(re.sub(r"(?<=\.layers\.)\d+(?=\.|$)", "*", module, count=1), set()).add(leaf)
+    extra = []
+    for shape in kept:
+        roles = {by_leaf[leaf] for leaf in leaves.get(shape, ()) if leaf in by_leaf}
+        if len(roles) == 1 and next(iter(roles)) not in known:
+            extra.append(f"    {next(iter(roles))}: bf16")
+        elif not roles:
+            extra.append(f'    "{shape}": bf16')
     if "  overrides:" not in quant:
         quant = quant + ["  overrides:"]
     return quant + extra

@@ -452,6 +452,13 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
             reg = registry(corpus.root)
             excluded = [p if p.startswith("re:") else module_patterns.canonical(p, reg.prefixes)
                         for p in module_patterns.exclusions(qc)]
+            # quantizers convert linear layers only (transformers' FP8 and compressed-tensors
+            # integrations replace nn.Linear; compressed-tensors targets "Linear"): an entry naming
+            # no linear (GLM-5-FP8's norms, its router `mlp.gate`, a parameter `k_norm.bias`)
+            # changes no storage, and as a bf16 override it would clobber the router's F32 bias
+            linears = _linear_modules(config, reg.prefixes)
+            if linears is not None:
+                excluded = [p for p in excluded if any(module_patterns.matches(p, m) for m in linears)]
             patterns, partial = module_patterns.collapse_layers(excluded, n_layers or 0, _layers_having(config, reg.prefixes))
             for pattern in patterns:
                 if not _text_stack(pattern, reg.other_modalities):
@@ -470,6 +477,20 @@ def _quant(lines: list[str], config: dict, base_config: dict, corpus: Corpus, to
         lines[span[0]:span[1]] = new
     else:
         lines.extend(new)
+
+
+def _linear_modules(config: dict, prefixes) -> set[str] | None:
+    """The canonical paths of the text stack's linear modules (transformers' own, on the meta
+    device), or None when transformers cannot build the config."""
+    from engine.language import module_patterns
+    from engine.verify import modeling_code
+    try:
+        stack = modeling_code.build_meta_model(config)
+        import torch
+    except (modeling_code.ModelingCodeError, ImportError, KeyError, ValueError, TypeError):
+        return None
+    return {module_patterns.canonical(n, prefixes) for n, m in stack.model.named_modules()
+            if isinstance(m, torch.nn.Linear)}
 
 
 def _layers_having(config: dict, prefixes):
