@@ -14,7 +14,7 @@ import yaml
 
 from engine.language.corpus import load_corpus
 from engine.language.expr import Scope, evaluate
-from engine.verify import scaffold, scaffold_plan
+from engine.verify import scaffold, scaffold_plan, scaffold_text
 from engine.verify.evidence import registry
 from tests.conftest import REPO
 
@@ -32,7 +32,7 @@ def k3_spec():
     config = json.loads(K3.read_text())
     reg = registry(corpus.root)
     notes: list[str] = []
-    text, todo = scaffold.spec_text(
+    text, todo = scaffold_text.spec_text(
         (REPO / "corpus" / "models" / "moonshotai--Kimi-K2.5.yaml").read_text(), base, "acme/Kimi-K3-test",
         config, scaffold.published_config(corpus.root, base), corpus, reg.top_level_fields(),
         {p.field for p in reg.layer_plans}, reg.prefixes, notes)

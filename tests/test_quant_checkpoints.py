@@ -315,7 +315,7 @@ def test_an_exclusion_naming_no_linear_is_no_override():
     convert linear layers only, so of this list (tiny Qwen3, 2 layers) only the q_proj entries
     become an override: `model.layers.*.self_attn.q_proj: bf16`; the norms and `k_norm.bias`
     change no storage (as bf16 overrides they would clobber a finer f32 one)."""
-    from engine.verify.scaffold import _quant
+    from engine.verify.scaffold_quant import _quant
     corpus = load_corpus()
     config = {**TINY_QWEN3, "quantization_config": {
         "quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic",
