@@ -263,3 +263,30 @@ def test_a_checkpoints_evidence_is_part_of_its_models_build_hash(two_checkpoints
     manifest = copy / "snapshots" / "acme--Tiny-Qwen3-FP8.tensors.yaml"
     manifest.write_text(manifest.read_text() + "# re-recorded\n")
     assert model_hash(load_corpus(copy), "acme/Tiny-Qwen3", SHARED_HASH) != before
+
+
+def test_glm5_fp8_checkpoint_layout_by_hand():
+    """zai-org/GLM-5-FP8 as a weight format of GLM-5, from its published quantization_config
+    (quant_method fp8, weight_block_size [128, 128], modules_to_not_convert; corpus/snapshots/
+    zai-org--GLM-5-FP8.config.json): the MLA projections F8_E4M3 with F32 inverse scales per
+    128 x 128 block; the router BF16 with its F32 correction bias (DeepSeek's storage); the
+    indexer's weights_proj BF16 (transformers keeps it: _keep_in_fp32_modules, no FP8); embedding
+    and head BF16. Shapes from the published config: hidden 6144, q_lora_rank 2048."""
+    from engine.language import checkpoints, storage
+    from engine.language.api import evaluate_spec
+    from engine.language.corpus import load_corpus
+    corpus = load_corpus(REPO / "corpus")
+    base = corpus.models["zai-org/GLM-5"]
+    model = checkpoints.variant(base, checkpoints.find(base, "zai-org/GLM-5-FP8"))
+    config = json.loads((REPO / "corpus" / "snapshots" / "zai-org--GLM-5-FP8.config.json").read_text())
+    assert (config["hidden_size"], config["q_lora_rank"]) == (6144, 2048)
+    assert config["quantization_config"]["weight_block_size"] == [128, 128]
+    ev = evaluate_spec(corpus, model)
+    by_key = {t.key: t for t in storage.checkpoint_tensors(ev.numeric, model, corpus)}
+    q_a = "model.layers.{layer}.self_attn.q_a_proj.weight"
+    assert (by_key[q_a].dtype, by_key[q_a].shape) == ("F8_E4M3", (2048, 6144))
+    assert (by_key[q_a + "_scale_inv"].dtype, by_key[q_a + "_scale_inv"].shape) == ("F32", (16, 48))
+    assert by_key["model.layers.{layer}.mlp.gate.weight"].dtype == "BF16"
+    assert by_key["model.layers.{layer}.mlp.gate.e_score_correction_bias"].dtype == "F32"
+    assert by_key["model.layers.{layer}.self_attn.indexer.weights_proj.weight"].dtype == "BF16"
+    assert by_key["model.embed_tokens.weight"].dtype == by_key["lm_head.weight"].dtype == "BF16"

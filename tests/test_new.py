@@ -170,10 +170,10 @@ def test_new_takes_the_quant_context_from_quantization_config(capsys, tmp_path):
 
 
 def test_a_recorded_configs_row_keeps_its_place_in_the_snapshots_readme():
-    """scaffold.readme_text: a config recorded again replaces its row where it stands (the same hash
+    """scaffold_text.readme_text: a config recorded again replaces its row where it stands (the same hash
     leaves the text byte for byte; a new hash changes that line only), a new config's row goes after
     the last row. By hand on a three-row table."""
-    from engine.verify.scaffold import readme_text
+    from engine.verify.scaffold_text import readme_text
     text = ("# Snapshots\n\n| file | source | sha256 |\n|---|---|---|\n"
             "| `a--A.config.json` | https://huggingface.co/a/A/blob/main/config.json | `11` |\n"
             "| `b--B.config.json` | https://huggingface.co/b/B/blob/main/config.json | `22` |\n"
@@ -188,21 +188,21 @@ def test_a_recorded_configs_row_keeps_its_place_in_the_snapshots_readme():
 
 
 def test_a_quantization_config_no_scheme_matches_is_a_to_do_with_its_whole_advice(capsys, tmp_path):
-    """A format no corpus scheme stores (compressed-tensors' MXFP4 packing, as Kimi-K3 publishes it)
-    is one to-do line naming the format and ending with what to write: the scheme's `hf:` keys, then
+    """A format no corpus scheme stores (compressed-tensors' NVFP4 packing, nvfp4-pack-quantized: the
+    corpus's nvfp4 is ModelOpt's) is one to-do line naming the format and ending with what to write: the scheme's `hf:` keys, then
     quant_context (it was cut at 200 characters, mid-word, before the advice)."""
     pytest.importorskip("transformers")
     corpus = tmp_path / "corpus"
     shutil.copytree(REPO / "corpus", corpus)
     config = json.loads(FIXTURE.read_text())
-    config["quantization_config"] = {"format": "mxfp4-pack-quantized", "global_compression_ratio": None,
+    config["quantization_config"] = {"format": "nvfp4-pack-quantized", "global_compression_ratio": None,
                                      "kv_cache_scheme": None, "quant_method": "compressed-tensors",
                                      "ignore": [f"model.layers.{i}.self_attn.q_proj" for i in range(500)]}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    code, out, err = _run(capsys, corpus, "acme/Tiny-Qwen3-MXFP4", "--config", str(path))
+    code, out, err = _run(capsys, corpus, "acme/Tiny-Qwen3-NVFP4", "--config", str(path))
     line = next(line for line in (out + err).splitlines() if "quantization_config:" in line)
-    assert "mxfp4-pack-quantized" in line and "compressed-tensors" in line
+    assert "nvfp4-pack-quantized" in line and "compressed-tensors" in line
     assert line.rstrip().endswith("add `hf:` keys to the scheme in corpus/quant/ that stores this format; then set quant_context")
     assert "model.layers.499" not in line          # the 500-entry ignore list is not quoted
 
@@ -212,7 +212,8 @@ def test_an_unquantized_checkpoint_of_a_quantized_base_is_bf16_with_its_f32_buff
     quantization_config, becomes BF16 and keeps only the overrides that name a buffer's own dtype
     (the routing bias transformers creates in float32)."""
     from engine.language.corpus import load_corpus
-    from engine.verify.scaffold import published_config, spec_text
+    from engine.verify.scaffold import published_config
+    from engine.verify.scaffold_text import spec_text
     corpus = load_corpus()
     base = corpus.models["deepseek-ai/DeepSeek-V3"]
     config = {k: v for k, v in published_config(corpus.root, base).items() if k != "quantization_config"}
@@ -259,7 +260,7 @@ def test_the_display_name_follows_the_bases_habit_by_token_kind():
     base never joins keep theirs). A base that joins the same kinds both ways has no habit: the
     repo name as it is."""
     from types import SimpleNamespace as base
-    from engine.verify.scaffold import display_name
+    from engine.verify.scaffold_text import display_name
     vl = base(model_id="Qwen/Qwen3-VL-8B-Instruct", display_name="Qwen3-VL 8B Instruct")
     assert display_name(vl, "Qwen/Qwen3-VL-30B-A3B-Instruct") == "Qwen3-VL 30B-A3B Instruct"
     assert display_name(vl, "Qwen/Qwen3-VL-2B-Instruct") == "Qwen3-VL 2B Instruct"
@@ -275,7 +276,7 @@ def test_the_bases_notes_are_dropped_when_they_describe_its_own_sizes():
     also under text_config and written with thousands separators, are the base's, not this
     checkpoint's; notes that name neither stay."""
     from types import SimpleNamespace as base
-    from engine.verify.scaffold import notes_outdated
+    from engine.verify.scaffold_text import notes_outdated
     sized = base(model_id="Qwen/Qwen3-VL-8B-Instruct", notes="The text stack: Qwen3 8B's dense GQA transformer.")
     same = {"text_config": {"hidden_size": 64}}
     assert notes_outdated(sized, same, same, "Qwen/Qwen3-VL-2B-Instruct")
@@ -292,7 +293,7 @@ def test_per_module_quantization_becomes_one_override_per_module_kind():
     prefix made canonical (an MTP module, mtp.layers..., is not covered). A kind stored two ways
     across layers cannot be one override: a to-do line, and nothing written."""
     from types import SimpleNamespace as scheme
-    from engine.verify.scaffold import _module_overrides
+    from engine.verify.scaffold_quant import _module_overrides
     fp8, w4 = scheme(name="fp8_per_tensor"), scheme(name="nvfp4_w4a16")
     prefixes = (("model.language_model.", "model."),)
     listed = {"lm_head": w4, **{f"model.language_model.layers.{i}.mlp.down_proj": w4 for i in range(4)},
@@ -322,7 +323,8 @@ def test_a_base_of_another_model_type_gets_the_configs_type_and_a_family_to_conf
     written with the config's model_type (the loader would refuse the base's), and the family,
     the base's, is a to-do line for a person."""
     from engine.language.corpus import load_corpus
-    from engine.verify.scaffold import published_config, spec_text
+    from engine.verify.scaffold import published_config
+    from engine.verify.scaffold_text import spec_text
     corpus = load_corpus()
     base = corpus.models["Qwen/Qwen3-30B-A3B"]
     config = json.loads((corpus.root / "snapshots" / "Qwen--Qwen3-VL-30B-A3B-Instruct.config.json").read_text())
@@ -339,7 +341,8 @@ def test_a_multimodal_quantized_checkpoint_of_a_text_family_gets_its_type_and_it
     base's BF16 router and F32 routing bias kept."""
     from engine.language.corpus import load_corpus
     from engine.verify.evidence import registry
-    from engine.verify.scaffold import published_config, spec_text
+    from engine.verify.scaffold import published_config
+    from engine.verify.scaffold_text import spec_text
     corpus = load_corpus()
     base = corpus.models["moonshotai/Kimi-K2-Instruct"]
     config = json.loads((corpus.root / "snapshots" / "moonshotai--Kimi-K2.5.config.json").read_text())

@@ -75,10 +75,19 @@ def test_mxfp4_layer_bytes_by_hand():
     assert nbytes(stored("mxfp4")) == N // 32 * 16 + N // 32 == 69_632
 
 
+def test_mxfp4_pack_quantized_layer_bytes_by_hand():
+    """compressed-tensors mxfp4-pack-quantized (Kimi K3's experts): two E2M1 values per byte
+    (U8 [rows, cols/2]) and one U8 E8M0 scale per 32 weights; no global or activation scale."""
+    assert stored("mxfp4_pack_quantized") == [("m.w.weight_packed", "U8", (256, 256)),
+                                              ("m.w.weight_scale", "U8", (256, 16))]
+    assert nbytes(stored("mxfp4_pack_quantized")) == N // 2 + N // 32 == 69_632
+
+
 def test_every_scheme_names_its_source():
     """Each quantized format says where its layout comes from (`src:` in corpus/quant)."""
     from tests.conftest import REPO
-    for scheme in ("nvfp4", "nvfp4_w4a16", "fp8_per_tensor", "int4_g32_packed", "mxfp4", "fp8_block128"):
+    for scheme in ("nvfp4", "nvfp4_w4a16", "fp8_per_tensor", "int4_g32_packed", "mxfp4", "fp8_block128",
+                   "mxfp4_pack_quantized"):
         text = (REPO / "corpus" / "quant" / f"{scheme}.yaml").read_text()
         assert "\nsrc: " in text, scheme
 
@@ -150,6 +159,35 @@ def test_compressed_tensors_ignore_regexes(tiny_corpus, tmp_path):
     assert names["model.layers.1.mlp.down_proj.weight_packed"].shape == (H, F // 8)
     assert "model.layers.0.mlp.gate_proj.weight" not in names
     assert m.total_bytes == OUTER + 2 * layer_bytes(lambda n: bf16 if n.startswith("self_attn") else int4)
+
+
+def mxfp4(rows, cols):
+    return rows * cols // 2 + rows * cols // 32
+
+
+#: moonshotai/Kimi-K3 config.json text_config.quantization_config, copied (its ignore list shortened
+#: to the entries a llama layer has: self_attn, the dense MLP's projections, the head)
+KIMI_K3_QC = {"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
+              "quantization_status": "compressed",
+              "config_groups": {"group_0": {"format": "mxfp4-pack-quantized", "input_activations": None,
+                                            "targets": ["Linear"],
+                                            "weights": {"num_bits": 4, "type": "float", "group_size": 32,
+                                                        "strategy": "group", "symmetric": True,
+                                                        "scale_dtype": "torch.uint8", "dynamic": False}}},
+              "ignore": ["re:.*self_attn.*", "re:.*lm_head.*"]}
+
+
+def test_compressed_tensors_mxfp4_matches_its_scheme(tiny_corpus, tmp_path):
+    """Kimi K3's format (mxfp4-pack-quantized) is matched by the mxfp4_pack_quantized scheme's
+    `hf:` keys: the MLP's linears as weight_packed [rows, cols/2] + weight_scale [rows, cols/32]
+    (U8 both), attention and the head BF16 (`ignore`)."""
+    m = manifest_for(tiny_corpus, tmp_path, KIMI_K3_QC)
+    names = {t.name: t for t in m.tensors}
+    assert names["model.layers.0.mlp.down_proj.weight_packed"].shape == (H, F // 2)
+    assert names["model.layers.0.mlp.down_proj.weight_scale"].shape == (H, F // 32)
+    assert names["model.layers.0.mlp.down_proj.weight_scale"].dtype == "U8"
+    assert names["model.layers.1.self_attn.o_proj.weight"].dtype == "BF16"
+    assert m.total_bytes == OUTER + 2 * layer_bytes(lambda n: bf16 if n.startswith("self_attn") else mxfp4)
 
 
 def test_modelopt_nvfp4_ignore_globs(tiny_corpus, tmp_path):
@@ -264,3 +302,54 @@ def test_a_whole_layer_exclusion_counts_towards_every_shape_of_that_layer():
                                           ["model.layers.0*"])
     # without the whole-layer entry, layers 1..3 are some layers only
     assert collapse_layers(["model.layers.1.self_attn*", "model.layers.2.self_attn*", "model.layers.3.self_attn*"], 4)[0] == []
+
+
+# -- new --checkpoint: which modules a quantized checkpoint keeps unquantized ------------------------
+
+TINY_QWEN3 = json.loads((__import__("tests.conftest", fromlist=["REPO"]).REPO
+                         / "tests" / "data" / "new" / "tiny-qwen3.config.json").read_text())
+
+
+def test_an_exclusion_naming_no_linear_is_no_override():
+    """GLM-5-FP8's modules_to_not_convert names norms and parameters beside linears; quantizers
+    convert linear layers only, so of this list (tiny Qwen3, 2 layers) only the q_proj entries
+    become an override: `model.layers.*.self_attn.q_proj: bf16`; the norms and `k_norm.bias`
+    change no storage (as bf16 overrides they would clobber a finer f32 one)."""
+    from engine.verify.scaffold_quant import _quant
+    corpus = load_corpus()
+    config = {**TINY_QWEN3, "quantization_config": {
+        "quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic",
+        "modules_to_not_convert": ["model.layers.0.input_layernorm", "model.layers.1.input_layernorm",
+                                   "model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.q_proj",
+                                   "model.layers.0.self_attn.k_norm.bias", "model.layers.1.self_attn.k_norm.bias"]}}
+    lines, todo = ["quant_context: {default: bf16}"], []
+    _quant(lines, config, TINY_QWEN3, corpus, todo)
+    assert lines[:2] == ["quant_context:", "  default: fp8_block128"]
+    overrides = [line.strip() for line in lines[3:]]
+    assert '"model.layers.*.self_attn.q_proj": bf16' in overrides
+    assert not [o for o in overrides if "layernorm" in o or "k_norm" in o], overrides
+    assert not todo
+
+
+def test_a_router_with_a_bias_beside_its_weight_is_kept_unquantized():
+    """A manifest (hand-made) where each layer's router weight is BF16 with its F32 correction bias
+    beside it and q_proj is FP8 with its scale: the router is a kind of linear kept unquantized
+    (the bias is no scale), q_proj is quantized."""
+    from engine.verify.add_checkpoint import _kept_matrices
+    from engine.verify.manifest import Manifest, ManifestTensor
+    from engine.verify.scaffold import Result
+    tensors = []
+    for layer in (0, 1):
+        tensors += [ManifestTensor(f"model.layers.{layer}.mlp.gate.weight", "BF16", (8, 64)),
+                    ManifestTensor(f"model.layers.{layer}.mlp.gate.e_score_correction_bias", "F32", (8,)),
+                    ManifestTensor(f"model.layers.{layer}.self_attn.q_proj.weight", "F8_E4M3", (64, 64)),
+                    ManifestTensor(f"model.layers.{layer}.self_attn.q_proj.weight_scale_inv", "F32", (1, 1))]
+    manifest = Manifest("hand", {"kind": "modeling_code"}, 0, tensors)
+    quant = ["  default: fp8_block128"]
+    out = _kept_matrices(quant, manifest, (), Result("a/b", "a/c"))
+    assert out == quant + ["  overrides:", '    "model.layers.*.mlp.gate": bf16']
+    # where the base stores the bias by `role.leaf` (F32), the router is named by its role: a
+    # module path override would come first and store the bias BF16 (GLM-5-FP8's 75 routers)
+    quant = ["  default: fp8_block128", "  overrides:", "    router.e_score_correction_bias: f32"]
+    out = _kept_matrices(quant, manifest, (), Result("a/b", "a/c"))
+    assert out == quant + ["    router: bf16"]

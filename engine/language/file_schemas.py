@@ -416,11 +416,15 @@ VERIFICATION = Mapping("the verification registry (docs/verification.md)", field
         "kind": req(Str("what the field holds: per_layer, layer_set or scalar")),
         "reads": MapOf("other config fields `expect` reads, with their kinds", value=Str()),
         "expect": req(Str("an expression over `entry`")), "defaults": MapOf("config defaults the plan reads"),
-        "values": ListOf("the values an entry may take"), "whole": Bool()})),
+        "values": ListOf("the values an entry may take"), "whole": Bool(),
+        "fill": Str("the component a layer this entry marks takes in its attention slot (archledger new)")})),
     "structural": ListOf(item=Mapping("write `{field: <config path>, op: <op>, dim: <dim>}`", fields={
         "field": req(Str("a config path")), "op": req(Str("an op")), "dim": req(Str("a dim")), "doc": TEXT,
         "unless": MapOf("config fields that waive the check"), "compare": Bool(), "cache": Anything(),
         "same_as": Str("the config path of the same setting in another layout (a dim reading it counts)")})),
+    "switches": ListOf(item=Mapping("write `{field: <config path>, component: <component>, option: <option>}`", fields={
+        "field": req(Str("a config path")), "component": req(Str("a component")), "option": req(Str("its option")),
+        "doc": TEXT})),
 })
 
 TENSOR_MANIFEST = Mapping(_REGENERATE, fields={

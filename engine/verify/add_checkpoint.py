@@ -10,7 +10,7 @@ pieces it reuses). Steps:
    file was written ignored) and a config whose ``quantization_config`` is the base's (no storage
    of its own in the evidence);
 2. derives the quant context from ``quantization_config`` and its ignore / exclude lists by the
-   rule ``new`` uses for a spec (:func:`engine.verify.scaffold._quant`);
+   rule ``new`` uses for a spec (:func:`engine.verify.scaffold_quant._quant`);
 3. appends ``{model, format, quant_context}`` to the base spec's ``checkpoints:`` (the base's
    text otherwise untouched), copies config.json into ``corpus/snapshots/`` with its sha256 row,
    records the checkpoint's evidence (config snapshot, tensor manifest on the meta device with its
@@ -34,6 +34,9 @@ from engine.language.corpus import check_model_id, load_corpus, slug
 from engine.language.errors import SpecError, Where
 from engine.verify.config_keys import UNSHAPING_KEYS
 from engine.verify import scaffold as sc
+from engine.verify.scaffold_lines import _block
+from engine.verify.scaffold_quant import _UNQUANTIZED, _quant
+from engine.verify.scaffold_text import _class_values, readme_text
 
 
 def default_format(model_id: str, base_id: str) -> str:
@@ -54,7 +57,7 @@ def spec_with_checkpoint(text: str, model_id: str, entry: list[str]) -> str:
     """The base spec's text with ``entry`` in its ``checkpoints:`` block (an entry of the same id
     replaced; the block made at the end when there is none)."""
     lines = text.rstrip("\n").splitlines()
-    span = sc._block(lines, "checkpoints")
+    span = _block(lines, "checkpoints")
     if span is None:
         return "\n".join(lines + ["checkpoints:"] + entry) + "\n"
     start, end = span
@@ -113,7 +116,7 @@ def add_checkpoint(corpus_root: Path, model_id: str, config_path: Path, like: st
     reg = registry(root)
     spec_path = root / "models" / f"{slug(base.model_id)}.yaml"
     base_text = spec_path.read_text(encoding="utf-8")
-    span = sc._block(base_text.splitlines(), "quant_context")
+    span = _block(base_text.splitlines(), "quant_context")
     quant = base_text.splitlines()[span[0]:span[1]] if span else ["quant_context:", "  default: bf16"]
     # the exclusion lists' leftovers are notes here: the weight and packing guards hold every
     # tensor of the result to the manifest, and nothing is written unless they pass
@@ -123,14 +126,14 @@ def add_checkpoint(corpus_root: Path, model_id: str, config_path: Path, like: st
     except (modeling_code.ModelingCodeError, ImportError, KeyError) as exc:
         result.todo.append(f"evidence: {' '.join(str(exc).split())[:200]}")
         return result
-    sc._quant(quant, config, base_config, corpus, result.notes, reg.prefixes)
+    _quant(quant, config, base_config, corpus, result.notes, reg.prefixes)
     quant = [line for line in quant if line.strip() and not line.lstrip().startswith("#")]
     quant = _kept_matrices(quant, evidence[0], reg.prefixes, result)
     text = spec_with_checkpoint(base_text, model_id, entry_lines(model_id, fmt, quant))
     name = slug(model_id)
     readme = root / "snapshots" / "README.md"
     files: dict[Path, str | bytes] = {spec_path: text, root / "snapshots" / f"{name}.config.json": raw,
-                                      readme: sc.readme_text(readme.read_text(encoding="utf-8"), model_id,
+                                      readme: readme_text(readme.read_text(encoding="utf-8"), model_id,
                                                              hashlib.sha256(raw).hexdigest())}
     with tempfile.TemporaryDirectory(prefix=".archledger-new-", dir=root.parent) as tmp:
         work = Path(tmp) / root.name
@@ -155,7 +158,7 @@ def _with_defaults(config: dict, other: dict) -> dict:
     transformers config class built from ``config`` (its value when config.json omits it).
     Top-level fields, or a multimodal config's ``text_config`` fields (the class values are then
     its text stack's)."""
-    values = sc._class_values(config)
+    values = _class_values(config)
     text, other_text = config.get("text_config"), other.get("text_config")
     nested = isinstance(text, dict) and isinstance(other_text, dict)
     mine, theirs = (text, other_text) if nested else (config, other)
@@ -186,9 +189,15 @@ def _kept_matrices(quant: list[str], manifest, prefixes, result: sc.Result) -> l
     device, its own skip rules beside the config's lists, e.g. GLM-5's indexer ``weights_proj``),
     unless the overrides already name it; the guards check each tensor against the same manifest."""
     from engine.language import module_patterns
-    if not any(line.startswith("  default: ") and line.split()[-1] not in sc._UNQUANTIZED for line in quant):
+    if not any(line.startswith("  default: ") and line.split()[-1] not in _UNQUANTIZED for line in quant):
         return quant
+    # a weight with a scale beside it (``weight_scale``, ``weight_scale_inv``, ``input_scale``)
+    # is stored quantized; another vector of the module (the router's e_score_correction_bias) is
+    # no scale. Found once for all weights: GLM-5's FP8 manifest has ~180,000 tensors, and a scan
+    # of all of them per weight never finished
     names = {t.name for t in manifest.tensors}
+    scaled_weights = {n[:n.rindex(".weight_") + len(".weight")] for n in names if ".weight_" in n}
+    scaled_weights |= {n[:-len("input_scale")] + "weight" for n in names if n.endswith(".input_scale")}
     layers: dict[str, set[int]] = {}
     quantized: set[str] = set()
     for t in manifest.tensors:
@@ -199,18 +208,37 @@ def _kept_matrices(quant: list[str], manifest, prefixes, result: sc.Result) -> l
         if not found:
             continue
         shape = module[:found.start()] + "*" + module[found.end():]
-        scaled = any(n.startswith(t.name[:-len("weight")]) and n != t.name for n in names)
+        scaled = t.name in scaled_weights
         if t.dtype in _PLAIN and not scaled:
             layers.setdefault(shape, set()).add(int(found[1]))
         else:
             quantized.add(shape)
     known = {line.split(":")[0].strip().strip('"') for line in quant}
-    extra = [f'    "{shape}": bf16' for shape in sorted(layers) if shape not in quantized and shape not in known
-             and not any(module_patterns.matches(k, shape.replace("*", "0")) for k in known if module_patterns.is_pattern(k))]
-    if not extra:
+    kept = [shape for shape in sorted(layers) if shape not in quantized and shape not in known
+            and not any(module_patterns.matches(k, shape.replace("*", "0")) for k in known if module_patterns.is_pattern(k))]
+    if not kept:
         return quant
-    result.notes.append(f"{len(extra)} kind(s) of linear the quantizer keeps unquantized, from the manifest: "
-                        + ", ".join(e.split('"')[1] for e in extra)[:200])
+    result.notes.append(f"{len(kept)} kind(s) of linear the quantizer keeps unquantized, from the manifest: "
+                        + ", ".join(kept)[:200])
+    # a module path override covers every leaf of the module and comes before `role.leaf` ones: a
+    # kept module holding a leaf the base stores by `role.leaf` in another unquantized scheme (the
+    # router's F32 `e_score_correction_bias`) is named by that role instead, so the leaf keeps it
+    by_leaf = {}
+    for line in quant:
+        found = re.match(r"^    (\w+)\.(\w+): (\w+)\s*$", line)
+        if found and found[3] in _UNQUANTIZED:
+            by_leaf[found[2]] = found[1]
+    leaves: dict[str, set[str]] = {}
+    for t in manifest.tensors:
+        module, _, leaf = module_patterns.canonical(t.name, prefixes).rpartition(".")
+        leaves.setdefault(re.sub(r"(?<=\.layers\.)\d+(?=\.|$)", "*", module, count=1), set()).add(leaf)
+    extra = []
+    for shape in kept:
+        roles = {by_leaf[leaf] for leaf in leaves.get(shape, ()) if leaf in by_leaf}
+        if len(roles) == 1 and next(iter(roles)) not in known:
+            extra.append(f"    {next(iter(roles))}: bf16")
+        elif not roles:
+            extra.append(f'    "{shape}": bf16')
     if "  overrides:" not in quant:
         quant = quant + ["  overrides:"]
     return quant + extra

@@ -45,6 +45,9 @@ class LayerPlan:
     kind: str = "scalar"
     #: other config fields ``expect`` reads, with their kinds: the entry applies only where they fit
     reads: dict[str, str] = field(default_factory=dict)
+    #: the component a layer this entry marks fills its attention slot with, where the field
+    #: names one mixer (``linear_attn_config.kda_layers``: KDA); ``archledger new`` builds templates from it
+    fill: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,17 @@ class StructuralField:
 
 
 @dataclass(frozen=True, slots=True)
+class Switch:
+    """A config switch that sets a component option (``mla_use_output_gate`` -> mla_attention's
+    ``output_gate``): ``archledger new`` writes the config's value into every fill of the component."""
+
+    field: str          # dotted config path
+    component: str
+    option: str
+    where: Where
+
+
+@dataclass(frozen=True, slots=True)
 class Registry:
     prefixes: tuple[tuple[str, str], ...]
     other_modalities: tuple[str, ...]
@@ -69,6 +83,7 @@ class Registry:
     #: the transformers release every modeling-code evidence file is recorded with (the oracle
     #: extra of pyproject.toml pins the same; ``archledger snapshot --all --meta`` moves both)
     oracle: str | None = None
+    switches: tuple[Switch, ...] = ()
 
     def top_level_fields(self) -> set[str]:
         """Config keys the snapshot records for the guards even when no spec reads them."""
@@ -100,16 +115,19 @@ def _registry(path: str, rel: str) -> Registry:
                                 "use one of: " + ", ".join(f"{k} ({doc})" for k, doc in PLAN_KINDS.items()))
         plans.append(LayerPlan(raw["field"], raw["feature"], raw["expect"], dict(raw.get("defaults") or {}),
                                tuple(raw.get("values") or ()), where(data["layer_plans"], "layer_plans", i),
-                               bool(raw.get("whole", False)), raw["kind"], dict(raw.get("reads") or {})))
+                               bool(raw.get("whole", False)), raw["kind"], dict(raw.get("reads") or {}),
+                               raw.get("fill")))
     structural = []
     for i, raw in enumerate(data.get("structural") or []):
         structural.append(StructuralField(raw["field"], raw["op"], raw["dim"], raw.get("doc", ""),
                                           dict(raw.get("unless") or {}), bool(raw.get("compare", True)),
                                           raw.get("cache"), where(data["structural"], "structural", i),
                                           raw.get("same_as")))
+    switches = tuple(Switch(raw["field"], raw["component"], raw["option"], where(data["switches"], "switches", i))
+                     for i, raw in enumerate(data.get("switches") or []))
     oracle = (data.get("oracle") or {}).get("transformers")
     return Registry(prefixes, tuple(canon.get("other_modalities") or ()), tuple(plans), tuple(structural),
-                    str(oracle) if oracle is not None else None)
+                    str(oracle) if oracle is not None else None, switches)
 
 
 #: What a layer plan's config field holds: the schedule guard applies an entry to a value of its

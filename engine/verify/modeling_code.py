@@ -105,6 +105,26 @@ def hf_config(data: dict[str, Any]):
                                 f"{_short(exc)}") from None
 
 
+def attribute_map(data: dict[str, Any]) -> dict[str, str]:
+    """The ``attribute_map`` of the transformers config class of ``data`` (a config.json section):
+    canonical attribute -> the name this family stores it under (Kimi Linear's
+    ``num_experts_per_tok -> num_experts_per_token``). The class is found as :func:`hf_config` finds
+    it (the model_type, else a built-in architecture it declares); {} when transformers has neither
+    or is not installed. Nothing is built."""
+    try:
+        transformers, config_names, auto = _mappings()
+        from transformers import CONFIG_MAPPING
+    except (ModelingCodeError, ImportError):
+        return {}
+    model_type = data.get("model_type")
+    if model_type not in config_names:
+        by_class = {cls: mt for mt, cls in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
+        model_type = next((by_class[a] for a in data.get("architectures") or [] if a in by_class), None)
+    if model_type is None:
+        return {}
+    return {str(k): str(v) for k, v in (getattr(CONFIG_MAPPING[model_type], "attribute_map", None) or {}).items()}
+
+
 def _short(value: Any, limit: int = 120) -> str:
     """One short line of ``value`` (a config section or an exception can be kilobytes)."""
     text = " ".join(str(value).split())
