@@ -18,7 +18,9 @@ Document (``results/formulas/<org--name>.json``, one per model):
   group, parts, f_weight]`` (tree / string / table indices, ``parts`` a list of string indices;
   ``calls`` = the collective's calls per step, ``coll`` its (op, ranks, nodes) or -1; the labels
   from ``name`` on are those of ``archledger deploy --json``'s op rows, engine.deploy.op_rows);
-* ``evaluation_order``: true when every step column's tree and every ``kv_dev`` tree is written in
+* ``kv_terms``: per stack (``main``, ``mtp``) and part (``all``, engine.language.kv.PARTS) the trees
+  of a request's cache elements and own-dtype bytes in ``length``, in their compiled order;
+* ``evaluation_order``: true when every step column's tree, every ``kv_dev`` and ``kv_terms`` tree is written in
   the order its compiled function evaluates (engine.deploy.printed_tree: evaluated with numpy they
   give the compile path's floats, bit for bit); false when one had no such tree (to_tree's form);
 * ``options``: per (GPU, config, framework) the KV dtypes, the fusion token ``limits`` and per
@@ -305,6 +307,23 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                             # the steady-state capacity's paging and admission (engine.deploy.admission)
                             "admission": _admission(base.admission), **by_phase})
     kv_symbol = symbols.dim("kv_bytes")
+    length = symbols.dim(symbols.LENGTH)
+
+    def kv_terms(stack: str) -> dict:
+        """Per part, the trees of a request's cache elements and own-dtype bytes in ``length``, each
+        in the order of its compiled function (engine.language.kv.elements_per_request_fn and
+        own_dtype_bytes_per_request_fn lambdify the same terms)."""
+        out = {}
+        for name, part in (("all", None), *((p, p) for p in kv.PARTS)):
+            pair = []
+            for term in kv.request_terms(ev.numeric, stack, part):
+                printed = lambdified_tree(symbols.checked_lambdify(length, term, modules=list(symbols.NUMPY_MODULES)))
+                if printed is None:
+                    unordered.append(term)
+                pair.append(to_tree(term) if printed is None else printed)
+            out[name] = pair
+        return out
+    stored_kv = {"main": kv_terms("main"), **({MTP_STACK: kv_terms(MTP_STACK)} if modules else {})}
     kv_request = {}
     for name, part in (("all", None), *((p, p) for p in kv.PARTS)):
         elements, own = kv.request_terms(ev.numeric, part=part)
@@ -329,7 +348,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             "dtypes": dtypes.items, "colls": colls.items, "gpus": gpu_rows, "configs": config_rows,
             "options": options, "programs": programs.items, "trees": trees.items, "strings": strings.items,
             "expected": expected_lists.items, "lookups": lookups.items,
-            "default_efficiency": DEFAULT_EFFICIENCY, "evaluation_order": not unordered}
+            "default_efficiency": DEFAULT_EFFICIENCY, "kv_terms": stored_kv, "evaluation_order": not unordered}
 
 
 def document_json(doc: dict[str, Any]) -> str:

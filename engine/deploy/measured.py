@@ -594,7 +594,12 @@ def spec_tree(spec: Spec | None, repeat: float, table_ref: Callable[[dict], obje
     if spec is None:
         return fallback
     point = [to_tree(e) for e in spec.point]
-    nodes = [["lookup", table_ref(lookup_table(distil(t, spec.point), spec.roof, peak_rate(t, _roof(spec.roof)))),
+    # each entry with what :func:`resolve` and :func:`finish` read besides (the roofline's key, the
+    # MoE key's text, the table's labels): a stored program's lookups (engine.deploy.stored) go
+    # through them too
+    nodes = [["lookup", table_ref({**lookup_table(distil(t, spec.point), spec.roof, peak_rate(t, _roof(spec.roof))),
+                                   "roof_key": list(spec.roof), "shape": spec.shape,
+                                   "table": [t.kernel, t.variant, t.gpu, t.framework, t.version, t.source]}),
               *point] for t in spec.tables]
     time = nodes[0] if len(nodes) == 1 else ["min", *nodes]
     applies = ["and", [">", T_SOL, 0], *([">", p, 0] for p in point), to_tree(spec.applies)]
@@ -654,6 +659,8 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
     at once; ``values``: the compiled program's evaluation there (engine.deploy.cost: ``t_sol``,
     ``flops``, ``comm_bytes``, each (steps, points))."""
     s = plan.structure
+    if hasattr(s, "gather"):        # a structure made from the build's document: its own trees (engine.deploy.stored)
+        return s.gather(plan, phase, batch, seq, ctx, values, keep)
     steps = s.programs[phase].steps
     keep = list(range(len(steps)) if keep is None else keep)
     n = len(batch)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from engine.language import symbols
+from engine.language import kv, symbols
 from engine.language.formula_tree import run_arrays
 from engine.language.api import Evaluation
 from engine.language.errors import SpecError, Where
@@ -204,11 +204,24 @@ class Structure:
             fn = _KV_FNS[self.kv_device_per_request] = symbols.checked_lambdify(
                 (LENGTH, KV_BYTES), self.kv_device_per_request, modules=list(symbols.NUMPY_MODULES))
 
-        def kv_device_fn(length, kv_bytes):
-            """KV bytes per request on one GPU, shaped like ``length`` x ``kv_bytes`` even when the
-            expression is constant (a pipeline stage holding only fixed-size states)."""
-            length, kv_bytes = np.asarray(length, dtype=float), np.asarray(kv_bytes, dtype=float)
-            return np.broadcast_to(np.asarray(fn(length, kv_bytes), dtype=float),
-                                   np.broadcast_shapes(length.shape, kv_bytes.shape))
+        self.kv_device_fn = kv_device(fn)
 
-        self.kv_device_fn = kv_device_fn
+    @property
+    def max_context(self) -> int:
+        """The model's longest context (past it a point is extrapolated)."""
+        return int(self.ev.numeric.max_context)
+
+    def request_bytes_fn(self, stack: str, part: str | None = None):
+        """Cache bytes per request of one stack (engine.language.kv.request_bytes_fn)."""
+        return kv.request_bytes_fn(self.ev.numeric, stack, part)
+
+
+def kv_device(fn):
+    """A structure's ``kv_device_fn`` from the compiled KV-per-GPU expression ``fn(length, kv_bytes)``."""
+    def kv_device_fn(length, kv_bytes):
+        """KV bytes per request on one GPU, shaped like ``length`` x ``kv_bytes`` even when the
+        expression is constant (a pipeline stage holding only fixed-size states)."""
+        length, kv_bytes = np.asarray(length, dtype=float), np.asarray(kv_bytes, dtype=float)
+        return np.broadcast_to(np.asarray(fn(length, kv_bytes), dtype=float),
+                               np.broadcast_shapes(length.shape, kv_bytes.shape))
+    return kv_device_fn
