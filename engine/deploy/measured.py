@@ -485,7 +485,7 @@ class Ask:
     at: np.ndarray                      # indices of the points a table covers
     points: np.ndarray                  # (len(at), axes): the step's point on the tables' axes
     tables: list
-    roof: tuple
+    roof: object                        # the roofline's key (interpolation._roof), or its function
     repeat: float
     shape: str                          # an MoE table's key, as text
     found: list = None
@@ -571,6 +571,18 @@ def _roof_tree(roof: tuple) -> list:
     return to_tree(roof_expr(roof))
 
 
+@functools.lru_cache(maxsize=4096)
+def _roof_fn(roof: tuple):
+    """The roofline's compiled function (interpolation._roof) as [its parameters, its tree in its
+    evaluation order] (engine.deploy.printed_tree; None where it has none): a stored lookup reads
+    it without sympy, the same floats."""
+    import inspect
+    from engine.deploy.printed_tree import lambdified_tree
+    fn = _roof(roof)
+    tree = lambdified_tree(fn)
+    return None if tree is None else [list(inspect.signature(fn).parameters), tree]
+
+
 def _short(x: float):
     """A whole float as an int (shorter JSON; the same number)."""
     return int(x) if x.is_integer() and abs(x) < 2 ** 53 else x
@@ -598,7 +610,7 @@ def spec_tree(spec: Spec | None, repeat: float, table_ref: Callable[[dict], obje
     # MoE key's text, the table's labels): a stored program's lookups (engine.deploy.stored) go
     # through them too
     nodes = [["lookup", table_ref({**lookup_table(distil(t, spec.point), spec.roof, peak_rate(t, _roof(spec.roof))),
-                                   "roof_key": list(spec.roof), "shape": spec.shape,
+                                   "roof_key": list(spec.roof), "roof_fn": _roof_fn(spec.roof), "shape": spec.shape,
                                    "table": [t.kernel, t.variant, t.gpu, t.framework, t.version, t.source]}),
               *point] for t in spec.tables]
     time = nodes[0] if len(nodes) == 1 else ["min", *nodes]
@@ -634,7 +646,8 @@ def resolve(asks: list[Ask]) -> None:
         for i, table in enumerate(a.tables):
             by_table.setdefault((id(table), a.roof), (table, []))[1].append((a, i))
     for (_, roof), (table, users) in by_table.items():
-        t, outside = interpolate_many(table, np.concatenate([a.points for a, _ in users]), _roof(roof))
+        t, outside = interpolate_many(table, np.concatenate([a.points for a, _ in users]),
+                                      roof if callable(roof) else _roof(roof))
         start = 0
         for a, i in users:
             cut = slice(start, start + len(a.points))

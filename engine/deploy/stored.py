@@ -72,6 +72,7 @@ class Document:
         self._programs: dict[int, Any] = {}
         self._specs: dict[int, Any] = {}
         self._tables: dict[int, Any] = {}
+        self._roofs: dict[int, Any] = {}
 
     def function(self, index: int):
         """Tree ``index`` as a function of (batch, seq, ctx, kv_bytes), or its float."""
@@ -137,10 +138,22 @@ class Document:
             time = value[1][2]                                   # ["max", ["*", repeat, time], t_sol]
             nodes = time[1:] if time[0] == "min" else [time]
             entries = [self.doc["lookups"][n[1]] for n in nodes]
-            spec = (float(value[1][1]), [self.table(n[1]) for n in nodes], tuple(entries[0]["roof_key"]),
+            spec = (float(value[1][1]), [self.table(n[1]) for n in nodes], self.roof(nodes[0][1]),
                     [compile_arrays(p) for p in nodes[0][2:]], compile_arrays(applies[-1]), entries[0]["shape"])
         self._specs[index] = spec
         return spec
+
+    def roof(self, ref: int):
+        """Lookup ``ref``'s roofline: its stored tree as a function of the table's axes (made once
+        per ref, so the interpolation groups by it), or its key where the tree is missing
+        (engine.deploy.interpolation compiles it then)."""
+        found = self._roofs.get(ref)
+        if found is None:
+            entry = self.doc["lookups"][ref]
+            stored = entry.get("roof_fn")
+            found = self._roofs[ref] = tuple(entry["roof_key"]) if stored is None else \
+                _shaped(positional(stored[1], tuple(stored[0])))
+        return found
 
     def table(self, ref: int):
         """Lookup table ``ref`` as an engine.deploy.measured_tables.Table (one object per ref: the
