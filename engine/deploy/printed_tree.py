@@ -29,7 +29,7 @@ from typing import Any
 
 import sympy
 
-from engine.deploy import cost
+import engine.deploy.cost as cost
 
 #: numpy functions lambdify's source calls -> the tree's op (same numpy function in
 #: formula_tree.compile_arrays)

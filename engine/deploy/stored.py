@@ -11,7 +11,7 @@ bit for bit, on three models.
 
 Which program a deployment runs: the option of its (GPU, config, scale-up domain, framework), and
 per phase the program of its fusion token regime (the number of the option's ``limits`` the
-tokens per device exceed: engine.deploy.structure_cache.regime).
+tokens per device exceed: engine.deploy.structure.regime).
 """
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ class Document:
     @staticmethod
     def regime(option: dict, tokens: int) -> int:
         """The fusion regime of ``tokens`` per device under ``option``'s limits."""
-        from engine.deploy.structure_cache import regime      # the one rule of a regime
+        from engine.deploy.structure import regime      # the one rule of a regime
         return regime(option["limits"], tokens)
 
     def spec(self, index: int):

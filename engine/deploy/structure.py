@@ -7,6 +7,7 @@ of those imports the other's internals, and neither is imported here.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,6 +155,12 @@ def tokens_per_device(config: ParallelConfig, scenario: Scenario,
     prefill's are one chunked-prefill step's; decode's ``decode_seq`` per request (MTP verification)."""
     prefill, decode = device_tokens(config, scenario.batch, scenario.input_len, prefill_tokens, decode_seq)
     return {"prefill": int(prefill), "decode": int(decode)}
+
+
+def regime(limits: list[int], tokens: int | None) -> int:
+    """How many of ``limits`` a token count exceeds (a limit is inclusive: tokens <= limit fuses;
+    0 without limits, where tokens is None): the fusion regime of :func:`tokens_per_device`'s count."""
+    return 0 if not limits or tokens is None else bisect_left(limits, tokens)
 
 
 def device_tokens(config: ParallelConfig, batch, input_len, prefill_tokens: int = PREFILL_TOKENS,
