@@ -618,6 +618,11 @@ def spec_tree(spec: Spec | None, repeat: float, table_ref: Callable[[dict], obje
     return ["pw", [["max", ["*", repeat, time], T_SOL], applies], [fallback, 1]]
 
 
+#: The fields of a lookup entry (:func:`spec_tree`) only the stored path reads (engine.deploy.stored:
+#: resolve and finish of a document's lookups); the deploy page's data leaves them out (site_builder.data).
+STORED_ONLY = ("roof_key", "roof_fn", "shape", "table")
+
+
 def node_lookup(tables: dict) -> Callable[[object, list], float]:
     """The ``lookup`` of :func:`engine.language.formula_tree.evaluate` for trees whose lookup nodes
     refer to ``tables`` (ref -> :func:`lookup_table`'s JSON): :func:`interpolate` of that table at
