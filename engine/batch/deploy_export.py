@@ -64,7 +64,7 @@ from engine.deploy.cost import step_totals
 from engine.deploy.fusion import live_token_limits, token_limits
 from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, member_ops, spec_tree, step_spec
 from engine.deploy.planner import mtp_modules
-from engine.deploy.printed_tree import lambdified_tree, step_tree
+from engine.deploy.printed_tree import length_tree, step_tree
 from engine.deploy.op_rows import formula_text, weight_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
 from engine.language import kv, symbols
@@ -133,9 +133,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         ``kv_device_fn`` (lambdify in ``length`` and ``kv_bytes``)."""
         found = kv_trees.get(expr)
         if found is None:
-            fn = symbols.checked_lambdify((symbols.dim(symbols.LENGTH), symbols.dim("kv_bytes")), expr,
-                                          modules=list(symbols.NUMPY_MODULES))
-            printed = lambdified_tree(fn)
+            printed = length_tree(expr, (symbols.dim(symbols.LENGTH), symbols.dim("kv_bytes")))
             if printed is None:
                 unordered.append(expr)
             found = kv_trees[expr] = trees.add(to_tree(expr) if printed is None else printed)
@@ -317,7 +315,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         for name, part in (("all", None), *((p, p) for p in kv.PARTS)):
             pair = []
             for term in kv.request_terms(ev.numeric, stack, part):
-                printed = lambdified_tree(symbols.checked_lambdify(length, term, modules=list(symbols.NUMPY_MODULES)))
+                printed = length_tree(term, length)
                 if printed is None:
                     unordered.append(term)
                 pair.append(to_tree(term) if printed is None else printed)

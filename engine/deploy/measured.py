@@ -609,13 +609,29 @@ def spec_tree(spec: Spec | None, repeat: float, table_ref: Callable[[dict], obje
     # each entry with what :func:`resolve` and :func:`finish` read besides (the roofline's key, the
     # MoE key's text, the table's labels): a stored program's lookups (engine.deploy.stored) go
     # through them too
-    nodes = [["lookup", table_ref({**lookup_table(distil(t, spec.point), spec.roof, peak_rate(t, _roof(spec.roof))),
-                                   "roof_key": list(spec.roof), "roof_fn": _roof_fn(spec.roof), "shape": spec.shape,
-                                   "table": [t.kernel, t.variant, t.gpu, t.framework, t.version, t.source]}),
-              *point] for t in spec.tables]
+    nodes = [["lookup", table_ref(_stored_entry(t, spec)), *point] for t in spec.tables]
     time = nodes[0] if len(nodes) == 1 else ["min", *nodes]
     applies = ["and", [">", T_SOL, 0], *([">", p, 0] for p in point), to_tree(spec.applies)]
     return ["pw", [["max", ["*", repeat, time], T_SOL], applies], [fallback, 1]]
+
+
+_STORED_ENTRIES: dict = {}      # (id(table), the spec's point, roof, shape) -> (table, the entry)
+
+
+def _stored_entry(table: Table, spec: Spec) -> dict:
+    """A lookup node's entry (:func:`lookup_table` of the distilled table) with the fields only the
+    stored path reads (:data:`STORED_ONLY`); one object per table, point, roofline and MoE key (the
+    export finds an entry it has by its object first)."""
+    key = (id(table), spec.point, spec.roof, spec.shape)
+    found = _STORED_ENTRIES.get(key)
+    if found is None or found[0] is not table:
+        if len(_STORED_ENTRIES) > 20_000:
+            _STORED_ENTRIES.clear()
+        entry = {**lookup_table(distil(table, spec.point), spec.roof, peak_rate(table, _roof(spec.roof))),
+                 "roof_key": list(spec.roof), "roof_fn": _roof_fn(spec.roof), "shape": spec.shape,
+                 "table": [table.kernel, table.variant, table.gpu, table.framework, table.version, table.source]}
+        found = _STORED_ENTRIES[key] = (table, entry)
+    return found[1]
 
 
 #: The fields of a lookup entry (:func:`spec_tree`) only the stored path reads (engine.deploy.stored:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 from typing import Any
 
 import sympy
@@ -118,8 +119,11 @@ def lambdified_tree(fn) -> Any:
     """The tree of a lambdify-made function's return expression (its source, parsed), None when its
     body is more than one return or holds an operation :func:`_tree` does not write."""
     try:
-        source = ast.parse(inspect.getsource(fn))
-    except (OSError, TypeError, SyntaxError):
+        # lambdify keeps its whole source in linecache under the function's file name (cheaper to
+        # read there than through inspect.getsource)
+        text = "".join(linecache.getlines(fn.__code__.co_filename)) or inspect.getsource(fn)
+        source = ast.parse(text)
+    except (OSError, TypeError, SyntaxError, AttributeError):
         return None
     body = source.body[0].body if source.body and isinstance(source.body[0], ast.FunctionDef) else []
     if len(body) != 1 or not isinstance(body[0], ast.Return):
@@ -131,6 +135,23 @@ def lambdified_tree(fn) -> Any:
         return None
 
 
+_KV_TREES: dict = {}
+
+
+def length_tree(expr, args: tuple) -> Any:
+    """The tree of ``symbols.checked_lambdify(args, expr, modules=NUMPY_MODULES)`` (a cache term in
+    ``length``, KV per GPU in ``length`` and ``kv_bytes``: how engine.language.kv and
+    engine.deploy.structure compile them), None where it has none; once per (expression, args)."""
+    key = (expr, args)
+    found = _KV_TREES.get(key, _KV_TREES)
+    if found is _KV_TREES:
+        from engine.language import symbols
+        found = _KV_TREES[key] = lambdified_tree(symbols.checked_lambdify(args, expr, modules=list(symbols.NUMPY_MODULES)))
+        if len(_KV_TREES) > 20_000:
+            _KV_TREES.clear()
+    return found
+
+
 _STEP_TREES: dict = {}
 
 
@@ -140,9 +161,8 @@ def step_tree(expr) -> Any:
     found = _STEP_TREES.get(expr, _STEP_TREES)
     if found is not _STEP_TREES:
         return found
-    if expr.is_number:
-        value = float(expr)
-        tree = int(expr) if expr.is_Integer and abs(int(expr)) < 2 ** 53 else value
+    if expr.is_number:           # an integer as itself, else the float the compile path stores (its own memo)
+        tree = int(expr) if expr.is_Integer and abs(int(expr)) < 2 ** 53 else cost._compiled(expr)
     else:
         tree = _polynomial_tree(expr)
         if tree is None:
