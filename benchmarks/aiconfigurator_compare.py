@@ -89,7 +89,7 @@ def aic_estimate(model: str, system: str, tp: int, batch: int, moe: dict):
 def archledger(ev, gpu, tp: int, batch: int, output: int):
     """ArchLedger's deployment at one scenario (vLLM fusions, BF16 KV and activations)."""
     from engine.deploy import Options, Scenario, plan
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     from engine.deploy.parallel import ParallelConfig
 
     scenario = Scenario(batch=batch, input_len=INPUT, output_len=output)

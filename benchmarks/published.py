@@ -66,7 +66,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from engine.language.errors import SpecError, Where  # noqa: E402  (after the sys.path line)
 from engine.language.yamlio import load_yaml  # noqa: E402
-from engine.deploy.fusion import OVERLAP_POLICIES  # noqa: E402
+from engine.deploy.fusion_table import OVERLAP_POLICIES
 
 DATA = REPO / "benchmarks" / "data" / "published.yaml"
 METRICS = ("prefill", "decode", "output")
@@ -76,7 +76,7 @@ REQUIRED = ("id", "source", "model", "gpu", "gpus", "tp", "framework", "metric",
 OPTION_DEFAULTS = {"weight_format": "checkpoint", "kv_dtype": "bf16", "act_dtype": "bf16", "hbm_fraction": 0.9,
                    "prefill_tokens": 8192}
 #: A point's ``overlap:`` (the schedule estimate's overlap policy, Options.overlap; "" = the
-#: framework's default): engine.deploy.fusion.OVERLAP_POLICIES.
+#: framework's default): engine.deploy.fusion_table.OVERLAP_POLICIES.
 OVERLAPS = ("",) + OVERLAP_POLICIES
 DEGREES = ("tp", "ep", "dp_attn", "pp", "cp")
 #: Extra words a bound / estimate key may carry besides the base key's words and its kind.

@@ -32,7 +32,7 @@ from engine.project import GRID_FILE as DEFAULT  # noqa: E402
 
 from engine.batch import grid_eval  # noqa: E402
 from engine.serving.fronts import evaluate_model, load_sizing  # noqa: E402
-from engine.deploy.fusion import load_tables  # noqa: E402
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.structure_cache import StructureCache  # noqa: E402
 from engine.cli import main as cli  # noqa: E402
 from engine.language.api import evaluate_spec  # noqa: E402

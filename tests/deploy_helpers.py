@@ -8,7 +8,7 @@ import json
 import math
 
 from engine.deploy import Options, Scenario, plan
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 
@@ -121,7 +121,7 @@ def pool_pairs(searched) -> list[tuple]:
 def structure_cache(model_id: str):
     """A fresh :class:`engine.deploy.structure_cache.StructureCache` of a corpus model with the
     corpus's fusion tables (the sizing tests' module fixtures)."""
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     from engine.deploy.structure_cache import StructureCache
     from tests.conftest import _evaluation
     ev = _evaluation(model_id)

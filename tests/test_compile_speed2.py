@@ -1,9 +1,9 @@
 """Consistency: the compile path's shortcuts give what sympy.lambdify and the plain arithmetic give.
 
 * A step expression that is a sum of monomials in the scenario symbols (nine in ten) is compiled
-  by engine.deploy.cost._polynomial: a function doing what lambdify's source for it does,
+  by engine.deploy.step_functions._polynomial: a function doing what lambdify's source for it does,
   operation for operation, without printing and compiling source. Its plan
-  (engine.deploy.cost._polynomial_plan: the terms in the printer's order, each sign and
+  (engine.deploy.step_functions._polynomial_plan: the terms in the printer's order, each sign and
   coefficient) is rendered here as the text it stands for and compared with the source
   ``sympy.lambdify(ARGS, expr, modules=...)`` writes, character for character; and the function's
   floats (values, types and shapes) are compared with lambdify's, at non-integer points where a
@@ -11,7 +11,7 @@
   order (a constant first, the ``c - k*x`` special case missed) or with another sign or
   coefficient (the text comparison); factors multiplied in another order (``x*(k*y)``), a rational
   coefficient applied as ``/q`` at the end, a power's exponent or base mixed up (the floats).
-* engine.deploy.cost.step_totals keeps each product (expression x repeat, sequence set to 1 for a
+* engine.deploy.step_totals.step_totals keeps each product (expression x repeat, sequence set to 1 for a
   last-token step) per (expression, repeat, last token?): the totals equal the plain arithmetic
   on a real fused structure, cold and warm, and another repeat or flag is a new product.
 """
@@ -23,16 +23,16 @@ import numpy as np
 import pytest
 import sympy
 
-from engine.deploy import Options, cost, plan
-from engine.deploy.fusion import load_tables
+from engine.deploy import Options, plan, step_functions, step_totals
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.placement import step_with
+from engine.deploy.device_program import step_with
 from engine.deploy.structure import PHASES
 from engine.language import symbols
 
-B, S, C = cost.ARGS[:3]
-K = cost.KV_BYTES
+B, S, C = step_functions.ARGS[:3]
+K = step_functions.KV_BYTES
 R = sympy.Rational
 P = R(31, 32) ** (B * S)
 
@@ -64,7 +64,7 @@ def _factor_text(f) -> str:
         return f.name
     base, exp = f.args
     base = f"{base.p}" if base.q == 1 else f"({base.p}/{base.q})"
-    names = [s.name for s in cost._symbols(exp)]
+    names = [s.name for s in step_functions._symbols(exp)]
     return base + "**" + (names[0] if len(names) == 1 else "(" + "*".join(names) + ")")
 
 
@@ -90,10 +90,10 @@ def _text(plan) -> str:
 
 def _check(expr) -> bool:
     """Whether the fast path takes ``expr``; when it does, its text and floats are lambdify's."""
-    plan, ours = cost._polynomial_plan(expr), cost._polynomial(expr)
+    plan, ours = step_functions._polynomial_plan(expr), step_functions._polynomial(expr)
     if ours is None:              # not a sum of monomials, or a coefficient past a float
         return False
-    theirs = sympy.lambdify(cost.ARGS, expr, modules=cost._MODULES, docstring_limit=0)
+    theirs = sympy.lambdify(step_functions.ARGS, expr, modules=step_functions._MODULES, docstring_limit=0)
     body = inspect.getsource(theirs).splitlines()[-1].strip()
     assert body == "return " + _text(plan), expr
     for args in POINTS:
@@ -117,9 +117,9 @@ def test_other_expressions_are_left_to_lambdify():
                  B * P, P + R(1, 2) ** C, R(31, 32) ** (2 * B), R(31, 32) ** (B + S), (-2) ** B, R(31, 32) ** x,
                  B * S * R(10 ** 400, 3)):        # the coefficient's float overflows: lambdify's, raising
         assert not _check(expr)
-        fn = cost._compiled(expr)
+        fn = step_functions._compiled(expr)
         assert inspect.getsource(fn).startswith("def _lambdifygenerated(batch, seq, ctx, kv_bytes):")
-    assert cost._compiled(B * S * 8) is cost._FUNCTIONS[B * S * 8] and not hasattr(cost._compiled(B * S * 8),
+    assert step_functions._compiled(B * S * 8) is step_functions._FUNCTIONS[B * S * 8] and not hasattr(step_functions._compiled(B * S * 8),
                                                                                    "__wrapped__")
 
 
@@ -133,7 +133,7 @@ def test_consistency_corpus_step_sums_are_lambdify_s(corpus, evaluation, model, 
     table = load_tables(corpus.root / "fusion")["vllm"]
     structure = plan(evaluation(model), gpu, ParallelConfig(**degrees), Options(framework="vllm"), table).structure
     exprs = {expr for phase in PHASES for step in structure.programs[phase].steps
-             for expr in (*cost.step_totals(step), step.repeat) if not expr.is_number}
+             for expr in (*step_totals.step_totals(step), step.repeat) if not expr.is_number}
     taken = sum(_check(expr) for expr in exprs)
     assert taken > 20 and taken > len(exprs) / 2
 
@@ -159,11 +159,11 @@ def test_consistency_step_totals_products_are_plain(corpus, evaluation):
     assert any(s.last_token for s in steps) and any(s.kind == "fused" for s in steps)
     for cold in (True, False):
         if cold:
-            cost._TOTALS.clear(), cost._PRODUCTS.clear(), cost._SUMS.clear(), cost._BY_STEP.clear()
+            step_totals._TOTALS.clear(), step_totals._PRODUCTS.clear(), step_totals._SUMS.clear(), step_totals._BY_STEP.clear()
         for s in steps:
-            assert cost.step_totals(s) == _plain_totals(s)
+            assert step_totals.step_totals(s) == _plain_totals(s)
     # a changed input is seen: the same expression under another repeat or last-token flag
     s = next(s for s in steps if s.last_token and not s.flops.is_number)
     for changes in ({"repeat": s.repeat * 3}, {"last_token": False}):
         other = step_with(s, **changes)
-        assert cost.step_totals(other) == _plain_totals(other) != cost.step_totals(s)
+        assert step_totals.step_totals(other) == _plain_totals(other) != step_totals.step_totals(s)

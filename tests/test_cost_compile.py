@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 import sympy
 
-from engine.deploy import Options, cost, plan
-from engine.deploy.fusion import load_tables
+from engine.deploy import Options, plan, step_functions, step_totals
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.structure import PHASES
 from engine.language import symbols
 
 B, S, C = (symbols.dim(n) for n in symbols.SCENARIO_DIMS)
-K = cost.KV_BYTES
+K = step_functions.KV_BYTES
 
 #: Every node type the compiler prints itself, alone and nested: windows (Min), compressed caches
 #: (floor), expert touch probabilities (a rational base to a symbolic power), a negative power
@@ -43,11 +43,11 @@ HAND = [
 
 
 def _reference(expr) -> str:
-    return inspect.getsource(sympy.lambdify(cost.ARGS, expr, modules=cost._MODULES, docstring_limit=0))
+    return inspect.getsource(sympy.lambdify(step_functions.ARGS, expr, modules=step_functions._MODULES, docstring_limit=0))
 
 
 def _source(expr) -> str:
-    return inspect.getsource(cost._lambdify(expr))
+    return inspect.getsource(step_functions._lambdify(expr))
 
 
 @pytest.mark.parametrize("index", range(len(HAND)))
@@ -62,20 +62,20 @@ def test_compiled_functions_give_lambdify_floats():
     args = (np.array([1.0, 3.0, 64.0])[:, None], np.array([1.0, 17.0, 8192.0])[:, None],
             np.array([1.0, 1000.0, 131072.0])[None, :], np.array(2.0))
     for expr in HAND:
-        ours = cost._lambdify(expr)(*args)
-        theirs = sympy.lambdify(cost.ARGS, expr, modules=cost._MODULES)(*args)
+        ours = step_functions._lambdify(expr)(*args)
+        theirs = sympy.lambdify(step_functions.ARGS, expr, modules=step_functions._MODULES)(*args)
         assert np.array_equal(ours, theirs)
 
 
 def test_other_nodes_get_lambdify_s_own_printer():
     # a Float's text depends on the print depth, another symbol is read from the namespace: the
     # shared printer never sees them (its memo would hold a depth's text)
-    cost._lambdify(HAND[0])       # the shared printer exists
+    step_functions._lambdify(HAND[0])       # the shared printer exists
     for expr in (sympy.Float("0.3") * B * S + sympy.Float("0.25") * C, B * symbols.dim("hidden")):
-        memo = dict(cost._PRINTER[0]._memo)
+        memo = dict(step_functions._PRINTER[0]._memo)
         assert _source(expr) == _reference(expr)
-        assert cost._PRINTER[0]._memo == memo
-    assert cost._lambdify(sympy.Float("0.3") * B * S)(2.0, 5.0, 1.0, 1.0) == pytest.approx(3.0)
+        assert step_functions._PRINTER[0]._memo == memo
+    assert step_functions._lambdify(sympy.Float("0.3") * B * S)(2.0, 5.0, 1.0, 1.0) == pytest.approx(3.0)
 
 
 def test_a_structure_s_step_expressions_print_as_lambdify(corpus, evaluation):
@@ -87,7 +87,7 @@ def test_a_structure_s_step_expressions_print_as_lambdify(corpus, evaluation):
     seen = set()
     for phase in PHASES:
         for step in structure.programs[phase].steps:
-            for expr in (*cost.step_totals(step), step.repeat):
+            for expr in (*step_totals.step_totals(step), step.repeat):
                 if not expr.is_number and expr not in seen:
                     seen.add(expr)
                     assert _source(expr) == _reference(expr), expr

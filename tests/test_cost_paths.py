@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from engine.deploy import Options, plan
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.structure import PHASES

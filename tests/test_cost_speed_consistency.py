@@ -48,7 +48,7 @@ def test_table_columns_consistency_with_each_step_called(structure):
 
 def test_table_keeps_negative_zero_apart_consistency():
     # the table merges equal constants by their exact float: 0.0 and -0.0 stay two rows
-    from engine.deploy.placement import Program
+    from engine.deploy.device_program import Program
     compiled = cost.CompiledProgram(Program(phase="decode", steps=(), layouts={}))
     compiled._columns = [[0.0, -0.0, 2.5, 0.0, 2.5]] * 4
     compiled._calls = [0.0] * 5

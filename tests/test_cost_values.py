@@ -1,4 +1,4 @@
-"""The step functions' value memo (engine.deploy.cost._VALUES) gives the floats of a fresh call.
+"""The step functions' value memo (engine.deploy.point_values._VALUES) gives the floats of a fresh call.
 
 A program's column is evaluated from stored values when another program (or an earlier call) used
 the same function at the same point set. Checked against the functions called directly, with the
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.deploy import Options, plan
-from engine.deploy import cost
+from engine.deploy import point_values
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.structure import PHASES
@@ -28,8 +28,8 @@ def test_memo_gives_the_floats_of_a_fresh_call(evaluation):
         compiled = structure.compiled[phase]
         seq = ctx.copy() if phase == "prefill" else np.ones(3)
         args = [batch, seq, ctx, np.array(2.0)]
-        cost._VALUES.clear()
-        cost._VALUES_SIZE[0] = 0
+        point_values._VALUES.clear()
+        point_values._VALUES_SIZE[0] = 0
         for index in range(5):
             want = direct_column(compiled, index, args, (3,))
             cold = compiled.column(index, args, (3,))

@@ -143,7 +143,7 @@ def test_csa_attention_grows_with_context_times_topk(evaluation):
 
 
 def test_csa_decode_reads_only_the_selected_entries(evaluation):
-    from engine.deploy.cost import KV_BYTES
+    from engine.deploy.step_functions import KV_BYTES
     c = config(FLASH)
     steps = {s.uid: s for s in place(evaluation(FLASH), ParallelConfig(), 8, Options(), False)["decode"][0].steps}
     subs = {symbols.dim(symbols.BATCH): 1, symbols.dim(symbols.SEQ): 1, symbols.dim(symbols.CTX): 1048576, KV_BYTES: 1}

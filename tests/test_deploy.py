@@ -320,7 +320,7 @@ def test_formulas_evaluate_to_the_numbers():
     shared by both passes; the absolute numbers are checked by the hand-derived tests."""
     import sympy
     from engine.language import symbols
-    from engine.deploy.cost import step_totals
+    from engine.deploy.step_totals import step_totals
     ev = _evaluation(model_id("DeepSeek-V3"))
     config = ParallelConfig(tp=8, dp_attn=2, ep=4)
     p = make_plan("DeepSeek-V3", "H200", "sglang", Scenario(4, 1024, 64), **dict(tp=8, dp_attn=2, ep=4))

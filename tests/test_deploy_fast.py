@@ -219,7 +219,7 @@ def test_consistency_point_reader_shares_plans_and_answers_as_deploy(evaluation)
     per device (corpus/fusion/vllm.yaml), so decode at batch 1-32 and at 64-256 are two regimes of
     different programs: a reader that shared plans across them would answer wrongly."""
     from engine.deploy import Options, Scenario, plan
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.deploy.measured import load_measured
     from engine.deploy.parallel import ParallelConfig
@@ -250,7 +250,7 @@ def test_consistency_point_reader_reads_a_config_at_once_as_deploy(evaluation, s
     float, across the two fusion regimes of the test above (decode at batch 1-32 and 64-256 at TP 2
     on an H100): one summary call per plan, not per batch."""
     from engine.deploy import Options, Scenario, plan
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     from engine.deploy.hardware import find_gpu, load_gpus
     from engine.deploy.measured import load_measured
     from engine.deploy.parallel import ParallelConfig

@@ -68,7 +68,8 @@ def _args(root, argv: list[str]) -> argparse.Namespace:
     """``deploy ARGV``'s arguments as the command line gives them (``--corpus``, ``--out`` made absolute)."""
     from engine.cli import parser
     from engine.project import locate
-    args = parser().parse_args(["--corpus", str(root / "corpus"), "--out", str(root / "out"), "deploy", *argv, "--json"])
+    args = parser().parse_args(["--corpus", str(root / "corpus"), "--out", str(root / "out"), "deploy", *argv,
+                                "--json"])
     project = locate(args.corpus, args.out)     # as engine.cli.dispatch
     args.project, args.corpus, args.out, args.gpus_root = project, str(project.corpus), str(project.out), project.gpus
     return args
@@ -125,7 +126,8 @@ def test_the_fast_path_walks_places_and_compiles_nothing(checkout, monkeypatch):
     """From the document: no spec is walked, no structure built, no expression compiled (the step
     functions, the KV terms and the measured tables' rooflines all come from stored trees)."""
     from engine.cli.deploy_fast import stored_deployment
-    from engine.deploy import cost, interpolation, planner
+    from engine.deploy import interpolation, planner
+    from engine.deploy import step_functions as cost
     from engine.language import api, kv
 
     def refused(*args, **kwargs):

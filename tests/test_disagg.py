@@ -14,7 +14,7 @@ import pytest
 from engine.cli import main
 from engine.deploy import Options, Scenario
 from engine.serving.disagg import FIELDS, Pool, disaggregate, parse_pool, transfer_bytes
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import DEFAULT_ROOT, load_gpu, load_gpus
 from engine.serving.sizing import POINT_FIELDS, SLA, search
 from engine.serving.pairing import disaggregated

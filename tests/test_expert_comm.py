@@ -215,7 +215,7 @@ def test_vllm_engine_dispatch_dtype_follows_the_experts(weight_format, copy):
 def test_bad_policy_is_a_one_line_error(tmp_path, block, message):
     """A table whose expert_all_to_all names an unknown kernel or dtype is refused with the file,
     the field and what to write (engine.language.errors.SpecError)."""
-    from engine.deploy.fusion import load_table
+    from engine.deploy.fusion_table import load_table
     from engine.language.errors import SpecError
     fields = {"kernels": "kernels: {prefill: normal}", "dispatch": "dispatch: {dtype: fp8}",
               "combine": "combine: {dtype: bf16}"}

@@ -17,8 +17,8 @@ from sympy.printing.str import StrPrinter
 
 def test_memo_printer_consistency_with_sympy_printing():
     from engine.deploy import op_rows as sol     # (the printers moved with the op rows)
-    from engine.deploy.cost import step_totals
-    from engine.deploy.fusion import load_tables, token_limits
+    from engine.deploy.step_totals import step_totals
+    from engine.deploy.fusion_table import load_tables, token_limits
     from engine.deploy.hardware import load_gpus
     from engine.deploy.parallel import ParallelConfig
     from engine.deploy.structure_cache import StructureCache
@@ -79,7 +79,7 @@ def test_capacity_terms_consistency_with_capacity():
     """The grid computes :func:`engine.deploy.sol.capacity_terms` once per structure and reuses them
     for every GPU type of that structure: the capacities are those of a plain call per GPU."""
     import numpy as np
-    from engine.deploy.fusion import load_tables, token_limits
+    from engine.deploy.fusion_table import load_tables, token_limits
     from engine.deploy.hardware import load_gpus
     from engine.deploy.parallel import ParallelConfig
     from engine.deploy.sol import capacity, capacity_terms

@@ -18,7 +18,7 @@ import pytest
 @pytest.fixture(scope="module")
 def plans():
     from engine.language.api import evaluate
-    from engine.deploy.fusion import load_tables, token_limits
+    from engine.deploy.fusion_table import load_tables, token_limits
     from engine.deploy.structure_cache import StructureCache
     from engine.deploy.hardware import load_gpus
     from engine.deploy.parallel import ParallelConfig

@@ -17,7 +17,7 @@ import sympy
 
 from engine.serving.fronts import load_sizing
 from engine.batch.grid import load_grid
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.language.errors import SpecError
 
@@ -144,7 +144,7 @@ def test_long_text_column_same_parquet_bytes():
 
 def test_kv_at_is_subs():
     """StructureCache.kv_at: sympy's subs of the expression, memoized per expression and values."""
-    from engine.deploy.cost import KV_BYTES
+    from engine.deploy.step_functions import KV_BYTES
     from engine.deploy.structure import LENGTH
     from engine.deploy.structure_cache import StructureCache
     cache = StructureCache(None, {})

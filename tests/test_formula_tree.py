@@ -12,7 +12,8 @@ import math
 import pytest
 import sympy
 
-from engine.deploy.cost import ARGS, step_totals
+from engine.deploy.step_functions import ARGS
+from engine.deploy.step_totals import step_totals
 from engine.language import formula_tree as ft
 from site_builder.render import REPO
 from tests.deploy_helpers import make_plan

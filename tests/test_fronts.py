@@ -15,7 +15,7 @@ import yaml
 from engine.serving.fronts import FRONTS_SCHEMA, SIZING_SCHEMA, evaluate_model, load_sizing, staircase
 from engine.cli import main
 from engine.deploy import Options
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.serving.sizing import SLA, search
 from engine.language.errors import SpecError

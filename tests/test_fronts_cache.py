@@ -15,7 +15,7 @@ import yaml
 from engine.batch import grid_eval
 from engine.serving import fronts
 from engine.deploy import Options, Scenario
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.serving.sizing import SLA, search
 from engine.deploy.structure_cache import StructureCache

@@ -9,7 +9,7 @@ import pytest
 
 from engine.deploy import Scenario
 from engine.language.errors import SpecError
-from engine.deploy.fusion import load_table, load_tables
+from engine.deploy.fusion_table import load_table, load_tables
 
 from tests.conftest import REPO
 from tests.deploy_helpers import close, deploy, make_plan, op

@@ -18,9 +18,9 @@ import pytest
 @pytest.fixture(scope="module")
 def qwen():
     from engine.language.api import evaluate
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     from engine.deploy.structure_cache import StructureCache
-    from engine.deploy.fusion import token_limits
+    from engine.deploy.fusion_table import token_limits
     from engine.deploy.hardware import load_gpus
     from engine.deploy.parallel import ParallelConfig
     ev = evaluate("Qwen/Qwen3-8B")

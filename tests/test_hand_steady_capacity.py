@@ -29,7 +29,7 @@ import pytest
 
 from engine.deploy import Scenario
 from engine.deploy.admission import mean_paged_tokens, steady_tokens
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from tests.conftest import hf_config
 from tests.deploy_helpers import deploy, deploy_json
 from tests.test_hand_capacity import KV_TOKEN, ROOM, llama_8b_params

@@ -447,7 +447,7 @@ def _deployment(model, gpu, **kw):
     from pathlib import Path
     from engine.api import evaluate
     from engine.deploy import Options, ParallelConfig, find_gpu, load_gpus, plan
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     framework = kw.pop("framework", "vllm")
     options = kw.pop("options", {})
     scenario = Scenario(kw.pop("batch", 64), 1024, 1024)
@@ -598,7 +598,7 @@ def test_prefill_mla_reads_its_table():
     from pathlib import Path
     from engine.api import evaluate
     from engine.deploy import Options, ParallelConfig, find_gpu, load_gpus, plan
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     scenario = Scenario(8, 1024, 1)
     d = plan(evaluate("DeepSeek-V3"), find_gpu(load_gpus(), "H100"), ParallelConfig(tp=8, ep=8, dp_attn=8),
              Options(framework="sglang"), load_tables(Path(REPO / "corpus" / "fusion")).get("sglang"),

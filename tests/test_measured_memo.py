@@ -13,7 +13,7 @@ import sympy
 
 from engine.deploy import measured
 from engine.deploy.measured import Lookup, _gemm_point, expected_tree, load_measured, member_ops, spec_tree, step_spec
-from engine.deploy.placement import Layout, step_with
+from engine.deploy.device_program import Layout, step_with
 from engine.language import symbols
 from tests.deploy_helpers import make_plan
 

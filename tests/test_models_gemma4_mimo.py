@@ -204,7 +204,7 @@ def test_parallel_check_reads_each_layers_own_head_width(evaluation):
     """The TP divisibility check counts KV heads in `n_kv_heads * d_v_head` with the values the
     row was built from (d_v_head is bound in the attention fill, d_head is 512 in global layers)."""
     from engine.deploy.parallel import ParallelConfig
-    from engine.deploy.planner import check
+    from engine.deploy.legality import check
     assert check(evaluation(GEMMA), ParallelConfig(tp=2)) == []
     assert check(evaluation(MIMO), ParallelConfig(tp=8, ep=8, dp_attn=8)) == []
 

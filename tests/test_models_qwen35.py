@@ -234,7 +234,8 @@ def test_broadcast_operand_axis_is_never_split():
     TP, the gate is not split along its size-1 axis (no reshard of it), and the output follows the
     full operand."""
     from engine.deploy.parallel import Mesh, ParallelConfig
-    from engine.deploy.placement import DeviceTypes, Layout, Placer
+    from engine.deploy.placement import Placer
+    from engine.deploy.device_program import DeviceTypes, Layout
     from tests.conftest import _evaluation
     ev = _evaluation("Qwen/Qwen3.5-35B-A3B")
     a = ev.numeric

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from engine.deploy.fusion import BALANCED, load_table as load_fusion, moe_routing_of
+from engine.deploy.fusion_table import BALANCED, load_table as load_fusion, moe_routing_of
 from engine.deploy.measured import Lookup, Table, _tables_for, interpolate
 from engine.language.errors import SpecError
 

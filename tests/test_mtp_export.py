@@ -44,11 +44,11 @@ def test_export_plus_k_drafts_is_archledger_deploy_mtp(grid_path, case):
     from engine.batch.grid_eval import evaluate_model
     from engine.deploy.structure_cache import regime as _regime
     from engine.deploy import Options, Scenario, plan, tokens_per_device
-    from engine.deploy.cost import step_totals
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.step_totals import step_totals
+    from engine.deploy.fusion_table import load_tables
     from engine.deploy.hardware import load_gpus
     from engine.deploy.parallel import ParallelConfig
-    from engine.deploy.planner import mtp_modules
+    from engine.deploy.legality import mtp_modules
     from engine.language import symbols
     from engine.language.api import evaluate
     from engine.language.formula_tree import evaluate as tree_value

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.deploy import cost, sol
-from engine.deploy.fusion import load_tables, token_limits
+from engine.deploy import point_values, sol
+from engine.deploy.fusion_table import load_tables, token_limits
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.structure import PHASES
@@ -105,13 +105,13 @@ def test_table_memo_consistency_with_each_step_called(cache, gpus):
 def test_values_size_follows_dropped_point_sets(cache, gpus, monkeypatch):
     s = cache.structure(CONFIGS[1], 8, "vllm", gpus[0], (0, 0))
     compiled = s.compiled["decode"]
-    monkeypatch.setattr(cost, "VALUES_ELEMENTS", 2000)     # a few point sets at a time
-    cost._VALUES.clear()
-    cost._VALUES_SIZE[0] = 0
+    monkeypatch.setattr(point_values, "VALUES_ELEMENTS", 2000)     # a few point sets at a time
+    point_values._VALUES.clear()
+    point_values._VALUES_SIZE[0] = 0
     for b in range(1, 40):
         compiled.columns((0, 1, 2, 3, 4), [np.arange(b, b + 16.0), np.ones(16), np.full(16, 4096.0), np.array(2.0)],
                          (16,))
-        held = sum(np.size(v) for values in cost._VALUES.values() for v in values.values())
-        assert cost._VALUES_SIZE[0] == held == sum(values.size for values in cost._VALUES.values())
-        assert held <= 2000 or len(cost._VALUES) == 1
-    assert len(cost._VALUES) < 39                          # some were dropped
+        held = sum(np.size(v) for values in point_values._VALUES.values() for v in values.values())
+        assert point_values._VALUES_SIZE[0] == held == sum(values.size for values in point_values._VALUES.values())
+        assert held <= 2000 or len(point_values._VALUES) == 1
+    assert len(point_values._VALUES) < 39                          # some were dropped

@@ -13,7 +13,8 @@ import operator
 
 import sympy
 
-from engine.deploy.placement import _div, _mul, _prod, _row_dims
+from engine.deploy.placement import _row_dims
+from engine.deploy.placement_arith import _div, _mul, _prod
 from engine.language import symbols
 from engine.language.shapes import Axis, Tensor
 

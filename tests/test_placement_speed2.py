@@ -1,7 +1,7 @@
 """Consistency (the engine with itself): placement's and the planner's memos and fast paths give
 what the plain computation gives, on corpus models.
 
-* :func:`engine.deploy.planner._memory` (weights per stage, the weight formula, KV per device) with
+* :func:`engine.deploy.stage_memory._memory` (weights per stage, the weight formula, KV per device) with
   its memos (:func:`_stage_rows`, :func:`_sum`, :func:`_stage_bytes`, :func:`_layers_on_stage`)
   equals the same function computed by the plain code it replaced (sympy.Add of every term, a
   scan of the components and the stage per cache entry), for MTP, hybrid (windowed, compressed,
@@ -12,16 +12,16 @@ from __future__ import annotations
 import pytest
 import sympy
 
-from engine.deploy import planner, replay
+from engine.deploy import legality, planner, replay, stage_memory
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.placement import ZERO
+from engine.deploy.device_program import ZERO
 from engine.deploy.structure import Options
 
 MODELS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V4-Flash", "nvidia/Nemotron-H-56B-Base-8K")
 
 
 def _plain_stage_rows(stored, ev, pp):
-    return planner._stage_rows_of(stored, ev, pp)
+    return stage_memory._stage_rows_of(stored, ev, pp)
 
 
 def _plain_layers_on_stage(ev, uid, stage):
@@ -36,24 +36,24 @@ def _plain_layers_on_stage(ev, uid, stage):
 def _plain_memory(ev, config, options, numeric, symbolic, monkeypatch):
     """_memory with every memo of this change replaced by the plain code (and its own memo off)."""
     with monkeypatch.context() as m:
-        m.setattr(planner, "_MEMORY", {})
-        m.setattr(planner, "_stage_rows", _plain_stage_rows)
-        m.setattr(planner, "_sum", lambda terms: sympy.Add(*terms))
-        m.setattr(planner, "_stage_bytes",
-                  lambda stored, rows: sympy.Add(*(planner._mul(stored[u], n) for u, n in rows)))
-        m.setattr(planner, "_layers_on_stage", _plain_layers_on_stage)
-        return planner._memory(ev, config, options, numeric, symbolic)
+        m.setattr(stage_memory, "_MEMORY", {})
+        m.setattr(stage_memory, "_stage_rows", _plain_stage_rows)
+        m.setattr(stage_memory, "_sum", lambda terms: sympy.Add(*terms))
+        m.setattr(stage_memory, "_stage_bytes",
+                  lambda stored, rows: sympy.Add(*(stage_memory._mul(stored[u], n) for u, n in rows)))
+        m.setattr(stage_memory, "_layers_on_stage", _plain_layers_on_stage)
+        return stage_memory._memory(ev, config, options, numeric, symbolic)
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_consistency_memory_figures_equal_plain(evaluation, model, monkeypatch):
     ev = evaluation(model)
     options = [Options()]
-    if planner.mtp_modules(ev):
+    if legality.mtp_modules(ev):
         options.append(Options(mtp_tokens=1))
     for config in (ParallelConfig(tp=8), ParallelConfig(tp=4, pp=2), ParallelConfig(tp=2, pp=4),
                    ParallelConfig(tp=8, pp=2)):
-        if planner.check(ev, config):
+        if legality.check(ev, config):
             continue
         for opts in options:
             numeric = planner.place(ev, config, 8, opts, False)
@@ -61,8 +61,8 @@ def test_consistency_memory_figures_equal_plain(evaluation, model, monkeypatch):
             for sym in (numeric, symbolic):          # the search's (formulas off) and the grid's
                 want = _plain_memory(ev, config, opts, numeric, sym, monkeypatch)
                 for _ in range(2):                    # the second round answers from the memos
-                    planner._MEMORY.clear()
-                    got = planner._memory(ev, config, opts, numeric, sym)
+                    stage_memory._MEMORY.clear()
+                    got = stage_memory._memory(ev, config, opts, numeric, sym)
                     assert got[0] == want[0] and type(got[0]) is type(want[0])
                     assert sympy.srepr(got[1]) == sympy.srepr(want[1])
                     assert sympy.srepr(got[2]) == sympy.srepr(want[2])
@@ -72,10 +72,10 @@ def test_stage_rows_memo_sees_other_rows_and_degrees(evaluation):
     ev = evaluation(MODELS[0])
     stored = planner.place(ev, ParallelConfig(tp=8), 8, Options(), False)["prefill"][0].stored
     for pp in (1, 2, 4):
-        assert planner._stage_rows(stored, ev, pp) == planner._stage_rows_of(stored, ev, pp)
+        assert stage_memory._stage_rows(stored, ev, pp) == stage_memory._stage_rows_of(stored, ev, pp)
     fewer = dict(list(stored.items())[:-3])
-    assert planner._stage_rows(fewer, ev, 2) == planner._stage_rows_of(fewer, ev, 2)
-    assert planner._stage_rows(fewer, ev, 2) != planner._stage_rows(stored, ev, 2)
+    assert stage_memory._stage_rows(fewer, ev, 2) == stage_memory._stage_rows_of(fewer, ev, 2)
+    assert stage_memory._stage_rows(fewer, ev, 2) != stage_memory._stage_rows(stored, ev, 2)
 
 
 def test_sum_memo_and_stage_bytes_integer_path_equal_sympy_add():
@@ -84,15 +84,15 @@ def test_sum_memo_and_stage_bytes_integer_path_equal_sympy_add():
              (x * 2, sympy.Integer(5), y), (sympy.Integer(7), sympy.Float(0.1))]
     for terms in cases:
         for _ in range(2):
-            got = planner._sum(terms)
+            got = stage_memory._sum(terms)
             assert sympy.srepr(got) == sympy.srepr(sympy.Add(*terms))
     # another tuple of other objects is its own entry
-    assert planner._sum((sympy.Integer(3), sympy.Integer(5))) == 8
+    assert stage_memory._sum((sympy.Integer(3), sympy.Integer(5))) == 8
     stored = {"a": sympy.Integer(10), "b": sympy.Integer(6)}
     rows = [("a", sympy.Integer(3)), ("b", sympy.Integer(2))]
-    assert sympy.srepr(planner._stage_bytes(stored, rows)) == sympy.srepr(sympy.Integer(42))
+    assert sympy.srepr(stage_memory._stage_bytes(stored, rows)) == sympy.srepr(sympy.Integer(42))
     stored["b"] = sympy.Rational(3, 2)
-    assert planner._stage_bytes(stored, rows) == sympy.Add(30, sympy.Integer(3))
+    assert stage_memory._stage_bytes(stored, rows) == sympy.Add(30, sympy.Integer(3))
 
 
 # -- prefill rows repeated across stage configs (planner._PhasePlacer with a library) ---------------
@@ -116,7 +116,7 @@ def test_consistency_rows_repeated_across_configs_place_as_alone(evaluation, mod
     they place alike) equals the config placed alone (no records of other configs), numeric and
     symbolic, both phases, down to the group names in its layouts."""
     ev = evaluation(model)
-    configs = [c for c in (ParallelConfig(**d) for d in REPLAY_CONFIGS) if not planner.check(ev, c)]
+    configs = [c for c in (ParallelConfig(**d) for d in REPLAY_CONFIGS) if not legality.check(ev, c)]
     assert len(configs) >= 5
     planner._STAGES.clear()
     planner._LIBRARIES.clear()
@@ -149,7 +149,7 @@ def test_rows_repeated_across_configs_share_step_objects(evaluation):
 
 def test_strict_tells_groups_of_equal_ranks_apart():
     from engine.deploy.parallel import Mesh
-    from engine.deploy.placement import Layout
+    from engine.deploy.device_program import Layout
     mesh = Mesh(ParallelConfig(tp=8, ep=8), 8)
     tp, ep = mesh.groups["tp"], mesh.groups["ep"]
     assert tp == ep and not replay._strict(tp, ep) and replay._strict(tp, Mesh(ParallelConfig(tp=8), 8).groups["tp"])

@@ -12,7 +12,7 @@ import pytest
 
 from engine.cli import main
 from engine.deploy import Options, Scenario, check, tokens_per_device
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.serving.sizing import BATCH_STEP, POINT_FIELDS, SLA, _device_tokens, batch_list, front, search

@@ -15,7 +15,7 @@ import pytest
 
 from engine.cli import main
 from engine.deploy import Options
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.measured import load_measured
 from engine.serving.retime import PointReader, answer_on

@@ -12,7 +12,7 @@ from engine.playground import playground_sol, steps, trees
 from engine.playground.whatif import _tables
 from engine.playground.catalog import PLAYGROUND
 from engine.deploy import Options, place
-from engine.deploy.cost import step_totals
+from engine.deploy.step_totals import step_totals
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.language import expr, storage

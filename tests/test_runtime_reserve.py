@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.deploy import Scenario
-from engine.deploy.fusion import DEFAULT_ROOT, load_table, load_tables
+from engine.deploy.fusion_table import DEFAULT_ROOT, load_table, load_tables
 from engine.deploy.parallel import ParallelConfig
 from engine.language.errors import SpecError
 from tests.conftest import hf_config

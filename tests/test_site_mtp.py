@@ -195,7 +195,7 @@ def test_mtp_modules_bound_k():
     """k runs from 0 to the model's MTP modules (the export's ``mtp_modules``, the select's options):
     one for Qwen3.5-27B (config.json text_config.mtp_num_hidden_layers), none for Llama-3.1-8B, whose
     page gets no controls."""
-    from engine.deploy.planner import mtp_modules
+    from engine.deploy.legality import mtp_modules
     from engine.language.api import evaluate
     assert mtp_modules(evaluate(MODEL)) == 1          # config.json text_config.mtp_num_hidden_layers
     assert mtp_modules(evaluate("meta-llama/Meta-Llama-3.1-8B")) == 0

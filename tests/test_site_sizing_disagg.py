@@ -26,7 +26,7 @@ from engine.cli import main
 from engine.cli.plan import _best
 from engine.deploy import Options
 from engine.serving.disagg import transfer_bytes
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.serving.sizing import SLA, GPUSearch, search

@@ -117,7 +117,7 @@ def _plant(value, key=None, planted=None):
 def _load(root: Path) -> None:
     """Every loader a build runs (corpus, GPUs, fusion tables, contracts): SpecError on a refusal."""
     from engine.batch.contract import load_contract
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     from engine.deploy.hardware import load_gpus
     from engine.language.corpus import load_corpus
     corpus = load_corpus(root / "corpus")

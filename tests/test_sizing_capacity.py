@@ -15,7 +15,7 @@ import pytest
 
 from engine.deploy import Options
 from engine.serving.disagg import PREFILL_OUTPUT
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.serving.sizing import _Evaluator, _stored_bytes, legal_configs
 from engine.deploy.structure_cache import StructureCache

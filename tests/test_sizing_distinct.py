@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from engine.deploy import Options
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.serving.sizing import batch_list

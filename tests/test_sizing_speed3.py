@@ -20,7 +20,7 @@ import pytest
 from engine.deploy import Options
 from engine.serving import sizing
 from engine.deploy.hardware import find_gpu, load_gpus
-from engine.deploy.fusion import live_token_limits
+from engine.deploy.fusion_table import live_token_limits
 from engine.deploy.parallel import ParallelConfig
 from engine.serving.sizing import SLA, search
 from engine.deploy.sol import capacity

@@ -15,7 +15,7 @@ import pytest
 from engine.deploy import Options
 from engine.serving import sizing
 from engine.serving.disagg import links
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.serving.sizing import SLA, front, search
 

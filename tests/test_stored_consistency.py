@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 import sympy
 
-from engine.deploy import Options, cost, plan
-from engine.deploy.fusion import load_tables
+from engine.deploy import Options, plan
+from engine.deploy import step_functions as cost
+from engine.deploy.step_totals import step_totals
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.printed_tree import lambdified_tree, step_tree
@@ -89,7 +91,7 @@ def test_consistency_corpus_step_functions(corpus, evaluation, model, gpu, degre
     structure = plan(evaluation(model), load_gpus()[gpu], ParallelConfig(**degrees), Options(framework="vllm"),
                      table).structure
     exprs = {e for phase in PHASES for s in structure.programs[phase].steps
-             for e in (*cost.step_totals(s), s.repeat if s.collective else sympy.S.Zero)}
+             for e in (*step_totals(s), s.repeat if s.collective else sympy.S.Zero)}
     assert sum(not e.is_number for e in exprs) > 20
     for expr in exprs:
         tree = step_tree(expr)

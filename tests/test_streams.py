@@ -110,7 +110,7 @@ def test_dsa_prefill_attention_grows_with_context_times_topk(evaluation):
 def test_dsa_decode_reads_only_the_selected_rows(evaluation):
     """Absorbed decode gathers index_topk latent rows; the indexer still reads every key, in FP8
     with one f32 scale per 128 elements (132 B per 128-wide key) whatever the KV dtype."""
-    from engine.deploy.cost import KV_BYTES
+    from engine.deploy.step_functions import KV_BYTES
     c = config(V32)
     plan = place(evaluation(V32), ParallelConfig(), 8, Options(), False)["decode"][0]
     steps = {s.uid: s for s in plan.steps}
@@ -437,7 +437,7 @@ def test_cross_layer_kv_is_stored_once_and_read_by_the_reader(tmp_path):
     assert [(p, r) for p, r, _ in next(s for s in a.streams if s.name == "shared_k").pairs] == \
         [(i - 1, i) for i in range(1, 32, 2)]
     # read by the reader: its decode attention reads the whole shared cache, like the owner's
-    from engine.deploy.cost import KV_BYTES
+    from engine.deploy.step_functions import KV_BYTES
     steps = {s.uid: s for s in place(ev, ParallelConfig(), 8, Options(), False)["decode"][0].steps}
     subs = {symbols.dim(symbols.BATCH): 1, symbols.dim(symbols.SEQ): 1, symbols.dim(symbols.CTX): 4096, KV_BYTES: 2}
     c = config("meta-llama/Meta-Llama-3.1-8B")

@@ -15,11 +15,12 @@ from dataclasses import replace
 import pytest
 import sympy
 
-from engine.deploy import fusion, planner
-from engine.deploy.fusion import _fused_step, _Graph, fuse, load_tables, match
+from engine.deploy import fusion, planner, stage_memory
+from engine.deploy.fusion import _fused_step, _Graph, fuse, match
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.placement import Program
+from engine.deploy.device_program import Program
 from engine.deploy.structure import Options, PHASES
 from engine.deploy.structure_cache import StructureCache
 
@@ -120,23 +121,23 @@ def test_consistency_programs_of_one_step_tuple_fuse_alike(setup):
 
 
 def test_consistency_kv_per_device_is_plain_arithmetic(setup, monkeypatch):
-    """planner._kv_per_device through placement's arithmetic memo equals the same function with
+    """stage_memory._kv_per_device through placement's arithmetic memo equals the same function with
     Python's operators in its place (the memo's invariant: the same sympy tree)."""
     import operator
 
     def plain(*args):
         with monkeypatch.context() as m:
             for name, op in (("_add", operator.add), ("_mul", operator.mul), ("_div", operator.truediv)):
-                m.setattr(planner, name, op)
-            return planner._kv_per_device(*args)
+                m.setattr(stage_memory, name, op)
+            return stage_memory._kv_per_device(*args)
 
     ev = setup[0]
     for config in (ParallelConfig(tp=2, pp=2), ParallelConfig(tp=4, pp=4), ParallelConfig(tp=8)):
         for _ in range(2):           # the second round answers from the memo
             program, placer = planner.place(ev, config, 8, Options(), False)["decode"]
-            stages = planner._stage_rows(program.stored, ev, config.pp)
+            stages = stage_memory._stage_rows(program.stored, ev, config.pp)
             for rows in stages:
-                got, want = planner._kv_per_device(ev, program, placer, rows), plain(ev, program, placer, rows)
+                got, want = stage_memory._kv_per_device(ev, program, placer, rows), plain(ev, program, placer, rows)
                 assert sympy.srepr(got) == sympy.srepr(want)
 
 

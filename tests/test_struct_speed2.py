@@ -8,7 +8,7 @@ the plain paths give.
   a repeated logits step keeping prefill's ``last_token``, a repeated recurrent step keeping
   prefill's state traffic, a row repeated under cp reading a split its decode input lacks, a
   reshard repeated where decode already made it (a doubled collective).
-* The compiled step functions (engine.deploy.cost._lambdify, lambdify given the parameter list as
+* The compiled step functions (engine.deploy.step_functions._lambdify, lambdify given the parameter list as
   text) have the source ``sympy.lambdify(ARGS, ...)`` writes, and its floats, on a model's real
   step expressions.
 """
@@ -21,10 +21,11 @@ import numpy as np
 import pytest
 import sympy
 
-from engine.deploy import cost, planner
-from engine.deploy.cost import KV_BYTES
+from engine.deploy import planner, step_functions, step_totals
+from engine.deploy.step_functions import KV_BYTES
 from engine.deploy.parallel import Mesh, ParallelConfig
-from engine.deploy.placement import DeviceTypes, Placer, phase_rows
+from engine.deploy.placement import Placer, phase_rows
+from engine.deploy.device_program import DeviceTypes
 from engine.deploy.structure import Options
 
 CASES = [
@@ -115,20 +116,20 @@ def test_consistency_compiled_step_functions_are_lambdify_s(evaluation):
     exprs = []
     for phase in ("prefill", "decode"):
         for step in placed[phase][0].steps:
-            exprs.extend(t for t in cost.step_totals(step) if not t.is_number)
+            exprs.extend(t for t in step_totals.step_totals(step) if not t.is_number)
     exprs = list(dict.fromkeys(exprs))
     assert len(exprs) > 30
     args = (np.array([1.0, 3.0, 64.0])[:, None], np.array([1.0, 17.0, 8192.0])[:, None],
             np.array([1.0, 1000.0, 131072.0])[None, :], np.array(2.0))
     for expr in exprs:
-        theirs = sympy.lambdify(cost.ARGS, expr, modules=cost._MODULES, docstring_limit=0)
-        ours = cost._lambdify(expr)
+        theirs = sympy.lambdify(step_functions.ARGS, expr, modules=step_functions._MODULES, docstring_limit=0)
+        ours = step_functions._lambdify(expr)
         assert inspect.getsource(ours) == inspect.getsource(theirs)
         assert np.array_equal(ours(*args), theirs(*args))
 
 
 def test_consistency_step_with_is_dataclasses_replace(evaluation):
-    from engine.deploy.placement import step_with
+    from engine.deploy.device_program import step_with
     ev = evaluation("Qwen/Qwen3-30B-A3B")
     placed = planner.place(ev, ParallelConfig(tp=4, ep=2, dp_attn=2, pp=2), 8, Options(), True)
     steps = [s for phase in ("prefill", "decode") for s in placed[phase][0].steps]

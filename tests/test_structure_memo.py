@@ -2,7 +2,7 @@
 
 Fusing keeps, per placed program, the fused step of each match and the renamed steps reading
 fused outputs (engine.deploy.fusion.fuse); placement keeps the products and quotients it builds
-(engine.deploy.placement._arith). The reference is the same computation without the memo: a
+(engine.deploy.placement_arith._arith). The reference is the same computation without the memo: a
 fresh copy of the program (no memo entry) fused with the same matches, and Python's own
 operators. A planted bug this catches: a renamed step kept from a call with other matches (its
 inputs renamed to a fusion that is not there), a memo key that makes 2 and 2.0 one entry.
@@ -14,10 +14,11 @@ from dataclasses import replace
 import sympy
 
 from engine.deploy import Options, plan
-from engine.deploy.fusion import fuse, load_tables, match
+from engine.deploy.fusion import fuse, match
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.placement import _div, _mul
+from engine.deploy.placement_arith import _div, _mul
 from engine.language import symbols
 
 

@@ -1,7 +1,7 @@
 """Consistency (the engine with itself): the grid's table building takes shortcuts that give the plain forms' values.
 
 * engine.deploy.cost shares one table layout between the programs whose columns hold the very same
-  functions and constants (``cost._LAYOUTS``): checked against the plain loop on real corpus
+  functions and constants (``point_values._LAYOUTS``): checked against the plain loop on real corpus
   programs, and not shared where the entries or their split into columns differ.
 * ``CompiledProgram.evaluation_key``: programs built apart with the same entries and rate kinds
   share it, and :func:`engine.deploy.sol.phases_many` evaluates one of them for all, over one point
@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.deploy import Options, cost, plan
+from engine.deploy import Options, cost, plan, point_values
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.placement import Program
+from engine.deploy.device_program import Program
 from engine.deploy.structure import PHASES
 
 MODEL = "Qwen/Qwen3-30B-A3B"          # MoE with expert parallelism: collectives, weight reads, zeros
@@ -64,7 +64,7 @@ def test_table_layout_consistency_with_plain_loop(structures):
                 assert constants.tobytes() == want_constants.tobytes()
                 assert functions == want_functions
                 # the token names the layout's functions and constants
-                assert cost._LAYOUT_TOKENS[(tuple(functions), tuple(float(c).hex() for c in constants))] == token
+                assert point_values._LAYOUT_TOKENS[(tuple(functions), tuple(float(c).hex() for c in constants))] == token
 
 
 def test_shared_layout_follows_changed_entries_consistency():
@@ -94,7 +94,7 @@ def test_shared_layout_follows_changed_entries_consistency():
 def test_phases_many_by_evaluation_key_consistency_with_own_program(evaluation):
     # two caches build the same structures apart: other program objects, the very same entries
     from engine.deploy import sol
-    from engine.deploy.fusion import load_tables, token_limits
+    from engine.deploy.fusion_table import load_tables, token_limits
     from engine.deploy.hardware import find_gpu
     from engine.deploy.structure_cache import StructureCache
     ev = evaluation(MODEL)

@@ -28,7 +28,7 @@ from engine.language.corpus import Corpus, load_model, Reader, shown_value
 from engine.deploy import Options, plan
 from engine.language.errors import SpecError
 from engine.language.quantities import quantity as _q
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
 from engine.deploy.sol import summarize

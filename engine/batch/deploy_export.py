@@ -2,7 +2,7 @@
 
 Layer: engine.batch (on engine.deploy and engine.language.formula_tree). The deploy page answers at any
 prompt length, output length and batch, not only at grid points: it evaluates the selected
-structure's own compiled step expressions (:func:`engine.deploy.cost.step_totals` of the numeric
+structure's own compiled step expressions (:func:`engine.deploy.step_totals.step_totals` of the numeric
 programs, in ``batch``, ``seq``, ``ctx`` and ``kv_bytes``) with ``static/js/formula.js`` and
 combines them by the rules of :func:`engine.deploy.sol.summarize`, which ``static/js/deploy.js``
 mirrors line by line. Nothing here evaluates a point: it exports expressions and rates.
@@ -60,10 +60,10 @@ from typing import Any, Callable
 import sympy
 
 from engine.batch.export import compact_json
-from engine.deploy.cost import step_totals
-from engine.deploy.fusion import live_token_limits, token_limits
+from engine.deploy.step_totals import step_totals
+from engine.deploy.fusion_table import live_token_limits, token_limits
 from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, member_ops, spec_tree, step_spec
-from engine.deploy.planner import mtp_modules
+from engine.deploy.legality import mtp_modules
 from engine.deploy.printed_tree import length_tree, step_tree
 from engine.deploy.op_rows import formula_text, weight_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
@@ -98,7 +98,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
     """The document described in the module doc for one model.
 
     ``cells``: the (GPU, config) pairs of the grid; ``structure(config, domain, framework, gpu,
-    regimes)`` the grid's structure cache (regimes of :func:`engine.deploy.fusion.token_limits`);
+    regimes)`` the grid's structure cache (regimes of :func:`engine.deploy.fusion_table.token_limits`);
     ``fits(structure, gpu)`` whether the weights leave room (combinations without are not published);
     ``measured(gpu key, framework)``: the measured kernel tables the grid's expected times read
     (engine.deploy.measured.load_measured; None: none, every step at its bound / the default efficiency)."""

@@ -22,7 +22,9 @@ from engine.language import kv, symbols
 from engine.language.memo_printer import MemoStrPrinter
 from engine.language.quantities import quantity
 from engine.language.api import Evaluation
-from engine.deploy.cost import KV_BYTES, intensity, step_totals
+from engine.deploy.cost import intensity
+from engine.deploy.step_functions import KV_BYTES
+from engine.deploy.step_totals import step_totals
 from engine.language.finite import check_document
 from engine.batch.landscape import model_facts
 from engine.batch.layer_plan import layer_plans

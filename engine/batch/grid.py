@@ -22,8 +22,8 @@ from engine.deploy import MAX_BATCH, MAX_TOKENS, check
 from engine.deploy.structure import HBM_FRACTION
 from engine.language.errors import SpecError, Where
 from engine.language.filememo import ContentMemo
-from engine.deploy import fusion
-from engine.deploy.fusion import load_tables
+from engine.deploy import fusion_table
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import GPU
 from engine.language.kv import KV_DTYPE_BYTES
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig
@@ -111,7 +111,7 @@ def load_grid(path: Path | str | None = None) -> Grid:
         raise SpecError(Where(str(path)), "grid file not found", "pass --grid pointing at a grid YAML")
     # once per process and content of the files read (a build asks per model; the fusion tables
     # name the frameworks allowed); a Grid is frozen tuples
-    files = [path, *fusion.table_files()]
+    files = [path, *fusion_table.table_files()]
     return _GRIDS.get(("grid", str(path)), files, lambda: _load_grid(path))
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from engine.language import checkpoints, formula_tree, kv
 from engine.language.api import Evaluation
 from engine.deploy import PHASES, Plan, Scenario, tokens_per_device
-from engine.deploy.fusion import load_tables, token_limits
+from engine.deploy.fusion_table import load_tables, token_limits
 from engine.deploy.structure_cache import StructureCache, regime, signature
 from engine.batch.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus

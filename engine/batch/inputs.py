@@ -21,7 +21,7 @@ def check_all(corpus: Corpus, grid_path: Path, gpu_root: Path) -> None:
     from engine.batch import contract, landscape
     from engine.serving import fronts
     from engine.batch.grid import load_grid
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     from engine.deploy.hardware import load_gpus
     from engine.deploy.measured import load_measured
     load_grid(grid_path)

@@ -230,7 +230,7 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
     """:func:`build_model`'s work."""
     from engine.batch import grid_eval
     from engine.language import finite
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     from engine.deploy.structure_cache import StructureCache
     started = time.perf_counter()
     corpus = corpus if corpus is not None else cached_corpus(corpus_root)

@@ -51,7 +51,7 @@ def serving_options(args):
     command has it) and the framework's fusion table (None for ``none``); an unknown framework is
     one line."""
     from engine.deploy import Options
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     tables = load_tables(Path(args.corpus) / "fusion")
     if args.framework != "none" and args.framework not in tables:
         raise SpecError(Where("<command line>", field="--framework"), f"unknown framework {args.framework!r}",
@@ -76,7 +76,7 @@ def add_mtp_arguments(p) -> None:
 
 def mtp_options(args) -> dict:
     """Options fields of ``--mtp`` / ``--acceptance`` (empty when off); the values themselves are
-    checked by engine.deploy.planner.validate_options."""
+    checked by engine.deploy.legality.validate_options."""
     if not args.mtp:
         if args.acceptance is not None:
             raise SpecError(Where("<command line>", field="--acceptance"), "--acceptance without --mtp",

@@ -124,7 +124,7 @@ def run(args) -> int:
     except kb.KernelbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     from engine.deploy.hardware import load_gpus
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():

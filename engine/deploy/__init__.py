@@ -11,10 +11,11 @@ disaggregated, that meet a latency SLA, and the throughput front: ``archledger p
 The names below are the package's public interface (``from engine.deploy import Options,
 Scenario, plan``).
 """
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.deploy.planner import build_structure, check, configs_for, place, plan
+from engine.deploy.planner import build_structure, place, plan
+from engine.deploy.legality import check, configs_for
 from engine.deploy.plan import Deployment, Plan
 from engine.deploy.structure import MAX_BATCH, MAX_TOKENS, PHASES, Options, Scenario, Structure, tokens_per_device
 

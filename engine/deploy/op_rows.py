@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from engine.language.memo_printer import MemoStrPrinter
-from engine.deploy.cost import BOUNDS, intensity, step_totals
+from engine.deploy.cost import BOUNDS, intensity
+from engine.deploy.step_totals import step_totals
 from engine.deploy.structure import Scenario, Structure, prefill_program_batch, program_batch
 from engine.deploy.measured import expected_steps
 from engine.deploy.stored import StoredProgram

@@ -8,7 +8,10 @@ over dims and parallel degrees), then compiles the numeric programs for vectoriz
 same arch and domain). The types it builds are :mod:`engine.deploy.structure`'s; the
 :class:`~engine.deploy.plan.Plan` it returns and :meth:`Plan.at` (a scenario point) are
 :mod:`engine.deploy.sol`'s, which never imports this module; the grid build evaluates arrays of
-points with the same functions.
+points with the same functions. Whether a config and options can run a model is
+:mod:`engine.deploy.legality`'s (:func:`~engine.deploy.legality.check`, ``configs_for``,
+``validate_options``); the memory figures (weights per stage, KV per device) are
+:mod:`engine.deploy.stage_memory`'s.
 
 Conventions (also on the methodology page):
 * ``batch`` is the number of requests one model replica (``tp * pp * cp`` GPUs) holds; ``dp``
@@ -27,126 +30,31 @@ Conventions (also on the methodology page):
 """
 from __future__ import annotations
 
-from collections import Counter
 import copy
 from dataclasses import replace
 from typing import Mapping
 
 import sympy
 
-from engine.language import checkpoints, kv, quantities, storage, streams as stream_rules, symbols
+from engine.language import checkpoints, storage, streams as stream_rules, symbols
 from engine.language.api import Evaluation
-from engine.deploy.cost import KV_BYTES, compile_program
+from engine.deploy.cost import compile_program
+from engine.deploy.step_functions import KV_BYTES
 from engine.language.errors import SpecError
-from engine.language.ops import OPS
-from engine.deploy.fusion import (FusionTable, admission_of, fuse, match, moe_routing_of, note_extension, overlap_default,
-                                  reserve_bytes)
+from engine.deploy.fusion import fuse, match, note_extension
+from engine.deploy.fusion_table import FusionTable, admission_of, moe_routing_of, overlap_default, reserve_bytes
 from engine.deploy.expert_comm import A2APolicy
 from engine.deploy.transport import transport
 from engine.deploy.hardware import GPU
-from engine.deploy.parallel import Mesh, ParallelConfig, enumerate_configs, is_count
-from engine.language.shapes import Tensor
-from engine.deploy.placement import (ZERO, DeviceTypes, Layout, Placer, Program, Step, _add, _div, _mul, phase_rows,
-                                     shard_unit, step_with)
+from engine.deploy.legality import check, validate_options
+from engine.deploy.parallel import Mesh, ParallelConfig
+from engine.deploy.placement import Placer, phase_rows
+from engine.deploy.device_program import ZERO, DeviceTypes, Program, Step, step_with
 from engine.deploy.plan import Plan
-from engine.deploy.structure import (ACT_DTYPE_BYTES, LENGTH, MAX_TOKENS, MTP_STACK, PHASES, Options, Scenario, Structure,
-                                     option_where, tokens_per_device)
+from engine.deploy.stage_memory import _layer_count, _memory
+from engine.deploy.structure import (ACT_DTYPE_BYTES, MTP_STACK, PHASES, Options, Scenario, Structure, option_where,
+                                     tokens_per_device)
 from engine.deploy.replay import _LoggedMesh, _PhasePlacer, _ReplayPlacer
-
-
-def check(ev: Evaluation, config: ParallelConfig) -> list[str]:
-    """Why ``config`` cannot run this model (empty when it can)."""
-    problems = config.problems()
-    if problems:
-        return problems
-    mesh = Mesh(config, domain=1 << 30)
-    rows = [r for r in ev.numeric.rows.values() if r.stack == "main"]
-    dims_table = ev.corpus.dims
-    seen = set()
-    for region, world, unit, count in _sharded_axes(ev):
-        group = mesh.world_group(world, region)
-        if group is not None:
-            if isinstance(count, Exception):
-                raise count
-            if (unit, count, group.name) in seen:
-                continue
-            seen.add((unit, count, group.name))
-            replicable = dims_table[unit].replicate
-            if count % group.size and not (replicable and group.size % count == 0):
-                what = {"attn_tp": "attention TP (tp / dp_attn)", "moe_tp": "expert TP (tp / ep)"}.get(
-                    group.name, group.name)
-                where = " (experts)" if region == "experts" else ""
-                problems.append(f"{unit}{where} = {count} is not divisible by {what} = {group.size}")
-    experts = [r for r in rows if r.role == "experts" and r.instances != 1]
-    if config.ep > 1 and not experts:
-        problems.append(f"ep = {config.ep} but the model has no routed experts")
-    for row in experts[:1]:
-        count = int(row.instances)
-        if count % config.ep:
-            problems.append(f"n_experts = {count} is not divisible by ep = {config.ep}")
-    layers = int(quantities.n_layers(ev.numeric))
-    if layers and config.pp > layers:
-        problems.append(f"pp = {config.pp} is more than the {layers} layers")
-    if config.cp > 1 and config.cp_kind == "ulysses":
-        for dim, info in dims_table.items():   # query heads move to the sequence's GPUs
-            if info.kind == "heads" and not info.replicate and dim in ev.numeric.values:
-                heads = int(ev.numeric.values[dim])
-                if heads % (config.attn_tp * config.cp):
-                    problems.append(f"Ulysses needs {dim} = {heads} divisible by attention TP x cp = "
-                                    f"{config.attn_tp * config.cp}")
-    return problems
-
-
-_SHARDED: list = []      # [(numeric analysis, its sharded axes)]: the last model checked
-
-
-def _sharded_axes(ev: Evaluation) -> list[tuple[str, str, str, int]]:
-    """(region, world, shardable unit, units in the axis) of every weight axis of the main stack
-    that a parallel world shards, in row order. Config-free, so computed once per model and read
-    by every config :func:`check` looks at (the grid checks hundreds; the count is a sympy subs)."""
-    if _SHARDED and _SHARDED[0][0] is ev.numeric:
-        return _SHARDED[0][1]
-    out = []
-    for row in ev.numeric.rows.values():
-        if row.stack != "main":
-            continue
-        region = "experts" if row.role == "experts" else "default"
-        for param, world in row.weight_axes.items():
-            name = row.dim_names[param]
-            unit = shard_unit(name, ev.corpus.dims)
-            if unit is not None:
-                try:
-                    count = _unit_count(row, name, unit, ev.numeric.values)
-                except Exception as exc:     # raised where a config shards it, as before
-                    count = exc
-                out.append((region, world, unit, count))
-    _SHARDED[:] = [(ev.numeric, out)]
-    return out
-
-
-def configs_for(ev: Evaluation, n_gpus: int, **limits) -> tuple[list[ParallelConfig], list[tuple]]:
-    """The legal configs of ``ev`` on ``n_gpus`` GPUs, and the rejected ones with their reasons."""
-    moe = any(r.role == "experts" for r in ev.numeric.rows.values())
-    legal, rejected = [], []
-    for config in enumerate_configs(n_gpus, moe=moe, **limits):
-        problems = check(ev, config)
-        if problems:
-            rejected.append((config, problems))
-        else:
-            legal.append(config)
-    return legal, rejected
-
-
-def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> int:
-    """How many units of ``unit`` an axis named ``name`` holds in this row (component-local
-    bindings such as an expert's ``d_ff: d_ff_expert`` keep the name but change the size)."""
-    from engine.language import expr as exprs
-    axis = next(a for axes in (row.out.axes, *(t.axes for t in row.in_shapes), *(l.axes for l in row.leaves))
-                for a in axes if a.name == name)
-    values = {**values, **row.name_values}   # the names' values where the row was walked
-    parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in {*values, unit}}))
-    per_unit = (parsed / symbols.dim(unit)).subs({symbols.dim(k): v for k, v in values.items()})
-    return int(axis.size / per_unit)
 
 
 def weight_format_model(model, corpus, name: str):
@@ -234,84 +142,6 @@ def _model_decider(ev: Evaluation):
     if not (_DECIDERS and _DECIDERS[0][0] is ev.numeric):
         _DECIDERS[:] = [(ev.numeric, _decider(ev.bound))]
     return _DECIDERS[0][1]
-
-
-def _stage_of_layers(ev: Evaluation, pp: int) -> dict[str, list[int]]:
-    """Template component uid -> its layer count on each pipeline stage."""
-    total = _layer_count(ev.numeric)
-    out = {}
-    for comp in ev.numeric.components.values():
-        if comp.template and comp.stack == "main":
-            counts = Counter(stream_rules.stage_of(i, pp, total) for i in comp.layers)
-            out[comp.uid] = [counts.get(s, 0) for s in range(pp)]
-    return out
-
-
-#: (id(numeric analysis), pp, row uids) -> (the analysis, :func:`_stage_rows` of them)
-_STAGE_ROWS: dict[tuple, tuple] = {}
-
-
-def _stage_rows(stored: Mapping[str, sympy.Expr], ev: Evaluation, pp: int) -> list[list[tuple[str, sympy.Expr]]]:
-    """Per stage: (row uid, layers of it on the stage). Layers go to stages in order; rows outside
-    the layer stack go to the first (embedding) or the last (everything after the stack) stage.
-
-    A function of the numeric analysis, ``pp`` and the uids of ``stored`` (in order), not of
-    their values: every placement of a model stores the same rows, so it is computed once per
-    pipeline degree (the memo holds the analysis; callers only read the lists)."""
-    key = (id(ev.numeric), pp, tuple(stored))
-    hit = _STAGE_ROWS.get(key)
-    if hit is None or hit[0] is not ev.numeric:
-        if len(_STAGE_ROWS) > 256:       # the pipeline degrees of a few models
-            _STAGE_ROWS.clear()
-        hit = _STAGE_ROWS[key] = (ev.numeric, _stage_rows_of(stored, ev, pp))
-    return hit[1]
-
-
-def _stage_rows_of(stored: Mapping[str, sympy.Expr], ev: Evaluation, pp: int) -> list[list[tuple[str, sympy.Expr]]]:
-    per_template = _stage_of_layers(ev, pp)
-    stages: list[list] = [[] for _ in range(pp)]
-    for uid in stored:
-        row = ev.numeric.rows[uid]
-        template = next((t for t in per_template if uid.startswith(t + "/")), None)
-        if template is not None:
-            for s, n in enumerate(per_template[template]):
-                if n:
-                    stages[s].append((uid, sympy.Integer(n) if pp > 1 else row.repeat))
-        else:
-            stages[0 if row.role == "embedding" else pp - 1].append((uid, row.repeat))
-    return stages
-
-
-def mtp_modules(ev: Evaluation) -> int:
-    """MTP modules of the model: the layers of its ``mtp`` stack's templates (one draft token each)."""
-    return sum(len(c.layers) for c in ev.numeric.components.values() if c.template and c.stack == MTP_STACK)
-
-
-def validate_options(options: Options, ev: Evaluation | None = None) -> None:
-    if options.kv_dtype not in kv.KV_DTYPE_BYTES:
-        raise SpecError(option_where("--kv-dtype"), f"unknown KV dtype {options.kv_dtype!r}",
-                        "use one of: " + ", ".join(kv.KV_DTYPE_BYTES))
-    if options.act_dtype not in ACT_DTYPE_BYTES:
-        raise SpecError(option_where("--act-dtype"), f"unknown activation dtype {options.act_dtype!r}",
-                        "use one of: " + ", ".join(ACT_DTYPE_BYTES))
-    if not 0 < options.hbm_fraction <= 1:
-        raise SpecError(option_where("--hbm-fraction"), f"{options.hbm_fraction} is not in (0, 1]", "e.g. 0.9")
-    if not is_count(options.prefill_tokens, 1, MAX_TOKENS):
-        raise SpecError(option_where("--prefill-tokens"), f"{options.prefill_tokens!r} is not a token count",
-                        "e.g. --prefill-tokens 8192 (vLLM's max_num_batched_tokens)")
-    k, a = options.mtp_tokens, options.mtp_acceptance
-    if not is_count(k, 0, 64):
-        raise SpecError(option_where("--mtp"), f"{k!r} is not a number of draft tokens",
-                        "write --mtp K with K a whole number from 0 (off) to the model's MTP modules, e.g. --mtp 1")
-    if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 <= a <= 1:
-        raise SpecError(option_where("--acceptance"), f"{a!r} is not an acceptance rate in [0, 1]",
-                        "write --acceptance A with 0 <= A <= 1, e.g. --acceptance 0.85 (DeepSeek-V3's reported rate)")
-    if ev is not None and k:
-        modules = mtp_modules(ev)
-        if k > modules:
-            has = f"has {modules} MTP module(s)" if modules else "has no MTP stack"
-            raise SpecError(option_where("--mtp"), f"{ev.model.model_id} {has}; --mtp {k} needs one per draft token",
-                            f"write --mtp {modules}" if modules else "leave out --mtp (or write --mtp 0) for this model")
 
 
 def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options, symbolic: bool,
@@ -411,7 +241,7 @@ def with_drafts(main: Program, mtp: Program, analysis, k: int, one_token: bool =
     layer templates (draft i uses module i, as vLLM's and SGLang's MTP drafters do) and its other
     steps once, so each step's calls are ``repeat x k / layers`` inside a template and ``repeat x
     k`` outside. With ``one_token`` the draft steps are marked ``last_token`` so their totals take
-    seq = 1 whatever the step's seq (:func:`engine.deploy.cost.step_totals`); without it (prefill,
+    seq = 1 whatever the step's seq (:func:`engine.deploy.step_totals.step_totals`); without it (prefill,
     k = 1) the first module runs over the same tokens as the main stack, as the drafters' first
     pass over new tokens does. Layouts and stored weights of both stacks are kept (weights and KV
     of the MTP stack are counted from them). The deploy page applies this rule in the browser
@@ -499,98 +329,6 @@ def _fused(program, found: list, compile_it: bool, memo: dict | None, a2a: A2APo
     return out
 
 
-_MEMORY: dict[tuple, tuple] = {}     # placement identity -> (the placements, their memory figures)
-
-
-def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: dict, symbolic: dict) -> tuple:
-    """Weights on the fullest pipeline stage (bytes, formula) and KV per request per device: they
-    depend on the placements only, not on fusion, so structures sharing placements (every
-    framework, fusion signature and token regime of a config) share them; computed once."""
-    key = (id(numeric["prefill"][0]), id(numeric["decode"][0]), id(symbolic["prefill"][0]), config.pp,
-           options.mtp_tokens)
-    found = _MEMORY.get(key)
-    if found is not None and found[0][0] is numeric and found[0][1] is symbolic:
-        return found[1]
-    # memory: the fullest pipeline stage (weights are stored as the prefill placement says)
-    # (the main stack's rows: with MTP drafting the programs also hold the MTP stack's, counted below)
-    stored = {u: v for u, v in numeric["prefill"][0].stored.items() if ev.numeric.rows[u].stack == "main"}
-    sym_stored = symbolic["prefill"][0].stored
-    stages = _stage_rows(stored, ev, config.pp)
-    # sympy.Add(*terms) flattens once; sum() would re-flatten a growing Add at every term
-    # (the products through placement's memo: configs of one stage placement and pipeline degree
-    # multiply the same stored bytes by the same layer counts)
-    per_stage = [_stage_bytes(stored, rows) for rows in stages]
-    # speculative decoding: the whole MTP stack (every module, as frameworks load it) on the last stage
-    # (a row that shares a main-stack tensor, e.g. MiMo's head, stores nothing of its own)
-    mtp = [u for u in numeric["decode"][0].stored if ev.numeric.rows[u].stack == MTP_STACK
-           and not ev.numeric.rows[u].shares] if options.mtp_tokens else []
-    mtp_weights = sympy.Add(*(numeric["decode"][0].stored[u] * ev.numeric.rows[u].repeat for u in mtp))
-    per_stage[-1] += mtp_weights
-    worst = max(range(config.pp), key=lambda s: float(per_stage[s]))
-    weight_formula = _sum(tuple(_mul(sym_stored[u], n if config.pp > 1 else ev.symbolic.rows[u].repeat)
-                                for u, n in stages[worst]))
-    if worst == config.pp - 1:
-        weight_formula += sympy.Add(*(symbolic["decode"][0].stored[u] * ev.symbolic.rows[u].repeat for u in mtp))
-    # KV: the stage holding the most cache, which in a hybrid stack need not be the weight-heaviest
-    # one (a stage of only Mamba layers keeps fixed states, one with attention grows with context);
-    # weights of the heaviest stage + cache of the fullest is an upper bound of any one stage's need
-    per_stage_kv = [_kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], rows) for rows in stages]
-    if options.mtp_tokens:
-        per_stage_kv[-1] += _kv_per_device(ev, numeric["decode"][0], numeric["decode"][1], None, MTP_STACK)
-    kv_dev = _max(frozenset(per_stage_kv))
-    if len(_MEMORY) > 256:          # the placements of one model at a time, roughly
-        _MEMORY.clear()
-    result = (float(per_stage[worst]), weight_formula, kv_dev)
-    _MEMORY[key] = ((numeric, symbolic), result)
-    return result
-
-
-def _stage_bytes(stored: Mapping[str, sympy.Expr], rows: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
-    """The weight bytes of a stage: ``sympy.Add`` of stored bytes times layers, row by row. A
-    numeric placement's stored bytes and layer counts are Integers (checkpoint weights), whose
-    products and sum are those of Python's ints: summed so, without a sympy object per term."""
-    pairs = [(stored[u], n) for u, n in rows]
-    if all(isinstance(v, sympy.Integer) and isinstance(n, sympy.Integer) for v, n in pairs):
-        return sympy.Integer(sum(v.p * n.p for v, n in pairs))
-    return _sum(tuple(_mul(v, n) for v, n in pairs))
-
-
-#: ids of terms -> (their sympy.Add, the terms): see :func:`_sum`.
-_SUMS: dict[tuple, tuple] = {}
-
-
-def _sum(terms: tuple) -> sympy.Expr:
-    """``sympy.Add(*terms)``, once per tuple of the same term objects (in the same order): the
-    configs of a model store the same bytes per row (numeric: one stage placement under several
-    pipeline degrees; symbolic: degrees are symbols, so tp 8 and tp 16 store alike), and placement's
-    memo hands back the same product objects, while flattening and sorting a sum of a hundred
-    terms is slow. Keyed by the terms' ids, the entry holding the terms (an id is not reused while
-    its object lives)."""
-    key = tuple(map(id, terms))
-    hit = _SUMS.get(key)
-    if hit is None:
-        if len(_SUMS) > 4096:
-            _SUMS.clear()
-        hit = _SUMS[key] = (sympy.Add(*terms), terms)
-    return hit[0]
-
-
-_MAXIMA: dict[frozenset, sympy.Expr] = {}    # {per-stage KV expressions} -> their sympy.Max
-
-
-def _max(terms: frozenset) -> sympy.Expr:
-    """``sympy.Max`` of a set of expressions, once per set: configs that differ in what does not
-    split the cache (experts, DP) have the same per-stage KV, and comparing expressions in
-    ``length`` to drop the ones never largest is slow. Max's result does not depend on the order
-    of its arguments (it sorts what survives), so a set is the key."""
-    found = _MAXIMA.get(terms)
-    if found is None:
-        if len(_MAXIMA) > 4096:
-            _MAXIMA.clear()
-        found = _MAXIMA[terms] = sympy.Max(*terms)
-    return found
-
-
 def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Options(),
          fusion: FusionTable | None = None, scenario: Scenario | None = None) -> Plan:
     """Place, fuse and compile ``ev`` on ``gpu`` under ``config`` (raises SpecError if illegal).
@@ -605,64 +343,6 @@ def plan(ev: Evaluation, gpu: GPU, config: ParallelConfig, options: Options = Op
     domain = min(gpu.scale_up_domain, config.gpus_per_node or gpu.scale_up_domain)
     tokens = tokens_per_device(config, scenario, options.prefill_tokens, options.decode_seq) if scenario else {}
     return Plan(build_structure(ev, config, options, domain, fusion, gpu, tokens), gpu)
-
-def _kv_per_device(ev: Evaluation, program: Program, placer: Placer,
-                   stage: list[tuple[str, sympy.Expr]] | None, stack: str = "main") -> sympy.Expr:
-    """Cache bytes one device holds for one request at context ``length`` (its stage's layers; with
-    ``stage`` None every layer of ``stack``, e.g. the whole MTP stack)."""
-    total = ZERO
-    for cache in kv.caches(ev.numeric, stack):
-        row = ev.numeric.rows[cache.node_uid]
-        layout = program.layouts.get(cache.node_uid, program.layouts.get(cache.node_uid + "@decode"))
-        if layout is None:
-            continue
-        count = cache.repeat if stage is None else _layers_on_stage(ev, cache.node_uid, stage)
-        if OPS[row.op].state is not None:   # a recurrent state: shards with heads / channels
-            split = placer.split(Tensor(row.out.axes[2:]), Layout(layout.shards[2:]))
-        else:
-            split = placer.split(Tensor(row.out.axes[1:]), Layout(layout.shards[1:]))
-        total = _add(total, _mul(_div(_cache_bytes(cache), split), count))   # (a + b / c * d, memoized)
-    return total
-
-
-_CACHE_BYTES: dict[int, tuple] = {}     # id(cache entry) -> (the entry, :func:`_cache_bytes` of it)
-
-
-def _cache_bytes(cache) -> sympy.Expr:
-    """Bytes one layer of a cache entry holds for one request at context ``length``, unsharded:
-    tokens kept x elements per token x element bytes (``kv_bytes`` unless the entry has its own
-    dtype). A function of the entry alone, and every config's memory figures read it for every
-    stage (``sympy.Min`` of a window is slow to build): computed once per entry object."""
-    found = _CACHE_BYTES.get(id(cache))
-    if found is None or found[0] is not cache:
-        if len(_CACHE_BYTES) > 4096:      # the entries of a few models at a time
-            _CACHE_BYTES.clear()
-        element = cache.own_bytes if cache.dtype else KV_BYTES
-        found = _CACHE_BYTES[id(cache)] = (cache, kv.tokens_kept(cache, LENGTH) * cache.per_token * element)
-    return found[1]
-
-
-def _layers_on_stage(ev: Evaluation, uid: str, stage: list[tuple[str, sympy.Expr]]) -> sympy.Expr:
-    """Layers of ``uid``'s template on a stage, read off any weighted row of the same template
-    (the first one); both lookups through :data:`_ON_STAGE` (every cache entry of every stage of
-    every config asks, and a stage lists a hundred rows)."""
-    hit = _ON_STAGE.get(id(stage))
-    if hit is None or hit[0] is not stage or hit[1] is not ev.numeric:
-        if len(_ON_STAGE) > 4096:
-            _ON_STAGE.clear()
-        hit = _ON_STAGE[id(stage)] = (stage, ev.numeric, {})
-    found = hit[2].get(uid)
-    if found is None:
-        template = next((c.uid for c in ev.numeric.components.values()
-                         if c.template and uid.startswith(c.uid + "/")), None)
-        found = hit[2][uid] = next((n for row_uid, n in stage if template and row_uid.startswith(template + "/")),
-                                   ZERO)
-    return found
-
-
-#: id(stage rows) -> (the rows, the numeric analysis, {cache uid: its layers on the stage}). Stage
-#: lists are :func:`_stage_rows`' memoized objects, read-only, so the answers stay valid.
-_ON_STAGE: dict[int, tuple] = {}
 
 
 def _with_pipeline(program: Program, placer: Placer) -> Program:
@@ -697,11 +377,6 @@ def _with_pipeline(program: Program, placer: Placer) -> Program:
     out = replace(program, steps=program.steps + added)
     note_extension(out, program)     # fusion reuses the stage program's candidates and fused steps
     return out
-
-
-def _layer_count(analysis) -> int:
-    """Main-stack layers, read off the template components (valid under either binding)."""
-    return sum(len(c.layers) for c in analysis.components.values() if c.template and c.stack == "main")
 
 
 def decider(bound: Mapping[str, sympy.Expr]):

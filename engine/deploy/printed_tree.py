@@ -3,15 +3,15 @@ the compile path's floats without sympy.
 
 Layer: engine.deploy (sympy side: used where trees are written, by engine/batch/deploy_export.py).
 :func:`engine.language.formula_tree.to_tree` writes a sum's terms in sympy's stored order; the
-engine's compiled step functions (:func:`engine.deploy.cost._compiled`) add them in the order
+engine's compiled step functions (:func:`engine.deploy.step_functions._compiled`) add them in the order
 lambdify prints them, and floating-point sums depend on the order. :func:`step_tree` writes the
 tree of the very operations the compiled function performs, one binary node per Python operation,
 so :func:`engine.language.formula_tree.positional` of it (numpy, no sympy) returns that function's
 floats, bit for bit:
 
 * a constant: its float (what the compile path stores), an integer as an integer;
-* a sum of monomials (most step expressions): the terms as :func:`engine.deploy.cost._polynomial_plan`
-  orders them, each product left to right after its coefficient, as :func:`engine.deploy.cost._polynomial`
+* a sum of monomials (most step expressions): the terms as :func:`engine.deploy.step_functions._polynomial_plan`
+  orders them, each product left to right after its coefficient, as :func:`engine.deploy.step_functions._polynomial`
   computes them;
 * any other expression: lambdify's source itself, parsed with :mod:`ast` (never executed): its
   binary operations with Python's precedence and associativity, ``ceil``, ``floor``, ``log``,
@@ -30,7 +30,7 @@ from typing import Any
 
 import sympy
 
-import engine.deploy.cost as cost
+import engine.deploy.step_functions as functions
 
 #: numpy functions lambdify's source calls -> the tree's op (same numpy function in
 #: formula_tree.compile_arrays)
@@ -38,17 +38,17 @@ CALLS = {"ceil": "ceil", "floor": "floor", "log": "log", "minimum": "min", "maxi
 
 
 def _number(c) -> Any:
-    """The tree of :func:`engine.deploy.cost._python_number` of a sympy rational: ``p`` or ``["/", p, q]``
+    """The tree of :func:`engine.deploy.step_functions._python_number` of a sympy rational: ``p`` or ``["/", p, q]``
     (Python's correctly rounded division of the two integers, as the literal ``p/q`` evaluates)."""
     return int(c.p) if c.q == 1 else ["/", int(c.p), int(c.q)]
 
 
 def _factor(factor) -> Any:
-    """A factor of a monomial (:func:`engine.deploy.cost._factor`): a symbol's name, or a rational's
+    """A factor of a monomial (:func:`engine.deploy.step_functions._factor`): a symbol's name, or a rational's
     power to a product of symbols (the product left to right)."""
     if type(factor) is sympy.Symbol:
         return factor.name
-    names = [s.name for s in cost._symbols(factor.exp)]
+    names = [s.name for s in functions._symbols(factor.exp)]
     exponent = names[0]
     for name in names[1:]:
         exponent = ["*", exponent, name]
@@ -56,7 +56,7 @@ def _factor(factor) -> Any:
 
 
 def _term(c, factors: tuple, lead: bool) -> Any:
-    """One printed term (:func:`engine.deploy.cost._term`): the coefficient, then the factors left to
+    """One printed term (:func:`engine.deploy.step_functions._term`): the coefficient, then the factors left to
     right; no coefficient when it is 1, a unary minus when it is -1 and the term leads the sum."""
     if not factors:
         return _number(c)
@@ -72,15 +72,15 @@ def _term(c, factors: tuple, lead: bool) -> Any:
 
 
 def _polynomial_tree(expr) -> Any:
-    """The tree of :func:`engine.deploy.cost._polynomial`'s function for ``expr``, None when that
+    """The tree of :func:`engine.deploy.step_functions._polynomial`'s function for ``expr``, None when that
     function is not made (not a sum of monomials, or a coefficient beyond a float)."""
-    plan = cost._polynomial_plan(expr)
+    plan = functions._polynomial_plan(expr)
     if plan is None:
         return None
     try:
         for _, c, _ in plan:
-            cost._python_number(c)
-    except OverflowError:            # cost._polynomial gives up there: lambdify's function is used
+            functions._python_number(c)
+    except OverflowError:            # functions._polynomial gives up there: lambdify's function is used
         return None
     (_, c, factors), rest = plan[0], plan[1:]
     out = _term(c, factors, lead=True)
@@ -146,7 +146,8 @@ def length_tree(expr, args: tuple) -> Any:
     found = _KV_TREES.get(key, _KV_TREES)
     if found is _KV_TREES:
         from engine.language import symbols
-        found = _KV_TREES[key] = lambdified_tree(symbols.checked_lambdify(args, expr, modules=list(symbols.NUMPY_MODULES)))
+        fn = symbols.checked_lambdify(args, expr, modules=list(symbols.NUMPY_MODULES))
+        found = _KV_TREES[key] = lambdified_tree(fn)
         if len(_KV_TREES) > 20_000:
             _KV_TREES.clear()
     return found
@@ -156,17 +157,17 @@ _STEP_TREES: dict = {}
 
 
 def step_tree(expr) -> Any:
-    """The tree of :func:`engine.deploy.cost._compiled`'s function (or float) for ``expr``, in the
+    """The tree of :func:`engine.deploy.step_functions._compiled`'s function (or float) for ``expr``, in the
     order it evaluates (module doc); None where no tree gives its floats. Once per expression."""
     found = _STEP_TREES.get(expr, _STEP_TREES)
     if found is not _STEP_TREES:
         return found
     if expr.is_number:           # an integer as itself, else the float the compile path stores (its own memo)
-        tree = int(expr) if expr.is_Integer and abs(int(expr)) < 2 ** 53 else cost._compiled(expr)
+        tree = int(expr) if expr.is_Integer and abs(int(expr)) < 2 ** 53 else functions._compiled(expr)
     else:
         tree = _polynomial_tree(expr)
         if tree is None:
-            fn = cost._compiled(expr)
+            fn = functions._compiled(expr)
             tree = lambdified_tree(fn) if callable(fn) else float(fn)
     if len(_STEP_TREES) > 200_000:
         _STEP_TREES.clear()

@@ -11,7 +11,8 @@ Invariant: a replayed row leaves the placer exactly as placing it afresh would
 from __future__ import annotations
 
 from engine.deploy.parallel import Group, Mesh
-from engine.deploy.placement import Layout, Placer, Step
+from engine.deploy.placement import Placer
+from engine.deploy.device_program import Layout, Step
 
 
 #: Records kept per row uid in a library (engine.deploy.planner._library), the latest first.

@@ -23,7 +23,7 @@ import numpy as np
 
 from engine.language.formula_tree import compile_arrays, positional
 
-#: the step functions' arguments (engine.deploy.cost.ARGS, by name)
+#: the step functions' arguments (engine.deploy.step_functions.ARGS, by name)
 NAMES = ("batch", "seq", "ctx", "kv_bytes")
 LINKS = ("", "scale_up", "scale_out")          # engine.batch.deploy_export.LINKS, by index
 KINDS = ("compute", "comm", "fused")           # engine.batch.deploy_export.KINDS

@@ -19,9 +19,10 @@ from engine.language.api import Evaluation
 from engine.language.errors import SpecError, Where
 import engine.deploy.rules as rules
 from engine.deploy.admission import NO_ADMISSION, Admission
-from engine.deploy.cost import KV_BYTES, CompiledProgram
+from engine.deploy.cost import CompiledProgram
+from engine.deploy.step_functions import KV_BYTES
 from engine.deploy.parallel import ParallelConfig, is_count
-from engine.deploy.placement import Program
+from engine.deploy.device_program import Program
 
 PHASES = ("prefill", "decode")
 #: Bounds of a scenario point (also the grid's, engine.batch.grid). Far above any served model (16M
@@ -71,7 +72,7 @@ class Options:
     #: How a step's kernels and collectives overlap in the schedule estimate (engine.deploy.sol):
     #: ``none`` (one after another) or ``two_batch`` (two half-batches, one's collectives hidden
     #: behind the other's kernels), a policy the framework's fusion table declares under ``overlap:``;
-    #: empty: the framework's default (engine.deploy.fusion.overlap_default), set when a structure is built.
+    #: empty: the framework's default (engine.deploy.fusion_table.overlap_default), set when a structure is built.
     overlap: str = ""
 
     @property

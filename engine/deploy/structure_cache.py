@@ -13,8 +13,8 @@ Keys (why two lookups give the same structure):
 * a structure also on the framework's fusion table and on which of its rules can match: the grid
   keys it by the rules the GPU's arch admits (:func:`signature`) and, per phase, by how many of
   all the table's ``max_tokens`` limits the tokens per device exceed
-  (:func:`engine.deploy.fusion.token_limits`); the search by, per phase, the rules whose
-  token-free conditions hold for the GPU and config (:func:`engine.deploy.fusion.live_rules`) and
+  (:func:`engine.deploy.fusion_table.token_limits`); the search by, per phase, the rules whose
+  token-free conditions hold for the GPU and config (:func:`engine.deploy.fusion_table.live_rules`) and
   how many of *their* limits the tokens exceed (the live regime). A rule that is not live never
   matches whatever the tokens, and a live rule matches at a token count exactly when it matches
   at its regime's representative count; so a grid structure and the live key its representative
@@ -36,9 +36,10 @@ import copy
 from dataclasses import replace
 
 from engine.language.api import Evaluation
-from engine.deploy.cost import KV_BYTES
-from engine.deploy.fusion import FusionTable, live_rules, live_token_limits, representative_tokens, token_limits
-from engine.deploy.planner import _memory, build_structure, place, with_mtp
+from engine.deploy.step_functions import KV_BYTES
+from engine.deploy.fusion_table import FusionTable, live_rules, live_token_limits, representative_tokens, token_limits
+from engine.deploy.planner import build_structure, place, with_mtp
+from engine.deploy.stage_memory import _memory
 # regime: defined beside tokens_per_device (what it counts); read here by its importers
 from engine.deploy.structure import LENGTH, MTP_STACK, PHASES, Options, Structure, regime  # noqa: F401
 

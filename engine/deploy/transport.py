@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from engine.deploy.expert_comm import ALLGATHER_COLLECTIVES, A2APolicy, link_bytes
-from engine.deploy.placement import ZERO, Program, Step, step_with
+from engine.deploy.device_program import ZERO, Program, Step, step_with
 
 #: (id(program.steps), policy) -> (steps, transported program)
 _MEMO: dict[tuple, tuple] = {}

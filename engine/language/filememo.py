@@ -3,7 +3,7 @@
 Layer: engine.language. A build evaluates every model against the same grid, GPU and fusion files;
 reading and checking them once per model cost about 3 s of CPU over the corpus. The loaders
 (:func:`engine.batch.grid.load_grid`, :func:`engine.deploy.hardware.load_gpus`,
-:func:`engine.deploy.fusion.load_tables`, :func:`engine.serving.fronts.load_sizing`) keep their
+:func:`engine.deploy.fusion_table.load_tables`, :func:`engine.serving.fronts.load_sizing`) keep their
 checks and their errors; they hand :meth:`ContentMemo.get` a key naming the files they read.
 
 Invariants:

@@ -3,8 +3,8 @@
 Layer: engine.language (sympy only, and only to make trees: :func:`to_tree` imports it where it
 runs, so evaluating and compiling trees, :func:`evaluate`, :func:`run_arrays`, :func:`positional`,
 never imports sympy: a command answering from stored trees does not pay its import). The static
-site has no server, yet some pages recompute numbers as a reader changes an input (the deploy page at any prompt length and batch, the playground as dims
-change). They evaluate the *same* expressions the engine evaluated, exported at build time in this
+site has no server, yet some pages recompute numbers as a reader changes an input (the deploy
+page at any prompt length and batch, the playground as dims change). They evaluate the *same* expressions the engine evaluated, exported at build time in this
 form, never a second estimator written in JavaScript.
 
 Format (one JSON value per node):

@@ -60,11 +60,12 @@ from typing import Any
 import sympy
 
 from engine.deploy import Options, Scenario
-from engine.deploy.cost import KV_BYTES
-from engine.deploy.fusion import live_rules
+from engine.deploy.step_functions import KV_BYTES
+from engine.deploy.fusion_table import live_rules
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import Mesh, ParallelConfig
-from engine.deploy.planner import check, decider, place_symbolic
+from engine.deploy.planner import decider, place_symbolic
+from engine.deploy.legality import check
 from engine.deploy.structure import tokens_per_device
 from engine.language import formula_tree, kv, symbols
 from engine.language.api import Evaluation
@@ -501,7 +502,7 @@ _DIVISIBLE: dict[tuple, tuple] = {}    # (id(rows), config, id(dims table), name
 
 
 def _divisible(rows, config: ParallelConfig, dims_table, values) -> list:
-    """:func:`engine.deploy.planner.check`'s divisibility of the sharded axes of ``rows`` (symbolic:
+    """:func:`engine.deploy.legality.check`'s divisibility of the sharded axes of ``rows`` (symbolic:
     the rows the swap put in) by their groups, and of routed experts by ep, as conditions (trees
     over the dims; one over the base's dims alone becomes a constant once bound). Memoized per
     list of rows (a template's part is kept for all of a pick's subsets planned alone), config,

@@ -23,7 +23,7 @@ _STEPS: dict[tuple, tuple] = {}     # (id(gpu), id(env), what a step's trees rea
 
 def _step_trees(g: GPU, step, env: dict) -> tuple[list, Any]:
     """One step's SOL, max(f / peak, b / hbm, c / link + calls x alpha), and its HBM bytes b, as
-    trees bound by ``env``: :func:`engine.deploy.cost.step_totals` (every call of the step; a
+    trees bound by ``env``: :func:`engine.deploy.step_totals.step_totals` (every call of the step; a
     ``last_token`` step at seq 1) and :mod:`engine.deploy.cost`'s rates, without sympy arithmetic.
     Memoized per GPU, env and every field of the step the trees read (:func:`_step_fields`; not its
     uid): a pick's plans repeat the steps of its other plans and of the other picks of its slot."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 import sympy
 from engine.deploy import Options, Scenario, plan
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import ParallelConfig
 from engine.language import kv, quantities, symbols

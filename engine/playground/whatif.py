@@ -15,7 +15,7 @@ import json
 import functools
 from typing import Any
 
-from engine.deploy.fusion import load_tables
+from engine.deploy.fusion_table import load_tables
 from engine.language import formula_tree, symbols
 from engine.language import variants as variant_rules
 from engine.language.api import Evaluation

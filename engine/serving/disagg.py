@@ -55,10 +55,11 @@ from engine.language.formula_tree import run_arrays
 import engine.serving.rules as rules
 from engine.language.api import Evaluation
 from engine.language.errors import SpecError, Where
-from engine.deploy.fusion import FusionTable
+from engine.deploy.fusion_table import FusionTable
 from engine.deploy.hardware import GPU, find_gpu
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig
-from engine.deploy.planner import check, plan, validate_options
+from engine.deploy.planner import plan
+from engine.deploy.legality import check, validate_options
 from engine.deploy.plan import summarize_plan
 from engine.deploy.structure import MAX_BATCH, Options, Scenario, option_where
 

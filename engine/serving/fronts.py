@@ -155,11 +155,11 @@ def load_sizing(grid_path: Path | str | None) -> Sizing | None:
     """The ``sizing:`` block of a grid file, checked (one line per mistake), or None when the grid
     has none (then the build writes empty fronts and sizing tables)."""
     from engine.project import GRID_FILE as DEFAULT
-    from engine.deploy import fusion
+    from engine.deploy import fusion_table
     path = Path(grid_path) if grid_path else DEFAULT
     # once per process and content of the files read (a build asks per model; the fusion tables
     # name the frameworks allowed); a Sizing is frozen tuples
-    files = [path, *fusion.table_files()]
+    files = [path, *fusion_table.table_files()]
     return _SIZINGS.get(("sizing", str(path)), files, lambda: _load_sizing(path))
 
 
@@ -168,7 +168,7 @@ _SIZINGS = ContentMemo()
 
 def _load_sizing(path: Path) -> Sizing | None:
     from engine.language.checked import choices_field as _choices, count_field as _count, list_field as _list
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     from engine.language.kv import KV_DTYPE_BYTES
     reader = Reader(path, path.parent.parent, GRID)
     data = reader.mapping(reader.data, "")
@@ -272,7 +272,7 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
     ``disagg_frameworks`` (default: every framework); for those the search also evaluates the
     prefill-pool points, as plan does (the fronts and sizing rows are the same)."""
     from engine.deploy import Options
-    from engine.deploy.fusion import load_tables
+    from engine.deploy.fusion_table import load_tables
     from engine.serving.sizing import SLA, front, search
     from engine.deploy.structure_cache import StructureCache
 

@@ -105,7 +105,7 @@ class PointReader:
         exceeding the same limits (:func:`engine.deploy.structure_cache.regime`) fuse, place and
         compile alike, and the summary evaluates the one structure at each point."""
         from engine.deploy import PHASES, Scenario, plan
-        from engine.deploy.fusion import live_token_limits, token_limits
+        from engine.deploy.fusion_table import live_token_limits, token_limits
         from engine.deploy.structure_cache import regime
         if self.cache is not None:      # the search's structure of this live regime
             limits = self._live.get(config)

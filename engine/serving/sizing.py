@@ -3,7 +3,7 @@
 Layer: engine.serving (on planner and sol; nothing here prints). :func:`search` walks, for each GPU
 type, every GPU count that is a power of two up to a limit, every legal TP / EP / DP-attention / PP
 config at that count (:func:`engine.deploy.parallel.enumerate_configs` filtered by
-:func:`engine.deploy.planner.check`; ``dp = 1``: whole-model replicas are counted separately) and
+:func:`engine.deploy.legality.check`; ``dp = 1``: whole-model replicas are counted separately) and
 every batch from 1 to the config's capacity, and evaluates the batches in vectorized
 :func:`engine.deploy.sol.summarize` calls (one per structure: config, fusion token regime and the
 fusion rules that can match, over every GPU type sharing it; structures come from a
@@ -56,11 +56,12 @@ from engine.language import checkpoints, storage
 from engine.language.api import Evaluation
 from engine.language.errors import SpecError, Where
 from engine.deploy.admission import steady_tokens
-from engine.deploy.fusion import FusionTable, admission_of, live_token_limits, reserve_bytes
+from engine.deploy.fusion_table import FusionTable, admission_of, live_token_limits, reserve_bytes
 from engine.serving.disagg import PREFILL_OUTPUT, ROUND, usd_per_m_tokens
 from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
-from engine.deploy.planner import check, validate_options, weight_format_model
+from engine.deploy.planner import weight_format_model
+from engine.deploy.legality import check, validate_options
 from engine.deploy.sol import capacity, capacity_terms, phase_inputs, phases_many, summarize
 from engine.deploy.structure_cache import StructureCache
 from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
@@ -299,8 +300,8 @@ class _Evaluator:
         self._terms: dict[tuple, tuple] = {}         # (id(structure), input_len, outputs) -> (structure, terms)
 
     def limits(self, config: ParallelConfig, gpu: GPU) -> tuple[list[int], list[int]]:
-        """Per phase, :func:`engine.deploy.fusion.live_token_limits` (once per config and GPU arch:
-        :func:`engine.deploy.fusion.live_rules` reads the GPU's arch only, and this search's table is fixed)."""
+        """Per phase, :func:`engine.deploy.fusion_table.live_token_limits` (once per config and GPU arch:
+        :func:`engine.deploy.fusion_table.live_rules` reads the GPU's arch only, and this search's table is fixed)."""
         key = (config, gpu.arch)
         found = self._limits.get(key)
         if found is None:
