@@ -342,6 +342,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     read by formula.js ``select``)."""
     from engine.batch.grid_eval import GRID_BATCHES      # (here: the module's other readers need no engine)
     from engine.deploy.rules import exported as deploy_rules
+    from engine.deploy.measured import STORED_ONLY
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
     expected = doc.get("expected", [])
     # trees and strings numbered once for the model (first use: the programs in option order, each
@@ -389,7 +390,9 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     shared: dict = {"trees": shared_trees, "strings": [strings[i] for i in sm]}
     if expected:
         # the measured tables the trees' lookup nodes name (by their index in the model's lookups)
-        shared["lookups"] = {str(r): doc["lookups"][r] for r in sorted(_lookup_refs(shared_trees))}
+        # (less what only `archledger deploy`'s reading of the document needs: engine.deploy.stored)
+        shared["lookups"] = {str(r): {k: v for k, v in doc["lookups"][r].items() if k not in STORED_ONLY}
+                             for r in sorted(_lookup_refs(shared_trees))}
     texts, same = _shared(bodies)
     texts[SHARED] = compact_json(shared)
     for o in options:

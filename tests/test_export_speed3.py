@@ -77,13 +77,14 @@ def test_programs_keyed_by_row_numbers_are_distinct_rows_of_their_steps(docs):
         by_content: dict = {}
         for p in doc["programs"]:
             for r in p:
-                assert isinstance(r, list) and len(r) == 15
+                assert isinstance(r, list) and len(r) == 22
                 assert by_content.setdefault(tuple(r), r) is r, model   # equal rows: one shared list
         # a step's row is the plain row of the module doc: tree and string indices in range
         for p in doc["programs"]:
             for r in p:
                 assert all(0 <= r[i] < len(doc["trees"]) for i in range(5))
-                assert all(0 <= r[i] < len(doc["strings"]) for i in range(11, 15))
+                assert all(0 <= r[i] < len(doc["strings"]) for i in (*range(11, 20), 21))
+                assert all(0 <= i < len(doc["strings"]) for i in r[20])       # parts: the members' uids
                 assert isinstance(r[5], float) and all(isinstance(r[i], int) for i in range(6, 11))
 
 

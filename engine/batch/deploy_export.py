@@ -14,8 +14,15 @@ Document (``results/formulas/<org--name>.json``, one per model):
 * ``configs``: per (parallel config, scale-up domain): degrees, weights per GPU (bytes and formula),
   ``kv_dev`` (tree of KV bytes per request per GPU in ``length`` and ``kv_bytes``);
 * ``programs``: distinct step lists; a step is ``[flops, bytes, comm_bytes, weight_bytes, calls,
-  repeat, dtype, link, coll, kind, view, uid, f_flops, f_bytes, f_comm]`` (tree / string / table
-  indices; ``calls`` = the collective's calls per step, ``coll`` its (op, ranks, nodes) or -1);
+  repeat, dtype, link, coll, kind, view, uid, f_flops, f_bytes, f_comm, name, op, component, role,
+  group, parts, f_weight]`` (tree / string / table indices, ``parts`` a list of string indices;
+  ``calls`` = the collective's calls per step, ``coll`` its (op, ranks, nodes) or -1; the labels
+  from ``name`` on are those of ``archledger deploy --json``'s op rows, engine.deploy.op_rows);
+* ``kv_terms``: per stack (``main``, ``mtp``) and part (``all``, engine.language.kv.PARTS) the trees
+  of a request's cache elements and own-dtype bytes in ``length``, in their compiled order;
+* ``evaluation_order``: true when every step column's tree, every ``kv_dev`` and ``kv_terms`` tree is written in
+  the order its compiled function evaluates (engine.deploy.printed_tree: evaluated with numpy they
+  give the compile path's floats, bit for bit); false when one had no such tree (to_tree's form);
 * ``options``: per (GPU, config, framework) the KV dtypes, the fusion token ``limits`` and per
   phase one program per token regime (regime r: tokens per device exceed r of the limits, as
   :func:`engine.deploy.structure_cache.regime` and :func:`engine.deploy.structure.tokens_per_device`);
@@ -57,6 +64,7 @@ from engine.deploy.step_totals import step_totals
 from engine.deploy.fusion_table import live_token_limits, token_limits
 from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, member_ops, spec_tree, step_spec
 from engine.deploy.legality import mtp_modules
+from engine.deploy.printed_tree import length_tree, step_tree
 from engine.deploy.op_rows import formula_text, weight_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
 from engine.language import kv, symbols
@@ -100,16 +108,35 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
     tree_of: dict = {}
     tree_by_id: dict[int, tuple] = {}
 
+    unordered: list = []     # expressions with no tree in their evaluation order (to_tree's written)
+
     def tree(expr) -> int:
         """``expr``'s index among the trees: first by object (steps share their expression objects,
-        and a lookup by value compares large formulas term by term), then by value."""
+        and a lookup by value compares large formulas term by term), then by value. A step
+        column's tree in its compiled function's order (printed_tree.step_tree)."""
         mine = tree_by_id.get(id(expr))
         if mine is not None and mine[0] is expr:
             return mine[1]
         found = tree_of.get(expr)
         if found is None:
-            found = tree_of[expr] = trees.add(to_tree(expr))
+            printed = step_tree(expr)
+            if printed is None:
+                unordered.append(expr)
+            found = tree_of[expr] = trees.add(to_tree(expr) if printed is None else printed)
         tree_by_id[id(expr)] = (expr, found)
+        return found
+
+    kv_trees: dict = {}
+
+    def kv_tree(expr) -> int:
+        """A KV-per-GPU expression's tree index, in the order of the structure's compiled
+        ``kv_device_fn`` (lambdify in ``length`` and ``kv_bytes``)."""
+        found = kv_trees.get(expr)
+        if found is None:
+            printed = length_tree(expr, (symbols.dim(symbols.LENGTH), symbols.dim("kv_bytes")))
+            if printed is None:
+                unordered.append(expr)
+            found = kv_trees[expr] = trees.add(to_tree(expr) if printed is None else printed)
         return found
 
     # (ids of a phase's numeric and symbolic programs) -> (those programs, program index): structures
@@ -140,7 +167,9 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             if st.collective else -1
         out = (tree(f), tree(b), tree(c), tree(w), tree(calls), float(st.repeat),
                dtypes.add(st.compute_dtype, key=st.compute_dtype), LINKS[st.link], coll, KINDS.index(st.kind),
-               int(bool(st.view)), string(st.uid), string(text[0]), string(text[1]), string(text[2]))
+               int(bool(st.view)), string(st.uid), string(text[0]), string(text[1]), string(text[2]),
+               string(st.name), string(st.op), string(st.component), string(st.role), string(st.group),
+               tuple(string(p) for p in st.parts), string(text[3]))
         number = distinct.get(out)
         if number is None:
             number = distinct[out] = len(row_lists)
@@ -242,7 +271,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                     "config": config.label(), "tp": config.tp, "ep": config.ep, "dp_attn": config.dp_attn,
                     "pp": config.pp, "cp": config.cp, "domain": domain,
                     "weight_bytes_per_gpu": float(base.weight_bytes_per_gpu),
-                    "weight_formula": weight_text(base.weight_formula), "kv_dev": tree(base.kv_device_per_request)})
+                    "weight_formula": weight_text(base.weight_formula), "kv_dev": kv_tree(base.kv_device_per_request)})
             # one structure per regime that can differ: regimes whose representative token count
             # passes the same live limits fuse alike (the other rules never match this GPU and config)
             table = tables.get(framework)
@@ -261,7 +290,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                 if "mtp" not in row:
                     row["mtp"] = {"weight_bytes_per_gpu": float(drafting[0].weight_bytes_per_gpu),
                                   "weight_formula": strings.add(weight_text(drafting[0].weight_formula)),
-                                  "kv_dev": tree(drafting[0].kv_device_per_request)}
+                                  "kv_dev": kv_tree(drafting[0].kv_device_per_request)}
             # each step's expected time from measured kernels (a tree per step, per KV dtype: the
             # attention tables are the KV dtype's), the programs' regimes as by_phase's
             by_phase["expected"] = {kv_dtype: {p: [expected(built[c], p, gpu, framework, kv_dtype) for c in classes[p]]
@@ -276,6 +305,23 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
                             # the steady-state capacity's paging and admission (engine.deploy.admission)
                             "admission": _admission(base.admission), **by_phase})
     kv_symbol = symbols.dim("kv_bytes")
+    length = symbols.dim(symbols.LENGTH)
+
+    def kv_terms(stack: str) -> dict:
+        """Per part, the trees of a request's cache elements and own-dtype bytes in ``length``, each
+        in the order of its compiled function (engine.language.kv.elements_per_request_fn and
+        own_dtype_bytes_per_request_fn lambdify the same terms)."""
+        out = {}
+        for name, part in (("all", None), *((p, p) for p in kv.PARTS)):
+            pair = []
+            for term in kv.request_terms(ev.numeric, stack, part):
+                printed = length_tree(term, length)
+                if printed is None:
+                    unordered.append(term)
+                pair.append(to_tree(term) if printed is None else printed)
+            out[name] = pair
+        return out
+    stored_kv = {"main": kv_terms("main"), **({MTP_STACK: kv_terms(MTP_STACK)} if modules else {})}
     kv_request = {}
     for name, part in (("all", None), *((p, p) for p in kv.PARTS)):
         elements, own = kv.request_terms(ev.numeric, part=part)
@@ -300,7 +346,7 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             "dtypes": dtypes.items, "colls": colls.items, "gpus": gpu_rows, "configs": config_rows,
             "options": options, "programs": programs.items, "trees": trees.items, "strings": strings.items,
             "expected": expected_lists.items, "lookups": lookups.items,
-            "default_efficiency": DEFAULT_EFFICIENCY}
+            "default_efficiency": DEFAULT_EFFICIENCY, "kv_terms": stored_kv, "evaluation_order": not unordered}
 
 
 def document_json(doc: dict[str, Any]) -> str:

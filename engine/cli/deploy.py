@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from engine.cli import units
@@ -160,14 +159,22 @@ def exit_status(summary: dict) -> int:
     return 0 if summary["fits"] else 1
 
 
+def json_text(d, phases: tuple) -> str:
+    """``--json``'s text of a deployment (without the final newline)."""
+    out = {"deployment": d.summary, "phases": {p: d.phases[p] for p in phases}, "ops": {p: d.ops[p] for p in phases}}
+    return json.dumps(out, indent=1, default=float)
+
+
 def run(args: argparse.Namespace) -> int:
-    d = deployment_from_args(args)
+    d = None
+    if not (args.formula or args.unfused):     # on a built checkout, from the build's formulas when they answer
+        from engine.cli.deploy_fast import stored_deployment
+        d = stored_deployment(args)
+    if d is None:
+        d = deployment_from_args(args)
     phases = ("prefill", "decode") if args.phase == "both" else (args.phase,)
     if args.json:
-        out = {"deployment": d.summary, "phases": {p: d.phases[p] for p in phases},
-               "ops": {p: d.ops[p] for p in phases}}
-        json.dump(out, sys.stdout, indent=1, default=float)
-        print()
+        print(json_text(d, phases))
         return exit_status(d.summary)
     s = d.summary
     print(f"{s['model_id']} on {s['n_gpus']} x {s['gpu']}  ({d.plan.config.label()}, framework {s['framework']}, "

@@ -77,9 +77,11 @@ class CompiledProgram(_Tables, _Totals):
     (:meth:`totals`, :meth:`step_time`) :class:`~engine.deploy.compiled_totals._Totals`'.
     """
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, compiled: list | None = None):
         self.program = program
-        compiled = [_step_functions(s) for s in program.steps]
+        # ``compiled``: each step's five entries made elsewhere (engine.deploy.stored: from the build's
+        # trees; its steps then carry what the rates read: dtype, link, collective, kind, repeat)
+        compiled = [_step_functions(s) for s in program.steps] if compiled is None else compiled
         self._columns = [[c[i] for c in compiled] for i in range(4)]
         # collectives (alone or fused): calls per step, each paying the per-call latency
         self._calls = [c[4] for c in compiled]

@@ -485,7 +485,7 @@ class Ask:
     at: np.ndarray                      # indices of the points a table covers
     points: np.ndarray                  # (len(at), axes): the step's point on the tables' axes
     tables: list
-    roof: tuple
+    roof: object                        # the roofline's key (interpolation._roof), or its function
     repeat: float
     shape: str                          # an MoE table's key, as text
     found: list = None
@@ -571,6 +571,18 @@ def _roof_tree(roof: tuple) -> list:
     return to_tree(roof_expr(roof))
 
 
+@functools.lru_cache(maxsize=4096)
+def _roof_fn(roof: tuple):
+    """The roofline's compiled function (interpolation._roof) as [its parameters, its tree in its
+    evaluation order] (engine.deploy.printed_tree; None where it has none): a stored lookup reads
+    it without sympy, the same floats."""
+    import inspect
+    from engine.deploy.printed_tree import lambdified_tree
+    fn = _roof(roof)
+    tree = lambdified_tree(fn)
+    return None if tree is None else [list(inspect.signature(fn).parameters), tree]
+
+
 def _short(x: float):
     """A whole float as an int (shorter JSON; the same number)."""
     return int(x) if x.is_integer() and abs(x) < 2 ** 53 else x
@@ -594,11 +606,37 @@ def spec_tree(spec: Spec | None, repeat: float, table_ref: Callable[[dict], obje
     if spec is None:
         return fallback
     point = [to_tree(e) for e in spec.point]
-    nodes = [["lookup", table_ref(lookup_table(distil(t, spec.point), spec.roof, peak_rate(t, _roof(spec.roof)))),
-              *point] for t in spec.tables]
+    # each entry with what :func:`resolve` and :func:`finish` read besides (the roofline's key, the
+    # MoE key's text, the table's labels): a stored program's lookups (engine.deploy.stored) go
+    # through them too
+    nodes = [["lookup", table_ref(_stored_entry(t, spec)), *point] for t in spec.tables]
     time = nodes[0] if len(nodes) == 1 else ["min", *nodes]
     applies = ["and", [">", T_SOL, 0], *([">", p, 0] for p in point), to_tree(spec.applies)]
     return ["pw", [["max", ["*", repeat, time], T_SOL], applies], [fallback, 1]]
+
+
+_STORED_ENTRIES: dict = {}      # (id(table), the spec's point, roof, shape) -> (table, the entry)
+
+
+def _stored_entry(table: Table, spec: Spec) -> dict:
+    """A lookup node's entry (:func:`lookup_table` of the distilled table) with the fields only the
+    stored path reads (:data:`STORED_ONLY`); one object per table, point, roofline and MoE key (the
+    export finds an entry it has by its object first)."""
+    key = (id(table), spec.point, spec.roof, spec.shape)
+    found = _STORED_ENTRIES.get(key)
+    if found is None or found[0] is not table:
+        if len(_STORED_ENTRIES) > 20_000:
+            _STORED_ENTRIES.clear()
+        entry = {**lookup_table(distil(table, spec.point), spec.roof, peak_rate(table, _roof(spec.roof))),
+                 "roof_key": list(spec.roof), "roof_fn": _roof_fn(spec.roof), "shape": spec.shape,
+                 "table": [table.kernel, table.variant, table.gpu, table.framework, table.version, table.source]}
+        found = _STORED_ENTRIES[key] = (table, entry)
+    return found[1]
+
+
+#: The fields of a lookup entry (:func:`spec_tree`) only the stored path reads (engine.deploy.stored:
+#: resolve and finish of a document's lookups); the deploy page's data leaves them out (site_builder.data).
+STORED_ONLY = ("roof_key", "roof_fn", "shape", "table")
 
 
 def node_lookup(tables: dict) -> Callable[[object, list], float]:
@@ -629,7 +667,8 @@ def resolve(asks: list[Ask]) -> None:
         for i, table in enumerate(a.tables):
             by_table.setdefault((id(table), a.roof), (table, []))[1].append((a, i))
     for (_, roof), (table, users) in by_table.items():
-        t, outside = interpolate_many(table, np.concatenate([a.points for a, _ in users]), _roof(roof))
+        t, outside = interpolate_many(table, np.concatenate([a.points for a, _ in users]),
+                                      roof if callable(roof) else _roof(roof))
         start = 0
         for a, i in users:
             cut = slice(start, start + len(a.points))
@@ -654,6 +693,8 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
     at once; ``values``: the compiled program's evaluation there (engine.deploy.cost: ``t_sol``,
     ``flops``, ``comm_bytes``, each (steps, points))."""
     s = plan.structure
+    if hasattr(s, "gather"):        # a structure made from the build's document: its own trees (engine.deploy.stored)
+        return s.gather(plan, phase, batch, seq, ctx, values, keep)
     steps = s.programs[phase].steps
     keep = list(range(len(steps)) if keep is None else keep)
     n = len(batch)

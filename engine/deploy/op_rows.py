@@ -18,6 +18,7 @@ from engine.deploy.cost import BOUNDS, intensity
 from engine.deploy.step_totals import step_totals
 from engine.deploy.structure import Scenario, Structure, prefill_program_batch, program_batch
 from engine.deploy.measured import expected_steps
+from engine.deploy.stored import StoredProgram
 
 #: ``plan`` arguments below are :class:`engine.deploy.plan.Plan` (which imports this module: not
 #: imported here)
@@ -88,6 +89,8 @@ _PROGRAM_TEXT: dict[int, tuple] = {}
 def formula_text(structure: Structure, phase: str) -> list[tuple[str, str, str, str]]:
     """The four formulas of every step as text (GPU- and point-free: once per symbolic program)."""
     program = structure.formulas[phase]
+    if isinstance(program, StoredProgram):        # the build's texts (engine.deploy.stored)
+        return [step.formulas for step in program.steps]
     mine = _PROGRAM_TEXT.get(id(program))
     if mine is not None and mine[0] is program:   # the same object (an id alone can be reused)
         return mine[1]
@@ -164,12 +167,18 @@ def _labels(s: Structure, phase: str) -> tuple:
             "op_uid": [steps[i].uid for i in keep], "op_name": [steps[i].name for i in keep],
             "op": [steps[i].op for i in keep], "component": [steps[i].component for i in keep],
             "role": [steps[i].role for i in keep], "kind": [steps[i].kind for i in keep],
-            "repeat": [int(steps[i].repeat) if steps[i].repeat.is_number else None for i in keep],
+            "repeat": [_count(steps[i].repeat) for i in keep],
             "link": [steps[i].link for i in keep], "group": [steps[i].group for i in keep],
             "flops_formula": [text[i][0] for i in keep], "bytes_formula": [text[i][1] for i in keep],
             "comm_bytes_formula": [text[i][2] for i in keep], "weight_bytes_formula": [text[i][3] for i in keep],
             "parts": [list(steps[i].parts) for i in keep], "dtype": [steps[i].compute_dtype for i in keep]})
     return mine[2], mine[3]
+
+
+def _count(repeat) -> int | None:
+    """A step's calls as the op rows print them: a whole number (a stored step's is a float), None
+    for a repeat that is not a number."""
+    return int(repeat) if getattr(repeat, "is_number", True) else None
 
 
 def op_rows_columns(plan, phase: str, scenario: Scenario | list[Scenario], arrays: bool = False,

@@ -295,7 +295,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     estimate (no overlap: a sum of per-op expected times)."""
     if prefill_only and not serving_only:
         raise ValueError("prefill_only gives the serving fields only: pass serving_only=True")
-    config, ev = structure.config, structure.ev
+    config = structure.config
     batch, input_len, output_len, kv_bytes, gpu_index = (np.asarray(x) for x in
                                                          (batch, input_len, output_len, kv_bytes, gpu_index))
     overlap = structure.options.overlap or "none"
@@ -367,12 +367,12 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
             ("fits", "fits"), ("max_concurrent_requests", "max_concurrent_requests"),
             ("tpot_mean_s", "tpot_mean"), ("tokens_per_s_per_gpu_steady", "tokens_per_s_per_gpu_steady"),
             ("fits_steady", "fits_steady"), ("max_concurrent_requests_steady", "max_concurrent_requests_steady"))}
-    max_ctx = int(ev.numeric.max_context)
+    max_ctx = structure.max_context
     stacks = ("main", MTP_STACK) if options.mtp_tokens else ("main",)
 
     def request_bytes_fn(part=None):
         """Cache bytes per request of every deployed stack (the MTP stack's too when it drafts)."""
-        fns = [kv.request_bytes_fn(ev.numeric, stack, part) for stack in stacks]
+        fns = [structure.request_bytes_fn(stack, part) for stack in stacks]
         return lambda length, kv_bytes: sum(fn(length, kv_bytes) for fn in fns)
     request_bytes = request_bytes_fn()
 

@@ -7,12 +7,13 @@ of those imports the other's internals, and neither is imported here.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
 import sympy
 
-from engine.language import symbols
+from engine.language import kv, symbols
 from engine.language.formula_tree import run_arrays
 from engine.language.api import Evaluation
 from engine.language.errors import SpecError, Where
@@ -157,6 +158,12 @@ def tokens_per_device(config: ParallelConfig, scenario: Scenario,
     return {"prefill": int(prefill), "decode": int(decode)}
 
 
+def regime(limits: list[int], tokens: int | None) -> int:
+    """How many of ``limits`` a token count exceeds (a limit is inclusive: tokens <= limit fuses;
+    0 without limits, where tokens is None): the fusion regime of :func:`tokens_per_device`'s count."""
+    return 0 if not limits or tokens is None else bisect_left(limits, tokens)
+
+
 def device_tokens(config: ParallelConfig, batch, input_len, prefill_tokens: int = PREFILL_TOKENS,
                   decode_seq: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """:func:`tokens_per_device`'s (prefill, decode) at numbers or arrays of batches and prompts
@@ -205,11 +212,24 @@ class Structure:
             fn = _KV_FNS[self.kv_device_per_request] = symbols.checked_lambdify(
                 (LENGTH, KV_BYTES), self.kv_device_per_request, modules=list(symbols.NUMPY_MODULES))
 
-        def kv_device_fn(length, kv_bytes):
-            """KV bytes per request on one GPU, shaped like ``length`` x ``kv_bytes`` even when the
-            expression is constant (a pipeline stage holding only fixed-size states)."""
-            length, kv_bytes = np.asarray(length, dtype=float), np.asarray(kv_bytes, dtype=float)
-            return np.broadcast_to(np.asarray(fn(length, kv_bytes), dtype=float),
-                                   np.broadcast_shapes(length.shape, kv_bytes.shape))
+        self.kv_device_fn = kv_device(fn)
 
-        self.kv_device_fn = kv_device_fn
+    @property
+    def max_context(self) -> int:
+        """The model's longest context (past it a point is extrapolated)."""
+        return int(self.ev.numeric.max_context)
+
+    def request_bytes_fn(self, stack: str, part: str | None = None):
+        """Cache bytes per request of one stack (engine.language.kv.request_bytes_fn)."""
+        return kv.request_bytes_fn(self.ev.numeric, stack, part)
+
+
+def kv_device(fn):
+    """A structure's ``kv_device_fn`` from the compiled KV-per-GPU expression ``fn(length, kv_bytes)``."""
+    def kv_device_fn(length, kv_bytes):
+        """KV bytes per request on one GPU, shaped like ``length`` x ``kv_bytes`` even when the
+        expression is constant (a pipeline stage holding only fixed-size states)."""
+        length, kv_bytes = np.asarray(length, dtype=float), np.asarray(kv_bytes, dtype=float)
+        return np.broadcast_to(np.asarray(fn(length, kv_bytes), dtype=float),
+                               np.broadcast_shapes(length.shape, kv_bytes.shape))
+    return kv_device_fn

@@ -33,7 +33,6 @@ search's structures whose every field is the same object (or equal number) are o
 from __future__ import annotations
 
 import copy
-from bisect import bisect_left
 from dataclasses import replace
 
 from engine.language.api import Evaluation
@@ -41,7 +40,8 @@ from engine.deploy.step_functions import KV_BYTES
 from engine.deploy.fusion_table import FusionTable, live_rules, live_token_limits, representative_tokens, token_limits
 from engine.deploy.planner import build_structure, place, with_mtp
 from engine.deploy.stage_memory import _memory
-from engine.deploy.structure import LENGTH, MTP_STACK, PHASES, Options, Structure
+# regime: defined beside tokens_per_device (what it counts); read here by its importers
+from engine.deploy.structure import LENGTH, MTP_STACK, PHASES, Options, Structure, regime  # noqa: F401
 
 
 def placement_domain(config, domain: int) -> int:
@@ -234,8 +234,3 @@ def _labelled(s: Structure, domain: int) -> Structure:
     s.domain = domain
     return s
 
-
-def regime(limits: list[int], tokens: int | None) -> int:
-    """How many of ``limits`` a token count exceeds (a limit is inclusive: tokens <= limit fuses;
-    0 without limits, where tokens is None)."""
-    return 0 if not limits or tokens is None else bisect_left(limits, tokens)

@@ -1,8 +1,10 @@
 """Formula trees: a sympy expression as plain JSON, for the browser to evaluate with ``static/js/formula.js``.
 
-Layer: engine.language (sympy only). The static site has no server, yet some pages recompute numbers as
-a reader changes an input (the deploy page at any prompt length and batch, the playground as dims
-change). They evaluate the *same* expressions the engine evaluated, exported at build time in this
+Layer: engine.language (sympy only, and only to make trees: :func:`to_tree` imports it where it
+runs, so evaluating and compiling trees, :func:`evaluate`, :func:`run_arrays`, :func:`positional`,
+never imports sympy: a command answering from stored trees does not pay its import). The static
+site has no server, yet some pages recompute numbers as a reader changes an input (the deploy
+page at any prompt length and batch, the playground as dims change). They evaluate the *same* expressions the engine evaluated, exported at build time in this
 form, never a second estimator written in JavaScript.
 
 Format (one JSON value per node):
@@ -47,7 +49,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import sympy
 
 #: op -> (arity or None for n-ary, meaning). The JavaScript evaluator implements exactly these.
 OPS = {
@@ -78,14 +79,23 @@ OPS = {
               "engine.deploy.measured.interpolate (the caller's ``lookup``)",
 }
 
-_NARY = {sympy.Add: "+", sympy.Mul: "*", sympy.Min: "min", sympy.Max: "max",
-         sympy.And: "and", sympy.Or: "or"}
-_UNARY = {sympy.floor: "floor", sympy.ceiling: "ceil", sympy.log: "log", sympy.Not: "not"}
-_RELATIONS = {sympy.StrictLessThan: "<", sympy.LessThan: "<=", sympy.Equality: "==",
-              sympy.StrictGreaterThan: ">", sympy.GreaterThan: ">=", sympy.Unequality: "!="}
+_SYMPY_TABLES: list = []       # [(_NARY, _UNARY, _RELATIONS)], made by the first to_tree (sympy imported there)
 
 
-def _number(expr: sympy.Expr) -> Any:
+def _tables() -> tuple:
+    """sympy's node classes -> the tree's ops: n-ary, unary and relations (made once, on first use)."""
+    if not _SYMPY_TABLES:
+        import sympy
+        _SYMPY_TABLES.append((
+            {sympy.Add: "+", sympy.Mul: "*", sympy.Min: "min", sympy.Max: "max", sympy.And: "and", sympy.Or: "or"},
+            {sympy.floor: "floor", sympy.ceiling: "ceil", sympy.log: "log", sympy.Not: "not"},
+            {sympy.StrictLessThan: "<", sympy.LessThan: "<=", sympy.Equality: "==",
+             sympy.StrictGreaterThan: ">", sympy.GreaterThan: ">=", sympy.Unequality: "!="}))
+    return _SYMPY_TABLES[0]
+
+
+def _number(expr) -> Any:
+    import sympy
     if expr.is_Integer:
         return int(expr)
     if expr.is_Rational:
@@ -106,6 +116,7 @@ def to_tree(expr: Any) -> Any:
         return int(expr)
     if isinstance(expr, int):
         return expr
+    import sympy
     if isinstance(expr, float):
         return _number(sympy.Float(expr))
     if expr is sympy.true or expr is sympy.false:
@@ -117,7 +128,7 @@ def to_tree(expr: Any) -> Any:
     if expr.is_number:  # a constant sympy keeps unevaluated (exp(2), pi): its float is all a browser needs
         return _number(expr)
     head = type(expr)
-    for table in (_NARY, _UNARY, _RELATIONS):
+    for table in _tables():
         for cls, op in table.items():
             if issubclass(head, cls):
                 return [op, *(to_tree(a) for a in expr.args)]
@@ -302,6 +313,21 @@ def compile_arrays(tree: Any):
         a, b = parts
         return lambda env: binary(a(env), b(env))
     return lambda env: fn([p(env) for p in parts])
+
+
+def positional(tree: Any, names: tuple[str, ...]):
+    """``tree`` as a function of positional arguments bound to ``names`` in order (numbers or numpy
+    arrays), by :func:`compile_arrays` (binary operations in the tree's order, left to right);
+    a tree without a symbol is its value as a float. A tree written in the order a compiled
+    function evaluates (engine.deploy.printed_tree: the operations of lambdify's source, one node
+    each) gives that function's floats: the deploy fast path's programs (engine.deploy.stored)."""
+    if not free_names(tree):
+        return float(compile_arrays(tree)({}))
+    fn = compile_arrays(tree)
+    if len(names) == 4:          # the step functions' (batch, seq, ctx, kv_bytes): no tuple per call
+        a, b, c, d = names
+        return lambda w, x, y, z: fn({a: w, b: x, c: y, d: z})
+    return lambda *values: fn(dict(zip(names, values)))
 
 
 #: the two-argument form of each op of :data:`_ARRAY_OPS` that has one (the same numpy operation)

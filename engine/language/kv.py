@@ -153,9 +153,20 @@ def request_bytes_fn(analysis: Analysis, stack: str = "main", part: str | None =
     """``f(length, kv_bytes)``: every cache byte one request holds at ``length`` when a KV element
     takes ``kv_bytes`` (entries with their own dtype keep it); with ``part`` (:data:`PARTS`) only
     the state or only the growing part (the two sum to the whole)."""
-    kv_elements = elements_per_request_fn(analysis, stack, part)
-    own = own_dtype_bytes_per_request_fn(analysis, stack, part)
+    return request_bytes_of(elements_per_request_fn(analysis, stack, part),
+                            own_dtype_bytes_per_request_fn(analysis, stack, part))
+
+
+def request_bytes_of(kv_elements, own):
+    """``f(length, kv_bytes)`` = elements x kv_bytes + own bytes (:func:`request_bytes_fn`'s one
+    composition; engine.deploy.stored makes the two from the build's trees)."""
     return lambda length, kv_bytes: kv_elements(length) * kv_bytes + own(length)
+
+
+def of_length(raw):
+    """A function of the context length shaped like its argument even when ``raw`` is constant
+    (what :func:`elements_per_request_fn` hands out; ``raw`` a lambdified term or a stored tree's)."""
+    return lambda x: raw(x) + np.zeros_like(np.asarray(x, dtype=float))
 
 
 def request_terms(analysis: Analysis, stack: str = "main", part: str | None = None) -> tuple[sympy.Expr, sympy.Expr]:
@@ -176,6 +187,5 @@ def _compiled(analysis: Analysis, stack: str, dtype: str, part: str | None = Non
         length = symbols.dim(symbols.LENGTH)
         total = request_terms(analysis, stack, part)[0 if dtype == "kv" else 1]
         raw = symbols.checked_lambdify(length, total, modules=list(symbols.NUMPY_MODULES))
-        fn = (lambda x, raw=raw: raw(x) + np.zeros_like(np.asarray(x, dtype=float)))
-        _COMPILED[key] = (analysis, fn)
+        _COMPILED[key] = (analysis, of_length(raw))
     return _COMPILED[key][1]
