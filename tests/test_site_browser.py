@@ -25,7 +25,7 @@ from urllib.request import urlopen
 import pytest
 import yaml
 
-from site_builder.screenshots import CHROMIUM_ARGS, LOCAL_HOSTS, VIEWPORT, chromium_path, screenshots, scroll_through
+from site_builder.screenshots import LOCAL_HOSTS, VIEWPORT, screenshots, scroll_through
 from site_builder.serve import start
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -98,21 +98,6 @@ def base(site):
 def names(built) -> dict[str, str]:
     """Display name per model slug, from the build's model documents."""
     return {s: json.loads((built / "results" / "models" / f"{s}.json").read_text())["name"] for s in SLUGS}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the Python package `playwright` is not installed: pip install -e '.[test]'", pytrace=False)
-    if chromium_path() is None:
-        pytest.fail("Chromium not found (looked for $ARCHLEDGER_CHROMIUM, /usr/bin/chromium, `chromium` on PATH): "
-                    "install Debian's package: apt-get install -y chromium (CI does this in .ci/run)", pytrace=False)
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(chromium_path()), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @dataclass

@@ -30,7 +30,7 @@ from engine.language.errors import SpecError
 from site_builder.render import REPO
 from site_builder.screenshots import scroll_through
 from tests.site_helpers import served
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its planted site twice.
