@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -127,8 +128,8 @@ class Tab:
         request for 500 ms) without the half second each page load waited idle (hundreds of page
         loads a run); and unlike ``wait_for_load_state("networkidle")``, which returns at once on a
         page that was quiet once, it also waits for what a click or an opened section fetches."""
-        quiet = 0
-        for _ in range(SETTLE_ROUNDS):
+        quiet, deadline = 0, time.monotonic() + TIMEOUT_MS / 1000
+        while time.monotonic() < deadline:
             if self.inflight:
                 self.page.wait_for_timeout(10)
                 quiet = 0
@@ -138,7 +139,8 @@ class Tab:
             quiet = quiet + 1 if not self.inflight and self.started == before else 0
             if quiet == 2:
                 return
-        raise AssertionError(f"the page never went quiet: {sorted(r.url for r in self.inflight)[:5]}")
+        raise AssertionError(f"the page did not go quiet in {TIMEOUT_MS / 1000:g} s: "
+                             f"{sorted(r.url for r in self.inflight)[:5]} in flight")
 
 
 #: Resolves once the page's main thread is idle and two frames have been painted after it (or after
@@ -148,9 +150,6 @@ IDLE_AND_PAINTED = """() => new Promise(done => {
   requestIdleCallback(painted, {timeout: 2000});
   setTimeout(done, 2000);
 })"""
-#: The most rounds :meth:`Tab.settle` waits (each at least 10 ms; a round with requests in flight is
-#: 10 ms): past them, the test fails naming the requests still open.
-SETTLE_ROUNDS = TIMEOUT_MS // 10
 
 
 def _production_headers(path: str) -> dict[str, str]:
