@@ -5,6 +5,8 @@ import functools
 import json
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,26 @@ MODEL_IDS = sorted(p.stem.replace("--", "/", 1) for p in (REPO / "corpus" / "mod
 #: build are paid once per suite, not once per worker the tests were spread over (about 0.3 CPU-s a
 #: model a worker at 38 models; it grows with the corpus).
 EVERY_MODEL = pytest.mark.xdist_group("every_model")
+
+
+def pytest_configure(config):
+    """One parse cache for the whole run (engine.language.parse_cache, ``$ARCHLEDGER_CACHE``): made by
+    the run's first process and inherited by every pytest-xdist worker and every process a test
+    starts (a build's subprocess, its ``--jobs`` workers, a command), so the measured kernel tables
+    and the corpus's YAML are parsed once per run instead of once per process (2-3 CPU-s each).
+    The entries are content-addressed (an edited file or loader is another key), so no test can
+    read another's stale parse; the user's own cache folder is never read or written. Removed at
+    the end of the run (:func:`pytest_unconfigure`)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        folder = tempfile.mkdtemp(prefix="archledger-test-cache-")
+        config._archledger_cache = folder
+        os.environ["ARCHLEDGER_CACHE"] = folder
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_archledger_cache", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -80,3 +102,36 @@ def hf_config_path(model_id: str) -> Path:
     path = HF_CONFIGS / f"{name}.json" if HF_CONFIGS else SNAPSHOTS / f"{name}.config.json"
     assert path.exists(), f"published config missing: {path} (see corpus/snapshots/README.md)"
     return path
+
+
+@pytest.fixture(scope="session")
+def _chromium():
+    """One headless Chromium per test process (Debian's ``chromium`` driven by Playwright, never a
+    Playwright-downloaded browser), started by the first module that asks for :func:`browser` and
+    closed at the end of the session. Each module used to start its own: about 1.1 CPU-s and 3-4 s
+    of wall each (the Playwright driver and the browser), in some 20 modules. Missing, the browser
+    tests fail; they do not skip (CI installs it: .ci/run)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the Python package `playwright` is not installed: pip install -e '.[test]'", pytrace=False)
+    from site_builder.screenshots import CHROMIUM_ARGS, chromium_path
+    if chromium_path() is None:
+        pytest.fail("Chromium not found (looked for $ARCHLEDGER_CHROMIUM, /usr/bin/chromium, `chromium` on PATH): "
+                    "install Debian's package: apt-get install -y chromium (CI does this in .ci/run)", pytrace=False)
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(chromium_path()), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def browser(_chromium):
+    """The process's Chromium for one module. A module shares no state with another: each page
+    lives in its own browser context (cookies, storage, cache, routes), and a context the module
+    left open is closed when it ends; a module starting with a context still open is an error of
+    the one before."""
+    assert not _chromium.contexts, f"{len(_chromium.contexts)} browser context(s) left open by an earlier module"
+    yield _chromium
+    for context in list(_chromium.contexts):
+        context.close()

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from tests.site_helpers import served
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its built site twice.

@@ -43,19 +43,17 @@ MODELS = ["Qwen3-8B", "Llama-3.1-8B"]
 QWEN, LLAMA = "Qwen/Qwen3-8B", "meta-llama/Meta-Llama-3.1-8B"
 SMALL = Path(__file__).parent / "data" / "grid_small.yaml"
 #: Runs engine.batch.results.run with the site renderer, as the CLI does (incremental against the
-#: published site; argv[1]: the args as JSON). Its YAML parses are kept in the module's parse cache
-#: (engine.language.parse_cache, content-addressed: a file's entry is its parse, whatever process wrote
-#: it): each killed build is a fresh process, and parsing the measured kernel tables was about half
-#: of its CPU; what the scenarios check (the kill, the recovery, the published pair) is unchanged.
+#: published site; argv[1]: the args as JSON). Each killed build is a fresh process: it reads the
+#: run's parse cache (``$ARCHLEDGER_CACHE``, tests/conftest.py; engine.language.parse_cache,
+#: content-addressed: a file's entry is its parse, whatever process wrote it), as parsing the measured
+#: kernel tables was about half of its CPU; what the scenarios check (the kill, the recovery, the
+#: published pair) is unchanged.
 SCRIPT = """
 import argparse, json, sys
-from pathlib import Path
 from engine.batch.results import run
-from engine.language import parse_cache
 from site_builder.render import render_staged
 args = json.loads(sys.argv[1])
 site = render_staged if args.pop("site") else None
-parse_cache.use(Path(args.pop("yaml_cache")))
 sys.exit(run(argparse.Namespace(**args), site=site))
 """
 TAG = "ARCHLEDGER_TEST_TAG"
@@ -100,8 +98,7 @@ def _build_process(args: dict, site: bool = True, log: Path | None = None, **env
     as long as any process it started lives)."""
     output = open(log, "w") if log else subprocess.PIPE
     try:
-        # the parse cache beside the module's grid file (one per module run)
-        payload = {**args, "site": site, "yaml_cache": str(Path(args["grid"]).parent / "yaml-cache")}
+        payload = {**args, "site": site}
         return subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(payload)], cwd=REPO,
                                 env=_env(**env), stdout=output, stderr=output, text=True)
     finally:

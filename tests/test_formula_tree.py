@@ -17,7 +17,7 @@ from engine.deploy.step_totals import step_totals
 from engine.language import formula_tree as ft
 from site_builder.render import REPO
 from tests.deploy_helpers import make_plan
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its Chromium page twice.

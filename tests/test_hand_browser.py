@@ -24,7 +24,7 @@ from engine.deploy.rules import exported as deploy_rules
 from site_builder.render import REPO
 from engine.serving.rules import exported as serving_rules
 from site_builder.sizing import encode_doubles, stairs
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its Chromium pages twice.

@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -25,7 +26,7 @@ from urllib.request import urlopen
 import pytest
 import yaml
 
-from site_builder.screenshots import CHROMIUM_ARGS, LOCAL_HOSTS, VIEWPORT, chromium_path, screenshots, scroll_through
+from site_builder.screenshots import LOCAL_HOSTS, VIEWPORT, screenshots, scroll_through
 from site_builder.serve import start
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -100,21 +101,6 @@ def names(built) -> dict[str, str]:
     return {s: json.loads((built / "results" / "models" / f"{s}.json").read_text())["name"] for s in SLUGS}
 
 
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the Python package `playwright` is not installed: pip install -e '.[test]'", pytrace=False)
-    if chromium_path() is None:
-        pytest.fail("Chromium not found (looked for $ARCHLEDGER_CHROMIUM, /usr/bin/chromium, `chromium` on PATH): "
-                    "install Debian's package: apt-get install -y chromium (CI does this in .ci/run)", pytrace=False)
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(chromium_path()), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
 @dataclass
 class Tab:
     """One browser context and page, recording console errors, page errors, failed and blocked requests."""
@@ -124,9 +110,46 @@ class Tab:
     blocked: list[str] = field(default_factory=list)
     dialogs: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)     # console warnings (a test asserts on them where it means to)
+    inflight: set = field(default_factory=set)           # requests started and not yet finished or failed
+    started: int = 0                                      # requests started so far
 
     def goto(self, url: str):
-        return self.page.goto(url, wait_until="networkidle")
+        """Open ``url``: its load event, then :meth:`settle`."""
+        response = self.page.goto(url, wait_until="load")
+        self.settle()
+        return response
+
+    def settle(self) -> None:
+        """Return once the page is quiet: no request in flight, and none started while its main
+        thread ran to idle and painted twice, twice in a row. Every request a page's script makes
+        (a data file, the chart library when a chart comes into view, a drawing when its section
+        opens) starts from a task or an observer callback that has run by then: the site sets no
+        timer but ``setTimeout(f, 0)``. This is what Playwright's "networkidle" meant here (no
+        request for 500 ms) without the half second each page load waited idle (hundreds of page
+        loads a run); and unlike ``wait_for_load_state("networkidle")``, which returns at once on a
+        page that was quiet once, it also waits for what a click or an opened section fetches."""
+        quiet, deadline = 0, time.monotonic() + TIMEOUT_MS / 1000
+        while time.monotonic() < deadline:
+            if self.inflight:
+                self.page.wait_for_timeout(10)
+                quiet = 0
+                continue
+            before = self.started
+            self.page.evaluate(IDLE_AND_PAINTED)
+            quiet = quiet + 1 if not self.inflight and self.started == before else 0
+            if quiet == 2:
+                return
+        raise AssertionError(f"the page did not go quiet in {TIMEOUT_MS / 1000:g} s: "
+                             f"{sorted(r.url for r in self.inflight)[:5]} in flight")
+
+
+#: Resolves once the page's main thread is idle and two frames have been painted after it (or after
+#: 2 s, for a page that is never idle: the round then simply repeats).
+IDLE_AND_PAINTED = """() => new Promise(done => {
+  const painted = () => requestAnimationFrame(() => requestAnimationFrame(() => done()));
+  requestIdleCallback(painted, {timeout: 2000});
+  setTimeout(done, 2000);
+})"""
 
 
 def _production_headers(path: str) -> dict[str, str]:
@@ -196,6 +219,13 @@ def _open(browser, production: bool = True) -> Tab:
     page.on("requestfailed", lambda r: r.url not in tab.blocked and "ERR_ABORTED" not in (r.failure or "") and
             tab.errors.append(f"request failed: {r.url} ({r.failure})"))
     page.on("dialog", dialog)
+
+    def started(r):
+        tab.inflight.add(r)
+        tab.started += 1
+    page.on("request", started)
+    page.on("requestfinished", lambda r: tab.inflight.discard(r))
+    page.on("requestfailed", lambda r: tab.inflight.discard(r))
     return tab
 
 

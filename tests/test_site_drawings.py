@@ -24,7 +24,7 @@ import yaml
 
 from site_builder.render import REPO
 from tests.site_helpers import drawn_layers, expected_layers, served, shared_small_site
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: The playground tests' group: they read the same small site (tests/site_helpers.shared_small_site, one
 #: build per process), which this module's tests, spread one by one, built again on each worker.

@@ -25,7 +25,7 @@ import pytest
 from engine.cli import units
 from site_builder import charts
 from site_builder.render import REPO, environment, script_json
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its Chromium page twice.

@@ -21,7 +21,7 @@ import pytest
 
 from tests.deploy_helpers import assert_close, deploy_json
 from tests.site_helpers import DEPLOY_FIELDS, OP_FIELDS, build_small_site, deploy_page, served
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its small site twice.

@@ -23,7 +23,7 @@ import polars as pl
 import pytest
 
 from tests.site_helpers import H100_PAIR_GRID, H100_PAIR_MODELS, shared_small_site, served, result_tables
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its small site twice. The group holds tests/test_site_numbers.py and

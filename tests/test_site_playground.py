@@ -21,7 +21,7 @@ from engine.language import variants as variant_rules
 from engine.language.corpus import load_corpus
 from site_builder.render import REPO
 from tests.site_helpers import build_small_site, served
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its small site twice.

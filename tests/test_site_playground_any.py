@@ -21,7 +21,7 @@ from engine.playground.steps import KEYS as SOL_KEYS
 from engine.language import formula_tree, quantities, symbols
 from site_builder.render import REPO
 from tests.site_helpers import served, shared_small_site
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid the small site it shares with test_site_playground_sol.py and test_site_urls.py

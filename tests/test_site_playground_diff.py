@@ -13,7 +13,6 @@ import yaml
 
 from engine.playground import whatif
 from site_builder.render import REPO
-from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)
 from tests.test_site_playground_any import BASE, base, choose, out, playground  # noqa: F401  (the shared small site)
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread

@@ -17,7 +17,6 @@ import pytest
 
 from engine.playground import catalog, sites as playground_sites, whatif
 from engine.language import formula_tree
-from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)
 from tests.test_site_playground_any import cells, choose, playground
 from tests.test_site_playground_sol import KEYS, at, base, edit, entry  # noqa: F401  (base: the shared small site)
 

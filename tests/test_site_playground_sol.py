@@ -18,7 +18,6 @@ from engine.playground import whatif
 from engine.language import formula_tree
 from site_builder.render import REPO
 from tests.site_helpers import served, shared_small_site
-from tests.test_site_browser import browser  # noqa: F401  (the module's Chromium fixture)
 from tests.test_site_playground_any import BASE, cells, choose, edit_json, playground
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread

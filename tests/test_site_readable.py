@@ -29,7 +29,7 @@ import pytest
 
 from site_builder.screenshots import scroll_through
 from tests.site_helpers import result_tables
-from tests.test_site_browser import (DEEPSEEK, LLAMA, _open, base, browser, built, site)  # noqa: F401  (fixtures)
+from tests.test_site_browser import (DEEPSEEK, LLAMA, _open, base, built, site)  # noqa: F401  (fixtures)
 
 #: test_site_browser's group: its three-model site is built once per process (tests.test_site_browser.built)
 #: and read here, so the modules run in the one worker that holds it.

@@ -26,7 +26,7 @@ import pytest
 
 from engine.cli import units
 from tests.site_helpers import build_small_site, result_tables, served
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its small site twice.

@@ -14,7 +14,7 @@ import yaml
 from engine.cli import main
 from site_builder.screenshots import scroll_through
 from tests.site_helpers import axe_serious, served, shared_small_site
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid the small site it shares with test_site_sizing_disagg.py

@@ -34,7 +34,7 @@ from engine.serving.pairing import disaggregated
 from engine.language.kv import KV_DTYPE_BYTES
 from tests.conftest import _evaluation
 from tests.site_helpers import served, shared_small_site
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid the small site it shares with test_site_sizing.py

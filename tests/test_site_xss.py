@@ -30,7 +30,7 @@ from engine.language.errors import SpecError
 from site_builder.render import REPO
 from site_builder.screenshots import scroll_through
 from tests.site_helpers import served
-from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its planted site twice.
@@ -263,10 +263,10 @@ def _check(tab, where: str, shown: bool = True) -> None:
         assert probe["shown"], f"{where}: no planted text on the page (did the field stop reaching it?)"
 
 
-def _open_details(page) -> None:
+def _open_details(tab) -> None:
     """Open every <details> (a model page's drawings load into them when opened) and let them load."""
-    page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
-    page.wait_for_load_state("networkidle")
+    tab.page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
+    tab.settle()
 
 
 def _bare(browser):  # noqa: F811
@@ -326,7 +326,7 @@ def test_no_page_runs_the_payload(browser, base):  # noqa: F811
                 tab.page.wait_for_function("() => document.getElementById('summary').hasAttribute('data-ready')")
             if path.startswith("compare/"):
                 tab.page.wait_for_selector("#compare table")
-            _open_details(tab.page)
+            _open_details(tab)
             for num in tab.page.locator(".num").all()[:3]:        # formula tooltips
                 num.hover()
             if path == "components/":
@@ -356,7 +356,7 @@ def test_playground_live_picks_do_not_run_the_payload(browser, base, planted):  
                 page.select_option("#pick-component", comp)
                 page.wait_for_function("() => document.getElementById('pick-status').textContent !== ''"
                                        " || document.querySelector('#pick-table tbody tr')")
-                page.wait_for_load_state("networkidle")
+                tab.settle()
                 if slot == "attention" and comp == "kda_attention":
                     page.wait_for_selector("#pick-graph .graph-wrap svg")
                     line = page.inner_text("#pick-graph p")
@@ -398,7 +398,7 @@ def test_drawings_are_adopted_without_anything_that_runs(browser, base):  # noqa
             document.querySelector('main').appendChild(node);
             return {links: Array.from(node.querySelectorAll('a')).map(a => a.getAttribute('href')), text: node.textContent}; }""",
                                  HOSTILE_SVG)
-        tab.page.wait_for_load_state("networkidle")
+        tab.settle()
         tab.page.hover("main svg:last-of-type g.node", force=True)
         _check(tab, "a hostile drawing", shown=False)
         assert kept == {"links": [None, "#c-kept", "sub/"], "text": "xkepty"}, kept

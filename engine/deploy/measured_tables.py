@@ -11,6 +11,7 @@ expected time, engine.deploy.measured.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -145,13 +146,129 @@ _TABLES: dict[str, tuple[bytes, Table]] = {}      # path -> (its bytes, its tabl
 def _table_at(path: Path, repo: Path) -> Table:
     """:func:`load_table`, once per file content per process: the grid asks every GPU's tables
     under each framework, and parsing them all costs seconds (a bad file raises every time; an
-    edited file is parsed again)."""
+    edited file is parsed again). A process's first read of a file goes through
+    :func:`cached_table` (kept across processes)."""
     data = path.read_bytes()
     key = f"{path.resolve()}|{repo.resolve()}"
     found = _TABLES.get(key)
     if found is None or found[0] != data:
-        found = _TABLES[key] = (data, load_table(path, repo))
+        found = _TABLES[key] = (data, cached_table(path, repo, data))
     return found[1]
+
+
+# -- the parsed tables kept across processes ---------------------------------------------------------
+#
+# Parsing and checking every table is 2-3 CPU-s, paid by every fresh process that reads them (a
+# build checks them all; each `archledger` command reads its GPU's). A table that loaded is kept
+# whole, as plain JSON, in engine.language.parse_cache's store (parse_cache.tables_folder: the
+# user's cache folder, $ARCHLEDGER_CACHE, or a built checkout's), under the SHA-256 of the file's
+# bytes, its name as errors show it, PyYAML's version and the source of every module the table is a
+# function of (_SOURCES): an edited table, or an edited loader or check, is another key, so nothing
+# kept is ever stale. A file that does not load raises as always and keeps nothing. An entry is
+# read back only through _from_entry, which checks everything load_table promises (kinds, the
+# kernel's axes, ascending finite axes within the schema's range, the shape, finite times within
+# the schema's range, unique keys) and refuses anything else: the file is then parsed again.
+
+_NAMESPACE = "measured-table"
+_FIELDS = ("kernel", "variant", "gpu", "framework", "version", "axes", "values", "seconds", "path", "source", "keys")
+_STRINGS = ("kernel", "variant", "gpu", "framework", "version", "path", "source")
+#: The schema's ranges (engine.language.file_schemas.MEASURED): axis values in (0, 2**40], latencies
+#: in (0, 1e7] µs, key values in [1, 2**24].
+_AXIS_MAX, _SECONDS_MAX, _KEY_MAX = float(1 << 40), 1e7 * 1e-6, 1 << 24
+
+
+def _sources() -> tuple[str, ...]:
+    """The modules a loaded table is a function of: this loader, its schema and checks, the YAML
+    reader under them and the store itself."""
+    from engine.language import corpus, expr, file_schemas, parse_cache, schema, yamlio
+    return tuple(m.__file__ for m in (sys.modules[__name__], file_schemas, schema, corpus, yamlio, expr, parse_cache))
+
+
+def _display(path: Path, repo: Path) -> str:
+    """The file's name as :class:`engine.language.corpus.Reader` shows it (relative to the repo)."""
+    try:
+        return str(path.relative_to(repo))
+    except ValueError:
+        return str(path)
+
+
+def cached_table(path: Path, repo: Path, data: bytes | None = None) -> Table:
+    """:func:`load_table` of the file whose bytes are ``data`` (read when None), or the same table
+    read back from the cache (see above)."""
+    from engine.language import parse_cache
+    data = path.read_bytes() if data is None else data
+    display = _display(path, repo)
+    where, sources = parse_cache.tables_folder(), _sources()
+    named = display.encode("utf-8", "surrogatepass") + b"\0" + data
+    entry = parse_cache.get_entry(where, _NAMESPACE, sources, named)
+    if entry is not parse_cache.MISS:
+        table = _from_entry(entry, display)
+        if table is not None:
+            return table
+    table = load_table(path, repo)
+    if where is not None and table.path == display:
+        parse_cache.put_entry(where, _NAMESPACE, sources, named, _to_entry(table))
+    return table
+
+
+def _to_entry(table: Table) -> dict:
+    keys = None if table.keys is None else [[*k, i] for k, i in table.keys.items()]
+    return {"kernel": table.kernel, "variant": table.variant, "gpu": table.gpu, "framework": table.framework,
+            "version": table.version, "axes": list(table.axes), "values": [v.tolist() for v in table.values],
+            "seconds": table.seconds.ravel().tolist(), "path": table.path, "source": table.source, "keys": keys}
+
+
+def _numbers(x, lo: float, hi: float, *, whole: bool = False) -> np.ndarray | None:
+    """A JSON list of numbers (no booleans) as floats, each finite and in (lo, hi]; None otherwise."""
+    if type(x) is not list or not all(type(v) is int or (type(v) is float and not whole) for v in x):
+        return None
+    v = np.asarray(x, dtype=float)
+    if v.ndim != 1 or not np.isfinite(v).all() or (v <= lo).any() or (v > hi).any():
+        return None
+    return v
+
+
+def _from_entry(entry, display: str) -> Table | None:
+    """The table a cache entry holds, or None where it is not exactly what :func:`_to_entry` writes
+    for a table :func:`load_table` accepted (kinds, the kernel's axes, ranges, shape, keys)."""
+    if type(entry) is not dict or tuple(sorted(entry)) != tuple(sorted(_FIELDS)):
+        return None
+    if not all(type(entry[f]) is str for f in _STRINGS) or entry["path"] != display:
+        return None
+    kernel = entry["kernel"]
+    if kernel not in KERNELS or entry["axes"] != list(KERNELS[kernel]) or type(entry["values"]) is not list \
+            or len(entry["values"]) != len(KERNELS[kernel]):
+        return None
+    values = []
+    for axis in entry["values"]:
+        v = _numbers(axis, 0.0, _AXIS_MAX)
+        if v is None or not 2 <= v.size <= file_schemas.MAX_AXIS_VALUES or (np.diff(v) <= 0).any():
+            return None
+        values.append(v)
+    keys, rows = entry["keys"], ()
+    if (keys is None) != (kernel not in KEYED):
+        return None
+    if keys is not None:
+        width = len(KEYED[kernel])
+        if type(keys) is not list or not 1 <= len(keys) <= file_schemas.MAX_MEASURED_ROWS:
+            return None
+        found = {}
+        for row in keys:
+            if type(row) is not list or len(row) != width + 1 or not all(type(k) is int for k in row) \
+                    or not all(1 <= k <= _KEY_MAX for k in row[:width]) or tuple(row[:width]) in found:
+                return None
+            found[tuple(row[:width])] = row[width]
+        if sorted(found.values()) != list(range(len(found))):
+            return None
+        keys, rows = found, (len(found),)
+    shape = rows + tuple(v.size for v in values)
+    seconds = _numbers(entry["seconds"], 0.0, _SECONDS_MAX)
+    if seconds is None or math.prod(shape) > MAX_POINTS or seconds.size != math.prod(shape):
+        return None
+    seconds = seconds.reshape(shape)
+    seconds.flags.writeable = False
+    return Table(kernel, entry["variant"], entry["gpu"], entry["framework"], entry["version"], tuple(entry["axes"]),
+                 tuple(values), seconds, entry["path"], entry["source"], keys)
 
 
 def parsed_tables() -> dict:
