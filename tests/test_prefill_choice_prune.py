@@ -77,3 +77,26 @@ def test_same_choices_as_every_config_at_every_point_consistency():
     assert found.any() and (~found).any() and len(set(best[found].tolist())) > 2
     assert np.array_equal(got[0][found], best[found])
     assert np.all(np.isinf(got[1][~found]))
+
+
+def test_candidates_gathered_as_arrays_hand_values():
+    """engine.serving.disagg_sizing gathers the answers' (pool config, batch) of every pair as
+    arrays (``_picked``): config -> the set of its batches, each config once, none for no pair."""
+    from engine.serving.disagg_sizing import _picked
+    pairs = [(np.array([2, 0, 2]), np.array([64, 8, 16])), (np.array([2, 5]), np.array([64, 1])),
+             (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))]
+    assert _picked(pairs) == {0: {8}, 2: {16, 64}, 5: {1}}
+    assert _picked([]) == {}
+
+
+def test_candidate_arrays_are_the_set_once_each_in_order_consistency():
+    from engine.serving import disagg_sizing as ds
+    from tests.deploy_helpers import pool_pairs, pool_search
+    found = 0
+    for pgpu, dgpu, pres, dres in pool_pairs(pool_search("Qwen/Qwen3-8B", ["H100", "B200"], 4096, 512, 4)):
+        d, c, b = ds.candidate_arrays(pgpu, dgpu, pres, dres, 512)
+        triples = list(zip(d.tolist(), c.tolist(), b.tolist()))
+        assert triples == sorted(set(triples))               # each once, by point, config, batch
+        assert set(triples) == ds.pair_candidates(pgpu, dgpu, pres, dres, 512)
+        found += len(triples)
+    assert found > 4
