@@ -1,14 +1,11 @@
-"""The sizing search's capacities in one evaluation per config and structure, and its memo of the
-steady state's tokens (engine/serving/sizing.py, fourth round: issue 42).
+"""Consistency tests for the sizing step's speed paths of engine/serving/sizing.py and engine/serving/fronts.py:
+each fast path gives the plain path's answers, bit for bit, on real corpus models.
 
-* :meth:`engine.serving.sizing._Evaluator.capacities` evaluates capacity() once for every GPU type
-  whose batch 1 has one structure (their usable bytes as a column): each row is checked against a
-  hand derivation (Qwen3-30B-A3B's KV per token, the room left by weights, reserve and the prefill
-  working set) and, as a consistency test, against capacity() called for that GPU alone; the search
-  run with the grouping gives the points of a search whose capacities are asked one GPU at a time.
-* :meth:`engine.serving.sizing._Evaluator.cannot_fit`'s steady tokens are kept per (admission
-  policy, prompt, output): hand values under two frameworks' policies, and no key shared between
-  lengths or policies.
+* :func:`engine.serving.sizing.front` (only the points a sample of them does not strictly dominate
+  are sorted) returns the indices, in the order, of sorting every point, on a real search's points
+  (with a sample of every point down to one in 64) and on random points with ties, infinities and NaNs.
+* :func:`engine.serving.fronts.evaluate_model`'s disagg columns (appended per column) are the
+  per-row appends' values, types included.
 """
 from __future__ import annotations
 
@@ -16,102 +13,121 @@ import numpy as np
 import pytest
 
 from engine.deploy import Options
-from engine.deploy.hardware import find_gpu, load_gpus
-from engine.deploy.parallel import ParallelConfig
-from engine.deploy.sol import capacity
 from engine.serving import sizing
-from engine.serving.sizing import SLA, search
+from engine.serving.disagg import links
+from engine.deploy.fusion import load_tables
+from engine.deploy.hardware import find_gpu, load_gpus
+from engine.serving.sizing import SLA, front, search
 
-from tests.deploy_helpers import structure_cache
-from tests.test_sizing_speed3 import assert_same
+from tests.conftest import _evaluation
 
-MOE = "Qwen/Qwen3-30B-A3B"
-#: Qwen3-30B-A3B's KV per token: 48 layers x 4 KV heads x head_dim 128 x (K, V) x 2 bytes (bf16)
-KV_PER_TOKEN = 48 * 4 * 128 * 2 * 2
+MODEL = "Qwen/Qwen3-8B"
 
 
 @pytest.fixture(scope="module")
-def cache():
-    return structure_cache(MOE)
+def pooled():
+    """A pooled search on two GPU types of two archs (vllm: the build's disagg framework)."""
+    ev = _evaluation(MODEL)
+    tables = load_tables(ev.corpus.root / "fusion")
+    gpus = [find_gpu(load_gpus(), name) for name in ("H100", "B200")]
+    return ev, gpus, search(ev, gpus, 8192, 1024, SLA(1e30, 1e30), max_gpus=4, options=Options(framework="vllm"),
+                            fusion=tables["vllm"], pools=True)
 
 
-def gpus(*names):
-    return [find_gpu(load_gpus(), g) for g in names]
+def plain_front(x, y) -> np.ndarray:
+    """The front by sorting every point (x decreasing, then y decreasing, stable)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if not x.size:
+        return np.zeros(0, dtype=int)
+    order = np.lexsort((-y, -x))
+    ys = y[order]
+    best_before = np.concatenate(([-np.inf], np.maximum.accumulate(ys)[:-1]))
+    return order[ys > best_before]
 
 
-def test_capacities_rows_by_hand_and_each_gpus_own_capacity(cache):
-    options = Options(framework="vllm")
-    ev = sizing._Evaluator(cache.ev, options, cache.tables["vllm"], cache)
-    group = gpus("H100", "H200", "B200")
-    config = ParallelConfig(tp=1)
-    s = ev.first(config, group[0], 8192)
-    assert all(ev.first(config, g, 8192) is s for g in group)     # one structure for the three
-    outs = np.array([1024, 1])
-    got = ev.capacities(config, group, 8192, outs)
-    assert got.shape == (3, 2)
-    # by hand: the KV of one request at 8192 + 1024 and 8192 + 1 tokens on one GPU, in the room
-    # usable - weights - reserve - the prefill working set (tp=1: one attention replica)
-    assert float(s.kv_device_fn(9216.0, 2.0)) == 9216 * KV_PER_TOKEN == 905_969_664
-    act = float(sizing.capacity_terms(s, 8192, outs, 2.0, options.prefill_tokens)[1])
-    for row, gpu in zip(got.tolist(), group):
-        room = gpu.hbm_bytes * 0.9 - s.weight_bytes_per_gpu - s.reserve_bytes_per_gpu - act
-        assert row == [int(room // (9216 * KV_PER_TOKEN)), int(room // (8193 * KV_PER_TOKEN))], gpu.key
-    assert got[0].tolist() == [17, 19]           # H100: 15.6 GB of room over 906 MB and 805 MB
-    # consistency: each row is capacity() at that GPU alone, worst case and steady
-    for steady, lengths in ((False, outs), (True, outs[:1])):
-        rows = ev.capacities(config, group, 8192, lengths, steady=steady)
-        for row, gpu in zip(rows, group):
-            want = capacity(s, gpu.hbm_bytes * options.hbm_fraction, 8192, lengths, ev.kv_bytes,
-                            options.prefill_tokens, steady=steady)
-            assert row.dtype == want.dtype and np.array_equal(row, want), (gpu.key, steady)
-    # larger memory, more requests (the rows are the GPUs', in order)
-    assert got[0, 0] < got[1, 0] < got[2, 0]
+def same(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-@pytest.mark.parametrize("framework", ["vllm", "sglang"])
-def test_search_with_grouped_capacities_consistency_with_one_gpu_at_a_time(monkeypatch, cache, framework):
-    names = ("H100", "H200", "B200", "MI300X")
-    run = lambda: search(cache.ev, gpus(*names), 8192, 1024, SLA(1e30, 1e30), max_gpus=4,
-                         options=Options(framework=framework), fusion=cache.tables[framework], pools=True,
-                         cache=cache)
-    grouped = sizing._Evaluator.capacities
-    sizes = []
-
-    def spy(self, config, members, input_len, output_len, steady=False):
-        sizes.append(len(members))
-        return grouped(self, config, members, input_len, output_len, steady)
-
-    monkeypatch.setattr(sizing._Evaluator, "capacities", spy)
-    fast = run()
-    assert max(sizes) > 1                 # some config's GPU types were evaluated together
-
-    def alone(self, config, members, input_len, output_len, steady=False):
-        return np.stack([grouped(self, config, [g], input_len, output_len, steady)[0] for g in members])
-
-    monkeypatch.setattr(sizing._Evaluator, "capacities", alone)
-    assert_same(fast, run())
-    assert sum(len(r.points.get("batch", ())) for r in fast) > 1000
+@pytest.mark.parametrize("sample", [64, 7, 1])
+def test_front_consistency_on_search_points(pooled, monkeypatch, sample):
+    monkeypatch.setattr(sizing, "FRONT_SAMPLE", sample)
+    _, _, results = pooled
+    for res in results:
+        p = res.points
+        assert len(p["batch"]) > 1000
+        x, y = p["tokens_per_s_per_user"], p["tokens_per_s_per_gpu"]
+        got = front(x, y)
+        assert same(got, plain_front(x, y)) and len(got) > 3
+        # with exact duplicates of every point (the first of each is kept)
+        assert same(front(np.tile(x, 2), np.tile(y, 2)), plain_front(np.tile(x, 2), np.tile(y, 2)))
 
 
-def test_steady_tokens_memo_by_policy_and_lengths(cache):
-    config, gpu = ParallelConfig(tp=1), gpus("H100")[0]
-    none = sizing._Evaluator(cache.ev, Options(framework="none"), None, cache)
-    vllm = sizing._Evaluator(cache.ev, Options(framework="vllm"), cache.tables["vllm"], cache)
-    for ev in (none, vllm):
-        for input_len in (8192, 1024):
-            for out in (1024, 1):       # (one length per call: the check stops at the first that fits)
-                assert not ev.cannot_fit(config, gpu, input_len, np.array([out]))
-    # framework none: token pages, no headroom: I + (O - 1) / 2
-    policy = next(iter(none._steady))[0]
-    assert none._steady[policy, 8192, 1024] == 8192 + 1023 / 2
-    assert none._steady[policy, 1024, 1024] == 1024 + 1023 / 2
-    assert none._steady[policy, 8192, 1] == 8192
-    # vLLM's 16-token pages: context 8192 + m holds 8192 + 16 ceil(m / 16) tokens, m = 0 .. 1023; the
-    # mean of 16 ceil(m / 16) is (16 x 16 x (1 + ... + 63) + 15 x 1024) / 1024 = 519
-    paged = next(iter(vllm._steady))[0]
-    assert paged.page_tokens == 16 and paged != policy
-    assert vllm._steady[paged, 8192, 1024] == 8192 + (16 * 16 * 63 * 64 // 2 + 15 * 1024) / 1024 == 8711
-    assert vllm._steady[paged, 8192, 1] == 8192          # one output token: the prompt's 512 whole pages
-    # no key shared between prompts, outputs or policies
-    assert len(none._steady) == len(vllm._steady) == 4
-    assert not set(none._steady) & set(vllm._steady)
+@pytest.mark.parametrize("sample", [64, 3, 1])
+def test_front_consistency_on_ties_and_non_finite(monkeypatch, sample):
+    monkeypatch.setattr(sizing, "FRONT_SAMPLE", sample)
+    rng = np.random.default_rng(11)
+    for trial in range(600):
+        n = int(rng.integers(0, 300))
+        if trial % 2:
+            x, y = rng.integers(0, 9, n).astype(float), rng.integers(0, 9, n).astype(float)
+        else:
+            x, y = rng.random(n), rng.random(n)
+        for values, special in ((x, np.nan), (y, np.nan), (x, np.inf), (y, np.inf), (x, -np.inf)):
+            if n and rng.random() < 0.2:
+                values[rng.integers(0, n, 3)] = special
+        assert same(front(x, y), plain_front(x, y)), trial
+
+
+def test_disagg_columns_consistency_with_rows(tmp_path):
+    """The disagg columns equal what appending row by row gave (the pre-column code, replayed here)."""
+    from engine.serving import fronts
+    from engine.serving.disagg_sizing import candidates, records
+    from engine.serving.disagg import transfer_bytes
+    from engine.language.kv import KV_DTYPE_BYTES
+    grid = tmp_path / "corpus" / "grid.yaml"
+    grid.parent.mkdir()
+    grid.write_text("sizing:\n  scenarios: [{input: 8192, output: 1024}]\n  gpus: [H100, B200]\n"
+                    "  frameworks: [vllm]\n  kv_dtypes: [bf16]\n  max_gpus: 2\n")
+    ev = _evaluation(MODEL)
+    disagg: dict = {}
+    fronts.evaluate_model(ev, grid, None, None, disagg)
+    assert len(disagg["model_id"]) > 100
+    gpus = [find_gpu(load_gpus(), name) for name in ("H100", "B200")]
+    results = search(ev, gpus, 8192, 1024, SLA(1e30, 1e30), max_gpus=2, options=Options(framework="vllm"),
+                     fusion=load_tables(ev.corpus.root / "fusion")["vllm"], pools=True)
+    prefill, decode = candidates(results, gpus, 1024)
+    kv_request = float(transfer_bytes(ev, 8192, KV_DTYPE_BYTES["bf16"]))
+    want: dict = {k: [] for k in fronts.DISAGG_SCHEMA}
+    for gpu in gpus:
+        rows = []
+        pres = prefill[gpu.key]
+        for c, cfg in enumerate(pres.pool_configs):
+            t, b = records(pres, c)
+            rows += [("prefill", cfg, int(bb), float(tt), None) for tt, bb in zip(t.tolist(), b.tolist())]
+        dres = decode[gpu.key]
+        if dres.points:
+            p = dres.points
+            rows += [("decode", dres.configs[int(k)], int(bb), float(tt), float(tp))
+                     for k, bb, tt, tp in zip(p["config"].tolist(), p["batch"].tolist(), p["ttft_s"].tolist(),
+                                              p["tpot_s"].tolist())]
+        share = {**pres.kv_share, **dres.kv_share}
+        up, out = links(gpu, gpu)
+        ranks = {"prefill": 0, "decode": 0}
+        for pool, cfg, batch, ttft, tpot in rows:
+            row = {"model_id": ev.model.model_id, "gpu": gpu.key, "framework": "vllm", "kv_dtype": "bf16",
+                   "input_len": 8192, "output_len": 1024, "extrapolated": 8192 + 1024 > int(ev.numeric.max_context),
+                   "max_gpus": 2, "pool": pool, "rank": ranks[pool], "config": cfg.label(), "n_gpus": cfg.n_gpus,
+                   "tp": cfg.tp, "ep": cfg.ep, "dp_attn": cfg.dp_attn, "pp": cfg.pp, "batch": batch, "ttft_s": ttft,
+                   "tpot_s": tpot, "kv_share_bytes": float(share[cfg]), "kv_transfer_bytes": kv_request,
+                   "usd_per_gpu_hour": gpu.price_usd_per_hour, "scale_up_domain": int(gpu.scale_up_domain),
+                   "scale_up_alpha_s": float(up.alpha_s), "scale_up_bytes_per_s": float(up.bytes_per_s),
+                   "scale_out_alpha_s": float(out.alpha_s), "scale_out_bytes_per_s": float(out.bytes_per_s),
+                   "pairs_with": "H100,B200"}     # both vendor: NVIDIA (gpus/h100-sxm.yaml, gpus/b200.yaml)
+            ranks[pool] += 1
+            for k, v in row.items():
+                want[k].append(v)
+    assert disagg.keys() == want.keys()
+    for k in want:
+        assert [(type(v), v) for v in disagg[k]] == [(type(v), v) for v in want[k]], k

@@ -345,7 +345,7 @@ class _Evaluator:
         """:meth:`capacity` of each of ``gpus`` (GPU types whose batch 1 has one structure,
         :meth:`first`), one row per GPU, in one evaluation: the GPU types differ only in their
         usable bytes, a column of the room, and every operation of capacity() is elementwise, so
-        each row holds the numbers of that GPU's own call (tests/test_sizing_speed4.py)."""
+        each row holds the numbers of that GPU's own call (tests/test_sizing_capacities.py)."""
         s = self.first(config, gpus[0], input_len)
         out_len = np.asarray(output_len)
         # capacity()'s GPU-free terms (KV per request per GPU, the prefill working set), once per
