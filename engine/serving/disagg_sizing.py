@@ -256,9 +256,19 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
     """Every (decode point, prefill config, prefill batch) that is ``pair_points``' answer for some
     TTFT and TPOT bounds (one replica), the prefill config indexing ``pres.pool_configs`` (pass
     :func:`prefill_records`' copy: the same answers, fewer points to scan; ``side``:
-    :func:`decode_side` of ``dres``, computed when not given)."""
+    :func:`decode_side` of ``dres``, computed when not given). :func:`candidate_arrays` as a set."""
+    return set(zip(*(a.tolist() for a in candidate_arrays(pgpu, dgpu, pres, dres, output_len, side))))
+
+
+_NONE = (np.zeros(0, dtype=np.int64),) * 3
+
+
+def candidate_arrays(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int,
+                     side: DecodeSide | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`pair_candidates`' triples as three arrays (decode point, prefill config, prefill
+    batch), each triple once, ordered by decode point, then config, then batch."""
     if not pres.prefill or not dres.points:
-        return set()
+        return _NONE
     probes, feasible = _breakpoints(pgpu, dgpu, pres, dres)
     shares = sorted({dres.kv_share[c] for c in dres.configs})
     share_of = np.array([dres.kv_share[c] for c in dres.configs])[dres.points["config"]]
@@ -329,10 +339,10 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
         seg, point = np.concatenate([j, len(split) + j]), np.tile(point[rows], 2)
         lo_i, hi_i = np.concatenate([lo_i[split], mid_i[split]]), np.concatenate([mid_i[split], hi_i[split]])
     if not found:
-        return set()
+        return _NONE
     found = np.unique(np.concatenate(found))
     point, found = np.divmod(found, n_config * n_batch)
-    return set(zip(point.tolist(), *(a.tolist() for a in np.divmod(found, n_batch))))
+    return (point, *np.divmod(found, n_batch))
 
 
 def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs: str = DEFAULT_PAIRS
@@ -347,19 +357,31 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs
     recs = {r.gpu: all_records(r) for r in results}
     pools = {r.gpu: prefill_records(r, slowest_bytes_per_s=slowest, recs=recs[r.gpu]) for r in results}
     sides = {r.gpu: decode_side(r, output_len) for r in results if r.points}     # once per GPU type
-    picked: dict[str, dict[int, set[int]]] = {r.gpu: {} for r in results}
-    held: dict[str, set[int]] = {r.gpu: set() for r in results}
+    # the answers' decode points per decode GPU, and their (pool config in the search's numbering,
+    # batch) per prefill GPU, as arrays gathered over the pairs (the triples number ten thousands)
+    held: dict[str, list] = {r.gpu: [] for r in results}
+    chosen: dict[str, list] = {r.gpu: [] for r in results}
     for pres in results:
         pr = pools[pres.gpu]
         position = {cfg: k for k, cfg in enumerate(pres.pool_configs)}
+        renumber = np.array([position[cfg] for cfg in pr.pool_configs], dtype=np.int64)
         for dres in results:
             if not pair_allowed(by_key[pres.gpu], by_key[dres.gpu], pairs):
                 continue
-            found = pair_candidates(by_key[pres.gpu], by_key[dres.gpu], pr, dres, output_len,
-                                    sides.get(dres.gpu))
-            for d, c, b in found:
-                held[dres.gpu].add(d)
-                picked[pres.gpu].setdefault(position[pr.pool_configs[c]], set()).add(b)
-    prefill = {r.gpu: prefill_records(r, picked[r.gpu], recs=recs[r.gpu]) for r in results}
-    decode = {r.gpu: decode_subset(r, sorted(held[r.gpu])) if r.points else r for r in results}
+            d, c, b = candidate_arrays(by_key[pres.gpu], by_key[dres.gpu], pr, dres, output_len, sides.get(dres.gpu))
+            held[dres.gpu].append(d)
+            chosen[pres.gpu].append((renumber[c], b))
+    prefill = {r.gpu: prefill_records(r, _picked(chosen[r.gpu]), recs=recs[r.gpu]) for r in results}
+    decode = {r.gpu: decode_subset(r, np.unique(np.concatenate(held[r.gpu])) if held[r.gpu] else []) if r.points
+              else r for r in results}
     return prefill, decode
+
+
+def _picked(chosen: list[tuple[np.ndarray, np.ndarray]]) -> dict[int, set[int]]:
+    """Pool config (its index in the search) -> the batches some answer picks, from the (configs,
+    batches) arrays of every pair; a config no answer picks is absent."""
+    if not chosen:
+        return {}
+    config = np.concatenate([c for c, _ in chosen])
+    batch = np.concatenate([b for _, b in chosen])
+    return {int(k): set(batch[config == k].tolist()) for k in np.unique(config).tolist()}

@@ -206,14 +206,21 @@ def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.nd
     choice, cost, ttft, batch = np.zeros(n, dtype=np.intp), np.full(n, np.inf), np.zeros(n), np.zeros(n, dtype=np.int64)
     least = np.full(n, np.inf)            # the choice's GPUs + TTFT / 2 bound
     cell = which * len(staircases[0][4]) + kd if staircases else kd    # a point's (bound, decode config)
+    # a config's key is at least its GPU count where the bound is positive (reps >= 1, and TTFT / 2
+    # bound >= 0 adds nothing negative): a point whose best key so far is no larger cannot take it
+    # (only a key below the best so far does), so the config is not evaluated there
+    open_ = ~(half > 0)
     for c, (t, b, best, arg, seconds) in enumerate(staircases):
         # the TTFT bound left after the (scale-out, an upper bound) transfer, per bound and decode config
         last = run_arrays(rules.LAST, {"t": t, "bound": bounds[:, None], "seconds": seconds})["last"]
         j = last.ravel()[cell]
-        if j.size and j.min() >= 0:       # every point has a point of the config within its bound: the
-            at, d, h, low = None, demand, half, least    # arrays themselves, no gathered copies
+        live = (j >= 0) & ((least > n_p[c]) | open_)
+        if not live.size:
+            continue
+        if live.all():       # every point has a point of the config within its bound and may take it:
+            at, d, h, low = None, demand, half, least    # the arrays themselves, no gathered copies
         else:
-            at = np.flatnonzero(j >= 0)
+            at = np.flatnonzero(live)
             if not len(at):
                 continue
             j, d, h, low = j[at], demand[at], half[at], least[at]
@@ -222,6 +229,9 @@ def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.nd
                                         "half": h, "n_p": n_p[c]}, only=("key", "pick"))
         pick, gpus, seconds_p, key = got["pick"], got["gpus"], got["ttft"], got["key"]
         better = np.flatnonzero(key < low)
+        if at is None and len(better) == n:       # every point takes it (the first config reached):
+            choice[:], least[:], cost[:], ttft[:], batch[:] = c, key, gpus, seconds_p, b[pick]    # whole copies
+            continue
         i = better if at is None else at[better]
         choice[i], least[i], cost[i], ttft[i], batch[i] = c, key[better], gpus[better], seconds_p[better], b[pick[better]]
     return choice, cost, ttft, batch

@@ -298,6 +298,7 @@ class _Evaluator:
         self._limits: dict[tuple, tuple] = {}        # (config, GPU arch) -> live limits per phase
         self._regimes: dict[tuple, tuple] = {}       # (config, limits, input_len) -> batch 1's regimes
         self._terms: dict[tuple, tuple] = {}         # (id(structure), input_len, outputs) -> (structure, terms)
+        self._steady: dict[tuple, float] = {}        # (admission, input_len, output_len) -> steady tokens
 
     def limits(self, config: ParallelConfig, gpu: GPU) -> tuple[list[int], list[int]]:
         """Per phase, :func:`engine.deploy.fusion_table.live_token_limits` (once per config and GPU arch:
@@ -338,7 +339,15 @@ class _Evaluator:
     def capacity(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len, steady: bool = False) -> np.ndarray:
         """``max_concurrent_requests`` (``steady``: ``max_concurrent_requests_steady``) at batch 1's
         structure for each output length (summarize()'s own rule, without its phase times)."""
-        s = self.first(config, gpu, input_len)
+        return self.capacities(config, [gpu], input_len, output_len, steady)[0]
+
+    def capacities(self, config: ParallelConfig, gpus: list[GPU], input_len: int, output_len,
+                   steady: bool = False) -> np.ndarray:
+        """:meth:`capacity` of each of ``gpus`` (GPU types whose batch 1 has one structure,
+        :meth:`first`), one row per GPU, in one evaluation: the GPU types differ only in their
+        usable bytes, a column of the room, and every operation of capacity() is elementwise, so
+        each row holds the numbers of that GPU's own call (tests/test_sizing_capacities.py)."""
+        s = self.first(config, gpus[0], input_len)
         out_len = np.asarray(output_len)
         # capacity()'s GPU-free terms (KV per request per GPU, the prefill working set), once per
         # structure and lengths: the GPU types sharing batch 1's structure differ in usable bytes only
@@ -347,8 +356,10 @@ class _Evaluator:
         if found is None or found[0] is not s:
             found = self._terms[key] = (s, capacity_terms(s, input_len, out_len, self.kv_bytes,
                                                           self.options.prefill_tokens))
-        return np.asarray(capacity(s, gpu.hbm_bytes * self.options.hbm_fraction, input_len, out_len,
-                                   self.kv_bytes, self.options.prefill_tokens, terms=found[1], steady=steady))
+        usable = np.array([gpu.hbm_bytes * self.options.hbm_fraction for gpu in gpus], dtype=float)
+        usable = usable.reshape((len(gpus),) + (1,) * out_len.ndim)
+        return np.asarray(capacity(s, usable, input_len, out_len, self.kv_bytes, self.options.prefill_tokens,
+                                   terms=found[1], steady=steady))
 
     def cannot_fit(self, config: ParallelConfig, gpu: GPU, input_len: int, output_len) -> bool:
         """Whether :meth:`capacity`, worst case and steady, is 0 at every output length, decided from the placements alone
@@ -363,8 +374,12 @@ class _Evaluator:
         admission = admission_of(self.fusion)
         for out in np.atleast_1d(output_len).tolist():
             # the worst case's KV at the last position, and the steady state's at its mean cache
-            # tokens in the room less the pages kept free (sol.steady_fit)
-            steady = float(steady_tokens(admission, input_len, int(out)))
+            # tokens in the room less the pages kept free (sol.steady_fit); those tokens read the
+            # lengths and this search's admission policy only: once per search and lengths
+            key = (admission, input_len, int(out))
+            steady = self._steady.get(key)
+            if steady is None:
+                steady = self._steady[key] = float(steady_tokens(admission, input_len, int(out)))
             for tokens, share in ((input_len + int(out), 1.0), (steady, 1.0 - admission.free_fraction)):
                 kv = self.cache.kv_at(kv_dev, tokens, self.kv_bytes)
                 if not (kv > 0 and share * room + 1e-6 * usable < kv * (1 - 1e-9)):
@@ -477,16 +492,34 @@ def search(ev: Evaluation, gpus: list[GPU], input_len: int, output_len: int, sla
     # and the first token only (its worst case: a pool's requests leave after their first token)
     work: dict[tuple[int, int], tuple] = {}
     pool_start: dict[tuple[int, int], int] = {}
+    outs = np.array([output_len, PREFILL_OUTPUT]) if pools else np.array([output_len])
+    # the (GPU type, config) pairs that may hold a request, each with batch 1's structure (built in
+    # this order, as one pair at a time built them), then their capacities in one evaluation per
+    # config and structure (:meth:`_Evaluator.capacities`: each GPU's row is its own call's numbers)
+    open_: dict[tuple[int, int], object] = {}
     for g, gpu in enumerate(gpus):
         usable = gpu.hbm_bytes * options.hbm_fraction
         for k, config in enumerate(configs):
             if stored / config.n_gpus >= usable:          # a lower bound on any split's weights per GPU
                 continue
-            outs = np.array([output_len, PREFILL_OUTPUT]) if pools else np.array([output_len])
             if evaluator.cannot_fit(config, gpu, input_len, outs):     # capacity 0: no structure needed
                 continue
-            caps = evaluator.capacity(config, gpu, input_len, outs)
-            cap = int(evaluator.capacity(config, gpu, input_len, outs[:1], steady=True)[0])
+            open_[g, k] = evaluator.first(config, gpu, input_len)
+    sharing: dict[tuple[int, int], list[int]] = {}      # (config, id(batch 1's structure)) -> GPU indices
+    for (g, k), s in open_.items():
+        sharing.setdefault((k, id(s)), []).append(g)
+    capacities: dict[tuple[int, int], tuple] = {}
+    for (k, _), members in sharing.items():
+        group = [gpus[g] for g in members]
+        caps = evaluator.capacities(configs[k], group, input_len, outs)
+        steady = evaluator.capacities(configs[k], group, input_len, outs[:1], steady=True)
+        for row, g in enumerate(members):
+            capacities[g, k] = (caps[row], int(steady[row][0]))
+    for g, gpu in enumerate(gpus):
+        for k, config in enumerate(configs):
+            if (g, k) not in capacities:
+                continue
+            caps, cap = capacities[g, k]
             batch = batch_list(cap, sla.users) if cap >= 1 else np.zeros(0, dtype=np.int64)
             out_len = np.full(batch.shape, output_len)
             pool_start[g, k] = len(batch)                 # prefill-pool points (output 1) after the others
