@@ -15,7 +15,8 @@ from engine.deploy import Options, Scenario, check, tokens_per_device
 from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.deploy.parallel import ParallelConfig
-from engine.serving.sizing import BATCH_STEP, POINT_FIELDS, SLA, _device_tokens, batch_list, front, search
+from engine.serving.pareto import front
+from engine.serving.sizing import BATCH_STEP, POINT_FIELDS, SLA, _device_tokens, batch_list, search
 from engine.language.errors import SpecError
 
 from tests.conftest import _evaluation

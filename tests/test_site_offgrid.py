@@ -365,12 +365,12 @@ def test_on_front_flags_each_groups_pareto_front(out):
 
 
 def test_on_front_consistency_with_sizing_front(out):
-    """Consistency test: grid_front flags, per group, the rows engine.serving.sizing.front picks
+    """Consistency test: grid_front flags, per group, the rows engine.serving.pareto.front picks
     from the group's rows in the table's order (its grouping and row mapping)."""
     import numpy as np
     from engine.serving.fronts import GRID_FRONT_KEY
     from engine.batch.results import PARTITION_ORDER
-    from engine.serving.sizing import front
+    from engine.serving.pareto import front
     rows = result_tables(out)["deployments"]
     for model in rows.partition_by("model_id"):
         model = model.sort(PARTITION_ORDER, maintain_order=True)       # the table's own row order

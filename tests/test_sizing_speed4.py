@@ -1,7 +1,7 @@
 """Consistency tests for the sizing step's speed paths of engine/serving/sizing.py and engine/serving/fronts.py:
 each fast path gives the plain path's answers, bit for bit, on real corpus models.
 
-* :func:`engine.serving.sizing.front` (only the points a sample of them does not strictly dominate
+* :func:`engine.serving.pareto.front` (only the points a sample of them does not strictly dominate
   are sorted) returns the indices, in the order, of sorting every point, on a real search's points
   (with a sample of every point down to one in 64) and on random points with ties, infinities and NaNs.
 * :func:`engine.serving.fronts.evaluate_model`'s disagg columns (appended per column) are the
@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from engine.deploy import Options
-from engine.serving import sizing
+from engine.serving import pareto
 from engine.serving.disagg import links
 from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import find_gpu, load_gpus
-from engine.serving.sizing import SLA, front, search
+from engine.serving.pareto import front
+from engine.serving.sizing import SLA, search
 
 from tests.conftest import _evaluation
 
@@ -52,7 +53,7 @@ def same(a, b) -> bool:
 
 @pytest.mark.parametrize("sample", [64, 7, 1])
 def test_front_consistency_on_search_points(pooled, monkeypatch, sample):
-    monkeypatch.setattr(sizing, "FRONT_SAMPLE", sample)
+    monkeypatch.setattr(pareto, "FRONT_SAMPLE", sample)
     _, _, results = pooled
     for res in results:
         p = res.points
@@ -66,7 +67,7 @@ def test_front_consistency_on_search_points(pooled, monkeypatch, sample):
 
 @pytest.mark.parametrize("sample", [64, 3, 1])
 def test_front_consistency_on_ties_and_non_finite(monkeypatch, sample):
-    monkeypatch.setattr(sizing, "FRONT_SAMPLE", sample)
+    monkeypatch.setattr(pareto, "FRONT_SAMPLE", sample)
     rng = np.random.default_rng(11)
     for trial in range(600):
         n = int(rng.integers(0, 300))

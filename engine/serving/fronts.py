@@ -111,13 +111,13 @@ def grid_front(deployments: pl.DataFrame) -> pl.Series:
     served rule: :func:`engine.deploy.sol.steady_fit`) that are on the Pareto front of steady
     tokens/s/GPU (``batch / tpot_mean_s / n_gpus``) vs tokens/s/user (``1 / tpot_mean_s``) of their
     GPU type, framework, KV dtype, prompt and output length, over every GPU count, config and batch
-    of the grid (:func:`engine.serving.sizing.front` on each group's rows in table order, so of
+    of the grid (:func:`engine.serving.pareto.front` on each group's rows in table order, so of
     exact duplicates the first); false elsewhere. :data:`engine.serving.steady.FRONT_BASIS` says so in words: the front
     fronts.parquet and ``archledger plan`` draw, on the grid's points. The worst case (``fits``,
     ``tpot_s``) stays on the rows beside it. The deploy page's chart draws the same fronts from the
     configs' formulas (static/js/deploy_eval.js ``fronts``)."""
     from engine.serving.steady import steady_rate
-    from engine.serving.sizing import front
+    from engine.serving.pareto import front
     served = (deployments.select(*GRID_FRONT_KEY, "phase", "fits_steady", "tpot_mean_s", "batch", "n_gpus")
               .with_row_index("row")
               .filter((pl.col("phase") == "decode") & pl.col("fits_steady"))
@@ -273,7 +273,8 @@ def evaluate_model(ev: Evaluation, grid_path=None, gpu_root=None, cache=None, di
     prefill-pool points, as plan does (the fronts and sizing rows are the same)."""
     from engine.deploy import Options
     from engine.deploy.fusion_table import load_tables
-    from engine.serving.sizing import SLA, front, search
+    from engine.serving.pareto import front
+    from engine.serving.sizing import SLA, search
     from engine.deploy.structure_cache import StructureCache
 
     fronts = {k: [] for k in FRONTS_SCHEMA}

@@ -62,6 +62,7 @@ from engine.deploy.hardware import GPU
 from engine.deploy.parallel import MAX_GPUS, ParallelConfig, enumerate_configs
 from engine.deploy.planner import weight_format_model
 from engine.deploy.legality import check, validate_options
+from engine.serving.pareto import front
 from engine.deploy.sol import capacity, capacity_terms, phase_inputs, phases_many, summarize
 from engine.deploy.structure_cache import StructureCache
 from engine.deploy.structure import (MAX_BATCH, PHASES, PREFILL_TOKENS, Options, option_where, prefill_program_batch,
@@ -171,49 +172,6 @@ class GPUSearch:
     def front(self) -> list[dict[str, Any]]:
         """The Pareto front of tokens/s/GPU vs tokens/s/user over every served point, fastest user first."""
         return _front_rows(self)
-
-
-def front(x, y) -> np.ndarray:
-    """Indices of the non-dominated points of (x, y), both to maximize, in decreasing x.
-
-    A point is dominated when another has x and y at least as large and one of them larger; of
-    exact duplicates one is kept."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if not x.size:
-        return np.zeros(0, dtype=int)
-    # only the points no sample point strictly dominates are sorted (see _undominated: the same
-    # indices in the same order as sorting them all, at a fraction of the sort)
-    keep = _undominated(x, y)
-    order = keep[np.lexsort((-y[keep], -x[keep]))]    # x decreasing, then y decreasing
-    ys = y[order]
-    best_before = np.concatenate(([-np.inf], np.maximum.accumulate(ys)[:-1]))
-    return order[ys > best_before]
-
-
-#: :func:`_undominated` samples one point in this many (a search's points number 10^4 to 10^5).
-FRONT_SAMPLE = 64
-
-
-def _undominated(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Indices (increasing) of the points of (x, y) that no point of a sample (every
-    :data:`FRONT_SAMPLE`-th) strictly dominates: no sample point has x at least as large and y larger.
-
-    :func:`front` on these alone gives the same indices in the same order: every non-dominated
-    point stays (it is strictly dominated by none); a point :func:`front` drops has a point before
-    it in the sort with y at least as large, and either an exact duplicate of it (which stays or goes
-    with it: the test reads the coordinates only) or a non-dominated point dominating it (which
-    stays and also sorts before it) still precedes it; and the sort is stable, so the kept points
-    keep their relative order. NaN compares false: a sample with a NaN (left out, or its NaN y
-    carried along by the running maximum) drops nothing, and a point with a NaN stays."""
-    sx, sy = x[::FRONT_SAMPLE], y[::FRONT_SAMPLE]
-    by_x = np.argsort(sx, kind="stable")
-    by_x = by_x[~np.isnan(sx[by_x])]               # (a NaN x is no x at least as large)
-    sx = sx[by_x]
-    # per sample position in increasing x, the largest y of the samples from it on
-    most_y = np.maximum.accumulate(sy[by_x][::-1])[::-1]
-    at = np.searchsorted(sx, x, side="left")         # the first sample with x at least as large
-    above = np.append(most_y, -np.inf)[at]
-    return np.flatnonzero(~(above > y))
 
 
 def batch_list(cap: int, users: int | None = None) -> np.ndarray:
