@@ -53,10 +53,10 @@ def test_fingerprint_names_each_version_and_absent_libraries():
 
 
 def test_site_render_key_covers_the_rendering_libraries(monkeypatch):
-    from site_builder import render
-    before = render._code_hash("static")
+    from site_builder import incremental
+    before = incremental._code_hash("static")
     _with_version(monkeypatch, "jinja2", "999.0.0")
-    assert render._code_hash("static") != before
+    assert incremental._code_hash("static") != before
 
 
 def test_an_upgrade_re_evaluates_the_models_a_build_would_carry(tmp_path, monkeypatch):

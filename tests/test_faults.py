@@ -413,7 +413,7 @@ INJECTIONS = {
     "ENOSPC in a partition": (errno.ENOSPC, lambda mp: mp.setattr(
         build_mod, "write_parquet", _to_dev_full(build_mod.write_parquet))),
     "ENOSPC in the site": (errno.ENOSPC, lambda mp: mp.setattr(
-        "site_builder.render.Site.page", _refuse(errno.ENOSPC, lambda site, path, *a, **k: site.folder / path))),
+        "site_builder.writer.Site.page", _refuse(errno.ENOSPC, lambda site, path, *a, **k: site.folder / path))),
     "ENOSPC writing the journal": (errno.ENOSPC, lambda mp: mp.setattr(
         publish, "_write_journal", _refuse(errno.ENOSPC, lambda out, moves: out / publish.JOURNAL))),
     "EROFS making the staging folder": (errno.EROFS, lambda mp: mp.setattr(

@@ -28,7 +28,7 @@ import polars as pl
 import pytest
 import yaml
 
-from site_builder.render import human_bytes
+from site_builder.templating import human_bytes
 from tests.conftest import hf_config
 from tests.site_helpers import result_tables
 

@@ -19,7 +19,7 @@ from engine.playground import catalog, whatif
 from engine.language import formula_tree, kv, quantities, symbols
 from engine.language import variants as variant_rules
 from engine.language.corpus import load_corpus
-from site_builder.render import REPO
+from site_builder.sources import REPO
 from tests.site_helpers import build_small_site, served
 from tests.test_site_browser import _open, browser  # noqa: F401  (the module's Chromium fixture)
 

@@ -310,7 +310,7 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
         for component, p in chosen.items():
             if "error" not in p:
                 p["sol"] = _pick_sol(bases, slot, component, p, shared)
-    # the new filler's block as drawn in the graph diff (site_builder.render._playground_diffs)
+    # the new filler's block as drawn in the graph diff (site_builder.playground_page._playground_diffs)
     graphs: list = []
     seen: dict[str, int] = {}
     for slot, chosen in picks.items():
