@@ -31,9 +31,9 @@ def static_assets() -> tuple[dict[str, str], str]:
     """static/'s files (without its README) and the content-hashed name each is published under
     (``js/deploy.js`` -> ``js/deploy.<first 8 hex of its SHA-256>.js``: a changed file gets a new
     URL, so netlify.toml may let browsers keep /static/* for a year), and one digest of them all.
-    A symbolic link under static/ is refused with one line first (engine.language.corpus.refuse_symlinks):
+    A symbolic link under static/ is refused with one line first (engine.language.names.refuse_symlinks):
     a committed link to /proc/self/environ would otherwise publish the build machine's environment."""
-    from engine.language.corpus import refuse_symlinks      # (not at the top: see _worker_start)
+    from engine.language.names import refuse_symlinks  # (not at the top: see _worker_start)
     refuse_symlinks(STATIC, REPO)
     names, digest = {}, hashlib.sha256()
     for path in sorted(p for p in STATIC.rglob("*") if p.is_file() and not p.is_symlink()):
@@ -69,7 +69,7 @@ def _repo_text(path: Path) -> str:
     """A page source from the repo (docs/*.md, CONTRIBUTING.md), refused if it or a folder on the
     way to it is a symbolic link, or if it resolves outside the repo: it is published as a page.
     Read as the corpus's files are (bounded, UTF-8: a bad byte is one line naming the page)."""
-    from engine.language.corpus import refuse_symlinks      # (not at the top: see _worker_start)
+    from engine.language.names import refuse_symlinks  # (not at the top: see _worker_start)
     from engine.language.yamlio import read_text
     refuse_symlinks(path, REPO)
     shown = path.relative_to(REPO).as_posix()

@@ -2,7 +2,7 @@
 and whatever reaches a page's inline script cannot end it.
 
 Model ids become folders of the site (``models/<org--name>/``) and snapshot names become paths
-under ``corpus/snapshots/``; both follow the Hub's name grammar (engine.language.corpus.NAME_RULE). A link
+under ``corpus/snapshots/``; both follow the Hub's name grammar (engine.language.names.NAME_RULE). A link
 under ``corpus/``, ``gpus/``, ``static/`` or ``docs/`` could read and publish any file of the
 machine that builds, so links are refused there. Every corpus case runs the real CLI on a copy of
 the corpus and checks: exit 2, one stderr line naming the file (and line and field when there is
@@ -24,7 +24,8 @@ import yaml
 
 from engine import api
 from tests.bad_input_helpers import cli_status as main, copy_corpus, fresh_api_cache  # noqa: F401 (fixture)
-from engine.language.corpus import load_corpus, slug
+from engine.language.corpus import load_corpus
+from engine.language.names import slug
 from engine.language.errors import SpecError, Where
 from engine.verify.evidence import snapshot_name, source_path
 
