@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from site_builder import budget  # noqa: E402
 from site_builder.budget import folder_bytes  # noqa: E402
-from site_builder.render import PAGE_LIMIT as PAGE_TARGET  # noqa: E402  (bytes of HTML per page)
+from site_builder.budget import PAGE_LIMIT as PAGE_TARGET  # noqa: E402  (bytes of HTML per page)
 from site_builder.screenshots import VIEWPORT, block_remote, launch, scroll_through  # noqa: E402
 from site_builder.serve import start  # noqa: E402
 

@@ -48,7 +48,7 @@ def parse_each_yaml_once(monkeypatch):
     """Speed only: a file whose exact bytes were parsed before (in another case's copy) is not
     parsed again. The broken file's bytes are new, so its error always comes from the real
     loader (errors are never cached); the loader never mutates what it returns."""
-    from engine.language import corpus as corpus_module
+    from engine.language import reader as reader_module   # Reader loads every corpus file
     from engine.verify import evidence
     real = yamlio.load_yaml
 
@@ -61,5 +61,5 @@ def parse_each_yaml_once(monkeypatch):
             _PARSED[key] = real(path, display, **options)
         return _PARSED[key]
 
-    for module in (yamlio, corpus_module, evidence):
+    for module in (yamlio, reader_module, evidence):
         monkeypatch.setattr(module, "load_yaml", load_yaml)

@@ -2,7 +2,7 @@
 and whatever reaches a page's inline script cannot end it.
 
 Model ids become folders of the site (``models/<org--name>/``) and snapshot names become paths
-under ``corpus/snapshots/``; both follow the Hub's name grammar (engine.language.corpus.NAME_RULE). A link
+under ``corpus/snapshots/``; both follow the Hub's name grammar (engine.language.names.NAME_RULE). A link
 under ``corpus/``, ``gpus/``, ``static/`` or ``docs/`` could read and publish any file of the
 machine that builds, so links are refused there. Every corpus case runs the real CLI on a copy of
 the corpus and checks: exit 2, one stderr line naming the file (and line and field when there is
@@ -24,7 +24,8 @@ import yaml
 
 from engine import api
 from tests.bad_input_helpers import cli_status as main, copy_corpus, fresh_api_cache  # noqa: F401 (fixture)
-from engine.language.corpus import load_corpus, slug
+from engine.language.corpus import load_corpus
+from engine.language.names import slug
 from engine.language.errors import SpecError, Where
 from engine.verify.evidence import snapshot_name, source_path
 
@@ -235,14 +236,14 @@ def results(tmp_path_factory) -> Path:
 def fake_repo(tmp_path, monkeypatch):
     """The renderer pointed at a copy of static/ and docs/ under ``tmp_path/repo`` (never the real
     tree: other tests render the real one meanwhile)."""
-    from site_builder import render
+    from site_builder import pages, sources
     repo = tmp_path / "repo"
     shutil.copytree(REPO / "static", repo / "static")
     shutil.copytree(REPO / "docs", repo / "docs")
     shutil.copy(REPO / "CONTRIBUTING.md", repo / "CONTRIBUTING.md")
-    monkeypatch.setattr(render, "REPO", repo)
-    monkeypatch.setattr(render, "STATIC", repo / "static")
-    monkeypatch.setattr(render, "DOCS", [(name, repo / path.relative_to(REPO), title) for name, path, title in render.DOCS])
+    monkeypatch.setattr(sources, "REPO", repo)
+    monkeypatch.setattr(sources, "STATIC", repo / "static")
+    monkeypatch.setattr(pages, "DOCS", [(name, repo / path.relative_to(REPO), title) for name, path, title in pages.DOCS])
     return repo
 
 
@@ -344,7 +345,7 @@ def page_scripts(html: str) -> list[tuple[dict, str]]:
 
 
 def test_script_json_cannot_close_or_comment_out_a_script():
-    from site_builder.render import script_json
+    from site_builder.templating import script_json
     data = {"ids": HOSTILE, HOSTILE[0]: HOSTILE[3]}
     text = script_json(data)
     for raw in "<>&'\u2028\u2029":
@@ -358,7 +359,8 @@ def test_script_json_cannot_close_or_comment_out_a_script():
 def test_page_data_with_hostile_strings_stays_one_script(tmp_path):
     """A page rendered through the real templates with hostile strings in its page data and in
     template text: the page-data script parses back to the same data, and no other script appears."""
-    from site_builder.render import Site, environment
+    from site_builder.templating import environment
+    from site_builder.writer import Site
     site = Site(tmp_path, environment())
     data = {"page": "doc", "slug": "evil--<!--<script>", "names": HOSTILE}
     site.page("x", "doc.html", HOSTILE[1], data, body="")

@@ -34,7 +34,7 @@ import pytest
 import sympy
 
 from engine.language import symbols
-from engine.language.corpus import MAX_TEMPLATES
+from engine.language.model_load import MAX_TEMPLATES
 from engine.language.evaluate import MAX_COPIES, MAX_INSTANCES, MAX_LAYERS
 from engine.batch.grid import MAX_OPS_POINTS, MAX_POINTS, load_grid, points_bound
 from engine.serving.sizing import MAX_SEARCH_PAIRS, legal_configs

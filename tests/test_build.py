@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.batch import results as build_mod
+from engine.batch import tasks
 from engine.batch.results import DEPLOYMENTS_SCHEMA, MODELS_SCHEMA, OPS_SCHEMA, build
 from engine.cli import main
 from engine.language.corpus import load_corpus
@@ -297,7 +297,7 @@ def test_failed_or_interrupted_build_keeps_previous_results(built, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(build_mod, "build_model", interrupted)
+    monkeypatch.setattr(tasks, "build_model", interrupted)  # what _evaluate calls
     with pytest.raises(KeyboardInterrupt):
         build(load_corpus(corpus_dir), out, MODELS, SMALL, jobs=1)
     assert _files(out / "results") == before

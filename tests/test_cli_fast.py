@@ -39,7 +39,9 @@ def test_help_imports_no_evaluation_library(argv):
     assert {"engine.cli.show", "engine.cli.edit", "engine.cli.deploy", "engine.cli.plan", "engine.cli.kernelbench"} <= names
     assert {n.split(".")[0] for n in names} & HEAVY == set()
     # nor the spec language or the build (the help never evaluates or publishes)
-    assert not {n for n in names if n.startswith(("engine.language.corpus", "engine.language.expr", "engine.batch.results",
+    assert not {n for n in names if n.startswith(("engine.language.corpus", "engine.language.model_load",
+                                                   "engine.language.graph_load", "engine.language.expr",
+                                                   "engine.batch.results", "engine.batch.model_build", "engine.batch.tasks",
                                                    "engine.batch.publish"))}
 
 
@@ -95,7 +97,9 @@ def test_list_on_a_fresh_build_imports_no_sympy(two_model_checkout):
     assert _listing(text) == LISTED
     assert [line for line in text.splitlines() if "(unverified: " in line][0].startswith("XiaomiMiMo/MiMo-7B-Base")
     assert not {n.split(".")[0] for n in names} & {"sympy", "mpmath", "polars", "pyarrow", "numpy"}
-    assert not {n for n in names if n.startswith(("engine.language.corpus", "engine.language.expr", "engine.language.evaluate"))}
+    assert not {n for n in names if n.startswith(("engine.language.corpus", "engine.language.model_load",
+                                                   "engine.language.graph_load", "engine.language.expr",
+                                                   "engine.language.evaluate"))}
 
 
 def test_list_from_the_build_equals_the_evaluation_consistency(two_model_checkout, tmp_path):

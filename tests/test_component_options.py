@@ -32,7 +32,7 @@ import yaml
 
 from engine.language import kv, quantities
 from engine.language.api import evaluate_spec
-from engine.language.corpus import load_model
+from engine.language.model_load import load_model
 from tests.conftest import REPO, SNAPSHOTS
 
 CONTRACTS = REPO / "corpus" / "contracts" / "attention"

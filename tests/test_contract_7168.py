@@ -376,7 +376,7 @@ def page(out):
 
 
 def test_components_page_lists_every_mixer_with_its_built_numbers(page, contract):
-    from site_builder.render import human_bytes, seconds, si
+    from site_builder.templating import human_bytes, seconds, si
 
     html, _ = page
     table = html.split('<table class="data contract sortable">')[1].split("</table>")[0]

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 
-from engine.batch import contract, publish, results
+from engine.batch import contract, corpus_tables, publish
 from engine.language.corpus import load_corpus
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,20 +38,20 @@ def test_contracts_carried_when_unchanged_evaluated_when_changed(tmp_path, monke
         return real(*args, **kwargs)
     monkeypatch.setattr(contract, "evaluate_contracts", counting)
 
-    digest = results.write_contracts(corpus, final, final, INPUTS, REPO / "gpus")
+    digest = corpus_tables.write_contracts(corpus, final, final, INPUTS, REPO / "gpus")
     assert len(calls) == 1 and json.loads((final / "contracts.json").read_text())["attention"]["variants"]
     _publish(final, digest)
     # nothing changed: the same bytes, not evaluated
-    assert results.write_contracts(corpus, final, again, INPUTS, REPO / "gpus") == digest
+    assert corpus_tables.write_contracts(corpus, final, again, INPUTS, REPO / "gpus") == digest
     assert len(calls) == 1 and (again / "contracts.json").read_bytes() == (final / "contracts.json").read_bytes()
     # the shared inputs changed (an engine, GPU or component edit): evaluated
-    assert results.write_contracts(corpus, final, third, "1" * 64, REPO / "gpus") != digest
+    assert corpus_tables.write_contracts(corpus, final, third, "1" * 64, REPO / "gpus") != digest
     assert len(calls) == 2
     # a contract file changed: evaluated, and the change shows
     spec = corpus_dir / "contracts" / "attention" / "contract.yaml"
     spec.write_text(spec.read_text().replace("batch: 1\n", "batch: 2\n"))
     changed = load_corpus(corpus_dir)
-    assert results.write_contracts(changed, final, fourth, INPUTS, REPO / "gpus") != digest
+    assert corpus_tables.write_contracts(changed, final, fourth, INPUTS, REPO / "gpus") != digest
     assert len(calls) == 3 and json.loads((fourth / "contracts.json").read_text())["attention"]["batch"] == 2
 
 
@@ -59,8 +59,8 @@ def test_damaged_previous_contracts_are_evaluated_again(tmp_path, monkeypatch):
     corpus = load_corpus()
     final, again = tmp_path / "final", tmp_path / "again"
     final.mkdir(), again.mkdir()
-    digest = results.write_contracts(corpus, final, final, INPUTS, REPO / "gpus")
+    digest = corpus_tables.write_contracts(corpus, final, final, INPUTS, REPO / "gpus")
     _publish(final, digest)
     (final / "contracts.json").write_text("{}")
-    results.write_contracts(corpus, final, again, INPUTS, REPO / "gpus")
+    corpus_tables.write_contracts(corpus, final, again, INPUTS, REPO / "gpus")
     assert json.loads((again / "contracts.json").read_text())["attention"]["variants"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.batch import results, workers
+from engine.batch import tasks, workers
 
 GB = 1_000_000_000
 
@@ -67,10 +67,10 @@ def test_build_and_render_pools_use_the_capped_default(host, monkeypatch):
     from site_builder import render
     monkeypatch.delenv("ARCHLEDGER_RENDER_JOBS", raising=False)
     with contextlib.ExitStack() as stack:
-        assert results._pool(stack, None, tasks=100)._max_workers == 4
-        assert results._pool(stack, 6, tasks=100)._max_workers == 6          # asked for: as given
+        assert tasks._pool(stack, None, tasks=100)._max_workers == 4
+        assert tasks._pool(stack, 6, tasks=100)._max_workers == 6          # asked for: as given
         assert render._render_pool(stack, groups=100)._max_workers == 4 - 1  # the calling process renders too
     # five slow models and four workers: no model is split in two (64 workers would split all five)
-    slow = results.Previous(Path("."), models={m: {"seconds": 60.0} for m in "abcde"})
-    assert results._split(list("abcde"), slow, None) == set()
-    assert results._split(list("abc"), slow, None) == set("abc")
+    slow = tasks.Previous(Path("."), models={m: {"seconds": 60.0} for m in "abcde"})
+    assert tasks._split(list("abcde"), slow, None) == set()
+    assert tasks._split(list("abc"), slow, None) == set("abc")

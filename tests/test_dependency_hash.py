@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.batch import dependencies, results
+from engine.batch import dependencies, hashing, results
 from engine.language.corpus import load_corpus
 from tests.conftest import REPO
 
@@ -21,16 +21,16 @@ TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
 def _with_version(monkeypatch, name: str, version: str) -> None:
     real = dependencies.metadata.version
     monkeypatch.setattr(dependencies.metadata, "version", lambda dist: version if dist == name else real(dist))
-    monkeypatch.setattr(results, "_ENGINE_DIGEST", [])         # engine_digest() is cached per process
+    monkeypatch.setattr(hashing, "_ENGINE_DIGEST", [])         # engine_digest() is cached per process
 
 
 @pytest.mark.parametrize("library", ["sympy", "mpmath", "numpy", "polars", "pyyaml"])
 def test_a_numeric_library_version_changes_every_input_hash(monkeypatch, library):
     corpus = load_corpus()
     grid, gpus = REPO / "corpus" / "grid.yaml", REPO / "gpus"
-    before = results.shared_hash(corpus, grid, gpus), results.engine_digest()
+    before = results.shared_hash(corpus, grid, gpus), hashing.engine_digest()
     _with_version(monkeypatch, library, "999.0.0")
-    after = results.shared_hash(corpus, grid, gpus), results.engine_digest()
+    after = results.shared_hash(corpus, grid, gpus), hashing.engine_digest()
     assert after[0] != before[0] and after[1] != before[1]
     model = "Qwen/Qwen3-8B"
     assert results.model_hash(corpus, model, after[0]) != results.model_hash(corpus, model, before[0])
@@ -53,10 +53,10 @@ def test_fingerprint_names_each_version_and_absent_libraries():
 
 
 def test_site_render_key_covers_the_rendering_libraries(monkeypatch):
-    from site_builder import render
-    before = render._code_hash("static")
+    from site_builder import incremental
+    before = incremental._code_hash("static")
     _with_version(monkeypatch, "jinja2", "999.0.0")
-    assert render._code_hash("static") != before
+    assert incremental._code_hash("static") != before
 
 
 def test_an_upgrade_re_evaluates_the_models_a_build_would_carry(tmp_path, monkeypatch):

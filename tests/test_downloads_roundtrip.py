@@ -25,7 +25,7 @@ KEY = ["gpu", "n_gpus", "config", "phase", "framework", "kv_dtype", "input_len",
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, evaluation):
     from engine.batch import grid_eval
-    from engine.batch.results import build_model, slug
+    from engine.batch.model_build import build_model, slug
     staging = tmp_path_factory.mktemp("roundtrip")
     ev = evaluation(MODEL)
     build_model(None, MODEL, str(TINY), None, str(staging), "test", corpus=ev.corpus, part="grid")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.batch import collector, results
+from engine.batch import collector, tasks
 from site_builder.data import gc_paused, read_json
 
 
@@ -52,7 +52,7 @@ def _collector_state() -> tuple:
 def test_a_build_worker_runs_with_the_thresholds_and_a_frozen_start():
     import os
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(1, mp_context=context, initializer=results.worker_init,
+    with ProcessPoolExecutor(1, mp_context=context, initializer=tasks.worker_init,
                              initargs=(os.getpid(),)) as pool:
         thresholds, frozen = pool.submit(_collector_state).result(timeout=120)
     assert thresholds == collector.THRESHOLDS and frozen

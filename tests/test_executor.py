@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.batch import executor as executors, results
+from engine.batch import executor as executors, tasks
 from engine.batch.results import build
 from engine.cli import main
 from engine.language.corpus import load_corpus
@@ -82,8 +82,8 @@ def test_a_build_on_a_dask_cluster_writes_the_local_executors_files_byte_for_byt
     # one model with a pool of two: its halves (grid; fronts, document and playground) run in both
     # workers, each with its own structures, and write the files one process writes (any model is
     # worth splitting here: on the tiny grid none takes SPLIT_SECONDS)
-    monkeypatch.setattr(results, "SPLIT_SECONDS", 0.0)
-    assert results._split(MODELS[1:], results.Previous(tmp_path), 2) == set(MODELS[1:])
+    monkeypatch.setattr(tasks, "SPLIT_SECONDS", 0.0)
+    assert tasks._split(MODELS[1:], tasks.Previous(tmp_path), 2) == set(MODELS[1:])
     lone = _files(build(load_corpus(), tmp_path / "halves", models=MODELS[1:], grid_path=TINY, jobs=2).results)
     mine = sorted(name for name in a if "Mixtral" in name)
     assert mine == sorted(name for name in lone if "Mixtral" in name)
@@ -166,10 +166,10 @@ def test_a_lone_model_is_split_only_when_the_last_build_found_it_slow(tmp_path):
     """Two tasks pay a worker start each: only a model the previous build timed at SPLIT_SECONDS or
     more, and only with fewer models than workers."""
     slow, quick = "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-8B"
-    previous = results.Previous(tmp_path, models={slow: {"seconds": results.SPLIT_SECONDS + 0.5},
-                                                  quick: {"seconds": results.SPLIT_SECONDS - 0.5}})
-    assert results._split([slow], previous, 2) == {slow}
-    assert results._split([quick], previous, 2) == set()
-    assert results._split([slow, quick], previous, 2) == set()          # as many models as workers
-    assert results._split([slow, quick], previous, 4) == {slow}
-    assert results._split(["new/model"], previous, 2) == set()          # never timed: one task
+    previous = tasks.Previous(tmp_path, models={slow: {"seconds": tasks.SPLIT_SECONDS + 0.5},
+                                                  quick: {"seconds": tasks.SPLIT_SECONDS - 0.5}})
+    assert tasks._split([slow], previous, 2) == {slow}
+    assert tasks._split([quick], previous, 2) == set()
+    assert tasks._split([slow, quick], previous, 2) == set()          # as many models as workers
+    assert tasks._split([slow, quick], previous, 4) == {slow}
+    assert tasks._split(["new/model"], previous, 2) == set()          # never timed: one task

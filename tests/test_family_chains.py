@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.batch import results
+from engine.batch import model_build
 from engine.batch.families import chains
 from engine.language.corpus import load_corpus
 from tests.conftest import REPO
@@ -45,7 +45,7 @@ _ALONE = """
 import sys
 from engine.batch import collector
 collector.tune()
-from engine.batch.results import build_model
+from engine.batch.model_build import build_model
 build_model(None, sys.argv[1], sys.argv[2], None, sys.argv[3], "h", None)
 """
 
@@ -56,7 +56,7 @@ def test_consistency_a_family_chain_writes_what_each_model_writes_alone(tmp_path
     # the build's chain: the three models back to back in one process (this one)
     chained = tmp_path / "chain"
     for mid in FAMILY:
-        results.build_model(str(corpus.root), mid, str(TINY), None, str(chained), "h", None, corpus=corpus)
+        model_build.build_model(str(corpus.root), mid, str(TINY), None, str(chained), "h", None, corpus=corpus)
     shared = _files(chained)
     # each model alone: a fresh process that evaluated nothing before it
     alone = tmp_path / "alone"
@@ -65,7 +65,7 @@ def test_consistency_a_family_chain_writes_what_each_model_writes_alone(tmp_path
     apart = _files(alone)
     assert sorted(shared) == sorted(apart)
     for mid in FAMILY:       # each model wrote its partitions, formulas, sizing and documents
-        assert sum(results.slug(mid) in name for name in shared) >= 5, mid
+        assert sum(model_build.slug(mid) in name for name in shared) >= 5, mid
     for name in shared:
         assert shared[name] == apart[name], f"{name}: the family chain's file differs from the model's alone"
 

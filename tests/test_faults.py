@@ -26,7 +26,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.batch import results as build_mod
+from engine.batch import model_build
 from engine.batch import publish
 from engine.batch.publish import swap_into_place
 from engine.batch.results import build, run
@@ -408,9 +408,9 @@ def _refuse(code: int, where):
 INJECTIONS = {
     # a real ENOSPC from the kernel: the build's Parquet writer aimed at /dev/full
     "ENOSPC in a partition": (errno.ENOSPC, lambda mp: mp.setattr(
-        build_mod, "write_parquet", _to_dev_full(build_mod.write_parquet))),
+        model_build, "write_parquet", _to_dev_full(model_build.write_parquet))),
     "ENOSPC in the site": (errno.ENOSPC, lambda mp: mp.setattr(
-        "site_builder.render.Site.page", _refuse(errno.ENOSPC, lambda site, path, *a, **k: site.folder / path))),
+        "site_builder.writer.Site.page", _refuse(errno.ENOSPC, lambda site, path, *a, **k: site.folder / path))),
     "ENOSPC writing the journal": (errno.ENOSPC, lambda mp: mp.setattr(
         publish, "_write_journal", _refuse(errno.ENOSPC, lambda out, moves: out / publish.JOURNAL))),
     "EROFS making the staging folder": (errno.EROFS, lambda mp: mp.setattr(

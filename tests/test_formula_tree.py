@@ -15,7 +15,7 @@ import sympy
 from engine.deploy.step_functions import ARGS
 from engine.deploy.step_totals import step_totals
 from engine.language import formula_tree as ft
-from site_builder.render import REPO
+from site_builder.sources import REPO
 from tests.deploy_helpers import make_plan
 from tests.test_site_browser import _open
 

@@ -21,7 +21,7 @@ import pytest
 
 from engine.batch.grid_eval import GRID_BATCHES
 from engine.deploy.rules import exported as deploy_rules
-from site_builder.render import REPO
+from site_builder.sources import REPO
 from engine.serving.rules import exported as serving_rules
 from site_builder.sizing import encode_doubles, stairs
 from tests.test_site_browser import _open

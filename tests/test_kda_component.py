@@ -27,7 +27,7 @@ import yaml
 
 from engine.language import kv, quantities, symbols
 from engine.language.api import evaluate_spec
-from engine.language.corpus import load_model
+from engine.language.model_load import load_model
 from engine.language.errors import SpecError, Where
 from engine.language.ops import OPS, OpCall
 from engine.language.shapes import Axis, Tensor

@@ -384,14 +384,14 @@ def test_every_message_is_one_line_even_for_hostile_keys():
 # -- docs pages (the other text a pull request can touch) ---------------------------------------------
 
 def test_a_doc_page_that_is_not_utf8_is_one_line(tmp_path, monkeypatch):
-    from site_builder import render
+    from site_builder import sources
     repo = tmp_path / "repo"
     (repo / "docs").mkdir(parents=True)
     page = repo / "docs" / "results.md"
     page.write_bytes(b"# Results\n\nok\n\xff\xfe broken\n")   # the bad byte: offset 14, line 4
-    monkeypatch.setattr(render, "REPO", repo)
+    monkeypatch.setattr(sources, "REPO", repo)
     with pytest.raises(SpecError) as err:
-        render._repo_text(page)
+        sources._repo_text(page)
     assert err.value.one_line() == ("docs/results.md:4: not UTF-8 text (byte 0xff at offset 14) — "
                                     "save the file as UTF-8")
 

@@ -65,11 +65,11 @@ def built(tmp_path_factory) -> Path:
         return _BUILT[0]
     from engine.batch.results import build
     from engine.language.corpus import load_corpus
-    from site_builder import render
+    from site_builder import deploy_pages, render
 
     out = tmp_path_factory.mktemp("browser-site")
     grid = yaml.safe_load((REPO / "tests" / "data" / "grid_small.yaml").read_text())
-    compare_input = getattr(render, "COMPARE_INPUT", 4096)
+    compare_input = deploy_pages.COMPARE_INPUT
     grid["scenarios"]["input_lengths"] = sorted(set(grid["scenarios"]["input_lengths"]) | {compare_input})
     grid_path = out / "grid.yaml"
     grid_path.write_text(yaml.safe_dump(grid, sort_keys=False))

@@ -22,7 +22,7 @@ import json
 import pytest
 import yaml
 
-from site_builder.render import REPO
+from site_builder.sources import REPO
 from tests.site_helpers import drawn_layers, expected_layers, served, shared_small_site
 from tests.test_site_browser import _open
 

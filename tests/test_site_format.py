@@ -24,7 +24,8 @@ import pytest
 
 from engine.cli import units
 from site_builder import charts
-from site_builder.render import REPO, environment, script_json
+from site_builder.sources import REPO
+from site_builder.templating import environment, script_json
 from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -81,8 +82,8 @@ def test_none_prints_a_dash():
 
 
 def test_site_filters_are_the_formatter():
-    from site_builder import render
-    env = render.environment()
+    from site_builder import templating
+    env = templating.environment()
     assert env.filters["si"] is units.si and env.filters["bytes"] is units.decimal_bytes
     assert env.filters["seconds"] is units.seconds and env.filters["tokens"] is units.tokens
     assert "gib" not in env.filters          # one byte unit: decimal (a GiB filter invites mixed tables)

@@ -28,7 +28,7 @@ import polars as pl
 import pytest
 import yaml
 
-from site_builder.render import human_bytes
+from site_builder.templating import human_bytes
 from tests.conftest import hf_config
 from tests.site_helpers import result_tables
 
@@ -299,7 +299,8 @@ def test_attention_label_follows_the_layer_plans(model_id, label):
 
 
 def test_a_component_label_must_be_a_short_name(tmp_path):
-    from engine.language.corpus import _load_component, load_corpus
+    from engine.language.corpus import load_corpus
+    from engine.language.graph_load import _load_component
     from engine.language.errors import SpecError
     roles = load_corpus().roles
     path = tmp_path / "odd_mixer.yaml"

@@ -139,14 +139,14 @@ def test_every_static_url_names_its_content_hash(built):
 
 
 def test_a_changed_static_file_gets_a_new_name(tmp_path, monkeypatch):
-    from site_builder import render
+    from site_builder import sources
     repo = tmp_path / "repo"
     shutil.copytree(REPO / "static", repo / "static")
-    monkeypatch.setattr(render, "STATIC", repo / "static")
-    monkeypatch.setattr(render, "REPO", repo)
-    before, digest = render.static_assets()
+    monkeypatch.setattr(sources, "STATIC", repo / "static")
+    monkeypatch.setattr(sources, "REPO", repo)
+    before, digest = sources.static_assets()
     (repo / "static" / "js" / "deploy.js").write_text((repo / "static" / "js" / "deploy.js").read_text() + "\n// edit\n")
-    after, digest2 = render.static_assets()
+    after, digest2 = sources.static_assets()
     assert after["js/deploy.js"] != before["js/deploy.js"] and digest2 != digest
     assert {k: v for k, v in after.items() if k != "js/deploy.js"} == \
         {k: v for k, v in before.items() if k != "js/deploy.js"}

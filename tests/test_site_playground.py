@@ -19,7 +19,7 @@ from engine.playground import catalog, whatif
 from engine.language import formula_tree, kv, quantities, symbols
 from engine.language import variants as variant_rules
 from engine.language.corpus import load_corpus
-from site_builder.render import REPO
+from site_builder.sources import REPO
 from tests.site_helpers import build_small_site, served
 from tests.test_site_browser import _open
 
@@ -170,12 +170,12 @@ INPUTS = "0" * 64
 
 
 def test_variants_are_carried_when_unchanged_and_rebuilt_when_damaged(tmp_path, corpus, monkeypatch):
-    from engine.batch import publish, results
+    from engine.batch import corpus_tables, publish
     gpus = REPO / "gpus"
     final, again, third = tmp_path / "final", tmp_path / "again", tmp_path / "third"
     for folder in (final, again, third):
         folder.mkdir()
-    results.write_variants(corpus, final, final, INPUTS, gpus, ["Qwen/Qwen3-32B"])
+    corpus_tables.write_variants(corpus, final, final, INPUTS, gpus, ["Qwen/Qwen3-32B"])
     names = ("variants.json", "variants.parquet")
     (final / "manifest.json").write_text(json.dumps({"files": {n: publish.file_digest(final / n) for n in names}}))
 
@@ -183,8 +183,8 @@ def test_variants_are_carried_when_unchanged_and_rebuilt_when_damaged(tmp_path, 
         raise AssertionError("recomputed although nothing changed")
     with monkeypatch.context() as m:
         m.setattr(whatif, "playground_document", recompute)
-        results.write_variants(corpus, final, again, INPUTS, gpus, ["Qwen/Qwen3-32B"])
+        corpus_tables.write_variants(corpus, final, again, INPUTS, gpus, ["Qwen/Qwen3-32B"])
     assert all((again / n).read_bytes() == (final / n).read_bytes() for n in names)
     (final / "variants.parquet").write_bytes(b"garbage")
-    results.write_variants(corpus, final, third, INPUTS, gpus, ["Qwen/Qwen3-32B"])
+    corpus_tables.write_variants(corpus, final, third, INPUTS, gpus, ["Qwen/Qwen3-32B"])
     assert pl.read_parquet(third / "variants.parquet")["variant_of"].to_list() == ["Qwen/Qwen3-32B"]

@@ -19,7 +19,7 @@ import yaml
 from engine.playground import catalog, variant as playground_variant, whatif
 from engine.playground.steps import KEYS as SOL_KEYS
 from engine.language import formula_tree, quantities, symbols
-from site_builder.render import REPO
+from site_builder.sources import REPO
 from tests.site_helpers import served, shared_small_site
 from tests.test_site_browser import _open
 

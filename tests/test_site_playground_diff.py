@@ -2,7 +2,7 @@
 
 The build stores each live pick's new block (engine.playground.whatif.block_graph: the new filler's rows
 at the slot's site, from the pick's walk); the site draws every (old, new) pair the components pages
-do not draw once for the corpus (site_builder/render.py ``_playground_diffs``, data/playground/
+do not draw once for the corpus (site_builder/playground_page.py ``_playground_diffs``, data/playground/
 diffs.json.gz). The expectation is the component's own YAML: every node it declares is drawn, each
 reading the nodes its ``in`` names (``x``: the block's input, from outside the site).
 """
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from engine.playground import whatif
-from site_builder.render import REPO
+from site_builder.sources import REPO
 from tests.test_site_playground_any import BASE, base, choose, out, playground  # noqa: F401  (the shared small site)
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -91,7 +91,7 @@ def test_consistency_drawings_reused_from_the_previous_site_are_the_ones_a_fresh
     import json
 
     from site_builder.data import Results
-    from site_builder.render import _PLAYGROUND_DIFFS, _drawn_before, _playground_diffs
+    from site_builder.playground_page import _PLAYGROUND_DIFFS, _drawn_before, _playground_diffs
     site = out / "site"
     published = json.loads(gzip.decompress((site / _PLAYGROUND_DIFFS).read_bytes()))
     assert published and all(len(e["key"]) == 64 for e in published.values())

@@ -83,7 +83,7 @@ def test_a_subset_has_its_own_parallel_config(corpus):
     MTP layer) they need more than 4 (tp8: edit's config for the whole swap)."""
     _, p = exported(corpus, "ffn", "moe")
     import json
-    from site_builder.render import REPO
+    from site_builder.sources import REPO
     cfg = json.loads((REPO / "corpus" / "snapshots" / "Qwen--Qwen3.5-27B.config.json").read_text())["text_config"]
     d, ff, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
     full = cfg["layer_types"].count("full_attention")

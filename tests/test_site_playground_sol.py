@@ -16,7 +16,7 @@ import yaml
 
 from engine.playground import whatif
 from engine.language import formula_tree
-from site_builder.render import REPO
+from site_builder.sources import REPO
 from tests.site_helpers import served, shared_small_site
 from tests.test_site_playground_any import BASE, cells, choose, edit_json, playground
 

@@ -58,7 +58,8 @@ def test_render_worker_starts_without_the_engines_evaluation():
     """A spawned render worker imports site_builder/cli.py's top (the spawn's main module) and the
     renderer: neither brings sympy or engine.batch.results (half of a worker's start)."""
     code = ("import sys, site_builder.cli, site_builder.render, site_builder.sizing; "
-            "print(sorted(m for m in ('sympy', 'engine.batch.results', 'engine.language.corpus') if m in sys.modules))")
+            "print(sorted(m for m in ('sympy', 'engine.batch.results', 'engine.batch.model_build', 'engine.language.corpus',"
+            " 'engine.language.model_load') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "[]"

@@ -58,18 +58,20 @@ def _page(out: Path, rel: str) -> str:
 def test_largest_model_page_stays_under_the_limit(tmp_path, evaluation):
     from engine.batch.export import model_document
     from engine.batch.results import MODELS_SCHEMA, _frame, model_row
-    from site_builder import render
+    from site_builder import budget, pages
     from site_builder.data import Results
+    from site_builder.templating import environment
+    from site_builder.writer import Site
 
     ev = evaluation(V4_PRO)
     doc = model_document(ev)
     row = model_row(ev)
     results = Results(tmp_path / "results", _frame({k: [row[k]] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
                       {V4_PRO: doc}, None, None)
-    site = render.Site(tmp_path / "site", render.environment())
-    render._model(site, results, V4_PRO)
+    site = Site(tmp_path / "site", environment())
+    pages._model(site, results, V4_PRO)
     page = (tmp_path / "site" / "models" / "deepseek-ai--DeepSeek-V4-Pro" / "index.html").read_bytes()
-    assert len(page) <= render.PAGE_LIMIT, f"{len(page):,} bytes of HTML"
+    assert len(page) <= budget.PAGE_LIMIT, f"{len(page):,} bytes of HTML"
     # the per-op table is drawn from the model document the site already publishes, not sent as HTML
     assert b'id="op-table"' not in page
     assert b'data-doc="../../data/models/deepseek-ai--DeepSeek-V4-Pro.json.gz"' in page
@@ -80,7 +82,7 @@ def test_largest_model_page_stays_under_the_limit(tmp_path, evaluation):
 
 
 def test_every_page_of_a_small_build_stays_under_the_limit(out):
-    from site_builder.render import PAGE_LIMIT
+    from site_builder.budget import PAGE_LIMIT
     pages = {p.relative_to(out / "site").as_posix(): p.stat().st_size for p in (out / "site").rglob("*.html")}
     assert "models/Qwen--Qwen3-8B/index.html" in pages and "downloads/index.html" in pages
     assert {p: n for p, n in pages.items() if n > PAGE_LIMIT} == {}

@@ -14,7 +14,7 @@ import json
 import pytest
 import yaml
 
-from site_builder.render import REPO
+from site_builder.sources import REPO
 from tests.site_helpers import served, shared_small_site
 from tests.test_site_browser import _open
 

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from engine.language.errors import SpecError
-from site_builder.render import REPO
+from site_builder.sources import REPO
 from site_builder.screenshots import scroll_through
 from tests.site_helpers import served
 from tests.test_site_browser import _open
@@ -187,23 +187,23 @@ def planted(tmp_path_factory):
     pages from planted copies."""
     from engine.batch.results import build
     from engine.language.corpus import load_corpus
-    from site_builder import render
+    from site_builder import pages, render, sources
     root = tmp_path_factory.mktemp("xss")
     refused = plant_corpus(root)
     repo = root / "repo"                      # the renderer's checkout: static/ as it is, docs planted
-    shutil.copytree(render.STATIC, repo / "static")
-    pages = []
-    for name, path, title in render.DOCS:
+    shutil.copytree(sources.STATIC, repo / "static")
+    docs = []
+    for name, path, title in pages.DOCS:
         copy = repo / path.relative_to(REPO)
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(path.read_text() + DOC_PAYLOAD)
-        pages.append((name, copy, title))
+        docs.append((name, copy, title))
     grid = root / "grid.yaml"
     grid.write_text(yaml.safe_dump(GRID, sort_keys=False))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(render, "REPO", repo)
-        mp.setattr(render, "STATIC", repo / "static")
-        mp.setattr(render, "DOCS", pages)
+        mp.setattr(sources, "REPO", repo)
+        mp.setattr(sources, "STATIC", repo / "static")
+        mp.setattr(pages, "DOCS", docs)
         report = build(load_corpus(root / "corpus"), root / "out", [BASE, OTHER], grid, gpu_root=root / "gpus", jobs=1,
                        site=render.render_staged)
     assert sorted(report.recomputed) == [BASE, OTHER] and not report.skipped, report.skipped     # published, payload and all
@@ -415,8 +415,8 @@ SINKS = re.compile(r"\.(inner|outer)HTML\b|insertAdjacentHTML|document\.write|cr
 RAW = {("component.html", "svg"): "site_builder/graph_svg.py escapes every label",
        ("model.html", "level.svg"): "site_builder/graph_svg.py",
        ("playground.html", "d.svg"): "site_builder/graph_svg.py",
-       ("doc.html", "body"): "markdown-it with raw HTML off (site_builder/render.py _docs)",
-       ("base.html", "page_json"): "site_builder/render.py script_json"}
+       ("doc.html", "body"): "markdown-it with raw HTML off (site_builder/pages.py _methodology)",
+       ("base.html", "page_json"): "site_builder/templating.py script_json"}
 
 
 def test_scripts_and_templates_write_text_not_markup():
@@ -429,7 +429,7 @@ def test_scripts_and_templates_write_text_not_markup():
     raw = {(p.name, m.group(1)) for p in (REPO / "templates").glob("*.html")
            for m in re.finditer(r"{{\s*([\w.]+)\s*\|\s*safe\s*}}", p.read_text())}
     assert raw == set(RAW), raw ^ set(RAW)
-    from site_builder.render import environment
+    from site_builder.templating import environment
     assert environment().autoescape is True
     assert not any("Markup(" in line and "script_json" not in line
                    for p in (REPO / "site_builder").glob("*.py") for line in p.read_text().splitlines()), \

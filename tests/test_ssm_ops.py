@@ -393,7 +393,8 @@ def test_mamba2_mixer_params_and_states_match_transformers(tmp_path, hidden, hea
     from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
     from engine.language import kv, quantities
     from engine.language.api import evaluate_spec
-    from engine.language.corpus import load_corpus, load_model
+    from engine.language.corpus import load_corpus
+    from engine.language.model_load import load_model
     corpus = load_corpus()
     path = tmp_path / "mamba2.yaml"
     path.write_text(MIXER_SPEC.format(hidden=hidden, heads=heads, head_dim=head_dim, groups=groups, state=state,

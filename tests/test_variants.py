@@ -16,7 +16,7 @@ import yaml
 from engine.api import evaluate_spec
 from engine.language import kv, quantities, storage
 from engine.language import variants as variant_rules
-from engine.language.corpus import Reader
+from engine.language.reader import Reader
 from engine.language.errors import SpecError, Where
 from engine.language.ir import Fill
 from tests.conftest import SNAPSHOTS, hf_config

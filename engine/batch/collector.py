@@ -36,7 +36,7 @@ def tune() -> None:
 
 @contextlib.contextmanager
 def model_heap():
-    """While one model is evaluated (:func:`engine.batch.results.build_model`): what the process
+    """While one model is evaluated (:func:`engine.batch.model_build.build_model`): what the process
     already holds is frozen (the corpus and the caches outlive the model: never traced again) and
     collections run at :data:`THRESHOLDS`, whatever the caller set (a library caller, a test); both
     are undone after. Only when collections run changes, not what is collected."""

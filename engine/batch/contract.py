@@ -24,7 +24,10 @@ import sympy
 
 from engine.language import file_schemas, kv, quantities, symbols
 from engine.language.api import evaluate_spec
-from engine.language.corpus import Corpus, load_model, Reader, shown_value
+from engine.language.corpus import Corpus
+from engine.language.model_load import load_model
+from engine.language.names import shown_value
+from engine.language.reader import Reader
 from engine.deploy import Options, plan
 from engine.language.errors import SpecError
 from engine.language.quantities import quantity as _q

@@ -1,8 +1,8 @@
 """Where the build's units of work run: this process, a local process pool, or a Dask cluster.
 
-Layer: engine.batch (``engine.batch.results`` calls it; it imports nothing of the build, the
+Layer: engine.batch (``engine.batch.tasks`` calls it; it imports nothing of the build, the
 function it runs is passed in). ``archledger build --jobs N`` runs models in N local processes
-(:mod:`engine.batch.results`); ``--executor`` names a Dask distributed cluster instead:
+(:mod:`engine.batch.tasks`); ``--executor`` names a Dask distributed cluster instead:
 
 * ``dask://HOST:PORT`` or ``tcp://HOST:PORT`` (also ``tls://``, ``ws://``, ``wss://``): the
   scheduler of a running cluster (``dask scheduler`` + ``dask worker tcp://HOST:PORT`` on each
@@ -13,7 +13,7 @@ function it runs is passed in). ``archledger build --jobs N`` runs models in N l
 * ``local`` (the default): today's in-process run or process pool.
 
 The unit of work is the same in every executor: one model over the grid
-(:func:`engine.batch.results.build_model`). A Dask task receives the build's inputs as bytes (the
+(:func:`engine.batch.model_build.build_model`). A Dask task receives the build's inputs as bytes (the
 corpus folder, the GPU folder and the grid file: a bundle of about 2 MB, sent to each worker once),
 unpacks them into a temporary folder keyed by their digest (removed from every worker when the
 build ends), evaluates the model into a private

@@ -16,7 +16,8 @@ from typing import Any
 from engine.project import GRID_FILE as DEFAULT
 from engine.language.checked import choices_field as _choices, count_field as _count, list_field as _list
 from engine.language.api import Evaluation
-from engine.language.corpus import Reader, shown_value, is_name
+from engine.language.names import is_name, shown_value
+from engine.language.reader import Reader
 from engine.language.file_schemas import GRID
 from engine.deploy import MAX_BATCH, MAX_TOKENS, check
 from engine.deploy.structure import HBM_FRACTION

@@ -3,7 +3,8 @@
 Layer: engine.batch (imports the standard library, engine.project and engine.batch.dependencies;
 nothing that pulls in sympy or polars, so a command can check a built checkout's hashes without the
 evaluation's libraries: ``archledger list`` does, :mod:`engine.batch.built`). :mod:`engine.batch.results`
-uses these functions for its incremental builds and re-exports them.
+uses these functions for its incremental builds and re-exports them; :func:`engine_digest` is what a
+Dask worker compares with the client's (:mod:`engine.batch.tasks`).
 
 Invariants: every hash is SHA-256 over file names and contents in a fixed order, plus the results'
 schema version and the installed versions of the numeric libraries (:mod:`engine.batch.dependencies`);
@@ -112,3 +113,14 @@ def corpus_digest(root: Path | str) -> str:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+_ENGINE_DIGEST: list[str] = []
+
+
+def engine_digest() -> str:
+    """SHA-256 of the engine's sources and library versions as this process sees them (once per
+    process): a Dask worker compares it with the client's before working (:mod:`engine.batch.executor`)."""
+    if not _ENGINE_DIGEST:
+        _ENGINE_DIGEST.append(_digest(engine_sources(), _engine_identity()))
+    return _ENGINE_DIGEST[0]

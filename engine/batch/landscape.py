@@ -32,7 +32,7 @@ from engine.language import kv, symbols
 from engine.language.api import Evaluation
 from engine.language.errors import SpecError, Where
 from engine.language.file_schemas import LINEAGE
-from engine.language.corpus import Reader
+from engine.language.reader import Reader
 from engine.language.quantities import quantity as _q
 
 #: Trait order on the site (the gallery's filter bar and the landscape page) with one line each.

@@ -33,33 +33,33 @@ the build on such a spec instead, before any grid work and with nothing publishe
 ``unverified: <why>`` (transformers lacks its architecture) is neither: it is listed with that reason
 (``manifest.json`` ``unverified``, the gallery's note) and never checked or published. Published rows carry ``verified`` and
 the evidence they were checked against; the guard table travels in ``models/<org--name>.json``.
+
+Here: the build's steps (:func:`build`, each step a named function below it) and the command
+(:func:`run`). One model's work is :mod:`engine.batch.model_build` (``check_model``,
+``build_model``); where it runs (this process, --jobs workers, Dask) is :mod:`engine.batch.tasks`;
+the corpus-wide tables (contracts, variants) are :mod:`engine.batch.corpus_tables`; the inputs'
+hashes are :mod:`engine.batch.hashing`.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
-import gc
 import json
-import multiprocessing
 import os
-import pickle
 import re
 import shutil
-import signal
 import sys
-import tempfile
 import time
-from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from engine.batch import collector, landscape, lifeline, publish, workers
+from engine.batch import landscape, publish
 from engine.batch.built import MODELS_JSON  # models.parquet's rows as JSON: what commands read without polars
-from engine.batch.hashing import (  # re-exported: the build's hashes live in one light module
-    ENGINE, SCHEMA_VERSION, _digest, _engine_identity, corpus_digest, engine_sources, evidence_files, model_hash,
-    shared_hash)
+from engine.batch.corpus_tables import _corpus_wide_in_worker, write_contracts, write_variants
+from engine.batch.hashing import (  # model_hash, shared_hash re-exported: the build's hashes live in one light module
+    SCHEMA_VERSION, corpus_digest, model_hash, shared_hash)
 from engine.batch.export import compact_json
 # re-exported: the tables' schemas, the model row, the writer and the previous results moved out
 # of this module (one job each); importers keep reading them here
@@ -72,10 +72,9 @@ from engine.batch.previous import (  # noqa: F401
 from engine.batch.schema import (  # noqa: F401
     DECODE_COPIES, DEPLOYMENTS_SCHEMA, DERIVED, MODELS_SCHEMA, OPS_SCHEMA, UNSTORED, VARIANTS_SCHEMA,
     without_copies)
-from engine.language.api import evaluate_spec
+from engine.batch.tasks import _check_all, _evaluate, _pool, _split
 from engine.language.corpus import Corpus, load_corpus
 from engine.language.errors import SpecError
-from engine.verify.validate import validate
 
 
 @dataclass
@@ -95,204 +94,6 @@ class Report:
     seconds: float = 0.0
 
 
-# -- hashing --------------------------------------------------------------------------------------
-
-_ENGINE_DIGEST: list[str] = []
-
-
-def engine_digest() -> str:
-    """SHA-256 of the engine's sources and library versions as this process sees them (once per
-    process): a Dask worker compares it with the client's before working (:mod:`engine.batch.executor`)."""
-    if not _ENGINE_DIGEST:
-        _ENGINE_DIGEST.append(_digest(engine_sources(), _engine_identity()))
-    return _ENGINE_DIGEST[0]
-
-
-def write_contracts(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_root: Path) -> str:
-    """``contracts.json`` (engine.batch.contract): carried from the previous results when its inputs
-    (the shared hash, which covers the components, GPUs, fusion tables and engine, and the contract
-    folders) are unchanged and the file still matches its manifest record, else evaluated. Returns
-    the inputs' digest (the manifest's ``contracts_hash``)."""
-    from engine.batch.contract import evaluate_contracts
-    files = sorted((corpus.root / "contracts").rglob("*.yaml"))
-    # the folders are the slots: their relative paths are part of the identity too
-    digest = _digest(files, "|".join([shared, *(p.relative_to(corpus.root).as_posix() for p in files)]).encode())
-    if not _carried(final, staging, ("contracts.json",), lambda manifest: manifest.get("contracts_hash") == digest):
-        (staging / "contracts.json").write_text(json.dumps(evaluate_contracts(corpus, gpu_root), indent=1))
-    return digest
-
-
-def _carried(final: Path, staging: Path, names: tuple[str, ...], same_inputs) -> bool:
-    """Copy the previous results' corpus-wide files ``names`` into ``staging`` when
-    ``same_inputs(previous manifest)`` holds and every file still matches its manifest record;
-    False (nothing copied) otherwise, or when there are no readable previous results."""
-    try:
-        manifest = json.loads((final / "manifest.json").read_text())
-        kept = same_inputs(manifest) and all(publish.matches(final / n, manifest["files"].get(n)) for n in names)
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        kept = False
-    if kept:
-        for name in names:
-            shutil.copy2(final / name, staging / name)
-    return kept
-
-
-def _corpus_wide_in_worker(name: str, root: str, final: str, staging: str, shared: str, gpu_root: str, *extra):
-    """In a --jobs worker: :func:`write_contracts` or :func:`write_variants` (by name) on the
-    worker's copy of the corpus."""
-    fn = {"write_contracts": write_contracts, "write_variants": write_variants}[name]
-    return fn(cached_corpus(root), Path(final), Path(staging), shared, Path(gpu_root), *extra)
-
-
-def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_root: Path,
-                   models: list[str]) -> None:
-    """``variants.json`` (the playground's data: engine.playground.whatif.playground_document) and
-    ``variants.parquet`` (:data:`VARIANTS_SCHEMA`) for the variants whose base is among the published
-    ``models`` (a variant follows its base), carried from the previous results when their inputs
-    (the shared hash, the variants, slots and every model spec and snapshot) are unchanged."""
-    from engine.playground import whatif
-    from engine.deploy.hardware import load_gpus
-    from engine.language import variants as variant_rules
-    root, base = corpus.root, corpus.root.parent
-    files = [p for p in (root / "slots.yaml",) if p.exists()] + sorted((root / "variants").glob("*.yaml"))
-    files += sorted({base / m.where.file for m in corpus.models.values()} |
-                    {base / m.snapshot.where.file for m in corpus.models.values()}, key=str)
-    chosen = [v for v in corpus.variants.values() if v.base in models]
-    digest = _digest(files, (shared + "|" + ",".join(v.name for v in chosen)).encode())
-    if _carried(final, staging, ("variants.json", "variants.parquet"),
-                lambda _: json.loads((final / "variants.json").read_text()).get("hash") == digest):
-        return
-    evaluations: dict = {}
-    doc = {"hash": digest, **whatif.playground_document(corpus, load_gpus(gpu_root), chosen, evaluations)}
-    rows = []
-    for v in chosen:
-        row = model_row(evaluations[v.name], digest)
-        row.update({"verified": False, "verified_against": variant_rules.LABEL, "variant_of": v.base,
-                    "label": variant_rules.LABEL, "swaps": [whatif.swap_text(s) for s in v.swaps]})
-        rows.append(row)
-    (staging / "variants.json").write_text(json.dumps(doc, separators=(",", ":")))
-    write_parquet(_frame({k: [r[k] for r in rows] for k in VARIANTS_SCHEMA}, VARIANTS_SCHEMA),
-                  staging / "variants.parquet")
-
-
-_CORPORA: dict[tuple[str, str], Corpus] = {}
-
-
-def cached_corpus(root: str | None) -> Corpus:
-    """:func:`load_corpus`, once per process and corpus content: a --jobs worker evaluates many models
-    and parsing the YAML (about 2.5 s) dominated a small model's work. Keyed on the files' content,
-    so an edited corpus is read again (a process running several builds never sees a stale one)."""
-    path = Path(root) if root else None
-    from engine.language.corpus import DEFAULT_ROOT
-    path = (path or DEFAULT_ROOT).resolve()
-    key = (str(path), corpus_digest(path))
-    if key not in _CORPORA:
-        _CORPORA.clear()                 # one corpus per process at a time: a build uses one
-        _CORPORA[key] = load_corpus(path)
-    return _CORPORA[key]
-
-
-#: The two halves of a model's work (:func:`build_model`'s ``part``): the grid (deployments, ops and
-#: the deploy page's formulas) and the rest (fronts and sizing, the model document, the playground
-#: picks). They write disjoint files; a build with fewer models to evaluate than workers runs the
-#: halves of each model the previous build timed at :data:`SPLIT_SECONDS` or more in parallel (each
-#: walks the spec and compiles its own structures), else a model is one task (the sizing step then
-#: reuses the grid's structures).
-PARTS = ("grid", "extras")
-#: A model worth two tasks: starting a worker process (imports, the corpus) costs one to two seconds,
-#: so a model that evaluates in a few seconds finishes sooner in the build's own process.
-SPLIT_SECONDS = 4.0
-
-
-def _split(todo: list[str], previous: "Previous", jobs: int | None) -> set[str]:
-    """The models of ``todo`` evaluated as two tasks (:data:`PARTS`): none unless there are fewer
-    models than workers; then those the previous build timed at :data:`SPLIT_SECONDS` or more."""
-    if len(todo) >= (jobs or workers.default_workers()):
-        return set()
-    return {m for m in todo if previous.models.get(m, {}).get("seconds", 0.0) >= SPLIT_SECONDS}
-
-
-def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, gpu_root: str | None,
-                staging: str, spec_hash: str, verification: dict | None = None,
-                corpus: Corpus | None = None, part: str = "all") -> dict:
-    """Evaluate one model over the grid; write its partitions under ``staging``. Returns counts.
-    ``corpus``: the loaded corpus when the caller has it (in-process builds), else it is read once
-    per process (:func:`cached_corpus`). ``part``: ``all``, or one of :data:`PARTS` (the counts of
-    the other half are absent; :func:`merge_parts` joins two halves' counts)."""
-    with collector.model_heap():
-        return _build_model(corpus_root, model_id, grid_path, gpu_root, staging, spec_hash, verification,
-                            corpus, part)
-
-
-def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, gpu_root: str | None,
-                 staging: str, spec_hash: str, verification: dict | None, corpus: Corpus | None,
-                 part: str) -> dict:
-    """:func:`build_model`'s work."""
-    from engine.batch import grid_eval
-    from engine.language import finite
-    from engine.deploy.fusion_table import load_tables
-    from engine.deploy.structure_cache import StructureCache
-    started = time.perf_counter()
-    corpus = corpus if corpus is not None else cached_corpus(corpus_root)
-    from engine.playground.whatif import evaluate_with_sites, model_playground
-    from engine.deploy.hardware import load_gpus
-    ev, sites = evaluate_with_sites(corpus, corpus.models[model_id])   # evaluate_spec's walks; its slot sites for the playground
-    # one cache of placements and structures for the grid and the sizing step (the same configs)
-    cache = StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
-    name = slug(model_id)
-    counts: dict = {"model_id": model_id}
-    from engine.serving import fronts
-    # every bound on the model's work (its grid points, its sizing pairs) before any of it starts
-    grid_eval.check_work(ev, grid_path, gpu_root)
-    fronts.check_work(ev, grid_path, gpu_root)
-    if part in ("all", "grid"):
-        formulas: dict = {}        # the deploy page's formula trees (engine.batch.deploy_export)
-        deployments, ops, points = grid_eval.evaluate_model(ev, grid_path, gpu_root, formulas, cache)
-        finite.check_tables(ev.model, {"deployments": deployments, "ops": ops})   # nothing NaN or negative is written
-        for table, columns, schema in (("deployments", deployments, DEPLOYMENTS_SCHEMA), ("ops", ops, OPS_SCHEMA)):
-            folder = Path(staging) / table / f"model={name}"
-            folder.mkdir(parents=True, exist_ok=True)
-            derived = DERIVED if table == "deployments" else ()
-            frame = _frame(columns, {k: v for k, v in schema.items() if k not in derived}).sort(PARTITION_ORDER,
-                                                                                             maintain_order=True)
-            if table == "deployments":
-                frame = without_copies(frame)
-            if derived:          # each front's rows, in the published row order (its tie-break)
-                from engine.serving.fronts import grid_front
-                frame = frame.with_columns(grid_front(frame))
-            write_parquet(frame, folder / "part.parquet", statistics=True, compression="zstd",
-                          compression_level=ZSTD_LEVEL)
-        (Path(staging) / "formulas").mkdir(exist_ok=True)
-        from engine.batch.deploy_export import document_json     # compact_json's text, each step row encoded once
-        (Path(staging) / "formulas" / f"{name}.json").write_text(document_json(formulas))
-        counts.update(deployments=len(deployments["model_id"]), ops=len(ops["model_id"]), points=points)
-    if part in ("all", "extras"):      # plan's search per sizing scenario: fronts/ and sizing/ (docs/results.md)
-        counts.update(fronts.write_model(ev, grid_path, gpu_root, Path(staging), name,
-                                         lambda columns, schema, path: write_parquet(_frame(columns, schema), path,
-                                                                                     compression="zstd",
-                                                                                     compression_level=ZSTD_LEVEL),
-                                         cache))
-        del cache
-        from engine.batch.export import model_document
-        (Path(staging) / "models").mkdir(exist_ok=True)
-        (Path(staging) / "models" / f"{name}.json").write_text(
-            compact_json(model_document(ev, verification)))
-        (Path(staging) / "playground").mkdir(exist_ok=True)      # the playground's live picks (docs/results.md)
-        (Path(staging) / "playground" / f"{name}.json").write_text(
-            compact_json(model_playground(ev, sites=sites, gpus=load_gpus(gpu_root))))
-    counts["seconds"] = round(time.perf_counter() - started, 3)
-    return counts
-
-
-def merge_parts(halves: list[dict]) -> dict:
-    """One model's counts from its :data:`PARTS` (``seconds``: their sum, the work the next build
-    orders models by)."""
-    merged = {k: v for half in halves for k, v in half.items()}
-    merged["seconds"] = round(sum(half["seconds"] for half in halves), 3)
-    return merged
-
-
-# -- the build ----------------------------------------------------------------------------------------
 
 class BuildError(Exception):
     """The build cannot run as asked (e.g. another grid than ``--out``'s results): one line, exit 2."""
@@ -300,17 +101,6 @@ class BuildError(Exception):
 
 #: errno values that mean "the output cannot be written" (reported in one line, exit 2).
 WRITE_ERRORS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM}
-_IN_WORKER: int | None = None          # the parent's pid inside a --jobs worker, else None
-
-
-def _skip_line(corpus: Corpus, model_id: str, errors: list) -> str:
-    base = corpus.root.parent
-    missing = [p for p in evidence_files(corpus, corpus.models[model_id]) if not p.exists()]
-    if missing:
-        names = ", ".join(str(p.relative_to(base)) if p.is_relative_to(base) else str(p) for p in missing)
-        return (f"skip {model_id}: evidence {names} missing — skipped as unverified "
-                f"(record it: archledger snapshot {model_id})")
-    return f"skip {model_id}: not verified ({len(errors)} guard errors; run `archledger validate {model_id}`)"
 
 
 def unverified_listed(corpus: Corpus, unverified: dict[str, str]) -> dict[str, dict]:
@@ -339,6 +129,22 @@ def refuse_unverified(skipped: dict[str, list[str]], log) -> None:
                      f"(archledger validate MODEL) or build without --strict to skip them")
 
 
+
+@dataclass
+class _Run:
+    """What the steps of one :func:`build` share: its inputs, where it writes, its report and log."""
+
+    corpus: Corpus
+    final: Path                     # OUT/results: the published results (read, never written)
+    staging: Path                   # the staged results tree this build writes
+    grid_path: Path
+    gpu_root: Path
+    shared: str                     # shared_hash: the grid, GPUs, fusion tables, engine
+    hashes: dict                    # model id -> its input hash (model_hash)
+    report: Report
+    log: Callable[[str], None]
+
+
 def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path: Path | None = None,
           gpu_root: Path | None = None, jobs: int | None = None, progress=None, log=None, site=None,
           site_progress=None, lock_timeout: float | None = None, command: str = "archledger build",
@@ -357,11 +163,17 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     line says so when they differ). ``executor``: where models are evaluated (``--executor``:
     local, local-cluster[:N], or a Dask scheduler address; :mod:`engine.batch.executor`).
     ``strict`` (``--strict``, what CI and the deploy run): a spec that fails its guards is not
-    skipped but fails the build before any grid work, nothing published (:func:`refuse_unverified`)."""
+    skipped but fails the build before any grid work, nothing published (:func:`refuse_unverified`).
+
+    The steps, in order: check the inputs; under the output's lock, read the previous results
+    (:func:`_previous_results`), decide what to carry and what to evaluate (:func:`_plan`), walk and
+    verify the changed specs (:func:`_verify`), evaluate them (:func:`_evaluate_changed`), write the
+    corpus-wide tables and the manifest (:func:`_write_tables`), render the site and publish
+    (:func:`_publish`)."""
     from engine.batch import executor as executors
     from engine.batch import inputs
     from engine.batch.grid import grid_file
-    from engine.deploy.hardware import DEFAULT_ROOT as GPU_ROOT, load_gpus
+    from engine.deploy.hardware import DEFAULT_ROOT as GPU_ROOT
     started = time.perf_counter()
     log = log or (lambda line: None)
     publish.claim(out)                     # a user's folder is refused before anything is read or written
@@ -382,47 +194,11 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     with publish.lock(out, command, lock_timeout, log), contextlib.ExitStack() as stack:
         publish.recover(out, log)
         final = out / "results"
-        previous = _read_previous(final, log)
-        grid = grid_id(grid_path)
-        if previous.models and previous.grid is not None and _grid_of(previous.grid) != grid:
-            raise BuildError(f"{final}/ holds results over the grid {previous.grid}, not {grid}: use another --out "
-                             f"for another grid (one results tree mixing grids would mix incomparable rows)")
+        previous, grid = _previous_results(final, grid_path, log)
         staging = stack.enter_context(publish.staged(out, "results"))
         report = Report(final)
-
-        # -- what to build: named models are rebuilt unless unchanged; the rest of the tree is kept
-        targets = list(corpus.models) if not models else \
-            [m for m in corpus.models if m in named or m in previous.models] + \
-            sorted(m for m in previous.models if m not in corpus.models)
-        rows, entries, todo = {}, {}, []
-        for mid in targets:
-            entry, current = previous.models.get(mid), hashes.get(mid)
-            ok, why = _intact(previous, mid) if entry else (False, "")
-            if why:
-                log(f"{why}: " + (f"rebuilding {mid}" if current else f"dropping {mid} (no longer in the corpus)"))
-            if ok and (current == entry["hash"] or mid not in named):
-                _carry(final, staging, mid)
-                rows[mid] = previous.rows[mid]
-                entries[mid] = {k: v for k, v in entry.items() if k != "stale"}
-                if current == entry["hash"]:
-                    report.reused.append(mid)
-                else:
-                    entries[mid]["stale"] = "inputs changed since it was built" if current else "no longer in the corpus"
-                    report.stale.append(mid)
-            elif current is not None:
-                todo.append(mid)
-        if models:       # a subset keeps the verdicts of models it did not look at
-            report.skipped.update({m: e for m, e in previous.skipped.items() if m not in named and m in corpus.models})
-        # a spec declaring why no evidence can verify it (transformers lacks its architecture) is
-        # listed with that reason, never checked, evaluated or published, and --strict accepts it
-        report.unverified = {m: spec.unverified for m, spec in corpus.models.items() if spec.unverified}
-        for mid in [m for m in todo if m in report.unverified]:
-            todo.remove(mid)
-            log(f"unverified {mid}: {report.unverified[mid]} (declared in its spec; not published)")
-        if report.stale:
-            log(f"kept {len(report.stale)} model(s) not named as they were, marked stale in manifest.json: "
-                + ", ".join(f"{m} ({entries[m]['stale']})" for m in report.stale)
-                + " — rebuild them with --models or a full build")
+        run = _Run(corpus, final, staging, grid_path, gpu_root, shared, hashes, report, log)
+        targets, rows, entries, todo = _plan(run, models, named, previous)
 
         # every changed spec is walked and verified here first: a broken one fails the build before any
         # work (one line, nothing written); an unverified one is skipped; its row comes from this walk
@@ -433,92 +209,177 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         pool = _pool(stack, jobs, len(todo) + len(split), corpus) if where.kind == "local" else None
         early = [pool.submit(_corpus_wide_in_worker, "write_contracts", str(corpus.root), str(final), str(staging),
                              shared, str(gpu_root))] if pool is not None else []
-        checks = {}
-        for found in _check_all(corpus, list(todo), hashes, pool if len(todo) > 1 else None):
-            mid = found["model_id"]
-            if "errors" in found:
-                report.skipped[mid] = found["errors"]
-                todo.remove(mid)
-                if not strict:      # (strict: refuse_unverified says it, below)
-                    log(found["skip"])
-                continue
-            checks[mid] = found["check"]
-            rows[mid] = found["row"]
-        if strict and report.skipped:
-            refuse_unverified(report.skipped, log)
+        checks = _verify(run, todo, pool, rows, strict)
         targets = [m for m in targets if m in rows]
-
-        # -- evaluate: the slowest models first (as last time; else the largest), so the pool's tail is short
-        todo.sort(key=lambda m: (-previous.models.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
-        for table in ("deployments", "ops", "models", "fronts", "sizing", "disagg"):    # present even when empty: readers glob them
-            (staging / table).mkdir(exist_ok=True)
-        # the corpus-wide tables depend on no model's results: with a pool they are written by its
-        # workers while the models evaluate (else here, after them)
-        corpus_wide = [(write_contracts, ()), (write_variants, (targets,))]
-
-        def variants_to_pool() -> None:      # queued behind the models' tasks (the longest path)
-            early.append(pool.submit(_corpus_wide_in_worker, "write_variants", str(corpus.root), str(final),
-                                     str(staging), shared, str(gpu_root), targets))
-        results = _evaluate(corpus, todo, grid_path, gpu_root, staging, hashes, checks, jobs,
-                            progress, len(targets), len(targets) - len(todo), where, pool,
-                            variants_to_pool if pool is not None else None, split,
-                            {m: e.get("seconds", 0.0) for m, e in previous.models.items()})
-        if pool is not None:
-            for future in early:        # (their errors are raised where their results are read)
-                future.exception()
-            pool.shutdown(wait=False)   # idle now: they exit (and free their memory) while the site renders
-        for r in results:
-            mid = r["model_id"]
-            entries[mid] = {"hash": hashes[mid], "deployments": r["deployments"], "ops": r["ops"],
-                            "points": r["points"], "seconds": r["seconds"], "partition": slug(mid),
-                            "fronts": r["fronts"], "sizing": r["sizing"], "disagg": r["disagg"],
-                            "sizing_seconds": r["sizing_seconds"],
-                            "files": _file_records(staging, mid)}
-            report.recomputed.append(mid)
-            report.points += r["points"]
-
-        # -- write the tables; every file's size and hash goes into the manifest
-        contracts_digest, _ = [f.result() for f in early] if early else \
-            [fn(corpus, final, staging, shared, gpu_root, *extra) for fn, extra in corpus_wide]
-        ordered = [rows[m] for m in targets]
-        write_parquet(_frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
-                      staging / "models.parquet")
-        # the same rows as JSON (exact: integers, strings, lists, booleans): a command reads them
-        # without importing polars (engine.batch.built; `list` answers in a fifth of the time)
-        (staging / MODELS_JSON).write_text(compact_json([{k: r[k] for k in MODELS_SCHEMA} for r in ordered]))
-        facts = {m: json.loads((staging / "models" / f"{slug(m)}.json").read_text())["landscape"] for m in targets}
-        (staging / "landscape.json").write_text(json.dumps(
-            landscape.tables(facts, rows, load_gpus(gpu_root)), separators=(",", ":")))
-        manifest = {"schema_version": SCHEMA_VERSION, "shared_hash": shared, "grid": grid,
-                    "contracts_hash": contracts_digest,
-                    # the corpus as this build read it: a command finds an unchanged corpus (so
-                    # unchanged model hashes) without loading it (engine.batch.built)
-                    "corpus": {"digest": corpus_digest(corpus.root), "models": sorted(corpus.models)},
-                    "models": {m: entries[m] for m in targets}, "skipped": report.skipped,
-                    "unverified": report.unverified,
-                    "unverified_listed": unverified_listed(corpus, report.unverified),
-                    "files": {name: publish.file_digest(staging / name)
-                              for name in ("models.parquet", MODELS_JSON, "contracts.json", "landscape.json",
-                                           "variants.json", "variants.parquet")}}
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
-        report.deployment_rows = sum(entries[m]["deployments"] for m in targets)
-        report.op_rows = sum(entries[m]["ops"] for m in targets)
-
-        # -- the site, from the staged results; then both are published in one journaled step
-        publication = [("results", staging)]
-        if site is not None:
-            site_dir = stack.enter_context(publish.staged(out, "site"))
-            site(staging, site_dir, site_progress)
-            publish.pin_site(site_dir, staging)
-            publication.append(("site", site_dir))
-            report.site = out / "site"
-        elif (out / "site").exists() and publish.site_pin(out / "site") != publish.results_digest(staging):
-            # asked for no site: the site is left as it is, and its pin.json tells what it shows
-            log(f"{out / 'site'}/ still shows the previous results (no site asked for): "
-                f"`archledger site` renders it from the new ones")
-        publish.publish(out, publication)
+        _evaluate_changed(run, todo, targets, rows, entries, previous, pool, early, split, where, jobs, progress,
+                          checks)
+        _write_tables(run, grid, targets, rows, entries, early)
+        _publish(run, out, stack, site, site_progress)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _previous_results(final: Path, grid_path: Path, log) -> tuple[Previous, str]:
+    """The published results (:func:`engine.batch.previous._read_previous`) and this build's grid id;
+    a :class:`BuildError` when they hold models over another grid."""
+    previous = _read_previous(final, log)
+    grid = grid_id(grid_path)
+    if previous.models and previous.grid is not None and _grid_of(previous.grid) != grid:
+        raise BuildError(f"{final}/ holds results over the grid {previous.grid}, not {grid}: use another --out "
+                         f"for another grid (one results tree mixing grids would mix incomparable rows)")
+    return previous, grid
+
+
+def _plan(run: _Run, models: list[str] | None, named: list[str], previous: Previous
+          ) -> tuple[list[str], dict, dict, list[str]]:
+    """What to build: named models are rebuilt unless unchanged; the rest of the tree is kept.
+    Carries the kept models' files into the staging tree. Returns the models the results will
+    list (``targets``), the rows and manifest entries known so far (the carried models') and the
+    models to walk and evaluate (``todo``); fills the report's reused, stale, skipped and unverified."""
+    corpus, final, staging, hashes, report, log = run.corpus, run.final, run.staging, run.hashes, run.report, run.log
+    targets = list(corpus.models) if not models else \
+        [m for m in corpus.models if m in named or m in previous.models] + \
+        sorted(m for m in previous.models if m not in corpus.models)
+    rows, entries, todo = {}, {}, []
+    for mid in targets:
+        entry, current = previous.models.get(mid), hashes.get(mid)
+        ok, why = _intact(previous, mid) if entry else (False, "")
+        if why:
+            log(f"{why}: " + (f"rebuilding {mid}" if current else f"dropping {mid} (no longer in the corpus)"))
+        if ok and (current == entry["hash"] or mid not in named):
+            _carry(final, staging, mid)
+            rows[mid] = previous.rows[mid]
+            entries[mid] = {k: v for k, v in entry.items() if k != "stale"}
+            if current == entry["hash"]:
+                report.reused.append(mid)
+            else:
+                entries[mid]["stale"] = "inputs changed since it was built" if current else "no longer in the corpus"
+                report.stale.append(mid)
+        elif current is not None:
+            todo.append(mid)
+    if models:       # a subset keeps the verdicts of models it did not look at
+        report.skipped.update({m: e for m, e in previous.skipped.items() if m not in named and m in corpus.models})
+    # a spec declaring why no evidence can verify it (transformers lacks its architecture) is
+    # listed with that reason, never checked, evaluated or published, and --strict accepts it
+    report.unverified = {m: spec.unverified for m, spec in corpus.models.items() if spec.unverified}
+    for mid in [m for m in todo if m in report.unverified]:
+        todo.remove(mid)
+        log(f"unverified {mid}: {report.unverified[mid]} (declared in its spec; not published)")
+    if report.stale:
+        log(f"kept {len(report.stale)} model(s) not named as they were, marked stale in manifest.json: "
+            + ", ".join(f"{m} ({entries[m]['stale']})" for m in report.stale)
+            + " — rebuild them with --models or a full build")
+    return targets, rows, entries, todo
+
+
+def _verify(run: _Run, todo: list[str], pool, rows: dict, strict: bool) -> dict:
+    """Walk and verify each model of ``todo`` (:func:`engine.batch.tasks._check_all`, in the pool
+    when there are several): a verified one gets its row in ``rows`` and its verdict in the returned
+    checks; one that fails its guards leaves ``todo`` and is logged as skipped, or with ``strict``
+    stops the build (:func:`refuse_unverified`)."""
+    report, log = run.report, run.log
+    checks = {}
+    for found in _check_all(run.corpus, list(todo), run.hashes, pool if len(todo) > 1 else None):
+        mid = found["model_id"]
+        if "errors" in found:
+            report.skipped[mid] = found["errors"]
+            todo.remove(mid)
+            if not strict:      # (strict: refuse_unverified says it, below)
+                log(found["skip"])
+            continue
+        checks[mid] = found["check"]
+        rows[mid] = found["row"]
+    if strict and report.skipped:
+        refuse_unverified(report.skipped, log)
+    return checks
+
+
+def _evaluate_changed(run: _Run, todo: list[str], targets: list[str], rows: dict, entries: dict,
+                      previous: Previous, pool, early: list, split: set[str], where, jobs: int | None, progress,
+                      checks: dict) -> None:
+    """Evaluate the models of ``todo`` into the staging tree (:func:`engine.batch.tasks._evaluate`)
+    and record each one's manifest entry; with a pool, queue the variants table behind them."""
+    corpus, staging, hashes, report = run.corpus, run.staging, run.hashes, run.report
+    # -- evaluate: the slowest models first (as last time; else the largest), so the pool's tail is short
+    todo.sort(key=lambda m: (-previous.models.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
+    for table in ("deployments", "ops", "models", "fronts", "sizing", "disagg"):    # present even when empty: readers glob them
+        (staging / table).mkdir(exist_ok=True)
+    # the corpus-wide tables depend on no model's results: with a pool they are written by its
+    # workers while the models evaluate (else here, after them: _write_tables)
+
+    def variants_to_pool() -> None:      # queued behind the models' tasks (the longest path)
+        early.append(pool.submit(_corpus_wide_in_worker, "write_variants", str(corpus.root), str(run.final),
+                                 str(staging), run.shared, str(run.gpu_root), targets))
+    results = _evaluate(corpus, todo, run.grid_path, run.gpu_root, staging, hashes, checks, jobs,
+                        progress, len(targets), len(targets) - len(todo), where, pool,
+                        variants_to_pool if pool is not None else None, split,
+                        {m: e.get("seconds", 0.0) for m, e in previous.models.items()})
+    if pool is not None:
+        for future in early:        # (their errors are raised where their results are read)
+            future.exception()
+        pool.shutdown(wait=False)   # idle now: they exit (and free their memory) while the site renders
+    for r in results:
+        mid = r["model_id"]
+        entries[mid] = {"hash": hashes[mid], "deployments": r["deployments"], "ops": r["ops"],
+                        "points": r["points"], "seconds": r["seconds"], "partition": slug(mid),
+                        "fronts": r["fronts"], "sizing": r["sizing"], "disagg": r["disagg"],
+                        "sizing_seconds": r["sizing_seconds"],
+                        "files": _file_records(staging, mid)}
+        report.recomputed.append(mid)
+        report.points += r["points"]
+
+
+def _write_tables(run: _Run, grid: str, targets: list[str], rows: dict, entries: dict, early: list) -> None:
+    """Write the tables; every file's size and hash goes into the manifest: the corpus-wide tables
+    (the pool's results in ``early``, else written here), models.parquet and its JSON rows,
+    landscape.json, and manifest.json last."""
+    from engine.deploy.hardware import load_gpus
+    corpus, final, staging, shared, gpu_root, report = \
+        run.corpus, run.final, run.staging, run.shared, run.gpu_root, run.report
+    corpus_wide = [(write_contracts, ()), (write_variants, (targets,))]
+    contracts_digest, _ = [f.result() for f in early] if early else \
+        [fn(corpus, final, staging, shared, gpu_root, *extra) for fn, extra in corpus_wide]
+    ordered = [rows[m] for m in targets]
+    write_parquet(_frame({k: [r[k] for r in ordered] for k in MODELS_SCHEMA}, MODELS_SCHEMA),
+                  staging / "models.parquet")
+    # the same rows as JSON (exact: integers, strings, lists, booleans): a command reads them
+    # without importing polars (engine.batch.built; `list` answers in a fifth of the time)
+    (staging / MODELS_JSON).write_text(compact_json([{k: r[k] for k in MODELS_SCHEMA} for r in ordered]))
+    facts = {m: json.loads((staging / "models" / f"{slug(m)}.json").read_text())["landscape"] for m in targets}
+    (staging / "landscape.json").write_text(json.dumps(
+        landscape.tables(facts, rows, load_gpus(gpu_root)), separators=(",", ":")))
+    manifest = {"schema_version": SCHEMA_VERSION, "shared_hash": shared, "grid": grid,
+                "contracts_hash": contracts_digest,
+                # the corpus as this build read it: a command finds an unchanged corpus (so
+                # unchanged model hashes) without loading it (engine.batch.built)
+                "corpus": {"digest": corpus_digest(corpus.root), "models": sorted(corpus.models)},
+                "models": {m: entries[m] for m in targets}, "skipped": report.skipped,
+                "unverified": report.unverified,
+                "unverified_listed": unverified_listed(corpus, report.unverified),
+                "files": {name: publish.file_digest(staging / name)
+                          for name in ("models.parquet", MODELS_JSON, "contracts.json", "landscape.json",
+                                       "variants.json", "variants.parquet")}}
+    (staging / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    report.deployment_rows = sum(entries[m]["deployments"] for m in targets)
+    report.op_rows = sum(entries[m]["ops"] for m in targets)
+
+
+def _publish(run: _Run, out: Path, stack: contextlib.ExitStack, site, site_progress) -> None:
+    """The site, from the staged results; then both are published in one journaled step. Without
+    ``site`` only the results are published (one log line when the site then shows older ones)."""
+    staging, report = run.staging, run.report
+    publication = [("results", staging)]
+    if site is not None:
+        site_dir = stack.enter_context(publish.staged(out, "site"))
+        site(staging, site_dir, site_progress)
+        publish.pin_site(site_dir, staging)
+        publication.append(("site", site_dir))
+        report.site = out / "site"
+    elif (out / "site").exists() and publish.site_pin(out / "site") != publish.results_digest(staging):
+        # asked for no site: the site is left as it is, and its pin.json tells what it shows
+        run.log(f"{out / 'site'}/ still shows the previous results (no site asked for): "
+                f"`archledger site` renders it from the new ones")
+    publish.publish(out, publication)
 
 
 def _checked_before(final: Path, shared: str, corpus_root: Path) -> bool:
@@ -534,164 +395,6 @@ def _checked_before(final: Path, shared: str, corpus_root: Path) -> bool:
                 and manifest["corpus"]["digest"] == corpus_digest(corpus_root))
     except Exception:       # noqa: BLE001 — absent, damaged or older: check the inputs
         return False
-
-
-def check_model(corpus_root: str | None, model_id: str, spec_hash: str, corpus: Corpus | None = None) -> dict:
-    """Walk and verify one changed spec: ``{model_id, check, row}`` (its verdict and models.parquet
-    row) when verified, else ``{model_id, errors, skip}`` (the guard errors and the log line). A
-    spec that does not evaluate raises its SpecError (the build stops before any grid work)."""
-    corpus = corpus if corpus is not None else cached_corpus(corpus_root)
-    model = corpus.models[model_id]
-    ev = evaluate_spec(corpus, model)
-    verdict = validate(corpus, model, ev)
-    if not verdict.verified:
-        return {"model_id": model_id, "errors": [f.one_line() for f in verdict.errors],
-                "skip": _skip_line(corpus, model_id, verdict.errors)}
-    check = verdict.as_dict()
-    return {"model_id": model_id, "check": check, "row": model_row(ev, spec_hash, check)}
-
-
-def _check_all(corpus: Corpus, todo: list[str], hashes: dict, pool) -> list[dict]:
-    """:func:`check_model` for each model, in ``todo``'s order (in the pool's workers if given)."""
-    if pool is None:
-        return [check_model(str(corpus.root), mid, hashes[mid], corpus) for mid in todo]
-    futures = [pool.submit(check_model, str(corpus.root), mid, hashes[mid]) for mid in todo]
-    try:
-        return [future.result() for future in futures]
-    except BaseException:
-        for future in futures:          # a spec that does not evaluate stops the build at once
-            future.cancel()
-        raise
-
-
-def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Corpus | None = None):
-    """The --jobs worker processes (None when one is enough), closed with ``stack``. Spawned, not
-    forked: a forked child inherits polars' thread pool mid-state and can hang. Workers die with
-    this process (see worker_init), so a killed build leaves no orphan evaluating on. Each worker
-    starts with the build's loaded ``corpus`` (unpickling it is ~40x faster than parsing the YAML),
-    filed under the content digest :func:`cached_corpus` looks it up by. The pickle goes through a
-    file, not the start-up pipe: a worker reads that pipe only after importing the engine, so half
-    a megabyte in it held this process for as long at every worker start."""
-    jobs = max(1, min(jobs or workers.default_workers(), tasks or 1))
-    if jobs == 1:
-        return None
-    seed = None
-    if corpus is not None:
-        root = Path(corpus.root).resolve()
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="archledger-corpus-")))
-        from engine.deploy import measured
-        # with the measured kernel tables this process parsed (inputs.check_all): a worker would
-        # parse them again, about a second of its start (each keeps its file's bytes: measured.adopt_tables)
-        (folder / "corpus.pickle").write_bytes(pickle.dumps((corpus, measured.parsed_tables()),
-                                                            protocol=pickle.HIGHEST_PROTOCOL))
-        seed = ((str(root), corpus_digest(root)), str(folder / "corpus.pickle"))
-    return stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                                   initializer=worker_init, initargs=(os.getpid(), seed)))
-
-
-def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, staging: Path, hashes: dict,
-              checks: dict, jobs: int | None, progress, total: int, done: int, where=None, pool=None,
-              submitted=None, split: set[str] = frozenset(), previous_seconds: dict | None = None) -> list[dict]:
-    """Run :func:`build_model` for each model: in this process, in the ``pool`` of --jobs worker
-    processes, or on a Dask cluster (``where``, an :class:`engine.batch.executor.Executor`); the
-    same files either way. ``submitted()``: called once the models' tasks are in the pool's queue;
-    ``split``: the models run as two tasks in the pool (:func:`_split`); ``previous_seconds``: each
-    model's seconds in the previous build (the chains' order, :mod:`engine.batch.families`)."""
-    from engine.batch import executor as executors, families
-    previous_seconds = previous_seconds or {}
-    args = [(str(corpus.root), mid, str(grid_path), str(gpu_root), str(staging), hashes[mid], checks[mid])
-            for mid in todo]
-    results: list[dict] = []
-    if progress:
-        progress(done, total, 0, "")
-    # each model of `split` runs as its two halves (PARTS) in the pool, the others as one task
-    parts = {m: PARTS if pool is not None and m in split else ("all",) for m in todo}
-    halves: dict[str, list[dict]] = defaultdict(list)
-
-    def finished(result: dict) -> None:
-        halves[result["model_id"]].append(result)
-        if len(halves[result["model_id"]]) < len(parts[result["model_id"]]):
-            return
-        result = merge_parts(halves.pop(result["model_id"]))
-        results.append(result)
-        publish.fault("evaluate")
-        if progress:
-            progress(done + len(results), total, sum(r["points"] for r in results), result["model_id"])
-
-    if where is not None and where.kind != "local":
-        if todo:
-            bundle = executors.make_bundle(corpus.root, gpu_root, grid_path, engine_digest())
-            executors.run_dask(where, jobs, bundle, build_model, [(mid, (hashes[mid], checks[mid])) for mid in todo],
-                               staging, engine_digest, finished)
-        return results
-    # a family's models one after the other in one process: what it keeps from the first answers
-    # for the next (engine.batch.families); a model run as halves is two tasks of its own
-    by_id = {a[1]: a for a in args}
-    chained = families.chains([m for m in todo if parts[m] == ("all",)], lambda m: corpus.models[m].family,
-                              lambda m: previous_seconds.get(m, 0.0))
-    if pool is None:
-        for chain in chained:
-            for mid in chain:
-                finished(build_model(*by_id[mid], corpus=corpus))
-        return results
-    futures = ([pool.submit(_build_model_in_worker, *by_id[m], part=part) for m in todo if parts[m] != ("all",)
-                for part in parts[m]]
-               + [pool.submit(_build_chain_in_worker, [by_id[m] for m in chain]) for chain in chained])
-    if submitted is not None:
-        submitted()
-    try:
-        for future in as_completed(futures):
-            done_now = future.result()        # a chain's results, or one half's
-            for result in done_now if isinstance(done_now, list) else [done_now]:
-                finished(result)
-    except BaseException:
-        for future in futures:          # a failure stops the build: do not finish the others first
-            future.cancel()
-        raise
-    return results
-
-
-def worker_init(parent: int, seed: tuple | None = None) -> None:
-    """In each --jobs worker: die when the build process dies, however it dies
-    (:func:`engine.batch.lifeline.die_with`); collect rarely; skip the interpreter's teardown."""
-    global _IN_WORKER
-    _IN_WORKER = parent
-    if seed is not None:             # (key, the pickled corpus's file: _pool)
-        from engine.deploy import measured
-        _CORPORA[seed[0]], parsed = pickle.loads(Path(seed[1]).read_bytes())
-        measured.adopt_tables(parsed)
-    gc.freeze()                      # the modules and the corpus live as long as the worker (each model's
-                                     # evaluation freezes the heap again: collector.model_heap)
-    collector.tune()                 # (already so when spawned by the archledger command: site_builder.cli)
-    lifeline.die_with(parent)
-    # When the pool stops a worker its heap is garbage: skip the interpreter's teardown, which
-    # frees every cached sympy object one by one (about 9 s per build worker after the whole
-    # corpus, while the site renders beside it). multiprocessing's exit finalizers (queue
-    # flushes) run first: this one has the lowest priority, so it runs last.
-    import multiprocessing.util
-    multiprocessing.util.Finalize(None, _end_worker, exitpriority=-1000)
-
-
-def _end_worker() -> None:
-    """A pool worker's last step (see :func:`worker_init`): flush what it printed, then exit 0
-    without the interpreter's teardown."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(0)
-
-
-def _build_chain_in_worker(chain: list[tuple]) -> list[dict]:
-    """:func:`build_model` of each model of a family chain (:func:`engine.batch.families.chains`),
-    in order, in this worker."""
-    return [_build_model_in_worker(*args) for args in chain]
-
-
-def _build_model_in_worker(*args, part: str = "all") -> dict:
-    if os.environ.get(publish.FAULT_ENV) == "worker" and _IN_WORKER == os.getppid():
-        os.kill(_IN_WORKER, signal.SIGKILL)     # test hook: the build dies while this worker evaluates on
-        time.sleep(60)
-    return build_model(*args, part=part)
 
 
 def progress_printer(what: str, stream=sys.stderr):

@@ -1,6 +1,6 @@
 """How many worker processes a build or a site render starts when the user does not say.
 
-Layer: engine.batch (imports nothing of the engine; :mod:`engine.batch.results`,
+Layer: engine.batch (imports nothing of the engine; :mod:`engine.batch.tasks`,
 :mod:`engine.batch.executor` and ``site_builder.render`` ask it). An explicit count (``--jobs N``,
 ``local-cluster:N``, ``ARCHLEDGER_RENDER_JOBS``) is the user's and is used as given.
 

@@ -48,7 +48,8 @@ def variant_from_args(args, corpus):
     from engine.playground import playground_sol, variant as playground_variant
     from engine.language import variants as variant_rules
     from engine.language import file_schemas     # here, not at the top: it brings sympy (`--help` stays light)
-    from engine.language.corpus import Reader, check_name
+    from engine.language.names import check_name
+    from engine.language.reader import Reader
     cli = Where("<command line>")
     if args.variant:
         if args.swap or args.bind:

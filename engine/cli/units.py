@@ -1,7 +1,7 @@
 """The one number formatter: every count, FLOP total, byte size and time the CLI and the site print.
 
 Layer: engine.cli (imports nothing of the engine). The rule is data, :data:`FORMAT`; the functions
-below are its Python interpreter. ``site_builder/render.py`` uses them as its template filters and
+below are its Python interpreter. ``site_builder/templating.py`` uses them as its template filters and
 ships :data:`FORMAT` to every page (the ``data-fmt`` attribute of the site.js tag), where
 ``window.archFmt`` (static/js/site.js) is the rule's one JavaScript interpreter; the charts' ``human``
 Vega expression is generated from :data:`FORMAT` by ``site_builder/charts.py``. A browser test

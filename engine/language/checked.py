@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.language.corpus import Reader, shown_value
+from engine.language.names import shown_value
+from engine.language.reader import Reader
 from engine.language.errors import SpecError, Where
 
 #: Longest list a grid block may hold: every list is evaluated in every combination, so each list

@@ -1,7 +1,7 @@
 """The schema of every corpus and GPU file kind (engine.language.schema's nodes), one constant per kind.
 
 Layer: engine.language. The loaders pass these to :func:`engine.language.yamlio.load_yaml` (through
-:class:`engine.language.corpus.Reader`), so every file is checked here for the kind of each value, and
+:class:`engine.language.reader.Reader`), so every file is checked here for the kind of each value, and
 each hardware, link, collective and contract figure for a physical range, before a loader reads it.
 What a schema cannot say (a name that must exist elsewhere, a rule between fields) stays in the
 loader that knows it.

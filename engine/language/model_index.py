@@ -4,7 +4,7 @@ that model's spec alone.
 Layer: engine.language (on corpus). ``archledger deploy``, ``plan`` and ``disagg`` evaluate one model
 per process; reading and checking all 38+ model specs (and the what-if variants) to find it was a
 fifth of a cold ``deploy``. The *index* finds the model's file without parsing the others: a
-corpus spec lives in ``models/<slug(id)>.yaml`` (:func:`engine.language.corpus.load_model` refuses any
+corpus spec lives in ``models/<slug(id)>.yaml`` (:func:`engine.language.model_load.load_model` refuses any
 other name), and every spec states its id on one top-level ``model:`` line.
 
 Invariants (why the fast path answers exactly as :func:`engine.language.corpus.load_corpus` would):
@@ -32,8 +32,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from engine.language.corpus import (DEFAULT_ROOT, Corpus, is_name, load_model, load_shared, pick_model, refuse_symlinks,
-                                slug)
+from engine.language.corpus import Corpus, DEFAULT_ROOT, load_shared, pick_model
+from engine.language.model_load import load_model
+from engine.language.names import is_name, refuse_symlinks, slug
 from engine.language.yamlio import MAX_FILE_BYTES
 
 #: A top-level ``model: org/name`` line (optionally quoted, optionally followed by a comment).

@@ -15,7 +15,7 @@ import sympy
 import math
 
 from engine.language import expr, streams as stream_rules, symbols
-from engine.language.corpus import TAKES
+from engine.language.graph_load import TAKES
 from engine.language.errors import SpecError, Where
 from engine.language.ir import Fill, NodeSpec, StreamSpec
 from engine.language.shapes import Tensor

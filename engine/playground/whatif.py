@@ -28,7 +28,7 @@ from engine.playground.catalog import (PLAYGROUND, RECOMPUTED, catalog, componen
                                        playground_entry)
 from engine.playground.sites import (PLACEHOLDER, _PAGE, _REPEAT, _NoStreams, _Sites, _Streams, _old_at_sites,
                                      _site_formulas, _sum_of_parts, _under, changed_parts, site_bytes, site_walk)
-from engine.playground.variant import swap_text  # noqa: F401  (results.py writes each variant's swaps with it)
+from engine.playground.variant import swap_text  # noqa: F401  (engine/batch/corpus_tables.py writes each variant's swaps with it)
 
 
 # -- the playground's data (results/variants.json) -------------------------------------------------
@@ -310,7 +310,7 @@ def model_playground(ev: Evaluation, context: int | None = None, sites: dict | N
         for component, p in chosen.items():
             if "error" not in p:
                 p["sol"] = _pick_sol(bases, slot, component, p, shared)
-    # the new filler's block as drawn in the graph diff (site_builder.render._playground_diffs)
+    # the new filler's block as drawn in the graph diff (site_builder.playground_page._playground_diffs)
     graphs: list = []
     seen: dict[str, int] = {}
     for slot, chosen in picks.items():

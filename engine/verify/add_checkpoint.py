@@ -30,7 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.language import checkpoints
-from engine.language.corpus import check_model_id, load_corpus, slug
+from engine.language.corpus import load_corpus
+from engine.language.names import check_model_id, slug
 from engine.language.errors import SpecError, Where
 from engine.verify.config_keys import UNSHAPING_KEYS
 from engine.verify import scaffold as sc

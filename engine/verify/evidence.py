@@ -24,7 +24,8 @@ import yaml
 
 from engine.verify import manifest as manifest_mod
 from engine.language import file_schemas
-from engine.language.corpus import Corpus, is_snapshot_name, snapshot_path
+from engine.language.corpus import Corpus
+from engine.language.names import is_snapshot_name, snapshot_path
 from engine.language.errors import SpecError, Where
 from engine.language.ir import ModelSpec
 from engine.verify.manifest import Manifest
@@ -197,7 +198,7 @@ class Evidence:
 
 
 def snapshot_name(model: ModelSpec) -> str:
-    """The model's snapshot base name. The loader already checked it (engine.language.corpus.snapshot_path);
+    """The model's snapshot base name. The loader already checked it (engine.language.names.snapshot_path);
     checked again because evidence paths are built from it, and a ModelSpec can be made by hand."""
     name = Path(model.snapshot.where.file).stem
     if not is_snapshot_name(name):

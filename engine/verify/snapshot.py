@@ -24,7 +24,8 @@ import yaml
 
 from engine.verify import evidence as evidence_mod
 from engine.verify import manifest as manifest_mod
-from engine.language.corpus import TEXT_CONFIG, Corpus, config_view, with_config_defaults
+from engine.language.corpus import Corpus
+from engine.language.model_load import config_view, TEXT_CONFIG, with_config_defaults
 from engine.language.evaluate import Binding, Walker
 from engine.language.ir import ModelSpec, Snapshot
 from engine.verify.manifest import Manifest, ManifestTensor

@@ -13,7 +13,7 @@ from math import prod
 from typing import Any
 
 from engine.language import checkpoints, storage
-from engine.language.corpus import slug as corpus_slug
+from engine.language.names import slug as corpus_slug
 from engine.language.corpus import Corpus
 from engine.language.dtypes import stored_bytes
 from engine.language.errors import SpecError

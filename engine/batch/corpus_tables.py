@@ -1,0 +1,90 @@
+"""The corpus-wide result files: ``contracts.json`` and the playground's ``variants.json`` / ``variants.parquet``.
+
+Layer: engine.batch. Neither depends on any model's results: with a --jobs pool they are written by
+its workers while the models evaluate (:func:`_corpus_wide_in_worker`), else by the build's process.
+
+Invariants: each is carried from the previous results only when its inputs' digest (recorded in the
+previous manifest or file) is unchanged and every file still matches its manifest record (size and
+SHA-256); otherwise it is evaluated again. A variant is published only with its base model.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from engine.batch import publish
+from engine.batch.hashing import _digest
+from engine.batch.model_build import cached_corpus
+from engine.batch.model_row import model_row
+from engine.batch.parquet_writer import _frame, write_parquet
+from engine.batch.schema import VARIANTS_SCHEMA
+from engine.language.corpus import Corpus
+
+
+def write_contracts(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_root: Path) -> str:
+    """``contracts.json`` (engine.batch.contract): carried from the previous results when its inputs
+    (the shared hash, which covers the components, GPUs, fusion tables and engine, and the contract
+    folders) are unchanged and the file still matches its manifest record, else evaluated. Returns
+    the inputs' digest (the manifest's ``contracts_hash``)."""
+    from engine.batch.contract import evaluate_contracts
+    files = sorted((corpus.root / "contracts").rglob("*.yaml"))
+    # the folders are the slots: their relative paths are part of the identity too
+    digest = _digest(files, "|".join([shared, *(p.relative_to(corpus.root).as_posix() for p in files)]).encode())
+    if not _carried(final, staging, ("contracts.json",), lambda manifest: manifest.get("contracts_hash") == digest):
+        (staging / "contracts.json").write_text(json.dumps(evaluate_contracts(corpus, gpu_root), indent=1))
+    return digest
+
+
+def _carried(final: Path, staging: Path, names: tuple[str, ...], same_inputs) -> bool:
+    """Copy the previous results' corpus-wide files ``names`` into ``staging`` when
+    ``same_inputs(previous manifest)`` holds and every file still matches its manifest record;
+    False (nothing copied) otherwise, or when there are no readable previous results."""
+    try:
+        manifest = json.loads((final / "manifest.json").read_text())
+        kept = same_inputs(manifest) and all(publish.matches(final / n, manifest["files"].get(n)) for n in names)
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        kept = False
+    if kept:
+        for name in names:
+            shutil.copy2(final / name, staging / name)
+    return kept
+
+
+def _corpus_wide_in_worker(name: str, root: str, final: str, staging: str, shared: str, gpu_root: str, *extra):
+    """In a --jobs worker: :func:`write_contracts` or :func:`write_variants` (by name) on the
+    worker's copy of the corpus."""
+    fn = {"write_contracts": write_contracts, "write_variants": write_variants}[name]
+    return fn(cached_corpus(root), Path(final), Path(staging), shared, Path(gpu_root), *extra)
+
+
+def write_variants(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_root: Path,
+                   models: list[str]) -> None:
+    """``variants.json`` (the playground's data: engine.playground.whatif.playground_document) and
+    ``variants.parquet`` (:data:`VARIANTS_SCHEMA`) for the variants whose base is among the published
+    ``models`` (a variant follows its base), carried from the previous results when their inputs
+    (the shared hash, the variants, slots and every model spec and snapshot) are unchanged."""
+    from engine.playground import whatif
+    from engine.deploy.hardware import load_gpus
+    from engine.language import variants as variant_rules
+    root, base = corpus.root, corpus.root.parent
+    files = [p for p in (root / "slots.yaml",) if p.exists()] + sorted((root / "variants").glob("*.yaml"))
+    files += sorted({base / m.where.file for m in corpus.models.values()} |
+                    {base / m.snapshot.where.file for m in corpus.models.values()}, key=str)
+    chosen = [v for v in corpus.variants.values() if v.base in models]
+    digest = _digest(files, (shared + "|" + ",".join(v.name for v in chosen)).encode())
+    if _carried(final, staging, ("variants.json", "variants.parquet"),
+                lambda _: json.loads((final / "variants.json").read_text()).get("hash") == digest):
+        return
+    evaluations: dict = {}
+    doc = {"hash": digest, **whatif.playground_document(corpus, load_gpus(gpu_root), chosen, evaluations)}
+    rows = []
+    for v in chosen:
+        row = model_row(evaluations[v.name], digest)
+        row.update({"verified": False, "verified_against": variant_rules.LABEL, "variant_of": v.base,
+                    "label": variant_rules.LABEL, "swaps": [whatif.swap_text(s) for s in v.swaps]})
+        rows.append(row)
+    (staging / "variants.json").write_text(json.dumps(doc, separators=(",", ":")))
+    write_parquet(_frame({k: [r[k] for r in rows] for k in VARIANTS_SCHEMA}, VARIANTS_SCHEMA),
+                  staging / "variants.parquet")
+
