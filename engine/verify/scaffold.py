@@ -41,7 +41,9 @@ from typing import Any
 
 import yaml
 
-from engine.language.corpus import TEXT_CONFIG, Corpus, check_model_id, load_corpus, load_model, slug
+from engine.language.corpus import Corpus, load_corpus
+from engine.language.model_load import TEXT_CONFIG, load_model
+from engine.language.names import check_model_id, slug
 from engine.language.errors import SpecError, Where
 from engine.language.ir import ModelSpec
 from engine.language.yamlio import loads_json
