@@ -58,6 +58,7 @@ Invariants:
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -387,6 +388,23 @@ def _kernel(step, member_ops: dict, phase: str) -> str:
     return kernel
 
 
+_KERNEL_STEPS: dict[tuple, tuple] = {}    # (id(program), id(member_ops), phase) -> (them, positions)
+
+
+def kernel_steps(program, member_ops: dict, phase: str) -> list[bool]:
+    """Per step of ``program``: whether it has a kernel class (:func:`_kernel`), i.e. whether
+    :func:`step_spec` can give it a :class:`Spec` under any lookup (every other step's is None:
+    bound / the default efficiency); once per program, ``member_ops`` object and phase (the deploy
+    export asks a program under every GPU, framework, KV dtype and config). Only read."""
+    key = (id(program), id(member_ops), phase)
+    found = _KERNEL_STEPS.get(key)
+    if found is None or found[0] is not program or found[1] is not member_ops:
+        if len(_KERNEL_STEPS) > 20_000:
+            _KERNEL_STEPS.clear()
+        found = _KERNEL_STEPS[key] = (program, member_ops, [bool(_kernel(st, member_ops, phase)) for st in program.steps])
+    return found[2]
+
+
 def step_spec(step, lookup: Lookup, member_ops: dict) -> Spec | None:
     """The step's :class:`Spec` by the module's rule, None where no table covers it (a kernel class
     without a table of this GPU, framework, dtype or shape); once per step object and what of the
@@ -698,15 +716,33 @@ def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, d
         times[a.row, a.at] = np.maximum(t * a.repeat, g.t_sol[a.row, a.at])
         measured[a.row, a.at] = True
         if detail:
-            for j, p in enumerate(a.at.tolist()):
-                table, outside = a.tables[best[j]], a.found[best[j]][1][j]
-                where = " ".join(f"{ax}={x:.0f}" for ax, x in zip(table.axes, a.points[j])) + a.shape
-                text["src"][a.row][p] = f"{table.name} ({table.source}) at {where}{', extrapolated' if outside else ''}"
-                text["table"][a.row][p] = table.path
-                text["nearest"][a.row][p] = nearest(table, tuple(a.points[j])) + a.shape
-    if detail:      # point-major, as the times
-        text = {key: [rows[j][p] for p in range(n) for j in range(k)] for key, rows in text.items()}
+            src, path, near = text["src"][a.row], text["table"][a.row], text["nearest"][a.row]
+            for j, (p, point) in enumerate(zip(a.at.tolist(), a.points.tolist())):
+                table = a.tables[best[j]]
+                src[p], near[p] = _point_text(table, tuple(point), bool(a.found[best[j]][1][j]), a.shape)
+                path[p] = table.path
+    if detail:      # point-major, as the times: each point's steps in turn
+        text = {key: list(itertools.chain.from_iterable(zip(*rows))) for key, rows in text.items()}
     return times.T.reshape(-1), measured.T.reshape(-1), text
+
+
+_TEXTS: dict[tuple, tuple] = {}      # (id(table), point, outside?, shape) -> (table, src, nearest)
+
+
+def _point_text(table: Table, point: tuple, outside: bool, shape: str) -> tuple[str, str]:
+    """(the per-op table's ``expected_src`` and ``expected_nearest`` of a lookup of ``table`` at
+    ``point`` (its coordinates as floats), outside its measured range or not, of an MoE table's
+    ``shape`` text), once per distinct (table, point, outside, shape): the grid's op points repeat
+    the same coordinates (a shard of a matmul, a message size) under many steps, configs and GPUs."""
+    key = (id(table), point, outside, shape)
+    found = _TEXTS.get(key)
+    if found is None or found[0] is not table:
+        where = " ".join(f"{ax}={x:.0f}" for ax, x in zip(table.axes, point)) + shape
+        if len(_TEXTS) > 100_000:
+            _TEXTS.clear()
+        found = _TEXTS[key] = (table, f"{table.name} ({table.source}) at {where}{', extrapolated' if outside else ''}",
+                               nearest(table, point) + shape)
+    return found[1], found[2]
 
 
 def member_ops(structure, phase: str) -> dict[str, str]:
