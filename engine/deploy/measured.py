@@ -263,8 +263,24 @@ def _gemm_key(step) -> tuple:
     return (tuple((a.name, _sym(a.size)) for a in step.out.axes),     # (as _local_axes reads them)
             tuple(tuple(g.size for g in groups) for groups in step.layout.shards),
             tuple(g.size for g in step.layout.partial), step.last_token,
-            tuple(e for e in step.dims.values() if getattr(e, "is_number", True)),
+            _numeric_dims(step.dims),
             step_totals(step)[0], step.repeat)
+
+
+_NUMERIC: dict[tuple, tuple] = {}     # a step's dims' values -> those that are numbers, in order
+
+
+def _numeric_dims(dims: dict) -> tuple:
+    """The values of a step's ``dims`` that are numbers, in order, once per distinct tuple of
+    values: sympy's ``is_number`` walks a compound expression's arguments on every call, and every
+    step of every placement asks (equal values are equally numbers)."""
+    values = tuple(dims.values())
+    found = _NUMERIC.get(values)
+    if found is None:
+        if len(_NUMERIC) > 50_000:
+            _NUMERIC.clear()
+        found = _NUMERIC[values] = tuple(e for e in values if getattr(e, "is_number", True))
+    return found
 
 
 _GEMMS: dict[tuple, tuple] = {}      # _gemm_key -> the point: building it is sympy Min/Max work
@@ -293,8 +309,7 @@ def _gemm_point_of(step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
         if not (step.last_token and name == "seq"):
             m = m * size
     m = _at_least(m, 1)
-    numeric = [float(e) for e in step.dims.values() if getattr(e, "is_number", True)]
-    k = sympy.Float(numeric[-1] / math.prod(g.size for g in step.layout.partial))
+    k = sympy.Float(float(_numeric_dims(step.dims)[-1]) / math.prod(g.size for g in step.layout.partial))
     flops = step_totals(step)[0] / step.repeat
     return m, flops / (2 * m * k), k
 
@@ -541,7 +556,11 @@ def distil(table: Table, point: tuple) -> Table:
     whose coordinate is a number, the two measured values of the span it lies in (or of the edge
     span it continues from), the only ones the interpolation and the out-of-range rule read
     there; the whole axis elsewhere. Interpolating the part gives the whole table's floats."""
-    constants = tuple(float(e) if getattr(e, "is_number", False) else None for e in point)
+    constants = _CONSTANTS.get(point)
+    if constants is None:           # (once per point: is_number and float() are sympy work)
+        if len(_CONSTANTS) > 20_000:
+            _CONSTANTS.clear()
+        constants = _CONSTANTS[point] = tuple(float(e) if getattr(e, "is_number", False) else None for e in point)
     found = _DISTILLED.get((id(table), constants))
     if found is not None and found[0] is table:
         return found[1]
@@ -560,6 +579,7 @@ def distil(table: Table, point: tuple) -> Table:
     return part
 
 
+_CONSTANTS: dict[tuple, tuple] = {}     # a lookup's point -> its coordinates that are numbers, as floats
 _DISTILLED: dict = {}        # (id(table), the point's constants) -> (table, its part): tables are read-only
 _ENTRIES: dict = {}          # (id(part), roof) -> (part, its JSON)
 
