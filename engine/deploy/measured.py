@@ -631,12 +631,27 @@ def spec_tree(spec: Spec | None, repeat: float, table_ref: Callable[[dict], obje
     fallback = ["/", T_SOL, DEFAULT_EFFICIENCY]
     if spec is None:
         return fallback
-    point = [to_tree(e) for e in spec.point]
+    point = [_tree(e) for e in spec.point]
     nodes = [["lookup", table_ref(lookup_table(distil(t, spec.point), spec.roof, peak_rate(t, _roof(spec.roof)))),
               *point] for t in spec.tables]
     time = nodes[0] if len(nodes) == 1 else ["min", *nodes]
-    applies = ["and", [">", T_SOL, 0], *([">", p, 0] for p in point), to_tree(spec.applies)]
+    applies = ["and", [">", T_SOL, 0], *([">", p, 0] for p in point), _tree(spec.applies)]
     return ["pw", [["max", ["*", repeat, time], T_SOL], applies], [fallback, 1]]
+
+
+_TREES: dict = {}       # a coordinate or condition of a Spec -> its formula tree (read-only, shared)
+
+
+def _tree(expr) -> object:
+    """``to_tree(expr)``, once per distinct expression: the specs of one step under every GPU, KV
+    dtype and framework hold the same point (sympy compares structurally: equal expressions, equal
+    trees). The trees are shared between the trees that hold them, which are only encoded."""
+    found = _TREES.get(expr)
+    if found is None:
+        if len(_TREES) > 50_000:
+            _TREES.clear()
+        found = _TREES[expr] = to_tree(expr)
+    return found
 
 
 def node_lookup(tables: dict) -> Callable[[object, list], float]:
