@@ -312,8 +312,20 @@ GRID_BATCHES = {"each": "b", "largest": "top", "keep": ["<=", "b", _MOST],
 
 
 def grid_batches(batches, caps) -> list[int]:
-    """:data:`GRID_BATCHES` at the capacities ``caps`` (worst case, steady state) over ``batches``."""
-    return formula_tree.select(GRID_BATCHES, list(batches), {"worst": caps[0], "steady": caps[1]})
+    """:data:`GRID_BATCHES` at the capacities ``caps`` (worst case, steady state) over ``batches``;
+    the rule runs once per distinct (batches, capacities) of a process (the grid asks the same
+    capacities at every prompt length and config where the KV budget is not what binds)."""
+    key = (tuple(batches), caps[0], caps[1], type(caps[0]), type(caps[1]))     # (5 and 5.0: one key else)
+    found = _BATCHES.get(key)
+    if found is None:
+        if len(_BATCHES) > 100_000:
+            _BATCHES.clear()
+        found = _BATCHES[key] = tuple(formula_tree.select(GRID_BATCHES, list(batches),
+                                                          {"worst": caps[0], "steady": caps[1]}))
+    return list(found)
+
+
+_BATCHES: dict[tuple, tuple] = {}     # (batches, worst, steady, their types) -> grid_batches' answer
 
 
 def _measured_reader(gpu_root):
