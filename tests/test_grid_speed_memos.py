@@ -1,8 +1,8 @@
 """The grid's fifth-pass memos and batched paths (issue 42) never merge inputs that differ in what
 they read, and give the values written here by hand.
 
-* ``measured._numeric_dims`` (a step's numeric dims by value), ``measured.distil``'s constants by
-  point, ``measured._tree`` (a coordinate's formula tree by expression), ``measured._point_text``
+* ``kernel_spec._numeric_dims`` (a step's numeric dims by value), ``measured.distil``'s constants by
+  point, ``measured_tree._tree`` (a coordinate's formula tree by expression), ``measured._point_text``
   (a per-op row's expected-time texts by table, point, outside? and shape), ``measured.kernel_steps``
   (which steps have a kernel class, by program, member ops and phase), ``grid_eval.grid_batches``
   (the batch rule by capacities and their types);
@@ -20,8 +20,11 @@ import pytest
 import sympy
 
 from engine.batch.grid_eval import grid_batches
-from engine.deploy import measured
-from engine.deploy.measured import Ask, Gathered, Table, distil, finish, kernel_steps, load_measured
+from engine.deploy import kernel_spec, measured, measured_tree
+from engine.deploy.kernel_spec import kernel_steps
+from engine.deploy.measured import Ask, Gathered, finish
+from engine.deploy.measured_tables import Table, load_measured
+from engine.deploy.measured_tree import distil
 from engine.deploy.op_rows import op_rows_columns, op_rows_columns_many
 from engine.deploy.placement import step_with
 from engine.deploy.plan import expected_phase_times, expected_phase_times_many
@@ -45,10 +48,10 @@ def test_numeric_dims_by_value():
     a = {"batch": BATCH, "hidden": sympy.Integer(4096), "heads": sympy.Integer(32)}
     b = {"batch": BATCH, "hidden": sympy.Integer(2048), "heads": sympy.Integer(32)}
     c = {"batch": BATCH, "hidden": 2 * BATCH, "heads": sympy.Integer(32)}
-    assert measured._numeric_dims(a) == (4096, 32)
-    assert measured._numeric_dims(b) == (2048, 32)
-    assert measured._numeric_dims(c) == (32,)
-    assert measured._numeric_dims({"n": 7, "m": BATCH}) == (7,)       # a Python int is a number
+    assert kernel_spec._numeric_dims(a) == (4096, 32)
+    assert kernel_spec._numeric_dims(b) == (2048, 32)
+    assert kernel_spec._numeric_dims(c) == (32,)
+    assert kernel_spec._numeric_dims({"n": 7, "m": BATCH}) == (7,)       # a Python int is a number
 
 
 def test_distil_constants_by_point():
@@ -71,11 +74,11 @@ def test_distil_constants_by_point():
 def test_tree_memo_keeps_integer_and_float_apart():
     """sympy's Integer(2) and Float(2.0) hash alike but are different expressions: their trees
     (2 and 2.0, two JSON texts) are never each other's."""
-    assert repr(measured._tree(sympy.Integer(2))) == "2"
-    assert repr(measured._tree(sympy.Float(2.0))) == "2.0"
-    assert repr(measured._tree(sympy.Integer(2))) == "2"
-    assert measured._tree(BATCH * SEQ) == ["*", "batch", "seq"]
-    assert measured._tree(sympy.Eq(SEQ, 1)) == ["==", "seq", 1]
+    assert repr(measured_tree._tree(sympy.Integer(2))) == "2"
+    assert repr(measured_tree._tree(sympy.Float(2.0))) == "2.0"
+    assert repr(measured_tree._tree(sympy.Integer(2))) == "2"
+    assert measured_tree._tree(BATCH * SEQ) == ["*", "batch", "seq"]
+    assert measured_tree._tree(sympy.Eq(SEQ, 1)) == ["==", "seq", 1]
 
 
 def test_point_text_by_table_point_outside_and_shape():

@@ -55,7 +55,9 @@ import sympy
 from engine.batch.export import compact_json
 from engine.deploy.cost import step_totals
 from engine.deploy.fusion import live_token_limits, token_limits
-from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, kernel_steps, member_ops, spec_tree, step_spec
+from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, kernel_steps, step_spec
+from engine.deploy.measured import member_ops
+from engine.deploy.measured_tree import spec_tree
 from engine.deploy.planner import mtp_modules
 from engine.deploy.op_rows import formula_text, weight_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
