@@ -304,7 +304,7 @@ def context_mla_tables(frame, gpu: str, framework: str, version: str, package_ve
     return out
 
 
-#: MLA BMM: the source's op names -> the side ArchLedger's lookup names (engine.deploy.measured._bmm_side).
+#: MLA BMM: the source's op names -> the side ArchLedger's lookup names (engine.deploy.kernel_spec._bmm_side).
 MLA_BMM_SIDES = {"mla_gen_pre": "pre", "mla_gen_post": "post"}
 MLA_BMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 

@@ -342,7 +342,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     read by formula.js ``select``)."""
     from engine.batch.grid_eval import GRID_BATCHES      # (here: the module's other readers need no engine)
     from engine.deploy.rules import exported as deploy_rules
-    from engine.deploy.measured import STORED_ONLY
+    from engine.deploy.measured_tree import STORED_ONLY
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
     expected = doc.get("expected", [])
     # trees and strings numbered once for the model (first use: the programs in option order, each

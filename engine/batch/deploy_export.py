@@ -62,7 +62,9 @@ import sympy
 from engine.batch.export import compact_json
 from engine.deploy.step_totals import step_totals
 from engine.deploy.fusion_table import live_token_limits, token_limits
-from engine.deploy.measured import DEFAULT_EFFICIENCY, Lookup, member_ops, spec_tree, step_spec
+from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, kernel_steps, step_spec
+from engine.deploy.measured import member_ops
+from engine.deploy.measured_tree import spec_tree
 from engine.deploy.legality import mtp_modules
 from engine.deploy.printed_tree import length_tree, step_tree
 from engine.deploy.op_rows import formula_text, weight_text
@@ -244,7 +246,16 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         kernels = measured(gpu.key, framework) if measured else {}
         lookup = Lookup(gpu, framework, phase, kernels, kv_dtype, s.config, s.ev.bound, s.moe_routing)
         members = member_ops(s, phase)
-        rows = [spec_tree_index(step_spec(st, lookup, members), st) for st in program.steps]
+        # a step without a kernel class has no spec under any lookup: the fallback tree (its index
+        # taken where the first such step meets it, so the trees keep their order)
+        rows, fallback = [], None
+        for st, kernel in zip(program.steps, kernel_steps(program, members, phase)):
+            if kernel:
+                rows.append(spec_tree_index(step_spec(st, lookup, members), st))
+            else:
+                if fallback is None:
+                    fallback = spec_tree_index(None, st)
+                rows.append(fallback)
         index = expected_lists.add(rows, key=tuple(rows))
         expected_of[key] = (program, index)
         return index

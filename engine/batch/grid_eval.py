@@ -32,7 +32,7 @@ from engine.deploy.structure_cache import StructureCache, regime, signature
 from engine.batch.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
 from engine.deploy.measured import load_measured
-from engine.deploy.op_rows import op_rows_columns, weight_text
+from engine.deploy.op_rows import op_rows_columns_many, weight_text
 from engine.deploy.plan import expected_phase_times_many
 from engine.deploy.sol import capacity, capacity_terms, summarize_many
 from engine.deploy.structure import HBM_FRACTION, Options, device_tokens
@@ -265,30 +265,34 @@ def _evaluate_format(ev: Evaluation, grid, gpus: dict, measured, cache: Structur
             for name in PHASE_FIELDS:
                 deployments.add(name, _points(np.asarray(phases[phase][name]), n))
 
-    # 3. per-op tables of the points the site shows
+    # 3. per-op tables of the points the site shows: every table's lookups at once (each measured
+    # table interpolated once over all of them), appended in the same order
+    asked, labels = [], []
     for (config, domain, framework, gpu_key, regimes, kv_dtype), points in ops_points.items():
         gpu = gpus[gpu_key]
-        s = structure(config, domain, framework, gpu, regimes)
-        plan = Plan(s, gpu, kv_dtype)
+        plan = Plan(structure(config, domain, framework, gpu, regimes), gpu, kv_dtype)
         scenarios = [Scenario(b, inp, out_len) for b, inp, out_len in points]
         kernels = measured(gpu_key, framework)       # measured kernels (`tables`: the fusion tables)
         for phase in PHASES:
-            columns = op_rows_columns(plan, phase, scenarios, arrays=True, tables=kernels)
-            rows = len(columns["op_uid"])
-            per_point = rows // len(scenarios)
-            key = {"model_id": ev.model.model_id, "gpu": gpu_key, "n_gpus": config.n_gpus,
-                   "gpus_per_node": domain, "tp": config.tp, "ep": config.ep, "dp_attn": config.dp_attn,
-                   "pp": config.pp, "cp": config.cp, "cp_kind": config.cp_kind if config.cp > 1 else "",
-                   "config": config.label(), "framework": framework, "weight_format": fmt,
-                   "kv_dtype": kv_dtype, "phase": phase}
-            for name, value in key.items():
-                ops.repeat(name, value, rows)
-            for point in scenarios:
-                ops.repeat("batch", point.batch, per_point)
-                ops.repeat("input_len", point.input_len, per_point)
-                ops.repeat("output_len", point.output_len, per_point)
-            for name, values in columns.items():
-                ops.add(name, values)
+            asked.append((plan, phase, scenarios, kernels))
+            labels.append((config, domain, framework, gpu_key, kv_dtype, phase, scenarios))
+    for (config, domain, framework, gpu_key, kv_dtype, phase, scenarios), columns in \
+            zip(labels, op_rows_columns_many(asked, arrays=True)):
+        rows = len(columns["op_uid"])
+        per_point = rows // len(scenarios)
+        key = {"model_id": ev.model.model_id, "gpu": gpu_key, "n_gpus": config.n_gpus,
+               "gpus_per_node": domain, "tp": config.tp, "ep": config.ep, "dp_attn": config.dp_attn,
+               "pp": config.pp, "cp": config.cp, "cp_kind": config.cp_kind if config.cp > 1 else "",
+               "config": config.label(), "framework": framework, "weight_format": fmt,
+               "kv_dtype": kv_dtype, "phase": phase}
+        for name, value in key.items():
+            ops.repeat(name, value, rows)
+        for point in scenarios:
+            ops.repeat("batch", point.batch, per_point)
+            ops.repeat("input_len", point.input_len, per_point)
+            ops.repeat("output_len", point.output_len, per_point)
+        for name, values in columns.items():
+            ops.add(name, values)
     return cells, structure, total
 
 
@@ -308,8 +312,20 @@ GRID_BATCHES = {"each": "b", "largest": "top", "keep": ["<=", "b", _MOST],
 
 
 def grid_batches(batches, caps) -> list[int]:
-    """:data:`GRID_BATCHES` at the capacities ``caps`` (worst case, steady state) over ``batches``."""
-    return formula_tree.select(GRID_BATCHES, list(batches), {"worst": caps[0], "steady": caps[1]})
+    """:data:`GRID_BATCHES` at the capacities ``caps`` (worst case, steady state) over ``batches``;
+    the rule runs once per distinct (batches, capacities) of a process (the grid asks the same
+    capacities at every prompt length and config where the KV budget is not what binds)."""
+    key = (tuple(batches), caps[0], caps[1], type(caps[0]), type(caps[1]))     # (5 and 5.0: one key else)
+    found = _BATCHES.get(key)
+    if found is None:
+        if len(_BATCHES) > 100_000:
+            _BATCHES.clear()
+        found = _BATCHES[key] = tuple(formula_tree.select(GRID_BATCHES, list(batches),
+                                                          {"worst": caps[0], "steady": caps[1]}))
+    return list(found)
+
+
+_BATCHES: dict[tuple, tuple] = {}     # (batches, worst, steady, their types) -> grid_batches' answer
 
 
 def _measured_reader(gpu_root):

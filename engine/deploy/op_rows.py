@@ -17,7 +17,7 @@ from engine.language.memo_printer import MemoStrPrinter
 from engine.deploy.cost import BOUNDS, intensity
 from engine.deploy.step_totals import step_totals
 from engine.deploy.structure import Scenario, Structure, prefill_program_batch, program_batch
-from engine.deploy.measured import expected_steps
+from engine.deploy.measured import finish, gather, resolve
 from engine.deploy.stored import StoredProgram
 
 #: ``plan`` arguments below are :class:`engine.deploy.plan.Plan` (which imports this module: not
@@ -195,12 +195,31 @@ def op_rows_columns(plan, phase: str, scenario: Scenario | list[Scenario], array
     each op's expected time ``t_expected_s``, whether a measured table gave it (``measured``),
     which (``expected_src``: its kernel, framework, version and source package at the op's point,
     or the default efficiency; ``expected_table``: its file; ``expected_nearest``: the measured
-    values around the point), engine.deploy.measured's rule."""
+    values around the point), engine.deploy.measured's rule. :func:`op_rows_columns_many` of this
+    one table."""
     points = scenario if isinstance(scenario, list) else [scenario]
-    compiled, (batch, seq, ctx), keep, one, v = _point_rows(plan, phase, points)
-    values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
-    n = len(points)
+    return op_rows_columns_many([(plan, phase, points, tables)], arrays)[0]
 
+
+def op_rows_columns_many(asked: list[tuple], arrays: bool = False) -> list[dict[str, list]]:
+    """``[op_rows_columns(plan, phase, points, arrays, tables) for each (plan, phase, points,
+    tables) of asked]``, every table's lookups gathered first and each measured table interpolated
+    once over the points of all of them (engine.deploy.measured.gather / resolve / finish): the
+    grid asks a few points of each of hundreds of structures, and an interpolation's cost is
+    mostly per call. Every number is per-point arithmetic, so each gets its own call's floats."""
+    started = []
+    for plan, phase, points, tables in asked:
+        compiled, (batch, seq, ctx), keep, one, v = _point_rows(plan, phase, points)
+        values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
+        g = gather(plan, phase, batch, seq, ctx, tables, values, keep) if tables is not None else None
+        started.append((plan, len(points), keep, one, v, values, g))
+    resolve([a for *_, g in started if g is not None for a in g.asks])
+    return [_columns(*s, arrays) for s in started]
+
+
+def _columns(plan, n: int, keep, one: dict, v: dict, values: dict, g, arrays: bool) -> dict[str, list]:
+    """One :func:`op_rows_columns` table from its started parts (``g``: its gathered lookups,
+    resolved, or None without tables)."""
     def numbers(values: np.ndarray):
         return values if arrays else values.tolist()
 
@@ -211,8 +230,8 @@ def op_rows_columns(plan, phase: str, scenario: Scenario | list[Scenario], array
     dtype = {d: plan.gpu.compute_dtype(d) for d in set(one["dtype"])}
 
     extra = {}
-    if tables is not None:
-        t_exp, measured, text = expected_steps(plan, phase, batch, seq, ctx, tables, values, keep, detail=True)
+    if g is not None:
+        t_exp, measured, text = finish(g, detail=True)
         extra = {"t_expected_s": numbers(t_exp), "measured": numbers(measured), "expected_src": text["src"],
                  "expected_table": text["table"], "expected_nearest": text["nearest"]}
     return {

@@ -19,7 +19,7 @@ from engine.deploy.structure import PHASES, Options, Scenario, Structure, option
 from engine.deploy.hardware import GPU
 from engine.deploy.measured import finish, gather, load_measured, resolve
 from engine.deploy.op_rows import op_rows
-from engine.deploy.sol import phase_at_points, phase_inputs, summarize, two_batch_time
+from engine.deploy.sol import distinct_rows, phase_at_points, phase_inputs, summarize, two_batch_time
 from engine.language.errors import SpecError
 
 
@@ -100,17 +100,22 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
             runs = groups.setdefault(key, (plan, phase, compiled, tables, []))[4]
             for half in halves:
                 runs.append((i, name, half, b / 2 if half else b, seq, ctx, shape))
-    # every program's lookups first, then each table interpolated once over all of them
-    gathered = []
+    # every program's lookups first, then each table interpolated once over all of them; each
+    # group at its distinct (batch, seq, ctx) points only (prefill does not read the output length,
+    # a program batch saturates, decode and its mean share points: about half of a group's points
+    # repeat another), spread back after (every number is per point, so the same floats)
+    gathered, spread = [], []
     for plan, phase, compiled, tables, runs in groups.values():
         b, seq, ctx = (np.concatenate([r[k] for r in runs]) for k in (3, 4, 5))
+        (b, seq, ctx), inverse = distinct_rows([b, seq, ctx], len(b))
+        spread.append(inverse)
         gathered.append(gather(plan, phase, b, seq, ctx, tables, compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes)))
     resolve([a for g in gathered for a in g.asks])
     found: dict[tuple, dict] = {}
-    for (plan, phase, compiled, tables, runs), g in zip(groups.values(), gathered):
+    for (plan, phase, compiled, tables, runs), g, inverse in zip(groups.values(), gathered, spread):
         times = finish(g)[0].reshape(g.times.shape[1], -1)            # point-major: each point's steps
         comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps], dtype=bool)
-        total, stream = times.sum(axis=1), times[:, comm].sum(axis=1)
+        total, stream = times.sum(axis=1)[inverse], times[:, comm].sum(axis=1)[inverse]
         start = 0
         for i, name, half, rb, _, _, _ in runs:
             cut = slice(start, start + len(rb))
