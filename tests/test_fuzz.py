@@ -29,7 +29,7 @@ import sympy
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
-from engine.language import expr, yamlio
+from engine.language import expr, parse_cache, yamlio
 from engine.language.errors import SpecError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,6 +93,10 @@ def sandbox(seconds: int = 60):
         raise TimeoutError(f"the fuzzer ran over {seconds} s: some input hangs")
     old_cwd = os.getcwd()
     previous = signal.signal(signal.SIGALRM, expire)
+    # the run's parse cache (tests/conftest.py) off: the parsers under fuzz must touch no file, and
+    # the cache's own writes are tests/test_measured_table_cache.py's
+    cache = os.environ.get(parse_cache.ENV)
+    os.environ[parse_cache.ENV] = ""
     with tempfile.TemporaryDirectory() as folder:
         os.chdir(folder)
         signal.alarm(seconds)
@@ -103,6 +107,10 @@ def sandbox(seconds: int = 60):
             signal.alarm(0)
             signal.signal(signal.SIGALRM, previous)
             os.chdir(old_cwd)
+            if cache is None:
+                os.environ.pop(parse_cache.ENV, None)
+            else:
+                os.environ[parse_cache.ENV] = cache
             left = sorted(os.listdir(folder))
         assert left == [], f"the fuzzed code created {left} in the working directory"
     assert _AUDIT["seen"] == [], f"the fuzzed code tried: {_AUDIT['seen'][:5]}"
