@@ -14,7 +14,7 @@ Taken only when all of these hold, else None (the caller compiles, with its usua
   manifest's); the model's document matches its manifest record (size and SHA-256) and says its
   trees are in evaluation order;
 * the query names one model of the corpus the build read (the same rule as the compile path,
-  engine.language.corpus.pick_model) and the build published its document;
+  engine.language.names.pick_model) and the build published its document;
 * the options are a cell the document holds: the GPU and parallel config (no ``--gpus-per-node``,
   no context parallelism) of one of its options under that framework, a KV dtype it evaluated,
   the checkpoint's own weights, bf16 activations, the build's HBM share and prefill budget, the
@@ -78,7 +78,7 @@ def stored_deployment(args):
 def _document(results: Path, query: str, corpus: Path, gpu_root: Path) -> dict | None:
     """The model's formula document when the build in ``results`` can answer (module doc), else None."""
     from engine.batch import built, publish
-    from engine.language.corpus import pick_model
+    from engine.language.names import pick_model
     try:
         manifest = json.loads((results / "manifest.json").read_text())
         model_id, _ = pick_model(query, built.corpus_models(built.Built(manifest)))

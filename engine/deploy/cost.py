@@ -30,16 +30,27 @@ from typing import Mapping
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from engine.deploy.compiled_tables import _Tables
 from engine.deploy.compiled_totals import _Totals
-from engine.deploy.device_program import Program
 from engine.deploy.hardware import GPU
 from engine.deploy.point_values import _ids
-from engine.deploy.step_functions import _step_functions
-# re-exported for engine/deploy/measured.py only (another change owns it; every other importer reads
-# these from step_functions / step_totals)
-from engine.deploy.step_functions import ARGS, KV_BYTES  # noqa: F401
-from engine.deploy.step_totals import step_totals  # noqa: F401
+
+if TYPE_CHECKING:    # the compile path (sympy) is imported where a program is compiled: a program
+    from engine.deploy.device_program import Program     # from a build's document never loads it
+
+
+def __getattr__(name: str):
+    # ARGS, KV_BYTES and step_totals, re-exported for engine/deploy/measured.py only (every other
+    # importer reads them from step_functions / step_totals), on first use: they are sympy's
+    if name in ("ARGS", "KV_BYTES"):
+        from engine.deploy import step_functions
+        return getattr(step_functions, name)
+    if name == "step_totals":
+        from engine.deploy.step_totals import step_totals
+        return step_totals
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 BOUNDS = ("compute", "memory", "comm")
 
@@ -81,7 +92,9 @@ class CompiledProgram(_Tables, _Totals):
         self.program = program
         # ``compiled``: each step's five entries made elsewhere (engine.deploy.stored: from the build's
         # trees; its steps then carry what the rates read: dtype, link, collective, kind, repeat)
-        compiled = [_step_functions(s) for s in program.steps] if compiled is None else compiled
+        if compiled is None:
+            from engine.deploy.step_functions import _step_functions
+            compiled = [_step_functions(s) for s in program.steps]
         self._columns = [[c[i] for c in compiled] for i in range(4)]
         # collectives (alone or fused): calls per step, each paying the per-call latency
         self._calls = [c[4] for c in compiled]

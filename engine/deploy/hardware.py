@@ -21,7 +21,8 @@ from typing import Any
 
 from engine.project import PACKAGE_ROOT
 from engine.language import file_schemas
-from engine.language.corpus import Reader, shown_value, check_name, refuse_symlinks
+from engine.language.names import check_name, refuse_symlinks, shown_value
+from engine.language.reader import Reader
 from engine.language.errors import SpecError, Where
 from engine.language.filememo import ContentMemo
 from engine.deploy.parallel import MAX_GPUS

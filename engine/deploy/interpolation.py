@@ -13,7 +13,9 @@ import math
 from typing import Callable
 
 import numpy as np
-import sympy
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    import sympy   # annotations; imported where used (a stored deploy never loads sympy)
 
 from engine.language import symbols
 from engine.deploy.measured_tables import KERNELS, Table
@@ -22,7 +24,17 @@ from engine.deploy.measured_tables import KERNELS, Table
 
 #: Each axis of :data:`KERNELS` as a symbol: the variables of a roofline (:func:`roof_expr`) and
 #: of a lookup node's table in the formula trees (:func:`expected_tree`).
-AXIS = {name: sympy.Symbol(name, positive=True) for names in KERNELS.values() for name in names}
+@functools.lru_cache(maxsize=None)
+def _axes() -> dict:
+    """:data:`AXIS`, made on first use (a table read from a build's document makes no symbol)."""
+    import sympy
+    return {name: sympy.Symbol(name, positive=True) for names in KERNELS.values() for name in names}
+
+
+def __getattr__(name: str):
+    if name == "AXIS":
+        return _axes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -37,7 +49,8 @@ def roof_expr(key: tuple) -> sympy.Expr:
     matmul per head and token); ("moe",): the tokens (work grows with them at most linearly). Only the ratios of the collective, attention
     and MoE roofs are used (the out-of-range rule's slope). One definition: :func:`_roof` (numpy)
     and the formula trees' lookup nodes (the browser) both come from here."""
-    a = AXIS
+    import sympy
+    a = _axes()
     if key[0] == "gemm":
         peak, hbm, element = (sympy.Float(float(x)) for x in key[1:])
         m, n, k = a["m"], a["n"], a["k"]
@@ -66,7 +79,7 @@ def _roof(key: tuple) -> Callable:
     points), compiled once per key."""
     f = _ROOFS.get(key)
     if f is None:
-        axes = [AXIS[n] for n in KERNELS["gemm" if key[0] == "gemm" else key[0]]]
+        axes = [_axes()[n] for n in KERNELS["gemm" if key[0] == "gemm" else key[0]]]
         f = _ROOFS[key] = symbols.checked_lambdify(axes, roof_expr(key), modules=list(symbols.NUMPY_MODULES))
     return f
 

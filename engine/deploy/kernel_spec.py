@@ -12,22 +12,28 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import sympy
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    import sympy   # annotations; imported where used (a stored deploy never loads sympy)
 
 from engine.language import symbols
-from engine.deploy.cost import step_totals
 from engine.deploy.interpolation import _roof
 from engine.deploy.measured_tables import ATTENTION_DIMS, KERNELS, KEYED, MLA_KERNELS, MLA_SHAPE, Table, Tables
 
-SEQ = symbols.dim(symbols.SEQ)
-CTX = symbols.dim(symbols.CTX)
-BATCH = symbols.dim(symbols.BATCH)
+# the scenario dims' symbols, symbols.dim(...) where read (made on first use: symbols.dim is cached)
 
 #: The expected time of an op no table covers: its bound / this. Not fitted: a round figure
 #: below the GEMM tables' efficiency at decode sizes (their memory-bound GEMMs reach 60 to 90% of
 #: HBM bandwidth on H100 and H200), standing for kernels nobody measured yet (norms,
 #: elementwise, attention, MoE); docs/deployment.md "Expected time".
 DEFAULT_EFFICIENCY = 0.7
+
+
+def _step_totals(step):
+    # engine.deploy.step_totals (sympy's) on first use: a structure read from a build's document
+    # has its totals already
+    from engine.deploy.step_totals import step_totals
+    return step_totals(step)
 
 
 def _linear(step, member_ops: dict) -> bool:
@@ -82,6 +88,7 @@ def _moe_key(bound: dict, config) -> tuple | None:
 
 def _sym(x) -> sympy.Expr:
     """A step's size as a sympy expression (an int or float as its exact sympy number; no text)."""
+    import sympy
     if isinstance(x, sympy.Basic):
         return x
     return sympy.Integer(x) if isinstance(x, int) else sympy.Float(float(x))
@@ -92,6 +99,7 @@ def _attention_point(step, config, kernel: str) -> tuple | None:
     expressions of the point (the module's rule), or None where it applies nowhere (context
     parallelism); a decode point with several query tokens per request has none (it applies
     where the step's local seq is 1)."""
+    import sympy
     local = _local_axes(step)
     if config.cp > 1 or not {"batch", "seq", "n_heads"} <= set(local):
         return None
@@ -126,12 +134,13 @@ def _mla_point(step, config, kernel: str) -> tuple | None:
     a sparse step (DSA: kv_len min(2048, ctx)) is another kernel. ``prefill_mla``: prompts, their
     tokens and heads on one GPU, where the prompt has no cached prefix (its tokens = its context).
     ``mla_bmm``: tokens and heads on one GPU."""
+    import sympy
     local = _local_axes(step)
     if _cp(config) > 1 or not {"batch", "seq", "n_heads"} <= set(local):
         return None
     batch, seq, heads = local["batch"], local["seq"], local["n_heads"]
     if kernel == "decode_mla":
-        if step.dims.get("kv_len") != CTX:
+        if step.dims.get("kv_len") != symbols.dim(symbols.CTX):
             return None
         return (batch, heads, _sym(step.dims["kv_len"])), sympy.Eq(seq, 1)
     if kernel == "prefill_mla":
@@ -146,6 +155,7 @@ def _at_least(expr: sympy.Expr, floor: int) -> sympy.Expr:
     """``sympy.Max(expr, floor)``, once per distinct pair: its simplification compares the
     arguments symbolically (most of a plan's expected-time setup), and the steps of another
     config or fusion regime repeat the same local sizes (equal arguments, an equal Max)."""
+    import sympy
     key = (expr, floor)
     found = _MAXIMA.get(key)
     if found is None:
@@ -159,6 +169,7 @@ def _local_axes(step) -> dict[str, sympy.Expr]:
     """Each axis of the step's output by name: its size on one GPU (the size over the groups that
     split it; more GPUs than units of a fixed-size axis: one unit each, as placement splits
     heads), an expression of the point."""
+    import sympy
     out = {}
     for axis, groups in zip(step.out.axes, step.layout.shards):
         size = _sym(axis.size)
@@ -180,7 +191,7 @@ def _gemm_key(step) -> tuple:
             tuple(tuple(g.size for g in groups) for groups in step.layout.shards),
             tuple(g.size for g in step.layout.partial), step.last_token,
             _numeric_dims(step.dims),
-            step_totals(step)[0], step.repeat)
+            _step_totals(step)[0], step.repeat)
 
 
 _NUMERIC: dict[tuple, tuple] = {}     # a step's dims' values -> those that are numbers, in order
@@ -218,6 +229,7 @@ def _gemm_point(step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
 
 def _gemm_point_of(step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
     """:func:`_gemm_point` computed (its key's fields are all this reads)."""
+    import sympy
     local = _local_axes(step)
     rows = list(local.items())[:-1]                  # the last output axis: the features
     m = sympy.Integer(1)
@@ -226,7 +238,7 @@ def _gemm_point_of(step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
             m = m * size
     m = _at_least(m, 1)
     k = sympy.Float(float(_numeric_dims(step.dims)[-1]) / math.prod(g.size for g in step.layout.partial))
-    flops = step_totals(step)[0] / step.repeat
+    flops = _step_totals(step)[0] / step.repeat
     return m, flops / (2 * m * k), k
 
 
@@ -343,6 +355,7 @@ def step_spec(step, lookup: Lookup, member_ops: dict) -> Spec | None:
     dtype and config: the step's kernel class is derived once per step, and of the config only the
     context-parallel degree and an MoE table's key are read, of the model's dims only that key and
     whether it has the MLA tables' shape)."""
+    import sympy
     kernel = _kernel(step, member_ops, lookup.phase)
     if not kernel:
         return None
@@ -375,7 +388,7 @@ def step_spec(step, lookup: Lookup, member_ops: dict) -> Spec | None:
                 tables = _tables_for(lookup, kernel, rank if kernel == "decode_mla" else
                                      f"{_bmm_side(step)}_{dtype}_r{rank}")
     elif kernel == "moe":                       # the layer's tokens: one attention replica's x dp_attn
-        point = (BATCH * SEQ,)
+        point = (symbols.dim(symbols.BATCH) * symbols.dim(symbols.SEQ),)
         roof = ("moe",)
         shape = " " + " ".join(f"{k}={v}" for k, v in zip(KEYED["moe"], moe or ()))
         tables = _tables_for(lookup, kernel, lookup.gpu.compute_dtype(step.compute_dtype))
@@ -403,6 +416,7 @@ def _step_point(step, kernel: str, config) -> tuple | None:
     """(the step's point on its kernel class's axes, when a table applies) as expressions of the
     point, by the module's rule; what no table selection changes, so once per step object and
     kernel (and context parallelism, which attention reads): building them costs sympy work."""
+    import sympy
     key = (id(step), kernel, _cp(config) if kernel.endswith("_attention") or kernel in MLA_KERNELS else 1)
     found = _POINTS.get(key)
     if found is not None and found[0] is step:
@@ -417,7 +431,7 @@ def _step_point(step, kernel: str, config) -> tuple | None:
         # the message: what a collective step writes; a fused one (all-reduce + norm) also
         # writes its norm's output, so its link bytes over the algorithm's share
         size = _sym(step.written) if step.kind == "comm" else \
-            step_totals(step)[2] / step.repeat / sympy.Float(float(_roof((kernel,))(step.ranks, 1.0)))
+            _step_totals(step)[2] / step.repeat / sympy.Float(float(_roof((kernel,))(step.ranks, 1.0)))
         got = (_sym(step.ranks), size), sympy.true
     if len(_POINTS) > 50_000:
         _POINTS.clear()

@@ -67,7 +67,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.language import symbols
-from engine.deploy.cost import ARGS, KV_BYTES
 from engine.deploy.interpolation import _roof, nearest
 from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, kernel_of, step_spec
 from engine.deploy.measured_tables import Tables
@@ -89,6 +88,7 @@ _FUNCS: dict = {}
 def _at(expr, args: dict) -> np.ndarray:
     """A step expression's values at the points (``args``: symbol -> 1-D array of the points),
     as an array over them; compiled once per expression (NumPy)."""
+    from engine.deploy.cost import ARGS    # the compile path's (sympy): a stored structure never gets here
     f = _FUNCS.get(expr)
     if f is None:
         if len(_FUNCS) > 50_000:        # the step expressions of a model or two: keep it bounded
@@ -195,6 +195,7 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
     if covered:
         dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
         args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
+        from engine.deploy.cost import KV_BYTES
         args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
         values: dict = {}       # each coordinate's values at these points, once per expression
         for j in covered:

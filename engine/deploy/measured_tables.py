@@ -19,7 +19,8 @@ import numpy as np
 
 from engine.project import PACKAGE_ROOT
 from engine.language import file_schemas
-from engine.language.corpus import Reader, refuse_symlinks
+from engine.language.names import refuse_symlinks
+from engine.language.reader import Reader
 from engine.language.errors import SpecError, Where
 from engine.language.filememo import ContentMemo
 
@@ -180,8 +181,11 @@ _AXIS_MAX, _SECONDS_MAX, _KEY_MAX = float(1 << 40), 1e7 * 1e-6, 1 << 24
 def _sources() -> tuple[str, ...]:
     """The modules a loaded table is a function of: this loader, its schema and checks, the YAML
     reader under them and the store itself."""
-    from engine.language import corpus, expr, file_schemas, parse_cache, schema, yamlio
-    return tuple(m.__file__ for m in (sys.modules[__name__], file_schemas, schema, corpus, yamlio, expr, parse_cache))
+    from importlib.util import find_spec
+    # the files found, not imported: importing corpus and expr would load sympy into a command that
+    # reads a build's formula document only (find_spec gives the path an import would load)
+    names = ("file_schemas", "schema", "corpus", "yamlio", "expr", "parse_cache")
+    return (sys.modules[__name__].__file__,) + tuple(find_spec(f"engine.language.{n}").origin for n in names)
 
 
 def _display(path: Path, repo: Path) -> str:

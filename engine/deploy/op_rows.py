@@ -8,14 +8,13 @@ Parquet schema's.
 """
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
 import numpy as np
 
-from engine.language.memo_printer import MemoStrPrinter
 from engine.deploy.cost import BOUNDS, intensity
-from engine.deploy.step_totals import step_totals
 from engine.deploy.structure import Scenario, Structure, prefill_program_batch, program_batch
 from engine.deploy.measured import finish, gather, resolve
 from engine.deploy.stored import StoredProgram
@@ -28,8 +27,11 @@ _TEXT: dict = {}
 #: The per-op formulas' printers: sympy's own, with the terms of a sum in the expression's stored
 #: order (sympy's canonical one, the same in every process) instead of re-sorted by degree for
 #: display; that sort was two thirds of printing the tens of thousands of distinct op formulas a
-#: build writes.
-_PRINTER = MemoStrPrinter({"order": "none"})
+#: build writes. Made on first use (sympy's): rows read from a build's document print nothing.
+@functools.lru_cache(maxsize=None)
+def _printer(**settings):
+    from engine.language.memo_printer import MemoStrPrinter
+    return MemoStrPrinter(settings) if settings else MemoStrPrinter()
 
 
 def _text(expr) -> str:
@@ -37,13 +39,12 @@ def _text(expr) -> str:
     and frameworks (degrees are symbols), so each distinct formula is printed once per process."""
     text = _TEXT.get(expr)
     if text is None:
-        text = _TEXT[expr] = _PRINTER.doprint(expr)
+        text = _TEXT[expr] = _printer(order="none").doprint(expr)
     return text
 
 
 _PLAIN: dict = {}
-#: ``str(expr)``'s printer (sympy's default settings)
-_STR = MemoStrPrinter()
+#: ``str(expr)``'s printer is ``_printer()`` (sympy's default settings)
 _PLAIN_BY_ID: dict[int, tuple] = {}        # id(formula) -> (formula, text): structures share formula objects
 
 
@@ -57,7 +58,7 @@ def weight_text(expr) -> str:
         return mine[1]
     text = _PLAIN.get(expr)
     if text is None:
-        text = _PLAIN[expr] = _STR.doprint(expr)
+        text = _PLAIN[expr] = _printer().doprint(expr)
     if len(_PLAIN_BY_ID) > 200_000:
         _PLAIN_BY_ID.clear()
     _PLAIN_BY_ID[id(expr)] = (expr, text)
@@ -74,6 +75,7 @@ def _step_text(step) -> tuple[str, str, str, str]:
     mine = _STEP_TEXT.get(id(step))
     if mine is not None and mine[0] is step:      # the same object (an id alone can be reused)
         return mine[1]
+    from engine.deploy.step_totals import step_totals     # sympy's: a stored step has its texts
     text = tuple(_text(e) for e in step_totals(step))
     if len(_STEP_TEXT) > 200_000:                 # steps are shared within one model: keep it bounded
         _STEP_TEXT.clear()

@@ -23,7 +23,9 @@ import numbers
 from dataclasses import dataclass, field
 from itertools import product
 
-import sympy
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    import sympy   # annotations; imported where used (a stored deploy never loads sympy)
 
 from engine.language import symbols
 from engine.language.errors import SpecError, Where
@@ -115,6 +117,11 @@ class ParallelConfig:
         return out
 
 
+def _one():
+    import sympy
+    return sympy.Integer(1)        # sympy's one (a singleton): sympy is imported when a group is made
+
+
 @dataclass(frozen=True, slots=True)
 class Group:
     """Ranks sharing a collective: ``size`` ranks at ``stride`` along mesh dim ``dim``.
@@ -127,7 +134,7 @@ class Group:
     dim: str = ""
     stride: int = 1
     size: int = 1
-    expr: sympy.Expr = field(default=sympy.Integer(1), compare=False)
+    expr: sympy.Expr = field(default_factory=_one, compare=False)
 
     @property
     def key(self) -> tuple:
@@ -141,6 +148,7 @@ class Mesh:
     """A config's named groups, sizes in a binding, and the link each group's traffic crosses."""
 
     def __init__(self, config: ParallelConfig, domain: int, symbolic: bool = False):
+        import sympy
         self.config = config
         self.domain = domain
         c = config

@@ -27,7 +27,7 @@ Programs (inputs -> what they bind; docs/deployment.md derives each):
 """
 from __future__ import annotations
 
-import sympy
+from functools import lru_cache
 
 from engine.language import symbols
 from engine.language.formula_tree import Rule, call, program, to_tree
@@ -170,15 +170,27 @@ SERVING_BOUND = program(("max_concurrent_requests", dp_attn * _("cap")))
 #: Speculative decoding (engine.deploy.structure): k draft tokens per step, each kept with
 #: probability a once the drafts before it were, so a step emits E = sum_{i=0..k} a^i tokens per
 #: request on average (the engine evaluates the Sum exactly; the page its closed form's tree)
-MTP_TOKENS = symbols.index("mtp_tokens")
-MTP_ACCEPTANCE = symbols.rate("mtp_acceptance")
-_DRAFT = symbols.index("i")
-TOKENS_PER_STEP = sympy.Sum(MTP_ACCEPTANCE ** _DRAFT, (_DRAFT, 0, MTP_TOKENS))
+#: (``MTP_TOKENS``, ``MTP_ACCEPTANCE``, ``TOKENS_PER_STEP``: sympy objects, made on first use by the
+#: module's ``__getattr__``, so a command that evaluates a build's stored programs never imports sympy)
+@lru_cache(maxsize=None)
+def _mtp() -> dict:
+    import sympy
+    k, a, i = symbols.index("mtp_tokens"), symbols.rate("mtp_acceptance"), symbols.index("i")
+    return {"MTP_TOKENS": k, "MTP_ACCEPTANCE": a, "TOKENS_PER_STEP": sympy.Sum(a ** i, (i, 0, k))}
+
+
+def __getattr__(name: str):
+    if name in ("MTP_TOKENS", "MTP_ACCEPTANCE", "TOKENS_PER_STEP"):
+        return _mtp()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _tokens_per_step_tree():
-    closed = TOKENS_PER_STEP.doit()            # Piecewise((k + 1, a == 1), ((1 - a^(k+1)) / (1 - a), True))
-    return to_tree(closed.subs({MTP_TOKENS: sympy.Symbol("mtp_tokens"), MTP_ACCEPTANCE: sympy.Symbol("mtp_acceptance")}))
+    import sympy
+    mtp = _mtp()
+    closed = mtp["TOKENS_PER_STEP"].doit()     # Piecewise((k + 1, a == 1), ((1 - a^(k+1)) / (1 - a), True))
+    return to_tree(closed.subs({mtp["MTP_TOKENS"]: sympy.Symbol("mtp_tokens"),
+                                mtp["MTP_ACCEPTANCE"]: sympy.Symbol("mtp_acceptance")}))
 
 
 #: every program by name: what the deploy page receives (index.json ``model.rules``)

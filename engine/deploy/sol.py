@@ -45,7 +45,7 @@ import numpy as np
 from engine.language import kv
 from engine.deploy.admission import mean_context, steady_tokens as admission_steady_tokens
 from engine.deploy.cost import BOUNDS
-from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PREFILL_TOKENS, TOKENS_PER_STEP,
+from engine.deploy.structure import (HBM_FRACTION, MAX_BATCH, MTP_STACK, PREFILL_TOKENS,
                                      Structure, micro_batches, tokens_per_step, prefill_program_batch, prefill_steps,
                                      program_batch, requests_per_replica, step_tokens, _schedule)
 from engine.deploy.hardware import GPU
@@ -346,7 +346,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
             env["fill"] = phases["fill"][field]
         return run_arrays(rules.FIRST_TOKEN, env)["ttft"]
     ttft = first_token("step_time_s")
-    # speculative decoding: a step emits E tokens per request on average (structure.TOKENS_PER_STEP)
+    # speculative decoding: a step emits E tokens per request on average (rules.TOKENS_PER_STEP)
     per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
     # steady state under continuous batching (steady_fit): its cache per request and capacity
     steady_tokens, kv_steady, steady_cap = steady_fit(structure, room, input_len, output_len, kv_bytes)
@@ -400,7 +400,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
                              "tpot_mean_expected_s": full(per_token(phases["decode_mean"]["step_expected_s"]))})
     mtp_fields = {} if not options.mtp_tokens else {
         "mtp_tokens": options.mtp_tokens, "mtp_acceptance": float(options.mtp_acceptance),
-        "tokens_per_step": per_step, "tokens_per_step_formula": str(TOKENS_PER_STEP),
+        "tokens_per_step": per_step, "tokens_per_step_formula": str(rules.TOKENS_PER_STEP),
         "decode_step_time_s": full(decode["step_time_s"])}
 
     return {

@@ -10,19 +10,22 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import sympy
 
 from engine.language import kv, symbols
 from engine.language.formula_tree import run_arrays
-from engine.language.api import Evaluation
 from engine.language.errors import SpecError, Where
 import engine.deploy.rules as rules
 from engine.deploy.admission import NO_ADMISSION, Admission
-from engine.deploy.cost import CompiledProgram
-from engine.deploy.step_functions import KV_BYTES
 from engine.deploy.parallel import ParallelConfig, is_count
-from engine.deploy.device_program import Program
+
+if TYPE_CHECKING:    # annotations only: a stored deploy (engine/cli/deploy_fast.py) never loads sympy or the walk
+    import sympy
+    from engine.language.api import Evaluation
+    from engine.deploy.cost import CompiledProgram
+    from engine.deploy.device_program import Program
 
 PHASES = ("prefill", "decode")
 #: Bounds of a scenario point (also the grid's, engine.batch.grid). Far above any served model (16M
@@ -31,7 +34,8 @@ PHASES = ("prefill", "decode")
 MAX_TOKENS = 2 ** 24
 MAX_BATCH = 2 ** 20
 ACT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
-LENGTH = symbols.dim(symbols.LENGTH)
+# LENGTH (the ``length`` dim symbol) and rules' MTP_TOKENS, MTP_ACCEPTANCE, TOKENS_PER_STEP are
+# sympy objects, given on first use by ``__getattr__`` below
 PREFILL_TOKENS = 8192
 #: Share of a GPU's memory a deployment may use (weights, prefill working set, KV): vLLM's default
 #: ``gpu_memory_utilization`` (vllm/config/cache.py). Every default of ``--hbm-fraction`` is this one.
@@ -41,13 +45,21 @@ HBM_FRACTION = 0.9
 #: (chain acceptance), so a step emits E = sum_{i=0..k} a^i tokens per request on average.
 #: The stack of a model's multi-token-prediction modules (``stacks: mtp`` in its spec).
 MTP_STACK = "mtp"
-MTP_TOKENS, MTP_ACCEPTANCE, TOKENS_PER_STEP = rules.MTP_TOKENS, rules.MTP_ACCEPTANCE, rules.TOKENS_PER_STEP
+
+
+def __getattr__(name: str):
+    if name == "LENGTH":
+        return symbols.dim(symbols.LENGTH)
+    if name in ("MTP_TOKENS", "MTP_ACCEPTANCE", "TOKENS_PER_STEP"):
+        return getattr(rules, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def tokens_per_step(mtp_tokens: int, acceptance: float) -> float:
     """:data:`TOKENS_PER_STEP` at k = ``mtp_tokens``, a = ``acceptance`` (1 when k = 0)."""
-    return float(TOKENS_PER_STEP.subs({MTP_TOKENS: int(mtp_tokens),
-                                       MTP_ACCEPTANCE: sympy.Rational(acceptance)}).doit())
+    import sympy
+    return float(rules.TOKENS_PER_STEP.subs({rules.MTP_TOKENS: int(mtp_tokens),
+                                             rules.MTP_ACCEPTANCE: sympy.Rational(acceptance)}).doit())
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +221,9 @@ class Structure:
         if fn is None:       # structures of one placement share the expression: compiled once
             if len(_KV_FNS) > 1024:
                 _KV_FNS.clear()
+            from engine.deploy.step_functions import KV_BYTES
             fn = _KV_FNS[self.kv_device_per_request] = symbols.checked_lambdify(
-                (LENGTH, KV_BYTES), self.kv_device_per_request, modules=list(symbols.NUMPY_MODULES))
+                (symbols.dim(symbols.LENGTH), KV_BYTES), self.kv_device_per_request, modules=list(symbols.NUMPY_MODULES))
 
         self.kv_device_fn = kv_device(fn)
 

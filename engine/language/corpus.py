@@ -26,7 +26,7 @@ from engine.language.ir import ComponentSpec, DimInfo, ModelSpec, QuantScheme, R
 from engine.language.model_load import load_model
 # re-exported for the importers that read them here (engine/deploy, engine/serving, engine/verify/scaffold.py)
 from engine.language.names import (  # noqa: F401
-    check_model_id, check_name, check_symbol_name, refuse_symlinks, shown_value, slug)
+    check_model_id, check_name, check_symbol_name, pick_model, refuse_symlinks, shown_value, slug)
 from engine.language.reader import Reader
 
 DEFAULT_ROOT = PACKAGE_ROOT / "corpus"
@@ -84,19 +84,6 @@ class Corpus:
             raise SpecError(Where("<command line>"), f"unknown model {query!r}", f"known: {known}")
         raise SpecError(Where("<command line>"), f"{query!r} matches several models",
                         "one of: " + ", ".join(sorted(hits)))
-
-
-def pick_model(query: str, ids) -> tuple[str | None, list[str]]:
-    """(the model id of ``ids`` that ``query`` names, or None; the ids it matches): the HF id itself,
-    a file stem, or a case-insensitive part of an id that picks one (an exact last name first)."""
-    if query in ids:
-        return query, [query]
-    wanted = query.lower().replace("--", "/")
-    hits = [i for i in ids if wanted in i.lower()]
-    exact = [i for i in hits if i.lower().split("/")[-1] == wanted.split("/")[-1]]
-    if len(exact) == 1:
-        return exact[0], hits
-    return (hits[0] if len(hits) == 1 else None), hits
 
 
 # -- tables --------------------------------------------------------------------------------------

@@ -37,9 +37,9 @@ from typing import Any
 import sympy
 
 MAX_LENGTH = 400
-#: Bound on every number's magnitude (and denominator). Real dims, counts, byte totals and FLOP
-#: formulas' coefficients are far below 2**128 (~3.4e38); anything near it is an attack or a typo.
-MAX_MAGNITUDE = 2 ** 128
+#: Bound on every number's magnitude (and denominator): defined beside the YAML reader, which
+#: checks every number read (and imports no sympy), the first of its users
+from engine.language.yamlio import MAX_MAGNITUDE  # noqa: E402
 _MAX_BITS = 128
 #: Largest exponent of a power, numeric or symbolic.
 MAX_EXPONENT = 64

@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-import sympy
-
-from engine.language.evaluate import Analysis, CacheRow
-from engine.language.ops import OPS
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    import sympy   # annotations; imported where used (a stored deploy never loads sympy)
+    from engine.language.evaluate import Analysis, CacheRow
 from engine.language import symbols
 
 #: Bytes per cached element by KV dtype.
@@ -41,6 +41,7 @@ def cache_element_bytes(cache: CacheRow, kv_dtype: str = "bf16") -> sympy.Expr |
 
 def tokens_kept(cache: CacheRow, length: sympy.Expr) -> sympy.Expr:
     """Tokens (or entries) the cache holds at context ``length``, by its growth law."""
+    import sympy
     if cache.growth == "window":
         return sympy.Min(length, cache.window)
     if cache.growth == "compressed":
@@ -64,6 +65,7 @@ def per_context_token(cache: CacheRow) -> sympy.Expr:
 
 def bytes_per_token(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> dict[str, sympy.Expr]:
     """Per cache kind: bytes added per token of context while the cache grows (all layers)."""
+    import sympy
     out: dict[str, sympy.Expr] = defaultdict(lambda: sympy.Integer(0))
     for cache in caches(analysis, stack):
         if cache.growth != "state":
@@ -74,12 +76,14 @@ def bytes_per_token(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "ma
 
 def growing_bytes_per_token(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> sympy.Expr:
     """Bytes per token of context of the caches that grow without bound (every token, compressed)."""
+    import sympy
     return sum((per_context_token(c) * cache_element_bytes(c, kv_dtype)
                 for c in caches(analysis, stack) if c.growth in ("every_token", "compressed")), sympy.Integer(0))
 
 
 def fixed_bytes_per_request(analysis: Analysis, kv_dtype: str = "bf16", stack: str = "main") -> sympy.Expr:
     """Per request, window-capped caches at their full window and recurrent states."""
+    import sympy
     total = sympy.Integer(0)
     for c in caches(analysis, stack):
         if c.growth == "window":
@@ -108,6 +112,7 @@ def is_recurrent(cache: CacheRow, analysis: Analysis) -> bool:
     is state too, but its layer still attends a growing cache: it makes no linear-attention layer."""
     if cache.growth != "state":
         return False
+    from engine.language.ops import OPS
     op = OPS[analysis.rows[cache.node_uid].op]
     return op.state is not None and not op.rolling_state
 
@@ -119,6 +124,7 @@ def part_of(cache: CacheRow) -> str:
 
 def entry_bytes_per_request(cache: CacheRow, length: sympy.Expr | int, kv_dtype: str = "bf16") -> sympy.Expr:
     """Bytes one cache entry holds for one request at context ``length``, all its layers."""
+    import sympy
     length = sympy.Integer(length) if isinstance(length, int) else length
     return tokens_kept(cache, length) * cache.per_token * cache.repeat * cache_element_bytes(cache, kv_dtype)
 
@@ -127,6 +133,7 @@ def bytes_per_request(analysis: Analysis, length: sympy.Expr | int | None = None
                       kv_dtype: str = "bf16", stack: str = "main", part: str | None = None) -> sympy.Expr:
     """KV bytes one request holds at context ``length`` (a symbol ``length`` when omitted); with
     ``part`` (:data:`PARTS`) only that part: the parts sum to the whole."""
+    import sympy
     length = symbols.dim(symbols.LENGTH) if length is None else sympy.Integer(length) \
         if isinstance(length, int) else length
     return sum((entry_bytes_per_request(c, length, kv_dtype) for c in caches(analysis, stack)
@@ -173,6 +180,7 @@ def request_terms(analysis: Analysis, stack: str = "main", part: str | None = No
     """(cache elements in the KV dtype, bytes of the entries with their own dtype) one request holds,
     as expressions of the symbol ``length``: the request's bytes are ``elements x kv_bytes + own``
     (the one expression :func:`request_bytes_fn` evaluates and the deploy page's formula trees carry)."""
+    import sympy
     length = symbols.dim(symbols.LENGTH)
     mine = [c for c in caches(analysis, stack) if part is None or part_of(c) == part]
     elements = sum((tokens_kept(c, length) * c.per_token * c.repeat for c in mine if not c.dtype), sympy.Integer(0))

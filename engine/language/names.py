@@ -125,3 +125,16 @@ def refuse_symlinks(path: Path, below: Path, shown: str = "") -> None:
                     refuse(Path(entry.path))
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
+
+
+def pick_model(query: str, ids) -> tuple[str | None, list[str]]:
+    """(the model id of ``ids`` that ``query`` names, or None; the ids it matches): the HF id itself,
+    a file stem, or a case-insensitive part of an id that picks one (an exact last name first)."""
+    if query in ids:
+        return query, [query]
+    wanted = query.lower().replace("--", "/")
+    hits = [i for i in ids if wanted in i.lower()]
+    exact = [i for i in hits if i.lower().split("/")[-1] == wanted.split("/")[-1]]
+    if len(exact) == 1:
+        return exact[0], hits
+    return (hits[0] if len(hits) == 1 else None), hits

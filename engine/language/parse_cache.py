@@ -101,8 +101,8 @@ def folder_for(out: Path) -> Path | None:
 
 def _yaml_sources() -> tuple[str, ...]:
     """The source files a YAML entry's value depends on: the loader, its number bound, this module."""
-    from engine.language import expr, yamlio
-    return (yamlio.__file__, expr.__file__, __file__)
+    from importlib.util import find_spec     # found, not imported: expr would load sympy
+    return (find_spec("engine.language.yamlio").origin, find_spec("engine.language.expr").origin, __file__)
 
 
 def _key(namespace: str, sources: tuple[str, ...], data: bytes) -> str:
@@ -232,7 +232,7 @@ def _line(x: Any) -> int:
 
 
 def _decode(x: Any) -> Any:
-    from engine.language.expr import MAX_MAGNITUDE
+    from engine.language.yamlio import MAX_MAGNITUDE
     from engine.language.yamlio import LineDict, LineList
     kind = type(x)
     if kind is list:

@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.language import expr
 from engine.language.errors import SpecError, Where
 
 
@@ -180,6 +179,7 @@ class Expr(Node):
         super().check(value, at)
         if not (self.forbid and isinstance(value, str)) or value.startswith("$"):
             return
+        from engine.language import expr    # here, not at the top: a file without such a text never loads sympy
         try:
             names = expr.names_in(value)
         except expr.ExprError:

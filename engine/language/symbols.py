@@ -9,10 +9,15 @@ from __future__ import annotations
 import keyword
 import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import sympy
-from sympy.core.function import AppliedUndef
+
+if TYPE_CHECKING:
+    import sympy
+
+# sympy is imported where a symbol is made or compiled, not at the top: a command answered from a
+# build's formula document (engine/cli/deploy_fast.py) imports this module and never makes a symbol
 
 #: Requests processed together in one step.
 BATCH = "batch"
@@ -63,18 +68,21 @@ def _checked(name: str) -> str:
 @lru_cache(maxsize=None)
 def dim(name: str) -> sympy.Symbol:
     """The one symbol for a dim name: integer and positive."""
+    import sympy
     return sympy.Symbol(_checked(name), integer=True, positive=True)
 
 
 @lru_cache(maxsize=None)
 def index(name: str) -> sympy.Symbol:
     """A count that may be zero (a summation index, a number of draft tokens): integer, >= 0."""
+    import sympy
     return sympy.Symbol(_checked(name), integer=True, nonnegative=True)
 
 
 @lru_cache(maxsize=None)
 def rate(name: str) -> sympy.Symbol:
     """A probability or share (a speculative draft's acceptance rate): real, >= 0."""
+    import sympy
     return sympy.Symbol(_checked(name), nonnegative=True)
 
 
@@ -93,6 +101,8 @@ def checked_lambdify(args, expr, **options):
     source is written when a symbol of ``args`` or ``expr``, or an undefined function of ``expr``,
     has a name that is not a plain Python identifier (lambdify copies those names into the code it
     compiles). Every compile of the engine goes through here."""
+    import sympy
+    from sympy.core.function import AppliedUndef
     names = _arg_names(args) + [s.name for s in getattr(expr, "free_symbols", ())]
     if isinstance(expr, sympy.Basic):
         names += [f.func.__name__ for f in expr.atoms(AppliedUndef)]
@@ -104,6 +114,7 @@ def checked_lambdify(args, expr, **options):
 def _arg_names(args) -> list[str]:
     """The names lambdify writes for its arguments: a symbol's name, a text's comma-separated
     parts (a parameter list given as text), nested in lists and tuples."""
+    import sympy
     if isinstance(args, sympy.Symbol):
         return [args.name]
     if isinstance(args, str):

@@ -31,10 +31,14 @@ import yaml
 
 from engine.language import parse_cache
 from engine.language.errors import SpecError, Where
-from engine.language.expr import MAX_MAGNITUDE
 from engine.language.schema import check as check_schema
 
 from engine.project import MAX_FILE_BYTES  # noqa: E402  (the one cap on an input file's bytes)
+
+#: Bound on every number's magnitude (and denominator; engine.language.expr holds formulas to it too).
+#: Real dims, counts, byte totals and FLOP formulas' coefficients are far below 2**128 (~3.4e38);
+#: anything near it is an attack or a typo.
+MAX_MAGNITUDE = 2 ** 128
 #: Corpus files nest at most 9 levels deep (a stack's graph's node's dims); 64 is far above.
 MAX_DEPTH = 64
 #: Nodes that aliases may add when expanded, over one file. The corpus's aliases (shared fills
