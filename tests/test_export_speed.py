@@ -1,6 +1,6 @@
 """The export side's shortcuts (issue 19) give the text and values of the plain calls they replace.
 
-* the memo printers of :mod:`engine.deploy.sol` (:class:`engine.language.memo_printer.MemoStrPrinter`) print every formula as sympy's own printer of
+* the memo printers of :mod:`engine.deploy.op_rows` (:class:`engine.language.memo_printer.MemoStrPrinter`) print every formula as sympy's own printer of
   the same settings does (``str()`` for weights, ``order="none"`` for the per-op formulas), for the
   formulas of a real structure and for nodes whose text depends on where they sit (Floats, square
   roots, negative terms);
@@ -16,7 +16,7 @@ from sympy.printing.str import StrPrinter
 
 
 def test_memo_printer_consistency_with_sympy_printing():
-    from engine.deploy import op_rows as sol     # (the printers moved with the op rows)
+    from engine.deploy import op_rows     # (the printers moved with the op rows, made on first use)
     from engine.deploy.step_totals import step_totals
     from engine.deploy.fusion_table import load_tables, token_limits
     from engine.deploy.hardware import load_gpus
@@ -38,10 +38,13 @@ def test_memo_printer_consistency_with_sympy_printing():
               sympy.Min(x, y) * sympy.floor(z / 7) - 1]
     assert len(exprs) > 100
     order_none = StrPrinter({"order": "none"})
+    plain, unordered = op_rows._printer(), op_rows._printer(order="none")
     for expr in exprs * 2:                       # twice: the second pass prints from the memo
-        assert sol._STR.doprint(expr) == str(expr)
-        assert sol._PRINTER.doprint(expr) == order_none.doprint(expr)
-    assert sol._PRINTER._memo and sol._STR._memo      # the memo printers were used
+        assert plain.doprint(expr) == str(expr)
+        assert unordered.doprint(expr) == order_none.doprint(expr)
+    assert plain._memo and unordered._memo      # the memo printers were used
+    # the printers the op rows print with are these very objects (one per settings, cached)
+    assert op_rows._printer() is plain and op_rows._printer(order="none") is unordered
 
 
 def test_columns_joined_consistency_with_chunk_by_chunk():
