@@ -22,17 +22,6 @@ from site_builder.writer import Site
 COMPARE_INPUT = 4096
 
 
-def _round(value):
-    """Four significant digits for display data (the Parquet downloads keep full precision)."""
-    if isinstance(value, float):
-        return float(f"{value:.4g}")
-    return value
-
-
-def _table(frame: pl.DataFrame) -> dict:
-    return {"columns": frame.columns, "rows": [[_round(v) for v in row] for row in frame.rows()]}
-
-
 def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = False) -> None:
     doc = results.documents[model_id]
     name = slug(model_id)

@@ -241,10 +241,10 @@ def test_consistency_point_reader_shares_plans_and_answers_as_deploy(evaluation)
     assert len(reader._plans) < len(batches)
 
 
-@pytest.mark.parametrize("shared", [False, True], ids=["own-plans", "search-cache"])
-def test_consistency_point_reader_reads_a_config_at_once_as_deploy(evaluation, shared):
+@pytest.mark.parametrize("search_cache", [False, True], ids=["own-plans", "search-cache"])
+def test_consistency_point_reader_reads_a_config_at_once_as_deploy(evaluation, search_cache):
     """``PointReader.read_all`` (what plan's answers on the bound and the expected time read)
-    evaluates a config's batches in one vectorized summary per plan; with ``shared`` its plans are
+    evaluates a config's batches in one vectorized summary per plan; with ``search_cache`` its plans are
     the search's structures (a StructureCache's live key), as ``archledger plan`` passes them. Each
     point's summary equals the one deploy's own fresh plan gives at that batch alone, float for
     float, across the two fusion regimes of the test above (decode at batch 1-32 and 64-256 at TP 2
@@ -263,7 +263,7 @@ def test_consistency_point_reader_reads_a_config_at_once_as_deploy(evaluation, s
     fusion = load_tables(REPO / "corpus" / "fusion")["vllm"]
     tables = load_measured(REPO / "gpus" / "measured", gpu=gpu.key, framework="vllm")
     options, config = Options(framework="vllm"), ParallelConfig(tp=2)
-    cache = StructureCache(ev, {"vllm": fusion}) if shared else None
+    cache = StructureCache(ev, {"vllm": fusion}) if search_cache else None
     reader = PointReader(ev, gpu, options, fusion, 1024, 128, tables, cache)
     batches = (1, 8, 32, 64, 256)
     reader.read_all(config, batches)

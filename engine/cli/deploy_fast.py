@@ -78,17 +78,18 @@ def stored_deployment(args):
 def _document(results: Path, query: str, corpus: Path, gpu_root: Path) -> dict | None:
     """The model's formula document when the build in ``results`` can answer (module doc), else None."""
     from engine.batch import built, publish
-    from engine.language.names import pick_model
+    from engine.language.names import pick_model, slug
     try:
         manifest = json.loads((results / "manifest.json").read_text())
-        model_id, _ = pick_model(query, built.corpus_models(built.Built(manifest)))
+        build = built.Built(manifest)
+        model_id, _ = pick_model(query, built.corpus_models(build))
         entry = manifest["models"][model_id] if model_id else None
-        name = f"formulas/{model_id.replace('/', '--')}.json" if model_id else ""
+        name = f"formulas/{slug(model_id)}.json" if model_id else ""
         record = entry["files"][name] if entry else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if record is None or not built.Built(manifest).grid_path().is_file() or \
-            not built.unchanged(built.Built(manifest), corpus, gpu_root) or not publish.matches(results / name, record):
+    if record is None or not build.grid_path().is_file() or \
+            not built.unchanged(build, corpus, gpu_root) or not publish.matches(results / name, record):
         return None
     try:
         return json.loads((results / name).read_text())

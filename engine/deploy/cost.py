@@ -41,17 +41,6 @@ if TYPE_CHECKING:    # the compile path (sympy) is imported where a program is c
     from engine.deploy.device_program import Program     # from a build's document never loads it
 
 
-def __getattr__(name: str):
-    # ARGS, KV_BYTES and step_totals, re-exported for engine/deploy/measured.py only (every other
-    # importer reads them from step_functions / step_totals), on first use: they are sympy's
-    if name in ("ARGS", "KV_BYTES"):
-        from engine.deploy import step_functions
-        return getattr(step_functions, name)
-    if name == "step_totals":
-        from engine.deploy.step_totals import step_totals
-        return step_totals
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 BOUNDS = ("compute", "memory", "comm")
 
 

@@ -302,7 +302,7 @@ class Spec:
     """What the tables read of one step, whatever the point: its kernel class, the tables that
     cover it (the faster one's time wins), the roofline key (:func:`roof_expr`), its point on the
     tables' axes and the condition under which a table applies, as expressions of the point
-    (engine.deploy.cost.ARGS), and an MoE table's key as text. :func:`_ask` evaluates it at the
+    (engine.deploy.step_functions.ARGS), and an MoE table's key as text. :func:`_ask` evaluates it at the
     grid's points, :func:`expected_tree` exports it for the browser: one rule for both."""
 
     kernel: str

@@ -88,7 +88,7 @@ _FUNCS: dict = {}
 def _at(expr, args: dict) -> np.ndarray:
     """A step expression's values at the points (``args``: symbol -> 1-D array of the points),
     as an array over them; compiled once per expression (NumPy)."""
-    from engine.deploy.cost import ARGS    # the compile path's (sympy): a stored structure never gets here
+    from engine.deploy.step_functions import ARGS    # the compile path's (sympy): a stored structure never gets here
     f = _FUNCS.get(expr)
     if f is None:
         if len(_FUNCS) > 50_000:        # the step expressions of a model or two: keep it bounded
@@ -135,11 +135,28 @@ def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, 
         return None
     at = _at if values is None else lambda e, a: _at_once(e, a, values)
     points = np.column_stack([at(e, args) for e in spec.point])
-    valid = (t_sol > 0) & (at(spec.applies, args) != 0)
+    return ask_where(row, points, at(spec.applies, args), t_sol, spec.tables, spec.roof, float(step.repeat),
+                     spec.shape)
+
+
+def ask_where(row: int, points: np.ndarray, applies: np.ndarray, t_sol: np.ndarray, tables, roof, repeat: float,
+              shape: str) -> Ask | None:
+    """The module's rule of where a step's tables apply, once its point (``points``: one column per
+    coordinate) and condition (``applies``) are evaluated: where the step's bound and every
+    coordinate are positive and the condition holds. None where that is nowhere. The compiled path
+    (:func:`_ask`) and a structure made from the build's document (engine.deploy.stored) both ask
+    through it."""
+    valid = (t_sol > 0) & (applies != 0)
     at = np.flatnonzero(valid & (points.min(axis=1) > 0))   # an empty shape: no lookup
     if not len(at):
         return None
-    return Ask(row, at, points[at], list(spec.tables), spec.roof, float(step.repeat), spec.shape)
+    return Ask(row, at, points[at], list(tables), roof, repeat, shape)
+
+
+def fallback(t_sol: np.ndarray) -> Gathered:
+    """A program's gathered steps before any lookup: every step at its bound / the default
+    efficiency, none measured (the times a step no table covers keeps)."""
+    return Gathered(t_sol / DEFAULT_EFFICIENCY, np.zeros(t_sol.shape, dtype=bool), t_sol, [])
 
 
 
@@ -185,7 +202,7 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
     keep = list(range(len(steps)) if keep is None else keep)
     n = len(batch)
     t_sol = _rows(values["t_sol"], keep, n)
-    out = Gathered(t_sol / DEFAULT_EFFICIENCY, np.zeros((len(keep), n), dtype=bool), t_sol, [])
+    out = fallback(t_sol)
     if not tables:
         return out
     lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config, s.ev.bound,
@@ -195,7 +212,7 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
     if covered:
         dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
         args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
-        from engine.deploy.cost import KV_BYTES
+        from engine.deploy.step_functions import KV_BYTES
         args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
         values: dict = {}       # each coordinate's values at these points, once per expression
         for j in covered:

@@ -216,15 +216,14 @@ class StoredStructure:
 
     def gather(self, plan, phase: str, batch, seq, ctx, values: dict, keep=None):
         """engine.deploy.measured.gather of this structure: every kept step at its bound / the
-        default efficiency, and the lookups of the steps the document's expected-time trees cover,
-        found as measured._ask finds them (a table applies where the step's bound and every
-        coordinate are positive and the condition holds)."""
-        from engine.deploy.measured import DEFAULT_EFFICIENCY, Ask, Gathered, _rows
+        default efficiency (measured.fallback), and the lookups of the steps the document's
+        expected-time trees cover, where measured.ask_where (the one rule) says a table applies."""
+        from engine.deploy.measured import _rows, ask_where, fallback
         steps = self.programs[phase].steps
         keep = list(range(len(steps)) if keep is None else keep)
         n = len(batch)
         t_sol = _rows(values["t_sol"], keep, n)
-        out = Gathered(t_sol / DEFAULT_EFFICIENCY, np.zeros((len(keep), n), dtype=bool), t_sol, [])
+        out = fallback(t_sol)
         expected = self.option["expected"][plan.options.kv_dtype][phase][self.regimes[phase]]
         trees = self.document.doc["expected"][expected]
         env = {name: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for name, x in
@@ -243,9 +242,8 @@ class StoredStructure:
             if spec is None:
                 continue
             repeat, tables, roof, point, applies, shape = spec
-            points = np.column_stack([at(f) for f in point])
-            valid = (t_sol[j] > 0) & (at(applies) != 0)
-            hit = np.flatnonzero(valid & (points.min(axis=1) > 0))
-            if len(hit):
-                out.asks.append(Ask(j, hit, points[hit], list(tables), roof, repeat, shape))
+            a = ask_where(j, np.column_stack([at(f) for f in point]), at(applies), t_sol[j], tables, roof, repeat,
+                          shape)
+            if a is not None:
+                out.asks.append(a)
         return out
