@@ -9,7 +9,8 @@ Markdown tables for README / docs/results.md:
   compressed bytes from the Parquet footers): bytes, share, distinct values per partition (summed)
   and bytes per distinct value. A float64 column whose values are the results of divisions and sums
   has about 8 bytes of entropy per distinct value that no lossless codec removes: a column near
-  8 B per distinct value is at its floor; one far below it is repetitive and already cheap;
+  8 B per distinct value is at its floor; one far below it is repetitive and already cheap (the time
+  columns are float32, about 4 B at their floor: docs/results.md "Precision");
 * the writer settings tried on the largest partitions (codec level, row order, column encodings
   through pyarrow: byte-stream split, dictionary; without the derivable columns; the stored file
   is the reference): what each would save, with its write time (a measurement, not a test);
@@ -37,9 +38,9 @@ from engine.batch.results import PARTITION_ORDER, ZSTD_LEVEL  # noqa: E402
 
 TABLES = ("deployments", "ops", "fronts", "sizing", "disagg")
 
-#: Stored columns to test for being an exact float64 function of other stored columns, on every row.
-DERIVABLE = {"tokens_per_s_per_gpu": pl.col("batch") / pl.col("tpot_s") / pl.col("n_gpus"),
-             "free_bytes_per_gpu": pl.max_horizontal(pl.lit(0.0), pl.col("kv_budget_bytes_per_gpu") - pl.col("kv_bytes_per_gpu"))}
+#: Stored columns to test for being an exact float64 function of other stored columns, on every row
+#: (tokens_per_s_per_gpu = batch / tpot_s / n_gpus was one: no longer stored since schema version 2).
+DERIVABLE = {"free_bytes_per_gpu": pl.max_horizontal(pl.lit(0.0), pl.col("kv_budget_bytes_per_gpu") - pl.col("kv_bytes_per_gpu"))}
 
 
 def mb(n: float) -> str:
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                 sizes[name] += n
             frame = pl.read_parquet(f, hive_partitioning=False)
             for name in frame.columns:
-                if frame[name].dtype == pl.Float64:
+                if frame[name].dtype in (pl.Float64, pl.Float32):
                     distinct[name] += frame[name].n_unique()
         total = sum(sizes.values())
         print(f"\n{table}: {mb(total)} of column data\n")

@@ -16,8 +16,9 @@ from typing import Any
 
 import polars as pl
 
-#: The values compared: what a reader sees of a deployment (times, throughput, memory, link bytes).
-COMPARED = ("fits", "ttft_s", "tpot_s", "tokens_per_s_per_gpu", "weight_bytes_per_gpu", "kv_bytes_per_gpu",
+#: The values compared: what a reader sees of a deployment (times, memory, link bytes; the throughput
+#: is batch / tpot_s / n_gpus, equal where tpot_s is at a point of one GPU count).
+COMPARED = ("fits", "ttft_s", "tpot_s", "weight_bytes_per_gpu", "kv_bytes_per_gpu",
             "free_bytes_per_gpu", "max_concurrent_requests", "step_time_s", "comm_bytes", "bytes", "flops")
 POINT = ("phase", "batch", "input_len", "output_len")
 GROUP = ("gpu", "n_gpus", "framework", "kv_dtype")

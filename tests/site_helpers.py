@@ -77,11 +77,15 @@ def deploy_page(tab, base: str, model: str, query: str) -> dict:
 
 
 def result_tables(out: Path) -> dict[str, pl.DataFrame]:
-    """models.parquet and the hive-partitioned deployments, ops, fronts and sizing tables of a build."""
+    """models.parquet and the hive-partitioned deployments, ops, fronts and sizing tables of a build;
+    the deployments with the worst case's ``tokens_per_s_per_gpu`` as an analyst adds it (the
+    documented division of the stored columns, engine.serving.steady.worst_rate: not stored)."""
+    from engine.serving.steady import worst_rate
     results = out / "results"
 
     def scan(table: str) -> pl.DataFrame:
-        return pl.scan_parquet(str(results / table / "**" / "*.parquet"), hive_partitioning=True).collect()
+        frame = pl.scan_parquet(str(results / table / "**" / "*.parquet"), hive_partitioning=True)
+        return (frame.with_columns(tokens_per_s_per_gpu=worst_rate()) if table == "deployments" else frame).collect()
 
     return {"models": pl.read_parquet(results / "models.parquet"),
             **{t: scan(t) for t in ("deployments", "ops", "fronts", "sizing") if (results / t).is_dir()}}

@@ -160,8 +160,13 @@ def _hand_values(model: str, row: dict) -> None:
 def test_rows_agree_with_archledger_deploy(default_build, capsys):
     """Consistency of the grid build with `archledger deploy` (both go through sol.summarize, so a
     bug shared by the two passes here), plus hand-derived values for a few of the same rows
-    (_hand_values; tests/test_site_numbers.py checks more grid rows by hand on a small build)."""
-    d = _scan(default_build.results, "deployments")
+    (_hand_values; tests/test_site_numbers.py checks more grid rows by hand on a small build). A
+    stored time is the float32 rounding of deploy's float64 (engine.batch.schema.stored_time, docs/
+    results.md "Precision"): compared exactly through it, so a change of the engine's number by more
+    than float32's 6e-8 fails; the worst-case rate is the documented division of the stored tpot_s."""
+    from engine.batch.schema import stored_time
+    from engine.serving.steady import worst_rate
+    d = _scan(default_build.results, "deployments").with_columns(tokens_per_s_per_gpu=worst_rate())
     ops = _scan(default_build.results, "ops")
     cases = [("deepseek-ai/DeepSeek-V3", "H200", dict(tp=8, ep=8, dp_attn=8), "sglang", "bf16", 64, 4096, 1024),
              ("meta-llama/Meta-Llama-3.1-70B", "H100", dict(tp=8, ep=1, dp_attn=1), "vllm", "fp8", 8, 16384, 1024),
@@ -181,14 +186,19 @@ def test_rows_agree_with_archledger_deploy(default_build, capsys):
         rows = d.filter(where)
         assert rows.height == 2, (model, rows.height)
         for row in rows.iter_rows(named=True):
-            for field in ("weight_bytes_per_gpu", "kv_bytes_per_request", "kv_budget_bytes_per_gpu", "ttft_s",
-                          "tpot_s", "tokens_per_s_per_gpu", "max_concurrent_requests", "fits", "extrapolated"):
+            for field in ("weight_bytes_per_gpu", "kv_bytes_per_request", "kv_budget_bytes_per_gpu",
+                          "max_concurrent_requests", "fits", "extrapolated"):
                 assert row[field] == pytest.approx(cli["deployment"][field], rel=1e-9), (model, field)
+            for field in ("ttft_s", "tpot_s", "ttft_bound_s", "tpot_bound_s"):
+                assert row[field] == stored_time(field, cli["deployment"][field]), (model, field)
+            assert row["tokens_per_s_per_gpu"] == batch / float(stored_time("tpot_s", cli["deployment"]["tpot_s"])) / \
+                row["n_gpus"]
+            assert row["tokens_per_s_per_gpu"] == pytest.approx(cli["deployment"]["tokens_per_s_per_gpu"], rel=1e-7)
             # a decode row's step is its TPOT (one token per request per step): stored once, as
             # tpot_s, its step_time_s null (results.DECODE_COPIES); a prefill row keeps its step
             assert (row["step_time_s"] is None) == (row["phase"] == "decode"), row["phase"]
             step = row["tpot_s"] if row["phase"] == "decode" else row["step_time_s"]
-            assert step == pytest.approx(cli["phases"][row["phase"]]["step_time_s"], rel=1e-9)
+            assert step == stored_time("step_time_s", cli["phases"][row["phase"]]["step_time_s"])
             assert row["weight_bytes_per_gpu_formula"] and "hidden" in row["weight_bytes_per_gpu_formula"]
             _hand_values(model, row)
         if kv_dtype == "bf16" and (batch, inp, out) in load_grid().ops_points:
@@ -200,7 +210,8 @@ def test_rows_agree_with_archledger_deploy(default_build, capsys):
                 # its bound names
                 times = {b: row[f"t_{b}_s"] for b in ("compute", "memory", "comm")}
                 assert "t_sol_s" not in row and max(times.values()) == times[row["bound"]]
-                assert times[row["bound"]] == pytest.approx(theirs[row["op_uid"]]["t_sol_s"], rel=1e-9)
+                name = f"t_{row['bound']}_s"
+                assert times[row["bound"]] == stored_time(name, theirs[row["op_uid"]]["t_sol_s"])
                 assert row["flops_formula"] == theirs[row["op_uid"]]["flops_formula"]
 
 

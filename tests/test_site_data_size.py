@@ -108,6 +108,33 @@ def test_front_file_holds_the_charts_stored_fields_column_wise(tmp_path):
     assert front["values"][7:] == [[250.0, 50.0, 200.0], [250.0, 100.0, 50.0]]
 
 
+def test_front_file_writes_a_stored_float32_time_as_its_shortest_decimal(tmp_path):
+    """A partition as the build writes it stores its times as float32 (docs/results.md "Precision"):
+    the front file holds each as the shortest decimal that reads back as that float32 (0.02 and 0.025,
+    not 0.019999999552965164), and the rates as float64 divisions of the stored value. By hand: the
+    float32 nearest 0.02 is 0x3CA3D70A = 0.0199999995529651641845703125, so 8 requests on 2 GPUs give
+    8 / that / 2 = 200.0000045 tokens/s per GPU, not 200."""
+    import struct
+    import types
+
+    import polars as pl
+
+    from site_builder.data import front_files
+    stored = struct.unpack(">f", bytes.fromhex("3CA3D70A"))[0]
+    part = tmp_path / "deployments" / "model=m--x"
+    part.mkdir(parents=True)
+    pl.DataFrame({"model_id": ["m/x"], "gpu": ["H100"], "n_gpus": [2], "config": ["tp2"], "batch": [8],
+                  "framework": ["vllm"], "kv_dtype": ["bf16"], "input_len": [1024], "output_len": [256],
+                  "phase": ["decode"], "on_front": [True], "ttft_s": pl.Series([0.5], dtype=pl.Float32),
+                  "tpot_mean_s": pl.Series([0.02], dtype=pl.Float32), "tpot_s": pl.Series([0.025], dtype=pl.Float32),
+                  "max_concurrent_requests_steady": [40], "max_concurrent_requests": [30]}).write_parquet(part / "part.parquet")
+    values = front_files(types.SimpleNamespace(root=tmp_path), "m/x")[("vllm", "bf16", 1024, 256)]["values"]
+    assert values[4:7] == [[0.5], [0.02], [0.025]]
+    assert values[7][0] == 8 / stored / 2 and abs(values[7][0] - 200.0000044703484) < 1e-9 and values[8][0] == 1 / stored
+    from site_builder.data import compact_json
+    assert compact_json(values[5]) == "[0.02]"
+
+
 def test_expected_file_indexes_each_tooltip_once_and_drops_the_seconds():
     """site_builder.data.expected_tips: one config's per-op tooltips at the grid's per-op points as
     the page reads them (static/js/deploy.js expectedOps): op uids and distinct tooltips once, each

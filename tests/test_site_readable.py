@@ -208,7 +208,7 @@ def test_identical_configs_are_explained(tab, base, built):  # noqa: F811
     rows = result_tables(built)["deployments"].filter(
         (pl.col("model_id") == "deepseek-ai/DeepSeek-V3") & (pl.col("gpu") == "B200") & (pl.col("n_gpus") == 8)
         & (pl.col("framework") == "vllm") & (pl.col("kv_dtype") == "bf16"))
-    same = [c for c in ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "weight_bytes_per_gpu", "kv_bytes_per_gpu",
+    same = [c for c in ("ttft_s", "tpot_s", "weight_bytes_per_gpu", "kv_bytes_per_gpu",
                         "max_concurrent_requests", "comm_bytes", "flops", "bytes")]
     point = ["phase", "batch", "input_len", "output_len"]
     a, b = (rows.filter(pl.col("config") == c).sort(point).select(point + same) for c in ("tp8", "tp8-ep8"))

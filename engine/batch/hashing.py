@@ -25,7 +25,8 @@ if TYPE_CHECKING:       # the corpus type only: loading a corpus imports sympy
 
 #: The engine's own sources (every subpackage) are an input of every model's results.
 ENGINE = PACKAGE_ROOT / "engine"
-SCHEMA_VERSION = 1
+#: 2: time columns stored as float32, tokens_per_s_per_gpu no longer stored (docs/results.md "Precision").
+SCHEMA_VERSION = 2
 #: The corpus's lineage table (engine.batch.landscape reads it; its order is in models.parquet).
 LINEAGE_FILE = "lineage.yaml"
 

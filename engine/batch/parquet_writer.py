@@ -11,7 +11,14 @@ from pathlib import Path
 
 import polars as pl
 
+from engine.batch.schema import stored_times
+
+
 def _frame(columns: dict, schema: dict) -> pl.DataFrame:
+    """The typed frame of ``schema`` from evaluated ``columns``; a float32 column's values rounded
+    as it stores them (:func:`engine.batch.schema.stored_times`: a lower bound down, never
+    polars' cast to the nearest)."""
+    columns = stored_times(columns, schema)
     return pl.DataFrame([_series(k, columns[k], v[0]) for k, v in schema.items()])
 
 
@@ -60,7 +67,9 @@ def write_parquet(frame: pl.DataFrame, path: Path, **options) -> None:
 #: 51 models' deployments and ops (75.14 -> 73.75 MB), the decode rows' own order unchanged (so
 #: ``on_front``'s tie-break, which reads them in table order, too). Level 12 would save 1.2% more
 #: for half again the write time; 15 and above cost 2-6x the time for 1-3% less. The rest is the
-#: float64 values themselves: a column costs 5-9 bytes per distinct value (benchmarks/downloads.py).
+#: values themselves: a float64 column costs 5-9 bytes per distinct value, so the time columns are
+#: stored as float32 (engine.batch.schema.stored_time; about half the bytes; docs/results.md
+#: "Precision") (benchmarks/downloads.py).
 #: The site publishes these files as its downloads (hard links), so this is the downloads' size too.
 PARTITION_ORDER = ["gpu", "n_gpus", "config", "framework", "kv_dtype", "input_len", "output_len", "batch", "phase"]
 ZSTD_LEVEL = 9

@@ -2,11 +2,30 @@
 
 Layer: engine.batch. Each schema maps a column name to its polars dtype and the sentence
 docs/results.md documents it with (the schema test reads both). :func:`without_copies` is the
-one place the decode rows' copied columns are dropped before writing.
+one place the decode rows' copied columns are dropped before writing; :func:`stored_time` the one
+place a time is rounded to the float32 its column stores (:func:`stored_times`, at the write).
 """
 from __future__ import annotations
 
+import copy
+
+import numpy as np
 import polars as pl
+
+#: The sentence each float32 time column's doc ends with (docs/results.md "Precision").
+_NEAREST = " Stored as float32: the engine's float64 value rounded to the nearest (docs/results.md \"Precision\")."
+_DOWN = (" Stored as float32 rounded down: the largest float32 not above the engine's float64 value, so it stays"
+         " a lower bound (docs/results.md \"Precision\").")
+
+
+def _time(doc: str) -> tuple:
+    """A time column stored at float32 precision, rounded to the nearest (:func:`stored_time`)."""
+    return pl.Float32, doc + _NEAREST
+
+
+def _bound(doc: str) -> tuple:
+    """A lower bound stored at float32 precision, rounded down (:func:`stored_time`)."""
+    return pl.Float32, doc + _DOWN
 
 #: models.parquet columns: name -> (polars dtype, doc). The schema test reads these tables.
 MODELS_SCHEMA = {
@@ -87,29 +106,28 @@ DEPLOYMENTS_SCHEMA = {
     "kv_bytes_per_request_steady_per_gpu": (pl.Float64, "The share of one request's KV one GPU holds at kv_steady_tokens_per_request tokens (bytes)."),
     "max_concurrent_requests_steady": (pl.Int64, "Steady-state capacity: dp_attn x the requests per attention replica whose steady KV (kv_bytes_per_request_steady_per_gpu) fits in (1 - free_fraction) x the KV budget (per model replica). Usually well above max_concurrent_requests; it can fall below it for very short outputs, whose page rounding and reservation the unpaged worst case does not count."),
     "fits_steady": (pl.Boolean, "Steady state: ceil(batch / dp_attn) <= max_concurrent_requests_steady / dp_attn."),
-    "tpot_mean_s": (pl.Float64, "Steady state: time per output token averaged over the output, the decode step at the mean context input_len + (output_len - 1) / 2 (exact for costs linear in the context, an upper bound for window-capped ones) (s)."),
+    "tpot_mean_s": _time("Steady state: time per output token averaged over the output, the decode step at the mean context input_len + (output_len - 1) / 2 (exact for costs linear in the context, an upper bound for window-capped ones) (s)."),
     "max_prefill_batch": (pl.Int64, "Whole prompts one chunked-prefill step holds: dp_attn x min(max(1, floor(8192 / input_len)), capacity per replica)."),
-    "step_time_s": (pl.Float64, "Schedule estimate of one step of this phase (prefill: one chunked-prefill step of the batch's prompts) under the overlap policy `overlap`: none = the sum over ops of max(compute, memory, comm), one kernel after another (s). Null on a decode row, where it is tpot_s (DECODE_COPIES: one token per request per step)."),
-    "step_bound_s": (pl.Float64, "Lower bound of the same step, what no schedule beats: max(sum over ops of compute time, sum of memory time, per link class the sum of its comm time), every resource overlapped with the others (s). Null on a decode row, where it is tpot_bound_s."),
-    "step_expected_s": (pl.Float64, "Expected time of the same step from measured kernels (gpus/measured/, docs/deployment.md \"Expected time from measured kernels\"): the sum over ops of their t_expected_s (ops.parquet), one kernel after another, at least step_bound_s (s). Null on a decode row, where it is tpot_expected_s."),
-    "compute_time_s": (pl.Float64, "Sum over ops of FLOPs / peak (s)."),
-    "memory_time_s": (pl.Float64, "Sum over ops of HBM bytes / bandwidth (s)."),
-    "comm_time_s": (pl.Float64, "Sum over ops of link bytes / link bandwidth (s)."),
+    "step_time_s": _time("Schedule estimate of one step of this phase (prefill: one chunked-prefill step of the batch's prompts) under the overlap policy `overlap`: none = the sum over ops of max(compute, memory, comm), one kernel after another (s). Null on a decode row, where it is tpot_s (DECODE_COPIES: one token per request per step)."),
+    "step_bound_s": _bound("Lower bound of the same step, what no schedule beats: max(sum over ops of compute time, sum of memory time, per link class the sum of its comm time), every resource overlapped with the others (s). Null on a decode row, where it is tpot_bound_s."),
+    "step_expected_s": _time("Expected time of the same step from measured kernels (gpus/measured/, docs/deployment.md \"Expected time from measured kernels\"): the sum over ops of their t_expected_s (ops.parquet), one kernel after another, at least step_bound_s (s). Null on a decode row, where it is tpot_expected_s."),
+    "compute_time_s": _time("Sum over ops of FLOPs / peak (s)."),
+    "memory_time_s": _time("Sum over ops of HBM bytes / bandwidth (s)."),
+    "comm_time_s": _time("Sum over ops of link bytes / link bandwidth (s)."),
     "flops": (pl.Float64, "FLOPs one GPU executes in the step."),
     "bytes": (pl.Float64, "HBM bytes one GPU moves in the step (weights included)."),
     "weight_bytes": (pl.Float64, "Weight bytes one GPU reads in the step."),
     "comm_bytes": (pl.Float64, "Bytes one GPU sends on links in the step."),
     "bound": (pl.String, "compute, memory or comm: the term bounding most of the step time."),
-    "ttft_s": (pl.Float64, "Time to first token of the batch's last request, its prompts prefilled in prefill_steps steps: the schedule estimate, made of step_time_s (s)."),
-    "tpot_s": (pl.Float64, "Worst case: time per output token at the last position: the schedule estimate, made of step_time_s (s)."),
-    "ttft_bound_s": (pl.Float64, "Lower bound of ttft_s: the same composition of the prefill steps' step_bound_s (s)."),
-    "tpot_bound_s": (pl.Float64, "Lower bound of tpot_s: the decode step's step_bound_s (per token with MTP) (s)."),
-    "tpot_mean_bound_s": (pl.Float64, "Lower bound of tpot_mean_s: the decode step's step_bound_s at the output's mean context (per token with MTP) (s)."),
-    "ttft_expected_s": (pl.Float64, "Expected time to first token from measured kernels: the composition of ttft_s with the prefill steps' step_expected_s; at least ttft_bound_s (s). The same number as `archledger deploy --json` at this point."),
-    "tpot_expected_s": (pl.Float64, "Expected time per output token at the last position from measured kernels: the decode step's step_expected_s (per token with MTP); at least tpot_bound_s (s)."),
-    "tpot_mean_expected_s": (pl.Float64, "The same at the output's mean decode context; at least tpot_mean_bound_s (s)."),
+    "ttft_s": _time("Time to first token of the batch's last request, its prompts prefilled in prefill_steps steps: the schedule estimate, made of step_time_s (s)."),
+    "tpot_s": _time("Worst case: time per output token at the last position: the schedule estimate, made of step_time_s (s)."),
+    "ttft_bound_s": _bound("Lower bound of ttft_s: the same composition of the prefill steps' step_bound_s (s)."),
+    "tpot_bound_s": _bound("Lower bound of tpot_s: the decode step's step_bound_s (per token with MTP) (s)."),
+    "tpot_mean_bound_s": _bound("Lower bound of tpot_mean_s: the decode step's step_bound_s at the output's mean context (per token with MTP) (s)."),
+    "ttft_expected_s": _time("Expected time to first token from measured kernels: the composition of ttft_s with the prefill steps' step_expected_s; at least ttft_bound_s (s). The same number as `archledger deploy --json` at this point, rounded to float32."),
+    "tpot_expected_s": _time("Expected time per output token at the last position from measured kernels: the decode step's step_expected_s (per token with MTP); at least tpot_bound_s (s)."),
+    "tpot_mean_expected_s": _time("The same at the output's mean decode context; at least tpot_mean_bound_s (s)."),
     "overlap": (pl.String, "The schedule estimate's overlap policy: none (one kernel after another) or two_batch (two half-batches, one's collectives hidden behind the other's kernels)."),
-    "tokens_per_s_per_gpu": (pl.Float64, "Worst-case decode throughput per GPU: batch / tpot / GPUs (schedule estimate)."),
     "extrapolated": (pl.Boolean, "input_len + output_len exceeds the model's max_context."),
     "on_front": (pl.Boolean, "Decode rows: on the Pareto front of the steady state of continuous batching, steady tokens/s per GPU (batch / tpot_mean_s / n_gpus) vs tokens/s per user (1 / tpot_mean_s), of this GPU type, framework, KV dtype, input_len and output_len, over every GPU count, config and batch the steady state serves (fits_steady; of exact duplicates, the first row): the schedule estimate, not the lower bound, and not the worst case (fits, tpot_s). False on prefill rows and rows fits_steady excludes."),
 }
@@ -121,6 +139,7 @@ DERIVED = ("on_front",)
 #: store, each a division of stored columns (docs/results.md): name -> doc. The site shows these
 #: docs as the definitions of the deploy page's numbers, as it shows the stored columns' docs.
 UNSTORED = {
+    "tokens_per_s_per_gpu": "Worst-case decode throughput per GPU: batch / tpot_s / GPUs (schedule estimate).",
     "tokens_per_s_per_gpu_steady": "Steady-state decode throughput per GPU: batch / tpot_mean_s / GPUs (at batch = max_concurrent_requests_steady: the throughput at capacity).",
     "prefill_tokens_per_s_per_gpu": "Prefill throughput per GPU: batch x input_len / ttft / GPUs.",
 }
@@ -130,6 +149,40 @@ UNSTORED = {
 #: per step would make them differ; such a value stays). Stored null where they are that copy:
 #: zstd finds repeats inside a column, not across two, so the copies cost 12% of the downloads.
 DECODE_COPIES = {"step_time_s": "tpot_s", "step_bound_s": "tpot_bound_s", "step_expected_s": "tpot_expected_s"}
+
+
+#: The float32 columns that are lower bounds (their docs say so: :func:`_bound`), rounded down.
+LOWER_BOUNDS = frozenset(name for name, (_, doc) in DEPLOYMENTS_SCHEMA.items() if doc.endswith(_DOWN))
+
+
+def stored_time(name: str, values):
+    """The float32 a float64 time (a scalar or an array) is stored as in column ``name`` (a
+    :data:`LOWER_BOUNDS` column: rounded down, the largest float32 not above it; any other: to the
+    nearest, ties to even). The engine computes in float64; the tables store this, and every
+    comparison of a stored time with the engine's number goes through it.
+
+    Why float32 is enough: its relative precision is 2^-24 (6e-8), far below what any estimate
+    here means, and half the bytes of the downloads' largest columns (docs/results.md "Precision").
+    Invariants: a stored bound is still a bound (never above the float64 value); and an order
+    between two times holds after rounding (expected >= bound, estimate >= bound): both roundings
+    are monotone and down(y) <= y is a float32, so x >= y gives nearest(x) >= nearest(y) >=
+    nearest(down(y)) = down(y). Zero stays zero; a value that is a float32 is stored unchanged."""
+    x = np.asarray(values, dtype=np.float64)
+    stored = x.astype(np.float32)
+    if name in LOWER_BOUNDS:
+        stored = np.where(stored.astype(np.float64) > x, np.nextafter(stored, np.float32(-np.inf)), stored)
+    return stored if stored.ndim else stored[()]
+
+
+def stored_times(columns: dict, schema: dict) -> dict:
+    """``columns`` (name -> evaluated float64 values) with every float32 column of ``schema`` as
+    :func:`stored_time` rounds it: the one rounding, at the write (parquet_writer._frame); the
+    other columns as they are (a copy of the mapping, of its kind)."""
+    out = copy.copy(columns)
+    for name, (dtype, _) in schema.items():
+        if dtype == pl.Float32 and name in columns:
+            out[name] = stored_time(name, columns[name])
+    return out
 
 
 def without_copies(frame: pl.DataFrame) -> pl.DataFrame:
@@ -158,11 +211,11 @@ OPS_SCHEMA = {
     "bytes": (pl.Float64, "HBM bytes one GPU moves for this op (weights included)."),
     "weight_bytes": (pl.Float64, "Weight bytes among them."),
     "comm_bytes": (pl.Float64, "Bytes one GPU sends on a link."),
-    "t_compute_s": (pl.Float64, "FLOPs / peak of the operand dtype (s)."),
-    "t_memory_s": (pl.Float64, "Bytes / HBM bandwidth (s)."),
-    "t_comm_s": (pl.Float64, "Link bytes / link bandwidth (s)."),
+    "t_compute_s": _time("FLOPs / peak of the operand dtype (s)."),
+    "t_memory_s": _time("Bytes / HBM bandwidth (s)."),
+    "t_comm_s": _time("Link bytes / link bandwidth (s)."),
     "bound": (pl.String, "compute, memory or comm: the largest of the three, the op's SOL time (t_sol_s = max of the three, not stored)."),
-    "t_expected_s": (pl.Float64, "Expected time of the op's calls in the step (s): the measured table's time at the op's shape (interpolated in log space) x calls, never below its SOL time; where no table covers the op, its SOL time / 0.7 (docs/deployment.md \"Expected time from measured kernels\")."),
+    "t_expected_s": _time("Expected time of the op's calls in the step (s): the measured table's time at the op's shape (interpolated in log space) x calls, never below its SOL time; where no table covers the op, its SOL time / 0.7 (docs/deployment.md \"Expected time from measured kernels\")."),
     "measured": (pl.Boolean, "Whether a measured table gave t_expected_s (false: the SOL time / the default efficiency 0.7)."),
     "expected_src": (pl.String, "Where t_expected_s comes from: the table's kernel class and variant, framework and version, source package and the op's point on the table's axes (`, extrapolated` outside the measured range), e.g. `gemm-bf16 vllm 0.24.0 (aiconfigurator-core 0.12.0) at m=64 n=4096 k=4096`; `bound / 0.7` without a table."),
     "expected_table": (pl.String, "The measured table's file (gpus/measured/<gpu>/<framework>-<version>/<kernel>-<variant>.yaml); empty without a table."),

@@ -7,7 +7,8 @@ the deploy and sizing pages' charts, ``archledger plan``) is on the schedule est
 steady state of continuous batching (engine.deploy.sol.steady_fit decides what is served; the
 search's points and the grid's ``fits_steady`` are its output): :data:`FRONT_BASIS` says so in one
 sentence, and :func:`steady_rate` is the steady throughput from a deployments table's stored
-columns (the division ``archledger deploy`` prints as ``tokens_per_s_per_gpu_steady``).
+columns (the division ``archledger deploy`` prints as ``tokens_per_s_per_gpu_steady``), as
+:func:`worst_rate` is the worst case's (``tokens_per_s_per_gpu``): :func:`decode_rate`, one rule.
 """
 from __future__ import annotations
 
@@ -25,11 +26,24 @@ FRONT_BASIS = ("Fronts use the schedule estimate (not the lower bound) in the st
                "(tpot_s, max_concurrent_requests).")
 
 
-def steady_rate() -> pl.Expr:
-    """``tokens_per_s_per_gpu_steady`` from a deployments table's stored columns: batch /
-    tpot_mean_s / n_gpus (engine.batch.results UNSTORED), what the fronts and the GPU comparison read."""
+def decode_rate(tpot: str) -> pl.Expr:
+    """Decode tokens/s per GPU from a deployments table's stored columns: batch / ``tpot`` /
+    n_gpus, in float64 from the stored float32 time (docs/results.md "Precision"): the one rule of
+    the rates deployments.parquet does not store (engine.batch.schema UNSTORED)."""
     import polars as pl
-    return pl.col("batch") / pl.col("tpot_mean_s") / pl.col("n_gpus")
+    return pl.col("batch") / pl.col(tpot).cast(pl.Float64) / pl.col("n_gpus")
+
+
+def steady_rate() -> pl.Expr:
+    """``tokens_per_s_per_gpu_steady``: batch / tpot_mean_s / n_gpus (:func:`decode_rate`), what
+    the fronts and the GPU comparison read."""
+    return decode_rate("tpot_mean_s")
+
+
+def worst_rate() -> pl.Expr:
+    """``tokens_per_s_per_gpu``, the worst case's: batch / tpot_s / n_gpus (:func:`decode_rate`;
+    ``archledger deploy`` prints it, the table does not store it)."""
+    return decode_rate("tpot_s")
 
 
 # The fields of one front point as the pages draw it (the deploy page's throughput/interactivity
@@ -42,7 +56,7 @@ def front_point() -> tuple[tuple[str, pl.Expr], ...]:
     return (
         ("gpu", pl.col("gpu")), ("n_gpus", pl.col("n_gpus")), ("config", pl.col("config")), ("batch", pl.col("batch")),
         ("ttft_s", pl.col("ttft_s")), ("tpot_s", pl.col("tpot_mean_s")), ("tpot_last_s", pl.col("tpot_s")),
-        ("tokens_per_s_per_gpu", steady_rate()), ("tokens_per_s_per_user", 1 / pl.col("tpot_mean_s")),
+        ("tokens_per_s_per_gpu", steady_rate()), ("tokens_per_s_per_user", 1 / pl.col("tpot_mean_s").cast(pl.Float64)),
         ("max_concurrent_requests", pl.col("max_concurrent_requests_steady")),
         ("max_concurrent_requests_worst", pl.col("max_concurrent_requests")))
 
@@ -69,6 +83,10 @@ def front_points(deployments: pl.LazyFrame | pl.DataFrame) -> dict[tuple[str, st
               .select(*key, *(expr.alias(name) for name, expr in fields))
               .sort(*key, "gpu", "tokens_per_s_per_user", "tokens_per_s_per_gpu", descending=[False] * 5 + [True, False])
               .collect())
+    # a stored float32 time goes to the page as the shortest decimal that reads back as that float32
+    # (polars' text of a Float32), not the 17 digits of its float64 expansion; the rates above are
+    # float64 divisions of the stored values (docs/results.md "Precision")
+    points = points.with_columns(pl.col(pl.Float32).cast(pl.String).cast(pl.Float64))
     names = [name for name, _ in fields]
     out = {tuple(k): {"columns": names, "rows": []} for k in keys.sort(key).iter_rows()}
     for group, rows in points.group_by(key, maintain_order=True):
