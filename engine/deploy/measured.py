@@ -123,20 +123,46 @@ class Ask:
 
 
 def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, row: int,
-         values: dict | None = None) -> Ask | None:
+         values: dict | None = None, coordinates=None) -> Ask | None:
     """The step's lookups at every point (``args``: symbol -> 1-D array of the points; ``t_sol``:
     the step's bound over its calls there): its :class:`Spec` evaluated there; a table applies
     where the step's bound and every coordinate of its point are positive and the spec's
     condition holds. None where no table covers it at any point. ``values``: expression -> its
     :func:`_at` over these very ``args`` (a program's steps share most coordinates: ``batch``,
-    a shard's heads), filled as the steps ask; the arrays are only read."""
+    a shard's heads), filled as the steps ask; the arrays are only read. ``coordinates``: instead,
+    expression -> its values at the points (:meth:`SharedCoordinates.at`)."""
     spec = step_spec(step, lookup, member_ops)
     if spec is None:
         return None
-    at = _at if values is None else lambda e, a: _at_once(e, a, values)
+    if coordinates is not None:
+        at = lambda e, a: coordinates(e)    # noqa: E731
+    else:
+        at = _at if values is None else lambda e, a: _at_once(e, a, values)
     points = np.column_stack([at(e, args) for e in spec.point])
     return ask_where(row, points, at(spec.applies, args), t_sol, spec.tables, spec.roof, float(step.repeat),
                      spec.shape)
+
+
+class SharedCoordinates:
+    """The lookups' coordinates (:func:`_at` of a spec's point and condition) over one point set,
+    each expression evaluated once there and handed to the groups of points picked out of it: the
+    coordinates read the point and the KV size, never the GPU, so a program's groups on every GPU
+    type of one KV size share them (engine.deploy.plan.expected_phase_times_many). Per point, so a
+    group's picked values are the floats of evaluating at its own points."""
+
+    def __init__(self, batch, seq, ctx, kv_bytes: float):
+        from engine.deploy.step_functions import KV_BYTES
+        n = len(batch)
+        dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
+        self.args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
+        self.args[KV_BYTES] = np.full(n, float(kv_bytes))
+        self.values: dict = {}
+
+    def at(self, picked: np.ndarray):
+        """expression -> its values at the points ``picked`` (indices into the point set)."""
+        def value(expr) -> np.ndarray:
+            return _at_once(expr, self.args, self.values)[picked]
+        return value
 
 
 def ask_where(row: int, points: np.ndarray, applies: np.ndarray, t_sol: np.ndarray, tables, roof, repeat: float,
@@ -190,11 +216,13 @@ class Gathered:
     asks: list
 
 
-def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep=None) -> Gathered:
+def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep=None,
+           coordinates=None) -> Gathered:
     """The lookups of a program's kept steps (``keep``: indices into its steps, default all) at the
     points (``batch``, ``seq``, ``ctx``: 1-D arrays), each step a table may cover at all the points
     at once; ``values``: the compiled program's evaluation there (engine.deploy.cost: ``t_sol``,
-    ``flops``, ``comm_bytes``, each (steps, points))."""
+    ``flops``, ``comm_bytes``, each (steps, points)); ``coordinates``: the lookups' coordinates at
+    these points (:meth:`SharedCoordinates.at`; default: evaluated here)."""
     s = plan.structure
     if hasattr(s, "gather"):        # a structure made from the build's document: its own trees (engine.deploy.stored)
         return s.gather(plan, phase, batch, seq, ctx, values, keep)
@@ -210,14 +238,16 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
     members = member_ops(s, phase)
     covered = _covered(plan, phase, lookup, members, keep)
     if covered:
-        dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
-        args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
-        from engine.deploy.step_functions import KV_BYTES
-        args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
+        args: dict = {}
+        if coordinates is None:
+            dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
+            args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
+            from engine.deploy.step_functions import KV_BYTES
+            args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
         values: dict = {}       # each coordinate's values at these points, once per expression
         for j in covered:
             step = steps[keep[j]]
-            a = _ask(step, lookup, members, args, t_sol[j], j, values)
+            a = _ask(step, lookup, members, args, t_sol[j], j, values, coordinates)
             if a is not None:
                 out.asks.append(a)
     return out
