@@ -188,16 +188,28 @@ class CompiledProgram(_Tables, _Totals):
             out["weight_bytes"] = columns[3]
         return out
 
-    def point_columns(self, batch, seq, ctx, kv_bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def point_columns(self, batch, seq, ctx, kv_bytes) -> np.ndarray:
         """The GPU-independent columns of :meth:`evaluate` at the points (1-d arrays of one length,
-        or broadcastable): FLOPs, HBM bytes, link bytes and collective calls per step, each of shape
-        (steps, *shape) and this call's own. Any GPU's times at any of these points are
-        :meth:`step_times` of them (or of a gather of their points: a pure copy), the floats
-        :meth:`evaluate` gives there: every column is per point, so the columns of many GPUs' and
-        KV dtypes' points are evaluated once, together (engine.deploy.plan.expected_phase_times_many)."""
+        or broadcastable): FLOPs, HBM bytes, link bytes and collective calls per step, one array of
+        shape (4, steps, *shape), this call's own. Any GPU's times at any of these points are
+        :meth:`step_times` of them (:meth:`step_sol` of a gather of their points: a pure copy), the
+        floats :meth:`evaluate` gives there: every column is per point, so the columns of many GPUs'
+        points are evaluated once, together (engine.deploy.plan.expected_phase_times_many)."""
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
         shape = np.broadcast_shapes(*(a.shape for a in args))
-        return tuple(self.columns((0, 1, 2, 4), args, shape))
+        return self.columns((0, 1, 2, 4), args, shape)
+
+    def step_sol(self, gpu: GPU, columns: np.ndarray) -> np.ndarray:
+        """:meth:`step_times`' ``t_sol`` on ``gpu`` from :meth:`point_columns`' (4, steps, points)
+        array ``columns``, which it overwrites (the caller's own copy): the same operations in the
+        same order per element, so the same floats, without the other terms' arrays."""
+        peaks, links, hbm, alphas = self.rates(gpu)
+        flops, traffic, comm, calls = columns
+        t_compute = np.divide(flops, peaks[:, None], out=flops)
+        t_memory = np.divide(traffic, hbm, out=traffic)
+        t_comm = np.divide(comm, links[:, None], out=comm)
+        t_comm += np.multiply(calls, alphas[:, None], out=calls)      # calls x per-call latency
+        return np.maximum(np.maximum(t_compute, t_memory, out=t_compute), t_comm, out=t_compute)
 
     def step_times(self, gpu: GPU, flops, traffic, comm, calls) -> dict[str, np.ndarray]:
         """Per step and point on ``gpu``, from :meth:`point_columns`' four columns (steps, ...):

@@ -68,7 +68,7 @@ import numpy as np
 
 from engine.language import symbols
 from engine.deploy.interpolation import _roof, nearest
-from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, kernel_of, step_spec
+from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, _kernel, kernel_of, step_spec  # noqa: F401
 from engine.deploy.measured_tables import Tables
 # re-exported for importers that read them here: the tables (their classes, one table, loading),
 # how a table is read (interpolation), which table covers a step (kernel_spec) and the rule as a
@@ -336,7 +336,7 @@ def _covered(plan, phase: str, lookup: Lookup, members: dict, keep) -> list[int]
         out = []
         for j, i in enumerate(keep):
             step = steps[i]
-            kernel = kernel_of(step, members, phase) if step.repeat.is_number else ""
+            kernel = _kernel(step, members, phase)     # (a step of no calls asks nothing: step_spec's None)
             if kernel and any(k[0] == lookup.gpu.key and k[2] == kernel for k in lookup.tables):
                 out.append(j)
         found = _COVERED[key] = (program, lookup.tables, out, list(keep))

@@ -87,11 +87,12 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     done once over the points of all its GPUs and KV dtypes (:func:`_program_points`). Every
     number is per-point arithmetic, so each plan gets the floats its own call gives."""
     groups: dict[tuple, dict] = {}    # (program, framework, config, phase) -> (GPU, KV dtype, tables) -> group
+    inputs = []                       # each plan's phase_inputs (read again below)
     for i, (plan, batch, input_len, output_len, tables) in enumerate(asked):
         structure = plan.structure
         halves = (False, True) if (structure.options.overlap or "none") == "two_batch" else (False,)
-        for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
-                                                          plan.options.prefill_tokens, mean=True).items():
+        inputs.append(phase_inputs(structure, batch, input_len, output_len, plan.options.prefill_tokens, mean=True))
+        for name, (compiled, b, seq, ctx) in inputs[-1].items():
             shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
             b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
             phase = "decode" if name.startswith("decode") else "prefill"
@@ -128,8 +129,7 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     for i, (plan, batch, input_len, output_len, tables) in enumerate(asked):
         structure = plan.structure
         mine = {}
-        for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
-                                                          plan.options.prefill_tokens, mean=True).items():
+        for name, (compiled, b, seq, ctx) in inputs[i].items():
             shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
             full = found[(i, name, False)]
             if (structure.options.overlap or "none") == "two_batch":
@@ -154,7 +154,7 @@ def _program_points(members: list[tuple]) -> list[tuple]:
     The columns and the coordinates do not read the GPU, only the point and the KV size: the
     groups of one KV size are evaluated once over the distinct points of them all (KV size as the
     one number each group's own evaluation gets) and each group takes its points out (a pure
-    copy), then divides by its GPU's rates (CompiledProgram.step_times, per point). So each group
+    copy), then divides by its GPU's rates (CompiledProgram.step_sol, per point). So each group
     gets the floats of its own evaluation (tests/test_grid_gpu_shared.py)."""
     compiled = members[0][2]
     stored = hasattr(members[0][0].structure, "gather")
@@ -167,15 +167,15 @@ def _program_points(members: list[tuple]) -> list[tuple]:
         sizes = [len(points[m][0]) for m in mine]
         union, inverse = distinct_rows([np.concatenate([points[m][k] for m in mine]) for k in range(3)], sum(sizes))
         b, seq, ctx = union
-        flops, traffic, comm, calls = compiled.point_columns(b, seq, ctx, kv_bytes)
+        columns = compiled.point_columns(b, seq, ctx, kv_bytes)
         shared = None if stored else SharedCoordinates(b, seq, ctx, kv_bytes)
         start = 0
         for m, size in zip(mine, sizes):
             # the group's distinct points: its rows of the union, in the union's order
             at, spread = np.unique(inverse[start:start + size], return_inverse=True)
             start += size
-            times = compiled.step_times(members[m][0].gpu, flops[:, at], traffic[:, at], comm[:, at], calls[:, at])
-            out[m] = ((b[at], seq[at], ctx[at]), spread, {"t_sol": times["t_sol"]},
+            t_sol = compiled.step_sol(members[m][0].gpu, columns.take(at, axis=2))
+            out[m] = ((b[at], seq[at], ctx[at]), spread, {"t_sol": t_sol},
                       None if shared is None else shared.at(at))
     return out
 
