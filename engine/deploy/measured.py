@@ -70,6 +70,7 @@ from engine.language import symbols
 from engine.deploy.interpolation import _roof, nearest
 from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, _kernel, kernel_of, step_spec  # noqa: F401
 from engine.deploy.measured_tables import Tables
+from engine.deploy.sol import distinct_rows
 # re-exported for importers that read them here: the tables (their classes, one table, loading),
 # how a table is read (interpolation), which table covers a step (kernel_spec) and the rule as a
 # formula tree (measured_tree) moved out of this module, one job each
@@ -156,12 +157,20 @@ class SharedCoordinates:
         dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
         self.args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
         self.args[KV_BYTES] = np.full(n, float(kv_bytes))
-        self.values: dict = {}
+        self.values: dict = {}          # expression -> its values (by value)
+        self.by_id: dict = {}           # id(expression) -> (it, its values)
 
     def at(self, picked: np.ndarray):
         """expression -> its values at the points ``picked`` (indices into the point set)."""
+        by_id = self.by_id
+
         def value(expr) -> np.ndarray:
-            return _at_once(expr, self.args, self.values)[picked]
+            # by object first: a step's spec (kernel_spec's memos) hands every GPU the same point
+            # objects, and a lookup by value compares sympy expressions term by term
+            found = by_id.get(id(expr))
+            if found is None or found[0] is not expr:
+                found = by_id[id(expr)] = (expr, _at_once(expr, self.args, self.values))
+            return found[1][picked]
         return value
 
 
@@ -196,8 +205,14 @@ def resolve(asks: list[Ask]) -> None:
         for i, table in enumerate(a.tables):
             by_table.setdefault((id(table), a.roof), (table, []))[1].append((a, i))
     for (_, roof), (table, users) in by_table.items():
-        t, outside = interpolate_many(table, np.concatenate([a.points for a, _ in users]),
-                                      roof if callable(roof) else _roof(roof))
+        points = np.concatenate([a.points for a, _ in users])
+        # each distinct point once (the grid's asks repeat a few thousand points about a hundred
+        # times: a shard's GEMM at every bucket, both KV dtypes' programs), spread back after; the
+        # distinct points C-ordered as the asks' own, so every axis is read as before (per point:
+        # the same floats)
+        keys, inverse = distinct_rows(list(points.T), len(points))
+        t, outside = interpolate_many(table, np.ascontiguousarray(keys.T), roof if callable(roof) else _roof(roof))
+        t, outside = t[inverse], outside[inverse]
         start = 0
         for a, i in users:
             cut = slice(start, start + len(a.points))
