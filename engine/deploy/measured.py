@@ -70,6 +70,7 @@ from engine.language import symbols
 from engine.deploy.interpolation import _roof, nearest
 from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, _kernel, kernel_of, step_spec  # noqa: F401
 from engine.deploy.measured_tables import Tables
+from engine.deploy.cost import _repeat
 from engine.deploy.sol import distinct_rows
 # re-exported for importers that read them here: the tables (their classes, one table, loading),
 # how a table is read (interpolation), which table covers a step (kernel_spec) and the rule as a
@@ -135,10 +136,13 @@ def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, 
     spec = step_spec(step, lookup, member_ops)
     if spec is None:
         return None
-    if coordinates is not None:
-        at = lambda e, a: coordinates(e)    # noqa: E731
-    else:
-        at = _at if values is None else lambda e, a: _at_once(e, a, values)
+    if coordinates is not None:         # the point and where it applies, evaluated for every GPU at once
+        picked, points, ok = coordinates.point(spec)
+        at = np.flatnonzero((t_sol > 0) & ok)
+        if not len(at):
+            return None
+        return Ask(row, at, points[picked[at]], list(spec.tables), spec.roof, _repeat(step.repeat), spec.shape)
+    at = _at if values is None else lambda e, a: _at_once(e, a, values)
     points = np.column_stack([at(e, args) for e in spec.point])
     return ask_where(row, points, at(spec.applies, args), t_sol, spec.tables, spec.roof, float(step.repeat),
                      spec.shape)
@@ -159,19 +163,48 @@ class SharedCoordinates:
         self.args[KV_BYTES] = np.full(n, float(kv_bytes))
         self.values: dict = {}          # expression -> its values (by value)
         self.by_id: dict = {}           # id(expression) -> (it, its values)
+        self.points: dict = {}          # (id(spec point), id(condition)) -> (them, points, applies_at)
 
-    def at(self, picked: np.ndarray):
-        """expression -> its values at the points ``picked`` (indices into the point set)."""
-        by_id = self.by_id
+    def at(self, picked: np.ndarray) -> "_Picked":
+        """The coordinates at the points ``picked`` (indices into the point set)."""
+        return _Picked(self, picked)
 
-        def value(expr) -> np.ndarray:
-            # by object first: a step's spec (kernel_spec's memos) hands every GPU the same point
-            # objects, and a lookup by value compares sympy expressions term by term
-            found = by_id.get(id(expr))
-            if found is None or found[0] is not expr:
-                found = by_id[id(expr)] = (expr, _at_once(expr, self.args, self.values))
-            return found[1][picked]
-        return value
+    def value(self, expr) -> np.ndarray:
+        """``expr``'s values over the whole point set: by object first (a step's spec, kernel_spec's
+        memos, hands every GPU the same point objects, and a lookup by value compares sympy
+        expressions term by term), then by value."""
+        found = self.by_id.get(id(expr))
+        if found is None or found[0] is not expr:
+            found = self.by_id[id(expr)] = (expr, _at_once(expr, self.args, self.values))
+        return found[1]
+
+    def point(self, spec) -> tuple[np.ndarray, np.ndarray]:
+        """(a spec's point over the whole point set, one column per coordinate; where it applies
+        there, :func:`applies_at`), once per point and condition object."""
+        key = (id(spec.point), id(spec.applies))
+        found = self.points.get(key)
+        if found is None or found[0] is not spec.point or found[1] is not spec.applies:
+            points = np.column_stack([self.value(e) for e in spec.point])
+            found = self.points[key] = (spec.point, spec.applies, points, applies_at(points, self.value(spec.applies)))
+        return found[2], found[3]
+
+
+class _Picked:
+    """:class:`SharedCoordinates` at some of its points: a coordinate's values there (a call), or
+    a spec's point and where it applies (:meth:`point`: the picks, the whole set's point and the
+    picked points' flags)."""
+
+    __slots__ = ("shared", "picked")
+
+    def __init__(self, shared: SharedCoordinates, picked: np.ndarray):
+        self.shared, self.picked = shared, picked
+
+    def __call__(self, expr) -> np.ndarray:
+        return self.shared.value(expr)[self.picked]
+
+    def point(self, spec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        points, ok = self.shared.point(spec)
+        return self.picked, points, ok[self.picked]
 
 
 def ask_where(row: int, points: np.ndarray, applies: np.ndarray, t_sol: np.ndarray, tables, roof, repeat: float,
@@ -181,11 +214,17 @@ def ask_where(row: int, points: np.ndarray, applies: np.ndarray, t_sol: np.ndarr
     coordinate are positive and the condition holds. None where that is nowhere. The compiled path
     (:func:`_ask`) and a structure made from the build's document (engine.deploy.stored) both ask
     through it."""
-    valid = (t_sol > 0) & (applies != 0)
-    at = np.flatnonzero(valid & (points.min(axis=1) > 0))   # an empty shape: no lookup
+    at = np.flatnonzero((t_sol > 0) & applies_at(points, applies))
     if not len(at):
         return None
     return Ask(row, at, points[at], list(tables), roof, repeat, shape)
+
+
+def applies_at(points: np.ndarray, applies: np.ndarray) -> np.ndarray:
+    """:func:`ask_where`'s rule without the bound: where every coordinate is positive and the
+    condition holds (an empty shape: nowhere). Per point, so it may be taken over a larger point set
+    and picked (:meth:`SharedCoordinates.point`)."""
+    return (applies != 0) & (points.min(axis=1) > 0)
 
 
 def fallback(t_sol: np.ndarray) -> Gathered:
