@@ -160,6 +160,14 @@ def test_shared_coordinates_by_object_and_value():
     assert at(sympy.Integer(7)).tolist() == [7.0, 7.0]
     assert at(CTX - BATCH).tolist() == [22.0, 9.0]
     assert shared.at(np.array([1]))(BATCH).tolist() == [2.0]            # another pick of the same set
+    # a spec's point over the whole set and where it applies there (every coordinate positive and
+    # the condition true): seq - 2 is 1, -1, 3 at the three points; ctx > 15 holds at the last two
+    spec = SimpleNamespace(point=(BATCH, SEQ - 2), applies=sympy.true)
+    picked, points, ok = shared.at(np.array([2, 1])).point(spec)
+    assert picked.tolist() == [2, 1] and points.tolist() == [[1.0, 1.0], [2.0, -1.0], [8.0, 3.0]]
+    assert ok.tolist() == [True, False]
+    cond = SimpleNamespace(point=(BATCH, SEQ - 2), applies=sympy.Gt(CTX, 15))
+    assert shared.at(np.array([0, 2])).point(cond)[2].tolist() == [False, True]
 
 
 def test_linear_members_per_member_ops_object():
