@@ -244,6 +244,14 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         if found is not None and found[0] is program:
             return found[1]
         kernels = measured(gpu.key, framework) if measured else {}
+        if not kernels:
+            # no table of this GPU and framework (most GPU types): no step has a spec (step_spec
+            # finds no table), every step's tree is the fallback, its index taken at the first step
+            steps = program.steps
+            rows = [spec_tree_index(None, steps[0])] * len(steps) if steps else []
+            index = expected_lists.add(rows, key=tuple(rows))
+            expected_of[key] = (program, index)
+            return index
         lookup = Lookup(gpu, framework, phase, kernels, kv_dtype, s.config, s.ev.bound, s.moe_routing)
         members = member_ops(s, phase)
         # a step without a kernel class has no spec under any lookup: the fallback tree (its index

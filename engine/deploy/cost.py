@@ -168,7 +168,8 @@ class CompiledProgram(_Tables, _Totals):
 
     def evaluate(self, gpu: GPU, batch, seq, ctx, kv_bytes, weights: bool = False) -> dict[str, np.ndarray]:
         """Arrays of shape (steps, *broadcast shape): flops, bytes, comm_bytes, t_compute, t_memory,
-        t_comm, t_sol (and weight_bytes when asked)."""
+        t_comm, t_sol (and weight_bytes when asked): :meth:`step_times` on ``gpu`` of
+        :meth:`point_columns` at the points."""
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
         shape = np.broadcast_shapes(*(a.shape for a in args))
         # the columns depend on the point only, not the GPU: a structure shared by several GPU
@@ -182,17 +183,46 @@ class CompiledProgram(_Tables, _Totals):
             for i, column in zip(missing, self.columns(missing, args, shape)):
                 column.flags.writeable = False              # shared: no caller may change it
                 columns[i] = column
-        flops, traffic, comm = columns[0], columns[1], columns[2]
-        peaks, links, hbm, alphas = self.rates(gpu)
-        expand = (slice(None),) + (None,) * len(shape)
-        latency = columns[4] * alphas[expand]       # calls x per-call latency
-        t_compute, t_memory, t_comm = flops / peaks[expand], traffic / hbm, comm / links[expand] + latency
-        out = {"flops": flops, "bytes": traffic, "comm_bytes": comm, "t_compute": t_compute,
-               "t_memory": t_memory, "t_comm": t_comm,
-               "t_sol": np.maximum(np.maximum(t_compute, t_memory), t_comm)}
+        out = self.step_times(gpu, columns[0], columns[1], columns[2], columns[4])
         if weights:
             out["weight_bytes"] = columns[3]
         return out
+
+    def point_columns(self, batch, seq, ctx, kv_bytes) -> np.ndarray:
+        """The GPU-independent columns of :meth:`evaluate` at the points (1-d arrays of one length,
+        or broadcastable): FLOPs, HBM bytes, link bytes and collective calls per step, one array of
+        shape (4, steps, *shape), this call's own. Any GPU's times at any of these points are
+        :meth:`step_times` of them (:meth:`step_sol` of a gather of their points: a pure copy), the
+        floats :meth:`evaluate` gives there: every column is per point, so the columns of many GPUs'
+        points are evaluated once, together (engine.deploy.plan.expected_phase_times_many)."""
+        args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
+        shape = np.broadcast_shapes(*(a.shape for a in args))
+        return self.columns((0, 1, 2, 4), args, shape)
+
+    def step_sol(self, gpu: GPU, columns: np.ndarray) -> np.ndarray:
+        """:meth:`step_times`' ``t_sol`` on ``gpu`` from :meth:`point_columns`' (4, steps, points)
+        array ``columns``, which it overwrites (the caller's own copy): the same operations in the
+        same order per element, so the same floats, without the other terms' arrays."""
+        peaks, links, hbm, alphas = self.rates(gpu)
+        flops, traffic, comm, calls = columns
+        t_compute = np.divide(flops, peaks[:, None], out=flops)
+        t_memory = np.divide(traffic, hbm, out=traffic)
+        t_comm = np.divide(comm, links[:, None], out=comm)
+        t_comm += np.multiply(calls, alphas[:, None], out=calls)      # calls x per-call latency
+        return np.maximum(np.maximum(t_compute, t_memory, out=t_compute), t_comm, out=t_compute)
+
+    def step_times(self, gpu: GPU, flops, traffic, comm, calls) -> dict[str, np.ndarray]:
+        """Per step and point on ``gpu``, from :meth:`point_columns`' four columns (steps, ...):
+        flops, bytes, comm_bytes (the columns themselves), t_compute, t_memory, t_comm (its calls x
+        the per-call latency added) and t_sol (the largest of the three). Elementwise: each point's
+        times are those of its own columns."""
+        peaks, links, hbm, alphas = self.rates(gpu)
+        expand = (slice(None),) + (None,) * (np.ndim(flops) - 1)
+        latency = calls * alphas[expand]       # calls x per-call latency
+        t_compute, t_memory, t_comm = flops / peaks[expand], traffic / hbm, comm / links[expand] + latency
+        return {"flops": flops, "bytes": traffic, "comm_bytes": comm, "t_compute": t_compute,
+                "t_memory": t_memory, "t_comm": t_comm,
+                "t_sol": np.maximum(np.maximum(t_compute, t_memory), t_comm)}
 
 
 _REPEATS: dict = {}     # a step's repeat (a sympy number) -> its float

@@ -41,7 +41,22 @@ def _linear(step, member_ops: dict) -> bool:
     if step.op == "linear" and step.kind == "compute":
         return True
     return step.kind == "fused" and not step.collective and bool(step.parts) and \
-        all(member_ops.get(uid) == "linear" for uid in step.parts)
+        _linear_uids(member_ops).issuperset(step.parts)
+
+
+_LINEAR_UIDS: dict[int, tuple] = {}      # id(member_ops) -> (it, the uids of its linear ops)
+
+
+def _linear_uids(member_ops: dict) -> frozenset:
+    """The uids ``member_ops`` maps to ``linear``, once per ``member_ops`` object (its callers only
+    read it; engine.deploy.measured.member_ops hands out one per program): a fused MoE step's parts
+    are hundreds of experts' ops, tested in C against the set instead of one dict lookup each."""
+    found = _LINEAR_UIDS.get(id(member_ops))
+    if found is None or found[0] is not member_ops:
+        if len(_LINEAR_UIDS) > 20_000:
+            _LINEAR_UIDS.clear()
+        found = _LINEAR_UIDS[id(member_ops)] = (member_ops, frozenset(u for u, op in member_ops.items() if op == "linear"))
+    return found[1]
 
 
 def kernel_of(step, member_ops: dict, phase: str = "decode") -> str:

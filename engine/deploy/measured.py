@@ -68,8 +68,10 @@ import numpy as np
 
 from engine.language import symbols
 from engine.deploy.interpolation import _roof, nearest
-from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, kernel_of, step_spec
+from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, _kernel, kernel_of, step_spec  # noqa: F401
 from engine.deploy.measured_tables import Tables
+from engine.deploy.cost import _repeat
+from engine.deploy.sol import distinct_rows
 # re-exported for importers that read them here: the tables (their classes, one table, loading),
 # how a table is read (interpolation), which table covers a step (kernel_spec) and the rule as a
 # formula tree (measured_tree) moved out of this module, one job each
@@ -123,20 +125,86 @@ class Ask:
 
 
 def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, row: int,
-         values: dict | None = None) -> Ask | None:
+         values: dict | None = None, coordinates=None) -> Ask | None:
     """The step's lookups at every point (``args``: symbol -> 1-D array of the points; ``t_sol``:
     the step's bound over its calls there): its :class:`Spec` evaluated there; a table applies
     where the step's bound and every coordinate of its point are positive and the spec's
     condition holds. None where no table covers it at any point. ``values``: expression -> its
     :func:`_at` over these very ``args`` (a program's steps share most coordinates: ``batch``,
-    a shard's heads), filled as the steps ask; the arrays are only read."""
+    a shard's heads), filled as the steps ask; the arrays are only read. ``coordinates``: instead,
+    expression -> its values at the points (:meth:`SharedCoordinates.at`)."""
     spec = step_spec(step, lookup, member_ops)
     if spec is None:
         return None
+    if coordinates is not None:         # the point and where it applies, evaluated for every GPU at once
+        picked, points, ok = coordinates.point(spec)
+        at = np.flatnonzero((t_sol > 0) & ok)
+        if not len(at):
+            return None
+        return Ask(row, at, points[picked[at]], list(spec.tables), spec.roof, _repeat(step.repeat), spec.shape)
     at = _at if values is None else lambda e, a: _at_once(e, a, values)
     points = np.column_stack([at(e, args) for e in spec.point])
     return ask_where(row, points, at(spec.applies, args), t_sol, spec.tables, spec.roof, float(step.repeat),
                      spec.shape)
+
+
+class SharedCoordinates:
+    """The lookups' coordinates (:func:`_at` of a spec's point and condition) over one point set,
+    each expression evaluated once there and handed to the groups of points picked out of it: the
+    coordinates read the point and the KV size, never the GPU, so a program's groups on every GPU
+    type of one KV size share them (engine.deploy.plan.expected_phase_times_many). Per point, so a
+    group's picked values are the floats of evaluating at its own points."""
+
+    def __init__(self, batch, seq, ctx, kv_bytes: float):
+        from engine.deploy.step_functions import KV_BYTES
+        n = len(batch)
+        dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
+        self.args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
+        self.args[KV_BYTES] = np.full(n, float(kv_bytes))
+        self.values: dict = {}          # expression -> its values (by value)
+        self.by_id: dict = {}           # id(expression) -> (it, its values)
+        self.points: dict = {}          # (id(spec point), id(condition)) -> (them, points, applies_at)
+
+    def at(self, picked: np.ndarray) -> "_Picked":
+        """The coordinates at the points ``picked`` (indices into the point set)."""
+        return _Picked(self, picked)
+
+    def value(self, expr) -> np.ndarray:
+        """``expr``'s values over the whole point set: by object first (a step's spec, kernel_spec's
+        memos, hands every GPU the same point objects, and a lookup by value compares sympy
+        expressions term by term), then by value."""
+        found = self.by_id.get(id(expr))
+        if found is None or found[0] is not expr:
+            found = self.by_id[id(expr)] = (expr, _at_once(expr, self.args, self.values))
+        return found[1]
+
+    def point(self, spec) -> tuple[np.ndarray, np.ndarray]:
+        """(a spec's point over the whole point set, one column per coordinate; where it applies
+        there, :func:`applies_at`), once per point and condition object."""
+        key = (id(spec.point), id(spec.applies))
+        found = self.points.get(key)
+        if found is None or found[0] is not spec.point or found[1] is not spec.applies:
+            points = np.column_stack([self.value(e) for e in spec.point])
+            found = self.points[key] = (spec.point, spec.applies, points, applies_at(points, self.value(spec.applies)))
+        return found[2], found[3]
+
+
+class _Picked:
+    """:class:`SharedCoordinates` at some of its points: a coordinate's values there (a call), or
+    a spec's point and where it applies (:meth:`point`: the picks, the whole set's point and the
+    picked points' flags)."""
+
+    __slots__ = ("shared", "picked")
+
+    def __init__(self, shared: SharedCoordinates, picked: np.ndarray):
+        self.shared, self.picked = shared, picked
+
+    def __call__(self, expr) -> np.ndarray:
+        return self.shared.value(expr)[self.picked]
+
+    def point(self, spec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        points, ok = self.shared.point(spec)
+        return self.picked, points, ok[self.picked]
 
 
 def ask_where(row: int, points: np.ndarray, applies: np.ndarray, t_sol: np.ndarray, tables, roof, repeat: float,
@@ -146,11 +214,17 @@ def ask_where(row: int, points: np.ndarray, applies: np.ndarray, t_sol: np.ndarr
     coordinate are positive and the condition holds. None where that is nowhere. The compiled path
     (:func:`_ask`) and a structure made from the build's document (engine.deploy.stored) both ask
     through it."""
-    valid = (t_sol > 0) & (applies != 0)
-    at = np.flatnonzero(valid & (points.min(axis=1) > 0))   # an empty shape: no lookup
+    at = np.flatnonzero((t_sol > 0) & applies_at(points, applies))
     if not len(at):
         return None
     return Ask(row, at, points[at], list(tables), roof, repeat, shape)
+
+
+def applies_at(points: np.ndarray, applies: np.ndarray) -> np.ndarray:
+    """:func:`ask_where`'s rule without the bound: where every coordinate is positive and the
+    condition holds (an empty shape: nowhere). Per point, so it may be taken over a larger point set
+    and picked (:meth:`SharedCoordinates.point`)."""
+    return (applies != 0) & (points.min(axis=1) > 0)
 
 
 def fallback(t_sol: np.ndarray) -> Gathered:
@@ -170,8 +244,14 @@ def resolve(asks: list[Ask]) -> None:
         for i, table in enumerate(a.tables):
             by_table.setdefault((id(table), a.roof), (table, []))[1].append((a, i))
     for (_, roof), (table, users) in by_table.items():
-        t, outside = interpolate_many(table, np.concatenate([a.points for a, _ in users]),
-                                      roof if callable(roof) else _roof(roof))
+        points = np.concatenate([a.points for a, _ in users])
+        # each distinct point once (the grid's asks repeat a few thousand points about a hundred
+        # times: a shard's GEMM at every bucket, both KV dtypes' programs), spread back after; the
+        # distinct points C-ordered as the asks' own, so every axis is read as before (per point:
+        # the same floats)
+        keys, inverse = distinct_rows(list(points.T), len(points))
+        t, outside = interpolate_many(table, np.ascontiguousarray(keys.T), roof if callable(roof) else _roof(roof))
+        t, outside = t[inverse], outside[inverse]
         start = 0
         for a, i in users:
             cut = slice(start, start + len(a.points))
@@ -190,11 +270,13 @@ class Gathered:
     asks: list
 
 
-def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep=None) -> Gathered:
+def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep=None,
+           coordinates=None) -> Gathered:
     """The lookups of a program's kept steps (``keep``: indices into its steps, default all) at the
     points (``batch``, ``seq``, ``ctx``: 1-D arrays), each step a table may cover at all the points
     at once; ``values``: the compiled program's evaluation there (engine.deploy.cost: ``t_sol``,
-    ``flops``, ``comm_bytes``, each (steps, points))."""
+    ``flops``, ``comm_bytes``, each (steps, points)); ``coordinates``: the lookups' coordinates at
+    these points (:meth:`SharedCoordinates.at`; default: evaluated here)."""
     s = plan.structure
     if hasattr(s, "gather"):        # a structure made from the build's document: its own trees (engine.deploy.stored)
         return s.gather(plan, phase, batch, seq, ctx, values, keep)
@@ -210,14 +292,16 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
     members = member_ops(s, phase)
     covered = _covered(plan, phase, lookup, members, keep)
     if covered:
-        dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
-        args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
-        from engine.deploy.step_functions import KV_BYTES
-        args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
+        args: dict = {}
+        if coordinates is None:
+            dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
+            args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
+            from engine.deploy.step_functions import KV_BYTES
+            args[KV_BYTES] = np.full(n, float(plan.kv_bytes))
         values: dict = {}       # each coordinate's values at these points, once per expression
         for j in covered:
             step = steps[keep[j]]
-            a = _ask(step, lookup, members, args, t_sol[j], j, values)
+            a = _ask(step, lookup, members, args, t_sol[j], j, values, coordinates)
             if a is not None:
                 out.asks.append(a)
     return out
@@ -306,7 +390,7 @@ def _covered(plan, phase: str, lookup: Lookup, members: dict, keep) -> list[int]
         out = []
         for j, i in enumerate(keep):
             step = steps[i]
-            kernel = kernel_of(step, members, phase) if step.repeat.is_number else ""
+            kernel = _kernel(step, members, phase)     # (a step of no calls asks nothing: step_spec's None)
             if kernel and any(k[0] == lookup.gpu.key and k[2] == kernel for k in lookup.tables):
                 out.append(j)
         found = _COVERED[key] = (program, lookup.tables, out, list(keep))

@@ -17,7 +17,7 @@ from engine.language import kv
 from engine.deploy.cost import compile_program
 from engine.deploy.structure import PHASES, Options, Scenario, Structure, option_where
 from engine.deploy.hardware import GPU
-from engine.deploy.measured import finish, gather, load_measured, resolve
+from engine.deploy.measured import SharedCoordinates, finish, gather, load_measured, resolve
 from engine.deploy.op_rows import op_rows
 from engine.deploy.sol import distinct_rows, phase_at_points, phase_inputs, summarize, two_batch_time
 from engine.language.errors import SpecError
@@ -82,37 +82,41 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     dtype, framework, config and table set (the grid's buckets of one structure and their
     sibling structures ask the same programs over a few dozen points each; a lookup's cost is
     mostly per call): every program's lookups are gathered first and each measured table is
-    interpolated once over all of them (engine.deploy.measured.gather / resolve / finish). Every
+    interpolated once over all of them (engine.deploy.measured.gather / resolve / finish). A
+    program's GPU-independent work (its columns and its lookups' coordinates at the points) is
+    done once over the points of all its GPUs and KV dtypes (:func:`_program_points`). Every
     number is per-point arithmetic, so each plan gets the floats its own call gives."""
-    groups: dict[tuple, tuple] = {}
+    groups: dict[tuple, dict] = {}    # (program, framework, config, phase) -> (GPU, KV dtype, tables) -> group
+    inputs = []                       # each plan's phase_inputs (read again below)
     for i, (plan, batch, input_len, output_len, tables) in enumerate(asked):
         structure = plan.structure
         halves = (False, True) if (structure.options.overlap or "none") == "two_batch" else (False,)
-        for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
-                                                          plan.options.prefill_tokens, mean=True).items():
+        inputs.append(phase_inputs(structure, batch, input_len, output_len, plan.options.prefill_tokens, mean=True))
+        for name, (compiled, b, seq, ctx) in inputs[-1].items():
             shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
             b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
             phase = "decode" if name.startswith("decode") else "prefill"
             # what expected_steps reads of the plan: its program and compiled form, GPU, KV dtype,
             # framework, config (and model); the tables
-            key = (id(structure.programs[phase]), id(compiled), plan.gpu.key, plan.options.kv_dtype,
-                   structure.options.framework, structure.config, id(tables), phase)
-            runs = groups.setdefault(key, (plan, phase, compiled, tables, []))[4]
+            key = (id(structure.programs[phase]), id(compiled), structure.options.framework, structure.config, phase)
+            member = (plan.gpu.key, plan.options.kv_dtype, id(tables))
+            runs = groups.setdefault(key, {}).setdefault(member, (plan, phase, compiled, tables, []))[4]
             for half in halves:
                 runs.append((i, name, half, b / 2 if half else b, seq, ctx, shape))
     # every program's lookups first, then each table interpolated once over all of them; each
     # group at its distinct (batch, seq, ctx) points only (prefill does not read the output length,
     # a program batch saturates, decode and its mean share points: about half of a group's points
     # repeat another), spread back after (every number is per point, so the same floats)
-    gathered, spread = [], []
-    for plan, phase, compiled, tables, runs in groups.values():
-        b, seq, ctx = (np.concatenate([r[k] for r in runs]) for k in (3, 4, 5))
-        (b, seq, ctx), inverse = distinct_rows([b, seq, ctx], len(b))
-        spread.append(inverse)
-        gathered.append(gather(plan, phase, b, seq, ctx, tables, compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes)))
+    gathered, spread, members = [], [], []
+    for program_groups in groups.values():
+        for (plan, phase, compiled, tables, runs), (points, inverse, values, coordinates) in \
+                zip(program_groups.values(), _program_points(list(program_groups.values()))):
+            spread.append(inverse)
+            members.append((plan, phase, compiled, tables, runs))
+            gathered.append(gather(plan, phase, *points, tables, values, coordinates=coordinates))
     resolve([a for g in gathered for a in g.asks])
     found: dict[tuple, dict] = {}
-    for (plan, phase, compiled, tables, runs), g, inverse in zip(groups.values(), gathered, spread):
+    for (plan, phase, compiled, tables, runs), g, inverse in zip(members, gathered, spread):
         times = finish(g)[0].reshape(g.times.shape[1], -1)            # point-major: each point's steps
         comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps], dtype=bool)
         total, stream = times.sum(axis=1)[inverse], times[:, comm].sum(axis=1)[inverse]
@@ -125,8 +129,7 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     for i, (plan, batch, input_len, output_len, tables) in enumerate(asked):
         structure = plan.structure
         mine = {}
-        for name, (compiled, b, seq, ctx) in phase_inputs(structure, batch, input_len, output_len,
-                                                          plan.options.prefill_tokens, mean=True).items():
+        for name, (compiled, b, seq, ctx) in inputs[i].items():
             shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
             full = found[(i, name, False)]
             if (structure.options.overlap or "none") == "two_batch":
@@ -136,6 +139,44 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
                                                              b / structure.config.dp_attn))
             mine[name] = full["step_time_s"].reshape(shape)
         out.append(mine)
+    return out
+
+
+def _program_points(members: list[tuple]) -> list[tuple]:
+    """For the groups of one program (``members``: (plan, phase, compiled, tables, runs) of each
+    GPU, KV dtype and table set that runs it), each group's distinct (batch, seq, ctx) points (in
+    the order :func:`distinct_rows` gives them: by context, then seq, then batch), the inverse that
+    spreads them back over the group's runs, the program's evaluation there on the group's GPU
+    (``t_sol``: what :func:`engine.deploy.measured.gather` reads) and the lookups' coordinates
+    there (:class:`engine.deploy.measured.SharedCoordinates`; None for a structure made from a
+    build's document, which evaluates its own).
+
+    The columns and the coordinates do not read the GPU, only the point and the KV size: the
+    groups of one KV size are evaluated once over the distinct points of them all (KV size as the
+    one number each group's own evaluation gets) and each group takes its points out (a pure
+    copy), then divides by its GPU's rates (CompiledProgram.step_sol, per point). So each group
+    gets the floats of its own evaluation (tests/test_grid_gpu_shared.py)."""
+    compiled = members[0][2]
+    stored = hasattr(members[0][0].structure, "gather")
+    points = [tuple(np.concatenate([r[k] for r in runs]) for k in (3, 4, 5)) for *_, runs in members]
+    by_kv: dict[float, list[int]] = {}
+    for m, (plan, *_) in enumerate(members):
+        by_kv.setdefault(float(plan.kv_bytes), []).append(m)
+    out: list = [None] * len(members)
+    for kv_bytes, mine in by_kv.items():
+        sizes = [len(points[m][0]) for m in mine]
+        union, inverse = distinct_rows([np.concatenate([points[m][k] for m in mine]) for k in range(3)], sum(sizes))
+        b, seq, ctx = union
+        columns = compiled.point_columns(b, seq, ctx, kv_bytes)
+        shared = None if stored else SharedCoordinates(b, seq, ctx, kv_bytes)
+        start = 0
+        for m, size in zip(mine, sizes):
+            # the group's distinct points: its rows of the union, in the union's order
+            at, spread = np.unique(inverse[start:start + size], return_inverse=True)
+            start += size
+            t_sol = compiled.step_sol(members[m][0].gpu, columns.take(at, axis=2))
+            out[m] = ((b[at], seq[at], ctx[at]), spread, {"t_sol": t_sol},
+                      None if shared is None else shared.at(at))
     return out
 
 
