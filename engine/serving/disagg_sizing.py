@@ -68,6 +68,9 @@ the answers' own TTFT and TPOT.
 """
 from __future__ import annotations
 
+import hashlib
+import pickle
+from collections import OrderedDict
 from dataclasses import replace
 
 import numpy as np
@@ -345,13 +348,48 @@ def candidate_arrays(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, out
     return (point, *np.divmod(found, n_batch))
 
 
+#: How many :func:`candidates` answers a process keeps (the latest; a build's worker runs a family's
+#: models one after the other, two searches each).
+MEMO_ENTRIES = 16
+_ANSWERS: OrderedDict[bytes, tuple] = OrderedDict()
+
+
 def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs: str = DEFAULT_PAIRS
                ) -> tuple[dict[str, GPUSearch], dict[str, GPUSearch]]:
     """Per GPU type (``search(..., pools=True)``'s results), the prefill side (:func:`prefill_records`
     kept to the records some answer picks) and the decode side (:func:`decode_subset` kept to the
     points some answer holds), over every ordered pair of the GPU types that ``pairs`` allows
     (:func:`engine.serving.pairing.pair_allowed`, plan's rule and default): what the sizing form needs
-    to give ``answer_disaggregated`` for any bounds."""
+    to give ``answer_disaggregated`` for any bounds.
+
+    Remembered by :func:`inputs_digest` (the last :data:`MEMO_ENTRIES`): the answer is a function of
+    the arguments alone (no global state is read; the code is the process's), and the digest is of
+    their whole pickled bytes, which unpickle to equal arguments, so equal digests are equal inputs.
+    A family's fine-tunes with the same dims (DeepSeek-R1 of V3, MiniMax-M2.7 of M2.5, ...) search
+    to the very same points; their second model reuses the first's answer. The answer's searches
+    are shared between the callers that ask it: read them, never change them."""
+    key = inputs_digest(results, gpus, output_len, pairs)
+    found = _ANSWERS.get(key)
+    if found is None:
+        found = _ANSWERS[key] = _candidates(results, gpus, output_len, pairs)
+        while len(_ANSWERS) > MEMO_ENTRIES:
+            _ANSWERS.popitem(last=False)
+    else:
+        _ANSWERS.move_to_end(key)
+    return dict(found[0]), dict(found[1])
+
+
+def inputs_digest(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs: str) -> bytes:
+    """SHA-256 of :func:`candidates`' arguments pickled (every field of every search and GPU, each
+    array's dtype, shape and bytes, how objects are shared): equal bytes unpickle to equal arguments.
+    (Equal arguments may pickle apart, e.g. 0.0 and -0.0, or dicts filled in another order: a miss,
+    never a wrong answer.)"""
+    return hashlib.sha256(pickle.dumps((results, gpus, output_len, pairs), protocol=5)).digest()
+
+
+def _candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs: str = DEFAULT_PAIRS
+                ) -> tuple[dict[str, GPUSearch], dict[str, GPUSearch]]:
+    """:func:`candidates`, evaluated."""
     by_key = {g.key: g for g in gpus}
     slowest = min(float(g.scale_out_bytes_per_s) for g in gpus)     # every pair's scale-out is at least this
     recs = {r.gpu: all_records(r) for r in results}
