@@ -4,8 +4,9 @@ same dims search to the very same points, and the second reuses the first's disa
 - the key (:func:`inputs_digest`) is of every argument's pickled bytes: equal arguments built apart
   (a deep copy) give one key; a change of one ulp in one decode TPOT, one prefill TTFT or one KV
   share, another GPU link, output length or pair policy each give another key (none collide);
-- consistency: a second call with equal arguments answers from the memo (the very objects of the
-  first answer) and equals a fresh evaluation (:func:`_candidates`) field for field;
+- consistency: a second call with equal arguments (another object: a twin model's search) takes the
+  picks from the memo (the pairing is not run again) and answers what a fresh evaluation (an empty
+  memo) answers, field for field, its searches cut out of its own arguments;
 - the memo keeps the latest :data:`MEMO_ENTRIES` answers.
 """
 from __future__ import annotations
@@ -74,16 +75,24 @@ def _same(a, b) -> None:
                 assert p[k].dtype == q[k].dtype and np.array_equal(p[k], q[k])
 
 
-def test_consistency_a_twins_search_takes_the_remembered_answer(searched, empty_memo):
+def test_consistency_a_twins_search_takes_the_remembered_picks(searched, empty_memo, monkeypatch):
     gpus, results = searched
-    first = ds.candidates(results, gpus, OUTPUT)
-    assert len(empty_memo) == 1
+    runs = []
+    picks = ds._picks
+
+    def counted(*args):
+        runs.append(1)
+        return picks(*args)
+    monkeypatch.setattr(ds, "_picks", counted)
+    ds.candidates(results, gpus, OUTPUT)
     twin = copy.deepcopy(results)                 # another model's search, the very same points
     second = ds.candidates(twin, gpus, OUTPUT)
-    assert len(empty_memo) == 1                   # answered from the memo: the first answer's objects
-    assert all(second[0][g] is first[0][g] for g in first[0])
-    assert all(second[1][g] is first[1][g] for g in first[1])
-    fresh = ds._candidates(twin, gpus, OUTPUT)
+    assert len(runs) == 1 and len(empty_memo) == 1     # the twin's picks came from the memo
+    # cut out of the twin's own searches, not the first's
+    assert all(second[1][r.gpu].configs is r.configs for r in twin)
+    empty_memo.clear()
+    fresh = ds.candidates(twin, gpus, OUTPUT)
+    assert len(runs) == 2
     _same(second[0], fresh[0])
     _same(second[1], fresh[1])
     # the answer keeps some points (the comparison is not of empty tables)
