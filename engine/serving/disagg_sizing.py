@@ -68,6 +68,9 @@ the answers' own TTFT and TPOT.
 """
 from __future__ import annotations
 
+import hashlib
+import pickle
+from collections import OrderedDict
 from dataclasses import replace
 
 import numpy as np
@@ -345,16 +348,57 @@ def candidate_arrays(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, out
     return (point, *np.divmod(found, n_batch))
 
 
+#: How many :func:`candidates` answers a process keeps (the latest; a build's worker runs a family's
+#: models one after the other, two searches each). An answer is kept as what it picks (per GPU type,
+#: pool configs' batches and decode points' indices: kilobytes), never as the searches.
+MEMO_ENTRIES = 64
+_ANSWERS: OrderedDict[bytes, tuple] = OrderedDict()
+
+
 def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs: str = DEFAULT_PAIRS
                ) -> tuple[dict[str, GPUSearch], dict[str, GPUSearch]]:
     """Per GPU type (``search(..., pools=True)``'s results), the prefill side (:func:`prefill_records`
     kept to the records some answer picks) and the decode side (:func:`decode_subset` kept to the
     points some answer holds), over every ordered pair of the GPU types that ``pairs`` allows
     (:func:`engine.serving.pairing.pair_allowed`, plan's rule and default): what the sizing form needs
-    to give ``answer_disaggregated`` for any bounds."""
+    to give ``answer_disaggregated`` for any bounds.
+
+    What the answer picks (:func:`_picks`) is remembered by :func:`inputs_digest` (the last
+    :data:`MEMO_ENTRIES`): it is a function of the arguments alone (no global state is read; the
+    code is the process's), and the digest is of their whole pickled bytes, which unpickle to equal
+    arguments, so equal digests are equal inputs. A family's fine-tunes with the same dims
+    (DeepSeek-R1 of V3, MiniMax-M2.7 of M2.5, ...) search to the very same points: the second
+    model's searches reuse the first's picks, cut out of its own searches."""
+    key = inputs_digest(results, gpus, output_len, pairs)
+    recs = {r.gpu: all_records(r) for r in results}
+    found = _ANSWERS.get(key)
+    if found is None:
+        found = _ANSWERS[key] = _picks(results, gpus, output_len, pairs, recs)
+        while len(_ANSWERS) > MEMO_ENTRIES:
+            _ANSWERS.popitem(last=False)
+    else:
+        _ANSWERS.move_to_end(key)
+    picked, held = found
+    prefill = {r.gpu: prefill_records(r, picked[r.gpu], recs=recs[r.gpu]) for r in results}
+    decode = {r.gpu: decode_subset(r, held[r.gpu]) if r.points else r for r in results}
+    return prefill, decode
+
+
+def inputs_digest(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs: str) -> bytes:
+    """SHA-256 of :func:`candidates`' arguments pickled (every field of every search and GPU, each
+    array's dtype, shape and bytes, how objects are shared): equal bytes unpickle to equal arguments.
+    (Equal arguments may pickle apart, e.g. 0.0 and -0.0, or dicts filled in another order: a miss,
+    never a wrong answer.)"""
+    return hashlib.sha256(pickle.dumps((results, gpus, output_len, pairs), protocol=5)).digest()
+
+
+def _picks(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs: str, recs: dict[str, list]
+           ) -> tuple[dict[str, dict[int, set[int]]], dict[str, np.ndarray]]:
+    """What :func:`candidates` keeps, per GPU type: (pool config (its index in the search) -> the
+    batches some answer picks, the decode points some answer holds, ascending). (``recs``: per GPU
+    type, :func:`all_records` of its search.)"""
     by_key = {g.key: g for g in gpus}
     slowest = min(float(g.scale_out_bytes_per_s) for g in gpus)     # every pair's scale-out is at least this
-    recs = {r.gpu: all_records(r) for r in results}
     pools = {r.gpu: prefill_records(r, slowest_bytes_per_s=slowest, recs=recs[r.gpu]) for r in results}
     sides = {r.gpu: decode_side(r, output_len) for r in results if r.points}     # once per GPU type
     # the answers' decode points per decode GPU, and their (pool config in the search's numbering,
@@ -371,10 +415,8 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs
             d, c, b = candidate_arrays(by_key[pres.gpu], by_key[dres.gpu], pr, dres, output_len, sides.get(dres.gpu))
             held[dres.gpu].append(d)
             chosen[pres.gpu].append((renumber[c], b))
-    prefill = {r.gpu: prefill_records(r, _picked(chosen[r.gpu]), recs=recs[r.gpu]) for r in results}
-    decode = {r.gpu: decode_subset(r, np.unique(np.concatenate(held[r.gpu])) if held[r.gpu] else []) if r.points
-              else r for r in results}
-    return prefill, decode
+    return ({gpu: _picked(c) for gpu, c in chosen.items()},
+            {gpu: np.unique(np.concatenate(h)) if h else np.zeros(0, dtype=int) for gpu, h in held.items()})
 
 
 def _picked(chosen: list[tuple[np.ndarray, np.ndarray]]) -> dict[int, set[int]]:
