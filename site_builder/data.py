@@ -359,10 +359,9 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     each config file used to carry its own copy of them and of the tables (over the 51 models'
     1,546 config files: 17.4 MB compressed, now 2.6 MB plus 2.5 MB of shared files). Options name
     their config (``cfg``) and file. Reshaping only: every tree and number is the build's; the rule
-    picking the grid's batches travels beside them (``grid_batches``: engine.batch.grid_eval.GRID_BATCHES,
+    picking the grid's batches travels beside them (``grid_batches``: engine.deploy.rules.GRID_BATCHES,
     read by formula.js ``select``)."""
-    from engine.batch.grid_eval import GRID_BATCHES      # (here: the module's other readers need no engine)
-    from engine.deploy.rules import exported as deploy_rules
+    from engine.deploy.rules import GRID_BATCHES, exported as deploy_rules   # (here: the module's other readers need no engine)
     from engine.deploy.measured_tree import STORED_ONLY
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
     expected = doc.get("expected", [])

@@ -115,10 +115,12 @@ _SCHEMA_DOCS: dict[str, str] = {}
 
 
 def _schema_docs() -> dict[str, str]:
-    """The Parquet column docs (engine.batch.results.DEPLOYMENTS_SCHEMA's, by column), shown as the
-    definition behind each deployment number; a render worker is handed them (:func:`_worker_start`)."""
+    """The Parquet column docs (engine.batch.schema.DEPLOYMENTS_SCHEMA's, by column), shown as the
+    definition behind each deployment number; a render worker is handed them (:func:`_worker_start`).
+    From the schema module, not engine.batch.results (which imports the build: sympy and the spec
+    language, 0.4 s of a lone `archledger site`)."""
     if not _SCHEMA_DOCS:
-        from engine.batch.results import DEPLOYMENTS_SCHEMA, UNSTORED
+        from engine.batch.schema import DEPLOYMENTS_SCHEMA, UNSTORED
         _SCHEMA_DOCS.update({k: v[1] for k, v in DEPLOYMENTS_SCHEMA.items()})
         _SCHEMA_DOCS.update(UNSTORED)       # what the page shows beside the columns, not stored
     return _SCHEMA_DOCS

@@ -90,13 +90,12 @@ def _pool(frame: pl.DataFrame) -> dict:
     """One GPU type's prefill or decode points for the page: its configs (label, GPUs, KV share per
     GPU) in first-seen order, each point's config index and batch, and its TTFT (prefill, plain
     floats: few) or TPOT (decode, :func:`encode_doubles`)."""
-    configs: dict[str, int] = {}
-    meta = []
-    for label, n, share in frame.select(["config", "n_gpus", "kv_share_bytes"]).iter_rows():
-        if label not in configs:
-            configs[label] = len(configs)
-            meta.append([label, n, share])
-    index = [configs[c] for c in frame["config"]]
+    labels = frame["config"].to_list()
+    configs = dict.fromkeys(labels)             # first-seen order
+    firsts = frame.select(["config", "n_gpus", "kv_share_bytes"]).unique(subset="config", keep="first", maintain_order=True)
+    meta = [list(row) for row in firsts.iter_rows()]
+    configs = {label: i for i, label in enumerate(configs)}
+    index = [configs[c] for c in labels]
     if frame["pool"][0] == "prefill":
         batch, ttft = frame["batch"].to_list(), frame["ttft_s"].to_list()
         return {"configs": meta, "config": index, "batch": batch, "ttft": ttft, "stairs": stairs(index, batch, ttft, len(meta))}
@@ -106,14 +105,14 @@ def _pool(frame: pl.DataFrame) -> dict:
 
 def stairs(config: list[int], batch: list, ttft: list, n: int) -> list[list[list]]:
     """Per prefill config (index 0..n-1) its staircase as the engine's pairing reads it
-    (engine.serving.pairing.staircase: TTFTs ascending, batches, the running best requests/s and
+    (engine.serving.staircase.staircase: TTFTs ascending, batches, the running best requests/s and
     where it was reached), for the page's run of engine.serving.rules' CHOICE: data, no rule."""
     import numpy as np
-    from engine.serving.pairing import staircase          # (here: the page's other readers need no engine)
-    cfg, out = np.asarray(config), []
+    from engine.serving.staircase import staircase        # (here: the page's other readers need no engine)
+    cfg, times, batches, out = np.asarray(config), np.asarray(ttft, dtype=float), np.asarray(batch), []
     for c in range(n):
         sel = np.flatnonzero(cfg == c)
-        t, b, best, arg = staircase(np.asarray(ttft, dtype=float)[sel], np.asarray(batch)[sel])
+        t, b, best, arg = staircase(times[sel], batches[sel])
         out.append([t.tolist(), b.tolist(), best.tolist(), arg.tolist()])
     return out
 
