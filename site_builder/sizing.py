@@ -90,12 +90,13 @@ def _pool(frame: pl.DataFrame) -> dict:
     """One GPU type's prefill or decode points for the page: its configs (label, GPUs, KV share per
     GPU) in first-seen order, each point's config index and batch, and its TTFT (prefill, plain
     floats: few) or TPOT (decode, :func:`encode_doubles`)."""
-    labels = frame["config"].to_list()
-    configs = dict.fromkeys(labels)             # first-seen order
-    firsts = frame.select(["config", "n_gpus", "kv_share_bytes"]).unique(subset="config", keep="first", maintain_order=True)
-    meta = [list(row) for row in firsts.iter_rows()]
-    configs = {label: i for i, label in enumerate(configs)}
-    index = [configs[c] for c in labels]
+    configs: dict[str, int] = {}
+    meta = []
+    for label, n, share in frame.select(["config", "n_gpus", "kv_share_bytes"]).iter_rows():
+        if label not in configs:
+            configs[label] = len(configs)
+            meta.append([label, n, share])
+    index = [configs[c] for c in frame["config"]]
     if frame["pool"][0] == "prefill":
         batch, ttft = frame["batch"].to_list(), frame["ttft_s"].to_list()
         return {"configs": meta, "config": index, "batch": batch, "ttft": ttft, "stairs": stairs(index, batch, ttft, len(meta))}
