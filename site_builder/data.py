@@ -288,16 +288,18 @@ def expected_files(results: Results, model_id: str, cfg_of: Mapping[tuple[str, s
                                     text("expected_table"), text("expected_nearest")))
                     .otherwise(pl.format("no measurement: {}", text("expected_src"))).alias("tip"))
             .collect())
-    # each point's ops and tooltips in row order (a later row of an op replaces its tooltip in place)
+    # each point's ops and tooltips in row order (a later row of an op replaces its tooltip in place),
+    # a run of rows of one point at a time (a point's rows are together)
     points: dict[str, dict[str, str]] = {}
-    key, found = None, {}
-    for at, uid, tip in zip(*(rows[c].to_list() for c in ("key", "op_uid", "tip"))):
-        if at != key:
-            key = at
-            found = points.get(at)
-            if found is None:
-                found = points[at] = {}
-        found[uid] = tip
+    runs = rows.select(pl.col("key").rle()).unnest("key")
+    uids, tips = rows["op_uid"].to_list(), rows["tip"].to_list()
+    end = 0
+    for key, n in zip(runs["value"].to_list(), runs["len"].to_list()):
+        start, end = end, end + n
+        found = points.get(key)
+        if found is None:
+            found = points[key] = {}
+        found.update(zip(uids[start:end], tips[start:end]))
     by_file: dict[str, dict[str, dict[str, str]]] = {}
     for at, found in points.items():
         gpu, n_gpus, config, framework = at.split("|")[:4]
