@@ -258,9 +258,10 @@ EXPECTED_KEY = ("gpu", "n_gpus", "config", "framework", "kv_dtype", "batch", "in
 def expected_files(results: Results, model_id: str, cfg_of: Mapping[tuple[str, str, str, str], str]) -> dict[str, dict]:
     """The deploy page's per-op tooltips at the grid's per-op points (ops.parquet's decode rows), one
     document per config file (``expected-<cfg>.json.gz``), in the order the configs' first points
-    come. ``cfg_of`` maps (GPU, GPU count, config, framework) to its config file's name; rows of other
-    combinations are left out (the GPU count as its decimal text, as in the point key). A document is ``{"ops": [op uid, ...], "tips": [tooltip, ...],
-    "points": {point key: [index into tips per op of ops, -1 where the point has no such op]}}``: a
+    come. ``cfg_of`` maps (GPU, GPU count as its decimal text, config, framework) to its config
+    file's name; rows of other combinations are left out. A document is ``{"ops": [op uid, ...],
+    "tips": [tooltip, ...], "points": {point key: [index into tips per op of ops, -1 where the point
+    has no such op]}}``: a
     point key is ``"gpu|n_gpus|config|framework|kv_dtype|batch|input_len|output_len"`` (each value
     as str() writes it, a missing one "None"), a tooltip says the measured source as the results
     store it (the table's kernel, framework and version at the op's point, its file, the measured
@@ -272,8 +273,9 @@ def expected_files(results: Results, model_id: str, cfg_of: Mapping[tuple[str, s
     over the 51 models' files). Empty for results built before the expected columns.
 
     The key and the tooltip are joined by polars, and the rows are read once into one dictionary
-    per point (a dictionary of [seconds, tooltip] per point, then numbered again per file, was
-    twice the work); a point's file is looked up once per point, not per row."""
+    per point, a run of one point's rows at a time (a dictionary of [seconds, tooltip] per point
+    filled row by row, then numbered again per file, was twice the work); a point's file is looked
+    up once per point, not per row."""
     part = results.root / "ops" / f"model={slug(model_id)}" / "part.parquet"
     table = pl.scan_parquet(part) if part.is_file() else results.ops
     if "t_expected_s" not in table.collect_schema().names():
@@ -289,7 +291,7 @@ def expected_files(results: Results, model_id: str, cfg_of: Mapping[tuple[str, s
                     .otherwise(pl.format("no measurement: {}", text("expected_src"))).alias("tip"))
             .collect())
     # each point's ops and tooltips in row order (a later row of an op replaces its tooltip in place),
-    # a run of rows of one point at a time (a point's rows are together)
+    # a run of rows of one point at a time (a point's rows come together; one met again goes on filling its own)
     points: dict[str, dict[str, str]] = {}
     runs = rows.select(pl.col("key").rle()).unnest("key")
     uids, tips = rows["op_uid"].to_list(), rows["tip"].to_list()

@@ -73,12 +73,14 @@ def same_rows(rows: pl.DataFrame, sets: list[tuple[dict, list[str]]]) -> list[bo
            .sort(["set", "config", *columns], nulls_last=True)
            .with_columns(pl.int_range(pl.len()).over(["set", "config"]).alias("at")))
     firsts = sub.filter(pl.col("config") == pl.col("first")).select("set", "at", *columns)
-    # configs of one set have as many rows (the fingerprint counts them): each row has its partner
     paired = sub.filter(pl.col("config") != pl.col("first")).join(firsts, on=["set", "at"], how="left", suffix="~")
     ok = (paired.group_by("set")
           .agg(pl.all_horizontal([pl.col(c).eq_missing(pl.col(f"{c}~")) for c in columns]).all().alias("ok")))
+    # and as many rows each (equal fingerprints count them; a row without a partner fails above)
+    counts = sub.group_by("set", "config").len().group_by("set").agg((pl.col("len").n_unique() == 1).alias("n"))
     found = dict(zip(ok["set"].to_list(), ok["ok"].to_list()))
-    return [found[i] for i in range(len(sets))]
+    even = dict(zip(counts["set"].to_list(), counts["n"].to_list()))
+    return [found[i] and even[i] for i in range(len(sets))]
 
 
 def _reason(degrees: list[dict[str, int]], names: list[str]) -> str:

@@ -81,13 +81,15 @@ def test_twins_by_hand():
 def test_same_rows_checks_every_row_by_hand():
     """site_builder.twins.same_rows, handed candidate sets directly (as equal fingerprints would hand
     them): tp8ep8 has tp8's rows in another order (same), tp8dp8 one value off at batch 8 (not the
-    same); a missing value equals a missing value (tp4ep4 vs tp4), not a number (tp4dp4)."""
+    same), tp8pp2 only tp8's batch-1 row (not the same); a missing value equals a missing value
+    (tp4ep4 vs tp4), not a number (tp4dp4)."""
     rows = (_deployments("tp8", (8, 1, 1), [0.1, 0.4]) + _deployments("tp8ep8", (8, 8, 1), [0.1, 0.4])[::-1]
-            + _deployments("tp8dp8", (8, 8, 8), [0.1, 0.5])
+            + _deployments("tp8dp8", (8, 8, 8), [0.1, 0.5]) + _deployments("tp8pp2", (8, 1, 1), [0.1, 0.4])[:1]
             + [{**r, "n_gpus": 4, "config": c, "ttft_s": t} for c, t in (("tp4", None), ("tp4ep4", None), ("tp4dp4", 0.0))
                for r in _deployments(c, (4, 1, 1), [0.0, 0.0])[:1]])
     frame = pl.DataFrame(rows).select([*twins.GROUP, "config", *twins.DEGREES, *twins.POINT, *twins.COMPARED])
     h100 = {"gpu": "H100", "framework": "vllm", "kv_dtype": "bf16"}
     assert twins.same_rows(frame, [({**h100, "n_gpus": 8}, ["tp8", "tp8ep8"]), ({**h100, "n_gpus": 8}, ["tp8", "tp8dp8"]),
                                    ({**h100, "n_gpus": 4}, ["tp4", "tp4ep4"]), ({**h100, "n_gpus": 4}, ["tp4", "tp4dp4"]),
-                                   ({**h100, "n_gpus": 4}, ["tp4", "tp4ep4", "tp4dp4"])]) == [True, False, True, False, False]
+                                   ({**h100, "n_gpus": 4}, ["tp4", "tp4ep4", "tp4dp4"]),
+                                   ({**h100, "n_gpus": 8}, ["tp8", "tp8pp2"])]) == [True, False, True, False, False, False]
