@@ -251,56 +251,81 @@ def ops_rows(results: Results, model_id: str) -> pl.DataFrame:
     return results.ops.filter(pl.col("model_id") == model_id).collect()
 
 
-#: The per-op point key of :func:`expected_ops` (the deploy page's selection: static/js/deploy.js).
+#: The per-op point key of :func:`expected_files` (the deploy page's selection: static/js/deploy.js).
 EXPECTED_KEY = ("gpu", "n_gpus", "config", "framework", "kv_dtype", "batch", "input_len", "output_len")
 
 
-def expected_ops(results: Results, model_id: str) -> dict[str, dict[str, list]]:
-    """The deploy page's expected time per op at the grid's per-op points (ops.parquet's decode
-    rows): ``"gpu|n_gpus|config|framework|kv_dtype|batch|input_len|output_len"`` -> op uid ->
-    [t_expected_s, tooltip]; the tooltip says the measured source as the results store it (the
-    table's kernel, framework and version at the op's point, its file, the measured points around
-    it) or ``no measurement: bound / 0.7``. Empty for results built before the expected columns."""
-    if "t_expected_s" not in results.ops.collect_schema().names():
+def expected_files(results: Results, model_id: str, cfg_of: Mapping[tuple[str, str, str, str], str]) -> dict[str, dict]:
+    """The deploy page's per-op tooltips at the grid's per-op points (ops.parquet's decode rows), one
+    document per config file (``expected-<cfg>.json.gz``), in the order the configs' first points
+    come. ``cfg_of`` maps (GPU, GPU count as its decimal text, config, framework) to its config
+    file's name; rows of other combinations are left out. A document is ``{"ops": [op uid, ...],
+    "tips": [tooltip, ...], "points": {point key: [index into tips per op of ops, -1 where the point
+    has no such op]}}``: a
+    point key is ``"gpu|n_gpus|config|framework|kv_dtype|batch|input_len|output_len"`` (each value
+    as str() writes it, a missing one "None"), a tooltip says the measured source as the results
+    store it (the table's kernel, framework and version at the op's point, its file, the measured
+    points around it) or ``no measurement: bound / 0.7``. Points, ops and tooltips are numbered in
+    the order they are first met (points in row order, each point's ops in row order); of two rows
+    of one op at one point, the first's place and the last's tooltip. The seconds are left out: the
+    page shows the expected time its own lookup tree gives (static/js/deploy_eval.js opRows), the
+    stored one only in ops.parquet; each distinct tooltip and op uid is written once (8.1 -> 1.7 MB
+    over the 51 models' files). Empty for results built before the expected columns.
+
+    The key and the tooltip are joined by polars, and the rows are read once into one dictionary
+    per point, a run of one point's rows at a time (a dictionary of [seconds, tooltip] per point
+    filled row by row, then numbered again per file, was twice the work); a point's file is looked
+    up once per point, not per row."""
+    part = results.root / "ops" / f"model={slug(model_id)}" / "part.parquet"
+    table = pl.scan_parquet(part) if part.is_file() else results.ops
+    if "t_expected_s" not in table.collect_schema().names():
         return {}
-    # the key and the tooltip are joined by polars, not per row in Python (a model's decode ops are
-    # tens of thousands of rows): each column as str() writes it, a missing value as "None"
+
     def text(name: str) -> pl.Expr:
         return pl.col(name).cast(pl.String).fill_null("None")
-    rows = (results.ops.filter((pl.col("model_id") == model_id) & (pl.col("phase") == "decode"))
+    rows = (table.filter((pl.col("model_id") == model_id) & (pl.col("phase") == "decode"))
             .select(pl.concat_str([text(k) for k in EXPECTED_KEY], separator="|").alias("key"), "op_uid",
-                    "t_expected_s",
                     pl.when(pl.col("measured"))
                     .then(pl.format("measured: {}; table {}; measured points around it: {}", text("expected_src"),
                                     text("expected_table"), text("expected_nearest")))
                     .otherwise(pl.format("no measurement: {}", text("expected_src"))).alias("tip"))
             .collect())
-    out: dict[str, dict[str, list]] = {}
-    for key, uid, seconds, tip in zip(*(rows[c].to_list() for c in ("key", "op_uid", "t_expected_s", "tip"))):
-        out.setdefault(key, {})[uid] = [seconds, tip]
-    return out
+    # each point's ops and tooltips in row order (a later row of an op replaces its tooltip in place),
+    # a run of rows of one point at a time (a point's rows come together; one met again goes on filling its own)
+    points: dict[str, dict[str, str]] = {}
+    runs = rows.select(pl.col("key").rle()).unnest("key")
+    uids, tips = rows["op_uid"].to_list(), rows["tip"].to_list()
+    end = 0
+    for key, n in zip(runs["value"].to_list(), runs["len"].to_list()):
+        start, end = end, end + n
+        found = points.get(key)
+        if found is None:
+            found = points[key] = {}
+        found.update(zip(uids[start:end], tips[start:end]))
+    by_file: dict[str, dict[str, dict[str, str]]] = {}
+    for at, found in points.items():
+        gpu, n_gpus, config, framework = at.split("|")[:4]
+        cfg = cfg_of.get((gpu, n_gpus, config, framework))
+        if cfg is not None:
+            by_file.setdefault(cfg, {})[at] = found
+    return {cfg: _tips(part) for cfg, part in by_file.items()}
 
 
-def expected_tips(expected: dict[str, dict[str, list]]) -> dict:
-    """One config's part of :func:`expected_ops` as its file on the site (``expected-<cfg>.json.gz``):
-    what the page reads of it, each op's tooltip at each grid per-op point, indexed: ``{"ops": [op
-    uid, ...], "tips": [tooltip, ...], "points": {point key: [index into tips per op of ops, -1 where
-    the point has no such op]}}``. The seconds are left out: the page shows the expected time its
-    own lookup tree gives (static/js/deploy_eval.js opRows), the stored one only in ops.parquet; and
-    each distinct tooltip and op uid is written once (8.1 -> 1.7 MB over the 51 models' files)."""
+def _tips(points: dict[str, dict[str, str]]) -> dict:
+    """One file of :func:`expected_files` from its points' op -> tooltip dictionaries."""
     ops: dict[str, int] = {}
     tips: dict[str, int] = {}
-    for found in expected.values():
-        for uid, (_, tip) in found.items():
+    for found in points.values():
+        for uid, tip in found.items():
             ops.setdefault(uid, len(ops))
             tips.setdefault(tip, len(tips))
-    points = {}
-    for key, found in expected.items():
+    table = {}
+    for key, found in points.items():
         row = [-1] * len(ops)
-        for uid, (_, tip) in found.items():
+        for uid, tip in found.items():
             row[ops[uid]] = tips[tip]
-        points[key] = row
-    return {"ops": list(ops), "tips": list(tips), "points": points}
+        table[key] = row
+    return {"ops": list(ops), "tips": list(tips), "points": table}
 
 
 def deploy_formulas(results: Results, model_id: str) -> dict | None:
@@ -338,35 +363,38 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     each config file used to carry its own copy of them and of the tables (over the 51 models'
     1,546 config files: 17.4 MB compressed, now 2.6 MB plus 2.5 MB of shared files). Options name
     their config (``cfg``) and file. Reshaping only: every tree and number is the build's; the rule
-    picking the grid's batches travels beside them (``grid_batches``: engine.batch.grid_eval.GRID_BATCHES,
+    picking the grid's batches travels beside them (``grid_batches``: engine.deploy.rules.GRID_BATCHES,
     read by formula.js ``select``)."""
-    from engine.batch.grid_eval import GRID_BATCHES      # (here: the module's other readers need no engine)
-    from engine.deploy.rules import exported as deploy_rules
+    from engine.deploy.rules import GRID_BATCHES, exported as deploy_rules   # (here: the module's other readers need no engine)
     from engine.deploy.measured_tree import STORED_ONLY
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
     expected = doc.get("expected", [])
     # trees and strings numbered once for the model (first use: the programs in option order, each
     # program's steps in order, fields left to right; then the expected-time lists, file by file)
     tm, sm = _Numbering(), _Numbering()
-    files: dict[str, list] = {}               # per file: its programs' step rows
-    local: dict[str, dict[int, int]] = {}
+    # a program's step rows are the same in every file that holds it (the numbering is the model's),
+    # so each is renumbered and written as compact JSON once, when first used; a file's text is
+    # joined from them (what compact_json of the file's value writes, byte for byte)
+    texts: dict[int, str] = {}
+    local: dict[str, dict[int, int]] = {}     # per file: its programs, in order, renumbered from 0
     lists: dict[str, _Numbering] = {}         # per file: the expected-time lists it holds, renumbered
     options = []
     for opt in doc["options"]:
         cfg = doc["configs"][opt["config"]]
         key = cfg["key"]
-        if key not in files:
-            files[key] = []
+        if key not in local:
             local[key] = {}
             lists[key] = _Numbering()
-        out, pmap, lm = files[key], local[key], lists[key]
+        pmap, lm = local[key], lists[key]
 
         def program(pid: int) -> int:
             if pid not in pmap:
-                # a step: 5 tree indices, 6 numbers, 4 string indices
-                pmap[pid] = len(out)
-                out.append([[tm[s[0]], tm[s[1]], tm[s[2]], tm[s[3]], tm[s[4]], s[5], s[6], s[7], s[8], s[9], s[10],
-                             sm[s[11]], sm[s[12]], sm[s[13]], sm[s[14]]] for s in programs[pid]])
+                pmap[pid] = len(pmap)
+                if pid not in texts:
+                    # a step: 5 tree indices, 6 numbers, 4 string indices
+                    texts[pid] = compact_json([[tm[s[0]], tm[s[1]], tm[s[2]], tm[s[3]], tm[s[4]], s[5], s[6], s[7], s[8],
+                                                s[9], s[10], sm[s[11]], sm[s[12]], sm[s[13]], sm[s[14]]]
+                                               for s in programs[pid]])
             return pmap[pid]
 
         options.append({**{k: opt[k] for k in ("gpu", "framework", "kv_dtypes", "limits", "reserve", "overlap", "admission") if k in opt},
@@ -380,12 +408,13 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
                                                  else [lm[i] for i in v]) for ph, v in by.items()}
                                        for kv, by in opt["expected"].items()}
     bodies = {}
-    for key, out in files.items():
-        body: dict = {"programs": out}
+    listed: dict[int, str] = {}              # an expected-time list's text, written once (as the programs')
+    for key, pmap in local.items():
+        parts = ['{"programs":[', ",".join(texts[pid] for pid in pmap), "]"]
         if expected:
-            body["expected"] = [[tm[t] for t in expected[i]] for i in lists[key]]
-        body["shared"] = SHARED
-        bodies[key] = body
+            parts += [',"expected":[', ",".join(listed[i] if i in listed else listed.setdefault(
+                i, compact_json([tm[t] for t in expected[i]])) for i in lists[key]), "]"]
+        bodies[key] = "".join(parts + [',"shared":', compact_json(SHARED), "}"])
     shared_trees = [trees[i] for i in tm]
     shared: dict = {"trees": shared_trees, "strings": [strings[i] for i in sm]}
     if expected:
@@ -436,16 +465,15 @@ def _lookup_refs(trees: list) -> set[int]:
     return found
 
 
-def _shared(bodies: dict[str, dict]) -> tuple[dict[str, str], dict[str, str]]:
-    """The files' compact JSON texts, one per distinct text, and each key's file: the first key (in
-    order) whose text is the same (configs whose files come out identical, one GPU on an 8- or a
-    72-GPU domain, share one file). Equal values give equal texts: a body's keys are in one order,
-    and its trees are the build's, interned by their compact text (engine/batch/deploy_export.py)."""
+def _shared(bodies: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The files' compact JSON texts (``bodies``), one per distinct text, and each key's file: the
+    first key (in order) whose text is the same (configs whose files come out identical, one GPU on
+    an 8- or a 72-GPU domain, share one file). Equal values give equal texts: a body's keys are in
+    one order, and its trees are the build's, interned by their compact text (engine/batch/deploy_export.py)."""
     texts: dict[str, str] = {}
     same: dict[str, str] = {}
     kept: dict[str, str] = {}            # compact text -> its first key
-    for key, body in bodies.items():
-        text = compact_json(body)
+    for key, text in bodies.items():
         first = kept.setdefault(text, key)
         if first == key:
             texts[key] = text

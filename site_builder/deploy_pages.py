@@ -16,7 +16,7 @@ import polars as pl
 from engine.serving.steady import steady_rate
 from site_builder import charts
 from site_builder.data import (Results, config_twins, deploy_formulas, deployment_options, deployment_rows,
-                               expected_ops, expected_tips, front_files, slug, split_formulas)
+                               expected_files, front_files, slug, split_formulas)
 from site_builder.writer import Site
 
 COMPARE_INPUT = 4096
@@ -74,13 +74,8 @@ def _deploy(site: Site, results: Results, model_id: str, sizing_page: bool = Fal
     # each op's measured source at the grid's per-op points (ops.parquet), for the per-op table's
     # tooltips: one file per (config, scale-up domain), as the formulas, so one selection fetches its own
     cfg_of = {(o["gpu"], str(o["n_gpus"]), o["config"], o["framework"]): o["cfg"] for o in options if "cfg" in o}
-    by_cfg: dict[str, dict] = {}
-    for key, ops in expected_ops(results, model_id).items():
-        cfg = cfg_of.get(tuple(key.split("|")[:4]))
-        if cfg is not None:
-            by_cfg.setdefault(cfg, {})[key] = ops
-    for cfg, part in by_cfg.items():
-        site.gzip_json(f"data/deploy/{name}/expected-{cfg}.json.gz", expected_tips(part))
+    for cfg, tips in expected_files(results, model_id, cfg_of).items():
+        site.gzip_json(f"data/deploy/{name}/expected-{cfg}.json.gz", tips)
     # the bar charts' heights: the most bars one selection can show (GPU types; configs per GPU type and count)
     # (the specs and texts every deploy page shares are in DEPLOY_SHARED, fetched once)
     specs = charts.deployment_specs(
@@ -120,10 +115,12 @@ _SCHEMA_DOCS: dict[str, str] = {}
 
 
 def _schema_docs() -> dict[str, str]:
-    """The Parquet column docs (engine.batch.results.DEPLOYMENTS_SCHEMA's, by column), shown as the
-    definition behind each deployment number; a render worker is handed them (:func:`_worker_start`)."""
+    """The Parquet column docs (engine.batch.schema.DEPLOYMENTS_SCHEMA's, by column), shown as the
+    definition behind each deployment number; a render worker is handed them (:func:`_worker_start`).
+    From the schema module, not engine.batch.results (which imports the build: sympy and the spec
+    language, 0.4 s of a lone `archledger site`)."""
     if not _SCHEMA_DOCS:
-        from engine.batch.results import DEPLOYMENTS_SCHEMA, UNSTORED
+        from engine.batch.schema import DEPLOYMENTS_SCHEMA, UNSTORED
         _SCHEMA_DOCS.update({k: v[1] for k, v in DEPLOYMENTS_SCHEMA.items()})
         _SCHEMA_DOCS.update(UNSTORED)       # what the page shows beside the columns, not stored
     return _SCHEMA_DOCS

@@ -106,14 +106,14 @@ def _pool(frame: pl.DataFrame) -> dict:
 
 def stairs(config: list[int], batch: list, ttft: list, n: int) -> list[list[list]]:
     """Per prefill config (index 0..n-1) its staircase as the engine's pairing reads it
-    (engine.serving.pairing.staircase: TTFTs ascending, batches, the running best requests/s and
+    (engine.serving.staircase.staircase: TTFTs ascending, batches, the running best requests/s and
     where it was reached), for the page's run of engine.serving.rules' CHOICE: data, no rule."""
     import numpy as np
-    from engine.serving.pairing import staircase          # (here: the page's other readers need no engine)
-    cfg, out = np.asarray(config), []
+    from engine.serving.staircase import staircase        # (here: the page's other readers need no engine)
+    cfg, times, batches, out = np.asarray(config), np.asarray(ttft, dtype=float), np.asarray(batch), []
     for c in range(n):
         sel = np.flatnonzero(cfg == c)
-        t, b, best, arg = staircase(np.asarray(ttft, dtype=float)[sel], np.asarray(batch)[sel])
+        t, b, best, arg = staircase(times[sel], batches[sel])
         out.append([t.tolist(), b.tolist(), best.tolist(), arg.tolist()])
     return out
 

@@ -44,30 +44,43 @@ def twins(rows: pl.DataFrame) -> list[dict[str, Any]]:
               .agg(pl.struct([*POINT, *COMPARED]).hash().sum().alias("h"), pl.len().alias("n"),
                    *[pl.col(d).first() for d in DEGREES])
               .sort([*GROUP, "config"]))
-    out = []
-    parts: dict = {}     # (GPU, count, framework, KV dtype, config) -> its rows, split once when first needed
     # grouped in Python: the configs are a few hundred rows, and each polars call on a small frame
     # costs about a millisecond (prints is sorted by config within a group, as the groups keep it)
     groups: dict[tuple, list[dict]] = {}
     for row in prints.iter_rows(named=True):
         groups.setdefault(tuple(row[k] for k in (*GROUP, "h", "n")), []).append(row)
-    for key, configs in groups.items():
-        if len(configs) < 2:
-            continue
-        names = [c["config"] for c in configs]
-        where = dict(zip(GROUP, key[:len(GROUP)]))
-        if not parts:     # sorted once, split once: each eager polars call on a small frame costs ~1 ms
-            parts = (rows.sort([*GROUP, "config", *POINT]).select([*GROUP, "config", *POINT, *COMPARED])
-                     .partition_by([*GROUP, "config"], as_dict=True, include_key=False, maintain_order=True))
-        if not _same_rows(parts, where, names):
-            continue
-        out.append({**where, "configs": names, "note": _reason([{d: c[d] for d in DEGREES} for c in configs], names)})
-    return out
+    sets = [(dict(zip(GROUP, key[:len(GROUP)])), configs) for key, configs in groups.items() if len(configs) >= 2]
+    same = same_rows(rows, [(where, [c["config"] for c in configs]) for where, configs in sets])
+    return [{**where, "configs": [c["config"] for c in configs],
+             "note": _reason([{d: c[d] for d in DEGREES} for c in configs], [c["config"] for c in configs])}
+            for (where, configs), ok in zip(sets, same) if ok]
 
 
-def _same_rows(parts: dict, where: dict, names: list[str]) -> bool:
-    tables = [parts[(*where.values(), n)] for n in names]
-    return all(t.equals(tables[0]) for t in tables[1:])
+def same_rows(rows: pl.DataFrame, sets: list[tuple[dict, list[str]]]) -> list[bool]:
+    """For each candidate set (its :data:`GROUP` values, its configs), whether every config of it has
+    the same rows as its first: the same multiset of (:data:`POINT`, :data:`COMPARED`) rows, a
+    missing value equal to a missing value. One pass over all the sets' rows: each config's rows
+    sorted on every compared column and matched by position with its set's first config's (a split
+    per config and a comparison per pair were a polars call each, about a millisecond apiece)."""
+    if not sets:
+        return []
+    columns = [*POINT, *COMPARED]
+    member = pl.DataFrame([{**where, "config": c, "set": i, "first": names[0]}
+                           for i, (where, names) in enumerate(sets) for c in names],
+                          schema={**{k: rows.schema[k] for k in GROUP}, "config": rows.schema["config"],
+                                  "set": pl.Int64, "first": rows.schema["config"]})
+    sub = (rows.select([*GROUP, "config", *columns]).join(member, on=[*GROUP, "config"])
+           .sort(["set", "config", *columns], nulls_last=True)
+           .with_columns(pl.int_range(pl.len()).over(["set", "config"]).alias("at")))
+    firsts = sub.filter(pl.col("config") == pl.col("first")).select("set", "at", *columns)
+    paired = sub.filter(pl.col("config") != pl.col("first")).join(firsts, on=["set", "at"], how="left", suffix="~")
+    ok = (paired.group_by("set")
+          .agg(pl.all_horizontal([pl.col(c).eq_missing(pl.col(f"{c}~")) for c in columns]).all().alias("ok")))
+    # and as many rows each (equal fingerprints count them; a row without a partner fails above)
+    counts = sub.group_by("set", "config").len().group_by("set").agg((pl.col("len").n_unique() == 1).alias("n"))
+    found = dict(zip(ok["set"].to_list(), ok["ok"].to_list()))
+    even = dict(zip(counts["set"].to_list(), counts["n"].to_list()))
+    return [found[i] and even[i] for i in range(len(sets))]
 
 
 def _reason(degrees: list[dict[str, int]], names: list[str]) -> str:

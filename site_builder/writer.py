@@ -32,6 +32,7 @@ class Site:
         self.env = env
         self.pages: list[str] = []
         self.written: list[str] = []     # every file written, relative to the folder (the site manifest's record)
+        self._made: set[Path] = set()       # folders made here (a mkdir per file was a system call each)
 
     def page(self, path: str, template: str, title: str, page_data: dict | None = None, **context) -> None:
         depth = len(path.split("/")) if path else 0     # pages live at <path>/index.html
@@ -69,7 +70,9 @@ class Site:
         # a new file, never a write through an existing one: a carried file is a hard link into the
         # published site
         target = self.folder / path
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.parent not in self._made:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._made.add(target.parent)
         target.unlink(missing_ok=True)
         self.written.append(path)
         return target

@@ -7,7 +7,8 @@
   the number the document's own tree and table give.
 * Front files hold the stored fields the chart needs, column-wise (front_files); the rates are divided
   where the file is read (tests/test_site_offgrid.py checks the page's against the grid rows).
-* Expected-time files hold each op's tooltip per grid point, each distinct tooltip once (expected_tips).
+* Expected-time files hold each op's tooltip per grid point, each distinct tooltip once (expected_files:
+  tests/test_site_data_fast.py).
 """
 from __future__ import annotations
 
@@ -133,19 +134,6 @@ def test_front_file_writes_a_stored_float32_time_as_its_shortest_decimal(tmp_pat
     assert values[7][0] == 8 / stored / 2 and abs(values[7][0] - 200.0000044703484) < 1e-9 and values[8][0] == 1 / stored
     from site_builder.data import compact_json
     assert compact_json(values[5]) == "[0.02]"
-
-
-def test_expected_file_indexes_each_tooltip_once_and_drops_the_seconds():
-    """site_builder.data.expected_tips: one config's per-op tooltips at the grid's per-op points as
-    the page reads them (static/js/deploy.js expectedOps): op uids and distinct tooltips once, each
-    point an index per op (-1: the point has no such op). By hand: op b at batch 16 is absent."""
-    from site_builder.data import expected_tips
-    near, none = "measured: gemm at m=4; table t.csv; measured points around it: m 1..8", "no measurement: bound / 0.7"
-    part = {"H100|8|tp8|vllm|bf16|4|1024|128": {"a": [1.5e-5, near], "b": [2.0e-6, none]},
-            "H100|8|tp8|vllm|bf16|16|1024|128": {"a": [3.0e-5, none]}}
-    assert expected_tips(part) == {"ops": ["a", "b"], "tips": [near, none],
-                                   "points": {"H100|8|tp8|vllm|bf16|4|1024|128": [0, 1],
-                                              "H100|8|tp8|vllm|bf16|16|1024|128": [1, -1]}}
 
 
 def test_partition_writer_round_trips_every_value_bit_for_bit(tmp_path):

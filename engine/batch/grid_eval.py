@@ -34,6 +34,7 @@ from engine.deploy.hardware import load_gpus
 from engine.deploy.measured import load_measured
 from engine.deploy.op_rows import op_rows_columns_many, weight_text
 from engine.deploy.plan import expected_phase_times_many
+from engine.deploy.rules import GRID_BATCHES
 from engine.deploy.sol import capacity, capacity_terms, summarize_many
 from engine.deploy.structure import HBM_FRACTION, Options, device_tokens
 from engine.batch.columns import Columns
@@ -296,19 +297,8 @@ def _evaluate_format(ev: Evaluation, grid, gpus: dict, measured, cache: Structur
     return cells, structure, total
 
 
-#: The batches the grid keeps for one (config, GPU, framework, KV dtype, prompt, output) at its
-#: capacities ``worst`` and ``steady`` (``max_concurrent_requests`` and
-#: ``max_concurrent_requests_steady``), as a selection rule (engine.language.formula_tree.select; the deploy
-#: page's formula.js reads this same rule from index.json): the grid's batches up to the larger
-#: capacity (usually the steady state's), and that capacity itself when it is at least 1 and below
-#: the largest batch ``top``, in batch order; ``[1]`` when neither holds a request (that row says by
-#: how much it does not fit). So every batch the steady state serves at a grid batch or at its
-#: capacity is a row (the fronts' points), and so is every grid batch the worst case holds; the
-#: worst case's own capacity is each row's ``max_concurrent_requests`` beside it, not a row (a row
-#: per capacity would add 3-5% to the table for a front no reader draws).
-_MOST = ["max", "worst", "steady"]
-GRID_BATCHES = {"each": "b", "largest": "top", "keep": ["<=", "b", _MOST],
-                "add": [[_MOST, ["and", [">=", _MOST, 1], ["<", _MOST, "top"]]]], "else": [1]}
+# the grid's batch rule (GRID_BATCHES) is written in engine/deploy/rules.py, beside the summary's rules:
+# the site ships it without importing this module (which brings the spec language and sympy)
 
 
 def grid_batches(batches, caps) -> list[int]:

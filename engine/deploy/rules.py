@@ -200,3 +200,18 @@ def exported() -> dict:
             "admission": ADMISSION, "two_batch": TWO_BATCH, "first_token": FIRST_TOKEN, "serving": SERVING,
             "serving_bound": SERVING_BOUND,
             "tokens_per_step": _tokens_per_step_tree()}
+
+
+#: The batches the grid (engine/batch/grid_eval.py) keeps for one (config, GPU, framework, KV dtype, prompt, output) at its
+#: capacities ``worst`` and ``steady`` (``max_concurrent_requests`` and
+#: ``max_concurrent_requests_steady``), as a selection rule (engine.language.formula_tree.select; the deploy
+#: page's formula.js reads this same rule from index.json): the grid's batches up to the larger
+#: capacity (usually the steady state's), and that capacity itself when it is at least 1 and below
+#: the largest batch ``top``, in batch order; ``[1]`` when neither holds a request (that row says by
+#: how much it does not fit). So every batch the steady state serves at a grid batch or at its
+#: capacity is a row (the fronts' points), and so is every grid batch the worst case holds; the
+#: worst case's own capacity is each row's ``max_concurrent_requests`` beside it, not a row (a row
+#: per capacity would add 3-5% to the table for a front no reader draws).
+_MOST = ["max", "worst", "steady"]
+GRID_BATCHES = {"each": "b", "largest": "top", "keep": ["<=", "b", _MOST],
+                "add": [[_MOST, ["and", [">=", _MOST, 1], ["<", _MOST, "top"]]]], "else": [1]}

@@ -33,7 +33,7 @@ object ``{"each": name, "largest": name, "keep": tree, "add": [[value, condition
 [values]}``. Of the values given, those whose ``keep`` holds with ``each`` bound to the value, in
 order; then each ``add`` value whose condition holds and that is not kept already; ``else`` when none
 is. Its environment binds the caller's names and ``largest`` to the largest value given (the grid's
-batches: engine/batch/grid_eval.py ``GRID_BATCHES``).
+batches: engine/deploy/rules.py ``GRID_BATCHES``).
 
 Invariant: ``evaluate(to_tree(e), env) == float(e.subs(env))`` up to float rounding, for every
 expression made of the node types in :data:`OPS` (the only ones the spec language and the deploy

@@ -17,6 +17,7 @@ from engine.deploy.hardware import GPU
 from engine.deploy.structure import Options
 from engine.language.formula_tree import run_arrays
 import engine.serving.rules as rules
+from engine.serving.staircase import prefix_argmax, staircase  # noqa: F401  (re-exported: disagg_sizing reads it here)
 from engine.serving.disagg import FIELDS as DISAGG_FIELDS, join, links, transfer_bytes
 from engine.serving.sizing import SLA, GPUSearch, _first_per_key, _front_rows, _kv_bytes
 
@@ -179,16 +180,6 @@ def prefill_staircases(pres: GPUSearch, transfer) -> list[tuple]:
     return out
 
 
-def staircase(ttft, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One prefill config's points as :func:`prefill_choice` reads them (and the sizing page, as
-    data: site_builder/sizing.py): TTFTs ascending (a stable sort), their batches, the most
-    requests/s (batch / TTFT) within each TTFT and the first point reaching it."""
-    order = np.argsort(np.asarray(ttft), kind="stable")
-    t, b = np.asarray(ttft)[order], np.asarray(batch)[order]
-    x = b / t
-    return t, b, np.maximum.accumulate(x), prefix_argmax(x)
-
-
 def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.ndarray, n_p: np.ndarray,
                    which: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """Each decode point's prefill pool under TTFT ``bound`` (``kd`` its decode config, ``demand``
@@ -235,10 +226,3 @@ def prefill_choice(staircases: list[tuple], bound, kd: np.ndarray, demand: np.nd
         i = better if at is None else at[better]
         choice[i], least[i], cost[i], ttft[i], batch[i] = c, key[better], gpus[better], seconds_p[better], b[pick[better]]
     return choice, cost, ttft, batch
-
-
-def prefix_argmax(x: np.ndarray) -> np.ndarray:
-    """Index of the maximum of x[:i + 1] for every i (the first one on ties: the shorter TTFT)."""
-    idx = np.arange(len(x))
-    before = np.concatenate(([-np.inf], np.maximum.accumulate(x)[:-1]))
-    return np.maximum.accumulate(np.where(x > before, idx, 0))
