@@ -26,7 +26,7 @@ from urllib.request import urlopen
 import pytest
 import yaml
 
-from site_builder.screenshots import LOCAL_HOSTS, VIEWPORT, screenshots, scroll_through
+from site_builder.screenshots import LOCAL_HOSTS, VIEWPORT, screenshots
 from site_builder.serve import start
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -142,6 +142,17 @@ class Tab:
         raise AssertionError(f"the page did not go quiet in {TIMEOUT_MS / 1000:g} s: "
                              f"{sorted(r.url for r in self.inflight)[:5]} in flight")
 
+    def scroll_through(self) -> None:
+        """Bring every part of the page into view once, then :meth:`settle`: every chart is drawn
+        (a chart is drawn once in view: its library and data are fetched then). The positions are
+        those of site_builder.screenshots.scroll_through (the screenshots command's), each held until
+        its intersection observers have run (two painted frames and a task) instead of 60 ms; and
+        where that function, which cannot see requests, waits until no resource was added for 400
+        ms (0.4-2 s a page), this tab sees the requests a chart makes and waits until none is in
+        flight (issue 42: the suite's time)."""
+        self.page.evaluate(SCROLL_STEPS)
+        self.settle()
+
 
 #: Resolves once the page's main thread is idle and two frames have been painted after it (or after
 #: 2 s, for a page that is never idle: the round then simply repeats).
@@ -150,6 +161,19 @@ IDLE_AND_PAINTED = """() => new Promise(done => {
   requestIdleCallback(painted, {timeout: 2000});
   setTimeout(done, 2000);
 })"""
+
+
+#: site_builder.screenshots.SCROLL_THROUGH_JS's scroll positions (a step of the window's height less
+#: 100 px, the bottom, then back to the top), each held for two painted frames and a task: the
+#: intersection observers' callbacks (queued when a frame is rendered) have run before the next step.
+SCROLL_STEPS = """async () => {
+  if (!document.querySelector('.chart')) return;      // every chart is a .chart: nothing waits to be seen
+  const step = Math.max(200, window.innerHeight - 100);
+  const seen = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(r, 0))));
+  for (let y = 0; y < document.documentElement.scrollHeight; y += step) { window.scrollTo(0, y); await seen(); }
+  window.scrollTo(0, document.documentElement.scrollHeight); await seen();
+  window.scrollTo(0, 0);
+}"""
 
 
 def _production_headers(path: str) -> dict[str, str]:
@@ -405,7 +429,7 @@ def test_components_charts_name_their_lines(tab, base, built):
     contracts = json.loads((built / "results" / "contracts.json").read_text())
     assert contracts
     tab.goto(base + "components/")
-    scroll_through(tab.page)                                   # charts are drawn once in view
+    tab.scroll_through()                                       # charts are drawn once in view
     for slot, contract in contracts.items():
         names = sorted({v["name"] for v in contract["variants"]})
         assert len(names) >= 5
@@ -430,7 +454,7 @@ def test_components_charts_name_their_lines(tab, base, built):
 def test_deployment_charts_render(tab, base, slug):
     """The four vega-embed charts draw SVG marks with data (lines, points, bars, the context rule)."""
     tab.goto(f"{base}models/{slug}/deploy/")
-    scroll_through(tab.page)                                   # charts are drawn once in view
+    tab.scroll_through()                                       # charts are drawn once in view
     marks = {"chart-batch": "g.mark-line path, g.mark-symbol path",
              "chart-gpus": "g.mark-rect path",
              "chart-ep": "g.mark-rect path",
