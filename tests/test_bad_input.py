@@ -333,13 +333,35 @@ def test_bad_input_is_one_line_with_place_and_fix(case, tmp_path, monkeypatch, c
         assert not (folder / PWNED).exists(), f"a spec expression ran code ({folder / PWNED})"
 
 
+@pytest.fixture(scope="module")
+def first_builds(tmp_path_factory):
+    """``first(model)`` -> (corpus copy, output folder) of a successful ``build`` of ``model`` over
+    the small grid from the unbroken corpus: once per model and test process, each case rebuilding
+    in its own copy (every rebuild case's first build was the same build of Qwen3-8B)."""
+    done: dict[str, tuple[Path, Path]] = {}
+
+    def first(model: str, capsys) -> tuple[Path, Path]:
+        if model not in done:
+            folder = tmp_path_factory.mktemp("first-build")
+            root, out = copy_corpus(folder), folder / "out"
+            code, _, stderr = run(root, "build", "--out", str(out), "--quiet", "--grid", str(SMALL_GRID),
+                                  "--models", model, capsys=capsys)
+            assert code == 0 and stderr == "", stderr
+            done[model] = root, out
+        return done[model]
+    return first
+
+
+#: The rebuild cases share their first build (:func:`first_builds`) in one pytest-xdist worker
+#: (``--dist loadgroup``): spread one by one, each worker they landed on built it again.
+@pytest.mark.xdist_group("bad_input_rebuild")
 @pytest.mark.parametrize("name", REBUILD_CASES)
-def test_failed_rebuild_keeps_previous_results(name, tmp_path, capsys):
-    root = copy_corpus(tmp_path)
-    out = tmp_path / "out"
+def test_failed_rebuild_keeps_previous_results(name, tmp_path, capsys, first_builds):
+    first_root, first_out = first_builds(CASES[name].model, capsys)
+    root, out = tmp_path / "corpus", tmp_path / "out"
+    shutil.copytree(first_root, root)            # the unbroken corpus and its results, as the build left them
+    shutil.copytree(first_out, out)
     args = ("build", "--out", str(out), "--quiet", "--grid", str(SMALL_GRID), "--models", CASES[name].model)
-    code, stdout, stderr = run(root, *args, capsys=capsys)
-    assert code == 0 and stderr == "", stderr
     before = files_under(out)
     assert {"results/models.parquet", "results/manifest.json"} <= set(before)
     assert any(f.startswith("results/deployments/") for f in before)

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
+import threading
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from urllib.request import urlopen
 import pytest
 import yaml
 
-from site_builder.screenshots import LOCAL_HOSTS, VIEWPORT, screenshots, scroll_through
+from site_builder.screenshots import LOCAL_HOSTS, VIEWPORT, screenshots
 from site_builder.serve import start
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -142,6 +141,17 @@ class Tab:
         raise AssertionError(f"the page did not go quiet in {TIMEOUT_MS / 1000:g} s: "
                              f"{sorted(r.url for r in self.inflight)[:5]} in flight")
 
+    def scroll_through(self) -> None:
+        """Bring every part of the page into view once, then :meth:`settle`: every chart is drawn
+        (a chart is drawn once in view: its library and data are fetched then). The positions are
+        those of site_builder.screenshots.scroll_through (the screenshots command's), each held until
+        its intersection observers have run (two painted frames and a task) instead of 60 ms; and
+        where that function, which cannot see requests, waits until no resource was added for 400
+        ms (0.4-2 s a page), this tab sees the requests a chart makes and waits until none is in
+        flight (issue 42: the suite's time)."""
+        self.page.evaluate(SCROLL_STEPS)
+        self.settle()
+
 
 #: Resolves once the page's main thread is idle and two frames have been painted after it (or after
 #: 2 s, for a page that is never idle: the round then simply repeats).
@@ -150,6 +160,19 @@ IDLE_AND_PAINTED = """() => new Promise(done => {
   requestIdleCallback(painted, {timeout: 2000});
   setTimeout(done, 2000);
 })"""
+
+
+#: site_builder.screenshots.SCROLL_THROUGH_JS's scroll positions (a step of the window's height less
+#: 100 px, the bottom, then back to the top), each held for two painted frames and a task: the
+#: intersection observers' callbacks (queued when a frame is rendered) have run before the next step.
+SCROLL_STEPS = """async () => {
+  if (!document.querySelector('.chart')) return;      // every chart is a .chart: nothing waits to be seen
+  const step = Math.max(200, window.innerHeight - 100);
+  const seen = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(r, 0))));
+  for (let y = 0; y < document.documentElement.scrollHeight; y += step) { window.scrollTo(0, y); await seen(); }
+  window.scrollTo(0, document.documentElement.scrollHeight); await seen();
+  window.scrollTo(0, 0);
+}"""
 
 
 def _production_headers(path: str) -> dict[str, str]:
@@ -405,7 +428,7 @@ def test_components_charts_name_their_lines(tab, base, built):
     contracts = json.loads((built / "results" / "contracts.json").read_text())
     assert contracts
     tab.goto(base + "components/")
-    scroll_through(tab.page)                                   # charts are drawn once in view
+    tab.scroll_through()                                       # charts are drawn once in view
     for slot, contract in contracts.items():
         names = sorted({v["name"] for v in contract["variants"]})
         assert len(names) >= 5
@@ -430,7 +453,7 @@ def test_components_charts_name_their_lines(tab, base, built):
 def test_deployment_charts_render(tab, base, slug):
     """The four vega-embed charts draw SVG marks with data (lines, points, bars, the context rule)."""
     tab.goto(f"{base}models/{slug}/deploy/")
-    scroll_through(tab.page)                                   # charts are drawn once in view
+    tab.scroll_through()                                       # charts are drawn once in view
     marks = {"chart-batch": "g.mark-line path, g.mark-symbol path",
              "chart-gpus": "g.mark-rect path",
              "chart-ep": "g.mark-rect path",
@@ -697,14 +720,20 @@ def test_screenshots_command(built, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error:") and len(err.strip().splitlines()) == 1
     to = tmp_path / "shots"
-    # A separate process: Playwright's sync API does not nest inside this module's open browser.
-    proc = subprocess.run([sys.executable, "-m", "site_builder.cli", "screenshots", "--out", str(built),
-                           "--to", str(to), "--model", DEEPSEEK],
-                          cwd=REPO, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr
+    # The command in another thread: Playwright's sync API does not nest inside this thread's open
+    # browser, and a thread without an event loop of its own may start one (it was a second Python
+    # process, whose start and imports cost about 2 CPU-s: issue 42, the suite's time).
+    from site_builder.cli import main as site_main
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(site_main(["screenshots", "--out", str(built), "--to", str(to),
+                                                                    "--model", DEEPSEEK])))
+    worker.start()
+    worker.join(timeout=180)
+    captured = capsys.readouterr()
+    assert done == [0], captured.err
     for name in ("gallery", "model", "deploy", "compare", "diff"):   # compare and a graph diff: issue 20's new views
         png = to / f"{name}.png"
-        assert str(png) in proc.stdout
+        assert str(png) in captured.out
         data = png.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
         assert len(data) > 10_000, (png, len(data))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import pytest
 
-from site_builder.screenshots import scroll_through
 from tests.site_helpers import axe_serious
 from tests.test_site_browser import (DEEPSEEK, LLAMA, _open, base, built, site)  # noqa: F401  (fixtures)
 
@@ -85,7 +84,7 @@ def test_deploy_page_loads_the_chart_library_once_for_all_its_charts(tab, base):
     requested: list[str] = []
     tab.page.on("request", lambda r: requested.append(r.url))
     tab.goto(f"{base}models/{LLAMA}/deploy/?gpu=H100&kv=bf16")
-    scroll_through(tab.page)
+    tab.scroll_through()
     charts = tab.page.evaluate("() => [...document.querySelectorAll('.chart')].map(c => c.id)")
     assert len(charts) == 6, charts
     for chart in charts:
@@ -104,7 +103,7 @@ def test_deploy_page_read_to_its_end_fetches_one_config_and_one_front(tab, base)
     tab.page.on("request", lambda r: requested.append(r.url))
     slug = DEEPSEEK
     tab.goto(f"{base}models/{slug}/deploy/?gpu=H100&fw=vllm&kv=bf16&input=1024&output=256&batch=1")
-    scroll_through(tab.page)
+    tab.scroll_through()
     tab.page.wait_for_selector("#chart-front[data-ready] svg .role-mark", state="attached")
     mine = [u.split(f"data/deploy/{slug}/", 1)[1] for u in requested if f"data/deploy/{slug}/" in u]
     shared = {"index.json.gz", "shared.json.gz"}      # the model-wide part, its trees and tables (site_builder.data.SHARED)

@@ -24,7 +24,6 @@ import polars as pl
 import pytest
 
 from engine.cli import units
-from site_builder.screenshots import scroll_through
 from tests.site_helpers import H100_PAIR_GRID, H100_PAIR_MODELS, shared_small_site, result_tables, served
 from tests.test_site_browser import _open
 
@@ -161,7 +160,7 @@ def test_no_vega_dropping_warning(tab, base):
     for path, marks in ((f"models/{LLAMA}/", "#chart-model-kv svg g.mark-line path"),
                         (f"models/{QWEN}/deploy/", "#chart-ep svg g.mark-rect path")):
         tab.goto(base + path)
-        scroll_through(tab.page)                               # charts are drawn once in view
+        tab.scroll_through()                               # charts are drawn once in view
         tab.page.wait_for_selector(marks, state="attached")
         if "deploy" in path:
             tab.page.wait_for_selector("#chart-gpus svg g.mark-rect path", state="attached")

@@ -27,7 +27,6 @@ import re
 import polars as pl
 import pytest
 
-from site_builder.screenshots import scroll_through
 from tests.site_helpers import result_tables
 from tests.test_site_browser import (DEEPSEEK, LLAMA, _open, base, built, site)  # noqa: F401  (fixtures)
 
@@ -241,7 +240,7 @@ def test_no_page_wider_than_a_phone(browser, base):  # noqa: F811
             tab.goto(base + url)
             if url.startswith("compare"):
                 tab.page.wait_for_selector("#compare .cols table", state="attached")
-            scroll_through(tab.page)          # every chart drawn (charts are drawn once in view)
+            tab.scroll_through()          # every chart drawn (charts are drawn once in view)
             width = tab.page.evaluate("() => document.documentElement.scrollWidth")
             if width > PHONE["width"]:
                 wide[url] = width

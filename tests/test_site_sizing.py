@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from engine.cli import main
-from site_builder.screenshots import scroll_through
 from tests.site_helpers import axe_serious, served, shared_small_site
 from tests.test_site_browser import _open
 
@@ -140,7 +139,7 @@ def test_axe_finds_no_serious_violation_on_the_sizing_page(browser, base):  # no
     tab = _open(browser)
     try:
         tab.goto(f"{base}/models/{SLUG}/sizing/")
-        scroll_through(tab.page)
+        tab.scroll_through()
         tab.page.wait_for_selector("#chart-front svg .mark-line path", state="attached")
         found = axe_serious(tab.page)
         assert not found, "\n".join(found)

@@ -28,7 +28,6 @@ import yaml
 
 from engine.language.errors import SpecError
 from site_builder.sources import REPO
-from site_builder.screenshots import scroll_through
 from tests.site_helpers import served
 from tests.test_site_browser import _open
 
@@ -321,7 +320,7 @@ def test_no_page_runs_the_payload(browser, base):  # noqa: F811
     try:
         for path in pages:
             tab.goto(base + path)
-            scroll_through(tab.page)          # every chart drawn (charts are drawn once in view)
+            tab.scroll_through()          # every chart drawn (charts are drawn once in view)
             if path.endswith("/deploy/"):
                 tab.page.wait_for_function("() => document.getElementById('summary').hasAttribute('data-ready')")
             if path.startswith("compare/"):
