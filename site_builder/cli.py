@@ -27,6 +27,16 @@ from engine import cli as engine_cli  # noqa: E402
 
 
 def cmd_build(args) -> int:
+    import time
+    from engine.batch import uptodate
+    from site_builder.incremental import sources_digest
+    started = time.perf_counter()
+    # what the site is rendered from besides the results, taken before any work (a template edited
+    # while the build runs is then a change for the next build); with nothing to do, the answer
+    # comes before the build's imports (engine/batch/uptodate.py)
+    sources = None if args.no_site else sources_digest()
+    if uptodate.answer(args, sources, started):
+        return 0
     from engine.batch.results import progress_printer, run
     from site_builder.render import render_staged
     quiet = args.quiet
@@ -35,7 +45,7 @@ def cmd_build(args) -> int:
         # the published site beside the staged one: pages whose inputs did not change are carried from it
         render_staged(results, site_dir, progress if progress else (None if quiet else progress_printer("page groups")))
 
-    return run(args, site=None if args.no_site else site)
+    return run(args, site=None if args.no_site else site, site_sources=sources)
 
 
 def cmd_site(args) -> int:
