@@ -26,8 +26,10 @@ all of these hold; anything else (an unreadable stamp included) runs the build a
   with the recorded size, mtime, ctime, inode and device. The ctime is set by the kernel on every
   write, rename or ``utime`` and cannot be set back by a user, so a same-size, same-mtime edit
   (``os.utime`` restoring the time) still differs. A file whose times are within :data:`RACY_NS`
-  of the stamp's start ("racily clean", as git calls it: a later write in the same clock tick
-  would keep its times) is trusted only by its SHA-256, recorded in the stamp and read again.
+  of the stamp's start (:data:`FINE_RACY_NS` on a file system with sub-second times, after letting
+  the build's last writes age that long) is "racily clean", as git calls it (a later write in the
+  same clock tick would keep its times): it is trusted only by its SHA-256, recorded in the stamp
+  and read again.
 
 The stamp describes the trees at the end of the build that wrote it; the manifest and the site
 pin say what they were built from, so a stamp is never more than a fast way to know the trees are
@@ -47,6 +49,11 @@ STAMP_VERSION = 1
 #: A file whose mtime or ctime is this close to the stamp's start (or later) is checked by content:
 #: two seconds covers file systems whose timestamps have a one- or two-second granularity.
 RACY_NS = 2_000_000_000
+#: The same window where the file system keeps sub-second times (ext4, xfs, btrfs, tmpfs: the
+#: kernel's coarse clock, a tick of 1-10 ms): a build's last writes (the old trees' removal changes
+#: the carried files' ctime: one link fewer) are then let age this long before the stamp, so the
+#: stamp trusts their times instead of hashing the whole site again.
+FINE_RACY_NS = 100_000_000
 TREES = ("results", "site")
 
 
@@ -101,17 +108,25 @@ def record(out: Path, site_sources: str | None) -> None:
     path = stamp_path(out)
     if path is None:
         return
+    names = TREES if site_sources is not None else TREES[:1]
     try:
         path.unlink(missing_ok=True)
-        start = time.time_ns()
-        trees = {}
-        for name in TREES if site_sources is not None else TREES[:1]:
-            found = _tree(Path(out) / name)
+        start, found = _walk(Path(out), names)
+        if found is None:
+            return
+        window = _window(found)
+        # (the ctime: every write, utime or link count change sets it to the kernel's now; an mtime
+        # may be copied from elsewhere, static/'s by copy2)
+        newest = max((key[2] for files, _ in found.values() for key in files.values()), default=0)
+        if window == FINE_RACY_NS and newest >= start - window:      # let the last writes age (<= 0.1 s)
+            time.sleep(min(newest + window - start, window) / 1e9 + 0.001)
+            start, found = _walk(Path(out), names)
             if found is None:
                 return
-            files, folders = found
+        trees = {}
+        for name, (files, folders) in found.items():
             racy = {rel: _sha256(Path(out) / name / rel) for rel, key in files.items()
-                    if max(key[1], key[2]) >= start - RACY_NS}
+                    if key[2] >= start - window}
             trees[name] = {"files": files, "folders": folders, "racy": racy}
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -121,6 +136,22 @@ def record(out: Path, site_sources: str | None) -> None:
     except OSError:
         if path is not None:
             path.unlink(missing_ok=True)
+
+
+def _walk(out: Path, names) -> tuple[int, dict | None]:
+    """(the time before the walk, each tree's :func:`_tree`), None for the trees where one is not a
+    plain folder."""
+    start = time.time_ns()
+    found = {name: _tree(out / name) for name in names}
+    return start, None if any(v is None for v in found.values()) else found
+
+
+def _window(found: dict) -> int:
+    """:data:`FINE_RACY_NS` where the trees' files have sub-second times (the file system keeps
+    them), else :data:`RACY_NS`."""
+    fine = any(key[1] % 1_000_000_000 or key[2] % 1_000_000_000
+               for files, _ in found.values() for key in files.values())
+    return FINE_RACY_NS if fine else RACY_NS
 
 
 def _same_tree(root: Path, stamped: dict) -> bool:
