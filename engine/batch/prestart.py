@@ -35,6 +35,7 @@ class Prestart:
 
     def __init__(self, jobs: int):
         self.jobs = jobs
+        self.seeded = False
         self.folder = Path(tempfile.mkdtemp(prefix="archledger-corpus-"))
         self.executor = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                             initializer=_start, initargs=(os.getpid(), str(self.folder)))
@@ -50,6 +51,7 @@ class Prestart:
         part = self.folder / f"{SEED}.part"
         part.write_bytes(data)
         os.replace(part, self.seed_file)
+        self.seeded = True
 
     def release(self, stop: bool = False) -> None:
         """No seed will come: waiting workers start unseeded (the pool is closing). ``stop``: the
@@ -61,7 +63,9 @@ class Prestart:
                 process.terminate()
 
     def close(self) -> None:
-        self.release()
+        """Shut the pool down; workers that never got a seed (the build stopped before its pool,
+        or ran in one process) are stopped rather than waited for while they import."""
+        self.release(stop=not self.seeded)
         self.executor.shutdown(wait=True, cancel_futures=True)
 
 
