@@ -19,6 +19,13 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 GRID_FILE = PACKAGE_ROOT / "corpus" / "grid.yaml"
 
 
+def grid_file(corpus_root: Path, given: "Path | str | None" = None) -> Path:
+    """The grid a command over ``corpus_root`` uses: ``given`` (``--grid``), else the corpus's own
+    grid.yaml (a checkout's, or --corpus), else the installed default."""
+    own = Path(corpus_root) / "grid.yaml"
+    return Path(given) if given else own if own.exists() else GRID_FILE
+
+
 def find_checkout(start: Path) -> Path | None:
     """The nearest folder at or above ``start`` that holds ``corpus/models/`` and ``gpus/``."""
     start = start.resolve()

@@ -27,6 +27,27 @@ from engine import cli as engine_cli  # noqa: E402
 
 
 def cmd_build(args) -> int:
+    import time
+    from engine.batch import uptodate
+    from site_builder.incremental import sources_digest
+    started = time.perf_counter()
+    # what the site is rendered from besides the results, taken before any work (a template edited
+    # while the build runs is then a change for the next build); with nothing to do, the answer
+    # comes before the build's imports (engine/batch/uptodate.py)
+    sources = None if args.no_site else sources_digest()
+    if uptodate.answer(args, sources, started):
+        return 0
+    from engine.batch import prestart
+    # the --jobs workers import the evaluation while this process imports the build and reads the corpus
+    early = prestart.start(args.jobs) if args.executor in (None, "", "local") else None
+    try:
+        return _build(args, sources, early)
+    finally:
+        if early is not None:
+            early.close()
+
+
+def _build(args, sources: str | None, early) -> int:
     from engine.batch.results import progress_printer, run
     from site_builder.render import render_staged
     quiet = args.quiet
@@ -35,7 +56,7 @@ def cmd_build(args) -> int:
         # the published site beside the staged one: pages whose inputs did not change are carried from it
         render_staged(results, site_dir, progress if progress else (None if quiet else progress_printer("page groups")))
 
-    return run(args, site=None if args.no_site else site)
+    return run(args, site=None if args.no_site else site, site_sources=sources, prestarted=early)
 
 
 def cmd_site(args) -> int:

@@ -14,11 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.batch import dependencies, publish
-from site_builder.data import Results
-from site_builder.sources import TEMPLATES
-from site_builder.writer import Site
+from site_builder.sources import REPO, STATIC, TEMPLATES
+
+if TYPE_CHECKING:      # (annotations only: the build's up-to-date check imports this module, and data imports polars)
+    from site_builder.data import Results
+    from site_builder.writer import Site
 
 
 #: The site's record of what each page group was rendered from (``SITE_MANIFEST`` in the site root).
@@ -42,6 +45,20 @@ def _code_hash(static_digest: str) -> str:
         sorted(Path(__file__).resolve().parent.glob("*.py"))
     return _hash(SITE_MANIFEST_VERSION, static_digest, dependencies.fingerprint(dependencies.SITE),
                  *[(p.name.encode() + b"\0" + p.read_bytes()) for p in files])
+
+
+def sources_digest() -> str:
+    """Everything a render reads besides the results, as one SHA-256: the templates, static/, the
+    renderer's code (site_builder/*.py), every Markdown page under docs/ and CONTRIBUTING.md (a
+    superset of the published pages, site_builder.pages.DOCS: tests/test_build_uptodate.py checks
+    it covers them) and the rendering libraries' versions. Equal digests and equal results give
+    the same site (:mod:`engine.batch.uptodate`: a build with nothing to do skips on it). Reads
+    files only (no polars, no jinja)."""
+    here = Path(__file__).resolve().parent
+    files = [*sorted(p for p in TEMPLATES.rglob("*") if p.is_file()), *sorted(p for p in STATIC.rglob("*") if p.is_file()),
+             *sorted(here.glob("*.py")), *sorted((REPO / "docs").glob("*.md")), REPO / "CONTRIBUTING.md"]
+    return _hash(SITE_MANIFEST_VERSION, dependencies.fingerprint(dependencies.SITE),
+                 *[(p.relative_to(REPO).as_posix().encode() + b"\0" + p.read_bytes()) for p in files if p.is_file()])
 
 
 def _results_inputs(results: "Results") -> tuple[dict, dict]:

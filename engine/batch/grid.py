@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.project import GRID_FILE as DEFAULT
+from engine.project import grid_file  # noqa: F401 (a light module's now: the build's up-to-date check reads it)
 from engine.language.checked import choices_field as _choices, count_field as _count, list_field as _list
 from engine.language.api import Evaluation
 from engine.language.names import is_name, shown_value
@@ -31,11 +32,6 @@ from engine.deploy.parallel import MAX_GPUS, ParallelConfig
 
 
 
-def grid_file(corpus_root: Path, given: "Path | str | None" = None) -> Path:
-    """The grid a command over ``corpus_root`` uses: ``given`` (``--grid``), else the corpus's own
-    grid.yaml (a checkout's, or --corpus), else the installed default."""
-    own = Path(corpus_root) / "grid.yaml"
-    return Path(given) if given else own if own.exists() else DEFAULT
 _TOP = ("doc", "gpus", "gpu_counts", "beyond_fit", "parallel", "frameworks", "kv_dtypes", "scenarios", "ops", "sizing",
         "checkpoints")
 _REQUIRED = _TOP[1:-2]

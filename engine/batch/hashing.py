@@ -125,3 +125,19 @@ def engine_digest() -> str:
     if not _ENGINE_DIGEST:
         _ENGINE_DIGEST.append(_digest(engine_sources(), _engine_identity()))
     return _ENGINE_DIGEST[0]
+
+
+def grid_id(grid_path: Path) -> str:
+    """Which grid a results tree was built over: the grid file's path relative to this checkout when
+    inside it (a moved checkout keeps its results), else absolute. Editing that file is an input
+    change (every model's hash changes), not another grid."""
+    path = Path(grid_path).resolve()
+    try:
+        return path.relative_to(PACKAGE_ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _grid_of(recorded: str) -> str:
+    """A manifest's grid entry in :func:`grid_id`'s form (relative entries are relative to the checkout)."""
+    return grid_id(Path(recorded)) if Path(recorded).is_absolute() else Path(recorded).as_posix()

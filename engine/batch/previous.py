@@ -17,7 +17,7 @@ import polars as pl
 
 from engine.batch import publish
 from engine.batch.model_row import _with_formats, slug
-from engine.project import PACKAGE_ROOT
+from engine.batch.hashing import _grid_of, grid_id  # noqa: F401 (re-exported: they moved to the light module)
 
 @dataclass
 class Previous:
@@ -106,19 +106,3 @@ def _carry(previous: Path, staging: Path, model_id: str) -> None:
             os.link(src, dst)
         except OSError:
             shutil.copy2(src, dst)
-
-
-def grid_id(grid_path: Path) -> str:
-    """Which grid a results tree was built over: the grid file's path relative to this checkout when
-    inside it (a moved checkout keeps its results), else absolute. Editing that file is an input
-    change (every model's hash changes), not another grid."""
-    path = Path(grid_path).resolve()
-    try:
-        return path.relative_to(PACKAGE_ROOT).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def _grid_of(recorded: str) -> str:
-    """A manifest's grid entry in :func:`grid_id`'s form (relative entries are relative to the checkout)."""
-    return grid_id(Path(recorded)) if Path(recorded).is_absolute() else Path(recorded).as_posix()

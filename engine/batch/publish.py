@@ -310,13 +310,20 @@ FSYNC_THREADS = 16
 
 
 def _fsync_tree(root: Path) -> None:
-    """fsync every file and folder under ``root``; returns when all are durable (or raises the first
+    """fsync every file (but those carried as hard links: their bytes are durable already) and
+    folder under ``root``; returns when all are durable (or raises the first
     error). Many at once: fsync waits on the disk, not the CPU (it releases the GIL), and the file
     system commits concurrent requests together. A cold build's freshly written site (2,000 files)
     took about 13 s one after another on this machine's disk under load, 0.3-0.6 s in 16 threads."""
     paths: list[tuple[Path, bool]] = []
     for folder, _, files in os.walk(root):
-        paths.extend((Path(folder) / name, False) for name in files)
+        for name in files:
+            path = Path(folder) / name
+            # a file with another link is one carried from a published tree (a hard link,
+            # previous._carry, writer.Site.place): its bytes were made durable when that tree was
+            # published; the link itself is a folder entry, made durable with its folder below
+            if os.lstat(path).st_nlink == 1:
+                paths.append((path, False))
         paths.append((Path(folder), True))
     with ThreadPoolExecutor(max_workers=FSYNC_THREADS) as pool:
         for _ in pool.map(lambda item: _fsync(*item), paths):    # each result read: an error is raised here
@@ -400,7 +407,37 @@ def _finish(out: Path, moves: list[dict]) -> None:
     (out / JOURNAL).unlink(missing_ok=True)
     fault("cleanup")
     for move in moves:
-        shutil.rmtree(out / move["aside"], ignore_errors=True)
+        remove_tree(out / move["aside"])
+
+
+def remove_tree(root: Path) -> None:
+    """``shutil.rmtree(root, ignore_errors=True)``, many entries at once: the files unlinked in
+    threads, then the folders removed deepest first, each depth in threads. Removing a folder waits
+    on the file system's journal, not the CPU: a published site's 900 folders took 2-3 s one after
+    another on this machine's disk under load, about 0.5 s with the tree's 6,000 files in 16
+    threads. Whatever cannot be removed is left (as rmtree's ignore_errors leaves it): the next
+    holder's :func:`recover` sweeps it. A link is unlinked, never followed."""
+    root = Path(root)
+    if root.is_symlink() or not root.is_dir():
+        with contextlib.suppress(OSError):
+            root.unlink()
+        return
+    files: list[str] = []
+    depths: dict[int, list[str]] = {}
+    for folder, subfolders, names in os.walk(root):      # (os.walk does not follow links to folders)
+        depths.setdefault(folder.count(os.sep), []).append(folder)
+        files.extend(os.path.join(folder, name) for name in names)
+        files.extend(os.path.join(folder, name) for name in subfolders if os.path.islink(os.path.join(folder, name)))
+
+    def quietly(remove, path: str) -> None:
+        with contextlib.suppress(OSError):
+            remove(path)
+    with ThreadPoolExecutor(max_workers=FSYNC_THREADS) as pool:
+        list(pool.map(lambda path: quietly(os.unlink, path), files))
+        for depth in sorted(depths, reverse=True):
+            list(pool.map(lambda path: quietly(os.rmdir, path), depths[depth]))
+    if root.exists():         # anything the threads could not remove: as rmtree would try it
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def publish(out: Path, targets: list[tuple[str, Path]]) -> None:

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from engine.batch import landscape, publish
+from engine.batch import landscape, publish, uptodate
 from engine.batch.built import MODELS_JSON  # models.parquet's rows as JSON: what commands read without polars
 from engine.batch.corpus_tables import _corpus_wide_in_worker, write_contracts, write_variants
 from engine.batch.hashing import (  # model_hash, shared_hash re-exported: the build's hashes live in one light module
@@ -141,6 +141,7 @@ class _Run:
     gpu_root: Path
     shared: str                     # shared_hash: the grid, GPUs, fusion tables, engine
     hashes: dict                    # model id -> its input hash (model_hash)
+    corpus_digest: str              # corpus_digest at the build's start
     report: Report
     log: Callable[[str], None]
 
@@ -148,7 +149,8 @@ class _Run:
 def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path: Path | None = None,
           gpu_root: Path | None = None, jobs: int | None = None, progress=None, log=None, site=None,
           site_progress=None, lock_timeout: float | None = None, command: str = "archledger build",
-          executor: str | None = None, strict: bool = False) -> Report:
+          executor: str | None = None, strict: bool = False, site_sources: str | None = None,
+          prestarted=None) -> Report:
     """Evaluate (or carry over) the models' partitions into a staged results tree, render the staged
     site from it when ``site`` is given, then publish both together (:mod:`engine.batch.publish`).
 
@@ -182,7 +184,8 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     grid_path = grid_file(corpus.root, grid_path)
     gpu_root = Path(gpu_root) if gpu_root else GPU_ROOT
     shared = shared_hash(corpus, grid_path, gpu_root)
-    if not _checked_before(Path(out) / "results", shared, corpus.root):
+    digest = corpus_digest(corpus.root)     # the corpus's bytes at the start: what the manifest records
+    if not _checked_before(Path(out) / "results", shared, digest):
         inputs.check_all(corpus, grid_path, gpu_root)   # fail early, before any work
     where = executors.parse(executor)
     if where.kind != "local":
@@ -197,7 +200,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         previous, grid = _previous_results(final, grid_path, log)
         staging = stack.enter_context(publish.staged(out, "results"))
         report = Report(final)
-        run = _Run(corpus, final, staging, grid_path, gpu_root, shared, hashes, report, log)
+        run = _Run(corpus, final, staging, grid_path, gpu_root, shared, hashes, digest, report, log)
         targets, rows, entries, todo = _plan(run, models, named, previous)
 
         # every changed spec is walked and verified here first: a broken one fails the build before any
@@ -206,7 +209,9 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         # (a lone model's halves run in two workers: PARTS); the contracts table is handed to the
         # pool first, so a worker starts while this process walks the specs
         split = _split(todo, previous, jobs) if where.kind == "local" else set()
-        pool = _pool(stack, jobs, len(todo) + len(split), corpus) if where.kind == "local" else None
+        pool = _pool(stack, jobs, len(todo) + len(split), corpus, prestarted) if where.kind == "local" else None
+        if where.kind != "local" and prestarted is not None:
+            prestarted.release(stop=True)
         early = [pool.submit(_corpus_wide_in_worker, "write_contracts", str(corpus.root), str(final), str(staging),
                              shared, str(gpu_root))] if pool is not None else []
         checks = _verify(run, todo, pool, rows, strict)
@@ -215,6 +220,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
                           checks)
         _write_tables(run, grid, targets, rows, entries, early)
         _publish(run, out, stack, site, site_progress)
+        uptodate.record(out, site_sources if site is not None else None)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -352,7 +358,7 @@ def _write_tables(run: _Run, grid: str, targets: list[str], rows: dict, entries:
                 "contracts_hash": contracts_digest,
                 # the corpus as this build read it: a command finds an unchanged corpus (so
                 # unchanged model hashes) without loading it (engine.batch.built)
-                "corpus": {"digest": corpus_digest(corpus.root), "models": sorted(corpus.models)},
+                "corpus": {"digest": run.corpus_digest, "models": sorted(corpus.models)},
                 "models": {m: entries[m] for m in targets}, "skipped": report.skipped,
                 "unverified": report.unverified,
                 "unverified_listed": unverified_listed(corpus, report.unverified),
@@ -382,17 +388,17 @@ def _publish(run: _Run, out: Path, stack: contextlib.ExitStack, site, site_progr
     publish.publish(out, publication)
 
 
-def _checked_before(final: Path, shared: str, corpus_root: Path) -> bool:
+def _checked_before(final: Path, shared: str, digest: str) -> bool:
     """Whether the published results were built from exactly these inputs: their manifest records
     this shared hash (the grid, the GPU files and measured tables, the fusion tables, the engine's
-    sources and libraries) and this corpus digest (every file under the corpus). Such a build ran
+    sources and libraries) and this corpus digest (every file under the corpus, ``digest``). Such a build ran
     :func:`engine.batch.inputs.check_all` on the same bytes with the same code and passed, so the
     check would pass again: a build with nothing changed skips it (parsing the measured tables was
     half of its time). Anything unreadable or different: False, and the files are checked."""
     try:
         manifest = json.loads((final / "manifest.json").read_text())
         return (manifest["shared_hash"] == shared
-                and manifest["corpus"]["digest"] == corpus_digest(corpus_root))
+                and manifest["corpus"]["digest"] == digest)
     except Exception:       # noqa: BLE001 — absent, damaged or older: check the inputs
         return False
 
@@ -439,7 +445,7 @@ def write_error(exc: BaseException) -> int | None:
     return None
 
 
-def run(args, site=None) -> int:
+def run(args, site=None, site_sources: str | None = None, prestarted=None) -> int:
     """``archledger build``: evaluate the specs over a grid into OUT/results, render OUT/site from them
     (when ``site`` is given), and publish both together. Exit 0, or 2 after one line on stderr.
 
@@ -485,7 +491,8 @@ def run(args, site=None) -> int:
                        getattr(args, "jobs", None),
                        None if quiet else _model_progress(), log=lambda line: print(line, file=sys.stderr),
                        site=site, lock_timeout=lock_timeout,
-                       executor=getattr(args, "executor", None), strict=getattr(args, "strict", False))
+                       executor=getattr(args, "executor", None), strict=getattr(args, "strict", False),
+                       site_sources=site_sources, prestarted=prestarted)
     except SpecError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2

@@ -33,5 +33,9 @@ def add_parser(sub, parents: list) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    import time
+    from engine.batch import uptodate
+    if uptodate.answer(args, None, time.perf_counter()):     # nothing to do: answered before the build's imports
+        return 0
     from engine.batch.results import run as build_run
     return build_run(args)
