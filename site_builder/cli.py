@@ -37,17 +37,6 @@ def cmd_build(args) -> int:
     sources = None if args.no_site else sources_digest()
     if uptodate.answer(args, sources, started):
         return 0
-    from engine.batch import prestart
-    # the --jobs workers import the evaluation while this process imports the build and reads the corpus
-    early = prestart.start(args.jobs) if args.executor in (None, "", "local") else None
-    try:
-        return _build(args, sources, early)
-    finally:
-        if early is not None:
-            early.close()
-
-
-def _build(args, sources: str | None, early) -> int:
     from engine.batch.results import progress_printer, run
     from site_builder.render import render_staged
     quiet = args.quiet
@@ -56,7 +45,7 @@ def _build(args, sources: str | None, early) -> int:
         # the published site beside the staged one: pages whose inputs did not change are carried from it
         render_staged(results, site_dir, progress if progress else (None if quiet else progress_printer("page groups")))
 
-    return run(args, site=None if args.no_site else site, site_sources=sources, prestarted=early)
+    return run(args, site=None if args.no_site else site, site_sources=sources)
 
 
 def cmd_site(args) -> int:

@@ -149,8 +149,7 @@ class _Run:
 def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path: Path | None = None,
           gpu_root: Path | None = None, jobs: int | None = None, progress=None, log=None, site=None,
           site_progress=None, lock_timeout: float | None = None, command: str = "archledger build",
-          executor: str | None = None, strict: bool = False, site_sources: str | None = None,
-          prestarted=None) -> Report:
+          executor: str | None = None, strict: bool = False, site_sources: str | None = None) -> Report:
     """Evaluate (or carry over) the models' partitions into a staged results tree, render the staged
     site from it when ``site`` is given, then publish both together (:mod:`engine.batch.publish`).
 
@@ -209,9 +208,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         # (a lone model's halves run in two workers: PARTS); the contracts table is handed to the
         # pool first, so a worker starts while this process walks the specs
         split = _split(todo, previous, jobs) if where.kind == "local" else set()
-        pool = _pool(stack, jobs, len(todo) + len(split), corpus, prestarted) if where.kind == "local" else None
-        if where.kind != "local" and prestarted is not None:
-            prestarted.release(stop=True)
+        pool = _pool(stack, jobs, len(todo) + len(split), corpus) if where.kind == "local" else None
         early = [pool.submit(_corpus_wide_in_worker, "write_contracts", str(corpus.root), str(final), str(staging),
                              shared, str(gpu_root))] if pool is not None else []
         checks = _verify(run, todo, pool, rows, strict)
@@ -445,7 +442,7 @@ def write_error(exc: BaseException) -> int | None:
     return None
 
 
-def run(args, site=None, site_sources: str | None = None, prestarted=None) -> int:
+def run(args, site=None, site_sources: str | None = None) -> int:
     """``archledger build``: evaluate the specs over a grid into OUT/results, render OUT/site from them
     (when ``site`` is given), and publish both together. Exit 0, or 2 after one line on stderr.
 
@@ -492,7 +489,7 @@ def run(args, site=None, site_sources: str | None = None, prestarted=None) -> in
                        None if quiet else _model_progress(), log=lambda line: print(line, file=sys.stderr),
                        site=site, lock_timeout=lock_timeout,
                        executor=getattr(args, "executor", None), strict=getattr(args, "strict", False),
-                       site_sources=site_sources, prestarted=prestarted)
+                       site_sources=site_sources)
     except SpecError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2

@@ -60,37 +60,27 @@ def _check_all(corpus: Corpus, todo: list[str], hashes: dict, pool) -> list[dict
         raise
 
 
-def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Corpus | None = None, early=None):
+def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Corpus | None = None):
     """The --jobs worker processes (None when one is enough), closed with ``stack``. Spawned, not
     forked: a forked child inherits polars' thread pool mid-state and can hang. Workers die with
     this process (see worker_init), so a killed build leaves no orphan evaluating on. Each worker
     starts with the build's loaded ``corpus`` (unpickling it is ~40x faster than parsing the YAML),
     filed under the content digest :func:`cached_corpus` looks it up by. The pickle goes through a
     file, not the start-up pipe: a worker reads that pipe only after importing the engine, so half
-    a megabyte in it held this process for as long at every worker start. ``early``: the workers
-    the command started before it imported the build (:mod:`engine.batch.prestart`), handed the
-    seed here (or let go, where one process is enough); their pool is the command's to close."""
+    a megabyte in it held this process for as long at every worker start."""
     jobs = max(1, min(jobs or workers.default_workers(), tasks or 1))
     if jobs == 1:
-        if early is not None:
-            early.release(stop=True)
         return None
-    data = None
+    seed = None
     if corpus is not None:
         root = Path(corpus.root).resolve()
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="archledger-corpus-")))
         from engine.deploy import measured
         # with the measured kernel tables this process parsed (inputs.check_all): a worker would
         # parse them again, about a second of its start (each keeps its file's bytes: measured.adopt_tables)
-        data = pickle.dumps(((str(root), corpus_digest(root)), corpus, measured.parsed_tables()),
-                            protocol=pickle.HIGHEST_PROTOCOL)
-    if early is not None:
-        early.seed(data) if data is not None else early.release()
-        return early.executor
-    seed = None
-    if data is not None:
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="archledger-corpus-")))
-        (folder / "corpus.pickle").write_bytes(data)
-        seed = str(folder / "corpus.pickle")
+        (folder / "corpus.pickle").write_bytes(pickle.dumps((corpus, measured.parsed_tables()),
+                                                            protocol=pickle.HIGHEST_PROTOCOL))
+        seed = ((str(root), corpus_digest(root)), str(folder / "corpus.pickle"))
     return stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                                    initializer=worker_init, initargs=(os.getpid(), seed)))
 
@@ -157,20 +147,14 @@ def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, 
     return results
 
 
-def worker_init(parent: int, seed: str | None = None) -> None:
-    """In each --jobs worker: take the build's corpus from the ``seed`` file (:func:`_pool`; one
-    that is gone, a prestarted pool let go, is no seed); die when the build process dies, however
-    it dies (:func:`engine.batch.lifeline.die_with`); collect rarely; skip the interpreter's teardown."""
+def worker_init(parent: int, seed: tuple | None = None) -> None:
+    """In each --jobs worker: die when the build process dies, however it dies
+    (:func:`engine.batch.lifeline.die_with`); collect rarely; skip the interpreter's teardown."""
     global _IN_WORKER
     _IN_WORKER = parent
-    try:
-        data = Path(seed).read_bytes() if seed is not None else None
-    except OSError:
-        data = None
-    if data is not None:             # (key, corpus, parsed measured tables: _pool)
+    if seed is not None:             # (key, the pickled corpus's file: _pool)
         from engine.deploy import measured
-        key, corpus, parsed = pickle.loads(data)
-        _CORPORA[key] = corpus
+        _CORPORA[seed[0]], parsed = pickle.loads(Path(seed[1]).read_bytes())
         measured.adopt_tables(parsed)
     gc.freeze()                      # the modules and the corpus live as long as the worker (each model's
                                      # evaluation freezes the heap again: collector.model_heap)
