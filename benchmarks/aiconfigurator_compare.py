@@ -1,6 +1,6 @@
 """Side by side with NVIDIA's AIConfigurator in SOL database mode: TTFT and TPOT of the same scenarios.
 
-Run from the repo root: ``python benchmarks/aiconfigurator_compare.py [--detail]``. Needs the pip
+Run from the repo root: ``python benchmarks/aiconfigurator_compare.py [--detail] [--speed]``. Needs the pip
 package ``aiconfigurator`` (0.12.0 measured; it runs offline: model configs and system files ship
 inside the package); without it the script says so and exits 0. Never a test dependency: the
 numbers are printed for docs/deployment.md ("Side by side with AIConfigurator"), not asserted.
@@ -20,6 +20,12 @@ static batching (one prefill of ``batch`` prompts, then ``output - 1`` decode st
   at the mean context). The column ``no alpha`` is ArchLedger with the collectives' per-call
   latency set to zero (the GPU without its NCCL latency model), which AIConfigurator's SOL mode
   does not charge.
+
+``--speed`` times both sides instead, in this one process, at each scenario's first batch (issue 42's
+ratios): AIConfigurator's estimate the first time (its tables loaded) and again (best of 3: warm);
+ArchLedger's full estimate of a fresh plan (placement, fusion, compiling the step functions, then the
+point: ``plan(...).at``, the spec's walk timed apart) and a warm re-evaluation of that plan at another
+point (``.at`` at a new batch, best of 5). Wall clock, ``time.perf_counter``; printed, never asserted.
 """
 from __future__ import annotations
 
@@ -98,6 +104,50 @@ def archledger(ev, gpu, tp: int, batch: int, output: int):
     return built.at(scenario)
 
 
+def _best(fn, runs: int) -> float:
+    """The best wall time of ``runs`` calls of ``fn`` (seconds)."""
+    import time
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def speed(gpus) -> None:
+    """Print issue 42's two ratios per scenario (module docstring: what each side's time covers)."""
+    from engine.deploy import Options, Scenario, plan
+    from engine.deploy.fusion_table import load_tables
+    from engine.deploy.hardware import find_gpu
+    from engine.deploy.parallel import ParallelConfig
+    from engine.language.api import evaluate
+
+    table = load_tables(REPO / "corpus" / "fusion").get(FRAMEWORK)
+    print("| scenario | AIC first / warm | ArchLedger walk | full estimate | warm re-evaluation | "
+          "full vs AIC warm | warm vs AIC warm |")
+    print("|---|---|---|---|---|---|---|")
+    for label, al_model, aic_model, gpu_name, system, tp, moe, batches in SCENARIOS:
+        batch = batches[0]
+        aic_first = _best(lambda: aic_estimate(aic_model, system, tp, batch, moe), 1)
+        aic_warm = _best(lambda: aic_estimate(aic_model, system, tp, batch, moe), 3)
+        holder = {}
+        walk = _best(lambda: holder.update(ev=evaluate(al_model, str(REPO / "corpus"))), 1)
+        gpu = find_gpu(gpus, gpu_name)
+        scenario = Scenario(batch=batch, input_len=INPUT, output_len=OUTPUT)
+        options = Options(framework=FRAMEWORK, kv_dtype="bf16")
+
+        def full():
+            holder["plan"] = plan(holder["ev"], gpu, ParallelConfig(tp=tp), options, table, scenario)
+            holder["plan"].at(scenario)
+
+        full_s = _best(full, 1)
+        points = iter(range(batch + 1, batch + 100))
+        warm = _best(lambda: holder["plan"].at(Scenario(batch=next(points), input_len=INPUT, output_len=OUTPUT)), 5)
+        print(f"| {label}, batch {batch} | {_ms(aic_first)} / {_ms(aic_warm)} ms | {_ms(walk)} ms | "
+              f"{_ms(full_s)} ms | {warm * 1e3:,.3f} ms | {aic_warm / full_s:,.1f}x | {aic_warm / warm:,.0f}x |")
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.2f}"
 
@@ -105,6 +155,7 @@ def _ms(seconds: float) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--detail", action="store_true", help="print both sides' per-op times")
+    parser.add_argument("--speed", action="store_true", help="time both sides' estimates (issue 42's ratios)")
     args = parser.parse_args()
     aic_version = offline_aic()
     if aic_version is None:
@@ -114,6 +165,11 @@ def main() -> int:
     from engine.language.api import evaluate
 
     gpus = load_gpus(REPO / "gpus")
+    if args.speed:
+        print(f"ArchLedger vs AIConfigurator {aic_version} (SOL database mode, {FRAMEWORK} backend), "
+              f"input {INPUT}, output {OUTPUT}, {datetime.date.today().isoformat()}: wall clock in one process.\n")
+        speed(gpus)
+        return 0
     rows = []
     for label, al_model, aic_model, gpu_name, system, tp, moe, batches in SCENARIOS:
         ev = evaluate(al_model, str(REPO / "corpus"))
