@@ -9,7 +9,6 @@ other models), over the tiny test grid, so a whole-corpus build takes seconds.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from engine.batch import uptodate
 from site_builder import incremental, pages
 from site_builder.cli import main
+from tests.file_helpers import same_stat_edit
 from tests.conftest import REPO
 
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
@@ -48,15 +48,6 @@ def _state(out: Path) -> dict[str, tuple]:
             for p in sorted(out.rglob("*")) if p.name != ".lock"}
 
 
-def _same_size_same_mtime(path: Path, old: bytes, new: bytes) -> None:
-    """Replace ``old`` by ``new`` (same length) in ``path`` and put its atime and mtime back."""
-    assert len(old) == len(new)
-    st = path.stat()
-    data = path.read_bytes()
-    assert old in data
-    path.write_bytes(data.replace(old, new, 1))
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
 
 
 def test_nothing_to_do_writes_nothing_and_every_planted_change_rebuilds(corpus, tmp_path, capsys):
@@ -69,7 +60,7 @@ def test_nothing_to_do_writes_nothing_and_every_planted_change_rebuilds(corpus, 
     assert _state(out) == before                      # not a byte, not an inode
 
     # a spec edit that keeps the file's size and mtime: its bytes are hashed, so it rebuilds
-    _same_size_same_mtime(corpus / SPEC, b"Dense GQA transformer", b"Dense GQA Transformer")
+    same_stat_edit(corpus / SPEC, b"Dense GQA transformer", b"Dense GQA Transformer")
     assert "1 models evaluated" in _build(corpus, out, capsys)
     # the old trees' removal changed every carried file's ctime just before the stamp: on a file
     # system with sub-second times they are let age, so the stamp hashes none of them
@@ -83,7 +74,7 @@ def test_nothing_to_do_writes_nothing_and_every_planted_change_rebuilds(corpus, 
     # finds the SHA-256 wrong and rebuilds the model
     document = next((out / "results" / "models").glob("*.json"))
     data = document.read_bytes()
-    _same_size_same_mtime(document, data[:1], b"[" if data[:1] != b"[" else b"{")
+    same_stat_edit(document, data[:1], b"[" if data[:1] != b"[" else b"{")
     said = _build(corpus, out, capsys)
     assert "up to date" not in said and "1 models evaluated" in said
     assert document.read_bytes() == data

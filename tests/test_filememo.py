@@ -7,7 +7,6 @@ caller that changes the dict it got does not change the next caller's."""
 from __future__ import annotations
 
 import io
-import os
 import shutil
 from pathlib import Path
 
@@ -20,19 +19,11 @@ from engine.batch.grid import load_grid
 from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import load_gpus
 from engine.language.errors import SpecError
+from tests.file_helpers import same_stat_edit
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _same_stat_edit(path: Path, old: str, new: str) -> None:
-    """Replace ``old`` by ``new`` (same length) and put the file's times back: only its bytes differ."""
-    assert len(old) == len(new)
-    st = path.stat()
-    text = path.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new, 1))
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert path.stat().st_size == st.st_size
 
 
 def _gpu_copy(tmp_path: Path) -> Path:
@@ -50,7 +41,7 @@ def test_gpus_read_once_per_content(tmp_path):
     first["extra"] = second["B200"]
     assert "H100" in load_gpus(root) and "extra" not in load_gpus(root)
     # an edit that keeps the size and the modification time is seen: the key is the bytes
-    _same_stat_edit(root / "h100-sxm.yaml", "hbm_gb: 80 ", "hbm_gb: 81 ")
+    same_stat_edit(root / "h100-sxm.yaml", "hbm_gb: 80 ", "hbm_gb: 81 ")
     assert load_gpus(root)["H100"].hbm.value == 81
     assert second["H100"].hbm.value == 80                          # what a caller holds stays as it was
     # a new file is a new key
@@ -58,7 +49,7 @@ def test_gpus_read_once_per_content(tmp_path):
     (root / "h100-pcie.yaml").write_text(text)
     assert "H100-PCIe" in load_gpus(root)
     # and so is the collectives table every GPU carries
-    _same_stat_edit(root / "collectives" / "nccl.yaml", "base_us: {ring: 6.6,", "base_us: {ring: 7.6,")
+    same_stat_edit(root / "collectives" / "nccl.yaml", "base_us: {ring: 6.6,", "base_us: {ring: 7.6,")
     assert load_gpus(root)["H100"].collectives.base["ring"] == pytest.approx(7.6e-6)
 
 
@@ -111,7 +102,7 @@ def test_grid_and_sizing_read_once_per_content(tmp_path):
     assert load_grid(path) is grid and load_sizing(path) is sizing     # frozen: shared as is
     text = path.read_text()
     assert grid.max_pp == 16 and "  max_pp: 16\n" in text
-    _same_stat_edit(path, "  max_pp: 16\n", "  max_pp: 13\n")
+    same_stat_edit(path, "  max_pp: 16\n", "  max_pp: 13\n")
     assert load_grid(path).max_pp == 13 and grid.max_pp == 16
     assert load_sizing(path) == sizing            # same block, read again: equal
     # a bad edit is one line on every call, then the good file again

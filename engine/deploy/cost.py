@@ -32,6 +32,7 @@ import numpy as np
 
 from typing import TYPE_CHECKING
 
+from engine.deploy.memo import remembered
 from engine.deploy.compiled_tables import _Tables
 from engine.deploy.compiled_totals import _Totals
 from engine.deploy.hardware import GPU
@@ -231,12 +232,7 @@ _REPEATS: dict = {}     # a step's repeat (a sympy number) -> its float
 def _repeat(expr) -> float:
     """``float(expr)`` of a step's repeat, once per distinct repeat (a handful per model; the
     conversion goes through sympy's evalf, and every program of every structure asks)."""
-    value = _REPEATS.get(expr)
-    if value is None:
-        if len(_REPEATS) > 100_000:
-            _REPEATS.clear()
-        value = _REPEATS[expr] = float(expr)
-    return value
+    return remembered(_REPEATS, expr, lambda: float(expr), 100_000)
 
 
 def _distinct(values) -> tuple[list, np.ndarray]:

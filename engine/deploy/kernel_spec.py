@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import sympy   # annotations; imported where used (a stored deploy never loads sympy)
 
+from engine.deploy.memo import remembered
 from engine.language import symbols
 from engine.deploy.interpolation import _roof
 from engine.deploy.measured_tables import ATTENTION_DIMS, KERNELS, KEYED, MLA_KERNELS, MLA_SHAPE, Table, Tables
@@ -233,13 +234,7 @@ def _gemm_point(step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
     step's output rows on one GPU (the prefill logits: one position per prompt), k its input
     features (split by the partial-sum groups of a row-parallel matmul), n = FLOPs per call / 2mk
     (a fused QKV or gate-up: the members' output features together). Once per :func:`_gemm_key`."""
-    key = _gemm_key(step)
-    found = _GEMMS.get(key)
-    if found is None:
-        if len(_GEMMS) > 50_000:
-            _GEMMS.clear()
-        found = _GEMMS[key] = _gemm_point_of(step)
-    return found
+    return remembered(_GEMMS, _gemm_key(step), lambda: _gemm_point_of(step), 50_000)
 
 
 def _gemm_point_of(step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:

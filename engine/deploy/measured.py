@@ -194,16 +194,16 @@ class _Picked:
     a spec's point and where it applies (:meth:`point`: the picks, the whole set's point and the
     picked points' flags)."""
 
-    __slots__ = ("shared", "picked")
+    __slots__ = ("coordinates", "picked")
 
-    def __init__(self, shared: SharedCoordinates, picked: np.ndarray):
-        self.shared, self.picked = shared, picked
+    def __init__(self, coordinates: SharedCoordinates, picked: np.ndarray):
+        self.coordinates, self.picked = coordinates, picked
 
     def __call__(self, expr) -> np.ndarray:
-        return self.shared.value(expr)[self.picked]
+        return self.coordinates.value(expr)[self.picked]
 
     def point(self, spec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        points, ok = self.shared.point(spec)
+        points, ok = self.coordinates.point(spec)
         return self.picked, points, ok[self.picked]
 
 

@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from engine.deploy.memo import remembered
 from engine.language import formula_tree
 from engine.language.formula_tree import to_tree
 from engine.deploy.interpolation import _lower, _roof, interpolate, peak_rate, roof_expr
@@ -159,12 +160,7 @@ def _tree(expr) -> object:
     """``to_tree(expr)``, once per distinct expression: the specs of one step under every GPU, KV
     dtype and framework hold the same point (sympy compares structurally: equal expressions, equal
     trees). The trees are shared between the trees that hold them, which are only encoded."""
-    found = _TREES.get(expr)
-    if found is None:
-        if len(_TREES) > 50_000:
-            _TREES.clear()
-        found = _TREES[expr] = to_tree(expr)
-    return found
+    return remembered(_TREES, expr, lambda: to_tree(expr), 50_000)
 
 
 def node_lookup(tables: dict) -> Callable[[object, list], float]:
