@@ -131,7 +131,7 @@ def test_grid_batches_by_hand(caps, kept):
 def test_browser_selects_the_same_batches(page):
     """formula.js ``select`` reads the build's rule (GRID_BATCHES, as index.json ships it) and keeps
     the hand-derived batches."""
-    from engine.batch.grid_eval import GRID_BATCHES
+    from engine.deploy.rules import GRID_BATCHES
     shown = page.page.evaluate("([rule, grid, cases]) => cases.map(c => window.archFormula.select(rule, grid,"
                                " {worst: c[0], steady: c[1]}))", [GRID_BATCHES, GRID, [c for c, _ in BATCH_CASES]])
     assert shown == [k for _, k in BATCH_CASES]

@@ -19,7 +19,7 @@ import math
 
 import pytest
 
-from engine.batch.grid_eval import GRID_BATCHES
+from engine.deploy.rules import GRID_BATCHES
 from engine.deploy.rules import exported as deploy_rules
 from site_builder.sources import REPO
 from engine.serving.rules import exported as serving_rules

@@ -20,7 +20,8 @@ import numpy as np
 
 import engine.serving.pairing as pairing
 import engine.serving.rules as rules
-from engine.serving.pairing import prefill_choice, staircase
+from engine.serving.pairing import prefill_choice
+from engine.serving.staircase import staircase
 
 
 def configs():

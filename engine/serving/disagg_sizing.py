@@ -77,7 +77,8 @@ import numpy as np
 
 from engine.deploy.hardware import GPU
 from engine.serving.sizing import GPUSearch
-from engine.serving.pairing import DEFAULT_PAIRS, pair_allowed, prefix_argmax
+from engine.serving.pairing import DEFAULT_PAIRS, pair_allowed
+from engine.serving.staircase import prefix_argmax
 from engine.serving.disagg_probe import (DecodeSide, _Outcomes, _Pairing, _breakpoints, _can_answer, _drop_inert, _kept,
                                         _next_ends, _plan_order, _probe, _same_staircases, _small, _staircases,
                                         _starts, _within_reach)

@@ -17,7 +17,7 @@ from engine.deploy.hardware import GPU
 from engine.deploy.structure import Options
 from engine.language.formula_tree import run_arrays
 import engine.serving.rules as rules
-from engine.serving.staircase import prefix_argmax, staircase  # noqa: F401  (re-exported: disagg_sizing reads it here)
+from engine.serving.staircase import staircase
 from engine.serving.disagg import FIELDS as DISAGG_FIELDS, join, links, transfer_bytes
 from engine.serving.sizing import SLA, GPUSearch, _first_per_key, _front_rows, _kv_bytes
 

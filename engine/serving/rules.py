@@ -5,7 +5,7 @@ Layer: engine.serving (formula trees only). The engine evaluates each program ov
 order): :mod:`engine.serving.disagg` (links, the link time, replicas, join) and
 :mod:`engine.serving.pairing` (each prefill config's choice for a decode point). The sizing page
 (static/js/sizing.js, page glue) runs :func:`exported` with the one interpreter (static/js/formula.js
-``run``) on the build's points and each prefill config's staircase (:func:`engine.serving.pairing.staircase`,
+``run``) on the build's points and each prefill config's staircase (:func:`engine.serving.staircase.staircase`,
 shipped as data by site_builder/sizing.py); tests/test_site_sizing_disagg.py checks the page against
 ``archledger plan --json``'s disaggregated answer.
 
