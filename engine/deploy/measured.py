@@ -79,7 +79,7 @@ from engine.deploy.interpolation import (  # noqa: F401
     attention_roof, collective_roof, gemm_roof, interpolate, interpolate_many, peak_rate, roof_expr)
 from engine.deploy.kernel_spec import _gemm_point, _gemm_point_of, _tables_for  # noqa: F401
 from engine.deploy.measured_tables import (  # noqa: F401
-    MAX_POINTS, Table, adopt_tables, folder, load_measured, load_table, parsed_tables)
+    MAX_POINTS, Table, adopt_tables, folder, load_measured, load_table, parsed_tables, shared_measured)
 from engine.deploy.measured_tree import expected_tree, node_lookup, spec_tree  # noqa: F401
 
 # -- expected time of each step of a compiled program ---------------------------------------------

@@ -22,7 +22,7 @@ from engine.language import file_schemas
 from engine.language.names import refuse_symlinks
 from engine.language.reader import Reader
 from engine.language.errors import SpecError, Where
-from engine.language.filememo import ContentMemo
+from engine.language.filememo import ContentMemo, StampMemo
 
 DEFAULT_ROOT = PACKAGE_ROOT / "gpus" / "measured"
 
@@ -101,15 +101,9 @@ def load_measured(root: Path | str | None = None, gpus: dict | None = None, gpu:
     """Every table under ``root`` (default: the repo's ``gpus/measured/``; absent: none), or with
     ``gpu`` that GPU's alone (and with ``framework`` that framework's and NCCL's alone: a
     deployment reads no other), keyed by (gpu, framework, kernel, variant); ``gpus`` (load_gpus'
-    dict): each table's GPU must be one. A table lies in ``<folder(gpu)>/<framework>-<version>/``."""
-    root = Path(root) if root else DEFAULT_ROOT
-    if not root.is_dir():
-        return {}
-    refuse_symlinks(root, root.parent, root.parent.name)
-    where = folder(gpu) if gpu else "*"
-    globs = [f"{where}/{framework}-*/*.yaml", f"{where}/nccl-*/*.yaml"] if framework else [f"{where}/*/*.yaml"]
-    files = sorted({p for g in globs for p in root.glob(g)})
-    tables = dict(_MEMO.get(("measured", str(root), gpu, framework), files, lambda: _load(root, files)))
+    dict): each table's GPU must be one. A table lies in ``<folder(gpu)>/<framework>-<version>/``.
+    Each call returns its own dict (of shared, frozen tables)."""
+    tables = dict(shared_measured(root, gpu, framework))
     if gpus is not None:
         for t in tables.values():
             if t.gpu not in gpus:
@@ -118,6 +112,29 @@ def load_measured(root: Path | str | None = None, gpus: dict | None = None, gpu:
     return tables
 
 
+def shared_measured(root: Path | str | None = None, gpu: str | None = None, framework: str | None = None) -> Tables:
+    """:func:`load_measured`'s tables (without the GPU check), one dict object per content of the
+    files: callers only read it (a deployment point asks its GPU's tables at every call, and the
+    lookups' memos key on the dict's identity). While the tree under ``root`` and the files read are
+    unchanged and settled (:class:`engine.language.filememo.StampMemo`: their stat, racy changes
+    excluded) nothing is read again; otherwise the folder is checked for links, listed, and the files'
+    bytes compared (:class:`engine.language.filememo.ContentMemo`), so an edit is always seen."""
+    root = Path(root) if root else DEFAULT_ROOT
+    if not root.is_dir():
+        return {}
+    return _STAMPS.get(("measured", str(root), gpu, framework), root, lambda: _listed(root, gpu, framework))
+
+
+def _listed(root: Path, gpu: str | None, framework: str | None) -> tuple[Tables, list[Path]]:
+    """(the tables of ``gpu`` and ``framework`` under ``root``, the files they were read from)."""
+    refuse_symlinks(root, root.parent, root.parent.name)
+    where = folder(gpu) if gpu else "*"
+    globs = [f"{where}/{framework}-*/*.yaml", f"{where}/nccl-*/*.yaml"] if framework else [f"{where}/*/*.yaml"]
+    files = sorted({p for g in globs for p in root.glob(g)})
+    return _MEMO.get(("measured", str(root), gpu, framework), files, lambda: _load(root, files)), files
+
+
+_STAMPS = StampMemo(keep=32)
 _MEMO = ContentMemo()
 
 

@@ -8,7 +8,7 @@ at the plan's points) and the per-op rows :mod:`engine.deploy.op_rows`'. :mod:`e
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ from engine.language import kv
 from engine.deploy.cost import compile_program
 from engine.deploy.structure import PHASES, Options, Scenario, Structure, option_where
 from engine.deploy.hardware import GPU
-from engine.deploy.measured import SharedCoordinates, finish, gather, load_measured, resolve
+from engine.deploy.measured import SharedCoordinates, finish, gather, resolve, shared_measured
 from engine.deploy.op_rows import op_rows
 from engine.deploy.sol import distinct_rows, phase_at_points, phase_inputs, summarize, two_batch_time
 from engine.language.errors import SpecError
@@ -213,13 +213,27 @@ def _scalar(value) -> Any:
 
 @dataclass
 class Deployment:
-    """One scenario point of a plan: the summary (Parquet field names) and per-phase op tables."""
+    """One scenario point of a plan: the summary (Parquet field names) and per-phase op tables.
+
+    The per-op tables (:attr:`ops`) are made on their first read, from the plan, scenario and
+    measured tables the summary was evaluated with (the same rows as when they were made with the
+    summary): a caller that reads only the summary and phase totals (plan's search, the
+    in-process estimate) does not pay for them (about a third of a point's evaluation, and, on a
+    fresh plan, printing every step's formulas)."""
 
     plan: Plan
     scenario: Scenario
     summary: dict[str, Any]
     phases: dict[str, dict[str, Any]]
-    ops: dict[str, list[dict[str, Any]]]
+    tables: Any = field(default=None, repr=False)     # the measured tables the summary read
+    _ops: dict | None = field(default=None, repr=False)
+
+    @property
+    def ops(self) -> dict[str, list[dict[str, Any]]]:
+        """Per phase, the per-op rows (engine.deploy.op_rows.op_rows) at this point."""
+        if self._ops is None:
+            self._ops = {p: op_rows(self.plan, p, self.scenario, self.tables) for p in PHASES}
+        return self._ops
 
     @staticmethod
     def build(plan: Plan, scenario: Scenario, tables=None) -> "Deployment":
@@ -229,11 +243,11 @@ class Deployment:
             raise SpecError(option_where("--batch/--input/--output"), f"bad scenario {scenario}",
                             "batch and input must be positive, output not negative")
         if tables is None:
-            # this GPU's measured kernels under this framework (gpus/measured/)
-            tables = load_measured(gpu=plan.gpu.key, framework=plan.options.framework)
+            # this GPU's measured kernels under this framework (gpus/measured/): one dict while the
+            # files are unchanged (engine.deploy.measured_tables.shared_measured), only read
+            tables = shared_measured(gpu=plan.gpu.key, framework=plan.options.framework)
         out = summarize_plan(plan, scenario.batch, scenario.input_len, scenario.output_len, tables)
         raw = out.pop("phases")
         phases = {p: {k: _scalar(v) for k, v in raw[p].items()} for p in PHASES}
         summary = {k: _scalar(v) for k, v in out.items()}
-        ops = {p: op_rows(plan, p, scenario, tables) for p in PHASES}
-        return Deployment(plan, scenario, summary, phases, ops)
+        return Deployment(plan, scenario, summary, phases, tables)

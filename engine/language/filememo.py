@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -74,4 +75,81 @@ class ContentMemo:
             if len(self._values) >= self.keep:
                 self._values.pop(next(iter(self._values)))      # the oldest
             self._values[before] = value
+        return value
+
+
+# -- a folder tree's values, trusted on its stat once it has settled ---------------------------------
+#
+# ContentMemo reads every file it keys on at every call: for the measured tables of one GPU that is
+# 16 files, plus the walk of the whole gpus/measured/ tree that refuses symbolic links, about 2 ms
+# per deployment point, a third of a warm re-evaluation. StampMemo answers from the stat of the
+# tree instead, under git's rule for racy files: a stamp is trusted only when every entry it covers
+# last changed at least SETTLED_S before the load began.
+#
+# Why that is sound: an entry's ctime is set by the kernel from the clock at every change of its
+# bytes, size, name, links or times (utime included), and no call sets it to a chosen value. Any
+# change after the load began therefore gives its entry a ctime at or after that moment (minus the
+# file system's timestamp granularity, well under SETTLED_S), which differs from the recorded ctime
+# (older than the moment by SETTLED_S): the stamp no longer matches and the loader runs. A change
+# during the load is caught the same way; an entry that changed less than SETTLED_S before the load
+# is never stamped, so an edit within one timestamp tick of the last one (same size, same mtime, same
+# ctime tick) cannot be mistaken for no change: those loads go through the loader (and its
+# ContentMemo) every time until the tree has settled. The stamp covers every folder of the tree
+# (an entry added, removed, renamed or replaced by a link changes its folder's stat) and every
+# file the value was read from. Assumes file times come from this machine's clock (a local file
+# system), as the loaders' other checks do.
+
+#: Seconds since its last change before an entry's stat is trusted (see above).
+SETTLED_S = 2.0
+
+
+def _stat_of(path: str) -> tuple | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def tree_folders(root: Path) -> list[str]:
+    """``root`` and every folder under it (not through links), in a fixed order."""
+    out, stack = [], [str(root)]
+    while stack:
+        folder = stack.pop()
+        out.append(folder)
+        try:
+            with os.scandir(folder) as entries:
+                stack.extend(sorted((e.path for e in entries if e.is_dir(follow_symlinks=False)), reverse=True))
+        except OSError:
+            pass
+    return out
+
+
+class StampMemo:
+    """The last few values of one loader over files of one folder tree, by its arguments; a value
+    is returned again while the stat of the tree's folders and of the files it was read from is
+    unchanged and settled (see above), else the loader runs (errors are never kept)."""
+
+    def __init__(self, keep: int = 8, clock: Callable[[], float] = time.time):
+        self.keep = keep
+        self.clock = clock
+        self._values: dict[tuple, tuple] = {}
+
+    def get(self, head: tuple, root: Path, load: Callable[[], tuple[Any, list]]) -> Any:
+        """``load()``'s value (``load`` returns (value, the files it read)), or the one kept for
+        ``head`` while the stamp of ``root``'s tree and those files is unchanged."""
+        found = self._values.get(head)
+        if found is not None and [_stat_of(p) for p in found[0]] == found[1]:
+            return found[2]
+        started = self.clock()
+        value, files = load()
+        paths = tree_folders(root) + [str(f) for f in files]
+        stamp = [_stat_of(p) for p in paths]
+        settled = started - SETTLED_S
+        if all(s is not None for s in stamp) and max(max(s[4], s[5]) for s in stamp) < settled * 1e9:
+            if head not in self._values and len(self._values) >= self.keep:
+                self._values.pop(next(iter(self._values)))      # the oldest
+            self._values[head] = (paths, stamp, value)
+        else:
+            self._values.pop(head, None)
         return value
