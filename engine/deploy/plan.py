@@ -15,7 +15,7 @@ import numpy as np
 
 from engine.language import kv
 from engine.deploy.cost import compile_program
-from engine.deploy.structure import PHASES, Options, Scenario, Structure, option_where
+from engine.deploy.structure import PHASES, Formulas, Options, Scenario, Structure, option_where
 from engine.deploy.hardware import GPU
 from engine.deploy.measured import SharedCoordinates, finish, gather, resolve, shared_measured
 from engine.deploy.op_rows import op_rows
@@ -61,8 +61,8 @@ class Plan:
     def without_fusion(self) -> "Plan":
         """The same plan with the programs as they were before fusion."""
         s = self.structure
-        unfused = replace(s, programs=s.unfused, formulas=s.unfused_formulas,
-                          compiled={p: compile_program(s.unfused[p]) for p in PHASES})
+        unfused = replace(s, programs=s.unfused, compiled={p: compile_program(s.unfused[p]) for p in PHASES},
+                          symbolic=Formulas(make=lambda: (s.unfused_formulas, s.unfused_formulas, s.weight_formula)))
         return Plan(unfused, self.gpu, self.kv_dtype)
 
 

@@ -52,7 +52,7 @@ from engine.deploy.placement import Placer, phase_rows
 from engine.deploy.device_program import ZERO, DeviceTypes, Program, Step, step_with
 from engine.deploy.plan import Plan
 from engine.deploy.stage_memory import _layer_count, _memory
-from engine.deploy.structure import (ACT_DTYPE_BYTES, MTP_STACK, PHASES, Options, Scenario, Structure, option_where,
+from engine.deploy.structure import (ACT_DTYPE_BYTES, MTP_STACK, PHASES, Formulas, Options, Scenario, Structure, option_where,
                                      tokens_per_device)
 from engine.deploy.replay import _LoggedMesh, _PhasePlacer, _ReplayPlacer
 
@@ -288,25 +288,36 @@ def build_structure(ev: Evaluation, config: ParallelConfig, options: Options, do
     reuses fused and compiled programs across structures of those placements (:func:`_fused`).
     ``compile=False`` leaves ``compiled`` empty: for a structure only read for its programs, formulas
     and memory (the deploy page's export of MTP drafts), never evaluated at a point."""
-    numeric, symbolic = placed or (place(ev, config, domain, options, False), place(ev, config, domain, options, True))
-    programs, formulas, compiled = {}, {}, {}
+    numeric, symbolic = placed or (place(ev, config, domain, options, False), None)
+    programs, compiled, matches = {}, {}, {}
     a2a = fusion.a2a if fusion else None
     for phase in PHASES:
-        num, sym = numeric[phase][0], symbolic[phase][0]
-        found = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
+        num = numeric[phase][0]
+        found = matches[phase] = match(num, fusion, gpu, config, phase, tokens.get(phase)) if fusion else []
         programs[phase], compiled[phase] = _fused(num, found, compile, memo, a2a)
-        # without a symbolic placement (the numeric one stands in) the formulas are the programs
-        formulas[phase] = programs[phase] if sym is num else _fused(sym, found, False, memo, a2a)[0]
-    weights, weight_formula, kv_dev = _memory(ev, config, options, numeric, symbolic)
+
+    def formulas(symbolic=symbolic, options=options) -> tuple:
+        # the symbolic side (structure.Formulas): the same matches on the symbolic placement;
+        # without one (the numeric one stands in) the formulas are the programs
+        symbolic = symbolic or place(ev, config, domain, options, True)
+        fused = {p: programs[p] if symbolic[p][0] is numeric[p][0] else
+                 _fused(symbolic[p][0], matches[p], False, memo, a2a)[0] for p in PHASES}
+        return (fused, {p: transport(symbolic[p][0], a2a) for p in PHASES},
+                _memory(ev, config, options, numeric, symbolic)[1])
+
+    weights, _, kv_dev = _memory(ev, config, options, numeric, None)
     if not options.overlap:             # the framework's own schedule overlap (its table's default)
         options = replace(options, overlap=overlap_default(fusion))
     elif options.overlap != "none" and options.overlap not in ((fusion.overlap or {}) if fusion else {}):
         raise SpecError(option_where("--overlap"), f"framework {options.framework!r} declares no {options.overlap} overlap",
                         "leave out --overlap, or use a framework whose corpus/fusion table lists it (sglang)")
-    return Structure(ev, config, options, domain, programs, formulas,
+    # given placements (the grid's cache, which keeps them) make the formulas now; an estimate
+    # (plan()) makes them only where they are read
+    side = Formulas(*formulas()) if placed else Formulas(make=formulas)
+    return Structure(ev, config, options, domain, programs, side,
                      # unfused: before kernel fusion, the framework's all-to-all library still applies
-                     {p: transport(numeric[p][0], a2a) for p in PHASES}, {p: transport(symbolic[p][0], a2a) for p in PHASES},
-                     compiled if compile else {}, weights, weight_formula, kv_dev, reserve_bytes(fusion, config),
+                     {p: transport(numeric[p][0], a2a) for p in PHASES},
+                     compiled if compile else {}, weights, kv_dev, reserve_bytes(fusion, config),
                      admission_of(fusion), moe_routing_of(fusion))
 
 

@@ -73,22 +73,44 @@ def _stage_rows_of(stored: Mapping[str, sympy.Expr], ev: Evaluation, pp: int) ->
     return stages
 
 
-_MEMORY: dict[tuple, tuple] = {}     # placement identity -> (the placements, their memory figures)
+_MEMORY: dict[tuple, tuple] = {}     # numeric placement identity -> (the placements, their memory figures)
+_FORMULAS: dict[tuple, tuple] = {}   # (numeric, symbolic) placement identity -> (them, the weight formula)
 
 
-def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: dict, symbolic: dict) -> tuple:
+def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: dict, symbolic: dict | None) -> tuple:
     """Weights on the fullest pipeline stage (bytes, formula) and KV per request per device: they
     depend on the placements only, not on fusion, so structures sharing placements (every
-    framework, fusion signature and token regime of a config) share them; computed once."""
-    key = (id(numeric["prefill"][0]), id(numeric["decode"][0]), id(symbolic["prefill"][0]), config.pp,
+    framework, fusion signature and token regime of a config) share them; computed once. Without a
+    ``symbolic`` placement the formula is None (the numbers read only the numeric one)."""
+    weights, worst, stages, mtp, kv_dev = _figures(ev, config, options, numeric)
+    if symbolic is None:
+        return weights, None, kv_dev
+    key = (id(numeric["prefill"][0]), id(symbolic["prefill"][0]), id(symbolic["decode"][0]), config.pp,
            options.mtp_tokens)
+    found = _FORMULAS.get(key)
+    if found is not None and found[0][0] is numeric["prefill"][0] and found[0][1] is symbolic:
+        return weights, found[1], kv_dev
+    sym_stored = symbolic["prefill"][0].stored
+    weight_formula = _sum(tuple(_mul(sym_stored[u], n if config.pp > 1 else ev.symbolic.rows[u].repeat)
+                                for u, n in stages[worst]))
+    if worst == config.pp - 1:
+        weight_formula += sympy.Add(*(symbolic["decode"][0].stored[u] * ev.symbolic.rows[u].repeat for u in mtp))
+    if len(_FORMULAS) > 256:        # the placements of one model at a time, roughly
+        _FORMULAS.clear()
+    _FORMULAS[key] = ((numeric["prefill"][0], symbolic), weight_formula)
+    return weights, weight_formula, kv_dev
+
+
+def _figures(ev: Evaluation, config: ParallelConfig, options: Options, numeric: dict) -> tuple:
+    """(weight bytes of the fullest stage, that stage, the stages' rows, the MTP rows it adds, KV
+    per request per device) of the numeric placements, once per placement."""
+    key = (id(numeric["prefill"][0]), id(numeric["decode"][0]), config.pp, options.mtp_tokens)
     found = _MEMORY.get(key)
-    if found is not None and found[0][0] is numeric and found[0][1] is symbolic:
+    if found is not None and found[0] is numeric:
         return found[1]
     # memory: the fullest pipeline stage (weights are stored as the prefill placement says)
     # (the main stack's rows: with MTP drafting the programs also hold the MTP stack's, counted below)
     stored = {u: v for u, v in numeric["prefill"][0].stored.items() if ev.numeric.rows[u].stack == "main"}
-    sym_stored = symbolic["prefill"][0].stored
     stages = _stage_rows(stored, ev, config.pp)
     # sympy.Add(*terms) flattens once; sum() would re-flatten a growing Add at every term
     # (the products through placement's memo: configs of one stage placement and pipeline degree
@@ -101,10 +123,6 @@ def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: d
     mtp_weights = sympy.Add(*(numeric["decode"][0].stored[u] * ev.numeric.rows[u].repeat for u in mtp))
     per_stage[-1] += mtp_weights
     worst = max(range(config.pp), key=lambda s: float(per_stage[s]))
-    weight_formula = _sum(tuple(_mul(sym_stored[u], n if config.pp > 1 else ev.symbolic.rows[u].repeat)
-                                for u, n in stages[worst]))
-    if worst == config.pp - 1:
-        weight_formula += sympy.Add(*(symbolic["decode"][0].stored[u] * ev.symbolic.rows[u].repeat for u in mtp))
     # KV: the stage holding the most cache, which in a hybrid stack need not be the weight-heaviest
     # one (a stage of only Mamba layers keeps fixed states, one with attention grows with context);
     # weights of the heaviest stage + cache of the fullest is an upper bound of any one stage's need
@@ -114,8 +132,8 @@ def _memory(ev: Evaluation, config: ParallelConfig, options: Options, numeric: d
     kv_dev = _max(frozenset(per_stage_kv))
     if len(_MEMORY) > 256:          # the placements of one model at a time, roughly
         _MEMORY.clear()
-    result = (float(per_stage[worst]), weight_formula, kv_dev)
-    _MEMORY[key] = ((numeric, symbolic), result)
+    result = (float(per_stage[worst]), worst, stages, mtp, kv_dev)
+    _MEMORY[key] = (numeric, result)
     return result
 
 

@@ -189,23 +189,51 @@ def device_tokens(config: ParallelConfig, batch, input_len, prefill_tokens: int 
 _KV_FNS: dict = {}
 
 
+class Formulas:
+    """A structure's symbolic side: per phase the fused program under the symbolic binding
+    (formulas over dims and parallel degrees) and the unfused one, and the weights-per-GPU formula.
+    Given, or made on first read by ``make`` (() -> the three): no number of a structure reads
+    them (the SOL and expected times, memory, the per-op values are the numeric programs'), so
+    an estimate (:func:`engine.deploy.planner.plan`) places and fuses under the symbolic binding
+    only when a formula is read (per-op rows, ``deploy``'s output). Made once, then kept; the
+    same objects whichever came first."""
+
+    __slots__ = ("_make", "_value")
+
+    def __init__(self, formulas=None, unfused=None, weight=None, make=None):
+        self._make = make
+        self._value = None if make is not None else (formulas, unfused, weight)
+
+    @property
+    def value(self) -> tuple:
+        """(formulas per phase, unfused formulas per phase, the weight formula)."""
+        if self._value is None:
+            self._value = self._make()
+            self._make = None
+        return self._value
+
+    def __getstate__(self):          # a pickled structure carries its formulas, never the maker
+        return self.value
+
+    def __setstate__(self, value):
+        self._make, self._value = None, value
+
+
 @dataclass
 class Structure:
     """What a (model, config, options, fusion table, GPU arch and domain) compiles to, GPU-free:
-    the device programs of both phases (numeric, and symbolic for formulas), before and after
-    fusion, compiled for vectorized evaluation, with weights and KV per GPU."""
+    the device programs of both phases (numeric, and symbolic for formulas: :class:`Formulas`),
+    before and after fusion, compiled for vectorized evaluation, with weights and KV per GPU."""
 
     ev: Evaluation
     config: ParallelConfig
     options: Options
     domain: int
     programs: dict[str, Program]
-    formulas: dict[str, Program]
+    symbolic: Formulas
     unfused: dict[str, Program]
-    unfused_formulas: dict[str, Program]
     compiled: dict[str, CompiledProgram]
     weight_bytes_per_gpu: float
-    weight_formula: sympy.Expr
     kv_device_per_request: sympy.Expr        # in `length` and `kv_bytes`
     #: The framework's runtime reserve per GPU (its fusion table's ``runtime_reserve``; 0 for none)
     reserve_bytes_per_gpu: float = 0.0
@@ -226,6 +254,21 @@ class Structure:
                 (symbols.dim(symbols.LENGTH), KV_BYTES), self.kv_device_per_request, modules=list(symbols.NUMPY_MODULES))
 
         self.kv_device_fn = kv_device(fn)
+
+    @property
+    def formulas(self) -> dict[str, Program]:
+        """Per phase, the fused program under the symbolic binding."""
+        return self.symbolic.value[0]
+
+    @property
+    def unfused_formulas(self) -> dict[str, Program]:
+        """Per phase, the unfused program under the symbolic binding."""
+        return self.symbolic.value[1]
+
+    @property
+    def weight_formula(self) -> sympy.Expr:
+        """Weights on the fullest pipeline stage, as a formula over dims and degrees."""
+        return self.symbolic.value[2]
 
     @property
     def max_context(self) -> int:
