@@ -111,8 +111,25 @@ def _unit_count(row, name: str, unit: str, values: Mapping[str, sympy.Expr]) -> 
                 for a in axes if a.name == name)
     values = {**values, **row.name_values}   # the names' values where the row was walked
     parsed = exprs.evaluate(name, exprs.Scope({k: symbols.dim(k) for k in {*values, unit}}))
-    per_unit = (parsed / symbols.dim(unit)).subs({symbols.dim(k): v for k, v in values.items()})
+    per_unit = parsed / symbols.dim(unit)
+    per_unit = per_unit.subs(_relevant(per_unit, {symbols.dim(k): v for k, v in values.items()}))
     return int(axis.size / per_unit)
+
+
+def _relevant(expr: sympy.Expr, subs: dict) -> dict:
+    """The pairs of ``subs`` that ``expr.subs(subs)`` can apply: those of its free symbols, of
+    the symbols their values bring in, and so on. ``subs`` applies the pairs one at a time in an
+    order fixed by the pairs themselves, and a pair whose symbol is absent when its turn comes
+    changes nothing, so the result is the same (a model's numeric values number in the hundreds;
+    an axis name reads one or two)."""
+    out: dict = {}
+    todo = list(getattr(expr, "free_symbols", ()))
+    while todo:
+        symbol = todo.pop()
+        if symbol in subs and symbol not in out:
+            out[symbol] = subs[symbol]
+            todo.extend(getattr(subs[symbol], "free_symbols", ()))
+    return out
 
 
 def mtp_modules(ev: Evaluation) -> int:

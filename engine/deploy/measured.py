@@ -89,13 +89,15 @@ _FUNCS: dict = {}
 
 def _at(expr, args: dict) -> np.ndarray:
     """A step expression's values at the points (``args``: symbol -> 1-D array of the points),
-    as an array over them; compiled once per expression (NumPy)."""
-    from engine.deploy.step_functions import ARGS    # the compile path's (sympy): a stored structure never gets here
+    as an array over them; compiled once per expression (NumPy: lambdify's function, or one doing
+    what its source does, engine.deploy.step_functions.numpy_function: the same floats)."""
+    # the compile path's (sympy): a stored structure never gets here
+    from engine.deploy.step_functions import ARGS, numpy_function
     f = _FUNCS.get(expr)
     if f is None:
         if len(_FUNCS) > 50_000:        # the step expressions of a model or two: keep it bounded
             _FUNCS.clear()
-        f = _FUNCS[expr] = symbols.checked_lambdify(ARGS, expr, modules=list(symbols.NUMPY_MODULES))
+        f = _FUNCS[expr] = numpy_function(expr)
     n = len(args[ARGS[0]])
     value = np.asarray(f(*(args[a] for a in ARGS)), dtype=float)
     return value if value.shape == (n,) else np.broadcast_to(value, (n,))

@@ -36,8 +36,15 @@ def _compiled(expr: sympy.Expr):
     if fn is None:
         # constants are stored as floats too: converting a sympy number goes through mpmath, and
         # the same few thousand constants recur in every structure of a model
-        fn = _FUNCTIONS[expr] = float(expr) if expr.is_number else _polynomial(expr) or _lambdify(expr)
+        fn = _FUNCTIONS[expr] = float(expr) if expr.is_number else numpy_function(expr)
     return fn
+
+
+def numpy_function(expr: sympy.Expr):
+    """``sympy.lambdify(ARGS, expr, modules=_MODULES)``'s function, or one computing operation for
+    operation what its source does (:func:`_polynomial`, else :func:`_lambdify`): the same floats
+    at any point, for any expression of ARGS (constants too: a function, not a float)."""
+    return _polynomial(expr) or _lambdify(expr)
 
 
 #: ARGS' ranks in the order sympy's printers write them (their sort key: batch, ctx, kv_bytes, seq):

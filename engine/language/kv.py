@@ -39,11 +39,22 @@ def cache_element_bytes(cache: CacheRow, kv_dtype: str = "bf16") -> sympy.Expr |
     return cache.own_bytes if cache.dtype else element_bytes(kv_dtype)
 
 
+_WINDOWS: dict[tuple, sympy.Expr] = {}     # (length, window) -> sympy.Min(length, window)
+
+
 def tokens_kept(cache: CacheRow, length: sympy.Expr) -> sympy.Expr:
     """Tokens (or entries) the cache holds at context ``length``, by its growth law."""
     import sympy
     if cache.growth == "window":
-        return sympy.Min(length, cache.window)
+        # once per (length, window): Min compares its arguments symbolically (milliseconds), and
+        # every config's memory figures and every request-size function of a model ask it
+        key = (length, cache.window)
+        found = _WINDOWS.get(key)
+        if found is None:
+            if len(_WINDOWS) > 4096:
+                _WINDOWS.clear()
+            found = _WINDOWS[key] = sympy.Min(length, cache.window)
+        return found
     if cache.growth == "compressed":
         return sympy.floor(length / cache.every)
     if cache.growth == "state":
