@@ -22,10 +22,18 @@ static batching (one prefill of ``batch`` prompts, then ``output - 1`` decode st
   does not charge.
 
 ``--speed`` times both sides instead, in this one process, at each scenario's first batch (issue 42's
-ratios): AIConfigurator's estimate the first time (its tables loaded) and again (best of 3: warm);
-ArchLedger's full estimate of a fresh plan (placement, fusion, compiling the step functions, then the
-point: ``plan(...).at``, the spec's walk timed apart) and a warm re-evaluation of that plan at another
-point (``.at`` at a new batch, best of 5). Wall clock, ``time.perf_counter``; printed, never asserted.
+ratios). AIConfigurator: ``cli_estimate`` the first time (its tables loaded) and again (best of 3:
+warm), as called above; and warm with ``backend_version`` given (best of 3, same numbers): without
+it every call resolves the latest database version by parsing a few hundred of the package's YAML
+files (about 0.58 s of the 0.59 s here); given, a warm estimate is its database view and the
+estimate itself (about 5 ms), AIConfigurator's own warm path. ArchLedger: first the process is
+warmed on a model of none of the scenarios' families (``WARM_MODEL``, each scenario's GPU: imports,
+the GPU's measured tables, the rooflines; that first estimate is printed too), then per scenario a
+full estimate of a fresh plan (a model this process never placed: placement, fusion, compiling the
+step functions, then the point: ``plan(...).at``, the spec's walk timed apart), the per-op table
+read from it (``.ops``: made on first read, with every step's formulas printed; timed apart), and a
+warm re-evaluation of that plan at another point (``.at`` at a new batch, best of 5). Wall clock,
+``time.perf_counter``; printed, never asserted.
 """
 from __future__ import annotations
 
@@ -79,12 +87,13 @@ def offline_aic() -> str | None:
     return aic_version
 
 
-def aic_estimate(model: str, system: str, tp: int, batch: int, moe: dict):
-    """AIConfigurator's static SOL estimate: (TTFT s, TPOT s, per-op ms dicts, OOM flag)."""
+def aic_estimate(model: str, system: str, tp: int, batch: int, moe: dict, version: str | None = None):
+    """AIConfigurator's static SOL estimate: (TTFT s, TPOT s, per-op ms dicts, OOM flag); ``version``:
+    its database version (None: the latest, resolved by the call)."""
     from aiconfigurator.cli.api import cli_estimate
 
     r = _quiet(cli_estimate, model, system, mode="static", backend_name=FRAMEWORK, database_mode="SOL",
-               isl=INPUT, osl=OUTPUT, batch_size=batch, tp_size=tp, **moe)
+               isl=INPUT, osl=OUTPUT, batch_size=batch, tp_size=tp, backend_version=version, **moe)
     s = r.summary
     steps = OUTPUT - 1
     ops = {"prefill": dict(s._context_latency_dict),
@@ -115,6 +124,16 @@ def _best(fn, runs: int) -> float:
     return best
 
 
+#: The model the process is warmed on before ``--speed`` times fresh plans (no scenario's family).
+WARM_MODEL = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+
+
+def aic_version(system: str) -> str:
+    """The database version ``cli_estimate`` resolves for ``system`` and this backend when none is given."""
+    from aiconfigurator_core.sdk.perf_database import get_latest_database_version
+    return _quiet(get_latest_database_version, system=system, backend=FRAMEWORK)
+
+
 def speed(gpus) -> None:
     """Print issue 42's two ratios per scenario (module docstring: what each side's time covers)."""
     from engine.deploy import Options, Scenario, plan
@@ -124,28 +143,45 @@ def speed(gpus) -> None:
     from engine.language.api import evaluate
 
     table = load_tables(REPO / "corpus" / "fusion").get(FRAMEWORK)
-    print("| scenario | AIC first / warm | ArchLedger walk | full estimate | warm re-evaluation | "
-          "full vs AIC warm | warm vs AIC warm |")
-    print("|---|---|---|---|---|---|---|")
+    options = Options(framework=FRAMEWORK, kv_dtype="bf16")
+    warm_ev = evaluate(WARM_MODEL, str(REPO / "corpus"))
+    for gpu_name in dict.fromkeys(s[3] for s in SCENARIOS):
+        scenario = Scenario(batch=1, input_len=INPUT, output_len=OUTPUT)
+        first = _best(lambda: plan(warm_ev, find_gpu(gpus, gpu_name), ParallelConfig(tp=2), options, table,
+                                   scenario).at(scenario).ops, 1)
+        print(f"ArchLedger's first estimate in this process on {gpu_name} ({WARM_MODEL}, TP 2, per-op table "
+              f"included: imports, the GPU's measured tables): {_ms(first)} ms")
+    print()
+    print("| scenario | AIC first / warm | AIC warm, version given | ArchLedger walk | full estimate | per-op table | "
+          "warm re-evaluation | full vs AIC warm | warm vs AIC warm | full vs AIC version given | "
+          "warm vs AIC version given |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, al_model, aic_model, gpu_name, system, tp, moe, batches in SCENARIOS:
         batch = batches[0]
         aic_first = _best(lambda: aic_estimate(aic_model, system, tp, batch, moe), 1)
         aic_warm = _best(lambda: aic_estimate(aic_model, system, tp, batch, moe), 3)
+        version = aic_version(system)
+        same = aic_estimate(aic_model, system, tp, batch, moe, version)[:2] == \
+            aic_estimate(aic_model, system, tp, batch, moe)[:2]
+        aic_pinned = _best(lambda: aic_estimate(aic_model, system, tp, batch, moe, version), 3)
         holder = {}
         walk = _best(lambda: holder.update(ev=evaluate(al_model, str(REPO / "corpus"))), 1)
         gpu = find_gpu(gpus, gpu_name)
         scenario = Scenario(batch=batch, input_len=INPUT, output_len=OUTPUT)
-        options = Options(framework=FRAMEWORK, kv_dtype="bf16")
 
         def full():
             holder["plan"] = plan(holder["ev"], gpu, ParallelConfig(tp=tp), options, table, scenario)
-            holder["plan"].at(scenario)
+            holder["at"] = holder["plan"].at(scenario)
 
         full_s = _best(full, 1)
+        ops_s = _best(lambda: holder["at"].ops, 1)
         points = iter(range(batch + 1, batch + 100))
         warm = _best(lambda: holder["plan"].at(Scenario(batch=next(points), input_len=INPUT, output_len=OUTPUT)), 5)
-        print(f"| {label}, batch {batch} | {_ms(aic_first)} / {_ms(aic_warm)} ms | {_ms(walk)} ms | "
-              f"{_ms(full_s)} ms | {warm * 1e3:,.3f} ms | {aic_warm / full_s:,.1f}x | {aic_warm / warm:,.0f}x |")
+        note = "" if same else " (different TTFT/TPOT!)"
+        print(f"| {label}, batch {batch} | {_ms(aic_first)} / {_ms(aic_warm)} ms | {_ms(aic_pinned)} ms{note} | "
+              f"{_ms(walk)} ms | {_ms(full_s)} ms | {_ms(ops_s)} ms | {warm * 1e3:,.3f} ms | "
+              f"{aic_warm / full_s:,.1f}x | {aic_warm / warm:,.0f}x | {aic_pinned / full_s:,.2f}x | "
+              f"{aic_pinned / warm:,.2f}x |")
 
 
 def _ms(seconds: float) -> str:
