@@ -190,7 +190,9 @@ def _local_axes(step) -> dict[str, sympy.Expr]:
     for axis, groups in zip(step.out.axes, step.layout.shards):
         size = _sym(axis.size)
         ways = sympy.Integer(math.prod(g.size for g in groups))
-        if size.is_number:
+        if type(size) is sympy.Integer:         # sympy.Min of two Integers: the smaller one
+            ways = ways if ways <= size else size
+        elif size.is_number:
             ways = sympy.Min(ways, size)
         out.setdefault(axis.name, size / _at_least(ways, 1))
     return out

@@ -200,11 +200,21 @@ def request_terms(analysis: Analysis, stack: str = "main", part: str | None = No
     return elements, own
 
 
+_BY_EXPRESSION: dict = {}     # expression -> its function (of_length of its lambdify)
+
+
 def _compiled(analysis: Analysis, stack: str, dtype: str, part: str | None = None):
     key = (id(analysis), stack, dtype, part)
     if key not in _COMPILED:   # the analysis is kept alive beside its function so ids stay unique
         length = symbols.dim(symbols.LENGTH)
         total = request_terms(analysis, stack, part)[0 if dtype == "kv" else 1]
-        raw = symbols.checked_lambdify(length, total, modules=list(symbols.NUMPY_MODULES))
-        _COMPILED[key] = (analysis, of_length(raw))
+        # once per expression: most models' own-dtype bytes and one of their two parts are 0, and
+        # a family's twins repeat the rest (lambdify is about a millisecond per call)
+        fn = _BY_EXPRESSION.get(total)
+        if fn is None:
+            if len(_BY_EXPRESSION) > 4096:
+                _BY_EXPRESSION.clear()
+            raw = symbols.checked_lambdify(length, total, modules=list(symbols.NUMPY_MODULES))
+            fn = _BY_EXPRESSION[total] = of_length(raw)
+        _COMPILED[key] = (analysis, fn)
     return _COMPILED[key][1]
