@@ -186,6 +186,21 @@ def test_consistency_unit_counts_with_the_relevant_dims(evaluation):
                 assert legality._unit_count(row, name, unit, ev.numeric.values) == plain
 
 
+def test_window_min_is_mins_own_object():
+    """kv._window_min builds Min(length, w) without comparing for whole windows w >= 2: the same
+    expression as Min's own (srepr, hash, argument order); a window of 1 (Min decides: 1) and a
+    symbolic length that is not a positive integer go through Min."""
+    length = symbols.dim(symbols.LENGTH)
+    assert length.is_integer and length.is_positive
+    for w in (2, 3, 7, 128, 4096, 131072, 2 ** 40):
+        mine, plain = kv._window_min(length, w), sympy.Min(length, w)
+        assert sympy.srepr(mine) == sympy.srepr(plain) and hash(mine) == hash(plain) and mine.args == plain.args
+        assert kv._window_min(length, sympy.Integer(w)) == plain
+    assert kv._window_min(length, 1) == 1                            # Min's decision: length >= 1
+    x = sympy.Symbol("x")
+    assert kv._window_min(x, 5) == sympy.Min(x, 5)
+
+
 def test_window_min_and_request_functions_once_per_expression(evaluation):
     length = symbols.dim(symbols.LENGTH)
     ev = evaluation("openai/gpt-oss-20b")

@@ -53,13 +53,27 @@ def tokens_kept(cache: CacheRow, length: sympy.Expr) -> sympy.Expr:
         if found is None:
             if len(_WINDOWS) > 4096:
                 _WINDOWS.clear()
-            found = _WINDOWS[key] = sympy.Min(length, cache.window)
+            found = _WINDOWS[key] = _window_min(length, cache.window)
         return found
     if cache.growth == "compressed":
         return sympy.floor(length / cache.every)
     if cache.growth == "state":
         return sympy.Integer(1)
     return length
+
+
+def _window_min(length: sympy.Expr, window) -> sympy.Expr:
+    """``sympy.Min(length, window)``. For a positive integer symbol (the context length) and a whole
+    window of at least 2, Min cannot decide which is smaller (the length may be 1 or past the
+    window) and keeps both arguments, in its canonical order: the same object is built without its
+    symbolic comparison (4-5 ms each; tests/test_estimate_speed.py holds the two equal, srepr and
+    all). Anything else goes through Min."""
+    import sympy
+    w = sympy.Integer(window) if isinstance(window, int) else window
+    if isinstance(length, sympy.Symbol) and length.is_integer and length.is_positive \
+            and isinstance(w, sympy.Integer) and w >= 2:
+        return sympy.Min(length, w, evaluate=False)
+    return sympy.Min(length, window)
 
 
 def caches(analysis: Analysis, stack: str = "main") -> list[CacheRow]:
