@@ -80,16 +80,20 @@ def test_settled_tables_are_one_dict_and_a_same_stat_edit_is_seen(tmp_path, monk
     # a table added to the GPU's folder, then one removed: each seen
     _after_ctime_tick(path, tmp_path)
     write_table(root, [[10, 100], [20, 400]], framework="vllm", variant="custom_eager", version="0.11.0")
+    added = root / "h100" / "vllm-0.11.0" / "all_reduce-custom_eager.yaml"
     assert ("H100", "vllm", "all_reduce", "custom_eager") in shared_measured(root, "H100", "vllm")
-    (root / "h100" / "vllm-0.11.0" / "all_reduce-custom_eager.yaml").unlink()
+    _after_ctime_tick(added.parent, tmp_path)      # (the faked clock: the real rule would not stamp yet)
+    added.unlink()
     assert ("H100", "vllm", "all_reduce", "custom_eager") not in shared_measured(root, "H100", "vllm")
 
 
-def test_a_racy_edit_is_seen_and_a_planted_link_refused(tmp_path):
+def test_a_racy_edit_is_seen_and_a_planted_link_refused(tmp_path, monkeypatch):
     """Within SETTLED_S of the files' last change the stamp is not trusted: an edit in the same
     timestamp tick as the load (same size, mtime and, possibly, ctime) is still seen; a link planted
     under another GPU's folder is refused as without the memo."""
     root, path = _tiny_root(tmp_path)
+    # the load begins the moment the table changed (however slow the host is)
+    monkeypatch.setattr(measured_tables._STAMPS, "clock", lambda: os.stat(path).st_ctime_ns / 1e9)
     first = shared_measured(root, "H100", "nccl")
     assert ("measured", str(root), "H100", "nccl") not in measured_tables._STAMPS._values
     same_stat_edit(path, "- - 10\n", "- - 70\n")
@@ -105,9 +109,9 @@ def test_a_racy_edit_is_seen_and_a_planted_link_refused(tmp_path):
 def test_stamp_memo_keeps_nothing_for_a_recent_or_a_missing_file(tmp_path):
     """A StampMemo by hand: a value read from files changed within SETTLED_S, or from a file that
     is gone when stamped, is returned but not kept (the loader runs again)."""
-    memo, calls = filememo.StampMemo(), []
     path = tmp_path / "a.txt"
     path.write_text("1")
+    memo, calls = filememo.StampMemo(clock=lambda: os.stat(path).st_ctime_ns / 1e9), []    # just changed
 
     def load(files):
         calls.append(1)
