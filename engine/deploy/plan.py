@@ -17,9 +17,10 @@ from engine.language import kv
 from engine.deploy.cost import compile_program
 from engine.deploy.structure import PHASES, Options, Scenario, Structure, option_where
 from engine.deploy.hardware import GPU
-from engine.deploy.measured import SharedCoordinates, finish, gather, load_measured, resolve
+from engine.deploy.measured import (SharedCoordinates, finish, gather, load_measured, looks_up, resolve,
+                                    unmeasured_times)
 from engine.deploy.op_rows import op_rows
-from engine.deploy.sol import distinct_rows, phase_at_points, phase_inputs, summarize, two_batch_time
+from engine.deploy.sol import _distinct_codes, distinct_rows, phase_at_points, phase_inputs, summarize, two_batch_time
 from engine.language.errors import SpecError
 
 
@@ -107,17 +108,23 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     # group at its distinct (batch, seq, ctx) points only (prefill does not read the output length,
     # a program batch saturates, decode and its mean share points: about half of a group's points
     # repeat another), spread back after (every number is per point, so the same floats)
+    # (a group nothing can be looked up for, a GPU type without tables: most of them, takes its
+    # times point-major at once, measured.unmeasured_times: finish's floats, no gathered copy)
     gathered, spread, members = [], [], []
     for program_groups in groups.values():
         for (plan, phase, compiled, tables, runs), (points, inverse, values, coordinates) in \
                 zip(program_groups.values(), _program_points(list(program_groups.values()))):
             spread.append(inverse)
             members.append((plan, phase, compiled, tables, runs))
-            gathered.append(gather(plan, phase, *points, tables, values, coordinates=coordinates))
-    resolve([a for g in gathered for a in g.asks])
+            gathered.append(gather(plan, phase, *points, tables, values, coordinates=coordinates)
+                            if looks_up(plan, tables) else unmeasured_times(values["t_sol"]))
+    resolve([a for g in gathered if type(g) is not np.ndarray for a in g.asks])
     found: dict[tuple, dict] = {}
     for (plan, phase, compiled, tables, runs), g, inverse in zip(members, gathered, spread):
-        times = finish(g)[0].reshape(g.times.shape[1], -1)            # point-major: each point's steps
+        if type(g) is np.ndarray:       # point-major already: each point's steps
+            times = g
+        else:
+            times = finish(g)[0].reshape(g.times.shape[1], -1)
         comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps], dtype=bool)
         total, stream = times.sum(axis=1)[inverse], times[:, comm].sum(axis=1)[inverse]
         start = 0
@@ -172,7 +179,7 @@ def _program_points(members: list[tuple]) -> list[tuple]:
         start = 0
         for m, size in zip(mine, sizes):
             # the group's distinct points: its rows of the union, in the union's order
-            at, spread = np.unique(inverse[start:start + size], return_inverse=True)
+            at, spread = _distinct_codes(inverse[start:start + size], len(b))
             start += size
             t_sol = compiled.step_sol(members[m][0].gpu, columns.take(at, axis=2))
             out[m] = ((b[at], seq[at], ctx[at]), spread, {"t_sol": t_sol},
