@@ -110,10 +110,13 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     # repeat another), spread back after (every number is per point, so the same floats)
     # (a group nothing can be looked up for, a GPU type without tables: most of them, takes its
     # times point-major at once, measured.unmeasured_times: finish's floats, no gathered copy)
+    # (every group's (batch, seq, ctx, KV size) points in one point set, :func:`_every_point`: the
+    # programs' step functions are evaluated once over it and each program picks its points out)
+    every, where = _every_point([list(g.values()) for g in groups.values()])
     gathered, spread, members = [], [], []
-    for program_groups in groups.values():
+    for program_groups, positions in zip(groups.values(), where):
         for (plan, phase, compiled, tables, runs), (points, inverse, values, coordinates) in \
-                zip(program_groups.values(), _program_points(list(program_groups.values()))):
+                zip(program_groups.values(), _program_points(list(program_groups.values()), every, positions)):
             spread.append(inverse)
             members.append((plan, phase, compiled, tables, runs))
             gathered.append(gather(plan, phase, *points, tables, values, coordinates=coordinates)
@@ -149,7 +152,44 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     return out
 
 
-def _program_points(members: list[tuple]) -> list[tuple]:
+def _every_point(programs: list[list[tuple]]) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """One point set of the (batch, seq, ctx, KV size) points of every group of every program
+    (``programs``: each program's members, as :func:`_program_points` takes them): its four columns
+    (the distinct points, :func:`distinct_rows`' order, which depends on the set of points alone)
+    and, per program and member, each of the member's points' position in it.
+
+    Each step function is evaluated once over this set and every program picks its points out of
+    it (engine.deploy.compiled_tables: a gather, the floats of evaluating there). The grid's
+    summaries (:func:`engine.deploy.sol.phases_many`) ask the very same set of points (the same
+    phase inputs of the same points and KV sizes), so they find the step functions' values there
+    already (engine.deploy.point_values keys a point set by its arrays' bytes)."""
+    columns: list[list[np.ndarray]] = [[], [], [], []]
+    sizes = []
+    for members in programs:
+        for plan, _, _, _, runs in members:
+            kv_bytes = float(plan.kv_bytes)
+            n = 0
+            for r in runs:
+                for k in range(3):
+                    columns[k].append(r[3 + k])
+                columns[3].append(np.full(len(r[3]), kv_bytes))
+                n += len(r[3])
+            sizes.append(n)
+    total = sum(sizes)
+    keys, inverse = distinct_rows([np.concatenate(c) if c else np.zeros(0) for c in columns], total)
+    where, start, m = [], 0, 0
+    for members in programs:
+        mine = []
+        for _ in members:
+            mine.append(inverse[start:start + sizes[m]])
+            start += sizes[m]
+            m += 1
+        where.append(mine)
+    return list(keys), where
+
+
+def _program_points(members: list[tuple], every: list[np.ndarray] | None = None,
+                    positions: list[np.ndarray] | None = None) -> list[tuple]:
     """For the groups of one program (``members``: (plan, phase, compiled, tables, runs) of each
     GPU, KV dtype and table set that runs it), each group's distinct (batch, seq, ctx) points (in
     the order :func:`distinct_rows` gives them: by context, then seq, then batch), the inverse that
@@ -162,7 +202,9 @@ def _program_points(members: list[tuple]) -> list[tuple]:
     groups of one KV size are evaluated once over the distinct points of them all (KV size as the
     one number each group's own evaluation gets) and each group takes its points out (a pure
     copy), then divides by its GPU's rates (CompiledProgram.step_sol, per point). So each group
-    gets the floats of its own evaluation (tests/test_grid_gpu_shared.py)."""
+    gets the floats of its own evaluation (tests/test_grid_gpu_shared.py). With ``every``
+    (:func:`_every_point`'s point set, ``positions`` each member's points' places in it) the
+    columns are picked out of that set's values instead (the same floats: per point)."""
     compiled = members[0][2]
     stored = hasattr(members[0][0].structure, "gather")
     points = [tuple(np.concatenate([r[k] for r in runs]) for k in (3, 4, 5)) for *_, runs in members]
@@ -174,7 +216,12 @@ def _program_points(members: list[tuple]) -> list[tuple]:
         sizes = [len(points[m][0]) for m in mine]
         union, inverse = distinct_rows([np.concatenate([points[m][k] for m in mine]) for k in range(3)], sum(sizes))
         b, seq, ctx = union
-        columns = compiled.point_columns(b, seq, ctx, kv_bytes)
+        if every is None:
+            columns = compiled.point_columns(b, seq, ctx, kv_bytes)
+        else:           # the union's points' places in the whole point set (any row of a point: one place)
+            at = np.empty(len(b), dtype=np.intp)
+            at[inverse] = np.concatenate([positions[m] for m in mine])
+            columns = compiled.columns((0, 1, 2, 4), every, every[0].shape, at=at)
         shared = None if stored else SharedCoordinates(b, seq, ctx, kv_bytes)
         start = 0
         for m, size in zip(mine, sizes):
