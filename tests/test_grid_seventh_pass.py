@@ -9,8 +9,8 @@
 * ``plan._every_point``: one point set of every group's (batch, seq, ctx, KV size) points, each
   member's points found in it (hand values); the grid's summaries ask the very same set, so their
   step functions' values are already there (a check of the set's arrays, not of timings); and
-  ``plan._program_points`` picking its columns out of that set gives the floats of its own
-  evaluation (consistency test, bit for bit).
+  ``plan._program_points`` picking its columns and the lookups' coordinates out of that set gives
+  the floats of its own evaluation (consistency test, bit for bit).
 """
 from __future__ import annotations
 
@@ -24,9 +24,14 @@ from engine.deploy import measured
 from engine.deploy.hardware import load_gpus
 from engine.deploy.measured import Ask, Gathered, fallback, finish, looks_up, unmeasured_times
 from engine.deploy.measured_tables import Table, load_measured
-from engine.deploy.plan import Plan, _every_point, _program_points, expected_phase_times_many
+from engine.deploy import step_functions
+from engine.deploy.measured import SharedCoordinates
+from engine.deploy.plan import Plan, _Lazy, _every_point, _program_points, expected_phase_times_many
 from engine.deploy.sol import distinct_rows, phase_inputs
+from engine.language import symbols
 from tests.deploy_helpers import make_plan
+
+BATCH, SEQ, CTX = (symbols.dim(d) for d in symbols.SCENARIO_DIMS)
 
 GPUS = load_gpus()
 
@@ -134,11 +139,17 @@ def test_program_points_from_every_point_consistency(plan8b):
                                                  [(0, "decode", False, pb, seq, ctx, (3,))])
     members = list(groups.values())
     every, where = _every_point([members])
-    alone, picked = _program_points(members), _program_points(members, every, where[0])
+    shared = _Lazy(lambda: SharedCoordinates(*every))
+    alone, picked = _program_points(members), _program_points(members, every, where[0], shared)
+    kv = step_functions.KV_BYTES
     for a, p in zip(alone, picked):
         assert [x.tolist() for x in a[0]] == [x.tolist() for x in p[0]]
         assert a[1].tolist() == p[1].tolist()
         assert a[2]["t_sol"].tolist() == p[2]["t_sol"].tolist()
+        # the lookups' coordinates at the group's points: the same values from the whole set's
+        for expr in (BATCH, CTX, kv, BATCH * CTX * kv):
+            assert a[3](expr).tolist() == p[3](expr).tolist()
+    assert {float(x) for x in picked[0][3](kv)} != {float(x) for x in picked[1][3](kv)}    # KV sizes kept apart
 
 
 def test_summaries_find_the_expected_times_point_set(plan8b):

@@ -154,12 +154,14 @@ class SharedCoordinates:
     type of one KV size share them (engine.deploy.plan.expected_phase_times_many). Per point, so a
     group's picked values are the floats of evaluating at its own points."""
 
-    def __init__(self, batch, seq, ctx, kv_bytes: float):
+    def __init__(self, batch, seq, ctx, kv_bytes):
+        """``kv_bytes``: one KV size for every point, or one per point (engine.deploy.plan: the
+        point set of every program and KV size at once)."""
         from engine.deploy.step_functions import KV_BYTES
         n = len(batch)
         dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
         self.args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
-        self.args[KV_BYTES] = np.full(n, float(kv_bytes))
+        self.args[KV_BYTES] = np.array(kv_bytes, dtype=float) if np.ndim(kv_bytes) else np.full(n, float(kv_bytes))
         self.values: dict = {}          # expression -> its values (by value)
         self.by_id: dict = {}           # id(expression) -> (it, its values)
         self.points: dict = {}          # (id(spec point), id(condition)) -> (them, points, applies_at)

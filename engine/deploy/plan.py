@@ -111,12 +111,15 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     # (a group nothing can be looked up for, a GPU type without tables: most of them, takes its
     # times point-major at once, measured.unmeasured_times: finish's floats, no gathered copy)
     # (every group's (batch, seq, ctx, KV size) points in one point set, :func:`_every_point`: the
-    # programs' step functions are evaluated once over it and each program picks its points out)
+    # programs' step functions and the lookups' coordinates are evaluated once over it and each
+    # program picks its points out)
     every, where = _every_point([list(g.values()) for g in groups.values()])
+    shared = _Lazy(lambda: SharedCoordinates(*every))
     gathered, spread, members = [], [], []
     for program_groups, positions in zip(groups.values(), where):
         for (plan, phase, compiled, tables, runs), (points, inverse, values, coordinates) in \
-                zip(program_groups.values(), _program_points(list(program_groups.values()), every, positions)):
+                zip(program_groups.values(), _program_points(list(program_groups.values()), every, positions,
+                                                             shared)):
             spread.append(inverse)
             members.append((plan, phase, compiled, tables, runs))
             gathered.append(gather(plan, phase, *points, tables, values, coordinates=coordinates)
@@ -188,8 +191,21 @@ def _every_point(programs: list[list[tuple]]) -> tuple[list[np.ndarray], list[li
     return list(keys), where
 
 
+class _Lazy:
+    """A value made by ``make()`` on first use (:func:`expected_phase_times_many`'s coordinates:
+    not made when every program is a stored one, which evaluates its own)."""
+
+    def __init__(self, make):
+        self.make, self.value = make, None
+
+    def __call__(self):
+        if self.value is None:
+            self.value = self.make()
+        return self.value
+
+
 def _program_points(members: list[tuple], every: list[np.ndarray] | None = None,
-                    positions: list[np.ndarray] | None = None) -> list[tuple]:
+                    positions: list[np.ndarray] | None = None, shared: "_Lazy | None" = None) -> list[tuple]:
     """For the groups of one program (``members``: (plan, phase, compiled, tables, runs) of each
     GPU, KV dtype and table set that runs it), each group's distinct (batch, seq, ctx) points (in
     the order :func:`distinct_rows` gives them: by context, then seq, then batch), the inverse that
@@ -204,7 +220,8 @@ def _program_points(members: list[tuple], every: list[np.ndarray] | None = None,
     copy), then divides by its GPU's rates (CompiledProgram.step_sol, per point). So each group
     gets the floats of its own evaluation (tests/test_grid_gpu_shared.py). With ``every``
     (:func:`_every_point`'s point set, ``positions`` each member's points' places in it) the
-    columns are picked out of that set's values instead (the same floats: per point)."""
+    columns are picked out of that set's values instead, and with ``shared`` (its
+    :class:`SharedCoordinates`, made on first use) the coordinates too (the same floats: per point)."""
     compiled = members[0][2]
     stored = hasattr(members[0][0].structure, "gather")
     points = [tuple(np.concatenate([r[k] for r in runs]) for k in (3, 4, 5)) for *_, runs in members]
@@ -219,10 +236,12 @@ def _program_points(members: list[tuple], every: list[np.ndarray] | None = None,
         if every is None:
             columns = compiled.point_columns(b, seq, ctx, kv_bytes)
         else:           # the union's points' places in the whole point set (any row of a point: one place)
-            at = np.empty(len(b), dtype=np.intp)
-            at[inverse] = np.concatenate([positions[m] for m in mine])
-            columns = compiled.columns((0, 1, 2, 4), every, every[0].shape, at=at)
-        shared = None if stored else SharedCoordinates(b, seq, ctx, kv_bytes)
+            in_every = np.empty(len(b), dtype=np.intp)
+            in_every[inverse] = np.concatenate([positions[m] for m in mine])
+            columns = compiled.columns((0, 1, 2, 4), every, every[0].shape, at=in_every)
+        # the lookups' coordinates: the whole point set's (the union's points at their places), or the union's
+        coordinates = None if stored else SharedCoordinates(b, seq, ctx, kv_bytes) if shared is None else shared()
+        places = np.arange(len(b)) if shared is None else in_every
         start = 0
         for m, size in zip(mine, sizes):
             # the group's distinct points: its rows of the union, in the union's order
@@ -230,7 +249,7 @@ def _program_points(members: list[tuple], every: list[np.ndarray] | None = None,
             start += size
             t_sol = compiled.step_sol(members[m][0].gpu, columns.take(at, axis=2))
             out[m] = ((b[at], seq[at], ctx[at]), spread, {"t_sol": t_sol},
-                      None if shared is None else shared.at(at))
+                      None if coordinates is None else coordinates.at(places[at]))
     return out
 
 
