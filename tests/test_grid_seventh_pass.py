@@ -10,7 +10,10 @@
   member's points found in it (hand values); the grid's summaries ask the very same set, so their
   step functions' values are already there (a check of the set's arrays, not of timings); and
   ``plan._program_points`` picking its columns and the lookups' coordinates out of that set gives
-  the floats of its own evaluation (consistency test, bit for bit).
+  the floats of its own evaluation (consistency test, bit for bit);
+* ``op_rows._shared_coordinates``: the per-op tables' lookups read coordinates evaluated once over
+  every table's points; each table's expected times and texts are those of its own gather
+  (consistency test).
 """
 from __future__ import annotations
 
@@ -22,7 +25,10 @@ import pytest
 import engine.deploy.point_values as point_values
 from engine.deploy import measured
 from engine.deploy.hardware import load_gpus
-from engine.deploy.measured import Ask, Gathered, fallback, finish, looks_up, unmeasured_times
+from engine.deploy import op_rows
+from engine.deploy.measured import Ask, Gathered, fallback, finish, gather, looks_up, resolve, unmeasured_times
+from engine.deploy.op_rows import op_rows_columns_many
+from engine.deploy.structure import Scenario
 from engine.deploy.measured_tables import Table, load_measured
 from engine.deploy import step_functions
 from engine.deploy.measured import SharedCoordinates
@@ -172,3 +178,27 @@ def test_summaries_find_the_expected_times_point_set(plan8b):
     union = list(keys)
     key = tuple((a.dtype.str, a.shape, a.tobytes()) for a in union)
     assert key in point_values._VALUES
+
+
+def test_op_rows_shared_coordinates_consistency(plan8b):
+    """Consistency test: the per-op tables' expected times and texts with the lookups' coordinates
+    evaluated once over every table's points (op_rows._shared_coordinates) are those of each table
+    gathered with its own coordinates (measured.gather without them), on two KV dtypes (one point
+    set holds both KV sizes) and a GPU without tables."""
+    points = [Scenario(1, 4096, 1024), Scenario(64, 8192, 1024)]
+    asked = [(Plan(plan8b.structure, GPUS[g], kv), phase, points, load_measured(gpu=g, framework="vllm"))
+             for g, kv in (("H100", "bf16"), ("H100", "fp8"), ("A100", "bf16")) for phase in ("prefill", "decode")]
+    measured_any = False
+    for (plan, phase, pts, tables), got in zip(asked, op_rows_columns_many(asked, arrays=True)):
+        compiled, (b, seq, ctx), keep, _, _ = op_rows._point_rows(plan, phase, pts)
+        values = compiled.evaluate(plan.gpu, b, seq, ctx, plan.kv_bytes, True)
+        g = gather(plan, phase, b, seq, ctx, tables, values, keep)
+        resolve(g.asks)
+        times, flags, text = finish(g, detail=True)
+        assert got["t_expected_s"].tolist() == times.tolist(), (plan.gpu.key, plan.kv_dtype, phase)
+        assert got["measured"].tolist() == flags.tolist()
+        assert (got["expected_src"], got["expected_table"], got["expected_nearest"]) == \
+            (text["src"], text["table"], text["nearest"])
+        measured_any |= bool(flags.any())
+        assert not (plan.gpu.key == "A100" and flags.any())     # no table: nothing measured
+    assert measured_any
