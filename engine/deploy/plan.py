@@ -95,7 +95,7 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
         inputs.append(phase_inputs(structure, batch, input_len, output_len, plan.options.prefill_tokens, mean=True))
         for name, (compiled, b, seq, ctx) in inputs[-1].items():
             shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
-            b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
+            b, seq, ctx = (_flat(x, shape) for x in (b, seq, ctx))
             phase = "decode" if name.startswith("decode") else "prefill"
             # what expected_steps reads of the plan: its program and compiled form, GPU, KV dtype,
             # framework, config (and model); the tables
@@ -153,6 +153,13 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
             mine[name] = full["step_time_s"].reshape(shape)
         out.append(mine)
     return out
+
+
+def _flat(x, shape: tuple) -> np.ndarray:
+    """``x`` as floats over the points of ``shape``, flattened: the array itself (as floats) where
+    it has that shape already (most phase inputs), else broadcast (the same values either way)."""
+    a = np.asarray(x, dtype=float)
+    return a.reshape(-1) if a.shape == shape else np.broadcast_to(a, shape).reshape(-1)
 
 
 def _every_point(programs: list[list[tuple]]) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
