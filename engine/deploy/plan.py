@@ -238,13 +238,16 @@ def _program_points(members: list[tuple], every: list[np.ndarray] | None = None,
     out: list = [None] * len(members)
     for kv_bytes, mine in by_kv.items():
         sizes = [len(points[m][0]) for m in mine]
-        union, inverse = distinct_rows([np.concatenate([points[m][k] for m in mine]) for k in range(3)], sum(sizes))
-        b, seq, ctx = union
         if every is None:
+            union, inverse = distinct_rows([np.concatenate([points[m][k] for m in mine]) for k in range(3)],
+                                           sum(sizes))
+            b, seq, ctx = union
             columns = compiled.point_columns(b, seq, ctx, kv_bytes)
-        else:           # the union's points' places in the whole point set (any row of a point: one place)
-            in_every = np.empty(len(b), dtype=np.intp)
-            in_every[inverse] = np.concatenate([positions[m] for m in mine])
+        else:
+            # the union: the distinct places of these groups' points in the whole point set, in its
+            # order (at one KV size: by ctx, then seq, then batch, distinct_rows' order of the three)
+            in_every, inverse = _distinct_codes(np.concatenate([positions[m] for m in mine]), len(every[0]))
+            b, seq, ctx = (every[k][in_every] for k in range(3))
             columns = compiled.columns((0, 1, 2, 4), every, every[0].shape, at=in_every)
         # the lookups' coordinates: the whole point set's (the union's points at their places), or the union's
         coordinates = None if stored else SharedCoordinates(b, seq, ctx, kv_bytes) if shared is None else shared()
