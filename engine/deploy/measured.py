@@ -61,7 +61,6 @@ Invariants:
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,7 +145,7 @@ def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, 
         return Ask(row, at, points[picked[at]], list(spec.tables), spec.roof, _repeat(step.repeat), spec.shape)
     at = _at if values is None else lambda e, a: _at_once(e, a, values)
     points = np.column_stack([at(e, args) for e in spec.point])
-    return ask_where(row, points, at(spec.applies, args), t_sol, spec.tables, spec.roof, float(step.repeat),
+    return ask_where(row, points, at(spec.applies, args), t_sol, spec.tables, spec.roof, _repeat(step.repeat),
                      spec.shape)
 
 
@@ -157,12 +156,14 @@ class SharedCoordinates:
     type of one KV size share them (engine.deploy.plan.expected_phase_times_many). Per point, so a
     group's picked values are the floats of evaluating at its own points."""
 
-    def __init__(self, batch, seq, ctx, kv_bytes: float):
+    def __init__(self, batch, seq, ctx, kv_bytes):
+        """``kv_bytes``: one KV size for every point, or one per point (engine.deploy.plan: the
+        point set of every program and KV size at once)."""
         from engine.deploy.step_functions import KV_BYTES
         n = len(batch)
         dims = [symbols.dim(d) for d in symbols.SCENARIO_DIMS]     # (batch, seq, ctx)
         self.args = {d: np.broadcast_to(np.asarray(x, dtype=float), (n,)) for d, x in zip(dims, (batch, seq, ctx))}
-        self.args[KV_BYTES] = np.full(n, float(kv_bytes))
+        self.args[KV_BYTES] = np.array(kv_bytes, dtype=float) if np.ndim(kv_bytes) else np.full(n, float(kv_bytes))
         self.values: dict = {}          # expression -> its values (by value)
         self.by_id: dict = {}           # id(expression) -> (it, its values)
         self.points: dict = {}          # (id(spec point), id(condition)) -> (them, points, applies_at)
@@ -287,7 +288,7 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
     n = len(batch)
     t_sol = _rows(values["t_sol"], keep, n)
     out = fallback(t_sol)
-    if not tables:
+    if not looks_up(plan, tables):
         return out
     lookup = Lookup(plan.gpu, s.options.framework, phase, tables, plan.options.kv_dtype, s.config, s.ev.bound,
                     s.moe_routing)
@@ -309,33 +310,52 @@ def gather(plan, phase: str, batch, seq, ctx, tables: Tables, values: dict, keep
     return out
 
 
+def looks_up(plan, tables) -> bool:
+    """Whether :func:`gather` may look any step of ``plan`` up in ``tables``: not without tables
+    (a GPU type and framework nothing was measured on), where every step is at its bound / the
+    default efficiency (:func:`fallback`, :func:`unmeasured_times`); a structure made from the
+    build's document (engine.deploy.stored) gathers by its own trees, always."""
+    return bool(tables) or hasattr(plan.structure, "gather")
+
+
+def unmeasured_times(t_sol: np.ndarray) -> np.ndarray:
+    """:func:`finish`'s expected times of a program no table covers (``t_sol``: each step's bound
+    over the points, (steps, points)), as one point-major (points, steps) array: each step's bound /
+    :data:`DEFAULT_EFFICIENCY`, the very division :func:`fallback` makes, written point-major at
+    once (the grid's GPU types without tables: most groups; no gathered copy, no flags)."""
+    return np.divide(t_sol.T, DEFAULT_EFFICIENCY, out=np.empty(t_sol.shape[::-1]))
+
+
 def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, dict | None]:
     """A gathered program's expected times once :func:`resolve` ran: at a covered point the faster
     table's time x calls, never below the step's bound; point-major (expected seconds, measured?,
     with ``detail`` {src, table, nearest}: per row the source text, the table file and the
     measured points around the point, "" or ``bound / 0.7`` where no table covers it)."""
+    if not g.asks and not detail:       # nothing covered: the fallback's times, point-major
+        return g.times.T.reshape(-1), g.measured.T.reshape(-1), None
     times, measured = g.times.copy(), g.measured
     k, n = times.shape
-    fallback = f"bound / {DEFAULT_EFFICIENCY:g}"
-    text = {key: [[fallback if key == "src" else ""] * n for _ in range(k)] for key in ("src", "table", "nearest")} \
-        if detail else None
+    text = None
+    if detail:      # point-major, as the times: point p's step r at p x k + r
+        src, path, near = [f"bound / {DEFAULT_EFFICIENCY:g}"] * (n * k), [""] * (n * k), [""] * (n * k)
+        text = {"src": src, "table": path, "nearest": near}
     for a in g.asks:
         if len(a.found) == 1 and not detail:            # one table: its times (argmin's only choice)
             t = a.found[0][0]
         else:
             t_all = np.stack([t for t, _ in a.found])
             best = np.argmin(t_all, axis=0)                 # the faster table (the first of equals)
-            t = t_all[best, np.arange(len(a.at))]
+            picked = np.arange(len(a.at))
+            t = t_all[best, picked]
         times[a.row, a.at] = np.maximum(t * a.repeat, g.t_sol[a.row, a.at])
         measured[a.row, a.at] = True
         if detail:
-            src, path, near = text["src"][a.row], text["table"][a.row], text["nearest"][a.row]
-            for j, (p, point) in enumerate(zip(a.at.tolist(), a.points.tolist())):
-                table = a.tables[best[j]]
-                src[p], near[p] = _point_text(table, tuple(point), bool(a.found[best[j]][1][j]), a.shape)
-                path[p] = table.path
-    if detail:      # point-major, as the times: each point's steps in turn
-        text = {key: list(itertools.chain.from_iterable(zip(*rows))) for key, rows in text.items()}
+            outside = np.stack([o for _, o in a.found])[best, picked].tolist()
+            for p, point, b, out in zip(a.at.tolist(), a.points.tolist(), best.tolist(), outside):
+                table = a.tables[b]
+                i = p * k + a.row
+                src[i], near[i] = _point_text(table, tuple(point), bool(out), a.shape)
+                path[i] = table.path
     return times.T.reshape(-1), measured.T.reshape(-1), text
 
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from engine.deploy.cost import BOUNDS, intensity
 from engine.deploy.structure import Scenario, Structure, prefill_program_batch, program_batch
-from engine.deploy.measured import finish, gather, resolve
+from engine.deploy.measured import SharedCoordinates, finish, gather, resolve
+from engine.deploy.sol import distinct_rows
 from engine.deploy.stored import StoredProgram
 
 #: ``plan`` arguments below are :class:`engine.deploy.plan.Plan` (which imports this module: not
@@ -209,14 +210,38 @@ def op_rows_columns_many(asked: list[tuple], arrays: bool = False) -> list[dict[
     once over the points of all of them (engine.deploy.measured.gather / resolve / finish): the
     grid asks a few points of each of hundreds of structures, and an interpolation's cost is
     mostly per call. Every number is per-point arithmetic, so each gets its own call's floats."""
+    rows = [_point_rows(plan, phase, points) for plan, phase, points, _ in asked]
+    coordinates = _shared_coordinates([(plan, r[1]) for (plan, *_, tables), r in zip(asked, rows)
+                                       if tables is not None])
     started = []
-    for plan, phase, points, tables in asked:
-        compiled, (batch, seq, ctx), keep, one, v = _point_rows(plan, phase, points)
+    for (plan, phase, points, tables), (compiled, (batch, seq, ctx), keep, one, v) in zip(asked, rows):
         values = compiled.evaluate(plan.gpu, batch, seq, ctx, plan.kv_bytes, True)
-        g = gather(plan, phase, batch, seq, ctx, tables, values, keep) if tables is not None else None
+        g = gather(plan, phase, batch, seq, ctx, tables, values, keep, coordinates=next(coordinates)) \
+            if tables is not None else None
         started.append((plan, len(points), keep, one, v, values, g))
     resolve([a for *_, g in started if g is not None for a in g.asks])
     return [_columns(*s, arrays) for s in started]
+
+
+def _shared_coordinates(asked: list[tuple]):
+    """For each (plan, (batch, seq, ctx)) of ``asked`` in turn, the lookups' coordinates at its
+    points (:class:`engine.deploy.measured.SharedCoordinates` at them): each coordinate evaluated
+    once over the distinct (batch, seq, ctx, KV size) points of all of them (the tables of one
+    structure on every GPU type ask the same points; a coordinate reads the point and the KV size
+    alone, per point: the floats of evaluating at each table's own points). None for a structure
+    made from a build's document (it evaluates its own)."""
+    mine = [(plan, p) for plan, p in asked if not hasattr(plan.structure, "gather")]
+    shared, where = None, iter(())
+    if mine:
+        n = sum(len(p[0]) for _, p in mine)
+        keys, inverse = distinct_rows([np.concatenate([p[k] for _, p in mine]) for k in range(3)]
+                                      + [np.concatenate([np.full(len(p[0]), float(plan.kv_bytes)) for plan, p in mine])],
+                                      n)
+        shared = SharedCoordinates(*keys)
+        starts = np.cumsum([0] + [len(p[0]) for _, p in mine])
+        where = iter(inverse[a:b] for a, b in zip(starts[:-1], starts[1:]))
+    for plan, _ in asked:
+        yield None if hasattr(plan.structure, "gather") else shared.at(next(where))
 
 
 def _columns(plan, n: int, keep, one: dict, v: dict, values: dict, g, arrays: bool) -> dict[str, list]:

@@ -17,9 +17,10 @@ from engine.language import kv
 from engine.deploy.cost import compile_program
 from engine.deploy.structure import PHASES, Formulas, Options, Scenario, Structure, option_where
 from engine.deploy.hardware import GPU
-from engine.deploy.measured import SharedCoordinates, finish, gather, resolve, shared_measured
+from engine.deploy.measured import (SharedCoordinates, finish, gather, looks_up, resolve, shared_measured,
+                                    unmeasured_times)
 from engine.deploy.op_rows import op_rows
-from engine.deploy.sol import distinct_rows, phase_at_points, phase_inputs, summarize, two_batch_time
+from engine.deploy.sol import _distinct_codes, distinct_rows, phase_at_points, phase_inputs, summarize, two_batch_time
 from engine.language.errors import SpecError
 
 
@@ -94,7 +95,7 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
         inputs.append(phase_inputs(structure, batch, input_len, output_len, plan.options.prefill_tokens, mean=True))
         for name, (compiled, b, seq, ctx) in inputs[-1].items():
             shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
-            b, seq, ctx = (np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1) for x in (b, seq, ctx))
+            b, seq, ctx = (_flat(x, shape) for x in (b, seq, ctx))
             phase = "decode" if name.startswith("decode") else "prefill"
             # what expected_steps reads of the plan: its program and compiled form, GPU, KV dtype,
             # framework, config (and model); the tables
@@ -107,17 +108,29 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     # group at its distinct (batch, seq, ctx) points only (prefill does not read the output length,
     # a program batch saturates, decode and its mean share points: about half of a group's points
     # repeat another), spread back after (every number is per point, so the same floats)
+    # (a group nothing can be looked up for, a GPU type without tables: most of them, takes its
+    # times point-major at once, measured.unmeasured_times: finish's floats, no gathered copy)
+    # (every group's (batch, seq, ctx, KV size) points in one point set, :func:`_every_point`: the
+    # programs' step functions and the lookups' coordinates are evaluated once over it and each
+    # program picks its points out)
+    every, where = _every_point([list(g.values()) for g in groups.values()])
+    shared = _Lazy(lambda: SharedCoordinates(*every))
     gathered, spread, members = [], [], []
-    for program_groups in groups.values():
+    for program_groups, positions in zip(groups.values(), where):
         for (plan, phase, compiled, tables, runs), (points, inverse, values, coordinates) in \
-                zip(program_groups.values(), _program_points(list(program_groups.values()))):
+                zip(program_groups.values(), _program_points(list(program_groups.values()), every, positions,
+                                                             shared)):
             spread.append(inverse)
             members.append((plan, phase, compiled, tables, runs))
-            gathered.append(gather(plan, phase, *points, tables, values, coordinates=coordinates))
-    resolve([a for g in gathered for a in g.asks])
+            gathered.append(gather(plan, phase, *points, tables, values, coordinates=coordinates)
+                            if looks_up(plan, tables) else unmeasured_times(values["t_sol"]))
+    resolve([a for g in gathered if type(g) is not np.ndarray for a in g.asks])
     found: dict[tuple, dict] = {}
     for (plan, phase, compiled, tables, runs), g, inverse in zip(members, gathered, spread):
-        times = finish(g)[0].reshape(g.times.shape[1], -1)            # point-major: each point's steps
+        if type(g) is np.ndarray:       # point-major already: each point's steps
+            times = g
+        else:
+            times = finish(g)[0].reshape(g.times.shape[1], -1)
         comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps], dtype=bool)
         total, stream = times.sum(axis=1)[inverse], times[:, comm].sum(axis=1)[inverse]
         start = 0
@@ -142,7 +155,64 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     return out
 
 
-def _program_points(members: list[tuple]) -> list[tuple]:
+def _flat(x, shape: tuple) -> np.ndarray:
+    """``x`` as floats over the points of ``shape``, flattened: the array itself (as floats) where
+    it has that shape already (most phase inputs), else broadcast (the same values either way)."""
+    a = np.asarray(x, dtype=float)
+    return a.reshape(-1) if a.shape == shape else np.broadcast_to(a, shape).reshape(-1)
+
+
+def _every_point(programs: list[list[tuple]]) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """One point set of the (batch, seq, ctx, KV size) points of every group of every program
+    (``programs``: each program's members, as :func:`_program_points` takes them): its four columns
+    (the distinct points, :func:`distinct_rows`' order, which depends on the set of points alone)
+    and, per program and member, each of the member's points' position in it.
+
+    Each step function is evaluated once over this set and every program picks its points out of
+    it (engine.deploy.compiled_tables: a gather, the floats of evaluating there). The grid's
+    summaries (:func:`engine.deploy.sol.phases_many`) ask the very same set of points (the same
+    phase inputs of the same points and KV sizes), so they find the step functions' values there
+    already (engine.deploy.point_values keys a point set by its arrays' bytes)."""
+    columns: list[list[np.ndarray]] = [[], [], [], []]
+    sizes = []
+    for members in programs:
+        for plan, _, _, _, runs in members:
+            kv_bytes = float(plan.kv_bytes)
+            n = 0
+            for r in runs:
+                for k in range(3):
+                    columns[k].append(r[3 + k])
+                columns[3].append(np.full(len(r[3]), kv_bytes))
+                n += len(r[3])
+            sizes.append(n)
+    total = sum(sizes)
+    keys, inverse = distinct_rows([np.concatenate(c) if c else np.zeros(0) for c in columns], total)
+    where, start, m = [], 0, 0
+    for members in programs:
+        mine = []
+        for _ in members:
+            mine.append(inverse[start:start + sizes[m]])
+            start += sizes[m]
+            m += 1
+        where.append(mine)
+    return list(keys), where
+
+
+class _Lazy:
+    """A value made by ``make()`` on first use (:func:`expected_phase_times_many`'s coordinates:
+    not made when every program is a stored one, which evaluates its own)."""
+
+    def __init__(self, make):
+        self.make, self.value = make, None
+
+    def __call__(self):
+        if self.value is None:
+            self.value = self.make()
+        return self.value
+
+
+def _program_points(members: list[tuple], every: list[np.ndarray] | None = None,
+                    positions: list[np.ndarray] | None = None, shared: "_Lazy | None" = None) -> list[tuple]:
     """For the groups of one program (``members``: (plan, phase, compiled, tables, runs) of each
     GPU, KV dtype and table set that runs it), each group's distinct (batch, seq, ctx) points (in
     the order :func:`distinct_rows` gives them: by context, then seq, then batch), the inverse that
@@ -155,7 +225,10 @@ def _program_points(members: list[tuple]) -> list[tuple]:
     groups of one KV size are evaluated once over the distinct points of them all (KV size as the
     one number each group's own evaluation gets) and each group takes its points out (a pure
     copy), then divides by its GPU's rates (CompiledProgram.step_sol, per point). So each group
-    gets the floats of its own evaluation (tests/test_grid_gpu_shared.py)."""
+    gets the floats of its own evaluation (tests/test_grid_gpu_shared.py). With ``every``
+    (:func:`_every_point`'s point set, ``positions`` each member's points' places in it) the
+    columns are picked out of that set's values instead, and with ``shared`` (its
+    :class:`SharedCoordinates`, made on first use) the coordinates too (the same floats: per point)."""
     compiled = members[0][2]
     stored = hasattr(members[0][0].structure, "gather")
     points = [tuple(np.concatenate([r[k] for r in runs]) for k in (3, 4, 5)) for *_, runs in members]
@@ -165,18 +238,28 @@ def _program_points(members: list[tuple]) -> list[tuple]:
     out: list = [None] * len(members)
     for kv_bytes, mine in by_kv.items():
         sizes = [len(points[m][0]) for m in mine]
-        union, inverse = distinct_rows([np.concatenate([points[m][k] for m in mine]) for k in range(3)], sum(sizes))
-        b, seq, ctx = union
-        columns = compiled.point_columns(b, seq, ctx, kv_bytes)
-        shared = None if stored else SharedCoordinates(b, seq, ctx, kv_bytes)
+        if every is None:
+            union, inverse = distinct_rows([np.concatenate([points[m][k] for m in mine]) for k in range(3)],
+                                           sum(sizes))
+            b, seq, ctx = union
+            columns = compiled.point_columns(b, seq, ctx, kv_bytes)
+        else:
+            # the union: the distinct places of these groups' points in the whole point set, in its
+            # order (at one KV size: by ctx, then seq, then batch, distinct_rows' order of the three)
+            in_every, inverse = _distinct_codes(np.concatenate([positions[m] for m in mine]), len(every[0]))
+            b, seq, ctx = (every[k][in_every] for k in range(3))
+            columns = compiled.columns((0, 1, 2, 4), every, every[0].shape, at=in_every)
+        # the lookups' coordinates: the whole point set's (the union's points at their places), or the union's
+        coordinates = None if stored else SharedCoordinates(b, seq, ctx, kv_bytes) if shared is None else shared()
+        places = np.arange(len(b)) if shared is None else in_every
         start = 0
         for m, size in zip(mine, sizes):
             # the group's distinct points: its rows of the union, in the union's order
-            at, spread = np.unique(inverse[start:start + size], return_inverse=True)
+            at, spread = _distinct_codes(inverse[start:start + size], len(b))
             start += size
             t_sol = compiled.step_sol(members[m][0].gpu, columns.take(at, axis=2))
             out[m] = ((b[at], seq[at], ctx[at]), spread, {"t_sol": t_sol},
-                      None if shared is None else shared.at(at))
+                      None if coordinates is None else coordinates.at(places[at]))
     return out
 
 
