@@ -10,6 +10,7 @@ Chromium. ``--corpus`` and ``--out`` work before or after the command; inside a 
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -45,7 +46,16 @@ def cmd_build(args) -> int:
         # the published site beside the staged one: pages whose inputs did not change are carried from it
         render_staged(results, site_dir, progress if progress else (None if quiet else progress_printer("page groups")))
 
-    return run(args, site=None if args.no_site else site, site_sources=sources)
+    code = run(args, site=None if args.no_site else site, site_sources=sources)
+    global _BUILT
+    _BUILT = True
+    return code
+
+
+#: Set when a build ran in this process: its heap (sympy's caches, the grid half a split model
+#: evaluates here: engine.batch.tasks.HOME_PART) is then let go without the interpreter's teardown
+#: when this process is the ``archledger`` program itself (:func:`main`).
+_BUILT = False
 
 
 def cmd_site(args) -> int:
@@ -96,7 +106,22 @@ def parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    return engine_cli.dispatch(parser(), argv)
+    code = engine_cli.dispatch(parser(), argv)
+    if _BUILT and argv is None and _is_program():
+        # everything is published and closed (the build's pool, lock and staging folders are shut by
+        # then); freeing the heap object by object (a second and more after a model's grid half in
+        # this process) would only delay the exit, as in the build's workers (engine.batch.tasks)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(code)
+    return code
+
+
+def _is_program() -> bool:
+    """This process runs the ``archledger`` command (its console script or ``python -m
+    site_builder.cli``), not a caller that imported :func:`main` (a test, a library)."""
+    program = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    return program is not None and (program.name == "archledger" or program.resolve() == Path(__file__).resolve())
 
 
 if __name__ == "__main__":
