@@ -79,8 +79,8 @@ def test_a_build_on_a_dask_cluster_writes_the_local_executors_files_byte_for_byt
     for name in a:
         assert (_without_seconds(a[name]) == _without_seconds(pooled[name]) if name == "manifest.json"
                 else a[name] == pooled[name]), f"{name} differs between one process and a pool of two"
-    # one model with a pool of two: its halves (grid; fronts, document and playground) run in both
-    # workers, each with its own structures, and write the files one process writes (any model is
+    # one model with --jobs 2: its halves (grid; fronts, document and playground) run in the build's
+    # process and one worker, each with its own structures, and write the files one process writes (any model is
     # worth splitting here: on the tiny grid none takes SPLIT_SECONDS)
     monkeypatch.setattr(tasks, "SPLIT_SECONDS", 0.0)
     assert tasks._split(MODELS[1:], tasks.Previous(tmp_path), 2) == set(MODELS[1:])

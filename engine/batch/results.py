@@ -205,10 +205,10 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         # every changed spec is walked and verified here first: a broken one fails the build before any
         # work (one line, nothing written); an unverified one is skipped; its row comes from this walk
         # (in the --jobs workers when there are several: the guards of 30 specs take seconds each)
-        # (a lone model's halves run in two workers: PARTS); the contracts table is handed to the
+        # (a lone model's halves: PARTS, its grid half in this process); the contracts table is handed to the
         # pool first, so a worker starts while this process walks the specs
         split = _split(todo, previous, jobs) if where.kind == "local" else set()
-        pool = _pool(stack, jobs, len(todo) + len(split), corpus) if where.kind == "local" else None
+        pool = _pool(stack, jobs, len(todo) + len(split), corpus, home=bool(split)) if where.kind == "local" else None
         early = [pool.submit(_corpus_wide_in_worker, "write_contracts", str(corpus.root), str(final), str(staging),
                              shared, str(gpu_root))] if pool is not None else []
         checks = _verify(run, todo, pool, rows, strict)

@@ -2,7 +2,8 @@
 
 Layer: engine.batch. :func:`_evaluate` runs :func:`engine.batch.model_build.build_model` for each
 model to evaluate (a family's models one after the other in one process, :mod:`engine.batch.families`;
-a lone slow model as its two halves, :func:`_split`); :func:`_check_all` runs
+a lone slow model as its two halves, :func:`_split`, its grid half in the build's own process:
+:data:`HOME_PART`); :func:`_check_all` runs
 :func:`engine.batch.model_build.check_model` the same way; :func:`_pool` starts the workers.
 
 Invariants: the same files whichever way a model runs; workers are spawned, never forked (a forked
@@ -34,6 +35,11 @@ from engine.language.corpus import Corpus
 #: A model worth two tasks: starting a worker process (imports, the corpus) costs one to two seconds,
 #: so a model that evaluates in a few seconds finishes sooner in the build's own process.
 SPLIT_SECONDS = 4.0
+#: The half of a split model (:data:`PARTS`) the build's own process evaluates while its workers
+#: take the other tasks: this process has imported the evaluation and read the corpus already, so
+#: the longer half (the grid) starts at once instead of after a worker's start (its imports, about
+#: a second), and the pool has one worker fewer (:func:`_pool`'s ``home``).
+HOME_PART = "grid"
 
 
 def _split(todo: list[str], previous: "Previous", jobs: int | None) -> set[str]:
@@ -60,17 +66,23 @@ def _check_all(corpus: Corpus, todo: list[str], hashes: dict, pool) -> list[dict
         raise
 
 
-def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Corpus | None = None):
-    """The --jobs worker processes (None when one is enough), closed with ``stack``. Spawned, not
+def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Corpus | None = None,
+          home: bool = False):
+    """The --jobs worker processes (None when one is enough), closed with ``stack``; ``home``: this
+    process evaluates one of the ``tasks`` itself (a split model's :data:`HOME_PART`), so the pool
+    has one worker fewer and is made even with one. Spawned, not
     forked: a forked child inherits polars' thread pool mid-state and can hang. Workers die with
     this process (see worker_init), so a killed build leaves no orphan evaluating on. Each worker
     starts with the build's loaded ``corpus`` (unpickling it is ~40x faster than parsing the YAML),
     filed under the content digest :func:`cached_corpus` looks it up by. The pickle goes through a
     file, not the start-up pipe: a worker reads that pipe only after importing the engine, so half
     a megabyte in it held this process for as long at every worker start."""
-    jobs = max(1, min(jobs or workers.default_workers(), tasks or 1))
-    if jobs == 1:
-        return None
+    if home:
+        jobs = max(1, min((jobs or workers.default_workers()) - 1, tasks - 1))
+    else:
+        jobs = max(1, min(jobs or workers.default_workers(), tasks or 1))
+        if jobs == 1:
+            return None
     seed = None
     if corpus is not None:
         root = Path(corpus.root).resolve()
@@ -130,12 +142,16 @@ def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, 
             for mid in chain:
                 finished(build_model(*by_id[mid], corpus=corpus))
         return results
+    # the slowest split model's HOME_PART runs here, after every other task is queued (_pool's ``home``)
+    home = next((m for m in todo if parts[m] != ("all",)), None)
     futures = ([pool.submit(_build_model_in_worker, *by_id[m], part=part) for m in todo if parts[m] != ("all",)
-                for part in parts[m]]
+                for part in parts[m] if (m, part) != (home, HOME_PART)]
                + [pool.submit(_build_chain_in_worker, [by_id[m] for m in chain]) for chain in chained])
     if submitted is not None:
         submitted()
     try:
+        if home is not None:
+            finished(build_model(*by_id[home], corpus=corpus, part=HOME_PART))
         for future in as_completed(futures):
             done_now = future.result()        # a chain's results, or one half's
             for result in done_now if isinstance(done_now, list) else [done_now]:

@@ -82,6 +82,11 @@ def add_commands(sub) -> dict[str, argparse.ArgumentParser]:
 CACHED_COMMANDS = frozenset({"deploy", "plan", "disagg", "show", "list"})
 
 
+#: The command :func:`dispatch` ran last in this process (site_builder.cli.main reads it: which
+#: commands end without the interpreter's teardown).
+last_command: str | None = None
+
+
 def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     """Parse, resolve the project's folders, run the command; errors and closed pipes end quietly.
 
@@ -89,6 +94,8 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     :class:`engine.project.Project` the command works on.
     """
     args = parser.parse_args(argv)    # `--help` and a usage error end here, before the imports below
+    global last_command
+    last_command = args.command
     from engine.batch.publish import PublishError
     from engine.project import locate
     project = locate(getattr(args, "corpus", None), getattr(args, "out", None))

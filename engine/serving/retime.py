@@ -50,16 +50,20 @@ class PointReader:
     def __init__(self, ev, gpu, options, fusion, input_len: int, output_len: int, tables=None, cache=None):
         self.ev, self.gpu, self.options, self.fusion = ev, gpu, options, fusion
         self.input_len, self.output_len, self.tables, self.cache = input_len, output_len, tables, cache
-        self.read: dict = {}
+        self.read: dict = {}         # (config, batch) -> (its summary call's fields, its index there)
         self.calls = 0               # summaries evaluated (each over every batch of one plan)
+        self._points: dict = {}      # (config, batch) -> its summary as a dict, made when first asked
         self._plans: dict = {}       # (config, fusion token regime per phase) -> deploy's plan
         self._live: dict = {}        # config -> per phase its live token limits (with ``cache``)
 
     def __call__(self, config, batch: int) -> dict[str, Any]:
         key = (config, int(batch))
-        if key not in self.read:
-            self.read_all(config, [int(batch)])
-        return self.read[key]
+        found = self._points.get(key)
+        if found is None:
+            if key not in self.read:
+                self.read_all(config, [int(batch)])
+            found = self._points[key] = _point(*self.read[key])
+        return found
 
     def read_all(self, config, batches) -> None:
         """:meth:`read_many` of one config."""
@@ -72,7 +76,8 @@ class PointReader:
         (:func:`engine.deploy.plan.summarize_plans`, each measured table interpolated once). A
         call's cost is mostly per call, not per point (a config's few hundred served batches cost
         about what a dozen single points do), and every field is per-point arithmetic, so each
-        point gets the floats a call at that point alone gives (tests/test_deploy_fast.py)."""
+        point gets the floats a call at that point alone gives (tests/test_deploy_fast.py).
+        A point's dict is made only when it is asked for (the bisection reads a few of each config)."""
         from engine.deploy import PHASES
         from engine.deploy.plan import summarize_plans
         from engine.deploy.structure import device_tokens
@@ -89,13 +94,13 @@ class PointReader:
                 by_plan.setdefault(id(p), (p, config, []))[2].append(b)
         groups = list(by_plan.values())
         self.calls += len(groups)
-        summaries = summarize_plans([(p, np.array(group), self.input_len, self.output_len, self.tables)
-                                     for p, _, group in groups])
+        summaries = summarize_plans([(p, np.array(group), self.input_len, self.output_len,
+                                      self.tables) for p, _, group in groups])
         for (p, config, group), s in zip(groups, summaries):
-            fields = {k: (np.broadcast_to(v, (len(group),)).tolist() if isinstance(v, np.ndarray) else [v] * len(group))
+            fields = {k: (np.broadcast_to(v, (len(group),)) if isinstance(v, np.ndarray) else v)
                       for k, v in s.items() if k != "phases"}
             for i, b in enumerate(group):
-                self.read[(config, b)] = {k: v[i] for k, v in fields.items()}
+                self.read[(config, b)] = (fields, i)
 
     def _plan(self, config, batch: int, tokens: dict):
         """Deploy's plan of ``config`` at ``batch`` (``tokens``: its tokens per device by phase,
@@ -125,6 +130,12 @@ class PointReader:
             found = self._plans[key] = plan(self.ev, self.gpu, config, self.options, self.fusion,
                                             Scenario(batch, self.input_len, self.output_len))
         return found
+
+
+def _point(fields: dict, i: int) -> dict[str, Any]:
+    """Point ``i`` of a summary call's ``fields`` as a dict of Python values (an array's element as
+    ``tolist`` gives it, any other field as it is)."""
+    return {k: (v[i].item() if isinstance(v, np.ndarray) else v) for k, v in fields.items()}
 
 
 def times_of(summary: dict, has_expected: bool = True) -> dict[str, dict[str, float]]:
