@@ -119,21 +119,3 @@ def test_step_spec_separates_moe_routing():
     assert len(files["balanced"]) == 1 and len(files["power_law_1.2"]) == 1
     (balanced,), (routed,) = files["balanced"], files["power_law_1.2"]
     assert routed == balanced.replace(".yaml", "_power_law_1.2.yaml") and "power_law" not in balanced
-
-
-def test_gemm_point_memoized_arithmetic_builds_the_plain_trees(llama_tp2):
-    """Consistency: the point's products and quotients go through placement's memoized arithmetic
-    (engine.deploy.placement_arith); with its memos empty and then full, n is the very tree the
-    plain operators build from the same m and k (sympy's ``==`` compares trees: an Integer is not a
-    Float of the same value), and the hand values stand (k 2048, n 4096)."""
-    from engine.deploy import placement_arith
-    from engine.deploy.kernel_spec import _step_totals
-    _, o_proj = llama_tp2
-    placement_arith._ARITH.clear()
-    placement_arith._ARITH_BY_ID.clear()
-    cold = _fresh(o_proj)
-    warm = _fresh(step_with(o_proj))
-    m, n, k = cold
-    plain_n = (_step_totals(o_proj)[0] / o_proj.repeat) / (2 * m * k)
-    assert n == plain_n and warm == cold
-    assert float(k) == 2048.0 and float(n) == 4096.0

@@ -184,9 +184,8 @@ def _at_least(expr: sympy.Expr, floor: int) -> sympy.Expr:
 def _local_axes(step) -> dict[str, sympy.Expr]:
     """Each axis of the step's output by name: its size on one GPU (the size over the groups that
     split it; more GPUs than units of a fixed-size axis: one unit each, as placement splits
-    heads), an expression of the point (the quotient by placement's memoized arithmetic)."""
+    heads), an expression of the point."""
     import sympy
-    from engine.deploy.placement_arith import _div
     out = {}
     for axis, groups in zip(step.out.axes, step.layout.shards):
         size = _sym(axis.size)
@@ -195,7 +194,7 @@ def _local_axes(step) -> dict[str, sympy.Expr]:
             ways = ways if ways <= size else size
         elif size.is_number:
             ways = sympy.Min(ways, size)
-        out.setdefault(axis.name, _div(size, _at_least(ways, 1)))
+        out.setdefault(axis.name, size / _at_least(ways, 1))
     return out
 
 
@@ -241,21 +240,18 @@ def _gemm_point(step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
 
 
 def _gemm_point_of(step) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
-    """:func:`_gemm_point` computed (its key's fields are all this reads). The products and
-    quotients go through placement's memoized arithmetic (the same trees ``*`` and ``/`` build:
-    the configs of a plan repeat most local sizes and FLOPs, and building them is this one's cost)."""
+    """:func:`_gemm_point` computed (its key's fields are all this reads)."""
     import sympy
-    from engine.deploy.placement_arith import _div, _mul
     local = _local_axes(step)
     rows = list(local.items())[:-1]                  # the last output axis: the features
     m = sympy.Integer(1)
     for name, size in rows:
         if not (step.last_token and name == "seq"):
-            m = _mul(m, size)
+            m = m * size
     m = _at_least(m, 1)
     k = sympy.Float(float(_numeric_dims(step.dims)[-1]) / math.prod(g.size for g in step.layout.partial))
-    flops = _div(_step_totals(step)[0], step.repeat)
-    return m, _div(flops, _mul(_mul(2, m), k)), k
+    flops = _step_totals(step)[0] / step.repeat
+    return m, flops / (2 * m * k), k
 
 
 @dataclass(frozen=True)
