@@ -47,8 +47,10 @@ def analysis_formulas(a: Analysis, model: ModelSpec, corpus: Corpus, kv_dtype: s
     return {
         "params": quantities.params_total(a),
         "params_active": quantities.params_active(a),
-        "weight_bytes": sum((t.total_bytes for t in storage.checkpoint_tensors(a, model, corpus) if t.stack == "main"),
-                            sympy.Integer(0)),
+        # one Add of every tensor's bytes (the same sum: a running sum re-sorts each partial Add, which
+        # on a whole model's few thousand tensors cost seconds: results/variants.json's formulas)
+        "weight_bytes": sympy.Add(*(t.total_bytes for t in storage.checkpoint_tensors(a, model, corpus)
+                                    if t.stack == "main")),
         "kv_bytes_per_token": kv.growing_bytes_per_token(a, kv_dtype),
         "kv_bytes_per_request": kv.bytes_per_request(a, None, kv_dtype),
         "prefill_flops": quantities.flops(a, "prefill"),

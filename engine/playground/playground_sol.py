@@ -390,7 +390,10 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], p
     old = bases.programs(config)
     refused = f"the base on {config.label()}: {old}" if isinstance(old, str) else None
     plan = None
-    if refused is None and (not config.ep > 1 or experts(full)):
+    # planned also where the full swap is refused for routed experts alone (ep > 1, every expert
+    # swapped out): its subsets that keep experts take their steps from it as from any full plan
+    without_experts = config.ep > 1 and not experts(full)
+    if refused is None:
         decide = decider({**ev.bound, **{d: sympy.Integer(v) for d, v in values.items()}})
         new = symbolic_programs(bases, analysis, config, decide, weights, reuse=bases.records.get(config.label()))
         groups, read = _programs_change(bases, old, new, config, needs, part)
@@ -406,9 +409,10 @@ def _planned(bases: Bases, analysis, needs: list[str], values: dict[str, int], p
                      for t, p in parts.items()}
         free = set().union(read, *(c[3] for c in decisions), *(c[3] for cs in divisible.values() for c in cs),
                            *(free_names(p.delta) for p in parts.values()))
-        if free - set(needs) - {symbols.SEQ, symbols.CTX}:
+        if not free - set(needs) - {symbols.SEQ, symbols.CTX}:
+            plan = (groups, decisions, divisible)
+        elif not without_experts:      # (refused for experts, its subsets are planned alone, as before)
             return None
-        plan = (groups, decisions, divisible)
     tokens_ok = token_condition(bases.table, gpu, config, bases.context)
     out: dict[tuple, Any] = {}
     for chosen in subsets:
