@@ -126,3 +126,18 @@ def structure_cache(model_id: str):
     from tests.conftest import _evaluation
     ev = _evaluation(model_id)
     return StructureCache(ev, load_tables(ev.corpus.root / "fusion"))
+
+
+def finish_one_ask(table, steps: int, row: int, seconds: float, outside: bool, calls: float):
+    """:func:`engine.deploy.measured.finish` with ``detail`` of a hand-made program: ``steps`` steps
+    at two points, each bound 1 us; step ``row`` covered by ``table`` at the second point alone (GEMM
+    m=64 n=4096 k=2048, its table time ``seconds`` per call, ``outside`` the table's grid or not,
+    ``calls`` per step). Returns (times, covered, texts)."""
+    import numpy as np
+    from engine.deploy import measured
+    t_sol = np.full((steps, 2), 1e-6)
+    g = measured.Gathered(t_sol / measured.DEFAULT_EFFICIENCY, np.zeros((steps, 2), dtype=bool), t_sol, [])
+    a = measured.Ask(row, np.array([1]), np.array([[64.0, 4096.0, 2048.0]]), [table], ("gemm",), calls, "")
+    a.found = [(np.array([seconds]), np.array([outside]))]
+    g.asks.append(a)
+    return measured.finish(g, detail=True)

@@ -26,7 +26,7 @@ import engine.deploy.point_values as point_values
 from engine.deploy import measured
 from engine.deploy.hardware import load_gpus
 from engine.deploy import op_rows
-from engine.deploy.measured import Ask, Gathered, fallback, finish, gather, looks_up, resolve, unmeasured_times
+from engine.deploy.measured import fallback, finish, gather, looks_up, resolve, unmeasured_times
 from engine.deploy.op_rows import op_rows_columns_many
 from engine.deploy.structure import Scenario
 from engine.deploy.measured_tables import Table, load_measured
@@ -35,7 +35,7 @@ from engine.deploy.measured import SharedCoordinates
 from engine.deploy.plan import Plan, _Lazy, _every_point, _program_points, expected_phase_times_many
 from engine.deploy.sol import distinct_rows, phase_inputs
 from engine.language import symbols
-from tests.deploy_helpers import make_plan
+from tests.deploy_helpers import finish_one_ask, make_plan
 
 BATCH, SEQ, CTX = (symbols.dim(d) for d in symbols.SCENARIO_DIMS)
 
@@ -85,12 +85,7 @@ def test_finish_texts_point_major_three_steps():
     1 x 3 + 0 = 3 of the point-major lists (step-major would put them at 1), the others are the
     fallback's."""
     t = _table()
-    t_sol = np.full((3, 2), 1e-6)
-    g = Gathered(t_sol / measured.DEFAULT_EFFICIENCY, np.zeros((3, 2), dtype=bool), t_sol, [])
-    a = Ask(0, np.array([1]), np.array([[64.0, 4096.0, 2048.0]]), [t], ("gemm",), 1.0, "")
-    a.found = [(np.array([5e-6]), np.array([True]))]
-    g.asks.append(a)
-    times, covered, text = finish(g, detail=True)
+    times, covered, text = finish_one_ask(t, 3, 0, 5e-6, True, 1.0)
     fb = f"bound / {measured.DEFAULT_EFFICIENCY:g}"
     src = "gemm-bf16 vllm 0.1 (pkg 1.0) at m=64 n=4096 k=2048, extrapolated"
     assert text["src"] == [fb, fb, fb, src, fb, fb]

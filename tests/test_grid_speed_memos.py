@@ -22,7 +22,6 @@ import sympy
 from engine.batch.grid_eval import grid_batches
 from engine.deploy import kernel_spec, measured, measured_tree
 from engine.deploy.kernel_spec import kernel_steps
-from engine.deploy.measured import Ask, Gathered, finish
 from engine.deploy.measured_tables import Table, load_measured
 from engine.deploy.measured_tree import distil
 from engine.deploy.op_rows import op_rows_columns, op_rows_columns_many
@@ -30,7 +29,7 @@ from engine.deploy.device_program import step_with
 from engine.deploy.plan import expected_phase_times, expected_phase_times_many
 from engine.deploy.structure import Scenario
 from engine.language import symbols
-from tests.deploy_helpers import make_plan
+from tests.deploy_helpers import finish_one_ask, make_plan
 
 BATCH, SEQ = symbols.dim(symbols.BATCH), symbols.dim(symbols.SEQ)
 
@@ -102,12 +101,7 @@ def test_finish_texts_point_major():
     the texts run point by point, each point's steps in turn (step 0 then 1 at point 0, then at
     point 1), and the covered one's time is the table's (3 us x 2 calls, above its 1 us bound)."""
     t = _table()
-    t_sol = np.full((2, 2), 1e-6)
-    g = Gathered(t_sol / measured.DEFAULT_EFFICIENCY, np.zeros((2, 2), dtype=bool), t_sol, [])
-    a = Ask(1, np.array([1]), np.array([[64.0, 4096.0, 2048.0]]), [t], ("gemm",), 2.0, "")
-    a.found = [(np.array([3e-6]), np.array([False]))]
-    g.asks.append(a)
-    times, covered, text = finish(g, detail=True)
+    times, covered, text = finish_one_ask(t, 2, 1, 3e-6, False, 2.0)
     fallback = f"bound / {measured.DEFAULT_EFFICIENCY:g}"
     assert text["src"] == [fallback, fallback, fallback, "gemm-bf16 vllm 0.1 (pkg 1.0) at m=64 n=4096 k=2048"]
     assert text["table"] == ["", "", "", t.path]

@@ -1,5 +1,5 @@
-"""engine.deploy.memo.remembered: the deploy layer's one bounded memo rule (hand cases)."""
-from engine.deploy.memo import remembered
+"""engine.language.memo.remembered: the one bounded memo rule of the engine (hand cases)."""
+from engine.language.memo import remembered
 
 
 def test_a_key_is_made_once_and_a_falsy_value_is_remembered():

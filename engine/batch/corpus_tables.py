@@ -136,6 +136,6 @@ def _previous_entries(final: Path, keys: dict[str, str]) -> dict[str, dict]:
 def _with_uses(entry: dict, variant, used: dict) -> dict:
     """A carried entry with its binds' ``used_by`` made again from this corpus's uses (``used``:
     engine.playground.catalog.component_dims), as engine.playground.catalog.playground_entry makes them."""
-    component = next((s.fill.component for s in variant.swaps), "")
-    binds = [dict(b, used_by=used.get(component, {}).get(b["dim"], [])) for b in entry["bind_list"]]
+    from engine.playground.catalog import used_by
+    binds = [dict(b, used_by=used_by(variant, used, b["dim"])) for b in entry["bind_list"]]
     return dict(entry, bind_list=binds)

@@ -32,7 +32,7 @@ import numpy as np
 
 from typing import TYPE_CHECKING
 
-from engine.deploy.memo import remembered
+from engine.language.memo import remembered
 from engine.deploy.compiled_tables import _Tables
 from engine.deploy.compiled_totals import _Totals
 from engine.deploy.hardware import GPU

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import sympy   # annotations; imported where used (a stored deploy never loads sympy)
 
-from engine.deploy.memo import remembered
+from engine.language.memo import remembered
 from engine.language import symbols
 from engine.deploy.interpolation import _roof
 from engine.deploy.measured_tables import ATTENTION_DIMS, KERNELS, KEYED, MLA_KERNELS, MLA_SHAPE, Table, Tables

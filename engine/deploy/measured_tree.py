@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from engine.deploy.memo import remembered
+from engine.language.memo import remembered
 from engine.language import formula_tree
 from engine.language.formula_tree import to_tree
 from engine.deploy.interpolation import _lower, _roof, interpolate, peak_rate, roof_expr

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import sympy   # annotations; imported where used (a stored deploy never loads sympy)
     from engine.language.evaluate import Analysis, CacheRow
 from engine.language import symbols
+from engine.language.memo import remembered
 
 #: Bytes per cached element by KV dtype.
 KV_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
@@ -48,13 +49,7 @@ def tokens_kept(cache: CacheRow, length: sympy.Expr) -> sympy.Expr:
     if cache.growth == "window":
         # once per (length, window): Min compares its arguments symbolically (milliseconds), and
         # every config's memory figures and every request-size function of a model ask it
-        key = (length, cache.window)
-        found = _WINDOWS.get(key)
-        if found is None:
-            if len(_WINDOWS) > 4096:
-                _WINDOWS.clear()
-            found = _WINDOWS[key] = _window_min(length, cache.window)
-        return found
+        return remembered(_WINDOWS, (length, cache.window), lambda: _window_min(length, cache.window), 4096)
     if cache.growth == "compressed":
         return sympy.floor(length / cache.every)
     if cache.growth == "state":
@@ -224,11 +219,7 @@ def _compiled(analysis: Analysis, stack: str, dtype: str, part: str | None = Non
         total = request_terms(analysis, stack, part)[0 if dtype == "kv" else 1]
         # once per expression: most models' own-dtype bytes and one of their two parts are 0, and
         # a family's twins repeat the rest (lambdify is about a millisecond per call)
-        fn = _BY_EXPRESSION.get(total)
-        if fn is None:
-            if len(_BY_EXPRESSION) > 4096:
-                _BY_EXPRESSION.clear()
-            raw = symbols.checked_lambdify(length, total, modules=list(symbols.NUMPY_MODULES))
-            fn = _BY_EXPRESSION[total] = of_length(raw)
+        fn = remembered(_BY_EXPRESSION, total, lambda: of_length(
+            symbols.checked_lambdify(length, total, modules=list(symbols.NUMPY_MODULES))), 4096)
         _COMPILED[key] = (analysis, fn)
     return _COMPILED[key][1]

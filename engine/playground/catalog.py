@@ -115,15 +115,21 @@ def playground_entry(corpus: Corpus, variant: variant_rules.ModelVariant, gpus, 
     for b in variant.binds:
         derived = isinstance(b.value, str)
         tree = formula_tree.to_tree(expr.evaluate(b.value, expr.Scope(symbolic))) if derived else None
-        comp = next((s.fill.component for s in variant.swaps), "")
         binds.append({"dim": b.dim, "value": int(new_ev.bound[b.dim]), "expression": b.value if derived else None,
                       "tree": tree, "src": b.src, "doc": corpus.dims[b.dim].doc,
-                      "used_by": used.get(comp, {}).get(b.dim, [])})
+                      "used_by": used_by(variant, used, b.dim)})
     return {**comparison, "display_name": variant.display_name, "notes": variant.notes,
             "base_name": corpus.models[variant.base].display_name,
             "file": variant.where.file, "bind_list": binds, "formulas": trees,
             "env": {"old": environment(old_ev, setting.context), "new": environment(new_ev, setting.context)},
             "recomputed": {k: list(v) for k, v in RECOMPUTED.items()}}
+
+
+def used_by(variant, used: dict, dim: str) -> list:
+    """The corpus models whose ``dim`` the variant's swapped-in component binds too (``used``:
+    :func:`component_dims`), the alternatives a bind lists; [] when none."""
+    component = next((s.fill.component for s in variant.swaps), "")
+    return used.get(component, {}).get(dim, [])
 
 
 def catalog(corpus: Corpus) -> dict[str, Any]:

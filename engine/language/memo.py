@@ -1,6 +1,7 @@
-"""One bounded memo rule for the deploy layer's value caches.
+"""One bounded memo rule for the engine's value caches.
 
-Layer: engine.deploy (no imports). A memo maps a key that fully determines a value to that value;
+Layer: engine.language (no imports: the language's KV functions and the deploy layer's GEMM points,
+calls' floats and coordinate trees use it). A memo maps a key that fully determines a value to that value;
 it is emptied whole when it passes its limit, so a long build's memory stays bounded and a hit is
 always the value :func:`remembered`'s ``make`` would return again (the caches hold pure functions of
 their keys).
