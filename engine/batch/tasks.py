@@ -94,7 +94,7 @@ def _pool(stack: contextlib.ExitStack, jobs: int | None, tasks: int, corpus: Cor
                                                             protocol=pickle.HIGHEST_PROTOCOL))
         seed = ((str(root), corpus_digest(root)), str(folder / "corpus.pickle"))
     return stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                                   initializer=worker_init, initargs=(os.getpid(), seed)))
+                                                   initializer=workers.start_worker, initargs=(os.getpid(), seed)))
 
 
 def _evaluate(corpus: Corpus, todo: list[str], grid_path: Path, gpu_root: Path, staging: Path, hashes: dict,

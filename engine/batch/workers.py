@@ -59,3 +59,20 @@ def default_workers() -> int:
     memory = available_memory()
     by_memory = max(1, memory // WORKER_BYTES) if memory is not None else MAX_DEFAULT_WORKERS
     return max(1, min(cpu_count(), by_memory, MAX_DEFAULT_WORKERS))
+
+
+#: Threads of polars' pool in a --jobs worker (a value the user set in the environment wins). A
+#: worker's polars work is its partitions' sort and zstd writes, short and between long stretches
+#: of single-threaded Python; with one worker per core, a pool per worker sized to every core only
+#: makes the workers' threads contend (docs/scaling.md, eighth pass, grid side: -3 to -7% of the
+#: grid-heavy build's CPU).
+WORKER_POLARS_THREADS = "1"
+
+
+def start_worker(*args) -> None:
+    """A --jobs worker's initializer (:func:`engine.batch.tasks.worker_init`'s arguments): sets
+    polars' pool size, which polars reads when it is imported, so this module imports nothing that
+    imports polars and the worker's engine is imported after."""
+    os.environ.setdefault("POLARS_MAX_THREADS", WORKER_POLARS_THREADS)
+    from engine.batch.tasks import worker_init
+    worker_init(*args)
