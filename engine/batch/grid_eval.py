@@ -33,10 +33,10 @@ from engine.batch.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
 from engine.deploy.measured import load_measured
 from engine.deploy.op_rows import op_rows_columns_many, weight_text
-from engine.deploy.plan import expected_phase_times_many
+from engine.deploy.plan import expected_phase_times_many, pick_inputs
 from engine.deploy.rules import GRID_BATCHES
-from engine.deploy.sol import capacity, capacity_terms, summarize_many
-from engine.deploy.structure import HBM_FRACTION, Options, device_tokens
+from engine.deploy.sol import capacity, capacity_terms, phase_inputs, summarize_many
+from engine.deploy.structure import HBM_FRACTION, PREFILL_TOKENS, Options, device_tokens
 from engine.batch.columns import Columns
 
 #: A bucket's per-point lists, in the order they are filled.
@@ -237,10 +237,15 @@ def _evaluate_format(ev: Evaluation, grid, gpus: dict, measured, cache: Structur
         s = structure(config, domain, framework, gpu, regimes)
         calls.append((s, np.array([gpu_pos[g] for g in points["gpu"]]), np.array(points["kv_bytes"], dtype=float),
                       np.array(points["batch"]), np.array(points["input_len"]), np.array(points["output_len"])))
+    # each call's phase inputs once (per point: the expected times' groups pick theirs out)
+    call_inputs = [phase_inputs(call[0], call[3], call[4], call[5], call[0].options.prefill_tokens, mean=True)
+                   for call in calls]
     # the expected times from measured kernels (gpus/measured/), by deploy's own rule
-    expected = _expected(calls, list(merged.values()), gpus, measured)
+    expected = _expected(calls, list(merged.values()), gpus, measured, call_inputs)
     # sibling structures share compiled programs: each evaluated once over all their points
-    summaries = summarize_many(gpu_objs, calls, expected=expected)
+    summaries = summarize_many(gpu_objs, calls, expected=expected,
+                               inputs=[i if call[0].options.prefill_tokens == PREFILL_TOKENS else None
+                                       for call, i in zip(calls, call_inputs)])
     for ((config, domain, framework, sig, regimes), points), call, out in zip(merged.items(), calls, summaries):
         s = call[0]
         n = len(call[1])
@@ -328,13 +333,16 @@ def _measured_reader(gpu_root):
     return cache(lambda gpu_key, framework: load_measured(root, gpu=gpu_key, framework=framework))
 
 
-def _expected(calls: list[tuple], buckets: list[dict], gpus: dict, measured) -> list[dict[str, np.ndarray]]:
+def _expected(calls: list[tuple], buckets: list[dict], gpus: dict, measured,
+              inputs: list | None = None) -> list[dict[str, np.ndarray]]:
     """Per call (a structure over a bucket's points), each phase input's expected step time at its
     points (:func:`engine.deploy.plan.expected_phase_times_many`, every call of the model at once):
     each (GPU, KV dtype) of a bucket's points with its own measured tables (the deploy command's
     lookup: that GPU's under the structure's framework; a GPU without any: bound / the default
-    efficiency; ``measured``: :func:`_measured_reader`), gathered back in the points' order."""
-    asked, where = [], []
+    efficiency; ``measured``: :func:`_measured_reader`), gathered back in the points' order.
+    ``inputs``: each call's :func:`engine.deploy.sol.phase_inputs` at its points (its structure's
+    prefill budget, ``mean``), each group's picked out of them."""
+    asked, where, picked = [], [], []
     for c, (call, points) in enumerate(zip(calls, buckets)):
         s = call[0]
         gpu_of, kv_of = np.array(points["gpu"]), np.array(points["kv_dtype"])
@@ -346,8 +354,10 @@ def _expected(calls: list[tuple], buckets: list[dict], gpus: dict, measured) -> 
                 if len(mine):
                     asked.append((Plan(s, gpus[gpu_key], kv_dtype), batch[mine], inp[mine], out_len[mine], tables))
                     where.append((c, mine))
+                    if inputs is not None:
+                        picked.append(pick_inputs(inputs[c], mine))
     out: list[dict[str, np.ndarray]] = [{} for _ in calls]
-    for (c, mine), times in zip(where, expected_phase_times_many(asked)):
+    for (c, mine), times in zip(where, expected_phase_times_many(asked, picked if inputs is not None else None)):
         n = len(calls[c][1])
         for name, value in times.items():
             out[c].setdefault(name, np.zeros(n))[mine] = np.broadcast_to(value, (len(mine),))

@@ -339,6 +339,7 @@ def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, d
     if detail:      # point-major, as the times: point p's step r at p x k + r
         src, path, near = [f"bound / {DEFAULT_EFFICIENCY:g}"] * (n * k), [""] * (n * k), [""] * (n * k)
         text = {"src": src, "table": path, "nearest": near}
+    picks = []          # each ask's times at its points (written at once below: each (row, point) is one ask's)
     for a in g.asks:
         if len(a.found) == 1 and not detail:            # one table: its times (argmin's only choice)
             t = a.found[0][0]
@@ -347,8 +348,7 @@ def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, d
             best = np.argmin(t_all, axis=0)                 # the faster table (the first of equals)
             picked = np.arange(len(a.at))
             t = t_all[best, picked]
-        times[a.row, a.at] = np.maximum(t * a.repeat, g.t_sol[a.row, a.at])
-        measured[a.row, a.at] = True
+        picks.append(t)
         if detail:
             outside = np.stack([o for _, o in a.found])[best, picked].tolist()
             for p, point, b, out in zip(a.at.tolist(), a.points.tolist(), best.tolist(), outside):
@@ -356,6 +356,19 @@ def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, d
                 i = p * k + a.row
                 src[i], near[i] = _point_text(table, tuple(point), bool(out), a.shape)
                 path[i] = table.path
+    if picks and not all(t.dtype == np.float64 for t in picks):     # (a float32 table's times x a float: float32)
+        for a, t in zip(g.asks, picks):
+            times[a.row, a.at] = np.maximum(t * a.repeat, g.t_sol[a.row, a.at])
+            measured[a.row, a.at] = True
+    elif picks:
+        # t x calls, never below the bound: per element the product and maximum each ask's own
+        # arrays gave (one assignment instead of one per ask; tests/test_grid_eighth_pass.py)
+        sizes = [len(a.at) for a in g.asks]
+        rows = np.repeat(np.array([a.row for a in g.asks], dtype=np.intp), sizes)
+        at = np.concatenate([a.at for a in g.asks])
+        repeat = np.repeat(np.array([a.repeat for a in g.asks], dtype=float), sizes)
+        times[rows, at] = np.maximum(np.concatenate(picks) * repeat, g.t_sol[rows, at])
+        measured[rows, at] = True
     return times.T.reshape(-1), measured.T.reshape(-1), text
 
 
@@ -410,13 +423,29 @@ def _covered(plan, phase: str, lookup: Lookup, members: dict, keep) -> list[int]
         if len(_COVERED) > 20_000:
             _COVERED.clear()
         out = []
+        kernels = _table_kernels(lookup.tables, lookup.gpu.key)
         for j, i in enumerate(keep):
             step = steps[i]
             kernel = _kernel(step, members, phase)     # (a step of no calls asks nothing: step_spec's None)
-            if kernel and any(k[0] == lookup.gpu.key and k[2] == kernel for k in lookup.tables):
+            if kernel and kernel in kernels:
                 out.append(j)
         found = _COVERED[key] = (program, lookup.tables, out, list(keep))
     return found[2]
+
+
+def _table_kernels(tables: Tables, gpu_key: str) -> frozenset:
+    """The kernel classes ``tables`` holds a table of for GPU ``gpu_key`` (a key's first and third
+    parts), once per table set and GPU: :func:`_covered` asks it of every step of every program."""
+    key = (id(tables), gpu_key)
+    found = _KERNELS.get(key)
+    if found is None or found[0] is not tables:
+        if len(_KERNELS) > 1_000:
+            _KERNELS.clear()
+        found = _KERNELS[key] = (tables, frozenset(k[2] for k in tables if k[0] == gpu_key))
+    return found[1]
+
+
+_KERNELS: dict[tuple, tuple] = {}     # (id(tables), GPU key) -> (the tables, _table_kernels' set)
 
 
 def _rows(value, keep: list[int], n: int) -> np.ndarray:

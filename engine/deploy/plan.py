@@ -24,6 +24,9 @@ from engine.deploy.sol import _distinct_codes, distinct_rows, phase_at_points, p
 from engine.language.errors import SpecError
 
 
+_OPTIONS: dict[tuple, tuple] = {}     # (id(a structure's options), KV dtype) -> (them, Plan.options' copy)
+
+
 @dataclass
 class Plan:
     """A structure on one GPU type: what :meth:`at` and the grid build evaluate."""
@@ -40,7 +43,17 @@ class Plan:
     @property
     def options(self) -> Options:
         s = self.structure.options
-        return replace(s, kv_dtype=self.kv_dtype) if self.kv_dtype else s
+        if not self.kv_dtype:
+            return s
+        # one copy per (options, KV dtype): Options is frozen, and the grid asks this per group
+        # and step (dataclasses.replace was about a twentieth of its expected times)
+        key = (id(s), self.kv_dtype)
+        found = _OPTIONS.get(key)
+        if found is None or found[0] is not s:
+            if len(_OPTIONS) > 10_000:
+                _OPTIONS.clear()
+            found = _OPTIONS[key] = (s, replace(s, kv_dtype=self.kv_dtype))
+        return found[1]
 
     @property
     def model_id(self) -> str:
@@ -77,7 +90,7 @@ def expected_phase_times(plan: Plan, batch, input_len, output_len, tables) -> di
     return expected_phase_times_many([(plan, batch, input_len, output_len, tables)])[0]
 
 
-def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]:
+def expected_phase_times_many(asked: list[tuple], inputs: list | None = None) -> list[dict[str, np.ndarray]]:
     """``[expected_phase_times(plan, batch, input_len, output_len, tables) for each of asked]``,
     with each program looked up once over the points of every plan that runs it on one GPU, KV
     dtype, framework, config and table set (the grid's buckets of one structure and their
@@ -86,13 +99,16 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     interpolated once over all of them (engine.deploy.measured.gather / resolve / finish). A
     program's GPU-independent work (its columns and its lookups' coordinates at the points) is
     done once over the points of all its GPUs and KV dtypes (:func:`_program_points`). Every
-    number is per-point arithmetic, so each plan gets the floats its own call gives."""
+    number is per-point arithmetic, so each plan gets the floats its own call gives. ``inputs``: each
+    plan's :func:`phase_inputs` at its points (with its options' prefill budget and ``mean``) when
+    the caller has them (the grid: picked out of its call's, :func:`pick_inputs`)."""
     groups: dict[tuple, dict] = {}    # (program, framework, config, phase) -> (GPU, KV dtype, tables) -> group
-    inputs = []                       # each plan's phase_inputs (read again below)
+    given, inputs = inputs, []        # each plan's phase_inputs (read again below)
     for i, (plan, batch, input_len, output_len, tables) in enumerate(asked):
         structure = plan.structure
         halves = (False, True) if (structure.options.overlap or "none") == "two_batch" else (False,)
-        inputs.append(phase_inputs(structure, batch, input_len, output_len, plan.options.prefill_tokens, mean=True))
+        inputs.append(given[i] if given is not None else
+                      phase_inputs(structure, batch, input_len, output_len, plan.options.prefill_tokens, mean=True))
         for name, (compiled, b, seq, ctx) in inputs[-1].items():
             shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
             b, seq, ctx = (_flat(x, shape) for x in (b, seq, ctx))
@@ -131,7 +147,7 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
             times = g
         else:
             times = finish(g)[0].reshape(g.times.shape[1], -1)
-        comm = np.array([s.kind == "comm" for s in plan.structure.programs[phase].steps], dtype=bool)
+        comm = _comm_steps(plan.structure.programs[phase])
         total, stream = times.sum(axis=1)[inverse], times[:, comm].sum(axis=1)[inverse]
         start = 0
         for i, name, half, rb, _, _, _ in runs:
@@ -155,11 +171,37 @@ def expected_phase_times_many(asked: list[tuple]) -> list[dict[str, np.ndarray]]
     return out
 
 
+def pick_inputs(inputs: dict[str, tuple], at: np.ndarray) -> dict[str, tuple]:
+    """:func:`phase_inputs` of some points (``inputs``: its answer at 1-D points) at the points ``at``
+    picks: each per-point array's picks, a single number as it is. Every value of phase_inputs is
+    per-point arithmetic (a point's batch, seq and ctx read its own batch and lengths), so these are
+    the values :func:`phase_inputs` gives at the picked points themselves
+    (tests/test_grid_eighth_pass.py)."""
+    return {name: (compiled, *(x[at] if np.ndim(x) == 1 else x for x in values))
+            for name, (compiled, *values) in inputs.items()}
+
+
 def _flat(x, shape: tuple) -> np.ndarray:
     """``x`` as floats over the points of ``shape``, flattened: the array itself (as floats) where
     it has that shape already (most phase inputs), else broadcast (the same values either way)."""
     a = np.asarray(x, dtype=float)
     return a.reshape(-1) if a.shape == shape else np.broadcast_to(a, shape).reshape(-1)
+
+
+def _comm_steps(program) -> np.ndarray:
+    """Which of ``program``'s steps are collectives (a bool per step: the communication stream's
+    share of the step time), once per program (its groups on every GPU type and KV dtype ask)."""
+    found = _COMM.get(id(program))
+    if found is None or found[0] is not program:
+        if len(_COMM) > 5_000:
+            _COMM.clear()
+        mask = np.array([s.kind == "comm" for s in program.steps], dtype=bool)
+        mask.flags.writeable = False
+        found = _COMM[id(program)] = (program, mask)
+    return found[1]
+
+
+_COMM: dict[int, tuple] = {}      # id(program) -> (it, _comm_steps' mask)
 
 
 def _every_point(programs: list[list[tuple]]) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
