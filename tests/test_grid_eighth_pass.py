@@ -6,8 +6,6 @@ consistency test, to the path it replaces, bit for bit.
 * ``measured._table_kernels``: the kernel classes a table set holds for one GPU (hand-made keys);
 * ``plan.pick_inputs``: a call's phase inputs picked at some of its points are phase_inputs at
   those points (consistency test) and the hand-derived decode context (prompt + output);
-* ``sol._per_row``: summarize's memory side at the distinct (prompt, output, KV size, GPU) rows,
-  spread back: every field of a summary over a bucket's points equals the per-point path's;
 * ``summarize_many(inputs=)`` and ``expected_phase_times_many(inputs=)`` with given phase inputs
   give the floats of computing them;
 * ``Plan.options`` and ``plan._comm_steps``: one object per value (hand-made inputs).
@@ -19,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from engine.deploy import measured, sol
+from engine.deploy import measured
 from engine.deploy.hardware import load_gpus
 from engine.deploy.measured_tables import load_measured
 from engine.deploy.plan import Plan, _comm_steps, expected_phase_times_many, pick_inputs
@@ -130,27 +128,17 @@ def test_pick_inputs_consistency_and_hand_values(plan8b):
     assert picked["decode"][3].tolist() == [int(i) + int(o) for i, o in zip(inp[at], out[at])]
 
 
-def test_summarize_per_row_consistency(plan8b):
-    """Consistency test: summarize over a bucket's 96 points (12 distinct prompt, output, KV size
-    and GPU rows: its memory side evaluated at those rows and spread) equals the per-point path
-    (the shortcut switched off) in every field, bit for bit; and a call's given phase inputs give
-    summarize_many's floats of computing them."""
+def test_summaries_with_given_inputs_consistency(plan8b):
+    """Consistency test: a call's phase inputs given to summarize_many give every field of
+    computing them, bit for bit (a bucket's 96 points on two GPU types and two KV sizes)."""
     gi, kvb, batch, inp, out = _points()
     gpus = [GPUS["H100"], GPUS["H200"]]
     s = plan8b.structure
-    keys, _ = sol.distinct_rows([inp, out, kvb, gi], len(inp))
-    assert keys.shape[1] == 6 < len(inp) // 2          # the shortcut applies
-    fast = summarize(s, gpus, gi, kvb, batch, inp, out)
-    off = sol.PER_ROW_MIN_POINTS
-    try:
-        sol.PER_ROW_MIN_POINTS = 10 ** 9
-        slow = summarize(s, gpus, gi, kvb, batch, inp, out)
-    finally:
-        sol.PER_ROW_MIN_POINTS = off
-    assert _same(fast, slow)
     calls = [(s, gi, kvb, batch, inp, out)]
     given = [phase_inputs(s, batch, inp, out, mean=True)]
-    assert _same(summarize_many(gpus, calls, inputs=given)[0], summarize_many(gpus, calls)[0])
+    got, want = summarize_many(gpus, calls, inputs=given)[0], summarize_many(gpus, calls)[0]
+    assert _same(got, want)
+    assert _same(want, summarize(s, gpus, gi, kvb, batch, inp, out))
 
 
 def test_expected_times_with_given_inputs_consistency(plan8b):

@@ -324,13 +324,17 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     steps = prefill_steps(config, batch, input_len, prefill_tokens)
     prefill, decode = phases["prefill"], phases.get("decode")
     options = structure.options
+    hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
+    usable = run_arrays(rules.USABLE, {"hbm": hbm, "hbm_fraction": hbm_fraction})["usable"]
     weights = structure.weight_bytes_per_gpu
+    kv_dev = np.asarray(structure.kv_device_fn(length, kv_bytes), dtype=float)
     per_rank = requests_per_replica(config, batch)        # requests on the fullest attention replica
+    act = prefill_working_set(structure, input_len, kv_bytes, prefill_tokens)
+    # the one rule: weights + the framework's runtime reserve + the prefill step's working set +
+    # every request's KV at its last position
     reserve = structure.reserve_bytes_per_gpu
-    # the memory side reads no batch: each distinct (prompt, output, KV size, GPU) once (_per_row)
-    hbm, usable, kv_dev, act, room, per_replica_cap, (steady_tokens, kv_steady, steady_cap) = _per_row(
-        lambda inp, out, kvb, gi: _memory(structure, gpus, gi, kvb, inp, out, hbm_fraction, prefill_tokens),
-        input_len, output_len, kv_bytes, gpu_index)
+    room = _room(structure, usable, act)                  # what the KV cache gets
+    per_replica_cap = _fit_count(room, kv_dev)
     # TTFT: the pipeline fills with the largest step (a full budget, or the batch over min(pp, batch)
     # micro-batches when the budget does not bind), then each step leaves one stage time later. The
     # steps' sum is taken at the mean step: exact for costs affine in the tokens (greedy full steps +
@@ -344,7 +348,8 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     ttft = first_token("step_time_s")
     # speculative decoding: a step emits E tokens per request on average (rules.TOKENS_PER_STEP)
     per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
-    # steady state under continuous batching (steady_fit: _memory): its cache per request and capacity
+    # steady state under continuous batching (steady_fit): its cache per request and capacity
+    steady_tokens, kv_steady, steady_cap = steady_fit(structure, room, input_len, output_len, kv_bytes)
     # the serving fields (rules.SERVING); TPOT at the last position and, the steady state's, at the
     # output's mean context; prefill_only: no decode step (NaN)
     serving = run_arrays(rules.SERVING, {
@@ -431,52 +436,6 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
         "phases": {"prefill": {k2: full(v) for k2, v in prefill.items()},
                    "decode": {k2: full(v) for k2, v in decode.items()}},
     }
-
-
-def _memory(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, input_len, output_len,
-            hbm_fraction: float, prefill_tokens: int) -> tuple:
-    """:func:`summarize`'s memory side at these points (none of it reads the batch): (HBM, usable
-    bytes, KV bytes per request per GPU, the prefill working set, the room for the KV cache, the
-    requests per replica that fit, :func:`steady_fit`'s three)."""
-    hbm = np.array([g.hbm_bytes for g in gpus])[gpu_index]
-    usable = run_arrays(rules.USABLE, {"hbm": hbm, "hbm_fraction": hbm_fraction})["usable"]
-    kv_dev = np.asarray(structure.kv_device_fn(input_len + output_len, kv_bytes), dtype=float)
-    act = prefill_working_set(structure, input_len, kv_bytes, prefill_tokens)
-    # the one rule: weights + the framework's runtime reserve + the prefill step's working set +
-    # every request's KV at its last position
-    room = _room(structure, usable, act)                  # what the KV cache gets
-    per_replica_cap = _fit_count(room, kv_dev)
-    return hbm, usable, kv_dev, act, room, per_replica_cap, steady_fit(structure, room, input_len, output_len,
-                                                                       kv_bytes)
-
-
-#: Points from which :func:`_per_row` evaluates at the distinct rows (fewer: as given; sorting them
-#: out costs more than it saves).
-PER_ROW_MIN_POINTS = 64
-
-
-def _per_row(evaluate, input_len, output_len, kv_bytes, gpu_index):
-    """``evaluate(input_len, output_len, kv_bytes, gpu_index)``, whose every number is per-point
-    arithmetic, at the distinct (prompt, output, KV size, GPU) rows of 1-D points only, each array
-    it returns (of the rows' length) spread back over the points (a pure copy: the floats of
-    evaluating at every point; a value of another shape, one number, is returned as it is). The
-    grid's buckets hold each such row at a dozen batches (tests/test_grid_eighth_pass.py)."""
-    inputs = (input_len, output_len, kv_bytes, gpu_index)
-    shape = np.broadcast_shapes(*(np.shape(x) for x in inputs))
-    if len(shape) != 1 or shape[0] < PER_ROW_MIN_POINTS or any(np.ndim(x) != 1 for x in inputs):
-        return evaluate(*inputs)
-    keys, inverse = distinct_rows(list(inputs), shape[0])
-    m = keys.shape[1]
-    if 2 * m > shape[0]:
-        return evaluate(*inputs)
-    first = np.empty(m, dtype=np.intp)
-    first[inverse] = np.arange(shape[0])          # a point of each row (the inputs' own values and dtypes)
-
-    def spread(value):
-        if isinstance(value, tuple):
-            return tuple(spread(v) for v in value)
-        return value[inverse] if isinstance(value, np.ndarray) and value.shape == (m,) else value
-    return spread(evaluate(*(x[first] for x in inputs)))
 
 
 def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HBM_FRACTION,
