@@ -112,6 +112,9 @@ def test_a_fine_tune_shares_its_bases_placements_and_nothing_else_does():
     assert placing_key(base, "checkpoint", _quant_context) is base
     assert placing_key(tune, "checkpoint", _quant_context) is base
     assert placing_key(other, "checkpoint", _quant_context) is other
+    # a third of the family (the base walked again: another object) is placed as the first
+    again = evaluate_spec(corpus, corpus.models[BASE])
+    assert placing_key(again, "checkpoint", _quant_context) is base
     uid = next(iter(tune.numeric.rows))
     row = tune.numeric.rows[uid]
     planted = replace(tune, numeric=replace(tune.numeric, rows={**tune.numeric.rows,
@@ -127,7 +130,7 @@ def test_a_fine_tune_shares_its_bases_placements_and_nothing_else_does():
 
 def _forget_walks() -> None:
     """No model seen before: the next one placed is keyed by itself."""
-    same_walk_module._RECENT.clear()
+    same_walk_module._OWNERS.clear()
     same_walk_module._KEYS.clear()
 
 

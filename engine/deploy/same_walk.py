@@ -3,28 +3,33 @@ of GLM-5) walk to the same tables under both bindings, but for the model's name 
 lines the rows cite.
 
 Layer: engine.deploy (on engine.language). The planner keys its placements of one model
-(:func:`engine.deploy.planner._placed_stage`, and the rows a stage placement may repeat,
-``_library``) by :func:`placing_key`: the first Evaluation of the process's recent ones whose
+(:func:`engine.deploy.planner.place` and ``_placed_stage``, and the rows a stage placement may
+repeat, ``_library``) by :func:`placing_key`: the first recent owner of placements whose
 placements are equal to this one's, else this one. A build runs a family's models back to back in
-one worker (engine/batch/families.py), so the second model takes the first one's placed programs,
-and with them fusion's and compiling's memos, which are keyed by those objects.
+one worker (engine/batch/families.py), so the second model is handed the first one's placed
+programs, and with them what every memo keyed by those objects holds (fused and compiled programs,
+memory figures, the measured lookups, the export's and the search's tables): each is a function of
+the objects it is keyed by, whichever model asks.
 
 Invariant: two Evaluations share a key only where everything placing reads is equal: the numeric
 and symbolic Analysis field by field (every ``where``, a spec's source line that only error
-messages print, and ``Analysis.model_id`` left out), the corpus object (its dims table), and the
-quant context the weight format stores the rows under (``storage.leaf_storage`` reads the spec's
-quant alone). Placing is a function of those, its mesh and its decisions (themselves functions of
-the numeric values), so the placed programs are equal: the placements of one are the other's
-(tests/test_struct_speed8.py builds a fine-tune after its base and alone and compares every file).
+messages print, and ``Analysis.model_id`` left out; ``max_context`` and everything else kept), the
+corpus object (its dims table), and the quant context the weight format stores the rows under
+(``storage.leaf_storage`` reads the spec's quant alone). Placing is a function of those, its mesh
+and its decisions (themselves functions of the numeric values), so the placed programs are equal
+(tests/test_struct_speed8.py builds a fine-tune after its base and placed afresh and compares
+every file; the whole corpus's files are the same, docs/scaling.md).
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
 
-#: The Evaluations placed lately, the latest last (a worker's family chain runs back to back).
-_RECENT: list = []
-_KEPT = 4
+#: The owners of placements seen lately (Evaluations keyed by themselves), the latest last: a
+#: worker's family chain runs back to back, so the last one is the one to compare with (a few kept:
+#: the playground places other analyses).
+_OWNERS: list = []
+_KEPT = 3
 
 #: (id(ev), weight format) -> (ev, the Evaluation its placements are keyed by)
 _KEYS: dict[tuple, tuple] = {}
@@ -32,18 +37,18 @@ _KEYS: dict[tuple, tuple] = {}
 
 def placing_key(ev, weight_format: str, quant_of):
     """The Evaluation whose placements under ``weight_format`` are ``ev``'s (see the module doc):
-    an earlier one of :data:`_RECENT` with equal walks and quant, else ``ev``. ``quant_of(ev,
+    an earlier owner of :data:`_OWNERS` with equal walks and quant, else ``ev``. ``quant_of(ev,
     weight_format)``: the quant context the format stores ``ev``'s rows under (a SpecError for a
     format ``ev`` does not publish propagates: the caller places nothing)."""
     hit = _KEYS.get((id(ev), weight_format))
     if hit is not None and hit[0] is ev:
         return hit[1]
-    if not any(e is ev for e in _RECENT):
-        _RECENT.append(ev)
-        del _RECENT[:-_KEPT]
     mine = quant_of(ev, weight_format)
-    found = next((other for other in _RECENT if other is not ev and other.corpus is ev.corpus
+    found = next((other for other in _OWNERS if other is not ev and other.corpus is ev.corpus
                   and _quant(quant_of, other, weight_format) == mine and _same_placing(other, ev)), ev)
+    if found is ev and not any(other is ev for other in _OWNERS):
+        _OWNERS.append(ev)           # only owners are compared with: a family's third model finds the first
+        del _OWNERS[:-_KEPT]
     if len(_KEYS) > 64:
         _KEYS.clear()
     _KEYS[(id(ev), weight_format)] = (ev, found)
