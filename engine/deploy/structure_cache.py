@@ -78,8 +78,9 @@ class StructureCache:
         self._by_domain: dict[tuple, tuple[Structure, bool]] = {}
         self._live: dict[tuple, Structure] = {}       # the search's key (live regimes)
         self._rules: dict[tuple, tuple] = {}         # (framework, arch, config) -> live rule names per phase
-        # build_structure's fused and compiled programs: shared with a fine-tune's base (fused_memo)
-        self._fused: dict[tuple, tuple] = fused_memo(ev)
+        # build_structure's fused and compiled programs: the owner's of the placements (fused_memo),
+        # taken on the first structure built
+        self._fused_memo: dict[tuple, tuple] | None = None
         self._drafting: dict[tuple, Structure] = {}   # the deploy page's MTP draft structures
         self._kv: dict[tuple, float] = {}             # (KV expression, length, kv bytes) -> bytes
         self._same: dict[tuple, Structure] = {}       # the search's structures by content (_one_of)
@@ -125,7 +126,14 @@ class StructureCache:
         self.built += 1
         table = self.tables.get(framework)
         return build_structure(self.ev, config, replace(options, framework=framework), domain, table, gpu, tokens,
-                               self.placements(config, domain, options, formulas), self._fused)
+                               self.placements(config, domain, options, formulas), self._fused())
+
+    def _fused(self) -> dict:
+        """build_structure's memo of fused and compiled programs: shared with a fine-tune's base
+        (:func:`engine.deploy.planner.fused_memo`), taken when the first structure is built."""
+        if self._fused_memo is None:
+            self._fused_memo = fused_memo(self.ev)
+        return self._fused_memo
 
     # -- the grid's lookup --------------------------------------------------------------------------
     def structure(self, config, domain: int, framework: str, gpu, regimes: tuple,
@@ -170,7 +178,7 @@ class StructureCache:
             tokens = {p: representative_tokens(limits, r) for p, r in zip(PHASES, regimes)}
             s = self._drafting[key] = build_structure(
                 self.ev, config, Options(framework=framework, mtp_tokens=mtp), domain, table, gpu, tokens,
-                self._placements[pkey], self._fused, compile=False)
+                self._placements[pkey], self._fused(), compile=False)
         if s.domain != domain:            # relabelled once per domain, and kept (callers key on identity)
             s = self._drafting.setdefault(key + (domain,), _labelled(s, domain))
         return s
