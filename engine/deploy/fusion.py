@@ -37,6 +37,7 @@ class _Graph:
         self.steps = {s.uid: s for s in program.steps}
         self.order = {s.uid: i for i, s in enumerate(program.steps)}
         self._readers: dict[str, list[int]] | None = None
+        self._through: dict[str, tuple] = {}    # step uid -> its producers (views looked through)
         self.consumers: dict[str, list[str]] = {}
         for step in program.steps:
             if step.view:
@@ -60,7 +61,20 @@ class _Graph:
                     self._readers.setdefault(uid, []).append(i)
         return self._readers
 
-    def producers(self, step: Step) -> list[str]:
+    def producers(self, step: Step) -> tuple[str, ...]:
+        """The uids ``step`` reads, each view among them replaced by what the view reads (views
+        looked through, recursively). A step of this graph's program (the one its uid names) is
+        looked up once per graph: a function of the uid alone, asked for every step by the
+        consumers and again by every rule's candidates (a component rule's growth asks each member
+        once per round)."""
+        if self.steps.get(step.uid) is not step:
+            return self._producers(step)
+        found = self._through.get(step.uid)
+        if found is None:
+            found = self._through[step.uid] = self._producers(step)
+        return found
+
+    def _producers(self, step: Step) -> tuple[str, ...]:
         out = []
         for uid in step.inputs:
             source = self.steps.get(uid)
@@ -68,7 +82,7 @@ class _Graph:
                 out.extend(self.producers(source))
             else:
                 out.append(uid)
-        return out
+        return tuple(out)
 
 
 #: id(program.steps) -> (the steps, their _Graph, {match: fused step}, {(step uid, inputs): renamed
@@ -202,7 +216,7 @@ def _candidates(rule: Rule, graph: _Graph) -> list[list[str]]:
             while grown:
                 grown = False
                 for uid in list(members):
-                    near = graph.producers(steps[uid]) + graph.consumers.get(uid, [])
+                    near = (*graph.producers(steps[uid]), *graph.consumers.get(uid, ()))
                     for other in near:
                         step = steps.get(other)
                         if step is not None and other not in members and step.op in rule.extra \

@@ -55,6 +55,7 @@ from engine.deploy.stage_memory import _layer_count, _memory
 from engine.deploy.structure import (ACT_DTYPE_BYTES, MTP_STACK, PHASES, Formulas, Options, Scenario, Structure, option_where,
                                      tokens_per_device)
 from engine.deploy.replay import _LoggedMesh, _PhasePlacer, _ReplayPlacer
+from engine.deploy.same_walk import placing_key
 
 
 def weight_format_model(model, corpus, name: str):
@@ -149,6 +150,14 @@ def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options,
     """Placement with communication, per phase, under one binding (no fusion), of one stack's rows
     (``main``, the served model; the model document also places its other stacks, e.g. ``mtp``,
     for their per-block bytes)."""
+    owner = placing_key(ev, options.weight_format, _quant_context)
+    key = (id(owner), config, domain, options.act_dtype, options.weight_format, options.mtp_tokens, symbolic, stack)
+    # the stage placements it is made of (still those: a cleared or replaced one is placed again)
+    stages = [_stage_key(owner, config, domain, options, symbolic, s, phase)
+              for s in ((stack, MTP_STACK) if stack == "main" and options.mtp_tokens else (stack,)) for phase in PHASES]
+    hit = _PLACED.get(key)
+    if hit is not None and hit[0] is owner and all(h is not None and _STAGES.get(k) is h for k, h in zip(stages, hit[2])):
+        return hit[1]
     analysis = ev.symbolic if symbolic else ev.numeric
     out = {}
     for phase in PHASES:
@@ -157,12 +166,53 @@ def place(ev: Evaluation, config: ParallelConfig, domain: int, options: Options,
     if stack == "main" and options.mtp_tokens:
         drafts = place(ev, config, domain, replace(options, mtp_tokens=0), symbolic, MTP_STACK)
         out = with_mtp(out, drafts, analysis, options.mtp_tokens)
+    if len(_PLACED) > 1024:          # the configs of a model or two
+        _PLACED.clear()
+    _PLACED[key] = (owner, out, tuple(_STAGES.get(k) for k in stages))
     return out
 
 
-#: (id(ev), stage config, stage domain, act dtype, weight format, symbolic, stack, phase) ->
-#: (ev, program, placer) of :func:`_placed_stage`.
+#: (id(owner), config, domain, act dtype, weight format, MTP tokens, symbolic, stack) -> (owner, the
+#: placements :func:`place` returned, the :data:`_STAGES` entries they were made of): the pipelined programs are made once per owner of
+#: placements (engine.deploy.same_walk.placing_key), so a fine-tune after its base gets the base's
+#: program objects, and with them the fused and compiled programs and memory figures memoized on
+#: them. Read-only: callers build new dicts and programs from it (with_mtp, the export's drafts).
+_PLACED: dict[tuple, tuple] = {}
+
+
+#: (id(owner), stage config, stage domain, act dtype, weight format, symbolic, stack, phase) ->
+#: (owner, program, placer) of :func:`_placed_stage`; the owner is ``ev``, or the Evaluation of an
+#: earlier model whose placements are equal (engine.deploy.same_walk.placing_key: a fine-tune's base).
 _STAGES: dict[tuple, tuple] = {}
+
+
+def _quant_context(ev: Evaluation, weight_format: str) -> tuple:
+    """The quant context (in file order: patterns match first to last) ``ev``'s rows are stored
+    under in ``weight_format``: all that placing reads of the spec (storage.leaf_storage)."""
+    return tuple(weight_format_model(ev.model, ev.corpus, weight_format).quant.items())
+
+
+#: [(owner, memo)]: :func:`fused_memo`'s memo, of the last placements' owner.
+_FUSED_MEMOS: list = []
+
+
+def fused_memo(ev: Evaluation) -> dict:
+    """A memo for :func:`build_structure`'s fused and compiled programs (:func:`_fused`), one per
+    owner of placements (:func:`engine.deploy.same_walk.placing_key`): a fine-tune after its base
+    is handed the base's placed programs and so finds their fused and compiled forms here. Each
+    entry is a function of the program object and the matches it is keyed by (whichever model
+    asks); one owner's memo is kept at a time, so a model of another walk starts an empty one."""
+    owner = placing_key(ev, checkpoints.OWN, _quant_context)
+    if not (_FUSED_MEMOS and _FUSED_MEMOS[0][0] is owner):
+        _FUSED_MEMOS[:] = [(owner, {})]
+    return _FUSED_MEMOS[0][1]
+
+
+def _stage_key(owner: Evaluation, config: ParallelConfig, domain: int, options: Options, symbolic: bool,
+               stack: str, phase: str) -> tuple:
+    """:data:`_STAGES`' key of a stage placement (what :func:`_placed_stage` reads; its doc)."""
+    return (id(owner), replace(config, pp=1, dp=1, gpus_per_node=None), min(domain, config.tp * config.cp),
+            options.act_dtype, options.weight_format, symbolic, stack, phase)
 
 
 def _placed_stage(ev: Evaluation, config: ParallelConfig, domain: int, options: Options, symbolic: bool,
@@ -174,25 +224,25 @@ def _placed_stage(ev: Evaluation, config: ParallelConfig, domain: int, options: 
     data parallelism. Every group spans at most tp x cp consecutive ranks, so a domain of
     min(domain, tp x cp) takes every link decision alike. Configs that differ only in pp or dp
     (tp8, tp8-pp2 ... tp8-pp16: most of a large model's configs) therefore place once."""
-    stage = replace(config, pp=1, dp=1, gpus_per_node=None)
-    key = (id(ev), stage, min(domain, config.tp * config.cp), options.act_dtype, options.weight_format,
-           symbolic, stack, phase)
+    owner = placing_key(ev, options.weight_format, _quant_context)   # ev, or a fine-tune's base placed alike
+    key = _stage_key(owner, config, domain, options, symbolic, stack, phase)
+    stage = key[1]
     hit = _STAGES.get(key)
-    if hit is None or hit[0] is not ev:
+    if hit is None or hit[0] is not owner:
         if len(_STAGES) > 2048:      # the configs of one model at a time, roughly
             _STAGES.clear()
         analysis = ev.symbolic if symbolic else ev.numeric
         types = DeviceTypes(ACT_DTYPE_BYTES[options.act_dtype], KV_BYTES)
         # decode repeats the rows the prefill placement of this key placed alike (_PhasePlacer)
         prefill = _STAGES.get(key[:-1] + ("prefill",)) if phase == "decode" else None
-        prefill = prefill[2] if prefill is not None and prefill[0] is ev and prefill[2].record else None
+        prefill = prefill[2] if prefill is not None and prefill[0] is owner and prefill[2].record else None
         mesh = prefill.mesh if prefill is not None else _LoggedMesh(stage, key[2], symbolic)
         placer = _PhasePlacer(analysis, mesh, phase, ev.corpus.dims, _weights_fn(ev, options), types,
                               _model_decider(ev), prefill=prefill,
-                              library=_library(ev, stage, options, symbolic, stack, phase))
+                              library=_library(owner, stage, options, symbolic, stack, phase))
         if prefill is not None:      # split factors and local sizes: phase-free (as place_symbolic shares)
             placer._factors, placer._locals, placer._units = prefill._factors, prefill._locals, prefill._units
-        hit = _STAGES[key] = (ev, placer.run(phase_rows(analysis, phase, stack)), placer)
+        hit = _STAGES[key] = (owner, placer.run(phase_rows(analysis, phase, stack)), placer)
         if prefill is not None:      # read once (decode is placed once per key); copies of the
             prefill.record.clear()   # prefill placer (other configs' meshes) hold the same dict
             prefill.record = None

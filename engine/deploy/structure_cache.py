@@ -38,7 +38,7 @@ from dataclasses import replace
 from engine.language.api import Evaluation
 from engine.deploy.step_functions import KV_BYTES
 from engine.deploy.fusion_table import FusionTable, live_rules, live_token_limits, representative_tokens, token_limits
-from engine.deploy.planner import build_structure, place, with_mtp
+from engine.deploy.planner import build_structure, fused_memo, place, with_mtp
 from engine.deploy.stage_memory import _memory
 # regime: defined beside tokens_per_device (what it counts); read here by its importers
 from engine.deploy.structure import LENGTH, MTP_STACK, PHASES, Options, Structure, regime  # noqa: F401
@@ -78,7 +78,9 @@ class StructureCache:
         self._by_domain: dict[tuple, tuple[Structure, bool]] = {}
         self._live: dict[tuple, Structure] = {}       # the search's key (live regimes)
         self._rules: dict[tuple, tuple] = {}         # (framework, arch, config) -> live rule names per phase
-        self._fused: dict[tuple, tuple] = {}        # build_structure's fused and compiled programs
+        # build_structure's fused and compiled programs: the owner's of the placements (fused_memo),
+        # taken on the first structure built
+        self._fused_memo: dict[tuple, tuple] | None = None
         self._drafting: dict[tuple, Structure] = {}   # the deploy page's MTP draft structures
         self._kv: dict[tuple, float] = {}             # (KV expression, length, kv bytes) -> bytes
         self._same: dict[tuple, Structure] = {}       # the search's structures by content (_one_of)
@@ -124,7 +126,14 @@ class StructureCache:
         self.built += 1
         table = self.tables.get(framework)
         return build_structure(self.ev, config, replace(options, framework=framework), domain, table, gpu, tokens,
-                               self.placements(config, domain, options, formulas), self._fused)
+                               self.placements(config, domain, options, formulas), self._fused())
+
+    def _fused(self) -> dict:
+        """build_structure's memo of fused and compiled programs: shared with a fine-tune's base
+        (:func:`engine.deploy.planner.fused_memo`), taken when the first structure is built."""
+        if self._fused_memo is None:
+            self._fused_memo = fused_memo(self.ev)
+        return self._fused_memo
 
     # -- the grid's lookup --------------------------------------------------------------------------
     def structure(self, config, domain: int, framework: str, gpu, regimes: tuple,
@@ -163,17 +172,13 @@ class StructureCache:
         if s is None:
             pkey = (config, wide, ("drafts", mtp))
             if pkey not in self._placements:
-                main = self.placements(config, domain, Options(), True)
-                self._placements[pkey] = tuple(
-                    with_mtp({p: (replace(program, steps=()), placer) for p, (program, placer) in main[i].items()},
-                             place(self.ev, config, domain, Options(framework="none"), symbolic, MTP_STACK),
-                             self.ev.symbolic if symbolic else self.ev.numeric, mtp)
-                    for i, symbolic in enumerate((False, True)))
+                self._placements[pkey] = _drafts(self.ev, config, domain, self.placements(config, domain, Options(), True),
+                                                 mtp)
             limits = token_limits(table)
             tokens = {p: representative_tokens(limits, r) for p, r in zip(PHASES, regimes)}
             s = self._drafting[key] = build_structure(
                 self.ev, config, Options(framework=framework, mtp_tokens=mtp), domain, table, gpu, tokens,
-                self._placements[pkey], self._fused, compile=False)
+                self._placements[pkey], self._fused(), compile=False)
         if s.domain != domain:            # relabelled once per domain, and kept (callers key on identity)
             s = self._drafting.setdefault(key + (domain,), _labelled(s, domain))
         return s
@@ -223,6 +228,31 @@ class StructureCache:
         key = self._live_key(config, domain, framework, gpu, live, options)
         if key not in self._live:
             self._live[key] = self._one_of(s)
+
+
+#: (id(main numeric placements), id(main symbolic placements), k) -> (them, the draft placements):
+#: see :func:`_drafts`.
+_DRAFTS: dict[tuple, tuple] = {}
+
+
+def _drafts(ev: Evaluation, config, domain: int, main: tuple, mtp: int) -> tuple:
+    """(numeric, symbolic) placements of :meth:`StructureCache.drafting`: ``main``'s (the config's
+    placements, emptied of their steps) with ``mtp`` draft tokens of the MTP stack's placements.
+    Once per pair of main placement objects: a fine-tune after its base is handed the base's
+    (engine.deploy.planner.place, keyed by the owner of placements), and so its draft programs,
+    whose fused forms the shared memo then holds (engine.deploy.planner.fused_memo)."""
+    key = (id(main[0]), id(main[1]), mtp)
+    hit = _DRAFTS.get(key)
+    if hit is not None and hit[0] is main[0] and hit[1] is main[1]:
+        return hit[2]
+    out = tuple(with_mtp({p: (replace(program, steps=()), placer) for p, (program, placer) in main[i].items()},
+                         place(ev, config, domain, Options(framework="none"), symbolic, MTP_STACK),
+                         ev.symbolic if symbolic else ev.numeric, mtp)
+                for i, symbolic in enumerate((False, True)))
+    if len(_DRAFTS) > 1024:          # the configs of a model or two
+        _DRAFTS.clear()
+    _DRAFTS[key] = (main[0], main[1], out)
+    return out
 
 
 def _labelled(s: Structure, domain: int) -> Structure:
