@@ -36,7 +36,7 @@ from site_builder.component_pages import _components, _components_inputs
 from site_builder.data import Results, slug
 from site_builder.deploy_pages import _SCHEMA_DOCS, _deploy, _deploy_shared, _schema_docs
 from site_builder.incremental import (SITE_MANIFEST, SITE_MANIFEST_VERSION, _carry, _code_hash, _hash,
-                                      _previous_groups, _results_inputs)
+                                      _previous_groups, _results_inputs, _vouched)
 from site_builder.pages import _compare, _gallery, _methodology, _model
 from site_builder.playground_page import _playground, _playground_data, _playground_key
 from site_builder.sources import _copy_static, _repo_text, static_assets
@@ -83,12 +83,13 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
                ("methodology", _hash(code, docs), lambda: _methodology(site, dict(docs))),
                ("downloads", None, lambda: downloads.render(site, results, _csv))]   # lists every group's files: always redone
     before = _previous_groups(previous)
+    vouched = _vouched(previous) if before else {}
     record: dict[str, dict] = {}
 
     def carried(label: str, key: str | None) -> bool:
         site.written = []
         old = before.get(label)
-        if key is not None and isinstance(old, dict) and old.get("key") == key and _carry(Path(previous), site, old):
+        if key is not None and isinstance(old, dict) and old.get("key") == key and _carry(Path(previous), site, old, vouched):
             record[label] = {"key": key, "files": old["files"]}
             return True
         return False
