@@ -43,9 +43,10 @@ def cmd_build(args) -> int:
     from site_builder.render import render_staged
     quiet = args.quiet
 
-    def site(results: Path, site_dir: Path, progress=None) -> None:
+    def site(results: Path, site_dir: Path, progress=None, workers=None) -> None:
         # the published site beside the staged one: pages whose inputs did not change are carried from it
-        render_staged(results, site_dir, progress if progress else (None if quiet else progress_printer("page groups")))
+        render_staged(results, site_dir, progress if progress else (None if quiet else progress_printer("page groups")),
+                      workers=workers)
 
     return run(args, site=None if args.no_site else site, site_sources=sources)
 

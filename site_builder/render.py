@@ -44,7 +44,8 @@ from site_builder.writer import Site, _csv
 from site_builder.templating import environment
 
 
-def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Path | None = None) -> None:
+def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Path | None = None,
+                 workers=None) -> None:
     """Render the whole site from ``results_dir`` into the empty folder ``site_dir`` (created if
     absent), ending with ``site-manifest.json`` and ``pin.json`` (which results it shows). Writes
     nowhere else, publishes nothing: ``archledger build`` calls it on its staged results and
@@ -57,7 +58,11 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     records each group's key and the size and SHA-256 of each file it wrote. A group whose key
     matches the one recorded in the published site ``previous`` (and whose files there are intact)
     is carried into ``site_dir`` as hard links instead of being rendered again; the published
-    site is never written in place, so the staged folder is still published whole."""
+    site is never written in place, so the staged folder is still published whole.
+
+    ``workers``: an executor of idle processes to render the model groups in (a build hands over
+    its --jobs workers: :func:`engine.batch.results._publish`), used for any number of groups in
+    place of the render's own pool (:func:`_render_pool`); it is not shut down here."""
     results = Results.load(results_dir)
     assets, static_digest = static_assets()
     env = environment(assets)
@@ -114,7 +119,9 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
         # one renders the site-wide groups, then takes its share of them; each group writes only its
         # own files
         todo = [label for label, key, _ in groups if label in models and not carried(label, key)]
-        pool = _render_pool(stack, len(todo))
+        # a build's idle workers where given (no process to start: the engine and polars are imported),
+        # else the render's own
+        pool = (workers if todo else None) if workers is not None else _render_pool(stack, len(todo))
         # the biggest first (by their formula documents, most of a group's work): the last group a
         # worker takes is then a small one, not one that keeps the other worker idle
         queue = sorted(todo, key=lambda m: -_formulas_size(results, m)) if pool else []
@@ -220,11 +227,12 @@ def _model_group(site: Site, results: Results, model_id: str) -> None:
                                                    results.documents[model_id]))
 
 
-def render_staged(results_dir: Path, site_dir: Path, progress=None) -> None:
+def render_staged(results_dir: Path, site_dir: Path, progress=None, workers=None) -> None:
     """:func:`render_pages` into a staging folder ``OUT/.site-*`` whose published site ``OUT/site``
     (if any) supplies the page groups whose inputs did not change: what ``archledger build`` renders
-    with (the ``site`` callable of :func:`engine.batch.results.run`)."""
-    render_pages(results_dir, site_dir, progress, previous=Path(site_dir).parent / "site")
+    with (the ``site`` callable of :func:`engine.batch.results.run`; ``workers``: the build's idle
+    --jobs workers, or None)."""
+    render_pages(results_dir, site_dir, progress, previous=Path(site_dir).parent / "site", workers=workers)
 
 
 def _stderr(line: str) -> None:

@@ -13,8 +13,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
-
 from engine.batch import publish, uptodate
 from site_builder.cli import main
 from tests.conftest import REPO
@@ -26,8 +24,7 @@ PAGE = "models/Qwen--Qwen3-0.6B/index.html"
 DOCUMENT = "models/Qwen--Qwen3-0.6B.json"
 
 
-@pytest.fixture
-def built(tmp_path, capsys) -> tuple[Path, Path]:
+def _built(tmp_path, capsys) -> tuple[Path, Path]:
     root = tmp_path / "corpus"
     shutil.copytree(REPO / "corpus", root)
     for spec in (root / "models").glob("*.yaml"):
@@ -58,8 +55,9 @@ def _hashed(monkeypatch) -> list[Path]:
     return seen
 
 
-def test_vouched_files_are_carried_unread_and_a_same_stat_edit_is_still_seen(built, capsys, monkeypatch):
-    corpus, out = built
+def test_vouched_files_are_carried_unread_and_a_same_stat_edit_is_still_seen(tmp_path, capsys, monkeypatch):
+    corpus, out = _built(tmp_path, capsys)
+    _only_its_own_unchanged_trees(out, tmp_path)
     page, document = (out / "site" / PAGE).read_bytes(), (out / "results" / DOCUMENT).read_bytes()
     hashed = _hashed(monkeypatch)
     said = _build(corpus, out, capsys, "--models", "Qwen3-0.6B")
@@ -81,24 +79,25 @@ def test_vouched_files_are_carried_unread_and_a_same_stat_edit_is_still_seen(bui
     assert (out / "site" / PAGE).read_bytes() == page
     assert (out / "results" / DOCUMENT).read_bytes() == document
 
+    # the anchor rewritten (same bytes, a new file): the stamp vouches for nothing of that tree
+    manifest = out / "results" / "manifest.json"
+    assert DOCUMENT in uptodate.vouched(out, "results", "manifest.json")
+    data = manifest.read_bytes()
+    manifest.unlink()
+    manifest.write_bytes(data)
+    assert uptodate.vouched(out, "results", "manifest.json") == {}
 
-def test_a_stamp_vouches_only_for_its_own_unchanged_trees(built, tmp_path):
-    corpus, out = built
+
+def _only_its_own_unchanged_trees(out: Path, tmp_path: Path) -> None:
+    """A stamp vouches for its own output's files only (a copy's are other files), and a file's
+    stat decides only with its stamped key (another file is hashed)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    assert uptodate.vouched(copy, "site", "site-manifest.json") == {}       # another output's stamp
     vouched = uptodate.vouched(out, "site", "site-manifest.json")
     assert PAGE in vouched and "site-manifest.json" in vouched
     assert DOCUMENT in uptodate.vouched(out, "results", "manifest.json")
     # an edited page is not vouched for by its stat (read and hashed: the recorded SHA-256 decides)
     record = json.loads((out / "site" / "site-manifest.json").read_text())["groups"]["Qwen/Qwen3-0.6B"]["files"][PAGE]
     assert uptodate.matches(out / "site" / PAGE, record, vouched[PAGE])
-    same_stat_edit(out / "site" / PAGE, b"<main", b"<MAIN")
-    assert not uptodate.matches(out / "site" / PAGE, record, vouched[PAGE])
-    # the anchor rewritten (same bytes, a new file): the stamp vouches for nothing of that tree
-    manifest = out / "results" / "manifest.json"
-    data = manifest.read_bytes()
-    manifest.unlink()
-    manifest.write_bytes(data)
-    assert uptodate.vouched(out, "results", "manifest.json") == {}
-    # another output folder's stamp is not this one's
-    copy = tmp_path / "copy"
-    shutil.copytree(out, copy)
-    assert uptodate.vouched(copy, "site", "site-manifest.json") == {}
+    assert not uptodate.matches(copy / "site" / PAGE, {**record, "sha256": "0" * 64}, vouched[PAGE])
