@@ -206,6 +206,15 @@ def _worker_start(parent: int, schema_docs: dict[str, str]) -> None:
     lifeline.die_with(parent)
 
 
+def prepare_worker() -> None:
+    """Readies a build's --jobs worker for the model groups (:func:`render_pages`' ``workers``): its
+    call imports this module, the renderer (jinja2, altair, the graph layout: about 0.3 CPU-s),
+    which the worker's first group would otherwise pay on the site's critical path. The build
+    queues it behind the worker's evaluation tasks (the site callable's ``prepare``:
+    :func:`engine.batch.results._evaluate_changed`), so it runs while the build process evaluates
+    a split model's grid half. Writes nothing."""
+
+
 def _render_model_group(results_dir: str, staging: str, assets: dict[str, str], model_id: str) -> list[str]:
     """In a render worker: one model's page group (:func:`_model_group`) written under
     ``staging``, with the parent's static asset names; returns the files written (relative paths).

@@ -214,7 +214,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         checks = _verify(run, todo, pool, rows, strict)
         targets = [m for m in targets if m in rows]
         _evaluate_changed(run, todo, targets, rows, entries, previous, pool, early, split, where, jobs, progress,
-                          checks, keep=site is not None)
+                          checks, keep=site is not None, prepare=getattr(site, "prepare", None))
         _write_tables(run, grid, targets, rows, entries, early)
         _publish(run, out, stack, site, site_progress, pool)
         uptodate.record(out, site_sources if site is not None else None)
@@ -299,10 +299,12 @@ def _verify(run: _Run, todo: list[str], pool, rows: dict, strict: bool) -> dict:
 
 def _evaluate_changed(run: _Run, todo: list[str], targets: list[str], rows: dict, entries: dict,
                       previous: Previous, pool, early: list, split: set[str], where, jobs: int | None, progress,
-                      checks: dict, keep: bool = False) -> None:
+                      checks: dict, keep: bool = False, prepare=None) -> None:
     """Evaluate the models of ``todo`` into the staging tree (:func:`engine.batch.tasks._evaluate`)
-    and record each one's manifest entry; with a pool, queue the variants table behind them. The
-    pool is shut down when its work is done, unless ``keep`` (the site renders in it next)."""
+    and record each one's manifest entry; with a pool, queue the variants table behind them, and
+    ``prepare`` (the site callable's, a picklable function of no argument: the site render readies
+    a worker with it) behind that. The pool is shut down when its work is done, unless ``keep``
+    (the site renders in it next)."""
     corpus, staging, hashes, report = run.corpus, run.staging, run.hashes, run.report
     # -- evaluate: the slowest models first (as last time; else the largest), so the pool's tail is short
     todo.sort(key=lambda m: (-previous.models.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
@@ -314,6 +316,8 @@ def _evaluate_changed(run: _Run, todo: list[str], targets: list[str], rows: dict
     def variants_to_pool() -> None:      # queued behind the models' tasks (the longest path)
         early.append(pool.submit(_corpus_wide_in_worker, "write_variants", str(corpus.root), str(run.final),
                                  str(staging), run.shared, str(run.gpu_root), targets))
+        if prepare is not None and keep:        # a worker that would wait for the home half readies the site's
+            pool.submit(prepare)
     results = _evaluate(corpus, todo, run.grid_path, run.gpu_root, staging, hashes, checks, jobs,
                         progress, len(targets), len(targets) - len(todo), where, pool,
                         variants_to_pool if pool is not None else None, split,
