@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.batch import dependencies, publish
+from engine.batch import dependencies, uptodate
 from site_builder.sources import REPO, STATIC, TEMPLATES
 
 if TYPE_CHECKING:      # (annotations only: the build's up-to-date check imports this module, and data imports polars)
@@ -96,17 +96,25 @@ def _previous_groups(previous: Path | None) -> dict:
     return {}
 
 
-def _carry(previous: Path, site: "Site", record: dict) -> bool:
+def _vouched(previous: Path | None) -> dict[str, list[int]]:
+    """The published site's files whose bytes the stamp of the published trees vouches for
+    (:func:`engine.batch.uptodate.vouched`, anchored on the site manifest the groups' records come
+    from); {} for no previous site."""
+    return uptodate.vouched(Path(previous).parent, Path(previous).name, SITE_MANIFEST) if previous is not None else {}
+
+
+def _carry(previous: Path, site: "Site", record: dict, vouched: dict[str, list[int]] | None = None) -> bool:
     """Hard-link (or copy) a page group's files from the previously published site into the staged
-    one, when every file is still there as a regular file of the recorded size and SHA-256.
+    one, when every file is still there as a regular file of the recorded size and SHA-256 (read
+    and hashed, or the same stat as the stamp that ``vouched`` comes from: :func:`_vouched`).
     Returns False (nothing carried) otherwise."""
     files = record.get("files")
     if not isinstance(files, dict) or not files:
         return False
+    vouched = vouched or {}
     for rel, expected in files.items():
-        source = previous / rel
-        if (not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/") or source.is_symlink()
-                or not source.is_file() or not publish.matches(source, expected)):
+        if (not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/")
+                or not uptodate.matches(previous / rel, expected, vouched.get(rel))):
             return False
     for rel in files:
         site.place(previous / rel, rel)

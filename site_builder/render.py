@@ -36,7 +36,7 @@ from site_builder.component_pages import _components, _components_inputs
 from site_builder.data import Results, slug
 from site_builder.deploy_pages import _SCHEMA_DOCS, _deploy, _deploy_shared, _schema_docs
 from site_builder.incremental import (SITE_MANIFEST, SITE_MANIFEST_VERSION, _carry, _code_hash, _hash,
-                                      _previous_groups, _results_inputs)
+                                      _previous_groups, _results_inputs, _vouched)
 from site_builder.pages import _compare, _gallery, _methodology, _model
 from site_builder.playground_page import _playground, _playground_data, _playground_key
 from site_builder.sources import _copy_static, _repo_text, static_assets
@@ -44,7 +44,8 @@ from site_builder.writer import Site, _csv
 from site_builder.templating import environment
 
 
-def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Path | None = None) -> None:
+def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Path | None = None,
+                 workers=None) -> None:
     """Render the whole site from ``results_dir`` into the empty folder ``site_dir`` (created if
     absent), ending with ``site-manifest.json`` and ``pin.json`` (which results it shows). Writes
     nowhere else, publishes nothing: ``archledger build`` calls it on its staged results and
@@ -57,7 +58,11 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     records each group's key and the size and SHA-256 of each file it wrote. A group whose key
     matches the one recorded in the published site ``previous`` (and whose files there are intact)
     is carried into ``site_dir`` as hard links instead of being rendered again; the published
-    site is never written in place, so the staged folder is still published whole."""
+    site is never written in place, so the staged folder is still published whole.
+
+    ``workers``: an executor of idle processes to render the model groups in (a build hands over
+    its --jobs workers: :func:`engine.batch.results._publish`), used for any number of groups in
+    place of the render's own pool (:func:`_render_pool`); it is not shut down here."""
     results = Results.load(results_dir)
     assets, static_digest = static_assets()
     env = environment(assets)
@@ -83,12 +88,13 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
                ("methodology", _hash(code, docs), lambda: _methodology(site, dict(docs))),
                ("downloads", None, lambda: downloads.render(site, results, _csv))]   # lists every group's files: always redone
     before = _previous_groups(previous)
+    vouched = _vouched(previous) if before else {}
     record: dict[str, dict] = {}
 
     def carried(label: str, key: str | None) -> bool:
         site.written = []
         old = before.get(label)
-        if key is not None and isinstance(old, dict) and old.get("key") == key and _carry(Path(previous), site, old):
+        if key is not None and isinstance(old, dict) and old.get("key") == key and _carry(Path(previous), site, old, vouched):
             record[label] = {"key": key, "files": old["files"]}
             return True
         return False
@@ -113,7 +119,9 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
         # one renders the site-wide groups, then takes its share of them; each group writes only its
         # own files
         todo = [label for label, key, _ in groups if label in models and not carried(label, key)]
-        pool = _render_pool(stack, len(todo))
+        # a build's idle workers where given (no process to start: the engine and polars are imported),
+        # else the render's own
+        pool = (workers if todo else None) if workers is not None else _render_pool(stack, len(todo))
         # the biggest first (by their formula documents, most of a group's work): the last group a
         # worker takes is then a small one, not one that keeps the other worker idle
         queue = sorted(todo, key=lambda m: -_formulas_size(results, m)) if pool else []
@@ -198,6 +206,15 @@ def _worker_start(parent: int, schema_docs: dict[str, str]) -> None:
     lifeline.die_with(parent)
 
 
+def prepare_worker() -> None:
+    """Readies a build's --jobs worker for the model groups (:func:`render_pages`' ``workers``): its
+    call imports this module, the renderer (jinja2, altair, the graph layout: about 0.3 CPU-s),
+    which the worker's first group would otherwise pay on the site's critical path. The build
+    queues it behind the worker's evaluation tasks (the site callable's ``prepare``:
+    :func:`engine.batch.results._evaluate_changed`), so it runs while the build process evaluates
+    a split model's grid half. Writes nothing."""
+
+
 def _render_model_group(results_dir: str, staging: str, assets: dict[str, str], model_id: str) -> list[str]:
     """In a render worker: one model's page group (:func:`_model_group`) written under
     ``staging``, with the parent's static asset names; returns the files written (relative paths).
@@ -219,11 +236,12 @@ def _model_group(site: Site, results: Results, model_id: str) -> None:
                                                    results.documents[model_id]))
 
 
-def render_staged(results_dir: Path, site_dir: Path, progress=None) -> None:
+def render_staged(results_dir: Path, site_dir: Path, progress=None, workers=None) -> None:
     """:func:`render_pages` into a staging folder ``OUT/.site-*`` whose published site ``OUT/site``
     (if any) supplies the page groups whose inputs did not change: what ``archledger build`` renders
-    with (the ``site`` callable of :func:`engine.batch.results.run`)."""
-    render_pages(results_dir, site_dir, progress, previous=Path(site_dir).parent / "site")
+    with (the ``site`` callable of :func:`engine.batch.results.run`; ``workers``: the build's idle
+    --jobs workers, or None)."""
+    render_pages(results_dir, site_dir, progress, previous=Path(site_dir).parent / "site", workers=workers)
 
 
 def _stderr(line: str) -> None:

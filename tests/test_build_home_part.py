@@ -3,16 +3,20 @@
 With --jobs 2 and one model worth two tasks, the build process evaluates the grid half itself while
 a pool of one worker takes the other half (and the corpus-wide tables); every result file equals
 the one-process build's, byte for byte (the manifest but for its timings). The model is Qwen3-0.6B on
-the tiny grid, split by setting SPLIT_SECONDS to 0 (on this grid no model takes it).
+the tiny grid, split by setting SPLIT_SECONDS to 0 (on this grid no model takes it). The site then
+renders the model's page group in that idle worker (engine.batch.results._publish hands the pool
+over), readied first by the site callable's ``prepare``, and equals a one-process render.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from engine.batch import tasks
 from engine.batch.results import build
 from engine.language.corpus import load_corpus
+from site_builder.render import render_pages, render_staged
 
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
 MODEL = "Qwen/Qwen3-0.6B"
@@ -28,6 +32,14 @@ def _without_seconds(manifest: bytes) -> dict:
         entry.pop("seconds")
         entry.pop("sizing_seconds", None)
     return data
+
+
+PREPARED = "ARCHLEDGER_TEST_PREPARED"
+
+
+def _prepare() -> None:
+    """The test's site ``prepare``: says which process ran it (a file named by the environment)."""
+    Path(os.environ[PREPARED]).write_text(str(os.getpid()))
 
 
 def test_the_grid_half_runs_here_and_writes_what_one_process_writes(tmp_path, monkeypatch):
@@ -48,8 +60,21 @@ def test_the_grid_half_runs_here_and_writes_what_one_process_writes(tmp_path, mo
     monkeypatch.setattr(tasks, "_pool", recorded_pool)
     import engine.batch.results as results
     monkeypatch.setattr(results, "_pool", recorded_pool)
-    halves = _files(build(load_corpus(), tmp_path / "halves", models=[MODEL], grid_path=TINY, jobs=2).results)
+    monkeypatch.setenv(PREPARED, str(tmp_path / "prepared"))
+    handed = []
+
+    def site(results_dir, site_dir, progress=None, workers=None):   # the command's site callable, recorded
+        handed.append(workers)
+        render_staged(results_dir, site_dir, progress, workers=workers)
+    site.prepare = _prepare
+    halves = _files(build(load_corpus(), tmp_path / "halves", models=[MODEL], grid_path=TINY, jobs=2, site=site).results)
     assert here == [(MODEL, "grid")] and pools == [1]
+    # the site's model group went to the build's idle worker, readied by the site's prepare (run
+    # there, not here), and the pages are a one-process render's, byte for byte
+    assert handed[0] is not None and handed[0]._max_workers == 1
+    assert int((tmp_path / "prepared").read_text()) != os.getpid()
+    render_pages(tmp_path / "halves" / "results", tmp_path / "fresh")
+    assert _files(tmp_path / "halves" / "site") == _files(tmp_path / "fresh")
     assert sorted(halves) == sorted(one)
     assert {name.split("/")[0] for name in one} >= {"deployments", "ops", "fronts", "sizing", "models", "formulas",
                                                      "playground", "variants.json"}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.batch import uptodate
+from engine.batch import publish, uptodate
 from site_builder import incremental, pages
 from site_builder.cli import main
 from tests.file_helpers import same_stat_edit
@@ -22,6 +22,7 @@ from tests.conftest import REPO
 
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
 SPEC = "models/Qwen--Qwen3-0.6B.yaml"
+PAGE = "models/Qwen--Qwen3-0.6B/index.html"
 
 
 @pytest.fixture
@@ -50,7 +51,7 @@ def _state(out: Path) -> dict[str, tuple]:
 
 
 
-def test_nothing_to_do_writes_nothing_and_every_planted_change_rebuilds(corpus, tmp_path, capsys):
+def test_nothing_to_do_writes_nothing_and_every_planted_change_rebuilds(corpus, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     assert "1 models evaluated" in _build(corpus, out, capsys)
     before = _state(out)
@@ -70,25 +71,73 @@ def test_nothing_to_do_writes_nothing_and_every_planted_change_rebuilds(corpus, 
         assert all(not tree["racy"] for tree in stamp["trees"].values())
     assert "up to date" in _build(corpus, out, capsys)
 
-    # a damaged result with its size and mtime put back: the ctime differs, so the build looks,
-    # finds the SHA-256 wrong and rebuilds the model
+    _stamp_vouches_only_for_its_own_unchanged_trees(out, tmp_path)
+
+    # a damaged result and a damaged page with their size and mtime put back: the ctime differs, so
+    # the build looks (the stamp vouches for neither: uptodate.vouched), finds each SHA-256 wrong,
+    # rebuilds the model and renders the page again
     document = next((out / "results" / "models").glob("*.json"))
     data = document.read_bytes()
+    page = out / "site" / PAGE
+    html = page.read_bytes()
     same_stat_edit(document, data[:1], b"[" if data[:1] != b"[" else b"{")
+    same_stat_edit(page, b"<main", b"<MAIN")
     said = _build(corpus, out, capsys)
     assert "up to date" not in said and "1 models evaluated" in said
-    assert document.read_bytes() == data
+    assert document.read_bytes() == data and page.read_bytes() == html
 
-    # a file added to the published results: not what a build publishes, so the build runs
+    # a file added to the published results: not what a build publishes, so the build runs; it
+    # carries the model's files and every page group without reading them (their stat is the
+    # stamp's): it hashes only what it writes (and the corpus-wide tables' three small files, which
+    # their own carry rule reads: engine/batch/corpus_tables.py)
     assert "up to date" in _build(corpus, out, capsys)
     (out / "results" / "stray.txt").write_text("x")
+    hashed = _hashed(monkeypatch)
     said = _build(corpus, out, capsys)
     assert "up to date" not in said and "0 models evaluated, 1 reused" in said
     assert not (out / "results" / "stray.txt").exists()
+    published = [p for p in hashed if p.is_relative_to(out) and p.relative_to(out).parts[0] in ("results", "site")
+                 and p.name not in ("contracts.json", "variants.json", "variants.parquet")]
+    assert published == [], published[:5]
+    monkeypatch.undo()
 
     # --models and --no-site: a subset never answers from the stamp; a results-only build does
     assert "up to date" not in _build(corpus, out, capsys, "--models", "Qwen3-0.6B")
     assert "up to date" in _build(corpus, out, capsys, "--no-site")
+
+
+def _hashed(monkeypatch) -> list[Path]:
+    """The files publish.file_digest reads from now on (every SHA-256 of a file goes through it)."""
+    seen: list[Path] = []
+    digest = publish.file_digest
+
+    def recording(path):
+        seen.append(Path(path))
+        return digest(path)
+    monkeypatch.setattr(publish, "file_digest", recording)
+    return seen
+
+
+def _stamp_vouches_only_for_its_own_unchanged_trees(out: Path, tmp_path: Path) -> None:
+    """The stamp vouches for the published files of its own output (a copy's are other files),
+    a file's stat decides only with its stamped key, and nothing of a tree whose manifest (the
+    record the files are compared with) is not the stamped file."""
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    assert uptodate.vouched(copy, "site", "site-manifest.json") == {}       # another output's stamp
+    vouched = uptodate.vouched(out, "site", "site-manifest.json")
+    assert PAGE in vouched and "site-manifest.json" in vouched
+    record = json.loads((out / "site" / "site-manifest.json").read_text())["groups"]["Qwen/Qwen3-0.6B"]["files"][PAGE]
+    assert uptodate.matches(out / "site" / PAGE, record, vouched[PAGE])
+    assert not uptodate.matches(copy / "site" / PAGE, {**record, "sha256": "0" * 64}, vouched[PAGE])
+    manifest = copy / "results" / "manifest.json"
+    assert uptodate.vouched(out, "results", "manifest.json")
+    # the anchor rewritten (same bytes, a new file): nothing of that tree is vouched for
+    shutil.copy2(manifest, out / "results" / "manifest.json.new")
+    (out / "results" / "manifest.json.new").replace(out / "results" / "manifest.json")
+    assert uptodate.vouched(out, "results", "manifest.json") == {}
+    assert uptodate.vouched(out, "site", "site-manifest.json") == vouched
+    shutil.rmtree(copy)
 
 
 def test_a_file_written_in_the_stamps_last_clock_tick_is_checked_by_content(tmp_path, monkeypatch):

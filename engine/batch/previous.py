@@ -3,7 +3,9 @@ were built over.
 
 Layer: engine.batch. A manifest that is not one, or a models.parquet that does not match its
 record, counts as absent (:func:`_read_previous`); a model's files are carried only when every
-one still has the size and SHA-256 its manifest entry records (:func:`_intact`).
+one still has the size and SHA-256 its manifest entry records (:func:`_intact`): read and hashed,
+or vouched for by the stamp of the published trees (:func:`engine.batch.uptodate.vouched`: the
+same stat, so the same bytes; a one-spec edit hashed every other model's files, 138 MB).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from engine.batch import publish
+from engine.batch import publish, uptodate
 from engine.batch.model_row import _with_formats, slug
 from engine.batch.hashing import _grid_of, grid_id  # noqa: F401 (re-exported: they moved to the light module)
 
@@ -29,6 +31,8 @@ class Previous:
     models: dict[str, dict] = field(default_factory=dict)       # model -> manifest entry
     rows: dict[str, dict] = field(default_factory=dict)         # model -> models.parquet row
     skipped: dict[str, list[str]] = field(default_factory=dict)
+    #: results-relative path -> stat key of the files the stamp vouches for (:func:`engine.batch.uptodate.vouched`)
+    vouched: dict[str, list[int]] = field(default_factory=dict)
 
 
 def _read_previous(final: Path, log) -> Previous:
@@ -49,6 +53,7 @@ def _read_previous(final: Path, log) -> Previous:
         log(f"{path} is not a results manifest ({problem}): treating the previous results as absent, "
             f"rebuilding every model")
         return previous
+    previous.vouched = uptodate.vouched(final.parent, final.name, "manifest.json")
     previous.grid = manifest.get("grid") if isinstance(manifest.get("grid"), str) else None
     previous.models = {mid: e for mid, e in manifest["models"].items()
                        if isinstance(e, dict) and isinstance(e.get("hash"), str) and isinstance(e.get("files"), dict)}
@@ -56,7 +61,8 @@ def _read_previous(final: Path, log) -> Previous:
     previous.skipped = {k: v for k, v in skipped.items() if isinstance(v, list)} if isinstance(skipped, dict) else {}
     record = (manifest.get("files") or {}).get("models.parquet") if isinstance(manifest.get("files"), dict) else None
     try:
-        if record is not None and not publish.matches(final / "models.parquet", record):
+        if record is not None and not uptodate.matches(final / "models.parquet", record,
+                                                       previous.vouched.get("models.parquet")):
             raise ValueError("its size or SHA-256 differs from the manifest's record")
         previous.rows = {r["model_id"]: _with_formats(r) for r in pl.read_parquet(final / "models.parquet").to_dicts()}
     except Exception as exc:      # polars raises its own errors on garbage; every one means "damaged"
@@ -86,7 +92,7 @@ def _intact(previous: Previous, model_id: str) -> tuple[bool, str]:
     for path in _model_files(previous.root, model_id):
         rel = path.relative_to(previous.root).as_posix()
         record = entry["files"].get(rel)
-        if not publish.matches(path, record):
+        if not uptodate.matches(path, record, previous.vouched.get(rel)):
             expected = record.get("size") if isinstance(record, dict) else None
             if not path.exists():
                 state = "missing"

@@ -158,7 +158,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
     the publication commits;
     a results tree holds one grid; a model is carried over only if its files match the sizes and
     SHA-256 its manifest records; a subset (``models``) never discards a model it did not rebuild
-    (the rules are in :func:`run`). ``site(results_dir, site_dir, progress)`` renders into the empty
+    (the rules are in :func:`run`). ``site(results_dir, site_dir, progress, workers=pool)`` renders into the empty
     ``site_dir`` and is published with the results; without it (``--no-site``) only the results are
     published and the site is left as it was, its ``pin.json`` naming the results it shows (one log
     line says so when they differ). ``executor``: where models are evaluated (``--executor``:
@@ -214,9 +214,9 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         checks = _verify(run, todo, pool, rows, strict)
         targets = [m for m in targets if m in rows]
         _evaluate_changed(run, todo, targets, rows, entries, previous, pool, early, split, where, jobs, progress,
-                          checks)
+                          checks, keep=site is not None, prepare=getattr(site, "prepare", None))
         _write_tables(run, grid, targets, rows, entries, early)
-        _publish(run, out, stack, site, site_progress)
+        _publish(run, out, stack, site, site_progress, pool)
         uptodate.record(out, site_sources if site is not None else None)
     report.seconds = time.perf_counter() - started
     return report
@@ -299,9 +299,12 @@ def _verify(run: _Run, todo: list[str], pool, rows: dict, strict: bool) -> dict:
 
 def _evaluate_changed(run: _Run, todo: list[str], targets: list[str], rows: dict, entries: dict,
                       previous: Previous, pool, early: list, split: set[str], where, jobs: int | None, progress,
-                      checks: dict) -> None:
+                      checks: dict, keep: bool = False, prepare=None) -> None:
     """Evaluate the models of ``todo`` into the staging tree (:func:`engine.batch.tasks._evaluate`)
-    and record each one's manifest entry; with a pool, queue the variants table behind them."""
+    and record each one's manifest entry; with a pool, queue the variants table behind them, and
+    ``prepare`` (the site callable's, a picklable function of no argument: the site render readies
+    a worker with it) behind that. The pool is shut down when its work is done, unless ``keep``
+    (the site renders in it next)."""
     corpus, staging, hashes, report = run.corpus, run.staging, run.hashes, run.report
     # -- evaluate: the slowest models first (as last time; else the largest), so the pool's tail is short
     todo.sort(key=lambda m: (-previous.models.get(m, {}).get("seconds", 0.0), -rows[m]["params_total"]))
@@ -313,6 +316,8 @@ def _evaluate_changed(run: _Run, todo: list[str], targets: list[str], rows: dict
     def variants_to_pool() -> None:      # queued behind the models' tasks (the longest path)
         early.append(pool.submit(_corpus_wide_in_worker, "write_variants", str(corpus.root), str(run.final),
                                  str(staging), run.shared, str(run.gpu_root), targets))
+        if prepare is not None and keep:        # a worker that would wait for the home half readies the site's
+            pool.submit(prepare)
     results = _evaluate(corpus, todo, run.grid_path, run.gpu_root, staging, hashes, checks, jobs,
                         progress, len(targets), len(targets) - len(todo), where, pool,
                         variants_to_pool if pool is not None else None, split,
@@ -320,7 +325,8 @@ def _evaluate_changed(run: _Run, todo: list[str], targets: list[str], rows: dict
     if pool is not None:
         for future in early:        # (their errors are raised where their results are read)
             future.exception()
-        pool.shutdown(wait=False)   # idle now: they exit (and free their memory) while the site renders
+        if not keep:
+            pool.shutdown(wait=False)   # idle now: they exit (and free their memory)
     for r in results:
         mid = r["model_id"]
         entries[mid] = {"hash": hashes[mid], "deployments": r["deployments"], "ops": r["ops"],
@@ -367,14 +373,19 @@ def _write_tables(run: _Run, grid: str, targets: list[str], rows: dict, entries:
     report.op_rows = sum(entries[m]["ops"] for m in targets)
 
 
-def _publish(run: _Run, out: Path, stack: contextlib.ExitStack, site, site_progress) -> None:
+def _publish(run: _Run, out: Path, stack: contextlib.ExitStack, site, site_progress, pool=None) -> None:
     """The site, from the staged results; then both are published in one journaled step. Without
-    ``site`` only the results are published (one log line when the site then shows older ones)."""
+    ``site`` only the results are published (one log line when the site then shows older ones).
+    ``pool``: the build's --jobs workers, idle now and handed to the site render for its page groups
+    (``site(..., workers=pool)``): warm processes (the engine and polars imported), where a render
+    would start its own; shut down once the site is rendered."""
     staging, report = run.staging, run.report
     publication = [("results", staging)]
     if site is not None:
         site_dir = stack.enter_context(publish.staged(out, "site"))
-        site(staging, site_dir, site_progress)
+        site(staging, site_dir, site_progress, workers=pool)
+        if pool is not None:
+            pool.shutdown(wait=False)   # idle now: they exit (and free their memory) while publishing
         publish.pin_site(site_dir, staging)
         publication.append(("site", site_dir))
         report.site = out / "site"
@@ -472,8 +483,9 @@ def run(args, site=None, site_sources: str | None = None) -> int:
     ``args``: out, models, grid, jobs, quiet, corpus (and optionally lock_timeout, seconds, and
     executor, ``--executor``). ``site``:
     None (``--no-site``: results only, the site is left as it was), or ``site(results_dir, site_dir,
-    progress)`` rendering the whole site from ``results_dir`` into the empty ``site_dir`` (e.g.
-    :func:`site_builder.render.render_pages`); it is called with ``progress=None`` and shows its own.
+    progress, workers=None)`` rendering the whole site from ``results_dir`` into the empty ``site_dir``
+    (e.g. :func:`site_builder.render.render_staged`); it is called with ``progress=None`` and shows its
+    own, and with ``workers`` the build's idle --jobs workers (an executor; None without a pool).
     """
     out = Path(args.out)
     quiet = getattr(args, "quiet", False)

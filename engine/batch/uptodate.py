@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -198,6 +199,49 @@ def unchanged(out: Path, corpus_root: Path, grid_path: Path, gpu_root: Path,
         return manifest
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def vouched(out: Path, tree: str, anchor: str) -> dict[str, list[int]]:
+    """The files of the published tree ``out/<tree>`` whose bytes the stamp vouches for, each with
+    its stat key: {} where there is no stamp (or one of another output, version or tree), or where
+    ``anchor`` (the tree's own record of each file's size and SHA-256: results' ``manifest.json``,
+    the site's ``site-manifest.json``) is not itself the stamped file, unchanged. Racy files (checked
+    by content: the stamp's last clock tick) are never vouched for. Reads only.
+
+    Why this is sound: the stamp is taken under the lock right after the build that wrote ``anchor``
+    published the tree, when every file was what ``anchor`` records; a file whose size, mtime,
+    ctime, inode and device are still those of the stamp has not been written, replaced, renamed
+    or ``utime``-d since (the kernel sets the ctime on each, and it cannot be set back), so its bytes
+    are still the recorded ones (:func:`matches`). Any other file is read and hashed as before."""
+    path = stamp_path(out)
+    try:
+        stamp = json.loads(path.read_text()) if path is not None else None
+        if not isinstance(stamp, dict) or stamp.get("version") != STAMP_VERSION \
+                or stamp.get("out") != str(Path(out).resolve()):
+            return {}
+        stamped = stamp["trees"][tree]
+        files, racy = stamped["files"], stamped.get("racy", {})
+        if not isinstance(files, dict) or not isinstance(racy, dict) or anchor in racy \
+                or files.get(anchor) != _key(os.stat(Path(out) / tree / anchor, follow_symlinks=False)):
+            return {}
+        return {rel: key for rel, key in files.items() if rel not in racy and isinstance(key, list)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def matches(path: Path, expected, key: list[int] | None) -> bool:
+    """:func:`engine.batch.publish.matches` (a regular file, not a link, of the recorded size and
+    SHA-256), answered by the file's stat when ``key`` (its entry of :func:`vouched`) is its stat key
+    and the recorded size; read and hashed otherwise."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    if key is not None and isinstance(expected, dict) and expected.get("size") == st.st_size and _key(st) == key:
+        return True
+    return publish.matches(path, expected)
 
 
 def pages(out: Path) -> int:
