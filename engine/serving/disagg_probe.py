@@ -204,7 +204,23 @@ def _can_answer(seg: np.ndarray, point: np.ndarray, tp: np.ndarray, lo: _Outcome
     :func:`_plan_order` at ``lo``): their outcome at ``hi`` (their best) comes before, in plan's
     order, the outcome at ``lo`` (their worst) of every point of the interval with a smaller TPOT
     (between two points' outcomes tied in GPUs and tokens/s/GPU, the smaller point's first)."""
-    return _can_answer_at(_runs(seg, tp)[0], seg, point, lo, hi, _positions(by_lo, len(seg)))
+    never = len(by_lo)
+    rank = np.full(len(seg), never)
+    rank[by_lo] = np.arange(never)
+    run = _prefix_min(rank, seg)
+    # the best outcome at lo of the points with a strictly smaller TPOT: the running minimum before
+    # each TPOT's first row in the interval
+    start = _starts(seg)
+    first_tp = start.copy()
+    first_tp[1:] |= tp[1:] != tp[:-1]
+    first = np.maximum.accumulate(np.where(first_tp, np.arange(len(seg)), 0))
+    best = np.where(start[first], never, run[np.maximum(first - 1, 0)])
+    keep = np.isfinite(hi.total)
+    p = np.flatnonzero(keep & (best < never))
+    q = by_lo[best[p]]
+    t_p, t_q, x_p, x_q = hi.total[p], lo.total[q], hi.tokens[p], lo.tokens[q]
+    keep[p] = (t_p < t_q) | ((t_p == t_q) & ((x_p > x_q) | ((x_p == x_q) & (point[p] < point[q]))))
+    return keep
 
 
 def _positions(order: np.ndarray, n: int) -> np.ndarray:
