@@ -245,9 +245,9 @@ def _runs(seg: np.ndarray, tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _least_before(index: np.ndarray, seg: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the row of least place ``at`` (distinct whole numbers; -1: a row without one)
-    among its interval's rows up to ``index`` (a row of its interval, or -1: none), and whether
-    there is one."""
+    """Per entry of ``index`` (a row, or -1: none), the row of least place ``at`` (distinct whole
+    numbers; -1: a row without one) among the rows of that row's interval ``seg`` up to it, and
+    whether there is one."""
     has = at >= 0
     never = int(at.max()) + 1 if len(at) else 0
     place = np.where(has, at, never)
@@ -360,7 +360,8 @@ def _precedes(out, point: np.ndarray, bound: _Bound) -> np.ndarray:
     order (fewer GPUs, then more tokens/s/GPU, then the smaller point: :func:`_plan_order`'s keys,
     compared as :func:`_can_answer` compares them); never where ``out`` has no outcome."""
     t, x, b = out.total, out.tokens, bound
-    return np.isfinite(t) & ((t < b.total) | ((t == b.total) & ((x > b.tokens) | ((x == b.tokens) & (point < b.point)))))
+    after = (x > b.tokens) | ((x == b.tokens) & (point < b.point))       # of equal GPUs
+    return np.isfinite(t) & ((t < b.total) | ((t == b.total) & after))
 
 
 def _fold(last: np.ndarray, seg: np.ndarray, point: np.ndarray, out: _Outcomes, at: np.ndarray,
