@@ -223,6 +223,58 @@ def _can_answer(seg: np.ndarray, point: np.ndarray, tp: np.ndarray, lo: _Outcome
     return keep
 
 
+def _positions(order: np.ndarray, n: int) -> np.ndarray:
+    """Per row (of ``n``), its place in ``order`` (rows in plan's order); -1 for a row not in it."""
+    at = np.full(n, -1, dtype=np.int64)
+    at[order] = np.arange(len(order))
+    return at
+
+
+def _runs(seg: np.ndarray, tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows by interval ``seg``, each interval's by TPOT rank ``tp``: per row, the last row before
+    its (interval, TPOT) run (-1 where the run begins its interval), and the last row of its run."""
+    n = len(seg)
+    begins = _starts(seg)
+    start = begins.copy()
+    start[1:] |= tp[1:] != tp[:-1]
+    first = np.flatnonzero(start)
+    run = np.cumsum(start) - 1                     # each row's run
+    before = np.where(begins[first], -1, first - 1)[run]
+    last = np.append(first[1:] - 1, n - 1)[run]
+    return before, last
+
+
+def _least_before(index: np.ndarray, seg: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per entry of ``index`` (a row, or -1: none), the row of least place ``at`` (distinct whole
+    numbers; -1: a row without one) among the rows of that row's interval ``seg`` up to it, and
+    whether there is one."""
+    has = at >= 0
+    never = int(at.max()) + 1 if len(at) else 0
+    place = np.where(has, at, never)
+    run = _prefix_min(place, seg)
+    best = np.where(index >= 0, run[np.maximum(index, 0)], never)
+    found = best < never
+    row = np.zeros(never + 1, dtype=np.intp)         # the row at each place
+    row[place[has]] = np.flatnonzero(has)
+    return row[np.where(found, best, 0)], found
+
+
+def _can_answer_at(before: np.ndarray, seg: np.ndarray, point: np.ndarray, lo: _Outcomes, hi: _Outcomes,
+                   at_lo: np.ndarray) -> np.ndarray:
+    """:func:`_can_answer` with the rows' runs (``before``: :func:`_runs`) and plan's order at
+    ``lo`` given as ``at_lo`` (per row a whole number, distinct among the rows with an outcome at
+    ``lo`` and in plan's order within each interval; -1 for a row without one)."""
+    # the best outcome at lo of the points with a strictly smaller TPOT: the least place up to the
+    # row before the row's TPOT run
+    q, found = _least_before(before, seg, at_lo)
+    keep = np.isfinite(hi.total)
+    p = np.flatnonzero(keep & found)
+    q = q[p]
+    t_p, t_q, x_p, x_q = hi.total[p], lo.total[q], hi.tokens[p], lo.tokens[q]
+    keep[p] = (t_p < t_q) | ((t_p == t_q) & ((x_p > x_q) | ((x_p == x_q) & (point[p] < point[q]))))
+    return keep
+
+
 def _staircases(seg: np.ndarray, tp: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Each interval's answers over every TPOT bound: of ``rows`` (by interval, each interval's in
     plan's order at one end, all with an outcome there; ``seg``, ``tp``: every row's interval and
@@ -285,3 +337,52 @@ class DecodeSide(NamedTuple):
     twin: np.ndarray
     demand: np.ndarray
     floor: np.ndarray
+
+
+class _Bound(NamedTuple):
+    """Per row, the first outcome in plan's order among the fixed rows of its interval with no
+    larger TPOT (:func:`_fold`): what they keep out of a staircase for the whole interval. A row
+    without one has ``total`` inf."""
+
+    total: np.ndarray
+    tokens: np.ndarray
+    point: np.ndarray
+
+    def take(self, index) -> _Bound:
+        return _Bound(*(a[index] for a in self))
+
+    def then(self, other: _Bound) -> _Bound:
+        return _Bound(*map(np.concatenate, zip(self, other)))
+
+
+def _precedes(out, point: np.ndarray, bound: _Bound) -> np.ndarray:
+    """Per row, whether outcome ``out`` of decode point ``point`` comes before ``bound`` in plan's
+    order (fewer GPUs, then more tokens/s/GPU, then the smaller point: :func:`_plan_order`'s keys,
+    compared as :func:`_can_answer` compares them); never where ``out`` has no outcome."""
+    t, x, b = out.total, out.tokens, bound
+    after = (x > b.tokens) | ((x == b.tokens) & (point < b.point))       # of equal GPUs
+    return np.isfinite(t) & ((t < b.total) | ((t == b.total) & after))
+
+
+def _fold(last: np.ndarray, seg: np.ndarray, point: np.ndarray, out: _Outcomes, at: np.ndarray,
+          bound: _Bound | None = None, rows: np.ndarray | None = None) -> _Bound:
+    """Per row (by interval ``seg``, each interval's by TPOT rank; ``last``: :func:`_runs`), the
+    first outcome ``out`` in plan's order among the fixed rows of its interval with a TPOT no larger
+    than its own (the row itself included when fixed), or ``bound``'s where that comes first.
+    ``at``: per fixed row with an outcome, a whole number distinct among them and in plan's order
+    within each interval; -1 for every other row. ``rows``: only at these rows (``bound`` is
+    theirs), in their order."""
+    n = len(seg) if rows is None else len(rows)
+    if bound is None:
+        bound = _Bound(np.full(n, np.inf), np.zeros(n), np.full(n, -1, dtype=np.int64))
+    if not (at >= 0).any():
+        return bound
+    q, found = _least_before(last if rows is None else last[rows], seg, at)
+    got = np.flatnonzero(found)
+    q = q[got]
+    fixed = _Bound(out.total[q], out.tokens[q], point[q])
+    first = _precedes(fixed, fixed.point, bound.take(got))
+    got, fixed = got[first], fixed.take(first)
+    total, tokens, pt = (np.array(c) for c in bound)
+    total[got], tokens[got], pt[got] = fixed
+    return _Bound(total, tokens, pt)

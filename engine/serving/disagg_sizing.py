@@ -53,7 +53,17 @@ answers found as they were (tests/test_disagg_sizing_speed.py searches with and 
   at both ends has the shortest TTFT of those at the top (the first on a tie), so of those in
   between;
 * a decode point equal to a smaller one in everything a probe reads is searched once
-  (:func:`_distinct`: about a sixth of an MoE model's points, expert-parallel variants).
+  (:func:`_distinct`: about a sixth of an MoE model's points, expert-parallel variants);
+* once more than a :data:`FOLD_SHARE`-th of a level's kept rows are *fixed* (their outcome the
+  same at their interval's two ends), every end's staircase is recorded and the levels below
+  carry only the moving rows: a fixed row's outcome is the same all through its interval (the
+  monotonicity above), so on a staircase anywhere in it, it is on the bottom's (its competitors
+  are at their worst there); what it keeps out of a staircase is folded into each row's *bound*
+  (:func:`engine.serving.disagg_probe._fold`: the first outcome in plan's order among the fixed
+  rows of no larger TPOT), which a moving row must precede to be kept or recorded. Deep levels
+  hold long staircases of fixed rows around a few moving ones (MiMo-V2-Flash: 236,076 rows at
+  one level, 990 probed), so they shrink to the moving rows; where most rows move the fold costs
+  more than it saves, hence the share (tests/test_disagg_fixed_rows.py).
 
 What no other side of a pair changes is computed once per GPU type (:func:`all_records`,
 :func:`decode_side`), not per ordered pair.
@@ -79,9 +89,9 @@ from engine.deploy.hardware import GPU
 from engine.serving.sizing import GPUSearch
 from engine.serving.pairing import DEFAULT_PAIRS, pair_allowed
 from engine.serving.staircase import prefix_argmax
-from engine.serving.disagg_probe import (DecodeSide, _Outcomes, _Pairing, _breakpoints, _can_answer, _drop_inert, _kept,
-                                        _next_ends, _plan_order, _probe, _same_staircases, _small, _staircases,
-                                        _starts, _within_reach)
+from engine.serving.disagg_probe import (DecodeSide, _Outcomes, _Pairing, _breakpoints, _can_answer, _can_answer_at,
+                                        _drop_inert, _fold, _kept, _next_ends, _plan_order, _positions, _precedes,
+                                        _probe, _runs, _same_staircases, _small, _staircases, _starts, _within_reach)
 
 def records(pres: GPUSearch, c: int) -> tuple[np.ndarray, np.ndarray]:
     """(ttft_s, batch) of pool config ``c``'s records, in ``pair_points``' order (TTFT, stable)."""
@@ -265,6 +275,10 @@ def pair_candidates(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, outp
 
 
 _NONE = (np.zeros(0, dtype=np.int64),) * 3
+#: The bisection folds its fixed rows (module doc, Cost) from the first level where they are more
+#: than 1 / FOLD_SHARE of the rows kept: over the corpus's 102 searches a third did best (the
+#: candidates' CPU 8% below never folding, 1% below folding from the first level; 0 never folds).
+FOLD_SHARE = 3.0
 
 
 def candidate_arrays(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, output_len: int,
@@ -311,15 +325,22 @@ def candidate_arrays(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, out
     # configs and batches number thousands at most), repeats too, made distinct once at the end
     n_config, n_batch = len(pres.pool_configs), int(pres.prefill["batch"].max()) + 1
     found = []
+
+    def record(steps: np.ndarray, out: _Outcomes, point: np.ndarray) -> None:
+        found.append((point[steps] * n_config + out.config[steps]) * n_batch + out.batch[steps])
+
+    # the staircase bisection, level by level, while most rows still move
     while len(lo_i):
         rank = tp[point]
         keep = _can_answer(seg, point, rank, lo, hi, by_lo)
+        moves = lo.differs(hi)
+        if (keep & ~moves).sum() * FOLD_SHARE > keep.sum():
+            break
         # each end's staircase among the rows kept
         s_lo, s_hi = (_staircases(seg, rank, rows[keep[rows]]) for rows in (by_lo, by_hi))
         done = _same_staircases(len(lo_i), seg, point, lo, s_lo, hi, s_hi) | (hi_i - lo_i <= 1)
         for steps, out in ((s_lo, lo), (s_hi, hi)):
-            steps = steps[done[seg[steps]]]
-            found.append((point[steps] * n_config + out.config[steps]) * n_batch + out.batch[steps])
+            record(steps[done[seg[steps]]], out, point)
         # the others split at their midpoints, probed in one pass: split interval j's (lo, mid) and
         # (mid, hi) are intervals j and (splits) + j of the next level, each with j's rows kept
         split, mid_i = np.flatnonzero(~done), (lo_i + hi_i) // 2
@@ -342,11 +363,71 @@ def candidate_arrays(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, out
         by_hi = np.concatenate([by_mid, n_rows + _kept(place[by_hi])])
         seg, point = np.concatenate([j, len(split) + j]), np.tile(point[rows], 2)
         lo_i, hi_i = np.concatenate([lo_i[split], mid_i[split]]), np.concatenate([mid_i[split], hi_i[split]])
+    if not len(lo_i):
+        return _answers(found, n_config, n_batch)
+    # then, once most rows are fixed: every end's whole staircase among the rows kept recorded
+    # (every end is some interval's bottom or top)
+    # (rank, keep and moves: the level's, from the loop above)
+    before, last = _runs(seg, rank)
+    at_lo = _positions(by_lo, len(seg))
+    for rows, out in ((by_lo, lo), (by_hi, hi)):
+        record(_staircases(seg, rank, rows[keep[rows]]), out, point)
+    # then only the rows whose outcome differs at their interval's two ends go on (the module doc's
+    # Cost: a fixed row's steps are its bottom's, and what it keeps out is its bound, :func:`_fold`)
+    bound = _fold(last, seg, point, lo, np.where(keep & ~moves, at_lo, -1))
+    rows = np.flatnonzero(keep & moves & (hi_i - lo_i > 1)[seg])
+    seg, lo_i, hi_i = _renumbered(seg[rows], lo_i, hi_i)
+    point, lo, hi, bound, at_lo = point[rows], lo.take(rows), hi.take(rows), bound.take(rows), at_lo[rows]
+    while len(lo_i):
+        # every row's midpoint probed in one pass, and the midpoint's steps among the rows recorded
+        # (those no fixed row of their interval keeps out)
+        mid_i = (lo_i + hi_i) // 2
+        mid = _Outcomes(*_probe(pairing, probes[mid_i], seg, point, opens))
+        rank = tp[point]
+        by_mid = _plan_order(seg, point, mid)
+        steps = _staircases(seg, rank, by_mid)
+        record(steps[_precedes(mid.take(steps), point[steps], bound.take(steps))], mid, point)
+        # the halves, (lo, mid) and (mid, hi), with the rows' order and runs: a row whose outcome is
+        # the same at a half's two ends is fixed there (its outcome the midpoint's), folded into the
+        # bounds of that half; the moving rows that can still answer go on
+        at_mid = _positions(by_mid, len(seg))
+        before, last = _runs(seg, rank)
+        halves = []
+        for a, b, at_a, a_i, b_i in ((lo, mid, at_lo, lo_i, mid_i), (mid, hi, at_mid, mid_i, hi_i)):
+            moves = a.differs(b)
+            rows = np.flatnonzero(moves & (b_i - a_i > 1)[seg])
+            limit = _fold(last, seg, point, mid, np.where(moves, -1, at_mid), bound.take(rows), rows)
+            b_rows = b.take(rows)
+            keep = _can_answer_at(before, seg, point, a, b, at_a)[rows] & _precedes(b_rows, point[rows], limit)
+            rows = rows[keep]
+            halves.append((rows, a.take(rows), b_rows.take(keep), limit.take(keep), at_a[rows]))
+        # (lo, mid) is interval j of the next level, (mid, hi) interval m + j, then only those with rows
+        m = len(lo_i)
+        (r1, *one), (r2, *two) = halves
+        seg, lo_i, hi_i = _renumbered(np.concatenate([seg[r1], m + seg[r2]]), np.concatenate([lo_i, mid_i]),
+                                      np.concatenate([mid_i, hi_i]))
+        point = np.concatenate([point[r1], point[r2]])
+        lo, hi, bound = (x.then(y) for x, y in zip(one[:3], two[:3]))
+        # (the places distinct over both halves: the second's above the first's)
+        shift = int(one[3].max()) + 1 if len(r1) else 0
+        at_lo = np.concatenate([one[3], np.where(two[3] >= 0, two[3] + shift, -1)])
+    return _answers(found, n_config, n_batch)
+
+
+def _answers(found: list, n_config: int, n_batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct answers of ``found`` (whole numbers) as (decode point, prefill config, batch)."""
     if not found:
         return _NONE
     found = np.unique(np.concatenate(found))
     point, found = np.divmod(found, n_config * n_batch)
     return (point, *np.divmod(found, n_batch))
+
+
+def _renumbered(seg: np.ndarray, lo_i: np.ndarray, hi_i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows' intervals ``seg`` (non-decreasing) renumbered to only the intervals that hold a row, in
+    their order, and those intervals' ends."""
+    used = np.flatnonzero(np.bincount(seg, minlength=len(lo_i)))
+    return np.searchsorted(used, seg), lo_i[used], hi_i[used]
 
 
 #: How many :func:`candidates` answers a process keeps (the latest; a build's worker runs a family's
