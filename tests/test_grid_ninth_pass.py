@@ -74,7 +74,8 @@ def test_matrix_picks_consistency_with_the_whole_table():
 def test_matrix_rows_hand_values():
     """By hand: 100 functions b + k (k = 0..99) and one of a number (3) over the points b = 1, 2, 5:
     each a row (the number broadcast), the rows of a layout in its order, found again by its token;
-    past the first 64 rows the matrix grows and the point set's values are views of the new rows."""
+    past the first 64 rows the matrix grows (by half) and the point set's values are views of the new
+    rows; the point set counts the matrix's rows, not the replaced arrays."""
     args = [np.array([1.0, 2.0, 5.0])]
     values = point_values._PointSet()
     functions = [(lambda b, k=k: b + k) for k in range(100)] + [lambda b: 3.0]
@@ -87,7 +88,10 @@ def test_matrix_rows_hand_values():
     assert (matrix.rows(list(reversed(functions)), 8, values, args).tolist()
             == [150 - k for k in range(100, 49, -1)] + list(range(49, -1, -1)))
     assert matrix.rows([], 7, values, args) is rows                      # by the token
-    assert len(matrix.data) == 128
+    assert len(matrix.data) == 144                                       # 64, 96, 144 rows
+    # counted: the matrix's 144 rows of 3 and the number 3 held as it is; no function's own array
+    # (the arrays, 10 of them computed before the matrix, are views of its rows now)
+    assert values.size == 144 * 3 + 1
     for k in (0, 9, 70, 99):
         r = matrix.row[functions[k]]
         assert matrix.data[r].tolist() == [1.0 + k, 2.0 + k, 5.0 + k]

@@ -135,7 +135,8 @@ class _Matrix:
     it at once: one gather per program instead of one pick per function). Append-only: a
     function's row never moves, so a layout's rows (:meth:`rows`, by its token) stay valid. No
     value is held twice: a function's own array in the point set is replaced by a read-only view
-    of its row (the same floats), re-pointed when the array grows."""
+    of its row (the same floats), re-pointed when the array grows; the point set counts the
+    array's every row, used or not (:data:`VALUES_ELEMENTS` bounds what is held)."""
 
     __slots__ = ("data", "used", "row", "viewed", "layouts")
 
@@ -167,18 +168,21 @@ class _Matrix:
         self.used += 1
         self.data[r] = value
         width = self.data.shape[1]
-        # counted as the point set's numbers: a row replaces its function's own array, or is new
+        # the point set counts the matrix's whole capacity (_grow): a row that replaces its
+        # function's own array takes that array's count back
         if type(value) is np.ndarray and value.shape == (width,) and values.get(f) is value:
             view = self.data[r]
             view.flags.writeable = False
             values[f] = view
             self.viewed.append(f)
-        else:
-            values.size += width
-            _VALUES_SIZE[0] += width
+            values.size -= width
+            _VALUES_SIZE[0] -= width
 
     def _grow(self, values: "_PointSet") -> None:
-        data = np.empty((max(64, 2 * len(self.data)), self.data.shape[1]))
+        rows, width = self.data.shape
+        data = np.empty((max(64, rows + rows // 2), width))      # (by half: less room unused)
+        values.size += (len(data) - rows) * width
+        _VALUES_SIZE[0] += (len(data) - rows) * width
         data[:self.used] = self.data[:self.used]
         self.data = data
         for f in self.viewed:             # the point set's views onto the new array: the old one goes
