@@ -14,7 +14,7 @@ from itertools import chain
 
 import numpy as np
 
-from engine.deploy.point_values import _LAYOUTS, _filled, _ids, _layout, _trim_values, _value, _values
+from engine.deploy.point_values import _LAYOUTS, _filled, _ids, _layout, _matrix, _trim_values, _values
 
 
 class _Tables:
@@ -51,20 +51,17 @@ class _Tables:
         axis=1)`` holds, without a table over every point. :func:`engine.deploy.sol.phases_many`
         picks each program's points out of one point set of all the programs' points (far more
         points than any one program's: a table over them would cost more than its picks)."""
-        rows, constants, functions, _ = self._table_layout(indices)
+        rows, constants, functions, token = self._table_layout(indices)
         if values is None:
             values = _values(args)
-        if 4 * len(at) >= shape[0]:
-            # most points picked: the rows over every point (whole-row copies), then one gather
-            table = _filled(constants, functions, values, args, shape).take(at, axis=1)
-        else:
-            table = np.empty((len(constants) + len(functions), len(at)))
-            table[:len(constants)] = constants.reshape(-1, 1)
-            for j, f in enumerate(functions, len(constants)):
-                value = _value(values, f, args)
-                if type(value) is not np.ndarray or value.shape != shape:
-                    value = np.broadcast_to(value, shape)
-                table[j] = value[at]
+        # one gather of every function's row at the picks (point_values._Matrix: the values of all
+        # the point set's functions, each function's floats copied there once)
+        matrix = _matrix(values, shape[0])
+        # each (function, pick)'s place in the flat matrix (first: finding the rows may grow it)
+        places = (matrix.rows(functions, token, values, args) * shape[0])[:, None] + at
+        table = np.empty((len(constants) + len(functions), len(at)))
+        table[:len(constants)] = constants.reshape(-1, 1)
+        matrix.data.reshape(-1).take(places, out=table[len(constants):])
         _trim_values()
         return rows, table
 

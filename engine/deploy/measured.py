@@ -138,11 +138,16 @@ def _ask(step, lookup: Lookup, member_ops: dict, args: dict, t_sol: np.ndarray, 
     if spec is None:
         return None
     if coordinates is not None:         # the point and where it applies, evaluated for every GPU at once
-        picked, points, ok = coordinates.point(spec)
-        at = np.flatnonzero((t_sol > 0) & ok)
+        positive = t_sol > 0
+        if positive.all():              # (most steps) where the spec applies: once per spec and group
+            at, points = coordinates.applying(spec)
+        else:
+            picked, points, ok = coordinates.point(spec)
+            at = np.flatnonzero(positive & ok)
+            points = points[picked[at]]
         if not len(at):
             return None
-        return Ask(row, at, points[picked[at]], list(spec.tables), spec.roof, _repeat(step.repeat), spec.shape)
+        return Ask(row, at, points, list(spec.tables), spec.roof, _repeat(step.repeat), spec.shape)
     at = _at if values is None else lambda e, a: _at_once(e, a, values)
     points = np.column_stack([at(e, args) for e in spec.point])
     return ask_where(row, points, at(spec.applies, args), t_sol, spec.tables, spec.roof, _repeat(step.repeat),
@@ -167,6 +172,7 @@ class SharedCoordinates:
         self.values: dict = {}          # expression -> its values (by value)
         self.by_id: dict = {}           # id(expression) -> (it, its values)
         self.points: dict = {}          # (id(spec point), id(condition)) -> (them, points, applies_at)
+        self.matrices: dict = {}        # ids of the coordinates' and condition's values -> (points, applies_at)
 
     def at(self, picked: np.ndarray) -> "_Picked":
         """The coordinates at the points ``picked`` (indices into the point set)."""
@@ -183,12 +189,22 @@ class SharedCoordinates:
 
     def point(self, spec) -> tuple[np.ndarray, np.ndarray]:
         """(a spec's point over the whole point set, one column per coordinate; where it applies
-        there, :func:`applies_at`), once per point and condition object."""
+        there, :func:`applies_at`), once per point and condition object, and one pair of arrays
+        per distinct list of coordinates' and condition's values (the specs of a program's layers
+        are other objects of equal expressions: DeepSeek-V4-Pro's grid, 758 spec objects of 60
+        such lists; :meth:`_Picked.applying` and :func:`resolve` read the shared arrays once)."""
         key = (id(spec.point), id(spec.applies))
         found = self.points.get(key)
         if found is None or found[0] is not spec.point or found[1] is not spec.applies:
-            points = np.column_stack([self.value(e) for e in spec.point])
-            found = self.points[key] = (spec.point, spec.applies, points, applies_at(points, self.value(spec.applies)))
+            columns = [self.value(e) for e in spec.point]
+            applies = self.value(spec.applies)
+            # the values are held in self.values for the coordinates' life: their ids name them
+            same = (tuple(map(id, columns)), id(applies))
+            shared = self.matrices.get(same)
+            if shared is None:
+                points = np.column_stack(columns)
+                shared = self.matrices[same] = (points, applies_at(points, applies))
+            found = self.points[key] = (spec.point, spec.applies, *shared)
         return found[2], found[3]
 
 
@@ -197,10 +213,11 @@ class _Picked:
     a spec's point and where it applies (:meth:`point`: the picks, the whole set's point and the
     picked points' flags)."""
 
-    __slots__ = ("coordinates", "picked")
+    __slots__ = ("coordinates", "picked", "applies")
 
     def __init__(self, coordinates: SharedCoordinates, picked: np.ndarray):
         self.coordinates, self.picked = coordinates, picked
+        self.applies: dict = {}         # id(a spec's whole-set points) -> applying()'s answer
 
     def __call__(self, expr) -> np.ndarray:
         return self.coordinates.value(expr)[self.picked]
@@ -208,6 +225,21 @@ class _Picked:
     def point(self, spec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         points, ok = self.coordinates.point(spec)
         return self.picked, points, ok[self.picked]
+
+    def applying(self, spec) -> tuple[np.ndarray, np.ndarray]:
+        """(the picked points where ``spec`` applies, the spec's point there): what :func:`_ask`
+        takes for a step whose bound is positive at every point, once per spec point and
+        condition's values (:meth:`SharedCoordinates.point`: a group's layers repeat their steps'
+        specs; DeepSeek-V4-Pro's grid asks ~15k lookups of a few dozen such per group).
+        Read-only arrays, shared by those steps' asks, so :func:`resolve` interpolates each once."""
+        whole, ok = self.coordinates.point(spec)
+        found = self.applies.get(id(whole))         # (whole is held by the coordinates: its id names it)
+        if found is None:
+            at = np.flatnonzero(ok[self.picked])
+            points = whole[self.picked[at]]
+            at.flags.writeable = points.flags.writeable = False
+            found = self.applies[id(whole)] = (at, points)
+        return found
 
 
 def ask_where(row: int, points: np.ndarray, applies: np.ndarray, t_sol: np.ndarray, tables, roof, repeat: float,
@@ -247,7 +279,15 @@ def resolve(asks: list[Ask]) -> None:
         for i, table in enumerate(a.tables):
             by_table.setdefault((id(table), a.roof), (table, []))[1].append((a, i))
     for (_, roof), (table, users) in by_table.items():
-        points = np.concatenate([a.points for a, _ in users])
+        # each points array once (asks of one spec in one group share theirs: _Picked.applying)
+        cuts: dict[int, slice] = {}
+        arrays, start = [], 0
+        for a, _ in users:
+            if id(a.points) not in cuts:
+                cuts[id(a.points)] = slice(start, start + len(a.points))
+                arrays.append(a.points)
+                start += len(a.points)
+        points = np.concatenate(arrays)
         # each distinct point once (the grid's asks repeat a few thousand points about a hundred
         # times: a shard's GEMM at every bucket, both KV dtypes' programs), spread back after; the
         # distinct points C-ordered as the asks' own, so every axis is read as before (per point:
@@ -255,11 +295,9 @@ def resolve(asks: list[Ask]) -> None:
         keys, inverse = distinct_rows(list(points.T), len(points))
         t, outside = interpolate_many(table, np.ascontiguousarray(keys.T), roof if callable(roof) else _roof(roof))
         t, outside = t[inverse], outside[inverse]
-        start = 0
         for a, i in users:
-            cut = slice(start, start + len(a.points))
+            cut = cuts[id(a.points)]
             a.found[i] = (t[cut], outside[cut])
-            start += len(a.points)
 
 
 @dataclass

@@ -129,6 +129,77 @@ def _value(values, f, args):
     return value
 
 
+class _Matrix:
+    """Every step function's value over one 1-d point set of ``width`` points as a row of one
+    array (:meth:`CompiledProgram._picked_table` gathers a program's functions at its picks out of
+    it at once: one gather per program instead of one pick per function). Append-only: a
+    function's row never moves, so a layout's rows (:meth:`rows`, by its token) stay valid. No
+    value is held twice: a function's own array in the point set is replaced by a read-only view
+    of its row (the same floats), re-pointed when the array grows; the point set counts the
+    array's every row, used or not (:data:`VALUES_ELEMENTS` bounds what is held)."""
+
+    __slots__ = ("data", "used", "row", "viewed", "layouts")
+
+    def __init__(self, width: int):
+        self.data = np.empty((0, width))
+        self.used = 0
+        self.row: dict = {}               # function -> its row
+        self.viewed: list = []            # the functions whose point-set value is a view of their row
+        self.layouts: dict[int, np.ndarray] = {}      # a layout's token -> its functions' rows
+
+    def rows(self, functions: list, token: int, values: "_PointSet", args) -> np.ndarray:
+        """The rows of ``functions`` (a layout's, named by ``token``), each function's value
+        (:func:`_value`) written into its row the first time (broadcast where it is a number:
+        the very floats of picking the broadcast value)."""
+        found = self.layouts.get(token)
+        if found is None:
+            for f in functions:
+                if f not in self.row:
+                    self._add(f, _value(values, f, args), values)
+            found = np.fromiter((self.row[f] for f in functions), dtype=np.intp, count=len(functions))
+            found.flags.writeable = False
+            self.layouts[token] = found
+        return found
+
+    def _add(self, f, value, values: "_PointSet") -> None:
+        if self.used == len(self.data):
+            self._grow(values)
+        r = self.row[f] = self.used
+        self.used += 1
+        self.data[r] = value
+        width = self.data.shape[1]
+        # the point set counts the matrix's whole capacity (_grow): a row that replaces its
+        # function's own array takes that array's count back
+        if type(value) is np.ndarray and value.shape == (width,) and values.get(f) is value:
+            view = self.data[r]
+            view.flags.writeable = False
+            values[f] = view
+            self.viewed.append(f)
+            values.size -= width
+            _VALUES_SIZE[0] -= width
+
+    def _grow(self, values: "_PointSet") -> None:
+        rows, width = self.data.shape
+        data = np.empty((max(64, rows + rows // 2), width))      # (by half: less room unused)
+        values.size += (len(data) - rows) * width
+        _VALUES_SIZE[0] += (len(data) - rows) * width
+        data[:self.used] = self.data[:self.used]
+        self.data = data
+        for f in self.viewed:             # the point set's views onto the new array: the old one goes
+            view = data[self.row[f]]
+            view.flags.writeable = False
+            values[f] = view
+
+
+def _matrix(values: "_PointSet", width: int) -> _Matrix:
+    """The point set's :class:`_Matrix` (made on first use)."""
+    key = (_Matrix, width)
+    found = values.get(key)
+    if found is None:
+        found = values[key] = _Matrix(width)
+    return found
+
+
 def _filled(constants: np.ndarray, functions: list, values, args, shape: tuple) -> np.ndarray:
     """A layout's table at the points ``args``: the constants' rows (weight reads, fixed
     collectives, zeros) in one assignment, then each function's row (:func:`_value`)."""
