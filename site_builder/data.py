@@ -353,15 +353,15 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     """The formula document as the deploy page fetches it: the model-wide part (GPU rates, configs,
     options, the KV trees) for index.json, one file per (config, scale-up domain) holding the
     programs its options use, renumbered from 0 (what one selection loads; configs whose files are
-    identical share one), and one :data:`SHARED` file per model holding the trees, strings and
+    identical share one), and one :data:`COMMON` file per model holding the trees, strings and
     measured tables those programs name, numbered once for the model; each as its compact JSON
-    text. A config file is ``{"programs", "expected", "shared"}``: ``expected`` the per-step
-    expected-time tree lists its options name per KV dtype, ``shared`` the shared file's name; the
-    shared file ``{"trees", "strings", "lookups"}``, ``lookups`` the tables the trees' lookup nodes
+    text. A config file is ``{"programs", "expected", "common"}``: ``expected`` the per-step
+    expected-time tree lists its options name per KV dtype, ``common`` the common file's name; the
+    common file ``{"trees", "strings", "lookups"}``, ``lookups`` the tables the trees' lookup nodes
     read, by their model-wide ref (written as they are, never encoded twice). A step's formulas are
     over the parallel degrees, so most trees and every formula text are the same in every config:
     each config file used to carry its own copy of them and of the tables (over the 51 models'
-    1,546 config files: 17.4 MB compressed, now 2.6 MB plus 2.5 MB of shared files). Options name
+    1,546 config files: 17.4 MB compressed, now 2.6 MB plus 2.5 MB of common files). Options name
     their config (``cfg``) and file. Reshaping only: every tree and number is the build's; the rule
     picking the grid's batches travels beside them (``grid_batches``: engine.deploy.rules.GRID_BATCHES,
     read by formula.js ``select``)."""
@@ -414,7 +414,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
         if expected:
             parts += [',"expected":[', ",".join(listed[i] if i in listed else listed.setdefault(
                 i, compact_json([tm[t] for t in expected[i]])) for i in lists[key]), "]"]
-        bodies[key] = "".join(parts + [',"shared":', compact_json(SHARED), "}"])
+        bodies[key] = "".join(parts + [',"common":', compact_json(COMMON), "}"])
     shared_trees = [trees[i] for i in tm]
     shared: dict = {"trees": shared_trees, "strings": [strings[i] for i in sm]}
     if expected:
@@ -423,7 +423,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
         shared["lookups"] = {str(r): {k: v for k, v in doc["lookups"][r].items() if k not in STORED_ONLY}
                              for r in sorted(_lookup_refs(shared_trees))}
     texts, same = _shared(bodies)
-    texts[SHARED] = compact_json(shared)
+    texts[COMMON] = compact_json(shared)
     for o in options:
         o["cfg"], o["file"] = o["file"], same[o["file"]]
     # the weight formula's text travels once per model in index.json's weight_formulas
@@ -446,9 +446,9 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
 
 
 #: The name of a model's file of the trees, formula texts and measured tables its config files
-#: share (:func:`split_formulas`; each config file names it in its ``shared`` field and
+#: share (:func:`split_formulas`; each config file names it in its ``common`` field and
 #: static/js/deploy_eval.js puts its lists in place on fetching a config's file).
-SHARED = "shared"
+COMMON = "common"
 
 
 def _lookup_refs(trees: list) -> set[int]:

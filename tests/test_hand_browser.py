@@ -271,14 +271,14 @@ def test_deploy_eval_js_front_file_rows_are_the_stored_fields(deploy_eval):
     assert deploy_eval.page.evaluate("() => window.E.frontRows({columns: ['gpu'], values: [[]]})") == []
 
 
-def test_deploy_eval_js_config_file_reads_the_models_shared_file(deploy_eval):
-    """A config file naming the model's shared file (``"shared": "shared"``, site_builder.data.SHARED)
+def test_deploy_eval_js_config_file_reads_the_models_common_file(deploy_eval):
+    """A config file naming the model's shared file (``"common": "common"``, site_builder.data.COMMON)
     is handed over with that file's trees, strings and tables in place, the same lists for every
     config (fetched once); a file carrying its own (a hand fixture, an older build) keeps them."""
     shared = {"trees": ["batch"], "strings": ["u"], "lookups": {"3": {"name": "t3"}}}
     got = deploy_eval.page.evaluate(
-        """sh => { Object.assign(window.FIXTURES, {'data/deploy/m/shared.json.gz': sh,
-                  'data/deploy/m/x1.json.gz': {programs: [], shared: 'shared'}, 'data/deploy/m/x2.json.gz': {programs: [], shared: 'shared'},
+        """sh => { Object.assign(window.FIXTURES, {'data/deploy/m/common.json.gz': sh,
+                  'data/deploy/m/x1.json.gz': {programs: [], common: 'common'}, 'data/deploy/m/x2.json.gz': {programs: [], common: 'common'},
                   'data/deploy/m/x3.json.gz': {programs: [], trees: [1], strings: ['own'], lookups: {}}});
                 return Promise.all(['x1', 'x2', 'x3'].map(f => window.E.file({file: f}))).then(fs =>
                   [[fs[0].trees, fs[0].strings, fs[0].lookups], fs[0].trees === fs[1].trees, [fs[2].trees, fs[2].strings]]); }""",

@@ -65,7 +65,6 @@ ALLOWED = {
     ("sizing.js", "s.tpot) / 1000"): "the form's TPOT is typed in ms: seconds for the comparison with the build's",
     ("sizing.js", "r.prefill_batch + (r.prefill_batch"): "text: a count then its noun, singular or plural",
     ("deploy.js", "model.mtp_modules + 1"): "the form's choices of draft tokens: 0 .. the model's MTP modules",
-    ("deploy_eval.js", "base + file.shared"): "a URL: the site's base joined to the shared file's name",
     ("panzoom.js", "1 / STEP"): "a zoom factor (a chart's scale step), no engine quantity",
 }
 

@@ -2,7 +2,7 @@
 
 * Trees, formula texts and measured tables travel once per model (split_formulas): each (config,
   scale-up domain) file of a model's formulas used to carry its own copy of them (GLM-5.2: 30
-  copies); the files now hold their programs and name one shared file (``SHARED``). A hand-written
+  copies); the files now hold their programs and name one common file (``COMMON``). A hand-written
   formula document checks what lands where and that a lookup resolved through the shared file gives
   the number the document's own tree and table give.
 * Front files hold the stored fields the chart needs, column-wise (front_files); the rates are divided
@@ -16,7 +16,7 @@ import json
 import math
 
 from engine.language import formula_tree as ft
-from site_builder.data import SHARED, split_formulas
+from site_builder.data import COMMON, split_formulas
 
 #: Three measured tables (engine.deploy.measured.lookup_table's JSON: axes, their values, µs per
 #: point, the roofline tree); table 2 is read by no tree, so it must not be shipped. A 2 x 2 grid per
@@ -49,9 +49,9 @@ def test_config_files_name_one_shared_file_holding_exactly_what_they_index():
     the tables the trees read (0 and 1; table 2 is read by no tree)."""
     _, files = split_formulas(document())
     bodies = {k: json.loads(v) for k, v in files.items()}
-    shared = bodies.pop(SHARED)
+    shared = bodies.pop(COMMON)
     assert set(bodies) == {"8-tp8-d8", "8-tp4-pp2-d8"}
-    assert all(set(b) == {"programs", "expected", "shared"} and b["shared"] == SHARED for b in bodies.values())
+    assert all(set(b) == {"programs", "expected", "common"} and b["common"] == COMMON for b in bodies.values())
     assert shared["trees"] == TREES[:4] and shared["strings"] == ["uid"]     # the KV tree (4) travels in index.json
     assert [b["expected"] for b in bodies.values()] == [[[2]], [[3]]]
     assert [b["programs"] for b in bodies.values()] == [[[STEP]]] * 2
@@ -65,7 +65,7 @@ def test_a_lookup_through_the_shared_file_equals_the_documents_own_tree_and_tabl
     from engine.deploy.measured import node_lookup
     doc = document()
     _, files = split_formulas(doc)
-    shared = json.loads(files[SHARED])
+    shared = json.loads(files[COMMON])
     through_file = node_lookup({int(k): v for k, v in shared["lookups"].items()})
     own = node_lookup(dict(enumerate(doc["lookups"])))
     env = {"batch": 2, "seq": 20, "t_sol": 0.0}

@@ -106,7 +106,7 @@ def test_deploy_page_read_to_its_end_fetches_one_config_and_one_front(tab, base)
     tab.scroll_through()
     tab.page.wait_for_selector("#chart-front[data-ready] svg .role-mark", state="attached")
     mine = [u.split(f"data/deploy/{slug}/", 1)[1] for u in requested if f"data/deploy/{slug}/" in u]
-    shared = {"index.json.gz", "shared.json.gz"}      # the model-wide part, its trees and tables (site_builder.data.SHARED)
+    shared = {"index.json.gz", "common.json.gz"}      # the model-wide part, its trees and tables (site_builder.data.COMMON)
     configs = [u for u in mine if u not in shared and not u.startswith(("fronts/", "expected-"))]
     expected = [u for u in mine if u.startswith("expected-")]
     fronts = [u for u in mine if u.startswith("fronts/")]

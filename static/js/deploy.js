@@ -1,6 +1,6 @@
 // Deployment explorer at any prompt length, output length and batch. The selection lives in the URL
 // query. Numbers come from the selected structure's formula trees (data/deploy/<model>/<config>.json.gz
-// and the model's shared.json.gz, written by engine/batch/deploy_export.py, split by
+// and the model's common.json.gz, written by engine/batch/deploy_export.py, split by
 // site_builder/data.py split_formulas), evaluated by static/js/deploy_eval.js (the rules of
 // engine/deploy/sol.py summarize()); this file is the page around them.
 (function () {

@@ -199,15 +199,15 @@
     return out;
   }
   // a config's file with the model's shared lists in place: the file holds its programs and names
-  // the model's one shared file (site_builder/data.py SHARED: the trees, formula texts and measured
+  // the model's one common file (site_builder/data.py COMMON: the trees, formula texts and measured
   // tables every config's programs index, fetched once for every config) for its trees, strings and
   // lookups; a file that carries its own (an older build, a hand fixture) is used as it is
   var withShared = {};
   function fileOf(o) {
     var url = base + o.file + ".json.gz";
     if (!withShared[url]) withShared[url] = get(url).then(function (file) {
-      if (typeof file.shared !== "string") return file;
-      return get(base + file.shared + ".json.gz").then(function (sh) {
+      if (typeof file.common !== "string") return file;
+      return get(base + file.common + ".json.gz").then(function (sh) {
         file.trees = sh.trees; file.strings = sh.strings; file.lookups = sh.lookups;
         return file;
       });
