@@ -64,8 +64,9 @@ def default_workers() -> int:
 #: Threads of polars' pool in a --jobs worker (a value the user set in the environment wins). A
 #: worker's polars work is its partitions' sort and zstd writes, short and between long stretches
 #: of single-threaded Python; with one worker per core, a pool per worker sized to every core only
-#: makes the workers' threads contend (docs/scaling.md, eighth pass, grid side: -3 to -7% of the
-#: grid-heavy build's CPU).
+#: makes the workers' threads contend (docs/scaling.md, eighth pass, grid side: -3 to -7% of a
+#: grid-heavy build's CPU in two --jobs 1 pairs; within the noise in --jobs 2 pairs on a loaded host,
+#: where only the system time fell, about 1 s).
 WORKER_POLARS_THREADS = "1"
 
 

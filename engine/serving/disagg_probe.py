@@ -119,6 +119,16 @@ def _probe(pairing: _Pairing, bounds: np.ndarray, which: np.ndarray, point: np.n
     return out
 
 
+def _take(columns, index):
+    """A tuple of per-row columns (:class:`_Outcomes`, :class:`_Bound`) at the rows ``index``."""
+    return type(columns)._make(a[index] for a in columns)
+
+
+def _then(columns, other):
+    """Two tuples of per-row columns of one kind, ``columns``' rows first."""
+    return type(columns)._make(map(np.concatenate, zip(columns, other)))
+
+
 class _Outcomes(NamedTuple):
     """:func:`_probe`'s columns for some rows."""
 
@@ -127,16 +137,13 @@ class _Outcomes(NamedTuple):
     config: np.ndarray
     batch: np.ndarray
 
-    def take(self, index) -> _Outcomes:
-        return _Outcomes(*(a[index] for a in self))
+    take = _take
+    then = _then
 
     def differs(self, other: _Outcomes) -> np.ndarray:
         """Per row, whether any column differs from ``other``'s."""
         return (self.total != other.total) | (self.tokens != other.tokens) | (self.config != other.config) | (
             self.batch != other.batch)
-
-    def then(self, other: _Outcomes) -> _Outcomes:
-        return _Outcomes(*map(np.concatenate, zip(self, other)))
 
 
 def _next_ends(lo: _Outcomes, hi: _Outcomes, rows: np.ndarray) -> tuple[_Outcomes, _Outcomes]:
@@ -348,11 +355,8 @@ class _Bound(NamedTuple):
     tokens: np.ndarray
     point: np.ndarray
 
-    def take(self, index) -> _Bound:
-        return _Bound(*(a[index] for a in self))
-
-    def then(self, other: _Bound) -> _Bound:
-        return _Bound(*map(np.concatenate, zip(self, other)))
+    take = _take
+    then = _then
 
 
 def _precedes(out, point: np.ndarray, bound: _Bound) -> np.ndarray:

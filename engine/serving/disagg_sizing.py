@@ -368,7 +368,7 @@ def candidate_arrays(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, out
     # then, once most rows are fixed: every end's whole staircase among the rows kept recorded
     # (every end is some interval's bottom or top)
     # (rank, keep and moves: the level's, from the loop above)
-    before, last = _runs(seg, rank)
+    last = _runs(seg, rank)[1]
     at_lo = _positions(by_lo, len(seg))
     for rows, out in ((by_lo, lo), (by_hi, hi)):
         record(_staircases(seg, rank, rows[keep[rows]]), out, point)
