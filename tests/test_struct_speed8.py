@@ -146,14 +146,19 @@ def test_consistency_a_fine_tune_after_its_base_writes_what_it_writes_alone(tmp_
                             part="grid")
     model_build.build_model(str(corpus.root), TUNE, str(TINY), None, str(chained), "h", None, corpus=corpus)
     assert any(ev is not owner for ev, owner in same_walk_module._KEYS.values())     # it did share
+    assert_written_as_alone(corpus, TUNE, TINY, chained, tmp_path / "alone")
+
+
+def assert_written_as_alone(corpus, tune: str, grid: Path, chained: Path, alone: Path) -> None:
+    """``tune``'s files under ``chained`` (built after its base) equal, byte for byte, those of
+    ``tune`` built again into ``alone`` with no model seen before it (placed afresh)."""
     _forget_walks()
-    alone = tmp_path / "alone"
-    model_build.build_model(str(corpus.root), TUNE, str(TINY), None, str(alone), "h", None, corpus=corpus)
-    mine = {k: v for k, v in _files(chained).items() if model_build.slug(TUNE) in k}
+    model_build.build_model(str(corpus.root), tune, str(grid), None, str(alone), "h", None, corpus=corpus)
+    mine = {k: v for k, v in _files(chained).items() if model_build.slug(tune) in k}
     apart = _files(alone)
     assert len(mine) >= 5 and sorted(mine) == sorted(apart)
     for name in mine:
-        assert mine[name] == apart[name], f"{name}: GLM-5.1 after GLM-5 differs from GLM-5.1 placed afresh"
+        assert mine[name] == apart[name], f"{name}: {tune} after its base differs from {tune} placed afresh"
 
 
 def test_placements_are_kept_while_their_stages_are():

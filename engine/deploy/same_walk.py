@@ -13,17 +13,25 @@ the objects it is keyed by, whichever model asks.
 
 Invariant: two Evaluations share a key only where everything placing reads is equal: the numeric
 and symbolic Analysis field by field (every ``where``, a spec's source line that only error
-messages print, and ``Analysis.model_id`` left out; ``max_context`` and everything else kept), the
-corpus object (its dims table), and the quant context the weight format stores the rows under
-(``storage.leaf_storage`` reads the spec's quant alone). Placing is a function of those, its mesh
-and its decisions (themselves functions of the numeric values), so the placed programs are equal
-(tests/test_struct_speed8.py builds a fine-tune after its base and placed afresh and compares
-every file; the whole corpus's files are the same, docs/scaling.md).
+messages print, ``Analysis.model_id`` and ``Analysis.max_context`` left out: :data:`UNPLACED`;
+everything else kept), the corpus object (its dims table), and the quant context the weight
+format stores the rows under (``storage.leaf_storage`` reads the spec's quant alone). Placing is
+a function of those, its mesh and its decisions (themselves functions of the numeric values), so
+the placed programs are equal (tests/test_struct_speed8.py builds a fine-tune after its base and
+placed afresh and compares every file; the whole corpus's files are the same, docs/scaling.md).
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+
+#: The Analysis fields placing never reads. ``model_id`` is a name. ``max_context`` is read by no
+#: placement, fusion, compilation or memo keyed by their objects (engine.deploy reads it only as
+#: ``Structure.max_context``, from the structure's own Evaluation, which
+#: ``StructureCache``/``build_structure`` take from the model asking, never from the placements'
+#: owner); the grid, the sizing and the export read it from their own Evaluation
+#: (tests/test_struct_tenth_pass.py: MiniMax-M2.7, M2.5 but for it, after M2.5 writes what it writes alone).
+UNPLACED = frozenset({"model_id", "max_context"})
 
 #: The owners of placements seen lately (Evaluations keyed by themselves), the latest last: a
 #: worker's family chain runs back to back, so the last one is the one to compare with (a few kept:
@@ -70,9 +78,9 @@ def _same_placing(a, b) -> bool:
 
 
 def same_walk(a, b) -> bool:
-    """Two Analyses equal field by field, but for ``model_id`` and every record's ``where``."""
+    """Two Analyses equal field by field, but for :data:`UNPLACED` and every record's ``where``."""
     return type(a) is type(b) and all(_same(getattr(a, f.name), getattr(b, f.name))
-                                      for f in dataclasses.fields(a) if f.name != "model_id")
+                                      for f in dataclasses.fields(a) if f.name not in UNPLACED)
 
 
 def _same(x, y) -> bool:
