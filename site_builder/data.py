@@ -19,6 +19,11 @@ from typing import Any
 
 import polars as pl
 
+# the site's JSON text: json.dumps with compact separators, byte for byte (what Site.gzip_json
+# writes; one encoder for the results' files and the site's, without json.dumps' per-call encoder
+# and circular-reference check)
+from engine.batch.jsontext import compact_json
+
 KEY = ["gpu", "n_gpus", "config", "framework", "kv_dtype"]
 
 
@@ -342,11 +347,6 @@ class _Numbering(dict):
     def __missing__(self, i: int) -> int:
         n = self[i] = len(self)
         return n
-
-
-def compact_json(value) -> str:
-    """The site's JSON text: compact separators (what :meth:`Site.gzip_json` writes)."""
-    return json.dumps(value, separators=(",", ":"))
 
 
 def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:

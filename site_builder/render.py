@@ -21,6 +21,7 @@ or carried from the published site gives the same site.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import multiprocessing
@@ -99,8 +100,10 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
             return True
         return False
 
-    def finish(label: str, key: str | None, written: list[str]) -> None:
+    def finish(label: str, key: str | None, written: list[str], here: bool = True) -> None:
         record[label] = {"key": key, "files": {rel: publish.file_digest(staging / rel) for rel in written}}
+        if here:                # (a worker's group was queued when its future finished: _presync_group)
+            presync.add(staging / rel for rel in written)
 
     models = set(results.models["model_id"])
     keys = {label: key for label, key, _ in groups}
@@ -125,8 +128,14 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
         # the biggest first (by their formula documents, most of a group's work): the last group a
         # worker takes is then a small one, not one that keeps the other worker idle
         queue = sorted(todo, key=lambda m: -_formulas_size(results, m)) if pool else []
+        # each group's files fsynced while the next groups render, not all after the render (the
+        # publish still fsyncs every file: publish.Presync); closed before the site is published
+        presync = publish.Presync()
+        stack.callback(presync.close)
         futures = {label: pool.submit(_render_model_group, str(results_dir), str(staging), assets, label)
                    for label in queue}
+        for future in futures.values():
+            future.add_done_callback(functools.partial(_presync_group, presync, staging))
         # a failure (or a killed build) stops the queued groups rather than rendering them first
         stack.callback(lambda: [future.cancel() for future in futures.values()])
         for label, key, render in groups:
@@ -134,7 +143,8 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
                 written = _take_share(site, results, queue, futures)
                 for model_label in todo if futures else []:        # (corpus order, as rendered in-process)
                     finish(model_label, keys[model_label],
-                           written[model_label] if model_label in written else futures[model_label].result())
+                           written[model_label] if model_label in written else futures[model_label].result(),
+                           here=model_label in written)
                     step(model_label)
             if label in futures:
                 continue
@@ -164,6 +174,14 @@ def _take_share(site: Site, results: Results, queue: list[str], futures: dict) -
         _model_group(site, results, label)
         written[label] = site.written
     return written
+
+
+def _presync_group(presync: publish.Presync, staging: Path, future) -> None:
+    """A worker's page group, once its future is done: its files queued for an early fsync
+    (:class:`engine.batch.publish.Presync`). A cancelled group (this process rendered it, or the
+    render failed) or a failed one queues nothing."""
+    if not future.cancelled() and future.exception() is None:
+        presync.add(staging / rel for rel in future.result())
 
 
 def _render_pool(stack: contextlib.ExitStack, groups: int):

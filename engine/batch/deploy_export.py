@@ -59,7 +59,7 @@ from typing import Any, Callable
 
 import sympy
 
-from engine.batch.export import compact_json
+from engine.batch.jsontext import compact_json
 from engine.deploy.step_totals import step_totals
 from engine.deploy.fusion_table import live_token_limits, token_limits
 from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, kernel_steps, step_spec

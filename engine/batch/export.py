@@ -10,7 +10,6 @@ never compute them. Reference scenario for per-op numbers: one request, a 4096-t
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -29,11 +28,6 @@ from engine.language.finite import check_document
 from engine.batch.landscape import model_facts
 from engine.batch.layer_plan import layer_plans
 
-#: ``json.dumps(value, separators=(",", ":"))``'s text, without its check for circular references
-#: (about 12% of the time on a model's megabyte of formula trees) and without a new encoder per
-#: call: the build's documents are trees of plain values, never cyclic. The one encoder of the
-#: results' JSON files (engine.batch.results) and of the formula tables' keys (engine.batch.deploy_export).
-compact_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 REFERENCE = {"batch": 1, "prompt": 4096}
 #: Context lengths (tokens) of the per-model cache curve (the model document's ``kv_curve``, and

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from engine.batch import collector
-from engine.batch.export import compact_json
+from engine.batch.jsontext import compact_json
 from engine.batch.hashing import corpus_digest, evidence_files
 from engine.batch.model_row import model_row, slug
 from engine.batch.parquet_writer import PARTITION_ORDER, ZSTD_LEVEL, _frame, write_parquet

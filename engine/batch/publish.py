@@ -330,6 +330,46 @@ def _fsync_tree(root: Path) -> None:
             pass
 
 
+#: Threads of a :class:`Presync` (it runs beside a CPU-bound render: a few are enough to keep the
+#: disk busy, and each fsync waits on the disk, not the CPU).
+PRESYNC_THREADS = 4
+
+
+class Presync:
+    """Files fsynced early, in threads, while the caller goes on writing others: a render's page
+    group is made durable while the next groups render, so the publish's own fsync of every staged
+    file (:func:`_fsync_tree`, step 1 of the protocol) then finds its data on the disk already
+    instead of writing the whole fresh site back after the render.
+
+    Never a substitute for that step: :func:`publish` still fsyncs every file and folder before
+    its journal, whatever was presynced (a file written again after its presync is made durable
+    there, as before). So a presync that fails (a file gone, a disk error) is left to that step,
+    which raises it; nothing here raises. :meth:`close` waits for every queued fsync (nothing
+    touches the staged tree once it returns: it is then renamed into place)."""
+
+    def __init__(self, threads: int = PRESYNC_THREADS):
+        self._pool = ThreadPoolExecutor(max_workers=threads)
+
+    def add(self, paths) -> None:
+        """Queue an fsync of each file in ``paths`` (safe from any thread, a future's callback too).
+        After :meth:`close` nothing is queued (a group that finishes while a failed render unwinds:
+        nothing of it is published unfsynced, the publish's own step being the guarantee)."""
+        for path in paths:
+            try:
+                self._pool.submit(_fsync_quietly, Path(path))
+            except RuntimeError:        # closed
+                return
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _fsync_quietly(path: Path) -> None:
+    # an error is the publish's to raise (its own fsync of the same file): see Presync
+    with contextlib.suppress(OSError):
+        _fsync(path)
+
+
 def file_digest(path: Path) -> dict:
     """{"size", "sha256"} of a file (what the results manifest records per file)."""
     digest = hashlib.sha256()

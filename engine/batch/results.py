@@ -60,7 +60,7 @@ from engine.batch.built import MODELS_JSON  # models.parquet's rows as JSON: wha
 from engine.batch.corpus_tables import _corpus_wide_in_worker, write_contracts, write_variants
 from engine.batch.hashing import (  # model_hash, shared_hash re-exported: the build's hashes live in one light module
     SCHEMA_VERSION, corpus_digest, model_hash, shared_hash)
-from engine.batch.export import compact_json
+from engine.batch.jsontext import compact_json
 # re-exported: the tables' schemas, the model row, the writer and the previous results moved out
 # of this module (one job each); importers keep reading them here
 from engine.batch.model_row import (  # noqa: F401
