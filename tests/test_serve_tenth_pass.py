@@ -11,7 +11,8 @@ buffers instead of pickling the searches whole.
   columns (the decode points' TTFT, worst-case TPOT, replicas ...) differ has the same key, and
   ``_picks`` answers the same for it, bit for bit; and ``candidates`` for such a twin, taken from
   the memo, equals a fresh evaluation field for field, its columns cut out of its own search;
-- an array of Python objects (its buffer holds pointers) is keyed by its pickle, by value.
+- an array of Python objects (its buffer holds pointers) is keyed by its pickle, by value; a
+  structured dtype by the dtype itself (two of them share the short name ``|V8``).
 """
 from __future__ import annotations
 
@@ -75,6 +76,17 @@ def test_an_object_array_is_keyed_by_value(searched):
     tail = {"batch": [1], "tpot_s": [0.01], "n_gpus": [1]}
     one, same, other = (_bare({"config": _objects((1, n)), **tail}) for n in (2, 2, 3))
     assert _key([one], gpus) == _key([same], gpus) != _key([other], gpus)
+
+
+def test_a_dtype_is_keyed_whole_not_by_its_short_name(searched):
+    """Hand-made: the same 8 bytes as one float64 field or as two float32 fields: both dtypes are
+    named ``|V8``; the key tells them apart."""
+    gpus, _ = searched
+    tail = {"batch": [1], "tpot_s": [0.01], "n_gpus": [1]}
+    wide = np.zeros(1, dtype=[("a", "<f8")])
+    split = wide.view([("a", "<f4"), ("b", "<f4")])
+    assert wide.dtype.str == split.dtype.str and wide.tobytes() == split.tobytes()
+    assert _key([_bare({"config": wide, **tail})], gpus) != _key([_bare({"config": split, **tail})], gpus)
 
 
 def _objects(value) -> np.ndarray:

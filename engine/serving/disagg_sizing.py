@@ -499,12 +499,13 @@ def inputs_digest(results: list[GPUSearch], gpus: list[GPU], output_len: int, pa
 def _described(column, arrays: list) -> tuple:
     """(dtype, shape) of ``column`` as an array, which joins ``arrays`` (C-contiguous, to be hashed
     from its buffer); an array of Python objects is described by its pickle instead (its buffer holds
-    pointers)."""
+    pointers). The dtype itself, not its short name, goes into the header: a structured dtype's name
+    (``|V16``) does not say its fields."""
     a = np.ascontiguousarray(column)
     if a.dtype.hasobject:
         return ("pickled", pickle.dumps(a, protocol=5))
     arrays.append(a)
-    return (a.dtype.str, a.shape)
+    return (a.dtype, a.shape)
 
 
 def _picks(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs: str, recs: dict[str, list]
