@@ -447,8 +447,8 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs
 
     What the answer picks (:func:`_picks`) is remembered by :func:`inputs_digest` (the last
     :data:`MEMO_ENTRIES`): it is a function of the arguments alone (no global state is read; the
-    code is the process's), and the digest is of their whole pickled bytes, which unpickle to equal
-    arguments, so equal digests are equal inputs. A family's fine-tunes with the same dims
+    code is the process's), and the digest encodes everything it reads of them injectively, so
+    equal digests are equal inputs. A family's fine-tunes with the same dims
     (DeepSeek-R1 of V3, MiniMax-M2.7 of M2.5, ...) search to the very same points: the second
     model's searches reuse the first's picks, cut out of its own searches."""
     key = inputs_digest(results, gpus, output_len, pairs)
@@ -466,12 +466,46 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs
     return prefill, decode
 
 
+#: The columns of a search :func:`_picks` reads (decode points, prefill-pool points): the rest of a
+#: search's points (its other figures: worst case, replicas, prices) it never reads, and the answer's
+#: searches are cut out of the caller's own (:func:`candidates`).
+READ_COLUMNS = {"points": ("config", "batch", "tpot_s", "n_gpus"), "prefill": ("config", "batch", "ttft_s")}
+
+
 def inputs_digest(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs: str) -> bytes:
-    """SHA-256 of :func:`candidates`' arguments pickled (every field of every search and GPU, each
-    array's dtype, shape and bytes, how objects are shared): equal bytes unpickle to equal arguments.
-    (Equal arguments may pickle apart, e.g. 0.0 and -0.0, or dicts filled in another order: a miss,
-    never a wrong answer.)"""
-    return hashlib.sha256(pickle.dumps((results, gpus, output_len, pairs), protocol=5)).digest()
+    """SHA-256 of everything :func:`_picks` reads of :func:`candidates`' arguments: the GPUs whole, the
+    output length, the pair policy and, per search in order, its GPU, configs, pool configs, KV shares
+    and :data:`READ_COLUMNS` (each array's dtype, shape and raw bytes). The bytes hashed are a length-
+    prefixed pickle of everything but the arrays' contents (which fixes each array's dtype and shape,
+    so its byte length), then those contents in that order: an injective encoding, so equal digests are
+    equal inputs to :func:`_picks`, which reads nothing else (no global state). The arrays are hashed
+    from their buffers, not pickled (no copy of the searches' megabytes). Equal inputs may still
+    encode apart (0.0 and -0.0, dicts filled in another order): a miss, never a wrong answer."""
+    arrays, head = [], []
+    for r in results:
+        shapes = {}
+        for table, names in READ_COLUMNS.items():
+            columns = getattr(r, table)
+            shapes[table] = None if not columns else tuple(_described(columns[n], arrays) for n in names)
+        head.append((r.gpu, r.configs, r.pool_configs, list(r.kv_share.items()), shapes))
+    header = pickle.dumps((gpus, output_len, pairs, head), protocol=5)
+    digest = hashlib.sha256(len(header).to_bytes(8, "little"))
+    digest.update(header)
+    for a in arrays:
+        digest.update(a)
+    return digest.digest()
+
+
+def _described(column, arrays: list) -> tuple:
+    """(dtype, shape) of ``column`` as an array, which joins ``arrays`` (C-contiguous, to be hashed
+    from its buffer); an array of Python objects is described by its pickle instead (its buffer holds
+    pointers). The dtype itself, not its short name, goes into the header: a structured dtype's name
+    (``|V16``) does not say its fields."""
+    a = np.ascontiguousarray(column)
+    if a.dtype.hasobject:
+        return ("pickled", pickle.dumps(a, protocol=5))
+    arrays.append(a)
+    return (a.dtype, a.shape)
 
 
 def _picks(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs: str, recs: dict[str, list]
