@@ -197,3 +197,44 @@ def test_gpu_groups_consistency_with_masks():
             assert np.arange(len(gpu))[mine].tolist() == idx.tolist() and size == len(idx)
     assert all(type(m) is slice for _, _, m, _ in _gpu_groups([p[0] for p in grid], [p[1] for p in grid]))
     assert kv.KV_DTYPE_BYTES["fp8"] != kv.KV_DTYPE_BYTES["bf16"]
+
+
+def test_flat_inputs_picked_consistency(twins):
+    """Consistency test: a call's phase inputs flattened once and picked (by a slice: views; by
+    indices) are, flattened again, the floats of flattening the picked inputs, and give the same
+    expected times as the picked inputs themselves (a GPU without tables and one with)."""
+    from engine.deploy.plan import _flat, flat_inputs, pick_inputs
+    from engine.deploy.sol import phase_inputs
+    s, _ = twins
+    b, i, o = _points(4, 48)
+    full = phase_inputs(s, b, i, o, s.options.prefill_tokens, mean=True)
+    flat = flat_inputs(full)
+    for at in (slice(5, 30), np.array([0, 3, 3, 47])):
+        got, want = pick_inputs(flat, at), pick_inputs(full, at)
+        assert got.keys() == want.keys()
+        for name in want:
+            shape = np.broadcast_shapes(*(np.shape(x) for x in want[name][1:]))
+            for x, y in zip(got[name][1:], want[name][1:]):
+                assert _flat(x, shape).tobytes() == _flat(y, shape).tobytes()
+        if type(at) is slice:
+            assert all(np.shares_memory(x, flat[n][k + 1]) for n in got for k, x in enumerate(got[n][1:])
+                       if np.ndim(x))
+        asked = [(Plan(s, GPUS[g], "bf16"), b[at], i[at], o[at], load_measured(gpu=g, framework="vllm"))
+                 for g in ("A100", "H100")]
+        assert all(_same(x, y) for x, y in zip(expected_phase_times_many(asked, [got, got]),
+                                                  expected_phase_times_many(asked, [want, want])))
+
+
+def test_moe_key_once_per_dims_hand_values():
+    """By hand: an MoE table's key per (dims object, tp, ep), asked twice; another config's
+    degrees and another dims object of other values get their own; a model without the dims none."""
+    from types import SimpleNamespace
+    from engine.deploy.kernel_spec import _moe_key
+    dims = {"hidden": sympy.Integer(7168), "d_ff_expert": sympy.Integer(2048), "top_k": sympy.Integer(8),
+            "n_experts": sympy.Integer(256)}
+    other = dict(dims, n_experts=sympy.Integer(384))
+    ep8, ep4 = SimpleNamespace(tp=8, ep=8), SimpleNamespace(tp=8, ep=4)
+    assert _moe_key(dims, ep8) == (7168, 2048, 8, 256, 1, 8) == _moe_key(dims, ep8)
+    assert _moe_key(dims, ep4) == (7168, 2048, 8, 256, 2, 4)
+    assert _moe_key(other, ep8) == (7168, 2048, 8, 384, 1, 8)
+    assert _moe_key({"hidden": 1}, ep8) is None and _moe_key(dims, SimpleNamespace(tp=6, ep=4)) is None

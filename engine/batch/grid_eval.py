@@ -34,7 +34,7 @@ from engine.batch.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
 from engine.deploy.measured import load_measured
 from engine.deploy.op_rows import op_rows_columns_many, weight_text
-from engine.deploy.plan import expected_phase_times_many, pick_inputs
+from engine.deploy.plan import expected_phase_times_many, flat_inputs, pick_inputs
 from engine.deploy.rules import GRID_BATCHES
 from engine.deploy.sol import capacity, capacity_terms, phase_inputs, summarize_many
 from engine.deploy.structure import HBM_FRACTION, PREFILL_TOKENS, Options, device_tokens
@@ -347,12 +347,13 @@ def _expected(calls: list[tuple], buckets: list[dict], gpus: dict, measured,
     for c, (call, points) in enumerate(zip(calls, buckets)):
         s = call[0]
         batch, inp, out_len = call[3], call[4], call[5]
+        flat = flat_inputs(inputs[c]) if inputs is not None else None       # once per call, picked per group
         for gpu_key, kv_dtype, mine, size in _gpu_groups(points["gpu"], points["kv_dtype"]):
             asked.append((Plan(s, gpus[gpu_key], kv_dtype), batch[mine], inp[mine], out_len[mine],
                           measured(gpu_key, s.options.framework)))
             where.append((c, mine, size))
             if inputs is not None:
-                picked.append(pick_inputs(inputs[c], mine))
+                picked.append(pick_inputs(flat, mine))
     out: list[dict[str, np.ndarray]] = [{} for _ in calls]
     for (c, mine, size), times in zip(where, expected_phase_times_many(asked, picked if inputs is not None else None)):
         n = len(calls[c][1])

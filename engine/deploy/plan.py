@@ -201,6 +201,20 @@ def pick_inputs(inputs: dict[str, tuple], at: np.ndarray) -> dict[str, tuple]:
             for name, (compiled, *values) in inputs.items()}
 
 
+def flat_inputs(inputs: dict[str, tuple]) -> dict[str, tuple]:
+    """:func:`phase_inputs`' answer at 1-D points with each input of a phase whose values are per
+    point (its broadcast shape the points') as floats over the points (:func:`_flat`, what
+    :func:`expected_phase_times_many` makes of them), others as they are. Per point, so
+    :func:`pick_inputs` of these at any points, flattened again there, gives the floats of flattening
+    the picked inputs; picked by a slice they are views (the grid's groups: no copy, no conversion
+    per group)."""
+    out = {}
+    for name, (compiled, *values) in inputs.items():
+        shape = np.broadcast_shapes(*(np.shape(x) for x in values))
+        out[name] = (compiled, *(_flat(x, shape) for x in values)) if len(shape) == 1 else (compiled, *values)
+    return out
+
+
 def _flat(x, shape: tuple) -> np.ndarray:
     """``x`` as floats over the points of ``shape``, flattened: the array itself (as floats) where
     it has that shape already (most phase inputs), else broadcast (the same values either way)."""
