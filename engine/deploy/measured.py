@@ -380,8 +380,9 @@ def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, d
     times, measured = g.times.copy(), g.measured
     k, n = times.shape
     text = None
-    if detail:      # point-major, as the times: point p's step r at p x k + r (object arrays, as lists below)
-        src, path, near = (np.full(n * k, v, dtype=object) for v in (f"bound / {DEFAULT_EFFICIENCY:g}", "", ""))
+    if detail:      # point-major, as the times: point p's step r at p x k + r
+        src, path, near = [f"bound / {DEFAULT_EFFICIENCY:g}"] * (n * k), [""] * (n * k), [""] * (n * k)
+        text = {"src": src, "table": path, "nearest": near}
     picks = []          # each ask's times at its points (written at once below: each (row, point) is one ask's)
     chosen: dict = {}   # the ids of an ask's found pairs (and its shape) -> _chosen's answer
     for a in g.asks:
@@ -395,12 +396,12 @@ def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, d
             if got is None:
                 got = chosen[key] = _chosen(a, detail)
             t = got[0]
-            if detail:
-                i = a.at * k + a.row
-                src[i], near[i], path[i] = got[1]
+            if detail:      # (the grid's per-op points: a few per ask, a loop beats numpy's calls)
+                row = a.row
+                for p, (src_text, near_text, table_path) in zip(a.at.tolist(), got[1]):
+                    i = p * k + row
+                    src[i], near[i], path[i] = src_text, near_text, table_path
         picks.append(t)
-    if detail:
-        text = {"src": src.tolist(), "table": path.tolist(), "nearest": near.tolist()}
     if picks and not all(t.dtype == np.float64 for t in picks):     # (a float32 table's times x a float: float32)
         for a, t in zip(g.asks, picks):
             times[a.row, a.at] = np.maximum(t * a.repeat, g.t_sol[a.row, a.at])
@@ -417,12 +418,11 @@ def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, d
     return times.T.reshape(-1), measured.T.reshape(-1), text
 
 
-def _chosen(a: Ask, detail: bool) -> tuple[np.ndarray, tuple | None]:
+def _chosen(a: Ask, detail: bool) -> tuple[np.ndarray, list | None]:
     """(the faster table's times at each of the ask's points (the first of equals), with ``detail``
-    its points' (src, nearest, table file) texts as object arrays, else None): a function of the
-    ask's found pairs, points, tables and MoE shape alone (:func:`finish` shares it between asks
-    holding the very same found pairs, which :func:`resolve` hands only to asks of one points
-    array and one table list)."""
+    each point's (src, nearest, table file) texts, else None): a function of the ask's found pairs,
+    points, tables and MoE shape alone (:func:`finish` shares it between asks holding the very same
+    found pairs, which :func:`resolve` hands only to asks of one points array and one table list)."""
     t_all = np.stack([t for t, _ in a.found])
     best = np.argmin(t_all, axis=0)
     picked = np.arange(len(a.at))
@@ -430,13 +430,8 @@ def _chosen(a: Ask, detail: bool) -> tuple[np.ndarray, tuple | None]:
     if not detail:
         return t, None
     outside = np.stack([o for _, o in a.found])[best, picked].tolist()
-    texts = [_point_text(a.tables[b], tuple(point), bool(out), a.shape)
-             for point, b, out in zip(a.points.tolist(), best.tolist(), outside)]
-    src, near, path = (np.empty(len(texts), dtype=object) for _ in range(3))
-    src[:] = [x[0] for x in texts]
-    near[:] = [x[1] for x in texts]
-    path[:] = [a.tables[b].path for b in best.tolist()]
-    return t, (src, near, path)
+    return t, [(*_point_text(a.tables[b], tuple(point), bool(out), a.shape), a.tables[b].path)
+               for point, b, out in zip(a.points.tolist(), best.tolist(), outside)]
 
 
 _TEXTS: dict[tuple, tuple] = {}      # (id(table), point, outside?, shape) -> (table, src, nearest)
