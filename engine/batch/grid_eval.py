@@ -20,6 +20,7 @@ the worst case stays on every row beside it (``fits``, ``tpot_s``, ``max_concurr
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import groupby
 from dataclasses import replace
 
 import numpy as np
@@ -33,7 +34,7 @@ from engine.batch.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
 from engine.deploy.measured import load_measured
 from engine.deploy.op_rows import op_rows_columns_many, weight_text
-from engine.deploy.plan import expected_phase_times_many, pick_inputs
+from engine.deploy.plan import expected_phase_times_many, flat_inputs, pick_inputs
 from engine.deploy.rules import GRID_BATCHES
 from engine.deploy.sol import capacity, capacity_terms, phase_inputs, summarize_many
 from engine.deploy.structure import HBM_FRACTION, PREFILL_TOKENS, Options, device_tokens
@@ -345,22 +346,44 @@ def _expected(calls: list[tuple], buckets: list[dict], gpus: dict, measured,
     asked, where, picked = [], [], []
     for c, (call, points) in enumerate(zip(calls, buckets)):
         s = call[0]
-        gpu_of, kv_of = np.array(points["gpu"]), np.array(points["kv_dtype"])
         batch, inp, out_len = call[3], call[4], call[5]
-        for gpu_key in dict.fromkeys(points["gpu"]):
-            tables = measured(gpu_key, s.options.framework)
-            for kv_dtype in dict.fromkeys(points["kv_dtype"]):
-                mine = np.flatnonzero((gpu_of == gpu_key) & (kv_of == kv_dtype))
-                if len(mine):
-                    asked.append((Plan(s, gpus[gpu_key], kv_dtype), batch[mine], inp[mine], out_len[mine], tables))
-                    where.append((c, mine))
-                    if inputs is not None:
-                        picked.append(pick_inputs(inputs[c], mine))
+        flat = flat_inputs(inputs[c]) if inputs is not None else None       # once per call, picked per group
+        for gpu_key, kv_dtype, mine, size in _gpu_groups(points["gpu"], points["kv_dtype"]):
+            asked.append((Plan(s, gpus[gpu_key], kv_dtype), batch[mine], inp[mine], out_len[mine],
+                          measured(gpu_key, s.options.framework)))
+            where.append((c, mine, size))
+            if inputs is not None:
+                picked.append(pick_inputs(flat, mine))
     out: list[dict[str, np.ndarray]] = [{} for _ in calls]
-    for (c, mine), times in zip(where, expected_phase_times_many(asked, picked if inputs is not None else None)):
+    for (c, mine, size), times in zip(where, expected_phase_times_many(asked, picked if inputs is not None else None)):
         n = len(calls[c][1])
         for name, value in times.items():
-            out[c].setdefault(name, np.zeros(n))[mine] = np.broadcast_to(value, (len(mine),))
+            out[c].setdefault(name, np.zeros(n))[mine] = np.broadcast_to(value, (size,))
+    return out
+
+
+def _gpu_groups(gpu_of: list, kv_of: list) -> list[tuple]:
+    """(GPU key, KV dtype, the points, how many) of each (GPU, KV dtype) of a call's points
+    (``gpu_of``, ``kv_of``: each point's), GPUs in the order they first occur and each GPU's KV
+    dtypes in the order the call's first occur; the points in ascending order, as a slice where a
+    pair's points are one run (a call's buckets are one GPU each, filled KV dtype after KV dtype:
+    every pair, so a view, not a copy) and as indices otherwise. The same groups, in the same
+    order, as a mask per pair over the call (tests/test_grid_tenth_pass.py)."""
+    runs: dict[tuple, list] = {}
+    start = 0
+    for pair, group in groupby(zip(gpu_of, kv_of)):
+        size = sum(1 for _ in group)
+        runs.setdefault(pair, []).append((start, start + size))
+        start += size
+    gpu_rank = {g: i for i, g in enumerate(dict.fromkeys(gpu_of))}
+    kv_rank = {k: i for i, k in enumerate(dict.fromkeys(kv_of))}
+    out = []
+    for (gpu_key, kv_dtype), spans in sorted(runs.items(), key=lambda r: (gpu_rank[r[0][0]], kv_rank[r[0][1]])):
+        if len(spans) == 1:
+            mine = slice(*spans[0])
+        else:
+            mine = np.concatenate([np.arange(a, b) for a, b in spans])
+        out.append((gpu_key, kv_dtype, mine, sum(b - a for a, b in spans)))
     return out
 
 

@@ -227,12 +227,23 @@ class CompiledProgram(_Tables, _Totals):
 
 
 _REPEATS: dict = {}     # a step's repeat (a sympy number) -> its float
+_REPEATS_BY_ID: dict[int, tuple] = {}   # id(a repeat) -> (it, its float)
 
 
 def _repeat(expr) -> float:
     """``float(expr)`` of a step's repeat, once per distinct repeat (a handful per model; the
-    conversion goes through sympy's evalf, and every program of every structure asks)."""
-    return remembered(_REPEATS, expr, lambda: float(expr), 100_000)
+    conversion goes through sympy's evalf, and every program of every structure asks). Found by
+    object first (the steps of a model's programs hold a few repeat objects, asked per step and
+    group: a lookup by value compares sympy numbers in Python), the object kept beside its float
+    so its id names it while the entry lives; then by value."""
+    mine = _REPEATS_BY_ID.get(id(expr))
+    if mine is not None and mine[0] is expr:
+        return mine[1]
+    value = remembered(_REPEATS, expr, lambda: float(expr), 100_000)
+    if len(_REPEATS_BY_ID) > 100_000:
+        _REPEATS_BY_ID.clear()
+    _REPEATS_BY_ID[id(expr)] = (expr, value)
+    return value
 
 
 def _distinct(values) -> tuple[list, np.ndarray]:

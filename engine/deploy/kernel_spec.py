@@ -96,10 +96,24 @@ MOE_DIMS = ("hidden", "d_ff_expert", "top_k", "n_experts")
 def _moe_key(bound: dict, config) -> tuple | None:
     """An MoE table's key for the model's routed experts under ``config``: (hidden, expert
     intermediate size, top-k, experts, moe_tp = tp / ep, moe_ep = ep); None where the model lacks
-    one of the dims."""
+    one of the dims. Once per (dims object, tp, ep), all it reads (a model's bound dims are made
+    once by its evaluation and never changed; the object is held beside the key, so its id names
+    it): every MoE step of every group asks, and ``int`` of a sympy number is slow."""
+    memo = (id(bound), config.tp, config.ep)
+    found = _MOE_KEYS.get(memo)
+    if found is not None and found[0] is bound:
+        return found[1]
     if any(d not in bound for d in MOE_DIMS) or config.tp % config.ep:
-        return None
-    return tuple(int(bound[d]) for d in MOE_DIMS) + (config.tp // config.ep, config.ep)
+        key = None
+    else:
+        key = tuple(int(bound[d]) for d in MOE_DIMS) + (config.tp // config.ep, config.ep)
+    if len(_MOE_KEYS) > 10_000:
+        _MOE_KEYS.clear()
+    _MOE_KEYS[memo] = (bound, key)
+    return key
+
+
+_MOE_KEYS: dict[tuple, tuple] = {}     # (id(bound dims), tp, ep) -> (the dims, _moe_key's answer)
 
 
 def _sym(x) -> sympy.Expr:

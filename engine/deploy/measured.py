@@ -273,11 +273,15 @@ def resolve(asks: list[Ask]) -> None:
     """Interpolate every ask's points, each table once over the points of all the asks that read it
     under one roofline (:func:`interpolate_many`): the grid gathers thousands of asks of a few
     dozen points each, and an interpolation's cost is mostly per call."""
-    by_table: dict[tuple, list] = {}
+    by_table: dict[tuple, tuple] = {}
     for a in asks:
         a.found = [None] * len(a.tables)
+        roof = a.roof
         for i, table in enumerate(a.tables):
-            by_table.setdefault((id(table), a.roof), (table, []))[1].append((a, i))
+            users = by_table.get((id(table), roof))
+            if users is None:
+                users = by_table[(id(table), roof)] = (table, [])
+            users[1].append((a, i))
     for (_, roof), (table, users) in by_table.items():
         # each points array once (asks of one spec in one group share theirs: _Picked.applying)
         cuts: dict[int, slice] = {}
@@ -295,9 +299,11 @@ def resolve(asks: list[Ask]) -> None:
         keys, inverse = distinct_rows(list(points.T), len(points))
         t, outside = interpolate_many(table, np.ascontiguousarray(keys.T), roof if callable(roof) else _roof(roof))
         t, outside = t[inverse], outside[inverse]
+        # one (times, outside?) pair of views per points array, handed to every ask that reads it
+        # (the views of one cut: the same floats each ask's own views gave; only read)
+        found = {k: (t[cut], outside[cut]) for k, cut in cuts.items()}
         for a, i in users:
-            cut = cuts[id(a.points)]
-            a.found[i] = (t[cut], outside[cut])
+            a.found[i] = found[id(a.points)]
 
 
 @dataclass
@@ -378,22 +384,24 @@ def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, d
         src, path, near = [f"bound / {DEFAULT_EFFICIENCY:g}"] * (n * k), [""] * (n * k), [""] * (n * k)
         text = {"src": src, "table": path, "nearest": near}
     picks = []          # each ask's times at its points (written at once below: each (row, point) is one ask's)
+    chosen: dict = {}   # the ids of an ask's found pairs (and its shape) -> _chosen's answer
     for a in g.asks:
         if len(a.found) == 1 and not detail:            # one table: its times (argmin's only choice)
             t = a.found[0][0]
         else:
-            t_all = np.stack([t for t, _ in a.found])
-            best = np.argmin(t_all, axis=0)                 # the faster table (the first of equals)
-            picked = np.arange(len(a.at))
-            t = t_all[best, picked]
+            # asks of one points array and table list share their found pairs (resolve), so
+            # their choices and texts are one computation (a step's layers repeat its spec)
+            key = (tuple(map(id, a.found)), a.shape if detail else None)
+            got = chosen.get(key)
+            if got is None:
+                got = chosen[key] = _chosen(a, detail)
+            t = got[0]
+            if detail:      # (the grid's per-op points: a few per ask, a loop beats numpy's calls)
+                row = a.row
+                for p, (src_text, near_text, table_path) in zip(a.at.tolist(), got[1]):
+                    i = p * k + row
+                    src[i], near[i], path[i] = src_text, near_text, table_path
         picks.append(t)
-        if detail:
-            outside = np.stack([o for _, o in a.found])[best, picked].tolist()
-            for p, point, b, out in zip(a.at.tolist(), a.points.tolist(), best.tolist(), outside):
-                table = a.tables[b]
-                i = p * k + a.row
-                src[i], near[i] = _point_text(table, tuple(point), bool(out), a.shape)
-                path[i] = table.path
     if picks and not all(t.dtype == np.float64 for t in picks):     # (a float32 table's times x a float: float32)
         for a, t in zip(g.asks, picks):
             times[a.row, a.at] = np.maximum(t * a.repeat, g.t_sol[a.row, a.at])
@@ -408,6 +416,22 @@ def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, d
         times[rows, at] = np.maximum(np.concatenate(picks) * repeat, g.t_sol[rows, at])
         measured[rows, at] = True
     return times.T.reshape(-1), measured.T.reshape(-1), text
+
+
+def _chosen(a: Ask, detail: bool) -> tuple[np.ndarray, list | None]:
+    """(the faster table's times at each of the ask's points (the first of equals), with ``detail``
+    each point's (src, nearest, table file) texts, else None): a function of the ask's found pairs,
+    points, tables and MoE shape alone (:func:`finish` shares it between asks holding the very same
+    found pairs, which :func:`resolve` hands only to asks of one points array and one table list)."""
+    t_all = np.stack([t for t, _ in a.found])
+    best = np.argmin(t_all, axis=0)
+    picked = np.arange(len(a.at))
+    t = t_all[best, picked]
+    if not detail:
+        return t, None
+    outside = np.stack([o for _, o in a.found])[best, picked].tolist()
+    return t, [(*_point_text(a.tables[b], tuple(point), bool(out), a.shape), a.tables[b].path)
+               for point, b, out in zip(a.points.tolist(), best.tolist(), outside)]
 
 
 _TEXTS: dict[tuple, tuple] = {}      # (id(table), point, outside?, shape) -> (table, src, nearest)

@@ -220,7 +220,8 @@ def op_rows_columns_many(asked: list[tuple], arrays: bool = False) -> list[dict[
             if tables is not None else None
         started.append((plan, len(points), keep, one, v, values, g))
     resolve([a for *_, g in started if g is not None for a in g.asks])
-    return [_columns(*s, arrays) for s in started]
+    tiled: dict | None = {} if arrays else None
+    return [_columns(*s, arrays, tiled) for s in started]
 
 
 def _shared_coordinates(asked: list[tuple]):
@@ -244,17 +245,18 @@ def _shared_coordinates(asked: list[tuple]):
         yield None if hasattr(plan.structure, "gather") else shared.at(next(where))
 
 
-def _columns(plan, n: int, keep, one: dict, v: dict, values: dict, g, arrays: bool) -> dict[str, list]:
+def _columns(plan, n: int, keep, one: dict, v: dict, values: dict, g, arrays: bool,
+             tiled: dict | None = None) -> dict[str, list]:
     """One :func:`op_rows_columns` table from its started parts (``g``: its gathered lookups,
-    resolved, or None without tables)."""
+    resolved, or None without tables). ``tiled``: the label lists already made in this call
+    (:func:`_tiled`), or None to make this table's own."""
     def numbers(values: np.ndarray):
         return values if arrays else values.tolist()
 
-    label = {name: values * n for name, values in one.items()}
+    dtype = {d: plan.gpu.compute_dtype(d) for d in set(one["dtype"])}
+    label = _tiled(one, n, dtype, tiled)
     names = ("t_compute", "t_memory", "t_comm", "t_sol")
     t = dict(zip(names, np.stack([values[name] for name in names])[:, keep].transpose(0, 2, 1).reshape(len(names), -1)))
-    # the GPU's dtype of each operand class, looked up once per class
-    dtype = {d: plan.gpu.compute_dtype(d) for d in set(one["dtype"])}
 
     extra = {}
     if g is not None:
@@ -270,11 +272,28 @@ def _columns(plan, n: int, keep, one: dict, v: dict, values: dict, g, arrays: bo
         "t_comm_s": numbers(t["t_comm"]), "t_sol_s": numbers(t["t_sol"]), **extra,
         "bound": _BOUND_NAMES[np.argmax(np.stack([t["t_compute"], t["t_memory"], t["t_comm"]]), axis=0)].tolist(),
         "link": label["link"], "group": label["group"],
-        "compute_dtype": [dtype[d] for d in one["dtype"]] * n,
+        "compute_dtype": label["compute_dtype"],
         "parts": label["parts"],
         "flops_formula": label["flops_formula"], "bytes_formula": label["bytes_formula"],
         "comm_bytes_formula": label["comm_bytes_formula"], "weight_bytes_formula": label["weight_bytes_formula"],
     }
+
+
+def _tiled(one: dict, n: int, dtype: dict, tiled: dict | None) -> dict[str, list]:
+    """The label lists of a table of ``n`` points, point-major (one point's labels ``one`` n
+    times over) and its ``compute_dtype`` list (the GPU's dtype of each operand class, ``dtype``).
+    ``tiled``: the lists made earlier in one :func:`op_rows_columns_many` call, keyed by the
+    labels' object (held by :data:`_LABELS`: its id names it during the call), ``n`` and the dtype
+    map, which are all they read: the GPU types of one structure share one set of lists (the
+    build's tables: read-only, as their shared value arrays); None: lists of this table's own."""
+    key = (id(one), n, tuple(sorted(dtype.items())))
+    found = tiled.get(key) if tiled is not None else None
+    if found is None:
+        found = {name: values * n for name, values in one.items()}
+        found["compute_dtype"] = [dtype[d] for d in one["dtype"]] * n
+        if tiled is not None:
+            tiled[key] = found
+    return found
 
 
 def op_rows(plan, phase: str, scenario: Scenario, tables=None) -> list[dict[str, Any]]:

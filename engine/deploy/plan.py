@@ -113,10 +113,7 @@ def expected_phase_times_many(asked: list[tuple], inputs: list | None = None) ->
             shape = np.broadcast_shapes(*(np.shape(x) for x in (b, seq, ctx)))
             b, seq, ctx = (_flat(x, shape) for x in (b, seq, ctx))
             phase = "decode" if name.startswith("decode") else "prefill"
-            # what expected_steps reads of the plan: its program and compiled form, GPU, KV dtype,
-            # framework, config (and model); the tables
-            key = (id(structure.programs[phase]), id(compiled), structure.options.framework, structure.config, phase)
-            member = (plan.gpu.key, plan.options.kv_dtype, id(tables))
+            key, member = _group_key(plan, phase, compiled, tables)
             runs = groups.setdefault(key, {}).setdefault(member, (plan, phase, compiled, tables, []))[4]
             for half in halves:
                 runs.append((i, name, half, b / 2 if half else b, seq, ctx, shape))
@@ -171,6 +168,29 @@ def expected_phase_times_many(asked: list[tuple], inputs: list | None = None) ->
     return out
 
 
+def _group_key(plan: Plan, phase: str, compiled, tables) -> tuple[tuple, tuple]:
+    """(program key, member key) of one phase input of ``plan`` in
+    :func:`expected_phase_times_many`: its runs join the group of every other input with both keys.
+
+    A plan that looks something up (:func:`looks_up`) reads what ``gather`` reads: its program and
+    compiled form, framework and config (the program key), its GPU, KV dtype and tables (the
+    member key). One that looks nothing up (a GPU type without tables: most of the grid's) reads
+    only the compiled program's numbers (its step functions, constants and rate kinds, the steps'
+    collective mask: all in :meth:`~engine.deploy.cost.CompiledProgram.evaluation_key`, the key
+    :func:`engine.deploy.sol.phases_many` already evaluates sibling programs by), the GPU and the
+    KV size: each step's ``t_sol / DEFAULT_EFFICIENCY`` (:func:`unmeasured_times`). So the
+    programs of other frameworks, fusion regimes and domains with one evaluation key share one
+    group per (GPU, KV size), evaluated once over the distinct points of all their runs (the
+    grid: DeepSeek-V4-Pro 1,200 such groups of 736 keys). Every number is per point, so each run
+    gets the floats of its own program's group (tests/test_grid_tenth_pass.py). The two kinds of
+    program key never meet (the first is tagged)."""
+    if looks_up(plan, tables):
+        structure = plan.structure
+        return ((id(structure.programs[phase]), id(compiled), structure.options.framework, structure.config, phase),
+                (plan.gpu.key, plan.options.kv_dtype, id(tables)))
+    return ("unmeasured", compiled.evaluation_key()), (plan.gpu.key, float(plan.kv_bytes))
+
+
 def pick_inputs(inputs: dict[str, tuple], at: np.ndarray) -> dict[str, tuple]:
     """:func:`phase_inputs` of some points (``inputs``: its answer at 1-D points) at the points ``at``
     picks: each per-point array's picks, a single number as it is. Every value of phase_inputs is
@@ -179,6 +199,20 @@ def pick_inputs(inputs: dict[str, tuple], at: np.ndarray) -> dict[str, tuple]:
     (tests/test_grid_eighth_pass.py)."""
     return {name: (compiled, *(x[at] if np.ndim(x) == 1 else x for x in values))
             for name, (compiled, *values) in inputs.items()}
+
+
+def flat_inputs(inputs: dict[str, tuple]) -> dict[str, tuple]:
+    """:func:`phase_inputs`' answer at 1-D points with each input of a phase whose values are per
+    point (its broadcast shape the points') as floats over the points (:func:`_flat`, what
+    :func:`expected_phase_times_many` makes of them), others as they are. Per point, so
+    :func:`pick_inputs` of these at any points, flattened again there, gives the floats of flattening
+    the picked inputs; picked by a slice they are views (the grid's groups: no copy, no conversion
+    per group)."""
+    out = {}
+    for name, (compiled, *values) in inputs.items():
+        shape = np.broadcast_shapes(*(np.shape(x) for x in values))
+        out[name] = (compiled, *(_flat(x, shape) for x in values)) if len(shape) == 1 else (compiled, *values)
+    return out
 
 
 def _flat(x, shape: tuple) -> np.ndarray:
