@@ -64,6 +64,12 @@ LISTED = {**BUILT, "XiaomiMiMo/MiMo-7B-Base": "7.62 G"}
 TINY = REPO / "tests" / "data" / "grid_tiny.yaml"
 
 
+#: The tests that read :func:`two_model_checkout` share one pytest-xdist worker (``--dist loadgroup``):
+#: spread one by one over two workers, each worker built the two models again (3.5-5.8 s of setup
+#: under load in a whole run); the subprocess checks above stay spread.
+CHECKOUT = pytest.mark.xdist_group("cli_fast_checkout")
+
+
 @pytest.fixture(scope="module")
 def two_model_checkout(tmp_path_factory):
     """A corpus copy holding only LISTED's specs (the what-if variants dropped: their bases are gone),
@@ -90,6 +96,7 @@ def _listing(text: str) -> dict[str, str]:
     return {line.split()[0]: " ".join(line.split()[1:3]) for line in lines[1:]}
 
 
+@CHECKOUT
 def test_list_on_a_fresh_build_imports_no_sympy(two_model_checkout):
     """Nor polars (issue 42): the rows come from models.json, models.parquet's JSON twin."""
     root = two_model_checkout
@@ -102,6 +109,7 @@ def test_list_on_a_fresh_build_imports_no_sympy(two_model_checkout):
                                                    "engine.language.evaluate"))}
 
 
+@CHECKOUT
 def test_list_from_the_build_equals_the_evaluation_consistency(two_model_checkout, tmp_path):
     """Consistency: the rows read from models.parquet print byte for byte what evaluating every spec
     prints (an --out with no build: nothing to read, every model evaluated)."""
@@ -112,6 +120,7 @@ def test_list_from_the_build_equals_the_evaluation_consistency(two_model_checkou
     assert from_build == evaluated
 
 
+@CHECKOUT
 def test_list_evaluates_a_model_whose_inputs_changed(two_model_checkout, tmp_path):
     """An edited spec is not the build's input any more: `list` loads the corpus and evaluates (it
     imports the spec language), and still prints the same numbers for an edit that changes none."""
@@ -125,6 +134,7 @@ def test_list_evaluates_a_model_whose_inputs_changed(two_model_checkout, tmp_pat
     assert _listing(text) == LISTED
 
 
+@CHECKOUT
 def test_models_json_is_models_parquet_row_for_row_consistency(two_model_checkout):
     """Consistency: the JSON twin the commands read holds models.parquet's rows exactly (same
     columns, same order, every value equal: integers, strings and lists survive JSON unchanged)."""
@@ -134,6 +144,7 @@ def test_models_json_is_models_parquet_row_for_row_consistency(two_model_checkou
     assert json.loads((results / "models.json").read_text()) == pl.read_parquet(results / "models.parquet").to_dicts()
 
 
+@CHECKOUT
 def test_list_reads_the_parquet_where_the_json_twin_is_damaged(two_model_checkout, tmp_path):
     """A models.json that does not match its manifest record is not trusted: the rows come from
     models.parquet (through polars), the same listing."""
