@@ -207,7 +207,7 @@ def build(corpus: Corpus, out: Path, models: list[str] | None = None, grid_path:
         # (in the --jobs workers when there are several: the guards of 30 specs take seconds each)
         # (a lone model's halves: PARTS, its grid half in this process); the contracts table is handed to the
         # pool first, so a worker starts while this process walks the specs
-        split = _split(todo, previous, jobs) if where.kind == "local" else set()
+        split = _split(todo, previous, jobs, lambda m: corpus.models[m].family) if where.kind == "local" else set()
         pool = _pool(stack, jobs, len(todo) + len(split), corpus, home=bool(split)) if where.kind == "local" else None
         early = [pool.submit(_corpus_wide_in_worker, "write_contracts", str(corpus.root), str(final), str(staging),
                              shared, str(gpu_root))] if pool is not None else []

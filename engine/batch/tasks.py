@@ -42,12 +42,42 @@ SPLIT_SECONDS = 4.0
 HOME_PART = "grid"
 
 
-def _split(todo: list[str], previous: "Previous", jobs: int | None) -> set[str]:
+def _split(todo: list[str], previous: "Previous", jobs: int | None, family=None) -> set[str]:
     """The models of ``todo`` evaluated as two tasks (:data:`PARTS`): none unless there are fewer
-    models than workers; then those the previous build timed at :data:`SPLIT_SECONDS` or more."""
+    models than workers; then those whose lone evaluation the previous build timed at
+    :data:`SPLIT_SECONDS` or more (:func:`_alone_seconds`; ``family(model)``: the spec's family,
+    None: every model a family of its own)."""
     if len(todo) >= (jobs or workers.default_workers()):
         return set()
-    return {m for m in todo if previous.models.get(m, {}).get("seconds", 0.0) >= SPLIT_SECONDS}
+    return {m for m in todo if _alone_seconds(m, previous, family) >= SPLIT_SECONDS}
+
+
+def _alone_seconds(model: str, previous: "Previous", family=None) -> float:
+    """The previous build's seconds for ``model`` evaluated alone, as far as its manifest tells:
+    the longest seconds recorded for a model of its family (``family``), its own included. Why not
+    its own alone: a whole build runs a family's models one after the other in one process
+    (:mod:`engine.batch.families`), and a follower is timed with the memos its family's first model
+    filled, so it records a fraction of what it costs alone (DeepSeek-V3 after DeepSeek-R1: 3.2 s
+    against R1's 18 s), while a one-spec edit evaluates it alone. The family's longest is its
+    chain's first model's (each model alone pays the family's shared work) or more; it errs, if at
+    all, towards splitting a small member, which costs a worker's start on an otherwise idle core.
+    Only *where* a model runs follows from this, never what its files hold."""
+    seconds = {m: e.get("seconds", 0.0) for m, e in previous.models.items()}
+    if family is None:
+        return seconds.get(model, 0.0)
+    kin = _family_of(family, model)
+    if kin is None:         # no family: the model's own seconds
+        return seconds.get(model, 0.0)
+    return max([seconds.get(model, 0.0)] + [s for m, s in seconds.items() if m != model and _family_of(family, m) == kin])
+
+
+def _family_of(family, model: str):
+    """``family(model)``, None for a model it does not know (a previous build's model since removed
+    from the corpus)."""
+    try:
+        return family(model)
+    except KeyError:
+        return None
 
 
 _IN_WORKER: int | None = None          # the parent's pid inside a --jobs worker, else None
