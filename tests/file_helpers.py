@@ -1,6 +1,7 @@
-"""Test helpers that edit files the way a cache must not be fooled by."""
+"""Test helpers for files: edits a cache must not be fooled by, and a build's files read for a byte comparison."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,3 +17,18 @@ def same_stat_edit(path: Path, old: bytes | str, new: bytes | str) -> None:
     path.write_bytes(data.replace(old, new, 1))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def files_of(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` by its POSIX path relative to ``root``: its bytes."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def without_seconds(manifest: bytes) -> dict:
+    """A results manifest minus each model's wall-clock timings (``seconds``, ``sizing_seconds``:
+    different on every run)."""
+    data = json.loads(manifest)
+    for entry in data["models"].values():
+        entry.pop("seconds")
+        entry.pop("sizing_seconds", None)
+    return data

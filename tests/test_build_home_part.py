@@ -9,7 +9,6 @@ over), readied first by the site callable's ``prepare``, and equals a one-proces
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -17,21 +16,10 @@ from engine.batch import tasks
 from engine.batch.results import build
 from engine.language.corpus import load_corpus
 from site_builder.render import render_pages, render_staged
+from tests.file_helpers import files_of, without_seconds
 
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
 MODEL = "Qwen/Qwen3-0.6B"
-
-
-def _files(results: Path) -> dict[str, bytes]:
-    return {p.relative_to(results).as_posix(): p.read_bytes() for p in sorted(results.rglob("*")) if p.is_file()}
-
-
-def _without_seconds(manifest: bytes) -> dict:
-    data = json.loads(manifest)
-    for entry in data["models"].values():
-        entry.pop("seconds")
-        entry.pop("sizing_seconds", None)
-    return data
 
 
 PREPARED = "ARCHLEDGER_TEST_PREPARED"
@@ -43,7 +31,7 @@ def _prepare() -> None:
 
 
 def test_the_grid_half_runs_here_and_writes_what_one_process_writes(tmp_path, monkeypatch):
-    one = _files(build(load_corpus(), tmp_path / "one", models=[MODEL], grid_path=TINY, jobs=1).results)
+    one = files_of(build(load_corpus(), tmp_path / "one", models=[MODEL], grid_path=TINY, jobs=1).results)
     monkeypatch.setattr(tasks, "SPLIT_SECONDS", 0.0)
     here, pools = [], []
     build_model, pool = tasks.build_model, tasks._pool
@@ -67,17 +55,17 @@ def test_the_grid_half_runs_here_and_writes_what_one_process_writes(tmp_path, mo
         handed.append(workers)
         render_staged(results_dir, site_dir, progress, workers=workers)
     site.prepare = _prepare
-    halves = _files(build(load_corpus(), tmp_path / "halves", models=[MODEL], grid_path=TINY, jobs=2, site=site).results)
+    halves = files_of(build(load_corpus(), tmp_path / "halves", models=[MODEL], grid_path=TINY, jobs=2, site=site).results)
     assert here == [(MODEL, "grid")] and pools == [1]
     # the site's model group went to the build's idle worker, readied by the site's prepare (run
     # there, not here), and the pages are a one-process render's, byte for byte
     assert handed[0] is not None and handed[0]._max_workers == 1
     assert int((tmp_path / "prepared").read_text()) != os.getpid()
     render_pages(tmp_path / "halves" / "results", tmp_path / "fresh")
-    assert _files(tmp_path / "halves" / "site") == _files(tmp_path / "fresh")
+    assert files_of(tmp_path / "halves" / "site") == files_of(tmp_path / "fresh")
     assert sorted(halves) == sorted(one)
     assert {name.split("/")[0] for name in one} >= {"deployments", "ops", "fronts", "sizing", "models", "formulas",
                                                      "playground", "variants.json"}
     for name in one:
-        assert (_without_seconds(one[name]) == _without_seconds(halves[name]) if name == "manifest.json"
+        assert (without_seconds(one[name]) == without_seconds(halves[name]) if name == "manifest.json"
                 else one[name] == halves[name]), name

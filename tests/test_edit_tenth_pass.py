@@ -16,6 +16,7 @@ from engine.batch import tasks
 from engine.batch.previous import Previous
 from engine.batch.results import build
 from engine.language.corpus import load_corpus
+from tests.file_helpers import files_of, without_seconds
 
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
 LEADER, FOLLOWER = "Qwen/Qwen3-1.7B", "Qwen/Qwen3-0.6B"     # one family (Qwen3) in the corpus
@@ -55,21 +56,9 @@ def test_the_split_reads_the_family_s_seconds():
     assert tasks._split(["ds/V3", "q/8B"], previous, 2, _family) == set()   # as many models as workers: none
 
 
-def _files(results: Path) -> dict[str, bytes]:
-    return {p.relative_to(results).as_posix(): p.read_bytes() for p in sorted(results.rglob("*")) if p.is_file()}
-
-
-def _without_seconds(manifest: bytes) -> dict:
-    data = json.loads(manifest)
-    for entry in data["models"].values():
-        entry.pop("seconds")
-        entry.pop("sizing_seconds", None)
-    return data
-
-
 def test_a_rebuilt_follower_is_split_by_the_build_and_writes_the_same_files(tmp_path, monkeypatch):
     out = tmp_path / "out"
-    first = _files(build(load_corpus(), out, models=[LEADER, FOLLOWER], grid_path=TINY, jobs=1).results)
+    first = files_of(build(load_corpus(), out, models=[LEADER, FOLLOWER], grid_path=TINY, jobs=1).results)
     # the previous build as a whole build records a chain: the leader slow, its follower quick
     manifest = json.loads((out / "results" / "manifest.json").read_text())
     manifest["models"][LEADER]["seconds"] = tasks.SPLIT_SECONDS + 6.0
@@ -85,9 +74,9 @@ def test_a_rebuilt_follower_is_split_by_the_build_and_writes_the_same_files(tmp_
         here.append((args[1], kwargs.get("part", "all")))
         return build_model(*args, **kwargs)
     monkeypatch.setattr(tasks, "build_model", recorded_build)
-    again = _files(build(load_corpus(), out, models=[LEADER, FOLLOWER], grid_path=TINY, jobs=2).results)
+    again = files_of(build(load_corpus(), out, models=[LEADER, FOLLOWER], grid_path=TINY, jobs=2).results)
     assert here == [(FOLLOWER, "grid")]          # split: its grid half here, the other half in the worker
     assert sorted(again) == sorted(first)
     for name in first:
-        assert (_without_seconds(first[name]) == _without_seconds(again[name]) if name == "manifest.json"
+        assert (without_seconds(first[name]) == without_seconds(again[name]) if name == "manifest.json"
                 else first[name] == again[name]), name

@@ -7,7 +7,6 @@ as bytes). ``dask[distributed]`` is in the ``test`` extra, so CI runs this file.
 """
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import logging
@@ -21,6 +20,7 @@ from engine.cli import main
 from engine.language.corpus import load_corpus
 from engine.language.errors import SpecError
 from tests.conftest import REPO
+from tests.file_helpers import files_of, without_seconds
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its Dask cluster twice.
@@ -36,20 +36,6 @@ TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
 MODELS = ["Qwen/Qwen3-8B", "mistralai/Mixtral-8x7B-v0.1"]     # a dense model and a MoE one (EP configs)
 
 
-def _files(results: Path) -> dict[str, bytes]:
-    return {p.relative_to(results).as_posix(): p.read_bytes() for p in sorted(results.rglob("*")) if p.is_file()}
-
-
-def _without_seconds(manifest: bytes) -> dict:
-    """The manifest minus each model's wall-clock timings (``seconds``, ``sizing_seconds``: different
-    on every run)."""
-    data = json.loads(manifest)
-    for entry in data["models"].values():
-        entry.pop("seconds")
-        entry.pop("sizing_seconds", None)
-    return data
-
-
 @pytest.fixture(scope="module")
 def cluster():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
@@ -63,28 +49,28 @@ def test_a_build_on_a_dask_cluster_writes_the_local_executors_files_byte_for_byt
                    executor=cluster.scheduler_address)
     assert sorted(remote.recomputed) == sorted(local.recomputed) == sorted(MODELS)
     assert remote.points == local.points > 0
-    a, b = _files(local.results), _files(remote.results)
+    a, b = files_of(local.results), files_of(remote.results)
     assert sorted(a) == sorted(b)
     kinds = {name.split("/")[0] for name in a}
     assert {"deployments", "ops", "models", "models.parquet", "manifest.json", "contracts.json"} <= kinds
     for name in a:
         if name == "manifest.json":
             # every file's size and SHA-256 is in it: equal records mean equal files as well
-            assert _without_seconds(a[name]) == _without_seconds(b[name])
+            assert without_seconds(a[name]) == without_seconds(b[name])
         else:
             assert a[name] == b[name], f"{name} differs between the local and the Dask executor"
     # and with a local pool of two (models, contracts and variants written by its workers)
-    pooled = _files(build(load_corpus(), tmp_path / "pool", models=MODELS, grid_path=TINY, jobs=2).results)
+    pooled = files_of(build(load_corpus(), tmp_path / "pool", models=MODELS, grid_path=TINY, jobs=2).results)
     assert sorted(pooled) == sorted(a)
     for name in a:
-        assert (_without_seconds(a[name]) == _without_seconds(pooled[name]) if name == "manifest.json"
+        assert (without_seconds(a[name]) == without_seconds(pooled[name]) if name == "manifest.json"
                 else a[name] == pooled[name]), f"{name} differs between one process and a pool of two"
     # one model with --jobs 2: its halves (grid; fronts, document and playground) run in the build's
     # process and one worker, each with its own structures, and write the files one process writes (any model is
     # worth splitting here: on the tiny grid none takes SPLIT_SECONDS)
     monkeypatch.setattr(tasks, "SPLIT_SECONDS", 0.0)
     assert tasks._split(MODELS[1:], tasks.Previous(tmp_path), 2) == set(MODELS[1:])
-    lone = _files(build(load_corpus(), tmp_path / "halves", models=MODELS[1:], grid_path=TINY, jobs=2).results)
+    lone = files_of(build(load_corpus(), tmp_path / "halves", models=MODELS[1:], grid_path=TINY, jobs=2).results)
     mine = sorted(name for name in a if "Mixtral" in name)
     assert mine == sorted(name for name in lone if "Mixtral" in name)
     assert {name.split("/")[0] for name in mine} >= {"deployments", "ops", "fronts", "sizing", "models", "formulas",

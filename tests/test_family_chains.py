@@ -20,6 +20,7 @@ from engine.batch import model_build
 from engine.batch.families import chains
 from engine.language.corpus import load_corpus
 from tests.conftest import REPO
+from tests.file_helpers import files_of
 
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
 FAMILY = ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-8B"]      # one spec shape, three sets of dims
@@ -35,10 +36,6 @@ def test_chains_group_a_family_in_the_builds_order_longest_chain_first():
     assert chains(todo, family, cost) == [["b1", "b2"], ["c1"], ["a1", "a2"], ["d1"]]
     # every model in exactly one chain
     assert sorted(m for chain in chains(todo, family, cost) for m in chain) == sorted(todo)
-
-
-def _files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 _ALONE = """
@@ -57,12 +54,12 @@ def test_consistency_a_family_chain_writes_what_each_model_writes_alone(tmp_path
     chained = tmp_path / "chain"
     for mid in FAMILY:
         model_build.build_model(str(corpus.root), mid, str(TINY), None, str(chained), "h", None, corpus=corpus)
-    shared = _files(chained)
+    shared = files_of(chained)
     # each model alone: a fresh process that evaluated nothing before it
     alone = tmp_path / "alone"
     for mid in FAMILY:
         subprocess.run([sys.executable, "-c", _ALONE, mid, str(TINY), str(alone)], cwd=REPO, check=True)
-    apart = _files(alone)
+    apart = files_of(alone)
     assert sorted(shared) == sorted(apart)
     for mid in FAMILY:       # each model wrote its partitions, formulas, sizing and documents
         assert sum(model_build.slug(mid) in name for name in shared) >= 5, mid

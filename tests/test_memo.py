@@ -24,3 +24,26 @@ def test_the_memo_is_emptied_whole_once_past_its_limit():
     assert memo == {0: 0, 1: 1, 2: 2}
     assert remembered(memo, 9, lambda: "nine", 2) == "nine"
     assert memo == {9: "nine"}                 # emptied, then the new entry
+
+
+def test_remembered_for_hits_only_the_very_object_and_is_bounded():
+    from engine.language.memo import remembered_for
+    memo: dict = {}
+    a, b = [1], [1]                            # equal, not the same object
+    assert remembered_for(memo, a, lambda: "a", 10) == "a"
+    assert remembered_for(memo, a, lambda: "again", 10) == "a"          # the same object: a hit
+    assert remembered_for(memo, b, lambda: "b", 10) == "b"              # an equal one: made anew
+    assert memo[id(a)] == (a, "a")                                      # kept beside its object
+    # a key naming more than the object (what make reads besides it)
+    assert remembered_for(memo, a, lambda: "tp2", 10, key=(id(a), 2)) == "tp2"
+    assert remembered_for(memo, a, lambda: "tp4", 10, key=(id(a), 4)) == "tp4"
+    # an entry under the key whose object is another (an id reused) is not a hit
+    memo[id(b)] = (a, "stale")
+    assert remembered_for(memo, b, lambda: "fresh", 10) == "fresh"
+    # emptied whole past its limit, as remembered
+    small: dict = {}
+    objs = [object() for _ in range(4)]
+    for o in objs[:3]:
+        remembered_for(small, o, lambda: 0, 2)
+    remembered_for(small, objs[3], lambda: 3, 2)
+    assert small == {id(objs[3]): (objs[3], 3)}

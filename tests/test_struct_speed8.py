@@ -24,6 +24,7 @@ from engine.language.corpus import load_corpus
 from engine.language.shapes import Tensor
 
 from tests.deploy_helpers import make_plan
+from tests.file_helpers import files_of
 
 
 def _step(uid: str, inputs: tuple[str, ...], view: bool = False, op: str = "linear") -> Step:
@@ -95,9 +96,6 @@ def test_consistency_memoized_views_against_the_recursion_on_real_programs():
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
 BASE, TUNE = "zai-org/GLM-5", "zai-org/GLM-5.1"       # the same graph, dims and quant; other names
 
-def _files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
 
 def test_a_fine_tune_shares_its_bases_placements_and_nothing_else_does():
     """GLM-5.1's walks equal GLM-5's but for names and source lines: the planner keys its
@@ -154,8 +152,8 @@ def assert_written_as_alone(corpus, tune: str, grid: Path, chained: Path, alone:
     ``tune`` built again into ``alone`` with no model seen before it (placed afresh)."""
     _forget_walks()
     model_build.build_model(str(corpus.root), tune, str(grid), None, str(alone), "h", None, corpus=corpus)
-    mine = {k: v for k, v in _files(chained).items() if model_build.slug(tune) in k}
-    apart = _files(alone)
+    mine = {k: v for k, v in files_of(chained).items() if model_build.slug(tune) in k}
+    apart = files_of(alone)
     assert len(mine) >= 5 and sorted(mine) == sorted(apart)
     for name in mine:
         assert mine[name] == apart[name], f"{name}: {tune} after its base differs from {tune} placed afresh"

@@ -32,7 +32,7 @@ import numpy as np
 
 from typing import TYPE_CHECKING
 
-from engine.language.memo import remembered
+from engine.language.memo import remembered, remembered_for
 from engine.deploy.compiled_tables import _Tables
 from engine.deploy.compiled_totals import _Totals
 from engine.deploy.hardware import GPU
@@ -234,16 +234,9 @@ def _repeat(expr) -> float:
     """``float(expr)`` of a step's repeat, once per distinct repeat (a handful per model; the
     conversion goes through sympy's evalf, and every program of every structure asks). Found by
     object first (the steps of a model's programs hold a few repeat objects, asked per step and
-    group: a lookup by value compares sympy numbers in Python), the object kept beside its float
-    so its id names it while the entry lives; then by value."""
-    mine = _REPEATS_BY_ID.get(id(expr))
-    if mine is not None and mine[0] is expr:
-        return mine[1]
-    value = remembered(_REPEATS, expr, lambda: float(expr), 100_000)
-    if len(_REPEATS_BY_ID) > 100_000:
-        _REPEATS_BY_ID.clear()
-    _REPEATS_BY_ID[id(expr)] = (expr, value)
-    return value
+    group: a lookup by value compares sympy numbers in Python); then by value."""
+    return remembered_for(_REPEATS_BY_ID, expr,
+                          lambda: remembered(_REPEATS, expr, lambda: float(expr), 100_000), 100_000)
 
 
 def _distinct(values) -> tuple[list, np.ndarray]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import sympy   # annotations; imported where used (a stored deploy never loads sympy)
 
-from engine.language.memo import remembered
+from engine.language.memo import remembered, remembered_for
 from engine.language import symbols
 from engine.deploy.interpolation import _roof
 from engine.deploy.measured_tables import ATTENTION_DIMS, KERNELS, KEYED, MLA_KERNELS, MLA_SHAPE, Table, Tables
@@ -99,18 +99,11 @@ def _moe_key(bound: dict, config) -> tuple | None:
     one of the dims. Once per (dims object, tp, ep), all it reads (a model's bound dims are made
     once by its evaluation and never changed; the object is held beside the key, so its id names
     it): every MoE step of every group asks, and ``int`` of a sympy number is slow."""
-    memo = (id(bound), config.tp, config.ep)
-    found = _MOE_KEYS.get(memo)
-    if found is not None and found[0] is bound:
-        return found[1]
-    if any(d not in bound for d in MOE_DIMS) or config.tp % config.ep:
-        key = None
-    else:
-        key = tuple(int(bound[d]) for d in MOE_DIMS) + (config.tp // config.ep, config.ep)
-    if len(_MOE_KEYS) > 10_000:
-        _MOE_KEYS.clear()
-    _MOE_KEYS[memo] = (bound, key)
-    return key
+    def make():
+        if any(d not in bound for d in MOE_DIMS) or config.tp % config.ep:
+            return None
+        return tuple(int(bound[d]) for d in MOE_DIMS) + (config.tp // config.ep, config.ep)
+    return remembered_for(_MOE_KEYS, bound, make, 10_000, key=(id(bound), config.tp, config.ep))
 
 
 _MOE_KEYS: dict[tuple, tuple] = {}     # (id(bound dims), tp, ep) -> (the dims, _moe_key's answer)

@@ -19,6 +19,7 @@ from engine.deploy.structure import Scenario, Structure, prefill_program_batch, 
 from engine.deploy.measured import SharedCoordinates, finish, gather, resolve
 from engine.deploy.sol import distinct_rows
 from engine.deploy.stored import StoredProgram
+from engine.language.memo import remembered_for
 
 #: ``plan`` arguments below are :class:`engine.deploy.plan.Plan` (which imports this module: not
 #: imported here)
@@ -54,16 +55,12 @@ def weight_text(expr) -> str:
     ``weight_bytes_per_gpu_formula`` and the deploy page's config rows), printed once per process:
     the same formula recurs across every regime, framework and domain of a config, and across
     configs whose degrees are symbols."""
-    mine = _PLAIN_BY_ID.get(id(expr))
-    if mine is not None and mine[0] is expr:      # the same object: no formula compared term by term
-        return mine[1]
-    text = _PLAIN.get(expr)
-    if text is None:
-        text = _PLAIN[expr] = _printer().doprint(expr)
-    if len(_PLAIN_BY_ID) > 200_000:
-        _PLAIN_BY_ID.clear()
-    _PLAIN_BY_ID[id(expr)] = (expr, text)
-    return text
+    def make() -> str:          # by value: an equal formula of another structure
+        text = _PLAIN.get(expr)
+        if text is None:
+            text = _PLAIN[expr] = _printer().doprint(expr)
+        return text
+    return remembered_for(_PLAIN_BY_ID, expr, make, 200_000)     # the same object: no formula compared term by term
 
 
 #: id(symbolic step) -> (step, its four texts): structures share most of their steps (the same
@@ -73,15 +70,10 @@ _STEP_TEXT: dict[int, tuple] = {}
 
 def _step_text(step) -> tuple[str, str, str, str]:
     """The four totals of one symbolic step as text (:func:`_text`), once per step object."""
-    mine = _STEP_TEXT.get(id(step))
-    if mine is not None and mine[0] is step:      # the same object (an id alone can be reused)
-        return mine[1]
-    from engine.deploy.step_totals import step_totals     # sympy's: a stored step has its texts
-    text = tuple(_text(e) for e in step_totals(step))
-    if len(_STEP_TEXT) > 200_000:                 # steps are shared within one model: keep it bounded
-        _STEP_TEXT.clear()
-    _STEP_TEXT[id(step)] = (step, text)
-    return text
+    def make() -> tuple:
+        from engine.deploy.step_totals import step_totals     # sympy's: a stored step has its texts
+        return tuple(_text(e) for e in step_totals(step))
+    return remembered_for(_STEP_TEXT, step, make, 200_000)    # steps are shared within one model: bounded
 
 
 #: id(symbolic program) -> (program, its steps' texts): structures of other regimes, domains and

@@ -15,6 +15,7 @@ from sympy.printing.numpy import NumPyPrinter
 
 from engine.language import symbols
 from engine.language.memo_printer import MemoPrinting
+from engine.language.memo import remembered_for
 from engine.deploy.device_program import Step
 from engine.deploy.step_totals import step_totals
 
@@ -206,15 +207,10 @@ _STEP_FUNCTIONS: dict[int, tuple] = {}
 def _step_functions(step: Step) -> tuple:
     """The step's four totals (:func:`step_totals`) compiled, and its calls (a collective's repeat;
     0.0 for a compute step), each a function or a float (:func:`_compiled`): once per step object."""
-    mine = _STEP_FUNCTIONS.get(id(step))
-    if mine is not None and mine[0] is step:
-        return mine[1]
-    totals = step_totals(step)
-    out = (*(_compiled(t) for t in totals), _compiled(step.repeat) if step.collective else 0.0)
-    if len(_STEP_FUNCTIONS) > 200_000:      # as _BY_STEP: the steps of a model or two
-        _STEP_FUNCTIONS.clear()
-    _STEP_FUNCTIONS[id(step)] = (step, out)
-    return out
+    def make() -> tuple:
+        totals = step_totals(step)
+        return (*(_compiled(t) for t in totals), _compiled(step.repeat) if step.collective else 0.0)
+    return remembered_for(_STEP_FUNCTIONS, step, make, 200_000)      # as _BY_STEP: the steps of a model or two
 
 
 class _MemoPrinter(MemoPrinting, NumPyPrinter):

@@ -8,7 +8,7 @@ their keys).
 """
 from __future__ import annotations
 
-from typing import Callable, Hashable, TypeVar
+from typing import Any, Callable, Hashable, TypeVar
 
 T = TypeVar("T")
 
@@ -22,3 +22,20 @@ def remembered(memo: dict, key: Hashable, make: Callable[[], T], limit: int) -> 
             memo.clear()
         found = memo[key] = make()
     return found
+
+
+def remembered_for(memo: dict, obj: Any, make: Callable[[], T], limit: int, key: Hashable | None = None) -> T:
+    """``make()`` for the object ``obj``, kept under ``key`` (default ``id(obj)``) beside ``obj``
+    itself: a hit needs the very object (``is``), never an equal one, so nothing is compared by value
+    (the point: sympy expressions and steps compare term by term), and holding ``obj`` keeps its id
+    from being reused while the entry lives. ``key`` names ``obj`` and whatever else ``make`` reads
+    (e.g. ``(id(obj), tp, ep)``). Bounded as :func:`remembered`: emptied whole past ``limit``."""
+    key = id(obj) if key is None else key
+    found = memo.get(key)
+    if found is not None and found[0] is obj:
+        return found[1]
+    value = make()
+    if len(memo) > limit:
+        memo.clear()
+    memo[key] = (obj, value)
+    return value
