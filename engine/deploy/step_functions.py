@@ -230,6 +230,14 @@ _PLAIN = frozenset({sympy.Symbol, sympy.Integer, sympy.core.numbers.Zero, sympy.
 _PRINTER: list = []      # [the process's _MemoPrinter], made on first use
 
 
+def _plain(expr) -> bool:
+    """Whether every node of ``expr`` is of a :data:`_PLAIN` type and its symbols are ARGS: what
+    :func:`_lambdify` prints with the shared printer (and compiles without lambdify's walk for
+    implemented functions: no such node carries one)."""
+    return all(type(node) in _PLAIN and (type(node) is not sympy.Symbol or node in ARGS)
+               for node in sympy.preorder_traversal(expr))
+
+
 def _lambdify(expr: sympy.Expr):
     """``sympy.lambdify(ARGS, expr, modules=_MODULES)``, printed by one shared :class:`_MemoPrinter`
     when every node of ``expr`` is of a :data:`_PLAIN` type and its symbols are ARGS. The printer
@@ -237,16 +245,19 @@ def _lambdify(expr: sympy.Expr):
     function's source is the one lambdify writes without it, and the floats are the same
     (tests/test_cost_compile.py compares the sources). Printing was most of lambdify's time."""
     printer = None
-    if all(type(node) in _PLAIN and (type(node) is not sympy.Symbol or node in ARGS)
-           for node in sympy.preorder_traversal(expr)):
+    if _plain(expr):
         if not _PRINTER:
             _PRINTER.append(_MemoPrinter({"fully_qualified_modules": False, "inline": True,
                                           "allow_unknown_functions": True,
                                           "user_functions": {k: k for m in _MODULES if isinstance(m, dict)
                                                              for k in m}}))
         printer = _PRINTER[0]
-    # no docstring: printing the expression into it is a quarter of lambdify's time
-    return symbols.checked_lambdify(_ARG_LIST, expr, modules=_MODULES, printer=printer, docstring_limit=0)
+    # no docstring: printing the expression into it is a quarter of lambdify's time. A plain
+    # expression holds no implemented function (none of the _PLAIN types carries an ``_imp_``), so
+    # lambdify's walk collecting their implementations (``use_imps``, about a twentieth of its time) finds
+    # nothing: the namespace, and so the function, is the same without it
+    return symbols.checked_lambdify(_ARG_LIST, expr, modules=_MODULES, printer=printer, docstring_limit=0,
+                                    use_imps=printer is None)
 
 
 #: ARGS as lambdify's one argument: their parameter list as text. lambdify writes an argument that is
