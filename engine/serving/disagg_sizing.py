@@ -175,16 +175,28 @@ def dominated(pres: GPUSearch, slowest_bytes_per_s: float | None = None,
     return np.split(drop, np.cumsum([len(t) for t, _ in recs])[:-1])
 
 
+def _none_dropped(recs: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+    """:func:`dominated`'s masks dropping nothing (one per config of ``recs``)."""
+    return [np.zeros(len(t), dtype=bool) for t, _ in recs]
+
+
 def prefill_records(pres: GPUSearch, keep: dict[int, set[int]] | None = None,
                     slowest_bytes_per_s: float | None = None,
-                    recs: list[tuple[np.ndarray, np.ndarray]] | None = None) -> GPUSearch:
+                    recs: list[tuple[np.ndarray, np.ndarray]] | None = None, picked: bool = False) -> GPUSearch:
     """A copy of ``pres`` whose prefill points are its pool configs' undominated records
     (:func:`dominated` at ``slowest_bytes_per_s``; ``keep``: only these batches of each config, by its index in
     ``pres.pool_configs``), configs with none left out, the others renumbered in their order;
     ``pair_points`` chooses the same outcome for every decode point and bounds with it (config
-    indices aside; ``recs``: :func:`all_records` of ``pres``, computed when not given)."""
+    indices aside; ``recs``: :func:`all_records` of ``pres``, computed when not given).
+
+    ``picked``: ``keep`` holds only records undominated at some bandwidth (what :func:`_picks`
+    picks, out of the records left at the slowest link), so :func:`dominated` without a bandwidth
+    is not evaluated: it drops none of them. (Without a bandwidth a row is dropped only by an
+    earlier config of no larger share, by the very comparison :func:`dominated` makes with one;
+    those configs are among the ones it tries with a bandwidth, so what is dropped without one is
+    dropped with one too; and a config's batches are distinct, so ``keep`` names records.)"""
     recs = all_records(pres) if recs is None else recs
-    drop = dominated(pres, slowest_bytes_per_s, recs)
+    drop = _none_dropped(recs) if picked else dominated(pres, slowest_bytes_per_s, recs)
     configs, cols = [], {"config": [], "batch": [], "ttft_s": []}
     for c, cfg in enumerate(pres.pool_configs):
         if keep is not None and not keep.get(c):
@@ -461,7 +473,7 @@ def candidates(results: list[GPUSearch], gpus: list[GPU], output_len: int, pairs
     else:
         _ANSWERS.move_to_end(key)
     picked, held = found
-    prefill = {r.gpu: prefill_records(r, picked[r.gpu], recs=recs[r.gpu]) for r in results}
+    prefill = {r.gpu: prefill_records(r, picked[r.gpu], recs=recs[r.gpu], picked=True) for r in results}
     decode = {r.gpu: decode_subset(r, held[r.gpu]) if r.points else r for r in results}
     return prefill, decode
 

@@ -384,7 +384,7 @@ class _Evaluator:
                 if not runs:
                     continue
                 calls.append((s, prefill_only, runs, np.concatenate([work[g, k][1][sel] for g, k, sel in runs]),
-                              np.concatenate([work[g, k][2][sel] for g, k, sel in runs]),
+                              _one_length(np.concatenate([work[g, k][2][sel] for g, k, sel in runs])),
                               np.concatenate([np.full(len(sel), g) for g, _, sel in runs])))
         # each compiled program once over the points of every call and phase running it (times only;
         # prefill-only calls leave the decode step out)
@@ -407,6 +407,19 @@ class _Evaluator:
                     into[name][sel] = value[at:at + len(sel)]
                 at += len(sel)
         return out
+
+
+def _one_length(lengths: np.ndarray):
+    """A call's output lengths as one number where they are all one (always, in the search: a
+    call's points are all serving points, of the scenario's output, or all prefill-pool points, of
+    :data:`engine.serving.disagg.PREFILL_OUTPUT`), else as they are. summarize() and phase_inputs()
+    then evaluate what reads the output length alone (the steady state's tokens per request, the KV
+    at the last position and at the steady tokens, the decode's mean context) once per call instead
+    of once per point: each is elementwise arithmetic, so the one number is the very float every
+    point got, and what reads it beside per-point arrays broadcasts it (the points' shape is the
+    batches'; tests/test_serve_eleventh_pass.py compares the two, bit for bit and dtype for dtype)."""
+    first = lengths[0]
+    return first if (lengths == first).all() else lengths
 
 
 def _kv_bytes(options: Options) -> int:
