@@ -396,9 +396,9 @@ def top_level(text: str, cut: str | None = None) -> list[tuple[str, int, int, in
     """The top-level entries of the compact JSON object ``text``, in order, each ``(key, where its
     key's quote is, where its value starts, where it ends, the value decoded)``, so that
     ``text[key:end]`` is an entry's text as it stands (``"key":value``) and ``"{" + ",".join(...) +
-    "}"`` of all of them is ``text`` again. The value of ``cut`` is not decoded (None) but cut at the next key's
-    opening quote (or the object's end): exact only for a value holding no string, which its
-    reader checks (:func:`read_formulas`). None where ``text`` is not a compact JSON object (white
+    "}"`` of all of them is ``text`` again. The value of ``cut`` is not decoded (None) but cut at the
+    next key's opening quote (or the object's end): exact only for a value holding no string, which
+    its reader checks (:func:`read_formulas`). None where ``text`` is not a compact JSON object (white
     space, a key given twice, a value that is not JSON there): then json.loads tells what it is."""
     if not text.startswith('{"'):
         return None
@@ -489,6 +489,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     steps: dict[str, str] = {}                # a row's text in the document -> its text here
     local: dict[str, dict[int, int]] = {}     # per file: its programs, in order, renumbered from 0
     lists: dict[str, _Numbering] = {}         # per file: the expected-time lists it holds, renumbered
+
     def step(row: str) -> str:
         """A step row's text here: 5 tree indices, 6 numbers, 4 string indices (renumbered)."""
         s = json.loads(row)
