@@ -361,10 +361,11 @@ def read_formulas(path: Path) -> dict:
     each; the site renumbers each distinct row once (:func:`split_formulas`). A document whose
     programs cannot be cut so (not compact, or a string in a row) is decoded whole and its rows
     encoded again (:func:`row_texts`): the same texts, since the writer's encoder is
-    :func:`compact_json` and decoding and encoding again gives a value's compact text back."""
+    :func:`compact_json` and decoding and encoding again gives a value's compact text back. The
+    ``trees`` come as :class:`Items`: the common file copies the texts of those it holds."""
     text = Path(path).read_text()
     with gc_paused():
-        entries = top_level(text, cut="programs")
+        entries = top_level(text, cut="programs", items="trees")
         at = {e[0]: e for e in entries or ()}
         rows = _cut_rows(text[at["programs"][2]:at["programs"][3]]) if "programs" in at else None
         if rows is None:
@@ -392,13 +393,40 @@ def json_without(text: str, drop: str) -> str:
 _SCAN = make_scanner(json.JSONDecoder())      # (what json.loads decodes a value with)
 
 
-def top_level(text: str, cut: str | None = None) -> list[tuple[str, int, int, int, Any]] | None:
+class Items(list):
+    """A JSON list decoded element by element, beside each element's text as it stands in the file
+    (``texts``): what :func:`top_level` gives for its ``items`` key."""
+    texts: list[str]
+
+
+def _items(text: str, i: int) -> tuple[Items, int]:
+    """The JSON list starting at ``text[i]`` as :class:`Items`, and where it ends (each element
+    decoded by the C scanner, as json.loads would; ValueError where no list of values is there)."""
+    if text[i:i + 1] != "[":
+        raise ValueError("not a list")
+    out = Items()
+    out.texts = []
+    if text[i + 1:i + 2] == "]":
+        return out, i + 2
+    while True:                  # at '[' or ',', an element next
+        value, end = _SCAN(text, i + 1)
+        out.append(value)
+        out.texts.append(text[i + 1:end])
+        i = end
+        if text[i:i + 1] == "]":
+            return out, i + 1
+        if text[i:i + 1] != ",":
+            raise ValueError("not a list")
+
+
+def top_level(text: str, cut: str | None = None, items: str | None = None) -> list[tuple[str, int, int, int, Any]] | None:
     """The top-level entries of the compact JSON object ``text``, in order, each ``(key, where its
     key's quote is, where its value starts, where it ends, the value decoded)``, so that
     ``text[key:end]`` is an entry's text as it stands (``"key":value``) and ``"{" + ",".join(...) +
     "}"`` of all of them is ``text`` again. The value of ``cut`` is not decoded (None) but cut at the
     next key's opening quote (or the object's end): exact only for a value holding no string, which
-    its reader checks (:func:`read_formulas`). None where ``text`` is not a compact JSON object (white
+    its reader checks (:func:`read_formulas`). The value of ``items`` (a list) comes as :class:`Items`,
+    each element's text beside it. None where ``text`` is not a compact JSON object (white
     space, a key given twice, a value that is not JSON there): then json.loads tells what it is."""
     if not text.startswith('{"'):
         return None
@@ -414,7 +442,7 @@ def top_level(text: str, cut: str | None = None) -> list[tuple[str, int, int, in
                 end = text.find('"', start)
                 i, value = (last if end == -1 else end - 1), None
             else:
-                value, i = _SCAN(text, start + 1)
+                value, i = (_items if name == items else _SCAN)(text, start + 1)
             entries.append((name, key_at, start + 1, i, value))
             if text[i:i + 1] == "}":
                 return entries if i == last else None
@@ -531,15 +559,18 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
             parts += [',"expected":[', ",".join(listed[i] if i in listed else listed.setdefault(
                 i, compact_json([tm[t] for t in expected[i]])) for i in lists[key]), "]"]
         bodies[key] = "".join(parts + [',"common":', compact_json(COMMON), "}"])
-    shared_trees = [trees[i] for i in tm]
-    shared: dict = {"trees": shared_trees, "strings": [strings[i] for i in sm]}
+    # the common file's text as compact_json of {"trees", "strings", "lookups"} writes it, the trees
+    # copied as the document holds them where it was read with their texts (read_formulas)
+    shared_trees = ("[" + ",".join([trees.texts[i] for i in tm]) + "]" if isinstance(trees, Items)
+                    else compact_json([trees[i] for i in tm]))
+    parts = ['{"trees":', shared_trees, ',"strings":', compact_json([strings[i] for i in sm])]
     if expected:
         # the measured tables the trees' lookup nodes name (by their index in the model's lookups)
         # (less what only `archledger deploy`'s reading of the document needs: engine.deploy.stored)
-        shared["lookups"] = {str(r): {k: v for k, v in doc["lookups"][r].items() if k not in STORED_ONLY}
-                             for r in sorted(_lookup_refs(shared_trees))}
+        parts += [',"lookups":', compact_json({str(r): {k: v for k, v in doc["lookups"][r].items() if k not in STORED_ONLY}
+                                               for r in sorted(_lookup_refs(shared_trees))})]
     texts, same = _shared(bodies)
-    texts[COMMON] = compact_json(shared)
+    texts[COMMON] = "".join(parts + ["}"])
     for o in options:
         o["cfg"], o["file"] = o["file"], same[o["file"]]
     # the weight formula's text travels once per model in index.json's weight_formulas
@@ -567,18 +598,16 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
 COMMON = "common"
 
 
-def _lookup_refs(trees: list) -> set[int]:
-    """The table refs of the ``lookup`` nodes in ``trees`` (engine.language.formula_tree)."""
-    found, todo = set(), list(trees)
-    while todo:
-        t = todo.pop()
-        if isinstance(t, list) and t:
-            if t[0] == "lookup":
-                found.add(t[1])
-                todo.extend(t[2:])
-            else:       # an op's arguments, or a piecewise pair [value, condition]
-                todo.extend(t[1:] if isinstance(t[0], str) else t)
-    return found
+def _lookup_refs(trees: str) -> set[int]:
+    """The table refs of the ``lookup`` nodes (``["lookup", ref, ...]``, engine.language.formula_tree)
+    in the compact JSON text ``trees``. A match is always such a node: its bracket cannot be inside a
+    string, for the quote after it would close that string and no JSON text goes on with a letter
+    after a closing quote; so it opens a list whose first element is the string ``lookup``, and the
+    ref is the integer after it (what the walk over the decoded trees found)."""
+    return {int(r) for r in _LOOKUP_REF.findall(trees)}
+
+
+_LOOKUP_REF = re.compile(r'\["lookup",(-?\d+)(?=[,\]])')
 
 
 def _shared(bodies: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

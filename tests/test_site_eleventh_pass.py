@@ -10,6 +10,10 @@ them unchanged, not decoded and encoded again.
   program by program, as before) and, on real inputs, against the old path (the document decoded
   whole by json.loads and split row by row): the same index value and file texts, byte for byte.
   A document the cut cannot take (white space, a string in a row) is decoded whole: the same.
+* The common file copies its trees' texts (``top_level``'s ``items``: ``Items``, each element's text
+  beside it) and finds the tables they read by a regular expression over that text
+  (``_lookup_refs``): by hand on awkward trees (the word as a symbol, inside a string, nested
+  lookups) and, on real inputs, the same refs as a walk over the decoded trees.
 * ``site_builder.data.json_without`` writes the playground's picks without their graphs by copying
   the other entries' texts: on the build's files it equals ``compact_json`` of the decoded document
   without ``graphs``, and on a non-compact text it falls back to that.
@@ -115,6 +119,41 @@ def test_programs_that_do_not_join_back_are_not_cut():
         assert data._cut_rows(raw) is None, raw
 
 
+def test_items_give_each_elements_text_as_it_stands():
+    text = '{"t":[["+",1,"x"],"lookup",2.5,[]],"u":[]}'
+    entries = top_level(text, items="t")
+    trees = entries[0][4]
+    assert isinstance(trees, data.Items) and trees == [["+", 1, "x"], "lookup", 2.5, []]
+    assert trees.texts == ['["+",1,"x"]', '"lookup"', "2.5", "[]"] == [compact_json(t) for t in trees]
+    assert top_level('{"t":[]}', items="t")[0][4].texts == []
+    assert top_level('{"t":3}', items="t") is None and top_level('{"t":[1;2]}', items="t") is None
+
+
+@pytest.mark.parametrize("trees, refs", [
+    ([["lookup", 3, "batch", "seq"]], {3}),
+    ([["min", ["lookup", 0, "b"], ["lookup", 12, ["lookup", 7, "s"]]]], {0, 12, 7}),   # nested in a coordinate
+    ([["+", "lookup", 4], ["*", "lookup", ["lookup"]]], set()),      # the word as a symbol, a node of no ref
+    ([["pw", [["lookup", 1, "x"], [">", "x", 0]], ["t_sol", True]]], {1}),
+    (["a [\"lookup\",5 b", ['["lookup",6'], ["lookup", 2.5]], set()),    # inside strings; a float is no ref
+])
+def test_lookup_refs_are_the_lookup_nodes_tables(trees, refs):
+    """By hand: the refs of exactly the lists whose first element is the string ``lookup`` and whose
+    second is an integer."""
+    assert data._lookup_refs(compact_json(trees)) == refs
+
+
+def _walked_refs(trees: list) -> set:
+    """The oracle: every lookup node's ref, by walking the decoded trees (what the site did before)."""
+    found, todo = set(), list(trees)
+    while todo:
+        t = todo.pop()
+        if isinstance(t, list) and t:
+            if t[0] == "lookup" and len(t) > 1 and isinstance(t[1], int):
+                found.add(t[1])
+            todo.extend(t)
+    return found
+
+
 def test_json_without_copies_the_other_entries():
     text = compact_json({"a": [1.0, 1e-05, "é"], "graphs": {"g": [1, 2]}, "z": {"k": None}})
     assert json_without(text, "graphs") == compact_json({"a": [1.0, 1e-05, "é"], "z": {"k": None}})
@@ -141,8 +180,11 @@ def test_on_the_builds_files_the_copied_texts_equal_the_old_decode_and_encode(sm
         text = path.read_text()
         assert top_level(text, cut="programs") is not None and data._cut_rows(
             text[text.index('"programs":') + 11:text.index(',"trees":')]) is not None
-        model, files = split_formulas(read_formulas(path))
+        read = read_formulas(path)
+        assert isinstance(read["trees"], data.Items) and read["trees"].texts == [compact_json(t) for t in read["trees"]]
+        model, files = split_formulas(read)
         doc = json.loads(text)
+        assert data._lookup_refs(compact_json(doc["trees"])) == _walked_refs(doc["trees"]) != set()
         assert (model, files) == split_formulas(doc), path.name
         _assert_rows_resolve_to_the_documents(doc, model, files)
     for path in playground:
