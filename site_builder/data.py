@@ -14,6 +14,8 @@ import re
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from json.decoder import scanstring
+from json.scanner import make_scanner
 from pathlib import Path
 from typing import Any
 
@@ -334,10 +336,141 @@ def _tips(points: dict[str, dict[str, str]]) -> dict:
 
 
 def deploy_formulas(results: Results, model_id: str) -> dict | None:
-    """The model's formula document (``formulas/<org--name>.json``, engine/batch/deploy_export.py), or
-    None for results built before it existed."""
+    """The model's formula document (``formulas/<org--name>.json``, engine/batch/deploy_export.py) as
+    :func:`read_formulas` gives it, or None for results built before it existed."""
     path = results.root / "formulas" / f"{slug(model_id)}.json"
-    return read_json(path) if path.exists() else None
+    return read_formulas(path) if path.exists() else None
+
+
+class RowTexts(list):
+    """A formula document's ``programs`` as its steps' JSON texts: per program, each step row's
+    compact JSON text, in order (what :func:`split_formulas` reads; a decoded document's programs
+    are turned into this by :func:`row_texts`)."""
+
+
+def row_texts(programs: list) -> RowTexts:
+    """Decoded ``programs`` (lists of step rows) as :class:`RowTexts`: each row's compact JSON text,
+    the text the build's writer gave it (engine.batch.deploy_export.document_json)."""
+    return RowTexts([[compact_json(row) for row in steps] for steps in programs])
+
+
+def read_formulas(path: Path) -> dict:
+    """A formula document, decoded but for its ``programs``, which come as :class:`RowTexts` cut from
+    the file's text: the programs are most of the text (36 of the 51 models' 64 MB) and repeat few
+    distinct rows (GLM-5.2: 49,886 steps, 1,495 distinct), which json.loads would build as a new list
+    each; the site renumbers each distinct row once (:func:`split_formulas`). A document whose
+    programs cannot be cut so (not compact, or a string in a row) is decoded whole and its rows
+    encoded again (:func:`row_texts`): the same texts, since the writer's encoder is
+    :func:`compact_json` and decoding and encoding again gives a value's compact text back. The
+    ``trees`` come as :class:`Items`: the common file copies the texts of those it holds."""
+    text = Path(path).read_text()
+    with gc_paused():
+        entries = top_level(text, cut="programs", items="trees")
+        at = {e[0]: e for e in entries or ()}
+        rows = _cut_rows(text[at["programs"][2]:at["programs"][3]]) if "programs" in at else None
+        if rows is None:
+            doc = json.loads(text)
+            doc["programs"] = row_texts(doc["programs"])
+            return doc
+        doc = {name: value for name, _, _, _, value in entries}
+        doc["programs"] = rows
+        return doc
+
+
+def json_without(text: str, drop: str) -> str:
+    """The compact JSON text of the object ``text`` less its top-level key ``drop``:
+    ``compact_json`` of the decoded object without it, for ``text`` as :func:`compact_json` writes
+    it (every results JSON file: engine.batch.jsontext), whose entries' texts are what encoding them
+    again gives; so the other entries are copied as they stand, not decoded and encoded again. Any
+    other text (white space: :func:`top_level` says None) is decoded and encoded."""
+    with gc_paused():
+        entries = top_level(text)
+        if entries is None:
+            return compact_json({k: v for k, v in json.loads(text).items() if k != drop})
+    return "{" + ",".join([text[key:end] for name, key, _, end, _ in entries if name != drop]) + "}"
+
+
+_SCAN = make_scanner(json.JSONDecoder())      # (what json.loads decodes a value with)
+
+
+class Items(list):
+    """A JSON list decoded element by element, beside each element's text as it stands in the file
+    (``texts``): what :func:`top_level` gives for its ``items`` key."""
+    texts: list[str]
+
+
+def _items(text: str, i: int) -> tuple[Items, int]:
+    """The JSON list starting at ``text[i]`` as :class:`Items`, and where it ends (each element
+    decoded by the C scanner, as json.loads would; ValueError where no list of values is there)."""
+    if text[i:i + 1] != "[":
+        raise ValueError("not a list")
+    out = Items()
+    out.texts = []
+    if text[i + 1:i + 2] == "]":
+        return out, i + 2
+    while True:                  # at '[' or ',', an element next
+        value, end = _SCAN(text, i + 1)
+        out.append(value)
+        out.texts.append(text[i + 1:end])
+        i = end
+        if text[i:i + 1] == "]":
+            return out, i + 1
+        if text[i:i + 1] != ",":
+            raise ValueError("not a list")
+
+
+def top_level(text: str, cut: str | None = None, items: str | None = None) -> list[tuple[str, int, int, int, Any]] | None:
+    """The top-level entries of the compact JSON object ``text``, in order, each ``(key, where its
+    key's quote is, where its value starts, where it ends, the value decoded)``, so that
+    ``text[key:end]`` is an entry's text as it stands (``"key":value``) and ``"{" + ",".join(...) +
+    "}"`` of all of them is ``text`` again. The value of ``cut`` is not decoded (None) but cut at the
+    next key's opening quote (or the object's end): exact only for a value holding no string, which
+    its reader checks (:func:`read_formulas`). The value of ``items`` (a list) comes as :class:`Items`,
+    each element's text beside it. None where ``text`` is not a compact JSON object (white
+    space, a key given twice, a value that is not JSON there): then json.loads tells what it is."""
+    if not text.startswith('{"'):
+        return None
+    entries, seen, i, last = [], set(), 0, len(text) - 1
+    try:
+        while text[i + 1:i + 2] == '"':          # at '{' or ',', a key next (compact: no white space)
+            key_at = i + 1
+            name, start = scanstring(text, key_at + 1)
+            if text[start:start + 1] != ":" or name in seen:   # (json.loads keeps a repeated key's last value)
+                return None
+            seen.add(name)
+            if name == cut:
+                end = text.find('"', start)
+                i, value = (last if end == -1 else end - 1), None
+            else:
+                value, i = (_items if name == items else _SCAN)(text, start + 1)
+            entries.append((name, key_at, start + 1, i, value))
+            if text[i:i + 1] == "}":
+                return entries if i == last else None
+            if text[i:i + 1] != ",":
+                return None
+    except (ValueError, StopIteration):          # (not JSON where a value was looked for)
+        return None
+    return None
+
+
+#: A step row with no string: a list of numbers holding one list (``parts``), as the build writes it.
+_ROW = r'\[[^\[\]"]*\[[^\[\]"]*\][^\[\]"]*\]'
+_ROWS = re.compile(_ROW)
+#: A program: a list of such rows (possibly none).
+_PROGRAM = re.compile(r'\[((?:%s(?:,%s)*)?)\]' % (_ROW, _ROW))
+
+
+def _cut_rows(raw: str) -> RowTexts | None:
+    """The programs' text ``raw`` (a list of lists of step rows) as :class:`RowTexts`, or None where
+    it is not exactly a list of programs of string-free rows of the writer's shape (then it is not
+    cut here). Exact: the programs found must join back to ``raw`` character for character, and a
+    JSON list ends at its own closing bracket, so a text that joins back is the whole value."""
+    if len(raw) < 2 or raw[0] != "[" or raw[-1] != "]":
+        return None
+    programs = _PROGRAM.findall(raw, 1, len(raw) - 1)
+    if "[" + ",".join(["[" + p + "]" for p in programs]) + "]" != raw:
+        return None
+    return RowTexts([_ROWS.findall(p) for p in programs])
 
 
 class _Numbering(dict):
@@ -368,16 +501,30 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
     from engine.deploy.rules import GRID_BATCHES, exported as deploy_rules   # (here: the module's other readers need no engine)
     from engine.deploy.measured_tree import STORED_ONLY
     programs, trees, strings = doc["programs"], doc["trees"], doc["strings"]
+    if not isinstance(programs, RowTexts):
+        programs = row_texts(programs)
     expected = doc.get("expected", [])
     # trees and strings numbered once for the model (first use: the programs in option order, each
     # program's steps in order, fields left to right; then the expected-time lists, file by file)
     tm, sm = _Numbering(), _Numbering()
     # a program's step rows are the same in every file that holds it (the numbering is the model's),
     # so each is renumbered and written as compact JSON once, when first used; a file's text is
-    # joined from them (what compact_json of the file's value writes, byte for byte)
+    # joined from them (what compact_json of the file's value writes, byte for byte). Programs repeat
+    # few distinct rows: each distinct row (by its text) is decoded and renumbered once, when first
+    # met; a row met again numbers nothing new (its trees and strings are numbered already), so the
+    # numbering is the same as renumbering every row in order
     texts: dict[int, str] = {}
+    steps: dict[str, str] = {}                # a row's text in the document -> its text here
     local: dict[str, dict[int, int]] = {}     # per file: its programs, in order, renumbered from 0
     lists: dict[str, _Numbering] = {}         # per file: the expected-time lists it holds, renumbered
+
+    def step(row: str) -> str:
+        """A step row's text here: 5 tree indices, 6 numbers, 4 string indices (renumbered)."""
+        s = json.loads(row)
+        text = steps[row] = compact_json([tm[s[0]], tm[s[1]], tm[s[2]], tm[s[3]], tm[s[4]], s[5], s[6], s[7], s[8],
+                                          s[9], s[10], sm[s[11]], sm[s[12]], sm[s[13]], sm[s[14]]])
+        return text
+
     options = []
     for opt in doc["options"]:
         cfg = doc["configs"][opt["config"]]
@@ -391,10 +538,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
             if pid not in pmap:
                 pmap[pid] = len(pmap)
                 if pid not in texts:
-                    # a step: 5 tree indices, 6 numbers, 4 string indices
-                    texts[pid] = compact_json([[tm[s[0]], tm[s[1]], tm[s[2]], tm[s[3]], tm[s[4]], s[5], s[6], s[7], s[8],
-                                                s[9], s[10], sm[s[11]], sm[s[12]], sm[s[13]], sm[s[14]]]
-                                               for s in programs[pid]])
+                    texts[pid] = "[" + ",".join([steps[r] if r in steps else step(r) for r in programs[pid]]) + "]"
             return pmap[pid]
 
         options.append({**{k: opt[k] for k in ("gpu", "framework", "kv_dtypes", "limits", "reserve", "overlap", "admission") if k in opt},
@@ -415,15 +559,18 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
             parts += [',"expected":[', ",".join(listed[i] if i in listed else listed.setdefault(
                 i, compact_json([tm[t] for t in expected[i]])) for i in lists[key]), "]"]
         bodies[key] = "".join(parts + [',"common":', compact_json(COMMON), "}"])
-    shared_trees = [trees[i] for i in tm]
-    shared: dict = {"trees": shared_trees, "strings": [strings[i] for i in sm]}
+    # the common file's text as compact_json of {"trees", "strings", "lookups"} writes it, the trees
+    # copied as the document holds them where it was read with their texts (read_formulas)
+    shared_trees = ("[" + ",".join([trees.texts[i] for i in tm]) + "]" if isinstance(trees, Items)
+                    else compact_json([trees[i] for i in tm]))
+    parts = ['{"trees":', shared_trees, ',"strings":', compact_json([strings[i] for i in sm])]
     if expected:
         # the measured tables the trees' lookup nodes name (by their index in the model's lookups)
         # (less what only `archledger deploy`'s reading of the document needs: engine.deploy.stored)
-        shared["lookups"] = {str(r): {k: v for k, v in doc["lookups"][r].items() if k not in STORED_ONLY}
-                             for r in sorted(_lookup_refs(shared_trees))}
+        parts += [',"lookups":', compact_json({str(r): {k: v for k, v in doc["lookups"][r].items() if k not in STORED_ONLY}
+                                               for r in sorted(_lookup_refs(shared_trees))})]
     texts, same = _shared(bodies)
-    texts[COMMON] = compact_json(shared)
+    texts[COMMON] = "".join(parts + ["}"])
     for o in options:
         o["cfg"], o["file"] = o["file"], same[o["file"]]
     # the weight formula's text travels once per model in index.json's weight_formulas
@@ -451,18 +598,16 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
 COMMON = "common"
 
 
-def _lookup_refs(trees: list) -> set[int]:
-    """The table refs of the ``lookup`` nodes in ``trees`` (engine.language.formula_tree)."""
-    found, todo = set(), list(trees)
-    while todo:
-        t = todo.pop()
-        if isinstance(t, list) and t:
-            if t[0] == "lookup":
-                found.add(t[1])
-                todo.extend(t[2:])
-            else:       # an op's arguments, or a piecewise pair [value, condition]
-                todo.extend(t[1:] if isinstance(t[0], str) else t)
-    return found
+def _lookup_refs(trees: str) -> set[int]:
+    """The table refs of the ``lookup`` nodes (``["lookup", ref, ...]``, engine.language.formula_tree)
+    in the compact JSON text ``trees``. A match is always such a node: its bracket cannot be inside a
+    string, for the quote after it would close that string and no JSON text goes on with a letter
+    after a closing quote; so it opens a list whose first element is the string ``lookup``, and the
+    ref is the integer after it (what the walk over the decoded trees found)."""
+    return {int(r) for r in _LOOKUP_REF.findall(trees)}
+
+
+_LOOKUP_REF = re.compile(r'\["lookup",(-?\d+)(?=[,\]])')
 
 
 def _shared(bodies: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from engine.batch import publish
 from site_builder import graph_svg, graphs
 from site_builder.component_pages import _attention_instances, _short
-from site_builder.data import Results, read_json, slug
+from site_builder.data import Results, json_without, read_json, slug
 from site_builder.graph_svg import diff_graphs, render_svg
 from site_builder.incremental import _hash, _results_inputs
 from site_builder.writer import Site
@@ -129,6 +129,5 @@ def _playground_data(site: Site, results: Results, model_id: str) -> None:
     the model's pages, so a model whose results did not change keeps its file."""
     source = results.root / "playground" / f"{slug(model_id)}.json"
     if source.exists():        # the blocks' graphs are drawn once for the corpus (_playground_diffs)
-        doc = {k: v for k, v in read_json(source).items() if k != "graphs"}
-        site.gzip_json(_PLAYGROUND_DATA.format(slug(model_id)), doc)
+        site.gzip_text(_PLAYGROUND_DATA.format(slug(model_id)), json_without(source.read_text(), "graphs"))
 
