@@ -92,11 +92,15 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     vouched = _vouched(previous) if before else {}
     record: dict[str, dict] = {}
 
+    def keyed(label: str, key: str | None) -> bool:
+        """The previous site recorded ``label`` under this very key: it is carried if its files are intact."""
+        old = before.get(label)
+        return key is not None and isinstance(old, dict) and old.get("key") == key
+
     def carried(label: str, key: str | None) -> bool:
         site.written = []
-        old = before.get(label)
-        if key is not None and isinstance(old, dict) and old.get("key") == key and _carry(Path(previous), site, old, vouched):
-            record[label] = {"key": key, "files": old["files"]}
+        if keyed(label, key) and _carry(Path(previous), site, before[label], vouched):
+            record[label] = {"key": key, "files": before[label]["files"]}
             return True
         return False
 
@@ -120,24 +124,26 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     with contextlib.ExitStack() as stack:
         # the model groups to render (two thirds of a cold render) go to worker processes while this
         # one renders the site-wide groups, then takes its share of them; each group writes only its
-        # own files
-        todo = [label for label, key, _ in groups if label in models and not carried(label, key)]
+        # own files. Those whose key changed are rendered whatever the previous site holds: they are
+        # queued before this process carries the others (hard links: a fifth of its render on a
+        # one-spec edit, while the worker waited), and a group whose carry fails is queued after them
+        changed = [label for label, key, _ in groups if label in models and not keyed(label, key)]
         # a build's idle workers where given (no process to start: the engine and polars are imported),
         # else the render's own
-        pool = (workers if todo else None) if workers is not None else _render_pool(stack, len(todo))
-        # the biggest first (by their formula documents, most of a group's work): the last group a
-        # worker takes is then a small one, not one that keeps the other worker idle
-        queue = sorted(todo, key=lambda m: -_formulas_size(results, m)) if pool else []
+        pool = (workers if changed else None) if workers is not None else _render_pool(stack, len(changed))
         # each group's files fsynced while the next groups render, not all after the render (the
         # publish still fsyncs every file: publish.Presync); closed before the site is published
         presync = publish.Presync()
         stack.callback(presync.close)
-        futures = {label: pool.submit(_render_model_group, str(results_dir), str(staging), assets, label)
-                   for label in queue}
-        for future in futures.values():
-            future.add_done_callback(functools.partial(_presync_group, presync, staging))
+        queue: list[str] = []
+        futures: dict = {}
         # a failure (or a killed build) stops the queued groups rather than rendering them first
         stack.callback(lambda: [future.cancel() for future in futures.values()])
+        _queue(pool, changed, queue, futures, presync, results, staging, assets)
+        failed = [label for label, key, _ in groups if label in models and label not in changed
+                  and not carried(label, key)]
+        _queue(pool, failed, queue, futures, presync, results, staging, assets)
+        todo = [label for label, _, _ in groups if label in changed or label in failed]    # (corpus order)
         for label, key, render in groups:
             if label == "downloads":          # it lists every group's files: the model groups first
                 written = _take_share(site, results, queue, futures)
@@ -157,6 +163,21 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     (staging / SITE_MANIFEST).write_text(json.dumps({"version": SITE_MANIFEST_VERSION, "groups": record},
                                                     separators=(",", ":"), sort_keys=True))
     publish.pin_site(staging, results_dir)
+
+
+def _queue(pool, labels: list[str], queue: list[str], futures: dict, presync: publish.Presync, results: Results,
+           staging: Path, assets: dict[str, str]) -> None:
+    """Submit the model groups ``labels`` to ``pool`` (none without one: they render in this
+    process), the biggest first (by their formula documents, most of a group's work: the last group
+    a worker takes is then a small one, not one that keeps the other worker idle), appending each
+    to ``queue`` (the order the workers take them, which :func:`_take_share` takes back from the
+    end) and its future to ``futures``; a done group's files are queued for an early fsync."""
+    if pool is None:
+        return
+    for label in sorted(labels, key=lambda m: -_formulas_size(results, m)):
+        queue.append(label)
+        futures[label] = pool.submit(_render_model_group, str(results.root), str(staging), assets, label)
+        futures[label].add_done_callback(functools.partial(_presync_group, presync, staging))
 
 
 def _take_share(site: Site, results: Results, queue: list[str], futures: dict) -> dict[str, list[str]]:
