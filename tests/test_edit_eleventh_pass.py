@@ -112,7 +112,9 @@ def test_each_parquet_footer_is_read_once(site, results, monkeypatch):
 # On a one-spec edit the build hands its idle worker to the render, and the edited model's page group
 # was submitted only after this process had carried every other model's group (hard links, a fifth
 # of its render), so the worker waited that long. Now a group whose key changed is queued first; a
-# group whose carry fails (a damaged published file) is queued after the carries.
+# group whose carry fails (a damaged published file) is queued after the carries. So is the deploy
+# pages' shared group (render.POOLED) when its key changed: with it in the worker, the build process
+# builds no chart on such an edit and never imports Altair.
 
 import shutil  # noqa: E402
 from concurrent.futures import Future  # noqa: E402
@@ -148,13 +150,14 @@ def _files(site: Path) -> dict[str, bytes]:
     return {p.relative_to(site).as_posix(): p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file()}
 
 
-def test_a_changed_group_is_queued_before_the_carries_and_a_damaged_one_after(pair_site, tmp_path, monkeypatch):
+def test_changed_groups_are_queued_before_the_carries_and_a_damaged_one_after(pair_site, tmp_path, monkeypatch):
     from site_builder import render
     from site_builder.incremental import SITE_MANIFEST
     previous = tmp_path / "site"
     shutil.copytree(pair_site / "site", previous)           # copies: nothing vouched, every carry hashes
     manifest = json.loads((previous / SITE_MANIFEST).read_text())
     manifest["groups"][PAIR[0]]["key"] = "an older key"      # PAIR[0]'s inputs "changed"
+    manifest["groups"]["deploy-shared"]["key"] = "an older key"       # and the deploy pages' shared group's
     (previous / SITE_MANIFEST).write_text(json.dumps(manifest))
     damaged = previous / "models" / "Qwen--Qwen3-1.7B" / "index.html"
     damaged.write_bytes(damaged.read_bytes().replace(b"<main", b"<main data-damaged"))   # PAIR[1] cannot be carried
@@ -170,7 +173,7 @@ def test_a_changed_group_is_queued_before_the_carries_and_a_damaged_one_after(pa
     monkeypatch.setattr(render, "_carry", carry)
     staged = tmp_path / "staged"
     render.render_pages(pair_site / "results", staged, previous=previous, workers=_Pool(events))
-    assert events == [("queued", PAIR[0]), ("not carried", PAIR[1]), ("queued", PAIR[1])]
+    assert events == [("queued", PAIR[0]), ("queued", "deploy-shared"), ("not carried", PAIR[1]), ("queued", PAIR[1])]
     # consistency: the staged site equals a fresh render of the same results, byte for byte
     fresh = tmp_path / "fresh"
     render.render_pages(pair_site / "results", fresh)
@@ -186,3 +189,16 @@ def test_an_unchanged_group_is_carried_and_nothing_is_queued(pair_site, tmp_path
     render.render_pages(pair_site / "results", staged, previous=previous, workers=_Pool(events))
     assert events == []
     assert _files(staged) == _files(pair_site / "site")
+
+
+def test_the_renderer_imports_altair_only_when_a_chart_is_built():
+    """A build's own process imports the renderer at its start; Altair (about 0.25 CPU-s) is imported
+    by the first chart built (site_builder/charts.py), which on a one-spec edit is in the worker."""
+    import subprocess
+    import sys
+    code = ("import sys, site_builder.render as r; assert 'altair' not in sys.modules, 'imported'; "
+            "from site_builder import charts; charts.deployment_specs(); assert 'altair' in sys.modules; "
+            "r.prepare_worker(); print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.stdout.strip() == "ok", done.stderr
