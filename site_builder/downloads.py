@@ -110,7 +110,8 @@ def listing(site_dir: Path, results: Results, counts: dict[str, int] | None = No
         for model_id in results.models["model_id"]:
             rel = f"{table}/model={slug(model_id)}/part.parquet"
             if (downloads / rel).is_file():   # an empty sizing partition (model outside the sizing list) is not placed
-                entry = {**_file(site_dir, rel, f"{table}-{slug(model_id)}.parquet", _counted(counts, rel, downloads / rel)),
+                entry = {**_file(site_dir, rel, f"{table}-{slug(model_id)}.parquet",
+                                 _counted(counts, rel, downloads / rel)),
                          "model_id": model_id, "name": names[model_id]}
                 files.append(entry)
                 by_model[model_id]["files"][table] = entry
@@ -152,4 +153,5 @@ def render(site, results: Results, csv: Callable[[list[dict]], str]) -> None:
         site.file("downloads/contracts.csv", csv(rows))
     if results.landscape is not None:
         site.place(results.root / "landscape.json", "downloads/landscape.json")
-    site.page("downloads", "downloads.html", "Downloads", {"page": "downloads"}, **listing(site.folder, results, counts))
+    site.page("downloads", "downloads.html", "Downloads", {"page": "downloads"},
+              **listing(site.folder, results, counts))

@@ -170,8 +170,8 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
 
 def _queue(pool, labels: list[str], queue: list[str], futures: dict, presync: publish.Presync, results: Results,
            staging: Path, assets: dict[str, str]) -> None:
-    """Submit the page groups ``labels`` (model groups, or :data:`POOLED`) to ``pool`` (none without one: they render in this
-    process), the biggest first (by their formula documents, most of a group's work: the last group
+    """Submit the page groups ``labels`` (model groups, or :data:`POOLED`) to ``pool`` (none
+    without one: they render in this process), the biggest first (by their formula documents, most of a group's work: the last group
     a worker takes is then a small one, not one that keeps the other worker idle), appending each
     to ``queue`` (the order the workers take them, which :func:`_take_share` takes back from the
     end) and its future to ``futures``; a done group's files are queued for an early fsync."""
