@@ -10,10 +10,26 @@ from __future__ import annotations
 import copy
 import functools
 
-import altair as alt
-from altair.utils import schemapi
-
 from engine.cli import units
+
+
+class _Altair:
+    """Altair, imported when a chart is first built (then this name is the module itself).
+
+    Importing it costs about 0.25 CPU-s (its schema classes, jsonschema); every renderer module
+    imports this one, and a build's own process imports the renderer at its start, alone on its
+    core. A one-spec edit's build process renders no chart (the model's group and the deploy pages'
+    shared group go to the build's worker, which imports Altair while it waits:
+    :func:`site_builder.render.prepare_worker`), so it never pays for it."""
+
+    def __getattr__(self, name: str):
+        global alt
+        import altair
+        alt = altair
+        return getattr(altair, name)
+
+
+alt = _Altair()
 
 #: Whether Altair checks the specs against the Vega-Lite schema as they are built (each object at
 #: creation, the whole spec in :func:`_spec`). Off in the render: the checks only raise, never change
@@ -26,6 +42,7 @@ def _built(build):
     """``build`` run with Altair's checks on creation on only if :data:`VALIDATE`."""
     @functools.wraps(build)
     def wrapper(*args, **kwargs):
+        from altair.utils import schemapi
         with schemapi.debug_mode(VALIDATE):
             return build(*args, **kwargs)
     return wrapper

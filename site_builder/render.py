@@ -92,11 +92,15 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     vouched = _vouched(previous) if before else {}
     record: dict[str, dict] = {}
 
+    def keyed(label: str, key: str | None) -> bool:
+        """The previous site recorded ``label`` under this very key: it is carried if its files are intact."""
+        old = before.get(label)
+        return key is not None and isinstance(old, dict) and old.get("key") == key
+
     def carried(label: str, key: str | None) -> bool:
         site.written = []
-        old = before.get(label)
-        if key is not None and isinstance(old, dict) and old.get("key") == key and _carry(Path(previous), site, old, vouched):
-            record[label] = {"key": key, "files": old["files"]}
+        if keyed(label, key) and _carry(Path(previous), site, before[label], vouched):
+            record[label] = {"key": key, "files": before[label]["files"]}
             return True
         return False
 
@@ -120,32 +124,37 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     with contextlib.ExitStack() as stack:
         # the model groups to render (two thirds of a cold render) go to worker processes while this
         # one renders the site-wide groups, then takes its share of them; each group writes only its
-        # own files
-        todo = [label for label, key, _ in groups if label in models and not carried(label, key)]
+        # own files. Those whose key changed are rendered whatever the previous site holds: they are
+        # queued before this process carries the others (hard links: a fifth of its render on a
+        # one-spec edit, while the worker waited), and a group whose carry fails is queued after them
+        changed = [label for label, key, _ in groups if label in models and not keyed(label, key)]
         # a build's idle workers where given (no process to start: the engine and polars are imported),
         # else the render's own
-        pool = (workers if todo else None) if workers is not None else _render_pool(stack, len(todo))
-        # the biggest first (by their formula documents, most of a group's work): the last group a
-        # worker takes is then a small one, not one that keeps the other worker idle
-        queue = sorted(todo, key=lambda m: -_formulas_size(results, m)) if pool else []
+        pool = (workers if changed else None) if workers is not None else _render_pool(stack, len(changed))
         # each group's files fsynced while the next groups render, not all after the render (the
         # publish still fsyncs every file: publish.Presync); closed before the site is published
         presync = publish.Presync()
         stack.callback(presync.close)
-        futures = {label: pool.submit(_render_model_group, str(results_dir), str(staging), assets, label)
-                   for label in queue}
-        for future in futures.values():
-            future.add_done_callback(functools.partial(_presync_group, presync, staging))
+        queue: list[str] = []
+        futures: dict = {}
         # a failure (or a killed build) stops the queued groups rather than rendering them first
         stack.callback(lambda: [future.cancel() for future in futures.values()])
+        _queue(pool, changed, queue, futures, presync, results, staging, assets)
+        # the site-wide groups a worker may render too (POOLED), after the model groups: the only
+        # charts of a one-spec edit's site-wide groups, so this process need not import Altair
+        _queue(pool, [label for label, key, _ in groups if label in POOLED and not keyed(label, key)], queue, futures,
+               presync, results, staging, assets)
+        failed = [label for label, key, _ in groups if label in models and label not in changed
+                  and not carried(label, key)]
+        _queue(pool, failed, queue, futures, presync, results, staging, assets)
+        todo = [label for label, _, _ in groups if label in changed or label in failed]    # (corpus order)
         for label, key, render in groups:
             if label == "downloads":          # it lists every group's files: the model groups first
                 written = _take_share(site, results, queue, futures)
-                for model_label in todo if futures else []:        # (corpus order, as rendered in-process)
-                    finish(model_label, keys[model_label],
-                           written[model_label] if model_label in written else futures[model_label].result(),
-                           here=model_label in written)
-                    step(model_label)
+                for queued in [name for name, _, _ in groups if name in futures]:   # (the order rendered in-process)
+                    finish(queued, keys[queued], written[queued] if queued in written else futures[queued].result(),
+                           here=queued in written)
+                    step(queued)
             if label in futures:
                 continue
             if label in todo or (label not in models and not carried(label, key)):
@@ -159,10 +168,25 @@ def render_pages(results_dir: Path, site_dir: Path, progress=None, previous: Pat
     publish.pin_site(staging, results_dir)
 
 
+def _queue(pool, labels: list[str], queue: list[str], futures: dict, presync: publish.Presync, results: Results,
+           staging: Path, assets: dict[str, str]) -> None:
+    """Submit the page groups ``labels`` (model groups, or :data:`POOLED`) to ``pool`` (none
+    without one: they render in this process), the biggest first (by their formula documents, most of a group's work: the last group
+    a worker takes is then a small one, not one that keeps the other worker idle), appending each
+    to ``queue`` (the order the workers take them, which :func:`_take_share` takes back from the
+    end) and its future to ``futures``; a done group's files are queued for an early fsync."""
+    if pool is None:
+        return
+    for label in sorted(labels, key=lambda m: -_formulas_size(results, m)):
+        queue.append(label)
+        futures[label] = pool.submit(_render_group, str(results.root), str(staging), assets, label)
+        futures[label].add_done_callback(functools.partial(_presync_group, presync, staging))
+
+
 def _take_share(site: Site, results: Results, queue: list[str], futures: dict) -> dict[str, list[str]]:
     """This process's share of the queued model groups, once it has rendered the site-wide ones:
     the groups no worker has taken yet, from the end of ``queue`` (the smallest: the workers take
-    from its front), each rendered here (:func:`_model_group`, the workers' call) after its future
+    from its front), each rendered here (:func:`_group`, the workers' call) after its future
     is cancelled. A future that cannot be cancelled has gone to a worker; so have all before it.
     Returns the files each group rendered here wrote. The same files as a worker's: this process
     needs no start of its own, a worker does (its imports and the results' reading)."""
@@ -171,7 +195,7 @@ def _take_share(site: Site, results: Results, queue: list[str], futures: dict) -
         if not futures[label].cancel():
             break
         site.written = []
-        _model_group(site, results, label)
+        _group(site, results, label)
         written[label] = site.written
     return written
 
@@ -230,19 +254,36 @@ def prepare_worker() -> None:
     which the worker's first group would otherwise pay on the site's critical path. The build
     queues it behind the worker's evaluation tasks (the site callable's ``prepare``:
     :func:`engine.batch.results._evaluate_changed`), so it runs while the build process evaluates
-    a split model's grid half. Writes nothing."""
+    a split model's grid half. Altair is imported here too: :mod:`site_builder.charts` imports it
+    when a chart is first built, and the worker's groups build charts. Writes nothing."""
+    import altair  # noqa: F401
 
 
-def _render_model_group(results_dir: str, staging: str, assets: dict[str, str], model_id: str) -> list[str]:
-    """In a render worker: one model's page group (:func:`_model_group`) written under
-    ``staging``, with the parent's static asset names; returns the files written (relative paths).
-    The same calls as the in-process render."""
+def _render_group(results_dir: str, staging: str, assets: dict[str, str], label: str) -> list[str]:
+    """In a render worker: one page group (:func:`_group`: a model's, or one of :data:`POOLED`)
+    written under ``staging``, with the parent's static asset names; returns the files written
+    (relative paths). The same calls as the in-process render."""
     if results_dir not in _WORKER:
         _WORKER[results_dir] = (Results.load(Path(results_dir)), environment(assets))
     results, env = _WORKER[results_dir]
     site = Site(Path(staging), env)
-    _model_group(site, results, model_id)
+    _group(site, results, label)
     return site.written
+
+
+#: The site-wide page groups a render's workers may take as well as the model groups, each a
+#: function of (site, results) alone: the deploy pages' shared data and charts (the only charts of
+#: the site-wide groups a one-spec edit renders again).
+POOLED = {"deploy-shared": _deploy_shared}
+
+
+def _group(site: Site, results: Results, label: str) -> None:
+    """The page group ``label``: one of :data:`POOLED`, else the model ``label``'s
+    (:func:`_model_group`)."""
+    if label in POOLED:
+        POOLED[label](site, results)
+    else:
+        _model_group(site, results, label)
 
 
 def _model_group(site: Site, results: Results, model_id: str) -> None:
