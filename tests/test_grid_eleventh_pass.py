@@ -12,6 +12,8 @@ cell's two capacities from one room, and the steady tokens once per admission po
   :func:`engine.deploy.sol.summarize` with its points' steady tokens given (the grid's ``admitted``)
   against the tokens it computes itself, every field.
 * :func:`engine.batch.grid_eval._lane_index` by hand.
+* :func:`engine.deploy.plan.points_shape` by hand and against ``np.broadcast_shapes`` (consistency,
+  every mix of numbers, 1-d, 2-d and mismatched arrays, errors included).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from engine.deploy.admission import steady_tokens
 from engine.deploy.fusion_table import token_limits
 from engine.deploy.hardware import find_gpu, load_gpus
 from engine.deploy.parallel import ParallelConfig
+from engine.deploy.plan import points_shape
 from engine.deploy.sol import capacities, capacity, capacity_terms, steady_terms, summarize
 from engine.language import formula_tree
 from engine.language.formula_tree import run_arrays
@@ -260,3 +263,22 @@ def test_lane_index_hand_values():
     place = _lane_index([1024, 128, 8192], [2048, 1])
     got = place(np.array([128, 8192, 1024, 128]), np.array([2048, 2048, 1, 1]))
     assert got.tolist() == [0 * 3 + 1, 0 * 3 + 2, 1 * 3 + 0, 1 * 3 + 1]
+
+
+def test_points_shape_hand_values_and_consistency_with_numpy():
+    n = np.arange(5.0)
+    assert points_shape((n, 1.0, n)) == (5,)
+    assert points_shape((2, 3.0, np.float64(4))) == ()
+    assert points_shape((np.ones(1), n)) == (5,)            # a length-1 array broadcasts
+    values = [1.0, 7, np.float64(2), np.ones(1), np.ones(5), np.ones(3), np.ones((2, 5)), np.ones((5, 1)),
+              np.ones(0), np.array(3.0)]
+    rng = np.random.default_rng(3)
+    for _ in range(400):
+        picked = [values[i] for i in rng.integers(0, len(values), rng.integers(1, 4))]
+        try:
+            want = np.broadcast_shapes(*(np.shape(v) for v in picked))
+        except ValueError:
+            with pytest.raises(ValueError):
+                points_shape(picked)
+            continue
+        assert points_shape(picked) == want, [np.shape(v) for v in picked]
