@@ -274,10 +274,12 @@ def compile_arrays(tree: Any):
     there: a pipeline's fill step); over arrays each branch is evaluated and picked per point.
 
     The functions make the very numpy calls of the tree, in its order, on the same operands (so
-    the same floats and dtypes); a node's constant or symbol operand is read in the node's own
-    call rather than through a call of its own (:func:`_operand`), and a one-argument op calls its
-    numpy function directly (rule programs run tens of thousands of times per model over a few
-    dozen points each, where Python's calls per node cost about what numpy's work does)."""
+    the same floats and dtypes); a binary node's number operand is used as it is and a symbol
+    beside a number looked up in the node's own call rather than through a function of its own
+    (:func:`_binary`), and a one-argument op calls its numpy function directly (rule programs run
+    tens of thousands of times per model over a few dozen points each, where Python's calls per
+    node cost about what numpy's work does; tests/test_grid_eleventh_pass.py holds every rule
+    program to the walk before)."""
     if isinstance(tree, (int, float)):
         return lambda env: tree
     if isinstance(tree, str):
