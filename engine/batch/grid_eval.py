@@ -20,6 +20,7 @@ the worst case stays on every row beside it (``fits``, ``tpot_s``, ``max_concurr
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from itertools import groupby
 from dataclasses import replace
 
@@ -36,7 +37,8 @@ from engine.deploy.measured import load_measured
 from engine.deploy.op_rows import op_rows_columns_many, weight_text
 from engine.deploy.plan import expected_phase_times_many, flat_inputs, pick_inputs
 from engine.deploy.rules import GRID_BATCHES
-from engine.deploy.sol import capacity, capacity_terms, phase_inputs, summarize_many
+from engine.deploy.admission import steady_tokens
+from engine.deploy.sol import capacities, capacity_terms, phase_inputs, steady_terms, summarize_many
 from engine.deploy.structure import HBM_FRACTION, PREFILL_TOKENS, Options, device_tokens
 from engine.batch.columns import Columns
 
@@ -176,7 +178,17 @@ def _evaluate_format(ev: Evaluation, grid, gpus: dict, measured, cache: Structur
     lanes = [(kv_dtype, out_len) for kv_dtype in grid.kv_dtypes for out_len in grid.output_lengths]
     lane_points = (np.tile(np.array(inputs), len(lanes)), np.repeat(np.array([o for _, o in lanes]), len(inputs)),
                    np.repeat(np.array([kv.KV_DTYPE_BYTES[d] for d, _ in lanes]), len(inputs)))
-    lane_terms: dict[int, tuple] = {}     # id(base structure) -> (it, its capacity_terms at lane_points)
+    lane_terms: dict[int, tuple] = {}     # id(base structure) -> (it, its capacity_terms, steady_terms at lane_points)
+    admitted: dict = {}                   # admission policy -> its steady tokens at lane_points
+
+    def policy_tokens(admission) -> np.ndarray:
+        """The steady tokens per request at the lane points under ``admission``, once per policy:
+        engine.deploy.admission.steady_tokens reads the policy and the lengths alone (a frozen
+        policy compares by every field, so equal keys read equal numbers)."""
+        found = admitted.get(admission)
+        if found is None:
+            found = admitted[admission] = steady_tokens(admission, lane_points[0], lane_points[1])
+        return found
 
     for gpu, config in cells:
         domain = gpu.scale_up_domain
@@ -192,11 +204,10 @@ def _evaluate_format(ev: Evaluation, grid, gpus: dict, measured, cache: Structur
             # arithmetic is per point: the same numbers as one call per KV dtype and output length)
             mine = lane_terms.get(id(base))      # GPU types of one structure: the same terms
             if mine is None or mine[0] is not base:
-                mine = lane_terms[id(base)] = (base, capacity_terms(base, *lane_points))
-            cell_caps = capacity(base, usable, *lane_points, terms=mine[1]).reshape(len(lanes), len(inputs))
-            # the steady state's too (the fronts serve by it: sol.steady_fit in the same room)
-            steady_caps = capacity(base, usable, *lane_points, terms=mine[1],
-                                   steady=True).reshape(len(lanes), len(inputs))
+                mine = lane_terms[id(base)] = (base, capacity_terms(base, *lane_points),
+                                               steady_terms(base, *lane_points, tokens=policy_tokens(base.admission)))
+            # and the steady state's (the fronts serve by it: sol.steady_fit), in the same room
+            cell_caps, steady_caps = (c.reshape(len(lanes), len(inputs)) for c in capacities(base, usable, *mine[1:]))
             fill_tokens(config, np.maximum(cell_caps, steady_caps))
             # this cell and framework's buckets by regimes (the buckets' key past the regimes is the
             # cell's and framework's own: not hashed again per point), each bucket's columns at hand
@@ -244,9 +255,14 @@ def _evaluate_format(ev: Evaluation, grid, gpus: dict, measured, cache: Structur
     # the expected times from measured kernels (gpus/measured/), by deploy's own rule
     expected = _expected(calls, list(merged.values()), gpus, measured, call_inputs)
     # sibling structures share compiled programs: each evaluated once over all their points
+    # each call's steady tokens per request, picked out of its policy's at the lanes
+    # (admission.steady_tokens is per point: the floats of evaluating at the call's own points)
+    lane_of = _lane_index(inputs, grid.output_lengths)
     summaries = summarize_many(gpu_objs, calls, expected=expected,
                                inputs=[i if call[0].options.prefill_tokens == PREFILL_TOKENS else None
-                                       for call, i in zip(calls, call_inputs)])
+                                       for call, i in zip(calls, call_inputs)],
+                               admitted=[policy_tokens(call[0].admission)[lane_of(call[4], call[5])]
+                                         for call in calls])
     for ((config, domain, framework, sig, regimes), points), call, out in zip(merged.items(), calls, summaries):
         s = call[0]
         n = len(call[1])
@@ -385,6 +401,19 @@ def _gpu_groups(gpu_of: list, kv_of: list) -> list[tuple]:
             mine = np.concatenate([np.arange(a, b) for a, b in spans])
         out.append((gpu_key, kv_dtype, mine, sum(b - a for a, b in spans)))
     return out
+
+
+def _lane_index(inputs: list[int], outputs) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """A function of points' (prompt, output) arrays giving each point's place in the lanes' first
+    KV dtype block (``_evaluate_format``'s ``lane_points``: output after output, each over every prompt
+    in ``inputs``' order): output position x len(inputs) + prompt position. Every point's lengths are
+    among the grid's (its buckets are filled from them)."""
+    def places(values, order: np.ndarray):
+        ranked = np.asarray(values)[order]
+        return lambda x: order[np.searchsorted(ranked, x)]
+    prompt = places(inputs, np.argsort(inputs, kind="stable"))
+    output = places(list(outputs), np.argsort(list(outputs), kind="stable"))
+    return lambda inp, out: output(out) * len(inputs) + prompt(inp)
 
 
 def _tokens_at(config, pairs: list[tuple[int, int]]) -> list[dict[str, int]]:

@@ -236,15 +236,44 @@ def capacity(structure: Structure, usable, input_len, output_len, kv_bytes,
     return structure.config.dp_attn * _fit_count(room, kv_dev)
 
 
-def steady_fit(structure: Structure, room, input_len, output_len, kv_bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def capacities(structure: Structure, usable, terms: tuple, steady: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """``(capacity(...), capacity(..., steady=True))`` at the points ``terms`` (:func:`capacity_terms`)
+    and ``steady`` (:func:`steady_terms`) were made at, with the room they share computed once: the
+    very calls of :func:`capacity` on the same arrays, so the same numbers (the grid asks both of
+    every cell; tests/test_grid_eleventh_pass.py)."""
+    kv_dev, act = terms
+    room = _room(structure, usable, act)
+    dp_attn = structure.config.dp_attn
+    return dp_attn * _fit_count(room, kv_dev), dp_attn * _steady_count(structure, room, steady[1])
+
+
+def steady_terms(structure: Structure, input_len, output_len, kv_bytes,
+                 tokens: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(mean cache tokens per request in the steady state, their KV bytes per GPU) at these points:
+    what :func:`steady_fit` reads besides the room. GPU-free, like :func:`capacity_terms`.
+    ``tokens``: the first, when the caller has it (it reads the structure's admission policy and the
+    lengths alone: the grid computes it once per policy for all its structures)."""
+    if tokens is None:
+        tokens = admission_steady_tokens(structure.admission, input_len, output_len)
+    return tokens, np.asarray(structure.kv_device_fn(tokens, kv_bytes), dtype=float)
+
+
+def steady_fit(structure: Structure, room, input_len, output_len, kv_bytes,
+               tokens: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The steady state of continuous batching (engine.deploy.admission): (mean cache tokens per
     request, their KV bytes per GPU, requests per attention replica that fit) — the mean paged KV
-    plus the admission reservation, in the room less the pages the scheduler keeps free."""
-    admission = structure.admission
-    tokens = admission_steady_tokens(admission, input_len, output_len)
-    kv_steady = np.asarray(structure.kv_device_fn(tokens, kv_bytes), dtype=float)
-    steady_room = run_arrays(rules.STEADY_ROOM, {"room": np.asarray(room), "free_fraction": admission.free_fraction})
-    return tokens, kv_steady, _fit_count(steady_room["steady_room"], kv_steady)
+    plus the admission reservation, in the room less the pages the scheduler keeps free.
+    ``tokens``: the first, when the caller has it (:func:`steady_terms`)."""
+    tokens, kv_steady = steady_terms(structure, input_len, output_len, kv_bytes, tokens)
+    return tokens, kv_steady, _steady_count(structure, room, kv_steady)
+
+
+def _steady_count(structure: Structure, room, kv_steady) -> np.ndarray:
+    """Requests per attention replica that fit in the steady state: ``kv_steady`` bytes each in the
+    ``room`` less the pages the structure's scheduler keeps free (rules.STEADY_ROOM)."""
+    steady_room = run_arrays(rules.STEADY_ROOM, {"room": np.asarray(room),
+                                                 "free_fraction": structure.admission.free_fraction})
+    return _fit_count(steady_room["steady_room"], kv_steady)
 
 
 #: The fields :func:`summarize` returns with ``serving_only`` (what the sizing search reads): the
@@ -281,7 +310,7 @@ def phase_inputs(structure: Structure, batch, input_len, output_len,
 def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch, input_len, output_len,
               hbm_fraction: float = HBM_FRACTION, prefill_tokens: int = PREFILL_TOKENS,
               serving_only: bool = False, phases: dict | None = None, prefill_only: bool = False,
-              expected: dict | None = None) -> dict[str, Any]:
+              expected: dict | None = None, admitted: np.ndarray | None = None) -> dict[str, Any]:
     """Every numeric deployment field at the broadcast of the per-point arrays. Point ``i`` runs on
     ``gpus[gpu_index[i]]`` with ``kv_bytes[i]`` per cache element; one call serves every GPU and
     KV dtype that share a structure (the grid's batching). ``serving_only``: just
@@ -292,7 +321,9 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     these points, when the caller has them (:func:`summarize_many`). ``expected``: each phase
     input's step time from measured kernels (:func:`expected_phase_times`), composed into
     ``ttft_expected_s`` / ``tpot_expected_s`` / ``tpot_mean_expected_s`` by the rules of the
-    estimate (no overlap: a sum of per-op expected times)."""
+    estimate (no overlap: a sum of per-op expected times). ``admitted``: each point's steady tokens
+    per request (engine.deploy.admission.steady_tokens under the structure's policy at the points'
+    lengths), when the caller has them (the grid: picked out of its lanes')."""
     if prefill_only and not serving_only:
         raise ValueError("prefill_only gives the serving fields only: pass serving_only=True")
     config = structure.config
@@ -349,7 +380,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
     # speculative decoding: a step emits E tokens per request on average (rules.TOKENS_PER_STEP)
     per_step = tokens_per_step(options.mtp_tokens, options.mtp_acceptance) if options.mtp_tokens else 1.0
     # steady state under continuous batching (steady_fit): its cache per request and capacity
-    steady_tokens, kv_steady, steady_cap = steady_fit(structure, room, input_len, output_len, kv_bytes)
+    steady_tokens, kv_steady, steady_cap = steady_fit(structure, room, input_len, output_len, kv_bytes, admitted)
     # the serving fields (rules.SERVING); TPOT at the last position and, the steady state's, at the
     # output's mean context; prefill_only: no decode step (NaN)
     serving = run_arrays(rules.SERVING, {
@@ -440,7 +471,7 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
 
 def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HBM_FRACTION,
                    prefill_tokens: int = PREFILL_TOKENS, expected: list | None = None,
-                   inputs: list | None = None) -> list[dict[str, Any]]:
+                   inputs: list | None = None, admitted: list | None = None) -> list[dict[str, Any]]:
     """``[summarize(structure, gpus, gpu_index, kv_bytes, batch, input_len, output_len) for (structure,
     gpu_index, kv_bytes, batch, input_len, output_len) in calls]`` (points along one axis), with
     every compiled program evaluated once over the points of all the calls that hold it.
@@ -455,7 +486,8 @@ def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HB
     a point's sums do not read its companions), so each call gets the floats :func:`summarize`
     alone gives it (tests/test_numeric_speed2.py). ``expected``: per call, :func:`summarize`'s
     ``expected`` (each phase input's expected step time at the call's points), or None. ``inputs``:
-    per call, its :func:`phase_inputs` (``prefill_tokens``, ``mean``) when the caller has them, or None."""
+    per call, its :func:`phase_inputs` (``prefill_tokens``, ``mean``) when the caller has them, or None.
+    ``admitted``: per call, :func:`summarize`'s ``admitted`` (its points' steady tokens), or None."""
     asked = []
     for c, (structure, gpu_index, kv_bytes, batch, input_len, output_len) in enumerate(calls):
         n = np.broadcast_shapes(*(np.shape(x) for x in (gpu_index, kv_bytes, batch, input_len, output_len)))
@@ -467,7 +499,8 @@ def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HB
                       np.broadcast_to(np.asarray(gpu_index), n), kv_bytes))
     phases = phases_many(gpus, asked)
     return [summarize(structure, gpus, gpu_index, kv_bytes, batch, input_len, output_len, hbm_fraction,
-                      prefill_tokens, phases=phases[i], expected=expected[i] if expected else None)
+                      prefill_tokens, phases=phases[i], expected=expected[i] if expected else None,
+                      admitted=admitted[i] if admitted else None)
             for i, (structure, gpu_index, kv_bytes, batch, input_len, output_len) in enumerate(calls)]
 
 

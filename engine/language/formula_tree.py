@@ -271,34 +271,22 @@ def compile_arrays(tree: Any):
     """``tree`` as a function of an environment of numbers or numpy arrays (what :func:`run_arrays`
     evaluates; module doc: argument order, integers kept). A ``pw`` whose conditions are single
     truth values evaluates only the branch taken (a branch may read names that are bound only
-    there: a pipeline's fill step); over arrays each branch is evaluated and picked per point."""
+    there: a pipeline's fill step); over arrays each branch is evaluated and picked per point.
+
+    The functions make the very numpy calls of the tree, in its order, on the same operands (so
+    the same floats and dtypes); a binary node's number operand is used as it is and a symbol
+    beside a number looked up in the node's own call rather than through a function of its own
+    (:func:`_binary`), and a one-argument op calls its numpy function directly (rule programs run
+    tens of thousands of times per model over a few dozen points each, where Python's calls per
+    node cost about what numpy's work does; tests/test_grid_eleventh_pass.py holds every rule
+    program to the walk before)."""
     if isinstance(tree, (int, float)):
         return lambda env: tree
     if isinstance(tree, str):
-        def symbol(env, name=tree):
-            if name not in env:
-                raise KeyError(f"formula tree: symbol {name!r} is not bound")
-            return env[name]
-        return symbol
+        return _symbol(tree)
     op, args = tree[0], tree[1:]
     if op == "pw":
-        pairs = [(compile_arrays(v), compile_arrays(c)) for v, c in args]
-
-        def piecewise(env):
-            conds = []
-            for value, cond in pairs:
-                c = cond(env)
-                if np.ndim(c) == 0 and not conds:
-                    if c:
-                        return value(env)
-                    continue
-                conds.append((value, c))
-            out = np.nan
-            for value, c in reversed(conds):
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    out = np.where(c, value(env), out)
-            return out
-        return piecewise
+        return _piecewise([(compile_arrays(v), compile_arrays(c)) for v, c in args])
     if op in _LIST_OPS:
         name, x = args[0], compile_arrays(args[1])
         if op == "at":
@@ -307,12 +295,96 @@ def compile_arrays(tree: Any):
         return lambda env: np.searchsorted(np.asarray(env[name]), x(env), side=side)
     if op not in _ARRAY_OPS:
         raise ValueError(f"formula tree: unknown op {op!r}")
-    fn, parts = _ARRAY_OPS[op], [compile_arrays(a) for a in args]
+    unary = _ONE_ARG.get(op)
+    if unary is not None and len(args) == 1:
+        a = compile_arrays(args[0])
+        return lambda env: unary(a(env))
     binary = _BINARY.get(op)
-    if binary is not None and len(parts) == 2:      # most nodes: one call, no list (the same operation)
-        a, b = parts
-        return lambda env: binary(a(env), b(env))
+    if binary is not None and len(args) == 2:      # most nodes: one call, no list (the same operation)
+        return _binary(binary, args[0], args[1])
+    fn, parts = _ARRAY_OPS[op], [compile_arrays(a) for a in args]
     return lambda env: fn([p(env) for p in parts])
+
+
+def _symbol(name: str):
+    """A free symbol's function: its value in the environment (a clear error when it is unbound)."""
+    def symbol(env):
+        try:
+            return env[name]
+        except KeyError:
+            raise KeyError(f"formula tree: symbol {name!r} is not bound") from None
+    return symbol
+
+
+def _operand(tree: Any) -> tuple[str, Any]:
+    """How :func:`_binary` reads one operand: ("number", it), ("name", the symbol) or ("tree", its
+    compiled function)."""
+    if isinstance(tree, (int, float)):
+        return "number", tree
+    if isinstance(tree, str):
+        return "name", tree
+    return "tree", compile_arrays(tree)
+
+
+def _binary(binary, left: Any, right: Any):
+    """The function of a two-operand node ``binary(left, right)``: the left operand read first,
+    then the right, then the one numpy call (the tree's order); a number is used as it is and a
+    symbol looked up in the node's own call (an unbound one: :func:`_symbol`'s error)."""
+    (lk, lv), (rk, rv) = _operand(left), _operand(right)
+    if lk == "tree" and rk == "tree":
+        return lambda env: binary(lv(env), rv(env))
+    if lk == "tree" and rk == "number":
+        return lambda env: binary(lv(env), rv)
+    if lk == "number" and rk == "tree":
+        return lambda env: binary(lv, rv(env))
+    if lk == "name" and rk == "number":
+        def name_number(env):
+            try:
+                return binary(env[lv], rv)
+            except KeyError:
+                _unbound(env, lv)
+                raise
+        return name_number
+    if lk == "number" and rk == "name":
+        def number_name(env):
+            try:
+                return binary(lv, env[rv])
+            except KeyError:
+                _unbound(env, rv)
+                raise
+        return number_name
+    a = compile_arrays(left) if lk != "tree" else lv
+    b = compile_arrays(right) if rk != "tree" else rv
+    return lambda env: binary(a(env), b(env))
+
+
+def _unbound(env, name: str) -> None:
+    """Raise :func:`_symbol`'s error when ``name`` is not bound in ``env`` (a KeyError raised by
+    the numpy call itself goes on as it is)."""
+    if name not in env:
+        raise KeyError(f"formula tree: symbol {name!r} is not bound") from None
+
+
+def _piecewise(pairs: list[tuple]):
+    """A ``pw`` node's function (:func:`compile_arrays`' rule): the conditions in order until an
+    array one (a single true one first: its value alone); then each branch's value picked per
+    point by ``np.where``, the last first, with numpy's divide and invalid warnings off while the
+    values are evaluated and picked (a branch not taken may divide by zero where it is not read)."""
+    def piecewise(env):
+        conds = []
+        for value, cond in pairs:
+            c = cond(env)
+            if np.ndim(c) == 0 and not conds:
+                if c:
+                    return value(env)
+                continue
+            conds.append((value, c))
+        out = np.nan
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for value, c in reversed(conds):
+                out = np.where(c, value(env), out)
+        return out
+    return piecewise
 
 
 def positional(tree: Any, names: tuple[str, ...]):
@@ -331,6 +403,8 @@ def positional(tree: Any, names: tuple[str, ...]):
 
 
 #: the two-argument form of each op of :data:`_ARRAY_OPS` that has one (the same numpy operation)
+_ONE_ARG = {"floor": np.floor, "ceil": np.ceil, "log": np.log, "not": np.logical_not}
+
 _BINARY = {"+": operator.add, "*": operator.mul, "-": operator.sub, "/": operator.truediv, "cdiv": _cdiv,
            "min": np.minimum, "max": np.maximum, "<": np.less, "<=": np.less_equal, "==": np.equal,
            ">": np.greater, ">=": np.greater_equal, "!=": np.not_equal, "and": np.logical_and, "or": np.logical_or}
@@ -359,13 +433,30 @@ def _plan(program: list, only: tuple | None, given: tuple) -> list:
     return plan
 
 
+_NAMES: dict[int, tuple] = {}
+
+
+def _names(program: list) -> tuple[tuple, frozenset]:
+    """A rule program's binding names in order and as a set, once per program object (the
+    programs are module constants and the callers' own lists: a handful per process, bounded)."""
+    found = _NAMES.get(id(program))
+    if found is None or found[0] is not program:
+        if len(_NAMES) > 1_000:
+            _NAMES.clear()
+        names = tuple(name for name, _ in program)
+        found = _NAMES[id(program)] = (program, names, frozenset(names))
+    return found[1:]
+
+
 def run_arrays(program: list, env: Mapping[str, Any], only: tuple | None = None) -> dict[str, Any]:
     """A rule program's bindings (module doc) over numbers or numpy arrays: ``env`` plus each
     ``[name, tree]`` in order. ``only``: just these names and the bindings they read (a caller
     that needs a program's first steps does not evaluate, nor bind the inputs of, the rest). A
     binding ``env`` gives already is the caller's (a later step evaluated alone)."""
     out = dict(env)
-    given = tuple(name for name, _ in program if name in out)
+    names = _names(program)
+    # (most calls bind none of the program's names: one set test in C instead of a test per binding)
+    given = () if names[1].isdisjoint(out) else tuple(name for name in names[0] if name in out)
     for name, fn in _plan(program, only, given):
         out[name] = fn(out)
     return out
