@@ -165,10 +165,16 @@ IDLE_AND_PAINTED = """() => new Promise(done => {
 #: site_builder.screenshots.SCROLL_THROUGH_JS's scroll positions (a step of the window's height less
 #: 100 px, the bottom, then back to the top), each held for two painted frames and a task: the
 #: intersection observers' callbacks (queued when a frame is rendered) have run before the next step.
+#: A position is held 2 s at most, as :data:`IDLE_AND_PAINTED` waits: ``page.evaluate`` has no time
+#: limit of its own (tests/browser_waits.py), so a page that paints no frame (a stalled renderer) must
+#: not hold the scroll, and the test, forever; the charts it did not draw then fail the test.
 SCROLL_STEPS = """async () => {
   if (!document.querySelector('.chart')) return;      // every chart is a .chart: nothing waits to be seen
   const step = Math.max(200, window.innerHeight - 100);
-  const seen = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(r, 0))));
+  const seen = () => new Promise(r => {
+    requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(r, 0)));
+    setTimeout(r, 2000);
+  });
   for (let y = 0; y < document.documentElement.scrollHeight; y += step) { window.scrollTo(0, y); await seen(); }
   window.scrollTo(0, document.documentElement.scrollHeight); await seen();
   window.scrollTo(0, 0);
@@ -725,11 +731,13 @@ def test_screenshots_command(built, tmp_path, capsys):
     # process, whose start and imports cost about 2 CPU-s: issue 42, the suite's time).
     from site_builder.cli import main as site_main
     done: list = []
+    # a daemon: a command still running when the join gives up must not hold the worker's exit
     worker = threading.Thread(target=lambda: done.append(site_main(["screenshots", "--out", str(built), "--to", str(to),
-                                                                    "--model", DEEPSEEK])))
+                                                                    "--model", DEEPSEEK])), daemon=True)
     worker.start()
     worker.join(timeout=180)
     captured = capsys.readouterr()
+    assert not worker.is_alive(), f"`archledger screenshots` still running after 180 s: {captured.err}"
     assert done == [0], captured.err
     for name in ("gallery", "model", "deploy", "compare", "diff"):   # compare and a graph diff: issue 20's new views
         png = to / f"{name}.png"
