@@ -94,10 +94,11 @@ def result_tables(out: Path) -> dict[str, pl.DataFrame]:
 
 
 def served(site: Path) -> Iterator[str]:
-    """A local server over ``site`` for the length of a fixture: yields its base URL."""
-    from site_builder.serve import start
+    """A local server over ``site`` for the length of a fixture, sending netlify.toml's headers as
+    production does (the browser tests' tabs check the Content-Security-Policy): yields its base URL."""
+    from site_builder.serve import load_headers, start
 
-    server, url = start(site)
+    server, url = start(site, rules=load_headers(Path(__file__).resolve().parent.parent / "netlify.toml"))
     yield url
     server.shutdown()
     server.server_close()
