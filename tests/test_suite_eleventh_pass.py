@@ -7,6 +7,11 @@ what it waited for; what it returns is what ``evaluate`` returns), the scroll th
 (it ends on a page that paints no frame), :func:`time_limit` behind every browser test (a wait
 nothing else bounds fails, naming its line, and the browser answers after it), and a rule over the
 tests' sources: a script that awaits something is never handed to a bare ``evaluate``.
+
+And the browser tests' requests: the servers send netlify.toml's headers themselves, so no local
+request is routed through this process (it cost about 0.15 CPU-s a page load). Consistency checks
+hold what routing did: the servers' headers are the ones the route added, path by path; the routed
+pattern is the old host rule, URL by URL; a production tab refuses a page without the headers.
 """
 from __future__ import annotations
 
@@ -14,11 +19,16 @@ import ast
 import re
 import signal
 from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import urlopen
 
 import pytest
 
+from site_builder.screenshots import LOCAL_HOSTS
+from site_builder.serve import start
 from tests.browser_waits import BROWSER_TEST_LIMIT_S, awaited, time_limit
-from tests.test_site_browser import IDLE_AND_PAINTED, SCROLL_STEPS, _open
+from tests.site_helpers import served
+from tests.test_site_browser import IDLE_AND_PAINTED, REMOTE, SCROLL_STEPS, _open, _production_headers
 
 TESTS = Path(__file__).resolve().parent
 NEVER = "() => new Promise(() => {})"
@@ -132,3 +142,62 @@ def test_the_rule_finds_a_bare_waiting_evaluate():
                'page.evaluate("async () => 1")\npage.evaluate(X)\npage.evaluate("() => document.title")\n'
                'page.evaluate(SCROLL_STEPS)\n')
     assert _bare_awaiting_evaluates(planted) == [2, 3]
+
+
+#: Paths of each kind netlify.toml names (a page, a static file, the two Parquet download patterns,
+#: a data file): each rule applies to some of them and not to others.
+SITE_FILES = ["index.html", "models/m/index.html", "static/js/site.0123abcd.js", "downloads/all.parquet",
+              "downloads/m/ops/part.parquet", "data/deploy/m/index.json.gz"]
+
+
+@pytest.fixture(scope="module")
+def tiny_site(tmp_path_factory) -> Path:
+    site = tmp_path_factory.mktemp("tiny-site")
+    for name in SITE_FILES:
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text("<!doctype html><title>t</title>" if name.endswith(".html") else "x")
+    return site
+
+
+def test_consistency_the_servers_send_what_the_route_added(tiny_site):
+    """A consistency check, path by path: every header the browser tests' route used to add to a
+    response (``_production_headers``: the tests' own reading of netlify.toml, fnmatch patterns)
+    arrives from the tests' server (tests/site_helpers.py ``served``) with the same value."""
+    server = served(tiny_site)
+    base = next(server)
+    try:
+        for name in SITE_FILES:
+            path = "/" + name.removesuffix("index.html")
+            want = _production_headers(path)
+            assert want and "content-security-policy" in want
+            with urlopen(base + path.lstrip("/"), timeout=15) as response:
+                got = {k.lower(): v for k, v in response.headers.items()}
+            assert {k: got.get(k) for k in want} == want, path
+    finally:
+        server.close()
+
+
+def test_consistency_the_routed_pattern_is_the_old_host_rule():
+    """A consistency check, URL by URL: the pattern that routes a request (to abort and record it)
+    matches exactly the URLs whose host the old route refused (not in LOCAL_HOSTS)."""
+    urls = ["http://127.0.0.1:8123/", "http://127.0.0.1:8123/models/m/?a=1", "http://127.0.0.1/x",
+            "https://127.0.0.1:1/", "http://127.0.0.1.example.com/", "http://127.0.0.2:8123/",
+            "http://localhost:8123/", "https://cdn.jsdelivr.net/npm/vega@5", "http://example.com/?u=http://127.0.0.1/",
+            "data:text/plain,x", "blob:http://127.0.0.1:8123/0a1b"]
+    assert {u: bool(REMOTE.match(u)) for u in urls} == {u: urlsplit(u).hostname not in LOCAL_HOSTS for u in urls}
+
+
+def test_a_production_tab_refuses_a_page_without_the_production_headers(browser, tiny_site):
+    """A server that sends no netlify.toml headers (``start`` without rules) fails a production tab's
+    page load, naming the page; a tab that is not production opens it."""
+    server, url = start(tiny_site)
+    tab, bare = _open(browser), _open(browser, production=False)
+    try:
+        with pytest.raises(AssertionError, match="served without the production headers"):
+            tab.goto(url)
+        assert bare.goto(url).status == 200
+    finally:
+        tab.context.close()
+        bare.context.close()
+        server.shutdown()
+        server.server_close()
