@@ -201,3 +201,21 @@ def test_a_production_tab_refuses_a_page_without_the_production_headers(browser,
         bare.context.close()
         server.shutdown()
         server.server_close()
+
+
+def test_a_request_leaving_127_0_0_1_is_aborted_and_recorded(browser, tiny_site):
+    """What the route is still for, in the browser: a page that asks another host (an image here) has
+    the request aborted and its URL recorded in ``blocked``, not reported as a failed request (Chromium
+    still logs the refused load to the console, as it did when every request was routed)."""
+    server, url = start(tiny_site)
+    tab = _open(browser, production=False)
+    try:
+        tab.goto(url)
+        tab.page.set_content('<img src="https://example.com/x.png"><img src="http://127.0.0.1.example.com/y.png">')
+        tab.settle()
+        assert sorted(tab.blocked) == ["http://127.0.0.1.example.com/y.png", "https://example.com/x.png"]
+        assert not [e for e in tab.errors if e.startswith("request failed")], tab.errors
+    finally:
+        tab.context.close()
+        server.shutdown()
+        server.server_close()
