@@ -216,7 +216,7 @@ def _open(browser, production: bool = True) -> Tab:
     above all), which the server sends (:data:`PRODUCTION_RULES`, tests/site_helpers.py ``served``).
 
     Local requests are not routed: routing every request through this process (Playwright's fetch,
-    then fulfilling with the headers added) cost about 0.15 CPU-s a page load, some 40% of the
+    then fulfilling with the headers added) cost about 0.04 CPU-s a page load, some 15% of the
     browser's work (issue 42, the suite's time, eleventh pass); the server adds the same headers."""
     context = browser.new_context(viewport=VIEWPORT)
     tab = Tab(context, None, production=production)

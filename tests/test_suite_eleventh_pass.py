@@ -9,7 +9,7 @@ nothing else bounds fails, naming its line, and the browser answers after it), a
 tests' sources: a script that awaits something is never handed to a bare ``evaluate``.
 
 And the browser tests' requests: the servers send netlify.toml's headers themselves, so no local
-request is routed through this process (it cost about 0.15 CPU-s a page load). Consistency checks
+request is routed through this process (it cost about 0.04 CPU-s a page load). Consistency checks
 hold what routing did: the servers' headers are the ones the route added, path by path; the routed
 pattern is the old host rule, URL by URL; a production tab refuses a page without the headers.
 """
