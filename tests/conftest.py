@@ -8,12 +8,14 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
 
 from engine.api import Evaluation, evaluate_spec
 from engine.language.corpus import Corpus, load_corpus
+from tests.browser_waits import BROWSER_TEST_LIMIT_S, time_limit
 
 REPO = Path(__file__).resolve().parent.parent
 #: Published config.json files, copied byte for byte into the corpus beside each snapshot
@@ -148,3 +150,18 @@ def browser(_chromium):
     yield _chromium
     for context in list(_chromium.contexts):
         context.close()
+
+
+@pytest.fixture(autouse=True)
+def _browser_test_limit(request):
+    """Fails a test that uses the browser and still runs ``BROWSER_TEST_LIMIT_S`` seconds after it
+    started (tests/browser_waits.py :func:`time_limit`: the failure names the line of the tests it
+    waits on): ``page.evaluate`` has no time limit, so a page that never answered held its
+    pytest-xdist worker forever (issue 42: one worker sat five minutes in Playwright's event loop).
+    Its module's fixtures, set up before it, are not counted. Tests without the browser, and a
+    process whose tests do not run on the main thread (where no signal can reach), are not timed."""
+    if "browser" not in request.fixturenames or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with time_limit(BROWSER_TEST_LIMIT_S, request.node.nodeid):
+        yield

@@ -8,6 +8,8 @@ from typing import Iterator
 import polars as pl
 import yaml
 
+from tests.browser_waits import awaited
+
 
 def build_small_site(root: Path, grid: dict, models: list[str]) -> Path:
     """Build ``models`` over ``grid`` (a grid.yaml mapping) into ``root``: results and site, the way
@@ -92,10 +94,11 @@ def result_tables(out: Path) -> dict[str, pl.DataFrame]:
 
 
 def served(site: Path) -> Iterator[str]:
-    """A local server over ``site`` for the length of a fixture: yields its base URL."""
-    from site_builder.serve import start
+    """A local server over ``site`` for the length of a fixture, sending netlify.toml's headers as
+    production does (the browser tests' tabs check the Content-Security-Policy): yields its base URL."""
+    from site_builder.serve import load_headers, start
 
-    server, url = start(site)
+    server, url = start(site, rules=load_headers(Path(__file__).resolve().parent.parent / "netlify.toml"))
     yield url
     server.shutdown()
     server.server_close()
@@ -175,8 +178,9 @@ def axe_serious(page) -> list[str]:
     first five have every row's markup, and the colour-contrast rule over a thousand rows of numbers
     (a large model's per-op table) costs about ten seconds a page."""
     page.evaluate(axe_source())
-    found = page.evaluate("""() => axe.run({include: [document], exclude: [['table tbody tr:nth-child(n+6)']]},
+    found = awaited(page, """() => axe.run({include: [document], exclude: [['table tbody tr:nth-child(n+6)']]},
                                            {resultTypes: ['violations']}).then(r => r.violations
         .filter(v => v.impact === 'serious' || v.impact === 'critical')
-        .map(v => v.id + ' (' + v.impact + ', ' + v.nodes.length + '): ' + v.nodes.slice(0, 3).map(n => n.target.join(' ')).join(' | ')))""")
+        .map(v => v.id + ' (' + v.impact + ', ' + v.nodes.length + '): ' + v.nodes.slice(0, 3).map(n => n.target.join(' ')).join(' | ')))""", what="axe-core's run",
+                    timeout_ms=60_000)     # a long page's run takes seconds on a busy host
     return found

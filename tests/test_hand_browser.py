@@ -24,6 +24,7 @@ from engine.deploy.rules import exported as deploy_rules
 from site_builder.sources import REPO
 from engine.serving.rules import exported as serving_rules
 from site_builder.sizing import encode_doubles, stairs
+from tests.browser_waits import awaited
 from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -200,8 +201,10 @@ FILES = {
 def deploy_eval(page):
     fixtures = {"data/deploy/m/index.json.gz": {"model": MODEL, "options": []}}
     fixtures.update({f"data/deploy/m/{name}.json.gz": f for name, f in FILES.items()})
-    page.page.evaluate("f => { Object.assign(window.FIXTURES, f); window.E = window.archDeployEval('', 'm');"
-                       " return window.E.index().then(() => true); }", fixtures)
+    # awaited: the stub archJSON never answers a file it was not given, so a page asking for another
+    # file would otherwise hold the test forever
+    awaited(page.page, "f => { Object.assign(window.FIXTURES, f); window.E = window.archDeployEval('', 'm');"
+                       " return window.E.index().then(() => true); }", fixtures, what="deploy_eval.js's index")
     return page
 
 
@@ -211,10 +214,10 @@ def test_deploy_eval_js_dp_attention_holds_whole_requests(deploy_eval, batch, pe
     so the fullest holds ceil(batch / 8) (1, 2, 2) and the decode program runs at 8 x that: a step of
     batch x 1e9 FLOPs takes 8 x per_rank x 1e9 FLOPs (never 1e9 x batch spread evenly), 8e-6 s per
     request on the fullest rank at 1e15 FLOP/s. KV per GPU = per_rank x 4 B."""
-    s = deploy_eval.page.evaluate(
+    s = awaited(deploy_eval.page,
         "b => window.E.file({file: 'dp8'}).then(f => window.E.summarize("
         "{cfg: 'dp8', gpu: 'G', kv_dtype: 'bf16', limits: [], prefill: [0], decode: [1], reserve: 0, admission: {page_tokens: 1, free_fraction: 0, reserve_ratio: 0, reserve_clip_tokens: 0}}, f,"
-        " {input: 1024, output: 64, batch: b}))", batch)
+        " {input: 1024, output: 64, batch: b}))", batch, what="config dp8's file and summary")
     assert s["per_rank"] == per_rank
     assert s["env"]["decode"]["batch"] == 8 * per_rank
     assert s["phases"]["decode"]["flops"] == 8 * per_rank * 1e9
@@ -228,8 +231,8 @@ def test_deploy_eval_js_front_leaves_out_points_that_do_not_fit(deploy_eval):
     and 2000 tokens/s/GPU and dominates batch 1 (1000, 1000). "b" holds no request (1e12 B of
     weights on a 1e11 B GPU): its batch-1 point (1e8 B: 10,000 tokens/s/user and /GPU) would
     dominate every point of "a", but a point that does not fit is not served: the front is a's batch 2."""
-    rows = deploy_eval.page.evaluate(
-        "([a, b]) => window.E.fronts([a, b], [1, 2], {input: 1024, output: 64})", [_option("a", 1), _option("b", 1)])
+    rows = awaited(deploy_eval.page, "([a, b]) => window.E.fronts([a, b], [1, 2], {input: 1024, output: 64})",
+                   [_option("a", 1), _option("b", 1)], what="the front of configs a and b")
     # "a"'s KV is 4 B whatever the context: both capacities floor(8.9e10 / 4) = 2.225e10; one decode
     # time at every context, so the steady TPOT and the last token's are both 1 ms
     assert rows == [{"gpu": "G", "n_gpus": 1, "config": "a", "batch": 2, "ttft_s": 1e-3, "tpot_s": 1e-3,
@@ -248,8 +251,8 @@ def test_deploy_eval_js_front_serves_by_the_steady_state(deploy_eval):
     worst case it would be batch 1). Planted bugs caught: the front served by ``fits``; the grid's
     batches cut at the worst-case capacity (the grid's batch rule, GRID_BATCHES)."""
     assert (2.15e9 // 1.088e9, 2.15e9 // 1.0555e9) == (1, 2)
-    rows = deploy_eval.page.evaluate(
-        "c => window.E.fronts([c], [1, 2], {input: 1024, output: 64})", _option("c", 1))
+    rows = awaited(deploy_eval.page, "c => window.E.fronts([c], [1, 2], {input: 1024, output: 64})", _option("c", 1),
+                   what="the front of config c")
     assert [(r["config"], r["batch"], r["max_concurrent_requests_worst"], r["max_concurrent_requests"]) for r in rows] \
         == [("c", 2, 1, 2)]
     assert (rows[0]["tokens_per_s_per_gpu"], rows[0]["tokens_per_s_per_user"]) == (2000, 1000)
@@ -276,13 +279,13 @@ def test_deploy_eval_js_config_file_reads_the_models_common_file(deploy_eval):
     is handed over with that file's trees, strings and tables in place, the same lists for every
     config (fetched once); a file carrying its own (a hand fixture, an older build) keeps them."""
     shared = {"trees": ["batch"], "strings": ["u"], "lookups": {"3": {"name": "t3"}}}
-    got = deploy_eval.page.evaluate(
+    got = awaited(deploy_eval.page,
         """sh => { Object.assign(window.FIXTURES, {'data/deploy/m/common.json.gz': sh,
                   'data/deploy/m/x1.json.gz': {programs: [], common: 'common'}, 'data/deploy/m/x2.json.gz': {programs: [], common: 'common'},
                   'data/deploy/m/x3.json.gz': {programs: [], trees: [1], strings: ['own'], lookups: {}}});
                 return Promise.all(['x1', 'x2', 'x3'].map(f => window.E.file({file: f}))).then(fs =>
                   [[fs[0].trees, fs[0].strings, fs[0].lookups], fs[0].trees === fs[1].trees, [fs[2].trees, fs[2].strings]]); }""",
-        shared)
+        shared, what="config files x1, x2, x3")
     assert got == [[["batch"], ["u"], {"3": {"name": "t3"}}], True, [[1], ["own"]]]
 
 

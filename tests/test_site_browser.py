@@ -10,6 +10,7 @@ these tests fail, they do not skip: CI installs it (.ci/run).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -25,8 +26,8 @@ from urllib.request import urlopen
 import pytest
 import yaml
 
-from site_builder.screenshots import LOCAL_HOSTS, VIEWPORT, screenshots
-from site_builder.serve import start
+from site_builder.screenshots import VIEWPORT, screenshots
+from site_builder.serve import load_headers, start
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its small site and Chromium twice. tests/test_site_readable.py and
@@ -88,7 +89,7 @@ def site(built) -> Path:
 
 @pytest.fixture(scope="module")
 def base(site):
-    server, url = start(site)
+    server, url = start(site, rules=PRODUCTION_RULES)
     yield url
     server.shutdown()
     server.server_close()
@@ -111,10 +112,15 @@ class Tab:
     warnings: list[str] = field(default_factory=list)     # console warnings (a test asserts on them where it means to)
     inflight: set = field(default_factory=set)           # requests started and not yet finished or failed
     started: int = 0                                      # requests started so far
+    production: bool = False                              # pages must carry the production headers (goto)
 
     def goto(self, url: str):
-        """Open ``url``: its load event, then :meth:`settle`."""
+        """Open ``url``: its load event, then :meth:`settle`. A production tab's page must carry the
+        production Content-Security-Policy (the server sends netlify.toml's headers)."""
         response = self.page.goto(url, wait_until="load")
+        if self.production and response is not None:
+            assert response.headers.get("content-security-policy") == PRODUCTION_CSP, \
+                f"{url}: served without the production headers (start the server with PRODUCTION_RULES)"
         self.settle()
         return response
 
@@ -165,10 +171,16 @@ IDLE_AND_PAINTED = """() => new Promise(done => {
 #: site_builder.screenshots.SCROLL_THROUGH_JS's scroll positions (a step of the window's height less
 #: 100 px, the bottom, then back to the top), each held for two painted frames and a task: the
 #: intersection observers' callbacks (queued when a frame is rendered) have run before the next step.
+#: A position is held 2 s at most, as :data:`IDLE_AND_PAINTED` waits: ``page.evaluate`` has no time
+#: limit of its own (tests/browser_waits.py), so a page that paints no frame (a stalled renderer) must
+#: not hold the scroll, and the test, forever; the charts it did not draw then fail the test.
 SCROLL_STEPS = """async () => {
   if (!document.querySelector('.chart')) return;      // every chart is a .chart: nothing waits to be seen
   const step = Math.max(200, window.innerHeight - 100);
-  const seen = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(r, 0))));
+  const seen = () => new Promise(r => {
+    requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(r, 0)));
+    setTimeout(r, 2000);
+  });
   for (let y = 0; y < document.documentElement.scrollHeight; y += step) { window.scrollTo(0, y); await seen(); }
   window.scrollTo(0, document.documentElement.scrollHeight); await seen();
   window.scrollTo(0, 0);
@@ -186,38 +198,39 @@ def _production_headers(path: str) -> dict[str, str]:
     return out
 
 
+#: The Content-Security-Policy production sends with every page (read by :func:`_production_headers`,
+#: the tests' own reading of netlify.toml, not the server's).
+PRODUCTION_CSP = _production_headers("/").get("content-security-policy")
+
+#: netlify.toml's headers as the tests' servers send them (``site_builder.serve.start(rules=...)``, what
+#: ``archledger serve`` sends): each response carries them from the server, as in production.
+PRODUCTION_RULES = load_headers(REPO / "netlify.toml")
+#: Every URL whose host is not 127.0.0.1 (a JavaScript regular expression, matched by the Playwright
+#: driver): only such requests are routed to Python, to be aborted and recorded.
+REMOTE = re.compile(r"^(?!https?://127\.0\.0\.1(?::\d+)?(?:/|$))")
+
+
 def _open(browser, production: bool = True) -> Tab:
-    """A fresh context: requests off 127.0.0.1 are aborted and recorded; local responses get the
-    production headers (unless ``production`` is false)."""
+    """A fresh context: requests off 127.0.0.1 are aborted and recorded. ``production``: each page
+    :meth:`Tab.goto` opens must arrive with the production headers (the Content-Security-Policy
+    above all), which the server sends (:data:`PRODUCTION_RULES`, tests/site_helpers.py ``served``).
+
+    Local requests are not routed: routing every request through this process (Playwright's fetch,
+    then fulfilling with the headers added) cost about 0.04 CPU-s a page load, some 15% of the
+    browser's work (issue 42, the suite's time, eleventh pass); the server adds the same headers."""
     context = browser.new_context(viewport=VIEWPORT)
-    tab = Tab(context, None)
+    tab = Tab(context, None, production=production)
 
     def route(r):
-        url = r.request.url
-        if urlsplit(url).hostname not in LOCAL_HOSTS:
-            tab.blocked.append(url)
-            r.abort()
-            return
-        if not production:
-            r.continue_()
-            return
+        tab.blocked.append(r.request.url)
         try:
-            response = r.fetch()
-            r.fulfill(response=response, headers={**response.headers, **_production_headers(urlsplit(url).path)})
+            r.abort()
         except Exception as exc:   # playwright's Error; the package is imported by the fixture
-            # the context closed while this request was in flight (the test moved on before a
-            # late fetch finished): there is no page left to answer, and nothing to record
-            if "disposed" in str(exc) or "closed" in str(exc):
-                return
-            # any other failure is the test's to judge (``tab.errors``), not an exception raised in
-            # playwright's event loop, which pytest would report at some later teardown
-            tab.errors.append(f"request failed: {url} ({str(exc).splitlines()[0]})")
-            try:
-                r.abort()
-            except Exception:
-                pass
+            # the context closed while this request waited (the test moved on): nothing to abort
+            if "disposed" not in str(exc) and "closed" not in str(exc):
+                raise
 
-    context.route("**/*", route)
+    context.route(REMOTE, route)
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     tab.page = page
@@ -725,11 +738,13 @@ def test_screenshots_command(built, tmp_path, capsys):
     # process, whose start and imports cost about 2 CPU-s: issue 42, the suite's time).
     from site_builder.cli import main as site_main
     done: list = []
+    # a daemon: a command still running when the join gives up must not hold the worker's exit
     worker = threading.Thread(target=lambda: done.append(site_main(["screenshots", "--out", str(built), "--to", str(to),
-                                                                    "--model", DEEPSEEK])))
+                                                                    "--model", DEEPSEEK])), daemon=True)
     worker.start()
     worker.join(timeout=180)
     captured = capsys.readouterr()
+    assert not worker.is_alive(), f"`archledger screenshots` still running after 180 s: {captured.err}"
     assert done == [0], captured.err
     for name in ("gallery", "model", "deploy", "compare", "diff"):   # compare and a graph diff: issue 20's new views
         png = to / f"{name}.png"

@@ -26,6 +26,7 @@ from engine.cli import units
 from site_builder import charts
 from site_builder.sources import REPO
 from site_builder.templating import environment, script_json
+from tests.browser_waits import awaited
 from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -125,11 +126,11 @@ def _chart_strings(page, cases):
             "transform": [{"calculate": f"[{', '.join(charts.human('datum.v', u) for _, u in cases)}][datum.i]",
                            "as": "shown"}],    # x on the index: a null value must stay a row (Vega-Lite drops invalid x)
             "mark": "point", "encoding": {"x": {"field": "i", "type": "quantitative"}}}
-    return page.page.evaluate("""async spec => {
+    return awaited(page.page, """async spec => {
         const el = document.createElement("div"); document.body.appendChild(el);
         const r = await window.vegaEmbed(el, spec, {actions: false, renderer: "svg"});
         return r.view.data("data_0").map(d => d.shown);
-    }""", json.loads(json.dumps(spec)))
+    }""", json.loads(json.dumps(spec)), what="vegaEmbed's chart of the edge values")
 
 
 #: Edge values of the rule (a consistency test: the expected strings are units.py's own): rounding

@@ -23,6 +23,7 @@ import pytest
 
 from tests.deploy_helpers import assert_close, deploy_json
 from tests.site_helpers import DEPLOY_FIELDS, OP_FIELDS, build_small_site, deploy_page, result_tables, served
+from tests.browser_waits import awaited
 from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -128,10 +129,11 @@ def test_two_batch_overlap_in_the_page_equals_archledger_deploy(tab, base):
     # schedule under two_batch (deploy_eval.js scheduled) against ``archledger deploy --overlap two_batch``
     model, gpu, cfg, degrees, fw, kv, prompt, output, batch = POINTS[0]
     _page(tab, base, model, gpu, cfg, fw, kv, prompt, output, batch)
-    got = tab.page.evaluate("""async (p) => { const c = window.archDeploy.current;
+    got = awaited(tab.page, """async (p) => { const c = window.archDeploy.current;
         const o = Object.assign({}, c.option, {overlap: 'two_batch'}), s = await window.archDeploy.at(o, p);
         return {ttft_s: s.ttft_s, tpot_s: s.tpot_s, ttft_bound_s: s.ttft_bound_s, tpot_bound_s: s.tpot_bound_s,
-                overlap: s.overlap, plain: c.summary.tpot_s}; }""", {"input": prompt, "output": output, "batch": batch})
+                overlap: s.overlap, plain: c.summary.tpot_s}; }""", {"input": prompt, "output": output, "batch": batch},
+                  what="archDeploy.at under two-batch overlap")
     want = _cli(model, gpu, degrees, fw, kv, prompt, output, batch, ("--overlap", "two_batch"))["deployment"]
     assert got["overlap"] == want["overlap"] == "two_batch"
     for name in ("ttft_s", "tpot_s", "ttft_bound_s", "tpot_bound_s"):
