@@ -7,15 +7,11 @@ the template can attach its formula tooltip.
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import re
 
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from json.decoder import scanstring
-from json.scanner import make_scanner
 from pathlib import Path
 from typing import Any
 
@@ -25,27 +21,13 @@ import polars as pl
 # writes; one encoder for the results' files and the site's, without json.dumps' per-call encoder
 # and circular-reference check)
 from engine.batch.jsontext import compact_json
+from site_builder.json_cuts import Items, RowTexts, cut_rows, gc_paused, lookup_refs, row_texts, top_level
 
 KEY = ["gpu", "n_gpus", "config", "framework", "kv_dtype"]
 
 
 def slug(model_id: str) -> str:
     return model_id.replace("/", "--")
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """No cyclic garbage collection inside the block (restored after, as it was). Parsing the
-    results' JSON (model documents, playground picks, formula files: megabytes) allocates millions
-    of containers; the collector would walk the growing heap again and again while they are made,
-    and the parsed trees hold no cycles for it to find: two thirds of the site's JSON reading."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def read_json(path: Path) -> Any:
@@ -342,18 +324,6 @@ def deploy_formulas(results: Results, model_id: str) -> dict | None:
     return read_formulas(path) if path.exists() else None
 
 
-class RowTexts(list):
-    """A formula document's ``programs`` as its steps' JSON texts: per program, each step row's
-    compact JSON text, in order (what :func:`split_formulas` reads; a decoded document's programs
-    are turned into this by :func:`row_texts`)."""
-
-
-def row_texts(programs: list) -> RowTexts:
-    """Decoded ``programs`` (lists of step rows) as :class:`RowTexts`: each row's compact JSON text,
-    the text the build's writer gave it (engine.batch.deploy_export.document_json)."""
-    return RowTexts([[compact_json(row) for row in steps] for steps in programs])
-
-
 def read_formulas(path: Path) -> dict:
     """A formula document, decoded but for its ``programs``, which come as :class:`RowTexts` cut from
     the file's text: the programs are most of the text (36 of the 51 models' 64 MB) and repeat few
@@ -367,7 +337,7 @@ def read_formulas(path: Path) -> dict:
     with gc_paused():
         entries = top_level(text, cut="programs", items="trees")
         at = {e[0]: e for e in entries or ()}
-        rows = _cut_rows(text[at["programs"][2]:at["programs"][3]]) if "programs" in at else None
+        rows = cut_rows(text[at["programs"][2]:at["programs"][3]]) if "programs" in at else None
         if rows is None:
             doc = json.loads(text)
             doc["programs"] = row_texts(doc["programs"])
@@ -375,102 +345,6 @@ def read_formulas(path: Path) -> dict:
         doc = {name: value for name, _, _, _, value in entries}
         doc["programs"] = rows
         return doc
-
-
-def json_without(text: str, drop: str) -> str:
-    """The compact JSON text of the object ``text`` less its top-level key ``drop``:
-    ``compact_json`` of the decoded object without it, for ``text`` as :func:`compact_json` writes
-    it (every results JSON file: engine.batch.jsontext), whose entries' texts are what encoding them
-    again gives; so the other entries are copied as they stand, not decoded and encoded again. Any
-    other text (white space: :func:`top_level` says None) is decoded and encoded."""
-    with gc_paused():
-        entries = top_level(text)
-        if entries is None:
-            return compact_json({k: v for k, v in json.loads(text).items() if k != drop})
-    return "{" + ",".join([text[key:end] for name, key, _, end, _ in entries if name != drop]) + "}"
-
-
-_SCAN = make_scanner(json.JSONDecoder())      # (what json.loads decodes a value with)
-
-
-class Items(list):
-    """A JSON list decoded element by element, beside each element's text as it stands in the file
-    (``texts``): what :func:`top_level` gives for its ``items`` key."""
-    texts: list[str]
-
-
-def _items(text: str, i: int) -> tuple[Items, int]:
-    """The JSON list starting at ``text[i]`` as :class:`Items`, and where it ends (each element
-    decoded by the C scanner, as json.loads would; ValueError where no list of values is there)."""
-    if text[i:i + 1] != "[":
-        raise ValueError("not a list")
-    out = Items()
-    out.texts = []
-    if text[i + 1:i + 2] == "]":
-        return out, i + 2
-    while True:                  # at '[' or ',', an element next
-        value, end = _SCAN(text, i + 1)
-        out.append(value)
-        out.texts.append(text[i + 1:end])
-        i = end
-        if text[i:i + 1] == "]":
-            return out, i + 1
-        if text[i:i + 1] != ",":
-            raise ValueError("not a list")
-
-
-def top_level(text: str, cut: str | None = None, items: str | None = None) -> list[tuple[str, int, int, int, Any]] | None:
-    """The top-level entries of the compact JSON object ``text``, in order, each ``(key, where its
-    key's quote is, where its value starts, where it ends, the value decoded)``, so that
-    ``text[key:end]`` is an entry's text as it stands (``"key":value``) and ``"{" + ",".join(...) +
-    "}"`` of all of them is ``text`` again. The value of ``cut`` is not decoded (None) but cut at the
-    next key's opening quote (or the object's end): exact only for a value holding no string, which
-    its reader checks (:func:`read_formulas`). The value of ``items`` (a list) comes as :class:`Items`,
-    each element's text beside it. None where ``text`` is not a compact JSON object (white
-    space, a key given twice, a value that is not JSON there): then json.loads tells what it is."""
-    if not text.startswith('{"'):
-        return None
-    entries, seen, i, last = [], set(), 0, len(text) - 1
-    try:
-        while text[i + 1:i + 2] == '"':          # at '{' or ',', a key next (compact: no white space)
-            key_at = i + 1
-            name, start = scanstring(text, key_at + 1)
-            if text[start:start + 1] != ":" or name in seen:   # (json.loads keeps a repeated key's last value)
-                return None
-            seen.add(name)
-            if name == cut:
-                end = text.find('"', start)
-                i, value = (last if end == -1 else end - 1), None
-            else:
-                value, i = (_items if name == items else _SCAN)(text, start + 1)
-            entries.append((name, key_at, start + 1, i, value))
-            if text[i:i + 1] == "}":
-                return entries if i == last else None
-            if text[i:i + 1] != ",":
-                return None
-    except (ValueError, StopIteration):          # (not JSON where a value was looked for)
-        return None
-    return None
-
-
-#: A step row with no string: a list of numbers holding one list (``parts``), as the build writes it.
-_ROW = r'\[[^\[\]"]*\[[^\[\]"]*\][^\[\]"]*\]'
-_ROWS = re.compile(_ROW)
-#: A program: a list of such rows (possibly none).
-_PROGRAM = re.compile(r'\[((?:%s(?:,%s)*)?)\]' % (_ROW, _ROW))
-
-
-def _cut_rows(raw: str) -> RowTexts | None:
-    """The programs' text ``raw`` (a list of lists of step rows) as :class:`RowTexts`, or None where
-    it is not exactly a list of programs of string-free rows of the writer's shape (then it is not
-    cut here). Exact: the programs found must join back to ``raw`` character for character, and a
-    JSON list ends at its own closing bracket, so a text that joins back is the whole value."""
-    if len(raw) < 2 or raw[0] != "[" or raw[-1] != "]":
-        return None
-    programs = _PROGRAM.findall(raw, 1, len(raw) - 1)
-    if "[" + ",".join(["[" + p + "]" for p in programs]) + "]" != raw:
-        return None
-    return RowTexts([_ROWS.findall(p) for p in programs])
 
 
 class _Numbering(dict):
@@ -568,7 +442,7 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
         # the measured tables the trees' lookup nodes name (by their index in the model's lookups)
         # (less what only `archledger deploy`'s reading of the document needs: engine.deploy.stored)
         parts += [',"lookups":', compact_json({str(r): {k: v for k, v in doc["lookups"][r].items() if k not in STORED_ONLY}
-                                               for r in sorted(_lookup_refs(shared_trees))})]
+                                               for r in sorted(lookup_refs(shared_trees))})]
     texts, same = _shared(bodies)
     texts[COMMON] = "".join(parts + ["}"])
     for o in options:
@@ -596,18 +470,6 @@ def split_formulas(doc: dict) -> tuple[dict, dict[str, str]]:
 #: share (:func:`split_formulas`; each config file names it in its ``common`` field and
 #: static/js/deploy_eval.js puts its lists in place on fetching a config's file).
 COMMON = "common"
-
-
-def _lookup_refs(trees: str) -> set[int]:
-    """The table refs of the ``lookup`` nodes (``["lookup", ref, ...]``, engine.language.formula_tree)
-    in the compact JSON text ``trees``. A match is always such a node: its bracket cannot be inside a
-    string, for the quote after it would close that string and no JSON text goes on with a letter
-    after a closing quote; so it opens a list whose first element is the string ``lookup``, and the
-    ref is the integer after it (what the walk over the decoded trees found)."""
-    return {int(r) for r in _LOOKUP_REF.findall(trees)}
-
-
-_LOOKUP_REF = re.compile(r'\["lookup",(-?\d+)(?=[,\]])')
 
 
 def _shared(bodies: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

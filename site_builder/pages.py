@@ -29,6 +29,7 @@ DOCS = [("architecture", REPO / "docs" / "architecture.md", "Architecture: packa
         ("verification", REPO / "docs" / "verification.md", "Verification: guards and evidence"),
         ("security", REPO / "docs" / "security.md", "Security and failure model"),
         ("scaling", REPO / "docs" / "scaling.md", "Scaling the build: the distributed executor"),
+        ("scaling-2", REPO / "docs" / "scaling-2.md", "Scaling the build, continued: the eleventh pass onwards"),
         ("contributing", REPO / "CONTRIBUTING.md", "How to add a model, component, op, GPU or fusion rule")]
 OVERVIEW = [("params_total", "Parameters"), ("params_active", "Active per token (with embedding)"),
             ("params_embedding", "Embedding"), ("n_layers", "Layers"), ("max_context", "Max context"),

@@ -19,7 +19,8 @@ from pathlib import Path
 from engine.batch import publish
 from site_builder import graph_svg, graphs
 from site_builder.component_pages import _attention_instances, _short
-from site_builder.data import Results, json_without, read_json, slug
+from site_builder.data import Results, read_json, slug
+from site_builder.json_cuts import json_without
 from site_builder.graph_svg import diff_graphs, render_svg
 from site_builder.incremental import _hash, _results_inputs
 from site_builder.writer import Site

@@ -1,7 +1,7 @@
 """The site render's eleventh pass (issue 42): the results' JSON texts copied where the site writes
 them unchanged, not decoded and encoded again.
 
-* ``site_builder.data.top_level`` walks a compact JSON object's top-level entries, giving each
+* ``site_builder.json_cuts.top_level`` walks a compact JSON object's top-level entries, giving each
   entry's span in the text and its decoded value (one value, ``cut``, left undecoded and cut at the
   next key's quote); anything else (white space, a repeated key, trailing text) is refused (None).
 * ``site_builder.data.read_formulas`` reads a formula document with its programs as their step
@@ -14,7 +14,7 @@ them unchanged, not decoded and encoded again.
   beside it) and finds the tables they read by a regular expression over that text
   (``_lookup_refs``): by hand on awkward trees (the word as a symbol, inside a string, nested
   lookups) and, on real inputs, the same refs as a walk over the decoded trees.
-* ``site_builder.data.json_without`` writes the playground's picks without their graphs by copying
+* ``site_builder.json_cuts.json_without`` writes the playground's picks without their graphs by copying
   the other entries' texts: on the build's files it equals ``compact_json`` of the decoded document
   without ``graphs``, and on a non-compact text it falls back to that.
 """
@@ -26,7 +26,9 @@ import pytest
 
 from engine.batch.jsontext import compact_json
 from site_builder import data
-from site_builder.data import RowTexts, json_without, read_formulas, row_texts, split_formulas, top_level
+from site_builder import json_cuts
+from site_builder.data import read_formulas, split_formulas
+from site_builder.json_cuts import RowTexts, json_without, row_texts, top_level
 from tests.site_helpers import H100_PAIR_GRID, H100_PAIR_MODELS, shared_small_site
 
 pytestmark = pytest.mark.xdist_group("site_h100_pair")      # (the small site tests/test_site_numbers.py builds)
@@ -114,16 +116,16 @@ def test_a_document_the_cut_cannot_take_is_decoded_whole_with_the_same_split(tmp
 
 def test_programs_that_do_not_join_back_are_not_cut():
     """_cut_rows takes exactly a list of lists of string-free rows of the writer's shape."""
-    assert data._cut_rows("[[[1,[2],3]],[]]") == [["[1,[2],3]"], []]
+    assert json_cuts.cut_rows("[[[1,[2],3]],[]]") == [["[1,[2],3]"], []]
     for raw in ("[[[1,[2],3]],[]", "[[[1,2,3]]]", '[[[1,["x"],3]]]', "[[[1,[2],3]][]]", "[[1,[2],3]]", "[]x"):
-        assert data._cut_rows(raw) is None, raw
+        assert json_cuts.cut_rows(raw) is None, raw
 
 
 def test_items_give_each_elements_text_as_it_stands():
     text = '{"t":[["+",1,"x"],"lookup",2.5,[]],"u":[]}'
     entries = top_level(text, items="t")
     trees = entries[0][4]
-    assert isinstance(trees, data.Items) and trees == [["+", 1, "x"], "lookup", 2.5, []]
+    assert isinstance(trees, json_cuts.Items) and trees == [["+", 1, "x"], "lookup", 2.5, []]
     assert trees.texts == ['["+",1,"x"]', '"lookup"', "2.5", "[]"] == [compact_json(t) for t in trees]
     assert top_level('{"t":[]}', items="t")[0][4].texts == []
     assert top_level('{"t":3}', items="t") is None and top_level('{"t":[1;2]}', items="t") is None
@@ -139,7 +141,7 @@ def test_items_give_each_elements_text_as_it_stands():
 def test_lookup_refs_are_the_lookup_nodes_tables(trees, refs):
     """By hand: the refs of exactly the lists whose first element is the string ``lookup`` and whose
     second is an integer."""
-    assert data._lookup_refs(compact_json(trees)) == refs
+    assert json_cuts.lookup_refs(compact_json(trees)) == refs
 
 
 def _walked_refs(trees: list) -> set:
@@ -178,13 +180,13 @@ def test_on_the_builds_files_the_copied_texts_equal_the_old_decode_and_encode(sm
     assert len(formulas) == len(H100_PAIR_MODELS) and playground
     for path in formulas:
         text = path.read_text()
-        assert top_level(text, cut="programs") is not None and data._cut_rows(
+        assert top_level(text, cut="programs") is not None and json_cuts.cut_rows(
             text[text.index('"programs":') + 11:text.index(',"trees":')]) is not None
         read = read_formulas(path)
-        assert isinstance(read["trees"], data.Items) and read["trees"].texts == [compact_json(t) for t in read["trees"]]
+        assert isinstance(read["trees"], json_cuts.Items) and read["trees"].texts == [compact_json(t) for t in read["trees"]]
         model, files = split_formulas(read)
         doc = json.loads(text)
-        assert data._lookup_refs(compact_json(doc["trees"])) == _walked_refs(doc["trees"]) != set()
+        assert json_cuts.lookup_refs(compact_json(doc["trees"])) == _walked_refs(doc["trees"]) != set()
         assert (model, files) == split_formulas(doc), path.name
         _assert_rows_resolve_to_the_documents(doc, model, files)
     for path in playground:

@@ -410,14 +410,12 @@ class _Evaluator:
 
 
 def _one_length(lengths: np.ndarray):
-    """A call's output lengths as one number where they are all one (always, in the search: a
-    call's points are all serving points, of the scenario's output, or all prefill-pool points, of
-    :data:`engine.serving.disagg.PREFILL_OUTPUT`), else as they are. summarize() and phase_inputs()
-    then evaluate what reads the output length alone (the steady state's tokens per request, the KV
-    at the last position and at the steady tokens, the decode's mean context) once per call instead
-    of once per point: each is elementwise arithmetic, so the one number is the very float every
-    point got, and what reads it beside per-point arrays broadcasts it (the points' shape is the
-    batches'; tests/test_serve_eleventh_pass.py compares the two, bit for bit and dtype for dtype)."""
+    """A call's output lengths as one number where they are all one (always, in the search: the
+    scenario's output, or :data:`engine.serving.disagg.PREFILL_OUTPUT` for prefill-pool points), else
+    as they are. summarize() and phase_inputs() then evaluate what reads the output length alone
+    (steady tokens per request, the KV at them and at the last position, the decode's mean context)
+    once per call, not per point: elementwise arithmetic, so the same floats, broadcast beside the
+    per-point arrays (tests/test_serve_eleventh_pass.py: bit for bit and dtype for dtype)."""
     first = lengths[0]
     return first if (lengths == first).all() else lengths
 
