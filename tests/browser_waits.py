@@ -17,8 +17,8 @@ import time
 import traceback
 from pathlib import Path
 
-#: How long a page has to settle a script's promise: the page's default timeout in the browser tests
-#: (tests/test_site_browser.py ``TIMEOUT_MS``).
+#: How long a page has to settle a script's promise, and the pages' default timeout in the browser
+#: tests (tests/test_site_browser.py ``TIMEOUT_MS`` is this figure).
 PAGE_WAIT_MS = 20_000
 
 #: The most seconds one browser test may take (tests/conftest.py ``_browser_test_limit``). Every wait

@@ -28,6 +28,7 @@ import yaml
 
 from site_builder.screenshots import VIEWPORT, screenshots
 from site_builder.serve import load_headers, start
+from tests.browser_waits import PAGE_WAIT_MS
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its small site and Chromium twice. tests/test_site_readable.py and
@@ -41,7 +42,7 @@ LLAMA, QWEN, DEEPSEEK = "meta-llama--Meta-Llama-3.1-8B", "Qwen--Qwen3-30B-A3B", 
 SLUGS = [LLAMA, QWEN, DEEPSEEK]
 COMPARE_URL = f"compare/?a={LLAMA}&b={DEEPSEEK}"
 DEPLOY_URL = f"models/{LLAMA}/deploy/?gpu=H100&kv=fp8"
-TIMEOUT_MS = 20_000
+TIMEOUT_MS = PAGE_WAIT_MS         # (the pages' default timeout and awaited()'s bound: one figure)
 XSS_NOTES = "<script>alert(1)</script>"
 XSS_NAME = 'Llama 3.1 8B"><img src=x onerror=alert(2)>'
 

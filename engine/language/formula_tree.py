@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.language.memo import remembered_for
+
 #: op -> (arity or None for n-ary, meaning). The JavaScript evaluator implements exactly these.
 OPS = {
     "+": "sum of the arguments",
@@ -163,7 +165,7 @@ def evaluate(tree: Any, env: Mapping[str, float], lookup=None) -> float:
         return float(tree)
     if isinstance(tree, str):
         if tree not in env:
-            raise KeyError(f"formula tree: symbol {tree!r} is not bound")
+            raise _unbound_error(tree)
         return float(env[tree])
     op, args = tree[0], tree[1:]
     if op == "pw":
@@ -312,7 +314,7 @@ def _symbol(name: str):
         try:
             return env[name]
         except KeyError:
-            raise KeyError(f"formula tree: symbol {name!r} is not bound") from None
+            raise _unbound_error(name) from None
     return symbol
 
 
@@ -362,7 +364,12 @@ def _unbound(env, name: str) -> None:
     """Raise :func:`_symbol`'s error when ``name`` is not bound in ``env`` (a KeyError raised by
     the numpy call itself goes on as it is)."""
     if name not in env:
-        raise KeyError(f"formula tree: symbol {name!r} is not bound") from None
+        raise _unbound_error(name) from None
+
+
+def _unbound_error(name: str) -> KeyError:
+    """The error of a tree that reads a symbol its environment does not bind."""
+    return KeyError(f"formula tree: symbol {name!r} is not bound")
 
 
 def _piecewise(pairs: list[tuple]):
@@ -409,17 +416,9 @@ _BINARY = {"+": operator.add, "*": operator.mul, "-": operator.sub, "/": operato
            "min": np.minimum, "max": np.maximum, "<": np.less, "<=": np.less_equal, "==": np.equal,
            ">": np.greater, ">=": np.greater_equal, "!=": np.not_equal, "and": np.logical_and, "or": np.logical_or}
 
-_COMPILED: dict = {}
-
-
 def _plan(program: list, only: tuple | None, given: tuple) -> list:
     """The compiled bindings :func:`run_arrays` evaluates for ``only`` (every one when None): the
-    bindings ``only`` names and those they read, in program order, less those the caller ``given``
-    (remembered per program)."""
-    key = (id(program), only, given)
-    found = _COMPILED.get(key)
-    if found is not None and found[0] is program:
-        return found[1]
+    bindings ``only`` names and those they read, in program order, less those the caller ``given``."""
     keep = [name not in given for name, _ in program]
     if only:
         need, keep = set(only), [False] * len(program)
@@ -428,24 +427,30 @@ def _plan(program: list, only: tuple | None, given: tuple) -> list:
             if name in need and name not in given:
                 keep[i] = True
                 need |= free_names(tree)
-    plan = [(name, compile_arrays(tree)) for (name, tree), k in zip(program, keep) if k]
-    _COMPILED[key] = (program, plan)
-    return plan
+    return [(name, compile_arrays(tree)) for (name, tree), k in zip(program, keep) if k]
 
 
-_NAMES: dict[int, tuple] = {}
+class _Program:
+    """A rule program as :func:`run_arrays` runs it: its binding names in order and as a set, and
+    its compiled bindings per (``only``, ``given``) (:func:`_plan`; a handful per program, since
+    callers ask for fixed names and bind fixed inputs)."""
+
+    def __init__(self, program: list):
+        self.program = program
+        self.names = tuple(name for name, _ in program)
+        self.name_set = frozenset(self.names)
+        self.plans: dict[tuple, list] = {}
+
+    def plan(self, only: tuple | None, given: tuple) -> list:
+        found = self.plans.get((only, given))
+        if found is None:
+            found = self.plans[(only, given)] = _plan(self.program, only, given)
+        return found
 
 
-def _names(program: list) -> tuple[tuple, frozenset]:
-    """A rule program's binding names in order and as a set, once per program object (the
-    programs are module constants and the callers' own lists: a handful per process, bounded)."""
-    found = _NAMES.get(id(program))
-    if found is None or found[0] is not program:
-        if len(_NAMES) > 1_000:
-            _NAMES.clear()
-        names = tuple(name for name, _ in program)
-        found = _NAMES[id(program)] = (program, names, frozenset(names))
-    return found[1:]
+#: id(program) -> (it, its _Program): the programs are module constants and the callers' own lists,
+#: a handful per process (one lookup per run, where rule programs run tens of thousands of times a model)
+_PROGRAMS: dict = {}
 
 
 def run_arrays(program: list, env: Mapping[str, Any], only: tuple | None = None) -> dict[str, Any]:
@@ -454,10 +459,10 @@ def run_arrays(program: list, env: Mapping[str, Any], only: tuple | None = None)
     that needs a program's first steps does not evaluate, nor bind the inputs of, the rest). A
     binding ``env`` gives already is the caller's (a later step evaluated alone)."""
     out = dict(env)
-    names = _names(program)
+    compiled = remembered_for(_PROGRAMS, program, lambda: _Program(program), 1_000)
     # (most calls bind none of the program's names: one set test in C instead of a test per binding)
-    given = () if names[1].isdisjoint(out) else tuple(name for name in names[0] if name in out)
-    for name, fn in _plan(program, only, given):
+    given = () if compiled.name_set.isdisjoint(out) else tuple(name for name in compiled.names if name in out)
+    for name, fn in compiled.plan(only, given):
         out[name] = fn(out)
     return out
 
