@@ -20,7 +20,7 @@ from engine.batch import collector
 from engine.batch.jsontext import compact_json
 from engine.batch.hashing import corpus_digest, evidence_files
 from engine.batch.model_row import model_row, slug
-from engine.batch.parquet_writer import PARTITION_ORDER, ZSTD_LEVEL, _frame, write_parquet
+from engine.batch.parquet_writer import GRID_OPTIONS, PARTITION_ORDER, SERVING_OPTIONS, _frame, write_parquet
 from engine.batch.schema import DEPLOYMENTS_SCHEMA, DERIVED, OPS_SCHEMA, without_copies
 from engine.language.api import evaluate_spec
 from engine.language.corpus import Corpus, load_corpus
@@ -68,13 +68,47 @@ def build_model(corpus_root: str | None, model_id: str, grid_path: str | None, g
 def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, gpu_root: str | None,
                  staging: str, spec_hash: str, verification: dict | None, corpus: Corpus | None,
                  part: str) -> dict:
-    """:func:`build_model`'s work."""
+    """:func:`build_model`'s work: a whole model whose inputs equal, up to its identity, a model this
+    process evaluated into the same ``staging`` is written from that model's files
+    (:mod:`engine.batch.twins`: the same bytes); any other is evaluated, its config reads recorded
+    so a later model may follow it."""
+    from engine.batch import twins
+    from engine.language import config_reads
+    started = time.perf_counter()
+    corpus = corpus if corpus is not None else cached_corpus(corpus_root)
+    model = corpus.models[model_id]
+    key = twins.spec_key(corpus, model, grid_path, gpu_root) if part == "all" else None
+    leader = twins.matches(key, corpus, model, staging)
+    counts = _follow(leader, corpus, model, staging, verification) if leader is not None else None
+    if counts is None:
+        with config_reads.recording(model.snapshot) as reads:
+            counts = _evaluate_model(corpus, model_id, grid_path, gpu_root, staging, verification, part)
+        twins.remember(key, model, reads, counts, staging)
+    counts["seconds"] = round(time.perf_counter() - started, 3)
+    return counts
+
+
+def _follow(leader, corpus: Corpus, model, staging: str, verification: dict | None) -> dict | None:
+    """``model``'s files as ``leader``'s with its id (:func:`engine.batch.twins.follow`), and its own
+    model document (it names the model throughout: evaluated as ever); None when the leader's files
+    cannot be relabelled (then ``model`` is evaluated)."""
+    from engine.batch import twins
+    from engine.batch.export import model_document
+    counts = twins.follow(leader, model.model_id, staging)
+    if counts is not None:
+        (Path(staging) / "models").mkdir(exist_ok=True)
+        (Path(staging) / "models" / f"{slug(model.model_id)}.json").write_text(
+            compact_json(model_document(evaluate_spec(corpus, model), verification)))
+    return counts
+
+
+def _evaluate_model(corpus: Corpus, model_id: str, grid_path: str | None, gpu_root: str | None, staging: str,
+                    verification: dict | None, part: str) -> dict:
+    """Evaluate one model over the grid (its ``part``) and write its files under ``staging``; its counts."""
     from engine.batch import grid_eval
     from engine.language import finite
     from engine.deploy.fusion_table import load_tables
     from engine.deploy.structure_cache import StructureCache
-    started = time.perf_counter()
-    corpus = corpus if corpus is not None else cached_corpus(corpus_root)
     from engine.playground.whatif import evaluate_with_sites, model_playground
     from engine.deploy.hardware import load_gpus
     ev, sites = evaluate_with_sites(corpus, corpus.models[model_id])   # evaluate_spec's walks; its slot sites for the playground
@@ -101,8 +135,7 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
             if derived:          # each front's rows, in the published row order (its tie-break)
                 from engine.serving.fronts import grid_front
                 frame = frame.with_columns(grid_front(frame))
-            write_parquet(frame, folder / "part.parquet", statistics=True, compression="zstd",
-                          compression_level=ZSTD_LEVEL)
+            write_parquet(frame, folder / "part.parquet", **GRID_OPTIONS)
         (Path(staging) / "formulas").mkdir(exist_ok=True)
         from engine.batch.deploy_export import document_json     # compact_json's text, each step row encoded once
         (Path(staging) / "formulas" / f"{name}.json").write_text(document_json(formulas))
@@ -110,8 +143,7 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
     if part in ("all", "extras"):      # plan's search per sizing scenario: fronts/ and sizing/ (docs/results.md)
         counts.update(fronts.write_model(ev, grid_path, gpu_root, Path(staging), name,
                                          lambda columns, schema, path: write_parquet(_frame(columns, schema), path,
-                                                                                     compression="zstd",
-                                                                                     compression_level=ZSTD_LEVEL),
+                                                                                     **SERVING_OPTIONS),
                                          cache))
         del cache
         from engine.batch.export import model_document
@@ -121,7 +153,6 @@ def _build_model(corpus_root: str | None, model_id: str, grid_path: str | None, 
         (Path(staging) / "playground").mkdir(exist_ok=True)      # the playground's live picks (docs/results.md)
         (Path(staging) / "playground" / f"{name}.json").write_text(
             compact_json(model_playground(ev, sites=sites, gpus=load_gpus(gpu_root))))
-    counts["seconds"] = round(time.perf_counter() - started, 3)
     return counts
 
 

@@ -73,3 +73,8 @@ def write_parquet(frame: pl.DataFrame, path: Path, **options) -> None:
 #: The site publishes these files as its downloads (hard links), so this is the downloads' size too.
 PARTITION_ORDER = ["gpu", "n_gpus", "config", "framework", "kv_dtype", "input_len", "output_len", "batch", "phase"]
 ZSTD_LEVEL = 9
+#: How a model's grid partitions (deployments, ops) are written: with column statistics (readers
+#: prune row groups by them); its serving partitions (fronts, sizing, disagg): :data:`SERVING_OPTIONS`.
+#: One place, so a table rewritten with another model's id (engine.batch.twins) is written as evaluated.
+GRID_OPTIONS = {"statistics": True, "compression": "zstd", "compression_level": ZSTD_LEVEL}
+SERVING_OPTIONS = {"compression": "zstd", "compression_level": ZSTD_LEVEL}

@@ -17,7 +17,7 @@ from typing import Any
 import sympy
 
 
-from engine.language import expr, symbols
+from engine.language import config_reads, expr, symbols
 from engine.language.corpus import Corpus
 from engine.language.errors import SpecError, Where
 from engine.language.ir import Fill, ModelSpec, NodeSpec, StackSpec
@@ -60,6 +60,13 @@ class Walker(_OpRows, _Components, _LayerStacks):
 
     # -- config and dims ------------------------------------------------------------------------
     def config(self, path: tuple) -> Any:
+        """The snapshot's field at ``path`` (KeyError when absent); reported to an open
+        :func:`engine.language.config_reads.recording` either way."""
+        return config_reads.noted(self.model.snapshot, path, self._config)
+
+    def _config(self, path: tuple) -> Any:
+        """:meth:`config` unreported: what the dims' binding texts read (their values stand for
+        them where reads are compared, engine.batch.twins)."""
         value: Any = self.model.snapshot.fields
         for key in path:
             if isinstance(key, int):
@@ -85,7 +92,7 @@ class Walker(_OpRows, _Components, _LayerStacks):
             if name not in self.corpus.dims:
                 raise SpecError(where, f"dim {name!r} is not in the dims table",
                                 "add it to corpus/dims.yaml with its kind and shard world, or use a known dim")
-            value = self._eval(text, expr.Scope(numeric, self.config), where)
+            value = self._eval(text, expr.Scope(numeric, self._config), where)
             if not (isinstance(value, sympy.Integer) and value > 0):
                 raise SpecError(where, f"dim {name!r} evaluates to {value}, not a positive integer",
                                 "use // for integer division or check the config field")

@@ -375,7 +375,7 @@ def check_work(ev: Evaluation, grid_path=None, gpu_root=None) -> tuple[Sizing | 
     from engine.deploy.hardware import find_gpu
     from engine.serving.sizing import check_pairs
     spec, all_gpus = _inputs(grid_path, gpu_root)
-    if spec is None or (spec.models is not None and ev.model.model_id not in spec.models):
+    if not covers(spec, ev.model.model_id):
         return None, []
     gpus = [find_gpu(all_gpus, name) for name in spec.gpus] if spec.gpus is not None else list(all_gpus.values())
     check_pairs(pairs_bound(ev, spec, gpus), spec.where, f"{ev.model.model_id}: list fewer GPU types, frameworks, "
@@ -389,6 +389,12 @@ def pairs_bound(ev: Evaluation, spec: Sizing, gpus: list) -> dict[str, int]:
     from engine.serving.sizing import legal_configs
     return {"frameworks": len(spec.frameworks), "KV dtypes": len(spec.kv_dtypes), "scenarios": len(spec.scenarios),
             "GPU types": len(gpus), f"configs up to {spec.max_gpus} GPUs": len(legal_configs(ev, spec.max_gpus))}
+
+
+def covers(spec: Sizing | None, model_id: str) -> bool:
+    """Whether the sizing block ``spec`` (None: the grid has none) sizes the model: the one place
+    the sizing step reads the model's id other than to label its rows (engine.batch.twins)."""
+    return spec is not None and (spec.models is None or model_id in spec.models)
 
 
 def _inputs(grid_path, gpu_root) -> tuple:
