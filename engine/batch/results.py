@@ -87,6 +87,8 @@ class Report:
     skipped: dict[str, list[str]] = field(default_factory=dict)   # model -> its guard errors
     unverified: dict[str, str] = field(default_factory=dict)      # model -> why it cannot be verified (its spec's `unverified:`)
     stale: list[str] = field(default_factory=list)     # kept by a subset build although their inputs changed
+    #: model -> the exact twin whose files it was written from (engine.batch.twins), among the recomputed
+    followed: dict[str, str] = field(default_factory=dict)
     site: Path | None = None                            # the published site, when one was rendered
     deployment_rows: int = 0
     op_rows: int = 0
@@ -336,6 +338,8 @@ def _evaluate_changed(run: _Run, todo: list[str], targets: list[str], rows: dict
                         "files": _file_records(staging, mid)}
         report.recomputed.append(mid)
         report.points += r["points"]
+        if "follows" in r:
+            report.followed[mid] = r["follows"]
 
 
 def _write_tables(run: _Run, grid: str, targets: list[str], rows: dict, entries: dict, early: list) -> None:
@@ -517,6 +521,9 @@ def run(args, site=None, site_sources: str | None = None) -> int:
               f"and site are unchanged; free space or choose another --out", file=sys.stderr)
         return 2
     stale = f", {len(report.stale)} kept stale" if report.stale else ""
+    if report.followed:       # written from an exact twin's files (engine.batch.twins): which from which
+        stale += f", {len(report.followed)} of them as exact twins (" + ", ".join(
+            f"{m} as {lead}" for m, lead in sorted(report.followed.items())) + ")"
     print(f"wrote {report.results}: {len(report.recomputed)} models evaluated, {len(report.reused)} reused{stale}; "
           f"{report.deployment_rows:,} deployment rows, {report.op_rows:,} op rows, "
           f"{report.points:,} new grid points in {report.seconds:.1f} s")

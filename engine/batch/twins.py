@@ -112,8 +112,8 @@ def spec_key(corpus, model, grid_path, gpu_root) -> Hashable | None:
         fields = tuple((f.name, canon(getattr(model, f.name))) for f in dataclasses.fields(model)
                        if f.name not in IDENTITY | BY_EFFECT)
         return (fields, _dims(corpus, model), str(grid_path), str(gpu_root),
-                fronts.covers(fronts._inputs(grid_path, gpu_root)[0], model.model_id))
-    except Unshareable:
+                fronts.covers(fronts.load_sizing(grid_path), model.model_id))
+    except Exception:       # Unshareable, or dims that do not bind (the evaluation then says why, as ever)
         return None
 
 
@@ -160,21 +160,21 @@ def _build(staging) -> tuple:
 
 def follow(leader: Leader, model_id: str, staging: str) -> dict | None:
     """Write ``model_id``'s tables and documents as ``leader``'s with the id replaced; its counts
-    (``follows``: the leader). None, and nothing written, when a leader's file names it elsewhere
-    than its id field (:func:`_relabelled`)."""
+    (the leader's rows; ``follows``: the leader; ``sizing_seconds`` 0: no sizing step ran). None,
+    and nothing written, when a leader's file names it elsewhere than its id field (:func:`_relabelled`)."""
     from engine.batch import parquet_writer
     from engine.language.names import slug
-    texts = _relabelled(leader, model_id, Path(staging), slug(leader.model_id), slug(model_id))
-    if texts is None:
+    files = _relabelled(leader, model_id, Path(staging), slug(leader.model_id), slug(model_id))
+    if files is None:
         return None
-    for path, data in texts.items():
+    for path, data in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(data, str):
             path.write_text(data)
         else:
             frame, options = data
             parquet_writer.write_parquet(frame, path, **getattr(parquet_writer, options))
-    return {**leader.counts, "model_id": model_id, "follows": leader.model_id}
+    return {**leader.counts, "model_id": model_id, "follows": leader.model_id, "sizing_seconds": 0.0}
 
 
 def _relabelled(leader: Leader, model_id: str, staging: Path, old: str, new: str) -> dict | None:
