@@ -151,3 +151,17 @@ def test_a_leader_file_naming_its_model_elsewhere_is_not_relabelled(corpus, foll
     before = files_of(copy)
     assert twins.follow(leader, "deepseek-ai/DeepSeek-R9", str(copy)) is None
     assert files_of(copy) == before
+
+
+def test_a_build_says_which_models_it_wrote_as_exact_twins(tmp_path, capsys):
+    """``archledger build`` of a twin pair (in one process: one chain) evaluates one and writes the other
+    from it, and its summary line names them (the heavier first: which one leads is the build's order)."""
+    from site_builder.cli import main
+    out = tmp_path / "out"
+    pair = ["deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"]
+    assert main(["build", "--out", str(out), "--grid", str(TINY), "--quiet", "--jobs", "1", "--no-site",
+                 "--models", *pair]) == 0
+    said = capsys.readouterr().out
+    assert "2 models evaluated" in said and "1 of them as exact twins (" in said
+    assert ("deepseek-ai/DeepSeek-V3 as deepseek-ai/DeepSeek-R1" in said) != \
+        ("deepseek-ai/DeepSeek-R1 as deepseek-ai/DeepSeek-V3" in said)
