@@ -55,3 +55,19 @@ def test_consistency_a_broken_checkout_differs_from_the_repo_in_its_one_file(pri
     assert {k for k in broken if broken[k] != repo_files.get(k)} == {case.file}
     assert broken[case.file] == repo_files[case.file].replace(case.old.encode(), case.new.encode(), 1)
     assert files_of(pristine) == repo_files
+
+
+def test_consistency_every_line_the_outside_pattern_finds_passes_the_prefilter():
+    """tests/test_self_contained.py searches a line with the full pattern only where the prefilter
+    finds something: every line the full pattern matches must pass the prefilter. Checked on a path
+    into each sibling folder in both forms the pattern knows, the parent's absolute path, and every
+    line of the tracked tests (which quote such paths to check the rule)."""
+    from tests.test_self_contained import _could_leave, _outside, _tracked
+    outside, could = _outside(), _could_leave()
+    siblings = sorted(p.name for p in REPO.parent.iterdir() if p.is_dir() and p.resolve() != REPO.resolve())
+    planted = [f"see ../{name}/notes" for name in siblings] + [f"read {name}/reference/x.md" for name in siblings]
+    planted.append(f"open {REPO.parent.as_posix().rstrip('/')}/elsewhere/file")
+    assert all(outside.search(line) for line in planted)                    # the rule finds each form
+    lines = planted + [line for name in _tracked() if name.startswith("tests/") and name.endswith(".py")
+                       for line in (REPO / name).read_text(encoding="utf-8").splitlines()]
+    assert [line for line in lines if outside.search(line) and not could.search(line)] == []
