@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -65,6 +67,7 @@ def test_no_tracked_file_names_a_path_outside_the_repo():
     assert not offenders, offenders
 
 
+@pytest.mark.long
 def test_reference_tests_pass_from_a_copy_with_nothing_beside_it(tmp_path):
     """Copy the tracked files to <tmp>/alone/repo (nothing beside it) and run the fact tests."""
     copy = tmp_path / "alone" / "repo"

@@ -71,3 +71,30 @@ def test_consistency_every_line_the_outside_pattern_finds_passes_the_prefilter()
     lines = planted + [line for name in _tracked() if name.startswith("tests/") and name.endswith(".py")
                        for line in (REPO / name).read_text(encoding="utf-8").splitlines()]
     assert [line for line in lines if outside.search(line) and not could.search(line)] == []
+
+
+class _Item:
+    """What tests/conftest.py's reorder reads of a collected item: its marks by name."""
+
+    def __init__(self, name: str, long: bool = False):
+        self.name, self.long = name, long
+
+    def get_closest_marker(self, name: str):
+        return object() if name == "long" and self.long else None
+
+
+def test_the_long_tests_go_first_and_nothing_else_moves():
+    from tests.conftest import pytest_collection_modifyitems
+    items = [_Item("a"), _Item("b", long=True), _Item("c@group"), _Item("d"), _Item("e", long=True), _Item("f")]
+    pytest_collection_modifyitems(items)
+    assert [i.name for i in items] == ["b", "e", "a", "c@group", "d", "f"]
+
+
+def test_consistency_the_marked_tests_are_ungrouped_and_collected_first(request):
+    """On this run's own collection: every ``long`` test precedes every other test, and none is in an
+    xdist group (a grouped test goes with its group, so the mark would do nothing)."""
+    items = request.session.items
+    flags = [item.get_closest_marker("long") is not None for item in items]
+    marked = [item for item, flag in zip(items, flags) if flag]
+    assert flags == sorted(flags, reverse=True)
+    assert all(item.get_closest_marker("xdist_group") is None for item in marked)
