@@ -20,6 +20,7 @@ from engine.language import expr
 from engine.language import corpus as corpus_module
 from engine.cli import main
 from tests.bad_input_helpers import copy_corpus, fresh_api_cache, parse_each_yaml_once  # noqa: F401 (fixtures)
+from tests.file_helpers import linked_copy, rewrite
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "corpus"
@@ -279,7 +280,7 @@ def break_file(root: Path, case: Bad) -> None:
         assert n == 1, f"{case.file} should contain {case.old!r} exactly once (found {n}); update the case"
         broken = text.replace(case.old, case.new, 1)
     assert n == 1 and broken != text, f"{case.file}: {case.old!r} not found; update the case"
-    path.write_text(broken, encoding="utf-8")
+    rewrite(path, broken.encode("utf-8"))      # a new file: the case's copy may link to a pristine one
 
 
 def expected_place(root: Path, case: Bad) -> str:
@@ -304,9 +305,18 @@ def files_under(folder: Path) -> dict[str, bytes]:
 
 # -- the CLI on broken corpora ------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def pristine_corpus(tmp_path_factory) -> Path:
+    """The real corpus copied once per module and test process; each case links its files into its
+    own copy (:func:`tests.file_helpers.linked_copy`) and replaces the one it breaks, where it
+    copied the whole corpus. A case whose commands wrote a corpus file in place fails its own
+    "the corpus was modified" check."""
+    return copy_corpus(tmp_path_factory.mktemp("pristine"))
+
+
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_bad_input_is_one_line_with_place_and_fix(case, tmp_path, monkeypatch, capsys):
-    root = copy_corpus(tmp_path)
+def test_bad_input_is_one_line_with_place_and_fix(case, pristine_corpus, tmp_path, monkeypatch, capsys):
+    root = linked_copy(pristine_corpus, tmp_path / "corpus")
     break_file(root, case)
     place = expected_place(root, case)
     corpus_before = files_under(root)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from engine.batch import tasks
 from engine.batch.results import build
 from engine.language.corpus import load_corpus
@@ -30,6 +32,7 @@ def _prepare() -> None:
     Path(os.environ[PREPARED]).write_text(str(os.getpid()))
 
 
+@pytest.mark.long
 def test_the_grid_half_runs_here_and_writes_what_one_process_writes(tmp_path, monkeypatch):
     one = files_of(build(load_corpus(), tmp_path / "one", models=[MODEL], grid_path=TINY, jobs=1).results)
     monkeypatch.setattr(tasks, "SPLIT_SECONDS", 0.0)

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from engine.batch.results import MODELS_SCHEMA
 from engine.cli import main
@@ -83,6 +84,7 @@ def test_build_writes_models_parquet_with_schema(tmp_path, corpus, capsys):
     assert not list(tmp_path.glob(".results-*")), "staging folder left behind"
 
 
+@pytest.mark.long
 def test_bench_reports_every_model(capsys, corpus):
     assert main(["bench", "--repeat", "1"]) == 0
     out = capsys.readouterr().out

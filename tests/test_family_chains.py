@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine.batch import model_build
 from engine.batch.families import chains
 from engine.language.corpus import load_corpus
@@ -47,6 +49,7 @@ build_model(None, sys.argv[1], sys.argv[2], None, sys.argv[3], "h", None)
 """
 
 
+@pytest.mark.long
 def test_consistency_a_family_chain_writes_what_each_model_writes_alone(tmp_path):
     corpus = load_corpus()
     assert {corpus.models[m].family for m in FAMILY} == {"Qwen3"}

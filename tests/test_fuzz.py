@@ -221,6 +221,7 @@ def _evaluate_or_refuse(text) -> None:
         _numbers_bounded(value)
 
 
+@pytest.mark.long
 def test_fuzz_expressions_from_the_grammar():
     expr.evaluate("ceil(x / 128) + min(x, 2) % 3", expr.Scope(SYMBOLIC))   # warm sympy's lazy imports
 

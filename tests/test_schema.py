@@ -22,6 +22,7 @@ from engine.language.errors import SpecError
 from engine.language.yamlio import LineDict, LineList
 from tests.bad_input_helpers import cli_status as main, fresh_api_cache, parse_each_yaml_once  # noqa: F401 (fixtures)
 from tests.conftest import REPO
+from tests.file_helpers import linked_copy, rewrite
 
 QWEN = "corpus/models/Qwen--Qwen3-8B.yaml"
 OSS = "corpus/models/openai--gpt-oss-20b.yaml"
@@ -207,8 +208,9 @@ RANGES = {   # item 6: each GPU, link, collective and contract figure within a p
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
-    """A pristine copy of corpus/ and gpus/ (each case copies this, not the repo: faster, and the
-    repo is never touched)."""
+    """A pristine copy of corpus/ and gpus/ (each case links its files into its own checkout,
+    :func:`tests.file_helpers.linked_copy`, and replaces the one it breaks: the repo is never
+    touched, and a case that wrote a file in place fails its own no-file-changed check)."""
     root = tmp_path_factory.mktemp("pristine")
     shutil.copytree(REPO / "corpus", root / "corpus")
     (root / "corpus" / "components" / "drafts").mkdir(exist_ok=True)
@@ -222,13 +224,12 @@ def files_under(folder: Path) -> dict[str, bytes]:
 
 def broken_checkout(checkout: Path, tmp_path: Path, case: Case) -> tuple[Path, str]:
     """A copy of the checkout with ``case`` applied; returns it and the expected ``file:line: field: ``."""
-    root = tmp_path / "repo"
-    shutil.copytree(checkout, root)
+    root = linked_copy(checkout, tmp_path / "repo")
     path = root / case.file
     text = path.read_text()
     assert text.count(case.old) >= 1, f"{case.old!r} is not in {case.file}: the case needs updating"
     text = text.replace(case.old, case.new, 1)
-    path.write_text(text)
+    rewrite(path, text)
     needle = case.line_of or case.new.lstrip("\n").splitlines()[0]
     line = text[: text.index(needle)].count("\n") + 1
     shown = case.file.removeprefix("gpus/") if case.file.startswith("gpus/collectives") else case.file
@@ -410,9 +411,8 @@ LINEAGE_BYTES = {   # what each gave before (a bare yaml.safe_load): a traceback
 
 @pytest.mark.parametrize("data, at, says", LINEAGE_BYTES.values(), ids=LINEAGE_BYTES.keys())
 def test_a_hostile_lineage_file_is_one_line(data, at, says, checkout, tmp_path, monkeypatch, capsys):
-    root = tmp_path / "repo"
-    shutil.copytree(checkout, root)
-    (root / LINEAGE).write_bytes(data)
+    root = linked_copy(checkout, tmp_path / "repo")
+    rewrite(root / LINEAGE, data)
     monkeypatch.chdir(root)
     assert main(["check"]) == 2
     captured = capsys.readouterr()

@@ -23,6 +23,7 @@ def _same(a, b) -> bool:
     return a == b
 
 
+@pytest.mark.long
 def test_every_corpus_and_gpu_file_reads_the_same_with_both_parsers_consistency():
     """Consistency: libyaml + the module's composer against PyYAML's own reader, file by file."""
     files = [p for folder in ("corpus", "gpus") for p in sorted((REPO / folder).rglob("*.yaml"))]
