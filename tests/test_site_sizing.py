@@ -202,3 +202,29 @@ def test_pages_say_which_time_they_show(built):
         for words in ("schedule estimate", "not the lower bound", "steady state of continuous batching",
                       "tpot_mean_s", "max_concurrent_requests_steady", "worst case"):
             assert words in basis, (page, words)
+
+
+def test_a_bound_still_computing_never_lands_on_a_newer_answer(browser, base):
+    """The answer's lower bound arrives asynchronously (the deploy page's evaluator): a form changed
+    again before it lands must show its own sentence only. Planted: an update that leaves earlier
+    bound requests live appends "(Its lower bound ...)" or "Lower bound at this point ..." to "Pick
+    at least one GPU type." (seen under load in the suite's run)."""
+    from tests.browser_waits import awaited
+    tab = _open(browser)
+    try:
+        inp, out = SCENARIOS[0]
+        tab.goto(f"{base}/models/{SLUG}/sizing/?scenario={inp}/{out}&fw=sglang&ttft=2&tpot=50")
+        # one bound has landed: the evaluator's index and data are fetched, so the next resolves at once
+        tab.page.wait_for_function("document.getElementById('sizing-answer').hasAttribute('data-ttft-bound')")
+        assert "Lower bound at this point" in tab.page.locator("#sizing-answer").inner_text()
+        # in one task: an answer whose bound is asked, then a form with no GPU type
+        tab.page.evaluate("""() => {
+            const boxes = Array.from(document.querySelectorAll("input[name=gpu]"));
+            boxes.forEach(c => { c.checked = true; }); boxes[0].form.dispatchEvent(new Event("change"));
+            boxes.forEach(c => { c.checked = false; }); boxes[0].form.dispatchEvent(new Event("change"));
+        }""")
+        awaited(tab.page, "() => new Promise(r => setTimeout(r, 1000))", what="the pending bound to settle")
+        assert tab.page.locator("#sizing-answer").inner_text() == "Pick at least one GPU type."
+        assert not tab.errors
+    finally:
+        tab.context.close()

@@ -189,6 +189,7 @@
     // plan's "answer": the fewest GPUs over the GPU types, then the most tokens/s per GPU (first GPU on a tie)
     var top = null;
     answers.forEach(function (r) { if (!top || r.n_gpus < top.n_gpus || (r.n_gpus === top.n_gpus && r.tokens_per_s_per_gpu > top.tokens_per_s_per_gpu)) top = r; });
+    boundAsked++;      // a bound still being computed belongs to the answer this one replaces: it must not land here
     out.textContent = "";
     out.setAttribute("data-gpu", top ? top.gpu : ""); out.setAttribute("data-config", top ? top.config : "");
     out.setAttribute("data-n-gpus", top ? top.n_gpus : ""); out.setAttribute("data-batch", top ? top.batch : "");
