@@ -28,6 +28,7 @@ import yaml
 
 from tests.site_helpers import served
 from tests.test_site_browser import _open
+from tests.browser_waits import PAGE_WAIT_MS
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its built site twice.
@@ -456,7 +457,7 @@ def test_crossing_diamonds_render_with_a_tooltip_naming_the_pair(out, browser, c
                 break
         diamonds.nth(at).hover(force=True)
         tip = tab.page.locator("#vg-tooltip-element")
-        tip.wait_for(state="visible", timeout=5_000)
+        tip.wait_for(state="visible", timeout=PAGE_WAIT_MS)
         text = tip.inner_text()
         assert names["sliding"] in text and names["mla"] in text and "14,563.6" in text and "131072/9" in text, text
         assert not tab.errors, tab.errors

@@ -23,7 +23,7 @@ import pytest
 
 from tests.deploy_helpers import assert_close, deploy_json
 from tests.site_helpers import DEPLOY_FIELDS, OP_FIELDS, build_small_site, deploy_page, result_tables, served
-from tests.browser_waits import awaited
+from tests.browser_waits import PAGE_WAIT_MS, awaited
 from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -246,7 +246,7 @@ def test_per_op_formulas_name_their_values(tab, base):
     cell = flops.nth(at)
     cell.hover()
     tip = tab.page.locator("#tip")
-    tip.wait_for(state="visible", timeout=5_000)
+    tip.wait_for(state="visible", timeout=PAGE_WAIT_MS)   # hover tooltips are shown after the page settles: loaded hosts take seconds
     text = tip.inner_text()
     assert "where" in text and "hidden = 4096" in text and "batch = 37" in text, text
     tab.page.mouse.move(1, 1)
