@@ -78,3 +78,8 @@ ZSTD_LEVEL = 9
 #: One place, so a table rewritten with another model's id (engine.batch.twins) is written as evaluated.
 GRID_OPTIONS = {"statistics": True, "compression": "zstd", "compression_level": ZSTD_LEVEL}
 SERVING_OPTIONS = {"compression": "zstd", "compression_level": ZSTD_LEVEL}
+#: A model's Parquet partitions (``<table>/model=<slug>/part.parquet``) and how each is written: the
+#: files a build carries for an unchanged model (engine.batch.previous) and an exact twin takes from
+#: its leader (engine.batch.twins).
+MODEL_PARTITIONS = {"deployments": GRID_OPTIONS, "ops": GRID_OPTIONS, "fronts": SERVING_OPTIONS,
+                    "sizing": SERVING_OPTIONS, "disagg": SERVING_OPTIONS}

@@ -19,6 +19,7 @@ import polars as pl
 
 from engine.batch import publish, uptodate
 from engine.batch.model_row import _with_formats, slug
+from engine.batch.parquet_writer import MODEL_PARTITIONS
 from engine.batch.hashing import _grid_of, grid_id  # noqa: F401 (re-exported: they moved to the light module)
 
 @dataclass
@@ -76,7 +77,7 @@ def _read_previous(final: Path, log) -> Previous:
 def _model_files(root: Path, model_id: str) -> list[Path]:
     """A model's files under a results folder (partitions and its inspector document)."""
     name = slug(model_id)
-    return [root / t / f"model={name}" / "part.parquet" for t in ("deployments", "ops", "fronts", "sizing", "disagg")] + \
+    return [root / t / f"model={name}" / "part.parquet" for t in MODEL_PARTITIONS] + \
         [root / "models" / f"{name}.json", root / "formulas" / f"{name}.json", root / "playground" / f"{name}.json"]
 
 

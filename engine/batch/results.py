@@ -520,11 +520,11 @@ def run(args, site=None, site_sources: str | None = None) -> int:
         print(f"error: {str(args.out).rstrip('/')}/: cannot write ({os.strerror(code)}) — the previous results "
               f"and site are unchanged; free space or choose another --out", file=sys.stderr)
         return 2
-    stale = f", {len(report.stale)} kept stale" if report.stale else ""
+    kept = f", {len(report.stale)} kept stale" if report.stale else ""
     if report.followed:       # written from an exact twin's files (engine.batch.twins): which from which
-        stale += f", {len(report.followed)} of them as exact twins (" + ", ".join(
+        kept += f", {len(report.followed)} of them as exact twins (" + ", ".join(
             f"{m} as {lead}" for m, lead in sorted(report.followed.items())) + ")"
-    print(f"wrote {report.results}: {len(report.recomputed)} models evaluated, {len(report.reused)} reused{stale}; "
+    print(f"wrote {report.results}: {len(report.recomputed)} models evaluated, {len(report.reused)} reused{kept}; "
           f"{report.deployment_rows:,} deployment rows, {report.op_rows:,} op rows, "
           f"{report.points:,} new grid points in {report.seconds:.1f} s")
     if report.site is not None:

@@ -52,9 +52,8 @@ IDENTITY = frozenset({"model_id", "display_name", "notes"})
 #: The spec fields compared by what they give: the dims by their values, the snapshot by the
 #: fields the leader's work read (:func:`matches`).
 BY_EFFECT = frozenset({"dims", "snapshot"})
-#: The files a follower takes from its leader: (table, how it is written) for the Parquet ones.
-TABLES = (("deployments", "GRID_OPTIONS"), ("ops", "GRID_OPTIONS"), ("fronts", "SERVING_OPTIONS"),
-          ("sizing", "SERVING_OPTIONS"), ("disagg", "SERVING_OPTIONS"))
+#: The documents a follower takes from its leader, beside its Parquet partitions
+#: (engine.batch.parquet_writer.MODEL_PARTITIONS); ``models/`` names the model throughout: evaluated.
 DOCUMENTS = ("formulas", "playground")
 #: Leaders remembered per process (a chain's models in order: the last few suffice).
 LIMIT = 8
@@ -162,7 +161,7 @@ def follow(leader: Leader, model_id: str, staging: str) -> dict | None:
     """Write ``model_id``'s tables and documents as ``leader``'s with the id replaced; its counts
     (the leader's rows; ``follows``: the leader; ``sizing_seconds`` 0: no sizing step ran). None,
     and nothing written, when a leader's file names it elsewhere than its id field (:func:`_relabelled`)."""
-    from engine.batch import parquet_writer
+    from engine.batch.parquet_writer import write_parquet
     from engine.language.names import slug
     files = _relabelled(leader, model_id, Path(staging), slug(leader.model_id), slug(model_id))
     if files is None:
@@ -173,7 +172,7 @@ def follow(leader: Leader, model_id: str, staging: str) -> dict | None:
             path.write_text(data)
         else:
             frame, options = data
-            parquet_writer.write_parquet(frame, path, **getattr(parquet_writer, options))
+            write_parquet(frame, path, **options)
     return {**leader.counts, "model_id": model_id, "follows": leader.model_id, "sizing_seconds": 0.0}
 
 
@@ -181,9 +180,10 @@ def _relabelled(leader: Leader, model_id: str, staging: Path, old: str, new: str
     """The follower's files (path -> text, or (frame, write options)), or None when any of the
     leader's names its slug, display name or notes, or its id outside the id field."""
     import polars as pl
+    from engine.batch.parquet_writer import MODEL_PARTITIONS
     marks = [m for m in (old, leader.display_name, leader.notes) if m]
     out: dict = {}
-    for table, options in TABLES:
+    for table, options in MODEL_PARTITIONS.items():
         frame = pl.read_parquet(staging / table / f"model={old}" / "part.parquet")
         if not _clean_frame(frame, leader.model_id, marks):
             return None
