@@ -8,30 +8,20 @@ None where the text is not in that form (its caller then decodes it whole).
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import re
 from json.decoder import scanstring
 from json.scanner import make_scanner
 from typing import Any
 
+from engine.batch import collector
 from engine.batch.jsontext import compact_json
 
 
-@contextlib.contextmanager
-def gc_paused():
-    """No cyclic garbage collection inside the block (restored after, as it was). Parsing the
-    results' JSON (model documents, playground picks, formula files: megabytes) allocates millions
-    of containers; the collector would walk the growing heap again and again while they are made,
-    and the parsed trees hold no cycles for it to find: two thirds of the site's JSON reading."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
+# Parsing the results' JSON (model documents, playground picks, formula files: megabytes) allocates
+# millions of containers; the collector would walk the growing heap again and again while they are
+# made, and the parsed trees hold no cycles for it to find: two thirds of the site's JSON reading.
+gc_paused = collector.paused
 
 
 class RowTexts(list):

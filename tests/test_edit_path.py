@@ -70,3 +70,44 @@ def test_the_archledger_command_collects_at_the_thresholds():
                          capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent).stdout
     # and sympy, imported after it, caches SYMPY_CACHE_SIZE entries per function (its default is 1,000)
     assert out.strip() == f"{collector.THRESHOLDS} {collector.SYMPY_CACHE_SIZE}"
+
+
+def test_a_model_is_evaluated_with_collections_paused_and_the_caller_state_restored():
+    """engine.batch.collector.model_heap: no collection inside (the heap before it frozen), and after
+    it the caller's thresholds, enabled state and an unfrozen heap, whatever they were."""
+    old = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        with collector.model_heap():
+            assert not gc.isenabled() and gc.get_freeze_count() > 0
+            assert gc.get_threshold() == collector.THRESHOLDS
+        assert gc.isenabled() and gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() == 0
+        gc.disable()
+        with pytest.raises(RuntimeError):
+            with collector.model_heap():
+                raise RuntimeError("a model that fails")
+        assert not gc.isenabled()            # a caller's own pause is not ended by the model's
+    finally:
+        gc.enable()
+        gc.set_threshold(*old)
+
+
+def test_what_a_model_leaves_in_cycles_is_freed_by_the_bounded_full_collection():
+    """The model's cycles skip the young collections (model_heap) but not the full collection after
+    every FULL_EVERY models: an object in a cycle made inside the first heap is gone after the
+    FULL_EVERY-th."""
+    import weakref
+
+    class Node:
+        pass
+
+    collector._since_full[0] = 0
+    with collector.model_heap():
+        node = Node()
+        node.self = node
+        ref = weakref.ref(node)
+        del node
+    for _ in range(collector.FULL_EVERY - 1):
+        with collector.model_heap():
+            pass
+    assert ref() is None and collector._since_full[0] == 0
