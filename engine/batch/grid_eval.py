@@ -33,12 +33,13 @@ from engine.deploy.fusion_table import load_tables, token_limits
 from engine.deploy.structure_cache import StructureCache, regime, signature
 from engine.batch.grid import input_lengths, load_grid, model_cells
 from engine.deploy.hardware import load_gpus
-from engine.deploy.measured import load_measured
+from engine.deploy.measured import DEFAULT_EFFICIENCY, load_measured, looks_up
 from engine.deploy.op_rows import op_rows_columns_many, weight_text
 from engine.deploy.plan import expected_phase_times_many, flat_inputs, pick_inputs
 from engine.deploy.rules import GRID_BATCHES
 from engine.deploy.admission import steady_tokens
-from engine.deploy.sol import capacities, capacity_terms, phase_inputs, steady_terms, summarize_many
+from engine.deploy.sol import (capacities, capacity_terms, phase_inputs, phase_requests, phases_many, steady_terms,
+                               summarize_many)
 from engine.deploy.structure import HBM_FRACTION, PREFILL_TOKENS, Options, device_tokens
 from engine.batch.columns import Columns
 
@@ -252,15 +253,20 @@ def _evaluate_format(ev: Evaluation, grid, gpus: dict, measured, cache: Structur
     # each call's phase inputs once (per point: the expected times' groups pick theirs out)
     call_inputs = [phase_inputs(call[0], call[3], call[4], call[5], call[0].options.prefill_tokens, mean=True)
                    for call in calls]
+    # the summaries' phase sums first (sibling structures share compiled programs: each evaluated
+    # once over all their points; summarize_many's inputs: a call's own at the default prefill
+    # budget), with each point's sum of step bounds over the default efficiency: the expected time
+    # where no table covers a step, which the expected times take instead of evaluating it again
+    summary_inputs = [i if call[0].options.prefill_tokens == PREFILL_TOKENS else None
+                      for call, i in zip(calls, call_inputs)]
+    phases = phases_many(gpu_objs, phase_requests(calls, inputs=summary_inputs), unmeasured=DEFAULT_EFFICIENCY)
+    known = [_unmeasured_sums(p) if i is not None else None for p, i in zip(phases, summary_inputs)]
     # the expected times from measured kernels (gpus/measured/), by deploy's own rule
-    expected = _expected(calls, list(merged.values()), gpus, measured, call_inputs)
-    # sibling structures share compiled programs: each evaluated once over all their points
+    expected = _expected(calls, list(merged.values()), gpus, measured, call_inputs, known)
     # each call's steady tokens per request, picked out of its policy's at the lanes
     # (admission.steady_tokens is per point: the floats of evaluating at the call's own points)
     lane_of = _lane_index(inputs, grid.output_lengths)
-    summaries = summarize_many(gpu_objs, calls, expected=expected,
-                               inputs=[i if call[0].options.prefill_tokens == PREFILL_TOKENS else None
-                                       for call, i in zip(calls, call_inputs)],
+    summaries = summarize_many(gpu_objs, calls, expected=expected, phases=phases,
                                admitted=[policy_tokens(call[0].admission)[lane_of(call[4], call[5])]
                                          for call in calls])
     for ((config, domain, framework, sig, regimes), points), call, out in zip(merged.items(), calls, summaries):
@@ -350,32 +356,59 @@ def _measured_reader(gpu_root):
     return cache(lambda gpu_key, framework: load_measured(root, gpu=gpu_key, framework=framework))
 
 
+def _unmeasured_sums(phases: dict) -> dict[str, np.ndarray] | None:
+    """A call's :func:`engine.deploy.sol.phases_many` answer's ``unmeasured_s`` per phase input,
+    taken out of it (the summaries read the rest); None unless every input has it (a program whose
+    totals do not stack gives none)."""
+    sums = {name: v.pop("unmeasured_s", None) for name, v in phases.items()}
+    return sums if all(v is not None for v in sums.values()) else None
+
+
 def _expected(calls: list[tuple], buckets: list[dict], gpus: dict, measured,
-              inputs: list | None = None) -> list[dict[str, np.ndarray]]:
+              inputs: list | None = None, known: list | None = None) -> list[dict[str, np.ndarray]]:
     """Per call (a structure over a bucket's points), each phase input's expected step time at its
     points (:func:`engine.deploy.plan.expected_phase_times_many`, every call of the model at once):
     each (GPU, KV dtype) of a bucket's points with its own measured tables (the deploy command's
     lookup: that GPU's under the structure's framework; a GPU without any: bound / the default
     efficiency; ``measured``: :func:`_measured_reader`), gathered back in the points' order.
     ``inputs``: each call's :func:`engine.deploy.sol.phase_inputs` at its points (its structure's
-    prefill budget, ``mean``), each group's picked out of them."""
+    prefill budget, ``mean``), each group's picked out of them. ``known``: per call, each of those
+    inputs' sum of its steps' bounds over the default efficiency at the call's points
+    (:func:`_unmeasured_sums`), or None: a group on a GPU type without tables, no two-batch overlap,
+    takes its points' out of it (:func:`_known_times`) and is not asked."""
     asked, where, picked = [], [], []
+    out: list[dict[str, np.ndarray]] = [{} for _ in calls]
     for c, (call, points) in enumerate(zip(calls, buckets)):
         s = call[0]
         batch, inp, out_len = call[3], call[4], call[5]
         flat = flat_inputs(inputs[c]) if inputs is not None else None       # once per call, picked per group
         for gpu_key, kv_dtype, mine, size in _gpu_groups(points["gpu"], points["kv_dtype"]):
-            asked.append((Plan(s, gpus[gpu_key], kv_dtype), batch[mine], inp[mine], out_len[mine],
-                          measured(gpu_key, s.options.framework)))
+            plan, tables = Plan(s, gpus[gpu_key], kv_dtype), measured(gpu_key, s.options.framework)
+            if _known_times(plan, tables, known[c] if known is not None else None, mine, out[c], len(call[1])):
+                continue
+            asked.append((plan, batch[mine], inp[mine], out_len[mine], tables))
             where.append((c, mine, size))
             if inputs is not None:
                 picked.append(pick_inputs(flat, mine))
-    out: list[dict[str, np.ndarray]] = [{} for _ in calls]
     for (c, mine, size), times in zip(where, expected_phase_times_many(asked, picked if inputs is not None else None)):
         n = len(calls[c][1])
         for name, value in times.items():
             out[c].setdefault(name, np.zeros(n))[mine] = np.broadcast_to(value, (size,))
     return out
+
+
+def _known_times(plan: Plan, tables, sums: dict | None, mine, into: dict, n: int) -> bool:
+    """Write a group's expected times (its points ``mine`` of a call of ``n`` points) into ``into``
+    from ``sums`` (:func:`_unmeasured_sums`) where they are its times: nothing is looked up for it
+    (engine.deploy.measured.looks_up: each step at its bound over the default efficiency, summed
+    point-major, engine.deploy.compiled_totals.point_major_divided) and no two-batch schedule
+    recomposes them. The sums are per point, so its points' are the floats of its own evaluation
+    (tests/test_grid_thirteenth_pass.py). Whether it wrote them."""
+    if sums is None or looks_up(plan, tables) or (plan.structure.options.overlap or "none") == "two_batch":
+        return False
+    for name, value in sums.items():
+        into.setdefault(name, np.zeros(n))[mine] = value[mine]
+    return True
 
 
 def _gpu_groups(gpu_of: list, kv_of: list) -> list[tuple]:

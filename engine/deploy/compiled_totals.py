@@ -71,7 +71,7 @@ class _Totals:
             total += np.maximum(np.maximum(f / peaks[i], b / hbm), c / links[i] + self.latency(i, args, alphas))
         return total
 
-    def totals(self, rates, batch, seq, ctx, kv_bytes, at=None) -> dict[str, np.ndarray]:
+    def totals(self, rates, batch, seq, ctx, kv_bytes, at=None, unmeasured: float | None = None) -> dict[str, np.ndarray]:
         """Phase sums over the broadcast shape: flops, bytes, weight_bytes, comm_bytes, t_compute,
         t_memory, t_comm, t_sol, and t_sol split by the term bounding each step (``by_bound``, shape
         (3, ...)); the phase's lower bound ``t_bound`` and the ``comm`` steps' share of t_sol
@@ -83,12 +83,16 @@ class _Totals:
         calls per program instead of a dozen per step; a large one (the bench's 204,800 points)
         goes step by step, each step at the shape it depends on (stacked blocks of the full shape
         measured 27x slower there). Both add the steps in program order, so they give identical
-        sums (tests/test_cost_paths.py). ``at``: the points are ``args[at]`` (:meth:`_points`)."""
+        sums (tests/test_cost_paths.py). ``at``: the points are ``args[at]`` (:meth:`_points`).
+        ``unmeasured`` (a divisor, the default efficiency): on the stacked path over points along one
+        axis, also ``t_unmeasured``, each point's steps' ``t_sol / unmeasured`` summed point-major
+        (:func:`point_major_divided`, the rows summed: engine.deploy.plan.expected_phase_times_many's
+        sums of a program no table covers); absent on the other path."""
         peaks, links, hbm, alphas = self.rates(rates) if isinstance(rates, GPU) else rates
         args = [np.asarray(v, dtype=float) for v in (batch, seq, ctx, kv_bytes)]
         args, shape, at = self._points(args, at, hbm, peaks)
         if self._stacks(shape):
-            return self._totals_stacked(peaks, links, hbm, alphas, args, shape, at)
+            return self._totals_stacked(peaks, links, hbm, alphas, args, shape, at, unmeasured)
         return self._totals_by_step(peaks, links, hbm, alphas, args, shape)
 
     def _stacks(self, shape) -> bool:
@@ -96,7 +100,8 @@ class _Totals:
         size, n_steps = math.prod(shape), len(self.program.steps)
         return bool(n_steps) and 1 <= size and n_steps * size <= STACKED_ELEMENTS
 
-    def _totals_stacked(self, peaks, links, hbm, alphas, args, shape, at=None) -> dict[str, np.ndarray]:
+    def _totals_stacked(self, peaks, links, hbm, alphas, args, shape, at=None,
+                        unmeasured: float | None = None) -> dict[str, np.ndarray]:
         """:meth:`totals` with every step stacked on axis 0 (small grids and single points)."""
         f, b, c, w, calls = self._stacked((0, 1, 2, 3, 4), args, shape, at)
         per_step = _per_step(shape)
@@ -109,6 +114,8 @@ class _Totals:
         tl = np.divide(c, per_step(np.asarray(links)), out=c)
         tl += np.multiply(calls, per_step(np.asarray(alphas)), out=calls)
         sol = np.maximum(np.maximum(tc, tm, out=w), tl, out=w)
+        if unmeasured is not None and len(shape) == 1:
+            sums["t_unmeasured"] = point_major_divided(sol, unmeasured).sum(axis=1)
         compute_bound = (tc >= tm) & (tc >= tl)
         memory_bound = ~compute_bound & (tm >= tl)
         sums.update({"t_compute": add(tc), "t_memory": add(tm), "t_comm": add(tl), "t_sol": add(sol)})
@@ -176,6 +183,14 @@ def _add_steps(x: np.ndarray) -> np.ndarray:
     if x[0].size >= 2:
         return np.add.reduce(x, axis=0)
     return np.add.accumulate(x, axis=0)[-1]
+
+
+def point_major_divided(t_sol: np.ndarray, divisor: float) -> np.ndarray:
+    """``t_sol / divisor`` of a (steps, points) array, written point-major: (points, steps), each
+    point's steps one C-ordered row (engine.deploy.measured.unmeasured_times: each step at its
+    bound over the default efficiency). A row's sum over axis 1 reads that row alone, in step
+    order, so it is the same float at any point set holding the point."""
+    return np.divide(t_sol.T, divisor, out=np.empty(t_sol.shape[::-1]))
 
 
 def _per_step(shape):

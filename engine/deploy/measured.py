@@ -70,6 +70,7 @@ from engine.deploy.interpolation import _roof, nearest
 from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, _kernel, kernel_of, step_spec  # noqa: F401
 from engine.deploy.measured_tables import Tables
 from engine.deploy.cost import _repeat
+from engine.deploy.compiled_totals import point_major_divided
 from engine.deploy.sol import distinct_rows
 # re-exported for importers that read them here: the tables (their classes, one table, loading),
 # how a table is read (interpolation), which table covers a step (kernel_spec) and the rule as a
@@ -367,7 +368,7 @@ def unmeasured_times(t_sol: np.ndarray) -> np.ndarray:
     over the points, (steps, points)), as one point-major (points, steps) array: each step's bound /
     :data:`DEFAULT_EFFICIENCY`, the very division :func:`fallback` makes, written point-major at
     once (the grid's GPU types without tables: most groups; no gathered copy, no flags)."""
-    return np.divide(t_sol.T, DEFAULT_EFFICIENCY, out=np.empty(t_sol.shape[::-1]))
+    return point_major_divided(t_sol, DEFAULT_EFFICIENCY)
 
 
 def finish(g: Gathered, detail: bool = False) -> tuple[np.ndarray, np.ndarray, dict | None]:

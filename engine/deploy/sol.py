@@ -53,14 +53,17 @@ import engine.deploy.rules as rules
 from engine.language.formula_tree import run_arrays
 
 
-def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = False, at=None) -> dict[str, np.ndarray]:
+def phase_times(compiled, rates, batch, seq, ctx, kv_bytes, times_only: bool = False, at=None,
+                unmeasured: float | None = None) -> dict[str, np.ndarray]:
     """Phase totals over the broadcast shape of the inputs (times in seconds, bytes, FLOPs);
     ``times_only``: the step time alone (the same floats); ``at``: the points are the inputs'
-    points ``at`` picks (:meth:`engine.deploy.cost.CompiledProgram.totals`)."""
+    points ``at`` picks; ``unmeasured``: also ``unmeasured_s`` where the totals give it
+    (:meth:`engine.deploy.cost.CompiledProgram.totals`)."""
     if times_only:
         return {"step_time_s": compiled.step_time(rates, batch, seq, ctx, kv_bytes, at=at)}
-    v = compiled.totals(rates, batch, seq, ctx, kv_bytes, at=at)
-    return {"step_time_s": v["t_sol"], "step_bound_s": v["t_bound"], "comm_stream_s": v["t_comm_stream"],
+    v = compiled.totals(rates, batch, seq, ctx, kv_bytes, at=at, unmeasured=unmeasured)
+    extra = {"unmeasured_s": v["t_unmeasured"]} if "t_unmeasured" in v else {}
+    return {**extra, "step_time_s": v["t_sol"], "step_bound_s": v["t_bound"], "comm_stream_s": v["t_comm_stream"],
             "compute_time_s": v["t_compute"], "memory_time_s": v["t_memory"],
             "comm_time_s": v["t_comm"], "flops": v["flops"], "bytes": v["bytes"],
             "weight_bytes": v["weight_bytes"], "comm_bytes": v["comm_bytes"],
@@ -471,7 +474,8 @@ def summarize(structure: Structure, gpus: list[GPU], gpu_index, kv_bytes, batch,
 
 def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HBM_FRACTION,
                    prefill_tokens: int = PREFILL_TOKENS, expected: list | None = None,
-                   inputs: list | None = None, admitted: list | None = None) -> list[dict[str, Any]]:
+                   inputs: list | None = None, admitted: list | None = None,
+                   phases: list | None = None) -> list[dict[str, Any]]:
     """``[summarize(structure, gpus, gpu_index, kv_bytes, batch, input_len, output_len) for (structure,
     gpu_index, kv_bytes, batch, input_len, output_len) in calls]`` (points along one axis), with
     every compiled program evaluated once over the points of all the calls that hold it.
@@ -487,7 +491,19 @@ def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HB
     alone gives it (tests/test_numeric_speed2.py). ``expected``: per call, :func:`summarize`'s
     ``expected`` (each phase input's expected step time at the call's points), or None. ``inputs``:
     per call, its :func:`phase_inputs` (``prefill_tokens``, ``mean``) when the caller has them, or None.
-    ``admitted``: per call, :func:`summarize`'s ``admitted`` (its points' steady tokens), or None."""
+    ``admitted``: per call, :func:`summarize`'s ``admitted`` (its points' steady tokens), or None.
+    ``phases``: :func:`phases_many` of :func:`phase_requests` of these calls, when the caller has it."""
+    if phases is None:
+        phases = phases_many(gpus, phase_requests(calls, prefill_tokens, inputs))
+    return [summarize(structure, gpus, gpu_index, kv_bytes, batch, input_len, output_len, hbm_fraction,
+                      prefill_tokens, phases=phases[i], expected=expected[i] if expected else None,
+                      admitted=admitted[i] if admitted else None)
+            for i, (structure, gpu_index, kv_bytes, batch, input_len, output_len) in enumerate(calls)]
+
+
+def phase_requests(calls: list[tuple], prefill_tokens: int = PREFILL_TOKENS, inputs: list | None = None) -> list[tuple]:
+    """What :func:`summarize_many` hands :func:`phases_many` for ``calls`` (its arguments): per call
+    (its :func:`phase_inputs`, given or made, each point's GPU index, its KV sizes)."""
     asked = []
     for c, (structure, gpu_index, kv_bytes, batch, input_len, output_len) in enumerate(calls):
         n = np.broadcast_shapes(*(np.shape(x) for x in (gpu_index, kv_bytes, batch, input_len, output_len)))
@@ -497,15 +513,11 @@ def summarize_many(gpus: list[GPU], calls: list[tuple], hbm_fraction: float = HB
         asked.append((given if given is not None else
                       phase_inputs(structure, batch, input_len, output_len, prefill_tokens, mean=True),
                       np.broadcast_to(np.asarray(gpu_index), n), kv_bytes))
-    phases = phases_many(gpus, asked)
-    return [summarize(structure, gpus, gpu_index, kv_bytes, batch, input_len, output_len, hbm_fraction,
-                      prefill_tokens, phases=phases[i], expected=expected[i] if expected else None,
-                      admitted=admitted[i] if admitted else None)
-            for i, (structure, gpu_index, kv_bytes, batch, input_len, output_len) in enumerate(calls)]
+    return asked
 
 
-
-def phases_many(gpus: list[GPU], asked: list[tuple], times_only: bool = False) -> list[dict[str, dict]]:
+def phases_many(gpus: list[GPU], asked: list[tuple], times_only: bool = False,
+                unmeasured: float | None = None) -> list[dict[str, dict]]:
     """For each ``(inputs, gpu_index, kv_bytes)`` of ``asked`` (``inputs``: a :func:`phase_inputs`
     dict; ``gpu_index`` of one axis, the points), ``{name: phase_at_points(compiled, gpus, gpu_index,
     batch, seq, ctx, kv_bytes, times_only)}`` over its phases: what :func:`summarize` takes as
@@ -516,7 +528,8 @@ def phases_many(gpus: list[GPU], asked: list[tuple], times_only: bool = False) -
     are evaluated once over one point set of every program's points, each program picking its
     own out of it. Every number is per-point arithmetic (:func:`phase_at_points`' invariant: a
     point's sums do not read its companions), so each call gets the floats its own evaluation
-    gives (tests/test_numeric_speed2.py, tests/test_sizing_speed3.py, tests/test_tables_speed2.py)."""
+    gives (tests/test_numeric_speed2.py, tests/test_sizing_speed3.py, tests/test_tables_speed2.py).
+    ``unmeasured``: :func:`phase_times`' (each program's ``unmeasured_s`` where its totals stack)."""
     # programs -> (the first of them, [(call, phase name, index, inputs)]), by their evaluation key:
     # programs built apart with the very same entries and rate kinds give the same numbers (the
     # first evaluates for all; every program here is alive, held by ``asked``)
@@ -546,7 +559,8 @@ def phases_many(gpus: list[GPU], asked: list[tuple], times_only: bool = False) -
     for (compiled, runs), n in zip(programs, sizes):
         # each distinct (GPU, point) of the program once (the pair's code: GPU x m + the point)
         pairs, back = _distinct_codes(gpu_all[start:start + n] * m + inverse[start:start + n], len(gpus) * m)
-        got = phase_times(compiled, compiled.rates_for(gpus, pairs // m), *union, times_only, at=pairs % m)
+        got = phase_times(compiled, compiled.rates_for(gpus, pairs // m), *union, times_only, at=pairs % m,
+                          unmeasured=unmeasured)
         got = {field: np.asarray(value)[back] for field, value in got.items()}
         start += n
         at = 0
