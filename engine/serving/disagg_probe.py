@@ -357,8 +357,7 @@ def _first_level(pairing: _Pairing, bounds: np.ndarray, every: np.ndarray, opens
     by_lo = np.concatenate([place[i][by_end[i]] for i in range(k)]) if k else rows
     by_hi = np.concatenate([top[i] + by_end[i + 1] for i in range(k)]) if k else rows
     seg = np.repeat(np.arange(k), sizes[1:])
-    point = every[np.concatenate(at[1:])] if k else every[:0]
-    return seg, point, lo, probed.take(slice(off[1], None)), by_lo, by_hi
+    return seg, every[np.concatenate(at[1:])], lo, probed.take(slice(off[1], None)), by_lo, by_hi
 
 
 def _within_reach(pres: GPUSearch, side: DecodeSide) -> np.ndarray:
