@@ -161,11 +161,6 @@ def test_consistency_plan_order_equals_the_plain_lexsort(pairs, monkeypatch):
 
 
 def test_consistency_inert_rows_cut_finds_the_same_answers(pairs, monkeypatch):
-    # (on the first level as the twelfth pass built it, every point at every cut: since the
-    # thirteenth pass the rows of points closed at an interval's top are not built at all,
-    # tests/test_serve_thirteenth_pass.py)
-    from tests.test_serve_thirteenth_pass import plain_first_level
-    monkeypatch.setattr(ds, "_first_level", plain_first_level)
     cut = []
     drop_inert = ds._drop_inert
 

@@ -313,51 +313,15 @@ def _same_staircases(n: int, seg: np.ndarray, point: np.ndarray, lo: _Outcomes, 
 def _drop_inert(seg: np.ndarray, point: np.ndarray, lo: _Outcomes, hi: _Outcomes, by_lo: np.ndarray,
                 by_hi: np.ndarray) -> tuple:
     """The first level's rows less those with an outcome at neither end of their interval (points
-    open at its top with no outcome there; :func:`_first_level` builds no row of a point not yet
-    open at its top), the others in their order (``by_lo``, ``by_hi`` renumbered). Such a row is
-    never kept (no outcome at the top), on a staircase nor a competitor (in neither plan order), so
-    nothing the bisection reads changes."""
+    not yet open at its top: most of an interval's below a share's first bound), the others in their
+    order (``by_lo``, ``by_hi`` renumbered). Such a row is never kept (no outcome at the top), on a
+    staircase nor a competitor (in neither plan order), so nothing the bisection reads changes."""
     live = np.flatnonzero(np.isfinite(lo.total) | np.isfinite(hi.total))
     if len(live) == len(seg):
         return seg, point, lo, hi, by_lo, by_hi
     place = np.full(len(seg), -1)
     place[live] = np.arange(len(live))
     return seg[live], point[live], lo.take(live), hi.take(live), place[by_lo], place[by_hi]
-
-
-def _first_level(pairing: _Pairing, bounds: np.ndarray, every: np.ndarray, opens: np.ndarray) -> tuple:
-    """The bisection's first level: interval ``i`` runs from end ``i`` to end ``i + 1`` of ``bounds``
-    (the cuts' probes, ascending) and holds, as rows (by interval, each interval's in the order of
-    ``every``), the points of ``every`` open at its top (``opens`` within that bound), with their
-    outcomes at both ends and, per end, the rows with an outcome there in plan's order: (seg,
-    point, lo, hi, by_lo, by_hi), as :func:`_drop_inert` takes them.
-
-    Invariant: these are the rows of every point at every interval less those of points not open
-    at the interval's top, in the same order, with the same outcomes and orders. Such a point is
-    not open at the bottom either (the bounds ascend), so :func:`_probe` gives it no outcome at
-    either end: :func:`_drop_inert` would drop the row, and what it returns is the same. Each end
-    is probed at the points open there only (the rows :func:`_probe` evaluates at all), once for
-    the two intervals it ends; a point open at an interval's bottom is open at its top."""
-    k = len(bounds) - 1
-    at = [np.flatnonzero(row) for row in opens[every][None, :] <= bounds[:, None]]   # per end, open points
-    sizes = np.array([len(a) for a in at])
-    off = np.concatenate(([0], np.cumsum(sizes)))
-    probed = _Outcomes(*_probe(pairing, bounds, np.repeat(np.arange(k + 1), sizes), every[np.concatenate(at)], opens))
-    # (one end at a time: a few large sorts cost less apart), each end's order as its own rows
-    by_end = [_plan_order(np.zeros(sizes[e], dtype=np.int64), every[at[e]], probed.take(slice(off[e], off[e + 1])))
-              for e in range(k + 1)]
-    # interval i's rows are end i + 1's (from row top[i]); end i's points sit among them at place[i]
-    top = off[1:-1] - off[1]
-    place = [top[i] + np.searchsorted(at[i + 1], at[i]) for i in range(k)]
-    n = int(off[-1] - off[1])
-    lo = _Outcomes(np.full(n, np.inf), np.zeros(n), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64))
-    rows = np.concatenate(place) if k else np.zeros(0, dtype=np.intp)
-    for column, value in zip(lo, probed.take(slice(0, off[k]))):
-        column[rows] = value
-    by_lo = np.concatenate([place[i][by_end[i]] for i in range(k)]) if k else rows
-    by_hi = np.concatenate([top[i] + by_end[i + 1] for i in range(k)]) if k else rows
-    seg = np.repeat(np.arange(k), sizes[1:])
-    return seg, every[np.concatenate(at[1:])], lo, probed.take(slice(off[1], None)), by_lo, by_hi
 
 
 def _within_reach(pres: GPUSearch, side: DecodeSide) -> np.ndarray:

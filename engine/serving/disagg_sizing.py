@@ -42,12 +42,9 @@ point of its config with no larger TPOT by more than any prefill replica complet
 Cost: the bisection runs level by level, every interval of a level at once (arrays of rows, one
 per interval and point it searches), and a level's midpoints are probed in one
 ``prefill_choice`` pass (a bound per row); each probe's outcomes are sorted in plan's order once,
-for both intervals it ends. The first level holds a point only in the intervals it is open at the
-top of, and probes each cut at the points open there only
-(:func:`engine.serving.disagg_probe._first_level`: a point not open at an interval's top has an
-outcome at neither end, so no answer or competitor is lost). The intervals, their points and the
-answers found are the same as one interval at a time would give (each interval's arithmetic is its
-own). Two cuts leave the answers found as they were (tests/test_disagg_sizing_speed.py searches with and without them):
+for both intervals it ends. The intervals, their points and the answers found are the same as
+one interval at a time would give (each interval's arithmetic is its own). Two cuts leave the
+answers found as they were (tests/test_disagg_sizing_speed.py searches with and without them):
 
 * a midpoint probes only the rows whose outcome differs at the interval's two ends (about half);
   the others' outcome in between is the same, by the monotonicity above: a point's fewest GPUs is
@@ -93,9 +90,8 @@ from engine.serving.sizing import GPUSearch
 from engine.serving.pairing import DEFAULT_PAIRS, pair_allowed
 from engine.serving.staircase import prefix_argmax
 from engine.serving.disagg_probe import (DecodeSide, _Outcomes, _Pairing, _breakpoints, _can_answer, _can_answer_at,
-                                        _drop_inert, _first_level, _fold, _kept, _next_ends, _plan_order, _positions,
-                                        _precedes, _probe, _runs, _same_staircases, _small, _staircases, _starts,
-                                        _within_reach)
+                                        _drop_inert, _fold, _kept, _next_ends, _plan_order, _positions, _precedes,
+                                        _probe, _runs, _same_staircases, _small, _staircases, _starts, _within_reach)
 
 def records(pres: GPUSearch, c: int) -> tuple[np.ndarray, np.ndarray]:
     """(ttft_s, batch) of pool config ``c``'s records, in ``pair_points``' order (TTFT, stable)."""
@@ -325,9 +321,18 @@ def candidate_arrays(pgpu: GPU, dgpu: GPU, pres: GPUSearch, dres: GPUSearch, out
     # (by TPOT as its rank, side.tp: the same order and ties, a 16-bit radix sort where it fits)
     every = _distinct(side.twin, every[np.argsort(_small(tp[every]), kind="stable")])
     cuts = np.array(sorted({0, len(probes) - 1, *(int(np.searchsorted(probes, f)) for f in feasible)}))
+    n, k = len(every), len(cuts) - 1
+    end = np.repeat(np.arange(k + 1), n)
+    ends = _Outcomes(*_probe(pairing, probes[cuts], end, np.tile(every, k + 1), opens))
+    # (one end at a time: a few large sorts cost less apart)
+    by_end = np.concatenate([e * n + _plan_order(end[:n], every, ends.take(slice(e * n, (e + 1) * n)))
+                             for e in range(k + 1)])
+    # interval i runs from end i to end i + 1: its rows are end i's, and end i + 1's less n
     lo_i, hi_i = cuts[:-1], cuts[1:]
-    # (the rows of points open at an interval's top only: the others have an outcome at neither end)
-    seg, point, lo, hi, by_lo, by_hi = _drop_inert(*_first_level(pairing, probes[cuts], every, opens))
+    seg, point = end[:k * n], np.tile(every, k)
+    lo, hi = ends.take(slice(0, k * n)), ends.take(slice(n, (k + 1) * n))
+    by_lo, by_hi = by_end[by_end < k * n], by_end[by_end >= n] - n
+    seg, point, lo, hi, by_lo, by_hi = _drop_inert(seg, point, lo, hi, by_lo, by_hi)
     # the (point, prefill config, batch) answers as one whole number each (far below 2**63: points,
     # configs and batches number thousands at most), repeats too, made distinct once at the end
     n_config, n_batch = len(pres.pool_configs), int(pres.prefill["batch"].max()) + 1
