@@ -239,7 +239,8 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
     # (id(program), GPU key, framework, config, phase) -> (program, (the first KV dtype asked, its
     # rows)): another KV dtype's rows differ only where a step's kernel class reads the KV dtype
     # (_with_kv_steps). The key names all a step's Spec reads but the KV dtype: the structures of one
-    # program, framework and config share the model's dims and the framework's MoE routing
+    # program, framework and config share the model's dims, the framework's MoE routing and the member
+    # ops (one map per unfused program, of which this fused program is made: planner._fused)
     other_dtype: dict[tuple, tuple] = {}
 
     def expected(s, phase: str, gpu, framework: str, kv_dtype: str) -> int:
