@@ -62,7 +62,7 @@ import sympy
 from engine.batch.jsontext import compact_json
 from engine.deploy.step_totals import step_totals
 from engine.deploy.fusion_table import live_token_limits, token_limits
-from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, kernel_steps, step_spec
+from engine.deploy.kernel_spec import DEFAULT_EFFICIENCY, Lookup, kernel_steps, kv_dtype_steps, step_spec
 from engine.deploy.measured import member_ops
 from engine.deploy.measured_tree import spec_tree
 from engine.deploy.legality import mtp_modules
@@ -71,6 +71,7 @@ from engine.deploy.op_rows import formula_text, weight_text
 from engine.deploy.structure import HBM_FRACTION, MAX_BATCH, MTP_STACK, PHASES, PREFILL_TOKENS, TOKENS_PER_STEP
 from engine.language import kv, symbols
 from engine.language.formula_tree import to_tree
+from engine.language.memo import remembered_for
 
 FORMAT = 1
 LINKS = {"": 0, "scale_up": 1, "scale_out": 2}
@@ -235,6 +236,13 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
         step_trees[(id(st), id(spec))] = (st, spec, found[1])
         return found[1]
 
+    # (id(program), GPU key, framework, config, phase) -> (program, (the first KV dtype asked, its
+    # rows)): another KV dtype's rows differ only where a step's kernel class reads the KV dtype
+    # (_with_kv_steps). The key names all a step's Spec reads but the KV dtype: the structures of one
+    # program, framework and config share the model's dims, the framework's MoE routing and the member
+    # ops (one map per unfused program, of which this fused program is made: planner._fused)
+    other_dtype: dict[tuple, tuple] = {}
+
     def expected(s, phase: str, gpu, framework: str, kv_dtype: str) -> int:
         """The index (among ``expected``) of the list of the phase program's per-step expected-time
         trees (engine.deploy.measured.expected_tree) on ``gpu`` under ``framework`` with ``kv_dtype``."""
@@ -254,16 +262,11 @@ def model_export(ev, cells, grid, gpus: dict, tables: dict, structure: Callable,
             return index
         lookup = Lookup(gpu, framework, phase, kernels, kv_dtype, s.config, s.ev.bound, s.moe_routing)
         members = member_ops(s, phase)
-        # a step without a kernel class has no spec under any lookup: the fallback tree (its index
-        # taken where the first such step meets it, so the trees keep their order)
-        rows, fallback = [], None
-        for st, kernel in zip(program.steps, kernel_steps(program, members, phase)):
-            if kernel:
-                rows.append(spec_tree_index(step_spec(st, lookup, members), st))
-            else:
-                if fallback is None:
-                    fallback = spec_tree_index(None, st)
-                rows.append(fallback)
+        first = remembered_for(other_dtype, program, lambda: (kv_dtype, _step_rows(program, members, phase, lookup,
+                                                                                spec_tree_index)),
+                               1 << 20, key=key[:3] + key[4:])
+        rows = first[1] if first[0] == kv_dtype else \
+            _with_kv_steps(first[1], program, members, phase, lookup, spec_tree_index)
         index = expected_lists.add(rows, key=tuple(rows))
         expected_of[key] = (program, index)
         return index
@@ -392,6 +395,35 @@ def document_json(doc: dict[str, Any]) -> str:
     if not all(isinstance(k, str) for k in doc):      # (keys the encoder converts: its own text)
         return compact_json(doc)
     return "{" + ",".join(compact_json(k) + ":" + value_text(k, v) for k, v in doc.items()) + "}"
+
+
+def _step_rows(program, members: dict, phase: str, lookup: Lookup, tree_index: Callable) -> list[int]:
+    """Per step of ``program``, the index of its expected-time tree under ``lookup``
+    (``tree_index(spec, step)``). A step without a kernel class has no spec under any lookup: the
+    fallback tree, its index taken where the first such step meets it (the trees keep their order)."""
+    rows, fallback = [], None
+    for st, kernel in zip(program.steps, kernel_steps(program, members, phase)):
+        if kernel:
+            rows.append(tree_index(step_spec(st, lookup, members), st))
+        else:
+            if fallback is None:
+                fallback = tree_index(None, st)
+            rows.append(fallback)
+    return rows
+
+
+def _with_kv_steps(rows: list[int], program, members: dict, phase: str, lookup: Lookup,
+                   tree_index: Callable) -> list[int]:
+    """:func:`_step_rows` under ``lookup`` from ``rows``, the same program's rows under the same
+    lookup with another KV dtype: only the steps whose kernel class reads the KV dtype
+    (engine.deploy.kernel_spec.reads_kv_dtype) are asked again; every other step's Spec is the same
+    value under both, so its tree is the one ``rows`` holds. The trees this adds are added in the
+    order :func:`_step_rows` would add them (the others are in the table already)."""
+    out = list(rows)
+    steps = program.steps
+    for i in kv_dtype_steps(program, members, phase):
+        out[i] = tree_index(step_spec(steps[i], lookup, members), steps[i])
+    return out
 
 
 def _classes(limits: list[int], live: list[int]) -> list[int]:

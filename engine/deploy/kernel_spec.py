@@ -367,6 +367,32 @@ def kernel_steps(program, member_ops: dict, phase: str) -> list[bool]:
     return found[2]
 
 
+#: The kernel classes whose tables are measured per KV dtype (:func:`_tables_for` reads
+#: ``lookup.kv_dtype`` for these only): the attention classes and the MLA cache kernels.
+KV_DTYPE_KERNELS = ("decode_mla", "prefill_mla")
+
+
+def reads_kv_dtype(kernel: str) -> bool:
+    """Whether :func:`step_spec` of a step of class ``kernel`` reads the lookup's KV dtype. For
+    every other class the Spec is the same value under any KV dtype (the same tables, roof, point,
+    condition and shape: :func:`_tables_for` picks them by GPU, framework, compute dtype and the
+    model's dims), so its expected-time tree is too."""
+    return kernel.endswith("_attention") or kernel in KV_DTYPE_KERNELS
+
+
+_KV_STEPS: dict[tuple, tuple] = {}      # (id(program), id(member_ops), phase) -> (program, positions)
+
+
+def kv_dtype_steps(program, member_ops: dict, phase: str) -> tuple[int, ...]:
+    """The positions in ``program`` of the steps whose :func:`step_spec` reads the KV dtype
+    (:func:`reads_kv_dtype` of their kernel class); once per program, ``member_ops`` object and
+    phase (the key names all three; the entry holds ``program`` and ``member_ops``, so neither id is
+    reused while it lives)."""
+    return remembered_for(_KV_STEPS, program, lambda: (member_ops, tuple(
+        i for i, st in enumerate(program.steps) if reads_kv_dtype(_kernel(st, member_ops, phase)))),
+        20_000, key=(id(program), id(member_ops), phase))[1]
+
+
 def step_spec(step, lookup: Lookup, member_ops: dict) -> Spec | None:
     """The step's :class:`Spec` by the module's rule, None where no table covers it (a kernel class
     without a table of this GPU, framework, dtype or shape); once per step object and what of the
