@@ -1,4 +1,5 @@
-"""The site render, thirteenth pass (docs/scaling-2.md): the config twins confirmed in the rows' own order.
+"""The site render, thirteenth pass (docs/scaling-2.md): the config twins confirmed in the rows' own
+order, and the sizing page's disagg data from one partition of its table.
 
 * ``site_builder.twins.same_rows`` first matches each candidate config's rows with its set's first
   config's in the order the rows come (``_same_in_order``), and sorts on every compared column
@@ -10,6 +11,11 @@
   the sorted check alone says for every candidate set, ``twins`` finds the same sets either way,
   and the first pass confirms every set the sorted check does (the build writes every config's
   rows in one point order: the measured reason the pass pays).
+* ``site_builder.sizing.disagg_data`` takes each (scenario, GPU type, pool)'s rows from one
+  ``partition_by`` of the table instead of a filter per GPU type and pool: by hand, on a table given
+  out of order (the same expectations hold for the old code; a GPU type's figures taken from its
+  last pool fail them). On the 51 models every sizing page's text was compared with the old code's
+  (docs/scaling-2.md); tests/test_site_sizing_disagg.py checks the page on a build.
 """
 from __future__ import annotations
 
@@ -121,3 +127,43 @@ def test_on_the_builds_rows_the_two_passes_agree_with_the_sorted_check(small_sit
             patch.setattr(twins, "same_rows", twins._same_sorted)
             assert twins.twins(rows) == found
     assert confirmed        # the small build has twins to confirm (else the check above checks nothing)
+
+
+def _disagg_row(scenario: tuple, gpu: str, pool: str, rank: int, **extra) -> dict:
+    framework, kv_dtype, input_len, output_len = scenario
+    return {"framework": framework, "kv_dtype": kv_dtype, "input_len": input_len, "output_len": output_len,
+            "gpu": gpu, "pool": pool, "rank": rank, "config": f"tp{rank + 1}", "n_gpus": rank + 1,
+            "kv_share_bytes": 10.0 * (rank + 1), "batch": 4 * (rank + 1), "ttft_s": 0.5 / (rank + 1),
+            "tpot_s": 0.01 * (rank + 1), "kv_transfer_bytes": extra.get("kv", 7.0),
+            "usd_per_gpu_hour": extra.get("price", 2.0), "scale_up_domain": 8, "scale_up_alpha_s": 1e-6,
+            "scale_up_bytes_per_s": 4.5e11, "scale_out_alpha_s": 5e-6, "scale_out_bytes_per_s": 5e10,
+            "pairs_with": extra.get("pairs", "H100")}
+
+
+def test_disagg_data_by_hand_from_one_partition():
+    """site_builder.sizing.disagg_data over a table given out of order, by hand: scenarios in the
+    ``scenarios`` order (one with no rows keeps its empty entry, one of a framework without rows is
+    absent), GPU types sorted, each GPU type's price and links from its first row (its decode pool's
+    rank 0: "decode" sorts before "prefill"), the scenario's KV bytes from its first GPU type's first
+    row, each pool's points in rank order, a pool without rows empty."""
+    from site_builder import sizing
+    a, b = ("vllm", "bf16", 1024, 128), ("vllm", "bf16", 4096, 128)
+    rows = [_disagg_row(a, "H200", "prefill", 1, kv=3.0), _disagg_row(a, "H100", "prefill", 0, kv=5.0, price=3.0),
+            _disagg_row(a, "H200", "decode", 0, kv=3.0, price=4.0, pairs="H100,H200"),
+            _disagg_row(a, "H100", "decode", 1, kv=9.0), _disagg_row(a, "H200", "prefill", 0, kv=3.0),
+            _disagg_row(b, "H100", "decode", 0, kv=6.0)]
+    out = sizing.disagg_data(pl.DataFrame(rows), ["sglang/bf16/1024/128", "vllm/bf16/8192/128",
+                                                   "vllm/bf16/4096/128", "vllm/bf16/1024/128"])
+    assert list(out) == ["vllm/bf16/8192/128", "vllm/bf16/4096/128", "vllm/bf16/1024/128"]
+    assert out["vllm/bf16/8192/128"] == {"kv_request": 0.0, "gpus": {}}
+    first = out["vllm/bf16/1024/128"]
+    assert first["kv_request"] == 9.0                         # H100's decode rank 1 (its only decode row)
+    assert list(first["gpus"]) == ["H100", "H200"]
+    h100, h200 = first["gpus"]["H100"], first["gpus"]["H200"]
+    assert (h100["price"], h200["price"], h200["pairs_with"]) == (2.0, 4.0, ["H100", "H200"])
+    assert list(h100) == ["price", "domain", "up", "out", "pairs_with", "prefill", "decode"]
+    assert h200["prefill"]["config"] == [0, 1] and [c[0] for c in h200["prefill"]["configs"]] == ["tp1", "tp2"]
+    assert h100["prefill"]["ttft"] == [0.5] and h100["decode"]["batch"] == [8]
+    only = out["vllm/bf16/4096/128"]["gpus"]["H100"]
+    assert only["prefill"] == {"configs": [], "config": [], "batch": [], "ttft": []}
+    assert only["decode"]["config"] == [0]
