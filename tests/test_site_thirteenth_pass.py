@@ -11,6 +11,8 @@ order, and the sizing page's disagg data from one partition of its table.
   the sorted check alone says for every candidate set, ``twins`` finds the same sets either way,
   and the first pass confirms every set the sorted check does (the build writes every config's
   rows in one point order: the measured reason the pass pays).
+* ``site_builder.data.front_files`` takes each front column by column (``engine.serving.steady.front_tables``,
+  of which ``front_points`` is the row-by-row form): on a small build, the transpose of the rows.
 * ``site_builder.sizing.disagg_data`` takes each (scenario, GPU type, pool)'s rows from one
   ``partition_by`` of the table instead of a filter per GPU type and pool: by hand, on a table given
   out of order (the same expectations hold for the old code; a GPU type's figures taken from its
@@ -167,3 +169,24 @@ def test_disagg_data_by_hand_from_one_partition():
     only = out["vllm/bf16/4096/128"]["gpus"]["H100"]
     assert only["prefill"] == {"configs": [], "config": [], "batch": [], "ttft": []}
     assert only["decode"]["config"] == [0]
+
+
+def test_on_the_builds_rows_the_front_files_are_the_front_points_by_column(small_site):
+    """Consistency check on real inputs (the small MoE build's deployment rows): each front file's
+    ``values`` (site_builder.data.front_files, from engine.serving.steady.front_tables) is the
+    transpose of engine.serving.steady.front_points' rows at :data:`site_builder.data.FRONT_FIELDS`,
+    value for value and type for type, with the same keys in the same order."""
+    from engine.serving.steady import front_points, front_tables
+    from site_builder.data import FRONT_FIELDS, Results, front_files
+    results = Results.load(small_site / "results")
+    for model_id in results.models["model_id"]:
+        part = small_site / "results" / "deployments" / f"model={model_id.replace('/', '--')}" / "part.parquet"
+        points = front_points(pl.scan_parquet(part))
+        files = front_files(results, model_id)
+        assert list(files) == list(points) == list(front_tables(pl.scan_parquet(part)))
+        assert any(front["rows"] for front in points.values())     # (a front to compare)
+        for key, front in points.items():
+            where = [front["columns"].index(c) for c in FRONT_FIELDS]
+            expected = [[row[i] for row in front["rows"]] for i in where]
+            assert files[key] == {"columns": list(FRONT_FIELDS), "values": expected}
+            assert [[type(v) for v in col] for col in files[key]["values"]] == [[type(v) for v in col] for col in expected]
