@@ -199,16 +199,14 @@ def front_files(results: Results, model_id: str) -> dict[tuple[str, str, int, in
     (framework, KV dtype, prompt, output): what its throughput/interactivity chart fetches, one small
     file per selection, instead of every config's formulas. Each as ``{"columns": FRONT_FIELDS,
     "values": [one list per column]}`` (column-wise: a column's like values sit together for gzip),
-    the points in front_points' order."""
-    from engine.serving.steady import front_points
+    the points in front_points' order. Taken column by column from each front's frame
+    (engine.serving.steady.front_tables): a column's values are the rows' values at its place, so
+    no row is built only to be taken apart again."""
+    from engine.serving.steady import front_tables
     part = results.root / "deployments" / f"model={slug(model_id)}" / "part.parquet"
     table = pl.scan_parquet(part) if part.is_file() else results.deployments.filter(pl.col("model_id") == model_id)
-    out = {}
-    for key, front in front_points(table).items():
-        rows = front["rows"]
-        out[key] = {"columns": list(FRONT_FIELDS),
-                    "values": [[r[i] for r in rows] for i in (front["columns"].index(c) for c in FRONT_FIELDS)]}
-    return out
+    return {key: {"columns": list(FRONT_FIELDS), "values": [front[c].to_list() for c in FRONT_FIELDS]}
+            for key, front in front_tables(table).items()}
 
 
 def config_twins(results: Results, model_id: str) -> list[dict[str, Any]]:

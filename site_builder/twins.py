@@ -59,19 +59,33 @@ def twins(rows: pl.DataFrame) -> list[dict[str, Any]]:
 def same_rows(rows: pl.DataFrame, sets: list[tuple[dict, list[str]]]) -> list[bool]:
     """For each candidate set (its :data:`GROUP` values, its configs), whether every config of it has
     the same rows as its first: the same multiset of (:data:`POINT`, :data:`COMPARED`) rows, a
-    missing value equal to a missing value. One pass over all the sets' rows: each config's rows
-    sorted on every compared column and matched by position with its set's first config's (a split
-    per config and a comparison per pair were a polars call each, about a millisecond apiece)."""
+    missing value equal to a missing value. Two passes, each one polars pass over the sets' rows:
+    :func:`_same_in_order` first (the configs' rows matched in the order the build wrote them),
+    then :func:`_same_sorted` for the sets it could not confirm. Exact either way: rows equal one
+    by one in some order are the same multiset, and a set the first pass leaves is decided by the
+    sorted comparison alone (the first pass can confirm, never refute)."""
     if not sets:
         return []
-    columns = [*POINT, *COMPARED]
-    member = pl.DataFrame([{**where, "config": c, "set": i, "first": names[0]}
-                           for i, (where, names) in enumerate(sets) for c in names],
-                          schema={**{k: rows.schema[k] for k in GROUP}, "config": rows.schema["config"],
-                                  "set": pl.Int64, "first": rows.schema["config"]})
-    sub = (rows.select([*GROUP, "config", *columns]).join(member, on=[*GROUP, "config"])
-           .sort(["set", "config", *columns], nulls_last=True)
-           .with_columns(pl.int_range(pl.len()).over(["set", "config"]).alias("at")))
+    same = _same_in_order(rows, sets)
+    rest = [i for i, ok in enumerate(same) if not ok]
+    for i, ok in zip(rest, _same_sorted(rows, [sets[i] for i in rest])):
+        same[i] = ok
+    return same
+
+
+def _members(rows: pl.DataFrame, sets: list[tuple[dict, list[str]]]) -> pl.DataFrame:
+    """One row per (set, config): its :data:`GROUP` values, the config, the set's index and the
+    set's first config (what each config's rows are compared with)."""
+    return pl.DataFrame([{**where, "config": c, "set": i, "first": names[0]}
+                         for i, (where, names) in enumerate(sets) for c in names],
+                        schema={**{k: rows.schema[k] for k in GROUP}, "config": rows.schema["config"],
+                                "set": pl.Int64, "first": rows.schema["config"]})
+
+
+def _matched(sub: pl.DataFrame, columns: list[str], n: int) -> list[bool]:
+    """Per set 0..n-1 of ``sub`` (the sets' rows, each numbered ``at`` within its config), whether every
+    config's row ``at`` equals its set's first config's row ``at`` in every column of ``columns``
+    (a missing value equal to a missing value) and every config has as many rows."""
     firsts = sub.filter(pl.col("config") == pl.col("first")).select("set", "at", *columns)
     paired = sub.filter(pl.col("config") != pl.col("first")).join(firsts, on=["set", "at"], how="left", suffix="~")
     ok = (paired.group_by("set")
@@ -80,7 +94,36 @@ def same_rows(rows: pl.DataFrame, sets: list[tuple[dict, list[str]]]) -> list[bo
     counts = sub.group_by("set", "config").len().group_by("set").agg((pl.col("len").n_unique() == 1).alias("n"))
     found = dict(zip(ok["set"].to_list(), ok["ok"].to_list()))
     even = dict(zip(counts["set"].to_list(), counts["n"].to_list()))
-    return [found[i] and even[i] for i in range(len(sets))]
+    return [found[i] and even[i] for i in range(n)]
+
+
+def _same_in_order(rows: pl.DataFrame, sets: list[tuple[dict, list[str]]]) -> list[bool]:
+    """:func:`_matched` with each config's rows in the order ``rows`` holds them: True where every
+    config's rows equal its first's one by one. The build writes a config's rows in the grid's point
+    order, the same for every config of a (GPU, GPU count, framework, KV dtype), so twins are
+    confirmed here without sorting the rows on their 15 compared columns (measured: every candidate
+    set of the 51 models). False says only that the order differs (or the rows do)."""
+    return _matched(_numbered(rows, sets, []), [*POINT, *COMPARED], len(sets))
+
+
+def _same_sorted(rows: pl.DataFrame, sets: list[tuple[dict, list[str]]]) -> list[bool]:
+    """:func:`_matched` with each config's rows sorted on every compared column: the same multiset
+    whatever order the rows came in (a split per config and a comparison per pair were a polars
+    call each, about a millisecond apiece)."""
+    if not sets:
+        return []
+    return _matched(_numbered(rows, sets, [*POINT, *COMPARED]), [*POINT, *COMPARED], len(sets))
+
+
+def _numbered(rows: pl.DataFrame, sets: list[tuple[dict, list[str]]], order: list[str]) -> pl.DataFrame:
+    """The sets' rows with their set, first config and ``at``: each row's place within its config,
+    the configs' rows sorted on ``order`` first (none: as ``rows`` holds them, the join keeping
+    that order)."""
+    sub = rows.select([*GROUP, "config", *POINT, *COMPARED]).join(_members(rows, sets), on=[*GROUP, "config"],
+                                                                  maintain_order="left")
+    if order:
+        sub = sub.sort(["set", "config", *order], nulls_last=True)
+    return sub.with_columns(pl.int_range(pl.len()).over(["set", "config"]).alias("at"))
 
 
 def _reason(degrees: list[dict[str, int]], names: list[str]) -> str:

@@ -73,7 +73,17 @@ def front_points(deployments: pl.LazyFrame | pl.DataFrame) -> dict[tuple[str, st
     type's Pareto front on :data:`FRONT_BASIS`) as ``{"columns": [...], "rows": [[...], ...]}`` with
     the fields of :func:`front_point`, by GPU name then fastest user first (the front's order).
     Every (framework, KV dtype, prompt, output) the grid evaluated has an entry, empty when no GPU
-    serves a request there. Nothing is evaluated here: a selection and a division of stored columns."""
+    serves a request there. Nothing is evaluated here: a selection and a division of stored columns
+    (:func:`front_tables`, row by row)."""
+    return {key: {"columns": table.columns, "rows": [list(r) for r in table.iter_rows()]}
+            for key, table in front_tables(deployments).items()}
+
+
+def front_tables(deployments: pl.LazyFrame | pl.DataFrame) -> dict[tuple[str, str, int, int], pl.DataFrame]:
+    """:func:`front_points` as one frame per (framework, KV dtype, prompt, output): its columns the
+    fields of :func:`front_point` in that order, its rows the front's points in the front's order
+    (no rows where no GPU serves a request); for a reader that wants the points column by column
+    (the deploy page's front files: site_builder.data.front_files)."""
     import polars as pl
     fields = front_point()
     table = deployments.lazy().select(FRONT_SOURCE).filter(pl.col("phase") == "decode")
@@ -88,7 +98,8 @@ def front_points(deployments: pl.LazyFrame | pl.DataFrame) -> dict[tuple[str, st
     # float64 divisions of the stored values (docs/results.md "Precision")
     points = points.with_columns(pl.col(pl.Float32).cast(pl.String).cast(pl.Float64))
     names = [name for name, _ in fields]
-    out = {tuple(k): {"columns": names, "rows": []} for k in keys.sort(key).iter_rows()}
+    none = points.select(names).clear()
+    out = {tuple(k): none for k in keys.sort(key).iter_rows()}
     for group, rows in points.group_by(key, maintain_order=True):
-        out[tuple(group)]["rows"] = [list(r) for r in rows.select(names).iter_rows()]
+        out[tuple(group)] = rows.select(names)
     return out
