@@ -25,7 +25,6 @@ import polars as pl
 import pytest
 
 from site_builder import twins
-from tests.site_helpers import shared_small_site
 
 H100 = {"gpu": "H100", "framework": "vllm", "kv_dtype": "bf16"}
 
@@ -93,7 +92,15 @@ EP_GRID = {
 
 @pytest.fixture(scope="module")
 def small_site(tmp_path_factory):
-    return shared_small_site(tmp_path_factory, EP_GRID, ["Mixtral-8x7B-v0.1"])
+    """Results only (both tests read results/, no page): the site render's fixed cost is most of a
+    small build's."""
+    import yaml
+    from engine.batch.results import build
+    from engine.language.corpus import load_corpus
+    root = tmp_path_factory.mktemp("ep-results")
+    (root / "grid.yaml").write_text(yaml.safe_dump(EP_GRID, sort_keys=False))
+    build(load_corpus(), root, ["Mixtral-8x7B-v0.1"], root / "grid.yaml", jobs=1)
+    return root
 
 
 def _candidate_sets(rows: pl.DataFrame) -> list[tuple[dict, list[str]]]:

@@ -51,8 +51,11 @@ def paused():
 
 
 #: A full collection after every this many models a process evaluates (:func:`model_heap`): what
-#: their cycles hold (about 8,000 objects a model, a few MB) is freed at least that often.
-FULL_EVERY = 32
+#: their cycles hold (about 8,000 objects a heavy model, 5 MB of RSS per eight of them) is freed at
+#: least that often, so at most about 80 MB. A build's worker evaluates about 25 models and never
+#: gets there; the test suite's workers evaluate hundreds of small ones, where a full collection
+#: walks their whole heap (a second or more each): every 32 models cost the suite seconds.
+FULL_EVERY = 128
 _since_full = [0]        # models evaluated in this process since the last full collection
 
 
@@ -67,7 +70,7 @@ def model_heap():
     objects for Qwen3-8B, 23,600 for DeepSeek-V4-Pro, about 8,000 a model over eight models) and
     traced every object the model keeps, 74 collections and 1.9 CPU-s over eight models (5% of
     their CPU). The cycles left untraced are freed by the full collection after every
-    :data:`FULL_EVERY` models, so they stay a few ten MB at most (measured: 65,888 objects, 5 MB of
+    :data:`FULL_EVERY` models, so they stay under about 80 MB (measured: 65,888 objects, 5 MB of
     RSS, after eight heavy models). Only when memory is freed changes, never a result."""
     before = gc.get_threshold()
     gc.freeze()
