@@ -64,3 +64,21 @@ def test_damaged_previous_contracts_are_evaluated_again(tmp_path, monkeypatch):
     (final / "contracts.json").write_text("{}")
     corpus_tables.write_contracts(corpus, final, again, INPUTS, REPO / "gpus")
     assert json.loads((again / "contracts.json").read_text())["attention"]["variants"]
+
+
+def test_a_second_fresh_folder_gets_the_same_contracts_without_evaluating_them(tmp_path, monkeypatch):
+    """Per process, contracts.json's text is kept by its inputs' digest (the carry's key): a build
+    into another fresh folder writes the same bytes and evaluates nothing; other inputs evaluate again."""
+    from engine.batch import contract
+    corpus = load_corpus()
+    first, second, third = (tmp_path / n for n in ("a", "b", "c"))
+    for d in (first, second, third):
+        d.mkdir()
+    digest = corpus_tables.write_contracts(corpus, first / "none", first, "2" * 64, REPO / "gpus")
+    calls = []
+    real = contract.evaluate_contracts
+    monkeypatch.setattr(contract, "evaluate_contracts", lambda *a: calls.append(a) or real(*a))
+    assert corpus_tables.write_contracts(corpus, second / "none", second, "2" * 64, REPO / "gpus") == digest
+    assert (second / "contracts.json").read_bytes() == (first / "contracts.json").read_bytes() and not calls
+    corpus_tables.write_contracts(corpus, third / "none", third, "3" * 64, REPO / "gpus")
+    assert len(calls) == 1

@@ -23,6 +23,7 @@ from engine.batch.model_row import model_row
 from engine.batch.parquet_writer import _frame, write_parquet
 from engine.batch.schema import VARIANTS_SCHEMA
 from engine.language.corpus import Corpus
+from engine.language.memo import remembered
 
 
 def write_contracts(corpus: Corpus, final: Path, staging: Path, shared: str, gpu_root: Path) -> str:
@@ -35,8 +36,15 @@ def write_contracts(corpus: Corpus, final: Path, staging: Path, shared: str, gpu
     # the folders are the slots: their relative paths are part of the identity too
     digest = _digest(files, "|".join([shared, *(p.relative_to(corpus.root).as_posix() for p in files)]).encode())
     if not _carried(final, staging, ("contracts.json",), lambda manifest: manifest.get("contracts_hash") == digest):
-        (staging / "contracts.json").write_text(json.dumps(evaluate_contracts(corpus, gpu_root), indent=1))
+        text = remembered(_CONTRACTS, digest, lambda: json.dumps(evaluate_contracts(corpus, gpu_root), indent=1), 4)
+        (staging / "contracts.json").write_text(text)
     return digest
+
+
+#: contracts.json's text by its inputs' digest, per process: the digest is the key the carry above
+#: already trusts as complete, and a process that builds into several fresh folders (the test
+#: suite's workers: dozens of small builds, 1.4 CPU-s of contract evaluation each) evaluates them once.
+_CONTRACTS: dict[str, str] = {}
 
 
 def _carried(final: Path, staging: Path, names: tuple[str, ...], same_inputs) -> bool:
