@@ -29,10 +29,11 @@ from tests.file_helpers import files_of
 TINY = Path(__file__).parent / "data" / "grid_tiny.yaml"
 PAIRS = [("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"),
          ("nvidia/Kimi-K2.6-NVFP4", "nvidia/Kimi-K2.7-Code-NVFP4")]
-# The leaders the ``followed`` fixture leaves are a process-wide memo bounded at twins.LIMIT keys
-# (emptied whole past it), and test_a_config_field_... reads them: with the module's tests spread one
-# by one (--dist load), another module's builds in the same worker could empty it in between (CI run
-# of 7b0a600: None instead of V3). One group is one work unit: these tests run back to back.
+# The leaders the ``followed`` fixture leaves live in a process-wide memo bounded at twins.LIMIT keys
+# (emptied whole when a new key finds it over the limit), and two tests read them. A worker's earlier
+# builds could fill it, so that the fixture's second pair emptied it after the first pair was written
+# (CI run of 7b0a600: no V3 leader to match). So the fixture starts from an empty memo, and the
+# module runs as one group (one work unit: its tests back to back, no other module's builds between).
 pytestmark = pytest.mark.xdist_group("twins")
 
 
@@ -46,6 +47,7 @@ def followed(corpus, tmp_path_factory):
     """Each pair built as a chain builds it (leader, then follower) into one staging tree: the tree
     and the follower's counts."""
     staging = tmp_path_factory.mktemp("chain")
+    twins._LEADERS.clear()          # (see pytestmark: this module's leaders only)
     counts = {}
     for leader, follower in PAIRS:
         for mid in (leader, follower):
@@ -148,7 +150,9 @@ def test_a_leader_file_naming_its_model_elsewhere_is_not_relabelled(corpus, foll
     copy = tmp_path / "staging"
     shutil.copytree(staging, copy)
     v3 = corpus.models["deepseek-ai/DeepSeek-V3"]
-    leader = dataclasses.replace(twins._LEADERS[twins.spec_key(corpus, v3, TINY, None)][0], staging=twins._build(copy))
+    leader, = [dataclasses.replace(found, staging=twins._build(copy))
+               for found in twins._LEADERS[twins.spec_key(corpus, v3, TINY, None)]
+               if found.model_id == v3.model_id and found.staging == twins._build(staging)]
     assert twins._relabelled(leader, "deepseek-ai/DeepSeek-R1", copy, "deepseek-ai--DeepSeek-V3",
                              "deepseek-ai--DeepSeek-R1") is not None
     doc = copy / "playground" / "deepseek-ai--DeepSeek-V3.json"
