@@ -96,3 +96,23 @@ def _waiting_stack(frame) -> traceback.StackSummary:
     while waiting is not None and waiting.gr_frame is None:
         waiting = waiting.parent
     return traceback.extract_stack(waiting.gr_frame) + stack if waiting is not None else stack
+
+
+def hovered_tip(page, target, *, timeout_ms: int = PAGE_WAIT_MS) -> str:
+    """The text of the formula tooltip (``#tip``) shown by hovering ``target`` (a locator), hovered
+    again until it shows or ``timeout_ms`` ends. Why again: a page that is still laying out (a chart
+    drawn above a table after the data is ready) can move the number from under a pointer that does
+    not move, and the browser's boundary events then hide the tooltip for good (a loaded CI host:
+    20 s with the tooltip hidden after one hover). Raises AssertionError when it never shows."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    tip, end = page.locator("#tip"), time.monotonic() + timeout_ms / 1000
+    while True:
+        target.hover()
+        try:
+            tip.wait_for(state="visible", timeout=2_000)
+            return tip.inner_text()
+        except PlaywrightTimeout:
+            if time.monotonic() > end:
+                raise AssertionError(f"no tooltip after hovering for {timeout_ms / 1000:g} s") from None
+            page.mouse.move(0, 0)         # leave, so the next hover enters it afresh

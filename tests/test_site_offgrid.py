@@ -23,7 +23,7 @@ import pytest
 
 from tests.deploy_helpers import assert_close, deploy_json
 from tests.site_helpers import DEPLOY_FIELDS, OP_FIELDS, build_small_site, deploy_page, result_tables, served
-from tests.browser_waits import PAGE_WAIT_MS, awaited
+from tests.browser_waits import awaited, hovered_tip
 from tests.test_site_browser import _open
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
@@ -243,11 +243,7 @@ def test_per_op_formulas_name_their_values(tab, base):
     flops = tab.page.locator("#ops tbody tr td:nth-child(3) .num[data-f]")
     formulas = flops.evaluate_all("els => els.map(e => e.getAttribute('data-f'))")
     at = next(i for i, f in enumerate(formulas) if "hidden" in f and "batch" in f)   # a matmul over hidden
-    cell = flops.nth(at)
-    cell.hover()
-    tip = tab.page.locator("#tip")
-    tip.wait_for(state="visible", timeout=PAGE_WAIT_MS)   # hover tooltips are shown after the page settles: loaded hosts take seconds
-    text = tip.inner_text()
+    text = hovered_tip(tab.page, flops.nth(at))
     assert "where" in text and "hidden = 4096" in text and "batch = 37" in text, text
     tab.page.mouse.move(1, 1)
 
