@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.project import PACKAGE_ROOT
+from engine.project import MAX_FILE_BYTES, PACKAGE_ROOT, corpus_digest
 from engine.language import expr, file_schemas, symbols, variants as variant_rules
 from engine.language.dtypes import DTYPE_BYTES
 from engine.language.errors import SpecError, Where
@@ -147,12 +147,44 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
 
 
 
+#: Corpora this process loaded: (root as given, root resolved, missing_snapshots_ok, content digest)
+#: -> the Corpus (:func:`load_corpus`). A few: a process reads one corpus, a test worker a few copies.
+_LOADED: dict = {}
+_LOADED_LIMIT = 4
+
+
 def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = False) -> Corpus:
     """Read and schema-check the whole corpus. Raises :class:`SpecError` on the first problem.
 
     ``missing_snapshots_ok`` lets a model without its config snapshot load (with no fields), so
-    ``archledger snapshot`` can record the first one."""
+    ``archledger snapshot`` can record the first one.
+
+    A corpus whose files (names and bytes: :func:`corpus_digest`) this process already loaded from
+    the same folder is that same object: loading is a pure function of the files (it reads nothing
+    else and no environment), and nothing mutates a loaded corpus (frozen dataclasses; a change is a
+    copy, e.g. ``dataclasses.replace``). One load is ~0.3 CPU-s, and a test worker's commands and
+    fixtures loaded the unchanged repository corpus about a hundred times. Links are refused before
+    any file is hashed (a link could name any file of the machine); a corpus holding a file over
+    the input cap is read, not hashed (the read says which file); a load that fails, or whose
+    files changed while it read them, is not kept."""
     root = Path(root) if root else DEFAULT_ROOT
+    if not (root / "dims.yaml").exists():
+        return _load_corpus(root, missing_snapshots_ok)     # (its one-line error)
+    refuse_symlinks(root, root, root.name)
+    digest = corpus_digest(root, MAX_FILE_BYTES)
+    key = (str(root), str(root.resolve()), missing_snapshots_ok, digest)
+    found = _LOADED.get(key) if digest is not None else None
+    if found is None:
+        found = _load_corpus(root, missing_snapshots_ok)
+        if digest is not None and corpus_digest(root, MAX_FILE_BYTES) == digest:
+            if len(_LOADED) >= _LOADED_LIMIT:
+                _LOADED.clear()
+            _LOADED[key] = found
+    return found
+
+
+def _load_corpus(root: Path, missing_snapshots_ok: bool) -> Corpus:
+    """:func:`load_corpus`'s reading, every time."""
     if not (root / "dims.yaml").exists():
         raise SpecError(Where(str(root)), "not a corpus folder (no dims.yaml)",
                         "pass --corpus pointing at the corpus/ directory")
