@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 
 from engine.cli import units
 
@@ -348,6 +349,19 @@ def contract_panels(contract: dict) -> list[list[str]]:
 
 @_built
 def contract_specs(contract: dict) -> dict:
+    """:func:`_contract_specs`, kept per process by the contract's JSON text (and :data:`VALIDATE`):
+    Altair takes ~0.5 s over the corpus's contracts, a pure function of contracts.json, and a
+    process that renders several sites (a test worker) drew the same ones each time. A fresh
+    object every call (decoded from the kept text): a caller may change its copy."""
+    return json.loads(_contract_specs_text(json.dumps(contract), VALIDATE))
+
+
+@functools.lru_cache(maxsize=8)
+def _contract_specs_text(contract: str, validate: bool) -> str:
+    return json.dumps(_contract_specs(json.loads(contract)))
+
+
+def _contract_specs(contract: dict) -> dict:
     """KV (and recurrent state) per request, prefill time and decode step vs context for every
     variant of a contract, its rows given once (``datasets``, named :data:`CONTRACT_ROWS`; the
     page adds them to each spec, static/js/charts.js): per chart, one spec per panel of

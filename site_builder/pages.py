@@ -14,6 +14,7 @@ import re
 import polars as pl
 from markdown_it import MarkdownIt
 
+from engine.language.memo import remembered
 from site_builder import charts, graphs
 from site_builder.data import Results, gallery_index, lineages, slug, trait_index
 from site_builder.deploy_pages import COMPARE_INPUT, _schema_docs
@@ -99,6 +100,12 @@ def _compare(site: Site, results: Results) -> None:
               models=index)
 
 
+#: Each docs page's HTML by its Markdown text, in this process: MarkdownIt's rendering (0.4 s for
+#: docs/, a pure function of the text under :func:`_methodology`'s fixed rules) repeated for every site
+#: a process renders (a test worker renders dozens).
+_RENDERED: dict = {}
+
+
 def _methodology(site: Site, texts: dict[str, str]) -> None:
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     # a table scrolls in its own box (.table-wrap), as every other table of the site: a wide one
@@ -117,7 +124,8 @@ def _methodology(site: Site, texts: dict[str, str]) -> None:
 
     for name, path, title in DOCS:
         # links between the Markdown files point at their pages here
-        body = re.sub(r'href="([^"]+\.md(?:#[^"]*)?)"', relink, md.render(texts[name]))
+        body = re.sub(r'href="([^"]+\.md(?:#[^"]*)?)"', relink,
+                      remembered(_RENDERED, texts[name], lambda: md.render(texts[name]), 32))
         site.page(f"methodology/{name}", "doc.html", title, {"page": "doc"}, body=body)
         items.append({"href": f"{name}/", "label": title, "note": ""})
     site.page("methodology", "listing.html", "Methodology", {"page": "methodology"}, items=items,
