@@ -19,6 +19,7 @@ import json
 
 import pytest
 
+from tests.browser_waits import hovered_tip
 from tests.deploy_helpers import assert_close, deploy_json
 from tests.site_helpers import DEPLOY_FIELDS, OP_FIELDS, build_small_site, deploy_page, served
 from tests.test_site_browser import _open
@@ -157,19 +158,15 @@ def test_tpot_tooltip_shows_E(tab, base):
     mtp_num_hidden_layers, the spec's n_mtp_layers)."""
     want = _cli({}, "bf16", 3000, 500, 7, 1, 0.7)["deployment"]
     _page(tab, base, "1x tp1", "bf16", 3000, 500, 7, 1, 0.7)
-    tab.page.locator("#summary dl.cards > div:has(dt:text-is('TPOT, last token')) .num").hover()
     tip = tab.page.locator("#tip")
-    tip.wait_for(state="visible", timeout=5_000)
-    text = tip.inner_text()
+    text = hovered_tip(tab.page, tab.page.locator("#summary dl.cards > div:has(dt:text-is('TPOT, last token')) .num"))
     assert "decode_step / E" in text and want["tokens_per_step_formula"] in text, text
     assert "Sum(mtp_acceptance**i, (i, 0, mtp_tokens))" in text, text
     assert "E = 1.70000" in text and "mtp_acceptance = 0.7" in text and "mtp_tokens = 1" in text, text
     tab.page.mouse.move(1, 1)
     tip.wait_for(state="hidden", timeout=5_000)
     # the weights card's formula is the drafting one: the MTP layers' weights on the last stage
-    tab.page.locator("#summary dl.cards > div:has(dt:text-is('Weights per GPU')) .num").hover()
-    tip.wait_for(state="visible", timeout=5_000)
-    assert "n_mtp_layers" in tip.inner_text()
+    assert "n_mtp_layers" in hovered_tip(tab.page, tab.page.locator("#summary dl.cards > div:has(dt:text-is('Weights per GPU')) .num"))
     tab.page.mouse.move(1, 1)
     tip.wait_for(state="hidden", timeout=5_000)
 

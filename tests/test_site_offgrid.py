@@ -217,9 +217,7 @@ def test_summary_cards_show_their_rule_with_this_points_values(tab, base):
     tip = tab.page.locator("#tip")
 
     def hover(label: str) -> str:
-        tab.page.locator(f"#summary dl.cards > div:has(dt:text-is('{label}')) .num").hover()
-        tip.wait_for(state="visible", timeout=5_000)
-        text = tip.inner_text()
+        text = hovered_tip(tab.page, tab.page.locator(f"#summary dl.cards > div:has(dt:text-is('{label}')) .num"))
         tab.page.mouse.move(1, 1)
         tip.wait_for(state="hidden", timeout=5_000)
         return text
