@@ -183,6 +183,12 @@ def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = Fal
     return found
 
 
+def forget_loaded() -> None:
+    """Empty :func:`load_corpus`'s memo: the next load reads every file (``archledger bench`` times
+    real loads, and walks of a fresh corpus object each run)."""
+    _LOADED.clear()
+
+
 def _load_corpus(root: Path, missing_snapshots_ok: bool) -> Corpus:
     """:func:`load_corpus`'s reading, every time."""
     if not (root / "dims.yaml").exists():
