@@ -9,7 +9,6 @@ goes to ``./build``. ``--corpus DIR`` replaces only the corpus (its ``fusion/`` 
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,21 +24,6 @@ def grid_file(corpus_root: Path, given: "Path | str | None" = None) -> Path:
     grid.yaml (a checkout's, or --corpus), else the installed default."""
     own = Path(corpus_root) / "grid.yaml"
     return Path(given) if given else own if own.exists() else GRID_FILE
-
-
-def corpus_digest(root: "Path | str", cap: "int | None" = None) -> "str | None":
-    """SHA-256 over every file below a corpus folder (relative names and contents; 1.5 MB, a few ms):
-    what a build's manifest records and the key of a process's loaded corpora
-    (engine.language.corpus.load_corpus). With ``cap``: None as soon as a file is over ``cap`` bytes
-    (nothing that large is read whole)."""
-    root = Path(root)
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        if cap is not None and path.stat().st_size > cap:
-            return None
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def find_checkout(start: Path) -> Path | None:

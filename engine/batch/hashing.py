@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.batch import dependencies
-from engine.project import MAX_FILE_BYTES, PACKAGE_ROOT, corpus_digest  # noqa: F401  (re-exported: the manifest's corpus digest)
+from engine.project import MAX_FILE_BYTES, PACKAGE_ROOT
 
 if TYPE_CHECKING:       # the corpus type only: loading a corpus imports sympy
     from engine.language.corpus import Corpus
@@ -104,6 +104,16 @@ def evidence_files(corpus: Corpus, model) -> list[Path]:
     from engine.verify.manifest import manifest_path
     name = snapshot_name(model)
     return [manifest_path(corpus.root, name), source_path(corpus.root, name)]
+
+
+def corpus_digest(root: Path | str) -> str:
+    """SHA-256 over every file below a corpus folder (relative names and contents; 1.5 MB, a few ms)."""
+    root = Path(root)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 _ENGINE_DIGEST: list[str] = []

@@ -33,7 +33,9 @@ _CORPORA: dict[tuple[str, str], Corpus] = {}
 def cached_corpus(root: str | None) -> Corpus:
     """:func:`load_corpus`, once per process and corpus content: a --jobs worker evaluates many models
     and parsing the YAML (about 2.5 s) dominated a small model's work. Keyed on the files' content,
-    so an edited corpus is read again (a process running several builds never sees a stale one)."""
+    so an edited corpus is read again (a process running several builds never sees a stale one).
+    Kept beside load_corpus's own memo because a --jobs worker is seeded here, under the digest its
+    build computed, with the build's corpus unpickled (engine.batch.tasks.worker_init)."""
     path = Path(root) if root else None
     from engine.language.corpus import DEFAULT_ROOT
     path = (path or DEFAULT_ROOT).resolve()

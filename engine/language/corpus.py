@@ -14,13 +14,15 @@ a graph and a component file by :mod:`engine.language.graph_load`, any file thro
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.project import MAX_FILE_BYTES, PACKAGE_ROOT, corpus_digest
+from engine.project import PACKAGE_ROOT
 from engine.language import expr, file_schemas, symbols, variants as variant_rules
 from engine.language.dtypes import DTYPE_BYTES
 from engine.language.errors import SpecError, Where
+from engine.language.filememo import ContentMemo
 from engine.language.graph_load import SHARD_WORLDS, _load_component
 from engine.language.ir import ComponentSpec, DimInfo, ModelSpec, QuantScheme, RoleInfo, StoredTensor
 from engine.language.model_load import load_model
@@ -147,10 +149,9 @@ def _load_scheme(path: Path, root: Path) -> QuantScheme:
 
 
 
-#: Corpora this process loaded: (root as given, root resolved, missing_snapshots_ok, content digest)
-#: -> the Corpus (:func:`load_corpus`). A few: a process reads one corpus, a test worker a few copies.
-_LOADED: dict = {}
-_LOADED_LIMIT = 4
+#: Corpora this process loaded (:func:`load_corpus`), by the folder, the mode and the bytes of every
+#: file below it (engine.language.filememo: a link or a file over the input cap makes no key).
+_LOADED = ContentMemo()
 
 
 def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = False) -> Corpus:
@@ -159,28 +160,25 @@ def load_corpus(root: Path | str | None = None, missing_snapshots_ok: bool = Fal
     ``missing_snapshots_ok`` lets a model without its config snapshot load (with no fields), so
     ``archledger snapshot`` can record the first one.
 
-    A corpus whose files (names and bytes: :func:`corpus_digest`) this process already loaded from
-    the same folder is that same object: loading is a pure function of the files (it reads nothing
-    else and no environment), and nothing mutates a loaded corpus (frozen dataclasses; a change is a
-    copy, e.g. ``dataclasses.replace``). One load is ~0.3 CPU-s, and a test worker's commands and
-    fixtures loaded the unchanged repository corpus about a hundred times. Links are refused before
-    any file is hashed (a link could name any file of the machine); a corpus holding a file over
-    the input cap is read, not hashed (the read says which file); a load that fails, or whose
-    files changed while it read them, is not kept."""
+    A corpus whose files (names and bytes) this process already loaded from the same folder is that
+    same object: loading is a pure function of those files (it reads nothing else and no
+    environment), and nothing mutates a loaded corpus (frozen dataclasses; a change is a copy, e.g.
+    ``dataclasses.replace``). One load is ~0.3 CPU-s, and a test worker's commands and fixtures loaded
+    the unchanged repository corpus about a hundred times. A link anywhere below the folder, or a
+    file over the input cap, makes no key (the load runs and refuses it, as without the memo); a
+    load that fails, or whose files changed while it read them, is not kept."""
     root = Path(root) if root else DEFAULT_ROOT
-    if not (root / "dims.yaml").exists():
-        return _load_corpus(root, missing_snapshots_ok)     # (its one-line error)
-    refuse_symlinks(root, root, root.name)
-    digest = corpus_digest(root, MAX_FILE_BYTES)
-    key = (str(root), str(root.resolve()), missing_snapshots_ok, digest)
-    found = _LOADED.get(key) if digest is not None else None
-    if found is None:
-        found = _load_corpus(root, missing_snapshots_ok)
-        if digest is not None and corpus_digest(root, MAX_FILE_BYTES) == digest:
-            if len(_LOADED) >= _LOADED_LIMIT:
-                _LOADED.clear()
-            _LOADED[key] = found
-    return found
+    return _LOADED.get(("corpus", str(root), str(root.resolve()), missing_snapshots_ok), _entries(root),
+                       lambda: _load_corpus(root, missing_snapshots_ok))
+
+
+def _entries(root: Path) -> list[Path]:
+    """Every file below ``root`` and every link (a linked folder is listed, not entered), sorted."""
+    out = []
+    for folder, dirs, files in os.walk(root):
+        out += [Path(folder) / name for name in files]
+        out += [Path(folder) / name for name in dirs if os.path.islink(os.path.join(folder, name))]
+    return sorted(out)
 
 
 def forget_loaded() -> None:

@@ -3,7 +3,8 @@
 Layer: engine.language. A build evaluates every model against the same grid, GPU and fusion files;
 reading and checking them once per model cost about 3 s of CPU over the corpus. The loaders
 (:func:`engine.batch.grid.load_grid`, :func:`engine.deploy.hardware.load_gpus`,
-:func:`engine.deploy.fusion_table.load_tables`, :func:`engine.serving.fronts.load_sizing`) keep their
+:func:`engine.deploy.fusion_table.load_tables`, :func:`engine.serving.fronts.load_sizing`, and
+:func:`engine.language.corpus.load_corpus` over every file of the corpus) keep their
 checks and their errors; they hand :meth:`ContentMemo.get` a key naming the files they read.
 
 Invariants:
@@ -76,6 +77,10 @@ class ContentMemo:
                 self._values.pop(next(iter(self._values)))      # the oldest
             self._values[before] = value
         return value
+
+    def clear(self) -> None:
+        """Forget every value: the next call loads."""
+        self._values.clear()
 
 
 # -- a folder tree's values, trusted on its stat once it has settled ---------------------------------
