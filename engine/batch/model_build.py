@@ -8,8 +8,8 @@ staged results tree. Both run where :mod:`engine.batch.tasks` puts them: in the 
 
 Invariants: a model writes only below its own partitions and files (``model=<org--name>``,
 ``<org--name>.json``), so models and the two halves of one model (:data:`PARTS`) never write the same
-file; nothing NaN or negative reaches a table (engine.language.finite); a process keeps one loaded
-corpus, keyed by its content (:func:`cached_corpus`), so an edited corpus is read again.
+file; nothing NaN or negative reaches a table (engine.language.finite); a process reads a corpus
+once per content of its files (:func:`cached_corpus`), so an edited corpus is read again.
 """
 from __future__ import annotations
 
@@ -27,23 +27,23 @@ from engine.language.corpus import Corpus, load_corpus
 from engine.verify.validate import validate
 
 
+#: The build's corpus a --jobs worker was seeded with (engine.batch.tasks.worker_init: unpickled,
+#: ~40x faster than parsing), under the folder and the content digest the build computed.
 _CORPORA: dict[tuple[str, str], Corpus] = {}
 
 
 def cached_corpus(root: str | None) -> Corpus:
-    """:func:`load_corpus`, once per process and corpus content: a --jobs worker evaluates many models
-    and parsing the YAML (about 2.5 s) dominated a small model's work. Keyed on the files' content,
-    so an edited corpus is read again (a process running several builds never sees a stale one).
-    Kept beside load_corpus's own memo because a --jobs worker is seeded here, under the digest its
-    build computed, with the build's corpus unpickled (engine.batch.tasks.worker_init)."""
-    path = Path(root) if root else None
+    """The corpus at ``root`` (default: the repository's), resolved: the seeded one where its files
+    still have the digest it was seeded under, else :func:`load_corpus`, which keeps each corpus it
+    loaded by its files' bytes (a --jobs worker evaluates many models, and parsing the YAML, about
+    2.5 s, dominated a small model's work; an edited corpus is read again)."""
     from engine.language.corpus import DEFAULT_ROOT
-    path = (path or DEFAULT_ROOT).resolve()
-    key = (str(path), corpus_digest(path))
-    if key not in _CORPORA:
-        _CORPORA.clear()                 # one corpus per process at a time: a build uses one
-        _CORPORA[key] = load_corpus(path)
-    return _CORPORA[key]
+    path = (Path(root) if root else DEFAULT_ROOT).resolve()
+    if _CORPORA:
+        seeded = _CORPORA.get((str(path), corpus_digest(path)))
+        if seeded is not None:
+            return seeded
+    return load_corpus(path)
 
 
 #: The two halves of a model's work (:func:`build_model`'s ``part``): the grid (deployments, ops and
