@@ -4,7 +4,8 @@ Run from the repo root after a build: ``python benchmarks/site.py [--site build/
 Renders nothing itself. Reports the site's total size by folder, the largest HTML page, each
 model's page HTML (shared assets under static/ excluded; the structure drawings it loads on demand
 and the model document its per-op table is drawn from listed apart) and its deployment page's HTML;
-in headless Chromium served from 127.0.0.1 (best of N cold loads): the gallery's first contentful paint, and the
+in a full headless Chromium (``chromium --headless=new``, a reader's browser, not the
+headless shell the tests drive) served from 127.0.0.1 (best of N cold loads): the gallery's first contentful paint, and the
 deploy page's time to interactive, from navigation to the summary numbers of a selection being on
 the page (``#summary .num``), with what that load fetched under ``data/`` (uncompressed and gzip,
 as a CDN serves it). Prints Markdown tables for README. Targets: the site <= 1.5 MB per model plus
@@ -102,7 +103,7 @@ def _served_browser(site: Path):
     server, base = start(site)
     try:
         with sync_playwright() as p:
-            browser = launch(p)
+            browser = launch(p, full=True)     # a reader's browser: not the headless shell
             try:
                 yield browser, base
             finally:

@@ -3,7 +3,8 @@ roofline), the compare page (with the side-by-side deployment) and a zoomable gr
 
 Layer: site_builder. Serves the built site on 127.0.0.1 (``site_builder.serve.start``) and drives
 the system's Chromium through Playwright (``pip install -e '.[test]'``; Playwright never downloads
-a browser here: Debian's ``chromium`` is used, or the binary named by ``ARCHLEDGER_CHROMIUM``).
+a browser here: Debian's ``chromium-headless-shell``, else its ``chromium``, or the binary named
+by ``ARCHLEDGER_CHROMIUM``).
 Requests to any other host are blocked, so a screenshot shows exactly what the static site holds.
 """
 from __future__ import annotations
@@ -15,27 +16,45 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 #: Flags for a quiet, offline headless Chromium (no sandbox: CI runs as root in a container).
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+#: The headless shell (Debian's ``chromium-headless-shell``, the build Playwright itself runs headless)
+#: first: the same Blink, without the full browser's windowing and display compositor, it renders the
+#: test suite's pages for half the CPU of ``chromium --headless=new`` (tests/test_site_browser.py: 22
+#: against 45 CPU-s; docs/scaling-2.md, "The test suite, fifteenth pass").
+HEADLESS_SHELLS = ("chromium-headless-shell",)
+#: A full Chromium, looked for after the shells: Debian's wrapper by its path, then names on PATH.
+FULL_CHROMIUMS = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
 LOCAL_HOSTS = {"127.0.0.1"}
 VIEWPORT = {"width": 1280, "height": 900}
 
 
-def chromium_path() -> Path | None:
-    """The Chromium binary to drive: $ARCHLEDGER_CHROMIUM, /usr/bin/chromium, or one on PATH."""
-    for candidate in (os.environ.get("ARCHLEDGER_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                      shutil.which("chromium-browser"), shutil.which("google-chrome")):
+def chromium_path(full: bool = False) -> Path | None:
+    """The Chromium binary to drive: $ARCHLEDGER_CHROMIUM, else a headless shell on PATH, else a full
+    Chromium (:data:`FULL_CHROMIUMS`). ``full``: a full Chromium only (benchmarks/site.py times pages
+    for a reader's browser, whose display compositor the shell lacks)."""
+    for name in (os.environ.get("ARCHLEDGER_CHROMIUM"), *(() if full else HEADLESS_SHELLS), *FULL_CHROMIUMS):
+        candidate = shutil.which(name) if name and os.sep not in name else name
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return Path(candidate)
     return None
 
 
-def launch(playwright):
-    """Launch headless Chromium; raises RuntimeError with a one-line reason if there is none."""
-    path = chromium_path()
+def chromium_args(path: Path) -> list[str]:
+    """:data:`CHROMIUM_ARGS` for the binary at ``path``: a full Chromium also gets ``--headless=new``
+    (its only headless mode; a headless shell is nothing else)."""
+    shell = any(path.name.startswith(name) for name in HEADLESS_SHELLS)
+    return CHROMIUM_ARGS if shell else ["--headless=new", *CHROMIUM_ARGS]
+
+
+def launch(playwright, full: bool = False):
+    """Launch headless Chromium (``full``: see :func:`chromium_path`); raises RuntimeError with a
+    one-line reason if there is none."""
+    path = chromium_path(full)
     if path is None:
-        raise RuntimeError("no Chromium found (install Debian's `chromium`, or set ARCHLEDGER_CHROMIUM)")
-    return playwright.chromium.launch(executable_path=str(path), args=CHROMIUM_ARGS)
+        wanted = "`chromium`" if full else "`chromium-headless-shell` or `chromium`"
+        raise RuntimeError(f"no Chromium found (install Debian's {wanted}, or set ARCHLEDGER_CHROMIUM)")
+    return playwright.chromium.launch(executable_path=str(path), args=chromium_args(path))
 
 
 def block_remote(context, blocked: list[str] | None = None) -> None:

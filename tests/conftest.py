@@ -140,7 +140,8 @@ def hf_config_path(model_id: str) -> Path:
 
 @pytest.fixture(scope="session")
 def _chromium():
-    """One headless Chromium per test process (Debian's ``chromium`` driven by Playwright, never a
+    """One headless Chromium per test process (Debian's ``chromium-headless-shell``, else its
+    ``chromium``: site_builder.screenshots.chromium_path; driven by Playwright, never a
     Playwright-downloaded browser), started by the first module that asks for :func:`browser` and
     closed at the end of the session. Each module used to start its own: about 1.1 CPU-s and 3-4 s
     of wall each (the Playwright driver and the browser), in some 20 modules. Missing, the browser
@@ -149,12 +150,13 @@ def _chromium():
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.fail("the Python package `playwright` is not installed: pip install -e '.[test]'", pytrace=False)
-    from site_builder.screenshots import CHROMIUM_ARGS, chromium_path
+    from site_builder.screenshots import chromium_args, chromium_path
     if chromium_path() is None:
-        pytest.fail("Chromium not found (looked for $ARCHLEDGER_CHROMIUM, /usr/bin/chromium, `chromium` on PATH): "
-                    "install Debian's package: apt-get install -y chromium (CI does this in .ci/run)", pytrace=False)
+        pytest.fail("Chromium not found (looked for $ARCHLEDGER_CHROMIUM, `chromium-headless-shell` on PATH, "
+                    "/usr/bin/chromium, `chromium` on PATH): install Debian's package: apt-get install -y "
+                    "chromium-headless-shell (CI does this in .ci/run)", pytrace=False)
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(chromium_path()), args=CHROMIUM_ARGS)
+        chromium = p.chromium.launch(executable_path=str(chromium_path()), args=chromium_args(chromium_path()))
         yield chromium
         chromium.close()
 

@@ -4,8 +4,9 @@ A three-model site is built once for the module (engine build over a small grid,
 ``render_site``) and served by ``site_builder.serve.start`` on 127.0.0.1, with the response headers
 production adds (netlify.toml: the Content-Security-Policy above all) applied by the browser's
 request routing, so a page that would break under the CSP breaks here too. Chromium is Debian's
-``chromium`` driven by Playwright (never a Playwright-downloaded browser); when it is missing
-these tests fail, they do not skip: CI installs it (.ci/run).
+``chromium-headless-shell`` (else its ``chromium``) driven by Playwright (never a
+Playwright-downloaded browser); when it is missing these tests fail, they do not skip: CI installs
+it (.ci/run).
 """
 from __future__ import annotations
 
