@@ -18,11 +18,12 @@ from urllib.parse import urlsplit
 #: Flags for a quiet, offline headless Chromium (no sandbox: CI runs as root in a container).
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-#: The headless shell (Debian's ``chromium-headless-shell``, the build Playwright itself runs headless)
-#: first: the same Blink, without the full browser's windowing and display compositor, it renders the
-#: test suite's pages for half the CPU of ``chromium --headless=new`` (tests/test_site_browser.py: 22
-#: against 45 CPU-s; docs/scaling-2.md, "The test suite, fifteenth pass").
-HEADLESS_SHELLS = ("chromium-headless-shell",)
+#: The headless shell first (Debian's ``chromium-headless-shell``; Google's build of it,
+#: ``chrome-headless-shell``, is the one Playwright itself runs headless): the same Blink without
+#: the full browser's windowing and display compositor, it renders the test suite's pages for half
+#: the CPU of ``chromium --headless=new`` (tests/test_site_browser.py: 22 against 45 CPU-s;
+#: docs/scaling-2.md, "The test suite, fifteenth pass").
+HEADLESS_SHELLS = ("chromium-headless-shell", "chrome-headless-shell")
 #: A full Chromium, looked for after the shells: Debian's wrapper by its path, then names on PATH.
 FULL_CHROMIUMS = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
 LOCAL_HOSTS = {"127.0.0.1"}

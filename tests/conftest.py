@@ -151,12 +151,13 @@ def _chromium():
     except ImportError:
         pytest.fail("the Python package `playwright` is not installed: pip install -e '.[test]'", pytrace=False)
     from site_builder.screenshots import chromium_args, chromium_path
-    if chromium_path() is None:
+    path = chromium_path()
+    if path is None:
         pytest.fail("Chromium not found (looked for $ARCHLEDGER_CHROMIUM, `chromium-headless-shell` on PATH, "
                     "/usr/bin/chromium, `chromium` on PATH): install Debian's package: apt-get install -y "
                     "chromium-headless-shell (CI does this in .ci/run)", pytrace=False)
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(chromium_path()), args=chromium_args(chromium_path()))
+        chromium = p.chromium.launch(executable_path=str(path), args=chromium_args(path))
         yield chromium
         chromium.close()
 

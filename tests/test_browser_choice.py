@@ -74,6 +74,7 @@ def test_only_a_full_chromium_is_told_which_headless_mode():
     assert chromium_args(Path("/usr/bin/chromium"))[0] == "--headless=new"
     assert chromium_args(Path("/usr/lib/chromium/chromium-headless-shell")) == screenshots.CHROMIUM_ARGS
     assert chromium_args(Path("/usr/bin/chromium-headless-shell")) == screenshots.CHROMIUM_ARGS
+    assert chromium_args(Path("/opt/chrome-headless-shell-linux64/chrome-headless-shell")) == screenshots.CHROMIUM_ARGS
     for path in ("/usr/bin/chromium", "/usr/bin/chromium-headless-shell"):
         args = chromium_args(Path(path))
         assert {"--no-sandbox", "--disable-background-networking"} <= set(args)   # offline and root-safe either way
