@@ -150,14 +150,12 @@ def _chromium():
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.fail("the Python package `playwright` is not installed: pip install -e '.[test]'", pytrace=False)
-    from site_builder.screenshots import chromium_args, chromium_path
-    path = chromium_path()
-    if path is None:
-        pytest.fail("Chromium not found (looked for $ARCHLEDGER_CHROMIUM, `chromium-headless-shell` on PATH, "
-                    "/usr/bin/chromium, `chromium` on PATH): install Debian's package: apt-get install -y "
-                    "chromium-headless-shell (CI does this in .ci/run)", pytrace=False)
+    from site_builder.screenshots import launch
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(path), args=chromium_args(path))
+        try:
+            chromium = launch(p)        # the binary and flags `archledger screenshots` uses
+        except RuntimeError as exc:
+            pytest.fail(f"{exc}: apt-get install -y chromium-headless-shell (CI does this in .ci/run)", pytrace=False)
         yield chromium
         chromium.close()
 
