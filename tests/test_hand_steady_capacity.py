@@ -189,6 +189,30 @@ def test_grid_keeps_and_fronts_the_steady_capacity(tmp_path):
     assert rows["on_front"].to_list() == [True, True, True]
 
 
+def test_the_sizing_search_serves_up_to_the_steady_capacity():
+    """``archledger plan``'s search (engine.serving.sizing.search) tries every batch up to a config's
+    steady-state capacity and serves by the steady state, as the grid does. Llama-3.1-8B on one
+    H100, vLLM, BF16 KV, prompt 128, output 2048, no SLA bound, one GPU: by hand
+    (test_llama_8b_steady_capacity_by_hand) the worst case holds 210 requests and the steady state
+    395, so the one config (TP 1) serves batches 1..395, every one of them (the search tries every
+    batch up to 512), each point's worst-case capacity 210 beside it. Planted bug caught: the
+    search's batches cut at the worst-case capacity (capacity(steady=True) returning the last
+    position's fit: served batches 1..210, and plan answers with the smaller batch's throughput)."""
+    from engine.deploy.hardware import load_gpus
+    from engine.deploy.structure import Options
+    from engine.serving.sizing import SLA, search
+    from tests.conftest import _evaluation
+
+    assert math.floor(ROOM / (KV_TOKEN * (PROMPT + GEN))) == 210 and math.floor(ROOM / (KV_TOKEN * 1159)) == 395
+    ev = _evaluation("meta-llama/Meta-Llama-3.1-8B")
+    (found,) = search(ev, [load_gpus()["H100"]], PROMPT, GEN, SLA(1e30, 1e30), max_gpus=1,
+                      options=Options(framework="vllm"), fusion=load_tables(ev.corpus.root / "fusion")["vllm"])
+    assert [c.label() for c in found.configs] == ["tp1"]
+    assert found.points["batch"].tolist() == list(range(1, 396))
+    assert set(found.points["max_concurrent_requests_worst"].tolist()) == {210}
+    assert set(found.points["max_concurrent_requests"].tolist()) == {395}
+
+
 def test_front_points_are_the_flagged_rows_by_hand():
     """engine.serving.steady.front_points, what the deploy page's front chart fetches at a grid point:
     per (framework, KV dtype, prompt, output) the decode rows flagged on_front, with steady tokens/s
