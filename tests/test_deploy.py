@@ -137,6 +137,16 @@ def test_deepseek_experts_split_by_ep(deepseek_dp8):
     assert close(row["flops"], DS["moe_layers"] * 2 * routed * DS["hidden"] * DS["d_ff_expert"])
 
 
+def test_deepseek_combine_weighs_each_tokens_k_expert_outputs(deepseek_dp8):
+    """moe_combine sums each token's k expert outputs ([hidden] each) weighted by its routing
+    scores: a multiply-add per element, 2 x k x hidden FLOPs per token, for the 16 / 8 = 2 tokens of
+    this GPU's attention replica, in each of the 58 MoE layers: 58 x 2 x 2 x 8 x 7168 = 13,303,808.
+    Planted bug caught: the weighted sum counted as one FLOP per element (half)."""
+    row = op(deepseek_dp8, "decode", "main/layers[moe]/mlp/combine")
+    assert row["op"] == "moe_combine"
+    assert close(row["flops"], DS["moe_layers"] * 2 * (DB / 8) * DS["k"] * DS["hidden"]) and row["flops"] == 13_303_808
+
+
 def test_deepseek_dispatch_and_combine_are_all_to_all(deepseek_dp8):
     a2a = [r for r in deepseek_dp8.ops["decode"] if r["op"] == "all_to_all"]
     assert len(a2a) == 2
