@@ -154,6 +154,27 @@ def test_cheapest_agree_with_archledger_deploy(capsys):
             assert close(d[field], r[name]), (r["config"], name, d[field], r[name])
 
 
+def test_a_load_of_users_is_priced_over_every_replica():
+    """With U = 500 concurrent users and no latency bound, Llama-3.1-8B on one H100, vLLM, prompt 128,
+    output 2048 (steady capacity 395: tests/test_hand_steady_capacity.py): batch 250 needs
+    r = ceil(500 / 250) = 2 replicas of one GPU, and 250 = ceil(500 / 2) is the load each holds, so
+    the point meets the load with 2 GPUs in all, priced 2 x $3.99 = $7.98 an hour (gpus/h100-sxm.yaml's
+    on-demand price); its $/M tokens is that hour's price over the tokens both replicas emit in an
+    hour (2 GPUs x its tokens/s/GPU x 3600) x 1e6. Batch 251 also needs 2 replicas, but they would
+    hold ceil(500 / 2) = 250 each: it does not meet the load. Planted bug caught: plan pricing one replica's GPUs
+    (the config's n_gpus) instead of every replica's."""
+    ev = _evaluation(model_id(DENSE))
+    (found,) = search(ev, [load_gpus()["H100"]], 128, 2048, SLA(1e30, 1e30, users=500), max_gpus=1,
+                      options=Options(framework="vllm"), fusion=load_tables()["vllm"])
+    (row,) = found.rows(np.nonzero(found.points["batch"] == 250)[0])
+    (other,) = found.rows(np.nonzero(found.points["batch"] == 251)[0])
+    assert row["meets_sla"] and not other["meets_sla"] and other["replicas"] == 2
+    assert (row["config"], row["replicas"], row["total_gpus"]) == ("tp1", 2, 2)
+    assert row["usd_per_hour"] == pytest.approx(2 * 3.99, rel=1e-12)
+    assert row["usd_per_m_tokens"] == pytest.approx(
+        2 * 3.99 / (2 * row["tokens_per_s_per_gpu"] * 3600) * 1e6, rel=1e-12)
+
+
 def test_rate_is_sustained(capsys):
     rate = 20.0
     code, out = _plan_json(capsys, DENSE, "--input", "2048", "--output", "512", "--gpu", "H100", "--ttft", "1",
