@@ -218,6 +218,11 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_hand_serving.py",),
            "a draft pass runs every MTP module instead of one (MiMo-V2-Flash: 3 modules)",
            "tests/test_hand_serving.py::test_a_draft_pass_runs_one_mtp_module"),
+    # The pages run these rule programs themselves (formula.js evaluates engine/deploy/rules.py's and
+    # engine/serving/rules.py's exports; sizing.js and deploy_eval.js keep no copy), so a bug planted
+    # in a rule is the page's too: tests/test_hand_browser.py's hand tests of the DP-attention, NIC
+    # and scale-up-domain rules fail on the same edits, and a second mutant for the page would plant
+    # the same bug twice (check_texts refuses that).
     Mutant("dp-attn-even-decode", "engine/deploy/rules.py",
            '("program_batch", dp_attn * _("per_rank") / _("micro_batches")),',
            '("program_batch", batch / _("micro_batches")),',
@@ -320,23 +325,6 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_hand_browser.py",),
            "formula.js's Mod as JavaScript's % (the sign of the dividend)",
            "tests/test_hand_browser.py::test_formula_js_mod_is_floor_mod"),
-    # js-faster-nic, js-domain-strict, js-dp-attn-even: the browser's own copies of these rules are
-    # gone (sizing.js and deploy_eval.js run engine/serving/rules.py's and engine/deploy/rules.py's
-    # programs through formula.js), so each plants its bug in the one rule the page runs and asks
-    # the browser's hand test to notice (the same edit as disagg-faster-nic, disagg-domain-strict and
-    # dp-attn-even-requests, read by the page)
-    Mutant("js-faster-nic", "engine/serving/rules.py",
-           '("out_bw", call("min", _("p_out_bw"), _("d_out_bw")))',
-           '("out_bw", call("max", _("p_out_bw"), _("d_out_bw")))',
-           ("tests/test_hand_browser.py",),
-           "the sizing page's KV between two GPU types crosses the faster NIC",
-           "tests/test_hand_browser.py::test_sizing_js_kv_between_gpu_types_takes_the_slower_nic"),
-    Mutant("js-domain-strict", "engine/serving/rules.py",
-           '("on_up", call("and", _("has_up"), _("total_gpus") <= _("domain"))),',
-           '("on_up", call("and", _("has_up"), _("total_gpus") < _("domain"))),',
-           ("tests/test_hand_browser.py",),
-           "the sizing page sends the KV of pools filling exactly one domain over the NIC",
-           "tests/test_hand_browser.py::test_sizing_js_pools_filling_exactly_one_domain_stay_on_nvlink"),
     Mutant("js-sla-strict", "static/js/sizing.js",
            "if (!(row.ttft_s <= a && row.tpot_s <= b)) continue;",
            "if (!(row.ttft_s < a && row.tpot_s < b)) continue;",
@@ -349,12 +337,6 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_hand_browser.py",),
            "the sizing page's aggregated answer skips a row meeting the bounds exactly",
            "tests/test_hand_browser.py::test_sizing_js_a_row_meeting_the_bounds_exactly_is_the_answer"),
-    Mutant("js-dp-attn-even", "engine/deploy/rules.py",
-           '("per_rank", call("cdiv", batch, dp_attn)),',
-           '("per_rank", batch / dp_attn),',
-           ("tests/test_hand_browser.py",),
-           "the deploy page spreads the batch evenly over DP-attention ranks",
-           "tests/test_hand_browser.py::test_deploy_eval_js_dp_attention_holds_whole_requests"),
     Mutant("js-front-counts-unfit", "static/js/deploy_eval.js",
            "if (!r.fits_steady) return;",
            "",
@@ -615,11 +597,17 @@ MUTANTS: tuple[Mutant, ...] = (
 
 
 def check_texts(mutants, root: Path = REPO) -> list[str]:
-    """Every mutant's old text occurs exactly once in its file (problems, empty when all do)."""
+    """Every mutant's old text occurs exactly once in its file, and no two mutants plant the same
+    edit (problems, empty when all hold)."""
     problems = []
     ids = [m.id for m in mutants]
     for dup in sorted({i for i in ids if ids.count(i) > 1}):
         problems.append(f"mutant id {dup!r} is used twice")
+    edits: dict[tuple, str] = {}
+    for m in mutants:                    # one bug counted once in the score
+        first = edits.setdefault((m.file, m.old, m.new), m.id)
+        if first != m.id:
+            problems.append(f"{m.id}: plants the same edit as {first}; name its tests there instead")
     for m in mutants:
         path = root / m.file
         if not path.is_file():

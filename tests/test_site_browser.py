@@ -2,8 +2,8 @@
 
 A three-model site is built once for the module (engine build over a small grid, then
 ``render_site``) and served by ``site_builder.serve.start`` on 127.0.0.1, with the response headers
-production adds (netlify.toml: the Content-Security-Policy above all) applied by the browser's
-request routing, so a page that would break under the CSP breaks here too. Chromium is Debian's
+production adds (netlify.toml: the Content-Security-Policy above all) sent by the server
+(:data:`PRODUCTION_RULES`), so a page that would break under the CSP breaks here too. Chromium is Debian's
 ``chromium-headless-shell`` (else its ``chromium``) driven by Playwright (never a
 Playwright-downloaded browser); when it is missing these tests fail, they do not skip: CI installs
 it (.ci/run).
@@ -212,6 +212,12 @@ PRODUCTION_RULES = load_headers(REPO / "netlify.toml")
 REMOTE = re.compile(r"^(?!https?://127\.0\.0\.1(?::\d+)?(?:/|$))")
 
 
+def moved_on(exc: Exception) -> bool:
+    """Whether a route handler's Playwright call failed because its page or context closed while
+    the request waited (the test moved on): nothing is left to answer, and nothing went wrong."""
+    return "disposed" in str(exc) or "closed" in str(exc)
+
+
 def _open(browser, production: bool = True) -> Tab:
     """A fresh context: requests off 127.0.0.1 are aborted and recorded. ``production``: each page
     :meth:`Tab.goto` opens must arrive with the production headers (the Content-Security-Policy
@@ -228,8 +234,7 @@ def _open(browser, production: bool = True) -> Tab:
         try:
             r.abort()
         except Exception as exc:   # playwright's Error; the package is imported by the fixture
-            # the context closed while this request waited (the test moved on): nothing to abort
-            if "disposed" not in str(exc) and "closed" not in str(exc):
+            if not moved_on(exc):  # else nothing to abort
                 raise
 
     context.route(REMOTE, route)

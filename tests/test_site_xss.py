@@ -29,7 +29,7 @@ import yaml
 from engine.language.errors import SpecError
 from site_builder.sources import REPO
 from tests.site_helpers import served
-from tests.test_site_browser import _open
+from tests.test_site_browser import _open, moved_on
 
 #: One pytest-xdist worker runs the whole module (``--dist loadgroup``, pyproject.toml): its tests spread
 #: over two workers paid its planted site twice.
@@ -285,8 +285,8 @@ def _bare(browser):  # noqa: F811
             response = r.fetch()
             return r.fulfill(response=response, headers={k: v for k, v in response.headers.items()
                                                          if not k.lower().startswith("content-security-policy")})
-        except Exception as exc:       # the page moved on while this was in flight (a chart drawn late)
-            if "disposed" in str(exc) or "closed" in str(exc):
+        except Exception as exc:
+            if moved_on(exc):          # a chart drawn late, its page gone
                 return None
             # any other failure (a fetch past Playwright's 30 s, seen once in a clean clone's run) fails
             # the page's request and is recorded on this tab, whose test asserts it has no errors:
@@ -295,8 +295,9 @@ def _bare(browser):  # noqa: F811
             tab.errors.append(f"the route's fetch of {r.request.url} failed: {exc}")
             try:
                 r.abort()
-            except Exception:          # the context closed meanwhile: nothing left to answer
-                pass
+            except Exception as failed:
+                if not moved_on(failed):
+                    tab.errors.append(f"and its abort failed: {failed}")
             return None
     tab.context.route("**/*", route)
     return tab
