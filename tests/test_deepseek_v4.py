@@ -73,10 +73,11 @@ def test_layer_plan_follows_compress_ratios_and_hash_layers(model_id, evaluation
 
 
 @pytest.mark.parametrize("model_id", [FLASH, PRO])
-@pytest.mark.parametrize("length", [4096, 131072, 1048576])
+@pytest.mark.parametrize("length", [4096, 4099, 131072, 1048576])
 def test_kv_bytes_per_request(model_id, length, evaluation):
     """Every layer keeps a window of `sliding_window` 512-wide K=V entries; a layer with
-    compress ratio m adds floor(L/m) compressed entries; ratio-4 layers also floor(L/4) indexer
+    compress ratio m adds floor(L/m) compressed entries (a window still filling has no entry yet:
+    at 4099 tokens 1024 ratio-4 and 32 ratio-128 entries, not 1025 and 33); ratio-4 layers also floor(L/4) indexer
     keys of index_head_dim (inference/model.py: kv_cache_size = window + max_seq_len // ratio),
     in FP8 with one f32 scale per 128 (vLLM: head_dim + head_dim // 128 * 4 = 132 B) whatever
     the KV dtype. Each compressor also keeps two F32 buffers (kv_state, score_state) of

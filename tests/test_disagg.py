@@ -73,6 +73,32 @@ def test_transfer_time_by_hand_gqa_split_over_tp():
     assert close(r["kv_transfer_s"], 0.0067201864)
 
 
+
+def test_kv_crosses_at_the_larger_share_per_gpu():
+    """Llama-3.1-70B from a TP8 prefill pool to a TP4 decode pool on H200: a prefill GPU sends 1/8 of
+    the 2,684,354,560 B but a decode GPU receives 1/4, 671,088,640 B over its NIC, and the transfer
+    takes as long as the larger share (mutant join-smaller-share: the prefill side's 1/8)."""
+    r = _split("Llama-3.1-70B", "H200 tp8", "H200 tp4", 1, 16, 8192, 1024)
+    assert r["kv_transfer_bytes"] == 2_684_354_560
+    assert r["kv_link_bytes"] == 2_684_354_560 / 4 == 671_088_640
+    assert r["kv_link"] == "scale_out"                    # 12 GPUs > one 8-GPU NVLink domain
+    assert close(r["kv_transfer_s"], (BASE_US + NET_HOP_US) * 1e-6 + 671_088_640 / H200_NIC)
+
+
+def test_the_prefill_choice_budgets_the_larger_share_per_gpu():
+    """The prefill choice leaves a prefill point the TTFT bound less the KV transfer of the larger
+    share per GPU over the scale-out link (an upper bound of the pair's link): Llama-3.1-70B's
+    2,684,354,560 B at 8192 tokens from TP8 prefill GPUs (1/8 each) to decode pools of TP4, TP8 and
+    TP16 (1/4, 1/8, 1/16) take 1/4, 1/8 and 1/8 over H200's NIC (mutant transfer-smaller-share)."""
+    from engine.serving.disagg import links
+    from engine.serving.pairing import transfer_time
+    _, out = links(GPUS["H200"], GPUS["H200"])
+    kv = 2_684_354_560
+    seconds = transfer_time(out, kv / 8, [kv / 4, kv / 8, kv / 16])
+    alpha = (BASE_US + NET_HOP_US) * 1e-6
+    for got, share in zip(seconds, (kv / 4, kv / 8, kv / 8)):
+        assert close(got, alpha + share / H200_NIC)
+
 def test_transfer_time_by_hand_mla_latent_and_scale_up():
     """DeepSeek-V3: the MLA latent is not split over attention TP, so a decode GPU of a DP-attention
     replica (attention TP 1) receives the whole 575.7 MB. Both pools in one GB200-NVL72 rack (16 of 72
@@ -229,6 +255,19 @@ def test_usd_per_m_tokens_by_hand(plan_pairs):
     mixed = next(p for p in pairs if (p.prefill_gpu, p.decode_gpu) == ("H100", "H200")).cheapest(1)
     assert all(r["usd_per_m_tokens"] is None for r in mixed)
 
+
+
+def test_a_split_over_two_gpu_types_prices_each_pool_at_its_own_gpu():
+    """Llama-3.1-8B prefilled on an H100 ($3.99 per GPU-hour) and decoded on B200s ($6.69): at 20
+    requests/s the split needs P prefill and D decode replicas of one GPU each (today 1 and 2:
+    3.99 + 2 x 6.69 = $17.37 an hour), priced P x 3.99 + D x 6.69 (mutant disagg-price-prefill-only:
+    the decode GPUs at the H100's price)."""
+    r = _split("Llama-3.1-8B", "H100 tp1", "B200 tp1", 1, 8, 2048, 256, rate=20.0)
+    p, d = r["prefill_replicas"], r["decode_replicas"]
+    assert p >= 1 and d >= 1 and r["total_gpus"] == p + d
+    assert close(r["usd_per_hour"], p * 3.99 + d * 6.69)
+    tokens = r["tokens_per_s_per_gpu"] * r["total_gpus"]
+    assert close(r["usd_per_m_tokens"], (p * 3.99 + d * 6.69) / (tokens * 3600) * 1e6)
 
 def test_price_needs_its_source(tmp_path):
     src = (DEFAULT_ROOT / "h100-sxm.yaml").read_text()

@@ -190,3 +190,24 @@ def test_pipeline_cache_is_the_fullest_stages_in_a_hybrid_stack():
     s2 = deploy("NVIDIA-Nemotron-3-Super-120B-A12B-FP8", "B200", Scenario(1, 2000, 0), pp=16).summary
     grown = s2["kv_bytes_per_request_per_gpu"] - s1["kv_bytes_per_request_per_gpu"]
     assert grown >= 1000 * per_token
+
+
+def test_every_attention_replica_runs_its_own_prefill_step():
+    """DeepSeek-V3 on 8 H200s at DP-attention 8 (TP 8, EP 8), 1024-token prompts: each of the 8
+    attention replicas runs its own 8192-token step, so a step holds 8 x floor(8192 / 1024) = 64
+    whole prompts (each replica's capacity is larger: max_concurrent_requests / 8 >= 8), and 64
+    requests (8 per replica) prefill in one step (mutant max-prefill-batch-one-rank: one replica's
+    8)."""
+    s = deploy("DeepSeek-V3", "H200", Scenario(64, PROMPT, GEN), framework="vllm", tp=8, ep=8, dp_attn=8).summary
+    assert s["max_concurrent_requests"] // 8 >= BUDGET // PROMPT
+    assert s["max_prefill_batch"] == 8 * (BUDGET // PROMPT) == 64
+    assert s["prefill_steps"] == 1
+
+
+@pytest.mark.parametrize("config", [{"tp": 8}, {"tp": 4, "pp": 2}])
+def test_prefill_throughput_is_per_gpu_of_the_replica(config):
+    """Prompt tokens per second per GPU: a replica of Llama-3.1-70B on 8 H100s (TP 8, or TP 4 x PP 2)
+    prefills 4 prompts of 4096 tokens in TTFT seconds, so 4 x 4096 / TTFT / 8 (mutant
+    prefill-tps-per-replica: the replica's whole rate)."""
+    s = deploy("Llama-3.1-70B", "H100", Scenario(4, 4096, GEN), framework="vllm", **config).summary
+    assert s["prefill_tokens_per_s_per_gpu"] == pytest.approx(4 * 4096 / s["ttft_s"] / 8, rel=1e-12)

@@ -45,15 +45,24 @@ _WINDOWS: dict[tuple, sympy.Expr] = {}     # (length, window) -> sympy.Min(lengt
 
 def tokens_kept(cache: CacheRow, length: sympy.Expr) -> sympy.Expr:
     """Tokens (or entries) the cache holds at context ``length``, by its growth law."""
-    import sympy
-    if cache.growth == "window":
+    if cache.growth == "state":
+        import sympy
+        return sympy.Integer(1)
+    return kept_length(cache.growth, length, cache.window, cache.every)
+
+
+def kept_length(growth: str, length, window=None, every=None) -> sympy.Expr:
+    """Tokens (or entries) a growing cache holds at context ``length``: the one rule of the module
+    doc's growth laws ``every_token``, ``window`` and ``compressed`` (a window still filling has no
+    compressed entry yet: floor), read by the memory figures above and by the ``kv_cache`` op's
+    output shape (engine.language.ops.attention), which the placed reads take."""
+    if growth == "window":
         # once per (length, window): Min compares its arguments symbolically (milliseconds), and
         # every config's memory figures and every request-size function of a model ask it
-        return remembered(_WINDOWS, (length, cache.window), lambda: _window_min(length, cache.window), 4096)
-    if cache.growth == "compressed":
-        return sympy.floor(length / cache.every)
-    if cache.growth == "state":
-        return sympy.Integer(1)
+        return remembered(_WINDOWS, (length, window), lambda: _window_min(length, window), 4096)
+    if growth == "compressed":
+        import sympy
+        return sympy.floor(length / every)
     return length
 
 

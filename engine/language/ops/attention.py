@@ -11,7 +11,7 @@ import functools
 import sympy
 
 from engine.language.shapes import Axis, AxisMap, Carried, New, Tensor, carried_all
-from engine.language import symbols
+from engine.language import kv, symbols
 from engine.language.ops.base import Leaf, Op, _preserve
 
 
@@ -22,13 +22,8 @@ GROWTHS = ("every_token", "window", "compressed", "state")
 
 
 def _kv_cache_length(call) -> sympy.Expr:
-    ctx = call.scenario[symbols.CTX]
-    growth = call.attrs["growth"]
-    if growth == "window":
-        return sympy.Min(ctx, call.dims["window"])
-    if growth == "compressed":
-        return sympy.floor(ctx / call.dims["every"])
-    return ctx
+    return kv.kept_length(call.attrs["growth"], call.scenario[symbols.CTX], call.dims.get("window"),
+                          call.dims.get("every"))
 
 
 def _kv_cache_shape(call):
