@@ -10,7 +10,7 @@ import pytest
 
 from engine.cli import main
 from engine.language.corpus import load_corpus
-from engine.language.module_patterns import matches
+from engine.language.module_patterns import exclusions, first_match, matches
 from engine.language.storage import scheme_tensors
 from engine.verify.manifest import load as load_manifest
 from engine.verify.validate import validate
@@ -102,6 +102,21 @@ def test_patterns_follow_each_formats_rule():
     assert matches("model.layers.1.*", "model.layers.1.mlp") and not matches("model.layers.1.*", "model.layers.10.mlp")
     assert matches("model.layers.*.self_attn", "model.layers.{layer}.self_attn.q_proj")
 
+
+
+def test_every_formats_exclusion_list_is_read():
+    """Each format names its unquantized modules under its own key: compressed-tensors and ModelOpt's
+    config.json ``ignore``, ModelOpt's ``exclude_modules`` (nvidia/MiniMax-M3-NVFP4's config.json,
+    quant_algo MIXED_PRECISION, its list's first entries below) and Hugging Face's
+    ``modules_to_not_convert``; the patterns come in the keys' order (mutant
+    exclusions-no-modelopt-file: ``exclude_modules`` not read, the vision tower quantized)."""
+    minimax_m3_nvfp4 = {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": None,
+                        "exclude_modules": ["lm_head", "model.embed_tokens", "vision_tower",
+                                            "language_model.model.layers.10.block_sparse_moe.gate"]}
+    assert exclusions(minimax_m3_nvfp4) == minimax_m3_nvfp4["exclude_modules"]
+    assert first_match(exclusions(minimax_m3_nvfp4), "vision_tower.blocks.0.attn.qkv") == "vision_tower"
+    assert exclusions({"ignore": ["lm_head"], "modules_to_not_convert": ["re:.*gate$"]}) == ["lm_head", "re:.*gate$"]
+    assert exclusions({"quant_method": "fp8"}) == [] and exclusions(None) == []
 
 # -- snapshot --meta honours the exclusion lists -----------------------------------------------------
 
