@@ -89,10 +89,9 @@ def test_tp_all_reduce_link_and_time(gpu, tp, link, bandwidth, alpha):
     assert d.summary["gpus_per_node"] == (72 if gpu == "GB200-NVL72" else 8)
 
 
-
 def test_the_deploy_pages_step_program_prices_each_calls_latency():
     """The step program the deploy page runs (engine.deploy.rules.STEP, shipped in index.json) on the
-    TP16 case above: 9,830,400 B over the 50 GB/s network and 80 calls of 25.2 us: 196.6 us +
+    TP16 case below: 9,830,400 B over the 50 GB/s network and 80 calls of 25.2 us: 196.6 us +
     2,016 us, and the step's SOL time is that comm time when the kernels are shorter (mutant
     comm-no-alpha: the calls' latency left out, 196.6 us)."""
     from engine.language.formula_tree import run_arrays
@@ -102,6 +101,7 @@ def test_the_deploy_pages_step_program_prices_each_calls_latency():
     got = run_arrays(rules.STEP, env)
     assert got["t_comm"] == pytest.approx(196.608e-6 + 80 * 25.2e-6, rel=1e-12)
     assert got["t_sol"] == pytest.approx(196.608e-6 + 80 * 25.2e-6, rel=1e-12)
+
 
 def test_tp16_over_two_nodes_literal():
     """The TP16 H100 case in numbers: 80 x 2 x 15/16 x 65,536 B = 9,830,400 B per GPU per all-reduce
