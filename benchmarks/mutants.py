@@ -779,7 +779,8 @@ MUTANTS: tuple[Mutant, ...] = (
            'tests/test_disagg.py::test_a_split_over_two_gpu_types_prices_each_pool_at_its_own_gpu'),
 
     # -- seventeenth pass, second round: links, HBM, compute dtype, packed formats, load, front and
-    # exclusion lists (13 more: one survived, exclude_modules, and has the killer named below)
+    # exclusion lists, the page's capacity bound (14 more: two survived, exclude_modules and the page's
+    # bound, and have the killers named below)
     Mutant('scale-up-both-directions', 'engine/deploy/hardware.py',
            'return self.scale_up.value * 1e9 / 2',
            'return self.scale_up.value * 1e9',
@@ -858,6 +859,12 @@ MUTANTS: tuple[Mutant, ...] = (
            ('tests/test_quant_checkpoints.py',),
            "ModelOpt's exclude_modules list not read (its modules counted quantized)",
            'tests/test_quant_checkpoints.py::test_every_formats_exclusion_list_is_read'),
+    Mutant('serving-bound-one-replica', 'engine/deploy/rules.py',
+           'SERVING_BOUND = program(("max_concurrent_requests", dp_attn * _("cap")))',
+           'SERVING_BOUND = program(("max_concurrent_requests", _("cap")))',
+           ('tests/test_hand_capacity.py',),
+           "the deploy page's capacity bound counts one DP-attention replica (the page skips configs that hold the batch)",
+           'tests/test_hand_capacity.py::test_the_deploy_pages_capacity_bound_counts_every_attention_replica'),
 
 )
 

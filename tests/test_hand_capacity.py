@@ -211,3 +211,19 @@ def test_prefill_throughput_is_per_gpu_of_the_replica(config):
     prefill-tps-per-replica: the replica's whole rate)."""
     s = deploy("Llama-3.1-70B", "H100", Scenario(4, 4096, GEN), framework="vllm", **config).summary
     assert s["prefill_tokens_per_s_per_gpu"] == pytest.approx(4 * 4096 / s["ttft_s"] / 8, rel=1e-12)
+
+
+def test_the_deploy_pages_capacity_bound_counts_every_attention_replica():
+    """The deploy page skips a config whose capacity bound (engine.deploy.rules.SERVING_BOUND: the KV
+    room before the working set and the reserve, both >= 0) cannot hold the batch, so the bound must
+    never fall below the capacity. DeepSeek-V3 on 8 H200s at DP-attention 8: each replica's GPU holds
+    floor((usable - weights) / KV per request per GPU) requests (387 today) and the config 8 times
+    that, at least the engine's capacity (2,920 today: the same room less the working set and the
+    reserve, over 8 replicas). Mutant serving-bound-one-replica: one replica's 387, and the page would
+    list no DP-attention config among those holding a larger batch."""
+    from engine.language.formula_tree import run_arrays
+    from engine.deploy import rules
+    s = deploy("DeepSeek-V3", "H200", Scenario(64, PROMPT, GEN), framework="vllm", tp=8, ep=8, dp_attn=8).summary
+    per_replica = math.floor((s["usable_bytes_per_gpu"] - s["weight_bytes_per_gpu"]) / s["kv_bytes_per_request_per_gpu"])
+    bound = run_arrays(rules.SERVING_BOUND, {"cap": per_replica, "dp_attn": 8})["max_concurrent_requests"]
+    assert bound == 8 * per_replica >= s["max_concurrent_requests"] > per_replica
