@@ -174,6 +174,17 @@ def test_axiom_guard_catches_a_window_the_config_does_not_declare(tmp_path):
     assert any("declares no window" in f.message and f.node.endswith("self_attn/k_cache") for f in found)
 
 
+
+def test_axiom_guard_catches_a_compressed_cache_of_one_token_per_entry(tmp_path):
+    """A compressed cache keeps one entry per `every` >= 2 tokens (every 1 is a plain cache under
+    another name): DeepSeek-V4-Flash's HCA layers given every 1 (mutant compressed-every-one-allowed:
+    only every 0 was caught)."""
+    root = mutate(tmp_path, [("models/deepseek-ai--DeepSeek-V4-Flash.yaml", "compressed: true, every: 128}}",
+                              "compressed: true, every: 1}}")])
+    found, _ = findings(root, "DeepSeek-V4-Flash", "axiom")
+    assert [(f.node, f.message) for f in found] == [
+        ("main/layers[hca]/attn/compressed_cache", "compressed cache keeps one entry per 1 tokens")]
+
 def test_source_guard_catches_a_bogus_anchor(tmp_path):
     root = mutate(tmp_path, [("components/library/gqa_attention.yaml", 'src: "attn_output = self.o_proj(attn_output)"',
                               'src: "attn_output = self.o_proj(attn_output) * self.scale"')])

@@ -87,6 +87,27 @@ def test_attn_type_list_marks_the_lightning_layers(tmp_path):
                in m for m in messages)
 
 
+
+def test_a_per_layer_list_of_another_length_is_one_error(tmp_path):
+    """attn_type_list's attention entry (``whole: true``) names every layer: 60 entries for
+    MiniMax-M2.7's 62 layers is an error saying both counts (mutant layer-plan-shorter-passes: only a
+    longer list was caught, and a shorter one read its missing layers as "no entry")."""
+    found = _schedule(tmp_path, MINIMAX, attn_type_list=[1] * 60)
+    messages = [f.message for f in found]
+    assert "config.attn_type_list has 60 entries but the spec's main stack has 62 layers" in messages, messages
+
+
+def test_a_per_layer_number_the_registry_does_not_know_is_named(tmp_path):
+    """attn_type_list holds 0 (lightning) or 1 (softmax attention); a 2 is a value whose meaning the
+    registry does not know, named as such, not read as "not 1" (mutant
+    layer-plan-unknown-values-pass: only unknown names were reported, numbers passed)."""
+    plan = [1] * 62
+    plan[7] = 2
+    found = _schedule(tmp_path, MINIMAX, attn_type_list=plan)
+    assert len(found) >= 1
+    assert all("config.attn_type_list holds [2], whose meaning the verification registry does not know" in f.message
+               for f in found), [f.message for f in found]
+
 def test_layers_block_type_is_nemotron_3s_plan(tmp_path):
     model = ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
     pattern = yaml.safe_load((REPO / "corpus" / "snapshots" / f"{model[1]}.yaml").read_text())["fields"]["hybrid_override_pattern"]
