@@ -13,11 +13,11 @@ import pytest
 
 from engine.cli import main
 from engine.deploy import Options, Scenario
-from engine.serving.disagg import FIELDS, Pool, disaggregate, parse_pool, transfer_bytes
+from engine.serving.disagg import FIELDS, Pool, disaggregate, links, parse_pool, transfer_bytes
 from engine.deploy.fusion_table import load_tables
 from engine.deploy.hardware import DEFAULT_ROOT, load_gpu, load_gpus
 from engine.serving.sizing import POINT_FIELDS, SLA, search
-from engine.serving.pairing import disaggregated
+from engine.serving.pairing import disaggregated, transfer_time
 from engine.language.errors import SpecError
 
 from tests.conftest import _evaluation, hf_config
@@ -90,8 +90,6 @@ def test_the_prefill_choice_budgets_the_larger_share_per_gpu():
     share per GPU over the scale-out link (an upper bound of the pair's link): Llama-3.1-70B's
     2,684,354,560 B at 8192 tokens from TP8 prefill GPUs (1/8 each) to decode pools of TP4, TP8 and
     TP16 (1/4, 1/8, 1/16) take 1/4, 1/8 and 1/8 over H200's NIC (mutant transfer-smaller-share)."""
-    from engine.serving.disagg import links
-    from engine.serving.pairing import transfer_time
     _, out = links(GPUS["H200"], GPUS["H200"])
     kv = 2_684_354_560
     seconds = transfer_time(out, kv / 8, [kv / 4, kv / 8, kv / 16])

@@ -25,7 +25,8 @@ import math
 
 import pytest
 
-from engine.deploy import Scenario
+from engine.deploy import Scenario, rules
+from engine.language.formula_tree import run_arrays
 from tests.conftest import hf_config
 from tests.deploy_helpers import deploy
 
@@ -221,8 +222,6 @@ def test_the_deploy_pages_capacity_bound_counts_every_attention_replica():
     that, at least the engine's capacity (2,920 today: the same room less the working set and the
     reserve, over 8 replicas). Mutant serving-bound-one-replica: one replica's 387, and the page would
     list no DP-attention config among those holding a larger batch."""
-    from engine.language.formula_tree import run_arrays
-    from engine.deploy import rules
     s = deploy("DeepSeek-V3", "H200", Scenario(64, PROMPT, GEN), framework="vllm", tp=8, ep=8, dp_attn=8).summary
     per_replica = math.floor((s["usable_bytes_per_gpu"] - s["weight_bytes_per_gpu"]) / s["kv_bytes_per_request_per_gpu"])
     bound = run_arrays(rules.SERVING_BOUND, {"cap": per_replica, "dp_attn": 8})["max_concurrent_requests"]

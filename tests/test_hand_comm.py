@@ -21,7 +21,8 @@ import math
 
 import pytest
 
-from engine.deploy import Scenario
+from engine.deploy import Scenario, rules
+from engine.language.formula_tree import run_arrays
 from tests.conftest import hf_config
 from tests.deploy_helpers import close, deploy, op
 
@@ -94,8 +95,6 @@ def test_the_deploy_pages_step_program_prices_each_calls_latency():
     TP16 case below: 9,830,400 B over the 50 GB/s network and 80 calls of 25.2 us: 196.6 us +
     2,016 us, and the step's SOL time is that comm time when the kernels are shorter (mutant
     comm-no-alpha: the calls' latency left out, 196.6 us)."""
-    from engine.language.formula_tree import run_arrays
-    from engine.deploy import rules
     env = {"flops": 1e9, "peak": 989e12, "bytes": 1e6, "hbm": 3.35e12, "comm": 9_830_400.0, "link": SCALE_OUT,
            "calls": 80.0, "alpha": 25.2e-6, "weights": 0.0, "repeat": 1.0, "times": 1.0}
     got = run_arrays(rules.STEP, env)

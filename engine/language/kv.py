@@ -55,7 +55,10 @@ def kept_length(growth: str, length, window=None, every=None) -> sympy.Expr:
     """Tokens (or entries) a growing cache holds at context ``length``: the one rule of the module
     doc's growth laws ``every_token``, ``window`` and ``compressed`` (a window still filling has no
     compressed entry yet: floor), read by the memory figures above and by the ``kv_cache`` op's
-    output shape (engine.language.ops.attention), which the placed reads take."""
+    output shape (engine.language.ops.attention), which the placed reads take. Any other growth is
+    the whole history, ``length``: a state is one entry in :func:`tokens_kept`, but a ``kv_cache``
+    node declared ``growth: state`` keeps its growing shape, which is how the axiom guard
+    (engine/verify/guards/axiom.py) tells a history mislabelled as a state."""
     if growth == "window":
         # once per (length, window): Min compares its arguments symbolically (milliseconds), and
         # every config's memory figures and every request-size function of a model ask it
