@@ -2,7 +2,7 @@
 bound and the step time (a mixin of :class:`engine.deploy.cost.CompiledProgram`).
 
 Layer: engine.deploy. The arithmetic is :mod:`engine.deploy.cost`'s module doc's (t_compute,
-t_memory, t_comm, SOL per step; t_sol, t_bound, t_comm_stream per phase). Two paths: small grids
+t_memory, t_comm, SOL per step: :mod:`engine.deploy.roofline`; t_sol, t_bound, t_comm_stream per phase). Two paths: small grids
 stack every step into one (steps, ...) array per term (:data:`STACKED_ELEMENTS`), large ones go
 step by step. Invariant: both add the steps in program order, so they give identical sums
 (tests/test_cost_paths.py), and :meth:`_Totals.step_time` is :meth:`_Totals.totals`' ``t_sol``
@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from engine.deploy import roofline
 from engine.deploy.hardware import GPU
 
 #: Largest steps x points a program's totals stack at once (8 MB per term); above it, step by step.
@@ -59,16 +60,14 @@ class _Totals:
             per_step = _per_step(shape)
             # the terms of totals(), each written over the column it is made from (the stacked
             # columns are this call's own arrays): no new array per term, the same floats
-            t_compute = np.divide(f, per_step(np.asarray(peaks)), out=f)
-            t_comm = np.divide(c, per_step(np.asarray(links)), out=c)
-            t_comm += np.multiply(calls, per_step(np.asarray(alphas)), out=calls)
-            sol = np.maximum(t_compute, np.divide(b, hbm, out=b), out=t_compute)
-            return _add_steps(np.maximum(sol, t_comm, out=sol))
+            latency = np.multiply(calls, per_step(np.asarray(alphas)), out=calls)
+            return _add_steps(roofline.times(f, b, c, latency, per_step(np.asarray(peaks)), hbm,
+                                             per_step(np.asarray(links)), into=True, sol_out=f)[3])
         total = np.zeros(shape)
         cols = self._columns
         for i in range(len(self.program.steps)):
             f, b, c = (fn(*args) if callable(fn) else fn for fn in (cols[0][i], cols[1][i], cols[2][i]))
-            total += np.maximum(np.maximum(f / peaks[i], b / hbm), c / links[i] + self.latency(i, args, alphas))
+            total += roofline.times(f, b, c, self.latency(i, args, alphas), peaks[i], hbm, links[i])[3]
         return total
 
     def totals(self, rates, batch, seq, ctx, kv_bytes, at=None, unmeasured: float | None = None) -> dict[str, np.ndarray]:
@@ -109,20 +108,17 @@ class _Totals:
         sums = {"flops": add(f), "bytes": add(b), "weight_bytes": add(w), "comm_bytes": add(c)}
         # the times written over the columns they are made from, once summed (the stacked columns
         # are this call's own arrays): no new array per term, the same floats
-        tc = np.divide(f, per_step(np.asarray(peaks)), out=f)
-        tm = np.divide(b, hbm, out=b)
-        tl = np.divide(c, per_step(np.asarray(links)), out=c)
-        tl += np.multiply(calls, per_step(np.asarray(alphas)), out=calls)
-        sol = np.maximum(np.maximum(tc, tm, out=w), tl, out=w)
+        latency = np.multiply(calls, per_step(np.asarray(alphas)), out=calls)
+        tc, tm, tl, sol = roofline.times(f, b, c, latency, per_step(np.asarray(peaks)), hbm,
+                                         per_step(np.asarray(links)), into=True, sol_out=w)
         if unmeasured is not None and len(shape) == 1:
             sums["t_unmeasured"] = point_major_divided(sol, unmeasured).sum(axis=1)
-        compute_bound = (tc >= tm) & (tc >= tl)
-        memory_bound = ~compute_bound & (tm >= tl)
+        masks = roofline.bound_masks(tc, tm, tl)
         sums.update({"t_compute": add(tc), "t_memory": add(tm), "t_comm": add(tl), "t_sol": add(sol)})
         sums.update(self._bound_terms(lambda rows, x: add(x[rows]), tl, sol, sums, shape))
         part = calls                          # each bound's share: sol where it bounds, else 0
         shares = []
-        for mask in (compute_bound, memory_bound, ~compute_bound & ~memory_bound):
+        for mask in masks:
             part.fill(0.0)
             np.copyto(part, sol, where=mask)
             shares.append(add(part))
@@ -139,16 +135,12 @@ class _Totals:
         links_at, per_link, comm_stream = self._kinds[1][1], {}, 0.0
         for i in range(len(self.program.steps)):
             f, b, c, w = (fn(*args) if callable(fn) else fn for fn in (cols[0][i], cols[1][i], cols[2][i], cols[3][i]))
-            tc, tm, tl = f / peaks[i], b / hbm, c / links[i] + self.latency(i, args, alphas)
-            sol = np.maximum(np.maximum(tc, tm), tl)
+            tc, tm, tl, sol = roofline.times(f, b, c, self.latency(i, args, alphas), peaks[i], hbm, links[i])
             for key, value in (("flops", f), ("bytes", b), ("weight_bytes", w), ("comm_bytes", c),
                                ("t_compute", tc), ("t_memory", tm), ("t_comm", tl), ("t_sol", sol)):
                 sums[key] += value
-            compute_bound = (tc >= tm) & (tc >= tl)
-            memory_bound = ~compute_bound & (tm >= tl)
-            by_bound[0] += np.where(compute_bound, sol, 0.0)
-            by_bound[1] += np.where(memory_bound, sol, 0.0)
-            by_bound[2] += np.where(~compute_bound & ~memory_bound, sol, 0.0)
+            for k, mask in enumerate(roofline.bound_masks(tc, tm, tl)):
+                by_bound[k] += np.where(mask, sol, 0.0)
             link = links_at[i]
             per_link[link] = per_link.get(link, 0.0) + tl
             if self._comm_steps[i]:

@@ -14,7 +14,7 @@ rates, its columns are :mod:`engine.deploy.compiled_tables`' and its sums
 * t_comm    = calls x alpha + bytes sent / link bandwidth (scale-up or scale-out, one direction):
   alpha is the collective's per-call latency on this GPU's links (NCCL's tuner model,
   :meth:`engine.deploy.hardware.CollectiveModel.latency`), beta the link's bandwidth
-* SOL(step) = max of the three, the bound is the largest term; a phase's no-overlap time
+* SOL(step) = max of the three, the bound is the largest term (the one rule: :mod:`engine.deploy.roofline`); a phase's no-overlap time
   (``t_sol``) is the sum of its steps: one kernel after another, none hiding another's time.
 * The phase's lower bound (``t_bound``, docs/deployment.md "Two times per point"): each resource
   serves one thing at a time but resources overlap freely, so no schedule of the phase's work
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from engine.language.memo import remembered, remembered_for
 from engine.deploy.compiled_tables import _Tables
+from engine.deploy import roofline
 from engine.deploy.compiled_totals import _Totals
 from engine.deploy.hardware import GPU
 from engine.deploy.point_values import _ids
@@ -206,11 +207,9 @@ class CompiledProgram(_Tables, _Totals):
         same order per element, so the same floats, without the other terms' arrays."""
         peaks, links, hbm, alphas = self.rates(gpu)
         flops, traffic, comm, calls = columns
-        t_compute = np.divide(flops, peaks[:, None], out=flops)
-        t_memory = np.divide(traffic, hbm, out=traffic)
-        t_comm = np.divide(comm, links[:, None], out=comm)
-        t_comm += np.multiply(calls, alphas[:, None], out=calls)      # calls x per-call latency
-        return np.maximum(np.maximum(t_compute, t_memory, out=t_compute), t_comm, out=t_compute)
+        latency = np.multiply(calls, alphas[:, None], out=calls)      # calls x per-call latency
+        return roofline.times(flops, traffic, comm, latency, peaks[:, None], hbm, links[:, None],
+                              into=True, sol_out=flops)[3]
 
     def step_times(self, gpu: GPU, flops, traffic, comm, calls) -> dict[str, np.ndarray]:
         """Per step and point on ``gpu``, from :meth:`point_columns`' four columns (steps, ...):
@@ -220,10 +219,10 @@ class CompiledProgram(_Tables, _Totals):
         peaks, links, hbm, alphas = self.rates(gpu)
         expand = (slice(None),) + (None,) * (np.ndim(flops) - 1)
         latency = calls * alphas[expand]       # calls x per-call latency
-        t_compute, t_memory, t_comm = flops / peaks[expand], traffic / hbm, comm / links[expand] + latency
+        t_compute, t_memory, t_comm, t_sol = roofline.times(flops, traffic, comm, latency, peaks[expand], hbm,
+                                                            links[expand])
         return {"flops": flops, "bytes": traffic, "comm_bytes": comm, "t_compute": t_compute,
-                "t_memory": t_memory, "t_comm": t_comm,
-                "t_sol": np.maximum(np.maximum(t_compute, t_memory), t_comm)}
+                "t_memory": t_memory, "t_comm": t_comm, "t_sol": t_sol}
 
 
 _REPEATS: dict = {}     # a step's repeat (a sympy number) -> its float

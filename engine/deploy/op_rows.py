@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.deploy import roofline
 from engine.deploy.cost import BOUNDS, intensity
 from engine.deploy.structure import Scenario, Structure, prefill_program_batch, program_batch
 from engine.deploy.measured import SharedCoordinates, finish, gather, resolve
@@ -262,7 +263,7 @@ def _columns(plan, n: int, keep, one: dict, v: dict, values: dict, g, arrays: bo
         "comm_bytes": numbers(v["comm_bytes"]), "intensity": numbers(v["intensity"]),
         "t_compute_s": numbers(t["t_compute"]), "t_memory_s": numbers(t["t_memory"]),
         "t_comm_s": numbers(t["t_comm"]), "t_sol_s": numbers(t["t_sol"]), **extra,
-        "bound": _BOUND_NAMES[np.argmax(np.stack([t["t_compute"], t["t_memory"], t["t_comm"]]), axis=0)].tolist(),
+        "bound": _BOUND_NAMES[roofline.bound_index(t["t_compute"], t["t_memory"], t["t_comm"])].tolist(),
         "link": label["link"], "group": label["group"],
         "compute_dtype": label["compute_dtype"],
         "parts": label["parts"],

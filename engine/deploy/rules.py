@@ -8,11 +8,11 @@ hands the same programs to the one interpreter (static/js/formula.js ``run``). A
 changes the grid, the CLI and the browser at once; tests/test_site_offgrid.py checks the browser
 against ``archledger deploy --json`` at off-grid points (one mechanism, two interpreters).
 
-Two programs only the page runs: :data:`STEP` restates the step times that
-:mod:`engine.deploy.cost` and :mod:`engine.deploy.compiled_totals` compute in place over
-(GPU x step) arrays, the engine's hottest loop (held equal to them by the browser tests above and
-tests/test_site_numbers.py, and by hand in tests/test_hand_comm.py), and :data:`SERVING_BOUND` is
-the page's capacity bound without a working set or reserve.
+Two programs only the page runs: :data:`STEP` restates the step times of
+:mod:`engine.deploy.roofline`, which the engine computes in place over (GPU x step) arrays, its
+hottest loop (held equal to it bit for bit by tests/test_roofline.py, to the engine's numbers by the
+browser tests above and tests/test_site_numbers.py, and by hand in tests/test_hand_comm.py), and
+:data:`SERVING_BOUND` is the page's capacity bound without a working set or reserve.
 
 Programs (inputs -> what they bind; docs/deployment.md derives each):
 
