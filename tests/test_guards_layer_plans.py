@@ -94,7 +94,10 @@ def test_a_per_layer_list_of_another_length_is_one_error(tmp_path):
     longer list was caught, and a shorter one read its missing layers as "no entry")."""
     found = _schedule(tmp_path, MINIMAX, attn_type_list=[1] * 60)
     messages = [f.message for f in found]
-    assert "config.attn_type_list has 60 entries but the spec's main stack has 62 layers" in messages, messages
+    # the field's other entry (its lightning layers, `entry == 0`) is not evaluated past the list's
+    # end: no second error blaming the registry for the config's short list
+    assert messages == ["config.attn_type_list has 60 entries but the spec's main stack has 62 layers"], messages
+    assert found[0].hint == "repeat the layers once per entry of config.attn_type_list"
 
 
 def test_a_per_layer_number_the_registry_does_not_know_is_named(tmp_path):

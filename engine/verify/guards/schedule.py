@@ -161,19 +161,24 @@ def check(ctx: Context) -> list[Finding]:
     if not features:
         return out
     out, skipped = _kind_findings(ctx, layers_uid)
+    # a per-layer list that one of its entries says names every layer (``whole``) but whose length is
+    # not the stack's: one error for the field, and none of its entries is evaluated (the layers past
+    # a short list's end would read as "no entry" and fail as if the registry were wrong)
+    misfit = {p.field for p in ctx.registry.layer_plans
+              if p.whole and p.kind == "per_layer" and fits(p.kind, lookup(config, p.field))
+              and len(lookup(config, p.field)) != len(features)}
+    for field in sorted(misfit, key=[p.field for p in ctx.registry.layer_plans].index):
+        out.append(Finding(NAME, "error", layers_uid, f"config.{field} has {len(lookup(config, field))} entries "
+                           f"but the spec's main stack has {len(features)} layers",
+                           f"repeat the layers once per entry of config.{field}"))
     for plan in ctx.registry.layer_plans:
         value = lookup(config, plan.field)
-        if value is _MISSING or plan.field in skipped or not fits(plan.kind, value):
+        if value is _MISSING or plan.field in skipped | misfit or not fits(plan.kind, value):
             continue
         if any(lookup(config, name) is not _MISSING and not fits(kind, lookup(config, name))
                for name, kind in plan.reads.items()):
             continue   # another entry reads that field in the kind it holds here
         per_layer = plan.kind == "per_layer"   # a string: one character per layer
-        if plan.whole and per_layer and len(value) != len(features):
-            out.append(Finding(NAME, "error", layers_uid, f"config.{plan.field} has {len(value)} entries but "
-                               f"the spec's main stack has {len(features)} layers",
-                               f"repeat the layers once per entry of config.{plan.field}"))
-            continue
         if plan.values and per_layer:
             unknown = sorted({v for v in value if isinstance(v, (str, int, float)) and v not in plan.values}, key=str)
             if unknown:
