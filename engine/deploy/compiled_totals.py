@@ -2,11 +2,11 @@
 bound and the step time (a mixin of :class:`engine.deploy.cost.CompiledProgram`).
 
 Layer: engine.deploy. The arithmetic is :mod:`engine.deploy.cost`'s module doc's (t_compute,
-t_memory, t_comm, SOL per step: :mod:`engine.deploy.roofline`; t_sol, t_bound, t_comm_stream per phase). Two paths: small grids
-stack every step into one (steps, ...) array per term (:data:`STACKED_ELEMENTS`), large ones go
-step by step. Invariant: both add the steps in program order, so they give identical sums
-(tests/test_cost_paths.py), and :meth:`_Totals.step_time` is :meth:`_Totals.totals`' ``t_sol``
-to the bit.
+t_memory, t_comm, SOL per step, computed by :mod:`engine.deploy.roofline`; t_sol, t_bound,
+t_comm_stream per phase). Two paths: small grids stack every step into one (steps, ...) array per
+term (:data:`STACKED_ELEMENTS`), large ones go step by step. Invariant: both add the steps in
+program order, so they give identical sums (tests/test_cost_paths.py), and
+:meth:`_Totals.step_time` is :meth:`_Totals.totals`' ``t_sol`` to the bit.
 """
 from __future__ import annotations
 

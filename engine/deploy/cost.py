@@ -14,8 +14,9 @@ rates, its columns are :mod:`engine.deploy.compiled_tables`' and its sums
 * t_comm    = calls x alpha + bytes sent / link bandwidth (scale-up or scale-out, one direction):
   alpha is the collective's per-call latency on this GPU's links (NCCL's tuner model,
   :meth:`engine.deploy.hardware.CollectiveModel.latency`), beta the link's bandwidth
-* SOL(step) = max of the three, the bound is the largest term (the one rule: :mod:`engine.deploy.roofline`); a phase's no-overlap time
-  (``t_sol``) is the sum of its steps: one kernel after another, none hiding another's time.
+* SOL(step) = max of the three, the bound is the largest term (one function computes them for
+  every path: :mod:`engine.deploy.roofline`); a phase's no-overlap time (``t_sol``) is the sum of
+  its steps: one kernel after another, none hiding another's time.
 * The phase's lower bound (``t_bound``, docs/deployment.md "Two times per point"): each resource
   serves one thing at a time but resources overlap freely, so no schedule of the phase's work
   (kernels, collectives, micro-batches, in any order or overlap) beats the busiest resource:
@@ -33,8 +34,8 @@ import numpy as np
 from typing import TYPE_CHECKING
 
 from engine.language.memo import remembered, remembered_for
-from engine.deploy.compiled_tables import _Tables
 from engine.deploy import roofline
+from engine.deploy.compiled_tables import _Tables
 from engine.deploy.compiled_totals import _Totals
 from engine.deploy.hardware import GPU
 from engine.deploy.point_values import _ids
