@@ -164,16 +164,16 @@ def check(ctx: Context) -> list[Finding]:
     # a per-layer list that one of its entries says names every layer (``whole``) but whose length is
     # not the stack's: one error for the field, and none of its entries is evaluated (the layers past
     # a short list's end would read as "no entry" and fail as if the registry were wrong)
-    misfit = {p.field for p in ctx.registry.layer_plans
-              if p.whole and p.kind == "per_layer" and fits(p.kind, lookup(config, p.field))
-              and len(lookup(config, p.field)) != len(features)}
-    for field in sorted(misfit, key=[p.field for p in ctx.registry.layer_plans].index):
+    misfit = dict.fromkeys(p.field for p in ctx.registry.layer_plans     # (in the registry's order)
+                           if p.whole and p.kind == "per_layer" and fits(p.kind, lookup(config, p.field))
+                           and len(lookup(config, p.field)) != len(features))
+    for field in misfit:
         out.append(Finding(NAME, "error", layers_uid, f"config.{field} has {len(lookup(config, field))} entries "
                            f"but the spec's main stack has {len(features)} layers",
                            f"repeat the layers once per entry of config.{field}"))
     for plan in ctx.registry.layer_plans:
         value = lookup(config, plan.field)
-        if value is _MISSING or plan.field in skipped | misfit or not fits(plan.kind, value):
+        if value is _MISSING or plan.field in skipped or plan.field in misfit or not fits(plan.kind, value):
             continue
         if any(lookup(config, name) is not _MISSING and not fits(kind, lookup(config, name))
                for name, kind in plan.reads.items()):
